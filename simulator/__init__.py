@@ -1,0 +1,1 @@
+"""specbatch simulator package."""

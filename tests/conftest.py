@@ -1,0 +1,28 @@
+"""Shared pytest configuration.
+
+Hypothesis profiles: ``ci`` (derandomised, bounded; selected when the ``CI`` environment
+variable is set) and ``dev`` (more examples, random). Heavy tests carry ``@pytest.mark.slow``
+and are excluded from the default run (``pytest -m slow`` selects them).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=30,
+    derandomize=True,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "dev",
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
