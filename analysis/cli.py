@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "traces.cli",
     "traces.capture_cli",
     "traces.profile_cli",
+    "traces.zoo_cli",
     "simulator.cost_cli",
     "theory.cli",
     "analysis.live_cli",

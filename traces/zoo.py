@@ -1,0 +1,267 @@
+"""A real draft/target pair without downloads: train both on the local standard library.
+
+No pretrained weights can be downloaded here, and a trace captured from random weights says
+nothing about speculative decoding. :func:`train_zoo` trains
+
+- a byte-level BPE tokenizer (``tokenizers``) on the corpus, and
+- two Hugging Face ``LlamaForCausalLM`` models that share it: a draft ``Ms`` and a target
+  ``Mb`` with roughly 10x the draft's parameters,
+
+on text every machine has: the Python standard library's source (``code``) and its bundled
+English prose (help topics, licence, docstrings; see :mod:`traces.prompts`) plus optional
+``--corpus`` files. Both models see the same batches in the same order. Held-out loss
+(nats/token on the held-out stdlib files) of both is reported. Output: ``OUT/draft`` and
+``OUT/target`` are ordinary HF model directories (``save_pretrained`` plus a
+``PreTrainedTokenizerFast``) that ``specbatch capture`` loads; ``OUT/zoo.json`` records the
+sizes, losses, seed and timings.
+
+Deterministic for a seed on one machine: ``torch.manual_seed``, a fixed thread count, a sorted
+file list and a seeded batch order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from theory.errors import SpecbatchError
+from traces.prompts import stdlib_documents
+
+EOS = "<|endoftext|>"
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """A Llama-style decoder's shape (the fields of ``LlamaConfig`` that matter)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+
+
+@dataclass(frozen=True)
+class ZooSize:
+    """One named zoo configuration: tokenizer, both models, and the training budget."""
+
+    name: str
+    vocab: int
+    draft: ModelSize
+    target: ModelSize
+    seq_len: int
+    batch: int
+    steps: int
+    lr: float
+    code_chars: int          # cap on training code text (characters)
+    prose_chars: int         # cap on training prose text
+    eval_windows: int        # held-out windows of seq_len tokens for the loss
+
+
+ZOO_SIZES: dict[str, ZooSize] = {
+    s.name: s
+    for s in (
+        ZooSize("tiny", 512, ModelSize(1, 32, 2, 64), ModelSize(2, 96, 4, 192),
+                seq_len=64, batch=8, steps=30, lr=3e-3, code_chars=150_000,
+                prose_chars=60_000, eval_windows=8),
+        ZooSize("small", 2048, ModelSize(2, 64, 2, 192), ModelSize(4, 256, 4, 704),
+                seq_len=128, batch=16, steps=600, lr=2e-3, code_chars=3_000_000,
+                prose_chars=1_200_000, eval_windows=64),
+        ZooSize("base", 8192, ModelSize(4, 256, 4, 704), ModelSize(12, 768, 12, 2048),
+                seq_len=512, batch=32, steps=20_000, lr=6e-4, code_chars=10**9,
+                prose_chars=10**9, eval_windows=256),
+    )
+}
+
+
+def get_zoo_size(name: str) -> ZooSize:
+    size = ZOO_SIZES.get(name)
+    if size is None:
+        raise SpecbatchError(f"zoo size {name!r}: expected one of {', '.join(ZOO_SIZES)}")
+    return size
+
+
+# ----------------------------------------------------------------------------- corpus
+def _cap(docs: list[str], chars: int) -> list[str]:
+    out, total = [], 0
+    for d in docs:
+        if total >= chars:
+            break
+        out.append(d[: chars - total])
+        total += len(out[-1])
+    return out
+
+
+def _interleave(a: list[str], b: list[str]) -> list[str]:
+    """Deterministic mix of two document lists, spread evenly by position."""
+    keyed = [(i / max(len(a), 1), 0, d) for i, d in enumerate(a)]
+    keyed += [(i / max(len(b), 1), 1, d) for i, d in enumerate(b)]
+    return [d for _, _, d in sorted(keyed, key=lambda x: (x[0], x[1]))]
+
+
+def build_corpus(size: ZooSize, extra: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """(train documents, held-out documents) for a zoo size."""
+    code = _cap(stdlib_documents("code", "train"), size.code_chars)
+    prose = _cap(stdlib_documents("prose", "train"), size.prose_chars)
+    extra_docs = []
+    for path in extra or []:
+        p = Path(path)
+        files = sorted(p.rglob("*")) if p.is_dir() else [p]
+        if not p.exists():
+            raise SpecbatchError(f"corpus {path}: expected a file or directory, got no such path")
+        for f in files:
+            if f.is_file():
+                try:
+                    extra_docs.append(f.read_text(encoding="utf-8"))
+                except (UnicodeDecodeError, OSError):
+                    continue
+    train = _interleave(code, prose) + extra_docs
+    cap = max(size.eval_windows * size.seq_len * 6, 20_000)
+    heldout = _interleave(_cap(stdlib_documents("code", "heldout"), cap),
+                          _cap(stdlib_documents("prose", "heldout"), cap // 2))
+    return train, heldout
+
+
+def train_tokenizer(docs: list[str], vocab: int):
+    """Byte-level BPE with one special token (``<|endoftext|>``, the document separator)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=[EOS], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(docs, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS,
+                                   unk_token=EOS, pad_token=EOS)
+
+
+def encode_stream(tokenizer, docs: list[str]) -> np.ndarray:
+    """All documents as one token stream, each followed by ``<|endoftext|>``.  # [tokens]"""
+    eos = tokenizer.convert_tokens_to_ids(EOS)
+    ids = tokenizer(docs, add_special_tokens=False)["input_ids"]
+    out = []
+    for seq in ids:
+        out.extend(seq)
+        out.append(eos)
+    return np.asarray(out, dtype=np.int64)
+
+
+def make_model(shape: ModelSize, vocab: int, seq_len: int, eos_id: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+        num_key_value_heads=shape.heads, max_position_embeddings=max(4096, 4 * seq_len),
+        tie_word_embeddings=False, bos_token_id=eos_id, eos_token_id=eos_id,
+        pad_token_id=eos_id, rms_norm_eps=1e-5,
+    )
+    return LlamaForCausalLM(config)
+
+
+def _lr(step: int, steps: int, lr: float) -> float:
+    warm = max(1, steps // 20)
+    if step < warm:
+        return lr * (step + 1) / warm
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm))))
+
+
+def heldout_loss(model, stream: np.ndarray, seq_len: int, windows: int) -> float:
+    """Mean next-token cross-entropy (nats/token) over consecutive held-out windows."""
+    import torch
+
+    n = min(windows, max(1, (len(stream) - 1) // seq_len))
+    x = torch.from_numpy(stream[: n * seq_len + 1])
+    inputs = x[:-1].view(n, seq_len)
+    model.eval()
+    total = 0.0
+    with torch.no_grad():
+        for i in range(0, n, 16):
+            out = model(input_ids=inputs[i:i + 16], labels=inputs[i:i + 16])
+            total += float(out.loss) * len(inputs[i:i + 16])
+    model.train()
+    return total / n
+
+
+def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[str] | None = None,
+              steps: int | None = None, threads: int | None = None,
+              log=None) -> dict:
+    """Train the tokenizer and the draft/target pair; save them under ``out``; return a report.
+
+    The report (also ``out/zoo.json``) holds sizes, parameter counts, held-out loss of both
+    models (nats/token) and the wall time of each stage.
+    """
+    import torch
+
+    cfg = get_zoo_size(size)
+    steps = cfg.steps if steps is None else steps
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads or min(2, os.cpu_count() or 1))
+    say = log or (lambda msg: None)
+    t0 = time.perf_counter()
+    train_docs, heldout_docs = build_corpus(cfg, corpus)
+    tokenizer = train_tokenizer(train_docs, cfg.vocab)
+    stream = encode_stream(tokenizer, train_docs)
+    heldout = encode_stream(tokenizer, heldout_docs)
+    t_tok = time.perf_counter() - t0
+    say(f"corpus: {sum(map(len, train_docs))} chars, {len(stream)} tokens "
+        f"(held-out {len(heldout)}); tokenizer {t_tok:.1f}s")
+    eos_id = tokenizer.convert_tokens_to_ids(EOS)
+    vocab = len(tokenizer)
+    torch.manual_seed(seed)
+    draft = make_model(cfg.draft, vocab, cfg.seq_len, eos_id)
+    target = make_model(cfg.target, vocab, cfg.seq_len, eos_id)
+    models = {"draft": draft, "target": target}
+    opts = {k: torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=0.01,
+                                 betas=(0.9, 0.95)) for k, m in models.items()}
+    gen = torch.Generator().manual_seed(seed + 1)
+    data = torch.from_numpy(stream)
+    t1 = time.perf_counter()
+    losses = {k: float("nan") for k in models}
+    for step in range(steps):
+        starts = torch.randint(0, len(stream) - cfg.seq_len - 1, (cfg.batch,), generator=gen)
+        batch = torch.stack([data[s: s + cfg.seq_len] for s in starts.tolist()])
+        for name, model in models.items():
+            for group in opts[name].param_groups:
+                group["lr"] = _lr(step, steps, cfg.lr)
+            loss = model(input_ids=batch, labels=batch).loss
+            opts[name].zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opts[name].step()
+            losses[name] = float(loss.detach())
+        if step % 50 == 0 or step == steps - 1:
+            say(f"step {step + 1}/{steps}: draft {losses['draft']:.3f} target "
+                f"{losses['target']:.3f} ({time.perf_counter() - t1:.0f}s)")
+    t_train = time.perf_counter() - t1
+    report = {
+        "size": size, "seed": seed, "steps": steps, "vocab": vocab,
+        "config": asdict(cfg),
+        "train_chars": sum(map(len, train_docs)), "train_tokens": int(len(stream)),
+        "heldout_tokens": int(len(heldout)), "tokens_seen": steps * cfg.batch * cfg.seq_len,
+        "corpus": ["stdlib:code", "stdlib:prose", *(corpus or [])],
+        "seconds": {"tokenizer": round(t_tok, 2), "train": round(t_train, 2)},
+    }
+    for name, model in models.items():
+        report[name] = {
+            "params": int(sum(p.numel() for p in model.parameters())),
+            "heldout_loss": round(heldout_loss(model, heldout, cfg.seq_len, cfg.eval_windows), 4),
+            "train_loss_last": round(losses[name], 4),
+            "dir": str(out / name),
+        }
+        model.eval()
+        model.save_pretrained(out / name)
+        tokenizer.save_pretrained(out / name)
+    report["param_ratio"] = round(report["target"]["params"] / report["draft"]["params"], 2)
+    report["seconds"]["total"] = round(time.perf_counter() - t0, 2)
+    (out / "zoo.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
