@@ -1,0 +1,170 @@
+"""theory/allocate.py: TETRIS greedy and the exact allocation optimum (THEORY.md §5)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from theory.allocate import (
+    allocation_value,
+    greedy_heap,
+    greedy_topc,
+    optimal_dp,
+    optimal_milp,
+)
+from theory.errors import SpecbatchError
+from theory.stats import block_weights
+
+
+def brute_force(values: np.ndarray, budget: int) -> tuple[float, tuple[int, ...]]:
+    """Best allocation by enumeration; ties: smaller total, then lexicographically smaller s."""
+    n, k = values.shape
+    best = None
+    for s in itertools.product(range(k + 1), repeat=n):
+        if sum(s) > budget:
+            continue
+        key = (-allocation_value(values, np.array(s)), sum(s), s)
+        if best is None or key < best:
+            best = key
+    return -best[0], best[2]
+
+
+def values_arrays(max_n: int = 6, max_k: int = 5, integer: bool = False):
+    shapes = st.tuples(st.integers(1, max_n), st.integers(1, max_k))
+    if integer:  # small integers: float sums are exact, so ties are exact ties
+        elements = st.integers(0, 3).map(float)
+    else:
+        elements = st.floats(0.0, 1.0, allow_nan=False, allow_subnormal=False)
+    return shapes.flatmap(lambda shape: arrays(np.float64, shape, elements=elements))
+
+
+def non_increasing(values: np.ndarray) -> np.ndarray:
+    return -np.sort(-values, axis=1)
+
+
+@given(values_arrays(max_n=8, max_k=6), st.integers(0, 60))
+def test_greedy_twins_and_dp_agree_on_non_increasing_rows(values, budget):
+    values = non_increasing(values)
+    s_topc = greedy_topc(values, budget)
+    s_heap = greedy_heap(values, budget)
+    assert np.array_equal(s_topc, s_heap)
+    assert s_topc.sum() == min(budget, values.size)  # greedy fills the capacity
+    v_dp = allocation_value(values, optimal_dp(values, budget))
+    assert allocation_value(values, s_topc) == pytest.approx(v_dp, rel=1e-12, abs=1e-12)
+
+
+@given(values_arrays(max_n=8, max_k=6, integer=True), st.integers(0, 60))
+def test_greedy_ties_prefer_smaller_position_then_smaller_row(values, budget):
+    values = non_increasing(values)
+    # Reference: sort all entries by (value desc, j asc, row asc), take the first C.
+    n, k = values.shape
+    order = sorted(
+        ((-values[i, j], j, i) for i in range(n) for j in range(k)),
+    )[: min(budget, n * k)]
+    expected = np.zeros(n, dtype=np.int64)
+    for _, _, i in order:
+        expected[i] += 1
+    assert np.array_equal(greedy_topc(values, budget), expected)
+    assert np.array_equal(greedy_heap(values, budget), expected)
+
+
+@given(values_arrays(max_n=4, max_k=3), st.integers(0, 14))
+def test_dp_equals_brute_force_and_milp_on_tiny_instances(values, budget):
+    v_brute, _ = brute_force(values, budget)
+    s_dp = optimal_dp(values, budget)
+    assert s_dp.sum() <= budget and ((s_dp >= 0) & (s_dp <= values.shape[1])).all()
+    assert allocation_value(values, s_dp) == pytest.approx(v_brute, rel=1e-12, abs=1e-12)
+    s_milp = optimal_milp(values, budget)
+    assert s_milp.sum() <= budget
+    assert allocation_value(values, s_milp) == pytest.approx(v_brute, rel=1e-7, abs=1e-7)
+
+
+@given(values_arrays(max_n=4, max_k=3, integer=True), st.integers(0, 14))
+def test_dp_tie_break_smaller_total_then_lexicographic(values, budget):
+    _, s_brute = brute_force(values, budget)
+    assert tuple(optimal_dp(values, budget)) == s_brute
+
+
+@given(values_arrays(max_n=10, max_k=8), st.integers(0, 100))
+def test_dp_is_never_worse_than_greedy(values, budget):
+    v_dp = allocation_value(values, optimal_dp(values, budget))
+    for greedy in (greedy_topc, greedy_heap):
+        assert v_dp >= allocation_value(values, greedy(values, budget)) - 1e-12
+
+
+def test_greedy_is_strictly_worse_on_rising_bv_weights():
+    # BV weights p_{i,j} can rise along j (a ratio r > 1 lifts p). Row 0 is a path whose first
+    # token is unlikely under the target but whose later tokens recover (p = 0.1, then 1, 1);
+    # row 1 decays steadily. Budget 3: the heap only sees frontiers and never pays the 0.1
+    # toll that unlocks row 0's 1.0s; top-C takes the three largest entries and its row
+    # counts (2, 1) verify a prefix that includes the toll but not the second 1.0.
+    values = np.array([[0.1, 1.0, 1.0], [0.6, 0.5, 0.4]])
+    s_greedy = greedy_topc(values, 3)
+    s_opt = optimal_dp(values, 3)
+    assert s_greedy.tolist() == [2, 1]  # top-3 picks 1.0, 1.0 (row 0) and 0.6 (row 1)
+    assert allocation_value(values, s_greedy) == pytest.approx(1.1 + 0.6)
+    assert greedy_heap(values, 3).tolist() == [0, 3]
+    assert allocation_value(values, greedy_heap(values, 3)) == pytest.approx(1.5)
+    assert s_opt.tolist() == [3, 0]
+    assert allocation_value(values, s_opt) == pytest.approx(2.1)
+    assert allocation_value(values, optimal_milp(values, 3)) == pytest.approx(2.1)
+
+
+def test_budget_zero_selects_nothing():
+    values = np.random.default_rng(0).random((5, 4))
+    for fn in (greedy_topc, greedy_heap, optimal_dp, optimal_milp):
+        assert fn(values, 0).tolist() == [0] * 5
+
+
+def test_budget_at_least_everything_selects_everything_positive():
+    values = np.random.default_rng(1).random((5, 4)) + 0.01
+    for budget in (20, 21, 1000):
+        for fn in (greedy_topc, greedy_heap, optimal_dp, optimal_milp):
+            assert fn(values, budget).tolist() == [4] * 5
+
+
+def test_dp_leaves_trailing_zeros_unselected():
+    # Among optima the DP prefers the smaller total: trailing zero-value tokens are skipped.
+    values = np.array([[0.5, 0.0, 0.0], [0.0, 0.7, 0.0]])
+    assert optimal_dp(values, 6).tolist() == [1, 2]
+
+
+def test_single_request():
+    values = np.array([[0.2, 0.9, 0.1, 0.8]])
+    for budget in range(6):
+        s = optimal_dp(values, budget)
+        assert s.tolist() == [[0, 1, 2, 3, 4, 4][budget]]
+        assert greedy_topc(values, budget).tolist() == [min(budget, 4)]
+
+
+def test_large_instance_dp_beats_or_matches_greedy_and_matches_milp():
+    rng = np.random.default_rng(2)
+    # BV-like weights: clipped running products with occasional ratios above 1.
+    ratios = rng.lognormal(mean=-0.2, sigma=0.8, size=(40, 8))
+    values = block_weights(np.ones_like(ratios), ratios)  # p_i = min(p_{i-1} r_i, 1)
+    budget = 120
+    v_dp = allocation_value(values, optimal_dp(values, budget))
+    v_milp = allocation_value(values, optimal_milp(values, budget))
+    assert v_dp == pytest.approx(v_milp, rel=1e-7)
+    assert v_dp >= allocation_value(values, greedy_topc(values, budget))
+
+
+@pytest.mark.parametrize(
+    "values, budget",
+    [
+        (np.array([1.0, 2.0]), 1),  # not 2-d
+        (np.array([[0.1, -0.2]]), 1),  # negative
+        (np.array([[0.1, np.nan]]), 1),  # NaN
+        (np.array([[0.1, 0.2]]), -1),  # negative budget
+        (np.array([[0.1, 0.2]]), 1.5),  # fractional budget
+    ],
+)
+def test_bad_input_is_a_one_line_user_error(values, budget):
+    for fn in (greedy_topc, greedy_heap, optimal_dp):
+        with pytest.raises(SpecbatchError):
+            fn(values, budget)

@@ -1,0 +1,183 @@
+"""Which draft tokens to verify in a batch: allocation under a budget (THEORY.md §5).
+
+N running requests each drafted K tokens; ``values[i, j-1] = P_{i,j} = P(τ_i ≥ j)`` is the
+expected gain of verifying request i's j-th draft token (given its first j-1 are verified).
+Choose prefix lengths ``s_i ∈ {0..K}`` with ``Σ s_i ≤ C`` to maximise
+
+    value(s) = Σ_i Σ_{j ≤ s_i} values[i, j-1].
+
+- Token verification (TV): P_{i,j} is a product of numbers ≤ 1, non-increasing in j, so the C
+  largest entries of the batch form prefixes and are optimal (TETRIS, Wu et al. 2025).
+  :func:`greedy_topc` is the vectorised global top-C (as in the official code),
+  :func:`greedy_heap` the paper's max-heap over row frontiers (reference twin).
+- Block verification (BV): P_{i,j} = p_{i,j} may rise along j, so top-C is not optimal; the
+  problem is a prefix-constrained knapsack with non-concave gains. :func:`optimal_dp` solves
+  it exactly by dynamic programming over requests (max-plus convolution, vectorised over the
+  budget), :func:`optimal_milp` is its cvxpy MILP twin.
+
+All functions take ``values`` # [N, K] finite and non-negative and a budget C ≥ 0 and return
+``s`` # [N] int64. Tie-breaks are deterministic:
+
+- greedy: entries compared by (value desc, j asc, row asc); exactly min(C, N·K) entries are
+  selected and ``s_i`` counts row i's selected entries (a prefix when rows are non-increasing).
+- optimal_dp: among optima (in the DP's float64 arithmetic) prefer the smaller total Σ s_i,
+  then the lexicographically smaller s.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from theory.errors import require
+
+
+def _check(values: np.ndarray, budget: int) -> tuple[np.ndarray, int]:
+    """Validate ``values`` # [N, K] (finite, ≥ 0) and ``budget`` (int ≥ 0); return float64, C."""
+    values = np.asarray(values, dtype=np.float64)
+    require(values.ndim == 2, f"values: expected a 2-d [N, K] array, got shape {values.shape}")
+    require(bool(np.isfinite(values).all()), "values: expected finite entries, got NaN or infinity")
+    require(bool((values >= 0).all()), "values: expected non-negative entries, got a negative one")
+    require(
+        float(budget) == int(budget) and int(budget) >= 0,
+        f"budget: expected an integer >= 0, got {budget!r}",
+    )
+    return values, int(budget)
+
+
+def allocation_value(values: np.ndarray, s: np.ndarray) -> float:
+    """``Σ_i Σ_{j ≤ s_i} values[i, j-1]``: expected accepted draft tokens of allocation s.
+
+    values: # [N, K]
+    s:      # [N] int in 0..K
+    """
+    values = np.asarray(values, dtype=np.float64)
+    s = np.asarray(s, dtype=np.int64)
+    k = values.shape[1]
+    mask = np.arange(k)[None, :] < s[:, None]  # [N, K]
+    return float(np.where(mask, values, 0.0).sum())
+
+
+def greedy_topc(values: np.ndarray, budget: int) -> np.ndarray:
+    """TETRIS greedy: select the C largest entries of the whole batch (vectorised).
+
+    Entries are ranked by value (descending), ties by smaller position j, then smaller row;
+    min(C, N·K) entries are selected and ``s_i`` is the number selected in row i. O(N·K) with
+    one ``np.partition`` (no sort): everything above the C-th largest value is taken, and the
+    entries equal to it are taken in (j, row) order until C is reached.
+
+    values: # [N, K] non-negative
+    returns # [N] int64
+    """
+    values, c = _check(values, budget)
+    n, k = values.shape
+    total = n * k
+    c = min(c, total)
+    if c == 0:
+        return np.zeros(n, dtype=np.int64)
+    flat = values.T.ravel()  # [K·N], j-major: flat index = j·N + i, so ties prefer smaller j
+    threshold = np.partition(flat, total - c)[total - c]  # the C-th largest value
+    above = flat > threshold
+    equal = flat == threshold
+    need = c - int(above.sum())
+    selected = above | (equal & (np.cumsum(equal) <= need))
+    return selected.reshape(k, n).sum(axis=0).astype(np.int64)
+
+
+def greedy_heap(values: np.ndarray, budget: int) -> np.ndarray:
+    """TETRIS greedy as the paper describes it: a max-heap over the row frontiers.
+
+    The heap holds, per request, its next unselected entry keyed by (−value, j, row); C pops
+    (each followed by pushing that row's next entry), O(C log N). Equal to :func:`greedy_topc`
+    when rows are non-increasing; on other rows it only ever extends prefixes.
+
+    values: # [N, K] non-negative
+    returns # [N] int64
+    """
+    values, c = _check(values, budget)
+    n, k = values.shape
+    s = np.zeros(n, dtype=np.int64)
+    if k == 0:
+        return s
+    heap = [(-values[i, 0], 0, i) for i in range(n)]
+    heapq.heapify(heap)
+    for _ in range(min(c, n * k)):
+        _, j, i = heapq.heappop(heap)
+        s[i] = j + 1
+        if j + 1 < k:
+            heapq.heappush(heap, (-values[i, j + 1], j + 1, i))
+    return s
+
+
+def optimal_dp(values: np.ndarray, budget: int) -> np.ndarray:
+    """Exact optimum of the prefix-constrained knapsack, any non-negative values.
+
+    Suffix dynamic programme over requests with gains ``G[i, s] = Σ_{j<s} values[i, j]``:
+    ``H_i[c] = max_{s} G[i, s] + H_{i+1}[c − s]`` is the best value of requests i..N-1 using
+    exactly c tokens (``H_N = [0]``). Each step is one max-plus convolution vectorised over c as
+    a ``[K+1, c]`` window (no loop over budget values); the first argmax gives the smallest s_i.
+    The optimum is ``max_{c ≤ C} H_0[c]`` at the smallest such c (smaller total), and a forward
+    pass takes the recorded smallest s_i at each request (lexicographically smaller s).
+    The forward pass keeps only maxima (one ``[K+1, c]`` add and column max per request); the
+    backward pass recomputes the K+1 candidates of the one total it needs. Cost
+    O(N · min(C, N·K) · K) time, O(N · min(C, N·K)) memory.
+
+    values: # [N, K] non-negative
+    returns # [N] int64
+    """
+    values, c = _check(values, budget)
+    n, k = values.shape
+    cap = min(c, n * k)
+    if n == 0 or k == 0 or cap == 0:
+        return np.zeros(n, dtype=np.int64)
+    gains = np.concatenate([np.zeros((n, 1)), np.cumsum(values, axis=1)], axis=1)  # [N, K+1]
+    # best[i, c] = H_i[c]; -inf marks an infeasible total. Row N is H_N = [0, -inf, ...].
+    best = np.full((n + 1, cap + k + 1), -np.inf)  # [N+1, K + cap + 1], K leading -inf pads
+    best[n, k] = 0.0
+    width = 1  # number of feasible totals of H_{i+1}
+    for i in range(n - 1, -1, -1):
+        width = min(cap + 1, width + k)
+        # window[s, c] = best[i+1, K + c − s]: row s is H_{i+1} shifted right by s.
+        window = sliding_window_view(best[i + 1], width)[k::-1]  # [K+1, width]
+        np.max(window + gains[i][:, None], axis=0, out=best[i, k : k + width])
+    totals = best[0, k:]  # [cap+1]
+    s = np.zeros(n, dtype=np.int64)
+    remaining = int(np.argmax(totals))  # smallest total reaching the maximum
+    for i in range(n):
+        top = min(k, remaining)
+        # Same float expressions as the forward pass; the first argmax is the smallest s_i.
+        cand = gains[i, : top + 1] + best[i + 1, k + remaining - np.arange(top + 1)]
+        s[i] = int(np.argmax(cand))
+        remaining -= int(s[i])
+    return s
+
+
+def optimal_milp(values: np.ndarray, budget: int, solver: str = "HIGHS") -> np.ndarray:
+    """The same optimum as a cvxpy boolean MILP (twin of :func:`optimal_dp`).
+
+    Variables ``x[i, j] ∈ {0, 1}`` (verify request i's (j+1)-th token), prefix constraints
+    ``x[i, j+1] ≤ x[i, j]``, budget ``Σ x ≤ C``; maximise ``Σ values · x``; ``s_i = Σ_j x[i, j]``.
+    Among optima the solver's choice is returned (compare values, not s, with the DP).
+
+    values: # [N, K] non-negative
+    returns # [N] int64
+    """
+    import cvxpy as cp
+
+    values, c = _check(values, budget)
+    n, k = values.shape
+    if n == 0 or k == 0 or c == 0:
+        return np.zeros(n, dtype=np.int64)
+    x = cp.Variable((n, k), boolean=True)
+    constraints = [cp.sum(x) <= c]
+    if k > 1:
+        constraints.append(x[:, 1:] <= x[:, :-1])
+    problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(values, x))), constraints)
+    problem.solve(solver=solver)
+    require(
+        problem.status in ("optimal", "optimal_inaccurate"),
+        f"optimal_milp: solver {solver} returned status {problem.status}",
+    )
+    return np.rint(np.asarray(x.value)).astype(np.int64).sum(axis=1)
