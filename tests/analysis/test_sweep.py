@@ -1,0 +1,292 @@
+"""Sweeps: spec validation, expansion, resumable storage, and executor-independent tables.
+
+The mechanics are specified against a small stand-in config class and a deterministic fake
+runner (the runner is injectable), so these tests need no simulation; one test checks the
+real SimConfig's field names are what specs are validated against.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.sweep import (
+    collect_results,
+    expand,
+    load_spec,
+    parse_spec,
+    read_requests,
+    run_key,
+    run_sweep,
+)
+from theory.errors import SpecbatchError
+
+
+@dataclass(frozen=True)
+class FakeConfig:
+    policy: str = "fixed"
+    num_speculative_tokens: int = 1
+    extra: int = 0
+    budget: int | None = None
+    rate: float = 1.0
+    verify: str = "token"
+    seed: int = 0
+
+
+def fake_runner(config: dict):
+    """Deterministic summary + per-request table, a function of the config only."""
+    k, seed = config["num_speculative_tokens"], config["seed"]
+    bonus = 5.0 if config["policy"] == "tetris" else 0.0
+    rng = np.random.default_rng(seed * 100 + k)
+    requests = pd.DataFrame({"request_id": np.arange(8), "e2e": rng.uniform(1, 2, 8),
+                             "ttft": rng.uniform(0, 0.1, 8), "extra_col": 1})
+    summary = {"throughput": 100.0 + 10 * k + bonus + seed, "e2e_mean": 2.0 - 0.1 * k,
+               "requests": 8, "mal": 1.0 + 0.2 * k}
+    return summary, requests
+
+
+def counting_runner(config: dict):
+    """fake_runner that also leaves one marker file per call (visible across processes)."""
+    marks = Path(os.environ["SWEEP_TEST_MARKS"])
+    (marks / f"{run_key(config)}-{os.getpid()}-{len(list(marks.iterdir()))}").touch()
+    return fake_runner(config)
+
+
+def failing_runner(config: dict):
+    """fake_runner that crashes on k = 3 (a point in the middle of the grid)."""
+    if config["num_speculative_tokens"] == 3:
+        raise RuntimeError("simulated crash")
+    return fake_runner(config)
+
+
+class StopAfter:
+    """Serial runner that raises KeyboardInterrupt after ``n`` successful runs (a Ctrl-C)."""
+
+    def __init__(self, n: int):
+        self.n, self.calls = n, 0
+
+    def __call__(self, config: dict):
+        if self.calls >= self.n:
+            raise KeyboardInterrupt
+        self.calls += 1
+        return fake_runner(config)
+
+
+SPEC = {
+    "name": "t",
+    "seeds": [0, 1],
+    "base": {"rate": 2.0},
+    "axes": {"policy": ["fixed", "tetris"], "num_speculative_tokens": [1, 2, 3]},
+}
+
+
+def spec(**changes):
+    return parse_spec({**SPEC, **changes}, "spec.toml", FakeConfig)
+
+
+# --- spec validation --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "changes, needle",
+    [
+        ({"axes": {"polcy": ["fixed"]}}, "field 'polcy': unknown config field"),
+        ({"axes": {"policy": []}}, "field 'policy': empty axis"),
+        ({"axes": {"num_speculative_tokens": ["two"]}}, "field 'num_speculative_tokens': expected int"),
+        ({"axes": {"num_speculative_tokens": [True]}}, "field 'num_speculative_tokens': expected int"),
+        ({"axes": {"policy": "fixed"}}, "field 'policy': expected a list"),
+        ({"base": {"rate": "fast"}}, "[base] field 'rate': expected float"),
+        ({"base": {"nope": 1}}, "[base] field 'nope': unknown config field"),
+        ({"seeds": []}, "field 'seeds'"),
+        ({"seeds": [0, 0]}, "duplicate seeds"),
+        ({"axes": {"seed": [1, 2]}}, "field 'seed'"),
+        ({"typo": 1}, "field 'typo': unknown top-level key"),
+        ({"report": {"replicate": "medusa"}}, "field 'replicate'"),
+    ],
+)
+def test_bad_spec_is_one_line_error_naming_file_and_field(changes, needle):
+    with pytest.raises(SpecbatchError) as info:
+        spec(**changes)
+    message = str(info.value)
+    assert message.startswith("spec spec.toml:")
+    assert needle in message
+    assert "\n" not in message
+
+
+def test_optional_fields_accept_none_and_ints_widen_to_float():
+    s = spec(base={"budget": 8, "rate": 3}, axes={"rate": [1, 2.5]})
+    assert [r["rate"] for r in expand(s, FakeConfig)] == [1, 1, 2.5, 2.5]
+
+
+def test_unreadable_toml_names_the_file(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[axes\npolicy = 1")
+    with pytest.raises(SpecbatchError, match=r"^spec .*bad\.toml: not valid TOML"):
+        load_spec(path, FakeConfig)
+    with pytest.raises(SpecbatchError, match="file not found"):
+        load_spec(tmp_path / "missing.toml", FakeConfig)
+
+
+# --- expansion and keys -----------------------------------------------------------------
+
+
+def test_expansion_is_the_product_times_seeds_in_spec_order():
+    runs = expand(spec(), FakeConfig)
+    assert len(runs) == 2 * 3 * 2
+    assert [(r["policy"], r["num_speculative_tokens"], r["seed"]) for r in runs[:4]] == [
+        ("fixed", 1, 0), ("fixed", 1, 1), ("fixed", 2, 0), ("fixed", 2, 1)]
+    assert all(r["rate"] == 2.0 and r["budget"] is None for r in runs)  # base + defaults resolved
+
+
+def test_union_of_grids_drops_duplicate_runs():
+    s = spec(axes=[{"policy": ["fixed"], "num_speculative_tokens": [1, 2]},
+                   {"policy": ["fixed", "tetris"], "num_speculative_tokens": [2], "extra": [0, 1]}])
+    runs = expand(s, FakeConfig)
+    combos = [(r["policy"], r["num_speculative_tokens"], r["extra"]) for r in runs[::2]]
+    assert combos == [("fixed", 1, 0), ("fixed", 2, 0), ("fixed", 2, 1), ("tetris", 2, 0),
+                      ("tetris", 2, 1)]
+
+
+def test_run_key_depends_on_every_field_and_the_version_only():
+    a = expand(spec(), FakeConfig)[0]
+    assert run_key(a) == run_key(dict(reversed(list(a.items()))))
+    assert run_key(a) != run_key({**a, "seed": 7})
+    assert run_key(a) != run_key(a, version="999")
+
+
+# --- running, storage, resume -------------------------------------------------------------
+
+
+def test_sweep_writes_points_and_tidy_table(tmp_path):
+    outcome = run_sweep(spec(), tmp_path, runner=fake_runner, config_cls=FakeConfig, progress=False)
+    assert (outcome.total, outcome.computed, outcome.reused) == (12, 12, 0)
+    table = pd.read_parquet(tmp_path / "results.parquet")
+    assert len(table) == 12
+    assert list(table.columns[:7]) == ["policy", "num_speculative_tokens", "extra", "budget",
+                                       "rate", "verify", "seed"]
+    # a summary key that clashes with a config field gets a suffix; run/setting keys added
+    assert {"throughput", "e2e_mean", "requests", "mal", "run", "setting"} <= set(table.columns)
+    assert table.groupby("setting").seed.nunique().eq(2).all()
+    csv = pd.read_csv(tmp_path / "results.csv")
+    assert np.allclose(csv.throughput, table.throughput)
+    record = json.loads((tmp_path / "points" / f"{table.run[0]}.json").read_text())
+    assert record["config"]["policy"] == "fixed" and record["summary"]["throughput"] == 110.0
+    requests = read_requests(tmp_path, table.run[0])
+    assert list(requests.columns) == ["request_id", "e2e", "ttft"]  # unknown columns dropped
+    assert not list((tmp_path / "points").glob(".*"))  # no temporary files left
+
+
+def test_interrupted_serial_sweep_resumes_with_only_missing_runs(tmp_path, monkeypatch):
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec(), tmp_path, runner=StopAfter(5), config_cls=FakeConfig, progress=False)
+    assert len(list((tmp_path / "points").glob("*.json"))) == 5
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("SWEEP_TEST_MARKS", str(marks))
+    outcome = run_sweep(spec(), tmp_path, runner=counting_runner, config_cls=FakeConfig,
+                        progress=False)
+    assert (outcome.computed, outcome.reused) == (7, 5)
+    assert len(list(marks.iterdir())) == 7
+    # a third run computes nothing
+    again = run_sweep(spec(), tmp_path, runner=counting_runner, config_cls=FakeConfig, progress=False)
+    assert again.computed == 0 and len(list(marks.iterdir())) == 7
+    fresh = run_sweep(spec(), tmp_path / "fresh", runner=fake_runner, config_cls=FakeConfig,
+                      progress=False)
+    pd.testing.assert_frame_equal(again.table, fresh.table)
+
+
+def test_crash_in_process_pool_keeps_finished_runs_and_rerun_fills_the_rest(tmp_path, monkeypatch):
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_sweep(spec(), tmp_path, runner=failing_runner, workers=2, config_cls=FakeConfig,
+                  progress=False)
+    stored = {p.stem for p in (tmp_path / "points").glob("*.json")}
+    assert len(stored) < 12
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("SWEEP_TEST_MARKS", str(marks))
+    outcome = run_sweep(spec(), tmp_path, runner=counting_runner, workers=2, config_cls=FakeConfig,
+                        progress=False)
+    ran = {m.name.split("-")[0] for m in marks.iterdir()}
+    assert outcome.computed == len(ran) == 12 - len(stored)
+    assert ran.isdisjoint(stored)
+
+
+def test_corrupt_point_file_is_recomputed(tmp_path):
+    first = run_sweep(spec(), tmp_path, runner=fake_runner, config_cls=FakeConfig, progress=False)
+    (tmp_path / "points" / f"{first.table.run[3]}.json").write_text("{trunc")
+    again = run_sweep(spec(), tmp_path, runner=fake_runner, config_cls=FakeConfig, progress=False)
+    assert again.computed == 1
+    pd.testing.assert_frame_equal(first.table, again.table)
+
+
+def test_collect_results_names_a_missing_run(tmp_path):
+    run_sweep(spec(), tmp_path, runner=fake_runner, config_cls=FakeConfig, progress=False)
+    victim = next((tmp_path / "points").glob("*.json"))
+    victim.unlink()
+    with pytest.raises(SpecbatchError, match=f"run {victim.stem} has no stored result"):
+        collect_results(tmp_path)
+
+
+def test_process_pool_and_dask_local_cluster_give_identical_tables(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    serial = run_sweep(spec(), tmp_path / "serial", runner=fake_runner, config_cls=FakeConfig,
+                       progress=False)
+    pool = run_sweep(spec(), tmp_path / "pool", runner=fake_runner, workers=2,
+                     config_cls=FakeConfig, progress=False)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        dask = run_sweep(spec(), tmp_path / "dask", runner=fake_runner, client=client,
+                         config_cls=FakeConfig, progress=False)
+    pd.testing.assert_frame_equal(serial.table, pool.table)
+    pd.testing.assert_frame_equal(serial.table, dask.table)
+    for name in ("pool", "dask"):
+        on_disk = pd.read_parquet(tmp_path / name / "results.parquet")
+        pd.testing.assert_frame_equal(on_disk, serial.table)
+
+
+def test_workers_below_one_is_a_user_error(tmp_path):
+    with pytest.raises(SpecbatchError, match="--workers"):
+        run_sweep(spec(), tmp_path, runner=fake_runner, workers=0, config_cls=FakeConfig)
+
+
+# --- against the real simulator config -----------------------------------------------------
+
+
+def test_specs_are_validated_against_simconfig_fields():
+    config = pytest.importorskip("simulator.config")
+    pytest.importorskip("simulator.policies")
+    with pytest.raises(SpecbatchError, match="field 'num_speculative_tokenz': unknown config field"):
+        parse_spec({"axes": {"num_speculative_tokenz": [1]}}, "x.toml", config.SimConfig)
+    s = parse_spec({"axes": {"num_speculative_tokens": [1, 2]}}, "x.toml", config.SimConfig)
+    assert len(expand(s, config.SimConfig)) == 2
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "analysis", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("body, field", [
+    ("[axes]\nnum_speculative_tokens = []\n", "num_speculative_tokens"),
+    ("[axes]\nnot_a_field = [1]\n", "not_a_field"),
+    ("[base]\nmax_num_seqs = \"many\"\n", "max_num_seqs"),
+])
+def test_sweep_cli_bad_spec_exits_2_with_one_line(tmp_path, body, field):
+    pytest.importorskip("simulator.config")
+    pytest.importorskip("simulator.policies")
+    path = tmp_path / "bad.toml"
+    path.write_text(body)
+    result = _cli("sweep", str(path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "bad.toml" in lines[0] and field in lines[0]
+    assert not (tmp_path / "out").exists()
