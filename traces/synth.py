@@ -1,0 +1,307 @@
+"""Synthetic traces from real arithmetic on synthetic distributions (THEORY.md §3).
+
+Every request owns a target and a noise model over a small vocabulary ``V``: first-order
+Markov tables (rows drawn from a Dirichlet, floored so every token has probability > 0),
+picked from a shared pool of ``tables`` tables. At temperature 1 the draft is the mixture
+
+    Ms(·|x) = λ · Mb(·|x) + (1 − λ) · N(·|x),
+
+with a similarity λ per request (easy requests around ``similarity``, a ``hard_fraction``
+around ``hard_similarity``) jittered per draft position (``similarity_spread`` on the logit
+scale). At temperature T both rows are tempered, ``M_T ∝ M^{1/T}``; at T = 0 they are one-hot
+at their argmax (greedy), exactly as a capture records them (``traces/format.py``).
+
+For each request the target's reference output ``y`` is sampled from ``Mb`` at T; row t drafts
+K tokens from the context ``y_{t−1}`` by sampling the draft at T, and ``q, pt, z`` come from
+:func:`theory.stats.position_stats` on the full draft/target rows along the drafted path, so r,
+p, Z and the draft signals are mutually consistent. ``draft_conf``, ``entropy`` and ``top1``
+are read from the draft's temperature-1 row.
+
+Surrogate quality (how well ``draft_conf`` predicts acceptance, for TETRIS):
+- ``natural``: the draft's own temperature-1 probability of the drafted token (a capture);
+- ``perfect``: ``draft_conf = min(1, r)``, so ``cumprod(draft_conf)`` equals TV's
+  ``P(τ ≥ j | X^j)`` (:func:`theory.stats.token_weights`) bit for bit;
+- ``good`` / ``poor``: ``(1 − w) · min(1, r) + w · U(0, 1)`` with ``w = surrogate_noise``
+  (default 0.1 for good, 0.8 for poor).
+In the last three, ``top1`` is raised to ``max(top1, draft_conf)`` so ``draft_conf ≤ top1``.
+
+Constant-acceptance mode (``constant_alpha = α``, T > 0): the drafted token gets draft
+probability ``q = 2^{-m}`` (m ∈ {0, 1, 2}) and target probability ``pt = α q``, both exact in
+binary floating point, so every ``min(1, r_i) = α`` exactly; the other tokens' mass is spread by
+Dirichlet draws and ``z`` again comes from position_stats, so BV's ``p_i = α^i`` and Z are
+consistent (E[τ + 1] = (1 − α^{γ+1}) / (1 − α) for both rules).
+
+Deterministic for a seed; vectorised over rows (chunks of rows, loops only over K and over
+output positions of the reference chain).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+
+from theory.errors import require
+from theory.stats import position_stats
+from traces.format import Trace, default_meta, make_trace
+
+SURROGATES = ("natural", "perfect", "good", "poor")
+DEFAULT_NOISE = {"good": 0.1, "poor": 0.8}
+FLOOR = 1e-3  # share of uniform mass mixed into every table row (full support, q > 0)
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """Knobs of :func:`synth_trace` (lengths in tokens, arrival rate in requests/second)."""
+
+    requests: int = 64
+    depth: int = 8  # K, drafted tokens per position
+    temperature: float = 1.0  # 0 = greedy
+    vocab: int = 32  # V
+    prompt_mean: float = 256.0  # lognormal prompt length: mean, log-scale sigma, cap
+    prompt_sigma: float = 0.5
+    prompt_max: int = 4096
+    output_mean: float = 128.0  # lognormal output length (= position rows per request)
+    output_sigma: float = 0.5
+    output_max: int = 1024
+    similarity: float = 0.85  # λ of easy requests (draft = λ target + (1 − λ) noise)
+    hard_fraction: float = 0.3  # share of hard requests
+    hard_similarity: float = 0.4  # λ of hard requests
+    similarity_spread: float = 0.5  # std of per-position jitter of logit(λ)
+    concentration: float = 0.3  # Dirichlet concentration of table rows (smaller = peakier)
+    surrogate: str = "natural"  # natural | perfect | good | poor
+    surrogate_noise: float | None = None  # w for good/poor (None: 0.1 / 0.8)
+    constant_alpha: float | None = None  # every min(1, r) = α exactly
+    arrival_rate: float | None = None  # Poisson arrivals (req/s); None = no arrival times
+    tables: int = 16  # size of the shared pool of Markov tables
+    seed: int = 0
+
+    def check(self) -> None:
+        """Raise SpecbatchError on an out-of-range knob."""
+        require(self.requests >= 1, f"synth: requests: expected >= 1, got {self.requests}")
+        require(self.depth >= 1, f"synth: depth: expected K >= 1, got {self.depth}")
+        require(self.temperature >= 0 and np.isfinite(self.temperature),
+                f"synth: temperature: expected a finite number >= 0, got {self.temperature}")
+        require(self.vocab >= 2, f"synth: vocab: expected >= 2, got {self.vocab}")
+        for name in ("prompt_mean", "output_mean", "concentration"):
+            value = getattr(self, name)
+            require(value > 0, f"synth: {name}: expected > 0, got {value}")
+        for name in ("prompt_sigma", "output_sigma", "similarity_spread"):
+            value = getattr(self, name)
+            require(value >= 0, f"synth: {name}: expected >= 0, got {value}")
+        require(self.prompt_max >= 1 and self.output_max >= 1,
+                "synth: prompt_max/output_max: expected >= 1")
+        for name in ("similarity", "hard_similarity", "hard_fraction"):
+            value = getattr(self, name)
+            require(0 <= value <= 1, f"synth: {name}: expected a value in [0, 1], got {value}")
+        require(self.surrogate in SURROGATES,
+                f"synth: surrogate: expected one of {', '.join(SURROGATES)}, got {self.surrogate!r}")
+        if self.surrogate_noise is not None:
+            require(0 <= self.surrogate_noise <= 1,
+                    f"synth: surrogate_noise: expected a value in [0, 1], got {self.surrogate_noise}")
+        if self.constant_alpha is not None:
+            require(0 < self.constant_alpha <= 1,
+                    f"synth: constant_alpha: expected a value in (0, 1], got {self.constant_alpha}")
+            require(self.temperature > 0, "synth: constant_alpha: expected temperature > 0 "
+                    "(at temperature 0 acceptance is 0 or 1), got 0")
+        if self.arrival_rate is not None:
+            require(self.arrival_rate > 0, f"synth: arrival_rate: expected > 0, got {self.arrival_rate}")
+        require(self.tables >= 1, f"synth: tables: expected >= 1, got {self.tables}")
+
+
+def synth_trace(config: SynthConfig) -> Trace:
+    """A synthetic :class:`~traces.format.Trace` (see the module docstring for the model)."""
+    config.check()
+    rng = np.random.default_rng(config.seed)
+    n, k, v = config.requests, config.depth, config.vocab
+    prompt_len = _lognormal_lengths(rng, n, config.prompt_mean, config.prompt_sigma, config.prompt_max)
+    output_len = _lognormal_lengths(rng, n, config.output_mean, config.output_sigma, config.output_max)
+    hard = rng.random(n) < config.hard_fraction
+    lam = np.where(hard, config.hard_similarity, config.similarity)  # [n]
+    target_tab = _tables(rng, config.tables, v, config.concentration)  # [P, V, V]
+    noise_tab = _tables(rng, config.tables, v, config.concentration)  # [P, V, V]
+    req_target = rng.integers(config.tables, size=n)  # [n]
+    req_noise = rng.integers(config.tables, size=n)  # [n]
+    arrival = np.full(n, np.nan)
+    if config.arrival_rate is not None:
+        arrival = np.cumsum(rng.exponential(1.0 / config.arrival_rate, size=n))
+        arrival -= arrival[0]
+
+    context = _reference_contexts(rng, config, target_tab, req_target, output_len)  # [rows]
+    rows = int(output_len.sum())
+    row_req = np.repeat(np.arange(n), output_len)  # [rows]
+    jitter = rng.standard_normal((rows, k)) * config.similarity_spread
+    with np.errstate(divide="ignore"):
+        logit = np.log(lam) - np.log1p(-lam)
+    lam_rows = 1.0 / (1.0 + np.exp(-(logit[row_req, None] + jitter)))  # [rows, K]
+    uniforms = rng.random((rows, k + 1))  # sampling the draft; last column for constant mode
+
+    out = {name: np.empty((rows, k)) for name in ("q", "pt", "z", "draft_conf", "entropy", "top1")}
+    out["draft_token"] = np.empty((rows, k), dtype=np.int32)
+    chunk = max(1, 4_000_000 // ((k + 1) * v))
+    for start in range(0, rows, chunk):
+        sl = slice(start, min(rows, start + chunk))
+        if config.constant_alpha is None:
+            stats = _chunk_markov(config, target_tab, noise_tab, req_target[row_req[sl]],
+                                  req_noise[row_req[sl]], context[sl], lam_rows[sl], uniforms[sl])
+        else:
+            stats = _chunk_constant(config, np.random.default_rng([config.seed, start]),
+                                    uniforms[sl])
+        for name, arr in stats.items():
+            out[name][sl] = arr
+
+    _apply_surrogate(config, rng, out)
+    meta = default_meta(
+        config.temperature, k,
+        models={"draft": {"name": "synthetic-draft", "vocab": v},
+                "target": {"name": "synthetic-target", "vocab": v}},
+        tokenizer=None,
+        prompt_source="synthetic",
+        seeds={"synth": config.seed},
+        device="cpu",
+        library_versions={"numpy": np.__version__},
+        capture_time=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        command=None,
+        completion={"complete": True, "requests_done": n, "requests_total": n},
+        synth=asdict(config),
+    )
+    requests = {
+        "request_id": np.arange(n, dtype=np.int64),
+        "prompt_len": prompt_len,
+        "output_len": output_len,
+        "category": np.where(hard, "synthetic-hard", "synthetic-easy").astype(object),
+        "arrival": arrival,
+    }
+    return make_trace(meta, requests, out)
+
+
+def _lognormal_lengths(rng: np.random.Generator, n: int, mean: float, sigma: float, cap: int) -> np.ndarray:
+    """Integer lengths, lognormal with the given mean, clipped to [1, cap].  returns # [n]"""
+    mu = np.log(mean) - sigma**2 / 2
+    return np.clip(np.rint(rng.lognormal(mu, sigma, size=n)), 1, cap).astype(np.int64)
+
+
+def _tables(rng: np.random.Generator, count: int, v: int, concentration: float) -> np.ndarray:
+    """Markov tables, rows Dirichlet(concentration) floored by FLOOR/V.  returns # [P, V, V]"""
+    rows = rng.dirichlet(np.full(v, concentration), size=(count, v))
+    return (1 - FLOOR) * rows + FLOOR / v
+
+
+def _temper(rows: np.ndarray, temperature: float) -> np.ndarray:
+    """``M_T ∝ M^{1/T}``; one-hot argmax at T = 0.  rows: # [..., V]"""
+    if temperature == 1.0:
+        return rows
+    if temperature == 0.0:
+        return (np.arange(rows.shape[-1]) == rows.argmax(axis=-1)[..., None]).astype(np.float64)
+    logits = np.log(rows) / temperature
+    logits -= logits.max(axis=-1, keepdims=True)
+    out = np.exp(logits)
+    return out / out.sum(axis=-1, keepdims=True)
+
+
+def _sample(rows: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF sample from each row with u in [0, 1); never picks a zero-probability token.
+
+    rows: # [B, V]; u: # [B]; returns # [B] int64
+    """
+    cdf = np.cumsum(rows, axis=1)
+    threshold = (1.0 - u) * cdf[:, -1]  # in (0, total]
+    x = (cdf < threshold[:, None]).sum(axis=1)
+    return np.minimum(x, rows.shape[1] - 1)
+
+
+def _reference_contexts(rng, config, target_tab, req_target, output_len) -> np.ndarray:
+    """Context token ``y_{t−1}`` of every row: the target's reference chain sampled at T.
+
+    Loops over output positions (vectorised over requests).  returns # [rows] int64
+    """
+    n = output_len.size
+    longest = int(output_len.max())
+    tempered = _temper(target_tab, config.temperature)  # [P, V, V]
+    prev = rng.integers(config.vocab, size=n)  # y_{-1}: a random last prompt token
+    ctx = np.empty((longest, n), dtype=np.int64)
+    u = rng.random((longest, n))
+    for t in range(longest):
+        ctx[t] = prev
+        prev = _sample(tempered[req_target, prev], u[t])
+    keep = np.arange(longest)[:, None] < output_len[None, :]  # [T, n]
+    return ctx.T[keep.T]  # request-major order
+
+
+def _chunk_markov(config, target_tab, noise_tab, row_target, row_noise, context, lam,
+                  uniforms) -> dict:
+    """Draft K tokens per row and record their statistics.
+
+    target_tab, noise_tab: # [P, V, V] table pools; row_target, row_noise: # [B] table index
+    of each row; context: # [B]; lam: # [B, K]; uniforms: # [B, K+1];
+    returns dict of # [B, K] arrays
+    """
+    b, k = lam.shape
+    v = config.vocab
+    temp = config.temperature
+    tokens = np.empty((b, k), dtype=np.int64)
+    draft_rows = np.empty((b, k, v))
+    target_rows = np.empty((b, k + 1, v))
+    conf, entropy, top1 = (np.empty((b, k)) for _ in range(3))
+    prev = context
+    for i in range(k):
+        target1 = target_tab[row_target, prev]  # [B, V] temperature-1 rows
+        draft1 = lam[:, i, None] * target1 + (1 - lam[:, i, None]) * noise_tab[row_noise, prev]
+        draft_t = _temper(draft1, temp)
+        x = draft_t.argmax(axis=1) if temp == 0 else _sample(draft_t, uniforms[:, i])
+        tokens[:, i] = x
+        draft_rows[:, i] = draft_t
+        target_rows[:, i] = _temper(target1, temp)
+        conf[:, i] = np.take_along_axis(draft1, x[:, None], axis=1)[:, 0]
+        entropy[:, i] = -(draft1 * np.log(draft1)).sum(axis=1)
+        top1[:, i] = draft1.max(axis=1)
+        prev = x
+    target_rows[:, k] = _temper(target_tab[row_target, prev], temp)
+    stats = position_stats(tokens, draft_rows, target_rows)
+    return {"draft_token": tokens, "q": stats["q"], "pt": stats["pt"], "z": stats["z"],
+            "draft_conf": conf, "entropy": entropy, "top1": top1}
+
+
+def _chunk_constant(config, rng, uniforms) -> dict:
+    """Rows with ``q = 2^{-m}`` and ``pt = α q`` on the drafted token (so min(1, r) = α).
+
+    uniforms: # [B, K+1] (unused beyond the shape; rng drives everything); returns # [B, K]
+    """
+    b, v, k = uniforms.shape[0], config.vocab, config.depth
+    alpha = float(config.constant_alpha)
+    tokens = rng.integers(v, size=(b, k))
+    q = 2.0 ** -rng.integers(0, 3, size=(b, k))  # 1, 1/2 or 1/4: exact in binary
+    pt = alpha * q  # exact: multiplication by a power of two
+
+    def spread(mass_on_token, token, count):
+        rest = rng.dirichlet(np.full(v - 1, config.concentration), size=(b, count))
+        rows = np.empty((b, count, v))
+        others = np.arange(v)[None, None, :] != token[:, :, None]
+        rows[others] = (rest * (1 - mass_on_token)[:, :, None]).ravel()
+        np.put_along_axis(rows, token[:, :, None], mass_on_token[:, :, None], axis=2)
+        return rows
+
+    draft_rows = spread(q, tokens, k)
+    last = rng.dirichlet(np.full(v, config.concentration), size=b)[:, None, :]
+    target_rows = np.concatenate([spread(pt, tokens, k), last], axis=1)
+    stats = position_stats(tokens, draft_rows, target_rows)
+    # position_stats gathers the exact values we put in, so min(1, pt/q) = α bit for bit.
+    return {"draft_token": tokens, "q": stats["q"], "pt": stats["pt"], "z": stats["z"],
+            "draft_conf": q, "entropy": -(draft_rows * np.log(np.where(draft_rows > 0, draft_rows, 1))).sum(axis=2),
+            "top1": draft_rows.max(axis=2)}
+
+
+def _apply_surrogate(config: SynthConfig, rng: np.random.Generator, out: dict) -> None:
+    """Overwrite ``draft_conf`` according to ``config.surrogate`` (in place)."""
+    if config.surrogate == "natural":
+        return
+    with np.errstate(divide="ignore", invalid="ignore"):
+        accept = np.minimum(out["pt"] / out["q"], 1.0)  # same expression as token_weights
+    if config.surrogate == "perfect":
+        conf = accept
+    else:
+        w = config.surrogate_noise if config.surrogate_noise is not None else DEFAULT_NOISE[config.surrogate]
+        conf = (1 - w) * accept + w * rng.random(accept.shape)
+    out["draft_conf"] = conf
+    out["top1"] = np.maximum(out["top1"], conf)
