@@ -1,0 +1,93 @@
+"""GPU hardware presets for the roofline cost model (simulator/cost.py).
+
+Every preset is one frozen :class:`Hardware`: datasheet peaks (dense bf16 tensor-core FLOP/s,
+HBM bandwidth, memory size, GPU-to-GPU bandwidth) and the *assumed* factors that turn a peak
+into what a serving engine achieves (efficiencies, fixed latencies, per-step CPU overhead).
+
+Datasheet numbers (NVIDIA product pages / datasheets; bf16 figures are the *dense* ones,
+i.e. half of the "with sparsity" number the datasheets print first):
+
+=========  ==================  ============  =========  =================================
+preset     dense bf16 FLOP/s   HBM bytes/s   memory     GPU-GPU link (per direction)
+=========  ==================  ============  =========  =================================
+h100       989.4 T (SXM5)      3.35 T HBM3   80 GB      NVLink4 900 GB/s bidir -> 450 GB/s
+h200       989.4 T (SXM)       4.8 T HBM3e   141 GB     NVLink4 900 GB/s bidir -> 450 GB/s
+a100       312 T (SXM4 80GB)   2.039 T HBM2e 80 GB      NVLink3 600 GB/s bidir -> 300 GB/s
+l40s       362.05 T            864 G GDDR6   48 GB      PCIe Gen4 x16 64 GB/s bidir -> 32 GB/s
+=========  ==================  ============  =========  =================================
+
+Assumed factors (not datasheet numbers; change them with ``dataclasses.replace``):
+
+- ``compute_eff`` = 0.7: large bf16 GEMMs reach 65-80 % of dense peak (cuBLAS/CUTLASS on
+  H100/A100); prefill-sized passes therefore run at ~0.7 x peak.
+- ``memory_eff`` = 0.8: weight-streaming GEMV-like decode kernels and paged-attention KV reads
+  reach ~80 % of HBM peak (STREAM-like copies reach ~90 %). GDDR6 on L40S: 0.75.
+- ``pass_latency`` = 60 us per forward pass: embedding, final norm, LM head / sampling kernel
+  launches and the CUDA-graph launch itself; ``layer_latency`` = 8 us per decoder layer: the
+  ~10 small kernels (norms, rotary, activation) whose launch gaps are not hidden even under
+  CUDA graphs. These dominate only tiny models (the 68M draft).
+- ``allreduce_latency`` = 8 us (NVLink, vLLM's custom all-reduce for small messages), 25 us
+  over PCIe.
+- ``overhead`` = 1 ms per engine step: scheduler, input preparation, rejection sampler and
+  detokenisation on the CPU (vLLM v0.6-era per-step overhead at batch 64 is ~1-3 ms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from theory.errors import SpecbatchError
+
+TERA = 1e12
+GIGA = 1e9
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One GPU type: datasheet peaks plus the efficiency/latency assumptions of the roofline."""
+
+    name: str
+    description: str
+    peak_flops: float  # dense bf16 tensor-core FLOP/s (datasheet)
+    mem_bw: float  # HBM/GDDR bytes/s (datasheet)
+    memory_bytes: float  # device memory in bytes (datasheet)
+    link_bw: float  # GPU-to-GPU bytes/s per direction (NVLink or PCIe, datasheet)
+    compute_eff: float = 0.7  # achieved fraction of peak_flops (assumption)
+    memory_eff: float = 0.8  # achieved fraction of mem_bw (assumption)
+    pass_latency: float = 60e-6  # seconds of fixed latency per forward pass (assumption)
+    layer_latency: float = 8e-6  # seconds of launch latency per decoder layer (assumption)
+    allreduce_latency: float = 8e-6  # seconds per all-reduce call (assumption)
+    overhead: float = 1e-3  # seconds of CPU-side overhead per engine step (assumption)
+    dtype_bytes: int = 2  # bf16 weights, activations and KV cache
+
+    @property
+    def ridge(self) -> float:
+        """Arithmetic intensity (FLOP/byte) at the roofline's knee, with the efficiencies."""
+        return (self.peak_flops * self.compute_eff) / (self.mem_bw * self.memory_eff)
+
+
+HARDWARE: dict[str, Hardware] = {
+    h.name: h
+    for h in (
+        Hardware("h100", "NVIDIA H100 SXM5 80GB", 989.4 * TERA, 3.35 * TERA, 80 * GIGA, 450 * GIGA),
+        Hardware("h200", "NVIDIA H200 SXM 141GB", 989.4 * TERA, 4.8 * TERA, 141 * GIGA, 450 * GIGA),
+        Hardware("a100", "NVIDIA A100 SXM4 80GB", 312 * TERA, 2.039 * TERA, 80 * GIGA, 300 * GIGA),
+        Hardware(
+            "l40s", "NVIDIA L40S 48GB (PCIe)", 362.05 * TERA, 864 * GIGA, 48 * GIGA, 32 * GIGA,
+            memory_eff=0.75, allreduce_latency=25e-6,
+        ),
+    )
+}
+
+#: Accepted spellings that map onto a preset name.
+ALIASES = {"h100-sxm": "h100", "h100-sxm5": "h100", "a100-80gb": "a100", "a100-sxm": "a100",
+           "h200-sxm": "h200"}
+
+
+def get_hardware(name: str) -> Hardware:
+    """Look up a preset by name (case-insensitive); a one-line error lists the known names."""
+    key = str(name).lower()
+    hw = HARDWARE.get(ALIASES.get(key, key))
+    if hw is None:
+        raise SpecbatchError(f"hardware {name!r}: expected one of {', '.join(sorted(HARDWARE))}")
+    return hw
