@@ -1,0 +1,293 @@
+"""Paired comparisons across seeds, best setting per policy, and the headline table.
+
+Every run of a sweep is one (setting, seed); two settings run with the same seed see the same
+workload and the same uniforms (common random numbers), so their difference is measured per
+seed and the seed-to-seed noise mostly cancels. For settings A and B with per-seed metric
+values ``a_s``, ``b_s`` (s = 1..n) the paired difference is ``d_s = a_s − b_s`` and the
+relative one ``ρ_s = a_s / b_s − 1``; we report the mean and a Student-t interval
+``mean ± t_{n−1, (1+c)/2} · sd / √n`` (undefined, NaN, for n = 1).
+
+Metric definitions (THEORY.md §6), as the simulator's ``summary`` computes them:
+
+- throughput: output tokens / makespan (tokens/s); speedup: against ``ar`` on the same
+  workload, cost model and seed;
+- e2e latency (mean, p50, p99), TTFT, TPOT = (e2e − TTFT) / (output tokens − 1), seconds;
+- VSR: Σ accepted draft tokens / Σ verified draft tokens;
+- MAL: mean of τ + 1 per request-step (the correction/bonus token counts), tokens;
+- draft efficiency: accepted / drafted (TETRIS drafts more than it verifies).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from theory.errors import SpecbatchError
+
+#: metric -> (label, unit, higher is better)
+METRICS: dict[str, tuple[str, str, bool]] = {
+    "throughput": ("Throughput", "tokens/s", True),
+    "speedup_vs_ar": ("Speedup vs AR", "x", True),
+    "e2e_mean": ("Mean e2e latency", "s", False),
+    "e2e_p50": ("Median e2e latency", "s", False),
+    "e2e_p99": ("p99 e2e latency", "s", False),
+    "ttft_mean": ("Mean TTFT", "s", False),
+    "tpot_mean": ("Mean TPOT", "s/token", False),
+    "vsr": ("VSR (accepted / verified)", "fraction", True),
+    "mal": ("MAL (tokens per request-step)", "tokens", True),
+    "draft_efficiency": ("Draft efficiency (accepted / drafted)", "fraction", True),
+    "makespan": ("Makespan", "s", False),
+}
+
+#: Config fields that describe how a policy speculates (a "setting" of the policy); every
+#: other varying config field is the *context* (load, hardware, trace, ...), compared within.
+POLICY_KNOBS = ("policy", "verify", "num_speculative_tokens", "extra", "budget", "threshold",
+                "threshold_mode", "dsd_interval")
+#: Not config fields: bookkeeping columns the sweep adds.
+BOOKKEEPING = ("run", "setting")
+
+
+def label(metric: str) -> str:
+    """Axis/table label with unit, e.g. ``Throughput (tokens/s)``."""
+    name, unit, _ = METRICS.get(metric, (metric, "", True))
+    return f"{name} ({unit})" if unit else name
+
+
+def higher_is_better(metric: str) -> bool:
+    return METRICS.get(metric, ("", "", True))[2]
+
+
+def config_columns(df: pd.DataFrame) -> list[str]:
+    """The table's config-field columns (SimConfig fields present in ``df``), in order."""
+    try:
+        from dataclasses import fields
+
+        from simulator.config import SimConfig
+
+        names = [f.name for f in fields(SimConfig)]
+    except ImportError:  # pragma: no cover - simulator absent
+        names = [c for c in df.columns if c not in METRICS and c not in BOOKKEEPING]
+    return [c for c in names if c in df.columns]
+
+
+def varying(df: pd.DataFrame, columns: Sequence[str]) -> list[str]:
+    """Columns of ``columns`` that take more than one value in ``df`` (None counts as a value)."""
+    return [c for c in columns if df[c].astype(str).nunique() > 1]
+
+
+def context_columns(df: pd.DataFrame) -> list[str]:
+    """Varying config columns other than the seed and the policy knobs."""
+    cols = [c for c in config_columns(df) if c != "seed" and c not in POLICY_KNOBS]
+    return varying(df, cols)
+
+
+def select(df: pd.DataFrame, where: Mapping | None = None) -> pd.DataFrame:
+    """Rows whose config columns equal ``where``'s values (None matches missing values)."""
+    mask = np.ones(len(df), dtype=bool)
+    for col, value in (where or {}).items():
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            mask &= df[col].isna().to_numpy()
+        else:
+            mask &= (df[col] == value).to_numpy()
+    return df[mask]
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """Mean and Student-t interval of i.i.d. values; (mean, NaN, NaN) when n < 2."""
+    x = np.asarray(values, dtype=float)  # [n]
+    if x.size == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if x.size < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    return mean, mean - half, mean + half
+
+
+@dataclass(frozen=True)
+class PairedDiff:
+    """Setting A minus setting B on one metric, paired by seed (see the module docstring)."""
+
+    metric: str
+    n: int
+    mean_a: float
+    mean_b: float
+    diff: float
+    diff_low: float
+    diff_high: float
+    rel: float  # mean of a_s / b_s - 1
+    rel_low: float
+    rel_high: float
+    confidence: float = 0.95
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    def rel_text(self, percent: bool = True) -> str:
+        """``+4.10% [+3.80, +4.40]`` (the CI is omitted when it is undefined)."""
+        scale, unit = (100.0, "%") if percent else (1.0, "")
+        text = f"{self.rel * scale:+.2f}{unit}"
+        if math.isfinite(self.rel_low):
+            text += f" [{self.rel_low * scale:+.2f}, {self.rel_high * scale:+.2f}]"
+        return text
+
+
+def paired_difference(df: pd.DataFrame, a: Mapping, b: Mapping, metric: str,
+                      confidence: float = 0.95) -> PairedDiff:
+    """Paired per-seed difference of ``metric`` between the rows selected by ``a`` and ``b``.
+
+    Each selector must pick exactly one run per seed; only seeds present on both sides count.
+    """
+    sides = []
+    for name, where in (("A", a), ("B", b)):
+        rows = select(df, where)
+        if rows.empty:
+            raise SpecbatchError(f"comparison: setting {name} {dict(where)!r} matches no runs")
+        if rows.seed.duplicated().any():
+            raise SpecbatchError(
+                f"comparison: setting {name} {dict(where)!r} matches several runs per seed; "
+                "fix more fields")
+        sides.append(rows.set_index("seed")[metric].astype(float))
+    va, vb = sides[0].align(sides[1], join="inner")
+    if va.empty:
+        raise SpecbatchError("comparison: the two settings share no seed")
+    d, ld, hd = t_interval((va - vb).to_numpy(), confidence)
+    r, lr, hr = t_interval((va / vb - 1.0).to_numpy(), confidence)
+    return PairedDiff(metric, int(va.size), float(va.mean()), float(vb.mean()), d, ld, hd, r, lr,
+                      hr, confidence)
+
+
+def setting_of(row: Mapping, columns: Sequence[str]) -> dict:
+    """The selector (config column -> value) of one row, NaN mapped to None."""
+    out = {}
+    for c in columns:
+        v = row[c]
+        out[c] = None if (isinstance(v, float) and math.isnan(v)) or v is None else v
+    return out
+
+
+def means_by_setting(df: pd.DataFrame, metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per setting: its config columns (seed dropped), metric means, ``n_seeds``."""
+    cfg = [c for c in config_columns(df) if c != "seed"]
+    metrics = [m for m in (metrics or [m for m in METRICS if m in df.columns])]
+    grouped = df.groupby("setting", sort=False)
+    out = grouped[cfg].first()
+    out[metrics] = grouped[metrics].mean()
+    out["n_seeds"] = grouped.size()
+    return out.reset_index()
+
+
+def best_settings(df: pd.DataFrame, metric: str = "throughput",
+                  by: Sequence[str] = ("policy", "verify"),
+                  maximize: bool | None = None) -> pd.DataFrame:
+    """For each group of ``by`` (plus the context columns), the setting with the best mean.
+
+    Ties go to the first setting in sweep order. Returns :func:`means_by_setting` rows.
+    """
+    maximize = higher_is_better(metric) if maximize is None else maximize
+    means = means_by_setting(df)
+    keys = list(by) + [c for c in context_columns(df) if c not in by]
+    score = means[metric] if maximize else -means[metric]
+    order = means.assign(_score=score.fillna(-np.inf))
+    if not keys:
+        return means.loc[[order["_score"].idxmax()]].reset_index(drop=True)
+    idx = order.groupby(keys, sort=False, dropna=False)["_score"].idxmax()
+    return means.loc[idx.to_numpy()].reset_index(drop=True)
+
+
+def _baseline_for(df: pd.DataFrame, row: Mapping, baseline: Mapping) -> dict | None:
+    """The baseline setting with the same context as ``row`` (None if absent)."""
+    where = {**{c: row[c] for c in context_columns(df)}, **baseline}
+    rows = select(df, where)
+    if rows.empty or rows.setting.nunique() != 1:
+        return None
+    return setting_of(rows.iloc[0], [c for c in config_columns(df) if c != "seed"])
+
+
+def headline(df: pd.DataFrame, metric: str = "throughput",
+             baseline: Mapping | None = None, confidence: float = 0.95) -> pd.DataFrame:
+    """Best setting of each (policy, verify) by ``metric``, with speedup vs the baseline.
+
+    Columns: context columns, policy, verify, k, e, throughput, speedup (mean of per-seed
+    throughput ratios against the baseline, default ``policy = "ar"``) and its CI, e2e mean
+    and p99, VSR, MAL, n_seeds.
+    """
+    baseline = dict(baseline or {"policy": "ar"})
+    best = best_settings(df, metric)
+    cfg = [c for c in config_columns(df) if c != "seed"]
+    rows = []
+    for _, row in best.iterrows():
+        mine = setting_of(row, cfg)
+        base = _baseline_for(df, row, baseline)
+        speed = paired_difference(df, mine, base, "throughput", confidence) if base else None
+        out = {c: row[c] for c in context_columns(df)}
+        out.update({
+            "policy": row["policy"], "verify": row["verify"],
+            "k": row["num_speculative_tokens"], "e": row["extra"],
+            "throughput": row["throughput"],
+            "speedup": (1 + speed.rel) if speed else math.nan,
+            "speedup_low": (1 + speed.rel_low) if speed else math.nan,
+            "speedup_high": (1 + speed.rel_high) if speed else math.nan,
+        })
+        for m in ("e2e_mean", "e2e_p99", "vsr", "mal"):
+            out[m] = row[m] if m in row else math.nan
+        out["n_seeds"] = row["n_seeds"]
+        rows.append(out)
+    table = pd.DataFrame(rows)
+    return table.sort_values("throughput", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def compare_best(df: pd.DataFrame, a: Mapping, b: Mapping, metrics: Sequence[str] =
+                 ("throughput", "e2e_mean"), select_by: str = "throughput",
+                 confidence: float = 0.95) -> list[PairedDiff]:
+    """Best setting among rows matching ``a`` vs best among rows matching ``b`` (by
+    ``select_by``), paired by seed on each of ``metrics``. Context must not vary (filter first).
+
+    E.g. ``compare_best(df, {"policy": "tetris"}, {"policy": "fixed"})`` is TETRIS vs the
+    best fixed k.
+    """
+    if context_columns(df):
+        raise SpecbatchError(f"comparison: context varies ({', '.join(context_columns(df))}); "
+                             "select one context first")
+    cfg = [c for c in config_columns(df) if c != "seed"]
+    picks = []
+    for where in (a, b):
+        rows = select(df, where)
+        if rows.empty:
+            raise SpecbatchError(f"comparison: {dict(where)!r} matches no runs")
+        best = best_settings(rows, select_by, by=())
+        picks.append(setting_of(best.iloc[0], cfg))
+    return [paired_difference(df, picks[0], picks[1], m, confidence) for m in metrics]
+
+
+def best_setting_selector(df: pd.DataFrame, where: Mapping, metric: str = "throughput") -> dict:
+    """Selector of the best setting (by ``metric``) among rows matching ``where``."""
+    rows = select(df, where)
+    if rows.empty:
+        raise SpecbatchError(f"comparison: {dict(where)!r} matches no runs")
+    cfg = [c for c in config_columns(df) if c != "seed"]
+    return setting_of(best_settings(rows, metric, by=()).iloc[0], cfg)
+
+
+def same_budget(df: pd.DataFrame, a: Mapping, b: Mapping, metric: str = "throughput",
+                confidence: float = 0.95) -> pd.DataFrame:
+    """Per window k (budget C = k·N), best setting of ``a`` at that k vs ``b`` at that k.
+
+    E.g. TETRIS (best e) vs fixed SD at the same k: the TETRIS paper's equal-target-work
+    comparison. One row per k present on both sides, with the paired relative difference.
+    """
+    rows = []
+    ks = sorted(set(select(df, a).num_speculative_tokens) & set(select(df, b).num_speculative_tokens))
+    for k in ks:
+        sa = best_setting_selector(df, {**a, "num_speculative_tokens": k}, metric)
+        sb = best_setting_selector(df, {**b, "num_speculative_tokens": k}, metric)
+        diff = paired_difference(df, sa, sb, metric, confidence)
+        rows.append({"k": k, "e": sa.get("extra"), "metric": metric, "a": diff.mean_a,
+                     "b": diff.mean_b, "rel": diff.rel, "rel_low": diff.rel_low,
+                     "rel_high": diff.rel_high, "n": diff.n})
+    return pd.DataFrame(rows)
