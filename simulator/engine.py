@@ -1,0 +1,393 @@
+"""Discrete-event engine: replicas with iteration-level continuous batching (vLLM style).
+
+Events live in one heap keyed ``(time, kind, seq)``. **Tie-break at equal timestamps:**
+arrivals (kind 0) are processed first, then step completions (kind 1), then step starts
+(kind 2); within a kind, insertion order (``seq``). So every request arriving at t — a burst
+at t = 0 included — is routed and queued before any replica whose step ends at t composes
+its next step, and that next step may admit it. A replica composes a step only when idle.
+
+Per replica (one per data-parallel copy; a router sends each arrival to one):
+
+- Admission, FCFS (head-of-line blocking): while ``running < max_num_seqs`` and the KV
+  reservation fits ``kv_capacity``. A request reserves its whole footprint
+  ``prompt + output + K + 1`` tokens (K + 1 lookahead slots for the last verify pass) at
+  admission and frees it at finish, so no preemption is ever needed (documented choice;
+  vLLM allocates lazily and preempts instead).
+- Prefill first (vLLM V0): without chunked prefill, a step that admits requests is a
+  prefill-only step over their whole prompts (at most ``max_num_batched_tokens`` prompt tokens,
+  one request always fits); the target (and, when the policy speculates, the draft) runs
+  ``step_time(role, prompt, 0)``. With ``enable_chunked_prefill`` every step is mixed: the
+  decode batch plus FCFS prompt chunks filling ``max_num_batched_tokens − Σ(s_i + 1)``.
+  Completing a prompt emits the request's first token (TTFT) at the step's end.
+- Decode step (THEORY.md §5): the policy returns drafted and verified lengths; the draft
+  runs ``max(drafted)`` sequential passes over the requests still drafting (query 1 each,
+  KV ``kv + d``); the target runs one verify pass with query ``s_i + 1``; plus the cost
+  model's fixed overhead. τ is sampled from the trace (simulator.verify, common random
+  numbers). A request emits ``min(τ + 1, remaining)`` and moves to position ``t + τ + 1``;
+  it finishes at its recorded output length.
+
+State changes are applied when a step starts (its outcome is fixed then) and time-stamped
+with the step's end; only the router's outstanding count drops at the step end event, which
+is the only state observable while a step runs. The decode hot path is vectorised over the
+batch (numpy arrays for the running batch, no Python loop per request per step);
+``reference=True`` swaps in a per-request loop twin for parity tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from simulator.policies import Policy, StepView
+from simulator.verify import request_keys, sample_tau, uniforms, uniforms_scalar
+from theory.errors import SpecbatchError
+
+ARRIVAL, STEP_END, SCHEDULE = 0, 1, 2  # event kinds, in tie-break order at equal times
+
+#: Columns of the per-step table, in order (one tuple per step).
+STEP_COLUMNS = (
+    "replica", "time", "end", "batch", "prefill_tokens", "drafted", "verified", "accepted",
+    "emitted", "depth", "draft_time", "target_time", "overhead_time",
+)
+_I64 = np.int64
+
+
+@dataclass
+class Records:
+    """Raw engine output: per-request arrays # [N] and per-step rows (STEP_COLUMNS)."""
+
+    replica: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    tokens: np.ndarray
+    steps: np.ndarray
+    drafted: np.ndarray
+    verified: np.ndarray
+    accepted: np.ndarray
+    step_rows: list
+
+
+class Replica:
+    """One engine copy; the running batch is a set of parallel numpy arrays # [n]."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.waiting: deque[int] = deque()
+        empty = np.zeros(0, dtype=_I64)
+        self.uid = empty
+        self.pos = empty  # tokens emitted so far = current output position t
+        self.prefilled = empty  # prompt tokens already in the KV cache
+        self.prompt = empty
+        self.out = empty
+        self.base = empty  # trace row of output position 0
+        self.key = np.zeros(0, dtype=np.uint64)  # verifier stream key
+        self.n_steps = empty  # decode steps taken
+        self.n_drafted = empty
+        self.n_verified = empty
+        self.n_accepted = empty
+        self.n_prefilling = 0
+        self.kv_reserved = 0
+        self.busy = False
+        self.scheduled = False
+        self.finishing = 0
+
+    ARRAYS = ("uid", "pos", "prefilled", "prompt", "out", "base", "key", "n_steps",
+              "n_drafted", "n_verified", "n_accepted")
+
+    @property
+    def n_running(self) -> int:
+        return int(self.uid.shape[0])
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Drop running requests where ``mask`` is False.  mask # [n] bool"""
+        for name in self.ARRAYS:
+            setattr(self, name, getattr(self, name)[mask])
+
+
+class Engine:
+    """Run one workload through ``config.replicas`` replicas with one policy and cost model."""
+
+    def __init__(self, config: Any, trace: Any, workload: Any, cost: Any, policy: Policy,
+                 reference: bool = False) -> None:
+        self.config = config
+        self.trace = trace
+        self.w = workload
+        self.cost = cost
+        self.policy = policy
+        self.reference = reference
+        self.rule = config.verify
+        self.depth = int(policy.depth)
+        self.chunked = bool(config.enable_chunked_prefill)
+        self.max_seqs = int(config.max_num_seqs)
+        self.max_batched = config.max_num_batched_tokens
+        self.kv_capacity = config.kv_capacity
+        self.footprint = workload.prompt_len + workload.output_len + self.depth + 1  # [N]
+        self.keys = request_keys(int(config.seed), np.arange(workload.n))  # [N] uint64
+        n = workload.n
+        self.rec = Records(
+            replica=np.full(n, -1, dtype=_I64), first_token=np.full(n, np.nan),
+            finish=np.full(n, np.nan), tokens=np.zeros(n, dtype=_I64),
+            steps=np.zeros(n, dtype=_I64), drafted=np.zeros(n, dtype=_I64),
+            verified=np.zeros(n, dtype=_I64), accepted=np.zeros(n, dtype=_I64), step_rows=[],
+        )
+        self.replicas = [Replica(i) for i in range(int(config.replicas))]
+        self.outstanding = [0] * len(self.replicas)
+        self.routed = 0
+        self.heap: list = []
+        self.seq = 0
+
+    # ---------------------------------------------------------------- events
+
+    def push(self, time: float, kind: int, payload: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (time, kind, self.seq, payload))
+
+    def route(self) -> int:
+        """round_robin: arrival count mod replicas; least_outstanding: fewest routed-but-not-
+        finished requests, ties to the lowest index."""
+        if self.config.router == "round_robin":
+            r = self.routed % len(self.replicas)
+        else:
+            r = min(range(len(self.replicas)), key=lambda i: (self.outstanding[i], i))
+        self.routed += 1
+        return r
+
+    def wake(self, r: int, time: float) -> None:
+        rep = self.replicas[r]
+        if not rep.busy and not rep.scheduled and (rep.waiting or rep.n_running):
+            rep.scheduled = True
+            self.push(time, SCHEDULE, r)
+
+    def run(self) -> Records:
+        n = self.w.n
+        order = np.argsort(self.w.arrival, kind="stable")
+        arrival = self.w.arrival
+        cursor = 0
+        if n:
+            self.push(float(arrival[order[0]]), ARRIVAL, 0)
+        while self.heap:
+            time, kind, _, payload = heapq.heappop(self.heap)
+            if kind == ARRIVAL:
+                uid = int(order[cursor])
+                cursor += 1
+                r = self.route()
+                self.replicas[r].waiting.append(uid)
+                self.rec.replica[uid] = r
+                self.outstanding[r] += 1
+                if cursor < n:
+                    self.push(float(arrival[order[cursor]]), ARRIVAL, 0)
+                self.wake(r, time)
+            elif kind == STEP_END:
+                rep = self.replicas[payload]
+                rep.busy = False
+                self.outstanding[payload] -= rep.finishing
+                rep.finishing = 0
+                self.wake(payload, time)
+            else:
+                rep = self.replicas[payload]
+                rep.scheduled = False
+                self.start_step(rep, time)
+        if not np.all(np.isfinite(self.rec.finish)):  # pragma: no cover - engine invariant
+            raise SpecbatchError("simulator: a request never finished (engine invariant broken)")
+        return self.rec
+
+    # ---------------------------------------------------------------- steps
+
+    def admit(self, rep: Replica) -> int:
+        """FCFS admission; returns how many requests joined (appended to the running arrays)."""
+        room = self.max_seqs - rep.n_running
+        take: list[int] = []
+        tokens = 0
+        prompt = self.w.prompt_len
+        while rep.waiting and len(take) < room:
+            u = rep.waiting[0]
+            fp = int(self.footprint[u])
+            if self.kv_capacity is not None and rep.kv_reserved + fp > self.kv_capacity:
+                break
+            if (not self.chunked and self.max_batched is not None and take
+                    and tokens + int(prompt[u]) > self.max_batched):
+                break
+            rep.waiting.popleft()
+            take.append(u)
+            rep.kv_reserved += fp
+            tokens += int(prompt[u])
+        if not take:
+            return 0
+        u = np.asarray(take, dtype=_I64)
+        zeros = np.zeros(u.shape[0], dtype=_I64)
+        new = {"uid": u, "pos": zeros, "prefilled": zeros, "prompt": self.w.prompt_len[u],
+               "out": self.w.output_len[u], "base": self.w.row_base[u], "key": self.keys[u],
+               "n_steps": zeros, "n_drafted": zeros, "n_verified": zeros, "n_accepted": zeros}
+        for name in Replica.ARRAYS:
+            setattr(rep, name, np.concatenate([getattr(rep, name), new[name]]))
+        rep.n_prefilling += len(take)
+        return len(take)
+
+    def start_step(self, rep: Replica, time: float) -> None:
+        joined = self.admit(rep)
+        if rep.n_running == 0:
+            return
+        if not self.chunked and joined:
+            duration = self.prefill_step(rep, time, joined)
+        else:
+            duration = self.decode_step(rep, time)
+        rep.busy = True
+        self.push(time + duration, STEP_END, rep.index)
+
+    def prefill_step(self, rep: Replica, time: float, joined: int) -> float:
+        """Prefill-only step over the ``joined`` newest requests' whole prompts."""
+        sel = slice(rep.n_running - joined, rep.n_running)
+        q = rep.prompt[sel]
+        kv0 = np.zeros(joined, dtype=_I64)
+        target_t = float(self.cost.step_time("target", q, kv0))
+        draft_t = float(self.cost.step_time("draft", q, kv0)) if self.policy.speculates else 0.0
+        overhead = float(self.cost.overhead)
+        end = time + draft_t + target_t + overhead
+        rep.prefilled[sel] = q
+        rep.n_prefilling -= joined
+        self.emit_first(rep, np.arange(sel.start, sel.stop), end)
+        self.rec.step_rows.append((rep.index, time, end, 0, int(q.sum()), 0, 0, 0, joined, 0,
+                                   draft_t, target_t, overhead))
+        self.finish(rep, end)
+        return end - time
+
+    def emit_first(self, rep: Replica, idx: np.ndarray, end: float) -> None:
+        """Requests at ``idx`` completed their prompt: the prefill pass emits token 0."""
+        rep.pos[idx] = 1
+        self.rec.first_token[rep.uid[idx]] = end
+
+    def decode_step(self, rep: Replica, time: float) -> float:
+        cost = self.cost
+        if rep.n_prefilling == 0:
+            d_idx = None
+            pos, base, prompt, out, key = rep.pos, rep.base, rep.prompt, rep.out, rep.key
+        else:
+            d_idx = np.flatnonzero(rep.prefilled >= rep.prompt)
+            pos, base, prompt, out, key = (rep.pos[d_idx], rep.base[d_idx], rep.prompt[d_idx],
+                                           rep.out[d_idx], rep.key[d_idx])
+        n = pos.shape[0]
+        draft_t = target_t = 0.0
+        drafted_sum = verified_sum = accepted_sum = emitted_sum = depth_used = 0
+        q_len = kv = np.zeros(0, dtype=_I64)
+        if n:
+            rows = base + pos
+            kv = prompt + pos
+            depth = self.depth
+            budget = self.config.budget
+            budget = self.policy.k * n if budget is None else int(budget)
+            if depth:
+                tr = self.trace
+                q, pt, z = tr.q[rows, :depth], tr.pt[rows, :depth], tr.z[rows, :depth]
+                eta = uniforms(key, pos, depth)
+            else:
+                q = pt = z = eta = np.zeros((n, 0))
+            view = StepView(self.trace, rows, kv, budget, q, pt, z, eta, cost)
+            drafted, verified = self.policy.decide(view)
+            if self.reference:
+                tau, emitted = self.verify_reference(rep, d_idx, q, pt, z, verified)
+            else:
+                tau = (sample_tau(q, pt, z, verified, eta, self.rule) if depth
+                       else np.zeros(n, dtype=_I64))
+                emitted = np.minimum(tau + 1, out - pos)
+            self.policy.observe(verified, tau)
+            depth_used = int(drafted.max(initial=0))
+            if depth_used:
+                ones = np.ones(n, dtype=_I64)
+                for d in range(depth_used):
+                    active = drafted > d
+                    if active.all():
+                        draft_t += float(cost.step_time("draft", ones, kv + d))
+                    else:
+                        draft_t += float(cost.step_time("draft", ones[active], kv[active] + d))
+            q_len = verified + 1
+            drafted_sum, verified_sum = int(drafted.sum()), int(verified.sum())
+            accepted_sum, emitted_sum = int(tau.sum()), int(emitted.sum())
+            if d_idx is None:
+                if not self.reference:
+                    rep.pos += emitted
+                rep.n_steps += 1
+                rep.n_drafted += drafted
+                rep.n_verified += verified
+                rep.n_accepted += tau
+            else:
+                if not self.reference:
+                    rep.pos[d_idx] += emitted
+                rep.n_steps[d_idx] += 1
+                rep.n_drafted[d_idx] += drafted
+                rep.n_verified[d_idx] += verified
+                rep.n_accepted[d_idx] += tau
+        prefill_tokens = 0
+        first_idx = None
+        if rep.n_prefilling:  # chunked prefill: FCFS chunks in the leftover token budget
+            p_idx = np.flatnonzero(rep.prefilled < rep.prompt)
+            left = max(int(self.max_batched) - int(q_len.sum()), 0)
+            rem = rep.prompt[p_idx] - rep.prefilled[p_idx]
+            chunk = np.clip(left - (np.cumsum(rem) - rem), 0, rem)
+            sel = chunk > 0
+            if sel.any():
+                c_idx, chunk = p_idx[sel], chunk[sel]
+                kv_before = rep.prefilled[c_idx]
+                q_len = np.concatenate([q_len, chunk])
+                kv = np.concatenate([kv, kv_before])
+                if self.policy.speculates:
+                    draft_t += float(cost.step_time("draft", chunk, kv_before))
+                rep.prefilled[c_idx] += chunk
+                prefill_tokens = int(chunk.sum())
+                done = rep.prefilled[c_idx] >= rep.prompt[c_idx]
+                first_idx = c_idx[done]
+                rep.n_prefilling -= int(done.sum())
+        target_t = float(cost.step_time("target", q_len, kv))
+        overhead = float(cost.overhead)
+        end = time + draft_t + target_t + overhead
+        if first_idx is not None and first_idx.shape[0]:
+            self.emit_first(rep, first_idx, end)
+            emitted_sum += int(first_idx.shape[0])
+        self.rec.step_rows.append((rep.index, time, end, n, prefill_tokens, drafted_sum,
+                                   verified_sum, accepted_sum, emitted_sum, depth_used, draft_t,
+                                   target_t, overhead))
+        self.finish(rep, end)
+        return end - time
+
+    def verify_reference(self, rep: Replica, d_idx: np.ndarray | None, q: np.ndarray,
+                         pt: np.ndarray, z: np.ndarray, verified: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-request loop twin of the vectorised verify + emit (scalar hash, one row at a
+        time); updates ``rep.pos`` itself. Returns τ and emitted # [n]."""
+        n = verified.shape[0]
+        tau = np.zeros(n, dtype=_I64)
+        emitted = np.zeros(n, dtype=_I64)
+        depth = q.shape[1]
+        for i in range(n):
+            j = i if d_idx is None else int(d_idx[i])
+            p = int(rep.pos[j])
+            if depth:
+                eta = np.asarray([uniforms_scalar(int(rep.key[j]), p, depth)])
+                t = int(sample_tau(q[i:i + 1], pt[i:i + 1], z[i:i + 1], verified[i:i + 1], eta,
+                                   self.rule)[0])
+            else:
+                t = 0
+            e = min(t + 1, int(rep.out[j]) - p)
+            rep.pos[j] = p + e
+            tau[i], emitted[i] = t, e
+        return tau, emitted
+
+    def finish(self, rep: Replica, end: float) -> None:
+        """Retire requests that reached their output length (times stamped ``end``)."""
+        done = rep.pos >= rep.out
+        if not done.any():
+            return
+        u = rep.uid[done]
+        rec = self.rec
+        rec.finish[u] = end
+        rec.tokens[u] = rep.pos[done]
+        rec.steps[u] = rep.n_steps[done]
+        rec.drafted[u] = rep.n_drafted[done]
+        rec.verified[u] = rep.n_verified[done]
+        rec.accepted[u] = rep.n_accepted[done]
+        rep.kv_reserved -= int(self.footprint[u].sum())
+        rep.finishing += int(u.shape[0])
+        rep.keep(~done)

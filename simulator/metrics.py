@@ -1,0 +1,119 @@
+"""Result tables and the summary (metric definitions: THEORY.md §6).
+
+Per-request table (one row per simulated request ``uid``): arrival, first_token, finish
+(seconds), tokens (emitted output tokens), steps (decode steps taken part in), drafted,
+verified, accepted (draft tokens), plus replica, trace_index, prompt_len, output_len.
+
+Per-step table (one row per engine step of any replica): time (start), end, batch (decode
+requests), prefill_tokens, drafted, verified, accepted (Σ τ), emitted (tokens emitted, first
+tokens of completed prompts included), depth (draft passes), draft_time, target_time,
+overhead_time (seconds).
+
+Summary:
+
+- ``throughput`` = output tokens / makespan, makespan = last finish − first arrival.
+- ``e2e_mean/p50/p99`` of e2e = finish − arrival; ``ttft_mean`` of TTFT = first_token −
+  arrival; ``tpot_mean`` of TPOT = (e2e − TTFT) / (tokens − 1) over requests with > 1 token.
+- ``vsr`` (verification success rate) = Σ accepted / Σ verified draft tokens.
+- ``mal`` (mean accepted length) = mean of τ + 1 over decode request-steps
+  = (Σ accepted + Σ request-steps) / Σ request-steps (τ + 1 uncapped by the output end).
+- ``draft_efficiency`` = Σ accepted / Σ drafted (TETRIS drafts more than it verifies).
+- ``target_efficiency`` = output tokens / Σ target_time (tokens per second of target work).
+- ``goodput`` (serving sense) = requests with e2e ≤ ``slo`` per second of makespan (None
+  when no SLO is set); ``slo_attainment`` = that fraction of requests.
+- ``speedup_vs_ar`` = makespan of ``ar`` on the same workload and cost model / makespan
+  (= throughput ratio, same tokens), added by :func:`simulator.run.simulate` on request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simulator.engine import STEP_COLUMNS, Records
+
+REQUEST_COLUMNS = ("uid", "trace_index", "replica", "prompt_len", "output_len", "arrival",
+                   "first_token", "finish", "tokens", "steps", "drafted", "verified", "accepted")
+
+
+def request_table(rec: Records, workload: Any) -> pd.DataFrame:
+    """One row per simulated request (REQUEST_COLUMNS)."""
+    n = workload.n
+    return pd.DataFrame({
+        "uid": np.arange(n, dtype=np.int64), "trace_index": workload.trace_index,
+        "replica": rec.replica, "prompt_len": workload.prompt_len,
+        "output_len": workload.output_len, "arrival": workload.arrival,
+        "first_token": rec.first_token, "finish": rec.finish, "tokens": rec.tokens,
+        "steps": rec.steps, "drafted": rec.drafted, "verified": rec.verified,
+        "accepted": rec.accepted,
+    })
+
+
+def step_table(rec: Records) -> pd.DataFrame:
+    """One row per engine step (STEP_COLUMNS)."""
+    if not rec.step_rows:
+        return pd.DataFrame({c: np.zeros(0) for c in STEP_COLUMNS})
+    cols = list(zip(*rec.step_rows))
+    out = {}
+    for name, values in zip(STEP_COLUMNS, cols):
+        kind = np.float64 if name in ("time", "end", "draft_time", "target_time",
+                                      "overhead_time") else np.int64
+        out[name] = np.asarray(values, dtype=kind)
+    return pd.DataFrame(out)
+
+
+def _ratio(a: float, b: float) -> float:
+    return float(a) / float(b) if b else float("nan")
+
+
+def summarize(requests: pd.DataFrame, steps: pd.DataFrame, slo: float | None = None
+              ) -> dict[str, Any]:
+    """The summary dict (definitions in the module docstring)."""
+    arrival = requests["arrival"].to_numpy()
+    finish = requests["finish"].to_numpy()
+    first = requests["first_token"].to_numpy()
+    tokens = requests["tokens"].to_numpy()
+    n = int(arrival.shape[0])
+    makespan = float(finish.max() - arrival.min()) if n else 0.0
+    total = int(tokens.sum())
+    e2e = finish - arrival
+    ttft = first - arrival
+    multi = tokens > 1
+    tpot = (e2e[multi] - ttft[multi]) / (tokens[multi] - 1)
+    accepted = int(requests["accepted"].sum())
+    verified = int(requests["verified"].sum())
+    drafted = int(requests["drafted"].sum())
+    request_steps = int(requests["steps"].sum())
+    target_time = float(steps["target_time"].sum())
+    summary: dict[str, Any] = {
+        "throughput": _ratio(total, makespan),
+        "e2e_mean": float(e2e.mean()) if n else float("nan"),
+        "e2e_p50": float(np.percentile(e2e, 50)) if n else float("nan"),
+        "e2e_p99": float(np.percentile(e2e, 99)) if n else float("nan"),
+        "ttft_mean": float(ttft.mean()) if n else float("nan"),
+        "tpot_mean": float(tpot.mean()) if tpot.size else float("nan"),
+        "vsr": _ratio(accepted, verified),
+        "mal": _ratio(accepted + request_steps, request_steps),
+        "draft_efficiency": _ratio(accepted, drafted),
+        "target_efficiency": _ratio(total, target_time),
+        "goodput": None,
+        "slo_attainment": None,
+        "tokens": total,
+        "requests": n,
+        "makespan": makespan,
+        "steps": int(steps.shape[0]),
+        "decode_request_steps": request_steps,
+        "drafted": drafted,
+        "verified": verified,
+        "accepted": accepted,
+        "draft_time": float(steps["draft_time"].sum()),
+        "target_time": target_time,
+        "overhead_time": float(steps["overhead_time"].sum()),
+    }
+    if slo is not None and n:
+        met = int((e2e <= slo).sum())
+        summary["goodput"] = _ratio(met, makespan)
+        summary["slo_attainment"] = met / n
+    return summary

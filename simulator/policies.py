@@ -1,0 +1,257 @@
+"""Draft/verify policies: how many tokens each running request drafts and verifies per step.
+
+A policy sees a :class:`StepView` of the decode batch and returns ``(drafted, verified)``,
+both # [n] int64 with ``0 ≤ verified_i ≤ drafted_i ≤ depth``: the draft model runs
+``max(drafted)`` sequential passes over the batch and the target verifies the prefix of
+length ``s_i = verified_i`` (query ``s_i + 1``). Each class documents what it may look at
+*before* verification; only ``oracle`` and ``hindsight`` read the truth (they are bounds).
+
+Registry :data:`POLICIES` maps a name to a class built with ``cls(config, trace_k)``.
+Budget: ``view.budget`` is C (``config.budget``, default ``k × n``, THEORY.md §5). ``tetris``
+and ``oracle`` allocate exactly under C; ``fixed``, ``dsd``, ``threshold`` and ``hindsight``
+choose per-request lengths and ignore C (documented below).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from simulator.verify import sample_tau, true_accept_probs
+from theory.allocate import greedy_topc, optimal_dp
+
+
+@dataclass
+class StepView:
+    """The decode batch as a policy sees it (one step).
+
+    trace:    the trace (policies read only the columns they document)
+    rows:     # [n] int64 trace row of each request (its current output position)
+    kv:       # [n] int64 tokens in each request's KV cache (prompt + emitted)
+    budget:   C, draft tokens the target may verify this step
+    q, pt, z: # [n, depth] the drafted path's true statistics (oracle / hindsight only)
+    eta:      # [n, depth] the verifier's uniforms (hindsight only)
+    cost:     the active cost model (dsd only)
+    """
+
+    trace: Any
+    rows: np.ndarray
+    kv: np.ndarray
+    budget: int
+    q: np.ndarray
+    pt: np.ndarray
+    z: np.ndarray
+    eta: np.ndarray
+    cost: Any = None
+
+
+class Policy:
+    """Base class. ``depth``: the most draft tokens (trace columns) this policy may request."""
+
+    name = "base"
+    #: Whether the policy drafts at all (``ar`` does not, so it pays no draft prefill either).
+    speculates = True
+
+    def __init__(self, config: Any, trace_k: int) -> None:
+        self.k = int(config.num_speculative_tokens)
+        self.depth = int(config.depth)
+        self.rule = config.verify
+
+    def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def observe(self, verified: np.ndarray, accepted: np.ndarray) -> None:
+        """Feedback after verification (``verified``, ``accepted`` # [n] int64)."""
+
+
+class AutoRegressive(Policy):
+    """``ar``: no speculation; one target token per request per step. Looks at nothing."""
+
+    name = "ar"
+    speculates = False
+
+    def __init__(self, config: Any, trace_k: int) -> None:
+        super().__init__(config, trace_k)
+        self.depth = 0
+
+    def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
+        zero = np.zeros(view.rows.shape[0], dtype=np.int64)
+        return zero, zero
+
+
+class Fixed(Policy):
+    """``fixed``: standard SD, every request drafts and verifies k tokens. Looks at nothing.
+
+    Ignores the budget (its verified total is k·n, equal to the default C).
+    """
+
+    name = "fixed"
+
+    def __init__(self, config: Any, trace_k: int) -> None:
+        super().__init__(config, trace_k)
+        self.depth = self.k
+
+    def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
+        s = np.full(view.rows.shape[0], self.k, dtype=np.int64)
+        return s, s
+
+
+class DynamicSD(Policy):
+    """``dsd``: the goodput policy of Liu et al. 2024 (SmartSpec) as in THEORY.md §5.
+
+    One k for the whole batch, re-planned every ``dsd_interval`` steps by scanning
+    k = 0..min(6, trace K) for ``goodput(k) = n (1 − α^{k+1}) / (1 − α) / (T_draft(k) +
+    T_target(k) + T_overhead)``, stopping at the first drop, k = 0 favoured ×1.1. α is an EMA
+    ``0.85 α + 0.15 · observed`` (observed = accepted / verified of the last step) started at
+    0.7. Step times come from the active cost model on the current batch's KV lengths.
+    Looks at: the KV lengths, the cost model and past acceptance (no trace columns).
+    Ignores the budget.
+    """
+
+    name = "dsd"
+
+    def __init__(self, config: Any, trace_k: int) -> None:
+        super().__init__(config, trace_k)
+        self.k_max = min(6, int(trace_k))
+        self.depth = self.k_max
+        self.k_now = min(self.k, self.k_max)
+        self.interval = int(config.dsd_interval)
+        self.alpha = 0.7
+        self.steps = 0
+
+    def goodput(self, k: int, kv: np.ndarray, cost: Any) -> float:
+        n = kv.shape[0]
+        a = self.alpha
+        tokens = n * (k + 1.0 if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a))
+        ones = np.ones(n, dtype=np.int64)
+        t = cost.overhead + cost.step_time("target", ones * (k + 1), kv)
+        for d in range(k):
+            t += cost.step_time("draft", ones, kv + d)
+        return tokens / t if t > 0 else float("inf")
+
+    def plan(self, kv: np.ndarray, cost: Any) -> int:
+        best_k, best = 0, -np.inf
+        for k in range(self.k_max + 1):
+            g = self.goodput(k, kv, cost) * (1.1 if k == 0 else 1.0)
+            if g < best:
+                break
+            best_k, best = k, g
+        return best_k
+
+    def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
+        if self.steps % self.interval == 0 and view.cost is not None:
+            self.k_now = self.plan(view.kv, view.cost)
+        self.steps += 1
+        s = np.full(view.rows.shape[0], self.k_now, dtype=np.int64)
+        return s, s
+
+    def observe(self, verified: np.ndarray, accepted: np.ndarray) -> None:
+        total = int(verified.sum())
+        if total > 0:
+            self.alpha = 0.85 * self.alpha + 0.15 * float(accepted.sum()) / total
+
+
+def cumulative_confidence(view: StepView, depth: int) -> np.ndarray:
+    """TETRIS surrogate ``Π_{l≤j} draft_conf_l`` (the draft's own temperature-1 probability of
+    its drafted tokens, THEORY.md §5).  # [n, depth]"""
+    return np.cumprod(view.trace.draft_conf[view.rows, :depth], axis=1)
+
+
+def allocate(values: np.ndarray, budget: int, rule: str) -> np.ndarray:
+    """Prefix allocation under budget C: TV -> global top-C (optimal for non-increasing rows),
+    BV -> exact DP (rows may rise), THEORY.md §5.
+
+    values: # [n, depth] estimated P_{i,j};  returns # [n] int64
+    """
+    if rule == "token":
+        return greedy_topc(values, budget)
+    return optimal_dp(values, budget)
+
+
+class Tetris(Policy):
+    """``tetris``: every request drafts K = k + e tokens; verify the C-best prefixes.
+
+    Estimates P_{i,j} by the cumulative draft confidence (the official code's surrogate),
+    then allocates with :func:`allocate` (greedy top-C for TV, theory's exact DP for BV).
+    Looks at: ``draft_conf`` of the drafted tokens (known before verification).
+    """
+
+    name = "tetris"
+
+    def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
+        n = view.rows.shape[0]
+        values = cumulative_confidence(view, self.depth)
+        s = allocate(values, view.budget, self.rule)
+        return np.full(n, self.depth, dtype=np.int64), s
+
+
+class Threshold(Policy):
+    """``threshold``: each request drafts until its confidence falls below a threshold
+    (SpecDec++ / AdaEDL style), at most K = k + e tokens, and verifies what it kept.
+
+    ``cumulative`` mode keeps token j while ``Π_{l≤j} draft_conf_l ≥ threshold``,
+    ``per_token`` while ``draft_conf_j ≥ threshold``. The token that fails the test was
+    drafted (it costs a draft pass) but is not verified. Looks at: ``draft_conf``.
+    Ignores the budget.
+    """
+
+    name = "threshold"
+
+    def __init__(self, config: Any, trace_k: int) -> None:
+        super().__init__(config, trace_k)
+        self.threshold = float(config.threshold)
+        self.cumulative = config.threshold_mode == "cumulative"
+
+    def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
+        conf = view.trace.draft_conf[view.rows, : self.depth]
+        if self.cumulative:
+            conf = np.cumprod(conf, axis=1)
+        ok = conf >= self.threshold
+        kept = np.where(ok.all(axis=1), self.depth, np.argmin(ok, axis=1)).astype(np.int64)
+        drafted = np.minimum(kept + 1, self.depth)
+        return drafted, kept
+
+
+class Oracle(Policy):
+    """``oracle``: knows the true ``P(τ_i ≥ j)`` from the trace (TV: token weights, BV: p)
+    and allocates optimally under C: greedy top-C for TV, exact DP for BV. Every request
+    drafts K = k + e. Looks at: q, pt of the drafted path (the truth, not the coins).
+    """
+
+    name = "oracle"
+
+    def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
+        n = view.rows.shape[0]
+        values = true_accept_probs(view.trace, view.rows, self.depth, self.rule)
+        s = allocate(values, view.budget, self.rule)
+        return np.full(n, self.depth, dtype=np.int64), s
+
+
+class Hindsight(Policy):
+    """``hindsight``: knows the realised τ at full depth K = k + e (the coins included) and
+    verifies exactly that prefix, so VSR = 1. An upper bound, not a realisable policy.
+
+    Verifying s = τ_K reproduces τ = s under both rules: TV trivially; BV because
+    h_i ≤ p_i (Z_{i+1} ≤ p_i), so η_s ≤ h_s ≤ p_s = h'_s when γ shrinks to s.
+    Looks at: q, pt, z and the uniforms. Ignores the budget.
+    """
+
+    name = "hindsight"
+
+    def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
+        n = view.rows.shape[0]
+        full = np.full(n, self.depth, dtype=np.int64)
+        tau = sample_tau(view.q, view.pt, view.z, full, view.eta, self.rule)
+        return full, tau
+
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls for cls in (AutoRegressive, Fixed, DynamicSD, Tetris, Threshold, Oracle, Hindsight)
+}
+
+
+def make_policy(config: Any, trace_k: int) -> Policy:
+    """Instantiate ``config.policy`` from :data:`POLICIES`."""
+    return POLICIES[config.policy](config, trace_k)

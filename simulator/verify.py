@@ -1,0 +1,126 @@
+"""Trace-driven verification: sample τ with common random numbers (THEORY.md §2-§3).
+
+A request at output position t uses trace row ``offsets[r] + t``. Its uniforms
+``η_1..η_K`` come from a counter-based hash keyed by (seed, request, position, draft index):
+SplitMix64's finaliser on uint64 counters, so the coin a policy sees for request i's j-th
+draft token at position t does not depend on the policy, the batch it sits in, the order of
+events or how many tokens anyone drafted. Every policy therefore faces the same acceptance
+landscape (common random numbers), and a run is bit-reproducible.
+
+τ itself is :func:`theory.stats.accept_from_stats` on the gathered rows with ``γ = s_i`` (the
+verified prefix length): TV accepts while ``η_i ≤ min(1, r_i)``; BV takes
+``max{i ≤ γ : η_i ≤ h_i}``. Both read only the drafted path, so any γ ≤ K reuses the row.
+
+:func:`true_accept_probs` gives ``P_{i,j} = P(τ_i ≥ j)`` from the trace (TV: token weights,
+BV: p), and :func:`expected_accepted` the expected accepted draft tokens of an allocation,
+``Σ_i Σ_{j ≤ s_i} P_{i,j}`` (THEORY.md §5) — what the oracle maximises.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from theory.stats import accept_from_stats
+
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's Weyl increment
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_POS = np.uint64(0xD1B54A32D192ED03)  # odd multiplier that spreads positions
+_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+_UNIT = 1.0 / 9007199254740992.0  # 2**-53
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser (a bijection on uint64), elementwise; wraps modulo 2^64.
+
+    x:       # [...] uint64
+    returns  # [...] uint64
+    """
+    x = x ^ (x >> _S30)
+    x *= _M1
+    x ^= x >> _S27
+    x *= _M2
+    x ^= x >> _S31
+    return x
+
+
+def request_keys(seed: int, uids: np.ndarray) -> np.ndarray:
+    """Per-request stream keys ``mix(mix(seed) + (uid + 1) · GOLDEN)``.
+
+    uids:    # [N] int, simulated request index
+    returns  # [N] uint64
+    """
+    base = splitmix64(np.asarray([seed], dtype=np.uint64))[0]
+    u = np.asarray(uids, dtype=np.uint64) + np.uint64(1)
+    return splitmix64(base + u * GOLDEN)
+
+
+def uniforms(keys: np.ndarray, pos: np.ndarray, depth: int) -> np.ndarray:
+    """η[i, j] ∈ [0, 1) for request key i at output position pos_i, draft index j < depth.
+
+    ``η = top53(mix(mix(key ^ pos · C) + (j + 1) · GOLDEN)) · 2^-53``.
+
+    keys:    # [n] uint64 (request_keys)
+    pos:     # [n] int  output position t of the step
+    returns  # [n, depth] float64
+    """
+    base = splitmix64(keys ^ (pos.astype(np.uint64) * _POS))
+    x = splitmix64(base[:, None] + _DRAFT_INDEX[:depth][None, :])
+    return (x >> _S11).astype(np.float64) * _UNIT
+
+
+_DRAFT_INDEX = (np.arange(1, 65, dtype=np.uint64) * GOLDEN).astype(np.uint64)
+
+
+def uniforms_scalar(key: int, pos: int, depth: int) -> list[float]:
+    """Pure-Python twin of :func:`uniforms` for one request (reference implementation)."""
+    mask = (1 << 64) - 1
+
+    def mix(z: int) -> int:
+        z ^= z >> 30
+        z = (z * 0xBF58476D1CE4E5B9) & mask
+        z ^= z >> 27
+        z = (z * 0x94D049BB133111EB) & mask
+        return z ^ (z >> 31)
+
+    base = mix(int(key) ^ ((int(pos) * 0xD1B54A32D192ED03) & mask))
+    return [(mix((base + (j + 1) * 0x9E3779B97F4A7C15) & mask) >> 11) * _UNIT
+            for j in range(depth)]
+
+
+def sample_tau(q: np.ndarray, pt: np.ndarray, z: np.ndarray, verified: np.ndarray,
+               eta: np.ndarray, rule: str) -> np.ndarray:
+    """Accepted prefix length τ_i of each request for verified prefix ``s_i`` (γ = s_i).
+
+    q, pt, z:  # [n, D] gathered trace rows (D ≥ max s_i)
+    verified:  # [n] int  s_i
+    eta:       # [n, D]   uniforms
+    returns    # [n] int64, 0 ≤ τ_i ≤ s_i
+    """
+    return accept_from_stats(q, pt, z, verified, eta, rule)
+
+
+def true_accept_probs(trace, rows: np.ndarray, depth: int, rule: str) -> np.ndarray:
+    """``P_{i,j} = P(τ_i ≥ j)`` for j = 1..depth at the given trace rows.
+
+    TV: ``Π_{l≤j} min(1, r_l)`` (trace.accept_tv); BV: ``p_j`` (trace.p), THEORY.md §2-§3.
+    rows:    # [n] int trace row indices
+    returns  # [n, depth]
+    """
+    table = trace.accept_tv if rule == "token" else trace.p
+    return table[rows, :depth]
+
+
+def expected_accepted(trace, rows: np.ndarray, verified: np.ndarray, rule: str) -> float:
+    """Expected accepted draft tokens of allocation s at these rows: ``Σ_i Σ_{j≤s_i} P_{i,j}``.
+
+    rows:      # [n] int trace row indices
+    verified:  # [n] int s_i
+    """
+    verified = np.asarray(verified, dtype=np.int64)
+    depth = int(verified.max(initial=0))
+    if depth == 0:
+        return 0.0
+    probs = true_accept_probs(trace, rows, depth, rule)
+    mask = np.arange(depth)[None, :] < verified[:, None]
+    return float(np.where(mask, probs, 0.0).sum())
