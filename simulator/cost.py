@@ -100,29 +100,20 @@ class CostModel(Protocol):
         ...
 
 
-_ONES = {np.dtype(np.int64): np.ones(1 << 14, dtype=np.int64),
-         np.dtype(np.float64): np.ones(1 << 14, dtype=np.float64)}
+def batch_sums(query, kv) -> tuple[int, float, float, float, float]:
+    """(n, Σq, Σc, Σq·c, Σq²) of query [n] and kv [n] (the sums as floats).
 
-
-def batch_sums(query, kv) -> tuple[float, float, float, float]:
-    """(Σq, Σc, Σq·c, Σq²) of query [n] and kv [n], as floats.
-
-    The hot path of every cost model: four BLAS dot products (against a cached ones vector
-    for the plain sums), which is cheaper than ``ndarray.sum`` for small arrays.
+    The hot path of every cost model: one [2, n] x [n, 3] Gram product of the rows
+    (q, c, 1), which is cheaper than four separate numpy reductions for small arrays.
+    Exact for integer token counts below 2^53.
     """
-    if not isinstance(query, np.ndarray):
-        query = np.atleast_1d(np.asarray(query))
-    if not isinstance(kv, np.ndarray):
-        kv = np.atleast_1d(np.asarray(kv))
-    ones = _ONES.get(query.dtype) if query.dtype == kv.dtype else None
-    if ones is None or query.size > ones.size:
-        query = query.astype(np.float64)
-        kv = kv.astype(np.float64)
-        return (float(query.sum()), float(kv.sum()), float(np.dot(query, kv)),
-                float(np.dot(query, query)))
-    o = ones[: query.size]
-    return (float(np.dot(query, o)), float(np.dot(kv, o)), float(np.dot(query, kv)),
-            float(np.dot(query, query)))
+    n = query.shape[0] if isinstance(query, np.ndarray) else int(np.size(query))
+    b = np.empty((3, n))
+    b[0] = query
+    b[1] = kv
+    b[2] = 1.0
+    (qq, qc, sq), (_, _, sc) = (b[:2] @ b.T).tolist()
+    return n, sq, sc, qc, qq
 
 
 # ----------------------------------------------------------------------------- roofline
@@ -206,7 +197,7 @@ class RooflineCost:
     def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
         """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens per request."""
         c = self._consts(role)
-        sq, skv, sqkv, sqq = batch_sums(query, kv)
+        _, sq, skv, sqkv, sqq = batch_sums(query, kv)
         if sq <= 0.0:
             return 0.0
         flops = c.flops_per_token * sq + c.attn_flops * (sqkv + 0.5 * (sqq + sq))
@@ -366,11 +357,11 @@ class ProfiledCost:
     def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
         """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens per request."""
         fit = self._fit(role)
-        sq, skv, sqkv, sqq = batch_sums(query, kv)
+        n, sq, skv, sqkv, sqq = batch_sums(query, kv)
         if sq <= 0.0:
             return 0.0
         b = fit.coef
-        t = (b[0] + b[1] * np.size(query) + b[2] * sq + b[3] * skv + b[4] * sqkv + b[5] * sqq)
+        t = (b[0] + b[1] * n + b[2] * sq + b[3] * skv + b[4] * sqkv + b[5] * sqq)
         for coef, knot in zip(b[6:], fit.knots):
             if sq > knot:
                 t += coef * (sq - knot)

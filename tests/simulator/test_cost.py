@@ -190,10 +190,11 @@ def test_unknown_role_cost_or_model_are_one_line_errors(h100):
 def test_batch_sums_agree_with_numpy():
     rng = np.random.default_rng(1)
     q, c = rng.integers(0, 9, 100), rng.integers(0, 5000, 100)
-    assert batch_sums(q, c) == (q.sum(), c.sum(), q @ c, q @ q)
-    assert batch_sums(q.astype(np.int32), c) == pytest.approx((q.sum(), c.sum(), q @ c, q @ q))
-    big = np.ones(20000, dtype=np.int64)
-    assert batch_sums(big, big) == (20000, 20000, 20000, 20000)
+    assert batch_sums(q, c) == (100, q.sum(), c.sum(), q @ c, q @ q)
+    assert batch_sums(list(q.astype(np.int32)), c) == (100, q.sum(), c.sum(), q @ c, q @ q)
+    assert batch_sums(4, 10) == (1, 4, 10, 40, 16)
+    big = np.full(20000, 3, dtype=np.int64)
+    assert batch_sums(big, big) == (20000, 60000, 60000, 180000, 180000)
 
 
 def test_kv_capacity():
