@@ -350,3 +350,34 @@ def test_unreadable_or_absent_profile(tmp_path):
     bad.write_text("not parquet")
     with pytest.raises(SpecbatchError, match="bad.parquet: cannot read"):
         fit_profile(bad)
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    path = tmp_path_factory.mktemp("profile") / "profile.csv"
+    synthetic_profile().to_csv(path, index=False)
+    return fit_profile(path)
+
+
+@given(
+    n=st.integers(1, 64),
+    q=st.integers(1, 8),
+    c=st.integers(0, 4096),
+    dq=st.integers(0, 600),
+    dc=st.integers(0, 4096),
+    role=st.sampled_from(["draft", "target"]),
+)
+def test_profiled_step_time_is_positive_and_monotone(profiled, n, q, c, dq, dc, role):
+    # Non-negative coefficients on non-decreasing features: more work never costs less.
+    base = profiled.step_time(role, ones(n, q), ones(n, c))
+    assert base > 0
+    assert profiled.step_time(role, ones(n, q + dq), ones(n, c)) >= base
+    assert profiled.step_time(role, ones(n, q), ones(n, c + dc)) >= base
+    assert profiled.step_time(role, ones(n + 1, q), ones(n + 1, c)) >= base
+
+
+def test_profiled_step_time_matches_the_fitted_law_on_uniform_batches(profiled):
+    fit = profiled.fits["target"]
+    for b, q, c in [(1, 1, 0), (64, 4, 700), (512, 1, 2048), (3, 300, 0)]:
+        expected = float(fit.predict([b], [q], [c])[0])
+        assert profiled.step_time("target", ones(b, q), ones(b, c)) == pytest.approx(expected)
