@@ -59,7 +59,7 @@ def test_block_verifier_is_feasible_for_lp_b():
 
 
 @settings(max_examples=12)
-@given(st.integers(2, 3), st.integers(1, 3), st.sampled_from(["iid", "markov", "table"]),
+@given(st.integers(2, 4), st.integers(1, 3), st.sampled_from(["iid", "markov", "table"]),
        st.integers(0, 2**32 - 1))
 def test_lp_b_equals_block_verification_and_lp_a_the_joint_bound(vocab, gamma, form, seed):
     pair = random_pair(seed, vocab, form, depth=gamma, exact=True)
