@@ -254,8 +254,8 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
         _fail(where, "threshold", "a probability in (0, 1]", c.threshold)
     if c.slo is not None and not (math.isfinite(c.slo) and c.slo > 0):
         _fail(where, "slo", "seconds > 0", c.slo)
-    if c.synth_alpha is not None and not (0.0 <= c.synth_alpha < 1.0):
-        _fail(where, "synth_alpha", "an acceptance probability in [0, 1)", c.synth_alpha)
+    if c.synth_alpha is not None and not (0.0 < c.synth_alpha <= 1.0):
+        _fail(where, "synth_alpha", "an acceptance probability in (0, 1]", c.synth_alpha)
     if c.policy in ("fixed", "tetris", "oracle", "hindsight", "threshold") and c.depth < 1:
         _fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}", c.depth)
     if c.enable_chunked_prefill and c.max_num_batched_tokens is None:

@@ -255,3 +255,20 @@ POLICIES: dict[str, type[Policy]] = {
 def make_policy(config: Any, trace_k: int) -> Policy:
     """Instantiate ``config.policy`` from :data:`POLICIES`."""
     return POLICIES[config.policy](config, trace_k)
+
+
+def make_view(trace: Any, rows: np.ndarray, budget: int, depth: int, cost: Any = None,
+              kv: np.ndarray | None = None, seed: int = 0) -> StepView:
+    """A :class:`StepView` of arbitrary trace rows (tests, analysis): truth gathered to
+    ``depth`` columns, uniforms keyed by (seed, batch index, row).
+
+    rows: # [n] int trace row indices;  kv: # [n] (default zeros)
+    """
+    from simulator.verify import request_keys, uniforms
+
+    rows = np.asarray(rows, dtype=np.int64)
+    n = rows.shape[0]
+    kv = np.zeros(n, dtype=np.int64) if kv is None else np.asarray(kv, dtype=np.int64)
+    eta = uniforms(request_keys(seed, np.arange(n)), rows, depth)
+    return StepView(trace, rows, kv, int(budget), trace.q[rows, :depth], trace.pt[rows, :depth],
+                    trace.z[rows, :depth], eta, cost)

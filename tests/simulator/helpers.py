@@ -1,0 +1,57 @@
+"""Shared builders for simulator tests: a tiny exact cost model and hand-made traces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from traces.format import default_meta, make_trace
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    """step_time = fixed + per_token · Σ query + per_kv · Σ kv (draft: draft_fixed,
+    draft_per_token); dyadic numbers keep sums exact."""
+
+    overhead: float = 0.5
+    fixed: float = 0.0
+    per_token: float = 0.25
+    draft_per_token: float = 0.125
+    per_kv: float = 0.0
+    draft_fixed: float = 0.0
+
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
+        q = float(np.sum(query))
+        if q <= 0:
+            return 0.0
+        if role == "target":
+            return self.fixed + self.per_token * q + self.per_kv * float(np.sum(kv))
+        return self.draft_fixed + self.draft_per_token * q + self.per_kv * float(np.sum(kv))
+
+
+def const_trace(n_requests: int = 8, output_len: int = 20, prompt_len: int = 4, depth: int = 4,
+                alpha: float = 0.5, arrival: np.ndarray | None = None,
+                output_lens: np.ndarray | None = None):
+    """A temperature-1 trace with one-hot draft and every min(1, r) = α (THEORY.md §2-§3):
+    q = 1, pt = α, p_i = α^i, Z_{i+1} = p_i (1 − α); draft_conf = α."""
+    lens = (np.full(n_requests, output_len) if output_lens is None
+            else np.asarray(output_lens)).astype(np.int64)
+    rows = int(lens.sum())
+    j = np.arange(depth)
+    cols = {
+        "draft_token": np.zeros((rows, depth), dtype=np.int32),
+        "q": np.ones((rows, depth)),
+        "pt": np.full((rows, depth), alpha),
+        "z": np.tile(alpha ** j * (1 - alpha), (rows, 1)),
+        "draft_conf": np.full((rows, depth), alpha),
+        "entropy": np.zeros((rows, depth)),
+        "top1": np.ones((rows, depth)),
+    }
+    req = {
+        "request_id": np.arange(n_requests), "prompt_len": np.full(n_requests, prompt_len),
+        "output_len": lens, "category": np.array(["synthetic"] * n_requests, dtype=object),
+    }
+    if arrival is not None:
+        req["arrival"] = np.asarray(arrival, dtype=np.float64)
+    return make_trace(default_meta(1.0, depth), req, cols)

@@ -1,0 +1,122 @@
+"""Policy specification (issue 5 §7): MAL formula, per-step optimality, bounds, BV ≥ TV."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.config import load_config
+from simulator.policies import POLICIES, make_policy, make_view
+from simulator.run import simulate
+from simulator.verify import expected_accepted
+from tests.simulator.helpers import LinearCost, const_trace
+from traces.synth import SynthConfig, synth_trace
+
+COST = LinearCost()
+
+
+def policy(trace, name, **kw):
+    return make_policy(load_config(None, trace="synth", policy=name, **kw), trace.K)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_mal_matches_constant_alpha_formula(k):
+    """Fixed k on a constant-α trace: MAL = E[τ + 1] = (1 − α^{k+1}) / (1 − α) (THEORY.md §2)."""
+    alpha = 0.7
+    trace = synth_trace(SynthConfig(requests=32, output_mean=96, prompt_mean=16, depth=6,
+                                    constant_alpha=alpha, seed=k))
+    for verify in ("token", "block"):
+        result = simulate(load_config(None, trace="synth", policy="fixed", k=k, verify=verify,
+                                      requests=160), trace, cost_model=COST)
+        steps = result.summary["decode_request_steps"]
+        expected = (1 - alpha ** (k + 1)) / (1 - alpha)
+        # τ+1 has variance ≤ E[(τ+1)²]; 4 standard errors of the mean over request-steps.
+        tol = 4 * np.sqrt((k + 1) ** 2 / 4 / steps) + 1e-3
+        assert abs(result.summary["mal"] - expected) < tol, (verify, result.summary["mal"])
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+def test_oracle_beats_every_policy_per_step_at_equal_budget(synth_trace_natural, rule):
+    """For any batch, the oracle's expected accepted tokens at C = Σ s_p ≥ policy p's."""
+    trace = synth_trace_natural
+    rng = np.random.default_rng(0)
+    others = [policy(trace, "tetris", extra=2, verify=rule),
+              policy(trace, "fixed", k=3, verify=rule),
+              policy(trace, "dsd", verify=rule, k=4),
+              policy(trace, "threshold", extra=2, threshold=0.05, verify=rule)]
+    oracle = policy(trace, "oracle", k=3, extra=5, verify=rule)  # depth 8 = trace K
+    for _ in range(20):
+        n = int(rng.integers(1, 40))
+        rows = rng.integers(0, trace.n_rows, size=n)
+        kv = rng.integers(1, 500, size=n)
+        for p in others:
+            view = make_view(trace, rows, budget=3 * n, depth=p.depth, cost=COST, kv=kv)
+            _, s = p.decide(view)
+            c = int(s.sum())
+            _, best = oracle.decide(make_view(trace, rows, budget=c, depth=oracle.depth))
+            assert best.sum() <= c
+            mine = expected_accepted(trace, rows, s, rule)
+            assert expected_accepted(trace, rows, best, rule) >= mine - 1e-9, p.name
+
+
+def test_tetris_beats_fixed_with_a_perfect_surrogate(synth_trace_perfect):
+    """TV with draft_conf = min(1, r): TETRIS's top-C on the truth ≥ fixed k at C = k·n."""
+    trace = synth_trace_perfect
+    rng = np.random.default_rng(1)
+    for extra in (1, 2, 3):
+        tetris = policy(trace, "tetris", k=3, extra=extra)
+        fixed = policy(trace, "fixed", k=3)
+        for _ in range(20):
+            n = int(rng.integers(1, 64))
+            rows = rng.integers(0, trace.n_rows, size=n)
+            _, s_t = tetris.decide(make_view(trace, rows, 3 * n, tetris.depth))
+            _, s_f = fixed.decide(make_view(trace, rows, 3 * n, fixed.depth))
+            assert s_t.sum() == s_f.sum() == 3 * n
+            assert (expected_accepted(trace, rows, s_t, "token")
+                    >= expected_accepted(trace, rows, s_f, "token") - 1e-9)
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+def test_hindsight_verifies_exactly_what_is_accepted(synth_trace_natural, rule):
+    result = simulate(load_config(None, trace="synth", policy="hindsight", extra=2, verify=rule,
+                                  requests=48), synth_trace_natural, cost_model=COST)
+    assert result.summary["vsr"] == 1.0
+    assert (result.requests["accepted"] == result.requests["verified"]).all()
+    # and it accepts at least as much as fixed at the same full depth
+    fixed = simulate(load_config(None, trace="synth", policy="fixed", k=5, verify=rule,
+                                 requests=48), synth_trace_natural, cost_model=COST)
+    assert result.summary["mal"] >= fixed.summary["mal"]
+
+
+def test_block_verification_mal_at_least_token_on_temperature_one():
+    trace = synth_trace(SynthConfig(requests=48, output_mean=96, prompt_mean=16, seed=11))
+    assert trace.temperature == 1.0
+    for name, kw in (("fixed", dict(k=4)), ("oracle", dict(k=3, extra=2))):
+        mal = {rule: simulate(load_config(None, trace="synth", policy=name, verify=rule,
+                                          requests=192, **kw), trace, cost_model=COST
+                              ).summary["mal"] for rule in ("token", "block")}
+        assert mal["block"] >= mal["token"], (name, mal)
+
+
+def test_policy_outputs_are_well_formed(synth_trace_natural):
+    trace = synth_trace_natural
+    rows = np.arange(0, trace.n_rows, 7)
+    for name in POLICIES:
+        for rule in ("token", "block"):
+            p = policy(trace, name, extra=1, verify=rule)
+            view = make_view(trace, rows, budget=2 * rows.size, depth=p.depth, cost=COST,
+                             kv=np.full(rows.size, 100))
+            drafted, verified = p.decide(view)
+            assert drafted.shape == verified.shape == rows.shape
+            assert ((0 <= verified) & (verified <= drafted) & (drafted <= max(p.depth, 0))).all()
+            if name in ("tetris", "oracle"):
+                assert verified.sum() <= 2 * rows.size
+
+
+def test_dsd_goes_autoregressive_when_nothing_is_accepted():
+    """α → 0 makes every k > 0 worse than k = 0 (goodput with the ×1.1 bias)."""
+    trace = const_trace(n_requests=8, output_len=60, depth=6, alpha=0.0)
+    result = simulate(load_config(None, trace="synth", policy="dsd", requests=8), trace,
+                      cost_model=COST)
+    steps = result.steps[result.steps["batch"] > 0]
+    assert (steps["depth"].iloc[20:] == 0).all()

@@ -1,0 +1,55 @@
+"""Verifier specification: counter-based uniforms (common random numbers) and τ sampling."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.verify import (
+    expected_accepted,
+    request_keys,
+    sample_tau,
+    uniforms,
+    uniforms_scalar,
+)
+from theory.stats import token_weights
+
+
+def test_uniforms_match_scalar_twin_and_ignore_batch_composition():
+    keys = request_keys(7, np.arange(50))
+    pos = np.arange(50) * 3
+    eta = uniforms(keys, pos, 5)
+    for i in (0, 17, 49):
+        assert eta[i].tolist() == uniforms_scalar(int(keys[i]), int(pos[i]), 5)
+    sub = np.array([3, 9, 40])
+    assert np.array_equal(uniforms(keys[sub], pos[sub], 5), eta[sub])  # same coins in any batch
+    assert np.array_equal(uniforms(keys, pos, 3), eta[:, :3])  # and at any depth
+
+
+def test_uniforms_look_uniform_and_depend_on_every_key_part():
+    keys = request_keys(0, np.arange(2000))
+    eta = uniforms(keys, np.zeros(2000, dtype=np.int64), 8)
+    assert eta.min() >= 0.0 and eta.max() < 1.0
+    assert abs(eta.mean() - 0.5) < 0.01
+    assert abs(np.corrcoef(eta[:, 0], eta[:, 1])[0, 1]) < 0.05
+    other_pos = uniforms(keys, np.ones(2000, dtype=np.int64), 8)
+    other_seed = uniforms(request_keys(1, np.arange(2000)), np.zeros(2000, dtype=np.int64), 8)
+    assert not np.any(other_pos == eta) and not np.any(other_seed == eta)
+
+
+def test_tv_tau_frequencies_match_token_weights():
+    rng = np.random.default_rng(0)
+    q = rng.uniform(0.1, 1, size=(1, 4)).repeat(20000, axis=0)
+    pt = rng.uniform(0, 1, size=(1, 4)).repeat(20000, axis=0)
+    eta = uniforms(request_keys(3, np.arange(20000)), np.zeros(20000, dtype=np.int64), 4)
+    tau = sample_tau(q, pt, np.zeros_like(q), np.full(20000, 4), eta, "token")
+    freq = [(tau >= j).mean() for j in range(1, 5)]
+    assert np.allclose(freq, token_weights(q[:1], pt[:1])[0], atol=0.015)
+
+
+def test_expected_accepted_sums_prefix_probabilities(synth_trace_natural):
+    trace = synth_trace_natural
+    rows = np.array([0, 5, 9])
+    s = np.array([0, 2, 3])
+    truth = trace.accept_tv[rows]
+    assert np.isclose(expected_accepted(trace, rows, s, "token"),
+                      truth[1, :2].sum() + truth[2, :3].sum())
