@@ -48,6 +48,8 @@ from traces.format import Trace, default_meta, make_trace
 
 SURROGATES = ("natural", "perfect", "good", "poor")
 DEFAULT_NOISE = {"good": 0.1, "poor": 0.8}
+LEVELS = 65  # similarity λ is quantised to the grid l / (LEVELS − 1)
+MAX_VOCAB = 64  # keeps the precomputed draft tables small (P · LEVELS · V² floats)
 FLOOR = 1e-3  # share of uniform mass mixed into every table row (full support, q > 0)
 
 
@@ -83,7 +85,8 @@ class SynthConfig:
         require(self.depth >= 1, f"synth: depth: expected K >= 1, got {self.depth}")
         require(self.temperature >= 0 and np.isfinite(self.temperature),
                 f"synth: temperature: expected a finite number >= 0, got {self.temperature}")
-        require(self.vocab >= 2, f"synth: vocab: expected >= 2, got {self.vocab}")
+        require(2 <= self.vocab <= MAX_VOCAB,
+                f"synth: vocab: expected 2..{MAX_VOCAB}, got {self.vocab}")
         for name in ("prompt_mean", "output_mean", "concentration"):
             value = getattr(self, name)
             require(value > 0, f"synth: {name}: expected > 0, got {value}")
@@ -121,33 +124,34 @@ def synth_trace(config: SynthConfig) -> Trace:
     lam = np.where(hard, config.hard_similarity, config.similarity)  # [n]
     target_tab = _tables(rng, config.tables, v, config.concentration)  # [P, V, V]
     noise_tab = _tables(rng, config.tables, v, config.concentration)  # [P, V, V]
-    req_target = rng.integers(config.tables, size=n)  # [n]
-    req_noise = rng.integers(config.tables, size=n)  # [n]
+    req_pair = rng.integers(config.tables, size=n)  # [n] table pair (target p, noise p)
     arrival = np.full(n, np.nan)
     if config.arrival_rate is not None:
         arrival = np.cumsum(rng.exponential(1.0 / config.arrival_rate, size=n))
         arrival -= arrival[0]
 
-    context = _reference_contexts(rng, config, target_tab, req_target, output_len)  # [rows]
+    context = _reference_contexts(rng, config, target_tab, req_pair, output_len)  # [rows]
     rows = int(output_len.sum())
     row_req = np.repeat(np.arange(n), output_len)  # [rows]
     jitter = rng.standard_normal((rows, k)) * config.similarity_spread
     with np.errstate(divide="ignore"):
         logit = np.log(lam) - np.log1p(-lam)
-    lam_rows = 1.0 / (1.0 + np.exp(-(logit[row_req, None] + jitter)))  # [rows, K]
-    uniforms = rng.random((rows, k + 1))  # sampling the draft; last column for constant mode
+        lam_rows = 1.0 / (1.0 + np.exp(-(logit[row_req, None] + jitter)))  # [rows, K]
+    level = np.rint(lam_rows * (LEVELS - 1)).astype(np.int64)  # [rows, K] index into λ grid
+    uniforms = rng.random((rows, k))  # sampling the draft
 
     out = {name: np.empty((rows, k)) for name in ("q", "pt", "z", "draft_conf", "entropy", "top1")}
     out["draft_token"] = np.empty((rows, k), dtype=np.int32)
-    chunk = max(1, 4_000_000 // ((k + 1) * v))
+    tables = None if config.constant_alpha is not None else _draft_tables(config, target_tab, noise_tab)
+    chunk = max(1, 250_000 // ((k + 1) * v))
     for start in range(0, rows, chunk):
         sl = slice(start, min(rows, start + chunk))
-        if config.constant_alpha is None:
-            stats = _chunk_markov(config, target_tab, noise_tab, req_target[row_req[sl]],
-                                  req_noise[row_req[sl]], context[sl], lam_rows[sl], uniforms[sl])
+        if tables is not None:
+            stats = _chunk_markov(config, tables, req_pair[row_req[sl]], context[sl], level[sl],
+                                  uniforms[sl])
         else:
             stats = _chunk_constant(config, np.random.default_rng([config.seed, start]),
-                                    uniforms[sl])
+                                    sl.stop - sl.start)
         for name, arr in stats.items():
             out[name][sl] = arr
 
@@ -211,7 +215,7 @@ def _sample(rows: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.minimum(x, rows.shape[1] - 1)
 
 
-def _reference_contexts(rng, config, target_tab, req_target, output_len) -> np.ndarray:
+def _reference_contexts(rng, config, target_tab, req_pair, output_len) -> np.ndarray:
     """Context token ``y_{t−1}`` of every row: the target's reference chain sampled at T.
 
     Loops over output positions (vectorised over requests).  returns # [rows] int64
@@ -224,51 +228,73 @@ def _reference_contexts(rng, config, target_tab, req_target, output_len) -> np.n
     u = rng.random((longest, n))
     for t in range(longest):
         ctx[t] = prev
-        prev = _sample(tempered[req_target, prev], u[t])
+        prev = _sample(tempered[req_pair, prev], u[t])
     keep = np.arange(longest)[:, None] < output_len[None, :]  # [T, n]
     return ctx.T[keep.T]  # request-major order
 
 
-def _chunk_markov(config, target_tab, noise_tab, row_target, row_noise, context, lam,
-                  uniforms) -> dict:
-    """Draft K tokens per row and record their statistics.
+def _draft_tables(config: SynthConfig, target_tab: np.ndarray, noise_tab: np.ndarray) -> dict:
+    """Every row the draft and target can take, precomputed once (flat lookup tables).
 
-    target_tab, noise_tab: # [P, V, V] table pools; row_target, row_noise: # [B] table index
-    of each row; context: # [B]; lam: # [B, K]; uniforms: # [B, K+1];
-    returns dict of # [B, K] arrays
+    The draft row of pair p at similarity level l after token x is
+    ``λ_l · target_tab[p, x] + (1 − λ_l) · noise_tab[p, x]`` with ``λ_l = l / (LEVELS − 1)``;
+    its flat index is ``(p · LEVELS + l) · V + x``; target rows are indexed ``p · V + x``.
+    target_tab, noise_tab: # [P, V, V]
     """
-    b, k = lam.shape
+    p, v = target_tab.shape[0], config.vocab
+    lam = np.linspace(0.0, 1.0, LEVELS)[None, :, None, None]  # [1, L, 1, 1]
+    draft1 = lam * target_tab[:, None] + (1 - lam) * noise_tab[:, None]  # [P, L, V, V]
+    draft1 = draft1.reshape(-1, v)
+    draft_t = _temper(draft1, config.temperature)
+    return {
+        "draft1": draft1,  # [P*L*V, V] temperature-1 rows (draft signals)
+        "draft_t": draft_t,  # [P*L*V, V] rows at the sampling temperature
+        "cdf": np.cumsum(draft_t, axis=1),  # [P*L*V, V]
+        "argmax": draft1.argmax(axis=1),  # [P*L*V] greedy token
+        "entropy": -(draft1 * np.log(draft1)).sum(axis=1),  # [P*L*V] nats
+        "top1": draft1.max(axis=1),  # [P*L*V]
+        "target_t": _temper(target_tab, config.temperature).reshape(p * v, v),  # [P*V, V]
+    }
+
+
+def _chunk_markov(config, tables, pair, context, level, uniforms) -> dict:
+    """Draft K tokens per row from the lookup tables and record their statistics.
+
+    pair: # [B] table pair of each row; context: # [B] token y_{t-1}; level: # [B, K] λ level;
+    uniforms: # [B, K]; returns dict of # [B, K] arrays (q, pt, z by position_stats)
+    """
+    b, k = level.shape
     v = config.vocab
-    temp = config.temperature
     tokens = np.empty((b, k), dtype=np.int64)
+    combo = np.empty((b, k), dtype=np.int64)
     draft_rows = np.empty((b, k, v))
     target_rows = np.empty((b, k + 1, v))
-    conf, entropy, top1 = (np.empty((b, k)) for _ in range(3))
     prev = context
     for i in range(k):
-        target1 = target_tab[row_target, prev]  # [B, V] temperature-1 rows
-        draft1 = lam[:, i, None] * target1 + (1 - lam[:, i, None]) * noise_tab[row_noise, prev]
-        draft_t = _temper(draft1, temp)
-        x = draft_t.argmax(axis=1) if temp == 0 else _sample(draft_t, uniforms[:, i])
-        tokens[:, i] = x
-        draft_rows[:, i] = draft_t
-        target_rows[:, i] = _temper(target1, temp)
-        conf[:, i] = np.take_along_axis(draft1, x[:, None], axis=1)[:, 0]
-        entropy[:, i] = -(draft1 * np.log(draft1)).sum(axis=1)
-        top1[:, i] = draft1.max(axis=1)
+        c = (pair * LEVELS + level[:, i]) * v + prev  # [B]
+        if config.temperature == 0:
+            x = tables["argmax"][c]
+        else:
+            cdf = tables["cdf"][c]  # [B, V]
+            threshold = (1.0 - uniforms[:, i]) * cdf[:, -1]  # in (0, total]: never a zero-mass token
+            x = np.minimum((cdf < threshold[:, None]).sum(axis=1), v - 1)
+        tokens[:, i], combo[:, i] = x, c
+        draft_rows[:, i] = tables["draft_t"][c]
+        target_rows[:, i] = tables["target_t"][pair * v + prev]
         prev = x
-    target_rows[:, k] = _temper(target_tab[row_target, prev], temp)
+    target_rows[:, k] = tables["target_t"][pair * v + prev]
     stats = position_stats(tokens, draft_rows, target_rows)
     return {"draft_token": tokens, "q": stats["q"], "pt": stats["pt"], "z": stats["z"],
-            "draft_conf": conf, "entropy": entropy, "top1": top1}
+            "draft_conf": tables["draft1"][combo, tokens], "entropy": tables["entropy"][combo],
+            "top1": tables["top1"][combo]}
 
 
-def _chunk_constant(config, rng, uniforms) -> dict:
-    """Rows with ``q = 2^{-m}`` and ``pt = α q`` on the drafted token (so min(1, r) = α).
+def _chunk_constant(config, rng, b) -> dict:
+    """``b`` rows with ``q = 2^{-m}`` and ``pt = α q`` on the drafted token (min(1, r) = α).
 
-    uniforms: # [B, K+1] (unused beyond the shape; rng drives everything); returns # [B, K]
+    returns dict of # [b, K] arrays
     """
-    b, v, k = uniforms.shape[0], config.vocab, config.depth
+    v, k = config.vocab, config.depth
     alpha = float(config.constant_alpha)
     tokens = rng.integers(v, size=(b, k))
     q = 2.0 ** -rng.integers(0, 3, size=(b, k))  # 1, 1/2 or 1/4: exact in binary
