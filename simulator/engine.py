@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from simulator.policies import Policy, StepView
-from simulator.verify import request_keys, sample_tau, uniforms, uniforms_scalar
+from simulator.verify import VerifyTables, request_keys, sample_tau, uniforms, uniforms_scalar
 from theory.errors import SpecbatchError
 
 ARRIVAL, STEP_END, SCHEDULE = 0, 1, 2  # event kinds, in tie-break order at equal times
@@ -127,6 +127,7 @@ class Engine:
         self.kv_capacity = config.kv_capacity
         self.footprint = workload.prompt_len + workload.output_len + self.depth + 1  # [N]
         self.keys = request_keys(int(config.seed), np.arange(workload.n))  # [N] uint64
+        self.tables = VerifyTables(trace, self.rule) if self.depth and not reference else None
         n = workload.n
         self.rec = Records(
             replica=np.full(n, -1, dtype=_I64), first_token=np.full(n, np.nan),
@@ -279,18 +280,14 @@ class Engine:
             depth = self.depth
             budget = self.config.budget
             budget = self.policy.k * n if budget is None else int(budget)
-            if depth:
-                tr = self.trace
-                q, pt, z = tr.q[rows, :depth], tr.pt[rows, :depth], tr.z[rows, :depth]
-                eta = uniforms(key, pos, depth)
-            else:
-                q = pt = z = eta = np.zeros((n, 0))
-            view = StepView(self.trace, rows, kv, budget, q, pt, z, eta, cost)
+            eta = uniforms(key, pos, depth) if depth else np.zeros((n, 0))
+            view = StepView(self.trace, rows, kv, budget, depth, eta, cost)
             drafted, verified = self.policy.decide(view)
             if self.reference:
-                tau, emitted = self.verify_reference(rep, d_idx, q, pt, z, verified)
+                tau, emitted = self.verify_reference(rep, d_idx, view.q, view.pt, view.z,
+                                                     verified)
             else:
-                tau = (sample_tau(q, pt, z, verified, eta, self.rule) if depth
+                tau = (self.tables.tau(rows, verified, eta) if depth
                        else np.zeros(n, dtype=_I64))
                 emitted = np.minimum(tau + 1, out - pos)
             self.policy.observe(verified, tau)

@@ -14,7 +14,6 @@ choose per-request lengths and ignore C (documented below).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,6 @@ from simulator.verify import sample_tau, true_accept_probs
 from theory.allocate import greedy_topc, optimal_dp
 
 
-@dataclass
 class StepView:
     """The decode batch as a policy sees it (one step).
 
@@ -31,20 +29,38 @@ class StepView:
     rows:     # [n] int64 trace row of each request (its current output position)
     kv:       # [n] int64 tokens in each request's KV cache (prompt + emitted)
     budget:   C, draft tokens the target may verify this step
-    q, pt, z: # [n, depth] the drafted path's true statistics (oracle / hindsight only)
+    depth:    columns gathered for q, pt, z, eta
     eta:      # [n, depth] the verifier's uniforms (hindsight only)
     cost:     the active cost model (dsd only)
+    q, pt, z: # [n, depth] the drafted path's true statistics (oracle / hindsight only),
+              gathered on first access
     """
 
-    trace: Any
-    rows: np.ndarray
-    kv: np.ndarray
-    budget: int
-    q: np.ndarray
-    pt: np.ndarray
-    z: np.ndarray
-    eta: np.ndarray
-    cost: Any = None
+    __slots__ = ("trace", "rows", "kv", "budget", "depth", "eta", "cost", "_q", "_pt", "_z")
+
+    def __init__(self, trace: Any, rows: np.ndarray, kv: np.ndarray, budget: int, depth: int,
+                 eta: np.ndarray, cost: Any = None) -> None:
+        self.trace, self.rows, self.kv, self.budget = trace, rows, kv, budget
+        self.depth, self.eta, self.cost = depth, eta, cost
+        self._q = self._pt = self._z = None
+
+    @property
+    def q(self) -> np.ndarray:
+        if self._q is None:
+            self._q = self.trace.q[self.rows, : self.depth]
+        return self._q
+
+    @property
+    def pt(self) -> np.ndarray:
+        if self._pt is None:
+            self._pt = self.trace.pt[self.rows, : self.depth]
+        return self._pt
+
+    @property
+    def z(self) -> np.ndarray:
+        if self._z is None:
+            self._z = self.trace.z[self.rows, : self.depth]
+        return self._z
 
 
 class Policy:
@@ -160,14 +176,34 @@ def cumulative_confidence(view: StepView, depth: int) -> np.ndarray:
 
 
 def allocate(values: np.ndarray, budget: int, rule: str) -> np.ndarray:
-    """Prefix allocation under budget C: TV -> global top-C (optimal for non-increasing rows),
-    BV -> exact DP (rows may rise), THEORY.md §5.
+    """Prefix allocation under budget C (THEORY.md §5).
+
+    TV: global top-C (:func:`theory.allocate.greedy_topc`), optimal because TV rows are
+    non-increasing. BV: theory's exact DP (:func:`theory.allocate.optimal_dp`), since p may
+    rise along a row — except when the rows given are non-increasing anyway (e.g. TETRIS's
+    cumulative-confidence surrogate), where :func:`monotone_optimum` gives an optimum of the
+    same problem in O(n·K) instead of the DP's O(n·C·K).
 
     values: # [n, depth] estimated P_{i,j};  returns # [n] int64
     """
     if rule == "token":
         return greedy_topc(values, budget)
+    if values.shape[1] < 2 or bool((values[:, 1:] <= values[:, :-1]).all()):
+        return monotone_optimum(values, budget)
     return optimal_dp(values, budget)
+
+
+def monotone_optimum(values: np.ndarray, budget: int) -> np.ndarray:
+    """Exact optimum of ``max Σ_i Σ_{j≤s_i} values[i, j-1]``, ``Σ s_i ≤ C``, for rows that are
+    non-increasing: the top-min(C, #positive) entries (exchange argument: any prefix family
+    of that size is dominated entry by entry). Zero-valued entries are not verified (the DP's
+    "smaller total" rule); ties among equal positive values follow greedy_topc (smaller j,
+    then smaller row), where :func:`optimal_dp` may pick another optimum of equal value.
+
+    values: # [n, K] non-increasing rows, ≥ 0;  returns # [n] int64
+    """
+    positive = int(np.count_nonzero(values > 0.0))
+    return greedy_topc(values, min(int(budget), positive))
 
 
 class Tetris(Policy):
@@ -270,5 +306,4 @@ def make_view(trace: Any, rows: np.ndarray, budget: int, depth: int, cost: Any =
     n = rows.shape[0]
     kv = np.zeros(n, dtype=np.int64) if kv is None else np.asarray(kv, dtype=np.int64)
     eta = uniforms(request_keys(seed, np.arange(n)), rows, depth)
-    return StepView(trace, rows, kv, int(budget), trace.q[rows, :depth], trace.pt[rows, :depth],
-                    trace.z[rows, :depth], eta, cost)
+    return StepView(trace, rows, kv, int(budget), depth, eta, cost)

@@ -58,18 +58,19 @@ def request_keys(seed: int, uids: np.ndarray) -> np.ndarray:
 def uniforms(keys: np.ndarray, pos: np.ndarray, depth: int) -> np.ndarray:
     """η[i, j] ∈ [0, 1) for request key i at output position pos_i, draft index j < depth.
 
-    ``η = top53(mix(mix(key ^ pos · C) + (j + 1) · GOLDEN)) · 2^-53``.
+    Each (request, position) is a SplitMix64 stream seeded ``key ^ pos · C``; draft index j
+    reads its (j+1)-th output ``mix(seed + (j + 1) · GOLDEN)``; the top 53 bits give η.
 
     keys:    # [n] uint64 (request_keys)
     pos:     # [n] int  output position t of the step
     returns  # [n, depth] float64
     """
-    base = splitmix64(keys ^ (pos.astype(np.uint64) * _POS))
-    x = splitmix64(base[:, None] + _DRAFT_INDEX[:depth][None, :])
+    seed = keys ^ (pos.astype(np.uint64) * _POS)
+    x = splitmix64(seed[:, None] + _DRAFT_INDEX[None, :depth])
     return (x >> _S11).astype(np.float64) * _UNIT
 
 
-_DRAFT_INDEX = (np.arange(1, 65, dtype=np.uint64) * GOLDEN).astype(np.uint64)
+_DRAFT_INDEX = (np.arange(1, 257, dtype=np.uint64) * GOLDEN).astype(np.uint64)
 
 
 def uniforms_scalar(key: int, pos: int, depth: int) -> list[float]:
@@ -83,9 +84,51 @@ def uniforms_scalar(key: int, pos: int, depth: int) -> list[float]:
         z = (z * 0x94D049BB133111EB) & mask
         return z ^ (z >> 31)
 
-    base = mix(int(key) ^ ((int(pos) * 0xD1B54A32D192ED03) & mask))
-    return [(mix((base + (j + 1) * 0x9E3779B97F4A7C15) & mask) >> 11) * _UNIT
+    seed = int(key) ^ ((int(pos) * 0xD1B54A32D192ED03) & mask)
+    return [(mix((seed + (j + 1) * 0x9E3779B97F4A7C15) & mask) >> 11) * _UNIT
             for j in range(depth)]
+
+
+class VerifyTables:
+    """Per-trace-row thresholds precomputed once, so a step's τ costs a gather and a compare.
+
+    TV: ``A = min(1, r)`` (accept while ``η_i ≤ A_i``). BV: ``H_i = Z_{i+1} / (Z_{i+1} + 1 −
+    p_i)`` for i < γ and ``P_i = p_i`` for i = γ (THEORY.md §3; h depends on γ only through
+    the last position, so one table serves every γ ≤ K). :meth:`tau` equals
+    :func:`sample_tau` bit for bit (parity test), which stays the reference twin.
+
+    trace columns q, pt, z: # [rows, K]
+    """
+
+    def __init__(self, trace, rule: str) -> None:
+        self.rule = rule
+        k = trace.K
+        if rule == "token":
+            with np.errstate(divide="ignore", invalid="ignore"):
+                self.a = np.minimum(np.nan_to_num(trace.pt / trace.q, nan=0.0), 1.0)
+        else:
+            from theory.stats import block_thresholds, block_weights
+
+            self.p = block_weights(trace.q, trace.pt)
+            self.h = block_thresholds(self.p, trace.z, np.full(trace.n_rows, k))
+        self.index = np.arange(k, dtype=np.int64)
+
+    def tau(self, rows: np.ndarray, verified: np.ndarray, eta: np.ndarray) -> np.ndarray:
+        """τ_i for verified prefix ``s_i`` at trace rows ``rows``.
+
+        rows: # [n] int;  verified: # [n] int64 (≤ D);  eta: # [n, D];  returns # [n] int64
+        """
+        d = eta.shape[1]
+        if self.rule == "token":
+            ok = eta <= self.a[rows, :d]
+            lead = np.cumprod(ok, axis=1).sum(axis=1)  # leading successes
+            return np.minimum(lead, verified)
+        s = verified[:, None]
+        j = self.index[None, :d]
+        thr = np.where(j == s - 1, self.p[rows, :d], self.h[rows, :d])
+        ok = (eta <= thr) & (j < s)
+        last = d - np.argmax(ok[:, ::-1], axis=1)
+        return np.where(ok.any(axis=1), last, 0)
 
 
 def sample_tau(q: np.ndarray, pt: np.ndarray, z: np.ndarray, verified: np.ndarray,
