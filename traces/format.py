@@ -495,17 +495,20 @@ def validate_trace(path: str | os.PathLike) -> Trace:
     require(bool(files), f"file {directory / 'positions-*.parquet'}: expected at least one "
             "positions file, got none")
     parts = [_read_positions(f, k) for f in files]
-    request_id = np.concatenate([p["request_id"] for p in parts])
-    position = np.concatenate([p["position"] for p in parts])
-    cols = {name: np.concatenate([p[name] for p in parts]) for name in LIST_COLUMNS}
+    merged = {name: _concat([p[name] for p in parts]) for name in ("request_id", "position", *LIST_COLUMNS)}
     where = str(directory / POSITIONS_GLOB)
-    order = _order_rows(request_id, position, requests, where)
-    cols = {name: arr[order] for name, arr in cols.items()}
+    order = _order_rows(merged["request_id"], merged["position"], requests, where)
+    in_order = bool(np.all(order == np.arange(order.size)))  # the usual case: no copy needed
+    cols = {name: merged[name] if in_order else merged[name][order] for name in LIST_COLUMNS}
     try:
         trace = make_trace(meta, requests, cols, path=str(directory))
     except SpecbatchError as exc:
         raise SpecbatchError(_row_to_file(str(exc), str(directory))) from None
     return trace
+
+
+def _concat(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _row_to_file(msg: str, directory: str) -> str:
