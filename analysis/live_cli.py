@@ -1,0 +1,137 @@
+"""``specbatch live`` (a real batched speculative-decoding run) and ``specbatch validate``
+(simulate the same workload and compare): see :mod:`analysis.live`."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from analysis.cli import add_json_flag, emit, example
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "live", help="run batched speculative decoding on live HF models and measure it",
+        description="One static batch of N requests (burst at t = 0) through a real draft/"
+                    "target loop with KV-cache reuse: K draft passes, a fixed or TETRIS "
+                    "allocation of the verified prefixes (budget C = k*N), one target pass, "
+                    "TV or BV (THEORY.md §2-§5). Writes the simulator's requests/steps tables, "
+                    "summary.json, a manifest (live.json), a per-pass latency profile and a "
+                    "trace of the visited positions so `specbatch validate` can replay it.",
+        epilog=example(
+            "specbatch live --draft /tmp/zoo/draft --target /tmp/zoo/target "
+            "--prompts default:16 --max-new-tokens 32 --policy tetris --k 3 --extra 1 "
+            "--verify block --out /tmp/live",
+            "specbatch live ... --device cuda --dtype bfloat16    # on a GPU",
+            "specbatch validate /tmp/live"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--draft", required=True, help="local HF model directory of the draft Ms")
+    p.add_argument("--target", required=True, help="local HF model directory of the target Mb")
+    p.add_argument("--prompts", required=True,
+                   help="JSONL/JSON/text prompts file, or default:N[:SEED] (stdlib held-out text)")
+    p.add_argument("--requests", type=int, default=None,
+                   help="use the first N prompts (default: all); the batch size is N")
+    p.add_argument("--max-new-tokens", type=int, default=32,
+                   help="output tokens per request (EOS is ignored, as in vLLM benchmarks)")
+    p.add_argument("--policy", default="fixed", help="fixed or tetris")
+    p.add_argument("--k", type=int, default=3, help="window k (fixed: drafted = verified = k)")
+    p.add_argument("--extra", type=int, default=0, help="e: tetris drafts K = k + e")
+    p.add_argument("--verify", default="token", help="token (TV) or block (BV)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-prompt-tokens", type=int, default=512,
+                   help="longer prompts keep their last tokens")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="untimed warm-up runs of the same batch before the measured one")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--out", required=True, help="output directory")
+    add_json_flag(p)
+    p.set_defaults(func=_live)
+
+    v = subparsers.add_parser(
+        "validate", help="simulate a live run's workload and compare with its measurements",
+        description="Replays the live run's recorded per-position statistics (its trace/, same "
+                    "requests, prompt and output lengths, policy, budget, batch size and "
+                    "verifier uniforms) through simulator.run.simulate with a profiled cost "
+                    "model, and prints measured vs simulated per-step latency and throughput "
+                    "with relative errors (simulated - measured) / measured. Without --profile "
+                    "the cost model is fitted to the live run's own passes (in-sample).",
+        epilog=example("specbatch validate /tmp/live",
+                       "specbatch validate /tmp/live --profile traces/data/profiles/h200.csv "
+                       "--target-model llama-3.1-8b --draft-model llama-3.2-1b --json"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    v.add_argument("live_dir", metavar="LIVE_DIR", help="output directory of `specbatch live`")
+    v.add_argument("--profile", default=None,
+                   help="latency profile (CSV/Parquet) to fit the cost model (default: the live "
+                        "run's own profile.csv, in-sample)")
+    v.add_argument("--target-model", default=None,
+                   help="select the target rows of a profile holding several models")
+    v.add_argument("--draft-model", default=None,
+                   help="select the draft rows of a profile holding several models")
+    v.add_argument("--overhead", type=float, default=None,
+                   help="per-step overhead seconds (default: the live run's mean measured "
+                        "overhead per step)")
+    v.add_argument("--out", default=None, help="also write the simulated tables here")
+    add_json_flag(v)
+    v.set_defaults(func=_validate)
+
+
+def _live(args) -> int:
+    import torch
+
+    from analysis.live import LiveConfig, run_live, write_live
+    from theory.errors import require
+    from traces.capture import encode_prompt, load_pair, model_identity
+    from traces.capture_cli import resolve_prompts
+
+    cfg = LiveConfig(max_new_tokens=args.max_new_tokens, policy=args.policy, k=args.k,
+                     extra=args.extra, verify=args.verify, temperature=args.temperature,
+                     device=args.device, dtype=args.dtype, seed=args.seed,
+                     max_prompt_tokens=args.max_prompt_tokens)
+    cfg.check()
+    require(args.requests is None or args.requests >= 1,
+            f"--requests: expected N >= 1, got {args.requests}")
+    require(args.warmup >= 0, f"--warmup: expected >= 0, got {args.warmup}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    prompts, source = resolve_prompts(args.prompts, args.requests)
+    require(bool(prompts), f"--prompts {args.prompts}: expected at least one prompt, got none")
+    torch.manual_seed(args.seed)
+    tok, draft, target = load_pair(args.draft, args.target, args.device, args.dtype)
+    ids = [encode_prompt(tok, p.text, args.max_prompt_tokens) for p in prompts]
+    names = ("draft", "target")
+    for _ in range(args.warmup):
+        run_live(draft, target, ids, cfg, names)
+    result = run_live(draft, target, ids, cfg, names)
+    manifest = {
+        "command": "specbatch " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "models": {"draft": model_identity(draft, args.draft),
+                   "target": model_identity(target, args.target)},
+        "prompts": args.prompts, "prompt_source": source,
+        "categories": [p.category for p in prompts], "warmup": args.warmup,
+        "threads": torch.get_num_threads(),
+    }
+    write_live(result, args.out, manifest)
+    s = result.summary
+    emit({"out": args.out, "requests": s["requests"], "tokens": s["tokens"],
+          "throughput": s["throughput"], "makespan": s["makespan"], "steps": s["steps"],
+          "decode_step_latency_mean": s["decode_step_latency_mean"], "mal": s["mal"],
+          "vsr": s["vsr"], "draft_time": s["draft_time"], "target_time": s["target_time"],
+          "overhead_time": s["overhead_time"], "policy": s["policy"], "verify": s["verify"],
+          "device": s["device"], "dtype": s["dtype"]}, args.json)
+    return 0
+
+
+def _validate(args) -> int:
+    from analysis.live import format_report, validate
+
+    report = validate(args.live_dir, profile=args.profile, target_model=args.target_model,
+                      draft_model=args.draft_model, overhead=args.overhead, out=args.out)
+    emit(report, args.json, None if args.json else format_report(report))
+    return 0
