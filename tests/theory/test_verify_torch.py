@@ -1,0 +1,219 @@
+"""theory/verify_torch.py: batched torch TV/BV against the numpy reference (THEORY.md §2-3)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.theory import lossless
+from tests.theory.test_verify import random_paths
+from theory.verify import (
+    block_thresholds_full,
+    block_weights_recursive,
+    drafted_ratios,
+    extra_token_law,
+)
+from theory.verify import verify_block as np_block
+from theory.verify import verify_token as np_token
+from theory.verify_torch import VERIFIERS_TORCH, accept_and_residual, verify_torch
+
+NUMPY = {"token": np_token, "block": np_block}
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+KINDS = ["dirichlet", "peaked", "one_hot_draft", "greedy"]
+
+
+def make_paths(kind, seed, b=2000, k=6, v=12):
+    rng = np.random.default_rng(seed)
+    tokens, dr, tr = random_paths(
+        rng,
+        b,
+        k,
+        v,
+        concentration=0.05 if kind == "peaked" else 0.7,
+        one_hot_draft=kind in ("one_hot_draft", "greedy"),
+        one_hot_target=kind == "greedy",
+    )
+    return rng, tokens, dr, tr, rng.random((b, k))
+
+
+def reference_ragged(rule, tokens, dr, tr, uniforms, lengths, rng):
+    """numpy reference τ for ragged lengths: each γ group on its sliced rows. # [B]"""
+    tau = np.empty(len(tokens), dtype=np.int64)
+    for g in np.unique(lengths):
+        rows = lengths == g
+        tau[rows], _ = NUMPY[rule](
+            tokens[rows, :g], dr[rows, :g], tr[rows, : g + 1], uniforms[rows, :g], rng
+        )
+    return tau
+
+
+def thresholds(rule, tokens, dr, tr):
+    """Acceptance thresholds t_i of the reference (TV: min(1, r_i), BV: h_i). # [B, γ]"""
+    ratios = drafted_ratios(tokens, dr, tr)
+    if rule == "token":
+        return np.minimum(ratios, 1.0)
+    return block_thresholds_full(dr, tr, block_weights_recursive(ratios))
+
+
+def packed(tokens, dr, tr, uniforms, lengths):
+    """The vLLM-style packed layout of ragged requests (offsets = cumulative draft counts)."""
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    keep = np.arange(tokens.shape[1])[None, :] < lengths[:, None]
+    keep_t = np.arange(tr.shape[1])[None, :] <= lengths[:, None]
+    return tokens[keep], dr[keep], tr[keep_t], uniforms[keep], offsets
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rule", ["token", "block"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_same_uniforms_give_the_same_tau_float64(device, rule, kind):
+    rng, tokens, dr, tr, uniforms = make_paths(kind, 1)
+    lengths = rng.integers(0, 7, size=len(tokens))
+    expected = reference_ragged(rule, tokens, dr, tr, uniforms, lengths, rng)
+    t = {
+        k: torch.as_tensor(a, device=device)
+        for k, a in dict(tk=tokens, dr=dr, tr=tr, u=uniforms).items()
+    }
+    tau, _ = verify_torch(rule, t["tk"], t["dr"], t["tr"], t["u"], lengths=torch.as_tensor(lengths))
+    assert np.array_equal(tau.cpu().numpy(), expected)
+    # The packed layout (cumulative offsets) gives the same answer.
+    p_tokens, p_dr, p_tr, p_u, offsets = packed(tokens, dr, tr, uniforms, lengths)
+    tau_packed, _ = verify_torch(
+        rule,
+        torch.as_tensor(p_tokens, device=device),
+        torch.as_tensor(p_dr, device=device),
+        torch.as_tensor(p_tr, device=device),
+        torch.as_tensor(p_u, device=device),
+        offsets=torch.as_tensor(offsets),
+    )
+    assert np.array_equal(tau_packed.cpu().numpy(), expected)
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_float32_rows_agree_except_within_rounding_of_a_threshold(rule, kind):
+    # float32 rows: the reference sees the same float32 numbers (as float64); τ may differ only
+    # where a uniform lies within 1e-5 of its threshold (float32 vocabulary sums round ~1e-7).
+    rng, tokens, dr, tr, uniforms = make_paths(kind, 2)
+    dr32, tr32 = dr.astype(np.float32), tr.astype(np.float32)
+    expected, _ = NUMPY[rule](tokens, dr32, tr32, uniforms, rng)
+    tau, _ = verify_torch(rule, tokens, torch.as_tensor(dr32), torch.as_tensor(tr32), uniforms)
+    differ = tau.numpy() != expected
+    near = (np.abs(uniforms - thresholds(rule, tokens, dr32, tr32)) < 1e-5).any(axis=1)
+    assert not (differ & ~near).any()
+    assert differ.mean() < 1e-3
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_extra_token_weights_equal_the_exact_residual_law(rule, dtype):
+    rng, tokens, dr, tr, uniforms = make_paths("dirichlet", 3)
+    lengths = rng.integers(0, 7, size=len(tokens))
+    tau, weights = accept_and_residual(
+        rule,
+        tokens,
+        torch.as_tensor(dr, dtype=dtype),
+        torch.as_tensor(tr, dtype=dtype),
+        uniforms,
+        lengths=lengths,
+    )
+    tau, weights = tau.numpy(), weights.double().numpy()
+    law = weights / weights.sum(axis=1, keepdims=True)
+    for g in np.unique(lengths):
+        rows = lengths == g
+        exact = extra_token_law(tokens[rows, :g], dr[rows, :g], tr[rows, : g + 1], tau[rows], rule)
+        assert np.allclose(law[rows], exact, atol=1e-12 if dtype == torch.float64 else 1e-5)
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+def test_sampled_extra_tokens_follow_the_exact_law(rule):
+    # One fixed path repeated; for every τ the torch samples pass a chi-square test against the
+    # numpy reference's exact law.
+    rng = np.random.default_rng(4)
+    tokens, dr, tr = random_paths(rng, 1, 4, 8)
+    n = 40_000
+    tokens, dr, tr = (np.repeat(a, n, axis=0) for a in (tokens, dr, tr))
+    generator = torch.Generator().manual_seed(5)
+    tau, extra = verify_torch(
+        rule,
+        tokens,
+        torch.as_tensor(dr, dtype=torch.float32),
+        torch.as_tensor(tr, dtype=torch.float32),
+        rng.random((n, 4)),
+        generator=generator,
+    )
+    tau, extra = tau.numpy(), extra.numpy()
+    for t in np.unique(tau):
+        picked = tau == t
+        law = extra_token_law(tokens[:1], dr[:1], tr[:1], [t], rule)[0]
+        counts = np.bincount(extra[picked], minlength=8)
+        assert lossless.chi_square_pvalue(counts, law * picked.sum()) > lossless.ALPHA
+
+
+def test_greedy_rows_accept_the_matching_prefix_and_emit_the_target_argmax():
+    # Temperature 0: one-hot draft and target rows; τ = length of the agreeing prefix, the extra
+    # token is the target's argmax at τ, whatever the uniforms, under both rules.
+    rng, tokens, dr, tr, uniforms = make_paths("greedy", 6)
+    target_top = tr.argmax(axis=2)  # [B, K+1]
+    agree = np.cumprod(target_top[:, :-1] == tokens, axis=1).sum(axis=1)
+    for rule in ("token", "block"):
+        for dtype in (torch.float32, torch.float64):
+            tau, extra = verify_torch(
+                rule,
+                tokens,
+                torch.as_tensor(dr, dtype=dtype),
+                torch.as_tensor(tr, dtype=dtype),
+                uniforms,
+            )
+            assert np.array_equal(tau.numpy(), agree)
+            assert np.array_equal(extra.numpy(), target_top[np.arange(len(tokens)), agree])
+
+
+def test_zero_length_requests_take_the_bonus_from_the_first_target_row():
+    rng, tokens, dr, tr, uniforms = make_paths("dirichlet", 7, b=5)
+    for rule in ("token", "block"):
+        tau, weights = accept_and_residual(rule, tokens, dr, tr, uniforms, lengths=np.zeros(5, int))
+        assert tau.tolist() == [0] * 5
+        assert np.allclose(weights.numpy(), tr[:, 0])
+
+
+def torch_verifier(rule):
+    def verify(tokens, dr, tr, uniforms, rng):
+        generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        tau, extra = VERIFIERS_TORCH[rule](
+            torch.from_numpy(tokens),
+            torch.from_numpy(np.ascontiguousarray(dr, dtype=np.float32)),
+            torch.from_numpy(np.ascontiguousarray(tr, dtype=np.float32)),
+            torch.from_numpy(uniforms),
+            generator=generator,
+        )
+        return tau.numpy(), extra.numpy()
+
+    return verify
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule", ["token", "block"])
+def test_torch_rules_are_lossless_on_a_large_vocabulary(rule):
+    # V = 1000, γ = 3, 200k iterations, float32 rows (tolerance: tests/theory/lossless.py).
+    # About 10-25 s each on 2 shared cores, hence slow; the quick test below runs by default.
+    ms, mb = lossless.iid_pair()
+    outputs, taus = lossless.iteration_outputs(
+        torch_verifier(rule), ms, mb, lossless.GAMMA, 200_000, 21
+    )
+    pvalues = lossless.lossless_pvalues(outputs, mb)
+    assert min(pvalues.values()) > lossless.ALPHA, pvalues
+    assert abs(lossless.acceptance_zscore(taus, ms, mb, lossless.GAMMA, rule, 21)) < 5.0
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+def test_torch_rules_are_lossless_quick(rule):
+    # The same check with 30k iterations (default run).
+    ms, mb = lossless.iid_pair()
+    outputs, taus = lossless.iteration_outputs(
+        torch_verifier(rule), ms, mb, lossless.GAMMA, 30_000, 22
+    )
+    pvalues = lossless.lossless_pvalues(outputs, mb)
+    assert min(pvalues.values()) > lossless.ALPHA, pvalues
+    assert abs(lossless.acceptance_zscore(taus, ms, mb, lossless.GAMMA, rule, 22)) < 5.0

@@ -1,0 +1,278 @@
+"""Batched token and block verification in torch (CPU or CUDA), THEORY.md §2-3.
+
+The serving-side twin of the numpy reference :mod:`theory.verify`: same inputs, same τ for the
+same uniforms, same extra-token law (tests/theory/test_verify_torch.py checks both).
+
+Two layouts:
+
+- padded (``lengths`` optional): ``draft_tokens`` # [B, K], ``draft_rows`` # [B, K, V],
+  ``target_rows`` # [B, K+1, V], ``uniforms`` # [B, K]; request b uses its first
+  ``γ_b = lengths[b]`` draft tokens (default K) and takes its bonus from ``target_rows[b, γ_b]``.
+- packed (``offsets`` given, vLLM's ``cu_num_draft_tokens`` with a leading 0) # [B+1]:
+  ``draft_tokens`` # [T], ``draft_rows`` # [T, V], ``uniforms`` # [T] with request b at
+  ``offsets[b]:offsets[b+1]``, and ``target_rows`` # [T+B, V] holding γ_b + 1 rows per request
+  (request b at ``offsets[b] + b``).
+
+Rows may be float32 (the serving case) or float64, and may be one-hot (greedy drafts or
+temperature 0). The per-position statistics are computed in float64 in log space:
+``log r_i = log Mb − log Ms`` of the drafted token, TV accepts on ``η_i ≤ exp(min(log r_i, 0))``
+and BV's weights use ``log p_i = S_i − max(0, max_{j≤i} S_j)`` with ``S = cumsum(log r)`` (no
+product of many ratios is ever formed). Vocabulary reductions accumulate in float64.
+
+Work: TV touches the vocabulary once per request (the residual or bonus row at τ). BV scans
+positions backwards from γ (``τ = max{i : η_i ≤ h_i}``, so the first success from the end is
+τ) and computes ``Z_{i+1}`` only for requests still unresolved; the residual row computed for
+the accepting position is reused as the correction law. Expected vocabulary passes per
+request: about ``γ − E[τ] + 1`` instead of γ.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from theory.errors import require
+
+RULES = ("token", "block")
+
+
+def _as_long(x, device) -> torch.Tensor:
+    return torch.as_tensor(x, device=device).long()
+
+
+def _layout(draft_tokens, draft_rows, target_rows, uniforms, lengths, offsets):
+    """Normalise both layouts to flat row tables plus padded [B, K] small tensors.
+
+    returns dict: draft_flat # [*, V], target_flat # [*, V], d_start # [B], t_start # [B],
+    lengths # [B], tokens # [B, K], uniforms # [B, K] float64, inside # [B, K] bool
+    """
+    draft_rows = torch.as_tensor(draft_rows)
+    target_rows = torch.as_tensor(target_rows, device=draft_rows.device)
+    device = draft_rows.device
+    tokens = _as_long(draft_tokens, device)
+    uniforms = torch.as_tensor(uniforms, device=device).double()
+    if offsets is None:
+        require(tokens.dim() == 2, f"draft_tokens: expected [B, K], got {tuple(tokens.shape)}")
+        b, k = tokens.shape
+        require(
+            draft_rows.dim() == 3 and tuple(draft_rows.shape[:2]) == (b, k),
+            f"draft_rows: expected [{b}, {k}, V], got {tuple(draft_rows.shape)}",
+        )
+        v = draft_rows.shape[2]
+        require(
+            tuple(target_rows.shape) == (b, k + 1, v),
+            f"target_rows: expected [{b}, {k + 1}, {v}], got {tuple(target_rows.shape)}",
+        )
+        require(tuple(uniforms.shape) == (b, k), f"uniforms: expected [{b}, {k}]")
+        lengths = (
+            torch.full((b,), k, dtype=torch.long, device=device)
+            if lengths is None
+            else _as_long(lengths, device)
+        )
+        require(
+            bool(((lengths >= 0) & (lengths <= k)).all()), f"lengths: expected values in 0..{k}"
+        )
+        arange_b = torch.arange(b, device=device)
+        out = {
+            "draft_flat": draft_rows.reshape(b * k, v),
+            "target_flat": target_rows.reshape(b * (k + 1), v),
+            "d_start": arange_b * k,
+            "t_start": arange_b * (k + 1),
+        }
+    else:
+        offsets = _as_long(offsets, device)
+        lengths = offsets[1:] - offsets[:-1]
+        b = lengths.numel()
+        t = int(offsets[-1]) if b else 0
+        require(bool((lengths >= 0).all()), "offsets: expected non-decreasing cumulative counts")
+        require(
+            tokens.shape == (t,) and draft_rows.dim() == 2 and draft_rows.shape[0] == t,
+            f"packed layout: expected draft_tokens [{t}] and draft_rows [{t}, V]",
+        )
+        v = draft_rows.shape[1]
+        require(tuple(target_rows.shape) == (t + b, v), f"target_rows: expected [{t + b}, {v}]")
+        require(tuple(uniforms.shape) == (t,), f"uniforms: expected [{t}]")
+        k = int(lengths.max()) if b else 0
+        request = torch.repeat_interleave(torch.arange(b, device=device), lengths)
+        position = torch.arange(t, device=device) - offsets[:-1][request]
+        padded_tokens = torch.zeros((b, k), dtype=torch.long, device=device)
+        padded_tokens[request, position] = tokens
+        padded_uniforms = torch.ones((b, k), dtype=torch.float64, device=device)
+        padded_uniforms[request, position] = uniforms
+        tokens, uniforms = padded_tokens, padded_uniforms
+        out = {
+            "draft_flat": draft_rows,
+            "target_flat": target_rows,
+            "d_start": offsets[:-1],
+            "t_start": offsets[:-1] + torch.arange(b, device=device),
+        }
+    inside = torch.arange(k, device=device)[None, :] < lengths[:, None]
+    out.update(lengths=lengths, tokens=torch.where(inside, tokens, 0), uniforms=uniforms)
+    out["inside"] = inside
+    return out
+
+
+def _log_ratios(lay) -> torch.Tensor:
+    """``log r_i`` of the drafted tokens in float64, 0 past each request's γ.  # [B, K]"""
+    b, k = lay["tokens"].shape
+    if k == 0:
+        return torch.zeros((b, 0), dtype=torch.float64, device=lay["tokens"].device)
+    position = torch.arange(k, device=lay["tokens"].device)[None, :]
+    inside = lay["inside"]
+    d_index = torch.where(inside, lay["d_start"][:, None] + position, 0)
+    t_index = torch.where(inside, lay["t_start"][:, None] + position, 0)
+    q = lay["draft_flat"][d_index, lay["tokens"]].double()
+    pt = lay["target_flat"][t_index, lay["tokens"]].double()
+    require(bool((q[inside] > 0).all()), "draft_rows: a drafted token has draft probability 0")
+    log_r = torch.log(pt) - torch.log(q)
+    return torch.where(inside, log_r, torch.zeros_like(log_r))
+
+
+def _log_block_weights(log_r: torch.Tensor) -> torch.Tensor:
+    """``log p_i = S_i − max(0, max_{j≤i} S_j)``, ``S = cumsum(log r)`` (THEORY.md §3). # [B, K]"""
+    if log_r.shape[1] == 0:
+        return log_r
+    s = torch.cumsum(log_r, dim=1)
+    running_max = torch.cummax(torch.clamp(s, min=0.0), dim=1).values
+    log_p = s - running_max
+    return torch.nan_to_num(log_p, nan=-torch.inf)  # -inf - (-inf) cannot occur; be safe
+
+
+def _rows(lay, which: str, request: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+    """Full rows ``Ms(·|X^i)`` or ``Mb(·|X^i)`` for (request, i) pairs.  returns # [U, V]"""
+    if which == "draft":
+        return lay["draft_flat"][lay["d_start"][request] + position]
+    return lay["target_flat"][lay["t_start"][request] + position]
+
+
+def _residual(lay, request, position, weight) -> torch.Tensor:
+    """``max(w · Mb(·|X^i) − Ms(·|X^i), 0)`` for (request, i) pairs, w # [U]. returns # [U, V]"""
+    target = _rows(lay, "target", request, position)
+    draft = _rows(lay, "draft", request, position)
+    return torch.clamp(weight.to(target.dtype)[:, None] * target - draft, min=0.0)
+
+
+def accept_and_residual(
+    rule: str,
+    draft_tokens,
+    draft_rows,
+    target_rows,
+    uniforms,
+    *,
+    lengths=None,
+    offsets=None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """τ and the (unnormalised) extra-token weights of every request.
+
+    The weights are the bonus row ``Mb(·|X^γ)`` when τ = γ and the residual otherwise (TV:
+    ``max(Mb − Ms, 0)``; BV: ``max(p_τ Mb − Ms, 0)``, at position τ); a residual of zero mass
+    (a probability-0 event reached through rounding) falls back to ``Mb(·|X^τ)``.
+
+    returns (τ # [B] int64, weights # [B, V] in the rows' dtype)
+    """
+    require(rule in RULES, f"rule: expected 'token' or 'block', got {rule!r}")
+    lay = _layout(draft_tokens, draft_rows, target_rows, uniforms, lengths, offsets)
+    lengths = lay["lengths"]
+    b, k = lay["tokens"].shape
+    device = lengths.device
+    v = lay["target_flat"].shape[1]
+    log_r = _log_ratios(lay)
+    arange_b = torch.arange(b, device=device)
+    weights = torch.empty((b, v), dtype=lay["target_flat"].dtype, device=device)
+    done = torch.zeros(b, dtype=torch.bool, device=device)  # weights already written
+
+    if rule == "token":
+        ok = (lay["uniforms"] <= torch.exp(torch.clamp(log_r, max=0.0))) & lay["inside"]
+        tau = torch.cumprod(ok.long(), dim=1).sum(dim=1)  # leading successes
+        residual_weight = torch.ones(b, dtype=torch.float64, device=device)
+    else:
+        log_p = _log_block_weights(log_r)
+        p = torch.exp(log_p)
+        p_full = torch.cat([torch.ones((b, 1), dtype=torch.float64, device=device), p], dim=1)
+        tau = torch.zeros(b, dtype=torch.long, device=device)
+        # i = γ: h_γ = p_γ, no vocabulary work.
+        has = lengths > 0
+        last = torch.clamp(lengths - 1, min=0)
+        accepted_last = has & (lay["uniforms"][arange_b, last] <= p[arange_b, last] if k else has)
+        tau = torch.where(accepted_last, lengths, tau)
+        pending = torch.nonzero(~accepted_last & (lengths >= 2)).flatten()
+        step = 1
+        while pending.numel():  # scan i = γ−1, γ−2, ..., 1 for still-unresolved requests
+            position = lengths[pending] - step  # i (1-based draft index = row index of X^i)
+            p_i = p_full[pending, position]
+            resid = _residual(lay, pending, position, p_i)  # [U, V]
+            z = resid.sum(dim=1, dtype=torch.float64)
+            denom = z + (1.0 - p_i)
+            h = torch.where(denom > 0, z / torch.where(denom > 0, denom, 1.0), 1.0)
+            accept = lay["uniforms"][pending, position - 1] <= h
+            winners = pending[accept]
+            tau[winners] = position[accept]
+            weights[winners] = resid[accept]
+            done[winners] = True
+            pending = pending[~accept & (position > 1)]
+            step += 1
+        residual_weight = p_full[arange_b, tau]
+
+    bonus = tau == lengths
+    rows = torch.nonzero(bonus).flatten()
+    weights[rows] = _rows(lay, "target", rows, tau[rows])
+    rows = torch.nonzero(~bonus & ~done).flatten()  # TV corrections, BV corrections at τ = 0
+    if rows.numel():
+        weights[rows] = _residual(lay, rows, tau[rows], residual_weight[rows])
+    empty = torch.nonzero(weights.sum(dim=1, dtype=torch.float64) <= 0).flatten()
+    if empty.numel():
+        weights[empty] = _rows(lay, "target", empty, tau[empty])
+    return tau, weights
+
+
+def sample_weights(weights: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One draw per row of unnormalised ``weights`` # [B, V] -> # [B] int64 (inverse CDF).
+
+    ``searchsorted(cdf, u·total, right=True)`` returns the first index whose cumulative weight
+    exceeds u·total, which is never a zero-weight token; float64 accumulation.
+    """
+    b, v = weights.shape
+    if b == 0:
+        return torch.zeros(0, dtype=torch.long, device=weights.device)
+    cdf = torch.cumsum(weights, dim=1, dtype=torch.float64)  # [B, V]
+    u = torch.rand((b, 1), generator=generator, dtype=torch.float64, device=weights.device)
+    index = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).flatten()
+    high = torch.nonzero(index >= v).flatten()  # u·total rounded up to the total
+    if high.numel():
+        last_positive = v - 1 - torch.argmax((weights[high].flip(1) > 0).int(), dim=1)
+        index[high] = last_positive
+    return index
+
+
+def verify_torch(
+    rule: str,
+    draft_tokens,
+    draft_rows,
+    target_rows,
+    uniforms,
+    *,
+    lengths=None,
+    offsets=None,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Verify a batch with ``rule`` ("token" or "block"); see the module docstring for layouts.
+
+    returns (τ # [B] int64, extra token # [B] int64: correction if τ < γ_b, bonus if τ = γ_b)
+    """
+    tau, weights = accept_and_residual(
+        rule, draft_tokens, draft_rows, target_rows, uniforms, lengths=lengths, offsets=offsets
+    )
+    return tau, sample_weights(weights, generator)
+
+
+def verify_token_torch(draft_tokens, draft_rows, target_rows, uniforms, **kwargs):
+    """Token verification (THEORY.md §2), batched torch.  returns (τ # [B], extra # [B])"""
+    return verify_torch("token", draft_tokens, draft_rows, target_rows, uniforms, **kwargs)
+
+
+def verify_block_torch(draft_tokens, draft_rows, target_rows, uniforms, **kwargs):
+    """Block verification (THEORY.md §3), batched torch.  returns (τ # [B], extra # [B])"""
+    return verify_torch("block", draft_tokens, draft_rows, target_rows, uniforms, **kwargs)
+
+
+#: rule name -> batched torch verifier
+VERIFIERS_TORCH = {"token": verify_token_torch, "block": verify_block_torch}
