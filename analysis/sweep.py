@@ -63,7 +63,9 @@ SPEC_KEYS = {"name", "seeds", "store_requests", "base", "axes", "report"}
 REPORT_KEYS = {"replicate", "title"}
 REPLICATIONS = ("tetris", "block")
 #: Per-request columns kept for latency CDFs (others are dropped to keep points small).
-REQUEST_COLUMNS = ("request_id", "e2e", "ttft", "tpot", "output_len", "prompt_len", "category")
+#: ``e2e`` = finish − arrival and ``ttft`` = first_token − arrival are derived when absent.
+REQUEST_COLUMNS = ("uid", "request_id", "arrival", "first_token", "finish", "e2e", "ttft",
+                   "tokens", "output_len", "prompt_len", "category")
 
 
 @dataclass(frozen=True)
@@ -338,29 +340,34 @@ def setting_key(config: Mapping) -> str:
 # The default runner (one simulation)
 # ---------------------------------------------------------------------------------------
 
-_TRACE_CACHE: dict[str, Any] = {}
+_TRACE_CACHE: dict[tuple, Any] = {}
 
 
-def _cached_trace(name: str) -> Any:
-    """Load a trace once per process (runs of one sweep share it)."""
-    from traces.format import read_trace, resolve_trace
+def _cached_trace(config: Any) -> Any:
+    """Load a run's trace once per process (runs of one sweep share it).
 
-    path = resolve_trace(name)
-    if path not in _TRACE_CACHE:
-        _TRACE_CACHE[path] = read_trace(path)
-    return _TRACE_CACHE[path]
+    A named trace is the same for every run; ``"synth"`` depends on the seed and
+    ``synth_alpha`` (simulator.run.load_trace), so those are part of the key.
+    """
+    from simulator.run import load_trace
+
+    key = (config.trace, config.seed, config.synth_alpha) if config.trace == "synth" else (config.trace,)
+    if key not in _TRACE_CACHE:
+        if len(_TRACE_CACHE) >= 8:
+            _TRACE_CACHE.pop(next(iter(_TRACE_CACHE)))
+        _TRACE_CACHE[key] = load_trace(config)
+    return _TRACE_CACHE[key]
 
 
 def simulate_point(config: dict) -> tuple[dict, pd.DataFrame]:
-    """Run one simulation: the default sweep runner."""
+    """Run one simulation: the default sweep runner (summary, per-request table)."""
+    from simulator.config import make_config
     from simulator.run import simulate
 
-    from simulator.config import SimConfig
-
-    cfg = SimConfig(**config)
-    trace = _cached_trace(cfg.trace) if isinstance(cfg.trace, str) else None
-    result = simulate(cfg, trace=trace)
-    return dict(result.summary), result.requests
+    cfg = make_config(config)
+    result = simulate(cfg, trace=_cached_trace(cfg))
+    summary = {k: v for k, v in result.summary.items() if k not in ("policy", "verify")}
+    return summary, result.requests
 
 
 def _call(runner: Runner, config: dict) -> tuple[dict, pd.DataFrame | None, float]:
@@ -400,6 +407,11 @@ def store_point(out: str | os.PathLike, config: dict, summary: dict, requests: p
     points = Path(out) / "points"
     points.mkdir(parents=True, exist_ok=True)
     if requests is not None:
+        requests = requests.copy()
+        if "e2e" not in requests and {"finish", "arrival"} <= set(requests.columns):
+            requests["e2e"] = requests["finish"] - requests["arrival"]
+        if "ttft" not in requests and {"first_token", "arrival"} <= set(requests.columns):
+            requests["ttft"] = requests["first_token"] - requests["arrival"]
         cols = [c for c in REQUEST_COLUMNS if c in requests.columns]
         tmp = points / f".{key}.{os.getpid()}.requests.tmp"
         requests[cols].reset_index(drop=True).to_parquet(tmp, index=False)

@@ -76,6 +76,9 @@ def run_sweep_command(args: argparse.Namespace) -> int:
 
 
 def run_report_command(args: argparse.Namespace) -> int:
+    from analysis.sweep import read_manifest
+
+    read_manifest(args.dir)  # a one-line error before the plotting stack is imported
     from analysis.report import build_report
 
     path = build_report(args.dir, fmt=args.format)

@@ -1,0 +1,177 @@
+"""``specbatch demo``: the main job in one command.
+
+On the bundled default trace (or a synthetic one when it is absent, which the output says):
+``ar``; fixed k = 1..6; DSD (scanning k ≤ 6); TETRIS, oracle and hindsight with k = 1..6 and
+e = 1, 2 (k + e capped at the trace's draft depth K); every speculative policy with token (TV)
+and block (BV) verification. 512 requests arriving at once, 64 running, roofline cost model
+of one H100 with a Vicuna-33B-shaped target and the 68M draft (the TETRIS paper's setting),
+2 seeds. Runs on the local process pool, stores every run (a rerun is instant), prints the
+headline table (best setting of each policy and verifier) and writes the full report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from analysis.cli import add_json_flag, emit, example
+
+DEFAULT_OUT = "specbatch-demo"
+KS = (1, 2, 3, 4, 5, 6)
+EXTRAS = (1, 2)
+BUDGETED = ("tetris", "oracle", "hindsight")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="run the main comparison on the bundled trace and write a report (< 2 min)",
+        description=__doc__,
+        epilog=example("specbatch demo", "specbatch demo --out /tmp/demo --workers 4",
+                       "specbatch demo --quick --json"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", default=DEFAULT_OUT,
+                        help=f"output folder (default ./{DEFAULT_OUT}/; reused on rerun)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a tiny version (few requests, k in 1..2, one seed): a smoke test")
+    parser.add_argument("--trace", default="default",
+                        help="trace name or directory (default: the bundled default trace)")
+    parser.add_argument("--workers", type=int, default=2, help="local processes (default 2)")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="number of seeds (default 2, --quick 1)")
+    parser.add_argument("--format", choices=("md", "html"), default="md", help="report format")
+    add_json_flag(parser)
+    parser.set_defaults(func=run_demo)
+
+
+def pick_trace(name: str) -> tuple[str, int, str]:
+    """(trace name for the config, its draft depth K, a one-line description).
+
+    Falls back to ``synth`` when the default trace is not bundled (yet).
+    """
+    from theory.errors import SpecbatchError
+    from traces.format import resolve_trace
+
+    try:
+        path = resolve_trace(name)
+    except SpecbatchError:
+        if name != "default":
+            raise
+        from traces.synth import SynthConfig
+
+        synth = SynthConfig()
+        return "synth", synth.depth, (
+            "synthetic (traces.synth defaults: temperature "
+            f"{synth.temperature:g}, K = {synth.depth}) because the bundled default trace "
+            "is not present")
+    meta = json.loads((Path(path) / "meta.json").read_text())
+    depth = int(meta.get("K") or meta.get("depth") or meta.get("draft_depth") or _read_k(path))
+    bits = []
+    for key in ("draft", "target"):
+        val = meta.get(key)
+        if isinstance(val, dict):
+            val = val.get("name") or val.get("path")
+        if val:
+            bits.append(str(val))
+    desc = f"{name} ({path}"
+    if len(bits) == 2:
+        desc += f": {bits[0]} -> {bits[1]}"
+    if "temperature" in meta:
+        desc += f", temperature {meta['temperature']}"
+    desc += f", K = {depth})"
+    return name, depth, desc
+
+
+def _read_k(path: str) -> int:
+    from traces.format import read_trace
+
+    return read_trace(path).K
+
+
+def demo_spec(trace: str, depth: int, quick: bool, seeds: int | None) -> dict:
+    """The demo's sweep spec (analysis.sweep format) as a dict."""
+    ks = (1, 2) if quick else KS
+    extras = (1,) if quick else EXTRAS
+    n_seeds = seeds if seeds is not None else (1 if quick else 2)
+    base = {"trace": trace, "requests": 32 if quick else 512, "max_num_seqs": 8 if quick else 64,
+            "arrival": "burst", "cost": "roofline", "hardware": "h100", "target": "vicuna-33b",
+            "draft": "vicuna-68m"}
+    verify = ["token", "block"]
+    fixed_ks = [k for k in ks if k <= depth]
+    grids: list[dict] = [
+        {"policy": ["ar"]},
+        {"policy": ["fixed"], "num_speculative_tokens": fixed_ks, "verify": verify},
+        {"policy": ["dsd"], "num_speculative_tokens": [min(max(ks), depth)], "verify": verify},
+    ]
+    for e in extras:
+        allowed = [k for k in ks if k + e <= depth]
+        if allowed:
+            grids.append({"policy": list(BUDGETED), "num_speculative_tokens": allowed,
+                          "extra": [e], "verify": verify})
+    return {"name": "demo-quick" if quick else "demo", "seeds": list(range(n_seeds)),
+            "base": base, "axes": grids,
+            "report": {"title": "specbatch demo: which draft tokens to verify, and how"}}
+
+
+def headline_text(table) -> str:
+    """Fixed-width headline table for the terminal."""
+    cols = [("policy", 9, "{}"), ("verify", 6, "{}"), ("k", 2, "{}"), ("e", 2, "{}"),
+            ("throughput", 11, "{:,.0f}"), ("speedup", 8, "{:.3f}x"), ("e2e_mean", 9, "{:.2f}"),
+            ("e2e_p99", 8, "{:.2f}"), ("vsr", 6, "{:.3f}"), ("mal", 6, "{:.3f}")]
+    heads = {"throughput": "tok/s", "speedup": "vs ar", "e2e_mean": "e2e mean",
+             "e2e_p99": "e2e p99", "vsr": "VSR", "mal": "MAL"}
+    lines = ["  ".join(f"{heads.get(c, c):>{w}}" for c, w, _ in cols)]
+    for row in table.to_dict("records"):
+        cells = []
+        for c, w, f in cols:
+            v = row.get(c)
+            if row["policy"] == "ar" and c in ("k", "e", "vsr"):
+                text = "-"
+            elif v is None or (isinstance(v, float) and math.isnan(v)):
+                text = "-"
+            else:
+                text = f.format(v)
+            cells.append(f"{text:>{w}}")
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from analysis.compare import headline
+    from analysis.report import build_report
+    from analysis.sweep import parse_spec, run_sweep
+
+    start = time.perf_counter()
+    trace, depth, desc = pick_trace(args.trace)
+    data = demo_spec(trace, depth, args.quick, args.seeds)
+    spec = parse_spec(data, f"<demo{' --quick' if args.quick else ''}>")
+    if not args.json:
+        base = data["base"]
+        sys.stderr.write(
+            f"specbatch demo: trace {desc}\n"
+            f"  {base['requests']} requests at once, {base['max_num_seqs']} running, roofline "
+            f"H100, target {base['target']}, draft {base['draft']}, {len(spec.seeds)} seed(s), "
+            f"{args.workers} worker(s) -> {args.out}/\n")
+    outcome = run_sweep(spec, args.out, workers=args.workers, progress=not args.json)
+    table = headline(outcome.table)
+    report = build_report(args.out, fmt=args.format)
+    elapsed = time.perf_counter() - start
+    result = {
+        "trace": desc, "out": str(args.out), "report": report, "runs": outcome.total,
+        "computed": outcome.computed, "reused": outcome.reused, "elapsed_s": round(elapsed, 1),
+        "headline": table.to_dict("records"),
+    }
+    text = (
+        f"Best setting of each policy and verifier (by throughput; mean over "
+        f"{len(spec.seeds)} seed(s); latency in seconds):\n\n{headline_text(table)}\n\n"
+        f"trace: {desc}\n"
+        f"{outcome.total} runs ({outcome.computed} computed, {outcome.reused} reused) in "
+        f"{elapsed:.1f} s\nreport: {report}\ntable:  {Path(args.out) / 'results.parquet'}"
+    )
+    emit(result, args.json, text)
+    return 0
