@@ -208,6 +208,10 @@ def make_trace(meta: dict, requests: dict, columns: dict, path: str | None = Non
         require(arr.shape == (rows, k),
                 f"file {where}: field {name}: expected shape ({rows}, {k}), got {arr.shape}")
     meta.setdefault("depth", k)
+    if isinstance(meta["depth"], np.integer):  # numpy scalars from a caller: store plain JSON
+        meta["depth"] = int(meta["depth"])
+    if isinstance(meta.get("temperature"), (np.integer, np.floating)):
+        meta["temperature"] = float(meta["temperature"])
     _check_meta(meta, where, depth=k)
     meta["format"], meta["version"] = FORMAT_NAME, FORMAT_VERSION
     for key in PROVENANCE_KEYS:
@@ -317,31 +321,31 @@ def _check_columns(cols: dict, temperature: float, where: str) -> None:
             row, col = _first_bad(bad)
             rng = "[0, 1]" if name in UNIT_COLUMNS else ">= 0"
             raise SpecbatchError(f"file {where}: field {name}: expected values in {rng} (slack "
-                                 f"{SLACK:g}), got {arr[row, col]!r} at row {row}, draft position {col + 1}")
+                                 f"{SLACK:g}), got {float(arr[row, col])!r} at row {row}, draft position {col + 1}")
     q = cols["q"]
     bad = q <= 0
     if bad.any():
         row, col = _first_bad(bad)
         raise SpecbatchError(f"file {where}: field q: expected q > 0 on a drafted token, got "
-                             f"{q[row, col]!r} at row {row}, draft position {col + 1}")
+                             f"{float(q[row, col])!r} at row {row}, draft position {col + 1}")
     bad = cols["draft_conf"] > cols["top1"] + SLACK
     if bad.any():
         row, col = _first_bad(bad)
         raise SpecbatchError(f"file {where}: field draft_conf: expected <= top1, got "
-                             f"{cols['draft_conf'][row, col]!r} > {cols['top1'][row, col]!r} "
+                             f"{float(cols['draft_conf'][row, col])!r} > {float(cols['top1'][row, col])!r} "
                              f"at row {row}, draft position {col + 1}")
     if temperature == 0:
         bad = np.abs(q - 1) > SLACK
         if bad.any():
             row, col = _first_bad(bad)
             raise SpecbatchError(f"file {where}: field q: expected 1 at temperature 0 (one-hot "
-                                 f"greedy draft), got {q[row, col]!r} at row {row}, draft position {col + 1}")
+                                 f"greedy draft), got {float(q[row, col])!r} at row {row}, draft position {col + 1}")
         pt = cols["pt"]
         bad = (np.abs(pt) > SLACK) & (np.abs(pt - 1) > SLACK)
         if bad.any():
             row, col = _first_bad(bad)
             raise SpecbatchError(f"file {where}: field pt: expected 0 or 1 at temperature 0 "
-                                 f"(target argmax mismatch/match), got {pt[row, col]!r} at row "
+                                 f"(target argmax mismatch/match), got {float(pt[row, col])!r} at row "
                                  f"{row}, draft position {col + 1}")
 
 
@@ -423,6 +427,10 @@ def write_positions(
     for col in LIST_COLUMNS:
         dtype = np.int32 if col == "draft_token" else np.dtype(float_dtype)
         flat = np.ascontiguousarray(columns[col], dtype=dtype).reshape(-1)
+        if col == "q" and float_dtype == "float32":
+            require(bool(np.all(flat > 0)), f"file {Path(directory) / name}: field q: expected "
+                    "values > 0 after rounding to float32 storage, got 0 (q below 1.4e-45): "
+                    "store float64")
         data[col] = pa.FixedSizeListArray.from_arrays(pa.array(flat), k)
     table = pa.table(data)
     path = Path(directory) / name

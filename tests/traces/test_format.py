@@ -10,6 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from theory.errors import SpecbatchError
 from theory.stats import block_weights, token_weights
@@ -426,3 +428,82 @@ def test_make_trace_checks_shapes_and_names(small):
         make_trace(small.meta, {**small.requests(), "output_len": small.output_len + 1}, cols)
     with pytest.raises(SpecbatchError, match=r"field depth: expected the list length 4"):
         make_trace({**small.meta, "depth": 5}, small.requests(), cols)
+
+
+# ---------------------------------------------------------------- properties
+
+
+unit = st.floats(0.0, 1.0, allow_subnormal=True)
+
+
+@st.composite
+def arbitrary_traces(draw):
+    """Any valid trace content: ragged lengths, edge values 0, 1, subnormals, unicode."""
+    n = draw(st.integers(1, 4))
+    k = draw(st.integers(1, 4))
+    lengths = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
+    rows = sum(lengths)
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    special = np.array([0.0, 1.0, 5e-324, 0.5, 1 - 2**-53])
+
+    def column(low_zero: bool) -> np.ndarray:
+        values = np.where(rng.random((rows, k)) < 0.3, rng.choice(special, (rows, k)), rng.random((rows, k)))
+        return values if low_zero else np.where(values == 0, 1.0, values)
+
+    top1 = column(True)
+    cols = {
+        "draft_token": rng.integers(0, 2**31 - 1, (rows, k)),
+        "q": column(False), "pt": column(True), "z": column(True),
+        "draft_conf": top1 * rng.random((rows, k)), "top1": top1,
+        "entropy": rng.exponential(2.0, (rows, k)),
+    }
+    ids = draw(st.lists(st.integers(-2**62, 2**62), min_size=n, max_size=n, unique=True))
+    arrival = np.full(n, np.nan) if draw(st.booleans()) else np.sort(rng.exponential(1.0, n))
+    requests = {
+        "request_id": np.array(ids), "prompt_len": rng.integers(0, 10**6, n),
+        "output_len": np.array(lengths),
+        "category": np.array(draw(st.lists(st.text(max_size=8), min_size=n, max_size=n)), dtype=object),
+        "arrival": arrival,
+    }
+    temperature = draw(st.sampled_from([0.5, 1.0, 2.0]))
+    return make_trace({"temperature": temperature, "note": draw(st.text(max_size=5))}, requests, cols)
+
+
+@settings(max_examples=25)
+@given(trace=arbitrary_traces(), float32=st.booleans())
+def test_any_trace_round_trips(tmp_path_factory, trace, float32):
+    path = tmp_path_factory.mktemp("rt") / "t"
+    if float32 and np.any(trace.q.astype(np.float32) == 0):
+        with pytest.raises(SpecbatchError, match="field q: expected values > 0 after rounding"):
+            write_trace(trace, path, float_dtype="float32")
+    elif float32:
+        write_trace(trace, path, float_dtype="float32")
+        loaded = read_trace(path)
+        assert np.array_equal(loaded.q, trace.q.astype(np.float32).astype(np.float64))
+    else:
+        write_trace(trace, path)
+        assert_same(trace, read_trace(path))
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(small, written, monkeypatch):
+    before = (written / POS).read_bytes()
+
+    def broken(table, where, **kwargs):
+        Path(where).write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pq, "write_table", broken)
+    with pytest.raises(OSError, match="disk full"):
+        write_trace(small, written)
+    assert (written / POS).read_bytes() == before
+    assert not [p for p in written.iterdir() if p.name.startswith(".")]
+    monkeypatch.undo()
+    assert_same(small, read_trace(written))
+
+
+def test_numpy_scalars_in_meta_are_stored_as_json(small, tmp_path):
+    meta = {**small.meta, "depth": np.int64(4), "temperature": np.float32(1.0)}
+    trace = make_trace(meta, small.requests(), small.columns())
+    write_trace(trace, tmp_path / "np")
+    assert read_trace(tmp_path / "np").meta["depth"] == 4
