@@ -72,40 +72,40 @@ class Records:
 
 
 class Replica:
-    """One engine copy; the running batch is a set of parallel numpy arrays # [n]."""
+    """One engine copy. The running batch is one int64 matrix ``state`` # [F, n] whose rows
+    are the per-request fields (:data:`FIELDS`), so admission and retirement are a single
+    concatenate / column selection; the properties below are row views (writes go through).
+    """
+
+    FIELDS = ("uid", "pos", "prefilled", "prompt", "out", "base", "key", "n_steps",
+              "n_drafted", "n_verified", "n_accepted")
+    # pos: tokens emitted so far = current output position t; prefilled: prompt tokens in
+    # the KV cache; base: trace row of output position 0; key: verifier stream key (uint64
+    # bits); n_*: decode steps taken and draft tokens drafted / verified / accepted.
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.waiting: deque[int] = deque()
-        empty = np.zeros(0, dtype=_I64)
-        self.uid = empty
-        self.pos = empty  # tokens emitted so far = current output position t
-        self.prefilled = empty  # prompt tokens already in the KV cache
-        self.prompt = empty
-        self.out = empty
-        self.base = empty  # trace row of output position 0
-        self.key = np.zeros(0, dtype=np.uint64)  # verifier stream key
-        self.n_steps = empty  # decode steps taken
-        self.n_drafted = empty
-        self.n_verified = empty
-        self.n_accepted = empty
+        self.state = np.zeros((len(self.FIELDS), 0), dtype=_I64)
         self.n_prefilling = 0
         self.kv_reserved = 0
         self.busy = False
         self.scheduled = False
         self.finishing = 0
 
-    ARRAYS = ("uid", "pos", "prefilled", "prompt", "out", "base", "key", "n_steps",
-              "n_drafted", "n_verified", "n_accepted")
-
     @property
     def n_running(self) -> int:
-        return int(self.uid.shape[0])
+        return int(self.state.shape[1])
 
     def keep(self, mask: np.ndarray) -> None:
         """Drop running requests where ``mask`` is False.  mask # [n] bool"""
-        for name in self.ARRAYS:
-            setattr(self, name, getattr(self, name)[mask])
+        self.state = self.state[:, mask]
+
+
+for _i, _name in enumerate(Replica.FIELDS):
+    setattr(Replica, _name, property(lambda self, _i=_i: self.state[_i],
+                                     lambda self, value, _i=_i: self.state.__setitem__(_i, value)))
+_UID, _POS, _PREFILLED, _PROMPT, _OUT, _BASE, _KEY, _STEPS, _DRAFTED, _VERIFIED, _ACCEPTED = range(11)
 
 
 class Engine:
@@ -219,12 +219,13 @@ class Engine:
         if not take:
             return 0
         u = np.asarray(take, dtype=_I64)
-        zeros = np.zeros(u.shape[0], dtype=_I64)
-        new = {"uid": u, "pos": zeros, "prefilled": zeros, "prompt": self.w.prompt_len[u],
-               "out": self.w.output_len[u], "base": self.w.row_base[u], "key": self.keys[u],
-               "n_steps": zeros, "n_drafted": zeros, "n_verified": zeros, "n_accepted": zeros}
-        for name in Replica.ARRAYS:
-            setattr(rep, name, np.concatenate([getattr(rep, name), new[name]]))
+        new = np.zeros((len(Replica.FIELDS), u.shape[0]), dtype=_I64)
+        new[_UID] = u
+        new[_PROMPT] = self.w.prompt_len[u]
+        new[_OUT] = self.w.output_len[u]
+        new[_BASE] = self.w.row_base[u]
+        new[_KEY] = self.keys[u].view(_I64)
+        rep.state = np.concatenate([rep.state, new], axis=1)
         rep.n_prefilling += len(take)
         return len(take)
 
@@ -263,13 +264,16 @@ class Engine:
 
     def decode_step(self, rep: Replica, time: float) -> float:
         cost = self.cost
+        state = rep.state
         if rep.n_prefilling == 0:
             d_idx = None
-            pos, base, prompt, out, key = rep.pos, rep.base, rep.prompt, rep.out, rep.key
+            pos, base, prompt, out = state[_POS], state[_BASE], state[_PROMPT], state[_OUT]
+            key = state[_KEY].view(np.uint64)
         else:
-            d_idx = np.flatnonzero(rep.prefilled >= rep.prompt)
-            pos, base, prompt, out, key = (rep.pos[d_idx], rep.base[d_idx], rep.prompt[d_idx],
-                                           rep.out[d_idx], rep.key[d_idx])
+            d_idx = np.flatnonzero(state[_PREFILLED] >= state[_PROMPT])
+            sub = state[:, d_idx]
+            pos, base, prompt, out = sub[_POS], sub[_BASE], sub[_PROMPT], sub[_OUT]
+            key = sub[_KEY].view(np.uint64)
         n = pos.shape[0]
         draft_t = target_t = 0.0
         drafted_sum = verified_sum = accepted_sum = emitted_sum = depth_used = 0
@@ -294,22 +298,23 @@ class Engine:
             depth_used = int(drafted.max(initial=0))
             if depth_used:
                 ones = np.ones(n, dtype=_I64)
+                uniform = int(drafted.min()) == depth_used  # every request drafts to the end
                 for d in range(depth_used):
-                    active = drafted > d
-                    if active.all():
+                    if uniform:
                         draft_t += float(cost.step_time("draft", ones, kv + d))
                     else:
+                        active = drafted > d
                         draft_t += float(cost.step_time("draft", ones[active], kv[active] + d))
             q_len = verified + 1
             drafted_sum, verified_sum = int(drafted.sum()), int(verified.sum())
             accepted_sum, emitted_sum = int(tau.sum()), int(emitted.sum())
             if d_idx is None:
                 if not self.reference:
-                    rep.pos += emitted
-                rep.n_steps += 1
-                rep.n_drafted += drafted
-                rep.n_verified += verified
-                rep.n_accepted += tau
+                    state[_POS] += emitted
+                state[_STEPS] += 1
+                state[_DRAFTED] += drafted
+                state[_VERIFIED] += verified
+                state[_ACCEPTED] += tau
             else:
                 if not self.reference:
                     rep.pos[d_idx] += emitted
@@ -362,7 +367,7 @@ class Engine:
             j = i if d_idx is None else int(d_idx[i])
             p = int(rep.pos[j])
             if depth:
-                eta = np.asarray([uniforms_scalar(int(rep.key[j]), p, depth)])
+                eta = np.asarray([uniforms_scalar(int(rep.key[j].view(np.uint64)), p, depth)])
                 t = int(sample_tau(q[i:i + 1], pt[i:i + 1], z[i:i + 1], verified[i:i + 1], eta,
                                    self.rule)[0])
             else:

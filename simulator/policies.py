@@ -172,7 +172,8 @@ class DynamicSD(Policy):
 def cumulative_confidence(view: StepView, depth: int) -> np.ndarray:
     """TETRIS surrogate ``Π_{l≤j} draft_conf_l`` (the draft's own temperature-1 probability of
     its drafted tokens, THEORY.md §5).  # [n, depth]"""
-    return np.cumprod(view.trace.draft_conf[view.rows, :depth], axis=1)
+    conf = np.minimum(view.trace.draft_conf[view.rows, :depth], 1.0)  # validation slack 1e-6
+    return np.cumprod(conf, axis=1)
 
 
 def allocate(values: np.ndarray, budget: int, rule: str) -> np.ndarray:
@@ -210,7 +211,10 @@ class Tetris(Policy):
     """``tetris``: every request drafts K = k + e tokens; verify the C-best prefixes.
 
     Estimates P_{i,j} by the cumulative draft confidence (the official code's surrogate),
-    then allocates with :func:`allocate` (greedy top-C for TV, theory's exact DP for BV).
+    then allocates under C: greedy top-C for TV; for BV the exact optimum of theory's DP
+    problem on these estimates, which (rows being non-increasing) :func:`monotone_optimum`
+    computes in O(n·K) — the same allocation as :func:`theory.allocate.optimal_dp` up to
+    ties (parity test).
     Looks at: ``draft_conf`` of the drafted tokens (known before verification).
     """
 
@@ -219,7 +223,10 @@ class Tetris(Policy):
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         n = view.rows.shape[0]
         values = cumulative_confidence(view, self.depth)
-        s = allocate(values, view.budget, self.rule)
+        if self.rule == "token":
+            s = greedy_topc(values, view.budget)
+        else:  # cumprod of confidences ≤ 1 is non-increasing: the monotone optimum is exact
+            s = monotone_optimum(values, view.budget)
         return np.full(n, self.depth, dtype=np.int64), s
 
 

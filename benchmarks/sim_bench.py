@@ -1,0 +1,104 @@
+"""Simulator speed: simulated output tokens per wall-clock second (issue 5 §8).
+
+Headline: 10k requests arriving at once, max_num_seqs 64, TETRIS (k = 3, e = 1) with block
+verification on the bundled default trace when present (else a synthetic trace; the table
+says which), roofline cost model (H100, vicuna-68m -> vicuna-33b). The same workload also runs
+through the engine's per-request reference step (``reference=True``: scalar hash and one
+``accept_from_stats`` call per request per step) on a smaller request count, and the ratio of
+the two rates is printed. Then the curve for max_num_seqs 8..512.
+
+Usage: .venv/bin/python benchmarks/sim_bench.py [--requests N] [--quick] [--json]
+Goal: >= 1M simulated tokens/s for the headline row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from simulator.config import load_config  # noqa: E402
+from simulator.run import build_cost, simulate  # noqa: E402
+
+
+def load_bench_trace():
+    """(trace, description): the bundled default trace if present, else a synthetic one."""
+    try:
+        from traces.format import read_trace, resolve_trace
+
+        path = resolve_trace("default")
+        trace = read_trace(path)
+        return trace, f"default trace ({path}, {trace.n_requests} requests, K={trace.K})"
+    except Exception:  # noqa: BLE001 - no bundled trace yet
+        from traces.synth import SynthConfig, synth_trace
+
+        cfg = SynthConfig(requests=256, seed=0)
+        return synth_trace(cfg), (f"synthetic trace (traces.synth defaults, {cfg.requests} "
+                                  f"requests, K={cfg.depth}; no bundled default trace found)")
+
+
+def rate(config, trace, cost, reference: bool = False) -> tuple[float, dict]:
+    """Simulated output tokens per wall second of one simulate() call (best of one run)."""
+    start = time.perf_counter()
+    result = simulate(config, trace, cost_model=cost, reference=reference)
+    wall = time.perf_counter() - start
+    s = result.summary
+    return s["tokens"] / wall, {"wall_s": wall, "tokens": s["tokens"], "steps": s["steps"],
+                                "mal": s["mal"], "sim_throughput": s["throughput"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--reference-requests", type=int, default=500)
+    parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.requests, args.reference_requests = 1000, 100
+    trace, source = load_bench_trace()
+    base = load_config(None, trace="synth", policy="tetris", num_speculative_tokens=3, extra=1,
+                       verify="block", max_num_seqs=64, requests=args.requests)
+    cost = build_cost(base)
+    out: dict = {"trace": source, "config": "tetris k=3 e=1 BV, burst, roofline h100 "
+                 "vicuna-68m -> vicuna-33b"}
+    fast, info = rate(base, trace, cost)
+    ref_config = base.replace(requests=args.reference_requests)
+    fast_small, _ = rate(ref_config, trace, cost)
+    slow_small, _ = rate(ref_config, trace, cost, reference=True)
+    out["headline"] = {"requests": args.requests, "max_num_seqs": 64, "tokens_per_s": fast, **info}
+    out["reference"] = {"requests": args.reference_requests, "vectorised_tokens_per_s": fast_small,
+                        "reference_tokens_per_s": slow_small, "ratio": fast_small / slow_small}
+    curve = []
+    for batch in (8, 16, 32, 64, 128, 256, 512):
+        n = max(args.requests // 5, 8 * batch) if not args.quick else 4 * batch
+        r, info = rate(base.replace(max_num_seqs=batch, requests=n), trace, cost)
+        curve.append({"max_num_seqs": batch, "requests": n, "tokens_per_s": r, **info})
+    out["curve"] = curve
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"simulator benchmark on {source}")
+    print(f"config: {out['config']}")
+    h = out["headline"]
+    print(f"\nheadline: {h['requests']} requests, max_num_seqs 64: {h['tokens_per_s']:,.0f} "
+          f"simulated tokens/s ({h['tokens']} tokens, {h['steps']} steps, {h['wall_s']:.2f} s wall;"
+          f" goal >= 1,000,000)")
+    ref = out["reference"]
+    print(f"reference per-request loop ({ref['requests']} requests): vectorised "
+          f"{ref['vectorised_tokens_per_s']:,.0f} vs reference {ref['reference_tokens_per_s']:,.0f}"
+          f" tokens/s -> ratio {ref['ratio']:.1f}x")
+    print(f"\n{'max_num_seqs':>12} {'requests':>9} {'steps':>7} {'MAL':>6} {'wall s':>8} "
+          f"{'sim tokens/s':>14}")
+    for row in curve:
+        print(f"{row['max_num_seqs']:>12} {row['requests']:>9} {row['steps']:>7} "
+              f"{row['mal']:>6.2f} {row['wall_s']:>8.2f} {row['tokens_per_s']:>14,.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
