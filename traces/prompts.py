@@ -18,6 +18,7 @@ Two jobs:
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import random
 import sysconfig
@@ -170,18 +171,23 @@ def _pydoc_topics() -> list[str]:
 
 
 def stdlib_documents(kind: str, split: str) -> list[str]:
-    """Documents of the local corpus, deterministic order.
+    """Documents of the local corpus, deterministic order (cached per process).
 
     kind:  ``code`` (source files) or ``prose`` (help topics, licence, docstrings)
     split: ``train``, ``heldout`` or ``all``
     """
+    return list(_stdlib_documents(kind, split))
+
+
+@functools.lru_cache(maxsize=8)
+def _stdlib_documents(kind: str, split: str) -> tuple[str, ...]:
     if kind not in ("code", "prose") or split not in ("train", "heldout", "all"):
         raise ValueError(f"kind/split: got {kind!r}/{split!r}")
     keep = (lambda i: True) if split == "all" else (
         (lambda i: is_heldout(i)) if split == "heldout" else (lambda i: not is_heldout(i)))
     files = stdlib_source_files()
     if kind == "code":
-        return [t for i, f in enumerate(files) if keep(i) and (t := _read(f)).strip()]
+        return tuple(t for i, f in enumerate(files) if keep(i) and (t := _read(f)).strip())
     docs: list[str] = []
     for i, topic in enumerate(_pydoc_topics()):
         if keep(i):
@@ -195,7 +201,7 @@ def stdlib_documents(kind: str, split: str) -> list[str]:
             strings = _docstrings(_read(f))
             if strings:
                 docs.append("\n\n".join(strings))
-    return docs
+    return tuple(docs)
 
 
 # ----------------------------------------------------------------------------- default prompts

@@ -1,0 +1,244 @@
+"""Capture from live models (traces/capture.py): the fast path equals the naive twin, the
+recorded statistics equal THEORY.md §3 on the full rows, resume reproduces an uninterrupted
+run, and bad models are one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from theory.errors import SpecbatchError  # noqa: E402
+from theory.stats import position_stats  # noqa: E402
+from traces.capture import (  # noqa: E402
+    CaptureConfig,
+    capture,
+    capture_request,
+    capture_request_naive,
+    encode_prompt,
+    load_pair,
+)
+from traces.format import LIST_COLUMNS, read_trace  # noqa: E402
+from traces.prompts import Prompt  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXT = ("def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the lazy dog. "
+        "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n") * 8
+
+
+def _save_pair(out: Path, vocab: int = 300, seed: int = 0, target_hidden: int = 48) -> tuple[str, str]:
+    from traces.zoo import ModelSize, make_model, train_tokenizer
+
+    tok = train_tokenizer([TEXT], vocab)
+    torch.manual_seed(seed)
+    paths = []
+    for role, shape in (("draft", ModelSize(1, 16, 2, 32)),
+                        ("target", ModelSize(2, target_hidden, 4, 96))):
+        model = make_model(shape, len(tok), 64, tok.eos_token_id)
+        # random weights of this scale give rows far from uniform: a real test of the stats
+        with torch.no_grad():
+            model.get_output_embeddings().weight.mul_(20.0)
+        model.save_pretrained(out / role)
+        tok.save_pretrained(out / role)
+        paths.append(str(out / role))
+    return paths[0], paths[1]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return _save_pair(tmp_path_factory.mktemp("pair"))
+
+
+@pytest.fixture(scope="module")
+def loaded(pair):
+    return load_pair(*pair)
+
+
+PROMPTS = [Prompt("def add(a, b):", "code"), Prompt("The quick brown fox", "prose"),
+           Prompt("class Point:\n", "code"), Prompt("jumps over the", "prose"),
+           Prompt("return a", "code")]
+
+
+def _naive_stats(tokens, draft_rows, target_rows):
+    """THEORY.md §3 written out with explicit loops (the specification)."""
+    rows, k = tokens.shape
+    q = np.zeros((rows, k))
+    pt = np.zeros((rows, k))
+    z = np.zeros((rows, k))
+    for b in range(rows):
+        p_prev = 1.0
+        for i in range(k):
+            x = tokens[b, i]
+            q[b, i] = draft_rows[b, i, x]
+            pt[b, i] = target_rows[b, i, x]
+            z[b, i] = sum(max(p_prev * target_rows[b, i, v] - draft_rows[b, i, v], 0.0)
+                          for v in range(draft_rows.shape[2]))
+            p_prev = min(p_prev * pt[b, i] / q[b, i], 1.0)
+    return q, pt, z
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+def test_recorded_statistics_equal_theory_on_the_full_rows(loaded, temperature):
+    tok, draft, target = loaded
+    cfg = CaptureConfig(max_new_tokens=12, depth=4, temperature=temperature, batch_size=5,
+                        stop_at_eos=False)
+    res = capture_request(tok, draft, target, encode_prompt(tok, "def add(a, b):", 64), 0, cfg,
+                          return_rows=True)
+    ref = position_stats(res["draft_token"], res["draft_rows"], res["target_rows"])
+    for name in ("q", "pt", "z"):
+        np.testing.assert_allclose(res[name], ref[name], rtol=0, atol=1e-12)
+    q, pt, z = _naive_stats(res["draft_token"][:4], res["draft_rows"][:4], res["target_rows"][:4])
+    np.testing.assert_allclose(res["q"][:4], q, atol=1e-12)
+    np.testing.assert_allclose(res["pt"][:4], pt, atol=1e-12)
+    np.testing.assert_allclose(res["z"][:4], z, atol=1e-12)
+    assert (res["q"] > 0).all() and (res["z"] >= 0).all() and (res["z"] <= 1 + 1e-9).all()
+    # draft signals from the temperature-1 softmax of the draft
+    assert (res["top1"] >= res["draft_conf"] - 1e-12).all()
+    assert (res["entropy"] >= 0).all()
+    if temperature == 0:
+        assert (res["q"] == 1).all() and set(np.unique(res["pt"])) <= {0.0, 1.0}
+        # one-hot draft: Z_{i+1} = p_i (1 - pt_{i+1}) (THEORY.md §3)
+        p = np.concatenate([np.ones((len(res["pt"]), 1)), np.cumprod(res["pt"], 1)[:, :-1]], 1)
+        np.testing.assert_allclose(res["z"], p * (1 - res["pt"]), atol=1e-12)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_shared_prefix_fast_path_equals_naive_recomputation(loaded, temperature):
+    tok, draft, target = loaded
+    cfg = CaptureConfig(max_new_tokens=10, depth=3, temperature=temperature, batch_size=4,
+                        stop_at_eos=False)
+    ids = encode_prompt(tok, "class Point:\n", 64)
+    fast = capture_request(tok, draft, target, ids, 7, cfg, return_rows=True)
+    naive = capture_request_naive(tok, draft, target, ids, 7, cfg, return_rows=True)
+    np.testing.assert_array_equal(fast["y"], naive["y"])
+    np.testing.assert_array_equal(fast["draft_token"], naive["draft_token"])
+    for name in ("draft_rows", "target_rows", "q", "pt", "z", "draft_conf", "entropy", "top1"):
+        np.testing.assert_allclose(fast[name], naive[name], atol=1e-5, err_msg=name)
+
+
+def test_content_does_not_depend_on_batch_size(loaded):
+    tok, draft, target = loaded
+    ids = encode_prompt(tok, "The quick", 64)
+    a = capture_request(tok, draft, target, ids, 3, CaptureConfig(max_new_tokens=9, depth=3,
+                        batch_size=2, stop_at_eos=False))
+    b = capture_request(tok, draft, target, ids, 3, CaptureConfig(max_new_tokens=9, depth=3,
+                        batch_size=64, stop_at_eos=False))
+    np.testing.assert_array_equal(a["draft_token"], b["draft_token"])
+    np.testing.assert_allclose(a["z"], b["z"], atol=1e-6)
+
+
+def _cfg(**kw):
+    return CaptureConfig(**{"max_new_tokens": 6, "depth": 3, "batch_size": 4,
+                            "chunk_requests": 2, "stop_at_eos": False, **kw})
+
+
+def _same_trace(a, b):
+    for name in ("request_id", "prompt_len", "output_len", "offsets"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert list(a.category) == list(b.category)
+    for name in LIST_COLUMNS:
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+def test_capture_writes_a_valid_trace_with_provenance(pair, tmp_path):
+    meta = capture(*pair, PROMPTS, tmp_path / "t", _cfg(), progress=False, command="test")
+    trace = read_trace(tmp_path / "t")
+    assert trace.n_requests == 5 and trace.K == 3 and trace.temperature == 1.0
+    assert (trace.output_len == 6).all() and trace.n_rows == 30
+    assert list(trace.category) == ["code", "prose", "code", "prose", "code"]
+    assert meta["completion"]["status"] == "complete"
+    assert meta["models"]["target"]["params"] > meta["models"]["draft"]["params"]
+    assert meta["library_versions"]["torch"] == torch.__version__
+    assert len(list((tmp_path / "t").glob("positions-*.parquet"))) == 3  # one per chunk
+
+
+def test_resume_after_interruption_equals_an_uninterrupted_run(pair, tmp_path):
+    full = tmp_path / "full"
+    capture(*pair, PROMPTS, full, _cfg(), progress=False)
+    part = tmp_path / "part"
+    capture(*pair, PROMPTS, part, _cfg(), progress=False, stop_after_chunks=1)
+    meta = json.loads((part / "meta.json").read_text())
+    assert meta["completion"]["status"] == "partial"
+    assert meta["completion"]["requests"] == ["done", "done", "pending", "pending", "pending"]
+    assert read_trace(part).n_requests == 2  # a partial capture is a valid trace of what is done
+    with pytest.raises(SpecbatchError, match="--resume"):
+        capture(*pair, PROMPTS, part, _cfg(), progress=False)
+    capture(*pair, PROMPTS, part, _cfg(batch_size=1), progress=False, resume=True)
+    _same_trace(read_trace(full), read_trace(part))
+
+
+def test_resume_refuses_different_content_options(pair, tmp_path):
+    capture(*pair, PROMPTS, tmp_path / "t", _cfg(), progress=False, stop_after_chunks=1)
+    with pytest.raises(SpecbatchError, match="fingerprint"):
+        capture(*pair, PROMPTS, tmp_path / "t", _cfg(depth=2), progress=False, resume=True)
+
+
+def _cli(*args, **kw):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "analysis.cli", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.mark.slow
+def test_kill_9_mid_capture_then_resume(pair, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in PROMPTS * 4))
+    args = ["capture", "--draft", pair[0], "--target", pair[1], "--prompts", str(prompts),
+            "--max-new-tokens", "24", "--depth", "3", "--chunk-requests", "1", "--no-progress",
+            "--threads", "1"]
+    ref = _cli(*args, "--out", str(tmp_path / "ref"))
+    assert ref.wait(timeout=300) == 0, ref.stderr.read()
+    proc = _cli(*args, "--out", str(tmp_path / "cut"))
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list((tmp_path / "cut").glob("positions-*"))) < 3:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = json.loads((tmp_path / "cut" / "meta.json").read_text())["completion"]["done"]
+    assert 0 < done < 20
+    again = _cli(*args, "--out", str(tmp_path / "cut"), "--resume")
+    assert again.wait(timeout=300) == 0, again.stderr.read()
+    _same_trace(read_trace(tmp_path / "ref"), read_trace(tmp_path / "cut"))
+
+
+def test_bad_model_path_is_a_one_line_error(pair, tmp_path):
+    with pytest.raises(SpecbatchError, match="draft model .*expected a local Hugging Face model"):
+        load_pair(str(tmp_path / "missing"), pair[1])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SpecbatchError, match="target model .*without config.json"):
+        load_pair(pair[0], str(tmp_path / "empty"))
+
+
+def test_vocabulary_mismatch_is_a_one_line_error(pair, tmp_path):
+    from traces.zoo import ModelSize, make_model, train_tokenizer
+
+    tok = train_tokenizer([TEXT + " different words entirely"], 280)
+    model = make_model(ModelSize(1, 16, 2, 32), len(tok), 64, tok.eos_token_id)
+    model.save_pretrained(tmp_path / "other")
+    tok.save_pretrained(tmp_path / "other")
+    with pytest.raises(SpecbatchError, match="expected the same vocabulary"):
+        load_pair(pair[0], str(tmp_path / "other"))
+
+
+def test_cli_errors_are_one_line_with_exit_2(pair, tmp_path):
+    from analysis.cli import main
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello\n")
+    proc = _cli("capture", "--draft", str(tmp_path / "nope"), "--target", pair[1],
+                "--prompts", str(prompts), "--out", str(tmp_path / "o"))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert err.strip().count("\n") == 0 and err.startswith("specbatch: error: draft model")
+    assert main(["capture", "--draft", pair[0], "--target", pair[1], "--prompts",
+                 str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")]) == 2
