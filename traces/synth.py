@@ -25,11 +25,13 @@ Surrogate quality (how well ``draft_conf`` predicts acceptance, for TETRIS):
   (default 0.1 for good, 0.8 for poor).
 In the last three, ``top1`` is raised to ``max(top1, draft_conf)`` so ``draft_conf ≤ top1``.
 
-Constant-acceptance mode (``constant_alpha = α``, T > 0): the drafted token gets draft
-probability ``q = 2^{-m}`` (m ∈ {0, 1, 2}) and target probability ``pt = α q``, both exact in
-binary floating point, so every ``min(1, r_i) = α`` exactly; the other tokens' mass is spread by
-Dirichlet draws and ``z`` again comes from position_stats, so BV's ``p_i = α^i`` and Z are
-consistent (E[τ + 1] = (1 − α^{γ+1}) / (1 − α) for both rules).
+Constant-acceptance mode (``constant_alpha = α``, T > 0): a deterministic (one-hot) draft,
+``q = 1``, and target probability ``pt = α`` on the drafted token, so every ``min(1, r_i) = α``
+exactly; the target's other mass is spread by Dirichlet draws and ``z`` again comes from
+position_stats. A one-hot draft makes BV equal TV path by path: ``p_i = α^i``,
+``Z_{i+1} = p_i (1 − α)``, and on every row both rules give ``P(τ ≥ i) = α^i``, hence
+``E[τ + 1] = (1 − α^{γ+1}) / (1 − α)``. Draft signals are those of a one-hot draft
+(``draft_conf = top1 = 1``, ``entropy = 0``) unless a surrogate overrides ``draft_conf``.
 
 Deterministic for a seed; vectorised over rows (chunks of rows, loops only over K and over
 output positions of the reference chain).
@@ -290,32 +292,27 @@ def _chunk_markov(config, tables, pair, context, level, uniforms) -> dict:
 
 
 def _chunk_constant(config, rng, b) -> dict:
-    """``b`` rows with ``q = 2^{-m}`` and ``pt = α q`` on the drafted token (min(1, r) = α).
+    """``b`` rows of a deterministic (one-hot) draft with ``pt = α`` on the drafted token.
 
-    returns dict of # [b, K] arrays
+    ``q = 1`` and ``pt = α`` give ``min(1, r_i) = α`` bit for bit; the target's other mass
+    ``1 − α`` is spread by a Dirichlet draw. With a one-hot draft BV equals TV path by path
+    (THEORY.md §3): ``p_i = α^i`` and ``Z_{i+1} = p_i (1 − α)``, so both rules accept
+    ``P(τ ≥ i | X^γ) = α^i`` on every row. returns dict of # [b, K] arrays
     """
     v, k = config.vocab, config.depth
     alpha = float(config.constant_alpha)
     tokens = rng.integers(v, size=(b, k))
-    q = 2.0 ** -rng.integers(0, 3, size=(b, k))  # 1, 1/2 or 1/4: exact in binary
-    pt = alpha * q  # exact: multiplication by a power of two
-
-    def spread(mass_on_token, token, count):
-        rest = rng.dirichlet(np.full(v - 1, config.concentration), size=(b, count))
-        rows = np.empty((b, count, v))
-        others = np.arange(v)[None, None, :] != token[:, :, None]
-        rows[others] = (rest * (1 - mass_on_token)[:, :, None]).ravel()
-        np.put_along_axis(rows, token[:, :, None], mass_on_token[:, :, None], axis=2)
-        return rows
-
-    draft_rows = spread(q, tokens, k)
-    last = rng.dirichlet(np.full(v, config.concentration), size=b)[:, None, :]
-    target_rows = np.concatenate([spread(pt, tokens, k), last], axis=1)
+    rest = rng.dirichlet(np.full(v - 1, config.concentration), size=(b, k))  # [b, K, V-1]
+    target_rows = np.empty((b, k + 1, v))
+    others = np.arange(v)[None, None, :] != tokens[:, :, None]  # [b, K, V]
+    target_rows[:, :k][others] = (rest * (1 - alpha)).ravel()
+    np.put_along_axis(target_rows[:, :k], tokens[:, :, None], alpha, axis=2)
+    target_rows[:, k] = rng.dirichlet(np.full(v, config.concentration), size=b)
+    draft_rows = (np.arange(v)[None, None, :] == tokens[:, :, None]).astype(np.float64)
     stats = position_stats(tokens, draft_rows, target_rows)
-    # position_stats gathers the exact values we put in, so min(1, pt/q) = α bit for bit.
+    ones = np.ones((b, k))
     return {"draft_token": tokens, "q": stats["q"], "pt": stats["pt"], "z": stats["z"],
-            "draft_conf": q, "entropy": -(draft_rows * np.log(np.where(draft_rows > 0, draft_rows, 1))).sum(axis=2),
-            "top1": draft_rows.max(axis=2)}
+            "draft_conf": ones, "entropy": np.zeros((b, k)), "top1": ones}
 
 
 def _apply_surrogate(config: SynthConfig, rng: np.random.Generator, out: dict) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from theory.errors import SpecbatchError
-from theory.stats import token_weights
+from theory.stats import block_thresholds, token_weights
 from traces.format import read_trace, write_trace
 from traces.synth import SynthConfig, synth_trace
 
@@ -130,8 +130,11 @@ def test_constant_alpha_mode_gives_exact_acceptance():
     powers = alpha ** np.arange(1, trace.K + 1)
     assert np.allclose(trace.p, powers[None, :], rtol=1e-12)
     assert np.allclose(trace.accept_tv, powers[None, :], rtol=1e-12)
-    prev, own = p_prev(trace), np.maximum(p_prev(trace) * trace.pt - trace.q, 0.0)
-    assert np.all(trace.z >= own - 1e-12) and np.all(trace.z <= prev * (1 - trace.pt) + own + 1e-12)
+    # one-hot draft: Z_{i+1} = p_i (1 − α), so BV's thresholds give P(τ ≥ i) = α^i on every row
+    assert np.allclose(trace.z, p_prev(trace) * (1 - alpha), rtol=1e-12)
+    h = block_thresholds(trace.p, trace.z, np.full(trace.n_rows, trace.K))
+    survive = 1 - np.cumprod((1 - h)[:, ::-1], axis=1)[:, ::-1]  # P(τ ≥ i | path) under BV
+    assert np.allclose(survive, powers[None, :], rtol=1e-9)
 
 
 def test_hard_requests_accept_less_than_easy_ones():
