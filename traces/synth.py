@@ -277,14 +277,14 @@ def _chunk_markov(config, tables, pair, context, level, uniforms) -> dict:
         if config.temperature == 0:
             x = tables["argmax"][c]
         else:
-            cdf = tables["cdf"][c]  # [B, V]
+            cdf = np.take(tables["cdf"], c, axis=0)  # [B, V]
             threshold = (1.0 - uniforms[:, i]) * cdf[:, -1]  # in (0, total]: never a zero-mass token
-            x = np.minimum((cdf < threshold[:, None]).sum(axis=1), v - 1)
+            x = np.minimum(np.count_nonzero(cdf < threshold[:, None], axis=1), v - 1)
         tokens[:, i], combo[:, i] = x, c
-        draft_rows[:, i] = tables["draft_t"][c]
-        target_rows[:, i] = tables["target_t"][pair * v + prev]
+        draft_rows[:, i] = np.take(tables["draft_t"], c, axis=0)
+        target_rows[:, i] = np.take(tables["target_t"], pair * v + prev, axis=0)
         prev = x
-    target_rows[:, k] = tables["target_t"][pair * v + prev]
+    target_rows[:, k] = np.take(tables["target_t"], pair * v + prev, axis=0)
     stats = position_stats(tokens, draft_rows, target_rows)
     return {"draft_token": tokens, "q": stats["q"], "pt": stats["pt"], "z": stats["z"],
             "draft_conf": tables["draft1"][combo, tokens], "entropy": tables["entropy"][combo],
