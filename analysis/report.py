@@ -542,7 +542,7 @@ def build_report(out: str | os.PathLike, fmt: str = "md") -> str:
     for metric, name in (("throughput", "throughput_vs_k.png"), ("e2e_mean", "e2e_vs_k.png")):
         made = figure_vs_k(df, metric, rep / name)
         if made:
-            figures.append((made, f"{label(metric)} vs window k per policy{note}; shaded: 95% CI "
+            figures.append((made, f"{label(metric)} vs window k per policy{note}; bars: 95% CI "
                                   "over seeds"))
     made = figure_vsr_mal(df, rep / "vsr_mal.png")
     if made:

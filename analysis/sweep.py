@@ -324,9 +324,16 @@ def expand(spec: SweepSpec, config_cls: type | None = None) -> list[dict]:
     return runs
 
 
-def run_key(config: Mapping, version: str = __version__) -> str:
-    """Hash of a resolved config and the package version (the run's file name)."""
-    blob = json.dumps({"config": _plain(dict(config)), "version": version}, sort_keys=True)
+def run_key(config: Mapping, version: str = __version__, trace_id: str | None = None) -> str:
+    """Hash of a resolved config and the package version (the run's file name).
+
+    ``trace_id`` (see :func:`trace_fingerprint`) makes a recaptured trace of the same name
+    invalidate the stored runs that used the old one.
+    """
+    payload = {"config": _plain(dict(config)), "version": version}
+    if trace_id is not None:
+        payload["trace_id"] = trace_id
+    blob = json.dumps(payload, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
@@ -401,9 +408,9 @@ def requests_path(out: str | os.PathLike, key: str) -> Path:
 
 
 def store_point(out: str | os.PathLike, config: dict, summary: dict, requests: pd.DataFrame | None,
-                elapsed_s: float) -> str:
+                elapsed_s: float, key: str | None = None) -> str:
     """Write one run's result atomically (requests table first, the JSON marks completion)."""
-    key = run_key(config)
+    key = key or run_key(config)
     points = Path(out) / "points"
     points.mkdir(parents=True, exist_ok=True)
     if requests is not None:
@@ -444,19 +451,19 @@ def _progress(total: int, enabled: bool, desc: str):
                 unit="run", dynamic_ncols=True, leave=False)
 
 
-def _run_serial(runner: Runner, todo: list[dict], done: Callable) -> None:
-    for config in todo:
-        done(config, *_call(runner, config))
+def _run_serial(runner: Runner, todo: list[tuple[str, dict]], done: Callable) -> None:
+    for key, config in todo:
+        done(key, config, *_call(runner, config))
 
 
-def _run_pool(runner: Runner, todo: list[dict], done: Callable, workers: int) -> None:
+def _run_pool(runner: Runner, todo: list[tuple[str, dict]], done: Callable, workers: int) -> None:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
     try:
-        futures = {pool.submit(_call, runner, config): config for config in todo}
+        futures = {pool.submit(_call, runner, config): (key, config) for key, config in todo}
         for fut in as_completed(futures):
-            done(futures[fut], *fut.result())
+            done(*futures[fut], *fut.result())
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
@@ -482,18 +489,19 @@ def _dask_client(scheduler: str, workers: int):
         raise SpecbatchError(f"--scheduler {scheduler}: cannot connect: {exc}") from None
 
 
-def _run_dask(runner: Runner, todo: list[dict], done: Callable, client) -> None:
+def _run_dask(runner: Runner, todo: list[tuple[str, dict]], done: Callable, client) -> None:
     from distributed import as_completed
 
     futures = {}
-    for config in todo:
-        fut = client.submit(_call, runner, config, pure=False, key=f"specbatch-run-{run_key(config)}")
-        futures[fut.key] = (fut, config)
+    for key, config in todo:
+        fut = client.submit(_call, runner, config, pure=False, key=f"specbatch-run-{key}")
+        futures[fut.key] = (fut, key, config)
     try:
-        for fut in as_completed([f for f, _ in futures.values()]):
-            done(futures[fut.key][1], *fut.result())
+        for fut in as_completed([f for f, _, _ in futures.values()]):
+            _, key, config = futures[fut.key]
+            done(key, config, *fut.result())
     except BaseException:
-        client.cancel([f for f, _ in futures.values()])
+        client.cancel([f for f, _, _ in futures.values()])
         raise
 
 
@@ -502,13 +510,13 @@ def _run_dask(runner: Runner, todo: list[dict], done: Callable, client) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def write_manifest(out: str | os.PathLike, spec: SweepSpec, runs: list[dict]) -> None:
+def write_manifest(out: str | os.PathLike, spec: SweepSpec, keys: list[str]) -> None:
     """OUT/sweep.json: the spec (axes, seeds, report options) and the ordered run keys."""
     manifest = {
         "name": spec.name, "spec": spec.path, "version": __version__,
         "base": _plain(spec.base), "grids": [_plain(g) for g in spec.grids],
         "axes": spec.axes, "seeds": list(spec.seeds), "report": spec.report,
-        "store_requests": spec.store_requests, "runs": [run_key(c) for c in runs],
+        "store_requests": spec.store_requests, "runs": keys,
     }
     _atomic_write_bytes(Path(out) / "sweep.json", json.dumps(manifest, indent=1).encode())
 
@@ -521,6 +529,58 @@ def read_manifest(out: str | os.PathLike) -> dict:
         raise SpecbatchError(f"directory {out}: no sweep.json (not a sweep output directory)") from None
     except json.JSONDecodeError as exc:
         raise SpecbatchError(f"file {path}: not valid JSON: {exc}") from None
+
+
+def trace_fingerprint(name: str) -> tuple[str, int]:
+    """(identity, draft depth K) of a trace named in a config, without loading its rows.
+
+    Identity: a hash of ``meta.json`` and the names and sizes of the trace's files, so a
+    recaptured trace under the same name gets new run keys. ``"synth"`` is generated from
+    the config itself (its identity is the config).
+    """
+    if name == "synth":
+        from traces.synth import SynthConfig
+
+        return "synth", SynthConfig().depth
+    from traces.format import resolve_trace
+
+    path = Path(resolve_trace(name))
+    digest = hashlib.sha256()
+    meta = (path / "meta.json").read_bytes()
+    digest.update(meta)
+    for item in sorted(path.iterdir()):
+        if item.is_file() and item.name != "meta.json":
+            digest.update(f"{item.name}:{item.stat().st_size}".encode())
+    return digest.hexdigest()[:16], int(json.loads(meta)["depth"])
+
+
+def preflight(spec: SweepSpec, runs: list[dict]) -> dict[str, str]:
+    """Check every run against its trace before anything runs; return trace name -> identity.
+
+    Raises a one-line SpecbatchError naming the spec, the run and the field when a policy
+    would draft deeper than the trace's K or a trace does not exist.
+    """
+    from simulator.config import SimConfig, policy_depth
+
+    ids: dict[str, str] = {}
+    depths: dict[str, int] = {}
+    for config in runs:
+        name = config["trace"]
+        if name not in ids:
+            try:
+                ids[name], depths[name] = trace_fingerprint(name)
+            except SpecbatchError as exc:
+                raise SpecbatchError(f"spec {spec.path}: field 'trace': {exc}") from None
+            except (OSError, KeyError, ValueError) as exc:
+                raise SpecbatchError(f"spec {spec.path}: field 'trace': cannot read trace "
+                                     f"{name!r}: {exc}") from None
+        need = policy_depth(SimConfig(**config))
+        if need > depths[name]:
+            raise SpecbatchError(
+                f"spec {spec.path}: field 'num_speculative_tokens': expected k + extra <= the "
+                f"trace's draft depth K = {depths[name]} (trace {name!r}), got {need} for policy "
+                f"{config['policy']} k = {config['num_speculative_tokens']} e = {config['extra']}")
+    return ids
 
 
 def run_sweep(
@@ -545,16 +605,18 @@ def run_sweep(
     runner = runner or simulate_point
     start = time.perf_counter()
     runs = expand(spec, config_cls)
+    ids = preflight(spec, runs) if runner is simulate_point else {}
+    keys = [run_key(c, trace_id=ids.get(c.get("trace"))) for c in runs]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_manifest(out, spec, runs)
-    todo = [c for c in runs if load_point(out, run_key(c)) is None]
+    write_manifest(out, spec, keys)
+    todo = [(k, c) for k, c in zip(keys, runs) if load_point(out, k) is None]
     keep_requests = spec.store_requests
 
     bar = _progress(len(todo), progress, spec.name)
 
-    def done(config, summary, requests, elapsed):
-        store_point(out, config, summary, requests if keep_requests else None, elapsed)
+    def done(key, config, summary, requests, elapsed):
+        store_point(out, config, summary, requests if keep_requests else None, elapsed, key)
         bar.update(1)
 
     try:
@@ -574,7 +636,7 @@ def run_sweep(
             _run_pool(runner, todo, done, min(workers, len(todo)))
     finally:
         bar.close()
-    table = collect_results(out, [run_key(c) for c in runs])
+    table = collect_results(out, keys)
     write_results(out, table)
     return SweepOutcome(out=str(out), total=len(runs), computed=len(todo),
                         reused=len(runs) - len(todo), elapsed_s=time.perf_counter() - start,

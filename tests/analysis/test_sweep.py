@@ -290,3 +290,50 @@ def test_sweep_cli_bad_spec_exits_2_with_one_line(tmp_path, body, field):
     assert len(lines) == 1, result.stderr
     assert "bad.toml" in lines[0] and field in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_preflight_rejects_a_draft_deeper_than_the_trace_before_running(tmp_path):
+    config = pytest.importorskip("simulator.config")
+    deep = parse_spec({"base": {"trace": "synth", "policy": "tetris"},
+                       "axes": {"num_speculative_tokens": [6], "extra": [3]}}, "deep.toml",
+                      config.SimConfig)
+    with pytest.raises(SpecbatchError, match=r"spec deep\.toml: field 'num_speculative_tokens'.*K = 8"):
+        run_sweep(deep, tmp_path / "out", progress=False)
+    missing = parse_spec({"base": {"trace": str(tmp_path / "nope")}}, "m.toml", config.SimConfig)
+    with pytest.raises(SpecbatchError, match=r"spec m\.toml: field 'trace'"):
+        run_sweep(missing, tmp_path / "out2", progress=False)
+    assert not list((tmp_path / "out").glob("points/*.json"))
+
+
+def test_trace_identity_changes_when_the_trace_is_recaptured(tmp_path):
+    synth = pytest.importorskip("traces.synth")
+    from analysis.sweep import trace_fingerprint
+    from traces.format import write_trace
+
+    path = tmp_path / "trace"
+    write_trace(synth.synth_trace(synth.SynthConfig(requests=3, output_mean=8.0)), path)
+    first, depth = trace_fingerprint(str(path))
+    assert depth == 8 and trace_fingerprint(str(path))[0] == first
+    meta = path / "meta.json"
+    meta.write_text(meta.read_text().replace("{", '{"recaptured": true, ', 1))
+    assert trace_fingerprint(str(path))[0] != first
+    config = {"trace": str(path), "seed": 0}
+    assert run_key(config, trace_id=first) != run_key(config, trace_id="other")
+
+
+def test_bundled_specs_are_valid_and_cover_the_replications():
+    config = pytest.importorskip("simulator.config")
+    from analysis.specs import SPECS_DIR, spec_path
+
+    names = sorted(p.stem for p in SPECS_DIR.glob("*.toml"))
+    assert {"tetris", "block_gamma", "load"} <= set(names)
+    runs = {name: expand(load_spec(spec_path(name), config.SimConfig), config.SimConfig)
+            for name in names}
+    tetris = load_spec(spec_path("tetris"), config.SimConfig)
+    assert tetris.report["replicate"] == "tetris"
+    assert {r["policy"] for r in runs["tetris"]} == {"ar", "fixed", "dsd", "tetris"}
+    assert {r["num_speculative_tokens"] for r in runs["tetris"] if r["policy"] == "fixed"} == set(
+        range(1, 7))
+    block = runs["block_gamma"]
+    assert {r["verify"] for r in block} == {"token", "block"}
+    assert max(r["num_speculative_tokens"] for r in block) == 8
