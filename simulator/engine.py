@@ -35,6 +35,7 @@ batch (numpy arrays for the running batch, no Python loop per request per step);
 
 from __future__ import annotations
 
+import copy
 import heapq
 from collections import deque
 from dataclasses import dataclass
@@ -136,6 +137,8 @@ class Engine:
             verified=np.zeros(n, dtype=_I64), accepted=np.zeros(n, dtype=_I64), step_rows=[],
         )
         self.replicas = [Replica(i) for i in range(int(config.replicas))]
+        # one policy instance per replica (stateful policies such as dsd plan per engine)
+        self.policies = [policy] + [copy.deepcopy(policy) for _ in self.replicas[1:]]
         self.outstanding = [0] * len(self.replicas)
         self.routed = 0
         self.heap: list = []
@@ -283,10 +286,11 @@ class Engine:
             kv = prompt + pos
             depth = self.depth
             budget = self.config.budget
-            budget = self.policy.k * n if budget is None else int(budget)
+            policy = self.policies[rep.index]
+            budget = policy.k * n if budget is None else int(budget)
             eta = uniforms(key, pos, depth) if depth else np.zeros((n, 0))
             view = StepView(self.trace, rows, kv, budget, depth, eta, cost)
-            drafted, verified = self.policy.decide(view)
+            drafted, verified = policy.decide(view)
             if self.reference:
                 tau, emitted = self.verify_reference(rep, d_idx, view.q, view.pt, view.z,
                                                      verified)
@@ -294,7 +298,7 @@ class Engine:
                 tau = (self.tables.tau(rows, verified, eta) if depth
                        else np.zeros(n, dtype=_I64))
                 emitted = np.minimum(tau + 1, out - pos)
-            self.policy.observe(verified, tau)
+            policy.observe(verified, tau)
             depth_used = int(drafted.max(initial=0))
             if depth_used:
                 ones = np.ones(n, dtype=_I64)

@@ -112,6 +112,7 @@ class VerifyTables:
             self.p = block_weights(trace.q, trace.pt)
             self.h = block_thresholds(self.p, trace.z, np.full(trace.n_rows, k))
         self.index = np.arange(k, dtype=np.int64)
+        self.index1 = self.index + 1
 
     def tau(self, rows: np.ndarray, verified: np.ndarray, eta: np.ndarray) -> np.ndarray:
         """τ_i for verified prefix ``s_i`` at trace rows ``rows``.
@@ -127,8 +128,7 @@ class VerifyTables:
         j = self.index[None, :d]
         thr = np.where(j == s - 1, self.p[rows, :d], self.h[rows, :d])
         ok = (eta <= thr) & (j < s)
-        last = d - np.argmax(ok[:, ::-1], axis=1)
-        return np.where(ok.any(axis=1), last, 0)
+        return (ok * self.index1[None, :d]).max(axis=1, initial=0)  # last success, 0 if none
 
 
 def sample_tau(q: np.ndarray, pt: np.ndarray, z: np.ndarray, verified: np.ndarray,
