@@ -175,6 +175,8 @@ def make_trace(meta: dict, requests: dict, columns: dict, path: str | None = Non
     columns:   the seven :data:`LIST_COLUMNS` # [rows, K] each, rows ordered by request (in
                ``requests`` order) then position, ``rows = sum(output_len)``
     Raises :class:`SpecbatchError` (field named, file ``<memory>``) on any violation.
+    Arrays already of the right dtype and contiguous are not copied: the Trace holds
+    read-only views of them, so do not modify them afterwards.
     """
     where = path or "<memory>"
     meta = dict(meta)
@@ -198,6 +200,8 @@ def make_trace(meta: dict, requests: dict, columns: dict, path: str | None = Non
         require(arr.ndim == 2, f"file {where}: field {name}: expected a [rows, K] array, got shape {arr.shape}")
         if name == "draft_token":
             require(arr.dtype.kind in "iu", f"file {where}: field {name}: expected integers, got {arr.dtype}")
+            require(arr.size == 0 or int(arr.max()) < 2**31, f"file {where}: field {name}: "
+                    f"expected token ids < 2^31 (int32), got {int(arr.max()) if arr.size else 0}")
             cols[name] = np.ascontiguousarray(arr, dtype=np.int32)
         else:
             require(arr.dtype.kind in "fiu", f"file {where}: field {name}: expected floats, got {arr.dtype}")
@@ -237,9 +241,11 @@ def _as_int(values: Any, where: str, name: str) -> np.ndarray:
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:
-    arr = np.ascontiguousarray(arr)
-    arr.flags.writeable = False
-    return arr
+    """A read-only view (the caller's own array stays writeable; make_trace does not copy,
+    so callers must not modify arrays they passed in)."""
+    view = np.ascontiguousarray(arr).view()
+    view.flags.writeable = False
+    return view
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -507,3 +507,11 @@ def test_numpy_scalars_in_meta_are_stored_as_json(small, tmp_path):
     trace = make_trace(meta, small.requests(), small.columns())
     write_trace(trace, tmp_path / "np")
     assert read_trace(tmp_path / "np").meta["depth"] == 4
+
+
+def test_make_trace_leaves_caller_arrays_writeable_and_rejects_huge_tokens(small):
+    cols = {name: np.array(arr) for name, arr in small.columns().items()}
+    trace = make_trace(small.meta, small.requests(), cols)
+    assert cols["q"].flags.writeable and not trace.q.flags.writeable
+    with pytest.raises(SpecbatchError, match=r"field draft_token: expected token ids < 2\^31"):
+        make_trace(small.meta, small.requests(), {**cols, "draft_token": cols["draft_token"].astype(np.int64) + 2**31})
