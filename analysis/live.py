@@ -598,6 +598,26 @@ def read_live(live_dir: str | Path) -> dict:
             "trace": read_trace(d / "trace")}
 
 
+def fit_in_sample(path: str | Path, overhead: float):
+    """:class:`simulator.cost.ProfiledCost` fitted to a live run's own ``profile.csv``.
+
+    Same law and cross-validation as :func:`simulator.cost.fit_profile` (one
+    :func:`simulator.cost.fit_role` per role) but without its minimum of rows per role, so a
+    short run still validates (a fit on fewer rows than features is weak; the CV MAPE says so).
+    """
+    from simulator.cost import ProfiledCost, fit_role, read_profile
+
+    df = read_profile(path)
+    fits = {}
+    for role in ("draft", "target"):
+        rows = df[df["role"] == role]
+        require(len(rows) >= 2, f"profile {path}: column role: {len(rows)} rows for {role!r}, "
+                "expected at least 2")
+        fits[role] = fit_role(rows["batch_size"], rows["query_tokens"], rows["kv_tokens"],
+                              rows["latency_s"], role=role, model=str(rows["model"].iloc[0]))
+    return ProfiledCost(fits=fits, overhead=float(overhead), path=str(path))
+
+
 def validate(live_dir: str | Path, profile: str | None = None, target_model: str | None = None,
              draft_model: str | None = None, overhead: float | None = None,
              out: str | Path | None = None) -> dict:
@@ -610,8 +630,9 @@ def validate(live_dir: str | Path, profile: str | None = None, target_model: str
     replay draws the same τ — the simulated run visits exactly the live run's positions and
     takes the same steps (``trajectory_match``); the remaining error is the cost model's.
 
-    Cost model: :func:`simulator.cost.fit_profile` on ``profile`` (default: the live run's own
-    ``profile.csv``, one row per measured forward pass: an **in-sample** fit). The per-step
+    Cost model: :func:`simulator.cost.fit_profile` on ``profile``, or by default
+    :func:`fit_in_sample` on the live run's own ``profile.csv`` (one row per measured forward
+    pass: an **in-sample** fit). The per-step
     overhead is ``overhead`` or the live run's mean measured overhead per step.
     Returns the report dict (measured, simulated, relative errors).
     """
@@ -628,7 +649,10 @@ def validate(live_dir: str | Path, profile: str | None = None, target_model: str
     profile_path = str(d / "profile.csv") if in_sample else str(profile)
     over = float(meas_steps["overhead_time"].mean()) if overhead is None else float(overhead)
     require(math.isfinite(over) and over >= 0, f"--overhead: expected seconds >= 0, got {over}")
-    cost = fit_profile(profile_path, overhead=over, target=target_model, draft=draft_model)
+    if in_sample:
+        cost = fit_in_sample(profile_path, over)
+    else:
+        cost = fit_profile(profile_path, overhead=over, target=target_model, draft=draft_model)
     for role in ("draft", "target"):
         require(role in cost.fits, f"profile {profile_path}: column role: no {role} rows")
     values = sim_config_values(cfg, n_req)
