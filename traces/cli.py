@@ -133,6 +133,8 @@ def trace_summary(trace) -> dict:
         "K": trace.K,
         "temperature": trace.temperature,
         "models": names,
+        "model_params": {role: m.get("params") for role, m in models.items() if isinstance(m, dict)}
+        if isinstance(models, dict) else {},
         "categories": dict(zip(categories.tolist(), counts.tolist())),
         "prompt_len_mean": float(trace.prompt_len.mean()),
         "output_len_mean": float(trace.output_len.mean()),
@@ -151,6 +153,16 @@ def trace_summary(trace) -> dict:
     }
 
 
+def _format_models(s: dict) -> str:
+    if not isinstance(s["models"], dict):
+        return str(s["models"])
+    parts = []
+    for role, name in s["models"].items():
+        params = s["model_params"].get(role)
+        parts.append(f"{role} {name}" + (f" ({params / 1e6:.1f}M params)" if params else ""))
+    return ", ".join(parts) or "unknown"
+
+
 def _format_info(s: dict) -> str:
     lines = [
         f"trace        {s['path']}",
@@ -158,7 +170,7 @@ def _format_info(s: dict) -> str:
         f"positions    {s['positions']}",
         f"K            {s['K']}",
         f"temperature  {s['temperature']:g}",
-        f"models       {s['models']}",
+        f"models       {_format_models(s)}",
         f"categories   {', '.join(f'{k}: {v}' for k, v in s['categories'].items())}",
         f"lengths      prompt mean {s['prompt_len_mean']:.1f}, output mean {s['output_len_mean']:.1f}",
         "",
