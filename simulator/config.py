@@ -256,7 +256,9 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
         _fail(where, "slo", "seconds > 0", c.slo)
     if c.synth_alpha is not None and not (0.0 < c.synth_alpha <= 1.0):
         _fail(where, "synth_alpha", "an acceptance probability in (0, 1]", c.synth_alpha)
-    if c.policy in ("fixed", "tetris", "oracle", "hindsight", "threshold") and c.depth < 1:
+    if c.policy == "fixed" and c.num_speculative_tokens < 1:
+        _fail(where, "num_speculative_tokens", "k >= 1 for policy fixed", c.num_speculative_tokens)
+    if c.policy in ("tetris", "oracle", "hindsight", "threshold") and c.depth < 1:
         _fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}", c.depth)
     if c.enable_chunked_prefill and c.max_num_batched_tokens is None:
         _fail(where, "max_num_batched_tokens", "a token budget when enable_chunked_prefill is set",

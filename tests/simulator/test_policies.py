@@ -151,3 +151,15 @@ def test_monotone_fast_path_is_an_exact_optimum():
         assert allocation_value(values, fast) == pytest.approx(allocation_value(values, exact))
     rising = np.array([[0.1, 0.9], [0.5, 0.0]])
     assert allocate(rising, 2, "block").tolist() == [2, 0]  # DP; top-C would pick [1, 1]
+
+
+def test_dsd_goes_deep_when_everything_is_accepted_and_verifying_is_cheap():
+    """α = 1 and a memory-bound target (fixed pass cost): goodput rises with k up to min(6, K)."""
+    trace = const_trace(n_requests=8, output_len=200, depth=8, alpha=1.0)
+    cheap = LinearCost(fixed=0.25, per_token=2**-8, draft_fixed=2**-5, draft_per_token=2**-10,
+                       overhead=2**-6)
+    result = simulate(load_config(None, trace="synth", policy="dsd", requests=8), trace,
+                      cost_model=cheap)
+    steps = result.steps[result.steps["batch"] > 0]
+    assert (steps["depth"] == 6).all()  # planned at the first decode step, re-planned every 20
+    assert result.summary["vsr"] == 1.0
