@@ -244,8 +244,9 @@ def parse_spec(data: Mapping, path: str = "<spec>", config_cls: type | None = No
     )
 
 
-def load_spec(path: str | os.PathLike, config_cls: type | None = None) -> SweepSpec:
-    """Read and validate a sweep spec TOML file."""
+def load_spec(path: str | os.PathLike, config_cls: type | None = None,
+              overrides: Mapping | None = None) -> SweepSpec:
+    """Read and validate a sweep spec TOML file; ``overrides`` see :func:`apply_overrides`."""
     path = str(path)
     try:
         with open(path, "rb") as fh:
@@ -254,7 +255,35 @@ def load_spec(path: str | os.PathLike, config_cls: type | None = None) -> SweepS
         raise SpecbatchError(f"spec {path}: file not found") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecbatchError(f"spec {path}: not valid TOML: {exc}") from None
+    if overrides:
+        data = apply_overrides(data, overrides)
     return parse_spec(data, path, config_cls)
+
+
+def apply_overrides(data: Mapping, overrides: Mapping) -> dict:
+    """Set config fields for every run: into ``[base]``, and off every axis that varied them."""
+    data = dict(data)
+    data["base"] = {**data.get("base", {}), **overrides}
+    axes = data.get("axes", {})
+    grids = [axes] if isinstance(axes, Mapping) else list(axes) if isinstance(axes, list) else axes
+    if isinstance(grids, list):
+        grids = [{k: v for k, v in g.items() if k not in overrides} if isinstance(g, Mapping)
+                 else g for g in grids]
+        data["axes"] = grids[0] if isinstance(axes, Mapping) else grids
+    return data
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``FIELD=VALUE`` with VALUE read as a TOML value (bare words are strings)."""
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise SpecbatchError(f"--set {text}: expected FIELD=VALUE, got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return name, value
 
 
 # ---------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "(one row per point x seed: config fields, then summary metrics)."
         ),
         epilog=example(
-            "specbatch sweep analysis/specs/tetris.toml --out runs/tetris --workers 2",
+            "specbatch sweep analysis/specs/tetris.toml --out runs/tetris --workers 2 --report",
+            "specbatch sweep analysis/specs/tetris.toml --out runs/t-synth --set trace=synth",
             "specbatch sweep analysis/specs/block_gamma.toml --out runs/bv --scheduler local",
             "specbatch sweep spec.toml --out runs/x --scheduler tcp://10.0.0.5:8786",
         ),
@@ -31,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="local processes (or LocalCluster workers); default: min(4, cores)")
     sweep.add_argument("--scheduler", default=None, metavar="ADDRESS|local",
                        help="run on Dask distributed: a scheduler address, or 'local' for a LocalCluster")
+    sweep.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                       help="set a config field for every run (replaces any axis over it); "
+                            "repeatable, e.g. --set trace=synth --set requests=128")
     sweep.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     sweep.add_argument("--report", action="store_true", help="also write the report afterwards")
     add_json_flag(sweep)
@@ -56,9 +60,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
-    from analysis.sweep import load_spec, run_sweep
+    from analysis.sweep import load_spec, parse_override, run_sweep
 
-    spec = load_spec(args.spec)
+    overrides = dict(parse_override(text) for text in args.set)
+    spec = load_spec(args.spec, overrides=overrides)
     outcome = run_sweep(spec, args.out, workers=args.workers, scheduler=args.scheduler,
                         progress=not (args.no_progress or args.json))
     result = {

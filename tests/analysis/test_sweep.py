@@ -337,3 +337,21 @@ def test_bundled_specs_are_valid_and_cover_the_replications():
     block = runs["block_gamma"]
     assert {r["verify"] for r in block} == {"token", "block"}
     assert max(r["num_speculative_tokens"] for r in block) == 8
+
+
+def test_overrides_set_a_field_everywhere_and_drop_its_axis(tmp_path):
+    from analysis.sweep import parse_override
+
+    path = tmp_path / "s.toml"
+    path.write_text('seeds = [0]\n[base]\nrate = 1.0\n[axes]\npolicy = ["fixed", "tetris"]\n'
+                    'num_speculative_tokens = [1, 2, 3]\n')
+    overrides = dict(map(parse_override, ["num_speculative_tokens=2", "verify=block"]))
+    assert overrides == {"num_speculative_tokens": 2, "verify": "block"}
+    s = load_spec(path, FakeConfig, overrides)
+    runs = expand(s, FakeConfig)
+    assert [(r["policy"], r["num_speculative_tokens"], r["verify"]) for r in runs] == [
+        ("fixed", 2, "block"), ("tetris", 2, "block")]
+    with pytest.raises(SpecbatchError, match="expected FIELD=VALUE"):
+        parse_override("verify")
+    with pytest.raises(SpecbatchError, match="field 'nope': unknown config field"):
+        load_spec(path, FakeConfig, {"nope": 1})
