@@ -227,6 +227,61 @@ def generate_reference(target, prompt_ids: list[int], uniforms: np.ndarray, cfg:
     return torch.stack(tokens), torch.stack(rows), cache
 
 
+def generate_reference_batch(target, prompts_ids: list[list[int]], uniforms: list[np.ndarray],
+                             cfg: CaptureConfig, eos_id: int | None) -> list[tuple]:
+    """:func:`generate_reference` for several requests at once (left-padded, one decode loop).
+
+    Row r keeps its own uniforms, positions ``0..|c_r|-1`` for its prompt and a padding mask,
+    so each request's output is the one :func:`generate_reference` gives (up to float
+    round-off of the batched matmuls). Returns, per request, ``(y, logits, cache)`` with the
+    cache cut to that request's own ``c + y_<n-1`` (no padding).
+    """
+    import torch
+    from transformers import DynamicCache
+
+    device = next(target.parameters()).device
+    b = len(prompts_ids)
+    lens = torch.tensor([len(p) for p in prompts_ids], device=device)
+    width = int(lens.max())
+    pad = width - lens                                            # [b] left padding
+    ids = torch.zeros(b, width, dtype=torch.long, device=device)
+    for r, p in enumerate(prompts_ids):
+        ids[r, width - len(p):] = torch.tensor(p, device=device)
+    col = torch.arange(width, device=device)[None, :]
+    mask = (col >= pad[:, None]).long()                           # [b, width]
+    pos = (col - pad[:, None]).clamp(min=0)
+    u = torch.from_numpy(np.stack(uniforms)).to(device)           # [b, max_new]
+    out = target(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    cache, logits = out.past_key_values, out.logits[:, -1]
+    tokens, rows = [], []
+    done = torch.zeros(b, dtype=torch.bool, device=device)
+    length = torch.full((b,), cfg.max_new_tokens, device=device)
+    for t in range(cfg.max_new_tokens):
+        rows.append(logits)
+        tok = sample_inverse_cdf(probs_at(logits, cfg.temperature), u[:, t])
+        tokens.append(tok)
+        if cfg.stop_at_eos and eos_id is not None:
+            stop = (tok == eos_id) & ~done
+            length = torch.where(stop, torch.full_like(length, t + 1), length)
+            done |= stop
+        if bool(done.all()) or t == cfg.max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, torch.ones(b, 1, dtype=torch.long, device=device)], dim=1)
+        out = target(input_ids=tok.view(b, 1), attention_mask=mask,
+                     position_ids=(lens + t).view(b, 1), past_key_values=cache, use_cache=True)
+        cache, logits = out.past_key_values, out.logits[:, -1]
+    y_all = torch.stack(tokens, dim=1)                            # [b, steps]
+    logit_all = torch.stack(rows, dim=1)                          # [b, steps, V]
+    result = []
+    for r in range(b):
+        n = int(length[r])
+        start, stop = int(pad[r]), width + n - 1
+        data = [(layer.keys[r:r + 1, :, start:stop], layer.values[r:r + 1, :, start:stop])
+                for layer in cache.layers]
+        result.append((y_all[r, :n], logit_all[r, :n], DynamicCache(data)))
+    return result
+
+
 def _shared_cache(cache, length: int, rows: int):
     """A DynamicCache holding the first ``length`` entries of a batch-1 cache, for ``rows`` rows."""
     from transformers import DynamicCache
@@ -286,10 +341,20 @@ def capture_request(tokenizer, draft, target, prompt_ids: list[int], index: int,
     """
     import torch
 
-    u_ref, u_draft = request_uniforms(cfg.seed, index, cfg.max_new_tokens, cfg.depth)
-    eos = tokenizer.eos_token_id
+    u_ref, _ = request_uniforms(cfg.seed, index, cfg.max_new_tokens, cfg.depth)
     with torch.inference_mode():
-        y, t_row0, t_cache = generate_reference(target, prompt_ids, u_ref, cfg, eos)
+        ref = generate_reference(target, prompt_ids, u_ref, cfg, tokenizer.eos_token_id)
+    return capture_positions(draft, target, prompt_ids, index, cfg, ref, return_rows)
+
+
+def capture_positions(draft, target, prompt_ids: list[int], index: int, cfg: CaptureConfig,
+                      reference: tuple, return_rows: bool = False) -> dict:
+    """All output positions of one request, given its reference ``(y, logits, cache)``."""
+    import torch
+
+    _, u_draft = request_uniforms(cfg.seed, index, cfg.max_new_tokens, cfg.depth)
+    y, t_row0, t_cache = reference
+    with torch.inference_mode():
         n = len(y)
         device = y.device
         full = torch.cat([torch.tensor(prompt_ids, device=device), y[:-1]])[None]
@@ -466,10 +531,16 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
             break
         cols: dict[str, list] = {}
         rid, pos = [], []
-        for i in members:
-            prompt = prompts[i]
-            ids = encode_prompt(tokenizer, prompt.text, cfg.max_prompt_tokens)
-            res = capture_request(tokenizer, draft, target, ids, i, cfg)
+        ids_of = {i: encode_prompt(tokenizer, prompts[i].text, cfg.max_prompt_tokens)
+                  for i in members}
+        with torch.inference_mode():
+            refs = generate_reference_batch(
+                target, [ids_of[i] for i in members],
+                [request_uniforms(cfg.seed, i, cfg.max_new_tokens, cfg.depth)[0] for i in members],
+                cfg, tokenizer.eos_token_id)
+        for i, ref in zip(members, refs):
+            prompt, ids = prompts[i], ids_of[i]
+            res = capture_positions(draft, target, ids, i, cfg, ref)
             n = len(res["y"])
             rid.append(np.full(n, i, dtype=np.int64))
             pos.append(np.arange(n, dtype=np.int64))

@@ -242,3 +242,23 @@ def test_cli_errors_are_one_line_with_exit_2(pair, tmp_path):
     assert err.strip().count("\n") == 0 and err.startswith("specbatch: error: draft model")
     assert main(["capture", "--draft", pair[0], "--target", pair[1], "--prompts",
                  str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")]) == 2
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_batched_reference_generation_equals_one_request_at_a_time(loaded, temperature):
+    from traces.capture import generate_reference, generate_reference_batch, request_uniforms
+
+    tok, _, target = loaded
+    cfg = CaptureConfig(max_new_tokens=10, depth=2, temperature=temperature)
+    prompts = [encode_prompt(tok, p.text, 64) for p in PROMPTS]
+    uniforms = [request_uniforms(0, i, 10, 2)[0] for i in range(len(prompts))]
+    with torch.inference_mode():
+        batch = generate_reference_batch(target, prompts, uniforms, cfg, tok.eos_token_id)
+        for ids, u, (y, logits, cache) in zip(prompts, uniforms, batch):
+            y1, logits1, cache1 = generate_reference(target, ids, u, cfg, tok.eos_token_id)
+            np.testing.assert_array_equal(y.numpy(), y1.numpy())
+            np.testing.assert_allclose(logits.numpy(), logits1.numpy(), atol=1e-4)
+            for a, b in zip(cache.layers, cache1.layers):
+                assert a.keys.shape == b.keys.shape == (1, a.keys.shape[1], len(ids) + len(y) - 1,
+                                                        a.keys.shape[3])
+                np.testing.assert_allclose(a.values.numpy(), b.values.numpy(), atol=1e-4)
