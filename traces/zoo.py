@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -69,8 +68,8 @@ ZOO_SIZES: dict[str, ZooSize] = {
         ZooSize("tiny", 512, ModelSize(1, 32, 2, 64), ModelSize(2, 96, 4, 192),
                 seq_len=64, batch=8, steps=30, lr=3e-3, code_chars=150_000,
                 prose_chars=60_000, eval_windows=8),
-        ZooSize("small", 2048, ModelSize(2, 64, 2, 192), ModelSize(4, 256, 4, 704),
-                seq_len=128, batch=16, steps=600, lr=2e-3, code_chars=3_000_000,
+        ZooSize("small", 2048, ModelSize(2, 64, 2, 192), ModelSize(4, 224, 4, 640),
+                seq_len=128, batch=16, steps=300, lr=2e-3, code_chars=3_000_000,
                 prose_chars=1_200_000, eval_windows=64),
         ZooSize("base", 8192, ModelSize(4, 256, 4, 704), ModelSize(12, 768, 12, 2048),
                 seq_len=512, batch=32, steps=20_000, lr=6e-4, code_chars=10**9,
@@ -205,7 +204,7 @@ def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[s
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    torch.set_num_threads(threads or min(2, os.cpu_count() or 1))
+    torch.set_num_threads(threads or 1)
     say = log or (lambda msg: None)
     t0 = time.perf_counter()
     train_docs, heldout_docs = build_corpus(cfg, corpus)
@@ -239,12 +238,13 @@ def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[s
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opts[name].step()
             losses[name] = float(loss.detach())
-        if step % 50 == 0 or step == steps - 1:
+        if step % 10 == 0 or step == steps - 1:
             say(f"step {step + 1}/{steps}: draft {losses['draft']:.3f} target "
                 f"{losses['target']:.3f} ({time.perf_counter() - t1:.0f}s)")
     t_train = time.perf_counter() - t1
     report = {
         "size": size, "seed": seed, "steps": steps, "vocab": vocab,
+        "threads": torch.get_num_threads(),
         "config": asdict(cfg),
         "train_chars": sum(map(len, train_docs)), "train_tokens": int(len(stream)),
         "heldout_tokens": int(len(heldout)), "tokens_seen": steps * cfg.batch * cfg.seq_len,

@@ -33,7 +33,7 @@ def register(subparsers) -> None:
                        help="extra text files or directories to train on")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--steps", type=int, default=None, help="override the size's step count")
-    train.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 2)")
+    train.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1: robust on a shared machine)")
     add_json_flag(train)
     train.set_defaults(func=_train)
 
