@@ -18,13 +18,14 @@ One run (THEORY.md §1-§5 notation: draft ``Ms``, target ``Mb``, window k, extr
      allocates the budget C = k·n with :func:`simulator.policies.allocate` (TV: global top-C,
      theory.allocate.greedy_topc; BV: exact DP, theory.allocate.optimal_dp);
    - *target*: one pass over ``pending token + X_1..X_{s_i}`` (query s_i + 1, ragged, padded);
-   - *verify*: the path statistics q, pt, Z (THEORY.md §3, restricted to the verified prefix)
-     and τ from :func:`theory.stats.accept_from_stats` with γ = s_i and the simulator's
-     counter-based uniforms (:func:`simulator.verify.uniforms` keyed by (seed, request,
-     output position)), so the simulator replaying the recorded statistics draws the same τ;
-     then the extra token from the exact law of THEORY.md §2-§3 (:func:`extra_token_law`: a
-     bonus from ``Mb(·|X^γ)`` when τ = γ, else a correction from
-     ``max(p_τ Mb(·|X^τ) − Ms(·|X^τ), 0)``, p = 1 for TV);
+   - *verify*: τ with γ = s_i and the simulator's counter-based uniforms
+     (:func:`simulator.verify.uniforms` keyed by (seed, request, output position)), and the
+     extra token from the exact law of THEORY.md §2-§3 (a bonus from ``Mb(·|X^γ)`` when τ = γ,
+     else a correction from ``max(p_τ Mb(·|X^τ) − Ms(·|X^τ), 0)``, p = 1 for TV), by
+     ``theory.verify_torch.accept_and_residual`` (``verifier = "theory"``, when present) or by
+     :func:`theory.stats.accept_from_stats` + :func:`extra_token_law` on the recorded
+     statistics (``"local"``). The path statistics q, pt, Z of the verified prefix
+     (THEORY.md §3) are recorded either way, so the simulator replaying them draws the same τ;
    - the request emits ``min(τ + 1, remaining)`` tokens; finished requests leave the batch.
 
 KV caches are reused (``past_key_values``): each model keeps one batched cache with a validity
@@ -36,7 +37,9 @@ cost of this bookkeeping is part of the measured overhead.
 
 Timing: ``draft_time`` is the sum of the draft passes (sampling included), ``target_time`` the
 target pass, ``overhead_time`` the rest of the step (policy, statistics, verification, cache
-bookkeeping); on CUDA every boundary calls ``torch.cuda.synchronize()``. Times are seconds
+bookkeeping); on CUDA every boundary calls ``torch.cuda.synchronize()``. Work done only to
+record the run (the trace statistics when the torch verifier decides, the draft signals under
+``fixed``) is paused on the timeline. Times are seconds
 from the start of the prefill step; ``throughput`` = output tokens / makespan as in
 :func:`simulator.metrics.summarize`.
 
@@ -84,6 +87,10 @@ class LiveConfig:
     seed: int = 0
     max_prompt_tokens: int = 512
     compact_fraction: float = 0.25
+    #: "theory": τ and the extra token from theory.verify_torch.accept_and_residual when that
+    #: module is present (else "local"); "local": theory.stats.accept_from_stats and
+    #: :func:`extra_token_law` on the recorded statistics (the simulator's own τ function).
+    verifier: str = "theory"
 
     @property
     def depth(self) -> int:
@@ -103,6 +110,8 @@ class LiveConfig:
         require(math.isfinite(self.temperature) and self.temperature >= 0,
                 f"--temperature: expected T >= 0, got {self.temperature}")
         require(self.seed >= 0, f"--seed: expected >= 0, got {self.seed}")
+        require(self.verifier in ("theory", "local"),
+                f"verifier: expected theory or local, got {self.verifier!r}")
 
 
 # ----------------------------------------------------------------------------- KV cache
@@ -177,6 +186,16 @@ class SlotCache:
 
 
 # ----------------------------------------------------------------------------- verification
+def load_torch_verifier():
+    """``theory.verify_torch.accept_and_residual`` (τ, unnormalised extra-token weights), or
+    None where that module is not present."""
+    try:
+        from theory.verify_torch import accept_and_residual
+    except ModuleNotFoundError:
+        return None
+    return accept_and_residual
+
+
 def extra_token_law(target_rows, draft_rows, p, tau, gamma, rule: str):
     """Law of the extra token (THEORY.md §2-§3), normalised, in float64 torch.
 
@@ -296,7 +315,10 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
     from simulator.metrics import summarize
     from simulator.policies import allocate
     from simulator.verify import request_keys, uniforms
+    from theory.stats import accept_from_stats
     from traces.capture import probs_at, sample_inverse_cdf
+
+    torch_verifier = load_torch_verifier() if cfg.verifier == "theory" else None
 
     cfg.check()
     require(len(prompt_ids) >= 1, "prompts: expected at least one prompt, got none")
@@ -309,10 +331,22 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
     keys = request_keys(int(cfg.seed), np.arange(n_req))  # same streams as the simulator
     prompt_len = np.array([len(p) for p in prompt_ids], dtype=np.int64)
 
+    clock = {"paused": 0.0}
+
     def now() -> float:
+        """Seconds on the measured timeline (instrumentation time excluded)."""
         if cuda:
             torch.cuda.synchronize(device)
-        return time.perf_counter()
+        return time.perf_counter() - clock["paused"]
+
+    class instrumentation:  # noqa: N801 - a context manager used as a statement
+        """Work done only to record the run (trace statistics): paused on the timeline."""
+
+        def __enter__(self):
+            self.start = now()
+
+        def __exit__(self, *exc):
+            clock["paused"] += now() - self.start
 
     def draw(logits):
         """One token per row at temperature T (argmax at T = 0).  logits # [n, V]"""
@@ -340,10 +374,7 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
     dcache, tcache = SlotCache(), SlotCache()
 
     with torch.inference_mode():
-        t0 = time.perf_counter()
-        if cuda:
-            torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
+        t0 = now()
         # ---------------------------------------------------------------- prefill step
         ids, valid = _left_pad(prompt_ids, device)
         a = now()
@@ -403,10 +434,12 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
             x = torch.stack(xs, dim=1)  # [n, K]
             d_logits = torch.stack(dl, dim=1)  # [n, K, V]
             # policy (before verification: draft-side signals only)
-            conf, ent, top1 = draft_signals(d_logits, x)
             if cfg.policy == "fixed":
+                with instrumentation():
+                    conf, ent, top1 = draft_signals(d_logits, x)
                 s = np.full(n, cfg.k, dtype=np.int64)
             else:
+                conf, ent, top1 = draft_signals(d_logits, x)
                 s = allocate(np.cumprod(conf, axis=1), cfg.k * n, rule).astype(np.int64)
             s_t = torch.from_numpy(s).to(device)
             g = int(s.max())
@@ -422,13 +455,19 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
             # verification: statistics of the verified prefix, τ with the simulator's uniforms
             ms = probs_at(d_logits, temp)  # [n, K, V]
             mb = probs_at(t_logits, temp)  # [n, g+1, V]
-            q, pt, z, p = verified_stats(x, ms, mb, s_t)
             eta = uniforms(keys[act], pos[act], depth)
-            from theory.stats import accept_from_stats
-
-            tau = accept_from_stats(q, pt, z, s, eta, rule).astype(np.int64)
-            tau_t = torch.from_numpy(tau).to(device)
-            law = extra_token_law(mb, ms, torch.from_numpy(p).to(device), tau_t, s_t, rule)
+            if torch_verifier is not None and g > 0:
+                tau_t, law = torch_verifier(rule, x[:, :g], ms[:, :g], mb,
+                                            torch.from_numpy(eta[:, :g]).to(device),
+                                            lengths=s_t)
+                tau = tau_t.cpu().numpy().astype(np.int64)
+                with instrumentation():
+                    q, pt, z, p = verified_stats(x, ms, mb, s_t)
+            else:
+                q, pt, z, p = verified_stats(x, ms, mb, s_t)
+                tau = accept_from_stats(q, pt, z, s, eta, rule).astype(np.int64)
+                tau_t = torch.from_numpy(tau).to(device)
+                law = extra_token_law(mb, ms, torch.from_numpy(p).to(device), tau_t, s_t, rule)
             y = sample_inverse_cdf(law, torch.from_numpy(rng.random(n)).to(device))
             emitted = np.minimum(tau + 1, max_new - pos[act])
             x_cpu, y_cpu = x.cpu().numpy(), y.cpu().numpy()
@@ -478,6 +517,8 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
     decode = steps[steps["batch"] > 0]
     summary.update({
         "policy": cfg.policy, "verify": cfg.verify, "live": True, "device": dev_name,
+        "verifier": "theory.verify_torch" if torch_verifier is not None
+        else "theory.stats.accept_from_stats + extra_token_law",
         "dtype": cfg.dtype, "step_latency_mean": float((steps["end"] - steps["time"]).mean()),
         "decode_step_latency_mean": float((decode["end"] - decode["time"]).mean())
         if len(decode) else float("nan"),

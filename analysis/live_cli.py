@@ -44,6 +44,9 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-prompt-tokens", type=int, default=512,
                    help="longer prompts keep their last tokens")
+    p.add_argument("--verifier", default="theory", choices=["theory", "local"],
+                   help="theory: theory.verify_torch (when present); local: the recorded "
+                        "statistics through theory.stats.accept_from_stats")
     p.add_argument("--warmup", type=int, default=1,
                    help="untimed warm-up runs of the same batch before the measured one")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -90,7 +93,7 @@ def _live(args) -> int:
     cfg = LiveConfig(max_new_tokens=args.max_new_tokens, policy=args.policy, k=args.k,
                      extra=args.extra, verify=args.verify, temperature=args.temperature,
                      device=args.device, dtype=args.dtype, seed=args.seed,
-                     max_prompt_tokens=args.max_prompt_tokens)
+                     max_prompt_tokens=args.max_prompt_tokens, verifier=args.verifier)
     cfg.check()
     require(args.requests is None or args.requests >= 1,
             f"--requests: expected N >= 1, got {args.requests}")
@@ -124,7 +127,7 @@ def _live(args) -> int:
           "decode_step_latency_mean": s["decode_step_latency_mean"], "mal": s["mal"],
           "vsr": s["vsr"], "draft_time": s["draft_time"], "target_time": s["target_time"],
           "overhead_time": s["overhead_time"], "policy": s["policy"], "verify": s["verify"],
-          "device": s["device"], "dtype": s["dtype"]}, args.json)
+          "device": s["device"], "dtype": s["dtype"], "verifier": s["verifier"]}, args.json)
     return 0
 
 

@@ -114,6 +114,18 @@ def test_tetris_verifies_exactly_the_budget_and_fixed_verifies_k(models):
     assert (dec["verified"] == 3 * dec["batch"]).all() and (dec["depth"] == 3).all()
 
 
+@pytest.mark.parametrize("rule", ["token", "block"])
+def test_theory_torch_verifier_and_local_replay_path_agree_at_temperature_one(models, rule):
+    pytest.importorskip("theory.verify_torch")
+    runs = [run_live(*models, IDS, LiveConfig(max_new_tokens=10, policy="tetris", k=2, extra=1,
+                                               verify=rule, temperature=1.0, seed=3,
+                                               verifier=verifier))
+            for verifier in ("theory", "local")]
+    assert runs[0].summary["verifier"] == "theory.verify_torch"
+    assert runs[0].outputs == runs[1].outputs
+    assert (runs[0].steps["accepted"] == runs[1].steps["accepted"]).all()
+
+
 def test_extra_token_law_matches_theory_reference():
     from theory.stats import block_weights, gather_drafted
     from theory.verify import extra_token_law as reference
