@@ -111,20 +111,22 @@ def _layout(draft_tokens, draft_rows, target_rows, uniforms, lengths, offsets):
     return out
 
 
-def _log_ratios(lay) -> torch.Tensor:
-    """``log r_i`` of the drafted tokens in float64, 0 past each request's γ.  # [B, K]"""
+def _drafted_probs(lay) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q = Ms(X_i|X^{i-1})`` and ``pt = Mb(X_i|X^{i-1})`` in float64; 1 past each γ. # [B, K]"""
     b, k = lay["tokens"].shape
+    device = lay["tokens"].device
     if k == 0:
-        return torch.zeros((b, 0), dtype=torch.float64, device=lay["tokens"].device)
-    position = torch.arange(k, device=lay["tokens"].device)[None, :]
+        empty = torch.zeros((b, 0), dtype=torch.float64, device=device)
+        return empty, empty
+    position = torch.arange(k, device=device)[None, :]
     inside = lay["inside"]
     d_index = torch.where(inside, lay["d_start"][:, None] + position, 0)
     t_index = torch.where(inside, lay["t_start"][:, None] + position, 0)
     q = lay["draft_flat"][d_index, lay["tokens"]].double()
     pt = lay["target_flat"][t_index, lay["tokens"]].double()
     require(bool((q[inside] > 0).all()), "draft_rows: a drafted token has draft probability 0")
-    log_r = torch.log(pt) - torch.log(q)
-    return torch.where(inside, log_r, torch.zeros_like(log_r))
+    one = torch.ones_like(q)
+    return torch.where(inside, q, one), torch.where(inside, pt, one)
 
 
 def _log_block_weights(log_r: torch.Tensor) -> torch.Tensor:
@@ -144,11 +146,15 @@ def _rows(lay, which: str, request: torch.Tensor, position: torch.Tensor) -> tor
     return lay["target_flat"][lay["t_start"][request] + position]
 
 
-def _residual(lay, request, position, weight) -> torch.Tensor:
-    """``max(w · Mb(·|X^i) − Ms(·|X^i), 0)`` for (request, i) pairs, w # [U]. returns # [U, V]"""
-    target = _rows(lay, "target", request, position)
-    draft = _rows(lay, "draft", request, position)
-    return torch.clamp(weight.to(target.dtype)[:, None] * target - draft, min=0.0)
+def _residual(lay, request, position, weight=None) -> torch.Tensor:
+    """``max(w · Mb(·|X^i) − Ms(·|X^i), 0)`` for (request, i) pairs, w # [U] (None: 1).
+
+    Works in place on the gathered copy of the target rows.  returns # [U, V]
+    """
+    resid = _rows(lay, "target", request, position)
+    if weight is not None:
+        resid.mul_(weight.to(resid.dtype)[:, None])
+    return resid.sub_(_rows(lay, "draft", request, position)).clamp_(min=0.0)
 
 
 def accept_and_residual(
@@ -175,7 +181,8 @@ def accept_and_residual(
     b, k = lay["tokens"].shape
     device = lengths.device
     v = lay["target_flat"].shape[1]
-    log_r = _log_ratios(lay)
+    q, pt = _drafted_probs(lay)
+    log_r = torch.log(pt) - torch.log(q)  # [B, K], 0 past γ
     arange_b = torch.arange(b, device=device)
     weights = torch.empty((b, v), dtype=lay["target_flat"].dtype, device=device)
     done = torch.zeros(b, dtype=torch.bool, device=device)  # weights already written
@@ -183,10 +190,9 @@ def accept_and_residual(
     if rule == "token":
         ok = (lay["uniforms"] <= torch.exp(torch.clamp(log_r, max=0.0))) & lay["inside"]
         tau = torch.cumprod(ok.long(), dim=1).sum(dim=1)  # leading successes
-        residual_weight = torch.ones(b, dtype=torch.float64, device=device)
+        p_full = None
     else:
-        log_p = _log_block_weights(log_r)
-        p = torch.exp(log_p)
+        p = torch.exp(_log_block_weights(log_r))
         p_full = torch.cat([torch.ones((b, 1), dtype=torch.float64, device=device), p], dim=1)
         tau = torch.zeros(b, dtype=torch.long, device=device)
         # i = γ: h_γ = p_γ, no vocabulary work.
@@ -197,30 +203,41 @@ def accept_and_residual(
         pending = torch.nonzero(~accepted_last & (lengths >= 2)).flatten()
         step = 1
         while pending.numel():  # scan i = γ−1, γ−2, ..., 1 for still-unresolved requests
-            position = lengths[pending] - step  # i (1-based draft index = row index of X^i)
+            position = lengths[pending] - step  # i: h_i needs Z_{i+1} from the rows of X^i
             p_i = p_full[pending, position]
-            resid = _residual(lay, pending, position, p_i)  # [U, V]
+            eta = lay["uniforms"][pending, position - 1]
+            # η ≤ h_i ⇔ Z ≥ Z* := η (1 − p_i) / (1 − η). Z = p_i − Σ_x min(p_i Mb, Ms) is at
+            # most U = p_i − min(p_i pt, q) of the next drafted token X_{i+1} (column i), so
+            # Z* > U rejects without a vocabulary pass (margin: computed Z may exceed U by
+            # rounding, never by 1e-5 relative).
+            z_star = eta * (1.0 - p_i) / (1.0 - eta)
+            bound = p_i - torch.minimum(p_i * pt[pending, position], q[pending, position])
+            maybe = ~(z_star > bound * (1.0 + 1e-5) + 1e-12)  # NaN (η = 1, p_i = 1): compute
+            rows, position, p_i, eta = pending[maybe], position[maybe], p_i[maybe], eta[maybe]
+            resid = _residual(lay, rows, position, p_i)  # [U, V]
             z = resid.sum(dim=1, dtype=torch.float64)
             denom = z + (1.0 - p_i)
             h = torch.where(denom > 0, z / torch.where(denom > 0, denom, 1.0), 1.0)
-            accept = lay["uniforms"][pending, position - 1] <= h
-            winners = pending[accept]
+            accept = eta <= h
+            winners = rows[accept]
             tau[winners] = position[accept]
             weights[winners] = resid[accept]
-            done[winners] = True
-            pending = pending[~accept & (position > 1)]
+            done[winners] = z[accept] > 0
+            still = torch.ones_like(pending, dtype=torch.bool)
+            still[torch.nonzero(maybe).flatten()[accept]] = False
+            pending = pending[still & (lengths[pending] - step > 1)]
             step += 1
-        residual_weight = p_full[arange_b, tau]
 
     bonus = tau == lengths
     rows = torch.nonzero(bonus).flatten()
     weights[rows] = _rows(lay, "target", rows, tau[rows])
     rows = torch.nonzero(~bonus & ~done).flatten()  # TV corrections, BV corrections at τ = 0
     if rows.numel():
-        weights[rows] = _residual(lay, rows, tau[rows], residual_weight[rows])
-    empty = torch.nonzero(weights.sum(dim=1, dtype=torch.float64) <= 0).flatten()
-    if empty.numel():
-        weights[empty] = _rows(lay, "target", empty, tau[empty])
+        resid = _residual(lay, rows, tau[rows], None if p_full is None else p_full[rows, tau[rows]])
+        weights[rows] = resid
+        empty = rows[resid.sum(dim=1, dtype=torch.float64) <= 0]  # probability-0 events
+        if empty.numel():
+            weights[empty] = _rows(lay, "target", empty, tau[empty])
     return tau, weights
 
 
