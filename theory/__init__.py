@@ -4,11 +4,25 @@ See ../shared/THEORY.md (copied into the README's theory section) for every form
 Imports only numpy, scipy, cvxpy and torch.
 """
 
+from theory.allocate import (
+    allocation_value,
+    greedy_heap,
+    greedy_topc,
+    optimal_dp,
+    optimal_milp,
+)
 from theory.errors import SpecbatchError
 from theory.exact import expected_tau, iteration_law, loop_law, validity_residual
 from theory.lp import solve_lp_a, solve_lp_b
 from theory.models import ModelPair, pair_from_dict, random_pair, read_pair
 from theory.stats import accept_from_stats, block_weights, position_stats, token_weights
+from theory.verify import (
+    expected_accepted,
+    extra_token_law,
+    tau_law,
+    verify_block,
+    verify_token,
+)
 
 __all__ = [
     "ModelPair",
@@ -26,4 +40,14 @@ __all__ = [
     "block_weights",
     "position_stats",
     "token_weights",
+    "allocation_value",
+    "greedy_heap",
+    "greedy_topc",
+    "optimal_dp",
+    "optimal_milp",
+    "expected_accepted",
+    "extra_token_law",
+    "tau_law",
+    "verify_block",
+    "verify_token",
 ]
