@@ -204,17 +204,42 @@ def monotone_optimum(values: np.ndarray, budget: int) -> np.ndarray:
     values: # [n, K] non-increasing rows, ≥ 0;  returns # [n] int64
     """
     positive = int(np.count_nonzero(values > 0.0))
-    return greedy_topc(values, min(int(budget), positive))
+    return monotone_topc(values, min(int(budget), positive))
+
+
+def monotone_topc(values: np.ndarray, budget: int) -> np.ndarray:
+    """:func:`theory.allocate.greedy_topc` for non-increasing rows, in fewer numpy calls.
+
+    Rows being non-increasing, row i's entries ≥ the C-th largest value v are a prefix;
+    when more than C entries are ≥ v, the surplus ties (entries equal to v) are dropped from
+    the end of the (j, row) order, i.e. ties are taken in (j, row) order as greedy_topc does. Bit-identical to greedy_topc on such rows (parity test).
+
+    values: # [n, K] non-increasing rows;  returns # [n] int64
+    """
+    n, k = values.shape
+    c = min(int(budget), n * k)
+    if c <= 0:
+        return np.zeros(n, dtype=np.int64)
+    flat = values.T.ravel()  # j-major, as greedy_topc ranks ties
+    kth = n * k - c
+    threshold = np.partition(flat, kth)[kth]
+    s = np.count_nonzero(values >= threshold, axis=1)
+    excess = int(s.sum()) - c  # > 0 only when several entries equal the threshold
+    if excess:
+        ties = np.flatnonzero(flat == threshold)  # in (j, row) order; keep the first ones
+        s = s - np.bincount(ties[ties.shape[0] - excess:] % n, minlength=n)
+    return s.astype(np.int64)
 
 
 class Tetris(Policy):
     """``tetris``: every request drafts K = k + e tokens; verify the C-best prefixes.
 
     Estimates P_{i,j} by the cumulative draft confidence (the official code's surrogate),
-    then allocates under C: greedy top-C for TV; for BV the exact optimum of theory's DP
-    problem on these estimates, which (rows being non-increasing) :func:`monotone_optimum`
+    then allocates under C: greedy top-C for TV (:func:`monotone_topc`, bit-identical to
+    :func:`theory.allocate.greedy_topc` on these non-increasing rows); for BV the exact
+    optimum of theory's DP problem on these estimates, which :func:`monotone_optimum`
     computes in O(n·K) — the same allocation as :func:`theory.allocate.optimal_dp` up to
-    ties (parity test).
+    ties (parity tests).
     Looks at: ``draft_conf`` of the drafted tokens (known before verification).
     """
 
@@ -222,11 +247,11 @@ class Tetris(Policy):
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         n = view.rows.shape[0]
-        values = cumulative_confidence(view, self.depth)
+        values = cumulative_confidence(view, self.depth)  # non-increasing rows
         if self.rule == "token":
-            s = greedy_topc(values, view.budget)
-        else:  # cumprod of confidences ≤ 1 is non-increasing: the monotone optimum is exact
-            s = monotone_optimum(values, view.budget)
+            s = monotone_topc(values, view.budget)  # = greedy_topc (parity test)
+        else:
+            s = monotone_optimum(values, view.budget)  # = optimal_dp's optimum (parity test)
         return np.full(n, self.depth, dtype=np.int64), s
 
 

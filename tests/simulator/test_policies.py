@@ -6,11 +6,18 @@ import numpy as np
 import pytest
 
 from simulator.config import load_config
-from simulator.policies import POLICIES, allocate, make_policy, make_view, monotone_optimum
+from simulator.policies import (
+    POLICIES,
+    allocate,
+    make_policy,
+    make_view,
+    monotone_optimum,
+    monotone_topc,
+)
 from simulator.run import simulate
 from simulator.verify import expected_accepted
 from tests.simulator.helpers import LinearCost, const_trace
-from theory.allocate import allocation_value, optimal_dp
+from theory.allocate import allocation_value, greedy_topc, optimal_dp
 from theory.stats import block_thresholds, block_weights
 from traces.synth import SynthConfig, synth_trace
 
@@ -167,3 +174,14 @@ def test_dsd_goes_deep_when_everything_is_accepted_and_verifying_is_cheap():
     assert len(set(depth[:20])) == 1 and depth[20] != depth[0]
     assert (np.diff(depth) >= 0).all() and depth[-1] == 6
     assert result.summary["vsr"] == 1.0
+
+
+def test_monotone_topc_equals_greedy_topc_ties_included():
+    rng = np.random.default_rng(9)
+    for _ in range(60):
+        n, k = int(rng.integers(1, 30)), int(rng.integers(1, 8))
+        levels = rng.choice([1.0, 0.5, 0.25, 0.0], size=(n, k)) if rng.uniform() < 0.5 else \
+            rng.uniform(size=(n, k))
+        values = np.cumprod(levels, axis=1)  # non-increasing, many exact ties in half the cases
+        c = int(rng.integers(0, n * k + 2))
+        assert np.array_equal(monotone_topc(values, c), greedy_topc(values, c))
