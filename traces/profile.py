@@ -1,0 +1,177 @@
+"""Forward-pass latency profiles of a model over (batch size x query tokens x KV length).
+
+A speculative-decoding step is one target pass that scores ``query_tokens`` new tokens per
+request on top of ``kv_tokens`` cached ones (draft passes have ``query_tokens = 1``), for a
+batch of ``batch_size`` requests. :func:`profile_model` measures exactly that: it fills a
+random KV cache of ``kv_tokens`` entries per request, runs the forward pass on
+``[batch_size, query_tokens]`` new tokens, and records the median wall time of ``repeats``
+runs after ``warmup`` runs (``torch.cuda.synchronize`` around each run on CUDA).
+
+The model is either a local HF model directory, or random weights of a named architecture
+shape from :mod:`traces.shapes` (step time depends on the shape, not on the weight values);
+``layers`` overrides the layer count so a CPU smoke run of a large shape stays feasible (the
+``model`` column then says so, e.g. ``llama-3.1-8b@2L``).
+
+Output rows (the DESIGN.md latency profile): ``model, role, device, dtype, batch_size,
+query_tokens, kv_tokens, latency_s, repeats, latency_min_s, latency_max_s``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from theory.errors import SpecbatchError, require
+
+PROFILE_COLUMNS = ("model", "role", "device", "dtype", "batch_size", "query_tokens", "kv_tokens",
+                   "latency_s", "repeats", "latency_min_s", "latency_max_s")
+
+
+@dataclass(frozen=True)
+class ProfileGrid:
+    """The measured grid and the timing protocol."""
+
+    batch_sizes: tuple[int, ...] = (1, 4, 16)
+    query_tokens: tuple[int, ...] = (1, 4, 8)
+    kv_tokens: tuple[int, ...] = (128, 512)
+    warmup: int = 2
+    repeats: int = 5
+
+
+def _dtype(name: str):
+    import torch
+
+    table = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    require(name in table, f"--dtype: expected one of {', '.join(table)}, got {name!r}")
+    return table[name]
+
+
+def load_profile_model(model: str, device: str = "cpu", dtype: str = "float32",
+                       layers: int | None = None):
+    """(model, label): a local HF model dir, or random weights of a named shape."""
+    import torch
+
+    if device.startswith("cuda"):
+        require(torch.cuda.is_available(), f"--device {device}: expected a CUDA device, got none")
+    path = Path(model)
+    if path.is_dir():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        require((path / "config.json").is_file(),
+                f"model {model}: expected a Hugging Face model directory with config.json, "
+                "got a directory without one")
+        if layers is not None:
+            config = AutoConfig.from_pretrained(path, local_files_only=True)
+            config.num_hidden_layers = layers
+            m = AutoModelForCausalLM.from_config(config, dtype=_dtype(dtype))
+            label = f"{path.name}@{layers}L"
+        else:
+            m = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
+                                                     dtype=_dtype(dtype))
+            label = path.name
+        return m.to(device).eval(), label
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from traces.shapes import get_shape
+
+    try:
+        shape = get_shape(model)
+    except SpecbatchError as exc:
+        raise SpecbatchError(f"--model {model}: expected a model directory or a shape name; "
+                             f"{exc}") from None
+    n_layers = shape.layers if layers is None else layers
+    config = LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden,
+                         intermediate_size=shape.intermediate, num_hidden_layers=n_layers,
+                         num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+                         tie_word_embeddings=shape.tie_embeddings,
+                         max_position_embeddings=131072)
+    with torch.device(device):
+        m = LlamaForCausalLM(config).to(_dtype(dtype))
+    label = shape.name if layers is None else f"{shape.name}@{layers}L"
+    return m.eval(), label
+
+
+def _random_cache(model, batch: int, kv: int, device, dtype):
+    """A DynamicCache of ``kv`` random entries per request (values do not change the time)."""
+    import torch
+    from transformers import DynamicCache
+
+    c = model.config
+    heads = getattr(c, "num_key_value_heads", c.num_attention_heads)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    data = []
+    for _ in range(c.num_hidden_layers):
+        k = torch.randn(batch, heads, kv, head_dim, device=device, dtype=dtype)
+        data.append((k, torch.randn_like(k)))
+    return DynamicCache(data)
+
+
+def time_forward(model, batch: int, query: int, kv: int, warmup: int, repeats: int) -> list[float]:
+    """Wall seconds of ``repeats`` forward passes of ``[batch, query]`` tokens on ``kv`` cached."""
+    import torch
+
+    p = next(model.parameters())
+    device, dtype = p.device, p.dtype
+    vocab = model.config.vocab_size
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    ids = torch.randint(0, vocab, (batch, query), generator=gen).to(device)
+    pos = (kv + torch.arange(query, device=device))[None].expand(batch, -1)
+    cuda = device.type == "cuda"
+    times = []
+    with torch.inference_mode():
+        for i in range(warmup + repeats):
+            cache = _random_cache(model, batch, kv, device, dtype) if kv else None
+            if cuda:
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            model(input_ids=ids, past_key_values=cache, position_ids=pos, use_cache=kv > 0,
+                  logits_to_keep=query)
+            if cuda:
+                torch.cuda.synchronize(device)
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+    return times
+
+
+def profile_model(model: str, grid: ProfileGrid, device: str = "cpu", dtype: str = "float32",
+                  role: str = "target", layers: int | None = None, progress: bool = False):
+    """Measure the grid; returns a pandas DataFrame with :data:`PROFILE_COLUMNS`."""
+    import pandas as pd
+    import torch
+    from tqdm import tqdm
+
+    for name, values in (("batch sizes", grid.batch_sizes), ("query tokens", grid.query_tokens)):
+        require(bool(values) and all(v >= 1 for v in values),
+                f"{name}: expected positive integers, got {list(values)}")
+    require(all(v >= 0 for v in grid.kv_tokens) and bool(grid.kv_tokens),
+            f"kv tokens: expected non-negative integers, got {list(grid.kv_tokens)}")
+    require(grid.repeats >= 1 and grid.warmup >= 0,
+            f"repeats/warmup: expected >= 1 / >= 0, got {grid.repeats}/{grid.warmup}")
+    m, label = load_profile_model(model, device, dtype, layers)
+    torch.manual_seed(0)
+    rows = []
+    cells = list(itertools.product(grid.batch_sizes, grid.query_tokens, grid.kv_tokens))
+    for b, q, kv in tqdm(cells, disable=not progress, desc="profile", unit="cell"):
+        times = time_forward(m, b, q, kv, grid.warmup, grid.repeats)
+        rows.append({"model": label, "role": role, "device": device, "dtype": dtype,
+                     "batch_size": b, "query_tokens": q, "kv_tokens": kv,
+                     "latency_s": statistics.median(times), "repeats": grid.repeats,
+                     "latency_min_s": min(times), "latency_max_s": max(times)})
+    return pd.DataFrame(rows, columns=list(PROFILE_COLUMNS))
+
+
+def write_profile(frame, path: str | Path) -> None:
+    """Write a profile as Parquet (``.parquet``) or CSV (anything else), atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    if path.suffix == ".parquet":
+        frame.to_parquet(tmp, index=False)
+    else:
+        frame.to_csv(tmp, index=False)
+    os.replace(tmp, path)
