@@ -23,13 +23,20 @@ def register(subparsers) -> None:
             "specbatch live --draft /tmp/zoo/draft --target /tmp/zoo/target "
             "--prompts default:16 --max-new-tokens 32 --policy tetris --k 3 --extra 1 "
             "--verify block --out /tmp/live",
-            "specbatch live ... --device cuda --dtype bfloat16    # on a GPU",
+            "specbatch live --target llama-3.1-8b --draft llama-3.2-1b --prompts random:64:256 "
+            "--max-new-tokens 128 --temperature 1 --device cuda --dtype bfloat16 --out /tmp/l8b",
             "specbatch validate /tmp/live"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--draft", required=True, help="local HF model directory of the draft Ms")
-    p.add_argument("--target", required=True, help="local HF model directory of the target Mb")
+    p.add_argument("--draft", required=True,
+                   help="local HF model directory of the draft Ms, or a shape name "
+                        "(traces.shapes, random weights)")
+    p.add_argument("--target", required=True,
+                   help="local HF model directory of the target Mb, or a shape name")
     p.add_argument("--prompts", required=True,
-                   help="JSONL/JSON/text prompts file, or default:N[:SEED] (stdlib held-out text)")
+                   help="JSONL/JSON/text prompts file, default:N[:SEED] (stdlib held-out text), "
+                        "or random:N:LEN[:SEED] (random token ids; needed for shape names)")
+    p.add_argument("--layers", type=int, default=None,
+                   help="override the layer count (random weights; CPU smoke runs of big shapes)")
     p.add_argument("--requests", type=int, default=None,
                    help="use the first N prompts (default: all); the batch size is N")
     p.add_argument("--max-new-tokens", type=int, default=32,
@@ -85,9 +92,9 @@ def register(subparsers) -> None:
 def _live(args) -> int:
     import torch
 
-    from analysis.live import LiveConfig, run_live, write_live
+    from analysis.live import LiveConfig, load_models, random_prompts, run_live, write_live
     from theory.errors import require
-    from traces.capture import encode_prompt, load_pair, model_identity
+    from traces.capture import encode_prompt
     from traces.capture_cli import resolve_prompts
 
     cfg = LiveConfig(max_new_tokens=args.max_new_tokens, policy=args.policy, k=args.k,
@@ -98,27 +105,38 @@ def _live(args) -> int:
     require(args.requests is None or args.requests >= 1,
             f"--requests: expected N >= 1, got {args.requests}")
     require(args.warmup >= 0, f"--warmup: expected >= 0, got {args.warmup}")
+    require(args.layers is None or args.layers >= 1,
+            f"--layers: expected >= 1, got {args.layers}")
     if args.threads:
         torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    prompts, source = resolve_prompts(args.prompts, args.requests)
-    require(bool(prompts), f"--prompts {args.prompts}: expected at least one prompt, got none")
-    torch.manual_seed(args.seed)
-    tok, draft, target = load_pair(args.draft, args.target, args.device, args.dtype)
-    ids = [encode_prompt(tok, p.text, args.max_prompt_tokens) for p in prompts]
-    names = ("draft", "target")
+    random = args.prompts.startswith("random:")
+    if not random:
+        prompts, source = resolve_prompts(args.prompts, args.requests)
+        require(bool(prompts), f"--prompts {args.prompts}: expected at least one prompt, got none")
+    tok, draft, target, identities = load_models(args.draft, args.target, args.device,
+                                                 args.dtype, args.seed, args.layers)
+    if random:
+        vocab = target.get_output_embeddings().weight.shape[0]
+        ids, source = random_prompts(args.prompts, vocab)
+        ids = ids[:args.requests] if args.requests else ids
+        categories = ["random"] * len(ids)
+    else:
+        require(tok is not None, f"--prompts {args.prompts}: expected random:N:LEN for models "
+                "without a tokenizer (shape names), got a text prompt source")
+        ids = [encode_prompt(tok, p.text, args.max_prompt_tokens) for p in prompts]
+        categories = [p.category for p in prompts]
+    names = (identities["draft"]["name"], identities["target"]["name"])
     for _ in range(args.warmup):
         run_live(draft, target, ids, cfg, names)
     result = run_live(draft, target, ids, cfg, names)
     manifest = {
         "command": "specbatch " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-        "models": {"draft": model_identity(draft, args.draft),
-                   "target": model_identity(target, args.target)},
-        "prompts": args.prompts, "prompt_source": source,
-        "categories": [p.category for p in prompts], "warmup": args.warmup,
-        "threads": torch.get_num_threads(),
+        "models": identities, "prompts": args.prompts, "prompt_source": source,
+        "categories": categories, "warmup": args.warmup, "threads": torch.get_num_threads(),
+        "layers_override": args.layers,
     }
     write_live(result, args.out, manifest)
     s = result.summary

@@ -200,6 +200,18 @@ def test_live_cli_writes_the_simulator_tables_and_validate_replays_them(pair, pr
     assert code == 0 and "throughput" in stdout and "rel. error" in stdout
 
 
+def test_live_runs_random_weights_of_a_named_shape_on_random_prompts(tmp_path, capsys):
+    out = tmp_path / "shape"
+    code, stdout, err = _run(capsys, "live", "--draft", "vicuna-68m", "--target", "vicuna-68m",
+                             "--layers", "1", "--prompts", "random:2:6", "--max-new-tokens", "4",
+                             "--temperature", "1", "--warmup", "0", "--out", str(out), "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["tokens"] == 8
+    manifest = json.loads((out / "live.json").read_text())
+    assert manifest["models"]["target"]["name"] == "vicuna-68m@1L"
+    assert manifest["models"]["target"]["weights"].startswith("random")
+
+
 def test_validate_reproduces_the_trajectory_at_temperature_zero(models, tmp_path):
     from analysis.live import write_live
 
