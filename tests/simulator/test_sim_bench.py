@@ -1,0 +1,22 @@
+"""benchmarks/sim_bench.py stays runnable (slow: a few seconds of simulation)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "sim_bench.py"
+
+
+@pytest.mark.slow
+def test_sim_bench_quick_json(capsys):
+    spec = importlib.util.spec_from_file_location("sim_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--quick", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["headline"]["tokens_per_s"] > 0 and out["reference"]["ratio"] > 1
+    assert [row["max_num_seqs"] for row in out["curve"]] == [8, 16, 32, 64, 128, 256, 512]
