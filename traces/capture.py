@@ -431,6 +431,30 @@ def _fingerprint(prompts: list[Prompt], cfg: CaptureConfig, draft: str, target: 
     return h.hexdigest()[:16]
 
 
+def _zoo_provenance(draft_path: str, target_path: str) -> dict | None:
+    """The zoo report (``zoo.json``) when both models come from one ``specbatch zoo train``."""
+    parent = Path(draft_path).resolve().parent
+    report = parent / "zoo.json"
+    if Path(target_path).resolve().parent != parent or not report.is_file():
+        return None
+    try:
+        z = json.loads(report.read_text())
+    except (json.JSONDecodeError, OSError):
+        return None
+    extra = "".join(f" --corpus {c}" for c in z.get("corpus", [])[2:])
+    return {
+        "size": z.get("size"), "seed": z.get("seed"), "steps": z.get("steps"),
+        "vocab": z.get("vocab"), "threads": z.get("threads"),
+        "draft_heldout_loss": z.get("draft", {}).get("heldout_loss"),
+        "target_heldout_loss": z.get("target", {}).get("heldout_loss"),
+        "draft_params": z.get("draft", {}).get("params"),
+        "target_params": z.get("target", {}).get("params"),
+        "command": f"specbatch zoo train --out {parent} --size {z.get('size')} "
+                   f"--seed {z.get('seed')} --steps {z.get('steps')}"
+                   + (f" --threads {z['threads']}" if z.get("threads") else "") + extra,
+    }
+
+
 def _library_versions() -> dict:
     import pyarrow
     import tokenizers
@@ -491,6 +515,10 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
     tokenizer, draft, target = load_pair(draft_path, target_path, device, dtype)
     chunks = [list(range(a, min(n_req, a + cfg.chunk_requests)))
               for a in range(0, n_req, cfg.chunk_requests)]
+    zoo = _zoo_provenance(draft_path, target_path)
+    command = command or " ".join(sys.argv)
+    if zoo is not None:
+        extra_meta = {"zoo": zoo, "remake": [zoo["command"], command], **(extra_meta or {})}
     meta = default_meta(
         cfg.temperature, cfg.depth,
         models={"draft": model_identity(draft, draft_path),
@@ -500,7 +528,7 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
         prompt_source=prompt_source, seeds={"seed": cfg.seed,
                                             "request_rng": "numpy.random.default_rng([seed, request_index])"},
         device=device, library_versions=_library_versions(),
-        command=command or " ".join(sys.argv), capture=asdict(cfg) | {"dtype": dtype},
+        command=command, capture=asdict(cfg) | {"dtype": dtype},
         **(extra_meta or {}))
 
     def flush() -> None:
