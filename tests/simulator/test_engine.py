@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.config import load_config
+from simulator.policies import POLICIES
 from simulator.run import simulate
 from tests.simulator.helpers import LinearCost, const_trace
 
@@ -106,3 +109,33 @@ def test_chunked_prefill_respects_token_budget(synth_trace_natural):
     decode_tokens = steps["verified"] + steps["batch"]
     assert (steps["prefill_tokens"][steps["prefill_tokens"] > 0]
             <= np.maximum(100 - decode_tokens, 0)[steps["prefill_tokens"] > 0]).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    policy=st.sampled_from(sorted(POLICIES)),
+    verify=st.sampled_from(["token", "block"]),
+    k=st.integers(1, 4),
+    extra=st.integers(0, 3),
+    max_num_seqs=st.integers(1, 12),
+    replicas=st.integers(1, 3),
+    router=st.sampled_from(["round_robin", "least_outstanding"]),
+    chunk=st.sampled_from([None, 7, 64]),
+    arrival=st.sampled_from(["burst", "poisson", "gamma"]),
+    kv_slack=st.sampled_from([None, 0, 150]),
+    budget=st.sampled_from([None, 0, 5]),
+    seed=st.integers(0, 3),
+)
+def test_conservation_property(synth_trace_natural, policy, verify, k, extra, max_num_seqs,
+                               replicas, router, chunk, arrival, kv_slack, budget, seed):
+    """Any valid config: every request finishes exactly once with its recorded length."""
+    trace = synth_trace_natural
+    depth = 6 if policy == "dsd" else (k if policy == "fixed" else k + extra)
+    footprint = int((trace.prompt_len + trace.output_len).max()) + depth + 1
+    kw = dict(policy=policy, verify=verify, k=k, extra=extra, max_num_seqs=max_num_seqs,
+              replicas=replicas, router=router, arrival=arrival, rate=30.0, cv=2.0, seed=seed,
+              budget=budget, requests=18,
+              kv_capacity=None if kv_slack is None else footprint + kv_slack)
+    if chunk is not None:
+        kw.update(enable_chunked_prefill=True, max_num_batched_tokens=chunk)
+    check_conservation(run(trace, **kw), trace.output_len)
