@@ -185,3 +185,15 @@ def test_monotone_topc_equals_greedy_topc_ties_included():
         values = np.cumprod(levels, axis=1)  # non-increasing, many exact ties in half the cases
         c = int(rng.integers(0, n * k + 2))
         assert np.array_equal(monotone_topc(values, c), greedy_topc(values, c))
+
+
+def test_block_equals_token_verification_at_temperature_zero():
+    """THEORY §3: at temperature 0 (one-hot rows) BV and TV have the same law; with common
+    random numbers the whole simulation is identical."""
+    trace = synth_trace(SynthConfig(requests=16, output_mean=48, prompt_mean=16, temperature=0.0,
+                                    seed=5))
+    for name in ("fixed", "tetris"):
+        runs = [simulate(load_config(None, trace="synth", policy=name, extra=1, verify=rule,
+                                     requests=24), trace, cost_model=COST).requests
+                for rule in ("token", "block")]
+        assert runs[0].equals(runs[1]), name
