@@ -65,9 +65,9 @@ def uniforms(keys: np.ndarray, pos: np.ndarray, depth: int) -> np.ndarray:
     pos:     # [n] int  output position t of the step
     returns  # [n, depth] float64
     """
-    seed = keys ^ (pos.astype(np.uint64) * _POS)
+    seed = keys ^ (np.asarray(pos, dtype=np.int64).view(np.uint64) * _POS)  # pos ≥ 0
     x = splitmix64(seed[:, None] + _DRAFT_INDEX[None, :depth])
-    return (x >> _S11).astype(np.float64) * _UNIT
+    return (x >> _S11) * _UNIT  # uint64 · float -> float64, exact below 2^53
 
 
 _DRAFT_INDEX = (np.arange(1, 257, dtype=np.uint64) * GOLDEN).astype(np.uint64)
