@@ -215,7 +215,7 @@ def accept_and_residual(
             maybe = ~(z_star > bound * (1.0 + 1e-5) + 1e-12)  # NaN (η = 1, p_i = 1): compute
             rows, position, p_i, eta = pending[maybe], position[maybe], p_i[maybe], eta[maybe]
             resid = _residual(lay, rows, position, p_i)  # [U, V]
-            z = resid.sum(dim=1, dtype=torch.float64)
+            z = resid.sum(dim=1).double()  # rows' dtype: no float64 copy of [U, V]
             denom = z + (1.0 - p_i)
             h = torch.where(denom > 0, z / torch.where(denom > 0, denom, 1.0), 1.0)
             accept = eta <= h
@@ -235,29 +235,56 @@ def accept_and_residual(
     if rows.numel():
         resid = _residual(lay, rows, tau[rows], None if p_full is None else p_full[rows, tau[rows]])
         weights[rows] = resid
-        empty = rows[resid.sum(dim=1, dtype=torch.float64) <= 0]  # probability-0 events
+        empty = rows[resid.sum(dim=1) <= 0]  # probability-0 events
         if empty.numel():
             weights[empty] = _rows(lay, "target", empty, tau[empty])
     return tau, weights
 
 
-def sample_weights(weights: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_weights(
+    weights: torch.Tensor, generator: torch.Generator | None = None, block: int = 128
+) -> torch.Tensor:
     """One draw per row of unnormalised ``weights`` # [B, V] -> # [B] int64 (inverse CDF).
 
-    ``searchsorted(cdf, u·total, right=True)`` returns the first index whose cumulative weight
-    exceeds u·total, which is never a zero-weight token; float64 accumulation.
+    Two levels, so no float64 copy of the whole ``[B, V]`` table is made: the row is cut into
+    blocks of ``block`` tokens; block sums (in the rows' dtype, relative error ~1e-7 for
+    float32) are accumulated in float64 to pick a block, then a float64 cumulative sum inside
+    that block picks the token. ``searchsorted(..., right=True)`` returns the first index whose
+    cumulative weight exceeds the target, so a zero-weight token is never drawn; rounding at a
+    block's end falls back to the block's last positive token.
     """
     b, v = weights.shape
+    device = weights.device
     if b == 0:
-        return torch.zeros(0, dtype=torch.long, device=weights.device)
-    cdf = torch.cumsum(weights, dim=1, dtype=torch.float64)  # [B, V]
-    u = torch.rand((b, 1), generator=generator, dtype=torch.float64, device=weights.device)
-    index = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).flatten()
-    high = torch.nonzero(index >= v).flatten()  # u·total rounded up to the total
-    if high.numel():
-        last_positive = v - 1 - torch.argmax((weights[high].flip(1) > 0).int(), dim=1)
-        index[high] = last_positive
-    return index
+        return torch.zeros(0, dtype=torch.long, device=device)
+    weights = weights.contiguous()
+    n_blocks = -(-v // block)
+    if n_blocks * block != v:  # pad the last block with zeros (one copy of the table)
+        weights = torch.nn.functional.pad(weights, (0, n_blocks * block - v))
+    blocks = weights.view(b, n_blocks, block)  # [B, nb, block]
+    block_cdf = torch.cumsum(blocks.sum(dim=2).double(), dim=1)  # [B, nb]
+    u = torch.rand((b, 1), generator=generator, dtype=torch.float64, device=device)
+    target = u * block_cdf[:, -1:]  # [B, 1]
+    chosen = torch.searchsorted(block_cdf, target, right=True).clamp_(max=n_blocks - 1)  # [B, 1]
+    before = torch.where(
+        chosen > 0, block_cdf.gather(1, (chosen - 1).clamp(min=0)), torch.zeros_like(target)
+    )
+    rows = torch.arange(b, device=device)
+    inside = blocks[rows, chosen.flatten()]  # [B, block]
+    inner_cdf = torch.cumsum(inside.double(), dim=1)
+    index = torch.searchsorted(inner_cdf, target - before, right=True).flatten()
+    positive = inside > 0
+    last_positive = block - 1 - torch.argmax(positive.flip(1).int(), dim=1)
+    # Past the block's last positive token (rounding between the two levels): take that token.
+    # A block chosen with zero inner mass (rounding) has no positive token: resample from the
+    # whole row's last positive token, a probability-0 event.
+    index = torch.minimum(index, last_positive)
+    empty = ~positive.any(dim=1)
+    token = chosen.flatten() * block + index
+    if bool(empty.any()):
+        whole = weights[empty] > 0
+        token[empty] = weights.shape[1] - 1 - torch.argmax(whole.flip(1).int(), dim=1)
+    return token
 
 
 def verify_torch(

@@ -16,7 +16,12 @@ from theory.verify import (
 )
 from theory.verify import verify_block as np_block
 from theory.verify import verify_token as np_token
-from theory.verify_torch import VERIFIERS_TORCH, accept_and_residual, verify_torch
+from theory.verify_torch import (
+    VERIFIERS_TORCH,
+    accept_and_residual,
+    sample_weights,
+    verify_torch,
+)
 
 NUMPY = {"token": np_token, "block": np_block}
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -217,3 +222,22 @@ def test_torch_rules_are_lossless_quick(rule):
     pvalues = lossless.lossless_pvalues(outputs, mb)
     assert min(pvalues.values()) > lossless.ALPHA, pvalues
     assert abs(lossless.acceptance_zscore(taus, ms, mb, lossless.GAMMA, rule, 22)) < 5.0
+
+
+@pytest.mark.parametrize("vocab", [7, 128, 300, 1000])
+def test_sample_weights_follows_the_weights_and_never_draws_zero_weight(vocab):
+    # Two-level inverse CDF (blocks of 128): one row repeated, chi-square against its law;
+    # sparse rows: zero-weight tokens (and zero blocks) are never drawn.
+    rng = np.random.default_rng(vocab)
+    row = rng.random(vocab) * (rng.random(vocab) < 0.3)
+    row[rng.integers(vocab)] += 0.5
+    n = 60_000
+    weights = torch.as_tensor(np.tile(row, (n, 1)), dtype=torch.float32)
+    draws = sample_weights(weights, torch.Generator().manual_seed(vocab)).numpy()
+    law = row / row.sum()
+    assert (row[draws] > 0).all()
+    assert lossless.chi_square_pvalue(np.bincount(draws, minlength=vocab), n * law) > lossless.ALPHA
+    sparse = torch.as_tensor(rng.random((500, vocab)) * (rng.random((500, vocab)) < 0.01))
+    sparse[:, -1] += 1e-3
+    picks = sample_weights(sparse).numpy()
+    assert (sparse.numpy()[np.arange(500), picks] > 0).all()
