@@ -223,7 +223,7 @@ def monotone_topc(values: np.ndarray, budget: int) -> np.ndarray:
     flat = values.T.ravel()  # j-major, as greedy_topc ranks ties
     kth = n * k - c
     threshold = np.partition(flat, kth)[kth]
-    s = np.count_nonzero(values >= threshold, axis=1)
+    s = (values >= threshold).sum(axis=1)
     excess = int(s.sum()) - c  # > 0 only when several entries equal the threshold
     if excess:
         ties = np.flatnonzero(flat == threshold)  # in (j, row) order; keep the first ones
