@@ -168,3 +168,9 @@ def test_bad_input_is_a_one_line_user_error(values, budget):
     for fn in (greedy_topc, greedy_heap, optimal_dp):
         with pytest.raises(SpecbatchError):
             fn(values, budget)
+
+
+def test_empty_batches():
+    for values in (np.zeros((0, 4)), np.zeros((3, 0))):
+        for fn in (greedy_topc, greedy_heap, optimal_dp, optimal_milp):
+            assert fn(values, 5).tolist() == [0] * values.shape[0]
