@@ -7,7 +7,7 @@ compared column by column (``specbatch validate``).
 
 One run (THEORY.md §1-§5 notation: draft ``Ms``, target ``Mb``, window k, extra e):
 
-1. **Prefill step**: both models run over the left-padded prompts; the target's last row gives
+1. **Prefill step**: both models run over the right-padded prompts; the target's last row gives
    the first output token (greedy at T = 0, else sampled at temperature T).
 2. **Decode step** over the n running requests:
 
@@ -29,7 +29,7 @@ One run (THEORY.md §1-§5 notation: draft ``Ms``, target ``Mb``, window k, extr
    - the request emits ``min(τ + 1, remaining)`` tokens; finished requests leave the batch.
 
 KV caches are reused (``past_key_values``): each model keeps one batched cache with a validity
-mask. Rejected draft tokens are not cropped (requests accept different lengths) but masked
+mask (prompt padding is a hole too). Rejected draft tokens are not cropped (requests accept different lengths) but masked
 out as *holes*; new tokens get explicit position ids (count of valid tokens before them), so
 the attention each request sees is exactly its own sequence. When holes exceed
 ``compact_fraction`` of a cache it is compacted by one gather (left padding, no holes). The
@@ -133,7 +133,12 @@ def load_models(draft: str, target: str, device: str = "cpu", dtype: str = "floa
         tok, d, t = load_pair(draft, target, device, dtype)
         return tok, d, t, {"draft": model_identity(d, draft), "target": model_identity(t, target)}
     from traces.profile import load_profile_model
+    from traces.shapes import SHAPES
 
+    for role, spec in (("draft", draft), ("target", target)):
+        require(Path(spec).is_dir() or spec in SHAPES,
+                f"{role} model {spec}: expected a local Hugging Face model directory or a shape "
+                f"name ({', '.join(sorted(SHAPES))}), got neither")
     models, ids = {}, {}
     for offset, (role, spec) in enumerate((("draft", draft), ("target", target))):
         torch.manual_seed(seed + offset)
@@ -343,15 +348,20 @@ class LiveResult:
     prompt_ids: list = field(default_factory=list)
 
 
-def _left_pad(seqs: list[list[int]], device, pad: int = 0):
+def _right_pad(seqs: list[list[int]], device, pad: int = 0):
+    """Prompts padded on the right: ids # [N, W] long, valid # [N, W] bool.
+
+    Right padding keeps every query row attending to at least one real key (a pad slot sees
+    its own prompt), so no attention row is fully masked; the pads become cache holes.
+    """
     import torch
 
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad, dtype=torch.long, device=device)
     valid = torch.zeros((len(seqs), width), dtype=torch.bool, device=device)
     for i, s in enumerate(seqs):
-        ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long, device=device)
-        valid[i, width - len(s):] = True
+        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long, device=device)
+        valid[i, :len(s)] = True
     return ids, valid
 
 
@@ -428,11 +438,12 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
     with torch.inference_mode():
         t0 = now()
         # ---------------------------------------------------------------- prefill step
-        ids, valid = _left_pad(prompt_ids, device)
+        ids, valid = _right_pad(prompt_ids, device)
         a = now()
         dcache.forward(draft, ids, valid)
         b = now()
-        logits = tcache.forward(target, ids, valid)[:, -1]
+        last = torch.from_numpy(prompt_len - 1).to(device)
+        logits = tcache.forward(target, ids, valid)[torch.arange(n_req, device=device), last]
         c = now()
         y0 = draw(logits)
         record_pass("draft", n_req, prompt_len.mean(), 0, b - a, ids.shape[1])
@@ -711,7 +722,17 @@ def fit_in_sample(path: str | Path, overhead: float):
     return ProfiledCost(fits=fits, overhead=float(overhead), path=str(path))
 
 
-def validate(live_dir: str | Path, profile: str | None = None, target_model: str | None = None,
+def combine_profiles(paths: list[str], out: Path) -> str:
+    """One latency-profile CSV from several (e.g. one per role from ``specbatch profile``)."""
+    from simulator.cost import read_profile
+
+    frames = [read_profile(p) for p in paths]
+    pd.concat(frames, ignore_index=True).to_csv(out, index=False)
+    return str(out)
+
+
+def validate(live_dir: str | Path, profile: str | list | None = None,
+             target_model: str | None = None,
              draft_model: str | None = None, overhead: float | None = None,
              out: str | Path | None = None) -> dict:
     """Simulate a live run's workload and compare (``specbatch validate``).
@@ -738,18 +759,29 @@ def validate(live_dir: str | Path, profile: str | None = None, target_model: str
     st = man["settings"]
     cfg = LiveConfig(**{k: st[k] for k in LiveConfig.__dataclass_fields__ if k in st})
     n_req = int(meas_req.shape[0])
-    in_sample = profile is None
-    profile_path = str(d / "profile.csv") if in_sample else str(profile)
+    in_sample = not profile
+    if isinstance(profile, (list, tuple)) and len(profile) == 1:
+        profile = profile[0]
+    profile_path = str(d / "profile.csv") if in_sample else profile
     over = float(meas_steps["overhead_time"].mean()) if overhead is None else float(overhead)
     require(math.isfinite(over) and over >= 0, f"--overhead: expected seconds >= 0, got {over}")
     if in_sample:
         cost = fit_in_sample(profile_path, over)
+    elif isinstance(profile_path, (list, tuple)):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            combined = combine_profiles(list(profile_path), Path(tmp) / "profile.csv")
+            cost = fit_profile(combined, overhead=over, target=target_model, draft=draft_model)
+        profile_path = ", ".join(map(str, profile_path))
     else:
+        profile_path = str(profile_path)
         cost = fit_profile(profile_path, overhead=over, target=target_model, draft=draft_model)
     for role in ("draft", "target"):
         require(role in cost.fits, f"profile {profile_path}: column role: no {role} rows")
     values = sim_config_values(cfg, n_req)
-    values.update(trace=str(d / "trace"), cost="profiled", profile=profile_path)
+    values.update(trace=str(d / "trace"), cost="profiled",
+                  profile=str(d / "profile.csv") if in_sample else profile_path)
     config = make_config(values, f"live manifest {d / 'live.json'}")
     sim = simulate(config, trace=live["trace"], cost_model=cost)
     if out is not None:
@@ -789,7 +821,7 @@ def validate(live_dir: str | Path, profile: str | None = None, target_model: str
                "draft_time", "target_time", "overhead_time")}
     if same:
         errors["step_latency_mape"] = float(np.mean(np.abs(s_lat - m_lat) / m_lat))
-    return {
+    report = {
         "live_dir": str(d), "policy": cfg.policy, "verify": cfg.verify, "k": cfg.k,
         "extra": cfg.extra, "requests": n_req, "temperature": cfg.temperature,
         "device": man.get("settings", {}).get("device"), "dtype": cfg.dtype,
@@ -801,6 +833,11 @@ def validate(live_dir: str | Path, profile: str | None = None, target_model: str
         "cost_cv_mape": cost.cv_mape, "overhead_per_step": over,
         "measured": measured, "simulated": simulated, "relative_error": errors,
     }
+    if out is not None:
+        from simulator.run import jsonable
+
+        (Path(out) / "validate.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
+    return report
 
 
 def format_report(report: dict) -> str:

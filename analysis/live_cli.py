@@ -74,9 +74,10 @@ def register(subparsers) -> None:
                        "--target-model llama-3.1-8b --draft-model llama-3.2-1b --json"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     v.add_argument("live_dir", metavar="LIVE_DIR", help="output directory of `specbatch live`")
-    v.add_argument("--profile", default=None,
-                   help="latency profile (CSV/Parquet) to fit the cost model (default: the live "
-                        "run's own profile.csv, in-sample)")
+    v.add_argument("--profile", nargs="+", default=None, metavar="FILE",
+                   help="latency profile(s) (CSV/Parquet, e.g. one per role from `specbatch "
+                        "profile`) to fit the cost model (default: the live run's own "
+                        "profile.csv, in-sample)")
     v.add_argument("--target-model", default=None,
                    help="select the target rows of a profile holding several models")
     v.add_argument("--draft-model", default=None,

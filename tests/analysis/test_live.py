@@ -193,11 +193,18 @@ def test_live_cli_writes_the_simulator_tables_and_validate_replays_them(pair, pr
     for key in ("throughput", "step_latency_mean", "decode_step_latency_mean"):
         assert np.isfinite(report["relative_error"][key])
     assert "in-sample" in report["cost_model"]
-    external = tmp_path / "profile.csv"  # an external profile: the live passes, three times
-    pd.concat([profile] * 3).to_csv(external, index=False)
-    code, stdout, _ = _run(capsys, "validate", str(out), "--profile", str(external),
-                           "--overhead", "0")
-    assert code == 0 and "throughput" in stdout and "rel. error" in stdout
+    files = []  # external profiles, one per role (the live passes, three times each)
+    for role in ("draft", "target"):
+        files.append(str(tmp_path / f"{role}.csv"))
+        pd.concat([profile[profile["role"] == role]] * 3).to_csv(files[-1], index=False)
+    sim_out = tmp_path / "sim"
+    code, stdout, err = _run(capsys, "validate", str(out), "--profile", *files, "--overhead",
+                             "0", "--out", str(sim_out))
+    assert code == 0, err
+    assert "throughput" in stdout and "rel. error" in stdout
+    saved = json.loads((sim_out / "validate.json").read_text())
+    assert saved["overhead_per_step"] == 0 and "target.csv" in saved["cost_model"]
+    assert (sim_out / "steps.parquet").is_file()
 
 
 def test_live_runs_random_weights_of_a_named_shape_on_random_prompts(tmp_path, capsys):
