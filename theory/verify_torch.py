@@ -46,7 +46,9 @@ def _layout(draft_tokens, draft_rows, target_rows, uniforms, lengths, offsets):
     lengths # [B], tokens # [B, K], uniforms # [B, K] float64, inside # [B, K] bool
     """
     draft_rows = torch.as_tensor(draft_rows)
-    target_rows = torch.as_tensor(target_rows, device=draft_rows.device)
+    if draft_rows.dtype in (torch.float16, torch.bfloat16):  # vocabulary sums need ≥ float32
+        draft_rows = draft_rows.float()
+    target_rows = torch.as_tensor(target_rows, device=draft_rows.device).to(draft_rows.dtype)
     device = draft_rows.device
     tokens = _as_long(draft_tokens, device)
     uniforms = torch.as_tensor(uniforms, device=device).double()
@@ -195,6 +197,7 @@ def accept_and_residual(
         p = torch.exp(_log_block_weights(log_r))
         p_full = torch.cat([torch.ones((b, 1), dtype=torch.float64, device=device), p], dim=1)
         tau = torch.zeros(b, dtype=torch.long, device=device)
+        slack = 1e-12 if lay["target_flat"].dtype == torch.float64 else 1e-6
         # i = γ: h_γ = p_γ, no vocabulary work.
         has = lengths > 0
         last = torch.clamp(lengths - 1, min=0)
@@ -208,11 +211,12 @@ def accept_and_residual(
             eta = lay["uniforms"][pending, position - 1]
             # η ≤ h_i ⇔ Z ≥ Z* := η (1 − p_i) / (1 − η). Z = p_i − Σ_x min(p_i Mb, Ms) is at
             # most U = p_i − min(p_i pt, q) of the next drafted token X_{i+1} (column i), so
-            # Z* > U rejects without a vocabulary pass (margin: computed Z may exceed U by
-            # rounding, never by 1e-5 relative).
+            # Z* > U rejects without a vocabulary pass (margin: the computed Z exceeds the true
+            # one by at most ~eps·(p_i + 1) plus summation error, far below 1e-5 relative plus
+            # ``slack``).
             z_star = eta * (1.0 - p_i) / (1.0 - eta)
             bound = p_i - torch.minimum(p_i * pt[pending, position], q[pending, position])
-            maybe = ~(z_star > bound * (1.0 + 1e-5) + 1e-12)  # NaN (η = 1, p_i = 1): compute
+            maybe = ~(z_star > bound * (1.0 + 1e-5) + slack)  # NaN (η = 1, p_i = 1): compute
             rows, position, p_i, eta = pending[maybe], position[maybe], p_i[maybe], eta[maybe]
             resid = _residual(lay, rows, position, p_i)  # [U, V]
             z = resid.sum(dim=1).double()  # rows' dtype: no float64 copy of [U, V]

@@ -163,7 +163,7 @@ def test_greedy_rows_accept_the_matching_prefix_and_emit_the_target_argmax():
     target_top = tr.argmax(axis=2)  # [B, K+1]
     agree = np.cumprod(target_top[:, :-1] == tokens, axis=1).sum(axis=1)
     for rule in ("token", "block"):
-        for dtype in (torch.float32, torch.float64):
+        for dtype in (torch.float32, torch.float64, torch.bfloat16):
             tau, extra = verify_torch(
                 rule,
                 tokens,
