@@ -38,9 +38,9 @@ METRICS: dict[str, tuple[str, str, bool]] = {
     "e2e_p99": ("p99 e2e latency", "s", False),
     "ttft_mean": ("Mean TTFT", "s", False),
     "tpot_mean": ("Mean TPOT", "s/token", False),
-    "vsr": ("VSR (accepted / verified)", "fraction", True),
-    "mal": ("MAL (tokens per request-step)", "tokens", True),
-    "draft_efficiency": ("Draft efficiency (accepted / drafted)", "fraction", True),
+    "vsr": ("VSR: accepted / verified draft tokens", "fraction", True),
+    "mal": ("MAL: mean accepted length", "tokens per request-step", True),
+    "draft_efficiency": ("Draft efficiency: accepted / drafted", "fraction", True),
     "makespan": ("Makespan", "s", False),
 }
 

@@ -196,7 +196,7 @@ def figure_latency_cdf(out: Path, df: pd.DataFrame, path: Path) -> str | None:
     best = best_settings(sub, "throughput")
     seed = int(sub.seed.min())
     cfg = [c for c in config_columns(sub) if c != "seed"]
-    frames = []
+    curves = []
     for _, row in best.iterrows():
         runs = select(sub, {**setting_of(row, cfg), "seed": seed})
         if runs.empty:
@@ -204,13 +204,20 @@ def figure_latency_cdf(out: Path, df: pd.DataFrame, path: Path) -> str | None:
         requests = read_requests(out, runs.run.iloc[0])
         if requests is None or "e2e" not in requests:
             continue
-        name = row.policy if best.verify.nunique() == 1 else f"{row.policy} ({row.verify})"
-        frames.append(pd.DataFrame({"e2e": requests.e2e.to_numpy(), "setting": name}))
-    if not frames:
+        curves.append((row.policy, row.verify, np.sort(requests.e2e.to_numpy())))  # [requests]
+    if not curves:
         return None
-    data = pd.concat(frames, ignore_index=True)
+    policies = list(dict.fromkeys(c[0] for c in curves))
+    colours = dict(zip(policies, sns.color_palette("tab10", len(policies))))
+    two = len({c[1] for c in curves}) > 1
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
-    sns.ecdfplot(data=data, x="e2e", hue="setting", ax=ax)
+    for policy, verify, e2e in curves:
+        frac = np.arange(1, e2e.size + 1) / e2e.size
+        ax.step(e2e, frac, where="post", color=colours[policy],
+                linestyle=":" if verify == "block" else "-", linewidth=1.4,
+                label=f"{policy} ({verify})" if two and policy != "ar" else policy)
+    ax.legend(fontsize=8, title="dotted: block verification" if two else None,
+              title_fontsize=8)
     ax.set_xlabel("End-to-end latency per request (s)")
     ax.set_ylabel("Fraction of requests")
     ax.set_title(f"Best setting of each policy, seed {seed}", fontsize=10)
