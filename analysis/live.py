@@ -188,17 +188,19 @@ class SlotCache:
     def length(self) -> int:
         return 0 if self.mask is None else int(self.mask.shape[1])
 
-    def forward(self, model, ids, valid):
+    def forward(self, model, ids, valid, keep=None):
         """Run ``model`` on ``ids`` # [n, w] whose slots ``valid`` # [n, w] bool are real tokens
-        (the others are padding/holes). Returns logits # [n, w, V]."""
+        (the others are padding/holes). Returns logits # [n, w, V], or only the slots ``keep``
+        (HF ``logits_to_keep``: an int = the last ``keep`` slots, or a 1-D index tensor)."""
         import torch
 
         mask = valid if self.mask is None else torch.cat([self.mask, valid], dim=1)
         count = torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device) \
             if self.count is None else self.count
         pos = (count[:, None] + torch.cumsum(valid.long(), dim=1) - 1).clamp_(min=0)
+        extra = {} if keep is None else {"logits_to_keep": keep}
         out = model(input_ids=ids, attention_mask=mask.long(), position_ids=pos,
-                    past_key_values=self.cache, use_cache=True)
+                    past_key_values=self.cache, use_cache=True, **extra)
         self.cache, self.mask = out.past_key_values, mask
         self.count = count + valid.long().sum(dim=1)
         return out.logits
@@ -440,10 +442,12 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
         # ---------------------------------------------------------------- prefill step
         ids, valid = _right_pad(prompt_ids, device)
         a = now()
-        dcache.forward(draft, ids, valid)
+        dcache.forward(draft, ids, valid, keep=1)  # the draft's prefill logits are not used
         b = now()
-        last = torch.from_numpy(prompt_len - 1).to(device)
-        logits = tcache.forward(target, ids, valid)[torch.arange(n_req, device=device), last]
+        # only the rows' last prompt slots need logits (as a serving engine computes them)
+        ends, where = np.unique(prompt_len - 1, return_inverse=True)
+        logits = tcache.forward(target, ids, valid, keep=torch.from_numpy(ends).to(device))
+        logits = logits[torch.arange(n_req, device=device), torch.from_numpy(where).to(device)]
         c = now()
         y0 = draw(logits)
         record_pass("draft", n_req, prompt_len.mean(), 0, b - a, ids.shape[1])
