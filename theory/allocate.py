@@ -136,12 +136,14 @@ def optimal_dp(values: np.ndarray, budget: int) -> np.ndarray:
     # best[i, c] = H_i[c]; -inf marks an infeasible total. Row N is H_N = [0, -inf, ...].
     best = np.full((n + 1, cap + k + 1), -np.inf)  # [N+1, K + cap + 1], K leading -inf pads
     best[n, k] = 0.0
+    scratch = np.empty((k + 1, cap + 1))  # [K+1, cap+1] candidate table, reused
     width = 1  # number of feasible totals of H_{i+1}
     for i in range(n - 1, -1, -1):
         width = min(cap + 1, width + k)
         # window[s, c] = best[i+1, K + c − s]: row s is H_{i+1} shifted right by s.
         window = sliding_window_view(best[i + 1], width)[k::-1]  # [K+1, width]
-        np.max(window + gains[i][:, None], axis=0, out=best[i, k : k + width])
+        cand = np.add(window, gains[i][:, None], out=scratch[:, :width])
+        np.max(cand, axis=0, out=best[i, k : k + width])
     totals = best[0, k:]  # [cap+1]
     s = np.zeros(n, dtype=np.int64)
     remaining = int(np.argmax(totals))  # smallest total reaching the maximum
