@@ -58,6 +58,15 @@ def _save_pair(out: Path) -> tuple[str, str]:
     return paths[0], paths[1]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread: tiny models gain nothing from more, and the machine is shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     return _save_pair(tmp_path_factory.mktemp("livepair"))
