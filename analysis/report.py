@@ -236,23 +236,32 @@ def load_column(df: pd.DataFrame) -> str | None:
     return None
 
 
+LOAD_UNITS = {"rate": "arrival rate, requests/s", "max_num_seqs": "max running requests",
+              "requests": "requests"}
+
+
 def figure_load(df: pd.DataFrame, path: Path) -> str | None:
     """Throughput vs mean e2e latency across load, best setting per policy at each load."""
     load = load_column(df)
     if load is None:
         return None
     best = best_settings(df, "throughput")
-    best = best.assign(series=best.policy if best.verify.nunique() == 1
+    best = best.assign(policy_label=best.policy if best.verify.nunique() == 1
                        else best.policy + " (" + best.verify + ")").sort_values(load)
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
-    sns.lineplot(data=best, x="throughput", y="e2e_mean", hue="series", marker="o",
-                 sort=False, estimator=None, ax=ax)
-    for _, row in best.iterrows():
-        ax.annotate(_fmt(row[load]), (row.throughput, row.e2e_mean), fontsize=7,
+    sns.lineplot(data=best, x="throughput", y="e2e_mean", hue="policy_label",
+                 style="policy_label", markers=True, dashes=False, sort=False, estimator=None,
+                 ax=ax)
+    first = best[best.policy_label == best.policy_label.iloc[0]]
+    for lab in (best, first)[int(best.policy_label.nunique() > 2)].itertuples():
+        value = getattr(lab, load)
+        text = f"{value:g}" if isinstance(value, (float, np.floating)) else str(value)
+        ax.annotate(text, (lab.throughput, lab.e2e_mean), fontsize=7,
                     textcoords="offset points", xytext=(3, 3))
     ax.set_xlabel(label("throughput"))
     ax.set_ylabel(label("e2e_mean"))
-    ax.set_title(f"Across load (points labelled by {load})", fontsize=10)
+    ax.legend(title="policy", fontsize=8, title_fontsize=8)
+    ax.set_title(f"Across load (labels: {LOAD_UNITS.get(load, load)})", fontsize=10)
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
