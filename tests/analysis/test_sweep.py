@@ -355,3 +355,19 @@ def test_overrides_set_a_field_everywhere_and_drop_its_axis(tmp_path):
         parse_override("verify")
     with pytest.raises(SpecbatchError, match="field 'nope': unknown config field"):
         load_spec(path, FakeConfig, {"nope": 1})
+
+
+def test_sweep_cli_runs_real_simulations_and_a_rerun_reuses_them(tmp_path):
+    pytest.importorskip("simulator.run")
+    path = tmp_path / "tiny.toml"
+    path.write_text('seeds = [0, 1]\n[base]\ntrace = "synth"\nrequests = 8\nmax_num_seqs = 4\n'
+                    '[axes]\npolicy = ["fixed", "tetris"]\nk = [2]\ne = [1]\n')
+    first = _cli("sweep", str(path), "--out", str(tmp_path / "out"), "--workers", "2", "--json")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["computed"] == 4
+    table = pd.read_parquet(tmp_path / "out" / "results.parquet")
+    assert table.num_speculative_tokens.eq(2).all() and table.extra.eq(1).all()  # k, e aliases
+    assert (table.throughput > 0).all() and table.requests_result.eq(8).all()
+    again = _cli("sweep", str(path), "--out", str(tmp_path / "out"), "--json")
+    assert json.loads(again.stdout)["computed"] == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "out" / "results.parquet"), table)
