@@ -600,6 +600,49 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
                       prompt_ids=[list(map(int, p)) for p in prompt_ids])
 
 
+# ----------------------------------------------------------------------------- grid profile
+def grid_cells(n: int, depth: int, prompt_mean: float, max_new: int) -> dict:
+    """The (batch, query, kv) cells a live run's workload visits, as a profiling grid.
+
+    Batches n, ⌈n/2⌉, ⌈n/4⌉, ..., 1; KV lengths prompt, prompt + max_new/2, prompt + max_new
+    (prompt = mean prompt length); queries 1 (draft) and 1..K+1 (target); plus the prefill
+    cell (query = mean prompt length, KV 0) at every batch size. returns role -> list of cells.
+    """
+    batches, b = [], int(n)
+    while True:
+        batches.append(b)
+        if b == 1:
+            break
+        b = (b + 1) // 2
+    p = max(1, int(round(prompt_mean)))
+    kvs = sorted({p, p + max_new // 2, p + max_new})
+    prefill = [(b, p, 0) for b in batches]
+    return {"draft": [(b, 1, kv) for b in batches for kv in kvs] + prefill,
+            "target": [(b, q, kv) for b in batches for q in range(1, depth + 2) for kv in kvs]
+            + prefill}
+
+
+def profile_grid(draft, target, names: tuple[str, str], cells: dict, device: str, dtype: str,
+                 warmup: int = 2, repeats: int = 5) -> pd.DataFrame:
+    """Median forward-pass time of uniform batches on random KV caches
+    (:func:`traces.profile.time_forward`) at every cell of :func:`grid_cells`; latency-profile
+    columns (:data:`traces.profile.PROFILE_COLUMNS`). Measured separately from the live run,
+    so a cost model fitted to it is out-of-sample for that run."""
+    import statistics
+
+    from traces.profile import PROFILE_COLUMNS, time_forward
+
+    rows = []
+    for role, model, name in (("draft", draft, names[0]), ("target", target, names[1])):
+        for b, q, kv in cells[role]:
+            times = time_forward(model, b, q, kv, warmup, repeats)
+            rows.append({"model": name, "role": role, "device": device, "dtype": dtype,
+                         "batch_size": b, "query_tokens": q, "kv_tokens": kv,
+                         "latency_s": statistics.median(times), "repeats": repeats,
+                         "latency_min_s": min(times), "latency_max_s": max(times)})
+    return pd.DataFrame(rows, columns=list(PROFILE_COLUMNS))
+
+
 # ----------------------------------------------------------------------------- outputs
 def build_trace(result: LiveResult, meta_extra: dict | None = None):
     """A :class:`traces.format.Trace` of the live run: row t of request r holds the statistics
@@ -738,7 +781,7 @@ def combine_profiles(paths: list[str], out: Path) -> str:
 def validate(live_dir: str | Path, profile: str | list | None = None,
              target_model: str | None = None,
              draft_model: str | None = None, overhead: float | None = None,
-             out: str | Path | None = None) -> dict:
+             out: str | Path | None = None, in_sample: bool = False) -> dict:
     """Simulate a live run's workload and compare (``specbatch validate``).
 
     Workload: the live run's own trace (``LIVE_DIR/trace``: the statistics recorded at every
@@ -748,9 +791,11 @@ def validate(live_dir: str | Path, profile: str | list | None = None,
     replay draws the same τ — the simulated run visits exactly the live run's positions and
     takes the same steps (``trajectory_match``); the remaining error is the cost model's.
 
-    Cost model: :func:`simulator.cost.fit_profile` on ``profile``, or by default
-    :func:`fit_in_sample` on the live run's own ``profile.csv`` (one row per measured forward
-    pass: an **in-sample** fit). The per-step
+    Cost model: :func:`simulator.cost.fit_profile` on ``profile`` (one or several files); by
+    default on ``LIVE_DIR/profile_grid.csv`` when ``specbatch live --profile-grid`` measured
+    one (same models and device, separate uniform-batch passes: out-of-sample), else (or with
+    ``in_sample``) :func:`fit_in_sample` on the live run's own ``profile.csv`` (one row per
+    measured forward pass: an **in-sample** fit). The per-step
     overhead is ``overhead`` or the live run's mean measured overhead per step.
     Returns the report dict (measured, simulated, relative errors).
     """
@@ -763,7 +808,9 @@ def validate(live_dir: str | Path, profile: str | list | None = None,
     st = man["settings"]
     cfg = LiveConfig(**{k: st[k] for k in LiveConfig.__dataclass_fields__ if k in st})
     n_req = int(meas_req.shape[0])
-    in_sample = not profile
+    if not profile and not in_sample and (d / "profile_grid.csv").is_file():
+        profile = str(d / "profile_grid.csv")
+    in_sample = bool(in_sample) or not profile
     if isinstance(profile, (list, tuple)) and len(profile) == 1:
         profile = profile[0]
     profile_path = str(d / "profile.csv") if in_sample else profile

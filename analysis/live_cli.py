@@ -56,6 +56,10 @@ def register(subparsers) -> None:
                         "statistics through theory.stats.accept_from_stats")
     p.add_argument("--warmup", type=int, default=1,
                    help="untimed warm-up runs of the same batch before the measured one")
+    p.add_argument("--profile-grid", action="store_true",
+                   help="after the run, also profile both models on the run's (batch, query, KV) "
+                        "grid into OUT/profile_grid.csv (validate's out-of-sample cost model)")
+    p.add_argument("--grid-repeats", type=int, default=5, help="timed passes per grid cell")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--out", required=True, help="output directory")
     add_json_flag(p)
@@ -68,7 +72,9 @@ def register(subparsers) -> None:
                     "verifier uniforms) through simulator.run.simulate with a profiled cost "
                     "model, and prints measured vs simulated per-step latency and throughput "
                     "with relative errors (simulated - measured) / measured. Without --profile "
-                    "the cost model is fitted to the live run's own passes (in-sample).",
+                    "the cost model is fitted to LIVE_DIR/profile_grid.csv (from `live "
+                    "--profile-grid`: out-of-sample) when present, else to the live run's own "
+                    "passes (in-sample).",
         epilog=example("specbatch validate /tmp/live",
                        "specbatch validate /tmp/live --profile traces/data/profiles/h200.csv "
                        "--target-model llama-3.1-8b --draft-model llama-3.2-1b --json"),
@@ -78,6 +84,9 @@ def register(subparsers) -> None:
                    help="latency profile(s) (CSV/Parquet, e.g. one per role from `specbatch "
                         "profile`) to fit the cost model (default: the live run's own "
                         "profile.csv, in-sample)")
+    v.add_argument("--in-sample", action="store_true",
+                   help="fit the cost model to the live run's own passes even when "
+                        "LIVE_DIR/profile_grid.csv exists")
     v.add_argument("--target-model", default=None,
                    help="select the target rows of a profile holding several models")
     v.add_argument("--draft-model", default=None,
@@ -91,6 +100,7 @@ def register(subparsers) -> None:
 
 
 def _live(args) -> int:
+    import numpy as np
     import torch
 
     from analysis.live import LiveConfig, load_models, random_prompts, run_live, write_live
@@ -138,8 +148,20 @@ def _live(args) -> int:
         "models": identities, "prompts": args.prompts, "prompt_source": source,
         "categories": categories, "warmup": args.warmup, "threads": torch.get_num_threads(),
         "layers_override": args.layers,
+        "profile_grid": {"cells": "analysis.live.grid_cells", "warmup": 2,
+                         "repeats": args.grid_repeats} if args.profile_grid else None,
     }
+    require(args.grid_repeats >= 1, f"--grid-repeats: expected >= 1, got {args.grid_repeats}")
     write_live(result, args.out, manifest)
+    if args.profile_grid:
+        from analysis.live import grid_cells, profile_grid
+        from traces.profile import write_profile
+
+        cells = grid_cells(len(ids), cfg.depth, float(np.mean([len(i) for i in ids])),
+                           cfg.max_new_tokens)
+        frame = profile_grid(draft, target, names, cells, str(next(target.parameters()).device),
+                             cfg.dtype, repeats=args.grid_repeats)
+        write_profile(frame, f"{args.out}/profile_grid.csv")
     s = result.summary
     emit({"out": args.out, "requests": s["requests"], "tokens": s["tokens"],
           "throughput": s["throughput"], "makespan": s["makespan"], "steps": s["steps"],
@@ -154,6 +176,7 @@ def _validate(args) -> int:
     from analysis.live import format_report, validate
 
     report = validate(args.live_dir, profile=args.profile, target_model=args.target_model,
-                      draft_model=args.draft_model, overhead=args.overhead, out=args.out)
+                      draft_model=args.draft_model, overhead=args.overhead, out=args.out,
+                      in_sample=args.in_sample)
     emit(report, args.json, None if args.json else format_report(report))
     return 0

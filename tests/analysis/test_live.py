@@ -171,7 +171,8 @@ def test_live_cli_writes_the_simulator_tables_and_validate_replays_them(pair, pr
     code, stdout, _ = _run(capsys, "live", "--draft", pair[0], "--target", pair[1], "--prompts",
                            prompts_file, "--max-new-tokens", "10", "--policy", "tetris", "--k",
                            "2", "--extra", "1", "--verify", "block", "--temperature", "1.0",
-                           "--warmup", "0", "--out", str(out), "--json")
+                           "--warmup", "0", "--profile-grid", "--grid-repeats", "1", "--out",
+                           str(out), "--json")
     assert code == 0
     printed = json.loads(stdout)
     assert printed["tokens"] == 10 * len(PROMPTS) and printed["throughput"] > 0
@@ -193,15 +194,21 @@ def test_live_cli_writes_the_simulator_tables_and_validate_replays_them(pair, pr
     assert manifest["models"]["target"]["shape"]["layers"] == 2
     assert len(manifest["prompt_len"]) == len(PROMPTS)
 
-    code, stdout, err = _run(capsys, "validate", str(out), "--json")
-    assert code == 0, err
-    report = json.loads(stdout)
-    assert report["trajectory_match"] is True  # same positions, same τ: same steps
-    assert report["simulated"]["steps"] == report["measured"]["steps"] == len(steps)
-    assert report["simulated"]["tokens"] == report["measured"]["tokens"]
-    for key in ("throughput", "step_latency_mean", "decode_step_latency_mean"):
-        assert np.isfinite(report["relative_error"][key])
-    assert "in-sample" in report["cost_model"]
+    grid = pd.read_csv(out / "profile_grid.csv")  # the run's (batch, query, KV) cells
+    assert set(grid["role"]) == {"draft", "target"}
+    assert set(grid["batch_size"]) == {5, 3, 2, 1}
+    assert set(grid.loc[grid["role"] == "target", "query_tokens"]) >= {1, 2, 3, 4}
+
+    for flags, source in (([], "profile_grid.csv"), (["--in-sample"], "in-sample")):
+        code, stdout, err = _run(capsys, "validate", str(out), *flags, "--json")
+        assert code == 0, err
+        report = json.loads(stdout)
+        assert source in report["cost_model"]
+        assert report["trajectory_match"] is True  # same positions, same τ: same steps
+        assert report["simulated"]["steps"] == report["measured"]["steps"] == len(steps)
+        assert report["simulated"]["tokens"] == report["measured"]["tokens"]
+        for key in ("throughput", "step_latency_mean", "decode_step_latency_mean"):
+            assert np.isfinite(report["relative_error"][key])
     files = []  # external profiles, one per role (the live passes, three times each)
     for role in ("draft", "target"):
         files.append(str(tmp_path / f"{role}.csv"))
