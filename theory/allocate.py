@@ -47,6 +47,12 @@ def _check(values: np.ndarray, budget: int) -> tuple[np.ndarray, int]:
     return values, int(budget)
 
 
+def gains_value(gains: np.ndarray, s: np.ndarray) -> float:
+    """``Σ_i G[i, s_i]`` for a gain table # [N, K+1] and allocation s # [N]."""
+    gains = np.asarray(gains, dtype=np.float64)
+    return float(gains[np.arange(gains.shape[0]), np.asarray(s, dtype=np.int64)].sum())
+
+
 def allocation_value(values: np.ndarray, s: np.ndarray) -> float:
     """``Σ_i Σ_{j ≤ s_i} values[i, j-1]``: expected accepted draft tokens of allocation s.
 
@@ -114,25 +120,44 @@ def greedy_heap(values: np.ndarray, budget: int) -> np.ndarray:
 def optimal_dp(values: np.ndarray, budget: int) -> np.ndarray:
     """Exact optimum of the prefix-constrained knapsack, any non-negative values.
 
-    Suffix dynamic programme over requests with gains ``G[i, s] = Σ_{j<s} values[i, j]``:
-    ``H_i[c] = max_{s} G[i, s] + H_{i+1}[c − s]`` is the best value of requests i..N-1 using
-    exactly c tokens (``H_N = [0]``). Each step is one max-plus convolution vectorised over c as
-    a ``[K+1, c]`` window (no loop over budget values); the first argmax gives the smallest s_i.
-    The optimum is ``max_{c ≤ C} H_0[c]`` at the smallest such c (smaller total), and a forward
-    pass takes the recorded smallest s_i at each request (lexicographically smaller s).
-    The forward pass keeps only maxima (one ``[K+1, c]`` add and column max per request); the
-    backward pass recomputes the K+1 candidates of the one total it needs. Cost
-    O(N · min(C, N·K) · K) time, O(N · min(C, N·K)) memory.
+    The gains of verifying a prefix of length s are ``G[i, s] = Σ_{j<s} values[i, j]``; the
+    optimum over them is :func:`optimal_dp_gains` (same tie-break).
 
     values: # [N, K] non-negative
     returns # [N] int64
     """
     values, c = _check(values, budget)
-    n, k = values.shape
-    cap = min(c, n * k)
-    if n == 0 or k == 0 or cap == 0:
-        return np.zeros(n, dtype=np.int64)
+    n = values.shape[0]
     gains = np.concatenate([np.zeros((n, 1)), np.cumsum(values, axis=1)], axis=1)  # [N, K+1]
+    return optimal_dp_gains(gains, c)
+
+
+def optimal_dp_gains(gains: np.ndarray, budget: int) -> np.ndarray:
+    """Exact ``max Σ_i G[i, s_i]`` s.t. ``Σ s_i ≤ C``, ``s_i ∈ 0..K``, for any finite gains.
+
+    ``G[i, s]`` is the value of verifying request i's first s draft tokens (``G[i, 0]`` is
+    normally 0); it need not be a prefix sum of per-token values nor monotone (see
+    :func:`prefix_gains` for BV's exact per-path gains, which can fall when s grows).
+
+    Suffix dynamic programme over requests: ``H_i[c] = max_{s} G[i, s] + H_{i+1}[c − s]`` is
+    the best value of requests i..N-1 using exactly c tokens (``H_N = [0]``). Each step is one
+    max-plus convolution vectorised over c as a ``[K+1, c]`` window (no loop over budget
+    values). The optimum is ``max_{c ≤ C} H_0[c]`` at the smallest such c (smaller total), and a
+    forward pass takes the smallest s_i reaching each recorded maximum (lexicographically
+    smaller s); it recomputes the same float expressions, so ties are exact. Cost
+    O(N · min(C, N·K) · K) time, O(N · min(C, N·K)) memory.
+
+    gains:  # [N, K+1] finite
+    returns # [N] int64
+    """
+    gains = np.asarray(gains, dtype=np.float64)
+    require(gains.ndim == 2 and gains.shape[1] >= 1, f"gains: expected [N, K+1], got {gains.shape}")
+    require(bool(np.isfinite(gains).all()), "gains: expected finite entries, got NaN or infinity")
+    _, c = _check(np.zeros((0, 0)), budget)
+    n, k = gains.shape[0], gains.shape[1] - 1
+    cap = min(c, n * k)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
     # best[i, c] = H_i[c]; -inf marks an infeasible total. Row N is H_N = [0, -inf, ...].
     best = np.full((n + 1, cap + k + 1), -np.inf)  # [N+1, K + cap + 1], K leading -inf pads
     best[n, k] = 0.0
@@ -154,6 +179,42 @@ def optimal_dp(values: np.ndarray, budget: int) -> np.ndarray:
         s[i] = int(np.argmax(cand))
         remaining -= int(s[i])
     return s
+
+
+def prefix_gains(q: np.ndarray, pt: np.ndarray, z: np.ndarray, rule: str) -> np.ndarray:
+    """Exact ``G[i, s] = E[τ_i | X^s]``, s = 0..K: expected accepted tokens when request i
+    verifies its first s drafted tokens, given the drafted path (trace statistics, THEORY §3).
+
+    TV: ``Σ_{j≤s} Π_{l≤j} min(1, r_l)``, the prefix sums of :func:`theory.stats.token_weights`
+    (additive, so top-C on those values is optimal). BV with draft length s: thresholds
+    ``h_1..h_{s-1}`` and ``h_s = p_s``, so ``P(τ ≥ j | X^s) = 1 − (1 − p_s) Π_{l=j}^{s-1} (1 − h_l)``
+    and ``E[τ | X^s] = s − (1 − p_s) T_s`` with ``T_1 = 1``, ``T_{s+1} = 1 + (1 − h_s) T_s``.
+    This is **not** ``Σ_{j≤s} p_j``: that sum is the mean of E[τ | X^s] over the later draft
+    tokens (``P(τ ≥ j | X^j) = p_j``), the right value for an allocator that has not seen them,
+    while a replay that samples τ from the path (theory.stats.accept_from_stats) realises these
+    gains. They need not even grow with s (a drafted token the target rules out lowers h_s).
+    Use with :func:`optimal_dp_gains`.
+
+    q, pt, z: # [N, K] recorded statistics (z[:, j] holds Z_{j+1})
+    returns   # [N, K+1] float64, column 0 is 0
+    """
+    from theory.stats import block_thresholds, block_weights, token_weights
+
+    q, pt, z = (np.asarray(a, dtype=np.float64) for a in (q, pt, z))
+    n, k = q.shape
+    gains = np.zeros((n, k + 1))
+    if rule == "token":
+        gains[:, 1:] = np.cumsum(token_weights(q, pt), axis=1)
+        return gains
+    require(rule == "block", f"rule: expected 'token' or 'block', got {rule!r}")
+    p = block_weights(q, pt)  # [N, K]
+    h = block_thresholds(p, z, np.full(n, k))  # column l-1 holds h_l (l < K)
+    t = np.ones(n)  # T_s
+    for size in range(1, k + 1):
+        gains[:, size] = size - (1.0 - p[:, size - 1]) * t
+        if size < k:
+            t = 1.0 + (1.0 - h[:, size - 1]) * t
+    return gains
 
 
 def optimal_milp(values: np.ndarray, budget: int, solver: str = "HIGHS") -> np.ndarray:

@@ -10,15 +10,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from tests.theory.test_verify import random_paths
 from theory.allocate import (
     allocation_value,
+    gains_value,
     greedy_heap,
     greedy_topc,
     optimal_dp,
+    optimal_dp_gains,
     optimal_milp,
+    prefix_gains,
 )
 from theory.errors import SpecbatchError
-from theory.stats import block_weights
+from theory.stats import block_weights, position_stats, token_weights
+from theory.verify import tau_law
 
 
 def brute_force(values: np.ndarray, budget: int) -> tuple[float, tuple[int, ...]]:
@@ -174,3 +179,72 @@ def test_empty_batches():
     for values in (np.zeros((0, 4)), np.zeros((3, 0))):
         for fn in (greedy_topc, greedy_heap, optimal_dp, optimal_milp):
             assert fn(values, 5).tolist() == [0] * values.shape[0]
+
+
+# ---------------------------------------------------------------- exact per-path gains
+
+
+def gains_brute_force(gains: np.ndarray, budget: int) -> tuple[float, tuple[int, ...]]:
+    n, k1 = gains.shape
+    best = None
+    for s in itertools.product(range(k1), repeat=n):
+        if sum(s) > budget:
+            continue
+        key = (-gains_value(gains, np.array(s)), sum(s), s)
+        if best is None or key < best:
+            best = key
+    return -best[0], best[2]
+
+
+@given(
+    st.tuples(st.integers(1, 4), st.integers(1, 3)).flatmap(
+        lambda shape: arrays(
+            np.float64, (shape[0], shape[1] + 1), elements=st.integers(-3, 3).map(float)
+        )
+    ),
+    st.integers(0, 14),
+)
+def test_dp_on_arbitrary_gain_tables_equals_brute_force(gains, budget):
+    # Gains need not be prefix sums, monotone or non-negative (BV's exact per-path gains can
+    # fall); integers make float ties exact, so the tie-break is checked too.
+    _, s_brute = gains_brute_force(gains, budget)
+    assert tuple(optimal_dp_gains(gains, budget)) == s_brute
+
+
+@given(values_arrays(max_n=5, max_k=4), st.integers(0, 25))
+def test_optimal_dp_is_optimal_dp_gains_on_prefix_sums(values, budget):
+    gains = np.concatenate([np.zeros((len(values), 1)), np.cumsum(values, axis=1)], axis=1)
+    assert np.array_equal(optimal_dp(values, budget), optimal_dp_gains(gains, budget))
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+def test_prefix_gains_are_the_exact_conditional_mean_of_tau(rule):
+    # G[i, s] = E[τ | X^s] from the full-row exact law of τ for draft length s.
+    rng = np.random.default_rng(31)
+    tokens, dr, tr = random_paths(rng, 200, 5, 6)
+    st_ = position_stats(tokens, dr, tr)
+    gains = prefix_gains(st_["q"], st_["pt"], st_["z"], rule)
+    assert np.allclose(gains[:, 0], 0.0)
+    for size in range(1, 6):
+        law = tau_law(tokens[:, :size], dr[:, :size], tr[:, : size + 1], rule)
+        assert np.allclose(gains[:, size], (law * np.arange(size + 1)).sum(axis=1))
+    if rule == "token":  # additive: prefix sums of P(τ ≥ j | X^j)
+        assert np.allclose(np.diff(gains, axis=1), token_weights(st_["q"], st_["pt"]))
+
+
+def test_bv_prefix_gains_differ_from_summed_weights_and_can_fall():
+    # The paper's example (THEORY.md §4), draft "aa": Σ p_i = 3/4 but E[τ | aa] = 1/2; and a
+    # drafted token the target rules out (pt = 0) makes verifying it lower E[τ | X^s].
+    ms, mb = np.array([2 / 3, 1 / 3]), np.array([1 / 3, 2 / 3])
+    tokens = np.array([[0, 0]])
+    st_ = position_stats(tokens, np.broadcast_to(ms, (1, 2, 2)), np.broadcast_to(mb, (1, 3, 2)))
+    gains = prefix_gains(st_["q"], st_["pt"], st_["z"], "block")
+    assert gains[0].tolist() == pytest.approx([0.0, 0.5, 0.5])
+    assert block_weights(st_["q"], st_["pt"]).sum() == pytest.approx(0.75)
+    draft = np.array([[[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]])
+    target = np.array([[[0.3, 0.5, 0.2], [0.6, 0.4, 0.0], [1 / 3, 1 / 3, 1 / 3]]])
+    st_ = position_stats(np.array([[0, 2]]), draft, target)  # second token: pt = 0
+    gains = prefix_gains(st_["q"], st_["pt"], st_["z"], "block")
+    # p_1 = 0.6, Z_2 = 0.16, h_1 = 0.16 / 0.56: E[τ | X^1] = 0.6 > E[τ | X^2] = h_1.
+    assert gains[0].tolist() == pytest.approx([0.0, 0.6, 0.16 / 0.56])
+    assert optimal_dp_gains(gains, 2).tolist() == [1]
