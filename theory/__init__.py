@@ -6,10 +6,13 @@ Imports only numpy, scipy, cvxpy and torch.
 
 from theory.allocate import (
     allocation_value,
+    gains_value,
     greedy_heap,
     greedy_topc,
     optimal_dp,
+    optimal_dp_gains,
     optimal_milp,
+    prefix_gains,
 )
 from theory.errors import SpecbatchError
 from theory.exact import expected_tau, iteration_law, loop_law, validity_residual
@@ -45,6 +48,9 @@ __all__ = [
     "greedy_topc",
     "optimal_dp",
     "optimal_milp",
+    "gains_value",
+    "optimal_dp_gains",
+    "prefix_gains",
     "expected_accepted",
     "extra_token_law",
     "tau_law",
