@@ -29,28 +29,35 @@ One run (THEORY.md §1-§5 notation: draft ``Ms``, target ``Mb``, window k, extr
    - the request emits ``min(τ + 1, remaining)`` tokens; finished requests leave the batch.
 
 KV caches are reused (``past_key_values``): each model keeps one batched cache with a validity
-mask (prompt padding is a hole too). Rejected draft tokens are not cropped (requests accept different lengths) but masked
-out as *holes*; new tokens get explicit position ids (count of valid tokens before them), so
+mask (prompt padding is a hole too). Rejected draft tokens are not cropped (requests accept
+different lengths) but masked out as *holes*; new tokens get explicit position ids (count of valid tokens before them), so
 the attention each request sees is exactly its own sequence. When holes exceed
 ``compact_fraction`` of a cache it is compacted by one gather (left padding, no holes). The
 cost of this bookkeeping is part of the measured overhead.
+
+Static-batch caveat: the prefill pads every prompt to the longest one and the decode caches
+keep those pads as holes (compaction cannot drop them while the longest row needs its slots),
+so with prompts of unequal lengths the live engine does work a vLLM-like engine (packed
+prefill, paged KV) does not, and the simulator does not charge it. Fidelity runs therefore use
+equal-length prompts (``random:N:LEN``); the per-pass ``cache_slots`` column of
+``profile.csv`` shows the padded attention length actually computed.
 
 Timing: ``draft_time`` is the sum of the draft passes (sampling included), ``target_time`` the
 target pass, ``overhead_time`` the rest of the step (policy, statistics, verification, cache
 bookkeeping); on CUDA every boundary calls ``torch.cuda.synchronize()``. Work done only to
 record the run (the trace statistics when the torch verifier decides, the draft signals under
-``fixed``) is paused on the timeline. Times are seconds
-from the start of the prefill step; ``throughput`` = output tokens / makespan as in
+``fixed``) is paused on the timeline. Times are seconds from the start of the prefill step; ``throughput`` = output tokens / makespan as in
 :func:`simulator.metrics.summarize`.
 
 Outputs of :func:`write_live` (``OUT/``): ``requests.parquet``, ``steps.parquet``,
-``summary.json`` (the simulator's tables), ``live.json`` (the manifest: models, prompts and
-their token ids, policy, k, e, verify, seed, device, dtype), ``config.toml`` (the equivalent
+``summary.json`` (the simulator's tables), ``live.json`` (the manifest: models, prompt source
+and lengths, policy, k, e, verify, seed, device, dtype), ``config.toml`` (the equivalent
 :class:`simulator.config.SimConfig`), ``profile.csv`` (one row per forward pass in the latency
 profile format of :mod:`simulator.cost`, query/KV tokens counted as the simulator counts them),
-``outputs.jsonl`` (generated token ids) and ``trace/`` (a trace whose row at every visited
-output position holds the drafted path's recorded statistics; rows never visited hold a filler
-the replay never reads).
+``profile_grid.csv`` (with ``--profile-grid``: both models timed on the run's
+(batch, query, KV) cells, :func:`grid_cells`), ``outputs.jsonl`` (prompt and generated token ids) and ``trace/`` (a trace whose row at
+every visited output position holds the drafted path's recorded statistics; rows never
+visited hold a filler the replay never reads).
 """
 
 from __future__ import annotations
