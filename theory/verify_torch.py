@@ -144,8 +144,8 @@ def _log_block_weights(log_r: torch.Tensor) -> torch.Tensor:
 def _rows(lay, which: str, request: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
     """Full rows ``Ms(·|X^i)`` or ``Mb(·|X^i)`` for (request, i) pairs.  returns # [U, V]"""
     if which == "draft":
-        return lay["draft_flat"][lay["d_start"][request] + position]
-    return lay["target_flat"][lay["t_start"][request] + position]
+        return torch.index_select(lay["draft_flat"], 0, lay["d_start"][request] + position)
+    return torch.index_select(lay["target_flat"], 0, lay["t_start"][request] + position)
 
 
 def _residual(lay, request, position, weight=None) -> torch.Tensor:
