@@ -42,9 +42,9 @@ prefill, paged KV) does not, and the simulator does not charge it. Fidelity runs
 equal-length prompts (``random:N:LEN``); the per-pass ``cache_slots`` column of
 ``profile.csv`` shows the padded attention length actually computed.
 
-Timing: ``draft_time`` is the sum of the draft passes (sampling included), ``target_time`` the
-target pass, ``overhead_time`` the rest of the step (policy, statistics, verification, cache
-bookkeeping); on CUDA every boundary calls ``torch.cuda.synchronize()``. Work done only to
+Timing: ``draft_time`` is the sum of the draft model calls, ``target_time`` the target model
+call (the forward passes alone, as a latency profile measures them), ``overhead_time`` the rest
+of the step (masks and position ids, draft sampling, policy, verification, cache bookkeeping); on CUDA every boundary calls ``torch.cuda.synchronize()``. Work done only to
 record the run (the trace statistics when the torch verifier decides, the draft signals under
 ``fixed``) is paused on the timeline. Times are seconds from the start of the prefill step; ``throughput`` = output tokens / makespan as in
 :func:`simulator.metrics.summarize`.
@@ -186,10 +186,12 @@ class SlotCache:
     tokens (= the position id of the next token). Every forward appends its slots.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock=None) -> None:
         self.cache = None
         self.mask = None
         self.count = None
+        self.clock = clock or time.perf_counter  # synchronising clock (CUDA)
+        self.seconds = 0.0  # wall time of the last model call alone
 
     @property
     def length(self) -> int:
@@ -206,8 +208,11 @@ class SlotCache:
             if self.count is None else self.count
         pos = (count[:, None] + torch.cumsum(valid.long(), dim=1) - 1).clamp_(min=0)
         extra = {} if keep is None else {"logits_to_keep": keep}
-        out = model(input_ids=ids, attention_mask=mask.long(), position_ids=pos,
+        mask_long = mask.long()
+        start = self.clock()
+        out = model(input_ids=ids, attention_mask=mask_long, position_ids=pos,
                     past_key_values=self.cache, use_cache=True, **extra)
+        self.seconds = self.clock() - start
         self.cache, self.mask = out.past_key_values, mask
         self.count = count + valid.long().sum(dim=1)
         return out.logits
@@ -442,7 +447,7 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
     outputs: list[list[int]] = [[] for _ in range(n_req)]
     trace_rows: dict[int, dict] = {i: {} for i in range(n_req)}
     step_rows: list[tuple] = []
-    dcache, tcache = SlotCache(), SlotCache()
+    dcache, tcache = SlotCache(now), SlotCache(now)
 
     with torch.inference_mode():
         t0 = now()
@@ -450,15 +455,14 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
         ids, valid = _right_pad(prompt_ids, device)
         a = now()
         dcache.forward(draft, ids, valid, keep=1)  # the draft's prefill logits are not used
-        b = now()
         # only the rows' last prompt slots need logits (as a serving engine computes them)
         ends, where = np.unique(prompt_len - 1, return_inverse=True)
         logits = tcache.forward(target, ids, valid, keep=torch.from_numpy(ends).to(device))
         logits = logits[torch.arange(n_req, device=device), torch.from_numpy(where).to(device)]
-        c = now()
         y0 = draw(logits)
-        record_pass("draft", n_req, prompt_len.mean(), 0, b - a, ids.shape[1])
-        record_pass("target", n_req, prompt_len.mean(), 0, c - b, ids.shape[1])
+        pre_d, pre_t = dcache.seconds, tcache.seconds
+        record_pass("draft", n_req, prompt_len.mean(), 0, pre_d, ids.shape[1])
+        record_pass("target", n_req, prompt_len.mean(), 0, pre_t, ids.shape[1])
         act = np.arange(n_req)
         pend_t = y0[:, None]  # [n, 1] the last emitted token, not yet in the target cache
         pend_d = torch.stack([torch.zeros_like(y0), y0], dim=1)  # [n, 2], left-padded
@@ -469,7 +473,7 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
         end = now()
         first_token[:] = end - t0
         step_rows.append((0, a - t0, end - t0, 0, int(prompt_len.sum()), 0, 0, 0, n_req, 0,
-                          b - a, c - b, (end - a) - (b - a) - (c - b)))
+                          pre_d, pre_t, (end - a) - pre_d - pre_t))
         last_end = end
 
         # ---------------------------------------------------------------- decode steps
@@ -496,12 +500,10 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
             draft_t = 0.0
             xs, dl = [], []
             for d in range(depth):
-                a = now()
                 logits = dcache.forward(draft, ids, valid)[:, -1]
                 tok = draw(logits)
-                b = now()
-                draft_t += b - a
-                record_pass("draft", n, 1, kv.mean() + d, b - a, dcache.length)
+                draft_t += dcache.seconds
+                record_pass("draft", n, 1, kv.mean() + d, dcache.seconds, dcache.length)
                 xs.append(tok)
                 dl.append(logits)
                 ids, valid = tok[:, None], torch.ones((n, 1), dtype=torch.bool, device=device)
@@ -521,10 +523,8 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
             ids = torch.cat([pend_t, x[:, :g]], dim=1)
             valid = torch.arange(g + 1, device=device)[None, :] <= s_t[:, None]
             t_start = tcache.length
-            a = now()
             t_logits = tcache.forward(target, ids, valid)
-            b = now()
-            target_t = b - a
+            target_t = tcache.seconds
             record_pass("target", n, (s + 1).mean(), kv.mean(), target_t, tcache.length)
             # verification: statistics of the verified prefix, τ with the simulator's uniforms
             ms = probs_at(d_logits, temp)  # [n, K, V]
@@ -629,20 +629,65 @@ def grid_cells(n: int, depth: int, prompt_mean: float, max_new: int) -> dict:
             + prefill}
 
 
+def time_masked_forward(model, batch: int, query: int, kv: int, warmup: int = 2,
+                        repeats: int = 5) -> list[float]:
+    """Wall seconds of ``repeats`` forward passes of ``[batch, query]`` new tokens on ``kv``
+    random cached ones, called exactly as the live loop calls the model (a 2-D attention mask
+    and explicit position ids; only the last position's logits for a prefill, all ``query``
+    positions otherwise); ``torch.cuda.synchronize`` around each pass on CUDA.
+
+    :func:`traces.profile.time_forward` passes no mask (HF may then take a cheaper causal
+    path), so this is the profile of the engine that :func:`run_live` actually runs.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    p = next(model.parameters())
+    device, dtype = p.device, p.dtype
+    c = model.config
+    heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    ids = torch.randint(0, c.vocab_size, (batch, query), generator=gen).to(device)
+    mask = torch.ones((batch, kv + query), dtype=torch.long, device=device)
+    pos = (kv + torch.arange(query, device=device))[None].expand(batch, -1)
+    keep = 1 if kv == 0 else query
+    cuda = device.type == "cuda"
+    times = []
+    with torch.inference_mode():
+        for i in range(warmup + repeats):
+            cache = None
+            if kv:
+                shape = (batch, heads, kv, head_dim)
+                cache = DynamicCache([(torch.randn(shape, device=device, dtype=dtype),
+                                       torch.randn(shape, device=device, dtype=dtype))
+                                      for _ in range(c.num_hidden_layers)])
+            if cuda:
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                  use_cache=True, logits_to_keep=keep)
+            if cuda:
+                torch.cuda.synchronize(device)
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+    return times
+
+
 def profile_grid(draft, target, names: tuple[str, str], cells: dict, device: str, dtype: str,
                  warmup: int = 2, repeats: int = 5) -> pd.DataFrame:
     """Median forward-pass time of uniform batches on random KV caches
-    (:func:`traces.profile.time_forward`) at every cell of :func:`grid_cells`; latency-profile
-    columns (:data:`traces.profile.PROFILE_COLUMNS`). Measured separately from the live run,
-    so a cost model fitted to it is out-of-sample for that run."""
+    (:func:`time_masked_forward`) at every cell of :func:`grid_cells`; latency-profile columns
+    (:data:`traces.profile.PROFILE_COLUMNS`). Measured separately from the live run, so a cost
+    model fitted to it is out-of-sample for that run."""
     import statistics
 
-    from traces.profile import PROFILE_COLUMNS, time_forward
+    from traces.profile import PROFILE_COLUMNS
 
     rows = []
     for role, model, name in (("draft", draft, names[0]), ("target", target, names[1])):
         for b, q, kv in cells[role]:
-            times = time_forward(model, b, q, kv, warmup, repeats)
+            times = time_masked_forward(model, b, q, kv, warmup, repeats)
             rows.append({"model": name, "role": role, "device": device, "dtype": dtype,
                          "batch_size": b, "query_tokens": q, "kv_tokens": kv,
                          "latency_s": statistics.median(times), "repeats": repeats,
