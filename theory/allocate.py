@@ -238,7 +238,9 @@ def optimal_milp(values: np.ndarray, budget: int, solver: str = "HIGHS") -> np.n
     if k > 1:
         constraints.append(x[:, 1:] <= x[:, :-1])
     problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(values, x))), constraints)
-    problem.solve(solver=solver)
+    # HiGHS stops at a 1e-4 relative MIP gap by default; ask for the exact optimum.
+    options = {"mip_rel_gap": 0.0, "mip_abs_gap": 0.0} if solver.upper() == "HIGHS" else {}
+    problem.solve(solver=solver, **options)
     require(
         problem.status in ("optimal", "optimal_inaccurate"),
         f"optimal_milp: solver {solver} returned status {problem.status}",
