@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from simulator.verify import sample_tau, true_accept_probs
-from theory.allocate import greedy_topc, optimal_dp
+from simulator.verify import sample_tau, true_accept_probs, true_gains
+from theory.allocate import greedy_topc, optimal_dp, optimal_dp_gains
 
 
 class StepView:
@@ -283,17 +283,26 @@ class Threshold(Policy):
 
 
 class Oracle(Policy):
-    """``oracle``: knows the true ``P(τ_i ≥ j)`` from the trace (TV: token weights, BV: p)
-    and allocates optimally under C: greedy top-C for TV, exact DP for BV. Every request
-    drafts K = k + e. Looks at: q, pt of the drafted path (the truth, not the coins).
+    """``oracle``: knows the drafted path's true statistics and allocates the budget C to
+    maximise the expected accepted tokens ``Σ_i E[τ_i | X^{s_i}]`` exactly.
+
+    TV: ``E[τ | X^s] = Σ_{j≤s} Π_{l≤j} min(1, r_l)`` is additive with non-increasing terms,
+    so greedy top-C is optimal. BV: ``E[τ | X^s] = s − (1 − p_s) T_s`` is neither additive nor
+    monotone in s (theory.allocate.prefix_gains), so theory's exact DP over the per-request gain
+    tables (:func:`theory.allocate.optimal_dp_gains`) is used. Every request drafts K = k + e.
+    Looks at: q, pt, z of the drafted path (the truth, not the coins).
     """
 
     name = "oracle"
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         n = view.rows.shape[0]
-        values = true_accept_probs(view.trace, view.rows, self.depth, self.rule)
-        s = allocate(values, view.budget, self.rule)
+        if self.rule == "token":
+            values = true_accept_probs(view.trace, view.rows, self.depth, self.rule)
+            s = allocate(values, view.budget, self.rule)
+        else:
+            s = optimal_dp_gains(true_gains(view.trace, view.rows, self.depth, self.rule),
+                                 view.budget)
         return np.full(n, self.depth, dtype=np.int64), s
 
 

@@ -11,15 +11,20 @@ landscape (common random numbers), and a run is bit-reproducible.
 verified prefix length): TV accepts while ``η_i ≤ min(1, r_i)``; BV takes
 ``max{i ≤ γ : η_i ≤ h_i}``. Both read only the drafted path, so any γ ≤ K reuses the row.
 
-:func:`true_accept_probs` gives ``P_{i,j} = P(τ_i ≥ j)`` from the trace (TV: token weights,
-BV: p), and :func:`expected_accepted` the expected accepted draft tokens of an allocation,
-``Σ_i Σ_{j ≤ s_i} P_{i,j}`` (THEORY.md §5) — what the oracle maximises.
+:func:`true_accept_probs` gives ``P_{i,j} = P(τ_i ≥ j | X^j)`` from the trace (TV: token
+weights, BV: p). :func:`true_gains` gives ``G[i, s] = E[τ_i | X^s]``, the expected accepted
+tokens when the first s drafted tokens of the *recorded path* are verified
+(:func:`theory.allocate.prefix_gains`), and :func:`expected_accepted` sums it over an
+allocation — what this replay realises and what the oracle maximises. For TV G is the prefix
+sum of P_{i,j}; for BV it is not (Σ_{j≤s} p_j is E[τ | X^s] only on average over the tokens
+drafted after j), so the BV oracle allocates with :func:`theory.allocate.optimal_dp_gains`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from theory.allocate import prefix_gains
 from theory.stats import accept_from_stats
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's Weyl increment
@@ -154,8 +159,17 @@ def true_accept_probs(trace, rows: np.ndarray, depth: int, rule: str) -> np.ndar
     return table[rows, :depth]
 
 
+def true_gains(trace, rows: np.ndarray, depth: int, rule: str) -> np.ndarray:
+    """``G[i, s] = E[τ_i | X^s]`` for s = 0..depth at the given trace rows (THEORY.md §2-§3).
+
+    rows:    # [n] int trace row indices
+    returns  # [n, depth + 1], column 0 is 0
+    """
+    return prefix_gains(trace.q[rows, :depth], trace.pt[rows, :depth], trace.z[rows, :depth], rule)
+
+
 def expected_accepted(trace, rows: np.ndarray, verified: np.ndarray, rule: str) -> float:
-    """Expected accepted draft tokens of allocation s at these rows: ``Σ_i Σ_{j≤s_i} P_{i,j}``.
+    """Expected accepted draft tokens of allocation s at these rows: ``Σ_i E[τ_i | X^{s_i}]``.
 
     rows:      # [n] int trace row indices
     verified:  # [n] int s_i
@@ -164,6 +178,5 @@ def expected_accepted(trace, rows: np.ndarray, verified: np.ndarray, rule: str) 
     depth = int(verified.max(initial=0))
     if depth == 0:
         return 0.0
-    probs = true_accept_probs(trace, rows, depth, rule)
-    mask = np.arange(depth)[None, :] < verified[:, None]
-    return float(np.where(mask, probs, 0.0).sum())
+    gains = true_gains(trace, rows, depth, rule)
+    return float(np.take_along_axis(gains, verified[:, None], axis=1).sum())

@@ -105,7 +105,7 @@ def block_thresholds(p: np.ndarray, z: np.ndarray, gamma: np.ndarray) -> np.ndar
     """
     b, k = p.shape
     z_next = np.concatenate([z[:, 1:], np.zeros((b, 1))], axis=1)  # Z_{i+1} for i = 1..K
-    denom = z_next + 1.0 - p
+    denom = z_next + (1.0 - p)  # (1 - p) first: h never exceeds 1 by rounding
     with np.errstate(divide="ignore", invalid="ignore"):
         h = np.where(denom > 0.0, z_next / np.where(denom > 0.0, denom, 1.0), 1.0)
     index = np.arange(1, k + 1)[None, :]
@@ -151,34 +151,3 @@ def accept_from_stats(
         return np.where(ok.any(axis=1), last, 0).astype(np.int64)
     raise ValueError(f"rule: expected 'token' or 'block', got {rule!r}")
 
-
-def expected_accepted(q: np.ndarray, pt: np.ndarray, z: np.ndarray, rule: str) -> np.ndarray:
-    """``G[b, s] = E[τ | X^s]`` when the first s drafted tokens are verified (γ = s), s = 0..K.
-
-    This is what an allocator that has seen the drafted path should maximise.
-    - TV (THEORY.md §2): ``G(s) = Σ_{i≤s} Π_{j≤i} min(1, r_j)``, additive along the row.
-    - BV (§3): τ = max{i : η_i ≤ h_i} with independent η, so
-      ``P(τ ≥ i | X^s) = 1 − (1 − p_s) Π_{j=i}^{s−1} (1 − h_j)`` and
-      ``G(s) = s − (1 − p_s) T_s`` with ``T_1 = 1``, ``T_s = 1 + (1 − h_{s−1}) T_{s−1}``.
-      Note ``G(s) ≠ Σ_{i≤s} p_i`` on a single path: ``P(τ ≥ i | X^i) = p_i`` holds only on
-      average over the tokens drafted after i (paper example, draft ``aa``: Σ p_i = 3/4, but
-      ``E[τ | aa] = 1/2``). G need not be concave or even monotone in s.
-
-    q, pt, z:  # [B, K]
-    returns    # [B, K+1]  column s holds G(s); column 0 is 0
-    """
-    b, k = q.shape
-    out = np.zeros((b, k + 1))
-    if rule == "token":
-        out[:, 1:] = np.cumsum(token_weights(q, pt), axis=1)
-        return out
-    if rule != "block":
-        raise ValueError(f"rule: expected 'token' or 'block', got {rule!r}")
-    p = block_weights(q, pt)
-    h = block_thresholds(p, z, np.full(b, k))  # h_1..h_{K-1} are γ-independent; h_K unused
-    t = np.ones(b)
-    for s in range(1, k + 1):  # loop over draft positions (K ≤ 16), vectorised over paths
-        if s > 1:
-            t = 1.0 + (1.0 - h[:, s - 2]) * t
-        out[:, s] = s - (1.0 - p[:, s - 1]) * t
-    return out

@@ -197,3 +197,21 @@ def test_block_equals_token_verification_at_temperature_zero():
                                      requests=24), trace, cost_model=COST).requests
                 for rule in ("token", "block")]
         assert runs[0].equals(runs[1]), name
+
+
+def test_block_oracle_is_exact_on_the_recorded_paths(synth_trace_natural):
+    """BV oracle = brute force over all allocations of E[τ | X^s] (not of Σ p_j), small batches."""
+    import itertools
+
+    trace = synth_trace_natural
+    oracle = policy(trace, "oracle", k=1, extra=2, verify="block")  # depth 3
+    rng = np.random.default_rng(7)
+    for _ in range(15):
+        n = int(rng.integers(1, 5))
+        rows = rng.integers(0, trace.n_rows, size=n)
+        budget = int(rng.integers(0, 3 * n + 1))
+        _, s = oracle.decide(make_view(trace, rows, budget, oracle.depth))
+        assert s.sum() <= budget
+        best = max(expected_accepted(trace, rows, np.array(c), "block")
+                   for c in itertools.product(range(4), repeat=n) if sum(c) <= budget)
+        assert expected_accepted(trace, rows, s, "block") >= best - 1e-12

@@ -1,4 +1,4 @@
-"""E[τ | X^s] for every verified prefix s, the quantity an allocator that saw the draft maximises."""
+"""prefix_gains: E[τ | X^s] for every verified prefix s, what an allocator that saw the draft maximises."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from theory.stats import block_thresholds, block_weights, expected_accepted, position_stats
+from theory.allocate import prefix_gains as expected_accepted
+from theory.stats import block_thresholds, block_weights, position_stats
 
 
 def paper_paths():
