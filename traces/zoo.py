@@ -7,7 +7,8 @@ nothing about speculative decoding. :func:`train_zoo` trains
 - two Hugging Face ``LlamaForCausalLM`` models that share it: a draft ``Ms`` and a target
   ``Mb`` with roughly 10x the draft's parameters,
 
-on text every machine has: the Python standard library's source (``code``) and its bundled
+(the draft trains on the first ``draft_fraction`` of the target's batches, a cheaper model
+as deployed drafts are) on text every machine has: the Python standard library's source (``code``) and its bundled
 English prose (help topics, licence, docstrings; see :mod:`traces.prompts`) plus optional
 ``--corpus`` files. Both models see the same batches in the same order. Held-out loss
 (nats/token on the held-out stdlib files) of both is reported. Output: ``OUT/draft`` and
@@ -60,6 +61,7 @@ class ZooSize:
     code_chars: int          # cap on training code text (characters)
     prose_chars: int         # cap on training prose text
     eval_windows: int        # held-out windows of seq_len tokens for the loss
+    draft_fraction: float = 0.5  # the draft trains on the first half of the target's batches
 
 
 ZOO_SIZES: dict[str, ZooSize] = {
@@ -226,12 +228,15 @@ def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[s
     data = torch.from_numpy(stream)
     t1 = time.perf_counter()
     losses = {k: float("nan") for k in models}
+    budget = {"draft": max(1, round(steps * cfg.draft_fraction)), "target": steps}
     for step in range(steps):
         starts = torch.randint(0, len(stream) - cfg.seq_len - 1, (cfg.batch,), generator=gen)
         batch = torch.stack([data[s: s + cfg.seq_len] for s in starts.tolist()])
         for name, model in models.items():
+            if step >= budget[name]:
+                continue
             for group in opts[name].param_groups:
-                group["lr"] = _lr(step, steps, cfg.lr)
+                group["lr"] = _lr(step, budget[name], cfg.lr)
             loss = model(input_ids=batch, labels=batch).loss
             opts[name].zero_grad(set_to_none=True)
             loss.backward()
@@ -243,11 +248,13 @@ def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[s
                 f"{losses['target']:.3f} ({time.perf_counter() - t1:.0f}s)")
     t_train = time.perf_counter() - t1
     report = {
-        "size": size, "seed": seed, "steps": steps, "vocab": vocab,
+        "size": size, "seed": seed, "steps": steps, "draft_steps": budget["draft"],
+        "vocab": vocab,
         "threads": torch.get_num_threads(),
         "config": asdict(cfg),
         "train_chars": sum(map(len, train_docs)), "train_tokens": int(len(stream)),
-        "heldout_tokens": int(len(heldout)), "tokens_seen": steps * cfg.batch * cfg.seq_len,
+        "heldout_tokens": int(len(heldout)),
+        "tokens_seen": {k: v * cfg.batch * cfg.seq_len for k, v in budget.items()},
         "corpus": ["stdlib:code", "stdlib:prose", *(corpus or [])],
         "seconds": {"tokenizer": round(t_tok, 2), "train": round(t_train, 2)},
     }
