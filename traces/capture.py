@@ -179,7 +179,7 @@ def path_stats(draft_tokens, draft_logits, target_logits, temperature: float) ->
     out = {
         "q": q, "pt": pt, "z": z,
         "draft_conf": p1.gather(-1, tok).squeeze(-1),
-        "entropy": -(p1 * logp1).nan_to_num(0.0).sum(-1).clamp(min=0.0),
+        "entropy": (-(p1 * logp1).nan_to_num(0.0)).sum(-1).clamp(min=0.0),
         "top1": p1.max(-1).values,
     }
     return {name: v.cpu().numpy() for name, v in out.items()}
