@@ -5,7 +5,7 @@ On the bundled default trace (or a synthetic one when it is absent, which the ou
 e = 1, 2 (k + e capped at the trace's draft depth K); every speculative policy with token (TV)
 and block (BV) verification. 512 requests arriving at once, 64 running, roofline cost model
 of one H100 with a Vicuna-33B-shaped target and the 68M draft (the TETRIS paper's setting),
-2 seeds. Runs on the local process pool, stores every run (a rerun is instant), prints the
+3 seeds. Runs on the local process pool, stores every run (a rerun is instant), prints the
 headline table (best setting of each policy and verifier) and writes the full report.
 """
 
@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="trace name or directory (default: the bundled default trace)")
     parser.add_argument("--workers", type=int, default=2, help="local processes (default 2)")
     parser.add_argument("--seeds", type=int, default=None,
-                        help="number of seeds (default 2, --quick 1)")
+                        help="number of seeds (default 3, --quick 1)")
     parser.add_argument("--format", choices=("md", "html"), default="md", help="report format")
     add_json_flag(parser)
     parser.set_defaults(func=run_demo)
@@ -75,21 +75,30 @@ def pick_trace(name: str) -> tuple[str, int, str]:
             f"{synth.temperature:g}, K = {synth.depth}) because the bundled default trace "
             "is not present")
     meta = json.loads((Path(path) / "meta.json").read_text())
-    depth = int(meta.get("K") or meta.get("depth") or meta.get("draft_depth") or _read_k(path))
+    depth = int(meta.get("depth") or _read_k(path))
+    return name, depth, f"{name} ({describe_trace(meta, depth)})"
+
+
+def describe_trace(meta: dict, depth: int) -> str:
+    """``draft (0.37M params) -> target (3.44M params), 240 requests, temperature 1, K = 8``."""
     bits = []
-    for key in ("draft", "target"):
-        val = meta.get(key)
-        if isinstance(val, dict):
-            val = val.get("name") or val.get("path")
-        if val:
-            bits.append(str(val))
-    desc = f"{name} ({path}"
-    if len(bits) == 2:
-        desc += f": {bits[0]} -> {bits[1]}"
+    models = meta.get("models") or {}
+    pair = []
+    for role in ("draft", "target"):
+        model = models.get(role) or meta.get(role) or {}
+        if isinstance(model, str):
+            pair.append(model)
+            continue
+        where = str(model.get("path") or model.get("name") or role)
+        text = "/".join(Path(where).parts[-2:])
+        if model.get("params"):
+            text += f" ({model['params'] / 1e6:.2f}M params)"
+        pair.append(text)
+    bits.append(" -> ".join(pair))
     if "temperature" in meta:
-        desc += f", temperature {meta['temperature']}"
-    desc += f", K = {depth})"
-    return name, depth, desc
+        bits.append(f"temperature {meta['temperature']:g}")
+    bits.append(f"K = {depth}")
+    return ", ".join(bits)
 
 
 def _read_k(path: str) -> int:
@@ -102,7 +111,7 @@ def demo_spec(trace: str, depth: int, quick: bool, seeds: int | None) -> dict:
     """The demo's sweep spec (analysis.sweep format) as a dict."""
     ks = (1, 2) if quick else KS
     extras = (1,) if quick else EXTRAS
-    n_seeds = seeds if seeds is not None else (1 if quick else 2)
+    n_seeds = seeds if seeds is not None else (1 if quick else 3)
     base = {"trace": trace, "requests": 32 if quick else 512, "max_num_seqs": 8 if quick else 64,
             "arrival": "burst", "cost": "roofline", "hardware": "h100", "target": "vicuna-33b",
             "draft": "vicuna-68m"}

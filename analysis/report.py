@@ -386,28 +386,28 @@ def tetris_replication(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame] | 
     return table, per_k
 
 
+def _trace_meta(df: pd.DataFrame) -> dict | None:
+    name = str(df.trace.iloc[0])
+    if name == "synth":
+        return None
+    try:
+        from traces.format import resolve_trace
+
+        return json.loads((Path(resolve_trace(name)) / "meta.json").read_text())
+    except Exception:  # the note is best effort
+        return None
+
+
 def _trace_note(df: pd.DataFrame) -> str:
     name = str(df.trace.iloc[0])
     if name == "synth":
         return "a synthetic trace (traces.synth)"
-    try:
-        from traces.format import resolve_trace
-
-        meta = json.loads((Path(resolve_trace(name)) / "meta.json").read_text())
-    except Exception:  # the note is best effort
+    meta = _trace_meta(df)
+    if meta is None:
         return f"trace `{name}`"
-    bits = [f"trace `{name}`"]
-    for key in ("draft", "target"):
-        val = meta.get(key)
-        if isinstance(val, dict):
-            val = val.get("name") or val.get("path")
-        if val:
-            bits.append(f"{key} {val}")
-    if "temperature" in meta:
-        bits.append(f"temperature {meta['temperature']}")
-    if "dataset" in meta:
-        bits.append(f"prompts {meta['dataset']}")
-    return ", ".join(str(b) for b in bits)
+    from analysis.demo_cli import describe_trace
+
+    return f"trace `{name}` ({describe_trace(meta, int(meta.get('depth', 0)))})"
 
 
 def setting_summary(df: pd.DataFrame) -> str:
@@ -436,16 +436,7 @@ def _block_note(df: pd.DataFrame) -> str:
         "sampling at temperature 1, one request at a time, averaged over 8 datasets "
         "(block efficiency = MAL). Here: "
         f"{setting_summary(df)}; a batch of requests with a fixed window gamma = k.")
-    temp = None
-    try:
-        from traces.format import resolve_trace
-
-        name = str(df.trace.iloc[0])
-        if name != "synth":
-            temp = json.loads((Path(resolve_trace(name)) / "meta.json").read_text()).get(
-                "temperature")
-    except Exception:
-        temp = None
+    temp = (_trace_meta(df) or {}).get("temperature")
     if temp == 0:
         note += (" This trace was captured at temperature 0, where BV equals TV exactly "
                  "(THEORY.md §3): a zero gain is the correct answer, not a failure.")

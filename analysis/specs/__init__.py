@@ -1,11 +1,12 @@
 """Bundled sweep specs (TOML, format in :mod:`analysis.sweep`).
 
-- ``tetris.toml``: TETRIS vs standard SD (fixed k = 1..6) vs DSD vs ``ar`` on the default
-  trace, the TETRIS paper's setting (512 requests at once, 64 running, Vicuna-33B-shaped
-  target on one H100, roofline cost model, token verification); the report prints our
-  relative throughput and e2e latency beside the paper's.
-- ``block_gamma.toml``: block vs token verification for γ = 1..8 on a temperature-1
-  synthetic trace (the block paper's γ sweep; at temperature 0 BV equals TV exactly).
+- ``tetris.toml``: TETRIS vs standard SD (fixed k = 1..6) vs DSD vs ``ar`` on the
+  temperature-0 bundled trace (``default-t0``) in the TETRIS paper's setting (512 requests
+  at once, 64 running, Vicuna-33B-shaped target on one H100, roofline cost model, token
+  verification); the report prints our relative throughput and e2e latency beside the
+  paper's.
+- ``block_gamma.toml``: block vs token verification for γ = 1..8 on the temperature-1
+  default trace (the block paper's γ sweep; at temperature 0 BV equals TV exactly).
 - ``load.toml``: throughput vs latency across Poisson arrival rates.
 
 Run one with ``specbatch sweep analysis/specs/tetris.toml --out runs/tetris --report``.
