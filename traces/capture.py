@@ -549,6 +549,7 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
         write_requests(out, requests)
         write_meta(out, meta)
 
+    flush()  # meta.json exists before any positions file: every later state is resumable
     bar = tqdm(total=n_req, disable=not progress, file=sys.stderr, unit="req",
                desc="capture", initial=sum(s == STATUS_DONE for s in status))
     written = 0
@@ -583,8 +584,6 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
         flush()
         written += 1
     bar.close()
-    if not store:
-        flush()
     if all(s == STATUS_DONE for s in status):
         read_trace(out)  # the whole trace passes every check of the reader
     return meta
