@@ -307,11 +307,14 @@ class Oracle(Policy):
 
 
 class Hindsight(Policy):
-    """``hindsight``: knows the realised τ at full depth K = k + e (the coins included) and
-    verifies exactly that prefix, so VSR = 1. An upper bound, not a realisable policy.
+    """``hindsight``: knows the coins and verifies, per request, the prefix that accepts the
+    most tokens, so VSR = 1. An upper bound on per-step accepted tokens, not a realisable policy.
 
-    Verifying s = τ_K reproduces τ = s under both rules: TV trivially; BV because
-    h_i ≤ p_i (Z_{i+1} ≤ p_i), so η_s ≤ h_s ≤ p_s = h'_s when γ shrinks to s.
+    With draft length γ = s the accepted length is ``τ^{(s)} = max{i ≤ s : η_i ≤ h_i^{(s)}}``.
+    TV: ``τ^{(s)} = min(s, τ_K)``, maximised by s = τ_K. BV: the last threshold is
+    ``h_s^{(s)} = p_s ≥ h_s`` (Z_{s+1} ≤ p_s), so a *shorter* draft can accept more than the
+    full one; ``max_s τ^{(s)} = max{m ≤ K : η_m ≤ p_m}`` and verifying exactly that m accepts
+    all m tokens. (Verifying τ_K, the full-depth outcome, would not be an upper bound.)
     Looks at: q, pt, z and the uniforms. Ignores the budget.
     """
 
@@ -320,8 +323,11 @@ class Hindsight(Policy):
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         n = view.rows.shape[0]
         full = np.full(n, self.depth, dtype=np.int64)
-        tau = sample_tau(view.q, view.pt, view.z, full, view.eta, self.rule)
-        return full, tau
+        if self.rule == "token":
+            return full, sample_tau(view.q, view.pt, view.z, full, view.eta, self.rule)
+        ok = view.eta[:, : self.depth] <= view.trace.p[view.rows, : self.depth]  # [n, depth]
+        best = np.where(ok.any(axis=1), self.depth - np.argmax(ok[:, ::-1], axis=1), 0)
+        return full, best.astype(np.int64)
 
 
 POLICIES: dict[str, type[Policy]] = {

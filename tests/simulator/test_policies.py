@@ -215,3 +215,21 @@ def test_block_oracle_is_exact_on_the_recorded_paths(synth_trace_natural):
         best = max(expected_accepted(trace, rows, np.array(c), "block")
                    for c in itertools.product(range(4), repeat=n) if sum(c) <= budget)
         assert expected_accepted(trace, rows, s, "block") >= best - 1e-12
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+def test_hindsight_accepts_at_least_any_prefix_on_the_same_coins(synth_trace_natural, rule):
+    """Per request, hindsight's τ = s ≥ τ^{(s')} for every verified prefix s' (BV included,
+    where a shorter draft can accept more than the full one)."""
+    from simulator.verify import sample_tau
+
+    trace = synth_trace_natural
+    hindsight = policy(trace, "hindsight", k=3, extra=5, verify=rule)  # depth 8
+    rows = np.random.default_rng(5).integers(0, trace.n_rows, size=400)
+    view = make_view(trace, rows, budget=0, depth=hindsight.depth, seed=11)
+    _, s = hindsight.decide(view)
+    tau = sample_tau(view.q, view.pt, view.z, s, view.eta, rule)
+    assert np.array_equal(tau, s)  # VSR = 1
+    for other in range(hindsight.depth + 1):
+        alt = sample_tau(view.q, view.pt, view.z, np.full(rows.shape[0], other), view.eta, rule)
+        assert np.all(tau >= alt), other
