@@ -180,7 +180,7 @@ def heldout_loss(model, stream: np.ndarray, seq_len: int, windows: int) -> float
 
     n = min(windows, max(1, (len(stream) - 1) // seq_len))
     x = torch.from_numpy(stream[: n * seq_len + 1])
-    inputs = x[:-1].view(n, seq_len)
+    inputs = x[:-1].view(n, seq_len).to(next(model.parameters()).device)
     model.eval()
     total = 0.0
     with torch.no_grad():
@@ -193,7 +193,7 @@ def heldout_loss(model, stream: np.ndarray, seq_len: int, windows: int) -> float
 
 def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[str] | None = None,
               steps: int | None = None, threads: int | None = None,
-              log=None) -> dict:
+              log=None, device: str = "cpu") -> dict:
     """Train the tokenizer and the draft/target pair; save them under ``out``; return a report.
 
     The report (also ``out/zoo.json``) holds sizes, parameter counts, held-out loss of both
@@ -219,8 +219,10 @@ def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[s
     eos_id = tokenizer.convert_tokens_to_ids(EOS)
     vocab = len(tokenizer)
     torch.manual_seed(seed)
-    draft = make_model(cfg.draft, vocab, cfg.seq_len, eos_id)
-    target = make_model(cfg.target, vocab, cfg.seq_len, eos_id)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SpecbatchError(f"--device {device}: expected a CUDA device, got none")
+    draft = make_model(cfg.draft, vocab, cfg.seq_len, eos_id).to(device)
+    target = make_model(cfg.target, vocab, cfg.seq_len, eos_id).to(device)
     models = {"draft": draft, "target": target}
     opts = {k: torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=0.01,
                                  betas=(0.9, 0.95)) for k, m in models.items()}
@@ -231,7 +233,7 @@ def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[s
     budget = {"draft": max(1, round(steps * cfg.draft_fraction)), "target": steps}
     for step in range(steps):
         starts = torch.randint(0, len(stream) - cfg.seq_len - 1, (cfg.batch,), generator=gen)
-        batch = torch.stack([data[s: s + cfg.seq_len] for s in starts.tolist()])
+        batch = torch.stack([data[s: s + cfg.seq_len] for s in starts.tolist()]).to(device)
         for name, model in models.items():
             if step >= budget[name]:
                 continue
@@ -250,7 +252,7 @@ def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[s
     report = {
         "size": size, "seed": seed, "steps": steps, "draft_steps": budget["draft"],
         "vocab": vocab,
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "device": device,
         "config": asdict(cfg),
         "train_chars": sum(map(len, train_docs)), "train_tokens": int(len(stream)),
         "heldout_tokens": int(len(heldout)),
@@ -266,7 +268,7 @@ def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[s
             "dir": str(out / name),
         }
         model.eval()
-        model.save_pretrained(out / name)
+        model.to("cpu").save_pretrained(out / name)
         tokenizer.save_pretrained(out / name)
     report["param_ratio"] = round(report["target"]["params"] / report["draft"]["params"], 2)
     report["seconds"]["total"] = round(time.perf_counter() - t0, 2)

@@ -33,7 +33,9 @@ def register(subparsers) -> None:
                        help="extra text files or directories to train on")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--steps", type=int, default=None, help="override the size's step count")
-    train.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1: robust on a shared machine)")
+    train.add_argument("--threads", type=int, default=None,
+                       help="torch CPU threads (default 1: robust on a shared machine)")
+    train.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (base is for a GPU)")
     add_json_flag(train)
     train.set_defaults(func=_train)
 
@@ -43,7 +45,7 @@ def _train(args) -> int:
 
     log = None if args.json else (lambda msg: sys.stderr.write(msg + "\n"))
     report = train_zoo(args.out, args.size, seed=args.seed, corpus=args.corpus,
-                       steps=args.steps, threads=args.threads, log=log)
+                       steps=args.steps, threads=args.threads, log=log, device=args.device)
     summary = {
         "out": args.out, "size": report["size"], "seed": report["seed"],
         "vocab": report["vocab"], "steps": report["steps"],
