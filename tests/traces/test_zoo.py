@@ -103,3 +103,13 @@ def test_zoo_cli_help_has_an_example(capsys):
     with pytest.raises(SystemExit):
         main(["zoo", "train", "--help"])
     assert "example:" in capsys.readouterr().out
+
+
+def test_capture_prompt_spec_default_n_and_errors(tmp_path):
+    from traces.capture_cli import resolve_prompts
+
+    prompts, source = resolve_prompts("default:5:1", None)
+    assert [p.category for p in prompts].count("code") == 3 and len(prompts) == 5
+    assert "seed 1" in source
+    with pytest.raises(SpecbatchError, match="default:N"):
+        resolve_prompts("default:many", None)
