@@ -13,7 +13,9 @@ Choose prefix lengths ``s_i ∈ {0..K}`` with ``Σ s_i ≤ C`` to maximise
 - Block verification (BV): P_{i,j} = p_{i,j} may rise along j, so top-C is not optimal; the
   problem is a prefix-constrained knapsack with non-concave gains. :func:`optimal_dp` solves
   it exactly by dynamic programming over requests (max-plus convolution, vectorised over the
-  budget), :func:`optimal_milp` is its cvxpy MILP twin.
+  budget), :func:`optimal_milp` is its cvxpy MILP twin. On gain tables (BV's exact per-path
+  gains, :func:`prefix_gains`) :func:`optimal_dp_gains` is the reference DP and
+  :func:`optimal_tree_gains` the fast one (a log2 N tree of max-plus convolutions).
 
 All functions take ``values`` # [N, K] finite and non-negative and a budget C ≥ 0 and return
 ``s`` # [N] int64. Tie-breaks are deterministic:
@@ -22,6 +24,8 @@ All functions take ``values`` # [N, K] finite and non-negative and a budget C �
   selected and ``s_i`` counts row i's selected entries (a prefix when rows are non-increasing).
 - optimal_dp: among optima (in the DP's float64 arithmetic) prefer the smaller total Σ s_i,
   then the lexicographically smaller s.
+- optimal_tree_gains: the smaller total Σ s_i, then top down at every tree node the smaller
+  share to its left subtree (same optimum value, possibly another optimal s).
 """
 
 from __future__ import annotations
@@ -132,6 +136,15 @@ def optimal_dp(values: np.ndarray, budget: int) -> np.ndarray:
     return optimal_dp_gains(gains, c)
 
 
+def _check_gains(gains: np.ndarray, budget: int) -> tuple[np.ndarray, int]:
+    """Validate ``gains`` # [N, K+1] (finite) and ``budget`` (int ≥ 0); return float64, C."""
+    gains = np.asarray(gains, dtype=np.float64)
+    require(gains.ndim == 2 and gains.shape[1] >= 1, f"gains: expected [N, K+1], got {gains.shape}")
+    require(bool(np.isfinite(gains).all()), "gains: expected finite entries, got NaN or infinity")
+    _, c = _check(np.zeros((0, 0)), budget)
+    return gains, c
+
+
 def optimal_dp_gains(gains: np.ndarray, budget: int) -> np.ndarray:
     """Exact ``max Σ_i G[i, s_i]`` s.t. ``Σ s_i ≤ C``, ``s_i ∈ 0..K``, for any finite gains.
 
@@ -150,10 +163,7 @@ def optimal_dp_gains(gains: np.ndarray, budget: int) -> np.ndarray:
     gains:  # [N, K+1] finite
     returns # [N] int64
     """
-    gains = np.asarray(gains, dtype=np.float64)
-    require(gains.ndim == 2 and gains.shape[1] >= 1, f"gains: expected [N, K+1], got {gains.shape}")
-    require(bool(np.isfinite(gains).all()), "gains: expected finite entries, got NaN or infinity")
-    _, c = _check(np.zeros((0, 0)), budget)
+    gains, c = _check_gains(gains, budget)
     n, k = gains.shape[0], gains.shape[1] - 1
     cap = min(c, n * k)
     if n == 0:
@@ -179,6 +189,97 @@ def optimal_dp_gains(gains: np.ndarray, budget: int) -> np.ndarray:
         s[i] = int(np.argmax(cand))
         remaining -= int(s[i])
     return s
+
+
+def optimal_tree_gains(gains: np.ndarray, budget: int) -> np.ndarray:
+    """The optimum of :func:`optimal_dp_gains` (``max Σ_i G[i, s_i]`` s.t. ``Σ s_i ≤ C``,
+    ``s_i ∈ 0..K``, any finite gains) by a balanced binary tree of max-plus convolutions.
+
+    A node's table ``H[c]`` is the best value of its requests using exactly c tokens
+    (−inf: infeasible); a leaf's is its gain row, a parent's the max-plus convolution of its
+    children's, ``H[c] = max_a H_left[a] + H_right[c − a]``. Each of the ⌈log2 N⌉ − 1 lower
+    levels convolves all its pairs at once as one ``[pairs, width, child width]`` strided
+    window (an odd count gets an identity child ``[0, −inf, …]``), every width clipped to
+    ``min(C, Σ K) + 1``, and keeps the argmax split of every (node, c). The root needs only
+    ``max_{a+b ≤ C} H_left[a] + H_right[b]``: a running max over b finds the value in
+    O(C), then only the a reaching it are expanded. A top-down pass hands each child its
+    share with vectorised gathers. Same O(N · min(C, N·K) · K) arithmetic as the DP (up to
+    a factor 2), but O(log N) numpy calls instead of O(N): ~5-10x faster at N = 64.
+
+    Tie-break (deterministic, in the tree's float64 arithmetic; not the DP's lexicographic
+    rule): the smallest total Σ s_i reaching the root's maximum, then at every node, top
+    down, the smallest share to its left subtree (the requests with smaller indices) among
+    the splits reaching that node's maximum at its total. Values equal
+    :func:`optimal_dp_gains`' up to float rounding (the sums associate differently).
+
+    gains:  # [N, K+1] finite
+    returns # [N] int64
+    """
+    gains, c = _check_gains(gains, budget)
+    n, k = gains.shape[0], gains.shape[1] - 1
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    cap = min(c, n * k)
+    width = min(k, cap) + 1  # columns s > C can never be feasible
+    table = gains[:, :width]  # [nodes, width] H of each node at this level
+    levels = []  # (left share [pairs, merged], node count below) for the top-down pass
+    while table.shape[0] > 2:
+        count = table.shape[0]
+        if count % 2:
+            identity = np.full((1, width), -np.inf)
+            identity[0, 0] = 0.0
+            table = np.concatenate([table, identity])
+        pairs = table.shape[0] // 2
+        merged = min(cap, 2 * (width - 1)) + 1
+        span = width - 1 + merged
+        padded = np.full((pairs, span), -np.inf)  # [pairs, span] left table at offset width-1
+        padded[:, width - 1 : 2 * width - 1] = table[0::2]
+        # window[p, c, j] = padded[p, c + j] = left[p, c − b] with b = width − 1 − j
+        # (−inf off range); a strided view, built directly (sliding_window_view is slow).
+        window = np.ndarray(
+            (pairs, merged, width), np.float64, buffer=padded, strides=(8 * span, 8, 8)
+        )
+        right = table[1::2, ::-1]  # [pairs, width] right[p, j] = H_right[width − 1 − j]
+        cand = window + right[:, None, :]  # [pairs, merged, width]
+        # First maximum over j: largest right share b, i.e. smallest left share c − b.
+        j = np.argmax(cand, axis=2)  # [pairs, merged]
+        table = cand.reshape(-1, width)[np.arange(pairs * merged), j.ravel()]
+        table = table.reshape(pairs, merged)
+        levels.append((np.arange(merged) - (width - 1) + j, count))
+        width = merged
+    if table.shape[0] == 1:
+        totals = np.array([int(np.argmax(table[0]))])  # smallest total reaching the maximum
+    else:
+        totals = np.array(_root_split(table[0], table[1], cap))
+    for left_share, count in reversed(levels):
+        share = left_share[np.arange(totals.shape[0]), totals]  # [pairs]
+        totals = np.stack([share, totals - share], axis=1).ravel()[:count]
+    return totals.astype(np.int64)
+
+
+def _root_split(left: np.ndarray, right: np.ndarray, cap: int) -> tuple[int, int]:
+    """Shares (a, b) of the root's two children: ``max left[a] + right[b]`` s.t. a + b ≤ C,
+    then the smallest a + b, then the smallest a (exactly the pair the full convolution and
+    its argmax would pick, without building its ``[C+1, width]`` table).
+
+    ``M[a] = left[a] + max_{b ≤ C−a} right[b]`` is ≥ every ``left[a] + right[b]`` in float64
+    too (rounding is monotone), so the maximum V = max M is the root's and every pair reaching
+    V has ``M[a] = V``; only those rows a are expanded to find the pairs themselves.
+
+    left, right: # [width] child tables (−inf: infeasible), entry 0 finite
+    """
+    width = left.shape[0]
+    best_right = np.maximum.accumulate(right)  # [width] max over b ≤ index
+    a = np.arange(width)
+    m = left + best_right[np.minimum(cap - a, width - 1)]  # [width]; a ≤ width − 1 ≤ C
+    value = m.max()
+    rows = np.flatnonzero(m == value)  # [r] the a reaching V
+    b = np.arange(width)
+    hit = (left[rows, None] + right[None, :] == value) & (rows[:, None] + b[None, :] <= cap)
+    total = np.where(hit, rows[:, None] + b[None, :], 2 * width)  # [r, width]
+    pick = int(np.argmin(total.min(axis=1)))  # rows ascend: first is the smallest a
+    share = int(rows[pick])
+    return share, int(total[pick].min()) - share
 
 
 def prefix_gains(q: np.ndarray, pt: np.ndarray, z: np.ndarray, rule: str) -> np.ndarray:

@@ -19,6 +19,7 @@ from theory.allocate import (
     optimal_dp,
     optimal_dp_gains,
     optimal_milp,
+    optimal_tree_gains,
     prefix_gains,
 )
 from theory.errors import SpecbatchError
@@ -248,3 +249,162 @@ def test_bv_prefix_gains_differ_from_summed_weights_and_can_fall():
     # p_1 = 0.6, Z_2 = 0.16, h_1 = 0.16 / 0.56: E[τ | X^1] = 0.6 > E[τ | X^2] = h_1.
     assert gains[0].tolist() == pytest.approx([0.0, 0.6, 0.16 / 0.56])
     assert optimal_dp_gains(gains, 2).tolist() == [1]
+
+
+# ---------------------------------------------------------------- tree of max-plus convolutions
+
+
+def gain_tables(max_n: int, max_k: int, integer: bool = False, min_n: int = 1):
+    """[N, K+1] gain tables: any sign, not monotone; integers make float ties exact ties."""
+    if integer:
+        elements = st.integers(-3, 3).map(float)
+    else:
+        elements = st.floats(-2.0, 2.0, allow_nan=False, allow_subnormal=False)
+    shapes = st.tuples(st.integers(min_n, max_n), st.integers(0, max_k))
+    return shapes.flatmap(lambda sh: arrays(np.float64, (sh[0], sh[1] + 1), elements=elements))
+
+
+def tree_left_shares(s: tuple[int, ...]) -> tuple[int, ...]:
+    """Left-subtree totals of every internal node of the pairing tree, top level first.
+
+    Level by level, nodes (index ranges) are paired in order; an odd last node is paired with
+    an empty identity node (its left share is then forced, so it is left out).
+    """
+    nodes = [(i, i + 1) for i in range(len(s))]
+    levels = []
+    while len(nodes) > 1:
+        shares = [sum(s[a:b]) for (a, b), _ in zip(nodes[0::2], nodes[1::2])]
+        levels.append(tuple(shares))
+        paired = [(nodes[i][0], nodes[i + 1][1]) for i in range(0, len(nodes) - 1, 2)]
+        nodes = paired + ([nodes[-1]] if len(nodes) % 2 else [])
+    return tuple(x for level in reversed(levels) for x in level)
+
+
+def tree_brute_force(gains: np.ndarray, budget: int) -> tuple[float, tuple[int, ...]]:
+    """Enumeration with optimal_tree_gains' documented tie-break: the largest value, then the
+    smallest total, then the smallest left share at each node, top down."""
+    n, k1 = gains.shape
+    rows = gains.tolist()
+    best = None
+    for s in itertools.product(range(k1), repeat=n):
+        if sum(s) > budget:
+            continue
+        key = (-sum(rows[i][si] for i, si in enumerate(s)), sum(s), tree_left_shares(s), s)
+        if best is None or key < best:
+            best = key
+    return -best[0], best[3]
+
+
+def assert_feasible(s: np.ndarray, n: int, k: int, budget: int) -> None:
+    assert s.dtype == np.int64 and s.shape == (n,)
+    assert s.sum() <= budget and ((s >= 0) & (s <= k)).all()
+
+
+@given(gain_tables(max_n=13, max_k=8, min_n=0), st.integers(0, 120))
+def test_tree_reaches_the_dp_optimum_on_any_gain_table(gains, budget):
+    # Negative, non-monotone, non-concave rows; N = 13 exercises odd counts at every level.
+    n, k = gains.shape[0], gains.shape[1] - 1
+    s_tree = optimal_tree_gains(gains, budget)
+    assert_feasible(s_tree, n, k, budget)
+    v_dp = gains_value(gains, optimal_dp_gains(gains, budget))
+    assert gains_value(gains, s_tree) == pytest.approx(v_dp, rel=1e-9, abs=1e-9)
+
+
+@given(gain_tables(max_n=5, max_k=3), st.integers(0, 16))
+def test_tree_equals_brute_force_value_on_tiny_instances(gains, budget):
+    v_brute, _ = tree_brute_force(gains, budget)
+    s_tree = optimal_tree_gains(gains, budget)
+    assert_feasible(s_tree, gains.shape[0], gains.shape[1] - 1, budget)
+    assert gains_value(gains, s_tree) == pytest.approx(v_brute, rel=1e-9, abs=1e-9)
+
+
+@given(gain_tables(max_n=5, max_k=3, integer=True), st.integers(0, 16))
+def test_tree_tie_break_smaller_total_then_smaller_left_shares(gains, budget):
+    # Integer gains: float sums are exact, so every optimum ties exactly with the others.
+    _, s_brute = tree_brute_force(gains, budget)
+    assert tuple(optimal_tree_gains(gains, budget)) == s_brute
+
+
+def test_tree_tie_break_examples():
+    zeros = np.zeros((5, 4))
+    assert optimal_tree_gains(zeros, 20).tolist() == [0] * 5  # smaller total: verify nothing
+    flat = np.array([[0.0, 1.0, 1.0], [0.0, 1.0, 1.0]])
+    assert optimal_tree_gains(flat, 1).tolist() == [0, 1]  # smaller left share
+    assert optimal_dp_gains(flat, 1).tolist() == [0, 1]
+    assert optimal_tree_gains(flat, 4).tolist() == [1, 1]  # smaller total
+    three = np.array([[0.0, 1.0], [0.0, 1.0], [0.0, 1.0]])
+    # Nodes {0, 1} and {2}: the left node gets the smaller share, then request 0 inside it.
+    assert optimal_tree_gains(three, 1).tolist() == [0, 0, 1]
+    assert optimal_tree_gains(three, 2).tolist() == [0, 1, 1]
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5])
+def test_tree_small_batches_match_the_dp_and_brute_force(n):
+    rng = np.random.default_rng(n)
+    gains = rng.normal(size=(n, 4))  # K = 3, any sign
+    for budget in range(3 * n + 2):
+        s_tree = optimal_tree_gains(gains, budget)
+        assert_feasible(s_tree, n, 3, budget)
+        v_dp = gains_value(gains, optimal_dp_gains(gains, budget))
+        assert gains_value(gains, s_tree) == pytest.approx(v_dp, rel=1e-12, abs=1e-12)
+        if n:
+            assert gains_value(gains, s_tree) == pytest.approx(
+                tree_brute_force(gains, budget)[0], rel=1e-12, abs=1e-12
+            )
+
+
+@given(gain_tables(max_n=9, max_k=6, min_n=0))
+def test_tree_budget_zero_verifies_nothing(gains):
+    assert optimal_tree_gains(gains, 0).tolist() == [0] * gains.shape[0]
+
+
+@given(gain_tables(max_n=9, max_k=6, integer=True, min_n=0), st.integers(0, 3))
+def test_tree_budget_of_everything_takes_each_rows_first_maximum(gains, extra):
+    # Without a binding budget every row takes its best s, the smallest one among ties.
+    n, k = gains.shape[0], gains.shape[1] - 1
+    expected = np.argmax(gains, axis=1)
+    assert optimal_tree_gains(gains, n * k + extra).tolist() == expected.tolist()
+
+
+def test_tree_on_exact_bv_gains_matches_the_dp():
+    # BV's exact per-path gains E[τ | X^s] (prefix_gains) are non-monotone, non-concave.
+    rng = np.random.default_rng(41)
+    tokens, dr, tr = random_paths(rng, 100, 8, 6)
+    st_ = position_stats(tokens, dr, tr)
+    gains = prefix_gains(st_["q"], st_["pt"], st_["z"], "block")
+    assert (np.diff(gains, axis=1) < 0).any()  # some rows fall
+    for budget in (0, 50, 100, 300, 600, 800, 1000):
+        s_tree = optimal_tree_gains(gains, budget)
+        assert_feasible(s_tree, 100, 8, budget)
+        v_dp = gains_value(gains, optimal_dp_gains(gains, budget))
+        assert gains_value(gains, s_tree) == pytest.approx(v_dp, rel=1e-9)
+
+
+def test_tree_is_deterministic_and_layout_independent():
+    rng = np.random.default_rng(43)
+    gains = np.round(rng.normal(size=(37, 6)) * 4) / 4  # many exact ties
+    s = optimal_tree_gains(gains, 60)
+    assert np.array_equal(optimal_tree_gains(gains, 60), s)
+    assert np.array_equal(optimal_tree_gains(np.asfortranarray(gains), 60), s)
+    wide = np.zeros((37, 12))
+    wide[:, ::2] = gains
+    assert np.array_equal(optimal_tree_gains(wide[:, ::2], 60), s)  # strided input
+    assert np.array_equal(optimal_tree_gains(gains.astype(np.float32), 60), s)
+    assert np.array_equal(optimal_tree_gains(gains.tolist(), np.int64(60)), s)
+
+
+@pytest.mark.parametrize(
+    "gains, budget",
+    [
+        (np.array([1.0, 2.0]), 1),  # not 2-d
+        (np.zeros((2, 0)), 1),  # no s = 0 column
+        (np.array([[0.0, np.nan]]), 1),  # NaN
+        (np.array([[0.0, np.inf]]), 1),  # infinity
+        (np.array([[0.0, 0.2]]), -1),  # negative budget
+        (np.array([[0.0, 0.2]]), 1.5),  # fractional budget
+    ],
+)
+def test_tree_bad_input_is_a_one_line_user_error(gains, budget):
+    for fn in (optimal_dp_gains, optimal_tree_gains):
+        with pytest.raises(SpecbatchError):
+            fn(gains, budget)
