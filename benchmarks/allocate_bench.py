@@ -6,7 +6,10 @@ official code's approach in torch (``topk`` over the flattened batch, then each 
 by ``scatter_reduce(amax)``). Values are TV-like (running products of acceptance
 probabilities, non-increasing along each row), so all three must agree. Then the exact
 ``optimal_dp`` on BV-like values (running clipped products, may rise) at N in {64, 256, 512},
-C = 3N, against greedy's value. Times are the best of ``--repeats`` (the machine is shared).
+C = 3N, against greedy's value. Last, on BV's exact per-path gain tables (``prefix_gains``,
+non-monotone), the reference ``optimal_dp_gains`` (a Python loop over requests) against
+``optimal_tree_gains`` (a log2 N tree of vectorised max-plus convolutions) at N in {64, 256,
+512}, K in {4, 8, 16}, C = 3N. Times are the best of ``--repeats`` (the machine is shared).
 
     .venv/bin/python benchmarks/allocate_bench.py [--repeats 5] [--json]
 """
@@ -20,8 +23,17 @@ import time
 import numpy as np
 import torch
 
-from theory.allocate import allocation_value, greedy_heap, greedy_topc, optimal_dp
-from theory.stats import block_weights, token_weights
+from theory.allocate import (
+    allocation_value,
+    gains_value,
+    greedy_heap,
+    greedy_topc,
+    optimal_dp,
+    optimal_dp_gains,
+    optimal_tree_gains,
+    prefix_gains,
+)
+from theory.stats import block_weights, position_stats, token_weights
 
 
 def topk_scatter_max(values: torch.Tensor, budget: int) -> torch.Tensor:
@@ -48,6 +60,42 @@ def instance(n: int, k: int, kind: str, seed: int) -> np.ndarray:
     ratio = rng.lognormal(mean=-0.15, sigma=0.6, size=(n, k))
     q = np.ones((n, k))
     return token_weights(q, ratio) if kind == "tv" else block_weights(q, ratio)
+
+
+def bv_gains(n: int, k: int, seed: int, vocab: int = 8) -> np.ndarray:
+    """[N, K+1] exact BV gains E[τ | X^s] of random Dirichlet paths (non-monotone rows)."""
+    rng = np.random.default_rng(seed)
+    target = rng.dirichlet(np.full(vocab, 0.5), size=(n, k + 1))  # [N, K+1, V]
+    draft = 0.5 * rng.dirichlet(np.full(vocab, 0.5), size=(n, k)) + 0.5 * target[:, :k]
+    tokens = (rng.random((n, k, 1)) > np.cumsum(draft, axis=2)).sum(axis=2)  # [N, K]
+    stats = position_stats(np.minimum(tokens, vocab - 1), draft, target)
+    return prefix_gains(stats["q"], stats["pt"], stats["z"], "block")
+
+
+def tree_rows(repeats: int) -> list[dict]:
+    """optimal_dp_gains vs optimal_tree_gains on exact BV gain tables, C = 3N."""
+    rows = []
+    for size in (64, 256, 512):
+        for k in (4, 8, 16):
+            gains = bv_gains(size, k, 1000 * size + k)
+            c = 3 * size
+            dp_ms = best_ms(lambda g=gains, c=c: optimal_dp_gains(g, c), repeats)
+            tree_ms = best_ms(lambda g=gains, c=c: optimal_tree_gains(g, c), repeats)
+            v_dp = gains_value(gains, optimal_dp_gains(gains, c))
+            v_tree = gains_value(gains, optimal_tree_gains(gains, c))
+            rows.append(
+                {
+                    "n": size,
+                    "k": k,
+                    "budget": c,
+                    "dp_gains_ms": dp_ms,
+                    "tree_ms": tree_ms,
+                    "speedup": dp_ms / tree_ms,
+                    "dp_value": v_dp,
+                    "tree_value": v_tree,
+                }
+            )
+    return rows
 
 
 def main() -> None:
@@ -93,8 +141,20 @@ def main() -> None:
                 "topc_value": allocation_value(bv, greedy_topc(bv, c)),
             }
         )
+    gain_rows = tree_rows(args.repeats)
     if args.json:
-        print(json.dumps({"n": n, "k": k, "budget": budget, "greedy": greedy_rows, "dp": dp_rows}))
+        print(
+            json.dumps(
+                {
+                    "n": n,
+                    "k": k,
+                    "budget": budget,
+                    "greedy": greedy_rows,
+                    "dp": dp_rows,
+                    "gains": gain_rows,
+                }
+            )
+        )
         return
     fastest = min(r["ms"] for r in greedy_rows)
     print(f"greedy selection, N={n} K={k} C={budget} (TV-like values), best of {args.repeats}")
@@ -116,6 +176,14 @@ def main() -> None:
         print(
             f"{r['n']:>4} {r['budget']:>5} {r['dp_ms']:8.1f} {r['topc_ms']:8.3f} "
             f"{r['dp_value']:9.3f} {r['heap_value']:9.3f} {r['topc_value']:9.3f}"
+        )
+
+    print("\noptimal_dp_gains vs optimal_tree_gains, C=3N (exact BV gains E[tau | X^s])")
+    print(f"{'N':>4} {'K':>3} {'C':>5} {'dp ms':>8} {'tree ms':>8} {'dp/tree':>8} {'|dv|':>9}")
+    for r in gain_rows:
+        print(
+            f"{r['n']:>4} {r['k']:>3} {r['budget']:>5} {r['dp_gains_ms']:8.2f} "
+            f"{r['tree_ms']:8.2f} {r['speedup']:8.1f} {abs(r['dp_value'] - r['tree_value']):9.1e}"
         )
 
 

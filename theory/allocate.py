@@ -229,23 +229,9 @@ def optimal_tree_gains(gains: np.ndarray, budget: int) -> np.ndarray:
             identity = np.full((1, width), -np.inf)
             identity[0, 0] = 0.0
             table = np.concatenate([table, identity])
-        pairs = table.shape[0] // 2
         merged = min(cap, 2 * (width - 1)) + 1
-        span = width - 1 + merged
-        padded = np.full((pairs, span), -np.inf)  # [pairs, span] left table at offset width-1
-        padded[:, width - 1 : 2 * width - 1] = table[0::2]
-        # window[p, c, j] = padded[p, c + j] = left[p, c − b] with b = width − 1 − j
-        # (−inf off range); a strided view, built directly (sliding_window_view is slow).
-        window = np.ndarray(
-            (pairs, merged, width), np.float64, buffer=padded, strides=(8 * span, 8, 8)
-        )
-        right = table[1::2, ::-1]  # [pairs, width] right[p, j] = H_right[width − 1 − j]
-        cand = window + right[:, None, :]  # [pairs, merged, width]
-        # First maximum over j: largest right share b, i.e. smallest left share c − b.
-        j = np.argmax(cand, axis=2)  # [pairs, merged]
-        table = cand.reshape(-1, width)[np.arange(pairs * merged), j.ravel()]
-        table = table.reshape(pairs, merged)
-        levels.append((np.arange(merged) - (width - 1) + j, count))
+        table, left_share = _convolve_pairs(table[0::2], table[1::2], merged)
+        levels.append((left_share, count))
         width = merged
     if table.shape[0] == 1:
         totals = np.array([int(np.argmax(table[0]))])  # smallest total reaching the maximum
@@ -255,6 +241,53 @@ def optimal_tree_gains(gains: np.ndarray, budget: int) -> np.ndarray:
         share = left_share[np.arange(totals.shape[0]), totals]  # [pairs]
         totals = np.stack([share, totals - share], axis=1).ravel()[:count]
     return totals.astype(np.int64)
+
+
+#: Candidate entries per chunk of a tree level (512 KiB of float64, cache-sized).
+_CHUNK = 1 << 16
+
+
+def _convolve_pairs(
+    left: np.ndarray, right: np.ndarray, merged: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Max-plus convolutions of many pairs: ``H[p, c] = max_a left[p, a] + right[p, c − a]``
+    for c < merged, and the smallest maximising a (the left share) of every (p, c).
+
+    Candidates ``[pairs, c, j]`` are a strided window over the left tables (padded with −inf)
+    plus the reversed right tables (j = width − 1 − b), built in chunks of c of at most
+    :data:`_CHUNK` entries so that they stay in cache; each chunk spans only the j that are in
+    range for some of its c (about half of the full window is out of range).
+
+    left, right: # [pairs, width] (−inf: infeasible)
+    returns      # [pairs, merged] H, # [pairs, merged] int64 left shares
+    """
+    pairs, width = left.shape
+    span = width - 1 + merged
+    padded = np.full((pairs, span), -np.inf)  # [pairs, span] left at offset width − 1
+    padded[:, width - 1 : 2 * width - 1] = left
+    reverse = right[:, ::-1]  # [pairs, width] reverse[p, j] = right[p, width − 1 − j]
+    table = np.empty((pairs, merged))
+    share = np.empty((pairs, merged), dtype=np.int64)
+    step = max(1, _CHUNK // (pairs * width))
+    for lo in range(0, merged, step):
+        hi = min(merged, lo + step)
+        j_lo, j_hi = max(0, width - hi), min(width, 2 * width - 1 - lo)  # j in range for c
+        # window[p, c, j] = padded[p, lo + c + j_lo + j] = left[p, c − b] (−inf off range);
+        # a strided view built directly (sliding_window_view costs ~40 µs a call).
+        window = np.ndarray(
+            (pairs, hi - lo, j_hi - j_lo),
+            np.float64,
+            buffer=padded,
+            offset=8 * (lo + j_lo),
+            strides=(8 * span, 8, 8),
+        )
+        cand = window + reverse[:, None, j_lo:j_hi]  # [pairs, hi − lo, j_hi − j_lo]
+        # First maximum over j: the largest right share b, i.e. the smallest left share.
+        j = np.argmax(cand, axis=2)  # [pairs, hi − lo]
+        flat = cand.reshape(-1, j_hi - j_lo)[np.arange(j.size), j.ravel()]
+        table[:, lo:hi] = flat.reshape(pairs, hi - lo)
+        share[:, lo:hi] = np.arange(lo - width + 1 + j_lo, hi - width + 1 + j_lo) + j
+    return table, share
 
 
 def _root_split(left: np.ndarray, right: np.ndarray, cap: int) -> tuple[int, int]:
