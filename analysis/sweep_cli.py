@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "specbatch sweep analysis/specs/tetris.toml --out runs/tetris --workers 2 --report",
             "specbatch sweep analysis/specs/tetris.toml --out runs/t-synth --set trace=synth",
             "specbatch sweep analysis/specs/block_gamma.toml --out runs/bv --scheduler local",
-            "specbatch sweep spec.toml --out runs/x --scheduler tcp://10.0.0.5:8786",
+            "specbatch sweep spec.toml --out runs/x --scheduler tcp://scheduler-host:8786",
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -17,7 +17,7 @@ tokens when the first s drafted tokens of the *recorded path* are verified
 (:func:`theory.allocate.prefix_gains`), and :func:`expected_accepted` sums it over an
 allocation — what this replay realises and what the oracle maximises. For TV G is the prefix
 sum of P_{i,j}; for BV it is not (Σ_{j≤s} p_j is E[τ | X^s] only on average over the tokens
-drafted after j), so the BV oracle allocates with :func:`theory.allocate.optimal_dp_gains`.
+drafted after j), so the BV oracle allocates with :func:`theory.allocate.optimal_tree_gains` (twin of ``optimal_dp_gains``).
 """
 
 from __future__ import annotations
