@@ -283,3 +283,20 @@ def test_batched_reference_generation_equals_one_request_at_a_time(loaded, tempe
                 assert a.keys.shape == b.keys.shape == (1, a.keys.shape[1], len(ids) + len(y) - 1,
                                                         a.keys.shape[3])
                 np.testing.assert_allclose(a.values.numpy(), b.values.numpy(), atol=1e-4)
+
+
+def test_bundled_traces_are_valid_and_record_how_they_were_made():
+    from traces.format import resolve_trace
+
+    for name, temperature in (("default", 1.0), ("default-t0", 0.0)):
+        path = Path(resolve_trace(name))
+        trace = read_trace(path)
+        assert trace.n_requests >= 200 and trace.K == 8 and trace.temperature == temperature
+        assert set(trace.category) == {"code", "prose"}
+        assert sum(f.stat().st_size for f in path.iterdir()) <= 10 * 2**20
+        meta = trace.meta
+        assert meta["completion"]["status"] == "complete"
+        assert meta["remake"][0].startswith("specbatch zoo train --out ")
+        assert meta["remake"][1] == meta["command"] and "specbatch capture" in meta["command"]
+        assert meta["zoo"]["target_heldout_loss"] < meta["zoo"]["draft_heldout_loss"]
+        assert meta["models"]["target"]["params"] > 5 * meta["models"]["draft"]["params"]
