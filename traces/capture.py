@@ -367,16 +367,24 @@ def capture_positions(draft, target, prompt_ids: list[int], index: int, cfg: Cap
             x, dl, tl = _batched_positions(
                 draft, target, d_out.past_key_values, t_cache, d_row0[ts], t_row0[ts],
                 n_prompt, ts, torch.from_numpy(u_draft[a:a + len(ts)]), cfg)
-            stats = path_stats(x, dl, tl, cfg.temperature)
-            stats["draft_token"] = x.cpu().numpy().astype(np.int32)
-            if return_rows:
-                stats["draft_rows"] = probs_at(dl, cfg.temperature).cpu().numpy()
-                stats["target_rows"] = probs_at(tl, cfg.temperature).cpu().numpy()
-            for name, v in stats.items():
-                parts.setdefault(name, []).append(v)
+            append_path_stats(parts, x, dl, tl, cfg.temperature, return_rows)
     result = {name: np.concatenate(v) for name, v in parts.items()}
     result["y"] = y.cpu().numpy()
     return result
+
+
+def append_path_stats(parts: dict, x, dl, tl, temperature: float, return_rows: bool) -> None:
+    """Append one batch of drafted paths' statistics (and optionally full rows) to ``parts``.
+
+    x: # [P, K] drafted tokens;  dl: # [P, K, V] draft logits;  tl: # [P, K+1, V] target logits
+    """
+    stats = path_stats(x, dl, tl, temperature)
+    stats["draft_token"] = x.cpu().numpy().astype(np.int32)
+    if return_rows:
+        stats["draft_rows"] = probs_at(dl, temperature).cpu().numpy()
+        stats["target_rows"] = probs_at(tl, temperature).cpu().numpy()
+    for name, v in stats.items():
+        parts.setdefault(name, []).append(v)
 
 
 def capture_request_naive(tokenizer, draft, target, prompt_ids: list[int], index: int,
@@ -409,13 +417,7 @@ def capture_request_naive(tokenizer, draft, target, prompt_ids: list[int], index
             x = torch.stack(toks)[None]
             dl = torch.stack(rows)[None]
             tl = target(input_ids=torch.cat([ctx, x], dim=1)).logits[:, ctx.shape[1] - 1:]
-            stats = path_stats(x, dl, tl, cfg.temperature)
-            stats["draft_token"] = x.cpu().numpy().astype(np.int32)
-            if return_rows:
-                stats["draft_rows"] = probs_at(dl, cfg.temperature).cpu().numpy()
-                stats["target_rows"] = probs_at(tl, cfg.temperature).cpu().numpy()
-            for name, v in stats.items():
-                parts.setdefault(name, []).append(v)
+            append_path_stats(parts, x, dl, tl, cfg.temperature, return_rows)
     result = {name: np.concatenate(v) for name, v in parts.items()}
     result["y"] = y.cpu().numpy()
     return result
