@@ -77,7 +77,11 @@ time per step) comes from the hardware preset.
 
 Hot path: both models reduce (query, kv) to (n, Σq, Σc, Σq·c, Σq²) with one small Gram
 product (:func:`batch_sums`) and then do scalar arithmetic: ~5 µs per call at batch 64 on an
-unloaded core (``benchmarks/cost_bench.py``).
+unloaded core (``benchmarks/cost_bench.py``). Both also expose the scalar half,
+``time_from_sums(role, n, Σq, Σc, Σq·c, Σq²)`` (optional in :class:`CostModel`): the engine
+computes one decode step's sums once and derives every draft pass from them (pass d of a
+batch with query 1 has Σc + n_d·d cached tokens — exact in float64 below 2^53, so the times
+are bit-identical to calling ``step_time`` per pass).
 """
 
 from __future__ import annotations
@@ -203,8 +207,14 @@ class RooflineCost:
 
     def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
         """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens per request."""
+        return self.time_from_sums(role, *batch_sums(query, kv))
+
+    def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
+                       sqq: float) -> float:
+        """:meth:`step_time` from the batch sums (:func:`batch_sums`: n, Σq, Σc, Σq·c, Σq²),
+        so a caller that knows the sums (e.g. d draft passes whose KV grows by one token each)
+        pays scalar arithmetic only; bit-identical to :meth:`step_time` on the same sums."""
         c = self._consts(role)
-        _, sq, skv, sqkv, sqq = batch_sums(query, kv)
         if sq <= 0.0:
             return 0.0
         flops = c.flops_per_token * sq + c.attn_flops * (sqkv + 0.5 * (sqq + sq))
@@ -363,8 +373,12 @@ class ProfiledCost:
 
     def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
         """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens per request."""
+        return self.time_from_sums(role, *batch_sums(query, kv))
+
+    def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
+                       sqq: float) -> float:
+        """:meth:`step_time` from the batch sums (n, Σq, Σc, Σq·c, Σq², :func:`batch_sums`)."""
         fit = self._fit(role)
-        n, sq, skv, sqkv, sqq = batch_sums(query, kv)
         if sq <= 0.0:
             return 0.0
         b = fit.coef

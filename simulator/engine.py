@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.cost import batch_sums
 from simulator.policies import Policy, StepView
 from simulator.verify import VerifyTables, request_keys, sample_tau, uniforms, uniforms_scalar
 from theory.errors import SpecbatchError
@@ -128,6 +129,8 @@ class Engine:
         self.kv_capacity = config.kv_capacity
         self.footprint = workload.prompt_len + workload.output_len + self.depth + 1  # [N]
         self.keys = request_keys(int(config.seed), np.arange(workload.n))  # [N] uint64
+        self.from_sums = getattr(cost, "time_from_sums", None)  # optional fast path
+        self.pass_index = np.arange(max(self.depth, 1), dtype=_I64)
         self.tables = VerifyTables(trace, self.rule) if self.depth and not reference else None
         n = workload.n
         self.rec = Records(
@@ -248,8 +251,14 @@ class Engine:
         sel = slice(rep.n_running - joined, rep.n_running)
         q = rep.prompt[sel]
         kv0 = np.zeros(joined, dtype=_I64)
-        target_t = float(self.cost.step_time("target", q, kv0))
-        draft_t = float(self.cost.step_time("draft", q, kv0)) if self.policy.speculates else 0.0
+        if self.from_sums is not None:
+            sums = batch_sums(q, kv0)
+            target_t = float(self.from_sums("target", *sums))
+            draft_t = float(self.from_sums("draft", *sums)) if self.policy.speculates else 0.0
+        else:
+            target_t = float(self.cost.step_time("target", q, kv0))
+            draft_t = (float(self.cost.step_time("draft", q, kv0)) if self.policy.speculates
+                       else 0.0)
         overhead = float(self.cost.overhead)
         end = time + draft_t + target_t + overhead
         rep.prefilled[sel] = q
@@ -281,6 +290,7 @@ class Engine:
         draft_t = target_t = 0.0
         drafted_sum = verified_sum = accepted_sum = emitted_sum = depth_used = 0
         q_len = kv = np.zeros(0, dtype=_I64)
+        sums = None
         if n:
             rows = base + pos
             kv = prompt + pos
@@ -300,16 +310,12 @@ class Engine:
                 emitted = np.minimum(tau + 1, out - pos)
             policy.observe(verified, tau)
             depth_used = int(drafted.max(initial=0))
-            if depth_used:
-                ones = np.ones(n, dtype=_I64)
-                uniform = int(drafted.min()) == depth_used  # every request drafts to the end
-                for d in range(depth_used):
-                    if uniform:
-                        draft_t += float(cost.step_time("draft", ones, kv + d))
-                    else:
-                        active = drafted > d
-                        draft_t += float(cost.step_time("draft", ones[active], kv[active] + d))
             q_len = verified + 1
+            if self.from_sums is not None:
+                sums = batch_sums(q_len, kv)  # (n, Σq, Σc, Σq·c, Σq²) of the verify pass
+                draft_t = self.draft_passes_from_sums(drafted, kv, depth_used, sums)
+            else:
+                draft_t = self.draft_passes(drafted, kv, depth_used)
             drafted_sum, verified_sum = int(drafted.sum()), int(verified.sum())
             accepted_sum, emitted_sum = int(tau.sum()), int(emitted.sum())
             if d_idx is None:
@@ -346,7 +352,10 @@ class Engine:
                 done = rep.prefilled[c_idx] >= rep.prompt[c_idx]
                 first_idx = c_idx[done]
                 rep.n_prefilling -= int(done.sum())
-        target_t = float(cost.step_time("target", q_len, kv))
+        if sums is not None and prefill_tokens == 0:
+            target_t = float(self.from_sums("target", *sums))
+        else:
+            target_t = float(cost.step_time("target", q_len, kv))
         overhead = float(cost.overhead)
         end = time + draft_t + target_t + overhead
         if first_idx is not None and first_idx.shape[0]:
@@ -357,6 +366,48 @@ class Engine:
                                    target_t, overhead))
         self.finish(rep, end)
         return end - time
+
+    def draft_passes(self, drafted: np.ndarray, kv: np.ndarray, depth_used: int) -> float:
+        """Σ_d of the draft pass d < ``depth_used`` over the requests still drafting (query 1,
+        KV ``kv + d``), one ``step_time`` call per pass.  drafted, kv # [n]"""
+        cost, n = self.cost, drafted.shape[0]
+        draft_t = 0.0
+        if depth_used:
+            ones = np.ones(n, dtype=_I64)
+            uniform = int(drafted.min()) == depth_used  # every request drafts to the end
+            for d in range(depth_used):
+                if uniform:
+                    draft_t += float(cost.step_time("draft", ones, kv + d))
+                else:
+                    active = drafted > d
+                    draft_t += float(cost.step_time("draft", ones[active], kv[active] + d))
+        return draft_t
+
+    def draft_passes_from_sums(self, drafted: np.ndarray, kv: np.ndarray, depth_used: int,
+                               sums: tuple) -> float:
+        """:meth:`draft_passes` bit for bit, from the cost model's ``time_from_sums``: pass d
+        has n_d = #{i : drafted_i > d} requests with query 1 and Σc = Σ_{drafted_i > d} kv_i +
+        n_d·d (integers, exact in float64), summed in the same order.
+        drafted, kv # [n];  sums: batch_sums of the verify pass (its Σc is Σ kv)."""
+        if not depth_used:
+            return 0.0
+        f = self.from_sums
+        n = drafted.shape[0]
+        draft_t = 0.0
+        if int(drafted.min()) == depth_used:  # every request drafts to the end
+            skv, fn = sums[2], float(n)
+            for d in range(depth_used):
+                c = skv + n * d
+                draft_t += float(f("draft", n, fn, c, c, fn))
+            return draft_t
+        active = drafted[:, None] > self.pass_index[None, :depth_used]  # [n, depth_used]
+        counts = active.sum(axis=0).tolist()
+        kv_sums = (kv @ active).tolist()
+        for d in range(depth_used):
+            m = counts[d]
+            c = float(kv_sums[d] + m * d)
+            draft_t += float(f("draft", m, float(m), c, c, float(m)))
+        return draft_t
 
     def verify_reference(self, rep: Replica, d_idx: np.ndarray | None, q: np.ndarray,
                          pt: np.ndarray, z: np.ndarray, verified: np.ndarray

@@ -139,3 +139,35 @@ def test_conservation_property(synth_trace_natural, policy, verify, k, extra, ma
     if chunk is not None:
         kw.update(enable_chunked_prefill=True, max_num_batched_tokens=chunk)
     check_conservation(run(trace, **kw), trace.output_len)
+
+
+class StepTimeOnly:
+    """A cost model exposing only ``step_time`` (no ``time_from_sums``): the engine's per-pass
+    loop, the twin of the sums fast path."""
+
+    def __init__(self, cost):
+        self.cost, self.overhead = cost, cost.overhead
+
+    def step_time(self, role, query, kv):
+        return self.cost.step_time(role, query, kv)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(policy="tetris", extra=1, verify="block"),
+    dict(policy="threshold", extra=2, verify="token", threshold_mode="per_token"),
+    dict(policy="dsd", max_num_seqs=7, enable_chunked_prefill=True, max_num_batched_tokens=90),
+    dict(policy="ar", max_num_seqs=5),
+])
+def test_cost_sums_fast_path_matches_per_pass_calls(synth_trace_natural, kw):
+    """Draft passes and the verify pass timed from one step's batch sums
+    (``time_from_sums``) give bit-identical step times to one ``step_time`` call per pass,
+    uniform and ragged draft lengths alike (roofline and profiled-style models)."""
+    from simulator.run import build_cost
+
+    config = load_config(None, trace="synth", requests=30, **kw)
+    roofline = build_cost(config)
+    fast = simulate(config, synth_trace_natural, cost_model=roofline)
+    slow = simulate(config, synth_trace_natural, cost_model=StepTimeOnly(roofline))
+    assert fast.steps["draft_time"].tolist() == slow.steps["draft_time"].tolist()
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
