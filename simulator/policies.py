@@ -14,6 +14,7 @@ choose per-request lengths and ignore C (documented below).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -171,9 +172,26 @@ class DynamicSD(Policy):
 
 def cumulative_confidence(view: StepView, depth: int) -> np.ndarray:
     """TETRIS surrogate ``Π_{l≤j} draft_conf_l`` (the draft's own temperature-1 probability of
-    its drafted tokens, THEORY.md §5).  # [n, depth]"""
-    conf = np.minimum(view.trace.draft_conf[view.rows, :depth], 1.0)  # validation slack 1e-6
-    return np.cumprod(conf, axis=1)
+    its drafted tokens, THEORY.md §5).  # [n, depth]
+
+    A gather from :func:`confidence_table` (the same products, computed once per trace)."""
+    return confidence_table(view.trace, depth).take(view.rows, axis=0)
+
+
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # trace -> {key: table}
+
+
+def confidence_table(trace: Any, depth: int) -> np.ndarray:
+    """``Π_{l≤j} min(1, draft_conf_l)`` for every trace row, j < depth (min: validation slack
+    1e-6), cached per trace: the row-wise cumprod of the whole column equals the cumprod of
+    any gathered rows bit for bit.  # [rows, depth]"""
+    cache = _TABLES.setdefault(trace, {})
+    key = ("cumulative_confidence", depth)
+    table = cache.get(key)
+    if table is None:
+        table = np.cumprod(np.minimum(trace.draft_conf[:, :depth], 1.0), axis=1)
+        cache[key] = table
+    return table
 
 
 def allocate(values: np.ndarray, budget: int, rule: str) -> np.ndarray:
@@ -224,15 +242,15 @@ def monotone_topc(values: np.ndarray, budget: int) -> np.ndarray:
     c = min(int(budget), n * k)
     if c <= 0:
         return np.zeros(n, dtype=np.int64)
-    flat = values.T.ravel()  # j-major, as greedy_topc ranks ties
     kth = n * k - c
-    threshold = np.partition(flat, kth)[kth]
-    s = (values >= threshold).sum(axis=1)
+    threshold = np.partition(values, kth, axis=None)[kth]  # the C-th largest value
+    s = np.count_nonzero(values >= threshold, axis=1)
     excess = int(s.sum()) - c  # > 0 only when several entries equal the threshold
     if excess:
+        flat = values.T.ravel()  # j-major, as greedy_topc ranks ties
         ties = np.flatnonzero(flat == threshold)  # in (j, row) order; keep the first ones
         s = s - np.bincount(ties[ties.shape[0] - excess:] % n, minlength=n)
-    return s.astype(np.int64)
+    return s.astype(np.int64, copy=False)
 
 
 class Tetris(Policy):
@@ -277,13 +295,23 @@ class Threshold(Policy):
         self.cumulative = config.threshold_mode == "cumulative"
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
-        conf = view.trace.draft_conf[view.rows, : self.depth]
-        if self.cumulative:
-            conf = np.cumprod(conf, axis=1)
-        ok = conf >= self.threshold
-        kept = np.where(ok.all(axis=1), self.depth, np.argmin(ok, axis=1)).astype(np.int64)
-        drafted = np.minimum(kept + 1, self.depth)
-        return drafted, kept
+        drafted, kept = self.lengths(view.trace)
+        return drafted.take(view.rows), kept.take(view.rows)
+
+    def lengths(self, trace: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(drafted, kept) for every trace row (they depend on the row alone), cached per
+        trace.  # [rows] int64 each"""
+        cache = _TABLES.setdefault(trace, {})
+        key = ("threshold", self.depth, self.threshold, self.cumulative)
+        out = cache.get(key)
+        if out is None:
+            conf = trace.draft_conf[:, : self.depth]
+            if self.cumulative:
+                conf = np.cumprod(conf, axis=1)
+            ok = conf >= self.threshold
+            kept = np.where(ok.all(axis=1), self.depth, np.argmin(ok, axis=1)).astype(np.int64)
+            out = cache[key] = (np.minimum(kept + 1, self.depth), kept)
+        return out
 
 
 class Oracle(Policy):
