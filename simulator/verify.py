@@ -95,12 +95,18 @@ def uniforms_scalar(key: int, pos: int, depth: int) -> list[float]:
 
 
 class VerifyTables:
-    """Per-trace-row thresholds precomputed once, so a step's τ costs a gather and a compare.
+    """Per-trace-row thresholds precomputed once, so a step's τ costs a gather, a compare and
+    a table lookup.
 
     TV: ``A = min(1, r)`` (accept while ``η_i ≤ A_i``). BV: ``H_i = Z_{i+1} / (Z_{i+1} + 1 −
     p_i)`` for i < γ and ``P_i = p_i`` for i = γ (THEORY.md §3; h depends on γ only through
-    the last position, so one table serves every γ ≤ K). :meth:`tau` equals
-    :func:`sample_tau` bit for bit (parity test), which stays the reference twin.
+    the last position, so one table serves every γ ≤ K). Per depth D the two are laid out by
+    verified length s: ``T[row, s, j]`` = the threshold of draft index j when s are verified,
+    and −1 for j ≥ s (η ≥ 0 never passes it), so ``ok = η ≤ T[row, s]`` already holds the
+    ``j < s`` mask; τ is then a function of the ok-bits alone (TV: leading successes, BV: last
+    success), read from a 2^D lookup table (D ≤ :data:`LUT_DEPTH`; deeper: the same function
+    by reductions). :meth:`tau` equals :func:`sample_tau` bit for bit (parity test), which
+    stays the reference twin.
 
     trace columns q, pt, z: # [rows, K]
     """
@@ -118,6 +124,47 @@ class VerifyTables:
             self.h = block_thresholds(self.p, trace.z, np.full(trace.n_rows, k))
         self.index = np.arange(k, dtype=np.int64)
         self.index1 = self.index + 1
+        self._by_depth: dict = {}
+
+    def for_depth(self, d: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(T # [rows·(d+1), d] thresholds, row ``row·(d+1) + s`` (None above
+        :data:`MAX_TABLE` entries: built per step instead); lut # [2^d] τ of each
+        ok-bit pattern (None when d > LUT_DEPTH); bit weights # [d]), built once per d."""
+        got = self._by_depth.get(d)
+        if got is None:
+            j = self.index[:d]
+            rows = (self.a if self.rule == "token" else self.p).shape[0]
+            table = None
+            if rows * (d + 1) * d <= MAX_TABLE:
+                every = np.arange(rows)
+                table = np.stack([self.thresholds(every, np.full(rows, s), d)
+                                  for s in range(d + 1)], axis=1).reshape(-1, d)
+            weights = np.left_shift(1, j).astype(np.int64)
+            lut = None
+            if d <= LUT_DEPTH:
+                bits = (np.arange(1 << d)[:, None] & weights[None, :]) != 0  # [2^d, d]
+                lut = self.from_bits(bits)
+            got = self._by_depth[d] = (table, lut, weights)
+        return got
+
+    def thresholds(self, rows: np.ndarray, verified: np.ndarray, d: int) -> np.ndarray:
+        """``T[rows, s]``: threshold of draft index j < d when s are verified, −1 for j ≥ s.
+
+        rows, verified: # [n] int;  returns # [n, d]"""
+        j, s = self.index[None, :d], verified[:, None]
+        if self.rule == "token":
+            thr = self.a[rows, :d]
+        else:
+            thr = np.where(j == s - 1, self.p[rows, :d], self.h[rows, :d])
+        return np.where(j < s, thr, -1.0)
+
+    def from_bits(self, ok: np.ndarray) -> np.ndarray:
+        """τ from the ok-bits # [m, d] (j ≥ s already False): TV the leading successes, BV the
+        last success (0 if none).  returns # [m] int64"""
+        if self.rule == "token":
+            return np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64)
+        d = ok.shape[1]
+        return (ok * self.index1[None, :d]).max(axis=1, initial=0).astype(np.int64)
 
     def tau(self, rows: np.ndarray, verified: np.ndarray, eta: np.ndarray) -> np.ndarray:
         """τ_i for verified prefix ``s_i`` at trace rows ``rows``.
@@ -125,15 +172,20 @@ class VerifyTables:
         rows: # [n] int;  verified: # [n] int64 (≤ D);  eta: # [n, D];  returns # [n] int64
         """
         d = eta.shape[1]
-        if self.rule == "token":
-            ok = eta <= self.a[rows, :d]
-            lead = np.cumprod(ok, axis=1).sum(axis=1)  # leading successes
-            return np.minimum(lead, verified)
-        s = verified[:, None]
-        j = self.index[None, :d]
-        thr = np.where(j == s - 1, self.p[rows, :d], self.h[rows, :d])
-        ok = (eta <= thr) & (j < s)
-        return (ok * self.index1[None, :d]).max(axis=1, initial=0)  # last success, 0 if none
+        table, lut, weights = self.for_depth(d)
+        if table is None:  # trace too large for the per-depth table
+            ok = eta <= self.thresholds(rows, verified, d)
+        else:
+            ok = eta <= table.take(rows * (d + 1) + verified, axis=0)  # [n, d]
+        if lut is None:
+            return self.from_bits(ok)
+        return lut.take(ok @ weights)
+
+
+#: Deepest draft for which :class:`VerifyTables` reads τ from a 2^D lookup table.
+LUT_DEPTH = 12
+#: Most entries of one per-depth threshold table (float64; 2^24 = 128 MiB).
+MAX_TABLE = 1 << 24
 
 
 def sample_tau(q: np.ndarray, pt: np.ndarray, z: np.ndarray, verified: np.ndarray,

@@ -68,3 +68,26 @@ def test_precomputed_tables_equal_accept_from_stats(synth_trace_natural):
             eta = uniforms(request_keys(d, np.arange(300)), rows, d)
             ref = sample_tau(trace.q[rows, :d], trace.pt[rows, :d], trace.z[rows, :d], s, eta, rule)
             assert np.array_equal(tables.tau(rows, s, eta), ref), (rule, d)
+
+
+def test_table_fallbacks_equal_accept_from_stats(synth_trace_natural, monkeypatch):
+    """Past LUT_DEPTH (τ by reductions) and past MAX_TABLE (thresholds gathered per step)
+    the fast path still equals the reference sampler bit for bit."""
+    import simulator.verify as verify
+
+    trace = synth_trace_natural
+    rng = np.random.default_rng(1)
+    for lut_depth, max_table in ((0, verify.MAX_TABLE), (12, 0), (0, 0)):
+        monkeypatch.setattr(verify, "LUT_DEPTH", lut_depth)
+        monkeypatch.setattr(verify, "MAX_TABLE", max_table)
+        for rule in ("token", "block"):
+            tables = VerifyTables(trace, rule)
+            for d in (1, 3, trace.K):
+                rows = rng.integers(0, trace.n_rows, 200)
+                s = rng.integers(0, d + 1, 200)
+                eta = uniforms(request_keys(d, np.arange(200)), rows, d)
+                ref = sample_tau(trace.q[rows, :d], trace.pt[rows, :d], trace.z[rows, :d], s,
+                                 eta, rule)
+                table, lut, _ = tables.for_depth(d)
+                assert (table is None) == (max_table == 0) and (lut is None) == (lut_depth == 0)
+                assert np.array_equal(tables.tau(rows, s, eta), ref), (rule, d)
