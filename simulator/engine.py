@@ -43,7 +43,6 @@ from typing import Any
 
 import numpy as np
 
-from simulator.cost import batch_sums
 from simulator.policies import Policy, StepView
 from simulator.verify import VerifyTables, request_keys, sample_tau, uniforms, uniforms_scalar
 from theory.errors import SpecbatchError
@@ -133,6 +132,13 @@ class Engine:
         self.pass_index = np.arange(max(self.depth, 1), dtype=_I64)
         self.tables = VerifyTables(trace, self.rule) if self.depth and not reference else None
         n = workload.n
+        # every request's state column at admission (uid, prompt, out, base, key; zeros else)
+        self.initial = np.zeros((len(Replica.FIELDS), n), dtype=_I64)  # [F, N]
+        self.initial[_UID] = np.arange(n)
+        self.initial[_PROMPT] = workload.prompt_len
+        self.initial[_OUT] = workload.output_len
+        self.initial[_BASE] = workload.row_base
+        self.initial[_KEY] = self.keys.view(_I64)
         self.rec = Records(
             replica=np.full(n, -1, dtype=_I64), first_token=np.full(n, np.nan),
             finish=np.full(n, np.nan), tokens=np.zeros(n, dtype=_I64),
@@ -224,13 +230,7 @@ class Engine:
             tokens += int(prompt[u])
         if not take:
             return 0
-        u = np.asarray(take, dtype=_I64)
-        new = np.zeros((len(Replica.FIELDS), u.shape[0]), dtype=_I64)
-        new[_UID] = u
-        new[_PROMPT] = self.w.prompt_len[u]
-        new[_OUT] = self.w.output_len[u]
-        new[_BASE] = self.w.row_base[u]
-        new[_KEY] = self.keys[u].view(_I64)
+        new = self.initial.take(take, axis=1)  # [F, joined] fresh state columns
         rep.state = np.concatenate([rep.state, new], axis=1)
         rep.n_prefilling += len(take)
         return len(take)
@@ -252,7 +252,8 @@ class Engine:
         q = rep.prompt[sel]
         kv0 = np.zeros(joined, dtype=_I64)
         if self.from_sums is not None:
-            sums = batch_sums(q, kv0)
+            prompts = q.tolist()  # kv = 0: the sums are (n, Σq, 0, 0, Σq²), exact integers
+            sums = (joined, float(sum(prompts)), 0.0, 0.0, float(sum(x * x for x in prompts)))
             target_t = float(self.from_sums("target", *sums))
             draft_t = float(self.from_sums("draft", *sums)) if self.policy.speculates else 0.0
         else:
@@ -263,14 +264,14 @@ class Engine:
         end = time + draft_t + target_t + overhead
         rep.prefilled[sel] = q
         rep.n_prefilling -= joined
-        self.emit_first(rep, np.arange(sel.start, sel.stop), end)
+        self.emit_first(rep, sel, end)
         self.rec.step_rows.append((rep.index, time, end, 0, int(q.sum()), 0, 0, 0, joined, 0,
                                    draft_t, target_t, overhead))
         self.finish(rep, end)
         return end - time
 
-    def emit_first(self, rep: Replica, idx: np.ndarray, end: float) -> None:
-        """Requests at ``idx`` completed their prompt: the prefill pass emits token 0."""
+    def emit_first(self, rep: Replica, idx: np.ndarray | slice, end: float) -> None:
+        """Requests at ``idx`` (indices or a slice of the running batch) completed their prompt: the prefill pass emits token 0."""
         rep.pos[idx] = 1
         self.rec.first_token[rep.uid[idx]] = end
 
@@ -292,8 +293,13 @@ class Engine:
         q_len = kv = np.zeros(0, dtype=_I64)
         sums = None
         if n:
+            # one int64 matrix for the step's per-request outcome: its rows 0-3 are the
+            # increments of state rows n_steps..n_accepted, row 4 the emitted tokens, and one
+            # Gram product of it gives every sum the step table and the cost model need
+            m = np.empty((6, n), dtype=_I64)  # rows: 1, drafted, verified, τ, emitted, kv
+            m[0] = 1
+            kv = np.add(prompt, pos, out=m[5])
             rows = base + pos
-            kv = prompt + pos
             depth = self.depth
             budget = self.config.budget
             policy = self.policies[rep.index]
@@ -301,37 +307,39 @@ class Engine:
             eta = uniforms(key, pos, depth) if depth else np.zeros((n, 0))
             view = StepView(self.trace, rows, kv, budget, depth, eta, cost)
             drafted, verified = policy.decide(view)
+            m[1] = drafted
+            m[2] = verified
             if self.reference:
-                tau, emitted = self.verify_reference(rep, d_idx, view.q, view.pt, view.z,
-                                                     verified)
+                m[3], m[4] = self.verify_reference(rep, d_idx, view.q, view.pt, view.z,
+                                                   verified)
+            elif depth:
+                m[3] = self.tables.tau(rows, verified, eta)
+                np.minimum(m[3] + 1, out - pos, out=m[4])
             else:
-                tau = (self.tables.tau(rows, verified, eta) if depth
-                       else np.zeros(n, dtype=_I64))
-                emitted = np.minimum(tau + 1, out - pos)
+                m[3] = 0
+                np.minimum(1, out - pos, out=m[4])
+            tau = m[3]
             policy.observe(verified, tau)
-            depth_used = int(drafted.max(initial=0))
+            depth_used = int(drafted.max())
+            (_, drafted_sum, verified_sum, accepted_sum, emitted_sum, skv), \
+                (_, _, svv, _, _, svkv) = (m[0:3:2] @ m.T).tolist()  # Σ·1 and Σ·verified
+            # the verify pass: query s_i + 1, so Σq = Σs + n, Σq·c = Σs·c + Σc, Σq² = Σs² + 2Σs + n
+            sums = (n, float(verified_sum + n), float(skv), float(svkv + skv),
+                    float(svv + 2 * verified_sum + n))
             q_len = verified + 1
             if self.from_sums is not None:
-                sums = batch_sums(q_len, kv)  # (n, Σq, Σc, Σq·c, Σq²) of the verify pass
-                draft_t = self.draft_passes_from_sums(drafted, kv, depth_used, sums)
+                draft_t = self.draft_passes_from_sums(drafted, kv, depth_used, skv,
+                                                      drafted_sum == n * depth_used)
             else:
                 draft_t = self.draft_passes(drafted, kv, depth_used)
-            drafted_sum, verified_sum = int(drafted.sum()), int(verified.sum())
-            accepted_sum, emitted_sum = int(tau.sum()), int(emitted.sum())
             if d_idx is None:
+                state[_STEPS:_ACCEPTED + 1] += m[:4]
                 if not self.reference:
-                    state[_POS] += emitted
-                state[_STEPS] += 1
-                state[_DRAFTED] += drafted
-                state[_VERIFIED] += verified
-                state[_ACCEPTED] += tau
+                    state[_POS] += m[4]
             else:
+                state[_STEPS:_ACCEPTED + 1, d_idx] += m[:4]
                 if not self.reference:
-                    rep.pos[d_idx] += emitted
-                rep.n_steps[d_idx] += 1
-                rep.n_drafted[d_idx] += drafted
-                rep.n_verified[d_idx] += verified
-                rep.n_accepted[d_idx] += tau
+                    state[_POS, d_idx] += m[4]
         prefill_tokens = 0
         first_idx = None
         if rep.n_prefilling:  # chunked prefill: FCFS chunks in the leftover token budget
@@ -352,7 +360,7 @@ class Engine:
                 done = rep.prefilled[c_idx] >= rep.prompt[c_idx]
                 first_idx = c_idx[done]
                 rep.n_prefilling -= int(done.sum())
-        if sums is not None and prefill_tokens == 0:
+        if sums is not None and prefill_tokens == 0 and self.from_sums is not None:
             target_t = float(self.from_sums("target", *sums))
         else:
             target_t = float(cost.step_time("target", q_len, kv))
@@ -384,20 +392,20 @@ class Engine:
         return draft_t
 
     def draft_passes_from_sums(self, drafted: np.ndarray, kv: np.ndarray, depth_used: int,
-                               sums: tuple) -> float:
+                               skv: int, uniform: bool) -> float:
         """:meth:`draft_passes` bit for bit, from the cost model's ``time_from_sums``: pass d
         has n_d = #{i : drafted_i > d} requests with query 1 and Σc = Σ_{drafted_i > d} kv_i +
         n_d·d (integers, exact in float64), summed in the same order.
-        drafted, kv # [n];  sums: batch_sums of the verify pass (its Σc is Σ kv)."""
+        drafted, kv # [n];  skv = Σ kv;  uniform: every request drafts ``depth_used``."""
         if not depth_used:
             return 0.0
         f = self.from_sums
         n = drafted.shape[0]
         draft_t = 0.0
-        if int(drafted.min()) == depth_used:  # every request drafts to the end
-            skv, fn = sums[2], float(n)
+        if uniform:
+            fn = float(n)
             for d in range(depth_used):
-                c = skv + n * d
+                c = float(skv + n * d)
                 draft_t += float(f("draft", n, fn, c, c, fn))
             return draft_t
         active = drafted[:, None] > self.pass_index[None, :depth_used]  # [n, depth_used]

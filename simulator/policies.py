@@ -224,17 +224,22 @@ def monotone_optimum(values: np.ndarray, budget: int) -> np.ndarray:
     then smaller row), where :func:`optimal_dp` may pick another optimum of equal value.
 
     values: # [n, K] non-increasing rows, ≥ 0;  returns # [n] int64
+
+    One partition decides both cases: when the C-th largest value is positive there are at
+    least C positive entries (top-C, :func:`monotone_topc`); otherwise fewer, and the top
+    #positive entries are exactly the positive ones (no ties to break).
     """
-    positive = int(np.count_nonzero(values > 0.0))
-    return monotone_topc(values, min(int(budget), positive))
+    return monotone_topc(values, budget, positive_only=True)
 
 
-def monotone_topc(values: np.ndarray, budget: int) -> np.ndarray:
+def monotone_topc(values: np.ndarray, budget: int, positive_only: bool = False) -> np.ndarray:
     """:func:`theory.allocate.greedy_topc` for non-increasing rows, in fewer numpy calls.
 
     Rows being non-increasing, row i's entries ≥ the C-th largest value v are a prefix;
     when more than C entries are ≥ v, the surplus ties (entries equal to v) are dropped from
     the end of the (j, row) order, i.e. ties are taken in (j, row) order as greedy_topc does. Bit-identical to greedy_topc on such rows (parity test).
+
+    positive_only: cap C at the number of positive entries (:func:`monotone_optimum`).
 
     values: # [n, K] non-increasing rows;  returns # [n] int64
     """
@@ -244,6 +249,8 @@ def monotone_topc(values: np.ndarray, budget: int) -> np.ndarray:
         return np.zeros(n, dtype=np.int64)
     kth = n * k - c
     threshold = np.partition(values, kth, axis=None)[kth]  # the C-th largest value
+    if positive_only and not threshold > 0.0:  # fewer than C positive entries: take them all
+        return np.count_nonzero(values > 0.0, axis=1)
     s = np.count_nonzero(values >= threshold, axis=1)
     excess = int(s.sum()) - c  # > 0 only when several entries equal the threshold
     if excess:
