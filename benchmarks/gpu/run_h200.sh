@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# The GPU session's plan for issue 7, one step per device command (each < 10 minutes):
+#
+#   bash benchmarks/gpu/run_h200.sh STEP [ARG]
+#
+#   setup            find a Python with torch + the project's imports; write $OUT/env.txt
+#   verify           benchmarks/verify_gpu_bench.py on the full grid -> $OUT/verify/
+#   profile [WHICH]  specbatch profile + cost fit, WHICH in target|draft1b|draft68m|all (all)
+#                    -> $OUT/profiles/{llama-3.1-8b,llama-3.2-1b,vicuna-68m}.{parquet,fit.json}
+#   zoo              zoo train --size base (step count calibrated to ZOO_TRAIN_S seconds),
+#                    capture T = 1 and T = 0 (K = 8, code + prose), a live/validate run on the
+#                    pair -> $OUT/zoo/ (the models stay on the machine: they are too big to bring
+#                    back, so everything that needs them runs in this one command)
+#   live             specbatch live (llama-3.1-8b target, llama-3.2-1b draft, random weights,
+#                    bf16) fixed/TV and tetris/BV with --profile-grid, then specbatch validate
+#                    -> $OUT/live/
+#   all              every step in order (the CPU smoke run: SMOKE=1)
+#   list             print the step names
+#
+# Every step calls the setup first (fast when the environment is there: the device machine is
+# given back after 30 s idle, so a step cannot rely on an earlier command's state).
+# SMOKE=1 shrinks every grid, uses --layers 1 shapes, the tiny zoo and a few requests on the CPU
+# (the whole `SMOKE=1 ... all` run takes < 3 minutes on 2 cores). Results go under $OUT (set by
+# the device tool; default /tmp/specbatch-gpu-out), scratch under $WORK. At most 8 files per
+# step come back from the device, at most 2 folders deep: each step writes <= 7 files.
+#
+# Knobs (environment): PY (python to use), DEVICE, ZOO_STEPS (skip the calibration),
+# ZOO_TRAIN_S (training seconds to aim at, default 300), LIVE_N, LIVE_NEW, KV_MAX.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+STEPS=(setup verify profile zoo live)
+SMOKE=${SMOKE:-0}
+OUT=${OUT:-/tmp/specbatch-gpu-out}
+WORK=${WORK:-/tmp/specbatch-gpu-work}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=true
+if [ "$SMOKE" = 1 ]; then
+    DEVICE=${DEVICE:-cpu}
+    DTYPE=float32
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+else
+    DEVICE=${DEVICE:-cuda}
+    DTYPE=bfloat16
+fi
+mkdir -p "$OUT" "$WORK"
+
+say() { echo "[run_h200 $(date -u +%H:%M:%S)] $*"; }
+
+REQUIRED="torch transformers pandas pyarrow tokenizers tqdm scipy numpy"
+has_imports() {  # has_imports PYTHON: the project's runtime imports work with PYTHONPATH=$ROOT
+    PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$1" -c "
+import importlib, sys
+for name in '$REQUIRED'.split() + ['analysis.cli']:
+    importlib.import_module(name)
+" >/dev/null 2>&1
+}
+
+ensure_env() {
+    # 1. $PY if given; 2. an existing .venv; 3. the system python3 (the device image's python3
+    # holds a CUDA torch, transformers, pandas, pyarrow: no install needed, and the device has
+    # no network, so `pip install -e .[dev]` could not fetch cvxpy/highspy/ruff there anyway);
+    # 4. a new venv (--system-site-packages when the system torch has CUDA) + pip install -e .
+    if [ -n "${PY:-}" ]; then
+        :
+    elif [ -x .venv/bin/python ] && has_imports .venv/bin/python; then
+        PY=.venv/bin/python
+    elif has_imports python3; then
+        PY=python3
+    else
+        say "no Python with: $REQUIRED; creating .venv"
+        if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
+                >/dev/null 2>&1; then
+            python3 -m venv --system-site-packages .venv
+        else
+            python3 -m venv .venv
+        fi
+        .venv/bin/python -m pip install -q -e ".[dev]"
+        PY=.venv/bin/python
+    fi
+    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+    SB=("$PY" -m analysis)  # = the `specbatch` entry point, without needing an install
+    if [ "$DEVICE" != cpu ]; then
+        "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
+            say "DEVICE=$DEVICE but $PY's torch sees no CUDA device"; exit 3; }
+    fi
+}
+
+json_field() {  # json_field FILE KEY[.KEY...]
+    "$PY" -c "
+import json, sys
+value = json.load(open(sys.argv[1]))
+for key in sys.argv[2].split('.'):
+    value = value[key]
+print(value)" "$1" "$2"
+}
+
+step_setup() {
+    ensure_env
+    {
+        echo "date: $(date -u +%FT%TZ)  smoke: $SMOKE  device: $DEVICE  python: $PY"
+        "$PY" -c "
+import platform, torch
+print('python', platform.python_version(), 'torch', torch.__version__,
+      'cuda', torch.cuda.is_available(), torch.version.cuda)
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print('gpu', p.name, round(p.total_memory / 2**30, 1), 'GiB', p.multi_processor_count, 'SMs')
+"
+        "$PY" -m pip list 2>/dev/null | grep -iE "^(torch|transformers|tokenizers|pandas|pyarrow|numpy|scipy|cvxpy|highspy|triton) " || true
+        command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv || true
+        git rev-parse HEAD 2>/dev/null || true
+    } | tee "$OUT/env.txt"
+}
+
+step_verify() {
+    ensure_env
+    mkdir -p "$OUT/verify"
+    local args=(--device "$DEVICE" --json "$OUT/verify/verify_gpu.json")
+    [ "$SMOKE" = 1 ] && args+=(--quick --threads 1)
+    "$PY" benchmarks/verify_gpu_bench.py "${args[@]}" | tee "$OUT/verify/verify_gpu.txt"
+}
+
+# model:role:queries per profile slot; grids sized so each model takes < 3 minutes on an H200
+# (8B target: 6 x 7 x 4 = 168 cells x 7 passes; drafts: 96 cells x 7 passes).
+profile_one() {  # profile_one SLOT
+    local model role query batch kv extra=() warm=(--warmup 2 --repeats 5)
+    case "$1" in
+        target)   model=llama-3.1-8b; role=target; query=1,2,3,4,5,7,9 ;;
+        draft1b)  model=llama-3.2-1b; role=draft;  query=1,2,4,8 ;;
+        draft68m) model=vicuna-68m;   role=draft;  query=1,2,4,8 ;;
+        *) say "profile: expected target|draft1b|draft68m|all, got $1"; exit 2 ;;
+    esac
+    batch=1,8,32,64,128,256
+    kv=128,512,1024,${KV_MAX:-2048}
+    local name=$model
+    if [ "$SMOKE" = 1 ]; then
+        model=vicuna-68m; batch=1,2; query=1,2; kv=8,16
+        extra=(--layers 1 --threads 1); warm=(--warmup 1 --repeats 2)
+    fi
+    say "profile $name ($role) on $DEVICE: batch $batch x query $query x kv $kv"
+    "${SB[@]}" profile --model "$model" --role "$role" --device "$DEVICE" --dtype "$DTYPE" \
+        --batch "$batch" --query "$query" --kv "$kv" "${warm[@]}" "${extra[@]}" \
+        --out "$OUT/profiles/$name.parquet" --json
+    "${SB[@]}" cost fit "$OUT/profiles/$name.parquet" --json | tee "$OUT/profiles/$name.fit.json"
+}
+
+step_profile() {
+    ensure_env
+    mkdir -p "$OUT/profiles"
+    local which=${1:-all}
+    if [ "$which" = all ]; then
+        for slot in target draft1b draft68m; do profile_one "$slot"; done
+    else
+        profile_one "$which"
+    fi 2>&1 | tee -a "$OUT/profiles/profile.log"
+}
+
+step_zoo() {
+    ensure_env
+    mkdir -p "$OUT/zoo"
+    local size=base zoo="$WORK/zoo-base" prompts=default:256 new=128 cal_steps=30
+    local budget=${ZOO_TRAIN_S:-300} batch_size=128 live_prompts=default:64 live_new=128
+    local capture_dtype=float32
+    if [ "$SMOKE" = 1 ]; then
+        size=tiny; zoo="$WORK/zoo-tiny"; prompts=default:4; new=8; cal_steps=3
+        budget=${ZOO_TRAIN_S:-2}; batch_size=8; live_prompts=default:4; live_new=8
+    fi
+    export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1  # float32 training matmuls on tensor cores
+    {
+        local steps=${ZOO_STEPS:-}
+        if [ -z "$steps" ]; then
+            say "calibrating: zoo train --size $size --steps $cal_steps"
+            "${SB[@]}" zoo train --out "$WORK/zoo-cal" --size $size --steps $cal_steps \
+                --device "$DEVICE" --json
+            cp "$WORK/zoo-cal/zoo.json" "$OUT/zoo/calibrate.json"  # seconds per stage
+            steps=$("$PY" -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+per_step = r['seconds']['train'] / r['steps']  # both models, as in the real run
+print(max(10, min(20000, int(float(sys.argv[2]) / per_step))))" "$OUT/zoo/calibrate.json" "$budget")
+            rm -rf "$WORK/zoo-cal"
+        fi
+        say "zoo train --size $size --steps $steps on $DEVICE"
+        "${SB[@]}" zoo train --out "$zoo" --size $size --steps "$steps" --device "$DEVICE" --json
+        cp "$zoo/zoo.json" "$OUT/zoo/zoo.json"
+        for t in 1.0 0; do
+            local tag=t${t%.0}
+            say "capture T = $t -> trace-$tag"
+            rm -rf "$WORK/trace-$tag"
+            "${SB[@]}" capture --draft "$zoo/draft" --target "$zoo/target" --prompts "$prompts" \
+                --out "$WORK/trace-$tag" --max-new-tokens $new --depth 8 --temperature "$t" \
+                --device "$DEVICE" --dtype $capture_dtype --batch-size $batch_size \
+                --store-dtype float32 --no-progress --json
+            "${SB[@]}" trace validate "$WORK/trace-$tag" >/dev/null 2>&1 \
+                || say "warning: trace validate failed on trace-$tag"
+            tar -C "$WORK" -czf "$OUT/zoo/trace-$tag.tar.gz" "trace-$tag"
+        done
+        if [ "${ZOO_LIVE:-1}" = 1 ]; then
+            say "live on the zoo pair: tetris k=3 e=1 BV, T = 1"
+            rm -rf "$WORK/live-zoo"
+            "${SB[@]}" live --draft "$zoo/draft" --target "$zoo/target" --prompts "$live_prompts" \
+                --max-new-tokens $live_new --policy tetris --k 3 --extra 1 --verify block \
+                --temperature 1 --device "$DEVICE" --dtype float32 --profile-grid \
+                --out "$WORK/live-zoo" --json
+            "${SB[@]}" validate "$WORK/live-zoo" --json | tee "$WORK/live-zoo/validate.json"
+            tar -C "$WORK" -czf "$OUT/zoo/live-zoo.tar.gz" live-zoo
+        fi
+        ls -la "$OUT/zoo"
+    } 2>&1 | tee "$OUT/zoo/zoo.log"
+}
+
+step_live() {
+    ensure_env
+    mkdir -p "$OUT/live"
+    local target=llama-3.1-8b draft=llama-3.2-1b prompts=random:${LIVE_N:-64}:256
+    local new=${LIVE_NEW:-128} extra=() grid=(--grid-repeats 5)
+    if [ "$SMOKE" = 1 ]; then
+        target=vicuna-68m; draft=vicuna-68m; prompts=random:4:16; new=8
+        extra=(--layers 1 --threads 1 --warmup 0); grid=(--grid-repeats 1)
+    fi
+    {
+        for run in "fixed token 3 0" "tetris block 3 1"; do
+            read -r policy verify k e <<<"$run"
+            local name=live-$policy-$verify
+            say "$name: $target / $draft, $prompts, $new new tokens, k=$k e=$e, $DEVICE $DTYPE"
+            rm -rf "$WORK/$name"
+            "${SB[@]}" live --target "$target" --draft "$draft" --prompts "$prompts" \
+                --max-new-tokens "$new" --policy "$policy" --k "$k" --extra "$e" \
+                --verify "$verify" --temperature 1 --device "$DEVICE" --dtype "$DTYPE" \
+                --profile-grid "${grid[@]}" "${extra[@]}" --out "$WORK/$name" --json
+            "${SB[@]}" validate "$WORK/$name" --json | tee "$OUT/live/validate-$policy-$verify.json"
+            "${SB[@]}" validate "$WORK/$name"
+            tar -C "$WORK" -czf "$OUT/live/$name.tar.gz" "$name"
+        done
+    } 2>&1 | tee "$OUT/live/live.log"
+}
+
+main() {
+    local step=${1:-}
+    shift || true
+    case "$step" in
+        list) echo "${STEPS[@]}" ;;
+        setup|verify|profile|zoo|live) "step_$step" "$@" ;;
+        all) for s in "${STEPS[@]}"; do say "=== $s"; "step_$s"; done ;;
+        *) echo "usage: $0 {$(IFS='|'; echo "${STEPS[*]}")|all|list} [ARG]" >&2; exit 2 ;;
+    esac
+}
+
+main "$@"
