@@ -78,11 +78,14 @@ class Replica:
     concatenate / column selection; the properties below are row views (writes go through).
     """
 
-    FIELDS = ("uid", "pos", "prefilled", "prompt", "out", "base", "key", "n_steps",
+    FIELDS = ("uid", "prefilled", "out", "key", "prompt", "base", "pos", "n_steps",
               "n_drafted", "n_verified", "n_accepted")
     # pos: tokens emitted so far = current output position t; prefilled: prompt tokens in
     # the KV cache; base: trace row of output position 0; key: verifier stream key (uint64
     # bits); n_*: decode steps taken and draft tokens drafted / verified / accepted.
+    # Order matters to the decode step: (prompt, base) + pos gives (kv, trace row) in one
+    # add, and pos..n_accepted take one step's increments, and are the per-request record,
+    # in one add / one copy.
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -106,7 +109,9 @@ class Replica:
 for _i, _name in enumerate(Replica.FIELDS):
     setattr(Replica, _name, property(lambda self, _i=_i: self.state[_i],
                                      lambda self, value, _i=_i: self.state.__setitem__(_i, value)))
-_UID, _POS, _PREFILLED, _PROMPT, _OUT, _BASE, _KEY, _STEPS, _DRAFTED, _VERIFIED, _ACCEPTED = range(11)
+_UID, _PREFILLED, _OUT, _KEY, _PROMPT, _BASE, _POS, _STEPS, _DRAFTED, _VERIFIED, _ACCEPTED = range(11)
+#: Rows of the per-request record matrix (Engine.counts) = state rows _POS.. at finish.
+RECORD_ROWS = ("tokens", "steps", "drafted", "verified", "accepted")
 
 
 class Engine:
@@ -139,11 +144,11 @@ class Engine:
         self.initial[_OUT] = workload.output_len
         self.initial[_BASE] = workload.row_base
         self.initial[_KEY] = self.keys.view(_I64)
+        self.counts = np.zeros((len(RECORD_ROWS), n), dtype=_I64)  # [5, N] RECORD_ROWS
         self.rec = Records(
             replica=np.full(n, -1, dtype=_I64), first_token=np.full(n, np.nan),
-            finish=np.full(n, np.nan), tokens=np.zeros(n, dtype=_I64),
-            steps=np.zeros(n, dtype=_I64), drafted=np.zeros(n, dtype=_I64),
-            verified=np.zeros(n, dtype=_I64), accepted=np.zeros(n, dtype=_I64), step_rows=[],
+            finish=np.full(n, np.nan), step_rows=[],
+            **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)},
         )
         self.replicas = [Replica(i) for i in range(int(config.replicas))]
         # one policy instance per replica (stateful policies such as dsd plan per engine)
@@ -249,14 +254,15 @@ class Engine:
     def prefill_step(self, rep: Replica, time: float, joined: int) -> float:
         """Prefill-only step over the ``joined`` newest requests' whole prompts."""
         sel = slice(rep.n_running - joined, rep.n_running)
-        q = rep.prompt[sel]
-        kv0 = np.zeros(joined, dtype=_I64)
-        if self.from_sums is not None:
-            prompts = q.tolist()  # kv = 0: the sums are (n, Σq, 0, 0, Σq²), exact integers
-            sums = (joined, float(sum(prompts)), 0.0, 0.0, float(sum(x * x for x in prompts)))
+        q = rep.state[_PROMPT, sel]
+        prompts = q.tolist()
+        total = sum(prompts)
+        if self.from_sums is not None:  # kv = 0: the sums are (n, Σq, 0, 0, Σq²), exact integers
+            sums = (joined, float(total), 0.0, 0.0, float(sum(x * x for x in prompts)))
             target_t = float(self.from_sums("target", *sums))
             draft_t = float(self.from_sums("draft", *sums)) if self.policy.speculates else 0.0
         else:
+            kv0 = np.zeros(joined, dtype=_I64)
             target_t = float(self.cost.step_time("target", q, kv0))
             draft_t = (float(self.cost.step_time("draft", q, kv0)) if self.policy.speculates
                        else 0.0)
@@ -265,13 +271,14 @@ class Engine:
         rep.prefilled[sel] = q
         rep.n_prefilling -= joined
         self.emit_first(rep, sel, end)
-        self.rec.step_rows.append((rep.index, time, end, 0, int(q.sum()), 0, 0, 0, joined, 0,
+        self.rec.step_rows.append((rep.index, time, end, 0, total, 0, 0, 0, joined, 0,
                                    draft_t, target_t, overhead))
         self.finish(rep, end)
         return end - time
 
     def emit_first(self, rep: Replica, idx: np.ndarray | slice, end: float) -> None:
-        """Requests at ``idx`` (indices or a slice of the running batch) completed their prompt: the prefill pass emits token 0."""
+        """Requests at ``idx`` (indices or a slice of the running batch) completed their
+        prompt: the prefill pass emits token 0."""
         rep.pos[idx] = 1
         self.rec.first_token[rep.uid[idx]] = end
 
@@ -280,13 +287,11 @@ class Engine:
         state = rep.state
         if rep.n_prefilling == 0:
             d_idx = None
-            pos, base, prompt, out = state[_POS], state[_BASE], state[_PROMPT], state[_OUT]
-            key = state[_KEY].view(np.uint64)
+            sub = state
         else:
             d_idx = np.flatnonzero(state[_PREFILLED] >= state[_PROMPT])
             sub = state[:, d_idx]
-            pos, base, prompt, out = sub[_POS], sub[_BASE], sub[_PROMPT], sub[_OUT]
-            key = sub[_KEY].view(np.uint64)
+        pos = sub[_POS]
         n = pos.shape[0]
         draft_t = target_t = 0.0
         drafted_sum = verified_sum = accepted_sum = emitted_sum = depth_used = 0
@@ -296,10 +301,11 @@ class Engine:
             # one int64 matrix for the step's per-request outcome: its rows 0-3 are the
             # increments of state rows n_steps..n_accepted, row 4 the emitted tokens, and one
             # Gram product of it gives every sum the step table and the cost model need
-            m = np.empty((6, n), dtype=_I64)  # rows: 1, drafted, verified, τ, emitted, kv
-            m[0] = 1
-            kv = np.add(prompt, pos, out=m[5])
-            rows = base + pos
+            m = np.empty((7, n), dtype=_I64)  # rows: emitted, 1, drafted, verified, τ, kv, row
+            m[1] = 1
+            np.add(sub[_PROMPT:_BASE + 1], pos, out=m[5:7])  # (kv, trace row) = (prompt, base) + t
+            kv, rows = m[5], m[6]
+            key = sub[_KEY].view(np.uint64)
             depth = self.depth
             budget = self.config.budget
             policy = self.policies[rep.index]
@@ -307,22 +313,22 @@ class Engine:
             eta = uniforms(key, pos, depth) if depth else np.zeros((n, 0))
             view = StepView(self.trace, rows, kv, budget, depth, eta, cost)
             drafted, verified = policy.decide(view)
-            m[1] = drafted
-            m[2] = verified
+            m[2] = drafted
+            m[3] = verified
             if self.reference:
-                m[3], m[4] = self.verify_reference(rep, d_idx, view.q, view.pt, view.z,
+                m[4], m[0] = self.verify_reference(rep, d_idx, view.q, view.pt, view.z,
                                                    verified)
             elif depth:
-                m[3] = self.tables.tau(rows, verified, eta)
-                np.minimum(m[3] + 1, out - pos, out=m[4])
+                self.tables.tau(rows, verified, eta, out=m[4])
+                np.minimum(m[4] + 1, sub[_OUT] - pos, out=m[0])
             else:
-                m[3] = 0
-                np.minimum(1, out - pos, out=m[4])
-            tau = m[3]
+                m[4] = 0
+                np.minimum(1, sub[_OUT] - pos, out=m[0])
+            tau = m[4]
             policy.observe(verified, tau)
             depth_used = int(drafted.max())
-            (_, drafted_sum, verified_sum, accepted_sum, emitted_sum, skv), \
-                (_, _, svv, _, _, svkv) = (m[0:3:2] @ m.T).tolist()  # Σ·1 and Σ·verified
+            (emitted_sum, _, drafted_sum, verified_sum, accepted_sum, skv), \
+                (_, _, _, svv, _, svkv) = (m[1:4:2] @ m[:6].T).tolist()  # Σ·1 and Σ·verified
             # the verify pass: query s_i + 1, so Σq = Σs + n, Σq·c = Σs·c + Σc, Σq² = Σs² + 2Σs + n
             sums = (n, float(verified_sum + n), float(skv), float(svkv + skv),
                     float(svv + 2 * verified_sum + n))
@@ -332,14 +338,11 @@ class Engine:
                                                       drafted_sum == n * depth_used)
             else:
                 draft_t = self.draft_passes(drafted, kv, depth_used)
+            first = _STEPS if self.reference else _POS  # the reference twin moved pos itself
             if d_idx is None:
-                state[_STEPS:_ACCEPTED + 1] += m[:4]
-                if not self.reference:
-                    state[_POS] += m[4]
+                state[first:] += m[first - _POS:5]
             else:
-                state[_STEPS:_ACCEPTED + 1, d_idx] += m[:4]
-                if not self.reference:
-                    state[_POS, d_idx] += m[4]
+                state[first:, d_idx] += m[first - _POS:5]
         prefill_tokens = 0
         first_idx = None
         if rep.n_prefilling:  # chunked prefill: FCFS chunks in the leftover token budget
@@ -442,17 +445,14 @@ class Engine:
 
     def finish(self, rep: Replica, end: float) -> None:
         """Retire requests that reached their output length (times stamped ``end``)."""
-        done = rep.pos >= rep.out
-        if not done.any():
+        state = rep.state
+        done = state[_POS] >= state[_OUT]
+        if not np.count_nonzero(done):
             return
-        u = rep.uid[done]
-        rec = self.rec
-        rec.finish[u] = end
-        rec.tokens[u] = rep.pos[done]
-        rec.steps[u] = rep.n_steps[done]
-        rec.drafted[u] = rep.n_drafted[done]
-        rec.verified[u] = rep.n_verified[done]
-        rec.accepted[u] = rep.n_accepted[done]
-        rep.kv_reserved -= int(self.footprint[u].sum())
+        gone = state[:, done]
+        u = gone[_UID]
+        self.rec.finish[u] = end
+        self.counts[:, u] = gone[_POS:]  # tokens, steps, drafted, verified, accepted
+        rep.kv_reserved -= int(self.footprint.take(u).sum())
         rep.finishing += int(u.shape[0])
         rep.keep(~done)

@@ -250,14 +250,15 @@ def monotone_topc(values: np.ndarray, budget: int, positive_only: bool = False) 
     kth = n * k - c
     threshold = np.partition(values, kth, axis=None)[kth]  # the C-th largest value
     if positive_only and not threshold > 0.0:  # fewer than C positive entries: take them all
-        return np.count_nonzero(values > 0.0, axis=1)
-    s = np.count_nonzero(values >= threshold, axis=1)
-    excess = int(s.sum()) - c  # > 0 only when several entries equal the threshold
+        return np.add.reduce(values > 0.0, axis=1, dtype=np.int64)
+    selected = values >= threshold  # [n, K]
+    s = np.add.reduce(selected, axis=1, dtype=np.int64)
+    excess = np.count_nonzero(selected) - c  # > 0 only when several entries equal the threshold
     if excess:
         flat = values.T.ravel()  # j-major, as greedy_topc ranks ties
         ties = np.flatnonzero(flat == threshold)  # in (j, row) order; keep the first ones
         s = s - np.bincount(ties[ties.shape[0] - excess:] % n, minlength=n)
-    return s.astype(np.int64, copy=False)
+    return s
 
 
 class Tetris(Policy):
@@ -273,10 +274,14 @@ class Tetris(Policy):
     """
 
     name = "tetris"
+    _memo: tuple | None = None  # (weakref to the trace, its confidence_table)
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         n = view.rows.shape[0]
-        values = cumulative_confidence(view, self.depth)  # non-increasing rows
+        memo = self._memo
+        if memo is None or memo[0]() is not view.trace:
+            memo = self._memo = (weakref.ref(view.trace), confidence_table(view.trace, self.depth))
+        values = memo[1].take(view.rows, axis=0)  # = cumulative_confidence: non-increasing rows
         if self.rule == "token":
             s = monotone_topc(values, view.budget)  # = greedy_topc (parity test)
         else:

@@ -71,8 +71,15 @@ def uniforms(keys: np.ndarray, pos: np.ndarray, depth: int) -> np.ndarray:
     returns  # [n, depth] float64
     """
     seed = keys ^ (np.asarray(pos, dtype=np.int64).view(np.uint64) * _POS)  # pos ≥ 0
-    x = splitmix64(seed[:, None] + _DRAFT_INDEX[None, :depth])
-    return (x >> _S11) * _UNIT  # uint64 · float -> float64, exact below 2^53
+    x = np.add(seed[:, None], _DRAFT_INDEX[:depth])  # [n, depth] stream counters
+    tmp = np.empty_like(x)  # splitmix64 in place (same bits, fewer temporaries)
+    x ^= np.right_shift(x, _S30, out=tmp)
+    x *= _M1
+    x ^= np.right_shift(x, _S27, out=tmp)
+    x *= _M2
+    x ^= np.right_shift(x, _S31, out=tmp)
+    x >>= _S11
+    return x * _UNIT  # uint64 · float -> float64, exact below 2^53
 
 
 _DRAFT_INDEX = (np.arange(1, 257, dtype=np.uint64) * GOLDEN).astype(np.uint64)
@@ -166,8 +173,10 @@ class VerifyTables:
         d = ok.shape[1]
         return (ok * self.index1[None, :d]).max(axis=1, initial=0).astype(np.int64)
 
-    def tau(self, rows: np.ndarray, verified: np.ndarray, eta: np.ndarray) -> np.ndarray:
-        """τ_i for verified prefix ``s_i`` at trace rows ``rows``.
+    def tau(self, rows: np.ndarray, verified: np.ndarray, eta: np.ndarray,
+            out: np.ndarray | None = None) -> np.ndarray:
+        """τ_i for verified prefix ``s_i`` at trace rows ``rows`` (written into ``out`` when
+        given).
 
         rows: # [n] int;  verified: # [n] int64 (≤ D);  eta: # [n, D];  returns # [n] int64
         """
@@ -178,8 +187,12 @@ class VerifyTables:
         else:
             ok = eta <= table.take(rows * (d + 1) + verified, axis=0)  # [n, d]
         if lut is None:
-            return self.from_bits(ok)
-        return lut.take(ok @ weights)
+            tau = self.from_bits(ok)
+            if out is None:
+                return tau
+            out[...] = tau
+            return out
+        return lut.take(ok @ weights, out=out)
 
 
 #: Deepest draft for which :class:`VerifyTables` reads τ from a 2^D lookup table.
