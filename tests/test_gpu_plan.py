@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -66,3 +68,28 @@ def test_plan_lists_its_steps():
     out = subprocess.run(["bash", str(PLAN), "list"], capture_output=True, text=True, check=True)
     steps = out.stdout.split()
     assert steps == ["setup", "verify", "profile", "zoo", "live"]
+
+
+@pytest.mark.slow
+def test_cpu_smoke_run_of_every_step_fits_the_device_return_limits(tmp_path):
+    """SMOKE=1 ... all (about 2 minutes on 2 cores): each device call's files stay within what
+    the device returns (<= 8 files, <= 2 folders down, plain names)."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = {**os.environ, "SMOKE": "1", "OUT": str(out), "WORK": str(work)}
+    subprocess.run(["bash", str(PLAN), "all"], env=env, check=True, timeout=600,
+                   capture_output=True)
+    files = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
+    assert all(len(p.parts) <= 3 and all(re.fullmatch(r"[A-Za-z0-9._-]+", part)
+                                         for part in p.parts) for p in files)
+    calls = {"A": ("env.txt", "verify", "profiles"), "B": ("zoo",), "C": ("live",)}
+    for call, tops in calls.items():
+        assert 1 <= sum(p.parts[0] in tops for p in files) <= 8, call
+    fits = [json.loads(line) for line in (out / "profiles" / "fits.jsonl").read_text().splitlines()]
+    assert len(fits) == 3 and all(v > 0 for f in fits for v in f["cv_mape"].values())
+    rows = json.loads((out / "verify" / "verify_gpu.json").read_text())["rows"]
+    assert rows and all(r["bv_gbps"] > 0 for r in rows)
+    for name in ("trace-t1.tar.gz", "trace-t0.tar.gz", "live-zoo.tar.gz", "zoo.json"):
+        assert (out / "zoo" / name).stat().st_size > 0
+    for name in ("validate-fixed-token.json", "validate-tetris-block.json"):
+        report = json.loads((out / "live" / name).read_text())
+        assert report["measured"]["throughput"] > 0 and report["simulated"]["throughput"] > 0

@@ -4,9 +4,10 @@
 #   bash benchmarks/gpu/run_h200.sh STEP [ARG]
 #
 #   setup            find a Python with torch + the project's imports; write $OUT/env.txt
-#   verify           benchmarks/verify_gpu_bench.py on the full grid -> $OUT/verify/
+#   verify           benchmarks/verify_gpu_bench.py on the full grid -> $OUT/verify/*.json
 #   profile [WHICH]  specbatch profile + cost fit, WHICH in target|draft1b|draft68m|all (all)
-#                    -> $OUT/profiles/{llama-3.1-8b,llama-3.2-1b,vicuna-68m}.{parquet,fit.json}
+#                    -> $OUT/profiles/{llama-3.1-8b,llama-3.2-1b,vicuna-68m}.parquet and one
+#                    `cost fit --json` line per model in $OUT/profiles/fits.jsonl
 #   zoo              zoo train --size base (step count calibrated to ZOO_TRAIN_S seconds),
 #                    capture T = 1 and T = 0 (K = 8, code + prose), a live/validate run on the
 #                    pair -> $OUT/zoo/ (the models stay on the machine: they are too big to bring
@@ -22,7 +23,8 @@
 # SMOKE=1 shrinks every grid, uses --layers 1 shapes, the tiny zoo and a few requests on the CPU
 # (the whole `SMOKE=1 ... all` run takes < 3 minutes on 2 cores). Results go under $OUT (set by
 # the device tool; default /tmp/specbatch-gpu-out), scratch under $WORK. At most 8 files per
-# step come back from the device, at most 2 folders deep: each step writes <= 7 files.
+# call come back from the device, at most 2 folders deep: setup + verify + profile write 6,
+# zoo 6, live 5 (benchmarks/gpu/README.md lists the calls).
 #
 # Knobs (environment): PY (python to use), DEVICE, ZOO_STEPS (skip the calibration),
 # ZOO_TRAIN_S (training seconds to aim at, default 300), LIVE_N, LIVE_NEW, KV_MAX.
@@ -118,7 +120,7 @@ step_verify() {
     mkdir -p "$OUT/verify"
     local args=(--device "$DEVICE" --json "$OUT/verify/verify_gpu.json")
     [ "$SMOKE" = 1 ] && args+=(--quick --threads 1)
-    "$PY" benchmarks/verify_gpu_bench.py "${args[@]}" | tee "$OUT/verify/verify_gpu.txt"
+    "$PY" benchmarks/verify_gpu_bench.py "${args[@]}"  # the table goes to stdout only
 }
 
 # model:role:queries per profile slot; grids sized so each model takes < 3 minutes on an H200
@@ -142,7 +144,7 @@ profile_one() {  # profile_one SLOT
     "${SB[@]}" profile --model "$model" --role "$role" --device "$DEVICE" --dtype "$DTYPE" \
         --batch "$batch" --query "$query" --kv "$kv" "${warm[@]}" "${extra[@]}" \
         --out "$OUT/profiles/$name.parquet" --json
-    "${SB[@]}" cost fit "$OUT/profiles/$name.parquet" --json | tee "$OUT/profiles/$name.fit.json"
+    "${SB[@]}" cost fit "$OUT/profiles/$name.parquet" --json | tee -a "$OUT/profiles/fits.jsonl"
 }
 
 step_profile() {
@@ -150,10 +152,11 @@ step_profile() {
     mkdir -p "$OUT/profiles"
     local which=${1:-all}
     if [ "$which" = all ]; then
+        rm -f "$OUT/profiles/fits.jsonl"
         for slot in target draft1b draft68m; do profile_one "$slot"; done
     else
         profile_one "$which"
-    fi 2>&1 | tee -a "$OUT/profiles/profile.log"
+    fi
 }
 
 step_zoo() {
