@@ -3,7 +3,8 @@
 #
 #   bash benchmarks/gpu/run_h200.sh STEP [ARG]
 #
-#   setup            find a Python with torch + the project's imports; write $OUT/env.txt
+#   setup            find a Python with torch + the project's imports; write $OUT/env.txt;
+#                    a seconds-long preflight of profile/live/validate on the device
 #   verify           benchmarks/verify_gpu_bench.py on the full grid -> $OUT/verify/*.json
 #   profile [WHICH]  specbatch profile + cost fit, WHICH in target|draft1b|draft68m|all (all)
 #                    -> $OUT/profiles/{llama-3.1-8b,llama-3.2-1b,vicuna-68m}.parquet and one
@@ -27,7 +28,7 @@
 # zoo 6, live 5 (benchmarks/gpu/README.md lists the calls).
 #
 # Knobs (environment): PY (python to use), DEVICE, ZOO_STEPS (skip the calibration),
-# ZOO_TRAIN_S (training seconds to aim at, default 300), LIVE_N, LIVE_NEW, KV_MAX.
+# ZOO_TRAIN_S (training seconds to aim at, default 270), LIVE_N, LIVE_NEW, KV_MAX.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -113,6 +114,24 @@ if torch.cuda.is_available():
         command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv || true
         git rev-parse HEAD 2>/dev/null || true
     } | tee "$OUT/env.txt"
+    preflight 2>&1 | tee -a "$OUT/env.txt"
+}
+
+preflight() {  # seconds-long runs of the profile and live code paths on $DEVICE (the device's
+    # transformers may differ from the one the project was tested with): a failure is reported
+    # here, in the first minute, and does not stop the other steps of the call
+    local t=(--layers 1 --device "$DEVICE" --dtype "$DTYPE")
+    rm -rf "$WORK/preflight"
+    if "${SB[@]}" profile --model vicuna-68m "${t[@]}" --batch 2 --query 1,3 --kv 0,8 \
+            --warmup 0 --repeats 1 --out "$WORK/preflight/profile.csv" --json \
+       && "${SB[@]}" live --target vicuna-68m --draft vicuna-68m "${t[@]}" \
+            --prompts random:2:8 --max-new-tokens 4 --policy tetris --k 2 --extra 1 \
+            --verify block --temperature 1 --warmup 0 --out "$WORK/preflight/live" --json \
+       && "${SB[@]}" validate "$WORK/preflight/live" --in-sample --json >/dev/null; then
+        say "preflight ok: profile, live, validate run on $DEVICE"
+    else
+        say "PREFLIGHT FAILED on $DEVICE: the profile/live/validate steps will fail the same way"
+    fi
 }
 
 step_verify() {
@@ -163,17 +182,17 @@ step_zoo() {
     ensure_env
     mkdir -p "$OUT/zoo"
     local size=base zoo="$WORK/zoo-base" prompts=default:256 new=128 cal_steps=30
-    local budget=${ZOO_TRAIN_S:-300} batch_size=128 live_prompts=default:64 live_new=128
+    local budget=${ZOO_TRAIN_S:-270} batch_size=128 live_prompts=default:64 live_new=128
     local capture_dtype=float32
     if [ "$SMOKE" = 1 ]; then
         size=tiny; zoo="$WORK/zoo-tiny"; prompts=default:4; new=8; cal_steps=3
         budget=${ZOO_TRAIN_S:-2}; batch_size=8; live_prompts=default:4; live_new=8
     fi
-    export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1  # float32 training matmuls on tensor cores
     {
         local steps=${ZOO_STEPS:-}
         if [ -z "$steps" ]; then
             say "calibrating: zoo train --size $size --steps $cal_steps"
+            TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 \
             "${SB[@]}" zoo train --out "$WORK/zoo-cal" --size $size --steps $cal_steps \
                 --device "$DEVICE" --json
             cp "$WORK/zoo-cal/zoo.json" "$OUT/zoo/calibrate.json"  # seconds per stage
@@ -185,6 +204,8 @@ print(max(10, min(20000, int(float(sys.argv[2]) / per_step))))" "$OUT/zoo/calibr
             rm -rf "$WORK/zoo-cal"
         fi
         say "zoo train --size $size --steps $steps on $DEVICE"
+        # TF32 for the training matmuls only (capture and live below keep exact float32)
+        TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 \
         "${SB[@]}" zoo train --out "$zoo" --size $size --steps "$steps" --device "$DEVICE" --json
         cp "$zoo/zoo.json" "$OUT/zoo/zoo.json"
         for t in 1.0 0; do
@@ -194,7 +215,7 @@ print(max(10, min(20000, int(float(sys.argv[2]) / per_step))))" "$OUT/zoo/calibr
             "${SB[@]}" capture --draft "$zoo/draft" --target "$zoo/target" --prompts "$prompts" \
                 --out "$WORK/trace-$tag" --max-new-tokens $new --depth 8 --temperature "$t" \
                 --device "$DEVICE" --dtype $capture_dtype --batch-size $batch_size \
-                --store-dtype float32 --no-progress --json
+                --store-dtype float32 --chunk-requests 32 --no-progress --json
             "${SB[@]}" trace validate "$WORK/trace-$tag" >/dev/null 2>&1 \
                 || say "warning: trace validate failed on trace-$tag"
             tar -C "$WORK" -czf "$OUT/zoo/trace-$tag.tar.gz" "trace-$tag"
