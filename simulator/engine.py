@@ -217,7 +217,14 @@ class Engine:
                 rep.busy = False
                 self.outstanding[payload] -= rep.finishing
                 rep.finishing = 0
-                self.wake(payload, time)
+                heap = self.heap
+                if (not rep.scheduled and (rep.waiting or rep.n_running)
+                        and (not heap or heap[0][0] > time)):
+                    # the SCHEDULE event wake() would push is the next one popped (every
+                    # queued event is later): start the step now, same order, no heap trip
+                    self.start_step(rep, time)
+                else:
+                    self.wake(payload, time)
             else:
                 rep = self.replicas[payload]
                 rep.scheduled = False
