@@ -241,17 +241,20 @@ class Engine:
         take: list[int] = []
         tokens = 0
         prompt = self.w.prompt_len
+        capacity = self.kv_capacity  # KV reservations are tracked only under a capacity
         while rep.waiting and len(take) < room:
             u = rep.waiting[0]
-            fp = int(self.footprint[u])
-            if self.kv_capacity is not None and rep.kv_reserved + fp > self.kv_capacity:
-                break
+            if capacity is not None:
+                fp = int(self.footprint[u])
+                if rep.kv_reserved + fp > capacity:
+                    break
             if (not self.chunked and self.max_batched is not None and take
                     and tokens + int(prompt[u]) > self.max_batched):
                 break
             rep.waiting.popleft()
             take.append(u)
-            rep.kv_reserved += fp
+            if capacity is not None:
+                rep.kv_reserved += fp
             tokens += int(prompt[u])
         if not take:
             return 0
@@ -475,6 +478,7 @@ class Engine:
         u = gone[_UID]
         self.rec.finish[u] = end
         self.counts[:, u] = gone[_POS:]  # tokens, steps, drafted, verified, accepted
-        rep.kv_reserved -= int(self.footprint.take(u).sum())
+        if self.kv_capacity is not None:  # the reservation only matters under a capacity
+            rep.kv_reserved -= int(self.footprint.take(u).sum())
         rep.finishing += int(u.shape[0])
-        rep.keep(~done)
+        rep.state = state[:, ~done]
