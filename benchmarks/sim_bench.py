@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"simulator benchmark on {source}")
     print(f"config: {out['config']}")
     print(f"machine: one 64-element numpy add takes {out['numpy_op_us']:.2f} us "
-          f"(typically ~0.5 us on an idle core); a decode step is ~100 numpy calls")
+          f"(typically ~0.5 us on an idle core); a decode step is ~45 numpy calls")
     h = out["headline"]
     print(f"\nheadline: {h['requests']} requests, max_num_seqs 64: {h['tokens_per_s']:,.0f} "
           f"simulated tokens per wall second ({h['cpu_tokens_per_s']:,.0f} per CPU second; "

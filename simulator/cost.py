@@ -214,7 +214,10 @@ class RooflineCost:
         """:meth:`step_time` from the batch sums (:func:`batch_sums`: n, Σq, Σc, Σq·c, Σq²),
         so a caller that knows the sums (e.g. d draft passes whose KV grows by one token each)
         pays scalar arithmetic only; bit-identical to :meth:`step_time` on the same sums."""
-        c = self._consts(role)
+        try:
+            c = self.consts[role]
+        except KeyError:
+            c = self._consts(role)  # raises the one-line error
         if sq <= 0.0:
             return 0.0
         flops = c.flops_per_token * sq + c.attn_flops * (sqkv + 0.5 * (sqq + sq))
