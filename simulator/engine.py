@@ -350,9 +350,10 @@ class Engine:
                 np.minimum(1, sub[_OUT] - pos, out=m[0])
             tau = m[4]
             policy.observe(verified, tau)
-            depth_used = int(drafted.max())
             (emitted_sum, _, drafted_sum, verified_sum, accepted_sum, skv), \
                 (_, _, _, svv, _, svkv) = (m[1:4:2] @ m[:6].T).tolist()  # Σ·1 and Σ·verified
+            # passes = max drafted; every request drafting the full depth shows in the sum
+            depth_used = depth if drafted_sum == n * depth else int(drafted.max())
             # the verify pass: query s_i + 1, so Σq = Σs + n, Σq·c = Σs·c + Σc, Σq² = Σs² + 2Σs + n
             sums = (n, float(verified_sum + n), float(skv), float(svkv + skv),
                     float(svv + 2 * verified_sum + n))
