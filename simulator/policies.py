@@ -183,8 +183,9 @@ _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # trace -> {ke
 
 def confidence_table(trace: Any, depth: int) -> np.ndarray:
     """``Π_{l≤j} min(1, draft_conf_l)`` for every trace row, j < depth (min: validation slack
-    1e-6), cached per trace: the row-wise cumprod of the whole column equals the cumprod of
-    any gathered rows bit for bit.  # [rows, depth]"""
+    1e-6), cached per trace (a Trace's arrays are not modified once built): the row-wise
+    cumprod of the whole column equals the cumprod of any gathered rows bit for bit.
+    # [rows, depth]"""
     cache = _TABLES.setdefault(trace, {})
     key = ("cumulative_confidence", depth)
     table = cache.get(key)
