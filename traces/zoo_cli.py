@@ -24,7 +24,9 @@ def register(subparsers) -> None:
                     "plus optional corpus files; save HF model dirs OUT/draft and OUT/target; "
                     "report held-out loss (nats/token) of both.",
         epilog=example("specbatch zoo train --out /tmp/zoo --size tiny --seed 0",
-                       "specbatch zoo train --out zoo-small --size small --corpus notes/ --json"),
+                       "specbatch zoo train --out zoo-small --size small --corpus notes/ --json",
+                       "specbatch zoo train --out zoo-base --size base --device cuda "
+                       "--max-seconds 270 --dtype bfloat16 --tf32 --json"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("--out", required=True, help="output directory (draft/, target/, zoo.json)")
     train.add_argument("--size", default="tiny", choices=["tiny", "small", "base"],
@@ -36,6 +38,20 @@ def register(subparsers) -> None:
     train.add_argument("--threads", type=int, default=None,
                        help="torch CPU threads (default 1: robust on a shared machine)")
     train.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (base is for a GPU)")
+    train.add_argument("--max-seconds", type=float, default=None, metavar="S",
+                       help="wall-clock budget for the training loop: a 2-step probe shortens the "
+                            "schedule to what fits, the loop stops between steps once S seconds "
+                            "have passed; held-out loss is still evaluated and both models saved. "
+                            "The step count then depends on the machine: zoo.json records "
+                            "steps, steps_done and the options that replay it (reproduce)")
+    train.add_argument("--max-steps", type=int, default=None, metavar="N",
+                       help="stop after N steps without changing the --steps schedule (replays "
+                            "a time-budgeted run: --steps STEPS --max-steps STEPS_DONE)")
+    train.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                       help="training precision: bfloat16 = torch.autocast on CUDA only "
+                            "(float32 weights and held-out loss)")
+    train.add_argument("--tf32", action="store_true",
+                       help="allow TF32 matmuls on CUDA while training (no effect on CPU)")
     add_json_flag(train)
     train.set_defaults(func=_train)
 
@@ -45,15 +61,20 @@ def _train(args) -> int:
 
     log = None if args.json else (lambda msg: sys.stderr.write(msg + "\n"))
     report = train_zoo(args.out, args.size, seed=args.seed, corpus=args.corpus,
-                       steps=args.steps, threads=args.threads, log=log, device=args.device)
+                       steps=args.steps, threads=args.threads, log=log, device=args.device,
+                       max_seconds=args.max_seconds, max_steps=args.max_steps, dtype=args.dtype,
+                       tf32=args.tf32)
     summary = {
         "out": args.out, "size": report["size"], "seed": report["seed"],
-        "vocab": report["vocab"], "steps": report["steps"],
+        "vocab": report["vocab"], "steps": report["steps"], "steps_done": report["steps_done"],
+        "stopped_early": report["stopped_early"], "dtype": report["dtype"],
+        "tf32": report["tf32"], "reproduce": report["reproduce"],
         "draft_params": report["draft"]["params"], "target_params": report["target"]["params"],
         "param_ratio": report["param_ratio"],
         "draft_heldout_loss": report["draft"]["heldout_loss"],
         "target_heldout_loss": report["target"]["heldout_loss"],
         "seconds": report["seconds"]["total"],
+        "stage_seconds": report["seconds"],  # tokenizer, train, eval, total
     }
     emit(summary, args.json)
     return 0

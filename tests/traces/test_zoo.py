@@ -113,3 +113,69 @@ def test_capture_prompt_spec_default_n_and_errors(tmp_path):
     assert "seed 1" in source
     with pytest.raises(SpecbatchError, match="default:N"):
         resolve_prompts("default:many", None)
+
+
+def test_max_seconds_stops_between_steps_and_still_saves_loadable_models(tmp_path, monkeypatch):
+    """With the probe's plan left at the requested 10,000 steps, the loop itself stops once the
+    budget is spent; held-out loss, zoo.json and both model dirs are still written."""
+    import traces.zoo as zoo_mod
+    from traces.capture import load_pair
+
+    monkeypatch.setattr(zoo_mod, "plan_steps",
+                        lambda models, cfg, batch, steps, *a: (steps, {"planned_steps": steps}))
+    report = train_zoo(tmp_path / "z", "tiny", seed=1, steps=10_000, max_seconds=0.5)
+    assert 1 <= report["steps_done"] < 10_000 and report["stopped_early"] is True
+    assert report["steps"] == report["steps_requested"] == 10_000
+    assert report["reproduce"] == f"--seed 1 --steps 10000 --max-steps {report['steps_done']}"
+    assert report["seconds"]["train"] < 0.5 + 5  # one step past the budget at most
+    assert set(report["seconds"]) == {"tokenizer", "train", "eval", "total"}
+    saved = json.loads((tmp_path / "z" / "zoo.json").read_text())
+    assert saved["steps_done"] == report["steps_done"] and saved["max_seconds"] == 0.5
+    assert np.isfinite(saved["target"]["heldout_loss"])
+    tok, draft, target = load_pair(str(tmp_path / "z" / "draft"), str(tmp_path / "z" / "target"))
+    assert draft.config.vocab_size == target.config.vocab_size == len(tok)
+
+
+def test_max_seconds_plans_a_shorter_schedule_and_max_steps_replays_it(tmp_path):
+    """The probe shortens a 10,000-step schedule to what fits in 1 s; the recorded options
+    replay a cut run bit for bit (same seed, schedule and steps_done => same weights)."""
+    report = train_zoo(tmp_path / "a", "tiny", seed=2, steps=10_000, max_seconds=1.0)
+    assert report["stopped_early"] is True and report["steps"] < 10_000
+    assert report["plan"]["planned_steps"] == report["steps"]
+    assert report["steps_done"] <= report["steps"]
+    cut = train_zoo(tmp_path / "b", "tiny", seed=2, steps=30, max_steps=3)
+    again = train_zoo(tmp_path / "c", "tiny", seed=2, steps=30, max_steps=3)
+    assert cut["steps_done"] == 3 and cut["steps"] == 30 and cut["stopped_early"] is True
+    assert cut["draft_steps_done"] == 3 and cut["tokens_seen"]["target"] == 3 * 8 * 64
+    assert cut["reproduce"] == "--seed 2 --steps 30 --max-steps 3"
+    for role in ("draft", "target"):
+        assert ((tmp_path / "b" / role / "model.safetensors").read_bytes()
+                == (tmp_path / "c" / role / "model.safetensors").read_bytes())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-seconds", "0"], "--max-seconds: expected a positive number"),
+    (["--max-seconds", "nan"], "--max-seconds: expected a positive number"),
+    (["--max-steps", "0"], "--max-steps: expected a positive integer"),
+    (["--steps", "0"], "--steps: expected a positive integer"),
+    (["--dtype", "bfloat16"], "--dtype bfloat16: expected --device cuda"),
+])
+def test_zoo_cli_bad_budget_or_dtype_is_a_one_line_error(tmp_path, capsys, args, message):
+    from analysis.cli import main
+
+    code = main(["zoo", "train", "--out", str(tmp_path / "z"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "z").exists()
+
+
+def test_zoo_cli_json_has_stage_seconds_and_steps_done(tmp_path, capsys):
+    from analysis.cli import main
+
+    assert main(["zoo", "train", "--out", str(tmp_path / "z"), "--steps", "2", "--tf32",
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps_done"] == 2 and summary["stopped_early"] is False
+    assert summary["tf32"] is True and summary["reproduce"] == "--seed 0 --steps 2 --tf32"
+    assert set(summary["stage_seconds"]) == {"tokenizer", "train", "eval", "total"}
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # restored after training
