@@ -12,6 +12,10 @@ shape from :mod:`traces.shapes` (step time depends on the shape, not on the weig
 ``layers`` overrides the layer count so a CPU smoke run of a large shape stays feasible (the
 ``model`` column then says so, e.g. ``llama-3.1-8b@2L``).
 
+``max_cell_tokens`` leaves out cells whose ``batch * (kv + query)`` exceeds it (the KV cache
+of the largest cells may not fit a smaller GPU); the skipped cells are listed in the
+frame's ``attrs``.
+
 Output rows (the DESIGN.md latency profile): ``model, role, device, dtype, batch_size,
 query_tokens, kv_tokens, latency_s, repeats, latency_min_s, latency_max_s``.
 """
@@ -40,6 +44,21 @@ class ProfileGrid:
     kv_tokens: tuple[int, ...] = (128, 512)
     warmup: int = 2
     repeats: int = 5
+    max_cell_tokens: int | None = None  # skip cells with batch * (kv + query) above this
+
+
+def cell_tokens(batch: int, query: int, kv: int) -> int:
+    """Tokens a cell holds in the KV cache after its pass: ``batch * (kv + query)``."""
+    return batch * (kv + query)
+
+
+def grid_cells(grid: ProfileGrid) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """(measured, skipped) ``(batch, query, kv)`` cells: a cell is skipped when
+    :func:`cell_tokens` exceeds ``grid.max_cell_tokens`` (e.g. its KV cache would not fit)."""
+    cells = list(itertools.product(grid.batch_sizes, grid.query_tokens, grid.kv_tokens))
+    cap = grid.max_cell_tokens
+    keep = [c for c in cells if cap is None or cell_tokens(*c) <= cap]
+    return keep, [c for c in cells if c not in keep]
 
 
 def _dtype(name: str):
@@ -96,10 +115,10 @@ def load_profile_model(model: str, device: str = "cpu", dtype: str = "float32",
     return m.eval(), label
 
 
-def _random_cache(model, batch: int, kv: int, device, dtype):
-    """A DynamicCache of ``kv`` random entries per request (values do not change the time)."""
+def _random_kv(model, batch: int, kv: int, device, dtype) -> list:
+    """Per layer (keys, values), each ``[batch, kv_heads, kv, head_dim]`` random (values do not
+    change the time)."""
     import torch
-    from transformers import DynamicCache
 
     c = model.config
     heads = getattr(c, "num_key_value_heads", c.num_attention_heads)
@@ -108,12 +127,18 @@ def _random_cache(model, batch: int, kv: int, device, dtype):
     for _ in range(c.num_hidden_layers):
         k = torch.randn(batch, heads, kv, head_dim, device=device, dtype=dtype)
         data.append((k, torch.randn_like(k)))
-    return DynamicCache(data)
+    return data
 
 
 def time_forward(model, batch: int, query: int, kv: int, warmup: int, repeats: int) -> list[float]:
-    """Wall seconds of ``repeats`` forward passes of ``[batch, query]`` tokens on ``kv`` cached."""
+    """Wall seconds of ``repeats`` forward passes of ``[batch, query]`` tokens on ``kv`` cached.
+
+    The random KV tensors are built once per cell; each pass wraps them in a fresh
+    ``DynamicCache`` (no copy, outside the timed region), so every pass sees exactly ``kv``
+    cached entries and the time is the forward pass alone (including HF's cache concatenation).
+    """
     import torch
+    from transformers import DynamicCache
 
     p = next(model.parameters())
     device, dtype = p.device, p.dtype
@@ -124,8 +149,10 @@ def time_forward(model, batch: int, query: int, kv: int, warmup: int, repeats: i
     cuda = device.type == "cuda"
     times = []
     with torch.inference_mode():
+        data = _random_kv(model, batch, kv, device, dtype) if kv else None
         for i in range(warmup + repeats):
-            cache = _random_cache(model, batch, kv, device, dtype) if kv else None
+            # a new cache object over the same tensors (``update`` concatenates into new ones)
+            cache = DynamicCache(data) if data else None
             if cuda:
                 torch.cuda.synchronize(device)
             t0 = time.perf_counter()
@@ -140,7 +167,12 @@ def time_forward(model, batch: int, query: int, kv: int, warmup: int, repeats: i
 
 def profile_model(model: str, grid: ProfileGrid, device: str = "cpu", dtype: str = "float32",
                   role: str = "target", layers: int | None = None, progress: bool = False):
-    """Measure the grid; returns a pandas DataFrame with :data:`PROFILE_COLUMNS`."""
+    """Measure the grid; returns a pandas DataFrame with :data:`PROFILE_COLUMNS`.
+
+    Cells over ``grid.max_cell_tokens`` are left out; ``frame.attrs`` holds
+    ``max_cell_tokens`` and ``skipped_cells`` (``[batch, query, kv]`` each; Parquet keeps the
+    attrs in its metadata, CSV does not).
+    """
     import pandas as pd
     import torch
     from tqdm import tqdm
@@ -152,17 +184,26 @@ def profile_model(model: str, grid: ProfileGrid, device: str = "cpu", dtype: str
             f"kv tokens: expected non-negative integers, got {list(grid.kv_tokens)}")
     require(grid.repeats >= 1 and grid.warmup >= 0,
             f"repeats/warmup: expected >= 1 / >= 0, got {grid.repeats}/{grid.warmup}")
+    require(grid.max_cell_tokens is None or grid.max_cell_tokens >= 1,
+            f"--max-cell-tokens: expected a positive integer, got {grid.max_cell_tokens}")
+    cells, skipped = grid_cells(grid)
+    if not cells:
+        raise SpecbatchError(f"--max-cell-tokens {grid.max_cell_tokens}: expected at least one "
+                             "cell with batch x (kv + query) <= it, got none (smallest cell: "
+                             f"{min(cell_tokens(*c) for c in skipped)} tokens)")
     m, label = load_profile_model(model, device, dtype, layers)
     torch.manual_seed(0)
     rows = []
-    cells = list(itertools.product(grid.batch_sizes, grid.query_tokens, grid.kv_tokens))
     for b, q, kv in tqdm(cells, disable=not progress, desc="profile", unit="cell"):
         times = time_forward(m, b, q, kv, grid.warmup, grid.repeats)
         rows.append({"model": label, "role": role, "device": device, "dtype": dtype,
                      "batch_size": b, "query_tokens": q, "kv_tokens": kv,
                      "latency_s": statistics.median(times), "repeats": grid.repeats,
                      "latency_min_s": min(times), "latency_max_s": max(times)})
-    return pd.DataFrame(rows, columns=list(PROFILE_COLUMNS))
+    frame = pd.DataFrame(rows, columns=list(PROFILE_COLUMNS))
+    frame.attrs["max_cell_tokens"] = grid.max_cell_tokens
+    frame.attrs["skipped_cells"] = [list(c) for c in skipped]  # [batch, query, kv] each
+    return frame
 
 
 def write_profile(frame, path: str | Path) -> None:

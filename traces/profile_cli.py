@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from analysis.cli import add_json_flag, emit, example
 
@@ -28,7 +29,9 @@ def register(subparsers) -> None:
             "--query 1,4 --kv 64,256",
             "specbatch profile --model llama-3.1-8b --layers 2 --device cpu --out smoke.parquet",
             "specbatch profile --model llama-3.1-70b --device cuda --dtype bfloat16 "
-            "--out h100-70b.parquet"),
+            "--out h100-70b.parquet",
+            "specbatch profile --model llama-3.1-8b --device cuda --batch 1,64,256 "
+            "--kv 512,2048 --max-cell-tokens 262144 --out h100-8b.parquet"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="model directory or shape name (traces.shapes)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
@@ -43,6 +46,10 @@ def register(subparsers) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--max-cell-tokens", type=int, default=None, metavar="N",
+                   help="skip cells whose batch x (kv + query) exceeds N tokens (e.g. KV caches "
+                        "that do not fit the GPU); the count goes to stderr and the JSON summary, "
+                        "the skipped cells to the Parquet metadata")
     add_json_flag(p)
     p.set_defaults(func=_profile)
 
@@ -56,12 +63,18 @@ def _profile(args) -> int:
         torch.set_num_threads(args.threads)
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     grid = ProfileGrid(batch_sizes=args.batch, query_tokens=args.query, kv_tokens=args.kv,
-                       warmup=args.warmup, repeats=args.repeats)
+                       warmup=args.warmup, repeats=args.repeats,
+                       max_cell_tokens=args.max_cell_tokens)
     frame = profile_model(args.model, grid, device=args.device, dtype=dtype, role=args.role,
                           layers=args.layers, progress=not args.json)
     write_profile(frame, args.out)
+    skipped = frame.attrs["skipped_cells"]
+    if skipped:
+        sys.stderr.write(f"profile: skipped {len(skipped)} of {len(skipped) + len(frame)} cells "
+                         f"with batch x (kv + query) > {args.max_cell_tokens} tokens\n")
     summary = {"out": args.out, "model": frame["model"].iloc[0], "device": args.device,
-               "dtype": dtype, "cells": len(frame),
+               "dtype": dtype, "cells": len(frame), "cells_skipped": len(skipped),
+               "max_cell_tokens": args.max_cell_tokens,
                "latency_min_s": float(frame["latency_s"].min()),
                "latency_max_s": float(frame["latency_s"].max())}
     if args.json:
