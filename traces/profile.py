@@ -133,9 +133,11 @@ def _random_kv(model, batch: int, kv: int, device, dtype) -> list:
 def time_forward(model, batch: int, query: int, kv: int, warmup: int, repeats: int) -> list[float]:
     """Wall seconds of ``repeats`` forward passes of ``[batch, query]`` tokens on ``kv`` cached.
 
-    The random KV tensors are built once per cell; each pass wraps them in a fresh
-    ``DynamicCache`` (no copy, outside the timed region), so every pass sees exactly ``kv``
-    cached entries and the time is the forward pass alone (including HF's cache concatenation).
+    The random cache is built once per cell; after each pass it is cropped back to ``kv``
+    entries (a view, outside the timed region), so every pass sees exactly ``kv`` cached
+    entries, the time is the forward pass alone (including HF's cache concatenation) and the
+    peak memory is one cache plus one layer's concatenation, as with a fresh cache per pass.
+    ``crop(-n)`` removes ``n`` entries in both the old and the new transformers cache API.
     """
     import torch
     from transformers import DynamicCache
@@ -149,10 +151,10 @@ def time_forward(model, batch: int, query: int, kv: int, warmup: int, repeats: i
     cuda = device.type == "cuda"
     times = []
     with torch.inference_mode():
-        data = _random_kv(model, batch, kv, device, dtype) if kv else None
+        cache = DynamicCache(_random_kv(model, batch, kv, device, dtype)) if kv else None
         for i in range(warmup + repeats):
-            # a new cache object over the same tensors (``update`` concatenates into new ones)
-            cache = DynamicCache(data) if data else None
+            if cache is not None and i:
+                cache.crop(-query)  # back to kv entries: drop the last pass's query entries
             if cuda:
                 torch.cuda.synchronize(device)
             t0 = time.perf_counter()
