@@ -143,14 +143,17 @@ def test_max_seconds_plans_a_shorter_schedule_and_max_steps_replays_it(tmp_path)
     assert report["stopped_early"] is True and report["steps"] < 10_000
     assert report["plan"]["planned_steps"] == report["steps"]
     assert report["steps_done"] <= report["steps"]
-    cut = train_zoo(tmp_path / "b", "tiny", seed=2, steps=30, max_steps=3)
-    again = train_zoo(tmp_path / "c", "tiny", seed=2, steps=30, max_steps=3)
+    cap = report["steps_done"] if report["steps_done"] < report["steps"] else None
+    replay = train_zoo(tmp_path / "b", "tiny", seed=2, steps=report["steps"], max_steps=cap)
+    assert replay["steps_done"] == report["steps_done"]
+    assert replay["target"]["heldout_loss"] == report["target"]["heldout_loss"]
+    for role in ("draft", "target"):
+        assert ((tmp_path / "a" / role / "model.safetensors").read_bytes()
+                == (tmp_path / "b" / role / "model.safetensors").read_bytes())
+    cut = train_zoo(tmp_path / "c", "tiny", seed=2, steps=30, max_steps=3)
     assert cut["steps_done"] == 3 and cut["steps"] == 30 and cut["stopped_early"] is True
     assert cut["draft_steps_done"] == 3 and cut["tokens_seen"]["target"] == 3 * 8 * 64
     assert cut["reproduce"] == "--seed 2 --steps 30 --max-steps 3"
-    for role in ("draft", "target"):
-        assert ((tmp_path / "b" / role / "model.safetensors").read_bytes()
-                == (tmp_path / "c" / role / "model.safetensors").read_bytes())
 
 
 @pytest.mark.parametrize("args, message", [
