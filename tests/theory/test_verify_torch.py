@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+import theory.verify_torch as verify_torch_module
 from tests.theory import lossless
 from tests.theory.test_verify import random_paths
 from theory.verify import (
@@ -241,3 +242,33 @@ def test_sample_weights_follows_the_weights_and_never_draws_zero_weight(vocab):
     sparse[:, -1] += 1e-3
     picks = sample_weights(sparse).numpy()
     assert (sparse.numpy()[np.arange(500), picks] > 0).all()
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_cpu_row_loop_and_batched_chunks_give_the_same_tau_and_law(monkeypatch, rule, kind, dtype):
+    # The CPU row-at-a-time path and the batched chunked path (the one CUDA takes) compute the
+    # same residual rows; they may round differently only in the last bits, so τ is equal and
+    # the normalised extra-token laws agree to the rows' precision (packed ragged layout).
+    rng, tokens, dr, tr, uniforms = make_paths(kind, 7, b=600)
+    lengths = rng.integers(0, 7, size=len(tokens))
+    args = packed(tokens, dr, tr, uniforms, lengths)
+    t, d_rows, t_rows, u, offsets = args
+    results = {}
+    for loop in (True, False):
+        monkeypatch.setattr(verify_torch_module, "CPU_ROW_LOOP", loop)
+        tau, weights = accept_and_residual(
+            rule,
+            t,
+            torch.as_tensor(d_rows, dtype=dtype),
+            torch.as_tensor(t_rows, dtype=dtype),
+            u,
+            offsets=offsets,
+        )
+        weights = weights.double()
+        assert bool((weights >= 0).all())
+        results[loop] = (tau, weights / weights.sum(dim=1, keepdim=True))
+    assert torch.equal(results[True][0], results[False][0])
+    atol = 1e-12 if dtype == torch.float64 else 1e-6
+    assert torch.allclose(results[True][1], results[False][1], atol=atol)
