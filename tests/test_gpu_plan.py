@@ -90,6 +90,13 @@ def test_cpu_smoke_run_of_every_step_fits_the_device_return_limits(tmp_path):
     assert rows and all(r["bv_gbps"] > 0 for r in rows)
     for name in ("trace-t1.tar.gz", "trace-t0.tar.gz", "live-zoo.tar.gz", "zoo.json"):
         assert (out / "zoo" / name).stat().st_size > 0
+    zoo = json.loads((out / "zoo" / "zoo.json").read_text())  # the 2 s budget ended training
+    assert zoo["max_seconds"] == 2 and zoo["stopped_early"] is True
+    assert 1 <= zoo["steps_done"] <= zoo["steps"] < zoo["steps_requested"]
+    import pandas as pd
+
+    target = pd.read_parquet(out / "profiles" / "llama-3.1-8b.parquet")
+    assert len(target) == 7 and target.attrs["skipped_cells"] == [[2, 2, 16]]
     for name in ("validate-fixed-token.json", "validate-tetris-block.json"):
         report = json.loads((out / "live" / name).read_text())
         assert report["measured"]["throughput"] > 0 and report["simulated"]["throughput"] > 0

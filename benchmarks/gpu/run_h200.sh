@@ -9,8 +9,8 @@
 #   profile [WHICH]  specbatch profile + cost fit, WHICH in target|draft1b|draft68m|all (all)
 #                    -> $OUT/profiles/{llama-3.1-8b,llama-3.2-1b,vicuna-68m}.parquet and one
 #                    `cost fit --json` line per model in $OUT/profiles/fits.jsonl
-#   zoo              zoo train --size base (step count calibrated to ZOO_TRAIN_S seconds),
-#                    capture T = 1 and T = 0 (K = 8, code + prose), a live/validate run on the
+#   zoo              zoo train --size base --max-seconds ZOO_TRAIN_S (the schedule planned to
+#                    fit by a 2-step probe; bf16 autocast + TF32 on CUDA), capture T = 1 and T = 0 (K = 8, code + prose), a live/validate run on the
 #                    pair -> $OUT/zoo/ (the models stay on the machine: they are too big to bring
 #                    back, so everything that needs them runs in this one command)
 #   live             specbatch live (llama-3.1-8b target, llama-3.2-1b draft, random weights,
@@ -25,10 +25,12 @@
 # (the whole `SMOKE=1 ... all` run takes < 3 minutes on 2 cores). Results go under $OUT (set by
 # the device tool; default /tmp/specbatch-gpu-out), scratch under $WORK. At most 8 files per
 # call come back from the device, at most 2 folders deep: setup + verify + profile write 6,
-# zoo 6, live 5 (benchmarks/gpu/README.md lists the calls).
+# zoo 5, live 5 (benchmarks/gpu/README.md lists the calls).
 #
-# Knobs (environment): PY (python to use), DEVICE, ZOO_STEPS (skip the calibration),
-# ZOO_TRAIN_S (training seconds to aim at, default 270), LIVE_N, LIVE_NEW, KV_MAX.
+# Knobs (environment): PY (python to use), DEVICE, ZOO_STEPS (a fixed schedule, no time budget),
+# ZOO_TRAIN_S (training-loop budget in seconds, default 270), ZOO_DTYPE (bfloat16 on CUDA,
+# float32 turns the autocast off), LIVE_N, LIVE_NEW, KV_MAX, MAX_CELL_TOKENS (target profile cells
+# with batch x (kv + query) above it are skipped: 300000 fits the 8B target on an H100).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -41,10 +43,12 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PAR
 if [ "$SMOKE" = 1 ]; then
     DEVICE=${DEVICE:-cpu}
     DTYPE=float32
+    ZOO_DTYPE=${ZOO_DTYPE:-float32}
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 else
     DEVICE=${DEVICE:-cuda}
     DTYPE=bfloat16
+    ZOO_DTYPE=${ZOO_DTYPE:-bfloat16}
 fi
 mkdir -p "$OUT" "$WORK"
 
@@ -127,10 +131,12 @@ preflight() {  # seconds-long runs of the profile and live code paths on $DEVICE
        && "${SB[@]}" live --target vicuna-68m --draft vicuna-68m "${t[@]}" \
             --prompts random:2:8 --max-new-tokens 4 --policy tetris --k 2 --extra 1 \
             --verify block --temperature 1 --warmup 0 --out "$WORK/preflight/live" --json \
-       && "${SB[@]}" validate "$WORK/preflight/live" --in-sample --json >/dev/null; then
-        say "preflight ok: profile, live, validate run on $DEVICE"
+       && "${SB[@]}" validate "$WORK/preflight/live" --in-sample --json >/dev/null \
+       && "${SB[@]}" zoo train --out "$WORK/preflight/zoo" --size tiny --steps 3 \
+            --max-seconds 60 --device "$DEVICE" --dtype "$ZOO_DTYPE" --tf32 --json >/dev/null; then
+        say "preflight ok: profile, live, validate, zoo train run on $DEVICE"
     else
-        say "PREFLIGHT FAILED on $DEVICE: the profile/live/validate steps will fail the same way"
+        say "PREFLIGHT FAILED on $DEVICE: the profile/live/validate/zoo steps will fail the same way"
     fi
 }
 
@@ -145,7 +151,7 @@ step_verify() {
 # model:role:queries per profile slot; grids sized so each model takes < 3 minutes on an H200
 # (8B target: 6 x 7 x 4 = 168 cells x 7 passes; drafts: 96 cells x 7 passes).
 profile_one() {  # profile_one SLOT
-    local model role query batch kv extra=() warm=(--warmup 2 --repeats 5)
+    local model role query batch kv extra=() warm=(--warmup 2 --repeats 5) cap=()
     case "$1" in
         target)   model=llama-3.1-8b; role=target; query=1,2,3,4,5,7,9 ;;
         draft1b)  model=llama-3.2-1b; role=draft;  query=1,2,4,8 ;;
@@ -155,13 +161,19 @@ profile_one() {  # profile_one SLOT
     batch=1,8,32,64,128,256
     kv=128,512,1024,${KV_MAX:-2048}
     local name=$model
+    # the 8B target's cache is the one that can overflow (drafts: 32 KiB per token at most)
+    if [ "$1" = target ] && [ -n "${MAX_CELL_TOKENS:-}" ]; then
+        cap=(--max-cell-tokens "$MAX_CELL_TOKENS")
+    fi
     if [ "$SMOKE" = 1 ]; then
         model=vicuna-68m; batch=1,2; query=1,2; kv=8,16
         extra=(--layers 1 --threads 1); warm=(--warmup 1 --repeats 2)
+        # exercises the option on the target slot: 2 x (16 + 2) = 36 > 35 skips (2, 2, 16)
+        if [ "$1" = target ]; then cap=(--max-cell-tokens 35); else cap=(); fi
     fi
     say "profile $name ($role) on $DEVICE: batch $batch x query $query x kv $kv"
     "${SB[@]}" profile --model "$model" --role "$role" --device "$DEVICE" --dtype "$DTYPE" \
-        --batch "$batch" --query "$query" --kv "$kv" "${warm[@]}" "${extra[@]}" \
+        --batch "$batch" --query "$query" --kv "$kv" "${warm[@]}" "${extra[@]}" "${cap[@]}" \
         --out "$OUT/profiles/$name.parquet" --json
     "${SB[@]}" cost fit "$OUT/profiles/$name.parquet" --json | tee -a "$OUT/profiles/fits.jsonl"
 }
@@ -181,32 +193,27 @@ step_profile() {
 step_zoo() {
     ensure_env
     mkdir -p "$OUT/zoo"
-    local size=base zoo="$WORK/zoo-base" prompts=default:256 new=128 cal_steps=30
+    local size=base zoo="$WORK/zoo-base" prompts=default:256 new=128
     local budget=${ZOO_TRAIN_S:-270} batch_size=128 live_prompts=default:64 live_new=128
-    local capture_dtype=float32
+    local capture_dtype=float32 train=(--steps 20000)
     if [ "$SMOKE" = 1 ]; then
-        size=tiny; zoo="$WORK/zoo-tiny"; prompts=default:4; new=8; cal_steps=3
+        size=tiny; zoo="$WORK/zoo-tiny"; prompts=default:4; new=8
         budget=${ZOO_TRAIN_S:-2}; batch_size=8; live_prompts=default:4; live_new=8
+        train=(--steps 100000)  # the budget, not the step count, ends the smoke training
+    fi
+    # a time budget: a 2-step probe plans the cosine schedule to fit, the loop stops between
+    # steps at the budget; zoo.json records steps, steps_done and the options that replay it.
+    # ZOO_STEPS=N: a fixed N-step schedule and no budget (reproducible on any machine).
+    if [ -n "${ZOO_STEPS:-}" ]; then
+        train=(--steps "$ZOO_STEPS")
+    else
+        train+=(--max-seconds "$budget")
     fi
     {
-        local steps=${ZOO_STEPS:-}
-        if [ -z "$steps" ]; then
-            say "calibrating: zoo train --size $size --steps $cal_steps"
-            TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 \
-            "${SB[@]}" zoo train --out "$WORK/zoo-cal" --size $size --steps $cal_steps \
-                --device "$DEVICE" --json
-            cp "$WORK/zoo-cal/zoo.json" "$OUT/zoo/calibrate.json"  # seconds per stage
-            steps=$("$PY" -c "
-import json, sys
-r = json.load(open(sys.argv[1]))
-per_step = r['seconds']['train'] / r['steps']  # both models, as in the real run
-print(max(10, min(20000, int(float(sys.argv[2]) / per_step))))" "$OUT/zoo/calibrate.json" "$budget")
-            rm -rf "$WORK/zoo-cal"
-        fi
-        say "zoo train --size $size --steps $steps on $DEVICE"
-        # TF32 for the training matmuls only (capture and live below keep exact float32)
-        TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 \
-        "${SB[@]}" zoo train --out "$zoo" --size $size --steps "$steps" --device "$DEVICE" --json
+        say "zoo train --size $size ${train[*]} --dtype $ZOO_DTYPE --tf32 on $DEVICE"
+        # bf16 autocast and TF32 for the training only (capture and live below stay float32)
+        "${SB[@]}" zoo train --out "$zoo" --size $size "${train[@]}" --dtype "$ZOO_DTYPE" --tf32 \
+            --device "$DEVICE" --json
         cp "$zoo/zoo.json" "$OUT/zoo/zoo.json"
         for t in 1.0 0; do
             local tag=t${t%.0}
