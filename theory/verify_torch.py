@@ -263,6 +263,52 @@ def _residual_pass(lay, request, position, weight, weights, z_star=None) -> torc
     return z
 
 
+def _scan_block_cpu(lay, p_full, q, pt, weights, slack) -> tuple[torch.Tensor, torch.Tensor]:
+    """CPU BV scan, one request at a time in Python scalars: τ = max{i : η_i ≤ h_i}.
+
+    Same decisions as the batched scan in :func:`accept_and_residual` (h_γ = p_γ; for
+    i = γ−1..1 the bound ``Z_{i+1} ≤ p_i − min(p_i pt, q)`` rejects without a vocabulary pass,
+    otherwise ``Z_{i+1}`` is computed straight into ``weights[b]``, see
+    :func:`_residual_rows_cpu`), without a tensor operation per scan step.
+    p_full # [B, K+1] (p_0 = 1), q, pt # [B, K].  returns (τ # [B] int64, done # [B] bool)
+    """
+    target, draft = lay["target_flat"], lay["draft_flat"]
+    lengths, t_start, d_start = (lay[n].tolist() for n in ("lengths", "t_start", "d_start"))
+    p_rows, q_rows, pt_rows = p_full.tolist(), q.tolist(), pt.tolist()
+    eta_rows = lay["uniforms"].tolist()
+    tau, done = [0] * len(lengths), [False] * len(lengths)
+    for b, g in enumerate(lengths):
+        if g == 0:
+            continue
+        p, eta = p_rows[b], eta_rows[b]
+        if eta[g - 1] <= p[g]:
+            tau[b] = g
+            continue
+        for i in range(g - 1, 0, -1):
+            p_i, eta_i = p[i], eta[i - 1]
+            bound = p_i - min(p_i * pt_rows[b][i], q_rows[b][i])
+            if eta_i < 1.0:
+                if eta_i * (1.0 - p_i) / (1.0 - eta_i) > bound * (1.0 + 1e-5) + slack:
+                    continue  # Z* > bound: reject without a vocabulary pass
+            elif p_i < 1.0:
+                continue  # η = 1 > h
+            out = weights[b]
+            if p_i == 1.0:
+                torch.sub(target[t_start[b] + i], draft[d_start[b] + i], out=out).clamp_(min=0.0)
+                z = float(out.sum())
+            else:
+                row_t, row_d = target[t_start[b] + i], draft[d_start[b] + i]
+                torch.sub(row_d, row_t, alpha=p_i, out=out).clamp_(max=0.0)
+                z = -float(out.sum())
+            denom = z + (1.0 - p_i)
+            if eta_i <= (z / denom if denom > 0 else 1.0):
+                if p_i != 1.0:
+                    out.neg_()
+                tau[b], done[b] = i, z > 0
+                break
+    return torch.tensor(tau, dtype=torch.long), torch.tensor(done, dtype=torch.bool)
+
+
 def accept_and_residual(
     rule: str,
     draft_tokens,
@@ -302,37 +348,42 @@ def accept_and_residual(
         p_full = torch.cat([torch.ones((b, 1), dtype=torch.float64, device=device), p], dim=1)
         tau = torch.zeros(b, dtype=torch.long, device=device)
         slack = 1e-12 if lay["target_flat"].dtype == torch.float64 else 1e-6
-        # i = γ: h_γ = p_γ, no vocabulary work.
-        has = lengths > 0
-        last = torch.clamp(lengths - 1, min=0)
-        accepted_last = has & (lay["uniforms"][arange_b, last] <= p[arange_b, last] if k else has)
-        tau = torch.where(accepted_last, lengths, tau)
-        pending = torch.nonzero(~accepted_last & (lengths >= 2)).flatten()
-        step = 1
-        while pending.numel():  # scan i = γ−1, γ−2, ..., 1 for still-unresolved requests
-            position = lengths[pending] - step  # i: h_i needs Z_{i+1} from the rows of X^i
-            p_i = p_full[pending, position]
-            eta = lay["uniforms"][pending, position - 1]
-            # η ≤ h_i ⇔ Z ≥ Z* := η (1 − p_i) / (1 − η). Z = p_i − Σ_x min(p_i Mb, Ms) is at
-            # most U = p_i − min(p_i pt, q) of the next drafted token X_{i+1} (column i), so
-            # Z* > U rejects without a vocabulary pass (margin: the computed Z exceeds the true
-            # one by at most ~eps·(p_i + 1) plus summation error, far below 1e-5 relative plus
-            # ``slack``).
-            z_star = eta * (1.0 - p_i) / (1.0 - eta)
-            bound = p_i - torch.minimum(p_i * pt[pending, position], q[pending, position])
-            maybe = ~(z_star > bound * (1.0 + 1e-5) + slack)  # NaN (η = 1, p_i = 1): compute
-            rows, position, p_i, eta = pending[maybe], position[maybe], p_i[maybe], eta[maybe]
-            z = _residual_pass(lay, rows, position, p_i, weights, z_star[maybe])
-            denom = z + (1.0 - p_i)
-            h = torch.where(denom > 0, z / torch.where(denom > 0, denom, 1.0), 1.0)
-            accept = eta <= h
-            winners = rows[accept]
-            tau[winners] = position[accept]
-            done[winners] = z[accept] > 0
-            still = torch.ones_like(pending, dtype=torch.bool)
-            still[torch.nonzero(maybe).flatten()[accept]] = False
-            pending = pending[still & (lengths[pending] - step > 1)]
-            step += 1
+        if device.type == "cpu" and CPU_ROW_LOOP:
+            tau, done = _scan_block_cpu(lay, p_full, q, pt, weights, slack)
+        else:
+            # i = γ: h_γ = p_γ, no vocabulary work.
+            has = lengths > 0
+            last = torch.clamp(lengths - 1, min=0)
+            accepted_last = has & (
+                lay["uniforms"][arange_b, last] <= p[arange_b, last] if k else has
+            )
+            tau = torch.where(accepted_last, lengths, tau)
+            pending = torch.nonzero(~accepted_last & (lengths >= 2)).flatten()
+            step = 1
+            while pending.numel():  # scan i = γ−1, γ−2, ..., 1 for still-unresolved requests
+                position = lengths[pending] - step  # i: h_i needs Z_{i+1} from the rows of X^i
+                p_i = p_full[pending, position]
+                eta = lay["uniforms"][pending, position - 1]
+                # η ≤ h_i ⇔ Z ≥ Z* := η (1 − p_i) / (1 − η). Z = p_i − Σ_x min(p_i Mb, Ms) is at
+                # most U = p_i − min(p_i pt, q) of the next drafted token X_{i+1} (column i), so
+                # Z* > U rejects without a vocabulary pass (margin: the computed Z exceeds the true
+                # one by at most ~eps·(p_i + 1) plus summation error, far below 1e-5 relative plus
+                # ``slack``).
+                z_star = eta * (1.0 - p_i) / (1.0 - eta)
+                bound = p_i - torch.minimum(p_i * pt[pending, position], q[pending, position])
+                maybe = ~(z_star > bound * (1.0 + 1e-5) + slack)  # NaN (η = 1, p_i = 1): compute
+                rows, position, p_i, eta = pending[maybe], position[maybe], p_i[maybe], eta[maybe]
+                z = _residual_pass(lay, rows, position, p_i, weights, z_star[maybe])
+                denom = z + (1.0 - p_i)
+                h = torch.where(denom > 0, z / torch.where(denom > 0, denom, 1.0), 1.0)
+                accept = eta <= h
+                winners = rows[accept]
+                tau[winners] = position[accept]
+                done[winners] = z[accept] > 0
+                still = torch.ones_like(pending, dtype=torch.bool)
+                still[torch.nonzero(maybe).flatten()[accept]] = False
+                pending = pending[still & (lengths[pending] - step > 1)]
+                step += 1
 
     bonus = tau == lengths
     rows = torch.nonzero(bonus).flatten()
