@@ -451,8 +451,10 @@ def _zoo_provenance(draft_path: str, target_path: str) -> dict | None:
         "target_heldout_loss": z.get("target", {}).get("heldout_loss"),
         "draft_params": z.get("draft", {}).get("params"),
         "target_params": z.get("target", {}).get("params"),
+        # zoo.json's ``reproduce`` holds the options that replay the same weights (schedule
+        # length, --max-steps of a time-budgeted run, dtype, tf32); older reports lack it.
         "command": f"specbatch zoo train --out {parent} --size {z.get('size')} "
-                   f"--seed {z.get('seed')} --steps {z.get('steps')}"
+                   + (z.get("reproduce") or f"--seed {z.get('seed')} --steps {z.get('steps')}")
                    + (f" --threads {z['threads']}" if z.get("threads") else "") + extra,
     }
 
