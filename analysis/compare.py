@@ -125,9 +125,6 @@ class PairedDiff:
     rel_high: float
     confidence: float = 0.95
 
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
-
     def rel_text(self, percent: bool = True) -> str:
         """``+4.10% [+3.80, +4.40]`` (the CI is omitted when it is undefined)."""
         scale, unit = (100.0, "%") if percent else (1.0, "")

@@ -83,16 +83,6 @@ def _base_context(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     return (select(df, first) if ctx else df), first
 
 
-def _series(df: pd.DataFrame) -> pd.Series:
-    """Legend label per row: the policy, plus ``e=…`` for budgeted policies when e varies."""
-    out = df["policy"].astype(str)
-    for policy in BUDGETED:
-        rows = df.policy == policy
-        if rows.any() and df.loc[rows, "extra"].nunique() > 1:
-            out[rows] = policy + " e=" + df.loc[rows, "extra"].astype(str)
-    return out
-
-
 def _save(fig: plt.Figure, path: Path) -> str:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
