@@ -278,10 +278,9 @@ class Engine:
         """Prefill-only step over the ``joined`` newest requests' whole prompts."""
         sel = slice(rep.n_running - joined, rep.n_running)
         q = rep.state[_PROMPT, sel]
-        prompts = q.tolist()
-        total = sum(prompts)
+        total = int(q.sum())
         if self.from_sums is not None:  # kv = 0: the sums are (n, Σq, 0, 0, Σq²), exact integers
-            sums = (joined, float(total), 0.0, 0.0, float(sum(x * x for x in prompts)))
+            sums = (joined, float(total), 0.0, 0.0, float(int(q @ q)))
             target_t = float(self.from_sums("target", *sums))
             draft_t = float(self.from_sums("draft", *sums)) if self.policy.speculates else 0.0
         else:
