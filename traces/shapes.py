@@ -3,7 +3,9 @@
 Step time on a GPU depends on a model's shape, not on its weight values, so the roofline cost
 model (simulator/) and the latency profiler (traces/) work from these numbers alone. Values
 are the published ``config.json`` fields of each model; ``vicuna-68m`` is the 68M Llama-style
-draft (JackFram/llama-68m) the TETRIS and SpecInfer papers use for Vicuna targets.
+draft (JackFram/llama-68m) the TETRIS and SpecInfer papers use for Vicuna targets;
+``smollm2-135m`` is HuggingFaceTB/SmolLM2-135M(-Instruct), the real target of the GPU runs
+(benchmarks/gpu/).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ SHAPES: dict[str, ModelShape] = {
         ModelShape("vicuna-33b", 60, 6656, 52, 52, 17920, 32000),
         ModelShape("vicuna-68m", 2, 768, 12, 12, 3072, 32000),
         ModelShape("qwen2.5-0.5b", 24, 896, 14, 2, 4864, 151936, tie_embeddings=True),
+        ModelShape("smollm2-135m", 30, 576, 9, 3, 1536, 49152, tie_embeddings=True),
         ModelShape("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064),
     )
 }
