@@ -28,8 +28,7 @@ from simulator.cost import RooflineCost, read_profile  # noqa: E402
 from simulator.hardware import get_hardware  # noqa: E402
 from traces.shapes import get_shape  # noqa: E402
 
-CELLS = ((1, 1, 1024), (64, 1, 1024), (256, 1, 1024), (1, 4, 1024), (64, 4, 1024),
-         (256, 4, 1024))
+CELLS = ((1, 1, 512), (64, 1, 512), (256, 1, 512), (1, 4, 512), (64, 4, 512), (256, 4, 512))
 
 
 def compare(path: str, hardware: str) -> dict:
