@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# The GPU session's plan for issue 7, one step per device command (each < 10 minutes):
+# The GPU session's plan for issues 7 and 16, one step per device command (each < 10 minutes):
 #
 #   bash benchmarks/gpu/run_h200.sh STEP [ARG]
 #
 #   setup            find a Python with torch + the project's imports; write $OUT/env.txt;
 #                    a seconds-long preflight of profile/live/validate on the device
 #   verify           benchmarks/verify_gpu_bench.py on the full grid -> $OUT/verify/*.json
-#   profile [WHICH]  specbatch profile + cost fit, WHICH in target|draft1b|draft68m|all (all)
-#                    -> $OUT/profiles/{llama-3.1-8b,llama-3.2-1b,vicuna-68m}.parquet and one
+#   profile [WHICH]  specbatch profile + cost fit, WHICH in target|draft1b|smollm2|draft68m|all
+#                    (all = the first three) -> $OUT/profiles/{llama-3.1-8b,llama-3.2-1b,
+#                    smollm2-135m}.parquet and one
 #                    `cost fit --json` line per model in $OUT/profiles/fits.jsonl
+#   smollm2          SmolLM2-135M-Instruct (GGUF carried in two halves, see below): convert,
+#                    drop-2 / drop-4 layer-subset drafts, 2- and 4-layer distilled drafts,
+#                    acceptance on held-out text, a K = 8, T = 1 capture, live + validate
+#                    -> $OUT/smollm2/ (8 files)
 #   zoo              zoo train --size base --max-seconds ZOO_TRAIN_S (the schedule planned to
 #                    fit by a 2-step probe; bf16 autocast + TF32 on CUDA), capture T = 1 and T = 0 (K = 8, code + prose), a live/validate run on the
 #                    pair -> $OUT/zoo/ (the models stay on the machine: they are too big to bring
@@ -30,7 +35,11 @@
 # Knobs (environment): PY (python to use), DEVICE, ZOO_STEPS (a fixed schedule, no time budget),
 # ZOO_TRAIN_S (training-loop budget in seconds, default 270), ZOO_DTYPE (bfloat16 on CUDA,
 # float32 turns the autocast off), LIVE_N, LIVE_NEW, KV_MAX, MAX_CELL_TOKENS (target profile cells
-# with batch x (kv + query) above it are skipped: 300000 fits the 8B target on an H100).
+# with batch x (kv + query) above it are skipped: 150000 on an H100 80GB; 300000 ran out of
+# memory there, since building the random DynamicCache holds two copies of it).
+# smollm2 step: SMOL_STAGES (subset of "convert distill accept capture live"), SMOL_DEADLINE
+# (epoch seconds: stages are cut to end before it), DISTILL_S, DISTILL_LAYERS, SMOL_GGUF,
+# SMOL_PARTS, SMOL_META, SMOL_CAPTURE_N, LIVE_PROMPT_TOKENS.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -261,8 +270,11 @@ step_smollm2() {
     local dev=(--device "$DEVICE") distill_s=${DISTILL_S:-180} layers=${DISTILL_LAYERS:-2,4}
     local dargs=(--seq-len 512 --batch 32 --site-chars 30000000 --log-every 200)
     local aargs=(--windows 32) cap_n=${SMOL_CAPTURE_N:-256} cap_new=128 cap_bs=128
+    # live: equal-length prompts (analysis/live.py's static-batch caveat): the default:64
+    # prompts are 51-343 SmolLM2 tokens, --max-prompt-tokens 48 keeps the last 48 of each
     local live_n=${LIVE_N:-64} live_new=${LIVE_NEW:-128} lextra=(--grid-repeats 5)
-    local t_conv=120 t_dist=$((distill_s + 90)) t_acc=150 t_cap=170 t_live=150
+    local live_prompt=${LIVE_PROMPT_TOKENS:-48}
+    local t_conv=120 t_dist=$((distill_s + 90)) t_acc=150 t_cap=170 t_live=300
     if [ "$SMOKE" = 1 ]; then
         dargs=(--seq-len 32 --batch 2 --site-chars 50000 --max-steps 2 --log-every 1)
         distill_s=${DISTILL_S:-30}; aargs=(--windows 1 --seq-len 32 --batch 1 --no-probe)
@@ -354,7 +366,8 @@ print(r['drafts'][max(r['drafts'], key=key)]['path'], r['drafts'][max(dist, key=
                 say "$name: target SmolLM2, draft $best, default:$live_n, $live_new new tokens"
                 rm -rf "${w:?}/$name"
                 timeout "$(tbox $t_live)" "${SB[@]}" live --draft "$best" --target "$w/target" \
-                    --prompts "default:$live_n" --max-new-tokens $live_new --policy $policy \
+                    --prompts "default:$live_n" --max-prompt-tokens "$live_prompt" \
+                    --max-new-tokens $live_new --policy $policy \
                     --k $k --extra $e --verify $verify --temperature 1 "${dev[@]}" \
                     --dtype "$DTYPE" --profile-grid "${lextra[@]}" --out "$w/$name" \
                     --json >"$w/json/$name.json" || say "FAILED: $name"
