@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from theory.errors import SpecbatchError
+from specbatch.errors import SpecbatchError
 
 #: metric -> (label, unit, higher is better)
 METRICS: dict[str, tuple[str, str, bool]] = {
@@ -67,7 +67,7 @@ def config_columns(df: pd.DataFrame) -> list[str]:
     try:
         from dataclasses import fields
 
-        from simulator.config import SimConfig
+        from specbatch.simulator.config import SimConfig
 
         names = [f.name for f in fields(SimConfig)]
     except ImportError:  # pragma: no cover - simulator absent

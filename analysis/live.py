@@ -71,7 +71,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from theory.errors import SpecbatchError, require
+from specbatch.errors import SpecbatchError, require
 
 POLICIES = ("fixed", "tetris")
 RULES = ("token", "block")
@@ -133,14 +133,13 @@ def load_models(draft: str, target: str, device: str = "cpu", dtype: str = "floa
     non-trivial acceptance at temperature 1. Such runs have no tokenizer (use random prompts).
     """
     import torch
-
-    from traces.capture import load_pair, model_identity
+    from specbatch.traces.capture import load_pair, model_identity
 
     if Path(draft).is_dir() and Path(target).is_dir() and layers is None:
         tok, d, t = load_pair(draft, target, device, dtype)
         return tok, d, t, {"draft": model_identity(d, draft), "target": model_identity(t, target)}
-    from traces.profile import load_profile_model
-    from traces.shapes import SHAPES
+    from specbatch.traces.profile import load_profile_model
+    from specbatch.traces.shapes import SHAPES
 
     for role, spec in (("draft", draft), ("target", target)):
         require(Path(spec).is_dir() or spec in SHAPES,
@@ -261,7 +260,7 @@ def load_torch_verifier():
     """``theory.verify_torch.accept_and_residual`` (τ, unnormalised extra-token weights), or
     None where that module is not present."""
     try:
-        from theory.verify_torch import accept_and_residual
+        from specbatch.theory.verify_torch import accept_and_residual
     except ModuleNotFoundError:
         return None
     return accept_and_residual
@@ -308,8 +307,7 @@ def verified_stats(draft_tokens, ms, mb, gamma):
     returns (q, pt, z, p) # [n, K] numpy float64
     """
     import torch
-
-    from theory.stats import block_weights
+    from specbatch.theory.stats import block_weights
 
     n, k = draft_tokens.shape
     g = mb.shape[1] - 1
@@ -386,13 +384,12 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
     prompt_ids: N token-id lists (non-empty). names: model names for the pass table.
     """
     import torch
-
-    from simulator.engine import STEP_COLUMNS
-    from simulator.metrics import summarize
-    from simulator.policies import allocate
-    from simulator.verify import request_keys, uniforms
-    from theory.stats import accept_from_stats
-    from traces.capture import probs_at, sample_inverse_cdf
+    from specbatch.simulator.engine import STEP_COLUMNS
+    from specbatch.simulator.metrics import summarize
+    from specbatch.simulator.policies import allocate
+    from specbatch.simulator.verify import request_keys, uniforms
+    from specbatch.theory.stats import accept_from_stats
+    from specbatch.traces.capture import probs_at, sample_inverse_cdf
 
     torch_verifier = load_torch_verifier() if cfg.verifier == "theory" else None
 
@@ -591,8 +588,8 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
     decode = steps[steps["batch"] > 0]
     summary.update({
         "policy": cfg.policy, "verify": cfg.verify, "live": True, "device": dev_name,
-        "verifier": "theory.verify_torch" if torch_verifier is not None
-        else "theory.stats.accept_from_stats + extra_token_law",
+        "verifier": "specbatch.theory.verify_torch" if torch_verifier is not None
+        else "specbatch.theory.stats.accept_from_stats + extra_token_law",
         "dtype": cfg.dtype, "step_latency_mean": float((steps["end"] - steps["time"]).mean()),
         "decode_step_latency_mean": float((decode["end"] - decode["time"]).mean())
         if len(decode) else float("nan"),
@@ -682,7 +679,7 @@ def profile_grid(draft, target, names: tuple[str, str], cells: dict, device: str
     model fitted to it is out-of-sample for that run."""
     import statistics
 
-    from traces.profile import PROFILE_COLUMNS
+    from specbatch.traces.profile import PROFILE_COLUMNS
 
     rows = []
     for role, model, name in (("draft", draft, names[0]), ("target", target, names[1])):
@@ -700,7 +697,7 @@ def build_trace(result: LiveResult, meta_extra: dict | None = None):
     """A :class:`traces.format.Trace` of the live run: row t of request r holds the statistics
     of the path drafted at output position t (visited positions); other rows hold a filler
     (q = 1, pt = z = 0, confidence 1) that a replay of the same run never reads."""
-    from traces.format import default_meta, make_trace
+    from specbatch.traces.format import default_meta, make_trace
 
     cfg = result.config
     k = cfg.depth
@@ -739,9 +736,9 @@ def sim_config_values(cfg: LiveConfig, n_requests: int) -> dict:
 
 def write_live(result: LiveResult, out: str | Path, manifest: dict) -> Path:
     """Write the tables, manifest, profile, outputs and trace into ``out`` (module docstring)."""
-    from simulator.config import make_config, to_toml
-    from simulator.run import jsonable
-    from traces.format import write_trace
+    from specbatch.simulator.config import make_config, to_toml
+    from specbatch.simulator.run import jsonable
+    from specbatch.traces.format import write_trace
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -777,7 +774,7 @@ def _rel(sim: float, meas: float) -> float:
 
 def read_live(live_dir: str | Path) -> dict:
     """The manifest and tables of a ``specbatch live`` output directory (one-line errors)."""
-    from traces.format import read_trace
+    from specbatch.traces.format import read_trace
 
     d = Path(live_dir)
     require(d.is_dir(), f"LIVE_DIR {d}: expected the output directory of `specbatch live`, "
@@ -808,7 +805,7 @@ def fit_in_sample(path: str | Path, overhead: float):
     :func:`simulator.cost.fit_role` per role) but without its minimum of rows per role, so a
     short run still validates (a fit on fewer rows than features is weak; the CV MAPE says so).
     """
-    from simulator.cost import ProfiledCost, fit_role, read_profile
+    from specbatch.simulator.cost import ProfiledCost, fit_role, read_profile
 
     df = read_profile(path)
     fits = {}
@@ -823,7 +820,7 @@ def fit_in_sample(path: str | Path, overhead: float):
 
 def combine_profiles(paths: list[str], out: Path) -> str:
     """One latency-profile CSV from several (e.g. one per role from ``specbatch profile``)."""
-    from simulator.cost import read_profile
+    from specbatch.simulator.cost import read_profile
 
     frames = [read_profile(p) for p in paths]
     pd.concat(frames, ignore_index=True).to_csv(out, index=False)
@@ -851,9 +848,9 @@ def validate(live_dir: str | Path, profile: str | list | None = None,
     overhead is ``overhead`` or the live run's mean measured overhead per step.
     Returns the report dict (measured, simulated, relative errors).
     """
-    from simulator.config import make_config
-    from simulator.cost import fit_profile
-    from simulator.run import simulate
+    from specbatch.simulator.config import make_config
+    from specbatch.simulator.cost import fit_profile
+    from specbatch.simulator.run import simulate
 
     live = read_live(live_dir)
     d, man, meas_req, meas_steps = live["dir"], live["manifest"], live["requests"], live["steps"]
@@ -937,7 +934,7 @@ def validate(live_dir: str | Path, profile: str | list | None = None,
         "measured": measured, "simulated": simulated, "relative_error": errors,
     }
     if out is not None:
-        from simulator.run import jsonable
+        from specbatch.simulator.run import jsonable
 
         (Path(out) / "validate.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
     return report

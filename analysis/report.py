@@ -34,8 +34,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
-
-from analysis.compare import (  # noqa: E402
+from specbatch.analysis.compare import (  # noqa: E402
     best_settings,
     config_columns,
     context_columns,
@@ -46,7 +45,7 @@ from analysis.compare import (  # noqa: E402
     select,
     setting_of,
 )
-from analysis.sweep import read_manifest, read_requests, read_results  # noqa: E402
+from specbatch.analysis.sweep import read_manifest, read_requests, read_results  # noqa: E402
 
 #: Published numbers the replication specs are compared with (THEORY.md §4-5).
 PAPER_TETRIS = {
@@ -381,7 +380,7 @@ def _trace_meta(df: pd.DataFrame) -> dict | None:
     if name == "synth":
         return None
     try:
-        from traces.format import resolve_trace
+        from specbatch.traces.format import resolve_trace
 
         return json.loads((Path(resolve_trace(name)) / "meta.json").read_text())
     except Exception:  # the note is best effort
@@ -395,7 +394,7 @@ def _trace_note(df: pd.DataFrame) -> str:
     meta = _trace_meta(df)
     if meta is None:
         return f"trace `{name}`"
-    from analysis.demo_cli import describe_trace
+    from specbatch.traces.describe import describe_trace
 
     return f"trace `{name}` ({describe_trace(meta, int(meta.get('depth', 0)))})"
 

@@ -50,10 +50,14 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import tomllib
 
-from analysis import __version__
-from theory.errors import SpecbatchError
+from specbatch import __version__
+from specbatch.errors import SpecbatchError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 #: A runner maps one resolved config (a plain dict of SimConfig fields) to its summary dict,
 #: or to ``(summary, requests_dataframe_or_None)``. It must be picklable (module level).
@@ -109,7 +113,7 @@ class SweepOutcome:
 
 def default_config_class() -> type:
     """The simulator's :class:`SimConfig` (imported lazily: analysis -> simulator)."""
-    from simulator.config import SimConfig
+    from specbatch.simulator.config import SimConfig
 
     return SimConfig
 
@@ -385,7 +389,7 @@ def _cached_trace(config: Any) -> Any:
     A named trace is the same for every run; ``"synth"`` depends on the seed and
     ``synth_alpha`` (simulator.run.load_trace), so those are part of the key.
     """
-    from simulator.run import load_trace
+    from specbatch.simulator.run import load_trace
 
     key = (config.trace, config.seed, config.synth_alpha) if config.trace == "synth" else (config.trace,)
     if key not in _TRACE_CACHE:
@@ -397,8 +401,8 @@ def _cached_trace(config: Any) -> Any:
 
 def simulate_point(config: dict) -> tuple[dict, pd.DataFrame]:
     """Run one simulation: the default sweep runner (summary, per-request table)."""
-    from simulator.config import make_config
-    from simulator.run import simulate
+    from specbatch.simulator.config import make_config
+    from specbatch.simulator.run import simulate
 
     cfg = make_config(config)
     result = simulate(cfg, trace=_cached_trace(cfg))
@@ -568,10 +572,10 @@ def trace_fingerprint(name: str) -> tuple[str, int]:
     the config itself (its identity is the config).
     """
     if name == "synth":
-        from traces.synth import SynthConfig
+        from specbatch.traces.synth import SynthConfig
 
         return "synth", SynthConfig().depth
-    from traces.format import resolve_trace
+    from specbatch.traces.format import resolve_trace
 
     path = Path(resolve_trace(name))
     digest = hashlib.sha256()
@@ -589,7 +593,7 @@ def preflight(spec: SweepSpec, runs: list[dict]) -> dict[str, str]:
     Raises a one-line SpecbatchError naming the spec, the run and the field when a policy
     would draft deeper than the trace's K or a trace does not exist.
     """
-    from simulator.config import SimConfig, policy_depth
+    from specbatch.simulator.config import SimConfig, policy_depth
 
     ids: dict[str, str] = {}
     depths: dict[str, int] = {}

@@ -22,8 +22,7 @@ import time
 
 import numpy as np
 import torch
-
-from theory.allocate import (
+from specbatch.theory.allocate import (
     allocation_value,
     gains_value,
     greedy_heap,
@@ -33,7 +32,7 @@ from theory.allocate import (
     optimal_tree_gains,
     prefix_gains,
 )
-from theory.stats import block_weights, position_stats, token_weights
+from specbatch.theory.stats import block_weights, position_stats, token_weights
 
 
 def topk_scatter_max(values: torch.Tensor, budget: int) -> torch.Tensor:

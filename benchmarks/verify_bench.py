@@ -23,10 +23,9 @@ import time
 
 import numpy as np
 import torch
-
-from theory.stats import position_stats
-from theory.verify import verify_block, verify_token
-from theory.verify_torch import verify_block_torch, verify_token_torch
+from specbatch.theory.stats import position_stats
+from specbatch.theory.verify import verify_block, verify_token
+from specbatch.theory.verify_torch import verify_block_torch, verify_token_torch
 
 
 def make_batch(batch: int, gamma: int, vocab: int, noise: float, seed: int):

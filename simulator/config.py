@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from theory.errors import SpecbatchError
+from specbatch.errors import SpecbatchError
 
 try:
     import tomllib
@@ -218,7 +218,7 @@ def _fail(where: str, name: str, expected: str, got: Any) -> None:
 
 def validate_config(c: SimConfig, where: str = "config") -> None:
     """Static checks (no trace needed); raises a one-line :class:`SpecbatchError`."""
-    from simulator.policies import POLICIES  # local: policies import nothing from here
+    from specbatch.simulator.policies import POLICIES  # local: policies import nothing from here
 
     def positive(name: str, value: Any, minimum: float = 1) -> None:
         if value is not None and (not math.isfinite(value) or value < minimum):
@@ -266,14 +266,14 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
     if c.cost == "profiled" and c.profile is None:
         _fail(where, "profile", "a latency profile path when cost = 'profiled'", None)
     try:
-        from simulator.hardware import get_hardware
+        from specbatch.simulator.hardware import get_hardware
     except ModuleNotFoundError:  # pragma: no cover - cost engineer's module not present yet
         get_hardware = None
     if get_hardware is not None:
         try:
             get_hardware(c.hardware)
         except SpecbatchError:
-            from simulator.hardware import HARDWARE
+            from specbatch.simulator.hardware import HARDWARE
 
             _fail(where, "hardware", f"one of {', '.join(sorted(HARDWARE))}", c.hardware)
 

@@ -93,10 +93,10 @@ from typing import Protocol
 
 import numpy as np
 from scipy.optimize import nnls
+from specbatch.simulator.hardware import Hardware, get_hardware
+from specbatch.traces.shapes import ModelShape, get_shape
 
-from simulator.hardware import Hardware, get_hardware
-from theory.errors import SpecbatchError, require
-from traces.shapes import ModelShape, get_shape
+from specbatch.errors import SpecbatchError, require
 
 ROLES = ("draft", "target")
 

@@ -43,10 +43,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from specbatch.simulator.policies import Policy, StepView
+from specbatch.simulator.verify import (
+    VerifyTables,
+    request_keys,
+    sample_tau,
+    uniforms,
+    uniforms_scalar,
+)
 
-from simulator.policies import Policy, StepView
-from simulator.verify import VerifyTables, request_keys, sample_tau, uniforms, uniforms_scalar
-from theory.errors import SpecbatchError
+from specbatch.errors import SpecbatchError
 
 ARRIVAL, STEP_END, SCHEDULE = 0, 1, 2  # event kinds, in tie-break order at equal times
 

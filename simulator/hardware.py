@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from theory.errors import SpecbatchError
+from specbatch.errors import SpecbatchError
 
 TERA = 1e12
 GIGA = 1e9

@@ -18,9 +18,8 @@ import weakref
 from typing import Any
 
 import numpy as np
-
-from simulator.verify import sample_tau, true_accept_probs, true_gains
-from theory.allocate import greedy_topc, optimal_tree_gains
+from specbatch.simulator.verify import sample_tau, true_accept_probs, true_gains
+from specbatch.theory.allocate import greedy_topc, optimal_tree_gains
 
 
 class StepView:
@@ -394,7 +393,7 @@ def make_view(trace: Any, rows: np.ndarray, budget: int, depth: int, cost: Any =
 
     rows: # [n] int trace row indices;  kv: # [n] (default zeros)
     """
-    from simulator.verify import request_keys, uniforms
+    from specbatch.simulator.verify import request_keys, uniforms
 
     rows = np.asarray(rows, dtype=np.int64)
     n = rows.shape[0]

@@ -19,12 +19,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from simulator.config import SimConfig, to_toml, validate_against_trace
-from simulator.engine import Engine
-from simulator.metrics import request_table, step_table, summarize
-from simulator.policies import make_policy
-from simulator.workload import build_workload
+from specbatch.simulator.config import SimConfig, to_toml, validate_against_trace
+from specbatch.simulator.engine import Engine
+from specbatch.simulator.metrics import request_table, step_table, summarize
+from specbatch.simulator.policies import make_policy
+from specbatch.simulator.workload import build_workload
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,20 +62,20 @@ def jsonable(obj: Any) -> Any:
 def load_trace(config: SimConfig) -> Any:
     """The trace named by ``config.trace`` ("synth" builds traces.synth's default trace)."""
     if config.trace == "synth":
-        from traces.synth import SynthConfig, synth_trace
+        from specbatch.traces.synth import SynthConfig, synth_trace
 
         kwargs: dict[str, Any] = {"seed": config.seed}
         if config.synth_alpha is not None:
             kwargs["constant_alpha"] = config.synth_alpha
         return synth_trace(SynthConfig(**kwargs))
-    from traces.format import read_trace, resolve_trace
+    from specbatch.traces.format import read_trace, resolve_trace
 
     return read_trace(resolve_trace(config.trace))
 
 
 def build_cost(config: SimConfig) -> Any:
     """The active cost model for ``config``."""
-    from simulator.cost import build_cost_model
+    from specbatch.simulator.cost import build_cost_model
 
     return build_cost_model(cost=config.cost, hardware=config.hardware, target=config.target,
                             draft=config.draft, tp=config.tp, profile=config.profile)

@@ -35,7 +35,7 @@ import heapq
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from theory.errors import require
+from specbatch.errors import require
 
 
 def _check(values: np.ndarray, budget: int) -> tuple[np.ndarray, int]:
@@ -332,7 +332,7 @@ def prefix_gains(q: np.ndarray, pt: np.ndarray, z: np.ndarray, rule: str) -> np.
     q, pt, z: # [N, K] recorded statistics (z[:, j] holds Z_{j+1})
     returns   # [N, K+1] float64, column 0 is 0
     """
-    from theory.stats import block_thresholds, block_weights, token_weights
+    from specbatch.theory.stats import block_thresholds, block_weights, token_weights
 
     q, pt, z = (np.asarray(a, dtype=np.float64) for a in (q, pt, z))
     n, k = q.shape

@@ -25,8 +25,17 @@ import itertools
 from collections import defaultdict
 from dataclasses import dataclass
 
-from theory.errors import SpecbatchError, require
-from theory.models import ModelPair, Number, Prefix, TableModel, one_of, sequence_prob, zero_of
+from specbatch.theory.models import (
+    ModelPair,
+    Number,
+    Prefix,
+    TableModel,
+    one_of,
+    sequence_prob,
+    zero_of,
+)
+
+from specbatch.errors import SpecbatchError, require
 
 RULES = ("token", "block")
 

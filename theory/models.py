@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from theory.errors import SpecbatchError, require
+from specbatch.errors import SpecbatchError, require
 
 Number = Fraction | float
 Row = tuple  # tuple[Number, ...] of length V

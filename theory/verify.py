@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from theory.errors import require
+from specbatch.errors import require
 
 RULES = ("token", "block")
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import torch
 
-from theory.errors import require
+from specbatch.errors import require
 
 RULES = ("token", "block")
 

@@ -37,9 +37,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from specbatch.traces.prompts import Prompt
 
-from theory.errors import SpecbatchError, require
-from traces.prompts import Prompt
+from specbatch.errors import SpecbatchError, require
 
 STATUS_DONE, STATUS_PENDING = "done", "pending"
 
@@ -484,9 +484,14 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
     captures the rest; the result equals an uninterrupted run. Returns the final meta.
     """
     import torch
+    from specbatch.traces.format import (
+        default_meta,
+        read_trace,
+        write_meta,
+        write_positions,
+        write_requests,
+    )
     from tqdm import tqdm
-
-    from traces.format import default_meta, read_trace, write_meta, write_positions, write_requests
 
     require(cfg.depth >= 1, f"--depth: expected K >= 1, got {cfg.depth}")
     require(cfg.max_new_tokens >= 1, f"--max-new-tokens: expected >= 1, got {cfg.max_new_tokens}")

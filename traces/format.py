@@ -22,7 +22,7 @@ draft-side signals ``draft_conf``, ``entropy``, ``top1`` always come from the dr
 temperature-1 softmax (a surrogate needs a graded confidence even when sampling is greedy).
 
 Files are never trusted: :func:`read_trace` runs every check of :func:`validate_trace` and
-raises a one-line :class:`~theory.errors.SpecbatchError` naming the file, the field and what
+raises a one-line :class:`~specbatch.errors.SpecbatchError` naming the file, the field and what
 was expected. Probabilities and Z may exceed [0, 1] by at most :data:`SLACK` (1e-6, float
 round-off of a capture); values are returned exactly as stored, never clipped.
 """
@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from specbatch.theory.stats import block_weights, token_weights
 
-from theory.errors import SpecbatchError, require
-from theory.stats import block_weights, token_weights
+from specbatch.errors import SpecbatchError, require
 
 FORMAT_NAME = "specbatch-trace"
 FORMAT_VERSION = 1

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from theory.errors import SpecbatchError, require
+from specbatch.errors import SpecbatchError, require
 
 PROFILE_COLUMNS = ("model", "role", "device", "dtype", "batch_size", "query_tokens", "kv_tokens",
                    "latency_s", "repeats", "latency_min_s", "latency_max_s")
@@ -94,9 +94,8 @@ def load_profile_model(model: str, device: str = "cpu", dtype: str = "float32",
                                                      dtype=_dtype(dtype))
             label = path.name
         return m.to(device).eval(), label
+    from specbatch.traces.shapes import get_shape
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from traces.shapes import get_shape
 
     try:
         shape = get_shape(model)

@@ -31,9 +31,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from specbatch.traces.prompts import stdlib_documents
 
-from theory.errors import SpecbatchError, require
-from traces.prompts import stdlib_documents
+from specbatch.errors import SpecbatchError, require
 
 EOS = "<|endoftext|>"
 

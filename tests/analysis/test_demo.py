@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("simulator.run")
+pytest.importorskip("specbatch.simulator.run")
 
-from analysis.demo_cli import demo_spec  # noqa: E402
-from analysis.sweep import expand, parse_spec  # noqa: E402
+from specbatch.analysis.demo import demo_spec  # noqa: E402
+from specbatch.analysis.sweep import expand, parse_spec  # noqa: E402
 
 
 def settings(data: dict) -> set[tuple]:
@@ -46,7 +46,7 @@ def test_demo_grid_respects_a_shallow_trace():
 def test_demo_quick_runs_end_to_end(tmp_path):
     out = tmp_path / "demo"
     result = subprocess.run(
-        [sys.executable, "-m", "analysis", "demo", "--quick", "--out", str(out), "--json"],
+        [sys.executable, "-m", "specbatch", "demo", "--quick", "--out", str(out), "--json"],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     payload = json.loads(result.stdout)

@@ -15,10 +15,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from analysis.cli import main  # noqa: E402
-from analysis.live import LiveConfig, extra_token_law, run_live, validate  # noqa: E402
-from simulator.engine import STEP_COLUMNS  # noqa: E402
-from simulator.metrics import REQUEST_COLUMNS  # noqa: E402
+from specbatch.analysis.live import LiveConfig, extra_token_law, run_live, validate  # noqa: E402
+from specbatch.simulator.engine import STEP_COLUMNS  # noqa: E402
+from specbatch.simulator.metrics import REQUEST_COLUMNS  # noqa: E402
+
+from specbatch.cli import main  # noqa: E402
 
 TEXT = ("def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the lazy dog. "
         "class Point:\n    def __init__(self, x, y):\n        self.x = x\n") * 4
@@ -31,9 +32,8 @@ IDS = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14], [20], [30, 31, 32, 33], [40, 41]]
 def _save_pair(out: Path) -> tuple[str, str]:
     """Tiny random Llama target (2 layers, hidden 64) and a draft = the target with noise on
     every weight, so the draft agrees with the target often but not always."""
+    from specbatch.traces.zoo import train_tokenizer
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from traces.zoo import train_tokenizer
 
     tok = train_tokenizer([TEXT], 300)
     torch.manual_seed(0)
@@ -74,7 +74,7 @@ def pair(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(pair):
-    from traces.capture import load_pair
+    from specbatch.traces.capture import load_pair
 
     _, draft, target = load_pair(*pair)
     return draft, target
@@ -125,19 +125,19 @@ def test_tetris_verifies_exactly_the_budget_and_fixed_verifies_k(models):
 
 @pytest.mark.parametrize("rule", ["token", "block"])
 def test_theory_torch_verifier_and_local_replay_path_agree_at_temperature_one(models, rule):
-    pytest.importorskip("theory.verify_torch")
+    pytest.importorskip("specbatch.theory.verify_torch")
     runs = [run_live(*models, IDS, LiveConfig(max_new_tokens=10, policy="tetris", k=2, extra=1,
                                                verify=rule, temperature=1.0, seed=3,
                                                verifier=verifier))
             for verifier in ("theory", "local")]
-    assert runs[0].summary["verifier"] == "theory.verify_torch"
+    assert runs[0].summary["verifier"] == "specbatch.theory.verify_torch"
     assert runs[0].outputs == runs[1].outputs
     assert (runs[0].steps["accepted"] == runs[1].steps["accepted"]).all()
 
 
 def test_extra_token_law_matches_theory_reference():
-    from theory.stats import block_weights, gather_drafted
-    from theory.verify import extra_token_law as reference
+    from specbatch.theory.stats import block_weights, gather_drafted
+    from specbatch.theory.verify import extra_token_law as reference
 
     rng = np.random.default_rng(0)
     b, g, v = 6, 3, 5
@@ -236,7 +236,7 @@ def test_live_runs_random_weights_of_a_named_shape_on_random_prompts(tmp_path, c
 
 
 def test_validate_reproduces_the_trajectory_at_temperature_zero(models, tmp_path):
-    from analysis.live import write_live
+    from specbatch.analysis.live import write_live
 
     result = run_live(*models, IDS, LiveConfig(max_new_tokens=9, policy="fixed", k=3))
     write_live(result, tmp_path / "live", {"models": {}})

@@ -9,8 +9,7 @@ import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from simulator.cost import (
+from specbatch.simulator.cost import (
     COST_MODELS,
     ProfiledCost,
     RooflineCost,
@@ -19,9 +18,10 @@ from simulator.cost import (
     fit_profile,
     kv_capacity_tokens,
 )
-from simulator.hardware import HARDWARE, get_hardware
-from theory.errors import SpecbatchError
-from traces.shapes import get_shape
+from specbatch.simulator.hardware import HARDWARE, get_hardware
+from specbatch.traces.shapes import get_shape
+
+from specbatch.errors import SpecbatchError
 
 
 def ones(n: int, value: int = 1) -> np.ndarray:

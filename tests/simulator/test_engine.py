@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from specbatch.simulator.config import load_config
+from specbatch.simulator.policies import POLICIES
+from specbatch.simulator.run import simulate
 
-from simulator.config import load_config
-from simulator.policies import POLICIES
-from simulator.run import simulate
 from tests.simulator.helpers import LinearCost, const_trace
 
 COST = LinearCost()
@@ -162,7 +162,7 @@ def test_cost_sums_fast_path_matches_per_pass_calls(synth_trace_natural, kw):
     """Draft passes and the verify pass timed from one step's batch sums
     (``time_from_sums``) give bit-identical step times to one ``step_time`` call per pass,
     uniform and ragged draft lengths alike (roofline and profiled-style models)."""
-    from simulator.run import build_cost
+    from specbatch.simulator.run import build_cost
 
     config = load_config(None, trace="synth", requests=30, **kw)
     roofline = build_cost(config)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from simulator.config import load_config
-from simulator.policies import (
+from specbatch.simulator.config import load_config
+from specbatch.simulator.policies import (
     POLICIES,
     allocate,
     make_policy,
@@ -14,12 +13,13 @@ from simulator.policies import (
     monotone_optimum,
     monotone_topc,
 )
-from simulator.run import simulate
-from simulator.verify import expected_accepted
+from specbatch.simulator.run import simulate
+from specbatch.simulator.verify import expected_accepted
+from specbatch.theory.allocate import allocation_value, greedy_topc, optimal_dp
+from specbatch.theory.stats import block_thresholds, block_weights
+from specbatch.traces.synth import SynthConfig, synth_trace
+
 from tests.simulator.helpers import LinearCost, const_trace
-from theory.allocate import allocation_value, greedy_topc, optimal_dp
-from theory.stats import block_thresholds, block_weights
-from traces.synth import SynthConfig, synth_trace
 
 COST = LinearCost()
 
@@ -221,7 +221,7 @@ def test_block_oracle_is_exact_on_the_recorded_paths(synth_trace_natural):
 def test_hindsight_accepts_at_least_any_prefix_on_the_same_coins(synth_trace_natural, rule):
     """Per request, hindsight's τ = s ≥ τ^{(s')} for every verified prefix s' (BV included,
     where a shorter draft can accept more than the full one)."""
-    from simulator.verify import sample_tau
+    from specbatch.simulator.verify import sample_tau
 
     trace = synth_trace_natural
     hindsight = policy(trace, "hindsight", k=3, extra=5, verify=rule)  # depth 8

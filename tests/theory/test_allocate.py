@@ -9,9 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-
-from tests.theory.test_verify import random_paths
-from theory.allocate import (
+from specbatch.theory.allocate import (
     allocation_value,
     gains_value,
     greedy_heap,
@@ -22,9 +20,11 @@ from theory.allocate import (
     optimal_tree_gains,
     prefix_gains,
 )
-from theory.errors import SpecbatchError
-from theory.stats import block_weights, position_stats, token_weights
-from theory.verify import tau_law
+from specbatch.theory.stats import block_weights, position_stats, token_weights
+from specbatch.theory.verify import tau_law
+
+from specbatch.errors import SpecbatchError
+from tests.theory.test_verify import random_paths
 
 
 def brute_force(values: np.ndarray, budget: int) -> tuple[float, tuple[int, ...]]:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-import theory.catalogue as catalogue
-import theory.exact as exact
-from theory.catalogue import CATALOGUE, CheckResult, Theorem, run_catalogue
+import specbatch.theory.catalogue as catalogue
+import specbatch.theory.exact as exact
+from specbatch.theory.catalogue import CATALOGUE, CheckResult, Theorem, run_catalogue
 
 REQUIRED = {"tv_lossless", "bv_lossless", "tv_tail", "bv_tail", "ordering", "lp_b_is_bv",
             "bv_tv_one_hot", "bv_tv_gamma_one", "iid_formula", "greedy_optimal_monotone",

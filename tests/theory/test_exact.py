@@ -9,11 +9,10 @@ from __future__ import annotations
 from fractions import Fraction as F
 
 import pytest
+import specbatch.theory.exact as exact
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import theory.exact as exact
-from theory.models import one_hot_draft, pair_from_dict, random_pair
+from specbatch.theory.models import one_hot_draft, pair_from_dict, random_pair
 
 PAPER = pair_from_dict({"vocab": 2, "draft": {"iid": ["2/3", "1/3"]},
                         "target": {"iid": ["1/3", "2/3"]}})
@@ -169,7 +168,7 @@ def test_validity_residual_catches_tv_residual_under_block_thresholds(monkeypatc
 
 
 def test_errors_are_specbatch_errors():
-    from theory.errors import SpecbatchError
+    from specbatch.errors import SpecbatchError
 
     with pytest.raises(SpecbatchError, match="rule: expected one of"):
         exact.expected_tau(PAPER, 2, "greedy")

@@ -9,17 +9,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-
-from tests.theory import lossless
-from tests.theory.test_verify import random_paths
-from theory.stats import (
+from specbatch.theory.stats import (
     accept_from_stats,
     block_thresholds,
     block_weights,
     position_stats,
     token_weights,
 )
-from theory.verify import block_thresholds_full, block_weights_recursive, tau_law
+from specbatch.theory.verify import block_thresholds_full, block_weights_recursive, tau_law
+
+from tests.theory import lossless
+from tests.theory.test_verify import random_paths
 
 
 def probability_pairs(max_b=6, max_k=8):

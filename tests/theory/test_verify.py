@@ -9,10 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from tests.theory import lossless
-from theory.stats import accept_from_stats, position_stats
-from theory.verify import (
+from specbatch.theory.stats import accept_from_stats, position_stats
+from specbatch.theory.verify import (
     _verify_block_wrong,
     expected_accepted,
     extra_token_law,
@@ -21,6 +19,8 @@ from theory.verify import (
     verify_block,
     verify_token,
 )
+
+from tests.theory import lossless
 
 RULES = {"token": verify_token, "block": verify_block}
 

@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import specbatch.theory.verify_torch as verify_torch_module
 import torch
-
-import theory.verify_torch as verify_torch_module
-from tests.theory import lossless
-from tests.theory.test_verify import random_paths
-from theory.verify import (
+from specbatch.theory.verify import (
     block_thresholds_full,
     block_weights_recursive,
     drafted_ratios,
     extra_token_law,
 )
-from theory.verify import verify_block as np_block
-from theory.verify import verify_token as np_token
-from theory.verify_torch import (
+from specbatch.theory.verify import verify_block as np_block
+from specbatch.theory.verify import verify_token as np_token
+from specbatch.theory.verify_torch import (
     VERIFIERS_TORCH,
     accept_and_residual,
     sample_weights,
     verify_torch,
 )
+
+from tests.theory import lossless
+from tests.theory.test_verify import random_paths
 
 NUMPY = {"token": np_token, "block": np_block}
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -18,9 +18,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from theory.errors import SpecbatchError  # noqa: E402
-from theory.stats import position_stats  # noqa: E402
-from traces.capture import (  # noqa: E402
+from specbatch.theory.stats import position_stats  # noqa: E402
+from specbatch.traces.capture import (  # noqa: E402
     CaptureConfig,
     capture,
     capture_request,
@@ -28,8 +27,10 @@ from traces.capture import (  # noqa: E402
     encode_prompt,
     load_pair,
 )
-from traces.format import LIST_COLUMNS, read_trace  # noqa: E402
-from traces.prompts import Prompt  # noqa: E402
+from specbatch.traces.format import LIST_COLUMNS, read_trace  # noqa: E402
+from specbatch.traces.prompts import Prompt  # noqa: E402
+
+from specbatch.errors import SpecbatchError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = ("def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the lazy dog. "
@@ -37,7 +38,7 @@ TEXT = ("def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the 
 
 
 def _save_pair(out: Path, vocab: int = 300, seed: int = 0, target_hidden: int = 48) -> tuple[str, str]:
-    from traces.zoo import ModelSize, make_model, train_tokenizer
+    from specbatch.traces.zoo import ModelSize, make_model, train_tokenizer
 
     tok = train_tokenizer([TEXT], vocab)
     torch.manual_seed(seed)
@@ -206,7 +207,7 @@ def test_resume_refuses_different_content_options(pair, tmp_path):
 
 def _cli(*args, **kw):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "analysis.cli", *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "specbatch", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -241,7 +242,7 @@ def test_bad_model_path_is_a_one_line_error(pair, tmp_path):
 
 
 def test_vocabulary_mismatch_is_a_one_line_error(pair, tmp_path):
-    from traces.zoo import ModelSize, make_model, train_tokenizer
+    from specbatch.traces.zoo import ModelSize, make_model, train_tokenizer
 
     tok = train_tokenizer([TEXT + " different words entirely"], 280)
     model = make_model(ModelSize(1, 16, 2, 32), len(tok), 64, tok.eos_token_id)
@@ -252,7 +253,7 @@ def test_vocabulary_mismatch_is_a_one_line_error(pair, tmp_path):
 
 
 def test_cli_errors_are_one_line_with_exit_2(pair, tmp_path):
-    from analysis.cli import main
+    from specbatch.cli import main
 
     prompts = tmp_path / "p.txt"
     prompts.write_text("hello\n")
@@ -267,7 +268,11 @@ def test_cli_errors_are_one_line_with_exit_2(pair, tmp_path):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.0])
 def test_batched_reference_generation_equals_one_request_at_a_time(loaded, temperature):
-    from traces.capture import generate_reference, generate_reference_batch, request_uniforms
+    from specbatch.traces.capture import (
+        generate_reference,
+        generate_reference_batch,
+        request_uniforms,
+    )
 
     tok, _, target = loaded
     cfg = CaptureConfig(max_new_tokens=10, depth=2, temperature=temperature)
@@ -286,7 +291,7 @@ def test_batched_reference_generation_equals_one_request_at_a_time(loaded, tempe
 
 
 def test_bundled_traces_are_valid_and_record_how_they_were_made():
-    from traces.format import resolve_trace
+    from specbatch.traces.format import resolve_trace
 
     for name, temperature in (("default", 1.0), ("default-t0", 0.0)):
         path = Path(resolve_trace(name))

@@ -12,18 +12,15 @@ headline table (best setting of each policy and verifier) and writes the full re
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from pathlib import Path
 
-from analysis.cli import add_json_flag, emit, example
+from specbatch.analysis.demo import demo_spec, pick_trace
+from specbatch.cli.common import add_json_flag, emit, example
 
 DEFAULT_OUT = "specbatch-demo"
-KS = (1, 2, 3, 4, 5, 6)
-EXTRAS = (1, 2)
-BUDGETED = ("tetris", "oracle", "hindsight")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,84 +51,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_demo)
 
 
-def pick_trace(name: str) -> tuple[str, int, str]:
-    """(trace name for the config, its draft depth K, a one-line description).
-
-    Falls back to ``synth`` when the default trace is not bundled (yet).
-    """
-    from theory.errors import SpecbatchError
-    from traces.format import resolve_trace
-
-    try:
-        path = resolve_trace(name)
-    except SpecbatchError:
-        if name != "default":
-            raise
-        from traces.synth import SynthConfig
-
-        synth = SynthConfig()
-        return "synth", synth.depth, (
-            "synthetic (traces.synth defaults: temperature "
-            f"{synth.temperature:g}, K = {synth.depth}) because the bundled default trace "
-            "is not present")
-    meta = json.loads((Path(path) / "meta.json").read_text())
-    depth = int(meta.get("depth") or _read_k(path))
-    return name, depth, f"{name} ({describe_trace(meta, depth)})"
-
-
-def describe_trace(meta: dict, depth: int) -> str:
-    """``draft (0.37M params) -> target (3.44M params), 240 requests, temperature 1, K = 8``."""
-    bits = []
-    models = meta.get("models") or {}
-    pair = []
-    for role in ("draft", "target"):
-        model = models.get(role) or meta.get(role) or {}
-        if isinstance(model, str):
-            pair.append(model)
-            continue
-        where = str(model.get("path") or model.get("name") or role)
-        text = "/".join(Path(where).parts[-2:])
-        if model.get("params"):
-            text += f" ({model['params'] / 1e6:.2f}M params)"
-        pair.append(text)
-    bits.append(" -> ".join(pair))
-    if "temperature" in meta:
-        bits.append(f"temperature {meta['temperature']:g}")
-    bits.append(f"K = {depth}")
-    return ", ".join(bits)
-
-
-def _read_k(path: str) -> int:
-    from traces.format import read_trace
-
-    return read_trace(path).K
-
-
-def demo_spec(trace: str, depth: int, quick: bool, seeds: int | None) -> dict:
-    """The demo's sweep spec (analysis.sweep format) as a dict."""
-    ks = (1, 2) if quick else KS
-    extras = (1,) if quick else EXTRAS
-    n_seeds = seeds if seeds is not None else (1 if quick else 3)
-    base = {"trace": trace, "requests": 32 if quick else 512, "max_num_seqs": 8 if quick else 64,
-            "arrival": "burst", "cost": "roofline", "hardware": "h100", "target": "vicuna-33b",
-            "draft": "vicuna-68m"}
-    verify = ["token", "block"]
-    fixed_ks = [k for k in ks if k <= depth]
-    grids: list[dict] = [
-        {"policy": ["ar"]},
-        {"policy": ["fixed"], "num_speculative_tokens": fixed_ks, "verify": verify},
-        {"policy": ["dsd"], "num_speculative_tokens": [min(max(ks), depth)], "verify": verify},
-    ]
-    for e in extras:
-        allowed = [k for k in ks if k + e <= depth]
-        if allowed:
-            grids.append({"policy": list(BUDGETED), "num_speculative_tokens": allowed,
-                          "extra": [e], "verify": verify})
-    return {"name": "demo-quick" if quick else "demo", "seeds": list(range(n_seeds)),
-            "base": base, "axes": grids,
-            "report": {"title": "specbatch demo: which draft tokens to verify, and how"}}
-
-
 def headline_text(table) -> str:
     """Fixed-width headline table for the terminal."""
     cols = [("policy", 9, "{}"), ("verify", 6, "{}"), ("k", 2, "{}"), ("e", 2, "{}"),
@@ -156,9 +75,9 @@ def headline_text(table) -> str:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from analysis.compare import headline
-    from analysis.report import build_report
-    from analysis.sweep import parse_spec, run_sweep
+    from specbatch.analysis.compare import headline
+    from specbatch.analysis.report import build_report
+    from specbatch.analysis.sweep import parse_spec, run_sweep
 
     start = time.perf_counter()
     trace, depth, desc = pick_trace(args.trace)

@@ -8,10 +8,10 @@ import sys
 
 import numpy as np
 import pytest
+import specbatch.traces.format as fmt
+from specbatch.traces.format import read_trace
 
-import traces.format as fmt
-from analysis.cli import main
-from traces.format import read_trace
+from specbatch.cli import main
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
@@ -131,7 +131,7 @@ def test_help_has_examples(capsys):
 
 
 def test_process_exit_code_and_one_line_error(synth_dir):
-    result = subprocess.run([sys.executable, "-m", "analysis", "trace", "validate",
+    result = subprocess.run([sys.executable, "-m", "specbatch", "trace", "validate",
                              str(synth_dir / "missing")], capture_output=True, text=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

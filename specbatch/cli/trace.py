@@ -15,10 +15,10 @@ import argparse
 import dataclasses
 from typing import Any
 
-import numpy as np
-
-from traces.format import read_trace, resolve_trace, write_trace
-from traces.synth import SURROGATES, SynthConfig, synth_trace
+from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.traces.describe import trace_summary
+from specbatch.traces.format import read_trace, resolve_trace, write_trace
+from specbatch.traces.synth import SURROGATES, SynthConfig, synth_trace
 
 SYNTH_HELP = {
     "requests": "number of requests",
@@ -45,17 +45,9 @@ SYNTH_HELP = {
 }
 
 
-def _helpers():
-    """The CLI root's helpers, imported lazily so importing traces never pulls in analysis
-    (dependency direction analysis -> simulator -> traces -> theory)."""
-    from analysis.cli import add_json_flag, emit, example
-
-    return add_json_flag, emit, example
-
 
 def register(subparsers: Any) -> None:
     """Add ``trace`` with verbs ``info``, ``validate`` and ``synth`` to the CLI root."""
-    add_json_flag, _, example = _helpers()
     trace = subparsers.add_parser(
         "trace", help="inspect, validate or synthesise a trace",
         description="Inspect, validate or synthesise a specbatch trace (see traces/FORMAT.md).",
@@ -115,44 +107,6 @@ def _no_verb(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def trace_summary(trace) -> dict:
-    """The numbers ``specbatch trace info`` prints (means over all position rows)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = trace.pt / trace.q  # [rows, K]
-    accept = np.minimum(r, 1.0)
-    tv = trace.accept_tv.mean(axis=0)  # [K] mean P(τ ≥ i) under TV
-    bv = trace.p.mean(axis=0)  # [K] under BV
-    models = trace.meta.get("models") or {}
-    names = {role: (m.get("name") or m.get("path")) if isinstance(m, dict) else m
-             for role, m in models.items()} if isinstance(models, dict) else models
-    categories, counts = np.unique(trace.category.astype(str), return_counts=True)
-    return {
-        "path": trace.path,
-        "requests": trace.n_requests,
-        "positions": trace.n_rows,
-        "K": trace.K,
-        "temperature": trace.temperature,
-        "models": names,
-        "model_params": {role: m.get("params") for role, m in models.items() if isinstance(m, dict)}
-        if isinstance(models, dict) else {},
-        "categories": dict(zip(categories.tolist(), counts.tolist())),
-        "prompt_len_mean": float(trace.prompt_len.mean()),
-        "output_len_mean": float(trace.output_len.mean()),
-        "per_position": {
-            "i": list(range(1, trace.K + 1)),
-            "r_mean": r.mean(axis=0).tolist(),
-            "accept_mean": accept.mean(axis=0).tolist(),
-            "p_mean": bv.tolist(),
-            "tv_reach_mean": tv.tolist(),
-        },
-        "mal": {
-            "gamma": list(range(trace.K + 1)),
-            "tv": (1 + np.concatenate([[0.0], np.cumsum(tv)])).tolist(),
-            "bv": (1 + np.concatenate([[0.0], np.cumsum(bv)])).tolist(),
-        },
-    }
-
-
 def _format_models(s: dict) -> str:
     if not isinstance(s["models"], dict):
         return str(s["models"])
@@ -188,14 +142,12 @@ def _format_info(s: dict) -> str:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    emit = _helpers()[1]
     summary = trace_summary(read_trace(resolve_trace(args.path)))
     emit(summary, args.json, None if args.json else _format_info(summary))
     return 0
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    emit = _helpers()[1]
     trace = read_trace(resolve_trace(args.path))
     result = {"ok": True, "path": trace.path, "requests": trace.n_requests,
               "positions": trace.n_rows, "K": trace.K, "temperature": trace.temperature}
@@ -205,7 +157,6 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_synth(args: argparse.Namespace) -> int:
-    emit = _helpers()[1]
     config = SynthConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(SynthConfig)})
     trace = synth_trace(config)
     write_trace(trace, args.out)

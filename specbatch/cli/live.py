@@ -7,7 +7,7 @@ import argparse
 import shlex
 import sys
 
-from analysis.cli import add_json_flag, emit, example
+from specbatch.cli.common import add_json_flag, emit, example
 
 
 def register(subparsers) -> None:
@@ -103,10 +103,16 @@ def _live(args) -> int:
     import numpy as np
     import torch
 
-    from analysis.live import LiveConfig, load_models, random_prompts, run_live, write_live
-    from theory.errors import require
-    from traces.capture import encode_prompt
-    from traces.capture_cli import resolve_prompts
+    from specbatch.analysis.live import (
+        LiveConfig,
+        load_models,
+        random_prompts,
+        run_live,
+        write_live,
+    )
+    from specbatch.errors import require
+    from specbatch.traces.capture import encode_prompt
+    from specbatch.traces.prompts import resolve_prompts
 
     cfg = LiveConfig(max_new_tokens=args.max_new_tokens, policy=args.policy, k=args.k,
                      extra=args.extra, verify=args.verify, temperature=args.temperature,
@@ -148,14 +154,14 @@ def _live(args) -> int:
         "models": identities, "prompts": args.prompts, "prompt_source": source,
         "categories": categories, "warmup": args.warmup, "threads": torch.get_num_threads(),
         "layers_override": args.layers,
-        "profile_grid": {"cells": "analysis.live.grid_cells", "warmup": 2,
+        "profile_grid": {"cells": "specbatch.analysis.live.grid_cells", "warmup": 2,
                          "repeats": args.grid_repeats} if args.profile_grid else None,
     }
     require(args.grid_repeats >= 1, f"--grid-repeats: expected >= 1, got {args.grid_repeats}")
     write_live(result, args.out, manifest)
     if args.profile_grid:
-        from analysis.live import grid_cells, profile_grid
-        from traces.profile import write_profile
+        from specbatch.analysis.live import grid_cells, profile_grid
+        from specbatch.traces.profile import write_profile
 
         cells = grid_cells(len(ids), cfg.depth, float(np.mean([len(i) for i in ids])),
                            cfg.max_new_tokens)
@@ -173,7 +179,7 @@ def _live(args) -> int:
 
 
 def _validate(args) -> int:
-    from analysis.live import format_report, validate
+    from specbatch.analysis.live import format_report, validate
 
     report = validate(args.live_dir, profile=args.profile, target_model=args.target_model,
                       draft_model=args.draft_model, overhead=args.overhead, out=args.out,

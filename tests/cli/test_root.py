@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from analysis import __version__
-from analysis.cli import main
+from specbatch import __version__
+from specbatch.cli import main
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "specbatch", *args], capture_output=True, text=True)
 
 
 def test_help_lists_usage_and_exits_zero():
@@ -37,7 +37,7 @@ def test_unknown_command_or_option_is_one_line_exit_2(args):
 
 
 def test_every_subcommand_has_help_with_example(capsys):
-    from analysis.cli import build_parser
+    from specbatch.cli import build_parser
 
     parser = build_parser()
     subparsers = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
@@ -47,12 +47,12 @@ def test_every_subcommand_has_help_with_example(capsys):
 
 
 def test_project_error_is_printed_as_one_line(capsys, monkeypatch):
-    from theory.errors import SpecbatchError
+    from specbatch.errors import SpecbatchError
 
     def boom(args):
         raise SpecbatchError("file x.json: field 'vocab': expected a positive integer")
 
-    import analysis.cli as cli
+    import specbatch.cli as cli
 
     parser = cli.build_parser()
     monkeypatch.setattr(cli, "build_parser", lambda: parser)

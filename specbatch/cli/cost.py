@@ -12,10 +12,10 @@ import argparse
 
 import numpy as np
 
-from analysis.cli import add_json_flag, emit, example
-from simulator.cost import RooflineCost, build_cost_model, fit_profile, kv_capacity_tokens
-from simulator.hardware import HARDWARE
-from theory.errors import require
+from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.errors import require
+from specbatch.simulator.cost import RooflineCost, build_cost_model, fit_profile, kv_capacity_tokens
+from specbatch.simulator.hardware import HARDWARE
 
 DEFAULT_BATCHES = (1, 8, 32, 64, 128, 256)
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from analysis.cli import main
+from specbatch.cli import main
 
 JSON_KEYS = {"throughput", "e2e_mean", "e2e_p99", "vsr", "mal", "tokens", "requests"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from analysis.cli import add_json_flag, emit, example
+from specbatch.cli.common import add_json_flag, emit, example
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -57,7 +57,7 @@ def register(subparsers) -> None:
 def _profile(args) -> int:
     import torch
 
-    from traces.profile import ProfileGrid, profile_model, write_profile
+    from specbatch.traces.profile import ProfileGrid, profile_model, write_profile
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from analysis.cli import add_json_flag, emit, example
+from specbatch.cli.common import add_json_flag, emit, example
 
 
 def register(subparsers) -> None:
@@ -57,7 +57,7 @@ def register(subparsers) -> None:
 
 
 def _train(args) -> int:
-    from traces.zoo import train_zoo
+    from specbatch.traces.zoo import train_zoo
 
     log = None if args.json else (lambda msg: sys.stderr.write(msg + "\n"))
     report = train_zoo(args.out, args.size, seed=args.seed, corpus=args.corpus,

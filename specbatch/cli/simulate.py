@@ -13,7 +13,8 @@ import argparse
 import math
 from dataclasses import fields
 
-from simulator.config import FIELD_TYPES, SimConfig, load_config
+from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.simulator.config import FIELD_TYPES, SimConfig, load_config
 
 #: Summary keys printed in the text table, with units.
 TEXT_KEYS = (
@@ -26,7 +27,6 @@ TEXT_KEYS = (
 
 
 def register(subparsers) -> None:
-    from analysis.cli import add_json_flag, example
 
     p = subparsers.add_parser(
         "simulate", help="simulate batch speculative decoding on a trace",
@@ -54,8 +54,7 @@ def register(subparsers) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from analysis.cli import emit
-    from simulator.run import jsonable, simulate
+    from specbatch.simulator.run import jsonable, simulate
 
     overrides = {f.name: getattr(args, f.name) for f in fields(SimConfig)
                  if getattr(args, f.name) is not None}

@@ -6,7 +6,8 @@ import argparse
 import shlex
 import sys
 
-from analysis.cli import add_json_flag, emit, example
+from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.traces.prompts import resolve_prompts
 
 
 def register(subparsers) -> None:
@@ -50,28 +51,10 @@ def register(subparsers) -> None:
     p.set_defaults(func=_capture)
 
 
-def resolve_prompts(spec: str, limit: int | None):
-    """Prompts and a description of their source from ``--prompts``."""
-    from theory.errors import SpecbatchError
-    from traces.prompts import default_prompts, load_prompts
-
-    if spec.startswith("default:"):
-        parts = spec.split(":")
-        try:
-            n = int(parts[1])
-            seed = int(parts[2]) if len(parts) > 2 else 0
-        except (ValueError, IndexError):
-            raise SpecbatchError(f"--prompts {spec}: expected default:N or default:N:SEED, "
-                                 "got a non-integer") from None
-        prompts = default_prompts(n - n // 2, n // 2, seed=seed)
-        return prompts[:limit], f"stdlib held-out text: {n - n // 2} code + {n // 2} prose prompts, seed {seed}"
-    return load_prompts(spec, limit), spec
-
-
 def _capture(args) -> int:
     import torch
 
-    from traces.capture import CaptureConfig, capture
+    from specbatch.traces.capture import CaptureConfig, capture
 
     if args.threads:
         torch.set_num_threads(args.threads)

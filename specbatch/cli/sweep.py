@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from analysis.cli import add_json_flag, emit, example
+from specbatch.cli.common import add_json_flag, emit, example
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
-    from analysis.sweep import load_spec, parse_override, run_sweep
+    from specbatch.analysis.sweep import load_spec, parse_override, run_sweep
 
     overrides = dict(parse_override(text) for text in args.set)
     spec = load_spec(args.spec, overrides=overrides)
@@ -73,7 +73,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         "results": os.path.join(outcome.out, "results.parquet"),
     }
     if args.report:
-        from analysis.report import build_report
+        from specbatch.analysis.report import build_report
 
         result["report"] = build_report(args.out)
     emit(result, args.json)
@@ -81,10 +81,10 @@ def run_sweep_command(args: argparse.Namespace) -> int:
 
 
 def run_report_command(args: argparse.Namespace) -> int:
-    from analysis.sweep import read_manifest
+    from specbatch.analysis.sweep import read_manifest
 
     read_manifest(args.dir)  # a one-line error before the plotting stack is imported
-    from analysis.report import build_report
+    from specbatch.analysis.report import build_report
 
     path = build_report(args.dir, fmt=args.format)
     emit({"report": path}, args.json)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from analysis.cli import main
+from specbatch.cli import main
 from tests.simulator.test_cost import synthetic_profile
 
 

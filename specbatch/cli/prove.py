@@ -15,25 +15,18 @@ from __future__ import annotations
 
 import argparse
 import os
-from fractions import Fraction
 
 import numpy as np
 
-from theory.errors import SpecbatchError, require
-
-
-def _helpers():
-    from analysis.cli import add_json_flag, emit, example
-
-    return add_json_flag, emit, example
+from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.errors import SpecbatchError, require
+from specbatch.theory.lp import verify_pair
 
 
 def register(subparsers) -> None:
     """Add ``prove`` and ``optimum`` (verbs ``verify``, ``allocate``) to the CLI root."""
-    from theory.catalogue import DEFAULT_INSTANCES
-    from theory.lp import DEFAULT_MAX_VARIABLES, DEFAULT_SOLVER
-
-    add_json_flag, _, example = _helpers()
+    from specbatch.theory.catalogue import DEFAULT_INSTANCES
+    from specbatch.theory.lp import DEFAULT_MAX_VARIABLES, DEFAULT_SOLVER
     raw = argparse.RawDescriptionHelpFormatter
 
     prove = subparsers.add_parser(
@@ -108,9 +101,7 @@ def _fmt_margin(value: float) -> str:
 
 
 def run_prove(args: argparse.Namespace) -> int:
-    from theory.catalogue import CATALOGUE, KINDS, run_catalogue
-
-    _, emit, _ = _helpers()
+    from specbatch.theory.catalogue import CATALOGUE, KINDS, run_catalogue
     require(args.instances >= 1, f"--instances: expected >= 1, got {args.instances}")
     known = [t.name for t in CATALOGUE]
     for name in args.only or []:
@@ -139,37 +130,8 @@ def run_prove(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- optimum verify
 
 
-def verify_pair(pair, gamma: int, solver: str = "HIGHS", max_variables: int | None = None
-                ) -> dict:
-    """The numbers ``optimum verify`` prints (floats), plus exact strings for exact pairs."""
-    from theory import exact
-    from theory.lp import DEFAULT_MAX_VARIABLES, solve_lp_a, solve_lp_b
-
-    require(gamma >= 1, f"--gamma: expected an integer >= 1, got {gamma}")
-    limit = DEFAULT_MAX_VARIABLES if max_variables is None else max_variables
-    token = exact.expected_tau(pair, gamma, "token")
-    block = exact.expected_tau(pair, gamma, "block")
-    res_t = exact.validity_residual(pair, gamma, "token")
-    res_b = exact.validity_residual(pair, gamma, "block")
-    lp_b = solve_lp_b(pair, gamma, solver=solver, max_variables=limit)
-    lp_a = solve_lp_a(pair, gamma, solver=solver, max_variables=limit)
-    out = {"vocab": pair.vocab, "gamma": gamma, "exact": pair.exact,
-           "token": float(token), "block": float(block),
-           "lp_valid": lp_b.value, "lp_joint": lp_a.value,
-           "residual_token": float(res_t), "residual_block": float(res_b),
-           "joint_closed_form": float(exact.lp_joint_formula(pair, gamma)),
-           "solver": lp_b.solver}
-    if pair.exact:
-        out["fractions"] = {"token": str(Fraction(token)), "block": str(Fraction(block)),
-                            "joint_closed_form": str(exact.lp_joint_formula(pair, gamma)),
-                            "residual_token": str(res_t), "residual_block": str(res_b)}
-    return out
-
-
 def run_verify(args: argparse.Namespace) -> int:
-    from theory.models import read_pair
-
-    _, emit, _ = _helpers()
+    from specbatch.theory.models import read_pair
     pair = read_pair(args.pair)
     out = verify_pair(pair, args.gamma, args.solver, args.max_variables)
     frac = out.get("fractions", {})
@@ -213,9 +175,7 @@ def read_values(path: str) -> np.ndarray:
 
 
 def run_allocate(args: argparse.Namespace) -> int:
-    from theory.allocate import allocation_value, greedy_topc, optimal_dp, optimal_milp
-
-    _, emit, _ = _helpers()
+    from specbatch.theory.allocate import allocation_value, greedy_topc, optimal_dp, optimal_milp
     values = read_values(args.values)  # [N, K]
     try:
         greedy = greedy_topc(values, args.budget)

@@ -1,0 +1,1 @@
+"""Live batched speculative decoding on real models, sharing the simulator's policies."""
