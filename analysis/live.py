@@ -72,6 +72,7 @@ import numpy as np
 import pandas as pd
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.io import write_json
 
 POLICIES = ("fixed", "tetris")
 RULES = ("token", "block")
@@ -389,7 +390,7 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
     from specbatch.simulator.policies import allocate
     from specbatch.simulator.verify import request_keys, uniforms
     from specbatch.theory.stats import accept_from_stats
-    from specbatch.traces.capture import probs_at, sample_inverse_cdf
+    from specbatch.theory.stats_torch import probs_at, sample_inverse_cdf
 
     torch_verifier = load_torch_verifier() if cfg.verifier == "theory" else None
 
@@ -737,14 +738,13 @@ def sim_config_values(cfg: LiveConfig, n_requests: int) -> dict:
 def write_live(result: LiveResult, out: str | Path, manifest: dict) -> Path:
     """Write the tables, manifest, profile, outputs and trace into ``out`` (module docstring)."""
     from specbatch.simulator.config import make_config, to_toml
-    from specbatch.simulator.run import jsonable
     from specbatch.traces.format import write_trace
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     result.requests.to_parquet(out / "requests.parquet", index=False)
     result.steps.to_parquet(out / "steps.parquet", index=False)
-    (out / "summary.json").write_text(json.dumps(jsonable(result.summary), indent=2) + "\n")
+    write_json(out / "summary.json", result.summary)
     result.passes.to_csv(out / "profile.csv", index=False)
     with open(out / "outputs.jsonl", "w") as fh:
         for i, toks in enumerate(result.outputs):
@@ -762,7 +762,7 @@ def write_live(result: LiveResult, out: str | Path, manifest: dict) -> Path:
                         f"when holes exceed {result.config.compact_fraction:g} of a cache",
             "files": ["requests.parquet", "steps.parquet", "summary.json", "profile.csv",
                       "outputs.jsonl", "trace/", "config.toml"]}
-    (out / "live.json").write_text(json.dumps(jsonable(full), indent=2) + "\n")
+    write_json(out / "live.json", full)
     return out
 
 
@@ -934,9 +934,8 @@ def validate(live_dir: str | Path, profile: str | list | None = None,
         "measured": measured, "simulated": simulated, "relative_error": errors,
     }
     if out is not None:
-        from specbatch.simulator.run import jsonable
 
-        (Path(out) / "validate.json").write_text(json.dumps(jsonable(report), indent=2) + "\n")
+        write_json(Path(out) / "validate.json", report)
     return report
 
 

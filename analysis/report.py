@@ -47,6 +47,8 @@ from specbatch.analysis.compare import (  # noqa: E402
 )
 from specbatch.analysis.sweep import read_manifest, read_requests, read_results  # noqa: E402
 
+from specbatch.io import atomic_write
+
 #: Published numbers the replication specs are compared with (THEORY.md §4-5).
 PAPER_TETRIS = {
     "e2e_vs_sd": -9.32,     # % e2e latency vs standard SD (best case over settings)
@@ -605,7 +607,5 @@ def build_report(out: str | os.PathLike, fmt: str = "md") -> str:
     blocks += [("h2", "Metric definitions"), ("list", METRIC_DEFINITIONS)]
 
     path = rep / f"report.{fmt}"
-    tmp = rep / f".report.{os.getpid()}.tmp"
-    tmp.write_text(render(blocks, fmt))
-    os.replace(tmp, path)
+    atomic_write(path, render(blocks, fmt))
     return str(path)

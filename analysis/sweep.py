@@ -53,6 +53,7 @@ import pandas as pd
 
 from specbatch import __version__
 from specbatch.errors import SpecbatchError
+from specbatch.io import atomic_write, dumps
 
 try:
     import tomllib
@@ -426,10 +427,6 @@ def _ignore_sigint() -> None:  # pool initializer: Ctrl-C is handled by the pare
 # ---------------------------------------------------------------------------------------
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def point_path(out: str | os.PathLike, key: str) -> Path:
@@ -453,12 +450,11 @@ def store_point(out: str | os.PathLike, config: dict, summary: dict, requests: p
         if "ttft" not in requests and {"first_token", "arrival"} <= set(requests.columns):
             requests["ttft"] = requests["first_token"] - requests["arrival"]
         cols = [c for c in REQUEST_COLUMNS if c in requests.columns]
-        tmp = points / f".{key}.{os.getpid()}.requests.tmp"
-        requests[cols].reset_index(drop=True).to_parquet(tmp, index=False)
-        os.replace(tmp, requests_path(out, key))
+        frame = requests[cols].reset_index(drop=True)
+        atomic_write(requests_path(out, key), lambda tmp: frame.to_parquet(tmp, index=False))
     record = {"key": key, "version": __version__, "config": config,
               "summary": _plain(summary), "elapsed_s": round(elapsed_s, 6)}
-    _atomic_write_bytes(point_path(out, key), json.dumps(record, indent=1, allow_nan=True).encode())
+    atomic_write(point_path(out, key), json.dumps(record, indent=1, allow_nan=True).encode())
     return key
 
 
@@ -551,7 +547,7 @@ def write_manifest(out: str | os.PathLike, spec: SweepSpec, keys: list[str]) -> 
         "axes": spec.axes, "seeds": list(spec.seeds), "report": spec.report,
         "store_requests": spec.store_requests, "runs": keys,
     }
-    _atomic_write_bytes(Path(out) / "sweep.json", json.dumps(manifest, indent=1).encode())
+    atomic_write(Path(out) / "sweep.json", dumps(manifest, indent=1))
 
 
 def read_manifest(out: str | os.PathLike) -> dict:
@@ -708,10 +704,8 @@ def collect_results(out: str | os.PathLike, keys: Iterable[str] | None = None) -
 def write_results(out: str | os.PathLike, table: pd.DataFrame) -> None:
     """OUT/results.parquet and OUT/results.csv, each written atomically."""
     out = Path(out)
-    tmp = out / f".results.{os.getpid()}.parquet.tmp"
-    table.to_parquet(tmp, index=False)
-    os.replace(tmp, out / "results.parquet")
-    _atomic_write_bytes(out / "results.csv", table.to_csv(index=False).encode())
+    atomic_write(out / "results.parquet", lambda tmp: table.to_parquet(tmp, index=False))
+    atomic_write(out / "results.csv", table.to_csv(index=False))
 
 
 def read_results(out: str | os.PathLike) -> pd.DataFrame:

@@ -10,20 +10,19 @@ files.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from specbatch.simulator.config import SimConfig, to_toml, validate_against_trace
 from specbatch.simulator.engine import Engine
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import make_policy
 from specbatch.simulator.workload import build_workload
+
+from specbatch.io import write_json
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,22 +40,11 @@ class SimResult:
         out.mkdir(parents=True, exist_ok=True)
         self.requests.to_parquet(out / "requests.parquet", index=False)
         self.steps.to_parquet(out / "steps.parquet", index=False)
-        (out / "summary.json").write_text(json.dumps(jsonable(self.summary), indent=2) + "\n")
+        write_json(out / "summary.json", self.summary)
         (out / "config.toml").write_text(to_toml(self.config))
         return out
 
 
-def jsonable(obj: Any) -> Any:
-    """numpy scalars -> Python, non-finite floats -> None (strict JSON)."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def load_trace(config: SimConfig) -> Any:

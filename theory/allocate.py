@@ -367,11 +367,15 @@ def optimal_milp(values: np.ndarray, budget: int, solver: str = "HIGHS") -> np.n
     n, k = values.shape
     if n == 0 or k == 0 or c == 0:
         return np.zeros(n, dtype=np.int64)
+    # Scale the objective to max 1: HiGHS's tolerances are absolute (~1e-7), so gains of that
+    # size would otherwise look like ties. Scaling does not change the maximiser.
+    top = float(values.max())
+    scaled = values / top if top > 0 else values
     x = cp.Variable((n, k), boolean=True)
     constraints = [cp.sum(x) <= c]
     if k > 1:
         constraints.append(x[:, 1:] <= x[:, :-1])
-    problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(values, x))), constraints)
+    problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(scaled, x))), constraints)
     # HiGHS stops at a 1e-4 relative MIP gap by default; ask for the exact optimum.
     options = {"mip_rel_gap": 0.0, "mip_abs_gap": 0.0} if solver.upper() == "HIGHS" else {}
     problem.solve(solver=solver, **options)

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from specbatch.theory.stats_torch import path_stats_torch, probs_at, sample_inverse_cdf
 from specbatch.traces.prompts import Prompt
 
 from specbatch.errors import SpecbatchError, require
@@ -124,67 +125,6 @@ def model_identity(model, path: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- statistics
-def probs_at(logits, temperature: float):
-    """Float64 next-token distributions at temperature T; one-hot at the argmax when T = 0.
-
-    logits:  # [..., V]
-    returns  # [..., V] float64
-    """
-    import torch
-
-    x = logits.double()
-    if temperature == 0:
-        return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).double()
-    return torch.softmax(x / temperature, dim=-1)
-
-
-def sample_inverse_cdf(probs, uniforms):
-    """Sample one token per row by inverse CDF.  probs # [..., V] float64, uniforms # [...]."""
-    import torch
-
-    cdf = torch.cumsum(probs, dim=-1)
-    cdf = cdf / cdf[..., -1:]
-    idx = torch.searchsorted(cdf, uniforms.to(cdf.dtype).unsqueeze(-1).contiguous(), right=True)
-    return idx.squeeze(-1).clamp_(max=probs.shape[-1] - 1)
-
-
-def path_stats(draft_tokens, draft_logits, target_logits, temperature: float) -> dict:
-    """THEORY.md §3 statistics of P drafted paths, on the logits' device, in float64.
-
-    Same numbers as :func:`theory.stats.position_stats` on the temperature-T rows (twin test
-    in tests/traces/test_capture.py), plus the draft's temperature-1 signals.
-
-    draft_tokens:  # [P, K]       int64
-    draft_logits:  # [P, K, V]    Ms logits at X^i, i = 0..K-1
-    target_logits: # [P, K+1, V]  Mb logits at X^i, i = 0..K
-    returns dict of numpy arrays # [P, K]: q, pt, z, draft_conf, entropy, top1
-    """
-    import torch
-
-    k = draft_tokens.shape[1]
-    tok = draft_tokens.unsqueeze(-1)
-    ms = probs_at(draft_logits, temperature)
-    mb = probs_at(target_logits[:, :k], temperature)
-    q = ms.gather(-1, tok).squeeze(-1)
-    pt = mb.gather(-1, tok).squeeze(-1)
-    # p_i = exp(S_i − max_{0≤j≤i} S_j), S_i = Σ log r (THEORY.md §3)
-    log_r = torch.log(pt) - torch.log(q)
-    s = torch.cumsum(log_r, dim=1)
-    running = torch.clamp(torch.cummax(s, dim=1).values, min=0.0)
-    p = torch.nan_to_num(torch.exp(s - running), nan=0.0)
-    p_prev = torch.cat([torch.ones_like(p[:, :1]), p[:, :-1]], dim=1)
-    z = torch.clamp(p_prev.unsqueeze(-1) * mb - ms, min=0.0).sum(-1)
-    logp1 = torch.log_softmax(draft_logits.double(), dim=-1)
-    p1 = logp1.exp()
-    out = {
-        "q": q, "pt": pt, "z": z,
-        "draft_conf": p1.gather(-1, tok).squeeze(-1),
-        "entropy": (-(p1 * logp1).nan_to_num(0.0)).sum(-1).clamp(min=0.0),
-        "top1": p1.max(-1).values,
-    }
-    return {name: v.cpu().numpy() for name, v in out.items()}
-
-
 # ----------------------------------------------------------------------------- one request
 def request_uniforms(seed: int, index: int, max_new: int, depth: int):
     """(reference-output uniforms # [max_new], draft uniforms # [max_new, K]) of request n."""
@@ -378,7 +318,7 @@ def append_path_stats(parts: dict, x, dl, tl, temperature: float, return_rows: b
 
     x: # [P, K] drafted tokens;  dl: # [P, K, V] draft logits;  tl: # [P, K+1, V] target logits
     """
-    stats = path_stats(x, dl, tl, temperature)
+    stats = path_stats_torch(x, dl, tl, temperature)
     stats["draft_token"] = x.cpu().numpy().astype(np.int32)
     if return_rows:
         stats["draft_rows"] = probs_at(dl, temperature).cpu().numpy()

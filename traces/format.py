@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -43,6 +42,7 @@ import pyarrow.parquet as pq
 from specbatch.theory.stats import block_weights, token_weights
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.io import atomic_write, write_json
 
 FORMAT_NAME = "specbatch-trace"
 FORMAT_VERSION = 1
@@ -359,35 +359,13 @@ def _check_columns(cols: dict, temperature: float, where: str) -> None:
 # writing (atomic per file: temporary file in the same directory, then os.replace)
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    """Call ``write(tmp_path)`` then rename the temporary file onto ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def write_meta(directory: str | os.PathLike, meta: dict) -> None:
     """Write ``meta.json`` atomically (pretty-printed, keys in insertion order)."""
-    text = json.dumps(meta, indent=2, allow_nan=False, default=_json_default) + "\n"
-
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-
-    _atomic_write(Path(directory) / META_FILE, write)
+    write_json(Path(directory) / META_FILE, meta)
 
 
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    raise TypeError(f"meta: {type(obj).__name__} is not JSON-serialisable")
 
 
 def write_requests(directory: str | os.PathLike, requests: dict) -> None:
@@ -402,7 +380,7 @@ def write_requests(directory: str | os.PathLike, requests: dict) -> None:
         "arrival": pa.array(np.full(n, np.nan) if arrival is None
                             else np.asarray(arrival, dtype=np.float64)),
     })
-    _atomic_write(Path(directory) / REQUESTS_FILE, lambda tmp: pq.write_table(table, tmp))
+    atomic_write(Path(directory) / REQUESTS_FILE, lambda tmp: pq.write_table(table, tmp))
 
 
 def write_positions(
@@ -440,7 +418,7 @@ def write_positions(
         data[col] = pa.FixedSizeListArray.from_arrays(pa.array(flat), k)
     table = pa.table(data)
     path = Path(directory) / name
-    _atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
     return path
 
 

@@ -7,10 +7,9 @@ to stdout (see :func:`emit`).
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
-from typing import Any
+
+from specbatch.io import dumps
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -31,23 +30,12 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
-def _jsonable(obj: Any) -> Any:
-    """Convert numpy scalars/arrays and non-finite floats to strict-JSON values."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if hasattr(obj, "tolist"):  # numpy array or scalar
-        return _jsonable(obj.tolist())
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def emit(obj: dict, as_json: bool, text: str | None = None) -> None:
     """Print ``obj`` as one JSON object (``as_json``) or ``text`` (default: key: value lines)."""
     if as_json:
-        sys.stdout.write(json.dumps(_jsonable(obj), sort_keys=False) + "\n")
+        sys.stdout.write(dumps(obj) + "\n")
         return
     if text is None:
         width = max((len(str(k)) for k in obj), default=0)

@@ -14,6 +14,7 @@ import math
 from dataclasses import fields
 
 from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.io import jsonable
 from specbatch.simulator.config import FIELD_TYPES, SimConfig, load_config
 
 #: Summary keys printed in the text table, with units.
@@ -54,7 +55,7 @@ def register(subparsers) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from specbatch.simulator.run import jsonable, simulate
+    from specbatch.simulator.run import simulate
 
     overrides = {f.name: getattr(args, f.name) for f in fields(SimConfig)
                  if getattr(args, f.name) is not None}
