@@ -70,6 +70,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from specbatch.theory.verify_torch import extra_token_law_torch
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import write_json
@@ -265,37 +266,6 @@ def load_torch_verifier():
     except ModuleNotFoundError:
         return None
     return accept_and_residual
-
-
-def extra_token_law(target_rows, draft_rows, p, tau, gamma, rule: str):
-    """Law of the extra token (THEORY.md §2-§3), normalised, in float64 torch.
-
-    τ = γ: the bonus law ``Mb(·|X^γ)``; τ < γ: ``max(w Mb(·|X^τ) − Ms(·|X^τ), 0)`` with w = 1
-    (TV) or ``p_τ`` (BV, p_0 = 1); a zero-mass residual (rounding) falls back to ``Mb(·|X^τ)``.
-    Twin of :func:`theory.verify.extra_token_law` for ragged γ (parity test).
-
-    target_rows: # [n, G+1, V] Mb(·|X^i), i = 0..G (G ≥ max γ)
-    draft_rows:  # [n, K, V]   Ms(·|X^i), i = 0..K-1 (K ≥ max γ)
-    p:           # [n, K]      p_1..p_K (BV weights)
-    tau, gamma:  # [n] long
-    returns      # [n, V]
-    """
-    import torch
-
-    n = tau.shape[0]
-    ar = torch.arange(n, device=tau.device)
-    mb = target_rows[ar, tau]
-    ms = draft_rows[ar, tau.clamp(max=draft_rows.shape[1] - 1)]
-    if rule == "block":
-        p0 = torch.cat([torch.ones_like(p[:, :1]), p], dim=1)  # p_0..p_K
-        w = p0[ar, tau]
-    else:
-        w = torch.ones(n, dtype=mb.dtype, device=mb.device)
-    residual = (w[:, None] * mb - ms).clamp_(min=0.0)
-    law = torch.where((tau < gamma)[:, None], residual, mb)
-    mass = law.sum(dim=1, keepdim=True)
-    law = torch.where(mass > 0, law, mb)
-    return law / law.sum(dim=1, keepdim=True)
 
 
 def verified_stats(draft_tokens, ms, mb, gamma):
@@ -539,7 +509,8 @@ def run_live(draft, target, prompt_ids: list[list[int]], cfg: LiveConfig,
                 q, pt, z, p = verified_stats(x, ms, mb, s_t)
                 tau = accept_from_stats(q, pt, z, s, eta, rule).astype(np.int64)
                 tau_t = torch.from_numpy(tau).to(device)
-                law = extra_token_law(mb, ms, torch.from_numpy(p).to(device), tau_t, s_t, rule)
+                law = extra_token_law_torch(ms, mb, tau_t, rule, gamma=s_t,
+                                           p=torch.from_numpy(p).to(device))
             y = sample_inverse_cdf(law, torch.from_numpy(rng.random(n)).to(device))
             emitted = np.minimum(tau + 1, max_new - pos[act])
             x_cpu, y_cpu = x.cpu().numpy(), y.cpu().numpy()

@@ -486,3 +486,33 @@ def verify_block_torch(draft_tokens, draft_rows, target_rows, uniforms, **kwargs
 
 #: rule name -> batched torch verifier
 VERIFIERS_TORCH = {"token": verify_token_torch, "block": verify_block_torch}
+
+
+def extra_token_law_torch(draft_rows, target_rows, tau, rule: str, *, gamma, p):
+    """Law of the extra token (THEORY.md §2-§3), normalised, in float64 torch.
+
+    τ = γ: the bonus law ``Mb(·|X^γ)``; τ < γ: ``max(w Mb(·|X^τ) − Ms(·|X^τ), 0)`` with w = 1
+    (TV) or ``p_τ`` (BV, p_0 = 1); a zero-mass residual (rounding) falls back to ``Mb(·|X^τ)``.
+    The torch tier of :func:`specbatch.theory.verify.extra_token_law` (same argument
+    order, parity test) for ragged γ and precomputed BV weights, as the live loop has them.
+
+    draft_rows:  # [n, K, V]   Ms(·|X^i), i = 0..K-1 (K ≥ max γ)
+    target_rows: # [n, G+1, V] Mb(·|X^i), i = 0..G (G ≥ max γ)
+    tau, gamma:  # [n] long
+    p:           # [n, K]      p_1..p_K (BV weights)
+    returns      # [n, V]
+    """
+    n = tau.shape[0]
+    ar = torch.arange(n, device=tau.device)
+    mb = target_rows[ar, tau]
+    ms = draft_rows[ar, tau.clamp(max=draft_rows.shape[1] - 1)]
+    if rule == "block":
+        p0 = torch.cat([torch.ones_like(p[:, :1]), p], dim=1)  # p_0..p_K
+        w = p0[ar, tau]
+    else:
+        w = torch.ones(n, dtype=mb.dtype, device=mb.device)
+    residual = (w[:, None] * mb - ms).clamp_(min=0.0)
+    law = torch.where((tau < gamma)[:, None], residual, mb)
+    mass = law.sum(dim=1, keepdim=True)
+    law = torch.where(mass > 0, law, mb)
+    return law / law.sum(dim=1, keepdim=True)

@@ -272,3 +272,22 @@ def test_cpu_row_loop_and_batched_chunks_give_the_same_tau_and_law(monkeypatch, 
     assert torch.equal(results[True][0], results[False][0])
     atol = 1e-12 if dtype == torch.float64 else 1e-6
     assert torch.allclose(results[True][1], results[False][1], atol=atol)
+
+
+def test_extra_token_law_torch_matches_the_numpy_reference():
+    from specbatch.theory.stats import block_weights, gather_drafted
+    from specbatch.theory.verify import extra_token_law as reference
+    from specbatch.theory.verify_torch import extra_token_law_torch
+
+    rng = np.random.default_rng(0)
+    b, g, v = 6, 3, 5
+    ms = rng.dirichlet(np.ones(v), size=(b, g))
+    mb = rng.dirichlet(np.ones(v), size=(b, g + 1))
+    tokens = rng.integers(0, v, size=(b, g))
+    tau = np.array([0, 1, 2, 3, 3, 1])
+    p = block_weights(gather_drafted(ms, tokens), gather_drafted(mb, tokens))
+    for rule in ("token", "block"):
+        ours = extra_token_law_torch(torch.from_numpy(ms), torch.from_numpy(mb),
+                                     torch.from_numpy(tau), rule, gamma=torch.full((b,), g),
+                                     p=torch.from_numpy(p)).numpy()
+        np.testing.assert_allclose(ours, reference(tokens, ms, mb, tau, rule), atol=1e-12)
