@@ -28,6 +28,7 @@ def atomic_write(path: str | os.PathLike, data: bytes | str | Callable[[str], No
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
     try:
         if isinstance(data, bytes):
             Path(tmp).write_bytes(data)
@@ -41,6 +42,12 @@ def atomic_write(path: str | os.PathLike, data: bytes | str | Callable[[str], No
             os.unlink(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def jsonable(obj: Any) -> Any:

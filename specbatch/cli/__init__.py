@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "specbatch.cli.capture",
     "specbatch.cli.profile",
     "specbatch.cli.zoo",
+    "specbatch.cli.models",
     "specbatch.cli.cost",
     "specbatch.cli.prove",
     "specbatch.cli.live",
