@@ -166,6 +166,8 @@ class Policy:
     name = "base"
     #: Whether the policy drafts at all (``ar`` does not, so it pays no draft prefill either).
     speculates = True
+    #: The :class:`StepView` fields ``decide`` reads besides n, budget and depth.
+    reads: tuple[str, ...] = ()
 
     def __init__(self, config: Any, trace_k: int) -> None:
         self.k = int(config.num_speculative_tokens)
@@ -231,6 +233,7 @@ class DynamicSD(Policy):
     """
 
     name = "dsd"
+    reads = ("kv", "cost")
     #: The largest window the goodput scan considers.
     MAX_K = 6
 
@@ -297,6 +300,7 @@ class Tetris(Policy):
     """
 
     name = "tetris"
+    reads = ("conf",)
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         values = view.cum_conf  # [n, depth] non-increasing rows
@@ -317,6 +321,7 @@ class Threshold(Policy):
     """
 
     name = "threshold"
+    reads = ("conf",)
 
     def __init__(self, config: Any, trace_k: int) -> None:
         super().__init__(config, trace_k)
@@ -353,6 +358,7 @@ class Oracle(Policy):
     """
 
     name = "oracle"
+    reads = ("accept_tv", "q", "pt", "z")
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         if self.rule == "token":
@@ -376,6 +382,7 @@ class Hindsight(Policy):
     """
 
     name = "hindsight"
+    reads = ("q", "pt", "z", "p", "eta")
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         full = np.full(view.n, self.depth, dtype=np.int64)
