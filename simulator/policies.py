@@ -39,20 +39,22 @@ SIGNALS = {"conf": "draft_conf", "q": "q", "pt": "pt", "z": "z", "p": "p",
            "accept_tv": "accept_tv"}
 
 _TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # trace -> {key: table}
-_LAST: list = [None, None, None]  # (weakref to a trace, key, table): the last table served
+_LAST: tuple = (None, None, None)  # (weakref to a trace, key, table): the last table served
 
 
-def trace_table(trace: Any, key: tuple, build: Callable[[], Any]) -> Any:
-    """``build()`` computed once per (trace, key) and cached (a Trace's arrays are not
-    modified once built); the last table served is answered without a dictionary lookup."""
+def trace_table(trace: Any, key: tuple, build: Callable[..., Any], *args: Any) -> Any:
+    """``build(*args)`` computed once per (trace, key) and cached (a Trace's arrays are not
+    modified once built); the last table served is answered without a dictionary lookup
+    (one tuple swapped whole, so threads never see a torn entry)."""
+    global _LAST
     ref, last_key, table = _LAST
     if ref is not None and ref() is trace and last_key == key:
         return table
     cache = _TABLES.setdefault(trace, {})
     table = cache.get(key)
     if table is None:
-        table = cache[key] = build()
-    _LAST[:] = [weakref.ref(trace), key, table]
+        table = cache[key] = build(*args)
+    _LAST = (weakref.ref(trace), key, table)
     return table
 
 
@@ -60,8 +62,11 @@ def confidence_table(trace: Any, depth: int) -> np.ndarray:
     """TETRIS's surrogate for every trace row: :func:`cumulative_confidence` of the
     ``draft_conf`` column, cached per trace. Row-wise, so gathering rows of it equals the
     surrogate of the gathered rows bit for bit.  # [rows, depth]"""
-    return trace_table(trace, ("cumulative_confidence", depth),
-                       lambda: cumulative_confidence(trace.draft_conf[:, :depth]))
+    return trace_table(trace, ("cumulative_confidence", depth), _confidence_of, trace, depth)
+
+
+def _confidence_of(trace: Any, depth: int) -> np.ndarray:
+    return cumulative_confidence(trace.draft_conf[:, :depth])
 
 
 def cumulative_confidence(conf: np.ndarray) -> np.ndarray:
@@ -147,7 +152,7 @@ class StepView:
             return build(*(self.signal(name) for name in names))
         trace, depth, rows = self._trace, self.depth, self._rows
         table = trace_table(trace, (key, depth), lambda: build(
-            *(getattr(trace, SIGNALS[name])[:, :depth] for name in names)))
+            *(getattr(trace, SIGNALS[name])[:, :depth] for name in names)))  # built once
         if isinstance(table, tuple):
             return tuple(t.take(rows, axis=0) for t in table)
         return table.take(rows, axis=0)
