@@ -294,14 +294,11 @@ def validate_against_trace(c: SimConfig, trace: Any, max_footprint: int | None =
 
 
 def policy_depth(c: SimConfig) -> int:
-    """Deepest draft a policy may ask of the trace (DSD scans up to 6, capped by k + e ≥ k)."""
-    if c.policy == "ar":
-        return 0
-    if c.policy == "dsd":
-        return c.num_speculative_tokens
-    if c.policy == "fixed":
-        return c.num_speculative_tokens
-    return c.depth
+    """Deepest draft the configured policy may ask of the trace: its class's
+    :meth:`simulator.policies.Policy.required_depth`."""
+    from specbatch.simulator.policies import POLICIES
+
+    return POLICIES[c.policy].required_depth(c)
 
 
 def to_toml(config: SimConfig) -> str:

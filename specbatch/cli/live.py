@@ -1,5 +1,6 @@
 """``specbatch live`` (a real batched speculative-decoding run) and ``specbatch validate``
-(simulate the same workload and compare): see :mod:`analysis.live`."""
+(simulate the same workload and compare): argument parsing and printing; the work is in
+:mod:`specbatch.live` and :mod:`specbatch.analysis.validate`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ from specbatch.cli.common import add_json_flag, emit, example
 
 
 def register(subparsers) -> None:
+    _register_live(subparsers)
+    _register_validate(subparsers)
+
+
+def _register_live(subparsers) -> None:
     p = subparsers.add_parser(
         "live", help="run batched speculative decoding on live HF models and measure it",
         description="One static batch of N requests (burst at t = 0) through a real draft/"
@@ -35,6 +41,12 @@ def register(subparsers) -> None:
     p.add_argument("--prompts", required=True,
                    help="JSONL/JSON/text prompts file, default:N[:SEED] (stdlib held-out text), "
                         "or random:N:LEN[:SEED] (random token ids; needed for shape names)")
+    _add_run_flags(p)
+    p.set_defaults(func=_live)
+
+
+def _add_run_flags(p) -> None:
+    """The live run's settings, timing and output flags."""
     p.add_argument("--layers", type=int, default=None,
                    help="override the layer count (random weights; CPU smoke runs of big shapes)")
     p.add_argument("--requests", type=int, default=None,
@@ -52,8 +64,8 @@ def register(subparsers) -> None:
     p.add_argument("--max-prompt-tokens", type=int, default=512,
                    help="longer prompts keep their last tokens")
     p.add_argument("--verifier", default="theory", choices=["theory", "local"],
-                   help="theory: theory.verify_torch (when present); local: the recorded "
-                        "statistics through theory.stats.accept_from_stats")
+                   help="theory: theory.verify_torch; local: the recorded statistics through "
+                        "theory.stats.accept_from_stats")
     p.add_argument("--warmup", type=int, default=1,
                    help="untimed warm-up runs of the same batch before the measured one")
     p.add_argument("--profile-grid", action="store_true",
@@ -63,8 +75,9 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--out", required=True, help="output directory")
     add_json_flag(p)
-    p.set_defaults(func=_live)
 
+
+def _register_validate(subparsers) -> None:
     v = subparsers.add_parser(
         "validate", help="simulate a live run's workload and compare with its measurements",
         description="Replays the live run's recorded per-position statistics (its trace/, same "
@@ -100,19 +113,52 @@ def register(subparsers) -> None:
 
 
 def _live(args) -> int:
-    import numpy as np
     import torch
 
-    from specbatch.analysis.live import (
-        LiveConfig,
-        load_models,
-        random_prompts,
-        run_live,
-        write_live,
-    )
+    from specbatch.live.loop import run_live
+    from specbatch.live.models import load_models
+    from specbatch.live.record import write_live
+
+    cfg = _live_config(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    prompts = None if args.prompts.startswith("random:") else _text_prompts(args)
+    tok, draft, target, identities = load_models(args.draft, args.target, args.device,
+                                                 args.dtype, args.seed, args.layers)
+    ids, categories, source = _prompt_ids(args, prompts, tok, target)
+    names = (identities["draft"]["name"], identities["target"]["name"])
+    for _ in range(args.warmup):
+        run_live(draft, target, ids, cfg, names)
+    result = run_live(draft, target, ids, cfg, names)
+    manifest = {
+        "command": "specbatch " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "models": identities, "prompts": args.prompts, "prompt_source": source,
+        "categories": categories, "warmup": args.warmup, "threads": torch.get_num_threads(),
+        "layers_override": args.layers,
+        "profile_grid": {"cells": "specbatch.live.profile_grid.grid_cells", "warmup": 2,
+                         "repeats": args.grid_repeats} if args.profile_grid else None,
+    }
+    write_live(result, args.out, manifest)
+    if args.profile_grid:
+        _profile_grid(args, cfg, ids, draft, target, names)
+    s = result.summary
+    emit({"out": args.out} | {key: s[key] for key in _PRINTED}, args.json)
+    return 0
+
+
+#: Summary fields ``specbatch live`` prints.
+_PRINTED = ("requests", "tokens", "throughput", "makespan", "steps", "decode_step_latency_mean",
+            "mal", "vsr", "draft_time", "target_time", "overhead_time", "policy", "verify",
+            "device", "dtype", "verifier")
+
+
+def _live_config(args):
+    """The run's LiveConfig from the flags, every flag checked (one-line errors)."""
     from specbatch.errors import require
-    from specbatch.traces.capture import encode_prompt
-    from specbatch.traces.prompts import resolve_prompts
+    from specbatch.live.config import LiveConfig
 
     cfg = LiveConfig(max_new_tokens=args.max_new_tokens, policy=args.policy, k=args.k,
                      extra=args.extra, verify=args.verify, temperature=args.temperature,
@@ -124,62 +170,54 @@ def _live(args) -> int:
     require(args.warmup >= 0, f"--warmup: expected >= 0, got {args.warmup}")
     require(args.layers is None or args.layers >= 1,
             f"--layers: expected >= 1, got {args.layers}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from transformers.utils import logging as hf_logging
+    require(args.grid_repeats >= 1, f"--grid-repeats: expected >= 1, got {args.grid_repeats}")
+    return cfg
 
-    hf_logging.disable_progress_bar()
-    random = args.prompts.startswith("random:")
-    if not random:
-        prompts, source = resolve_prompts(args.prompts, args.requests)
-        require(bool(prompts), f"--prompts {args.prompts}: expected at least one prompt, got none")
-    tok, draft, target, identities = load_models(args.draft, args.target, args.device,
-                                                 args.dtype, args.seed, args.layers)
-    if random:
+
+def _text_prompts(args):
+    """(prompts, source) of a prompts file or ``default:N`` (checked before loading models)."""
+    from specbatch.errors import require
+    from specbatch.traces.prompts import resolve_prompts
+
+    prompts, source = resolve_prompts(args.prompts, args.requests)
+    require(bool(prompts), f"--prompts {args.prompts}: expected at least one prompt, got none")
+    return prompts, source
+
+
+def _prompt_ids(args, prompts, tok, target):
+    """(token ids, categories, source): encoded text prompts, or ``random:N:LEN`` ids."""
+    from specbatch.errors import require
+    from specbatch.live.models import random_prompts
+    from specbatch.traces.capture import encode_prompt
+
+    if prompts is None:
         vocab = target.get_output_embeddings().weight.shape[0]
         ids, source = random_prompts(args.prompts, vocab)
         ids = ids[:args.requests] if args.requests else ids
-        categories = ["random"] * len(ids)
-    else:
-        require(tok is not None, f"--prompts {args.prompts}: expected random:N:LEN for models "
-                "without a tokenizer (shape names), got a text prompt source")
-        ids = [encode_prompt(tok, p.text, args.max_prompt_tokens) for p in prompts]
-        categories = [p.category for p in prompts]
-    names = (identities["draft"]["name"], identities["target"]["name"])
-    for _ in range(args.warmup):
-        run_live(draft, target, ids, cfg, names)
-    result = run_live(draft, target, ids, cfg, names)
-    manifest = {
-        "command": "specbatch " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-        "models": identities, "prompts": args.prompts, "prompt_source": source,
-        "categories": categories, "warmup": args.warmup, "threads": torch.get_num_threads(),
-        "layers_override": args.layers,
-        "profile_grid": {"cells": "specbatch.analysis.live.grid_cells", "warmup": 2,
-                         "repeats": args.grid_repeats} if args.profile_grid else None,
-    }
-    require(args.grid_repeats >= 1, f"--grid-repeats: expected >= 1, got {args.grid_repeats}")
-    write_live(result, args.out, manifest)
-    if args.profile_grid:
-        from specbatch.analysis.live import grid_cells, profile_grid
-        from specbatch.traces.profile import write_profile
+        return ids, ["random"] * len(ids), source
+    require(tok is not None, f"--prompts {args.prompts}: expected random:N:LEN for models "
+            "without a tokenizer (shape names), got a text prompt source")
+    items, source = prompts
+    ids = [encode_prompt(tok, p.text, args.max_prompt_tokens) for p in items]
+    return ids, [p.category for p in items], source
 
-        cells = grid_cells(len(ids), cfg.depth, float(np.mean([len(i) for i in ids])),
-                           cfg.max_new_tokens)
-        frame = profile_grid(draft, target, names, cells, str(next(target.parameters()).device),
-                             cfg.dtype, repeats=args.grid_repeats)
-        write_profile(frame, f"{args.out}/profile_grid.csv")
-    s = result.summary
-    emit({"out": args.out, "requests": s["requests"], "tokens": s["tokens"],
-          "throughput": s["throughput"], "makespan": s["makespan"], "steps": s["steps"],
-          "decode_step_latency_mean": s["decode_step_latency_mean"], "mal": s["mal"],
-          "vsr": s["vsr"], "draft_time": s["draft_time"], "target_time": s["target_time"],
-          "overhead_time": s["overhead_time"], "policy": s["policy"], "verify": s["verify"],
-          "device": s["device"], "dtype": s["dtype"], "verifier": s["verifier"]}, args.json)
-    return 0
+
+def _profile_grid(args, cfg, ids, draft, target, names) -> None:
+    """Time both models on the run's (batch, query, KV) cells into OUT/profile_grid.csv."""
+    import numpy as np
+
+    from specbatch.live.profile_grid import grid_cells, profile_grid
+    from specbatch.traces.profile import write_profile
+
+    cells = grid_cells(len(ids), cfg.depth, float(np.mean([len(i) for i in ids])),
+                       cfg.max_new_tokens)
+    frame = profile_grid(draft, target, names, cells, str(next(target.parameters()).device),
+                         cfg.dtype, repeats=args.grid_repeats)
+    write_profile(frame, f"{args.out}/profile_grid.csv")
 
 
 def _validate(args) -> int:
-    from specbatch.analysis.live import format_report, validate
+    from specbatch.analysis.validate import format_report, validate
 
     report = validate(args.live_dir, profile=args.profile, target_model=args.target_model,
                       draft_model=args.draft_model, overhead=args.overhead, out=args.out,

@@ -1,4 +1,5 @@
-"""Policy specification (issue 5 §7): MAL formula, per-step optimality, bounds, BV ≥ TV."""
+"""Policy specification: MAL formula, per-step optimality, bounds, BV ≥ TV, one decide for
+trace views and array views, one required depth per policy."""
 
 from __future__ import annotations
 
@@ -7,15 +8,12 @@ import pytest
 from specbatch.simulator.config import load_config
 from specbatch.simulator.policies import (
     POLICIES,
-    allocate,
+    StepView,
     make_policy,
     make_view,
-    monotone_optimum,
-    monotone_topc,
 )
 from specbatch.simulator.run import simulate
 from specbatch.simulator.verify import expected_accepted
-from specbatch.theory.allocate import allocation_value, greedy_topc, optimal_dp
 from specbatch.theory.stats import block_thresholds, block_weights
 from specbatch.traces.synth import SynthConfig, synth_trace
 
@@ -143,23 +141,6 @@ def test_dsd_goes_autoregressive_when_nothing_is_accepted():
     assert (steps["depth"].iloc[20:] == 0).all()
 
 
-def test_monotone_fast_path_is_an_exact_optimum():
-    """On non-increasing rows, top-min(C, #positive) reaches optimal_dp's value (and, without
-    ties, its allocation); rows that rise go to the DP."""
-    rng = np.random.default_rng(5)
-    for _ in range(30):
-        n, k = int(rng.integers(1, 20)), int(rng.integers(1, 7))
-        values = np.cumprod(rng.uniform(0, 1, size=(n, k)), axis=1)
-        values[rng.uniform(size=n) < 0.2] = 0.0
-        c = int(rng.integers(0, n * k + 3))
-        fast = monotone_optimum(values, c)
-        exact = optimal_dp(values, c)
-        assert np.array_equal(fast, exact)
-        assert allocation_value(values, fast) == pytest.approx(allocation_value(values, exact))
-    rising = np.array([[0.1, 0.9], [0.5, 0.0]])
-    assert allocate(rising, 2, "block").tolist() == [2, 0]  # DP; top-C would pick [1, 1]
-
-
 def test_dsd_goes_deep_when_everything_is_accepted_and_verifying_is_cheap():
     """α = 1 and a memory-bound target (fixed pass cost): goodput rises with k up to min(6, K)."""
     trace = const_trace(n_requests=8, output_len=200, depth=8, alpha=1.0)
@@ -174,17 +155,6 @@ def test_dsd_goes_deep_when_everything_is_accepted_and_verifying_is_cheap():
     assert len(set(depth[:20])) == 1 and depth[20] != depth[0]
     assert (np.diff(depth) >= 0).all() and depth[-1] == 6
     assert result.summary["vsr"] == 1.0
-
-
-def test_monotone_topc_equals_greedy_topc_ties_included():
-    rng = np.random.default_rng(9)
-    for _ in range(60):
-        n, k = int(rng.integers(1, 30)), int(rng.integers(1, 8))
-        levels = rng.choice([1.0, 0.5, 0.25, 0.0], size=(n, k)) if rng.uniform() < 0.5 else \
-            rng.uniform(size=(n, k))
-        values = np.cumprod(levels, axis=1)  # non-increasing, many exact ties in half the cases
-        c = int(rng.integers(0, n * k + 2))
-        assert np.array_equal(monotone_topc(values, c), greedy_topc(values, c))
 
 
 def test_block_equals_token_verification_at_temperature_zero():
@@ -233,3 +203,46 @@ def test_hindsight_accepts_at_least_any_prefix_on_the_same_coins(synth_trace_nat
     for other in range(hindsight.depth + 1):
         alt = sample_tau(view.q, view.pt, view.z, np.full(rows.shape[0], other), view.eta, rule)
         assert np.all(tau >= alt), other
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+def test_a_view_of_gathered_signals_decides_like_a_view_of_trace_rows(synth_trace_natural,
+                                                                        rule):
+    """The live loop builds StepView.from_signals from its own draft; every policy's decision
+    on it equals the decision on the same trace rows (signals gathered, tables row-wise)."""
+    trace = synth_trace_natural
+    rng = np.random.default_rng(2)
+    for name in POLICIES:
+        for _ in range(5):
+            n = int(rng.integers(1, 40))
+            rows = rng.integers(0, trace.n_rows, size=n)
+            kv = rng.integers(1, 500, size=n)
+            decided = []
+            for view_of in ("trace", "signals"):
+                p = policy(trace, name, extra=2, verify=rule)
+                view = make_view(trace, rows, budget=3 * n, depth=p.depth, cost=COST, kv=kv)
+                if view_of == "signals":
+                    cols = {s: getattr(trace, c)[rows, : p.depth] for s, c in
+                            (("conf", "draft_conf"), ("q", "q"), ("pt", "pt"), ("z", "z"))}
+                    view = StepView.from_signals(kv, 3 * n, p.depth, eta=view.eta, cost=COST,
+                                                 **cols)
+                decided.append(p.decide(view))
+            for a, b in zip(*decided):
+                assert np.array_equal(a, b), name
+
+
+def test_every_policy_drafts_its_required_depth_and_config_asks_the_class(synth_trace_natural):
+    """One definition of a policy's depth: Policy.required_depth, used by validation
+    (simulator.config.policy_depth) and equal to the depth the policy gathers."""
+    from specbatch.simulator.config import policy_depth
+
+    trace = synth_trace_natural  # K = 8
+    for name, cls in POLICIES.items():
+        for k, extra in ((1, 0), (3, 2), (6, 2)):
+            config = load_config(None, trace="synth", policy=name, k=k, extra=extra)
+            need = cls.required_depth(config)
+            assert policy_depth(config) == need
+            p = make_policy(config, trace.K)
+            assert p.depth >= need if name == "dsd" else p.depth == need, name
+    dsd = load_config(None, trace="synth", policy="dsd", k=9)
+    assert policy_depth(dsd) == 6  # the goodput scan never goes past 6
