@@ -230,17 +230,28 @@ class DynamicSD(Policy):
 
     One k for the whole batch, re-planned every ``dsd_interval`` steps by scanning
     k = 0..min(6, trace K) for ``goodput(k) = n (1 − α^{k+1}) / (1 − α) / (T_draft(k) +
-    T_target(k) + T_overhead)``, stopping at the first drop, k = 0 favoured ×1.1. α is an EMA
-    ``0.85 α + 0.15 · observed`` (observed = accepted / verified of the last step) started at
-    0.7. Step times come from the active cost model on the current batch's KV lengths.
-    Reads: ``kv``, ``cost`` and past acceptance (no per-position signal).
-    Ignores the budget.
+    T_target(k) + T_overhead)``, stopping at the first drop, k = 0 favoured ×1.1. Step times
+    come from the active cost model on the current batch's KV lengths.
+
+    α is the per-token acceptance rate of the i.i.d. model behind that formula, an EMA
+    ``0.85 α + 0.15 α̂`` started at 0.7. Each step's α̂ is the maximum-likelihood estimate
+    under that model: a request verifying s tokens accepts τ ~ min(Geometric, s), so
+    α̂ = Σ τ / (Σ τ + #{τ < s}) (accepted tokens over accepted tokens plus rejections; the
+    ratio accepted / verified would understate α whenever s > 1).
+
+    Keeping α alive at k = 0: with nothing verified α never updates, and a plan of k = 0
+    would stand for the rest of the run. So when a plan picks k = 0, the first step of the
+    interval probes with k = 1 (one draft pass per ``dsd_interval`` steps) and feeds α̂;
+    the other steps run at k = 0. Reads: ``kv``, ``cost`` and past acceptance. Ignores the
+    budget.
     """
 
     name = "dsd"
     reads = ("kv", "cost")
     #: The largest window the goodput scan considers.
     MAX_K = 6
+    #: The acceptance-rate estimate before any step is observed.
+    INITIAL_ALPHA = 0.7
 
     def __init__(self, config: Any, trace_k: int) -> None:
         super().__init__(config, trace_k)
@@ -248,7 +259,7 @@ class DynamicSD(Policy):
         self.depth = self.k_max
         self.k_now = min(self.k, self.k_max)
         self.interval = int(config.dsd_interval)
-        self.alpha = 0.7
+        self.alpha = self.INITIAL_ALPHA
         self.steps = 0
 
     @classmethod
@@ -279,16 +290,22 @@ class DynamicSD(Policy):
         return best_k
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
+        k = self.k_now
         if self.steps % self.interval == 0 and view.cost is not None:
-            self.k_now = self.plan(view.kv, view.cost)
+            self.k_now = k = self.plan(view.kv, view.cost)
+            if k == 0 and self.k_max >= 1:
+                k = 1  # the probe (class docstring)
         self.steps += 1
-        s = np.full(view.n, self.k_now, dtype=np.int64)
+        s = np.full(view.n, k, dtype=np.int64)
         return s, s
 
     def observe(self, verified: np.ndarray, accepted: np.ndarray) -> None:
-        total = int(verified.sum())
-        if total > 0:
-            self.alpha = 0.85 * self.alpha + 0.15 * float(accepted.sum()) / total
+        """Update α with this step's α̂ = Σ τ / (Σ τ + #{τ < s}).  verified, accepted # [n]"""
+        tried = verified > 0
+        successes = int(accepted[tried].sum())
+        trials = successes + int((accepted[tried] < verified[tried]).sum())
+        if trials > 0:
+            self.alpha = 0.85 * self.alpha + 0.15 * successes / trials
 
 
 class Tetris(Policy):

@@ -8,6 +8,7 @@ import pytest
 from specbatch.simulator.config import load_config
 from specbatch.simulator.policies import (
     POLICIES,
+    DynamicSD,
     StepView,
     make_policy,
     make_view,
@@ -133,12 +134,39 @@ def test_policy_outputs_are_well_formed(synth_trace_natural):
 
 
 def test_dsd_goes_autoregressive_when_nothing_is_accepted():
-    """α → 0 makes every k > 0 worse than k = 0 (goodput with the ×1.1 bias)."""
+    """α → 0 makes every k > 0 worse than k = 0 (goodput with the ×1.1 bias); after that only
+    the probe, one k = 1 step per 20-step interval, verifies anything."""
     trace = const_trace(n_requests=8, output_len=60, depth=6, alpha=0.0)
     result = simulate(load_config(None, trace="synth", policy="dsd", requests=8), trace,
                       cost_model=COST)
     steps = result.steps[result.steps["batch"] > 0]
-    assert (steps["depth"].iloc[20:] == 0).all()
+    later = steps["depth"].iloc[20:].to_numpy()
+    assert set(later.tolist()) <= {0, 1}
+    assert 1 <= (later == 1).sum() <= -(-later.size // 20)
+
+
+def test_dsd_recovers_from_a_plan_of_k_zero(monkeypatch):
+    """A pessimistic start (α = 0.01 plans k = 0) on text the draft always gets right: the
+    probes observe α̂ = 1 and the windows grow back, instead of k = 0 for good."""
+    monkeypatch.setattr(DynamicSD, "INITIAL_ALPHA", 0.01)
+    trace = const_trace(n_requests=8, output_len=400, depth=8, alpha=1.0)
+    cheap = LinearCost(fixed=0.25, per_token=2**-8, draft_fixed=2**-5, draft_per_token=2**-10,
+                       overhead=2**-6)
+    result = simulate(load_config(None, trace="synth", policy="dsd", requests=8), trace,
+                      cost_model=cheap)
+    depth = result.steps[result.steps["batch"] > 0]["depth"].to_numpy()
+    assert depth[0] == 1 and (depth[1:20] == 0).all()  # the k = 0 plan, with its probe
+    assert depth[-1] == 6
+
+
+def test_dsd_estimates_alpha_by_maximum_likelihood():
+    """s = 4 verified each; τ = 1 and τ = 4: α̂ = 5 / (5 + 1), not accepted/verified = 5/8."""
+    trace = const_trace(n_requests=2, output_len=10, depth=6, alpha=0.5)
+    p = make_policy(load_config(None, trace="synth", policy="dsd", k=4), trace.K)
+    p.observe(np.array([4, 4]), np.array([1, 4]))
+    assert p.alpha == pytest.approx(0.85 * 0.7 + 0.15 * 5 / 6)
+    p.observe(np.array([0, 0]), np.array([0, 0]))  # nothing verified: no update
+    assert p.alpha == pytest.approx(0.85 * 0.7 + 0.15 * 5 / 6)
 
 
 def test_dsd_goes_deep_when_everything_is_accepted_and_verifying_is_cheap():
