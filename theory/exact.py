@@ -17,6 +17,15 @@ Note on THEORY.md §3: the identity is ``P(τ ≥ i | X^i) = p_i`` (conditioning
 draft tokens only). Conditioned on the whole draft, ``E[τ | X^γ]`` is *not* ``Σ p_i`` in
 general (the paper's example: draft ``aa`` has ``Σ p_i = 3/4`` but ``E[τ | X^2 = aa] = 1/2``);
 :func:`per_draft` gives the latter, which is the per-draft table of THEORY.md §4.
+
+Tiers: the path statistics here — :func:`block_weights_exact` (``p_i`` by the recursion),
+:func:`residual_mass_exact` (``Z_{i+1}``), :func:`block_thresholds_exact` (``h_i``),
+:func:`path_stats_exact`, :func:`draft_signals_exact` — and :func:`extra_token_law_exact` are
+the exact twins of the numpy reference (:mod:`specbatch.theory.stats`,
+:func:`specbatch.theory.verify.extra_token_law`) and of the torch fast path
+(:mod:`specbatch.theory.stats_torch`, :func:`specbatch.theory.verify_torch.extra_token_law_torch`).
+They compute in the inputs' number type: Fractions give exact values, floats a readable
+reference for float tests.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""theory/exact.py: exact laws of one iteration and of the loop (THEORY.md §2-4, issue 3 §3).
+"""theory/exact.py: exact laws of one iteration and of the loop (THEORY.md §2-4).
 
 The paper's example must match as exact Fractions; random pairs (V <= 4, γ <= 3, all three
 model forms, exact rationals with zeros) must satisfy every identity exactly.
