@@ -95,9 +95,10 @@ def _residual_rows_cpu(lay, request, position, weight, weights, z_star) -> torch
         thresholds = (torch.nan_to_num(z_star, nan=0.0) * (1.0 - 1e-9)).tolist()
     z = []
     for b, t, d, w, threshold in zip(request.tolist(), t_list, d_list, w_list, thresholds):
-        z.append(_residual_row_cpu(weights[b], target[t], draft[d], w))
-        if z[-1] >= threshold:
-            _keep_row_cpu(weights[b], w)
+        out = weights[b]
+        z.append(_residual_row_cpu(out, target[t], draft[d], w))
+        if w != 1.0 and z[-1] >= threshold:
+            out.neg_()  # _keep_row_cpu, inlined: this loop runs once per vocabulary row
     return torch.tensor(z, dtype=torch.float64)
 
 
@@ -194,7 +195,12 @@ def scan_block_cpu(lay, p_full, q, pt, weights, slack) -> tuple[torch.Tensor, to
             continue
         for i in range(g - 1, 0, -1):
             p_i, eta_i = p[i], eta[i - 1]
-            if _rejects_without_pass(eta_i, p_i, pt_rows[b][i], q_rows[b][i], slack):
+            # _rejects_without_pass, inlined (Python scalars, once per scan step)
+            if eta_i < 1.0:
+                bound = p_i - min(p_i * pt_rows[b][i], q_rows[b][i])
+                if eta_i * (1.0 - p_i) / (1.0 - eta_i) > bound * (1.0 + 1e-5) + slack:
+                    continue
+            elif p_i < 1.0:
                 continue
             out = weights[b]
             z = _residual_row_cpu(out, target[t_start[b] + i], draft[d_start[b] + i], p_i)
