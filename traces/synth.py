@@ -9,7 +9,7 @@ picked from a shared pool of ``tables`` tables. At temperature 1 the draft is th
 with a similarity λ per request (easy requests around ``similarity``, a ``hard_fraction``
 around ``hard_similarity``) jittered per draft position (``similarity_spread`` on the logit
 scale). At temperature T both rows are tempered, ``M_T ∝ M^{1/T}``; at T = 0 they are one-hot
-at their argmax (greedy), exactly as a capture records them (``traces/format.py``).
+at their argmax (greedy), exactly as a capture records them (the temperature-0 rule of ``traces/trace.py``).
 
 For each request the target's reference output ``y`` is sampled from ``Mb`` at T; row t drafts
 K tokens from the context ``y_{t−1}`` by sampling the draft at T, and ``q, pt, z`` come from
