@@ -1,4 +1,4 @@
-"""The theorem catalogue behind ``specbatch prove`` (issue 3 §5, THEORY.md §2-5).
+"""The theorem catalogue behind ``specbatch prove``: every theorem of THEORY.md §2-5, checked.
 
 Each :class:`Theorem` is a one-sentence statement with its source and a seeded check over
 random instances. A check returns a :class:`CheckResult` with the *worst margin* found, read

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbatch.errors import SpecbatchError
+from specbatch.io import atomic_write
 
 #: Sub-trees of the standard library that are tests, vendored packages or data tables.
 _EXCLUDED_PARTS = {"site-packages", "test", "tests", "idle_test", "__pycache__", "encodings",
@@ -111,9 +112,8 @@ def load_prompts(path: str | Path, limit: int | None = None) -> list[Prompt]:
 
 def write_prompts_jsonl(prompts: list[Prompt], path: str | Path) -> None:
     """Write prompts as JSONL (``{"prompt": ..., "category": ...}`` per line)."""
-    with open(path, "w", encoding="utf-8") as f:
-        for p in prompts:
-            f.write(json.dumps({"prompt": p.text, "category": p.category}) + "\n")
+    atomic_write(path, "".join(json.dumps({"prompt": p.text, "category": p.category}) + "\n"
+                               for p in prompts))
 
 
 # ----------------------------------------------------------------------------- local corpus

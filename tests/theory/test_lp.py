@@ -52,7 +52,7 @@ def test_block_verifier_is_feasible_for_lp_b():
         xi = sum(t * 3 ** (gamma - 1 - i) for i, t in enumerate(path.draft))
         for k, pk in enumerate(path.tau):
             if pk > 0:
-                point[xi, k] = path.prob * pk * np.array(exact.extra_token_law(pair, path, k))
+                point[xi, k] = path.prob * pk * np.array(exact.extra_token_law_exact(pair, path, k))
     v = point.ravel()
     assert np.allclose(program.a_eq @ v, program.b_eq, atol=1e-12)
     assert program.c @ v == pytest.approx(float(exact.expected_tau(pair, gamma, "block")))

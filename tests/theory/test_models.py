@@ -1,4 +1,4 @@
-"""theory/models.py: model pairs for exact work, read from JSON (issue 3 §1)."""
+"""theory/models.py: model pairs for exact work (THEORY.md §1), read from JSON."""
 
 from __future__ import annotations
 

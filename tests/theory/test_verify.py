@@ -25,6 +25,11 @@ from tests.theory import lossless
 RULES = {"token": verify_token, "block": verify_block}
 
 
+def law_on_paths(tokens, dr, tr, tau, rule):
+    """The numpy extra-token law on full-length paths, BV weights from the numpy stats tier."""
+    return extra_token_law(dr, tr, tau, rule, p=position_stats(tokens, dr, tr)["p"])
+
+
 def random_paths(rng, b, gamma, v, concentration=0.5, one_hot_draft=False, one_hot_target=False):
     """Random full rows (Dirichlet) and drafted tokens sampled from the draft rows."""
     draft_rows = rng.dirichlet(np.full(v, concentration), size=(b, gamma))
@@ -85,7 +90,7 @@ def test_sampled_tau_and_extra_token_follow_the_exact_law(rule):
     assert lossless.chi_square_pvalue(np.bincount(tau, minlength=5), n * law) > lossless.ALPHA
     for t in np.unique(tau):
         picked = tau == t
-        expected = extra_token_law(tokens[:1], dr[:1], tr[:1], [t], rule)[0] * picked.sum()
+        expected = law_on_paths(tokens[:1], dr[:1], tr[:1], [t], rule)[0] * picked.sum()
         counts = np.bincount(extra[picked], minlength=6)
         assert lossless.chi_square_pvalue(counts, expected) > lossless.ALPHA
 
@@ -95,8 +100,8 @@ def test_extra_token_laws():
     tokens, dr, tr = random_paths(rng, 50, 3, 7)
     for t in range(4):
         tau = np.full(50, t)
-        tv = extra_token_law(tokens, dr, tr, tau, "token")
-        bv = extra_token_law(tokens, dr, tr, tau, "block")
+        tv = law_on_paths(tokens, dr, tr, tau, "token")
+        bv = law_on_paths(tokens, dr, tr, tau, "block")
         if t == 3:  # bonus from the last target row, both rules
             assert np.allclose(tv, tr[:, 3]) and np.allclose(bv, tr[:, 3])
             continue
@@ -135,8 +140,8 @@ def test_one_hot_draft_gives_the_same_law_under_both_rules(seed, gamma, v, one_h
     for t in range(gamma + 1):
         tau = np.full(20, t)
         assert np.allclose(
-            extra_token_law(tokens, dr, tr, tau, "token"),
-            extra_token_law(tokens, dr, tr, tau, "block"),
+            law_on_paths(tokens, dr, tr, tau, "token"),
+            law_on_paths(tokens, dr, tr, tau, "block"),
         )
 
 
