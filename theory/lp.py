@@ -72,7 +72,7 @@ def _check_size(name: str, n: int, vocab: int, gamma: int, limit: int) -> None:
     if n > limit:
         raise SpecbatchError(
             f"{name}: instance has {n} variables (V={vocab}, γ={gamma}), above the limit of "
-            f"{limit} variables; use a smaller V or γ, or raise max_variables"
+            f"{limit} variables; use a smaller V or γ, or raise the limit (--max-variables)"
         )
 
 
@@ -197,6 +197,10 @@ def verify_pair(pair, gamma: int, solver: str = "HIGHS", max_variables: int | No
     of THEORY.md §4 for one pair at draft length γ, as floats, plus exact strings for exact pairs."""
     require(gamma >= 1, f"--gamma: expected an integer >= 1, got {gamma}")
     limit = DEFAULT_MAX_VARIABLES if max_variables is None else max_variables
+    # refuse before any enumeration: the exact laws below walk all V^γ drafts, and LP A,
+    # the larger program (V^{2γ} variables), bounds that work too
+    _check_size("LP B", lp_b_size(pair.vocab, gamma), pair.vocab, gamma, limit)
+    _check_size("LP A", lp_a_size(pair.vocab, gamma), pair.vocab, gamma, limit)
     token = exact.expected_tau(pair, gamma, "token")
     block = exact.expected_tau(pair, gamma, "block")
     res_t = exact.validity_residual(pair, gamma, "token")

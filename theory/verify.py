@@ -65,6 +65,9 @@ def _check(draft_tokens, draft_rows, target_rows, uniforms=None):
         target_rows.shape == (b, gamma + 1, v),
         f"target_rows: expected [B, γ+1, V] = [{b}, {gamma + 1}, {v}], got {target_rows.shape}",
     )
+    bad = (draft_tokens < 0) | (draft_tokens >= v)
+    require(not bad.any(),
+            f"draft_tokens: expected token ids in 0..{v - 1}, got {draft_tokens[bad][:1].tolist()}")
     if uniforms is not None:
         uniforms = np.asarray(uniforms, dtype=np.float64)
         require(

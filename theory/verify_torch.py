@@ -133,6 +133,10 @@ def _layout(draft_tokens, draft_rows, target_rows, uniforms, lengths, offsets):
             tokens, draft_rows, target_rows, uniforms, offsets)
     k = tokens.shape[1]
     inside = torch.arange(k, device=device)[None, :] < lengths[:, None]
+    v = draft_rows.shape[-1]
+    bad = inside & ((tokens < 0) | (tokens >= v))
+    require(not bool(bad.any()),
+            f"draft_tokens: expected token ids in 0..{v - 1}, got {tokens[bad][:1].tolist()}")
     out.update(lengths=lengths, tokens=torch.where(inside, tokens, 0), uniforms=uniforms)
     out["inside"] = inside
     return out

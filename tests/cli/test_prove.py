@@ -63,6 +63,19 @@ def test_optimum_verify_errors_are_one_line_exit_2(capsys, tmp_path, content, ga
     assert code == 2 and message in err and err.count("\n") == 1
 
 
+def test_optimum_verify_refuses_a_huge_gamma_before_enumerating(capsys, tmp_path):
+    """γ = 30 on the paper's pair is 2^30 drafts: refused from V^γ alone, in milliseconds."""
+    import time
+
+    path = tmp_path / "paper.json"
+    path.write_text(json.dumps(PAPER))
+    start = time.perf_counter()
+    code = main(["optimum", "verify", "--pair", str(path), "--gamma", "30"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--max-variables" in err and err.count("\n") == 1
+    assert time.perf_counter() - start < 2.0
+
+
 def test_optimum_allocate_npy_and_csv(capsys, tmp_path):
     values = np.array([[0.24, 0.0], [0.21, 0.54]])
     npy, csv = tmp_path / "v.npy", tmp_path / "v.csv"

@@ -253,3 +253,17 @@ def test_known_wrong_block_variant_fails_the_losslessness_test():
     outputs, _ = lossless.iteration_outputs(_verify_block_wrong, ms, mb, lossless.GAMMA, 30_000, 13)
     pvalues = lossless.lossless_pvalues(outputs, mb)
     assert min(pvalues.values()) < 1e-8, pvalues
+
+
+@pytest.mark.parametrize("bad", [-1, 5])
+@pytest.mark.parametrize("rule", ["token", "block"])
+def test_token_ids_outside_the_vocabulary_are_refused(bad, rule):
+    """A negative id would wrap around to the last vocabulary entry: refused like ids ≥ V."""
+    from specbatch.errors import SpecbatchError
+    from specbatch.theory.verify import verify_block, verify_token
+
+    tokens, dr, tr = random_paths(np.random.default_rng(0), 2, 3, 5)
+    tokens[1, 2] = bad
+    verify = verify_token if rule == "token" else verify_block
+    with pytest.raises(SpecbatchError, match=r"draft_tokens: expected token ids in 0\.\.4"):
+        verify(tokens, dr, tr, np.full((2, 3), 0.5), np.random.default_rng(0))

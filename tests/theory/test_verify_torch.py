@@ -296,3 +296,16 @@ def test_extra_token_law_torch_matches_the_numpy_reference():
         np.testing.assert_allclose(ours, theirs, atol=1e-12)
         bonus = tau_r == gamma
         np.testing.assert_allclose(theirs[bonus], mb[bonus, tau_r[bonus]], atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [-1, 5])
+def test_token_ids_outside_the_vocabulary_are_refused(bad):
+    """Negative ids would index from the end of the vocabulary: refused like ids ≥ V."""
+    from specbatch.errors import SpecbatchError
+    from specbatch.theory.verify_torch import verify_torch
+
+    tokens, dr, tr = random_paths(np.random.default_rng(0), 2, 3, 5)
+    tokens[0, 1] = bad
+    with pytest.raises(SpecbatchError, match=r"draft_tokens: expected token ids in 0\.\.4"):
+        verify_torch("block", torch.from_numpy(tokens), torch.from_numpy(dr),
+                     torch.from_numpy(tr), torch.full((2, 3), 0.5, dtype=torch.float64))
