@@ -240,7 +240,10 @@ def _start_run(out: Path, resume: bool, fingerprint: str, cfg: CaptureConfig, n_
     """
     run = {"status": [STATUS_PENDING] * n_req, "store": {}, "cfg": cfg,
            "fingerprint": fingerprint, "n_req": n_req}
+    require(not out.exists() or out.is_dir(), f"--out {out}: exists and is not a directory")
     if not (out.exists() and any(out.iterdir())):
+        require(not resume, f"--resume: {out} holds no capture to resume (run without --resume "
+                            "to start one)")
         return run
     require(resume, f"--out {out}: expected a new or empty directory (or --resume), "
             "got an existing non-empty directory")

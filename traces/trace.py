@@ -81,6 +81,12 @@ class Trace:
         return float(self.meta["temperature"])
 
     @property
+    def status(self) -> str:
+        """``complete``, or ``partial`` for a capture stopped before every request was done
+        (``meta.json`` field ``completion.status``; resume it with ``capture --resume``)."""
+        return str((self.meta.get("completion") or {}).get("status", "complete"))
+
+    @property
     def n_requests(self) -> int:
         return int(self.request_id.shape[0])
 

@@ -193,10 +193,19 @@ def test_resume_after_interruption_equals_an_uninterrupted_run(pair, tmp_path):
     assert meta["completion"]["status"] == "partial"
     assert meta["completion"]["requests"] == ["done", "done", "pending", "pending", "pending"]
     assert read_trace(part).n_requests == 2  # a partial capture is a valid trace of what is done
+    assert read_trace(part).status == "partial" and read_trace(full).status == "complete"
     with pytest.raises(SpecbatchError, match="--resume"):
         capture(*pair, PROMPTS, part, _cfg(), progress=False)
     capture(*pair, PROMPTS, part, _cfg(batch_size=1), progress=False, resume=True)
     _same_trace(read_trace(full), read_trace(part))
+
+
+def test_resume_needs_a_capture_to_resume(pair, tmp_path):
+    with pytest.raises(SpecbatchError, match="--resume: .* holds no capture to resume"):
+        capture(*pair, PROMPTS, tmp_path / "missing", _cfg(), progress=False, resume=True)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SpecbatchError, match="exists and is not a directory"):
+        capture(*pair, PROMPTS, tmp_path / "file", _cfg(), progress=False)
 
 
 def test_resume_refuses_different_content_options(pair, tmp_path):
