@@ -19,6 +19,14 @@ and its position ids continue at ``|c| + t``), and the target scores the P draft
 one pass of K query tokens. The rows ``i = 0`` of both models come from the prefix pass itself.
 :func:`capture_request_naive` is the reference twin that recomputes every prefix.
 
+Sliding-window attention (Gemma 2/3, Mistral): a model's own cache keeps only the last window
+of a sliding layer, and its masks measure distance in cache slots. Capture therefore gives
+every model a cache that keeps all keys (:func:`full_cache`), and where cache slots and real
+positions differ (the shared prefix with per-row holes) passes masks built from real positions
+(:func:`window_masks`): key at position ``j`` is visible to a query at ``i`` iff ``j ≤ i`` and,
+on a sliding layer of window ``W``, ``i − j < W``. Models without sliding layers take the
+plain 2D masks as before.
+
 Random numbers: request ``n`` draws all its uniforms from
 ``numpy.random.default_rng([seed, n])`` (inverse-CDF sampling in float64), never from a global
 stream, so a request's content does not depend on the batch size, on the other requests or
@@ -36,6 +44,49 @@ if TYPE_CHECKING:
     from specbatch.traces.capture import CaptureConfig
 
 
+def sliding_window(model) -> int | None:
+    """The window W of the model's sliding-window layers, or None if it has none."""
+    config = model.config.get_text_config(decoder=True)
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if not window or getattr(config, "use_sliding_window", True) is False:
+        return None
+    if types is not None and "sliding_attention" not in types:
+        return None
+    return int(window)
+
+
+def full_cache():
+    """A KV cache whose every layer keeps all keys (sliding layers included)."""
+    from transformers import DynamicCache
+
+    return DynamicCache()
+
+
+def window_masks(model, q_pos, kv_pos, kv_valid, window: int):
+    """Attention masks from real positions for a model with sliding-window layers.
+
+    q_pos:    # [P, Q] real positions of the queries
+    kv_pos:   # [P, L] real positions of the cache slots (new tokens included)
+    kv_valid: # [P, L] bool, False for slots the row must not see
+    returns the ``attention_mask`` argument: a dict {"full_attention", "sliding_attention"}
+    of [P, 1, Q, L] masks for models with per-layer types, else the sliding mask alone
+    """
+    import torch
+
+    before = kv_pos[:, None, :] <= q_pos[:, :, None]                       # [P, Q, L]
+    causal = (before & kv_valid[:, None, :])[:, None]
+    sliding = causal & (kv_pos[:, None, :] > q_pos[:, :, None] - window)[:, None]
+    config = model.config.get_text_config(decoder=True)
+    if getattr(config, "_attn_implementation", "sdpa") == "eager":
+        dtype = next(model.parameters()).dtype
+        low = torch.finfo(dtype).min
+        causal, sliding = (torch.where(m, 0.0, low).to(dtype) for m in (causal, sliding))
+    if getattr(config, "layer_types", None) is not None:
+        return {"full_attention": causal, "sliding_attention": sliding}
+    return sliding
+
+
 def request_uniforms(seed: int, index: int, max_new: int, depth: int):
     """(reference-output uniforms # [max_new], draft uniforms # [max_new, K]) of request n."""
     rng = np.random.default_rng([seed, index])
@@ -50,8 +101,11 @@ def encode_prompt(tokenizer, text: str, max_prompt_tokens: int) -> list[int]:
 
 
 def generate_reference(target, prompt_ids: list[int], uniforms: np.ndarray, cfg: CaptureConfig,
-                       eos_id: int | None):
+                       eos_id: int | None, native_cache: bool = False):
     """Target's reference output y and its logits at every output position.
+
+    ``native_cache``: let the model make its own cache (which may drop keys outside a sliding
+    window) instead of :func:`full_cache`; the naive twin uses it.
 
     returns (y # [n] int64 on device, logits # [n, V] (row t = Mb logits after c + y_<t),
              cache of c + y_<n-1 as DynamicCache)
@@ -61,7 +115,8 @@ def generate_reference(target, prompt_ids: list[int], uniforms: np.ndarray, cfg:
     device = next(target.parameters()).device
     u = torch.from_numpy(uniforms).to(device)
     ids = torch.tensor([prompt_ids], device=device)
-    out = target(input_ids=ids, use_cache=True)
+    out = target(input_ids=ids, past_key_values=None if native_cache else full_cache(),
+                 use_cache=True)
     cache = out.past_key_values
     logits = out.logits[0, -1]
     tokens, rows = [], []
@@ -101,7 +156,9 @@ def generate_reference_batch(target, prompts_ids: list[list[int]], uniforms: lis
     mask = (col >= pad[:, None]).long()                           # [b, width]
     pos = (col - pad[:, None]).clamp(min=0)
     u = torch.from_numpy(np.stack(uniforms)).to(device)           # [b, max_new]
-    out = target(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    # left padding shifts a row's slots and positions alike, so slot distances are real ones
+    out = target(input_ids=ids, attention_mask=mask, position_ids=pos,
+                 past_key_values=full_cache(), use_cache=True)
     cache, logits = out.past_key_values, out.logits[:, -1]
     tokens, rows = [], []
     done = torch.zeros(b, dtype=torch.bool, device=device)
@@ -160,6 +217,17 @@ def _batched_positions(draft, target, draft_cache, target_cache, draft_row0, tar
     ctx = n_prompt + ts                                   # [P] context lengths |c| + t
     prefix = int(ctx.max())
     keep = torch.arange(prefix, device=device)[None, :] < ctx[:, None]  # [P, prefix]
+    new_pos = ctx[:, None] + torch.arange(k, device=device)[None, :]    # [P, K] real positions
+    slot_pos = torch.cat([torch.arange(prefix, device=device).expand(p, -1), new_pos], dim=1)
+
+    def masks(model, mask, queries: int):
+        """The 2D ``mask`` (slots), or real-position masks for a sliding-window model."""
+        window = sliding_window(model)
+        if window is None:
+            return mask.long()
+        n = mask.shape[1]
+        return window_masks(model, slot_pos[:, n - queries:n], slot_pos[:, :n], mask, window)
+
     u = uniforms.to(device)
     tokens = [sample_inverse_cdf(probs_at(draft_row0, cfg.temperature), u[:, 0])]
     d_logits = [draft_row0]
@@ -168,16 +236,16 @@ def _batched_positions(draft, target, draft_cache, target_cache, draft_row0, tar
         for j in range(1, k):
             mask = torch.cat([keep, torch.ones(p, j, dtype=torch.bool, device=device)], dim=1)
             out = draft(input_ids=tokens[-1].view(p, 1), past_key_values=cache, use_cache=True,
-                        attention_mask=mask.long(), position_ids=(ctx + j - 1).view(p, 1))
+                        attention_mask=masks(draft, mask, 1),
+                        position_ids=(ctx + j - 1).view(p, 1))
             cache = out.past_key_values
             d_logits.append(out.logits[:, -1])
             tokens.append(sample_inverse_cdf(probs_at(d_logits[-1], cfg.temperature), u[:, j]))
     x = torch.stack(tokens, dim=1)                        # [P, K]
     cache = _shared_cache(target_cache, prefix, p)
     mask = torch.cat([keep, torch.ones(p, k, dtype=torch.bool, device=device)], dim=1)
-    pos = ctx[:, None] + torch.arange(k, device=device)[None, :]
     out = target(input_ids=x, past_key_values=cache, use_cache=True,
-                 attention_mask=mask.long(), position_ids=pos)
+                 attention_mask=masks(target, mask, k), position_ids=new_pos)
     t_logits = torch.cat([target_row0[:, None], out.logits], dim=1)  # [P, K+1, V]
     return x, torch.stack(d_logits, dim=1), t_logits
 
@@ -208,7 +276,7 @@ def capture_positions(draft, target, prompt_ids: list[int], index: int, cfg: Cap
         n = len(y)
         device = y.device
         full = torch.cat([torch.tensor(prompt_ids, device=device), y[:-1]])[None]
-        d_out = draft(input_ids=full, use_cache=True)
+        d_out = draft(input_ids=full, past_key_values=full_cache(), use_cache=True)
         n_prompt = len(prompt_ids)
         d_row0 = d_out.logits[0, n_prompt - 1:]                    # [n, V]
         parts: dict[str, list] = {}
@@ -242,14 +310,16 @@ def capture_request_naive(tokenizer, draft, target, prompt_ids: list[int], index
     """Reference twin of :func:`capture_request`: every position recomputes its prefix.
 
     Same random numbers, same reference output; per position t the draft runs on
-    ``c + y_<t`` from scratch (then K − 1 cached steps) and the target on ``c + y_<t + X^K``.
+    ``c + y_<t`` from scratch (then K − 1 cached steps) and the target on ``c + y_<t + X^K``,
+    each with the model's own caches and masks (sliding windows as the model implements them).
     """
     import torch
 
     u_ref, u_draft = request_uniforms(cfg.seed, index, cfg.max_new_tokens, cfg.depth)
     parts: dict[str, list] = {}
     with torch.inference_mode():
-        y, _, _ = generate_reference(target, prompt_ids, u_ref, cfg, tokenizer.eos_token_id)
+        y, _, _ = generate_reference(target, prompt_ids, u_ref, cfg, tokenizer.eos_token_id,
+                                     native_cache=True)
         device = y.device
         prompt = torch.tensor(prompt_ids, device=device)
         u = torch.from_numpy(u_draft).to(device)

@@ -259,8 +259,9 @@ def test_known_wrong_block_variant_fails_the_losslessness_test():
 @pytest.mark.parametrize("rule", ["token", "block"])
 def test_token_ids_outside_the_vocabulary_are_refused(bad, rule):
     """A negative id would wrap around to the last vocabulary entry: refused like ids ≥ V."""
-    from specbatch.errors import SpecbatchError
     from specbatch.theory.verify import verify_block, verify_token
+
+    from specbatch.errors import SpecbatchError
 
     tokens, dr, tr = random_paths(np.random.default_rng(0), 2, 3, 5)
     tokens[1, 2] = bad

@@ -301,8 +301,9 @@ def test_extra_token_law_torch_matches_the_numpy_reference():
 @pytest.mark.parametrize("bad", [-1, 5])
 def test_token_ids_outside_the_vocabulary_are_refused(bad):
     """Negative ids would index from the end of the vocabulary: refused like ids ≥ V."""
-    from specbatch.errors import SpecbatchError
     from specbatch.theory.verify_torch import verify_torch
+
+    from specbatch.errors import SpecbatchError
 
     tokens, dr, tr = random_paths(np.random.default_rng(0), 2, 3, 5)
     tokens[0, 1] = bad

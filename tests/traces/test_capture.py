@@ -148,6 +148,46 @@ def test_shared_prefix_fast_path_equals_naive_recomputation(loaded, temperature)
         np.testing.assert_allclose(fast[name], naive[name], atol=1e-5, err_msg=name)
 
 
+@pytest.fixture(scope="module")
+def sliding_pair(tmp_path_factory):
+    """Tiny Gemma-3-style pair: window 6, sliding and full layers interleaved."""
+    from specbatch.traces.zoo import train_tokenizer
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    tok = train_tokenizer([TEXT], 300)
+    out = tmp_path_factory.mktemp("sliding")
+    torch.manual_seed(1)
+    for role, layers in (("draft", 2), ("target", 3)):
+        config = Gemma3TextConfig(
+            vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+            num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=6,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"][:layers],
+            max_position_embeddings=128, eos_token_id=tok.eos_token_id, pad_token_id=0)
+        model = Gemma3ForCausalLM(config)
+        with torch.no_grad():
+            model.get_output_embeddings().weight.mul_(20.0)
+        model.save_pretrained(out / role)
+        tok.save_pretrained(out / role)
+    return load_pair(str(out / "draft"), str(out / "target"))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_sliding_window_capture_past_the_window_equals_naive(sliding_pair, temperature):
+    """Prompt + output + K far past the window (6): the fast path's shared cache keeps every
+    key and masks by real positions, so it matches the model's own per-position computation."""
+    tok, draft, target = sliding_pair
+    cfg = CaptureConfig(max_new_tokens=14, depth=3, temperature=temperature, batch_size=5,
+                        stop_at_eos=False)
+    ids = encode_prompt(tok, "class Point:\n    def __init__(self, x, y):", 64)
+    assert len(ids) + cfg.max_new_tokens + cfg.depth > 3 * 6
+    fast = capture_request(tok, draft, target, ids, 2, cfg, return_rows=True)
+    naive = capture_request_naive(tok, draft, target, ids, 2, cfg, return_rows=True)
+    np.testing.assert_array_equal(fast["y"], naive["y"])
+    np.testing.assert_array_equal(fast["draft_token"], naive["draft_token"])
+    for name in ("draft_rows", "target_rows", "q", "pt", "z"):
+        np.testing.assert_allclose(fast[name], naive[name], atol=1e-5, err_msg=name)
+
+
 def test_content_does_not_depend_on_batch_size(loaded):
     tok, draft, target = loaded
     ids = encode_prompt(tok, "The quick", 64)
