@@ -59,12 +59,16 @@ class CaptureConfig:
     stop_at_eos: bool = True       # the reference output ends after the target's EOS
     chunk_requests: int = 8        # requests per positions file (the unit of --resume)
     store_dtype: str = "float64"   # float columns on disk: float64 or float32 (half the size)
+    chat_template: bool = False    # wrap each prompt as a user turn in the tokenizer's template
 
     def content_key(self) -> dict:
-        """Fields that change the captured numbers (batch size and chunking do not)."""
+        """Fields that change the captured numbers (batch size and chunking do not; a plain
+        prompt leaves the key as it was before chat templates existed)."""
         d = asdict(self)
         for k in ("batch_size", "chunk_requests"):
             d.pop(k)
+        if not d["chat_template"]:
+            d.pop("chat_template")
         return d
 
 
@@ -326,7 +330,8 @@ def _capture_chunk(members: list[int], prompts: list[Prompt], tokenizer, draft, 
 
     cols: dict[str, list] = {}
     rid, pos = [], []
-    ids_of = {i: encode_prompt(tokenizer, prompts[i].text, cfg.max_prompt_tokens)
+    ids_of = {i: encode_prompt(tokenizer, prompts[i].text, cfg.max_prompt_tokens,
+                               chat=cfg.chat_template)
               for i in members}
     with torch.inference_mode():
         refs = generate_reference_batch(

@@ -93,7 +93,20 @@ def request_uniforms(seed: int, index: int, max_new: int, depth: int):
     return rng.random(max_new), rng.random((max_new, depth))
 
 
-def encode_prompt(tokenizer, text: str, max_prompt_tokens: int) -> list[int]:
+def encode_prompt(tokenizer, text: str, max_prompt_tokens: int, chat: bool = False) -> list[int]:
+    """Token ids of a prompt (its last ``max_prompt_tokens``).
+
+    ``chat``: the prompt becomes one user turn of the tokenizer's chat template followed by
+    the assistant's turn opening, as an instruction-tuned model is served; a tokenizer
+    without a template is an error.
+    """
+    from specbatch.errors import require
+
+    if chat:
+        require(getattr(tokenizer, "chat_template", None) is not None,
+                "--chat-template: the target's tokenizer has no chat template")
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                             add_generation_prompt=True, tokenize=False)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if not ids:
         ids = [tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0]

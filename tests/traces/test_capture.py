@@ -354,3 +354,20 @@ def test_bundled_traces_are_valid_and_record_how_they_were_made():
         assert meta["remake"][1] == meta["command"] and "specbatch capture" in meta["command"]
         assert meta["zoo"]["target_heldout_loss"] < meta["zoo"]["draft_heldout_loss"]
         assert meta["models"]["target"]["params"] > 5 * meta["models"]["draft"]["params"]
+
+
+def test_chat_template_wraps_the_prompt_as_a_user_turn(loaded):
+    from specbatch.errors import SpecbatchError
+
+    tok = loaded[0]
+    with pytest.raises(SpecbatchError, match="no chat template"):
+        encode_prompt(tok, "def add(a, b):", 64, chat=True)
+    tok.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+                         "{% if add_generation_prompt %}<assistant>{% endif %}")
+    try:
+        ids = encode_prompt(tok, "def add(a, b):", 64, chat=True)
+        assert tok.decode(ids) == "<user>def add(a, b):<assistant>"
+        assert CaptureConfig().content_key() == CaptureConfig(chat_template=False).content_key()
+        assert CaptureConfig(chat_template=True).content_key()["chat_template"] is True
+    finally:
+        tok.chat_template = None
