@@ -41,6 +41,7 @@ import heapq
 from typing import Any
 
 import numpy as np
+from specbatch.simulator.cost_interface import CostModel, SumsCostModel
 from specbatch.simulator.policies import Policy, StepView
 from specbatch.simulator.state import (
     RECORD_ROWS,
@@ -82,7 +83,7 @@ _EMPTY.flags.writeable = False
 class Engine:
     """Run one workload through ``config.replicas`` replicas with one policy and cost model."""
 
-    def __init__(self, config: Any, trace: Any, workload: Any, cost: Any, policy: Policy,
+    def __init__(self, config: Any, trace: Any, workload: Any, cost: CostModel, policy: Policy,
                  reference: bool = False) -> None:
         self.config = config
         self.trace = trace
@@ -98,7 +99,8 @@ class Engine:
         self.kv_capacity = config.kv_capacity
         self.footprint = workload.prompt_len + workload.output_len + self.depth + 1  # [N]
         self.keys = request_keys(int(config.seed), np.arange(workload.n))  # [N] uint64
-        self.from_sums = getattr(cost, "time_from_sums", None)  # optional fast path
+        # the sums fast path when the model has one (SumsCostModel), else one call per pass
+        self.from_sums = cost.time_from_sums if isinstance(cost, SumsCostModel) else None
         self.overhead = float(cost.overhead)  # T_overhead, seconds per step
         self.pass_index = np.arange(max(self.depth, 1), dtype=_I64)
         self.tables = VerifyTables(trace, self.rule) if self.depth and not reference else None
