@@ -88,8 +88,6 @@ class Replica:
     ...) are row views (writes go through).
     """
 
-    FIELDS = tuple(r.name.lower() for r in Row)
-
     def __init__(self, index: int) -> None:
         self.index = index
         self.waiting: deque[int] = deque()
