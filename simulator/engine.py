@@ -70,9 +70,9 @@ _I64 = np.int64
 
 # The rows the per-step hot path indexes, as plain ints: numpy indexes an int about twice as
 # fast as an IntEnum member looked up on its class (~0.1 µs, paid ~15 times per step).
-_UID, _OUT, _KEY, _PROMPT, _BASE, _POS, _STEPS = (
-    int(Row.UID), int(Row.OUT), int(Row.KEY), int(Row.PROMPT), int(Row.BASE), int(Row.POS),
-    int(Row.N_STEPS))
+_UID, _PREFILLED, _OUT, _KEY, _PROMPT, _BASE, _POS, _STEPS = (
+    int(Row.UID), int(Row.PREFILLED), int(Row.OUT), int(Row.KEY), int(Row.PROMPT),
+    int(Row.BASE), int(Row.POS), int(Row.N_STEPS))
 _M_EMITTED, _M_ONE, _M_DRAFTED, _M_VERIFIED, _M_TAU, _M_KV, _M_ROW = (
     int(Outcome.EMITTED), int(Outcome.ONE), int(Outcome.DRAFTED), int(Outcome.VERIFIED),
     int(Outcome.ACCEPTED), int(Outcome.KV), int(Outcome.ROW))
@@ -246,7 +246,7 @@ class Engine:
     def prefill_step(self, rep: Replica, time: float, joined: int) -> float:
         """Prefill-only step over the ``joined`` newest requests' whole prompts."""
         sel = slice(rep.n_running - joined, rep.n_running)
-        q = rep.state[Row.PROMPT, sel]
+        q = rep.state[_PROMPT, sel]
         total = int(q.sum())
         if self.from_sums is not None:  # kv = 0: the sums are (n, Σq, 0, 0, Σq²), exact integers
             sums = (joined, float(total), 0.0, 0.0, float(int(q @ q)))
@@ -257,9 +257,9 @@ class Engine:
             target_t = float(self.cost.step_time("target", q, kv0))
             draft_t = (float(self.cost.step_time("draft", q, kv0)) if self.policy.speculates
                        else 0.0)
-        overhead = float(self.cost.overhead)
+        overhead = self.overhead
         end = time + draft_t + target_t + overhead
-        rep.state[Row.PREFILLED, sel] = q
+        rep.state[_PREFILLED, sel] = q
         rep.n_prefilling -= joined
         self.emit_first(rep, sel, end)
         self.rec.step_rows.append((rep.index, time, end, 0, total, 0, 0, 0, joined, 0,
@@ -282,7 +282,7 @@ class Engine:
         if rep.n_prefilling == 0:
             d_idx, sub = None, state
         else:
-            d_idx = np.flatnonzero(state[Row.PREFILLED] >= state[_PROMPT])
+            d_idx = np.flatnonzero(state[_PREFILLED] >= state[_PROMPT])
             sub = state[:, d_idx]
         n = sub.shape[1]
         emitted = drafted_sum = verified_sum = accepted_sum = depth_used = 0
