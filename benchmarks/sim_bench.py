@@ -1,4 +1,4 @@
-"""Simulator speed: simulated output tokens per wall-clock second (issue 5 §8).
+"""Simulator speed: simulated output tokens per wall-clock second.
 
 Headline: 10k requests arriving at once, max_num_seqs 64, TETRIS (k = 3, e = 1) with block
 verification on the bundled default trace when present (else a synthetic trace; the table
@@ -33,7 +33,7 @@ def load_bench_trace():
         path = resolve_trace("default")
         trace = read_trace(path)
         return trace, f"default trace ({path}, {trace.n_requests} requests, K={trace.K})"
-    except Exception:  # noqa: BLE001 - no bundled trace yet
+    except Exception:  # noqa: BLE001 - a checkout without the bundled trace
         from specbatch.traces.synth import SynthConfig, synth_trace
 
         cfg = SynthConfig(requests=256, seed=0)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from specbatch.simulator.hardware import HARDWARE, get_hardware
+
 from specbatch.errors import SpecbatchError
 
 try:
@@ -266,16 +268,9 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
     if c.cost == "profiled" and c.profile is None:
         _fail(where, "profile", "a latency profile path when cost = 'profiled'", None)
     try:
-        from specbatch.simulator.hardware import get_hardware
-    except ModuleNotFoundError:  # pragma: no cover - cost engineer's module not present yet
-        get_hardware = None
-    if get_hardware is not None:
-        try:
-            get_hardware(c.hardware)
-        except SpecbatchError:
-            from specbatch.simulator.hardware import HARDWARE
-
-            _fail(where, "hardware", f"one of {', '.join(sorted(HARDWARE))}", c.hardware)
+        get_hardware(c.hardware)  # the preset lookup accepts any case and its aliases
+    except SpecbatchError:
+        _fail(where, "hardware", f"one of {', '.join(sorted(HARDWARE))}", c.hardware)
 
 
 def validate_against_trace(c: SimConfig, trace: Any, max_footprint: int | None = None) -> None:

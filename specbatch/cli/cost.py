@@ -1,6 +1,6 @@
 """``specbatch cost``: fit a profiled cost model (``fit``) or print roofline step times (``show``).
 
-``cost fit PROFILE`` fits one non-negative linear law per role (simulator/cost.py) and reports
+``cost fit PROFILE`` fits one non-negative linear law per role (simulator/profiled.py) and reports
 its k-fold cross-validated MAPE; ``cost show`` prints the draft pass, target decode pass and
 target verification pass (k+1 query tokens per request) across batch sizes, so the memory-bound
 floor and the compute knee of the active cost model are visible.
@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from specbatch.cli.common import add_json_flag, emit, example
 from specbatch.errors import require
-from specbatch.simulator.cost import RooflineCost, build_cost_model, fit_profile, kv_capacity_tokens
+from specbatch.simulator.cost import (
+    RooflineCost,
+    build_cost_model,
+    fit_profile,
+    fit_report,
+    kv_capacity_tokens,
+    pass_times,
+    prefill_time,
+)
 from specbatch.simulator.hardware import HARDWARE
 
 DEFAULT_BATCHES = (1, 8, 32, 64, 128, 256)
@@ -76,13 +82,7 @@ def run_fit(args) -> int:
     require(args.folds >= 2, f"--folds {args.folds}: expected an integer >= 2")
     model = fit_profile(args.profile, target=args.target, draft=args.draft, device=args.device,
                         folds=args.folds)
-    roles = {}
-    for role, fit in model.fits.items():
-        roles[role] = {
-            "model": fit.model, "rows": fit.rows, "folds": fit.folds,
-            "cv_mape": fit.cv_mape, "fit_mape": fit.fit_mape,
-            "coefficients": dict(zip(fit.feature_names, fit.coef)),
-        }
+    roles = fit_report(model)
     out = {"profile": str(args.profile), "roles": roles,
            "cv_mape": {role: r["cv_mape"] for role, r in roles.items()}}
     lines = [f"profile {args.profile}"]
@@ -103,20 +103,8 @@ def run_show(args) -> int:
     require(args.prompt >= 1, f"--prompt {args.prompt}: expected an integer >= 1")
     model = build_cost_model(args.cost, args.hardware, args.target, args.draft, args.tp,
                              args.profile)
-    rows = []
-    for b in args.batch:
-        kv = np.full(b, args.kv, dtype=np.int64)
-        one = np.ones(b, dtype=np.int64)
-        row = {
-            "batch": b,
-            "draft_s": model.step_time("draft", one, kv),
-            "target_decode_s": model.step_time("target", one, kv),
-            "target_verify_s": model.step_time("target", one * (args.k + 1), kv),
-        }
-        if isinstance(model, RooflineCost):
-            row["verify_bound"] = model.breakdown("target", one * (args.k + 1), kv)["bound"]
-        rows.append(row)
-    prefill = model.step_time("target", np.array([args.prompt]), np.array([0]))
+    rows = pass_times(model, args.batch, args.kv, args.k)
+    prefill = prefill_time(model, args.prompt)
     out = {"cost": args.cost, "hardware": args.hardware, "target": args.target,
            "draft": args.draft, "tp": args.tp, "kv": args.kv, "k": args.k,
            "overhead_s": model.overhead, "prefill_s": prefill, "prompt": args.prompt,

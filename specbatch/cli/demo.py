@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from specbatch.analysis.demo import demo_spec, pick_trace
+from specbatch.analysis.demo import plan_demo, run_demo
 from specbatch.cli.common import add_json_flag, emit, example
 
 DEFAULT_OUT = "specbatch-demo"
@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="number of seeds (default 3, --quick 1)")
     parser.add_argument("--format", choices=("md", "html"), default="md", help="report format")
     add_json_flag(parser)
-    parser.set_defaults(func=run_demo)
+    parser.set_defaults(func=run_demo_command)
 
 
 def headline_text(table) -> str:
@@ -74,37 +74,31 @@ def headline_text(table) -> str:
     return "\n".join(lines)
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    from specbatch.analysis.compare import headline
-    from specbatch.analysis.report import build_report
-    from specbatch.analysis.sweep import parse_spec, run_sweep
-
+def run_demo_command(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    trace, depth, desc = pick_trace(args.trace)
-    data = demo_spec(trace, depth, args.quick, args.seeds)
-    spec = parse_spec(data, f"<demo{' --quick' if args.quick else ''}>")
+    plan = plan_demo(args.trace, args.quick, args.seeds)
     if not args.json:
-        base = data["base"]
+        base = plan.base
         sys.stderr.write(
-            f"specbatch demo: trace {desc}\n"
+            f"specbatch demo: trace {plan.trace}\n"
             f"  {base['requests']} requests at once, {base['max_num_seqs']} running, roofline "
-            f"H100, target {base['target']}, draft {base['draft']}, {len(spec.seeds)} seed(s), "
-            f"{args.workers} worker(s) -> {args.out}/\n")
-    outcome = run_sweep(spec, args.out, workers=args.workers, progress=not args.json)
-    table = headline(outcome.table)
-    report = build_report(args.out, fmt=args.format)
+            f"H100, target {base['target']}, draft {base['draft']}, {len(plan.spec.seeds)} "
+            f"seed(s), {args.workers} worker(s) -> {args.out}/\n")
+    done = run_demo(plan, args.out, workers=args.workers, fmt=args.format,
+                    progress=not args.json)
+    outcome, table = done.outcome, done.headline
     elapsed = time.perf_counter() - start
     result = {
-        "trace": desc, "out": str(args.out), "report": report, "runs": outcome.total,
+        "trace": plan.trace, "out": str(args.out), "report": done.report, "runs": outcome.total,
         "computed": outcome.computed, "reused": outcome.reused, "elapsed_s": round(elapsed, 1),
         "headline": table.to_dict("records"),
     }
     text = (
         f"Best setting of each policy and verifier (by throughput; mean over "
-        f"{len(spec.seeds)} seed(s); latency in seconds):\n\n{headline_text(table)}\n\n"
-        f"trace: {desc}\n"
+        f"{len(plan.spec.seeds)} seed(s); latency in seconds):\n\n{headline_text(table)}\n\n"
+        f"trace: {plan.trace}\n"
         f"{outcome.total} runs ({outcome.computed} computed, {outcome.reused} reused) in "
-        f"{elapsed:.1f} s\nreport: {report}\ntable:  {Path(args.out) / 'results.parquet'}"
+        f"{elapsed:.1f} s\nreport: {done.report}\ntable:  {Path(args.out) / 'results.parquet'}"
     )
     emit(result, args.json, text)
     return 0

@@ -1,4 +1,4 @@
-"""``specbatch prove`` and ``specbatch optimum verify|allocate`` (issue 3 §5).
+"""``specbatch prove`` and ``specbatch optimum verify|allocate``: the theorems and exact optima.
 
 - ``prove``: the theorem catalogue (:mod:`theory.catalogue`) as a table; exit 1 if any fails.
 - ``optimum verify``: E[τ] under TV and BV (exact enumeration), LP A / LP B optima and the
@@ -6,28 +6,39 @@
 - ``optimum allocate``: greedy (TETRIS top-C) and optimal (DP) allocations of a [N, K] value
   array under a budget C, and their values (THEORY.md §5).
 
-The CLI helpers (``example``, ``add_json_flag``, ``emit``) live in the CLI root
-:mod:`analysis.cli`; they are imported inside the functions below, which only the root calls,
-so importing :mod:`theory` never pulls in ``analysis``.
+Argument parsing and printing only: the work is :mod:`theory.catalogue`, :mod:`theory.lp` and
+:mod:`analysis.optimum`.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-
-import numpy as np
 
 from specbatch.cli.common import add_json_flag, emit, example
-from specbatch.errors import SpecbatchError, require
+from specbatch.errors import require
 from specbatch.theory.lp import verify_pair
+
+RAW = argparse.RawDescriptionHelpFormatter
 
 
 def register(subparsers) -> None:
     """Add ``prove`` and ``optimum`` (verbs ``verify``, ``allocate``) to the CLI root."""
+    add_prove(subparsers)
+    optimum = subparsers.add_parser(
+        "optimum", help="exact optima: verification LPs and allocation under a budget",
+        description="Exact optima of THEORY.md §4-5: `verify` (E[τ] of TV/BV, LP A, LP B, "
+                    "validity residuals) and `allocate` (greedy vs optimal allocation).",
+        epilog=example("specbatch optimum verify --pair pair.json --gamma 2",
+                       "specbatch optimum allocate --values values.npy --budget 16"),
+        formatter_class=RAW)
+    verbs = optimum.add_subparsers(dest="verb", metavar="VERB", parser_class=type(optimum))
+    optimum.set_defaults(func=lambda args: _missing_verb(optimum))
+    add_verify(verbs)
+    add_allocate(verbs)
+
+
+def add_prove(subparsers) -> None:
     from specbatch.theory.catalogue import DEFAULT_INSTANCES
-    from specbatch.theory.lp import DEFAULT_MAX_VARIABLES, DEFAULT_SOLVER
-    raw = argparse.RawDescriptionHelpFormatter
 
     prove = subparsers.add_parser(
         "prove", help="check the theorem catalogue on seeded random instances",
@@ -35,7 +46,7 @@ def register(subparsers) -> None:
                     "optimality, ...) on random instances by exact enumeration, LPs and MILPs; "
                     "print statement, instances, worst margin and verdict. Exit 1 if any fails.",
         epilog=example("specbatch prove", "specbatch prove --instances 50 --seed 3 --json"),
-        formatter_class=raw)
+        formatter_class=RAW)
     prove.add_argument("--instances", type=int, default=DEFAULT_INSTANCES,
                        help=f"random instances per theorem (default {DEFAULT_INSTANCES})")
     prove.add_argument("--seed", type=int, default=0, help="seed (default 0)")
@@ -44,15 +55,9 @@ def register(subparsers) -> None:
     add_json_flag(prove)
     prove.set_defaults(func=run_prove)
 
-    optimum = subparsers.add_parser(
-        "optimum", help="exact optima: verification LPs and allocation under a budget",
-        description="Exact optima of THEORY.md §4-5: `verify` (E[τ] of TV/BV, LP A, LP B, "
-                    "validity residuals) and `allocate` (greedy vs optimal allocation).",
-        epilog=example("specbatch optimum verify --pair pair.json --gamma 2",
-                       "specbatch optimum allocate --values values.npy --budget 16"),
-        formatter_class=raw)
-    verbs = optimum.add_subparsers(dest="verb", metavar="VERB", parser_class=type(optimum))
-    optimum.set_defaults(func=lambda args: _missing_verb(optimum))
+
+def add_verify(verbs) -> None:
+    from specbatch.theory.lp import DEFAULT_MAX_VARIABLES, DEFAULT_SOLVER
 
     verify = verbs.add_parser(
         "verify", help="E[τ] under TV and BV, LP A and LP B optima, validity residuals",
@@ -62,7 +67,7 @@ def register(subparsers) -> None:
                     "enumeration, the optima of LP B (best valid verifier) and LP A (idealised "
                     "coupling), and the validity residuals of THEORY.md §4.",
         epilog=example("specbatch optimum verify --pair pair.json --gamma 2 --json"),
-        formatter_class=raw)
+        formatter_class=RAW)
     verify.add_argument("--pair", required=True, metavar="PAIR.json", help="model pair file")
     verify.add_argument("--gamma", type=int, required=True, help="draft length γ >= 1")
     verify.add_argument("--solver", default=DEFAULT_SOLVER,
@@ -72,13 +77,15 @@ def register(subparsers) -> None:
     add_json_flag(verify)
     verify.set_defaults(func=run_verify)
 
+
+def add_allocate(verbs) -> None:
     allocate = verbs.add_parser(
         "allocate", help="greedy (TETRIS) vs optimal allocation of a draft-token budget",
         description="Choose prefix lengths s_i (Σ s_i <= C) maximising Σ_i Σ_{j<=s_i} "
                     "values[i, j-1] for a [N, K] array of per-position values (e.g. P(τ_i >= j)); "
                     "prints TETRIS greedy (global top-C) and the exact optimum (DP).",
         epilog=example("specbatch optimum allocate --values values.csv --budget 8 --json"),
-        formatter_class=raw)
+        formatter_class=RAW)
     allocate.add_argument("--values", required=True, metavar="FILE",
                           help="[N, K] non-negative array, .npy or CSV")
     allocate.add_argument("--budget", type=int, required=True, help="budget C (tokens) >= 0")
@@ -156,44 +163,16 @@ def run_verify(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- optimum allocate
 
 
-def read_values(path: str) -> np.ndarray:
-    """A [N, K] float array from .npy or CSV (comma-separated, no header)."""
-    if not os.path.exists(path):
-        raise SpecbatchError(f"file {path}: not found")
-    try:
-        if path.endswith(".npy"):
-            values = np.load(path, allow_pickle=False)
-        else:
-            values = np.loadtxt(path, delimiter=",", ndmin=2, dtype=np.float64)
-    except ValueError as exc:
-        raise SpecbatchError(f"file {path}: expected a numeric [N, K] array ({exc})") from None
-    require(values.ndim == 2, f"file {path}: expected a 2-d [N, K] array, got shape "
-                              f"{values.shape}")
-    require(np.issubdtype(values.dtype, np.number),
-            f"file {path}: expected a numeric array, got dtype {values.dtype}")
-    return values.astype(np.float64)
-
-
 def run_allocate(args: argparse.Namespace) -> int:
-    from specbatch.theory.allocate import allocation_value, greedy_topc, optimal_dp, optimal_milp
+    from specbatch.analysis.optimum import compare_allocations, read_values
+
     values = read_values(args.values)  # [N, K]
-    try:
-        greedy = greedy_topc(values, args.budget)
-        optimal = optimal_dp(values, args.budget)
-        milp = optimal_milp(values, args.budget) if args.milp else None
-    except SpecbatchError as exc:
-        raise SpecbatchError(f"file {args.values}: {exc}") from None
-    g_val, o_val = allocation_value(values, greedy), allocation_value(values, optimal)
-    out = {"n": int(values.shape[0]), "k": int(values.shape[1]), "budget": args.budget,
-           "greedy": greedy.tolist(), "greedy_value": g_val,
-           "optimal": optimal.tolist(), "optimal_value": o_val, "gap": o_val - g_val}
-    if milp is not None:
-        out["milp_value"] = allocation_value(values, milp)
+    out = compare_allocations(values, args.budget, args.milp, where=f"file {args.values}")
     text = "\n".join([
-        f"values {args.values}: N={values.shape[0]}, K={values.shape[1]}, budget C={args.budget}",
-        f"greedy (top-C)  value {g_val:.6g}  s={greedy.tolist()}",
-        f"optimal (DP)    value {o_val:.6g}  s={optimal.tolist()}",
-        f"gap             {o_val - g_val:.6g}",
-    ] + ([f"MILP            value {out['milp_value']:.6g}"] if milp is not None else []))
+        f"values {args.values}: N={out['n']}, K={out['k']}, budget C={args.budget}",
+        f"greedy (top-C)  value {out['greedy_value']:.6g}  s={out['greedy']}",
+        f"optimal (DP)    value {out['optimal_value']:.6g}  s={out['optimal']}",
+        f"gap             {out['gap']:.6g}",
+    ] + ([f"MILP            value {out['milp_value']:.6g}"] if "milp_value" in out else []))
     emit(out, args.json, text)
     return 0

@@ -17,11 +17,11 @@ from specbatch.analysis.compare import (
     same_budget,
     t_interval,
 )
-from specbatch.analysis.sweep import run_key, setting_key
+from specbatch.analysis.points import run_key, setting_key
+from specbatch.simulator.config import SimConfig
 
 from specbatch.errors import SpecbatchError
 
-SimConfig = pytest.importorskip("specbatch.simulator.config").SimConfig
 SEEDS = range(5)
 
 

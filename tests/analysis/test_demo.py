@@ -7,12 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("specbatch.simulator.run")
-
-from specbatch.analysis.demo import demo_spec  # noqa: E402
-from specbatch.analysis.sweep import expand, parse_spec  # noqa: E402
+from specbatch.analysis.demo import demo_spec
+from specbatch.analysis.spec import expand, parse_spec
 
 
 def settings(data: dict) -> set[tuple]:

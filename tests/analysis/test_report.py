@@ -14,11 +14,10 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-
-pytest.importorskip("specbatch.simulator.policies")
-
-from specbatch.analysis.report import build_report, bv_gain_table  # noqa: E402
-from specbatch.analysis.sweep import parse_spec, read_results, run_sweep  # noqa: E402
+from specbatch.analysis.replication import bv_gain_table
+from specbatch.analysis.report import build_report
+from specbatch.analysis.spec import parse_spec
+from specbatch.analysis.sweep import read_results, run_sweep
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -17,15 +17,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from specbatch.analysis.sweep import (
-    collect_results,
-    expand,
-    load_spec,
-    parse_spec,
-    read_requests,
-    run_key,
-    run_sweep,
-)
+from specbatch.analysis.points import run_key, trace_fingerprint
+from specbatch.analysis.spec import expand, load_spec, parse_override, parse_spec
+from specbatch.analysis.sweep import collect_results, read_requests, run_sweep
+from specbatch.simulator import config
+from specbatch.traces import synth
 
 from specbatch.errors import SpecbatchError
 
@@ -262,8 +258,6 @@ def test_workers_below_one_is_a_user_error(tmp_path):
 
 
 def test_specs_are_validated_against_simconfig_fields():
-    config = pytest.importorskip("specbatch.simulator.config")
-    pytest.importorskip("specbatch.simulator.policies")
     with pytest.raises(SpecbatchError, match="field 'num_speculative_tokenz': unknown config field"):
         parse_spec({"axes": {"num_speculative_tokenz": [1]}}, "x.toml", config.SimConfig)
     s = parse_spec({"axes": {"num_speculative_tokens": [1, 2]}}, "x.toml", config.SimConfig)
@@ -280,8 +274,6 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     ("[base]\nmax_num_seqs = \"many\"\n", "max_num_seqs"),
 ])
 def test_sweep_cli_bad_spec_exits_2_with_one_line(tmp_path, body, field):
-    pytest.importorskip("specbatch.simulator.config")
-    pytest.importorskip("specbatch.simulator.policies")
     path = tmp_path / "bad.toml"
     path.write_text(body)
     result = _cli("sweep", str(path), "--out", str(tmp_path / "out"))
@@ -293,7 +285,6 @@ def test_sweep_cli_bad_spec_exits_2_with_one_line(tmp_path, body, field):
 
 
 def test_preflight_rejects_a_draft_deeper_than_the_trace_before_running(tmp_path):
-    config = pytest.importorskip("specbatch.simulator.config")
     deep = parse_spec({"base": {"trace": "synth", "policy": "tetris"},
                        "axes": {"num_speculative_tokens": [6], "extra": [3]}}, "deep.toml",
                       config.SimConfig)
@@ -306,8 +297,6 @@ def test_preflight_rejects_a_draft_deeper_than_the_trace_before_running(tmp_path
 
 
 def test_trace_identity_changes_when_the_trace_is_recaptured(tmp_path):
-    synth = pytest.importorskip("specbatch.traces.synth")
-    from specbatch.analysis.sweep import trace_fingerprint
     from specbatch.traces.format import write_trace
 
     path = tmp_path / "trace"
@@ -322,7 +311,6 @@ def test_trace_identity_changes_when_the_trace_is_recaptured(tmp_path):
 
 
 def test_bundled_specs_are_valid_and_cover_the_replications():
-    config = pytest.importorskip("specbatch.simulator.config")
     from specbatch.analysis.specs import SPECS_DIR, spec_path
 
     names = sorted(p.stem for p in SPECS_DIR.glob("*.toml"))
@@ -340,8 +328,6 @@ def test_bundled_specs_are_valid_and_cover_the_replications():
 
 
 def test_overrides_set_a_field_everywhere_and_drop_its_axis(tmp_path):
-    from specbatch.analysis.sweep import parse_override
-
     path = tmp_path / "s.toml"
     path.write_text('seeds = [0]\n[base]\nrate = 1.0\n[axes]\npolicy = ["fixed", "tetris"]\n'
                     'num_speculative_tokens = [1, 2, 3]\n')
@@ -358,7 +344,6 @@ def test_overrides_set_a_field_everywhere_and_drop_its_axis(tmp_path):
 
 
 def test_sweep_cli_runs_real_simulations_and_a_rerun_reuses_them(tmp_path):
-    pytest.importorskip("specbatch.simulator.run")
     path = tmp_path / "tiny.toml"
     path.write_text('seeds = [0, 1]\n[base]\ntrace = "synth"\nrequests = 8\nmax_num_seqs = 4\n'
                     '[axes]\npolicy = ["fixed", "tetris"]\nk = [2]\ne = [1]\n')

@@ -1,4 +1,4 @@
-"""theory/cli.py: `specbatch prove` and `specbatch optimum verify|allocate` (issue 3 §5)."""
+"""specbatch/cli/prove.py: `specbatch prove` and `specbatch optimum verify|allocate`."""
 
 from __future__ import annotations
 
