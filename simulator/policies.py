@@ -311,18 +311,24 @@ class DynamicSD(Policy):
 class Tetris(Policy):
     """``tetris``: every request drafts K = k + e tokens; verify the C-best prefixes.
 
-    Estimates P_{i,j} by the cumulative draft confidence (the official code's surrogate,
-    :func:`cumulative_confidence`), then allocates under C: greedy top-C for TV
+    Estimates P_{i,j} by the cumulative draft confidence ``Π_{l≤j} min(conf_l, 1)`` (the
+    official code's surrogate, ``StepView.cum_conf``), then allocates under C: greedy top-C for TV
     (:func:`theory.allocate.monotone_topc`, bit-identical to
     :func:`theory.allocate.greedy_topc` on these non-increasing rows); for BV the exact
     optimum of theory's DP problem on these estimates, which
     :func:`theory.allocate.monotone_optimum` computes in O(n·K) — the same allocation as
     :func:`theory.allocate.optimal_dp` up to ties (parity tests).
-    Reads: ``conf`` (known before verification).
+    Reads: ``conf`` (known before verification). With C = 0 nothing is drafted, so the run
+    does the work of autoregressive decoding.
     """
 
     name = "tetris"
     reads = ("conf",)
+
+    def __init__(self, config: Any, trace_k: int) -> None:
+        super().__init__(config, trace_k)
+        # C = budget, or k per running request when unset: C = 0 never drafts (nor prefills)
+        self.speculates = (self.k if config.budget is None else int(config.budget)) > 0
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         values = view.cum_conf  # [n, depth] non-increasing rows
@@ -330,7 +336,8 @@ class Tetris(Policy):
             s = monotone_topc(values, view.budget)  # = greedy_topc (parity test)
         else:
             s = monotone_optimum(values, view.budget)  # = optimal_dp's optimum (parity test)
-        return np.full(view.n, self.depth, dtype=np.int64), s
+        depth = self.depth if view.budget > 0 else 0  # C = 0: nothing to verify, draft nothing
+        return np.full(view.n, depth, dtype=np.int64), s
 
 
 class Threshold(Policy):

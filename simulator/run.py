@@ -22,6 +22,7 @@ from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import make_policy
 from specbatch.simulator.workload import build_workload
 
+from specbatch.errors import require
 from specbatch.io import write_json
 
 
@@ -33,6 +34,7 @@ class SimResult:
     requests: pd.DataFrame
     steps: pd.DataFrame
     summary: dict
+    notes: tuple[str, ...] = ()  # what the run did that the config alone does not show
 
     def write(self, out_dir: str | os.PathLike) -> Path:
         """Write requests.parquet, steps.parquet, summary.json, config.toml into ``out_dir``."""
@@ -47,8 +49,12 @@ class SimResult:
 
 
 
-def load_trace(config: SimConfig) -> Any:
-    """The trace named by ``config.trace`` ("synth" builds traces.synth's default trace)."""
+def load_trace(config: SimConfig, allow_partial: bool = False) -> Any:
+    """The trace named by ``config.trace`` ("synth" builds traces.synth's default trace).
+
+    A partial capture (stopped before every request was done) is refused unless
+    ``allow_partial``: its requests are a biased subset (the ones captured first).
+    """
     if config.trace == "synth":
         from specbatch.traces.synth import SynthConfig, synth_trace
 
@@ -58,7 +64,23 @@ def load_trace(config: SimConfig) -> Any:
         return synth_trace(SynthConfig(**kwargs))
     from specbatch.traces.format import read_trace, resolve_trace
 
-    return read_trace(resolve_trace(config.trace))
+    trace = read_trace(resolve_trace(config.trace))
+    require(allow_partial or trace.status == "complete",
+            f"trace {trace.path}: a partial capture ({trace.n_requests} requests done; resume it "
+            "with capture --resume, or pass --allow-partial to simulate it as it is)")
+    return trace
+
+
+def workload_notes(config: SimConfig, trace: Any) -> tuple[str, ...]:
+    """One line per way the workload departs from the trace's own requests."""
+    n, n_trace = int(config.requests), int(trace.n_requests)
+    if config.sampling == "resample" or (config.sampling == "auto" and n > n_trace):
+        return (f"the trace has {n_trace} requests; the workload draws {n} of them with "
+                f"replacement (sampling = {config.sampling})",)
+    if n > n_trace:
+        return (f"the trace has {n_trace} requests; the workload cycles through them to make "
+                f"{n} (sampling = {config.sampling})",)
+    return ()
 
 
 def build_cost(config: SimConfig) -> Any:
@@ -78,14 +100,14 @@ def run_engine(config: SimConfig, trace: Any, workload: Any, cost: Any,
 
 
 def simulate(config: SimConfig, trace: Any = None, cost_model: Any = None,
-             reference: bool = False) -> SimResult:
+             reference: bool = False, allow_partial: bool = False) -> SimResult:
     """Simulate ``config`` (on ``trace`` when given, else the one it names).
 
     cost_model: use this instead of building ``config``'s (tests, benchmarks).
     reference:  use the engine's per-request reference twin (parity tests, benchmarks).
     """
     if trace is None:
-        trace = load_trace(config)
+        trace = load_trace(config, allow_partial)
     workload = build_workload(config, trace)
     footprint = int((workload.prompt_len + workload.output_len).max(initial=0))
     validate_against_trace(config, trace, footprint + make_policy(config, trace.K).depth + 1)
@@ -100,4 +122,5 @@ def simulate(config: SimConfig, trace: Any = None, cost_model: Any = None,
         ar_makespan = summarize(ar_requests, ar_steps)["makespan"]
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
-    return SimResult(config=config, requests=requests, steps=steps, summary=summary)
+    return SimResult(config=config, requests=requests, steps=steps, summary=summary,
+                     notes=workload_notes(config, trace))

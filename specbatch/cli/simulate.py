@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from dataclasses import fields
 
 from specbatch.cli.common import add_json_flag, emit, example
@@ -43,6 +44,8 @@ def register(subparsers) -> None:
     )
     p.add_argument("--config", metavar="FILE.toml", help="TOML file of SimConfig fields")
     p.add_argument("--out", metavar="DIR", help="write result tables and summary here")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="simulate a partial capture as it is (default: refuse it)")
     add_json_flag(p)
     group = p.add_argument_group("config overrides (SimConfig fields)")
     for f in fields(SimConfig):
@@ -60,7 +63,9 @@ def run_command(args: argparse.Namespace) -> int:
     overrides = {f.name: getattr(args, f.name) for f in fields(SimConfig)
                  if getattr(args, f.name) is not None}
     config = load_config(args.config, **overrides)
-    result = simulate(config)
+    result = simulate(config, allow_partial=args.allow_partial)
+    for note in result.notes:
+        sys.stderr.write(f"note: {note}\n")
     if args.out:
         result.write(args.out)
     summary = jsonable(result.summary)

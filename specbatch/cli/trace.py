@@ -124,6 +124,7 @@ def _format_info(s: dict) -> str:
         f"positions    {s['positions']}",
         f"K            {s['K']}",
         f"temperature  {s['temperature']:g}",
+        f"status       {s['status']}",
         f"models       {_format_models(s)}",
         f"categories   {', '.join(f'{k}: {v}' for k, v in s['categories'].items())}",
         f"lengths      prompt mean {s['prompt_len_mean']:.1f}, output mean {s['output_len_mean']:.1f}",
@@ -138,6 +139,12 @@ def _format_info(s: dict) -> str:
               f"{'γ':>3} {'TV':>8} {'BV':>8} {'BV/TV':>7}"]
     for g, tv, bv in zip(s["mal"]["gamma"], s["mal"]["tv"], s["mal"]["bv"]):
         lines.append(f"{g:>3} {tv:>8.4f} {bv:>8.4f} {bv / tv:>7.4f}")
+    sig = s["signals"]
+    lines += ["", "draft signals as predictors of acceptance (corr; expected AUC, 0.5 = none):",
+              f"  first-token acceptance min(1, r_1), mean {sig['acceptance_mean']:.4f}"]
+    for name in ("confidence", "neg_entropy", "top1", "cumulative_confidence"):
+        lines.append(f"  {name:<22} corr {sig[name]['corr']:>7.4f}   AUC {sig[name]['auc']:.4f}")
+    lines.append("  (cumulative_confidence: TETRIS's Π min(conf, 1) against TV's P(τ ≥ j), all j)")
     return "\n".join(lines)
 
 
@@ -148,12 +155,16 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    """Exit 0 for a valid complete trace, 1 for a valid but partial capture."""
     trace = read_trace(resolve_trace(args.path))
-    result = {"ok": True, "path": trace.path, "requests": trace.n_requests,
-              "positions": trace.n_rows, "K": trace.K, "temperature": trace.temperature}
-    emit(result, args.json, f"ok: {trace.path}: {trace.n_requests} requests, {trace.n_rows} "
+    complete = trace.status == "complete"
+    result = {"ok": complete, "status": trace.status, "path": trace.path,
+              "requests": trace.n_requests, "positions": trace.n_rows, "K": trace.K,
+              "temperature": trace.temperature}
+    head = "ok" if complete else "partial capture (resume it with capture --resume)"
+    emit(result, args.json, f"{head}: {trace.path}: {trace.n_requests} requests, {trace.n_rows} "
          f"positions, K = {trace.K}, temperature {trace.temperature:g}")
-    return 0
+    return 0 if complete else 1
 
 
 def run_synth(args: argparse.Namespace) -> int:

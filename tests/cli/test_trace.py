@@ -92,6 +92,22 @@ def test_validate_ok(synth_dir, capsys):
     assert json.loads(out)["ok"] is True
 
 
+def test_a_partial_capture_fails_validation_and_shows_in_info(synth_dir, tmp_path, capsys):
+    import shutil
+
+    part = tmp_path / "part"
+    shutil.copytree(synth_dir, part)
+    meta = json.loads((part / "meta.json").read_text())
+    meta["completion"] = {"status": "partial", "done": 12, "total": 20}
+    (part / "meta.json").write_text(json.dumps(meta))
+    code, out, _ = run(capsys, "trace", "validate", str(part))
+    assert code == 1 and out.startswith("partial capture")
+    code, out, _ = run(capsys, "trace", "info", str(part))
+    assert code == 0 and "status       partial" in out
+    code, _, err = run(capsys, "simulate", "--trace", str(part), "--requests", "4")
+    assert code == 2 and "--allow-partial" in err and err.count("\n") == 1
+
+
 def test_validate_bad_trace_is_one_line_exit_2(synth_dir, tmp_path, capsys):
     bad = tmp_path / "bad"
     main(["trace", "synth", "--out", str(bad), "--requests", "2"])
