@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pandas as pd
 from scipy import stats
+from specbatch.simulator.config import SimConfig
 
-from theory.errors import SpecbatchError
+from specbatch.errors import SpecbatchError
 
 #: metric -> (label, unit, higher is better)
 METRICS: dict[str, tuple[str, str, bool]] = {
@@ -48,8 +49,6 @@ METRICS: dict[str, tuple[str, str, bool]] = {
 #: other varying config field is the *context* (load, hardware, trace, ...), compared within.
 POLICY_KNOBS = ("policy", "verify", "num_speculative_tokens", "extra", "budget", "threshold",
                 "threshold_mode", "dsd_interval")
-#: Not config fields: bookkeeping columns the sweep adds.
-BOOKKEEPING = ("run", "setting")
 
 
 def label(metric: str) -> str:
@@ -64,14 +63,7 @@ def higher_is_better(metric: str) -> bool:
 
 def config_columns(df: pd.DataFrame) -> list[str]:
     """The table's config-field columns (SimConfig fields present in ``df``), in order."""
-    try:
-        from dataclasses import fields
-
-        from simulator.config import SimConfig
-
-        names = [f.name for f in fields(SimConfig)]
-    except ImportError:  # pragma: no cover - simulator absent
-        names = [c for c in df.columns if c not in METRICS and c not in BOOKKEEPING]
+    names = [f.name for f in fields(SimConfig)]
     return [c for c in names if c in df.columns]
 
 
@@ -288,3 +280,10 @@ def same_budget(df: pd.DataFrame, a: Mapping, b: Mapping, metric: str = "through
                      "b": diff.mean_b, "rel": diff.rel, "rel_low": diff.rel_low,
                      "rel_high": diff.rel_high, "n": diff.n})
     return pd.DataFrame(rows)
+
+
+def base_context(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Rows at the first value (in sweep order) of every varying context column."""
+    ctx = context_columns(df)
+    first = {c: df[c].iloc[0] for c in ctx}
+    return (select(df, first) if ctx else df), first

@@ -22,8 +22,7 @@ import time
 
 import numpy as np
 import torch
-
-from theory.allocate import (
+from specbatch.theory.allocate import (
     allocation_value,
     gains_value,
     greedy_heap,
@@ -33,7 +32,7 @@ from theory.allocate import (
     optimal_tree_gains,
     prefix_gains,
 )
-from theory.stats import block_weights, position_stats, token_weights
+from specbatch.theory.stats import block_weights, position_stats, token_weights
 
 
 def topk_scatter_max(values: torch.Tensor, budget: int) -> torch.Tensor:
@@ -98,14 +97,8 @@ def tree_rows(repeats: int) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    n, k = 256, 16
-    budget = 4 * n
-    values = instance(n, k, "tv", 0)
+def greedy_rows(values: np.ndarray, budget: int, repeats: int) -> list[dict]:
+    """The three greedy implementations on one TV-like instance # [N, K], against top-C."""
     tensor = torch.from_numpy(values)
     greedy = {
         "greedy_topc (numpy)": lambda: greedy_topc(values, budget),
@@ -113,54 +106,48 @@ def main() -> None:
         "topk + scatter_max (torch)": lambda: topk_scatter_max(tensor, budget).numpy(),
     }
     reference = greedy_topc(values, budget)
-    greedy_rows = []
+    rows = []
     for name, fn in greedy.items():
         s_fn = fn()
-        greedy_rows.append(
+        rows.append(
             {
                 "impl": name,
-                "ms": best_ms(fn, args.repeats),
+                "ms": best_ms(fn, repeats),
                 "same_s_as_topc": bool(np.array_equal(s_fn, reference)),
                 "total_s": int(s_fn.sum()),
                 "value": allocation_value(values, s_fn),
             }
         )
-    dp_rows = []
+    return rows
+
+
+def dp_rows(k: int, repeats: int) -> list[dict]:
+    """optimal_dp against the greedy variants on BV-like values, C = 3N."""
+    rows = []
     for size in (64, 256, 512):
         bv = instance(size, k, "bv", size)
         c = 3 * size
         s_dp = optimal_dp(bv, c)
-        dp_rows.append(
+        rows.append(
             {
                 "n": size,
                 "budget": c,
-                "dp_ms": best_ms(lambda bv=bv, c=c: optimal_dp(bv, c), max(1, args.repeats // 2)),
-                "topc_ms": best_ms(lambda bv=bv, c=c: greedy_topc(bv, c), args.repeats),
+                "dp_ms": best_ms(lambda bv=bv, c=c: optimal_dp(bv, c), max(1, repeats // 2)),
+                "topc_ms": best_ms(lambda bv=bv, c=c: greedy_topc(bv, c), repeats),
                 "dp_value": allocation_value(bv, s_dp),
                 "heap_value": allocation_value(bv, greedy_heap(bv, c)),
                 "topc_value": allocation_value(bv, greedy_topc(bv, c)),
             }
         )
-    gain_rows = tree_rows(args.repeats)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "n": n,
-                    "k": k,
-                    "budget": budget,
-                    "greedy": greedy_rows,
-                    "dp": dp_rows,
-                    "gains": gain_rows,
-                }
-            )
-        )
-        return
-    fastest = min(r["ms"] for r in greedy_rows)
-    print(f"greedy selection, N={n} K={k} C={budget} (TV-like values), best of {args.repeats}")
+    return rows
+
+
+def print_greedy(rows: list[dict], n: int, k: int, budget: int, repeats: int) -> None:
+    fastest = min(r["ms"] for r in rows)
+    print(f"greedy selection, N={n} K={k} C={budget} (TV-like values), best of {repeats}")
     header = f"{'implementation':<28} {'ms':>8} {'x fastest':>10} {'same s':>7}"
     print(header + f" {'sum s':>6} {'value':>9}")
-    for r in greedy_rows:
+    for r in rows:
         print(
             f"{r['impl']:<28} {r['ms']:8.3f} {r['ms'] / fastest:10.1f} "
             f"{r['same_s_as_topc']!s:>7} {r['total_s']:>6} {r['value']:9.3f}"
@@ -170,21 +157,45 @@ def main() -> None:
         " arbitrarily, and a row's frontier then also counts unselected entries below it,\n"
         " so the frontier approach can exceed the budget C.)"
     )
+
+
+def print_dp(rows: list[dict], k: int) -> None:
     print(f"\noptimal_dp, K={k}, C=3N (BV-like values)")
     print(f"{'N':>4} {'C':>5} {'dp ms':>8} {'topc ms':>8} {'dp value':>9} {'heap':>9} {'topc':>9}")
-    for r in dp_rows:
+    for r in rows:
         print(
             f"{r['n']:>4} {r['budget']:>5} {r['dp_ms']:8.1f} {r['topc_ms']:8.3f} "
             f"{r['dp_value']:9.3f} {r['heap_value']:9.3f} {r['topc_value']:9.3f}"
         )
 
+
+def print_gains(rows: list[dict]) -> None:
     print("\noptimal_dp_gains vs optimal_tree_gains, C=3N (exact BV gains E[tau | X^s])")
     print(f"{'N':>4} {'K':>3} {'C':>5} {'dp ms':>8} {'tree ms':>8} {'dp/tree':>8} {'|dv|':>9}")
-    for r in gain_rows:
+    for r in rows:
         print(
             f"{r['n']:>4} {r['k']:>3} {r['budget']:>5} {r['dp_gains_ms']:8.2f} "
             f"{r['tree_ms']:8.2f} {r['speedup']:8.1f} {abs(r['dp_value'] - r['tree_value']):9.1e}"
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    n, k = 256, 16
+    budget = 4 * n
+    greedy = greedy_rows(instance(n, k, "tv", 0), budget, args.repeats)
+    dp = dp_rows(k, args.repeats)
+    gains = tree_rows(args.repeats)
+    if args.json:
+        print(json.dumps({"n": n, "k": k, "budget": budget, "greedy": greedy, "dp": dp,
+                          "gains": gains}))
+        return
+    print_greedy(greedy, n, k, budget, args.repeats)
+    print_dp(dp, k)
+    print_gains(gains)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ import torch
 
 
 def build(args):
-    from traces.prompts import stdlib_documents
-    from traces.zoo import ZOO_SIZES, make_model, train_tokenizer
+    from specbatch.traces.prompts import stdlib_documents
+    from specbatch.traces.zoo import ZOO_SIZES, make_model, train_tokenizer
 
     docs = stdlib_documents("code", "train")[:20]
     tok = train_tokenizer(docs, 512)
@@ -45,7 +45,7 @@ def build(args):
 
 
 def run(mode, tok, draft, target, prompts, cfg):
-    from traces.capture import (
+    from specbatch.traces.capture import (
         capture_positions,
         capture_request,
         capture_request_naive,
@@ -70,7 +70,7 @@ def run(mode, tok, draft, target, prompts, cfg):
 
 
 def main() -> None:
-    from traces.capture import CaptureConfig
+    from specbatch.traces.capture import CaptureConfig
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=4)

@@ -13,8 +13,7 @@ import json
 import time
 
 import numpy as np
-
-from simulator.cost import ProfiledCost, build_cost_model, fit_role
+from specbatch.simulator.cost import ProfiledCost, build_cost_model, fit_role
 
 
 def per_call_us(fn, calls: int) -> float:

@@ -17,10 +17,9 @@ import statistics
 import time
 
 from scipy.optimize import linprog
-
-from theory.exact import expected_tau
-from theory.lp import lp_b_program, solve_program
-from theory.models import random_pair
+from specbatch.theory.exact import expected_tau
+from specbatch.theory.lp import lp_b_program, solve_program
+from specbatch.theory.models import random_pair
 
 SIZES = ((3, 3), (4, 3))
 

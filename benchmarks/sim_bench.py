@@ -1,4 +1,4 @@
-"""Simulator speed: simulated output tokens per wall-clock second (issue 5 §8).
+"""Simulator speed: simulated output tokens per wall-clock second.
 
 Headline: 10k requests arriving at once, max_num_seqs 64, TETRIS (k = 3, e = 1) with block
 verification on the bundled default trace when present (else a synthetic trace; the table
@@ -21,20 +21,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from simulator.config import load_config  # noqa: E402
-from simulator.run import build_cost, simulate  # noqa: E402
+from specbatch.simulator.config import load_config  # noqa: E402
+from specbatch.simulator.run import build_cost, simulate  # noqa: E402
 
 
 def load_bench_trace():
     """(trace, description): the bundled default trace if present, else a synthetic one."""
     try:
-        from traces.format import read_trace, resolve_trace
+        from specbatch.traces.format import read_trace, resolve_trace
 
         path = resolve_trace("default")
         trace = read_trace(path)
         return trace, f"default trace ({path}, {trace.n_requests} requests, K={trace.K})"
-    except Exception:  # noqa: BLE001 - no bundled trace yet
-        from traces.synth import SynthConfig, synth_trace
+    except Exception:  # noqa: BLE001 - a checkout without the bundled trace
+        from specbatch.traces.synth import SynthConfig, synth_trace
 
         cfg = SynthConfig(requests=256, seed=0)
         return synth_trace(cfg), (f"synthetic trace (traces.synth defaults, {cfg.requests} "

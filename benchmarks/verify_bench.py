@@ -8,7 +8,7 @@ shared); ratios are taken within the same run.
 TV touches the vocabulary once per request (the residual or bonus row at τ); BV also computes
 ``Z_{i+1}`` for positions γ-1 down to τ (lazy backward scan, theory/verify_torch.py), so its
 cost grows with γ − E[τ]. The "dense BV" line computes every Z (theory.stats.position_stats,
-numpy float64) for comparison, and "softmax of both rows" is what producing the rows from
+numpy float64, one position at a time) for comparison, and "softmax of both rows" is what producing the rows from
 logits costs (both rules pay it in a real verifier).
 
     .venv/bin/python benchmarks/verify_bench.py [--batch 256] [--gamma 8] [--vocab 32000]
@@ -23,10 +23,9 @@ import time
 
 import numpy as np
 import torch
-
-from theory.stats import position_stats
-from theory.verify import verify_block, verify_token
-from theory.verify_torch import verify_block_torch, verify_token_torch
+from specbatch.theory.stats import position_stats
+from specbatch.theory.verify import verify_block, verify_token
+from specbatch.theory.verify_torch import verify_block_torch, verify_token_torch
 
 
 def make_batch(batch: int, gamma: int, vocab: int, noise: float, seed: int):
@@ -51,7 +50,7 @@ def best_time(fn, repeats: int) -> tuple[float, object]:
     return best, result
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--gamma", type=int, default=8)
@@ -66,16 +65,14 @@ def main() -> None:
     )
     parser.add_argument("--skip-numpy", action="store_true")
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    tokens, draft, target, uniforms = make_batch(
-        args.batch, args.gamma, args.vocab, args.noise, seed=0
-    )
+    return parser.parse_args()
+
+
+def time_torch(tokens, draft, target, uniforms, repeats: int) -> list[dict]:
+    """Rows for torch TV and BV (interleaved, so a load spike on a shared box hits both)."""
     gen = torch.Generator().manual_seed(1)
-    rows = []
     t_tv = t_bv = float("inf")
-    for _ in range(args.repeats):  # interleaved, so a load spike on the shared box hits both
+    for _ in range(repeats):
         seconds, (tau_tv, _) = best_time(
             lambda: verify_token_torch(tokens, draft, target, uniforms, generator=gen), 1
         )
@@ -84,27 +81,60 @@ def main() -> None:
             lambda: verify_block_torch(tokens, draft, target, uniforms, generator=gen), 1
         )
         t_bv = min(t_bv, seconds)
-    rows.append({"impl": "torch TV", "seconds": t_tv, "mean_tau": float(tau_tv.float().mean())})
-    rows.append({"impl": "torch BV", "seconds": t_bv, "mean_tau": float(tau_bv.float().mean())})
-    # Context: both rules first need the rows, softmax over [B, γ+1, V] and [B, γ, V] logits.
+    return [
+        {"impl": "torch TV", "seconds": t_tv, "mean_tau": float(tau_tv.float().mean())},
+        {"impl": "torch BV", "seconds": t_bv, "mean_tau": float(tau_bv.float().mean())},
+    ]
+
+
+def time_softmax(target, repeats: int) -> dict:
+    """Context: both rules first need the rows, softmax over [B, γ+1, V] and [B, γ, V] logits."""
     logits = torch.log(target)
-    t_soft, _ = best_time(
-        lambda: (torch.softmax(logits, dim=-1), torch.softmax(logits[:, :-1], dim=-1)),
-        args.repeats,
+    seconds, _ = best_time(
+        lambda: (torch.softmax(logits, dim=-1), torch.softmax(logits[:, :-1], dim=-1)), repeats
     )
-    rows.append({"impl": "softmax of both rows", "seconds": t_soft, "mean_tau": None})
+    return {"impl": "softmax of both rows", "seconds": seconds, "mean_tau": None}
+
+
+def time_numpy(tokens, draft, target, uniforms) -> list[dict]:
+    """Rows for the numpy reference verifiers and the dense statistics (one run each)."""
+    tk, u = tokens.numpy(), uniforms.numpy()
+    dr, tr = draft.double().numpy(), target.double().numpy()  # converted once, untimed
+    rng = np.random.default_rng(2)
+    rows = []
+    for name, fn in (("numpy TV (reference)", verify_token), ("numpy BV (reference)", verify_block)):
+        seconds, (tau, _) = best_time(lambda fn=fn: fn(tk, dr, tr, u, rng), 1)
+        rows.append({"impl": name, "seconds": seconds, "mean_tau": float(tau.mean())})
+    seconds, _ = best_time(lambda: position_stats(tk, dr, tr), 1)
+    rows.append({"impl": "dense BV stats (numpy)", "seconds": seconds, "mean_tau": None})
+    return rows
+
+
+def print_table(args, summary: dict) -> None:
+    print(
+        f"B={args.batch} gamma={args.gamma} V={args.vocab} float32 rows, "
+        f"torch threads={summary['threads']}, best of {args.repeats}"
+    )
+    print(f"{'implementation':<24} {'ms':>10} {'x torch TV':>11} {'mean tau':>9}")
+    for row in summary["rows"]:
+        tau = "" if row["mean_tau"] is None else f"{row['mean_tau']:.3f}"
+        print(f"{row['impl']:<24} {1e3 * row['seconds']:10.1f} {row['vs_torch_TV']:11.2f} {tau:>9}")
+    print(f"torch BV / torch TV = {summary['bv_over_tv']:.2f} (goal <= 1.5)")
+    print(f"including the softmax that produces the rows: {summary['with_softmax_bv_over_tv']:.2f}")
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tokens, draft, target, uniforms = make_batch(
+        args.batch, args.gamma, args.vocab, args.noise, seed=0
+    )
+    rows = time_torch(tokens, draft, target, uniforms, args.repeats)
+    rows.append(time_softmax(target, args.repeats))
     if not args.skip_numpy:
-        tk, u = tokens.numpy(), uniforms.numpy()
-        dr, tr = draft.double().numpy(), target.double().numpy()  # converted once, untimed
-        rng = np.random.default_rng(2)
-        for name, fn in (
-            ("numpy TV (reference)", verify_token),
-            ("numpy BV (reference)", verify_block),
-        ):
-            seconds, (tau, _) = best_time(lambda fn=fn: fn(tk, dr, tr, u, rng), 1)
-            rows.append({"impl": name, "seconds": seconds, "mean_tau": float(tau.mean())})
-        seconds, _ = best_time(lambda: position_stats(tk, dr, tr), 1)
-        rows.append({"impl": "dense BV stats (numpy)", "seconds": seconds, "mean_tau": None})
+        rows += time_numpy(tokens, draft, target, uniforms)
+    t_tv, t_bv, t_soft = (row["seconds"] for row in rows[:3])
     for row in rows:
         row["vs_torch_TV"] = row["seconds"] / t_tv
     summary = {
@@ -120,16 +150,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(summary))
         return
-    print(
-        f"B={args.batch} gamma={args.gamma} V={args.vocab} float32 rows, "
-        f"torch threads={summary['threads']}, best of {args.repeats}"
-    )
-    print(f"{'implementation':<24} {'ms':>10} {'x torch TV':>11} {'mean tau':>9}")
-    for row in rows:
-        tau = "" if row["mean_tau"] is None else f"{row['mean_tau']:.3f}"
-        print(f"{row['impl']:<24} {1e3 * row['seconds']:10.1f} {row['vs_torch_TV']:11.2f} {tau:>9}")
-    print(f"torch BV / torch TV = {summary['bv_over_tv']:.2f} (goal <= 1.5)")
-    print(f"including the softmax that produces the rows: {summary['with_softmax_bv_over_tv']:.2f}")
+    print_table(args, summary)
 
 
 if __name__ == "__main__":

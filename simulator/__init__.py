@@ -5,8 +5,8 @@ Entry points: :class:`SimConfig` / :func:`load_config` (simulator.config),
 :data:`POLICIES` (simulator.policies) and the cost models (simulator.cost).
 """
 
-from simulator.config import SimConfig, load_config
-from simulator.policies import POLICIES
-from simulator.run import SimResult, simulate
+from specbatch.simulator.config import SimConfig, load_config
+from specbatch.simulator.policies import POLICIES
+from specbatch.simulator.run import SimResult, simulate
 
 __all__ = ["POLICIES", "SimConfig", "SimResult", "load_config", "simulate"]

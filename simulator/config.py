@@ -20,7 +20,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from theory.errors import SpecbatchError
+from specbatch.simulator.hardware import HARDWARE, get_hardware
+
+from specbatch.errors import SpecbatchError
 
 try:
     import tomllib
@@ -218,7 +220,7 @@ def _fail(where: str, name: str, expected: str, got: Any) -> None:
 
 def validate_config(c: SimConfig, where: str = "config") -> None:
     """Static checks (no trace needed); raises a one-line :class:`SpecbatchError`."""
-    from simulator.policies import POLICIES  # local: policies import nothing from here
+    from specbatch.simulator.policies import POLICIES  # local: policies import nothing from here
 
     def positive(name: str, value: Any, minimum: float = 1) -> None:
         if value is not None and (not math.isfinite(value) or value < minimum):
@@ -266,16 +268,9 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
     if c.cost == "profiled" and c.profile is None:
         _fail(where, "profile", "a latency profile path when cost = 'profiled'", None)
     try:
-        from simulator.hardware import get_hardware
-    except ModuleNotFoundError:  # pragma: no cover - cost engineer's module not present yet
-        get_hardware = None
-    if get_hardware is not None:
-        try:
-            get_hardware(c.hardware)
-        except SpecbatchError:
-            from simulator.hardware import HARDWARE
-
-            _fail(where, "hardware", f"one of {', '.join(sorted(HARDWARE))}", c.hardware)
+        get_hardware(c.hardware)  # the preset lookup accepts any case and its aliases
+    except SpecbatchError:
+        _fail(where, "hardware", f"one of {', '.join(sorted(HARDWARE))}", c.hardware)
 
 
 def validate_against_trace(c: SimConfig, trace: Any, max_footprint: int | None = None) -> None:
@@ -294,14 +289,11 @@ def validate_against_trace(c: SimConfig, trace: Any, max_footprint: int | None =
 
 
 def policy_depth(c: SimConfig) -> int:
-    """Deepest draft a policy may ask of the trace (DSD scans up to 6, capped by k + e ≥ k)."""
-    if c.policy == "ar":
-        return 0
-    if c.policy == "dsd":
-        return c.num_speculative_tokens
-    if c.policy == "fixed":
-        return c.num_speculative_tokens
-    return c.depth
+    """Deepest draft the configured policy may ask of the trace: its class's
+    :meth:`simulator.policies.Policy.required_depth`."""
+    from specbatch.simulator.policies import POLICIES
+
+    return POLICIES[c.policy].required_depth(c)
 
 
 def to_toml(config: SimConfig) -> str:

@@ -38,87 +38,52 @@ from __future__ import annotations
 import copy
 import gc
 import heapq
-from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from specbatch.simulator.cost_interface import CostModel, SumsCostModel
+from specbatch.simulator.policies import Policy, StepView
+from specbatch.simulator.state import (
+    RECORD_ROWS,
+    STEP_COLUMNS,
+    Outcome,
+    Records,
+    Replica,
+    Row,
+)
+from specbatch.simulator.verify import (
+    VerifyTables,
+    request_keys,
+    sample_tau,
+    uniforms,
+    uniforms_scalar,
+)
 
-from simulator.policies import Policy, StepView
-from simulator.verify import VerifyTables, request_keys, sample_tau, uniforms, uniforms_scalar
-from theory.errors import SpecbatchError
+from specbatch.errors import SpecbatchError
+
+#: The engine and what its callers read off it (STEP_COLUMNS, Records: simulator.state).
+__all__ = ["Engine", "Records", "STEP_COLUMNS"]
 
 ARRIVAL, STEP_END, SCHEDULE = 0, 1, 2  # event kinds, in tie-break order at equal times
 
-#: Columns of the per-step table, in order (one tuple per step).
-STEP_COLUMNS = (
-    "replica", "time", "end", "batch", "prefill_tokens", "drafted", "verified", "accepted",
-    "emitted", "depth", "draft_time", "target_time", "overhead_time",
-)
 _I64 = np.int64
 
-
-@dataclass
-class Records:
-    """Raw engine output: per-request arrays # [N] and per-step rows (STEP_COLUMNS)."""
-
-    replica: np.ndarray
-    first_token: np.ndarray
-    finish: np.ndarray
-    tokens: np.ndarray
-    steps: np.ndarray
-    drafted: np.ndarray
-    verified: np.ndarray
-    accepted: np.ndarray
-    step_rows: list
-
-
-class Replica:
-    """One engine copy. The running batch is one int64 matrix ``state`` # [F, n] whose rows
-    are the per-request fields (:data:`FIELDS`), so admission and retirement are a single
-    concatenate / column selection; the properties below are row views (writes go through).
-    """
-
-    FIELDS = ("uid", "prefilled", "out", "key", "prompt", "base", "pos", "n_steps",
-              "n_drafted", "n_verified", "n_accepted")
-    # pos: tokens emitted so far = current output position t; prefilled: prompt tokens in
-    # the KV cache; base: trace row of output position 0; key: verifier stream key (uint64
-    # bits); n_*: decode steps taken and draft tokens drafted / verified / accepted.
-    # Order matters to the decode step: (prompt, base) + pos gives (kv, trace row) in one
-    # add, and pos..n_accepted take one step's increments, and are the per-request record,
-    # in one add / one copy.
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.waiting: deque[int] = deque()
-        self.state = np.zeros((len(self.FIELDS), 0), dtype=_I64)
-        self.n_prefilling = 0
-        self.kv_reserved = 0
-        self.busy = False
-        self.scheduled = False
-        self.finishing = 0
-
-    @property
-    def n_running(self) -> int:
-        return int(self.state.shape[1])
-
-    def keep(self, mask: np.ndarray) -> None:
-        """Drop running requests where ``mask`` is False.  mask # [n] bool"""
-        self.state = self.state[:, mask]
-
-
-for _i, _name in enumerate(Replica.FIELDS):
-    setattr(Replica, _name, property(lambda self, _i=_i: self.state[_i],
-                                     lambda self, value, _i=_i: self.state.__setitem__(_i, value)))
-_UID, _PREFILLED, _OUT, _KEY, _PROMPT, _BASE, _POS, _STEPS, _DRAFTED, _VERIFIED, _ACCEPTED = range(11)
-#: Rows of the per-request record matrix (Engine.counts) = state rows _POS.. at finish.
-RECORD_ROWS = ("tokens", "steps", "drafted", "verified", "accepted")
+# The rows the per-step hot path indexes, as plain ints: numpy indexes an int about twice as
+# fast as an IntEnum member looked up on its class (~0.1 µs, paid ~15 times per step).
+_UID, _PREFILLED, _OUT, _KEY, _PROMPT, _BASE, _POS, _STEPS = (
+    int(Row.UID), int(Row.PREFILLED), int(Row.OUT), int(Row.KEY), int(Row.PROMPT),
+    int(Row.BASE), int(Row.POS), int(Row.N_STEPS))
+_M_EMITTED, _M_ONE, _M_DRAFTED, _M_VERIFIED, _M_TAU, _M_KV, _M_ROW = (
+    int(Outcome.EMITTED), int(Outcome.ONE), int(Outcome.DRAFTED), int(Outcome.VERIFIED),
+    int(Outcome.ACCEPTED), int(Outcome.KV), int(Outcome.ROW))
+_EMPTY = np.zeros(0, dtype=_I64)
+_EMPTY.flags.writeable = False
 
 
 class Engine:
     """Run one workload through ``config.replicas`` replicas with one policy and cost model."""
 
-    def __init__(self, config: Any, trace: Any, workload: Any, cost: Any, policy: Policy,
+    def __init__(self, config: Any, trace: Any, workload: Any, cost: CostModel, policy: Policy,
                  reference: bool = False) -> None:
         self.config = config
         self.trace = trace
@@ -134,17 +99,19 @@ class Engine:
         self.kv_capacity = config.kv_capacity
         self.footprint = workload.prompt_len + workload.output_len + self.depth + 1  # [N]
         self.keys = request_keys(int(config.seed), np.arange(workload.n))  # [N] uint64
-        self.from_sums = getattr(cost, "time_from_sums", None)  # optional fast path
+        # the sums fast path when the model has one (SumsCostModel), else one call per pass
+        self.from_sums = cost.time_from_sums if isinstance(cost, SumsCostModel) else None
+        self.overhead = float(cost.overhead)  # T_overhead, seconds per step
         self.pass_index = np.arange(max(self.depth, 1), dtype=_I64)
         self.tables = VerifyTables(trace, self.rule) if self.depth and not reference else None
         n = workload.n
         # every request's state column at admission (uid, prompt, out, base, key; zeros else)
-        self.initial = np.zeros((len(Replica.FIELDS), n), dtype=_I64)  # [F, N]
-        self.initial[_UID] = np.arange(n)
-        self.initial[_PROMPT] = workload.prompt_len
-        self.initial[_OUT] = workload.output_len
-        self.initial[_BASE] = workload.row_base
-        self.initial[_KEY] = self.keys.view(_I64)
+        self.initial = np.zeros((len(Row), n), dtype=_I64)  # [len(Row), N]
+        self.initial[Row.UID] = np.arange(n)
+        self.initial[Row.PROMPT] = workload.prompt_len
+        self.initial[Row.OUT] = workload.output_len
+        self.initial[Row.BASE] = workload.row_base
+        self.initial[Row.KEY] = self.keys.view(_I64)
         self.counts = np.zeros((len(RECORD_ROWS), n), dtype=_I64)  # [5, N] RECORD_ROWS
         self.rec = Records(
             replica=np.full(n, -1, dtype=_I64), first_token=np.full(n, np.nan),
@@ -238,6 +205,8 @@ class Engine:
     def admit(self, rep: Replica) -> int:
         """FCFS admission; returns how many requests joined (appended to the running arrays)."""
         room = self.max_seqs - rep.n_running
+        if not rep.waiting or room <= 0:  # the common cases: nobody waits, or the batch is full
+            return 0
         take: list[int] = []
         tokens = 0
         prompt = self.w.prompt_len
@@ -258,7 +227,7 @@ class Engine:
             tokens += int(prompt[u])
         if not take:
             return 0
-        new = self.initial.take(take, axis=1)  # [F, joined] fresh state columns
+        new = self.initial.take(take, axis=1)  # [len(Row), joined] fresh state columns
         rep.state = np.concatenate([rep.state, new], axis=1)
         rep.n_prefilling += len(take)
         return len(take)
@@ -288,7 +257,7 @@ class Engine:
             target_t = float(self.cost.step_time("target", q, kv0))
             draft_t = (float(self.cost.step_time("draft", q, kv0)) if self.policy.speculates
                        else 0.0)
-        overhead = float(self.cost.overhead)
+        overhead = self.overhead
         end = time + draft_t + target_t + overhead
         rep.state[_PREFILLED, sel] = q
         rep.n_prefilling -= joined
@@ -306,102 +275,141 @@ class Engine:
         self.rec.first_token[state[_UID, idx]] = end
 
     def decode_step(self, rep: Replica, time: float) -> float:
-        cost = self.cost
+        """One decode step (THEORY.md §5): the decoding requests draft, are verified and
+        commit; under chunked prefill, prompt chunks fill the token budget they leave; the
+        step lasts T_draft + T_target + T_overhead. Returns its duration."""
         state = rep.state
         if rep.n_prefilling == 0:
-            d_idx = None
-            sub = state
+            d_idx, sub = None, state
         else:
             d_idx = np.flatnonzero(state[_PREFILLED] >= state[_PROMPT])
             sub = state[:, d_idx]
-        pos = sub[_POS]
-        n = pos.shape[0]
-        draft_t = target_t = 0.0
-        drafted_sum = verified_sum = accepted_sum = emitted_sum = depth_used = 0
-        q_len = kv = np.zeros(0, dtype=_I64)
-        sums = None
+        n = sub.shape[1]
+        emitted = drafted_sum = verified_sum = accepted_sum = depth_used = 0
+        draft_t, sums, q_len, kv = 0.0, None, _EMPTY, _EMPTY
         if n:
-            # one int64 matrix for the step's per-request outcome: its rows 0-3 are the
-            # increments of state rows n_steps..n_accepted, row 4 the emitted tokens, and one
-            # Gram product of it gives every sum the step table and the cost model need
-            m = np.empty((7, n), dtype=_I64)  # rows: emitted, 1, drafted, verified, τ, kv, row
-            m[1] = 1
-            np.add(sub[_PROMPT:_BASE + 1], pos, out=m[5:7])  # (kv, trace row) = (prompt, base) + t
-            kv, rows = m[5], m[6]
-            key = sub[_KEY].view(np.uint64)
-            depth = self.depth
-            budget = self.config.budget
-            policy = self.policies[rep.index]
-            budget = policy.k * n if budget is None else int(budget)
-            eta = uniforms(key, pos, depth) if depth else np.zeros((n, 0))
-            view = StepView(self.trace, rows, kv, budget, depth, eta, cost)
-            drafted, verified = policy.decide(view)
-            m[2] = drafted
-            m[3] = verified
-            if self.reference:
-                m[4], m[0] = self.verify_reference(rep, d_idx, view.q, view.pt, view.z,
-                                                   verified)
-            elif depth:
-                self.tables.tau(rows, verified, eta, out=m[4])
-                np.minimum(m[4] + 1, sub[_OUT] - pos, out=m[0])
-            else:
-                m[4] = 0
-                np.minimum(1, sub[_OUT] - pos, out=m[0])
-            tau = m[4]
-            policy.observe(verified, tau)
-            (emitted_sum, _, drafted_sum, verified_sum, accepted_sum, skv), \
-                (_, _, _, svv, _, svkv) = (m[1:4:2] @ m[:6].T).tolist()  # Σ·1 and Σ·verified
-            # passes = max drafted; every request drafting the full depth shows in the sum
-            depth_used = depth if drafted_sum == n * depth else int(drafted.max())
-            # the verify pass: query s_i + 1, so Σq = Σs + n, Σq·c = Σs·c + Σc, Σq² = Σs² + 2Σs + n
-            sums = (n, float(verified_sum + n), float(skv), float(svkv + skv),
-                    float(svv + 2 * verified_sum + n))
-            if self.from_sums is not None:
-                draft_t = self.draft_passes_from_sums(drafted, kv, depth_used, skv,
-                                                      drafted_sum == n * depth_used)
-            else:
-                draft_t = self.draft_passes(drafted, kv, depth_used)
-            first = _STEPS if self.reference else _POS  # the reference twin moved pos itself
-            if d_idx is None:
-                state[first:] += m[first - _POS:5]
-            else:
-                state[first:, d_idx] += m[first - _POS:5]
-        if n and (rep.n_prefilling or self.from_sums is None):
-            q_len = verified + 1  # the verify pass's query lengths (the arrays, when needed)
+            m, drafted, verified = self.decide_and_verify(rep, sub, d_idx)
+            (emitted, drafted_sum, verified_sum, accepted_sum, depth_used, draft_t,
+             sums) = self.price_decode(m, drafted)
+            self.commit(rep, m, d_idx)
+            kv = m[_M_KV]
+            if rep.n_prefilling or self.from_sums is None:
+                q_len = verified + 1  # the verify pass's query lengths (the arrays, when needed)
         prefill_tokens = 0
-        first_idx = None
-        if rep.n_prefilling:  # chunked prefill: FCFS chunks in the leftover token budget
-            p_idx = np.flatnonzero(rep.prefilled < rep.prompt)
-            left = max(int(self.max_batched) - int(q_len.sum()), 0)
-            rem = rep.prompt[p_idx] - rep.prefilled[p_idx]
-            chunk = np.clip(left - (np.cumsum(rem) - rem), 0, rem)
-            sel = chunk > 0
-            if sel.any():
-                c_idx, chunk = p_idx[sel], chunk[sel]
-                kv_before = rep.prefilled[c_idx]
-                q_len = np.concatenate([q_len, chunk])
-                kv = np.concatenate([kv, kv_before])
-                if self.policy.speculates:
-                    draft_t += float(cost.step_time("draft", chunk, kv_before))
-                rep.prefilled[c_idx] += chunk
-                prefill_tokens = int(chunk.sum())
-                done = rep.prefilled[c_idx] >= rep.prompt[c_idx]
-                first_idx = c_idx[done]
-                rep.n_prefilling -= int(done.sum())
+        if rep.n_prefilling:
+            q_len, kv, prefill_draft_t, prefill_tokens, completed = self.prefill_chunks(
+                rep, q_len, kv)
+            draft_t += prefill_draft_t
         if sums is not None and prefill_tokens == 0 and self.from_sums is not None:
             target_t = float(self.from_sums("target", *sums))
         else:
-            target_t = float(cost.step_time("target", q_len, kv))
-        overhead = float(cost.overhead)
+            target_t = float(self.cost.step_time("target", q_len, kv))
+        overhead = self.overhead
         end = time + draft_t + target_t + overhead
-        if first_idx is not None and first_idx.shape[0]:
-            self.emit_first(rep, first_idx, end)
-            emitted_sum += int(first_idx.shape[0])
+        if prefill_tokens and completed.shape[0]:
+            self.emit_first(rep, completed, end)
+            emitted += int(completed.shape[0])
         self.rec.step_rows.append((rep.index, time, end, n, prefill_tokens, drafted_sum,
-                                   verified_sum, accepted_sum, emitted_sum, depth_used, draft_t,
+                                   verified_sum, accepted_sum, emitted, depth_used, draft_t,
                                    target_t, overhead))
         self.finish(rep, end)
         return end - time
+
+    def decide_and_verify(self, rep: Replica, sub: np.ndarray, d_idx: np.ndarray | None
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The policy's draft and verify lengths (d_i, s_i) for the decoding requests ``sub``
+        # [len(Row), n] (columns ``d_idx`` of the running batch, None = all of them) and the
+        verifier's τ_i ≤ s_i (common random numbers η from the request's key and position).
+
+        Returns the step's outcome matrix # [len(Outcome), n] (emitted = min(τ + 1, out − t),
+        c = prompt + t, trace row = base + t) and the policy's drafted, verified # [n].
+        """
+        pos = sub[_POS]
+        n = pos.shape[0]
+        m = np.empty((_M_ROW + 1, n), dtype=_I64)
+        m[_M_ONE] = 1
+        np.add(sub[_PROMPT:_BASE + 1], pos, out=m[_M_KV:])  # (c, row) = (prompt, base) + t
+        kv, rows = m[_M_KV], m[_M_ROW]
+        depth = self.depth
+        policy = self.policies[rep.index]
+        budget = policy.k * n if self.config.budget is None else int(self.config.budget)
+        eta = uniforms(sub[_KEY].view(np.uint64), pos, depth) if depth else np.zeros((n, 0))
+        view = StepView(self.trace, rows, kv, budget, depth, eta, self.cost)
+        drafted, verified = policy.decide(view)
+        m[_M_DRAFTED] = drafted
+        m[_M_VERIFIED] = verified
+        if self.reference:
+            m[_M_TAU], m[_M_EMITTED] = self.verify_reference(rep, d_idx, view.q, view.pt, view.z,
+                                                             verified)
+        elif depth:
+            self.tables.tau(rows, verified, eta, out=m[_M_TAU])
+            np.minimum(m[_M_TAU] + 1, sub[_OUT] - pos, out=m[_M_EMITTED])
+        else:
+            m[_M_TAU] = 0
+            np.minimum(1, sub[_OUT] - pos, out=m[_M_EMITTED])
+        policy.observe(verified, m[_M_TAU])
+        return m, drafted, verified
+
+    def price_decode(self, m: np.ndarray, drafted: np.ndarray
+                     ) -> tuple[int, int, int, int, int, float, tuple]:
+        """The step's totals and draft time from the outcome matrix ``m`` # [len(Outcome), n]:
+        (Σ emitted, Σ d, Σ s, Σ τ, D, draft seconds, the verify pass's batch sums (n, Σq, Σc,
+        Σq·c, Σq²) for ``time_from_sums``).
+
+        One Gram product gives Σ·1 and Σ·s of rows EMITTED..KV. The draft runs D = max_i d_i
+        passes; the verify pass has query q_i = s_i + 1, so its batch sums are Σq = Σs + n,
+        Σq·c = Σs·c + Σc and Σq² = Σs² + 2Σs + n (exact integers below 2^53).
+        drafted # [n]
+        """
+        n = m.shape[1]
+        depth = self.depth
+        (emitted, _, drafted_sum, verified_sum, accepted_sum, skv), \
+            (_, _, _, svv, _, svkv) = (m[_M_ONE:_M_TAU:2] @ m[:_M_ROW].T).tolist()  # Σ·1, Σ·s
+        uniform = drafted_sum == n * depth  # every request drafts the full depth
+        depth_used = depth if uniform else int(drafted.max())
+        sums = (n, float(verified_sum + n), float(skv), float(svkv + skv),
+                float(svv + 2 * verified_sum + n))
+        kv = m[_M_KV]
+        if self.from_sums is not None:
+            draft_t = self.draft_passes_from_sums(drafted, kv, depth_used, skv,
+                                                  drafted_sum == n * depth_used)
+        else:
+            draft_t = self.draft_passes(drafted, kv, depth_used)
+        return emitted, drafted_sum, verified_sum, accepted_sum, depth_used, draft_t, sums
+
+    def commit(self, rep: Replica, m: np.ndarray, d_idx: np.ndarray | None) -> None:
+        """Add the step's increments (``m`` rows EMITTED..ACCEPTED) to state rows
+        POS..N_ACCEPTED of the decoding requests (the reference twin moved POS itself)."""
+        first = _STEPS if self.reference else _POS
+        if d_idx is None:
+            rep.state[first:] += m[first - _POS:_M_TAU + 1]
+        else:
+            rep.state[first:, d_idx] += m[first - _POS:_M_TAU + 1]
+
+    def prefill_chunks(self, rep: Replica, q_len: np.ndarray, kv: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, float, int, np.ndarray]:
+        """Chunked prefill: FCFS prompt chunks in the token budget the decode batch leaves,
+        max(B − Σ(s_i + 1), 0) with B = ``max_num_batched_tokens``; the draft (when the policy
+        speculates) prefills the same chunks. Returns the target pass's query and KV (the
+        decode batch's ``q_len``, ``kv`` # [n] followed by the chunks'), the draft's prefill
+        seconds, the prompt tokens prefilled and the running-batch indices of the prompts the
+        chunks completed # [done]."""
+        p_idx = np.flatnonzero(rep.prefilled < rep.prompt)
+        left = max(int(self.max_batched) - int(q_len.sum()), 0)
+        rem = rep.prompt[p_idx] - rep.prefilled[p_idx]
+        chunk = np.clip(left - (np.cumsum(rem) - rem), 0, rem)
+        sel = chunk > 0
+        if not sel.any():
+            return q_len, kv, 0.0, 0, _EMPTY
+        c_idx, chunk = p_idx[sel], chunk[sel]
+        kv_before = rep.prefilled[c_idx]
+        draft_t = (float(self.cost.step_time("draft", chunk, kv_before)) if self.policy.speculates
+                   else 0.0)
+        rep.prefilled[c_idx] += chunk
+        done = rep.prefilled[c_idx] >= rep.prompt[c_idx]
+        rep.n_prefilling -= int(done.sum())
+        return (np.concatenate([q_len, chunk]), np.concatenate([kv, kv_before]), draft_t,
+                int(chunk.sum()), c_idx[done])
 
     def draft_passes(self, drafted: np.ndarray, kv: np.ndarray, depth_used: int) -> float:
         """Σ_d of the draft pass d < ``depth_used`` over the requests still drafting (query 1,

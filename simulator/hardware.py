@@ -1,4 +1,4 @@
-"""GPU hardware presets for the roofline cost model (simulator/cost.py).
+"""GPU hardware presets for the roofline cost model (simulator/roofline.py).
 
 Every preset is one frozen :class:`Hardware`: datasheet peaks (dense bf16 tensor-core FLOP/s,
 HBM bandwidth, memory size, GPU-to-GPU bandwidth) and the *assumed* factors that turn a peak
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from theory.errors import SpecbatchError
+from specbatch.errors import SpecbatchError
 
 TERA = 1e12
 GIGA = 1e9

@@ -31,8 +31,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from simulator.engine import STEP_COLUMNS, Records
+from specbatch.simulator.state import STEP_COLUMNS, Records
 
 REQUEST_COLUMNS = ("uid", "trace_index", "replica", "prompt_len", "output_len", "arrival",
                    "first_token", "finish", "tokens", "steps", "drafted", "verified", "accepted")

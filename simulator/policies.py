@@ -3,10 +3,13 @@
 A policy sees a :class:`StepView` of the decode batch and returns ``(drafted, verified)``,
 both # [n] int64 with ``0 ≤ verified_i ≤ drafted_i ≤ depth``: the draft model runs
 ``max(drafted)`` sequential passes over the batch and the target verifies the prefix of
-length ``s_i = verified_i`` (query ``s_i + 1``). Each class documents what it may look at
-*before* verification; only ``oracle`` and ``hindsight`` read the truth (they are bounds).
+length ``s_i = verified_i`` (query ``s_i + 1``). Each class documents which signals of the
+view it reads *before* verification; only ``oracle`` and ``hindsight`` read the truth (they
+are bounds). The simulator builds views from trace rows, the live loop from the draft it
+just ran, so both run the same ``decide``.
 
-Registry :data:`POLICIES` maps a name to a class built with ``cls(config, trace_k)``.
+Registry :data:`POLICIES` maps a name to a class built with ``cls(config, trace_k)``; each
+class states the draft depth it needs with :meth:`Policy.required_depth`.
 Budget: ``view.budget`` is C (``config.budget``, default ``k × n``, THEORY.md §5). ``tetris``
 and ``oracle`` allocate exactly under C; ``fixed``, ``dsd``, ``threshold`` and ``hindsight``
 choose per-request lengths and ignore C (documented below).
@@ -15,53 +18,151 @@ choose per-request lengths and ignore C (documented below).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from specbatch.simulator.verify import sample_tau
+from specbatch.theory.allocate import (
+    allocate,
+    monotone_optimum,
+    monotone_topc,
+    optimal_tree_gains,
+    prefix_gains,
+)
+from specbatch.theory.stats import block_weights, token_weights
 
-from simulator.verify import sample_tau, true_accept_probs, true_gains
-from theory.allocate import greedy_topc, optimal_tree_gains
+from specbatch.errors import SpecbatchError
+
+#: Trace column behind each per-position signal of a :class:`StepView`.
+SIGNALS = {"conf": "draft_conf", "q": "q", "pt": "pt", "z": "z", "p": "p",
+           "accept_tv": "accept_tv"}
+
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # trace -> {key: table}
+_LAST: tuple = (None, None, None)  # (weakref to a trace, key, table): the last table served
+
+
+def trace_table(trace: Any, key: tuple, build: Callable[..., Any], *args: Any) -> Any:
+    """``build(*args)`` computed once per (trace, key) and cached (a Trace's arrays are not
+    modified once built); the last table served is answered without a dictionary lookup
+    (one tuple swapped whole, so threads never see a torn entry)."""
+    global _LAST
+    ref, last_key, table = _LAST
+    if ref is not None and ref() is trace and last_key == key:
+        return table
+    cache = _TABLES.setdefault(trace, {})
+    table = cache.get(key)
+    if table is None:
+        table = cache[key] = build(*args)
+    _LAST = (weakref.ref(trace), key, table)
+    return table
+
+
+def confidence_table(trace: Any, depth: int) -> np.ndarray:
+    """TETRIS's surrogate for every trace row: :func:`cumulative_confidence` of the
+    ``draft_conf`` column, cached per trace. Row-wise, so gathering rows of it equals the
+    surrogate of the gathered rows bit for bit.  # [rows, depth]"""
+    return trace_table(trace, ("cumulative_confidence", depth), _confidence_of, trace, depth)
+
+
+def _confidence_of(trace: Any, depth: int) -> np.ndarray:
+    return cumulative_confidence(trace.draft_conf[:, :depth])
+
+
+def cumulative_confidence(conf: np.ndarray) -> np.ndarray:
+    """``Π_{l≤j} min(1, conf_l)``: the draft's own estimate of P(τ ≥ j) (THEORY.md §5; the
+    min absorbs the trace format's 1e-6 slack on probabilities), non-increasing along j.
+
+    conf:    # [n, K] draft's temperature-1 probability of each drafted token
+    returns  # [n, K]
+    """
+    return np.cumprod(np.minimum(conf, 1.0), axis=1)
 
 
 class StepView:
-    """The decode batch as a policy sees it (one step).
+    """The decode batch as a policy sees it at one step: per-request signals, gathered.
 
-    trace:    the trace (policies read only the columns they document)
-    rows:     # [n] int64 trace row of each request (its current output position)
-    kv:       # [n] int64 tokens in each request's KV cache (prompt + emitted)
-    budget:   C, draft tokens the target may verify this step
-    depth:    columns gathered for q, pt, z, eta
-    eta:      # [n, depth] the verifier's uniforms (hindsight only)
-    cost:     the active cost model (dsd only)
-    q, pt, z: # [n, depth] the drafted path's true statistics (oracle / hindsight only),
-              gathered on first access
+    n:          running requests
+    kv:         # [n] int64 tokens in each request's KV cache (prompt + emitted)
+    budget:     C, draft tokens the target may verify this step
+    depth:      columns of every per-position signal
+    eta:        # [n, depth] the verifier's uniforms (hindsight only), or None
+    cost:       the active cost model (dsd only), or None
+    conf:       # [n, depth] draft's temperature-1 probability of each drafted token
+    q, pt, z:   # [n, depth] the drafted path's true statistics (THEORY.md §3; oracle and
+                hindsight only)
+    p:          # [n, depth] BV's ``P(τ ≥ j | X^j)`` (from q, pt)
+    accept_tv:  # [n, depth] TV's ``Π_{l≤j} min(1, r_l)`` (from q, pt)
+
+    ``StepView(trace, rows, kv, budget, depth, eta, cost)`` is the simulator's view of trace
+    rows ``rows`` # [n]: each signal is gathered from the trace on first access, so a step
+    pays only for what its policy reads. :meth:`from_signals` wraps arrays a caller already
+    holds (the live loop's own draft). :meth:`row_table` serves tables computed row by row
+    from the signals, cached per trace for trace views.
     """
 
-    __slots__ = ("trace", "rows", "kv", "budget", "depth", "eta", "cost", "_q", "_pt", "_z")
+    __slots__ = ("n", "kv", "budget", "depth", "eta", "cost", "_trace", "_rows", "_given")
 
     def __init__(self, trace: Any, rows: np.ndarray, kv: np.ndarray, budget: int, depth: int,
-                 eta: np.ndarray, cost: Any = None) -> None:
-        self.trace, self.rows, self.kv, self.budget = trace, rows, kv, budget
-        self.depth, self.eta, self.cost = depth, eta, cost
-        self._q = self._pt = self._z = None
+                 eta: np.ndarray | None, cost: Any = None) -> None:
+        self.n = int(rows.shape[0]) if rows is not None else int(kv.shape[0])
+        self.kv, self.budget, self.depth, self.eta, self.cost = kv, budget, depth, eta, cost
+        self._trace, self._rows, self._given = trace, rows, {}
+
+    @classmethod
+    def from_signals(cls, kv: np.ndarray, budget: int, depth: int, eta: np.ndarray | None = None,
+                     cost: Any = None, **signals: np.ndarray) -> StepView:
+        """A view of arrays the caller holds: ``signals`` among :data:`SIGNALS`, each
+        # [n, depth]; p and accept_tv are derived from q and pt when not given."""
+        unknown = set(signals) - set(SIGNALS)
+        if unknown:
+            raise SpecbatchError(f"StepView: unknown signals {sorted(unknown)}")
+        view = cls(None, None, np.asarray(kv, dtype=np.int64), int(budget), int(depth), eta,
+                   cost)
+        view._given = dict(signals)
+        return view
+
+    def signal(self, name: str) -> np.ndarray:
+        """The per-position signal ``name`` (:data:`SIGNALS`).  # [n, depth]"""
+        value = self._given.get(name)
+        if value is None:
+            if self._trace is not None:
+                value = getattr(self._trace, SIGNALS[name])[self._rows, : self.depth]
+            elif name in ("p", "accept_tv") and "q" in self._given and "pt" in self._given:
+                weights = block_weights if name == "p" else token_weights
+                value = weights(self._given["q"], self._given["pt"])
+            else:
+                raise SpecbatchError(f"StepView: signal {name!r} was not given to this view")
+            self._given[name] = value
+        return value
+
+    conf = property(lambda self: self.signal("conf"))
+    q = property(lambda self: self.signal("q"))
+    pt = property(lambda self: self.signal("pt"))
+    z = property(lambda self: self.signal("z"))
+    p = property(lambda self: self.signal("p"))
+    accept_tv = property(lambda self: self.signal("accept_tv"))
+
+    def row_table(self, key: tuple, build: Callable[..., Any], *names: str) -> Any:
+        """``build(*signals)`` for this view's rows, where ``build`` works row by row on the
+        signals ``names`` # [rows, depth] and returns arrays (or a tuple of arrays) with one
+        row per input row. Trace views compute it once per trace and ``key`` and gather
+        their rows; array views call it on their own signals."""
+        if self._trace is None:
+            return build(*(self.signal(name) for name in names))
+        trace, depth, rows = self._trace, self.depth, self._rows
+        table = trace_table(trace, (key, depth), lambda: build(
+            *(getattr(trace, SIGNALS[name])[:, :depth] for name in names)))  # built once
+        if isinstance(table, tuple):
+            return tuple(t.take(rows, axis=0) for t in table)
+        return table.take(rows, axis=0)
 
     @property
-    def q(self) -> np.ndarray:
-        if self._q is None:
-            self._q = self.trace.q[self.rows, : self.depth]
-        return self._q
-
-    @property
-    def pt(self) -> np.ndarray:
-        if self._pt is None:
-            self._pt = self.trace.pt[self.rows, : self.depth]
-        return self._pt
-
-    @property
-    def z(self) -> np.ndarray:
-        if self._z is None:
-            self._z = self.trace.z[self.rows, : self.depth]
-        return self._z
+    def cum_conf(self) -> np.ndarray:
+        """TETRIS's surrogate :func:`cumulative_confidence` of ``conf``.  # [n, depth]"""
+        if self._trace is None:
+            return cumulative_confidence(self.conf)
+        return confidence_table(self._trace, self.depth).take(self._rows, axis=0)
 
 
 class Policy:
@@ -70,11 +171,20 @@ class Policy:
     name = "base"
     #: Whether the policy drafts at all (``ar`` does not, so it pays no draft prefill either).
     speculates = True
+    #: The :class:`StepView` fields ``decide`` reads besides n, budget and depth.
+    reads: tuple[str, ...] = ()
 
     def __init__(self, config: Any, trace_k: int) -> None:
         self.k = int(config.num_speculative_tokens)
-        self.depth = int(config.depth)
+        self.depth = self.required_depth(config)
         self.rule = config.verify
+
+    @classmethod
+    def required_depth(cls, config: Any) -> int:
+        """Draft tokens per request this policy may ask for under ``config`` (a
+        :class:`simulator.config.SimConfig`): the trace must hold at least this many columns
+        and the live loop drafts this many. Default K = k + e (THEORY.md §5)."""
+        return int(config.num_speculative_tokens) + int(config.extra)
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -84,34 +194,34 @@ class Policy:
 
 
 class AutoRegressive(Policy):
-    """``ar``: no speculation; one target token per request per step. Looks at nothing."""
+    """``ar``: no speculation; one target token per request per step. Reads nothing."""
 
     name = "ar"
     speculates = False
 
-    def __init__(self, config: Any, trace_k: int) -> None:
-        super().__init__(config, trace_k)
-        self.depth = 0
+    @classmethod
+    def required_depth(cls, config: Any) -> int:
+        return 0
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
-        zero = np.zeros(view.rows.shape[0], dtype=np.int64)
+        zero = np.zeros(view.n, dtype=np.int64)
         return zero, zero
 
 
 class Fixed(Policy):
-    """``fixed``: standard SD, every request drafts and verifies k tokens. Looks at nothing.
+    """``fixed``: standard SD, every request drafts and verifies k tokens. Reads nothing.
 
     Ignores the budget (its verified total is k·n, equal to the default C).
     """
 
     name = "fixed"
 
-    def __init__(self, config: Any, trace_k: int) -> None:
-        super().__init__(config, trace_k)
-        self.depth = self.k
+    @classmethod
+    def required_depth(cls, config: Any) -> int:
+        return int(config.num_speculative_tokens)
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
-        s = np.full(view.rows.shape[0], self.k, dtype=np.int64)
+        s = np.full(view.n, self.k, dtype=np.int64)
         return s, s
 
 
@@ -120,25 +230,46 @@ class DynamicSD(Policy):
 
     One k for the whole batch, re-planned every ``dsd_interval`` steps by scanning
     k = 0..min(6, trace K) for ``goodput(k) = n (1 − α^{k+1}) / (1 − α) / (T_draft(k) +
-    T_target(k) + T_overhead)``, stopping at the first drop, k = 0 favoured ×1.1. α is an EMA
-    ``0.85 α + 0.15 · observed`` (observed = accepted / verified of the last step) started at
-    0.7. Step times come from the active cost model on the current batch's KV lengths.
-    Looks at: the KV lengths, the cost model and past acceptance (no trace columns).
-    Ignores the budget.
+    T_target(k) + T_overhead)``, stopping at the first drop, k = 0 favoured ×1.1. Step times
+    come from the active cost model on the current batch's KV lengths.
+
+    α is the per-token acceptance rate of the i.i.d. model behind that formula, an EMA
+    ``0.85 α + 0.15 α̂`` started at 0.7. Each step's α̂ is the maximum-likelihood estimate
+    under that model: a request verifying s tokens accepts τ ~ min(Geometric, s), so
+    α̂ = Σ τ / (Σ τ + #{τ < s}) (accepted tokens over accepted tokens plus rejections; the
+    ratio accepted / verified would understate α whenever s > 1).
+
+    Keeping α alive at k = 0: with nothing verified α never updates, and a plan of k = 0
+    would stand for the rest of the run. So when a plan picks k = 0, the first step of the
+    interval probes with k = 1 (one draft pass per ``dsd_interval`` steps) and feeds α̂;
+    the other steps run at k = 0. Reads: ``kv``, ``cost`` and past acceptance. Ignores the
+    budget.
     """
 
     name = "dsd"
+    reads = ("kv", "cost")
+    #: The largest window the goodput scan considers.
+    MAX_K = 6
+    #: The acceptance-rate estimate before any step is observed.
+    INITIAL_ALPHA = 0.7
 
     def __init__(self, config: Any, trace_k: int) -> None:
         super().__init__(config, trace_k)
-        self.k_max = min(6, int(trace_k))
+        self.k_max = min(self.MAX_K, int(trace_k))
         self.depth = self.k_max
         self.k_now = min(self.k, self.k_max)
         self.interval = int(config.dsd_interval)
-        self.alpha = 0.7
+        self.alpha = self.INITIAL_ALPHA
         self.steps = 0
 
+    @classmethod
+    def required_depth(cls, config: Any) -> int:
+        """The starting window min(k, 6) must be in the trace; later plans scan
+        k = 0..min(6, trace K), so a deeper trace only widens the scan."""
+        return min(int(config.num_speculative_tokens), cls.MAX_K)
+
     def goodput(self, k: int, kv: np.ndarray, cost: Any) -> float:
+        """Expected tokens per second of window k on a batch with KV lengths ``kv`` # [n]."""
         n = kv.shape[0]
         a = self.alpha
         tokens = n * (k + 1.0 if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a))
@@ -149,6 +280,7 @@ class DynamicSD(Policy):
         return tokens / t if t > 0 else float("inf")
 
     def plan(self, kv: np.ndarray, cost: Any) -> int:
+        """The goodput scan (class docstring).  kv # [n]"""
         best_k, best = 0, -np.inf
         for k in range(self.k_max + 1):
             g = self.goodput(k, kv, cost) * (1.1 if k == 0 else 1.0)
@@ -158,149 +290,67 @@ class DynamicSD(Policy):
         return best_k
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
+        k = self.k_now
         if self.steps % self.interval == 0 and view.cost is not None:
-            self.k_now = self.plan(view.kv, view.cost)
+            self.k_now = k = self.plan(view.kv, view.cost)
+            if k == 0 and self.k_max >= 1:
+                k = 1  # the probe (class docstring)
         self.steps += 1
-        s = np.full(view.rows.shape[0], self.k_now, dtype=np.int64)
+        s = np.full(view.n, k, dtype=np.int64)
         return s, s
 
     def observe(self, verified: np.ndarray, accepted: np.ndarray) -> None:
-        total = int(verified.sum())
-        if total > 0:
-            self.alpha = 0.85 * self.alpha + 0.15 * float(accepted.sum()) / total
-
-
-def cumulative_confidence(view: StepView, depth: int) -> np.ndarray:
-    """TETRIS surrogate ``Π_{l≤j} draft_conf_l`` (the draft's own temperature-1 probability of
-    its drafted tokens, THEORY.md §5).  # [n, depth]
-
-    A gather from :func:`confidence_table` (the same products, computed once per trace)."""
-    return confidence_table(view.trace, depth).take(view.rows, axis=0)
-
-
-_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # trace -> {key: table}
-
-
-def confidence_table(trace: Any, depth: int) -> np.ndarray:
-    """``Π_{l≤j} min(1, draft_conf_l)`` for every trace row, j < depth (min: validation slack
-    1e-6), cached per trace (a Trace's arrays are not modified once built): the row-wise
-    cumprod of the whole column equals the cumprod of any gathered rows bit for bit.
-    # [rows, depth]"""
-    cache = _TABLES.setdefault(trace, {})
-    key = ("cumulative_confidence", depth)
-    table = cache.get(key)
-    if table is None:
-        table = np.cumprod(np.minimum(trace.draft_conf[:, :depth], 1.0), axis=1)
-        cache[key] = table
-    return table
-
-
-def allocate(values: np.ndarray, budget: int, rule: str) -> np.ndarray:
-    """Prefix allocation under budget C (THEORY.md §5).
-
-    TV: global top-C (:func:`theory.allocate.greedy_topc`), optimal because TV rows are
-    non-increasing. BV: the exact optimum of theory's DP problem (the optimum of
-    :func:`theory.allocate.optimal_dp`) on the prefix-sum gains ``G[i, s] = Σ_{j<s} values``,
-    computed by :func:`theory.allocate.optimal_tree_gains` (same value, ~5-10x faster at
-    n = 64; ties: smaller total, then smaller left-subtree shares), since p may rise along a
-    row — except when the rows given are non-increasing anyway (e.g. TETRIS's
-    cumulative-confidence surrogate), where :func:`monotone_optimum` gives an optimum of the
-    same problem in O(n·K) instead of O(n·C·K).
-
-    values: # [n, depth] estimated P_{i,j};  returns # [n] int64
-    """
-    if rule == "token":
-        return greedy_topc(values, budget)
-    if values.shape[1] < 2 or bool((values[:, 1:] <= values[:, :-1]).all()):
-        return monotone_optimum(values, budget)
-    gains = np.concatenate([np.zeros((values.shape[0], 1)), np.cumsum(values, axis=1)], axis=1)
-    return optimal_tree_gains(gains, budget)  # [n, depth + 1] gains -> [n]
-
-
-def monotone_optimum(values: np.ndarray, budget: int) -> np.ndarray:
-    """Exact optimum of ``max Σ_i Σ_{j≤s_i} values[i, j-1]``, ``Σ s_i ≤ C``, for rows that are
-    non-increasing: the top-min(C, #positive) entries (exchange argument: any prefix family
-    of that size is dominated entry by entry). Zero-valued entries are not verified (the DP's
-    "smaller total" rule); ties among equal positive values follow greedy_topc (smaller j,
-    then smaller row), where :func:`optimal_dp` may pick another optimum of equal value.
-
-    values: # [n, K] non-increasing rows, ≥ 0;  returns # [n] int64
-
-    One partition decides both cases: when the C-th largest value is positive there are at
-    least C positive entries (top-C, :func:`monotone_topc`); otherwise fewer, and the top
-    #positive entries are exactly the positive ones (no ties to break).
-    """
-    return monotone_topc(values, budget, positive_only=True)
-
-
-def monotone_topc(values: np.ndarray, budget: int, positive_only: bool = False) -> np.ndarray:
-    """:func:`theory.allocate.greedy_topc` for non-increasing rows, in fewer numpy calls.
-
-    Rows being non-increasing, row i's entries ≥ the C-th largest value v are a prefix;
-    when more than C entries are ≥ v, the surplus ties (entries equal to v) are dropped from
-    the end of the (j, row) order, i.e. ties are taken in (j, row) order as greedy_topc does. Bit-identical to greedy_topc on such rows (parity test).
-
-    positive_only: cap C at the number of positive entries (:func:`monotone_optimum`).
-
-    values: # [n, K] non-increasing rows;  returns # [n] int64
-    """
-    n, k = values.shape
-    c = min(int(budget), n * k)
-    if c <= 0:
-        return np.zeros(n, dtype=np.int64)
-    kth = n * k - c
-    threshold = np.partition(values, kth, axis=None)[kth]  # the C-th largest value
-    if positive_only and not threshold > 0.0:  # fewer than C positive entries: take them all
-        return np.add.reduce(values > 0.0, axis=1, dtype=np.int64)
-    selected = values >= threshold  # [n, K]
-    s = np.add.reduce(selected, axis=1, dtype=np.int64)
-    excess = np.count_nonzero(selected) - c  # > 0 only when several entries equal the threshold
-    if excess:
-        flat = values.T.ravel()  # j-major, as greedy_topc ranks ties
-        ties = np.flatnonzero(flat == threshold)  # in (j, row) order; keep the first ones
-        s = s - np.bincount(ties[ties.shape[0] - excess:] % n, minlength=n)
-    return s
+        """Update α with this step's α̂ = Σ τ / (Σ τ + #{τ < s}).  verified, accepted # [n]"""
+        tried = verified > 0
+        successes = int(accepted[tried].sum())
+        trials = successes + int((accepted[tried] < verified[tried]).sum())
+        if trials > 0:
+            self.alpha = 0.85 * self.alpha + 0.15 * successes / trials
 
 
 class Tetris(Policy):
     """``tetris``: every request drafts K = k + e tokens; verify the C-best prefixes.
 
-    Estimates P_{i,j} by the cumulative draft confidence (the official code's surrogate),
-    then allocates under C: greedy top-C for TV (:func:`monotone_topc`, bit-identical to
+    Estimates P_{i,j} by the cumulative draft confidence ``Π_{l≤j} min(conf_l, 1)`` (the
+    official code's surrogate, ``StepView.cum_conf``), then allocates under C: greedy top-C for TV
+    (:func:`theory.allocate.monotone_topc`, bit-identical to
     :func:`theory.allocate.greedy_topc` on these non-increasing rows); for BV the exact
-    optimum of theory's DP problem on these estimates, which :func:`monotone_optimum`
-    computes in O(n·K) — the same allocation as :func:`theory.allocate.optimal_dp` up to
-    ties (parity tests).
-    Looks at: ``draft_conf`` of the drafted tokens (known before verification).
+    optimum of theory's DP problem on these estimates, which
+    :func:`theory.allocate.monotone_optimum` computes in O(n·K) — the same allocation as
+    :func:`theory.allocate.optimal_dp` up to ties (parity tests).
+    Reads: ``conf`` (known before verification). With C = 0 nothing is drafted, so the run
+    does the work of autoregressive decoding.
     """
 
     name = "tetris"
-    _memo: tuple | None = None  # (weakref to the trace, its confidence_table)
+    reads = ("conf",)
+
+    def __init__(self, config: Any, trace_k: int) -> None:
+        super().__init__(config, trace_k)
+        # C = budget, or k per running request when unset: C = 0 never drafts (nor prefills)
+        self.speculates = (self.k if config.budget is None else int(config.budget)) > 0
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
-        n = view.rows.shape[0]
-        memo = self._memo
-        if memo is None or memo[0]() is not view.trace:
-            memo = self._memo = (weakref.ref(view.trace), confidence_table(view.trace, self.depth))
-        values = memo[1].take(view.rows, axis=0)  # = cumulative_confidence: non-increasing rows
+        values = view.cum_conf  # [n, depth] non-increasing rows
         if self.rule == "token":
             s = monotone_topc(values, view.budget)  # = greedy_topc (parity test)
         else:
             s = monotone_optimum(values, view.budget)  # = optimal_dp's optimum (parity test)
-        return np.full(n, self.depth, dtype=np.int64), s
+        depth = self.depth if view.budget > 0 else 0  # C = 0: nothing to verify, draft nothing
+        return np.full(view.n, depth, dtype=np.int64), s
 
 
 class Threshold(Policy):
     """``threshold``: each request drafts until its confidence falls below a threshold
     (SpecDec++ / AdaEDL style), at most K = k + e tokens, and verifies what it kept.
 
-    ``cumulative`` mode keeps token j while ``Π_{l≤j} draft_conf_l ≥ threshold``,
-    ``per_token`` while ``draft_conf_j ≥ threshold``. The token that fails the test was
-    drafted (it costs a draft pass) but is not verified. Looks at: ``draft_conf``.
-    Ignores the budget.
+    ``cumulative`` mode keeps token j while ``Π_{l≤j} conf_l ≥ threshold``, ``per_token``
+    while ``conf_j ≥ threshold``. The token that fails the test was drafted (it costs a draft
+    pass) but is not verified. Reads: ``conf``. Ignores the budget.
     """
 
     name = "threshold"
+    reads = ("conf",)
 
     def __init__(self, config: Any, trace_k: int) -> None:
         super().__init__(config, trace_k)
@@ -308,23 +358,18 @@ class Threshold(Policy):
         self.cumulative = config.threshold_mode == "cumulative"
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
-        drafted, kept = self.lengths(view.trace)
-        return drafted.take(view.rows), kept.take(view.rows)
+        key = ("threshold", self.threshold, self.cumulative)
+        return view.row_table(key, self.lengths, "conf")
 
-    def lengths(self, trace: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(drafted, kept) for every trace row (they depend on the row alone), cached per
-        trace.  # [rows] int64 each"""
-        cache = _TABLES.setdefault(trace, {})
-        key = ("threshold", self.depth, self.threshold, self.cumulative)
-        out = cache.get(key)
-        if out is None:
-            conf = trace.draft_conf[:, : self.depth]
-            if self.cumulative:
-                conf = np.cumprod(conf, axis=1)
-            ok = conf >= self.threshold
-            kept = np.where(ok.all(axis=1), self.depth, np.argmin(ok, axis=1)).astype(np.int64)
-            out = cache[key] = (np.minimum(kept + 1, self.depth), kept)
-        return out
+    def lengths(self, conf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(drafted, kept) of rows with confidences ``conf`` # [rows, depth]; each depends on
+        its row alone.  returns # [rows] int64 each"""
+        depth = conf.shape[1]
+        if self.cumulative:
+            conf = np.cumprod(conf, axis=1)
+        ok = conf >= self.threshold
+        kept = np.where(ok.all(axis=1), depth, np.argmin(ok, axis=1)).astype(np.int64)
+        return np.minimum(kept + 1, depth), kept
 
 
 class Oracle(Policy):
@@ -337,20 +382,20 @@ class Oracle(Policy):
     gain tables is used: :func:`theory.allocate.optimal_tree_gains` (the value of the reference
     DP :func:`theory.allocate.optimal_dp_gains`, ~5-10x faster at n = 64; ties: smaller total,
     then smaller left-subtree shares). Every request drafts K = k + e.
-    Looks at: q, pt, z of the drafted path (the truth, not the coins).
+    Reads: ``accept_tv`` (TV) or ``q``, ``pt``, ``z`` (BV) of the drafted path (the truth,
+    not the coins).
     """
 
     name = "oracle"
+    reads = ("accept_tv", "q", "pt", "z")
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
-        n = view.rows.shape[0]
         if self.rule == "token":
-            values = true_accept_probs(view.trace, view.rows, self.depth, self.rule)
-            s = allocate(values, view.budget, self.rule)
+            s = allocate(view.accept_tv, view.budget, self.rule)
         else:
-            gains = true_gains(view.trace, view.rows, self.depth, self.rule)  # [n, depth + 1]
+            gains = prefix_gains(view.q, view.pt, view.z, self.rule)  # [n, depth + 1]
             s = optimal_tree_gains(gains, view.budget)
-        return np.full(n, self.depth, dtype=np.int64), s
+        return np.full(view.n, self.depth, dtype=np.int64), s
 
 
 class Hindsight(Policy):
@@ -362,17 +407,17 @@ class Hindsight(Policy):
     ``h_s^{(s)} = p_s ≥ h_s`` (Z_{s+1} ≤ p_s), so a *shorter* draft can accept more than the
     full one; ``max_s τ^{(s)} = max{m ≤ K : η_m ≤ p_m}`` and verifying exactly that m accepts
     all m tokens. (Verifying τ_K, the full-depth outcome, would not be an upper bound.)
-    Looks at: q, pt, z and the uniforms. Ignores the budget.
+    Reads: ``q``, ``pt``, ``z`` (TV) or ``p`` (BV), and ``eta``. Ignores the budget.
     """
 
     name = "hindsight"
+    reads = ("q", "pt", "z", "p", "eta")
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
-        n = view.rows.shape[0]
-        full = np.full(n, self.depth, dtype=np.int64)
+        full = np.full(view.n, self.depth, dtype=np.int64)
         if self.rule == "token":
             return full, sample_tau(view.q, view.pt, view.z, full, view.eta, self.rule)
-        ok = view.eta[:, : self.depth] <= view.trace.p[view.rows, : self.depth]  # [n, depth]
+        ok = view.eta[:, : self.depth] <= view.p  # [n, depth]
         best = np.where(ok.any(axis=1), self.depth - np.argmax(ok[:, ::-1], axis=1), 0)
         return full, best.astype(np.int64)
 
@@ -389,12 +434,12 @@ def make_policy(config: Any, trace_k: int) -> Policy:
 
 def make_view(trace: Any, rows: np.ndarray, budget: int, depth: int, cost: Any = None,
               kv: np.ndarray | None = None, seed: int = 0) -> StepView:
-    """A :class:`StepView` of arbitrary trace rows (tests, analysis): truth gathered to
+    """A :class:`StepView` of arbitrary trace rows (tests, analysis): signals gathered to
     ``depth`` columns, uniforms keyed by (seed, batch index, row).
 
     rows: # [n] int trace row indices;  kv: # [n] (default zeros)
     """
-    from simulator.verify import request_keys, uniforms
+    from specbatch.simulator.verify import request_keys, uniforms
 
     rows = np.asarray(rows, dtype=np.int64)
     n = rows.shape[0]

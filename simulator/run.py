@@ -10,21 +10,20 @@ files.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
+from specbatch.simulator.config import SimConfig, to_toml, validate_against_trace
+from specbatch.simulator.engine import Engine
+from specbatch.simulator.metrics import request_table, step_table, summarize
+from specbatch.simulator.policies import make_policy
+from specbatch.simulator.workload import build_workload
 
-from simulator.config import SimConfig, to_toml, validate_against_trace
-from simulator.engine import Engine
-from simulator.metrics import request_table, step_table, summarize
-from simulator.policies import make_policy
-from simulator.workload import build_workload
+from specbatch.errors import require
+from specbatch.io import write_json
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,6 +34,7 @@ class SimResult:
     requests: pd.DataFrame
     steps: pd.DataFrame
     summary: dict
+    notes: tuple[str, ...] = ()  # what the run did that the config alone does not show
 
     def write(self, out_dir: str | os.PathLike) -> Path:
         """Write requests.parquet, steps.parquet, summary.json, config.toml into ``out_dir``."""
@@ -42,41 +42,50 @@ class SimResult:
         out.mkdir(parents=True, exist_ok=True)
         self.requests.to_parquet(out / "requests.parquet", index=False)
         self.steps.to_parquet(out / "steps.parquet", index=False)
-        (out / "summary.json").write_text(json.dumps(jsonable(self.summary), indent=2) + "\n")
+        write_json(out / "summary.json", self.summary)
         (out / "config.toml").write_text(to_toml(self.config))
         return out
 
 
-def jsonable(obj: Any) -> Any:
-    """numpy scalars -> Python, non-finite floats -> None (strict JSON)."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
-def load_trace(config: SimConfig) -> Any:
-    """The trace named by ``config.trace`` ("synth" builds traces.synth's default trace)."""
+def load_trace(config: SimConfig, allow_partial: bool = False) -> Any:
+    """The trace named by ``config.trace`` ("synth" builds traces.synth's default trace).
+
+    A partial capture (stopped before every request was done) is refused unless
+    ``allow_partial``: its requests are a biased subset (the ones captured first).
+    """
     if config.trace == "synth":
-        from traces.synth import SynthConfig, synth_trace
+        from specbatch.traces.synth import SynthConfig, synth_trace
 
         kwargs: dict[str, Any] = {"seed": config.seed}
         if config.synth_alpha is not None:
             kwargs["constant_alpha"] = config.synth_alpha
         return synth_trace(SynthConfig(**kwargs))
-    from traces.format import read_trace, resolve_trace
+    from specbatch.traces.format import read_trace, resolve_trace
 
-    return read_trace(resolve_trace(config.trace))
+    trace = read_trace(resolve_trace(config.trace))
+    require(allow_partial or trace.status == "complete",
+            f"trace {trace.path}: a partial capture ({trace.n_requests} requests done; resume it "
+            "with capture --resume, or pass --allow-partial to simulate it as it is)")
+    return trace
+
+
+def workload_notes(config: SimConfig, trace: Any) -> tuple[str, ...]:
+    """One line per way the workload departs from the trace's own requests."""
+    n, n_trace = int(config.requests), int(trace.n_requests)
+    if config.sampling == "resample" or (config.sampling == "auto" and n > n_trace):
+        return (f"the trace has {n_trace} requests; the workload draws {n} of them with "
+                f"replacement (sampling = {config.sampling})",)
+    if n > n_trace:
+        return (f"the trace has {n_trace} requests; the workload cycles through them to make "
+                f"{n} (sampling = {config.sampling})",)
+    return ()
 
 
 def build_cost(config: SimConfig) -> Any:
     """The active cost model for ``config``."""
-    from simulator.cost import build_cost_model
+    from specbatch.simulator.cost import build_cost_model
 
     return build_cost_model(cost=config.cost, hardware=config.hardware, target=config.target,
                             draft=config.draft, tp=config.tp, profile=config.profile)
@@ -91,14 +100,14 @@ def run_engine(config: SimConfig, trace: Any, workload: Any, cost: Any,
 
 
 def simulate(config: SimConfig, trace: Any = None, cost_model: Any = None,
-             reference: bool = False) -> SimResult:
+             reference: bool = False, allow_partial: bool = False) -> SimResult:
     """Simulate ``config`` (on ``trace`` when given, else the one it names).
 
     cost_model: use this instead of building ``config``'s (tests, benchmarks).
     reference:  use the engine's per-request reference twin (parity tests, benchmarks).
     """
     if trace is None:
-        trace = load_trace(config)
+        trace = load_trace(config, allow_partial)
     workload = build_workload(config, trace)
     footprint = int((workload.prompt_len + workload.output_len).max(initial=0))
     validate_against_trace(config, trace, footprint + make_policy(config, trace.K).depth + 1)
@@ -113,4 +122,5 @@ def simulate(config: SimConfig, trace: Any = None, cost_model: Any = None,
         ar_makespan = summarize(ar_requests, ar_steps)["makespan"]
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
-    return SimResult(config=config, requests=requests, steps=steps, summary=summary)
+    return SimResult(config=config, requests=requests, steps=steps, summary=summary,
+                     notes=workload_notes(config, trace))

@@ -23,9 +23,8 @@ drafted after j), so the BV oracle allocates with :func:`theory.allocate.optimal
 from __future__ import annotations
 
 import numpy as np
-
-from theory.allocate import prefix_gains
-from theory.stats import accept_from_stats
+from specbatch.theory.allocate import prefix_gains
+from specbatch.theory.stats import accept_from_stats
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's Weyl increment
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -125,7 +124,7 @@ class VerifyTables:
             with np.errstate(divide="ignore", invalid="ignore"):
                 self.a = np.minimum(np.nan_to_num(trace.pt / trace.q, nan=0.0), 1.0)
         else:
-            from theory.stats import block_thresholds, block_weights
+            from specbatch.theory.stats import block_thresholds, block_weights
 
             self.p = block_weights(trace.q, trace.pt)
             self.h = block_thresholds(self.p, trace.z, np.full(trace.n_rows, k))

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from theory.errors import require
+from specbatch.errors import require
 
 
 @dataclass(frozen=True)

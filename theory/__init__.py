@@ -4,7 +4,7 @@ See ../shared/THEORY.md (copied into the README's theory section) for every form
 Imports only numpy, scipy, cvxpy and torch.
 """
 
-from theory.allocate import (
+from specbatch.theory.allocate import (
     allocation_value,
     gains_value,
     greedy_heap,
@@ -14,18 +14,19 @@ from theory.allocate import (
     optimal_milp,
     prefix_gains,
 )
-from theory.errors import SpecbatchError
-from theory.exact import expected_tau, iteration_law, loop_law, validity_residual
-from theory.lp import solve_lp_a, solve_lp_b
-from theory.models import ModelPair, pair_from_dict, random_pair, read_pair
-from theory.stats import accept_from_stats, block_weights, position_stats, token_weights
-from theory.verify import (
+from specbatch.theory.exact import expected_tau, iteration_law, loop_law, validity_residual
+from specbatch.theory.lp import solve_lp_a, solve_lp_b
+from specbatch.theory.models import ModelPair, pair_from_dict, random_pair, read_pair
+from specbatch.theory.stats import accept_from_stats, block_weights, position_stats, token_weights
+from specbatch.theory.verify import (
     expected_accepted,
     extra_token_law,
     tau_law,
     verify_block,
     verify_token,
 )
+
+from specbatch.errors import SpecbatchError
 
 __all__ = [
     "ModelPair",

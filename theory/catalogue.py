@@ -1,4 +1,4 @@
-"""The theorem catalogue behind ``specbatch prove`` (issue 3 §5, THEORY.md §2-5).
+"""The theorem catalogue behind ``specbatch prove``: every theorem of THEORY.md §2-5, checked.
 
 Each :class:`Theorem` is a one-sentence statement with its source and a seeded check over
 random instances. A check returns a :class:`CheckResult` with the *worst margin* found, read
@@ -24,12 +24,17 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
-
-from theory import exact
-from theory.allocate import allocation_value, greedy_heap, greedy_topc, optimal_dp, optimal_milp
-from theory.lp import solve_lp_a, solve_lp_b
-from theory.models import FORMS, ModelPair, one_hot_draft, random_pair
-from theory.stats import block_weights, token_weights
+from specbatch.theory import exact
+from specbatch.theory.allocate import (
+    allocation_value,
+    greedy_heap,
+    greedy_topc,
+    optimal_dp,
+    optimal_milp,
+)
+from specbatch.theory.lp import solve_lp_a, solve_lp_b
+from specbatch.theory.models import FORMS, ModelPair, one_hot_draft, random_pair
+from specbatch.theory.stats import block_weights, token_weights
 
 #: Default number of random instances per theorem (``specbatch prove``).
 DEFAULT_INSTANCES = 20

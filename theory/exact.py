@@ -17,18 +17,36 @@ Note on THEORY.md §3: the identity is ``P(τ ≥ i | X^i) = p_i`` (conditioning
 draft tokens only). Conditioned on the whole draft, ``E[τ | X^γ]`` is *not* ``Σ p_i`` in
 general (the paper's example: draft ``aa`` has ``Σ p_i = 3/4`` but ``E[τ | X^2 = aa] = 1/2``);
 :func:`per_draft` gives the latter, which is the per-draft table of THEORY.md §4.
+
+Tiers: the path statistics here — :func:`block_weights_exact` (``p_i`` by the recursion),
+:func:`residual_mass_exact` (``Z_{i+1}``), :func:`block_thresholds_exact` (``h_i``),
+:func:`path_stats_exact`, :func:`draft_signals_exact` — and :func:`extra_token_law_exact` are
+the exact twins of the numpy reference (:mod:`specbatch.theory.stats`,
+:func:`specbatch.theory.verify.extra_token_law`) and of the torch fast path
+(:mod:`specbatch.theory.stats_torch`, :func:`specbatch.theory.verify_torch.extra_token_law_torch`).
+They compute in the inputs' number type: Fractions give exact values, floats a readable
+reference for float tests.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from theory.errors import SpecbatchError, require
-from theory.models import ModelPair, Number, Prefix, TableModel, one_of, sequence_prob, zero_of
+from specbatch.theory.models import (
+    ModelPair,
+    Number,
+    Prefix,
+    TableModel,
+    one_of,
+    sequence_prob,
+    zero_of,
+)
+from specbatch.theory.verify import RULES
 
-RULES = ("token", "block")
+from specbatch.errors import SpecbatchError, require
 
 
 @dataclass(frozen=True)
@@ -75,50 +93,134 @@ def _positive(v: Number) -> bool:
     return v > 0
 
 
+def _one_like(x: Number) -> Number:
+    """1 in the number type of ``x`` (Fraction for a Fraction, float for a float)."""
+    return x * 0 + 1
+
+
+def block_weights_exact(q, pt) -> tuple:
+    """BV's weights ``p_1..p_γ`` by the definition ``p_i = min(p_{i-1} r_i, 1)``, ``p_0 = 1``.
+
+    The exact tier (THEORY.md §3): the recursion itself, in the inputs' number type, so that
+    the cumsum/cummax identity of :func:`specbatch.theory.stats.block_weights` and
+    :func:`specbatch.theory.stats_torch.block_weights_torch` has an independent twin.
+
+    q, pt:   # [γ] draft / target probability of each drafted token (q > 0)
+    returns  # [γ] tuple, ``p_1..p_γ``
+    """
+    out: list = []
+    for qi, pti in zip(q, pt):
+        one = _one_like(qi)
+        prev = out[-1] if out else one
+        out.append(min(prev * (pti / qi), one))
+    return tuple(out)
+
+
+def residual_mass_exact(weight: Number, draft_row, target_row) -> Number:
+    """``Z = Σ_x max(w · Mb(x|X^i) − Ms(x|X^i), 0)`` with ``w = p_i`` (THEORY.md §3).
+
+    draft_row, target_row:  # [V] ``Ms(·|X^i)``, ``Mb(·|X^i)``
+    """
+    zero = weight * 0
+    return sum((max(weight * b - s, zero) for s, b in zip(draft_row, target_row)), zero)
+
+
+def block_thresholds_exact(p, z) -> tuple:
+    """BV's thresholds ``h_1..h_γ`` (THEORY.md §3).
+
+    ``h_i = Z_{i+1} / (Z_{i+1} + 1 − p_i)`` for i < γ (1 when the denominator is 0) and
+    ``h_γ = p_γ``. p: # [γ] ``p_1..p_γ``; z: # [γ] ``Z_1..Z_γ`` (``z[j] = Z_{j+1}``).
+    """
+    gamma = len(p)
+    h = []
+    for i in range(1, gamma):
+        one = _one_like(p[i - 1])
+        den = z[i] + (one - p[i - 1])
+        h.append(z[i] / den if den > 0 else one)
+    if gamma:
+        h.append(p[gamma - 1])
+    return tuple(h)
+
+
+def path_stats_exact(draft, draft_rows, target_rows) -> dict:
+    """THEORY.md §3 statistics of one drafted path: the exact twin of ``position_stats``.
+
+    draft:        # [γ] drafted tokens ``X_1..X_γ``
+    draft_rows:   # [γ, V] ``Ms(·|X^i)``, i = 0..γ-1
+    target_rows:  # [γ(+1), V] ``Mb(·|X^i)``; only the first γ rows are read
+    returns dict of # [γ] tuples: ``q``, ``pt``, ``p`` (``p_1..p_γ``), ``z`` (``z[j] = Z_{j+1}``)
+    """
+    q = tuple(row[tok] for row, tok in zip(draft_rows, draft))
+    pt = tuple(row[tok] for row, tok in zip(target_rows, draft))
+    p = block_weights_exact(q, pt)
+    weights = (_one_like(q[0]),) + p[:-1] if q else ()  # p_0..p_{γ-1}
+    z = tuple(residual_mass_exact(w, ms, mb)
+              for w, ms, mb in zip(weights, draft_rows, target_rows))
+    return {"q": q, "pt": pt, "p": p, "z": z}
+
+
+def draft_signals_exact(draft, draft_rows) -> dict:
+    """The draft's signals on one path (twin of ``stats.draft_signals``), from temperature-1 rows.
+
+    ``draft_conf = Ms(X_{i+1}|X^i)`` and ``top1 = max_x Ms(x|X^i)`` in the rows' number type;
+    ``entropy = −Σ_x Ms log Ms`` (nats, 0 log 0 = 0) is irrational, so it is a float.
+    returns dict of # [γ] tuples
+    """
+    return {
+        "draft_conf": tuple(row[tok] for row, tok in zip(draft_rows, draft)),
+        "entropy": tuple(-sum(float(x) * math.log(float(x)) for x in row if x > 0) + 0.0
+                         for row in draft_rows),
+        "top1": tuple(max(row) for row in draft_rows),
+    }
+
+
+def _tau_law_token(accept) -> tuple:
+    """TV: ``P(τ = k | X^γ) = Π_{j≤k} a_j · (1 − a_{k+1})`` (``a_{γ+1} := 0``), a_j = min(1, r_j)."""
+    gamma = len(accept)
+    law, survive = [], _one_like(accept[0]) if accept else 1
+    for k in range(gamma + 1):
+        stop = _one_like(survive) - accept[k] if k < gamma else _one_like(survive)
+        law.append(survive * stop)
+        if k < gamma:
+            survive = survive * accept[k]
+    return tuple(law)
+
+
+def _tau_law_block(h) -> tuple:
+    """BV: ``P(τ = k | X^γ) = h_k Π_{j>k} (1 − h_j)`` with ``h_0 = 1`` (independent uniforms)."""
+    gamma = len(h)
+    law = []
+    for k in range(gamma + 1):
+        t = h[k - 1] if k >= 1 else (_one_like(h[0]) if h else 1)
+        for j in range(k + 1, gamma + 1):
+            t = t * (_one_like(h[j - 1]) - h[j - 1])
+        law.append(t)
+    return tuple(law)
+
+
 def draft_path(pair: ModelPair, draft: Prefix, rule: str, context: Prefix = ()) -> DraftPath:
     """Per-position quantities and ``P(τ = k | X^γ = draft)`` for one draft (``Ms(draft) > 0``)."""
     _check_rule(rule)
-    one, zero = one_of(pair), zero_of(pair)
-    gamma = len(draft)
+    one = one_of(pair)
+    rows_d, rows_t = [], []
     prob = one
-    accept, p, z = [], [one], []
     prefix = tuple(context)
     for i, tok in enumerate(draft):
-        ms, mb = pair.draft.row(prefix), pair.target.row(prefix)
-        # Z_{i+1} = Σ_x max(p_i Mb(x|X^i) − Ms(x|X^i), 0)
-        z.append(sum((max(p[i] * b - s, zero) for s, b in zip(ms, mb)), zero))
-        q, pt = ms[tok], mb[tok]
+        rows_d.append(pair.draft.row(prefix))
+        rows_t.append(pair.target.row(prefix))
+        q = rows_d[-1][tok]
         require(q > 0, f"draft {draft}: Ms gives probability 0 to token {tok} at position {i + 1}")
-        r = pt / q
-        accept.append(min(one, r))
-        p.append(min(p[i] * r, one))
         prob = prob * q
         prefix = prefix + (tok,)
+    stats = path_stats_exact(draft, rows_d, rows_t)
+    accept = tuple(min(one, b / s) for s, b in zip(stats["q"], stats["pt"]))
     if rule == "token":
-        h: list = []
-        tau = []
-        survive = one
-        for k in range(gamma + 1):
-            stop = one - accept[k] if k < gamma else one
-            tau.append(survive * stop)
-            if k < gamma:
-                survive = survive * accept[k]
+        h: tuple = ()
+        tau = _tau_law_token(accept) if draft else (one,)
     else:
-        h = []
-        for i in range(1, gamma + 1):
-            if i == gamma:
-                h.append(p[gamma])
-            else:
-                den = z[i] + one - p[i]
-                h.append(z[i] / den if den > 0 else one)
-        tau = []
-        for k in range(gamma + 1):
-            t = h[k - 1] if k >= 1 else one
-            for j in range(k + 1, gamma + 1):
-                t = t * (one - h[j - 1])
-            tau.append(t)
-    return DraftPath(tuple(draft), prob, tuple(accept), tuple(p), tuple(z), tuple(h), tuple(tau),
-                     rule)
+        h = block_thresholds_exact(stats["p"], stats["z"])
+        tau = _tau_law_block(h) if draft else (one,)
+    return DraftPath(tuple(draft), prob, accept, (one,) + stats["p"], stats["z"], h, tau, rule)
 
 
 def draft_paths(pair: ModelPair, gamma: int, rule: str, context: Prefix = ()):
@@ -131,20 +233,31 @@ def draft_paths(pair: ModelPair, gamma: int, rule: str, context: Prefix = ()):
             yield draft_path(pair, draft, rule, context)
 
 
-def extra_token_law(pair: ModelPair, path: DraftPath, k: int, context: Prefix = ()) -> tuple:
-    """Law of ``Y`` given ``τ = k`` on ``path``: bonus row for k = γ, normalised residual else."""
-    prefix = tuple(context) + path.draft[:k]
+def extra_token_law_exact(pair: ModelPair, path: DraftPath, tau: int,
+                          context: Prefix = ()) -> tuple:
+    """Law of the extra token ``Y`` given τ on ``path`` (THEORY.md §2-3), exactly.
+
+    τ = γ: the bonus law ``Mb(·|X^γ)``; τ < γ: ``max(w Mb(·|X^τ) − Ms(·|X^τ), 0) / Z_{τ+1}``
+    with w = 1 (TV) or ``p_τ`` (BV, ``p_0 = 1``). The exact tier of
+    :func:`specbatch.theory.verify.extra_token_law` (numpy) and
+    :func:`specbatch.theory.verify_torch.extra_token_law_torch`: the model pair and ``path``
+    (tokens, weights p, rule) stand for their ``draft_rows, target_rows, p, rule``. A zero-mass
+    residual at a τ of positive probability cannot happen exactly, so it raises.
+
+    returns  # [V] tuple summing to 1
+    """
+    prefix = tuple(context) + path.draft[:tau]
     mb = pair.target.row(prefix)
-    if k == len(path.draft):
+    if tau == len(path.draft):
         return tuple(mb)
-    zero = zero_of(pair)
-    weight = path.p[k] if path.rule == "block" else one_of(pair)
+    weight = path.p[tau] if path.rule == "block" else one_of(pair)
     ms = pair.draft.row(prefix)
+    zero = zero_of(pair)
     resid = [max(weight * b - s, zero) for s, b in zip(ms, mb)]
     total = sum(resid, zero)
     if not total > 0:
         raise SpecbatchError(
-            f"internal: residual mass 0 at τ = {k} on draft {path.draft} with P(τ = {k}) > 0")
+            f"internal: residual mass 0 at τ = {tau} on draft {path.draft} with P(τ = {tau}) > 0")
     return tuple(v / total for v in resid)
 
 
@@ -156,7 +269,7 @@ def iteration_law(pair: ModelPair, gamma: int, rule: str, context: Prefix = ()) 
             if not pk > 0:
                 continue
             mass = path.prob * pk
-            for y, py in enumerate(extra_token_law(pair, path, k, context)):
+            for y, py in enumerate(extra_token_law_exact(pair, path, k, context)):
                 if py > 0:
                     law[(k, path.draft[:k] + (y,))] += mass * py
     return dict(law)

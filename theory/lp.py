@@ -21,12 +21,14 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import scipy.sparse as sp
+from specbatch.theory import exact
+from specbatch.theory.models import ModelPair, Prefix, sequence_prob
 
-from theory.errors import SpecbatchError, require
-from theory.models import ModelPair, Prefix, sequence_prob
+from specbatch.errors import SpecbatchError, require
 
 #: Default cap on the number of LP variables (LP A: V^(2γ); LP B: V^γ (γ+1) V).
 DEFAULT_MAX_VARIABLES = 20_000
@@ -70,7 +72,7 @@ def _check_size(name: str, n: int, vocab: int, gamma: int, limit: int) -> None:
     if n > limit:
         raise SpecbatchError(
             f"{name}: instance has {n} variables (V={vocab}, γ={gamma}), above the limit of "
-            f"{limit} variables; use a smaller V or γ, or raise max_variables"
+            f"{limit} variables; use a smaller V or γ, or raise the limit (--max-variables)"
         )
 
 
@@ -187,3 +189,32 @@ def solve_lp_b(pair: ModelPair, gamma: int, solver: str = DEFAULT_SOLVER, contex
                max_variables: int = DEFAULT_MAX_VARIABLES) -> LPResult:
     """LP B's optimum (= E[τ_BV]) and verifier ``P[x, k, y]`` [V^γ, γ+1, V]."""
     return solve_program(lp_b_program(pair, gamma, context, max_variables), solver)
+
+
+def verify_pair(pair, gamma: int, solver: str = "HIGHS", max_variables: int | None = None
+                ) -> dict:
+    """E[τ] under TV and BV (exact enumeration), LP A and LP B optima and the validity residuals
+    of THEORY.md §4 for one pair at draft length γ, as floats, plus exact strings for exact pairs."""
+    require(gamma >= 1, f"--gamma: expected an integer >= 1, got {gamma}")
+    limit = DEFAULT_MAX_VARIABLES if max_variables is None else max_variables
+    # refuse before any enumeration: the exact laws below walk all V^γ drafts, and LP A,
+    # the larger program (V^{2γ} variables), bounds that work too
+    _check_size("LP B", lp_b_size(pair.vocab, gamma), pair.vocab, gamma, limit)
+    _check_size("LP A", lp_a_size(pair.vocab, gamma), pair.vocab, gamma, limit)
+    token = exact.expected_tau(pair, gamma, "token")
+    block = exact.expected_tau(pair, gamma, "block")
+    res_t = exact.validity_residual(pair, gamma, "token")
+    res_b = exact.validity_residual(pair, gamma, "block")
+    lp_b = solve_lp_b(pair, gamma, solver=solver, max_variables=limit)
+    lp_a = solve_lp_a(pair, gamma, solver=solver, max_variables=limit)
+    out = {"vocab": pair.vocab, "gamma": gamma, "exact": pair.exact,
+           "token": float(token), "block": float(block),
+           "lp_valid": lp_b.value, "lp_joint": lp_a.value,
+           "residual_token": float(res_t), "residual_block": float(res_b),
+           "joint_closed_form": float(exact.lp_joint_formula(pair, gamma)),
+           "solver": lp_b.solver}
+    if pair.exact:
+        out["fractions"] = {"token": str(Fraction(token)), "block": str(Fraction(block)),
+                            "joint_closed_form": str(exact.lp_joint_formula(pair, gamma)),
+                            "residual_token": str(res_t), "residual_block": str(res_b)}
+    return out

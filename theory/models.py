@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from theory.errors import SpecbatchError, require
+from specbatch.errors import SpecbatchError, require
+from specbatch.io import atomic_write
 
 Number = Fraction | float
 Row = tuple  # tuple[Number, ...] of length V
@@ -283,8 +284,8 @@ def read_pair(path: str) -> ModelPair:
 
 
 def write_pair(pair: ModelPair, path: str) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(pair.to_json(), fh, indent=1)
+    """Write ``pair`` as JSON (the form :func:`read_pair` reads), atomically."""
+    atomic_write(path, json.dumps(pair.to_json(), indent=1))
 
 
 # --------------------------------------------------------------------------- random pairs

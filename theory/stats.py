@@ -1,4 +1,4 @@
-"""Per-position statistics of one drafted path (THEORY.md §3), batched in numpy.
+"""Per-position statistics of drafted paths, batched in numpy: the reference tier (THEORY.md §3).
 
 Given the drafted tokens and the full draft/target rows along the path, everything either
 verification rule needs to sample τ is a handful of numbers per position:
@@ -12,6 +12,12 @@ verification rule needs to sample τ is a handful of numbers per position:
 
 These are what a trace stores per position (``Z[:, j]`` holds ``Z_{j+1}``), and they serve
 every draft length γ ≤ K: h_i for i < γ uses ``Z_{i+1}`` and ``p_i``, h_γ = p_γ.
+
+One implementation per quantity and tier: this module is the numpy reference
+(:func:`block_weights`, :func:`residual_masses`, :func:`draft_signals`,
+:func:`position_stats`, :func:`block_thresholds`); :mod:`specbatch.theory.exact` holds the
+exact twins (``*_exact``, Fractions or floats, the recursion of the definition) and
+:mod:`specbatch.theory.stats_torch` the torch fast path (``*_torch``).
 
 Shapes: ``B`` paths, ``K`` drafted tokens, ``V`` vocabulary.
 """
@@ -61,8 +67,11 @@ def residual_masses(p: np.ndarray, draft_rows: np.ndarray, target_rows: np.ndarr
     """
     b, k = p.shape
     p_prev = np.concatenate([np.ones((b, 1)), p[:, : k - 1]], axis=1)  # p_0..p_{K-1}
-    diff = p_prev[:, :, None] * target_rows[:, :k, :] - draft_rows[:, :k, :]
-    return np.maximum(diff, 0.0).sum(axis=2)
+    z = np.empty((b, k))
+    for i in range(k):  # one position at a time: a [B, V] temporary instead of [B, K, V]
+        diff = p_prev[:, i, None] * target_rows[:, i, :] - draft_rows[:, i, :]
+        z[:, i] = np.maximum(diff, 0.0, out=diff).sum(axis=1)
+    return z
 
 
 def position_stats(
@@ -80,6 +89,29 @@ def position_stats(
     p = block_weights(q, pt)
     z = residual_masses(p, draft_rows, target_rows)
     return {"q": q, "pt": pt, "p": p, "z": z}
+
+
+def draft_signals(draft_tokens: np.ndarray, draft_rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The draft's signals a policy may read before verification, from temperature-1 rows.
+
+    ``draft_conf = Ms_1(X_{i+1}|X^i)``, ``entropy = −Σ_x Ms_1(x) log Ms_1(x)`` (nats, 0 log 0 = 0),
+    ``top1 = max_x Ms_1(x)``. Traces record them at temperature 1 whatever the sampling
+    temperature (a surrogate of acceptance needs a graded confidence even when decoding is
+    greedy).
+
+    draft_tokens:  # [..., K]     int
+    draft_rows:    # [..., K, V]  Ms(·|X^i) at temperature 1
+    returns dict of # [..., K] float64: ``draft_conf``, ``entropy``, ``top1``
+    """
+    rows = np.asarray(draft_rows, dtype=np.float64)
+    tokens = np.asarray(draft_tokens)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        plogp = np.nan_to_num(rows * np.log(rows), nan=0.0)
+    return {
+        "draft_conf": np.take_along_axis(rows, tokens[..., None], axis=-1)[..., 0],
+        "entropy": np.maximum(-plogp.sum(axis=-1), 0.0),
+        "top1": rows.max(axis=-1),
+    }
 
 
 def token_weights(q: np.ndarray, pt: np.ndarray) -> np.ndarray:

@@ -11,10 +11,16 @@ One verification step of B drafted paths at once. Inputs (0-based position i hol
 Output: τ # [B] (accepted draft tokens) and the extra token # [B] (a *correction* drawn from
 the residual when τ < γ, a *bonus* drawn from ``Mb(·|X^γ)`` when τ = γ).
 
-This module is the readable reference: it follows the pseudo-code of THEORY.md literally (a
-loop over the γ positions, vectorised over B, the recursion ``p_i = min(p_{i-1} r_i, 1)``
-rather than the cumsum/cummax identity) so that the vectorised paths
-(:func:`theory.stats.accept_from_stats`, :mod:`theory.verify_torch`) have an independent twin.
+The path statistics (``p_i``, ``Z_{i+1}``, ``h_i``, TV's ``Π min(1, r_j)``) come from the numpy
+tier :mod:`specbatch.theory.stats`; this module adds the rules' sampling loops written as in
+THEORY.md (a loop over the γ positions, vectorised over B) and the laws of τ and of the
+extra token. The torch verifier :mod:`specbatch.theory.verify_torch` is tested against it and
+both against exact enumeration (:mod:`specbatch.theory.exact`).
+
+Extra-token law, one function per tier with one argument order ``(rows, τ, rule, γ, p)``:
+:func:`extra_token_law` (numpy), :func:`specbatch.theory.verify_torch.extra_token_law_torch`
+(torch), :func:`specbatch.theory.exact.extra_token_law_exact` (exact; the model pair and the
+path stand for the rows and p).
 
 A residual with zero mass (only possible when τ < γ has probability 0, reached through float
 rounding) falls back to the target row ``Mb(·|X^τ)``.
@@ -23,10 +29,24 @@ rounding) falls back to the target row ``Mb(·|X^τ)``.
 from __future__ import annotations
 
 import numpy as np
+from specbatch.theory.stats import (
+    block_thresholds,
+    block_weights,
+    gather_drafted,
+    residual_masses,
+    token_weights,
+)
 
-from theory.errors import require
+from specbatch.errors import require
 
+#: The verification rules: token verification (THEORY.md §2) and block verification (§3).
 RULES = ("token", "block")
+
+
+def check_rule(rule: str) -> None:
+    """Raise a one-line error unless ``rule`` is one of :data:`RULES`."""
+    if rule not in RULES:
+        raise ValueError(f"rule: expected 'token' or 'block', got {rule!r}")
 
 
 def _check(draft_tokens, draft_rows, target_rows, uniforms=None):
@@ -45,6 +65,9 @@ def _check(draft_tokens, draft_rows, target_rows, uniforms=None):
         target_rows.shape == (b, gamma + 1, v),
         f"target_rows: expected [B, γ+1, V] = [{b}, {gamma + 1}, {v}], got {target_rows.shape}",
     )
+    bad = (draft_tokens < 0) | (draft_tokens >= v)
+    require(not bad.any(),
+            f"draft_tokens: expected token ids in 0..{v - 1}, got {draft_tokens[bad][:1].tolist()}")
     if uniforms is not None:
         uniforms = np.asarray(uniforms, dtype=np.float64)
         require(
@@ -53,35 +76,25 @@ def _check(draft_tokens, draft_rows, target_rows, uniforms=None):
     return draft_tokens, draft_rows, target_rows, uniforms
 
 
-def _drafted(rows: np.ndarray, draft_tokens: np.ndarray) -> np.ndarray:
-    """``rows[b, i, X_{i+1}]`` for i < γ.  rows # [B, γ(+1), V] -> # [B, γ]"""
-    gamma = draft_tokens.shape[1]
-    return np.take_along_axis(rows[:, :gamma, :], draft_tokens[:, :, None], axis=2)[:, :, 0]
+def drafted_probs(draft_tokens, draft_rows, target_rows) -> tuple[np.ndarray, np.ndarray]:
+    """``q = Ms(X_i|X^{i-1})`` and ``pt = Mb(X_i|X^{i-1})`` (THEORY.md §1), checked ``q > 0``.
 
-
-def drafted_ratios(draft_tokens, draft_rows, target_rows) -> np.ndarray:
-    """``r_i = Mb(X_i|X^{i-1}) / Ms(X_i|X^{i-1})`` (THEORY.md §1).  returns # [B, γ]"""
-    q = _drafted(draft_rows, draft_tokens)
-    require(bool((q > 0).all()), "draft_rows: a drafted token has draft probability 0")
-    return _drafted(target_rows, draft_tokens) / q
-
-
-def block_weights_recursive(ratios: np.ndarray) -> np.ndarray:
-    """BV weights by the definition ``p_0 = 1``, ``p_i = min(p_{i-1} r_i, 1)`` (THEORY.md §3).
-
-    ratios:  # [B, γ]
-    returns  # [B, γ+1]  p_0..p_γ
+    returns (q # [B, γ], pt # [B, γ])
     """
-    b, gamma = ratios.shape
-    p = np.ones((b, gamma + 1))
-    for i in range(1, gamma + 1):
-        p[:, i] = np.minimum(p[:, i - 1] * ratios[:, i - 1], 1.0)
-    return p
+    q = gather_drafted(draft_rows, draft_tokens)
+    require(bool((q > 0).all()), "draft_rows: a drafted token has draft probability 0")
+    return q, gather_drafted(target_rows, draft_tokens)
 
 
-def _tv_accepts(ratios: np.ndarray) -> np.ndarray:
-    """``P(τ ≥ i | X^i) = Π_{j≤i} min(1, r_j)`` for i = 1..γ.  # [B, γ]"""
-    return np.cumprod(np.minimum(ratios, 1.0), axis=1)
+def block_path(draft_tokens, draft_rows, target_rows) -> tuple[np.ndarray, np.ndarray]:
+    """BV's weights and thresholds of full-length paths (γ = K everywhere, THEORY.md §3).
+
+    returns (p # [B, γ] ``p_1..p_γ``, h # [B, γ] column i-1 holds ``h_i``)
+    """
+    q, pt = drafted_probs(draft_tokens, draft_rows, target_rows)
+    p = block_weights(q, pt)
+    z = residual_masses(p, draft_rows, target_rows)
+    return p, block_thresholds(p, z, np.full(p.shape[0], p.shape[1]))
 
 
 def expected_accepted(draft_tokens, draft_rows, target_rows, rule: str) -> np.ndarray:
@@ -93,31 +106,11 @@ def expected_accepted(draft_tokens, draft_rows, target_rows, rule: str) -> np.nd
     per-position values ``P_{i,j}`` a batch allocator ranks (THEORY.md §5).
     returns # [B] float64
     """
+    check_rule(rule)
     draft_tokens, draft_rows, target_rows, _ = _check(draft_tokens, draft_rows, target_rows)
-    ratios = drafted_ratios(draft_tokens, draft_rows, target_rows)
-    if rule == "token":
-        return _tv_accepts(ratios).sum(axis=1)
-    if rule == "block":
-        return block_weights_recursive(ratios)[:, 1:].sum(axis=1)
-    raise ValueError(f"rule: expected 'token' or 'block', got {rule!r}")
-
-
-def block_thresholds_full(draft_rows, target_rows, p: np.ndarray) -> np.ndarray:
-    """BV thresholds from full rows: ``h_i = Z_{i+1} / (Z_{i+1} + 1 − p_i)`` for i < γ (1 when
-    the denominator is 0) with ``Z_{i+1} = Σ_x max(p_i Mb(x|X^i) − Ms(x|X^i), 0)``; ``h_γ = p_γ``.
-
-    draft_rows  # [B, γ, V], target_rows # [B, γ+1, V], p # [B, γ+1] (p_0..p_γ)
-    returns     # [B, γ]  column i-1 holds h_i
-    """
-    b, gamma = p.shape[0], p.shape[1] - 1
-    h = np.empty((b, gamma))
-    for i in range(1, gamma):
-        z = np.maximum(p[:, i, None] * target_rows[:, i] - draft_rows[:, i], 0.0).sum(axis=1)
-        denom = z + (1.0 - p[:, i])  # ≥ z, so h ≤ 1 also after rounding
-        h[:, i - 1] = np.where(denom > 0.0, z / np.where(denom > 0.0, denom, 1.0), 1.0)
-    if gamma:
-        h[:, gamma - 1] = p[:, gamma]
-    return h
+    q, pt = drafted_probs(draft_tokens, draft_rows, target_rows)
+    weights = token_weights(q, pt) if rule == "token" else block_weights(q, pt)
+    return weights.sum(axis=1)
 
 
 def tau_law(draft_tokens, draft_rows, target_rows, rule: str) -> np.ndarray:
@@ -133,44 +126,49 @@ def tau_law(draft_tokens, draft_rows, target_rows, rule: str) -> np.ndarray:
 
     returns # [B, γ+1]  column i holds P(τ = i | X^γ)
     """
+    check_rule(rule)
     draft_tokens, draft_rows, target_rows, _ = _check(draft_tokens, draft_rows, target_rows)
     b, gamma = draft_tokens.shape
-    ratios = drafted_ratios(draft_tokens, draft_rows, target_rows)
     if rule == "token":
-        at_least = np.concatenate([np.ones((b, 1)), _tv_accepts(ratios), np.zeros((b, 1))], 1)
+        q, pt = drafted_probs(draft_tokens, draft_rows, target_rows)
+        at_least = np.concatenate([np.ones((b, 1)), token_weights(q, pt), np.zeros((b, 1))], 1)
         return at_least[:, :-1] - at_least[:, 1:]
-    if rule == "block":
-        p = block_weights_recursive(ratios)
-        h = np.concatenate([np.ones((b, 1)), block_thresholds_full(draft_rows, target_rows, p)], 1)
-        # survive[:, i] = Π_{j>i} (1 − h_j): no later position accepted.
-        survive = np.ones((b, gamma + 1))
-        for i in range(gamma - 1, -1, -1):
-            survive[:, i] = survive[:, i + 1] * (1.0 - h[:, i + 1])
-        return h * survive
-    raise ValueError(f"rule: expected 'token' or 'block', got {rule!r}")
+    _, h = block_path(draft_tokens, draft_rows, target_rows)
+    h = np.concatenate([np.ones((b, 1)), h], 1)
+    # survive[:, i] = Π_{j>i} (1 − h_j): no later position accepted.
+    survive = np.ones((b, gamma + 1))
+    for i in range(gamma - 1, -1, -1):
+        survive[:, i] = survive[:, i + 1] * (1.0 - h[:, i + 1])
+    return h * survive
 
 
-def extra_token_law(draft_tokens, draft_rows, target_rows, tau, rule: str) -> np.ndarray:
-    """Exact law of the extra token given τ (THEORY.md §2-3), normalised.
+def extra_token_law(draft_rows, target_rows, tau, rule: str, *, gamma=None, p=None) -> np.ndarray:
+    """Law of the extra token given τ (THEORY.md §2-3), normalised, in float64 numpy.
 
-    τ = γ: the bonus law ``Mb(·|X^γ)``. τ < γ: TV ``∝ max(Mb(·|X^τ) − Ms(·|X^τ), 0)``, BV
-    ``∝ max(p_τ Mb(·|X^τ) − Ms(·|X^τ), 0)`` (p_0 = 1, so BV's τ = 0 residual is TV's). A
-    zero-mass residual falls back to ``Mb(·|X^τ)``.
+    τ = γ: the bonus law ``Mb(·|X^γ)``. τ < γ: ``∝ max(w Mb(·|X^τ) − Ms(·|X^τ), 0)`` with
+    w = 1 (TV) or ``p_τ`` (BV, p_0 = 1, so BV's τ = 0 residual is TV's); its mass is
+    ``Z_{τ+1}``. A zero-mass residual (rounding) falls back to ``Mb(·|X^τ)``. Same arguments
+    as the torch tier :func:`specbatch.theory.verify_torch.extra_token_law_torch`.
 
-    tau:     # [B] int
-    returns  # [B, V] rows summing to 1
+    draft_rows:   # [B, K, V]    Ms(·|X^i), i = 0..K-1
+    target_rows:  # [B, G+1, V]  Mb(·|X^i), i = 0..G (G ≥ max γ)
+    tau:          # [B] int      accepted length, 0 ≤ τ ≤ γ
+    gamma:        # [B] int      draft length per path (default K)
+    p:            # [B, K]       BV weights p_1..p_K (required for rule "block")
+    returns       # [B, V] rows summing to 1
     """
-    draft_tokens, draft_rows, target_rows, _ = _check(draft_tokens, draft_rows, target_rows)
-    b, gamma = draft_tokens.shape
+    check_rule(rule)
+    draft_rows = np.asarray(draft_rows, dtype=np.float64)
+    target_rows = np.asarray(target_rows, dtype=np.float64)
     tau = np.asarray(tau, dtype=np.int64)
+    b = tau.shape[0]
+    gamma = np.full(b, draft_rows.shape[1]) if gamma is None else np.asarray(gamma, np.int64)
     rows = np.arange(b)
     if rule == "token":
         weight = np.ones(b)
-    elif rule == "block":
-        ratios = drafted_ratios(draft_tokens, draft_rows, target_rows)
-        weight = block_weights_recursive(ratios)[rows, tau]
     else:
-        raise ValueError(f"rule: expected 'token' or 'block', got {rule!r}")
+        require(p is not None, "p: expected BV weights p_1..p_K for rule 'block', got None")
+        weight = np.concatenate([np.ones((b, 1)), np.asarray(p, dtype=np.float64)], 1)[rows, tau]
     law = target_rows[rows, tau]  # [B, V] Mb(·|X^τ), kept where τ = γ (bonus)
     rejected = np.flatnonzero(tau < gamma)
     if rejected.size:
@@ -205,13 +203,14 @@ def verify_token(draft_tokens, draft_rows, target_rows, uniforms, rng: np.random
         draft_tokens, draft_rows, target_rows, uniforms
     )
     b, gamma = draft_tokens.shape
-    ratios = drafted_ratios(draft_tokens, draft_rows, target_rows)
+    q, pt = drafted_probs(draft_tokens, draft_rows, target_rows)
+    ratios = pt / q
     alive = np.ones(b, dtype=bool)
     tau = np.zeros(b, dtype=np.int64)
     for i in range(gamma):  # walk i = 1..γ, stop at the first failure
         alive &= uniforms[:, i] <= np.minimum(1.0, ratios[:, i])
         tau += alive
-    law = extra_token_law(draft_tokens, draft_rows, target_rows, tau, "token")
+    law = extra_token_law(draft_rows, target_rows, tau, "token")
     return tau, sample_rows(law, rng)
 
 
@@ -224,17 +223,12 @@ def verify_block(draft_tokens, draft_rows, target_rows, uniforms, rng: np.random
         draft_tokens, draft_rows, target_rows, uniforms
     )
     b, gamma = draft_tokens.shape
-    p = block_weights_recursive(drafted_ratios(draft_tokens, draft_rows, target_rows))
-    h = block_thresholds_full(draft_rows, target_rows, p)
+    p, h = block_path(draft_tokens, draft_rows, target_rows)
     tau = np.zeros(b, dtype=np.int64)
     for i in range(1, gamma + 1):  # the last i with η_i ≤ h_i wins
         tau = np.where(uniforms[:, i - 1] <= h[:, i - 1], i, tau)
-    law = extra_token_law(draft_tokens, draft_rows, target_rows, tau, "block")
+    law = extra_token_law(draft_rows, target_rows, tau, "block", p=p)
     return tau, sample_rows(law, rng)
-
-
-#: rule name -> full-row numpy verifier
-VERIFIERS = {"token": verify_token, "block": verify_block}
 
 
 def _verify_block_wrong(draft_tokens, draft_rows, target_rows, uniforms, rng):
@@ -248,10 +242,10 @@ def _verify_block_wrong(draft_tokens, draft_rows, target_rows, uniforms, rng):
         draft_tokens, draft_rows, target_rows, uniforms
     )
     b, gamma = draft_tokens.shape
-    accepts = _tv_accepts(drafted_ratios(draft_tokens, draft_rows, target_rows))
+    accepts = token_weights(*drafted_probs(draft_tokens, draft_rows, target_rows))
     products = np.cumprod(uniforms, axis=1)
     tau = np.zeros(b, dtype=np.int64)
     for i in range(1, gamma + 1):
         tau = np.where(products[:, i - 1] <= accepts[:, i - 1], i, tau)
-    law = extra_token_law(draft_tokens, draft_rows, target_rows, tau, "token")
+    law = extra_token_law(draft_rows, target_rows, tau, "token")
     return tau, sample_rows(law, rng)

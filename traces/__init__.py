@@ -1,7 +1,7 @@
 """specbatch traces package: the trace format (``traces/FORMAT.md``), synthetic traces,
 capture from live models, latency profiles, model shapes."""
 
-from traces.format import (
+from specbatch.traces.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
     Trace,
@@ -12,7 +12,7 @@ from traces.format import (
     validate_trace,
     write_trace,
 )
-from traces.synth import SynthConfig, synth_trace
+from specbatch.traces.synth import SynthConfig, synth_trace
 
 __all__ = [
     "FORMAT_NAME",

@@ -1,4 +1,4 @@
-"""The specbatch trace format: read, write, validate (format ``specbatch-trace``, version 1).
+"""The specbatch trace files: read, validate, write (format ``specbatch-trace``, version 1).
 
 A trace is a directory ``NAME/`` (field-by-field documentation: ``traces/FORMAT.md``):
 
@@ -15,14 +15,11 @@ Row t of a request holds the K tokens the draft proposes from ``prompt + y_<t`` 
 target's reference output) and the THEORY.md §3 statistics of that drafted path: ``q`` =
 ``Ms(X_i|·)``, ``pt`` = ``Mb(X_i|·)`` (so ``r_i = pt/q``), ``z[:, j]`` = ``Z_{j+1}``.
 
-Temperature 0 (greedy): the draft is one-hot, so ``q = 1``; the target is one-hot at its
-argmax, so ``pt = 1`` when the drafted token is the target's argmax and ``0`` otherwise; ``z``
-is computed from those one-hot rows (``Z_{i+1} = p_i (1 − pt_{i+1})``, THEORY.md §3). The
-draft-side signals ``draft_conf``, ``entropy``, ``top1`` always come from the draft's
-temperature-1 softmax (a surrogate needs a graded confidence even when sampling is greedy).
+The in-memory :class:`Trace`, :func:`make_trace` and the value checks (temperature-0 rule,
+slack) live in :mod:`specbatch.traces.trace`; this module re-exports them.
 
 Files are never trusted: :func:`read_trace` runs every check of :func:`validate_trace` and
-raises a one-line :class:`~theory.errors.SpecbatchError` naming the file, the field and what
+raises a one-line :class:`~specbatch.errors.SpecbatchError` naming the file, the field and what
 was expected. Probabilities and Z may exceed [0, 1] by at most :data:`SLACK` (1e-6, float
 round-off of a capture); values are returned exactly as stored, never clipped.
 """
@@ -31,363 +28,56 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from specbatch.traces.trace import (
+    FLOAT_COLUMNS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    LIST_COLUMNS,
+    PROVENANCE_KEYS,
+    REQUEST_COLUMNS,
+    SLACK,
+    UNIT_COLUMNS,
+    Trace,
+    check_meta,
+    check_requests,
+    default_meta,
+    make_trace,
+)
 
-from theory.errors import SpecbatchError, require
-from theory.stats import block_weights, token_weights
+from specbatch.errors import SpecbatchError, require
+from specbatch.io import atomic_write, write_json
 
-FORMAT_NAME = "specbatch-trace"
-FORMAT_VERSION = 1
-#: Float slack allowed outside [0, 1] for probabilities and Z, and below 0 for entropy.
-SLACK = 1e-6
+#: Re-exported from :mod:`specbatch.traces.trace` so ``specbatch.traces.format`` keeps
+#: serving every name of the format.
+__all__ = [
+    "BUNDLED_DIR", "FLOAT_COLUMNS", "FORMAT_NAME", "FORMAT_VERSION", "LIST_COLUMNS",
+    "META_FILE", "POSITIONS_GLOB", "PROVENANCE_KEYS", "REQUESTS_FILE", "REQUEST_COLUMNS",
+    "SLACK", "UNIT_COLUMNS", "Trace", "default_meta", "make_trace", "read_trace",
+    "resolve_trace", "validate_trace", "write_meta", "write_positions", "write_requests",
+    "write_trace",
+]
 
 META_FILE = "meta.json"
 REQUESTS_FILE = "requests.parquet"
 POSITIONS_GLOB = "positions-*.parquet"
 
-#: [rows, K] list columns in file order; draft_token is integer, the rest float64.
-LIST_COLUMNS = ("draft_token", "q", "pt", "z", "draft_conf", "entropy", "top1")
-FLOAT_COLUMNS = LIST_COLUMNS[1:]
-#: Columns bounded to [0, 1] (up to SLACK).
-UNIT_COLUMNS = ("q", "pt", "z", "draft_conf", "top1")
-REQUEST_COLUMNS = ("request_id", "prompt_len", "output_len", "category", "arrival")
-
-#: Provenance keys every meta.json carries (``None`` when unknown); see FORMAT.md.
-PROVENANCE_KEYS = (
-    "models", "tokenizer", "draft_samples_per_position", "prompt_source", "seeds", "device",
-    "library_versions", "capture_time", "command", "completion",
-)
-
 BUNDLED_DIR = Path(__file__).resolve().parent / "data"
-
-
-@dataclass(frozen=True, eq=False)
-class Trace:
-    """A loaded trace: CSR offsets per request and contiguous ``[rows, K]`` matrices.
-
-    Row ``offsets[r] + t`` is output position t of request r (request order = the order of
-    ``requests.parquet``). Arrays are read-only. Build one with :func:`make_trace`.
-    """
-
-    meta: dict  # meta.json contents
-    request_id: np.ndarray  # [R] int64
-    prompt_len: np.ndarray  # [R] int64
-    output_len: np.ndarray  # [R] int64 (= number of position rows of the request)
-    category: np.ndarray  # [R] object (str)
-    arrival: np.ndarray  # [R] float64 seconds, NaN when the trace has none
-    offsets: np.ndarray  # [R+1] int64 CSR
-    draft_token: np.ndarray  # [rows, K] int32
-    q: np.ndarray  # [rows, K] float64  Ms(X_i | c, X^{i-1}) at the sampling temperature
-    pt: np.ndarray  # [rows, K] float64  Mb(X_i | c, X^{i-1}) at the sampling temperature
-    z: np.ndarray  # [rows, K] float64  column j holds Z_{j+1} (THEORY.md §3)
-    draft_conf: np.ndarray  # [rows, K] float64  draft temperature-1 prob of the drafted token
-    entropy: np.ndarray  # [rows, K] float64  draft temperature-1 entropy (nats)
-    top1: np.ndarray  # [rows, K] float64  draft temperature-1 top-1 probability
-    path: str | None = None
-
-    @property
-    def K(self) -> int:  # noqa: N802  (the papers' symbol)
-        return int(self.draft_token.shape[1])
-
-    @property
-    def temperature(self) -> float:
-        return float(self.meta["temperature"])
-
-    @property
-    def n_requests(self) -> int:
-        return int(self.request_id.shape[0])
-
-    @property
-    def n_rows(self) -> int:
-        return int(self.draft_token.shape[0])
-
-    @cached_property
-    def p(self) -> np.ndarray:
-        """BV's ``p_i = P(τ ≥ i | X^i)`` (THEORY.md §3).  # [rows, K]"""
-        return _readonly(block_weights(self.q, self.pt))
-
-    @cached_property
-    def accept_tv(self) -> np.ndarray:
-        """TV's ``P(τ ≥ i | X^i) = Π_{j≤i} min(1, r_j)`` (THEORY.md §2).  # [rows, K]"""
-        return _readonly(token_weights(self.q, self.pt))
-
-    @cached_property
-    def row_request(self) -> np.ndarray:
-        """Request index of every row.  # [rows] int64"""
-        return _readonly(np.repeat(np.arange(self.n_requests, dtype=np.int64), self.output_len))
-
-    def rows(self, r: int) -> slice:
-        """Row slice of request index ``r`` (not its ``request_id``)."""
-        return slice(int(self.offsets[r]), int(self.offsets[r + 1]))
-
-    def columns(self) -> dict[str, np.ndarray]:
-        """The ``[rows, K]`` matrices by name (file column order)."""
-        return {name: getattr(self, name) for name in LIST_COLUMNS}
-
-    def requests(self) -> dict[str, np.ndarray]:
-        """The ``[R]`` request arrays by name."""
-        return {name: getattr(self, name) for name in REQUEST_COLUMNS}
-
-    def subset(self, indices: np.ndarray) -> Trace:
-        """A trace holding requests ``indices`` (request indices, in the given order).
-
-        indices:  # [R'] int
-        """
-        indices = np.asarray(indices, dtype=np.int64)
-        rows = _ranges(self.offsets[indices], self.output_len[indices])
-        requests = {name: arr[indices] for name, arr in self.requests().items()}
-        columns = {name: arr[rows] for name, arr in self.columns().items()}
-        return make_trace(dict(self.meta), requests, columns, path=self.path)
-
-
-# --------------------------------------------------------------------------------------------
-# building and checking in memory
-
-
-def default_meta(temperature: float, depth: int, **fields: Any) -> dict:
-    """A meta dict with the format header, ``temperature``, ``depth`` and every provenance key.
-
-    Unknown provenance is ``None``; ``fields`` override or add keys.
-    """
-    meta: dict[str, Any] = {"format": FORMAT_NAME, "version": FORMAT_VERSION,
-                            "temperature": float(temperature), "depth": int(depth)}
-    meta.update({key: None for key in PROVENANCE_KEYS})
-    meta["draft_samples_per_position"] = 1
-    meta.update(fields)
-    return meta
-
-
-def make_trace(meta: dict, requests: dict, columns: dict, path: str | None = None) -> Trace:
-    """Build and check a :class:`Trace` from in-memory arrays.
-
-    meta:      dict with at least ``temperature``; ``format``/``version`` are set, ``depth``
-               is set to K (or must equal it), missing provenance keys become ``None``.
-    requests:  ``request_id, prompt_len, output_len, category`` # [R] each, and optional
-               ``arrival`` # [R] (NaN when absent)
-    columns:   the seven :data:`LIST_COLUMNS` # [rows, K] each, rows ordered by request (in
-               ``requests`` order) then position, ``rows = sum(output_len)``
-    Raises :class:`SpecbatchError` (field named, file ``<memory>``) on any violation.
-    Arrays already of the right dtype and contiguous are not copied: the Trace holds
-    read-only views of them, so do not modify them afterwards.
-    """
-    where = path or "<memory>"
-    meta = dict(meta)
-    for name in REQUEST_COLUMNS[:4]:
-        require(name in requests, f"file {where}: field {name}: expected a request array, got none")
-    n = len(np.asarray(requests["request_id"]))
-    req = {
-        "request_id": _as_int(requests["request_id"], where, "request_id"),
-        "prompt_len": _as_int(requests["prompt_len"], where, "prompt_len"),
-        "output_len": _as_int(requests["output_len"], where, "output_len"),
-        "category": np.asarray(requests["category"], dtype=object),
-        "arrival": np.asarray(requests.get("arrival", np.full(n, np.nan)), dtype=np.float64),
-    }
-    for name, arr in req.items():
-        require(arr.shape == (n,), f"file {where}: field {name}: expected shape ({n},), got {arr.shape}")
-    for name in LIST_COLUMNS:
-        require(name in columns, f"file {where}: field {name}: expected a [rows, K] array, got none")
-    cols = {}
-    for name in LIST_COLUMNS:
-        arr = np.asarray(columns[name])
-        require(arr.ndim == 2, f"file {where}: field {name}: expected a [rows, K] array, got shape {arr.shape}")
-        if name == "draft_token":
-            require(arr.dtype.kind in "iu", f"file {where}: field {name}: expected integers, got {arr.dtype}")
-            require(arr.size == 0 or int(arr.max()) < 2**31, f"file {where}: field {name}: "
-                    f"expected token ids < 2^31 (int32), got {int(arr.max()) if arr.size else 0}")
-            cols[name] = np.ascontiguousarray(arr, dtype=np.int32)
-        else:
-            require(arr.dtype.kind in "fiu", f"file {where}: field {name}: expected floats, got {arr.dtype}")
-            cols[name] = np.ascontiguousarray(arr, dtype=np.float64)
-    k = cols["draft_token"].shape[1]
-    rows = cols["draft_token"].shape[0]
-    for name, arr in cols.items():
-        require(arr.shape == (rows, k),
-                f"file {where}: field {name}: expected shape ({rows}, {k}), got {arr.shape}")
-    meta.setdefault("depth", k)
-    if isinstance(meta["depth"], np.integer):  # numpy scalars from a caller: store plain JSON
-        meta["depth"] = int(meta["depth"])
-    if isinstance(meta.get("temperature"), (np.integer, np.floating)):
-        meta["temperature"] = float(meta["temperature"])
-    _check_meta(meta, where, depth=k)
-    meta["format"], meta["version"] = FORMAT_NAME, FORMAT_VERSION
-    for key in PROVENANCE_KEYS:
-        meta.setdefault(key, None)
-    _check_requests(req, where)
-    total = int(req["output_len"].sum())
-    require(total == rows, f"file {where}: field output_len: expected the lengths to sum to the "
-            f"{rows} position rows, got {total}")
-    _check_columns(cols, float(meta["temperature"]), where)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(req["output_len"], out=offsets[1:])
-    arrays = {**req, "offsets": offsets, **cols}
-    return Trace(meta=meta, path=path, **{key: _readonly(v) for key, v in arrays.items()})
-
-
-def _as_int(values: Any, where: str, name: str) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-        arr = arr.astype(np.int64)
-    require(arr.dtype.kind in "iu" or arr.size == 0,
-            f"file {where}: field {name}: expected integers, got {arr.dtype}")
-    return np.ascontiguousarray(arr, dtype=np.int64)
-
-
-def _readonly(arr: np.ndarray) -> np.ndarray:
-    """A read-only view (the caller's own array stays writeable; make_trace does not copy,
-    so callers must not modify arrays they passed in)."""
-    view = np.ascontiguousarray(arr).view()
-    view.flags.writeable = False
-    return view
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + l)`` for every (s, l), without a Python loop."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    block_start = np.cumsum(lengths) - lengths
-    return np.repeat(np.asarray(starts, dtype=np.int64) - block_start, lengths) + np.arange(total)
-
-
-def _check_meta(meta: Any, where: str, depth: int | None = None) -> None:
-    require(isinstance(meta, dict), f"file {where}: expected a JSON object, got {type(meta).__name__}")
-    fmt = meta.get("format", FORMAT_NAME)
-    require(fmt == FORMAT_NAME, f"file {where}: field format: expected {FORMAT_NAME!r}, got {fmt!r}")
-    version = meta.get("version", FORMAT_VERSION)
-    require(version == FORMAT_VERSION and not isinstance(version, bool),
-            f"file {where}: field version: expected {FORMAT_VERSION}, got {version!r}")
-    temp = meta.get("temperature")
-    require(isinstance(temp, (int, float)) and not isinstance(temp, bool)
-            and np.isfinite(temp) and temp >= 0,
-            f"file {where}: field temperature: expected a finite number >= 0, got {temp!r}")
-    k = meta.get("depth")
-    require(isinstance(k, int) and not isinstance(k, bool) and k >= 1,
-            f"file {where}: field depth: expected an integer K >= 1, got {k!r}")
-    if depth is not None:
-        require(k == depth, f"file {where}: field depth: expected the list length {depth}, got {k}")
-
-
-def _check_requests(req: dict, where: str) -> None:
-    ids = req["request_id"]
-    unique, counts = np.unique(ids, return_counts=True)
-    dup = unique[counts > 1]
-    require(dup.size == 0, f"file {where}: field request_id: expected unique ids, "
-            f"got {int(dup[0]) if dup.size else 0} more than once")
-    for name, low in (("prompt_len", 0), ("output_len", 1)):
-        arr = req[name]
-        bad = np.flatnonzero(arr < low)
-        require(bad.size == 0, f"file {where}: field {name}: expected integers >= {low}, "
-                f"got {int(arr[bad[0]]) if bad.size else 0} for request {int(ids[bad[0]]) if bad.size else 0}")
-    cat = req["category"]
-    is_str = np.fromiter((isinstance(c, str) for c in cat), dtype=bool, count=cat.size)
-    if not is_str.all():
-        bad = cat[np.flatnonzero(~is_str)[0]]
-        raise SpecbatchError(f"file {where}: field category: expected strings, got {bad!r}")
-    arrival = req["arrival"]
-    nan = np.isnan(arrival)
-    require(nan.all() or (~nan).all(), f"file {where}: field arrival: expected all NaN (no "
-            "arrivals) or all finite, got a mix")
-    if not nan.all():
-        require(bool(np.all(np.isfinite(arrival)) and np.all(arrival >= 0)),
-                f"file {where}: field arrival: expected finite seconds >= 0, got "
-                f"{arrival[~(np.isfinite(arrival) & (arrival >= 0))][:1].tolist()}")
-
-
-def _first_bad(mask: np.ndarray) -> tuple[int, int]:
-    flat = int(np.flatnonzero(mask.ravel())[0])
-    return divmod(flat, mask.shape[1]) if mask.ndim == 2 else (flat, 0)
-
-
-def _check_columns(cols: dict, temperature: float, where: str) -> None:
-    """Value checks on the [rows, K] matrices (row and column of the first violation named)."""
-    tokens = cols["draft_token"]
-    if tokens.size:
-        require(int(tokens.min()) >= 0, f"file {where}: field draft_token: expected token ids "
-                f">= 0, got {int(tokens.min())}")
-    for name in FLOAT_COLUMNS:
-        arr = cols[name]
-        finite = np.isfinite(arr)
-        if not finite.all():
-            row, col = _first_bad(~finite)
-            raise SpecbatchError(f"file {where}: field {name}: expected finite values, got "
-                                 f"{arr[row, col]} at row {row}, draft position {col + 1}")
-        low = -SLACK
-        high = 1 + SLACK if name in UNIT_COLUMNS else np.inf
-        bad = (arr < low) | (arr > high)
-        if bad.any():
-            row, col = _first_bad(bad)
-            rng = "[0, 1]" if name in UNIT_COLUMNS else ">= 0"
-            raise SpecbatchError(f"file {where}: field {name}: expected values in {rng} (slack "
-                                 f"{SLACK:g}), got {float(arr[row, col])!r} at row {row}, draft position {col + 1}")
-    q = cols["q"]
-    bad = q <= 0
-    if bad.any():
-        row, col = _first_bad(bad)
-        raise SpecbatchError(f"file {where}: field q: expected q > 0 on a drafted token, got "
-                             f"{float(q[row, col])!r} at row {row}, draft position {col + 1}")
-    bad = cols["draft_conf"] > cols["top1"] + SLACK
-    if bad.any():
-        row, col = _first_bad(bad)
-        raise SpecbatchError(f"file {where}: field draft_conf: expected <= top1, got "
-                             f"{float(cols['draft_conf'][row, col])!r} > {float(cols['top1'][row, col])!r} "
-                             f"at row {row}, draft position {col + 1}")
-    if temperature == 0:
-        bad = np.abs(q - 1) > SLACK
-        if bad.any():
-            row, col = _first_bad(bad)
-            raise SpecbatchError(f"file {where}: field q: expected 1 at temperature 0 (one-hot "
-                                 f"greedy draft), got {float(q[row, col])!r} at row {row}, draft position {col + 1}")
-        pt = cols["pt"]
-        bad = (np.abs(pt) > SLACK) & (np.abs(pt - 1) > SLACK)
-        if bad.any():
-            row, col = _first_bad(bad)
-            raise SpecbatchError(f"file {where}: field pt: expected 0 or 1 at temperature 0 "
-                                 f"(target argmax mismatch/match), got {float(pt[row, col])!r} at row "
-                                 f"{row}, draft position {col + 1}")
 
 
 # --------------------------------------------------------------------------------------------
 # writing (atomic per file: temporary file in the same directory, then os.replace)
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    """Call ``write(tmp_path)`` then rename the temporary file onto ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_meta(directory: str | os.PathLike, meta: dict) -> None:
     """Write ``meta.json`` atomically (pretty-printed, keys in insertion order)."""
-    text = json.dumps(meta, indent=2, allow_nan=False, default=_json_default) + "\n"
-
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-
-    _atomic_write(Path(directory) / META_FILE, write)
+    write_json(Path(directory) / META_FILE, meta)
 
 
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    raise TypeError(f"meta: {type(obj).__name__} is not JSON-serialisable")
 
 
 def write_requests(directory: str | os.PathLike, requests: dict) -> None:
@@ -402,7 +92,7 @@ def write_requests(directory: str | os.PathLike, requests: dict) -> None:
         "arrival": pa.array(np.full(n, np.nan) if arrival is None
                             else np.asarray(arrival, dtype=np.float64)),
     })
-    _atomic_write(Path(directory) / REQUESTS_FILE, lambda tmp: pq.write_table(table, tmp))
+    atomic_write(Path(directory) / REQUESTS_FILE, lambda tmp: pq.write_table(table, tmp))
 
 
 def write_positions(
@@ -440,7 +130,7 @@ def write_positions(
         data[col] = pa.FixedSizeListArray.from_arrays(pa.array(flat), k)
     table = pa.table(data)
     path = Path(directory) / name
-    _atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
     return path
 
 
@@ -548,7 +238,7 @@ def _read_meta(path: Path) -> dict:
     require(isinstance(meta, dict), f"file {path}: expected a JSON object, got {type(meta).__name__}")
     require("format" in meta, f"file {path}: field format: expected {FORMAT_NAME!r}, got no field")
     require("version" in meta, f"file {path}: field version: expected {FORMAT_VERSION}, got no field")
-    _check_meta(meta, str(path))
+    check_meta(meta, str(path))
     return meta
 
 
@@ -588,7 +278,7 @@ def _read_requests(path: Path) -> dict:
         "category": np.asarray(_column(table, path, "category", "string").to_pylist(), dtype=object),
         "arrival": _column(table, path, "arrival", "float").to_numpy(zero_copy_only=False).astype(np.float64),
     }
-    _check_requests(req, str(path))
+    check_requests(req, str(path))
     return req
 
 

@@ -29,7 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from theory.errors import SpecbatchError, require
+from specbatch.errors import SpecbatchError, require
+from specbatch.io import atomic_write
 
 PROFILE_COLUMNS = ("model", "role", "device", "dtype", "batch_size", "query_tokens", "kv_tokens",
                    "latency_s", "repeats", "latency_min_s", "latency_max_s")
@@ -94,9 +95,8 @@ def load_profile_model(model: str, device: str = "cpu", dtype: str = "float32",
                                                      dtype=_dtype(dtype))
             label = path.name
         return m.to(device).eval(), label
+    from specbatch.traces.shapes import get_shape
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from traces.shapes import get_shape
 
     try:
         shape = get_shape(model)
@@ -211,10 +211,7 @@ def profile_model(model: str, grid: ProfileGrid, device: str = "cpu", dtype: str
 def write_profile(frame, path: str | Path) -> None:
     """Write a profile as Parquet (``.parquet``) or CSV (anything else), atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     if path.suffix == ".parquet":
-        frame.to_parquet(tmp, index=False)
+        atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
     else:
-        frame.to_csv(tmp, index=False)
-    os.replace(tmp, path)
+        atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))

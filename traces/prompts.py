@@ -25,7 +25,8 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from theory.errors import SpecbatchError
+from specbatch.errors import SpecbatchError
+from specbatch.io import atomic_write
 
 #: Sub-trees of the standard library that are tests, vendored packages or data tables.
 _EXCLUDED_PARTS = {"site-packages", "test", "tests", "idle_test", "__pycache__", "encodings",
@@ -111,9 +112,8 @@ def load_prompts(path: str | Path, limit: int | None = None) -> list[Prompt]:
 
 def write_prompts_jsonl(prompts: list[Prompt], path: str | Path) -> None:
     """Write prompts as JSONL (``{"prompt": ..., "category": ...}`` per line)."""
-    with open(path, "w", encoding="utf-8") as f:
-        for p in prompts:
-            f.write(json.dumps({"prompt": p.text, "category": p.category}) + "\n")
+    atomic_write(path, "".join(json.dumps({"prompt": p.text, "category": p.category}) + "\n"
+                               for p in prompts))
 
 
 # ----------------------------------------------------------------------------- local corpus
@@ -265,3 +265,18 @@ def default_prompts(n_code: int, n_prose: int, seed: int = 0, min_chars: int = 2
             if i < len(out[kind]):
                 mixed.append(out[kind][i])
     return mixed
+
+
+def resolve_prompts(spec: str, limit: int | None):
+    """Prompts and a description of their source from ``--prompts``."""
+    if spec.startswith("default:"):
+        parts = spec.split(":")
+        try:
+            n = int(parts[1])
+            seed = int(parts[2]) if len(parts) > 2 else 0
+        except (ValueError, IndexError):
+            raise SpecbatchError(f"--prompts {spec}: expected default:N or default:N:SEED, "
+                                 "got a non-integer") from None
+        prompts = default_prompts(n - n // 2, n // 2, seed=seed)
+        return prompts[:limit], f"stdlib held-out text: {n - n // 2} code + {n // 2} prose prompts, seed {seed}"
+    return load_prompts(spec, limit), spec

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from theory.errors import SpecbatchError
+from specbatch.errors import SpecbatchError
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ picked from a shared pool of ``tables`` tables. At temperature 1 the draft is th
 with a similarity λ per request (easy requests around ``similarity``, a ``hard_fraction``
 around ``hard_similarity``) jittered per draft position (``similarity_spread`` on the logit
 scale). At temperature T both rows are tempered, ``M_T ∝ M^{1/T}``; at T = 0 they are one-hot
-at their argmax (greedy), exactly as a capture records them (``traces/format.py``).
+at their argmax (greedy), exactly as a capture records them (the temperature-0 rule of ``traces/trace.py``).
 
 For each request the target's reference output ``y`` is sampled from ``Mb`` at T; row t drafts
 K tokens from the context ``y_{t−1}`` by sampling the draft at T, and ``q, pt, z`` come from
@@ -43,10 +43,10 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
 import numpy as np
+from specbatch.theory.stats import draft_signals, position_stats
+from specbatch.traces.format import Trace, default_meta, make_trace
 
-from theory.errors import require
-from theory.stats import position_stats
-from traces.format import Trace, default_meta, make_trace
+from specbatch.errors import require
 
 SURROGATES = ("natural", "perfect", "good", "poor")
 DEFAULT_NOISE = {"good": 0.1, "poor": 0.8}
@@ -158,8 +158,21 @@ def synth_trace(config: SynthConfig) -> Trace:
             out[name][sl] = arr
 
     _apply_surrogate(config, rng, out)
-    meta = default_meta(
-        config.temperature, k,
+    requests = {
+        "request_id": np.arange(n, dtype=np.int64),
+        "prompt_len": prompt_len,
+        "output_len": output_len,
+        "category": np.where(hard, "synthetic-hard", "synthetic-easy").astype(object),
+        "arrival": arrival,
+    }
+    return make_trace(_synth_meta(config), requests, out)
+
+
+def _synth_meta(config: SynthConfig) -> dict:
+    """meta.json of a synthetic trace: the format header, provenance and the knobs."""
+    n, v = config.requests, config.vocab
+    return default_meta(
+        config.temperature, config.depth,
         models={"draft": {"name": "synthetic-draft", "vocab": v},
                 "target": {"name": "synthetic-target", "vocab": v}},
         tokenizer=None,
@@ -172,14 +185,6 @@ def synth_trace(config: SynthConfig) -> Trace:
         completion={"complete": True, "requests_done": n, "requests_total": n},
         synth=asdict(config),
     )
-    requests = {
-        "request_id": np.arange(n, dtype=np.int64),
-        "prompt_len": prompt_len,
-        "output_len": output_len,
-        "category": np.where(hard, "synthetic-hard", "synthetic-easy").astype(object),
-        "arrival": arrival,
-    }
-    return make_trace(meta, requests, out)
 
 
 def _lognormal_lengths(rng: np.random.Generator, n: int, mean: float, sigma: float, cap: int) -> np.ndarray:
@@ -248,13 +253,15 @@ def _draft_tables(config: SynthConfig, target_tab: np.ndarray, noise_tab: np.nda
     draft1 = lam * target_tab[:, None] + (1 - lam) * noise_tab[:, None]  # [P, L, V, V]
     draft1 = draft1.reshape(-1, v)
     draft_t = _temper(draft1, config.temperature)
+    argmax = draft1.argmax(axis=1)
+    signals = draft_signals(argmax, draft1)  # per table row: entropy (nats) and top-1
     return {
         "draft1": draft1,  # [P*L*V, V] temperature-1 rows (draft signals)
         "draft_t": draft_t,  # [P*L*V, V] rows at the sampling temperature
         "cdf": np.cumsum(draft_t, axis=1),  # [P*L*V, V]
-        "argmax": draft1.argmax(axis=1),  # [P*L*V] greedy token
-        "entropy": -(draft1 * np.log(draft1)).sum(axis=1),  # [P*L*V] nats
-        "top1": draft1.max(axis=1),  # [P*L*V]
+        "argmax": argmax,  # [P*L*V] greedy token
+        "entropy": signals["entropy"],  # [P*L*V] nats
+        "top1": signals["top1"],  # [P*L*V]
         "target_t": _temper(target_tab, config.temperature).reshape(p * v, v),  # [P*V, V]
     }
 

@@ -24,16 +24,16 @@ steps machine-dependent; ``zoo.json`` records the schedule (``steps``), ``steps_
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from specbatch.traces.prompts import stdlib_documents
 
-from theory.errors import SpecbatchError, require
-from traces.prompts import stdlib_documents
+from specbatch.errors import SpecbatchError, require
+from specbatch.io import write_json
 
 EOS = "<|endoftext|>"
 
@@ -275,13 +275,43 @@ def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[s
     ``torch.autocast`` (CUDA only; float32 master weights, float32 held-out loss); ``tf32``
     allows TF32 matmuls on CUDA during training (no effect on CPU).
     """
-    import contextlib
-
     import torch
 
     cfg = get_zoo_size(size)
     steps = cfg.steps if steps is None else steps
-    requested = steps
+    _check_train_args(steps, max_seconds, max_steps, dtype, device)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads or 1)
+    say = log or (lambda msg: None)
+    t0 = time.perf_counter()
+    data = _prepare_data(cfg, corpus, say)
+    torch.manual_seed(seed)
+    models, opts = _build_models(cfg, data["tokenizer"], device)
+    tf32_before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = bool(tf32)
+    t1 = time.perf_counter()
+    try:
+        run = _train_loop(models, opts, cfg, data["stream"], _autocast(dtype), device,
+                          seed=seed, steps=steps, max_seconds=max_seconds, max_steps=max_steps,
+                          say=say)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32_before
+    t_train = time.perf_counter() - t1
+    report = _report(cfg, data, run, size=size, seed=seed, requested=steps, max_seconds=max_seconds,
+                     max_steps=max_steps, dtype=dtype, tf32=tf32, device=device, corpus=corpus)
+    report["seconds"] = {"tokenizer": round(data["seconds"], 2), "train": round(t_train, 2)}
+    report["seconds"]["eval"] = round(_evaluate_and_save(models, data, cfg, out, run, report), 2)
+    report["param_ratio"] = round(report["target"]["params"] / report["draft"]["params"], 2)
+    report["seconds"]["total"] = round(time.perf_counter() - t0, 2)
+    write_json(out / "zoo.json", report)
+    return report
+
+
+def _check_train_args(steps: int, max_seconds, max_steps, dtype: str, device: str) -> None:
+    import torch
+
     require(steps >= 1, f"--steps: expected a positive integer, got {steps}")
     require(max_seconds is None or (math.isfinite(max_seconds) and max_seconds > 0),
             f"--max-seconds: expected a positive number of seconds, got {max_seconds}")
@@ -295,104 +325,130 @@ def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[s
             f"got --device {device}")
     if cuda and not torch.cuda.is_available():
         raise SpecbatchError(f"--device {device}: expected a CUDA device, got none")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    torch.set_num_threads(threads or 1)
-    say = log or (lambda msg: None)
+
+
+def _prepare_data(cfg: ZooSize, corpus: list[str] | None, say) -> dict:
+    """Corpus, tokenizer and token streams: ``train_docs``, ``tokenizer``, ``stream`` # [tokens],
+    ``heldout`` # [tokens] and the ``seconds`` it took."""
     t0 = time.perf_counter()
     train_docs, heldout_docs = build_corpus(cfg, corpus)
     tokenizer = train_tokenizer(train_docs, cfg.vocab)
     stream = encode_stream(tokenizer, train_docs)
     heldout = encode_stream(tokenizer, heldout_docs)
-    t_tok = time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
     say(f"corpus: {sum(map(len, train_docs))} chars, {len(stream)} tokens "
-        f"(held-out {len(heldout)}); tokenizer {t_tok:.1f}s")
+        f"(held-out {len(heldout)}); tokenizer {seconds:.1f}s")
+    return {"train_docs": train_docs, "tokenizer": tokenizer, "stream": stream,
+            "heldout": heldout, "seconds": seconds}
+
+
+def _build_models(cfg: ZooSize, tokenizer, device: str) -> tuple[dict, dict]:
+    """The draft and target models (in that order, from the current torch seed) and their
+    AdamW optimizers."""
+    import torch
+
     eos_id = tokenizer.convert_tokens_to_ids(EOS)
     vocab = len(tokenizer)
-    torch.manual_seed(seed)
     draft = make_model(cfg.draft, vocab, cfg.seq_len, eos_id).to(device)
     target = make_model(cfg.target, vocab, cfg.seq_len, eos_id).to(device)
     models = {"draft": draft, "target": target}
     opts = {k: torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=0.01,
                                  betas=(0.9, 0.95)) for k, m in models.items()}
+    return models, opts
+
+
+def _autocast(dtype: str):
+    """A context-manager factory: bfloat16 autocast on CUDA, or nothing for float32."""
+    import contextlib
+
+    import torch
+
+    if dtype == "float32":
+        return contextlib.nullcontext
+    return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+
+
+def _train_loop(models: dict, opts: dict, cfg: ZooSize, stream: np.ndarray, autocast,
+                device: str, *, seed: int, steps: int, max_seconds, max_steps, say) -> dict:
+    """Train both models on the same seeded batches; the draft stops after its budget.
+
+    returns dict: ``steps`` (schedule, after a time-budget probe), ``done``, ``budget``
+    (per-model schedule), ``losses`` (last training loss per model), ``probe``
+    """
+    import torch
+
     gen = torch.Generator().manual_seed(seed + 1)
     data = torch.from_numpy(stream)
-
-    def autocast():
-        if dtype == "float32":
-            return contextlib.nullcontext()
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-
-    def next_batch():
-        starts = torch.randint(0, len(stream) - cfg.seq_len - 1, (cfg.batch,), generator=gen)
-        return torch.stack([data[s: s + cfg.seq_len] for s in starts.tolist()]).to(device)
-
-    tf32_before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = bool(tf32)
     t1 = time.perf_counter()
     probe = None
-    try:
-        if max_seconds is not None:
-            first = torch.from_numpy(stream[: cfg.batch * cfg.seq_len].copy()).view(
-                cfg.batch, cfg.seq_len).to(device)
-            steps, probe = plan_steps(models, cfg, first, steps, max_seconds, autocast, device)
-            say(f"time budget {max_seconds:g}s: schedule of {steps} steps (probe {probe})")
-        losses = {k: float("nan") for k in models}
-        budget = {"draft": max(1, round(steps * cfg.draft_fraction)), "target": steps}
-        stop = steps if max_steps is None else min(steps, max_steps)
-        done = 0
-        for step in range(stop):
-            if step and max_seconds is not None and time.perf_counter() - t1 >= max_seconds:
-                break
-            batch = next_batch()
-            for name, model in models.items():
-                if step < budget[name]:
-                    losses[name] = _train_step(model, opts[name], batch,
-                                               _lr(step, budget[name], cfg.lr), autocast)
-            done = step + 1
-            if step % 10 == 0 or step == stop - 1:
-                say(f"step {step + 1}/{steps}: draft {losses['draft']:.3f} target "
-                    f"{losses['target']:.3f} ({time.perf_counter() - t1:.0f}s)")
-        _sync(device)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32_before
-    t_train = time.perf_counter() - t1
+    if max_seconds is not None:
+        first = torch.from_numpy(stream[: cfg.batch * cfg.seq_len].copy()).view(
+            cfg.batch, cfg.seq_len).to(device)
+        steps, probe = plan_steps(models, cfg, first, steps, max_seconds, autocast, device)
+        say(f"time budget {max_seconds:g}s: schedule of {steps} steps (probe {probe})")
+    losses = {k: float("nan") for k in models}
+    budget = {"draft": max(1, round(steps * cfg.draft_fraction)), "target": steps}
+    stop = steps if max_steps is None else min(steps, max_steps)
+    done = 0
+    for step in range(stop):
+        if step and max_seconds is not None and time.perf_counter() - t1 >= max_seconds:
+            break
+        starts = torch.randint(0, len(stream) - cfg.seq_len - 1, (cfg.batch,), generator=gen)
+        batch = torch.stack([data[s: s + cfg.seq_len] for s in starts.tolist()]).to(device)
+        for name, model in models.items():
+            if step < budget[name]:
+                losses[name] = _train_step(model, opts[name], batch,
+                                           _lr(step, budget[name], cfg.lr), autocast)
+        done = step + 1
+        if step % 10 == 0 or step == stop - 1:
+            say(f"step {step + 1}/{steps}: draft {losses['draft']:.3f} target "
+                f"{losses['target']:.3f} ({time.perf_counter() - t1:.0f}s)")
+    _sync(device)
+    return {"steps": steps, "done": done, "budget": budget, "losses": losses, "probe": probe}
+
+
+def _report(cfg: ZooSize, data: dict, run: dict, *, size: str, seed: int, requested: int,
+            max_seconds, max_steps, dtype: str, tf32: bool, device: str, corpus) -> dict:
+    """zoo.json without the per-model entries and timings (see :func:`train_zoo`)."""
+    import torch
+
+    steps, done, budget = run["steps"], run["done"], run["budget"]
     done_by = {k: min(done, v) for k, v in budget.items()}
-    report = {
+    return {
         "size": size, "seed": seed, "steps": steps, "draft_steps": budget["draft"],
         "steps_requested": requested, "steps_done": done, "draft_steps_done": done_by["draft"],
         "stopped_early": done < requested, "max_seconds": max_seconds, "max_steps": max_steps,
-        "plan": probe, "dtype": dtype, "tf32": bool(tf32),
+        "plan": run["probe"], "dtype": dtype, "tf32": bool(tf32),
         "reproduce": f"--seed {seed} --steps {steps}"
                      + (f" --max-steps {done}" if done < steps else "")
                      + (f" --dtype {dtype}" if dtype != "float32" else "")
                      + (" --tf32" if tf32 else ""),
-        "vocab": vocab,
+        "vocab": len(data["tokenizer"]),
         "threads": torch.get_num_threads(), "device": device,
         "config": asdict(cfg),
-        "train_chars": sum(map(len, train_docs)), "train_tokens": int(len(stream)),
-        "heldout_tokens": int(len(heldout)),
+        "train_chars": sum(map(len, data["train_docs"])), "train_tokens": int(len(data["stream"])),
+        "heldout_tokens": int(len(data["heldout"])),
         "tokens_seen": {k: v * cfg.batch * cfg.seq_len for k, v in done_by.items()},
         "corpus": ["stdlib:code", "stdlib:prose", *(corpus or [])],
-        "seconds": {"tokenizer": round(t_tok, 2), "train": round(t_train, 2)},
     }
+
+
+def _evaluate_and_save(models: dict, data: dict, cfg: ZooSize, out: Path, run: dict,
+                       report: dict) -> float:
+    """Held-out loss of each model into ``report[name]``, then save model and tokenizer under
+    ``out/name``; returns the evaluation seconds."""
     t_eval = 0.0
     for name, model in models.items():
         t = time.perf_counter()
-        loss = heldout_loss(model, heldout, cfg.seq_len, cfg.eval_windows)
+        loss = heldout_loss(model, data["heldout"], cfg.seq_len, cfg.eval_windows)
         t_eval += time.perf_counter() - t
         report[name] = {
             "params": int(sum(p.numel() for p in model.parameters())),
             "heldout_loss": round(loss, 4),
-            "train_loss_last": round(losses[name], 4),
+            "train_loss_last": round(run["losses"][name], 4),
             "dir": str(out / name),
         }
         model.eval()
         model.to("cpu").save_pretrained(out / name)
-        tokenizer.save_pretrained(out / name)
-    report["param_ratio"] = round(report["target"]["params"] / report["draft"]["params"], 2)
-    report["seconds"]["eval"] = round(t_eval, 2)
-    report["seconds"]["total"] = round(time.perf_counter() - t0, 2)
-    (out / "zoo.json").write_text(json.dumps(report, indent=2) + "\n")
-    return report
+        data["tokenizer"].save_pretrained(out / name)
+    return t_eval

@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
-
-from analysis.compare import (
+from specbatch.analysis.compare import (
     best_settings,
     compare_best,
     headline,
@@ -18,10 +17,11 @@ from analysis.compare import (
     same_budget,
     t_interval,
 )
-from analysis.sweep import run_key, setting_key
-from theory.errors import SpecbatchError
+from specbatch.analysis.points import run_key, setting_key
+from specbatch.simulator.config import SimConfig
 
-SimConfig = pytest.importorskip("simulator.config").SimConfig
+from specbatch.errors import SpecbatchError
+
 SEEDS = range(5)
 
 

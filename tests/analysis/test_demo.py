@@ -7,12 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("simulator.run")
-
-from analysis.demo_cli import demo_spec  # noqa: E402
-from analysis.sweep import expand, parse_spec  # noqa: E402
+from specbatch.analysis.demo import demo_spec
+from specbatch.analysis.spec import expand, parse_spec
 
 
 def settings(data: dict) -> set[tuple]:
@@ -46,7 +42,7 @@ def test_demo_grid_respects_a_shallow_trace():
 def test_demo_quick_runs_end_to_end(tmp_path):
     out = tmp_path / "demo"
     result = subprocess.run(
-        [sys.executable, "-m", "analysis", "demo", "--quick", "--out", str(out), "--json"],
+        [sys.executable, "-m", "specbatch", "demo", "--quick", "--out", str(out), "--json"],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     payload = json.loads(result.stdout)

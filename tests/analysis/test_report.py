@@ -14,11 +14,10 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-
-pytest.importorskip("simulator.policies")
-
-from analysis.report import build_report, bv_gain_table  # noqa: E402
-from analysis.sweep import parse_spec, read_results, run_sweep  # noqa: E402
+from specbatch.analysis.replication import bv_gain_table
+from specbatch.analysis.report import build_report
+from specbatch.analysis.spec import parse_spec
+from specbatch.analysis.sweep import read_results, run_sweep
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -110,7 +109,7 @@ def test_html_report_embeds_tables_and_images(sweep_dir, md_report):
 
 
 def test_report_cli_on_a_non_sweep_directory_is_one_line_exit_2(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "analysis", "report", str(tmp_path)],
+    result = subprocess.run([sys.executable, "-m", "specbatch", "report", str(tmp_path)],
                             capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "no sweep.json" in result.stderr

@@ -17,17 +17,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from specbatch.analysis.points import run_key, trace_fingerprint
+from specbatch.analysis.spec import expand, load_spec, parse_override, parse_spec
+from specbatch.analysis.sweep import collect_results, read_requests, run_sweep
+from specbatch.simulator import config
+from specbatch.traces import synth
 
-from analysis.sweep import (
-    collect_results,
-    expand,
-    load_spec,
-    parse_spec,
-    read_requests,
-    run_key,
-    run_sweep,
-)
-from theory.errors import SpecbatchError
+from specbatch.errors import SpecbatchError
 
 
 @dataclass(frozen=True)
@@ -262,8 +258,6 @@ def test_workers_below_one_is_a_user_error(tmp_path):
 
 
 def test_specs_are_validated_against_simconfig_fields():
-    config = pytest.importorskip("simulator.config")
-    pytest.importorskip("simulator.policies")
     with pytest.raises(SpecbatchError, match="field 'num_speculative_tokenz': unknown config field"):
         parse_spec({"axes": {"num_speculative_tokenz": [1]}}, "x.toml", config.SimConfig)
     s = parse_spec({"axes": {"num_speculative_tokens": [1, 2]}}, "x.toml", config.SimConfig)
@@ -271,7 +265,7 @@ def test_specs_are_validated_against_simconfig_fields():
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "specbatch", *args], capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("body, field", [
@@ -280,8 +274,6 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     ("[base]\nmax_num_seqs = \"many\"\n", "max_num_seqs"),
 ])
 def test_sweep_cli_bad_spec_exits_2_with_one_line(tmp_path, body, field):
-    pytest.importorskip("simulator.config")
-    pytest.importorskip("simulator.policies")
     path = tmp_path / "bad.toml"
     path.write_text(body)
     result = _cli("sweep", str(path), "--out", str(tmp_path / "out"))
@@ -293,7 +285,6 @@ def test_sweep_cli_bad_spec_exits_2_with_one_line(tmp_path, body, field):
 
 
 def test_preflight_rejects_a_draft_deeper_than_the_trace_before_running(tmp_path):
-    config = pytest.importorskip("simulator.config")
     deep = parse_spec({"base": {"trace": "synth", "policy": "tetris"},
                        "axes": {"num_speculative_tokens": [6], "extra": [3]}}, "deep.toml",
                       config.SimConfig)
@@ -306,9 +297,7 @@ def test_preflight_rejects_a_draft_deeper_than_the_trace_before_running(tmp_path
 
 
 def test_trace_identity_changes_when_the_trace_is_recaptured(tmp_path):
-    synth = pytest.importorskip("traces.synth")
-    from analysis.sweep import trace_fingerprint
-    from traces.format import write_trace
+    from specbatch.traces.format import write_trace
 
     path = tmp_path / "trace"
     write_trace(synth.synth_trace(synth.SynthConfig(requests=3, output_mean=8.0)), path)
@@ -322,8 +311,7 @@ def test_trace_identity_changes_when_the_trace_is_recaptured(tmp_path):
 
 
 def test_bundled_specs_are_valid_and_cover_the_replications():
-    config = pytest.importorskip("simulator.config")
-    from analysis.specs import SPECS_DIR, spec_path
+    from specbatch.analysis.specs import SPECS_DIR, spec_path
 
     names = sorted(p.stem for p in SPECS_DIR.glob("*.toml"))
     assert {"tetris", "block_gamma", "load"} <= set(names)
@@ -340,8 +328,6 @@ def test_bundled_specs_are_valid_and_cover_the_replications():
 
 
 def test_overrides_set_a_field_everywhere_and_drop_its_axis(tmp_path):
-    from analysis.sweep import parse_override
-
     path = tmp_path / "s.toml"
     path.write_text('seeds = [0]\n[base]\nrate = 1.0\n[axes]\npolicy = ["fixed", "tetris"]\n'
                     'num_speculative_tokens = [1, 2, 3]\n')
@@ -358,7 +344,6 @@ def test_overrides_set_a_field_everywhere_and_drop_its_axis(tmp_path):
 
 
 def test_sweep_cli_runs_real_simulations_and_a_rerun_reuses_them(tmp_path):
-    pytest.importorskip("simulator.run")
     path = tmp_path / "tiny.toml"
     path.write_text('seeds = [0, 1]\n[base]\ntrace = "synth"\nrequests = 8\nmax_num_seqs = 4\n'
                     '[axes]\npolicy = ["fixed", "tetris"]\nk = [2]\ne = [1]\n')

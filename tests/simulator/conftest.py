@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from traces.synth import SynthConfig, synth_trace
+from specbatch.traces.synth import SynthConfig, synth_trace
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from traces.format import default_meta, make_trace
+from specbatch.traces.format import default_meta, make_trace
 
 
 @dataclass(frozen=True)

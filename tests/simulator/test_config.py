@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from specbatch.simulator.config import SimConfig, load_config, to_toml, validate_against_trace
 
-from simulator.config import SimConfig, load_config, to_toml, validate_against_trace
+from specbatch.errors import SpecbatchError
 from tests.simulator.helpers import const_trace
-from theory.errors import SpecbatchError
 
 
 def test_toml_file_overrides_and_aliases(tmp_path):

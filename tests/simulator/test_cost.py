@@ -1,27 +1,26 @@
-"""Specification of simulator/cost.py: roofline sanity, profiled fit, bad profiles."""
+"""Specification of the cost-model interface and registry: simulator/cost_interface.py and
+simulator/cost.py (every model satisfies the protocol the engine relies on)."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from simulator.cost import (
+from specbatch.simulator.config import load_config
+from specbatch.simulator.cost import (
     COST_MODELS,
-    ProfiledCost,
-    RooflineCost,
+    CostModel,
+    SumsCostModel,
     batch_sums,
     build_cost_model,
     fit_profile,
-    kv_capacity_tokens,
+    pass_times,
 )
-from simulator.hardware import HARDWARE, get_hardware
-from theory.errors import SpecbatchError
-from traces.shapes import get_shape
+from specbatch.simulator.run import simulate
+
+from specbatch.errors import SpecbatchError
+from tests.simulator.helpers import LinearCost
+from tests.simulator.test_profiled import synthetic_profile
 
 
 def ones(n: int, value: int = 1) -> np.ndarray:
@@ -33,146 +32,46 @@ def h100():
     return build_cost_model("roofline", "h100", "vicuna-33b", "vicuna-68m")
 
 
-# ----------------------------------------------------------------------------- hardware
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    path = tmp_path_factory.mktemp("profile") / "profile.csv"
+    synthetic_profile().to_csv(path, index=False)
+    return fit_profile(path)
 
 
-def test_presets_cover_the_four_gpus_with_datasheet_peaks():
-    assert set(HARDWARE) == {"h100", "h200", "a100", "l40s"}
-    assert get_hardware("H100").mem_bw == pytest.approx(3.35e12)
-    assert get_hardware("h200").mem_bw == pytest.approx(4.8e12)
-    assert get_hardware("a100").peak_flops == pytest.approx(312e12)
-    assert get_hardware("l40s").memory_bytes == pytest.approx(48e9)
-    for hw in HARDWARE.values():
-        assert 0 < hw.compute_eff <= 1 and 0 < hw.memory_eff <= 1
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            hw.peak_flops = 1.0  # type: ignore[misc]
+def test_every_model_satisfies_the_protocol(h100, profiled):
+    """Roofline and profiled models have the sums fast path; the tests' LinearCost is a plain
+    CostModel (the engine then prices one ``step_time`` call per pass)."""
+    for model in (h100, profiled):
+        assert isinstance(model, CostModel) and isinstance(model, SumsCostModel)
+        q, c = np.array([1, 4, 2]), np.array([10, 0, 700])
+        assert model.time_from_sums("target", *batch_sums(q, c)) == model.step_time("target", q, c)
+    assert isinstance(LinearCost(), CostModel) and not isinstance(LinearCost(), SumsCostModel)
 
 
-def test_unknown_hardware_is_a_one_line_error():
-    with pytest.raises(SpecbatchError, match="hardware 'tpu'.*h100"):
-        get_hardware("tpu")
+class Recorder:
+    """Wraps a cost model and records every attribute the simulator reads off it."""
+
+    def __init__(self, model):
+        self._model, self.seen = model, set()
+
+    def __getattr__(self, name):
+        self.seen.add(name)
+        return getattr(self._model, name)
 
 
-# ----------------------------------------------------------------------------- roofline
-
-
-def test_decode_of_33b_at_batch_1_is_memory_bound_at_weights_over_bandwidth(h100):
-    hw = get_hardware("h100")
-    weights = 2 * get_shape("vicuna-33b").params  # ~65 GB in bf16
-    assert 60e9 < weights < 70e9
-    ideal = weights / (hw.mem_bw * hw.memory_eff)
-    t = h100.step_time("target", ones(1), ones(1, 128))
-    b = h100.breakdown("target", ones(1), ones(1, 128))
-    assert b["bound"] == "memory"
-    assert ideal < t < ideal + 2e-3  # plus launch latencies
-    assert 0.018 < t < 0.030  # ~20 ms / 0.8
-
-
-def test_decode_time_grows_slowly_until_the_compute_knee(h100):
-    t1 = h100.step_time("target", ones(1), ones(1, 0))
-    t64 = h100.step_time("target", ones(64), ones(64, 0))
-    t1024 = h100.step_time("target", ones(1024), ones(1024, 0))
-    assert t64 < 1.2 * t1  # weights dominate: 64 tokens cost little more than one
-    assert h100.breakdown("target", ones(1024), ones(1024, 0))["bound"] == "compute"
-    assert t1024 > 3 * t1
-
-
-def test_large_prefill_is_compute_bound(h100):
-    b = h100.breakdown("target", [4096], [0])
-    assert b["bound"] == "compute"
-    hw = get_hardware("h100")
-    assert b["step_time_s"] == pytest.approx(b["flops"] / (hw.peak_flops * hw.compute_eff), rel=0.01)
-
-
-def test_kv_reads_make_long_contexts_slower(h100):
-    # Vicuna-33B has no grouped-query attention: 1.6 MB of KV per token.
-    short = h100.step_time("target", ones(64), ones(64, 128))
-    long = h100.step_time("target", ones(64), ones(64, 2048))
-    assert long > 1.5 * short
-
-
-@given(
-    n=st.integers(1, 64),
-    q=st.integers(1, 8),
-    c=st.integers(0, 4096),
-    dq=st.integers(0, 64),
-    dc=st.integers(0, 4096),
-    role=st.sampled_from(["draft", "target"]),
-)
-def test_step_time_is_monotone_in_query_and_kv(h100, n, q, c, dq, dc, role):
-    base = h100.step_time(role, ones(n, q), ones(n, c))
-    assert base > 0
-    assert h100.step_time(role, ones(n, q + dq), ones(n, c)) >= base
-    assert h100.step_time(role, ones(n, q), ones(n, c + dc)) >= base
-    assert h100.step_time(role, ones(n + 1, q), ones(n + 1, c)) >= base
-
-
-def test_ragged_batches_equal_their_sums(h100):
-    q = np.array([1, 4, 4, 2])
-    c = np.array([10, 500, 0, 3000])
-    t = h100.step_time("target", q, c)
-    assert t == pytest.approx(h100.breakdown("target", q, c)["step_time_s"])
-    assert h100.step_time("target", q.astype(float), c.astype(float)) == pytest.approx(t)
-    assert h100.step_time("target", list(q), list(c)) == pytest.approx(t)
-
-
-def test_empty_batch_costs_nothing(h100):
-    assert h100.step_time("target", ones(0), ones(0)) == 0.0
-    assert h100.step_time("draft", ones(3, 0), ones(3, 7)) == 0.0
-
-
-def test_draft_is_much_cheaper_than_target(h100):
-    ratio = h100.step_time("draft", ones(64), ones(64, 512)) / h100.step_time(
-        "target", ones(64), ones(64, 512))
-    assert 0.001 < ratio < 0.05
-
-
-def test_tp2_roughly_halves_per_gpu_time_plus_communication():
-    one = build_cost_model(hardware="h100", target="llama-3.1-70b", tp=1)
-    two = build_cost_model(hardware="h100", target="llama-3.1-70b", tp=2)
-    q, c = ones(8), ones(8, 512)
-    t1, t2 = one.step_time("target", q, c), two.step_time("target", q, c)
-    b2 = two.breakdown("target", q, c)
-    assert 0.5 * t1 < t2 < 0.6 * t1
-    assert t2 > b2["memory_s"] + b2["comm_s"]  # all-reduce latency and bandwidth are charged
-    assert two.step_time("draft", q, c) == one.step_time("draft", q, c)  # draft stays on 1 GPU
-
-
-def test_tp_must_divide_the_heads():
-    with pytest.raises(SpecbatchError, match="52 attention heads"):
-        build_cost_model(target="vicuna-33b", tp=8)
-    with pytest.raises(SpecbatchError, match="tp 0"):
-        build_cost_model(tp=0)
-
-
-def test_published_decode_latencies_within_factor_1p5():
-    # Approximate published batch-1 decode latencies (see the module docstring).
-    cases = [("a100", "vicuna-7b", 1, 7.5e-3), ("h100", "llama-3.1-8b", 1, 6.5e-3),
-             ("h100", "llama-3.1-70b", 4, 20e-3)]
-    for hw, model, tp, published in cases:
-        t = build_cost_model(hardware=hw, target=model, tp=tp).step_time("target", [1], [512])
-        assert published / 1.5 < t < published * 1.5, (hw, model, t)
-
-
-def test_faster_memory_means_faster_decode():
-    q, c = ones(16), ones(16, 512)
-    times = {hw: build_cost_model(hardware=hw).step_time("target", q, c) for hw in HARDWARE}
-    assert times["h200"] < times["h100"] < times["a100"] < times["l40s"]
-
-
-def test_speculative_step_inputs_are_cheap_to_price(h100):
-    # DSD (THEORY §5) prices k = 0..6 every 20 steps: query k+1 per request must cost little more.
-    c = ones(64, 700)
-    t = [h100.step_time("target", ones(64, k + 1), c) for k in range(7)]
-    assert all(a <= b for a, b in zip(t, t[1:]))
-    assert t[6] < 1.5 * t[0]
-
-
-def test_overhead_comes_from_the_preset(h100):
-    assert h100.overhead == get_hardware("h100").overhead
-    custom = RooflineCost(get_hardware("h100"), get_shape("vicuna-7b"), get_shape("vicuna-68m"),
-                          overhead=0.0)
-    assert custom.overhead == 0.0
+@pytest.mark.parametrize("policy", ["tetris", "dsd", "ar"])
+def test_the_simulator_calls_only_what_the_protocol_declares(synth_trace_natural, h100, policy):
+    declared = {"overhead", "step_time", "time_from_sums"}
+    assert "overhead" in CostModel.__annotations__
+    assert {"step_time", "time_from_sums"} <= set(vars(CostModel)) | set(vars(SumsCostModel))
+    recorder = Recorder(h100)
+    config = load_config(None, trace="synth", requests=16, policy=policy, extra=1,
+                         enable_chunked_prefill=True, max_num_batched_tokens=64)
+    fast = simulate(config, synth_trace_natural, cost_model=recorder)
+    assert recorder.seen and recorder.seen <= declared
+    pd.testing.assert_frame_equal(fast.steps,
+                                  simulate(config, synth_trace_natural, cost_model=h100).steps)
 
 
 def test_unknown_role_cost_or_model_are_one_line_errors(h100):
@@ -197,187 +96,10 @@ def test_batch_sums_agree_with_numpy():
     assert batch_sums(big, big) == (20000, 60000, 60000, 180000, 180000)
 
 
-def test_kv_capacity():
-    # 33B on one 80 GB H100 leaves room for only a few thousand tokens; on an H200 ~10x more.
-    assert 2000 < kv_capacity_tokens("h100") < 8000
-    assert kv_capacity_tokens("h200") > 8 * kv_capacity_tokens("h100")
-    assert kv_capacity_tokens("l40s") == 0
-
-
-def test_step_time_is_fast(h100):
-    import time
-
-    q, c = ones(64, 4), ones(64, 700)
-    h100.step_time("target", q, c)
-    n = 2000
-    t0 = time.perf_counter()
-    for _ in range(n):
-        h100.step_time("target", q, c)
-    per_call = (time.perf_counter() - t0) / n
-    assert per_call < 100e-6  # a few microseconds unloaded; generous for a shared CI machine
-
-
-# ----------------------------------------------------------------------------- profiled
-
-
-TRUE_LAW = {"const": 2e-3, "query": 3e-5, "kv": 2e-8, "query_kv": 1e-9}
-
-
-def synthetic_profile(rows: int = 120, noise: float = 0.01, seed: int = 0) -> pd.DataFrame:
-    """A profile from a known linear law times (1 + noise·N(0,1)), for both roles."""
-    rng = np.random.default_rng(seed)
-    frames = []
-    for role, scale, model in (("target", 1.0, "vicuna-33b"), ("draft", 0.05, "vicuna-68m")):
-        b = rng.choice([1, 2, 4, 8, 16, 32, 64, 128], rows)
-        q = rng.choice([1, 2, 4, 8], rows)
-        c = rng.choice([0, 128, 512, 1024, 2048], rows)
-        law = (TRUE_LAW["const"] + TRUE_LAW["query"] * b * q + TRUE_LAW["kv"] * b * c
-               + TRUE_LAW["query_kv"] * b * q * c)
-        lat = scale * law * (1 + noise * rng.standard_normal(rows))
-        frames.append(pd.DataFrame({
-            "model": model, "role": role, "device": "NVIDIA H100 80GB HBM3", "dtype": "bfloat16",
-            "batch_size": b, "query_tokens": q, "kv_tokens": c, "latency_s": lat}))
-    return pd.concat(frames, ignore_index=True)
-
-
-@pytest.fixture()
-def profile_csv(tmp_path):
-    path = tmp_path / "profile.csv"
-    synthetic_profile().to_csv(path, index=False)
-    return path
-
-
-def test_fit_recovers_a_known_linear_law(profile_csv):
-    cost = fit_profile(profile_csv)
-    assert isinstance(cost, ProfiledCost)
-    for role, scale in (("target", 1.0), ("draft", 0.05)):
-        fit = cost.fits[role]
-        assert fit.rows == 120 and fit.folds == 5
-        assert fit.cv_mape < 0.03 and fit.fit_mape < 0.02
-        coef = dict(zip(fit.feature_names, fit.coef))
-        assert all(v >= 0 for v in fit.coef)
-        assert coef["const"] == pytest.approx(scale * TRUE_LAW["const"], rel=0.2)
-        q, c = ones(32, 4), ones(32, 1024)
-        law = scale * (TRUE_LAW["const"] + TRUE_LAW["query"] * 128 + TRUE_LAW["kv"] * 32 * 1024
-                       + TRUE_LAW["query_kv"] * 128 * 1024)
-        assert cost.step_time(role, q, c) == pytest.approx(law, rel=0.03)
-    assert set(cost.cv_mape) == {"draft", "target"}
-
-
-def test_fit_reads_parquet_and_build_cost_model_uses_it(tmp_path):
-    path = tmp_path / "profile.parquet"
-    synthetic_profile().to_parquet(path)
-    cost = build_cost_model("profiled", hardware="h100", profile=str(path))
-    assert cost.overhead == get_hardware("h100").overhead
-    assert cost.step_time("target", ones(8), ones(8, 100)) > cost.step_time("draft", ones(8),
-                                                                              ones(8, 100))
-    assert cost.step_time("target", ones(0), ones(0)) == 0.0
-
-
-def test_profiled_fit_of_a_roofline_bends_at_the_knee(tmp_path, h100):
-    # A profile sampled from the roofline itself (max of two lines) is fitted within a few %.
-    rows = []
-    for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
-        for q in (1, 4, 8):
-            for c in (0, 256, 1024):
-                t = h100.step_time("target", ones(b, q), ones(b, c))
-                rows.append(("vicuna-33b", "target", b, q, c, t))
-    df = pd.DataFrame(rows, columns=["model", "role", "batch_size", "query_tokens", "kv_tokens",
-                                     "latency_s"])
-    path = tmp_path / "roof.csv"
-    df.to_csv(path, index=False)
-    fit = fit_profile(path).fits["target"]
-    assert fit.knots and fit.cv_mape < 0.1
-
-
-def test_missing_role_is_an_error_only_when_used(tmp_path):
-    df = synthetic_profile()
-    path = tmp_path / "target_only.csv"
-    df[df.role == "target"].to_csv(path, index=False)
-    cost = fit_profile(path)
-    assert cost.step_time("target", ones(1), ones(1)) > 0
-    with pytest.raises(SpecbatchError, match=r"target_only.csv: column role: no rows for 'draft'"):
-        cost.step_time("draft", ones(1), ones(1))
-
-
-def test_several_models_per_role_are_selected_by_name(tmp_path):
-    a, b = synthetic_profile(seed=1), synthetic_profile(seed=2)
-    b["model"] = b["model"].str.replace("vicuna", "llama")
-    b["latency_s"] *= 10
-    path = tmp_path / "two.csv"
-    pd.concat([a, b]).to_csv(path, index=False)
-    with pytest.raises(SpecbatchError, match="column model: .*several"):
-        fit_profile(path)
-    slow = fit_profile(path, target="llama-33b", draft="llama-68m")
-    fast = fit_profile(path, target="vicuna-33b", draft="vicuna-68m")
-    q, c = ones(4), ones(4, 10)
-    assert slow.step_time("target", q, c) > 5 * fast.step_time("target", q, c)
-
-
-@pytest.mark.parametrize(
-    "mutate, match",
-    [
-        (lambda d: d.drop(columns=["latency_s"]), "column latency_s: missing"),
-        (lambda d: d.drop(columns=["kv_tokens"]), "column kv_tokens: missing"),
-        (lambda d: d.assign(latency_s=d.latency_s.where(d.index != 3)),
-         "column latency_s: expected finite numbers.*row 3"),
-        (lambda d: d.assign(kv_tokens=d.kv_tokens.astype(object).where(d.index != 5, "x")),
-         "column kv_tokens: expected finite numbers"),
-        (lambda d: d.assign(latency_s=d.latency_s.where(d.index != 7, -0.1)),
-         "column latency_s: expected > 0, got -0.1 in row 7"),
-        (lambda d: d.assign(batch_size=d.batch_size.where(d.index != 2, 0)),
-         "column batch_size: expected >= 1"),
-        (lambda d: d.assign(role=d.role.where(d.index != 0, "oracle")),
-         "column role: expected draft or target, got 'oracle'"),
-        (lambda d: d.iloc[[0, 1, 2, 200, 201, 202, 203, 204, 205]],
-         "column role: 3 rows for 'target', expected at least 6"),
-        (lambda d: d.iloc[:0], "no rows"),
-    ],
-)
-def test_bad_profiles_are_one_line_errors_naming_file_and_column(tmp_path, mutate, match):
-    path = tmp_path / "bad.csv"
-    mutate(synthetic_profile()).to_csv(path, index=False)
-    with pytest.raises(SpecbatchError, match=match) as info:
-        fit_profile(path)
-    message = str(info.value)
-    assert "\n" not in message and "bad.csv" in message
-
-
-def test_unreadable_or_absent_profile(tmp_path):
-    with pytest.raises(SpecbatchError, match="no such file"):
-        fit_profile(tmp_path / "nope.csv")
-    bad = tmp_path / "bad.parquet"
-    bad.write_text("not parquet")
-    with pytest.raises(SpecbatchError, match="bad.parquet: cannot read"):
-        fit_profile(bad)
-
-
-@pytest.fixture(scope="module")
-def profiled(tmp_path_factory):
-    path = tmp_path_factory.mktemp("profile") / "profile.csv"
-    synthetic_profile().to_csv(path, index=False)
-    return fit_profile(path)
-
-
-@given(
-    n=st.integers(1, 64),
-    q=st.integers(1, 8),
-    c=st.integers(0, 4096),
-    dq=st.integers(0, 600),
-    dc=st.integers(0, 4096),
-    role=st.sampled_from(["draft", "target"]),
-)
-def test_profiled_step_time_is_positive_and_monotone(profiled, n, q, c, dq, dc, role):
-    # Non-negative coefficients on non-decreasing features: more work never costs less.
-    base = profiled.step_time(role, ones(n, q), ones(n, c))
-    assert base > 0
-    assert profiled.step_time(role, ones(n, q + dq), ones(n, c)) >= base
-    assert profiled.step_time(role, ones(n, q), ones(n, c + dc)) >= base
-    assert profiled.step_time(role, ones(n + 1, q), ones(n + 1, c)) >= base
-
-
-def test_profiled_step_time_matches_the_fitted_law_on_uniform_batches(profiled):
-    fit = profiled.fits["target"]
-    for b, q, c in [(1, 1, 0), (64, 4, 700), (512, 1, 2048), (3, 300, 0)]:
-        expected = float(fit.predict([b], [q], [c])[0])
-        assert profiled.step_time("target", ones(b, q), ones(b, c)) == pytest.approx(expected)
+def test_pass_times_price_draft_decode_and_verify_passes(h100, profiled):
+    rows = pass_times(h100, [1, 64], kv=512, k=3)
+    assert [r["batch"] for r in rows] == [1, 64]
+    assert rows[1]["target_verify_s"] == h100.step_time("target", ones(64, 4), ones(64, 512))
+    assert rows[0]["draft_s"] < rows[0]["target_decode_s"] <= rows[0]["target_verify_s"]
+    assert rows[0]["verify_bound"] == "memory"
+    assert "verify_bound" not in pass_times(profiled, [8], kv=0, k=1)[0]

@@ -7,10 +7,11 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from specbatch.simulator.config import load_config
+from specbatch.simulator.policies import POLICIES
+from specbatch.simulator.run import simulate
+from specbatch.simulator.state import RECORD_ROWS, Outcome, Replica, Row
 
-from simulator.config import load_config
-from simulator.policies import POLICIES
-from simulator.run import simulate
 from tests.simulator.helpers import LinearCost, const_trace
 
 COST = LinearCost()
@@ -162,7 +163,7 @@ def test_cost_sums_fast_path_matches_per_pass_calls(synth_trace_natural, kw):
     """Draft passes and the verify pass timed from one step's batch sums
     (``time_from_sums``) give bit-identical step times to one ``step_time`` call per pass,
     uniform and ragged draft lengths alike (roofline and profiled-style models)."""
-    from simulator.run import build_cost
+    from specbatch.simulator.run import build_cost
 
     config = load_config(None, trace="synth", requests=30, **kw)
     roofline = build_cost(config)
@@ -171,3 +172,20 @@ def test_cost_sums_fast_path_matches_per_pass_calls(synth_trace_natural, kw):
     assert fast.steps["draft_time"].tolist() == slow.steps["draft_time"].tolist()
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+
+
+def test_state_and_outcome_rows_line_up_as_the_decode_step_assumes():
+    """One add gives (c, trace row) = (PROMPT, BASE) + t; the outcome rows EMITTED..ACCEPTED
+    are the increments of the last state rows POS..N_ACCEPTED, which are the per-request
+    record at finish; KV and ROW close the outcome matrix."""
+    assert Row.BASE == Row.PROMPT + 1 and Outcome.ROW == Outcome.KV + 1 == len(Outcome) - 1
+    tail = [r for r in Row if r >= Row.POS]
+    assert tail[-1] == len(Row) - 1 and len(tail) == len(RECORD_ROWS)
+    assert [o - Outcome.EMITTED for o in Outcome if o <= Outcome.ACCEPTED] == [
+        r - Row.POS for r in tail]
+    assert Outcome.KV == Outcome.ACCEPTED + 1
+    rep = Replica(0)
+    rep.state = np.arange(2 * len(Row)).reshape(len(Row), 2)
+    assert rep.pos.tolist() == rep.state[Row.POS].tolist()
+    rep.n_accepted = [7, 8]
+    assert rep.state[Row.N_ACCEPTED].tolist() == [7, 8]

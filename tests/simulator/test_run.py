@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from specbatch.simulator.config import load_config
+from specbatch.simulator.run import simulate
 
-from simulator.config import load_config
-from simulator.run import simulate
 from tests.simulator.helpers import LinearCost
 
 # memory-bound flavour: a pass costs mostly a fixed time, so verifying k + 1 tokens is cheap
@@ -49,3 +49,47 @@ def test_ar_has_unit_mal_and_no_drafting(synth_trace_natural):
     s = simulate(load_config(None, trace="synth", policy="ar", requests=20), synth_trace_natural,
                  cost_model=COST).summary
     assert s["mal"] == 1.0 and s["drafted"] == 0 and s["draft_time"] == 0.0
+
+
+def test_tetris_with_no_budget_does_the_work_of_autoregressive_decoding(synth_trace_natural):
+    cost = LinearCost()
+    ar = simulate(load_config(None, trace="synth", policy="ar", requests=16),
+                  synth_trace_natural, cost_model=cost)
+    tetris = simulate(load_config(None, trace="synth", policy="tetris", k=3, extra=1, budget=0,
+                                  requests=16), synth_trace_natural, cost_model=cost)
+    assert int(tetris.steps["drafted"].sum()) == 0 and int(tetris.steps["verified"].sum()) == 0
+    assert tetris.summary["makespan"] == ar.summary["makespan"]
+    assert tetris.summary["tokens"] == ar.summary["tokens"]
+
+
+def _partial_copy(tmp_path, trace):
+    from specbatch.traces.format import write_trace
+
+    path = tmp_path / "partial"
+    write_trace(trace, path)
+    meta = json.loads((path / "meta.json").read_text())
+    meta["completion"] = {"status": "partial", "done": trace.n_requests, "total": 99}
+    (path / "meta.json").write_text(json.dumps(meta))
+    return path
+
+
+def test_a_partial_capture_is_refused_unless_allowed(tmp_path, synth_trace_natural):
+    import pytest
+
+    from specbatch.errors import SpecbatchError
+
+    config = load_config(None, trace=str(_partial_copy(tmp_path, synth_trace_natural)),
+                         policy="ar", requests=4)
+    with pytest.raises(SpecbatchError, match="partial capture .*--allow-partial"):
+        simulate(config, cost_model=LinearCost())
+    assert simulate(config, cost_model=LinearCost(), allow_partial=True).summary["requests"] == 4
+
+
+def test_resampling_a_small_trace_is_reported(synth_trace_natural):
+    n = synth_trace_natural.n_requests
+    many = simulate(load_config(None, trace="synth", policy="ar", requests=n + 5),
+                    synth_trace_natural, cost_model=LinearCost())
+    assert len(many.notes) == 1 and f"has {n} requests" in many.notes[0]
+    few = simulate(load_config(None, trace="synth", policy="ar", requests=2),
+                   synth_trace_natural, cost_model=LinearCost())
+    assert few.notes == ()

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-
-from simulator.verify import (
+from specbatch.simulator.verify import (
     VerifyTables,
     expected_accepted,
     request_keys,
@@ -12,7 +11,7 @@ from simulator.verify import (
     uniforms,
     uniforms_scalar,
 )
-from theory.stats import token_weights
+from specbatch.theory.stats import token_weights
 
 
 def test_uniforms_match_scalar_twin_and_ignore_batch_composition():
@@ -73,7 +72,7 @@ def test_precomputed_tables_equal_accept_from_stats(synth_trace_natural):
 def test_table_fallbacks_equal_accept_from_stats(synth_trace_natural, monkeypatch):
     """Past LUT_DEPTH (τ by reductions) and past MAX_TABLE (thresholds gathered per step)
     the fast path still equals the reference sampler bit for bit."""
-    import simulator.verify as verify
+    import specbatch.simulator.verify as verify
 
     trace = synth_trace_natural
     rng = np.random.default_rng(1)

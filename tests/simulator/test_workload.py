@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from specbatch.simulator.config import load_config
+from specbatch.simulator.workload import build_workload
 
-from simulator.config import load_config
-from simulator.workload import build_workload
+from specbatch.errors import SpecbatchError
 from tests.simulator.helpers import const_trace
-from theory.errors import SpecbatchError
 
 
 def test_in_order_when_enough_requests_else_seeded_resample():

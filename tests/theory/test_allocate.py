@@ -9,9 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-
-from tests.theory.test_verify import random_paths
-from theory.allocate import (
+from specbatch.theory.allocate import (
     allocation_value,
     gains_value,
     greedy_heap,
@@ -22,9 +20,11 @@ from theory.allocate import (
     optimal_tree_gains,
     prefix_gains,
 )
-from theory.errors import SpecbatchError
-from theory.stats import block_weights, position_stats, token_weights
-from theory.verify import tau_law
+from specbatch.theory.stats import block_weights, position_stats, token_weights
+from specbatch.theory.verify import tau_law
+
+from specbatch.errors import SpecbatchError
+from tests.theory.test_verify import random_paths
 
 
 def brute_force(values: np.ndarray, budget: int) -> tuple[float, tuple[int, ...]]:
@@ -408,3 +408,35 @@ def test_tree_bad_input_is_a_one_line_user_error(gains, budget):
     for fn in (optimal_dp_gains, optimal_tree_gains):
         with pytest.raises(SpecbatchError):
             fn(gains, budget)
+
+
+def test_monotone_fast_path_is_an_exact_optimum():
+    """On non-increasing rows, top-min(C, #positive) reaches optimal_dp's value (and, without
+    ties, its allocation); rows that rise go to the DP."""
+    from specbatch.theory.allocate import allocate, monotone_optimum
+
+    rng = np.random.default_rng(5)
+    for _ in range(30):
+        n, k = int(rng.integers(1, 20)), int(rng.integers(1, 7))
+        values = np.cumprod(rng.uniform(0, 1, size=(n, k)), axis=1)
+        values[rng.uniform(size=n) < 0.2] = 0.0
+        c = int(rng.integers(0, n * k + 3))
+        fast = monotone_optimum(values, c)
+        exact = optimal_dp(values, c)
+        assert np.array_equal(fast, exact)
+        assert allocation_value(values, fast) == pytest.approx(allocation_value(values, exact))
+    rising = np.array([[0.1, 0.9], [0.5, 0.0]])
+    assert allocate(rising, 2, "block").tolist() == [2, 0]  # DP; top-C would pick [1, 1]
+
+
+def test_monotone_topc_equals_greedy_topc_ties_included():
+    from specbatch.theory.allocate import monotone_topc
+
+    rng = np.random.default_rng(9)
+    for _ in range(60):
+        n, k = int(rng.integers(1, 30)), int(rng.integers(1, 8))
+        levels = rng.choice([1.0, 0.5, 0.25, 0.0], size=(n, k)) if rng.uniform() < 0.5 else \
+            rng.uniform(size=(n, k))
+        values = np.cumprod(levels, axis=1)  # non-increasing, many exact ties in half the cases
+        c = int(rng.integers(0, n * k + 2))
+        assert np.array_equal(monotone_topc(values, c), greedy_topc(values, c))

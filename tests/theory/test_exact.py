@@ -1,4 +1,4 @@
-"""theory/exact.py: exact laws of one iteration and of the loop (THEORY.md §2-4, issue 3 §3).
+"""theory/exact.py: exact laws of one iteration and of the loop (THEORY.md §2-4).
 
 The paper's example must match as exact Fractions; random pairs (V <= 4, γ <= 3, all three
 model forms, exact rationals with zeros) must satisfy every identity exactly.
@@ -9,11 +9,10 @@ from __future__ import annotations
 from fractions import Fraction as F
 
 import pytest
+import specbatch.theory.exact as exact
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import theory.exact as exact
-from theory.models import one_hot_draft, pair_from_dict, random_pair
+from specbatch.theory.models import one_hot_draft, pair_from_dict, random_pair
 
 PAPER = pair_from_dict({"vocab": 2, "draft": {"iid": ["2/3", "1/3"]},
                         "target": {"iid": ["1/3", "2/3"]}})
@@ -155,7 +154,7 @@ def test_float_pairs_are_lossless_to_rounding():
 
 def test_validity_residual_catches_tv_residual_under_block_thresholds(monkeypatch):
     """The known wrong variant (THEORY.md §3) reuses TV's residual: not lossless."""
-    original = exact.extra_token_law
+    original = exact.extra_token_law_exact
 
     def tv_residual(pair, path, k, context=()):
         return original(pair, exact.DraftPath(path.draft, path.prob, path.accept, path.p,
@@ -163,13 +162,13 @@ def test_validity_residual_catches_tv_residual_under_block_thresholds(monkeypatc
 
     pair = random_pair(5, 3, "markov", exact=True)
     assert exact.validity_residual(pair, 3, "block") == 0
-    monkeypatch.setattr(exact, "extra_token_law", tv_residual)
+    monkeypatch.setattr(exact, "extra_token_law_exact", tv_residual)
     assert exact.validity_residual(pair, 3, "block") > F(1, 1000)
     assert exact.loop_residual(pair, 3, "block", 3) > 0
 
 
 def test_errors_are_specbatch_errors():
-    from theory.errors import SpecbatchError
+    from specbatch.errors import SpecbatchError
 
     with pytest.raises(SpecbatchError, match="rule: expected one of"):
         exact.expected_tau(PAPER, 2, "greedy")

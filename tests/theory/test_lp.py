@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import specbatch.theory.exact as exact
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from specbatch.theory.lp import lp_a_program, lp_b_program, lp_b_size, solve_lp_a, solve_lp_b
+from specbatch.theory.models import pair_from_dict, random_pair, sequence_prob
 
-import theory.exact as exact
-from theory.errors import SpecbatchError
-from theory.lp import lp_a_program, lp_b_program, lp_b_size, solve_lp_a, solve_lp_b
-from theory.models import pair_from_dict, random_pair, sequence_prob
+from specbatch.errors import SpecbatchError
 
 PAPER = pair_from_dict({"vocab": 2, "draft": {"iid": ["2/3", "1/3"]},
                         "target": {"iid": ["1/3", "2/3"]}})
@@ -52,7 +52,7 @@ def test_block_verifier_is_feasible_for_lp_b():
         xi = sum(t * 3 ** (gamma - 1 - i) for i, t in enumerate(path.draft))
         for k, pk in enumerate(path.tau):
             if pk > 0:
-                point[xi, k] = path.prob * pk * np.array(exact.extra_token_law(pair, path, k))
+                point[xi, k] = path.prob * pk * np.array(exact.extra_token_law_exact(pair, path, k))
     v = point.ravel()
     assert np.allclose(program.a_eq @ v, program.b_eq, atol=1e-12)
     assert program.c @ v == pytest.approx(float(exact.expected_tau(pair, gamma, "block")))

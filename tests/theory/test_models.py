@@ -1,4 +1,4 @@
-"""theory/models.py: model pairs for exact work, read from JSON (issue 3 §1)."""
+"""theory/models.py: model pairs for exact work (THEORY.md §1), read from JSON."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-
-from theory.errors import SpecbatchError
-from theory.models import (
+from specbatch.theory.models import (
     IidModel,
     MarkovModel,
     TableModel,
@@ -21,6 +19,8 @@ from theory.models import (
     to_float,
     write_pair,
 )
+
+from specbatch.errors import SpecbatchError
 
 PAPER = {"vocab": 2, "draft": {"iid": ["2/3", "1/3"]}, "target": {"iid": ["1/3", "2/3"]}}
 

@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import itertools
+from fractions import Fraction
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-
-from tests.theory import lossless
-from tests.theory.test_verify import random_paths
-from theory.stats import (
+from specbatch.theory.exact import (
+    block_thresholds_exact,
+    block_weights_exact,
+    draft_signals_exact,
+    path_stats_exact,
+)
+from specbatch.theory.stats import (
     accept_from_stats,
     block_thresholds,
     block_weights,
+    draft_signals,
     position_stats,
     token_weights,
 )
-from theory.verify import block_thresholds_full, block_weights_recursive, tau_law
+from specbatch.theory.verify import tau_law
+
+from tests.theory import lossless
+from tests.theory.test_verify import random_paths
 
 
 def probability_pairs(max_b=6, max_k=8):
@@ -35,8 +43,11 @@ def probability_pairs(max_b=6, max_k=8):
 @given(probability_pairs())
 def test_block_weights_cumsum_cummax_equals_the_recursion(pair):
     # p_i = exp(S_i − max_{j≤i} S_j) with S_i = Σ log r (THEORY.md §3) vs p_i = min(p_{i-1} r_i, 1).
+    # The exact tier runs the recursion in Fractions on the same (exactly converted) floats.
     q, pt = pair
-    expected = block_weights_recursive(pt / q)[:, 1:]
+    expected = np.array([[float(x) for x in block_weights_exact(
+        [Fraction(v) for v in q_row], [Fraction(v) for v in pt_row])]
+        for q_row, pt_row in zip(q, pt)])
     assert np.allclose(block_weights(q, pt), expected, rtol=1e-9, atol=1e-12)
 
 
@@ -64,11 +75,38 @@ def test_one_hot_draft_residual_mass(seed, k, v, one_hot_target):
 def test_position_stats_thresholds_equal_the_full_row_definition(seed, k, v):
     rng = np.random.default_rng(seed)
     tokens, dr, tr = random_paths(rng, 25, k, v, concentration=0.3)
+    # Reference: the exact tier path by path (recursion for p, vocabulary sum for Z, in floats).
     s = position_stats(tokens, dr, tr)
-    p = block_weights_recursive(s["pt"] / s["q"])
-    assert np.allclose(s["p"], p[:, 1:])
     h_stats = block_thresholds(s["p"], s["z"], np.full(25, k))
-    assert np.allclose(h_stats, block_thresholds_full(dr, tr, p), atol=1e-12)
+    for b in range(25):
+        ex = path_stats_exact(tokens[b], dr[b], tr[b])
+        assert np.allclose(s["p"][b], ex["p"])
+        assert np.allclose(s["z"][b], ex["z"])
+        assert np.allclose(h_stats[b], block_thresholds_exact(ex["p"], ex["z"]), atol=1e-12)
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(1, 4), st.integers(2, 5))
+def test_position_stats_equal_the_exact_tier_in_fractions(seed, k, v):
+    # Rows of small-denominator fractions: the exact tier is exact, numpy within float error.
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 4, size=(3, 2 * k + 1, v)) + (rng.random((3, 2 * k + 1, v)) < 0.8)
+    counts[:, :, 0] += counts.sum(axis=2) == 0  # every row has mass
+    rows = [[[Fraction(int(c), int(r.sum())) for c in r] for r in path] for path in counts]
+    dr = np.array([[[float(x) for x in r] for r in path[:k]] for path in rows])
+    tr = np.array([[[float(x) for x in r] for r in path[k:]] for path in rows])
+    tokens = np.array([[int(np.flatnonzero(r)[rng.integers((r > 0).sum())]) for r in path[:k]]
+                       for path in counts])
+    s = position_stats(tokens, dr, tr)
+    signals = draft_signals(tokens, dr)
+    for b, path in enumerate(rows):
+        ex = path_stats_exact(tokens[b].tolist(), path[:k], path[k:])
+        assert all(isinstance(x, Fraction) for name in ("p", "z") for x in ex[name])
+        for name in ("q", "pt", "p", "z"):
+            assert np.allclose(s[name][b], [float(x) for x in ex[name]], rtol=1e-12, atol=1e-15)
+        ex_sig = draft_signals_exact(tokens[b].tolist(), path[:k])
+        for name in ("draft_conf", "entropy", "top1"):
+            got = [float(x) for x in ex_sig[name]]
+            assert np.allclose(signals[name][b], got, rtol=1e-12, atol=1e-15)
 
 
 def pattern_law(q, pt, z, gamma, rule):

@@ -9,10 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from tests.theory import lossless
-from theory.stats import accept_from_stats, position_stats
-from theory.verify import (
+from specbatch.theory.stats import accept_from_stats, position_stats
+from specbatch.theory.verify import (
     _verify_block_wrong,
     expected_accepted,
     extra_token_law,
@@ -22,7 +20,14 @@ from theory.verify import (
     verify_token,
 )
 
+from tests.theory import lossless
+
 RULES = {"token": verify_token, "block": verify_block}
+
+
+def law_on_paths(tokens, dr, tr, tau, rule):
+    """The numpy extra-token law on full-length paths, BV weights from the numpy stats tier."""
+    return extra_token_law(dr, tr, tau, rule, p=position_stats(tokens, dr, tr)["p"])
 
 
 def random_paths(rng, b, gamma, v, concentration=0.5, one_hot_draft=False, one_hot_target=False):
@@ -85,7 +90,7 @@ def test_sampled_tau_and_extra_token_follow_the_exact_law(rule):
     assert lossless.chi_square_pvalue(np.bincount(tau, minlength=5), n * law) > lossless.ALPHA
     for t in np.unique(tau):
         picked = tau == t
-        expected = extra_token_law(tokens[:1], dr[:1], tr[:1], [t], rule)[0] * picked.sum()
+        expected = law_on_paths(tokens[:1], dr[:1], tr[:1], [t], rule)[0] * picked.sum()
         counts = np.bincount(extra[picked], minlength=6)
         assert lossless.chi_square_pvalue(counts, expected) > lossless.ALPHA
 
@@ -95,8 +100,8 @@ def test_extra_token_laws():
     tokens, dr, tr = random_paths(rng, 50, 3, 7)
     for t in range(4):
         tau = np.full(50, t)
-        tv = extra_token_law(tokens, dr, tr, tau, "token")
-        bv = extra_token_law(tokens, dr, tr, tau, "block")
+        tv = law_on_paths(tokens, dr, tr, tau, "token")
+        bv = law_on_paths(tokens, dr, tr, tau, "block")
         if t == 3:  # bonus from the last target row, both rules
             assert np.allclose(tv, tr[:, 3]) and np.allclose(bv, tr[:, 3])
             continue
@@ -135,8 +140,8 @@ def test_one_hot_draft_gives_the_same_law_under_both_rules(seed, gamma, v, one_h
     for t in range(gamma + 1):
         tau = np.full(20, t)
         assert np.allclose(
-            extra_token_law(tokens, dr, tr, tau, "token"),
-            extra_token_law(tokens, dr, tr, tau, "block"),
+            law_on_paths(tokens, dr, tr, tau, "token"),
+            law_on_paths(tokens, dr, tr, tau, "block"),
         )
 
 
@@ -248,3 +253,18 @@ def test_known_wrong_block_variant_fails_the_losslessness_test():
     outputs, _ = lossless.iteration_outputs(_verify_block_wrong, ms, mb, lossless.GAMMA, 30_000, 13)
     pvalues = lossless.lossless_pvalues(outputs, mb)
     assert min(pvalues.values()) < 1e-8, pvalues
+
+
+@pytest.mark.parametrize("bad", [-1, 5])
+@pytest.mark.parametrize("rule", ["token", "block"])
+def test_token_ids_outside_the_vocabulary_are_refused(bad, rule):
+    """A negative id would wrap around to the last vocabulary entry: refused like ids ≥ V."""
+    from specbatch.theory.verify import verify_block, verify_token
+
+    from specbatch.errors import SpecbatchError
+
+    tokens, dr, tr = random_paths(np.random.default_rng(0), 2, 3, 5)
+    tokens[1, 2] = bad
+    verify = verify_token if rule == "token" else verify_block
+    with pytest.raises(SpecbatchError, match=r"draft_tokens: expected token ids in 0\.\.4"):
+        verify(tokens, dr, tr, np.full((2, 3), 0.5), np.random.default_rng(0))

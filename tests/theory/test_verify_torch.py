@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import specbatch.theory.residual_torch as residual_torch_module
 import torch
-
-import theory.verify_torch as verify_torch_module
-from tests.theory import lossless
-from tests.theory.test_verify import random_paths
-from theory.verify import (
-    block_thresholds_full,
-    block_weights_recursive,
-    drafted_ratios,
-    extra_token_law,
-)
-from theory.verify import verify_block as np_block
-from theory.verify import verify_token as np_token
-from theory.verify_torch import (
-    VERIFIERS_TORCH,
+from specbatch.theory.stats import block_thresholds, position_stats
+from specbatch.theory.verify import verify_block as np_block
+from specbatch.theory.verify import verify_token as np_token
+from specbatch.theory.verify_torch import (
     accept_and_residual,
     sample_weights,
     verify_torch,
 )
+
+from tests.theory import lossless
+from tests.theory.test_verify import law_on_paths, random_paths
 
 NUMPY = {"token": np_token, "block": np_block}
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -56,10 +50,10 @@ def reference_ragged(rule, tokens, dr, tr, uniforms, lengths, rng):
 
 def thresholds(rule, tokens, dr, tr):
     """Acceptance thresholds t_i of the reference (TV: min(1, r_i), BV: h_i). # [B, γ]"""
-    ratios = drafted_ratios(tokens, dr, tr)
+    s = position_stats(tokens, dr, tr)
     if rule == "token":
-        return np.minimum(ratios, 1.0)
-    return block_thresholds_full(dr, tr, block_weights_recursive(ratios))
+        return np.minimum(s["pt"] / s["q"], 1.0)
+    return block_thresholds(s["p"], s["z"], np.full(len(tokens), tokens.shape[1]))
 
 
 def packed(tokens, dr, tr, uniforms, lengths):
@@ -128,7 +122,7 @@ def test_extra_token_weights_equal_the_exact_residual_law(rule, dtype):
     law = weights / weights.sum(axis=1, keepdims=True)
     for g in np.unique(lengths):
         rows = lengths == g
-        exact = extra_token_law(tokens[rows, :g], dr[rows, :g], tr[rows, : g + 1], tau[rows], rule)
+        exact = law_on_paths(tokens[rows, :g], dr[rows, :g], tr[rows, : g + 1], tau[rows], rule)
         assert np.allclose(law[rows], exact, atol=1e-12 if dtype == torch.float64 else 1e-5)
 
 
@@ -152,7 +146,7 @@ def test_sampled_extra_tokens_follow_the_exact_law(rule):
     tau, extra = tau.numpy(), extra.numpy()
     for t in np.unique(tau):
         picked = tau == t
-        law = extra_token_law(tokens[:1], dr[:1], tr[:1], [t], rule)[0]
+        law = law_on_paths(tokens[:1], dr[:1], tr[:1], [t], rule)[0]
         counts = np.bincount(extra[picked], minlength=8)
         assert lossless.chi_square_pvalue(counts, law * picked.sum()) > lossless.ALPHA
 
@@ -187,7 +181,8 @@ def test_zero_length_requests_take_the_bonus_from_the_first_target_row():
 def torch_verifier(rule):
     def verify(tokens, dr, tr, uniforms, rng):
         generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
-        tau, extra = VERIFIERS_TORCH[rule](
+        tau, extra = verify_torch(
+            rule,
             torch.from_numpy(tokens),
             torch.from_numpy(np.ascontiguousarray(dr, dtype=np.float32)),
             torch.from_numpy(np.ascontiguousarray(tr, dtype=np.float32)),
@@ -257,7 +252,7 @@ def test_cpu_row_loop_and_batched_chunks_give_the_same_tau_and_law(monkeypatch, 
     t, d_rows, t_rows, u, offsets = args
     results = {}
     for loop in (True, False):
-        monkeypatch.setattr(verify_torch_module, "CPU_ROW_LOOP", loop)
+        monkeypatch.setattr(residual_torch_module, "CPU_ROW_LOOP", loop)
         tau, weights = accept_and_residual(
             rule,
             t,
@@ -272,3 +267,46 @@ def test_cpu_row_loop_and_batched_chunks_give_the_same_tau_and_law(monkeypatch, 
     assert torch.equal(results[True][0], results[False][0])
     atol = 1e-12 if dtype == torch.float64 else 1e-6
     assert torch.allclose(results[True][1], results[False][1], atol=atol)
+
+
+def test_extra_token_law_torch_matches_the_numpy_reference():
+    from specbatch.theory.stats import block_weights, gather_drafted
+    from specbatch.theory.verify import extra_token_law as reference
+    from specbatch.theory.verify_torch import extra_token_law_torch
+
+    rng = np.random.default_rng(0)
+    b, g, v = 6, 3, 5
+    ms = rng.dirichlet(np.ones(v), size=(b, g))
+    mb = rng.dirichlet(np.ones(v), size=(b, g + 1))
+    tokens = rng.integers(0, v, size=(b, g))
+    tau = np.array([0, 1, 2, 3, 3, 1])
+    p = block_weights(gather_drafted(ms, tokens), gather_drafted(mb, tokens))
+    for rule in ("token", "block"):
+        ours = extra_token_law_torch(torch.from_numpy(ms), torch.from_numpy(mb),
+                                     torch.from_numpy(tau), rule, gamma=torch.full((b,), g),
+                                     p=torch.from_numpy(p)).numpy()
+        np.testing.assert_allclose(ours, reference(ms, mb, tau, rule, p=p), atol=1e-12)
+        # ragged draft lengths (the live loop's case): τ = γ_b takes the bonus row Mb(·|X^γ_b)
+        gamma = np.array([0, 1, 2, 3, 3, 2])
+        tau_r = np.minimum(tau, gamma)
+        ours = extra_token_law_torch(torch.from_numpy(ms), torch.from_numpy(mb),
+                                     torch.from_numpy(tau_r), rule,
+                                     gamma=torch.from_numpy(gamma), p=torch.from_numpy(p)).numpy()
+        theirs = reference(ms, mb, tau_r, rule, gamma=gamma, p=p)
+        np.testing.assert_allclose(ours, theirs, atol=1e-12)
+        bonus = tau_r == gamma
+        np.testing.assert_allclose(theirs[bonus], mb[bonus, tau_r[bonus]], atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [-1, 5])
+def test_token_ids_outside_the_vocabulary_are_refused(bad):
+    """Negative ids would index from the end of the vocabulary: refused like ids ≥ V."""
+    from specbatch.theory.verify_torch import verify_torch
+
+    from specbatch.errors import SpecbatchError
+
+    tokens, dr, tr = random_paths(np.random.default_rng(0), 2, 3, 5)
+    tokens[0, 1] = bad
+    with pytest.raises(SpecbatchError, match=r"draft_tokens: expected token ids in 0\.\.4"):
+        verify_torch("block", torch.from_numpy(tokens), torch.from_numpy(dr),
+                     torch.from_numpy(tr), torch.full((2, 3), 0.5, dtype=torch.float64))

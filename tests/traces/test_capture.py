@@ -18,9 +18,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from theory.errors import SpecbatchError  # noqa: E402
-from theory.stats import position_stats  # noqa: E402
-from traces.capture import (  # noqa: E402
+from specbatch.theory.stats import position_stats  # noqa: E402
+from specbatch.traces.capture import (  # noqa: E402
     CaptureConfig,
     capture,
     capture_request,
@@ -28,8 +27,10 @@ from traces.capture import (  # noqa: E402
     encode_prompt,
     load_pair,
 )
-from traces.format import LIST_COLUMNS, read_trace  # noqa: E402
-from traces.prompts import Prompt  # noqa: E402
+from specbatch.traces.format import LIST_COLUMNS, read_trace  # noqa: E402
+from specbatch.traces.prompts import Prompt  # noqa: E402
+
+from specbatch.errors import SpecbatchError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = ("def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the lazy dog. "
@@ -37,7 +38,7 @@ TEXT = ("def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the 
 
 
 def _save_pair(out: Path, vocab: int = 300, seed: int = 0, target_hidden: int = 48) -> tuple[str, str]:
-    from traces.zoo import ModelSize, make_model, train_tokenizer
+    from specbatch.traces.zoo import ModelSize, make_model, train_tokenizer
 
     tok = train_tokenizer([TEXT], vocab)
     torch.manual_seed(seed)
@@ -147,6 +148,46 @@ def test_shared_prefix_fast_path_equals_naive_recomputation(loaded, temperature)
         np.testing.assert_allclose(fast[name], naive[name], atol=1e-5, err_msg=name)
 
 
+@pytest.fixture(scope="module")
+def sliding_pair(tmp_path_factory):
+    """Tiny Gemma-3-style pair: window 6, sliding and full layers interleaved."""
+    from specbatch.traces.zoo import train_tokenizer
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    tok = train_tokenizer([TEXT], 300)
+    out = tmp_path_factory.mktemp("sliding")
+    torch.manual_seed(1)
+    for role, layers in (("draft", 2), ("target", 3)):
+        config = Gemma3TextConfig(
+            vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+            num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=6,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"][:layers],
+            max_position_embeddings=128, eos_token_id=tok.eos_token_id, pad_token_id=0)
+        model = Gemma3ForCausalLM(config)
+        with torch.no_grad():
+            model.get_output_embeddings().weight.mul_(20.0)
+        model.save_pretrained(out / role)
+        tok.save_pretrained(out / role)
+    return load_pair(str(out / "draft"), str(out / "target"))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_sliding_window_capture_past_the_window_equals_naive(sliding_pair, temperature):
+    """Prompt + output + K far past the window (6): the fast path's shared cache keeps every
+    key and masks by real positions, so it matches the model's own per-position computation."""
+    tok, draft, target = sliding_pair
+    cfg = CaptureConfig(max_new_tokens=14, depth=3, temperature=temperature, batch_size=5,
+                        stop_at_eos=False)
+    ids = encode_prompt(tok, "class Point:\n    def __init__(self, x, y):", 64)
+    assert len(ids) + cfg.max_new_tokens + cfg.depth > 3 * 6
+    fast = capture_request(tok, draft, target, ids, 2, cfg, return_rows=True)
+    naive = capture_request_naive(tok, draft, target, ids, 2, cfg, return_rows=True)
+    np.testing.assert_array_equal(fast["y"], naive["y"])
+    np.testing.assert_array_equal(fast["draft_token"], naive["draft_token"])
+    for name in ("draft_rows", "target_rows", "q", "pt", "z"):
+        np.testing.assert_allclose(fast[name], naive[name], atol=1e-5, err_msg=name)
+
+
 def test_content_does_not_depend_on_batch_size(loaded):
     tok, draft, target = loaded
     ids = encode_prompt(tok, "The quick", 64)
@@ -192,10 +233,19 @@ def test_resume_after_interruption_equals_an_uninterrupted_run(pair, tmp_path):
     assert meta["completion"]["status"] == "partial"
     assert meta["completion"]["requests"] == ["done", "done", "pending", "pending", "pending"]
     assert read_trace(part).n_requests == 2  # a partial capture is a valid trace of what is done
+    assert read_trace(part).status == "partial" and read_trace(full).status == "complete"
     with pytest.raises(SpecbatchError, match="--resume"):
         capture(*pair, PROMPTS, part, _cfg(), progress=False)
     capture(*pair, PROMPTS, part, _cfg(batch_size=1), progress=False, resume=True)
     _same_trace(read_trace(full), read_trace(part))
+
+
+def test_resume_needs_a_capture_to_resume(pair, tmp_path):
+    with pytest.raises(SpecbatchError, match="--resume: .* holds no capture to resume"):
+        capture(*pair, PROMPTS, tmp_path / "missing", _cfg(), progress=False, resume=True)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SpecbatchError, match="exists and is not a directory"):
+        capture(*pair, PROMPTS, tmp_path / "file", _cfg(), progress=False)
 
 
 def test_resume_refuses_different_content_options(pair, tmp_path):
@@ -206,7 +256,7 @@ def test_resume_refuses_different_content_options(pair, tmp_path):
 
 def _cli(*args, **kw):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "analysis.cli", *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "specbatch", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -241,7 +291,7 @@ def test_bad_model_path_is_a_one_line_error(pair, tmp_path):
 
 
 def test_vocabulary_mismatch_is_a_one_line_error(pair, tmp_path):
-    from traces.zoo import ModelSize, make_model, train_tokenizer
+    from specbatch.traces.zoo import ModelSize, make_model, train_tokenizer
 
     tok = train_tokenizer([TEXT + " different words entirely"], 280)
     model = make_model(ModelSize(1, 16, 2, 32), len(tok), 64, tok.eos_token_id)
@@ -252,7 +302,7 @@ def test_vocabulary_mismatch_is_a_one_line_error(pair, tmp_path):
 
 
 def test_cli_errors_are_one_line_with_exit_2(pair, tmp_path):
-    from analysis.cli import main
+    from specbatch.cli import main
 
     prompts = tmp_path / "p.txt"
     prompts.write_text("hello\n")
@@ -267,7 +317,11 @@ def test_cli_errors_are_one_line_with_exit_2(pair, tmp_path):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.0])
 def test_batched_reference_generation_equals_one_request_at_a_time(loaded, temperature):
-    from traces.capture import generate_reference, generate_reference_batch, request_uniforms
+    from specbatch.traces.capture import (
+        generate_reference,
+        generate_reference_batch,
+        request_uniforms,
+    )
 
     tok, _, target = loaded
     cfg = CaptureConfig(max_new_tokens=10, depth=2, temperature=temperature)
@@ -286,7 +340,7 @@ def test_batched_reference_generation_equals_one_request_at_a_time(loaded, tempe
 
 
 def test_bundled_traces_are_valid_and_record_how_they_were_made():
-    from traces.format import resolve_trace
+    from specbatch.traces.format import resolve_trace
 
     for name, temperature in (("default", 1.0), ("default-t0", 0.0)):
         path = Path(resolve_trace(name))
@@ -300,3 +354,20 @@ def test_bundled_traces_are_valid_and_record_how_they_were_made():
         assert meta["remake"][1] == meta["command"] and "specbatch capture" in meta["command"]
         assert meta["zoo"]["target_heldout_loss"] < meta["zoo"]["draft_heldout_loss"]
         assert meta["models"]["target"]["params"] > 5 * meta["models"]["draft"]["params"]
+
+
+def test_chat_template_wraps_the_prompt_as_a_user_turn(loaded):
+    from specbatch.errors import SpecbatchError
+
+    tok = loaded[0]
+    with pytest.raises(SpecbatchError, match="no chat template"):
+        encode_prompt(tok, "def add(a, b):", 64, chat=True)
+    tok.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+                         "{% if add_generation_prompt %}<assistant>{% endif %}")
+    try:
+        ids = encode_prompt(tok, "def add(a, b):", 64, chat=True)
+        assert tok.decode(ids) == "<user>def add(a, b):<assistant>"
+        assert CaptureConfig().content_key() == CaptureConfig(chat_template=False).content_key()
+        assert CaptureConfig(chat_template=True).content_key()["chat_template"] is True
+    finally:
+        tok.chat_template = None

@@ -12,10 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from theory.errors import SpecbatchError
-from theory.stats import block_weights, token_weights
-from traces.format import (
+from specbatch.theory.stats import block_weights, token_weights
+from specbatch.traces.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
     LIST_COLUMNS,
@@ -28,7 +26,9 @@ from traces.format import (
     write_positions,
     write_trace,
 )
-from traces.synth import SynthConfig, synth_trace
+from specbatch.traces.synth import SynthConfig, synth_trace
+
+from specbatch.errors import SpecbatchError
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from theory.errors import SpecbatchError  # noqa: E402
-from traces.profile import PROFILE_COLUMNS, ProfileGrid, profile_model, write_profile  # noqa: E402
+from specbatch.traces.profile import PROFILE_COLUMNS, ProfileGrid, profile_model, write_profile  # noqa: E402
+
+from specbatch.errors import SpecbatchError  # noqa: E402
 
 GRID = ProfileGrid(batch_sizes=(1, 2), query_tokens=(1, 3), kv_tokens=(0, 16), warmup=1,
                    repeats=2)
@@ -33,7 +34,7 @@ def test_profile_of_a_named_shape_covers_the_grid(tmp_path):
 
 
 def test_profile_of_a_model_directory(tmp_path):
-    from traces.zoo import ModelSize, make_model
+    from specbatch.traces.zoo import ModelSize, make_model
 
     make_model(ModelSize(1, 16, 2, 32), 50, 16, 0).save_pretrained(tmp_path / "m")
     frame = profile_model(str(tmp_path / "m"), GRID, role="draft")
@@ -51,7 +52,7 @@ def test_unknown_shape_and_bad_grid_are_one_line_errors(tmp_path):
 def test_profile_cli_writes_the_file_and_prints_json(tmp_path, capsys):
     import json
 
-    from analysis.cli import main
+    from specbatch.cli import main
 
     out = tmp_path / "prof.csv"
     assert main(["profile", "--model", "vicuna-68m", "--layers", "1", "--out", str(out),
@@ -67,7 +68,7 @@ def test_profile_cli_writes_the_file_and_prints_json(tmp_path, capsys):
 def test_max_cell_tokens_skips_exactly_the_cells_over_the_cap(tmp_path):
     """batch x (kv + query) <= 20 keeps (1,1,0) 1, (1,3,0) 3, (2,1,0) 2, (2,3,0) 6,
     (1,1,16) 17, (1,3,16) 19 and skips (2,1,16) 34, (2,3,16) 38."""
-    from traces.profile import grid_cells
+    from specbatch.traces.profile import grid_cells
 
     grid = ProfileGrid(batch_sizes=(1, 2), query_tokens=(1, 3), kv_tokens=(0, 16), warmup=0,
                        repeats=1, max_cell_tokens=20)
@@ -85,7 +86,7 @@ def test_max_cell_tokens_skips_exactly_the_cells_over_the_cap(tmp_path):
 def test_max_cell_tokens_cli_reports_the_skipped_count_and_rejects_bad_caps(tmp_path, capsys):
     import json
 
-    from analysis.cli import main
+    from specbatch.cli import main
 
     out = tmp_path / "prof.csv"
     base = ["profile", "--model", "vicuna-68m", "--layers", "1", "--out", str(out), "--batch",
@@ -107,8 +108,8 @@ def test_max_cell_tokens_cli_reports_the_skipped_count_and_rejects_bad_caps(tmp_
 
 def test_each_timed_pass_sees_exactly_kv_cached_entries(monkeypatch):
     """The random KV is built once per cell and every pass starts from ``kv`` entries."""
-    import traces.profile as prof
-    from traces.profile import load_profile_model, time_forward
+    import specbatch.traces.profile as prof
+    from specbatch.traces.profile import load_profile_model, time_forward
 
     model, _ = load_profile_model("vicuna-68m", layers=1)
     built, seen = [], []

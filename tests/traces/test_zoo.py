@@ -11,8 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from theory.errors import SpecbatchError  # noqa: E402
-from traces.prompts import (  # noqa: E402
+from specbatch.traces.prompts import (  # noqa: E402
     Prompt,
     default_prompts,
     is_heldout,
@@ -20,7 +19,9 @@ from traces.prompts import (  # noqa: E402
     stdlib_source_files,
     write_prompts_jsonl,
 )
-from traces.zoo import ZOO_SIZES, train_zoo  # noqa: E402
+from specbatch.traces.zoo import ZOO_SIZES, train_zoo  # noqa: E402
+
+from specbatch.errors import SpecbatchError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def zoo(tmp_path_factory):
 
 
 def test_zoo_trains_a_shared_tokenizer_pair_that_capture_loads(zoo):
-    from traces.capture import load_pair
+    from specbatch.traces.capture import load_pair
 
     out, report = zoo
     assert report["target"]["params"] > 5 * report["draft"]["params"]
@@ -53,7 +54,7 @@ def test_zoo_is_deterministic_for_a_seed(zoo):
 
 
 def test_zoo_sizes_have_a_target_about_ten_times_the_draft():
-    from traces.zoo import make_model
+    from specbatch.traces.zoo import make_model
 
     for name in ("tiny", "small"):
         size = ZOO_SIZES[name]
@@ -98,7 +99,7 @@ def test_prompt_files_jsonl_sharegpt_and_text(tmp_path):
 
 
 def test_zoo_cli_help_has_an_example(capsys):
-    from analysis.cli import main
+    from specbatch.cli import main
 
     with pytest.raises(SystemExit):
         main(["zoo", "train", "--help"])
@@ -106,7 +107,7 @@ def test_zoo_cli_help_has_an_example(capsys):
 
 
 def test_capture_prompt_spec_default_n_and_errors(tmp_path):
-    from traces.capture_cli import resolve_prompts
+    from specbatch.traces.prompts import resolve_prompts
 
     prompts, source = resolve_prompts("default:5:1", None)
     assert [p.category for p in prompts].count("code") == 3 and len(prompts) == 5
@@ -118,8 +119,8 @@ def test_capture_prompt_spec_default_n_and_errors(tmp_path):
 def test_max_seconds_stops_between_steps_and_still_saves_loadable_models(tmp_path, monkeypatch):
     """With the probe's plan left at the requested 10,000 steps, the loop itself stops once the
     budget is spent; held-out loss, zoo.json and both model dirs are still written."""
-    import traces.zoo as zoo_mod
-    from traces.capture import load_pair
+    import specbatch.traces.zoo as zoo_mod
+    from specbatch.traces.capture import load_pair
 
     monkeypatch.setattr(zoo_mod, "plan_steps",
                         lambda models, cfg, batch, steps, *a: (steps, {"planned_steps": steps}))
@@ -164,7 +165,7 @@ def test_max_seconds_plans_a_shorter_schedule_and_max_steps_replays_it(tmp_path)
     (["--dtype", "bfloat16"], "--dtype bfloat16: expected --device cuda"),
 ])
 def test_zoo_cli_bad_budget_or_dtype_is_a_one_line_error(tmp_path, capsys, args, message):
-    from analysis.cli import main
+    from specbatch.cli import main
 
     code = main(["zoo", "train", "--out", str(tmp_path / "z"), *args])
     err = capsys.readouterr().err
@@ -173,7 +174,7 @@ def test_zoo_cli_bad_budget_or_dtype_is_a_one_line_error(tmp_path, capsys, args,
 
 
 def test_zoo_cli_json_has_stage_seconds_and_steps_done(tmp_path, capsys):
-    from analysis.cli import main
+    from specbatch.cli import main
 
     assert main(["zoo", "train", "--out", str(tmp_path / "z"), "--steps", "2", "--tf32",
                  "--json"]) == 0

@@ -1,3 +1,0 @@
-from analysis.cli import main
-
-raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""The demo: one sweep over every policy and verifier on a bundled trace, then its report.
+
+``demo_spec`` builds the sweep (analysis.spec format): autoregressive decoding, fixed k,
+DSD, and the budgeted policies (TETRIS, oracle, hindsight) at k + e ≤ K, each under token and
+block verification. :func:`plan_demo` resolves the trace and parses the spec;
+:func:`run_demo` runs it (resumable, analysis.sweep), writes the report and returns the
+headline table (best setting of each policy and verifier, analysis.compare.headline).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from specbatch.analysis.spec import SweepSpec, parse_spec
+from specbatch.analysis.sweep import SweepOutcome, run_sweep
+from specbatch.traces.describe import describe_trace
+from specbatch.traces.format import read_trace, resolve_trace
+
+from specbatch.errors import SpecbatchError
+
+KS = (1, 2, 3, 4, 5, 6)
+EXTRAS = (1, 2)
+BUDGETED = ("tetris", "oracle", "hindsight")
+
+
+def pick_trace(name: str) -> tuple[str, int, str]:
+    """(trace name for the config, its draft depth K, a one-line description).
+
+    Falls back to ``synth`` when the default trace is not bundled (a source checkout without
+    its data files), and says so in the description.
+    """
+    try:
+        path = resolve_trace(name)
+    except SpecbatchError:
+        if name != "default":
+            raise
+        from specbatch.traces.synth import SynthConfig
+
+        synth = SynthConfig()
+        return "synth", synth.depth, (
+            "synthetic (traces.synth defaults: temperature "
+            f"{synth.temperature:g}, K = {synth.depth}) because the bundled default trace "
+            "is not present")
+    meta = json.loads((Path(path) / "meta.json").read_text())
+    depth = int(meta.get("depth") or _read_k(path))
+    return name, depth, f"{name} ({describe_trace(meta, depth)})"
+
+
+def _read_k(path: str) -> int:
+    return read_trace(path).K
+
+
+def demo_spec(trace: str, depth: int, quick: bool, seeds: int | None) -> dict:
+    """The demo's sweep spec (analysis.sweep format) as a dict."""
+    ks = (1, 2) if quick else KS
+    extras = (1,) if quick else EXTRAS
+    n_seeds = seeds if seeds is not None else (1 if quick else 3)
+    base = {"trace": trace, "requests": 32 if quick else 512, "max_num_seqs": 8 if quick else 64,
+            "arrival": "burst", "cost": "roofline", "hardware": "h100", "target": "vicuna-33b",
+            "draft": "vicuna-68m"}
+    verify = ["token", "block"]
+    fixed_ks = [k for k in ks if k <= depth]
+    grids: list[dict] = [
+        {"policy": ["ar"]},
+        {"policy": ["fixed"], "num_speculative_tokens": fixed_ks, "verify": verify},
+        {"policy": ["dsd"], "num_speculative_tokens": [min(max(ks), depth)], "verify": verify},
+    ]
+    for e in extras:
+        allowed = [k for k in ks if k + e <= depth]
+        if allowed:
+            grids.append({"policy": list(BUDGETED), "num_speculative_tokens": allowed,
+                          "extra": [e], "verify": verify})
+    return {"name": "demo-quick" if quick else "demo", "seeds": list(range(n_seeds)),
+            "base": base, "axes": grids,
+            "report": {"title": "specbatch demo: which draft tokens to verify, and how"}}
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """The demo's parsed sweep, its shared config fields and a one-line trace description."""
+
+    spec: SweepSpec
+    base: dict
+    trace: str
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What a demo run did (analysis.sweep.SweepOutcome), its headline table and report path."""
+
+    outcome: SweepOutcome
+    headline: pd.DataFrame
+    report: str
+
+
+def plan_demo(trace: str = "default", quick: bool = False, seeds: int | None = None) -> DemoPlan:
+    """Resolve ``trace`` (:func:`pick_trace`) and parse the demo's sweep spec."""
+    name, depth, desc = pick_trace(trace)
+    data = demo_spec(name, depth, quick, seeds)
+    spec = parse_spec(data, f"<demo{' --quick' if quick else ''}>")
+    return DemoPlan(spec=spec, base=data["base"], trace=desc)
+
+
+def run_demo(plan: DemoPlan, out: str | os.PathLike, workers: int = 2, fmt: str = "md",
+             progress: bool = True) -> DemoResult:
+    """Run the planned sweep into ``out`` (stored runs are reused), write the report."""
+    from specbatch.analysis.compare import headline
+    from specbatch.analysis.report import build_report  # matplotlib: only when a report is due
+
+    outcome = run_sweep(plan.spec, out, workers=workers, progress=progress)
+    table = headline(outcome.table)
+    report = build_report(out, fmt=fmt)
+    return DemoResult(outcome=outcome, headline=table, report=report)

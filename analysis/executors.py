@@ -1,0 +1,143 @@
+"""Where a sweep's runs are computed: in-process, a local process pool, or Dask distributed.
+
+Executors: in-process (``workers=1``), a local process pool (``workers=N``), or Dask
+distributed (``scheduler=ADDRESS`` or ``"local"`` for a LocalCluster). Runs are computed where
+the executor puts them, results are written by the calling process, so remote Dask workers
+need the trace files but no shared output directory.
+
+A runner (:data:`Runner`) maps one resolved config to its summary; the default one,
+:func:`simulate_point`, runs the simulator, loading each trace once per process.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+from specbatch.errors import SpecbatchError
+
+#: A runner maps one resolved config (a plain dict of SimConfig fields) to its summary dict,
+#: or to ``(summary, requests_dataframe_or_None)``. It must be picklable (module level).
+Runner = Callable[[dict], Any]
+
+_TRACE_CACHE: dict[tuple, Any] = {}
+
+
+def _cached_trace(config: Any) -> Any:
+    """Load a run's trace once per process (runs of one sweep share it).
+
+    A named trace is the same for every run; ``"synth"`` depends on the seed and
+    ``synth_alpha`` (simulator.run.load_trace), so those are part of the key.
+    """
+    from specbatch.simulator.run import load_trace
+
+    key = (config.trace, config.seed, config.synth_alpha) if config.trace == "synth" else (config.trace,)
+    if key not in _TRACE_CACHE:
+        if len(_TRACE_CACHE) >= 8:
+            _TRACE_CACHE.pop(next(iter(_TRACE_CACHE)))
+        _TRACE_CACHE[key] = load_trace(config)
+    return _TRACE_CACHE[key]
+
+def simulate_point(config: dict) -> tuple[dict, pd.DataFrame]:
+    """Run one simulation: the default sweep runner (summary, per-request table)."""
+    from specbatch.simulator.config import make_config
+    from specbatch.simulator.run import simulate
+
+    cfg = make_config(config)
+    result = simulate(cfg, trace=_cached_trace(cfg))
+    summary = {k: v for k, v in result.summary.items() if k not in ("policy", "verify")}
+    return summary, result.requests
+
+def _call(runner: Runner, config: dict) -> tuple[dict, pd.DataFrame | None, float]:
+    start = time.perf_counter()
+    out = runner(config)
+    summary, requests = out if isinstance(out, tuple) else (out, None)
+    return dict(summary), requests, time.perf_counter() - start
+
+def _ignore_sigint() -> None:  # pool initializer: Ctrl-C is handled by the parent only
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+def progress_bar(total: int, enabled: bool, desc: str):
+    """A tqdm bar on stderr counting finished runs (hidden when disabled or nothing to run)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, disable=not enabled or total == 0, file=sys.stderr, desc=desc,
+                unit="run", dynamic_ncols=True, leave=False)
+
+
+def execute(runner: Runner, todo: list[tuple[str, dict]], done: Callable, *, workers: int = 1,
+            scheduler: str | None = None, client: Any = None) -> None:
+    """Compute every (key, config) of ``todo`` with ``runner`` and hand each result to
+    ``done(key, config, summary, requests, elapsed_s)`` in the calling process: on ``client``
+    (a ``distributed.Client``), else on a Dask ``scheduler`` (an address or "local"), else in
+    process (``workers=1`` or one run) or on a local pool of ``workers`` processes."""
+    if client is not None:
+        _run_dask(runner, todo, done, client)
+    elif scheduler is not None:
+        client, cluster = _dask_client(scheduler, workers)
+        try:
+            _run_dask(runner, todo, done, client)
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+    elif workers == 1 or len(todo) <= 1:
+        _run_serial(runner, todo, done)
+    else:
+        _run_pool(runner, todo, done, min(workers, len(todo)))
+
+
+def _run_serial(runner: Runner, todo: list[tuple[str, dict]], done: Callable) -> None:
+    for key, config in todo:
+        done(key, config, *_call(runner, config))
+
+def _run_pool(runner: Runner, todo: list[tuple[str, dict]], done: Callable, workers: int) -> None:
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+    try:
+        futures = {pool.submit(_call, runner, config): (key, config) for key, config in todo}
+        for fut in as_completed(futures):
+            done(*futures[fut], *fut.result())
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+def _dask_client(scheduler: str, workers: int):
+    try:
+        import logging
+
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise SpecbatchError(
+            "--scheduler needs Dask distributed: pip install 'specbatch[dist]'"
+        ) from None
+    if scheduler == "local":
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=logging.ERROR)
+        return Client(cluster), cluster
+    try:
+        return Client(scheduler, timeout="10s"), None
+    except (OSError, TimeoutError) as exc:
+        raise SpecbatchError(f"--scheduler {scheduler}: cannot connect: {exc}") from None
+
+def _run_dask(runner: Runner, todo: list[tuple[str, dict]], done: Callable, client) -> None:
+    from distributed import as_completed
+
+    futures = {}
+    for key, config in todo:
+        fut = client.submit(_call, runner, config, pure=False, key=f"specbatch-run-{key}")
+        futures[fut.key] = (fut, key, config)
+    try:
+        for fut in as_completed([f for f, _, _ in futures.values()]):
+            _, key, config = futures[fut.key]
+            done(key, config, *fut.result())
+    except BaseException:
+        client.cancel([f for f, _, _ in futures.values()])
+        raise

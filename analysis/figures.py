@@ -1,0 +1,207 @@
+"""The report's figures: each draws one PNG from a sweep's results table, or declines.
+
+Each ``figure_*`` returns the PNG file name, or None when the sweep cannot show it (the axis it
+needs did not vary, or the columns are absent). Figures use the matplotlib Agg backend and
+seaborn; lines are means over seeds with 95 % confidence bars (Student-t over seeds where the
+figure pairs settings, bootstrap in seaborn's line plots, seed 0).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from specbatch.analysis.compare import (  # noqa: E402
+    base_context,
+    best_settings,
+    config_columns,
+    context_columns,
+    label,
+    select,
+    setting_of,
+)
+from specbatch.analysis.replication import PAPER_BLOCK  # noqa: E402
+from specbatch.analysis.sweep import read_requests  # noqa: E402
+
+
+def save_figure(fig: plt.Figure, path: Path) -> str:
+    """Lay out, write ``path`` (110 dpi), close; returns the file name for the report's link."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
+def figure_vs_k(df: pd.DataFrame, metric: str, path: Path) -> str | None:
+    """Metric vs window k per policy, one panel per verifier (mean over seeds, 95% CI bars).
+
+    Colour = policy, line style = e (extra drafted tokens); policies run at a single k
+    (``ar``, ``dsd``) are horizontal reference lines.
+    """
+    sub, _ = base_context(df)
+    if metric not in sub or sub.num_speculative_tokens.nunique() < 2:
+        return None
+    multi = sub.groupby("policy").num_speculative_tokens.transform("nunique") > 1
+    lines, flat = sub[multi], sub[~multi]
+    if lines.empty:
+        return None
+    lines = lines.assign(e=lines.extra.astype(int).map(lambda e: f"e={e}"))
+    verifies = [v for v in ("token", "block") if v in set(lines.verify)] or sorted(set(lines.verify))
+    fig, axes = plt.subplots(1, len(verifies), figsize=(6.2 * len(verifies), 4.6), sharey=True,
+                             squeeze=False)
+    policies = list(dict.fromkeys(lines.policy))
+    palette = dict(zip(policies, sns.color_palette("tab10", len(policies))))
+    styles = sorted(lines.e.unique())
+    for ax, verify in zip(axes[0], verifies):
+        part = lines[lines.verify == verify]
+        sns.lineplot(data=part, x="num_speculative_tokens", y=metric, hue="policy",
+                     hue_order=policies, palette=palette,
+                     style="e" if len(styles) > 1 else None, style_order=styles, markers=True,
+                     err_style="bars", errorbar=("ci", 95), n_boot=200, seed=0, ax=ax)
+        shades = iter(["0.2", "0.45", "0.65", "0.35", "0.75"])
+        for policy, rows in flat.groupby("policy", sort=False):
+            # a policy run under this verifier; ar (which verifies nothing) in every panel
+            if (rows.verify == verify).any():
+                rows = rows[rows.verify == verify]
+            elif policy != "ar":
+                continue
+            ax.axhline(rows[metric].mean(), color=next(shades, "0.5"), linestyle="--",
+                       linewidth=1.2, label=f"{policy} (k = {int(rows.num_speculative_tokens.iloc[0])})"
+                       if policy != "ar" else "ar")
+        name = {"token": "token verification (TV)", "block": "block verification (BV)"}
+        ax.set_title(name.get(verify, verify), fontsize=10)
+        ax.set_xlabel("Window k (draft tokens verified per request; budget C = k x running)",
+                      fontsize=9)
+        ax.set_ylabel(label(metric))
+        ax.set_xticks(sorted(part.num_speculative_tokens.unique()))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+    return save_figure(fig, path)
+
+
+def figure_vsr_mal(df: pd.DataFrame, path: Path) -> str | None:
+    """VSR and MAL of each (policy, verifier)'s best setting (by throughput)."""
+    sub, _ = base_context(df)
+    if not {"vsr", "mal"} <= set(sub.columns):
+        return None
+    best = best_settings(sub, "throughput")
+    best = best[best.policy != "ar"]
+    if best.empty:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.2))
+    hue = "verify" if best.verify.nunique() > 1 else None
+    for ax, metric in zip(axes, ("vsr", "mal")):
+        sns.barplot(data=best, x="policy", y=metric, hue=hue, ax=ax, errorbar=None)
+        ax.set_xlabel("Policy (best setting by throughput)")
+        ax.set_ylabel(label(metric))
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylim(0, 1)
+    return save_figure(fig, path)
+
+
+def figure_latency_cdf(out: Path, df: pd.DataFrame, path: Path) -> str | None:
+    """ECDF of per-request e2e latency for each (policy, verifier)'s best setting, first seed."""
+    sub, _ = base_context(df)
+    best = best_settings(sub, "throughput")
+    seed = int(sub.seed.min())
+    cfg = [c for c in config_columns(sub) if c != "seed"]
+    curves = []
+    for _, row in best.iterrows():
+        runs = select(sub, {**setting_of(row, cfg), "seed": seed})
+        if runs.empty:
+            continue
+        requests = read_requests(out, runs.run.iloc[0])
+        if requests is None or "e2e" not in requests:
+            continue
+        curves.append((row.policy, row.verify, np.sort(requests.e2e.to_numpy())))  # [requests]
+    if not curves:
+        return None
+    policies = list(dict.fromkeys(c[0] for c in curves))
+    colours = dict(zip(policies, sns.color_palette("tab10", len(policies))))
+    two = len({c[1] for c in curves}) > 1
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    for policy, verify, e2e in curves:
+        frac = np.arange(1, e2e.size + 1) / e2e.size
+        ax.step(e2e, frac, where="post", color=colours[policy],
+                linestyle=":" if verify == "block" else "-", linewidth=1.4,
+                label=f"{policy} ({verify})" if two and policy != "ar" else policy)
+    ax.legend(fontsize=8, title="dotted: block verification" if two else None,
+              title_fontsize=8)
+    ax.set_xlabel("End-to-end latency per request (s)")
+    ax.set_ylabel("Fraction of requests")
+    ax.set_title(f"Best setting of each policy, seed {seed}", fontsize=10)
+    ax.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
+def load_column(df: pd.DataFrame) -> str | None:
+    """The context column that sets the load, if the sweep varies one."""
+    ctx = context_columns(df)
+    if "rate" in ctx and (df.arrival != "burst").any():
+        return "rate"
+    for col in ("max_num_seqs", "requests"):
+        if col in ctx:
+            return col
+    return None
+
+
+LOAD_UNITS = {"rate": "arrival rate, requests/s", "max_num_seqs": "max running requests",
+              "requests": "requests"}
+
+
+def figure_load(df: pd.DataFrame, path: Path) -> str | None:
+    """Throughput vs mean e2e latency across load, best setting per policy at each load."""
+    load = load_column(df)
+    if load is None:
+        return None
+    best = best_settings(df, "throughput")
+    best = best.assign(policy_label=best.policy if best.verify.nunique() == 1
+                       else best.policy + " (" + best.verify + ")").sort_values(load)
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    sns.lineplot(data=best, x="throughput", y="e2e_mean", hue="policy_label",
+                 style="policy_label", markers=True, dashes=False, sort=False, estimator=None,
+                 ax=ax)
+    first = best[best.policy_label == best.policy_label.iloc[0]]
+    for lab in (best, first)[int(best.policy_label.nunique() > 2)].itertuples():
+        value = getattr(lab, load)
+        text = f"{value:g}" if isinstance(value, (float, np.floating)) else str(value)
+        ax.annotate(text, (lab.throughput, lab.e2e_mean), fontsize=7,
+                    textcoords="offset points", xytext=(3, 3))
+    ax.set_xlabel(label("throughput"))
+    ax.set_ylabel(label("e2e_mean"))
+    ax.legend(title="policy", fontsize=8, title_fontsize=8)
+    ax.set_title(f"Across load (labels: {LOAD_UNITS.get(load, load)})", fontsize=10)
+    ax.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
+def figure_bv_gain(table: pd.DataFrame, path: Path) -> str | None:
+    """BV over TV gain (%) vs γ: block efficiency (MAL) and throughput, paper points overlaid."""
+    if table.empty or table.gamma.nunique() < 2:
+        return None
+    table = table[table.e == table.e.min()]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True)
+    for ax, metric, title in ((axes[0], "mal", "Block efficiency (MAL)"),
+                              (axes[1], "throughput", "Throughput")):
+        for policy, rows in table.groupby("policy", sort=False):
+            rows = rows.sort_values("gamma")
+            err = np.vstack([rows[f"{metric}_gain"] - rows[f"{metric}_low"],
+                             rows[f"{metric}_high"] - rows[f"{metric}_gain"]])
+            err = np.where(np.isfinite(err), err, 0.0)
+            ax.errorbar(rows.gamma, rows[f"{metric}_gain"], yerr=err, marker="o", capsize=3,
+                        label=f"ours: {policy}")
+        if metric == "mal":
+            ax.plot(list(PAPER_BLOCK), list(PAPER_BLOCK.values()), "kx", markersize=9,
+                    label="paper (PaLM-2, γ = 4, 6, 8)")
+        ax.axhline(0, color="0.6", linewidth=0.8)
+        ax.set_xlabel("Draft length γ (tokens)")
+        ax.set_ylabel(f"{title} gain of BV over TV (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return save_figure(fig, path)

@@ -1,0 +1,3 @@
+from specbatch.cli import main
+
+raise SystemExit(main())

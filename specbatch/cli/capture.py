@@ -1,0 +1,77 @@
+"""``specbatch capture``: record a trace from a live draft/target pair (see :mod:`traces.capture`)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.traces.prompts import resolve_prompts
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "capture", help="capture a trace from a local draft/target model pair",
+        description="For each prompt: sample the target's reference output y; at every output "
+                    "position t draft K tokens from prompt + y_<t and score them with the "
+                    "target; record q, pt, Z and the draft's confidence signals (THEORY.md §3) "
+                    "into a trace directory. Models load only from local directories.",
+        epilog=example(
+            "specbatch zoo train --out /tmp/zoo --size tiny",
+            "specbatch capture --draft /tmp/zoo/draft --target /tmp/zoo/target "
+            "--prompts default:8 --out /tmp/trace --max-new-tokens 32 --depth 4",
+            "specbatch capture ... --resume    # after an interruption: finish the same trace"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--draft", required=True, help="local HF model directory of the draft Ms")
+    p.add_argument("--target", required=True, help="local HF model directory of the target Mb")
+    p.add_argument("--prompts", required=True,
+                   help="JSONL ({\"prompt\": ...}), ShareGPT-style JSON, or text (one per line); "
+                        "or default:N[:SEED] for N code+prose prompts cut from held-out stdlib text")
+    p.add_argument("--out", required=True, help="trace directory to write")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="reference output length cap")
+    p.add_argument("--depth", type=int, default=8, help="K, drafted tokens per position")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature T (0: greedy)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--batch-size", type=int, default=32,
+                   help="positions per batched draft/target pass (does not change the content)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="finish an interrupted capture in --out")
+    p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
+    p.add_argument("--max-prompt-tokens", type=int, default=512)
+    p.add_argument("--no-stop-at-eos", action="store_true",
+                   help="always generate --max-new-tokens (default: stop after the target's EOS)")
+    p.add_argument("--chunk-requests", type=int, default=8, help="requests per positions file")
+    p.add_argument("--store-dtype", default="float64", choices=["float64", "float32"],
+                   help="on-disk precision of the float columns (float32: half the size)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_json_flag(p)
+    p.set_defaults(func=_capture)
+
+
+def _capture(args) -> int:
+    import torch
+
+    from specbatch.traces.capture import CaptureConfig, capture
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    prompts, source = resolve_prompts(args.prompts, args.limit)
+    cfg = CaptureConfig(max_new_tokens=args.max_new_tokens, depth=args.depth,
+                        temperature=args.temperature, seed=args.seed, batch_size=args.batch_size,
+                        max_prompt_tokens=args.max_prompt_tokens,
+                        stop_at_eos=not args.no_stop_at_eos, chunk_requests=args.chunk_requests,
+                        store_dtype=args.store_dtype)
+    command = "specbatch " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    meta = capture(args.draft, args.target, prompts, args.out, cfg, device=args.device,
+                   dtype=args.dtype, resume=args.resume, progress=not args.no_progress,
+                   prompt_source=source, command=command)
+    comp = meta["completion"]
+    rows = sum(r["output_len"] for r in comp["request_rows"].values())
+    emit({"out": args.out, "requests": comp["done"], "positions": rows, "depth": args.depth,
+          "temperature": args.temperature, "status": comp["status"]}, args.json)
+    return 0

@@ -1,0 +1,130 @@
+"""``specbatch cost``: fit a profiled cost model (``fit``) or print roofline step times (``show``).
+
+``cost fit PROFILE`` fits one non-negative linear law per role (simulator/profiled.py) and reports
+its k-fold cross-validated MAPE; ``cost show`` prints the draft pass, target decode pass and
+target verification pass (k+1 query tokens per request) across batch sizes, so the memory-bound
+floor and the compute knee of the active cost model are visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.errors import require
+from specbatch.simulator.cost import (
+    RooflineCost,
+    build_cost_model,
+    fit_profile,
+    fit_report,
+    kv_capacity_tokens,
+    pass_times,
+    prefill_time,
+)
+from specbatch.simulator.hardware import HARDWARE
+
+DEFAULT_BATCHES = (1, 8, 32, 64, 128, 256)
+
+
+def register(subparsers) -> None:
+    cost = subparsers.add_parser(
+        "cost", help="fit or inspect the step-time cost model",
+        description=__doc__.split("\n\n")[0],
+        epilog=example("specbatch cost show --hardware h100 --target vicuna-33b --draft vicuna-68m",
+                       "specbatch cost fit profile.parquet --json"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    verbs = cost.add_subparsers(dest="verb", metavar="VERB", parser_class=type(cost))
+
+    fit = verbs.add_parser(
+        "fit", help="fit a profiled cost model and report its cross-validated MAPE",
+        description="Fit t = β·features (non-negative least squares) per role from a latency "
+                    "profile (Parquet/CSV: model, role, device, dtype, batch_size, query_tokens, "
+                    "kv_tokens, latency_s) and report the k-fold cross-validated MAPE.",
+        epilog=example("specbatch cost fit profile.parquet",
+                       "specbatch cost fit profile.csv --target vicuna-33b --folds 10 --json"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    fit.add_argument("profile", metavar="PROFILE", help="latency profile (.parquet or .csv)")
+    fit.add_argument("--target", help="target model to select when the profile holds several")
+    fit.add_argument("--draft", help="draft model to select when the profile holds several")
+    fit.add_argument("--device", help="device to select when the profile holds several")
+    fit.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
+    add_json_flag(fit)
+    fit.set_defaults(func=run_fit)
+
+    show = verbs.add_parser(
+        "show", help="print draft/target step times across batch sizes",
+        description="Print the step time of one draft pass (1 token per request), one target "
+                    "decode pass (1 token) and one target verification pass (k+1 tokens) per "
+                    "batch size, each request holding --kv cached tokens.",
+        epilog=example("specbatch cost show --hardware h100 --target vicuna-33b --draft vicuna-68m",
+                       "specbatch cost show --hardware h200 --batch 64 --kv 512 --json"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    show.add_argument("--cost", default="roofline", choices=("roofline", "profiled"))
+    show.add_argument("--profile", help="latency profile for --cost profiled")
+    show.add_argument("--hardware", default="h100", help=f"one of {', '.join(HARDWARE)}")
+    show.add_argument("--target", default="vicuna-33b", help="target model shape")
+    show.add_argument("--draft", default="vicuna-68m", help="draft model shape")
+    show.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of the target")
+    show.add_argument("--batch", type=int, nargs="+", default=list(DEFAULT_BATCHES),
+                      help="batch sizes (requests per pass)")
+    show.add_argument("--kv", type=int, default=512, help="cached tokens per request (default 512)")
+    show.add_argument("--k", type=int, default=3, help="speculative tokens per request (default 3)")
+    show.add_argument("--prompt", type=int, default=512, help="prompt length for the prefill row")
+    add_json_flag(show)
+    show.set_defaults(func=run_show)
+    cost.set_defaults(func=lambda args: cost.print_help() or 2)
+
+
+def run_fit(args) -> int:
+    require(args.folds >= 2, f"--folds {args.folds}: expected an integer >= 2")
+    model = fit_profile(args.profile, target=args.target, draft=args.draft, device=args.device,
+                        folds=args.folds)
+    roles = fit_report(model)
+    out = {"profile": str(args.profile), "roles": roles,
+           "cv_mape": {role: r["cv_mape"] for role, r in roles.items()}}
+    lines = [f"profile {args.profile}"]
+    for role, r in roles.items():
+        lines.append(f"{role:<6} {r['model'] or '?'}: {r['rows']} rows, {r['folds']}-fold CV MAPE "
+                     f"{100 * r['cv_mape']:.2f} % (in-sample {100 * r['fit_mape']:.2f} %)")
+        for name, value in r["coefficients"].items():
+            if value > 0:
+                lines.append(f"    {name:<14} {value:.4g}")
+    emit(out, args.json, "\n".join(lines))
+    return 0
+
+
+def run_show(args) -> int:
+    require(all(b >= 1 for b in args.batch), f"--batch {args.batch}: expected integers >= 1")
+    require(args.kv >= 0, f"--kv {args.kv}: expected an integer >= 0")
+    require(args.k >= 0, f"--k {args.k}: expected an integer >= 0")
+    require(args.prompt >= 1, f"--prompt {args.prompt}: expected an integer >= 1")
+    model = build_cost_model(args.cost, args.hardware, args.target, args.draft, args.tp,
+                             args.profile)
+    rows = pass_times(model, args.batch, args.kv, args.k)
+    prefill = prefill_time(model, args.prompt)
+    out = {"cost": args.cost, "hardware": args.hardware, "target": args.target,
+           "draft": args.draft, "tp": args.tp, "kv": args.kv, "k": args.k,
+           "overhead_s": model.overhead, "prefill_s": prefill, "prompt": args.prompt,
+           "rows": rows}
+    if isinstance(model, RooflineCost):
+        out["ridge_flop_per_byte"] = model.hardware.ridge
+        out["kv_capacity_tokens"] = kv_capacity_tokens(args.hardware, args.target, args.draft,
+                                                       args.tp)
+    lines = [f"{args.cost} cost: {args.target} (tp={args.tp}) + draft {args.draft} on "
+             f"{args.hardware}; kv={args.kv} per request, k={args.k}; "
+             f"step overhead {1e3 * model.overhead:.2f} ms"]
+    header = f"{'batch':>6} {'draft ms':>10} {'decode ms':>10} {'verify(k+1) ms':>15}"
+    lines.append(header + ("  bound" if isinstance(model, RooflineCost) else ""))
+    for r in rows:
+        line = (f"{r['batch']:>6} {1e3 * r['draft_s']:>10.3f} {1e3 * r['target_decode_s']:>10.3f} "
+                f"{1e3 * r['target_verify_s']:>15.3f}")
+        lines.append(line + (f"  {r['verify_bound']}" if "verify_bound" in r else ""))
+    lines.append(f"prefill of a {args.prompt}-token prompt: {1e3 * prefill:.2f} ms")
+    if "kv_capacity_tokens" in out:
+        lines.append(f"KV capacity at gpu_memory_utilization 0.9: {out['kv_capacity_tokens']} "
+                     "tokens")
+    emit(out, args.json, "\n".join(lines))
+    return 0

@@ -1,0 +1,226 @@
+"""``specbatch live`` (a real batched speculative-decoding run) and ``specbatch validate``
+(simulate the same workload and compare): argument parsing and printing; the work is in
+:mod:`specbatch.live` and :mod:`specbatch.analysis.validate`."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from specbatch.cli.common import add_json_flag, emit, example
+
+
+def register(subparsers) -> None:
+    _register_live(subparsers)
+    _register_validate(subparsers)
+
+
+def _register_live(subparsers) -> None:
+    p = subparsers.add_parser(
+        "live", help="run batched speculative decoding on live HF models and measure it",
+        description="One static batch of N requests (burst at t = 0) through a real draft/"
+                    "target loop with KV-cache reuse: K draft passes, a fixed or TETRIS "
+                    "allocation of the verified prefixes (budget C = k*N), one target pass, "
+                    "TV or BV (THEORY.md §2-§5). Writes the simulator's requests/steps tables, "
+                    "summary.json, a manifest (live.json), a per-pass latency profile and a "
+                    "trace of the visited positions so `specbatch validate` can replay it.",
+        epilog=example(
+            "specbatch live --draft /tmp/zoo/draft --target /tmp/zoo/target "
+            "--prompts default:16 --max-new-tokens 32 --policy tetris --k 3 --extra 1 "
+            "--verify block --out /tmp/live",
+            "specbatch live --target llama-3.1-8b --draft llama-3.2-1b --prompts random:64:256 "
+            "--max-new-tokens 128 --temperature 1 --device cuda --dtype bfloat16 --out /tmp/l8b",
+            "specbatch validate /tmp/live"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--draft", required=True,
+                   help="local HF model directory of the draft Ms, or a shape name "
+                        "(traces.shapes, random weights)")
+    p.add_argument("--target", required=True,
+                   help="local HF model directory of the target Mb, or a shape name")
+    p.add_argument("--prompts", required=True,
+                   help="JSONL/JSON/text prompts file, default:N[:SEED] (stdlib held-out text), "
+                        "or random:N:LEN[:SEED] (random token ids; needed for shape names)")
+    _add_run_flags(p)
+    p.set_defaults(func=_live)
+
+
+def _add_run_flags(p) -> None:
+    """The live run's settings, timing and output flags."""
+    p.add_argument("--layers", type=int, default=None,
+                   help="override the layer count (random weights; CPU smoke runs of big shapes)")
+    p.add_argument("--requests", type=int, default=None,
+                   help="use the first N prompts (default: all); the batch size is N")
+    p.add_argument("--max-new-tokens", type=int, default=32,
+                   help="output tokens per request (EOS is ignored, as in vLLM benchmarks)")
+    p.add_argument("--policy", default="fixed", help="fixed or tetris")
+    p.add_argument("--k", type=int, default=3, help="window k (fixed: drafted = verified = k)")
+    p.add_argument("--extra", type=int, default=0, help="e: tetris drafts K = k + e")
+    p.add_argument("--verify", default="token", help="token (TV) or block (BV)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-prompt-tokens", type=int, default=512,
+                   help="longer prompts keep their last tokens")
+    p.add_argument("--verifier", default="theory", choices=["theory", "local"],
+                   help="theory: theory.verify_torch; local: the recorded statistics through "
+                        "theory.stats.accept_from_stats")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="untimed warm-up runs of the same batch before the measured one")
+    p.add_argument("--profile-grid", action="store_true",
+                   help="after the run, also profile both models on the run's (batch, query, KV) "
+                        "grid into OUT/profile_grid.csv (validate's out-of-sample cost model)")
+    p.add_argument("--grid-repeats", type=int, default=5, help="timed passes per grid cell")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--out", required=True, help="output directory")
+    add_json_flag(p)
+
+
+def _register_validate(subparsers) -> None:
+    v = subparsers.add_parser(
+        "validate", help="simulate a live run's workload and compare with its measurements",
+        description="Replays the live run's recorded per-position statistics (its trace/, same "
+                    "requests, prompt and output lengths, policy, budget, batch size and "
+                    "verifier uniforms) through simulator.run.simulate with a profiled cost "
+                    "model, and prints measured vs simulated per-step latency and throughput "
+                    "with relative errors (simulated - measured) / measured. Without --profile "
+                    "the cost model is fitted to LIVE_DIR/profile_grid.csv (from `live "
+                    "--profile-grid`: out-of-sample) when present, else to the live run's own "
+                    "passes (in-sample).",
+        epilog=example("specbatch validate /tmp/live",
+                       "specbatch validate /tmp/live --profile traces/data/profiles/h200.csv "
+                       "--target-model llama-3.1-8b --draft-model llama-3.2-1b --json"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    v.add_argument("live_dir", metavar="LIVE_DIR", help="output directory of `specbatch live`")
+    v.add_argument("--profile", nargs="+", default=None, metavar="FILE",
+                   help="latency profile(s) (CSV/Parquet, e.g. one per role from `specbatch "
+                        "profile`) to fit the cost model (default: the live run's own "
+                        "profile.csv, in-sample)")
+    v.add_argument("--in-sample", action="store_true",
+                   help="fit the cost model to the live run's own passes even when "
+                        "LIVE_DIR/profile_grid.csv exists")
+    v.add_argument("--target-model", default=None,
+                   help="select the target rows of a profile holding several models")
+    v.add_argument("--draft-model", default=None,
+                   help="select the draft rows of a profile holding several models")
+    v.add_argument("--overhead", type=float, default=None,
+                   help="per-step overhead seconds (default: the live run's mean measured "
+                        "overhead per step)")
+    v.add_argument("--out", default=None, help="also write the simulated tables here")
+    add_json_flag(v)
+    v.set_defaults(func=_validate)
+
+
+def _live(args) -> int:
+    import torch
+
+    from specbatch.live.loop import run_live
+    from specbatch.live.models import load_models
+    from specbatch.live.record import write_live
+
+    cfg = _live_config(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    prompts = None if args.prompts.startswith("random:") else _text_prompts(args)
+    tok, draft, target, identities = load_models(args.draft, args.target, args.device,
+                                                 args.dtype, args.seed, args.layers)
+    ids, categories, source = _prompt_ids(args, prompts, tok, target)
+    names = (identities["draft"]["name"], identities["target"]["name"])
+    for _ in range(args.warmup):
+        run_live(draft, target, ids, cfg, names)
+    result = run_live(draft, target, ids, cfg, names)
+    manifest = {
+        "command": "specbatch " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "models": identities, "prompts": args.prompts, "prompt_source": source,
+        "categories": categories, "warmup": args.warmup, "threads": torch.get_num_threads(),
+        "layers_override": args.layers,
+        "profile_grid": {"cells": "specbatch.live.profile_grid.grid_cells", "warmup": 2,
+                         "repeats": args.grid_repeats} if args.profile_grid else None,
+    }
+    write_live(result, args.out, manifest)
+    if args.profile_grid:
+        _profile_grid(args, cfg, ids, draft, target, names)
+    s = result.summary
+    emit({"out": args.out} | {key: s[key] for key in _PRINTED}, args.json)
+    return 0
+
+
+#: Summary fields ``specbatch live`` prints.
+_PRINTED = ("requests", "tokens", "throughput", "makespan", "steps", "decode_step_latency_mean",
+            "mal", "vsr", "draft_time", "target_time", "overhead_time", "policy", "verify",
+            "device", "dtype", "verifier")
+
+
+def _live_config(args):
+    """The run's LiveConfig from the flags, every flag checked (one-line errors)."""
+    from specbatch.errors import require
+    from specbatch.live.config import LiveConfig
+
+    cfg = LiveConfig(max_new_tokens=args.max_new_tokens, policy=args.policy, k=args.k,
+                     extra=args.extra, verify=args.verify, temperature=args.temperature,
+                     device=args.device, dtype=args.dtype, seed=args.seed,
+                     max_prompt_tokens=args.max_prompt_tokens, verifier=args.verifier)
+    cfg.check()
+    require(args.requests is None or args.requests >= 1,
+            f"--requests: expected N >= 1, got {args.requests}")
+    require(args.warmup >= 0, f"--warmup: expected >= 0, got {args.warmup}")
+    require(args.layers is None or args.layers >= 1,
+            f"--layers: expected >= 1, got {args.layers}")
+    require(args.grid_repeats >= 1, f"--grid-repeats: expected >= 1, got {args.grid_repeats}")
+    return cfg
+
+
+def _text_prompts(args):
+    """(prompts, source) of a prompts file or ``default:N`` (checked before loading models)."""
+    from specbatch.errors import require
+    from specbatch.traces.prompts import resolve_prompts
+
+    prompts, source = resolve_prompts(args.prompts, args.requests)
+    require(bool(prompts), f"--prompts {args.prompts}: expected at least one prompt, got none")
+    return prompts, source
+
+
+def _prompt_ids(args, prompts, tok, target):
+    """(token ids, categories, source): encoded text prompts, or ``random:N:LEN`` ids."""
+    from specbatch.errors import require
+    from specbatch.live.models import random_prompts
+    from specbatch.traces.capture import encode_prompt
+
+    if prompts is None:
+        vocab = target.get_output_embeddings().weight.shape[0]
+        ids, source = random_prompts(args.prompts, vocab)
+        ids = ids[:args.requests] if args.requests else ids
+        return ids, ["random"] * len(ids), source
+    require(tok is not None, f"--prompts {args.prompts}: expected random:N:LEN for models "
+            "without a tokenizer (shape names), got a text prompt source")
+    items, source = prompts
+    ids = [encode_prompt(tok, p.text, args.max_prompt_tokens) for p in items]
+    return ids, [p.category for p in items], source
+
+
+def _profile_grid(args, cfg, ids, draft, target, names) -> None:
+    """Time both models on the run's (batch, query, KV) cells into OUT/profile_grid.csv."""
+    import numpy as np
+
+    from specbatch.live.profile_grid import grid_cells, profile_grid
+    from specbatch.traces.profile import write_profile
+
+    cells = grid_cells(len(ids), cfg.depth, float(np.mean([len(i) for i in ids])),
+                       cfg.max_new_tokens)
+    frame = profile_grid(draft, target, names, cells, str(next(target.parameters()).device),
+                         cfg.dtype, repeats=args.grid_repeats)
+    write_profile(frame, f"{args.out}/profile_grid.csv")
+
+
+def _validate(args) -> int:
+    from specbatch.analysis.validate import format_report, validate
+
+    report = validate(args.live_dir, profile=args.profile, target_model=args.target_model,
+                      draft_model=args.draft_model, overhead=args.overhead, out=args.out,
+                      in_sample=args.in_sample)
+    emit(report, args.json, None if args.json else format_report(report))
+    return 0

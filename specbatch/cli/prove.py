@@ -1,0 +1,178 @@
+"""``specbatch prove`` and ``specbatch optimum verify|allocate``: the theorems and exact optima.
+
+- ``prove``: the theorem catalogue (:mod:`theory.catalogue`) as a table; exit 1 if any fails.
+- ``optimum verify``: E[τ] under TV and BV (exact enumeration), LP A / LP B optima and the
+  validity residuals of THEORY.md §4 for a model pair read from JSON.
+- ``optimum allocate``: greedy (TETRIS top-C) and optimal (DP) allocations of a [N, K] value
+  array under a budget C, and their values (THEORY.md §5).
+
+Argument parsing and printing only: the work is :mod:`theory.catalogue`, :mod:`theory.lp` and
+:mod:`analysis.optimum`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.errors import require
+from specbatch.theory.lp import verify_pair
+
+RAW = argparse.RawDescriptionHelpFormatter
+
+
+def register(subparsers) -> None:
+    """Add ``prove`` and ``optimum`` (verbs ``verify``, ``allocate``) to the CLI root."""
+    add_prove(subparsers)
+    optimum = subparsers.add_parser(
+        "optimum", help="exact optima: verification LPs and allocation under a budget",
+        description="Exact optima of THEORY.md §4-5: `verify` (E[τ] of TV/BV, LP A, LP B, "
+                    "validity residuals) and `allocate` (greedy vs optimal allocation).",
+        epilog=example("specbatch optimum verify --pair pair.json --gamma 2",
+                       "specbatch optimum allocate --values values.npy --budget 16"),
+        formatter_class=RAW)
+    verbs = optimum.add_subparsers(dest="verb", metavar="VERB", parser_class=type(optimum))
+    optimum.set_defaults(func=lambda args: _missing_verb(optimum))
+    add_verify(verbs)
+    add_allocate(verbs)
+
+
+def add_prove(subparsers) -> None:
+    from specbatch.theory.catalogue import DEFAULT_INSTANCES
+
+    prove = subparsers.add_parser(
+        "prove", help="check the theorem catalogue on seeded random instances",
+        description="Check every catalogue theorem (losslessness, BV optimality, TETRIS "
+                    "optimality, ...) on random instances by exact enumeration, LPs and MILPs; "
+                    "print statement, instances, worst margin and verdict. Exit 1 if any fails.",
+        epilog=example("specbatch prove", "specbatch prove --instances 50 --seed 3 --json"),
+        formatter_class=RAW)
+    prove.add_argument("--instances", type=int, default=DEFAULT_INSTANCES,
+                       help=f"random instances per theorem (default {DEFAULT_INSTANCES})")
+    prove.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    prove.add_argument("--only", action="append", metavar="NAME",
+                       help="run only this theorem (repeatable)")
+    add_json_flag(prove)
+    prove.set_defaults(func=run_prove)
+
+
+def add_verify(verbs) -> None:
+    from specbatch.theory.lp import DEFAULT_MAX_VARIABLES, DEFAULT_SOLVER
+
+    verify = verbs.add_parser(
+        "verify", help="E[τ] under TV and BV, LP A and LP B optima, validity residuals",
+        description="For a model pair (JSON: {\"vocab\": V, \"draft\": MODEL, \"target\": "
+                    "MODEL}, MODEL one of iid / markov / table; \"1/3\" strings make it exact) "
+                    "and a draft length γ: E[τ] under token and block verification by exact "
+                    "enumeration, the optima of LP B (best valid verifier) and LP A (idealised "
+                    "coupling), and the validity residuals of THEORY.md §4.",
+        epilog=example("specbatch optimum verify --pair pair.json --gamma 2 --json"),
+        formatter_class=RAW)
+    verify.add_argument("--pair", required=True, metavar="PAIR.json", help="model pair file")
+    verify.add_argument("--gamma", type=int, required=True, help="draft length γ >= 1")
+    verify.add_argument("--solver", default=DEFAULT_SOLVER,
+                        help=f"cvxpy solver for the LPs (default {DEFAULT_SOLVER})")
+    verify.add_argument("--max-variables", type=int, default=DEFAULT_MAX_VARIABLES,
+                        help=f"refuse LPs larger than this (default {DEFAULT_MAX_VARIABLES})")
+    add_json_flag(verify)
+    verify.set_defaults(func=run_verify)
+
+
+def add_allocate(verbs) -> None:
+    allocate = verbs.add_parser(
+        "allocate", help="greedy (TETRIS) vs optimal allocation of a draft-token budget",
+        description="Choose prefix lengths s_i (Σ s_i <= C) maximising Σ_i Σ_{j<=s_i} "
+                    "values[i, j-1] for a [N, K] array of per-position values (e.g. P(τ_i >= j)); "
+                    "prints TETRIS greedy (global top-C) and the exact optimum (DP).",
+        epilog=example("specbatch optimum allocate --values values.csv --budget 8 --json"),
+        formatter_class=RAW)
+    allocate.add_argument("--values", required=True, metavar="FILE",
+                          help="[N, K] non-negative array, .npy or CSV")
+    allocate.add_argument("--budget", type=int, required=True, help="budget C (tokens) >= 0")
+    allocate.add_argument("--milp", action="store_true",
+                          help="also solve the MILP twin (cvxpy, HiGHS) and report its value")
+    add_json_flag(allocate)
+    allocate.set_defaults(func=run_allocate)
+
+
+def _missing_verb(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+# --------------------------------------------------------------------------- prove
+
+
+def _fmt_margin(value: float) -> str:
+    return "0" if value == 0 else f"{value:.3g}"
+
+
+def run_prove(args: argparse.Namespace) -> int:
+    from specbatch.theory.catalogue import CATALOGUE, KINDS, run_catalogue
+    require(args.instances >= 1, f"--instances: expected >= 1, got {args.instances}")
+    known = [t.name for t in CATALOGUE]
+    for name in args.only or []:
+        require(name in known, f"--only: expected one of {known}, got {name!r}")
+    results = run_catalogue(args.instances, args.seed, args.only)
+    passed = all(r.passed for _, r in results)
+    rows = [{"name": t.name, "statement": t.statement, "source": t.source,
+             "instances": r.instances, "margin": r.margin, "margin_kind": KINDS[t.kind],
+             "tolerance": t.tolerance, "verdict": "pass" if r.passed else "FAIL",
+             "detail": r.detail} for t, r in results]
+    obj = {"instances": args.instances, "seed": args.seed, "passed": passed, "theorems": rows}
+    lines = [f"{'verdict':<7}  {'inst':>4}  {'worst margin':<22}  statement [source]"]
+    for row in rows:
+        margin = f"{_fmt_margin(row['margin'])} ({row['margin_kind']})"
+        lines.append(f"{row['verdict']:<7}  {row['instances']:>4}  {margin:<22}  "
+                     f"{row['statement']} [{row['source']}]")
+        if row["detail"]:
+            lines.append(f"{'':<7}  {'':>4}  {'':<22}  counterexample: {row['detail']}")
+    n_fail = sum(not r.passed for _, r in results)
+    lines.append(f"{len(rows) - n_fail}/{len(rows)} theorems pass "
+                 f"({args.instances} instances each, seed {args.seed})")
+    emit(obj, args.json, "\n".join(lines))
+    return 0 if passed else 1
+
+
+# --------------------------------------------------------------------------- optimum verify
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from specbatch.theory.models import read_pair
+    pair = read_pair(args.pair)
+    out = verify_pair(pair, args.gamma, args.solver, args.max_variables)
+    frac = out.get("fractions", {})
+
+    def show(key: str) -> str:
+        return f"{out[key]:.10g}" + (f"  (= {frac[key]})" if key in frac else "")
+
+    text = "\n".join([
+        f"pair {args.pair}: V={pair.vocab}, γ={args.gamma}, "
+        f"{'exact rationals' if pair.exact else 'float64'}",
+        f"E[τ] token verification   {show('token')}",
+        f"E[τ] block verification   {show('block')}",
+        f"LP B (best valid)         {out['lp_valid']:.10g}  ({out['solver']})",
+        f"LP A (joint coupling)     {out['lp_joint']:.10g}  (closed form {show('joint_closed_form')})",
+        f"validity residual token   {show('residual_token')}",
+        f"validity residual block   {show('residual_block')}",
+    ])
+    emit(out, args.json, text)
+    return 0
+
+
+# --------------------------------------------------------------------------- optimum allocate
+
+
+def run_allocate(args: argparse.Namespace) -> int:
+    from specbatch.analysis.optimum import compare_allocations, read_values
+
+    values = read_values(args.values)  # [N, K]
+    out = compare_allocations(values, args.budget, args.milp, where=f"file {args.values}")
+    text = "\n".join([
+        f"values {args.values}: N={out['n']}, K={out['k']}, budget C={args.budget}",
+        f"greedy (top-C)  value {out['greedy_value']:.6g}  s={out['greedy']}",
+        f"optimal (DP)    value {out['optimal_value']:.6g}  s={out['optimal']}",
+        f"gap             {out['gap']:.6g}",
+    ] + ([f"MILP            value {out['milp_value']:.6g}"] if "milp_value" in out else []))
+    emit(out, args.json, text)
+    return 0

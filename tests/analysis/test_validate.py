@@ -1,0 +1,140 @@
+"""`specbatch validate`: a live run's output directory replays end to end through the
+simulator (same trajectory), with in-sample, grid and external cost models; bad paths are
+one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from specbatch.analysis.validate import validate  # noqa: E402
+from specbatch.live.config import LiveConfig  # noqa: E402
+from specbatch.live.loop import run_live  # noqa: E402
+from specbatch.live.record import write_live  # noqa: E402
+from specbatch.simulator.engine import STEP_COLUMNS  # noqa: E402
+from specbatch.simulator.metrics import REQUEST_COLUMNS  # noqa: E402
+
+from tests.live.helpers import (  # noqa: E402
+    IDS,
+    PROMPTS,
+    load_saved_pair,
+    one_torch_thread,
+    run_cli,
+    save_pair,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    with one_torch_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return save_pair(tmp_path_factory.mktemp("livepair"))
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    return str(path)
+
+
+def _check_live_dir(out) -> pd.DataFrame:
+    """The simulator's tables, summary, profile and manifest of a live run; returns profile."""
+    requests = pd.read_parquet(out / "requests.parquet")
+    steps = pd.read_parquet(out / "steps.parquet")
+    assert tuple(requests.columns) == REQUEST_COLUMNS
+    assert tuple(steps.columns) == STEP_COLUMNS
+    assert (requests["tokens"] == 10).all() and (requests["finish"] > requests["first_token"]).all()
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("throughput", "e2e_mean", "mal", "vsr", "draft_efficiency", "makespan"):
+        assert summary[key] is not None and np.isfinite(summary[key])
+    profile = pd.read_csv(out / "profile.csv")
+    for col in ("model", "role", "device", "dtype", "batch_size", "query_tokens", "kv_tokens",
+                "latency_s"):
+        assert col in profile.columns
+    manifest = json.loads((out / "live.json").read_text())
+    for key in ("policy", "k", "extra", "verify", "seed", "device", "dtype", "temperature"):
+        assert key in manifest["settings"]
+    assert manifest["models"]["target"]["shape"]["layers"] == 2
+    assert len(manifest["prompt_len"]) == len(PROMPTS)
+    grid = pd.read_csv(out / "profile_grid.csv")  # the run's (batch, query, KV) cells
+    assert set(grid["role"]) == {"draft", "target"}
+    assert set(grid["batch_size"]) == {5, 3, 2, 1}
+    assert set(grid.loc[grid["role"] == "target", "query_tokens"]) >= {1, 2, 3, 4}
+    return profile
+
+
+def test_live_cli_writes_the_simulator_tables_and_validate_replays_them(pair, prompts_file,
+                                                                        tmp_path, capsys):
+    out = tmp_path / "live"
+    code, stdout, _ = run_cli(capsys, "live", "--draft", pair[0], "--target", pair[1],
+                              "--prompts", prompts_file, "--max-new-tokens", "10", "--policy",
+                              "tetris", "--k", "2", "--extra", "1", "--verify", "block",
+                              "--temperature", "1.0", "--warmup", "0", "--profile-grid",
+                              "--grid-repeats", "1", "--out", str(out), "--json")
+    assert code == 0
+    printed = json.loads(stdout)
+    assert printed["tokens"] == 10 * len(PROMPTS) and printed["throughput"] > 0
+    profile = _check_live_dir(out)
+    n_steps = len(pd.read_parquet(out / "steps.parquet"))
+    for flags, source in (([], "profile_grid.csv"), (["--in-sample"], "in-sample")):
+        code, stdout, err = run_cli(capsys, "validate", str(out), *flags, "--json")
+        assert code == 0, err
+        report = json.loads(stdout)
+        assert source in report["cost_model"]
+        assert report["trajectory_match"] is True  # same positions, same τ: same steps
+        assert report["simulated"]["steps"] == report["measured"]["steps"] == n_steps
+        assert report["simulated"]["tokens"] == report["measured"]["tokens"]
+        for key in ("throughput", "step_latency_mean", "decode_step_latency_mean"):
+            assert np.isfinite(report["relative_error"][key])
+    files = []  # external profiles, one per role (the live passes, three times each)
+    for role in ("draft", "target"):
+        files.append(str(tmp_path / f"{role}.csv"))
+        pd.concat([profile[profile["role"] == role]] * 3).to_csv(files[-1], index=False)
+    sim_out = tmp_path / "sim"
+    code, stdout, err = run_cli(capsys, "validate", str(out), "--profile", *files,
+                                "--overhead", "0", "--out", str(sim_out))
+    assert code == 0, err
+    assert "throughput" in stdout and "rel. error" in stdout
+    saved = json.loads((sim_out / "validate.json").read_text())
+    assert saved["overhead_per_step"] == 0 and "target.csv" in saved["cost_model"]
+    assert (sim_out / "steps.parquet").is_file()
+
+
+def test_validate_reproduces_the_trajectory_at_temperature_zero(pair, tmp_path):
+    models = load_saved_pair(pair)
+    result = run_live(*models, IDS, LiveConfig(max_new_tokens=9, policy="fixed", k=3))
+    write_live(result, tmp_path / "live", {"models": {}})
+    report = validate(tmp_path / "live")
+    assert report["trajectory_match"] is True
+    assert report["simulated"]["mal"] == pytest.approx(result.summary["mal"])
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["live", "--draft", "/no/such/draft", "--target", "/no/such/target", "--prompts",
+      "default:2", "--out", "OUT"], "draft model /no/such/draft"),
+    (["live", "--draft", "D", "--target", "T", "--prompts", "/no/such/prompts.jsonl", "--out",
+      "OUT", "--policy", "nope"], "--policy"),
+    (["validate", "/no/such/live_dir"], "LIVE_DIR /no/such/live_dir"),
+])
+def test_bad_paths_are_one_line_errors_with_exit_2(args, needle, tmp_path, capsys):
+    args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in err
+
+
+def test_validate_of_a_directory_without_a_live_run_is_a_one_line_error(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "validate", str(tmp_path))
+    assert code == 2 and "live.json" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,97 @@
+"""Specification of ``specbatch cost fit`` and ``specbatch cost show``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specbatch.cli import main
+from tests.simulator.test_cost import synthetic_profile
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_fit_reports_cross_validated_mape_as_json(tmp_path, capsys):
+    path = tmp_path / "profile.parquet"
+    synthetic_profile().to_parquet(path)
+    code, out, _ = run(capsys, "cost", "fit", str(path), "--json")
+    assert code == 0
+    obj = json.loads(out)
+    assert set(obj["roles"]) == {"draft", "target"}
+    for role in ("draft", "target"):
+        assert 0 <= obj["cv_mape"][role] < 0.03
+        assert obj["roles"][role]["rows"] == 120
+        assert all(v >= 0 for v in obj["roles"][role]["coefficients"].values())
+
+
+def test_fit_prints_a_readable_summary(tmp_path, capsys):
+    path = tmp_path / "profile.csv"
+    synthetic_profile().to_csv(path, index=False)
+    code, out, _ = run(capsys, "cost", "fit", str(path), "--folds", "3")
+    assert code == 0
+    assert "target vicuna-33b: 120 rows, 3-fold CV MAPE" in out
+    assert "draft" in out and "const" in out
+
+
+def test_fit_of_a_bad_profile_is_a_one_line_error(tmp_path, capsys):
+    path = tmp_path / "bad.csv"
+    synthetic_profile().drop(columns=["latency_s"]).to_csv(path, index=False)
+    code, out, err = run(capsys, "cost", "fit", str(path))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "bad.csv" in err and "column latency_s" in err
+
+
+def test_show_prints_the_roofline_across_batches(capsys):
+    code, out, _ = run(capsys, "cost", "show", "--hardware", "h100", "--target", "vicuna-33b",
+                       "--draft", "vicuna-68m")
+    assert code == 0
+    assert "memory" in out and "prefill" in out and "KV capacity" in out
+    assert len([line for line in out.splitlines() if line.strip()[:1].isdigit()]) == 6
+
+
+def test_show_json_is_monotone_in_batch(capsys):
+    code, out, _ = run(capsys, "cost", "show", "--batch", "1", "64", "512", "--kv", "512",
+                       "--json")
+    assert code == 0
+    obj = json.loads(out)
+    rows = obj["rows"]
+    assert [r["batch"] for r in rows] == [1, 64, 512]
+    for key in ("draft_s", "target_decode_s", "target_verify_s"):
+        assert rows[0][key] < rows[1][key] < rows[2][key]
+    assert 0.018 < rows[0]["target_decode_s"] < 0.030
+    assert obj["overhead_s"] > 0 and obj["prefill_s"] > rows[0]["target_decode_s"]
+
+
+def test_show_with_a_profiled_model(tmp_path, capsys):
+    path = tmp_path / "profile.csv"
+    synthetic_profile().to_csv(path, index=False)
+    code, out, _ = run(capsys, "cost", "show", "--cost", "profiled", "--profile", str(path),
+                       "--batch", "8", "--json")
+    assert code == 0
+    assert json.loads(out)["rows"][0]["target_verify_s"] > 0
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["cost", "show", "--hardware", "tpu"], "hardware 'tpu'"),
+    (["cost", "show", "--kv", "-1"], "--kv -1"),
+    (["cost", "show", "--target", "vicuna-33b", "--tp", "8"], "52 attention heads"),
+    (["cost", "show", "--cost", "profiled"], "profile"),
+    (["cost", "fit", "missing.csv"], "no such file"),
+])
+def test_bad_arguments_exit_2_with_one_line(capsys, argv, match):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert match in err and err.count("\n") == 1
+
+
+def test_help_has_examples(capsys):
+    for argv in (["cost", "--help"], ["cost", "fit", "--help"], ["cost", "show", "--help"]):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 0
+        assert "example:" in capsys.readouterr().out

@@ -1,0 +1,73 @@
+"""A tiny draft/target pair for live tests: a random Llama target and a noisy copy as draft."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+TEXT = ("def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the lazy dog. "
+        "class Point:\n    def __init__(self, x, y):\n        self.x = x\n") * 4
+PROMPTS = ["def add(a, b):", "The quick brown fox", "class Point:\n",
+           "jumps over the lazy dog and the", "return a"]
+# token ids of different lengths (padding holes are exercised)
+IDS = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14], [20], [30, 31, 32, 33], [40, 41]]
+
+
+def save_pair(out: Path) -> tuple[str, str]:
+    """Tiny random Llama target (2 layers, hidden 64) and a draft = the target with noise on
+    every weight, so the draft agrees with the target often but not always."""
+    import torch
+    from specbatch.traces.zoo import train_tokenizer
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = train_tokenizer([TEXT], 300)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, tie_word_embeddings=False,
+                         bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.eos_token_id)
+    target = LlamaForCausalLM(config)
+    with torch.no_grad():
+        target.get_output_embeddings().weight.mul_(8.0)  # peaked rows
+    draft = LlamaForCausalLM(config)
+    draft.load_state_dict(target.state_dict())
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(0.02 * torch.randn_like(p) * p.abs().mean())
+    paths = []
+    for role, model in (("draft", draft), ("target", target)):
+        model.save_pretrained(out / role)
+        tok.save_pretrained(out / role)
+        paths.append(str(out / role))
+    return paths[0], paths[1]
+
+
+def load_saved_pair(paths: tuple[str, str]):
+    """(draft, target) models of :func:`save_pair`'s directories."""
+    from specbatch.traces.capture import load_pair
+
+    _, draft, target = load_pair(*paths)
+    return draft, target
+
+
+@contextmanager
+def one_torch_thread():
+    """One torch thread: tiny models gain nothing from more, and the machine is shared."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_cli(capsys, *args) -> tuple[int, str, str]:
+    """``specbatch ARGS``: (exit code, stdout, stderr)."""
+    from specbatch.cli import main
+
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

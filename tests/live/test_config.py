@@ -1,0 +1,25 @@
+"""Live settings: the draft depth is the policy class's, and bad settings name their flag."""
+
+from __future__ import annotations
+
+import pytest
+from specbatch.live.config import LiveConfig
+from specbatch.simulator.config import policy_depth
+
+from specbatch.errors import SpecbatchError
+
+
+@pytest.mark.parametrize("policy,k,extra,depth", [("fixed", 3, 5, 3), ("tetris", 2, 2, 4)])
+def test_depth_is_the_policy_class_required_depth(policy, k, extra, depth):
+    cfg = LiveConfig(policy=policy, k=k, extra=extra)
+    assert cfg.depth == depth == policy_depth(cfg.sim_config(4))
+
+
+@pytest.mark.parametrize("changes,flag", [
+    ({"policy": "oracle"}, "--policy"), ({"verify": "tree"}, "--verify"), ({"k": 0}, "--k"),
+    ({"extra": -1}, "--extra"), ({"temperature": -1.0}, "--temperature"),
+    ({"seed": -1}, "--seed"), ({"policy": "tetris", "k": 40, "extra": 40}, "--k/--extra"),
+])
+def test_bad_settings_are_one_line_errors_naming_the_flag(changes, flag):
+    with pytest.raises(SpecbatchError, match=flag):
+        LiveConfig(**changes).check()

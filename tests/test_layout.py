@@ -1,0 +1,70 @@
+"""The package layout as a specification: one installed namespace and one import direction.
+
+``cli -> analysis -> live -> simulator -> traces -> theory -> errors``: a module may import
+its own package and the packages to its right, never one to its left (DESIGN.md). The live
+loop sits above the simulator because it reuses the simulator's policies.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+ROOT = Path(__file__).resolve().parents[1]
+ORDER = ("errors", "theory", "traces", "simulator", "live", "analysis", "cli")
+FOLDERS = {"theory": "theory", "traces": "traces", "simulator": "simulator", "live": "live",
+           "analysis": "analysis", "cli": "specbatch/cli"}
+BARE = {"theory", "traces", "simulator", "analysis", "live"}
+
+
+def _modules():
+    for package, folder in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            yield package, path
+    yield "errors", ROOT / "specbatch" / "errors.py"
+
+
+def _imported(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "specbatch" or len(parts) < 2:
+        return None
+    return parts[1] if parts[1] in ORDER else None
+
+
+@pytest.mark.parametrize("package, path", list(_modules()), ids=lambda v: str(v))
+def test_imports_follow_the_dependency_direction(package, path):
+    rank = ORDER.index(package)
+    for module in _imported(path):
+        assert module.split(".")[0] not in BARE, f"{path}: bare import {module!r} (use specbatch.*)"
+        layer = _layer(module)
+        if layer is not None:
+            assert ORDER.index(layer) <= rank, (
+                f"{path.relative_to(ROOT)} ({package}) imports {module} ({layer}): against "
+                f"{' -> '.join(reversed(ORDER))}")
+
+
+def test_every_package_folder_installs_under_specbatch():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = config["packages"]
+    assert all(p == "specbatch" or p.startswith("specbatch.") for p in packages)
+    mapped = set(config["package-dir"].values())
+    folders = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()} - {"tests"}
+    assert folders <= mapped, f"folders not installed under specbatch: {folders - mapped}"
+    assert set(config["package-dir"]) <= set(packages)

