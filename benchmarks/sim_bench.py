@@ -15,14 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from specbatch.simulator.config import load_config  # noqa: E402
-from specbatch.simulator.run import build_cost, simulate  # noqa: E402
+from specbatch.simulator.config import load_config
+from specbatch.simulator.run import build_cost, simulate
 
 
 def load_bench_trace():

@@ -44,15 +44,11 @@ import itertools
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/...` from root
-
-from specbatch.theory.verify_torch import verify_torch  # noqa: E402
+from specbatch.theory.verify_torch import verify_torch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FULL_GRID = {"batch": (64, 256), "gamma": (4, 8), "vocab": (49152, 128256),

@@ -114,7 +114,7 @@ def load_smollm2():
 
 
 def test_smollm2_shape_matches_the_converted_model():
-    from traces.shapes import get_shape
+    from specbatch.traces.shapes import get_shape
 
     shape = get_shape("smollm2-135m")
     # the parameter count of the float32 model converted from the GGUF (embedding tied)

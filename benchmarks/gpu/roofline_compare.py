@@ -17,16 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from simulator.cost import RooflineCost, read_profile  # noqa: E402
-from simulator.hardware import get_hardware  # noqa: E402
-from traces.shapes import get_shape  # noqa: E402
+from specbatch.simulator.cost import RooflineCost, read_profile
+from specbatch.simulator.hardware import get_hardware
+from specbatch.traces.shapes import get_shape
 
 CELLS = ((1, 1, 512), (64, 1, 512), (256, 1, 512), (1, 4, 512), (64, 4, 512), (256, 4, 512))
 

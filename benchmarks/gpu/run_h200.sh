@@ -64,24 +64,29 @@ mkdir -p "$OUT" "$WORK"
 say() { echo "[run_h200 $(date -u +%H:%M:%S)] $*"; }
 
 REQUIRED="torch transformers pandas pyarrow tokenizers tqdm scipy numpy"
-has_imports() {  # has_imports PYTHON: the project's runtime imports work with PYTHONPATH=$ROOT
-    PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$1" -c "
+has_imports() {  # has_imports PYTHON: the project's runtime imports work (specbatch installed)
+    "$1" -c "
 import importlib, sys
-for name in '$REQUIRED'.split() + ['analysis.cli']:
+for name in '$REQUIRED'.split() + ['specbatch.cli']:
     importlib.import_module(name)
 " >/dev/null 2>&1
 }
 
 ensure_env() {
-    # 1. $PY if given; 2. an existing .venv; 3. the system python3 (the device image's python3
-    # holds a CUDA torch, transformers, pandas, pyarrow: no install needed, and the device has
-    # no network, so `pip install -e .[dev]` could not fetch cvxpy/highspy/ruff there anyway);
-    # 4. a new venv (--system-site-packages when the system torch has CUDA) + pip install -e .
+    # 1. $PY if given; 2. an existing .venv; 3. the system python3 with specbatch importable;
+    # 4. the system python3 after an offline editable install of the project alone (the device
+    # image's python3 holds a CUDA torch, transformers, pandas, pyarrow; the device has no
+    # network, so `pip install -e .[dev]` could not fetch cvxpy/highspy/ruff there, and no step
+    # needs them); 5. a new venv (--system-site-packages when the system torch has CUDA).
     if [ -n "${PY:-}" ]; then
         :
     elif [ -x .venv/bin/python ] && has_imports .venv/bin/python; then
         PY=.venv/bin/python
     elif has_imports python3; then
+        PY=python3
+    elif python3 -c "import torch, transformers" >/dev/null 2>&1 \
+            && python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . \
+                >/dev/null 2>&1 && has_imports python3; then
         PY=python3
     else
         say "no Python with: $REQUIRED; creating .venv"
@@ -94,8 +99,7 @@ ensure_env() {
         .venv/bin/python -m pip install -q -e ".[dev]"
         PY=.venv/bin/python
     fi
-    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-    SB=("$PY" -m analysis)  # = the `specbatch` entry point, without needing an install
+    SB=("$PY" -m specbatch)  # = the `specbatch` entry point
     if [ "$DEVICE" != cpu ]; then
         "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
             say "DEVICE=$DEVICE but $PY's torch sees no CUDA device"; exit 3; }
@@ -270,7 +274,7 @@ step_smollm2() {
     local dev=(--device "$DEVICE") distill_s=${DISTILL_S:-180} layers=${DISTILL_LAYERS:-2,4}
     local dargs=(--seq-len 512 --batch 32 --site-chars 30000000 --log-every 200)
     local aargs=(--windows 32) cap_n=${SMOL_CAPTURE_N:-256} cap_new=128 cap_bs=128
-    # live: equal-length prompts (analysis/live.py's static-batch caveat): the default:64
+    # live: equal-length prompts (the live loop's static-batch caveat, live/loop.py): the default:64
     # prompts are 51-343 SmolLM2 tokens, --max-prompt-tokens 48 keeps the last 48 of each
     local live_n=${LIVE_N:-64} live_new=${LIVE_NEW:-128} lextra=(--grid-repeats 5)
     local live_prompt=${LIVE_PROMPT_TOKENS:-48}

@@ -45,7 +45,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # `python benchmarks/gpu/smollm2.py` from anywhere
 
 META_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
               "chat_template.jinja")
@@ -277,9 +276,8 @@ def cmd_distill(args) -> dict:
     """Distil one draft per ``--layers`` entry, all on the same batches: one target forward per
     step feeds every draft's KL loss (each draft has its own optimizer), so two drafts cost
     about 1.5 single-draft steps per step, not 2."""
+    from specbatch.traces.prompts import stdlib_documents
     from transformers import AutoTokenizer
-
-    from traces.prompts import stdlib_documents
 
     device = pick_device(args.device)
     torch.manual_seed(args.seed)
@@ -380,7 +378,7 @@ def cmd_rebuild(args) -> dict:
 # ----------------------------------------------------------------------------- acceptance
 def heldout_windows(tokenizer, kind: str, seq: int, count: int) -> torch.Tensor:
     """``count`` evenly spaced windows of ``seq`` tokens of the held-out stdlib ``kind``."""
-    from traces.prompts import stdlib_documents
+    from specbatch.traces.prompts import stdlib_documents
 
     stream = token_stream(tokenizer, stdlib_documents(kind, "heldout"))
     count = max(1, min(count, len(stream) // seq))
@@ -411,7 +409,7 @@ def compare(target_logits, draft_logits, windows, device) -> dict:
 
 def latency_probe(path, device, batches=(1, 64), kv=256, query=(1, 4)) -> dict:
     """Median eager bf16 (CUDA) forward seconds per (batch, query) on ``kv`` cached tokens."""
-    from traces.profile import ProfileGrid, profile_model
+    from specbatch.traces.profile import ProfileGrid, profile_model
 
     dtype = "bfloat16" if device.type == "cuda" else "float32"
     grid = ProfileGrid(batch_sizes=tuple(batches), query_tokens=tuple(query), kv_tokens=(kv,),
