@@ -66,6 +66,8 @@ META_FILE = "meta.json"
 REQUESTS_FILE = "requests.parquet"
 POSITIONS_GLOB = "positions-*.parquet"
 
+#: Names that stand for a bundled trace: ``default`` is the real-model trace.
+ALIASES = {"default": "smollm2"}
 BUNDLED_DIR = Path(__file__).resolve().parent / "data"
 
 
@@ -158,17 +160,20 @@ def write_trace(trace: Trace, path: str | os.PathLike, float_dtype: str = "float
 
 
 def resolve_trace(name_or_path: str | os.PathLike) -> str:
-    """Map ``"default"`` (or another bundled name under ``traces/data/``) or a path to a path.
+    """Map a bundled name under ``traces/data/`` (or an alias in :data:`ALIASES`, such as
+    ``"default"``) or a path to a path.
 
     An existing directory wins over a bundled name of the same spelling.
     """
     text = str(name_or_path)
     if Path(text).is_dir():
         return text
-    bundled = BUNDLED_DIR / text
-    if "/" not in text and os.sep not in text and bundled.is_dir():
-        return str(bundled)
+    if "/" not in text and os.sep not in text:
+        for name in (text, ALIASES.get(text)):
+            if name is not None and (BUNDLED_DIR / name).is_dir():
+                return str(BUNDLED_DIR / name)
     names = sorted(p.name for p in BUNDLED_DIR.iterdir() if p.is_dir()) if BUNDLED_DIR.is_dir() else []
+    names += [f"{alias} (= {name})" for alias, name in ALIASES.items()]
     raise SpecbatchError(f"trace {text}: expected a trace directory or a bundled trace name "
                          f"({', '.join(names) or 'none bundled yet'}), got neither")
 

@@ -1,7 +1,7 @@
 """Bundled sweep specs (TOML, format in :mod:`analysis.sweep`).
 
 - ``tetris.toml``: TETRIS vs standard SD (fixed k = 1..6) vs DSD vs ``ar`` on the
-  temperature-0 bundled trace (``default-t0``) in the TETRIS paper's setting (512 requests
+  temperature-0 bundled trace (``tiny-t0``) in the TETRIS paper's setting (512 requests
   at once, 64 running, Vicuna-33B-shaped target on one H100, roofline cost model, token
   verification); the report prints our relative throughput and e2e latency beside the
   paper's.

@@ -342,7 +342,7 @@ def test_batched_reference_generation_equals_one_request_at_a_time(loaded, tempe
 def test_bundled_traces_are_valid_and_record_how_they_were_made():
     from specbatch.traces.format import resolve_trace
 
-    for name, temperature in (("default", 1.0), ("default-t0", 0.0)):
+    for name, temperature in (("tiny", 1.0), ("tiny-t0", 0.0)):
         path = Path(resolve_trace(name))
         trace = read_trace(path)
         assert trace.n_requests >= 200 and trace.K == 8 and trace.temperature == temperature
@@ -354,6 +354,19 @@ def test_bundled_traces_are_valid_and_record_how_they_were_made():
         assert meta["remake"][1] == meta["command"] and "specbatch capture" in meta["command"]
         assert meta["zoo"]["target_heldout_loss"] < meta["zoo"]["draft_heldout_loss"]
         assert meta["models"]["target"]["params"] > 5 * meta["models"]["draft"]["params"]
+
+
+def test_the_default_trace_is_the_real_smollm2_pair():
+    from specbatch.traces.format import resolve_trace
+
+    path = Path(resolve_trace("default"))
+    assert path.name == "smollm2"
+    trace = read_trace(path)
+    assert trace.n_rows >= 20_000 and trace.K == 8 and trace.status == "complete"
+    assert trace.meta["models"]["target"]["shape"] == {
+        "layers": 30, "hidden": 576, "heads": 9, "kv_heads": 3, "intermediate": 1536,
+        "vocab": 49152}
+    assert sum(f.stat().st_size for f in path.iterdir()) <= 20 * 2**20
 
 
 def test_chat_template_wraps_the_prompt_as_a_user_turn(loaded):
