@@ -86,6 +86,7 @@ def profile_grid(draft, target, names: tuple[str, str], cells: dict, device: str
     model fitted to it is out-of-sample for that run."""
     import statistics
 
+    import torch
     from specbatch.traces.profile import PROFILE_COLUMNS
 
     rows = []
@@ -95,5 +96,6 @@ def profile_grid(draft, target, names: tuple[str, str], cells: dict, device: str
             rows.append({"model": name, "role": role, "device": device, "dtype": dtype,
                          "batch_size": b, "query_tokens": q, "kv_tokens": kv,
                          "latency_s": statistics.median(times), "repeats": repeats,
-                         "latency_min_s": min(times), "latency_max_s": max(times)})
+                         "latency_min_s": min(times), "latency_max_s": max(times),
+                         "threads": torch.get_num_threads()})
     return pd.DataFrame(rows, columns=list(PROFILE_COLUMNS))

@@ -142,13 +142,17 @@ def _canonical(values: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+#: How an error message names the value a field of each type expects.
+KIND_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
 def coerce(name: str, value: Any, where: str = "config") -> Any:
     """Convert ``value`` to field ``name``'s type (strings from the CLI included)."""
     kind = FIELD_TYPES[name]
     if value is None or (isinstance(value, str) and value.lower() == "none" and name in OPTIONAL):
         if name in OPTIONAL:
             return None
-        raise SpecbatchError(f"{where}: field {name}: expected a {kind.__name__}, got none")
+        raise SpecbatchError(f"{where}: field {name}: expected {KIND_WORDS[kind]}, got none")
     try:
         if kind is bool:
             if isinstance(value, str):
@@ -176,7 +180,7 @@ def coerce(name: str, value: Any, where: str = "config") -> Any:
         return value
     except (TypeError, ValueError):
         raise SpecbatchError(
-            f"{where}: field {name}: expected a {kind.__name__}, got {value!r}") from None
+            f"{where}: field {name}: expected {KIND_WORDS[kind]}, got {value!r}") from None
 
 
 def make_config(values: dict[str, Any], where: str = "config") -> SimConfig:
@@ -212,6 +216,10 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> SimConfig:
         values.update(_canonical(data, where))
     values.update(_canonical({k: v for k, v in overrides.items()}, "overrides"))
     return make_config(values, where)
+
+
+#: Policies that never draft beyond k, so a nonzero ``extra`` would be silently ignored.
+NO_EXTRA_POLICIES = ("ar", "fixed", "dsd")
 
 
 def _fail(where: str, name: str, expected: str, got: Any) -> None:
@@ -271,6 +279,17 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
         get_hardware(c.hardware)  # the preset lookup accepts any case and its aliases
     except SpecbatchError:
         _fail(where, "hardware", f"one of {', '.join(sorted(HARDWARE))}", c.hardware)
+
+
+def check_extra_applies(c: SimConfig, where: str = "config") -> None:
+    """Refuse ``extra`` > 0 with a policy that never drafts beyond k (one run's settings).
+
+    Not part of :func:`validate_config`: a sweep grid over policy x extra legitimately
+    pairs those policies with an e they ignore.
+    """
+    if c.extra and c.policy in NO_EXTRA_POLICIES:
+        _fail(where, "extra", f"0 for policy {c.policy} (e widens the drafts of budgeted "
+              "policies only; it would be ignored)", c.extra)
 
 
 def validate_against_trace(c: SimConfig, trace: Any, max_footprint: int | None = None) -> None:

@@ -36,6 +36,7 @@ from specbatch.traces.positions import (
 from specbatch.traces.prompts import Prompt
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.io import prepare_output_dir
 
 __all__ = [
     "CaptureConfig", "append_path_stats", "capture", "capture_positions", "capture_request",
@@ -198,7 +199,7 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
     run = _start_run(out, resume, _fingerprint(prompts, cfg, draft_path, target_path), cfg,
                      len(prompts))
     cfg = run["cfg"]
-    out.mkdir(parents=True, exist_ok=True)
+    prepare_output_dir(out, allow_existing=True)  # non-empty only when resuming (checked above)
     torch.manual_seed(cfg.seed)
     tokenizer, draft, target = load_pair(draft_path, target_path, device, dtype)
     meta = _capture_meta(cfg, tokenizer, (draft, draft_path), (target, target_path), device,
@@ -276,6 +277,8 @@ def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, de
 
     draft, target: ``(model, path)`` pairs.
     """
+    import torch
+
     (draft_model, draft_path), (target_model, target_path) = draft, target
     zoo = _zoo_provenance(draft_path, target_path)
     command = command or " ".join(sys.argv)
@@ -292,7 +295,7 @@ def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, de
         prompt_source=prompt_source, seeds={"seed": cfg.seed,
                                             "request_rng": "numpy.random.default_rng([seed, request_index])"},
         device=device, library_versions=_library_versions(),
-        command=command, capture=asdict(cfg) | {"dtype": dtype},
+        command=command, capture=asdict(cfg) | {"dtype": dtype, "threads": torch.get_num_threads()},
         **(extra_meta or {}))
 
 

@@ -17,7 +17,8 @@ of the largest cells may not fit a smaller GPU); the skipped cells are listed in
 frame's ``attrs``.
 
 Output rows (the DESIGN.md latency profile): ``model, role, device, dtype, batch_size,
-query_tokens, kv_tokens, latency_s, repeats, latency_min_s, latency_max_s``.
+query_tokens, kv_tokens, latency_s, repeats, latency_min_s, latency_max_s, threads`` (torch
+CPU threads of the measuring process: on CPU the latency depends on it).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from specbatch.errors import SpecbatchError, require
 from specbatch.io import atomic_write
 
 PROFILE_COLUMNS = ("model", "role", "device", "dtype", "batch_size", "query_tokens", "kv_tokens",
-                   "latency_s", "repeats", "latency_min_s", "latency_max_s")
+                   "latency_s", "repeats", "latency_min_s", "latency_max_s", "threads")
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,8 @@ def profile_model(model: str, grid: ProfileGrid, device: str = "cpu", dtype: str
         rows.append({"model": label, "role": role, "device": device, "dtype": dtype,
                      "batch_size": b, "query_tokens": q, "kv_tokens": kv,
                      "latency_s": statistics.median(times), "repeats": grid.repeats,
-                     "latency_min_s": min(times), "latency_max_s": max(times)})
+                     "latency_min_s": min(times), "latency_max_s": max(times),
+                     "threads": torch.get_num_threads()})
     frame = pd.DataFrame(rows, columns=list(PROFILE_COLUMNS))
     frame.attrs["max_cell_tokens"] = grid.max_cell_tokens
     frame.attrs["skipped_cells"] = [list(c) for c in skipped]  # [batch, query, kv] each
@@ -209,8 +211,10 @@ def profile_model(model: str, grid: ProfileGrid, device: str = "cpu", dtype: str
 
 
 def write_profile(frame, path: str | Path) -> None:
-    """Write a profile as Parquet (``.parquet``) or CSV (anything else), atomically."""
+    """Write a profile as Parquet (``.parquet``) or CSV (``.csv``), atomically."""
     path = Path(path)
+    require(path.suffix in (".parquet", ".csv"),
+            f"--out {path}: expected a file name ending in .parquet or .csv")
     if path.suffix == ".parquet":
         atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
     else:

@@ -32,7 +32,7 @@ from importlib import metadata
 from pathlib import Path
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.io import atomic_write, write_json
+from specbatch.io import atomic_write, prepare_output_dir, write_json
 
 CACHE_ENV = "SPECBATCH_CACHE"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -193,20 +193,6 @@ def check_gguf(path: str | os.PathLike, name: str | None = None) -> Path:
     return path
 
 
-def prepare_out(out: str | os.PathLike, force: bool) -> Path:
-    """An output folder that is new or empty (or ``force``), created before any long work."""
-    out = Path(out)
-    if out.exists():
-        require(out.is_dir(), f"--out {out}: exists and is not a directory")
-        require(force or not any(out.iterdir()),
-                f"--out {out}: directory is not empty (pass --force to overwrite)")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SpecbatchError(f"--out {out}: cannot create the directory ({exc.strerror})") from None
-    return out
-
-
 def convert_gguf(gguf: str | os.PathLike, out: str | os.PathLike, force: bool = False,
                  name: str | None = None, dtype: str = "float32") -> dict:
     """Dequantise a GGUF into a plain Hugging Face folder and return its ``specbatch.json``."""
@@ -214,7 +200,7 @@ def convert_gguf(gguf: str | os.PathLike, out: str | os.PathLike, force: bool = 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = check_gguf(gguf, name)
-    out = prepare_out(out, force)
+    out = prepare_output_dir(out, force=force)
     folder, file = str(gguf.parent), gguf.name
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file,
@@ -303,7 +289,7 @@ def derive_layers(source: str | os.PathLike, out: str | os.PathLike, keep: str |
         dropped = set(parse_layers(drop, n, "--drop"))
         layers = [i for i in range(n) if i not in dropped]
         require(bool(layers), f"--drop {drop}: would drop every layer")
-    out = prepare_out(out, force)
+    out = prepare_output_dir(out, force=force)
     state = _subset_state(_load_state(source), layers)
     for key, value in list(config.items()):
         if isinstance(value, list) and len(value) == n and key != "architectures":

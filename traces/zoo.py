@@ -33,7 +33,7 @@ import numpy as np
 from specbatch.traces.prompts import stdlib_documents
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.io import write_json
+from specbatch.io import prepare_output_dir, write_json
 
 EOS = "<|endoftext|>"
 
@@ -280,8 +280,7 @@ def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[s
     cfg = get_zoo_size(size)
     steps = cfg.steps if steps is None else steps
     _check_train_args(steps, max_seconds, max_steps, dtype, device)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output_dir(out, allow_existing=True)  # the CLI refuses non-empty ones
     torch.manual_seed(seed)
     torch.set_num_threads(threads or 1)
     say = log or (lambda msg: None)

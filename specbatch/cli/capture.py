@@ -6,7 +6,14 @@ import argparse
 import shlex
 import sys
 
-from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.cli.common import (
+    PROMPTS_HELP,
+    add_json_flag,
+    add_threads_flag,
+    emit,
+    example,
+    set_threads,
+)
 from specbatch.traces.prompts import resolve_prompts
 
 
@@ -26,9 +33,10 @@ def register(subparsers) -> None:
     p.add_argument("--draft", required=True, help="local HF model directory of the draft Ms")
     p.add_argument("--target", required=True, help="local HF model directory of the target Mb")
     p.add_argument("--prompts", required=True,
-                   help="JSONL ({\"prompt\": ...}), ShareGPT-style JSON, or text (one per line); "
-                        "or default:N[:SEED] for N code+prose prompts cut from held-out stdlib text")
-    p.add_argument("--out", required=True, help="trace directory to write")
+                   help=PROMPTS_HELP + " (random:N:LEN token ids are live-only: a capture "
+                        "records what the models think of real text)")
+    p.add_argument("--out", required=True,
+                   help="trace directory to write (new or empty; non-empty only with --resume)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="reference output length cap")
     p.add_argument("--depth", type=int, default=8, help="K, drafted tokens per position")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature T (0: greedy)")
@@ -45,19 +53,19 @@ def register(subparsers) -> None:
     p.add_argument("--chunk-requests", type=int, default=8, help="requests per positions file")
     p.add_argument("--store-dtype", default="float64", choices=["float64", "float32"],
                    help="on-disk precision of the float columns (float32: half the size)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    add_threads_flag(p)
+    p.add_argument("--chat-template", action="store_true",
+                   help="wrap each prompt as a user turn of the target tokenizer's chat template "
+                        "(instruction-tuned targets); recorded in meta.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_json_flag(p)
     p.set_defaults(func=_capture)
 
 
 def _capture(args) -> int:
-    import torch
-
     from specbatch.traces.capture import CaptureConfig, capture
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads, args.device)
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
     prompts, source = resolve_prompts(args.prompts, args.limit)
@@ -65,7 +73,8 @@ def _capture(args) -> int:
                         temperature=args.temperature, seed=args.seed, batch_size=args.batch_size,
                         max_prompt_tokens=args.max_prompt_tokens,
                         stop_at_eos=not args.no_stop_at_eos, chunk_requests=args.chunk_requests,
-                        store_dtype=args.store_dtype)
+                        store_dtype=args.store_dtype,
+                        chat_template=args.chat_template)
     command = "specbatch " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     meta = capture(args.draft, args.target, prompts, args.out, cfg, device=args.device,
                    dtype=args.dtype, resume=args.resume, progress=not args.no_progress,

@@ -9,7 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specbatch.errors import require
 from specbatch.io import dumps
+
+#: ``--help`` of the shared ``--threads`` flag.
+THREADS_HELP = ("torch CPU threads (default 1 on CPU: every core of a shared machine made "
+                "steps 10-50x slower and the timings noisy; on CUDA torch's default)")
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -29,7 +34,34 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     """The shared ``--json`` flag: one JSON object on stdout and nothing else."""
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
+#: ``--help`` of ``--prompts``: the text sources every command that runs models accepts.
+PROMPTS_HELP = ("a prompts file: JSONL ({\"prompt\": ...} per line), ShareGPT-style JSON or "
+                "text (one prompt per line); or default:N[:SEED]: N code+prose prompts cut from "
+                "held-out stdlib text")
 
+
+def plural(n: int, word: str) -> str:
+    """``1 run``, ``2 runs``: a count with its noun in the right number."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def add_threads_flag(parser: argparse.ArgumentParser) -> None:
+    """The shared ``--threads N`` flag of the commands that run models (see :func:`set_threads`)."""
+    parser.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
+
+
+def set_threads(threads: int | None, device: str) -> int:
+    """Set torch's CPU thread count and return it (recorded in every output's metadata).
+
+    ``threads`` when given; otherwise 1 on CPU, so measurements on a shared machine are not
+    slowed down by oversubscription, and torch's own default on CUDA.
+    """
+    import torch
+
+    require(threads is None or threads >= 1, f"--threads: expected N >= 1, got {threads}")
+    if threads is not None or not device.startswith("cuda"):
+        torch.set_num_threads(threads or 1)
+    return torch.get_num_threads()
 
 
 def emit(obj: dict, as_json: bool, text: str | None = None) -> None:

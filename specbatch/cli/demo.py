@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from specbatch.analysis.demo import plan_demo, run_demo
-from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.cli.common import add_json_flag, emit, example, plural
+from specbatch.io import prepare_output_dir
 
 DEFAULT_OUT = "specbatch-demo"
 
@@ -77,13 +78,15 @@ def headline_text(table) -> str:
 def run_demo_command(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     plan = plan_demo(args.trace, args.quick, args.seeds)
+    prepare_output_dir(args.out, allow_existing=True)  # reused on rerun: runs are stored
     if not args.json:
         base = plan.base
         sys.stderr.write(
             f"specbatch demo: trace {plan.trace}\n"
             f"  {base['requests']} requests at once, {base['max_num_seqs']} running, roofline "
-            f"H100, target {base['target']}, draft {base['draft']}, {len(plan.spec.seeds)} "
-            f"seed(s), {args.workers} worker(s) -> {args.out}/\n")
+            f"H100, target {base['target']}, draft {base['draft']}, "
+            f"{plural(len(plan.spec.seeds), 'seed')}, {plural(args.workers, 'worker')} -> "
+            f"{args.out}/\n")
     done = run_demo(plan, args.out, workers=args.workers, fmt=args.format,
                     progress=not args.json)
     outcome, table = done.outcome, done.headline
@@ -95,9 +98,9 @@ def run_demo_command(args: argparse.Namespace) -> int:
     }
     text = (
         f"Best setting of each policy and verifier (by throughput; mean over "
-        f"{len(plan.spec.seeds)} seed(s); latency in seconds):\n\n{headline_text(table)}\n\n"
+        f"{plural(len(plan.spec.seeds), 'seed')}; latency in seconds):\n\n{headline_text(table)}\n\n"
         f"trace: {plan.trace}\n"
-        f"{outcome.total} runs ({outcome.computed} computed, {outcome.reused} reused) in "
+        f"{plural(outcome.total, 'run')} ({outcome.computed} computed, {outcome.reused} reused) in "
         f"{elapsed:.1f} s\nreport: {done.report}\ntable:  {Path(args.out) / 'results.parquet'}"
     )
     emit(result, args.json, text)

@@ -8,7 +8,20 @@ import argparse
 import shlex
 import sys
 
-from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.cli.common import (
+    PROMPTS_HELP,
+    add_json_flag,
+    add_threads_flag,
+    emit,
+    example,
+    set_threads,
+)
+from specbatch.io import check_output_dir, prepare_output_dir
+
+#: A live run on the tiny zoo pair whose output the ``validate`` examples read.
+_LIVE_EXAMPLE = ("specbatch live --draft /tmp/zoo/draft --target /tmp/zoo/target "
+                 "--prompts default:16 --max-new-tokens 32 --policy tetris --k 3 --extra 1 "
+                 "--verify block --profile-grid --out /tmp/live")
 
 
 def register(subparsers) -> None:
@@ -26,9 +39,8 @@ def _register_live(subparsers) -> None:
                     "summary.json, a manifest (live.json), a per-pass latency profile and a "
                     "trace of the visited positions so `specbatch validate` can replay it.",
         epilog=example(
-            "specbatch live --draft /tmp/zoo/draft --target /tmp/zoo/target "
-            "--prompts default:16 --max-new-tokens 32 --policy tetris --k 3 --extra 1 "
-            "--verify block --out /tmp/live",
+            "specbatch zoo train --out /tmp/zoo --size tiny",
+            _LIVE_EXAMPLE,
             "specbatch live --target llama-3.1-8b --draft llama-3.2-1b --prompts random:64:256 "
             "--max-new-tokens 128 --temperature 1 --device cuda --dtype bfloat16 --out /tmp/l8b",
             "specbatch validate /tmp/live"),
@@ -39,8 +51,8 @@ def _register_live(subparsers) -> None:
     p.add_argument("--target", required=True,
                    help="local HF model directory of the target Mb, or a shape name")
     p.add_argument("--prompts", required=True,
-                   help="JSONL/JSON/text prompts file, default:N[:SEED] (stdlib held-out text), "
-                        "or random:N:LEN[:SEED] (random token ids; needed for shape names)")
+                   help=PROMPTS_HELP + "; or random:N:LEN[:SEED]: N prompts of LEN uniform "
+                        "random token ids (the only source for shape names: no tokenizer)")
     _add_run_flags(p)
     p.set_defaults(func=_live)
 
@@ -72,7 +84,7 @@ def _add_run_flags(p) -> None:
                    help="after the run, also profile both models on the run's (batch, query, KV) "
                         "grid into OUT/profile_grid.csv (validate's out-of-sample cost model)")
     p.add_argument("--grid-repeats", type=int, default=5, help="timed passes per grid cell")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    add_threads_flag(p)
     p.add_argument("--out", required=True, help="output directory")
     add_json_flag(p)
 
@@ -88,9 +100,10 @@ def _register_validate(subparsers) -> None:
                     "the cost model is fitted to LIVE_DIR/profile_grid.csv (from `live "
                     "--profile-grid`: out-of-sample) when present, else to the live run's own "
                     "passes (in-sample).",
-        epilog=example("specbatch validate /tmp/live",
-                       "specbatch validate /tmp/live --profile traces/data/profiles/h200.csv "
-                       "--target-model llama-3.1-8b --draft-model llama-3.2-1b --json"),
+        epilog=example("specbatch zoo train --out /tmp/zoo --size tiny", _LIVE_EXAMPLE,
+                       "specbatch validate /tmp/live",
+                       "specbatch validate /tmp/live --profile /tmp/live/profile_grid.csv "
+                       "--out /tmp/live-sim --json"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     v.add_argument("live_dir", metavar="LIVE_DIR", help="output directory of `specbatch live`")
     v.add_argument("--profile", nargs="+", default=None, metavar="FILE",
@@ -113,19 +126,17 @@ def _register_validate(subparsers) -> None:
 
 
 def _live(args) -> int:
-    import torch
-
     from specbatch.live.loop import run_live
     from specbatch.live.models import load_models
     from specbatch.live.record import write_live
 
     cfg = _live_config(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    threads = set_threads(args.threads, args.device)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     prompts = None if args.prompts.startswith("random:") else _text_prompts(args)
+    prepare_output_dir(args.out, allow_existing=True)  # before loading and running models
     tok, draft, target, identities = load_models(args.draft, args.target, args.device,
                                                  args.dtype, args.seed, args.layers)
     ids, categories, source = _prompt_ids(args, prompts, tok, target)
@@ -136,7 +147,7 @@ def _live(args) -> int:
     manifest = {
         "command": "specbatch " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "models": identities, "prompts": args.prompts, "prompt_source": source,
-        "categories": categories, "warmup": args.warmup, "threads": torch.get_num_threads(),
+        "categories": categories, "warmup": args.warmup, "threads": threads,
         "layers_override": args.layers,
         "profile_grid": {"cells": "specbatch.live.profile_grid.grid_cells", "warmup": 2,
                          "repeats": args.grid_repeats} if args.profile_grid else None,
@@ -145,7 +156,7 @@ def _live(args) -> int:
     if args.profile_grid:
         _profile_grid(args, cfg, ids, draft, target, names)
     s = result.summary
-    emit({"out": args.out} | {key: s[key] for key in _PRINTED}, args.json)
+    emit({"out": args.out, "threads": threads} | {key: s[key] for key in _PRINTED}, args.json)
     return 0
 
 
@@ -165,6 +176,9 @@ def _live_config(args):
                      device=args.device, dtype=args.dtype, seed=args.seed,
                      max_prompt_tokens=args.max_prompt_tokens, verifier=args.verifier)
     cfg.check()
+    require(args.extra == 0 or args.policy == "tetris",
+            f"--extra: expected 0 for policy {args.policy} (e widens tetris drafts only), "
+            f"got {args.extra}")
     require(args.requests is None or args.requests >= 1,
             f"--requests: expected N >= 1, got {args.requests}")
     require(args.warmup >= 0, f"--warmup: expected >= 0, got {args.warmup}")
@@ -219,6 +233,8 @@ def _profile_grid(args, cfg, ids, draft, target, names) -> None:
 def _validate(args) -> int:
     from specbatch.analysis.validate import format_report, validate
 
+    if args.out:
+        check_output_dir(args.out, allow_existing=True)
     report = validate(args.live_dir, profile=args.profile, target_model=args.target_model,
                       draft_model=args.draft_model, overhead=args.overhead, out=args.out,
                       in_sample=args.in_sample)

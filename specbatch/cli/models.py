@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.io import prepare_output_dir
 from specbatch.traces import weights
 
 
@@ -131,7 +132,7 @@ def _get(args) -> int:
 def _convert(args) -> int:
     if (args.name is None) == (args.gguf is None):
         raise weights.SpecbatchError("convert: pass a model name or --gguf FILE (one of them)")
-    weights.prepare_out(args.out, args.force)  # fail before fetching or loading anything
+    prepare_output_dir(args.out, force=args.force)  # fail before fetching or loading anything
     gguf = args.gguf or weights.get_weights(args.name, args.cache, download=not args.offline,
                                             progress=_progress(args.json))
     source = weights.convert_gguf(gguf, args.out, force=True, name=args.name, dtype=args.dtype)

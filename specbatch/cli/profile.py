@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.cli.common import add_json_flag, add_threads_flag, emit, example, set_threads
+from specbatch.io import prepare_output_file
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -45,7 +46,7 @@ def register(subparsers) -> None:
     p.add_argument("--kv", type=_ints, default=(128, 512), help="KV-cache lengths")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    add_threads_flag(p)
     p.add_argument("--max-cell-tokens", type=int, default=None, metavar="N",
                    help="skip cells whose batch x (kv + query) exceeds N tokens (e.g. KV caches "
                         "that do not fit the GPU); the count goes to stderr and the JSON summary, "
@@ -55,12 +56,10 @@ def register(subparsers) -> None:
 
 
 def _profile(args) -> int:
-    import torch
-
     from specbatch.traces.profile import ProfileGrid, profile_model, write_profile
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    prepare_output_file(args.out, suffixes=(".parquet", ".csv"))  # before measuring
+    threads = set_threads(args.threads, args.device)
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     grid = ProfileGrid(batch_sizes=args.batch, query_tokens=args.query, kv_tokens=args.kv,
                        warmup=args.warmup, repeats=args.repeats,
@@ -73,7 +72,7 @@ def _profile(args) -> int:
         sys.stderr.write(f"profile: skipped {len(skipped)} of {len(skipped) + len(frame)} cells "
                          f"with batch x (kv + query) > {args.max_cell_tokens} tokens\n")
     summary = {"out": args.out, "model": frame["model"].iloc[0], "device": args.device,
-               "dtype": dtype, "cells": len(frame), "cells_skipped": len(skipped),
+               "dtype": dtype, "threads": threads, "cells": len(frame), "cells_skipped": len(skipped),
                "max_cell_tokens": args.max_cell_tokens,
                "latency_min_s": float(frame["latency_s"].min()),
                "latency_max_s": float(frame["latency_s"].max())}

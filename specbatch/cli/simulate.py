@@ -3,7 +3,8 @@
 Every :class:`~simulator.config.SimConfig` field is a flag (``max_num_seqs`` ->
 ``--max-num-seqs``; ``--k`` aliases ``--num-speculative-tokens``, ``--extra`` is e); flags
 override the config file. Prints a summary table, or one JSON object with ``--json``
-(keys include throughput, e2e_mean, e2e_p99, vsr, mal, tokens, requests). ``--out DIR``
+(keys include the setting: trace, policy, verify, k, e; and the metrics: throughput,
+e2e_mean, e2e_p99, vsr, mal, tokens, requests). ``--out DIR``
 writes requests.parquet, steps.parquet, summary.json and config.toml.
 """
 
@@ -15,12 +16,47 @@ import sys
 from dataclasses import fields
 
 from specbatch.cli.common import add_json_flag, emit, example
-from specbatch.io import jsonable
-from specbatch.simulator.config import FIELD_TYPES, SimConfig, load_config
+from specbatch.io import jsonable, prepare_output_dir
+from specbatch.simulator import config as simconfig
+from specbatch.simulator.config import FIELD_TYPES, SimConfig, check_extra_applies, load_config
+
+#: What each override means; ``None`` defaults say what unset means.
+FIELD_HELP = {
+    "trace": "'default' (bundled), 'synth', or a trace directory",
+    "requests": "simulated requests N",
+    "sampling": "how requests are drawn from the trace",
+    "arrival": "arrival process",
+    "rate": "arrival rate, requests/s (poisson, gamma)",
+    "cv": "inter-arrival coefficient of variation (gamma)",
+    "synth_alpha": "constant acceptance α of the synth trace (default: off)",
+    "max_num_seqs": "running requests per replica",
+    "max_num_batched_tokens": "prompt tokens per prefill step (default: unlimited)",
+    "enable_chunked_prefill": "mix prefill chunks into decode steps: true or false",
+    "kv_capacity": "KV-cache tokens per replica (default: unlimited)",
+    "replicas": "data-parallel replicas",
+    "router": "request router across replicas",
+    "policy": "speculation policy",
+    "num_speculative_tokens": "k, verified draft tokens per request",
+    "extra": "e, extra drafted tokens of budgeted policies (K = k + e; 0 for ar, fixed, dsd)",
+    "budget": "C, draft tokens verified per step (default: k x running requests)",
+    "verify": "verification rule: token (TV) or block (BV)",
+    "threshold": "confidence threshold of the threshold policy",
+    "threshold_mode": "how the threshold policy combines confidences",
+    "dsd_interval": "steps between DSD re-plans",
+    "cost": "step-time cost model",
+    "hardware": "roofline hardware preset",
+    "target": "target model: a shape name (roofline) or the profile's model name",
+    "draft": "draft model: a shape name (roofline) or the profile's model name",
+    "tp": "tensor-parallel degree of the target",
+    "profile": "latency profile (.parquet/.csv) for cost profiled (default: none)",
+    "seed": "random seed",
+    "slo": "e2e latency SLO in seconds for goodput (default: not computed)",
+    "speedup": "also simulate ar for speedup_vs_ar: true or false",
+}
 
 #: Summary keys printed in the text table, with units.
 TEXT_KEYS = (
-    ("policy", ""), ("verify", ""), ("requests", ""), ("tokens", ""), ("makespan", "s"),
+    ("trace", ""), ("policy", ""), ("verify", ""), ("k", ""), ("e", ""), ("requests", ""), ("tokens", ""), ("makespan", "s"),
     ("throughput", "tok/s"), ("speedup_vs_ar", "x"), ("e2e_mean", "s"), ("e2e_p50", "s"),
     ("e2e_p99", "s"), ("ttft_mean", "s"), ("tpot_mean", "s"), ("mal", "tok/step"),
     ("vsr", ""), ("draft_efficiency", ""), ("target_efficiency", "tok/s"), ("goodput", "req/s"),
@@ -53,8 +89,32 @@ def register(subparsers) -> None:
         names = [flag, "--k"] if f.name == "num_speculative_tokens" else [flag]
         kind = FIELD_TYPES[f.name].__name__
         group.add_argument(*names, dest=f.name, default=None, metavar=kind.upper(),
-                           help=f"default {f.default!r}")
+                           help=field_help(f.name, f.default))
     p.set_defaults(func=run_command)
+
+
+def field_choices() -> dict[str, list[str]]:
+    """The allowed values of every choice field (the lists validate_config checks)."""
+    from specbatch.simulator.hardware import HARDWARE
+    from specbatch.simulator.policies import POLICIES
+    from specbatch.traces.shapes import SHAPES
+
+    return {"sampling": list(simconfig.SAMPLINGS), "arrival": list(simconfig.ARRIVALS),
+            "router": list(simconfig.ROUTERS), "policy": sorted(POLICIES),
+            "verify": list(simconfig.VERIFY_RULES),
+            "threshold_mode": list(simconfig.THRESHOLD_MODES), "cost": list(simconfig.COSTS),
+            "hardware": sorted(HARDWARE), "target": sorted(SHAPES), "draft": sorted(SHAPES)}
+
+
+def field_help(name: str, default: object) -> str:
+    """One override's ``--help``: its meaning, its allowed values, its default."""
+    text = FIELD_HELP[name]
+    options = field_choices().get(name)
+    if options:
+        text += f"; one of {', '.join(options)}"
+    if default is not None:
+        text += f" (default {default!r})"
+    return text
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -63,14 +123,23 @@ def run_command(args: argparse.Namespace) -> int:
     overrides = {f.name: getattr(args, f.name) for f in fields(SimConfig)
                  if getattr(args, f.name) is not None}
     config = load_config(args.config, **overrides)
+    check_extra_applies(config)
+    if args.out:
+        prepare_output_dir(args.out, allow_existing=True)
     result = simulate(config, allow_partial=args.allow_partial)
     for note in result.notes:
         sys.stderr.write(f"note: {note}\n")
     if args.out:
         result.write(args.out)
-    summary = jsonable(result.summary)
+    summary = jsonable(setting(config) | result.summary)
     emit(summary, args.json, text=None if args.json else format_summary(summary, args.out))
     return 0
+
+
+def setting(config: SimConfig) -> dict:
+    """What was simulated, so a saved ``--json`` line says which run it is."""
+    return {"trace": config.trace, "policy": config.policy, "verify": config.verify,
+            "k": config.num_speculative_tokens, "e": config.extra}
 
 
 def format_summary(summary: dict, out: str | None = None) -> str:

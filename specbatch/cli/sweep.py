@@ -6,6 +6,7 @@ import argparse
 import os
 
 from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.io import prepare_output_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -64,6 +65,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
 
     overrides = dict(parse_override(text) for text in args.set)
     spec = load_spec(args.spec, overrides=overrides)
+    prepare_output_dir(args.out, allow_existing=True)  # reused on rerun: runs are resumable
     outcome = run_sweep(spec, args.out, workers=args.workers, scheduler=args.scheduler,
                         progress=not (args.no_progress or args.json))
     result = {

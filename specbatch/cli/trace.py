@@ -16,6 +16,7 @@ import dataclasses
 from typing import Any
 
 from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.io import check_output_dir, prepare_output_dir
 from specbatch.traces.describe import trace_summary
 from specbatch.traces.format import read_trace, resolve_trace, write_trace
 from specbatch.traces.synth import SURROGATES, SynthConfig, synth_trace
@@ -38,7 +39,7 @@ SYNTH_HELP = {
     "concentration": "Dirichlet concentration of the Markov tables (smaller = peakier)",
     "surrogate": f"draft_conf quality: {', '.join(SURROGATES)}",
     "surrogate_noise": "noise weight w of the good/poor surrogate (default 0.1 / 0.8)",
-    "constant_alpha": "make every min(1, r) equal this α exactly",
+    "constant_alpha": "make every min(1, r) equal this α exactly (default: off)",
     "arrival_rate": "Poisson arrival rate in requests/s (default: no arrival times)",
     "tables": "size of the shared pool of Markov tables",
     "seed": "random seed",
@@ -90,16 +91,24 @@ def register(subparsers: Any) -> None:
                        "specbatch trace synth --out /tmp/alpha --constant-alpha 0.7"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    synth.add_argument("--out", required=True, metavar="DIR", help="output trace directory")
+    synth.add_argument("--out", required=True, metavar="DIR",
+                       help="output trace directory (new or empty)")
+    synth.add_argument("--force", action="store_true",
+                       help="write into a non-empty --out, replacing a trace already there")
     for field in dataclasses.fields(SynthConfig):
         default = field.default
         kind = {"int": int, "float": float, "str": str}.get(str(field.type).split(" ")[0], float)
         extra: dict[str, Any] = {"choices": SURROGATES} if field.name == "surrogate" else {}
         synth.add_argument(f"--{field.name.replace('_', '-')}", dest=field.name, type=kind,
-                           default=default, help=f"{SYNTH_HELP[field.name]} (default {default})",
+                           default=default, help=SYNTH_HELP[field.name] + _default_text(default),
                            **extra)
     add_json_flag(synth)
     synth.set_defaults(func=run_synth)
+
+
+def _default_text(default: Any) -> str:
+    """`` (default X)``, or nothing for None: those help texts say what unset means."""
+    return "" if default is None else f" (default {default})"
 
 
 def _no_verb(parser: argparse.ArgumentParser) -> int:
@@ -169,7 +178,9 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def run_synth(args: argparse.Namespace) -> int:
     config = SynthConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(SynthConfig)})
+    check_output_dir(args.out, force=args.force)
     trace = synth_trace(config)
+    prepare_output_dir(args.out, force=args.force)
     write_trace(trace, args.out)
     result = {"path": str(args.out), "requests": trace.n_requests, "positions": trace.n_rows,
               "K": trace.K, "temperature": trace.temperature}

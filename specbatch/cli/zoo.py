@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.io import check_output_dir
 
 
 def register(subparsers) -> None:
@@ -29,6 +30,8 @@ def register(subparsers) -> None:
                        "--max-seconds 270 --dtype bfloat16 --tf32 --json"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("--out", required=True, help="output directory (draft/, target/, zoo.json)")
+    train.add_argument("--force", action="store_true",
+                       help="train into a non-empty --out, overwriting a pair already there")
     train.add_argument("--size", default="tiny", choices=["tiny", "small", "base"],
                        help="tiny: seconds (tests); small: minutes on 2 CPU cores; base: a GPU")
     train.add_argument("--corpus", nargs="*", default=[], metavar="PATH",
@@ -59,6 +62,7 @@ def register(subparsers) -> None:
 def _train(args) -> int:
     from specbatch.traces.zoo import train_zoo
 
+    check_output_dir(args.out, force=args.force)  # before the minutes of training
     log = None if args.json else (lambda msg: sys.stderr.write(msg + "\n"))
     report = train_zoo(args.out, args.size, seed=args.seed, corpus=args.corpus,
                        steps=args.steps, threads=args.threads, log=log, device=args.device,

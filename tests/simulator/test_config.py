@@ -5,7 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from specbatch.simulator.config import SimConfig, load_config, to_toml, validate_against_trace
+from specbatch.simulator.config import (
+    SimConfig,
+    check_extra_applies,
+    load_config,
+    to_toml,
+    validate_against_trace,
+)
 
 from specbatch.errors import SpecbatchError
 from tests.simulator.helpers import const_trace
@@ -74,3 +80,21 @@ def test_trace_dependent_checks():
 def test_defaults_are_the_tetris_paper_setting():
     c = SimConfig()
     assert (c.requests, c.max_num_seqs, c.arrival, c.budget) == (512, 64, "burst", None)
+
+
+@pytest.mark.parametrize("policy", ["fixed", "ar", "dsd"])
+def test_extra_is_refused_for_policies_that_would_ignore_it(policy):
+    with pytest.raises(SpecbatchError, match=f"field extra: expected 0 for policy {policy}"):
+        check_extra_applies(load_config(None, policy=policy, extra=1))
+    check_extra_applies(load_config(None, policy=policy, extra=0))
+    check_extra_applies(load_config(None, policy="tetris", extra=1))
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (dict(requests="many"), "expected an integer, got 'many'"),
+    (dict(rate="fast"), "expected a number, got 'fast'"),
+    (dict(speedup="maybe"), "expected true or false, got 'maybe'"),
+])
+def test_type_errors_name_the_expected_kind_in_words(overrides, words):
+    with pytest.raises(SpecbatchError, match=words):
+        load_config(None, **overrides)

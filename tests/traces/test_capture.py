@@ -384,3 +384,34 @@ def test_chat_template_wraps_the_prompt_as_a_user_turn(loaded):
         assert CaptureConfig(chat_template=True).content_key()["chat_template"] is True
     finally:
         tok.chat_template = None
+
+
+def test_meta_records_the_torch_thread_count(pair, tmp_path):
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        meta = capture(*pair, PROMPTS[:1], tmp_path / "t", _cfg(), progress=False)
+    finally:
+        torch.set_num_threads(before)
+    assert meta["capture"]["threads"] == 1
+    assert json.loads((tmp_path / "t" / "meta.json").read_text())["capture"]["threads"] == 1
+
+
+def test_cli_defaults_to_one_thread_and_refuses_random_prompts(pair, tmp_path, capsys):
+    from specbatch.cli import main
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert main(["capture", "--draft", pair[0], "--target", pair[1], "--prompts",
+                     "default:1", "--max-new-tokens", "2", "--depth", "2", "--no-progress",
+                     "--out", str(tmp_path / "t")]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert read_trace(tmp_path / "t").meta["capture"]["threads"] == 1
+    capsys.readouterr()
+    assert main(["capture", "--draft", pair[0], "--target", pair[1], "--prompts", "random:2:4",
+                 "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "random token ids are for `specbatch live`" in err

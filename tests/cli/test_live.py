@@ -1,0 +1,39 @@
+"""``specbatch live`` on CPU: one torch thread by default, recorded in live.json and printed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specbatch.cli import main
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+#: A seconds-long live run: one-layer random-weight shapes, random token prompts.
+ARGS = ["live", "--draft", "vicuna-68m", "--target", "vicuna-68m", "--layers", "1",
+        "--prompts", "random:2:4", "--max-new-tokens", "2", "--k", "1", "--warmup", "0",
+        "--json"]
+
+
+@pytest.fixture
+def restore_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("flags, threads", [([], 1), (["--threads", "2"], 2)])
+def test_thread_count_defaults_to_one_and_is_recorded(flags, threads, tmp_path, capsys,
+                                                      restore_threads):
+    assert main([*ARGS, *flags, "--out", str(tmp_path / "live")]) == 0
+    assert json.loads(capsys.readouterr().out)["threads"] == threads
+    assert json.loads((tmp_path / "live" / "live.json").read_text())["threads"] == threads
+
+
+def test_extra_with_policy_fixed_is_refused_not_ignored(tmp_path, capsys):
+    assert main([*ARGS, "--policy", "fixed", "--extra", "1", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--extra: expected 0 for policy fixed" in err
