@@ -73,3 +73,8 @@ def emit(obj: dict, as_json: bool, text: str | None = None) -> None:
         width = max((len(str(k)) for k in obj), default=0)
         text = "\n".join(f"{str(k):<{width}}  {v}" for k, v in obj.items())
     sys.stdout.write(text.rstrip("\n") + "\n")
+
+
+def help_without_verb(parser: argparse.ArgumentParser) -> None:
+    """A command group called without its verb prints its help and exits 2."""
+    parser.set_defaults(func=lambda args: parser.print_help() or 2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.cli.common import add_json_flag, emit, example, help_without_verb
 from specbatch.errors import require
 from specbatch.simulator.cost import (
     RooflineCost,
@@ -75,7 +75,7 @@ def register(subparsers) -> None:
     show.add_argument("--prompt", type=int, default=512, help="prompt length for the prefill row")
     add_json_flag(show)
     show.set_defaults(func=run_show)
-    cost.set_defaults(func=lambda args: cost.print_help() or 2)
+    help_without_verb(cost)
 
 
 def run_fit(args) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.cli.common import add_json_flag, emit, example, help_without_verb
 from specbatch.io import prepare_output_dir
 from specbatch.traces import weights
 
@@ -29,12 +29,8 @@ def register(subparsers) -> None:
     _register_get(sub)
     _register_convert(sub)
     _register_derive(sub)
-    models.set_defaults(func=lambda args: _no_verb(models))
+    help_without_verb(models)
 
-
-def _no_verb(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
 
 
 def _add_cache(p: argparse.ArgumentParser) -> None:

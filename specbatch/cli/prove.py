@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.cli.common import add_json_flag, emit, example, help_without_verb
 from specbatch.errors import require
 from specbatch.theory.lp import verify_pair
 
@@ -32,7 +32,7 @@ def register(subparsers) -> None:
                        "specbatch optimum allocate --values values.npy --budget 16"),
         formatter_class=RAW)
     verbs = optimum.add_subparsers(dest="verb", metavar="VERB", parser_class=type(optimum))
-    optimum.set_defaults(func=lambda args: _missing_verb(optimum))
+    help_without_verb(optimum)
     add_verify(verbs)
     add_allocate(verbs)
 
@@ -94,10 +94,6 @@ def add_allocate(verbs) -> None:
     add_json_flag(allocate)
     allocate.set_defaults(func=run_allocate)
 
-
-def _missing_verb(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
 
 
 # --------------------------------------------------------------------------- prove

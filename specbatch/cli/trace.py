@@ -15,7 +15,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.cli.common import add_json_flag, emit, example, help_without_verb
 from specbatch.io import check_output_dir, prepare_output_dir
 from specbatch.traces.describe import trace_summary
 from specbatch.traces.format import read_trace, resolve_trace, write_trace
@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     verbs = trace.add_subparsers(dest="verb", metavar="VERB", parser_class=type(trace))
-    trace.set_defaults(func=lambda args: _no_verb(trace))
+    help_without_verb(trace)
 
     info = verbs.add_parser(
         "info", help="requests, positions, K, temperature, models; per-position acceptance",
@@ -110,10 +110,6 @@ def _default_text(default: Any) -> str:
     """`` (default X)``, or nothing for None: those help texts say what unset means."""
     return "" if default is None else f" (default {default})"
 
-
-def _no_verb(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
 
 
 def _format_models(s: dict) -> str:
