@@ -1,8 +1,8 @@
 """Simulator speed: simulated output tokens per wall-clock second.
 
 Headline: 10k requests arriving at once, max_num_seqs 64, TETRIS (k = 3, e = 1) with block
-verification on the bundled default trace when present (else a synthetic trace; the table
-says which), roofline cost model (H100, vicuna-68m -> vicuna-33b). The same workload also runs
+verification on the bundled toy trace ``tiny`` when present, whose numbers are the history
+the README tracks (else a synthetic trace; the table says which), roofline cost model (H100, vicuna-68m -> vicuna-33b). The same workload also runs
 through the engine's per-request reference step (``reference=True``: scalar hash and one
 ``accept_from_stats`` call per request per step) on a smaller request count, and the ratio of
 the two rates is printed. Then the curve for max_num_seqs 8..512.
@@ -22,19 +22,19 @@ from specbatch.simulator.run import build_cost, simulate
 
 
 def load_bench_trace():
-    """(trace, description): the bundled default trace if present, else a synthetic one."""
+    """(trace, description): the bundled `tiny` trace if present, else a synthetic one."""
     try:
         from specbatch.traces.format import read_trace, resolve_trace
 
-        path = resolve_trace("default")
+        path = resolve_trace("tiny")
         trace = read_trace(path)
-        return trace, f"default trace ({path}, {trace.n_requests} requests, K={trace.K})"
+        return trace, f"tiny trace ({path}, {trace.n_requests} requests, K={trace.K})"
     except Exception:  # noqa: BLE001 - a checkout without the bundled trace
         from specbatch.traces.synth import SynthConfig, synth_trace
 
         cfg = SynthConfig(requests=256, seed=0)
         return synth_trace(cfg), (f"synthetic trace (traces.synth defaults, {cfg.requests} "
-                                  f"requests, K={cfg.depth}; no bundled default trace found)")
+                                  f"requests, K={cfg.depth}; no bundled tiny trace found)")
 
 
 def rate(config, trace, cost, reference: bool = False) -> tuple[float, dict]:
