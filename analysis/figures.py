@@ -240,7 +240,8 @@ def figure_latency_vs_rate(df: pd.DataFrame, path: Path) -> str | None:
         ax.set_xticks(sorted(picked.rate.unique()))
         ax.grid(alpha=0.3)
         ax.legend(title="policy", fontsize=8, title_fontsize=8)
-    fig.suptitle("Latency vs offered load (open-loop arrivals: throughput = offered rate; "
+    fig.suptitle("Latency vs offered load (open-loop arrivals: throughput tracks the offered rate "
+                 "until a setting saturates; "
                  "best setting per policy at each rate by mean e2e)", fontsize=10)
     return save_figure(fig, path)
 
