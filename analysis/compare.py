@@ -51,6 +51,23 @@ POLICY_KNOBS = ("policy", "verify", "num_speculative_tokens", "extra", "budget",
                 "threshold_mode", "dsd_interval")
 
 
+#: Open-loop arrivals: requests arrive at a given rate whatever the server does, so every
+#: setting that keeps up serves the offered load and throughput ≈ offered rate: it cannot
+#: rank settings (a faster policy finishes the same requests over the same arrival window).
+OPEN_ARRIVALS = ("poisson", "gamma", "trace")
+
+
+def open_load(df: pd.DataFrame) -> bool:
+    """Whether any run of ``df`` had open-loop arrivals (OPEN_ARRIVALS)."""
+    return "arrival" in df.columns and bool(df.arrival.isin(OPEN_ARRIVALS).any())
+
+
+def ranking_metric(df: pd.DataFrame) -> str:
+    """What "best setting" means for ``df``: mean e2e latency under open-loop load (throughput
+    is pinned to the offered rate there), throughput under closed/burst load."""
+    return "e2e_mean" if open_load(df) else "throughput"
+
+
 def label(metric: str) -> str:
     """Axis/table label with unit, e.g. ``Throughput (tokens/s)``."""
     name, unit, _ = METRICS.get(metric, (metric, "", True))
@@ -198,23 +215,33 @@ def _baseline_for(df: pd.DataFrame, row: Mapping, baseline: Mapping) -> dict | N
     return setting_of(rows.iloc[0], [c for c in config_columns(df) if c != "seed"])
 
 
-def headline(df: pd.DataFrame, metric: str = "throughput",
+def headline(df: pd.DataFrame, metric: str | None = None,
              baseline: Mapping | None = None, confidence: float = 0.95) -> pd.DataFrame:
     """Best setting of each (policy, verify) by ``metric``, with speedup vs the baseline.
 
-    Columns: context columns, policy, verify, k, e, throughput, speedup (mean of per-seed
+    ``metric`` defaults to :func:`ranking_metric` (e2e mean under open-loop load, where
+    best settings are per context, e.g. per arrival rate; throughput otherwise). Columns:
+    context columns, policy, verify, k, e, throughput, speedup (mean of per-seed
     throughput ratios against the baseline, default ``policy = "ar"``) and its CI, e2e mean
-    and p99, VSR, MAL, n_seeds.
+    and p99, TPOT, e2e change against the baseline (paired, relative) and its CI, VSR, MAL,
+    n_seeds, and under open load ``served`` = throughput / offered tokens per second
+    (rate x mean output tokens per request; below 1 the setting does not keep up). Sorted by
+    throughput (closed load) or by context, then e2e mean (open load).
     """
+    metric = metric or ranking_metric(df)
     baseline = dict(baseline or {"policy": "ar"})
     best = best_settings(df, metric)
     cfg = [c for c in config_columns(df) if c != "seed"]
+    ctx = context_columns(df)
+    opened = open_load(df)
     rows = []
     for _, row in best.iterrows():
         mine = setting_of(row, cfg)
         base = _baseline_for(df, row, baseline)
         speed = paired_difference(df, mine, base, "throughput", confidence) if base else None
-        out = {c: row[c] for c in context_columns(df)}
+        lat = (paired_difference(df, mine, base, "e2e_mean", confidence)
+               if base and "e2e_mean" in df else None)
+        out = {c: row[c] for c in ctx}
         out.update({
             "policy": row["policy"], "verify": row["verify"],
             "k": row["num_speculative_tokens"], "e": row["extra"],
@@ -223,12 +250,30 @@ def headline(df: pd.DataFrame, metric: str = "throughput",
             "speedup_low": (1 + speed.rel_low) if speed else math.nan,
             "speedup_high": (1 + speed.rel_high) if speed else math.nan,
         })
-        for m in ("e2e_mean", "e2e_p99", "vsr", "mal"):
+        for m in ("e2e_mean", "e2e_p99", "tpot_mean", "vsr", "mal"):
             out[m] = row[m] if m in row else math.nan
+        out["e2e_vs_base"] = lat.rel if lat else math.nan
+        out["e2e_vs_base_low"] = lat.rel_low if lat else math.nan
+        out["e2e_vs_base_high"] = lat.rel_high if lat else math.nan
+        if opened:
+            out["served"] = _served(df, mine)
         out["n_seeds"] = row["n_seeds"]
         rows.append(out)
     table = pd.DataFrame(rows)
+    if opened:
+        keys = [c for c in ctx if c in table.columns] + ["e2e_mean"]
+        return table.sort_values(keys, kind="stable").reset_index(drop=True)
     return table.sort_values("throughput", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _served(df: pd.DataFrame, setting: Mapping) -> float:
+    """Mean over seeds of throughput / offered tokens per second (open-loop runs only)."""
+    rows = select(df, setting)
+    need = {"rate", "tokens", "requests_result", "throughput", "arrival"}
+    if rows.empty or not need <= set(rows.columns) or not rows.arrival.isin(("poisson", "gamma")).all():
+        return math.nan
+    offered = rows.rate.astype(float) * rows.tokens.astype(float) / rows.requests_result.astype(float)
+    return float((rows.throughput.astype(float) / offered).mean())
 
 
 def compare_best(df: pd.DataFrame, a: Mapping, b: Mapping, metrics: Sequence[str] =

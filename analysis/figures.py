@@ -23,6 +23,8 @@ from specbatch.analysis.compare import (  # noqa: E402
     config_columns,
     context_columns,
     label,
+    open_load,
+    ranking_metric,
     select,
     setting_of,
 )
@@ -86,11 +88,14 @@ def figure_vs_k(df: pd.DataFrame, metric: str, path: Path) -> str | None:
 
 
 def figure_vsr_mal(df: pd.DataFrame, path: Path) -> str | None:
-    """VSR and MAL of each (policy, verifier)'s best setting (by throughput)."""
+    """VSR and MAL of each (policy, verifier)'s best setting (by
+    :func:`analysis.compare.ranking_metric`: throughput, or e2e mean under open load) at the
+    first context (the report's caption names it)."""
     sub, _ = base_context(df)
     if not {"vsr", "mal"} <= set(sub.columns):
         return None
-    best = best_settings(sub, "throughput")
+    metric = ranking_metric(df)
+    best = best_settings(sub, metric)
     best = best[best.policy != "ar"]
     if best.empty:
         return None
@@ -98,7 +103,7 @@ def figure_vsr_mal(df: pd.DataFrame, path: Path) -> str | None:
     hue = "verify" if best.verify.nunique() > 1 else None
     for ax, metric in zip(axes, ("vsr", "mal")):
         sns.barplot(data=best, x="policy", y=metric, hue=hue, ax=ax, errorbar=None)
-        ax.set_xlabel("Policy (best setting by throughput)")
+        ax.set_xlabel(f"Policy (best setting by {label(metric).lower()})")
         ax.set_ylabel(label(metric))
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylim(0, 1)
@@ -106,10 +111,54 @@ def figure_vsr_mal(df: pd.DataFrame, path: Path) -> str | None:
 
 
 def figure_latency_cdf(out: Path, df: pd.DataFrame, path: Path) -> str | None:
-    """ECDF of per-request e2e latency for each (policy, verifier)'s best setting, first seed."""
-    sub, _ = base_context(df)
-    best = best_settings(sub, "throughput")
-    seed = int(sub.seed.min())
+    """ECDF of per-request e2e latency for each (policy, verifier)'s best setting, first seed.
+
+    Best by :func:`analysis.compare.ranking_metric`. Under open-loop load one panel per
+    arrival rate (each titled with its rate); otherwise the first context only.
+    """
+    load = load_column(df)
+    if open_load(df) and load == "rate":
+        panels = [({"rate": r}, select(df, {"rate": r})) for r in sorted(df.rate.unique())]
+    else:
+        sub, ctx = base_context(df)
+        panels = [(ctx, sub)]
+    metric = ranking_metric(df)
+    seed = int(df.seed.min())
+    drawn = [(ctx, curves) for ctx, curves in
+             ((ctx, _cdf_curves(out, sub, metric, seed)) for ctx, sub in panels) if curves]
+    if not drawn:
+        return None
+    policies = list(dict.fromkeys(c[0] for _, curves in drawn for c in curves))
+    colours = dict(zip(policies, sns.color_palette("tab10", len(policies))))
+    two = len({c[1] for _, curves in drawn for c in curves}) > 1
+    cols = min(3, len(drawn))
+    rows = -(-len(drawn) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(7.5 if cols == 1 else 5.2 * cols,
+                                                  4.6 if rows == 1 else 3.8 * rows),
+                             squeeze=False)
+    for ax, (ctx, curves) in zip(axes.flat, drawn):
+        for policy, verify, e2e in curves:
+            frac = np.arange(1, e2e.size + 1) / e2e.size
+            ax.step(e2e, frac, where="post", color=colours[policy],
+                    linestyle=":" if verify == "block" else "-", linewidth=1.4,
+                    label=f"{policy} ({verify})" if two and policy != "ar" else policy)
+        ax.legend(fontsize=8, title="dotted: block verification" if two else None,
+                  title_fontsize=8)
+        ax.set_xlabel("End-to-end latency per request (s)")
+        ax.set_ylabel("Fraction of requests")
+        where = ", ".join(f"{k} = {v:g}" if isinstance(v, (float, np.floating)) else f"{k} = {v}"
+                          for k, v in ctx.items())
+        ax.set_title(f"Best setting of each policy, seed {seed}" + (f"; {where}" if where else ""),
+                     fontsize=10)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(drawn):]:
+        ax.set_visible(False)
+    return save_figure(fig, path)
+
+
+def _cdf_curves(out: Path, sub: pd.DataFrame, metric: str, seed: int) -> list[tuple]:
+    """(policy, verify, sorted e2e) of each (policy, verify)'s best setting in ``sub``."""
+    best = best_settings(sub, metric)
     cfg = [c for c in config_columns(sub) if c != "seed"]
     curves = []
     for _, row in best.iterrows():
@@ -120,24 +169,7 @@ def figure_latency_cdf(out: Path, df: pd.DataFrame, path: Path) -> str | None:
         if requests is None or "e2e" not in requests:
             continue
         curves.append((row.policy, row.verify, np.sort(requests.e2e.to_numpy())))  # [requests]
-    if not curves:
-        return None
-    policies = list(dict.fromkeys(c[0] for c in curves))
-    colours = dict(zip(policies, sns.color_palette("tab10", len(policies))))
-    two = len({c[1] for c in curves}) > 1
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
-    for policy, verify, e2e in curves:
-        frac = np.arange(1, e2e.size + 1) / e2e.size
-        ax.step(e2e, frac, where="post", color=colours[policy],
-                linestyle=":" if verify == "block" else "-", linewidth=1.4,
-                label=f"{policy} ({verify})" if two and policy != "ar" else policy)
-    ax.legend(fontsize=8, title="dotted: block verification" if two else None,
-              title_fontsize=8)
-    ax.set_xlabel("End-to-end latency per request (s)")
-    ax.set_ylabel("Fraction of requests")
-    ax.set_title(f"Best setting of each policy, seed {seed}", fontsize=10)
-    ax.grid(alpha=0.3)
-    return save_figure(fig, path)
+    return curves
 
 
 def load_column(df: pd.DataFrame) -> str | None:
@@ -156,10 +188,16 @@ LOAD_UNITS = {"rate": "arrival rate, requests/s", "max_num_seqs": "max running r
 
 
 def figure_load(df: pd.DataFrame, path: Path) -> str | None:
-    """Throughput vs mean e2e latency across load, best setting per policy at each load."""
+    """Throughput vs mean e2e latency across load, best setting per policy at each load.
+
+    Under open-loop load (analysis.compare.open_load) throughput is the offered rate, so
+    this draws :func:`figure_latency_vs_rate` instead.
+    """
     load = load_column(df)
     if load is None:
         return None
+    if open_load(df) and load == "rate":
+        return figure_latency_vs_rate(df, path)
     best = best_settings(df, "throughput")
     best = best.assign(policy_label=best.policy if best.verify.nunique() == 1
                        else best.policy + " (" + best.verify + ")").sort_values(load)
@@ -178,6 +216,33 @@ def figure_load(df: pd.DataFrame, path: Path) -> str | None:
     ax.legend(title="policy", fontsize=8, title_fontsize=8)
     ax.set_title(f"Across load (labels: {LOAD_UNITS.get(load, load)})", fontsize=10)
     ax.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
+def figure_latency_vs_rate(df: pd.DataFrame, path: Path) -> str | None:
+    """Mean e2e, p99 e2e and TPOT vs the arrival rate, best setting per policy (by mean e2e)
+    at each rate; bars: 95% CI over seeds of that setting."""
+    if "rate" not in df or df.rate.nunique() < 2:
+        return None
+    best = best_settings(df, "e2e_mean")
+    cfg = [c for c in config_columns(df) if c != "seed"]
+    picked = pd.concat([select(df, setting_of(row, cfg)) for _, row in best.iterrows()])
+    picked = picked.assign(policy_label=picked.policy if picked.verify.nunique() == 1
+                           else picked.policy + " (" + picked.verify + ")")
+    metrics = [m for m in ("e2e_mean", "e2e_p99", "tpot_mean") if m in picked]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.0 * len(metrics), 4.3), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        sns.lineplot(data=picked, x="rate", y=metric, hue="policy_label", style="policy_label",
+                     markers=True, dashes=False, err_style="bars", errorbar=("ci", 95),
+                     n_boot=200, seed=0, ax=ax)
+        ax.set_xlabel("Offered load: arrival rate (requests/s)")
+        ax.set_ylabel(label(metric))
+        ax.set_xticks(sorted(picked.rate.unique()))
+        ax.grid(alpha=0.3)
+        ax.legend(title="policy", fontsize=8, title_fontsize=8)
+    fig.suptitle("Latency vs offered load (open-loop arrivals: throughput tracks the offered rate "
+                 "until a setting saturates; "
+                 "best setting per policy at each rate by mean e2e)", fontsize=10)
     return save_figure(fig, path)
 
 

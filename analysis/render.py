@@ -100,25 +100,46 @@ def render(blocks: Sequence[tuple], fmt: str) -> str:
             f"<style>{style}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
 
 
-def headline_display(table: pd.DataFrame) -> pd.DataFrame:
-    """The headline table with speedup as ``1.23x [1.20, 1.25]`` and labelled columns."""
+def _ratio_text(mean: float, low: float, high: float, percent: bool) -> str:
+    """``1.234x [1.200, 1.250]`` or ``-12.30% [-14.00, -10.60]``; "-" when undefined."""
+    if not math.isfinite(mean):
+        return "-"
+    text = f"{100 * mean:+.2f}%" if percent else f"{mean:.3f}x"
+    if math.isfinite(low):
+        text += (f" [{100 * low:+.2f}, {100 * high:+.2f}]" if percent
+                 else f" [{low:.3f}, {high:.3f}]")
+    return text
+
+
+def headline_display(table: pd.DataFrame, open_load: bool = False) -> pd.DataFrame:
+    """The headline table with speedup as ``1.23x [1.20, 1.25]`` and labelled columns.
+
+    ``open_load`` (open-loop arrivals, see analysis.compare.ranking_metric): latency first,
+    the paired e2e change against ``ar`` instead of the throughput speedup (throughput is
+    pinned to the offered rate), and ``served`` (throughput / offered) to show which
+    settings keep up.
+    """
     out = table.copy()
-    speed = []
-    for s, lo, hi in zip(out.speedup, out.speedup_low, out.speedup_high):
-        if not math.isfinite(s):
-            speed.append("-")
-        elif math.isfinite(lo):
-            speed.append(f"{s:.3f}x [{lo:.3f}, {hi:.3f}]")
-        else:
-            speed.append(f"{s:.3f}x")
-    out["speedup vs ar"] = speed
+    out["speedup vs ar"] = [_ratio_text(s, lo, hi, False)
+                            for s, lo, hi in zip(out.speedup, out.speedup_low, out.speedup_high)]
+    if "e2e_vs_base" in out:
+        out["e2e vs ar"] = [_ratio_text(s, lo, hi, True) for s, lo, hi in
+                            zip(out.e2e_vs_base, out.e2e_vs_base_low, out.e2e_vs_base_high)]
     if "k" in out:  # ar drafts nothing; its k and e mean nothing
         out["k"] = ["-" if p == "ar" else k for p, k in zip(out.policy, out.k)]
         out["e"] = ["-" if p == "ar" else e for p, e in zip(out.policy, out.e)]
-    out = out.drop(columns=["speedup", "speedup_low", "speedup_high"])
-    front = [c for c in out.columns if c not in ("throughput", "speedup vs ar", "e2e_mean",
-                                                   "e2e_p99", "vsr", "mal", "n_seeds")]
-    out = out[front + ["throughput", "speedup vs ar", "e2e_mean", "e2e_p99", "vsr", "mal",
-                       "n_seeds"]]
+    out = out.drop(columns=[c for c in ("speedup", "speedup_low", "speedup_high", "e2e_vs_base",
+                                        "e2e_vs_base_low", "e2e_vs_base_high") if c in out])
+    if open_load:
+        metrics = ["e2e_mean", "e2e_p99", "tpot_mean", "e2e vs ar", "throughput", "served",
+                   "vsr", "mal", "n_seeds"]
+    else:
+        metrics = ["throughput", "speedup vs ar", "e2e_mean", "e2e_p99", "vsr", "mal",
+                   "n_seeds"]
+    metrics = [m for m in metrics if m in out]
+    dropped = {"tpot_mean", "e2e vs ar", "served", "speedup vs ar"} - set(metrics)
+    front = [c for c in out.columns if c not in metrics and c not in dropped]
+    out = out[front + metrics]
     return out.rename(columns={"throughput": "throughput (tok/s)", "e2e_mean": "e2e mean (s)",
-                               "e2e_p99": "e2e p99 (s)", "n_seeds": "seeds"})
+                               "e2e_p99": "e2e p99 (s)", "tpot_mean": "TPOT (s/token)",
+                               "served": "served / offered", "n_seeds": "seeds"})

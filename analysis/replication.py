@@ -19,6 +19,8 @@ from specbatch.analysis.compare import (
     base_context,
     best_settings,
     config_columns,
+    context_columns,
+    higher_is_better,
     label,
     paired_difference,
     same_budget,
@@ -124,6 +126,57 @@ def tetris_replication(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame] | 
             "e2e TETRIS (s)": lat.a, "e2e fixed (s)": lat.b, "e2e change (%)": 100 * lat.rel,
         })
     return table, per_k
+
+
+def tetris_by_context(df: pd.DataFrame, metric: str = "e2e_mean",
+                      confidence: float = 0.95) -> pd.DataFrame:
+    """TETRIS vs the best fixed-k SD, DSD and the best baseline at **every** context (e.g. each
+    arrival rate under open-loop load), token verification.
+
+    Each policy's best setting is chosen by ``metric`` (lower-is-better latency under open
+    load) within the context; the changes are per-seed paired relative differences (%) with a
+    ``confidence`` t-interval on mean e2e, p99 e2e and TPOT. Empty when TETRIS or fixed did
+    not run.
+    """
+    sub = df[df.verify == "token"] if (df.verify == "token").any() else df
+    if not {"tetris", "fixed"} <= set(sub.policy):
+        return pd.DataFrame()
+    ctx = context_columns(sub)
+    cfg = [c for c in config_columns(sub) if c != "seed"]
+    groups = sub.groupby(ctx, sort=True, dropna=False) if ctx else [((), sub)]
+    metrics = [m for m in ("e2e_mean", "e2e_p99", "tpot_mean") if m in sub]
+    rows = []
+    for values, part in groups:
+        values = values if isinstance(values, tuple) else (values,)
+        have = set(part.policy)
+        if not {"tetris", "fixed"} <= have:
+            continue
+
+        def best(policy: str, part: pd.DataFrame = part) -> dict:
+            rows_ = part[part.policy == policy]
+            return setting_of(best_settings(rows_, metric, by=()).iloc[0], cfg)
+
+        tetris = best("tetris")
+        picks = [("best fixed k", best("fixed"))] + ([("DSD", best("dsd"))] if "dsd" in have
+                                                     else [])
+        diffs = [(name, pick, {m: paired_difference(part, tetris, pick, m, confidence)
+                               for m in metrics}) for name, pick in picks]
+        # the best baseline: the one with the lowest (best) mean of the ranking metric
+        sign = -1 if higher_is_better(metric) else 1
+        top = min(diffs, key=lambda d: sign * float(select(part, d[1])[metric].mean()))
+        for name, pick, d in diffs + [(f"best baseline ({top[0]})", top[1], top[2])]:
+            out = dict(zip(ctx, values))
+            out.update({"TETRIS (k, e)": f"{int(tetris['num_speculative_tokens'])}, "
+                                         f"{int(tetris['extra'])}",
+                        "vs": name, "baseline k": int(pick["num_speculative_tokens"])})
+            first = d[metrics[0]]
+            out.update({"e2e TETRIS (s)": first.mean_a, "e2e baseline (s)": first.mean_b})
+            for m in metrics:
+                short = {"e2e_mean": "e2e mean", "e2e_p99": "e2e p99", "tpot_mean": "TPOT"}[m]
+                out[f"{short} change (%)"] = d[m].rel_text(percent=True)
+            out["seeds"] = first.n
+            rows.append(out)
+    return pd.DataFrame(rows)
 
 
 def trace_meta(df: pd.DataFrame) -> dict | None:

@@ -24,7 +24,15 @@ import os
 from pathlib import Path
 
 import pandas as pd
-from specbatch.analysis.compare import base_context, headline, label
+from specbatch.analysis.compare import (
+    base_context,
+    best_settings,
+    context_columns,
+    headline,
+    label,
+    open_load,
+    ranking_metric,
+)
 from specbatch.analysis.figures import (
     figure_bv_gain,
     figure_latency_cdf,
@@ -38,6 +46,7 @@ from specbatch.analysis.replication import (
     block_note,
     bv_gain_table,
     setting_summary,
+    tetris_by_context,
     tetris_note,
     tetris_replication,
 )
@@ -94,35 +103,86 @@ def intro_blocks(manifest: dict, df: pd.DataFrame) -> list[tuple]:
 
 
 def headline_blocks(df: pd.DataFrame, rep: Path) -> list[tuple]:
-    """The best setting of each policy (also written to ``rep/headline.csv``)."""
+    """The best setting of each policy (also written to ``rep/headline.csv``).
+
+    Under open-loop load (Poisson/gamma arrivals at a fixed rate) throughput is pinned to the
+    offered rate, so settings are ranked by mean e2e latency within each rate, with p99, TPOT
+    and the paired e2e change against ``ar``; an extra table gives the best setting overall
+    at each rate. Closed/burst load ranks by throughput.
+    """
     table = headline(df)
     table.to_csv(rep / "headline.csv", index=False)
-    return [("h2", "Best setting of each policy (by throughput)"),
-            ("p", "Speedup: mean of per-seed throughput ratios against `ar` with a 95% "
-                  "t-interval. k = window, e = extra drafted tokens (TETRIS drafts k + e)."),
-            ("table", headline_display(table))]
+    if not open_load(df):
+        return [("h2", "Best setting of each policy (by throughput)"),
+                ("p", "Speedup: mean of per-seed throughput ratios against `ar` with a 95% "
+                      "t-interval. k = window, e = extra drafted tokens (TETRIS drafts k + e)."
+                      + _context_sentence(df)),
+                ("table", headline_display(table))]
+    ctx = context_columns(df)
+    per = f" at each {', '.join(ctx)}" if ctx else ""
+    blocks = [("h2", f"Best setting of each policy{per} (by mean e2e latency)"),
+              ("p", "Open-loop arrivals (" + ", ".join(sorted(set(df.arrival))) + "): requests "
+                    "arrive at the offered rate whatever the server does, so every setting "
+                    "that keeps up has throughput = offered rate, and throughput cannot rank "
+                    "settings. Each policy's best setting is chosen by mean e2e latency within "
+                    "each rate; e2e vs ar: per-seed paired relative change with a 95% "
+                    "t-interval (negative = lower latency); served / offered: throughput over "
+                    "rate x mean output tokens (below 1: the setting does not keep up). "
+                    "k = window, e = extra drafted tokens (TETRIS drafts k + e)."),
+              ("table", headline_display(table, open_load=True))]
+    overall = best_settings(df, "e2e_mean", by=())
+    if ctx and not overall.empty:
+        cols = ctx + ["policy", "verify", "num_speculative_tokens", "extra", "e2e_mean",
+                      "e2e_p99", "tpot_mean", "n_seeds"]
+        shown = overall[[c for c in cols if c in overall]].sort_values(ctx, kind="stable")
+        shown = shown.rename(columns={"num_speculative_tokens": "k", "extra": "e",
+                                      "e2e_mean": "e2e mean (s)", "e2e_p99": "e2e p99 (s)",
+                                      "tpot_mean": "TPOT (s/token)", "n_seeds": "seeds"})
+        blocks += [("p", f"Best setting overall{per} (lowest mean e2e latency), with its p99 "
+                         "and TPOT:"), ("table", shown)]
+    return blocks
+
+
+def _context_sentence(df: pd.DataFrame) -> str:
+    ctx = context_columns(df)
+    return (f" One best setting per policy at each {', '.join(ctx)} (a column of the table)."
+            if ctx else "")
 
 
 def figure_blocks(out: Path, df: pd.DataFrame, rep: Path, gains: pd.DataFrame) -> list[tuple]:
-    """Every figure the sweep's axes allow, drawn into ``rep``, with its caption."""
+    """Every figure the sweep's axes allow, drawn into ``rep``, with a caption naming the
+    context (e.g. the arrival rate) it shows and how best settings were chosen."""
     _, ctx = base_context(df)
     note = f" (at {context_note(ctx)})" if ctx else ""
+    opened = open_load(df)
+    by = f", best by {label(ranking_metric(df)).lower()}"
     figures = []
-    for metric, name in (("throughput", "throughput_vs_k.png"), ("e2e_mean", "e2e_vs_k.png")):
+    # under open load throughput is the offered rate: no throughput-vs-k figure
+    metrics = (("e2e_mean", "e2e_vs_k.png"),) if opened else (
+        ("throughput", "throughput_vs_k.png"), ("e2e_mean", "e2e_vs_k.png"))
+    for metric, name in metrics:
         made = figure_vs_k(df, metric, rep / name)
         if made:
             figures.append((made, f"{label(metric)} vs window k per policy{note}; bars: 95% CI "
                                   "over seeds"))
+    cdf_where = (" at each arrival rate (one panel per rate)" if opened and "rate" in ctx
+                 else note)
+    load_caption = (
+        "Mean e2e latency, p99 e2e latency and TPOT vs the offered arrival rate (best setting "
+        "per policy at each rate by mean e2e; open-loop arrivals make throughput equal the "
+        "offered rate, so it is not plotted)" if opened and "rate" in context_columns(df)
+        else "Throughput vs mean e2e latency across load (best setting per policy at each "
+             "load, by throughput)")
     for made, caption in (
         (figure_vsr_mal(df, rep / "vsr_mal.png"),
-         f"VSR and MAL of each policy's best setting{note}"),
+         f"VSR and MAL of each policy's best setting{note}{by}"),
         (figure_latency_cdf(out, df, rep / "latency_cdf.png"),
-         f"E2E latency CDF of each policy's best setting{note}"),
-        (figure_load(df, rep / "throughput_latency.png"),
-         "Throughput vs mean e2e latency across load (best setting per policy at each load)"),
+         f"E2E latency CDF of each policy's best setting{cdf_where}{by}"),
+        (figure_load(df, rep / ("latency_vs_rate.png" if opened else "throughput_latency.png")),
+         load_caption),
         (figure_bv_gain(gains, rep / "bv_gain_vs_gamma.png"),
          "Gain of block verification over token verification vs draft length gamma (paired "
-         "over seeds, 95% CI); crosses: the block paper's published gains"),
+         f"over seeds, 95% CI){note}; crosses: the block paper's published gains"),
     ):
         if made:
             figures.append((made, caption))
@@ -132,19 +192,54 @@ def figure_blocks(out: Path, df: pd.DataFrame, rep: Path, gains: pd.DataFrame) -
 
 
 def tetris_blocks(df: pd.DataFrame, with_note: bool) -> list[tuple]:
-    """TETRIS against standard SD and DSD (and per k at the same budget), when both ran."""
+    """TETRIS against standard SD and DSD (and per k at the same budget), when both ran.
+
+    Under open-loop load: one comparison per arrival rate, best settings and paired changes
+    by latency (mean e2e, p99, TPOT). Otherwise the paper-shaped table at the first context,
+    which the text names.
+    """
+    if open_load(df):
+        return tetris_open_blocks(df, with_note)
     tables = tetris_replication(df)
     if tables is None:
         return []
     summary, per_k = tables
+    _, ctx = base_context(df)
+    where = (f" Shown at {context_note(ctx)} (the first value of each varying context "
+             "column).") if ctx else ""
     blocks = [("h2", "TETRIS vs standard SD and DSD"),
               ("p", "Relative change of TETRIS's best setting against each baseline's "
                     "best setting (per-seed paired, 95% t-interval; negative e2e = "
-                    "lower latency). Paper: Wu et al., ACL 2025 (THEORY.md §5)."),
+                    "lower latency). Paper: Wu et al., ACL 2025 (THEORY.md §5)." + where),
               ("table", summary)]
     if not per_k.empty:
         blocks += [("p", "Same budget C = k x running: TETRIS (best e) vs fixed k, "
-                         "token verification."), ("table", per_k)]
+                         f"token verification{note_suffix(ctx)}."), ("table", per_k)]
+    if with_note:
+        blocks.append(("p", tetris_note(df)))
+    return blocks
+
+
+def note_suffix(ctx: dict) -> str:
+    return f" (at {context_note(ctx)})" if ctx else ""
+
+
+def tetris_open_blocks(df: pd.DataFrame, with_note: bool) -> list[tuple]:
+    """TETRIS vs best fixed k vs DSD at every arrival rate (open-loop load), by latency."""
+    table = tetris_by_context(df, "e2e_mean")
+    if table.empty:
+        return []
+    ctx = context_columns(df)
+    per = f" at each {', '.join(ctx)}" if ctx else ""
+    blocks = [("h2", f"TETRIS vs standard SD and DSD{per} (by latency)"),
+              ("p", "Open-loop arrivals: throughput equals the offered rate, so TETRIS and "
+                    "each baseline are compared on latency. Each policy's best setting at "
+                    "each rate is the one with the lowest mean e2e latency; changes are "
+                    "TETRIS relative to the baseline, per-seed paired (common random numbers), "
+                    "mean with a 95% t-interval (negative = TETRIS is faster). The TETRIS "
+                    "paper's numbers are for 512 requests arriving at once (closed load) and "
+                    "are not comparable here."),
+              ("table", table)]
     if with_note:
         blocks.append(("p", tetris_note(df)))
     return blocks

@@ -173,12 +173,26 @@ def _parse_base(data: Mapping, path: str, hints: dict, aliases: dict) -> dict:
     base = data.get("base", {})
     if not isinstance(base, Mapping):
         raise SpecbatchError(f"spec {path}: field 'base': expected a table, got {base!r}")
-    base = {aliases.get(key, key): value for key, value in base.items()}
+    base = _canonical_keys(base, path, "base", aliases)
     for key, value in base.items():
         _check_field(path, "base", key, value, hints)
     if "seed" in base and "seeds" in data:
         raise SpecbatchError(f"spec {path}: [base] field 'seed': give either base.seed or seeds, not both")
     return base
+
+
+def _canonical_keys(table: Mapping, path: str, where: str, aliases: Mapping) -> dict:
+    """``table`` with aliases spelled as their field; a field given under two spellings in
+    one table (``k`` and ``num_speculative_tokens``) is a one-line error."""
+    out: dict = {}
+    spelled: dict = {}
+    for key, value in table.items():
+        name = aliases.get(key, key)
+        if name in out:
+            raise SpecbatchError(f"spec {path}: [{where}] field '{name}': given twice (as "
+                                 f"'{spelled[name]}' and '{key}'); keep one spelling")
+        out[name], spelled[name] = value, key
+    return out
 
 
 def _parse_seeds(data: Mapping, base: Mapping, path: str) -> list:
@@ -209,8 +223,7 @@ def _parse_grids(data: Mapping, path: str, hints: dict, aliases: dict) -> list[d
 
 def _parse_grid(grid: Mapping, path: str, hints: dict, aliases: dict) -> dict:
     checked = {}
-    for key, values in grid.items():
-        key = aliases.get(key, key)
+    for key, values in _canonical_keys(grid, path, "axes", aliases).items():
         if key == "seed":
             raise SpecbatchError(f"spec {path}: [axes] field 'seed': use the top-level seeds list")
         if not isinstance(values, list):
@@ -251,17 +264,35 @@ def load_spec(path: str | os.PathLike, config_cls: type | None = None,
     except tomllib.TOMLDecodeError as exc:
         raise SpecbatchError(f"spec {path}: not valid TOML: {exc}") from None
     if overrides:
-        data = apply_overrides(data, overrides)
+        data = apply_overrides(data, overrides, _aliases(config_cls or default_config_class()))
     return parse_spec(data, path, config_cls)
 
-def apply_overrides(data: Mapping, overrides: Mapping) -> dict:
-    """Set config fields for every run: into ``[base]``, and off every axis that varied them."""
+def apply_overrides(data: Mapping, overrides: Mapping, aliases: Mapping | None = None) -> dict:
+    """Set config fields for every run: into ``[base]``, and off every axis that varied them.
+
+    ``aliases`` (spelling -> field, e.g. ``k`` -> ``num_speculative_tokens``) make an alias
+    and its full name the same field on every side: an override spelled either way replaces
+    ``[base]`` entries and axes spelled either way (later overrides win).
+    """
+    aliases = dict(aliases or {})
+
+    def canon(name: Any) -> Any:
+        return aliases.get(name, name)
+
+    fixed: dict[str, Any] = {}
+    for name, value in overrides.items():
+        fixed[canon(name)] = value
     data = dict(data)
-    data["base"] = {**data.get("base", {}), **overrides}
+    base = data.get("base", {})
+    if isinstance(base, Mapping):
+        base = {k: v for k, v in base.items() if canon(k) not in fixed}
+        data["base"] = {**base, **fixed}
+    else:  # not a table: parse_spec reports it
+        data["base"] = base
     axes = data.get("axes", {})
     grids = [axes] if isinstance(axes, Mapping) else list(axes) if isinstance(axes, list) else axes
     if isinstance(grids, list):
-        grids = [{k: v for k, v in g.items() if k not in overrides} if isinstance(g, Mapping)
+        grids = [{k: v for k, v in g.items() if canon(k) not in fixed} if isinstance(g, Mapping)
                  else g for g in grids]
         data["axes"] = grids[0] if isinstance(axes, Mapping) else grids
     return data

@@ -34,8 +34,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sweep.add_argument("--scheduler", default=None, metavar="ADDRESS|local",
                        help="run on Dask distributed: a scheduler address, or 'local' for a LocalCluster")
     sweep.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                       help="set a config field for every run (replaces any axis over it); "
-                            "repeatable, e.g. --set trace=synth --set requests=128")
+                       help="set a config field for every run (replaces any axis over it, whether "
+                            "spelled by its name or an alias: k, e, n); every run is then "
+                            "checked against its trace before any starts; repeatable, "
+                            "e.g. --set trace=synth --set k=2")
     sweep.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     sweep.add_argument("--report", action="store_true", help="also write the report afterwards")
     add_json_flag(sweep)

@@ -28,7 +28,7 @@ def shaped_runner(config: dict):
     mal_tv = 1.0 if policy == "ar" else 1.0 + 0.6 * k / (1 + 0.2 * k)
     mal = mal_tv * (1 + k / 100) if config["verify"] == "block" and policy != "ar" else mal_tv
     tput = 1000.0 * mal * (1.04 if policy == "tetris" else 1.0) + 5 * seed
-    e2e = 2e4 / tput * (1 + config["rate"] / 50)
+    e2e = 2e4 / tput * (1 + config["rate"] / 50) * (1 + config["max_num_seqs"] / 100)
     rng = np.random.default_rng(seed)
     requests = pd.DataFrame({"uid": np.arange(20), "arrival": np.zeros(20),
                              "first_token": rng.uniform(0.1, 0.2, 20),
@@ -38,20 +38,38 @@ def shaped_runner(config: dict):
     return summary, requests
 
 
-SPEC = {
-    "name": "report-test",
-    "seeds": [0, 1, 2],
-    "report": {"replicate": "tetris"},
-    "base": {"trace": "synth", "requests": 20, "arrival": "poisson"},
-    "axes": [
-        {"policy": ["ar"], "rate": [5.0, 20.0]},
-        {"policy": ["fixed"], "num_speculative_tokens": [1, 2, 3], "verify": ["token", "block"],
-         "rate": [5.0, 20.0]},
-        {"policy": ["dsd"], "num_speculative_tokens": [3], "rate": [5.0, 20.0]},
-        {"policy": ["tetris"], "num_speculative_tokens": [1, 2, 3], "extra": [1],
-         "rate": [5.0, 20.0]},
-    ],
-}
+def grid_spec(arrival: str, load: str, levels: list) -> dict:
+    return {
+        "name": "report-test",
+        "seeds": [0, 1, 2],
+        "report": {"replicate": "tetris"},
+        "base": {"trace": "synth", "requests": 20, "arrival": arrival},
+        "axes": [
+            {"policy": ["ar"], load: levels},
+            {"policy": ["fixed"], "num_speculative_tokens": [1, 2, 3],
+             "verify": ["token", "block"], load: levels},
+            {"policy": ["dsd"], "num_speculative_tokens": [3], load: levels},
+            {"policy": ["tetris"], "num_speculative_tokens": [1, 2, 3], "extra": [1],
+             load: levels},
+        ],
+    }
+
+
+# closed load (all requests at once, concurrency varies): throughput ranks settings
+SPEC = grid_spec("burst", "max_num_seqs", [16, 64])
+# open-loop load (Poisson arrivals at a fixed rate): throughput is the offered rate
+OPEN_SPEC = grid_spec("poisson", "rate", [5.0, 20.0])
+
+
+def open_runner(config: dict):
+    """shaped_runner's latencies, but throughput = the offered rate (tokens per request x
+    rate), with a hair more for fixed k = 1: ranking by throughput would pick k = 1, ranking
+    by latency picks k = 3."""
+    summary, requests = shaped_runner(config)
+    bump = 1.001 if config["policy"] == "fixed" and config["num_speculative_tokens"] == 1 else 1.0
+    summary = {**summary, "throughput": 100.0 * config["rate"] * bump + 0.01 * config["seed"],
+               "tpot_mean": summary["e2e_mean"] / 100}
+    return summary, requests
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +131,63 @@ def test_report_cli_on_a_non_sweep_directory_is_one_line_exit_2(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "no sweep.json" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def open_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("open")
+    run_sweep(parse_spec(OPEN_SPEC, "open.toml"), out, runner=open_runner, progress=False)
+    build_report(out, fmt="md")
+    return out
+
+
+def test_open_load_report_ranks_by_latency_per_rate_not_by_throughput(open_dir):
+    text = (open_dir / "report" / "report.md").read_text()
+    assert "(by throughput)" not in text
+    assert "## Best setting of each policy at each rate (by mean e2e latency)" in text
+    assert "throughput cannot rank settings" in text
+    table = pd.read_csv(open_dir / "report" / "headline.csv")
+    assert len(table) == 2 * 5 and set(table.rate) == {5.0, 20.0}
+    fixed = table[table.policy == "fixed"]
+    assert (fixed.k == 3).all()  # lowest latency, although k = 1 has the highest throughput
+    for _, rows in table.groupby("rate"):
+        assert rows.e2e_mean.is_monotonic_increasing  # ranked by latency within each rate
+    assert {"tpot_mean", "e2e_vs_base", "served"} <= set(table.columns)
+    assert np.allclose(table[table.policy == "ar"].e2e_vs_base, 0.0)
+    header = next(line for line in text.splitlines() if line.startswith("| rate | policy"))
+    assert "TPOT" in header and "e2e vs ar" in header and "speedup" not in header
+
+
+def test_open_load_figures_name_their_rate_and_skip_throughput_rankings(open_dir):
+    text = (open_dir / "report" / "report.md").read_text()
+    captions = re.findall(r"!\[([^\]]*)\]\(([^)]+\.png)\)", text)
+    linked = {name for _, name in captions}
+    assert "throughput_vs_k.png" not in linked and "throughput_latency.png" not in linked
+    assert {"latency_vs_rate.png", "e2e_vs_k.png", "vsr_mal.png", "latency_cdf.png"} <= linked
+    for caption, name in captions:
+        assert "rate" in caption, name  # every figure says which rate(s) it shows
+        data = (open_dir / "report" / name).read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 10_000, name
+    assert "by throughput" not in " ".join(c for c, _ in captions)
+
+
+def test_open_load_tetris_section_compares_at_every_rate_by_latency(open_dir):
+    text = (open_dir / "report" / "report.md").read_text()
+    assert "## TETRIS vs standard SD and DSD at each rate (by latency)" in text
+    assert "up to -9.32" not in text  # the paper's closed-load numbers are not comparable
+    section = text.split("## TETRIS vs standard SD and DSD at each rate")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| 5.000") or
+            line.startswith("| 20.000")]
+    assert len(rows) == 2 * 3  # (best fixed k, DSD, best baseline) at each of the two rates
+    from specbatch.analysis.replication import tetris_by_context
+
+    table = tetris_by_context(read_results(open_dir))
+    fixed = table[table.vs == "best fixed k"]
+    assert fixed.rate.tolist() == [5.0, 20.0] and (fixed["baseline k"] == 3).all()
+    assert all(cell.startswith("-3.") for cell in fixed["e2e mean change (%)"])  # 1/1.04 - 1
+
+
+def test_closed_load_report_names_the_context_of_its_single_context_tables(md_report):
+    text = open(md_report).read()
+    section = text.split("## TETRIS vs standard SD and DSD")[1].split("\n## ")[0]
+    assert "max_num_seqs = 16" in section

@@ -356,3 +356,50 @@ def test_sweep_cli_runs_real_simulations_and_a_rerun_reuses_them(tmp_path):
     again = _cli("sweep", str(path), "--out", str(tmp_path / "out"), "--json")
     assert json.loads(again.stdout)["computed"] == 0
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "out" / "results.parquet"), table)
+
+
+@pytest.mark.parametrize("spelling, axis", [("k", "num_speculative_tokens"),
+                                            ("num_speculative_tokens", "k"),
+                                            ("k", "k"),
+                                            ("num_speculative_tokens", "num_speculative_tokens")])
+def test_an_override_replaces_the_axis_whichever_spelling_either_side_uses(tmp_path, spelling,
+                                                                           axis):
+    path = tmp_path / "s.toml"
+    path.write_text(f'seeds = [0]\n[base]\ntrace = "synth"\n{axis} = 1\n[[axes]]\n'
+                    f'policy = ["fixed"]\n{axis} = [1, 2]\n[[axes]]\npolicy = ["tetris"]\n'
+                    f'{axis} = [1, 3]\ne = [1, 2]\n')
+    runs = expand(load_spec(path, config.SimConfig, {spelling: 4, "e": 3}), config.SimConfig)
+    assert sorted((r["policy"], r["num_speculative_tokens"], r["extra"]) for r in runs) == [
+        ("fixed", 4, 3), ("tetris", 4, 3)]
+    full = expand(load_spec(path, config.SimConfig, {"num_speculative_tokens": 4, "extra": 3}),
+                  config.SimConfig)
+    assert runs == full
+    assert set(config.ALIASES) == {"k", "e", "n"}  # every alias the config accepts is covered
+    n_runs = expand(load_spec(path, config.SimConfig, {"n": 7}), config.SimConfig)
+    assert {r["requests"] for r in n_runs} == {7}
+
+
+def test_a_field_spelled_twice_in_one_table_is_a_one_line_error():
+    with pytest.raises(SpecbatchError, match=r"\[axes\] field 'num_speculative_tokens': given "
+                                             r"twice \(as 'k' and 'num_speculative_tokens'\)"):
+        parse_spec({"axes": {"k": [1], "num_speculative_tokens": [2]}}, "x.toml", config.SimConfig)
+    with pytest.raises(SpecbatchError, match=r"\[base\] field 'extra': given twice"):
+        parse_spec({"base": {"extra": 1, "e": 2}}, "x.toml", config.SimConfig)
+
+
+@pytest.mark.parametrize("override", ["e=5", "extra=5", "k=7", "num_speculative_tokens=7"])
+def test_sweep_cli_override_past_the_traces_depth_fails_preflight_before_any_run(tmp_path,
+                                                                                override):
+    path = tmp_path / "deep.toml"
+    path.write_text('seeds = [0]\n[base]\ntrace = "synth"\nrequests = 4\nmax_num_seqs = 4\n'
+                    '[[axes]]\npolicy = ["fixed"]\nnum_speculative_tokens = [1, 2]\n'
+                    '[[axes]]\npolicy = ["tetris"]\nnum_speculative_tokens = [3, 6]\n'
+                    'extra = [1, 2]\n')
+    result = _cli("sweep", str(path), "--out", str(tmp_path / "out"), "--set", override,
+                  "--no-progress")
+    assert result.returncode == 2, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "deep.toml" in lines[0] and "field 'num_speculative_tokens'" in lines[0]
+    assert "K = 8" in lines[0] and "policy tetris" in lines[0]
+    assert not list((tmp_path / "out").glob("points/*.json"))
