@@ -21,7 +21,7 @@ per request, in arrival order. Columns (header names match case-insensitively; t
   arrival      float seconds >= 0, non-decreasing                        (optional)
   timestamp    used when ``arrival`` is absent: seconds (numbers) or date-times (strings,
                parsed by pandas), non-decreasing; converted to seconds after the first
-  category     string, prompt category matched against the trace's    (optional)
+  category     string, prompt category matched against the trace's       (optional)
 
 Other columns are ignored. The simulated requests are the file's first ``requests`` rows
 (all of them when the file is shorter; ``sampling`` does not apply). Mapping rule: request i
@@ -34,8 +34,9 @@ step a real recorded draft/target pair from the same text (its difficulty profil
 of repeating one row (clamping) or changing the file's output length (truncation); the
 wrapped rows are appended to a copy of the trace (:attr:`Workload.rows_trace`) so the engine
 keeps its ``row = base + t`` indexing. ``arrival = "trace"`` uses the file's arrival times
-(shifted so the first is 0; an error when the file has none); the other arrival kinds draw as
-above. :func:`example_workload` generates the bundled example (``data/workload_example.csv``).
+(``arrival`` as given, ``timestamp`` relative to the first row; an error when the file has
+neither); the other arrival kinds draw as above. :func:`example_workload` generates the
+bundled example (``data/workload_example.csv``).
 """
 
 from __future__ import annotations
