@@ -51,7 +51,10 @@ class SimConfig:
                  always resamples)
       arrival:   "burst" (all at t = 0, the TETRIS offline setting), "poisson" (``rate``
                  req/s), "gamma" (``rate`` req/s, inter-arrival CV ``cv``), "trace" (recorded
-                 offsets)
+                 offsets; with ``workload``, the file's arrival times)
+      workload:  None (requests and lengths from the trace), "example" (bundled), or a
+                 CSV/Parquet/JSONL file of request lengths and optional arrival times and
+                 categories, mapped onto trace requests (simulator.workload)
     Engine (per replica)
       max_num_seqs, max_num_batched_tokens (prompt tokens per prefill step; the token budget
       of a mixed step with ``enable_chunked_prefill``), kv_capacity (tokens; None = unlimited),
@@ -69,6 +72,7 @@ class SimConfig:
     """
 
     trace: str = "default"
+    workload: str | None = None
     requests: int = 512
     sampling: str = "auto"
     arrival: str = "burst"
@@ -118,7 +122,7 @@ class SimConfig:
 
 
 FIELD_TYPES: dict[str, type] = {
-    "trace": str, "requests": int, "sampling": str, "arrival": str, "rate": float, "cv": float,
+    "trace": str, "workload": str, "requests": int, "sampling": str, "arrival": str, "rate": float, "cv": float,
     "synth_alpha": float, "max_num_seqs": int, "max_num_batched_tokens": int,
     "enable_chunked_prefill": bool, "kv_capacity": int, "replicas": int, "router": str,
     "policy": str, "num_speculative_tokens": int, "extra": int, "budget": int, "verify": str,
@@ -127,7 +131,7 @@ FIELD_TYPES: dict[str, type] = {
     "slo": float, "speedup": bool,
 }
 #: Fields whose value may be None (TOML omits them; CLI spells it "none").
-OPTIONAL = {"synth_alpha", "max_num_batched_tokens", "kv_capacity", "budget", "profile", "slo"}
+OPTIONAL = {"workload", "synth_alpha", "max_num_batched_tokens", "kv_capacity", "budget", "profile", "slo"}
 
 
 def _canonical(values: dict[str, Any], where: str) -> dict[str, Any]:

@@ -109,6 +109,7 @@ def simulate(config: SimConfig, trace: Any = None, cost_model: Any = None,
     if trace is None:
         trace = load_trace(config, allow_partial)
     workload = build_workload(config, trace)
+    trace = workload.rows_trace if workload.rows_trace is not None else trace
     footprint = int((workload.prompt_len + workload.output_len).max(initial=0))
     validate_against_trace(config, trace, footprint + make_policy(config, trace.K).depth + 1)
     cost = cost_model if cost_model is not None else build_cost(config)
@@ -123,4 +124,4 @@ def simulate(config: SimConfig, trace: Any = None, cost_model: Any = None,
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
     return SimResult(config=config, requests=requests, steps=steps, summary=summary,
-                     notes=workload_notes(config, trace))
+                     notes=workload.notes or workload_notes(config, trace))

@@ -9,16 +9,61 @@ gaps with mean 1/rate and coefficient of variation ``cv`` (shape 1/cv², cv = 1 
 "trace" the recorded offsets of the selected requests (a request replayed twice keeps its
 offset). Arrival times are non-decreasing in uid except for "trace", which the engine sorts
 (stable, ties by uid). Selection and arrivals use independent streams of ``seed``.
+
+Imported workloads (``config.workload``: a file path, or "example" for the bundled one)
+decouple request lengths and arrival times from the acceptance trace. The file is CSV
+(``.csv``), Parquet (``.parquet``/``.pq``) or JSON Lines (``.jsonl``/``.ndjson``), one row
+per request, in arrival order. Columns (header names match case-insensitively; the aliases in
+:data:`COLUMN_ALIASES` cover the Azure LLM inference and BurstGPT exports):
+
+  prompt_len   int >= 1, prompt tokens                                   (required)
+  output_len   int >= 1, output tokens to generate                       (required)
+  arrival      float seconds >= 0, non-decreasing                        (optional)
+  timestamp    used when ``arrival`` is absent: seconds (numbers) or date-times (strings,
+               parsed by pandas), non-decreasing; converted to seconds after the first
+  category     string, prompt category matched against the trace's       (optional)
+
+Other columns are ignored. The simulated requests are the file's first ``requests`` rows
+(all of them when the file is shorter; ``sampling`` does not apply). Mapping rule: request i
+replays the position-indexed acceptance rows of one trace request, drawn uniformly (seeded by
+``seed``, its own stream) among the trace requests of the same category when the file has a
+``category`` column and the trace holds that category, else among all trace requests. Prompt
+and output lengths come from the file. Output positions t beyond the drawn trace request's
+recorded output length L are *wrapped*: position t replays row t mod L. Wrapping keeps every
+step a real recorded draft/target pair from the same text (its difficulty profile) instead
+of repeating one row (clamping) or changing the file's output length (truncation); the
+wrapped rows are appended to a copy of the trace (:attr:`Workload.rows_trace`) so the engine
+keeps its ``row = base + t`` indexing. ``arrival = "trace"`` uses the file's arrival times
+(``arrival`` as given, ``timestamp`` relative to the first row; an error when the file has
+neither); the other arrival kinds draw as above. :func:`example_workload` generates the
+bundled example (``data/workload_example.csv``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from specbatch.errors import require
+from specbatch.errors import SpecbatchError, require
+
+#: The bundled synthetic example (``config.workload = "example"``).
+EXAMPLE_WORKLOAD = Path(__file__).resolve().parent / "data" / "workload_example.csv"
+#: Accepted header spellings (lower case) of each column, first match wins.
+COLUMN_ALIASES = {
+    "prompt_len": ("prompt_len", "input_len", "prompt_tokens", "contexttokens", "request tokens"),
+    "output_len": ("output_len", "generated_len", "output_tokens", "generatedtokens",
+                   "response tokens"),
+    "arrival": ("arrival",),
+    "timestamp": ("timestamp",),
+    "category": ("category",),
+}
+#: File extensions read by :func:`read_workload_file`.
+WORKLOAD_FORMATS = (".csv", ".parquet", ".pq", ".jsonl", ".ndjson")
 
 
 @dataclass(frozen=True)
@@ -30,6 +75,8 @@ class Workload:
     prompt_len: np.ndarray  # int64
     output_len: np.ndarray  # int64
     row_base: np.ndarray  # int64 trace row of output position 0 (trace.offsets[trace_index])
+    rows_trace: Any = None  # the trace row_base indexes when not the given one (wrapped rows)
+    notes: tuple[str, ...] = ()  # how an imported workload was mapped onto the trace
 
     @property
     def n(self) -> int:
@@ -67,6 +114,8 @@ def arrival_times(n: int, kind: str, rate: float, cv: float, rng: np.random.Gene
 
 def build_workload(config: Any, trace: Any) -> Workload:
     """The workload of ``config`` on ``trace`` (deterministic in ``config.seed``)."""
+    if getattr(config, "workload", None) is not None:
+        return imported_workload(config, trace)
     select_seq, arrival_seq = np.random.SeedSequence([int(config.seed), 0x5EED]).spawn(2)
     idx = select_requests(int(config.requests), trace.n_requests, config.sampling,
                           np.random.default_rng(select_seq))
@@ -80,3 +129,220 @@ def build_workload(config: Any, trace: Any) -> Workload:
         output_len=np.asarray(trace.output_len, dtype=np.int64)[idx],
         row_base=np.asarray(trace.offsets, dtype=np.int64)[idx],
     )
+
+
+def resolve_workload(name: str) -> Path:
+    """The file ``name`` denotes ("example" is the bundled one)."""
+    return EXAMPLE_WORKLOAD if name == "example" else Path(name)
+
+
+def read_workload_file(path: str | Path) -> dict[str, np.ndarray]:
+    """Read and check a workload file (format: module docstring).
+
+    returns prompt_len, output_len # [N] int64; arrival # [N] float64 seconds from the first
+    request (NaN when the file has no arrival/timestamp); category # [N] object (None when
+    the file has no category column). Raises a one-line :class:`SpecbatchError` naming the
+    file and field.
+    """
+    path = Path(path)
+    where = f"workload {path}"
+    suffix = path.suffix.lower()
+    require(suffix in WORKLOAD_FORMATS, f"{where}: expected a file ending in "
+            f"{', '.join(WORKLOAD_FORMATS)}, got {suffix or 'no extension'!r}")
+    require(path.is_file(), f"{where}: expected an existing file, got no such file")
+    try:
+        if suffix == ".csv":
+            frame = pd.read_csv(path)
+        elif suffix in (".parquet", ".pq"):
+            frame = pd.read_parquet(path)
+        else:
+            frame = pd.read_json(path, lines=True)
+    except pd.errors.EmptyDataError:
+        raise SpecbatchError(f"{where}: expected a header and at least one request, got an "
+                             "empty file") from None
+    except Exception as exc:  # noqa: BLE001 - any reader failure is bad input
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SpecbatchError(f"{where}: expected a readable {suffix[1:]} file, got {text}") from None
+    require(len(frame) > 0, f"{where}: expected at least one request row, got none")
+    lower = {str(c).strip().lower(): c for c in frame.columns}
+    found = {name: next((lower[a] for a in aliases if a in lower), None)
+             for name, aliases in COLUMN_ALIASES.items()}
+    out: dict[str, np.ndarray] = {}
+    for name in ("prompt_len", "output_len"):
+        require(found[name] is not None, f"{where}: field {name}: expected a column "
+                f"(one of {', '.join(COLUMN_ALIASES[name])}), got none")
+        out[name] = _lengths(frame[found[name]], where, name)
+    n = len(frame)
+    out["arrival"] = np.full(n, np.nan)
+    if found["arrival"] is not None:
+        out["arrival"] = _times(frame[found["arrival"]], where, "arrival", datetimes=False)
+    elif found["timestamp"] is not None:
+        out["arrival"] = _times(frame[found["timestamp"]], where, "timestamp", datetimes=True)
+    out["category"] = np.full(n, None, dtype=object)
+    if found["category"] is not None:
+        cat = frame[found["category"]]
+        require(not bool(cat.isna().any()), f"{where}: field category: expected a string on "
+                f"every row, got a missing value in row {int(np.argmax(cat.isna().to_numpy()))}")
+        out["category"] = cat.astype(str).to_numpy(dtype=object)
+    return out
+
+
+def _lengths(col: pd.Series, where: str, name: str) -> np.ndarray:
+    """Integer lengths >= 1 (integral floats accepted).  returns # [N] int64"""
+    values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values) | (values < 1) | (values != np.floor(values))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise SpecbatchError(f"{where}: field {name}: expected integers >= 1, got "
+                             f"{col.iloc[row]!r} in row {row}")
+    return values.astype(np.int64)
+
+
+def _times(col: pd.Series, where: str, name: str, datetimes: bool) -> np.ndarray:
+    """Seconds, finite, >= 0 (``arrival``), non-decreasing; relative to the first for
+    ``timestamp``.  returns # [N] float64"""
+    numeric = pd.to_numeric(col, errors="coerce")
+    if datetimes and numeric.isna().all() and not col.isna().any():
+        try:
+            stamps = pd.to_datetime(col)
+        except (ValueError, TypeError):
+            raise SpecbatchError(f"{where}: field {name}: expected seconds or date-times, got "
+                                 f"{col.iloc[0]!r}") from None
+        numeric = (stamps - stamps.iloc[0]).dt.total_seconds()
+    values = numeric.to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values)
+    if name == "arrival":
+        bad |= values < 0
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise SpecbatchError(f"{where}: field {name}: expected finite seconds"
+                             f"{' >= 0' if name == 'arrival' else ''}, got {col.iloc[row]!r} "
+                             f"in row {row}")
+    down = np.flatnonzero(np.diff(values) < 0)
+    if down.size:
+        row = int(down[0]) + 1
+        raise SpecbatchError(f"{where}: field {name}: expected non-decreasing times (rows in "
+                             f"arrival order), got {col.iloc[row]!r} after {col.iloc[row - 1]!r} "
+                             f"in row {row}")
+    return values - values[0] if name == "timestamp" else values
+
+
+def map_to_trace(category: np.ndarray, trace_category: np.ndarray,
+                 rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """The trace request each imported request replays (mapping rule: module docstring).
+
+    category:       # [N] object, None entries = no category
+    trace_category: # [R] object
+    returns (# [N] int64 trace request indices, number of requests matched by category)
+    """
+    n, r = category.shape[0], trace_category.shape[0]
+    idx = np.empty(n, dtype=np.int64)
+    has = np.fromiter((c is not None for c in category), dtype=bool, count=n)
+    labels = np.where(has, category, "").astype(str)
+    trace_labels = trace_category.astype(str)
+    matched = 0
+    pool_all = np.ones(n, dtype=bool)
+    for label in sorted(set(labels[has].tolist())):
+        members = np.flatnonzero(trace_labels == label)
+        if members.size == 0:
+            continue
+        rows = np.flatnonzero(has & (labels == label))
+        idx[rows] = members[rng.integers(0, members.size, size=rows.size)]
+        pool_all[rows] = False
+        matched += rows.size
+    rest = np.flatnonzero(pool_all)
+    idx[rest] = rng.integers(0, r, size=rest.size)
+    return idx, matched
+
+
+def wrapped_rows(trace: Any, idx: np.ndarray, output_len: np.ndarray) -> tuple[Any, np.ndarray]:
+    """Row bases for imported requests, appending wrapped copies where output_len > L.
+
+    Request i with L = trace.output_len[idx[i]] >= output_len[i] replays rows
+    offsets[idx[i]] + t in place; a longer one gets output_len[i] appended rows
+    offsets[idx[i]] + (t mod L). returns (the trace holding the rows, # [N] int64 row bases)
+    """
+    lens = np.asarray(trace.output_len, dtype=np.int64)[idx]
+    base = np.asarray(trace.offsets, dtype=np.int64)[idx].copy()
+    long = np.flatnonzero(output_len > lens)
+    if long.size == 0:
+        return trace, base
+    out = output_len[long]
+    starts = np.zeros(long.size, dtype=np.int64)
+    np.cumsum(out[:-1], out=starts[1:])
+    t = np.arange(int(out.sum()), dtype=np.int64) - np.repeat(starts, out)  # position in request
+    rows = np.repeat(base[long], out) + t % np.repeat(lens[long], out)
+    base[long] = int(trace.n_rows) + starts
+    columns = {name: np.ascontiguousarray(np.concatenate([arr, arr[rows]]))
+               for name, arr in trace.columns().items()}
+    extra = {
+        "request_id": np.asarray(trace.request_id).max(initial=-1) + 1 + np.arange(long.size),
+        "prompt_len": np.asarray(trace.prompt_len)[idx[long]], "output_len": out,
+        "category": np.asarray(trace.category)[idx[long]],
+        "arrival": np.asarray(trace.arrival)[idx[long]],
+    }
+    requests = {name: np.concatenate([np.asarray(getattr(trace, name)), extra[name]])
+                for name in extra}
+    offsets = np.zeros(requests["output_len"].shape[0] + 1, dtype=np.int64)
+    np.cumsum(requests["output_len"], out=offsets[1:])
+    extended = dataclasses.replace(trace, offsets=offsets, **requests, **columns)
+    return extended, base
+
+
+def imported_workload(config: Any, trace: Any) -> Workload:
+    """The workload of ``config.workload`` (a file) mapped onto ``trace`` (module docstring)."""
+    path = resolve_workload(config.workload)
+    data = read_workload_file(path)
+    total = data["prompt_len"].shape[0]
+    n = min(int(config.requests), total)
+    data = {name: arr[:n] for name, arr in data.items()}
+    select_seq, arrival_seq = np.random.SeedSequence([int(config.seed), 0x5EED, 1]).spawn(2)
+    idx, matched = map_to_trace(data["category"], np.asarray(trace.category, dtype=object),
+                                np.random.default_rng(select_seq))
+    if config.arrival == "trace":
+        require(bool(np.all(np.isfinite(data["arrival"]))),
+                f"config: field arrival: expected a workload file with an arrival or timestamp "
+                f"column for arrival = 'trace', got none in {path}")
+    offsets = data["arrival"] if config.arrival == "trace" else None
+    arrival = arrival_times(n, config.arrival, float(config.rate), float(config.cv),
+                            np.random.default_rng(arrival_seq), offsets)
+    output_len = data["output_len"]
+    rows_trace, base = wrapped_rows(trace, idx, output_len)
+    wrapped = int(np.sum(output_len > np.asarray(trace.output_len)[idx]))
+    notes = [f"workload {path}: {n} of its {total} requests mapped onto the trace's "
+             f"{int(trace.n_requests)} ({matched} by category); {wrapped} outputs longer than "
+             "their trace request's replay wrapped rows (position t uses row t mod L)"]
+    if int(config.requests) > total:
+        notes.append(f"requests = {int(config.requests)} exceeds the workload file's {total} "
+                     f"requests; simulating {total}")
+    return Workload(
+        trace_index=idx, arrival=arrival.astype(np.float64), prompt_len=data["prompt_len"],
+        output_len=output_len, row_base=base,
+        rows_trace=None if rows_trace is trace else rows_trace, notes=tuple(notes))
+
+
+def example_workload(n: int = 200, seed: int = 0, rate: float = 2.0) -> pd.DataFrame:
+    """The bundled example's table: synthetic, not third-party data.
+
+    Lognormal prompt lengths (median 200, σ 0.8, clipped to [8, 2048]) and output lengths
+    (median 120, σ 0.7, clipped to [4, 1024]), Poisson arrivals at ``rate`` req/s (rounded to
+    microseconds), categories "prose" (60%), "code" (30%), "math" (10%; no bundled trace
+    has it, so those requests fall back to drawing over all trace requests)..
+    Regenerate: ``python -c "from specbatch.simulator.workload import write_example;
+    write_example()"``.
+    """
+    rng = np.random.default_rng(seed)
+    prompt = np.clip(np.rint(rng.lognormal(np.log(200), 0.8, n)), 8, 2048).astype(np.int64)
+    output = np.clip(np.rint(rng.lognormal(np.log(120), 0.7, n)), 4, 1024).astype(np.int64)
+    arrival = np.round(np.cumsum(rng.exponential(1.0 / rate, n)), 6)
+    category = rng.choice(np.array(["prose", "code", "math"]), size=n, p=[0.6, 0.3, 0.1])
+    return pd.DataFrame({"prompt_len": prompt, "output_len": output, "arrival": arrival,
+                         "category": category})
+
+
+def write_example(path: str | Path = EXAMPLE_WORKLOAD) -> Path:
+    """Write :func:`example_workload` as CSV to ``path`` (default: the bundled file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    example_workload().to_csv(path, index=False, float_format="%.6f")
+    return path

@@ -23,9 +23,13 @@ from specbatch.simulator.config import FIELD_TYPES, SimConfig, check_extra_appli
 #: What each override means; ``None`` defaults say what unset means.
 FIELD_HELP = {
     "trace": "'default' (bundled), 'synth', or a trace directory",
-    "requests": "simulated requests N",
+    "workload": "request lengths/arrivals file (.csv/.parquet/.jsonl; columns prompt_len, "
+                "output_len, optional arrival or timestamp, category) or 'example' (bundled); "
+                "each request replays a seeded same-category trace request, wrapping positions "
+                "past its end (default: the trace's own requests)",
+    "requests": "simulated requests N (at most the workload file's rows)",
     "sampling": "how requests are drawn from the trace",
-    "arrival": "arrival process",
+    "arrival": "arrival process (trace: the recorded times, the workload file's when given)",
     "rate": "arrival rate, requests/s (poisson, gamma)",
     "cv": "inter-arrival coefficient of variation (gamma)",
     "synth_alpha": "constant acceptance α of the synth trace (default: off)",
@@ -75,6 +79,7 @@ def register(subparsers) -> None:
             "--max-num-seqs 64 --requests 512 --hardware h100 --target vicuna-33b "
             "--draft vicuna-68m --json",
             "specbatch simulate --trace synth --synth-alpha 0.8 --policy fixed --k 4",
+            "specbatch simulate --workload example --arrival trace --policy tetris --extra 1",
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

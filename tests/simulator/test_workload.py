@@ -42,3 +42,134 @@ def test_burst_and_trace_offsets():
     assert w.arrival.tolist() == [0.0, 2.0, 1.0]
     with pytest.raises(SpecbatchError, match="field arrival"):
         build_workload(load_config(None, requests=3, arrival="trace"), const_trace(n_requests=3))
+
+
+# --- imported workloads (config.workload) -------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+import pandas as pd  # noqa: E402
+from specbatch.simulator.workload import (  # noqa: E402
+    EXAMPLE_WORKLOAD,
+    example_workload,
+    map_to_trace,
+    read_workload_file,
+    wrapped_rows,
+)
+
+TABLE = pd.DataFrame({"prompt_len": [5, 7, 9], "output_len": [3, 30, 2],
+                      "arrival": [0.5, 1.0, 1.0], "category": ["a", "b", "a"]})
+
+
+def write(table: pd.DataFrame, path: Path) -> Path:
+    if path.suffix == ".csv":
+        table.to_csv(path, index=False)
+    elif path.suffix == ".parquet":
+        table.to_parquet(path, index=False)
+    else:
+        table.to_json(path, orient="records", lines=True)
+    return path
+
+
+@pytest.mark.parametrize("name", ["w.csv", "w.parquet", "w.jsonl"])
+def test_each_format_reads_the_same_columns(tmp_path, name):
+    data = read_workload_file(write(TABLE, tmp_path / name))
+    assert data["prompt_len"].tolist() == [5, 7, 9] and data["prompt_len"].dtype == np.int64
+    assert data["output_len"].tolist() == [3, 30, 2]
+    assert data["arrival"].tolist() == [0.5, 1.0, 1.0]
+    assert data["category"].tolist() == ["a", "b", "a"]
+
+
+def test_optional_columns_aliases_and_timestamps(tmp_path):
+    plain = read_workload_file(write(TABLE[["prompt_len", "output_len"]], tmp_path / "p.csv"))
+    assert np.isnan(plain["arrival"]).all() and plain["category"].tolist() == [None] * 3
+    azure = pd.DataFrame({"TIMESTAMP": ["2023-11-16 18:15:46.5", "2023-11-16 18:15:47.0",
+                                        "2023-11-16 18:15:49.0"],
+                          "ContextTokens": [10, 20, 30], "GeneratedTokens": [1, 2, 3]})
+    data = read_workload_file(write(azure, tmp_path / "azure.csv"))
+    assert data["arrival"].tolist() == [0.0, 0.5, 2.5]
+    assert data["prompt_len"].tolist() == [10, 20, 30]
+    burst = pd.DataFrame({"Timestamp": [5.0, 6.0], "Request tokens": [4, 4],
+                          "Response tokens": [2, 2]})
+    assert read_workload_file(write(burst, tmp_path / "b.csv"))["arrival"].tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda t: t.drop(columns="output_len"), "output_len"),
+    (lambda t: t.assign(prompt_len=[5, -1, 9]), "prompt_len"),
+    (lambda t: t.assign(output_len=[3, 2.5, 2]), "output_len"),
+    (lambda t: t.assign(output_len=[3, np.nan, 2]), "output_len"),
+    (lambda t: t.assign(arrival=[0.5, np.nan, 1.0]), "arrival"),
+    (lambda t: t.assign(arrival=[1.0, 0.5, 2.0]), "arrival"),
+    (lambda t: t.assign(arrival=[-1.0, 0.5, 2.0]), "arrival"),
+])
+def test_bad_inputs_are_one_line_errors_naming_file_and_field(tmp_path, change, field):
+    path = write(change(TABLE.copy()), tmp_path / "bad.csv")
+    with pytest.raises(SpecbatchError, match=f"workload {path}: field {field}") as err:
+        read_workload_file(path)
+    assert "\n" not in str(err.value)
+
+
+def test_empty_file_and_unknown_extension(tmp_path):
+    (tmp_path / "e.csv").write_text("")
+    with pytest.raises(SpecbatchError, match="e.csv: expected a header"):
+        read_workload_file(tmp_path / "e.csv")
+    (tmp_path / "h.csv").write_text("prompt_len,output_len\n")
+    with pytest.raises(SpecbatchError, match="h.csv: expected at least one request"):
+        read_workload_file(tmp_path / "h.csv")
+    (tmp_path / "w.xlsx").write_text("x")
+    with pytest.raises(SpecbatchError, match="w.xlsx: expected a file ending in .csv"):
+        read_workload_file(tmp_path / "w.xlsx")
+    with pytest.raises(SpecbatchError, match="expected an existing file"):
+        read_workload_file(tmp_path / "missing.csv")
+
+
+def test_mapping_stays_within_category_and_is_seeded():
+    trace_cat = np.array(["a", "b", "a", "b", "a", "c"], dtype=object)
+    cat = np.array(["a"] * 50 + ["b"] * 50 + ["zzz"] * 50 + [None] * 50, dtype=object)
+    idx, matched = map_to_trace(cat, trace_cat, np.random.default_rng(3))
+    assert matched == 100
+    assert set(idx[:50].tolist()) == {0, 2, 4} and set(idx[50:100].tolist()) == {1, 3}
+    assert set(idx[100:].tolist()) == set(range(6))  # unknown or no category: all requests
+    again, _ = map_to_trace(cat, trace_cat, np.random.default_rng(3))
+    other, _ = map_to_trace(cat, trace_cat, np.random.default_rng(4))
+    assert np.array_equal(idx, again) and not np.array_equal(idx, other)
+
+
+def test_long_outputs_wrap_rows_modulo_the_trace_length():
+    trace = const_trace(n_requests=3, output_lens=np.array([4, 5, 6]))
+    marked = trace.q.copy()
+    marked[:, 0] = np.arange(trace.n_rows)  # row number in column 0 (q values not checked)
+    import dataclasses
+    trace = dataclasses.replace(trace, q=marked)
+    ext, base = wrapped_rows(trace, np.array([1, 0, 2]), np.array([3, 11, 6]))
+    assert base[0] == trace.offsets[1] and base[2] == trace.offsets[2]  # fit: replayed in place
+    assert base[1] == trace.n_rows and ext.n_rows == trace.n_rows + 11
+    assert ext.q[base[1]:base[1] + 11, 0].tolist() == [0, 1, 2, 3] * 2 + [0, 1, 2]
+    assert wrapped_rows(trace, np.array([2]), np.array([6]))[0] is trace
+
+
+def test_config_workload_builds_from_the_file(tmp_path):
+    trace = const_trace(n_requests=4, output_len=5)
+    path = write(TABLE, tmp_path / "w.csv")
+    w = build_workload(load_config(None, workload=str(path), arrival="trace", seed=2), trace)
+    assert w.n == 3 and w.prompt_len.tolist() == [5, 7, 9] and w.output_len.tolist() == [3, 30, 2]
+    assert w.arrival.tolist() == [0.5, 1.0, 1.0]
+    assert w.rows_trace is not None and w.rows_trace.n_rows == trace.n_rows + 30
+    assert "3 of its 3 requests" in w.notes[0]
+    again = build_workload(load_config(None, workload=str(path), arrival="trace", seed=2), trace)
+    assert np.array_equal(w.trace_index, again.trace_index)
+    short = build_workload(load_config(None, workload=str(path), requests=2), trace)
+    assert short.n == 2 and short.arrival.tolist() == [0, 0]
+    bare = write(TABLE[["prompt_len", "output_len"]], tmp_path / "bare.csv")
+    with pytest.raises(SpecbatchError, match="field arrival: expected a workload file with"):
+        build_workload(load_config(None, workload=str(bare), arrival="trace"), trace)
+
+
+def test_bundled_example_is_the_documented_generator_output(tmp_path):
+    from specbatch.simulator.workload import write_example
+
+    assert write_example(tmp_path / "x.csv").read_text() == EXAMPLE_WORKLOAD.read_text()
+    table = example_workload()
+    assert len(table) == 200 and (np.diff(table["arrival"]) >= 0).all()
+    assert read_workload_file(EXAMPLE_WORKLOAD)["prompt_len"].tolist() == table["prompt_len"].tolist()
