@@ -132,13 +132,13 @@ def run_show(args) -> int:
         line = (f"{r['batch']:>6} {1e3 * r['draft_s']:>10.3f} {1e3 * r['target_decode_s']:>10.3f} "
                 f"{1e3 * r['target_verify_s']:>15.3f}")
         lines.append(line + (f"  {r['verify_bound']}" if "verify_bound" in r else ""))
-    lines.append(f"one speculative step at k={args.k}: {args.k} draft passes + verify + overhead")
-    lines.append(f"{'batch':>6} {'draft pass ms':>14} {'draft x k ms':>13} {'verify ms':>10} "
-                 f"{'overhead ms':>12} {'step ms':>9} {'draft %':>8}")
+    lines.append(f"one speculative step at k={args.k} (ms): draft pass x {args.k} + verify + "
+                 "overhead = step, draft %")
     for r in split:
-        lines.append(f"{r['batch']:>6} {1e3 * r['draft_pass_s']:>14.3f} {1e3 * r['draft_s']:>13.3f} "
-                     f"{1e3 * r['target_verify_s']:>10.3f} {1e3 * r['overhead_s']:>12.3f} "
-                     f"{1e3 * r['step_s']:>9.3f} {100 * r['draft_share']:>7.1f}%")
+        lines.append(f"  batch {r['batch']:>4}: {1e3 * r['draft_pass_s']:.3f} x {r['draft_passes']} "
+                     f"= {1e3 * r['draft_s']:.3f} + {1e3 * r['target_verify_s']:.3f} + "
+                     f"{1e3 * r['overhead_s']:.3f} = {1e3 * r['step_s']:.3f}, "
+                     f"draft {100 * r['draft_share']:.1f} %")
     if execution is not None:
         floors = ", ".join(f"{role} {1e3 * v['floor_s']:.3f} ms ({v['layers']} layers)"
                            for role, v in execution["roles"].items())

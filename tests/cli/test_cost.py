@@ -95,3 +95,23 @@ def test_help_has_examples(capsys):
             main(argv)
         assert info.value.code == 0
         assert "example:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("execution, low, high", [("cuda_graph", 0.05e-3, 0.5e-3),
+                                                  ("eager", 1.5e-3, 3e-3)])
+def test_show_json_splits_the_step_and_names_the_preset_source(capsys, execution, low, high):
+    code, out, _ = run(capsys, "cost", "show", "--target", "vicuna-33b", "--draft", "vicuna-68m",
+                       "--hardware", "h100", "--execution", execution, "--json")
+    assert code == 0
+    obj = json.loads(out)
+    assert obj["execution"]["name"] == execution and obj["execution"]["source"]
+    for s in obj["step_split"]:
+        assert low < s["draft_pass_s"] < high and s["draft_passes"] == obj["k"] == 3
+        assert s["step_s"] == pytest.approx(s["draft_s"] + s["target_verify_s"] + s["overhead_s"])
+        assert 0 < s["draft_share"] < 1
+
+
+def test_show_prints_the_split_and_source(capsys):
+    code, out, _ = run(capsys, "cost", "show", "--execution", "eager", "--batch", "1")
+    assert code == 0
+    assert "draft %" in out and "batch    1: 2.140 x 3" in out and "source:" in out and "h100-*.parquet" in out
