@@ -24,6 +24,7 @@ from specbatch.simulator.profiled import (
     fit_profile,
     fit_report,
     fit_role,
+    mape_warnings,
     read_profile,
 )
 from specbatch.simulator.roofline import (
@@ -39,7 +40,7 @@ from specbatch.errors import SpecbatchError, require
 __all__ = [
     "COST_MODELS", "EXECUTIONS", "ROLES", "CostModel", "Execution", "PassConstants", "ProfiledCost", "RoleFit",
     "RooflineCost", "SumsCostModel", "batch_sums", "build_cost_model", "fit_profile",
-    "fit_report", "fit_role", "kv_capacity_tokens", "pass_constants", "pass_times",
+    "fit_report", "fit_role", "kv_capacity_tokens", "mape_warnings", "pass_constants", "pass_times",
     "execution_info", "get_execution", "prefill_time", "read_profile", "step_split",
 ]
 

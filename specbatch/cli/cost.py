@@ -1,7 +1,8 @@
 """``specbatch cost``: fit a profiled cost model (``fit``) or print roofline step times (``show``).
 
 ``cost fit PROFILE`` fits one non-negative linear law per role (simulator/profiled.py) and reports
-its k-fold cross-validated MAPE; ``cost show`` prints the draft pass, target decode pass and
+its k-fold cross-validated MAPE, warning on stderr (and in ``--json``'s ``warnings``) for a
+role whose held-out MAPE exceeds 10 %; ``cost show`` prints the draft pass, target decode pass and
 target verification pass (k+1 query tokens per request) across batch sizes, so the memory-bound
 floor and the compute knee of the active cost model are visible, then the draft/target split
 of one speculative step (k draft passes, the verify pass, the engine overhead, the draft's
@@ -12,16 +13,19 @@ and where its numbers come from.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from specbatch.cli.common import add_json_flag, emit, example, help_without_verb
 from specbatch.errors import require
 from specbatch.simulator.cost import (
+    ProfiledCost,
     RooflineCost,
     build_cost_model,
     execution_info,
     fit_profile,
     fit_report,
     kv_capacity_tokens,
+    mape_warnings,
     pass_times,
     prefill_time,
     step_split,
@@ -91,8 +95,11 @@ def run_fit(args) -> int:
     model = fit_profile(args.profile, target=args.target, draft=args.draft, device=args.device,
                         folds=args.folds)
     roles = fit_report(model)
+    warnings = mape_warnings(model)
     out = {"profile": str(args.profile), "roles": roles,
-           "cv_mape": {role: r["cv_mape"] for role, r in roles.items()}}
+           "cv_mape": {role: r["cv_mape"] for role, r in roles.items()}, "warnings": warnings}
+    for line in warnings:
+        sys.stderr.write(f"warning: {line}\n")
     lines = [f"profile {args.profile}"]
     for role, r in roles.items():
         lines.append(f"{role:<6} {r['model'] or '?'}: {r['rows']} rows, {r['folds']}-fold CV MAPE "
@@ -119,6 +126,11 @@ def run_show(args) -> int:
            "draft": args.draft, "tp": args.tp, "kv": args.kv, "k": args.k,
            "overhead_s": model.overhead, "prefill_s": prefill, "prompt": args.prompt,
            "rows": rows, "step_split": split, "execution": execution}
+    if isinstance(model, ProfiledCost):
+        out["cv_mape"] = model.cv_mape
+        out["warnings"] = mape_warnings(model)
+        for line in out["warnings"]:
+            sys.stderr.write(f"warning: {line}\n")
     if isinstance(model, RooflineCost):
         out["ridge_flop_per_byte"] = model.hardware.ridge
         out["kv_capacity_tokens"] = kv_capacity_tokens(args.hardware, args.target, args.draft,
