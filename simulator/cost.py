@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import numpy as np
 from specbatch.simulator.cost_interface import ROLES, CostModel, SumsCostModel, batch_sums
-from specbatch.simulator.hardware import get_hardware
+from specbatch.simulator.hardware import (
+    DEFAULT_EXECUTION,
+    EXECUTIONS,
+    Execution,
+    get_execution,
+    get_hardware,
+)
 from specbatch.simulator.profiled import (
     ProfiledCost,
     RoleFit,
     fit_profile,
     fit_report,
     fit_role,
+    mape_warnings,
     read_profile,
 )
 from specbatch.simulator.roofline import (
@@ -31,20 +38,25 @@ from specbatch.traces.shapes import get_shape
 from specbatch.errors import SpecbatchError, require
 
 __all__ = [
-    "COST_MODELS", "ROLES", "CostModel", "PassConstants", "ProfiledCost", "RoleFit",
+    "COST_MODELS", "EXECUTIONS", "ROLES", "CostModel", "Execution", "PassConstants", "ProfiledCost", "RoleFit",
     "RooflineCost", "SumsCostModel", "batch_sums", "build_cost_model", "fit_profile",
-    "fit_report", "fit_role", "kv_capacity_tokens", "pass_constants", "pass_times",
-    "prefill_time", "read_profile",
+    "fit_report", "fit_role", "kv_capacity_tokens", "mape_warnings", "pass_constants", "pass_times",
+    "execution_info", "get_execution", "prefill_time", "read_profile", "step_split",
 ]
 
 
-def build_roofline(hardware: str, target: str, draft: str, tp: int, profile: str | None):
-    """The roofline model of ``target`` (tensor parallel ``tp``) and ``draft`` on ``hardware``."""
-    return RooflineCost(get_hardware(hardware), get_shape(target), get_shape(draft), tp=tp)
+def build_roofline(hardware: str, target: str, draft: str, tp: int, profile: str | None,
+                   execution: str = DEFAULT_EXECUTION):
+    """The roofline model of ``target`` (tensor parallel ``tp``) and ``draft`` on ``hardware``
+    under the ``execution`` preset (hardware.EXECUTIONS: "cuda_graph" or "eager")."""
+    return RooflineCost(get_hardware(hardware), get_shape(target), get_shape(draft), tp=tp,
+                        execution=execution)
 
 
-def build_profiled(hardware: str, target: str, draft: str, tp: int, profile: str | None):
-    """The model fitted to ``profile``, rows selected by model and device names."""
+def build_profiled(hardware: str, target: str, draft: str, tp: int, profile: str | None,
+                   execution: str = DEFAULT_EXECUTION):
+    """The model fitted to ``profile``, rows selected by model and device names (the profile
+    measured its own execution mode, so ``execution`` is not used)."""
     require(profile is not None, "cost 'profiled': expected a latency profile (profile = PATH)")
     return fit_profile(profile, overhead=get_hardware(hardware).overhead, target=target,
                        draft=draft, device=hardware)
@@ -55,8 +67,12 @@ COST_MODELS = {"roofline": build_roofline, "profiled": build_profiled}
 
 def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str = "vicuna-33b",
                      draft: str = "vicuna-68m", tp: int = 1,
-                     profile: str | None = None) -> CostModel:
+                     profile: str | None = None,
+                     execution: str = DEFAULT_EXECUTION) -> CostModel:
     """Build a cost model by name (``COST_MODELS``): "roofline" or "profiled" (needs ``profile``).
+
+    ``execution`` picks the roofline's launch-latency preset (``hardware.EXECUTIONS``: the
+    default "cuda_graph", or "eager"); it is validated for both models, used by the roofline.
 
     The profiled model's per-step ``overhead`` is the hardware preset's (the profile measures
     forward passes only, not the engine's CPU work).
@@ -64,7 +80,42 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
     builder = COST_MODELS.get(str(cost).lower())
     if builder is None:
         raise SpecbatchError(f"cost {cost!r}: expected one of {', '.join(COST_MODELS)}")
-    return builder(hardware, target, draft, tp, profile)
+    get_execution(execution)  # one-line error for an unknown preset, whatever the model
+    return builder(hardware, target, draft, tp, profile, execution=execution)
+
+
+def step_split(model: CostModel, batch: int, kv: int, k: int) -> dict:
+    """The draft/target split of one speculative engine step at window ``k``: ``batch``
+    requests with ``kv`` cached tokens each; k draft passes (query 1, pass d over kv + d cached
+    tokens, as the engine prices them), one target verify pass (query k + 1 over kv) and the
+    per-step ``overhead``. Returns seconds per part, their sum ``step_s`` and the draft's
+    share of it (a fraction)."""
+    one = np.ones(batch, dtype=np.int64)  # [batch]
+    passes = [model.step_time("draft", one, np.full(batch, kv + d, dtype=np.int64))
+              for d in range(k)]
+    verify = model.step_time("target", one * (k + 1), np.full(batch, kv, dtype=np.int64))
+    draft = float(sum(passes))
+    step = draft + verify + float(model.overhead)
+    return {"batch": batch, "k": k, "draft_passes": k,
+            "draft_pass_s": passes[0] if passes else 0.0, "draft_s": draft,
+            "target_verify_s": verify, "overhead_s": float(model.overhead), "step_s": step,
+            "draft_share": draft / step if step > 0 else 0.0}
+
+
+def execution_info(model: CostModel) -> dict | None:
+    """The roofline's execution preset: name, source and the per-role floors (None for a model
+    without one, e.g. the profiled model, whose numbers come from its profile)."""
+    if not isinstance(model, RooflineCost):
+        return None
+    ex = get_execution(model.execution)
+    roles = {}
+    for role in ROLES:
+        p, layer = ex.latencies(role, model.hardware)
+        roles[role] = {"pass_latency_s": p, "layer_latency_s": layer,
+                       "layers": model.consts[role].layers,
+                       "floor_s": p + model.consts[role].layers * layer}
+    return {"name": ex.name, "description": ex.description, "source": ex.source,
+            "combine": "max(gpu, floor)" if ex.overlap else "gpu + floor", "roles": roles}
 
 
 def pass_times(model: CostModel, batches, kv: int, k: int) -> list[dict]:

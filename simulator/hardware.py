@@ -30,6 +30,46 @@ Assumed factors (not datasheet numbers; change them with ``dataclasses.replace``
   over PCIe.
 - ``overhead`` = 1 ms per engine step: scheduler, input preparation, rejection sampler and
   detokenisation on the CPU (vLLM v0.6-era per-step overhead at batch 64 is ~1-3 ms).
+
+Execution presets (:data:`EXECUTIONS`, :func:`get_execution`): how kernels reach the GPU, which
+sets the fixed per-pass and per-layer latencies of each role and how they combine with the
+roofline's GPU time (simulator/roofline.py). ``cuda_graph`` (the default) keeps the hardware
+preset's ``pass_latency``/``layer_latency`` and *adds* them to the GPU time (a replayed graph's
+launch gaps sit between kernels); ``eager`` is a host-bound engine (Hugging Face eager forward,
+one Python-issued launch per op): the CPU issues kernels asynchronously ahead of the GPU, so a
+pass takes ``max(GPU time, host floor)``, host floor = pass floor + L · layer floor.
+
+==========  ======  ===========  ===========  ===================================================
+preset      role    pass floor   layer floor  source
+==========  ======  ===========  ===========  ===================================================
+cuda_graph  both    60 us (hw)   8 us (hw)    layer: CUDA.jl "Graphs" docs (cuda.juliagpu.org/
+                                              dev/usage/graphs): 80 small broadcast kernels take
+                                              260 us launched one by one and 70 us replayed as a
+                                              graph, i.e. ~0.9 us per kernel node; times ~9
+                                              kernels in a fused (vLLM-style) Llama decoder
+                                              layer (norm, QKV GEMM, rotary, attention, O GEMM,
+                                              add+norm, gate/up GEMM, SiLU*mul, down GEMM: an
+                                              ASSUMED count) gives ~8 us. pass: ASSUMED 60 us
+                                              (embedding, final norm, LM head, sampler, the graph
+                                              launch itself); no measurement in this repo.
+eager       both    0            1.1 ms       fitted here: least squares of the batch-1, q = 1,
+                                              KV <= 512 latencies of traces/data/profiles/
+                                              h100-{llama-3.1-8b, llama-3.2-1b, smollm2-135m}
+                                              .parquet (6 cells; 32, 16, 30 layers; eager HF
+                                              bf16, H100 host) on the layer count. With a free
+                                              intercept the fit gives -11 ms + 1.47 ms/layer
+                                              (negative, unphysical: three shapes cannot
+                                              separate the two), so the pass floor is held at
+                                              its bound 0 and the slope refitted through the
+                                              origin: 1.07 +- 0.05 ms/layer (1.01 with all four
+                                              KV sizes), mean |residual| 16 %. Cross-check:
+                                              2 x 1.07 = 2.1 ms for a 2-layer model against the
+                                              2.66 ms measured for the distilled-2L SmolLM2 draft
+                                              (benchmarks/gpu/README.md section 3).
+==========  ======  ===========  ===========  ===================================================
+
+The eager floor is a property of the host (Python + launch path) measured on the issue-16 H100
+machine, not of the GPU; it is applied unchanged to every hardware preset.
 """
 
 from __future__ import annotations
@@ -39,6 +79,7 @@ from dataclasses import dataclass
 from specbatch.errors import SpecbatchError
 
 TERA = 1e12
+ROLE_NAMES = ("draft", "target")
 GIGA = 1e9
 
 
@@ -78,6 +119,66 @@ HARDWARE: dict[str, Hardware] = {
         ),
     )
 }
+
+@dataclass(frozen=True)
+class Execution:
+    """How kernels reach the GPU: fixed latencies per role and how they meet the GPU time.
+
+    ``pass_latency``/``layer_latency`` map a role ("draft", "target") to seconds, or are None
+    to use the hardware preset's fields; ``overlap`` False adds them to the roofline's GPU time,
+    True takes ``max(GPU time, pass + L · layer)`` (host issues kernels asynchronously ahead).
+    """
+
+    name: str
+    description: str
+    source: str
+    overlap: bool
+    pass_latency: dict | None = None
+    layer_latency: dict | None = None
+
+    def latencies(self, role: str, hw: Hardware) -> tuple[float, float]:
+        """(pass floor, per-layer floor) in seconds of ``role`` on ``hw``."""
+        p = hw.pass_latency if self.pass_latency is None else self.pass_latency[role]
+        layer = hw.layer_latency if self.layer_latency is None else self.layer_latency[role]
+        return float(p), float(layer)
+
+
+#: Eager per-layer floor fitted from the H100 profiles (module docstring table).
+EAGER_LAYER_LATENCY = 1.07e-3
+EAGER_PASS_LATENCY = 0.0
+
+EXECUTIONS: dict[str, Execution] = {
+    e.name: e
+    for e in (
+        Execution(
+            "cuda_graph", "CUDA-graph serving engine (vLLM-style): launch gaps add to GPU time",
+            "per-layer: CUDA.jl Graphs docs (cuda.juliagpu.org/dev/usage/graphs), 80 kernels "
+            "260 us -> 70 us as a graph (~0.9 us/kernel) x ~9 kernels/layer (assumed) ~ 8 us; "
+            "per-pass 60 us: assumption",
+            overlap=False,
+        ),
+        Execution(
+            "eager", "eager Hugging Face forward, host-bound: max(GPU time, host floor)",
+            "fitted to traces/data/profiles/h100-*.parquet (batch 1, q=1, KV<=512, 3 shapes): "
+            "1.07 ms per decoder layer through the origin; pass floor 0 (free intercept "
+            "negative)",
+            overlap=True,
+            pass_latency={r: EAGER_PASS_LATENCY for r in ROLE_NAMES},
+            layer_latency={r: EAGER_LAYER_LATENCY for r in ROLE_NAMES},
+        ),
+    )
+}
+DEFAULT_EXECUTION = "cuda_graph"
+
+
+def get_execution(name: str) -> Execution:
+    """Look up an execution preset (case-insensitive, '-' or '_'); a one-line error lists them."""
+    key = str(name).lower().replace("-", "_")
+    e = EXECUTIONS.get(key)
+    if e is None:
+        raise SpecbatchError(f"execution {name!r}: expected one of {', '.join(EXECUTIONS)}")
+    return e
+
 
 #: Accepted spellings that map onto a preset name.
 ALIASES = {"h100-sxm": "h100", "h100-sxm5": "h100", "a100-80gb": "a100", "a100-sxm": "a100",

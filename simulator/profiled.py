@@ -14,7 +14,8 @@ quantiles of the distinct Q values when there are ≥ 8 of them — that let the
 memory-bound floor to the compute-bound slope, as the roofline does). Rows are weighted by
 1/latency, so the fit minimises relative error; its k-fold (default 5, shuffled with seed 0,
 knots re-chosen per fold) cross-validated mean absolute percentage error is stored per role
-(``cv_mape``). The profile measures forward passes only, so ``overhead`` (the engine's CPU
+(``cv_mape``); above ``MAPE_WARN`` = 10 % :func:`mape_warnings` says so (``specbatch cost
+fit`` prints it on stderr and in its JSON ``warnings``). The profile measures forward passes only, so ``overhead`` (the engine's CPU
 time per step) comes from the hardware preset.
 
 The fitted law is a function of the batch sums (simulator.cost_interface.batch_sums), so
@@ -38,6 +39,8 @@ BASE_FEATURES = ("const", "batch", "query", "kv", "query_kv", "query_sq")
 MIN_ROWS = 6  # per role
 MIN_DISTINCT_FOR_KNOTS = 8
 KNOT_QUANTILES = (0.25, 0.5, 0.75)
+#: Held-out (k-fold) MAPE above which a fit is reported with a warning (``mape_warnings``).
+MAPE_WARN = 0.10
 
 
 def profile_features(batch, query, kv, knots=()) -> np.ndarray:
@@ -241,6 +244,13 @@ def fit_profile(path: str | Path, *, overhead: float = 1e-3, target: str | None 
         fits[role] = fit_role(rows["batch_size"], rows["query_tokens"], rows["kv_tokens"],
                               rows["latency_s"], folds=folds, seed=seed, role=role, model=model)
     return ProfiledCost(fits=fits, overhead=float(overhead), path=str(path))
+
+
+def mape_warnings(model: ProfiledCost, limit: float = MAPE_WARN) -> list[str]:
+    """One line per role whose held-out (k-fold) MAPE exceeds ``limit`` (a fraction)."""
+    return [f"{role} {fit.model or '?'}: {fit.folds}-fold held-out MAPE {100 * fit.cv_mape:.1f} % "
+            f"exceeds {100 * limit:g} %; step times from this fit are uncertain by that much"
+            for role, fit in model.fits.items() if fit.cv_mape > limit]
 
 
 def fit_report(model: ProfiledCost) -> dict:

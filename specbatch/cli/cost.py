@@ -1,27 +1,36 @@
 """``specbatch cost``: fit a profiled cost model (``fit``) or print roofline step times (``show``).
 
 ``cost fit PROFILE`` fits one non-negative linear law per role (simulator/profiled.py) and reports
-its k-fold cross-validated MAPE; ``cost show`` prints the draft pass, target decode pass and
+its k-fold cross-validated MAPE, warning on stderr (and in ``--json``'s ``warnings``) for a
+role whose held-out MAPE exceeds 10 %; ``cost show`` prints the draft pass, target decode pass and
 target verification pass (k+1 query tokens per request) across batch sizes, so the memory-bound
-floor and the compute knee of the active cost model are visible.
+floor and the compute knee of the active cost model are visible, then the draft/target split
+of one speculative step (k draft passes, the verify pass, the engine overhead, the draft's
+share) and, for the roofline, which execution preset (``--execution``) set the launch floors
+and where its numbers come from.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from specbatch.cli.common import add_json_flag, emit, example, help_without_verb
 from specbatch.errors import require
 from specbatch.simulator.cost import (
+    ProfiledCost,
     RooflineCost,
     build_cost_model,
+    execution_info,
     fit_profile,
     fit_report,
     kv_capacity_tokens,
+    mape_warnings,
     pass_times,
     prefill_time,
+    step_split,
 )
-from specbatch.simulator.hardware import HARDWARE
+from specbatch.simulator.hardware import DEFAULT_EXECUTION, EXECUTIONS, HARDWARE
 
 DEFAULT_BATCHES = (1, 8, 32, 64, 128, 256)
 
@@ -68,6 +77,9 @@ def register(subparsers) -> None:
     show.add_argument("--target", default="vicuna-33b", help="target model shape")
     show.add_argument("--draft", default="vicuna-68m", help="draft model shape")
     show.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of the target")
+    show.add_argument("--execution", default=DEFAULT_EXECUTION, choices=tuple(EXECUTIONS),
+                      help="roofline launch-latency preset (default %(default)s; eager = "
+                           "host-bound HF forward, fitted to the H100 profiles)")
     show.add_argument("--batch", type=int, nargs="+", default=list(DEFAULT_BATCHES),
                       help="batch sizes (requests per pass)")
     show.add_argument("--kv", type=int, default=512, help="cached tokens per request (default 512)")
@@ -83,8 +95,11 @@ def run_fit(args) -> int:
     model = fit_profile(args.profile, target=args.target, draft=args.draft, device=args.device,
                         folds=args.folds)
     roles = fit_report(model)
+    warnings = mape_warnings(model)
     out = {"profile": str(args.profile), "roles": roles,
-           "cv_mape": {role: r["cv_mape"] for role, r in roles.items()}}
+           "cv_mape": {role: r["cv_mape"] for role, r in roles.items()}, "warnings": warnings}
+    for line in warnings:
+        sys.stderr.write(f"warning: {line}\n")
     lines = [f"profile {args.profile}"]
     for role, r in roles.items():
         lines.append(f"{role:<6} {r['model'] or '?'}: {r['rows']} rows, {r['folds']}-fold CV MAPE "
@@ -102,13 +117,20 @@ def run_show(args) -> int:
     require(args.k >= 0, f"--k {args.k}: expected an integer >= 0")
     require(args.prompt >= 1, f"--prompt {args.prompt}: expected an integer >= 1")
     model = build_cost_model(args.cost, args.hardware, args.target, args.draft, args.tp,
-                             args.profile)
+                             args.profile, execution=args.execution)
     rows = pass_times(model, args.batch, args.kv, args.k)
+    split = [step_split(model, b, args.kv, args.k) for b in args.batch]
+    execution = execution_info(model)
     prefill = prefill_time(model, args.prompt)
     out = {"cost": args.cost, "hardware": args.hardware, "target": args.target,
            "draft": args.draft, "tp": args.tp, "kv": args.kv, "k": args.k,
            "overhead_s": model.overhead, "prefill_s": prefill, "prompt": args.prompt,
-           "rows": rows}
+           "rows": rows, "step_split": split, "execution": execution}
+    if isinstance(model, ProfiledCost):
+        out["cv_mape"] = model.cv_mape
+        out["warnings"] = mape_warnings(model)
+        for line in out["warnings"]:
+            sys.stderr.write(f"warning: {line}\n")
     if isinstance(model, RooflineCost):
         out["ridge_flop_per_byte"] = model.hardware.ridge
         out["kv_capacity_tokens"] = kv_capacity_tokens(args.hardware, args.target, args.draft,
@@ -122,6 +144,19 @@ def run_show(args) -> int:
         line = (f"{r['batch']:>6} {1e3 * r['draft_s']:>10.3f} {1e3 * r['target_decode_s']:>10.3f} "
                 f"{1e3 * r['target_verify_s']:>15.3f}")
         lines.append(line + (f"  {r['verify_bound']}" if "verify_bound" in r else ""))
+    lines.append(f"one speculative step at k={args.k} (ms): draft pass x {args.k} + verify + "
+                 "overhead = step, draft %")
+    for r in split:
+        lines.append(f"  batch {r['batch']:>4}: {1e3 * r['draft_pass_s']:.3f} x {r['draft_passes']} "
+                     f"= {1e3 * r['draft_s']:.3f} + {1e3 * r['target_verify_s']:.3f} + "
+                     f"{1e3 * r['overhead_s']:.3f} = {1e3 * r['step_s']:.3f}, "
+                     f"draft {100 * r['draft_share']:.1f} %")
+    if execution is not None:
+        floors = ", ".join(f"{role} {1e3 * v['floor_s']:.3f} ms ({v['layers']} layers)"
+                           for role, v in execution["roles"].items())
+        lines.append(f"execution {execution['name']} ({execution['combine']}): launch floor "
+                     f"{floors}")
+        lines.append(f"  source: {execution['source']}")
     lines.append(f"prefill of a {args.prompt}-token prompt: {1e3 * prefill:.2f} ms")
     if "kv_capacity_tokens" in out:
         lines.append(f"KV capacity at gpu_memory_utilization 0.9: {out['kv_capacity_tokens']} "

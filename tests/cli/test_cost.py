@@ -95,3 +95,46 @@ def test_help_has_examples(capsys):
             main(argv)
         assert info.value.code == 0
         assert "example:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("execution, low, high", [("cuda_graph", 0.05e-3, 0.5e-3),
+                                                  ("eager", 1.5e-3, 3e-3)])
+def test_show_json_splits_the_step_and_names_the_preset_source(capsys, execution, low, high):
+    code, out, _ = run(capsys, "cost", "show", "--target", "vicuna-33b", "--draft", "vicuna-68m",
+                       "--hardware", "h100", "--execution", execution, "--json")
+    assert code == 0
+    obj = json.loads(out)
+    assert obj["execution"]["name"] == execution and obj["execution"]["source"]
+    for s in obj["step_split"]:
+        assert low < s["draft_pass_s"] < high and s["draft_passes"] == obj["k"] == 3
+        assert s["step_s"] == pytest.approx(s["draft_s"] + s["target_verify_s"] + s["overhead_s"])
+        assert 0 < s["draft_share"] < 1
+
+
+def test_show_prints_the_split_and_source(capsys):
+    code, out, _ = run(capsys, "cost", "show", "--execution", "eager", "--batch", "1")
+    assert code == 0
+    assert "draft %" in out and "batch    1: 2.140 x 3" in out and "source:" in out and "h100-*.parquet" in out
+
+
+def test_fit_warns_when_held_out_mape_exceeds_ten_percent(capsys):
+    # the measured SmolLM2 profile: 5-fold held-out MAPE 13.6 % (benchmarks/gpu/README.md)
+    code, out, err = run(capsys, "cost", "fit", "traces/data/profiles/h100-smollm2-135m.parquet",
+                         "--json")
+    assert code == 0
+    obj = json.loads(out)
+    assert obj["cv_mape"]["target"] > 0.10
+    assert len(obj["warnings"]) == 1 and "held-out MAPE" in obj["warnings"][0]
+    assert err.startswith("warning: target smollm2-135m") and err.count("\n") == 1
+
+
+def test_a_good_fit_has_no_warning(tmp_path, capsys):
+    path = tmp_path / "profile.csv"
+    synthetic_profile().to_csv(path, index=False)
+    code, out, err = run(capsys, "cost", "fit", str(path), "--json")
+    assert code == 0 and json.loads(out)["warnings"] == [] and err == ""
+    code, out, err = run(capsys, "cost", "show", "--cost", "profiled", "--profile", str(path),
+                         "--batch", "8", "--json")
+    obj = json.loads(out)
+    assert code == 0 and obj["warnings"] == [] and err == "" and obj["execution"] is None
+    assert set(obj["cv_mape"]) == {"draft", "target"}

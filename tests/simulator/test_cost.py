@@ -13,8 +13,10 @@ from specbatch.simulator.cost import (
     SumsCostModel,
     batch_sums,
     build_cost_model,
+    execution_info,
     fit_profile,
     pass_times,
+    step_split,
 )
 from specbatch.simulator.run import simulate
 
@@ -103,3 +105,20 @@ def test_pass_times_price_draft_decode_and_verify_passes(h100, profiled):
     assert rows[0]["draft_s"] < rows[0]["target_decode_s"] <= rows[0]["target_verify_s"]
     assert rows[0]["verify_bound"] == "memory"
     assert "verify_bound" not in pass_times(profiled, [8], kv=0, k=1)[0]
+
+
+def test_step_split_adds_k_draft_passes_verify_and_overhead(h100):
+    s = step_split(h100, 8, 512, 3)
+    passes = [h100.step_time("draft", ones(8), ones(8, 512 + d)) for d in range(3)]
+    assert s["draft_passes"] == 3 and s["draft_pass_s"] == passes[0]
+    assert s["draft_s"] == pytest.approx(sum(passes))
+    assert s["target_verify_s"] == h100.step_time("target", ones(8, 4), ones(8, 512))
+    assert s["step_s"] == pytest.approx(s["draft_s"] + s["target_verify_s"] + h100.overhead)
+    assert s["draft_share"] == pytest.approx(s["draft_s"] / s["step_s"])
+    eager = build_cost_model(execution="eager")
+    assert step_split(eager, 8, 512, 3)["draft_share"] > 5 * s["draft_share"]
+    assert step_split(h100, 8, 512, 0)["draft_s"] == 0.0
+    info = execution_info(eager)
+    assert info["name"] == "eager" and "h100-*.parquet" in info["source"]
+    assert info["roles"]["draft"]["layers"] == 2
+    assert execution_info(Recorder(h100)) is None

@@ -187,3 +187,15 @@ def test_profiled_step_time_matches_the_fitted_law_on_uniform_batches(profiled):
     for b, q, c in [(1, 1, 0), (64, 4, 700), (512, 1, 2048), (3, 300, 0)]:
         expected = float(fit.predict([b], [q], [c])[0])
         assert profiled.step_time("target", ones(b, q), ones(b, c)) == pytest.approx(expected)
+
+
+def test_mape_warnings_name_each_role_over_the_limit():
+    from specbatch.simulator.profiled import MAPE_WARN, fit_role, mape_warnings
+
+    fit = fit_role([1, 2, 4, 8, 16, 32, 64, 128], [1] * 8, [512] * 8,
+                   [1.0, 0.5, 2.0, 0.7, 3.0, 0.9, 4.0, 1.1], role="draft", model="noisy")
+    cost = ProfiledCost(fits={"draft": fit})
+    assert MAPE_WARN == 0.10 and fit.cv_mape > MAPE_WARN
+    (line,) = mape_warnings(cost)
+    assert line.startswith("draft noisy:") and "exceeds 10 %" in line
+    assert mape_warnings(cost, limit=10.0) == []

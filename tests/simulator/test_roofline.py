@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from specbatch.simulator.cost import build_cost_model
-from specbatch.simulator.hardware import HARDWARE, get_hardware
+from specbatch.simulator.hardware import (
+    DEFAULT_EXECUTION,
+    EAGER_LAYER_LATENCY,
+    EAGER_PASS_LATENCY,
+    HARDWARE,
+    get_execution,
+    get_hardware,
+)
 from specbatch.simulator.roofline import RooflineCost, kv_capacity_tokens
 from specbatch.traces.shapes import get_shape
 
@@ -185,3 +192,97 @@ def test_step_time_is_fast(h100):
         h100.step_time("target", q, c)
     per_call = (time.perf_counter() - t0) / n
     assert per_call < 100e-6  # a few microseconds unloaded; generous for a shared CI machine
+
+
+# ----------------------------------------------------------------------------- execution presets
+
+PROFILES = {"llama-3.1-8b": 32, "llama-3.2-1b": 16, "smollm2-135m": 30}  # model -> layers
+
+
+def _profile(model):
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[2] / "traces" / "data" / "profiles"
+    return pd.read_parquet(root / f"h100-{model}.parquet")
+
+
+def test_eager_layer_floor_is_the_fit_to_the_h100_profiles():
+    # hardware.py's table: batch 1, q = 1, KV <= 512 latencies on the layer count.
+    x, y = [], []
+    for model, layers in PROFILES.items():
+        df = _profile(model)
+        cell = df[(df.batch_size == 1) & (df.query_tokens == 1) & (df.kv_tokens <= 512)]
+        x += [layers] * len(cell)
+        y += list(cell.latency_s)
+    x, y = np.asarray(x, float), np.asarray(y)
+    assert x.size == 6
+    intercept, slope = np.linalg.lstsq(np.stack([np.ones_like(x), x], 1), y, rcond=None)[0]
+    assert intercept < 0  # the free intercept is unphysical, hence the pass floor at its bound 0
+    through_origin = float(x @ y / (x @ x))
+    eager = get_execution("eager")
+    assert eager.overlap
+    for role in ("draft", "target"):
+        p, layer = eager.latencies(role, get_hardware("h100"))
+        assert p == EAGER_PASS_LATENCY == 0.0
+        assert layer == EAGER_LAYER_LATENCY == pytest.approx(through_origin, abs=0.005e-3)
+    assert EAGER_LAYER_LATENCY == pytest.approx(1.07e-3)
+
+
+def test_eager_floor_is_near_the_measured_two_layer_draft():
+    # benchmarks/gpu/README.md section 3: distilled-2L SmolLM2 draft, 2.66 ms at B = 1.
+    cost = RooflineCost(get_hardware("h100"), get_shape("smollm2-135m"), get_shape("vicuna-68m"),
+                        execution="eager")
+    t = cost.step_time("draft", ones(1), ones(1, 256))
+    assert t == pytest.approx(2 * EAGER_LAYER_LATENCY)
+    assert 0.7 < t / 2.66e-3 < 1.3
+
+
+def test_cuda_graph_layer_floor_matches_its_cited_per_kernel_cost():
+    # CUDA.jl Graphs docs: 80 kernels, 70 us as a graph -> ~0.875 us per node; ~9 kernels/layer.
+    per_node = 70e-6 / 80
+    cg = get_execution("cuda_graph")
+    assert not cg.overlap and DEFAULT_EXECUTION == "cuda_graph"
+    for hw in HARDWARE.values():
+        p, layer = cg.latencies("draft", hw)
+        assert (p, layer) == (hw.pass_latency, hw.layer_latency)
+    h100 = get_hardware("h100")
+    assert h100.layer_latency == pytest.approx(9 * per_node, rel=0.05)
+    assert h100.pass_latency == pytest.approx(60e-6)
+    assert "CUDA.jl" in cg.source and "assum" in cg.source
+
+
+def test_default_execution_is_bit_identical_to_cuda_graph(h100):
+    explicit = build_cost_model("roofline", "h100", "vicuna-33b", "vicuna-68m",
+                                execution="cuda_graph")
+    for role, q, c in (("draft", ones(8), ones(8, 300)), ("target", ones(64, 4), ones(64, 700)),
+                       ("target", np.array([512]), np.array([0]))):
+        assert h100.step_time(role, q, c) == explicit.step_time(role, q, c)
+    # what was 0.11 ms is now priced by both presets: launch-bound under eager
+    eager = build_cost_model(execution="eager")
+    d_cg, d_eager = h100.step_time("draft", ones(1), ones(1, 512)), eager.step_time(
+        "draft", ones(1), ones(1, 512))
+    assert 0.1e-3 < d_cg < 0.12e-3 and 2.0e-3 < d_eager < 2.3e-3
+    assert eager.breakdown("draft", ones(1), ones(1, 512))["bound"] == "host"
+
+
+def test_eager_preset_brings_the_roofline_to_the_h100_profiles():
+    # benchmarks/gpu/README.md: cuda_graph floors are 6-53x below these eager profiles.
+    for model in PROFILES:
+        df = _profile(model).iloc[::3]
+        shape = get_shape(model)
+        errs = {}
+        for ex in ("cuda_graph", "eager"):
+            cost = RooflineCost(get_hardware("h100"), shape, shape, execution=ex)
+            pred = np.array([cost.step_time("target", ones(int(b), int(q)), ones(int(b), int(c)))
+                             for b, q, c in df[["batch_size", "query_tokens", "kv_tokens"]].values])
+            y = df.latency_s.to_numpy()
+            errs[ex] = float(np.mean(np.abs(pred - y) / y))
+        assert errs["cuda_graph"] > 0.8 and errs["eager"] < 0.4, (model, errs)
+
+
+def test_unknown_execution_is_a_one_line_error():
+    with pytest.raises(SpecbatchError, match="execution 'jit'.*cuda_graph, eager"):
+        build_cost_model(execution="jit")
+    assert get_execution("CUDA-graph").name == "cuda_graph"
