@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from specbatch.simulator.hardware import HARDWARE, get_hardware
+from specbatch.simulator.hardware import DEFAULT_EXECUTION, EXECUTIONS, HARDWARE, get_hardware
 
 from specbatch.errors import SpecbatchError
 
@@ -65,7 +65,9 @@ class SimConfig:
       verify ("token" TV | "block" BV), threshold/threshold_mode (threshold policy),
       dsd_interval (steps between DSD re-plans)
     Cost model (simulator.cost.build_cost_model)
-      cost, hardware, target, draft, tp, profile
+      cost, hardware, target, draft, tp, profile, execution (the roofline's launch-latency
+      preset: "cuda_graph" as a serving engine runs, or "eager": ~1.07 ms per decoder layer,
+      fitted to the H100 profiles; simulator.hardware.EXECUTIONS)
     Metrics
       slo (seconds of e2e latency for SLO goodput; None = not computed), speedup (also
       simulate ``ar`` on the same workload and cost model for ``speedup_vs_ar``)
@@ -99,6 +101,7 @@ class SimConfig:
     draft: str = "vicuna-68m"
     tp: int = 1
     profile: str | None = None
+    execution: str = DEFAULT_EXECUTION
     seed: int = 0
     slo: float | None = None
     speedup: bool = False
@@ -127,7 +130,7 @@ FIELD_TYPES: dict[str, type] = {
     "enable_chunked_prefill": bool, "kv_capacity": int, "replicas": int, "router": str,
     "policy": str, "num_speculative_tokens": int, "extra": int, "budget": int, "verify": str,
     "threshold": float, "threshold_mode": str, "dsd_interval": int, "cost": str,
-    "hardware": str, "target": str, "draft": str, "tp": int, "profile": str, "seed": int,
+    "hardware": str, "target": str, "draft": str, "tp": int, "profile": str, "execution": str, "seed": int,
     "slo": float, "speedup": bool,
 }
 #: Fields whose value may be None (TOML omits them; CLI spells it "none").
@@ -258,6 +261,7 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
     choice("arrival", c.arrival, ARRIVALS)
     choice("router", c.router, ROUTERS)
     choice("cost", c.cost, COSTS)
+    choice("execution", c.execution, sorted(EXECUTIONS))
     choice("sampling", c.sampling, SAMPLINGS)
     choice("threshold_mode", c.threshold_mode, THRESHOLD_MODES)
     if not (math.isfinite(c.rate) and c.rate > 0):

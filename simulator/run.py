@@ -88,7 +88,8 @@ def build_cost(config: SimConfig) -> Any:
     from specbatch.simulator.cost import build_cost_model
 
     return build_cost_model(cost=config.cost, hardware=config.hardware, target=config.target,
-                            draft=config.draft, tp=config.tp, profile=config.profile)
+                            draft=config.draft, tp=config.tp, profile=config.profile,
+                            execution=config.execution)
 
 
 def run_engine(config: SimConfig, trace: Any, workload: Any, cost: Any,

@@ -53,6 +53,8 @@ FIELD_HELP = {
     "draft": "draft model: a shape name (roofline) or the profile's model name",
     "tp": "tensor-parallel degree of the target",
     "profile": "latency profile (.parquet/.csv) for cost profiled (default: none)",
+    "execution": "roofline launch-latency preset (cuda_graph: a serving engine; eager: ~1.07 ms "
+                 "per decoder layer, fitted to H100 profiles)",
     "seed": "random seed",
     "slo": "e2e latency SLO in seconds for goodput (default: not computed)",
     "speedup": "also simulate ar for speedup_vs_ar: true or false",
@@ -108,6 +110,7 @@ def field_choices() -> dict[str, list[str]]:
             "router": list(simconfig.ROUTERS), "policy": sorted(POLICIES),
             "verify": list(simconfig.VERIFY_RULES),
             "threshold_mode": list(simconfig.THRESHOLD_MODES), "cost": list(simconfig.COSTS),
+            "execution": sorted(simconfig.EXECUTIONS),
             "hardware": sorted(HARDWARE), "target": sorted(SHAPES), "draft": sorted(SHAPES)}
 
 
