@@ -26,9 +26,9 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 from scipy import stats
-from specbatch.simulator.config import SimConfig
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.config import SimConfig
 
 #: metric -> (label, unit, higher is better)
 METRICS: dict[str, tuple[str, str, bool]] = {

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+
 from specbatch.analysis.spec import SweepSpec, parse_spec
 from specbatch.analysis.sweep import SweepOutcome, run_sweep
+from specbatch.errors import SpecbatchError
 from specbatch.traces.describe import describe_trace
 from specbatch.traces.format import read_trace, resolve_trace
-
-from specbatch.errors import SpecbatchError
 
 KS = (1, 2, 3, 4, 5, 6)
 EXTRAS = (1, 2)

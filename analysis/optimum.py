@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from specbatch.theory.allocate import allocation_value, greedy_topc, optimal_dp, optimal_milp
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.theory.allocate import allocation_value, greedy_topc, optimal_dp, optimal_milp
 
 
 def read_values(path: str) -> np.ndarray:

@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+
 from specbatch.analysis.compare import (
     base_context,
     best_settings,

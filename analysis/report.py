@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 
 import pandas as pd
+
 from specbatch.analysis.compare import (
     base_context,
     best_settings,
@@ -51,7 +52,6 @@ from specbatch.analysis.replication import (
     tetris_replication,
 )
 from specbatch.analysis.sweep import read_manifest, read_results
-
 from specbatch.io import atomic_write
 
 __all__ = ["METRIC_DEFINITIONS", "build_report", "bv_gain_table", "headline_display", "render"]

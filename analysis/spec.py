@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.analysis.points import plain, run_key
-
 from specbatch.errors import SpecbatchError
 
 try:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
 from specbatch.analysis.executors import Runner, execute, progress_bar, simulate_point
 from specbatch.analysis.points import (
     REQUEST_COLUMNS,
@@ -48,7 +49,6 @@ from specbatch.analysis.spec import (
     parse_spec,
     resolve_config,
 )
-
 from specbatch.errors import SpecbatchError
 from specbatch.io import atomic_write
 

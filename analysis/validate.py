@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from specbatch.live.config import LiveConfig
-from specbatch.live.record import read_live
 
 from specbatch.errors import require
 from specbatch.io import write_json
+from specbatch.live.config import LiveConfig
+from specbatch.live.record import read_live
 
 #: Metrics compared in both directions, with the unit and scale :func:`format_report` prints.
 COMPARED = (("throughput", "tok/s", 1.0), ("makespan", "s", 1.0),

@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 import torch
+
 from specbatch.theory.allocate import (
     allocation_value,
     gains_value,

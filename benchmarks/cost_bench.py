@@ -13,6 +13,7 @@ import json
 import time
 
 import numpy as np
+
 from specbatch.simulator.cost import ProfiledCost, build_cost_model, fit_role
 
 

@@ -17,6 +17,7 @@ import statistics
 import time
 
 from scipy.optimize import linprog
+
 from specbatch.theory.exact import expected_tau
 from specbatch.theory.lp import lp_b_program, solve_program
 from specbatch.theory.models import random_pair

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 import torch
+
 from specbatch.theory.stats import position_stats
 from specbatch.theory.verify import verify_block, verify_token
 from specbatch.theory.verify_torch import verify_block_torch, verify_token_torch

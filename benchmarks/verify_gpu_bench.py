@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 import torch
+
 from specbatch.theory.verify_torch import verify_torch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

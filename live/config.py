@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from specbatch.errors import require
 from specbatch.simulator.config import VERIFY_RULES, SimConfig, make_config
 from specbatch.simulator.policies import POLICIES as SIM_POLICIES
-
-from specbatch.errors import require
 
 #: Policies the live loop runs: those that decide from draft-side signals after a full-depth
 #: draft (``threshold`` would stop drafting early, ``dsd`` needs a cost model, ``oracle``

@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from specbatch.errors import require
 from specbatch.live.cache import SlotCache
 from specbatch.live.config import LiveConfig
 from specbatch.live.record import LiveResult, Recorder
@@ -53,8 +55,6 @@ from specbatch.simulator.verify import request_keys, uniforms
 from specbatch.theory.stats import accept_from_stats
 from specbatch.theory.stats_torch import path_stats_torch, probs_at, sample_inverse_cdf
 from specbatch.theory.verify_torch import accept_and_residual, extra_token_law_torch
-
-from specbatch.errors import require
 
 #: Seed-stream tag of the live loop's own draws (draft samples, extra tokens, first token).
 _STREAM = 0x11FE

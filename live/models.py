@@ -21,6 +21,7 @@ def load_models(draft: str, target: str, device: str = "cpu", dtype: str = "floa
     non-trivial acceptance at temperature 1. Such runs have no tokenizer (use random prompts).
     """
     import torch
+
     from specbatch.traces.capture import load_pair, model_identity
 
     if Path(draft).is_dir() and Path(target).is_dir() and layers is None:

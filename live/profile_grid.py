@@ -87,6 +87,7 @@ def profile_grid(draft, target, names: tuple[str, str], cells: dict, device: str
     import statistics
 
     import torch
+
     from specbatch.traces.profile import PROFILE_COLUMNS
 
     rows = []

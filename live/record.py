@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from specbatch.live.config import LiveConfig
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import write_json
+from specbatch.live.config import LiveConfig
 
 #: Columns of ``profile.csv``: one row per forward pass.
 PASS_COLUMNS = ("model", "role", "device", "dtype", "batch_size", "query_tokens", "kv_tokens",

@@ -20,9 +20,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from specbatch.simulator.hardware import DEFAULT_EXECUTION, EXECUTIONS, HARDWARE, get_hardware
-
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.hardware import DEFAULT_EXECUTION, EXECUTIONS, HARDWARE, get_hardware
 
 try:
     import tomllib

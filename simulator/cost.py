@@ -10,6 +10,8 @@ callers use, so ``from specbatch.simulator.cost import ...`` reaches all of them
 from __future__ import annotations
 
 import numpy as np
+
+from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost_interface import ROLES, CostModel, SumsCostModel, batch_sums
 from specbatch.simulator.hardware import (
     DEFAULT_EXECUTION,
@@ -34,8 +36,6 @@ from specbatch.simulator.roofline import (
     pass_constants,
 )
 from specbatch.traces.shapes import get_shape
-
-from specbatch.errors import SpecbatchError, require
 
 __all__ = [
     "COST_MODELS", "EXECUTIONS", "ROLES", "CostModel", "Execution", "PassConstants", "ProfiledCost", "RoleFit",

@@ -41,6 +41,8 @@ import heapq
 from typing import Any
 
 import numpy as np
+
+from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost_interface import CostModel, SumsCostModel
 from specbatch.simulator.policies import Policy, StepView
 from specbatch.simulator.state import (
@@ -58,8 +60,6 @@ from specbatch.simulator.verify import (
     uniforms,
     uniforms_scalar,
 )
-
-from specbatch.errors import SpecbatchError
 
 #: The engine and what its callers read off it (STEP_COLUMNS, Records: simulator.state).
 __all__ = ["Engine", "Records", "STEP_COLUMNS"]

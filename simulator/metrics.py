@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from specbatch.simulator.state import STEP_COLUMNS, Records
 
 REQUEST_COLUMNS = ("uid", "trace_index", "replica", "prompt_len", "output_len", "arrival",

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from specbatch.errors import SpecbatchError
 from specbatch.simulator.verify import sample_tau
 from specbatch.theory.allocate import (
     allocate,
@@ -31,8 +33,6 @@ from specbatch.theory.allocate import (
     prefix_gains,
 )
 from specbatch.theory.stats import block_weights, token_weights
-
-from specbatch.errors import SpecbatchError
 
 #: Trace column behind each per-position signal of a :class:`StepView`.
 SIGNALS = {"conf": "draft_conf", "q": "q", "pt": "pt", "z": "z", "p": "p",

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 from scipy.optimize import nnls
-from specbatch.simulator.cost_interface import ROLES, batch_sums
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.simulator.cost_interface import ROLES, batch_sums
 
 PROFILE_COLUMNS = ("role", "batch_size", "query_tokens", "kv_tokens", "latency_s")
 NUMERIC_COLUMNS = ("batch_size", "query_tokens", "kv_tokens", "latency_s")

@@ -66,6 +66,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost_interface import ROLES, batch_sums
 from specbatch.simulator.hardware import (
     DEFAULT_EXECUTION,
@@ -75,8 +77,6 @@ from specbatch.simulator.hardware import (
     get_hardware,
 )
 from specbatch.traces.shapes import ModelShape, get_shape
-
-from specbatch.errors import SpecbatchError, require
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from specbatch.errors import require
+from specbatch.io import write_json
 from specbatch.simulator.config import SimConfig, to_toml, validate_against_trace
 from specbatch.simulator.engine import Engine
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import make_policy
 from specbatch.simulator.workload import build_workload
-
-from specbatch.errors import require
-from specbatch.io import write_json
 
 
 @dataclass(frozen=True, eq=False)

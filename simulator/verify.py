@@ -23,6 +23,7 @@ drafted after j), so the BV oracle allocates with :func:`theory.allocate.optimal
 from __future__ import annotations
 
 import numpy as np
+
 from specbatch.theory.allocate import prefix_gains
 from specbatch.theory.stats import accept_from_stats
 

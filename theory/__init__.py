@@ -4,6 +4,7 @@ See ../shared/THEORY.md (copied into the README's theory section) for every form
 Imports only numpy, scipy, cvxpy and torch.
 """
 
+from specbatch.errors import SpecbatchError
 from specbatch.theory.allocate import (
     allocation_value,
     gains_value,
@@ -25,8 +26,6 @@ from specbatch.theory.verify import (
     verify_block,
     verify_token,
 )
-
-from specbatch.errors import SpecbatchError
 
 __all__ = [
     "ModelPair",

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
+
 from specbatch.theory import exact
 from specbatch.theory.allocate import (
     allocation_value,

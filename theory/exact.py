@@ -35,6 +35,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from specbatch.errors import SpecbatchError, require
 from specbatch.theory.models import (
     ModelPair,
     Number,
@@ -45,8 +46,6 @@ from specbatch.theory.models import (
     zero_of,
 )
 from specbatch.theory.verify import RULES
-
-from specbatch.errors import SpecbatchError, require
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ from fractions import Fraction
 
 import numpy as np
 import scipy.sparse as sp
-from specbatch.theory import exact
-from specbatch.theory.models import ModelPair, Prefix, sequence_prob
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.theory import exact
+from specbatch.theory.models import ModelPair, Prefix, sequence_prob
 
 #: Default cap on the number of LP variables (LP A: V^(2γ); LP B: V^γ (γ+1) V).
 DEFAULT_MAX_VARIABLES = 20_000

@@ -29,6 +29,8 @@ rounding) falls back to the target row ``Mb(·|X^τ)``.
 from __future__ import annotations
 
 import numpy as np
+
+from specbatch.errors import require
 from specbatch.theory.stats import (
     block_thresholds,
     block_weights,
@@ -36,8 +38,6 @@ from specbatch.theory.stats import (
     residual_masses,
     token_weights,
 )
-
-from specbatch.errors import require
 
 #: The verification rules: token verification (THEORY.md §2) and block verification (§3).
 RULES = ("token", "block")

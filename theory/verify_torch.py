@@ -36,11 +36,11 @@ vocabulary data TV does, and its time is about 1.7x TV's.
 from __future__ import annotations
 
 import torch
+
+from specbatch.errors import require
 from specbatch.theory.residual_torch import copy_rows, residual_pass, scan_block, table_rows
 from specbatch.theory.stats_torch import log_block_weights_torch
 from specbatch.theory.verify import RULES
-
-from specbatch.errors import require
 
 
 def _as_long(x, device) -> torch.Tensor:

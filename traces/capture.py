@@ -23,6 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+from specbatch.errors import SpecbatchError, require
+from specbatch.io import prepare_output_dir
 from specbatch.traces.positions import (
     append_path_stats,
     capture_positions,
@@ -34,9 +37,6 @@ from specbatch.traces.positions import (
     request_uniforms,
 )
 from specbatch.traces.prompts import Prompt
-
-from specbatch.errors import SpecbatchError, require
-from specbatch.io import prepare_output_dir
 
 __all__ = [
     "CaptureConfig", "append_path_stats", "capture", "capture_positions", "capture_request",
@@ -191,8 +191,9 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
     captures the rest; the result equals an uninterrupted run. Returns the final meta.
     """
     import torch
-    from specbatch.traces.format import read_trace, write_positions
     from tqdm import tqdm
+
+    from specbatch.traces.format import read_trace, write_positions
 
     _check_config(cfg, prompts)
     out = Path(out)

@@ -33,6 +33,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from specbatch.errors import SpecbatchError, require
+from specbatch.io import atomic_write, write_json
 from specbatch.traces.trace import (
     FLOAT_COLUMNS,
     FORMAT_NAME,
@@ -48,9 +51,6 @@ from specbatch.traces.trace import (
     default_meta,
     make_trace,
 )
-
-from specbatch.errors import SpecbatchError, require
-from specbatch.io import atomic_write, write_json
 
 #: Re-exported from :mod:`specbatch.traces.trace` so ``specbatch.traces.format`` keeps
 #: serving every name of the format.

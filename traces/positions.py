@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from specbatch.theory.stats_torch import path_stats_torch, probs_at, sample_inverse_cdf
 
 if TYPE_CHECKING:

@@ -96,8 +96,9 @@ def load_profile_model(model: str, device: str = "cpu", dtype: str = "float32",
                                                      dtype=_dtype(dtype))
             label = path.name
         return m.to(device).eval(), label
-    from specbatch.traces.shapes import get_shape
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specbatch.traces.shapes import get_shape
 
     try:
         shape = get_shape(model)

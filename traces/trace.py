@@ -24,9 +24,9 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-from specbatch.theory.stats import block_weights, token_weights
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.theory.stats import block_weights, token_weights
 
 FORMAT_NAME = "specbatch-trace"
 FORMAT_VERSION = 1

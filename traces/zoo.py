@@ -30,10 +30,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from specbatch.traces.prompts import stdlib_documents
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import prepare_output_dir, write_json
+from specbatch.traces.prompts import stdlib_documents
 
 EOS = "<|endoftext|>"
 

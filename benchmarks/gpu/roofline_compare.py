@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+
 from specbatch.simulator.cost import RooflineCost, read_profile
 from specbatch.simulator.hardware import get_hardware
 from specbatch.traces.shapes import get_shape

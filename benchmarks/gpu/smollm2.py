@@ -276,8 +276,9 @@ def cmd_distill(args) -> dict:
     """Distil one draft per ``--layers`` entry, all on the same batches: one target forward per
     step feeds every draft's KL loss (each draft has its own optimizer), so two drafts cost
     about 1.5 single-draft steps per step, not 2."""
-    from specbatch.traces.prompts import stdlib_documents
     from transformers import AutoTokenizer
+
+    from specbatch.traces.prompts import stdlib_documents
 
     device = pick_device(args.device)
     torch.manual_seed(args.seed)

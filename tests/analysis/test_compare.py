@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+
 from specbatch.analysis.compare import (
     best_settings,
     compare_best,
@@ -18,9 +19,8 @@ from specbatch.analysis.compare import (
     t_interval,
 )
 from specbatch.analysis.points import run_key, setting_key
-from specbatch.simulator.config import SimConfig
-
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.config import SimConfig
 
 SEEDS = range(5)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from specbatch.analysis.optimum import compare_allocations, read_values
 
+from specbatch.analysis.optimum import compare_allocations, read_values
 from specbatch.errors import SpecbatchError
 
 

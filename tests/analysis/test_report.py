@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+
 from specbatch.analysis.replication import bv_gain_table
 from specbatch.analysis.report import build_report
 from specbatch.analysis.spec import parse_spec

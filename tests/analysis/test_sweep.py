@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
 from specbatch.analysis.points import run_key, trace_fingerprint
 from specbatch.analysis.spec import expand, load_spec, parse_override, parse_spec
 from specbatch.analysis.sweep import collect_results, read_requests, run_sweep
+from specbatch.errors import SpecbatchError
 from specbatch.simulator import config
 from specbatch.traces import synth
-
-from specbatch.errors import SpecbatchError
 
 
 @dataclass(frozen=True)

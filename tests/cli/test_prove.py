@@ -6,10 +6,10 @@ import json
 
 import numpy as np
 import pytest
-import specbatch.theory.catalogue as catalogue
-from specbatch.theory.catalogue import CheckResult, Theorem
 
+import specbatch.theory.catalogue as catalogue
 from specbatch.cli import main
+from specbatch.theory.catalogue import CheckResult, Theorem
 
 PAPER = {"vocab": 2, "draft": {"iid": ["2/3", "1/3"]}, "target": {"iid": ["1/3", "2/3"]}}
 

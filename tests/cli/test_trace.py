@@ -8,10 +8,10 @@ import sys
 
 import numpy as np
 import pytest
-import specbatch.traces.format as fmt
-from specbatch.traces.format import read_trace
 
+import specbatch.traces.format as fmt
 from specbatch.cli import main
+from specbatch.traces.format import read_trace
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:

@@ -17,8 +17,9 @@ def save_pair(out: Path) -> tuple[str, str]:
     """Tiny random Llama target (2 layers, hidden 64) and a draft = the target with noise on
     every weight, so the draft agrees with the target often but not always."""
     import torch
-    from specbatch.traces.zoo import train_tokenizer
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specbatch.traces.zoo import train_tokenizer
 
     tok = train_tokenizer([TEXT], 300)
     torch.manual_seed(0)

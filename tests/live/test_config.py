@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from specbatch.live.config import LiveConfig
-from specbatch.simulator.config import policy_depth
 
 from specbatch.errors import SpecbatchError
+from specbatch.live.config import LiveConfig
+from specbatch.simulator.config import policy_depth
 
 
 @pytest.mark.parametrize("policy,k,extra,depth", [("fixed", 3, 5, 3), ("tetris", 2, 2, 4)])

@@ -12,7 +12,6 @@ pytest.importorskip("transformers")
 
 from specbatch.live.config import LiveConfig  # noqa: E402
 from specbatch.live.loop import run_live  # noqa: E402
-
 from tests.live.helpers import IDS  # noqa: E402
 
 

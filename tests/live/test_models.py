@@ -9,9 +9,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from specbatch.live.models import random_prompts  # noqa: E402
-
 from specbatch.errors import SpecbatchError  # noqa: E402
+from specbatch.live.models import random_prompts  # noqa: E402
 from tests.live.helpers import run_cli  # noqa: E402
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from specbatch.traces.synth import SynthConfig, synth_trace
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
+from specbatch.errors import SpecbatchError
 from specbatch.simulator.config import (
     SimConfig,
     check_extra_applies,
@@ -12,8 +14,6 @@ from specbatch.simulator.config import (
     to_toml,
     validate_against_trace,
 )
-
-from specbatch.errors import SpecbatchError
 from tests.simulator.helpers import const_trace
 
 

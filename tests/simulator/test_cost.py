@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
+from specbatch.errors import SpecbatchError
 from specbatch.simulator.config import load_config
 from specbatch.simulator.cost import (
     COST_MODELS,
@@ -19,8 +21,6 @@ from specbatch.simulator.cost import (
     step_split,
 )
 from specbatch.simulator.run import simulate
-
-from specbatch.errors import SpecbatchError
 from tests.simulator.helpers import LinearCost
 from tests.simulator.test_profiled import synthetic_profile
 

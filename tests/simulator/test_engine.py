@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from specbatch.simulator.config import load_config
 from specbatch.simulator.policies import POLICIES
 from specbatch.simulator.run import simulate
 from specbatch.simulator.state import RECORD_ROWS, Outcome, Replica, Row
-
 from tests.simulator.helpers import LinearCost, const_trace
 
 COST = LinearCost()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from specbatch.simulator.config import load_config
 from specbatch.simulator.policies import (
     POLICIES,
@@ -17,7 +18,6 @@ from specbatch.simulator.run import simulate
 from specbatch.simulator.verify import expected_accepted
 from specbatch.theory.stats import block_thresholds, block_weights
 from specbatch.traces.synth import SynthConfig, synth_trace
-
 from tests.simulator.helpers import LinearCost, const_trace
 
 COST = LinearCost()

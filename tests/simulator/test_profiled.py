@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost import build_cost_model
 from specbatch.simulator.hardware import get_hardware
 from specbatch.simulator.profiled import ProfiledCost, fit_profile
-
-from specbatch.errors import SpecbatchError
 
 
 def ones(n: int, value: int = 1) -> np.ndarray:

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost import build_cost_model
 from specbatch.simulator.hardware import (
     DEFAULT_EXECUTION,
@@ -19,8 +21,6 @@ from specbatch.simulator.hardware import (
 )
 from specbatch.simulator.roofline import RooflineCost, kv_capacity_tokens
 from specbatch.traces.shapes import get_shape
-
-from specbatch.errors import SpecbatchError
 
 
 def ones(n: int, value: int = 1) -> np.ndarray:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+
 from specbatch.simulator.config import load_config
 from specbatch.simulator.run import simulate
-
 from tests.simulator.helpers import LinearCost
 
 # memory-bound flavour: a pass costs mostly a fixed time, so verifying k + 1 tokens is cheap

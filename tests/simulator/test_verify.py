@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from specbatch.simulator.verify import (
     VerifyTables,
     expected_accepted,

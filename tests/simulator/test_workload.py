@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from specbatch.simulator.config import load_config
-from specbatch.simulator.workload import build_workload
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.config import load_config
+from specbatch.simulator.workload import build_workload
 from tests.simulator.helpers import const_trace
 
 
@@ -49,6 +49,7 @@ def test_burst_and_trace_offsets():
 from pathlib import Path  # noqa: E402
 
 import pandas as pd  # noqa: E402
+
 from specbatch.simulator.workload import (  # noqa: E402
     EXAMPLE_WORKLOAD,
     example_workload,

@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+
+from specbatch.errors import SpecbatchError
 from specbatch.theory.allocate import (
     allocation_value,
     gains_value,
@@ -22,8 +24,6 @@ from specbatch.theory.allocate import (
 )
 from specbatch.theory.stats import block_weights, position_stats, token_weights
 from specbatch.theory.verify import tau_law
-
-from specbatch.errors import SpecbatchError
 from tests.theory.test_verify import random_paths
 
 

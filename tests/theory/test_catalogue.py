@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 import specbatch.theory.catalogue as catalogue
 import specbatch.theory.exact as exact
 from specbatch.theory.catalogue import CATALOGUE, CheckResult, Theorem, run_catalogue

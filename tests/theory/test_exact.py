@@ -9,9 +9,10 @@ from __future__ import annotations
 from fractions import Fraction as F
 
 import pytest
-import specbatch.theory.exact as exact
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import specbatch.theory.exact as exact
 from specbatch.theory.models import one_hot_draft, pair_from_dict, random_pair
 
 PAPER = pair_from_dict({"vocab": 2, "draft": {"iid": ["2/3", "1/3"]},

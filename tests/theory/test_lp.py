@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import specbatch.theory.exact as exact
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import specbatch.theory.exact as exact
+from specbatch.errors import SpecbatchError
 from specbatch.theory.lp import lp_a_program, lp_b_program, lp_b_size, solve_lp_a, solve_lp_b
 from specbatch.theory.models import pair_from_dict, random_pair, sequence_prob
-
-from specbatch.errors import SpecbatchError
 
 PAPER = pair_from_dict({"vocab": 2, "draft": {"iid": ["2/3", "1/3"]},
                         "target": {"iid": ["1/3", "2/3"]}})

@@ -7,6 +7,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+
+from specbatch.errors import SpecbatchError
 from specbatch.theory.models import (
     IidModel,
     MarkovModel,
@@ -19,8 +21,6 @@ from specbatch.theory.models import (
     to_float,
     write_pair,
 )
-
-from specbatch.errors import SpecbatchError
 
 PAPER = {"vocab": 2, "draft": {"iid": ["2/3", "1/3"]}, "target": {"iid": ["1/3", "2/3"]}}
 

@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+
 from specbatch.theory.allocate import prefix_gains as expected_accepted
 from specbatch.theory.stats import block_thresholds, block_weights, position_stats
 

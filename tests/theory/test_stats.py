@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+
 from specbatch.theory.exact import (
     block_thresholds_exact,
     block_weights_exact,
@@ -25,7 +26,6 @@ from specbatch.theory.stats import (
     token_weights,
 )
 from specbatch.theory.verify import tau_law
-
 from tests.theory import lossless
 from tests.theory.test_verify import random_paths
 

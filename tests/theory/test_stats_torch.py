@@ -28,7 +28,6 @@ from specbatch.theory.stats_torch import (  # noqa: E402
     probs_at,
     residual_masses_torch,
 )
-
 from tests.theory.test_stats import probability_pairs  # noqa: E402
 
 STATS = ("q", "pt", "p", "z")

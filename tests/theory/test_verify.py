@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from specbatch.theory.stats import accept_from_stats, position_stats
 from specbatch.theory.verify import (
     _verify_block_wrong,
@@ -19,7 +20,6 @@ from specbatch.theory.verify import (
     verify_block,
     verify_token,
 )
-
 from tests.theory import lossless
 
 RULES = {"token": verify_token, "block": verify_block}
@@ -259,9 +259,8 @@ def test_known_wrong_block_variant_fails_the_losslessness_test():
 @pytest.mark.parametrize("rule", ["token", "block"])
 def test_token_ids_outside_the_vocabulary_are_refused(bad, rule):
     """A negative id would wrap around to the last vocabulary entry: refused like ids ≥ V."""
-    from specbatch.theory.verify import verify_block, verify_token
-
     from specbatch.errors import SpecbatchError
+    from specbatch.theory.verify import verify_block, verify_token
 
     tokens, dr, tr = random_paths(np.random.default_rng(0), 2, 3, 5)
     tokens[1, 2] = bad

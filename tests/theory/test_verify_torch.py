@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import specbatch.theory.residual_torch as residual_torch_module
 import torch
+
+import specbatch.theory.residual_torch as residual_torch_module
 from specbatch.theory.stats import block_thresholds, position_stats
 from specbatch.theory.verify import verify_block as np_block
 from specbatch.theory.verify import verify_token as np_token
@@ -14,7 +15,6 @@ from specbatch.theory.verify_torch import (
     sample_weights,
     verify_torch,
 )
-
 from tests.theory import lossless
 from tests.theory.test_verify import law_on_paths, random_paths
 
@@ -301,9 +301,8 @@ def test_extra_token_law_torch_matches_the_numpy_reference():
 @pytest.mark.parametrize("bad", [-1, 5])
 def test_token_ids_outside_the_vocabulary_are_refused(bad):
     """Negative ids would index from the end of the vocabulary: refused like ids ≥ V."""
-    from specbatch.theory.verify_torch import verify_torch
-
     from specbatch.errors import SpecbatchError
+    from specbatch.theory.verify_torch import verify_torch
 
     tokens, dr, tr = random_paths(np.random.default_rng(0), 2, 3, 5)
     tokens[0, 1] = bad

@@ -18,6 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from specbatch.errors import SpecbatchError  # noqa: E402
 from specbatch.theory.stats import position_stats  # noqa: E402
 from specbatch.traces.capture import (  # noqa: E402
     CaptureConfig,
@@ -29,8 +30,6 @@ from specbatch.traces.capture import (  # noqa: E402
 )
 from specbatch.traces.format import LIST_COLUMNS, read_trace  # noqa: E402
 from specbatch.traces.prompts import Prompt  # noqa: E402
-
-from specbatch.errors import SpecbatchError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = ("def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the lazy dog. "
@@ -151,8 +150,9 @@ def test_shared_prefix_fast_path_equals_naive_recomputation(loaded, temperature)
 @pytest.fixture(scope="module")
 def sliding_pair(tmp_path_factory):
     """Tiny Gemma-3-style pair: window 6, sliding and full layers interleaved."""
-    from specbatch.traces.zoo import train_tokenizer
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from specbatch.traces.zoo import train_tokenizer
 
     tok = train_tokenizer([TEXT], 300)
     out = tmp_path_factory.mktemp("sliding")

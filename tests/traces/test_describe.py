@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from specbatch.traces.describe import signal_quality, trace_summary, weighted_auc
 from specbatch.traces.synth import SynthConfig, synth_trace
 

@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from specbatch.errors import SpecbatchError
 from specbatch.theory.stats import block_weights, token_weights
 from specbatch.traces.format import (
     FORMAT_NAME,
@@ -27,8 +29,6 @@ from specbatch.traces.format import (
     write_trace,
 )
 from specbatch.traces.synth import SynthConfig, synth_trace
-
-from specbatch.errors import SpecbatchError
 
 
 @pytest.fixture(scope="module")

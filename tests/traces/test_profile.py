@@ -9,9 +9,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from specbatch.traces.profile import PROFILE_COLUMNS, ProfileGrid, profile_model, write_profile  # noqa: E402
-
 from specbatch.errors import SpecbatchError  # noqa: E402
+from specbatch.traces.profile import PROFILE_COLUMNS, ProfileGrid, profile_model, write_profile  # noqa: E402
 
 GRID = ProfileGrid(batch_sizes=(1, 2), query_tokens=(1, 3), kv_tokens=(0, 16), warmup=1,
                    repeats=2)

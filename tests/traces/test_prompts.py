@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from specbatch.traces.prompts import resolve_prompts
 
 from specbatch.errors import SpecbatchError
+from specbatch.traces.prompts import resolve_prompts
 
 
 def test_text_sources_default_and_file(tmp_path):

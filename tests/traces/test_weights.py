@@ -14,10 +14,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from specbatch.traces import weights
 
 from specbatch.cli import main
 from specbatch.errors import SpecbatchError
+from specbatch.traces import weights
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

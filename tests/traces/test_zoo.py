@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from specbatch.errors import SpecbatchError  # noqa: E402
 from specbatch.traces.prompts import (  # noqa: E402
     Prompt,
     default_prompts,
@@ -20,8 +21,6 @@ from specbatch.traces.prompts import (  # noqa: E402
     write_prompts_jsonl,
 )
 from specbatch.traces.zoo import ZOO_SIZES, train_zoo  # noqa: E402
-
-from specbatch.errors import SpecbatchError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
