@@ -15,6 +15,7 @@ it. The names of the three modules are re-exported here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -102,6 +103,23 @@ def preflight(spec: SweepSpec, runs: list[dict]) -> dict[str, str]:
     return ids
 
 
+def input_identity(config: dict, trace_ids: dict[str, str]) -> str | None:
+    """What a run reads besides its config: the trace's identity and, for an imported
+    workload, a hash of the file's bytes (an edited file under the same name gets new keys)."""
+    trace_id = trace_ids.get(config.get("trace"))
+    workload = config.get("workload")
+    if not workload:
+        return trace_id
+    from specbatch.simulator.workload import resolve_workload
+
+    path = resolve_workload(workload)
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError as exc:
+        raise SpecbatchError(f"field 'workload': cannot read {path} ({exc.strerror})") from None
+    return f"{trace_id}+workload:{digest}"
+
+
 def run_sweep(
     spec: SweepSpec,
     out: str | os.PathLike,
@@ -125,7 +143,7 @@ def run_sweep(
     start = time.perf_counter()
     runs = expand(spec, config_cls)
     ids = preflight(spec, runs) if runner is simulate_point else {}
-    keys = [run_key(c, trace_id=ids.get(c.get("trace"))) for c in runs]
+    keys = [run_key(c, trace_id=input_identity(c, ids)) for c in runs]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_manifest(out, spec, keys)

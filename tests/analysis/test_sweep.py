@@ -403,3 +403,16 @@ def test_sweep_cli_override_past_the_traces_depth_fails_preflight_before_any_run
     assert "deep.toml" in lines[0] and "field 'num_speculative_tokens'" in lines[0]
     assert "K = 8" in lines[0] and "policy tetris" in lines[0]
     assert not list((tmp_path / "out").glob("points/*.json"))
+
+
+def test_an_edited_workload_file_gets_new_run_keys(tmp_path):
+    from specbatch.analysis.sweep import input_identity
+
+    path = tmp_path / "w.csv"
+    path.write_text("prompt_len,output_len\n10,20\n")
+    first = input_identity({"trace": "t", "workload": str(path)}, {"t": "abc"})
+    assert first.startswith("abc+workload:")
+    assert input_identity({"trace": "t", "workload": str(path)}, {"t": "abc"}) == first
+    path.write_text("prompt_len,output_len\n10,21\n")
+    assert input_identity({"trace": "t", "workload": str(path)}, {"t": "abc"}) != first
+    assert input_identity({"trace": "t", "workload": None}, {"t": "abc"}) == "abc"
