@@ -124,7 +124,9 @@ def test_smollm2_shape_matches_the_converted_model():
 def test_gguf_reverse_permute_undoes_llama_cpp_permute():
     import numpy as np
 
-    smol = load_smollm2()
+    load_smollm2()  # puts benchmarks/gpu on sys.path for its sibling module
+    import smollm2_models as smol
+
     rng = np.random.default_rng(0)
     for n_head in (9, 3):
         w = rng.standard_normal((n_head * 64, 576)).astype(np.float32)

@@ -45,9 +45,18 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling smollm2_models module
 
-META_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-              "chat_template.jinja")
+from smollm2_models import (  # noqa: E402
+    META_FILES,
+    gguf_state_dict,
+    init_layers,
+    keep_layers,
+    load_model,
+    middle_drop,
+    save_dir,
+)
+
 EOS = "<|endoftext|>"
 
 
@@ -65,44 +74,6 @@ def sync(device: torch.device) -> None:
 
 
 # ----------------------------------------------------------------------------- GGUF -> HF
-_LAYER_NAMES = {
-    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-
-
-def reverse_permute(w: np.ndarray, n_head: int) -> np.ndarray:
-    """Undo llama.cpp's rotary row permutation of q_proj / k_proj (rows = n_head·head_dim)."""
-    dim = w.shape[0] // n_head // 2
-    return w.reshape(n_head, dim, 2, *w.shape[1:]).swapaxes(2, 1).reshape(w.shape)
-
-
-def gguf_state_dict(path: str | Path, heads: int, kv_heads: int) -> dict[str, torch.Tensor]:
-    """float32 HF Llama state dict of a llama.cpp GGUF (embedding tied: no lm_head key)."""
-    import gguf
-
-    reader = gguf.GGUFReader(str(path))
-    out = {}
-    for t in reader.tensors:
-        arr = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
-        name = t.name.removesuffix(".weight")
-        if name == "token_embd":
-            key = "model.embed_tokens.weight"
-        elif name == "output_norm":
-            key = "model.norm.weight"
-        elif name == "output":
-            key = "lm_head.weight"
-        else:
-            _, idx, part = name.split(".", 2)
-            key = f"model.layers.{int(idx)}.{_LAYER_NAMES[part]}.weight"
-            if part == "attn_q":
-                arr = reverse_permute(arr, heads)
-            elif part == "attn_k":
-                arr = reverse_permute(arr, kv_heads)
-        out[key] = torch.from_numpy(np.array(arr, dtype=np.float32, order="C"))
-    return out
 
 
 def cmd_meta(args) -> dict:
@@ -147,50 +118,6 @@ def cmd_convert(args) -> dict:
 
 
 # ----------------------------------------------------------------------------- drafts
-def load_model(path, device, dtype=torch.float32):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
-
-
-def keep_layers(model, keep: list[int]):
-    """In place: only the decoder layers ``keep`` (in order), re-indexed for the KV cache."""
-    layers = model.model.layers
-    model.model.layers = torch.nn.ModuleList([layers[i] for i in keep])
-    for j, layer in enumerate(model.model.layers):
-        layer.self_attn.layer_idx = j
-    model.config.num_hidden_layers = len(keep)
-    if getattr(model.config, "layer_types", None):
-        model.config.layer_types = [model.config.layer_types[i] for i in keep]
-    return model
-
-
-def middle_drop(n_layers: int, drop: int) -> list[int]:
-    """Layer indices kept when the ``drop`` middle layers go (30, 2 -> all but 14, 15)."""
-    start = n_layers // 2 - drop // 2
-    return [i for i in range(n_layers) if not start <= i < start + drop]
-
-
-def init_layers(n_layers: int, layers: int, how: str) -> list[int]:
-    """Target layers that initialise an L-layer draft: ``ends`` (first ⌈L/2⌉ and last ⌊L/2⌋)
-    or ``spread`` (evenly spaced, first and last included)."""
-    if how == "ends":
-        head = (layers + 1) // 2
-        return list(range(head)) + list(range(n_layers - (layers - head), n_layers))
-    if layers == 1:
-        return [0]
-    return sorted({round(i * (n_layers - 1) / (layers - 1)) for i in range(layers)})
-
-
-def save_dir(model, tokenizer_dir, out) -> None:
-    out = Path(out)
-    model.save_pretrained(out)
-    for name in META_FILES[1:]:
-        src = Path(tokenizer_dir) / name
-        if src.is_file():
-            shutil.copy(src, out / name)
-
-
 def cmd_subset(args) -> dict:
     model = load_model(args.target, "cpu")
     n = model.config.num_hidden_layers
@@ -272,78 +199,97 @@ def save_tensors(tensors: dict, prefix: str, max_bytes: int = 15 * 2**20) -> lis
     return names
 
 
-def cmd_distill(args) -> dict:
-    """Distil one draft per ``--layers`` entry, all on the same batches: one target forward per
-    step feeds every draft's KL loss (each draft has its own optimizer), so two drafts cost
-    about 1.5 single-draft steps per step, not 2."""
-    from transformers import AutoTokenizer
-
+def distill_text(tok, site_chars: int) -> tuple[torch.Tensor, int, int]:
+    """Training tokens: the stdlib ``train`` split plus optional site-packages sources."""
     from specbatch.traces.prompts import stdlib_documents
 
-    device = pick_device(args.device)
-    torch.manual_seed(args.seed)
-    t_start = time.perf_counter()
-    tok = AutoTokenizer.from_pretrained(args.target)
     docs = stdlib_documents("code", "train") + stdlib_documents("prose", "train")
-    site = site_documents(args.site_chars)
-    stream = torch.from_numpy(token_stream(tok, docs + site))
-    t_tok = time.perf_counter() - t_start
-    log(f"distill: {len(docs)} stdlib + {len(site)} site-packages docs, {len(stream)} tokens "
-        f"({t_tok:.1f}s)")
-    target = load_model(args.target, device)
-    for p in target.parameters():
-        p.requires_grad_(False)
-    n = target.config.num_hidden_layers
+    site = site_documents(site_chars)
+    return torch.from_numpy(token_stream(tok, docs + site)), len(docs), len(site)
+
+
+def make_drafts(args, target_path: str, n_layers: int, device) -> list[dict]:
+    """One trainable draft per ``--layers`` entry: its layers + final norm, own optimizer."""
     drafts = []
     for layers in args.layers:
-        init = init_layers(n, layers, args.init)
-        draft = keep_layers(load_model(args.target, "cpu"), init).to(device).train()
+        init = init_layers(n_layers, layers, args.init)
+        draft = keep_layers(load_model(target_path, "cpu"), init).to(device).train()
         for name, p in draft.named_parameters():
             p.requires_grad_(name.startswith("model.layers.") or name == "model.norm.weight")
         params = [p for p in draft.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
         drafts.append({"layers": layers, "init": init, "model": draft, "params": params,
                        "opt": opt, "hist": []})
-    amp = device.type == "cuda" and args.dtype == "bfloat16"
+    return drafts
+
+
+def draft_step(d: dict, x, t_logits, lr: float, amp: bool, device) -> float:
+    """One KL(target || draft) step of one draft on the shared batch; returns the loss."""
+    for g in d["opt"].param_groups:
+        g["lr"] = lr
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+        d_logits = d["model"](input_ids=x).logits
+    loss = kl_rows(t_logits, d_logits).mean()
+    d["opt"].zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(d["params"], 1.0)
+    d["opt"].step()
+    return float(loss.detach())
+
+
+def distill_loop(args, target, drafts: list[dict], stream, device, amp: bool) -> int:
+    """Train every draft on the same batches until ``--seconds`` (cosine schedule with
+    warm-up); one target forward per step feeds all drafts. Returns the step count."""
     gen = torch.Generator().manual_seed(args.seed)
     seq, bs = args.seq_len, args.batch
     step, t0 = 0, time.perf_counter()
     while True:
         elapsed = time.perf_counter() - t0
         if elapsed >= args.seconds or (args.max_steps and step >= args.max_steps):
-            break
-        frac = elapsed / args.seconds
+            return step
         warm = min(1.0, (step + 1) / args.warmup_steps)
-        lr = args.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        cosine = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * elapsed / args.seconds))
         starts = torch.randint(0, len(stream) - seq - 1, (bs,), generator=gen)
         x = torch.stack([stream[s:s + seq] for s in starts.tolist()]).to(device)
         with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             t_logits = target(input_ids=x).logits
         step += 1
         for d in drafts:
-            for g in d["opt"].param_groups:
-                g["lr"] = lr
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                d_logits = d["model"](input_ids=x).logits
-            loss = kl_rows(t_logits, d_logits).mean()
-            d["opt"].zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(d["params"], 1.0)
-            d["opt"].step()
+            value = draft_step(d, x, t_logits, args.lr * warm * cosine, amp, device)
             if step == 1 or step % args.log_every == 0:
-                value = float(loss.detach())
                 d["hist"].append([step, round(time.perf_counter() - t0, 1), round(value, 4)])
-                log(f"distill L={d['layers']} step {step} kl {value:.4f} lr {lr:.2e} "
-                    f"{time.perf_counter() - t0:.0f}s")
-            del d_logits, loss
+                log(f"distill L={d['layers']} step {step} kl {value:.4f} "
+                    f"lr {args.lr * warm * cosine:.2e} {time.perf_counter() - t0:.0f}s")
+
+
+def cmd_distill(args) -> dict:
+    """Distil one draft per ``--layers`` entry, all on the same batches: one target forward per
+    step feeds every draft's KL loss (each draft has its own optimizer), so two drafts cost
+    about 1.5 single-draft steps per step, not 2."""
+    from transformers import AutoTokenizer
+
+    device = pick_device(args.device)
+    torch.manual_seed(args.seed)
+    t_start = time.perf_counter()
+    tok = AutoTokenizer.from_pretrained(args.target)
+    stream, n_docs, n_site = distill_text(tok, args.site_chars)
+    log(f"distill: {n_docs} stdlib + {n_site} site-packages docs, {len(stream)} tokens "
+        f"({time.perf_counter() - t_start:.1f}s)")
+    target = load_model(args.target, device)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    drafts = make_drafts(args, args.target, target.config.num_hidden_layers, device)
+    amp = device.type == "cuda" and args.dtype == "bfloat16"
+    t0 = time.perf_counter()
+    step = distill_loop(args, target, drafts, stream, device, amp)
     sync(device)
-    train_s = time.perf_counter() - t0
     out = Path(args.out)
     report = {"out": str(out), "init": args.init, "steps": step,
-              "train_seconds": round(train_s, 1), "tokens_per_step": bs * seq,
-              "train_tokens": int(len(stream)), "stdlib_docs": len(docs),
-              "site_docs": len(site), "site_chars": args.site_chars, "lr": args.lr,
-              "seq_len": seq, "batch": bs, "amp_bf16": amp, "drafts": {}}
+              "train_seconds": round(time.perf_counter() - t0, 1),
+              "tokens_per_step": args.batch * args.seq_len, "train_tokens": int(len(stream)),
+              "stdlib_docs": n_docs, "site_docs": n_site, "site_chars": args.site_chars,
+              "lr": args.lr, "seq_len": args.seq_len, "batch": args.batch, "amp_bf16": amp,
+              "drafts": {}}
     for d in drafts:
         name = f"draft-{d['layers']}L"
         model = d["model"].eval()
