@@ -18,13 +18,24 @@ knots re-chosen per fold) cross-validated mean absolute percentage error is stor
 fit`` prints it on stderr and in its JSON ``warnings``). The profile measures forward passes only, so ``overhead`` (the engine's CPU
 time per step) comes from the hardware preset.
 
-The fitted law is a function of the batch sums (simulator.cost_interface.batch_sums), so
-:class:`ProfiledCost` is a :class:`~simulator.cost_interface.SumsCostModel`.
+Model family chosen by cross-validation (``FAMILIES``): next to the NNLS law above (``nnls``),
+each role also gets an interpolated grid (``grid``, as Vidur and LLMServingSim do):
+piecewise-linear interpolation of log2 latency over the measured (log2 batch, log2 query,
+log2(1 + kv)) points (duplicates averaged; Delaunay ``LinearNDInterpolator`` on the axes that
+vary, nearest measured point outside their hull), with queries clamped to the grid's edges (no
+extrapolation: a batch or chunk beyond the grid costs what the edge costs). Both families get
+the same k-fold held-out MAPE (same fixed fold assignment, seed 0); the role uses the one with
+the lowest (NNLS on a tie), and all are recorded (``RoleFit.family_cv``, ``fit_report``). A non-uniform batch
+is priced by the grid as the uniform batch with its n, mean query Σq/n and mean cache Σc/n.
+
+Both families are functions of the batch sums (simulator.cost_interface.batch_sums), so
+:class:`ProfiledCost` is a :class:`~simulator.cost_interface.SumsCostModel` whichever is chosen
+(``time_from_sums`` is bit-identical to ``step_time`` for both).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +52,8 @@ MIN_DISTINCT_FOR_KNOTS = 8
 KNOT_QUANTILES = (0.25, 0.5, 0.75)
 #: Held-out (k-fold) MAPE above which a fit is reported with a warning (``mape_warnings``).
 MAPE_WARN = 0.10
+#: Model families compared per role by k-fold held-out MAPE (first wins a tie).
+FAMILIES = ("nnls", "grid")
 
 
 def profile_features(batch, query, kv, knots=()) -> np.ndarray:
@@ -83,47 +96,129 @@ def mape(pred: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - y) / y))
 
 
+def _grid_axes(batch, query, kv) -> np.ndarray:
+    """[rows, 3] grid coordinates (log2 batch, log2 query, log2(1 + kv)) of uniform batches."""
+    n, q, c = (np.asarray(a, dtype=np.float64).reshape(-1) for a in (batch, query, kv))
+    return np.stack([np.log2(n), np.log2(q), np.log2(1.0 + c)], axis=1)
+
+
+class GridLaw:
+    """Piecewise-linear interpolation of log2 latency over the measured (batch, query, kv) grid
+    (log2 axes; duplicates averaged; clamped to the grid's edges; nearest measured point where
+    the clamped query falls outside the hull of the points). Built from arrays [rows]."""
+
+    def __init__(self, batch, query, kv, latency):
+        X = _grid_axes(batch, query, kv)
+        y = np.log2(np.asarray(latency, dtype=np.float64).reshape(-1))
+        keys, inverse = np.unique(X, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        self.values = np.bincount(inverse, weights=y) / np.bincount(inverse)  # [points]
+        self.lo, self.hi = keys.min(axis=0), keys.max(axis=0)  # [3]
+        self.axes = np.flatnonzero(self.hi > self.lo)  # the axes that vary
+        self.points = keys[:, self.axes]  # [points, len(axes)]
+        self._interp = None
+
+    def __getstate__(self):  # the scipy interpolators are rebuilt on demand
+        state = dict(self.__dict__)
+        state["_interp"] = None
+        return state
+
+    def _build(self):
+        from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
+        from scipy.spatial import QhullError
+
+        nearest = NearestNDInterpolator(self.points, self.values)
+        try:
+            linear = LinearNDInterpolator(self.points, self.values)
+        except (QhullError, ValueError):  # too few or coplanar points: nearest only
+            linear = None
+        self._interp = (linear, nearest)
+        return self._interp
+
+    def __call__(self, batch, query, kv) -> np.ndarray:
+        """Predicted seconds for uniform batches; batch, query, kv [rows]."""
+        X = np.clip(_grid_axes(batch, query, kv), self.lo, self.hi)[:, self.axes]
+        if self.axes.size == 0:
+            out = np.full(X.shape[0], self.values[0])
+        elif self.axes.size == 1:
+            x = self.points[:, 0]
+            order = np.argsort(x)
+            out = np.interp(X[:, 0], x[order], self.values[order])
+        else:
+            linear, nearest = self._interp or self._build()
+            out = linear(X) if linear is not None else np.full(X.shape[0], np.nan)
+            missing = ~np.isfinite(out)
+            if missing.any():
+                out[missing] = nearest(X[missing])
+        return np.exp2(out)
+
+
 @dataclass(frozen=True)
 class RoleFit:
-    """The fitted law of one role: coefficients over BASE_FEATURES + hinge knots."""
+    """The fitted law of one role: the NNLS coefficients over BASE_FEATURES + hinge knots, the
+    interpolated grid, and which of the two (``family``) the k-fold CV chose."""
 
     role: str
     model: str
     coef: tuple[float, ...]
     knots: tuple[float, ...]
     rows: int
-    fit_mape: float  # in-sample
-    cv_mape: float  # k-fold cross-validated
+    fit_mape: float  # in-sample, of the chosen family
+    cv_mape: float  # k-fold cross-validated, of the chosen family
     folds: int
+    family: str = "nnls"
+    family_cv: tuple = ()  # (family, k-fold held-out MAPE) pairs, every family compared
+    grid: GridLaw | None = field(default=None, repr=False, compare=False)
 
     @property
     def feature_names(self) -> tuple[str, ...]:
         return BASE_FEATURES + tuple(f"query>{k:g}" for k in self.knots)
 
     def predict(self, batch, query, kv) -> np.ndarray:
-        """Predicted seconds for uniform batches; batch, query, kv [rows]."""
+        """Predicted seconds for uniform batches (chosen family); batch, query, kv [rows]."""
+        if self.family == "grid":
+            return self.grid(batch, query, kv)
         return profile_features(batch, query, kv, self.knots) @ np.asarray(self.coef)
 
 
+def _fit_family(family: str, batch, query, kv, y):
+    """One family fitted to arrays [rows] -> predict(batch, query, kv) -> seconds [rows]."""
+    if family == "grid":
+        return GridLaw(batch, query, kv, y)
+    knots = choose_knots(batch * query)
+    beta = fit_nnls(profile_features(batch, query, kv, knots), y)
+    return lambda b, q, c: profile_features(b, q, c, knots) @ beta
+
+
 def fit_role(batch, query, kv, latency, *, folds: int = 5, seed: int = 0,
-             role: str = "target", model: str = "") -> RoleFit:
-    """Fit one role's law (arrays [rows]) and its k-fold cross-validated MAPE."""
+             role: str = "target", model: str = "", families=FAMILIES) -> RoleFit:
+    """Fit one role's law (arrays [rows]): every family in ``families`` with its k-fold
+    cross-validated MAPE (one fixed fold assignment, shuffled with ``seed``), keeping the
+    family with the lowest (the earlier on a tie)."""
     batch, query, kv, y = (np.asarray(a, dtype=np.float64) for a in (batch, query, kv, latency))
+    unknown = sorted(set(families) - set(FAMILIES))
+    require(bool(families) and not unknown, f"families {list(families)}: expected some of "
+            f"{', '.join(FAMILIES)}")
     knots = choose_knots(batch * query)
     X = profile_features(batch, query, kv, knots)
     beta = fit_nnls(X, y)
     rows = y.size
     k = max(2, min(folds, rows))
     order = np.random.default_rng(seed).permutation(rows)
-    pred = np.empty(rows)
+    preds = {family: np.empty(rows) for family in families}
     for fold in np.array_split(order, k):
         train = np.ones(rows, dtype=bool)
         train[fold] = False
-        kf = choose_knots(batch[train] * query[train])
-        b = fit_nnls(profile_features(batch[train], query[train], kv[train], kf), y[train])
-        pred[fold] = profile_features(batch[fold], query[fold], kv[fold], kf) @ b
+        for family in families:
+            law = _fit_family(family, batch[train], query[train], kv[train], y[train])
+            preds[family][fold] = law(batch[fold], query[fold], kv[fold])
+    family_cv = {family: mape(pred, y) for family, pred in preds.items()}
+    chosen = min(families, key=lambda f: family_cv[f])  # first minimum: the earlier on a tie
+    grid = GridLaw(batch, query, kv, y) if "grid" in families else None
+    in_sample = grid(batch, query, kv) if chosen == "grid" else X @ beta
     return RoleFit(role=role, model=model, coef=tuple(float(v) for v in beta), knots=knots,
-                   rows=rows, fit_mape=mape(X @ beta, y), cv_mape=mape(pred, y), folds=k)
+                   rows=rows, fit_mape=mape(in_sample, y), cv_mape=family_cv[chosen], folds=k,
+                   family=chosen, family_cv=tuple(family_cv.items()), grid=grid)
 
 
 @dataclass(frozen=True)
@@ -156,6 +251,8 @@ class ProfiledCost:
         fit = self._fit(role)
         if sq <= 0.0:
             return 0.0
+        if fit.family == "grid":  # the uniform batch with this n, mean query and mean cache
+            return float(fit.grid(np.array([n]), np.array([sq / n]), np.array([skv / n]))[0])
         b = fit.coef
         t = (b[0] + b[1] * n + b[2] * sq + b[3] * skv + b[4] * sqkv + b[5] * sqq)
         for coef, knot in zip(b[6:], fit.knots):
@@ -223,7 +320,7 @@ def _select(df, column: str, wanted: str | None, path, role: str):
 
 def fit_profile(path: str | Path, *, overhead: float = 1e-3, target: str | None = None,
                 draft: str | None = None, device: str | None = None,
-                folds: int = 5, seed: int = 0) -> ProfiledCost:
+                folds: int = 5, seed: int = 0, families=FAMILIES) -> ProfiledCost:
     """Fit a :class:`ProfiledCost` (one law per role present) with k-fold CV MAPE per role.
 
     ``target``/``draft``/``device`` select rows only when the profile holds several models per
@@ -242,7 +339,8 @@ def fit_profile(path: str | Path, *, overhead: float = 1e-3, target: str | None 
                 f"{role!r}, expected at least {MIN_ROWS}")
         model = str(rows["model"].iloc[0]) if "model" in rows.columns else ""
         fits[role] = fit_role(rows["batch_size"], rows["query_tokens"], rows["kv_tokens"],
-                              rows["latency_s"], folds=folds, seed=seed, role=role, model=model)
+                              rows["latency_s"], folds=folds, seed=seed, role=role, model=model,
+                              families=families)
     return ProfiledCost(fits=fits, overhead=float(overhead), path=str(path))
 
 
@@ -254,9 +352,12 @@ def mape_warnings(model: ProfiledCost, limit: float = MAPE_WARN) -> list[str]:
 
 
 def fit_report(model: ProfiledCost) -> dict:
-    """Per role: the fitted model's name, rows, folds, cross-validated and in-sample MAPE, and
-    the coefficients by feature name (what ``specbatch cost fit`` prints)."""
+    """Per role: the fitted model's name, rows, folds, the chosen family and every family's
+    cross-validated MAPE, the chosen family's cross-validated and in-sample MAPE, and the NNLS
+    coefficients by feature name (what ``specbatch cost fit`` prints)."""
     return {role: {"model": fit.model, "rows": fit.rows, "folds": fit.folds,
+                   "family": fit.family,
+                   "family_cv_mape": dict(fit.family_cv or ((fit.family, fit.cv_mape),)),
                    "cv_mape": fit.cv_mape, "fit_mape": fit.fit_mape,
                    "coefficients": dict(zip(fit.feature_names, fit.coef))}
             for role, fit in model.fits.items()}

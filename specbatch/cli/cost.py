@@ -1,7 +1,8 @@
 """``specbatch cost``: fit a profiled cost model (``fit``) or print roofline step times (``show``).
 
-``cost fit PROFILE`` fits one non-negative linear law per role (simulator/profiled.py) and reports
-its k-fold cross-validated MAPE, warning on stderr (and in ``--json``'s ``warnings``) for a
+``cost fit PROFILE`` fits, per role, a non-negative linear law and an interpolated grid
+(simulator/profiled.py), keeps the one with the lower k-fold cross-validated MAPE and reports
+both families' MAPE and the choice, warning on stderr (and in ``--json``'s ``warnings``) for a
 role whose held-out MAPE exceeds 10 %; ``cost show`` prints the draft pass, target decode pass and
 target verification pass (k+1 query tokens per request) across batch sizes, so the memory-bound
 floor and the compute knee of the active cost model are visible, then the draft/target split
@@ -47,9 +48,10 @@ def register(subparsers) -> None:
 
     fit = verbs.add_parser(
         "fit", help="fit a profiled cost model and report its cross-validated MAPE",
-        description="Fit t = β·features (non-negative least squares) per role from a latency "
-                    "profile (Parquet/CSV: model, role, device, dtype, batch_size, query_tokens, "
-                    "kv_tokens, latency_s) and report the k-fold cross-validated MAPE.",
+        description="Fit t = β·features (non-negative least squares) and an interpolated "
+                    "(batch, query, kv) grid per role from a latency profile (Parquet/CSV: model, "
+                    "role, device, dtype, batch_size, query_tokens, kv_tokens, latency_s), keep "
+                    "the family with the lower k-fold cross-validated MAPE and report both.",
         epilog=example("specbatch cost fit profile.parquet",
                        "specbatch cost fit profile.csv --target vicuna-33b --folds 10 --json"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -97,13 +99,17 @@ def run_fit(args) -> int:
     roles = fit_report(model)
     warnings = mape_warnings(model)
     out = {"profile": str(args.profile), "roles": roles,
-           "cv_mape": {role: r["cv_mape"] for role, r in roles.items()}, "warnings": warnings}
+           "cv_mape": {role: r["cv_mape"] for role, r in roles.items()},
+           "family": {role: r["family"] for role, r in roles.items()}, "warnings": warnings}
     for line in warnings:
         sys.stderr.write(f"warning: {line}\n")
     lines = [f"profile {args.profile}"]
     for role, r in roles.items():
         lines.append(f"{role:<6} {r['model'] or '?'}: {r['rows']} rows, {r['folds']}-fold CV MAPE "
-                     f"{100 * r['cv_mape']:.2f} % (in-sample {100 * r['fit_mape']:.2f} %)")
+                     f"{100 * r['cv_mape']:.2f} % (in-sample {100 * r['fit_mape']:.2f} %), "
+                     f"{r['family']} law")
+        lines.append("    CV MAPE by family: " + ", ".join(
+            f"{name} {100 * v:.2f} %" for name, v in r["family_cv_mape"].items()))
         for name, value in r["coefficients"].items():
             if value > 0:
                 lines.append(f"    {name:<14} {value:.4g}")

@@ -1,0 +1,115 @@
+"""Specification of the profiled model's family choice (simulator/profiled.py): NNLS law vs
+interpolated grid, chosen per role by k-fold held-out MAPE."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specbatch.cli import main
+from specbatch.simulator.cost_interface import SumsCostModel, batch_sums
+from specbatch.simulator.profiled import FAMILIES, fit_profile, fit_report, fit_role
+from tests.simulator.test_profiled import synthetic_profile
+
+BATCHES, QUERIES, KVS = (1, 2, 4, 8, 16, 32, 64, 128, 256), (1, 2, 4, 8), (0, 256, 1024, 4096)
+
+
+def knee_profile() -> pd.DataFrame:
+    """A full grid from a strongly non-linear law: a step of 4x in latency once Q = n·q > 64,
+    and a cache read cost that saturates."""
+    rows = []
+    for role, scale in (("target", 1.0), ("draft", 0.1)):
+        for b in BATCHES:
+            for q in QUERIES:
+                for c in KVS:
+                    t = (1e-3 if b * q <= 64 else 4e-3) * (1 + 0.2 * min(c, 256) / 256)
+                    rows.append(("m", role, b, q, c, scale * t))
+    return pd.DataFrame(rows, columns=["model", "role", "batch_size", "query_tokens",
+                                       "kv_tokens", "latency_s"])
+
+
+@pytest.fixture()
+def linear_csv(tmp_path):
+    path = tmp_path / "linear.csv"
+    synthetic_profile().to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture()
+def knee_csv(tmp_path):
+    path = tmp_path / "knee.csv"
+    knee_profile().to_csv(path, index=False)
+    return path
+
+
+def test_linear_law_chooses_nnls(linear_csv):
+    cost = fit_profile(linear_csv)
+    for fit in cost.fits.values():
+        cv = dict(fit.family_cv)
+        assert set(cv) == set(FAMILIES)
+        assert fit.family == "nnls" and cv["nnls"] < cv["grid"]
+        assert fit.cv_mape == cv["nnls"] < 0.03
+
+
+def test_knee_law_chooses_the_grid_and_reproduces_grid_points(knee_csv):
+    cost = fit_profile(knee_csv)
+    df = knee_profile()
+    for role, fit in cost.fits.items():
+        cv = dict(fit.family_cv)
+        assert fit.family == "grid" and cv["grid"] < cv["nnls"]
+        rows = df[df.role == role]
+        pred = fit.predict(rows.batch_size, rows.query_tokens, rows.kv_tokens)
+        np.testing.assert_allclose(pred, rows.latency_s, rtol=1e-9)
+        for b, q, c, t in rows[["batch_size", "query_tokens", "kv_tokens", "latency_s"]].values[::7]:
+            qa, ca = np.full(int(b), int(q)), np.full(int(b), int(c))
+            assert cost.step_time(role, qa, ca) == pytest.approx(t, rel=1e-9)
+
+
+def test_grid_is_clamped_at_the_edges_and_keeps_the_sums_path_exact(knee_csv):
+    cost = fit_profile(knee_csv)
+    assert isinstance(cost, SumsCostModel)
+    edge = cost.step_time("target", np.full(256, 8), np.full(256, 4096))
+    assert cost.step_time("target", np.full(1024, 64), np.full(1024, 100_000)) == edge
+    assert cost.step_time("target", np.zeros(0), np.zeros(0)) == 0.0
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n = int(rng.integers(1, 300))
+        q, c = rng.integers(1, 12, n), rng.integers(0, 5000, n)
+        t = cost.step_time("draft", q, c)
+        assert t > 0 and t == cost.time_from_sums("draft", *batch_sums(q, c))
+    clone = pickle.loads(pickle.dumps(cost))
+    assert clone.step_time("target", np.full(3, 5), np.full(3, 700)) == cost.step_time(
+        "target", np.full(3, 5), np.full(3, 700))
+
+
+def test_cv_is_deterministic_and_families_can_be_restricted(knee_csv):
+    a, b = fit_report(fit_profile(knee_csv)), fit_report(fit_profile(knee_csv))
+    assert a == b
+    only = fit_profile(knee_csv, families=("nnls",))
+    assert all(f.family == "nnls" and dict(f.family_cv).keys() == {"nnls"}
+               for f in only.fits.values())
+
+
+def test_fit_role_on_a_single_axis_grid():
+    b = [1, 2, 4, 8, 16, 32, 64, 128]
+    fit = fit_role(b, [1] * 8, [0] * 8, [1.0] * 4 + [3.0] * 4, families=("grid",))
+    assert fit.family == "grid"
+    assert fit.predict([8, 16, 1000], [1] * 3, [0] * 3) == pytest.approx([1.0, 3.0, 3.0])
+
+
+def test_cost_fit_json_lists_each_family_and_the_choice(knee_csv, linear_csv, capsys):
+    for path, family in ((knee_csv, "grid"), (linear_csv, "nnls")):
+        assert main(["cost", "fit", str(path), "--json"]) == 0
+        obj = json.loads(capsys.readouterr().out)
+        for role in ("draft", "target"):
+            r = obj["roles"][role]
+            assert set(r["family_cv_mape"]) == set(FAMILIES)
+            assert r["family"] == family == obj["family"][role]
+            assert r["cv_mape"] == min(r["family_cv_mape"].values())
+    assert main(["cost", "fit", str(knee_csv)]) == 0
+    out = capsys.readouterr().out
+    assert "grid law" in out and "CV MAPE by family: nnls" in out
