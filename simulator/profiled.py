@@ -23,7 +23,8 @@ each role also gets an interpolated grid (``grid``, as Vidur and LLMServingSim d
 piecewise-linear interpolation of log2 latency over the measured (log2 batch, log2 query,
 log2(1 + kv)) points (duplicates averaged; Delaunay ``LinearNDInterpolator`` on the axes that
 vary, nearest measured point outside their hull), with queries clamped to the grid's edges (no
-extrapolation: a batch or chunk beyond the grid costs what the edge costs). Both families get
+extrapolation of its own: beyond an edge the edge's value is scaled by the NNLS law's growth
+from the edge to the point, so long prefill chunks still cost more). Both families get
 the same k-fold held-out MAPE (same fixed fold assignment, seed 0); the role uses the one with
 the lowest (NNLS on a tie), and all are recorded (``RoleFit.family_cv``, ``fit_report``). A non-uniform batch
 is priced by the grid as the uniform batch with its n, mean query Σq/n and mean cache Σc/n.
@@ -135,6 +136,14 @@ class GridLaw:
         self._interp = (linear, nearest)
         return self._interp
 
+    def clamp(self, batch, query, kv) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The nearest points on the grid's box (batch, query, kv [rows]) and whether each
+        point was moved (outside the measured range on some axis)."""
+        X = _grid_axes(batch, query, kv)
+        C = np.clip(X, self.lo, self.hi)
+        moved = (C != X).any(axis=1)
+        return np.exp2(C[:, 0]), np.exp2(C[:, 1]), np.exp2(C[:, 2]) - 1.0, moved
+
     def __call__(self, batch, query, kv) -> np.ndarray:
         """Predicted seconds for uniform batches; batch, query, kv [rows]."""
         X = np.clip(_grid_axes(batch, query, kv), self.lo, self.hi)[:, self.axes]
@@ -175,10 +184,23 @@ class RoleFit:
         return BASE_FEATURES + tuple(f"query>{k:g}" for k in self.knots)
 
     def predict(self, batch, query, kv) -> np.ndarray:
-        """Predicted seconds for uniform batches (chosen family); batch, query, kv [rows]."""
-        if self.family == "grid":
-            return self.grid(batch, query, kv)
-        return profile_features(batch, query, kv, self.knots) @ np.asarray(self.coef)
+        """Predicted seconds for uniform batches (chosen family); batch, query, kv [rows].
+
+        The grid is exact inside its box; beyond an edge (a 512-token prefill chunk against a
+        grid measured to query 9, say) it takes the edge's value times the NNLS law's growth
+        from the edge to the point, so it extrapolates with the linear law's shape instead of
+        pricing every larger pass like the edge."""
+        batch, query, kv = (np.asarray(a, dtype=np.float64).reshape(-1) for a in (batch, query, kv))
+        law = profile_features(batch, query, kv, self.knots) @ np.asarray(self.coef)
+        if self.family != "grid":
+            return law
+        out = self.grid(batch, query, kv)
+        cb, cq, ckv, moved = self.grid.clamp(batch, query, kv)
+        if moved.any():
+            edge = profile_features(cb, cq, ckv, self.knots) @ np.asarray(self.coef)
+            ok = moved & (edge > 0) & (law > 0)
+            out = np.where(ok, out * np.where(ok, law, 1.0) / np.where(ok, edge, 1.0), out)
+        return out
 
 
 def _fit_family(family: str, batch, query, kv, y):
@@ -252,7 +274,7 @@ class ProfiledCost:
         if sq <= 0.0:
             return 0.0
         if fit.family == "grid":  # the uniform batch with this n, mean query and mean cache
-            return float(fit.grid(np.array([n]), np.array([sq / n]), np.array([skv / n]))[0])
+            return float(fit.predict(np.array([n]), np.array([sq / n]), np.array([skv / n]))[0])
         b = fit.coef
         t = (b[0] + b[1] * n + b[2] * sq + b[3] * skv + b[4] * sqkv + b[5] * sqq)
         for coef, knot in zip(b[6:], fit.knots):

@@ -69,11 +69,17 @@ def test_knee_law_chooses_the_grid_and_reproduces_grid_points(knee_csv):
             assert cost.step_time(role, qa, ca) == pytest.approx(t, rel=1e-9)
 
 
-def test_grid_is_clamped_at_the_edges_and_keeps_the_sums_path_exact(knee_csv):
+def test_beyond_the_grid_the_edge_grows_with_the_nnls_law_and_sums_stay_exact(knee_csv):
+    """Inside the box the grid is exact; beyond it the edge's value is scaled by the NNLS
+    law's growth from the edge, so a long prefill chunk costs more than the grid's edge."""
     cost = fit_profile(knee_csv)
     assert isinstance(cost, SumsCostModel)
+    fit = cost._fit("target")
     edge = cost.step_time("target", np.full(256, 8), np.full(256, 4096))
-    assert cost.step_time("target", np.full(1024, 64), np.full(1024, 100_000)) == edge
+    far = cost.step_time("target", np.full(1024, 64), np.full(1024, 100_000))
+    nnls = type(fit)(**{**fit.__dict__, "family": "nnls"})  # the same fit, NNLS law alone
+    growth = (nnls.predict([1024], [64], [100_000]) / nnls.predict([256], [8], [4096]))[0]
+    assert far == pytest.approx(edge * growth, rel=1e-9) and far > edge
     assert cost.step_time("target", np.zeros(0), np.zeros(0)) == 0.0
     rng = np.random.default_rng(0)
     for _ in range(20):
@@ -98,7 +104,9 @@ def test_fit_role_on_a_single_axis_grid():
     b = [1, 2, 4, 8, 16, 32, 64, 128]
     fit = fit_role(b, [1] * 8, [0] * 8, [1.0] * 4 + [3.0] * 4, families=("grid",))
     assert fit.family == "grid"
-    assert fit.predict([8, 16, 1000], [1] * 3, [0] * 3) == pytest.approx([1.0, 3.0, 3.0])
+    inside = fit.predict([8, 16, 128], [1] * 3, [0] * 3)
+    assert inside == pytest.approx([1.0, 3.0, 3.0])
+    assert fit.predict([1000], [1], [0])[0] >= 3.0  # beyond the edge: the NNLS growth, not less
 
 
 def test_cost_fit_json_lists_each_family_and_the_choice(knee_csv, linear_csv, capsys):
@@ -113,3 +121,19 @@ def test_cost_fit_json_lists_each_family_and_the_choice(knee_csv, linear_csv, ca
     assert main(["cost", "fit", str(knee_csv)]) == 0
     out = capsys.readouterr().out
     assert "grid law" in out and "CV MAPE by family: nnls" in out
+
+
+def test_h100_profile_prices_a_long_prefill_above_the_grid_edge():
+    """The real 8B profile measures queries up to 9 tokens: a 512-token prefill must cost more
+    than a 9-token pass, by the NNLS law's growth (the grid alone would price them alike).
+    The eager H100 is host-bound, so the growth is modest (about 11 % here)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "traces/data/profiles/h100-llama-3.1-8b.parquet"
+    cost = fit_profile(path)
+    nine = cost.step_time("target", np.array([9]), np.array([0]))
+    prefill = cost.step_time("target", np.array([512]), np.array([0]))
+    fit = cost._fit("target")
+    nnls = type(fit)(**{**fit.__dict__, "family": "nnls"})
+    growth = (nnls.predict([1], [512], [0]) / nnls.predict([1], [9], [0]))[0]
+    assert growth > 1.05 and prefill == pytest.approx(nine * growth, rel=1e-9)
