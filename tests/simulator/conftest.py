@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from specbatch.simulator.cost import build_cost_model
 from specbatch.traces.synth import SynthConfig, synth_trace
+
+
+@pytest.fixture(scope="module")
+def h100():
+    """The roofline H100 model of the demo's pair (Vicuna-33B target, 68M draft)."""
+    return build_cost_model("roofline", "h100", "vicuna-33b", "vicuna-68m")
 
 
 @pytest.fixture(scope="session")

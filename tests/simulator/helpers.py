@@ -55,3 +55,8 @@ def const_trace(n_requests: int = 8, output_len: int = 20, prompt_len: int = 4, 
     if arrival is not None:
         req["arrival"] = np.asarray(arrival, dtype=np.float64)
     return make_trace(default_meta(1.0, depth), req, cols)
+
+
+def ones(n: int, value: int = 1) -> np.ndarray:
+    """A uniform batch column: ``n`` requests each with ``value`` (query or KV tokens)."""
+    return np.full(n, value, dtype=np.int64)

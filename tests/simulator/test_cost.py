@@ -21,17 +21,8 @@ from specbatch.simulator.cost import (
     step_split,
 )
 from specbatch.simulator.run import simulate
-from tests.simulator.helpers import LinearCost
+from tests.simulator.helpers import LinearCost, ones
 from tests.simulator.test_profiled import synthetic_profile
-
-
-def ones(n: int, value: int = 1) -> np.ndarray:
-    return np.full(n, value, dtype=np.int64)
-
-
-@pytest.fixture(scope="module")
-def h100():
-    return build_cost_model("roofline", "h100", "vicuna-33b", "vicuna-68m")
 
 
 @pytest.fixture(scope="module")

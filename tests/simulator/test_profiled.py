@@ -12,16 +12,7 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost import build_cost_model
 from specbatch.simulator.hardware import get_hardware
 from specbatch.simulator.profiled import ProfiledCost, fit_profile
-
-
-def ones(n: int, value: int = 1) -> np.ndarray:
-    return np.full(n, value, dtype=np.int64)
-
-
-@pytest.fixture(scope="module")
-def h100():
-    return build_cost_model("roofline", "h100", "vicuna-33b", "vicuna-68m")
-
+from tests.simulator.helpers import ones
 
 # ----------------------------------------------------------------------------- profiled
 

@@ -21,16 +21,7 @@ from specbatch.simulator.hardware import (
 )
 from specbatch.simulator.roofline import RooflineCost, kv_capacity_tokens
 from specbatch.traces.shapes import get_shape
-
-
-def ones(n: int, value: int = 1) -> np.ndarray:
-    return np.full(n, value, dtype=np.int64)
-
-
-@pytest.fixture(scope="module")
-def h100():
-    return build_cost_model("roofline", "h100", "vicuna-33b", "vicuna-68m")
-
+from tests.simulator.helpers import ones
 
 # ----------------------------------------------------------------------------- hardware
 
