@@ -71,17 +71,6 @@ def load_trace(config: SimConfig, allow_partial: bool = False) -> Any:
     return trace
 
 
-def workload_notes(config: SimConfig, trace: Any) -> tuple[str, ...]:
-    """One line per way the workload departs from the trace's own requests."""
-    n, n_trace = int(config.requests), int(trace.n_requests)
-    if config.sampling == "resample" or (config.sampling == "auto" and n > n_trace):
-        return (f"the trace has {n_trace} requests; the workload draws {n} of them with "
-                f"replacement (sampling = {config.sampling})",)
-    if n > n_trace:
-        return (f"the trace has {n_trace} requests; the workload cycles through them to make "
-                f"{n} (sampling = {config.sampling})",)
-    return ()
-
 
 def build_cost(config: SimConfig) -> Any:
     """The active cost model for ``config``."""
@@ -125,4 +114,4 @@ def simulate(config: SimConfig, trace: Any = None, cost_model: Any = None,
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
     return SimResult(config=config, requests=requests, steps=steps, summary=summary,
-                     notes=workload.notes or workload_notes(config, trace))
+                     notes=workload.notes)

@@ -83,11 +83,27 @@ class Workload:
         return int(self.trace_index.shape[0])
 
 
+def resamples(n: int, n_trace: int, sampling: str) -> bool:
+    """Whether N simulated requests are drawn with replacement (else cycled in order)."""
+    return sampling == "resample" or (sampling == "auto" and n > n_trace)
+
+
 def select_requests(n: int, n_trace: int, sampling: str, rng: np.random.Generator) -> np.ndarray:
     """Trace request indices for N simulated requests.  returns # [N] int64"""
-    if sampling == "resample" or (sampling == "auto" and n > n_trace):
+    if resamples(n, n_trace, sampling):
         return rng.integers(0, n_trace, size=n).astype(np.int64)
     return (np.arange(n, dtype=np.int64) % n_trace).astype(np.int64)
+
+
+def sampling_notes(n: int, n_trace: int, sampling: str) -> tuple[str, ...]:
+    """One line when the workload departs from the trace's own requests, else none."""
+    if resamples(n, n_trace, sampling):
+        return (f"the trace has {n_trace} requests; the workload draws {n} of them with "
+                f"replacement (sampling = {sampling})",)
+    if n > n_trace:
+        return (f"the trace has {n_trace} requests; the workload cycles through them to make "
+                f"{n} (sampling = {sampling})",)
+    return ()
 
 
 def arrival_times(n: int, kind: str, rate: float, cv: float, rng: np.random.Generator,
@@ -128,6 +144,7 @@ def build_workload(config: Any, trace: Any) -> Workload:
         prompt_len=np.asarray(trace.prompt_len, dtype=np.int64)[idx],
         output_len=np.asarray(trace.output_len, dtype=np.int64)[idx],
         row_base=np.asarray(trace.offsets, dtype=np.int64)[idx],
+        notes=sampling_notes(int(config.requests), int(trace.n_requests), config.sampling),
     )
 
 
