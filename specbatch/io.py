@@ -24,6 +24,17 @@ from typing import Any
 from specbatch.errors import SpecbatchError, require
 
 
+def _file_mode() -> int:
+    """0666 less the process umask, read once: reading it means setting it, which would race
+    with other threads creating files if done per write."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+_FILE_MODE = _file_mode()
+
+
 def atomic_write(path: str | os.PathLike, data: bytes | str | Callable[[str], None]) -> Path:
     """Write ``data`` to ``path`` atomically and return the path.
 
@@ -34,7 +45,7 @@ def atomic_write(path: str | os.PathLike, data: bytes | str | Callable[[str], No
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
+    os.chmod(tmp, _FILE_MODE)  # mkstemp makes 0600; give the file the usual mode
     try:
         if isinstance(data, bytes):
             Path(tmp).write_bytes(data)
@@ -117,10 +128,6 @@ def prepare_output_file(path: str | os.PathLike, flag: str = "--out",
     return path
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def jsonable(obj: Any) -> Any:
