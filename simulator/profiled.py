@@ -19,17 +19,22 @@ fit`` prints it on stderr and in its JSON ``warnings``). The profile measures fo
 time per step) comes from the hardware preset.
 
 Model family chosen by cross-validation (``FAMILIES``): next to the NNLS law above (``nnls``),
-each role also gets an interpolated grid (``grid``, as Vidur and LLMServingSim do):
+each role also gets a floored law (``floor``, below) and an interpolated grid (``grid``, as Vidur and LLMServingSim do):
 piecewise-linear interpolation of log2 latency over the measured (log2 batch, log2 query,
 log2(1 + kv)) points (duplicates averaged; Delaunay ``LinearNDInterpolator`` on the axes that
 vary, nearest measured point outside their hull), with queries clamped to the grid's edges (no
 extrapolation of its own: beyond an edge the edge's value is scaled by the NNLS law's growth
 from the edge to the point, so long prefill chunks still cost more). Both families get
 the same k-fold held-out MAPE (same fixed fold assignment, seed 0); the role uses the one with
-the lowest (NNLS on a tie), and all are recorded (``RoleFit.family_cv``, ``fit_report``). A non-uniform batch
+the lowest, the simpler on a tie within ``FAMILY_TIE`` (2 % relative), and all are recorded (``RoleFit.family_cv``, ``fit_report``). A non-uniform batch
 is priced by the grid as the uniform batch with its n, mean query Σq/n and mean cache Σc/n.
 
-Both families are functions of the batch sums (simulator.cost_interface.batch_sums), so
+The third family, ``floor``, is max(φ, NNLS law): a per-pass floor φ (an eager pass's
+per-layer launch and sync latency times its L layers, the host-bound regime the H100 profiles
+show for small batches) under the law, fitted by :func:`fit_floor`; ``fit_report`` states φ and,
+when the profile's model name is a known shape, φ / L.
+
+All families are functions of the batch sums (simulator.cost_interface.batch_sums), so
 :class:`ProfiledCost` is a :class:`~simulator.cost_interface.SumsCostModel` whichever is chosen
 (``time_from_sums`` is bit-identical to ``step_time`` for both).
 """
@@ -54,7 +59,11 @@ KNOT_QUANTILES = (0.25, 0.5, 0.75)
 #: Held-out (k-fold) MAPE above which a fit is reported with a warning (``mape_warnings``).
 MAPE_WARN = 0.10
 #: Model families compared per role by k-fold held-out MAPE (first wins a tie).
-FAMILIES = ("nnls", "grid")
+FAMILIES = ("nnls", "floor", "grid")
+#: Candidate floors of the ``floor`` family: these quantiles of the measured latencies (and 0).
+FLOOR_QUANTILES = tuple(np.linspace(0.0, 0.6, 13))
+#: Relative margin within which held-out MAPEs count as tied (the simpler family wins).
+FAMILY_TIE = 0.02
 
 
 def profile_features(batch, query, kv, knots=()) -> np.ndarray:
@@ -95,6 +104,29 @@ def fit_nnls(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 def mape(pred: np.ndarray, y: np.ndarray) -> float:
     """Mean absolute percentage error (a fraction: 0.05 = 5 %). pred, y [rows]."""
     return float(np.mean(np.abs(pred - y) / y))
+
+
+def fit_floor(X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """The ``floor`` family: t = max(φ, Xβ), a launch/host floor φ under the NNLS law.
+
+    An eager or host-bound forward pass costs about L·ℓ (L layers, ℓ the per-layer launch and
+    sync latency) whatever its load, and only a pass heavy enough for the GPU to dominate
+    follows the roofline-like law; the max is that hard knee (simulator.hardware's eager
+    preset has the same shape). φ is chosen among 0 and the ``FLOOR_QUANTILES`` of y: for each
+    candidate β is fitted (:func:`fit_nnls`) to the rows measured above it, and the candidate
+    whose max(φ, Xβ) has the lowest in-sample MAPE wins (the lower φ on a tie). X [rows, F],
+    y [rows] > 0 -> (φ seconds, β [F]).
+    """
+    best = (np.inf, 0.0, np.zeros(X.shape[1]))
+    for phi in np.unique(np.concatenate([[0.0], np.quantile(y, FLOOR_QUANTILES)])):
+        above = y > phi
+        if above.sum() < MIN_ROWS:
+            continue
+        beta = fit_nnls(X[above], y[above])
+        err = mape(np.maximum(phi, X @ beta), y)
+        if err < best[0]:
+            best = (err, float(phi), beta)
+    return best[1], best[2]
 
 
 def _grid_axes(batch, query, kv) -> np.ndarray:
@@ -177,6 +209,7 @@ class RoleFit:
     folds: int
     family: str = "nnls"
     family_cv: tuple = ()  # (family, k-fold held-out MAPE) pairs, every family compared
+    floor: float = 0.0  # φ of the ``floor`` family (seconds; 0 for the others)
     grid: GridLaw | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -192,6 +225,8 @@ class RoleFit:
         pricing every larger pass like the edge."""
         batch, query, kv = (np.asarray(a, dtype=np.float64).reshape(-1) for a in (batch, query, kv))
         law = profile_features(batch, query, kv, self.knots) @ np.asarray(self.coef)
+        if self.family == "floor":
+            return np.maximum(self.floor, law)
         if self.family != "grid":
             return law
         out = self.grid(batch, query, kv)
@@ -208,15 +243,28 @@ def _fit_family(family: str, batch, query, kv, y):
     if family == "grid":
         return GridLaw(batch, query, kv, y)
     knots = choose_knots(batch * query)
-    beta = fit_nnls(profile_features(batch, query, kv, knots), y)
+    X = profile_features(batch, query, kv, knots)
+    if family == "floor":
+        phi, beta = fit_floor(X, y)
+        return lambda b, q, c: np.maximum(phi, profile_features(b, q, c, knots) @ beta)
+    beta = fit_nnls(X, y)
     return lambda b, q, c: profile_features(b, q, c, knots) @ beta
+
+
+def choose_family(family_cv: dict) -> str:
+    """The first family (in ``FAMILIES`` order: simplest first) whose held-out MAPE is within
+    ``FAMILY_TIE`` (relative) of the lowest: a more flexible family must beat a simpler one by
+    more than fold-to-fold noise (the floor family with a tiny φ otherwise wins by chance on
+    a linear profile)."""
+    best = min(family_cv.values())
+    return next(f for f, cv in family_cv.items() if cv <= best * (1.0 + FAMILY_TIE))
 
 
 def fit_role(batch, query, kv, latency, *, folds: int = 5, seed: int = 0,
              role: str = "target", model: str = "", families=FAMILIES) -> RoleFit:
     """Fit one role's law (arrays [rows]): every family in ``families`` with its k-fold
     cross-validated MAPE (one fixed fold assignment, shuffled with ``seed``), keeping the
-    family with the lowest (the earlier on a tie)."""
+    family :func:`choose_family` picks."""
     batch, query, kv, y = (np.asarray(a, dtype=np.float64) for a in (batch, query, kv, latency))
     unknown = sorted(set(families) - set(FAMILIES))
     require(bool(families) and not unknown, f"families {list(families)}: expected some of "
@@ -235,12 +283,17 @@ def fit_role(batch, query, kv, latency, *, folds: int = 5, seed: int = 0,
             law = _fit_family(family, batch[train], query[train], kv[train], y[train])
             preds[family][fold] = law(batch[fold], query[fold], kv[fold])
     family_cv = {family: mape(pred, y) for family, pred in preds.items()}
-    chosen = min(families, key=lambda f: family_cv[f])  # first minimum: the earlier on a tie
+    chosen = choose_family(family_cv)
     grid = GridLaw(batch, query, kv, y) if "grid" in families else None
-    in_sample = grid(batch, query, kv) if chosen == "grid" else X @ beta
+    floor = 0.0
+    if chosen == "floor":  # the floor's own β; the other families keep the all-rows law
+        floor, beta = fit_floor(X, y)
+        in_sample = np.maximum(floor, X @ beta)
+    else:
+        in_sample = grid(batch, query, kv) if chosen == "grid" else X @ beta
     return RoleFit(role=role, model=model, coef=tuple(float(v) for v in beta), knots=knots,
                    rows=rows, fit_mape=mape(in_sample, y), cv_mape=family_cv[chosen], folds=k,
-                   family=chosen, family_cv=tuple(family_cv.items()), grid=grid)
+                   family=chosen, family_cv=tuple(family_cv.items()), floor=floor, grid=grid)
 
 
 @dataclass(frozen=True)
@@ -280,7 +333,7 @@ class ProfiledCost:
         for coef, knot in zip(b[6:], fit.knots):
             if sq > knot:
                 t += coef * (sq - knot)
-        return t
+        return max(fit.floor, t) if fit.family == "floor" else t
 
 
 def read_profile(path: str | Path):
@@ -381,5 +434,17 @@ def fit_report(model: ProfiledCost) -> dict:
                    "family": fit.family,
                    "family_cv_mape": dict(fit.family_cv or ((fit.family, fit.cv_mape),)),
                    "cv_mape": fit.cv_mape, "fit_mape": fit.fit_mape,
+                   "floor_s": fit.floor, "floor_per_layer_s": floor_per_layer(fit),
                    "coefficients": dict(zip(fit.feature_names, fit.coef))}
             for role, fit in model.fits.items()}
+
+
+def floor_per_layer(fit: RoleFit) -> float | None:
+    """φ / L, the ``floor`` family's latency per decoder layer, when the fit's model name is
+    a known shape (traces.shapes) with L layers; None otherwise or for the other families."""
+    from specbatch.traces.shapes import SHAPES
+
+    shape = SHAPES.get(fit.model.lower()) if fit.model else None
+    if fit.family != "floor" or shape is None:
+        return None
+    return fit.floor / shape.layers

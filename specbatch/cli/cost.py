@@ -110,6 +110,10 @@ def run_fit(args) -> int:
                      f"{r['family']} law")
         lines.append("    CV MAPE by family: " + ", ".join(
             f"{name} {100 * v:.2f} %" for name, v in r["family_cv_mape"].items()))
+        if r["family"] == "floor":
+            per_layer = (f" ({1e6 * r['floor_per_layer_s']:.0f} µs per layer)"
+                         if r["floor_per_layer_s"] is not None else "")
+            lines.append(f"    floor          {1e3 * r['floor_s']:.4g} ms{per_layer}")
         for name, value in r["coefficients"].items():
             if value > 0:
                 lines.append(f"    {name:<14} {value:.4g}")
