@@ -177,22 +177,27 @@ class BlockManager:
 
     def allocate_chunks(self, rep: Any, c_idx: np.ndarray, chunk: np.ndarray) -> np.ndarray:
         """Blocks for the prompt chunks ``chunk`` # [m] of running requests ``c_idx`` # [m]
-        (FCFS): each needs ⌈(prefilled + chunk) / block_size⌉ blocks; the first that the
-        free pool cannot hold shrinks to the tokens the rest holds, later ones get none.
-        Returns the chunks granted # [m] (zeros allowed)."""
+        (FCFS): each needs ⌈(prefilled + chunk + [it completes the prefill]) / block_size⌉
+        blocks (a completing chunk also holds its first token, as admission does); the first
+        chunk the free pool cannot hold shrinks to the tokens the rest holds, later ones get
+        none. Returns the chunks granted # [m] (zeros allowed)."""
         state, bs = rep.state, self.block_size
-        pre, held = state[_PREFILLED, c_idx], state[_BLOCKS, c_idx]
-        need = np.maximum((pre + chunk + bs - 1) // bs - held, 0)  # [m]
+        pre, fill, held = state[_PREFILLED, c_idx], state[_FILL, c_idx], state[_BLOCKS, c_idx]
+        end = pre + chunk
+        need = np.maximum((end + (end >= fill) + bs - 1) // bs - held, 0)  # [m]
         cum = np.cumsum(need)
         free = rep.free_blocks
         if cum[-1] > free:
-            chunk = chunk.copy()
+            chunk, need = chunk.copy(), need.copy()
             j = int(np.argmax(cum > free))
-            avail = free - (int(cum[j - 1]) if j else 0)
-            chunk[j] = min(int(chunk[j]), (int(held[j]) + avail) * bs - int(pre[j]))
+            slots = (int(held[j]) + free - (int(cum[j - 1]) if j else 0)) * bs
+            p, f = int(pre[j]), int(fill[j])
+            c = min(int(chunk[j]), slots - p)
+            if p + c >= f and p + c + 1 > slots:  # no slot left for its first token
+                c -= 1
+            chunk[j] = c
+            need[j] = max(-(-(p + c + (p + c >= f)) // bs) - int(held[j]), 0)
             chunk[j + 1:] = 0
-            need = need.copy()
-            need[j] = max(-(-(int(pre[j]) + int(chunk[j])) // bs) - int(held[j]), 0)
             need[j + 1:] = 0
         state[_BLOCKS, c_idx] += need
         rep.free_blocks = free - int(need.sum())
