@@ -254,41 +254,46 @@ class Engine:
         room = self.max_seqs - rep.n_running
         if not rep.waiting or room <= 0:
             return 0
-        cols: list[np.ndarray] = []
+        take: list[int] = []
+        needs: list[int] = []
+        revived: list[tuple[int, np.ndarray]] = []  # (index in take, parked column)
         tokens = promised = 0
-        while rep.waiting and len(cols) < room:
+        prompt, parked = self.w.prompt_len, self.parked
+        while rep.waiting and len(take) < room:
             u = rep.waiting[0]
-            col = self.parked.get(u)
-            if col is None:
-                col = self.initial[:, u].copy()
-            fill = int(col[_FILL])
+            col = parked.get(u)
+            fill = int(prompt[u]) if col is None else int(col[_FILL])
             need = self.blocks.admission_blocks(fill)
             if promised + need > rep.free_blocks:
                 break
-            if (not self.chunked and self.max_batched is not None and cols
+            if (not self.chunked and self.max_batched is not None and take
                     and tokens + fill > self.max_batched):
                 break
             rep.waiting.popleft()
-            self.parked.pop(u, None)
+            if col is not None:
+                revived.append((len(take), parked.pop(u)))
+            take.append(u)
+            needs.append(need)
             promised += need
-            if not self.chunked:
-                col[Row.BLOCKS] = need
-            cols.append(col)
             tokens += fill
-        if not cols:
+        if not take:
             return 0
-        if not self.chunked:
+        new = self.initial.take(take, axis=1)  # [len(Row), joined] fresh state columns
+        for j, col in revived:
+            new[:, j] = col
+        if not self.chunked:  # the prefill's blocks now; chunked prefill allocates per chunk
+            new[Row.BLOCKS] = needs
             rep.free_blocks -= promised
-        rep.state = np.concatenate([rep.state, np.stack(cols, axis=1)], axis=1)
-        rep.n_prefilling += len(cols)
-        return len(cols)
+        rep.state = np.concatenate([rep.state, new], axis=1)
+        rep.n_prefilling += len(take)
+        return len(take)
 
     def schedule_paged(self, rep: Replica) -> int:
         """Paged mode's step start (simulator.kv): grow the decoding requests' blocks,
         preempting the newest when the pool runs out, then admit unless a preemption
         happened (and something still runs). Returns how many requests joined."""
-        gone = self.blocks.grow(rep)  # [len(Row), p] newest first
-        if gone.shape[1]:
+        gone = self.blocks.grow(rep)  # [len(Row), p] newest first, or None
+        if gone is not None:
             for col in gone.T:
                 u = int(col[_UID])
                 self.parked[u] = col

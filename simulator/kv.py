@@ -127,16 +127,18 @@ class BlockManager:
         """Blocks of a prefill of ``fill`` tokens and its first token."""
         return -(-(fill + 1) // self.block_size)
 
-    def growth(self, state: np.ndarray) -> np.ndarray:
+    def growth(self, state: np.ndarray, all_decoding: bool = False) -> np.ndarray:
         """Blocks each running request must add before a decode step: decoding requests to
-        ⌈(prompt + t + K + 1) / block_size⌉, prefilling ones none.
-        state # [len(Row), n] -> # [n]"""
+        ⌈(prompt + t + K + 1) / block_size⌉, prefilling ones none (``all_decoding``: the
+        caller knows none is prefilling).  state # [len(Row), n] -> # [n]"""
         if self.reference:
             return self.growth_reference(state)
         target = (state[_PROMPT] + state[_POS] + (self.lookahead + self.block_size - 1)
                   ) // self.block_size
-        target *= state[_PREFILLED] >= state[_FILL]
-        return np.maximum(target - state[_BLOCKS], 0)
+        if not all_decoding:
+            target *= state[_PREFILLED] >= state[_FILL]
+        target -= state[_BLOCKS]
+        return np.maximum(target, 0, out=target)
 
     def growth_reference(self, state: np.ndarray) -> np.ndarray:
         """:meth:`growth`, one request at a time."""
@@ -147,16 +149,22 @@ class BlockManager:
                 out[i] = max(-(-tokens // self.block_size) - int(state[_BLOCKS, i]), 0)
         return out
 
-    def grow(self, rep: Any) -> np.ndarray:
+    def grow(self, rep: Any) -> np.ndarray | None:
         """Grow the decoding requests of replica ``rep`` for the next step, preempting the
-        newest running requests until the pool suffices. Returns the preempted requests'
-        state columns # [len(Row), p], newest first, with PREFILLED = BLOCKS = 0 and
-        FILL = prompt + t (what their re-admission prefills)."""
+        newest running requests until the pool suffices. Returns None when nobody was
+        preempted, else the preempted requests' state columns # [len(Row), p], newest first,
+        with PREFILLED = BLOCKS = 0 and FILL = prompt + t (what their re-admission
+        prefills)."""
         state = rep.state
-        grow = self.growth(state)  # [n]
+        grow = self.growth(state, rep.n_prefilling == 0)  # [n]
         extra = int(grow.sum())
-        n = state.shape[1]
         free = rep.free_blocks
+        if extra <= free:  # the common case: the pool suffices
+            if extra:
+                state[_BLOCKS] += grow
+                rep.free_blocks = free - extra
+            return None
+        n = state.shape[1]
         while extra > free:  # rare: preempt the newest (last admitted) request
             n -= 1
             extra -= int(grow[n])
@@ -164,13 +172,11 @@ class BlockManager:
             if state[_PREFILLED, n] < state[_FILL, n]:
                 rep.n_prefilling -= 1
         gone = state[:, n:][:, ::-1].copy()
-        if n < state.shape[1]:
-            state = state[:, :n]
-            gone[_PREFILLED] = 0
-            gone[_BLOCKS] = 0
-            gone[_FILL] = gone[_PROMPT] + gone[_POS]
-        if extra:
-            state[_BLOCKS] += grow[:n]
+        gone[_PREFILLED] = 0
+        gone[_BLOCKS] = 0
+        gone[_FILL] = gone[_PROMPT] + gone[_POS]
+        state = state[:, :n]
+        state[_BLOCKS] += grow[:n]
         rep.state = state
         rep.free_blocks = free - extra
         return gone
