@@ -78,3 +78,13 @@ def test_help_documents_the_kv_flags(capsys):
     assert "one of reserve, paged (default 'reserve')" in text
     for flag in ("--block-size", "--gpu-memory-utilization", "--max-model-len"):
         assert flag in text
+
+
+def test_the_demo_says_which_kv_mode_and_capacity_it_uses():
+    from specbatch.analysis.demo import kv_description, plan_demo
+
+    line = kv_description(plan_demo("default", quick=True).base)
+    assert line.startswith("KV cache: kv_mode reserve, capacity unlimited (one h100 holds 4244")
+    assert "\n" not in line
+    assert "capacity 999 tokens per replica" in kv_description(
+        {"hardware": "h100", "target": "vicuna-33b", "draft": "vicuna-68m", "kv_capacity": 999})
