@@ -38,13 +38,15 @@ import pandas as pd
 
 from specbatch.simulator.state import STEP_COLUMNS, Records
 
+#: The columns of every per-request table (the simulator's and a live run's, live.record).
 REQUEST_COLUMNS = ("uid", "trace_index", "replica", "prompt_len", "output_len", "arrival",
-                   "first_token", "finish", "tokens", "steps", "drafted", "verified", "accepted",
-                   "preemptions", "recomputed_tokens")
+                   "first_token", "finish", "tokens", "steps", "drafted", "verified", "accepted")
+#: The simulator's KV columns after them (0 in reserve mode; simulator.kv).
+KV_REQUEST_COLUMNS = ("preemptions", "recomputed_tokens")
 
 
 def request_table(rec: Records, workload: Any) -> pd.DataFrame:
-    """One row per simulated request (REQUEST_COLUMNS)."""
+    """One row per simulated request (REQUEST_COLUMNS, then KV_REQUEST_COLUMNS)."""
     n = workload.n
     return pd.DataFrame({
         "uid": np.arange(n, dtype=np.int64), "trace_index": workload.trace_index,
