@@ -5,12 +5,14 @@ DSD, and the budgeted policies (TETRIS, oracle, hindsight) at k + e ≤ K, each 
 block verification. :func:`plan_demo` resolves the trace and parses the spec;
 :func:`run_demo` runs it (resumable, analysis.sweep), writes the report and returns the
 headline table (best setting of each policy and verifier, analysis.compare.headline).
+:func:`kv_description` is the line it prints about the KV cache the runs assume.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,12 +107,29 @@ def plan_demo(trace: str = "default", quick: bool = False, seeds: int | None = N
     return DemoPlan(spec=spec, base=data["base"], trace=desc)
 
 
+def kv_description(base: dict) -> str:
+    """One line: the KV mode and capacity the demo's runs use (the config defaults unless
+    ``base`` sets them), and what one GPU's memory would hold (simulator.roofline)."""
+    from specbatch.simulator.config import SimConfig
+    from specbatch.simulator.roofline import kv_capacity_tokens
+
+    mode = base.get("kv_mode", SimConfig.kv_mode)
+    capacity = base.get("kv_capacity", SimConfig.kv_capacity)
+    memory = kv_capacity_tokens(base["hardware"], base["target"], base["draft"])
+    used = "unlimited" if capacity is None else f"{capacity} tokens per replica"
+    return (f"KV cache: kv_mode {mode}, capacity {used} (one {base['hardware']} holds {memory} "
+            f"tokens next to {base['target']} + {base['draft']} at gpu_memory_utilization "
+            f"0.9; simulate --kv-mode paged models that pool with preemption)")
+
+
 def run_demo(plan: DemoPlan, out: str | os.PathLike, workers: int = 2, fmt: str = "md",
              progress: bool = True) -> DemoResult:
     """Run the planned sweep into ``out`` (stored runs are reused), write the report."""
     from specbatch.analysis.compare import headline
     from specbatch.analysis.report import build_report  # matplotlib: only when a report is due
 
+    if progress:
+        sys.stderr.write(kv_description(plan.base) + "\n")
     outcome = run_sweep(plan.spec, out, workers=workers, progress=progress)
     table = headline(outcome.table)
     report = build_report(out, fmt=fmt)

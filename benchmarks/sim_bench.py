@@ -5,7 +5,11 @@ verification on the bundled toy trace ``tiny`` when present, whose numbers are t
 the README tracks (else a synthetic trace; the table says which), roofline cost model (H100, vicuna-68m -> vicuna-33b). The same workload also runs
 through the engine's per-request reference step (``reference=True``: scalar hash and one
 ``accept_from_stats`` call per request per step) on a smaller request count, and the ratio of
-the two rates is printed. Then the curve for max_num_seqs 8..512.
+the two rates is printed. Then paged KV mode at max_num_seqs 64 (simulator.kv): with a
+pool that never runs out (the block bookkeeping's cost, as a ratio to the reserve headline)
+and with the capacity the H100's memory leaves next to Vicuna-33B (preemption by
+recomputation: more, smaller steps, so fewer tokens per wall second for a different
+simulated run). Then the curve for max_num_seqs 8..512.
 
 Usage: .venv/bin/python benchmarks/sim_bench.py [--requests N] [--quick] [--json]
 Goal: >= 1M simulated tokens/s for the headline row.
@@ -45,7 +49,8 @@ def rate(config, trace, cost, reference: bool = False) -> tuple[float, dict]:
     s = result.summary
     return s["tokens"] / wall, {"wall_s": wall, "cpu_s": cpu, "cpu_tokens_per_s": s["tokens"] / cpu,
                                 "tokens": s["tokens"], "steps": s["steps"], "mal": s["mal"],
-                                "sim_throughput": s["throughput"]}
+                                "sim_throughput": s["throughput"],
+                                "preemptions": s["preemptions"], "kv_capacity": s["kv_capacity"]}
 
 
 def numpy_op_us() -> float:
@@ -80,6 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     out["headline"] = {"requests": args.requests, "max_num_seqs": 64, "tokens_per_s": fast, **info}
     out["reference"] = {"requests": args.reference_requests, "vectorised_tokens_per_s": fast_small,
                         "reference_tokens_per_s": slow_small, "ratio": fast_small / slow_small}
+    paged = []
+    for label, capacity in (("paged, pool never full", 10**8), ("paged, H100 memory", None)):
+        config = base.replace(kv_mode="paged", kv_capacity=capacity)
+        r, info = rate(config, trace, cost)
+        paged.append({"label": label, "requests": args.requests, "tokens_per_s": r,
+                      "ratio_to_reserve": r / fast, **info})
+    out["paged"] = paged
     curve = []
     for batch in (8, 16, 32, 64, 128, 256, 512):
         n = max(args.requests // 5, 8 * batch) if not args.quick else 4 * batch
@@ -101,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"reference per-request loop ({ref['requests']} requests): vectorised "
           f"{ref['vectorised_tokens_per_s']:,.0f} vs reference {ref['reference_tokens_per_s']:,.0f}"
           f" tokens/s -> ratio {ref['ratio']:.1f}x")
+    print(f"\n{'paged KV, max_num_seqs 64':<26} {'capacity':>10} {'preemptions':>11} "
+          f"{'steps':>7} {'tokens/wall s':>14} {'vs reserve':>10}")
+    for row in out["paged"]:
+        print(f"{row['label']:<26} {row['kv_capacity']:>10} {row['preemptions']:>11} "
+              f"{row['steps']:>7} {row['tokens_per_s']:>14,.0f} {row['ratio_to_reserve']:>9.2f}x")
     print(f"\n{'max_num_seqs':>12} {'requests':>9} {'steps':>7} {'MAL':>6} {'wall s':>8} "
           f"{'tokens/wall s':>14} {'tokens/CPU s':>13}")
     for row in curve:

@@ -34,6 +34,7 @@ VERIFY_RULES = ("token", "block")
 COSTS = ("roofline", "profiled")
 SAMPLINGS = ("auto", "in_order", "resample")
 THRESHOLD_MODES = ("cumulative", "per_token")
+KV_MODES = ("reserve", "paged")
 #: Override/TOML spellings that map onto a field name.
 ALIASES = {"k": "num_speculative_tokens", "e": "extra", "n": "requests"}
 
@@ -56,8 +57,19 @@ class SimConfig:
                  categories, mapped onto trace requests (simulator.workload)
     Engine (per replica)
       max_num_seqs, max_num_batched_tokens (prompt tokens per prefill step; the token budget
-      of a mixed step with ``enable_chunked_prefill``), kv_capacity (tokens; None = unlimited),
-      replicas (data parallel), router ("round_robin" | "least_outstanding")
+      of a mixed step with ``enable_chunked_prefill``), replicas (data parallel), router
+      ("round_robin" | "least_outstanding")
+    KV cache (per replica; simulator.kv, vLLM's names)
+      kv_mode:    "reserve" (a request reserves prompt + output + K + 1 tokens at admission,
+                  never preempted) or "paged" (vLLM-style blocks allocated as the KV grows,
+                  preemption of the newest request by recomputation when they run out)
+      kv_capacity: KV-cache tokens per replica; None = unlimited in "reserve" mode and, in
+                  "paged" mode, what the cost model's memory leaves next to the weights:
+                  (tp·M·u − W_target − W_draft) / KV bytes per token
+      block_size: tokens per KV block ("paged"); gpu_memory_utilization: u above ("paged"
+                  with kv_capacity None); max_model_len: the longest prompt + output (None = no
+                  limit): prompts that leave no room for one output token are refused, outputs
+                  are capped at max_model_len − prompt (SimResult.notes counts them)
     Speculation
       policy (simulator.policies.POLICIES), num_speculative_tokens (k), extra (e, TETRIS
       draws K = k + e), budget (C draft tokens verified per step; None = k × running),
@@ -84,6 +96,10 @@ class SimConfig:
     max_num_batched_tokens: int | None = None
     enable_chunked_prefill: bool = False
     kv_capacity: int | None = None
+    kv_mode: str = "reserve"
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
     replicas: int = 1
     router: str = "round_robin"
     policy: str = "fixed"
@@ -126,14 +142,16 @@ class SimConfig:
 FIELD_TYPES: dict[str, type] = {
     "trace": str, "workload": str, "requests": int, "sampling": str, "arrival": str, "rate": float, "cv": float,
     "synth_alpha": float, "max_num_seqs": int, "max_num_batched_tokens": int,
-    "enable_chunked_prefill": bool, "kv_capacity": int, "replicas": int, "router": str,
+    "enable_chunked_prefill": bool, "kv_capacity": int, "kv_mode": str,
+    "block_size": int, "gpu_memory_utilization": float, "max_model_len": int, "replicas": int, "router": str,
     "policy": str, "num_speculative_tokens": int, "extra": int, "budget": int, "verify": str,
     "threshold": float, "threshold_mode": str, "dsd_interval": int, "cost": str,
     "hardware": str, "target": str, "draft": str, "tp": int, "profile": str, "execution": str, "seed": int,
     "slo": float, "speedup": bool,
 }
 #: Fields whose value may be None (TOML omits them; CLI spells it "none").
-OPTIONAL = {"workload", "synth_alpha", "max_num_batched_tokens", "kv_capacity", "budget", "profile", "slo"}
+OPTIONAL = {"workload", "synth_alpha", "max_num_batched_tokens", "kv_capacity", "max_model_len",
+            "budget", "profile", "slo"}
 
 
 def _canonical(values: dict[str, Any], where: str) -> dict[str, Any]:
@@ -248,6 +266,8 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
     positive("max_num_seqs", c.max_num_seqs)
     positive("max_num_batched_tokens", c.max_num_batched_tokens)
     positive("kv_capacity", c.kv_capacity)
+    positive("block_size", c.block_size)
+    positive("max_model_len", c.max_model_len, 2)
     positive("replicas", c.replicas)
     positive("num_speculative_tokens", c.num_speculative_tokens, 0)
     positive("extra", c.extra, 0)
@@ -263,6 +283,9 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
     choice("execution", c.execution, sorted(EXECUTIONS))
     choice("sampling", c.sampling, SAMPLINGS)
     choice("threshold_mode", c.threshold_mode, THRESHOLD_MODES)
+    choice("kv_mode", c.kv_mode, KV_MODES)
+    if not (math.isfinite(c.gpu_memory_utilization) and 0.0 < c.gpu_memory_utilization <= 1.0):
+        _fail(where, "gpu_memory_utilization", "a fraction in (0, 1]", c.gpu_memory_utilization)
     if not (math.isfinite(c.rate) and c.rate > 0):
         _fail(where, "rate", "requests per second > 0", c.rate)
     if not (math.isfinite(c.cv) and c.cv > 0):
@@ -302,13 +325,15 @@ def check_extra_applies(c: SimConfig, where: str = "config") -> None:
 def validate_against_trace(c: SimConfig, trace: Any, max_footprint: int | None = None) -> None:
     """Checks that need the trace: draft depth ≤ trace K, KV capacity ≥ one request, offsets.
 
-    max_footprint: the largest KV reservation of one simulated request (tokens), when known.
+    max_footprint: the largest KV reservation of one simulated request (tokens), when known
+    (reserve mode; paged mode checks its block pool in simulator.kv.check_fits).
     """
     depth = policy_depth(c)
     if depth > trace.K:
         _fail("config", "num_speculative_tokens",
               f"k + extra <= the trace's draft depth K = {trace.K}", depth)
-    if c.kv_capacity is not None and max_footprint is not None and c.kv_capacity < max_footprint:
+    if (c.kv_mode == "reserve" and c.kv_capacity is not None and max_footprint is not None
+            and c.kv_capacity < max_footprint):
         _fail("config", "kv_capacity",
               f"at least one request's footprint (prompt + output + K + 1 = {max_footprint} tokens)",
               c.kv_capacity)

@@ -9,16 +9,21 @@ its next step, and that next step may admit it. A replica composes a step only w
 Per replica (one per data-parallel copy; a router sends each arrival to one):
 
 - Admission, FCFS (head-of-line blocking): while ``running < max_num_seqs`` and the KV
-  reservation fits ``kv_capacity``. A request reserves its whole footprint
-  ``prompt + output + K + 1`` tokens (K + 1 lookahead slots for the last verify pass) at
-  admission and frees it at finish, so no preemption is ever needed (documented choice;
-  vLLM allocates lazily and preempts instead).
+  cache allows (simulator.kv). ``kv_mode = "reserve"``: a request reserves its whole
+  footprint ``prompt + output + K + 1`` tokens (K + 1 lookahead slots for the last verify
+  pass) within ``kv_capacity`` at admission and frees it at finish, so no preemption is ever
+  needed. ``kv_mode = "paged"`` (vLLM V1): before each step the decoding requests grow their
+  KV blocks by the step's lookahead, preempting the newest running requests by recomputation
+  when the block pool runs out; admission (only in a step without preemption) needs the
+  blocks of the prefill and its first token; a preempted request re-prefills prompt + t
+  tokens and continues from position t (simulator.kv, steps 1-4).
 - Prefill first (vLLM V0): without chunked prefill, a step that admits requests is a
   prefill-only step over their whole prompts (at most ``max_num_batched_tokens`` prompt tokens,
   one request always fits); the target (and, when the policy speculates, the draft) runs
   ``step_time(role, prompt, 0)``. With ``enable_chunked_prefill`` every step is mixed: the
   decode batch plus FCFS prompt chunks filling ``max_num_batched_tokens − Σ(s_i + 1)``.
-  Completing a prompt emits the request's first token (TTFT) at the step's end.
+  Completing a prompt emits the request's first token (TTFT) at the step's end (a
+  recomputed prefill emits none: its tokens were emitted before the preemption).
 - Decode step (THEORY.md §5): the policy returns drafted and verified lengths; the draft
   runs ``max(drafted)`` sequential passes over the requests still drafting (query 1 each,
   KV ``kv + d``); the target runs one verify pass with query ``s_i + 1``; plus the cost
@@ -44,6 +49,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost_interface import CostModel, SumsCostModel
+from specbatch.simulator.kv import BlockManager, kv_capacity
 from specbatch.simulator.policies import Policy, StepView
 from specbatch.simulator.state import (
     RECORD_ROWS,
@@ -70,9 +76,9 @@ _I64 = np.int64
 
 # The rows the per-step hot path indexes, as plain ints: numpy indexes an int about twice as
 # fast as an IntEnum member looked up on its class (~0.1 µs, paid ~15 times per step).
-_UID, _PREFILLED, _OUT, _KEY, _PROMPT, _BASE, _POS, _STEPS = (
-    int(Row.UID), int(Row.PREFILLED), int(Row.OUT), int(Row.KEY), int(Row.PROMPT),
-    int(Row.BASE), int(Row.POS), int(Row.N_STEPS))
+_UID, _PREFILLED, _FILL, _OUT, _KEY, _PROMPT, _BASE, _POS, _STEPS = (
+    int(Row.UID), int(Row.PREFILLED), int(Row.FILL), int(Row.OUT), int(Row.KEY),
+    int(Row.PROMPT), int(Row.BASE), int(Row.POS), int(Row.N_STEPS))
 _M_EMITTED, _M_ONE, _M_DRAFTED, _M_VERIFIED, _M_TAU, _M_KV, _M_ROW = (
     int(Outcome.EMITTED), int(Outcome.ONE), int(Outcome.DRAFTED), int(Outcome.VERIFIED),
     int(Outcome.ACCEPTED), int(Outcome.KV), int(Outcome.ROW))
@@ -96,7 +102,11 @@ class Engine:
         self.chunked = bool(config.enable_chunked_prefill)
         self.max_seqs = int(config.max_num_seqs)
         self.max_batched = config.max_num_batched_tokens
-        self.kv_capacity = config.kv_capacity
+        self.kv_capacity = kv_capacity(config, cost)  # tokens per replica; None = unlimited
+        # paged KV (config.kv_mode "paged"): block accounting; None = reserve at admission
+        self.blocks = (BlockManager(self.kv_capacity, config.block_size, self.depth, reference)
+                       if config.kv_mode == "paged" else None)
+        self.parked: dict[int, np.ndarray] = {}  # preempted uid -> its state column
         self.footprint = workload.prompt_len + workload.output_len + self.depth + 1  # [N]
         self.keys = request_keys(int(config.seed), np.arange(workload.n))  # [N] uint64
         # the sums fast path when the model has one (SumsCostModel), else one call per pass
@@ -109,16 +119,20 @@ class Engine:
         self.initial = np.zeros((len(Row), n), dtype=_I64)  # [len(Row), N]
         self.initial[Row.UID] = np.arange(n)
         self.initial[Row.PROMPT] = workload.prompt_len
+        self.initial[Row.FILL] = workload.prompt_len
         self.initial[Row.OUT] = workload.output_len
         self.initial[Row.BASE] = workload.row_base
         self.initial[Row.KEY] = self.keys.view(_I64)
         self.counts = np.zeros((len(RECORD_ROWS), n), dtype=_I64)  # [5, N] RECORD_ROWS
         self.rec = Records(
             replica=np.full(n, -1, dtype=_I64), first_token=np.full(n, np.nan),
-            finish=np.full(n, np.nan), step_rows=[],
+            finish=np.full(n, np.nan), step_rows=[], preemptions=np.zeros(n, dtype=_I64),
+            recomputed=np.zeros(n, dtype=_I64),
             **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)},
         )
         self.replicas = [Replica(i) for i in range(int(config.replicas))]
+        for rep in self.replicas:
+            rep.free_blocks = self.blocks.pool if self.blocks is not None else 0
         # one policy instance per replica (stateful policies such as dsd plan per engine)
         self.policies = [policy] + [copy.deepcopy(policy) for _ in self.replicas[1:]]
         self.outstanding = [0] * len(self.replicas)
@@ -232,8 +246,66 @@ class Engine:
         rep.n_prefilling += len(take)
         return len(take)
 
+    def admit_paged(self, rep: Replica) -> int:
+        """Paged-mode FCFS admission (simulator.kv, step 2): a request joins while
+        ``max_num_seqs`` allows and the free pool holds ⌈(fill + 1) / block_size⌉ blocks for
+        it (allocated now without chunked prefill, per chunk with it); a preempted request
+        rejoins with its parked column (position t, FILL = prompt + t)."""
+        room = self.max_seqs - rep.n_running
+        if not rep.waiting or room <= 0:
+            return 0
+        take: list[int] = []
+        needs: list[int] = []
+        revived: list[tuple[int, np.ndarray]] = []  # (index in take, parked column)
+        tokens = promised = 0
+        prompt, parked = self.w.prompt_len, self.parked
+        while rep.waiting and len(take) < room:
+            u = rep.waiting[0]
+            col = parked.get(u)
+            fill = int(prompt[u]) if col is None else int(col[_FILL])
+            need = self.blocks.admission_blocks(fill)
+            if promised + need > rep.free_blocks:
+                break
+            if (not self.chunked and self.max_batched is not None and take
+                    and tokens + fill > self.max_batched):
+                break
+            rep.waiting.popleft()
+            if col is not None:
+                revived.append((len(take), parked.pop(u)))
+            take.append(u)
+            needs.append(need)
+            promised += need
+            tokens += fill
+        if not take:
+            return 0
+        new = self.initial.take(take, axis=1)  # [len(Row), joined] fresh state columns
+        for j, col in revived:
+            new[:, j] = col
+        if not self.chunked:  # the prefill's blocks now; chunked prefill allocates per chunk
+            new[Row.BLOCKS] = needs
+            rep.free_blocks -= promised
+        rep.state = np.concatenate([rep.state, new], axis=1)
+        rep.n_prefilling += len(take)
+        return len(take)
+
+    def schedule_paged(self, rep: Replica) -> int:
+        """Paged mode's step start (simulator.kv): grow the decoding requests' blocks,
+        preempting the newest when the pool runs out, then admit unless a preemption
+        happened (and something still runs). Returns how many requests joined."""
+        gone = self.blocks.grow(rep)  # [len(Row), p] newest first, or None
+        if gone is not None:
+            for col in gone.T:
+                u = int(col[_UID])
+                self.parked[u] = col
+                rep.waiting.appendleft(u)  # the older of two preempted ends up in front
+                self.rec.preemptions[u] += 1
+                self.rec.recomputed[u] += int(col[_FILL])
+            if rep.n_running:
+                return 0
+        return self.admit_paged(rep)
+
     def start_step(self, rep: Replica, time: float) -> None:
-        joined = self.admit(rep)
+        joined = self.admit(rep) if self.blocks is None else self.schedule_paged(rep)
         if rep.n_running == 0:
             return
         if not self.chunked and joined:
@@ -246,7 +318,7 @@ class Engine:
     def prefill_step(self, rep: Replica, time: float, joined: int) -> float:
         """Prefill-only step over the ``joined`` newest requests' whole prompts."""
         sel = slice(rep.n_running - joined, rep.n_running)
-        q = rep.state[_PROMPT, sel]
+        q = rep.state[_FILL, sel]
         total = int(q.sum())
         if self.from_sums is not None:  # kv = 0: the sums are (n, Σq, 0, 0, Σq²), exact integers
             sums = (joined, float(total), 0.0, 0.0, float(int(q @ q)))
@@ -261,18 +333,27 @@ class Engine:
         end = time + draft_t + target_t + overhead
         rep.state[_PREFILLED, sel] = q
         rep.n_prefilling -= joined
-        self.emit_first(rep, sel, end)
-        self.rec.step_rows.append((rep.index, time, end, 0, total, 0, 0, 0, joined, 0,
+        emitted = self.emit_first(rep, sel, end)
+        self.rec.step_rows.append((rep.index, time, end, 0, total, 0, 0, 0, emitted, 0,
                                    draft_t, target_t, overhead))
         self.finish(rep, end)
         return end - time
 
-    def emit_first(self, rep: Replica, idx: np.ndarray | slice, end: float) -> None:
+    def emit_first(self, rep: Replica, idx: np.ndarray | slice, end: float) -> int:
         """Requests at ``idx`` (indices or a slice of the running batch) completed their
-        prompt: the prefill pass emits token 0."""
+        prefill: a fresh prompt's pass emits token 0, a recomputed one (position t > 0, paged
+        mode) emits nothing. Returns the tokens emitted."""
         state = rep.state
-        state[_POS, idx] = 1
-        self.rec.first_token[state[_UID, idx]] = end
+        uid = state[_UID, idx]
+        if self.blocks is None:  # reserve mode: every completed prefill is a fresh prompt
+            state[_POS, idx] = 1
+            self.rec.first_token[uid] = end
+            return int(uid.shape[0])
+        pos = state[_POS, idx]
+        fresh = pos == 0
+        state[_POS, idx] = pos + fresh
+        self.rec.first_token[uid[fresh]] = end
+        return int(np.count_nonzero(fresh))
 
     def decode_step(self, rep: Replica, time: float) -> float:
         """One decode step (THEORY.md §5): the decoding requests draft, are verified and
@@ -282,7 +363,7 @@ class Engine:
         if rep.n_prefilling == 0:
             d_idx, sub = None, state
         else:
-            d_idx = np.flatnonzero(state[_PREFILLED] >= state[_PROMPT])
+            d_idx = np.flatnonzero(state[_PREFILLED] >= state[_FILL])
             sub = state[:, d_idx]
         n = sub.shape[1]
         emitted = drafted_sum = verified_sum = accepted_sum = depth_used = 0
@@ -307,8 +388,10 @@ class Engine:
         overhead = self.overhead
         end = time + draft_t + target_t + overhead
         if prefill_tokens and completed.shape[0]:
-            self.emit_first(rep, completed, end)
-            emitted += int(completed.shape[0])
+            emitted += self.emit_first(rep, completed, end)
+        if n == 0 and prefill_tokens == 0:  # pragma: no cover - engine invariant
+            raise SpecbatchError("simulator: a step with no decode and no prefill "
+                                 "(engine invariant broken)")
         self.rec.step_rows.append((rep.index, time, end, n, prefill_tokens, drafted_sum,
                                    verified_sum, accepted_sum, emitted, depth_used, draft_t,
                                    target_t, overhead))
@@ -394,19 +477,26 @@ class Engine:
         decode batch's ``q_len``, ``kv`` # [n] followed by the chunks'), the draft's prefill
         seconds, the prompt tokens prefilled and the running-batch indices of the prompts the
         chunks completed # [done]."""
-        p_idx = np.flatnonzero(rep.prefilled < rep.prompt)
+        p_idx = np.flatnonzero(rep.prefilled < rep.fill)
         left = max(int(self.max_batched) - int(q_len.sum()), 0)
-        rem = rep.prompt[p_idx] - rep.prefilled[p_idx]
+        rem = rep.fill[p_idx] - rep.prefilled[p_idx]
         chunk = np.clip(left - (np.cumsum(rem) - rem), 0, rem)
         sel = chunk > 0
         if not sel.any():
             return q_len, kv, 0.0, 0, _EMPTY
         c_idx, chunk = p_idx[sel], chunk[sel]
+        if self.blocks is not None:  # paged: each chunk allocates its blocks, FCFS
+            chunk = self.blocks.allocate_chunks(rep, c_idx, chunk)
+            sel = chunk > 0
+            if not sel.all():
+                if not sel.any():
+                    return q_len, kv, 0.0, 0, _EMPTY
+                c_idx, chunk = c_idx[sel], chunk[sel]
         kv_before = rep.prefilled[c_idx]
         draft_t = (float(self.cost.step_time("draft", chunk, kv_before)) if self.policy.speculates
                    else 0.0)
         rep.prefilled[c_idx] += chunk
-        done = rep.prefilled[c_idx] >= rep.prompt[c_idx]
+        done = rep.prefilled[c_idx] >= rep.fill[c_idx]
         rep.n_prefilling -= int(done.sum())
         return (np.concatenate([q_len, chunk]), np.concatenate([kv, kv_before]), draft_t,
                 int(chunk.sum()), c_idx[done])
@@ -486,7 +576,9 @@ class Engine:
         u = gone[_UID]
         self.rec.finish[u] = end
         self.counts[:, u] = gone[_POS:]  # tokens, steps, drafted, verified, accepted
-        if self.kv_capacity is not None:  # the reservation only matters under a capacity
+        if self.blocks is not None:
+            self.blocks.release(rep, gone)
+        elif self.kv_capacity is not None:  # the reservation only matters under a capacity
             rep.kv_reserved -= int(self.footprint.take(u).sum())
         rep.finishing += int(u.shape[0])
         rep.state = state[:, ~done]

@@ -2,7 +2,9 @@
 
 Per-request table (one row per simulated request ``uid``): arrival, first_token, finish
 (seconds), tokens (emitted output tokens), steps (decode steps taken part in), drafted,
-verified, accepted (draft tokens), plus replica, trace_index, prompt_len, output_len.
+verified, accepted (draft tokens), plus replica, trace_index, prompt_len, output_len,
+preemptions (times preempted, paged KV mode) and recomputed_tokens (Σ prompt + t over its
+preemptions: the tokens its re-admissions prefilled again; simulator.kv).
 
 Per-step table (one row per engine step of any replica): time (start), end, batch (decode
 requests), prefill_tokens, drafted, verified, accepted (Σ τ), emitted (tokens emitted, first
@@ -21,6 +23,8 @@ Summary:
 - ``target_efficiency`` = output tokens / Σ target_time (tokens per second of target work).
 - ``goodput`` (serving sense) = requests with e2e ≤ ``slo`` per second of makespan (None
   when no SLO is set); ``slo_attainment`` = that fraction of requests.
+- ``preemptions`` = Σ preemptions, ``recomputed_tokens`` = Σ recomputed_tokens (0 in
+  reserve mode).
 - ``speedup_vs_ar`` = makespan of ``ar`` on the same workload and cost model / makespan
   (= throughput ratio, same tokens), added by :func:`simulator.run.simulate` on request.
 """
@@ -34,12 +38,15 @@ import pandas as pd
 
 from specbatch.simulator.state import STEP_COLUMNS, Records
 
+#: The columns of every per-request table (the simulator's and a live run's, live.record).
 REQUEST_COLUMNS = ("uid", "trace_index", "replica", "prompt_len", "output_len", "arrival",
                    "first_token", "finish", "tokens", "steps", "drafted", "verified", "accepted")
+#: The simulator's KV columns after them (0 in reserve mode; simulator.kv).
+KV_REQUEST_COLUMNS = ("preemptions", "recomputed_tokens")
 
 
 def request_table(rec: Records, workload: Any) -> pd.DataFrame:
-    """One row per simulated request (REQUEST_COLUMNS)."""
+    """One row per simulated request (REQUEST_COLUMNS, then KV_REQUEST_COLUMNS)."""
     n = workload.n
     return pd.DataFrame({
         "uid": np.arange(n, dtype=np.int64), "trace_index": workload.trace_index,
@@ -47,7 +54,8 @@ def request_table(rec: Records, workload: Any) -> pd.DataFrame:
         "output_len": workload.output_len, "arrival": workload.arrival,
         "first_token": rec.first_token, "finish": rec.finish, "tokens": rec.tokens,
         "steps": rec.steps, "drafted": rec.drafted, "verified": rec.verified,
-        "accepted": rec.accepted,
+        "accepted": rec.accepted, "preemptions": rec.preemptions,
+        "recomputed_tokens": rec.recomputed,
     })
 
 
@@ -111,6 +119,9 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, slo: float | None = N
         "draft_time": float(steps["draft_time"].sum()),
         "target_time": target_time,
         "overhead_time": float(steps["overhead_time"].sum()),
+        "preemptions": int(requests["preemptions"].sum()) if "preemptions" in requests else 0,
+        "recomputed_tokens": (int(requests["recomputed_tokens"].sum())
+                              if "recomputed_tokens" in requests else 0),
     }
     if slo is not None and n:
         met = int((e2e <= slo).sum())

@@ -187,6 +187,12 @@ class RooflineCost:
         return (max(flops * c.inv_compute, nbytes * c.inv_memory, c.floor) + c.fixed
                 + c.comm_per_token * sq)
 
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
+        """KV-cache tokens per replica next to both models' weights on ``tp`` GPUs
+        (:func:`kv_capacity_tokens`): the memory information paged KV mode asks for."""
+        return memory_kv_tokens(self.hardware, self.target, self.draft, self.tp,
+                                gpu_memory_utilization)
+
     def breakdown(self, role: str, query: np.ndarray, kv: np.ndarray) -> dict:
         """The terms of :meth:`step_time`: flops, bytes, compute/memory/host/comm/fixed seconds,
         and the bound ("compute", "memory", or "host" when the eager host floor wins)."""
@@ -219,9 +225,14 @@ def kv_capacity_tokens(hardware: str = "h100", target: str = "vicuna-33b",
     the target's and the draft's KV (bf16). Activation workspace is ignored. Returns 0 when the
     weights alone do not fit (e.g. Vicuna-33B, 65 GB, leaves ~4k tokens on one 80 GB H100).
     """
-    hw = get_hardware(hardware)
-    t, d = get_shape(target), get_shape(draft)
+    return memory_kv_tokens(get_hardware(hardware), get_shape(target), get_shape(draft), tp,
+                            gpu_memory_utilization)
+
+
+def memory_kv_tokens(hw: Hardware, target: ModelShape, draft: ModelShape, tp: int,
+                     gpu_memory_utilization: float) -> int:
+    """:func:`kv_capacity_tokens` of a preset and two shapes (what :class:`RooflineCost` uses)."""
     b = hw.dtype_bytes
-    free = tp * hw.memory_bytes * gpu_memory_utilization - b * (t.params + d.params)
-    per_token = t.kv_bytes_per_token(b) + d.kv_bytes_per_token(b)
+    free = tp * hw.memory_bytes * gpu_memory_utilization - b * (target.params + draft.params)
+    per_token = target.kv_bytes_per_token(b) + draft.kv_bytes_per_token(b)
     return max(0, int(free // per_token))

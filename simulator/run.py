@@ -3,13 +3,16 @@
 Loads the trace (``config.trace``: "default", a directory, or "synth"), builds the workload
 (simulator.workload), the cost model (simulator.cost.build_cost_model) and the policy
 (simulator.policies), runs the engine and computes the tables and summary
-(simulator.metrics). With ``config.speedup`` it also runs ``ar`` on the same workload and
+(simulator.metrics). ``max_model_len`` caps the workload's outputs (simulator.kv); the
+summary says which KV mode ran and the capacity it used (``kv_mode``, ``kv_capacity`` in
+tokens per replica, None = unlimited). With ``config.speedup`` it also runs ``ar`` on the same workload and
 cost model and adds ``speedup_vs_ar``. Same config ⇒ byte-identical :meth:`SimResult.write`
 files.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,7 @@ from specbatch.errors import require
 from specbatch.io import write_json
 from specbatch.simulator.config import SimConfig, to_toml, validate_against_trace
 from specbatch.simulator.engine import Engine
+from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import make_policy
 from specbatch.simulator.workload import build_workload
@@ -81,6 +85,15 @@ def build_cost(config: SimConfig) -> Any:
                             execution=config.execution)
 
 
+def cap_workload(config: SimConfig, workload: Any) -> Any:
+    """The workload with outputs capped at ``max_model_len`` − prompt (simulator.kv), its
+    notes saying how many were."""
+    output_len, notes = cap_to_model_len(config, workload.prompt_len, workload.output_len)
+    if not notes:
+        return workload
+    return dataclasses.replace(workload, output_len=output_len, notes=workload.notes + notes)
+
+
 def run_engine(config: SimConfig, trace: Any, workload: Any, cost: Any,
                reference: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run one policy on a prepared workload; returns the request and step tables."""
@@ -99,14 +112,20 @@ def simulate(config: SimConfig, trace: Any = None, cost_model: Any = None,
     if trace is None:
         trace = load_trace(config, allow_partial)
     workload = build_workload(config, trace)
+    workload = cap_workload(config, workload)
     trace = workload.rows_trace if workload.rows_trace is not None else trace
     footprint = int((workload.prompt_len + workload.output_len).max(initial=0))
-    validate_against_trace(config, trace, footprint + make_policy(config, trace.K).depth + 1)
+    footprint += make_policy(config, trace.K).depth + 1
+    validate_against_trace(config, trace, footprint)
     cost = cost_model if cost_model is not None else build_cost(config)
+    capacity = kv_capacity(config, cost)
+    check_fits(config, capacity, footprint)
     requests, steps = run_engine(config, trace, workload, cost, reference)
     summary = summarize(requests, steps, config.slo)
     summary["policy"] = config.policy
     summary["verify"] = config.verify
+    summary["kv_mode"] = config.kv_mode
+    summary["kv_capacity"] = capacity
     if config.speedup:
         ar_config = config.replace(policy="ar", speedup=False)
         ar_requests, ar_steps = run_engine(ar_config, trace, workload, cost)

@@ -34,13 +34,17 @@ class Records:
     verified: np.ndarray
     accepted: np.ndarray
     step_rows: list
+    preemptions: np.ndarray  # times each request was preempted (paged KV)
+    recomputed: np.ndarray  # tokens its re-admissions prefilled again, Σ (prompt + t)
 
 
 class Row(IntEnum):
     """Rows of a replica's per-request state matrix ``Replica.state`` # [len(Row), n].
 
-    POS is the tokens emitted so far = the current output position t; PREFILLED the prompt
-    tokens in the KV cache; BASE the trace row of output position 0; KEY the verifier's
+    POS is the tokens emitted so far = the current output position t; PREFILLED the tokens
+    this admission has prefilled so far and FILL the tokens it prefills (the prompt; prompt + t
+    after a preemption, simulator.kv), so a request decodes once PREFILLED ≥ FILL; BLOCKS the
+    KV blocks it holds (paged KV mode, else 0); BASE the trace row of output position 0; KEY the verifier's
     stream key (uint64 bits); N_STEPS the decode steps taken and N_DRAFTED / N_VERIFIED /
     N_ACCEPTED the draft tokens drafted / verified / accepted (Σ τ). The order is what makes
     the decode step one array operation each: (PROMPT, BASE) + t gives (KV length c, trace
@@ -50,15 +54,17 @@ class Row(IntEnum):
 
     UID = 0
     PREFILLED = 1
-    OUT = 2
-    KEY = 3
-    PROMPT = 4
-    BASE = 5
-    POS = 6
-    N_STEPS = 7
-    N_DRAFTED = 8
-    N_VERIFIED = 9
-    N_ACCEPTED = 10
+    FILL = 2
+    BLOCKS = 3
+    OUT = 4
+    KEY = 5
+    PROMPT = 6
+    BASE = 7
+    POS = 8
+    N_STEPS = 9
+    N_DRAFTED = 10
+    N_VERIFIED = 11
+    N_ACCEPTED = 12
 
 
 class Outcome(IntEnum):
@@ -93,7 +99,8 @@ class Replica:
         self.waiting: deque[int] = deque()
         self.state = np.zeros((len(Row), 0), dtype=np.int64)
         self.n_prefilling = 0
-        self.kv_reserved = 0
+        self.kv_reserved = 0  # tokens reserved (reserve mode under a capacity)
+        self.free_blocks = 0  # free KV blocks (paged mode)
         self.busy = False
         self.scheduled = False
         self.finishing = 0

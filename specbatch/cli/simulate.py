@@ -3,8 +3,9 @@
 Every :class:`~simulator.config.SimConfig` field is a flag (``max_num_seqs`` ->
 ``--max-num-seqs``; ``--k`` aliases ``--num-speculative-tokens``, ``--extra`` is e); flags
 override the config file. Prints a summary table, or one JSON object with ``--json``
-(keys include the setting: trace, policy, verify, k, e; and the metrics: throughput,
-e2e_mean, e2e_p99, vsr, mal, tokens, requests). ``--out DIR``
+(keys include the setting: trace, policy, verify, k, e; the KV cache: kv_mode, kv_capacity
+(tokens per replica used, null = unlimited), preemptions, recomputed_tokens; and the metrics:
+throughput, e2e_mean, e2e_p99, vsr, mal, tokens, requests). ``--out DIR``
 writes requests.parquet, steps.parquet, summary.json and config.toml.
 """
 
@@ -36,7 +37,17 @@ FIELD_HELP = {
     "max_num_seqs": "running requests per replica",
     "max_num_batched_tokens": "prompt tokens per prefill step (default: unlimited)",
     "enable_chunked_prefill": "mix prefill chunks into decode steps: true or false",
-    "kv_capacity": "KV-cache tokens per replica (default: unlimited)",
+    "kv_capacity": "KV-cache tokens per replica (default: unlimited in reserve mode; in paged "
+                   "mode what the cost model's memory leaves next to the weights at "
+                   "gpu_memory_utilization)",
+    "kv_mode": "KV-cache management: reserve (prompt + output + K + 1 tokens reserved at "
+               "admission, never preempted) or paged (vLLM-style blocks grown per step, the "
+               "newest request preempted by recomputation when they run out)",
+    "block_size": "tokens per KV block in paged mode",
+    "gpu_memory_utilization": "fraction u in (0, 1] of each GPU's memory for weights and KV "
+                              "(paged mode without kv_capacity)",
+    "max_model_len": "longest prompt + output in tokens: longer prompts are refused, outputs "
+                     "capped at max_model_len - prompt (default: no limit)",
     "replicas": "data-parallel replicas",
     "router": "request router across replicas",
     "policy": "speculation policy",
@@ -66,7 +77,8 @@ TEXT_KEYS = (
     ("throughput", "tok/s"), ("speedup_vs_ar", "x"), ("e2e_mean", "s"), ("e2e_p50", "s"),
     ("e2e_p99", "s"), ("ttft_mean", "s"), ("tpot_mean", "s"), ("mal", "tok/step"),
     ("vsr", ""), ("draft_efficiency", ""), ("target_efficiency", "tok/s"), ("goodput", "req/s"),
-    ("slo_attainment", ""),
+    ("slo_attainment", ""), ("kv_mode", ""), ("kv_capacity", "tokens"), ("preemptions", ""),
+    ("recomputed_tokens", "tokens"),
 )
 
 
@@ -110,7 +122,7 @@ def field_choices() -> dict[str, list[str]]:
             "router": list(simconfig.ROUTERS), "policy": sorted(POLICIES),
             "verify": list(simconfig.VERIFY_RULES),
             "threshold_mode": list(simconfig.THRESHOLD_MODES), "cost": list(simconfig.COSTS),
-            "execution": sorted(simconfig.EXECUTIONS),
+            "execution": sorted(simconfig.EXECUTIONS), "kv_mode": list(simconfig.KV_MODES),
             "hardware": sorted(HARDWARE), "target": sorted(SHAPES), "draft": sorted(SHAPES)}
 
 

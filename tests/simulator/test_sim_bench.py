@@ -20,3 +20,4 @@ def test_sim_bench_quick_json(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["headline"]["tokens_per_s"] > 0 and out["reference"]["ratio"] > 1
     assert [row["max_num_seqs"] for row in out["curve"]] == [8, 16, 32, 64, 128, 256, 512]
+    assert out["paged"][0]["preemptions"] == 0 and out["paged"][1]["kv_capacity"] == 4244
