@@ -157,9 +157,9 @@ def micro(models, ids, tokens: int, repeats: int = 5) -> list[dict]:
             pos = torch.full((n, 1), kv)
 
             def static_pass(static=static, ids_n=ids_n, mask=mask, pos=pos):
-                static.crop(kv)
                 target(input_ids=ids_n, attention_mask=mask, position_ids=pos,
                        past_key_values=static, use_cache=True)
+                static.crop(-1)  # back to kv cached tokens
 
             times = {"slot": _median(lambda s=slot, x=ids_n: s.forward(target, x), repeats),
                      "static": _median(static_pass, repeats)}
