@@ -50,7 +50,7 @@ def _register_live(subparsers) -> None:
             "--seed 1 --profile-grid --out /tmp/live-b",
             "specbatch live --target llama-3.1-8b --draft llama-3.2-1b --prompts random:64:256 "
             "--max-new-tokens 128 --temperature 1 --device cuda --dtype bfloat16 --out /tmp/l8b",
-            "specbatch validate --fit /tmp/live --predict /tmp/live-b"),
+            "specbatch validate /tmp/live-b --fit /tmp/live"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--draft", required=True,
                    help="local HF model directory of the draft Ms, or a shape name "
@@ -123,7 +123,7 @@ def _register_validate(subparsers) -> None:
                        "--prompts default:16 --max-new-tokens 16 --policy tetris --k 3 "
                        "--extra 1 --verify block --max-num-seqs 4 --arrival poisson --rate 20 "
                        "--seed 1 --out /tmp/live-b",
-                       "specbatch validate --fit /tmp/live --predict /tmp/live-b",
+                       "specbatch validate /tmp/live-b --fit /tmp/live",
                        "specbatch validate /tmp/live --in-sample --out /tmp/live-sim --json"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     v.add_argument("live_dir", metavar="LIVE_DIR", nargs="?", default=None,
