@@ -1,17 +1,34 @@
-"""Validation of a live run against the simulator (``specbatch validate``).
+"""Validation of live runs against the simulator (``specbatch validate``).
 
-The simulator replays the live run's own workload: its trace (``LIVE_DIR/trace``, the
-statistics recorded at every visited output position), N requests with their prompt and
-output lengths, burst arrival, ``max_num_seqs = N``, the same policy, k, e, budget (k ×
-running), verifier and seed, hence the same verifier uniforms. At temperature 0 — and at any
-temperature when the replay draws the same τ — the simulated run visits exactly the live
-run's positions and takes the same steps (``trajectory_match``); the remaining error is the
-cost model's. Relative errors are (simulated − measured) / measured.
+A prediction simulates one live run's workload (run B: its recorded trace, the statistics at
+every visited output position; its N requests, prompt and output lengths, arrival process
+and seed, hence the same arrival times and verifier uniforms; ``max_num_seqs``, policy, k, e,
+budget k × running, verification rule) with a profiled cost model (:mod:`simulator.profiled`)
+and compares it with what B measured. Relative errors are (simulated − measured) / measured.
+
+Where the cost model comes from decides what the errors mean:
+
+- **out of sample** (``fit_dir`` = run A ≠ B): the law is fitted to A's latency grid
+  (``A/profile_grid.csv`` from ``live --profile-grid``; A's own passes when it has none) and
+  the per-step overhead is A's mean measured overhead per step; nothing of B's timing is used;
+- **grid of the same run** (no ``fit_dir``, ``B/profile_grid.csv`` present): the grid is timed
+  separately from B's steps, but on the same machine state;
+- **in sample** (``in_sample`` or no grid): fitted to B's own passes; a lower bound on the
+  error, labelled as such.
+
+Per-step latency MAPE prices every measured step of B on its own passes (each pass's batch
+sums n, Σq, Σc, Σq·c, Σq², recorded by the live run) plus the overhead, against its measured
+duration: the cost model's error with the schedule held fixed. The end-to-end metrics
+(throughput, makespan, e2e mean and p99, TTFT, TPOT) come from the full simulation, whose
+schedule follows the predicted step times. ``trajectory_match`` says whether the simulation
+took exactly B's steps (same batches, verified and accepted counts): with ``fixed`` every
+request's τ sequence is replayed exactly whatever the schedule; with ``tetris`` a different
+schedule changes the allocation, and positions the live run verified less deeply are replayed
+from the recorded prefix only.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -23,10 +40,13 @@ from specbatch.io import write_json
 from specbatch.live.config import LiveConfig
 from specbatch.live.record import read_live
 
-#: Metrics compared in both directions, with the unit and scale :func:`format_report` prints.
-COMPARED = (("throughput", "tok/s", 1.0), ("makespan", "s", 1.0),
+#: Metrics compared, with the unit and scale :func:`format_report` prints.
+COMPARED = (("throughput", "tok/s", 1.0), ("makespan", "s", 1.0), ("e2e_mean", "s", 1.0),
+            ("e2e_p99", "s", 1.0), ("ttft_mean", "s", 1.0), ("tpot_mean", "ms", 1e3),
             ("step_latency_mean", "ms", 1e3), ("decode_step_latency_mean", "ms", 1e3),
             ("draft_time", "s", 1.0), ("target_time", "s", 1.0), ("overhead_time", "s", 1.0))
+#: The pass columns that price a recorded pass exactly (live.record.PASS_COLUMNS).
+SUM_COLUMNS = ("batch_size", "sum_q", "sum_kv", "sum_qkv", "sum_qq")
 
 
 def _rel(sim: float, meas: float) -> float:
@@ -65,10 +85,10 @@ def combine_profiles(paths: list[str], out: Path) -> str:
 
 def cost_model(d: Path, profile: str | list | None, in_sample: bool, overhead: float,
                target_model: str | None, draft_model: str | None):
-    """(cost model, profile label, in_sample) for :func:`validate`: fitted to ``profile``
-    (one or several files); by default to ``d/profile_grid.csv`` when ``specbatch live
-    --profile-grid`` measured one (out-of-sample), else (or with ``in_sample``) to the live
-    run's own ``profile.csv`` (:func:`fit_in_sample`)."""
+    """(cost model, profile label, in_sample) fitted from run directory ``d``: to ``profile``
+    (one or several files) when given; else to ``d/profile_grid.csv`` when ``specbatch live
+    --profile-grid`` measured one, else (or with ``in_sample``) to the run's own passes
+    ``d/profile.csv`` (:func:`fit_in_sample`)."""
     from specbatch.simulator.cost import fit_profile
 
     if not profile and not in_sample and (d / "profile_grid.csv").is_file():
@@ -95,95 +115,111 @@ def cost_model(d: Path, profile: str | list | None, in_sample: bool, overhead: f
     return cost, label, in_sample
 
 
-def measured_metrics(requests: pd.DataFrame, steps: pd.DataFrame, summary: dict) -> dict:
-    """The live run's metrics from its tables (definitions of :mod:`simulator.metrics`)."""
+def metrics(requests: pd.DataFrame, steps: pd.DataFrame) -> dict:
+    """The compared metrics of a run's tables (definitions: :mod:`simulator.metrics`)."""
+    from specbatch.simulator.metrics import summarize
+
+    s = summarize(requests, steps)
     lat = (steps["end"] - steps["time"]).to_numpy()
     dec = steps["batch"].to_numpy() > 0
-    tokens = int(requests["tokens"].sum())
-    makespan = float(requests["finish"].max() - requests["arrival"].min())
-    return {
-        "throughput": tokens / makespan if makespan else float("nan"),
-        "makespan": makespan, "steps": int(len(steps)),
-        "step_latency_mean": float(lat.mean()),
-        "decode_step_latency_mean": float(lat[dec].mean()) if dec.any() else float("nan"),
-        "draft_time": float(steps["draft_time"].sum()),
-        "target_time": float(steps["target_time"].sum()),
-        "overhead_time": float(steps["overhead_time"].sum()),
-        "mal": summary.get("mal"), "tokens": tokens,
-    }
-
-
-def simulated_metrics(steps: pd.DataFrame, summary: dict) -> dict:
-    """The same metrics from a simulation's step table and summary."""
-    lat = (steps["end"] - steps["time"]).to_numpy()
-    dec = steps["batch"].to_numpy() > 0
-    return {
-        "throughput": float(summary["throughput"]), "makespan": float(summary["makespan"]),
-        "steps": int(len(steps)), "step_latency_mean": float(lat.mean()),
-        "decode_step_latency_mean": float(lat[dec].mean()) if dec.any() else float("nan"),
-        "draft_time": float(summary["draft_time"]), "target_time": float(summary["target_time"]),
-        "overhead_time": float(summary["overhead_time"]), "mal": float(summary["mal"]),
-        "tokens": int(summary["tokens"]),
-    }
+    out = {key: float(s[key]) for key in ("throughput", "makespan", "e2e_mean", "e2e_p99",
+                                         "ttft_mean", "tpot_mean", "draft_time",
+                                         "target_time", "overhead_time", "mal")}
+    out.update(steps=int(len(steps)), tokens=int(s["tokens"]),
+               step_latency_mean=float(lat.mean()),
+               decode_step_latency_mean=float(lat[dec].mean()) if dec.any() else float("nan"))
+    return out
 
 
 def same_trajectory(sim_steps: pd.DataFrame, live_steps: pd.DataFrame) -> bool:
-    """Whether both runs took the same steps with the same verified and accepted counts."""
+    """Whether both runs took the same steps with the same batches, verified and accepted
+    counts."""
     return (len(sim_steps) == len(live_steps)
             and all(bool((sim_steps[c].to_numpy() == live_steps[c].to_numpy()).all())
-                    for c in ("accepted", "verified")))
+                    for c in ("batch", "prefill_tokens", "accepted", "verified")))
 
 
-def step_latency_mape(sim_steps: pd.DataFrame, live_steps: pd.DataFrame) -> float:
-    """Mean |simulated − measured| / measured step latency over aligned steps."""
-    s_lat = (sim_steps["end"] - sim_steps["time"]).to_numpy()
-    m_lat = (live_steps["end"] - live_steps["time"]).to_numpy()
-    return float(np.mean(np.abs(s_lat - m_lat) / m_lat))
+def predicted_step_latency(cost, passes: pd.DataFrame, n_steps: int) -> np.ndarray | None:
+    """Seconds of each recorded step # [n_steps] as the cost model prices its own passes
+    (``time_from_sums`` of every pass's batch sums) plus the per-step overhead; None for a
+    live run recorded without the pass sums."""
+    if not {"step", *SUM_COLUMNS} <= set(passes.columns):
+        return None
+    pred = np.full(n_steps, float(cost.overhead))
+    for row in passes.itertuples(index=False):
+        pred[int(row.step)] += cost.time_from_sums(
+            row.role, int(row.batch_size), float(row.sum_q), float(row.sum_kv),
+            float(row.sum_qkv), float(row.sum_qq))
+    return pred
+
+
+def step_latency_mape(predicted: np.ndarray, steps: pd.DataFrame) -> float:
+    """Mean |predicted − measured| / measured step latency."""
+    measured = (steps["end"] - steps["time"]).to_numpy()
+    return float(np.mean(np.abs(predicted - measured) / measured))
+
+
+def _settings(live: dict) -> LiveConfig:
+    st = live["manifest"]["settings"]
+    return LiveConfig(**{k: st[k] for k in LiveConfig.__dataclass_fields__ if k in st})
+
+
+def _mode(fit_dir, in_sample: bool, label: str) -> str:
+    if in_sample:
+        return "in-sample"
+    if fit_dir is not None:
+        return "out-of-sample"
+    return "grid of the same run" if label.endswith("profile_grid.csv") else "external profile"
 
 
 def validate(live_dir: str | Path, profile: str | list | None = None,
              target_model: str | None = None, draft_model: str | None = None,
              overhead: float | None = None, out: str | Path | None = None,
-             in_sample: bool = False) -> dict:
-    """Simulate a live run's workload and compare (module docstring); returns the report
-    (measured, simulated, relative errors). Cost model: :func:`cost_model`; the per-step
-    overhead is ``overhead`` or the live run's mean measured overhead per step. With ``out``
-    the simulated tables and ``validate.json`` are written there."""
+             in_sample: bool = False, fit_dir: str | Path | None = None) -> dict:
+    """Predict the live run ``live_dir`` (run B) with a cost model fitted on ``fit_dir``
+    (run A; out of sample) or on B itself (module docstring); returns the report (measured,
+    simulated, relative errors, per-step MAPE). The per-step overhead is ``overhead`` or the
+    fitting run's mean measured overhead per step. With ``out`` the simulated tables and
+    ``validate.json`` are written there."""
     from specbatch.simulator.config import make_config
     from specbatch.simulator.run import simulate
 
     live = read_live(live_dir)
-    d, man, meas_steps = live["dir"], live["manifest"], live["steps"]
-    st = man["settings"]
-    cfg = LiveConfig(**{k: st[k] for k in LiveConfig.__dataclass_fields__ if k in st})
-    n_req = int(live["requests"].shape[0])
-    over = float(meas_steps["overhead_time"].mean()) if overhead is None else float(overhead)
+    d, meas_steps = live["dir"], live["steps"]
+    require(fit_dir is None or not in_sample,
+            "--in-sample: expected no --fit run (in-sample fits the predicted run itself)")
+    fit = live if fit_dir is None else read_live(fit_dir)
+    over = float(fit["steps"]["overhead_time"].mean()) if overhead is None else float(overhead)
     require(math.isfinite(over) and over >= 0, f"--overhead: expected seconds >= 0, got {over}")
-    cost, label, in_sample = cost_model(d, profile, in_sample, over, target_model, draft_model)
+    cost, label, in_sample = cost_model(fit["dir"], profile, in_sample, over, target_model,
+                                        draft_model)
+    cfg = _settings(live)
+    n_req = int(live["requests"].shape[0])
     values = cfg.sim_values(n_req)
-    values.update(trace=str(d / "trace"), cost="profiled",
-                  profile=str(d / "profile.csv") if in_sample else label)
+    values.update(trace=str(d / "trace"), cost="profiled", profile=label.split(", ")[0])
     sim = simulate(make_config(values, f"live manifest {d / 'live.json'}"), trace=live["trace"],
                    cost_model=cost)
     if out is not None:
         sim.write(out)
-    m_sum = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() \
-        else {}
-    measured = measured_metrics(live["requests"], meas_steps, m_sum)
-    simulated = simulated_metrics(sim.steps, sim.summary)
-    same = same_trajectory(sim.steps, meas_steps)
+    measured = metrics(live["requests"], meas_steps)
+    simulated = metrics(sim.requests, sim.steps)
     errors = {key: _rel(simulated[key], measured[key]) for key, _, _ in COMPARED}
-    if same:
-        errors["step_latency_mape"] = step_latency_mape(sim.steps, meas_steps)
+    passes = pd.read_csv(d / "profile.csv")
+    pred = predicted_step_latency(cost, passes, len(meas_steps))
+    errors["step_latency_mape"] = (step_latency_mape(pred, meas_steps) if pred is not None
+                                   else float("nan"))
+    mode = _mode(fit_dir, in_sample, label)
     report = {
-        "live_dir": str(d), "policy": cfg.policy, "verify": cfg.verify, "k": cfg.k,
-        "extra": cfg.extra, "requests": n_req, "temperature": cfg.temperature,
-        "device": st.get("device"), "dtype": cfg.dtype,
-        "acceptance": "replay of the live run's recorded per-position statistics "
-                      "(LIVE_DIR/trace, same verifier uniforms)",
-        "trajectory_match": same,
+        "live_dir": str(d), "fit_dir": str(fit["dir"]), "mode": mode, "policy": cfg.policy,
+        "verify": cfg.verify, "k": cfg.k, "extra": cfg.extra, "requests": n_req,
+        "max_num_seqs": cfg.slots(n_req), "arrival": cfg.arrival, "rate": cfg.rate,
+        "seed": cfg.seed, "temperature": cfg.temperature,
+        "device": live["manifest"]["settings"].get("device"), "dtype": cfg.dtype,
+        "acceptance": "replay of the predicted run's recorded per-position statistics "
+                      "(its trace/, same verifier uniforms)",
+        "trajectory_match": same_trajectory(sim.steps, meas_steps),
         "cost_model": "profiled law (simulator.cost) fitted to " + (
-            "the live run's own passes (in-sample)" if in_sample else label),
+            f"{fit['dir']}'s own passes (in-sample)" if in_sample else label) + f" [{mode}]",
         "cost_cv_mape": cost.cv_mape, "overhead_per_step": over,
         "measured": measured, "simulated": simulated, "relative_error": errors,
     }
@@ -196,9 +232,11 @@ def format_report(report: dict) -> str:
     """Plain-text table of :func:`validate`'s report."""
     m, s, e = report["measured"], report["simulated"], report["relative_error"]
     lines = [
-        f"live run    {report['live_dir']}  ({report['policy']}, verify {report['verify']}, "
-        f"k {report['k']}, e {report['extra']}, N {report['requests']}, "
+        f"predicted   {report['live_dir']}  ({report['policy']}, verify {report['verify']}, "
+        f"k {report['k']}, e {report['extra']}, N {report['requests']}, max_num_seqs "
+        f"{report['max_num_seqs']}, {report['arrival']}, seed {report['seed']}, "
         f"T {report['temperature']:g}, {report['device']} {report['dtype']})",
+        f"mode        {report['mode']}",
         f"acceptance  {report['acceptance']}; same trajectory: {report['trajectory_match']}",
         f"cost model  {report['cost_model']}; CV MAPE "
         + ", ".join(f"{r} {v:.1%}" for r, v in report["cost_cv_mape"].items())
@@ -210,6 +248,6 @@ def format_report(report: dict) -> str:
         lines.append(f"{key + ' (' + unit + ')':<26}{m[key] * scale:>14.4f}"
                      f"{s[key] * scale:>14.4f}{e[key]:>+12.1%}")
     lines.append(f"{'steps':<26}{m['steps']:>14d}{s['steps']:>14d}")
-    if "step_latency_mape" in e:
-        lines.append(f"per-step latency MAPE (aligned steps): {e['step_latency_mape']:.1%}")
+    lines.append(f"per-step latency MAPE (each measured step priced on its own passes): "
+                 f"{e['step_latency_mape']:.1%}")
     return "\n".join(lines)

@@ -1,9 +1,10 @@
 """Live batched speculative decoding on Hugging Face causal LMs, measured like the simulator.
 
-:func:`specbatch.live.loop.run_live` runs one static batch of N requests (all arriving at
-t = 0, the simulator's ``arrival = "burst"`` with ``max_num_seqs = N``) through a real
-draft/target loop and records exactly the tables :mod:`specbatch.simulator.metrics` defines,
-so a live run and its simulation compare column by column (``specbatch validate``,
+:func:`specbatch.live.loop.run_live` runs N requests through a real draft/target engine with
+the simulator's scheduling (iteration-level continuous batching: arrivals, FCFS admission into
+``max_num_seqs`` slots, prefill-only steps for joiners, decode steps over the running set,
+requests leaving when done) and records exactly the tables :mod:`specbatch.simulator.metrics`
+defines, so a live run and its simulation compare column by column (``specbatch validate``,
 :mod:`specbatch.analysis.validate`). The policy is the simulator's own
 (:meth:`specbatch.simulator.policies.Policy.decide` on a view of the live draft's signals).
 
@@ -12,10 +13,11 @@ Modules, one concept each:
 - :mod:`.config`: :class:`LiveConfig`, the settings, and the equivalent simulator config;
 - :mod:`.models`: loading a draft/target pair (or random weights of a named shape), random
   prompts;
-- :mod:`.cache`: :class:`SlotCache`, one model's batched KV cache with holes;
+- :mod:`.cache`: :class:`SlotCache`, one model's KV cache as one slot row per running request;
+- :mod:`.pool`: arrivals (the simulator's draws), the FCFS queue and the clock rule;
 - :mod:`.timeline`: the measured clock (CUDA-synchronised, instrumentation paused);
-- :mod:`.loop`: the verbs ``prefill``, ``draft``, ``target_pass``, ``verify``, ``commit``
-  and :func:`run_live`, which composes them;
+- :mod:`.loop`: the verbs ``prefill``, ``draft``, ``decide``, ``target_pass``, ``verify``,
+  ``commit``, ``retire`` and :func:`run_live`, which composes them with the pool;
 - :mod:`.record`: per-pass and per-step records, :class:`LiveResult`, the trace of the
   visited positions, writing and reading an output directory;
 - :mod:`.profile_grid`: timing both models on the run's (batch, query, KV) grid.

@@ -1,91 +1,199 @@
-"""One model's batched KV cache with a validity mask, so requests that accept different
-numbers of draft tokens share one tensor.
+"""One model's KV cache as fixed slots, one per running request (a continuous-batching cache).
 
-Rejected draft tokens are not cropped (rows accept different lengths) but masked out as
-*holes*; prompt padding is a hole too. New tokens get explicit position ids (the count of
-valid tokens before them), so the attention each request sees is exactly its own sequence.
-When holes exceed a fraction of the cache, :meth:`SlotCache.compact` gathers the valid slots
-(left padding, no holes) in one pass. The bookkeeping is part of the live run's measured
-overhead.
+Each layer holds ``keys``/``values`` # [slots, heads, length, head_dim], allocated once. The
+running requests occupy rows 0..n-1; ``count`` # [slots] (host, int64) is the number of valid
+tokens of each row, which is also the position id of its next token. A forward pass over the
+running batch writes its new tokens in place at ``count_i .. count_i + w - 1`` of row i and
+attends over the view ``rows 0..n-1, slots 0..max_i count_i + w - 1`` with a 4-D additive mask
+``key j visible to query r of row i  ⇔  j ≤ count_i + r``, so every request sees exactly its
+own sequence; the slots between a row's end and the view's end are masked and overwritten by
+the row's next tokens. So:
+
+- rejected draft tokens are not holes: committing a step sets ``count_i`` to the accepted
+  length and the next pass overwrites the rejected slots (no masks of holes, no compaction);
+- a finished request leaves by moving the last running row into its row (one row copy per
+  leaving request, :meth:`SlotCache.remove`); nothing of it stays in the batch, so a pass costs
+  what the running set costs: n rows over the running set's longest sequence;
+- joiners are prefilled into free rows n..n+m-1 (:meth:`SlotCache.prefill`): prompts of equal
+  length as one ``[m, p]`` batch, prompts of unequal length packed into one row ``[1, Σp]``
+  with a block-diagonal causal mask and per-prompt position ids (no padding; attention over the
+  packed block costs (Σp)², the price of a dense mask without a variable-length kernel).
+
+The slot cache works for Hugging Face decoders whose attention calls
+``past_key_values.update(key, value, layer_idx)`` and takes a prepared 4-D mask (the Llama
+family: SmolLM2, Llama, Vicuna shapes). This is a padded-batch dense engine, not paged
+attention: a pass still reads the running rows up to the longest one.
 """
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
+
+
+def _cache_base():
+    from transformers.cache_utils import Cache
+
+    return Cache
+
+
+def _slot_kv(owner):
+    """A ``transformers`` Cache whose ``update`` is :meth:`SlotCache.update`."""
+    base = _cache_base()
+
+    class SlotKV(base):
+        def __init__(self) -> None:
+            super().__init__(layers=[])
+
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+            return owner.update(key_states, value_states, layer_idx)
+
+        def get_seq_length(self, layer_idx: int = 0) -> int:
+            return int(owner.count[:owner.n].max(initial=0))
+
+    return SlotKV()
+
+
+def model_kv_shape(model) -> tuple[int, int, int]:
+    """(layers, KV heads, head_dim) of a Hugging Face decoder's config."""
+    c = model.config
+    heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return int(c.num_hidden_layers), int(heads), int(head_dim)
+
 
 class SlotCache:
-    """One model's batched KV cache with a validity mask (holes = rejected tokens, padding).
+    """Slot KV cache of one model (module docstring).
 
-    ``mask`` # [n, L] bool: slot holds a token of the request's sequence; ``count`` # [n]: valid
-    tokens (= the position id of the next token). Every forward appends its slots.
+    ``n``: running rows (0..n-1); ``count`` # [slots] int64 valid tokens per row (host);
+    ``seconds``: wall time of the last model call alone (``clock`` synchronises on CUDA).
     """
 
-    def __init__(self, clock=None) -> None:
-        self.cache = None
-        self.mask = None
-        self.count = None
-        self.clock = clock or time.perf_counter  # synchronising clock (CUDA)
-        self.seconds = 0.0  # wall time of the last model call alone
-
-    @property
-    def length(self) -> int:
-        return 0 if self.mask is None else int(self.mask.shape[1])
-
-    def forward(self, model, ids, valid, keep=None):
-        """Run ``model`` on ``ids`` # [n, w] whose slots ``valid`` # [n, w] bool are real tokens
-        (the others are padding/holes). Returns logits # [n, w, V], or only the slots ``keep``
-        (HF ``logits_to_keep``: an int = the last ``keep`` slots, or a 1-D index tensor)."""
+    def __init__(self, model, slots: int, length: int, clock=None) -> None:
         import torch
 
-        mask = valid if self.mask is None else torch.cat([self.mask, valid], dim=1)
-        count = torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device) \
-            if self.count is None else self.count
-        pos = (count[:, None] + torch.cumsum(valid.long(), dim=1) - 1).clamp_(min=0)
+        p = next(model.parameters())
+        layers, heads, head_dim = model_kv_shape(model)
+        shape = (int(slots), heads, int(length), head_dim)
+        self.keys = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(layers)]
+        self.values = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(layers)]
+        self.device, self.dtype = p.device, p.dtype
+        self.slots, self.length = int(slots), int(length)
+        self.count = np.zeros(self.slots, dtype=np.int64)
+        self.n = 0
+        self.clock = clock or time.perf_counter
+        self.seconds = 0.0
+        self.kv = _slot_kv(self)
+        self._plan = None  # (row index, position index, view length or None) of the pass
+
+    # ------------------------------------------------------------ the model's hook
+
+    def update(self, key_states, value_states, layer_idx: int):
+        """Write the pass's keys/values # [B, heads, w, head_dim] at the planned (row, slot)
+        indices; return the keys/values the pass attends to (the running view, or the new
+        states themselves for a prefill)."""
+        rows, pos, view = self._plan
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        k[rows, :, pos] = key_states.transpose(1, 2)  # [B, w, heads, head_dim]
+        v[rows, :, pos] = value_states.transpose(1, 2)
+        if view is None:
+            return key_states, value_states
+        return k[:self.n, :, :view], v[:self.n, :, :view]
+
+    def _call(self, model, ids, pos_ids, mask, plan, keep):
+        self._plan = plan
         extra = {} if keep is None else {"logits_to_keep": keep}
-        mask_long = mask.long()
         start = self.clock()
-        out = model(input_ids=ids, attention_mask=mask_long, position_ids=pos,
-                    past_key_values=self.cache, use_cache=True, **extra)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos_ids,
+                    past_key_values=self.kv, use_cache=True, **extra)
         self.seconds = self.clock() - start
-        self.cache, self.mask = out.past_key_values, mask
-        self.count = count + valid.long().sum(dim=1)
+        self._plan = None
         return out.logits
 
-    def keep_slots(self, start: int, keep) -> None:
-        """Slots ``start .. start + w`` stay valid only where ``keep`` # [n, w] bool."""
-        self.mask[:, start:start + keep.shape[1]] &= keep
-        self.count = self.mask.long().sum(dim=1)
-
-    def _rebuild(self, layers) -> None:
-        from transformers import DynamicCache
-
-        self.cache = DynamicCache(layers)
-
-    def select(self, rows) -> None:
-        """Keep batch rows ``rows`` # [n'] long (finished requests leave)."""
-        self._rebuild([(layer.keys[rows], layer.values[rows]) for layer in self.cache.layers])
-        self.mask, self.count = self.mask[rows], self.count[rows]
-
-    def holes(self) -> float:
-        """Fraction of the cache length that is padding or holes for the fullest row."""
-        if self.mask is None or self.length == 0:
-            return 0.0
-        return 1.0 - float(self.count.max()) / self.length
-
-    def compact(self) -> None:
-        """Gather the valid slots of every row to the right (left padding, no holes)."""
+    def _additive(self, allowed):
+        """Additive float mask (0 where allowed, the dtype's minimum elsewhere)."""
         import torch
 
-        n, length = self.mask.shape
-        keep = int(self.count.max())
-        key = torch.where(self.mask, torch.arange(length, device=self.mask.device), -1)
-        order = key.sort(dim=1).values[:, length - keep:]  # [n, keep], -1 = padding
-        self.mask = order >= 0
-        idx = order.clamp(min=0)
-        layers = []
-        for layer in self.cache.layers:
-            k, v = layer.keys, layer.values  # [n, heads, L, head_dim]
-            g = idx[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
-            layers.append((k.gather(2, g), v.gather(2, g)))
-        self._rebuild(layers)
+        zero = torch.zeros((), dtype=self.dtype, device=self.device)
+        return torch.where(allowed, zero, torch.finfo(self.dtype).min)
+
+    # ------------------------------------------------------------ passes
+
+    def forward(self, model, ids, keep=None):
+        """One pass over the running rows: ``ids`` # [n, w] new tokens, written at
+        ``count_i + r``; the caller then sets ``count`` (how many were real and kept).
+        Returns logits # [n, w, V] (or the last ``keep``)."""
+        import torch
+
+        n, w = ids.shape
+        base = torch.from_numpy(self.count[:n]).to(self.device)
+        pos = base[:, None] + torch.arange(w, device=self.device)[None, :]  # [n, w]
+        view = int(self.count[:n].max()) + w
+        allowed = torch.arange(view, device=self.device)[None, None, :] <= pos[:, :, None]
+        rows = torch.arange(n, device=self.device)[:, None]
+        return self._call(model, ids, pos, self._additive(allowed)[:, None], (rows, pos, view),
+                          keep)
+
+    def prefill(self, model, prompts: list[list[int]]):
+        """Fill rows n..n+m-1 with ``prompts`` (m joiners; module docstring) and make them
+        running. Returns the logits of each prompt's last token # [m, V]."""
+        import torch
+
+        m, dev = len(prompts), self.device
+        lens = np.array([len(p) for p in prompts], dtype=np.int64)
+        rows = torch.arange(self.n, self.n + m, device=dev)
+        if (lens == lens[0]).all():  # one [m, p] batch
+            p = int(lens[0])
+            ids = torch.tensor(prompts, dtype=torch.long, device=dev)
+            pos = torch.arange(p, device=dev)[None, :].expand(m, p)
+            allowed = torch.ones((p, p), dtype=torch.bool, device=dev).tril()
+            mask = self._additive(allowed)[None, None].expand(m, 1, p, p)
+            self.n += m
+            logits = self._call(model, ids, pos, mask, (rows[:, None], pos, None), 1)[:, -1]
+        else:  # packed into one row, block-diagonal causal
+            ids = torch.tensor([t for q in prompts for t in q], dtype=torch.long, device=dev)
+            seg = torch.from_numpy(np.repeat(np.arange(m), lens)).to(dev)  # [Σp]
+            pos = torch.from_numpy(np.concatenate([np.arange(x) for x in lens])).to(dev)
+            allowed = (seg[:, None] == seg[None, :]) & (pos[None, :] <= pos[:, None])
+            last = torch.from_numpy(np.cumsum(lens) - 1).to(dev)
+            self.n += m
+            logits = self._call(model, ids[None], pos[None], self._additive(allowed)[None, None],
+                                (rows[seg][None], pos[None], None), last)[0]
+        self.count[self.n - m:self.n] = lens
+        return logits
+
+    # ------------------------------------------------------------ leaving
+
+    def remove(self, leave: np.ndarray) -> np.ndarray:
+        """Rows ``leave`` # [l] (indices < n) leave; the last running rows move into their
+        rows. Returns ``order`` # [n - l]: new row r holds what old row ``order[r]`` held."""
+        import torch
+
+        n = self.n
+        gone = np.zeros(n, dtype=bool)
+        gone[leave] = True
+        order = np.arange(n)
+        keep = n - int(gone.sum())
+        holes = np.flatnonzero(gone[:keep])  # rows to refill, in the kept range
+        movers = np.flatnonzero(~gone[keep:]) + keep  # survivors beyond it
+        if holes.size:
+            dst = torch.from_numpy(holes).to(self.device)
+            src = torch.from_numpy(movers).to(self.device)
+            width = int(self.count[movers].max())
+            for buf in (*self.keys, *self.values):
+                buf[dst, :, :width] = buf[src, :, :width]
+            self.count[holes] = self.count[movers]
+            order[holes] = movers
+        self.n = keep
+        return order[:keep]
+
+    def fill_random(self, n: int, kv: int, seed: int = 0) -> None:
+        """n running rows holding ``kv`` random cached tokens each (latency profiles)."""
+        import torch
+
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        for buf in (*self.keys, *self.values):
+            buf[:n, :, :kv] = torch.randn(buf[:n, :, :kv].shape, generator=gen).to(buf)
+        self.n = int(n)
+        self.count[:n] = kv

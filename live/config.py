@@ -14,6 +14,8 @@ from specbatch.simulator.policies import POLICIES as SIM_POLICIES
 #: and ``hindsight`` read the truth).
 POLICIES = ("fixed", "tetris")
 VERIFIERS = ("theory", "local")
+#: Arrival processes of a live run (the simulator's, but "trace": live prompts carry no times).
+LIVE_ARRIVALS = ("burst", "poisson", "gamma")
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,10 @@ class LiveConfig:
     :func:`theory.verify_torch.accept_and_residual`; "local" with
     :func:`theory.stats.accept_from_stats` on the recorded statistics (the simulator's own τ
     function) and :func:`theory.verify_torch.extra_token_law_torch`.
-    compact_fraction: compact a KV cache when holes exceed this fraction of it.
+    max_num_seqs: running slots (None = every request: one static batch when they all
+    arrive at once). arrival, rate, cv: the arrival process, as the simulator's ("burst" all at
+    t = 0, "poisson" at ``rate`` req/s, "gamma" with mean gap 1/rate and CV ``cv``), drawn by
+    the simulator's workload code from ``seed``.
     """
 
     max_new_tokens: int = 32
@@ -39,13 +44,23 @@ class LiveConfig:
     dtype: str = "float32"
     seed: int = 0
     max_prompt_tokens: int = 512
-    compact_fraction: float = 0.25
     verifier: str = "theory"
+    max_num_seqs: int | None = None
+    arrival: str = "burst"
+    rate: float = 10.0
+    cv: float = 1.0
+
+    def slots(self, n_requests: int) -> int:
+        """Running slots of a run of N requests: ``max_num_seqs``, at most N."""
+        return n_requests if self.max_num_seqs is None else min(self.max_num_seqs, n_requests)
 
     def sim_values(self, n_requests: int) -> dict:
-        """SimConfig fields of the same workload: a burst of N requests in one batch of N."""
-        return {"requests": n_requests, "sampling": "in_order", "arrival": "burst",
-                "max_num_seqs": n_requests, "policy": self.policy,
+        """SimConfig fields of the same workload: N requests in order, the same arrival
+        process and seed, ``max_num_seqs`` running slots (vLLM-style continuous batching,
+        non-chunked prefill), the same policy, window and verification rule."""
+        return {"requests": n_requests, "sampling": "in_order", "arrival": self.arrival,
+                "rate": self.rate, "cv": self.cv,
+                "max_num_seqs": self.slots(n_requests), "policy": self.policy,
                 "num_speculative_tokens": self.k,
                 "extra": self.extra if self.policy == "tetris" else 0, "verify": self.verify,
                 "seed": self.seed}
@@ -75,4 +90,11 @@ class LiveConfig:
         require(self.seed >= 0, f"--seed: expected >= 0, got {self.seed}")
         require(self.verifier in VERIFIERS,
                 f"verifier: expected theory or local, got {self.verifier!r}")
+        require(self.max_num_seqs is None or self.max_num_seqs >= 1,
+                f"--max-num-seqs: expected >= 1, got {self.max_num_seqs}")
+        require(self.arrival in LIVE_ARRIVALS, f"--arrival: expected one of "
+                f"{', '.join(LIVE_ARRIVALS)}, got {self.arrival!r}")
+        require(math.isfinite(self.rate) and self.rate > 0,
+                f"--rate: expected requests/s > 0, got {self.rate}")
+        require(math.isfinite(self.cv) and self.cv > 0, f"--cv: expected > 0, got {self.cv}")
         require(self.depth <= 64, f"--k/--extra: expected k + e <= 64, got {self.depth}")

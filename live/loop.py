@@ -1,41 +1,41 @@
-"""The live batched speculative-decoding loop, composed of short verbs (THEORY.md §1-§5).
+"""The live speculative-decoding engine: iteration-level continuous batching (THEORY.md §1-§5).
 
-One run (draft ``Ms``, target ``Mb``, window k, extra e, K = the policy's required depth):
+The scheduling is the simulator's (:mod:`specbatch.simulator.engine`, non-chunked prefill,
+one replica): requests arrive by the run's arrival process (:mod:`.pool`), wait in FCFS
+order, and join while fewer than ``max_num_seqs`` run. Between steps the engine admits the
+arrived requests; a step that admits any is a prefill-only step over the joiners' prompts,
+otherwise a decode step over every running request; a request leaves at the end of the step
+in which it emitted its last token. The clock advances by measured step durations and jumps
+over idle time (:mod:`.pool`).
 
-1. :func:`prefill`: both models run over the right-padded prompts; the target's last row
-   gives the first output token (greedy at T = 0, else sampled at temperature T).
-2. Decode steps over the n running requests (:func:`decode_step`):
+- :func:`prefill`: both models fill the joiners' cache rows (:meth:`SlotCache.prefill`); the
+  target's last prompt row gives the first token (greedy at T = 0, else sampled at T).
+- :func:`decode_step` over the n running requests:
 
-   - :func:`draft`: K sequential draft passes over the whole batch, each sampling
-     ``X_j ~ Ms(·|c, X^{j-1})`` at temperature T (argmax at T = 0);
-   - :func:`decide`: the simulator's own ``Policy.decide`` on a :class:`StepView` of the
-     draft's signals (``tetris`` reads the draft's temperature-1 confidence of its drafted
-     tokens; ``fixed`` reads nothing) with budget C = k·n;
-   - :func:`target_pass`: one pass over the pending token and ``X_1..X_{s_i}`` (query
-     s_i + 1, ragged, padded);
-   - :func:`verify`: τ with γ = s_i and the simulator's counter-based uniforms
-     (:func:`simulator.verify.uniforms` keyed by (seed, request, output position)); the extra
-     token from the exact law of THEORY.md §2-§3 (a bonus from ``Mb(·|X^γ)`` when τ = γ, else
-     a correction from ``max(p_τ Mb(·|X^τ) − Ms(·|X^τ), 0)``, p = 1 for TV). The path
-     statistics q, pt, Z of the verified prefix are recorded either way
-     (:func:`theory.stats_torch.path_stats_torch`), so the simulator replaying them draws the
-     same τ;
-   - :func:`commit`: each request emits ``min(τ + 1, remaining)`` tokens, rejected draft
-     tokens become cache holes (:mod:`.cache`), and the tokens not yet in a cache are pending
-     for the next step; :func:`retire` drops finished requests before the next step.
+  - :func:`draft`: K sequential draft passes, each sampling ``X_j ~ Ms(·|c, X^{j-1})``;
+  - :func:`decide`: the simulator's ``Policy.decide`` on a :class:`StepView` of the draft's
+    signals, rows in the simulator's batch order (admission order), budget C = k·n;
+  - :func:`target_pass`: one pass over the pending token and ``X_1..X_{s_i}``;
+  - :func:`verify`: τ with γ = s_i and the simulator's counter-based uniforms
+    (:func:`simulator.verify.uniforms` keyed by (seed, request, output position)); the extra
+    token from the exact law of THEORY.md §2-§3 (bonus from ``Mb(·|X^γ)`` when τ = γ, else a
+    correction from ``max(p_τ Mb(·|X^τ) − Ms(·|X^τ), 0)``, p = 1 for TV). The path statistics
+    q, pt, Z of the verified prefix are recorded (:func:`theory.stats_torch.path_stats_torch`)
+    so the simulator replaying them draws the same τ;
+  - :func:`commit`: each request emits ``min(τ + 1, remaining)`` tokens, its cache rows keep
+    the accepted prefix (the rest is overwritten next step), and the tokens not yet in a cache
+    are pending; :func:`retire` removes finished requests' rows.
 
-Static-batch caveat: the prefill pads every prompt to the longest one and the decode caches
-keep those pads as holes (compaction cannot drop them while the longest row needs its slots),
-so with prompts of unequal lengths the live engine does work a vLLM-like engine (packed
-prefill, paged KV) does not, and the simulator does not charge it. Fidelity runs therefore use
-equal-length prompts (``random:N:LEN``); the per-pass ``cache_slots`` column of
-``profile.csv`` shows the padded attention length actually computed.
+Random draws (first token, draft samples, extra token) are counter-based too: uniforms keyed
+by (seed, stream, request, output position), so a request's tokens do not depend on which
+other requests share its batch (for ``fixed``, the same outputs under any arrivals and
+``max_num_seqs``).
 
-Timing (:mod:`.timeline`): ``draft_time`` is the sum of the draft model calls,
-``target_time`` the target model call (the forward passes alone, as a latency profile
-measures them), ``overhead_time`` the rest of the step (masks and position ids, draft
-sampling, policy, verification, cache bookkeeping). Statistics computed only to record the
-run (the trace's, when the torch verifier decides) are paused on the timeline.
+Timing (:mod:`.timeline`): a step's duration runs from the end of the previous step (or the
+idle jump) to its own end, so admission and retirement bookkeeping are inside a step.
+``draft_time`` is the sum of the draft model calls, ``target_time`` the target model call,
+``overhead_time`` the rest (masks and position ids, sampling, policy, verification, cache
+moves). Statistics computed only to record the run are paused on the timeline.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ import numpy as np
 from specbatch.errors import require
 from specbatch.live.cache import SlotCache
 from specbatch.live.config import LiveConfig
+from specbatch.live.pool import Pool, arrival_times
 from specbatch.live.record import LiveResult, Recorder
 from specbatch.live.timeline import Timeline
 from specbatch.simulator.policies import Policy, StepView, make_policy
@@ -56,8 +57,9 @@ from specbatch.theory.stats import accept_from_stats
 from specbatch.theory.stats_torch import path_stats_torch, probs_at, sample_inverse_cdf
 from specbatch.theory.verify_torch import accept_and_residual, extra_token_law_torch
 
-#: Seed-stream tag of the live loop's own draws (draft samples, extra tokens, first token).
-_STREAM = 0x11FE
+#: Stream tags of the live engine's own draws, xor-ed into the simulator's request keys.
+STREAMS = {"first": np.uint64(0x11FE_0001_F125_7000), "draft": np.uint64(0x11FE_0002_D4AF_7000),
+           "extra": np.uint64(0x11FE_0003_E874_A000)}
 VERIFIER_NAMES = {"theory": "specbatch.theory.verify_torch",
                   "local": "specbatch.theory.stats.accept_from_stats + "
                            "specbatch.theory.verify_torch.extra_token_law_torch"}
@@ -65,139 +67,157 @@ VERIFIER_NAMES = {"theory": "specbatch.theory.verify_torch",
 
 @dataclass
 class Live:
-    """What the verbs of one run share: models, settings, policy, caches, clock, records."""
+    """What the verbs of one run share: models, settings, policy, caches, clocks, records."""
 
     draft_model: Any
     target_model: Any
     cfg: LiveConfig
     device: Any
     policy: Policy
-    rng: np.random.Generator
     keys: np.ndarray  # [N] uint64 the simulator's per-request uniform streams
+    pool: Pool
     clock: Timeline
     rec: Recorder
     dcache: SlotCache
     tcache: SlotCache
-    t0: float = 0.0  # timeline origin: the start of the prefill step
-    last_end: float = 0.0  # end of the last step
+    now: float = 0.0  # the live clock (workload seconds)
+    mark: float = 0.0  # timeline reading at the end of the last step (or the idle jump)
 
 
 @dataclass
 class Batch:
-    """The running requests between steps.
+    """The running requests, row r = cache row r of both caches.
 
-    act:     # [n] request ids (uids) still running
-    pend_t:  # [n, 1] the last emitted token, not yet in the target cache
-    pend_d:  # [n, 2] tokens not yet in the draft cache, left-padded
+    uid:     # [n] request ids
+    pend_t:  # [n] the last emitted token, not yet in the target cache
+    pend_d:  # [n, 2] tokens not yet in the draft cache, right-padded
     pend_w:  # [n] how many of pend_d are real (1, or 2 after a fully accepted draft)
     """
 
-    act: np.ndarray
+    uid: np.ndarray
     pend_t: Any
     pend_d: Any
     pend_w: Any
 
     @property
     def n(self) -> int:
-        return int(self.act.shape[0])
+        return int(self.uid.shape[0])
+
+    def take(self, rows: np.ndarray) -> Batch:
+        import torch
+
+        idx = torch.from_numpy(rows).to(self.pend_t.device)
+        return Batch(self.uid[rows], self.pend_t[idx], self.pend_d[idx], self.pend_w[idx])
+
+    def join(self, other: Batch) -> Batch:
+        import torch
+
+        return Batch(np.concatenate([self.uid, other.uid]),
+                     torch.cat([self.pend_t, other.pend_t]),
+                     torch.cat([self.pend_d, other.pend_d]),
+                     torch.cat([self.pend_w, other.pend_w]))
 
 
-def draw(live: Live, logits):
-    """One token per row at temperature T (argmax at T = 0).  logits # [n, V] -> # [n]"""
+def stream_uniforms(live: Live, stream: str, uid: np.ndarray, pos: np.ndarray, width: int):
+    """Counter-based uniforms of ``stream`` for requests ``uid`` at output positions ``pos``
+    (# [n] each) -> # [n, width] float64."""
+    return uniforms(live.keys[uid] ^ STREAMS[stream], pos, width)
+
+
+def draw(live: Live, logits, u: np.ndarray):
+    """One token per row at temperature T (argmax at T = 0).  logits # [n, V], u # [n]"""
     import torch
 
     if live.cfg.temperature == 0:
         return logits.argmax(-1)
-    u = torch.from_numpy(live.rng.random(logits.shape[0])).to(live.device)
-    return sample_inverse_cdf(probs_at(logits, float(live.cfg.temperature)), u)
+    return sample_inverse_cdf(probs_at(logits, float(live.cfg.temperature)),
+                              torch.from_numpy(np.ascontiguousarray(u)).to(live.device))
 
 
-def right_pad(seqs: list[list[int]], device, pad: int = 0):
-    """Prompts padded on the right: ids # [N, W] long, valid # [N, W] bool.
+def step_start(live: Live) -> float:
+    return live.now
 
-    Right padding keeps every query row attending to at least one real key (a pad slot sees
-    its own prompt), so no attention row is fully masked; the pads become cache holes.
-    """
+
+def step_end(live: Live, start: float, row: tuple) -> float:
+    """Close a step: its duration is the timeline since ``mark``; append the step row
+    (STEP_COLUMNS after time/end: ``row``; overhead = duration − draft − target)."""
+    wall = live.clock.now()
+    duration = wall - live.mark
+    end = start + duration
+    *head, draft_t, target_t = row
+    live.rec.step_rows.append((0, start, end, *head, draft_t, target_t,
+                               duration - draft_t - target_t))
+    live.now, live.mark = end, wall
+    return end
+
+
+def prefill(live: Live, batch: Batch, joined: list[int]) -> Batch:
+    """The prefill-only step of the joiners: both caches get their prompts, the first token
+    is drawn; requests with one output token finish."""
     import torch
 
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad, dtype=torch.long, device=device)
-    valid = torch.zeros((len(seqs), width), dtype=torch.bool, device=device)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long, device=device)
-        valid[i, :len(s)] = True
-    return ids, valid
-
-
-def prefill(live: Live) -> Batch:
-    """The prefill step: both caches filled with the prompts, the first token drawn."""
-    import torch
-
-    rec, clock, device = live.rec, live.clock, live.device
-    n, plen = len(rec.prompt_ids), rec.prompt_len
-    live.t0 = clock.now()
-    ids, valid = right_pad(rec.prompt_ids, device)
-    start = clock.now()
-    live.dcache.forward(live.draft_model, ids, valid, keep=1)  # its logits are not used
-    # only the rows' last prompt slots need logits (as a serving engine computes them)
-    ends, where = np.unique(plen - 1, return_inverse=True)
-    logits = live.tcache.forward(live.target_model, ids, valid,
-                                 keep=torch.from_numpy(ends).to(device))
-    y0 = draw(live, logits[torch.arange(n, device=device), torch.from_numpy(where).to(device)])
+    rec, start = live.rec, step_start(live)
+    uid = np.asarray(joined, dtype=np.int64)
+    prompts = [rec.prompt_ids[u] for u in joined]
+    plen = rec.prompt_len[uid]
+    live.dcache.prefill(live.draft_model, prompts)  # its logits are not used
+    logits = live.tcache.prefill(live.target_model, prompts)
+    y0 = draw(live, logits, stream_uniforms(live, "first", uid, np.zeros_like(uid), 1)[:, 0])
     pre_d, pre_t = live.dcache.seconds, live.tcache.seconds
-    rec.add_pass("draft", n, plen.mean(), 0, pre_d, ids.shape[1])
-    rec.add_pass("target", n, plen.mean(), 0, pre_t, ids.shape[1])
-    for i, tok in enumerate(y0.tolist()):
-        rec.outputs[i].append(int(tok))
-    rec.pos[:] = 1
-    end = clock.now()
-    rec.first_token[:] = end - live.t0
-    rec.step_rows.append((0, start - live.t0, end - live.t0, 0, int(plen.sum()), 0, 0, 0, n,
-                          0, pre_d, pre_t, (end - start) - pre_d - pre_t))
-    live.last_end = end
-    return Batch(act=np.arange(n), pend_t=y0[:, None],
-                 pend_d=torch.stack([torch.zeros_like(y0), y0], dim=1),
-                 pend_w=torch.ones(n, dtype=torch.long, device=device))
+    zeros = np.zeros_like(plen)
+    rec.add_pass("draft", plen, zeros, pre_d, int(plen.max()))
+    rec.add_pass("target", plen, zeros, pre_t, int(plen.max()))
+    for u, tok in zip(joined, y0.tolist()):
+        rec.outputs[u].append(int(tok))
+    rec.pos[uid] = 1
+    new = Batch(uid, y0, torch.stack([y0, torch.zeros_like(y0)], dim=1),
+                torch.ones_like(y0))
+    batch, gone = retire(live, batch.join(new))
+    end = step_end(live, start, (0, int(plen.sum()), 0, 0, 0, len(joined), 0, pre_d, pre_t))
+    rec.first_token[uid] = end
+    rec.finish[gone] = end
+    return batch
 
 
-def retire(live: Live, batch: Batch) -> Batch:
-    """Requests that emitted ``max_new_tokens`` finish (at the last step's end) and leave."""
-    import torch
-
-    done = live.rec.pos[batch.act] >= live.cfg.max_new_tokens
+def retire(live: Live, batch: Batch) -> tuple[Batch, np.ndarray]:
+    """Requests that emitted their output length leave both caches; returns the running
+    batch and the uids that left # [l] (finished at the step's end)."""
+    done = live.rec.pos[batch.uid] >= live.rec.out_len[batch.uid]
     if not done.any():
-        return batch
-    live.rec.finish[batch.act[done]] = live.last_end - live.t0
-    keep = np.flatnonzero(~done)
-    rows = torch.from_numpy(keep).to(live.device)
-    if keep.size:
-        for cache in (live.dcache, live.tcache):
-            cache.select(rows)
-    return Batch(batch.act[keep], batch.pend_t[rows], batch.pend_d[rows], batch.pend_w[rows])
+        return batch, batch.uid[done]
+    leave = np.flatnonzero(done)
+    order = live.dcache.remove(leave)
+    live.tcache.remove(leave)  # the same rows move in both caches
+    return batch.take(order), batch.uid[done]
 
 
-def draft(live: Live, batch: Batch, kv: np.ndarray):
+def draft(live: Live, batch: Batch, kv: np.ndarray, pos: np.ndarray):
     """K sequential draft passes over the batch, the first fed the pending tokens.
 
-    kv: # [n] the simulator's KV count per request (for the pass records)
+    kv, pos: # [n] the simulator's KV count and output position per request
     returns x # [n, K] drafted tokens, logits # [n, K, V], summed model seconds
     """
     import torch
 
-    n, device = batch.n, live.device
+    n, depth, cache = batch.n, live.cfg.depth, live.dcache
+    u = stream_uniforms(live, "draft", batch.uid, pos, depth)  # [n, K]
     width = int(batch.pend_w.max())
-    ids = batch.pend_d[:, 2 - width:]
-    valid = (torch.arange(2, device=device)[None, :] >= 2 - batch.pend_w[:, None])[:, 2 - width:]
+    ids = batch.pend_d[:, :width]
+    pend_w = batch.pend_w.cpu().numpy()
+    last = torch.from_numpy(pend_w - 1).to(live.device)
     xs, rows, seconds = [], [], 0.0
-    for d in range(live.cfg.depth):
-        logits = live.dcache.forward(live.draft_model, ids, valid)[:, -1]
-        tok = draw(live, logits)
-        seconds += live.dcache.seconds
-        live.rec.add_pass("draft", n, 1, kv.mean() + d, live.dcache.seconds,
-                          live.dcache.length)
+    ones = np.ones(n, dtype=np.int64)
+    for d in range(depth):
+        view = int(cache.count[:n].max()) + ids.shape[1]
+        out = cache.forward(live.draft_model, ids, keep=None if d == 0 else 1)
+        logits = out[torch.arange(n, device=live.device), last] if d == 0 else out[:, -1]
+        cache.count[:n] += pend_w if d == 0 else 1
+        tok = draw(live, logits, u[:, d])
+        seconds += cache.seconds
+        live.rec.add_pass("draft", ones, kv + d, cache.seconds, view)
         xs.append(tok)
         rows.append(logits)
-        ids, valid = tok[:, None], torch.ones((n, 1), dtype=torch.bool, device=device)
+        ids = tok[:, None]
     return torch.stack(xs, dim=1), torch.stack(rows, dim=1), seconds
 
 
@@ -211,36 +231,39 @@ def draft_confidence(draft_logits, draft_tokens) -> np.ndarray:
     return p1.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1).cpu().numpy()
 
 
-def decide(live: Live, kv: np.ndarray, x, draft_logits) -> np.ndarray:
-    """Verified lengths s # [n] int64 from the simulator's policy on the draft's signals
-    (computed only when the policy reads them); budget C = k·n as in the simulator."""
+def decide(live: Live, batch: Batch, kv: np.ndarray, x, draft_logits) -> np.ndarray:
+    """Verified lengths s # [n] int64 from the simulator's policy on the draft's signals, the
+    rows handed over in the simulator's batch order (admission order); budget C = k·n."""
     n, depth = x.shape
-    signals = {"conf": draft_confidence(draft_logits, x)} if "conf" in live.policy.reads else {}
-    view = StepView.from_signals(kv, live.policy.k * n, depth, **signals)
+    order = np.argsort(live.pool.rank[batch.uid], kind="stable")
+    signals = {}
+    if "conf" in live.policy.reads:
+        signals["conf"] = draft_confidence(draft_logits, x)[order]
+    view = StepView.from_signals(kv[order], live.policy.k * n, depth, **signals)
     _, verified = live.policy.decide(view)
-    return np.asarray(verified, dtype=np.int64)
+    s = np.empty(n, dtype=np.int64)
+    s[order] = np.asarray(verified, dtype=np.int64)
+    return s
 
 
 def target_pass(live: Live, batch: Batch, x, s: np.ndarray, kv: np.ndarray):
     """One target pass over the pending token and each request's verified prefix.
 
     x: # [n, K];  s: # [n] verified lengths;  kv: # [n] (pass record)
-    returns logits # [n, G+1, V] (G = max s), the cache slot where the pass starts, seconds
+    returns logits # [n, G+1, V] (G = max s), seconds
     """
     import torch
 
-    s_t = torch.from_numpy(s).to(live.device)
     g = int(s.max())
-    ids = torch.cat([batch.pend_t, x[:, :g]], dim=1)
-    valid = torch.arange(g + 1, device=live.device)[None, :] <= s_t[:, None]
-    start = live.tcache.length
-    logits = live.tcache.forward(live.target_model, ids, valid)
-    live.rec.add_pass("target", batch.n, (s + 1).mean(), kv.mean(), live.tcache.seconds,
-                      live.tcache.length)
-    return logits, start, live.tcache.seconds
+    ids = torch.cat([batch.pend_t[:, None], x[:, :g]], dim=1)
+    cache = live.tcache
+    logits = cache.forward(live.target_model, ids)
+    live.rec.add_pass("target", s + 1, kv, cache.seconds, int(cache.count[:batch.n].max()) + g + 1)
+    return logits, cache.seconds
 
 
-def verify(live: Live, batch: Batch, x, draft_logits, target_logits, s: np.ndarray):
+def verify(live: Live, batch: Batch, x, draft_logits, target_logits, s: np.ndarray,
+           pos: np.ndarray):
     """τ (numpy and torch, # [n]), the extra token y # [n] and the path statistics (numpy
     dict, :func:`theory.stats_torch.path_stats_torch`) of one step.
 
@@ -256,7 +279,7 @@ def verify(live: Live, batch: Batch, x, draft_logits, target_logits, s: np.ndarr
     s_t = torch.from_numpy(s).to(device)
     g = target_logits.shape[1] - 1
     ms, mb = probs_at(draft_logits, temp), probs_at(target_logits, temp)  # [n, K | G+1, V]
-    eta = uniforms(live.keys[batch.act], live.rec.pos[batch.act], cfg.depth)
+    eta = uniforms(live.keys[batch.uid], pos, cfg.depth)
     if cfg.verifier == "theory" and g > 0:
         tau_t, law = accept_and_residual(cfg.verify, x[:, :g], ms[:, :g], mb,
                                          torch.from_numpy(eta[:, :g]).to(device), lengths=s_t)
@@ -270,78 +293,78 @@ def verify(live: Live, batch: Batch, x, draft_logits, target_logits, s: np.ndarr
         tau_t = torch.from_numpy(tau).to(device)
         law = extra_token_law_torch(ms, mb, tau_t, cfg.verify, gamma=s_t,
                                     p=torch.from_numpy(stats["p"]).to(device))
-    y = sample_inverse_cdf(law, torch.from_numpy(live.rng.random(batch.n)).to(device))
+    u = stream_uniforms(live, "extra", batch.uid, pos, 1)[:, 0]
+    y = sample_inverse_cdf(law, torch.from_numpy(u).to(device))
     return tau, tau_t, y, stats
 
 
-def commit(live: Live, batch: Batch, x, tau: np.ndarray, tau_t, y, stats: dict,
-           starts: tuple[int, int], g: int) -> tuple[Batch, np.ndarray]:
-    """Emit the accepted tokens and y, turn rejected slots into cache holes, compact a cache
-    past ``compact_fraction`` holes, and set the pending tokens of the next step.
+def commit(live: Live, batch: Batch, x, tau: np.ndarray, y, stats: dict,
+           starts: tuple[np.ndarray, np.ndarray]) -> tuple[Batch, np.ndarray]:
+    """Emit the accepted tokens and y, keep each cache row's accepted prefix, and set the
+    pending tokens of the next step.
 
-    starts: (draft, target) cache slots where this step's passes began;  g: max s
+    starts: (draft, target) # [n] cache counts before this step's passes
     returns the batch of the next step and emitted # [n]
     """
     import torch
 
-    n, depth, device, rec = batch.n, live.cfg.depth, live.device, live.rec
-    emitted = np.minimum(tau + 1, live.cfg.max_new_tokens - rec.pos[batch.act])
-    rec.add_positions(batch.act, x.cpu().numpy(), stats, tau, y.cpu().numpy(), emitted)
-    live.tcache.keep_slots(starts[1], torch.arange(g + 1, device=device)[None, :]
-                           <= tau_t[:, None])
-    width = int(batch.pend_w.max())
-    live.dcache.keep_slots(starts[0], torch.cat(
-        [torch.ones((n, width), dtype=torch.bool, device=device),
-         torch.arange(1, depth, device=device)[None, :] <= tau_t[:, None]], dim=1))
-    full = tau_t == depth  # X_K was accepted but never fed to the draft
-    pend_d = torch.stack([torch.where(full, x[:, -1], torch.zeros_like(y)), y], dim=1)
-    for cache in (live.dcache, live.tcache):
-        if cache.holes() > live.cfg.compact_fraction:
-            cache.compact()
-    return Batch(batch.act, y[:, None], pend_d, 1 + full.long()), emitted
+    n, depth, rec = batch.n, live.cfg.depth, live.rec
+    emitted = np.minimum(tau + 1, rec.out_len[batch.uid] - rec.pos[batch.uid])
+    rec.add_positions(batch.uid, x.cpu().numpy(), stats, tau, y.cpu().numpy(), emitted)
+    pend_w = batch.pend_w.cpu().numpy()
+    live.tcache.count[:n] = starts[1] + 1 + tau
+    live.dcache.count[:n] = starts[0] + pend_w + np.minimum(tau, depth - 1)
+    full = torch.from_numpy(tau == depth).to(live.device)  # X_K accepted, never fed to the draft
+    pend_d = torch.stack([torch.where(full, x[:, -1], y),
+                          torch.where(full, y, torch.zeros_like(y))], dim=1)
+    return Batch(batch.uid, y, pend_d, 1 + full.long()), emitted
 
 
 def decode_step(live: Live, batch: Batch) -> Batch:
-    """draft → decide → target_pass → verify → commit, recorded as one step."""
-    rec, depth = live.rec, live.cfg.depth
-    start, n = live.last_end, batch.n
-    kv = rec.prompt_len[batch.act] + rec.pos[batch.act]  # the simulator's KV count
-    d_start = live.dcache.length
-    x, draft_logits, draft_t = draft(live, batch, kv)
-    s = decide(live, kv, x, draft_logits)
-    target_logits, t_start, target_t = target_pass(live, batch, x, s, kv)
-    tau, tau_t, y, stats = verify(live, batch, x, draft_logits, target_logits, s)
-    rec.count_step(batch.act, depth, s, tau)
-    batch, emitted = commit(live, batch, x, tau, tau_t, y, stats, (d_start, t_start),
-                            int(s.max()))
-    end = live.clock.now()
-    rec.step_rows.append((0, start - live.t0, end - live.t0, n, 0, depth * n, int(s.sum()),
-                          int(tau.sum()), int(emitted.sum()), depth, draft_t, target_t,
-                          (end - start) - draft_t - target_t))
-    live.last_end = end
+    """draft → decide → target_pass → verify → commit → retire, recorded as one step."""
+    rec, depth, n = live.rec, live.cfg.depth, batch.n
+    start = step_start(live)
+    pos = rec.pos[batch.uid].copy()
+    kv = rec.prompt_len[batch.uid] + pos  # the simulator's KV count
+    starts = (live.dcache.count[:n].copy(), live.tcache.count[:n].copy())
+    x, draft_logits, draft_t = draft(live, batch, kv, pos)
+    s = decide(live, batch, kv, x, draft_logits)
+    target_logits, target_t = target_pass(live, batch, x, s, kv)
+    tau, tau_t, y, stats = verify(live, batch, x, draft_logits, target_logits, s, pos)
+    rec.count_step(batch.uid, depth, s, tau)
+    batch, emitted = commit(live, batch, x, tau, y, stats, starts)
+    batch, gone = retire(live, batch)
+    end = step_end(live, start, (n, 0, depth * n, int(s.sum()), int(tau.sum()),
+                                 int(emitted.sum()), depth, draft_t, target_t))
+    rec.finish[gone] = end
     return batch
 
 
 def start(draft_model, target_model, prompt_ids: list[list[int]], cfg: LiveConfig,
           names: tuple[str, str]) -> Live:
-    """The shared state of a run: the simulator's policy for ``cfg`` and its uniform streams,
-    empty caches on the target's device, a fresh timeline and records."""
+    """The shared state of a run: arrivals and the pool, the simulator's policy for ``cfg``
+    and its uniform streams, slot caches on the target's device, a fresh timeline."""
     device = next(target_model.parameters()).device
     clock = Timeline(device)
     n = len(prompt_ids)
+    rec = Recorder(prompt_ids, cfg.max_new_tokens, names, str(device), cfg.dtype)
+    rec.arrival = arrival_times(cfg, rec.prompt_len, rec.out_len)
+    slots = cfg.slots(n)
+    length = int((rec.prompt_len + rec.out_len).max()) + cfg.depth + 2
     return Live(draft_model=draft_model, target_model=target_model, cfg=cfg, device=device,
                 policy=make_policy(cfg.sim_config(n), cfg.depth),
-                rng=np.random.default_rng([int(cfg.seed), _STREAM]),
-                keys=request_keys(int(cfg.seed), np.arange(n)), clock=clock,
-                rec=Recorder(prompt_ids, names, str(device), cfg.dtype),
-                dcache=SlotCache(clock.now), tcache=SlotCache(clock.now))
+                keys=request_keys(int(cfg.seed), np.arange(n)),
+                pool=Pool(rec.arrival, slots), clock=clock, rec=rec,
+                dcache=SlotCache(draft_model, slots, length, clock.now),
+                tcache=SlotCache(target_model, slots, length, clock.now))
 
 
 def run_live(draft_model, target_model, prompt_ids: list[list[int]], cfg: LiveConfig,
              names: tuple[str, str] = ("draft", "target")) -> LiveResult:
-    """Run the batched speculative loop (module docstring) on loaded models.
+    """Run the continuous-batching speculative engine (module docstring) on loaded models.
 
-    prompt_ids: N non-empty token-id lists (the batch). names: model names for the pass table.
+    prompt_ids: N non-empty token-id lists (the requests, uid = index).
+    names: model names for the pass table.
     """
     import torch
 
@@ -349,11 +372,25 @@ def run_live(draft_model, target_model, prompt_ids: list[list[int]], cfg: LiveCo
     require(len(prompt_ids) >= 1, "prompts: expected at least one prompt, got none")
     require(all(len(p) >= 1 for p in prompt_ids), "prompts: expected non-empty token lists")
     live = start(draft_model, target_model, prompt_ids, cfg, names)
+    pool = live.pool
     with torch.inference_mode():
-        batch = prefill(live)
-        while True:
-            batch = retire(live, batch)
-            if batch.n == 0:
-                break
-            batch = decode_step(live, batch)
+        batch = Batch(np.zeros(0, dtype=np.int64), *_empty_pending(live.device))
+        live.mark = live.clock.now()
+        while batch.n or not pool.drained:
+            pool.arrive(live.now)
+            joined = pool.admit(batch.n)
+            if joined:
+                batch = prefill(live, batch, joined)
+            elif batch.n:
+                batch = decode_step(live, batch)
+            else:  # idle: jump to the next arrival (no sleeping, no wall time)
+                live.now = max(live.now, pool.next_arrival())
+                live.mark = live.clock.now()
     return live.rec.result(cfg, VERIFIER_NAMES[cfg.verifier])
+
+
+def _empty_pending(device):
+    import torch
+
+    z = torch.zeros(0, dtype=torch.long, device=device)
+    return z, torch.zeros((0, 2), dtype=torch.long, device=device), z

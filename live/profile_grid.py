@@ -1,7 +1,8 @@
 """Timing both models of a live run on its (batch, query, KV) grid.
 
-The passes run separately from the live run on uniform batches over random KV caches, so a
-cost model fitted to them (``specbatch validate``) is out-of-sample for that run.
+The passes run separately from the live run on uniform batches over random KV caches, through
+the same slot-cache calls as the engine, so a cost model fitted to them (``specbatch
+validate --fit RUN``) is out-of-sample for every run it predicts.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pandas as pd
 def grid_cells(n: int, depth: int, prompt_mean: float, max_new: int) -> dict:
     """The (batch, query, kv) cells a live run's workload visits, as a profiling grid.
 
-    Batches n, ⌈n/2⌉, ⌈n/4⌉, ..., 1; KV lengths prompt, prompt + max_new/2, prompt + max_new
+    n = the run's running slots (``max_num_seqs``). Batches n, ⌈n/2⌉, ⌈n/4⌉, ..., 1; KV lengths prompt, prompt + max_new/2, prompt + max_new
     (prompt = mean prompt length); queries 1 (draft) and 1..K+1 (target); plus the prefill
     cell (query = mean prompt length, KV 0) at every batch size. returns role -> list of cells.
     """
@@ -35,42 +36,35 @@ def grid_cells(n: int, depth: int, prompt_mean: float, max_new: int) -> dict:
 def time_masked_forward(model, batch: int, query: int, kv: int, warmup: int = 2,
                         repeats: int = 5) -> list[float]:
     """Wall seconds of ``repeats`` forward passes of ``[batch, query]`` new tokens on ``kv``
-    random cached ones, called exactly as the live loop calls the model (a 2-D attention mask
-    and explicit position ids; only the last position's logits for a prefill, all ``query``
-    positions otherwise); ``torch.cuda.synchronize`` around each pass on CUDA.
-
-    :func:`traces.profile.time_forward` passes no mask (HF may then take a cheaper causal
-    path), so this is the profile of the engine that
-    :func:`specbatch.live.loop.run_live` actually runs.
-    """
+    random cached ones, called exactly as the live engine calls the model: a
+    :class:`specbatch.live.cache.SlotCache` pass (in-place slot writes, 4-D mask, all
+    ``query`` logits) over ``batch`` running rows, or for ``kv = 0`` the prefill of ``batch``
+    prompts of ``query`` tokens (:meth:`SlotCache.prefill`); ``torch.cuda.synchronize``
+    around each pass on CUDA."""
     import torch
-    from transformers import DynamicCache
+
+    from specbatch.live.cache import SlotCache
 
     p = next(model.parameters())
-    device, dtype = p.device, p.dtype
-    c = model.config
-    heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    ids = torch.randint(0, c.vocab_size, (batch, query), generator=gen).to(device)
-    mask = torch.ones((batch, kv + query), dtype=torch.long, device=device)
-    pos = (kv + torch.arange(query, device=device))[None].expand(batch, -1)
-    keep = 1 if kv == 0 else query
+    device = p.device
     cuda = device.type == "cuda"
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (batch, query), generator=gen).to(device)
+    cache = SlotCache(model, slots=batch, length=kv + query + 1)
+    if kv:
+        cache.fill_random(batch, kv)
+    prompts = ids.tolist()
     times = []
     with torch.inference_mode():
         for i in range(warmup + repeats):
-            cache = None
-            if kv:
-                shape = (batch, heads, kv, head_dim)
-                cache = DynamicCache([(torch.randn(shape, device=device, dtype=dtype),
-                                       torch.randn(shape, device=device, dtype=dtype))
-                                      for _ in range(c.num_hidden_layers)])
             if cuda:
                 torch.cuda.synchronize(device)
             t0 = time.perf_counter()
-            model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-                  use_cache=True, logits_to_keep=keep)
+            if kv:
+                cache.forward(model, ids)
+            else:
+                cache.n = 0
+                cache.prefill(model, prompts)
             if cuda:
                 torch.cuda.synchronize(device)
             if i >= warmup:

@@ -6,7 +6,7 @@ them, plus the padded ``cache_slots`` actually attended), one row per step
 (:data:`specbatch.simulator.engine.STEP_COLUMNS`), the per-request counters of
 :mod:`specbatch.simulator.metrics`, the generated tokens, and the drafted path's statistics
 (THEORY.md §3: q, pt, Z, and the draft's temperature-1 signals) at every visited output
-position. Times are seconds from the start of the prefill step; ``throughput`` = output
+position. Times are on the live clock (:mod:`specbatch.live.pool`: arrivals' axis); ``throughput`` = output
 tokens / makespan as in :func:`specbatch.simulator.metrics.summarize`.
 
 :func:`write_live` writes ``OUT/``: ``requests.parquet``, ``steps.parquet``, ``summary.json``
@@ -32,7 +32,7 @@ from specbatch.live.config import LiveConfig
 
 #: Columns of ``profile.csv``: one row per forward pass.
 PASS_COLUMNS = ("model", "role", "device", "dtype", "batch_size", "query_tokens", "kv_tokens",
-                "latency_s", "cache_slots")
+                "latency_s", "cache_slots", "step", "sum_q", "sum_kv", "sum_qkv", "sum_qq")
 #: Per-position statistics recorded at every visited output position (trace list columns).
 TRACE_FIELDS = ("draft_token", "q", "pt", "z", "draft_conf", "entropy", "top1")
 _FLOAT_STEP_COLUMNS = ("time", "end", "draft_time", "target_time", "overhead_time")
@@ -57,14 +57,17 @@ class LiveResult:
 class Recorder:
     """The records of one live run as it goes (module docstring).
 
-    ``pos`` # [N]: tokens emitted per request so far, i.e. its current output position t.
+    ``pos`` # [N]: tokens emitted per request so far, i.e. its current output position t;
+    ``out_len`` # [N]: output tokens each request generates; ``arrival`` # [N] seconds.
     """
 
-    def __init__(self, prompt_ids: list[list[int]], names: tuple[str, str], device: str,
-                 dtype: str) -> None:
+    def __init__(self, prompt_ids: list[list[int]], max_new_tokens: int, names: tuple[str, str],
+                 device: str, dtype: str) -> None:
         n = len(prompt_ids)
         self.prompt_ids = [list(map(int, p)) for p in prompt_ids]
         self.prompt_len = np.array([len(p) for p in prompt_ids], dtype=np.int64)  # [N]
+        self.out_len = np.full(n, int(max_new_tokens), dtype=np.int64)
+        self.arrival = np.zeros(n)
         self.names, self.device, self.dtype = names, device, dtype
         self.first_token, self.finish = np.full(n, np.nan), np.full(n, np.nan)
         self.pos = np.zeros(n, dtype=np.int64)
@@ -75,12 +78,18 @@ class Recorder:
         self.passes: list[tuple] = []
         self.step_rows: list[tuple] = []
 
-    def add_pass(self, role: str, n: int, query: float, kv: float, seconds: float,
+    def add_pass(self, role: str, query: np.ndarray, kv: np.ndarray, seconds: float,
                  slots: int) -> None:
-        """One forward pass of ``role`` over n rows (mean query and KV tokens per row)."""
+        """One forward pass of ``role``: request i adds ``query`` # [n] tokens to ``kv`` # [n]
+        cached ones (the simulator's counts); recorded with the step it belongs to."""
+        from specbatch.simulator.cost_interface import batch_sums
+
         name = self.names[0] if role == "draft" else self.names[1]
-        self.passes.append((name, role, self.device, self.dtype, n, float(query), float(kv),
-                            float(seconds), int(slots)))
+        n, sq, skv, sqkv, sqq = batch_sums(np.asarray(query, dtype=np.int64),
+                                           np.asarray(kv, dtype=np.int64))
+        self.passes.append((name, role, self.device, self.dtype, int(n), sq / n, skv / n,
+                            float(seconds), int(slots), len(self.step_rows), float(sq),
+                            float(skv), float(sqkv), float(sqq)))
 
     def add_positions(self, act: np.ndarray, x: np.ndarray, stats: dict, tau: np.ndarray,
                       y: np.ndarray, emitted: np.ndarray) -> None:
@@ -110,8 +119,8 @@ class Recorder:
         requests = pd.DataFrame({
             "uid": np.arange(n, dtype=np.int64), "trace_index": np.arange(n, dtype=np.int64),
             "replica": np.zeros(n, dtype=np.int64), "prompt_len": self.prompt_len,
-            "output_len": np.full(n, cfg.max_new_tokens, dtype=np.int64),
-            "arrival": np.zeros(n), "first_token": self.first_token, "finish": self.finish,
+            "output_len": self.out_len.copy(),
+            "arrival": self.arrival.copy(), "first_token": self.first_token, "finish": self.finish,
             "tokens": self.pos.copy(), **self.counts,
         })
         steps = pd.DataFrame({
@@ -122,7 +131,8 @@ class Recorder:
         mean = (lambda s: float(s.mean())) if len(decode) else (lambda s: float("nan"))
         summary.update({
             "policy": cfg.policy, "verify": cfg.verify, "live": True, "device": self.device,
-            "verifier": verifier, "dtype": cfg.dtype,
+            "verifier": verifier, "dtype": cfg.dtype, "arrival": cfg.arrival,
+            "max_num_seqs": cfg.slots(n),
             "step_latency_mean": float((steps["end"] - steps["time"]).mean()),
             "decode_step_latency_mean": mean(decode["end"] - decode["time"]),
             "overhead_per_decode_step": mean(decode["overhead_time"]),
@@ -160,7 +170,7 @@ def build_trace(result: LiveResult, meta_extra: dict | None = None):
     requests = {"request_id": np.arange(n_req, dtype=np.int64),
                 "prompt_len": result.requests["prompt_len"].to_numpy(),
                 "output_len": out_len, "category": np.array(["live"] * n_req, dtype=object),
-                "arrival": np.zeros(n_req)}
+                "arrival": result.requests["arrival"].to_numpy()}
     return make_trace(meta, requests, cols)
 
 
@@ -188,8 +198,8 @@ def write_live(result: LiveResult, out: str | Path, manifest: dict) -> Path:
     write_json(out / "live.json", {
         **manifest, "settings": asdict(cfg), "depth": cfg.depth,
         "requests": len(result.prompt_ids), "prompt_len": result.requests["prompt_len"].tolist(),
-        "kv_cache": "reused (past_key_values); rejected tokens masked as holes, compacted "
-                    f"when holes exceed {cfg.compact_fraction:g} of a cache",
+        "kv_cache": "slot cache (specbatch.live.cache): one row per running request, "
+                    "written in place; rejected tokens overwritten; finished rows leave",
         "files": OUTPUT_FILES})
     return out
 

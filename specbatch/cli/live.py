@@ -32,18 +32,25 @@ def register(subparsers) -> None:
 def _register_live(subparsers) -> None:
     p = subparsers.add_parser(
         "live", help="run batched speculative decoding on live HF models and measure it",
-        description="One static batch of N requests (burst at t = 0) through a real draft/"
-                    "target loop with KV-cache reuse: K draft passes, a fixed or TETRIS "
-                    "allocation of the verified prefixes (budget C = k*N), one target pass, "
-                    "TV or BV (THEORY.md §2-§5). Writes the simulator's requests/steps tables, "
+        description="N requests through a real draft/target engine with iteration-level "
+                    "continuous batching, as the simulator models it: arrivals by --arrival "
+                    "(burst, poisson, gamma; the simulator's own draws for --seed), FCFS "
+                    "admission into --max-num-seqs running slots, a prefill-only step for "
+                    "joiners, otherwise a decode step over the running set (K draft passes, a "
+                    "fixed or TETRIS allocation with budget C = k*running, one target pass, TV "
+                    "or BV; THEORY.md §2-§5); requests leave when done. The clock advances by "
+                    "measured step times and jumps to the next arrival when idle. Writes the simulator's requests/steps tables, "
                     "summary.json, a manifest (live.json), a per-pass latency profile and a "
                     "trace of the visited positions so `specbatch validate` can replay it.",
         epilog=example(
             "specbatch zoo train --out /tmp/zoo --size tiny",
             _LIVE_EXAMPLE,
+            "specbatch live --draft /tmp/zoo/draft --target /tmp/zoo/target --prompts "
+            "default:16 --max-new-tokens 16 --max-num-seqs 4 --arrival poisson --rate 20 "
+            "--seed 1 --profile-grid --out /tmp/live-b",
             "specbatch live --target llama-3.1-8b --draft llama-3.2-1b --prompts random:64:256 "
             "--max-new-tokens 128 --temperature 1 --device cuda --dtype bfloat16 --out /tmp/l8b",
-            "specbatch validate /tmp/live"),
+            "specbatch validate /tmp/live-b --fit /tmp/live"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--draft", required=True,
                    help="local HF model directory of the draft Ms, or a shape name "
@@ -62,7 +69,14 @@ def _add_run_flags(p) -> None:
     p.add_argument("--layers", type=int, default=None,
                    help="override the layer count (random weights; CPU smoke runs of big shapes)")
     p.add_argument("--requests", type=int, default=None,
-                   help="use the first N prompts (default: all); the batch size is N")
+                   help="use the first N prompts (default: all)")
+    p.add_argument("--max-num-seqs", type=int, default=None,
+                   help="running slots (default: N, so a burst is one static batch)")
+    p.add_argument("--arrival", default="burst",
+                   help="burst (all at t = 0), poisson (--rate req/s) or gamma (--rate, --cv)")
+    p.add_argument("--rate", type=float, default=10.0, help="arrival rate, requests/s")
+    p.add_argument("--cv", type=float, default=1.0,
+                   help="gamma arrivals: coefficient of variation of the gaps")
     p.add_argument("--max-new-tokens", type=int, default=32,
                    help="output tokens per request (EOS is ignored, as in vLLM benchmarks)")
     p.add_argument("--policy", default="fixed", help="fixed or tetris")
@@ -91,34 +105,45 @@ def _add_run_flags(p) -> None:
 
 def _register_validate(subparsers) -> None:
     v = subparsers.add_parser(
-        "validate", help="simulate a live run's workload and compare with its measurements",
-        description="Replays the live run's recorded per-position statistics (its trace/, same "
-                    "requests, prompt and output lengths, policy, budget, batch size and "
-                    "verifier uniforms) through simulator.run.simulate with a profiled cost "
-                    "model, and prints measured vs simulated per-step latency and throughput "
-                    "with relative errors (simulated - measured) / measured. Without --profile "
-                    "the cost model is fitted to LIVE_DIR/profile_grid.csv (from `live "
-                    "--profile-grid`: out-of-sample) when present, else to the live run's own "
-                    "passes (in-sample).",
+        "validate", help="predict a live run with the simulator and compare (out of sample "
+                         "with --fit)",
+        description="Simulates a live run's workload (run B: its recorded per-position "
+                    "statistics in trace/, requests, prompt and output lengths, arrival process "
+                    "and seed, max_num_seqs, policy, budget and verifier uniforms) through "
+                    "simulator.run.simulate with a profiled cost model, and prints measured vs "
+                    "simulated throughput, makespan, e2e mean and p99, TTFT, TPOT and step "
+                    "latency with relative errors (simulated - measured) / measured, plus the "
+                    "per-step latency MAPE (every measured step priced on its own passes). "
+                    "Cost model: with --fit RUN_A (out of sample), fitted to RUN_A's "
+                    "profile_grid.csv (`live --profile-grid`; RUN_A's passes when it has none) "
+                    "with RUN_A's mean overhead per step; without --fit, to B's own grid, or "
+                    "to B's own passes (--in-sample, labelled in-sample).",
         epilog=example("specbatch zoo train --out /tmp/zoo --size tiny", _LIVE_EXAMPLE,
-                       "specbatch validate /tmp/live",
-                       "specbatch validate /tmp/live --profile /tmp/live/profile_grid.csv "
-                       "--out /tmp/live-sim --json"),
+                       "specbatch live --draft /tmp/zoo/draft --target /tmp/zoo/target "
+                       "--prompts default:16 --max-new-tokens 16 --policy tetris --k 3 "
+                       "--extra 1 --verify block --max-num-seqs 4 --arrival poisson --rate 20 "
+                       "--seed 1 --out /tmp/live-b",
+                       "specbatch validate /tmp/live-b --fit /tmp/live",
+                       "specbatch validate /tmp/live --in-sample --out /tmp/live-sim --json"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    v.add_argument("live_dir", metavar="LIVE_DIR", help="output directory of `specbatch live`")
+    v.add_argument("live_dir", metavar="LIVE_DIR", nargs="?", default=None,
+                   help="output directory of `specbatch live` to predict (or --predict)")
+    v.add_argument("--predict", default=None, metavar="RUN_B",
+                   help="the live run to predict (same as LIVE_DIR)")
+    v.add_argument("--fit", default=None, metavar="RUN_A",
+                   help="fit the cost model and overhead on this other live run (out of "
+                        "sample); default: the predicted run itself")
     v.add_argument("--profile", nargs="+", default=None, metavar="FILE",
                    help="latency profile(s) (CSV/Parquet, e.g. one per role from `specbatch "
-                        "profile`) to fit the cost model (default: the live run's own "
-                        "profile.csv, in-sample)")
+                        "profile`) to fit the cost model instead")
     v.add_argument("--in-sample", action="store_true",
-                   help="fit the cost model to the live run's own passes even when "
-                        "LIVE_DIR/profile_grid.csv exists")
+                   help="fit the cost model to the predicted run's own passes (in-sample)")
     v.add_argument("--target-model", default=None,
                    help="select the target rows of a profile holding several models")
     v.add_argument("--draft-model", default=None,
                    help="select the draft rows of a profile holding several models")
     v.add_argument("--overhead", type=float, default=None,
-                   help="per-step overhead seconds (default: the live run's mean measured "
+                   help="per-step overhead seconds (default: the fitting run's mean measured "
                         "overhead per step)")
     v.add_argument("--out", default=None, help="also write the simulated tables here")
     add_json_flag(v)
@@ -174,7 +199,9 @@ def _live_config(args):
     cfg = LiveConfig(max_new_tokens=args.max_new_tokens, policy=args.policy, k=args.k,
                      extra=args.extra, verify=args.verify, temperature=args.temperature,
                      device=args.device, dtype=args.dtype, seed=args.seed,
-                     max_prompt_tokens=args.max_prompt_tokens, verifier=args.verifier)
+                     max_prompt_tokens=args.max_prompt_tokens, verifier=args.verifier,
+                     max_num_seqs=args.max_num_seqs, arrival=args.arrival, rate=args.rate,
+                     cv=args.cv)
     cfg.check()
     require(args.extra == 0 or args.policy == "tetris",
             f"--extra: expected 0 for policy {args.policy} (e widens tetris drafts only), "
@@ -223,7 +250,7 @@ def _profile_grid(args, cfg, ids, draft, target, names) -> None:
     from specbatch.live.profile_grid import grid_cells, profile_grid
     from specbatch.traces.profile import write_profile
 
-    cells = grid_cells(len(ids), cfg.depth, float(np.mean([len(i) for i in ids])),
+    cells = grid_cells(cfg.slots(len(ids)), cfg.depth, float(np.mean([len(i) for i in ids])),
                        cfg.max_new_tokens)
     frame = profile_grid(draft, target, names, cells, str(next(target.parameters()).device),
                          cfg.dtype, repeats=args.grid_repeats)
@@ -232,11 +259,15 @@ def _profile_grid(args, cfg, ids, draft, target, names) -> None:
 
 def _validate(args) -> int:
     from specbatch.analysis.validate import format_report, validate
+    from specbatch.errors import require
 
+    require((args.live_dir is None) != (args.predict is None),
+            "validate: expected the run to predict as LIVE_DIR or --predict RUN_B (one of them)")
     if args.out:
         check_output_dir(args.out, allow_existing=True)
-    report = validate(args.live_dir, profile=args.profile, target_model=args.target_model,
-                      draft_model=args.draft_model, overhead=args.overhead, out=args.out,
-                      in_sample=args.in_sample)
+    report = validate(args.live_dir or args.predict, profile=args.profile,
+                      target_model=args.target_model, draft_model=args.draft_model,
+                      overhead=args.overhead, out=args.out, in_sample=args.in_sample,
+                      fit_dir=args.fit)
     emit(report, args.json, None if args.json else format_report(report))
     return 0

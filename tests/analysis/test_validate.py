@@ -137,3 +137,59 @@ def test_bad_paths_are_one_line_errors_with_exit_2(args, needle, tmp_path, capsy
 def test_validate_of_a_directory_without_a_live_run_is_a_one_line_error(tmp_path, capsys):
     code, _, err = run_cli(capsys, "validate", str(tmp_path))
     assert code == 2 and "live.json" in err and len(err.strip().splitlines()) == 1
+
+
+def _tiny_run(capsys, pair, prompts_file, out, seed, *extra):
+    code, _, err = run_cli(capsys, "live", "--draft", pair[0], "--target", pair[1],
+                           "--prompts", prompts_file, "--max-new-tokens", "6", "--policy",
+                           "fixed", "--k", "2", "--temperature", "1.0", "--max-num-seqs", "2",
+                           "--arrival", "poisson", "--rate", "40", "--seed", str(seed),
+                           "--warmup", "0", *extra, "--out", str(out), "--json")
+    assert code == 0, err
+
+
+def test_validate_fits_one_run_and_predicts_another_out_of_sample(pair, prompts_file,
+                                                                   tmp_path, capsys):
+    run_a, run_b = tmp_path / "a", tmp_path / "b"
+    _tiny_run(capsys, pair, prompts_file, run_a, 0, "--profile-grid", "--grid-repeats", "1")
+    _tiny_run(capsys, pair, prompts_file, run_b, 1)
+    for args in (["--fit", str(run_a), "--predict", str(run_b)], [str(run_b), "--fit",
+                                                                  str(run_a)]):
+        code, stdout, err = run_cli(capsys, "validate", *args, "--json")
+        assert code == 0, err
+        report = json.loads(stdout)
+        assert report["mode"] == "out-of-sample" and report["fit_dir"] == str(run_a)
+        assert report["live_dir"] == str(run_b) and "profile_grid.csv" in report["cost_model"]
+        a_steps = pd.read_parquet(run_a / "steps.parquet")
+        assert report["overhead_per_step"] == pytest.approx(a_steps["overhead_time"].mean())
+        assert report["simulated"]["tokens"] == report["measured"]["tokens"] == 6 * len(PROMPTS)
+        # fixed: every request's τ sequence replays exactly, whatever the predicted schedule
+        b_req = pd.read_parquet(run_b / "requests.parquet")
+        assert report["simulated"]["mal"] == pytest.approx(report["measured"]["mal"])
+        assert report["measured"]["e2e_mean"] == pytest.approx(
+            float((b_req["finish"] - b_req["arrival"]).mean()))
+        for key in ("throughput", "e2e_mean", "e2e_p99", "tpot_mean", "step_latency_mape"):
+            assert np.isfinite(report["relative_error"][key]), key
+    code, stdout, _ = run_cli(capsys, "validate", "--fit", str(run_a), "--predict", str(run_b))
+    assert code == 0 and "out-of-sample" in stdout and "per-step latency MAPE" in stdout
+    code, _, err = run_cli(capsys, "validate", str(run_b), "--predict", str(run_a))
+    assert code == 2 and "LIVE_DIR or --predict" in err
+
+
+def test_per_step_prediction_prices_each_step_as_the_simulator_does(pair, tmp_path):
+    """On a replay that takes the live run's exact steps, the simulator's step times equal
+    the recorded passes priced one by one (the pass sums are the simulator's own)."""
+    from specbatch.analysis.validate import cost_model, predicted_step_latency
+
+    models = load_saved_pair(pair)
+    result = run_live(*models, IDS, LiveConfig(max_new_tokens=7, policy="fixed", k=3))
+    write_live(result, tmp_path / "live", {"models": {}})
+    report = validate(tmp_path / "live", in_sample=True, out=tmp_path / "sim")
+    assert report["trajectory_match"] is True and report["mode"] == "in-sample"
+    cost, _, _ = cost_model(tmp_path / "live", None, True, report["overhead_per_step"], None,
+                            None)
+    sim = pd.read_parquet(tmp_path / "sim" / "steps.parquet")
+    pred = predicted_step_latency(cost, pd.read_csv(tmp_path / "live" / "profile.csv"),
+                                  len(sim))
+    sim_total = sim[["draft_time", "target_time", "overhead_time"]].sum(axis=1).to_numpy()
+    np.testing.assert_allclose(pred, sim_total, rtol=1e-9)

@@ -37,3 +37,24 @@ def test_extra_with_policy_fixed_is_refused_not_ignored(tmp_path, capsys):
     assert main([*ARGS, "--policy", "fixed", "--extra", "1", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--extra: expected 0 for policy fixed" in err
+
+
+def test_arrival_and_slot_flags_reach_the_run_and_its_simulator_config(tmp_path, capsys):
+    out = tmp_path / "live"
+    assert main([*ARGS, "--max-num-seqs", "1", "--arrival", "gamma", "--rate", "50", "--cv",
+                 "2", "--seed", "3", "--out", str(out)]) == 0
+    capsys.readouterr()
+    settings = json.loads((out / "live.json").read_text())["settings"]
+    assert (settings["max_num_seqs"], settings["arrival"], settings["rate"], settings["cv"]) \
+        == (1, "gamma", 50.0, 2.0)
+    config = (out / "config.toml").read_text()
+    assert 'arrival = "gamma"' in config and "max_num_seqs = 1" in config
+
+
+@pytest.mark.parametrize("flags,needle", [(["--arrival", "trace"], "--arrival"),
+                                          (["--rate", "0"], "--rate"),
+                                          (["--max-num-seqs", "0"], "--max-num-seqs")])
+def test_bad_arrival_and_slot_flags_are_one_line_errors(flags, needle, tmp_path, capsys):
+    assert main([*ARGS, *flags, "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err

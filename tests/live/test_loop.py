@@ -1,5 +1,5 @@
 """The live loop is exact: TV and BV at temperature 0 reproduce the target's own greedy
-decoding, whatever the policy and cache compaction; the policy is the simulator's (TETRIS
+decoding, whatever the policy, arrivals and number of running slots; the policy is the simulator's (TETRIS
 verifies exactly its budget); the torch verifier and the replay path agree."""
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ def greedy(models):
     return [_greedy(models[1], ids, 12) for ids in IDS]
 
 
-@pytest.mark.parametrize("policy,k,extra,rule,compact", [
-    ("fixed", 3, 0, "token", 0.25),
-    ("tetris", 2, 2, "token", 0.25),
-    ("tetris", 2, 1, "block", 0.0),   # compact the caches after every step
-    ("fixed", 4, 0, "block", 1.0),    # never compact: holes accumulate
+@pytest.mark.parametrize("policy,k,extra,rule,slots,arrival", [
+    ("fixed", 3, 0, "token", None, "burst"),     # one static batch
+    ("tetris", 2, 2, "token", 2, "burst"),       # joins as others leave
+    ("tetris", 2, 1, "block", 3, "poisson"),     # joins mid-run, idle gaps
+    ("fixed", 4, 0, "block", 1, "gamma"),        # one request at a time
 ])
 def test_temperature_zero_output_equals_target_greedy(models, greedy, policy, k, extra, rule,
-                                                      compact):
+                                                      slots, arrival):
     cfg = LiveConfig(max_new_tokens=12, policy=policy, k=k, extra=extra, verify=rule,
-                     compact_fraction=compact)
+                     max_num_seqs=slots, arrival=arrival, rate=40.0, cv=2.0)
     result = run_live(*models, IDS, cfg)
     assert result.outputs == greedy
     # the draft agrees often enough that accepted tokens (and KV holes) are exercised
@@ -79,7 +79,7 @@ def test_tetris_allocation_is_the_simulator_policy_on_the_recorded_confidence(mo
                      temperature=1.0, seed=5)
     result = run_live(*models, IDS, cfg)
     policy = make_policy(cfg.sim_config(len(IDS)), cfg.depth)
-    by_step: dict[int, list] = {}  # static batch: a request's j-th position is decode step j
+    by_step: dict[int, list] = {}  # one static batch: a request's j-th position is step j
     for rows in result.trace_rows.values():  # uids in batch order
         for step, t in enumerate(sorted(rows)):
             by_step.setdefault(step, []).append(rows[t])
