@@ -49,6 +49,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost_interface import CostModel, SumsCostModel
+from specbatch.simulator.draft_cost import draft_seconds, draft_seconds_from_sums
 from specbatch.simulator.kv import BlockManager, kv_capacity
 from specbatch.simulator.policies import Policy, StepView
 from specbatch.simulator.state import (
@@ -454,10 +455,10 @@ class Engine:
                 float(svv + 2 * verified_sum + n))
         kv = m[_M_KV]
         if self.from_sums is not None:
-            draft_t = self.draft_passes_from_sums(drafted, kv, depth_used, skv,
-                                                  drafted_sum == n * depth_used)
+            draft_t = draft_seconds_from_sums(self.from_sums, drafted, kv, depth_used, skv,
+                                              drafted_sum == n * depth_used, self.pass_index)
         else:
-            draft_t = self.draft_passes(drafted, kv, depth_used)
+            draft_t = draft_seconds(self.cost, drafted, kv, depth_used)
         return emitted, drafted_sum, verified_sum, accepted_sum, depth_used, draft_t, sums
 
     def commit(self, rep: Replica, m: np.ndarray, d_idx: np.ndarray | None) -> None:
@@ -500,48 +501,6 @@ class Engine:
         rep.n_prefilling -= int(done.sum())
         return (np.concatenate([q_len, chunk]), np.concatenate([kv, kv_before]), draft_t,
                 int(chunk.sum()), c_idx[done])
-
-    def draft_passes(self, drafted: np.ndarray, kv: np.ndarray, depth_used: int) -> float:
-        """Σ_d of the draft pass d < ``depth_used`` over the requests still drafting (query 1,
-        KV ``kv + d``), one ``step_time`` call per pass.  drafted, kv # [n]"""
-        cost, n = self.cost, drafted.shape[0]
-        draft_t = 0.0
-        if depth_used:
-            ones = np.ones(n, dtype=_I64)
-            uniform = int(drafted.min()) == depth_used  # every request drafts to the end
-            for d in range(depth_used):
-                if uniform:
-                    draft_t += float(cost.step_time("draft", ones, kv + d))
-                else:
-                    active = drafted > d
-                    draft_t += float(cost.step_time("draft", ones[active], kv[active] + d))
-        return draft_t
-
-    def draft_passes_from_sums(self, drafted: np.ndarray, kv: np.ndarray, depth_used: int,
-                               skv: int, uniform: bool) -> float:
-        """:meth:`draft_passes` bit for bit, from the cost model's ``time_from_sums``: pass d
-        has n_d = #{i : drafted_i > d} requests with query 1 and Σc = Σ_{drafted_i > d} kv_i +
-        n_d·d (integers, exact in float64), summed in the same order.
-        drafted, kv # [n];  skv = Σ kv;  uniform: every request drafts ``depth_used``."""
-        if not depth_used:
-            return 0.0
-        f = self.from_sums
-        n = drafted.shape[0]
-        draft_t = 0.0
-        if uniform:
-            fn = float(n)
-            for d in range(depth_used):
-                c = float(skv + n * d)
-                draft_t += float(f("draft", n, fn, c, c, fn))
-            return draft_t
-        active = drafted[:, None] > self.pass_index[None, :depth_used]  # [n, depth_used]
-        counts = active.sum(axis=0).tolist()
-        kv_sums = (kv @ active).tolist()
-        for d in range(depth_used):
-            m = counts[d]
-            c = float(kv_sums[d] + m * d)
-            draft_t += float(f("draft", m, float(m), c, c, float(m)))
-        return draft_t
 
     def verify_reference(self, rep: Replica, d_idx: np.ndarray | None, q: np.ndarray,
                          pt: np.ndarray, z: np.ndarray, verified: np.ndarray
