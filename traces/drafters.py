@@ -23,8 +23,8 @@ from specbatch.theory.stats_torch import probs_at, sample_inverse_cdf
 if TYPE_CHECKING:
     from specbatch.traces.capture import CaptureConfig
 
-__all__ = ["Drafter", "Layout", "ModelDrafter", "as_drafter", "full_cache", "shared_cache",
-           "sliding_window", "widen", "window_masks"]
+__all__ = ["Drafter", "Layout", "ModelDrafter", "as_drafter", "full_cache", "one_hot_logits",
+           "shared_cache", "sliding_window", "widen", "window_masks"]
 
 
 def sliding_window(model) -> int | None:
@@ -91,7 +91,8 @@ class Drafter:
     naive twin). Both return ``(tokens # [P, K] int64, draft_logits # [P, K, V'],
     proposed # [P] int64 or None)``: ``draft_logits`` at temperature T give ``Ms(·|X^i)``;
     ``V' > V`` only for virtual filler tokens the target gives probability 0 (ids ≥ V);
-    ``proposed`` the real tokens per row (None: all K).
+    :meth:`draft` may return None for a one-hot draft (``Ms`` one-hot at the drafted token at
+    any temperature: :func:`one_hot_logits`); ``proposed`` the real tokens per row (None: K).
     """
 
     def identity(self) -> dict:
@@ -204,6 +205,17 @@ class Layout:
         n = mask.shape[1]
         return window_masks(model, self.slot_pos[:, n - queries:n], self.slot_pos[:, :n], mask,
                             window)
+
+
+def one_hot_logits(x, width: int):
+    """Logits 0 at the drafted token and −inf elsewhere: ``Ms`` one-hot at any temperature.
+
+    x: # [P, K] int64 token ids < width;  returns # [P, K, width] float32
+    """
+    import torch
+
+    logits = torch.full((*x.shape, width), -torch.inf, device=x.device)
+    return logits.scatter_(-1, x.unsqueeze(-1), 0.0)
 
 
 def widen(logits, width: int):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.errors import require
-from specbatch.traces.drafters import Drafter
+from specbatch.traces.drafters import Drafter, one_hot_logits
 
 #: The ``--draft`` value that selects this drafter instead of a draft model directory.
 NGRAM = "ngram"
@@ -93,9 +93,10 @@ class NgramDrafter(Drafter):
 
     A row proposes ``m = proposed`` tokens (0..K); slots ``j ≥ m`` hold the filler token id V
     (one past the target's vocabulary), to which the target gives probability 0, so the row
-    keeps K columns and stays lossless (:mod:`specbatch.traces.trace`). Draft logits are 0 on
-    the drafted token and −inf elsewhere (``Ms`` one-hot at any temperature), over V + 1
-    columns. The uniforms are not used: the draft is deterministic.
+    keeps K columns and stays lossless (:mod:`specbatch.traces.trace`). ``Ms`` is one-hot at
+    the drafted token at any temperature (over V + 1 columns, the filler included), so the
+    batched path returns no draft logits and capture records the one-hot statistics
+    directly. The uniforms are not used: the draft is deterministic.
     """
 
     def __init__(self, n_min: int, n_max: int, vocab: int) -> None:
@@ -111,25 +112,28 @@ class NgramDrafter(Drafter):
         return np.concatenate([np.asarray(prompt_ids, dtype=np.int64), y.cpu().numpy()])
 
     def draft(self, state, n_prompt: int, ts, uniforms, cfg) -> tuple:
-        proposals = [propose_ngram(state[:n_prompt + int(t)], cfg.depth, self.n_min, self.n_max)
-                     for t in ts.tolist()]
-        return self._rows(proposals, cfg.depth, ts.device)
-
-    def draft_one(self, ctx, uniforms, cfg) -> tuple:
-        """The reference twin's draft: :func:`propose_ngram_reference` on ``ctx`` # [1, L]."""
-        ids = ctx[0].tolist()
-        proposal = propose_ngram_reference(ids, cfg.depth, self.n_min, self.n_max)
-        return self._rows([np.asarray(proposal, dtype=np.int64)], cfg.depth, ctx.device)
-
-    def _rows(self, proposals: list, k: int, device) -> tuple:
-        """(tokens # [P, K], one-hot logits # [P, K, V+1], proposed # [P]) of ``proposals``."""
+        """(tokens # [P, K] with fillers, None: one-hot rows, proposed # [P])."""
         import torch
 
+        proposals = [propose_ngram(state[:n_prompt + int(t)], cfg.depth, self.n_min, self.n_max)
+                     for t in ts.tolist()]
+        tokens, proposed = self._tokens(proposals, cfg.depth)
+        return torch.from_numpy(tokens).to(ts.device), None, proposed
+
+    def draft_one(self, ctx, uniforms, cfg) -> tuple:
+        """The reference twin's draft: :func:`propose_ngram_reference` on ``ctx`` # [1, L],
+        with explicit one-hot logits # [1, K, V+1]."""
+        import torch
+
+        proposal = propose_ngram_reference(ctx[0].tolist(), cfg.depth, self.n_min, self.n_max)
+        tokens, proposed = self._tokens([proposal], cfg.depth)
+        x = torch.from_numpy(tokens).to(ctx.device)
+        return x, one_hot_logits(x, self.vocab + 1), proposed
+
+    def _tokens(self, proposals: list, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens # [P, K] padded with the filler id V, proposed # [P]) of ``proposals``."""
         proposed = np.array([len(p) for p in proposals], dtype=np.int64)
         tokens = np.full((len(proposals), k), self.vocab, dtype=np.int64)
         for row, p in enumerate(proposals):
             tokens[row, :len(p)] = p
-        x = torch.from_numpy(tokens).to(device)
-        logits = torch.full((*x.shape, self.vocab + 1), -torch.inf, device=device)
-        logits.scatter_(-1, x.unsqueeze(-1), 0.0)
-        return x, logits, proposed
+        return tokens, proposed

@@ -36,11 +36,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specbatch.theory.stats_torch import path_stats_torch, probs_at, sample_inverse_cdf
+from specbatch.theory.stats_torch import (
+    block_weights_torch,
+    path_stats_torch,
+    probs_at,
+    sample_inverse_cdf,
+)
 from specbatch.traces.drafters import (
     Layout,
     as_drafter,
     full_cache,
+    one_hot_logits,
     shared_cache,
     widen,
 )
@@ -206,8 +212,9 @@ def capture_positions(draft, target, prompt_ids: list[int], index: int, cfg: Cap
                       reference: tuple, return_rows: bool = False) -> dict:
     """All output positions of one request, given its reference ``(y, logits, cache)``.
 
-    Positions where the drafter proposes nothing (``proposed = 0``) skip the target pass:
-    their statistics read only the row ``Mb(·|c, y_<t)`` the reference already holds.
+    A one-hot drafter (``draft_logits`` None) takes :func:`append_one_hot_stats`: only the
+    target's probabilities of the proposed tokens are needed, and positions that propose
+    nothing skip the target pass.
     """
     import torch
 
@@ -222,30 +229,57 @@ def capture_positions(draft, target, prompt_ids: list[int], index: int, cfg: Cap
             ts = torch.arange(a, min(n, a + cfg.batch_size), device=y.device)
             x, dl, proposed = drafter.draft(state, n_prompt, ts,
                                             torch.from_numpy(u_draft[a:a + len(ts)]), cfg)
-            if proposed is None:
-                tl = score_paths(target, t_cache, t_row0[ts], n_prompt, ts, x, dl.shape[-1])
-            else:
-                tl = _score_proposed(target, t_cache, t_row0[ts], n_prompt, ts, x,
-                                     dl.shape[-1], proposed)
+            if dl is None:
+                append_one_hot_stats(parts, target, (t_cache, t_row0[ts], n_prompt, ts), x,
+                                     proposed, cfg.temperature, return_rows)
+                continue
+            tl = score_paths(target, t_cache, t_row0[ts], n_prompt, ts, x, dl.shape[-1])
             append_path_stats(parts, x, dl, tl, cfg.temperature, return_rows, proposed)
     result = {name: np.concatenate(v) for name, v in parts.items()}
     result["y"] = y.cpu().numpy()
     return result
 
 
-def _score_proposed(target, target_cache, target_row0, n_prompt: int, ts, x, width: int,
-                    proposed: np.ndarray):
-    """:func:`score_paths` for the rows with ``proposed > 0`` only; a row proposing nothing
-    keeps copies of ``target_row0`` (its statistics read row 0 alone: p = 0 from the first
-    filler on).  proposed # [P]; returns # [P, K+1, V']"""
+def append_one_hot_stats(parts: dict, target, scoring: tuple, x, proposed: np.ndarray,
+                         temperature: float, return_rows: bool) -> None:
+    """:func:`append_path_stats` for one-hot drafts, from the drafted tokens' target
+    probabilities alone (THEORY.md §3): ``q = 1``, ``pt_i = Mb(x_i|X^{i-1})`` (0 on fillers),
+    ``p_i = min(p_{i-1} pt_i, 1)``, ``Z_{i+1} = p_i (1 − pt_{i+1})``; draft signals 1 on
+    proposed tokens (``draft_conf = top1 = 1``, ``entropy = 0``) and 0 on fillers. Only rows
+    with ``proposed > 0`` go through :func:`score_paths`. The naive twin computes the same
+    numbers with :func:`path_stats_torch` on explicit one-hot rows (parity test).
+
+    scoring: ``(target_cache, target_row0 # [P, V], n_prompt, ts # [P])``;  x: # [P, K]
+    tokens (fillers = V);  proposed: # [P]
+    """
     import torch
 
-    tl = widen(target_row0, width)[:, None].repeat(1, x.shape[1] + 1, 1)
-    scored = torch.from_numpy(np.flatnonzero(proposed > 0)).to(ts.device)
+    cache, row0, n_prompt, ts = scoring
+    (p_count, k), vocab = x.shape, row0.shape[-1]
+    real = torch.arange(k, device=x.device)[None, :] < torch.from_numpy(proposed).to(x.device)[:, None]
+    pt = torch.zeros(p_count, k, dtype=torch.float64, device=x.device)
+    scored = torch.from_numpy(np.flatnonzero(proposed > 0)).to(x.device)
+    tl = widen(row0, vocab + 1)[:, None].repeat(1, k + 1, 1) if return_rows else None
     if len(scored):
-        tl[scored] = score_paths(target, target_cache, target_row0[scored], n_prompt,
-                                 ts[scored], x[scored], width)
-    return tl
+        rows = score_paths(target, cache, row0[scored], n_prompt, ts[scored], x[scored], vocab)
+        probs = probs_at(rows[:, :k], temperature)  # [S, K, V]
+        pt[scored] = probs.gather(-1, x[scored].clamp(max=vocab - 1).unsqueeze(-1)).squeeze(-1)
+        if tl is not None:
+            tl[scored] = widen(rows, vocab + 1)
+    pt = torch.where(real, pt, 0.0)
+    p = block_weights_torch(torch.ones_like(pt), pt)
+    p_prev = torch.cat([torch.ones_like(p[:, :1]), p[:, :-1]], dim=1)
+    signal = real.double()
+    stats = {"q": np.ones((p_count, k)), "pt": pt, "p": p, "z": p_prev * (1 - pt),
+             "draft_conf": signal, "entropy": torch.zeros_like(pt), "top1": signal}
+    stats = {name: v if isinstance(v, np.ndarray) else v.cpu().numpy() for name, v in stats.items()}
+    stats["draft_token"] = x.cpu().numpy().astype(np.int32)
+    stats["proposed"] = np.asarray(proposed, dtype=np.int64)
+    if return_rows:
+        stats["draft_rows"] = probs_at(one_hot_logits(x, vocab + 1), temperature).cpu().numpy()
+        stats["target_rows"] = probs_at(tl, temperature).cpu().numpy()
+    for name, v in stats.items():
+        parts.setdefault(name, []).append(v)
 
 
 def append_path_stats(parts: dict, x, dl, tl, temperature: float, return_rows: bool,

@@ -80,7 +80,7 @@ def test_recorded_rows_are_one_hot_drafts_scored_by_the_target(target, temperatu
     assert (res["q"] == 1).all()
     rows = res["target_rows"][:, :k]  # [n, K, V+1]
     want = np.take_along_axis(rows, res["draft_token"][..., None].astype(np.int64), -1)[..., 0]
-    np.testing.assert_array_equal(res["pt"], want)
+    np.testing.assert_allclose(res["pt"], want, rtol=0, atol=1e-12)
     assert (res["pt"][~real] == 0).all() and (rows[..., vocab] == 0).all()
     # THEORY.md §3 for a one-hot draft: p_i = Π_{j≤i} pt_j, Z_{i+1} = p_i (1 − pt_{i+1})
     p_prev = np.concatenate([np.ones((len(m), 1)), np.cumprod(res["pt"], 1)[:, :-1]], 1)
