@@ -49,7 +49,7 @@ def _run(target, fn, prompt: str, temperature: float, n_min=1, n_max=3, depth=4,
     return ids, fn(tok, drafter, model, ids, index, cfg, return_rows=True)
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.0])
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
 def test_fast_path_equals_the_naive_twin_with_the_reference_proposer(target, temperature):
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
     _, fast = _run(target, capture_request, prompt, temperature, index=3)
