@@ -31,7 +31,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import prepare_output_dir
-from specbatch.traces.drafters import ModelDrafter
+from specbatch.traces.drafters import ModelDrafter, model_identity
 from specbatch.traces.ngram import NGRAM, NgramDrafter, ngram_bounds
 from specbatch.traces.positions import (
     append_path_stats,
@@ -138,21 +138,6 @@ def _load_models(roles: tuple, device: str, dtype: str) -> dict:
                                  f"tokenizer, got {first[:160]}") from None
         loaded[role] = (model.to(device).eval(), tok)
     return loaded
-
-
-def model_identity(model, path: str) -> dict:
-    c = model.config
-    return {
-        "path": str(Path(path).resolve()), "name": Path(path).name,
-        "architecture": type(model).__name__,
-        "params": int(sum(p.numel() for p in model.parameters())),
-        "shape": {"layers": c.num_hidden_layers, "hidden": c.hidden_size,
-                  "heads": c.num_attention_heads,
-                  "kv_heads": getattr(c, "num_key_value_heads", c.num_attention_heads),
-                  "intermediate": getattr(c, "intermediate_size", None),
-                  "vocab": c.vocab_size},
-        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
-    }
 
 
 # ----------------------------------------------------------------------------- whole capture

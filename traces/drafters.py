@@ -16,6 +16,7 @@ on a sliding layer of window ``W``, ``i − j < W``. Models without sliding laye
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specbatch.theory.stats_torch import probs_at, sample_inverse_cdf
@@ -23,8 +24,8 @@ from specbatch.theory.stats_torch import probs_at, sample_inverse_cdf
 if TYPE_CHECKING:
     from specbatch.traces.capture import CaptureConfig
 
-__all__ = ["Drafter", "Layout", "ModelDrafter", "as_drafter", "full_cache", "one_hot_logits",
-           "shared_cache", "sliding_window", "widen", "window_masks"]
+__all__ = ["Drafter", "Layout", "ModelDrafter", "as_drafter", "full_cache", "model_identity",
+           "one_hot_logits", "shared_cache", "sliding_window", "widen", "window_masks"]
 
 
 def sliding_window(model) -> int | None:
@@ -116,8 +117,6 @@ class ModelDrafter(Drafter):
         self.model, self.path = model, path
 
     def identity(self) -> dict:
-        from specbatch.traces.capture import model_identity
-
         return model_identity(self.model, self.path or "draft")
 
     def start(self, prompt_ids: list[int], y):
@@ -164,6 +163,22 @@ class ModelDrafter(Drafter):
                              use_cache=True)
             rows.append(out.logits[0, -1])
         return torch.stack(toks)[None], torch.stack(rows)[None], None
+
+
+def model_identity(model, path: str) -> dict:
+    """meta.json's identity of a HF model loaded from ``path``: path, shape, parameters."""
+    c = model.config
+    return {
+        "path": str(Path(path).resolve()), "name": Path(path).name,
+        "architecture": type(model).__name__,
+        "params": int(sum(p.numel() for p in model.parameters())),
+        "shape": {"layers": c.num_hidden_layers, "hidden": c.hidden_size,
+                  "heads": c.num_attention_heads,
+                  "kv_heads": getattr(c, "num_key_value_heads", c.num_attention_heads),
+                  "intermediate": getattr(c, "intermediate_size", None),
+                  "vocab": c.vocab_size},
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+    }
 
 
 def as_drafter(draft) -> Drafter:
