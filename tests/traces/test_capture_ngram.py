@@ -157,3 +157,20 @@ def test_cli_captures_with_ngram_and_rejects_bad_bounds(pair, tmp_path, capsys):
     assert main([*args, "--ngram-min", "0", "--out", str(tmp_path / "u")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--ngram-min: expected an integer >= 1" in err
+
+
+def test_the_bundled_ngram_trace_is_the_real_target_with_vllm_defaults():
+    from pathlib import Path
+
+    from specbatch.traces.format import resolve_trace
+
+    path = Path(resolve_trace("smollm2-ngram"))
+    trace = read_trace(path)
+    assert trace.K == 8 and trace.status == "complete" and trace.n_rows >= 10_000
+    assert set(trace.category) == {"code", "prose"}
+    draft = trace.meta["models"]["draft"]
+    assert (draft["drafter"], draft["n_min"], draft["n_max"]) == ("ngram", 5, 5)
+    assert trace.meta["models"]["target"]["shape"]["vocab"] == 49152
+    assert trace.meta["capture"]["chat_template"] is True
+    assert trace.proposed is not None and 0 < (trace.proposed > 0).mean() < 1
+    assert (trace.q == 1).all() and sum(f.stat().st_size for f in path.iterdir()) <= 6 * 2**20
