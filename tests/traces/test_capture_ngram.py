@@ -159,14 +159,17 @@ def test_cli_captures_with_ngram_and_rejects_bad_bounds(pair, tmp_path, capsys):
     assert err.count("\n") == 1 and "--ngram-min: expected an integer >= 1" in err
 
 
-def test_the_bundled_ngram_trace_is_the_real_target_with_vllm_defaults():
+@pytest.mark.parametrize("name, temperature", [("smollm2-ngram", 1.0),
+                                               ("smollm2-ngram-t0", 0.0)])
+def test_the_bundled_ngram_traces_are_the_real_target_with_vllm_defaults(name, temperature):
     from pathlib import Path
 
     from specbatch.traces.format import resolve_trace
 
-    path = Path(resolve_trace("smollm2-ngram"))
+    path = Path(resolve_trace(name))
     trace = read_trace(path)
     assert trace.K == 8 and trace.status == "complete" and trace.n_rows >= 10_000
+    assert trace.temperature == temperature
     assert set(trace.category) == {"code", "prose"}
     draft = trace.meta["models"]["draft"]
     assert (draft["drafter"], draft["n_min"], draft["n_max"]) == ("ngram", 5, 5)
