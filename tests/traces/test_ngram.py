@@ -25,8 +25,7 @@ def test_fast_path_equals_the_reference_twin(context, k, n_min, extra):
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 1), min_size=1, max_size=12), st.integers(1, 3))
 def test_binary_sequences_always_propose_when_n_min_is_one(context, k):
-    # with n = 1 any earlier copy of the last token matches; a binary sequence of length >= 3
-    # repeats its last token unless it is e.g. [0, 1] or [1, 1, 0]
+    # with n = 1 any earlier copy of the last token matches
     out = propose_ngram(context, k, 1, 3)
     earlier = context[-1] in context[:-1]
     assert (out.size > 0) == earlier
