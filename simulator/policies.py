@@ -8,6 +8,12 @@ view it reads *before* verification; only ``oracle`` and ``hindsight`` read the 
 are bounds). The simulator builds views from trace rows, the live loop from the draft it
 just ran, so both run the same ``decide``.
 
+Drafters that may propose fewer than K tokens (the n-gram drafter: a trace with a ``proposed``
+column) cap every policy: whatever ``decide`` returns, a request drafts and verifies at most its
+row's proposed count (:meth:`StepView.cap`, applied to every subclass's ``decide``), so
+``fixed`` at k verifies ``min(k, proposed)`` tokens, as vLLM verifies only what its n-gram
+proposer found.
+
 Registry :data:`POLICIES` maps a name to a class built with ``cls(config, trace_k)``; each
 class states the draft depth it needs with :meth:`Policy.required_depth`.
 Budget: ``view.budget`` is C (``config.budget``, default ``k × n``, THEORY.md §5). ``tetris``
@@ -17,6 +23,7 @@ choose per-request lengths and ignore C (documented below).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -158,6 +165,22 @@ class StepView:
         return table.take(rows, axis=0)
 
     @property
+    def proposed(self) -> np.ndarray | None:
+        """Real draft tokens of each request's row # [n] int64, or None (all K): the trace's
+        optional ``proposed`` column (n-gram drafts); array views have none."""
+        column = getattr(self._trace, "proposed", None)
+        return None if column is None else column[self._rows]
+
+    def cap(self, drafted: np.ndarray, verified: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(min(drafted, proposed), min(verified, proposed))``: nothing is drafted or verified
+        past what the drafter proposed (the trace's fillers there are never accepted, so only
+        the counted work changes).  drafted, verified # [n]"""
+        proposed = self.proposed
+        if proposed is None:
+            return drafted, verified
+        return np.minimum(drafted, proposed), np.minimum(verified, proposed)
+
+    @property
     def cum_conf(self) -> np.ndarray:
         """TETRIS's surrogate :func:`cumulative_confidence` of ``conf``.  # [n, depth]"""
         if self._trace is None:
@@ -173,6 +196,13 @@ class Policy:
     speculates = True
     #: The :class:`StepView` fields ``decide`` reads besides n, budget and depth.
     reads: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Each subclass's own ``decide`` returns lengths capped by :meth:`StepView.cap`."""
+        super().__init_subclass__(**kwargs)
+        decide = cls.__dict__.get("decide")
+        if decide is not None:
+            cls.decide = _capped(decide)
 
     def __init__(self, config: Any, trace_k: int) -> None:
         self.k = int(config.num_speculative_tokens)
@@ -191,6 +221,13 @@ class Policy:
 
     def observe(self, verified: np.ndarray, accepted: np.ndarray) -> None:
         """Feedback after verification (``verified``, ``accepted`` # [n] int64)."""
+
+
+def _capped(decide: Callable) -> Callable:
+    @functools.wraps(decide)
+    def capped(self: Policy, view: StepView) -> tuple[np.ndarray, np.ndarray]:
+        return view.cap(*decide(self, view))
+    return capped
 
 
 class AutoRegressive(Policy):

@@ -7,6 +7,11 @@ file per chunk of requests. After every chunk the directory is a valid trace of 
 requests, and ``meta.json`` records enough (content fingerprint, per-request status, chunking)
 for ``--resume`` to finish an interrupted run with the same numbers.
 
+The drafter is a draft model directory, or :data:`~specbatch.traces.ngram.NGRAM`
+(``--draft ngram``): prompt-lookup drafting (:mod:`specbatch.traces.ngram`), no draft model
+loaded, bounds ``ngram_min``/``ngram_max`` in the config (vLLM's defaults), its identity in
+``meta.json``'s ``models.draft`` and its settings in the fingerprint.
+
 The per-request functions are re-exported here (``capture_request``, ``capture_positions``,
 ``capture_request_naive``, ``generate_reference``, ...).
 """
@@ -26,6 +31,8 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import prepare_output_dir
+from specbatch.traces.drafters import ModelDrafter, model_identity
+from specbatch.traces.ngram import NGRAM, NgramDrafter, ngram_bounds
 from specbatch.traces.positions import (
     append_path_stats,
     capture_positions,
@@ -37,11 +44,12 @@ from specbatch.traces.positions import (
     request_uniforms,
 )
 from specbatch.traces.prompts import Prompt
+from specbatch.traces.trace import LIST_COLUMNS, PROPOSED
 
 __all__ = [
     "CaptureConfig", "append_path_stats", "capture", "capture_positions", "capture_request",
     "capture_request_naive", "encode_prompt", "generate_reference", "generate_reference_batch",
-    "load_pair", "model_identity", "request_uniforms",
+    "load_pair", "load_target", "model_identity", "request_uniforms",
 ]
 
 STATUS_DONE, STATUS_PENDING = "done", "pending"
@@ -61,6 +69,8 @@ class CaptureConfig:
     chunk_requests: int = 8        # requests per positions file (the unit of --resume)
     store_dtype: str = "float64"   # float columns on disk: float64 or float32 (half the size)
     chat_template: bool = False    # wrap each prompt as a user turn in the tokenizer's template
+    ngram_min: int | None = None   # n-gram drafter only: prompt_lookup_min (None: model draft)
+    ngram_max: int | None = None   # n-gram drafter only: prompt_lookup_max
 
     def content_key(self) -> dict:
         """Fields that change the captured numbers (batch size and chunking do not; a plain
@@ -70,6 +80,9 @@ class CaptureConfig:
             d.pop(k)
         if not d["chat_template"]:
             d.pop("chat_template")
+        for k in ("ngram_min", "ngram_max"):
+            if d[k] is None:
+                d.pop(k)
         return d
 
 
@@ -80,6 +93,25 @@ def load_pair(draft_path: str, target_path: str, device: str = "cpu", dtype: str
     Raises a one-line :class:`SpecbatchError` for a path that is not a model directory, or a
     draft and target whose vocabularies differ.
     """
+    loaded = _load_models((("draft", draft_path), ("target", target_path)), device, dtype)
+    (draft, dtok), (target, ttok) = loaded["draft"], loaded["target"]
+    dv, tv = draft.get_output_embeddings().weight.shape[0], target.get_output_embeddings().weight.shape[0]
+    require(dv == tv, f"models {draft_path} and {target_path}: expected the same vocabulary, "
+            f"got {dv} and {tv} output logits")
+    require(dtok.get_vocab() == ttok.get_vocab(),
+            f"models {draft_path} and {target_path}: expected the same tokenizer vocabulary, "
+            f"got {len(dtok)} and {len(ttok)} different tokens")
+    return dtok, draft, target
+
+
+def load_target(target_path: str, device: str = "cpu", dtype: str = "float32"):
+    """Load tokenizer and target alone (a drafter without a model); errors as :func:`load_pair`."""
+    model, tok = _load_models((("target", target_path),), device, dtype)["target"]
+    return tok, model
+
+
+def _load_models(roles: tuple, device: str, dtype: str) -> dict:
+    """``{role: (model, tokenizer)}`` for the ``(role, path)`` pairs ``roles``."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
@@ -90,7 +122,7 @@ def load_pair(draft_path: str, target_path: str, device: str = "cpu", dtype: str
     if device.startswith("cuda"):
         require(torch.cuda.is_available(), f"--device {device}: expected a CUDA device, got none")
     loaded = {}
-    for role, path in (("draft", draft_path), ("target", target_path)):
+    for role, path in roles:
         p = Path(path)
         require(p.is_dir() and (p / "config.json").is_file(),
                 f"{role} model {path}: expected a local Hugging Face model directory "
@@ -105,36 +137,15 @@ def load_pair(draft_path: str, target_path: str, device: str = "cpu", dtype: str
             raise SpecbatchError(f"{role} model {path}: expected a loadable causal LM with a "
                                  f"tokenizer, got {first[:160]}") from None
         loaded[role] = (model.to(device).eval(), tok)
-    (draft, dtok), (target, ttok) = loaded["draft"], loaded["target"]
-    dv, tv = draft.get_output_embeddings().weight.shape[0], target.get_output_embeddings().weight.shape[0]
-    require(dv == tv, f"models {draft_path} and {target_path}: expected the same vocabulary, "
-            f"got {dv} and {tv} output logits")
-    require(dtok.get_vocab() == ttok.get_vocab(),
-            f"models {draft_path} and {target_path}: expected the same tokenizer vocabulary, "
-            f"got {len(dtok)} and {len(ttok)} different tokens")
-    return dtok, draft, target
-
-
-def model_identity(model, path: str) -> dict:
-    c = model.config
-    return {
-        "path": str(Path(path).resolve()), "name": Path(path).name,
-        "architecture": type(model).__name__,
-        "params": int(sum(p.numel() for p in model.parameters())),
-        "shape": {"layers": c.num_hidden_layers, "hidden": c.hidden_size,
-                  "heads": c.num_attention_heads,
-                  "kv_heads": getattr(c, "num_key_value_heads", c.num_attention_heads),
-                  "intermediate": getattr(c, "intermediate_size", None),
-                  "vocab": c.vocab_size},
-        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
-    }
+    return loaded
 
 
 # ----------------------------------------------------------------------------- whole capture
 def _fingerprint(prompts: list[Prompt], cfg: CaptureConfig, draft: str, target: str) -> str:
     h = hashlib.sha256()
     h.update(json.dumps(cfg.content_key(), sort_keys=True).encode())
-    h.update(json.dumps([str(Path(draft).resolve()), str(Path(target).resolve())]).encode())
+    drafter = NGRAM if draft == NGRAM else str(Path(draft).resolve())  # settings: in the key
+    h.update(json.dumps([drafter, str(Path(target).resolve())]).encode())
     for p in prompts:
         h.update(json.dumps([p.text, p.category]).encode())
     return h.hexdigest()[:16]
@@ -195,6 +206,7 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
 
     from specbatch.traces.format import read_trace, write_positions
 
+    cfg = _drafter_config(cfg, draft_path)
     _check_config(cfg, prompts)
     out = Path(out)
     run = _start_run(out, resume, _fingerprint(prompts, cfg, draft_path, target_path), cfg,
@@ -202,7 +214,13 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
     cfg = run["cfg"]
     prepare_output_dir(out, allow_existing=True)  # non-empty only when resuming (checked above)
     torch.manual_seed(cfg.seed)
-    tokenizer, draft, target = load_pair(draft_path, target_path, device, dtype)
+    if draft_path == NGRAM:
+        tokenizer, target = load_target(target_path, device, dtype)
+        draft = NgramDrafter(cfg.ngram_min, cfg.ngram_max,
+                             target.get_output_embeddings().weight.shape[0])
+    else:
+        tokenizer, model, target = load_pair(draft_path, target_path, device, dtype)
+        draft = ModelDrafter(model, draft_path)
     meta = _capture_meta(cfg, tokenizer, (draft, draft_path), (target, target_path), device,
                          dtype, prompt_source, command, extra_meta)
     _flush(out, meta, run)  # meta.json exists before any positions file: always resumable
@@ -227,6 +245,17 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
     if all(s == STATUS_DONE for s in status):
         read_trace(out)  # the whole trace passes every check of the reader
     return meta
+
+
+def _drafter_config(cfg: CaptureConfig, draft_path: str) -> CaptureConfig:
+    """``cfg`` with the n-gram bounds resolved (vLLM's defaults) for ``--draft ngram``;
+    n-gram options with a draft model are an error."""
+    if draft_path == NGRAM:
+        n_min, n_max = ngram_bounds(cfg.ngram_min, cfg.ngram_max)
+        return CaptureConfig(**{**asdict(cfg), "ngram_min": n_min, "ngram_max": n_max})
+    require(cfg.ngram_min is None and cfg.ngram_max is None,
+            f"--ngram-min/--ngram-max: expected only with --draft {NGRAM}, got --draft {draft_path}")
+    return cfg
 
 
 def _check_config(cfg: CaptureConfig, prompts: list[Prompt]) -> None:
@@ -276,12 +305,12 @@ def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, de
                   extra_meta: dict | None) -> dict:
     """meta.json of a capture: models, tokenizer, seeds, versions, command, zoo provenance.
 
-    draft, target: ``(model, path)`` pairs.
+    draft: ``(drafter, path)``;  target: ``(model, path)``.
     """
     import torch
 
-    (draft_model, draft_path), (target_model, target_path) = draft, target
-    zoo = _zoo_provenance(draft_path, target_path)
+    (drafter, draft_path), (target_model, target_path) = draft, target
+    zoo = None if draft_path == NGRAM else _zoo_provenance(draft_path, target_path)
     command = command or " ".join(sys.argv)
     if zoo is not None:
         extra_meta = {"zoo": zoo, "remake": [zoo["command"], command], **(extra_meta or {})}
@@ -289,7 +318,7 @@ def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, de
 
     return default_meta(
         cfg.temperature, cfg.depth,
-        models={"draft": model_identity(draft_model, draft_path),
+        models={"draft": drafter.identity(),
                 "target": model_identity(target_model, target_path)},
         tokenizer={"class": type(tokenizer).__name__, "vocab": len(tokenizer),
                    "eos_token_id": tokenizer.eos_token_id, "path": str(Path(target_path).resolve())},
@@ -328,7 +357,8 @@ def _capture_chunk(members: list[int], prompts: list[Prompt], tokenizer, draft, 
     """Position rows of the requests ``members``: reference outputs in one batched decode,
     then each request's positions; fills ``store`` with their request rows.
 
-    returns (request ids # [n], positions # [n], the seven list columns # [n, K] each)
+    returns (request ids # [n], positions # [n], the seven list columns # [n, K] each and
+    ``proposed`` # [n] for the n-gram drafter)
     """
     import torch
 
@@ -347,8 +377,9 @@ def _capture_chunk(members: list[int], prompts: list[Prompt], tokenizer, draft, 
         n = len(res["y"])
         rid.append(np.full(n, i, dtype=np.int64))
         pos.append(np.arange(n, dtype=np.int64))
-        for name in ("draft_token", "q", "pt", "z", "draft_conf", "entropy", "top1"):
-            cols.setdefault(name, []).append(res[name])
+        for name in (*LIST_COLUMNS, PROPOSED):
+            if name in res:
+                cols.setdefault(name, []).append(res[name])
         store[i] = {"prompt_len": len(ids_of[i]), "output_len": n,
                     "category": prompts[i].category}
         bar.update(1)

@@ -8,7 +8,8 @@ A trace is a directory ``NAME/`` (field-by-field documentation: ``traces/FORMAT.
 - ``positions-*.parquet``  one or more files (capture writes one per chunk of requests so
   ``--resume`` can append), one row per (request, output position t) with ``request_id``,
   ``position`` and fixed-size-K list columns ``draft_token, q, pt, z, draft_conf, entropy,
-  top1``. The reader concatenates the files and orders rows by (request order of
+  top1``, and optionally an integer column ``proposed`` (real draft tokens of the row, 0..K;
+  see :mod:`specbatch.traces.trace`). The reader concatenates the files and orders rows by (request order of
   ``requests.parquet``, position), whatever order the files hold them in.
 
 Row t of a request holds the K tokens the draft proposes from ``prompt + y_<t`` (``y`` the
@@ -41,6 +42,7 @@ from specbatch.traces.trace import (
     FORMAT_NAME,
     FORMAT_VERSION,
     LIST_COLUMNS,
+    PROPOSED,
     PROVENANCE_KEYS,
     REQUEST_COLUMNS,
     SLACK,
@@ -56,7 +58,7 @@ from specbatch.traces.trace import (
 #: serving every name of the format.
 __all__ = [
     "BUNDLED_DIR", "FLOAT_COLUMNS", "FORMAT_NAME", "FORMAT_VERSION", "LIST_COLUMNS",
-    "META_FILE", "POSITIONS_GLOB", "PROVENANCE_KEYS", "REQUESTS_FILE", "REQUEST_COLUMNS",
+    "META_FILE", "POSITIONS_GLOB", "PROPOSED", "PROVENANCE_KEYS", "REQUESTS_FILE", "REQUEST_COLUMNS",
     "SLACK", "UNIT_COLUMNS", "Trace", "default_meta", "make_trace", "read_trace",
     "resolve_trace", "validate_trace", "write_meta", "write_positions", "write_requests",
     "write_trace",
@@ -110,7 +112,7 @@ def write_positions(
     chunk:       int (zero-padded to 5 digits) or a string suffix; capture writes one file per
                  chunk of requests so a resumed run appends new files.
     request_id:  # [n] int   position: # [n] int (output position t)
-    columns:     the seven LIST_COLUMNS # [n, K] each
+    columns:     the seven LIST_COLUMNS # [n, K] each, and optionally ``proposed`` # [n] int
     float_dtype: "float64" (default, round trip is bit-identical) or "float32" (half the
                  size; the reader widens to float64)
     """
@@ -130,6 +132,8 @@ def write_positions(
                     "values > 0 after rounding to float32 storage, got 0 (q below 1.4e-45): "
                     "store float64")
         data[col] = pa.FixedSizeListArray.from_arrays(pa.array(flat), k)
+    if columns.get(PROPOSED) is not None:
+        data[PROPOSED] = pa.array(np.asarray(columns[PROPOSED], dtype=np.int32))
     table = pa.table(data)
     path = Path(directory) / name
     atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
@@ -204,11 +208,18 @@ def validate_trace(path: str | os.PathLike) -> Trace:
     require(bool(files), f"file {directory / 'positions-*.parquet'}: expected at least one "
             "positions file, got none")
     parts = [_read_positions(f, k) for f in files]
-    merged = {name: _concat([p[name] for p in parts]) for name in ("request_id", "position", *LIST_COLUMNS)}
     where = str(directory / POSITIONS_GLOB)
+    names = ["request_id", "position", *LIST_COLUMNS]
+    with_proposed = [PROPOSED in p for p in parts]
+    if any(with_proposed) and not all(with_proposed):
+        odd = files[with_proposed.index(not with_proposed[0])]
+        raise SpecbatchError(f"file {odd}: field {PROPOSED}: expected the column in every "
+                             "positions file or in none, got a mix")
+    names += [PROPOSED] if with_proposed[0] else []
+    merged = {name: _concat([p[name] for p in parts]) for name in names}
     order = _order_rows(merged["request_id"], merged["position"], requests, where)
     in_order = bool(np.all(order == np.arange(order.size)))  # the usual case: no copy needed
-    cols = {name: merged[name] if in_order else merged[name][order] for name in LIST_COLUMNS}
+    cols = {name: merged[name] if in_order else merged[name][order] for name in names[2:]}
     try:
         trace = make_trace(meta, requests, cols, path=str(directory))
     except SpecbatchError as exc:
@@ -228,7 +239,7 @@ def _row_to_file(msg: str, directory: str) -> str:
         field = msg[len(head):].split(":", 1)[0]
         if field in REQUEST_COLUMNS:
             return msg.replace(head, f"file {Path(directory) / REQUESTS_FILE}: field ", 1)
-        if field in LIST_COLUMNS:
+        if field in LIST_COLUMNS or field == PROPOSED:
             return msg.replace(head, f"file {Path(directory) / POSITIONS_GLOB}: field ", 1)
         return msg.replace(head, f"file {Path(directory) / META_FILE}: field ", 1)
     return msg
@@ -323,6 +334,8 @@ def _read_positions(path: Path, k: int) -> dict:
         flat = values.to_numpy(zero_copy_only=False)
         dtype = np.int32 if name == "draft_token" else np.float64
         out[name] = np.ascontiguousarray(flat, dtype=dtype).reshape(n, k)
+    if PROPOSED in table.column_names:
+        out[PROPOSED] = _column(table, path, PROPOSED, "integer").to_numpy().astype(np.int64)
     return out
 
 

@@ -19,13 +19,10 @@ and its position ids continue at ``|c| + t``), and the target scores the P draft
 one pass of K query tokens. The rows ``i = 0`` of both models come from the prefix pass itself.
 :func:`capture_request_naive` is the reference twin that recomputes every prefix.
 
-Sliding-window attention (Gemma 2/3, Mistral): a model's own cache keeps only the last window
-of a sliding layer, and its masks measure distance in cache slots. Capture therefore gives
-every model a cache that keeps all keys (:func:`full_cache`), and where cache slots and real
-positions differ (the shared prefix with per-row holes) passes masks built from real positions
-(:func:`window_masks`): key at position ``j`` is visible to a query at ``i`` iff ``j ≤ i`` and,
-on a sliding layer of window ``W``, ``i − j < W``. Models without sliding layers take the
-plain 2D masks as before.
+Drafting (:mod:`specbatch.traces.drafters`): a :class:`Drafter` proposes each batch's K tokens
+(a draft model, or the n-gram drafter of :mod:`specbatch.traces.ngram`, whose one-hot rows
+may end in virtual filler tokens, recorded with the row's ``proposed`` count); the target's
+scoring pass (:func:`score_paths`) and the statistics are the same for every drafter.
 
 Random numbers: request ``n`` draws all its uniforms from
 ``numpy.random.default_rng([seed, n])`` (inverse-CDF sampling in float64), never from a global
@@ -39,53 +36,23 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specbatch.theory.stats_torch import path_stats_torch, probs_at, sample_inverse_cdf
+from specbatch.theory.stats_torch import (
+    block_weights_torch,
+    path_stats_torch,
+    probs_at,
+    sample_inverse_cdf,
+)
+from specbatch.traces.drafters import (
+    Layout,
+    as_drafter,
+    full_cache,
+    one_hot_logits,
+    shared_cache,
+    widen,
+)
 
 if TYPE_CHECKING:
     from specbatch.traces.capture import CaptureConfig
-
-
-def sliding_window(model) -> int | None:
-    """The window W of the model's sliding-window layers, or None if it has none."""
-    config = model.config.get_text_config(decoder=True)
-    window = getattr(config, "sliding_window", None)
-    types = getattr(config, "layer_types", None)
-    if not window or getattr(config, "use_sliding_window", True) is False:
-        return None
-    if types is not None and "sliding_attention" not in types:
-        return None
-    return int(window)
-
-
-def full_cache():
-    """A KV cache whose every layer keeps all keys (sliding layers included)."""
-    from transformers import DynamicCache
-
-    return DynamicCache()
-
-
-def window_masks(model, q_pos, kv_pos, kv_valid, window: int):
-    """Attention masks from real positions for a model with sliding-window layers.
-
-    q_pos:    # [P, Q] real positions of the queries
-    kv_pos:   # [P, L] real positions of the cache slots (new tokens included)
-    kv_valid: # [P, L] bool, False for slots the row must not see
-    returns the ``attention_mask`` argument: a dict {"full_attention", "sliding_attention"}
-    of [P, 1, Q, L] masks for models with per-layer types, else the sliding mask alone
-    """
-    import torch
-
-    before = kv_pos[:, None, :] <= q_pos[:, :, None]                       # [P, Q, L]
-    causal = (before & kv_valid[:, None, :])[:, None]
-    sliding = causal & (kv_pos[:, None, :] > q_pos[:, :, None] - window)[:, None]
-    config = model.config.get_text_config(decoder=True)
-    if getattr(config, "_attn_implementation", "sdpa") == "eager":
-        dtype = next(model.parameters()).dtype
-        low = torch.finfo(dtype).min
-        causal, sliding = (torch.where(m, 0.0, low).to(dtype) for m in (causal, sliding))
-    if getattr(config, "layer_types", None) is not None:
-        return {"full_attention": causal, "sliding_attention": sliding}
-    return sliding
 
 
 def request_uniforms(seed: int, index: int, max_new: int, depth: int):
@@ -203,73 +170,35 @@ def generate_reference_batch(target, prompts_ids: list[list[int]], uniforms: lis
     return result
 
 
-def _shared_cache(cache, length: int, rows: int):
-    """A DynamicCache holding the first ``length`` entries of a batch-1 cache, for ``rows`` rows."""
-    from transformers import DynamicCache
+def score_paths(target, target_cache, target_row0, n_prompt: int, ts, x, width: int):
+    """The target's rows ``Mb(·|c, y_<t, X^i)``, i = 0..K, for P drafted paths in one pass.
 
-    data = []
-    for layer in cache.layers:
-        k = layer.keys[:, :, :length].expand(rows, -1, -1, -1)
-        v = layer.values[:, :, :length].expand(rows, -1, -1, -1)
-        data.append((k, v))
-    return DynamicCache(data)
-
-
-def _batched_positions(draft, target, draft_cache, target_cache, draft_row0, target_row0,
-                       n_prompt: int, ts, uniforms, cfg: CaptureConfig):
-    """Draft K tokens and score them with the target for the positions ``ts`` at once.
-
-    draft_row0/target_row0: # [P, V] logits at c + y_<t for each t in ts
-    ts:                     # [P] int64 output positions (ascending)
-    uniforms:               # [P, K] float64 draft uniforms
-    returns (tokens # [P, K], draft_logits # [P, K, V], target_logits # [P, K+1, V])
+    target_row0: # [P, V] logits at c + y_<t;  ts: # [P] positions;  x: # [P, K] drafted
+    tokens, ids ≥ V being virtual fillers (fed as token 0: only rows past the first filler
+    depend on them, and those rows carry p = 0, so nothing recorded reads them);
+    width: V' ≥ V, columns past V get logit −inf (target probability 0 for fillers).
+    returns # [P, K+1, V']
     """
     import torch
 
-    device = draft_row0.device
-    p, k = len(ts), cfg.depth
-    ctx = n_prompt + ts                                   # [P] context lengths |c| + t
-    prefix = int(ctx.max())
-    keep = torch.arange(prefix, device=device)[None, :] < ctx[:, None]  # [P, prefix]
-    new_pos = ctx[:, None] + torch.arange(k, device=device)[None, :]    # [P, K] real positions
-    slot_pos = torch.cat([torch.arange(prefix, device=device).expand(p, -1), new_pos], dim=1)
-
-    def masks(model, mask, queries: int):
-        """The 2D ``mask`` (slots), or real-position masks for a sliding-window model."""
-        window = sliding_window(model)
-        if window is None:
-            return mask.long()
-        n = mask.shape[1]
-        return window_masks(model, slot_pos[:, n - queries:n], slot_pos[:, :n], mask, window)
-
-    u = uniforms.to(device)
-    tokens = [sample_inverse_cdf(probs_at(draft_row0, cfg.temperature), u[:, 0])]
-    d_logits = [draft_row0]
-    if k > 1:
-        cache = _shared_cache(draft_cache, prefix, p)
-        for j in range(1, k):
-            mask = torch.cat([keep, torch.ones(p, j, dtype=torch.bool, device=device)], dim=1)
-            out = draft(input_ids=tokens[-1].view(p, 1), past_key_values=cache, use_cache=True,
-                        attention_mask=masks(draft, mask, 1),
-                        position_ids=(ctx + j - 1).view(p, 1))
-            cache = out.past_key_values
-            d_logits.append(out.logits[:, -1])
-            tokens.append(sample_inverse_cdf(probs_at(d_logits[-1], cfg.temperature), u[:, j]))
-    x = torch.stack(tokens, dim=1)                        # [P, K]
-    cache = _shared_cache(target_cache, prefix, p)
-    mask = torch.cat([keep, torch.ones(p, k, dtype=torch.bool, device=device)], dim=1)
-    out = target(input_ids=x, past_key_values=cache, use_cache=True,
-                 attention_mask=masks(target, mask, k), position_ids=new_pos)
-    t_logits = torch.cat([target_row0[:, None], out.logits], dim=1)  # [P, K+1, V]
-    return x, torch.stack(d_logits, dim=1), t_logits
+    p, k = x.shape
+    layout = Layout(n_prompt, ts, k)
+    vocab = target_row0.shape[-1]
+    cache = shared_cache(target_cache, layout.prefix, p)
+    out = target(input_ids=torch.where(x < vocab, x, 0), past_key_values=cache, use_cache=True,
+                 attention_mask=layout.masks(target, layout.mask(k), k),
+                 position_ids=layout.new_pos)
+    logits = torch.cat([target_row0[:, None], out.logits], dim=1)  # [P, K+1, V]
+    return widen(logits, width)
 
 
 def capture_request(tokenizer, draft, target, prompt_ids: list[int], index: int,
                     cfg: CaptureConfig, return_rows: bool = False) -> dict:
-    """Capture one request (fast path). Returns its position columns # [n, K] and ``y``.
+    """Capture one request (fast path). Returns its position columns # [n, K] and ``y``
+    (and ``proposed`` # [n] for a drafter that may propose fewer than K tokens).
 
-    With ``return_rows`` the full temperature-T rows are returned too (tests):
-    ``draft_rows`` # [n, K, V], ``target_rows`` # [n, K+1, V].
+    draft: a :class:`Drafter` or a draft model. With ``return_rows`` the full temperature-T
+    rows are returned too (tests): ``draft_rows`` # [n, K, V'], ``target_rows`` # [n, K+1, V'].
     """
     import torch
 
@@ -281,37 +210,94 @@ def capture_request(tokenizer, draft, target, prompt_ids: list[int], index: int,
 
 def capture_positions(draft, target, prompt_ids: list[int], index: int, cfg: CaptureConfig,
                       reference: tuple, return_rows: bool = False) -> dict:
-    """All output positions of one request, given its reference ``(y, logits, cache)``."""
+    """All output positions of one request, given its reference ``(y, logits, cache)``.
+
+    A one-hot drafter (``draft_logits`` None) takes :func:`append_one_hot_stats`: only the
+    target's probabilities of the proposed tokens are needed, and positions that propose
+    nothing skip the target pass.
+    """
     import torch
 
+    drafter = as_drafter(draft)
     _, u_draft = request_uniforms(cfg.seed, index, cfg.max_new_tokens, cfg.depth)
     y, t_row0, t_cache = reference
     with torch.inference_mode():
-        n = len(y)
-        device = y.device
-        full = torch.cat([torch.tensor(prompt_ids, device=device), y[:-1]])[None]
-        d_out = draft(input_ids=full, past_key_values=full_cache(), use_cache=True)
-        n_prompt = len(prompt_ids)
-        d_row0 = d_out.logits[0, n_prompt - 1:]                    # [n, V]
+        n, n_prompt = len(y), len(prompt_ids)
+        state = drafter.start(prompt_ids, y)
         parts: dict[str, list] = {}
         for a in range(0, n, cfg.batch_size):
-            ts = torch.arange(a, min(n, a + cfg.batch_size), device=device)
-            x, dl, tl = _batched_positions(
-                draft, target, d_out.past_key_values, t_cache, d_row0[ts], t_row0[ts],
-                n_prompt, ts, torch.from_numpy(u_draft[a:a + len(ts)]), cfg)
-            append_path_stats(parts, x, dl, tl, cfg.temperature, return_rows)
+            ts = torch.arange(a, min(n, a + cfg.batch_size), device=y.device)
+            x, dl, proposed = drafter.draft(state, n_prompt, ts,
+                                            torch.from_numpy(u_draft[a:a + len(ts)]), cfg)
+            if dl is None:
+                append_one_hot_stats(parts, target, (t_cache, t_row0[ts], n_prompt, ts), x,
+                                     proposed, cfg.temperature, return_rows)
+                continue
+            tl = score_paths(target, t_cache, t_row0[ts], n_prompt, ts, x, dl.shape[-1])
+            append_path_stats(parts, x, dl, tl, cfg.temperature, return_rows, proposed)
     result = {name: np.concatenate(v) for name, v in parts.items()}
     result["y"] = y.cpu().numpy()
     return result
 
 
-def append_path_stats(parts: dict, x, dl, tl, temperature: float, return_rows: bool) -> None:
+def append_one_hot_stats(parts: dict, target, scoring: tuple, x, proposed: np.ndarray,
+                         temperature: float, return_rows: bool) -> None:
+    """:func:`append_path_stats` for one-hot drafts, from the drafted tokens' target
+    probabilities alone (THEORY.md §3): ``q = 1``, ``pt_i = Mb(x_i|X^{i-1})`` (0 on fillers),
+    ``p_i = min(p_{i-1} pt_i, 1)``, ``Z_{i+1} = p_i (1 − pt_{i+1})``; draft signals 1 on
+    proposed tokens (``draft_conf = top1 = 1``, ``entropy = 0``) and 0 on fillers. Only rows
+    with ``proposed > 0`` go through :func:`score_paths`. The naive twin computes the same
+    numbers with :func:`path_stats_torch` on explicit one-hot rows (parity test).
+
+    scoring: ``(target_cache, target_row0 # [P, V], n_prompt, ts # [P])``;  x: # [P, K]
+    tokens (fillers = V);  proposed: # [P]
+    """
+    import torch
+
+    cache, row0, n_prompt, ts = scoring
+    (p_count, k), vocab = x.shape, row0.shape[-1]
+    real = torch.arange(k, device=x.device)[None, :] < torch.from_numpy(proposed).to(x.device)[:, None]
+    pt = torch.zeros(p_count, k, dtype=torch.float64, device=x.device)
+    scored = torch.from_numpy(np.flatnonzero(proposed > 0)).to(x.device)
+    tl = widen(row0, vocab + 1)[:, None].repeat(1, k + 1, 1) if return_rows else None
+    if len(scored):
+        rows = score_paths(target, cache, row0[scored], n_prompt, ts[scored], x[scored], vocab)
+        probs = probs_at(rows[:, :k], temperature)  # [S, K, V]
+        pt[scored] = probs.gather(-1, x[scored].clamp(max=vocab - 1).unsqueeze(-1)).squeeze(-1)
+        if tl is not None:
+            tl[scored] = widen(rows, vocab + 1)
+    pt = torch.where(real, pt, 0.0)
+    p = block_weights_torch(torch.ones_like(pt), pt)
+    p_prev = torch.cat([torch.ones_like(p[:, :1]), p[:, :-1]], dim=1)
+    signal = real.double()
+    stats = {"q": np.ones((p_count, k)), "pt": pt, "p": p, "z": p_prev * (1 - pt),
+             "draft_conf": signal, "entropy": torch.zeros_like(pt), "top1": signal}
+    stats = {name: v if isinstance(v, np.ndarray) else v.cpu().numpy() for name, v in stats.items()}
+    stats["draft_token"] = x.cpu().numpy().astype(np.int32)
+    stats["proposed"] = np.asarray(proposed, dtype=np.int64)
+    if return_rows:
+        stats["draft_rows"] = probs_at(one_hot_logits(x, vocab + 1), temperature).cpu().numpy()
+        stats["target_rows"] = probs_at(tl, temperature).cpu().numpy()
+    for name, v in stats.items():
+        parts.setdefault(name, []).append(v)
+
+
+def append_path_stats(parts: dict, x, dl, tl, temperature: float, return_rows: bool,
+                      proposed=None) -> None:
     """Append one batch of drafted paths' statistics (and optionally full rows) to ``parts``.
 
-    x: # [P, K] drafted tokens;  dl: # [P, K, V] draft logits;  tl: # [P, K+1, V] target logits
+    x: # [P, K] drafted tokens;  dl: # [P, K, V'] draft logits;  tl: # [P, K+1, V'] target
+    logits;  proposed: # [P] real draft tokens per row, or None (all K). Filler slots
+    (``j ≥ proposed``) get draft signals 0: the drafter proposed nothing there.
     """
     stats = path_stats_torch(x, dl, tl, temperature)
     stats["draft_token"] = x.cpu().numpy().astype(np.int32)
+    if proposed is not None:
+        proposed = np.asarray(proposed, dtype=np.int64)
+        filler = np.arange(x.shape[1])[None, :] >= proposed[:, None]  # [P, K]
+        for name in ("draft_conf", "top1", "entropy"):
+            stats[name][filler] = 0.0
+        stats["proposed"] = proposed
     if return_rows:
         stats["draft_rows"] = probs_at(dl, temperature).cpu().numpy()
         stats["target_rows"] = probs_at(tl, temperature).cpu().numpy()
@@ -323,12 +309,14 @@ def capture_request_naive(tokenizer, draft, target, prompt_ids: list[int], index
                           cfg: CaptureConfig, return_rows: bool = False) -> dict:
     """Reference twin of :func:`capture_request`: every position recomputes its prefix.
 
-    Same random numbers, same reference output; per position t the draft runs on
-    ``c + y_<t`` from scratch (then K − 1 cached steps) and the target on ``c + y_<t + X^K``,
-    each with the model's own caches and masks (sliding windows as the model implements them).
+    Same random numbers, same reference output; per position t the drafter runs on
+    ``c + y_<t`` from scratch (:meth:`Drafter.draft_one`) and the target on
+    ``c + y_<t + X^K`` (fillers fed as token 0), each with the model's own caches and masks
+    (sliding windows as the model implements them), at every position.
     """
     import torch
 
+    drafter = as_drafter(draft)
     u_ref, u_draft = request_uniforms(cfg.seed, index, cfg.max_new_tokens, cfg.depth)
     parts: dict[str, list] = {}
     with torch.inference_mode():
@@ -339,19 +327,11 @@ def capture_request_naive(tokenizer, draft, target, prompt_ids: list[int], index
         u = torch.from_numpy(u_draft).to(device)
         for t in range(len(y)):
             ctx = torch.cat([prompt, y[:t]])[None]
-            out = draft(input_ids=ctx, use_cache=True)
-            rows, toks = [out.logits[0, -1]], []
-            for j in range(cfg.depth):
-                toks.append(sample_inverse_cdf(probs_at(rows[-1], cfg.temperature), u[t, j]))
-                if j == cfg.depth - 1:
-                    break
-                out = draft(input_ids=toks[-1].view(1, 1), past_key_values=out.past_key_values,
-                            use_cache=True)
-                rows.append(out.logits[0, -1])
-            x = torch.stack(toks)[None]
-            dl = torch.stack(rows)[None]
-            tl = target(input_ids=torch.cat([ctx, x], dim=1)).logits[:, ctx.shape[1] - 1:]
-            append_path_stats(parts, x, dl, tl, cfg.temperature, return_rows)
+            x, dl, proposed = drafter.draft_one(ctx, u[t], cfg)
+            vocab = target.get_output_embeddings().weight.shape[0]
+            ids = torch.cat([ctx, torch.where(x < vocab, x, 0)], dim=1)
+            tl = widen(target(input_ids=ids).logits[:, ctx.shape[1] - 1:], dl.shape[-1])
+            append_path_stats(parts, x, dl, tl, cfg.temperature, return_rows, proposed)
     result = {name: np.concatenate(v) for name, v in parts.items()}
     result["y"] = y.cpu().numpy()
     return result

@@ -7,6 +7,14 @@ statistics of that drafted path — ``q = Ms(X_i|·)``, ``pt = Mb(X_i|·)`` (so 
 ``z[:, j] = Z_{j+1}`` — plus the draft-side signals ``draft_conf``, ``entropy``, ``top1`` of
 the draft's temperature-1 softmax.
 
+Optional column ``proposed`` # [rows] int (traces of a drafter that may propose fewer than
+K tokens, such as the n-gram drafter of :mod:`specbatch.traces.ngram`): the number of real
+draft tokens of the row, 0..K; slots ``j ≥ proposed`` hold a *filler*, a virtual token outside
+the target's support (``q = 1``, ``pt = 0``, draft signals 0), which is lossless: the first
+filler is rejected with certainty and the correction token is then drawn from
+``max(p_m Mb − 1[filler], 0) ∝ Mb``, the bonus law, so verifying γ > proposed tokens gives the
+law of verifying ``proposed``. Absent (older traces, model drafts) it means K everywhere.
+
 Temperature 0 (greedy): the draft is one-hot, so ``q = 1``; the target is one-hot at its
 argmax, so ``pt = 1`` when the drafted token is the target's argmax and ``0`` otherwise; ``z``
 is computed from those one-hot rows (``Z_{i+1} = p_i (1 − pt_{i+1})``, THEORY.md §3).
@@ -39,6 +47,8 @@ LIST_COLUMNS = ("draft_token", "q", "pt", "z", "draft_conf", "entropy", "top1")
 FLOAT_COLUMNS = LIST_COLUMNS[1:]
 #: Columns bounded to [0, 1] (up to SLACK).
 UNIT_COLUMNS = ("q", "pt", "z", "draft_conf", "top1")
+#: Optional [rows] integer column: real draft tokens per row (0..K); absent means K.
+PROPOSED = "proposed"
 REQUEST_COLUMNS = ("request_id", "prompt_len", "output_len", "category", "arrival")
 
 #: Provenance keys every meta.json carries (``None`` when unknown); see FORMAT.md.
@@ -71,6 +81,7 @@ class Trace:
     entropy: np.ndarray  # [rows, K] float64  draft temperature-1 entropy (nats)
     top1: np.ndarray  # [rows, K] float64  draft temperature-1 top-1 probability
     path: str | None = None
+    proposed: np.ndarray | None = None  # [rows] int64 real draft tokens per row, None = K
 
     @property
     def K(self) -> int:  # noqa: N802  (the papers' symbol)
@@ -114,8 +125,12 @@ class Trace:
         return slice(int(self.offsets[r]), int(self.offsets[r + 1]))
 
     def columns(self) -> dict[str, np.ndarray]:
-        """The ``[rows, K]`` matrices by name (file column order)."""
-        return {name: getattr(self, name) for name in LIST_COLUMNS}
+        """The ``[rows, K]`` matrices by name (file column order), then ``proposed`` # [rows]
+        when the trace has it."""
+        cols = {name: getattr(self, name) for name in LIST_COLUMNS}
+        if self.proposed is not None:
+            cols[PROPOSED] = self.proposed
+        return cols
 
     def requests(self) -> dict[str, np.ndarray]:
         """The ``[R]`` request arrays by name."""
@@ -154,7 +169,8 @@ def make_trace(meta: dict, requests: dict, columns: dict, path: str | None = Non
     requests:  ``request_id, prompt_len, output_len, category`` # [R] each, and optional
                ``arrival`` # [R] (NaN when absent)
     columns:   the seven :data:`LIST_COLUMNS` # [rows, K] each, rows ordered by request (in
-               ``requests`` order) then position, ``rows = sum(output_len)``
+               ``requests`` order) then position, ``rows = sum(output_len)``; optionally
+               :data:`PROPOSED` # [rows] int (module docstring)
     Raises :class:`SpecbatchError` (field named, file ``<memory>``) on any violation.
     Arrays already of the right dtype and contiguous are not copied: the Trace holds
     read-only views of them, so do not modify them afterwards.
@@ -169,6 +185,8 @@ def make_trace(meta: dict, requests: dict, columns: dict, path: str | None = Non
     require(total == rows, f"file {where}: field output_len: expected the lengths to sum to the "
             f"{rows} position rows, got {total}")
     _check_columns(cols, float(meta["temperature"]), where)
+    if columns.get(PROPOSED) is not None:
+        cols[PROPOSED] = _proposed_array(columns[PROPOSED], cols, where)
     offsets = np.zeros(len(req["request_id"]) + 1, dtype=np.int64)
     np.cumsum(req["output_len"], out=offsets[1:])
     arrays = {**req, "offsets": offsets, **cols}
@@ -213,6 +231,27 @@ def _column_arrays(columns: dict, where: str) -> dict:
         require(arr.shape == (rows, k),
                 f"file {where}: field {name}: expected shape ({rows}, {k}), got {arr.shape}")
     return cols
+
+
+def _proposed_array(values, cols: dict, where: str) -> np.ndarray:
+    """The ``proposed`` column # [rows] int64, checked: integers in 0..K, and every filler slot
+    (``j ≥ proposed``) holds ``q = 1``, ``pt = 0`` (the lossless filler, module docstring)."""
+    rows, k = cols["draft_token"].shape
+    arr = _as_int(values, where, PROPOSED)
+    require(arr.shape == (rows,), f"file {where}: field {PROPOSED}: expected shape ({rows},), "
+            f"got {arr.shape}")
+    bad = np.flatnonzero((arr < 0) | (arr > k))
+    require(bad.size == 0, f"file {where}: field {PROPOSED}: expected integers in 0..K = {k}, "
+            f"got {int(arr[bad[0]]) if bad.size else 0} at row {int(bad[0]) if bad.size else 0}")
+    filler = np.arange(k)[None, :] >= arr[:, None]  # [rows, K]
+    wrong = filler & ((np.abs(cols["q"] - 1) > SLACK) | (np.abs(cols["pt"]) > SLACK))
+    if wrong.any():
+        row, col = _first_bad(wrong)
+        raise SpecbatchError(f"file {where}: field {PROPOSED}: expected q = 1 and pt = 0 on the "
+                             f"filler past {int(arr[row])} proposed tokens, got q = "
+                             f"{float(cols['q'][row, col])!r}, pt = {float(cols['pt'][row, col])!r} "
+                             f"at row {row}, draft position {col + 1}")
+    return arr
 
 
 def _normalised_meta(meta: dict, where: str, k: int) -> dict:

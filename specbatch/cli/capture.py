@@ -28,9 +28,22 @@ def register(subparsers) -> None:
             "specbatch zoo train --out /tmp/zoo --size tiny",
             "specbatch capture --draft /tmp/zoo/draft --target /tmp/zoo/target "
             "--prompts default:8 --out /tmp/trace --max-new-tokens 32 --depth 4",
+            "specbatch capture --draft ngram --ngram-min 2 --ngram-max 4 --target /tmp/zoo/target "
+            "--prompts default:8 --out /tmp/trace-ngram    # prompt-lookup drafts, no draft model",
             "specbatch capture ... --resume    # after an interruption: finish the same trace"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--draft", required=True, help="local HF model directory of the draft Ms")
+    p.add_argument("--draft", required=True,
+                   help="local HF model directory of the draft Ms, or 'ngram': prompt-lookup "
+                        "drafts as vLLM's ngram method (no draft model; one-hot draft rows; a "
+                        "directory named ngram must be written ./ngram)")
+    p.add_argument("--ngram-min", type=int, default=None,
+                   help="--draft ngram: shortest suffix n-gram to look up, integer >= 1 "
+                        "(vLLM prompt_lookup_min; default 5, or --ngram-max when only that "
+                        "is given)")
+    p.add_argument("--ngram-max", type=int, default=None,
+                   help="--draft ngram: longest suffix n-gram to look up, >= --ngram-min "
+                        "(vLLM prompt_lookup_max; default 5, or --ngram-min when only that "
+                        "is given)")
     p.add_argument("--target", required=True, help="local HF model directory of the target Mb")
     p.add_argument("--prompts", required=True,
                    help=PROMPTS_HELP + " (random:N:LEN token ids are live-only: a capture "
@@ -74,7 +87,8 @@ def _capture(args) -> int:
                         max_prompt_tokens=args.max_prompt_tokens,
                         stop_at_eos=not args.no_stop_at_eos, chunk_requests=args.chunk_requests,
                         store_dtype=args.store_dtype,
-                        chat_template=args.chat_template)
+                        chat_template=args.chat_template, ngram_min=args.ngram_min,
+                        ngram_max=args.ngram_max)
     command = "specbatch " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     meta = capture(args.draft, args.target, prompts, args.out, cfg, device=args.device,
                    dtype=args.dtype, resume=args.resume, progress=not args.no_progress,
