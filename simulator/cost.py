@@ -13,6 +13,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost_interface import ROLES, CostModel, SumsCostModel, batch_sums
+from specbatch.simulator.free_draft import FREE_DRAFTS, FreeDraftCost
 from specbatch.simulator.hardware import (
     DEFAULT_EXECUTION,
     EXECUTIONS,
@@ -33,12 +34,13 @@ from specbatch.simulator.roofline import (
     PassConstants,
     RooflineCost,
     kv_capacity_tokens,
+    memory_kv_tokens,
     pass_constants,
 )
 from specbatch.traces.shapes import get_shape
 
 __all__ = [
-    "COST_MODELS", "EXECUTIONS", "ROLES", "CostModel", "Execution", "PassConstants", "ProfiledCost", "RoleFit",
+    "COST_MODELS", "EXECUTIONS", "FREE_DRAFTS", "FreeDraftCost", "ROLES", "CostModel", "Execution", "PassConstants", "ProfiledCost", "RoleFit",
     "RooflineCost", "SumsCostModel", "batch_sums", "build_cost_model", "fit_profile",
     "fit_report", "fit_role", "kv_capacity_tokens", "mape_warnings", "pass_constants", "pass_times",
     "execution_info", "get_execution", "prefill_time", "read_profile", "step_split",
@@ -81,7 +83,25 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
     if builder is None:
         raise SpecbatchError(f"cost {cost!r}: expected one of {', '.join(COST_MODELS)}")
     get_execution(execution)  # one-line error for an unknown preset, whatever the model
+    if str(draft).lower() in FREE_DRAFTS:
+        return free_draft_model(builder, hardware, target, tp, profile, execution)
     return builder(hardware, target, draft, tp, profile, execution=execution)
+
+
+def free_draft_model(builder, hardware: str, target: str, tp: int, profile: str | None,
+                     execution: str) -> FreeDraftCost:
+    """A host-side drafter (``FREE_DRAFTS``, e.g. "ngram"): draft passes cost 0 s, the target's
+    come from ``builder``; a roofline's KV capacity counts the target's weights and KV alone.
+    (The roofline is built with the target's shape in the draft's place; no draft pass is
+    ever priced from it. A profile's draft rows, if any, are not used.)"""
+    if builder is build_profiled:
+        require(profile is not None, "cost 'profiled': expected a latency profile (profile = PATH)")
+        inner = fit_profile(profile, overhead=get_hardware(hardware).overhead, target=target,
+                            device=hardware, roles=("target",))
+        return FreeDraftCost(inner)
+    hw, shape = get_hardware(hardware), get_shape(target)
+    inner = RooflineCost(hw, shape, shape, tp=tp, execution=execution)
+    return FreeDraftCost(inner, lambda u=0.9: memory_kv_tokens(hw, shape, None, tp, u))
 
 
 def step_split(model: CostModel, batch: int, kv: int, k: int) -> dict:

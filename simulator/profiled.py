@@ -395,17 +395,19 @@ def _select(df, column: str, wanted: str | None, path, role: str):
 
 def fit_profile(path: str | Path, *, overhead: float = 1e-3, target: str | None = None,
                 draft: str | None = None, device: str | None = None,
-                folds: int = 5, seed: int = 0, families=FAMILIES) -> ProfiledCost:
+                folds: int = 5, seed: int = 0, families=FAMILIES,
+                roles: tuple[str, ...] = ROLES) -> ProfiledCost:
     """Fit a :class:`ProfiledCost` (one law per role present) with k-fold CV MAPE per role.
 
     ``target``/``draft``/``device`` select rows only when the profile holds several models per
     role or several devices (substring match, case-insensitive); a single value is used as is.
-    Each present role needs at least ``MIN_ROWS`` rows.
+    Each present role needs at least ``MIN_ROWS`` rows; ``roles`` limits the roles fitted
+    (the target alone for a drafter without a model).
     """
     df = read_profile(path)
     fits = {}
     for role, wanted in (("draft", draft), ("target", target)):
-        rows = df[df["role"] == role]
+        rows = df[df["role"] == role] if role in roles else df.iloc[:0]
         if len(rows) == 0:
             continue
         rows = _select(rows, "device", device, path, role)

@@ -229,10 +229,12 @@ def kv_capacity_tokens(hardware: str = "h100", target: str = "vicuna-33b",
                             gpu_memory_utilization)
 
 
-def memory_kv_tokens(hw: Hardware, target: ModelShape, draft: ModelShape, tp: int,
+def memory_kv_tokens(hw: Hardware, target: ModelShape, draft: ModelShape | None, tp: int,
                      gpu_memory_utilization: float) -> int:
-    """:func:`kv_capacity_tokens` of a preset and two shapes (what :class:`RooflineCost` uses)."""
+    """:func:`kv_capacity_tokens` of a preset and two shapes (what :class:`RooflineCost` uses);
+    ``draft`` None: a drafter without weights or KV (simulator.free_draft)."""
     b = hw.dtype_bytes
-    free = tp * hw.memory_bytes * gpu_memory_utilization - b * (target.params + draft.params)
-    per_token = target.kv_bytes_per_token(b) + draft.kv_bytes_per_token(b)
+    models = (target,) if draft is None else (target, draft)
+    free = tp * hw.memory_bytes * gpu_memory_utilization - b * sum(m.params for m in models)
+    per_token = sum(m.kv_bytes_per_token(b) for m in models)
     return max(0, int(free // per_token))

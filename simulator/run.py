@@ -24,6 +24,7 @@ from specbatch.errors import require
 from specbatch.io import write_json
 from specbatch.simulator.config import SimConfig, to_toml, validate_against_trace
 from specbatch.simulator.engine import Engine
+from specbatch.simulator.free_draft import FREE_DRAFTS
 from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import make_policy
@@ -133,4 +134,15 @@ def simulate(config: SimConfig, trace: Any = None, cost_model: Any = None,
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
     return SimResult(config=config, requests=requests, steps=steps, summary=summary,
-                     notes=workload.notes)
+                     notes=workload.notes + drafter_notes(config, trace))
+
+
+def drafter_notes(config: SimConfig, trace: Any) -> tuple[str, ...]:
+    """A note when the trace was drafted without a model (its meta.json names a ``drafter``,
+    e.g. ngram) but the cost model prices draft passes of a model (``config.draft``)."""
+    draft = ((getattr(trace, "meta", None) or {}).get("models") or {}).get("draft") or {}
+    drafter = draft.get("drafter") if isinstance(draft, dict) else None
+    if drafter is None or str(config.draft).lower() in FREE_DRAFTS:
+        return ()
+    return (f"trace drafted by {drafter} (no draft model), but draft passes are priced as "
+            f"{config.draft}'s; set draft = \"ngram\" to price them as free",)

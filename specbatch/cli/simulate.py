@@ -20,6 +20,7 @@ from specbatch.cli.common import add_json_flag, emit, example
 from specbatch.io import jsonable, prepare_output_dir
 from specbatch.simulator import config as simconfig
 from specbatch.simulator.config import FIELD_TYPES, SimConfig, check_extra_applies, load_config
+from specbatch.simulator.free_draft import FREE_DRAFTS
 
 #: What each override means; ``None`` defaults say what unset means.
 FIELD_HELP = {
@@ -61,7 +62,8 @@ FIELD_HELP = {
     "cost": "step-time cost model",
     "hardware": "roofline hardware preset",
     "target": "target model: a shape name (roofline) or the profile's model name",
-    "draft": "draft model: a shape name (roofline) or the profile's model name",
+    "draft": "draft model: a shape name (roofline) or the profile's model name; ngram: a "
+             "host-side prompt-lookup drafter whose passes cost 0 s (simulator.free_draft)",
     "tp": "tensor-parallel degree of the target",
     "profile": "latency profile (.parquet/.csv) for cost profiled (default: none)",
     "execution": "roofline launch-latency preset (cuda_graph: a serving engine; eager: ~1.07 ms "
@@ -123,7 +125,7 @@ def field_choices() -> dict[str, list[str]]:
             "verify": list(simconfig.VERIFY_RULES),
             "threshold_mode": list(simconfig.THRESHOLD_MODES), "cost": list(simconfig.COSTS),
             "execution": sorted(simconfig.EXECUTIONS), "kv_mode": list(simconfig.KV_MODES),
-            "hardware": sorted(HARDWARE), "target": sorted(SHAPES), "draft": sorted(SHAPES)}
+            "hardware": sorted(HARDWARE), "target": sorted(SHAPES), "draft": sorted(SHAPES) + list(FREE_DRAFTS)}
 
 
 def field_help(name: str, default: object) -> str:
