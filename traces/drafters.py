@@ -166,9 +166,12 @@ class ModelDrafter(Drafter):
 
 
 def model_identity(model, path: str) -> dict:
-    """meta.json's identity of a HF model loaded from ``path``: path, shape, parameters."""
+    """meta.json's identity of a HF model loaded from ``path``: path, shape, parameters, and
+    for a layer-subset draft (``specbatch models derive``) which of its source's layers it
+    kept (``derived``: from, layers, of)."""
     c = model.config
-    return {
+    derived = getattr(c, "specbatch_derived", None)
+    return ({"derived": derived} if derived else {}) | {
         "path": str(Path(path).resolve()), "name": Path(path).name,
         "architecture": type(model).__name__,
         "params": int(sum(p.numel() for p in model.parameters())),

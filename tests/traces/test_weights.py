@@ -18,6 +18,7 @@ import pytest
 from specbatch.cli import main
 from specbatch.errors import SpecbatchError
 from specbatch.traces import weights
+from specbatch.traces.drafters import model_identity
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -108,6 +109,9 @@ def test_derived_draft_equals_the_target_with_those_layers_removed(tiny_llama, t
     config = json.loads((tmp_path / "d" / "config.json").read_text())
     assert config["num_hidden_layers"] == 3 and config["specbatch_derived"]["layers"] == [0, 3, 4]
     assert (tmp_path / "d" / "tokenizer.json").is_file()
+    identity = model_identity(draft, str(tmp_path / "d"))  # what a capture's meta.json records
+    assert identity["derived"]["layers"] == [0, 3, 4] and identity["derived"]["of"] == 5
+    assert "derived" not in model_identity(AutoModelForCausalLM.from_pretrained(source), source)
     reference = AutoModelForCausalLM.from_pretrained(source).eval()
     reference.model.layers = torch.nn.ModuleList(reference.model.layers[i] for i in (0, 3, 4))
     for i, layer in enumerate(reference.model.layers):
