@@ -9,8 +9,8 @@ with the engine's own slot-cache calls, and A's mean overhead per step) and pred
 errors: per-step latency MAPE (each measured step priced on its own passes), throughput,
 e2e mean and p99, TPOT, and whether the simulated schedule took B's exact steps.
 
-Models: SmolLM2-135M-Instruct as the target (``--target``, default
-/work/main/models/smollm2) and a draft made of its layers 0 and 29 (derived once into
+Models: SmolLM2-135M-Instruct as the target (``--target``, default ``models/smollm2`` of
+this checkout, which ``make models`` writes) and a draft made of its layers 0 and 29 (derived once into
 ``--work``, sharing the target's embeddings and head). Skips with a message when the target
 is absent. ``--micro`` instead times one target decode pass against the running batch size:
 the slot cache over n rows vs. a static batch of 8 shrunk to n rows by row selection (the
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-TARGET = "/work/main/models/smollm2"
+TARGET = str(Path(__file__).resolve().parents[1] / "models" / "smollm2")
 KEEP = "0,29"
 #: (label, policy, k, e) of the matrix's policies; both draft K = 3 tokens.
 POLICIES = (("fixed k3", "fixed", 3, 0), ("tetris k2e1", "tetris", 2, 1))
