@@ -48,14 +48,14 @@ from typing import Any
 import numpy as np
 
 from specbatch.errors import require
+from specbatch.live.batch import Batch, empty_pending
 from specbatch.live.cache import SlotCache
 from specbatch.live.config import LiveConfig
 from specbatch.live.ngram import (
     ProposedView,
+    draft_ngram,
     fed_tokens,
     filler_signals,
-    one_hot_draft,
-    propose,
     proposed_confidence,
 )
 from specbatch.live.pool import Pool, arrival_times
@@ -94,40 +94,6 @@ class Live:
     vocab: int  # V, the target's output rows (the n-gram filler id)
     now: float = 0.0  # the live clock (workload seconds)
     mark: float = 0.0  # timeline reading at the end of the last step (or the idle jump)
-
-
-@dataclass
-class Batch:
-    """The running requests, row r = cache row r of both caches.
-
-    uid:     # [n] request ids
-    pend_t:  # [n] the last emitted token, not yet in the target cache
-    pend_d:  # [n, 2] tokens not yet in the draft cache, right-padded
-    pend_w:  # [n] how many of pend_d are real (1, or 2 after a fully accepted draft)
-    """
-
-    uid: np.ndarray
-    pend_t: Any
-    pend_d: Any
-    pend_w: Any
-
-    @property
-    def n(self) -> int:
-        return int(self.uid.shape[0])
-
-    def take(self, rows: np.ndarray) -> Batch:
-        import torch
-
-        idx = torch.from_numpy(rows).to(self.pend_t.device)
-        return Batch(self.uid[rows], self.pend_t[idx], self.pend_d[idx], self.pend_w[idx])
-
-    def join(self, other: Batch) -> Batch:
-        import torch
-
-        return Batch(np.concatenate([self.uid, other.uid]),
-                     torch.cat([self.pend_t, other.pend_t]),
-                     torch.cat([self.pend_d, other.pend_d]),
-                     torch.cat([self.pend_w, other.pend_w]))
 
 
 def stream_uniforms(live: Live, stream: str, uid: np.ndarray, pos: np.ndarray, width: int):
@@ -217,7 +183,7 @@ def draft(live: Live, batch: Batch, kv: np.ndarray, pos: np.ndarray):
     import torch
 
     if live.dcache is None:
-        return draft_ngram(live, batch, kv)
+        return draft_ngram(live, batch, kv)  # :mod:`.ngram`
     n, depth, cache = batch.n, live.cfg.depth, live.dcache
     u = stream_uniforms(live, "draft", batch.uid, pos, depth)  # [n, K]
     width = int(batch.pend_w.max())
@@ -238,20 +204,6 @@ def draft(live: Live, batch: Batch, kv: np.ndarray, pos: np.ndarray):
         rows.append(logits)
         ids = tok[:, None]
     return torch.stack(xs, dim=1), torch.stack(rows, dim=1), seconds, None
-
-
-def draft_ngram(live: Live, batch: Batch, kv: np.ndarray):
-    """The prompt-lookup draft (:mod:`.ngram`): x # [n, K] (fillers V), one-hot logits
-    # [n, K, V] of the fed tokens, the proposer's CPU seconds, proposed # [n]. Recorded as one
-    draft pass (query 1 per request) priced at the proposer's time."""
-    import torch
-
-    rec, cfg = live.rec, live.cfg
-    contexts = [rec.prompt_ids[u] + rec.outputs[u] for u in batch.uid.tolist()]
-    tokens, proposed, seconds = propose(contexts, cfg.depth, *cfg.ngram, live.vocab)
-    x = torch.from_numpy(tokens).to(live.device)
-    rec.add_pass("draft", np.ones(batch.n, dtype=np.int64), kv, seconds, 0)
-    return x, one_hot_draft(x, live.vocab), seconds, proposed
 
 
 def draft_confidence(draft_logits, draft_tokens) -> np.ndarray:
@@ -432,7 +384,7 @@ def run_live(draft_model, target_model, prompt_ids: list[list[int]], cfg: LiveCo
     live = start(draft_model, target_model, prompt_ids, cfg, names)
     pool = live.pool
     with torch.inference_mode():
-        batch = Batch(np.zeros(0, dtype=np.int64), *_empty_pending(live.device))
+        batch = Batch(np.zeros(0, dtype=np.int64), *empty_pending(live.device))
         live.mark = live.clock.now()
         while batch.n or not pool.drained:
             pool.arrive(live.now)
@@ -445,10 +397,3 @@ def run_live(draft_model, target_model, prompt_ids: list[list[int]], cfg: LiveCo
                 live.now = max(live.now, pool.next_arrival())
                 live.mark = live.clock.now()
     return live.rec.result(cfg, VERIFIER_NAMES[cfg.verifier])
-
-
-def _empty_pending(device):
-    import torch
-
-    z = torch.zeros(0, dtype=torch.long, device=device)
-    return z, torch.zeros((0, 2), dtype=torch.long, device=device), z

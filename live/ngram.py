@@ -90,3 +90,18 @@ def proposed_confidence(proposed: np.ndarray, depth: int) -> np.ndarray:
     """The draft confidence a one-hot draft records: 1 on proposed slots, 0 on fillers.
     proposed # [n] -> # [n, K]"""
     return (np.arange(depth)[None, :] < proposed[:, None]).astype(np.float64)
+
+
+def draft_ngram(live, batch, kv: np.ndarray):
+    """The live loop's draft verb for n-gram drafts (``live``: :class:`.loop.Live`, ``batch``:
+    :class:`.batch.Batch`, kv # [n]): x # [n, K] (fillers V), one-hot logits
+    # [n, K, V] of the fed tokens, the proposer's CPU seconds, proposed # [n]. Recorded as one
+    draft pass (query 1 per request) priced at the proposer's time."""
+    import torch
+
+    rec, cfg = live.rec, live.cfg
+    contexts = [rec.prompt_ids[u] + rec.outputs[u] for u in batch.uid.tolist()]
+    tokens, proposed, seconds = propose(contexts, cfg.depth, *cfg.ngram, live.vocab)
+    x = torch.from_numpy(tokens).to(live.device)
+    rec.add_pass("draft", np.ones(batch.n, dtype=np.int64), kv, seconds, 0)
+    return x, one_hot_draft(x, live.vocab), seconds, proposed
