@@ -14,6 +14,9 @@ Modules, one concept each:
 - :mod:`.models`: loading a draft/target pair (or random weights of a named shape), random
   prompts;
 - :mod:`.cache`: :class:`SlotCache`, one model's KV cache as one slot row per running request;
+- :mod:`.batch`: the running batch (request ids and the tokens pending for each cache);
+- :mod:`.ngram`: the n-gram (prompt-lookup) draft verb: no draft model, one-hot drafts, the
+  proposed counts that cap the shared policies;
 - :mod:`.pool`: arrivals (the simulator's draws), the FCFS queue and the clock rule;
 - :mod:`.timeline`: the measured clock (CUDA-synchronised, instrumentation paused);
 - :mod:`.loop`: the verbs ``prefill``, ``draft``, ``decide``, ``target_pass``, ``verify``,

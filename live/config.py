@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from specbatch.errors import require
 from specbatch.simulator.config import VERIFY_RULES, SimConfig, make_config
 from specbatch.simulator.policies import POLICIES as SIM_POLICIES
+from specbatch.traces.ngram import NGRAM, ngram_bounds
 
 #: Policies the live loop runs: those that decide from draft-side signals after a full-depth
 #: draft (``threshold`` would stop drafting early, ``dsd`` needs a cost model, ``oracle``
@@ -16,6 +17,8 @@ POLICIES = ("fixed", "tetris")
 VERIFIERS = ("theory", "local")
 #: Arrival processes of a live run (the simulator's, but "trace": live prompts carry no times).
 LIVE_ARRIVALS = ("burst", "poisson", "gamma")
+#: Drafters of a live run: a draft model, or prompt lookup (:mod:`specbatch.live.ngram`).
+DRAFTS = ("model", NGRAM)
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,9 @@ class LiveConfig:
     arrive at once). arrival, rate, cv: the arrival process, as the simulator's ("burst" all at
     t = 0, "poisson" at ``rate`` req/s, "gamma" with mean gap 1/rate and CV ``cv``), drawn by
     the simulator's workload code from ``seed``.
+    draft: "model" (a draft LM) or "ngram" (prompt lookup, vLLM's ``ngram`` method);
+    ngram_min, ngram_max: its suffix n-gram bounds (vLLM's ``prompt_lookup_min``/``max``;
+    None: vLLM's defaults, as :func:`traces.ngram.ngram_bounds` resolves them); n-gram only.
     """
 
     max_new_tokens: int = 32
@@ -49,6 +55,14 @@ class LiveConfig:
     arrival: str = "burst"
     rate: float = 10.0
     cv: float = 1.0
+    draft: str = "model"
+    ngram_min: int | None = None
+    ngram_max: int | None = None
+
+    @property
+    def ngram(self) -> tuple[int, int]:
+        """The n-gram drafter's resolved ``(n_min, n_max)``."""
+        return ngram_bounds(self.ngram_min, self.ngram_max)
 
     def slots(self, n_requests: int) -> int:
         """Running slots of a run of N requests: ``max_num_seqs``, at most N."""
@@ -98,3 +112,11 @@ class LiveConfig:
                 f"--rate: expected requests/s > 0, got {self.rate}")
         require(math.isfinite(self.cv) and self.cv > 0, f"--cv: expected > 0, got {self.cv}")
         require(self.depth <= 64, f"--k/--extra: expected k + e <= 64, got {self.depth}")
+        require(self.draft in DRAFTS, f"draft: expected one of {', '.join(DRAFTS)}, got "
+                f"{self.draft!r}")
+        if self.draft == NGRAM:
+            ngram_bounds(self.ngram_min, self.ngram_max)
+        else:
+            require(self.ngram_min is None and self.ngram_max is None,
+                    f"--ngram-min/--ngram-max: expected only with --draft {NGRAM}, got a "
+                    "draft model")

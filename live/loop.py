@@ -13,6 +13,8 @@ over idle time (:mod:`.pool`).
 - :func:`decode_step` over the n running requests:
 
   - :func:`draft`: K sequential draft passes, each sampling ``X_j ~ Ms(·|c, X^{j-1})``;
+    with ``draft = "ngram"`` (:mod:`.ngram`) the prompt-lookup proposer instead: up to K
+    one-hot tokens per request, no draft model or cache, its CPU time the draft time;
   - :func:`decide`: the simulator's ``Policy.decide`` on a :class:`StepView` of the draft's
     signals, rows in the simulator's batch order (admission order), budget C = k·n;
   - :func:`target_pass`: one pass over the pending token and ``X_1..X_{s_i}``;
@@ -33,7 +35,7 @@ other requests share its batch (for ``fixed``, the same outputs under any arriva
 
 Timing (:mod:`.timeline`): a step's duration runs from the end of the previous step (or the
 idle jump) to its own end, so admission and retirement bookkeeping are inside a step.
-``draft_time`` is the sum of the draft model calls, ``target_time`` the target model call,
+``draft_time`` is the sum of the draft model calls (the n-gram proposer's CPU time), ``target_time`` the target model call,
 ``overhead_time`` the rest (masks and position ids, sampling, policy, verification, cache
 moves). Statistics computed only to record the run are paused on the timeline.
 """
@@ -46,16 +48,25 @@ from typing import Any
 import numpy as np
 
 from specbatch.errors import require
+from specbatch.live.batch import Batch, empty_pending
 from specbatch.live.cache import SlotCache
 from specbatch.live.config import LiveConfig
+from specbatch.live.ngram import (
+    ProposedView,
+    draft_ngram,
+    fed_tokens,
+    filler_signals,
+    proposed_confidence,
+)
 from specbatch.live.pool import Pool, arrival_times
 from specbatch.live.record import LiveResult, Recorder
 from specbatch.live.timeline import Timeline
-from specbatch.simulator.policies import Policy, StepView, make_policy
+from specbatch.simulator.policies import Policy, make_policy
 from specbatch.simulator.verify import request_keys, uniforms
 from specbatch.theory.stats import accept_from_stats
 from specbatch.theory.stats_torch import path_stats_torch, probs_at, sample_inverse_cdf
 from specbatch.theory.verify_torch import accept_and_residual, extra_token_law_torch
+from specbatch.traces.ngram import NGRAM
 
 #: Stream tags of the live engine's own draws, xor-ed into the simulator's request keys.
 STREAMS = {"first": np.uint64(0x11FE_0001_F125_7000), "draft": np.uint64(0x11FE_0002_D4AF_7000),
@@ -78,44 +89,11 @@ class Live:
     pool: Pool
     clock: Timeline
     rec: Recorder
-    dcache: SlotCache
+    dcache: SlotCache | None  # None for the n-gram drafter (no draft model)
     tcache: SlotCache
+    vocab: int  # V, the target's output rows (the n-gram filler id)
     now: float = 0.0  # the live clock (workload seconds)
     mark: float = 0.0  # timeline reading at the end of the last step (or the idle jump)
-
-
-@dataclass
-class Batch:
-    """The running requests, row r = cache row r of both caches.
-
-    uid:     # [n] request ids
-    pend_t:  # [n] the last emitted token, not yet in the target cache
-    pend_d:  # [n, 2] tokens not yet in the draft cache, right-padded
-    pend_w:  # [n] how many of pend_d are real (1, or 2 after a fully accepted draft)
-    """
-
-    uid: np.ndarray
-    pend_t: Any
-    pend_d: Any
-    pend_w: Any
-
-    @property
-    def n(self) -> int:
-        return int(self.uid.shape[0])
-
-    def take(self, rows: np.ndarray) -> Batch:
-        import torch
-
-        idx = torch.from_numpy(rows).to(self.pend_t.device)
-        return Batch(self.uid[rows], self.pend_t[idx], self.pend_d[idx], self.pend_w[idx])
-
-    def join(self, other: Batch) -> Batch:
-        import torch
-
-        return Batch(np.concatenate([self.uid, other.uid]),
-                     torch.cat([self.pend_t, other.pend_t]),
-                     torch.cat([self.pend_d, other.pend_d]),
-                     torch.cat([self.pend_w, other.pend_w]))
 
 
 def stream_uniforms(live: Live, stream: str, uid: np.ndarray, pos: np.ndarray, width: int):
@@ -160,12 +138,15 @@ def prefill(live: Live, batch: Batch, joined: list[int]) -> Batch:
     uid = np.asarray(joined, dtype=np.int64)
     prompts = [rec.prompt_ids[u] for u in joined]
     plen = rec.prompt_len[uid]
-    live.dcache.prefill(live.draft_model, prompts)  # its logits are not used
+    if live.dcache is not None:
+        live.dcache.prefill(live.draft_model, prompts)  # its logits are not used
     logits = live.tcache.prefill(live.target_model, prompts)
     y0 = draw(live, logits, stream_uniforms(live, "first", uid, np.zeros_like(uid), 1)[:, 0])
-    pre_d, pre_t = live.dcache.seconds, live.tcache.seconds
+    pre_d = live.dcache.seconds if live.dcache is not None else 0.0
+    pre_t = live.tcache.seconds
     zeros = np.zeros_like(plen)
-    rec.add_pass("draft", plen, zeros, pre_d, int(plen.max()))
+    if live.dcache is not None:
+        rec.add_pass("draft", plen, zeros, pre_d, int(plen.max()))
     rec.add_pass("target", plen, zeros, pre_t, int(plen.max()))
     for u, tok in zip(joined, y0.tolist()):
         rec.outputs[u].append(int(tok))
@@ -186,8 +167,9 @@ def retire(live: Live, batch: Batch) -> tuple[Batch, np.ndarray]:
     if not done.any():
         return batch, batch.uid[done]
     leave = np.flatnonzero(done)
-    order = live.dcache.remove(leave)
-    live.tcache.remove(leave)  # the same rows move in both caches
+    order = live.tcache.remove(leave)
+    if live.dcache is not None:
+        live.dcache.remove(leave)  # the same rows move in both caches
     return batch.take(order), batch.uid[done]
 
 
@@ -195,10 +177,13 @@ def draft(live: Live, batch: Batch, kv: np.ndarray, pos: np.ndarray):
     """K sequential draft passes over the batch, the first fed the pending tokens.
 
     kv, pos: # [n] the simulator's KV count and output position per request
-    returns x # [n, K] drafted tokens, logits # [n, K, V], summed model seconds
+    returns x # [n, K] drafted tokens, logits # [n, K, V], summed model seconds, proposed
+    # [n] (None: all K); the n-gram drafter: :func:`draft_ngram`
     """
     import torch
 
+    if live.dcache is None:
+        return draft_ngram(live, batch, kv)  # :mod:`.ngram`
     n, depth, cache = batch.n, live.cfg.depth, live.dcache
     u = stream_uniforms(live, "draft", batch.uid, pos, depth)  # [n, K]
     width = int(batch.pend_w.max())
@@ -218,7 +203,7 @@ def draft(live: Live, batch: Batch, kv: np.ndarray, pos: np.ndarray):
         xs.append(tok)
         rows.append(logits)
         ids = tok[:, None]
-    return torch.stack(xs, dim=1), torch.stack(rows, dim=1), seconds
+    return torch.stack(xs, dim=1), torch.stack(rows, dim=1), seconds, None
 
 
 def draft_confidence(draft_logits, draft_tokens) -> np.ndarray:
@@ -231,15 +216,19 @@ def draft_confidence(draft_logits, draft_tokens) -> np.ndarray:
     return p1.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1).cpu().numpy()
 
 
-def decide(live: Live, batch: Batch, kv: np.ndarray, x, draft_logits) -> np.ndarray:
+def decide(live: Live, batch: Batch, kv: np.ndarray, x, draft_logits,
+           proposed: np.ndarray | None) -> np.ndarray:
     """Verified lengths s # [n] int64 from the simulator's policy on the draft's signals, the
-    rows handed over in the simulator's batch order (admission order); budget C = k·n."""
+    rows handed over in the simulator's batch order (admission order); budget C = k·n. With
+    ``proposed`` # [n] (n-gram drafts) the policy caps every request at its proposed count."""
     n, depth = x.shape
     order = np.argsort(live.pool.rank[batch.uid], kind="stable")
     signals = {}
     if "conf" in live.policy.reads:
-        signals["conf"] = draft_confidence(draft_logits, x)[order]
-    view = StepView.from_signals(kv[order], live.policy.k * n, depth, **signals)
+        signals["conf"] = (draft_confidence(draft_logits, x) if proposed is None
+                           else proposed_confidence(proposed, depth))[order]
+    view = ProposedView.with_proposed(None if proposed is None else proposed[order],
+                                      kv[order], live.policy.k * n, depth, **signals)
     _, verified = live.policy.decide(view)
     s = np.empty(n, dtype=np.int64)
     s[order] = np.asarray(verified, dtype=np.int64)
@@ -255,7 +244,7 @@ def target_pass(live: Live, batch: Batch, x, s: np.ndarray, kv: np.ndarray):
     import torch
 
     g = int(s.max())
-    ids = torch.cat([batch.pend_t[:, None], x[:, :g]], dim=1)
+    ids = torch.cat([batch.pend_t[:, None], fed_tokens(x[:, :g], live.vocab)], dim=1)
     cache = live.tcache
     logits = cache.forward(live.target_model, ids)
     live.rec.add_pass("target", s + 1, kv, cache.seconds, int(cache.count[:batch.n].max()) + g + 1)
@@ -263,7 +252,7 @@ def target_pass(live: Live, batch: Batch, x, s: np.ndarray, kv: np.ndarray):
 
 
 def verify(live: Live, batch: Batch, x, draft_logits, target_logits, s: np.ndarray,
-           pos: np.ndarray):
+           pos: np.ndarray, proposed: np.ndarray | None = None):
     """τ (numpy and torch, # [n]), the extra token y # [n] and the path statistics (numpy
     dict, :func:`theory.stats_torch.path_stats_torch`) of one step.
 
@@ -271,11 +260,14 @@ def verify(live: Live, batch: Batch, x, draft_logits, target_logits, s: np.ndarr
     "theory"``: :func:`theory.verify_torch.accept_and_residual` decides and the statistics
     are recorded off the timeline; ``"local"``: :func:`theory.stats.accept_from_stats` on
     the statistics (the simulator's τ function) and
-    :func:`theory.verify_torch.extra_token_law_torch`.
+    :func:`theory.verify_torch.extra_token_law_torch`. N-gram drafts (``proposed`` # [n]):
+    fillers enter as token 0 (s ≤ proposed, so none is verified) and their recorded draft
+    signals are 0 (:func:`.ngram.filler_signals`).
     """
     import torch
 
     cfg, device, temp = live.cfg, live.device, float(live.cfg.temperature)
+    x = fed_tokens(x, live.vocab)
     s_t = torch.from_numpy(s).to(device)
     g = target_logits.shape[1] - 1
     ms, mb = probs_at(draft_logits, temp), probs_at(target_logits, temp)  # [n, K | G+1, V]
@@ -295,25 +287,31 @@ def verify(live: Live, batch: Batch, x, draft_logits, target_logits, s: np.ndarr
                                     p=torch.from_numpy(stats["p"]).to(device))
     u = stream_uniforms(live, "extra", batch.uid, pos, 1)[:, 0]
     y = sample_inverse_cdf(law, torch.from_numpy(u).to(device))
+    if proposed is not None:
+        stats = filler_signals(stats, proposed)
     return tau, tau_t, y, stats
 
 
 def commit(live: Live, batch: Batch, x, tau: np.ndarray, y, stats: dict,
-           starts: tuple[np.ndarray, np.ndarray]) -> tuple[Batch, np.ndarray]:
+           starts: tuple[np.ndarray, np.ndarray],
+           proposed: np.ndarray) -> tuple[Batch, np.ndarray]:
     """Emit the accepted tokens and y, keep each cache row's accepted prefix, and set the
     pending tokens of the next step.
 
     starts: (draft, target) # [n] cache counts before this step's passes
+    proposed: # [n] real draft tokens per request (recorded with the position)
     returns the batch of the next step and emitted # [n]
     """
     import torch
 
     n, depth, rec = batch.n, live.cfg.depth, live.rec
     emitted = np.minimum(tau + 1, rec.out_len[batch.uid] - rec.pos[batch.uid])
-    rec.add_positions(batch.uid, x.cpu().numpy(), stats, tau, y.cpu().numpy(), emitted)
+    rec.add_positions(batch.uid, x.cpu().numpy(), stats, tau, y.cpu().numpy(), emitted,
+                      proposed)
     pend_w = batch.pend_w.cpu().numpy()
     live.tcache.count[:n] = starts[1] + 1 + tau
-    live.dcache.count[:n] = starts[0] + pend_w + np.minimum(tau, depth - 1)
+    if live.dcache is not None:
+        live.dcache.count[:n] = starts[0] + pend_w + np.minimum(tau, depth - 1)
     full = torch.from_numpy(tau == depth).to(live.device)  # X_K accepted, never fed to the draft
     pend_d = torch.stack([torch.where(full, x[:, -1], y),
                           torch.where(full, y, torch.zeros_like(y))], dim=1)
@@ -321,21 +319,26 @@ def commit(live: Live, batch: Batch, x, tau: np.ndarray, y, stats: dict,
 
 
 def decode_step(live: Live, batch: Batch) -> Batch:
-    """draft → decide → target_pass → verify → commit → retire, recorded as one step."""
+    """draft → decide → target_pass → verify → commit → retire, recorded as one step
+    (drafted: K per request, or its proposed count for n-gram drafts, as the simulator's
+    capped policy counts it; depth: the draft passes the simulator prices)."""
     rec, depth, n = live.rec, live.cfg.depth, batch.n
     start = step_start(live)
     pos = rec.pos[batch.uid].copy()
     kv = rec.prompt_len[batch.uid] + pos  # the simulator's KV count
-    starts = (live.dcache.count[:n].copy(), live.tcache.count[:n].copy())
-    x, draft_logits, draft_t = draft(live, batch, kv, pos)
-    s = decide(live, batch, kv, x, draft_logits)
+    dstart = live.dcache.count[:n].copy() if live.dcache is not None else None
+    starts = (dstart, live.tcache.count[:n].copy())
+    x, draft_logits, draft_t, proposed = draft(live, batch, kv, pos)
+    s = decide(live, batch, kv, x, draft_logits, proposed)
     target_logits, target_t = target_pass(live, batch, x, s, kv)
-    tau, tau_t, y, stats = verify(live, batch, x, draft_logits, target_logits, s, pos)
-    rec.count_step(batch.uid, depth, s, tau)
-    batch, emitted = commit(live, batch, x, tau, y, stats, starts)
+    tau, tau_t, y, stats = verify(live, batch, x, draft_logits, target_logits, s, pos, proposed)
+    drafted = np.full(n, depth, dtype=np.int64) if proposed is None else proposed
+    rec.count_step(batch.uid, drafted, s, tau)
+    batch, emitted = commit(live, batch, x, tau, y, stats, starts, drafted)
     batch, gone = retire(live, batch)
-    end = step_end(live, start, (n, 0, depth * n, int(s.sum()), int(tau.sum()),
-                                 int(emitted.sum()), depth, draft_t, target_t))
+    used = depth if int(drafted.sum()) == depth * n else int(drafted.max())  # draft passes
+    end = step_end(live, start, (n, 0, int(drafted.sum()), int(s.sum()), int(tau.sum()),
+                                 int(emitted.sum()), used, draft_t, target_t))
     rec.finish[gone] = end
     return batch
 
@@ -343,7 +346,11 @@ def decode_step(live: Live, batch: Batch) -> Batch:
 def start(draft_model, target_model, prompt_ids: list[list[int]], cfg: LiveConfig,
           names: tuple[str, str]) -> Live:
     """The shared state of a run: arrivals and the pool, the simulator's policy for ``cfg``
-    and its uniform streams, slot caches on the target's device, a fresh timeline."""
+    and its uniform streams, slot caches on the target's device (no draft cache for the
+    n-gram drafter, whose ``draft_model`` is None), a fresh timeline."""
+    require((draft_model is None) == (cfg.draft == NGRAM),
+            f"draft: expected a draft model exactly when draft is not {NGRAM!r}, got draft "
+            f"{cfg.draft!r} with{'out' if draft_model is None else ''} a draft model")
     device = next(target_model.parameters()).device
     clock = Timeline(device)
     n = len(prompt_ids)
@@ -355,14 +362,17 @@ def start(draft_model, target_model, prompt_ids: list[list[int]], cfg: LiveConfi
                 policy=make_policy(cfg.sim_config(n), cfg.depth),
                 keys=request_keys(int(cfg.seed), np.arange(n)),
                 pool=Pool(rec.arrival, slots), clock=clock, rec=rec,
-                dcache=SlotCache(draft_model, slots, length, clock.now),
-                tcache=SlotCache(target_model, slots, length, clock.now))
+                dcache=None if draft_model is None
+                else SlotCache(draft_model, slots, length, clock.now),
+                tcache=SlotCache(target_model, slots, length, clock.now),
+                vocab=int(target_model.get_output_embeddings().weight.shape[0]))
 
 
 def run_live(draft_model, target_model, prompt_ids: list[list[int]], cfg: LiveConfig,
              names: tuple[str, str] = ("draft", "target")) -> LiveResult:
     """Run the continuous-batching speculative engine (module docstring) on loaded models.
 
+    draft_model: the draft Ms, or None with ``cfg.draft = "ngram"`` (prompt lookup).
     prompt_ids: N non-empty token-id lists (the requests, uid = index).
     names: model names for the pass table.
     """
@@ -374,7 +384,7 @@ def run_live(draft_model, target_model, prompt_ids: list[list[int]], cfg: LiveCo
     live = start(draft_model, target_model, prompt_ids, cfg, names)
     pool = live.pool
     with torch.inference_mode():
-        batch = Batch(np.zeros(0, dtype=np.int64), *_empty_pending(live.device))
+        batch = Batch(np.zeros(0, dtype=np.int64), *empty_pending(live.device))
         live.mark = live.clock.now()
         while batch.n or not pool.drained:
             pool.arrive(live.now)
@@ -387,10 +397,3 @@ def run_live(draft_model, target_model, prompt_ids: list[list[int]], cfg: LiveCo
                 live.now = max(live.now, pool.next_arrival())
                 live.mark = live.clock.now()
     return live.rec.result(cfg, VERIFIER_NAMES[cfg.verifier])
-
-
-def _empty_pending(device):
-    import torch
-
-    z = torch.zeros(0, dtype=torch.long, device=device)
-    return z, torch.zeros((0, 2), dtype=torch.long, device=device), z

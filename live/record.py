@@ -29,6 +29,7 @@ import pandas as pd
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import write_json
 from specbatch.live.config import LiveConfig
+from specbatch.traces.ngram import NGRAM
 
 #: Columns of ``profile.csv``: one row per forward pass.
 PASS_COLUMNS = ("model", "role", "device", "dtype", "batch_size", "query_tokens", "kv_tokens",
@@ -50,7 +51,7 @@ class LiveResult:
     summary: dict
     passes: pd.DataFrame  # one row per forward pass (PASS_COLUMNS)
     outputs: list  # generated token ids per request
-    trace_rows: dict  # uid -> {position: TRACE_FIELDS values, each # [K]}
+    trace_rows: dict  # uid -> {position: (TRACE_FIELDS values, each # [K]; proposed)}
     prompt_ids: list = field(default_factory=list)
 
 
@@ -92,21 +93,24 @@ class Recorder:
                             float(skv), float(sqkv), float(sqq)))
 
     def add_positions(self, act: np.ndarray, x: np.ndarray, stats: dict, tau: np.ndarray,
-                      y: np.ndarray, emitted: np.ndarray) -> None:
+                      y: np.ndarray, emitted: np.ndarray, proposed: np.ndarray) -> None:
         """Requests ``act`` # [n] verified drafts ``x`` # [n, K] with path statistics
-        ``stats`` (TRACE_FIELDS but draft_token, each # [n, K]), accepted ``tau`` # [n] and
-        drew the extra token ``y`` # [n]; they emit ``emitted`` # [n] tokens."""
+        ``stats`` (TRACE_FIELDS but draft_token, each # [n, K]) of which ``proposed`` # [n]
+        are real tokens (K for model drafts), accepted ``tau`` # [n] and drew the extra token
+        ``y`` # [n]; they emit ``emitted`` # [n] tokens."""
         for i, u in enumerate(act.tolist()):
             t = int(self.pos[u])
-            self.trace_rows[u][t] = (x[i], *(stats[name][i] for name in TRACE_FIELDS[1:]))
+            self.trace_rows[u][t] = (x[i], *(stats[name][i] for name in TRACE_FIELDS[1:]),
+                                     int(proposed[i]))
             self.outputs[u].extend([int(v) for v in x[i, :tau[i]]] + [int(y[i])])
             del self.outputs[u][t + int(emitted[i]):]
         self.pos[act] += emitted
 
-    def count_step(self, act: np.ndarray, depth: int, verified: np.ndarray,
+    def count_step(self, act: np.ndarray, drafted: np.ndarray, verified: np.ndarray,
                    accepted: np.ndarray) -> None:
-        """Per-request counters of one decode step (``verified``, ``accepted`` # [n])."""
-        for name, value in (("steps", 1), ("drafted", depth), ("verified", verified),
+        """Per-request counters of one decode step (``drafted``, ``verified``, ``accepted``
+        # [n])."""
+        for name, value in (("steps", 1), ("drafted", drafted), ("verified", verified),
                             ("accepted", accepted)):
             self.counts[name][act] += value
 
@@ -146,7 +150,9 @@ class Recorder:
 def build_trace(result: LiveResult, meta_extra: dict | None = None):
     """A :class:`traces.format.Trace` of the live run: row t of request r holds the statistics
     of the path drafted at output position t (visited positions); other rows hold a filler
-    (q = 1, pt = z = 0, confidence 1) that a replay of the same run never reads."""
+    (q = 1, pt = z = 0, confidence 1) that a replay of the same run never reads. An n-gram
+    run's trace carries the ``proposed`` column (0 on unvisited rows), its fillers recorded as
+    capture records them (:mod:`specbatch.live.ngram`)."""
     from specbatch.traces.format import default_meta, make_trace
 
     cfg = result.config
@@ -158,13 +164,17 @@ def build_trace(result: LiveResult, meta_extra: dict | None = None):
             "pt": np.zeros((rows, k)), "z": np.zeros((rows, k)),
             "draft_conf": np.ones((rows, k)), "entropy": np.zeros((rows, k)),
             "top1": np.ones((rows, k))}
+    proposed = np.zeros(rows, dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(out_len)])
     visited = 0
     for r in range(n_req):
-        for t, values in result.trace_rows[r].items():
+        for t, (*values, m) in result.trace_rows[r].items():
             for name, v in zip(TRACE_FIELDS, values):
                 cols[name][offsets[r] + t] = v
+            proposed[offsets[r] + t] = m
             visited += 1
+    if cfg.draft == NGRAM:
+        cols["proposed"] = proposed
     meta = default_meta(cfg.temperature, k, source="specbatch live", visited_rows=visited,
                         **(meta_extra or {}))
     requests = {"request_id": np.arange(n_req, dtype=np.int64),

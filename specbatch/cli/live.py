@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 
@@ -17,6 +18,7 @@ from specbatch.cli.common import (
     set_threads,
 )
 from specbatch.io import check_output_dir, prepare_output_dir
+from specbatch.traces.ngram import NGRAM
 
 #: A live run on the tiny zoo pair whose output the ``validate`` examples read.
 _LIVE_EXAMPLE = ("specbatch live --draft /tmp/zoo/draft --target /tmp/zoo/target "
@@ -48,13 +50,26 @@ def _register_live(subparsers) -> None:
             "specbatch live --draft /tmp/zoo/draft --target /tmp/zoo/target --prompts "
             "default:16 --max-new-tokens 16 --max-num-seqs 4 --arrival poisson --rate 20 "
             "--seed 1 --profile-grid --out /tmp/live-b",
+            "specbatch live --draft ngram --ngram-min 2 --ngram-max 4 --target /tmp/zoo/target "
+            "--prompts default:16 --max-new-tokens 32 --k 4 --out /tmp/live-ngram",
             "specbatch live --target llama-3.1-8b --draft llama-3.2-1b --prompts random:64:256 "
             "--max-new-tokens 128 --temperature 1 --device cuda --dtype bfloat16 --out /tmp/l8b",
             "specbatch validate /tmp/live-b --fit /tmp/live"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--draft", required=True,
-                   help="local HF model directory of the draft Ms, or a shape name "
-                        "(traces.shapes, random weights)")
+                   help="local HF model directory of the draft Ms, a shape name "
+                        "(traces.shapes, random weights), or 'ngram': prompt-lookup drafts as "
+                        "vLLM's ngram method (no draft model or draft cache; one-hot drafts, so "
+                        "BV = TV; the proposer's CPU time is the draft time; a directory named "
+                        "ngram must be written ./ngram)")
+    p.add_argument("--ngram-min", type=int, default=None,
+                   help="--draft ngram: shortest suffix n-gram to look up, integer >= 1 "
+                        "(vLLM prompt_lookup_min; default 5, or --ngram-max when only that "
+                        "is given)")
+    p.add_argument("--ngram-max", type=int, default=None,
+                   help="--draft ngram: longest suffix n-gram to look up, >= --ngram-min "
+                        "(vLLM prompt_lookup_max; default 5, or --ngram-min when only that "
+                        "is given)")
     p.add_argument("--target", required=True,
                    help="local HF model directory of the target Mb, or a shape name")
     p.add_argument("--prompts", required=True,
@@ -163,7 +178,8 @@ def _live(args) -> int:
     prompts = None if args.prompts.startswith("random:") else _text_prompts(args)
     prepare_output_dir(args.out, allow_existing=True)  # before loading and running models
     tok, draft, target, identities = load_models(args.draft, args.target, args.device,
-                                                 args.dtype, args.seed, args.layers)
+                                                 args.dtype, args.seed, args.layers,
+                                                 cfg.ngram if cfg.draft == NGRAM else (5, 5))
     ids, categories, source = _prompt_ids(args, prompts, tok, target)
     names = (identities["draft"]["name"], identities["target"]["name"])
     for _ in range(args.warmup):
@@ -196,13 +212,20 @@ def _live_config(args):
     from specbatch.errors import require
     from specbatch.live.config import LiveConfig
 
+    ngram = args.draft == NGRAM
     cfg = LiveConfig(max_new_tokens=args.max_new_tokens, policy=args.policy, k=args.k,
                      extra=args.extra, verify=args.verify, temperature=args.temperature,
                      device=args.device, dtype=args.dtype, seed=args.seed,
                      max_prompt_tokens=args.max_prompt_tokens, verifier=args.verifier,
                      max_num_seqs=args.max_num_seqs, arrival=args.arrival, rate=args.rate,
-                     cv=args.cv)
+                     cv=args.cv, draft=NGRAM if ngram else "model",
+                     ngram_min=args.ngram_min, ngram_max=args.ngram_max)
     cfg.check()
+    if ngram:  # live.json records the resolved bounds
+        n_min, n_max = cfg.ngram
+        cfg = dataclasses.replace(cfg, ngram_min=n_min, ngram_max=n_max)
+    require(not (ngram and args.profile_grid), f"--profile-grid: expected a draft model, got "
+            f"--draft {NGRAM} (the grid profiles draft passes)")
     require(args.extra == 0 or args.policy == "tetris",
             f"--extra: expected 0 for policy {args.policy} (e widens tetris drafts only), "
             f"got {args.extra}")

@@ -58,3 +58,41 @@ def test_bad_arrival_and_slot_flags_are_one_line_errors(flags, needle, tmp_path,
     assert main([*ARGS, *flags, "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err
+
+
+#: ``ARGS`` with the prompt-lookup drafter instead of a draft model.
+NGRAM_ARGS = ["live", "--draft", "ngram", "--target", "vicuna-68m", "--layers", "1",
+              "--prompts", "random:2:6", "--max-new-tokens", "3", "--k", "2", "--warmup", "0",
+              "--json"]
+
+
+def test_ngram_drafter_runs_without_a_draft_model_and_is_named_in_live_json(tmp_path, capsys):
+    out = tmp_path / "live"
+    assert main([*NGRAM_ARGS, "--ngram-max", "3", "--out", str(out)]) == 0
+    capsys.readouterr()
+    manifest = json.loads((out / "live.json").read_text())
+    assert manifest["models"]["draft"]["drafter"] == "ngram"
+    assert (manifest["models"]["draft"]["n_min"], manifest["models"]["draft"]["n_max"]) == (3, 3)
+    settings = manifest["settings"]
+    assert (settings["draft"], settings["ngram_min"], settings["ngram_max"]) == ("ngram", 3, 3)
+    assert main(["trace", "validate", str(out / "trace")]) == 0
+    from specbatch.traces.format import read_trace
+
+    assert read_trace(out / "trace").proposed is not None
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--ngram-min", "3", "--ngram-max", "2"], "--ngram-max: expected >= --ngram-min (3)"),
+    (["--ngram-min", "0"], "--ngram-min: expected an integer >= 1"),
+    (["--profile-grid"], "--profile-grid: expected a draft model"),
+])
+def test_bad_ngram_flags_are_one_line_errors(flags, needle, tmp_path, capsys):
+    assert main([*NGRAM_ARGS, *flags, "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err
+
+
+def test_ngram_bounds_with_a_draft_model_are_refused(tmp_path, capsys):
+    assert main([*ARGS, "--ngram-min", "2", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "expected only with --draft ngram" in err

@@ -5,6 +5,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+
 TEXT = ("def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the lazy dog. "
         "class Point:\n    def __init__(self, x, y):\n        self.x = x\n") * 4
 PROMPTS = ["def add(a, b):", "The quick brown fox", "class Point:\n",
@@ -72,3 +74,32 @@ def run_cli(capsys, *args) -> tuple[int, str, str]:
     code = main(list(args))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def greedy_decode(target, ids: list[int], n: int) -> list[int]:
+    """The target's own greedy decoding, one request at a time, recomputing every prefix."""
+    import torch
+
+    ids, out = list(ids), []
+    with torch.no_grad():
+        for _ in range(n):
+            nxt = int(target(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+            out.append(nxt)
+            ids.append(nxt)
+    return out
+
+
+class MeasuredSteps:
+    """A cost model that prices step i as the live run's measured duration of step i (all on
+    the target's one call per step; draft passes and overhead cost 0)."""
+
+    overhead = 0.0
+
+    def __init__(self, durations: np.ndarray) -> None:
+        self.durations, self.i = list(durations), 0
+
+    def step_time(self, role: str, query, kv) -> float:
+        if role == "draft":
+            return 0.0
+        self.i += 1
+        return float(self.durations[self.i - 1])

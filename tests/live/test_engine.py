@@ -17,7 +17,7 @@ from specbatch.live.config import LiveConfig  # noqa: E402
 from specbatch.live.loop import run_live  # noqa: E402
 from specbatch.live.record import build_trace  # noqa: E402
 from specbatch.simulator.run import simulate  # noqa: E402
-from tests.live.helpers import IDS  # noqa: E402
+from tests.live.helpers import IDS, MeasuredSteps  # noqa: E402
 
 PROMPTS = IDS + [[60, 61, 62], [70], [80, 81, 82, 83, 84]]  # 8 requests
 CFG = LiveConfig(max_new_tokens=6, policy="tetris", k=2, extra=1, verify="block",
@@ -106,22 +106,6 @@ def test_fixed_policy_outputs_do_not_depend_on_batching(models):
                                                      arrival="gamma", rate=60.0, cv=2.0))
     assert static.outputs == streamed.outputs
     assert np.array_equal(static.requests["accepted"], streamed.requests["accepted"])
-
-
-class MeasuredSteps:
-    """A cost model that prices step i as the live run's measured duration of step i (all on
-    the target's one call per step; draft passes and overhead cost 0)."""
-
-    overhead = 0.0
-
-    def __init__(self, durations: np.ndarray) -> None:
-        self.durations, self.i = list(durations), 0
-
-    def step_time(self, role: str, query, kv) -> float:
-        if role == "draft":
-            return 0.0
-        self.i += 1
-        return float(self.durations[self.i - 1])
 
 
 @pytest.mark.parametrize("policy,extra,rule", [("fixed", 0, "token"), ("tetris", 1, "block")])

@@ -12,23 +12,12 @@ pytest.importorskip("transformers")
 
 from specbatch.live.config import LiveConfig  # noqa: E402
 from specbatch.live.loop import run_live  # noqa: E402
-from tests.live.helpers import IDS  # noqa: E402
-
-
-def _greedy(target, ids: list[int], n: int) -> list[int]:
-    """The target's own greedy decoding, one request at a time, recomputing every prefix."""
-    ids, out = list(ids), []
-    with torch.no_grad():
-        for _ in range(n):
-            nxt = int(target(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
-            out.append(nxt)
-            ids.append(nxt)
-    return out
+from tests.live.helpers import IDS, greedy_decode  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def greedy(models):
-    return [_greedy(models[1], ids, 12) for ids in IDS]
+    return [greedy_decode(models[1], ids, 12) for ids in IDS]
 
 
 @pytest.mark.parametrize("policy,k,extra,rule,slots,arrival", [
