@@ -182,6 +182,7 @@ def validate(live_dir: str | Path, profile: str | list | None = None,
     fitting run's mean measured overhead per step. With ``out`` the simulated tables and
     ``validate.json`` are written there."""
     from specbatch.simulator.config import make_config
+    from specbatch.simulator.free_draft import FreeDraftCost
     from specbatch.simulator.run import simulate
 
     live = read_live(live_dir)
@@ -197,6 +198,9 @@ def validate(live_dir: str | Path, profile: str | list | None = None,
     n_req = int(live["requests"].shape[0])
     values = cfg.sim_values(n_req)
     values.update(trace=str(d / "trace"), cost="profiled", profile=label.split(", ")[0])
+    if cfg.draft == "ngram":  # prompt lookup runs no model: priced as free draft passes
+        cost = FreeDraftCost(cost)
+        values.update(draft="ngram")
     sim = simulate(make_config(values, f"live manifest {d / 'live.json'}"), trace=live["trace"],
                    cost_model=cost)
     if out is not None:

@@ -96,3 +96,16 @@ def test_ngram_bounds_with_a_draft_model_are_refused(tmp_path, capsys):
     assert main([*ARGS, "--ngram-min", "2", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "expected only with --draft ngram" in err
+
+
+def test_validate_prices_an_ngram_runs_drafts_as_free(tmp_path, capsys):
+    """A prompt-lookup run has no draft model: validate simulates it with free draft passes
+    (simulator.free_draft) and says nothing about a draft model's pricing."""
+    out = tmp_path / "live"
+    assert main([*NGRAM_ARGS, "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["validate", str(out), "--in-sample", "--json", "--out", str(tmp_path / "v")]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["simulated"]["draft_time"] == 0.0
+    assert "priced as" not in captured.err
