@@ -30,7 +30,7 @@ def test_real_gemma_capture_past_the_window_equals_naive():
         capture_request_naive,
         load_pair,
     )
-    from specbatch.traces.positions import sliding_window
+    from specbatch.traces.drafters import sliding_window
     from specbatch.traces.prompts import default_prompts
 
     torch.set_num_threads(1)
