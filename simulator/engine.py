@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.admission import Admission
 from specbatch.simulator.cost_interface import CostModel, SumsCostModel
 from specbatch.simulator.draft_cost import draft_seconds, draft_seconds_from_sums
 from specbatch.simulator.kv import BlockManager, kv_capacity
@@ -87,7 +88,7 @@ _EMPTY = np.zeros(0, dtype=_I64)
 _EMPTY.flags.writeable = False
 
 
-class Engine:
+class Engine(Admission):
     """Run one workload through ``config.replicas`` replicas with one policy and cost model."""
 
     def __init__(self, config: Any, trace: Any, workload: Any, cost: CostModel, policy: Policy,
@@ -216,94 +217,6 @@ class Engine:
         return self.rec
 
     # ---------------------------------------------------------------- steps
-
-    def admit(self, rep: Replica) -> int:
-        """FCFS admission; returns how many requests joined (appended to the running arrays)."""
-        room = self.max_seqs - rep.n_running
-        if not rep.waiting or room <= 0:  # the common cases: nobody waits, or the batch is full
-            return 0
-        take: list[int] = []
-        tokens = 0
-        prompt = self.w.prompt_len
-        capacity = self.kv_capacity  # KV reservations are tracked only under a capacity
-        while rep.waiting and len(take) < room:
-            u = rep.waiting[0]
-            if capacity is not None:
-                fp = int(self.footprint[u])
-                if rep.kv_reserved + fp > capacity:
-                    break
-            if (not self.chunked and self.max_batched is not None and take
-                    and tokens + int(prompt[u]) > self.max_batched):
-                break
-            rep.waiting.popleft()
-            take.append(u)
-            if capacity is not None:
-                rep.kv_reserved += fp
-            tokens += int(prompt[u])
-        if not take:
-            return 0
-        new = self.initial.take(take, axis=1)  # [len(Row), joined] fresh state columns
-        rep.state = np.concatenate([rep.state, new], axis=1)
-        rep.n_prefilling += len(take)
-        return len(take)
-
-    def admit_paged(self, rep: Replica) -> int:
-        """Paged-mode FCFS admission (simulator.kv, step 2): a request joins while
-        ``max_num_seqs`` allows and the free pool holds ⌈(fill + 1) / block_size⌉ blocks for
-        it (allocated now without chunked prefill, per chunk with it); a preempted request
-        rejoins with its parked column (position t, FILL = prompt + t)."""
-        room = self.max_seqs - rep.n_running
-        if not rep.waiting or room <= 0:
-            return 0
-        take: list[int] = []
-        needs: list[int] = []
-        revived: list[tuple[int, np.ndarray]] = []  # (index in take, parked column)
-        tokens = promised = 0
-        prompt, parked = self.w.prompt_len, self.parked
-        while rep.waiting and len(take) < room:
-            u = rep.waiting[0]
-            col = parked.get(u)
-            fill = int(prompt[u]) if col is None else int(col[_FILL])
-            need = self.blocks.admission_blocks(fill)
-            if promised + need > rep.free_blocks:
-                break
-            if (not self.chunked and self.max_batched is not None and take
-                    and tokens + fill > self.max_batched):
-                break
-            rep.waiting.popleft()
-            if col is not None:
-                revived.append((len(take), parked.pop(u)))
-            take.append(u)
-            needs.append(need)
-            promised += need
-            tokens += fill
-        if not take:
-            return 0
-        new = self.initial.take(take, axis=1)  # [len(Row), joined] fresh state columns
-        for j, col in revived:
-            new[:, j] = col
-        if not self.chunked:  # the prefill's blocks now; chunked prefill allocates per chunk
-            new[Row.BLOCKS] = needs
-            rep.free_blocks -= promised
-        rep.state = np.concatenate([rep.state, new], axis=1)
-        rep.n_prefilling += len(take)
-        return len(take)
-
-    def schedule_paged(self, rep: Replica) -> int:
-        """Paged mode's step start (simulator.kv): grow the decoding requests' blocks,
-        preempting the newest when the pool runs out, then admit unless a preemption
-        happened (and something still runs). Returns how many requests joined."""
-        gone = self.blocks.grow(rep)  # [len(Row), p] newest first, or None
-        if gone is not None:
-            for col in gone.T:
-                u = int(col[_UID])
-                self.parked[u] = col
-                rep.waiting.appendleft(u)  # the older of two preempted ends up in front
-                self.rec.preemptions[u] += 1
-                self.rec.recomputed[u] += int(col[_FILL])
-            if rep.n_running:
-                return 0
-        return self.admit_paged(rep)
 
     def start_step(self, rep: Replica, time: float) -> None:
         joined = self.admit(rep) if self.blocks is None else self.schedule_paged(rep)
