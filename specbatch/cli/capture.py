@@ -9,6 +9,7 @@ import sys
 from specbatch.cli.common import (
     PROMPTS_HELP,
     add_json_flag,
+    add_ngram_flags,
     add_threads_flag,
     emit,
     example,
@@ -36,14 +37,7 @@ def register(subparsers) -> None:
                    help="local HF model directory of the draft Ms, or 'ngram': prompt-lookup "
                         "drafts as vLLM's ngram method (no draft model; one-hot draft rows; a "
                         "directory named ngram must be written ./ngram)")
-    p.add_argument("--ngram-min", type=int, default=None,
-                   help="--draft ngram: shortest suffix n-gram to look up, integer >= 1 "
-                        "(vLLM prompt_lookup_min; default 5, or --ngram-max when only that "
-                        "is given)")
-    p.add_argument("--ngram-max", type=int, default=None,
-                   help="--draft ngram: longest suffix n-gram to look up, >= --ngram-min "
-                        "(vLLM prompt_lookup_max; default 5, or --ngram-min when only that "
-                        "is given)")
+    add_ngram_flags(p)
     p.add_argument("--target", required=True, help="local HF model directory of the target Mb")
     p.add_argument("--prompts", required=True,
                    help=PROMPTS_HELP + " (random:N:LEN token ids are live-only: a capture "

@@ -40,6 +40,19 @@ PROMPTS_HELP = ("a prompts file: JSONL ({\"prompt\": ...} per line), ShareGPT-st
                 "held-out stdlib text")
 
 
+def add_ngram_flags(parser: argparse.ArgumentParser) -> None:
+    """``--ngram-min``/``--ngram-max``: the prompt-lookup drafter's suffix n-gram bounds
+    (``--draft ngram``; resolved by :func:`specbatch.traces.ngram.ngram_bounds`)."""
+    parser.add_argument("--ngram-min", type=int, default=None,
+                        help="--draft ngram: shortest suffix n-gram to look up, integer >= 1 "
+                             "(vLLM prompt_lookup_min; default 5, or --ngram-max when only "
+                             "that is given)")
+    parser.add_argument("--ngram-max", type=int, default=None,
+                        help="--draft ngram: longest suffix n-gram to look up, >= --ngram-min "
+                             "(vLLM prompt_lookup_max; default 5, or --ngram-min when only "
+                             "that is given)")
+
+
 def plural(n: int, word: str) -> str:
     """``1 run``, ``2 runs``: a count with its noun in the right number."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"

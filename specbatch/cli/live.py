@@ -12,6 +12,7 @@ import sys
 from specbatch.cli.common import (
     PROMPTS_HELP,
     add_json_flag,
+    add_ngram_flags,
     add_threads_flag,
     emit,
     example,
@@ -62,14 +63,7 @@ def _register_live(subparsers) -> None:
                         "vLLM's ngram method (no draft model or draft cache; one-hot drafts, so "
                         "BV = TV; the proposer's CPU time is the draft time; a directory named "
                         "ngram must be written ./ngram)")
-    p.add_argument("--ngram-min", type=int, default=None,
-                   help="--draft ngram: shortest suffix n-gram to look up, integer >= 1 "
-                        "(vLLM prompt_lookup_min; default 5, or --ngram-max when only that "
-                        "is given)")
-    p.add_argument("--ngram-max", type=int, default=None,
-                   help="--draft ngram: longest suffix n-gram to look up, >= --ngram-min "
-                        "(vLLM prompt_lookup_max; default 5, or --ngram-min when only that "
-                        "is given)")
+    add_ngram_flags(p)
     p.add_argument("--target", required=True,
                    help="local HF model directory of the target Mb, or a shape name")
     p.add_argument("--prompts", required=True,
