@@ -52,7 +52,6 @@ from specbatch.live.batch import Batch, empty_pending
 from specbatch.live.cache import SlotCache
 from specbatch.live.config import LiveConfig
 from specbatch.live.ngram import (
-    ProposedView,
     draft_ngram,
     fed_tokens,
     filler_signals,
@@ -61,7 +60,7 @@ from specbatch.live.ngram import (
 from specbatch.live.pool import Pool, arrival_times
 from specbatch.live.record import LiveResult, Recorder
 from specbatch.live.timeline import Timeline
-from specbatch.simulator.policies import Policy, make_policy
+from specbatch.simulator.policies import Policy, StepView, make_policy
 from specbatch.simulator.verify import request_keys, uniforms
 from specbatch.theory.stats import accept_from_stats
 from specbatch.theory.stats_torch import path_stats_torch, probs_at, sample_inverse_cdf
@@ -227,8 +226,9 @@ def decide(live: Live, batch: Batch, kv: np.ndarray, x, draft_logits,
     if "conf" in live.policy.reads:
         signals["conf"] = (draft_confidence(draft_logits, x) if proposed is None
                            else proposed_confidence(proposed, depth))[order]
-    view = ProposedView.with_proposed(None if proposed is None else proposed[order],
-                                      kv[order], live.policy.k * n, depth, **signals)
+    view = StepView.from_signals(kv[order], live.policy.k * n, depth,
+                                 proposed=None if proposed is None else proposed[order],
+                                 **signals)
     _, verified = live.policy.decide(view)
     s = np.empty(n, dtype=np.int64)
     s[order] = np.asarray(verified, dtype=np.int64)

@@ -9,7 +9,7 @@ and block verification equals token verification (THEORY.md §3).
 Fewer than K proposed tokens: slots ``j ≥ proposed`` hold the filler id V (one past the
 target's vocabulary) in the recorded trace, with ``q = 1``, ``pt = 0`` and draft signals 0
 (the trace's lossless filler, :mod:`specbatch.traces.trace`). The policy sees the proposed
-counts through :class:`ProposedView`, so every shared policy drafts and verifies at most
+counts through its :class:`~simulator.policies.StepView` (``proposed``), so every shared policy drafts and verifies at most
 ``proposed`` tokens per request (:meth:`simulator.policies.StepView.cap`), as the simulator
 does on the trace; the target therefore never scores a filler, and a request with nothing
 proposed takes an ordinary one-token target step (τ = 0, the extra token is the bonus).
@@ -23,28 +23,8 @@ import time
 
 import numpy as np
 
-from specbatch.simulator.policies import StepView
 from specbatch.traces.drafters import one_hot_logits
 from specbatch.traces.ngram import propose_ngram
-
-
-class ProposedView(StepView):
-    """A :class:`StepView` of arrays that also carries each request's proposed count, so the
-    shared policies' :meth:`StepView.cap` applies to the live loop's own draft."""
-
-    __slots__ = ("_proposed",)
-
-    @classmethod
-    def with_proposed(cls, proposed: np.ndarray | None, kv: np.ndarray, budget: int,
-                      depth: int, **signals: np.ndarray) -> ProposedView:
-        """:meth:`StepView.from_signals` plus ``proposed`` # [n] int64 (None: all K)."""
-        view = cls.from_signals(kv, budget, depth, **signals)
-        view._proposed = None if proposed is None else np.asarray(proposed, dtype=np.int64)
-        return view
-
-    @property
-    def proposed(self) -> np.ndarray | None:
-        return self._proposed
 
 
 def propose(contexts: list[list[int]], depth: int, n_min: int, n_max: int,

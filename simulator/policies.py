@@ -108,25 +108,29 @@ class StepView:
     from the signals, cached per trace for trace views.
     """
 
-    __slots__ = ("n", "kv", "budget", "depth", "eta", "cost", "_trace", "_rows", "_given")
+    __slots__ = ("n", "kv", "budget", "depth", "eta", "cost", "_trace", "_rows", "_given",
+                 "_proposed")
 
     def __init__(self, trace: Any, rows: np.ndarray, kv: np.ndarray, budget: int, depth: int,
                  eta: np.ndarray | None, cost: Any = None) -> None:
         self.n = int(rows.shape[0]) if rows is not None else int(kv.shape[0])
         self.kv, self.budget, self.depth, self.eta, self.cost = kv, budget, depth, eta, cost
-        self._trace, self._rows, self._given = trace, rows, {}
+        self._trace, self._rows, self._given, self._proposed = trace, rows, {}, None
 
     @classmethod
     def from_signals(cls, kv: np.ndarray, budget: int, depth: int, eta: np.ndarray | None = None,
-                     cost: Any = None, **signals: np.ndarray) -> StepView:
+                     cost: Any = None, proposed: np.ndarray | None = None,
+                     **signals: np.ndarray) -> StepView:
         """A view of arrays the caller holds: ``signals`` among :data:`SIGNALS`, each
-        # [n, depth]; p and accept_tv are derived from q and pt when not given."""
+        # [n, depth]; p and accept_tv are derived from q and pt when not given; ``proposed``
+        # [n] the drafter's real tokens per request (None: all K)."""
         unknown = set(signals) - set(SIGNALS)
         if unknown:
             raise SpecbatchError(f"StepView: unknown signals {sorted(unknown)}")
         view = cls(None, None, np.asarray(kv, dtype=np.int64), int(budget), int(depth), eta,
                    cost)
         view._given = dict(signals)
+        view._proposed = None if proposed is None else np.asarray(proposed, dtype=np.int64)
         return view
 
     def signal(self, name: str) -> np.ndarray:
@@ -167,7 +171,9 @@ class StepView:
     @property
     def proposed(self) -> np.ndarray | None:
         """Real draft tokens of each request's row # [n] int64, or None (all K): the trace's
-        optional ``proposed`` column (n-gram drafts); array views have none."""
+        optional ``proposed`` column (n-gram drafts), or what an array view was given."""
+        if self._trace is None:
+            return self._proposed
         column = getattr(self._trace, "proposed", None)
         return None if column is None else column[self._rows]
 

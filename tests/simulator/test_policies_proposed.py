@@ -77,3 +77,17 @@ def test_capped_run_accepts_what_the_fillers_accept_with_less_verification(verif
     # with every proposed token certain (pt = 1), each step accepts all it verifies
     sure = simulate(config, ngram_trace(PROPOSED, 1.0), cost_model=LinearCost()).summary
     assert sure["vsr"] == 1.0
+
+
+def test_an_array_view_given_proposed_counts_caps_like_a_trace_view():
+    """The live loop's own draft: StepView.from_signals(proposed=...) caps every policy as
+    the trace's column does; without it nothing is capped."""
+    from specbatch.simulator.policies import StepView
+
+    policy = make_policy(load_config(None, trace="synth", policy="fixed", k=3), 4)
+    kv = np.array([10, 20, 30])
+    capped = StepView.from_signals(kv, 9, 4, proposed=np.array([0, 2, 4]))
+    assert capped.proposed.tolist() == [0, 2, 4]
+    assert np.asarray(policy.decide(capped)[1]).tolist() == [0, 2, 3]
+    plain = StepView.from_signals(kv, 9, 4)
+    assert plain.proposed is None and np.asarray(policy.decide(plain)[1]).tolist() == [3, 3, 3]
