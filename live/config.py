@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 from specbatch.errors import require
 from specbatch.simulator.config import VERIFY_RULES, SimConfig, make_config
-from specbatch.simulator.policies import POLICIES as SIM_POLICIES
-from specbatch.traces.ngram import NGRAM, ngram_bounds
+from specbatch.simulator.fields import FieldSpec, at_least, check_ranges, field_specs, knob, like
 
 #: Policies the live loop runs: those that decide from draft-side signals after a full-depth
 #: draft (``threshold`` would stop drafting early, ``dsd`` needs a cost model, ``oracle``
@@ -17,8 +17,12 @@ POLICIES = ("fixed", "tetris")
 VERIFIERS = ("theory", "local")
 #: Arrival processes of a live run (the simulator's, but "trace": live prompts carry no times).
 LIVE_ARRIVALS = ("burst", "poisson", "gamma")
+#: The prompt-lookup drafter's name (:data:`specbatch.traces.ngram.NGRAM`; a test keeps them
+#: equal), here so a ``--help`` need not import the drafters.
+NGRAM = "ngram"
 #: Drafters of a live run: a draft model, or prompt lookup (:mod:`specbatch.live.ngram`).
 DRAFTS = ("model", NGRAM)
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -40,28 +44,48 @@ class LiveConfig:
     None: vLLM's defaults, as :func:`traces.ngram.ngram_bounds` resolves them); n-gram only.
     """
 
-    max_new_tokens: int = 32
-    policy: str = "fixed"
-    k: int = 3
-    extra: int = 0
-    verify: str = "token"
-    temperature: float = 0.0
-    device: str = "cpu"
-    dtype: str = "float32"
-    seed: int = 0
-    max_prompt_tokens: int = 512
-    verifier: str = "theory"
-    max_num_seqs: int | None = None
-    arrival: str = "burst"
-    rate: float = 10.0
-    cv: float = 1.0
-    draft: str = "model"
-    ngram_min: int | None = None
-    ngram_max: int | None = None
+    max_new_tokens: int = knob(32, "output tokens per request (EOS is ignored, as in vLLM "
+                               "benchmarks)", range=at_least(1))
+    policy: str = like(SimConfig, "policy", "fixed", choices=POLICIES,
+                       help="speculation policy (decides from draft-side signals)")
+    k: int = like(SimConfig, "num_speculative_tokens", 3, range=at_least(1), flags=(),
+                  help="window k, verified draft tokens per request (fixed: drafted = "
+                       "verified = k)")
+    extra: int = like(SimConfig, "extra", 0, help="e, extra drafted tokens: tetris drafts "
+                                                  "K = k + e (0 for fixed)")
+    verify: str = like(SimConfig, "verify", "token")
+    temperature: float = knob(0.0, "sampling temperature T; at 0 (greedy) the target's law "
+                              "is one-hot, so block verification equals token verification "
+                              "(capture's default is T = 1)", range=at_least(0, "T"))
+    device: str = knob("cpu", "torch device: cpu, cuda or cuda:N")
+    dtype: str = knob("float32", "weights and activations dtype", choices=DTYPES)
+    seed: int = like(SimConfig, "seed", 0)
+    max_prompt_tokens: int = knob(512, "longer prompts keep their last tokens",
+                                  range=at_least(1))
+    verifier: str = knob("theory", "theory: theory.verify_torch; local: the recorded "
+                         "statistics through theory.stats.accept_from_stats",
+                         choices=VERIFIERS)
+    max_num_seqs: int | None = like(SimConfig, "max_num_seqs", None, help="running slots",
+                                    none="N, every request: a burst is one static batch")
+    arrival: str = like(SimConfig, "arrival", "burst", choices=LIVE_ARRIVALS,
+                        help="arrival process: burst (all at t = 0), poisson (rate) or gamma "
+                             "(rate, cv), drawn by the simulator's workload code from seed")
+    rate: float = like(SimConfig, "rate", 10.0)
+    cv: float = like(SimConfig, "cv", 1.0)
+    draft: str = knob("model", "drafter: a draft model, or ngram (prompt lookup)",
+                      choices=DRAFTS, flag=False)
+    ngram_min: int | None = knob(None, "shortest suffix n-gram of the ngram drafter (vLLM "
+                                 "prompt_lookup_min)", range=at_least(1),
+                                 none="vLLM's default", flag=False)
+    ngram_max: int | None = knob(None, "longest suffix n-gram of the ngram drafter (vLLM "
+                                 "prompt_lookup_max)", range=at_least(1),
+                                 none="vLLM's default", flag=False)
 
     @property
     def ngram(self) -> tuple[int, int]:
         """The n-gram drafter's resolved ``(n_min, n_max)``."""
+        from specbatch.traces.ngram import ngram_bounds
+
         return ngram_bounds(self.ngram_min, self.ngram_max)
 
     def slots(self, n_requests: int) -> int:
@@ -87,6 +111,8 @@ class LiveConfig:
     def depth(self) -> int:
         """Draft passes per step: the policy class's required depth (K = k for ``fixed``,
         k + e for ``tetris``), as in the simulator."""
+        from specbatch.simulator.policies import POLICIES as SIM_POLICIES
+
         return SIM_POLICIES[self.policy].required_depth(self.sim_config())
 
     def check(self) -> None:
@@ -115,8 +141,17 @@ class LiveConfig:
         require(self.draft in DRAFTS, f"draft: expected one of {', '.join(DRAFTS)}, got "
                 f"{self.draft!r}")
         if self.draft == NGRAM:
+            from specbatch.traces.ngram import ngram_bounds
+
             ngram_bounds(self.ngram_min, self.ngram_max)
         else:
             require(self.ngram_min is None and self.ngram_max is None,
                     f"--ngram-min/--ngram-max: expected only with --draft {NGRAM}, got a "
                     "draft model")
+        check_ranges(self, live_specs(), "live config", by_flag=True)
+
+
+@functools.cache
+def live_specs() -> dict[str, FieldSpec]:
+    """Every LiveConfig field's declaration (type, default, choices, range, help)."""
+    return field_specs(LiveConfig)

@@ -1,10 +1,13 @@
 """Simulation configuration: one frozen dataclass, loaded from TOML with overrides.
 
-Knob names follow vLLM where one exists (``max_num_seqs``, ``num_speculative_tokens``,
-``max_num_batched_tokens``, ``enable_chunked_prefill``); the rest follow THEORY.md §5
-(``extra`` = e, ``budget`` = C). A TOML file is a flat table of these fields (an optional
-``[simulate]`` table is read the same way); ``k`` is accepted as an alias of
-``num_speculative_tokens``.
+Each field declares its type, default, allowed values and help on itself
+(:func:`simulator.fields.knob`); the ``simulate`` flags, the TOML checks and the table of
+``docs/config.md`` are generated from those declarations. Knob names follow vLLM where one
+exists (``max_num_seqs``, ``num_speculative_tokens``, ``max_num_batched_tokens``,
+``enable_chunked_prefill``); the rest follow THEORY.md §5 (``extra`` = e, ``budget`` = C).
+A TOML file is a flat table of these fields (an optional ``[simulate]`` table is read the
+same way), each value of its field's TOML type; ``k``, ``e`` and ``n`` are accepted as
+aliases of ``num_speculative_tokens``, ``extra`` and ``requests`` (one spelling per field).
 
 Static checks live in :func:`validate_config`; checks that need the trace (draft depth
 against the trace's K, KV capacity against the largest request, recorded arrival offsets)
@@ -15,13 +18,31 @@ live in :func:`validate_against_trace`. Every failure is one line,
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.fields import (
+    FieldSpec,
+    Range,
+    above,
+    at_least,
+    check_ranges,
+    check_toml_value,
+    coerce,
+    fail,
+    field_specs,
+    knob,
+    markdown_table,
+    resolve_aliases,
+)
 from specbatch.simulator.hardware import DEFAULT_EXECUTION, EXECUTIONS, HARDWARE, get_hardware
+
+if TYPE_CHECKING:
+    from specbatch.traces.trace import Trace
 
 try:
     import tomllib
@@ -35,91 +56,120 @@ COSTS = ("roofline", "profiled")
 SAMPLINGS = ("auto", "in_order", "resample")
 THRESHOLD_MODES = ("cumulative", "per_token")
 KV_MODES = ("reserve", "paged")
+#: The built-in policies (simulator.policies.POLICIES; a test keeps them equal), named here so
+#: a ``--help`` lists them without importing the engine.
+POLICY_NAMES = ("ar", "dsd", "fixed", "hindsight", "oracle", "tetris", "threshold")
 #: Override/TOML spellings that map onto a field name.
 ALIASES = {"k": "num_speculative_tokens", "e": "extra", "n": "requests"}
+#: A TOML or config value: what a field may hold.
+Value = str | int | float | bool | None
+
+
+def _model_names() -> tuple[str, ...]:
+    from specbatch.traces.shapes import SHAPES
+
+    return tuple(sorted(SHAPES))
+
+
+def _draft_names() -> tuple[str, ...]:
+    from specbatch.simulator.free_draft import FREE_DRAFTS
+
+    return _model_names() + tuple(FREE_DRAFTS)
 
 
 @dataclass(frozen=True)
 class SimConfig:
     """Everything one simulation run depends on (same config + seed ⇒ identical results).
 
-    Workload
-      trace:     "default" (bundled, via traces.format.resolve_trace), a trace directory, or
-                 "synth" (traces.synth.synth_trace with ``synth_alpha``/seed)
-      requests:  N simulated requests; ``sampling`` "auto" takes trace requests in order when
-                 N ≤ R and resamples with ``seed`` when N > R ("in_order" cycles, "resample"
-                 always resamples)
-      arrival:   "burst" (all at t = 0, the TETRIS offline setting), "poisson" (``rate``
-                 req/s), "gamma" (``rate`` req/s, inter-arrival CV ``cv``), "trace" (recorded
-                 offsets; with ``workload``, the file's arrival times)
-      workload:  None (requests and lengths from the trace), "example" (bundled), or a
-                 CSV/Parquet/JSONL file of request lengths and optional arrival times and
-                 categories, mapped onto trace requests (simulator.workload)
-    Engine (per replica)
-      max_num_seqs, max_num_batched_tokens (prompt tokens per prefill step; the token budget
-      of a mixed step with ``enable_chunked_prefill``), replicas (data parallel), router
-      ("round_robin" | "least_outstanding")
-    KV cache (per replica; simulator.kv, vLLM's names)
-      kv_mode:    "reserve" (a request reserves prompt + output + K + 1 tokens at admission,
-                  never preempted) or "paged" (vLLM-style blocks allocated as the KV grows,
-                  preemption of the newest request by recomputation when they run out)
-      kv_capacity: KV-cache tokens per replica; None = unlimited in "reserve" mode and, in
-                  "paged" mode, what the cost model's memory leaves next to the weights:
-                  (tp·M·u − W_target − W_draft) / KV bytes per token
-      block_size: tokens per KV block ("paged"); gpu_memory_utilization: u above ("paged"
-                  with kv_capacity None); max_model_len: the longest prompt + output (None = no
-                  limit): prompts that leave no room for one output token are refused, outputs
-                  are capped at max_model_len − prompt (SimResult.notes counts them)
-    Speculation
-      policy (simulator.policies.POLICIES), num_speculative_tokens (k), extra (e, TETRIS
-      draws K = k + e), budget (C draft tokens verified per step; None = k × running),
-      verify ("token" TV | "block" BV), threshold/threshold_mode (threshold policy),
-      dsd_interval (steps between DSD re-plans)
-    Cost model (simulator.cost.build_cost_model)
-      cost, hardware, target, draft, tp, profile, execution (the roofline's launch-latency
-      preset: "cuda_graph" as a serving engine runs, or "eager": ~1.07 ms per decoder layer,
-      fitted to the H100 profiles; simulator.hardware.EXECUTIONS)
-    Metrics
-      slo (seconds of e2e latency for SLO goodput; None = not computed), speedup (also
-      simulate ``ar`` on the same workload and cost model for ``speedup_vs_ar``)
+    The fields group into the workload (trace, workload, requests, sampling, arrival,
+    rate, cv, synth_alpha), the engine of each replica (max_num_seqs,
+    max_num_batched_tokens, enable_chunked_prefill, replicas, router), its KV cache
+    (simulator.kv, vLLM's names: kv_mode, kv_capacity, block_size, gpu_memory_utilization,
+    max_model_len), speculation (policy, num_speculative_tokens = k, extra = e with
+    K = k + e drafted by budgeted policies, budget = C, verify, threshold, threshold_mode,
+    dsd_interval), the cost model (simulator.cost.build_cost_model: cost, hardware, target,
+    draft, tp, profile, execution) and the metrics (seed, slo, speedup). Each field's
+    meaning, type, default and allowed values are declared on it (docs/config.md).
     """
 
-    trace: str = "default"
-    workload: str | None = None
-    requests: int = 512
-    sampling: str = "auto"
-    arrival: str = "burst"
-    rate: float = 10.0
-    cv: float = 1.0
-    synth_alpha: float | None = None
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int | None = None
-    enable_chunked_prefill: bool = False
-    kv_capacity: int | None = None
-    kv_mode: str = "reserve"
-    block_size: int = 16
-    gpu_memory_utilization: float = 0.9
-    max_model_len: int | None = None
-    replicas: int = 1
-    router: str = "round_robin"
-    policy: str = "fixed"
-    num_speculative_tokens: int = 3
-    extra: int = 0
-    budget: int | None = None
-    verify: str = "token"
-    threshold: float = 0.3
-    threshold_mode: str = "cumulative"
-    dsd_interval: int = 20
-    cost: str = "roofline"
-    hardware: str = "h100"
-    target: str = "vicuna-33b"
-    draft: str = "vicuna-68m"
-    tp: int = 1
-    profile: str | None = None
-    execution: str = DEFAULT_EXECUTION
-    seed: int = 0
-    slo: float | None = None
-    speedup: bool = False
+    trace: str = knob("default", "'default' (the bundled trace), 'synth' (traces.synth with "
+                      "synth_alpha and seed), or a trace directory")
+    workload: str | None = knob(
+        None, "request lengths/arrivals file (.csv/.parquet/.jsonl; columns prompt_len, "
+        "output_len, optional arrival or timestamp, category) or 'example' (bundled); each "
+        "request replays a seeded same-category trace request, wrapping positions past its "
+        "end", none="the trace's own requests")
+    requests: int = knob(512, "simulated requests N (at most the workload file's rows)",
+                         range=at_least(1))
+    sampling: str = knob("auto", "how requests are drawn from the trace: auto takes them in "
+                         "order when N <= the trace's requests and resamples with seed "
+                         "beyond; in_order cycles; resample always resamples",
+                         choices=SAMPLINGS)
+    arrival: str = knob("burst", "arrival process: burst (all at t = 0), poisson (rate), "
+                        "gamma (rate, cv), trace (the recorded times, the workload file's "
+                        "when given)", choices=ARRIVALS)
+    rate: float = knob(10.0, "arrival rate, requests/s (poisson, gamma)",
+                       range=above(0, "requests per second"))
+    cv: float = knob(1.0, "inter-arrival coefficient of variation (gamma)",
+                     range=above(0, "a coefficient of variation"))
+    synth_alpha: float | None = knob(
+        None, "constant acceptance α of the synth trace",
+        range=Range(0, 1, low_open=True, what="an acceptance probability"), none="off")
+    max_num_seqs: int = knob(64, "running requests per replica", range=at_least(1))
+    max_num_batched_tokens: int | None = knob(
+        None, "prompt tokens per prefill step; with enable_chunked_prefill the token budget "
+        "of a mixed step", range=at_least(1), none="unlimited")
+    enable_chunked_prefill: bool = knob(False, "mix prefill chunks into decode steps")
+    kv_capacity: int | None = knob(
+        None, "KV-cache tokens per replica", range=at_least(1),
+        none="unlimited in reserve mode; in paged mode what the cost model's memory leaves "
+             "next to the weights at gpu_memory_utilization")
+    kv_mode: str = knob("reserve", "KV-cache management: reserve (prompt + output + K + 1 "
+                        "tokens reserved at admission, never preempted) or paged (vLLM-style "
+                        "blocks grown per step, the newest request preempted by "
+                        "recomputation when they run out)", choices=KV_MODES)
+    block_size: int = knob(16, "tokens per KV block in paged mode", range=at_least(1))
+    gpu_memory_utilization: float = knob(
+        0.9, "fraction u of each GPU's memory for weights and KV (paged mode without "
+        "kv_capacity)", range=Range(0, 1, low_open=True, what="a fraction"))
+    max_model_len: int | None = knob(
+        None, "longest prompt + output in tokens: longer prompts are refused, outputs capped "
+        "at max_model_len - prompt", range=at_least(2), none="no limit")
+    replicas: int = knob(1, "data-parallel replicas", range=at_least(1))
+    router: str = knob("round_robin", "request router across replicas", choices=ROUTERS)
+    policy: str = knob("fixed", "speculation policy (simulator.policies)", choices=POLICY_NAMES)
+    num_speculative_tokens: int = knob(
+        3, "k, verified draft tokens per request (not used by ar and dsd: DSD plans its own "
+        "window)", range=at_least(0), flags=("--k",))
+    extra: int = knob(0, "e, extra drafted tokens of budgeted policies (K = k + e; 0 for ar, "
+                      "fixed, dsd)", range=at_least(0))
+    budget: int | None = knob(None, "C, draft tokens verified per step", range=at_least(0),
+                              none="k x running requests")
+    verify: str = knob("token", "verification rule: token (TV) or block (BV)",
+                       choices=VERIFY_RULES)
+    threshold: float = knob(0.3, "confidence threshold of the threshold policy",
+                            range=Range(0, 1, low_open=True, what="a probability"))
+    threshold_mode: str = knob("cumulative", "how the threshold policy combines "
+                               "confidences", choices=THRESHOLD_MODES)
+    dsd_interval: int = knob(20, "steps between DSD re-plans", range=at_least(1))
+    cost: str = knob("roofline", "step-time cost model", choices=COSTS)
+    hardware: str = knob("h100", "roofline hardware preset (any case)",
+                         names=lambda: tuple(sorted(HARDWARE)), every_name=True)
+    target: str = knob("vicuna-33b", "target model: a shape name (roofline) or the profile's "
+                       "model name", names=_model_names)
+    draft: str = knob("vicuna-68m", "draft model: a shape name (roofline) or the profile's "
+                      "model name; ngram: a host-side prompt-lookup drafter whose passes cost "
+                      "0 s (simulator.free_draft)", names=_draft_names)
+    tp: int = knob(1, "tensor-parallel degree of the target", range=at_least(1))
+    profile: str | None = knob(None, "latency profile (.parquet/.csv) for cost profiled")
+    execution: str = knob(DEFAULT_EXECUTION, "roofline launch-latency preset (cuda_graph: a "
+                          "serving engine; eager: ~1.07 ms per decoder layer, fitted to H100 "
+                          "profiles)", choices=tuple(sorted(EXECUTIONS)))
+    seed: int = knob(0, "random seed", range=at_least(0))
+    slo: float | None = knob(None, "e2e latency SLO in seconds for goodput",
+                             range=above(0, "seconds"), none="not computed")
+    speedup: bool = knob(False, "also simulate ar on the same workload and cost model for "
+                         "speedup_vs_ar")
 
     @property
     def k(self) -> int:
@@ -131,184 +181,113 @@ class SimConfig:
         """Tokens drafted per request by the budgeted policies: K = k + e."""
         return self.num_speculative_tokens + self.extra
 
-    def replace(self, **changes: Any) -> SimConfig:
+    def replace(self, **changes: Value) -> SimConfig:
         """A copy with ``changes`` applied (aliases allowed) and validated."""
         return make_config(dataclasses.asdict(self) | _canonical(changes, "overrides"))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Value]:
         return dataclasses.asdict(self)
 
 
-FIELD_TYPES: dict[str, type] = {
-    "trace": str, "workload": str, "requests": int, "sampling": str, "arrival": str, "rate": float, "cv": float,
-    "synth_alpha": float, "max_num_seqs": int, "max_num_batched_tokens": int,
-    "enable_chunked_prefill": bool, "kv_capacity": int, "kv_mode": str,
-    "block_size": int, "gpu_memory_utilization": float, "max_model_len": int, "replicas": int, "router": str,
-    "policy": str, "num_speculative_tokens": int, "extra": int, "budget": int, "verify": str,
-    "threshold": float, "threshold_mode": str, "dsd_interval": int, "cost": str,
-    "hardware": str, "target": str, "draft": str, "tp": int, "profile": str, "execution": str, "seed": int,
-    "slo": float, "speedup": bool,
-}
-#: Fields whose value may be None (TOML omits them; CLI spells it "none").
-OPTIONAL = {"workload", "synth_alpha", "max_num_batched_tokens", "kv_capacity", "max_model_len",
-            "budget", "profile", "slo"}
+@functools.cache
+def specs() -> dict[str, FieldSpec]:
+    """Every SimConfig field's declaration (type, default, choices, range, help)."""
+    return field_specs(SimConfig)
 
 
-def _canonical(values: dict[str, Any], where: str) -> dict[str, Any]:
-    out = {}
-    names = {f.name for f in fields(SimConfig)}
-    for key, value in values.items():
-        name = ALIASES.get(key, key)
-        if name not in names:
+#: Field -> its base type, and the fields whose value may be None (TOML omits them; the
+#: command line spells it "none"); both read off the annotations.
+FIELD_TYPES: dict[str, type] = {name: s.kind for name, s in specs().items()}
+OPTIONAL = frozenset(name for name, s in specs().items() if s.optional)
+
+
+def config_table() -> str:
+    """The Markdown table of every SimConfig field (docs/config.md)."""
+    return markdown_table(SimConfig, ALIASES)
+
+
+def _canonical(values: Mapping[str, Value], where: str) -> dict[str, Value]:
+    """``values`` keyed by field names: aliases resolved (one spelling per field), unknown
+    names refused."""
+    out = resolve_aliases(values, ALIASES, f"{where}:")
+    for key in out:
+        if key not in FIELD_TYPES:
             raise SpecbatchError(f"{where}: field {key}: expected one of the SimConfig fields "
-                                 f"({', '.join(sorted(names))}), got an unknown name")
-        out[name] = value
+                                 f"({', '.join(sorted(FIELD_TYPES))}), got an unknown name")
     return out
 
 
-#: How an error message names the value a field of each type expects.
-KIND_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
-
-
-def coerce(name: str, value: Any, where: str = "config") -> Any:
-    """Convert ``value`` to field ``name``'s type (strings from the CLI included)."""
-    kind = FIELD_TYPES[name]
-    if value is None or (isinstance(value, str) and value.lower() == "none" and name in OPTIONAL):
-        if name in OPTIONAL:
-            return None
-        raise SpecbatchError(f"{where}: field {name}: expected {KIND_WORDS[kind]}, got none")
-    try:
-        if kind is bool:
-            if isinstance(value, str):
-                low = value.lower()
-                if low not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError
-                return low in ("true", "1", "yes")
-            if not isinstance(value, (bool, int)):
-                raise ValueError
-            return bool(value)
-        if kind is int:
-            if isinstance(value, bool):
-                raise ValueError
-            if isinstance(value, float):
-                if not value.is_integer():
-                    raise ValueError
-                return int(value)
-            return int(value)
-        if kind is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        if not isinstance(value, str):
-            raise ValueError
-        return value
-    except (TypeError, ValueError):
-        raise SpecbatchError(
-            f"{where}: field {name}: expected {KIND_WORDS[kind]}, got {value!r}") from None
-
-
-def make_config(values: dict[str, Any], where: str = "config") -> SimConfig:
-    """Build and validate a :class:`SimConfig` from a dict (aliases allowed, values coerced)."""
+def make_config(values: Mapping[str, Value], where: str = "config") -> SimConfig:
+    """Build and validate a :class:`SimConfig` from a dict (aliases allowed, values coerced:
+    command-line strings, integral floats and numpy numbers are converted)."""
     values = _canonical(values, where)
-    typed = {name: coerce(name, value, where) for name, value in values.items()}
+    typed = {name: coerce(specs()[name], value, where) for name, value in values.items()}
     config = SimConfig(**typed)
     validate_config(config, where)
     return config
 
 
-def load_config(path: str | Path | None = None, **overrides: Any) -> SimConfig:
-    """Read a TOML file (flat, or one ``[simulate]`` table), apply ``overrides``, validate.
+def read_toml(path: str | Path) -> dict[str, Value]:
+    """A config file's fields (flat, or one ``[simulate]`` table), aliases resolved and each
+    value of its field's exact TOML type (``max_num_seqs = "64"`` is refused)."""
+    where = f"config {path}"
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise SpecbatchError(f"{where}: expected an existing TOML file, got no such file") from None
+    except IsADirectoryError:
+        raise SpecbatchError(f"{where}: expected a TOML file, got a directory") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SpecbatchError(f"{where}: expected valid TOML, got {exc}") from None
+    if "simulate" in data and isinstance(data["simulate"], dict):
+        data = {**{k: v for k, v in data.items() if k != "simulate"}, **data["simulate"]}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            raise SpecbatchError(f"{where}: field {key}: expected a value, got a table")
+    values = _canonical(data, where)
+    return {name: check_toml_value(specs()[name], value, where) for name, value in values.items()}
+
+
+def load_config(path: str | Path | None = None, **overrides: Value) -> SimConfig:
+    """Read a TOML file (:func:`read_toml`), apply ``overrides``, validate.
 
     ``path=None`` starts from the defaults. Overrides win over the file.
     """
-    values: dict[str, Any] = {}
-    where = "config"
-    if path is not None:
-        where = f"config {path}"
-        try:
-            with open(path, "rb") as fh:
-                data = tomllib.load(fh)
-        except FileNotFoundError:
-            raise SpecbatchError(f"{where}: expected an existing TOML file, got no such file") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise SpecbatchError(f"{where}: expected valid TOML, got {exc}") from None
-        if "simulate" in data and isinstance(data["simulate"], dict):
-            data = {**{k: v for k, v in data.items() if k != "simulate"}, **data["simulate"]}
-        for key, value in data.items():
-            if isinstance(value, dict):
-                raise SpecbatchError(f"{where}: field {key}: expected a value, got a table")
-        values.update(_canonical(data, where))
-    values.update(_canonical({k: v for k, v in overrides.items()}, "overrides"))
-    return make_config(values, where)
+    values = read_toml(path) if path is not None else {}
+    values.update(_canonical(overrides, "overrides"))
+    return make_config(values, "config" if path is None else f"config {path}")
 
 
 #: Policies that never draft beyond k, so a nonzero ``extra`` would be silently ignored.
 NO_EXTRA_POLICIES = ("ar", "fixed", "dsd")
-
-
-def _fail(where: str, name: str, expected: str, got: Any) -> None:
-    raise SpecbatchError(f"{where}: field {name}: expected {expected}, got {got!r}")
+#: Policies whose window is not ``num_speculative_tokens``: ``ar`` never drafts, ``dsd``
+#: plans its window by expected goodput (simulator.policies.DSD).
+NO_K_POLICIES = ("ar", "dsd")
+#: Policies that verify nothing, so the verification rule would be silently ignored.
+NO_VERIFY_POLICIES = ("ar",)
 
 
 def validate_config(c: SimConfig, where: str = "config") -> None:
     """Static checks (no trace needed); raises a one-line :class:`SpecbatchError`."""
     from specbatch.simulator.policies import POLICIES  # local: policies import nothing from here
 
-    def positive(name: str, value: Any, minimum: float = 1) -> None:
-        if value is not None and (not math.isfinite(value) or value < minimum):
-            _fail(where, name, f"a number >= {minimum:g}", value)
-
-    def choice(name: str, value: str, options: tuple[str, ...] | list[str]) -> None:
-        if value not in options:
-            _fail(where, name, f"one of {', '.join(options)}", value)
-
-    positive("requests", c.requests)
-    positive("max_num_seqs", c.max_num_seqs)
-    positive("max_num_batched_tokens", c.max_num_batched_tokens)
-    positive("kv_capacity", c.kv_capacity)
-    positive("block_size", c.block_size)
-    positive("max_model_len", c.max_model_len, 2)
-    positive("replicas", c.replicas)
-    positive("num_speculative_tokens", c.num_speculative_tokens, 0)
-    positive("extra", c.extra, 0)
-    positive("budget", c.budget, 0)
-    positive("dsd_interval", c.dsd_interval)
-    positive("tp", c.tp)
-    positive("seed", c.seed, 0)
-    choice("policy", c.policy, sorted(POLICIES))
-    choice("verify", c.verify, VERIFY_RULES)
-    choice("arrival", c.arrival, ARRIVALS)
-    choice("router", c.router, ROUTERS)
-    choice("cost", c.cost, COSTS)
-    choice("execution", c.execution, sorted(EXECUTIONS))
-    choice("sampling", c.sampling, SAMPLINGS)
-    choice("threshold_mode", c.threshold_mode, THRESHOLD_MODES)
-    choice("kv_mode", c.kv_mode, KV_MODES)
-    if not (math.isfinite(c.gpu_memory_utilization) and 0.0 < c.gpu_memory_utilization <= 1.0):
-        _fail(where, "gpu_memory_utilization", "a fraction in (0, 1]", c.gpu_memory_utilization)
-    if not (math.isfinite(c.rate) and c.rate > 0):
-        _fail(where, "rate", "requests per second > 0", c.rate)
-    if not (math.isfinite(c.cv) and c.cv > 0):
-        _fail(where, "cv", "a coefficient of variation > 0", c.cv)
-    if not (0.0 < c.threshold <= 1.0):
-        _fail(where, "threshold", "a probability in (0, 1]", c.threshold)
-    if c.slo is not None and not (math.isfinite(c.slo) and c.slo > 0):
-        _fail(where, "slo", "seconds > 0", c.slo)
-    if c.synth_alpha is not None and not (0.0 < c.synth_alpha <= 1.0):
-        _fail(where, "synth_alpha", "an acceptance probability in (0, 1]", c.synth_alpha)
+    check_ranges(c, specs(), where)
+    if c.policy not in POLICIES:
+        fail(where, "policy", f"one of {', '.join(sorted(POLICIES))}", c.policy)
     if c.policy == "fixed" and c.num_speculative_tokens < 1:
-        _fail(where, "num_speculative_tokens", "k >= 1 for policy fixed", c.num_speculative_tokens)
+        fail(where, "num_speculative_tokens", "k >= 1 for policy fixed", c.num_speculative_tokens)
     if c.policy in ("tetris", "oracle", "hindsight", "threshold") and c.depth < 1:
-        _fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}", c.depth)
+        fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}", c.depth)
     if c.enable_chunked_prefill and c.max_num_batched_tokens is None:
-        _fail(where, "max_num_batched_tokens", "a token budget when enable_chunked_prefill is set",
-              None)
+        fail(where, "max_num_batched_tokens", "a token budget when enable_chunked_prefill is set",
+             None)
     if c.cost == "profiled" and c.profile is None:
-        _fail(where, "profile", "a latency profile path when cost = 'profiled'", None)
+        fail(where, "profile", "a latency profile path when cost = 'profiled'", None)
     try:
         get_hardware(c.hardware)  # the preset lookup accepts any case and its aliases
     except SpecbatchError:
-        _fail(where, "hardware", f"one of {', '.join(sorted(HARDWARE))}", c.hardware)
+        fail(where, "hardware", f"one of {', '.join(sorted(HARDWARE))}", c.hardware)
 
 
 def check_extra_applies(c: SimConfig, where: str = "config") -> None:
@@ -318,11 +297,35 @@ def check_extra_applies(c: SimConfig, where: str = "config") -> None:
     pairs those policies with an e they ignore.
     """
     if c.extra and c.policy in NO_EXTRA_POLICIES:
-        _fail(where, "extra", f"0 for policy {c.policy} (e widens the drafts of budgeted "
-              "policies only; it would be ignored)", c.extra)
+        fail(where, "extra", f"0 for policy {c.policy} (e widens the drafts of budgeted "
+             "policies only; it would be ignored)", c.extra)
 
 
-def validate_against_trace(c: SimConfig, trace: Any, max_footprint: int | None = None) -> None:
+def check_settings_apply(c: SimConfig, given: set[str] | frozenset[str],
+                         where: str = "config") -> None:
+    """Refuse, for one run, a setting its policy would silently ignore: ``extra`` (see
+    :func:`check_extra_applies`), a ``num_speculative_tokens`` the user gave to ``ar`` or
+    ``dsd``, and block verification for ``ar``.
+
+    given: the fields the user set (file or flags); a default k is not the user's choice.
+    """
+    check_extra_applies(c, where)
+    if c.policy in NO_K_POLICIES and "num_speculative_tokens" in given:
+        why = ("ar never drafts" if c.policy == "ar" else
+               "DSD plans its window k = 0..6 by expected goodput every dsd_interval steps")
+        fail(where, "num_speculative_tokens", f"no k for policy {c.policy} ({why})",
+             c.num_speculative_tokens)
+    if c.policy in NO_VERIFY_POLICIES and c.verify != "token":
+        fail(where, "verify", f"token for policy {c.policy} (it verifies no drafts)", c.verify)
+
+
+def applied_k(c: SimConfig) -> int | None:
+    """The window k a run used, as a summary reports it: None where the policy has none of
+    its own (``ar``; ``dsd``, whose window varies)."""
+    return None if c.policy in NO_K_POLICIES else c.num_speculative_tokens
+
+
+def validate_against_trace(c: SimConfig, trace: Trace, max_footprint: int | None = None) -> None:
     """Checks that need the trace: draft depth ≤ trace K, KV capacity ≥ one request, offsets.
 
     max_footprint: the largest KV reservation of one simulated request (tokens), when known
@@ -330,13 +333,13 @@ def validate_against_trace(c: SimConfig, trace: Any, max_footprint: int | None =
     """
     depth = policy_depth(c)
     if depth > trace.K:
-        _fail("config", "num_speculative_tokens",
-              f"k + extra <= the trace's draft depth K = {trace.K}", depth)
+        fail("config", "num_speculative_tokens",
+             f"k + extra <= the trace's draft depth K = {trace.K}", depth)
     if (c.kv_mode == "reserve" and c.kv_capacity is not None and max_footprint is not None
             and c.kv_capacity < max_footprint):
-        _fail("config", "kv_capacity",
-              f"at least one request's footprint (prompt + output + K + 1 = {max_footprint} tokens)",
-              c.kv_capacity)
+        fail("config", "kv_capacity",
+             f"at least one request's footprint (prompt + output + K + 1 = {max_footprint} tokens)",
+             c.kv_capacity)
 
 
 def policy_depth(c: SimConfig) -> int:

@@ -1,29 +1,37 @@
 """specbatch traces package: the trace format (``traces/FORMAT.md``), synthetic traces,
-capture from live models, latency profiles, model shapes."""
+capture from live models, latency profiles, model shapes.
 
-from specbatch.traces.format import (
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    Trace,
-    default_meta,
-    make_trace,
-    read_trace,
-    resolve_trace,
-    validate_trace,
-    write_trace,
-)
-from specbatch.traces.synth import SynthConfig, synth_trace
+The names below are loaded on first use, so importing one light submodule (the model
+shapes, for a ``--help``) does not import the trace reader, numpy and pyarrow.
+"""
 
-__all__ = [
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
-    "SynthConfig",
-    "Trace",
-    "default_meta",
-    "make_trace",
-    "read_trace",
-    "resolve_trace",
-    "synth_trace",
-    "validate_trace",
-    "write_trace",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specbatch.traces.format import read_trace, resolve_trace, validate_trace, write_trace
+    from specbatch.traces.synth import SynthConfig, synth_trace
+    from specbatch.traces.trace import (
+        FORMAT_NAME,
+        FORMAT_VERSION,
+        Trace,
+        default_meta,
+        make_trace,
+    )
+
+#: Exported name -> the submodule that defines it.
+_EXPORTS = {"FORMAT_NAME": "trace", "FORMAT_VERSION": "trace", "Trace": "trace",
+            "default_meta": "trace", "make_trace": "trace", "read_trace": "format",
+            "resolve_trace": "format", "validate_trace": "format", "write_trace": "format",
+            "SynthConfig": "synth", "synth_trace": "synth"}
+
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "SynthConfig", "Trace", "default_meta", "make_trace",
+           "read_trace", "resolve_trace", "synth_trace", "validate_trace", "write_trace"]
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

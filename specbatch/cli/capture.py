@@ -46,7 +46,8 @@ def register(subparsers) -> None:
                    help="trace directory to write (new or empty; non-empty only with --resume)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="reference output length cap")
     p.add_argument("--depth", type=int, default=8, help="K, drafted tokens per position")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature T (0: greedy)")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="sampling temperature T (0: greedy; default: 1, while live defaults to 0)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--batch-size", type=int, default=32,

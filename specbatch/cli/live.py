@@ -18,8 +18,10 @@ from specbatch.cli.common import (
     example,
     set_threads,
 )
+from specbatch.errors import SpecbatchError
 from specbatch.io import check_output_dir, prepare_output_dir
-from specbatch.traces.ngram import NGRAM
+from specbatch.live.config import NGRAM, LiveConfig, live_specs
+from specbatch.simulator.fields import FieldSpec, coerce, flag_help
 
 #: A live run on the tiny zoo pair whose output the ``validate`` examples read.
 _LIVE_EXAMPLE = ("specbatch live --draft /tmp/zoo/draft --target /tmp/zoo/target "
@@ -74,42 +76,48 @@ def _register_live(subparsers) -> None:
 
 
 def _add_run_flags(p) -> None:
-    """The live run's settings, timing and output flags."""
+    """The live run's settings (one flag per LiveConfig field, generated from the fields'
+    declarations), timing and output flags."""
     p.add_argument("--layers", type=int, default=None,
                    help="override the layer count (random weights; CPU smoke runs of big shapes)")
     p.add_argument("--requests", type=int, default=None,
                    help="use the first N prompts (default: all)")
-    p.add_argument("--max-num-seqs", type=int, default=None,
-                   help="running slots (default: N, so a burst is one static batch)")
-    p.add_argument("--arrival", default="burst",
-                   help="burst (all at t = 0), poisson (--rate req/s) or gamma (--rate, --cv)")
-    p.add_argument("--rate", type=float, default=10.0, help="arrival rate, requests/s")
-    p.add_argument("--cv", type=float, default=1.0,
-                   help="gamma arrivals: coefficient of variation of the gaps")
-    p.add_argument("--max-new-tokens", type=int, default=32,
-                   help="output tokens per request (EOS is ignored, as in vLLM benchmarks)")
-    p.add_argument("--policy", default="fixed", help="fixed or tetris")
-    p.add_argument("--k", type=int, default=3, help="window k (fixed: drafted = verified = k)")
-    p.add_argument("--extra", type=int, default=0, help="e: tetris drafts K = k + e")
-    p.add_argument("--verify", default="token", help="token (TV) or block (BV)")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature T")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-prompt-tokens", type=int, default=512,
-                   help="longer prompts keep their last tokens")
-    p.add_argument("--verifier", default="theory", choices=["theory", "local"],
-                   help="theory: theory.verify_torch; local: the recorded statistics through "
-                        "theory.stats.accept_from_stats")
-    p.add_argument("--warmup", type=int, default=1,
-                   help="untimed warm-up runs of the same batch before the measured one")
+    add_live_config_flags(p)
+    p.add_argument("--warmup", type=int, default=1, metavar="N",
+                   help="untimed warm-up runs of the same batch before the measured one "
+                        "(default: 1)")
     p.add_argument("--profile-grid", action="store_true",
                    help="after the run, also profile both models on the run's (batch, query, KV) "
                         "grid into OUT/profile_grid.csv (validate's out-of-sample cost model)")
-    p.add_argument("--grid-repeats", type=int, default=5, help="timed passes per grid cell")
+    p.add_argument("--grid-repeats", type=int, default=5, metavar="N",
+                   help="timed passes per grid cell (default: 5)")
     add_threads_flag(p)
     p.add_argument("--out", required=True, help="output directory")
     add_json_flag(p)
+
+
+def add_live_config_flags(parser: argparse.ArgumentParser) -> None:
+    """``--max-new-tokens``, ``--policy``, ``--k``, ...: one flag per LiveConfig field the
+    command line sets, with its type, default and help read off the field."""
+    for spec in live_specs().values():
+        if spec.flag:
+            parser.add_argument(spec.option, *spec.flags, dest=spec.name, default=spec.default,
+                                type=_flag_type(spec), metavar=spec.kind.__name__.upper(),
+                                help=flag_help(spec))
+
+
+def _flag_type(spec: FieldSpec):
+    """argparse ``type=``: the flag's text as the field's type (a one-line usage error)."""
+
+    def parse(text: str) -> object:
+        try:
+            return coerce(spec, text, spec.option)
+        except SpecbatchError as exc:
+            raise argparse.ArgumentTypeError("expected " + str(exc).split(": expected ", 1)[1]) \
+                from None
+
+    parse.__name__ = spec.kind.__name__
+    return parse
 
 
 def _register_validate(subparsers) -> None:
@@ -165,6 +173,9 @@ def _live(args) -> int:
     from specbatch.live.record import write_live
 
     cfg = _live_config(args)
+    if cfg.verify == "block" and cfg.temperature == 0:
+        sys.stderr.write("note: at temperature 0 the target's law is one-hot, so block "
+                         "verification accepts exactly what token verification does\n")
     threads = set_threads(args.threads, args.device)
     from transformers.utils import logging as hf_logging
 
@@ -204,15 +215,10 @@ _PRINTED = ("requests", "tokens", "throughput", "makespan", "steps", "decode_ste
 def _live_config(args):
     """The run's LiveConfig from the flags, every flag checked (one-line errors)."""
     from specbatch.errors import require
-    from specbatch.live.config import LiveConfig
 
     ngram = args.draft == NGRAM
-    cfg = LiveConfig(max_new_tokens=args.max_new_tokens, policy=args.policy, k=args.k,
-                     extra=args.extra, verify=args.verify, temperature=args.temperature,
-                     device=args.device, dtype=args.dtype, seed=args.seed,
-                     max_prompt_tokens=args.max_prompt_tokens, verifier=args.verifier,
-                     max_num_seqs=args.max_num_seqs, arrival=args.arrival, rate=args.rate,
-                     cv=args.cv, draft=NGRAM if ngram else "model",
+    settings = {name: getattr(args, name) for name, spec in live_specs().items() if spec.flag}
+    cfg = LiveConfig(**settings, draft=NGRAM if ngram else "model",
                      ngram_min=args.ngram_min, ngram_max=args.ngram_max)
     cfg.check()
     if ngram:  # live.json records the resolved bounds

@@ -14,64 +14,18 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import fields
 
 from specbatch.cli.common import add_json_flag, emit, example
 from specbatch.io import jsonable, prepare_output_dir
-from specbatch.simulator import config as simconfig
-from specbatch.simulator.config import FIELD_TYPES, SimConfig, check_extra_applies, load_config
-from specbatch.simulator.free_draft import FREE_DRAFTS
-
-#: What each override means; ``None`` defaults say what unset means.
-FIELD_HELP = {
-    "trace": "'default' (bundled), 'synth', or a trace directory",
-    "workload": "request lengths/arrivals file (.csv/.parquet/.jsonl; columns prompt_len, "
-                "output_len, optional arrival or timestamp, category) or 'example' (bundled); "
-                "each request replays a seeded same-category trace request, wrapping positions "
-                "past its end (default: the trace's own requests)",
-    "requests": "simulated requests N (at most the workload file's rows)",
-    "sampling": "how requests are drawn from the trace",
-    "arrival": "arrival process (trace: the recorded times, the workload file's when given)",
-    "rate": "arrival rate, requests/s (poisson, gamma)",
-    "cv": "inter-arrival coefficient of variation (gamma)",
-    "synth_alpha": "constant acceptance α of the synth trace (default: off)",
-    "max_num_seqs": "running requests per replica",
-    "max_num_batched_tokens": "prompt tokens per prefill step (default: unlimited)",
-    "enable_chunked_prefill": "mix prefill chunks into decode steps: true or false",
-    "kv_capacity": "KV-cache tokens per replica (default: unlimited in reserve mode; in paged "
-                   "mode what the cost model's memory leaves next to the weights at "
-                   "gpu_memory_utilization)",
-    "kv_mode": "KV-cache management: reserve (prompt + output + K + 1 tokens reserved at "
-               "admission, never preempted) or paged (vLLM-style blocks grown per step, the "
-               "newest request preempted by recomputation when they run out)",
-    "block_size": "tokens per KV block in paged mode",
-    "gpu_memory_utilization": "fraction u in (0, 1] of each GPU's memory for weights and KV "
-                              "(paged mode without kv_capacity)",
-    "max_model_len": "longest prompt + output in tokens: longer prompts are refused, outputs "
-                     "capped at max_model_len - prompt (default: no limit)",
-    "replicas": "data-parallel replicas",
-    "router": "request router across replicas",
-    "policy": "speculation policy",
-    "num_speculative_tokens": "k, verified draft tokens per request",
-    "extra": "e, extra drafted tokens of budgeted policies (K = k + e; 0 for ar, fixed, dsd)",
-    "budget": "C, draft tokens verified per step (default: k x running requests)",
-    "verify": "verification rule: token (TV) or block (BV)",
-    "threshold": "confidence threshold of the threshold policy",
-    "threshold_mode": "how the threshold policy combines confidences",
-    "dsd_interval": "steps between DSD re-plans",
-    "cost": "step-time cost model",
-    "hardware": "roofline hardware preset",
-    "target": "target model: a shape name (roofline) or the profile's model name",
-    "draft": "draft model: a shape name (roofline) or the profile's model name; ngram: a "
-             "host-side prompt-lookup drafter whose passes cost 0 s (simulator.free_draft)",
-    "tp": "tensor-parallel degree of the target",
-    "profile": "latency profile (.parquet/.csv) for cost profiled (default: none)",
-    "execution": "roofline launch-latency preset (cuda_graph: a serving engine; eager: ~1.07 ms "
-                 "per decoder layer, fitted to H100 profiles)",
-    "seed": "random seed",
-    "slo": "e2e latency SLO in seconds for goodput (default: not computed)",
-    "speedup": "also simulate ar for speedup_vs_ar: true or false",
-}
+from specbatch.simulator.config import (
+    SimConfig,
+    applied_k,
+    check_settings_apply,
+    load_config,
+    read_toml,
+    specs,
+)
+from specbatch.simulator.fields import flag_help
 
 #: Summary keys printed in the text table, with units.
 TEXT_KEYS = (
@@ -104,48 +58,28 @@ def register(subparsers) -> None:
     p.add_argument("--allow-partial", action="store_true",
                    help="simulate a partial capture as it is (default: refuse it)")
     add_json_flag(p)
-    group = p.add_argument_group("config overrides (SimConfig fields)")
-    for f in fields(SimConfig):
-        flag = "--" + f.name.replace("_", "-")
-        names = [flag, "--k"] if f.name == "num_speculative_tokens" else [flag]
-        kind = FIELD_TYPES[f.name].__name__
-        group.add_argument(*names, dest=f.name, default=None, metavar=kind.upper(),
-                           help=field_help(f.name, f.default))
+    add_config_flags(p)
     p.set_defaults(func=run_command)
 
 
-def field_choices() -> dict[str, list[str]]:
-    """The allowed values of every choice field (the lists validate_config checks)."""
-    from specbatch.simulator.hardware import HARDWARE
-    from specbatch.simulator.policies import POLICIES
-    from specbatch.traces.shapes import SHAPES
-
-    return {"sampling": list(simconfig.SAMPLINGS), "arrival": list(simconfig.ARRIVALS),
-            "router": list(simconfig.ROUTERS), "policy": sorted(POLICIES),
-            "verify": list(simconfig.VERIFY_RULES),
-            "threshold_mode": list(simconfig.THRESHOLD_MODES), "cost": list(simconfig.COSTS),
-            "execution": sorted(simconfig.EXECUTIONS), "kv_mode": list(simconfig.KV_MODES),
-            "hardware": sorted(HARDWARE), "target": sorted(SHAPES), "draft": sorted(SHAPES) + list(FREE_DRAFTS)}
-
-
-def field_help(name: str, default: object) -> str:
-    """One override's ``--help``: its meaning, its allowed values, its default."""
-    text = FIELD_HELP[name]
-    options = field_choices().get(name)
-    if options:
-        text += f"; one of {', '.join(options)}"
-    if default is not None:
-        text += f" (default {default!r})"
-    return text
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per SimConfig field, generated from the fields' declarations: its
+    spellings, metavar (the type), help (meaning, allowed values, default). Values stay
+    strings (``none`` for an optional field); :func:`load_config` converts and checks them."""
+    group = parser.add_argument_group("config overrides (SimConfig fields)")
+    for spec in specs().values():
+        group.add_argument(spec.option, *spec.flags, dest=spec.name, default=None,
+                           metavar=spec.kind.__name__.upper(), help=flag_help(spec))
 
 
 def run_command(args: argparse.Namespace) -> int:
     from specbatch.simulator.run import simulate
 
-    overrides = {f.name: getattr(args, f.name) for f in fields(SimConfig)
-                 if getattr(args, f.name) is not None}
+    overrides = {name: getattr(args, name) for name in specs()
+                 if getattr(args, name) is not None}
     config = load_config(args.config, **overrides)
-    check_extra_applies(config)
+    given = set(overrides) | (set(read_toml(args.config)) if args.config else set())
+    check_settings_apply(config, given)
     if args.out:
         prepare_output_dir(args.out, allow_existing=True)
     result = simulate(config, allow_partial=args.allow_partial)
@@ -161,7 +95,7 @@ def run_command(args: argparse.Namespace) -> int:
 def setting(config: SimConfig) -> dict:
     """What was simulated, so a saved ``--json`` line says which run it is."""
     return {"trace": config.trace, "policy": config.policy, "verify": config.verify,
-            "k": config.num_speculative_tokens, "e": config.extra}
+            "k": applied_k(config), "e": config.extra}
 
 
 def format_summary(summary: dict, out: str | None = None) -> str:

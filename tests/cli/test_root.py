@@ -1,18 +1,26 @@
-"""The CLI root: help, version, and one-line usage errors with exit code 2."""
+"""The CLI root: help, version, one-line usage errors with exit code 2, and sub-commands
+loaded only when run (help and mistakes answer without importing the library)."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+import time
 
 import pytest
 
 from specbatch import __version__
-from specbatch.cli import main
+from specbatch.cli import COMMANDS, build_parser, chosen_command, main
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "specbatch", *args], capture_output=True, text=True)
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
 
 
 def test_help_lists_usage_and_exits_zero():
@@ -36,14 +44,42 @@ def test_unknown_command_or_option_is_one_line_exit_2(args):
     assert "Traceback" not in result.stderr
 
 
-def test_every_subcommand_has_help_with_example(capsys):
-    from specbatch.cli import build_parser
+def test_every_subcommand_has_help_with_example():
+    for name in COMMANDS:
+        sub = subcommands(build_parser(load=[name]))[name]
+        assert sub.epilog and "example" in sub.epilog, f"{name} --help lacks an example"
 
+
+def test_the_command_table_names_every_command_with_its_own_help():
     parser = build_parser()
-    subparsers = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
-    for action in subparsers:
-        for name, sub in action.choices.items():
-            assert sub.epilog and "example" in sub.epilog, f"{name} --help lacks an example"
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    registered = {choice.dest: choice.help for choice in action._choices_actions}
+    assert registered == {name: help_text for name, (_, help_text) in COMMANDS.items()}
+
+
+def test_the_chosen_command_is_the_first_word_that_is_not_an_option():
+    assert chosen_command(["--version"]) is None
+    assert chosen_command(["simulate", "--k", "3"]) == "simulate"
+    assert chosen_command(["-h"]) is None
+
+
+def test_help_and_mistakes_do_not_import_the_library():
+    """``specbatch --help``, a mistyped command and ``simulate --help`` load neither torch nor
+    the simulator's engine; prints the time each took (not asserted: machines differ)."""
+    code = ("import sys, time; t = time.perf_counter(); import specbatch.cli as cli\n"
+            "try:\n    cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in ('torch', 'pandas', 'specbatch.simulator.run', "
+            "'specbatch.analysis') if m in sys.modules)\n"
+            "print('LOADED', heavy, time.perf_counter() - t, file=sys.stderr)")
+    for argv, allowed in ((["--help"], []), (["no-such-command"], []),
+                          (["simulate", "--help"], []), (["live", "--help"], [])):
+        start = time.perf_counter()
+        result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True,
+                                text=True)
+        wall = time.perf_counter() - start
+        line = next(x for x in result.stderr.splitlines() if x.startswith("LOADED"))
+        assert line.split("]")[0] + "]" == f"LOADED {allowed}", (argv, line)
+        print(f"{' '.join(argv)}: {wall:.3f} s wall")
 
 
 def test_project_error_is_printed_as_one_line(capsys, monkeypatch):
@@ -54,11 +90,10 @@ def test_project_error_is_printed_as_one_line(capsys, monkeypatch):
 
     import specbatch.cli as cli
 
-    parser = cli.build_parser()
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
-    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
-    boom_parser = sub.add_parser("boom", epilog="example:\n  specbatch boom")
-    boom_parser.set_defaults(func=boom)
+    parser = cli.build_parser(load=())
+    monkeypatch.setattr(cli, "build_parser", lambda load=None: parser)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub.add_parser("boom", epilog="example:\n  specbatch boom").set_defaults(func=boom)
     assert main(["boom"]) == 2
     err = capsys.readouterr().err
     assert err == "specbatch: error: file x.json: field 'vocab': expected a positive integer\n"
