@@ -40,6 +40,7 @@ from typing import Any
 
 from specbatch.analysis.points import plain, run_key
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.fields import resolve_aliases
 
 try:
     import tomllib
@@ -182,16 +183,8 @@ def _parse_base(data: Mapping, path: str, hints: dict, aliases: dict) -> dict:
 
 def _canonical_keys(table: Mapping, path: str, where: str, aliases: Mapping) -> dict:
     """``table`` with aliases spelled as their field; a field given under two spellings in
-    one table (``k`` and ``num_speculative_tokens``) is a one-line error."""
-    out: dict = {}
-    spelled: dict = {}
-    for key, value in table.items():
-        name = aliases.get(key, key)
-        if name in out:
-            raise SpecbatchError(f"spec {path}: [{where}] field '{name}': given twice (as "
-                                 f"'{spelled[name]}' and '{key}'); keep one spelling")
-        out[name], spelled[name] = value, key
-    return out
+    one table (``k`` and ``num_speculative_tokens``) is a one-line error, as in a config file."""
+    return resolve_aliases(table, aliases, f"spec {path}: [{where}]")
 
 
 def _parse_seeds(data: Mapping, base: Mapping, path: str) -> list:

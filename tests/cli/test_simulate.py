@@ -75,3 +75,51 @@ def test_help_lists_the_allowed_values_of_every_choice(capsys):
         assert "one of " + ", ".join(sorted(options) if isinstance(options, dict)
                                      else options) in text
     assert "None" not in text
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--policy", "ar", "--verify", "block"], "field verify: expected token for policy ar"),
+    (["--policy", "ar", "--k", "3"], "field num_speculative_tokens: expected no k for policy ar"),
+    (["--policy", "dsd", "--k", "6"], "expected no k for policy dsd (DSD plans its window"),
+])
+def test_settings_a_policy_would_ignore_are_refused(argv, words, capsys):
+    code = main(["simulate", "--trace", "synth", "--requests", "8", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and words in err
+
+
+def test_a_k_for_dsd_in_the_config_file_is_refused_too(tmp_path, capsys):
+    config = tmp_path / "sim.toml"
+    config.write_text('trace = "synth"\npolicy = "dsd"\nk = 2\nrequests = 8\n')
+    assert main(["simulate", "--config", str(config)]) == 2
+    assert "no k for policy dsd" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("policy", ["ar", "dsd"])
+def test_policies_without_a_window_print_no_k(policy, capsys):
+    assert main(["simulate", "--trace", "synth", "--requests", "8", "--policy", policy,
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["k"] is None
+    assert main(["simulate", "--trace", "synth", "--requests", "8", "--policy", policy]) == 0
+    assert "\nk                             -" in capsys.readouterr().out
+
+
+def test_toml_string_for_an_integer_field_is_a_one_line_error(tmp_path, capsys):
+    config = tmp_path / "sim.toml"
+    config.write_text('max_num_seqs = "64"\n')
+    assert main(["simulate", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"specbatch: error: config {config}: field max_num_seqs: expected an "
+                   "integer, got '64'\n")
+
+
+def test_every_field_is_a_flag_with_its_type_and_default(capsys):
+    from specbatch.simulator.config import specs
+
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for spec in specs().values():
+        assert f"{spec.option} {spec.kind.__name__.upper()}" in text, spec.option
+    assert "--num-speculative-tokens INT, --k INT" in text
+    assert "(default: k x running requests)" in text and "(default: 64)" in text

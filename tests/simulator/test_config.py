@@ -98,3 +98,90 @@ def test_extra_is_refused_for_policies_that_would_ignore_it(policy):
 def test_type_errors_name_the_expected_kind_in_words(overrides, words):
     with pytest.raises(SpecbatchError, match=words):
         load_config(None, **overrides)
+
+
+@pytest.mark.parametrize("line, words", [
+    ('max_num_seqs = "64"', "field max_num_seqs: expected an integer, got '64'"),
+    ("max_num_seqs = 64.0", "field max_num_seqs: expected an integer, got 64.0"),
+    ("max_model_len = 1e21", "field max_model_len: expected an integer, got 1e+21"),
+    ("speedup = 1", "field speedup: expected true or false, got 1"),
+    ("requests = true", "field requests: expected an integer, got True"),
+    ("rate = \"fast\"", "field rate: expected a number, got 'fast'"),
+    ('policy = 3', "field policy: expected a string, got 3"),
+    ("seed = 1180591620717411303424", "field seed: expected an integer within the int64 range"),
+])
+def test_toml_values_must_have_their_fields_type(tmp_path, line, words):
+    path = tmp_path / "sim.toml"
+    path.write_text(line + "\n")
+    with pytest.raises(SpecbatchError, match=words.replace("(", r"\(").replace("+", r"\+")) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"config {path}: ") and "\n" not in str(err.value)
+
+
+def test_a_float_field_takes_a_toml_integer(tmp_path):
+    path = tmp_path / "sim.toml"
+    path.write_text("rate = 4\nslo = 2\n")
+    config = load_config(path)
+    assert (config.rate, config.slo) == (4.0, 2.0) and isinstance(config.rate, float)
+
+
+def test_integers_beyond_int64_are_refused_from_every_source():
+    with pytest.raises(SpecbatchError, match="field seed: expected an integer within the int64"):
+        load_config(None, seed=2 ** 70)
+    with pytest.raises(SpecbatchError, match="field max_model_len: expected an integer within"):
+        load_config(None, max_model_len="100000000000000000000000")
+
+
+@pytest.mark.parametrize("text", ['k = 2\nnum_speculative_tokens = 4\n', 'e = 1\nextra = 2\n',
+                                  '[simulate]\nn = 4\nrequests = 8\n'])
+def test_a_field_given_under_two_spellings_is_refused(tmp_path, text):
+    path = tmp_path / "sim.toml"
+    path.write_text(text)
+    with pytest.raises(SpecbatchError, match="given twice .* keep one spelling"):
+        load_config(path)
+    with pytest.raises(SpecbatchError, match="field 'num_speculative_tokens': given twice"):
+        load_config(None, k=2, num_speculative_tokens=4)
+
+
+def test_every_field_declares_its_help_and_its_type_comes_from_the_annotation():
+    from specbatch.simulator.config import FIELD_TYPES, OPTIONAL, specs
+
+    for name, spec in specs().items():
+        assert spec.help and not spec.help.endswith("."), name
+        assert spec.default is None or isinstance(spec.default, spec.kind), name
+        assert (spec.default is None) <= spec.optional, name
+    assert FIELD_TYPES["max_num_seqs"] is int and FIELD_TYPES["rate"] is float
+    assert OPTIONAL == {"workload", "synth_alpha", "max_num_batched_tokens", "kv_capacity",
+                        "max_model_len", "budget", "profile", "slo"}
+
+
+def test_the_policy_choices_are_the_policy_registry():
+    from specbatch.simulator.config import POLICY_NAMES
+    from specbatch.simulator.policies import POLICIES
+
+    assert POLICY_NAMES == tuple(sorted(POLICIES))
+
+
+@pytest.mark.parametrize("overrides, given, words", [
+    (dict(policy="dsd", k=4), {"num_speculative_tokens"}, "no k for policy dsd"),
+    (dict(policy="ar", k=2), {"num_speculative_tokens"}, "no k for policy ar"),
+    (dict(policy="ar", verify="block"), {"verify"}, "field verify: expected token for policy ar"),
+    (dict(policy="dsd", extra=1), {"extra"}, "field extra: expected 0 for policy dsd"),
+])
+def test_one_run_refuses_settings_its_policy_would_ignore(overrides, given, words):
+    from specbatch.simulator.config import check_settings_apply
+
+    config = load_config(None, **overrides)
+    with pytest.raises(SpecbatchError, match=words):
+        check_settings_apply(config, given)
+
+
+def test_a_default_k_is_not_the_users_choice():
+    from specbatch.simulator.config import applied_k, check_settings_apply
+
+    for policy in ("ar", "dsd"):
+        config = load_config(None, policy=policy)
+        check_settings_apply(config, set())
+        assert applied_k(config) is None
+    assert applied_k(load_config(None, policy="fixed", k=5)) == 5
+    check_settings_apply(load_config(None, policy="dsd", verify="block"), {"verify"})
