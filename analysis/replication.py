@@ -92,7 +92,7 @@ def tetris_replication(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame] | 
             d = paired_difference(sub, tetris, best(policy, metric), metric)
             diffs[policy] = d
             rows.append({"metric": label(metric), "TETRIS vs": name,
-                         "ours (%)": d.rel_text().replace("+", "+", 1),
+                         "ours (%)": d.rel_text(),
                          "paper (%)": (f"up to {paper_sd:+.2f}" if policy == "fixed" and paper_sd
                                        else "-")})
         # the best baseline is the one TETRIS beats by the least

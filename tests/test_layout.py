@@ -1,7 +1,7 @@
 """The package layout as a specification: one installed namespace and one import direction.
 
 ``cli -> analysis -> live -> simulator -> traces -> theory -> errors``: a module may import
-its own package and the packages to its right, never one to its left (DESIGN.md). The live
+its own package and the packages to its right, never one to its left (docs/DESIGN.md). The live
 loop sits above the simulator because it reuses the simulator's policies.
 """
 

@@ -16,7 +16,7 @@ shape from :mod:`traces.shapes` (step time depends on the shape, not on the weig
 of the largest cells may not fit a smaller GPU); the skipped cells are listed in the
 frame's ``attrs``.
 
-Output rows (the DESIGN.md latency profile): ``model, role, device, dtype, batch_size,
+Output rows (the latency profile of docs/DESIGN.md): ``model, role, device, dtype, batch_size,
 query_tokens, kv_tokens, latency_s, repeats, latency_min_s, latency_max_s, threads`` (torch
 CPU threads of the measuring process: on CPU the latency depends on it).
 """
