@@ -41,6 +41,7 @@ from specbatch.analysis.figures import (
     figure_vs_k,
     figure_vsr_mal,
 )
+from specbatch.analysis.points import read_manifest
 from specbatch.analysis.render import context_note, headline_display, render
 from specbatch.analysis.replication import (
     PAPER_BLOCK,
@@ -51,7 +52,7 @@ from specbatch.analysis.replication import (
     tetris_note,
     tetris_replication,
 )
-from specbatch.analysis.sweep import read_manifest, read_results
+from specbatch.analysis.sweep import read_results
 from specbatch.io import atomic_write
 
 __all__ = ["METRIC_DEFINITIONS", "build_report", "bv_gain_table", "headline_display", "render"]

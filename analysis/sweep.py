@@ -10,7 +10,7 @@ trace's identity, so a rerun after a crash or Ctrl-C computes only the missing r
 This module ties them together (:func:`run_sweep`) and owns the results table
 ``OUT/results.parquet`` (and ``.csv``): one row per run, every config field, then every
 summary metric, in the spec's expansion order, so it is identical whichever executor produced
-it. The names of the three modules are re-exported here.
+it.
 """
 
 from __future__ import annotations
@@ -28,10 +28,7 @@ import pandas as pd
 
 from specbatch.analysis.executors import Runner, execute, progress_bar, simulate_point
 from specbatch.analysis.points import (
-    REQUEST_COLUMNS,
     load_point,
-    plain,
-    point_path,
     read_manifest,
     requests_path,
     run_key,
@@ -42,23 +39,14 @@ from specbatch.analysis.points import (
 )
 from specbatch.analysis.spec import (
     SweepSpec,
-    apply_overrides,
-    config_hints,
     expand,
-    load_spec,
-    parse_override,
-    parse_spec,
-    resolve_config,
 )
 from specbatch.errors import SpecbatchError
 from specbatch.io import atomic_write
 
 __all__ = [
-    "REQUEST_COLUMNS", "Runner", "SweepOutcome", "SweepSpec", "apply_overrides",
-    "collect_results", "config_hints", "expand", "load_point", "load_spec", "parse_override",
-    "parse_spec", "plain", "point_path", "preflight", "read_manifest", "read_requests",
-    "read_results", "requests_path", "resolve_config", "run_key", "run_sweep", "setting_key",
-    "simulate_point", "store_point", "trace_fingerprint", "write_manifest", "write_results",
+    "SweepOutcome", "collect_results", "preflight", "read_requests", "read_results",
+    "run_sweep", "write_results",
 ]
 
 

@@ -61,7 +61,7 @@ def fit_in_sample(path: str | Path, overhead: float):
     :func:`simulator.cost.fit_role` per role) but without its minimum of rows per role, so a
     short run still validates (a fit on fewer rows than features is weak; the CV MAPE says so).
     """
-    from specbatch.simulator.cost import ProfiledCost, fit_role, read_profile
+    from specbatch.simulator.profiled import ProfiledCost, fit_role, read_profile
 
     df = read_profile(path)
     fits = {}
@@ -76,7 +76,7 @@ def fit_in_sample(path: str | Path, overhead: float):
 
 def combine_profiles(paths: list[str], out: Path) -> str:
     """One latency-profile CSV from several (e.g. one per role from ``specbatch profile``)."""
-    from specbatch.simulator.cost import read_profile
+    from specbatch.simulator.profiled import read_profile
 
     frames = [read_profile(p) for p in paths]
     pd.concat(frames, ignore_index=True).to_csv(out, index=False)
@@ -89,7 +89,7 @@ def cost_model(d: Path, profile: str | list | None, in_sample: bool, overhead: f
     (one or several files) when given; else to ``d/profile_grid.csv`` when ``specbatch live
     --profile-grid`` measured one, else (or with ``in_sample``) to the run's own passes
     ``d/profile.csv`` (:func:`fit_in_sample`)."""
-    from specbatch.simulator.cost import fit_profile
+    from specbatch.simulator.profiled import fit_profile
 
     if not profile and not in_sample and (d / "profile_grid.csv").is_file():
         profile = str(d / "profile_grid.csv")

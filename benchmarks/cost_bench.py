@@ -14,7 +14,8 @@ import time
 
 import numpy as np
 
-from specbatch.simulator.cost import ProfiledCost, build_cost_model, fit_role
+from specbatch.simulator.cost import build_cost_model
+from specbatch.simulator.profiled import ProfiledCost, fit_role
 
 
 def per_call_us(fn, calls: int) -> float:

@@ -153,7 +153,7 @@ def build_trace(result: LiveResult, meta_extra: dict | None = None):
     (q = 1, pt = z = 0, confidence 1) that a replay of the same run never reads. An n-gram
     run's trace carries the ``proposed`` column (0 on unvisited rows), its fillers recorded as
     capture records them (:mod:`specbatch.live.ngram`)."""
-    from specbatch.traces.format import default_meta, make_trace
+    from specbatch.traces.trace import default_meta, make_trace
 
     cfg = result.config
     k = cfg.depth

@@ -3,8 +3,8 @@
 The interface (:class:`CostModel`, :class:`SumsCostModel`, :func:`batch_sums`) is
 :mod:`simulator.cost_interface`; the models are :mod:`simulator.roofline` (analytic, from a
 hardware preset and model shapes) and :mod:`simulator.profiled` (fitted to a measured latency
-profile). This module builds one by name (:func:`build_cost_model`) and re-exports the names
-callers use, so ``from specbatch.simulator.cost import ...`` reaches all of them.
+profile). This module builds one by name (:func:`build_cost_model`) and prices the steps
+``specbatch cost show`` prints; import each model's names from its own module.
 """
 
 from __future__ import annotations
@@ -12,38 +12,25 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.simulator.cost_interface import ROLES, CostModel, SumsCostModel, batch_sums
+from specbatch.simulator.cost_interface import ROLES, CostModel
 from specbatch.simulator.free_draft import FREE_DRAFTS, FreeDraftCost
 from specbatch.simulator.hardware import (
     DEFAULT_EXECUTION,
-    EXECUTIONS,
-    Execution,
     get_execution,
     get_hardware,
 )
 from specbatch.simulator.profiled import (
-    ProfiledCost,
-    RoleFit,
     fit_profile,
-    fit_report,
-    fit_role,
-    mape_warnings,
-    read_profile,
 )
 from specbatch.simulator.roofline import (
-    PassConstants,
     RooflineCost,
-    kv_capacity_tokens,
     memory_kv_tokens,
-    pass_constants,
 )
 from specbatch.traces.shapes import get_shape
 
 __all__ = [
-    "COST_MODELS", "EXECUTIONS", "FREE_DRAFTS", "FreeDraftCost", "ROLES", "CostModel", "Execution", "PassConstants", "ProfiledCost", "RoleFit",
-    "RooflineCost", "SumsCostModel", "batch_sums", "build_cost_model", "fit_profile",
-    "fit_report", "fit_role", "kv_capacity_tokens", "mape_warnings", "pass_constants", "pass_times",
-    "execution_info", "get_execution", "prefill_time", "read_profile", "step_split",
+    "COST_MODELS", "build_cost_model", "execution_info", "pass_times", "prefill_time",
+    "step_split",
 ]
 
 

@@ -314,7 +314,7 @@ def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, de
     command = command or " ".join(sys.argv)
     if zoo is not None:
         extra_meta = {"zoo": zoo, "remake": [zoo["command"], command], **(extra_meta or {})}
-    from specbatch.traces.format import default_meta
+    from specbatch.traces.trace import default_meta
 
     return default_meta(
         cfg.temperature, cfg.depth,

@@ -17,7 +17,7 @@ target's reference output) and the THEORY.md §3 statistics of that drafted path
 ``Ms(X_i|·)``, ``pt`` = ``Mb(X_i|·)`` (so ``r_i = pt/q``), ``z[:, j]`` = ``Z_{j+1}``.
 
 The in-memory :class:`Trace`, :func:`make_trace` and the value checks (temperature-0 rule,
-slack) live in :mod:`specbatch.traces.trace`; this module re-exports them.
+slack) live in :mod:`specbatch.traces.trace`.
 
 Files are never trusted: :func:`read_trace` runs every check of :func:`validate_trace` and
 raises a one-line :class:`~specbatch.errors.SpecbatchError` naming the file, the field and what
@@ -38,28 +38,21 @@ import pyarrow.parquet as pq
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import atomic_write, write_json
 from specbatch.traces.trace import (
-    FLOAT_COLUMNS,
     FORMAT_NAME,
     FORMAT_VERSION,
     LIST_COLUMNS,
     PROPOSED,
-    PROVENANCE_KEYS,
     REQUEST_COLUMNS,
-    SLACK,
-    UNIT_COLUMNS,
     Trace,
     check_meta,
     check_requests,
-    default_meta,
     make_trace,
 )
 
-#: Re-exported from :mod:`specbatch.traces.trace` so ``specbatch.traces.format`` keeps
-#: serving every name of the format.
+#: The names of the trace files and their readers and writers (the in-memory trace and its
+#: checks: :mod:`specbatch.traces.trace`).
 __all__ = [
-    "BUNDLED_DIR", "FLOAT_COLUMNS", "FORMAT_NAME", "FORMAT_VERSION", "LIST_COLUMNS",
-    "META_FILE", "POSITIONS_GLOB", "PROPOSED", "PROVENANCE_KEYS", "REQUESTS_FILE", "REQUEST_COLUMNS",
-    "SLACK", "UNIT_COLUMNS", "Trace", "default_meta", "make_trace", "read_trace",
+    "BUNDLED_DIR", "META_FILE", "POSITIONS_GLOB", "REQUESTS_FILE", "read_trace",
     "resolve_trace", "validate_trace", "write_meta", "write_positions", "write_requests",
     "write_trace",
 ]

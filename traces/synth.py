@@ -46,7 +46,7 @@ import numpy as np
 
 from specbatch.errors import require
 from specbatch.theory.stats import draft_signals, position_stats
-from specbatch.traces.format import Trace, default_meta, make_trace
+from specbatch.traces.trace import Trace, default_meta, make_trace
 
 SURROGATES = ("natural", "perfect", "good", "poor")
 DEFAULT_NOISE = {"good": 0.1, "poor": 0.8}

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specbatch.simulator.cost import RooflineCost, read_profile
 from specbatch.simulator.hardware import get_hardware
+from specbatch.simulator.profiled import read_profile
+from specbatch.simulator.roofline import RooflineCost
 from specbatch.traces.shapes import get_shape
 
 CELLS = ((1, 1, 512), (64, 1, 512), (256, 1, 512), (1, 4, 512), (64, 4, 512), (256, 4, 512))

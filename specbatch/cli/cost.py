@@ -19,19 +19,15 @@ import sys
 from specbatch.cli.common import add_json_flag, emit, example, help_without_verb
 from specbatch.errors import require
 from specbatch.simulator.cost import (
-    ProfiledCost,
-    RooflineCost,
     build_cost_model,
     execution_info,
-    fit_profile,
-    fit_report,
-    kv_capacity_tokens,
-    mape_warnings,
     pass_times,
     prefill_time,
     step_split,
 )
 from specbatch.simulator.hardware import DEFAULT_EXECUTION, EXECUTIONS, HARDWARE
+from specbatch.simulator.profiled import ProfiledCost, fit_profile, fit_report, mape_warnings
+from specbatch.simulator.roofline import RooflineCost, kv_capacity_tokens
 
 DEFAULT_BATCHES = (1, 8, 32, 64, 128, 256)
 

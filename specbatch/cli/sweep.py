@@ -63,7 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
-    from specbatch.analysis.sweep import load_spec, parse_override, run_sweep
+    from specbatch.analysis.spec import load_spec, parse_override
+    from specbatch.analysis.sweep import run_sweep
 
     overrides = dict(parse_override(text) for text in args.set)
     spec = load_spec(args.spec, overrides=overrides)
@@ -85,7 +86,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
 
 
 def run_report_command(args: argparse.Namespace) -> int:
-    from specbatch.analysis.sweep import read_manifest
+    from specbatch.analysis.points import read_manifest
 
     read_manifest(args.dir)  # a one-line error before the plotting stack is imported
     from specbatch.analysis.report import build_report

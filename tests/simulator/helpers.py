@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specbatch.traces.format import default_meta, make_trace
+from specbatch.traces.trace import default_meta, make_trace
 
 
 @dataclass(frozen=True)

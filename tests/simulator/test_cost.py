@@ -11,15 +11,13 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.config import load_config
 from specbatch.simulator.cost import (
     COST_MODELS,
-    CostModel,
-    SumsCostModel,
-    batch_sums,
     build_cost_model,
     execution_info,
-    fit_profile,
     pass_times,
     step_split,
 )
+from specbatch.simulator.cost_interface import CostModel, SumsCostModel, batch_sums
+from specbatch.simulator.profiled import fit_profile
 from specbatch.simulator.run import simulate
 from tests.simulator.helpers import LinearCost, ones
 from tests.simulator.test_profiled import synthetic_profile

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from specbatch.simulator.config import load_config
-from specbatch.simulator.cost import build_cost_model, kv_capacity_tokens
+from specbatch.simulator.cost import build_cost_model
 from specbatch.simulator.cost_interface import SumsCostModel, batch_sums
 from specbatch.simulator.hardware import get_hardware
-from specbatch.simulator.roofline import memory_kv_tokens
+from specbatch.simulator.roofline import kv_capacity_tokens, memory_kv_tokens
 from specbatch.simulator.run import simulate
 from specbatch.traces.shapes import get_shape
 from tests.simulator.test_profiled import synthetic_profile

@@ -10,7 +10,7 @@ import pytest
 from specbatch.simulator.config import load_config
 from specbatch.simulator.policies import POLICIES, make_policy, make_view
 from specbatch.simulator.run import simulate
-from specbatch.traces.format import default_meta, make_trace
+from specbatch.traces.trace import default_meta, make_trace
 from tests.simulator.helpers import LinearCost
 
 DEPTH = 4

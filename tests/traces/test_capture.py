@@ -28,8 +28,9 @@ from specbatch.traces.capture import (  # noqa: E402
     encode_prompt,
     load_pair,
 )
-from specbatch.traces.format import LIST_COLUMNS, read_trace  # noqa: E402
+from specbatch.traces.format import read_trace  # noqa: E402
 from specbatch.traces.prompts import Prompt  # noqa: E402
+from specbatch.traces.trace import LIST_COLUMNS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = ("def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the lazy dog. "

@@ -24,8 +24,9 @@ from specbatch.traces.capture import (  # noqa: E402
     encode_prompt,
     load_target,
 )
-from specbatch.traces.format import LIST_COLUMNS, read_trace  # noqa: E402
+from specbatch.traces.format import read_trace  # noqa: E402
 from specbatch.traces.ngram import NGRAM, NgramDrafter, propose_ngram  # noqa: E402
+from specbatch.traces.trace import LIST_COLUMNS  # noqa: E402
 from tests.traces.test_capture import PROMPTS, _save_pair  # noqa: E402
 
 

@@ -16,12 +16,6 @@ from hypothesis import strategies as st
 from specbatch.errors import SpecbatchError
 from specbatch.theory.stats import block_weights, token_weights
 from specbatch.traces.format import (
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    LIST_COLUMNS,
-    SLACK,
-    Trace,
-    make_trace,
     read_trace,
     resolve_trace,
     validate_trace,
@@ -29,6 +23,14 @@ from specbatch.traces.format import (
     write_trace,
 )
 from specbatch.traces.synth import SynthConfig, synth_trace
+from specbatch.traces.trace import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    LIST_COLUMNS,
+    SLACK,
+    Trace,
+    make_trace,
+)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from specbatch.errors import SpecbatchError
-from specbatch.traces.format import make_trace, read_trace, write_positions, write_trace
+from specbatch.traces.format import read_trace, write_positions, write_trace
 from specbatch.traces.synth import SynthConfig, synth_trace
+from specbatch.traces.trace import make_trace
 
 
 @pytest.fixture(scope="module")
