@@ -15,20 +15,24 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from specbatch.errors import SpecbatchError
 
+if TYPE_CHECKING:
+    from specbatch.simulator.config import SimConfig
+    from specbatch.traces.trace import Trace
+
 #: A runner maps one resolved config (a plain dict of SimConfig fields) to its summary dict,
 #: or to ``(summary, requests_dataframe_or_None)``. It must be picklable (module level).
 Runner = Callable[[dict], Any]
 
-_TRACE_CACHE: dict[tuple, Any] = {}
+_TRACE_CACHE: dict[tuple, Trace] = {}
 
 
-def _cached_trace(config: Any) -> Any:
+def _cached_trace(config: SimConfig) -> Trace:
     """Load a run's trace once per process (runs of one sweep share it).
 
     A named trace is the same for every run; ``"synth"`` depends on the seed and

@@ -11,14 +11,17 @@ per pass (any :class:`~simulator.cost_interface.CostModel`), and
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from specbatch.simulator.cost_interface import CostModel
 
 _I64 = np.int64
 
 
-def draft_seconds(cost: Any, drafted: np.ndarray, kv: np.ndarray, depth_used: int) -> float:
+def draft_seconds(cost: CostModel, drafted: np.ndarray, kv: np.ndarray, depth_used: int) -> float:
     """Σ_d of draft pass d < ``depth_used`` over the requests still drafting (query 1, KV
     ``kv + d``), one ``cost.step_time`` call per pass.  drafted, kv # [n]"""
     n = drafted.shape[0]

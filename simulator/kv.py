@@ -43,18 +43,22 @@ is never preempted while another runs, and alone it always fits.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.state import Row
+from specbatch.simulator.state import Replica, Row
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config import SimConfig
+    from specbatch.simulator.cost_interface import CostModel
 
 _PREFILLED, _FILL, _BLOCKS, _PROMPT, _POS = (int(Row.PREFILLED), int(Row.FILL), int(Row.BLOCKS),
                                              int(Row.PROMPT), int(Row.POS))
 
 
-def kv_capacity(config: Any, cost: Any) -> int | None:
+def kv_capacity(config: SimConfig, cost: CostModel) -> int | None:
     """KV-cache tokens per replica the run uses (None = unlimited, reserve mode only)."""
     if config.kv_mode == "reserve" or config.kv_capacity is not None:
         return config.kv_capacity
@@ -73,7 +77,7 @@ def kv_capacity(config: Any, cost: Any) -> int | None:
     return tokens
 
 
-def check_fits(config: Any, capacity: int | None, max_footprint: int) -> None:
+def check_fits(config: SimConfig, capacity: int | None, max_footprint: int) -> None:
     """Paged mode: one-line error when the largest request (prompt + output + K + 1 =
     ``max_footprint`` tokens) cannot run alone in one replica's block pool (reserve mode's
     token check is config.validate_against_trace)."""
@@ -88,7 +92,7 @@ def check_fits(config: Any, capacity: int | None, max_footprint: int) -> None:
             f"{bs}), got {capacity} tokens = {pool} blocks")
 
 
-def cap_to_model_len(config: Any, prompt_len: np.ndarray, output_len: np.ndarray
+def cap_to_model_len(config: SimConfig, prompt_len: np.ndarray, output_len: np.ndarray
                      ) -> tuple[np.ndarray, tuple[str, ...]]:
     """``max_model_len``: refuse prompts with no room for one output token (one-line error
     naming how many), cap outputs at max_model_len − prompt. Returns the output lengths
@@ -149,7 +153,7 @@ class BlockManager:
                 out[i] = max(-(-tokens // self.block_size) - int(state[_BLOCKS, i]), 0)
         return out
 
-    def grow(self, rep: Any) -> np.ndarray | None:
+    def grow(self, rep: Replica) -> np.ndarray | None:
         """Grow the decoding requests of replica ``rep`` for the next step, preempting the
         newest running requests until the pool suffices. Returns None when nobody was
         preempted, else the preempted requests' state columns # [len(Row), p], newest first,
@@ -181,7 +185,7 @@ class BlockManager:
         rep.free_blocks = free - extra
         return gone
 
-    def allocate_chunks(self, rep: Any, c_idx: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+    def allocate_chunks(self, rep: Replica, c_idx: np.ndarray, chunk: np.ndarray) -> np.ndarray:
         """Blocks for the prompt chunks ``chunk`` # [m] of running requests ``c_idx`` # [m]
         (FCFS): each needs ⌈(prefilled + chunk + [it completes the prefill]) / block_size⌉
         blocks (a completing chunk also holds its first token, as admission does); the first
@@ -209,6 +213,6 @@ class BlockManager:
         rep.free_blocks = free - int(need.sum())
         return chunk
 
-    def release(self, rep: Any, gone: np.ndarray) -> None:
+    def release(self, rep: Replica, gone: np.ndarray) -> None:
         """Return the blocks of finished requests' columns ``gone`` # [len(Row), f]."""
         rep.free_blocks += int(gone[_BLOCKS].sum())

@@ -31,12 +31,15 @@ Summary:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from specbatch.simulator.state import STEP_COLUMNS, Records
+
+if TYPE_CHECKING:
+    from specbatch.simulator.workload import Workload
 
 #: The columns of every per-request table (the simulator's and a live run's, live.record).
 REQUEST_COLUMNS = ("uid", "trace_index", "replica", "prompt_len", "output_len", "arrival",
@@ -45,7 +48,7 @@ REQUEST_COLUMNS = ("uid", "trace_index", "replica", "prompt_len", "output_len", 
 KV_REQUEST_COLUMNS = ("preemptions", "recomputed_tokens")
 
 
-def request_table(rec: Records, workload: Any) -> pd.DataFrame:
+def request_table(rec: Records, workload: Workload) -> pd.DataFrame:
     """One row per simulated request (REQUEST_COLUMNS, then KV_REQUEST_COLUMNS)."""
     n = workload.n
     return pd.DataFrame({

@@ -16,7 +16,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -28,7 +28,11 @@ from specbatch.simulator.free_draft import FREE_DRAFTS
 from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import make_policy
-from specbatch.simulator.workload import build_workload
+from specbatch.simulator.workload import Workload, build_workload
+
+if TYPE_CHECKING:
+    from specbatch.simulator.cost_interface import CostModel
+    from specbatch.traces.trace import Trace
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,7 +58,7 @@ class SimResult:
 
 
 
-def load_trace(config: SimConfig, allow_partial: bool = False) -> Any:
+def load_trace(config: SimConfig, allow_partial: bool = False) -> Trace:
     """The trace named by ``config.trace`` ("synth" builds traces.synth's default trace).
 
     A partial capture (stopped before every request was done) is refused unless
@@ -63,7 +67,7 @@ def load_trace(config: SimConfig, allow_partial: bool = False) -> Any:
     if config.trace == "synth":
         from specbatch.traces.synth import SynthConfig, synth_trace
 
-        kwargs: dict[str, Any] = {"seed": config.seed}
+        kwargs: dict[str, int | float] = {"seed": config.seed}
         if config.synth_alpha is not None:
             kwargs["constant_alpha"] = config.synth_alpha
         return synth_trace(SynthConfig(**kwargs))
@@ -77,7 +81,7 @@ def load_trace(config: SimConfig, allow_partial: bool = False) -> Any:
 
 
 
-def build_cost(config: SimConfig) -> Any:
+def build_cost(config: SimConfig) -> CostModel:
     """The active cost model for ``config``."""
     from specbatch.simulator.cost import build_cost_model
 
@@ -86,7 +90,7 @@ def build_cost(config: SimConfig) -> Any:
                             execution=config.execution)
 
 
-def cap_workload(config: SimConfig, workload: Any) -> Any:
+def cap_workload(config: SimConfig, workload: Workload) -> Workload:
     """The workload with outputs capped at ``max_model_len`` − prompt (simulator.kv), its
     notes saying how many were."""
     output_len, notes = cap_to_model_len(config, workload.prompt_len, workload.output_len)
@@ -95,7 +99,7 @@ def cap_workload(config: SimConfig, workload: Any) -> Any:
     return dataclasses.replace(workload, output_len=output_len, notes=workload.notes + notes)
 
 
-def run_engine(config: SimConfig, trace: Any, workload: Any, cost: Any,
+def run_engine(config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
                reference: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run one policy on a prepared workload; returns the request and step tables."""
     policy = make_policy(config, trace.K)
@@ -103,7 +107,7 @@ def run_engine(config: SimConfig, trace: Any, workload: Any, cost: Any,
     return request_table(rec, workload), step_table(rec)
 
 
-def simulate(config: SimConfig, trace: Any = None, cost_model: Any = None,
+def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostModel | None = None,
              reference: bool = False, allow_partial: bool = False) -> SimResult:
     """Simulate ``config`` (on ``trace`` when given, else the one it names).
 
@@ -137,7 +141,7 @@ def simulate(config: SimConfig, trace: Any = None, cost_model: Any = None,
                      notes=workload.notes + drafter_notes(config, trace))
 
 
-def drafter_notes(config: SimConfig, trace: Any) -> tuple[str, ...]:
+def drafter_notes(config: SimConfig, trace: Trace) -> tuple[str, ...]:
     """A note when the trace was drafted without a model (its meta.json names a ``drafter``,
     e.g. ngram) but the cost model prices draft passes of a model (``config.draft``)."""
     draft = ((getattr(trace, "meta", None) or {}).get("models") or {}).get("draft") or {}

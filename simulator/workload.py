@@ -44,12 +44,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from specbatch.errors import SpecbatchError, require
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config import SimConfig
+    from specbatch.traces.trace import Trace
 
 #: The bundled synthetic example (``config.workload = "example"``).
 EXAMPLE_WORKLOAD = Path(__file__).resolve().parent / "data" / "workload_example.csv"
@@ -75,7 +79,7 @@ class Workload:
     prompt_len: np.ndarray  # int64
     output_len: np.ndarray  # int64
     row_base: np.ndarray  # int64 trace row of output position 0 (trace.offsets[trace_index])
-    rows_trace: Any = None  # the trace row_base indexes when not the given one (wrapped rows)
+    rows_trace: Trace | None = None  # the trace row_base indexes when not the given one (wrapped rows)
     notes: tuple[str, ...] = ()  # how an imported workload was mapped onto the trace
 
     @property
@@ -128,7 +132,7 @@ def arrival_times(n: int, kind: str, rate: float, cv: float, rng: np.random.Gene
     raise ValueError(f"arrival: unknown kind {kind!r}")
 
 
-def build_workload(config: Any, trace: Any) -> Workload:
+def build_workload(config: SimConfig, trace: Trace) -> Workload:
     """The workload of ``config`` on ``trace`` (deterministic in ``config.seed``)."""
     if getattr(config, "workload", None) is not None:
         return imported_workload(config, trace)
@@ -272,7 +276,8 @@ def map_to_trace(category: np.ndarray, trace_category: np.ndarray,
     return idx, matched
 
 
-def wrapped_rows(trace: Any, idx: np.ndarray, output_len: np.ndarray) -> tuple[Any, np.ndarray]:
+def wrapped_rows(trace: Trace, idx: np.ndarray, output_len: np.ndarray
+                 ) -> tuple[Trace, np.ndarray]:
     """Row bases for imported requests, appending wrapped copies where output_len > L.
 
     Request i with L = trace.output_len[idx[i]] >= output_len[i] replays rows
@@ -306,7 +311,7 @@ def wrapped_rows(trace: Any, idx: np.ndarray, output_len: np.ndarray) -> tuple[A
     return extended, base
 
 
-def imported_workload(config: Any, trace: Any) -> Workload:
+def imported_workload(config: SimConfig, trace: Trace) -> Workload:
     """The workload of ``config.workload`` (a file) mapped onto ``trace`` (module docstring)."""
     path = resolve_workload(config.workload)
     data = read_workload_file(path)
