@@ -10,10 +10,14 @@ and the KV memory (the target's alone) to the wrapped cost model. ``draft = "ngr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from specbatch.simulator.cost_interface import SumsCostModel
 
 #: Draft names that are not models (``SimConfig.draft``): their passes cost nothing.
 FREE_DRAFTS = ("ngram",)
@@ -24,8 +28,8 @@ class FreeDraftCost:
     """``inner``'s target passes and overhead; every draft pass takes 0 s. ``kv_tokens`` is the
     KV capacity function of the target alone (None when ``inner`` has no memory model)."""
 
-    inner: Any
-    kv_tokens: Any = None
+    inner: SumsCostModel
+    kv_tokens: Callable[[float], int] | None = None
 
     @property
     def overhead(self) -> float:
