@@ -59,6 +59,9 @@ KV_MODES = ("reserve", "paged")
 #: The built-in policies (simulator.policies.POLICIES; a test keeps them equal), named here so
 #: a ``--help`` lists them without importing the engine.
 POLICY_NAMES = ("ar", "dsd", "fixed", "hindsight", "oracle", "tetris", "threshold")
+#: Draft names that are not models (``draft``): their passes cost nothing
+#: (simulator.free_draft).
+FREE_DRAFTS = ("ngram",)
 #: Override/TOML spellings that map onto a field name.
 ALIASES = {"k": "num_speculative_tokens", "e": "extra", "n": "requests"}
 #: A TOML or config value: what a field may hold.
@@ -72,9 +75,7 @@ def _model_names() -> tuple[str, ...]:
 
 
 def _draft_names() -> tuple[str, ...]:
-    from specbatch.simulator.free_draft import FREE_DRAFTS
-
-    return _model_names() + tuple(FREE_DRAFTS)
+    return _model_names() + FREE_DRAFTS
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.simulator.config import FREE_DRAFTS
 from specbatch.simulator.cost_interface import ROLES, CostModel
-from specbatch.simulator.free_draft import FREE_DRAFTS, FreeDraftCost
+from specbatch.simulator.free_draft import FreeDraftCost
 from specbatch.simulator.hardware import (
     DEFAULT_EXECUTION,
     get_execution,

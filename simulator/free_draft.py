@@ -19,10 +19,6 @@ import numpy as np
 if TYPE_CHECKING:
     from specbatch.simulator.cost_interface import SumsCostModel
 
-#: Draft names that are not models (``SimConfig.draft``): their passes cost nothing.
-FREE_DRAFTS = ("ngram",)
-
-
 @dataclass(frozen=True)
 class FreeDraftCost:
     """``inner``'s target passes and overhead; every draft pass takes 0 s. ``kv_tokens`` is the

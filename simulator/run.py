@@ -22,9 +22,8 @@ import pandas as pd
 
 from specbatch.errors import require
 from specbatch.io import write_json
-from specbatch.simulator.config import SimConfig, to_toml, validate_against_trace
+from specbatch.simulator.config import FREE_DRAFTS, SimConfig, to_toml, validate_against_trace
 from specbatch.simulator.engine import Engine
-from specbatch.simulator.free_draft import FREE_DRAFTS
 from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import make_policy
