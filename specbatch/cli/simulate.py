@@ -1,9 +1,12 @@
 """``specbatch simulate``: run one simulation from a TOML config and/or flags.
 
-Every :class:`~simulator.config.SimConfig` field is a flag (``max_num_seqs`` ->
-``--max-num-seqs``; ``--k`` aliases ``--num-speculative-tokens``, ``--extra`` is e); flags
-override the config file. Prints a summary table, or one JSON object with ``--json``
-(keys include the setting: trace, policy, verify, k, e; the KV cache: kv_mode, kv_capacity
+Every :class:`~simulator.config.SimConfig` field is a flag generated from the field's own
+declaration (``max_num_seqs`` -> ``--max-num-seqs``; ``--k`` aliases
+``--num-speculative-tokens``, ``--extra`` is e); flags override the config file. A setting
+the run's policy would ignore is refused (:func:`~simulator.config.check_settings_apply`).
+Prints a summary table, or one JSON object with ``--json`` (keys include the setting: trace,
+policy, verify, k (null for ar and dsd, which have no fixed window), e; the KV cache:
+kv_mode, kv_capacity
 (tokens per replica used, null = unlimited), preemptions, recomputed_tokens; and the metrics:
 throughput, e2e_mean, e2e_p99, vsr, mal, tokens, requests). ``--out DIR``
 writes requests.parquet, steps.parquet, summary.json and config.toml.
