@@ -75,7 +75,7 @@ def test_help_documents_the_kv_flags(capsys):
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "one of reserve, paged (default 'reserve')" in text
+    assert "one of reserve, paged (default: reserve)" in text
     for flag in ("--block-size", "--gpu-memory-utilization", "--max-model-len"):
         assert flag in text
 
