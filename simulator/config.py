@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -232,15 +233,7 @@ def read_toml(path: str | Path) -> dict[str, Value]:
     """A config file's fields (flat, or one ``[simulate]`` table), aliases resolved and each
     value of its field's exact TOML type (``max_num_seqs = "64"`` is refused)."""
     where = f"config {path}"
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise SpecbatchError(f"{where}: expected an existing TOML file, got no such file") from None
-    except IsADirectoryError:
-        raise SpecbatchError(f"{where}: expected a TOML file, got a directory") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise SpecbatchError(f"{where}: expected valid TOML, got {exc}") from None
+    data = _parse_toml(Path(path), where)
     if "simulate" in data and isinstance(data["simulate"], dict):
         data = {**{k: v for k, v in data.items() if k != "simulate"}, **data["simulate"]}
     for key, value in data.items():
@@ -248,6 +241,30 @@ def read_toml(path: str | Path) -> dict[str, Value]:
             raise SpecbatchError(f"{where}: field {key}: expected a value, got a table")
     values = _canonical(data, where)
     return {name: check_toml_value(specs()[name], value, where) for name, value in values.items()}
+
+
+def _parse_toml(path: Path, where: str) -> dict:
+    """The TOML table of a regular file (never opens a FIFO or a device, which could block);
+    binary, deeply nested or unreadable files are one-line errors."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise SpecbatchError(f"{where}: expected an existing TOML file, got no such file") from None
+    except OSError as exc:
+        raise SpecbatchError(f"{where}: expected a readable TOML file, got {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise SpecbatchError(f"{where}: expected a TOML file, got {kind}")
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise SpecbatchError(f"{where}: expected a readable TOML file, got {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SpecbatchError(f"{where}: expected valid TOML, got {exc}") from None
+    except RecursionError:
+        raise SpecbatchError(f"{where}: expected a flat TOML table, got values nested too "
+                             "deeply to read") from None
 
 
 def load_config(path: str | Path | None = None, **overrides: Value) -> SimConfig:

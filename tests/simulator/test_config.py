@@ -185,3 +185,19 @@ def test_a_default_k_is_not_the_users_choice():
         assert applied_k(config) is None
     assert applied_k(load_config(None, policy="fixed", k=5)) == 5
     check_settings_apply(load_config(None, policy="dsd", verify="block"), {"verify"})
+
+
+def test_config_files_that_are_not_toml_text_are_one_line_errors(tmp_path):
+    import os
+
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(bytes(range(256)))
+    nested = tmp_path / "nested.toml"
+    nested.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    for path, words in ((binary, "expected valid TOML"), (tmp_path, "got a directory"),
+                        (fifo, "got not a regular file"), (nested, "nested too deeply")):
+        with pytest.raises(SpecbatchError, match=words) as err:
+            load_config(path)
+        assert "\n" not in str(err.value)
