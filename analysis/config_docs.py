@@ -30,7 +30,7 @@ to mean none (`--budget none` on the command line).
 
 For one run, `simulate` also refuses a setting its policy would ignore: `extra` > 0 for
 `ar`, `fixed` and `dsd`; a `num_speculative_tokens` given for `ar` or `dsd` (DSD plans its own
-window, k = 0..6); `verify = "block"` for `ar`.
+window, k = 0..min(6, K)); `verify = "block"` for `ar`.
 
 """
 

@@ -330,7 +330,8 @@ def check_settings_apply(c: SimConfig, given: set[str] | frozenset[str],
     check_extra_applies(c, where)
     if c.policy in NO_K_POLICIES and "num_speculative_tokens" in given:
         why = ("ar never drafts" if c.policy == "ar" else
-               "DSD plans its window k = 0..6 by expected goodput every dsd_interval steps")
+               "DSD plans its window k = 0..min(6, K) by expected goodput every "
+               "dsd_interval steps")
         fail(where, "num_speculative_tokens", f"no k for policy {c.policy} ({why})",
              c.num_speculative_tokens)
     if c.policy in NO_VERIFY_POLICIES and c.verify != "token":
