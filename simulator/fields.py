@@ -24,6 +24,7 @@ from specbatch.errors import SpecbatchError
 
 #: The range of a 64-bit signed integer: every integer field is stored in int64 columns.
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+INT64_WORDS = "an integer within the int64 range (|n| < 2^63)"
 #: How an error message names the value a field of each type expects.
 KIND_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 #: Command-line spellings of booleans.
@@ -155,7 +156,7 @@ def _expected(spec: FieldSpec) -> str:
 
 def _int64(spec: FieldSpec, value: int, where: str) -> int:
     if not INT64_MIN <= value <= INT64_MAX:
-        fail(where, spec.name, "an integer within the int64 range (|n| < 2^63)", value)
+        fail(where, spec.name, INT64_WORDS, value)
     return value
 
 
@@ -180,19 +181,28 @@ def check_toml_value(spec: FieldSpec, value: object, where: str) -> object:
 
 def coerce(spec: FieldSpec, value: object, where: str) -> object:
     """A value from the command line (a string) or from Python, converted to the field's
-    type: ``"none"`` for an optional field, ``"true"``/``"false"`` for a flag, integral
-    floats and numpy integers for an integer."""
+    type (:func:`convert`); a mismatch is ``WHERE: field NAME: expected ...``."""
+    try:
+        return convert(spec, value)
+    except ValueError as exc:
+        raise SpecbatchError(f"{where}: field {spec.name}: {exc}") from None
+
+
+def convert(spec: FieldSpec, value: object) -> object:
+    """``value`` as the field's type: ``"none"`` for an optional field, ``"true"``/``"false"``
+    for a flag, integral floats and numpy integers for an integer. Raises ValueError
+    ``expected WHAT, got VALUE`` (the argparse ``type=`` of generated flags uses it)."""
     if value is None or (spec.optional and isinstance(value, str) and value.lower() == "none"):
         if spec.optional:
             return None
-        fail(where, spec.name, KIND_WORDS[spec.kind], "none")
+        raise ValueError(f"expected {KIND_WORDS[spec.kind]}, got 'none'")
     try:
         converted = _convert(spec.kind, value)
     except (TypeError, ValueError, OverflowError):
-        fail(where, spec.name, _expected(spec) if isinstance(value, str) else KIND_WORDS[spec.kind],
-             value)
-    if spec.kind is int:
-        return _int64(spec, converted, where)  # type: ignore[arg-type]
+        words = _expected(spec) if isinstance(value, str) else KIND_WORDS[spec.kind]
+        raise ValueError(f"expected {words}, got {value!r}") from None
+    if spec.kind is int and not INT64_MIN <= converted <= INT64_MAX:  # type: ignore[operator]
+        raise ValueError(f"expected {INT64_WORDS}, got {converted!r}")
     return converted
 
 

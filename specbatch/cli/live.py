@@ -18,10 +18,9 @@ from specbatch.cli.common import (
     example,
     set_threads,
 )
-from specbatch.errors import SpecbatchError
 from specbatch.io import check_output_dir, prepare_output_dir
 from specbatch.live.config import NGRAM, LiveConfig, live_specs
-from specbatch.simulator.fields import FieldSpec, coerce, flag_help
+from specbatch.simulator.fields import FieldSpec, convert, flag_help
 
 #: A live run on the tiny zoo pair whose output the ``validate`` examples read.
 _LIVE_EXAMPLE = ("specbatch live --draft /tmp/zoo/draft --target /tmp/zoo/target "
@@ -111,10 +110,9 @@ def _flag_type(spec: FieldSpec):
 
     def parse(text: str) -> object:
         try:
-            return coerce(spec, text, spec.option)
-        except SpecbatchError as exc:
-            raise argparse.ArgumentTypeError("expected " + str(exc).split(": expected ", 1)[1]) \
-                from None
+            return convert(spec, text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     parse.__name__ = spec.kind.__name__
     return parse
