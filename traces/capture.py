@@ -31,7 +31,8 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import prepare_output_dir
-from specbatch.traces.drafters import ModelDrafter, model_identity
+from specbatch.traces.drafters import ModelDrafter
+from specbatch.traces.identity import model_identity, portable_command, portable_path
 from specbatch.traces.ngram import NGRAM, NgramDrafter, ngram_bounds
 from specbatch.traces.positions import (
     append_path_stats,
@@ -171,7 +172,7 @@ def _zoo_provenance(draft_path: str, target_path: str) -> dict | None:
         "target_params": z.get("target", {}).get("params"),
         # zoo.json's ``reproduce`` holds the options that replay the same weights (schedule
         # length, --max-steps of a time-budgeted run, dtype, tf32); older reports lack it.
-        "command": f"specbatch zoo train --out {parent} --size {z.get('size')} "
+        "command": f"specbatch zoo train --out {portable_path(parent)} --size {z.get('size')} "
                    + (z.get("reproduce") or f"--seed {z.get('seed')} --steps {z.get('steps')}")
                    + (f" --threads {z['threads']}" if z.get("threads") else "") + extra,
     }
@@ -303,7 +304,8 @@ def _chunks(n_req: int, size: int) -> list[list[int]]:
 def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, device: str,
                   dtype: str, prompt_source: str | None, command: str | None,
                   extra_meta: dict | None) -> dict:
-    """meta.json of a capture: models, tokenizer, seeds, versions, command, zoo provenance.
+    """meta.json of a capture: models, tokenizer, seeds, versions, command, zoo provenance,
+    with identities and commands free of machine-local paths (:mod:`specbatch.traces.identity`).
 
     draft: ``(drafter, path)``;  target: ``(model, path)``.
     """
@@ -311,7 +313,7 @@ def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, de
 
     (drafter, draft_path), (target_model, target_path) = draft, target
     zoo = None if draft_path == NGRAM else _zoo_provenance(draft_path, target_path)
-    command = command or " ".join(sys.argv)
+    command = portable_command(command or sys.argv)
     if zoo is not None:
         extra_meta = {"zoo": zoo, "remake": [zoo["command"], command], **(extra_meta or {})}
     from specbatch.traces.trace import default_meta
@@ -321,7 +323,7 @@ def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, de
         models={"draft": drafter.identity(),
                 "target": model_identity(target_model, target_path)},
         tokenizer={"class": type(tokenizer).__name__, "vocab": len(tokenizer),
-                   "eos_token_id": tokenizer.eos_token_id, "path": str(Path(target_path).resolve())},
+                   "eos_token_id": tokenizer.eos_token_id, "from": "target"},
         prompt_source=prompt_source, seeds={"seed": cfg.seed,
                                             "request_rng": "numpy.random.default_rng([seed, request_index])"},
         device=device, library_versions=_library_versions(),

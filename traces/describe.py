@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from specbatch.traces.identity import describe_identity
+
 
 def trace_summary(trace) -> dict:
     """The numbers ``specbatch trace info`` prints (means over all position rows)."""
@@ -38,6 +40,8 @@ def trace_summary(trace) -> dict:
     models = trace.meta.get("models") or {}
     names = {role: (m.get("name") or m.get("path")) if isinstance(m, dict) else m
              for role, m in models.items()} if isinstance(models, dict) else models
+    identity = {role: describe_identity(m) for role, m in models.items()} \
+        if isinstance(models, dict) else {}
     categories, counts = np.unique(trace.category.astype(str), return_counts=True)
     return {
         "path": trace.path,
@@ -46,6 +50,7 @@ def trace_summary(trace) -> dict:
         "K": trace.K,
         "temperature": trace.temperature,
         "models": names,
+        "identity": identity,
         "model_params": {role: m.get("params") for role, m in models.items() if isinstance(m, dict)}
         if isinstance(models, dict) else {},
         "categories": dict(zip(categories.tolist(), counts.tolist())),
@@ -118,8 +123,7 @@ def describe_trace(meta: dict, depth: int) -> str:
         if isinstance(model, str):
             pair.append(model)
             continue
-        where = str(model.get("path") or model.get("name") or role)
-        text = "/".join(Path(where).parts[-2:])
+        text = str(model.get("name") or Path(str(model.get("path") or role)).name)
         if model.get("params"):
             text += f" ({model['params'] / 1e6:.2f}M params)"
         pair.append(text)

@@ -16,10 +16,10 @@ on a sliding layer of window ``W``, ``i − j < W``. Models without sliding laye
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specbatch.theory.stats_torch import probs_at, sample_inverse_cdf
+from specbatch.traces.identity import model_identity
 
 if TYPE_CHECKING:
     from specbatch.traces.capture import CaptureConfig
@@ -163,25 +163,6 @@ class ModelDrafter(Drafter):
                              use_cache=True)
             rows.append(out.logits[0, -1])
         return torch.stack(toks)[None], torch.stack(rows)[None], None
-
-
-def model_identity(model, path: str) -> dict:
-    """meta.json's identity of a HF model loaded from ``path``: path, shape, parameters, and
-    for a layer-subset draft (``specbatch models derive``) which of its source's layers it
-    kept (``derived``: from, layers, of)."""
-    c = model.config
-    derived = getattr(c, "specbatch_derived", None)
-    return ({"derived": derived} if derived else {}) | {
-        "path": str(Path(path).resolve()), "name": Path(path).name,
-        "architecture": type(model).__name__,
-        "params": int(sum(p.numel() for p in model.parameters())),
-        "shape": {"layers": c.num_hidden_layers, "hidden": c.hidden_size,
-                  "heads": c.num_attention_heads,
-                  "kv_heads": getattr(c, "num_key_value_heads", c.num_attention_heads),
-                  "intermediate": getattr(c, "intermediate_size", None),
-                  "vocab": c.vocab_size},
-        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
-    }
 
 
 def as_drafter(draft) -> Drafter:

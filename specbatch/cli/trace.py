@@ -131,6 +131,7 @@ def _format_info(s: dict) -> str:
         f"temperature  {s['temperature']:g}",
         f"status       {s['status']}",
         f"models       {_format_models(s)}",
+        *(f"  {role:<10} {text}" for role, text in s.get("identity", {}).items()),
         f"categories   {', '.join(f'{k}: {v}' for k, v in s['categories'].items())}",
         f"lengths      prompt mean {s['prompt_len_mean']:.1f}, output mean {s['output_len_mean']:.1f}",
         "",

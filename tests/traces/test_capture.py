@@ -4,6 +4,7 @@ run, and bad models are one-line errors."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -416,3 +417,17 @@ def test_cli_defaults_to_one_thread_and_refuses_random_prompts(pair, tmp_path, c
                  "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "random token ids are for `specbatch live`" in err
+
+
+def test_meta_names_models_by_identity_without_local_paths(pair, tmp_path):
+    from specbatch.traces.identity import local_paths
+
+    meta = capture(*pair, PROMPTS[:1], tmp_path / "t", _cfg(), progress=False,
+                   command=f"specbatch capture --draft {pair[0]} --target {pair[1]} --out {tmp_path}")
+    assert local_paths(json.loads((tmp_path / "t" / "meta.json").read_text())) == []
+    for role, path in zip(("draft", "target"), pair):
+        model = meta["models"][role]
+        assert model["folder"] == Path(path).name and "path" not in model
+        digest = hashlib.sha256((Path(path) / "model.safetensors").read_bytes()).hexdigest()
+        assert model["weights_sha256"] == {"model.safetensors": digest}
+    assert meta["tokenizer"]["from"] == "target"

@@ -112,6 +112,8 @@ def test_derived_draft_equals_the_target_with_those_layers_removed(tiny_llama, t
     identity = model_identity(draft, str(tmp_path / "d"))  # what a capture's meta.json records
     assert identity["derived"]["layers"] == [0, 3, 4] and identity["derived"]["of"] == 5
     assert "derived" not in model_identity(AutoModelForCausalLM.from_pretrained(source), source)
+    assert identity["derived"]["dropped"] == [1, 2] and identity["derived"]["from"] == "target"
+    assert set(identity["weights_sha256"]) == {"model.safetensors"} and "path" not in identity
     reference = AutoModelForCausalLM.from_pretrained(source).eval()
     reference.model.layers = torch.nn.ModuleList(reference.model.layers[i] for i in (0, 3, 4))
     for i, layer in enumerate(reference.model.layers):
