@@ -192,3 +192,32 @@ def get_hardware(name: str) -> Hardware:
     if hw is None:
         raise SpecbatchError(f"hardware {name!r}: expected one of {', '.join(sorted(HARDWARE))}")
     return hw
+
+
+def weight_bytes(hw: Hardware, models: tuple[str, ...]) -> float:
+    """Bytes the weights of the named shapes take at the preset's dtype; a name that is not a
+    shape (a host-side drafter such as ``ngram``) holds no weights."""
+    from specbatch.traces.shapes import SHAPES
+
+    return float(hw.dtype_bytes * sum(SHAPES[m].params for m in models if m in SHAPES))
+
+
+def check_weights_fit(hardware: str, target: str, draft: str, tp: int,
+                      gpu_memory_utilization: float) -> None:
+    """One-line error when the target's and draft's weights alone exceed what ``tp`` devices
+    of ``hardware`` give the engine (``tp · M · gpu_memory_utilization``), in any KV mode:
+    a run that cannot load its models has no step time to report. Both models' weights are
+    counted against the memory of all ``tp`` devices, as the KV capacity counts them."""
+    hw = get_hardware(hardware)
+    need = weight_bytes(hw, (target, draft))
+    have = tp * hw.memory_bytes * float(gpu_memory_utilization)
+    if need <= have:
+        return
+    per_device = hw.memory_bytes * float(gpu_memory_utilization)
+    least = int(-(-need // per_device))
+    raise SpecbatchError(
+        f"config: field gpu_memory_utilization: expected room for the weights of {target} + "
+        f"{draft} ({need / GIGA:.1f} GB at {hw.dtype_bytes} bytes per parameter), got "
+        f"{gpu_memory_utilization:g} of {tp} x {hardware} = {have / GIGA:.1f} GB: the weights do "
+        f"not fit (set tp >= {least}, a larger device or smaller models)")
+

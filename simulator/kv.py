@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.hardware import check_weights_fit
 from specbatch.simulator.state import Replica, Row
 
 if TYPE_CHECKING:
@@ -59,7 +60,12 @@ _PREFILLED, _FILL, _BLOCKS, _PROMPT, _POS = (int(Row.PREFILLED), int(Row.FILL), 
 
 
 def kv_capacity(config: SimConfig, cost: CostModel) -> int | None:
-    """KV-cache tokens per replica the run uses (None = unlimited, reserve mode only)."""
+    """KV-cache tokens per replica the run uses (None = unlimited, reserve mode only).
+
+    Every mode first checks that the models' weights fit the devices at all
+    (:func:`~specbatch.simulator.hardware.check_weights_fit`)."""
+    check_weights_fit(config.hardware, config.target, config.draft, config.tp,
+                      config.gpu_memory_utilization)
     if config.kv_mode == "reserve" or config.kv_capacity is not None:
         return config.kv_capacity
     memory = getattr(cost, "kv_capacity_tokens", None)

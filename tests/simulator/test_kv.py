@@ -270,3 +270,28 @@ def test_chunk_allocation_is_fcfs_and_shrinks_the_first_chunk_that_does_not_fit(
     rep.free_blocks = 2
     assert blocks.allocate_chunks(rep, np.arange(1), np.array([8])).tolist() == [7]
     assert rep.blocks.tolist() == [2, 0, 0] and rep.free_blocks == 0
+
+
+@pytest.mark.parametrize("kv", [dict(), dict(kv_mode="paged"), dict(kv_capacity=100_000),
+                                dict(kv_mode="paged", kv_capacity=100_000)])
+def test_models_whose_weights_do_not_fit_are_refused_in_every_kv_mode(kv):
+    """Llama-3.1-70B + Llama-3.2-1B in bf16 hold 143.6 GB: more than one H100 gives the engine
+    at gpu_memory_utilization 0.9 (72 GB), whatever the KV mode or capacity."""
+    config = load_config(None, target="llama-3.1-70b", draft="llama-3.2-1b", **kv)
+    cost = build_cost_model("roofline", "h100", "llama-3.1-70b", "llama-3.2-1b")
+    with pytest.raises(SpecbatchError, match=r"field gpu_memory_utilization: expected room for "
+                       r"the weights of llama-3\.1-70b \+ llama-3\.2-1b \(143\.6 GB.*got 0\.9 of "
+                       r"1 x h100 = 72\.0 GB.*tp >= 2") as err:
+        kv_capacity(config, cost)
+    assert "\n" not in str(err.value)
+    two = config.replace(tp=2)
+    kv_capacity(two, build_cost_model("roofline", "h100", "llama-3.1-70b", "llama-3.2-1b", tp=2))
+
+
+def test_the_weights_check_counts_the_draft_and_a_host_drafter_as_free():
+    from specbatch.simulator.hardware import check_weights_fit
+
+    check_weights_fit("h100", "llama-3.1-8b", "ngram", 1, 0.9)  # 16 GB: fits
+    check_weights_fit("h100", "vicuna-33b", "vicuna-68m", 1, 0.9)  # 65.2 GB of 72: fits
+    with pytest.raises(SpecbatchError, match="weights do not fit"):
+        check_weights_fit("h100", "vicuna-33b", "vicuna-68m", 1, 0.8)  # 64 GB
