@@ -327,6 +327,16 @@ def same_budget(df: pd.DataFrame, a: Mapping, b: Mapping, metric: str = "through
     return pd.DataFrame(rows)
 
 
+def facets(df: pd.DataFrame, keep: Sequence[str] = ()) -> list[dict]:
+    """Every combination of the varying context columns (except ``keep``, which a figure
+    draws itself, e.g. the load axis) in sweep order; ``[{}]`` when none varies."""
+    cols = [c for c in context_columns(df) if c not in keep]
+    if not cols:
+        return [{}]
+    combos = df[cols].drop_duplicates()
+    return [setting_of(row, cols) for _, row in combos.iterrows()]
+
+
 def base_context(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """Rows at the first value (in sweep order) of every varying context column."""
     ctx = context_columns(df)

@@ -33,9 +33,11 @@ from specbatch.analysis.replication import PAPER_BLOCK  # noqa: E402
 from specbatch.analysis.sweep import read_requests  # noqa: E402
 
 
-def save_figure(fig: plt.Figure, path: Path) -> str:
-    """Lay out, write ``path`` (110 dpi), close; returns the file name for the report's link."""
-    fig.tight_layout()
+def save_figure(fig: plt.Figure, path: Path, layout: bool = True) -> str:
+    """Lay out (unless the figure did), write ``path`` (110 dpi), close; returns the file name
+    for the report's link."""
+    if layout:
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path.name
@@ -91,24 +93,56 @@ def figure_vs_k(df: pd.DataFrame, metric: str, path: Path) -> str | None:
 def figure_vsr_mal(df: pd.DataFrame, path: Path) -> str | None:
     """VSR and MAL of each (policy, verifier)'s best setting (by
     :func:`analysis.compare.ranking_metric`: throughput, or e2e mean under open load) at the
-    first context (the report's caption names it)."""
+    first context (the report draws one per context and its caption names it).
+
+    One bar per policy (labelled with its window k and extra e), one colour per verifier with
+    the legend above the panels, each bar's value printed on it; the x label says which
+    metric picked the settings, in the words of the report's caption.
+    """
     sub, _ = base_context(df)
     if not {"vsr", "mal"} <= set(sub.columns):
         return None
-    metric = ranking_metric(df)
-    best = best_settings(sub, metric)
+    rank = ranking_metric(df)
+    best = best_settings(sub, rank)
     best = best[best.policy != "ar"]
     if best.empty:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.2))
-    hue = "verify" if best.verify.nunique() > 1 else None
-    for ax, metric in zip(axes, ("vsr", "mal")):
-        sns.barplot(data=best, x="policy", y=metric, hue=hue, ax=ax, errorbar=None)
-        ax.set_xlabel(f"Policy (best setting by {label(metric).lower()})")
-        ax.set_ylabel(label(metric))
+    return save_figure(draw_vsr_mal(best, rank), path, layout=False)
+
+
+def draw_vsr_mal(best: pd.DataFrame, rank: str) -> plt.Figure:
+    """The :func:`figure_vsr_mal` figure of ``best`` (best settings, ``ar`` excluded)."""
+    best = best.assign(bar=[_bar_label(row) for _, row in best.iterrows()])
+    bars = list(dict.fromkeys(best.bar))
+    verifies = [v for v in ("token", "block") if v in set(best.verify)] or sorted(set(best.verify))
+    palette = dict(zip(verifies, sns.color_palette("tab10", len(verifies))))
+    width = max(8.0, 1.5 * len(bars) * max(1, len(verifies)) + 3.0)
+    fig, axes = plt.subplots(1, 2, figsize=(width, 4.6))
+    for ax, metric, name in zip(axes, ("vsr", "mal"),
+                                ("VSR (accepted / verified\ndraft tokens)",
+                                 "MAL (tokens per\nrequest-step)")):
+        sns.barplot(data=best, x="bar", y=metric, order=bars, hue="verify", hue_order=verifies,
+                    palette=palette, ax=ax, errorbar=None, legend=False)
+        for container in ax.containers:
+            ax.bar_label(container, fmt="%.2f", fontsize=8, padding=2)
+        ax.set_xlabel(f"Policy (best setting by {label(rank).lower()})", fontsize=9)
+        ax.set_ylabel(name, fontsize=9)
+        ax.tick_params(axis="x", labelsize=8, rotation=30 if len(bars) > 4 else 0)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].set_ylim(0, 1)
-    return save_figure(fig, path)
+        ax.margins(y=0.15)
+    axes[0].set_ylim(0, 1.1)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=palette[v]) for v in verifies]
+    fig.legend(handles, [f"{v} verification" for v in verifies], loc="upper center",
+               ncol=len(verifies), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    return fig
+
+
+def _bar_label(row) -> str:
+    """The policy over its window on a second line: ``fixed`` / ``k = 3``, ``tetris`` /
+    ``k = 3, e = 1``."""
+    text = f"{row.policy}\nk = {int(row.num_speculative_tokens)}"
+    return text + (f", e = {int(row.extra)}" if int(row.extra or 0) else "")
 
 
 def figure_latency_cdf(out: Path, df: pd.DataFrame, path: Path) -> str | None:

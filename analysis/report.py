@@ -29,10 +29,12 @@ from specbatch.analysis.compare import (
     base_context,
     best_settings,
     context_columns,
+    facets,
     headline,
     label,
     open_load,
     ranking_metric,
+    select,
 )
 from specbatch.analysis.figures import (
     figure_bv_gain,
@@ -40,8 +42,10 @@ from specbatch.analysis.figures import (
     figure_load,
     figure_vs_k,
     figure_vsr_mal,
+    load_column,
 )
 from specbatch.analysis.points import read_manifest
+from specbatch.analysis.pressure import kv_pressure, kv_summary
 from specbatch.analysis.render import context_note, headline_display, render
 from specbatch.analysis.replication import (
     PAPER_BLOCK,
@@ -81,7 +85,7 @@ def build_report(out: str | os.PathLike, fmt: str = "md") -> str:
     options = manifest.get("report", {})
     replicate = options.get("replicate")
     gains = bv_gain_table(df)
-    blocks = intro_blocks(manifest, df) + headline_blocks(df, rep)
+    blocks = intro_blocks(manifest, df) + headline_blocks(df, rep) + kv_blocks(df)
     blocks += figure_blocks(out, df, rep, gains)
     if replicate == "tetris" or (replicate is None and {"tetris", "fixed"} <= set(df.policy)):
         blocks += tetris_blocks(df, replicate == "tetris")
@@ -100,7 +104,39 @@ def intro_blocks(manifest: dict, df: pd.DataFrame) -> list[tuple]:
             ("p", f"{len(df)} runs ({df.setting.nunique()} settings x "
                   f"{df.seed.nunique()} seeds), specbatch {manifest.get('version')}. "
                   f"Setting: {setting_summary(df)}. Axes: "
-                  f"{', '.join(manifest.get('axes', [])) or 'none'}.")]
+                  f"{', '.join(manifest.get('axes', [])) or 'none'}." + _contexts_sentence(df))]
+
+
+def _contexts_sentence(df: pd.DataFrame) -> str:
+    """Which context columns vary (the setting above names their first values only)."""
+    ctx = context_columns(df)
+    if not ctx:
+        return ""
+    values = "; ".join(f"{c} = {', '.join(str(v) for v in dict.fromkeys(df[c]))}" for c in ctx)
+    return (f" Varying context ({values}): tables compare policies within each context and "
+            "figures are drawn per context.")
+
+
+def kv_blocks(df: pd.DataFrame) -> list[tuple]:
+    """KV mode, capacity, preemptions and recomputed tokens (analysis.pressure), when any
+    run had a limited KV cache."""
+    summary = kv_summary(df)
+    if not summary:
+        return []
+    return [("h2", "KV cache pressure"), ("p", summary),
+            ("p", "Each policy's best setting (as in the table above), over its seeds:"),
+            ("table", kv_display(kv_pressure(df)))]
+
+
+def kv_display(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`kv_pressure` with counts as ``12,345`` and means as ``12,345.5``."""
+    out = table.copy()
+    for col in out.columns:
+        if col.endswith("(mean)"):
+            out[col] = [f"{v:,.1f}" if pd.notna(v) else "-" for v in out[col]]
+        elif col.endswith("(max)") or col == "KV capacity (tokens)":
+            out[col] = [f"{int(v):,}" if pd.notna(v) else "unlimited" for v in out[col]]
+    return out
 
 
 def headline_blocks(df: pd.DataFrame, rep: Path) -> list[tuple]:
@@ -150,46 +186,96 @@ def _context_sentence(df: pd.DataFrame) -> str:
             if ctx else "")
 
 
+#: Most contexts (combinations of varying context columns) drawn as their own figures; the
+#: report names the contexts it leaves out.
+MAX_FACETS = 6
+
+
 def figure_blocks(out: Path, df: pd.DataFrame, rep: Path, gains: pd.DataFrame) -> list[tuple]:
-    """Every figure the sweep's axes allow, drawn into ``rep``, with a caption naming the
-    context (e.g. the arrival rate) it shows and how best settings were chosen."""
-    _, ctx = base_context(df)
-    note = f" (at {context_note(ctx)})" if ctx else ""
+    """Every figure the sweep's axes allow, drawn into ``rep`` once per context (every
+    combination of the varying context columns, :func:`analysis.compare.facets`), each
+    caption naming its context and how best settings were chosen.
+
+    A figure that draws an axis itself (the load figures: the load column; the open-load
+    latency CDF: one panel per rate) is faceted over the other columns only. At most
+    :data:`MAX_FACETS` contexts are drawn; the report lists those it leaves out.
+    """
+    del gains  # each context's own BV-over-TV table is drawn
     opened = open_load(df)
+    load = load_column(df)
     by = f", best by {label(ranking_metric(df)).lower()}"
+    figures: list[tuple[str, str]] = []
+    omitted: list[dict] = []
+    per_rate = opened and "rate" in context_columns(df)
+    for kind, keep in (("context", ()), ("cdf", ("rate",) if per_rate else ()),
+                       ("load", (load,) if load else None)):
+        if keep is None:
+            continue
+        contexts = facets(df, keep)
+        for ctx in contexts[:MAX_FACETS]:
+            sub = select(df, ctx) if ctx else df
+            tag = facet_tag(ctx) if len(contexts) > 1 else ""
+            note = f" (at {context_note(ctx)})" if ctx else ""
+            figures += _figures_of(kind, out, sub, rep, tag, note, by, opened)
+        if kind == "context":
+            omitted = contexts[MAX_FACETS:]
+    if not figures:
+        return []
+    blocks = [("h2", "Figures")]
+    if omitted:
+        blocks.append(("p", f"The sweep has {len(omitted) + MAX_FACETS} contexts; figures are "
+                            f"drawn for the first {MAX_FACETS} only, not for: "
+                            + "; ".join(context_note(c) for c in omitted)
+                            + ". The tables above cover every context."))
+    return blocks + [("img", f, caption) for f, caption in figures]
+
+
+def facet_tag(ctx: dict) -> str:
+    """``_tp-2_rate-4`` for a context: a file-name suffix naming its values."""
+    def text(v) -> str:
+        return f"{v:g}" if isinstance(v, float) else str(v)
+    raw = "".join(f"_{k}-{text(v)}" for k, v in ctx.items())
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in raw)
+
+
+def _figures_of(kind: str, out: Path, sub: pd.DataFrame, rep: Path, tag: str, note: str,
+                by: str, opened: bool) -> list[tuple[str, str]]:
+    """(file, caption) of the figures of one kind drawn at one context ``sub``."""
+    if kind == "cdf":
+        per_rate = opened and "rate" in context_columns(sub)
+        made = figure_latency_cdf(out, sub, rep / f"latency_cdf{tag}.png")
+        where = " at each arrival rate (one panel per rate)" if per_rate else ""
+        return [(made, f"E2E latency CDF of each policy's best setting{where}{note}{by}")] \
+            if made else []
+    if kind == "load":
+        opened_rate = opened and "rate" in context_columns(sub)
+        name = "latency_vs_rate" if opened else "throughput_latency"
+        made = figure_load(sub, rep / f"{name}{tag}.png")
+        caption = (
+            "Mean e2e latency, p99 e2e latency and TPOT vs the offered arrival rate (best "
+            "setting per policy at each rate by mean e2e; open-loop arrivals make throughput "
+            "equal the offered rate, so it is not plotted)" if opened_rate
+            else "Throughput vs mean e2e latency across load (best setting per policy at each "
+                 "load, by throughput)")
+        return [(made, caption + note)] if made else []
     figures = []
-    # under open load throughput is the offered rate: no throughput-vs-k figure
-    metrics = (("e2e_mean", "e2e_vs_k.png"),) if opened else (
-        ("throughput", "throughput_vs_k.png"), ("e2e_mean", "e2e_vs_k.png"))
-    for metric, name in metrics:
-        made = figure_vs_k(df, metric, rep / name)
+    metrics = (("e2e_mean", "e2e_vs_k"),) if opened else (
+        ("throughput", "throughput_vs_k"), ("e2e_mean", "e2e_vs_k"))
+    for metric, name in metrics:  # under open load throughput is the offered rate: not drawn
+        made = figure_vs_k(sub, metric, rep / f"{name}{tag}.png")
         if made:
             figures.append((made, f"{label(metric)} vs window k per policy{note}; bars: 95% CI "
                                   "over seeds"))
-    cdf_where = (" at each arrival rate (one panel per rate)" if opened and "rate" in ctx
-                 else note)
-    load_caption = (
-        "Mean e2e latency, p99 e2e latency and TPOT vs the offered arrival rate (best setting "
-        "per policy at each rate by mean e2e; open-loop arrivals make throughput equal the "
-        "offered rate, so it is not plotted)" if opened and "rate" in context_columns(df)
-        else "Throughput vs mean e2e latency across load (best setting per policy at each "
-             "load, by throughput)")
     for made, caption in (
-        (figure_vsr_mal(df, rep / "vsr_mal.png"),
+        (figure_vsr_mal(sub, rep / f"vsr_mal{tag}.png"),
          f"VSR and MAL of each policy's best setting{note}{by}"),
-        (figure_latency_cdf(out, df, rep / "latency_cdf.png"),
-         f"E2E latency CDF of each policy's best setting{cdf_where}{by}"),
-        (figure_load(df, rep / ("latency_vs_rate.png" if opened else "throughput_latency.png")),
-         load_caption),
-        (figure_bv_gain(gains, rep / "bv_gain_vs_gamma.png"),
+        (figure_bv_gain(bv_gain_table(sub), rep / f"bv_gain_vs_gamma{tag}.png"),
          "Gain of block verification over token verification vs draft length gamma (paired "
          f"over seeds, 95% CI){note}; crosses: the block paper's published gains"),
     ):
         if made:
             figures.append((made, caption))
-    if not figures:
-        return []
-    return [("h2", "Figures")] + [("img", f, caption) for f, caption in figures]
+    return figures
 
 
 def tetris_blocks(df: pd.DataFrame, with_note: bool) -> list[tuple]:

@@ -88,8 +88,10 @@ def md_report(sweep_dir):
 def test_report_links_every_figure_and_each_is_a_nonempty_png(sweep_dir, md_report):
     text = open(md_report).read()
     linked = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", text)
-    assert set(linked) == {"throughput_vs_k.png", "e2e_vs_k.png", "vsr_mal.png",
-                           "latency_cdf.png", "throughput_latency.png", "bv_gain_vs_gamma.png"}
+    per_context = {"throughput_vs_k", "e2e_vs_k", "vsr_mal", "latency_cdf", "bv_gain_vs_gamma"}
+    # max_num_seqs is swept: one figure per value, except the across-load figure, which draws it
+    assert set(linked) == {f"{name}_max_num_seqs-{n}.png" for name in per_context
+                           for n in (16, 64)} | {"throughput_latency.png"}
     for name in linked:
         data = (sweep_dir / "report" / name).read_bytes()
         assert data[:8] == PNG_MAGIC and len(data) > 10_000, name
@@ -124,7 +126,7 @@ def test_html_report_embeds_tables_and_images(sweep_dir, md_report):
     path = build_report(sweep_dir, fmt="html")
     text = open(path).read()
     assert path.endswith("report.html") and text.startswith("<!doctype html>")
-    assert text.count("<table>") >= 3 and '<img src="throughput_vs_k.png"' in text
+    assert text.count("<table>") >= 3 and '<img src="throughput_vs_k_max_num_seqs-16.png"' in text
 
 
 def test_report_cli_on_a_non_sweep_directory_is_one_line_exit_2(tmp_path):
@@ -163,8 +165,9 @@ def test_open_load_figures_name_their_rate_and_skip_throughput_rankings(open_dir
     text = (open_dir / "report" / "report.md").read_text()
     captions = re.findall(r"!\[([^\]]*)\]\(([^)]+\.png)\)", text)
     linked = {name for _, name in captions}
-    assert "throughput_vs_k.png" not in linked and "throughput_latency.png" not in linked
-    assert {"latency_vs_rate.png", "e2e_vs_k.png", "vsr_mal.png", "latency_cdf.png"} <= linked
+    assert not any(name.startswith(("throughput_vs_k", "throughput_latency")) for name in linked)
+    assert {"latency_vs_rate.png", "latency_cdf.png"} <= linked  # these draw every rate
+    assert {f"{name}_rate-{r}.png" for name in ("e2e_vs_k", "vsr_mal") for r in (5, 20)} <= linked
     for caption, name in captions:
         assert "rate" in caption, name  # every figure says which rate(s) it shows
         data = (open_dir / "report" / name).read_bytes()
@@ -192,3 +195,84 @@ def test_closed_load_report_names_the_context_of_its_single_context_tables(md_re
     text = open(md_report).read()
     section = text.split("## TETRIS vs standard SD and DSD")[1].split("\n## ")[0]
     assert "max_num_seqs = 16" in section
+
+
+def paged_runner(config: dict):
+    """shaped_runner under a paged KV cache: tp 1 preempts (more at larger k), tp 2 does not."""
+    summary, requests = shaped_runner(config)
+    pressure = 0 if config["tp"] > 1 else 100 + 10 * config["num_speculative_tokens"] + config["seed"]
+    return {**summary, "kv_mode": "paged", "kv_capacity": 4244 if config["tp"] == 1 else 49143,
+            "preemptions": pressure, "recomputed_tokens": 180 * pressure}, requests
+
+
+@pytest.fixture(scope="module")
+def paged_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("paged")
+    spec = {"name": "paged", "seeds": [0, 1],
+            "base": {"trace": "synth", "requests": 20, "arrival": "burst", "kv_mode": "paged"},
+            "axes": [{"policy": ["ar"], "tp": [1, 2]},
+                     {"policy": ["fixed"], "num_speculative_tokens": [1, 2, 3], "tp": [1, 2]}]}
+    run_sweep(parse_spec(spec, "paged.toml"), out, runner=paged_runner, progress=False)
+    build_report(out, fmt="md")
+    return out
+
+
+def test_paged_report_shows_kv_mode_capacity_preemptions_and_recomputation(paged_dir):
+    text = (paged_dir / "report" / "report.md").read_text()
+    section = text.split("## KV cache pressure")[1].split("\n## ")[0]
+    assert "paged mode" in section and "tp = 1: 4,244 tokens; tp = 2: 49,143 tokens" in section
+    assert "8 of 16 runs preempted requests" in section  # the tp = 1 runs
+    assert "at most 131 preemptions and 23,580 recomputed tokens in one run" in section
+    row = next(line for line in section.splitlines() if line.startswith("| 1 | fixed"))
+    assert row.rstrip(" |").split(" | ")[5:10] == ["4,244", "130.5", "131", "23,490.0", "23,580"]
+    assert "Varying context (tp = 1, 2)" in text
+
+
+def test_every_swept_context_gets_its_own_figures(paged_dir):
+    text = (paged_dir / "report" / "report.md").read_text()
+    captions = re.findall(r"!\[([^\]]*)\]\(([^)]+\.png)\)", text)
+    for tp in (1, 2):
+        drawn = {name for caption, name in captions if f"(at tp = {tp})" in caption}
+        assert {f"throughput_vs_k_tp-{tp}.png", f"vsr_mal_tp-{tp}.png"} <= drawn
+    for caption, name in captions:
+        assert "tp = " in caption, name  # no figure silently shows one tp
+        assert (paged_dir / "report" / name).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_contexts_beyond_the_cap_are_named_not_dropped_silently(tmp_path, monkeypatch):
+    from specbatch.analysis import report
+
+    monkeypatch.setattr(report, "MAX_FACETS", 1)
+    spec = {"name": "cap", "seeds": [0],
+            "base": {"trace": "synth", "requests": 20, "arrival": "burst"},
+            "axes": [{"policy": ["ar", "fixed"], "num_speculative_tokens": [1, 2],
+                      "max_num_seqs": [16, 32, 64]}]}
+    run_sweep(parse_spec(spec, "cap.toml"), tmp_path, runner=shaped_runner, progress=False)
+    text = open(build_report(tmp_path)).read()
+    assert ("figures are drawn for the first 1 only, not for: max_num_seqs = 32; "
+            "max_num_seqs = 64") in text
+
+
+def test_vsr_mal_labels_fit_and_say_what_picked_the_settings(sweep_dir):
+    from specbatch.analysis.compare import best_settings
+    from specbatch.analysis.figures import draw_vsr_mal
+
+    df = read_results(sweep_dir)
+    best = best_settings(df[df.max_num_seqs == 16], "throughput")
+    fig = draw_vsr_mal(best[best.policy != "ar"], "throughput")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = fig.bbox
+    for ax in fig.axes:
+        assert ax.get_xlabel() == "Policy (best setting by throughput (tokens/s))"
+        assert ax.get_legend() is None  # the legend sits above the panels, not over bars
+        boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_text()]
+        assert all(not a.overlaps(b) for a, b in zip(boxes, boxes[1:]))
+        for text in (ax.xaxis.label, ax.yaxis.label):  # nothing clipped at the edges
+            box = text.get_window_extent(renderer)
+            assert box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["token verification",
+                                                                   "block verification"]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
