@@ -226,10 +226,37 @@ def validate(live_dir: str | Path, profile: str | list | None = None,
             f"{fit['dir']}'s own passes (in-sample)" if in_sample else label) + f" [{mode}]",
         "cost_cv_mape": cost.cv_mape, "overhead_per_step": over,
         "measured": measured, "simulated": simulated, "relative_error": errors,
+        "warnings": accuracy_warnings(errors, cost.cv_mape),
     }
     if out is not None:
         write_json(Path(out) / "validate.json", report)
     return report
+
+
+#: Errors checked against the cost model's own held-out error (:func:`accuracy_warnings`).
+CHECKED = ("throughput", "makespan", "e2e_mean", "step_latency_mape")
+
+
+def accuracy_warnings(errors: dict, cv_mape: dict) -> list[str]:
+    """One line per checked error (:data:`CHECKED`) whose size exceeds the cost model's own
+    cross-validated MAPE (the largest over roles): a miss the fit's uncertainty does not
+    explain, so the simulation is not a prediction of this run (usually a live-engine
+    effect the profile did not measure, or a profile from another machine state)."""
+    finite = [float(v) for v in cv_mape.values() if v is not None and math.isfinite(v)]
+    if not finite:
+        return []
+    bound = max(finite)
+    lines = []
+    for key in CHECKED:
+        value = errors.get(key)
+        if value is None or not math.isfinite(value) or abs(value) <= bound:
+            continue
+        what = ("per-step latency MAPE is" if key == "step_latency_mape"
+                else f"simulated {key} is off by")
+        shown = f"{100 * value:.1f} %" if key == "step_latency_mape" else f"{100 * value:+.1f} %"
+        lines.append(f"{what} {shown}, more than the cost model's own cross-validated MAPE "
+                     f"({100 * bound:.1f} %): the fit's uncertainty does not explain this miss")
+    return lines
 
 
 def format_report(report: dict) -> str:

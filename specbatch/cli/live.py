@@ -290,5 +290,7 @@ def _validate(args) -> int:
                       target_model=args.target_model, draft_model=args.draft_model,
                       overhead=args.overhead, out=args.out, in_sample=args.in_sample,
                       fit_dir=args.fit)
+    for line in report["warnings"]:
+        sys.stderr.write(f"warning: {line}\n")
     emit(report, args.json, None if args.json else format_report(report))
     return 0

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from specbatch.analysis.validate import validate  # noqa: E402
+from specbatch.analysis.validate import accuracy_warnings, validate  # noqa: E402
 from specbatch.live.config import LiveConfig  # noqa: E402
 from specbatch.live.loop import run_live  # noqa: E402
 from specbatch.live.record import write_live  # noqa: E402
@@ -170,6 +170,10 @@ def test_validate_fits_one_run_and_predicts_another_out_of_sample(pair, prompts_
             float((b_req["finish"] - b_req["arrival"]).mean()))
         for key in ("throughput", "e2e_mean", "e2e_p99", "tpot_mean", "step_latency_mape"):
             assert np.isfinite(report["relative_error"][key]), key
+        # the JSON names every miss larger than the fit's own error, and stderr says it too
+        assert report["warnings"] == accuracy_warnings(report["relative_error"],
+                                                       report["cost_cv_mape"])
+        assert err.count("warning: ") == len(report["warnings"])
     code, stdout, _ = run_cli(capsys, "validate", "--fit", str(run_a), "--predict", str(run_b))
     assert code == 0 and "out-of-sample" in stdout and "per-step latency MAPE" in stdout
     code, _, err = run_cli(capsys, "validate", str(run_b), "--predict", str(run_a))
@@ -193,3 +197,16 @@ def test_per_step_prediction_prices_each_step_as_the_simulator_does(pair, tmp_pa
                                   len(sim))
     sim_total = sim[["draft_time", "target_time", "overhead_time"]].sum(axis=1).to_numpy()
     np.testing.assert_allclose(pred, sim_total, rtol=1e-9)
+
+
+def test_a_miss_larger_than_the_cost_models_cv_error_is_warned():
+    errors = {"throughput": 1.30, "makespan": -0.565, "e2e_mean": 0.10,
+              "step_latency_mape": 2.25, "tpot_mean": 9.0}
+    lines = accuracy_warnings(errors, {"draft": 0.112, "target": 0.187})
+    assert len(lines) == 3  # throughput, makespan, step MAPE; e2e 10 % is inside 18.7 %
+    assert lines[0].startswith("simulated throughput is off by +130.0 %, more than the cost "
+                               "model's own cross-validated MAPE (18.7 %)")
+    assert lines[2].startswith("per-step latency MAPE is 225.0 %")
+    assert accuracy_warnings({"throughput": 0.05, "step_latency_mape": 0.12},
+                             {"target": 0.187}) == []
+    assert accuracy_warnings(errors, {"target": float("nan")}) == []  # no bound, no claim
