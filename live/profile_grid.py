@@ -73,24 +73,34 @@ def time_masked_forward(model, batch: int, query: int, kv: int, warmup: int = 2,
 
 
 def profile_grid(draft, target, names: tuple[str, str], cells: dict, device: str, dtype: str,
-                 warmup: int = 2, repeats: int = 5) -> pd.DataFrame:
+                 warmup: int = 2, repeats: int = 5, progress: bool | None = None) -> pd.DataFrame:
     """Median forward-pass time of uniform batches on random KV caches
     (:func:`time_masked_forward`) at every cell of :func:`grid_cells`; latency-profile columns
     (:data:`traces.profile.PROFILE_COLUMNS`). Measured separately from the live run, so a cost
-    model fitted to it is out-of-sample for that run."""
+    model fitted to it is out-of-sample for that run.
+
+    progress: a bar on stderr, one tick per cell (None: only when stderr is a terminal; the
+    grid of a small run takes tens of seconds)."""
     import statistics
+    import sys
 
     import torch
+    from tqdm import tqdm
 
     from specbatch.traces.profile import PROFILE_COLUMNS
 
     rows = []
+    bar = tqdm(total=len(cells["draft"]) + len(cells["target"]), desc="profile grid",
+               unit="cell", file=sys.stderr, disable=None if progress is None else not progress)
     for role, model, name in (("draft", draft, names[0]), ("target", target, names[1])):
         for b, q, kv in cells[role]:
+            bar.set_postfix_str(f"{role} batch {b} query {q} kv {kv}", refresh=False)
             times = time_masked_forward(model, b, q, kv, warmup, repeats)
+            bar.update(1)
             rows.append({"model": name, "role": role, "device": device, "dtype": dtype,
                          "batch_size": b, "query_tokens": q, "kv_tokens": kv,
                          "latency_s": statistics.median(times), "repeats": repeats,
                          "latency_min_s": min(times), "latency_max_s": max(times),
                          "threads": torch.get_num_threads()})
+    bar.close()
     return pd.DataFrame(rows, columns=list(PROFILE_COLUMNS))

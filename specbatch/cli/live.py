@@ -200,8 +200,34 @@ def _live(args) -> int:
     if args.profile_grid:
         _profile_grid(args, cfg, ids, draft, target, names)
     s = result.summary
-    emit({"out": args.out, "threads": threads} | {key: s[key] for key in _PRINTED}, args.json)
+    row = {"out": args.out, "threads": threads} | {key: s[key] for key in _PRINTED}
+    emit(row, args.json, None if args.json else format_live(row))
     return 0
+
+
+def format_live(row: dict) -> str:
+    """``specbatch live``'s summary as aligned lines with units and sensible precision."""
+    def num(key: str, fmt: str, unit: str = "", scale: float = 1.0) -> str:
+        value = row[key]
+        if value is None or (isinstance(value, float) and value != value):
+            return "-"
+        return f"{value * scale:{fmt}}" + (f" {unit}" if unit else "")
+
+    lines = [
+        ("out", str(row["out"])),
+        ("run", f"{row['policy']}, verify {row['verify']} ({row['verifier']}), "
+                f"{row['device']} {row['dtype']}, {row['threads']} thread(s)"),
+        ("requests", f"{row['requests']:,} ({row['tokens']:,} output tokens)"),
+        ("throughput", num("throughput", ",.1f", "tok/s")),
+        ("makespan", num("makespan", ",.3f", "s")),
+        ("steps", f"{row['steps']:,} (mean decode step {num('decode_step_latency_mean', ',.2f', 'ms', 1e3)})"),
+        ("MAL", num("mal", ".3f", "tokens per request-step")),
+        ("VSR", num("vsr", ".3f", "accepted / verified draft tokens")),
+        ("time split", f"draft {num('draft_time', ',.3f', 's')}, target "
+                       f"{num('target_time', ',.3f', 's')}, overhead "
+                       f"{num('overhead_time', ',.3f', 's')}"),
+    ]
+    return "\n".join(f"{name:<11} {text}" for name, text in lines)
 
 
 #: Summary fields ``specbatch live`` prints.
@@ -274,7 +300,8 @@ def _profile_grid(args, cfg, ids, draft, target, names) -> None:
     cells = grid_cells(cfg.slots(len(ids)), cfg.depth, float(np.mean([len(i) for i in ids])),
                        cfg.max_new_tokens)
     frame = profile_grid(draft, target, names, cells, str(next(target.parameters()).device),
-                         cfg.dtype, repeats=args.grid_repeats)
+                         cfg.dtype, repeats=args.grid_repeats,
+                         progress=False if args.json else None)
     write_profile(frame, f"{args.out}/profile_grid.csv")
 
 

@@ -109,3 +109,29 @@ def test_validate_prices_an_ngram_runs_drafts_as_free(tmp_path, capsys):
     report = json.loads(captured.out)
     assert report["simulated"]["draft_time"] == 0.0
     assert "priced as" not in captured.err
+
+
+def test_text_output_has_units_and_rounded_numbers_and_the_grid_shows_progress(tmp_path,
+                                                                               capsys):
+    import re
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specbatch.live.profile_grid import profile_grid
+
+    text_args = [a for a in ARGS if a != "--json"]
+    assert main([*text_args, "--out", str(tmp_path / "live")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^throughput +[\d,]+\.\d tok/s$", out, re.M), out
+    assert re.search(r"^makespan +\d+\.\d{3} s$", out, re.M), out
+    assert not re.search(r"\d\.\d{5,}", out), out  # no raw floats
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2)).eval()
+    cells = {"draft": [(1, 1, 4)], "target": [(1, 2, 4), (2, 1, 0)]}
+    frame = profile_grid(model, model, ("d", "t"), cells, "cpu", "float32", warmup=0,
+                         repeats=1, progress=True)
+    err = capsys.readouterr().err
+    assert len(frame) == 3 and "profile grid" in err and "3/3" in err
+    profile_grid(model, model, ("d", "t"), cells, "cpu", "float32", warmup=0, repeats=1,
+                 progress=False)
+    assert capsys.readouterr().err == ""
