@@ -64,6 +64,7 @@ def _random_model(role: str, spec: str, device: str, dtype: str, seed: int,
     torch.manual_seed(seed)
     model, label = load_profile_model(spec, device, dtype, layers)
     ident = model_identity(model, spec)
+    ident.pop("weights_sha256", None)  # random weights: not the folder's files
     ident.update(name=label, path=spec if Path(spec).is_dir() else None,
                  weights="pretrained" if Path(spec).is_dir() and layers is None
                  else f"random (torch seed {seed})")
