@@ -58,7 +58,13 @@ def portable_path(path: str | os.PathLike, cwd: str | os.PathLike | None = None)
 def portable_command(argv: list[str] | str, cwd: str | os.PathLike | None = None) -> str:
     """A command line with every absolute path made portable (:func:`portable_path`); the
     program itself is named by its file name (``specbatch``)."""
-    words = shlex.split(argv) if isinstance(argv, str) else list(argv)
+    if isinstance(argv, str):
+        try:
+            words = shlex.split(argv)
+        except ValueError:  # unbalanced quotes in a caller's string: plain words
+            words = argv.split()
+    else:
+        words = list(argv)
     if words and os.path.isabs(words[0]):
         words[0] = Path(words[0]).name
     out = []
