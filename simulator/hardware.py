@@ -202,22 +202,28 @@ def weight_bytes(hw: Hardware, models: tuple[str, ...]) -> float:
     return float(hw.dtype_bytes * sum(SHAPES[m].params for m in models if m in SHAPES))
 
 
-def check_weights_fit(hardware: str, target: str, draft: str, tp: int,
-                      gpu_memory_utilization: float) -> None:
-    """One-line error when the target's and draft's weights alone exceed what ``tp`` devices
-    of ``hardware`` give the engine (``tp · M · gpu_memory_utilization``), in any KV mode:
-    a run that cannot load its models has no step time to report. Both models' weights are
-    counted against the memory of all ``tp`` devices, as the KV capacity counts them."""
+def weights_shortfall(hardware: str, target: str, draft: str, tp: int,
+                      gpu_memory_utilization: float) -> str | None:
+    """Why the target's and draft's weights alone exceed what ``tp`` devices of ``hardware``
+    give the engine (``tp · M · gpu_memory_utilization``), or None when they fit. Both
+    models' weights are counted against the memory of all ``tp`` devices, as the KV capacity
+    counts them."""
     hw = get_hardware(hardware)
     need = weight_bytes(hw, (target, draft))
     have = tp * hw.memory_bytes * float(gpu_memory_utilization)
     if need <= have:
-        return
-    per_device = hw.memory_bytes * float(gpu_memory_utilization)
-    least = int(-(-need // per_device))
-    raise SpecbatchError(
-        f"config: field gpu_memory_utilization: expected room for the weights of {target} + "
-        f"{draft} ({need / GIGA:.1f} GB at {hw.dtype_bytes} bytes per parameter), got "
-        f"{gpu_memory_utilization:g} of {tp} x {hardware} = {have / GIGA:.1f} GB: the weights do "
-        f"not fit (set tp >= {least}, a larger device or smaller models)")
+        return None
+    least = int(-(-need // (hw.memory_bytes * float(gpu_memory_utilization))))
+    return (f"expected room for the weights of {target} + {draft} ({need / GIGA:.1f} GB at "
+            f"{hw.dtype_bytes} bytes per parameter), got {gpu_memory_utilization:g} of {tp} x "
+            f"{hardware} = {have / GIGA:.1f} GB: the weights do not fit (set tp >= {least}, a "
+            "larger device or smaller models)")
 
+
+def check_weights_fit(hardware: str, target: str, draft: str, tp: int,
+                      gpu_memory_utilization: float) -> None:
+    """One-line error (:func:`weights_shortfall`) when the models' weights do not fit, in any
+    KV mode: a run that cannot load its models has no step time to report."""
+    short = weights_shortfall(hardware, target, draft, tp, gpu_memory_utilization)
+    if short is not None:
+        raise SpecbatchError(f"config: field gpu_memory_utilization: {short}")

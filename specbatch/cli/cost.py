@@ -25,7 +25,12 @@ from specbatch.simulator.cost import (
     prefill_time,
     step_split,
 )
-from specbatch.simulator.hardware import DEFAULT_EXECUTION, EXECUTIONS, HARDWARE
+from specbatch.simulator.hardware import (
+    DEFAULT_EXECUTION,
+    EXECUTIONS,
+    HARDWARE,
+    weights_shortfall,
+)
 from specbatch.simulator.profiled import ProfiledCost, fit_profile, fit_report, mape_warnings
 from specbatch.simulator.roofline import RooflineCost, kv_capacity_tokens
 
@@ -141,6 +146,10 @@ def run_show(args) -> int:
         out["ridge_flop_per_byte"] = model.hardware.ridge
         out["kv_capacity_tokens"] = kv_capacity_tokens(args.hardware, args.target, args.draft,
                                                        args.tp)
+        short = weights_shortfall(args.hardware, args.target, args.draft, args.tp, 0.9)
+        if short is not None:  # simulate refuses this pair; the pass times are hypothetical
+            out["warnings"] = [f"gpu_memory_utilization 0.9: {short}"]
+            sys.stderr.write(f"warning: {out['warnings'][0]}\n")
     lines = [f"{args.cost} cost: {args.target} (tp={args.tp}) + draft {args.draft} on "
              f"{args.hardware}; kv={args.kv} per request, k={args.k}; "
              f"step overhead {1e3 * model.overhead:.2f} ms"]

@@ -138,3 +138,15 @@ def test_a_good_fit_has_no_warning(tmp_path, capsys):
     obj = json.loads(out)
     assert code == 0 and obj["warnings"] == [] and err == "" and obj["execution"] is None
     assert set(obj["cv_mape"]) == {"draft", "target"}
+
+
+def test_cost_show_warns_when_the_weights_do_not_fit(capsys):
+    code, out, err = run(capsys, "cost", "show", "--target", "llama-3.1-70b", "--draft",
+                         "llama-3.2-1b", "--json")
+    assert code == 0
+    warnings = json.loads(out)["warnings"]
+    assert len(warnings) == 1 and "weights do not fit (set tp >= 2" in warnings[0]
+    assert err.count("warning: ") == 1
+    code, out, err = run(capsys, "cost", "show", "--target", "llama-3.1-70b", "--draft",
+                         "llama-3.2-1b", "--tp", "2", "--json")
+    assert "warnings" not in json.loads(out) and err == ""
