@@ -33,17 +33,20 @@ from specbatch.analysis.replication import PAPER_BLOCK  # noqa: E402
 from specbatch.analysis.sweep import read_requests  # noqa: E402
 
 
-def save_figure(fig: plt.Figure, path: Path, layout: bool = True) -> str:
+def save_figure(fig: plt.Figure, path: Path, layout: bool = True, context: str = "") -> str:
     """Lay out (unless the figure did), write ``path`` (110 dpi), close; returns the file name
-    for the report's link."""
+    for the report's link. ``context`` (e.g. ``tp = 2``) is written in the top-left corner, so
+    a figure of one context of a sweep says which one on its own."""
+    if context:
+        fig.text(0.005, 0.995, f"at {context}", ha="left", va="top", fontsize=8, color="0.3")
     if layout:
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0, 1, 0.97) if context else None)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path.name
 
 
-def figure_vs_k(df: pd.DataFrame, metric: str, path: Path) -> str | None:
+def figure_vs_k(df: pd.DataFrame, metric: str, path: Path, context: str = "") -> str | None:
     """Metric vs window k per policy, one panel per verifier (mean over seeds, 95% CI bars).
 
     Colour = policy, line style = e (extra drafted tokens); policies run at a single k
@@ -87,10 +90,10 @@ def figure_vs_k(df: pd.DataFrame, metric: str, path: Path) -> str | None:
         ax.set_xticks(sorted(part.num_speculative_tokens.unique()))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
-    return save_figure(fig, path)
+    return save_figure(fig, path, context=context)
 
 
-def figure_vsr_mal(df: pd.DataFrame, path: Path) -> str | None:
+def figure_vsr_mal(df: pd.DataFrame, path: Path, context: str = "") -> str | None:
     """VSR and MAL of each (policy, verifier)'s best setting (by
     :func:`analysis.compare.ranking_metric`: throughput, or e2e mean under open load) at the
     first context (the report draws one per context and its caption names it).
@@ -107,7 +110,7 @@ def figure_vsr_mal(df: pd.DataFrame, path: Path) -> str | None:
     best = best[best.policy != "ar"]
     if best.empty:
         return None
-    return save_figure(draw_vsr_mal(best, rank), path, layout=False)
+    return save_figure(draw_vsr_mal(best, rank), path, layout=False, context=context)
 
 
 def draw_vsr_mal(best: pd.DataFrame, rank: str) -> plt.Figure:
@@ -145,7 +148,8 @@ def _bar_label(row) -> str:
     return text + (f", e = {int(row.extra)}" if int(row.extra or 0) else "")
 
 
-def figure_latency_cdf(out: Path, df: pd.DataFrame, path: Path) -> str | None:
+def figure_latency_cdf(out: Path, df: pd.DataFrame, path: Path,
+                       context: str = "") -> str | None:
     """ECDF of per-request e2e latency for each (policy, verifier)'s best setting, first seed.
 
     Best by :func:`analysis.compare.ranking_metric`. Under open-loop load one panel per
@@ -188,7 +192,7 @@ def figure_latency_cdf(out: Path, df: pd.DataFrame, path: Path) -> str | None:
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(drawn):]:
         ax.set_visible(False)
-    return save_figure(fig, path)
+    return save_figure(fig, path, context=context)
 
 
 def _cdf_curves(out: Path, sub: pd.DataFrame, metric: str, seed: int) -> list[tuple]:
@@ -222,7 +226,7 @@ LOAD_UNITS = {"rate": "arrival rate, requests/s", "max_num_seqs": "max running r
               "requests": "requests"}
 
 
-def figure_load(df: pd.DataFrame, path: Path) -> str | None:
+def figure_load(df: pd.DataFrame, path: Path, context: str = "") -> str | None:
     """Throughput vs mean e2e latency across load, best setting per policy at each load.
 
     Under open-loop load (analysis.compare.open_load) throughput is the offered rate, so
@@ -232,7 +236,7 @@ def figure_load(df: pd.DataFrame, path: Path) -> str | None:
     if load is None:
         return None
     if open_load(df) and load == "rate":
-        return figure_latency_vs_rate(df, path)
+        return figure_latency_vs_rate(df, path, context)
     best = best_settings(df, "throughput")
     best = best.assign(policy_label=best.policy if best.verify.nunique() == 1
                        else best.policy + " (" + best.verify + ")").sort_values(load)
@@ -251,10 +255,10 @@ def figure_load(df: pd.DataFrame, path: Path) -> str | None:
     ax.legend(title="policy", fontsize=8, title_fontsize=8)
     ax.set_title(f"Across load (labels: {LOAD_UNITS.get(load, load)})", fontsize=10)
     ax.grid(alpha=0.3)
-    return save_figure(fig, path)
+    return save_figure(fig, path, context=context)
 
 
-def figure_latency_vs_rate(df: pd.DataFrame, path: Path) -> str | None:
+def figure_latency_vs_rate(df: pd.DataFrame, path: Path, context: str = "") -> str | None:
     """Mean e2e, p99 e2e and TPOT vs the arrival rate, best setting per policy (by mean e2e)
     at each rate; bars: 95% CI over seeds of that setting."""
     if "rate" not in df or df.rate.nunique() < 2:
@@ -277,11 +281,12 @@ def figure_latency_vs_rate(df: pd.DataFrame, path: Path) -> str | None:
         ax.legend(title="policy", fontsize=8, title_fontsize=8)
     fig.suptitle("Latency vs offered load (open-loop arrivals: throughput tracks the offered rate "
                  "until a setting saturates; "
-                 "best setting per policy at each rate by mean e2e)", fontsize=10)
+                 "best setting per policy at each rate by mean e2e)"
+                 + (f"; at {context}" if context else ""), fontsize=10)
     return save_figure(fig, path)
 
 
-def figure_bv_gain(table: pd.DataFrame, path: Path) -> str | None:
+def figure_bv_gain(table: pd.DataFrame, path: Path, context: str = "") -> str | None:
     """BV over TV gain (%) vs γ: block efficiency (MAL) and throughput, paper points overlaid."""
     if table.empty or table.gamma.nunique() < 2:
         return None
@@ -304,4 +309,4 @@ def figure_bv_gain(table: pd.DataFrame, path: Path) -> str | None:
         ax.set_ylabel(f"{title} gain of BV over TV (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    return save_figure(fig, path, context=context)

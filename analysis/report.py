@@ -216,7 +216,7 @@ def figure_blocks(out: Path, df: pd.DataFrame, rep: Path, gains: pd.DataFrame) -
             sub = select(df, ctx) if ctx else df
             tag = facet_tag(ctx) if len(contexts) > 1 else ""
             note = f" (at {context_note(ctx)})" if ctx else ""
-            figures += _figures_of(kind, out, sub, rep, tag, note, by, opened)
+            figures += _figures_of(kind, out, sub, rep, (tag, ctx), note, by, opened)
         if kind == "context":
             omitted = contexts[MAX_FACETS:]
     if not figures:
@@ -238,19 +238,22 @@ def facet_tag(ctx: dict) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in raw)
 
 
-def _figures_of(kind: str, out: Path, sub: pd.DataFrame, rep: Path, tag: str, note: str,
-                by: str, opened: bool) -> list[tuple[str, str]]:
-    """(file, caption) of the figures of one kind drawn at one context ``sub``."""
+def _figures_of(kind: str, out: Path, sub: pd.DataFrame, rep: Path, facet: tuple[str, dict],
+                note: str, by: str, opened: bool) -> list[tuple[str, str]]:
+    """(file, caption) of the figures of one kind drawn at one context ``sub``; ``facet``:
+    the file-name suffix and the context (written on the figure when it is one of several)."""
+    tag, ctx = facet
+    where = context_note(ctx) if tag else ""
     if kind == "cdf":
         per_rate = opened and "rate" in context_columns(sub)
-        made = figure_latency_cdf(out, sub, rep / f"latency_cdf{tag}.png")
-        where = " at each arrival rate (one panel per rate)" if per_rate else ""
-        return [(made, f"E2E latency CDF of each policy's best setting{where}{note}{by}")] \
+        made = figure_latency_cdf(out, sub, rep / f"latency_cdf{tag}.png", where)
+        rates = " at each arrival rate (one panel per rate)" if per_rate else ""
+        return [(made, f"E2E latency CDF of each policy's best setting{rates}{note}{by}")] \
             if made else []
     if kind == "load":
         opened_rate = opened and "rate" in context_columns(sub)
         name = "latency_vs_rate" if opened else "throughput_latency"
-        made = figure_load(sub, rep / f"{name}{tag}.png")
+        made = figure_load(sub, rep / f"{name}{tag}.png", where)
         caption = (
             "Mean e2e latency, p99 e2e latency and TPOT vs the offered arrival rate (best "
             "setting per policy at each rate by mean e2e; open-loop arrivals make throughput "
@@ -262,14 +265,14 @@ def _figures_of(kind: str, out: Path, sub: pd.DataFrame, rep: Path, tag: str, no
     metrics = (("e2e_mean", "e2e_vs_k"),) if opened else (
         ("throughput", "throughput_vs_k"), ("e2e_mean", "e2e_vs_k"))
     for metric, name in metrics:  # under open load throughput is the offered rate: not drawn
-        made = figure_vs_k(sub, metric, rep / f"{name}{tag}.png")
+        made = figure_vs_k(sub, metric, rep / f"{name}{tag}.png", where)
         if made:
             figures.append((made, f"{label(metric)} vs window k per policy{note}; bars: 95% CI "
                                   "over seeds"))
     for made, caption in (
-        (figure_vsr_mal(sub, rep / f"vsr_mal{tag}.png"),
+        (figure_vsr_mal(sub, rep / f"vsr_mal{tag}.png", where),
          f"VSR and MAL of each policy's best setting{note}{by}"),
-        (figure_bv_gain(bv_gain_table(sub), rep / f"bv_gain_vs_gamma{tag}.png"),
+        (figure_bv_gain(bv_gain_table(sub), rep / f"bv_gain_vs_gamma{tag}.png", where),
          "Gain of block verification over token verification vs draft length gamma (paired "
          f"over seeds, 95% CI){note}; crosses: the block paper's published gains"),
     ):
