@@ -123,3 +123,15 @@ def test_every_field_is_a_flag_with_its_type_and_default(capsys):
         assert f"{spec.option} {spec.kind.__name__.upper()}" in text, spec.option
     assert "--num-speculative-tokens INT, --k INT" in text
     assert "(default: k x running requests)" in text and "(default: 64)" in text
+
+
+@pytest.mark.parametrize("mode", ["reserve", "paged"])
+def test_models_that_do_not_fit_the_device_are_refused_in_one_line(mode, tmp_path, capsys):
+    out = tmp_path / "sim"
+    argv = ["simulate", "--target", "llama-3.1-70b", "--draft", "llama-3.2-1b", "--requests",
+            "4", "--kv-mode", mode, "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the weights do not fit (set tp >= 2" in err
+    assert not out.exists() or not any(out.iterdir())  # nothing written
+    assert main([*argv, "--tp", "2"]) == 0
