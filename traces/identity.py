@@ -29,14 +29,17 @@ import re
 import shlex
 from pathlib import Path
 
-from specbatch.traces.weights import sha256_file, weights_source
+from specbatch.io import write_json
+from specbatch.traces.weights import cache_dir, sha256_file, weights_source
 
-__all__ = ["LOCAL", "describe_identity", "folder_identity", "local_paths", "model_identity",
-           "portable_command", "portable_path"]
+__all__ = ["LOCAL", "describe_identity", "file_sha256", "folder_identity", "local_paths",
+           "model_identity", "portable_command", "portable_path"]
 
 #: Stands for the part of a path that only existed on the capture machine.
 LOCAL = "<local>"
 WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.gguf")
+#: Weight files this large have their digest cached (:func:`file_sha256`).
+CACHE_ABOVE = 256 * 2**20
 _ABSOLUTE = re.compile(r"(?:^|[\s=:'\"(\[,])(/(?:tmp|root|home|work|Users|var|mnt|data|private)"
                        r"(?:/[^\s'\",)\]]*)?)")
 
@@ -92,9 +95,34 @@ def local_paths(obj, where: str = "") -> list[str]:
     return found
 
 
+def file_sha256(path: Path) -> str:
+    """sha256 of ``path``; a file of :data:`CACHE_ABOVE` bytes or more is hashed once per
+    (path, size, mtime) and its digest kept in the cache folder's ``digests.json``
+    (:func:`specbatch.traces.weights.cache_dir`), so a live run on an 8B model does not spend
+    ~15 s re-reading 16 GB each time."""
+    stat = path.stat()
+    if stat.st_size < CACHE_ABOVE:
+        return sha256_file(path)
+    store = cache_dir() / "digests.json"
+    key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+    try:
+        known = json.loads(store.read_text())
+    except (OSError, ValueError):
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    if isinstance(known.get(key), str):
+        return known[key]
+    digest = sha256_file(path)
+    try:
+        write_json(store, {**known, key: digest})
+    except OSError:  # a read-only cache only costs the next run another pass
+        pass
+    return digest
+
+
 def _weights_sha256(folder: Path) -> dict[str, str]:
     files = sorted({p for pattern in WEIGHT_GLOBS for p in folder.glob(pattern) if p.is_file()})
-    return {p.name: sha256_file(p) for p in files}
+    return {p.name: file_sha256(p) for p in files}
 
 
 def _zoo_source(folder: Path) -> dict | None:

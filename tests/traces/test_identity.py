@@ -171,3 +171,24 @@ def test_an_old_derived_entry_loses_its_path(tmp_path):
     identity = folder_identity(folder)
     assert identity["derived"]["from"] == "smollm2" and identity["derived"]["dropped"] == [1, 3]
     assert identity["name"] == "smollm2 minus layers 1,3" and local_paths(identity) == []
+
+
+def test_large_weight_digests_are_cached_by_path_size_and_mtime(tmp_path, monkeypatch):
+    import os
+
+    from specbatch.traces import identity
+
+    monkeypatch.setattr(identity, "CACHE_ABOVE", 4)
+    monkeypatch.setenv("SPECBATCH_CACHE", str(tmp_path / "cache"))
+    calls = []
+    real = identity.sha256_file
+    monkeypatch.setattr(identity, "sha256_file", lambda p: calls.append(p) or real(p))
+    big = tmp_path / "model.safetensors"
+    big.write_bytes(b"0123456789")
+    digest = hashlib.sha256(b"0123456789").hexdigest()
+    assert identity.file_sha256(big) == identity.file_sha256(big) == digest
+    assert len(calls) == 1 and (tmp_path / "cache" / "digests.json").is_file()
+    big.write_bytes(b"9876543210")  # same size, new content and mtime: hashed again
+    os.utime(big, ns=(1, 1))
+    assert identity.file_sha256(big) == hashlib.sha256(b"9876543210").hexdigest()
+    assert len(calls) == 2
