@@ -18,7 +18,7 @@ from specbatch.cli.common import (
     example,
     set_threads,
 )
-from specbatch.io import check_output_dir, prepare_output_dir
+from specbatch.io import check_output_dir, check_result_dir, result_dir
 from specbatch.live.config import NGRAM, LiveConfig, live_specs
 from specbatch.simulator.fields import FieldSpec, convert, flag_help
 
@@ -91,7 +91,12 @@ def _add_run_flags(p) -> None:
     p.add_argument("--grid-repeats", type=int, default=5, metavar="N",
                    help="timed passes per grid cell (default: 5)")
     add_threads_flag(p)
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", required=True,
+                   help="output directory: new, empty, or a live result of the same flags "
+                        "(replaced as a whole once the run is complete)")
+    p.add_argument("--force", action="store_true",
+                   help="--out may hold a live result of other flags (replaced); other files "
+                        "are never replaced")
     add_json_flag(p)
 
 
@@ -168,7 +173,7 @@ def _register_validate(subparsers) -> None:
 def _live(args) -> int:
     from specbatch.live.loop import run_live
     from specbatch.live.models import load_models
-    from specbatch.live.record import write_live
+    from specbatch.live.record import LIVE_FILES, write_live
 
     cfg = _live_config(args)
     if cfg.verify == "block" and cfg.temperature == 0:
@@ -179,7 +184,9 @@ def _live(args) -> int:
 
     hf_logging.disable_progress_bar()
     prompts = None if args.prompts.startswith("random:") else _text_prompts(args)
-    prepare_output_dir(args.out, allow_existing=True)  # before loading and running models
+    identity = _live_identity(args)
+    check_result_dir(args.out, "live", identity, force=args.force,  # before loading models
+                     legacy=LIVE_FILES)
     tok, draft, target, identities = load_models(args.draft, args.target, args.device,
                                                  args.dtype, args.seed, args.layers,
                                                  cfg.ngram if cfg.draft == NGRAM else (5, 5))
@@ -196,9 +203,10 @@ def _live(args) -> int:
         "profile_grid": {"cells": "specbatch.live.profile_grid.grid_cells", "warmup": 2,
                          "repeats": args.grid_repeats} if args.profile_grid else None,
     }
-    write_live(result, args.out, manifest)
-    if args.profile_grid:
-        _profile_grid(args, cfg, ids, draft, target, names)
+    with result_dir(args.out, "live", identity, force=args.force, legacy=LIVE_FILES) as tmp:
+        write_live(result, tmp, manifest, final=args.out)
+        if args.profile_grid:
+            _profile_grid(args, cfg, ids, draft, target, names, tmp)
     s = result.summary
     emit({"out": args.out, "threads": threads} | {key: s[key] for key in _PRINTED}, args.json)
     return 0
@@ -264,7 +272,18 @@ def _prompt_ids(args, prompts, tok, target):
     return ids, [p.category for p in items], source
 
 
-def _profile_grid(args, cfg, ids, draft, target, names) -> None:
+def _live_identity(args) -> str:
+    """A hash of the run's flags (all but where and how it prints): reruns with the same flags
+    may replace each other's output directory."""
+    import hashlib
+    import json
+
+    flags = {k: v for k, v in sorted(vars(args).items())
+             if k not in ("out", "json", "force", "func")}
+    return hashlib.sha256(json.dumps(flags, default=str).encode()).hexdigest()[:20]
+
+
+def _profile_grid(args, cfg, ids, draft, target, names, out) -> None:
     """Time both models on the run's (batch, query, KV) cells into OUT/profile_grid.csv."""
     import numpy as np
 
@@ -275,7 +294,7 @@ def _profile_grid(args, cfg, ids, draft, target, names) -> None:
                        cfg.max_new_tokens)
     frame = profile_grid(draft, target, names, cells, str(next(target.parameters()).device),
                          cfg.dtype, repeats=args.grid_repeats)
-    write_profile(frame, f"{args.out}/profile_grid.csv")
+    write_profile(frame, f"{out}/profile_grid.csv")
 
 
 def _validate(args) -> int:
