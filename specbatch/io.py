@@ -185,9 +185,9 @@ def check_result_dir(path: str | os.PathLike, kind: str, identity: str, flag: st
     glob pattern (a ``kind`` result written before results carried a marker). "Creates
     nothing" but for finishing an interrupted earlier write (:func:`recover_result_dir`).
     """
-    path = _link_target(Path(path))
-    require(len(os.fsencode(path.name)) <= 240,
+    require(len(os.fsencode(Path(path).name)) <= 240,
             f"{flag} {path}: the directory name is too long (at most 240 bytes)")
+    path = _link_target(Path(path))
     try:
         recover_result_dir(path)
         _check_holder(path, kind, identity, flag, force, legacy)
@@ -270,7 +270,7 @@ def result_dir(path: str | os.PathLike, kind: str, identity: str, flag: str = "-
 
 def _link_target(path: Path) -> Path:
     """Where a symbolic link points (results are written there and the link stays)."""
-    return Path(os.path.realpath(path)) if path.is_symlink() else path
+    return Path(os.path.realpath(path)) if os.path.islink(path) else path
 
 
 def _swap_in(tmp: Path, path: Path) -> None:
