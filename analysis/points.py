@@ -171,6 +171,8 @@ def claim_sweep_dir(out: str | os.PathLike, spec: SweepSpec) -> None:
     """Refuse ``out`` for ``spec`` unless it is empty or the directory of this same spec
     (one line naming both specs, or what the directory holds instead)."""
     out = Path(out)
+    if not out.is_dir():
+        return
     if not (out / "sweep.json").exists():
         names = sorted(p.name for p in out.iterdir() if p.name not in _PRE_MANIFEST)
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
