@@ -247,6 +247,16 @@ def test_a_read_only_parent_is_a_one_line_error(tmp_path):
         ro.chmod(0o755)
 
 
+def test_a_folder_that_cannot_be_written_is_a_one_line_error(tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(io.tempfile, "mkdtemp", refuse)  # what a read-only folder does, as root
+    with pytest.raises(SpecbatchError, match=r"^--out .*run: cannot write into .* \(Permission "
+                       r"denied\)$"):
+        write_result(tmp_path / "run")
+
+
 HOLD_DIR_LOCK = """
 import sys, time
 from specbatch.io import dir_lock
