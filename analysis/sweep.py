@@ -44,7 +44,7 @@ from specbatch.analysis.spec import (
     expand,
 )
 from specbatch.errors import SpecbatchError, require
-from specbatch.io import atomic_write, dir_lock
+from specbatch.io import atomic_write, dir_lock, prepare_output_dir
 
 __all__ = [
     "RESULT_COLUMNS", "SweepOutcome", "collect_results", "preflight", "read_requests",
@@ -135,8 +135,7 @@ def run_sweep(
     runs = expand(spec, config_cls)
     ids = preflight(spec, runs) if runner is simulate_point else {}
     keys = [run_key(c, trace_id=input_identity(c, ids)) for c in runs]
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output_dir(out, allow_existing=True)
     with dir_lock(out, what="sweep"):
         claim_sweep_dir(out, spec)
         write_manifest(out, spec, keys)

@@ -197,8 +197,11 @@ def check_result_dir(path: str | os.PathLike, kind: str, identity: str, flag: st
     base = _existing_ancestor(path.parent)
     require(base.is_dir(), f"{flag} {path}: cannot create the directory ({base} is not a "
             "directory)")
-    require(os.access(base, os.W_OK | os.X_OK),
-            f"{flag} {path}: cannot write into {base} (Permission denied)")
+    try:  # try it: access() says yes to root on a read-only file system or in /proc
+        os.rmdir(tempfile.mkdtemp(prefix=".specbatch-probe-", dir=base))
+    except OSError as exc:
+        raise SpecbatchError(f"{flag} {path}: cannot create the directory "
+                             f"({exc.strerror or exc})") from None
     return path
 
 
@@ -250,7 +253,7 @@ def result_dir(path: str | os.PathLike, kind: str, identity: str, flag: str = "-
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     except OSError as exc:
-        raise SpecbatchError(f"{flag} {path}: cannot write into {path.parent} "
+        raise SpecbatchError(f"{flag} {path}: cannot create the directory "
                              f"({exc.strerror or exc})") from None
     busy = os.open(tmp, os.O_RDONLY)
     fcntl.flock(busy, fcntl.LOCK_EX)  # tells recover_result_dir that this writer is alive

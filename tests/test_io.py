@@ -232,6 +232,9 @@ def test_unusable_result_paths_are_one_line_errors(tmp_path):
         check_result_dir(tmp_path / "f" / "x", "simulate", "a")
     with pytest.raises(SpecbatchError, match="name is too long"):
         check_result_dir(tmp_path / ("n" * 300), "simulate", "a")
+    with pytest.raises(SpecbatchError, match=r"^--out /proc/specbatch-x: cannot create the "
+                       r"directory \("):
+        check_result_dir("/proc/specbatch-x", "simulate", "a")
     assert (tmp_path / "f").read_text() == "x"
 
 
@@ -252,8 +255,8 @@ def test_a_folder_that_cannot_be_written_is_a_one_line_error(tmp_path, monkeypat
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(io.tempfile, "mkdtemp", refuse)  # what a read-only folder does, as root
-    with pytest.raises(SpecbatchError, match=r"^--out .*run: cannot write into .* \(Permission "
-                       r"denied\)$"):
+    with pytest.raises(SpecbatchError, match=r"^--out .*run: cannot create the directory "
+                       r"\(Permission denied\)$"):
         write_result(tmp_path / "run")
 
 
