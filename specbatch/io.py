@@ -177,24 +177,23 @@ _AT_FDCWD = -100
 def check_result_dir(path: str | os.PathLike, kind: str, identity: str, flag: str = "--out", *,
                      force: bool = False, legacy: tuple[str, ...] = ()) -> Path:
     """Refuse, in one line naming what is there, an output folder :func:`result_dir` may not
-    replace; return the path. Creates nothing.
+    replace; return the folder's absolute path (a symbolic link's target).
 
     Replaceable: nothing at ``path``, an empty folder, a folder whose marker says it is a
     ``kind`` result with this ``identity`` (a rerun of the same configuration), or with any
     identity when ``force``; with ``force`` also a folder whose names all match a ``legacy``
-    glob pattern (a ``kind`` result written before results carried a marker). "Creates
-    nothing" but for finishing an interrupted earlier write (:func:`recover_result_dir`).
+    glob pattern (a ``kind`` result written before results carried a marker). Never the
+    current folder or one above it (it would be moved away under the shell). Creates nothing
+    but finishes an interrupted earlier write first (:func:`recover_result_dir`).
     """
-    require(len(os.fsencode(Path(path).name)) <= 240,
-            f"{flag} {path}: the directory name is too long (at most 240 bytes)")
-    path = _link_target(Path(path))
+    target = _target(path, flag)
     try:
-        recover_result_dir(path)
-        _check_holder(path, kind, identity, flag, force, legacy)
+        recover_result_dir(target)
+        _check_holder(target, path, kind, identity, flag, force, legacy)
     except OSError as exc:
         raise SpecbatchError(f"{flag} {path}: cannot use the directory "
                              f"({exc.strerror or exc})") from None
-    base = _existing_ancestor(path.parent)
+    base = _existing_ancestor(target.parent)
     require(base.is_dir(), f"{flag} {path}: cannot create the directory ({base} is not a "
             "directory)")
     try:  # try it: access() says yes to root on a read-only file system or in /proc
@@ -202,18 +201,34 @@ def check_result_dir(path: str | os.PathLike, kind: str, identity: str, flag: st
     except OSError as exc:
         raise SpecbatchError(f"{flag} {path}: cannot create the directory "
                              f"({exc.strerror or exc})") from None
-    return path
+    return target
 
 
-def _check_holder(path: Path, kind: str, identity: str, flag: str, force: bool,
-                  legacy: tuple[str, ...]) -> None:
-    if not os.path.lexists(path):
+def _target(path: str | os.PathLike, flag: str) -> Path:
+    """The absolute folder a result at ``path`` goes to: a symbolic link's target (the link
+    stays); refused: a name too long for its temporary sibling, the current folder or one
+    above it."""
+    require(len(os.fsencode(Path(path).name)) <= 240,
+            f"{flag} {path}: the directory name is too long (at most 240 bytes)")
+    target = Path(os.path.abspath(path))
+    if os.path.islink(target):
+        target = Path(os.path.realpath(target))
+    here = Path(os.path.realpath(os.getcwd()))
+    require(Path(os.path.realpath(target)) not in (here, *here.parents),
+            f"{flag} {path}: is the current directory or above it; name a directory below it")
+    return target
+
+
+def _check_holder(target: Path, path: str | os.PathLike, kind: str, identity: str, flag: str,
+                  force: bool, legacy: tuple[str, ...]) -> None:
+    """Refuse ``target`` (spelled ``path`` by the user) unless ``result_dir`` may replace it."""
+    if not os.path.lexists(target):
         return
-    require(path.is_dir(), f"{flag} {path}: exists and is not a directory")
-    names = sorted(item.name for item in path.iterdir())
+    require(target.is_dir(), f"{flag} {path}: exists and is not a directory")
+    names = sorted(item.name for item in target.iterdir())
     if not names:
         return
-    marker = _read_marker(path)
+    marker = _read_marker(target)
     if marker is not None:
         held = marker.get("kind")
         require(held == kind, f"{flag} {path}: holds a specbatch {held} result, not a {kind} "
@@ -247,11 +262,10 @@ def result_dir(path: str | os.PathLike, kind: str, identity: str, flag: str = "-
     it is deleted and ``path`` is untouched. The checks of :func:`check_result_dir` run on
     entry and again, under a lock on the parent folder, just before the swap.
     """
-    path = _link_target(Path(path))
-    check_result_dir(path, kind, identity, flag, force=force, legacy=legacy)
+    target = check_result_dir(path, kind, identity, flag, force=force, legacy=legacy)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     except OSError as exc:
         raise SpecbatchError(f"{flag} {path}: cannot create the directory "
                              f"({exc.strerror or exc})") from None
@@ -261,19 +275,14 @@ def result_dir(path: str | os.PathLike, kind: str, identity: str, flag: str = "-
         os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes 0700; give the usual mode
         yield tmp
         write_json(tmp / RESULT_MARKER, {"kind": kind, "identity": identity})
-        with _locked(path.parent):
-            _check_holder(path, kind, identity, flag, force, legacy)
-            _swap_in(tmp, path)
+        with _locked(target.parent):
+            _check_holder(target, path, kind, identity, flag, force, legacy)
+            _swap_in(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
         os.close(busy)
-
-
-def _link_target(path: Path) -> Path:
-    """Where a symbolic link points (results are written there and the link stays)."""
-    return Path(os.path.realpath(path)) if os.path.islink(path) else path
 
 
 def _swap_in(tmp: Path, path: Path) -> None:

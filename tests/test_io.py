@@ -250,6 +250,16 @@ def test_a_read_only_parent_is_a_one_line_error(tmp_path):
         ro.chmod(0o755)
 
 
+def test_the_current_folder_or_one_above_it_is_refused(tmp_path, monkeypatch):
+    here = tmp_path / "empty"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for spelling in (".", "..", str(here), "sub/.."):
+        with pytest.raises(SpecbatchError, match="is the current directory or above it"):
+            check_result_dir(spelling, "simulate", "a")
+    assert check_result_dir("sub", "simulate", "a") == here / "sub"
+
+
 def test_a_folder_that_cannot_be_written_is_a_one_line_error(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
