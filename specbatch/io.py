@@ -274,10 +274,14 @@ def result_dir(path: str | os.PathLike, kind: str, identity: str, flag: str = "-
     try:
         os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes 0700; give the usual mode
         yield tmp
-        write_json(tmp / RESULT_MARKER, {"kind": kind, "identity": identity})
-        with _locked(target.parent):
-            _check_holder(target, path, kind, identity, flag, force, legacy)
-            _swap_in(tmp, target)
+        try:
+            write_json(tmp / RESULT_MARKER, {"kind": kind, "identity": identity})
+            with _locked(target.parent):
+                _check_holder(target, path, kind, identity, flag, force, legacy)
+                _swap_in(tmp, target)
+        except OSError as exc:
+            raise SpecbatchError(f"{flag} {path}: cannot put the result in place "
+                                 f"({exc.strerror or exc})") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -290,12 +294,16 @@ def _swap_in(tmp: Path, path: Path) -> None:
     if not os.path.lexists(path):
         os.rename(tmp, path)
     elif _exchange(tmp, path):  # one atomic step: tmp now holds the old result
-        shutil.rmtree(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)  # what stays is deleted by the next recovery
     else:  # two renames; recover_result_dir restores the old one if killed in between
         old = tmp.with_name(tmp.name.replace(".tmp-", ".old-", 1))
         os.rename(path, old)
-        os.rename(tmp, path)
-        shutil.rmtree(old)
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            os.rename(old, path)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _exchange(a: Path, b: Path) -> bool:
