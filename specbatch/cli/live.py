@@ -18,7 +18,7 @@ from specbatch.cli.common import (
     example,
     set_threads,
 )
-from specbatch.io import check_output_dir, check_result_dir, result_dir
+from specbatch.io import check_result_dir, result_dir
 from specbatch.live.config import NGRAM, LiveConfig, live_specs
 from specbatch.simulator.fields import FieldSpec, convert, flag_help
 
@@ -165,7 +165,13 @@ def _register_validate(subparsers) -> None:
     v.add_argument("--overhead", type=float, default=None,
                    help="per-step overhead seconds (default: the fitting run's mean measured "
                         "overhead per step)")
-    v.add_argument("--out", default=None, help="also write the simulated tables here")
+    v.add_argument("--out", default=None,
+                   help="also write the simulated tables and validate.json here: a new or "
+                        "empty directory, or a validate result of the same flags (replaced as "
+                        "a whole)")
+    v.add_argument("--force", action="store_true",
+                   help="--out may hold a validate result of other flags (replaced); other "
+                        "files are never replaced")
     add_json_flag(v)
     v.set_defaults(func=_validate)
 
@@ -184,7 +190,7 @@ def _live(args) -> int:
 
     hf_logging.disable_progress_bar()
     prompts = None if args.prompts.startswith("random:") else _text_prompts(args)
-    identity = _live_identity(args)
+    identity = _flags_identity(args)
     check_result_dir(args.out, "live", identity, force=args.force,  # before loading models
                      legacy=LIVE_FILES)
     tok, draft, target, identities = load_models(args.draft, args.target, args.device,
@@ -272,9 +278,9 @@ def _prompt_ids(args, prompts, tok, target):
     return ids, [p.category for p in items], source
 
 
-def _live_identity(args) -> str:
-    """A hash of the run's flags (all but where and how it prints): reruns with the same flags
-    may replace each other's output directory."""
+def _flags_identity(args) -> str:
+    """A hash of the command's flags (all but where and how it prints): reruns with the same
+    flags may replace each other's output directory."""
     import hashlib
     import json
 
@@ -298,16 +304,26 @@ def _profile_grid(args, cfg, ids, draft, target, names, out) -> None:
 
 
 def _validate(args) -> int:
+    import contextlib
+
     from specbatch.analysis.validate import format_report, validate
     from specbatch.errors import require
 
     require((args.live_dir is None) != (args.predict is None),
             "validate: expected the run to predict as LIVE_DIR or --predict RUN_B (one of them)")
+    kept = {"kind": "validate", "identity": _flags_identity(args), "force": args.force,
+            "legacy": VALIDATE_FILES}
     if args.out:
-        check_output_dir(args.out, allow_existing=True)
-    report = validate(args.live_dir or args.predict, profile=args.profile,
-                      target_model=args.target_model, draft_model=args.draft_model,
-                      overhead=args.overhead, out=args.out, in_sample=args.in_sample,
-                      fit_dir=args.fit)
+        check_result_dir(args.out, **kept)
+    with result_dir(args.out, **kept) if args.out else contextlib.nullcontext() as tmp:
+        report = validate(args.live_dir or args.predict, profile=args.profile,
+                          target_model=args.target_model, draft_model=args.draft_model,
+                          overhead=args.overhead, out=tmp, in_sample=args.in_sample,
+                          fit_dir=args.fit)
     emit(report, args.json, None if args.json else format_report(report))
     return 0
+
+
+#: The files of a validate result (an older one without a marker holds only these).
+VALIDATE_FILES = ("requests.parquet", "steps.parquet", "summary.json", "config.toml",
+                  "validate.json")

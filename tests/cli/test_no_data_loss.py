@@ -1,5 +1,5 @@
-"""Nothing already on disk is lost: ``simulate --out`` and ``live --out`` replace only a result
-of their own kind and config (``--force``: of any config), refuse anything else naming what is
+"""Nothing already on disk is lost: ``simulate --out``, ``live --out`` and ``validate --out``
+replace only a result of their own kind and config (``--force``: of any config), refuse anything else naming what is
 there, and write the result folder whole, so a kill -9 at any moment leaves the old complete
 result or the new complete one."""
 
@@ -159,5 +159,11 @@ def test_live_replaces_only_its_own_result(tmp_path, capsys):
     capsys.readouterr()
     one_line_error(capsys, main([*LIVE, "--force", "--out", str(sim)]),
                    "holds a specbatch simulate result, not a live result")
-    assert snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir()) == [
-        "live", "sim"]
+    one_line_error(capsys, main(["validate", str(out), "--in-sample", "--force", "--out",
+                                 str(out)]),
+                   "holds a specbatch live result, not a validate result")
+    assert snapshot(out) == before
+    assert main(["validate", str(out), "--in-sample", "--json", "--out", str(tmp_path / "v")]) == 0
+    assert {"validate.json", "requests.parquet", RESULT_MARKER} <= {
+        p.name for p in (tmp_path / "v").iterdir()}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["live", "sim", "v"]
