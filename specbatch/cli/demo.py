@@ -39,8 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        "specbatch demo --quick --json"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--out", default=DEFAULT_OUT,
-                        help=f"output folder (default ./{DEFAULT_OUT}/; reused by a rerun of the "
+    parser.add_argument("--out", default=None,
+                        help=f"output folder (default ./{DEFAULT_OUT}/, with --quick "
+                             f"./{DEFAULT_OUT}-quick/; reused by a rerun of the "
                              "same demo, refused when it holds anything else: another sweep, "
                              "--quick or --seeds differing, other files; refused while another "
                              "run uses it)")
@@ -82,6 +83,8 @@ def headline_text(table) -> str:
 def run_demo_command(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     plan = plan_demo(args.trace, args.quick, args.seeds)
+    if args.out is None:  # the quick and the full demo are different sweeps: own folders
+        args.out = DEFAULT_OUT + ("-quick" if args.quick else "")
     check_output_dir(args.out, allow_existing=True)  # reused on rerun: runs are stored
     claim_sweep_dir(args.out, plan.spec)  # ... but only this demo's: before any output
     if not args.json:
