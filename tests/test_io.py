@@ -159,6 +159,17 @@ def test_an_error_inside_the_block_leaves_the_old_result_and_no_temporary_folder
     assert (out / "summary.json").read_text() == "old" and siblings(out) == []
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux's")
+def test_linux_swaps_the_old_and_new_folders_in_one_step(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "new").touch()
+    (b / "old").touch()
+    assert io._exchange(a, b)  # a file system without RENAME_EXCHANGE would answer False
+    assert [p.name for p in a.iterdir()] == ["old"] and [p.name for p in b.iterdir()] == ["new"]
+
+
 def test_without_an_atomic_exchange_two_renames_still_replace_the_result(tmp_path, monkeypatch):
     monkeypatch.setattr(io, "_exchange", lambda a, b: False)
     out = write_result(tmp_path / "run", text="old")
