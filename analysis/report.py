@@ -1,9 +1,10 @@
 """Tables and figures for a sweep output directory: ``specbatch report DIR``.
 
 Reads ``DIR/sweep.json`` and ``DIR/results.parquet`` (written by :mod:`analysis.sweep`,
-checked there: a damaged file is a one-line error) and writes ``DIR/report/`` as a whole
-(:func:`specbatch.io.result_dir`: a kill leaves the old report or the new one): PNG figures (matplotlib Agg backend, seaborn), ``headline.csv`` and
-``report.md`` or ``report.html`` linking them. Which figures appear depends on what the sweep
+checked on reading: a damaged file is a one-line error) and writes ``DIR/report/`` as a
+whole (:func:`specbatch.io.result_dir`: a kill leaves the old report or the new one): PNG
+figures (matplotlib Agg backend, seaborn), ``headline.csv`` and ``report.md`` or
+``report.html`` linking them. Which figures appear depends on what the sweep
 varied:
 
 - throughput vs k and e2e latency vs k per policy (the TETRIS paper's figure shapes), when
