@@ -7,12 +7,18 @@ need the trace files but no shared output directory.
 
 A runner (:data:`Runner`) maps one resolved config to its summary; the default one,
 :func:`simulate_point`, runs the simulator, loading each trace once per process.
+
+Local pool workers die with the process that started them (:func:`die_with_parent`), so a
+kill -9 of a sweep leaves no worker behind.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -63,8 +69,52 @@ def _call(runner: Runner, config: dict) -> tuple[dict, pd.DataFrame | None, floa
     summary, requests = out if isinstance(out, tuple) else (out, None)
     return dict(summary), requests, time.perf_counter() - start
 
-def _ignore_sigint() -> None:  # pool initializer: Ctrl-C is handled by the parent only
+def _init_worker(parent: int) -> None:
+    """Pool initializer: Ctrl-C is handled by the parent only; die with the parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent)
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+def die_with_parent(parent: int, poll_s: float = 0.5) -> None:
+    """End this process (SIGKILL or ``os._exit``) as soon as process ``parent`` is gone.
+
+    Linux: the kernel sends SIGKILL when the parent dies (``prctl(PR_SET_PDEATHSIG)``).
+    Elsewhere, or when ``parent`` is not this process's parent: a daemon thread checks every
+    ``poll_s`` seconds.
+    """
+    if os.getppid() == parent and _kill_on_parent_death():
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+        return
+    threading.Thread(target=_watch_parent, args=(parent, poll_s), daemon=True,
+                     name="specbatch-watch-parent").start()
+
+def _kill_on_parent_death() -> bool:
+    """Ask Linux for SIGKILL when the parent dies; False where prctl is unavailable."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+def _watch_parent(parent: int, poll_s: float) -> None:
+    direct = os.getppid() == parent
+    while True:
+        time.sleep(poll_s)
+        if (os.getppid() != parent) if direct else not _alive(parent):
+            os._exit(1)
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
 
 def progress_bar(total: int, enabled: bool, desc: str):
     """A tqdm bar on stderr counting finished runs (hidden when disabled or nothing to run)."""
@@ -103,7 +153,8 @@ def _run_serial(runner: Runner, todo: list[tuple[str, dict]], done: Callable) ->
 def _run_pool(runner: Runner, todo: list[tuple[str, dict]], done: Callable, workers: int) -> None:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker,
+                               initargs=(os.getpid(),))
     try:
         futures = {pool.submit(_call, runner, config): (key, config) for key, config in todo}
         for fut in as_completed(futures):

@@ -3,8 +3,10 @@
 Every run (point x seed) is a fully resolved :class:`simulator.config.SimConfig`; its result
 is stored as ``OUT/points/<key>.json`` (plus ``<key>.requests.parquet``) where ``key`` hashes
 the resolved config, the package version and the trace's identity (:func:`trace_fingerprint`),
-written atomically. A rerun after a crash or Ctrl-C therefore computes only the missing runs.
-``OUT/sweep.json`` (the manifest) records the spec and the ordered run keys.
+written atomically. A rerun after a crash or Ctrl-C therefore computes only the missing runs;
+a point file that is unreadable or not a record of its run is recomputed.
+``OUT/sweep.json`` (the manifest) records the spec, its identity (:func:`spec_identity`) and
+the ordered run keys; a sweep directory belongs to that one spec (:func:`claim_sweep_dir`).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from specbatch import __version__
-from specbatch.errors import SpecbatchError
-from specbatch.io import atomic_write, dumps
+from specbatch.errors import SpecbatchError, require
+from specbatch.io import atomic_write, dumps, jsonable
 
 if TYPE_CHECKING:
     from specbatch.analysis.spec import SweepSpec
@@ -61,9 +63,9 @@ def setting_key(config: Mapping) -> str:
 def trace_fingerprint(name: str) -> tuple[str, int]:
     """(identity, draft depth K) of a trace named in a config, without loading its rows.
 
-    Identity: a hash of ``meta.json`` and the names and sizes of the trace's files, so a
-    recaptured trace under the same name gets new run keys. ``"synth"`` is generated from
-    the config itself (its identity is the config).
+    Identity: a hash of every file's name and bytes (:func:`file_digest`, cached by size and
+    modification time), so a recaptured or edited trace under the same name gets new run
+    keys. ``"synth"`` is generated from the config itself (its identity is the config).
     """
     if name == "synth":
         from specbatch.traces.synth import SynthConfig
@@ -72,13 +74,31 @@ def trace_fingerprint(name: str) -> tuple[str, int]:
     from specbatch.traces.format import resolve_trace
 
     path = Path(resolve_trace(name))
+    meta_path = path / "meta.json"
+    require(meta_path.is_file(), f"trace {path}: meta.json: expected a regular file")
+    meta = json.loads(meta_path.read_bytes())
+    require(isinstance(meta, dict), f"trace {path}: meta.json: expected a JSON object")
     digest = hashlib.sha256()
-    meta = (path / "meta.json").read_bytes()
-    digest.update(meta)
-    for item in sorted(path.iterdir()):
-        if item.is_file() and item.name != "meta.json":
-            digest.update(f"{item.name}:{item.stat().st_size}".encode())
-    return digest.hexdigest()[:16], int(json.loads(meta)["depth"])
+    for item in sorted(path.rglob("*")):
+        relative = item.relative_to(path).as_posix()
+        if item.is_file() and not any(part.startswith(".") for part in relative.split("/")):
+            digest.update(f"{relative}:{file_digest(item)}\n".encode())
+    return digest.hexdigest()[:16], int(meta["depth"])
+
+#: sha256 of files already hashed in this process, by (path, size, mtime_ns, inode).
+_DIGESTS: dict[tuple, str] = {}
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes, computed once per (path, size, mtime, inode) in a process."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        _DIGESTS[key] = digest.hexdigest()
+    return _DIGESTS[key]
 
 def point_path(out: str | os.PathLike, key: str) -> Path:
     return Path(out) / "points" / f"{key}.json"
@@ -107,29 +127,83 @@ def store_point(out: str | os.PathLike, config: dict, summary: dict, requests: p
     return key
 
 def load_point(out: str | os.PathLike, key: str) -> dict | None:
-    """A stored run's record, or None when it is missing or unreadable (then it is rerun)."""
+    """A stored run's record, or None when it is missing, unreadable (truncated, binary) or
+    not the record of run ``key`` (then it is rerun and rewritten)."""
     path = point_path(out, key)
     try:
-        record = json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        record = json.loads(path.read_bytes())
+    except (OSError, ValueError):  # missing, a folder, not UTF-8, not JSON
         return None
-    return record if record.get("key") == key else None
+    if not (isinstance(record, dict) and record.get("key") == key
+            and isinstance(record.get("config"), dict)
+            and isinstance(record.get("summary"), dict)):
+        return None
+    return record
+
+#: The manifest fields that define a spec's runs (its identity; report options are not).
+IDENTITY_FIELDS = ("name", "base", "grids", "seeds", "store_requests")
+
+def spec_fields(spec: SweepSpec) -> dict:
+    """The manifest's description of ``spec`` (JSON values)."""
+    return {"name": spec.name, "base": plain(spec.base), "grids": [plain(g) for g in spec.grids],
+            "axes": spec.axes, "seeds": list(spec.seeds), "report": spec.report,
+            "store_requests": spec.store_requests}
+
+def spec_identity(fields: Mapping) -> str:
+    """Hash of what a spec runs (:data:`IDENTITY_FIELDS` of :func:`spec_fields` or of a
+    manifest): its name, base config, grids, seeds and whether per-request tables are kept."""
+    blob = json.dumps(jsonable({name: fields.get(name) for name in IDENTITY_FIELDS}),
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 def write_manifest(out: str | os.PathLike, spec: SweepSpec, keys: list[str]) -> None:
-    """OUT/sweep.json: the spec (axes, seeds, report options) and the ordered run keys."""
-    manifest = {
-        "name": spec.name, "spec": spec.path, "version": __version__,
-        "base": plain(spec.base), "grids": [plain(g) for g in spec.grids],
-        "axes": spec.axes, "seeds": list(spec.seeds), "report": spec.report,
-        "store_requests": spec.store_requests, "runs": keys,
-    }
+    """OUT/sweep.json: the spec (axes, seeds, report options), its identity and the ordered
+    run keys."""
+    fields = spec_fields(spec)
+    manifest = {"name": spec.name, "spec": spec.path, "spec_id": spec_identity(fields),
+                "version": __version__, **fields, "runs": keys}
     atomic_write(Path(out) / "sweep.json", dumps(manifest, indent=1))
 
+#: Names a sweep directory may hold before its manifest exists (a run killed that early).
+_PRE_MANIFEST = (".specbatch.lock",)
+
+def claim_sweep_dir(out: str | os.PathLike, spec: SweepSpec) -> None:
+    """Refuse ``out`` for ``spec`` unless it is empty or the directory of this same spec
+    (one line naming both specs, or what the directory holds instead)."""
+    out = Path(out)
+    if not out.is_dir():
+        return
+    if not (out / "sweep.json").exists():
+        names = sorted(p.name for p in out.iterdir() if p.name not in _PRE_MANIFEST)
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        require(not names, f"--out {out}: holds files that are not a sweep ({shown}); choose "
+                "an empty or new directory")
+        return
+    manifest = read_manifest(out)
+    held, wanted = spec_identity(manifest), spec_identity(spec_fields(spec))
+    require(held == wanted, f"--out {out}: belongs to sweep {manifest.get('name')!r} (spec "
+            f"{manifest.get('spec')}, id {held}), not to sweep {spec.name!r} (spec {spec.path}, "
+            f"id {wanted}); choose another directory")
+
 def read_manifest(out: str | os.PathLike) -> dict:
+    """OUT/sweep.json, checked to be a sweep manifest (one-line errors)."""
     path = Path(out) / "sweep.json"
+    if not path.exists():
+        raise SpecbatchError(f"directory {out}: no sweep.json (not a sweep output directory)")
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise SpecbatchError(f"directory {out}: no sweep.json (not a sweep output directory)") from None
-    except json.JSONDecodeError as exc:
-        raise SpecbatchError(f"file {path}: not valid JSON: {exc}") from None
+        manifest = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise SpecbatchError(f"file {path}: expected a sweep manifest (JSON), got "
+                             f"{_first_line(exc)}") from None
+    require(isinstance(manifest, dict), f"file {path}: expected a sweep manifest (a JSON "
+            f"object), got {type(manifest).__name__}")
+    runs = manifest.get("runs")
+    require(isinstance(runs, list) and all(isinstance(k, str) for k in runs),
+            f"file {path}: field 'runs': expected a list of run keys")
+    require(isinstance(manifest.get("report", {}), dict),
+            f"file {path}: field 'report': expected a table of report options")
+    return manifest
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:160] if text else type(exc).__name__

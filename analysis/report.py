@@ -1,8 +1,10 @@
 """Tables and figures for a sweep output directory: ``specbatch report DIR``.
 
-Reads ``DIR/sweep.json`` and ``DIR/results.parquet`` (written by :mod:`analysis.sweep`) and
-writes ``DIR/report/``: PNG figures (matplotlib Agg backend, seaborn), ``headline.csv`` and
-``report.md`` or ``report.html`` linking them. Which figures appear depends on what the sweep
+Reads ``DIR/sweep.json`` and ``DIR/results.parquet`` (written by :mod:`analysis.sweep`,
+checked on reading: a damaged file is a one-line error) and writes ``DIR/report/`` as a
+whole (:func:`specbatch.io.result_dir`: a kill leaves the old report or the new one): PNG
+figures (matplotlib Agg backend, seaborn), ``headline.csv`` and ``report.md`` or
+``report.html`` linking them. Which figures appear depends on what the sweep
 varied:
 
 - throughput vs k and e2e latency vs k per policy (the TETRIS paper's figure shapes), when
@@ -57,7 +59,7 @@ from specbatch.analysis.replication import (
     tetris_replication,
 )
 from specbatch.analysis.sweep import read_results
-from specbatch.io import atomic_write
+from specbatch.io import atomic_write, result_dir
 
 __all__ = ["METRIC_DEFINITIONS", "build_report", "bv_gain_table", "headline_display", "render"]
 
@@ -75,13 +77,24 @@ METRIC_DEFINITIONS = """\
 - Confidence intervals: Student-t on per-seed paired differences (common random numbers)."""
 
 
+#: What a report folder holds (one written before reports carried a marker holds only these).
+REPORT_FILES = ("*.png", "headline.csv", "report.md", "report.html")
+
+
 def build_report(out: str | os.PathLike, fmt: str = "md") -> str:
-    """Write DIR/report/ (figures, headline.csv, report.md|html); return the report's path."""
+    """Write DIR/report/ (figures, headline.csv, report.md|html), replacing any earlier
+    report as a whole; return the report's path."""
     out = Path(out)
     manifest = read_manifest(out)
     df = read_results(out)
-    rep = out / "report"
-    rep.mkdir(exist_ok=True)
+    with result_dir(out / "report", "report", "", "report", force=True,
+                    legacy=REPORT_FILES) as rep:
+        write_report(out, manifest, df, rep, fmt)
+    return str(out / "report" / f"report.{fmt}")
+
+
+def write_report(out: Path, manifest: dict, df: pd.DataFrame, rep: Path, fmt: str) -> None:
+    """The figures, headline.csv and report.{fmt} of sweep ``out`` into folder ``rep``."""
     options = manifest.get("report", {})
     replicate = options.get("replicate")
     gains = bv_gain_table(df)
@@ -92,9 +105,7 @@ def build_report(out: str | os.PathLike, fmt: str = "md") -> str:
     if not gains.empty:
         blocks += block_blocks(df, gains, replicate == "block")
     blocks += [("h2", "Metric definitions"), ("list", METRIC_DEFINITIONS)]
-    path = rep / f"report.{fmt}"
-    atomic_write(path, render(blocks, fmt))
-    return str(path)
+    atomic_write(rep / f"report.{fmt}", render(blocks, fmt))
 
 
 def intro_blocks(manifest: dict, df: pd.DataFrame) -> list[tuple]:

@@ -7,7 +7,8 @@ the runs (in process, a local process pool, or Dask distributed); :mod:`analysis
 stores each run's result under a key that hashes its config, the package version and the
 trace's identity, so a rerun after a crash or Ctrl-C computes only the missing runs.
 
-This module ties them together (:func:`run_sweep`) and owns the results table
+This module ties them together (:func:`run_sweep`: one run at a time per directory, which
+belongs to one spec) and owns the results table
 ``OUT/results.parquet`` (and ``.csv``): one row per run, every config field, then every
 summary metric, in the spec's expansion order, so it is identical whichever executor produced
 it.
@@ -28,6 +29,7 @@ import pandas as pd
 
 from specbatch.analysis.executors import Runner, execute, progress_bar, simulate_point
 from specbatch.analysis.points import (
+    claim_sweep_dir,
     load_point,
     read_manifest,
     requests_path,
@@ -41,12 +43,12 @@ from specbatch.analysis.spec import (
     SweepSpec,
     expand,
 )
-from specbatch.errors import SpecbatchError
-from specbatch.io import atomic_write
+from specbatch.errors import SpecbatchError, require
+from specbatch.io import atomic_write, dir_lock, prepare_output_dir
 
 __all__ = [
-    "SweepOutcome", "collect_results", "preflight", "read_requests", "read_results",
-    "run_sweep", "write_results",
+    "RESULT_COLUMNS", "SweepOutcome", "collect_results", "preflight", "read_requests",
+    "read_results", "run_sweep", "write_results",
 ]
 
 
@@ -123,7 +125,8 @@ def run_sweep(
 
     ``runner`` defaults to :func:`simulate_point`; ``client`` (a ``distributed.Client``)
     overrides ``scheduler``. Raises whatever the runner raises (after storing every run that
-    finished first), so the next call resumes.
+    finished first), so the next call resumes. Refuses (one line) a directory that holds
+    another spec's sweep or other files, or that another sweep is running on.
     """
     if workers < 1:
         raise SpecbatchError(f"--workers: expected an integer >= 1, got {workers}")
@@ -132,12 +135,24 @@ def run_sweep(
     runs = expand(spec, config_cls)
     ids = preflight(spec, runs) if runner is simulate_point else {}
     keys = [run_key(c, trace_id=input_identity(c, ids)) for c in runs]
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_manifest(out, spec, keys)
-    todo = [(k, c) for k, c in zip(keys, runs) if load_point(out, k) is None]
-    keep_requests = spec.store_requests
+    out = prepare_output_dir(out, allow_existing=True)
+    with dir_lock(out, what="sweep"):
+        claim_sweep_dir(out, spec)
+        write_manifest(out, spec, keys)
+        todo = [(k, c) for k, c in zip(keys, runs) if load_point(out, k) is None]
+        _compute(spec, out, todo, runner, progress, workers=workers, scheduler=scheduler,
+                 client=client)
+        table = collect_results(out, keys)
+        write_results(out, table)
+    return SweepOutcome(out=str(out), total=len(runs), computed=len(todo),
+                        reused=len(runs) - len(todo), elapsed_s=time.perf_counter() - start,
+                        table=table)
 
+
+def _compute(spec: SweepSpec, out: Path, todo: list[tuple[str, dict]], runner: Runner,
+             progress: bool, **where: Any) -> None:
+    """Run ``todo`` on the executor ``where`` names, storing each run as it finishes."""
+    keep_requests = spec.store_requests
     bar = progress_bar(len(todo), progress, spec.name)
 
     def done(key, config, summary, requests, elapsed):
@@ -145,14 +160,9 @@ def run_sweep(
         bar.update(1)
 
     try:
-        execute(runner, todo, done, workers=workers, scheduler=scheduler, client=client)
+        execute(runner, todo, done, **where)
     finally:
         bar.close()
-    table = collect_results(out, keys)
-    write_results(out, table)
-    return SweepOutcome(out=str(out), total=len(runs), computed=len(todo),
-                        reused=len(runs) - len(todo), elapsed_s=time.perf_counter() - start,
-                        table=table)
 
 
 def _cell(value: Any) -> Any:
@@ -191,14 +201,37 @@ def write_results(out: str | os.PathLike, table: pd.DataFrame) -> None:
     atomic_write(out / "results.csv", table.to_csv(index=False))
 
 
+#: Columns a results table must have for a report (config fields, keys, a metric).
+RESULT_COLUMNS = ("run", "setting", "seed", "policy", "verify", "num_speculative_tokens",
+                  "extra", "arrival", "rate", "throughput")
+
+
 def read_results(out: str | os.PathLike) -> pd.DataFrame:
+    """OUT/results.parquet, checked to be a sweep's results table (one-line errors)."""
     path = Path(out) / "results.parquet"
     if not path.exists():
         raise SpecbatchError(f"directory {out}: no results.parquet (run `specbatch sweep` first)")
-    return pd.read_parquet(path)
+    table = _read_parquet(path, "a sweep results table")
+    missing = [c for c in RESULT_COLUMNS if c not in table.columns]
+    require(not missing, f"file {path}: expected a sweep results table, missing column(s) "
+            f"{', '.join(missing)}")
+    require(len(table) > 0, f"file {path}: expected a sweep results table, got no rows")
+    require(pd.api.types.is_numeric_dtype(table["throughput"]),
+            f"file {path}: column 'throughput': expected numbers, got {table['throughput'].dtype}")
+    return table
 
 
 def read_requests(out: str | os.PathLike, key: str) -> pd.DataFrame | None:
     """A run's stored per-request table, or None when the sweep did not keep it."""
     path = requests_path(out, key)
-    return pd.read_parquet(path) if path.exists() else None
+    return _read_parquet(path, "a run's per-request table") if path.exists() else None
+
+
+def _read_parquet(path: Path, what: str) -> pd.DataFrame:
+    """A Parquet file, or a one-line error naming it (garbage, truncated, empty, a folder)."""
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - whatever the reader raises, the file is bad
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        raise SpecbatchError(f"file {path}: expected {what} (Parquet), got an unreadable file: "
+                             f"{lines[0][:160]}") from None

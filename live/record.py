@@ -39,6 +39,9 @@ TRACE_FIELDS = ("draft_token", "q", "pt", "z", "draft_conf", "entropy", "top1")
 _FLOAT_STEP_COLUMNS = ("time", "end", "draft_time", "target_time", "overhead_time")
 OUTPUT_FILES = ["requests.parquet", "steps.parquet", "summary.json", "profile.csv",
                 "outputs.jsonl", "trace/", "config.toml"]
+#: Every name a live output directory holds (an older one without a result marker holds only
+#: these).
+LIVE_FILES = (*(name.rstrip("/") for name in OUTPUT_FILES), "live.json", "profile_grid.csv")
 
 
 @dataclass
@@ -184,12 +187,18 @@ def build_trace(result: LiveResult, meta_extra: dict | None = None):
     return make_trace(meta, requests, cols)
 
 
-def write_live(result: LiveResult, out: str | Path, manifest: dict) -> Path:
-    """Write the tables, manifest, profile, outputs and trace into ``out`` (module docstring)."""
+def write_live(result: LiveResult, out: str | Path, manifest: dict,
+               final: str | Path | None = None) -> Path:
+    """Write the tables, manifest, profile, outputs and trace into ``out`` (module docstring).
+
+    ``final``: where the folder will be once complete when ``out`` is a temporary folder
+    (:func:`specbatch.io.result_dir`); ``config.toml`` names the trace and profile there.
+    """
     from specbatch.simulator.config import make_config, to_toml
     from specbatch.traces.format import write_trace
 
     out = Path(out)
+    final = Path(final if final is not None else out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     result.requests.to_parquet(out / "requests.parquet", index=False)
     result.steps.to_parquet(out / "steps.parquet", index=False)
@@ -202,8 +211,8 @@ def write_live(result: LiveResult, out: str | Path, manifest: dict) -> Path:
     write_trace(build_trace(result, {"live_manifest": "../live.json"}), out / "trace")
     cfg = result.config
     values = cfg.sim_values(len(result.prompt_ids))
-    values.update(trace=str((out / "trace").resolve()), cost="profiled",
-                  profile=str((out / "profile.csv").resolve()))
+    values.update(trace=str(final / "trace"), cost="profiled",
+                  profile=str(final / "profile.csv"))
     (out / "config.toml").write_text(to_toml(make_config(values, "live config")))
     write_json(out / "live.json", {
         **manifest, "settings": asdict(cfg), "depth": cfg.depth,

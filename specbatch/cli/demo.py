@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 from specbatch.analysis.demo import plan_demo, run_demo
+from specbatch.analysis.points import claim_sweep_dir
 from specbatch.cli.common import add_json_flag, emit, example, plural
-from specbatch.io import prepare_output_dir
+from specbatch.io import check_output_dir
 
 DEFAULT_OUT = "specbatch-demo"
 
@@ -38,8 +39,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        "specbatch demo --quick --json"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--out", default=DEFAULT_OUT,
-                        help=f"output folder (default ./{DEFAULT_OUT}/; reused on rerun)")
+    parser.add_argument("--out", default=None,
+                        help=f"output folder (default ./{DEFAULT_OUT}/, with --quick "
+                             f"./{DEFAULT_OUT}-quick/; reused by a rerun of the "
+                             "same demo, refused when it holds anything else: another sweep, "
+                             "--quick or --seeds differing, other files; refused while another "
+                             "run uses it)")
     parser.add_argument("--quick", action="store_true",
                         help="a tiny version (few requests, k in 1..2, one seed): a smoke test")
     parser.add_argument("--trace", default="default",
@@ -78,7 +83,10 @@ def headline_text(table) -> str:
 def run_demo_command(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     plan = plan_demo(args.trace, args.quick, args.seeds)
-    prepare_output_dir(args.out, allow_existing=True)  # reused on rerun: runs are stored
+    if args.out is None:  # the quick and the full demo are different sweeps: own folders
+        args.out = DEFAULT_OUT + ("-quick" if args.quick else "")
+    check_output_dir(args.out, allow_existing=True)  # reused on rerun: runs are stored
+    claim_sweep_dir(args.out, plan.spec)  # ... but only this demo's: before any output
     if not args.json:
         base = plan.base
         sys.stderr.write(

@@ -18,7 +18,7 @@ from specbatch.cli.common import (
     example,
     set_threads,
 )
-from specbatch.io import check_output_dir, prepare_output_dir
+from specbatch.io import check_result_dir, result_dir
 from specbatch.live.config import NGRAM, LiveConfig, live_specs
 from specbatch.simulator.fields import FieldSpec, convert, flag_help
 
@@ -91,7 +91,12 @@ def _add_run_flags(p) -> None:
     p.add_argument("--grid-repeats", type=int, default=5, metavar="N",
                    help="timed passes per grid cell (default: 5)")
     add_threads_flag(p)
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", required=True,
+                   help="output directory: new, empty, or a live result of the same flags "
+                        "(replaced as a whole once the run is complete)")
+    p.add_argument("--force", action="store_true",
+                   help="--out may hold a live result of other flags (replaced); other files "
+                        "are never replaced")
     add_json_flag(p)
 
 
@@ -160,7 +165,13 @@ def _register_validate(subparsers) -> None:
     v.add_argument("--overhead", type=float, default=None,
                    help="per-step overhead seconds (default: the fitting run's mean measured "
                         "overhead per step)")
-    v.add_argument("--out", default=None, help="also write the simulated tables here")
+    v.add_argument("--out", default=None,
+                   help="also write the simulated tables and validate.json here: a new or "
+                        "empty directory, or a validate result of the same flags (replaced as "
+                        "a whole)")
+    v.add_argument("--force", action="store_true",
+                   help="--out may hold a validate result of other flags (replaced); other "
+                        "files are never replaced")
     add_json_flag(v)
     v.set_defaults(func=_validate)
 
@@ -168,7 +179,7 @@ def _register_validate(subparsers) -> None:
 def _live(args) -> int:
     from specbatch.live.loop import run_live
     from specbatch.live.models import load_models
-    from specbatch.live.record import write_live
+    from specbatch.live.record import LIVE_FILES, write_live
 
     cfg = _live_config(args)
     if cfg.verify == "block" and cfg.temperature == 0:
@@ -179,7 +190,9 @@ def _live(args) -> int:
 
     hf_logging.disable_progress_bar()
     prompts = None if args.prompts.startswith("random:") else _text_prompts(args)
-    prepare_output_dir(args.out, allow_existing=True)  # before loading and running models
+    identity = _flags_identity(args)
+    check_result_dir(args.out, "live", identity, force=args.force,  # before loading models
+                     legacy=LIVE_FILES)
     tok, draft, target, identities = load_models(args.draft, args.target, args.device,
                                                  args.dtype, args.seed, args.layers,
                                                  cfg.ngram if cfg.draft == NGRAM else (5, 5))
@@ -196,9 +209,10 @@ def _live(args) -> int:
         "profile_grid": {"cells": "specbatch.live.profile_grid.grid_cells", "warmup": 2,
                          "repeats": args.grid_repeats} if args.profile_grid else None,
     }
-    write_live(result, args.out, manifest)
-    if args.profile_grid:
-        _profile_grid(args, cfg, ids, draft, target, names)
+    with result_dir(args.out, "live", identity, force=args.force, legacy=LIVE_FILES) as tmp:
+        write_live(result, tmp, manifest, final=args.out)
+        if args.profile_grid:
+            _profile_grid(args, cfg, ids, draft, target, names, tmp)
     s = result.summary
     row = {"out": args.out, "threads": threads} | {key: s[key] for key in _PRINTED}
     emit(row, args.json, None if args.json else format_live(row))
@@ -290,7 +304,18 @@ def _prompt_ids(args, prompts, tok, target):
     return ids, [p.category for p in items], source
 
 
-def _profile_grid(args, cfg, ids, draft, target, names) -> None:
+def _flags_identity(args) -> str:
+    """A hash of the command's flags (all but where and how it prints): reruns with the same
+    flags may replace each other's output directory."""
+    import hashlib
+    import json
+
+    flags = {k: v for k, v in sorted(vars(args).items())
+             if k not in ("out", "json", "force", "func")}
+    return hashlib.sha256(json.dumps(flags, default=str).encode()).hexdigest()[:20]
+
+
+def _profile_grid(args, cfg, ids, draft, target, names, out) -> None:
     """Time both models on the run's (batch, query, KV) cells into OUT/profile_grid.csv."""
     import numpy as np
 
@@ -302,22 +327,32 @@ def _profile_grid(args, cfg, ids, draft, target, names) -> None:
     frame = profile_grid(draft, target, names, cells, str(next(target.parameters()).device),
                          cfg.dtype, repeats=args.grid_repeats,
                          progress=False if args.json else None)
-    write_profile(frame, f"{args.out}/profile_grid.csv")
+    write_profile(frame, f"{out}/profile_grid.csv")
 
 
 def _validate(args) -> int:
+    import contextlib
+
     from specbatch.analysis.validate import format_report, validate
     from specbatch.errors import require
 
     require((args.live_dir is None) != (args.predict is None),
             "validate: expected the run to predict as LIVE_DIR or --predict RUN_B (one of them)")
+    kept = {"kind": "validate", "identity": _flags_identity(args), "force": args.force,
+            "legacy": VALIDATE_FILES}
     if args.out:
-        check_output_dir(args.out, allow_existing=True)
-    report = validate(args.live_dir or args.predict, profile=args.profile,
-                      target_model=args.target_model, draft_model=args.draft_model,
-                      overhead=args.overhead, out=args.out, in_sample=args.in_sample,
-                      fit_dir=args.fit)
+        check_result_dir(args.out, **kept)
+    with result_dir(args.out, **kept) if args.out else contextlib.nullcontext() as tmp:
+        report = validate(args.live_dir or args.predict, profile=args.profile,
+                          target_model=args.target_model, draft_model=args.draft_model,
+                          overhead=args.overhead, out=tmp, in_sample=args.in_sample,
+                          fit_dir=args.fit)
     for line in report["warnings"]:
         sys.stderr.write(f"warning: {line}\n")
     emit(report, args.json, None if args.json else format_report(report))
     return 0
+
+
+#: The files of a validate result (an older one without a marker holds only these).
+VALIDATE_FILES = ("requests.parquet", "steps.parquet", "summary.json", "config.toml",
+                  "validate.json")

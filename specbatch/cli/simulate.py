@@ -9,7 +9,9 @@ policy, verify, k (null for ar and dsd, which have no fixed window), e; the KV c
 kv_mode, kv_capacity
 (tokens per replica used, null = unlimited), preemptions, recomputed_tokens; and the metrics:
 throughput, e2e_mean, e2e_p99, vsr, mal, tokens, requests). ``--out DIR``
-writes requests.parquet, steps.parquet, summary.json and config.toml.
+writes requests.parquet, steps.parquet, summary.json and config.toml, all at once (a kill
+leaves the old result or the new one); DIR must be new, empty, or a simulate result of the
+same config (``--force``: of any config).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import math
 import sys
 
 from specbatch.cli.common import add_json_flag, emit, example
-from specbatch.io import jsonable, prepare_output_dir
+from specbatch.io import check_result_dir, jsonable, result_dir
 from specbatch.simulator.config import (
     SimConfig,
     applied_k,
@@ -27,6 +29,7 @@ from specbatch.simulator.config import (
     load_config,
     read_toml,
     specs,
+    to_toml,
 )
 from specbatch.simulator.fields import flag_help
 
@@ -57,7 +60,12 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", metavar="FILE.toml", help="TOML file of SimConfig fields")
-    p.add_argument("--out", metavar="DIR", help="write result tables and summary here")
+    p.add_argument("--out", metavar="DIR",
+                   help="write result tables and summary here: a new or empty directory, or a "
+                        "simulate result of the same config (replaced as a whole)")
+    p.add_argument("--force", action="store_true",
+                   help="--out may hold a simulate result of another config (replaced); "
+                        "other files are never replaced")
     p.add_argument("--allow-partial", action="store_true",
                    help="simulate a partial capture as it is (default: refuse it)")
     add_json_flag(p)
@@ -83,16 +91,30 @@ def run_command(args: argparse.Namespace) -> int:
     config = load_config(args.config, **overrides)
     given = set(overrides) | (set(read_toml(args.config)) if args.config else set())
     check_settings_apply(config, given)
+    identity = config_identity(config)
     if args.out:
-        prepare_output_dir(args.out, allow_existing=True)
+        check_result_dir(args.out, "simulate", identity, force=args.force, legacy=RESULT_FILES)
     result = simulate(config, allow_partial=args.allow_partial)
     for note in result.notes:
         sys.stderr.write(f"note: {note}\n")
     if args.out:
-        result.write(args.out)
+        with result_dir(args.out, "simulate", identity, force=args.force,
+                        legacy=RESULT_FILES) as tmp:
+            result.write(tmp)
     summary = jsonable(setting(config) | result.summary)
     emit(summary, args.json, text=None if args.json else format_summary(summary, args.out))
     return 0
+
+
+#: The files of a simulate result (an older result without a marker holds only these).
+RESULT_FILES = ("requests.parquet", "steps.parquet", "summary.json", "config.toml")
+
+
+def config_identity(config: SimConfig) -> str:
+    """The hash of a run's resolved config: reruns of it may replace each other's results."""
+    import hashlib
+
+    return hashlib.sha256(to_toml(config).encode()).hexdigest()[:20]
 
 
 def setting(config: SimConfig) -> dict:

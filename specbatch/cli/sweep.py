@@ -6,7 +6,7 @@ import argparse
 import os
 
 from specbatch.cli.common import add_json_flag, emit, example
-from specbatch.io import prepare_output_dir
+from specbatch.io import check_output_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,7 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sweep.add_argument("spec", help="sweep spec TOML file")
-    sweep.add_argument("--out", required=True, help="output directory (created; reused on rerun)")
+    sweep.add_argument("--out", required=True,
+                       help="output directory (created; reused by a rerun of the same spec; "
+                            "refused when it holds another spec's sweep or other files, and "
+                            "while another sweep runs on it: no waiting)")
     sweep.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)),
                        help="local processes (or LocalCluster workers); default: min(4, cores)")
     sweep.add_argument("--scheduler", default=None, metavar="ADDRESS|local",
@@ -63,12 +66,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
+    from specbatch.analysis.points import claim_sweep_dir
     from specbatch.analysis.spec import load_spec, parse_override
     from specbatch.analysis.sweep import run_sweep
 
     overrides = dict(parse_override(text) for text in args.set)
     spec = load_spec(args.spec, overrides=overrides)
-    prepare_output_dir(args.out, allow_existing=True)  # reused on rerun: runs are resumable
+    check_output_dir(args.out, allow_existing=True)  # reused on rerun: runs are resumable
+    claim_sweep_dir(args.out, spec)  # ... but by this spec only (checked again under its lock)
     outcome = run_sweep(spec, args.out, workers=args.workers, scheduler=args.scheduler,
                         progress=not (args.no_progress or args.json))
     result = {

@@ -8,6 +8,7 @@ checked exactly.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 
@@ -122,11 +123,13 @@ def test_bv_gain_table_recovers_the_paired_relative_gain(sweep_dir):
     assert np.allclose(gains.mal_high - gains.mal_low, 0.0, atol=1e-9)
 
 
-def test_html_report_embeds_tables_and_images(sweep_dir, md_report):
-    path = build_report(sweep_dir, fmt="html")
+def test_html_report_embeds_tables_and_images(sweep_dir, md_report, tmp_path):
+    copy = shutil.copytree(sweep_dir, tmp_path / "sweep")  # md_report's folder stays as it is
+    path = build_report(copy, fmt="html")
     text = open(path).read()
     assert path.endswith("report.html") and text.startswith("<!doctype html>")
     assert text.count("<table>") >= 3 and '<img src="throughput_vs_k_max_num_seqs-16.png"' in text
+    assert not (copy / "report" / "report.md").exists()  # the report folder is replaced whole
 
 
 def test_report_cli_on_a_non_sweep_directory_is_one_line_exit_2(tmp_path):

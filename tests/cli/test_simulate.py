@@ -22,7 +22,8 @@ def test_json_summary_and_output_files(tmp_path, capsys):
     assert JSON_KEYS <= set(summary)
     assert summary["requests"] == 32 and summary["verify"] == "block"
     assert sorted(p.name for p in out.iterdir()) == [
-        "config.toml", "requests.parquet", "steps.parquet", "summary.json"]
+        ".specbatch-result.json", "config.toml", "requests.parquet", "steps.parquet",
+        "summary.json"]
     assert 'num_speculative_tokens = 2' in (out / "config.toml").read_text()
 
 
