@@ -69,7 +69,7 @@ def demo_spec(trace: str, depth: int, quick: bool, seeds: int | None) -> dict:
     grids: list[dict] = [
         {"policy": ["ar"]},
         {"policy": ["fixed"], "num_speculative_tokens": fixed_ks, "verify": verify},
-        {"policy": ["dsd"], "num_speculative_tokens": [min(max(ks), depth)], "verify": verify},
+        {"policy": ["dsd"], "verify": verify},  # DSD plans its own window k = 0..min(6, K)
     ]
     for e in extras:
         allowed = [k for k in ks if k + e <= depth]

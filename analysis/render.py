@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from specbatch.simulator.config import NO_K_POLICIES
+
 
 def fmt_cell(value, metric: str = "") -> str:
     """One table cell as text (see the module docstring)."""
@@ -125,9 +127,9 @@ def headline_display(table: pd.DataFrame, open_load: bool = False) -> pd.DataFra
     if "e2e_vs_base" in out:
         out["e2e vs ar"] = [_ratio_text(s, lo, hi, True) for s, lo, hi in
                             zip(out.e2e_vs_base, out.e2e_vs_base_low, out.e2e_vs_base_high)]
-    if "k" in out:  # ar drafts nothing; its k and e mean nothing
-        out["k"] = ["-" if p == "ar" else k for p, k in zip(out.policy, out.k)]
-        out["e"] = ["-" if p == "ar" else e for p, e in zip(out.policy, out.e)]
+    if "k" in out:  # ar drafts nothing and DSD plans its own window: their k and e mean nothing
+        out["k"] = ["-" if p in NO_K_POLICIES else k for p, k in zip(out.policy, out.k)]
+        out["e"] = ["-" if p in NO_K_POLICIES else e for p, e in zip(out.policy, out.e)]
     out = out.drop(columns=[c for c in ("speedup", "speedup_low", "speedup_high", "e2e_vs_base",
                                         "e2e_vs_base_low", "e2e_vs_base_high") if c in out])
     if open_load:

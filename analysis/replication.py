@@ -28,6 +28,7 @@ from specbatch.analysis.compare import (
     select,
     setting_of,
 )
+from specbatch.simulator.config import NO_K_POLICIES
 
 #: Published numbers the replication specs are compared with (THEORY.md §4-5).
 PAPER_TETRIS = {
@@ -41,7 +42,11 @@ PAPER_BLOCK = {4: 3.5, 6: 6.2, 8: 8.3}  # γ -> % block-efficiency gain of BV ov
 
 
 def bv_gain_table(df: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """Per policy and γ = k: paired BV-over-TV relative gain of MAL and of throughput (%)."""
+    """Per policy and γ = k: paired BV-over-TV relative gain of MAL and of throughput (%).
+
+    Policies without a fixed window (``ar``; ``dsd``, which re-plans k = 0..min(6, K)) have
+    no γ and no row.
+    """
     sub, _ = base_context(df)
     if set(sub.verify) != {"token", "block"}:
         return pd.DataFrame()
@@ -49,7 +54,7 @@ def bv_gain_table(df: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     rows = []
     token = sub[sub.verify == "token"].drop_duplicates("setting")
     for _, row in token.iterrows():
-        if row.policy == "ar":
+        if row.policy in NO_K_POLICIES:
             continue
         where = setting_of(row, cfg)
         if select(sub, {**where, "verify": "block"}).empty:

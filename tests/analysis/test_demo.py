@@ -26,7 +26,7 @@ def test_full_demo_grid_is_the_tetris_paper_comparison():
     both = ("token", "block")
     expected = {("ar", 3, 0, "token")}  # ar: SimConfig's default k, unused
     expected |= {("fixed", k, 0, v) for k in range(1, 7) for v in both}
-    expected |= {("dsd", 6, 0, v) for v in both}
+    expected |= {("dsd", 3, 0, v) for v in both}  # dsd: the default k, unused (DSD plans k)
     expected |= {(p, k, e, v) for p in ("tetris", "oracle", "hindsight") for k in range(1, 7)
                  for e in (1, 2) for v in both}
     assert grid == expected
@@ -36,7 +36,7 @@ def test_demo_grid_respects_a_shallow_trace():
     grid = settings(demo_spec("synth", depth=4, quick=False, seeds=1))
     assert max(k + e for _, k, e, _ in grid) == 4
     assert ("tetris", 3, 1, "block") in grid and ("tetris", 3, 2, "block") not in grid
-    assert ("dsd", 4, 0, "token") in grid
+    assert ("dsd", 3, 0, "token") in grid
 
 
 def test_demo_quick_runs_end_to_end(tmp_path):
