@@ -5,15 +5,17 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from specbatch.errors import require
 from specbatch.simulator.config import VERIFY_RULES, SimConfig, make_config
 from specbatch.simulator.fields import FieldSpec, at_least, check_ranges, field_specs, knob, like
 
-#: Policies the live loop runs: those that decide from draft-side signals after a full-depth
-#: draft (``threshold`` would stop drafting early, ``dsd`` needs a cost model, ``oracle``
-#: and ``hindsight`` read the truth).
-POLICIES = ("fixed", "tetris")
+#: Policies the live loop runs: the registry's classes with ``live = True`` (a test keeps them
+#: equal; named here so a ``--help`` need not import the engine), those that decide from
+#: draft-side signals after a full-depth draft (``threshold`` would stop drafting early,
+#: ``dsd`` needs a cost model, ``oracle`` and ``hindsight`` read the truth).
+LIVE_POLICIES = ("fixed", "tetris")
 VERIFIERS = ("theory", "local")
 #: Arrival processes of a live run (the simulator's, but "trace": live prompts carry no times).
 LIVE_ARRIVALS = ("burst", "poisson", "gamma")
@@ -46,7 +48,7 @@ class LiveConfig:
 
     max_new_tokens: int = knob(32, "output tokens per request (EOS is ignored, as in vLLM "
                                "benchmarks)", range=at_least(1))
-    policy: str = like(SimConfig, "policy", "fixed", choices=POLICIES,
+    policy: str = like(SimConfig, "policy", "fixed", choices=LIVE_POLICIES,
                        help="speculation policy (decides from draft-side signals)")
     k: int = like(SimConfig, "num_speculative_tokens", 3, range=at_least(1), flags=(),
                   help="window k, verified draft tokens per request (fixed: drafted = "
@@ -107,18 +109,18 @@ class LiveConfig:
         """The validated :class:`simulator.config.SimConfig` of :meth:`sim_values`."""
         return make_config(self.sim_values(n_requests), "live config")
 
-    @property
+    @cached_property
     def depth(self) -> int:
         """Draft passes per step: the policy class's required depth (K = k for ``fixed``,
-        k + e for ``tetris``), as in the simulator."""
-        from specbatch.simulator.policies import POLICIES as SIM_POLICIES
+        k + e for ``tetris``), as in the simulator (computed once per config)."""
+        from specbatch.simulator.policies import resolve_policy
 
-        return SIM_POLICIES[self.policy].required_depth(self.sim_config())
+        return resolve_policy(self.policy, "--policy").required_depth(self.sim_config())
 
     def check(self) -> None:
         """One-line errors naming the CLI flag for settings the loop cannot run."""
-        require(self.policy in POLICIES,
-                f"--policy: expected one of {', '.join(POLICIES)}, got {self.policy!r}")
+        require(self.policy in LIVE_POLICIES,
+                f"--policy: expected one of {', '.join(LIVE_POLICIES)}, got {self.policy!r}")
         require(self.verify in VERIFY_RULES, f"--verify: expected one of "
                 f"{', '.join(VERIFY_RULES)}, got {self.verify!r}")
         require(self.k >= 1, f"--k: expected k >= 1, got {self.k}")

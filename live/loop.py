@@ -60,8 +60,11 @@ from specbatch.live.ngram import (
 from specbatch.live.pool import Pool, arrival_times
 from specbatch.live.record import LiveResult, Recorder
 from specbatch.live.timeline import Timeline
-from specbatch.simulator.policies import Policy, StepView, make_policy
+from specbatch.simulator.plan import Plan, plan_step, policy_label
+from specbatch.simulator.policies import Policy, make_policy
+from specbatch.simulator.state import StepRecord
 from specbatch.simulator.verify import request_keys, uniforms
+from specbatch.simulator.view import StepView
 from specbatch.theory.stats import accept_from_stats
 from specbatch.theory.stats_torch import path_stats_torch, probs_at, sample_inverse_cdf
 from specbatch.theory.verify_torch import accept_and_residual, extra_token_law_torch
@@ -115,15 +118,16 @@ def step_start(live: Live) -> float:
     return live.now
 
 
-def step_end(live: Live, start: float, row: tuple) -> float:
-    """Close a step: its duration is the timeline since ``mark``; append the step row
-    (STEP_COLUMNS after time/end: ``row``; overhead = duration − draft − target)."""
+def step_end(live: Live, start: float, **counts: Any) -> float:
+    """Close a step: its duration is the timeline since ``mark``; record it as one
+    :class:`simulator.state.StepRecord` (``counts``: its fields but replica, time, end and
+    overhead_time = duration − draft_time − target_time)."""
     wall = live.clock.now()
     duration = wall - live.mark
     end = start + duration
-    *head, draft_t, target_t = row
-    live.rec.step_rows.append((0, start, end, *head, draft_t, target_t,
-                               duration - draft_t - target_t))
+    live.rec.step_rows.append(StepRecord(
+        replica=0, time=start, end=end, **counts,
+        overhead_time=duration - counts["draft_time"] - counts["target_time"]))
     live.now, live.mark = end, wall
     return end
 
@@ -153,7 +157,8 @@ def prefill(live: Live, batch: Batch, joined: list[int]) -> Batch:
     new = Batch(uid, y0, torch.stack([y0, torch.zeros_like(y0)], dim=1),
                 torch.ones_like(y0))
     batch, gone = retire(live, batch.join(new))
-    end = step_end(live, start, (0, int(plen.sum()), 0, 0, 0, len(joined), 0, pre_d, pre_t))
+    end = step_end(live, start, batch=0, prefill_tokens=int(plen.sum()), drafted=0, verified=0,
+                   accepted=0, emitted=len(joined), depth=0, draft_time=pre_d, target_time=pre_t)
     rec.first_token[uid] = end
     rec.finish[gone] = end
     return batch
@@ -216,23 +221,31 @@ def draft_confidence(draft_logits, draft_tokens) -> np.ndarray:
 
 
 def decide(live: Live, batch: Batch, kv: np.ndarray, x, draft_logits,
-           proposed: np.ndarray | None) -> np.ndarray:
-    """Verified lengths s # [n] int64 from the simulator's policy on the draft's signals, the
-    rows handed over in the simulator's batch order (admission order); budget C = k·n. With
-    ``proposed`` # [n] (n-gram drafts) the policy caps every request at its proposed count."""
+           proposed: np.ndarray | None) -> Plan:
+    """The step's :class:`simulator.plan.Plan` (:func:`simulator.plan.plan_step`, checked) from
+    the simulator's policy on the draft's signals, the rows handed over in the simulator's
+    batch order (admission order) and the plan returned in the batch's row order. With
+    ``proposed`` # [n] (n-gram drafts) the plan caps every request at its proposed count. The
+    draft already ran: a plan that drafts anything but that (every request's full depth, or
+    its proposed count) is a one-line error."""
     n, depth = x.shape
     order = np.argsort(live.pool.rank[batch.uid], kind="stable")
     signals = {}
     if "conf" in live.policy.reads:
         signals["conf"] = (draft_confidence(draft_logits, x) if proposed is None
                            else proposed_confidence(proposed, depth))[order]
-    view = StepView.from_signals(kv[order], live.policy.k * n, depth,
+    view = StepView.from_signals(kv[order], 0, depth,
                                  proposed=None if proposed is None else proposed[order],
                                  **signals)
-    _, verified = live.policy.decide(view)
-    s = np.empty(n, dtype=np.int64)
-    s[order] = np.asarray(verified, dtype=np.int64)
-    return s
+    plan = plan_step(live.policy, view, check=True)
+    drafted, verified = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    drafted[order], verified[order] = plan.drafted, plan.verified
+    ran = np.full(n, depth, dtype=np.int64) if proposed is None else proposed
+    require(np.array_equal(drafted, ran),
+            f"policy {policy_label(live.policy)}: expected a plan drafting what the live loop "
+            f"drafted (every request's full depth {depth}, or its proposed count), got drafted "
+            f"{drafted.tolist()}")
+    return plan._replace(drafted=drafted, verified=verified)
 
 
 def target_pass(live: Live, batch: Batch, x, s: np.ndarray, kv: np.ndarray):
@@ -319,26 +332,26 @@ def commit(live: Live, batch: Batch, x, tau: np.ndarray, y, stats: dict,
 
 
 def decode_step(live: Live, batch: Batch) -> Batch:
-    """draft → decide → target_pass → verify → commit → retire, recorded as one step
-    (drafted: K per request, or its proposed count for n-gram drafts, as the simulator's
-    capped policy counts it; depth: the draft passes the simulator prices)."""
-    rec, depth, n = live.rec, live.cfg.depth, batch.n
+    """draft → decide → target_pass → verify → commit → retire, recorded as one step with
+    the plan's counts (drafted: K per request, or its proposed count for n-gram drafts;
+    depth: the plan's draft passes), as the simulator records them."""
+    rec, n = live.rec, batch.n
     start = step_start(live)
     pos = rec.pos[batch.uid].copy()
     kv = rec.prompt_len[batch.uid] + pos  # the simulator's KV count
     dstart = live.dcache.count[:n].copy() if live.dcache is not None else None
     starts = (dstart, live.tcache.count[:n].copy())
     x, draft_logits, draft_t, proposed = draft(live, batch, kv, pos)
-    s = decide(live, batch, kv, x, draft_logits, proposed)
+    plan = decide(live, batch, kv, x, draft_logits, proposed)
+    s = plan.verified
     target_logits, target_t = target_pass(live, batch, x, s, kv)
     tau, tau_t, y, stats = verify(live, batch, x, draft_logits, target_logits, s, pos, proposed)
-    drafted = np.full(n, depth, dtype=np.int64) if proposed is None else proposed
-    rec.count_step(batch.uid, drafted, s, tau)
-    batch, emitted = commit(live, batch, x, tau, y, stats, starts, drafted)
+    rec.count_step(batch.uid, plan.drafted, s, tau)
+    batch, emitted = commit(live, batch, x, tau, y, stats, starts, plan.drafted)
     batch, gone = retire(live, batch)
-    used = depth if int(drafted.sum()) == depth * n else int(drafted.max())  # draft passes
-    end = step_end(live, start, (n, 0, int(drafted.sum()), int(s.sum()), int(tau.sum()),
-                                 int(emitted.sum()), used, draft_t, target_t))
+    end = step_end(live, start, batch=n, prefill_tokens=0, drafted=int(plan.drafted.sum()),
+                   verified=int(s.sum()), accepted=int(tau.sum()), emitted=int(emitted.sum()),
+                   depth=plan.passes, draft_time=draft_t, target_time=target_t)
     rec.finish[gone] = end
     return batch
 

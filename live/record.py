@@ -3,7 +3,7 @@
 :class:`Recorder` collects, as the loop runs, one row per forward pass (the latency-profile
 columns of :mod:`specbatch.simulator.cost`, query/KV tokens counted as the simulator counts
 them, plus the padded ``cache_slots`` actually attended), one row per step
-(:data:`specbatch.simulator.engine.STEP_COLUMNS`), the per-request counters of
+(:class:`specbatch.simulator.state.StepRecord`), the per-request counters of
 :mod:`specbatch.simulator.metrics`, the generated tokens, and the drafted path's statistics
 (THEORY.md §3: q, pt, Z, and the draft's temperature-1 signals) at every visited output
 position. Times are on the live clock (:mod:`specbatch.live.pool`: arrivals' axis); ``throughput`` = output
@@ -36,7 +36,6 @@ PASS_COLUMNS = ("model", "role", "device", "dtype", "batch_size", "query_tokens"
                 "latency_s", "cache_slots", "step", "sum_q", "sum_kv", "sum_qkv", "sum_qq")
 #: Per-position statistics recorded at every visited output position (trace list columns).
 TRACE_FIELDS = ("draft_token", "q", "pt", "z", "draft_conf", "entropy", "top1")
-_FLOAT_STEP_COLUMNS = ("time", "end", "draft_time", "target_time", "overhead_time")
 OUTPUT_FILES = ["requests.parquet", "steps.parquet", "summary.json", "profile.csv",
                 "outputs.jsonl", "trace/", "config.toml"]
 #: Every name a live output directory holds (an older one without a result marker holds only
@@ -80,7 +79,7 @@ class Recorder:
         self.outputs: list[list[int]] = [[] for _ in range(n)]
         self.trace_rows: dict[int, dict] = {i: {} for i in range(n)}
         self.passes: list[tuple] = []
-        self.step_rows: list[tuple] = []
+        self.step_rows: list = []  # simulator.state.StepRecord per step
 
     def add_pass(self, role: str, query: np.ndarray, kv: np.ndarray, seconds: float,
                  slots: int) -> None:
@@ -119,8 +118,8 @@ class Recorder:
 
     def result(self, cfg: LiveConfig, verifier: str) -> LiveResult:
         """The run's tables; ``verifier`` names the code that decided τ."""
-        from specbatch.simulator.engine import STEP_COLUMNS
         from specbatch.simulator.metrics import summarize
+        from specbatch.simulator.state import FLOAT_STEP_COLUMNS, STEP_COLUMNS
 
         n = self.pos.shape[0]
         requests = pd.DataFrame({
@@ -131,7 +130,7 @@ class Recorder:
             "tokens": self.pos.copy(), **self.counts,
         })
         steps = pd.DataFrame({
-            name: np.asarray(v, dtype=np.float64 if name in _FLOAT_STEP_COLUMNS else np.int64)
+            name: np.asarray(v, dtype=np.float64 if name in FLOAT_STEP_COLUMNS else np.int64)
             for name, v in zip(STEP_COLUMNS, zip(*self.step_rows))})
         summary = summarize(requests, steps)
         decode = steps[steps["batch"] > 0]

@@ -139,7 +139,8 @@ class SimConfig:
         "at max_model_len - prompt", range=at_least(2), none="no limit")
     replicas: int = knob(1, "data-parallel replicas", range=at_least(1))
     router: str = knob("round_robin", "request router across replicas", choices=ROUTERS)
-    policy: str = knob("fixed", "speculation policy (simulator.policies)", choices=POLICY_NAMES)
+    policy: str = knob("fixed", f"speculation policy: one of {', '.join(POLICY_NAMES)}, or a "
+                       "user's package.module:Class (docs/policies.md)")
     num_speculative_tokens: int = knob(
         3, "k, verified draft tokens per request (not used by ar and dsd: DSD plans its own "
         "window)", range=at_least(0), flags=("--k",))
@@ -288,11 +289,10 @@ NO_VERIFY_POLICIES = ("ar",)
 
 def validate_config(c: SimConfig, where: str = "config") -> None:
     """Static checks (no trace needed); raises a one-line :class:`SpecbatchError`."""
-    from specbatch.simulator.policies import POLICIES  # local: policies import nothing from here
+    from specbatch.simulator.policies import resolve_policy  # local: no import cycle
 
     check_ranges(c, specs(), where)
-    if c.policy not in POLICIES:
-        fail(where, "policy", f"one of {', '.join(sorted(POLICIES))}", c.policy)
+    resolve_policy(c.policy, f"{where}: field policy")
     if c.policy == "fixed" and c.num_speculative_tokens < 1:
         fail(where, "num_speculative_tokens", "k >= 1 for policy fixed", c.num_speculative_tokens)
     if c.policy in ("tetris", "oracle", "hindsight", "threshold") and c.depth < 1:
@@ -364,9 +364,9 @@ def validate_against_trace(c: SimConfig, trace: Trace, max_footprint: int | None
 def policy_depth(c: SimConfig) -> int:
     """Deepest draft the configured policy may ask of the trace: its class's
     :meth:`simulator.policies.Policy.required_depth`."""
-    from specbatch.simulator.policies import POLICIES
+    from specbatch.simulator.policies import resolve_policy
 
-    return POLICIES[c.policy].required_depth(c)
+    return resolve_policy(c.policy).required_depth(c)
 
 
 def to_toml(config: SimConfig) -> str:

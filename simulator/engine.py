@@ -50,27 +50,20 @@ import numpy as np
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.admission import Admission
 from specbatch.simulator.cost_interface import CostModel, SumsCostModel
-from specbatch.simulator.draft_cost import draft_seconds, draft_seconds_from_sums
-from specbatch.simulator.kv import BlockManager, kv_capacity
-from specbatch.simulator.policies import Policy, StepView
+from specbatch.simulator.decode import Decode
+from specbatch.simulator.kv import BlockManager
+from specbatch.simulator.policies import POLICIES, Policy
 from specbatch.simulator.state import (
+    COMMITTED_ROWS,
     RECORD_ROWS,
-    STEP_COLUMNS,
     Outcome,
     Records,
     Replica,
     Row,
+    StepRecord,
 )
-from specbatch.simulator.verify import (
-    VerifyTables,
-    request_keys,
-    sample_tau,
-    uniforms,
-    uniforms_scalar,
-)
-
-#: The engine and what its callers read off it (STEP_COLUMNS, Records: simulator.state).
-__all__ = ["Engine", "Records", "STEP_COLUMNS"]
+from specbatch.simulator.verify import VerifyTables, request_keys
+from specbatch.simulator.view import TraceTables
 
 ARRIVAL, STEP_END, SCHEDULE = 0, 1, 2  # event kinds, in tie-break order at equal times
 
@@ -78,21 +71,24 @@ _I64 = np.int64
 
 # The rows the per-step hot path indexes, as plain ints: numpy indexes an int about twice as
 # fast as an IntEnum member looked up on its class (~0.1 µs, paid ~15 times per step).
-_UID, _PREFILLED, _FILL, _OUT, _KEY, _PROMPT, _BASE, _POS, _STEPS = (
-    int(Row.UID), int(Row.PREFILLED), int(Row.FILL), int(Row.OUT), int(Row.KEY),
-    int(Row.PROMPT), int(Row.BASE), int(Row.POS), int(Row.N_STEPS))
-_M_EMITTED, _M_ONE, _M_DRAFTED, _M_VERIFIED, _M_TAU, _M_KV, _M_ROW = (
-    int(Outcome.EMITTED), int(Outcome.ONE), int(Outcome.DRAFTED), int(Outcome.VERIFIED),
-    int(Outcome.ACCEPTED), int(Outcome.KV), int(Outcome.ROW))
+_UID, _PREFILLED, _FILL, _OUT, _POS = (
+    int(Row.UID), int(Row.PREFILLED), int(Row.FILL), int(Row.OUT), int(Row.POS))
+_M_KV = int(Outcome.KV)
 _EMPTY = np.zeros(0, dtype=_I64)
 _EMPTY.flags.writeable = False
 
 
-class Engine(Admission):
-    """Run one workload through ``config.replicas`` replicas with one policy and cost model."""
+class Engine(Admission, Decode):
+    """Run one workload through ``config.replicas`` replicas with one policy and cost model.
+
+    policy:   the run's policy (simulator.policies.make_policy; copied once per extra replica)
+    capacity: KV-cache tokens per replica (simulator.kv.kv_capacity; None = unlimited)
+    reference: use the per-request reference twin of verification, and check every plan
+    against the policy contract (a user's policy is always checked)
+    """
 
     def __init__(self, config: Any, trace: Any, workload: Any, cost: CostModel, policy: Policy,
-                 reference: bool = False) -> None:
+                 *, capacity: int | None, reference: bool = False) -> None:
         self.config = config
         self.trace = trace
         self.w = workload
@@ -104,7 +100,7 @@ class Engine(Admission):
         self.chunked = bool(config.enable_chunked_prefill)
         self.max_seqs = int(config.max_num_seqs)
         self.max_batched = config.max_num_batched_tokens
-        self.kv_capacity = kv_capacity(config, cost)  # tokens per replica; None = unlimited
+        self.kv_capacity = capacity  # tokens per replica; None = unlimited
         # paged KV (config.kv_mode "paged"): block accounting; None = reserve at admission
         self.blocks = (BlockManager(self.kv_capacity, config.block_size, self.depth, reference)
                        if config.kv_mode == "paged" else None)
@@ -116,6 +112,8 @@ class Engine(Admission):
         self.overhead = float(cost.overhead)  # T_overhead, seconds per step
         self.pass_index = np.arange(max(self.depth, 1), dtype=_I64)
         self.tables = VerifyTables(trace, self.rule) if self.depth and not reference else None
+        self.view_tables = TraceTables(trace)  # policies' whole-trace tables, built once per run
+        self.check_plans = reference or POLICIES.get(policy.name) is not type(policy)
         n = workload.n
         # every request's state column at admission (uid, prompt, out, base, key; zeros else)
         self.initial = np.zeros((len(Row), n), dtype=_I64)  # [len(Row), N]
@@ -248,8 +246,10 @@ class Engine(Admission):
         rep.state[_PREFILLED, sel] = q
         rep.n_prefilling -= joined
         emitted = self.emit_first(rep, sel, end)
-        self.rec.step_rows.append((rep.index, time, end, 0, total, 0, 0, 0, emitted, 0,
-                                   draft_t, target_t, overhead))
+        self.rec.step_rows.append(StepRecord(
+            replica=rep.index, time=time, end=end, batch=0, prefill_tokens=total, drafted=0,
+            verified=0, accepted=0, emitted=emitted, depth=0, draft_time=draft_t,
+            target_time=target_t, overhead_time=overhead))
         self.finish(rep, end)
         return end - time
 
@@ -280,16 +280,17 @@ class Engine(Admission):
             d_idx = np.flatnonzero(state[_PREFILLED] >= state[_FILL])
             sub = state[:, d_idx]
         n = sub.shape[1]
-        emitted = drafted_sum = verified_sum = accepted_sum = depth_used = 0
+        emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
         draft_t, sums, q_len, kv = 0.0, None, _EMPTY, _EMPTY
         if n:
-            m, drafted, verified = self.decide_and_verify(rep, sub, d_idx)
-            (emitted, drafted_sum, verified_sum, accepted_sum, depth_used, draft_t,
-             sums) = self.price_decode(m, drafted)
+            m, plan = self.decide_and_verify(rep, sub, d_idx)
+            (emitted, drafted_sum, verified_sum, accepted_sum, draft_t,
+             sums) = self.price_decode(m, plan)
+            passes = plan.passes
             self.commit(rep, m, d_idx)
             kv = m[_M_KV]
             if rep.n_prefilling or self.from_sums is None:
-                q_len = verified + 1  # the verify pass's query lengths (the arrays, when needed)
+                q_len = plan.verified + 1  # the verify pass's query lengths (when needed)
         prefill_tokens = 0
         if rep.n_prefilling:
             q_len, kv, prefill_draft_t, prefill_tokens, completed = self.prefill_chunks(
@@ -306,82 +307,12 @@ class Engine(Admission):
         if n == 0 and prefill_tokens == 0:  # pragma: no cover - engine invariant
             raise SpecbatchError("simulator: a step with no decode and no prefill "
                                  "(engine invariant broken)")
-        self.rec.step_rows.append((rep.index, time, end, n, prefill_tokens, drafted_sum,
-                                   verified_sum, accepted_sum, emitted, depth_used, draft_t,
-                                   target_t, overhead))
+        self.rec.step_rows.append(StepRecord(
+            replica=rep.index, time=time, end=end, batch=n, prefill_tokens=prefill_tokens,
+            drafted=drafted_sum, verified=verified_sum, accepted=accepted_sum, emitted=emitted,
+            depth=passes, draft_time=draft_t, target_time=target_t, overhead_time=overhead))
         self.finish(rep, end)
         return end - time
-
-    def decide_and_verify(self, rep: Replica, sub: np.ndarray, d_idx: np.ndarray | None
-                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The policy's draft and verify lengths (d_i, s_i) for the decoding requests ``sub``
-        # [len(Row), n] (columns ``d_idx`` of the running batch, None = all of them) and the
-        verifier's τ_i ≤ s_i (common random numbers η from the request's key and position).
-
-        Returns the step's outcome matrix # [len(Outcome), n] (emitted = min(τ + 1, out − t),
-        c = prompt + t, trace row = base + t) and the policy's drafted, verified # [n].
-        """
-        pos = sub[_POS]
-        n = pos.shape[0]
-        m = np.empty((_M_ROW + 1, n), dtype=_I64)
-        m[_M_ONE] = 1
-        np.add(sub[_PROMPT:_BASE + 1], pos, out=m[_M_KV:])  # (c, row) = (prompt, base) + t
-        kv, rows = m[_M_KV], m[_M_ROW]
-        depth = self.depth
-        policy = self.policies[rep.index]
-        budget = policy.k * n if self.config.budget is None else int(self.config.budget)
-        eta = uniforms(sub[_KEY].view(np.uint64), pos, depth) if depth else np.zeros((n, 0))
-        view = StepView(self.trace, rows, kv, budget, depth, eta, self.cost)
-        drafted, verified = policy.decide(view)
-        m[_M_DRAFTED] = drafted
-        m[_M_VERIFIED] = verified
-        if self.reference:
-            m[_M_TAU], m[_M_EMITTED] = self.verify_reference(rep, d_idx, view.q, view.pt, view.z,
-                                                             verified)
-        elif depth:
-            self.tables.tau(rows, verified, eta, out=m[_M_TAU])
-            np.minimum(m[_M_TAU] + 1, sub[_OUT] - pos, out=m[_M_EMITTED])
-        else:
-            m[_M_TAU] = 0
-            np.minimum(1, sub[_OUT] - pos, out=m[_M_EMITTED])
-        policy.observe(verified, m[_M_TAU])
-        return m, drafted, verified
-
-    def price_decode(self, m: np.ndarray, drafted: np.ndarray
-                     ) -> tuple[int, int, int, int, int, float, tuple]:
-        """The step's totals and draft time from the outcome matrix ``m`` # [len(Outcome), n]:
-        (Σ emitted, Σ d, Σ s, Σ τ, D, draft seconds, the verify pass's batch sums (n, Σq, Σc,
-        Σq·c, Σq²) for ``time_from_sums``).
-
-        One Gram product gives Σ·1 and Σ·s of rows EMITTED..KV. The draft runs D = max_i d_i
-        passes; the verify pass has query q_i = s_i + 1, so its batch sums are Σq = Σs + n,
-        Σq·c = Σs·c + Σc and Σq² = Σs² + 2Σs + n (exact integers below 2^53).
-        drafted # [n]
-        """
-        n = m.shape[1]
-        depth = self.depth
-        (emitted, _, drafted_sum, verified_sum, accepted_sum, skv), \
-            (_, _, _, svv, _, svkv) = (m[_M_ONE:_M_TAU:2] @ m[:_M_ROW].T).tolist()  # Σ·1, Σ·s
-        uniform = drafted_sum == n * depth  # every request drafts the full depth
-        depth_used = depth if uniform else int(drafted.max())
-        sums = (n, float(verified_sum + n), float(skv), float(svkv + skv),
-                float(svv + 2 * verified_sum + n))
-        kv = m[_M_KV]
-        if self.from_sums is not None:
-            draft_t = draft_seconds_from_sums(self.from_sums, drafted, kv, depth_used, skv,
-                                              drafted_sum == n * depth_used, self.pass_index)
-        else:
-            draft_t = draft_seconds(self.cost, drafted, kv, depth_used)
-        return emitted, drafted_sum, verified_sum, accepted_sum, depth_used, draft_t, sums
-
-    def commit(self, rep: Replica, m: np.ndarray, d_idx: np.ndarray | None) -> None:
-        """Add the step's increments (``m`` rows EMITTED..ACCEPTED) to state rows
-        POS..N_ACCEPTED of the decoding requests (the reference twin moved POS itself)."""
-        first = _STEPS if self.reference else _POS
-        if d_idx is None:
-            rep.state[first:] += m[first - _POS:_M_TAU + 1]
-        else:
-            rep.state[first:, d_idx] += m[first - _POS:_M_TAU + 1]
 
     def prefill_chunks(self, rep: Replica, q_len: np.ndarray, kv: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, float, int, np.ndarray]:
@@ -391,9 +322,10 @@ class Engine(Admission):
         decode batch's ``q_len``, ``kv`` # [n] followed by the chunks'), the draft's prefill
         seconds, the prompt tokens prefilled and the running-batch indices of the prompts the
         chunks completed # [done]."""
-        p_idx = np.flatnonzero(rep.prefilled < rep.fill)
+        prefilled, fill = rep.state[_PREFILLED], rep.state[_FILL]  # row views: writes go through
+        p_idx = np.flatnonzero(prefilled < fill)
         left = max(int(self.max_batched) - int(q_len.sum()), 0)
-        rem = rep.fill[p_idx] - rep.prefilled[p_idx]
+        rem = fill[p_idx] - prefilled[p_idx]
         chunk = np.clip(left - (np.cumsum(rem) - rem), 0, rem)
         sel = chunk > 0
         if not sel.any():
@@ -406,37 +338,14 @@ class Engine(Admission):
                 if not sel.any():
                     return q_len, kv, 0.0, 0, _EMPTY
                 c_idx, chunk = c_idx[sel], chunk[sel]
-        kv_before = rep.prefilled[c_idx]
+        kv_before = prefilled[c_idx]
         draft_t = (float(self.cost.step_time("draft", chunk, kv_before)) if self.policy.speculates
                    else 0.0)
-        rep.prefilled[c_idx] += chunk
-        done = rep.prefilled[c_idx] >= rep.fill[c_idx]
+        prefilled[c_idx] += chunk
+        done = prefilled[c_idx] >= fill[c_idx]
         rep.n_prefilling -= int(done.sum())
         return (np.concatenate([q_len, chunk]), np.concatenate([kv, kv_before]), draft_t,
                 int(chunk.sum()), c_idx[done])
-
-    def verify_reference(self, rep: Replica, d_idx: np.ndarray | None, q: np.ndarray,
-                         pt: np.ndarray, z: np.ndarray, verified: np.ndarray
-                         ) -> tuple[np.ndarray, np.ndarray]:
-        """Per-request loop twin of the vectorised verify + emit (scalar hash, one row at a
-        time); updates ``rep.pos`` itself. Returns τ and emitted # [n]."""
-        n = verified.shape[0]
-        tau = np.zeros(n, dtype=_I64)
-        emitted = np.zeros(n, dtype=_I64)
-        depth = q.shape[1]
-        for i in range(n):
-            j = i if d_idx is None else int(d_idx[i])
-            p = int(rep.pos[j])
-            if depth:
-                eta = np.asarray([uniforms_scalar(int(rep.key[j].view(np.uint64)), p, depth)])
-                t = int(sample_tau(q[i:i + 1], pt[i:i + 1], z[i:i + 1], verified[i:i + 1], eta,
-                                   self.rule)[0])
-            else:
-                t = 0
-            e = min(t + 1, int(rep.out[j]) - p)
-            rep.pos[j] = p + e
-            tau[i], emitted[i] = t, e
-        return tau, emitted
 
     def finish(self, rep: Replica, end: float) -> None:
         """Retire requests that reached their output length (times stamped ``end``)."""
@@ -447,7 +356,7 @@ class Engine(Admission):
         gone = state[:, done]
         u = gone[_UID]
         self.rec.finish[u] = end
-        self.counts[:, u] = gone[_POS:]  # tokens, steps, drafted, verified, accepted
+        self.counts[:, u] = gone[COMMITTED_ROWS]  # tokens, steps, drafted, verified, accepted
         if self.blocks is not None:
             self.blocks.release(rep, gone)
         elif self.kv_capacity is not None:  # the reservation only matters under a capacity

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from specbatch.simulator.state import STEP_COLUMNS, Records
+from specbatch.simulator.state import FLOAT_STEP_COLUMNS, STEP_COLUMNS, Records
 
 if TYPE_CHECKING:
     from specbatch.simulator.workload import Workload
@@ -63,16 +63,13 @@ def request_table(rec: Records, workload: Workload) -> pd.DataFrame:
 
 
 def step_table(rec: Records) -> pd.DataFrame:
-    """One row per engine step (STEP_COLUMNS)."""
+    """One row per engine step (STEP_COLUMNS: the fields of state.StepRecord)."""
     if not rec.step_rows:
         return pd.DataFrame({c: np.zeros(0) for c in STEP_COLUMNS})
-    cols = list(zip(*rec.step_rows))
-    out = {}
-    for name, values in zip(STEP_COLUMNS, cols):
-        kind = np.float64 if name in ("time", "end", "draft_time", "target_time",
-                                      "overhead_time") else np.int64
-        out[name] = np.asarray(values, dtype=kind)
-    return pd.DataFrame(out)
+    cols = zip(*rec.step_rows)
+    return pd.DataFrame({
+        name: np.asarray(values, dtype=np.float64 if name in FLOAT_STEP_COLUMNS else np.int64)
+        for name, values in zip(STEP_COLUMNS, cols)})
 
 
 def _ratio(a: float, b: float) -> float:

@@ -1,37 +1,35 @@
 """Draft/verify policies: how many tokens each running request drafts and verifies per step.
 
-A policy sees a :class:`StepView` of the decode batch and returns ``(drafted, verified)``,
-both # [n] int64 with ``0 ≤ verified_i ≤ drafted_i ≤ depth``: the draft model runs
-``max(drafted)`` sequential passes over the batch and the target verifies the prefix of
-length ``s_i = verified_i`` (query ``s_i + 1``). Each class documents which signals of the
-view it reads *before* verification; only ``oracle`` and ``hindsight`` read the truth (they
-are bounds). The simulator builds views from trace rows, the live loop from the draft it
-just ran, so both run the same ``decide``.
+A policy sees a :class:`~simulator.view.StepView` of the decode batch and returns
+``(drafted, verified)``, both # [n] int64 with ``0 ≤ verified_i ≤ drafted_i ≤ depth``: the
+draft model runs ``max(drafted)`` sequential passes over the batch and the target verifies the
+prefix of length ``s_i = verified_i`` (query ``s_i + 1``). :func:`simulator.plan.plan_step`
+turns that into the step's :class:`~simulator.plan.Plan` (budget, proposal cap, draft passes)
+for the simulator and the live loop alike. Each class documents which signals of the view it
+reads *before* verification; only ``oracle`` and ``hindsight`` read the truth (they are
+bounds).
 
-Drafters that may propose fewer than K tokens (the n-gram drafter: a trace with a ``proposed``
-column) cap every policy: whatever ``decide`` returns, a request drafts and verifies at most its
-row's proposed count (:meth:`StepView.cap`, applied to every subclass's ``decide``), so
-``fixed`` at k verifies ``min(k, proposed)`` tokens, as vLLM verifies only what its n-gram
-proposer found.
-
-Registry :data:`POLICIES` maps a name to a class built with ``cls(config, trace_k)``; each
-class states the draft depth it needs with :meth:`Policy.required_depth`.
-Budget: ``view.budget`` is C (``config.budget``, default ``k × n``, THEORY.md §5). ``tetris``
-and ``oracle`` allocate exactly under C; ``fixed``, ``dsd``, ``threshold`` and ``hindsight``
-choose per-request lengths and ignore C (documented below).
+Registry: :data:`POLICIES` maps a built-in name to its class; :func:`resolve_policy` also
+accepts ``package.module:Class``, a :class:`Policy` subclass in a user's module
+(docs/policies.md). A class is built with ``cls(config, trace_k)`` and states the draft depth
+it needs with :meth:`Policy.required_depth`. Budget: ``view.budget`` is C (``config.budget``,
+default ``k × n``, THEORY.md §5). ``tetris`` and ``oracle`` allocate exactly under C
+(``budgeted``); ``fixed``, ``dsd``, ``threshold`` and ``hindsight`` choose per-request lengths
+and ignore C (documented below).
 """
 
 from __future__ import annotations
 
-import functools
-import weakref
-from collections.abc import Callable
+import importlib
+import os
+import sys
 from typing import Any
 
 import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.verify import sample_tau
+from specbatch.simulator.view import StepView
 from specbatch.theory.allocate import (
     allocate,
     monotone_optimum,
@@ -39,181 +37,39 @@ from specbatch.theory.allocate import (
     optimal_tree_gains,
     prefix_gains,
 )
-from specbatch.theory.stats import block_weights, token_weights
-
-#: Trace column behind each per-position signal of a :class:`StepView`.
-SIGNALS = {"conf": "draft_conf", "q": "q", "pt": "pt", "z": "z", "p": "p",
-           "accept_tv": "accept_tv"}
-
-_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # trace -> {key: table}
-_LAST: tuple = (None, None, None)  # (weakref to a trace, key, table): the last table served
-
-
-def trace_table(trace: Any, key: tuple, build: Callable[..., Any], *args: Any) -> Any:
-    """``build(*args)`` computed once per (trace, key) and cached (a Trace's arrays are not
-    modified once built); the last table served is answered without a dictionary lookup
-    (one tuple swapped whole, so threads never see a torn entry)."""
-    global _LAST
-    ref, last_key, table = _LAST
-    if ref is not None and ref() is trace and last_key == key:
-        return table
-    cache = _TABLES.setdefault(trace, {})
-    table = cache.get(key)
-    if table is None:
-        table = cache[key] = build(*args)
-    _LAST = (weakref.ref(trace), key, table)
-    return table
-
-
-def confidence_table(trace: Any, depth: int) -> np.ndarray:
-    """TETRIS's surrogate for every trace row: :func:`cumulative_confidence` of the
-    ``draft_conf`` column, cached per trace. Row-wise, so gathering rows of it equals the
-    surrogate of the gathered rows bit for bit.  # [rows, depth]"""
-    return trace_table(trace, ("cumulative_confidence", depth), _confidence_of, trace, depth)
-
-
-def _confidence_of(trace: Any, depth: int) -> np.ndarray:
-    return cumulative_confidence(trace.draft_conf[:, :depth])
-
-
-def cumulative_confidence(conf: np.ndarray) -> np.ndarray:
-    """``Π_{l≤j} min(1, conf_l)``: the draft's own estimate of P(τ ≥ j) (THEORY.md §5; the
-    min absorbs the trace format's 1e-6 slack on probabilities), non-increasing along j.
-
-    conf:    # [n, K] draft's temperature-1 probability of each drafted token
-    returns  # [n, K]
-    """
-    return np.cumprod(np.minimum(conf, 1.0), axis=1)
-
-
-class StepView:
-    """The decode batch as a policy sees it at one step: per-request signals, gathered.
-
-    n:          running requests
-    kv:         # [n] int64 tokens in each request's KV cache (prompt + emitted)
-    budget:     C, draft tokens the target may verify this step
-    depth:      columns of every per-position signal
-    eta:        # [n, depth] the verifier's uniforms (hindsight only), or None
-    cost:       the active cost model (dsd only), or None
-    conf:       # [n, depth] draft's temperature-1 probability of each drafted token
-    q, pt, z:   # [n, depth] the drafted path's true statistics (THEORY.md §3; oracle and
-                hindsight only)
-    p:          # [n, depth] BV's ``P(τ ≥ j | X^j)`` (from q, pt)
-    accept_tv:  # [n, depth] TV's ``Π_{l≤j} min(1, r_l)`` (from q, pt)
-
-    ``StepView(trace, rows, kv, budget, depth, eta, cost)`` is the simulator's view of trace
-    rows ``rows`` # [n]: each signal is gathered from the trace on first access, so a step
-    pays only for what its policy reads. :meth:`from_signals` wraps arrays a caller already
-    holds (the live loop's own draft). :meth:`row_table` serves tables computed row by row
-    from the signals, cached per trace for trace views.
-    """
-
-    __slots__ = ("n", "kv", "budget", "depth", "eta", "cost", "_trace", "_rows", "_given",
-                 "_proposed")
-
-    def __init__(self, trace: Any, rows: np.ndarray, kv: np.ndarray, budget: int, depth: int,
-                 eta: np.ndarray | None, cost: Any = None) -> None:
-        self.n = int(rows.shape[0]) if rows is not None else int(kv.shape[0])
-        self.kv, self.budget, self.depth, self.eta, self.cost = kv, budget, depth, eta, cost
-        self._trace, self._rows, self._given, self._proposed = trace, rows, {}, None
-
-    @classmethod
-    def from_signals(cls, kv: np.ndarray, budget: int, depth: int, eta: np.ndarray | None = None,
-                     cost: Any = None, proposed: np.ndarray | None = None,
-                     **signals: np.ndarray) -> StepView:
-        """A view of arrays the caller holds: ``signals`` among :data:`SIGNALS`, each
-        # [n, depth]; p and accept_tv are derived from q and pt when not given; ``proposed``
-        # [n] the drafter's real tokens per request (None: all K)."""
-        unknown = set(signals) - set(SIGNALS)
-        if unknown:
-            raise SpecbatchError(f"StepView: unknown signals {sorted(unknown)}")
-        view = cls(None, None, np.asarray(kv, dtype=np.int64), int(budget), int(depth), eta,
-                   cost)
-        view._given = dict(signals)
-        view._proposed = None if proposed is None else np.asarray(proposed, dtype=np.int64)
-        return view
-
-    def signal(self, name: str) -> np.ndarray:
-        """The per-position signal ``name`` (:data:`SIGNALS`).  # [n, depth]"""
-        value = self._given.get(name)
-        if value is None:
-            if self._trace is not None:
-                value = getattr(self._trace, SIGNALS[name])[self._rows, : self.depth]
-            elif name in ("p", "accept_tv") and "q" in self._given and "pt" in self._given:
-                weights = block_weights if name == "p" else token_weights
-                value = weights(self._given["q"], self._given["pt"])
-            else:
-                raise SpecbatchError(f"StepView: signal {name!r} was not given to this view")
-            self._given[name] = value
-        return value
-
-    conf = property(lambda self: self.signal("conf"))
-    q = property(lambda self: self.signal("q"))
-    pt = property(lambda self: self.signal("pt"))
-    z = property(lambda self: self.signal("z"))
-    p = property(lambda self: self.signal("p"))
-    accept_tv = property(lambda self: self.signal("accept_tv"))
-
-    def row_table(self, key: tuple, build: Callable[..., Any], *names: str) -> Any:
-        """``build(*signals)`` for this view's rows, where ``build`` works row by row on the
-        signals ``names`` # [rows, depth] and returns arrays (or a tuple of arrays) with one
-        row per input row. Trace views compute it once per trace and ``key`` and gather
-        their rows; array views call it on their own signals."""
-        if self._trace is None:
-            return build(*(self.signal(name) for name in names))
-        trace, depth, rows = self._trace, self.depth, self._rows
-        table = trace_table(trace, (key, depth), lambda: build(
-            *(getattr(trace, SIGNALS[name])[:, :depth] for name in names)))  # built once
-        if isinstance(table, tuple):
-            return tuple(t.take(rows, axis=0) for t in table)
-        return table.take(rows, axis=0)
-
-    @property
-    def proposed(self) -> np.ndarray | None:
-        """Real draft tokens of each request's row # [n] int64, or None (all K): the trace's
-        optional ``proposed`` column (n-gram drafts), or what an array view was given."""
-        if self._trace is None:
-            return self._proposed
-        column = getattr(self._trace, "proposed", None)
-        return None if column is None else column[self._rows]
-
-    def cap(self, drafted: np.ndarray, verified: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(min(drafted, proposed), min(verified, proposed))``: nothing is drafted or verified
-        past what the drafter proposed (the trace's fillers there are never accepted, so only
-        the counted work changes).  drafted, verified # [n]"""
-        proposed = self.proposed
-        if proposed is None:
-            return drafted, verified
-        return np.minimum(drafted, proposed), np.minimum(verified, proposed)
-
-    @property
-    def cum_conf(self) -> np.ndarray:
-        """TETRIS's surrogate :func:`cumulative_confidence` of ``conf``.  # [n, depth]"""
-        if self._trace is None:
-            return cumulative_confidence(self.conf)
-        return confidence_table(self._trace, self.depth).take(self._rows, axis=0)
 
 
 class Policy:
-    """Base class. ``depth``: the most draft tokens (trace columns) this policy may request."""
+    """Base class of every policy, the built-in ones and a user's (docs/policies.md).
+
+    ``Policy(config, trace_k)`` is built once per run (and copied per replica) from the run's
+    :class:`simulator.config.SimConfig` and the trace's draft depth K. At every decode step
+    :func:`simulator.plan.plan_step` calls :meth:`decide` on a :class:`StepView` of the
+    decoding requests, then :meth:`observe` with what the verifier accepted.
+
+    k:      ``config.num_speculative_tokens``
+    depth:  the most draft tokens this policy may ask of a request (:meth:`required_depth`)
+    rule:   ``config.verify`` ("token" TV | "block" BV)
+    budget: ``config.budget`` (None: C = k per decoding request; :func:`simulator.plan.step_budget`)
+    """
 
     name = "base"
     #: Whether the policy drafts at all (``ar`` does not, so it pays no draft prefill either).
     speculates = True
+    #: Whether Σ verified ≤ C holds at every step (checked for a user's policy; built-in
+    #: policies that choose per-request lengths say False).
+    budgeted = True
+    #: Whether the live loop can run it: it decides from draft-side signals after every
+    #: request drafted its full depth (live.loop).
+    live = False
     #: The :class:`StepView` fields ``decide`` reads besides n, budget and depth.
     reads: tuple[str, ...] = ()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Each subclass's own ``decide`` returns lengths capped by :meth:`StepView.cap`."""
-        super().__init_subclass__(**kwargs)
-        decide = cls.__dict__.get("decide")
-        if decide is not None:
-            cls.decide = _capped(decide)
 
     def __init__(self, config: Any, trace_k: int) -> None:
         self.k = int(config.num_speculative_tokens)
         self.depth = self.required_depth(config)
         self.rule = config.verify
+        self.budget = None if config.budget is None else int(config.budget)
 
     @classmethod
     def required_depth(cls, config: Any) -> int:
@@ -223,23 +79,18 @@ class Policy:
         return int(config.num_speculative_tokens) + int(config.extra)
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
+        """``(drafted, verified)``, # [n] int64 each with 0 ≤ verified ≤ drafted ≤ depth."""
         raise NotImplementedError
 
     def observe(self, verified: np.ndarray, accepted: np.ndarray) -> None:
         """Feedback after verification (``verified``, ``accepted`` # [n] int64)."""
 
 
-def _capped(decide: Callable) -> Callable:
-    @functools.wraps(decide)
-    def capped(self: Policy, view: StepView) -> tuple[np.ndarray, np.ndarray]:
-        return view.cap(*decide(self, view))
-    return capped
-
-
 class AutoRegressive(Policy):
     """``ar``: no speculation; one target token per request per step. Reads nothing."""
 
     name = "ar"
+    budgeted = False  # verifies nothing; C is irrelevant
     speculates = False
 
     @classmethod
@@ -258,6 +109,8 @@ class Fixed(Policy):
     """
 
     name = "fixed"
+    budgeted = False
+    live = True
 
     @classmethod
     def required_depth(cls, config: Any) -> int:
@@ -290,6 +143,7 @@ class DynamicSD(Policy):
     """
 
     name = "dsd"
+    budgeted = False
     reads = ("kv", "cost")
     #: The largest window the goodput scan considers.
     MAX_K = 6
@@ -366,6 +220,7 @@ class Tetris(Policy):
     """
 
     name = "tetris"
+    live = True
     reads = ("conf",)
 
     def __init__(self, config: Any, trace_k: int) -> None:
@@ -393,6 +248,7 @@ class Threshold(Policy):
     """
 
     name = "threshold"
+    budgeted = False
     reads = ("conf",)
 
     def __init__(self, config: Any, trace_k: int) -> None:
@@ -454,6 +310,7 @@ class Hindsight(Policy):
     """
 
     name = "hindsight"
+    budgeted = False
     reads = ("q", "pt", "z", "p", "eta")
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
@@ -465,27 +322,76 @@ class Hindsight(Policy):
         return full, best.astype(np.int64)
 
 
+#: The built-in policies by name.
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls for cls in (AutoRegressive, Fixed, DynamicSD, Tetris, Threshold, Oracle, Hindsight)
 }
+#: How a user's policy is named (``--policy``, TOML ``policy``, sweep specs).
+USER_POLICY_FORM = "package.module:Class"
+
+
+def resolve_policy(name: str, where: str = "policy") -> type[Policy]:
+    """The policy class ``name`` names: a built-in (:data:`POLICIES`) or ``module:Class``, a
+    :class:`Policy` subclass imported from ``module`` (found on sys.path, then in the current
+    directory). A bad name is a one-line :class:`SpecbatchError` starting ``where: ``."""
+    cls = POLICIES.get(name)
+    if cls is not None:
+        return cls
+    if not isinstance(name, str) or name.count(":") != 1:
+        raise SpecbatchError(f"{where}: expected one of {', '.join(sorted(POLICIES))} or "
+                             f"{USER_POLICY_FORM} (a Policy subclass), got {name!r}")
+    module_name, class_name = name.split(":")
+    module = import_user_module(module_name, f"{where}: {name!r}")
+    cls = getattr(module, class_name, None) if class_name.isidentifier() else None
+    if cls is None:
+        raise SpecbatchError(f"{where}: {name!r}: module {module_name} "
+                             f"({getattr(module, '__file__', '?')}) has no class {class_name!r}")
+    if not (isinstance(cls, type) and issubclass(cls, Policy)) or cls is Policy:
+        raise SpecbatchError(f"{where}: {name!r}: expected a subclass of "
+                             f"specbatch.simulator.policies.Policy, got {cls!r}")
+    return cls
+
+
+def import_user_module(module_name: str, where: str) -> Any:
+    """``importlib.import_module(module_name)``, looking in the current directory too when
+    sys.path does not have it (a console script's sys.path starts at its own folder); any
+    failure is one line naming the module."""
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        raise SpecbatchError(f"{where}: expected a dotted module name before ':', "
+                             f"got {module_name!r}")
+    cwd = os.getcwd()
+    added = cwd not in sys.path and os.path.abspath(".") not in sys.path and "" not in sys.path
+    if added:
+        sys.path.append(cwd)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise SpecbatchError(f"{where}: cannot import module {module_name} ({exc}; looked "
+                             f"on sys.path and in {cwd})") from None
+    except Exception as exc:  # noqa: BLE001 - any error in the user's module, in one line
+        raise SpecbatchError(f"{where}: importing module {module_name} raised "
+                             f"{type(exc).__name__}: {exc}") from None
+    finally:
+        if added:
+            sys.path.remove(cwd)
 
 
 def make_policy(config: Any, trace_k: int) -> Policy:
-    """Instantiate ``config.policy`` from :data:`POLICIES`."""
-    return POLICIES[config.policy](config, trace_k)
+    """Instantiate ``config.policy`` (:func:`resolve_policy`) for a trace of depth ``trace_k``;
+    a user's class that fails to build, or builds without the base attributes, is one line."""
+    cls = resolve_policy(config.policy)
+    if POLICIES.get(config.policy) is cls:
+        return cls(config, trace_k)
+    try:
+        policy = cls(config, trace_k)
+    except SpecbatchError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a user policy's bug, reported in one line
+        raise SpecbatchError(f"policy {config.policy}: {cls.__name__}(config, trace_k) raised "
+                             f"{type(exc).__name__}: {exc}") from exc
+    missing = [a for a in ("k", "depth", "rule", "budget") if not hasattr(policy, a)]
+    if missing:
+        raise SpecbatchError(f"policy {config.policy}: the instance has no {', '.join(missing)} "
+                             "(call super().__init__(config, trace_k) in its __init__)")
+    return policy
 
-
-def make_view(trace: Any, rows: np.ndarray, budget: int, depth: int, cost: Any = None,
-              kv: np.ndarray | None = None, seed: int = 0) -> StepView:
-    """A :class:`StepView` of arbitrary trace rows (tests, analysis): signals gathered to
-    ``depth`` columns, uniforms keyed by (seed, batch index, row).
-
-    rows: # [n] int trace row indices;  kv: # [n] (default zeros)
-    """
-    from specbatch.simulator.verify import request_keys, uniforms
-
-    rows = np.asarray(rows, dtype=np.int64)
-    n = rows.shape[0]
-    kv = np.zeros(n, dtype=np.int64) if kv is None else np.asarray(kv, dtype=np.int64)
-    eta = uniforms(request_keys(seed, np.arange(n)), rows, depth)
-    return StepView(trace, rows, kv, int(budget), depth, eta, cost)

@@ -26,7 +26,7 @@ from specbatch.simulator.config import FREE_DRAFTS, SimConfig, to_toml, validate
 from specbatch.simulator.engine import Engine
 from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.metrics import request_table, step_table, summarize
-from specbatch.simulator.policies import make_policy
+from specbatch.simulator.policies import Policy, make_policy
 from specbatch.simulator.workload import Workload, build_workload
 
 if TYPE_CHECKING:
@@ -99,10 +99,12 @@ def cap_workload(config: SimConfig, workload: Workload) -> Workload:
 
 
 def run_engine(config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
-               reference: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Run one policy on a prepared workload; returns the request and step tables."""
-    policy = make_policy(config, trace.K)
-    rec = Engine(config, trace, workload, cost, policy, reference=reference).run()
+               policy: Policy, capacity: int | None, reference: bool = False
+               ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run ``policy`` (built from ``config``) on a prepared workload with ``capacity`` KV
+    tokens per replica; returns the request and step tables."""
+    rec = Engine(config, trace, workload, cost, policy, capacity=capacity,
+                 reference=reference).run()
     return request_table(rec, workload), step_table(rec)
 
 
@@ -118,13 +120,14 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     workload = build_workload(config, trace)
     workload = cap_workload(config, workload)
     trace = workload.rows_trace if workload.rows_trace is not None else trace
+    policy = make_policy(config, trace.K)
     footprint = int((workload.prompt_len + workload.output_len).max(initial=0))
-    footprint += make_policy(config, trace.K).depth + 1
+    footprint += policy.depth + 1
     validate_against_trace(config, trace, footprint)
     cost = cost_model if cost_model is not None else build_cost(config)
     capacity = kv_capacity(config, cost)
     check_fits(config, capacity, footprint)
-    requests, steps = run_engine(config, trace, workload, cost, reference)
+    requests, steps = run_engine(config, trace, workload, cost, policy, capacity, reference)
     summary = summarize(requests, steps, config.slo)
     summary["policy"] = config.policy
     summary["verify"] = config.verify
@@ -132,7 +135,8 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     summary["kv_capacity"] = capacity
     if config.speedup:
         ar_config = config.replace(policy="ar", speedup=False)
-        ar_requests, ar_steps = run_engine(ar_config, trace, workload, cost)
+        ar_requests, ar_steps = run_engine(ar_config, trace, workload, cost,
+                                           make_policy(ar_config, trace.K), capacity)
         ar_makespan = summarize(ar_requests, ar_steps)["makespan"]
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))

@@ -62,7 +62,8 @@ def test_tetris_allocation_is_the_simulator_policy_on_the_recorded_confidence(mo
     """At every decode step each request verified the prefix simulator.policies.Tetris
     assigns it from the recorded draft confidence of that step's rows (no live copy of the
     policy). The target scored exactly the verified prefix, so pt > 0 there and 0 after."""
-    from specbatch.simulator.policies import StepView, make_policy
+    from specbatch.simulator.policies import make_policy
+    from specbatch.simulator.view import StepView
 
     cfg = LiveConfig(max_new_tokens=10, policy="tetris", k=2, extra=2, verify="block",
                      temperature=1.0, seed=5)

@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specbatch.simulator import state
 from specbatch.simulator.config import load_config
 from specbatch.simulator.policies import POLICIES
 from specbatch.simulator.run import simulate
-from specbatch.simulator.state import RECORD_ROWS, Outcome, Replica, Row
+from specbatch.simulator.state import RECORD_ROWS, Outcome, Row
 from tests.simulator.helpers import LinearCost, const_trace
 
 COST = LinearCost()
@@ -177,15 +178,29 @@ def test_cost_sums_fast_path_matches_per_pass_calls(synth_trace_natural, kw):
 def test_state_and_outcome_rows_line_up_as_the_decode_step_assumes():
     """One add gives (c, trace row) = (PROMPT, BASE) + t; the outcome rows EMITTED..ACCEPTED
     are the increments of the last state rows POS..N_ACCEPTED, which are the per-request
-    record at finish; KV and ROW close the outcome matrix."""
-    assert Row.BASE == Row.PROMPT + 1 and Outcome.ROW == Outcome.KV + 1 == len(Outcome) - 1
-    tail = [r for r in Row if r >= Row.POS]
-    assert tail[-1] == len(Row) - 1 and len(tail) == len(RECORD_ROWS)
-    assert [o - Outcome.EMITTED for o in Outcome if o <= Outcome.ACCEPTED] == [
-        r - Row.POS for r in tail]
-    assert Outcome.KV == Outcome.ACCEPTED + 1
-    rep = Replica(0)
-    rep.state = np.arange(2 * len(Row)).reshape(len(Row), 2)
-    assert rep.pos.tolist() == rep.state[Row.POS].tolist()
-    rep.n_accepted = [7, 8]
-    assert rep.state[Row.N_ACCEPTED].tolist() == [7, 8]
+    record at finish; the Gram product weighs by ONE and VERIFIED. check_layout asserts it
+    at import and fails on a range that would silently sum the wrong rows."""
+    state.check_layout()
+    assert list(Row)[state.CONTEXT_ROWS] == [Row.PROMPT, Row.BASE]
+    assert list(Outcome)[state.POSITION_OUTCOMES] == [Outcome.KV, Outcome.ROW]
+    assert [r.name for r in list(Row)[state.COMMITTED_ROWS]] == [
+        "POS", "N_STEPS", "N_DRAFTED", "N_VERIFIED", "N_ACCEPTED"]
+    assert len(RECORD_ROWS) == len(list(Outcome)[state.INCREMENT_OUTCOMES])
+
+
+@pytest.mark.parametrize("name, broken", [
+    ("WEIGHT_OUTCOMES", slice(1, 4)), ("CONTEXT_ROWS", slice(5, 7)),
+    ("COUNTER_OUTCOMES", slice(2, 5))])
+def test_a_misaligned_named_range_fails_the_layout_check(monkeypatch, name, broken):
+    monkeypatch.setattr(state, name, broken)
+    with pytest.raises(AssertionError, match="simulator.state layout"):
+        state.check_layout()
+
+
+def test_every_step_is_one_named_record_and_the_columns_are_its_fields(synth_trace_natural):
+    result = simulate(load_config(None, trace="synth", policy="tetris", extra=1, requests=6),
+                      synth_trace_natural, cost_model=LinearCost())
+    assert tuple(result.steps.columns) == state.STEP_COLUMNS == state.StepRecord._fields
+    assert state.FLOAT_STEP_COLUMNS == ("time", "end", "draft_time", "target_time",
+                                        "overhead_time")
+    assert all(result.steps[c].dtype == np.float64 for c in state.FLOAT_STEP_COLUMNS)

@@ -70,7 +70,8 @@ def run_checked(trace, cost=COST, **kw):
     """simulate() through :class:`CheckedEngine`: (request table, step table, summary, log)."""
     config = load_config(None, trace="synth", kv_mode="paged", **kw)
     workload = cap_workload(config, build_workload(config, trace))
-    engine = CheckedEngine(config, trace, workload, cost, make_policy(config, trace.K))
+    engine = CheckedEngine(config, trace, workload, cost, make_policy(config, trace.K),
+                           capacity=kv_capacity(config, cost))
     rec = engine.run()
     requests, steps = request_table(rec, workload), step_table(rec)
     return requests, steps, summarize(requests, steps), engine.log
@@ -261,15 +262,15 @@ def test_chunk_allocation_is_fcfs_and_shrinks_the_first_chunk_that_does_not_fit(
     blocks = BlockManager(capacity=40, block_size=4, depth=1)
     rep = Replica(0)
     rep.state = np.zeros((len(Row), 3), dtype=np.int64)
-    rep.prefilled, rep.fill, rep.blocks = [2, 0, 0], [20, 9, 5], [1, 0, 0]
+    rep.state[[Row.PREFILLED, Row.FILL, Row.BLOCKS]] = [[2, 0, 0], [20, 9, 5], [1, 0, 0]]
     rep.free_blocks = 3
     granted = blocks.allocate_chunks(rep, np.arange(3), np.array([6, 9, 5]))
-    assert granted.tolist() == [6, 8, 0] and rep.blocks.tolist() == [2, 2, 0]
+    assert granted.tolist() == [6, 8, 0] and rep.state[Row.BLOCKS].tolist() == [2, 2, 0]
     assert rep.free_blocks == 0
-    rep.prefilled, rep.fill, rep.blocks = [0, 0, 0], [8, 9, 5], [0, 0, 0]
+    rep.state[[Row.PREFILLED, Row.FILL, Row.BLOCKS]] = [[0, 0, 0], [8, 9, 5], [0, 0, 0]]
     rep.free_blocks = 2
     assert blocks.allocate_chunks(rep, np.arange(1), np.array([8])).tolist() == [7]
-    assert rep.blocks.tolist() == [2, 0, 0] and rep.free_blocks == 0
+    assert rep.state[Row.BLOCKS].tolist() == [2, 0, 0] and rep.free_blocks == 0
 
 
 @pytest.mark.parametrize("kv", [dict(), dict(kv_mode="paged"), dict(kv_capacity=100_000),

@@ -7,15 +7,10 @@ import numpy as np
 import pytest
 
 from specbatch.simulator.config import load_config
-from specbatch.simulator.policies import (
-    POLICIES,
-    DynamicSD,
-    StepView,
-    make_policy,
-    make_view,
-)
+from specbatch.simulator.policies import POLICIES, DynamicSD, make_policy
 from specbatch.simulator.run import simulate
 from specbatch.simulator.verify import expected_accepted
+from specbatch.simulator.view import StepView, make_view
 from specbatch.theory.stats import block_thresholds, block_weights
 from specbatch.traces.synth import SynthConfig, synth_trace
 from tests.simulator.helpers import LinearCost, const_trace

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from specbatch.simulator.config import load_config
-from specbatch.simulator.policies import POLICIES, make_policy, make_view
+from specbatch.simulator.plan import plan_step
+from specbatch.simulator.policies import POLICIES, make_policy
 from specbatch.simulator.run import simulate
+from specbatch.simulator.view import StepView, make_view
 from specbatch.traces.trace import default_meta, make_trace
 from tests.simulator.helpers import LinearCost
 
@@ -43,12 +45,12 @@ def test_fixed_k_verifies_min_k_and_proposed_in_a_view():
     for k in (1, 3, 4):
         fixed = make_policy(load_config(None, trace="synth", policy="fixed", k=k), DEPTH)
         rows = np.arange(10)
-        drafted, verified = fixed.decide(make_view(trace, rows, k * 10, k))
+        drafted, verified, _, _ = plan_step(fixed, make_view(trace, rows, k * 10, k))
         np.testing.assert_array_equal(verified, np.minimum(k, PROPOSED[:10]))
         np.testing.assert_array_equal(drafted, verified)
     plain = ngram_trace(PROPOSED, 1.0, with_column=False)
     fixed = make_policy(load_config(None, trace="synth", policy="fixed", k=3), DEPTH)
-    assert (fixed.decide(make_view(plain, np.arange(10), 30, 3))[1] == 3).all()
+    assert (plan_step(fixed, make_view(plain, np.arange(10), 30, 3)).verified == 3).all()
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
@@ -58,7 +60,8 @@ def test_every_policy_stays_within_the_proposed_count(name):
     policy = make_policy(config, DEPTH)
     rows = np.arange(trace.n_rows)
     view = make_view(trace, rows, 2 * rows.size, policy.depth, cost=LinearCost())
-    drafted, verified = policy.decide(view)
+    drafted, verified, passes, _ = plan_step(policy, view, check=True)
+    assert passes == (drafted.max() if drafted.size else 0)
     assert (drafted <= PROPOSED).all() and (verified <= PROPOSED).all()
     assert (verified <= drafted).all()
 
@@ -80,14 +83,12 @@ def test_capped_run_accepts_what_the_fillers_accept_with_less_verification(verif
 
 
 def test_an_array_view_given_proposed_counts_caps_like_a_trace_view():
-    """The live loop's own draft: StepView.from_signals(proposed=...) caps every policy as
+    """The live loop's own draft: StepView.from_signals(proposed=...) caps every plan as
     the trace's column does; without it nothing is capped."""
-    from specbatch.simulator.policies import StepView
-
     policy = make_policy(load_config(None, trace="synth", policy="fixed", k=3), 4)
     kv = np.array([10, 20, 30])
     capped = StepView.from_signals(kv, 9, 4, proposed=np.array([0, 2, 4]))
     assert capped.proposed.tolist() == [0, 2, 4]
-    assert np.asarray(policy.decide(capped)[1]).tolist() == [0, 2, 3]
+    assert plan_step(policy, capped).verified.tolist() == [0, 2, 3]
     plain = StepView.from_signals(kv, 9, 4)
-    assert plain.proposed is None and np.asarray(policy.decide(plain)[1]).tolist() == [3, 3, 3]
+    assert plain.proposed is None and plan_step(policy, plain).verified.tolist() == [3, 3, 3]
