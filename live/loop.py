@@ -351,7 +351,7 @@ def decode_step(live: Live, batch: Batch) -> Batch:
     batch, gone = retire(live, batch)
     end = step_end(live, start, batch=n, prefill_tokens=0, drafted=int(plan.drafted.sum()),
                    verified=int(s.sum()), accepted=int(tau.sum()), emitted=int(emitted.sum()),
-                   depth=plan.passes, draft_time=draft_t, target_time=target_t)
+                   depth=plan.draft_passes(), draft_time=draft_t, target_time=target_t)
     rec.finish[gone] = end
     return batch
 

@@ -29,8 +29,10 @@ class Admission:
 
     def admit(self, rep: Replica) -> int:
         """FCFS admission; returns how many requests joined (appended to the running arrays)."""
-        room = self.max_seqs - rep.n_running
-        if not rep.waiting or room <= 0:  # the common cases: nobody waits, or the batch is full
+        if not rep.waiting:  # the common cases: nobody waits, or the batch is full
+            return 0
+        room = self.max_seqs - rep.state.shape[1]
+        if room <= 0:
             return 0
         take: list[int] = []
         tokens = 0

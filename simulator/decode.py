@@ -2,7 +2,7 @@
 
 The :class:`~simulator.engine.Engine` mixes this in; its methods read the engine's settings
 (``depth``, ``policies``, ``trace``, ``cost``, ``tables``, ``view_tables``, ``from_sums``,
-``pass_index``, ``reference``, ``check_plans``, ``rule``) and write the outcome matrix
+``pass_index``, ``reference``, ``check_plans``, ``observes``, ``rule``) and write the outcome matrix
 # [len(Outcome), n] (simulator.state) of the step's decoding requests. The matrix rows are
 sliced by the named ranges of simulator.state, whose order ``check_layout`` asserts.
 """
@@ -36,6 +36,7 @@ _KEY, _OUT, _POS = int(Row.KEY), int(Row.OUT), int(Row.POS)
 _M_EMITTED, _M_ONE, _M_DRAFTED, _M_VERIFIED, _M_TAU, _M_KV, _M_ROW = (
     int(Outcome.EMITTED), int(Outcome.ONE), int(Outcome.DRAFTED), int(Outcome.VERIFIED),
     int(Outcome.ACCEPTED), int(Outcome.KV), int(Outcome.ROW))
+_N_OUTCOMES = len(Outcome)  # len() of an Enum class costs ~0.3 µs, paid once per step
 
 
 class Decode:
@@ -52,7 +53,7 @@ class Decode:
         """
         pos = sub[_POS]
         n = pos.shape[0]
-        m = np.empty((len(Outcome), n), dtype=_I64)
+        m = np.empty((_N_OUTCOMES, n), dtype=_I64)
         m[_M_ONE] = 1
         np.add(sub[CONTEXT_ROWS], pos, out=m[POSITION_OUTCOMES])  # (c, row) = (prompt, base) + t
         kv, rows = m[_M_KV], m[_M_ROW]
@@ -73,13 +74,14 @@ class Decode:
         else:
             m[_M_TAU] = 0
             np.minimum(1, sub[_OUT] - pos, out=m[_M_EMITTED])
-        policy.observe(verified, m[_M_TAU])
+        if self.observes:
+            policy.observe(verified, m[_M_TAU])
         return m, plan
 
     def price_decode(self, m: np.ndarray, plan: Plan
-                     ) -> tuple[int, int, int, int, float, tuple]:
+                     ) -> tuple[int, int, int, int, int, float, tuple]:
         """The step's totals and draft time from the outcome matrix ``m`` # [len(Outcome), n]:
-        (Σ emitted, Σ d, Σ s, Σ τ, draft seconds of the plan's D passes, the verify pass's
+        (Σ emitted, Σ d, Σ s, Σ τ, the plan's draft passes D, their seconds, the verify pass's
         batch sums (n, Σq, Σc, Σq·c, Σq²) for ``time_from_sums``).
 
         One Gram product (simulator.state.WEIGHT_OUTCOMES) gives Σ X and Σ s·X of every outcome
@@ -92,13 +94,14 @@ class Decode:
         svv, svkv = by_verified[_M_VERIFIED], by_verified[_M_KV]
         sums = (n, float(verified_sum + n), float(skv), float(svkv + skv),
                 float(svv + 2 * verified_sum + n))
-        passes, kv = plan.passes, m[_M_KV]
+        passes, kv = plan.draft_passes(drafted_sum), m[_M_KV]
         if self.from_sums is not None:
             draft_t = draft_seconds_from_sums(self.from_sums, plan.drafted, kv, passes, skv,
                                               drafted_sum == n * passes, self.pass_index)
         else:
             draft_t = draft_seconds(self.cost, plan.drafted, kv, passes)
-        return total[_M_EMITTED], drafted_sum, verified_sum, total[_M_TAU], draft_t, sums
+        return (total[_M_EMITTED], drafted_sum, verified_sum, total[_M_TAU], passes, draft_t,
+                sums)
 
     def commit(self, rep: Replica, m: np.ndarray, d_idx: np.ndarray | None) -> None:
         """Add the step's increments (outcome rows EMITTED..ACCEPTED) to state rows

@@ -10,8 +10,8 @@ requests and call :func:`plan_step`, the one place that
 3. checks them against the contract when asked (policies loaded from a user's module, the
    reference engine; :func:`check_lengths`),
 4. caps them at what the drafter proposed (n-gram drafts; :meth:`StepView.cap`),
-5. counts the draft passes D = max_i d_i (the draft model runs D sequential passes over the
-   requests still drafting).
+5. returns the plan, whose :meth:`Plan.draft_passes` D = max_i d_i is the count of
+   sequential draft passes over the requests still drafting.
 
 The plan is a chain per request today: request i drafts ``drafted[i]`` tokens and the target
 verifies their first ``verified[i]``. :attr:`Plan.tree` is the slot a draft tree takes.
@@ -33,15 +33,29 @@ class Plan(NamedTuple):
 
     drafted:  # [n] int64 d_i, draft tokens request i drafts
     verified: # [n] int64 s_i ≤ d_i, the prefix of its draft the target verifies
-    passes:   D = max_i d_i, sequential draft passes (0 when nothing is drafted)
+    depth:    the most tokens any request may draft (the policy's depth, d_i ≤ depth)
     tree:     None: every request's draft is a chain (token j's parent is token j − 1). A draft
               tree per request would be described here; no engine runs one yet.
+
+    The draft passes D = max_i d_i are :meth:`draft_passes`.
     """
 
     drafted: np.ndarray
     verified: np.ndarray
-    passes: int
+    depth: int
     tree: Any = None
+
+    def draft_passes(self, drafted_total: int | None = None) -> int:
+        """D = max_i d_i, the draft model's sequential passes (0 for an empty batch).
+
+        drafted_total: Σ d_i when the caller already has it. Σ d_i = n·depth means every
+        request drafts ``depth`` (each d_i ≤ depth), the common case, answered without a
+        reduction over the batch (the simulator's hot path).
+        """
+        n = self.drafted.shape[0]
+        if n and drafted_total == n * self.depth:
+            return self.depth
+        return int(self.drafted.max()) if n else 0
 
 
 def step_budget(k: int, budget: int | None, n: int) -> int:
@@ -69,7 +83,7 @@ def plan_step(policy: Policy, view: StepView, check: bool = False) -> Plan:
     else:
         drafted, verified = policy.decide(view)
     drafted, verified = view.cap(drafted, verified)
-    return Plan(drafted, verified, int(drafted.max()) if view.n else 0)
+    return Plan(drafted, verified, view.depth)
 
 
 def policy_label(policy: Any) -> str:

@@ -175,4 +175,4 @@ class Replica:
 
     @property
     def n_running(self) -> int:
-        return int(self.state.shape[1])
+        return self.state.shape[1]

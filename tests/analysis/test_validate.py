@@ -17,8 +17,8 @@ from specbatch.analysis.validate import accuracy_warnings, validate  # noqa: E40
 from specbatch.live.config import LiveConfig  # noqa: E402
 from specbatch.live.loop import run_live  # noqa: E402
 from specbatch.live.record import write_live  # noqa: E402
-from specbatch.simulator.engine import STEP_COLUMNS  # noqa: E402
 from specbatch.simulator.metrics import REQUEST_COLUMNS  # noqa: E402
+from specbatch.simulator.state import STEP_COLUMNS  # noqa: E402
 from tests.live.helpers import (  # noqa: E402
     IDS,
     PROMPTS,

@@ -60,8 +60,9 @@ def test_every_policy_stays_within_the_proposed_count(name):
     policy = make_policy(config, DEPTH)
     rows = np.arange(trace.n_rows)
     view = make_view(trace, rows, 2 * rows.size, policy.depth, cost=LinearCost())
-    drafted, verified, passes, _ = plan_step(policy, view, check=True)
-    assert passes == (drafted.max() if drafted.size else 0)
+    plan = plan_step(policy, view, check=True)
+    drafted, verified = plan.drafted, plan.verified
+    assert plan.draft_passes() == plan.draft_passes(int(drafted.sum())) == drafted.max()
     assert (drafted <= PROPOSED).all() and (verified <= PROPOSED).all()
     assert (verified <= drafted).all()
 
