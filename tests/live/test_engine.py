@@ -6,6 +6,7 @@ simulator fed the run's own measured step times reproduces it step for step."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -112,6 +113,23 @@ def test_fixed_policy_outputs_do_not_depend_on_batching(models):
 def test_simulator_fed_the_measured_step_times_replays_the_run(models, policy, extra, rule):
     cfg = LiveConfig(max_new_tokens=6, policy=policy, k=2, extra=extra, verify=rule,
                      temperature=1.0, seed=3, max_num_seqs=3, arrival="poisson", rate=30.0)
+    check_replay(models, cfg)
+
+
+def test_a_user_policy_runs_live_and_the_simulator_replays_it(models, monkeypatch):
+    """docs/examples/my_policy.py (``live = True``) through the live loop's checked plan."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "docs" / "examples"))
+    cfg = LiveConfig(max_new_tokens=6, policy="my_policy:ConfidenceFloor", k=2, extra=1,
+                     temperature=1.0, seed=3, max_num_seqs=3, arrival="poisson", rate=30.0)
+    live = check_replay(models, cfg)
+    decode = live.steps[live.steps.batch > 0]
+    assert (decode.drafted == 3 * decode.batch).all() and (decode.depth == 3).all()
+    assert (decode.verified <= 2 * decode.batch).all()
+
+
+def check_replay(models, cfg: LiveConfig):
+    """Run ``cfg`` live, then simulate its recorded trace with its measured step times: the
+    same steps and requests (returns the live result)."""
     live = run_live(*models, PROMPTS, cfg)
     trace = build_trace(live)
     steps = live.steps
@@ -122,3 +140,4 @@ def test_simulator_fed_the_measured_step_times_replays_the_run(models, policy, e
     for col in ("arrival", "first_token", "finish", "tokens", "steps", "verified",
                 "accepted"):
         assert np.array_equal(sim.requests[col].to_numpy(), live.requests[col].to_numpy()), col
+    return live

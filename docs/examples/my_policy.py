@@ -1,0 +1,25 @@
+"""An example user policy: ``specbatch simulate --policy my_policy:ConfidenceFloor``."""
+
+import numpy as np
+
+from specbatch.simulator.policies import Policy
+
+
+class ConfidenceFloor(Policy):
+    """Every request drafts its full depth K = k + e; verify the prefix whose cumulative draft
+    confidence Π_{l≤j} conf_l stays at or above FLOOR, and when those prefixes hold more than
+    the step's budget C tokens, only the C most confident of them."""
+
+    reads = ("conf",)  # StepView signals used before verification
+    live = True  # full-depth draft, draft-side signals only: `specbatch live` may run it
+    FLOOR = 0.3
+
+    def decide(self, view):
+        conf = np.cumprod(np.minimum(view.conf, 1.0), axis=1)  # [n, depth], rows non-increasing
+        score = np.where(conf >= self.FLOOR, conf, -1.0).ravel()
+        best = np.argsort(-score, kind="stable")[: view.budget]  # ties: earlier token first
+        keep = np.zeros(score.shape, dtype=bool)
+        keep[best] = score[best] >= 0
+        verified = keep.reshape(conf.shape).sum(axis=1)  # kept tokens form a prefix of each row
+        drafted = np.full(view.n, self.depth)
+        return drafted, verified
