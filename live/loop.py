@@ -15,8 +15,9 @@ over idle time (:mod:`.pool`).
   - :func:`draft`: K sequential draft passes, each sampling ``X_j ~ Ms(·|c, X^{j-1})``;
     with ``draft = "ngram"`` (:mod:`.ngram`) the prompt-lookup proposer instead: up to K
     one-hot tokens per request, no draft model or cache, its CPU time the draft time;
-  - :func:`decide`: the simulator's ``Policy.decide`` on a :class:`StepView` of the draft's
-    signals, rows in the simulator's batch order (admission order), budget C = k·n;
+  - :func:`decide`: the step's :class:`~simulator.plan.Plan` from the simulator's policy on
+    the draft's signals (:mod:`.decide`: the same ``plan_step`` as the simulator, budget
+    C = k·n, rows in the simulator's batch order);
   - :func:`target_pass`: one pass over the pending token and ``X_1..X_{s_i}``;
   - :func:`verify`: τ with γ = s_i and the simulator's counter-based uniforms
     (:func:`simulator.verify.uniforms` keyed by (seed, request, output position)); the extra
@@ -51,20 +52,15 @@ from specbatch.errors import require
 from specbatch.live.batch import Batch, empty_pending
 from specbatch.live.cache import SlotCache
 from specbatch.live.config import LiveConfig
-from specbatch.live.ngram import (
-    draft_ngram,
-    fed_tokens,
-    filler_signals,
-    proposed_confidence,
-)
+from specbatch.live.decide import plan_from_draft
+from specbatch.live.ngram import draft_ngram, fed_tokens, filler_signals
 from specbatch.live.pool import Pool, arrival_times
 from specbatch.live.record import LiveResult, Recorder
 from specbatch.live.timeline import Timeline
-from specbatch.simulator.plan import Plan, plan_step, policy_label
+from specbatch.simulator.plan import Plan
 from specbatch.simulator.policies import Policy, make_policy
 from specbatch.simulator.state import StepRecord
 from specbatch.simulator.verify import request_keys, uniforms
-from specbatch.simulator.view import StepView
 from specbatch.theory.stats import accept_from_stats
 from specbatch.theory.stats_torch import path_stats_torch, probs_at, sample_inverse_cdf
 from specbatch.theory.verify_torch import accept_and_residual, extra_token_law_torch
@@ -210,42 +206,11 @@ def draft(live: Live, batch: Batch, kv: np.ndarray, pos: np.ndarray):
     return torch.stack(xs, dim=1), torch.stack(rows, dim=1), seconds, None
 
 
-def draft_confidence(draft_logits, draft_tokens) -> np.ndarray:
-    """The draft's temperature-1 probability of each drafted token, computed exactly as
-    :func:`theory.stats_torch.path_stats_torch` computes ``draft_conf`` (so the trace records
-    what the policy read).  draft_logits # [n, K, V], draft_tokens # [n, K] -> # [n, K]"""
-    import torch
-
-    p1 = torch.log_softmax(draft_logits.double(), dim=-1).exp()
-    return p1.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1).cpu().numpy()
-
-
 def decide(live: Live, batch: Batch, kv: np.ndarray, x, draft_logits,
            proposed: np.ndarray | None) -> Plan:
-    """The step's :class:`simulator.plan.Plan` (:func:`simulator.plan.plan_step`, checked) from
-    the simulator's policy on the draft's signals, the rows handed over in the simulator's
-    batch order (admission order) and the plan returned in the batch's row order. With
-    ``proposed`` # [n] (n-gram drafts) the plan caps every request at its proposed count. The
-    draft already ran: a plan that drafts anything but that (every request's full depth, or
-    its proposed count) is a one-line error."""
-    n, depth = x.shape
-    order = np.argsort(live.pool.rank[batch.uid], kind="stable")
-    signals = {}
-    if "conf" in live.policy.reads:
-        signals["conf"] = (draft_confidence(draft_logits, x) if proposed is None
-                           else proposed_confidence(proposed, depth))[order]
-    view = StepView.from_signals(kv[order], 0, depth,
-                                 proposed=None if proposed is None else proposed[order],
-                                 **signals)
-    plan = plan_step(live.policy, view, check=True)
-    drafted, verified = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    drafted[order], verified[order] = plan.drafted, plan.verified
-    ran = np.full(n, depth, dtype=np.int64) if proposed is None else proposed
-    require(np.array_equal(drafted, ran),
-            f"policy {policy_label(live.policy)}: expected a plan drafting what the live loop "
-            f"drafted (every request's full depth {depth}, or its proposed count), got drafted "
-            f"{drafted.tolist()}")
-    return plan._replace(drafted=drafted, verified=verified)
+    """The step's plan (:func:`.decide.plan_from_draft`) in the batch's row order."""
+    return plan_from_draft(live.policy, live.pool.rank[batch.uid], kv, x, draft_logits,
+                           proposed)
 
 
 def target_pass(live: Live, batch: Batch, x, s: np.ndarray, kv: np.ndarray):

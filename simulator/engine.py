@@ -24,8 +24,9 @@ Per replica (one per data-parallel copy; a router sends each arrival to one):
   decode batch plus FCFS prompt chunks filling ``max_num_batched_tokens − Σ(s_i + 1)``.
   Completing a prompt emits the request's first token (TTFT) at the step's end (a
   recomputed prefill emits none: its tokens were emitted before the preemption).
-- Decode step (THEORY.md §5): the policy returns drafted and verified lengths; the draft
-  runs ``max(drafted)`` sequential passes over the requests still drafting (query 1 each,
+- Decode step (THEORY.md §5, simulator.decode): the policy's plan
+  (:func:`simulator.plan.plan_step`, shared with the live loop) gives drafted and verified
+  lengths; the draft runs ``max(drafted)`` sequential passes over the requests still drafting (query 1 each,
   KV ``kv + d``); the target runs one verify pass with query ``s_i + 1``; plus the cost
   model's fixed overhead. τ is sampled from the trace (simulator.verify, common random
   numbers). A request emits ``min(τ + 1, remaining)`` and moves to position ``t + τ + 1``;
@@ -35,7 +36,8 @@ State changes are applied when a step starts (its outcome is fixed then) and tim
 with the step's end; only the router's outstanding count drops at the step end event, which
 is the only state observable while a step runs. The decode hot path is vectorised over the
 batch (numpy arrays for the running batch, no Python loop per request per step);
-``reference=True`` swaps in a per-request loop twin for parity tests and benchmarks.
+``reference=True`` swaps in a per-request loop twin for parity tests and benchmarks. Every
+step is recorded as one :class:`simulator.state.StepRecord`.
 """
 
 from __future__ import annotations
