@@ -53,7 +53,10 @@ class TraceTables:
         """TETRIS's surrogate for every trace row: :func:`cumulative_confidence` of the
         ``draft_conf`` column. Row-wise, so gathering rows of it equals the surrogate of the
         gathered rows bit for bit.  # [rows, depth]"""
-        return self.get(("cumulative_confidence", depth), _confidence_of, self.trace, depth)
+        table = self.built.get(("cumulative_confidence", depth))  # the per-step lookup, inline
+        if table is None:
+            table = self.get(("cumulative_confidence", depth), _confidence_of, self.trace, depth)
+        return table
 
 
 def _confidence_of(trace: Any, depth: int) -> np.ndarray:
