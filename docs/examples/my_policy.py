@@ -11,7 +11,6 @@ class ConfidenceFloor(Policy):
     the step's budget C tokens, only the C most confident of them."""
 
     reads = ("conf",)  # StepView signals used before verification
-    live = True  # full-depth draft, draft-side signals only: `specbatch live` may run it
     FLOOR = 0.3
 
     def decide(self, view):

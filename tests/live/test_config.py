@@ -27,23 +27,9 @@ def test_bad_settings_are_one_line_errors_naming_the_flag(changes, flag):
 
 def test_the_live_policies_are_the_registry_classes_marked_live():
     from specbatch.live.config import LIVE_POLICIES
+    from specbatch.simulator.policies import POLICIES
 
-    assert LIVE_POLICIES == ("fixed", "tetris")
-
-
-def test_a_user_policy_runs_live_only_when_its_class_says_so(tmp_path, monkeypatch):
-    (tmp_path / "live_user_policies.py").write_text(
-        "from specbatch.simulator.policies import Policy\n\n"
-        "class Offline(Policy):\n    pass\n\n"
-        "class Online(Policy):\n    live = True\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    LiveConfig(policy="live_user_policies:Online", extra=1).check()
-    assert LiveConfig(policy="live_user_policies:Online", k=2, extra=1).depth == 3
-    with pytest.raises(SpecbatchError, match="--policy: expected one of fixed, tetris or a "
-                                             "package.module:Class whose class sets live = True"):
-        LiveConfig(policy="live_user_policies:Offline").check()
-    with pytest.raises(SpecbatchError, match="--policy: 'live_user_policies:Nope': module "):
-        LiveConfig(policy="live_user_policies:Nope").check()
+    assert LIVE_POLICIES == tuple(name for name, cls in POLICIES.items() if cls.live)
 
 
 def test_depth_is_computed_once_per_config():
