@@ -59,7 +59,7 @@ from specbatch.live.record import LiveResult, Recorder
 from specbatch.live.timeline import Timeline
 from specbatch.simulator.plan import Plan
 from specbatch.simulator.policies import Policy, make_policy
-from specbatch.simulator.state import StepRecord
+from specbatch.simulator.state import step_record
 from specbatch.simulator.verify import request_keys, uniforms
 from specbatch.theory.stats import accept_from_stats
 from specbatch.theory.stats_torch import path_stats_torch, probs_at, sample_inverse_cdf
@@ -121,7 +121,7 @@ def step_end(live: Live, start: float, **counts: Any) -> float:
     wall = live.clock.now()
     duration = wall - live.mark
     end = start + duration
-    live.rec.step_rows.append(StepRecord(
+    live.rec.step_rows.append(step_record(
         replica=0, time=start, end=end, **counts,
         overhead_time=duration - counts["draft_time"] - counts["target_time"]))
     live.now, live.mark = end, wall

@@ -62,7 +62,7 @@ from specbatch.simulator.state import (
     Records,
     Replica,
     Row,
-    StepRecord,
+    step_record,
 )
 from specbatch.simulator.verify import VerifyTables, request_keys
 from specbatch.simulator.view import TraceTables
@@ -207,7 +207,7 @@ class Engine(Admission, Decode):
                 self.outstanding[payload] -= rep.finishing
                 rep.finishing = 0
                 heap = self.heap
-                if (not rep.scheduled and (rep.waiting or rep.n_running)
+                if (not rep.scheduled and (rep.waiting or rep.state.shape[1])
                         and (not heap or heap[0][0] > time)):
                     # the SCHEDULE event wake() would push is the next one popped (every
                     # queued event is later): start the step now, same order, no heap trip
@@ -254,7 +254,7 @@ class Engine(Admission, Decode):
         rep.state[_PREFILLED, sel] = q
         rep.n_prefilling -= joined
         emitted = self.emit_first(rep, sel, end)
-        self.rec.step_rows.append(StepRecord(
+        self.rec.step_rows.append(step_record(
             replica=rep.index, time=time, end=end, batch=0, prefill_tokens=total, drafted=0,
             verified=0, accepted=0, emitted=emitted, depth=0, draft_time=draft_t,
             target_time=target_t, overhead_time=overhead))
@@ -314,7 +314,7 @@ class Engine(Admission, Decode):
         if n == 0 and prefill_tokens == 0:  # pragma: no cover - engine invariant
             raise SpecbatchError("simulator: a step with no decode and no prefill "
                                  "(engine invariant broken)")
-        self.rec.step_rows.append(StepRecord(
+        self.rec.step_rows.append(step_record(
             replica=rep.index, time=time, end=end, batch=n, prefill_tokens=prefill_tokens,
             drafted=drafted_sum, verified=verified_sum, accepted=accepted_sum, emitted=emitted,
             depth=passes, draft_time=draft_t, target_time=target_t, overhead_time=overhead))

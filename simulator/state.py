@@ -40,6 +40,18 @@ class StepRecord(NamedTuple):
     overhead_time: float
 
 
+def step_record(*, replica: int, time: float, end: float, batch: int, prefill_tokens: int,
+                drafted: int, verified: int, accepted: int, emitted: int, depth: int,
+                draft_time: float, target_time: float, overhead_time: float) -> StepRecord:
+    """A :class:`StepRecord` from its fields by keyword, every one named: the engines' hot
+    path, ~2x cheaper than ``StepRecord(**...)`` (no class call; a test keeps the parameters
+    the record's fields, in order)."""
+    return _tuple_new(StepRecord, (replica, time, end, batch, prefill_tokens, drafted, verified,
+                                   accepted, emitted, depth, draft_time, target_time,
+                                   overhead_time))
+
+
+_tuple_new = tuple.__new__
 #: Columns of the per-step table, in order: the fields of :class:`StepRecord`.
 STEP_COLUMNS: tuple[str, ...] = StepRecord._fields
 #: The per-step columns holding seconds (float64); the others are int64 counts.

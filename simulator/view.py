@@ -37,11 +37,13 @@ class TraceTables:
     """Whole-trace tables keyed by the caller, each ``build(*args)`` run once on first use
     (a Trace's arrays are never modified once built, so a table never goes stale)."""
 
-    __slots__ = ("trace", "built")
+    __slots__ = ("trace", "built", "proposed")
 
     def __init__(self, trace: Any) -> None:
         self.trace = trace
         self.built: dict[tuple, Any] = {}
+        #: the trace's optional ``proposed`` column # [rows] (n-gram drafts), or None
+        self.proposed = getattr(trace, "proposed", None)
 
     def get(self, key: tuple, build: Callable[..., Any], *args: Any) -> Any:
         table = self.built.get(key)
@@ -92,7 +94,7 @@ class StepView:
     def __init__(self, trace: Any, rows: np.ndarray | None, kv: np.ndarray, budget: int,
                  depth: int, eta: np.ndarray | None, cost: Any = None,
                  tables: TraceTables | None = None) -> None:
-        self.n = int(rows.shape[0]) if rows is not None else int(kv.shape[0])
+        self.n = rows.shape[0] if rows is not None else kv.shape[0]
         self.kv, self.budget, self.depth, self.eta, self.cost = kv, budget, depth, eta, cost
         self._trace, self._rows, self._given, self._proposed = trace, rows, {}, None
         self._tables = tables if tables is not None or trace is None else TraceTables(trace)
@@ -154,7 +156,7 @@ class StepView:
         optional ``proposed`` column (n-gram drafts), or what an array view was given."""
         if self._trace is None:
             return self._proposed
-        column = getattr(self._trace, "proposed", None)
+        column = self._tables.proposed
         return None if column is None else column[self._rows]
 
     def cap(self, drafted: np.ndarray, verified: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

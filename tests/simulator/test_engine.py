@@ -204,3 +204,15 @@ def test_every_step_is_one_named_record_and_the_columns_are_its_fields(synth_tra
     assert state.FLOAT_STEP_COLUMNS == ("time", "end", "draft_time", "target_time",
                                         "overhead_time")
     assert all(result.steps[c].dtype == np.float64 for c in state.FLOAT_STEP_COLUMNS)
+
+
+def test_step_record_takes_every_field_by_keyword_in_field_order():
+    """The engines' fast constructor names each field; its parameters are the record's."""
+    import inspect
+
+    params = inspect.signature(state.step_record).parameters
+    assert tuple(params) == state.StepRecord._fields
+    assert all(p.kind is p.KEYWORD_ONLY and p.default is p.empty for p in params.values())
+    values = {name: i for i, name in enumerate(state.StepRecord._fields)}
+    record = state.step_record(**values)
+    assert type(record) is state.StepRecord and record == state.StepRecord(**values)
