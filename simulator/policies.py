@@ -347,8 +347,10 @@ def resolve_policy(name: str, where: str = "policy") -> type[Policy]:
         raise SpecbatchError(f"{where}: {name!r}: module {module_name} "
                              f"({getattr(module, '__file__', '?')}) has no class {class_name!r}")
     if not (isinstance(cls, type) and issubclass(cls, Policy)) or cls is Policy:
+        got = (f"class {cls.__module__}.{cls.__qualname__}" if isinstance(cls, type)
+               else f"a {type(cls).__name__}")
         raise SpecbatchError(f"{where}: {name!r}: expected a subclass of "
-                             f"specbatch.simulator.policies.Policy, got {cls!r}")
+                             f"specbatch.simulator.policies.Policy, got {got}")
     return cls
 
 

@@ -171,7 +171,9 @@ def test_toml_config_and_sweep_spec_name_a_user_policy(user_dir):
     ("my_policy:Missing", "has no class 'Missing'"),
     ("broken_policies:NotAPolicy", "expected a subclass of specbatch.simulator.policies.Policy"),
     ("my_policy:Policy", "expected a subclass"),
-    ("json:JSONDecoder", "expected a subclass"),
+    ("json:JSONDecoder", "expected a subclass of specbatch.simulator.policies.Policy, got "
+                         "class json.decoder.JSONDecoder"),
+    ("os.path:join", "got a function"),
 ])
 def test_a_bad_policy_name_is_a_one_line_config_error(user_dir, name, needle):
     with pytest.raises(SpecbatchError, match="config: field policy: ") as err:
