@@ -1,0 +1,130 @@
+"""TV and BV in torch without host synchronisation (THEORY.md §2-3), padded ragged layout.
+
+The device path of :func:`specbatch.theory.verify_torch.verify_torch`: a fixed sequence of
+tensor operations whose number does not depend on the batch or on the data (no ``.item()``,
+``.tolist()``, ``nonzero`` or Python loop over requests), so a CUDA stream never waits for the
+host and the whole call can be captured in a CUDA graph or compiled by ``torch.compile``.
+
+Inputs (as :mod:`specbatch.theory.verify_torch`'s padded layout): ``draft_tokens`` # [B, K],
+``draft_rows`` # [B, K, V], ``target_rows`` # [B, K+1, V], ``uniforms`` # [B, K], ``lengths``
+# [B] (γ_b ≤ K, default K). They are trusted: the data-dependent checks of the lazy path
+(token ids in range, drafted tokens of positive draft probability) would each be a host
+synchronisation, so only shapes are checked.
+
+Acceptance is half-open, ``η < threshold``, for both rules: a threshold of 0 (a drafted token
+the target gives probability 0) is never accepted, even at ``η = 0``.
+
+Work: TV reads the drafted tokens' probabilities and one row pair at τ; BV computes every
+``Z_{i+1}`` (i = 1..K−1) densely, ``max(p_i Mb − Ms, 0)`` summed over the vocabulary, i.e.
+one pass over both tables — the work the lazy path's backward scan skips where a bound decides
+is done here unconditionally, in exchange for no data-dependent control flow.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specbatch.errors import require
+from specbatch.theory.stats_torch import log_block_weights_torch
+
+
+def _check_shapes(tokens, draft_rows, target_rows, uniforms) -> None:
+    require(tokens.dim() == 2, f"draft_tokens: expected [B, K], got {tuple(tokens.shape)}")
+    b, k = tokens.shape
+    require(draft_rows.dim() == 3 and tuple(draft_rows.shape[:2]) == (b, k),
+            f"draft_rows: expected [{b}, {k}, V], got {tuple(draft_rows.shape)}")
+    v = draft_rows.shape[2]
+    require(tuple(target_rows.shape) == (b, k + 1, v),
+            f"target_rows: expected [{b}, {k + 1}, {v}], got {tuple(target_rows.shape)}")
+    require(tuple(uniforms.shape) == (b, k), f"uniforms: expected [{b}, {k}]")
+
+
+def _thresholds(rule, tokens, draft_rows, target_rows, lengths):
+    """Acceptance thresholds # [B, K] (TV: ``min(1, r_i)``; BV: ``h_i``) and ``p_0..p_K``.
+
+    Past γ_b the threshold is 0 (never accepted). p is None for TV.
+    """
+    b, k = tokens.shape
+    inside = torch.arange(k, device=tokens.device)[None, :] < lengths[:, None]
+    q = draft_rows.gather(2, tokens[..., None]).squeeze(2).double()
+    pt = target_rows[:, :k].gather(2, tokens[..., None]).squeeze(2).double()
+    log_r = torch.where(inside, torch.log(pt) - torch.log(q), 0.0)
+    if rule == "token":
+        return torch.where(inside, torch.exp(torch.clamp(log_r, max=0.0)), 0.0), None
+    p = torch.exp(log_block_weights_torch(log_r))  # p_1..p_K
+    p_full = torch.cat([torch.ones_like(p[:, :1]), p], dim=1)  # p_0..p_K
+    # z[:, j] = Z_{j+2} = Σ_x max(p_{j+1} Mb(x|X^{j+1}) − Ms(x|X^{j+1}), 0), j = 0..K−2
+    weight = p_full[:, 1:k, None].to(target_rows.dtype)
+    z = (weight * target_rows[:, 1:k] - draft_rows[:, 1:k]).clamp_(min=0.0).sum(dim=2).double()
+    z = torch.cat([z, torch.zeros_like(p[:, :1])], dim=1)  # column K−1: unused (h_K = p_K)
+    denom = z + 1.0 - p
+    inner = torch.where(denom > 0, z / torch.where(denom > 0, denom, 1.0), 1.0)
+    position = torch.arange(1, k + 1, device=tokens.device)[None, :]
+    last = position == lengths[:, None]
+    h = torch.where(last, p, torch.where(position < lengths[:, None], inner, 0.0))
+    return h, p_full
+
+
+def sample_rows_sync_free(weights: torch.Tensor, generator=None) -> torch.Tensor:
+    """One inverse-CDF draw per row of non-negative ``weights`` # [B, V] -> # [B] int64.
+
+    ``searchsorted(..., right=True)`` returns the first token whose cumulative weight exceeds
+    ``u · total``, so a zero-weight token is never drawn; a draw rounded past the end takes
+    the row's last positive token.
+    """
+    b, v = weights.shape
+    cdf = torch.cumsum(weights.double(), dim=1)
+    u = torch.rand((b, 1), generator=generator, dtype=torch.float64, device=weights.device)
+    index = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)
+    last_positive = v - 1 - torch.argmax((weights > 0).flip(1).int(), dim=1)
+    return torch.minimum(index, last_positive)
+
+
+def accept_and_weights_sync_free(rule: str, draft_tokens, draft_rows, target_rows, uniforms,
+                                 lengths=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """τ # [B] int64 and the unnormalised extra-token weights # [B, V], without host sync.
+
+    Weights: ``Mb(·|X^γ)`` when τ = γ, else ``max(w Mb(·|X^τ) − Ms(·|X^τ), 0)`` (w = 1 for TV,
+    ``p_τ`` for BV), falling back to ``Mb(·|X^τ)`` when that residual has no mass.
+    """
+    require(rule in ("token", "block"), f"rule: expected 'token' or 'block', got {rule!r}")
+    draft_rows = torch.as_tensor(draft_rows)
+    if draft_rows.dtype in (torch.float16, torch.bfloat16):  # vocabulary sums need ≥ float32
+        draft_rows = draft_rows.float()
+    device = draft_rows.device
+    target_rows = torch.as_tensor(target_rows, device=device).to(draft_rows.dtype)
+    tokens = torch.as_tensor(draft_tokens, device=device).long()
+    uniforms = torch.as_tensor(uniforms, device=device).double()
+    _check_shapes(tokens, draft_rows, target_rows, uniforms)
+    b, k = tokens.shape
+    lengths = (torch.full((b,), k, dtype=torch.long, device=device) if lengths is None
+               else torch.as_tensor(lengths, device=device).long())
+    rows = torch.arange(b, device=device)
+    if k == 0:
+        return torch.zeros(b, dtype=torch.long, device=device), target_rows[:, 0].clone()
+    threshold, p_full = _thresholds(rule, tokens, draft_rows, target_rows, lengths)
+    accept = uniforms < threshold
+    if rule == "token":
+        tau = torch.cumprod(accept.long(), dim=1).sum(dim=1)
+        weight = torch.ones(b, dtype=draft_rows.dtype, device=device)
+    else:
+        position = torch.arange(1, k + 1, device=device)[None, :]
+        tau = torch.where(accept, position, 0).max(dim=1).values
+        weight = p_full.gather(1, tau[:, None]).squeeze(1).to(draft_rows.dtype)
+    mb = target_rows[rows, tau]
+    ms = draft_rows[rows, tau.clamp(max=k - 1)]
+    residual = (weight[:, None] * mb - ms).clamp_(min=0.0)
+    law = torch.where((tau < lengths)[:, None], residual, mb)
+    law = torch.where(law.sum(dim=1, keepdim=True) > 0, law, mb)
+    return tau, law
+
+
+def verify_sync_free(rule: str, draft_tokens, draft_rows, target_rows, uniforms, *,
+                     lengths=None, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Verify a padded batch with ``rule`` without host synchronisation.
+
+    returns (τ # [B] int64, extra token # [B] int64: correction if τ < γ_b, bonus if τ = γ_b)
+    """
+    tau, weights = accept_and_weights_sync_free(rule, draft_tokens, draft_rows, target_rows,
+                                                uniforms, lengths)
+    return tau, sample_rows_sync_free(weights, generator)
