@@ -137,8 +137,8 @@ BUILTINS = {
 
 def _check_triton(name: str) -> None:
     if name.endswith("-triton"):
-        try:
-            import triton  # noqa: F401
+        try:  # the module sets TRITON_INTERPRET before importing Triton when there is no GPU
+            import specbatch.theory.verify_triton  # noqa: F401
         except ImportError:
             raise SpecbatchError(
                 f"VERIFIER {name}: needs Triton (pip install 'specbatch[kernels]')") from None
