@@ -67,6 +67,7 @@ class CaseResult:
     lp_b: float
     violations: tuple  # one-line descriptions of exact-check failures
     lossy: bool
+    exact_tv: float | None  # exact TV from the target of a sampler whose exact law is known
     pair: dict = field(repr=False)
     observed_law: tuple = field(repr=False)  # [V^(γ+1)] frequencies
     target_law: tuple = field(repr=False)  # [V^(γ+1)] Mb(z)
@@ -82,7 +83,7 @@ class CaseResult:
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in (
             "kind", "label", "vocab", "gamma", "samples", "observed_tv", "noise_tv",
-            "mean_tau", "se_tau", "tau_token", "tau_block", "lp_b", "lossy")}
+            "mean_tau", "se_tau", "tau_token", "tau_block", "lp_b", "lossy", "exact_tv")}
         out.update(g=self.fit.g, df=self.fit.df, p_value=self.fit.p_value,
                    detectable_tv=self.fit.detectable_tv, pooled_mass=self.fit.pooled_mass,
                    violations=list(self.violations), pair=self.pair,
@@ -236,10 +237,16 @@ def run_case(sampler: Sampler, case: PairCase, samples: int, batch: int, alpha_c
         zero_hits += hits
         counts += np.bincount(code, minlength=counts.size)
         taus.append(length - 1)
-    return _judge(case, tables, counts, np.concatenate(taus), zero_hits, mismatched, alpha_case)
+    exact_tv = None
+    if sampler.exact_law is not None:
+        law = sampler.exact_law(case, tables, sampler.draft == "greedy")
+        exact_tv = float(0.5 * np.abs(law - tables.target_law).sum())
+    return _judge(case, tables, counts, np.concatenate(taus), zero_hits, mismatched, alpha_case,
+                  exact_tv)
 
 
-def _judge(case, tables, counts, tau, zero_hits, mismatched, alpha_case) -> CaseResult:
+def _judge(case, tables, counts, tau, zero_hits, mismatched, alpha_case,
+           exact_tv=None) -> CaseResult:
     """Turn one pair's counts and τ into a :class:`CaseResult` with its violations."""
     n = int(counts.sum())
     law = tables.target_law
@@ -264,7 +271,7 @@ def _judge(case, tables, counts, tau, zero_hits, mismatched, alpha_case) -> Case
                           f"{best:.4f} (LP B) by {(mean - best) / max(se, 1e-12):.1f} SE")
     return CaseResult(case.kind, case.label, case.pair.vocab, case.gamma, n, fit,
                       total_variation(counts, law), noise_tv(n, law), mean, se, tv_tau, bv_tau,
-                      lp_b, tuple(violations), bool(violations), case.pair.to_json(),
+                      lp_b, tuple(violations), bool(violations), exact_tv, case.pair.to_json(),
                       tuple((counts / n).tolist()), tuple(law.tolist()))
 
 

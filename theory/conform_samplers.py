@@ -35,12 +35,18 @@ DRAFT_LAWS = ("probabilistic", "greedy")
 
 @dataclass(frozen=True)
 class Sampler:
-    """A sampler to check: the callable, its name, the draft law, whether lossy by design."""
+    """A sampler to check: the callable, its name, the draft law, whether lossy by design.
+
+    ``exact_law(case, tables, greedy)``, when known, is the exact law of the first γ+1 tokens
+    (one iteration, then target sampling) of a sampler that is lossy by design, so the report
+    can state its exact distance from the target's law.
+    """
 
     name: str
     fn: Callable
     draft: str = "probabilistic"
     lossy_by_design: bool = False
+    exact_law: Callable | None = None
 
 
 def one_hot_rows(draft_token_ids: torch.Tensor, vocab: int, dtype) -> torch.Tensor:
@@ -108,6 +114,12 @@ def _triton(rule: str):
     return sample
 
 
+def _synthetic_law(case, tables, greedy):
+    from specbatch.theory.conform_synthetic import synthetic_law
+
+    return synthetic_law(case, tables, greedy)
+
+
 def _vllm(name: str):
     def sample(*args, **kwargs):
         from specbatch.theory import conform_vllm
@@ -131,7 +143,8 @@ BUILTINS = {
     "vllm-block": Sampler("vllm-block", _vllm("vllm_block")),
     "vllm-greedy": Sampler("vllm-greedy", _vllm("vllm_standard"), draft="greedy"),
     "vllm-block-greedy": Sampler("vllm-block-greedy", _vllm("vllm_block"), draft="greedy"),
-    "vllm-synthetic": Sampler("vllm-synthetic", _vllm("vllm_synthetic"), lossy_by_design=True),
+    "vllm-synthetic": Sampler("vllm-synthetic", _vllm("vllm_synthetic"), lossy_by_design=True,
+                              exact_law=_synthetic_law),
 }
 
 
@@ -157,7 +170,7 @@ def load_sampler(spec: str, draft: str | None = None) -> Sampler:
         found = BUILTINS[spec]
         if draft is None or draft == found.draft:
             return found
-        return Sampler(found.name, found.fn, draft, found.lossy_by_design)
+        return Sampler(found.name, found.fn, draft, found.lossy_by_design, found.exact_law)
     module_name, colon, attr = spec.partition(":")
     if not colon or not module_name or not attr:
         raise SpecbatchError(f"VERIFIER: expected a built-in ({', '.join(BUILTINS)}) or "

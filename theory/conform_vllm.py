@@ -83,6 +83,9 @@ def _extra_weights(draft_tokens, draft_probs, target_probs, tau, weight) -> torc
         residual[rows, draft_tokens[rows, at]] = 0.0
     else:
         residual = (weight[:, None] * mb - draft_probs[rows, at].double()).clamp_(min=0.0)
+    # A residual without mass (reachable in synthetic mode, or through rounding) is left by
+    # vLLM to a Gumbel argmax over all -inf logits; here it falls back to the target row.
+    residual = torch.where(residual.sum(dim=1, keepdim=True) > 0, residual, mb)
     return torch.where((tau < gamma)[:, None], residual, mb)
 
 

@@ -15,8 +15,8 @@ Acceptance is half-open, ``η < threshold``, for both rules: a threshold of 0 (a
 the target gives probability 0) is never accepted, even at ``η = 0``.
 
 Work: TV reads the drafted tokens' probabilities and one row pair at τ; BV computes every
-``Z_{i+1}`` (i = 1..K−1) densely, ``max(p_i Mb − Ms, 0)`` summed over the vocabulary, i.e.
-one pass over both tables — the work the lazy path's backward scan skips where a bound decides
+``Z_{i+1}`` (i = 1..K−1) densely, ``max(p_i Mb − Ms, 0)`` summed over the vocabulary one
+position at a time (temporaries of [B, V], not [B, K, V]), i.e. one pass over both tables — the work the lazy path's backward scan skips where a bound decides
 is done here unconditionally, in exchange for no data-dependent control flow.
 """
 
@@ -53,10 +53,12 @@ def _thresholds(rule, tokens, draft_rows, target_rows, lengths):
         return torch.where(inside, torch.exp(torch.clamp(log_r, max=0.0)), 0.0), None
     p = torch.exp(log_block_weights_torch(log_r))  # p_1..p_K
     p_full = torch.cat([torch.ones_like(p[:, :1]), p], dim=1)  # p_0..p_K
-    # z[:, j] = Z_{j+2} = Σ_x max(p_{j+1} Mb(x|X^{j+1}) − Ms(x|X^{j+1}), 0), j = 0..K−2
-    weight = p_full[:, 1:k, None].to(target_rows.dtype)
-    z = (weight * target_rows[:, 1:k] - draft_rows[:, 1:k]).clamp_(min=0.0).sum(dim=2).double()
-    z = torch.cat([z, torch.zeros_like(p[:, :1])], dim=1)  # column K−1: unused (h_K = p_K)
+    # z[:, j] = Z_{j+2} = Σ_x max(p_{j+1} Mb(x|X^{j+1}) − Ms(x|X^{j+1}), 0), j = 0..K−2, one
+    # position at a time (K − 1 passes of [B, V] temporaries, a count fixed by the shapes)
+    weight = p_full.to(target_rows.dtype)
+    z = torch.stack([(weight[:, i, None] * target_rows[:, i] - draft_rows[:, i]).clamp_(min=0.0)
+                     .sum(dim=1) for i in range(1, k)] + [torch.zeros_like(weight[:, 0])], dim=1)
+    z = z.double()  # column K−1: unused (h_K = p_K)
     denom = z + 1.0 - p
     inner = torch.where(denom > 0, z / torch.where(denom > 0, denom, 1.0), 1.0)
     position = torch.arange(1, k + 1, device=tokens.device)[None, :]

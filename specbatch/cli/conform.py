@@ -90,9 +90,10 @@ def render(report) -> str:
         lines += ["", f"{c.label}: " + "; ".join(c.violations), f"  pair: {c.pair}",
                   "  largest deviations (tokens: observed vs exact): " + ", ".join(
                       f"{''.join(map(str, t))}: {o:.4f} vs {e:.4f}" for t, o, e in c.worst_cells())]
+    exact = [c.exact_tv for c in report.cases if c.exact_tv is not None]
     lines += ["", f"verdict: {report.verdict}"
-              + (f" (max observed TV from the target law {max(c.observed_tv for c in bad):.3f})"
-                 if bad else "")]
+              + (f" (max observed TV from the target law {max(c.observed_tv for c in bad):.3f}"
+                 + (f", exact {max(exact):.3f}" if exact else "") + ")" if bad else "")]
     return "\n".join(lines)
 
 

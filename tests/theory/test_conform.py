@@ -85,11 +85,17 @@ def test_accepted_tokens_must_be_the_drafted_ones():
     assert any("differ from the draft" in v for v in report.cases[0].violations)
 
 
-def test_synthetic_is_lossy_by_design_and_reports_its_distance():
-    report = conform(load_sampler("vllm-synthetic"), samples=3000, kinds=("paper", "markov"))
+@pytest.mark.parametrize("draft", ["probabilistic", "greedy"])
+def test_synthetic_is_lossy_by_design_and_reports_its_distance(draft):
+    report = conform(load_sampler("vllm-synthetic", draft), samples=3000,
+                     kinds=("paper", "markov", "identical"))
     assert report.verdict == "lossy (by design)" and report.exit_code == 1
     out = report.to_json()
     assert out["max_observed_tv"] > 0.1
+    for case in report.cases:  # the exact distance, and the samples agree with it
+        if case.kind != "identical":
+            assert case.exact_tv > 0.05
+        assert abs(case.observed_tv - case.exact_tv) < 3 * case.noise_tv + 0.01
     assert all("observed_law" in c and "exact_law" in c for c in out["cases"] if c["lossy"])
 
 
