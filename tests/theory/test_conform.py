@@ -64,6 +64,23 @@ def test_the_broken_sampler_is_caught_at_the_default_sample_size():
     assert not next(c for c in report.cases if c.kind == "identical").lossy
 
 
+def wrong_block(draft_token_ids, draft_probs, target_probs, generator=None):
+    """The known wrong block verifier of THEORY.md §3 (products of uniforms, TV's residual)."""
+    from specbatch.theory.verify import _verify_block_wrong
+
+    uniforms = torch.rand(draft_token_ids.shape, generator=generator, dtype=torch.float64)
+    tau, extra = _verify_block_wrong(draft_token_ids.numpy(), draft_probs.numpy(),
+                                     target_probs.numpy(), uniforms.numpy(),
+                                     np.random.default_rng(0))
+    return emit_tokens(draft_token_ids, torch.from_numpy(tau), torch.from_numpy(extra))
+
+
+def test_the_known_wrong_block_verifier_is_caught():
+    report = conform(sampler(wrong_block, "wrong-block"))
+    assert report.exit_code == 1
+    assert any(any("law of the first" in v for v in c.violations) for c in report.cases)
+
+
 def test_accepting_everything_breaks_the_exact_checks():
     report = conform(sampler(accept_everything), samples=2000)
     zero = [c for c in report.cases if c.kind == "zero"]
