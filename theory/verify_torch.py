@@ -297,21 +297,24 @@ def verify_torch(
     offsets=None,
     generator: torch.Generator | None = None,
     sync_free: bool | None = None,
+    max_len: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Verify a batch with ``rule`` ("token" or "block"); see the module docstring for layouts.
 
     ``sync_free``: True runs :func:`specbatch.theory.verify_torch_sync_free.verify_sync_free`
-    (no host synchronisation, a fixed operation count, padded layout only); False the lazy
-    path above (row loop on CPU). None (default): sync-free on CUDA with the padded layout,
-    lazy otherwise.
+    (no host synchronisation, a fixed operation count; the packed layout needs ``max_len`` ≥
+    every γ_b, the engine's ``num_speculative_tokens``); False the lazy path above (row loop
+    on CPU). None (default): sync-free on CUDA (padded, or packed with ``max_len``), lazy
+    otherwise.
     returns (τ # [B] int64, extra token # [B] int64: correction if τ < γ_b, bonus if τ = γ_b)
     """
     if sync_free is None:
-        sync_free = offsets is None and torch.as_tensor(draft_rows).device.type == "cuda"
+        sync_free = ((offsets is None or max_len is not None)
+                     and torch.as_tensor(draft_rows).device.type == "cuda")
     if sync_free:
-        require(offsets is None, "sync_free: expected the padded layout (offsets None)")
         return verify_sync_free(rule, draft_tokens, draft_rows, target_rows, uniforms,
-                                lengths=lengths, generator=generator)
+                                lengths=lengths, offsets=offsets, max_len=max_len,
+                                generator=generator)
     tau, weights = accept_and_residual(
         rule, draft_tokens, draft_rows, target_rows, uniforms, lengths=lengths, offsets=offsets
     )

@@ -16,7 +16,7 @@ from specbatch.theory.verify_torch_sync_free import (
     sample_rows_sync_free,
     verify_sync_free,
 )
-from tests.theory.test_verify_torch import KINDS, make_paths, reference_ragged
+from tests.theory.test_verify_torch import KINDS, make_paths, packed, reference_ragged
 
 
 class CountOps(TorchDispatchMode):
@@ -31,19 +31,25 @@ class CountOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def count_ops(rule, b, seed=0, lengths=True):
+def count_ops(rule, b, seed=0, layout="padded"):
     rng, tokens, dr, tr, uniforms = make_paths("dirichlet", seed, b=b, k=5, v=16)
-    t = [torch.as_tensor(a) for a in (tokens, dr, tr, uniforms)]
-    lens = torch.as_tensor(rng.integers(0, 6, size=b)) if lengths else None
+    lengths = rng.integers(1, 6, size=b)
     generator = torch.Generator().manual_seed(0)
+    if layout == "padded":
+        t = [torch.as_tensor(a) for a in (tokens, dr, tr, uniforms)]
+        kwargs = {"lengths": torch.as_tensor(lengths)}
+    else:
+        *t, offsets = [torch.as_tensor(a) for a in packed(tokens, dr, tr, uniforms, lengths)]
+        kwargs = {"offsets": offsets, "max_len": 5}
     with CountOps() as mode:
-        verify_sync_free(rule, *t, lengths=lens, generator=generator)
+        verify_sync_free(rule, *t, generator=generator, **kwargs)
     return mode.ops
 
 
+@pytest.mark.parametrize("layout", ["padded", "packed"])
 @pytest.mark.parametrize("rule", ["token", "block"])
-def test_no_host_sync_and_a_fixed_operator_count(rule):
-    small, large = count_ops(rule, 8), count_ops(rule, 512, seed=1)
+def test_no_host_sync_and_a_fixed_operator_count(rule, layout):
+    small, large = count_ops(rule, 8, 0, layout), count_ops(rule, 512, 1, layout)
     for ops in (small, large):
         assert "aten._local_scalar_dense" not in ops  # no .item(), .tolist(), bool(tensor)
         assert "aten.nonzero" not in ops  # no data-dependent shapes
@@ -89,6 +95,19 @@ def test_sampling_never_draws_a_zero_weight_token():
     weights[:, 7] = 1.0
     tokens = sample_rows_sync_free(weights, torch.Generator().manual_seed(0))
     assert set(tokens.tolist()) <= {3, 7}
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+def test_packed_layout_gives_the_padded_answer(rule):
+    rng, tokens, dr, tr, uniforms = make_paths("peaked", 4, b=300)
+    lengths = rng.integers(0, 7, size=len(tokens))
+    padded = verify_sync_free(rule, *(torch.as_tensor(a) for a in (tokens, dr, tr, uniforms)),
+                              lengths=torch.as_tensor(lengths),
+                              generator=torch.Generator().manual_seed(2))
+    *t, offsets = [torch.as_tensor(a) for a in packed(tokens, dr, tr, uniforms, lengths)]
+    got = verify_sync_free(rule, *t, offsets=offsets, max_len=6,
+                           generator=torch.Generator().manual_seed(2))
+    assert torch.equal(padded[0], got[0]) and torch.equal(padded[1], got[1])
 
 
 def test_verify_torch_dispatches_to_it_on_request():
