@@ -76,7 +76,8 @@ class _Batch:
             return self.views[1][:, position]
         # past γ_b (the dense Z passes) the row belongs to another request or is clamped to
         # the table: those values are masked out by the thresholds
-        return self.target_flat[(self.t_start + position).clamp(max=self.target_flat.shape[0] - 1)]
+        last = self.target_flat.shape[0] - 1
+        return self.target_flat[(self.t_start + position).clamp(max=last)]
 
 
 def _padded(tokens, draft_rows, target_rows, uniforms, lengths) -> _Batch:
@@ -158,7 +159,8 @@ def sample_rows_sync_free(weights: torch.Tensor, generator=None) -> torch.Tensor
     cdf = torch.cumsum(weights.double(), dim=1)
     u = torch.rand((b, 1), generator=generator, dtype=torch.float64, device=weights.device)
     index = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)
-    last_positive = v - 1 - torch.argmax((weights > 0).flip(1).int(), dim=1)
+    tokens = torch.arange(v, device=weights.device)
+    last_positive = torch.where(weights > 0, tokens, 0).amax(dim=1)
     return torch.minimum(index, last_positive)
 
 
