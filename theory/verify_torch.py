@@ -19,10 +19,11 @@ temperature 0). The per-position statistics are float64, computed in log space:
 and BV's weights use ``log p_i = S_i − max(0, max_{j≤i} S_j)`` with ``S = cumsum(log r)`` (no
 product of many ratios is ever formed).
 
-On CUDA (padded layout) :func:`verify_torch` runs the host-synchronisation-free path of
-:mod:`specbatch.theory.verify_torch_sync_free` (a fixed operation count, every ``Z_{i+1}``
-computed densely); the lazy path below, with its data-dependent row selection, is the CPU
-default.
+On CUDA (the padded layout, or the packed one with ``max_len``) :func:`verify_torch` runs the
+host-synchronisation-free path of :mod:`specbatch.theory.verify_torch_sync_free` (a fixed
+operation count, every ``Z_{i+1}`` computed densely); the lazy path below, with its
+data-dependent row selection (``.tolist()``, ``nonzero``), is the CPU default, where it is
+faster (benchmarks/verify_compile_bench.py).
 
 Work: TV touches the vocabulary once per request (the residual or bonus row at τ). BV scans
 positions backwards from γ (``τ = max{i : η_i ≤ h_i}``, so the first success from the end is
