@@ -106,9 +106,11 @@ def _triton(rule: str):
         from specbatch.theory.verify_triton import verify_triton_padded
 
         draft_probs = _rows(draft_token_ids, draft_probs, target_probs)
-        tau, extra = verify_triton_padded(rule, draft_token_ids, draft_probs, target_probs,
+        device = "cuda" if torch.cuda.is_available() else "cpu"  # else Triton's interpreter
+        tau, extra = verify_triton_padded(rule, draft_token_ids.to(device),
+                                          draft_probs.to(device), target_probs.to(device),
                                           generator=generator)
-        return emit_tokens(draft_token_ids, tau, extra)
+        return emit_tokens(draft_token_ids, tau.cpu(), extra.cpu())
 
     sample.__doc__ = f"theory.verify_triton rule {rule!r} (fused kernel) with the engine signature."
     return sample

@@ -144,6 +144,12 @@ def _verify_kernel(tok_ptr, draft_ptr, target_ptr, eta_ptr, u_ptr, d_start_ptr, 
     tl.store(out_ptr + b, tl.minimum(count, last))
 
 
+def _rand(shape, generator, device) -> torch.Tensor:
+    """float64 uniforms drawn on the generator's device (CPU generators work on CUDA too)."""
+    where = generator.device if generator is not None else device
+    return torch.rand(shape, generator=generator, dtype=torch.float64, device=where).to(device)
+
+
 def _launch(rule, tokens, draft_rows, target_rows, uniforms, d_start, t_start, lengths,
             max_len: int, generator):
     require(rule in ("token", "block"), f"rule: expected 'token' or 'block', got {rule!r}")
@@ -153,7 +159,7 @@ def _launch(rule, tokens, draft_rows, target_rows, uniforms, d_start, t_start, l
     device = draft_rows.device
     tau = torch.empty(b, dtype=torch.long, device=device)
     extra = torch.empty(b, dtype=torch.long, device=device)
-    u = torch.rand(b, generator=generator, dtype=torch.float64, device=device)
+    u = _rand(b, generator, device)
     if b:
         _verify_kernel[(b,)](
             tokens, draft_rows, target_rows, uniforms.double().contiguous(), u, d_start, t_start,
@@ -191,7 +197,7 @@ def verify_triton_padded(rule: str, draft_tokens, draft_rows, target_rows, unifo
     b, k = draft_tokens.shape
     device = draft_rows.device
     if uniforms is None:
-        uniforms = torch.rand((b, k), generator=generator, dtype=torch.float64, device=device)
+        uniforms = _rand((b, k), generator, device)
     arange_b = torch.arange(b, device=device)
     lengths = (torch.full((b,), k, dtype=torch.long, device=device) if lengths is None
                else torch.as_tensor(lengths, device=device).long())

@@ -28,6 +28,11 @@ from tests.theory.test_verify_torch import (  # noqa: E402
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # log(0) in the interpreter
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # compiled on a GPU, interpreted on CPU
+
+
+def on_device(*arrays):
+    return [torch.as_tensor(a, device=DEVICE) for a in arrays]
 
 
 def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> np.ndarray:
@@ -44,24 +49,25 @@ def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> np.ndarray:
 def test_padded_kernel_matches_numpy_tau_and_the_extra_token_law(rule, kind):
     rng, tokens, dr, tr, uniforms = make_paths(kind, 7, b=40, k=4, v=37)
     lengths = rng.integers(0, 5, size=len(tokens))
-    t = [torch.as_tensor(a) for a in (tokens, dr, tr, uniforms)]
-    tau, extra = verify_triton_padded(rule, *t, lengths=torch.as_tensor(lengths),
+    t = on_device(tokens, dr, tr, uniforms)
+    tau, extra = verify_triton_padded(rule, *t, lengths=on_device(lengths)[0],
                                       generator=torch.Generator().manual_seed(3))
-    assert np.array_equal(tau.numpy(), reference_ragged(rule, tokens, dr, tr, uniforms,
-                                                        lengths, rng))
-    _, weights = accept_and_weights_sync_free(rule, *t, lengths=torch.as_tensor(lengths))
+    assert np.array_equal(tau.cpu().numpy(), reference_ragged(rule, tokens, dr, tr, uniforms,
+                                                              lengths, rng))
+    _, weights = accept_and_weights_sync_free(rule, *(torch.as_tensor(a) for a in (
+        tokens, dr, tr, uniforms)), lengths=torch.as_tensor(lengths))
     u = torch.rand(len(tokens), generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    assert np.array_equal(extra.numpy(), inverse_cdf(weights, u))
+    assert np.array_equal(extra.cpu().numpy(), inverse_cdf(weights, u))
 
 
 @pytest.mark.parametrize("rule", ["token", "block"])
 def test_packed_layout_matches_padded(rule):
     rng, tokens, dr, tr, uniforms = make_paths("dirichlet", 8, b=24, k=3, v=20)
     lengths = rng.integers(0, 4, size=len(tokens))
-    t = [torch.as_tensor(a) for a in (tokens, dr, tr, uniforms)]
-    a = verify_triton_padded(rule, *t, lengths=torch.as_tensor(lengths),
+    t = on_device(tokens, dr, tr, uniforms)
+    a = verify_triton_padded(rule, *t, lengths=on_device(lengths)[0],
                              generator=torch.Generator().manual_seed(1))
-    pk = [torch.as_tensor(x) for x in packed(tokens, dr, tr, uniforms, lengths)]
+    pk = on_device(*packed(tokens, dr, tr, uniforms, lengths))
     b = verify_triton(rule, *pk, max_len=3, generator=torch.Generator().manual_seed(1))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
@@ -71,10 +77,11 @@ def test_float32_rows_and_vocabularies_spanning_blocks():
     t = [torch.as_tensor(tokens), torch.as_tensor(dr).float(), torch.as_tensor(tr).float(),
          torch.as_tensor(uniforms)]
     for rule in ("token", "block"):
-        tau, extra = verify_triton_padded(rule, *t, generator=torch.Generator().manual_seed(0))
+        tau, extra = verify_triton_padded(rule, *(x.to(DEVICE) for x in t),
+                                          generator=torch.Generator().manual_seed(0))
         ref, weights = accept_and_weights_sync_free(rule, *t)
-        assert torch.equal(tau, ref)
-        assert bool((weights[torch.arange(6), extra] > 0).all())
+        assert torch.equal(tau.cpu(), ref)
+        assert bool((weights[torch.arange(6), extra.cpu()] > 0).all())
 
 
 @pytest.mark.parametrize("name", ["tv-triton", "bv-triton"])
