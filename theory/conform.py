@@ -227,8 +227,13 @@ def run_case(sampler: Sampler, case: PairCase, samples: int, batch: int, alpha_c
         tokens = torch.from_numpy(tables.drafts[pick])
         draft_rows = None if sampler.draft == "greedy" else torch.from_numpy(
             tables.draft_rows[pick]).to(dtype)
-        out = sampler.fn(tokens, draft_rows, torch.from_numpy(tables.target_rows[pick]).to(dtype),
-                         generator)
+        target_rows = torch.from_numpy(tables.target_rows[pick]).to(dtype)
+        try:
+            out = sampler.fn(tokens, draft_rows, target_rows, generator)
+        except Exception as exc:  # the sampler's own failure is bad input, told in one line
+            message = " ".join(str(exc).split())[:300]
+            raise SpecbatchError(f"VERIFIER {sampler.name}: raised {type(exc).__name__}: "
+                                 f"{message}") from None
         length = check_output(out, m, gamma, vocab, sampler.name)
         arr = out.detach().cpu().numpy()
         accepted = np.arange(gamma)[None, :] < (length - 1)[:, None]

@@ -123,10 +123,29 @@ def test_synthetic_is_lossy_by_design_and_reports_its_distance(draft):
     (lambda d, q, t, g: torch.full((len(d), d.shape[1] + 1), -1), "followed only by -1"),
     (lambda d, q, t, g: torch.full((len(d), d.shape[1] + 1), 99), "token ids outside"),
     (lambda d, q, t, g: d.numpy(), "expected a torch.int64 tensor"),
+    (lambda d, q: d, "raised TypeError"),
 ])
 def test_outputs_breaking_the_engine_contract_are_bad_input(bad, message):
     with pytest.raises(SpecbatchError, match=message):
         conform(sampler(bad), samples=100, kinds=("paper",))
+
+
+def test_vllm_block_has_the_thresholds_of_theory():
+    """vLLM's block mode, rebuilt from its kernels, has BV's p_i and h_i (THEORY.md §3)."""
+    from specbatch.theory.verify import block_path
+    from tests.theory.test_verify_torch import make_paths
+
+    for kind in ("dirichlet", "peaked", "one_hot_draft"):
+        _, tokens, dr, tr, _ = make_paths(kind, 11, b=200, k=4, v=9)
+        p, h = conform_vllm._block_thresholds(torch.as_tensor(tokens), torch.as_tensor(dr),
+                                              torch.as_tensor(tr))
+        p_ref, h_ref = block_path(tokens, dr, tr)
+        assert np.allclose(p[:, 1:].numpy(), p_ref, atol=1e-12)
+        assert np.allclose(h.numpy(), h_ref, atol=1e-12)
+        if kind == "one_hot_draft":  # no draft probabilities: Z = p_i (1 − Mb(X_{i+1}))
+            _, h_none = conform_vllm._block_thresholds(torch.as_tensor(tokens), None,
+                                                       torch.as_tensor(tr))
+            assert np.allclose(h_none.numpy(), h_ref, atol=1e-12)
 
 
 def test_loading_samplers():
