@@ -38,8 +38,10 @@ if not torch.cuda.is_available():  # CPU tensors can only run in the interpreter
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-#: Vocabulary block of the kernels' passes.
+#: Vocabulary block of the kernels' passes and warps per program (untuned: no GPU was at hand;
+#: ``block=`` / ``num_warps=`` of the wrappers override them for a sweep).
 BLOCK_V = 1024
+NUM_WARPS = 4
 
 
 @triton.jit
@@ -151,7 +153,7 @@ def _rand(shape, generator, device) -> torch.Tensor:
 
 
 def _launch(rule, tokens, draft_rows, target_rows, uniforms, d_start, t_start, lengths,
-            max_len: int, generator):
+            max_len: int, generator, block: int = BLOCK_V, num_warps: int = NUM_WARPS):
     require(rule in ("token", "block"), f"rule: expected 'token' or 'block', got {rule!r}")
     require(draft_rows.stride(1) == 1 and target_rows.stride(1) == 1,
             "rows: expected a contiguous vocabulary dimension")
@@ -165,17 +167,18 @@ def _launch(rule, tokens, draft_rows, target_rows, uniforms, d_start, t_start, l
             tokens, draft_rows, target_rows, uniforms.double().contiguous(), u, d_start, t_start,
             lengths, tau, extra, draft_rows.shape[1], draft_rows.stride(0),
             target_rows.stride(0), IS_BLOCK=rule == "block",
-            K_PAD=triton.next_power_of_2(max(max_len, 1)), BLOCK=BLOCK_V)
+            K_PAD=triton.next_power_of_2(max(max_len, 1)), BLOCK=block, num_warps=num_warps)
     return tau, extra
 
 
 def verify_triton(rule: str, draft_tokens, draft_rows, target_rows, uniforms, offsets, *,
-                  max_len: int, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
+                  max_len: int, generator=None, **launch) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed (vLLM) layout: ``draft_tokens`` # [T], ``draft_rows`` # [T, V], ``target_rows``
     # [T+B, V] (request b at ``offsets[b] + b``), ``uniforms`` # [T], ``offsets`` # [B+1]
     (``cu_num_draft_tokens`` with a leading 0). ``max_len`` ≥ every γ_b (the engine's
     ``num_speculative_tokens``; a host number, so no device read is needed).
 
+    ``launch``: ``block`` (vocabulary block, a power of 2) and ``num_warps`` of the launch.
     returns (τ # [B] int64, extra token # [B] int64)
     """
     offsets = torch.as_tensor(offsets, device=draft_rows.device).long()
@@ -183,11 +186,12 @@ def verify_triton(rule: str, draft_tokens, draft_rows, target_rows, uniforms, of
     arange_b = torch.arange(b, device=draft_rows.device)
     return _launch(rule, draft_tokens.long().contiguous(), draft_rows, target_rows,
                    uniforms, offsets[:-1], offsets[:-1] + arange_b, offsets[1:] - offsets[:-1],
-                   max_len, generator)
+                   max_len, generator, **launch)
 
 
 def verify_triton_padded(rule: str, draft_tokens, draft_rows, target_rows, uniforms=None, *,
-                         lengths=None, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
+                         lengths=None, generator=None, **launch
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
     """Padded layout (as :func:`specbatch.theory.verify_torch.verify_torch`): ``draft_tokens``
     # [B, K], ``draft_rows`` # [B, K, V], ``target_rows`` # [B, K+1, V], ``uniforms`` # [B, K]
     (drawn from ``generator`` when None), ``lengths`` # [B] (default K). No copies of the rows.
@@ -206,4 +210,4 @@ def verify_triton_padded(rule: str, draft_tokens, draft_rows, target_rows, unifo
                    draft_rows.contiguous().reshape(b * k, v),
                    target_rows.contiguous().reshape(b * (k + 1), v),
                    torch.as_tensor(uniforms, device=device).reshape(-1), arange_b * k,
-                   arange_b * (k + 1), lengths, k, generator)
+                   arange_b * (k + 1), lengths, k, generator, **launch)
