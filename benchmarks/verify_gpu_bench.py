@@ -31,7 +31,12 @@ are softmax(3·N(0,1) logits) for the target and softmax(logits + 0.5·noise) fo
 
     python benchmarks/verify_gpu_bench.py [--device cuda] [--quick | --full]
         [--batch 64,256] [--gamma 4,8] [--vocab 49152,128256] [--dtype float32,bfloat16]
-        [--warmup 3] [--repeats 10] [--json PATH]
+        [--warmup 3] [--repeats 10] [--impl torch,torch-lazy,torch-sync-free,triton]
+        [--json PATH]
+
+``--impl`` picks the implementations timed side by side: ``torch`` (verify_torch's default:
+the host-sync-free path on CUDA, the lazy path on CPU), ``torch-lazy``, ``torch-sync-free``
+and ``triton`` (theory/verify_triton.py, one fused launch; needs the ``kernels`` extra).
 
 Without CUDA (and without --full) the grid shrinks to --quick (a CPU smoke run, < 60 s).
 """
@@ -51,11 +56,27 @@ import torch
 
 from specbatch.theory.verify_torch import verify_torch
 
+
+def _triton(rule, tokens, draft, target, uniforms, generator=None):
+    from specbatch.theory.verify_triton import verify_triton_padded
+
+    return verify_triton_padded(rule, tokens, draft, target, uniforms, generator=generator)
+
+
+#: Implementations (--impl): verify_torch's default dispatch (sync-free on CUDA, lazy on
+#: CPU), either torch path forced, and the fused Triton kernel (needs the kernels extra).
+IMPLS = {
+    "torch": verify_torch,
+    "torch-lazy": functools.partial(verify_torch, sync_free=False),
+    "torch-sync-free": functools.partial(verify_torch, sync_free=True),
+    "triton": _triton,
+}
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FULL_GRID = {"batch": (64, 256), "gamma": (4, 8), "vocab": (49152, 128256),
              "dtype": ("float32", "bfloat16")}
 QUICK_GRID = {"batch": (16,), "gamma": (4, 8), "vocab": (8192,), "dtype": ("float32", "bfloat16")}
-ROW_FIELDS = ("device", "dtype", "batch", "gamma", "vocab", "itemsize", "bytes", "upcast",
+ROW_FIELDS = ("device", "impl", "dtype", "batch", "gamma", "vocab", "itemsize", "bytes", "upcast",
               "tv_ms", "bv_ms", "bv_over_tv", "tv_gbps", "bv_gbps", "copy_gbps",
               "tv_frac_copy", "bv_frac_copy", "mean_tau_tv", "mean_tau_bv", "goal_met")
 GOAL_FRAC_COPY = 0.6
@@ -129,7 +150,8 @@ def verify_bytes(batch: int, gamma: int, vocab: int, itemsize: int) -> int:
     return (2 * gamma + 1) * batch * vocab * itemsize
 
 
-def bench_config(batch, gamma, vocab, dtypes, device, copy_gbps, warmup, repeats) -> list[dict]:
+def bench_config(batch, gamma, vocab, dtypes, device, copy_gbps, warmup, repeats,
+                 impl: str = "torch") -> list[dict]:
     """One row per dtype for one (B, γ, V); rows are generated once in float32 and cast."""
     tokens, draft32, target32, uniforms = make_batch(batch, gamma, vocab, device)
     rows = []
@@ -140,7 +162,7 @@ def bench_config(batch, gamma, vocab, dtypes, device, copy_gbps, warmup, repeats
         gen = torch.Generator(device=device).manual_seed(1)
         result = {}
         for rule in ("token", "block"):
-            call = functools.partial(verify_torch, rule, tokens, draft, target, uniforms,
+            call = functools.partial(IMPLS[impl], rule, tokens, draft, target, uniforms,
                                      generator=gen)
             result[rule + "_s"] = median_seconds(call, device, warmup, repeats)
             result[rule] = call()  # τ of one more call, for the mean-τ columns
@@ -150,7 +172,7 @@ def bench_config(batch, gamma, vocab, dtypes, device, copy_gbps, warmup, repeats
         bv_gbps = nbytes / result["block_s"] / 1e9
         bv_over_tv = result["block_s"] / result["token_s"]
         rows.append({
-            "device": str(device), "dtype": name, "batch": batch, "gamma": gamma, "vocab": vocab,
+            "device": str(device), "impl": impl, "dtype": name, "batch": batch, "gamma": gamma, "vocab": vocab,
             "itemsize": itemsize, "bytes": nbytes, "upcast": dtype != torch.float32 and
             dtype != torch.float64,
             "tv_ms": 1e3 * result["token_s"], "bv_ms": 1e3 * result["block_s"],
@@ -166,13 +188,13 @@ def bench_config(batch, gamma, vocab, dtypes, device, copy_gbps, warmup, repeats
 
 
 def format_table(rows: list[dict], copy_gbps: float) -> str:
-    head = (f"{'dtype':<9}{'B':>5}{'γ':>3}{'V':>8}{'MB':>9}{'TV ms':>9}{'BV ms':>9}"
+    head = (f"{'impl':<16}{'dtype':<9}{'B':>5}{'γ':>3}{'V':>8}{'MB':>9}{'TV ms':>9}{'BV ms':>9}"
             f"{'BV/TV':>7}{'TV GB/s':>9}{'BV GB/s':>9}{'TV/copy':>8}{'BV/copy':>8}"
             f"{'τ TV':>6}{'τ BV':>6}  goal")
     lines = [f"copy bandwidth {copy_gbps:.1f} GB/s (read + write)", head]
     for r in rows:
         lines.append(
-            f"{r['dtype']:<9}{r['batch']:>5}{r['gamma']:>3}{r['vocab']:>8}{r['bytes'] / 1e6:>9.1f}"
+            f"{r['impl']:<16}{r['dtype']:<9}{r['batch']:>5}{r['gamma']:>3}{r['vocab']:>8}{r['bytes'] / 1e6:>9.1f}"
             f"{r['tv_ms']:>9.3f}{r['bv_ms']:>9.3f}{r['bv_over_tv']:>7.2f}{r['tv_gbps']:>9.1f}"
             f"{r['bv_gbps']:>9.1f}{r['tv_frac_copy']:>8.2f}{r['bv_frac_copy']:>8.2f}"
             f"{r['mean_tau_tv']:>6.2f}{r['mean_tau_bv']:>6.2f}  {'yes' if r['goal_met'] else 'no'}")
@@ -198,6 +220,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--copy-mib", type=int, default=None,
                         help="copy-bandwidth tensor size (1024 on CUDA, 64 otherwise)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--impl", default="torch", help="comma-separated implementations among "
+                        f"{', '.join(IMPLS)} (default torch)")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the rows here")
     return parser.parse_args(argv)
 
@@ -220,8 +244,9 @@ def main(argv=None) -> dict:
     copy_gbps = copy_bandwidth(device, copy_mib * 2**20, warmup, repeats)
     rows = []
     for batch, gamma, vocab in itertools.product(grid["batch"], grid["gamma"], grid["vocab"]):
-        rows += bench_config(batch, gamma, vocab, grid["dtype"], device, copy_gbps, warmup,
-                             repeats)
+        for impl in args.impl.split(","):
+            rows += bench_config(batch, gamma, vocab, grid["dtype"], device, copy_gbps, warmup,
+                                 repeats, impl)
         if device.type == "cuda":  # the config's rows are freed: give the cache back
             torch.cuda.empty_cache()
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())

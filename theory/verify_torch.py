@@ -19,6 +19,12 @@ temperature 0). The per-position statistics are float64, computed in log space:
 and BV's weights use ``log p_i = S_i − max(0, max_{j≤i} S_j)`` with ``S = cumsum(log r)`` (no
 product of many ratios is ever formed).
 
+On CUDA (the padded layout, or the packed one with ``max_len``) :func:`verify_torch` runs the
+host-synchronisation-free path of :mod:`specbatch.theory.verify_torch_sync_free` (a fixed
+operation count, every ``Z_{i+1}`` computed densely); the lazy path below, with its
+data-dependent row selection (``.tolist()``, ``nonzero``), is the CPU default, where it is
+faster (benchmarks/verify_compile_bench.py).
+
 Work: TV touches the vocabulary once per request (the residual or bonus row at τ). BV scans
 positions backwards from γ (``τ = max{i : η_i ≤ h_i}``, so the first success from the end is
 τ) and computes ``Z_{i+1}`` only for requests still unresolved; the residual row computed for
@@ -41,6 +47,7 @@ from specbatch.errors import require
 from specbatch.theory.residual_torch import copy_rows, residual_pass, scan_block, table_rows
 from specbatch.theory.stats_torch import log_block_weights_torch
 from specbatch.theory.verify import RULES
+from specbatch.theory.verify_torch_sync_free import verify_sync_free
 
 
 def _as_long(x, device) -> torch.Tensor:
@@ -290,11 +297,25 @@ def verify_torch(
     lengths=None,
     offsets=None,
     generator: torch.Generator | None = None,
+    sync_free: bool | None = None,
+    max_len: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Verify a batch with ``rule`` ("token" or "block"); see the module docstring for layouts.
 
+    ``sync_free``: True runs :func:`specbatch.theory.verify_torch_sync_free.verify_sync_free`
+    (no host synchronisation, a fixed operation count; the packed layout needs ``max_len`` ≥
+    every γ_b, the engine's ``num_speculative_tokens``); False the lazy path above (row loop
+    on CPU). None (default): sync-free on CUDA (padded, or packed with ``max_len``), lazy
+    otherwise.
     returns (τ # [B] int64, extra token # [B] int64: correction if τ < γ_b, bonus if τ = γ_b)
     """
+    if sync_free is None:
+        sync_free = ((offsets is None or max_len is not None)
+                     and torch.as_tensor(draft_rows).device.type == "cuda")
+    if sync_free:
+        return verify_sync_free(rule, draft_tokens, draft_rows, target_rows, uniforms,
+                                lengths=lengths, offsets=offsets, max_len=max_len,
+                                generator=generator)
     tau, weights = accept_and_residual(
         rule, draft_tokens, draft_rows, target_rows, uniforms, lengths=lengths, offsets=offsets
     )

@@ -55,6 +55,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "run batched speculative decoding on live HF models and measure it"),
     "validate": ("specbatch.cli.live",
                  "predict a live run with the simulator and compare (out of sample with --fit)"),
+    "conform": ("specbatch.cli.conform",
+                "check that a rejection sampler preserves the target's law"),
 }
 
 
