@@ -22,12 +22,13 @@ exit code (``None`` means 0).
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 from collections.abc import Iterable, Sequence
 
 from specbatch import __version__
-from specbatch.cli.common import ArgumentParser, example
+from specbatch.cli.common import ArgumentParser, example, json_stdout
 from specbatch.errors import SpecbatchError
 
 #: Sub-command -> (module that registers it, its one-line ``--help``), in ``--help`` order.
@@ -99,14 +100,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0 if args.command is None else 2
     try:
-        code = args.func(args)
+        with json_stdout(bool(getattr(args, "json", False))):
+            code = args.func(args)
     except SpecbatchError as exc:
-        sys.stderr.write(f"specbatch: error: {exc}\n")
-        return 2
+        return _fail(str(exc))
+    except MemoryError:
+        return _fail("out of memory: the job is larger than this machine can hold; make it "
+                     "smaller (fewer requests, runs, rows or a smaller batch)")
+    except OSError as exc:
+        message = _path_error(exc)
+        if message is None:
+            raise
+        return _fail(message)
     except KeyboardInterrupt:
         sys.stderr.write("specbatch: interrupted\n")
         return 130
     return 0 if code is None else int(code)
+
+
+#: ``OSError`` numbers that describe a path the user gave (too long, not allowed, wrong kind).
+_PATH_ERRNOS = {errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR,
+                errno.EROFS, errno.ELOOP}
+#: ``OSError`` numbers that describe the machine's storage, whatever the path.
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+
+
+def _fail(message: str) -> int:
+    """Print the one-line error and return its exit code."""
+    first = " ".join(message.split("\n"))
+    sys.stderr.write(f"specbatch: error: {first}\n")
+    return 2
+
+
+def _path_error(exc: OSError) -> str | None:
+    """The one-line message for an ``OSError`` about a user's path or a full disk, or None for
+    any other (a bug, which keeps its traceback)."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in _DISK_ERRNOS:
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return f"{reason}{where}; free some space and run again"
+    if exc.errno in _PATH_ERRNOS and exc.filename is not None:
+        name = str(exc.filename)
+        shown = name if len(name) <= 80 else name[:40] + "..." + name[-20:]
+        return f"{shown}: {reason}"
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

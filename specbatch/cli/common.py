@@ -7,10 +7,17 @@ to stdout (see :func:`emit`).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import os
+import re
 import sys
+from collections.abc import Callable, Iterator
+from typing import IO
 
 from specbatch.errors import require
 from specbatch.io import dumps
+from specbatch.limits import INT64_MAX
 
 #: ``--help`` of the shared ``--threads`` flag.
 THREADS_HELP = ("torch CPU threads (default 1 on CPU: every core of a shared machine made "
@@ -43,11 +50,11 @@ PROMPTS_HELP = ("a prompts file: JSONL ({\"prompt\": ...} per line), ShareGPT-st
 def add_ngram_flags(parser: argparse.ArgumentParser) -> None:
     """``--ngram-min``/``--ngram-max``: the prompt-lookup drafter's suffix n-gram bounds
     (``--draft ngram``; resolved by :func:`specbatch.traces.ngram.ngram_bounds`)."""
-    parser.add_argument("--ngram-min", type=int, default=None,
+    parser.add_argument("--ngram-min", type=positive_int, default=None,
                         help="--draft ngram: shortest suffix n-gram to look up, integer >= 1 "
                              "(vLLM prompt_lookup_min; default 5, or --ngram-max when only "
                              "that is given)")
-    parser.add_argument("--ngram-max", type=int, default=None,
+    parser.add_argument("--ngram-max", type=positive_int, default=None,
                         help="--draft ngram: longest suffix n-gram to look up, >= --ngram-min "
                              "(vLLM prompt_lookup_max; default 5, or --ngram-min when only "
                              "that is given)")
@@ -60,7 +67,8 @@ def plural(n: int, word: str) -> str:
 
 def add_threads_flag(parser: argparse.ArgumentParser) -> None:
     """The shared ``--threads N`` flag of the commands that run models (see :func:`set_threads`)."""
-    parser.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
+    parser.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                        help=THREADS_HELP)
 
 
 def set_threads(threads: int | None, device: str) -> int:
@@ -77,15 +85,103 @@ def set_threads(threads: int | None, device: str) -> int:
     return torch.get_num_threads()
 
 
+#: Where :func:`emit` writes its JSON object while :func:`json_stdout` holds stdout back.
+_JSON_STREAM: list[IO[str]] = []
+
+
+@contextlib.contextmanager
+def json_stdout(enabled: bool = True) -> Iterator[None]:
+    """Keep stdout for :func:`emit`'s one JSON object while a ``--json`` command runs.
+
+    Libraries that print at C level (HiGHS writes a banner when a solver object is created)
+    bypass ``sys.stdout``, so file descriptor 1 itself is pointed at stderr, and so is
+    ``sys.stdout``; :func:`emit` writes to the stdout the command started with. When
+    ``sys.stdout`` is not descriptor 1 (a test capturing it), that object is used as is.
+    """
+    if not enabled:
+        yield
+        return
+    original = sys.stdout
+    original.flush()
+    saved = os.dup(1)
+    try:
+        real = original.fileno() == 1
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        real = False
+    stream = os.fdopen(os.dup(saved), "w", encoding="utf-8") if real else original
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    _JSON_STREAM.append(stream)
+    try:
+        yield
+    finally:
+        _JSON_STREAM.pop()
+        sys.stdout.flush()
+        stream.flush()
+        if real:
+            stream.close()
+        os.dup2(saved, 1)
+        os.close(saved)
+        sys.stdout = original
+
+
 def emit(obj: dict, as_json: bool, text: str | None = None) -> None:
     """Print ``obj`` as one JSON object (``as_json``) or ``text`` (default: key: value lines)."""
     if as_json:
-        sys.stdout.write(dumps(obj) + "\n")
+        stream = _JSON_STREAM[-1] if _JSON_STREAM else sys.stdout
+        stream.write(dumps(obj) + "\n")
+        stream.flush()
         return
     if text is None:
         width = max((len(str(k)) for k in obj), default=0)
         text = "\n".join(f"{str(k):<{width}}  {v}" for k, v in obj.items())
     sys.stdout.write(text.rstrip("\n") + "\n")
+
+
+def _integer(text: str, low: int, what: str) -> int:
+    """``text`` as a base-10 integer in [low, 2^63 - 1] (argparse ``type=``)."""
+    try:
+        value = int(text.strip(), 10)
+    except (ValueError, AttributeError):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not low <= value <= INT64_MAX:
+        shown = text if len(text) <= 24 else text[:20] + "..."
+        raise argparse.ArgumentTypeError(f"expected {what} (at most 2^63 - 1), got {shown}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 that fits int64 (counts, sizes, thread numbers)."""
+    return _integer(text, 1, "an integer >= 1")
+
+
+def nonneg_int(text: str) -> int:
+    """An integer >= 0 that fits int64 (budgets, lengths, seeds)."""
+    return _integer(text, 0, "an integer >= 0")
+
+
+#: Seeds are non-negative and fit int64: numpy, torch and the Parquet/JSON outputs take them.
+seed_int = nonneg_int
+
+
+def int_list(item: Callable[[str], int]) -> Callable[[str], tuple[int, ...]]:
+    """A comma-separated list of ``item`` values (``--batch 1,4,16``), at least one."""
+    def parse(text: str) -> tuple[int, ...]:
+        values = tuple(item(v) for v in text.split(",") if v.strip())
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+        return values
+    return parse
+
+
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
+
+
+def device_arg(text: str) -> str:
+    """A torch device this project runs on: cpu, cuda, cuda:N or mps."""
+    if not _DEVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda, cuda:N or mps, got {text!r}")
+    return text
 
 
 def help_without_verb(parser: argparse.ArgumentParser) -> None:
