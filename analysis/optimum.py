@@ -20,6 +20,7 @@ def read_values(path: str) -> np.ndarray:
     """A [N, K] float array from .npy or CSV (comma-separated, no header)."""
     if not os.path.exists(path):
         raise SpecbatchError(f"file {path}: not found")
+    require(os.path.isfile(path), f"file {path}: expected a regular file (.npy or CSV)")
     try:
         if path.endswith(".npy"):
             values = np.load(path, allow_pickle=False)

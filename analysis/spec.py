@@ -40,6 +40,7 @@ from typing import Any
 
 from specbatch.analysis.points import plain, run_key
 from specbatch.errors import SpecbatchError
+from specbatch.inputs import loads_toml, read_text
 from specbatch.simulator.fields import resolve_aliases
 
 try:
@@ -249,8 +250,7 @@ def load_spec(path: str | os.PathLike, config_cls: type | None = None,
     """Read and validate a sweep spec TOML file; ``overrides`` see :func:`apply_overrides`."""
     path = str(path)
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+        data = loads_toml(read_text(path, f"spec {path}"), f"spec {path}")
     except FileNotFoundError:
         raise SpecbatchError(f"spec {path}: file not found") from None
     except tomllib.TOMLDecodeError as exc:

@@ -48,6 +48,19 @@ MAX_DP_OPERATIONS = 10**11
 #: Simulated requests in one run (each carries its replayed positions and per-step records).
 MAX_SIMULATED_REQUESTS = 10_000_000
 
+#: Drafted tokens per position (K) of a capture or live run: real drafters use a handful.
+MAX_DEPTH = 256
+
+#: Requests (or positions) in one forward pass, and generated tokens per request.
+MAX_BATCH = 65_536
+MAX_NEW_TOKENS = 1_000_000
+
+#: Tokens in one request's context (KV cache, prompt): beyond any model's window.
+MAX_CONTEXT_TOKENS = 2**24
+
+#: Tokens (batch x (kv + query)) of the largest ``profile`` cell without --max-cell-tokens.
+MAX_PROFILE_CELL_TOKENS = 16 * 2**20
+
 #: Bytes read from one user-supplied text input (config, spec, pair, values, prompts).
 MAX_INPUT_BYTES = 256 * 2**20
 
@@ -89,8 +102,8 @@ def check_size(what: str, amount: float, limit: float, unit: str, hint: str = ""
     if amount <= limit or allowed():
         return
     advice = f"{hint}, or set" if hint else "set"
-    raise SpecbatchError(f"{what}: {_human(amount)} {unit} exceeds the limit of {_human(limit)} "
-                         f"{unit}; {advice} {ALLOW_ENV}=1 to run it anyway")
+    raise SpecbatchError(f"{what}: {_human(amount)} {unit} exceeds the limit of {_human(limit)}; "
+                         f"{advice} {ALLOW_ENV}=1 to run it anyway")
 
 
 def check_memory(what: str, nbytes: float, hint: str = "") -> None:
@@ -135,6 +148,12 @@ def check_allocation(what: str, n: int, k: int, budget: int, milp: bool) -> None
     if milp:
         check_size(f"{what}: --milp", n * k, MAX_MILP_VARIABLES, "binary variables (N x K)",
                    "drop --milp (the DP gives the same optimum)")
+
+
+def trace_bytes(requests: int, positions_per_request: float, depth: int) -> float:
+    """Rough memory of a trace held in numpy: per position row ~6 [K] float64 columns and a
+    few scalars, twice over (the arrays and the Parquet/pandas copy being written)."""
+    return 2.0 * requests * max(1.0, positions_per_request) * (6 * depth + 4) * 8
 
 
 def simulation_bytes(requests: int, output_len: float, k: int, replicas: int = 1) -> float:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.inputs import loads_json, read_text
 from specbatch.io import atomic_write
 
 Number = Fraction | float
@@ -274,8 +275,7 @@ def pair_from_dict(raw: Any, source: str = "pair") -> ModelPair:
 def read_pair(path: str) -> ModelPair:
     """Read a pair from a JSON file; one-line :class:`SpecbatchError` on any problem."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            raw = json.load(fh)
+        raw = loads_json(read_text(path, f"file {path}"), f"file {path}")
     except FileNotFoundError:
         raise SpecbatchError(f"file {path}: not found") from None
     except json.JSONDecodeError as exc:

@@ -11,10 +11,16 @@ from specbatch.cli.common import (
     add_json_flag,
     add_ngram_flags,
     add_threads_flag,
+    capped_int,
+    device_arg,
     emit,
     example,
+    nonneg_float,
+    positive_int,
+    seed_int,
     set_threads,
 )
+from specbatch.limits import MAX_BATCH, MAX_DEPTH, MAX_NEW_TOKENS
 from specbatch.traces.prompts import resolve_prompts
 
 
@@ -44,21 +50,24 @@ def register(subparsers) -> None:
                         "records what the models think of real text)")
     p.add_argument("--out", required=True,
                    help="trace directory to write (new or empty; non-empty only with --resume)")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="reference output length cap")
-    p.add_argument("--depth", type=int, default=8, help="K, drafted tokens per position")
-    p.add_argument("--temperature", type=float, default=1.0,
+    p.add_argument("--max-new-tokens", type=capped_int(MAX_NEW_TOKENS), default=128,
+                   help="reference output length cap")
+    p.add_argument("--depth", type=capped_int(MAX_DEPTH), default=8,
+                   help="K, drafted tokens per position")
+    p.add_argument("--temperature", type=nonneg_float, default=1.0,
                    help="sampling temperature T (0: greedy; default: 1, while live defaults to 0)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--device", type=device_arg, default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    p.add_argument("--batch-size", type=int, default=32,
+    p.add_argument("--batch-size", type=capped_int(MAX_BATCH), default=32,
                    help="positions per batched draft/target pass (does not change the content)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--resume", action="store_true", help="finish an interrupted capture in --out")
-    p.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
-    p.add_argument("--max-prompt-tokens", type=int, default=512)
+    p.add_argument("--limit", type=positive_int, default=None, help="use only the first N prompts")
+    p.add_argument("--max-prompt-tokens", type=positive_int, default=512,
+                   help="longer prompts keep their last N tokens")
     p.add_argument("--no-stop-at-eos", action="store_true",
                    help="always generate --max-new-tokens (default: stop after the target's EOS)")
-    p.add_argument("--chunk-requests", type=int, default=8, help="requests per positions file")
+    p.add_argument("--chunk-requests", type=positive_int, default=8, help="requests per positions file")
     p.add_argument("--store-dtype", default="float64", choices=["float64", "float32"],
                    help="on-disk precision of the float columns (float32: half the size)")
     add_threads_flag(p)

@@ -17,7 +17,7 @@ from typing import IO
 
 from specbatch.errors import require
 from specbatch.io import dumps
-from specbatch.limits import INT64_MAX
+from specbatch.limits import ALLOW_ENV, INT64_MAX, allowed
 
 #: ``--help`` of the shared ``--threads`` flag.
 THREADS_HELP = ("torch CPU threads (default 1 on CPU: every core of a shared machine made "
@@ -50,11 +50,11 @@ PROMPTS_HELP = ("a prompts file: JSONL ({\"prompt\": ...} per line), ShareGPT-st
 def add_ngram_flags(parser: argparse.ArgumentParser) -> None:
     """``--ngram-min``/``--ngram-max``: the prompt-lookup drafter's suffix n-gram bounds
     (``--draft ngram``; resolved by :func:`specbatch.traces.ngram.ngram_bounds`)."""
-    parser.add_argument("--ngram-min", type=positive_int, default=None,
+    parser.add_argument("--ngram-min", type=int, default=None,
                         help="--draft ngram: shortest suffix n-gram to look up, integer >= 1 "
                              "(vLLM prompt_lookup_min; default 5, or --ngram-max when only "
                              "that is given)")
-    parser.add_argument("--ngram-max", type=positive_int, default=None,
+    parser.add_argument("--ngram-max", type=int, default=None,
                         help="--draft ngram: longest suffix n-gram to look up, >= --ngram-min "
                              "(vLLM prompt_lookup_max; default 5, or --ngram-min when only "
                              "that is given)")
@@ -144,9 +144,12 @@ def _integer(text: str, low: int, what: str) -> int:
         value = int(text.strip(), 10)
     except (ValueError, AttributeError):
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    if not low <= value <= INT64_MAX:
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+    if value > INT64_MAX:
         shown = text if len(text) <= 24 else text[:20] + "..."
-        raise argparse.ArgumentTypeError(f"expected {what} (at most 2^63 - 1), got {shown}")
+        raise argparse.ArgumentTypeError(f"expected {what} of at most 2^63 - 1 (int64), got "
+                                         f"{shown}")
     return value
 
 
@@ -158,6 +161,29 @@ def positive_int(text: str) -> int:
 def nonneg_int(text: str) -> int:
     """An integer >= 0 that fits int64 (budgets, lengths, seeds)."""
     return _integer(text, 0, "an integer >= 0")
+
+
+def capped_int(limit: int, low: int = 1) -> Callable[[str], int]:
+    """An integer in [low, limit]; past ``limit`` (a size that cannot finish or fit) it is
+    refused unless ``SPECBATCH_ALLOW_LARGE=1`` (see :mod:`specbatch.limits`)."""
+    def parse(text: str) -> int:
+        value = _integer(text, low, f"an integer >= {low}")
+        if value > limit and not allowed():
+            raise argparse.ArgumentTypeError(
+                f"{value} exceeds the limit of {limit}; set {ALLOW_ENV}=1 to run it anyway")
+        return value
+    return parse
+
+
+def nonneg_float(text: str) -> float:
+    """A finite float >= 0 (temperatures, seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
 
 
 #: Seeds are non-negative and fit int64: numpy, torch and the Parquet/JSON outputs take them.

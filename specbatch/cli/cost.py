@@ -16,8 +16,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specbatch.cli.common import add_json_flag, emit, example, help_without_verb
+from specbatch.cli.common import (
+    add_json_flag,
+    capped_int,
+    emit,
+    example,
+    help_without_verb,
+    positive_int,
+)
 from specbatch.errors import require
+from specbatch.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DEPTH
 from specbatch.simulator.cost import (
     build_cost_model,
     execution_info,
@@ -61,7 +69,7 @@ def register(subparsers) -> None:
     fit.add_argument("--target", help="target model to select when the profile holds several")
     fit.add_argument("--draft", help="draft model to select when the profile holds several")
     fit.add_argument("--device", help="device to select when the profile holds several")
-    fit.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
+    fit.add_argument("--folds", type=positive_int, default=5, help="cross-validation folds (default 5)")
     add_json_flag(fit)
     fit.set_defaults(func=run_fit)
 
@@ -79,15 +87,15 @@ def register(subparsers) -> None:
     show.add_argument("--hardware", default="h100", help=f"one of {', '.join(HARDWARE)}")
     show.add_argument("--target", default="vicuna-33b", help="target model shape")
     show.add_argument("--draft", default="vicuna-68m", help="draft model shape")
-    show.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of the target")
+    show.add_argument("--tp", type=capped_int(MAX_BATCH), default=1, help="tensor-parallel degree of the target")
     show.add_argument("--execution", default=DEFAULT_EXECUTION, choices=tuple(EXECUTIONS),
                       help="roofline launch-latency preset (default %(default)s; eager = "
                            "host-bound HF forward, fitted to the H100 profiles)")
-    show.add_argument("--batch", type=int, nargs="+", default=list(DEFAULT_BATCHES),
+    show.add_argument("--batch", type=capped_int(MAX_BATCH), nargs="+", default=list(DEFAULT_BATCHES),
                       help="batch sizes (requests per pass)")
-    show.add_argument("--kv", type=int, default=512, help="cached tokens per request (default 512)")
-    show.add_argument("--k", type=int, default=3, help="speculative tokens per request (default 3)")
-    show.add_argument("--prompt", type=int, default=512, help="prompt length for the prefill row")
+    show.add_argument("--kv", type=capped_int(MAX_CONTEXT_TOKENS, low=0), default=512, help="cached tokens per request (default 512)")
+    show.add_argument("--k", type=capped_int(MAX_DEPTH, low=0), default=3, help="speculative tokens per request (default 3)")
+    show.add_argument("--prompt", type=capped_int(MAX_CONTEXT_TOKENS), default=512, help="prompt length for the prefill row")
     add_json_flag(show)
     show.set_defaults(func=run_show)
     help_without_verb(cost)

@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specbatch.cli.common import add_json_flag, add_threads_flag, emit, example, set_threads
+from specbatch.cli.common import (
+    add_json_flag,
+    add_threads_flag,
+    device_arg,
+    emit,
+    example,
+    int_list,
+    nonneg_int,
+    positive_int,
+    set_threads,
+)
 from specbatch.io import prepare_output_file
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}"
-                                         ) from None
-    return values
+from specbatch.limits import MAX_PROFILE_CELL_TOKENS, check_size
 
 
 def register(subparsers) -> None:
@@ -35,19 +37,19 @@ def register(subparsers) -> None:
             "--kv 512,2048 --max-cell-tokens 262144 --out h100-8b.parquet"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="model directory or shape name (traces.shapes)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--device", type=device_arg, default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default=None, help="float32 (default on CPU), bfloat16 (default on "
                    "CUDA) or float16")
     p.add_argument("--out", required=True, help="output file: .parquet or .csv")
     p.add_argument("--role", default="target", choices=["draft", "target"])
-    p.add_argument("--layers", type=int, default=None, help="override the layer count")
-    p.add_argument("--batch", type=_ints, default=(1, 4, 16), help="batch sizes, e.g. 1,4,16")
-    p.add_argument("--query", type=_ints, default=(1, 4, 8), help="query tokens per request")
-    p.add_argument("--kv", type=_ints, default=(128, 512), help="KV-cache lengths")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--layers", type=positive_int, default=None, help="override the layer count")
+    p.add_argument("--batch", type=int_list(positive_int), default=(1, 4, 16), help="batch sizes, e.g. 1,4,16")
+    p.add_argument("--query", type=int_list(positive_int), default=(1, 4, 8), help="query tokens per request")
+    p.add_argument("--kv", type=int_list(nonneg_int), default=(128, 512), help="KV-cache lengths")
+    p.add_argument("--warmup", type=nonneg_int, default=2)
+    p.add_argument("--repeats", type=positive_int, default=5)
     add_threads_flag(p)
-    p.add_argument("--max-cell-tokens", type=int, default=None, metavar="N",
+    p.add_argument("--max-cell-tokens", type=positive_int, default=None, metavar="N",
                    help="skip cells whose batch x (kv + query) exceeds N tokens (e.g. KV caches "
                         "that do not fit the GPU); the count goes to stderr and the JSON summary, "
                         "the skipped cells to the Parquet metadata")
@@ -55,10 +57,20 @@ def register(subparsers) -> None:
     p.set_defaults(func=_profile)
 
 
+def _check_cells(args) -> None:
+    """Refuse a grid whose largest cell holds more tokens than a workstation's memory, unless
+    --max-cell-tokens skips such cells."""
+    largest = max(args.batch) * (max(args.kv) + max(args.query))
+    if args.max_cell_tokens is None:
+        check_size("profile --batch x (--kv + --query)", largest, MAX_PROFILE_CELL_TOKENS,
+                   "tokens in one cell", "pass --max-cell-tokens N to skip such cells")
+
+
 def _profile(args) -> int:
     from specbatch.traces.profile import ProfileGrid, profile_model, write_profile
 
     prepare_output_file(args.out, suffixes=(".parquet", ".csv"))  # before measuring
+    _check_cells(args)
     threads = set_threads(args.threads, args.device)
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     grid = ProfileGrid(batch_sizes=args.batch, query_tokens=args.query, kv_tokens=args.kv,

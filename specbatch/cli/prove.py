@@ -14,8 +14,18 @@ from __future__ import annotations
 
 import argparse
 
-from specbatch.cli.common import add_json_flag, emit, example, help_without_verb
+from specbatch.cli.common import (
+    add_json_flag,
+    capped_int,
+    emit,
+    example,
+    help_without_verb,
+    nonneg_int,
+    positive_int,
+    seed_int,
+)
 from specbatch.errors import require
+from specbatch.limits import MAX_PROVE_INSTANCES, check_allocation
 from specbatch.theory.lp import verify_pair
 
 RAW = argparse.RawDescriptionHelpFormatter
@@ -47,9 +57,9 @@ def add_prove(subparsers) -> None:
                     "print statement, instances, worst margin and verdict. Exit 1 if any fails.",
         epilog=example("specbatch prove", "specbatch prove --instances 50 --seed 3 --json"),
         formatter_class=RAW)
-    prove.add_argument("--instances", type=int, default=DEFAULT_INSTANCES,
+    prove.add_argument("--instances", type=capped_int(MAX_PROVE_INSTANCES), default=DEFAULT_INSTANCES,
                        help=f"random instances per theorem (default {DEFAULT_INSTANCES})")
-    prove.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    prove.add_argument("--seed", type=seed_int, default=0, help="seed (default 0)")
     prove.add_argument("--only", action="append", metavar="NAME",
                        help="run only this theorem (repeatable)")
     add_json_flag(prove)
@@ -72,7 +82,7 @@ def add_verify(verbs) -> None:
     verify.add_argument("--gamma", type=int, required=True, help="draft length γ >= 1")
     verify.add_argument("--solver", default=DEFAULT_SOLVER,
                         help=f"cvxpy solver for the LPs (default {DEFAULT_SOLVER})")
-    verify.add_argument("--max-variables", type=int, default=DEFAULT_MAX_VARIABLES,
+    verify.add_argument("--max-variables", type=positive_int, default=DEFAULT_MAX_VARIABLES,
                         help=f"refuse LPs larger than this (default {DEFAULT_MAX_VARIABLES})")
     add_json_flag(verify)
     verify.set_defaults(func=run_verify)
@@ -88,7 +98,7 @@ def add_allocate(verbs) -> None:
         formatter_class=RAW)
     allocate.add_argument("--values", required=True, metavar="FILE",
                           help="[N, K] non-negative array, .npy or CSV")
-    allocate.add_argument("--budget", type=int, required=True, help="budget C (tokens) >= 0")
+    allocate.add_argument("--budget", type=nonneg_int, required=True, help="budget C (tokens) >= 0")
     allocate.add_argument("--milp", action="store_true",
                           help="also solve the MILP twin (cvxpy, HiGHS) and report its value")
     add_json_flag(allocate)
@@ -163,6 +173,8 @@ def run_allocate(args: argparse.Namespace) -> int:
     from specbatch.analysis.optimum import compare_allocations, read_values
 
     values = read_values(args.values)  # [N, K]
+    check_allocation(f"values {args.values}", values.shape[0], values.shape[1], args.budget,
+                     args.milp)
     out = compare_allocations(values, args.budget, args.milp, where=f"file {args.values}")
     text = "\n".join([
         f"values {args.values}: N={out['n']}, K={out['k']}, budget C={args.budget}",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.cli.common import add_json_flag, emit, example, positive_int
 from specbatch.io import check_output_dir
+from specbatch.limits import check_sweep
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="output directory (created; reused by a rerun of the same spec; "
                             "refused when it holds another spec's sweep or other files, and "
                             "while another sweep runs on it: no waiting)")
-    sweep.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)),
+    sweep.add_argument("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
                        help="local processes (or LocalCluster workers); default: min(4, cores)")
     sweep.add_argument("--scheduler", default=None, metavar="ADDRESS|local",
                        help="run on Dask distributed: a scheduler address, or 'local' for a LocalCluster")
@@ -72,6 +73,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
 
     overrides = dict(parse_override(text) for text in args.set)
     spec = load_spec(args.spec, overrides=overrides)
+    check_sweep(f"spec {args.spec}", spec.grids, len(spec.seeds))  # before expanding the grid
     check_output_dir(args.out, allow_existing=True)  # reused on rerun: runs are resumable
     claim_sweep_dir(args.out, spec)  # ... but by this spec only (checked again under its lock)
     outcome = run_sweep(spec, args.out, workers=args.workers, scheduler=args.scheduler,

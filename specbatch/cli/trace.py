@@ -15,8 +15,16 @@ import argparse
 import dataclasses
 from typing import Any
 
-from specbatch.cli.common import add_json_flag, emit, example, help_without_verb
+from specbatch.cli.common import (
+    add_json_flag,
+    emit,
+    example,
+    help_without_verb,
+    nonneg_int,
+    seed_int,
+)
 from specbatch.io import check_output_dir, prepare_output_dir
+from specbatch.limits import check_memory, trace_bytes
 from specbatch.traces.describe import trace_summary
 from specbatch.traces.format import read_trace, resolve_trace, write_trace
 from specbatch.traces.synth import SURROGATES, SynthConfig, synth_trace
@@ -97,7 +105,9 @@ def register(subparsers: Any) -> None:
                        help="write into a non-empty --out, replacing a trace already there")
     for field in dataclasses.fields(SynthConfig):
         default = field.default
-        kind = {"int": int, "float": float, "str": str}.get(str(field.type).split(" ")[0], float)
+        kind = {"int": nonneg_int, "float": float, "str": str}.get(str(field.type).split(" ")[0],
+                                                                  float)
+        kind = seed_int if field.name == "seed" else kind
         extra: dict[str, Any] = {"choices": SURROGATES} if field.name == "surrogate" else {}
         synth.add_argument(f"--{field.name.replace('_', '-')}", dest=field.name, type=kind,
                            default=default, help=SYNTH_HELP[field.name] + _default_text(default),
@@ -176,6 +186,9 @@ def run_validate(args: argparse.Namespace) -> int:
 def run_synth(args: argparse.Namespace) -> int:
     config = SynthConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(SynthConfig)})
     check_output_dir(args.out, force=args.force)
+    check_memory("trace synth", trace_bytes(config.requests, min(config.output_mean,
+                                                                  config.output_max),
+                                            config.depth), "use fewer --requests")
     trace = synth_trace(config)
     prepare_output_dir(args.out, force=args.force)
     write_trace(trace, args.out)

@@ -11,7 +11,10 @@ from tests.simulator.test_cost import synthetic_profile
 
 
 def run(capsys, *argv):
-    code = main(list(argv))
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse refuses a malformed flag value
+        code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -78,7 +81,9 @@ def test_show_with_a_profiled_model(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, match", [
     (["cost", "show", "--hardware", "tpu"], "hardware 'tpu'"),
-    (["cost", "show", "--kv", "-1"], "--kv -1"),
+    (["cost", "show", "--kv", "-1"], "--kv: expected an integer >= 0, got -1"),
+    (["cost", "show", "--kv", str(10**21)], "at most 2^63 - 1"),
+    (["cost", "show", "--k", "100000"], "SPECBATCH_ALLOW_LARGE=1"),
     (["cost", "show", "--target", "vicuna-33b", "--tp", "8"], "52 attention heads"),
     (["cost", "show", "--cost", "profiled"], "profile"),
     (["cost", "fit", "missing.csv"], "no such file"),
