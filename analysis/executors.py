@@ -164,10 +164,105 @@ def _run_pool(runner: Runner, todo: list[tuple[str, dict]], done: Callable, work
         raise
     pool.shutdown(wait=True)
 
+#: Seconds a Dask scheduler has to accept a connection and send its handshake, and the
+#: ``distributed.comm.timeouts.connect`` of the client that follows.
+DASK_CONNECT_TIMEOUT_S = 5.0
+#: A scheduler's handshake is a small msgpack dict; a larger first frame is not Dask.
+MAX_HANDSHAKE_BYTES = 1 << 20
+_ADDRESS_FORMS = "'local', tcp://HOST:PORT or HOST:PORT"
+
+
+def parse_scheduler_address(scheduler: str) -> tuple[str, int]:
+    """``(host, port)`` of a ``tcp://HOST:PORT`` or ``HOST:PORT`` address ("[::1]:8786" for
+    IPv6); anything else is a one-line error naming the accepted forms."""
+    where = f"--scheduler {scheduler!r}"
+    rest = scheduler[len("tcp://"):] if scheduler.startswith("tcp://") else scheduler
+    if "://" in rest:
+        raise SpecbatchError(f"{where}: expected {_ADDRESS_FORMS} (other schemes are not "
+                             "supported)")
+    host, sep, port = rest.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or any(c.isspace() or c in "/@?#" for c in host) \
+            or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise SpecbatchError(f"{where}: expected {_ADDRESS_FORMS}")
+    return host, int(port)
+
+
+def _recv_exactly(sock, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(min(n - len(data), 65536))
+        if not chunk:
+            raise ConnectionError("connection closed before the Dask handshake")
+        data += chunk
+    return bytes(data)
+
+
+def check_dask_scheduler(host: str, port: int, timeout: float = DASK_CONNECT_TIMEOUT_S) -> None:
+    """Connect to ``host:port`` and read the handshake a Dask scheduler sends first, within
+    ``timeout`` seconds per step, refusing a silent peer or a first frame that is too large
+    or not a Dask message (Dask's own client would wait on the handshake without a timeout
+    and allocate whatever size a frame header announces)."""
+    import socket
+    import struct
+
+    where = f"--scheduler {host}:{port}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            (size,) = struct.unpack("<Q", _recv_exactly(sock, 8))
+            if not 16 <= size <= MAX_HANDSHAKE_BYTES:
+                raise SpecbatchError(f"{where}: not a Dask scheduler (its first frame announces "
+                                     f"{size} bytes, a handshake is at most "
+                                     f"{MAX_HANDSHAKE_BYTES})")
+            payload = _recv_exactly(sock, size)
+    except TimeoutError:
+        raise SpecbatchError(f"{where}: no Dask handshake within {timeout:g} s (is it a Dask "
+                             "scheduler?)") from None
+    except OSError as exc:
+        raise SpecbatchError(f"{where}: cannot connect: {exc.strerror or exc}") from None
+    if not _is_handshake(payload):
+        raise SpecbatchError(f"{where}: not a Dask scheduler (its first message is not a Dask "
+                             "handshake)")
+
+
+def _is_handshake(payload: bytes) -> bool:
+    """True when ``payload`` is Dask's framed msgpack dict (frame count, lengths, frames)."""
+    import struct
+
+    from distributed.protocol import loads
+
+    (count,) = struct.unpack_from("<Q", payload)
+    if not 1 <= count <= 16 or len(payload) < 8 * (1 + count):
+        return False
+    lengths = struct.unpack_from(f"<{count}Q", payload, 8)
+    if 8 * (1 + count) + sum(lengths) != len(payload):
+        return False
+    frames, start = [], 8 * (1 + count)
+    for length in lengths:
+        frames.append(payload[start:start + length])
+        start += length
+    try:
+        return isinstance(loads(frames, deserialize=False), dict)
+    except Exception:  # any decoding failure means the peer is not a Dask scheduler
+        return False
+
+
+def check_scheduler(scheduler: str) -> tuple[str, int] | None:
+    """Check a ``--scheduler`` before any work starts: ``None`` for "local", else the
+    ``(host, port)`` of a reachable Dask scheduler (one-line error otherwise, within seconds)."""
+    if scheduler == "local":
+        return None
+    host, port = parse_scheduler_address(scheduler)
+    check_dask_scheduler(host, port)
+    return host, port
+
+
 def _dask_client(scheduler: str, workers: int):
     try:
         import logging
 
+        import dask
         from distributed import Client, LocalCluster
     except ImportError:
         raise SpecbatchError(
@@ -177,8 +272,11 @@ def _dask_client(scheduler: str, workers: int):
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                dashboard_address=None, silence_logs=logging.ERROR)
         return Client(cluster), cluster
+    host, port = check_scheduler(scheduler)
+    timeout = f"{DASK_CONNECT_TIMEOUT_S:g}s"
     try:
-        return Client(scheduler, timeout="10s"), None
+        with dask.config.set({"distributed.comm.timeouts.connect": timeout}):
+            return Client(f"tcp://{host}:{port}", timeout=timeout), None
     except (OSError, TimeoutError) as exc:
         raise SpecbatchError(f"--scheduler {scheduler}: cannot connect: {exc}") from None
 

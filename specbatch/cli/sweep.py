@@ -74,6 +74,10 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     overrides = dict(parse_override(text) for text in args.set)
     spec = load_spec(args.spec, overrides=overrides)
     check_sweep(f"spec {args.spec}", spec.grids, len(spec.seeds))  # before expanding the grid
+    if args.scheduler is not None:
+        from specbatch.analysis.executors import check_scheduler
+
+        check_scheduler(args.scheduler)  # an unreachable scheduler fails before the progress bar
     check_output_dir(args.out, allow_existing=True)  # reused on rerun: runs are resumable
     claim_sweep_dir(args.out, spec)  # ... but by this spec only (checked again under its lock)
     outcome = run_sweep(spec, args.out, workers=args.workers, scheduler=args.scheduler,
