@@ -22,6 +22,7 @@ import pandas as pd
 
 from specbatch.errors import require
 from specbatch.io import write_json
+from specbatch.limits import check_simulation
 from specbatch.simulator.config import FREE_DRAFTS, SimConfig, to_toml, validate_against_trace
 from specbatch.simulator.engine import Engine
 from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
@@ -117,6 +118,8 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     """
     if trace is None:
         trace = load_trace(config, allow_partial)
+    check_simulation("config", config.requests or trace.n_requests,
+                     trace.n_rows / max(1, trace.n_requests), trace.K, config.replicas)
     workload = build_workload(config, trace)
     workload = cap_workload(config, workload)
     trace = workload.rows_trace if workload.rows_trace is not None else trace

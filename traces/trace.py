@@ -312,6 +312,10 @@ def check_meta(meta: Any, where: str, depth: int | None = None) -> None:
             f"file {where}: field depth: expected an integer K >= 1, got {k!r}")
     if depth is not None:
         require(k == depth, f"file {where}: field depth: expected the list length {depth}, got {k}")
+    for name in ("completion", "models"):
+        value = meta.get(name)
+        require(value is None or isinstance(value, dict),
+                f"file {where}: field {name}: expected an object, got {value!r:.40}")
 
 
 def check_requests(req: dict, where: str) -> None:

@@ -49,7 +49,7 @@ def register(subparsers) -> None:
     p.add_argument("--warmup", type=nonneg_int, default=2)
     p.add_argument("--repeats", type=positive_int, default=5)
     add_threads_flag(p)
-    p.add_argument("--max-cell-tokens", type=positive_int, default=None, metavar="N",
+    p.add_argument("--max-cell-tokens", type=int, default=None, metavar="N",
                    help="skip cells whose batch x (kv + query) exceeds N tokens (e.g. KV caches "
                         "that do not fit the GPU); the count goes to stderr and the JSON summary, "
                         "the skipped cells to the Parquet metadata")

@@ -10,7 +10,6 @@ from specbatch.cli.common import (
     device_arg,
     emit,
     example,
-    nonneg_float,
     positive_int,
     seed_int,
 )
@@ -45,17 +44,17 @@ def register(subparsers) -> None:
     train.add_argument("--corpus", nargs="*", default=[], metavar="PATH",
                        help="extra text files or directories to train on")
     train.add_argument("--seed", type=seed_int, default=0)
-    train.add_argument("--steps", type=positive_int, default=None, help="override the size's step count")
+    train.add_argument("--steps", type=int, default=None, help="override the size's step count")
     train.add_argument("--threads", type=positive_int, default=None,
                        help="torch CPU threads (default 1: robust on a shared machine)")
     train.add_argument("--device", type=device_arg, default="cpu", help="cpu, cuda or cuda:N (base is for a GPU)")
-    train.add_argument("--max-seconds", type=nonneg_float, default=None, metavar="S",
+    train.add_argument("--max-seconds", type=float, default=None, metavar="S",
                        help="wall-clock budget for the training loop: a 2-step probe shortens the "
                             "schedule to what fits, the loop stops between steps once S seconds "
                             "have passed; held-out loss is still evaluated and both models saved. "
                             "The step count then depends on the machine: zoo.json records "
                             "steps, steps_done and the options that replay it (reproduce)")
-    train.add_argument("--max-steps", type=positive_int, default=None, metavar="N",
+    train.add_argument("--max-steps", type=int, default=None, metavar="N",
                        help="stop after N steps without changing the --steps schedule (replays "
                             "a time-budgeted run: --steps STEPS --max-steps STEPS_DONE)")
     train.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],

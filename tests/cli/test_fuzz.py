@@ -1,0 +1,299 @@
+"""Fuzzing the CLI: damaged traces, wrong configs and sweep specs never crash it.
+
+For every generated input the CLI either succeeds (exit 0 and, with ``--json``, one JSON
+object on stdout) or refuses it (exit 2 and exactly one stderr line ``specbatch...: error:``);
+never a traceback, never more than a few seconds. Most examples run in-process (fast); a few
+fixed damaged inputs also run in a subprocess, where C-level output would show.
+``max_examples`` comes from the active hypothesis profile (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import signal
+import string
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from specbatch.cli import main
+from tests.cli.oneline import assert_one_line_error, run_cli
+
+#: Seconds one in-process example may take.
+EXAMPLE_SECONDS = 10
+ERROR_LINE = re.compile(r"^specbatch( [\w-]+)*: error: ")
+SYNTH = ["--requests", "6", "--output-mean", "8", "--output-max", "16", "--prompt-mean", "8",
+         "--prompt-max", "32", "--depth", "6"]
+#: SimConfig fields worth perturbing, and the small requests count every run keeps.
+FIELDS = ("requests", "sampling", "arrival", "rate", "cv", "synth_alpha", "max_num_seqs",
+          "max_num_batched_tokens", "enable_chunked_prefill", "kv_capacity", "kv_mode",
+          "block_size", "gpu_memory_utilization", "max_model_len", "replicas", "router",
+          "policy", "num_speculative_tokens", "k", "extra", "budget", "verify", "threshold",
+          "threshold_mode", "dsd_interval", "cost", "hardware", "target", "draft", "tp",
+          "execution", "seed", "slo", "speedup", "trace", "workload")
+FUZZ_SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                               HealthCheck.function_scoped_fixture])
+
+
+@contextmanager
+def time_limit(seconds: int):
+    """Fail an example that runs longer than ``seconds`` (a hang is a bug too)."""
+    def expire(signum, frame):
+        raise TimeoutError(f"example ran longer than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_in_process(capsys, argv: list[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    with time_limit(EXAMPLE_SECONDS):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_contract(code: int, out: str, err: str, json_mode: bool, partial_ok: bool = False):
+    """Exit 0 with valid output, or exit 2 with one error line (1: a partial trace's verdict)."""
+    event(f"exit {code}")
+    if code == 0 or (partial_ok and code == 1):
+        if json_mode:
+            assert isinstance(json.loads(out), dict)
+        assert "Traceback" not in err
+        return
+    assert code == 2, f"exit {code}: {err[-2000:]}"
+    lines = err.splitlines()
+    assert len(lines) == 1 and ERROR_LINE.match(lines[0]), err[-2000:]
+
+
+@pytest.fixture(scope="module")
+def trace_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("fuzz") / "trace"
+    assert main(["trace", "synth", "--out", str(out), *SYNTH]) == 0
+    return out
+
+
+# ------------------------------------------------------------------ damaged traces
+
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**80, 2**80),
+                         st.floats(allow_nan=True, allow_infinity=True),
+                         st.text(string.printable, max_size=12))
+json_values = st.recursive(json_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(string.ascii_lowercase, max_size=8),
+                                                 inner, max_size=3)), max_leaves=6)
+
+file_damage = st.tuples(st.sampled_from(["positions-00000.parquet", "requests.parquet"]),
+                        st.sampled_from(["truncate", "flip", "zero", "empty"]),
+                        st.floats(0, 1), st.integers(0, 7))
+meta_damage = st.one_of(
+    st.tuples(st.just("set"), st.sampled_from(["format", "version", "temperature", "depth",
+                                               "models", "completion", "seeds",
+                                               "draft_samples_per_position"]), json_values),
+    st.tuples(st.just("drop"), st.sampled_from(["format", "version", "temperature", "depth",
+                                                "completion"]), st.none()),
+    st.tuples(st.just("replace"), st.none(), json_values),
+    st.tuples(st.just("garble"), st.none(), st.binary(max_size=64)),
+)
+
+
+def damage_file(path: Path, how: str, where: float, bit: int) -> None:
+    data = bytearray(path.read_bytes())
+    at = min(len(data) - 1, int(where * len(data)))
+    if how == "truncate":
+        data = data[:at]
+    elif how == "flip":
+        data[at] ^= 1 << bit
+    elif how == "zero":
+        data[at:at + 64] = bytes(len(data[at:at + 64]))
+    else:
+        data = bytearray()
+    path.write_bytes(bytes(data))
+
+
+def damage_meta(path: Path, how: str, key, value) -> None:
+    if how == "garble":
+        path.write_bytes(value)
+        return
+    meta = json.loads(path.read_text())
+    if how == "set":
+        meta[key] = value
+    elif how == "drop":
+        meta.pop(key, None)
+    else:
+        meta = value
+    path.write_text(json.dumps(meta, allow_nan=True))
+
+
+COMMANDS = [
+    ["trace", "validate", "TRACE", "--json"],
+    ["trace", "info", "TRACE", "--json"],
+    ["simulate", "--trace", "TRACE", "--requests", "4", "--json"],
+]
+
+
+def _fresh_copy(trace_dir: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "damaged"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(trace_dir, copy)
+    return copy
+
+
+@FUZZ_SETTINGS
+@given(damage=st.one_of(file_damage.map(lambda d: ("file", d)),
+                        meta_damage.map(lambda d: ("meta", d))),
+       command=st.sampled_from(COMMANDS))
+def test_a_damaged_trace_is_read_or_refused_in_one_line(trace_dir, tmp_path, capsys, damage,
+                                                        command):
+    copy = _fresh_copy(trace_dir, tmp_path)
+    kind, args = damage
+    if kind == "file":
+        name, how, where, bit = args
+        damage_file(copy / name, how, where, bit)
+    else:
+        damage_meta(copy / "meta.json", *args)
+    argv = [str(copy) if a == "TRACE" else a for a in command]
+    code, out, err = run_in_process(capsys, argv)
+    assert_contract(code, out, err, json_mode=True, partial_ok=command[1] == "validate")
+
+
+# ------------------------------------------------------------------ configs
+
+toml_scalars = st.one_of(st.booleans(), st.integers(-2**63, 2**63 - 1),
+                         st.floats(allow_nan=True, allow_infinity=True, width=64),
+                         st.text(string.ascii_letters + string.digits + "-_.:/ ", max_size=10))
+toml_values = st.one_of(toml_scalars, st.lists(toml_scalars, max_size=3))
+
+#: Plausible values per SimConfig field, so most examples get past the type checks and reach
+#: the simulator; the wrong-typed ``toml_values`` are drawn too.
+CHOICES = {
+    "sampling": ["auto", "in_order", "resample"], "arrival": ["burst", "poisson", "gamma"],
+    "router": ["round_robin", "least_outstanding"],
+    "policy": ["ar", "dsd", "fixed", "hindsight", "oracle", "tetris", "threshold"],
+    "verify": ["token", "block"], "threshold_mode": ["cumulative", "per_token"],
+    "cost": ["roofline", "profiled"], "execution": ["cuda_graph", "eager"],
+    "kv_mode": ["reserve", "paged"], "hardware": ["a100", "h100", "h200", "l40s"],
+    "target": ["vicuna-33b", "llama-3.1-8b", "llama-3.1-70b"],
+    "draft": ["vicuna-68m", "llama-3.2-1b", "ngram"],
+}
+INT_FIELDS = ("max_num_seqs", "max_num_batched_tokens", "kv_capacity", "block_size",
+              "max_model_len", "replicas", "num_speculative_tokens", "k", "extra", "budget",
+              "dsd_interval", "tp", "seed")
+FLOAT_FIELDS = ("rate", "cv", "synth_alpha", "gpu_memory_utilization", "threshold", "slo")
+edge_ints = st.sampled_from([0, 1, 2, 3, 8, 64, -1, 2**31, 2**62, 2**63 - 1])
+edge_floats = st.sampled_from([0.0, 1.0, 0.5, 1e-9, 1e21, -1.0, math.inf, math.nan])
+
+
+def field_value(name: str) -> st.SearchStrategy:
+    if name in CHOICES:
+        good = st.sampled_from(CHOICES[name])
+    elif name in INT_FIELDS:
+        good = st.one_of(st.integers(1, 8), edge_ints)
+    elif name in FLOAT_FIELDS:
+        good = st.one_of(st.floats(0.01, 1), edge_floats)
+    elif name in ("enable_chunked_prefill", "speedup"):
+        good = st.booleans()
+    else:
+        good = toml_values
+    # one draw in ten is any TOML value (hypothesis favours 0 and the bounds, so 5 marks it)
+    return st.integers(0, 9).flatmap(lambda roll: toml_values if roll == 5 else good)
+
+
+def config_tables(max_size: int) -> st.SearchStrategy:
+    names = st.lists(st.sampled_from(FIELDS), max_size=max_size, unique=True)
+    return names.flatmap(lambda ns: st.fixed_dictionaries({n: field_value(n) for n in ns}))
+
+
+def toml_literal(value) -> str:
+    """A TOML literal for ``value`` (inf/nan spelled as TOML does)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    return "[" + ", ".join(toml_literal(v) for v in value) + "]"
+
+
+def toml_text(table: dict) -> str:
+    return "".join(f"{key} = {toml_literal(value)}\n" for key, value in table.items())
+
+
+@FUZZ_SETTINGS
+@given(fields=config_tables(5))
+def test_a_wrong_config_is_simulated_or_refused_in_one_line(trace_dir, tmp_path, capsys, fields):
+    fields = {k: v for k, v in fields.items() if k not in ("requests", "trace", "workload")}
+    config = tmp_path / "sim.toml"
+    config.write_text(toml_text(fields))
+    code, out, err = run_in_process(capsys, ["simulate", "--config", str(config), "--trace",
+                                             str(trace_dir), "--requests", "4", "--json"])
+    assert_contract(code, out, err, json_mode=True)
+
+
+# ------------------------------------------------------------------ sweep specs
+
+spec_tables = st.fixed_dictionaries({
+    "base": config_tables(3),
+    "axes": config_tables(2).map(lambda t: {k: v if isinstance(v, list) else [v]
+                                            for k, v in t.items()}),
+}, optional={"seeds": st.one_of(st.lists(st.integers(-1, 3), max_size=3), toml_values),
+             "name": st.one_of(st.just("fuzz"), toml_scalars),
+             "store_requests": st.one_of(st.booleans(), toml_scalars)})
+
+
+@FUZZ_SETTINGS
+@given(spec=spec_tables)
+def test_a_wrong_sweep_spec_is_run_or_refused_in_one_line(trace_dir, tmp_path, capsys, spec):
+    base = {k: v for k, v in spec["base"].items() if k not in ("requests", "trace", "workload")}
+    base.update(trace=str(trace_dir), requests=2)
+    axes = {k: v for k, v in spec["axes"].items() if k not in ("requests", "trace", "workload")}
+    top = {k: v for k, v in spec.items() if k not in ("base", "axes")}
+    text = toml_text(top) + "[base]\n" + toml_text(base) + "[axes]\n" + toml_text(axes)
+    path = tmp_path / "spec.toml"
+    path.write_text(text)
+    out_dir = tmp_path / "sweep"
+    shutil.rmtree(out_dir, ignore_errors=True)
+    code, out, err = run_in_process(capsys, ["sweep", str(path), "--out", str(out_dir),
+                                             "--workers", "1", "--json"])
+    assert_contract(code, out, err, json_mode=True)
+
+
+# ------------------------------------------------------------------ subprocess cases
+
+SUBPROCESS_CASES = [
+    ("truncated positions", "positions-00000.parquet", "truncate", 0.5, ["trace", "validate"]),
+    ("bit-flipped positions", "positions-00000.parquet", "flip", 0.3, ["simulate", "--trace"]),
+    ("garbage requests", "requests.parquet", "zero", 0.1, ["trace", "info"]),
+    ("empty requests", "requests.parquet", "empty", 0.0, ["simulate", "--trace"]),
+]
+
+
+@pytest.mark.parametrize("name, how, where, command", [c[1:] for c in SUBPROCESS_CASES],
+                         ids=[c[0] for c in SUBPROCESS_CASES])
+def test_a_damaged_trace_in_a_subprocess(trace_dir, tmp_path, name, how, where, command):
+    copy = _fresh_copy(trace_dir, tmp_path)
+    damage_file(copy / name, how, where, 5)
+    proc = run_cli([*command, str(copy), "--json"], tmp_path, timeout=60)
+    if proc.returncode == 0 or (command[1] == "validate" and proc.returncode == 1):
+        assert isinstance(json.loads(proc.stdout), dict) and "Traceback" not in proc.stderr
+    else:
+        assert_one_line_error(proc.returncode, proc.stderr)
