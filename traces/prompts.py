@@ -27,6 +27,7 @@ from pathlib import Path
 
 from specbatch.errors import SpecbatchError
 from specbatch.io import atomic_write
+from specbatch.limits import MAX_PROMPTS, check_size
 
 #: Sub-trees of the standard library that are tests, vendored packages or data tables.
 _EXCLUDED_PARTS = {"site-packages", "test", "tests", "idle_test", "__pycache__", "encodings",
@@ -283,6 +284,7 @@ def resolve_prompts(spec: str, limit: int | None):
         except (ValueError, IndexError):
             raise SpecbatchError(f"--prompts {spec}: expected default:N or default:N:SEED, "
                                  "got a non-integer") from None
+        check_size(f"--prompts {spec}", n, MAX_PROMPTS, "prompts", "ask for fewer prompts")
         prompts = default_prompts(n - n // 2, n // 2, seed=seed)
         return prompts[:limit], f"stdlib held-out text: {n - n // 2} code + {n // 2} prose prompts, seed {seed}"
     return load_prompts(spec, limit), spec
