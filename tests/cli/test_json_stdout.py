@@ -42,6 +42,7 @@ CASES = [
     ("sweep", ["sweep", "spec.toml", "--out", "sweep", "--workers", "1"]),
     ("report", ["report", "sweep"]),
     ("models list", ["models", "list"]),
+    ("conform", ["conform", "tv-numpy", "--samples", "200", "--only", "iid"]),
 ]
 #: Seconds each (models load, or a grid runs): the slow selection.
 SLOW_CASES = [
