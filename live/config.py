@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from specbatch.errors import require
+from specbatch.limits import is_supported_device
 from specbatch.simulator.config import VERIFY_RULES, SimConfig, make_config
 from specbatch.simulator.fields import FieldSpec, at_least, check_ranges, field_specs, knob, like
 
@@ -130,6 +131,8 @@ class LiveConfig:
         require(math.isfinite(self.temperature) and self.temperature >= 0,
                 f"--temperature: expected T >= 0, got {self.temperature}")
         require(self.seed >= 0, f"--seed: expected >= 0, got {self.seed}")
+        require(is_supported_device(self.device),
+                f"--device: expected cpu, cuda, cuda:N or mps, got {self.device!r}")
         require(self.verifier in VERIFIERS,
                 f"verifier: expected theory or local, got {self.verifier!r}")
         require(self.max_num_seqs is None or self.max_num_seqs >= 1,

@@ -18,6 +18,7 @@ layer may use it.
 from __future__ import annotations
 
 import os
+import re
 
 from specbatch.errors import SpecbatchError
 
@@ -179,3 +180,12 @@ def check_simulation(what: str, requests: int, output_len: float, k: int,
                "simulate fewer replicas")
     check_memory(what, simulation_bytes(requests, output_len, k, replicas),
                  "simulate fewer requests")
+
+
+#: The torch devices this project runs on (TPU/XLA and other backends are not supported).
+DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?|mps")
+
+
+def is_supported_device(text: str) -> bool:
+    """``text`` names a device this project runs on: cpu, cuda, cuda:N or mps."""
+    return isinstance(text, str) and DEVICE_PATTERN.fullmatch(text) is not None

@@ -10,14 +10,13 @@ import argparse
 import contextlib
 import io
 import os
-import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import IO
 
 from specbatch.errors import require
 from specbatch.io import dumps
-from specbatch.limits import ALLOW_ENV, INT64_MAX, allowed
+from specbatch.limits import ALLOW_ENV, INT64_MAX, allowed, is_supported_device
 
 #: ``--help`` of the shared ``--threads`` flag.
 THREADS_HELP = ("torch CPU threads (default 1 on CPU: every core of a shared machine made "
@@ -200,12 +199,11 @@ def int_list(item: Callable[[str], int]) -> Callable[[str], tuple[int, ...]]:
     return parse
 
 
-_DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
 
 
 def device_arg(text: str) -> str:
     """A torch device this project runs on: cpu, cuda, cuda:N or mps."""
-    if not _DEVICE.fullmatch(text):
+    if not is_supported_device(text):
         raise argparse.ArgumentTypeError(f"expected cpu, cuda, cuda:N or mps, got {text!r}")
     return text
 

@@ -19,6 +19,7 @@ def test_depth_is_the_policy_class_required_depth(policy, k, extra, depth):
     ({"policy": "oracle"}, "--policy"), ({"verify": "tree"}, "--verify"), ({"k": 0}, "--k"),
     ({"extra": -1}, "--extra"), ({"temperature": -1.0}, "--temperature"),
     ({"seed": -1}, "--seed"), ({"policy": "tetris", "k": 40, "extra": 40}, "--k/--extra"),
+    ({"device": "tpu"}, "--device"), ({"device": "cuda:x"}, "--device"),
 ])
 def test_bad_settings_are_one_line_errors_naming_the_flag(changes, flag):
     with pytest.raises(SpecbatchError, match=flag):
