@@ -45,6 +45,7 @@ from __future__ import annotations
 import copy
 import gc
 import heapq
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -92,11 +93,15 @@ class Engine(Admission, Decode):
     capacity: KV-cache tokens per replica (simulator.kv.kv_capacity; None = unlimited)
     reference: use the per-request reference twin of verification, and check every plan
     against the policy contract (a user's policy is always checked)
+    progress: called with the number of requests that finished, after each step that
+    finished some (a progress bar's ``update``); it never changes the run
     """
 
     def __init__(self, config: Any, trace: Any, workload: Any, cost: CostModel, policy: Policy,
-                 *, capacity: int | None, reference: bool = False) -> None:
+                 *, capacity: int | None, reference: bool = False,
+                 progress: Callable[[int], object] | None = None) -> None:
         self.config = config
+        self.progress = progress
         self.trace = trace
         self.w = workload
         self.cost = cost
@@ -204,6 +209,8 @@ class Engine(Admission, Decode):
             elif kind == STEP_END:
                 rep = self.replicas[payload]
                 rep.busy = False
+                if rep.finishing and self.progress is not None:
+                    self.progress(rep.finishing)
                 self.outstanding[payload] -= rep.finishing
                 rep.finishing = 0
                 heap = self.heap

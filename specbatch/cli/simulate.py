@@ -94,7 +94,7 @@ def run_command(args: argparse.Namespace) -> int:
     identity = config_identity(config)
     if args.out:
         check_result_dir(args.out, "simulate", identity, force=args.force, legacy=RESULT_FILES)
-    result = simulate(config, allow_partial=args.allow_partial)
+    result = simulate(config, allow_partial=args.allow_partial, progress=not args.json)
     for note in result.notes:
         sys.stderr.write(f"note: {note}\n")
     if args.out:

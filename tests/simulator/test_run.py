@@ -93,3 +93,37 @@ def test_resampling_a_small_trace_is_reported(synth_trace_natural):
     few = simulate(load_config(None, trace="synth", policy="ar", requests=2),
                    synth_trace_natural, cost_model=LinearCost())
     assert few.notes == ()
+
+
+
+def test_progress_counts_every_finished_request_once_and_changes_nothing(
+        synth_trace_natural, monkeypatch, capsys):
+    import contextlib
+
+    import specbatch.simulator.run as run
+
+    config = load_config(None, trace="synth", policy="tetris", extra=1, requests=40,
+                         replicas=2, arrival="poisson", rate=8.0, speedup=True)
+    quiet = simulate(config, synth_trace_natural, cost_model=COST, progress=True)
+    assert capsys.readouterr().err == ""  # below PROGRESS_MIN_REQUESTS: no bar
+    updates: dict[str, list[int]] = {}
+
+    class Bar:
+        def __init__(self, label):
+            self.label = label
+
+        def update(self, n):
+            updates.setdefault(self.label, []).append(n)
+
+    @contextlib.contextmanager
+    def fake_bar(label, total):
+        assert total == 40
+        yield None if label is None else Bar(label)
+
+    monkeypatch.setattr(run, "PROGRESS_MIN_REQUESTS", 1)
+    monkeypatch.setattr(run, "finished_bar", fake_bar)
+    loud = simulate(config, synth_trace_natural, cost_model=COST, progress=True)
+    assert set(updates) == {"simulate", "simulate ar (speedup)"}
+    assert all(sum(n) == 40 and min(n) >= 1 for n in updates.values())
+    assert quiet.requests.equals(loud.requests) and quiet.steps.equals(loud.steps)
+    assert quiet.summary == loud.summary
