@@ -289,9 +289,9 @@ def _column(table: pa.Table, path: Path, name: str, kind: str) -> pa.Array:
 def _read_requests(path: Path) -> dict:
     table = _read_table(path)
     req = {
-        "request_id": _column(table, path, "request_id", "integer").to_numpy().astype(np.int64),
-        "prompt_len": _column(table, path, "prompt_len", "integer").to_numpy().astype(np.int64),
-        "output_len": _column(table, path, "output_len", "integer").to_numpy().astype(np.int64),
+        "request_id": _int64_column(table, path, "request_id"),
+        "prompt_len": _int64_column(table, path, "prompt_len"),
+        "output_len": _int64_column(table, path, "output_len"),
         "category": np.asarray(_column(table, path, "category", "string").to_pylist(), dtype=object),
         "arrival": _column(table, path, "arrival", "float").to_numpy(zero_copy_only=False).astype(np.float64),
     }
@@ -302,8 +302,8 @@ def _read_requests(path: Path) -> dict:
 def _read_positions(path: Path, k: int) -> dict:
     table = _read_table(path)
     out = {
-        "request_id": _column(table, path, "request_id", "integer").to_numpy().astype(np.int64),
-        "position": _column(table, path, "position", "integer").to_numpy().astype(np.int64),
+        "request_id": _int64_column(table, path, "request_id"),
+        "position": _int64_column(table, path, "position"),
     }
     n = table.num_rows
     for name in LIST_COLUMNS:
@@ -333,11 +333,26 @@ def _read_positions(path: Path, k: int) -> dict:
         require(values.null_count == 0, f"file {path}: field {name}: expected no null "
                 f"entries, got {values.null_count}")
         flat = values.to_numpy(zero_copy_only=False)
-        dtype = np.int32 if name == "draft_token" else np.float64
-        out[name] = np.ascontiguousarray(flat, dtype=dtype).reshape(n, k)
+        if name == "draft_token":  # range-checked by make_trace before narrowing to int32
+            out[name] = _checked_int64(flat, path, name).reshape(n, k)
+        else:
+            out[name] = np.ascontiguousarray(flat, dtype=np.float64).reshape(n, k)
     if PROPOSED in table.column_names:
-        out[PROPOSED] = _column(table, path, PROPOSED, "integer").to_numpy().astype(np.int64)
+        out[PROPOSED] = _int64_column(table, path, PROPOSED)
     return out
+
+
+def _int64_column(table: pa.Table, path: Path, name: str) -> np.ndarray:
+    """Integer column ``name`` as int64, refusing unsigned values that int64 cannot hold."""
+    return _checked_int64(_column(table, path, name, "integer").to_numpy(), path, name)
+
+
+def _checked_int64(values: np.ndarray, path: Path, name: str) -> np.ndarray:
+    """``values`` as int64; a uint64 value >= 2^63 is refused rather than wrapped negative."""
+    if values.dtype == np.uint64 and values.size and int(values.max()) >= 2**63:
+        raise SpecbatchError(f"file {path}: field {name}: expected integers below 2^63, got "
+                             f"{int(values.max())}")
+    return np.ascontiguousarray(values, dtype=np.int64)
 
 
 def _order_rows(request_id: np.ndarray, position: np.ndarray, req: dict, where: str) -> np.ndarray:

@@ -40,6 +40,9 @@ FORMAT_NAME = "specbatch-trace"
 FORMAT_VERSION = 1
 #: Float slack allowed outside [0, 1] for probabilities and Z, and below 0 for entropy.
 SLACK = 1e-6
+#: Unit round-off of float32, the precision models compute their rows in and traces may be
+#: stored in; it scales the tolerance of the residual-mass bounds (:func:`z_tolerance`).
+FLOAT32_UNIT = 2.0**-24
 
 
 #: [rows, K] list columns in file order; draft_token is integer, the rest float64.
@@ -184,13 +187,18 @@ def make_trace(meta: dict, requests: dict, columns: dict, path: str | None = Non
     total = int(req["output_len"].sum())
     require(total == rows, f"file {where}: field output_len: expected the lengths to sum to the "
             f"{rows} position rows, got {total}")
-    _check_columns(cols, float(meta["temperature"]), where)
-    if columns.get(PROPOSED) is not None:
-        cols[PROPOSED] = _proposed_array(columns[PROPOSED], cols, where)
     offsets = np.zeros(len(req["request_id"]) + 1, dtype=np.int64)
     np.cumsum(req["output_len"], out=offsets[1:])
+    locate = _row_locator(req["request_id"], offsets)
+    _check_columns(cols, float(meta["temperature"]), where, locate)
+    p = block_weights(cols["q"], cols["pt"])
+    _check_residuals(cols, p, where, locate)
+    if columns.get(PROPOSED) is not None:
+        cols[PROPOSED] = _proposed_array(columns[PROPOSED], cols, where)
     arrays = {**req, "offsets": offsets, **cols}
-    return Trace(meta=meta, path=path, **{key: _readonly(v) for key, v in arrays.items()})
+    trace = Trace(meta=meta, path=path, **{key: _readonly(v) for key, v in arrays.items()})
+    trace.__dict__["p"] = _readonly(p)  # the cached_property's value, already computed
+    return trace
 
 
 def _request_arrays(requests: dict, where: str) -> dict:
@@ -222,6 +230,8 @@ def _column_arrays(columns: dict, where: str) -> dict:
             require(arr.dtype.kind in "iu", f"file {where}: field {name}: expected integers, got {arr.dtype}")
             require(arr.size == 0 or int(arr.max()) < 2**31, f"file {where}: field {name}: "
                     f"expected token ids < 2^31 (int32), got {int(arr.max()) if arr.size else 0}")
+            require(arr.size == 0 or int(arr.min()) >= 0, f"file {where}: field {name}: "
+                    f"expected token ids >= 0, got {int(arr.min()) if arr.size else 0}")
             cols[name] = np.ascontiguousarray(arr, dtype=np.int32)
         else:
             require(arr.dtype.kind in "fiu", f"file {where}: field {name}: expected floats, got {arr.dtype}")
@@ -275,6 +285,9 @@ def _as_int(values: Any, where: str, name: str) -> np.ndarray:
         arr = arr.astype(np.int64)
     require(arr.dtype.kind in "iu" or arr.size == 0,
             f"file {where}: field {name}: expected integers, got {arr.dtype}")
+    require(arr.dtype != np.uint64 or arr.size == 0 or int(arr.max()) < 2**63,
+            f"file {where}: field {name}: expected integers below 2^63, got "
+            f"{int(arr.max()) if arr.size else 0}")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
@@ -349,19 +362,15 @@ def _first_bad(mask: np.ndarray) -> tuple[int, int]:
     return divmod(flat, mask.shape[1]) if mask.ndim == 2 else (flat, 0)
 
 
-def _check_columns(cols: dict, temperature: float, where: str) -> None:
+def _check_columns(cols: dict, temperature: float, where: str, locate) -> None:
     """Value checks on the [rows, K] matrices (row and column of the first violation named)."""
-    tokens = cols["draft_token"]
-    if tokens.size:
-        require(int(tokens.min()) >= 0, f"file {where}: field draft_token: expected token ids "
-                f">= 0, got {int(tokens.min())}")
     for name in FLOAT_COLUMNS:
         arr = cols[name]
         finite = np.isfinite(arr)
         if not finite.all():
             row, col = _first_bad(~finite)
             raise SpecbatchError(f"file {where}: field {name}: expected finite values, got "
-                                 f"{arr[row, col]} at row {row}, draft position {col + 1}")
+                                 f"{arr[row, col]} {locate(row, col)}")
         low = -SLACK
         high = 1 + SLACK if name in UNIT_COLUMNS else np.inf
         bad = (arr < low) | (arr > high)
@@ -369,29 +378,97 @@ def _check_columns(cols: dict, temperature: float, where: str) -> None:
             row, col = _first_bad(bad)
             rng = "[0, 1]" if name in UNIT_COLUMNS else ">= 0"
             raise SpecbatchError(f"file {where}: field {name}: expected values in {rng} (slack "
-                                 f"{SLACK:g}), got {float(arr[row, col])!r} at row {row}, draft position {col + 1}")
+                                 f"{SLACK:g}), got {float(arr[row, col])!r} {locate(row, col)}")
     q = cols["q"]
     bad = q <= 0
     if bad.any():
         row, col = _first_bad(bad)
         raise SpecbatchError(f"file {where}: field q: expected q > 0 on a drafted token, got "
-                             f"{float(q[row, col])!r} at row {row}, draft position {col + 1}")
+                             f"{float(q[row, col])!r} {locate(row, col)}")
     bad = cols["draft_conf"] > cols["top1"] + SLACK
     if bad.any():
         row, col = _first_bad(bad)
         raise SpecbatchError(f"file {where}: field draft_conf: expected <= top1, got "
                              f"{float(cols['draft_conf'][row, col])!r} > {float(cols['top1'][row, col])!r} "
-                             f"at row {row}, draft position {col + 1}")
+                             f"{locate(row, col)}")
     if temperature == 0:
         bad = np.abs(q - 1) > SLACK
         if bad.any():
             row, col = _first_bad(bad)
             raise SpecbatchError(f"file {where}: field q: expected 1 at temperature 0 (one-hot "
-                                 f"greedy draft), got {float(q[row, col])!r} at row {row}, draft position {col + 1}")
+                                 f"greedy draft), got {float(q[row, col])!r} {locate(row, col)}")
         pt = cols["pt"]
         bad = (np.abs(pt) > SLACK) & (np.abs(pt - 1) > SLACK)
         if bad.any():
             row, col = _first_bad(bad)
             raise SpecbatchError(f"file {where}: field pt: expected 0 or 1 at temperature 0 "
-                                 f"(target argmax mismatch/match), got {float(pt[row, col])!r} at row "
-                                 f"{row}, draft position {col + 1}")
+                                 f"(target argmax mismatch/match), got {float(pt[row, col])!r} "
+                                 f"{locate(row, col)}")
+
+
+def _row_locator(request_id: np.ndarray, offsets: np.ndarray):
+    """A function naming row ``row``, draft slot ``col`` as the request and output position it
+    belongs to, for error messages (``at row 5, draft position 2 (request 7, output position
+    3)``)."""
+    def locate(row: int, col: int) -> str:
+        r = int(np.searchsorted(offsets, row, side="right")) - 1
+        known = 0 <= r < request_id.size
+        owner = (f" (request {int(request_id[r])}, output position {row - int(offsets[r])})"
+                 if known else "")
+        return f"at row {row}, draft position {col + 1}{owner}"
+    return locate
+
+
+def z_tolerance(k: int) -> float:
+    """Absolute tolerance of the residual-mass bounds of :func:`_check_residuals` at depth K.
+
+    ``p_i`` is recomputed from the stored ``q`` and ``pt``, which are float32 values when the
+    models ran in float32 or the trace was stored as float32: each ratio carries a relative
+    error of up to 2u (u = 2⁻²⁴), ``p_i`` is a product of at most K of them, and ``Z`` itself
+    is a float32 sum; hence ``(2K + 1)·u`` on top of the general :data:`SLACK`. For K = 8 it
+    is 2.0e-6, while the largest violation over the bundled traces is 7e-8.
+    """
+    return SLACK + (2 * k + 1) * FLOAT32_UNIT
+
+
+def _check_residuals(cols: dict, p: np.ndarray, where: str, locate) -> None:
+    """Every ``Z_{i+1}`` within the bounds THEORY.md §3 implies for its row.
+
+    With ``p_0 = 1``, ``Z_{i+1} = Σ_x max(p_i Mb(x) − Ms(x), 0)``. Split the sum into the
+    drafted token ``X = X_{i+1}`` (its term is ``e = max(p_i pt − q, 0)``) and the rest, where
+    ``Σ_{x≠X} p_i Mb(x) = p_i (1 − pt)`` and ``Σ_{x≠X} Ms(x) = 1 − q``:
+
+    - ``Z ≤ p_i (1 − pt) + e`` (drop the ``− Ms`` terms), which is ``≤ p_i``;
+    - ``Z ≥ e`` and ``Z ≥ p_i (1 − pt) − (1 − q)`` (drop the ``max``).
+
+    Where the draft is one-hot (``q = 1``: temperature 0, n-gram fillers) the two meet: ``Z =
+    p_i (1 − pt)``. The window is continuous in q, so a q that rounds to 1 in float32 storage
+    stays consistent. A damaged value (a bit flip, an edited file) almost never stays inside,
+    so the reader refuses it instead of simulating wrong acceptance.
+
+    p:  # [rows, K] p_1..p_K (``block_weights(q, pt)``); one vectorised pass, no row loop.
+    """
+    q, pt, z = cols["q"], cols["pt"], cols["z"]
+    if z.size == 0:
+        return
+    p_prev = np.empty_like(p)  # p_0..p_{K-1}
+    p_prev[:, 0] = 1.0
+    p_prev[:, 1:] = p[:, :-1]
+    tol = z_tolerance(z.shape[1])
+    rest = p_prev * (1.0 - pt)  # target mass p_i scales off the drafted token
+    own = np.maximum(p_prev * pt - q, 0.0)  # the drafted token's own excess
+    checks = (
+        (z > rest + own + tol, "<= p_{i}·(1 − pt_{j}) + max(0, p_{i}·pt_{j} − q_{j}) = {b!r}",
+         rest + own),
+        (z < own - tol, ">= max(0, p_{i}·pt_{j} − q_{j}) = {b!r}", own),
+        (z < rest - (1.0 - q) - tol, ">= p_{i}·(1 − pt_{j}) − (1 − q_{j}) = {b!r}",
+         rest - (1.0 - q)),
+    )
+    for bad, expected, bound in checks:
+        if bad.any():
+            row, col = _first_bad(bad)
+            raise SpecbatchError(
+                f"file {where}: field z: expected Z_{col + 1} "
+                + expected.format(i=col, j=col + 1, b=float(bound[row, col]))
+                + f" (THEORY.md §3, tolerance {tol:.1e}), got {float(z[row, col])!r} "
+                f"{locate(row, col)}")

@@ -332,8 +332,8 @@ def test_probabilities_outside_unit_interval(written, small, name, value):
 
 
 def test_slack_is_tolerated_and_values_kept_as_stored(written, small):
-    _set_value(written, small, "z", 1 + SLACK / 2)
-    assert read_trace(written).z[2, 1] == 1 + SLACK / 2
+    _set_value(written, small, "top1", 1 + SLACK / 2)
+    assert read_trace(written).top1[2, 1] == 1 + SLACK / 2
 
 
 def test_negative_entropy(written, small):
@@ -438,6 +438,17 @@ def test_make_trace_checks_shapes_and_names(small):
 unit = st.floats(0.0, 1.0, allow_subnormal=True)
 
 
+def residuals_within_bounds(q: np.ndarray, pt: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """A ``z`` # [rows, K] the reader accepts: ``u`` of the way through the window THEORY.md
+    §3 allows, ``max(e, p_i (1 − pt) − (1 − q)) ≤ Z ≤ p_i (1 − pt) + e`` with ``e = max(0,
+    p_i·pt − q)`` (a single point where q = 1)."""
+    p = block_weights(q, pt)
+    p_prev = np.concatenate([np.ones((q.shape[0], 1)), p[:, :-1]], axis=1)
+    own, rest = np.maximum(p_prev * pt - q, 0.0), p_prev * (1 - pt)
+    low = np.maximum(own, rest - (1 - q))
+    return low + u * (rest + own - low)
+
+
 @st.composite
 def arbitrary_traces(draw):
     """Any valid trace content: ragged lengths, edge values 0, 1, subnormals, unicode."""
@@ -454,9 +465,10 @@ def arbitrary_traces(draw):
         return values if low_zero else np.where(values == 0, 1.0, values)
 
     top1 = column(True)
+    q, pt = column(False), column(True)
     cols = {
         "draft_token": rng.integers(0, 2**31 - 1, (rows, k)),
-        "q": column(False), "pt": column(True), "z": column(True),
+        "q": q, "pt": pt, "z": residuals_within_bounds(q, pt, column(True)),
         "draft_conf": top1 * rng.random((rows, k)), "top1": top1,
         "entropy": rng.exponential(2.0, (rows, k)),
     }

@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specbatch.errors import SpecbatchError
+from specbatch.theory.stats import block_weights
 from specbatch.traces.format import read_trace, write_positions, write_trace
 from specbatch.traces.synth import SynthConfig, synth_trace
 from specbatch.traces.trace import make_trace
@@ -24,6 +25,9 @@ def with_fillers(trace, proposed: np.ndarray):
     filler = np.arange(trace.K)[None, :] >= proposed[:, None]
     cols["q"][filler], cols["pt"][filler] = 1.0, 0.0
     cols["draft_conf"][filler] = cols["top1"][filler] = cols["entropy"][filler] = 0.0
+    p = block_weights(cols["q"], cols["pt"])
+    p_prev = np.concatenate([np.ones((trace.n_rows, 1)), p[:, :-1]], axis=1)
+    cols["z"][filler] = p_prev[filler]  # one-hot draft, pt = 0: Z = p_i (1 - 0)
     cols["proposed"] = proposed
     return make_trace(dict(trace.meta), trace.requests(), cols)
 
