@@ -301,10 +301,10 @@ class Hindsight(Policy):
     """``hindsight``: knows the coins and verifies, per request, the prefix that accepts the
     most tokens, so VSR = 1. An upper bound on per-step accepted tokens, not a realisable policy.
 
-    With draft length γ = s the accepted length is ``τ^{(s)} = max{i ≤ s : η_i ≤ h_i^{(s)}}``.
+    With draft length γ = s the accepted length is ``τ^{(s)} = max{i ≤ s : η_i < h_i^{(s)}}``.
     TV: ``τ^{(s)} = min(s, τ_K)``, maximised by s = τ_K. BV: the last threshold is
     ``h_s^{(s)} = p_s ≥ h_s`` (Z_{s+1} ≤ p_s), so a *shorter* draft can accept more than the
-    full one; ``max_s τ^{(s)} = max{m ≤ K : η_m ≤ p_m}`` and verifying exactly that m accepts
+    full one; ``max_s τ^{(s)} = max{m ≤ K : η_m < p_m}`` and verifying exactly that m accepts
     all m tokens. (Verifying τ_K, the full-depth outcome, would not be an upper bound.)
     Reads: ``q``, ``pt``, ``z`` (TV) or ``p`` (BV), and ``eta``. Ignores the budget.
     """
@@ -317,7 +317,7 @@ class Hindsight(Policy):
         full = np.full(view.n, self.depth, dtype=np.int64)
         if self.rule == "token":
             return full, sample_tau(view.q, view.pt, view.z, full, view.eta, self.rule)
-        ok = view.eta[:, : self.depth] <= view.p  # [n, depth]
+        ok = view.eta[:, : self.depth] < view.p  # [n, depth]
         best = np.where(ok.any(axis=1), self.depth - np.argmax(ok[:, ::-1], axis=1), 0)
         return full, best.astype(np.int64)
 

@@ -8,8 +8,8 @@ events or how many tokens anyone drafted. Every policy therefore faces the same 
 landscape (common random numbers), and a run is bit-reproducible.
 
 τ itself is :func:`theory.stats.accept_from_stats` on the gathered rows with ``γ = s_i`` (the
-verified prefix length): TV accepts while ``η_i ≤ min(1, r_i)``; BV takes
-``max{i ≤ γ : η_i ≤ h_i}``. Both read only the drafted path, so any γ ≤ K reuses the row.
+verified prefix length): TV accepts while ``η_i < min(1, r_i)``; BV takes
+``max{i ≤ γ : η_i < h_i}`` (half-open, so a threshold of 0 never accepts). Both read only the drafted path, so any γ ≤ K reuses the row.
 
 :func:`true_accept_probs` gives ``P_{i,j} = P(τ_i ≥ j | X^j)`` from the trace (TV: token
 weights, BV: p). :func:`true_gains` gives ``G[i, s] = E[τ_i | X^s]``, the expected accepted
@@ -105,11 +105,11 @@ class VerifyTables:
     """Per-trace-row thresholds precomputed once, so a step's τ costs a gather, a compare and
     a table lookup.
 
-    TV: ``A = min(1, r)`` (accept while ``η_i ≤ A_i``). BV: ``H_i = Z_{i+1} / (Z_{i+1} + 1 −
+    TV: ``A = min(1, r)`` (accept while ``η_i < A_i``). BV: ``H_i = Z_{i+1} / (Z_{i+1} + 1 −
     p_i)`` for i < γ and ``P_i = p_i`` for i = γ (THEORY.md §3; h depends on γ only through
     the last position, so one table serves every γ ≤ K). Per depth D the two are laid out by
     verified length s: ``T[row, s, j]`` = the threshold of draft index j when s are verified,
-    and −1 for j ≥ s (η ≥ 0 never passes it), so ``ok = η ≤ T[row, s]`` already holds the
+    and −1 for j ≥ s (η ≥ 0 never passes it), so ``ok = η < T[row, s]`` already holds the
     ``j < s`` mask; τ is then a function of the ok-bits alone (TV: leading successes, BV: last
     success), read from a 2^D lookup table (D ≤ :data:`LUT_DEPTH`; deeper: the same function
     by reductions). :meth:`tau` equals :func:`sample_tau` bit for bit (parity test), which
@@ -183,9 +183,9 @@ class VerifyTables:
         d = eta.shape[1]
         table, lut, weights = self.for_depth(d)
         if table is None:  # trace too large for the per-depth table
-            ok = eta <= self.thresholds(rows, verified, d)
+            ok = eta < self.thresholds(rows, verified, d)
         else:
-            ok = eta <= table.take(rows * (d + 1) + verified, axis=0)  # [n, d]
+            ok = eta < table.take(rows * (d + 1) + verified, axis=0)  # [n, d]
         if lut is None:
             tau = self.from_bits(ok)
             if out is None:

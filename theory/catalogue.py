@@ -204,7 +204,7 @@ def _random_rows(rng: np.random.Generator, n: int, k: int, vocab: int = 8) -> tu
     draft = rng.dirichlet(np.full(vocab, 0.5), size=(n, k))  # [n, k, V]
     target = rng.dirichlet(np.full(vocab, 0.5), size=(n, k))
     u = rng.random((n, k, 1))
-    tokens = np.minimum((draft.cumsum(axis=2) < u).sum(axis=2), vocab - 1)  # [n, k]
+    tokens = np.minimum((draft.cumsum(axis=2) <= u).sum(axis=2), vocab - 1)  # [n, k]
     q = np.take_along_axis(draft, tokens[:, :, None], axis=2)[:, :, 0]
     pt = np.take_along_axis(target, tokens[:, :, None], axis=2)[:, :, 0]
     return np.maximum(q, 1e-12), pt

@@ -9,7 +9,7 @@ One iteration from context ``c`` (THEORY.md §1): the draft ``X^γ ~ Ms(·|c)``,
 
 - Token verification (TV, §2): ``P(τ ≥ i | X^γ) = Π_{j≤i} min(1, r_j)``,
   ``Y ∝ max(Mb(·|X^τ) − Ms(·|X^τ), 0)`` for τ < γ, ``Y ~ Mb(·|X^γ)`` for τ = γ.
-- Block verification (BV, §3): ``τ = max{i : η_i ≤ h_i}`` with independent uniforms, so
+- Block verification (BV, §3): ``τ = max{i : η_i < h_i}`` with independent uniforms, so
   ``P(τ = k | X^γ) = h_k Π_{j>k} (1 − h_j)`` (``h_0 = 1``);
   ``Y ∝ max(p_τ Mb(·|X^τ) − Ms(·|X^τ), 0)`` for τ < γ.
 

@@ -162,7 +162,7 @@ def _rejects_without_pass(eta: float, p_i: float, pt_next: float, q_next: float,
                           slack: float) -> bool:
     """True when ``η_i > h_i`` is certain without computing ``Z_{i+1}`` (THEORY.md §3).
 
-    ``η ≤ h_i ⇔ Z ≥ Z* := η (1 − p_i) / (1 − η)``. ``Z = p_i − Σ_x min(p_i Mb, Ms)`` is at most
+    ``η < h_i ⇔ Z > Z* := η (1 − p_i) / (1 − η)``. ``Z = p_i − Σ_x min(p_i Mb, Ms)`` is at most
     ``U = p_i − min(p_i pt, q)`` of the next drafted token ``X_{i+1}``, so ``Z* > U`` rejects
     (margin: the computed Z exceeds the true one by at most ~eps·(p_i + 1) plus summation
     error, far below 1e-5 relative plus ``slack``). η = 1 rejects unless p_i = 1 (h may be 1).
@@ -174,7 +174,7 @@ def _rejects_without_pass(eta: float, p_i: float, pt_next: float, q_next: float,
 
 
 def scan_block_cpu(lay, p_full, q, pt, weights, slack) -> tuple[torch.Tensor, torch.Tensor]:
-    """CPU BV scan, one request at a time in Python scalars: τ = max{i : η_i ≤ h_i}.
+    """CPU BV scan, one request at a time in Python scalars: τ = max{i : η_i < h_i}.
 
     Same decisions as :func:`scan_block_batched` (h_γ = p_γ; for i = γ−1..1 a bound on
     ``Z_{i+1}`` rejects without a vocabulary pass, otherwise ``Z_{i+1}`` is computed straight
@@ -190,7 +190,7 @@ def scan_block_cpu(lay, p_full, q, pt, weights, slack) -> tuple[torch.Tensor, to
         if g == 0:
             continue
         p, eta = p_rows[b], eta_rows[b]
-        if eta[g - 1] <= p[g]:
+        if eta[g - 1] < p[g]:
             tau[b] = g
             continue
         for i in range(g - 1, 0, -1):
@@ -205,7 +205,7 @@ def scan_block_cpu(lay, p_full, q, pt, weights, slack) -> tuple[torch.Tensor, to
             out = weights[b]
             z = _residual_row_cpu(out, target[t_start[b] + i], draft[d_start[b] + i], p_i)
             denom = z + (1.0 - p_i)
-            if eta_i <= (z / denom if denom > 0 else 1.0):
+            if eta_i < (z / denom if denom > 0 else 1.0):
                 _keep_row_cpu(out, p_i)
                 tau[b], done[b] = i, z > 0
                 break
@@ -213,7 +213,7 @@ def scan_block_cpu(lay, p_full, q, pt, weights, slack) -> tuple[torch.Tensor, to
 
 
 def scan_block_batched(lay, p_full, q, pt, weights, slack, done) -> torch.Tensor:
-    """Batched BV scan (CUDA, or CPU without ``CPU_ROW_LOOP``): τ = max{i : η_i ≤ h_i}.
+    """Batched BV scan (CUDA, or CPU without ``CPU_ROW_LOOP``): τ = max{i : η_i < h_i}.
 
     i = γ: ``h_γ = p_γ``, no vocabulary work; then i = γ−1, γ−2, ..., 1 for the requests still
     unresolved, skipping ``Z_{i+1}`` where :func:`_rejects_without_pass`'s bound decides.
@@ -225,7 +225,7 @@ def scan_block_batched(lay, p_full, q, pt, weights, slack, done) -> torch.Tensor
     arange_b = torch.arange(b, device=lengths.device)
     has = lengths > 0
     last = torch.clamp(lengths - 1, min=0)
-    accepted_last = has & (eta_all[arange_b, last] <= p_full[arange_b, last + 1] if k else has)
+    accepted_last = has & (eta_all[arange_b, last] < p_full[arange_b, last + 1] if k else has)
     tau = torch.where(accepted_last, lengths, torch.zeros_like(lengths))
     pending = torch.nonzero(~accepted_last & (lengths >= 2)).flatten()
     step = 1
@@ -240,7 +240,7 @@ def scan_block_batched(lay, p_full, q, pt, weights, slack, done) -> torch.Tensor
         z = residual_pass(lay, rows, position, p_i, weights, z_star[maybe])
         denom = z + (1.0 - p_i)
         h = torch.where(denom > 0, z / torch.where(denom > 0, denom, 1.0), 1.0)
-        accept = eta <= h
+        accept = eta < h
         winners = rows[accept]
         tau[winners] = position[accept]
         done[winners] = z[accept] > 0
@@ -252,7 +252,7 @@ def scan_block_batched(lay, p_full, q, pt, weights, slack, done) -> torch.Tensor
 
 
 def scan_block(lay, p_full, q, pt, weights, slack) -> tuple[torch.Tensor, torch.Tensor]:
-    """BV's τ = max{i : η_i ≤ h_i} with residual rows written at accepting positions.
+    """BV's τ = max{i : η_i < h_i} with residual rows written at accepting positions.
 
     CPU with ``CPU_ROW_LOOP``: :func:`scan_block_cpu`; otherwise :func:`scan_block_batched`.
     returns (τ # [B] int64, done # [B] bool: weights already hold the extra-token residual)

@@ -156,8 +156,10 @@ def accept_from_stats(
 ) -> np.ndarray:
     """Sample the accepted length τ from a drafted path's recorded statistics.
 
-    Token verification (THEORY.md §2): accept while ``η_i ≤ min(1, r_i)``; τ is the index of
-    the first failure. Block verification (§3): ``τ = max{i ≤ γ : η_i ≤ h_i}`` (0 if none).
+    Token verification (THEORY.md §2): accept while ``η_i < min(1, r_i)``; τ is the index of
+    the first failure. Block verification (§3): ``τ = max{i ≤ γ : η_i < h_i}`` (0 if none).
+    The interval is half-open, as η is, so ``P(accept) = threshold`` and a threshold of 0 (a
+    token the target gives probability 0) never accepts, even at η = 0.
     Both read only the drafted path, so every draft length γ ≤ K reuses the same row.
 
     q, pt, z:  # [B, K]  recorded statistics (z[:, j] holds Z_{j+1})
@@ -173,12 +175,12 @@ def accept_from_stats(
     if rule == "token":
         with np.errstate(divide="ignore", invalid="ignore"):
             accept = np.minimum(np.nan_to_num(pt / q, nan=0.0), 1.0)
-        ok = (uniforms <= accept) & inside
+        ok = (uniforms < accept) & inside
         # τ = number of leading successes: position of the first failure within γ.
         return np.where(ok.all(axis=1), k, np.argmin(ok, axis=1)).astype(np.int64)
     if rule == "block":
         h = block_thresholds(block_weights(q, pt), z, gamma)
-        ok = (uniforms <= h) & inside
+        ok = (uniforms < h) & inside
         last = k - np.argmax(ok[:, ::-1], axis=1)
         return np.where(ok.any(axis=1), last, 0).astype(np.int64)
     raise ValueError(f"rule: expected 'token' or 'block', got {rule!r}")

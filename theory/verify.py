@@ -117,7 +117,7 @@ def tau_law(draft_tokens, draft_rows, target_rows, rule: str) -> np.ndarray:
     """Exact law of τ given the whole drafted path ``X^γ`` (summing over the uniforms).
 
     TV: ``P(τ ≥ i | X^γ) = a_i = Π_{j≤i} min(1, r_j)``, so ``P(τ = i) = a_i − a_{i+1}``.
-    BV: τ = max{i : η_i ≤ h_i} with independent uniforms, so
+    BV: τ = max{i : η_i < h_i} with independent uniforms, so
     ``P(τ = i | X^γ) = h_i Π_{j>i} (1 − h_j)`` (h_0 = 1).
 
     Note for BV: ``P(τ ≥ i | X^i) = p_i`` holds after averaging over the later draft tokens
@@ -195,7 +195,7 @@ def sample_rows(law: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def verify_token(draft_tokens, draft_rows, target_rows, uniforms, rng: np.random.Generator):
-    """Token verification (THEORY.md §2): accept while ``η_i ≤ min(1, r_i)``.
+    """Token verification (THEORY.md §2): accept while ``η_i < min(1, r_i)``.
 
     returns (τ # [B] int64, extra token # [B] int64)
     """
@@ -208,14 +208,14 @@ def verify_token(draft_tokens, draft_rows, target_rows, uniforms, rng: np.random
     alive = np.ones(b, dtype=bool)
     tau = np.zeros(b, dtype=np.int64)
     for i in range(gamma):  # walk i = 1..γ, stop at the first failure
-        alive &= uniforms[:, i] <= np.minimum(1.0, ratios[:, i])
+        alive &= uniforms[:, i] < np.minimum(1.0, ratios[:, i])
         tau += alive
     law = extra_token_law(draft_rows, target_rows, tau, "token")
     return tau, sample_rows(law, rng)
 
 
 def verify_block(draft_tokens, draft_rows, target_rows, uniforms, rng: np.random.Generator):
-    """Block verification (THEORY.md §3): ``τ = max{i : η_i ≤ h_i}`` (0 if none).
+    """Block verification (THEORY.md §3): ``τ = max{i : η_i < h_i}`` (0 if none).
 
     returns (τ # [B] int64, extra token # [B] int64)
     """
@@ -225,8 +225,8 @@ def verify_block(draft_tokens, draft_rows, target_rows, uniforms, rng: np.random
     b, gamma = draft_tokens.shape
     p, h = block_path(draft_tokens, draft_rows, target_rows)
     tau = np.zeros(b, dtype=np.int64)
-    for i in range(1, gamma + 1):  # the last i with η_i ≤ h_i wins
-        tau = np.where(uniforms[:, i - 1] <= h[:, i - 1], i, tau)
+    for i in range(1, gamma + 1):  # the last i with η_i < h_i wins
+        tau = np.where(uniforms[:, i - 1] < h[:, i - 1], i, tau)
     law = extra_token_law(draft_rows, target_rows, tau, "block", p=p)
     return tau, sample_rows(law, rng)
 
@@ -235,7 +235,7 @@ def _verify_block_wrong(draft_tokens, draft_rows, target_rows, uniforms, rng):
     """A known **wrong** block verifier (THEORY.md §3), kept only to show the tests catch it.
 
     It accepts the longest prefix whose product of uniforms is below the product of TV's
-    acceptance probabilities, ``τ = max{i : Π_{j≤i} η_j ≤ Π_{j≤i} min(1, r_j)}``, and draws the
+    acceptance probabilities, ``τ = max{i : Π_{j≤i} η_j < Π_{j≤i} min(1, r_j)}``, and draws the
     correction from TV's residual ``max(Mb − Ms, 0)``. It is not lossless.
     """
     draft_tokens, draft_rows, target_rows, uniforms = _check(
@@ -246,6 +246,6 @@ def _verify_block_wrong(draft_tokens, draft_rows, target_rows, uniforms, rng):
     products = np.cumprod(uniforms, axis=1)
     tau = np.zeros(b, dtype=np.int64)
     for i in range(1, gamma + 1):
-        tau = np.where(products[:, i - 1] <= accepts[:, i - 1], i, tau)
+        tau = np.where(products[:, i - 1] < accepts[:, i - 1], i, tau)
     law = extra_token_law(draft_rows, target_rows, tau, "token")
     return tau, sample_rows(law, rng)

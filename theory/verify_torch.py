@@ -15,7 +15,7 @@ Two layouts:
 
 Rows may be float32 (the serving case) or float64, and may be one-hot (greedy drafts or
 temperature 0). The per-position statistics are float64, computed in log space:
-``log r_i = log Mb − log Ms`` of the drafted token, TV accepts on ``η_i ≤ exp(min(log r_i, 0))``
+``log r_i = log Mb − log Ms`` of the drafted token, TV accepts on ``η_i < exp(min(log r_i, 0))``
 and BV's weights use ``log p_i = S_i − max(0, max_{j≤i} S_j)`` with ``S = cumsum(log r)`` (no
 product of many ratios is ever formed).
 
@@ -26,7 +26,7 @@ data-dependent row selection (``.tolist()``, ``nonzero``), is the CPU default, w
 faster (benchmarks/verify_compile_bench.py).
 
 Work: TV touches the vocabulary once per request (the residual or bonus row at τ). BV scans
-positions backwards from γ (``τ = max{i : η_i ≤ h_i}``, so the first success from the end is
+positions backwards from γ (``τ = max{i : η_i < h_i}``, so the first success from the end is
 τ) and computes ``Z_{i+1}`` only for requests still unresolved; the residual row computed for
 the accepting position is reused as the correction law. Expected vocabulary passes per
 request: about ``γ − E[τ] + 1`` instead of γ.
@@ -168,8 +168,8 @@ def _drafted_probs(lay) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _accept_token(lay, log_r) -> torch.Tensor:
-    """TV's τ: leading successes of ``η_i ≤ min(1, r_i) = exp(min(log r_i, 0))``. # [B] int64"""
-    ok = (lay["uniforms"] <= torch.exp(torch.clamp(log_r, max=0.0))) & lay["inside"]
+    """TV's τ: leading successes of ``η_i < min(1, r_i) = exp(min(log r_i, 0))``. # [B] int64"""
+    ok = (lay["uniforms"] < torch.exp(torch.clamp(log_r, max=0.0))) & lay["inside"]
     return torch.cumprod(ok.long(), dim=1).sum(dim=1)
 
 

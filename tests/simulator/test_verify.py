@@ -91,3 +91,24 @@ def test_table_fallbacks_equal_accept_from_stats(synth_trace_natural, monkeypatc
                 table, lut, _ = tables.for_depth(d)
                 assert (table is None) == (max_table == 0) and (lut is None) == (lut_depth == 0)
                 assert np.array_equal(tables.tau(rows, s, eta), ref), (rule, d)
+
+
+def test_a_zero_threshold_never_accepts_even_at_eta_zero():
+    """pt = 0 on the first drafted token: TV's min(1, r) and BV's h are 0, and η = 0 (a value
+    the uniforms can take) must not pass them, in the reference and the tables alike."""
+    from specbatch.traces.format import make_trace
+
+    n = 3
+    row = lambda *v: np.tile(np.array(v, dtype=np.float64), (n, 1))  # noqa: E731
+    cols = {"draft_token": np.zeros((n, 2), dtype=np.int64), "q": row(0.5, 0.5),
+            "pt": row(0.0, 0.5), "z": row(0.75, 0.0), "draft_conf": row(0.5, 0.5),
+            "entropy": row(0.7, 0.7), "top1": row(0.5, 0.5)}
+    requests = {"request_id": np.arange(n), "prompt_len": np.ones(n, dtype=np.int64),
+                "output_len": np.ones(n, dtype=np.int64), "category": np.array(["x"] * n, object)}
+    trace = make_trace({"temperature": 1.0}, requests, cols)
+    eta, rows = np.zeros((n, 2)), np.arange(n)
+    for rule in ("token", "block"):
+        for s in (1, 2):
+            verified = np.full(n, s)
+            assert np.all(sample_tau(trace.q, trace.pt, trace.z, verified, eta, rule) == 0)
+            assert np.all(VerifyTables(trace, rule).tau(rows, verified, eta[:, :s]) == 0)

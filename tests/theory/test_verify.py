@@ -267,3 +267,27 @@ def test_token_ids_outside_the_vocabulary_are_refused(bad, rule):
     verify = verify_token if rule == "token" else verify_block
     with pytest.raises(SpecbatchError, match=r"draft_tokens: expected token ids in 0\.\.4"):
         verify(tokens, dr, tr, np.full((2, 3), 0.5), np.random.default_rng(0))
+
+
+def _zero_target_paths(b: int = 64):
+    """Paths whose first drafted token (id 0) has target probability 0, drafted with
+    probability 1/2; every uniform is exactly 0, the one value a closed interval accepts."""
+    draft = np.tile(np.array([0.5, 0.5, 0.0]), (b, 2, 1))  # [B, 2, V]
+    target = np.tile(np.array([0.0, 0.5, 0.5]), (b, 3, 1))  # [B, 3, V]
+    tokens = np.zeros((b, 2), dtype=np.int64)
+    tokens[:, 1] = 1
+    return tokens, draft, target, np.zeros((b, 2))
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+def test_a_token_the_target_gives_probability_zero_is_never_accepted_even_at_eta_zero(rule):
+    from specbatch.theory.stats import accept_from_stats, position_stats
+
+    tokens, draft, target, eta = _zero_target_paths()
+    verify = verify_token if rule == "token" else verify_block
+    tau, extra = verify(tokens, draft, target, eta, np.random.default_rng(0))
+    assert np.all(tau == 0) and np.all(target[0, 0, extra] > 0)
+    stats = position_stats(tokens, draft, target)
+    tau = accept_from_stats(stats["q"], stats["pt"], stats["z"], np.full(len(tokens), 2), eta,
+                            rule)
+    assert np.all(tau == 0)

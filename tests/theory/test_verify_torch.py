@@ -309,3 +309,16 @@ def test_token_ids_outside_the_vocabulary_are_refused(bad):
     with pytest.raises(SpecbatchError, match=r"draft_tokens: expected token ids in 0\.\.4"):
         verify_torch("block", torch.from_numpy(tokens), torch.from_numpy(dr),
                      torch.from_numpy(tr), torch.full((2, 3), 0.5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+@pytest.mark.parametrize("row_loop", [True, False])
+def test_torch_never_accepts_a_zero_probability_token_at_eta_zero(rule, row_loop, monkeypatch):
+    from tests.theory.test_verify import _zero_target_paths
+
+    monkeypatch.setattr(residual_torch_module, "CPU_ROW_LOOP", row_loop)
+    tokens, draft, target, eta = _zero_target_paths()
+    tau, extra = verify_torch(rule, torch.as_tensor(tokens), torch.as_tensor(draft),
+                              torch.as_tensor(target), torch.as_tensor(eta),
+                              generator=torch.Generator().manual_seed(0))
+    assert torch.all(tau == 0) and np.all(target[0, 0, extra.numpy()] > 0)
