@@ -10,11 +10,9 @@ headline table (best setting of each policy and verifier, analysis.compare.headl
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
@@ -22,7 +20,7 @@ from specbatch.analysis.spec import SweepSpec, parse_spec
 from specbatch.analysis.sweep import SweepOutcome, run_sweep
 from specbatch.errors import SpecbatchError
 from specbatch.traces.describe import describe_trace
-from specbatch.traces.format import read_trace, resolve_trace
+from specbatch.traces.format import read_meta, read_trace, resolve_trace
 
 KS = (1, 2, 3, 4, 5, 6)
 EXTRAS = (1, 2)
@@ -47,8 +45,8 @@ def pick_trace(name: str) -> tuple[str, int, str]:
             "synthetic (traces.synth defaults: temperature "
             f"{synth.temperature:g}, K = {synth.depth}) because the bundled default trace "
             "is not present")
-    meta = json.loads((Path(path) / "meta.json").read_text())
-    depth = int(meta.get("depth") or _read_k(path))
+    meta = read_meta(path)  # validated: a damaged meta.json is a one-line error
+    depth = int(meta["depth"])
     return name, depth, f"{name} ({describe_trace(meta, depth)})"
 
 

@@ -8,29 +8,46 @@ twin) the exact optimum, and the gap is what the greedy leaves on the table.
 
 from __future__ import annotations
 
-import os
+import io
+import warnings
 
 import numpy as np
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.io import read_regular_file
 from specbatch.theory.allocate import allocation_value, greedy_topc, optimal_dp, optimal_milp
 
 
 def read_values(path: str) -> np.ndarray:
-    """A [N, K] float array from .npy or CSV (comma-separated, no header)."""
-    if not os.path.exists(path):
-        raise SpecbatchError(f"file {path}: not found")
-    require(os.path.isfile(path), f"file {path}: expected a regular file (.npy or CSV)")
+    """A [N, K] real array (N, K ≥ 1) from .npy or CSV (comma-separated, no header).
+
+    The file must be a regular file (a FIFO or a device never blocks the read); complex
+    arrays are refused rather than losing their imaginary part, an empty file rather than
+    read as N = 0, and object arrays (pickles) are never loaded.
+    """
+    data = read_regular_file(path, "a values file (.npy or CSV)")
     try:
         if path.endswith(".npy"):
-            values = np.load(path, allow_pickle=False)
+            values = np.load(io.BytesIO(data), allow_pickle=False)
         else:
-            values = np.loadtxt(path, delimiter=",", ndmin=2, dtype=np.float64)
-    except ValueError as exc:
-        raise SpecbatchError(f"file {path}: expected a numeric [N, K] array ({exc})") from None
+            with warnings.catch_warnings():  # numpy warns on an empty file; refused below
+                warnings.simplefilter("ignore", UserWarning)
+                values = np.loadtxt(io.StringIO(data.decode("utf-8")), delimiter=",", ndmin=2,
+                                    dtype=np.float64)
+    except UnicodeDecodeError:
+        raise SpecbatchError(f"file {path}: expected a CSV of numbers, got binary data") from None
+    except (ValueError, OSError, EOFError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SpecbatchError(f"file {path}: expected a numeric [N, K] array ({reason})") from None
+    require(isinstance(values, np.ndarray), f"file {path}: expected one array, got "
+            f"{type(values).__name__}")
     require(values.ndim == 2, f"file {path}: expected a 2-d [N, K] array, got shape "
                               f"{values.shape}")
-    require(np.issubdtype(values.dtype, np.number),
+    require(values.size > 0, f"file {path}: expected a non-empty [N, K] array, got shape "
+            f"{values.shape}")
+    require(not np.issubdtype(values.dtype, np.complexfloating),
+            f"file {path}: expected real values, got complex dtype {values.dtype}")
+    require(np.issubdtype(values.dtype, np.number) and values.dtype != np.bool_,
             f"file {path}: expected a numeric array, got dtype {values.dtype}")
     return values.astype(np.float64)
 

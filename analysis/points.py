@@ -71,13 +71,10 @@ def trace_fingerprint(name: str) -> tuple[str, int]:
         from specbatch.traces.synth import SynthConfig
 
         return "synth", SynthConfig().depth
-    from specbatch.traces.format import resolve_trace
+    from specbatch.traces.format import read_meta, resolve_trace
 
     path = Path(resolve_trace(name))
-    meta_path = path / "meta.json"
-    require(meta_path.is_file(), f"trace {path}: meta.json: expected a regular file")
-    meta = json.loads(meta_path.read_bytes())
-    require(isinstance(meta, dict), f"trace {path}: meta.json: expected a JSON object")
+    meta = read_meta(path)  # validated: a damaged meta.json is a one-line error
     digest = hashlib.sha256()
     for item in sorted(path.rglob("*")):
         relative = item.relative_to(path).as_posix()

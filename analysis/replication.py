@@ -10,9 +10,7 @@ setting differs from each paper's.
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import pandas as pd
 
@@ -190,9 +188,9 @@ def trace_meta(df: pd.DataFrame) -> dict | None:
     if name == "synth":
         return None
     try:
-        from specbatch.traces.format import resolve_trace
+        from specbatch.traces.format import read_meta
 
-        return json.loads((Path(resolve_trace(name)) / "meta.json").read_text())
+        return read_meta(name)
     except Exception:  # the note is best effort
         return None
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -176,10 +177,30 @@ def _contains_string(obj: Any) -> bool:
     return False
 
 
+#: Most decimal digits an exact probability may be written with, and the largest power of ten
+#: its exponent may name: exact arithmetic on Fractions grows with the size of its inputs, and
+#: ``"1e-99999999"`` alone would be a hundred-million-digit denominator.
+MAX_EXACT_DIGITS = 1000
+
+
+def _check_exact_size(text: str, where: str) -> None:
+    """Refuse an exact number too large to compute with (:data:`MAX_EXACT_DIGITS`), before
+    :class:`~fractions.Fraction` expands it."""
+    digits = sum(c.isdigit() for c in text)
+    exponent = re.search(r"[eE]\s*[+-]?\s*(\d+)", text)
+    power = int(exponent.group(1)) if exponent and digits <= MAX_EXACT_DIGITS else 0
+    require(digits <= MAX_EXACT_DIGITS and power <= MAX_EXACT_DIGITS,
+            f"{where}: expected an exact probability of at most {MAX_EXACT_DIGITS} digits and "
+            f"exponents within ±{MAX_EXACT_DIGITS}, got {text[:40]!r}"
+            f"{'...' if len(text) > 40 else ''}")
+
+
 def _parse_number(raw: Any, exact: bool, where: str) -> Number:
     if isinstance(raw, bool) or not isinstance(raw, (int, float, str, Fraction)):
         raise SpecbatchError(f"{where}: expected a probability (number or 'a/b' string), got {raw!r}")
     if exact:
+        if not isinstance(raw, Fraction):
+            _check_exact_size(str(raw), where)
         try:
             value = Fraction(raw) if isinstance(raw, (int, Fraction)) else Fraction(str(raw).strip())
         except (ValueError, ZeroDivisionError):

@@ -27,7 +27,6 @@ round-off of a capture); values are returned exactly as stored, never clipped.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -36,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.io import atomic_write, write_json
+from specbatch.io import atomic_write, check_regular_file, load_json_file, write_json
 from specbatch.traces.trace import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -52,7 +51,8 @@ from specbatch.traces.trace import (
 #: The names of the trace files and their readers and writers (the in-memory trace and its
 #: checks: :mod:`specbatch.traces.trace`).
 __all__ = [
-    "BUNDLED_DIR", "META_FILE", "POSITIONS_GLOB", "REQUESTS_FILE", "bundled_traces", "read_trace",
+    "BUNDLED_DIR", "META_FILE", "POSITIONS_GLOB", "REQUESTS_FILE", "bundled_traces", "read_meta",
+    "read_trace",
     "resolve_trace", "validate_trace", "write_meta", "write_positions", "write_requests",
     "write_trace",
 ]
@@ -246,12 +246,14 @@ def _row_to_file(msg: str, directory: str) -> str:
     return msg
 
 
+def read_meta(path: str | os.PathLike) -> dict:
+    """The validated ``meta.json`` of trace ``path`` (a directory or a bundled name), without
+    reading the Parquet files: what a caller that needs only K or the provenance reads."""
+    return _read_meta(Path(resolve_trace(path)) / META_FILE)
+
+
 def _read_meta(path: Path) -> dict:
-    require(path.is_file(), f"file {path}: expected the trace's meta.json, got no such file")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SpecbatchError(f"file {path}: expected JSON, got a parse error ({exc.args[0]})") from None
+    meta = load_json_file(path, "the trace's meta.json")
     require(isinstance(meta, dict), f"file {path}: expected a JSON object, got {type(meta).__name__}")
     require("format" in meta, f"file {path}: field format: expected {FORMAT_NAME!r}, got no field")
     require("version" in meta, f"file {path}: field version: expected {FORMAT_VERSION}, got no field")
@@ -260,7 +262,7 @@ def _read_meta(path: Path) -> dict:
 
 
 def _read_table(path: Path) -> pa.Table:
-    require(path.is_file(), f"file {path}: expected a Parquet file, got no such file")
+    check_regular_file(path, "a Parquet file")
     try:
         return pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:

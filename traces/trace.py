@@ -325,10 +325,29 @@ def check_meta(meta: Any, where: str, depth: int | None = None) -> None:
             f"file {where}: field depth: expected an integer K >= 1, got {k!r}")
     if depth is not None:
         require(k == depth, f"file {where}: field depth: expected the list length {depth}, got {k}")
-    for name in ("completion", "models"):
-        value = meta.get(name)
-        require(value is None or isinstance(value, dict),
-                f"file {where}: field {name}: expected an object, got {value!r:.40}")
+    _check_provenance(meta, where)
+
+
+#: Values ``completion.status`` may take (``Trace.status``).
+COMPLETION_STATUSES = ("complete", "partial")
+
+
+def _check_provenance(meta: dict, where: str) -> None:
+    """The provenance fields readers use have the shapes FORMAT.md gives them: ``models`` an
+    object of role -> object or name, ``completion`` an object whose ``status`` (when present)
+    is ``complete`` or ``partial``; each may be ``null``."""
+    models = meta.get("models")
+    require(models is None or isinstance(models, dict), f"file {where}: field models: expected "
+            f"an object or null, got {type(models).__name__}")
+    for role, model in (models or {}).items():
+        require(model is None or isinstance(model, (dict, str)), f"file {where}: field "
+                f"models.{role}: expected an object, a name or null, got {type(model).__name__}")
+    comp = meta.get("completion")
+    require(comp is None or isinstance(comp, dict), f"file {where}: field completion: expected "
+            f"an object or null, got {comp!r:.40}")
+    status = (comp or {}).get("status", COMPLETION_STATUSES[0])
+    require(status in COMPLETION_STATUSES, f"file {where}: field completion.status: expected "
+            f"{' or '.join(COMPLETION_STATUSES)}, got {status!r:.40}")
 
 
 def check_requests(req: dict, where: str) -> None:

@@ -230,7 +230,7 @@ def test_bad_meta(written, change, field):
 
 def test_meta_not_json(written):
     (written / "meta.json").write_text("{not json")
-    with pytest.raises(SpecbatchError, match=r"meta\.json: expected JSON"):
+    with pytest.raises(SpecbatchError, match=r"meta\.json: expected the trace's meta\.json, got invalid JSON"):
         validate_trace(written)
 
 
