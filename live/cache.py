@@ -20,7 +20,7 @@ the row's next tokens. So:
   packed block costs (Σp)², the price of a dense mask without a variable-length kernel).
 
 The slot cache works for Hugging Face decoders whose attention calls
-``past_key_values.update(key, value, layer_idx)`` and takes a prepared 4-D mask (the Llama
+``cache.update(key, value, layer_idx)`` and takes a prepared 4-D mask (the Llama
 family: SmolLM2, Llama, Vicuna shapes). This is a padded-batch dense engine, not paged
 attention: a pass still reads the running rows up to the longest one.
 """
@@ -30,6 +30,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
+
+from specbatch.traces.cache_api import cache_kwargs
 
 
 def _cache_base():
@@ -106,7 +108,7 @@ class SlotCache:
         extra = {} if keep is None else {"logits_to_keep": keep}
         start = self.clock()
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos_ids,
-                    past_key_values=self.kv, use_cache=True, **extra)
+                    **cache_kwargs(model, self.kv), use_cache=True, **extra)
         self.seconds = self.clock() - start
         self._plan = None
         return out.logits

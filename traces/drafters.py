@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from specbatch.theory.stats_torch import probs_at, sample_inverse_cdf
+from specbatch.traces.cache_api import cache_kwargs, returned_cache
 from specbatch.traces.identity import model_identity
 
 if TYPE_CHECKING:
@@ -124,8 +125,8 @@ class ModelDrafter(Drafter):
         import torch
 
         full = torch.cat([torch.tensor(prompt_ids, device=y.device), y[:-1]])[None]
-        out = self.model(input_ids=full, past_key_values=full_cache(), use_cache=True)
-        return out.past_key_values, out.logits[0, len(prompt_ids) - 1:]
+        out = self.model(input_ids=full, **cache_kwargs(self.model, full_cache()), use_cache=True)
+        return returned_cache(out), out.logits[0, len(prompt_ids) - 1:]
 
     def draft(self, state, n_prompt: int, ts, uniforms, cfg: CaptureConfig) -> tuple:
         """K tokens per position as one batched decode over the shared prefix cache."""
@@ -141,10 +142,11 @@ class ModelDrafter(Drafter):
             cache = shared_cache(cache0, layout.prefix, p)
             for j in range(1, k):
                 mask = layout.mask(j)
-                out = self.model(input_ids=tokens[-1].view(p, 1), past_key_values=cache,
-                                 use_cache=True, attention_mask=layout.masks(self.model, mask, 1),
+                out = self.model(input_ids=tokens[-1].view(p, 1),
+                                 **cache_kwargs(self.model, cache), use_cache=True,
+                                 attention_mask=layout.masks(self.model, mask, 1),
                                  position_ids=(layout.ctx + j - 1).view(p, 1))
-                cache = out.past_key_values
+                cache = returned_cache(out)
                 logits.append(out.logits[:, -1])
                 tokens.append(sample_inverse_cdf(probs_at(logits[-1], cfg.temperature), u[:, j]))
         return torch.stack(tokens, dim=1), torch.stack(logits, dim=1), None
@@ -159,8 +161,8 @@ class ModelDrafter(Drafter):
             toks.append(sample_inverse_cdf(probs_at(rows[-1], cfg.temperature), uniforms[j]))
             if j == cfg.depth - 1:
                 break
-            out = self.model(input_ids=toks[-1].view(1, 1), past_key_values=out.past_key_values,
-                             use_cache=True)
+            out = self.model(input_ids=toks[-1].view(1, 1),
+                             **cache_kwargs(self.model, returned_cache(out)), use_cache=True)
             rows.append(out.logits[0, -1])
         return torch.stack(toks)[None], torch.stack(rows)[None], None
 

@@ -42,6 +42,7 @@ from specbatch.theory.stats_torch import (
     probs_at,
     sample_inverse_cdf,
 )
+from specbatch.traces.cache_api import cache_kwargs, returned_cache
 from specbatch.traces.drafters import (
     Layout,
     as_drafter,
@@ -96,9 +97,9 @@ def generate_reference(target, prompt_ids: list[int], uniforms: np.ndarray, cfg:
     device = next(target.parameters()).device
     u = torch.from_numpy(uniforms).to(device)
     ids = torch.tensor([prompt_ids], device=device)
-    out = target(input_ids=ids, past_key_values=None if native_cache else full_cache(),
+    out = target(input_ids=ids, **cache_kwargs(target, None if native_cache else full_cache()),
                  use_cache=True)
-    cache = out.past_key_values
+    cache = returned_cache(out)
     logits = out.logits[0, -1]
     tokens, rows = [], []
     for t in range(cfg.max_new_tokens):
@@ -108,8 +109,8 @@ def generate_reference(target, prompt_ids: list[int], uniforms: np.ndarray, cfg:
         if (cfg.stop_at_eos and eos_id is not None and int(tok) == eos_id) or \
                 t == cfg.max_new_tokens - 1:
             break
-        out = target(input_ids=tok.view(1, 1), past_key_values=cache, use_cache=True)
-        cache, logits = out.past_key_values, out.logits[0, -1]
+        out = target(input_ids=tok.view(1, 1), **cache_kwargs(target, cache), use_cache=True)
+        cache, logits = returned_cache(out), out.logits[0, -1]
     return torch.stack(tokens), torch.stack(rows), cache
 
 
@@ -139,8 +140,8 @@ def generate_reference_batch(target, prompts_ids: list[list[int]], uniforms: lis
     u = torch.from_numpy(np.stack(uniforms)).to(device)           # [b, max_new]
     # left padding shifts a row's slots and positions alike, so slot distances are real ones
     out = target(input_ids=ids, attention_mask=mask, position_ids=pos,
-                 past_key_values=full_cache(), use_cache=True)
-    cache, logits = out.past_key_values, out.logits[:, -1]
+                 **cache_kwargs(target, full_cache()), use_cache=True)
+    cache, logits = returned_cache(out), out.logits[:, -1]
     tokens, rows = [], []
     done = torch.zeros(b, dtype=torch.bool, device=device)
     length = torch.full((b,), cfg.max_new_tokens, device=device)
@@ -156,8 +157,9 @@ def generate_reference_batch(target, prompts_ids: list[list[int]], uniforms: lis
             break
         mask = torch.cat([mask, torch.ones(b, 1, dtype=torch.long, device=device)], dim=1)
         out = target(input_ids=tok.view(b, 1), attention_mask=mask,
-                     position_ids=(lens + t).view(b, 1), past_key_values=cache, use_cache=True)
-        cache, logits = out.past_key_values, out.logits[:, -1]
+                     position_ids=(lens + t).view(b, 1), **cache_kwargs(target, cache),
+                     use_cache=True)
+        cache, logits = returned_cache(out), out.logits[:, -1]
     y_all = torch.stack(tokens, dim=1)                            # [b, steps]
     logit_all = torch.stack(rows, dim=1)                          # [b, steps, V]
     result = []
@@ -185,7 +187,8 @@ def score_paths(target, target_cache, target_row0, n_prompt: int, ts, x, width: 
     layout = Layout(n_prompt, ts, k)
     vocab = target_row0.shape[-1]
     cache = shared_cache(target_cache, layout.prefix, p)
-    out = target(input_ids=torch.where(x < vocab, x, 0), past_key_values=cache, use_cache=True,
+    out = target(input_ids=torch.where(x < vocab, x, 0), **cache_kwargs(target, cache),
+                 use_cache=True,
                  attention_mask=layout.masks(target, layout.mask(k), k),
                  position_ids=layout.new_pos)
     logits = torch.cat([target_row0[:, None], out.logits], dim=1)  # [P, K+1, V]

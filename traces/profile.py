@@ -32,6 +32,7 @@ from pathlib import Path
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import atomic_write
+from specbatch.traces.cache_api import cache_kwargs
 
 PROFILE_COLUMNS = ("model", "role", "device", "dtype", "batch_size", "query_tokens", "kv_tokens",
                    "latency_s", "repeats", "latency_min_s", "latency_max_s", "threads")
@@ -160,8 +161,8 @@ def time_forward(model, batch: int, query: int, kv: int, warmup: int, repeats: i
             if cuda:
                 torch.cuda.synchronize(device)
             t0 = time.perf_counter()
-            model(input_ids=ids, past_key_values=cache, position_ids=pos, use_cache=kv > 0,
-                  logits_to_keep=query)
+            model(input_ids=ids, **cache_kwargs(model, cache), position_ids=pos,
+                  use_cache=kv > 0, logits_to_keep=query)
             if cuda:
                 torch.cuda.synchronize(device)
             if i >= warmup:

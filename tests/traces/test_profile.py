@@ -108,17 +108,18 @@ def test_max_cell_tokens_cli_reports_the_skipped_count_and_rejects_bad_caps(tmp_
 def test_each_timed_pass_sees_exactly_kv_cached_entries(monkeypatch):
     """The random KV is built once per cell and every pass starts from ``kv`` entries."""
     import specbatch.traces.profile as prof
+    from specbatch.traces.cache_api import cache_argument
     from specbatch.traces.profile import load_profile_model, time_forward
 
     model, _ = load_profile_model("vicuna-68m", layers=1)
     built, seen = [], []
     real_kv = prof._random_kv
     monkeypatch.setattr(prof, "_random_kv", lambda *a: built.append(a) or real_kv(*a))
-    forward = model.forward
+    forward, name = model.forward, cache_argument(model)  # read before forward is replaced
 
-    def spy(*args, past_key_values=None, **kwargs):
-        seen.append(past_key_values.get_seq_length())
-        return forward(*args, past_key_values=past_key_values, **kwargs)
+    def spy(*args, **kwargs):
+        seen.append(kwargs[name].get_seq_length())
+        return forward(*args, **kwargs)
 
     monkeypatch.setattr(model, "forward", spy)
     assert len(time_forward(model, 2, 3, 16, warmup=1, repeats=3)) == 3
