@@ -152,7 +152,8 @@ class Recorder:
 def build_trace(result: LiveResult, meta_extra: dict | None = None):
     """A :class:`traces.format.Trace` of the live run: row t of request r holds the statistics
     of the path drafted at output position t (visited positions); other rows hold a filler
-    (q = 1, pt = z = 0, confidence 1) that a replay of the same run never reads. An n-gram
+    (q = 1, pt = 0, confidence 1, and the Z of those one-hot rows: ``Z_1 = 1``, 0 after) that a
+    replay of the same run never reads. An n-gram
     run's trace carries the ``proposed`` column (0 on unvisited rows), its fillers recorded as
     capture records them (:mod:`specbatch.live.ngram`)."""
     from specbatch.traces.trace import default_meta, make_trace
@@ -163,7 +164,7 @@ def build_trace(result: LiveResult, meta_extra: dict | None = None):
     out_len = result.requests["output_len"].to_numpy()
     rows = int(out_len.sum())
     cols = {"draft_token": np.zeros((rows, k), dtype=np.int32), "q": np.ones((rows, k)),
-            "pt": np.zeros((rows, k)), "z": np.zeros((rows, k)),
+            "pt": np.zeros((rows, k)), "z": np.eye(1, k).repeat(rows, axis=0),
             "draft_conf": np.ones((rows, k)), "entropy": np.zeros((rows, k)),
             "top1": np.ones((rows, k))}
     proposed = np.zeros(rows, dtype=np.int64)

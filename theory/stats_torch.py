@@ -128,8 +128,11 @@ def path_stats_torch(draft_tokens, draft_logits, target_logits, temperature: flo
     The torch tier of :func:`specbatch.theory.stats.position_stats` followed by
     :func:`specbatch.theory.stats.draft_signals`. Capture calls it on whole drafted paths; the
     live loop on paths of which the target scored only the first γ_b tokens (``gamma``): there
-    ``pt = z = 0`` past γ_b, entries that no draft length s ≤ γ_b reads (h_i for i < s uses
-    ``Z_{i+1}`` and ``p_i``; h_s = p_s).
+    ``pt = 0`` past γ_b and ``Z_{i+1} = p_i`` (so ``p_γ_b`` at the first unscored position and
+    0 after it), the statistics of a target that puts no mass on the unscored tokens nor
+    anywhere the draft does, which keeps every row inside the bounds the trace reader checks;
+    no draft length s ≤ γ_b reads these entries (h_i for i < s uses ``Z_{i+1}`` and ``p_i``;
+    h_s = p_s).
 
     draft_tokens:  # [P, K]       int64
     draft_logits:  # [P, K, V]    Ms logits at X^i, i = 0..K-1
@@ -154,6 +157,7 @@ def path_stats_torch(draft_tokens, draft_logits, target_logits, temperature: flo
     z = torch.zeros_like(q)
     z[:, :g] = residual_masses_torch(p, ms, mb)
     if inside is not None:
-        z = torch.where(inside, z, 0.0)
+        p_prev = torch.cat([torch.ones_like(p[:, :1]), p[:, :-1]], dim=1)  # p_0..p_{K-1}
+        z = torch.where(inside, z, p_prev)
     out = {"q": q, "pt": pt, "p": p, "z": z, **draft_signals_torch(draft_tokens, draft_logits)}
     return {name: v.cpu().numpy() for name, v in out.items()}

@@ -116,7 +116,9 @@ def _load_models(roles: tuple, device: str, dtype: str) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from specbatch.traces.weights import load_pretrained
 
     dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
     require(dtype in dtypes, f"--dtype: expected one of {', '.join(dtypes)}, got {dtype!r}")
@@ -129,11 +131,10 @@ def _load_models(roles: tuple, device: str, dtype: str) -> dict:
                 f"{role} model {path}: expected a local Hugging Face model directory "
                 "(with config.json), got " + ("a directory without config.json" if p.is_dir()
                                               else "no such directory"))
+        model = load_pretrained(p, f"{role} model {path}", dtypes[dtype])
         try:
-            model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True,
-                                                         dtype=dtypes[dtype])
             tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
-        except (OSError, ValueError, KeyError) as exc:
+        except Exception as exc:  # any reader failure on a damaged folder is bad input
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SpecbatchError(f"{role} model {path}: expected a loadable causal LM with a "
                                  f"tokenizer, got {first[:160]}") from None

@@ -88,13 +88,18 @@ def load_profile_model(model: str, device: str = "cpu", dtype: str = "float32",
                 f"model {model}: expected a Hugging Face model directory with config.json, "
                 "got a directory without one")
         if layers is not None:
-            config = AutoConfig.from_pretrained(path, local_files_only=True)
+            try:
+                config = AutoConfig.from_pretrained(path, local_files_only=True)
+            except Exception as exc:  # a damaged config.json is bad input
+                raise SpecbatchError(f"model {model}: expected a readable config.json, got "
+                                     f"{type(exc).__name__}: {str(exc)[:160]}") from None
             config.num_hidden_layers = layers
             m = AutoModelForCausalLM.from_config(config, dtype=_dtype(dtype))
             label = f"{path.name}@{layers}L"
         else:
-            m = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
-                                                     dtype=_dtype(dtype))
+            from specbatch.traces.weights import load_pretrained
+
+            m = load_pretrained(path, f"model {model}", _dtype(dtype))
             label = path.name
         return m.to(device).eval(), label
     from transformers import LlamaConfig, LlamaForCausalLM

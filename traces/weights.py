@@ -32,7 +32,13 @@ from importlib import metadata
 from pathlib import Path
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.io import atomic_write, prepare_output_dir, write_json
+from specbatch.io import (
+    atomic_write,
+    check_regular_file,
+    load_json_file,
+    prepare_output_dir,
+    write_json,
+)
 
 CACHE_ENV = "SPECBATCH_CACHE"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -209,13 +215,24 @@ def weights_source(folder: str | os.PathLike) -> dict | None:
     return source
 
 
+#: Bytes of a GGUF header: magic, version (uint32), tensor count and metadata count (uint64).
+GGUF_HEADER_BYTES = 24
+#: GGUF format versions a reader may meet.
+GGUF_VERSIONS = (1, 2, 3)
+
+
 def check_gguf(path: str | os.PathLike, name: str | None = None) -> Path:
-    """An existing GGUF file: it exists, starts with the GGUF magic, and matches the recipe's
-    sha256 when ``name`` is given."""
-    path = Path(path)
-    require(path.is_file(), f"file {path}: not found (expected a .gguf file)")
+    """An existing GGUF file: a regular file that starts with a complete GGUF header (magic,
+    a known version), and matches the recipe's sha256 when ``name`` is given."""
+    path = check_regular_file(path, "a .gguf file")
     with open(path, "rb") as fh:
-        require(fh.read(4) == b"GGUF", f"file {path}: not a GGUF file (magic bytes differ)")
+        header = fh.read(GGUF_HEADER_BYTES)
+    require(header[:4] == b"GGUF", f"file {path}: not a GGUF file (magic bytes differ)")
+    require(len(header) == GGUF_HEADER_BYTES, f"file {path}: expected a GGUF header of "
+            f"{GGUF_HEADER_BYTES} bytes, got a file truncated to {len(header)}")
+    version = int.from_bytes(header[4:8], "little")
+    require(version in GGUF_VERSIONS, f"file {path}: expected GGUF version "
+            f"{' or '.join(map(str, GGUF_VERSIONS))}, got {version}")
     if name is not None:
         got = sha256_file(path)
         require(got == recipe(name).sha256,
@@ -237,10 +254,14 @@ def convert_gguf(gguf: str | os.PathLike, out: str | os.PathLike, force: bool = 
                                                      dtype=getattr(torch, dtype))
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file)
     except (ImportError, ValueError) as exc:  # transformers raises ValueError for accelerate
-        if "gguf" not in str(exc).lower() and "accelerate" not in str(exc).lower():
-            raise
+        if not isinstance(exc, ImportError) and "pip install" not in str(exc):
+            raise SpecbatchError(f"file {gguf}: expected a readable GGUF model, got "
+                                 f"{_first_line(exc)}") from None
         raise SpecbatchError(f"convert needs the packages of the models extra ({exc}); "
                              "pip install 'specbatch[models]'") from None
+    except Exception as exc:  # any parser failure on a damaged file (struct.error, EOFError...)
+        raise SpecbatchError(f"file {gguf}: expected a readable GGUF model, got "
+                             f"{_first_line(exc)}") from None
     # transformers refuses to save a model it loaded from GGUF unless the quantizer is gone
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -271,14 +292,66 @@ def parse_layers(text: str, n_layers: int, flag: str = "--keep") -> list[int]:
     return sorted(layers)
 
 
-def _load_state(folder: Path) -> dict:
+def _first_line(exc: BaseException) -> str:
+    """``TypeName: first line of the message`` (at most 160 characters), for one-line errors."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:160]}" if text else type(exc).__name__
+
+
+#: Weight files that are Python pickles: loading one can run arbitrary code, so specbatch never
+#: opens them (convert them to safetensors first).
+PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+
+
+def check_weights_folder(folder: str | os.PathLike, what: str) -> Path:
+    """A model folder holding safetensors weights; pickled weights alone are refused unopened.
+
+    ``what`` names the folder in errors (e.g. ``"target model models/t"``).
+    """
+    folder = Path(folder)
+    if any(folder.glob("*.safetensors")):
+        return folder
+    pickled = sorted(p.name for pattern in PICKLED_WEIGHTS for p in folder.glob(pattern))
+    require(not pickled, f"{what}: expected safetensors weights, got only pickled "
+            f"{', '.join(pickled[:3])} (not opened: loading a pickle can run code; convert it "
+            "to safetensors)")
+    return folder
+
+
+def load_safetensors(file: str | os.PathLike) -> dict:
+    """The tensors of one safetensors file; a damaged file is a one-line error."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    check_regular_file(file, "a safetensors file")
+    try:
+        return load_file(str(file))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise SpecbatchError(f"file {file}: expected a readable safetensors file, got "
+                             f"{_first_line(exc)}") from None
+
+
+def load_pretrained(folder: str | os.PathLike, what: str, dtype):
+    """A causal LM from a local model folder (offline), refusing in one line: a folder whose
+    only weights are pickles (never opened), and any failure of transformers to read the
+    config or the weights (damaged safetensors, missing tensors). ``dtype``: a torch dtype."""
+    from transformers import AutoModelForCausalLM
+
+    check_weights_folder(folder, what)
+    try:
+        return AutoModelForCausalLM.from_pretrained(folder, local_files_only=True,
+                                                    use_safetensors=True, dtype=dtype)
+    except Exception as exc:  # any reader failure on a damaged folder is bad input
+        raise SpecbatchError(f"{what}: expected a loadable causal LM, got "
+                             f"{_first_line(exc)}") from None
+
+
+def _load_state(folder: Path) -> dict:
     files = sorted(folder.glob("model*.safetensors"))
     require(bool(files), f"--from {folder}: no model*.safetensors (convert the model first)")
     state: dict = {}
     for file in files:
-        state.update(load_file(str(file)))
+        state.update(load_safetensors(file))
     return state
 
 
@@ -311,8 +384,11 @@ def derive_layers(source: str | os.PathLike, out: str | os.PathLike, keep: str |
     source = Path(source)
     require((source / "config.json").is_file(), f"--from {source}: no config.json")
     require((keep is None) != (drop is None), "derive: pass exactly one of --keep and --drop")
-    config = json.loads((source / "config.json").read_text())
-    n = int(config["num_hidden_layers"])
+    config = load_json_file(source / "config.json", "a model config.json")
+    n = config.get("num_hidden_layers") if isinstance(config, dict) else None
+    require(isinstance(n, int) and not isinstance(n, bool) and n >= 1,
+            f"file {source / 'config.json'}: field num_hidden_layers: expected an integer >= 1, "
+            f"got {n!r}")
     if keep is not None:
         layers = parse_layers(keep, n, "--keep")
     else:

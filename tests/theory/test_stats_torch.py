@@ -105,7 +105,8 @@ def test_path_stats_torch_equal_position_stats(seed, k, v, temperature):
 @given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.sampled_from([1.0, 0.0]))
 def test_gamma_masks_unscored_positions(seed, k, temperature):
     # The target scored only X^0..X^G (G ≤ K) and path b only up to γ_b ≤ G: inside γ_b the
-    # statistics are the full path's; past it pt = z = 0 (hence p = 0), q and signals unchanged.
+    # statistics are the full path's; past it pt = 0 (hence p = 0) and Z_{i+1} = p_i (the
+    # trace reader's bounds for pt = 0 allow it), q and signals unchanged.
     rng = np.random.default_rng(seed)
     p_count, v = 24, 9
     tokens, dl, tl = random_logits(seed, p_count, k, v)
@@ -120,7 +121,10 @@ def test_gamma_masks_unscored_positions(seed, k, temperature):
     inside = np.arange(k)[None, :] < gamma[:, None]
     for name in ("pt", "p", "z"):
         assert np.allclose(got[name][inside], full[name][inside], rtol=1e-12, atol=1e-15), name
+    for name in ("pt", "p"):
         assert np.array_equal(got[name][~inside], np.zeros((~inside).sum())), name
+    p_prev = np.concatenate([np.ones((p_count, 1)), got["p"][:, :-1]], axis=1)
+    assert np.array_equal(got["z"][~inside], p_prev[~inside])
     for name in ("q",) + SIGNALS:
         assert np.array_equal(got[name], full[name]), name
 

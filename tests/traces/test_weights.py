@@ -170,3 +170,81 @@ def test_real_smollm2_converts_and_derives(tmp_path):
     assert source["layers"] == 30 and 130e6 < source["params"] < 140e6
     info = weights.derive_layers(tmp_path / "t", tmp_path / "d", drop="13-14")
     assert len(info["layers"]) == 28
+
+
+# ---------------------------------------------------------------- damaged weights
+
+
+@pytest.mark.parametrize("header, reason", [
+    (b"GGUF", "truncated to 4"),
+    (b"GGUF\x03\x00\x00\x00" + b"\x00" * 10, "truncated to 18"),
+    (b"GGUF\x09\x00\x00\x00" + b"\x00" * 16, "expected GGUF version 1 or 2 or 3, got 9"),
+])
+def test_a_truncated_or_unknown_gguf_is_one_line(tmp_path, header, reason):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(header)
+    with pytest.raises(SpecbatchError, match=reason):
+        weights.convert_gguf(path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_gguf_with_a_header_but_no_model_is_one_line(tmp_path):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 16)  # 0 tensors, 0 metadata keys
+    with pytest.raises(SpecbatchError, match=r"m\.gguf: expected a readable GGUF model|models "
+                       r"extra") as exc:
+        weights.convert_gguf(path, tmp_path / "out")
+    assert "\n" not in str(exc.value)
+
+
+def _model_folder(tiny_llama, tmp_path, weights_bytes: dict) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_bytes((tiny_llama[0] / "config.json").read_bytes())
+    for name, data in weights_bytes.items():
+        (folder / name).write_bytes(data)
+    return folder
+
+
+@pytest.mark.parametrize("damage", ["garbage header", "truncated"])
+def test_damaged_safetensors_are_one_line_wherever_they_are_loaded(tiny_llama, tmp_path, damage):
+    from specbatch.traces.capture import load_target
+    from specbatch.traces.profile import load_profile_model
+
+    good = (tiny_llama[0] / "model.safetensors").read_bytes()
+    data = (b"\x10" + b"\x00" * 7 + b'{"a": garbage}xx' if damage == "garbage header"
+            else good[: len(good) // 2])
+    folder = _model_folder(tiny_llama, tmp_path, {"model.safetensors": data})
+    for load in (lambda: weights.load_pretrained(folder, "target model m", torch.float32),
+                 lambda: load_target(str(folder)), lambda: load_profile_model(str(folder)),
+                 lambda: weights.derive_layers(folder, tmp_path / "d", keep="0-1")):
+        with pytest.raises(SpecbatchError, match=r"(expected a loadable causal LM|expected a "
+                           r"readable safetensors file), got SafetensorError") as exc:
+            load()
+        assert "\n" not in str(exc.value)
+
+
+class _Trap:
+    """Unpickling this creates a marker directory: proof that a pickle was executed."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def test_pickled_weights_are_refused_without_being_opened(tiny_llama, tmp_path):
+    import pickle
+
+    from specbatch.traces.capture import load_target
+    from specbatch.traces.profile import load_profile_model
+
+    marker = tmp_path / "unpickled"
+    folder = _model_folder(tiny_llama, tmp_path,
+                           {"pytorch_model.bin": pickle.dumps(_Trap(str(marker)))})
+    for load in (lambda: load_target(str(folder)), lambda: load_profile_model(str(folder))):
+        with pytest.raises(SpecbatchError, match=r"expected safetensors weights, got only pickled "
+                           r"pytorch_model\.bin \(not opened"):
+            load()
+    assert not marker.exists()
