@@ -35,21 +35,19 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.theory.stats import block_weights, token_weights
+from specbatch.traces.checks import (
+    FLOAT_COLUMNS,
+    SLACK,
+    check_columns,
+    check_residuals,
+    first_bad,
+    row_locator,
+)
 
 FORMAT_NAME = "specbatch-trace"
 FORMAT_VERSION = 1
-#: Float slack allowed outside [0, 1] for probabilities and Z, and below 0 for entropy.
-SLACK = 1e-6
-#: Unit round-off of float32, the precision models compute their rows in and traces may be
-#: stored in; it scales the tolerance of the residual-mass bounds (:func:`z_tolerance`).
-FLOAT32_UNIT = 2.0**-24
-
-
 #: [rows, K] list columns in file order; draft_token is integer, the rest float64.
-LIST_COLUMNS = ("draft_token", "q", "pt", "z", "draft_conf", "entropy", "top1")
-FLOAT_COLUMNS = LIST_COLUMNS[1:]
-#: Columns bounded to [0, 1] (up to SLACK).
-UNIT_COLUMNS = ("q", "pt", "z", "draft_conf", "top1")
+LIST_COLUMNS = ("draft_token", *FLOAT_COLUMNS)
 #: Optional [rows] integer column: real draft tokens per row (0..K); absent means K.
 PROPOSED = "proposed"
 REQUEST_COLUMNS = ("request_id", "prompt_len", "output_len", "category", "arrival")
@@ -189,10 +187,10 @@ def make_trace(meta: dict, requests: dict, columns: dict, path: str | None = Non
             f"{rows} position rows, got {total}")
     offsets = np.zeros(len(req["request_id"]) + 1, dtype=np.int64)
     np.cumsum(req["output_len"], out=offsets[1:])
-    locate = _row_locator(req["request_id"], offsets)
-    _check_columns(cols, float(meta["temperature"]), where, locate)
+    locate = row_locator(req["request_id"], offsets)
+    check_columns(cols, float(meta["temperature"]), where, locate)
     p = block_weights(cols["q"], cols["pt"])
-    _check_residuals(cols, p, where, locate)
+    check_residuals(cols, p, where, locate)
     if columns.get(PROPOSED) is not None:
         cols[PROPOSED] = _proposed_array(columns[PROPOSED], cols, where)
     arrays = {**req, "offsets": offsets, **cols}
@@ -256,7 +254,7 @@ def _proposed_array(values, cols: dict, where: str) -> np.ndarray:
     filler = np.arange(k)[None, :] >= arr[:, None]  # [rows, K]
     wrong = filler & ((np.abs(cols["q"] - 1) > SLACK) | (np.abs(cols["pt"]) > SLACK))
     if wrong.any():
-        row, col = _first_bad(wrong)
+        row, col = first_bad(wrong)
         raise SpecbatchError(f"file {where}: field {PROPOSED}: expected q = 1 and pt = 0 on the "
                              f"filler past {int(arr[row])} proposed tokens, got q = "
                              f"{float(cols['q'][row, col])!r}, pt = {float(cols['pt'][row, col])!r} "
@@ -374,120 +372,3 @@ def check_requests(req: dict, where: str) -> None:
         require(bool(np.all(np.isfinite(arrival)) and np.all(arrival >= 0)),
                 f"file {where}: field arrival: expected finite seconds >= 0, got "
                 f"{arrival[~(np.isfinite(arrival) & (arrival >= 0))][:1].tolist()}")
-
-
-def _first_bad(mask: np.ndarray) -> tuple[int, int]:
-    flat = int(np.flatnonzero(mask.ravel())[0])
-    return divmod(flat, mask.shape[1]) if mask.ndim == 2 else (flat, 0)
-
-
-def _check_columns(cols: dict, temperature: float, where: str, locate) -> None:
-    """Value checks on the [rows, K] matrices (row and column of the first violation named)."""
-    for name in FLOAT_COLUMNS:
-        arr = cols[name]
-        finite = np.isfinite(arr)
-        if not finite.all():
-            row, col = _first_bad(~finite)
-            raise SpecbatchError(f"file {where}: field {name}: expected finite values, got "
-                                 f"{arr[row, col]} {locate(row, col)}")
-        low = -SLACK
-        high = 1 + SLACK if name in UNIT_COLUMNS else np.inf
-        bad = (arr < low) | (arr > high)
-        if bad.any():
-            row, col = _first_bad(bad)
-            rng = "[0, 1]" if name in UNIT_COLUMNS else ">= 0"
-            raise SpecbatchError(f"file {where}: field {name}: expected values in {rng} (slack "
-                                 f"{SLACK:g}), got {float(arr[row, col])!r} {locate(row, col)}")
-    q = cols["q"]
-    bad = q <= 0
-    if bad.any():
-        row, col = _first_bad(bad)
-        raise SpecbatchError(f"file {where}: field q: expected q > 0 on a drafted token, got "
-                             f"{float(q[row, col])!r} {locate(row, col)}")
-    bad = cols["draft_conf"] > cols["top1"] + SLACK
-    if bad.any():
-        row, col = _first_bad(bad)
-        raise SpecbatchError(f"file {where}: field draft_conf: expected <= top1, got "
-                             f"{float(cols['draft_conf'][row, col])!r} > {float(cols['top1'][row, col])!r} "
-                             f"{locate(row, col)}")
-    if temperature == 0:
-        bad = np.abs(q - 1) > SLACK
-        if bad.any():
-            row, col = _first_bad(bad)
-            raise SpecbatchError(f"file {where}: field q: expected 1 at temperature 0 (one-hot "
-                                 f"greedy draft), got {float(q[row, col])!r} {locate(row, col)}")
-        pt = cols["pt"]
-        bad = (np.abs(pt) > SLACK) & (np.abs(pt - 1) > SLACK)
-        if bad.any():
-            row, col = _first_bad(bad)
-            raise SpecbatchError(f"file {where}: field pt: expected 0 or 1 at temperature 0 "
-                                 f"(target argmax mismatch/match), got {float(pt[row, col])!r} "
-                                 f"{locate(row, col)}")
-
-
-def _row_locator(request_id: np.ndarray, offsets: np.ndarray):
-    """A function naming row ``row``, draft slot ``col`` as the request and output position it
-    belongs to, for error messages (``at row 5, draft position 2 (request 7, output position
-    3)``)."""
-    def locate(row: int, col: int) -> str:
-        r = int(np.searchsorted(offsets, row, side="right")) - 1
-        known = 0 <= r < request_id.size
-        owner = (f" (request {int(request_id[r])}, output position {row - int(offsets[r])})"
-                 if known else "")
-        return f"at row {row}, draft position {col + 1}{owner}"
-    return locate
-
-
-def z_tolerance(k: int) -> float:
-    """Absolute tolerance of the residual-mass bounds of :func:`_check_residuals` at depth K.
-
-    ``p_i`` is recomputed from the stored ``q`` and ``pt``, which are float32 values when the
-    models ran in float32 or the trace was stored as float32: each ratio carries a relative
-    error of up to 2u (u = 2⁻²⁴), ``p_i`` is a product of at most K of them, and ``Z`` itself
-    is a float32 sum; hence ``(2K + 1)·u`` on top of the general :data:`SLACK`. For K = 8 it
-    is 2.0e-6, while the largest violation over the bundled traces is 7e-8.
-    """
-    return SLACK + (2 * k + 1) * FLOAT32_UNIT
-
-
-def _check_residuals(cols: dict, p: np.ndarray, where: str, locate) -> None:
-    """Every ``Z_{i+1}`` within the bounds THEORY.md §3 implies for its row.
-
-    With ``p_0 = 1``, ``Z_{i+1} = Σ_x max(p_i Mb(x) − Ms(x), 0)``. Split the sum into the
-    drafted token ``X = X_{i+1}`` (its term is ``e = max(p_i pt − q, 0)``) and the rest, where
-    ``Σ_{x≠X} p_i Mb(x) = p_i (1 − pt)`` and ``Σ_{x≠X} Ms(x) = 1 − q``:
-
-    - ``Z ≤ p_i (1 − pt) + e`` (drop the ``− Ms`` terms), which is ``≤ p_i``;
-    - ``Z ≥ e`` and ``Z ≥ p_i (1 − pt) − (1 − q)`` (drop the ``max``).
-
-    Where the draft is one-hot (``q = 1``: temperature 0, n-gram fillers) the two meet: ``Z =
-    p_i (1 − pt)``. The window is continuous in q, so a q that rounds to 1 in float32 storage
-    stays consistent. A damaged value (a bit flip, an edited file) almost never stays inside,
-    so the reader refuses it instead of simulating wrong acceptance.
-
-    p:  # [rows, K] p_1..p_K (``block_weights(q, pt)``); one vectorised pass, no row loop.
-    """
-    q, pt, z = cols["q"], cols["pt"], cols["z"]
-    if z.size == 0:
-        return
-    p_prev = np.empty_like(p)  # p_0..p_{K-1}
-    p_prev[:, 0] = 1.0
-    p_prev[:, 1:] = p[:, :-1]
-    tol = z_tolerance(z.shape[1])
-    rest = p_prev * (1.0 - pt)  # target mass p_i scales off the drafted token
-    own = np.maximum(p_prev * pt - q, 0.0)  # the drafted token's own excess
-    checks = (
-        (z > rest + own + tol, "<= p_{i}·(1 − pt_{j}) + max(0, p_{i}·pt_{j} − q_{j}) = {b!r}",
-         rest + own),
-        (z < own - tol, ">= max(0, p_{i}·pt_{j} − q_{j}) = {b!r}", own),
-        (z < rest - (1.0 - q) - tol, ">= p_{i}·(1 − pt_{j}) − (1 − q_{j}) = {b!r}",
-         rest - (1.0 - q)),
-    )
-    for bad, expected, bound in checks:
-        if bad.any():
-            row, col = _first_bad(bad)
-            raise SpecbatchError(
-                f"file {where}: field z: expected Z_{col + 1} "
-                + expected.format(i=col, j=col + 1, b=float(bound[row, col]))
-                + f" (THEORY.md §3, tolerance {tol:.1e}), got {float(z[row, col])!r} "
-                f"{locate(row, col)}")

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specbatch.errors import SpecbatchError
+from specbatch.traces.checks import z_tolerance
 from specbatch.traces.format import (
     BUNDLED_DIR,
     make_trace,
@@ -22,7 +23,6 @@ from specbatch.traces.format import (
     write_trace,
 )
 from specbatch.traces.synth import SynthConfig, synth_trace
-from specbatch.traces.trace import z_tolerance
 from tests.test_io_inputs import call_within
 
 BUNDLED = sorted(p.name for p in BUNDLED_DIR.iterdir() if (p / "meta.json").is_file())
