@@ -28,6 +28,7 @@ UNIT_COLUMNS = ("q", "pt", "z", "draft_conf", "top1")
 
 
 def first_bad(mask: np.ndarray) -> tuple[int, int]:
+    """(row, column) of the first True entry of ``mask`` # [rows, K] (column 0 for 1-d)."""
     flat = int(np.flatnonzero(mask.ravel())[0])
     return divmod(flat, mask.shape[1]) if mask.ndim == 2 else (flat, 0)
 

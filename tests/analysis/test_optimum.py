@@ -15,7 +15,7 @@ def test_read_values_from_npy_and_csv(tmp_path):
     np.savetxt(tmp_path / "v.csv", values, delimiter=",")
     assert np.array_equal(read_values(str(tmp_path / "v.npy")), values)
     assert np.allclose(read_values(str(tmp_path / "v.csv")), values)
-    with pytest.raises(SpecbatchError, match="not found"):
+    with pytest.raises(SpecbatchError, match="got no such file"):
         read_values(str(tmp_path / "none.csv"))
     np.save(tmp_path / "flat.npy", values.ravel())
     with pytest.raises(SpecbatchError, match=r"2-d \[N, K\] array"):

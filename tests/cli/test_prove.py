@@ -98,7 +98,7 @@ def test_optimum_allocate_errors(capsys, tmp_path):
     assert f"file {bad}:" in capsys.readouterr().err
     assert main(["optimum", "allocate", "--values", str(tmp_path / "no.npy"),
                  "--budget", "1"]) == 2
-    assert "not found" in capsys.readouterr().err
+    assert "got no such file" in capsys.readouterr().err
 
 
 def test_prove_json_subset(capsys):
