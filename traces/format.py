@@ -90,7 +90,8 @@ def write_requests(directory: str | os.PathLike, requests: dict) -> None:
         "arrival": pa.array(np.full(n, np.nan) if arrival is None
                             else np.asarray(arrival, dtype=np.float64)),
     })
-    atomic_write(Path(directory) / REQUESTS_FILE, lambda tmp: pq.write_table(table, tmp))
+    atomic_write(Path(directory) / REQUESTS_FILE,
+                 lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
 
 
 def write_positions(
@@ -130,7 +131,8 @@ def write_positions(
         data[PROPOSED] = pa.array(np.asarray(columns[PROPOSED], dtype=np.int32))
     table = pa.table(data)
     path = Path(directory) / name
-    atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd",
+                                                  write_page_checksum=True))
     return path
 
 
@@ -264,8 +266,8 @@ def _read_meta(path: Path) -> dict:
 
 def _read_table(path: Path) -> pa.Table:
     check_regular_file(path, "a Parquet file")
-    try:
-        return pq.read_table(path)
+    try:  # pages written with a CRC (every trace specbatch writes) are verified
+        return pq.read_table(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as exc:
         raise SpecbatchError(f"file {path}: expected a Parquet file, got an unreadable one "
                              f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None

@@ -167,3 +167,19 @@ def test_a_fifo_in_place_of_a_trace_file_is_refused_without_blocking(tmp_path, s
     os.mkfifo(tmp_path / "t" / name)
     with pytest.raises(SpecbatchError, match=r"got a FIFO"):
         call_within(5, validate_trace, tmp_path / "t")
+
+
+def test_a_flipped_bit_in_a_written_page_is_caught_by_its_checksum(tmp_path, small):
+    """Inside the Z window a flipped value looks valid; the page CRC catches it anyway."""
+    write_trace(small, tmp_path / "t")
+    path = tmp_path / "t" / "positions-00000.parquet"
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(
+        pq.read_schema(path).get_field_index("z"))
+    middle = chunk.data_page_offset + chunk.total_compressed_size // 2  # inside z's page data
+    data = bytearray(path.read_bytes())
+    data[middle] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(SpecbatchError, match=r"positions-00000\.parquet: expected a Parquet "
+                       r"file, got an unreadable one") as exc:
+        validate_trace(tmp_path / "t")
+    one_line(exc)
