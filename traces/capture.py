@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.io import prepare_output_dir
+from specbatch.io import load_json_file, prepare_output_dir
 from specbatch.traces.drafters import ModelDrafter
 from specbatch.traces.identity import model_identity, portable_command, portable_path
 from specbatch.traces.ngram import NGRAM, NgramDrafter, ngram_bounds
@@ -287,14 +287,25 @@ def _start_run(out: Path, resume: bool, fingerprint: str, cfg: CaptureConfig, n_
     meta_path = out / "meta.json"
     require(meta_path.is_file(), f"file {meta_path}: expected a capture's meta.json to "
             "resume from, got no such file")
-    comp = json.loads(meta_path.read_text()).get("completion") or {}
-    require(comp.get("fingerprint") == fingerprint,
+    meta = load_json_file(meta_path, "a capture's meta.json")
+    comp = (meta.get("completion") if isinstance(meta, dict) else None) or {}
+    require(isinstance(comp, dict) and comp.get("fingerprint") == fingerprint,
             f"file {meta_path}: field completion.fingerprint: expected {fingerprint} (same "
-            f"models, prompts and content options), got {comp.get('fingerprint')}")
-    run["status"] = list(comp.get("requests", run["status"]))
-    run["store"] = {int(k): v for k, v in comp.get("request_rows", {}).items()}
-    run["cfg"] = CaptureConfig(**{**asdict(cfg), "chunk_requests": int(comp["chunk_requests"]),
-                                  "batch_size": int(comp.get("batch_size", cfg.batch_size))})
+            f"models, prompts and content options), got "
+            f"{comp.get('fingerprint') if isinstance(comp, dict) else comp!r:.40}")
+    try:
+        status = list(comp.get("requests", run["status"]))
+        store = {int(k): dict(v) for k, v in comp.get("request_rows", {}).items()}
+        sizes = {"chunk_requests": int(comp["chunk_requests"]),
+                 "batch_size": int(comp.get("batch_size", cfg.batch_size))}
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise SpecbatchError(f"file {meta_path}: field completion: expected the state a "
+                             f"capture writes, got a damaged one ({type(exc).__name__})") from None
+    require(len(status) == n_req and set(status) <= {STATUS_DONE, STATUS_PENDING}
+            and min(sizes.values()) >= 1, f"file {meta_path}: field completion: expected "
+            f"{n_req} request states and positive sizes, got a damaged state")
+    run["status"], run["store"] = status, store
+    run["cfg"] = CaptureConfig(**{**asdict(cfg), **sizes})
     return run
 
 

@@ -256,6 +256,20 @@ def test_resume_refuses_different_content_options(pair, tmp_path):
         capture(*pair, PROMPTS, tmp_path / "t", _cfg(depth=2), progress=False, resume=True)
 
 
+@pytest.mark.parametrize("damage", [
+    {"requests": "done"}, {"requests": ["done"]}, {"chunk_requests": "two"},
+    {"chunk_requests": 0}, {"request_rows": [1, 2]},
+])
+def test_resume_refuses_a_damaged_completion_state_in_one_line(pair, tmp_path, damage):
+    capture(*pair, PROMPTS, tmp_path / "t", _cfg(), progress=False, stop_after_chunks=1)
+    meta = json.loads((tmp_path / "t" / "meta.json").read_text())
+    meta["completion"].update(damage)
+    (tmp_path / "t" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(SpecbatchError, match=r"meta\.json: field completion: expected") as exc:
+        capture(*pair, PROMPTS, tmp_path / "t", _cfg(), progress=False, resume=True)
+    assert "\n" not in str(exc.value)
+
+
 def _cli(*args, **kw):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-m", "specbatch", *args], cwd=ROOT, env=env,
