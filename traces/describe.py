@@ -51,8 +51,8 @@ def trace_summary(trace) -> dict:
         "temperature": trace.temperature,
         "models": names,
         "identity": identity,
-        "model_params": {role: m.get("params") for role, m in models.items() if isinstance(m, dict)}
-        if isinstance(models, dict) else {},
+        "model_params": {role: _count(m.get("params")) for role, m in models.items()
+                         if isinstance(m, dict)} if isinstance(models, dict) else {},
         "categories": dict(zip(categories.tolist(), counts.tolist())),
         "prompt_len_mean": float(trace.prompt_len.mean()),
         "output_len_mean": float(trace.output_len.mean()),
@@ -71,6 +71,12 @@ def trace_summary(trace) -> dict:
         "status": trace.status,
         "signals": signal_quality(trace),
     }
+
+
+def _count(value):
+    """``value`` when it is a positive number (a parameter count), else None."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    return value if ok else None
 
 
 def weighted_auc(score: np.ndarray, a: np.ndarray) -> float:
@@ -120,11 +126,11 @@ def describe_trace(meta: dict, depth: int) -> str:
     pair = []
     for role in ("draft", "target"):
         model = models.get(role) or meta.get(role) or {}
-        if isinstance(model, str):
-            pair.append(model)
+        if not isinstance(model, dict):  # a name (or any other value an older file holds)
+            pair.append(str(model))
             continue
         text = str(model.get("name") or Path(str(model.get("path") or role)).name)
-        if model.get("params"):
+        if _count(model.get("params")):
             text += f" ({model['params'] / 1e6:.2f}M params)"
         pair.append(text)
     bits.append(" -> ".join(pair))

@@ -183,3 +183,14 @@ def test_a_flipped_bit_in_a_written_page_is_caught_by_its_checksum(tmp_path, sma
                        r"file, got an unreadable one") as exc:
         validate_trace(tmp_path / "t")
     one_line(exc)
+
+
+def test_odd_provenance_values_are_shown_never_a_crash(small):
+    from specbatch.traces.describe import describe_trace, trace_summary
+
+    meta = {**small.meta, "models": {"draft": {"params": "big", "name": ["x"]}, "target": None},
+            "target": 7}
+    trace = make_trace(meta, small.requests(), small.columns())
+    summary = trace_summary(trace)
+    assert summary["model_params"] == {"draft": None}
+    assert describe_trace(trace.meta, trace.K).startswith("['x'] -> 7")
