@@ -36,7 +36,6 @@ import pyarrow.parquet as pq
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import atomic_write, check_regular_file, load_json_file, write_json
-from specbatch.traces.checks import FLOAT_COLUMNS, SLACK, UNIT_COLUMNS
 from specbatch.traces.trace import (
     FORMAT_NAME,
     FORMAT_VERSION,
