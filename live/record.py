@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.io import write_json
+from specbatch.io import check_regular_file, load_json_file, write_json
 from specbatch.live.config import LiveConfig
 from specbatch.traces.ngram import NGRAM
 
@@ -234,10 +234,9 @@ def read_live(live_dir: str | Path) -> dict:
     for name in ("live.json", "requests.parquet", "steps.parquet", "profile.csv", "trace"):
         require((d / name).exists(), f"file {d / name}: expected a `specbatch live` output, "
                 "got no such file")
-    try:
-        manifest = json.loads((d / "live.json").read_text())
-    except json.JSONDecodeError as exc:
-        raise SpecbatchError(f"file {d / 'live.json'}: expected JSON, got {exc}") from None
+    for name in ("requests.parquet", "steps.parquet", "profile.csv"):  # never a FIFO
+        check_regular_file(d / name, "a `specbatch live` output file")
+    manifest = load_json_file(d / "live.json", "the live run's manifest (JSON)")
     require(isinstance(manifest, dict) and isinstance(manifest.get("settings"), dict),
             f"file {d / 'live.json'}: field settings: expected the live settings, got none")
     try:

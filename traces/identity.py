@@ -214,19 +214,20 @@ def describe_identity(model: dict | str) -> str:
     if not isinstance(model, dict):
         return str(model)
     bits = [str(model.get("name") or model.get("folder") or "unknown")]
-    if model.get("params"):
-        bits[0] += f" ({model['params'] / 1e6:.2f}M params"
+    params = model.get("params")  # shown only when it is a count: files are not trusted
+    if isinstance(params, (int, float)) and not isinstance(params, bool) and params > 0:
+        bits[0] += f" ({params / 1e6:.2f}M params"
         bits[0] += f", {model['dtype']})" if model.get("dtype") else ")"
-    source = model.get("source") or {}
+    source = model.get("source") if isinstance(model.get("source"), dict) else {}
     if source.get("package"):
         bits.append(f"from {source['package']}" + (f" ({source['file']})" if source.get("file")
                                                    else ""))
     if source.get("sha256"):
-        bits.append(f"source sha256 {source['sha256'][:12]}…")
+        bits.append(f"source sha256 {str(source['sha256'])[:12]}…")
     if source.get("trained"):
         bits.append(f"trained {source['trained']}")
-    derived = model.get("derived") or {}
-    if derived.get("layers"):
+    derived = model.get("derived") if isinstance(model.get("derived"), dict) else {}
+    if isinstance(derived.get("layers"), list) and derived["layers"]:
         bits.append(f"keeps {len(derived['layers'])} of {derived.get('of')} layers")
     if derived.get("method"):
         bits.append(str(derived["method"]))
@@ -234,7 +235,7 @@ def describe_identity(model: dict | str) -> str:
         bits.append(f"drafter {model['drafter']}")
     hashes = model.get("weights_sha256")
     if isinstance(hashes, dict) and hashes:
-        bits.append("weights " + ", ".join(f"{f} {h[:12]}…" for f, h in hashes.items()))
+        bits.append("weights " + ", ".join(f"{f} {str(h)[:12]}…" for f, h in hashes.items()))
     elif model.get("drafter") is None:
         bits.append("weights sha256 not recorded")
     return "; ".join(bits)

@@ -188,8 +188,9 @@ def test_a_flipped_bit_in_a_written_page_is_caught_by_its_checksum(tmp_path, sma
 def test_odd_provenance_values_are_shown_never_a_crash(small):
     from specbatch.traces.describe import describe_trace, trace_summary
 
-    meta = {**small.meta, "models": {"draft": {"params": "big", "name": ["x"]}, "target": None},
-            "target": 7}
+    meta = {**small.meta, "target": 7, "models": {
+        "draft": {"params": "big", "name": ["x"], "source": "pypi", "derived": [1],
+                  "weights_sha256": {"model.safetensors": 5}}, "target": None}}
     trace = make_trace(meta, small.requests(), small.columns())
     summary = trace_summary(trace)
     assert summary["model_params"] == {"draft": None}
