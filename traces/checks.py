@@ -77,6 +77,20 @@ def check_columns(cols: dict, temperature: float, where: str, locate) -> None:
                                  f"{locate(row, col)}")
 
 
+def check_vocabulary(tokens: np.ndarray, vocab: int | None, where: str, locate) -> None:
+    """Token ids within the target's vocabulary: ``0 .. V`` where ``V`` itself is the filler
+    of drafters that propose fewer than K tokens (FORMAT.md). ``vocab`` None: not recorded,
+    only the int32 range (checked when the column is read) applies."""
+    if vocab is None or tokens.size == 0:
+        return
+    bad = tokens > vocab
+    if bad.any():
+        row, col = first_bad(bad)
+        raise SpecbatchError(f"file {where}: field draft_token: expected token ids in 0..{vocab} "
+                             f"(the target's vocabulary {vocab} in meta.json, {vocab} = "
+                             f"filler), got {int(tokens[row, col])} {locate(row, col)}")
+
+
 def row_locator(request_id: np.ndarray, offsets: np.ndarray):
     """A function naming row ``row``, draft slot ``col`` as the request and output position it
     belongs to, for error messages (``at row 5, draft position 2 (request 7, output position

@@ -40,6 +40,7 @@ from specbatch.traces.checks import (
     SLACK,
     check_columns,
     check_residuals,
+    check_vocabulary,
     first_bad,
     row_locator,
 )
@@ -189,6 +190,7 @@ def make_trace(meta: dict, requests: dict, columns: dict, path: str | None = Non
     np.cumsum(req["output_len"], out=offsets[1:])
     locate = row_locator(req["request_id"], offsets)
     check_columns(cols, float(meta["temperature"]), where, locate)
+    check_vocabulary(cols["draft_token"], _target_vocab(meta), where, locate)
     p = block_weights(cols["q"], cols["pt"])
     check_residuals(cols, p, where, locate)
     if columns.get(PROPOSED) is not None:
@@ -287,6 +289,15 @@ def _as_int(values: Any, where: str, name: str) -> np.ndarray:
             f"file {where}: field {name}: expected integers below 2^63, got "
             f"{int(arr.max()) if arr.size else 0}")
     return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _target_vocab(meta: dict) -> int | None:
+    """The target's vocabulary size V recorded in ``meta.json`` (``models.target.shape.vocab``),
+    or None when the trace does not record one."""
+    target = (meta.get("models") or {}).get("target")
+    vocab = (target.get("shape") or {}).get("vocab") if isinstance(target, dict) and \
+        isinstance(target.get("shape"), dict) else None
+    return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else None
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:

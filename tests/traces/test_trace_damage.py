@@ -195,3 +195,14 @@ def test_odd_provenance_values_are_shown_never_a_crash(small):
     summary = trace_summary(trace)
     assert summary["model_params"] == {"draft": None}
     assert describe_trace(trace.meta, trace.K).startswith("['x'] -> 7")
+
+
+def test_a_token_beyond_the_recorded_vocabulary_is_refused(small):
+    meta = {**small.meta, "models": {"target": {"shape": {"vocab": 8}}}}
+    cols = {name: np.array(arr) for name, arr in small.columns().items()}
+    cols["draft_token"][2, 1] = 8  # the filler id V is allowed
+    make_trace(meta, small.requests(), cols)
+    cols["draft_token"][2, 1] = 9
+    with pytest.raises(SpecbatchError, match=r"field draft_token: expected token ids in 0\.\.8 "
+                       r".*got 9 at row 2, draft position 2"):
+        make_trace(meta, small.requests(), cols)
