@@ -191,14 +191,11 @@ def make_trace(meta: dict, requests: dict, columns: dict, path: str | None = Non
     locate = row_locator(req["request_id"], offsets)
     check_columns(cols, float(meta["temperature"]), where, locate)
     check_vocabulary(cols["draft_token"], _target_vocab(meta), where, locate)
-    p = block_weights(cols["q"], cols["pt"])
-    check_residuals(cols, p, where, locate)
+    check_residuals(cols, where, locate)
     if columns.get(PROPOSED) is not None:
         cols[PROPOSED] = _proposed_array(columns[PROPOSED], cols, where)
     arrays = {**req, "offsets": offsets, **cols}
-    trace = Trace(meta=meta, path=path, **{key: _readonly(v) for key, v in arrays.items()})
-    trace.__dict__["p"] = _readonly(p)  # the cached_property's value, already computed
-    return trace
+    return Trace(meta=meta, path=path, **{key: _readonly(v) for key, v in arrays.items()})
 
 
 def _request_arrays(requests: dict, where: str) -> dict:
