@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.io import read_regular_file
+from specbatch.inputs import read_regular_file
 from specbatch.theory.allocate import allocation_value, greedy_topc, optimal_dp, optimal_milp
 
 

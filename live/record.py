@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.io import check_regular_file, load_json_file, write_json
+from specbatch.inputs import check_regular_file, load_json_file
+from specbatch.io import write_json
 from specbatch.live.config import LiveConfig
 from specbatch.traces.ngram import NGRAM
 

@@ -5,6 +5,12 @@ gigabytes or a TOML/JSON document nested thousands of levels deep. These readers
 of those into a one-line :class:`~specbatch.errors.SpecbatchError` prefixed with ``what``
 (e.g. ``"spec runs.toml"``), before anything blocks, allocates without bound or recurses.
 A missing file raises :class:`FileNotFoundError`, so each caller keeps its own wording.
+
+:func:`read_regular_file` (and its text and JSON forms :func:`read_regular_text`,
+:func:`load_json_file`) does the same for files read with a standard ``file F: expected X,
+got Y`` message (a missing file included); the descriptor is opened non-blocking and checked
+again, so a path swapped for a FIFO in between cannot block either. :func:`check_regular_file`
+is the type check alone, for files a library opens itself (Parquet, safetensors, GGUF).
 """
 
 from __future__ import annotations
@@ -13,9 +19,10 @@ import json
 import os
 import stat
 import sys
+from pathlib import Path
 from typing import Any
 
-from specbatch.errors import SpecbatchError
+from specbatch.errors import SpecbatchError, require
 from specbatch.limits import MAX_INPUT_BYTES, MAX_INPUT_DEPTH
 
 if sys.version_info >= (3, 11):
@@ -90,3 +97,84 @@ def loads_json(text: str, what: str) -> Any:
         raise SpecbatchError(f"{what}: expected JSON nested at most {MAX_INPUT_DEPTH} levels "
                              "deep, got deeper") from None
     return _check_depth(data, what)
+
+
+def _file_kind(mode: int) -> str:
+    """What a non-regular file is, in words, from its ``st_mode``."""
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def check_regular_file(path: str | os.PathLike, what: str = "a file") -> Path:
+    """Refuse, in one line, a path that is missing or not a regular file (FIFO, device,
+    directory), without opening it; for inputs a library opens itself (Parquet, safetensors)."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise SpecbatchError(f"file {path}: expected {what}, got no such file") from None
+    except OSError as exc:
+        raise SpecbatchError(f"file {path}: expected {what}, got an unreadable path "
+                             f"({exc.strerror or exc})") from None
+    require(stat.S_ISREG(mode), f"file {path}: expected {what} (a regular file), got "
+            f"{_file_kind(mode)}")
+    return path
+
+
+def read_regular_file(path: str | os.PathLike, what: str = "a file",
+                      max_bytes: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of ``path``, which must be a regular file of at most ``max_bytes``.
+
+    Checked before opening (:func:`check_regular_file`) and again on the open descriptor
+    (opened non-blocking, so a path swapped for a FIFO in between cannot block either).
+    """
+    path = check_regular_file(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise SpecbatchError(f"file {path}: expected {what}, got an unreadable file "
+                             f"({exc.strerror or exc})") from None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        require(stat.S_ISREG(info.st_mode), f"file {path}: expected {what} (a regular file), "
+                f"got {_file_kind(info.st_mode)}")
+        require(info.st_size <= max_bytes, f"file {path}: expected {what} of at most "
+                f"{max_bytes} bytes, got {info.st_size}")
+        try:
+            return fh.read(max_bytes + 1)[: max_bytes]
+        except OSError as exc:
+            raise SpecbatchError(f"file {path}: expected {what}, got an unreadable file "
+                                 f"({exc.strerror or exc})") from None
+
+
+def read_regular_text(path: str | os.PathLike, what: str = "a text file",
+                      max_bytes: int = MAX_INPUT_BYTES) -> str:
+    """:func:`read_regular_file` decoded as UTF-8; binary content is a one-line error."""
+    data = read_regular_file(path, what, max_bytes)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecbatchError(f"file {path}: expected {what} in UTF-8 text, got binary data "
+                             f"(byte {exc.start})") from None
+
+
+def load_json_file(path: str | os.PathLike, what: str = "a JSON file",
+                   max_bytes: int = MAX_INPUT_BYTES) -> Any:
+    """The parsed JSON value of ``path`` (any type: callers check the shape they expect).
+
+    Malformed JSON, binary data and nesting too deep for the parser are one-line errors.
+    """
+    text = read_regular_text(path, what, max_bytes)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecbatchError(f"file {path}: expected {what}, got invalid JSON ({exc.msg}, line "
+                             f"{exc.lineno})") from None
+    except ValueError as exc:  # e.g. an integer beyond the interpreter's digit limit
+        raise SpecbatchError(f"file {path}: expected {what}, got invalid JSON "
+                             f"({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise SpecbatchError(f"file {path}: expected {what}, got JSON nested too deeply to "
+                             "parse") from None

@@ -18,10 +18,7 @@ same kind and configuration (a marker file records both; ``force`` replaces any 
 the kind) and refuses anything else, naming what is there. ``dir_lock`` gives one process at
 a time a folder (an ``fcntl`` lock), refusing a second one in one line.
 
-``read_regular_file`` (and its text and JSON forms) is how every input file is read: it opens
-only regular files, never blocking on a FIFO or reading a device or a directory, bounds the
-size read into memory, and turns every failure (missing, unreadable, binary where text is
-expected, malformed or too deeply nested JSON) into one line naming the file.
+Reading input files is :mod:`specbatch.inputs`.
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ import json
 import math
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -149,92 +145,6 @@ def prepare_output_file(path: str | os.PathLike, flag: str = "--out",
     return path
 
 
-
-
-#: Largest input file :func:`read_regular_file` reads into memory by default (256 MiB): far
-#: above any config, spec, pair, values or meta file, far below what would exhaust memory.
-MAX_INPUT_BYTES = 256 * 2**20
-
-
-def _file_kind(mode: int) -> str:
-    """What a non-regular file is, in words, from its ``st_mode``."""
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISSOCK, "a socket"))
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
-
-
-def check_regular_file(path: str | os.PathLike, what: str = "a file") -> Path:
-    """Refuse, in one line, a path that is missing or not a regular file (FIFO, device,
-    directory), without opening it; for inputs a library opens itself (Parquet, safetensors)."""
-    path = Path(path)
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise SpecbatchError(f"file {path}: expected {what}, got no such file") from None
-    except OSError as exc:
-        raise SpecbatchError(f"file {path}: expected {what}, got an unreadable path "
-                             f"({exc.strerror or exc})") from None
-    require(stat.S_ISREG(mode), f"file {path}: expected {what} (a regular file), got "
-            f"{_file_kind(mode)}")
-    return path
-
-
-def read_regular_file(path: str | os.PathLike, what: str = "a file",
-                      max_bytes: int = MAX_INPUT_BYTES) -> bytes:
-    """The bytes of ``path``, which must be a regular file of at most ``max_bytes``.
-
-    Checked before opening (:func:`check_regular_file`) and again on the open descriptor
-    (opened non-blocking, so a path swapped for a FIFO in between cannot block either).
-    """
-    path = check_regular_file(path, what)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except OSError as exc:
-        raise SpecbatchError(f"file {path}: expected {what}, got an unreadable file "
-                             f"({exc.strerror or exc})") from None
-    with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fh.fileno())
-        require(stat.S_ISREG(info.st_mode), f"file {path}: expected {what} (a regular file), "
-                f"got {_file_kind(info.st_mode)}")
-        require(info.st_size <= max_bytes, f"file {path}: expected {what} of at most "
-                f"{max_bytes} bytes, got {info.st_size}")
-        try:
-            return fh.read(max_bytes + 1)[: max_bytes]
-        except OSError as exc:
-            raise SpecbatchError(f"file {path}: expected {what}, got an unreadable file "
-                                 f"({exc.strerror or exc})") from None
-
-
-def read_regular_text(path: str | os.PathLike, what: str = "a text file",
-                      max_bytes: int = MAX_INPUT_BYTES) -> str:
-    """:func:`read_regular_file` decoded as UTF-8; binary content is a one-line error."""
-    data = read_regular_file(path, what, max_bytes)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecbatchError(f"file {path}: expected {what} in UTF-8 text, got binary data "
-                             f"(byte {exc.start})") from None
-
-
-def load_json_file(path: str | os.PathLike, what: str = "a JSON file",
-                   max_bytes: int = MAX_INPUT_BYTES) -> Any:
-    """The parsed JSON value of ``path`` (any type: callers check the shape they expect).
-
-    Malformed JSON, binary data and nesting too deep for the parser are one-line errors.
-    """
-    text = read_regular_text(path, what, max_bytes)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecbatchError(f"file {path}: expected {what}, got invalid JSON ({exc.msg}, line "
-                             f"{exc.lineno})") from None
-    except ValueError as exc:  # e.g. an integer beyond the interpreter's digit limit
-        raise SpecbatchError(f"file {path}: expected {what}, got invalid JSON "
-                             f"({str(exc).splitlines()[0]})") from None
-    except RecursionError:
-        raise SpecbatchError(f"file {path}: expected {what}, got JSON nested too deeply to "
-                             "parse") from None
 
 
 def jsonable(obj: Any) -> Any:

@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.io import load_json_file, prepare_output_dir
+from specbatch.inputs import load_json_file
+from specbatch.io import prepare_output_dir
 from specbatch.traces.drafters import ModelDrafter
 from specbatch.traces.identity import model_identity, portable_command, portable_path
 from specbatch.traces.ngram import NGRAM, NgramDrafter, ngram_bounds

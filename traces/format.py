@@ -35,7 +35,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.io import atomic_write, check_regular_file, load_json_file, write_json
+from specbatch.inputs import check_regular_file, load_json_file
+from specbatch.io import atomic_write, write_json
 from specbatch.traces.trace import (
     FORMAT_NAME,
     FORMAT_VERSION,

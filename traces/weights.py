@@ -32,13 +32,8 @@ from importlib import metadata
 from pathlib import Path
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.io import (
-    atomic_write,
-    check_regular_file,
-    load_json_file,
-    prepare_output_dir,
-    write_json,
-)
+from specbatch.inputs import check_regular_file, load_json_file
+from specbatch.io import atomic_write, prepare_output_dir, write_json
 
 CACHE_ENV = "SPECBATCH_CACHE"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",

@@ -16,7 +16,7 @@ import pytest
 from specbatch.cli import main
 from specbatch.traces.format import write_trace
 from specbatch.traces.synth import SynthConfig, synth_trace
-from tests.test_io_inputs import call_within
+from tests.test_inputs import call_within
 
 
 def flip_z(path) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from specbatch.cli import main
-from tests.test_io_inputs import call_within
+from tests.test_inputs import call_within
 
 
 def command(kind: str, path) -> list[str]:

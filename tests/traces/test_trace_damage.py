@@ -23,7 +23,7 @@ from specbatch.traces.format import (
     write_trace,
 )
 from specbatch.traces.synth import SynthConfig, synth_trace
-from tests.test_io_inputs import call_within
+from tests.test_inputs import call_within
 
 BUNDLED = sorted(p.name for p in BUNDLED_DIR.iterdir() if (p / "meta.json").is_file())
 
