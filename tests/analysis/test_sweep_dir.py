@@ -196,5 +196,5 @@ def test_a_meta_json_that_is_not_a_regular_file_is_refused_without_opening_it(tm
     path = tmp_path / "trace"
     path.mkdir()
     os.mkfifo(path / "meta.json")  # reading a FIFO would block
-    with pytest.raises(SpecbatchError, match="meta.json: expected a regular file"):
+    with pytest.raises(SpecbatchError, match=r"meta\.json: expected .*a regular file"):
         trace_fingerprint(str(path))
