@@ -127,7 +127,7 @@ def test_unreadable_toml_names_the_file(tmp_path):
     path.write_text("[axes\npolicy = 1")
     with pytest.raises(SpecbatchError, match=r"^spec .*bad\.toml: not valid TOML"):
         load_spec(path, FakeConfig)
-    with pytest.raises(SpecbatchError, match="got no such file"):
+    with pytest.raises(SpecbatchError, match="file not found"):
         load_spec(tmp_path / "missing.toml", FakeConfig)
 
 

@@ -102,10 +102,9 @@ def test_missing_fields_and_bad_vocab():
 def test_read_pair_names_the_file(tmp_path):
     path = tmp_path / "pair.json"
     path.write_text("{not json")
-    with pytest.raises(SpecbatchError, match=f"file {path}: expected a model pair JSON file, "
-                       "got invalid JSON"):
+    with pytest.raises(SpecbatchError, match=f"file {path}: invalid JSON"):
         read_pair(str(path))
-    with pytest.raises(SpecbatchError, match="got no such file"):
+    with pytest.raises(SpecbatchError, match="not found"):
         read_pair(str(tmp_path / "missing.json"))
     path.write_text(json.dumps({"vocab": 2, "draft": {"iid": [0.5, 0.6]},
                                 "target": {"iid": [0.5, 0.5]}}))
