@@ -32,20 +32,13 @@ else:  # pragma: no cover
 
 
 def read_text(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BYTES) -> str:
-    """The UTF-8 text of a regular file of at most ``max_bytes`` bytes.
+    """The UTF-8 text of a regular file of at most ``max_bytes`` bytes; errors start ``what:``.
 
-    Checks the file type with ``stat`` before opening, so a FIFO never blocks.
+    Checks the file type with ``stat`` before opening, so a FIFO never blocks; a missing file
+    raises :class:`FileNotFoundError` for the caller's own wording.
     """
-    info = os.stat(path)  # FileNotFoundError for the caller
-    if stat.S_ISDIR(info.st_mode):
-        raise SpecbatchError(f"{what}: expected a file, got a directory")
-    if not stat.S_ISREG(info.st_mode):
-        raise SpecbatchError(f"{what}: expected a regular file, got a FIFO, socket or device")
-    if info.st_size > max_bytes:
-        raise SpecbatchError(f"{what}: expected at most {max_bytes // 2**20} MiB, got "
-                             f"{info.st_size / 2**20:.1f} MiB")
-    with open(path, "rb") as fh:
-        data = fh.read(max_bytes + 1)
+    os.stat(path)  # FileNotFoundError for the caller
+    data = _read_bounded(Path(path), max_bytes, f"{what}: expected", "a regular file")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -125,27 +118,32 @@ def check_regular_file(path: str | os.PathLike, what: str = "a file") -> Path:
 
 def read_regular_file(path: str | os.PathLike, what: str = "a file",
                       max_bytes: int = MAX_INPUT_BYTES) -> bytes:
-    """The bytes of ``path``, which must be a regular file of at most ``max_bytes``.
-
-    Checked before opening (:func:`check_regular_file`) and again on the open descriptor
-    (opened non-blocking, so a path swapped for a FIFO in between cannot block either).
-    """
+    """The bytes of ``path``, which must be a regular file of at most ``max_bytes``; errors
+    read ``file PATH: expected WHAT ...`` (a missing file included)."""
     path = check_regular_file(path, what)
+    return _read_bounded(path, max_bytes, f"file {path}: expected", f"{what} (a regular file)")
+
+
+def _read_bounded(path: Path, max_bytes: int, expected: str, noun: str) -> bytes:
+    """Read a file checked to be regular before opening and again on the open descriptor
+    (opened non-blocking, so a path swapped for a FIFO in between cannot block either);
+    errors read ``{expected} {noun}, got ...``."""
     try:
+        mode = os.stat(path).st_mode
+        require(stat.S_ISREG(mode), f"{expected} {noun}, got {_file_kind(mode)}")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
-        raise SpecbatchError(f"file {path}: expected {what}, got an unreadable file "
+        raise SpecbatchError(f"{expected} {noun}, got an unreadable file "
                              f"({exc.strerror or exc})") from None
     with os.fdopen(fd, "rb") as fh:
         info = os.fstat(fh.fileno())
-        require(stat.S_ISREG(info.st_mode), f"file {path}: expected {what} (a regular file), "
-                f"got {_file_kind(info.st_mode)}")
-        require(info.st_size <= max_bytes, f"file {path}: expected {what} of at most "
-                f"{max_bytes} bytes, got {info.st_size}")
+        require(stat.S_ISREG(info.st_mode), f"{expected} {noun}, got {_file_kind(info.st_mode)}")
+        require(info.st_size <= max_bytes, f"{expected} {noun} of at most {max_bytes:,} bytes, "
+                f"got {info.st_size:,}")
         try:
             return fh.read(max_bytes + 1)[: max_bytes]
         except OSError as exc:
-            raise SpecbatchError(f"file {path}: expected {what}, got an unreadable file "
+            raise SpecbatchError(f"{expected} {noun}, got an unreadable file "
                                  f"({exc.strerror or exc})") from None
 
 

@@ -27,7 +27,7 @@ def test_a_regular_utf8_file_is_read(tmp_path):
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda p: p.mkdir(), "config: expected a file, got a directory"),
+    (lambda p: p.mkdir(), "config: expected a regular file, got a directory"),
     (lambda p: os.mkfifo(p), "config: expected a regular file, got a FIFO"),
     (lambda p: p.write_bytes(b"x = 1\n\xff\xfe"), "config: expected UTF-8 text, got binary data "
                                                   "(byte 6)"),
@@ -42,7 +42,7 @@ def test_the_wrong_kind_of_file_is_refused(tmp_path, make, message):
 def test_a_file_over_the_size_cap_is_refused_before_reading(tmp_path):
     path = tmp_path / "big.json"
     path.write_text("[" + "0," * 1000 + "0]")
-    with pytest.raises(SpecbatchError, match="expected at most 0 MiB"):
+    with pytest.raises(SpecbatchError, match="expected a regular file of at most 100 bytes, got 2,003"):
         read_text(path, "pair", max_bytes=100)
 
 

@@ -127,7 +127,7 @@ def _inputs(tmp_path):
 
 @pytest.mark.parametrize("kind, needle", [
     ("binary", "expected UTF-8 text, got binary data"),
-    ("folder", "expected a file, got a directory"),
+    ("folder", "expected a regular file, got a directory"),
     ("deep_toml", "nested at most 64 levels"),
 ])
 def test_a_bad_sweep_spec_file_is_one_line(kind, needle, capsys, tmp_path):
