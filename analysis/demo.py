@@ -20,7 +20,7 @@ from specbatch.analysis.spec import SweepSpec, parse_spec
 from specbatch.analysis.sweep import SweepOutcome, run_sweep
 from specbatch.errors import SpecbatchError
 from specbatch.traces.describe import describe_trace
-from specbatch.traces.format import read_meta, read_trace, resolve_trace
+from specbatch.traces.format import read_trace, resolve_trace
 
 KS = (1, 2, 3, 4, 5, 6)
 EXTRAS = (1, 2)
@@ -45,13 +45,10 @@ def pick_trace(name: str) -> tuple[str, int, str]:
             "synthetic (traces.synth defaults: temperature "
             f"{synth.temperature:g}, K = {synth.depth}) because the bundled default trace "
             "is not present")
-    meta = read_meta(path)  # validated: a damaged meta.json is a one-line error
-    depth = int(meta["depth"])
-    return name, depth, f"{name} ({describe_trace(meta, depth)})"
-
-
-def _read_k(path: str) -> int:
-    return read_trace(path).K
+    # the whole trace is read and checked (meta.json, every row's bounds) before the demo
+    # prints anything: a damaged trace is one line, not a banner followed by a worker's error
+    trace = read_trace(path)
+    return name, trace.K, f"{name} ({describe_trace(trace.meta, trace.K)})"
 
 
 def demo_spec(trace: str, depth: int, quick: bool, seeds: int | None) -> dict:
