@@ -1,12 +1,76 @@
 """specbatch: batch speculative decoding, captured, simulated, optimised and proved.
 
+The public Python API (docs/api.md), importable from ``specbatch`` itself:
+
+- one simulation: :class:`SimConfig` (every knob), :func:`load_config` (a TOML file and/or
+  keyword fields, checked), :func:`simulate` -> :class:`SimResult` (``.requests`` and
+  ``.steps`` DataFrames, ``.summary`` dict, ``.write(dir)``);
+- traces: :func:`read_trace` (a bundled name such as ``"tiny"`` or a directory) ->
+  :class:`Trace`;
+- sweeps: :func:`load_spec` (a TOML file) or :func:`parse_spec` (a dict) ->
+  :func:`run_sweep` (its ``.table`` is one row per run) and :func:`read_results`;
+- :class:`SpecbatchError`, the one error type for bad input.
+
+The names load on first use (module ``__getattr__``), so ``import specbatch`` and
+``specbatch --help`` import neither pandas nor torch.
+
 Packages, in dependency order (each imports only those to its right):
 ``cli -> analysis -> {live, simulator} -> traces -> theory -> errors``.
 """
 
+from __future__ import annotations
+
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 try:
     __version__ = version("specbatch")
 except PackageNotFoundError:  # running from a source tree without install
     __version__ = "0.0.0+unknown"
+
+#: Public name -> the module that defines it (loaded on first attribute access).
+_EXPORTS = {
+    "SimConfig": "specbatch.simulator.config",
+    "load_config": "specbatch.simulator.config",
+    "SimResult": "specbatch.simulator.run",
+    "simulate": "specbatch.simulator.run",
+    "Trace": "specbatch.traces.trace",
+    "read_trace": "specbatch.traces.format",
+    "SweepSpec": "specbatch.analysis.spec",
+    "load_spec": "specbatch.analysis.spec",
+    "parse_spec": "specbatch.analysis.spec",
+    "SweepOutcome": "specbatch.analysis.sweep",
+    "run_sweep": "specbatch.analysis.sweep",
+    "read_results": "specbatch.analysis.sweep",
+    "SpecbatchError": "specbatch.errors",
+}
+
+__all__ = [
+    "SimConfig", "SimResult", "SpecbatchError", "SweepOutcome", "SweepSpec", "Trace",
+    "__version__", "load_config", "load_spec", "parse_spec", "read_results", "read_trace",
+    "run_sweep", "simulate",
+]
+
+if TYPE_CHECKING:  # static analysers and IDEs see the real objects
+    from specbatch.analysis.spec import SweepSpec, load_spec, parse_spec
+    from specbatch.analysis.sweep import SweepOutcome, read_results, run_sweep
+    from specbatch.errors import SpecbatchError
+    from specbatch.simulator.config import SimConfig, load_config
+    from specbatch.simulator.run import SimResult, simulate
+    from specbatch.traces.format import read_trace
+    from specbatch.traces.trace import Trace
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module that defines public ``name`` and cache the object here."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'specbatch' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
