@@ -1,6 +1,6 @@
 """Exact mathematics of speculative decoding: verification rules, enumeration, LPs, optima.
 
-See ../shared/THEORY.md (copied into the README's theory section) for every formula.
+See docs/THEORY.md for every formula.
 Imports only numpy, scipy, cvxpy and torch.
 """
 
