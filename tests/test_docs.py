@@ -9,6 +9,7 @@ after a ``<!-- skip-test -->`` line is left out; that comment must say why (mode
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,40 @@ def test_the_root_command_answers_help_and_version():
         out = subprocess.run([sys.executable, "-m", "specbatch", flag], capture_output=True,
                              text=True, check=True)
         assert "specbatch" in out.stdout
+
+
+def shell_commands(text: str) -> list[str]:
+    """Every ``specbatch ...`` command of the ```bash blocks: continuation lines joined,
+    split at ``&&``, ``;``, ``|`` and redirections, comments and here-documents left out."""
+    commands = []
+    for match in FENCE.finditer(text):
+        if match.group(1) != "bash":
+            continue
+        source = re.sub(r"<<'?(\w+)'?\n.*?^\1$", "", match.group(2), flags=re.S | re.M)
+        for line in source.replace("\\\n", " ").splitlines():
+            line = re.sub(r"(^|\s)#.*$", "", line)
+            for part in re.split(r"&&|;|\||\s\d?>", line):
+                if part.strip().startswith("specbatch "):
+                    commands.append(part.strip())
+    return commands
+
+
+DOC_COMMANDS = sorted({(p.relative_to(ROOT).as_posix(), c) for p in PAGES
+                       for c in shell_commands(p.read_text())})
+
+
+def test_the_shell_extractor_joins_lines_and_drops_comments_and_heredocs():
+    text = ("```bash\nspecbatch a --x 1 \\\n    --y 2   # note\ncat > f <<'EOF'\nspecbatch no\nEOF\n"
+            "specbatch b && specbatch c | tail\n```\n")
+    assert shell_commands(text) == ["specbatch a --x 1      --y 2", "specbatch b", "specbatch c"]
+
+
+@pytest.mark.parametrize("page, command", DOC_COMMANDS, ids=lambda v: str(v)[:80])
+def test_every_documented_command_parses(page, command, capsys):
+    """Flags and sub-commands in the docs exist (parsed, not run; ``--help`` answers 0)."""
+    from specbatch.cli import build_parser
+
+    try:
+        build_parser().parse_args(shlex.split(command)[1:])
+    except SystemExit as exc:
+        assert exc.code == 0, f"{page}: `{command}` does not parse: {capsys.readouterr().err}"
