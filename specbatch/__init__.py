@@ -63,13 +63,19 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real objects
 
 
 def __getattr__(name: str) -> Any:
-    """Import the module that defines public ``name`` and cache the object here."""
+    """A public name (its defining module imported on first use, then cached here), or a
+    subpackage not imported yet (``specbatch.simulator``)."""
     module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'specbatch' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+    if module is not None:
+        value = getattr(import_module(module), name)
+        globals()[name] = value
+        return value
+    try:
+        return import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
 def __dir__() -> list[str]:

@@ -46,3 +46,9 @@ def test_submodules_still_import_through_the_package():
     from specbatch import errors
 
     assert errors.SpecbatchError is specbatch.SpecbatchError
+
+
+def test_a_subpackage_is_an_attribute_once_asked_for():
+    code = "import specbatch; print(specbatch.theory.exact.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "specbatch.theory.exact"
