@@ -10,8 +10,9 @@ for a ``--help``) does not import the engine, numpy and pandas.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from specbatch.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from specbatch.simulator.config import SimConfig, load_config
@@ -25,13 +26,5 @@ _EXPORTS = {"SimConfig": "config", "load_config": "config", "POLICIES": "policie
 __all__ = ["POLICIES", "SimConfig", "SimResult", "load_config", "simulate"]
 
 
-def __getattr__(name: str) -> object:
-    """An exported name, or a submodule not imported yet (``package.format``)."""
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = lazy_attributes(
+    __name__, {name: f"{__name__}.{module}" for name, module in _EXPORTS.items()}, globals())

@@ -20,9 +20,10 @@ Packages, in dependency order (each imports only those to its right):
 
 from __future__ import annotations
 
-from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from specbatch.lazy import lazy_attributes
 
 try:
     __version__ = version("specbatch")
@@ -62,20 +63,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real objects
     from specbatch.traces.trace import Trace
 
 
-def __getattr__(name: str) -> Any:
-    """A public name (its defining module imported on first use, then cached here), or a
-    subpackage not imported yet (``specbatch.simulator``)."""
-    module = _EXPORTS.get(name)
-    if module is not None:
-        value = getattr(import_module(module), name)
-        globals()[name] = value
-        return value
-    try:
-        return import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = lazy_attributes(__name__, _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

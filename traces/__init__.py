@@ -7,8 +7,9 @@ shapes, for a ``--help``) does not import the trace reader, numpy and pyarrow.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from specbatch.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from specbatch.traces.format import read_trace, resolve_trace, validate_trace, write_trace
@@ -31,13 +32,5 @@ __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "SynthConfig", "Trace", "default_met
            "read_trace", "resolve_trace", "synth_trace", "validate_trace", "write_trace"]
 
 
-def __getattr__(name: str) -> object:
-    """An exported name, or a submodule not imported yet (``package.format``)."""
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = lazy_attributes(
+    __name__, {name: f"{__name__}.{module}" for name, module in _EXPORTS.items()}, globals())

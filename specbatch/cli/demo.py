@@ -21,6 +21,7 @@ from specbatch.analysis.demo import plan_demo, run_demo
 from specbatch.analysis.points import claim_sweep_dir
 from specbatch.cli.common import add_json_flag, emit, example, plural
 from specbatch.io import check_output_dir
+from specbatch.simulator.config import NO_K_POLICIES
 
 DEFAULT_OUT = "specbatch-demo"
 
@@ -69,8 +70,9 @@ def headline_text(table) -> str:
         cells = []
         for c, w, f in cols:
             v = row.get(c)
-            if row["policy"] == "ar" and c in ("k", "e", "vsr"):
-                text = "-"
+            if ((row["policy"] == "ar" and c == "vsr")
+                    or (row["policy"] in NO_K_POLICIES and c in ("k", "e"))):
+                text = "-"  # ar verifies nothing; ar and dsd have no fixed window
             elif v is None or (isinstance(v, float) and math.isnan(v)):
                 text = "-"
             else:

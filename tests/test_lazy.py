@@ -1,0 +1,36 @@
+"""Lazy package attributes: a name loads its module on first read and is then cached; a
+missing name is an AttributeError, never a half-imported package."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from specbatch.lazy import lazy_attributes
+
+
+def test_a_name_is_loaded_once_then_cached_in_the_namespace():
+    namespace: dict = {}
+    getattr_ = lazy_attributes("specbatch", {"dumps": "specbatch.io"}, namespace)
+    from specbatch.io import dumps
+
+    assert getattr_("dumps") is dumps and namespace["dumps"] is dumps
+
+
+def test_a_submodule_resolves_and_an_unknown_name_is_an_attribute_error():
+    getattr_ = lazy_attributes("specbatch", {}, {})
+    assert getattr_("errors").__name__ == "specbatch.errors"
+    with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
+        getattr_("nothing_here")
+
+
+def test_packages_using_it_stay_light_until_a_name_is_read():
+    code = ("import sys, specbatch, specbatch.simulator, specbatch.traces; "
+            "light = not {'numpy', 'pandas', 'torch'} & set(sys.modules); "
+            "specbatch.simulator.SimConfig; specbatch.traces.read_trace; "
+            "print(light, 'numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert out == ["True", "True"]
