@@ -1,8 +1,9 @@
 """Simulator speed: simulated output tokens per wall-clock second.
 
 Headline: 10k requests arriving at once, max_num_seqs 64, TETRIS (k = 3, e = 1) with block
-verification on the bundled toy trace ``tiny`` when present, whose numbers are the history
-the README tracks (else a synthetic trace; the table says which), roofline cost model (H100, vicuna-68m -> vicuna-33b). The same workload also runs
+verification on the bundled toy trace ``tiny`` when present, whose numbers docs/benchmarks.md
+records (else a synthetic trace; the table says which), roofline cost model (H100, vicuna-68m ->
+vicuna-33b). The same workload also runs
 through the engine's per-request reference step (``reference=True``: scalar hash and one
 ``accept_from_stats`` call per request per step) on a smaller request count, and the ratio of
 the two rates is printed. Then paged KV mode at max_num_seqs 64 (simulator.kv): with a

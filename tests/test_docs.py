@@ -118,3 +118,20 @@ def test_every_documented_command_parses(page, command, capsys):
         build_parser().parse_args(shlex.split(command)[1:])
     except SystemExit as exc:
         assert exc.code == 0, f"{page}: `{command}` does not parse: {capsys.readouterr().err}"
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("page", [*PAGES, ROOT / "traces" / "FORMAT.md"],
+                         ids=lambda p: p.name)
+def test_every_relative_link_points_at_a_file_that_exists(page):
+    """Links to other pages, figures and source files resolve from the page's folder."""
+    missing = []
+    for target in LINK.findall(page.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue  # a web address or an anchor on the same page
+        path = (page.parent / target.split("#", 1)[0]).resolve()
+        if not path.exists():
+            missing.append(target)
+    assert not missing, f"{page.name}: broken links {missing}"
