@@ -26,7 +26,13 @@ import pandas as pd
 from specbatch.errors import require
 from specbatch.io import write_json
 from specbatch.limits import check_simulation
-from specbatch.simulator.config import FREE_DRAFTS, SimConfig, to_toml, validate_against_trace
+from specbatch.simulator.config import (
+    FREE_DRAFTS,
+    SimConfig,
+    to_toml,
+    validate_against_trace,
+    validate_config,
+)
 from specbatch.simulator.engine import Engine
 from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.metrics import request_table, step_table, summarize
@@ -146,6 +152,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     progress:   show a bar of finished requests on stderr for large runs (the results are
     the same either way).
     """
+    validate_config(config)  # a SimConfig built directly (not by load_config) is checked too
     if trace is None:
         trace = load_trace(config, allow_partial)
     check_simulation("config", config.requests or trace.n_requests,

@@ -127,3 +127,15 @@ def test_progress_counts_every_finished_request_once_and_changes_nothing(
     assert all(sum(n) == 40 and min(n) >= 1 for n in updates.values())
     assert quiet.requests.equals(loud.requests) and quiet.steps.equals(loud.steps)
     assert quiet.summary == loud.summary
+
+
+def test_a_config_built_directly_is_checked_like_a_loaded_one(synth_trace_natural):
+    import pytest
+
+    from specbatch.errors import SpecbatchError
+    from specbatch.simulator.config import SimConfig
+
+    for field, bad in (("max_num_seqs", 0), ("requests", -5), ("verify", "nope")):
+        with pytest.raises(SpecbatchError, match=f"field {field}"):
+            simulate(SimConfig(trace="synth", **{field: bad}), synth_trace_natural,
+                     cost_model=COST)
