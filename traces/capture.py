@@ -10,7 +10,11 @@ for ``--resume`` to finish an interrupted run with the same numbers.
 The drafter is a draft model directory, or :data:`~specbatch.traces.ngram.NGRAM`
 (``--draft ngram``): prompt-lookup drafting (:mod:`specbatch.traces.ngram`), no draft model
 loaded, bounds ``ngram_min``/``ngram_max`` in the config (vLLM's defaults), its identity in
-``meta.json``'s ``models.draft`` and its settings in the fingerprint.
+``meta.json``'s ``models.draft`` and its settings in the fingerprint. A draft model samples its
+K tokens (``draft_sample_method = "probabilistic"``, the default) or proposes its argmax chain
+(``"greedy"``, vLLM's default: one-hot rows, :class:`~specbatch.traces.drafters.ModelDrafter`);
+the method is recorded in ``meta.json`` (``draft_sample_method`` and ``capture``) and, when
+greedy, in the fingerprint.
 
 The per-request functions are re-exported here (``capture_request``, ``capture_positions``,
 ``capture_request_naive``, ``generate_reference``, ...).
@@ -55,6 +59,8 @@ __all__ = [
 ]
 
 STATUS_DONE, STATUS_PENDING = "done", "pending"
+PROBABILISTIC, GREEDY = "probabilistic", "greedy"
+DRAFT_SAMPLE_METHODS = (PROBABILISTIC, GREEDY)
 
 
 @dataclass(frozen=True)
@@ -73,15 +79,18 @@ class CaptureConfig:
     chat_template: bool = False    # wrap each prompt as a user turn in the tokenizer's template
     ngram_min: int | None = None   # n-gram drafter only: prompt_lookup_min (None: model draft)
     ngram_max: int | None = None   # n-gram drafter only: prompt_lookup_max
+    draft_sample_method: str = PROBABILISTIC  # draft model only: "probabilistic" or "greedy"
 
     def content_key(self) -> dict:
         """Fields that change the captured numbers (batch size and chunking do not; a plain
-        prompt leaves the key as it was before chat templates existed)."""
+        prompt and probabilistic drafting leave the key as it was before those options)."""
         d = asdict(self)
         for k in ("batch_size", "chunk_requests"):
             d.pop(k)
         if not d["chat_template"]:
             d.pop("chat_template")
+        if d["draft_sample_method"] == PROBABILISTIC:
+            d.pop("draft_sample_method")
         for k in ("ngram_min", "ngram_max"):
             if d[k] is None:
                 d.pop(k)
@@ -223,7 +232,7 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
                              target.get_output_embeddings().weight.shape[0])
     else:
         tokenizer, model, target = load_pair(draft_path, target_path, device, dtype)
-        draft = ModelDrafter(model, draft_path)
+        draft = ModelDrafter(model, draft_path, greedy=cfg.draft_sample_method == GREEDY)
     meta = _capture_meta(cfg, tokenizer, (draft, draft_path), (target, target_path), device,
                          dtype, prompt_source, command, extra_meta)
     _flush(out, meta, run)  # meta.json exists before any positions file: always resumable
@@ -252,8 +261,14 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
 
 def _drafter_config(cfg: CaptureConfig, draft_path: str) -> CaptureConfig:
     """``cfg`` with the n-gram bounds resolved (vLLM's defaults) for ``--draft ngram``;
-    n-gram options with a draft model are an error."""
+    n-gram options with a draft model, and greedy drafting without one, are errors."""
+    require(cfg.draft_sample_method in DRAFT_SAMPLE_METHODS,
+            f"--draft-sample: expected one of {', '.join(DRAFT_SAMPLE_METHODS)}, got "
+            f"{cfg.draft_sample_method!r:.40}")
     if draft_path == NGRAM:
+        require(cfg.draft_sample_method == PROBABILISTIC,
+                f"--draft-sample {cfg.draft_sample_method}: expected only with a draft model, "
+                f"got --draft {NGRAM} (its drafts are deterministic already)")
         n_min, n_max = ngram_bounds(cfg.ngram_min, cfg.ngram_max)
         return CaptureConfig(**{**asdict(cfg), "ngram_min": n_min, "ngram_max": n_max})
     require(cfg.ngram_min is None and cfg.ngram_max is None,
@@ -331,6 +346,11 @@ def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, de
         extra_meta = {"zoo": zoo, "remake": [zoo["command"], command], **(extra_meta or {})}
     from specbatch.traces.trace import default_meta
 
+    settings = asdict(cfg) | {"dtype": dtype, "threads": torch.get_num_threads()}
+    if draft_path == NGRAM:
+        settings.pop("draft_sample_method")  # a draft model's option
+    else:
+        extra_meta = {"draft_sample_method": cfg.draft_sample_method, **(extra_meta or {})}
     return default_meta(
         cfg.temperature, cfg.depth,
         models={"draft": drafter.identity(),
@@ -340,7 +360,7 @@ def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, de
         prompt_source=prompt_source, seeds={"seed": cfg.seed,
                                             "request_rng": "numpy.random.default_rng([seed, request_index])"},
         device=device, library_versions=_library_versions(),
-        command=command, capture=asdict(cfg) | {"dtype": dtype, "threads": torch.get_num_threads()},
+        command=command, capture=settings,
         **(extra_meta or {}))
 
 

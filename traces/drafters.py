@@ -3,7 +3,17 @@
 A :class:`Drafter` proposes the drafted paths of a batch of positions; capture
 (:mod:`specbatch.traces.positions`) then scores them with the target in one batched pass and
 records the same statistics whatever drafted them. :class:`ModelDrafter` samples a draft
-causal LM ``Ms`` at temperature T; the n-gram drafter lives in :mod:`specbatch.traces.ngram`.
+causal LM ``Ms`` at temperature T, or greedily (its argmax chain); the n-gram drafter lives in
+:mod:`specbatch.traces.ngram`.
+
+Greedy drafting is vLLM's default ``draft_sample_method = "greedy"`` (vllm/v1/spec_decode/
+eagle.py, ``EagleProposer.propose``: the proposer keeps ``logits.argmax(dim=-1)`` and passes no
+draft probabilities; vllm/v1/sample/rejection_sampler.py, ``rejection_sample``: with
+``draft_probs`` None the draft is treated as one-hot, so ``x̂`` is accepted with probability
+``p(x̂)`` and a rejection resamples from the target's ``p`` with ``x̂`` removed). The recorded
+``Ms`` of such a draft is one-hot at ``x̂`` (``q = 1``, :func:`one_hot_logits`), while the
+signals a policy reads before verification stay those of the draft model's real
+temperature-1 distribution (:meth:`Drafter.recorded_logits`).
 
 Sliding-window attention (Gemma 2/3, Mistral): a model's own cache keeps only the last window
 of a sliding layer, and its masks measure distance in cache slots. Capture therefore gives
@@ -91,7 +101,8 @@ class Drafter:
     :meth:`start` prepares one request (``y`` its reference output); :meth:`draft` proposes
     for the positions ``ts`` at once, :meth:`draft_one` for one context from scratch (the
     naive twin). Both return ``(tokens # [P, K] int64, draft_logits # [P, K, V'],
-    proposed # [P] int64 or None)``: ``draft_logits`` at temperature T give ``Ms(·|X^i)``;
+    proposed # [P] int64 or None)``: :meth:`recorded_logits` of ``draft_logits`` at
+    temperature T give ``Ms(·|X^i)``;
     ``V' > V`` only for virtual filler tokens the target gives probability 0 (ids ≥ V);
     :meth:`draft` may return None for a one-hot draft (``Ms`` one-hot at the drafted token at
     any temperature: :func:`one_hot_logits`); ``proposed`` the real tokens per row (None: K).
@@ -110,12 +121,30 @@ class Drafter:
     def draft_one(self, ctx, uniforms, cfg: CaptureConfig) -> tuple:
         raise NotImplementedError
 
+    def recorded_logits(self, x, draft_logits) -> tuple:
+        """(the logits whose temperature-T softmax is the recorded ``Ms``, the logits of the
+        draft-side signals or None for the same ones) of the drafted tokens ``x`` # [P, K]."""
+        return draft_logits, None
+
 
 class ModelDrafter(Drafter):
-    """A draft causal LM ``Ms`` sampled at temperature T with the position's uniforms."""
+    """A draft causal LM ``Ms``: sampled at temperature T with the position's uniforms, or,
+    with ``greedy``, its argmax at every step (no uniforms used) recorded as a one-hot draft."""
 
-    def __init__(self, model, path: str | None = None) -> None:
-        self.model, self.path = model, path
+    def __init__(self, model, path: str | None = None, greedy: bool = False) -> None:
+        self.model, self.path, self.greedy = model, path, greedy
+
+    def _pick(self, logits, uniforms, temperature: float):
+        """The drafted token of each row: the argmax (greedy) or an inverse-CDF sample."""
+        if self.greedy:
+            return logits.argmax(-1)
+        return sample_inverse_cdf(probs_at(logits, temperature), uniforms)
+
+    def recorded_logits(self, x, draft_logits) -> tuple:
+        """Greedy: ``Ms`` one-hot at the argmax; signals from the model's real logits."""
+        if not self.greedy:
+            return draft_logits, None
+        return one_hot_logits(x, draft_logits.shape[-1]), draft_logits
 
     def identity(self) -> dict:
         return model_identity(self.model, self.path or "draft")
@@ -137,7 +166,7 @@ class ModelDrafter(Drafter):
         p, k = len(ts), cfg.depth
         u = uniforms.to(rows.device)
         logits = [rows[ts]]
-        tokens = [sample_inverse_cdf(probs_at(logits[0], cfg.temperature), u[:, 0])]
+        tokens = [self._pick(logits[0], u[:, 0], cfg.temperature)]
         if k > 1:
             cache = shared_cache(cache0, layout.prefix, p)
             for j in range(1, k):
@@ -148,7 +177,7 @@ class ModelDrafter(Drafter):
                                  position_ids=(layout.ctx + j - 1).view(p, 1))
                 cache = returned_cache(out)
                 logits.append(out.logits[:, -1])
-                tokens.append(sample_inverse_cdf(probs_at(logits[-1], cfg.temperature), u[:, j]))
+                tokens.append(self._pick(logits[-1], u[:, j], cfg.temperature))
         return torch.stack(tokens, dim=1), torch.stack(logits, dim=1), None
 
     def draft_one(self, ctx, uniforms, cfg: CaptureConfig) -> tuple:
@@ -158,7 +187,7 @@ class ModelDrafter(Drafter):
         out = self.model(input_ids=ctx, use_cache=True)
         rows, toks = [out.logits[0, -1]], []
         for j in range(cfg.depth):
-            toks.append(sample_inverse_cdf(probs_at(rows[-1], cfg.temperature), uniforms[j]))
+            toks.append(self._pick(rows[-1], uniforms[j], cfg.temperature))
             if j == cfg.depth - 1:
                 break
             out = self.model(input_ids=toks[-1].view(1, 1),

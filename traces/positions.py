@@ -38,6 +38,7 @@ import numpy as np
 
 from specbatch.theory.stats_torch import (
     block_weights_torch,
+    draft_signals_torch,
     path_stats_torch,
     probs_at,
     sample_inverse_cdf,
@@ -237,7 +238,8 @@ def capture_positions(draft, target, prompt_ids: list[int], index: int, cfg: Cap
                                      proposed, cfg.temperature, return_rows)
                 continue
             tl = score_paths(target, t_cache, t_row0[ts], n_prompt, ts, x, dl.shape[-1])
-            append_path_stats(parts, x, dl, tl, cfg.temperature, return_rows, proposed)
+            dl, signal = drafter.recorded_logits(x, dl)
+            append_path_stats(parts, x, dl, tl, cfg.temperature, return_rows, proposed, signal)
     result = {name: np.concatenate(v) for name, v in parts.items()}
     result["y"] = y.cpu().numpy()
     return result
@@ -286,14 +288,18 @@ def append_one_hot_stats(parts: dict, target, scoring: tuple, x, proposed: np.nd
 
 
 def append_path_stats(parts: dict, x, dl, tl, temperature: float, return_rows: bool,
-                      proposed=None) -> None:
+                      proposed=None, signal_logits=None) -> None:
     """Append one batch of drafted paths' statistics (and optionally full rows) to ``parts``.
 
     x: # [P, K] drafted tokens;  dl: # [P, K, V'] draft logits;  tl: # [P, K+1, V'] target
     logits;  proposed: # [P] real draft tokens per row, or None (all K). Filler slots
     (``j ≥ proposed``) get draft signals 0: the drafter proposed nothing there.
+    signal_logits: # [P, K, V'] logits of the draft-side signals when they are not ``dl``'s
+    (a greedy draft records a one-hot ``Ms`` but keeps its model's real confidence).
     """
     stats = path_stats_torch(x, dl, tl, temperature)
+    if signal_logits is not None:
+        stats |= {k: v.cpu().numpy() for k, v in draft_signals_torch(x, signal_logits).items()}
     stats["draft_token"] = x.cpu().numpy().astype(np.int32)
     if proposed is not None:
         proposed = np.asarray(proposed, dtype=np.int64)
@@ -334,7 +340,8 @@ def capture_request_naive(tokenizer, draft, target, prompt_ids: list[int], index
             vocab = target.get_output_embeddings().weight.shape[0]
             ids = torch.cat([ctx, torch.where(x < vocab, x, 0)], dim=1)
             tl = widen(target(input_ids=ids).logits[:, ctx.shape[1] - 1:], dl.shape[-1])
-            append_path_stats(parts, x, dl, tl, cfg.temperature, return_rows, proposed)
+            dl, signal = drafter.recorded_logits(x, dl)
+            append_path_stats(parts, x, dl, tl, cfg.temperature, return_rows, proposed, signal)
     result = {name: np.concatenate(v) for name, v in parts.items()}
     result["y"] = y.cpu().numpy()
     return result

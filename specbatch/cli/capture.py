@@ -70,6 +70,10 @@ def register(subparsers) -> None:
     p.add_argument("--chunk-requests", type=positive_int, default=8, help="requests per positions file")
     p.add_argument("--store-dtype", default="float64", choices=["float64", "float32"],
                    help="on-disk precision of the float columns (float32: half the size)")
+    p.add_argument("--draft-sample", choices=["probabilistic", "greedy"], default="probabilistic",
+                   help="how a draft model proposes: sample at T (probabilistic, default) or its "
+                        "argmax chain, recorded as one-hot drafts (greedy: vLLM's default "
+                        "draft_sample_method); recorded in meta.json")
     add_threads_flag(p)
     p.add_argument("--chat-template", action="store_true",
                    help="wrap each prompt as a user turn of the target tokenizer's chat template "
@@ -92,7 +96,7 @@ def _capture(args) -> int:
                         stop_at_eos=not args.no_stop_at_eos, chunk_requests=args.chunk_requests,
                         store_dtype=args.store_dtype,
                         chat_template=args.chat_template, ngram_min=args.ngram_min,
-                        ngram_max=args.ngram_max)
+                        ngram_max=args.ngram_max, draft_sample_method=args.draft_sample)
     command = "specbatch " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     meta = capture(args.draft, args.target, prompts, args.out, cfg, device=args.device,
                    dtype=args.dtype, resume=args.resume, progress=not args.no_progress,
