@@ -6,11 +6,12 @@ records the same statistics whatever drafted them. :class:`ModelDrafter` samples
 causal LM ``Ms`` at temperature T, or greedily (its argmax chain); the n-gram drafter lives in
 :mod:`specbatch.traces.ngram`.
 
-Greedy drafting is vLLM's default ``draft_sample_method = "greedy"`` (vllm/v1/spec_decode/
-eagle.py, ``EagleProposer.propose``: the proposer keeps ``logits.argmax(dim=-1)`` and passes no
-draft probabilities; vllm/v1/sample/rejection_sampler.py, ``rejection_sample``: with
-``draft_probs`` None the draft is treated as one-hot, so ``x̂`` is accepted with probability
-``p(x̂)`` and a rejection resamples from the target's ``p`` with ``x̂`` removed). The recorded
+Greedy drafting is vLLM's default ``draft_sample_method = "greedy"`` (vllm/config/
+speculative.py, ``SpeculativeConfig``; the V1 proposers, e.g. vllm/v1/spec_decode/eagle.py,
+keep the draft's ``argmax`` and pass no draft probabilities; vllm/v1/sample/
+rejection_sampler.py, ``rejection_sample``: with ``draft_probs`` None the draft is one-hot,
+so ``x̂`` is accepted with probability ``p(x̂)`` and a rejection resamples from the target's
+``p`` with ``x̂`` removed). The recorded
 ``Ms`` of such a draft is one-hot at ``x̂`` (``q = 1``, :func:`one_hot_logits`), while the
 signals a policy reads before verification stay those of the draft model's real
 temperature-1 distribution (:meth:`Drafter.recorded_logits`).
