@@ -179,3 +179,26 @@ def test_probabilistic_drafting_leaves_the_content_key_as_before():
     assert "draft_sample_method" not in CaptureConfig().content_key()
     assert CaptureConfig(draft_sample_method="greedy").content_key()["draft_sample_method"] == \
         "greedy"
+
+
+def test_the_bundled_greedy_trace_shares_the_drop2_traces_outputs_and_signals():
+    """smollm2-drop2-greedy: the first requests of smollm2-drop2 (same prompts, seed and
+    reference outputs) drafted greedily; at each position the first draft token's context is
+    the same in both, so its signals are equal, and so is pt where both drafted the same token."""
+    from specbatch.traces.format import resolve_trace
+
+    greedy = read_trace(resolve_trace("smollm2-drop2-greedy"))
+    prob = read_trace(resolve_trace("smollm2-drop2"))
+    assert greedy.K == 8 and greedy.status == "complete" and greedy.temperature == 1.0
+    assert greedy.meta["draft_sample_method"] == "greedy"
+    assert greedy.meta["capture"]["chat_template"] is True
+    assert greedy.meta["models"]["draft"]["derived"]["dropped"] == \
+        prob.meta["models"]["draft"]["derived"]["dropped"] == [13, 14]
+    assert (greedy.q == 1).all() and np.array_equal(greedy.draft_conf, greedy.top1)
+    same_prompts = prob.subset(np.arange(greedy.n_requests))
+    np.testing.assert_array_equal(greedy.output_len, same_prompts.output_len)
+    for name in ("top1", "entropy"):
+        np.testing.assert_array_equal(getattr(greedy, name)[:, 0], getattr(same_prompts, name)[:, 0])
+    same = greedy.draft_token[:, 0] == same_prompts.draft_token[:, 0]
+    assert 0 < same.mean() < 1
+    np.testing.assert_array_equal(greedy.pt[same, 0], same_prompts.pt[same, 0])
