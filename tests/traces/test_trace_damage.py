@@ -206,3 +206,17 @@ def test_a_token_beyond_the_recorded_vocabulary_is_refused(small):
     with pytest.raises(SpecbatchError, match=r"field draft_token: expected token ids in 0\.\.8 "
                        r".*got 9 at row 2, draft position 2"):
         make_trace(meta, small.requests(), cols)
+
+
+def test_the_weights_behind_the_z_window_survive_a_subnormal_draft_probability():
+    """p_2 = 5e-324 then r_3 = 0.66 / 5e-324 overflows; p_2 · r_3 is still 0.66, not 1."""
+    from specbatch.theory.exact import block_weights_exact
+    from specbatch.traces.checks import previous_weights
+
+    q = np.array([[0.5, 1.0, 5e-324, 0.7]])
+    pt = np.array([[0.75, 5e-324, 0.66, 1.0]])
+    from fractions import Fraction
+
+    exact = block_weights_exact([Fraction(v) for v in q[0]], [Fraction(v) for v in pt[0]])
+    expected = [1.0, *(float(w) for w in exact[:3])]  # p_0..p_3 = 1, 1, 5e-324, 0.66
+    assert np.allclose(previous_weights(q, pt)[0], expected, rtol=1e-9, atol=0)
