@@ -73,22 +73,22 @@ def _check_depth(obj: Any, what: str) -> Any:
 def loads_toml(text: str, what: str) -> dict:
     """Parse TOML text; too deep a document is a one-line error (``TOMLDecodeError`` for
     invalid TOML is left to the caller's wording)."""
-    try:
-        data = tomllib.loads(text)
-    except RecursionError:
-        raise SpecbatchError(f"{what}: expected TOML nested at most {MAX_INPUT_DEPTH} levels "
-                             "deep, got deeper") from None
-    return _check_depth(data, what)
+    return _loads(tomllib.loads, "TOML", text, what)
 
 
 def loads_json(text: str, what: str) -> Any:
     """Parse JSON text; too deep a document is a one-line error (``JSONDecodeError`` for
     invalid JSON is left to the caller's wording)."""
+    return _loads(json.loads, "JSON", text, what)
+
+
+def _loads(parse: Any, language: str, text: str, what: str) -> Any:
+    """``parse(text)`` with its recursion limit and then :data:`MAX_INPUT_DEPTH` enforced."""
     try:
-        data = json.loads(text)
+        data = parse(text)
     except RecursionError:
-        raise SpecbatchError(f"{what}: expected JSON nested at most {MAX_INPUT_DEPTH} levels "
-                             "deep, got deeper") from None
+        raise SpecbatchError(f"{what}: expected {language} nested at most {MAX_INPUT_DEPTH} "
+                             "levels deep, got deeper") from None
     return _check_depth(data, what)
 
 
