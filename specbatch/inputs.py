@@ -39,11 +39,15 @@ def read_text(path: str | os.PathLike, what: str, max_bytes: int = MAX_INPUT_BYT
     """
     os.stat(path)  # FileNotFoundError for the caller
     data = _read_bounded(Path(path), max_bytes, f"{what}: expected", "a regular file")
+    return _utf8(data, f"{what}: expected UTF-8 text")
+
+
+def _utf8(data: bytes, expected: str) -> str:
+    """``data`` decoded as UTF-8; binary content is ``{expected}, got binary data (byte N)``."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecbatchError(f"{what}: expected UTF-8 text, got binary data (byte "
-                             f"{exc.start})") from None
+        raise SpecbatchError(f"{expected}, got binary data (byte {exc.start})") from None
 
 
 def nesting_depth(obj: Any) -> int:
@@ -150,12 +154,8 @@ def _read_bounded(path: Path, max_bytes: int, expected: str, noun: str) -> bytes
 def read_regular_text(path: str | os.PathLike, what: str = "a text file",
                       max_bytes: int = MAX_INPUT_BYTES) -> str:
     """:func:`read_regular_file` decoded as UTF-8; binary content is a one-line error."""
-    data = read_regular_file(path, what, max_bytes)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecbatchError(f"file {path}: expected {what} in UTF-8 text, got binary data "
-                             f"(byte {exc.start})") from None
+    return _utf8(read_regular_file(path, what, max_bytes),
+                 f"file {path}: expected {what} in UTF-8 text")
 
 
 def load_json_file(path: str | os.PathLike, what: str = "a JSON file",

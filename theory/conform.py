@@ -41,6 +41,7 @@ from specbatch.theory.conform_pairs import PairCase, PairTables, draw_cases, pai
 from specbatch.theory.conform_samplers import Sampler
 from specbatch.theory.conform_stats import FitResult, g_test, noise_tv, total_variation
 from specbatch.theory.models import ModelPair
+from specbatch.theory.verify import sample_rows
 
 #: Default samples per pair, family-wise level and sampler batch size.
 DEFAULT_SAMPLES = 20_000
@@ -202,9 +203,7 @@ def _complete(out: np.ndarray, length: np.ndarray, tables: PairTables, vocab: in
     rows = np.arange(batch)
     for k in range(n):
         row = tables.prefix_rows[k][code]  # [batch, V] Mb(·|prefix)
-        cdf = np.cumsum(row, axis=1)
-        drawn = np.minimum((cdf <= rng.random(batch)[:, None] * cdf[:, -1:]).sum(axis=1),
-                           vocab - 1)
+        drawn = sample_rows(row, rng)
         emitted = k < length
         token = np.where(emitted, out[:, k], drawn)
         zero_hits += int((emitted & (row[rows, token] <= 0.0)).sum())

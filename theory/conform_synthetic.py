@@ -72,7 +72,3 @@ def synthetic_law(case: PairCase, tables: PairTables, greedy: bool = False,
                     law[zi] += tables.draft_prob[d] * tau[k] * extra[z[k]] * completion[k + 1, zi]
     return law
 
-
-def synthetic_tv(case: PairCase, tables: PairTables, greedy: bool = False) -> float:
-    """Exact total-variation distance between the synthetic mode's law and the target's."""
-    return float(0.5 * np.abs(synthetic_law(case, tables, greedy) - tables.target_law).sum())

@@ -44,6 +44,7 @@ from specbatch.traces.trace import (
     PROPOSED,
     REQUEST_COLUMNS,
     Trace,
+    as_int,
     check_meta,
     check_requests,
     make_trace,
@@ -339,7 +340,7 @@ def _read_positions(path: Path, k: int) -> dict:
                 f"entries, got {values.null_count}")
         flat = values.to_numpy(zero_copy_only=False)
         if name == "draft_token":  # range-checked by make_trace before narrowing to int32
-            out[name] = _checked_int64(flat, path, name).reshape(n, k)
+            out[name] = as_int(flat, str(path), name).reshape(n, k)
         else:
             out[name] = np.ascontiguousarray(flat, dtype=np.float64).reshape(n, k)
     if PROPOSED in table.column_names:
@@ -349,15 +350,7 @@ def _read_positions(path: Path, k: int) -> dict:
 
 def _int64_column(table: pa.Table, path: Path, name: str) -> np.ndarray:
     """Integer column ``name`` as int64, refusing unsigned values that int64 cannot hold."""
-    return _checked_int64(_column(table, path, name, "integer").to_numpy(), path, name)
-
-
-def _checked_int64(values: np.ndarray, path: Path, name: str) -> np.ndarray:
-    """``values`` as int64; a uint64 value >= 2^63 is refused rather than wrapped negative."""
-    if values.dtype == np.uint64 and values.size and int(values.max()) >= 2**63:
-        raise SpecbatchError(f"file {path}: field {name}: expected integers below 2^63, got "
-                             f"{int(values.max())}")
-    return np.ascontiguousarray(values, dtype=np.int64)
+    return as_int(_column(table, path, name, "integer").to_numpy(), str(path), name)
 
 
 def _order_rows(request_id: np.ndarray, position: np.ndarray, req: dict, where: str) -> np.ndarray:

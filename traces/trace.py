@@ -204,9 +204,9 @@ def _request_arrays(requests: dict, where: str) -> dict:
         require(name in requests, f"file {where}: field {name}: expected a request array, got none")
     n = len(np.asarray(requests["request_id"]))
     req = {
-        "request_id": _as_int(requests["request_id"], where, "request_id"),
-        "prompt_len": _as_int(requests["prompt_len"], where, "prompt_len"),
-        "output_len": _as_int(requests["output_len"], where, "output_len"),
+        "request_id": as_int(requests["request_id"], where, "request_id"),
+        "prompt_len": as_int(requests["prompt_len"], where, "prompt_len"),
+        "output_len": as_int(requests["output_len"], where, "output_len"),
         "category": np.asarray(requests["category"], dtype=object),
         "arrival": np.asarray(requests.get("arrival", np.full(n, np.nan)), dtype=np.float64),
     }
@@ -244,7 +244,7 @@ def _proposed_array(values, cols: dict, where: str) -> np.ndarray:
     """The ``proposed`` column # [rows] int64, checked: integers in 0..K, and every filler slot
     (``j ≥ proposed``) holds ``q = 1``, ``pt = 0`` (the lossless filler, module docstring)."""
     rows, k = cols["draft_token"].shape
-    arr = _as_int(values, where, PROPOSED)
+    arr = as_int(values, where, PROPOSED)
     require(arr.shape == (rows,), f"file {where}: field {PROPOSED}: expected shape ({rows},), "
             f"got {arr.shape}")
     bad = np.flatnonzero((arr < 0) | (arr > k))
@@ -276,7 +276,9 @@ def _normalised_meta(meta: dict, where: str, k: int) -> dict:
     return meta
 
 
-def _as_int(values: Any, where: str, name: str) -> np.ndarray:
+def as_int(values: Any, where: str, name: str) -> np.ndarray:
+    """``values`` as contiguous int64 (whole floats converted); non-integers and uint64 values
+    int64 cannot hold are one-line errors naming ``where`` and ``name``."""
     arr = np.asarray(values)
     if arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
         arr = arr.astype(np.int64)
