@@ -15,6 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from specbatch.analysis.compare import best_settings, context_columns, ranking_metric
+from specbatch.simulator.config import NO_K_POLICIES
 
 __all__ = ["kv_limited", "kv_pressure", "kv_summary"]
 
@@ -48,7 +49,7 @@ def kv_pressure(df: pd.DataFrame) -> pd.DataFrame:
         capacity = _column(runs, "kv_capacity")
         out = {c: row[c] for c in ctx}
         out.update({"policy": row.policy, "verify": row.verify,
-                    "k": "-" if row.policy == "ar" else row.num_speculative_tokens,
+                    "k": "-" if row.policy in NO_K_POLICIES else row.num_speculative_tokens,
                     "KV mode": _column(runs, "kv_mode").iloc[0],
                     "KV capacity (tokens)": capacity.iloc[0] if capacity is not None else None})
         for name, col in (("preemptions", "preemptions"), ("recomputed tokens",

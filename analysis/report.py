@@ -99,7 +99,7 @@ def write_report(out: Path, manifest: dict, df: pd.DataFrame, rep: Path, fmt: st
     replicate = options.get("replicate")
     gains = bv_gain_table(df)
     blocks = intro_blocks(manifest, df) + headline_blocks(df, rep) + kv_blocks(df)
-    blocks += figure_blocks(out, df, rep, gains)
+    blocks += figure_blocks(out, df, rep)
     if replicate == "tetris" or (replicate is None and {"tetris", "fixed"} <= set(df.policy)):
         blocks += tetris_blocks(df, replicate == "tetris")
     if not gains.empty:
@@ -202,7 +202,7 @@ def _context_sentence(df: pd.DataFrame) -> str:
 MAX_FACETS = 6
 
 
-def figure_blocks(out: Path, df: pd.DataFrame, rep: Path, gains: pd.DataFrame) -> list[tuple]:
+def figure_blocks(out: Path, df: pd.DataFrame, rep: Path) -> list[tuple]:
     """Every figure the sweep's axes allow, drawn into ``rep`` once per context (every
     combination of the varying context columns, :func:`analysis.compare.facets`), each
     caption naming its context and how best settings were chosen.
@@ -211,7 +211,6 @@ def figure_blocks(out: Path, df: pd.DataFrame, rep: Path, gains: pd.DataFrame) -
     latency CDF: one panel per rate) is faceted over the other columns only. At most
     :data:`MAX_FACETS` contexts are drawn; the report lists those it leaves out.
     """
-    del gains  # each context's own BV-over-TV table is drawn
     opened = open_load(df)
     load = load_column(df)
     by = f", best by {label(ranking_metric(df)).lower()}"
@@ -255,20 +254,19 @@ def _figures_of(kind: str, out: Path, sub: pd.DataFrame, rep: Path, facet: tuple
     the file-name suffix and the context (written on the figure when it is one of several)."""
     tag, ctx = facet
     where = context_note(ctx) if tag else ""
+    per_rate = opened and "rate" in context_columns(sub)  # one panel or curve per rate
     if kind == "cdf":
-        per_rate = opened and "rate" in context_columns(sub)
         made = figure_latency_cdf(out, sub, rep / f"latency_cdf{tag}.png", where)
         rates = " at each arrival rate (one panel per rate)" if per_rate else ""
         return [(made, f"E2E latency CDF of each policy's best setting{rates}{note}{by}")] \
             if made else []
     if kind == "load":
-        opened_rate = opened and "rate" in context_columns(sub)
         name = "latency_vs_rate" if opened else "throughput_latency"
         made = figure_load(sub, rep / f"{name}{tag}.png", where)
         caption = (
             "Mean e2e latency, p99 e2e latency and TPOT vs the offered arrival rate (best "
             "setting per policy at each rate by mean e2e; open-loop arrivals make throughput "
-            "equal the offered rate, so it is not plotted)" if opened_rate
+            "equal the offered rate, so it is not plotted)" if per_rate
             else "Throughput vs mean e2e latency across load (best setting per policy at each "
                  "load, by throughput)")
         return [(made, caption + note)] if made else []

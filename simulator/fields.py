@@ -21,9 +21,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from specbatch.errors import SpecbatchError
+from specbatch.limits import INT64_MAX
 
 #: The range of a 64-bit signed integer: every integer field is stored in int64 columns.
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+INT64_MIN = -INT64_MAX - 1
 INT64_WORDS = "an integer within the int64 range (|n| < 2^63)"
 #: How an error message names the value a field of each type expects.
 KIND_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.cli.common import add_json_flag, emit, example, seed_int
 
 RAW = argparse.RawDescriptionHelpFormatter
 
@@ -45,7 +45,7 @@ def register(subparsers) -> None:
                         help="built-in name or package.module:callable")
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES,
                         help=f"samples per pair (default {DEFAULT_SAMPLES})")
-    parser.add_argument("--seed", type=int, default=0, help="seed of pairs, drafts and the "
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed of pairs, drafts and the "
                         "sampler's torch.Generator (default 0)")
     parser.add_argument("--draft", choices=DRAFT_LAWS, default=None,
                         help="draft law: probabilistic (X ~ Ms, draft_probs given) or greedy "

@@ -340,8 +340,6 @@ def _validate(args) -> int:
             "validate: expected the run to predict as LIVE_DIR or --predict RUN_B (one of them)")
     kept = {"kind": "validate", "identity": _flags_identity(args), "force": args.force,
             "legacy": VALIDATE_FILES}
-    if args.out:
-        check_result_dir(args.out, **kept)
     with result_dir(args.out, **kept) if args.out else contextlib.nullcontext() as tmp:
         report = validate(args.live_dir or args.predict, profile=args.profile,
                           target_model=args.target_model, draft_model=args.draft_model,
