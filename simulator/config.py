@@ -273,9 +273,16 @@ def load_config(path: str | Path | None = None, **overrides: Value) -> SimConfig
 
     ``path=None`` starts from the defaults. Overrides win over the file.
     """
+    return load_config_given(path, **overrides)[0]
+
+
+def load_config_given(path: str | Path | None = None, **overrides: Value
+                      ) -> tuple[SimConfig, frozenset[str]]:
+    """:func:`load_config`, and the fields the file and ``overrides`` set (the settings a user
+    gave, which :func:`check_settings_apply` checks), the file read once."""
     values = read_toml(path) if path is not None else {}
     values.update(_canonical(overrides, "overrides"))
-    return make_config(values, "config" if path is None else f"config {path}")
+    return make_config(values, "config" if path is None else f"config {path}"), frozenset(values)
 
 
 #: Policies that never draft beyond k, so a nonzero ``extra`` would be silently ignored.

@@ -26,8 +26,7 @@ from specbatch.simulator.config import (
     SimConfig,
     applied_k,
     check_settings_apply,
-    load_config,
-    read_toml,
+    load_config_given,
     specs,
     to_toml,
 )
@@ -88,8 +87,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     overrides = {name: getattr(args, name) for name in specs()
                  if getattr(args, name) is not None}
-    config = load_config(args.config, **overrides)
-    given = set(overrides) | (set(read_toml(args.config)) if args.config else set())
+    config, given = load_config_given(args.config, **overrides)
     check_settings_apply(config, given)
     identity = config_identity(config)
     if args.out:
