@@ -23,6 +23,7 @@ import pandas as pd
 from specbatch import __version__
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import atomic_write, dumps, jsonable
+from specbatch.traces.weights import sha256_file
 
 if TYPE_CHECKING:
     from specbatch.analysis.spec import SweepSpec
@@ -90,11 +91,7 @@ def file_digest(path: Path) -> str:
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
     if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-        _DIGESTS[key] = digest.hexdigest()
+        _DIGESTS[key] = sha256_file(path)
     return _DIGESTS[key]
 
 def point_path(out: str | os.PathLike, key: str) -> Path:
@@ -191,7 +188,7 @@ def read_manifest(out: str | os.PathLike) -> dict:
         manifest = json.loads(path.read_bytes())
     except (OSError, ValueError) as exc:
         raise SpecbatchError(f"file {path}: expected a sweep manifest (JSON), got "
-                             f"{_first_line(exc)}") from None
+                             f"{first_line(exc)}") from None
     require(isinstance(manifest, dict), f"file {path}: expected a sweep manifest (a JSON "
             f"object), got {type(manifest).__name__}")
     runs = manifest.get("runs")
@@ -201,6 +198,6 @@ def read_manifest(out: str | os.PathLike) -> dict:
             f"file {path}: field 'report': expected a table of report options")
     return manifest
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:160] if text else type(exc).__name__

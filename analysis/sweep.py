@@ -30,6 +30,7 @@ import pandas as pd
 from specbatch.analysis.executors import Runner, execute, progress_bar, simulate_point
 from specbatch.analysis.points import (
     claim_sweep_dir,
+    first_line,
     load_point,
     read_manifest,
     requests_path,
@@ -232,6 +233,5 @@ def _read_parquet(path: Path, what: str) -> pd.DataFrame:
     try:
         return pd.read_parquet(path)
     except Exception as exc:  # noqa: BLE001 - whatever the reader raises, the file is bad
-        lines = str(exc).strip().splitlines() or [type(exc).__name__]
         raise SpecbatchError(f"file {path}: expected {what} (Parquet), got an unreadable file: "
-                             f"{lines[0][:160]}") from None
+                             f"{first_line(exc)}") from None

@@ -119,8 +119,7 @@ class Recorder:
 
     def result(self, cfg: LiveConfig, verifier: str) -> LiveResult:
         """The run's tables; ``verifier`` names the code that decided τ."""
-        from specbatch.simulator.metrics import summarize
-        from specbatch.simulator.state import FLOAT_STEP_COLUMNS, STEP_COLUMNS
+        from specbatch.simulator.metrics import step_frame, summarize
 
         n = self.pos.shape[0]
         requests = pd.DataFrame({
@@ -130,9 +129,7 @@ class Recorder:
             "arrival": self.arrival.copy(), "first_token": self.first_token, "finish": self.finish,
             "tokens": self.pos.copy(), **self.counts,
         })
-        steps = pd.DataFrame({
-            name: np.asarray(v, dtype=np.float64 if name in FLOAT_STEP_COLUMNS else np.int64)
-            for name, v in zip(STEP_COLUMNS, zip(*self.step_rows))})
+        steps = step_frame(self.step_rows)
         summary = summarize(requests, steps)
         decode = steps[steps["batch"] > 0]
         mean = (lambda s: float(s.mean())) if len(decode) else (lambda s: float("nan"))

@@ -55,7 +55,7 @@ from specbatch.simulator.admission import Admission
 from specbatch.simulator.cost_interface import CostModel, SumsCostModel
 from specbatch.simulator.decode import Decode
 from specbatch.simulator.kv import BlockManager
-from specbatch.simulator.policies import POLICIES, Policy
+from specbatch.simulator.policies import Policy, is_builtin
 from specbatch.simulator.state import (
     COMMITTED_ROWS,
     RECORD_ROWS,
@@ -125,7 +125,7 @@ class Engine(Admission, Decode):
         self.pass_index = np.arange(max(self.depth, 1), dtype=_I64)
         self.tables = VerifyTables(trace, self.rule) if self.depth and not reference else None
         self.view_tables = TraceTables(trace)  # policies' whole-trace tables, built once per run
-        self.check_plans = reference or POLICIES.get(policy.name) is not type(policy)
+        self.check_plans = reference or not is_builtin(type(policy))
         self.observes = type(policy).observe is not Policy.observe  # skip the no-op feedback
         n = workload.n
         # every request's state column at admission (uid, prompt, out, base, key; zeros else)

@@ -64,12 +64,17 @@ def request_table(rec: Records, workload: Workload) -> pd.DataFrame:
 
 def step_table(rec: Records) -> pd.DataFrame:
     """One row per engine step (STEP_COLUMNS: the fields of state.StepRecord)."""
-    if not rec.step_rows:
+    return step_frame(rec.step_rows)
+
+
+def step_frame(step_rows: list) -> pd.DataFrame:
+    """The step table of recorded :class:`~simulator.state.StepRecord` rows (the simulator's
+    and the live loop's), float and int columns typed."""
+    if not step_rows:
         return pd.DataFrame({c: np.zeros(0) for c in STEP_COLUMNS})
-    cols = zip(*rec.step_rows)
     return pd.DataFrame({
         name: np.asarray(values, dtype=np.float64 if name in FLOAT_STEP_COLUMNS else np.int64)
-        for name, values in zip(STEP_COLUMNS, cols)})
+        for name, values in zip(STEP_COLUMNS, zip(*step_rows))})
 
 
 def _ratio(a: float, b: float) -> float:

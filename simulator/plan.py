@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.policies import POLICIES, Policy
+from specbatch.simulator.policies import Policy, is_builtin
 from specbatch.simulator.view import StepView
 
 
@@ -89,7 +89,7 @@ def plan_step(policy: Policy, view: StepView, check: bool = False) -> Plan:
 def policy_label(policy: Any) -> str:
     """How errors name a policy: its registry name, or ``module:Class`` for a user's class."""
     cls = type(policy)
-    if POLICIES.get(getattr(cls, "name", None)) is cls:
+    if is_builtin(cls):
         return cls.name
     return f"{cls.__module__}:{cls.__qualname__}"
 

@@ -326,6 +326,13 @@ class Hindsight(Policy):
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls for cls in (AutoRegressive, Fixed, DynamicSD, Tetris, Threshold, Oracle, Hindsight)
 }
+
+
+def is_builtin(cls: type) -> bool:
+    """``cls`` is the registry's class for its name (a user's subclass is not, whatever its
+    ``name``)."""
+    return POLICIES.get(getattr(cls, "name", None)) is cls
+
 #: How a user's policy is named (``--policy``, TOML ``policy``, sweep specs).
 USER_POLICY_FORM = "package.module:Class"
 
