@@ -21,6 +21,7 @@ temperature 0, the n-gram drafter): a one-hot ``Ms(·)`` is its drafted token, n
   the backward scan has fixed τ, the extra token's draw from ``max(p_τ Mb − Ms, 0)``:
   ``theory/verify_triton.py``'s two passes (mass, inverse CDF) over the target row and (δ) the
   draft row at τ, for every request that verified a draft.
+- On a temperature-0 trace BV is TV (THEORY.md §3) and both are priced as TV.
 - A step that verifies nothing (S = 0: ``ar``, or a policy that verifies no draft) runs the
   plain sampler: its n target rows plus the fused floor, whatever the sampler preset.
 
@@ -129,13 +130,22 @@ def target_vocab(target: str, trace) -> int:
                          "or verify_cost = \"none\"")
 
 
+def greedy_trace(trace) -> bool:
+    """Whether ``trace`` was captured at temperature 0, where BV is TV (THEORY.md §3: one-hot
+    rows on both sides) and an engine verifies both by comparing argmaxes."""
+    temperature = (getattr(trace, "meta", None) or {}).get("temperature")
+    return isinstance(temperature, (int, float)) and float(temperature) == 0.0
+
+
 def verify_cost_for(config, trace, free_draft: bool) -> VerifyCost | None:
     """The verification cost of a run: ``config.verify_cost`` (sampler preset or "none") under
-    ``config.verify`` on ``config.hardware``; V of ``config.target`` (:func:`target_vocab`);
-    draft rows are one-hot for a drafter without a model (``free_draft``) or a trace whose
-    drafts all are (:func:`one_hot_drafts`)."""
+    ``config.verify`` (priced as TV on a temperature-0 trace, :func:`greedy_trace`) on
+    ``config.hardware``; V of ``config.target`` (:func:`target_vocab`); draft rows are one-hot
+    for a drafter without a model (``free_draft``) or a trace whose drafts all are
+    (:func:`one_hot_drafts`)."""
     if str(config.verify_cost).lower() == "none":
         return None
-    return build_verify_cost(config.verify_cost, config.verify, config.hardware,
+    rule = "token" if greedy_trace(trace) else config.verify
+    return build_verify_cost(config.verify_cost, rule, config.hardware,
                              target_vocab(config.target, trace),
                              free_draft or one_hot_drafts(trace))
