@@ -130,6 +130,16 @@ def target_vocab(target: str, trace) -> int:
                          "or verify_cost = \"none\"")
 
 
+def verify_notes(config) -> tuple[str, ...]:
+    """A note when a profiled cost model runs with a priced verification: its latency profile
+    measures forward passes only, so the verification time is this module's modelled term."""
+    if config.cost != "profiled" or str(config.verify_cost).lower() == "none":
+        return ()
+    return (f"verification time is modelled, not measured (the latency profile has no "
+            f"sampler rows): probability bytes over the {config.hardware} preset's bandwidth "
+            f"+ the {config.verify_cost} sampler's floor per call",)
+
+
 def greedy_trace(trace) -> bool:
     """Whether ``trace`` was captured at temperature 0, where BV is TV (THEORY.md §3: one-hot
     rows on both sides) and an engine verifies both by comparing argmaxes."""

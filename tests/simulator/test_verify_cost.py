@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -15,7 +17,9 @@ from specbatch.simulator.verify_cost import (
     one_hot_drafts,
     target_vocab,
     verify_cost_for,
+    verify_notes,
 )
+from specbatch.traces.format import read_trace, resolve_trace
 from specbatch.traces.synth import SynthConfig, synth_trace
 from tests.simulator.helpers import LinearCost, const_trace
 
@@ -95,6 +99,9 @@ def test_one_hot_drafts_are_read_from_the_trace():
     assert not one_hot_drafts(synth_trace(SynthConfig(requests=4, seed=1)))
     assert one_hot_drafts(synth_trace(SynthConfig(requests=4, temperature=0.0, seed=1)))
     assert one_hot_drafts(const_trace())  # q = 1 rows: greedy drafting's shape
+    for name, one_hot in (("smollm2-drop2-greedy", True), ("smollm2-ngram", True),
+                          ("smollm2-drop2", False)):  # bundled greedy, n-gram, sampled drafts
+        assert one_hot_drafts(read_trace(resolve_trace(name))) is one_hot, name
 
 
 def test_the_vocabulary_is_the_target_shapes_else_the_traces():
@@ -115,6 +122,16 @@ def test_the_run_settings_pick_rule_drafts_and_vocabulary():
     assert not verify_cost_for(config, natural, free_draft=True).draft_rows  # n-gram drafter
     assert verify_cost_for(config, greedy, free_draft=False).rule == "token"  # T = 0: BV = TV
     assert verify_cost_for(config.replace(verify_cost="none"), natural, False) is None
+
+
+def test_a_profiled_run_says_its_verification_time_is_modelled():
+    config = load_config(None, trace="synth")
+    assert verify_notes(config) == ()  # the roofline models every term
+    profiled = SimpleNamespace(cost="profiled", hardware="h100", verify_cost="torch")
+    (note,) = verify_notes(profiled)
+    assert "modelled, not measured" in note and "h100" in note and "torch" in note
+    assert verify_notes(SimpleNamespace(cost="profiled", hardware="h100",
+                                        verify_cost="none")) == ()
 
 
 def run(trace, **kw):
