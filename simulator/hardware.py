@@ -86,7 +86,7 @@ fused    50 us        50 us                  ASSUMED: one fused kernel launch pe
                                              PR 34838, 2026) and 42-49 us in 2024 (triton-lang/
                                              triton PRs 3638, 3663). No GPU measurement of the
                                              fused kernels in this repo yet.
-torch    2.3 ms       max(2.3 ms,            MEASURED: theory.verify_torch (lazy path, host
+torch    2.28 ms      max(2.28 ms,           MEASURED: theory.verify_torch (lazy path, host
                       1.96 ms x max s_i)     synchronised) on the issue-16 H100,
                                              benchmarks/gpu/results/verify_gpu.json, float32
                                              cells (B 64/256, gamma 4/8, V 49152/128256):
