@@ -94,6 +94,25 @@ class VerifyCost:
         return nbytes / self.bandwidth + floor
 
 
+def measured_floors(rows, bandwidth: float) -> tuple[float, float]:
+    """(TV floor per call, BV floor per draft position), seconds, from timed verify calls:
+    ``benchmarks/verify_gpu_bench.py`` rows (batch B, gamma γ, vocab V, tv_ms, bv_ms) of
+    float32 inputs with dense draft rows. Per cell the bytes term of this module (TV
+    ``(2γ + 1)·B`` rows, BV ``4·B`` more, 4 bytes each, over ``bandwidth`` bytes/s) is
+    subtracted from the measured time; TV's floor is the median of the rest, BV's the median
+    of the rest over γ (its backward scan costs per position). The derivation of the ``torch``
+    preset (simulator.hardware.SAMPLERS); a GPU run of the fused kernels gives ``fused``'s."""
+    tv, bv = [], []
+    for r in rows:
+        b, g, v = int(r["batch"]), int(r["gamma"]), int(r["vocab"])
+        row_s = PROB_BYTES * v / bandwidth
+        tv.append(1e-3 * r["tv_ms"] - (2 * g + 1) * b * row_s)
+        bv.append((1e-3 * r["bv_ms"] - ((2 * g + 1) * b + 2 * BV_DRAW_PASSES * b) * row_s) / g)
+    if not tv:
+        raise SpecbatchError("verify timings: expected float32 rows, got none")
+    return float(np.median(tv)), float(np.median(bv))
+
+
 def build_verify_cost(sampler: str, rule: str, hardware: str, vocab: int,
                       one_hot: bool = False) -> VerifyCost | None:
     """The :class:`VerifyCost` of a sampler preset on a hardware preset, or None for

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,6 +16,7 @@ from specbatch.simulator.run import simulate
 from specbatch.simulator.verify_cost import (
     VerifyCost,
     build_verify_cost,
+    measured_floors,
     one_hot_drafts,
     target_vocab,
     verify_cost_for,
@@ -87,6 +90,19 @@ def test_the_torch_sampler_floor_is_the_measured_one():
     s = np.array([4, 1])
     assert cost("block", "torch").seconds(2, 5, s) == pytest.approx(
         4 * 32000 * 20 / H100_BW + 4 * 1.96e-3, rel=1e-12)
+
+
+def test_the_torch_preset_is_what_the_h100_measurement_gives():
+    """benchmarks/gpu/results/verify_gpu.json (issue 16, H100, theory.verify_torch): the
+    float32 cells, less the modelled bytes term, give the preset's floors."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks/gpu/results/verify_gpu.json"
+    rows = [r for r in json.loads(path.read_text())["rows"] if r["dtype"] == "float32"]
+    assert len(rows) == 8
+    tv, bv = measured_floors(rows, H100_BW)
+    torch = SAMPLERS["torch"]
+    assert (round(tv, 5), round(bv, 5)) == (torch.floor, torch.floor_per_position)
+    with pytest.raises(SpecbatchError, match="expected float32 rows"):
+        measured_floors([], H100_BW)
 
 
 def test_none_prices_nothing_and_an_unknown_sampler_is_a_one_line_error():
