@@ -20,7 +20,8 @@ temperature 0, the n-gram drafter): a one-hot ``Ms(·)`` is its drafted token, n
   verify_torch_sync_free.py`` computes them densely in one pass over both tables), then, once
   the backward scan has fixed τ, the extra token's draw from ``max(p_τ Mb − Ms, 0)``:
   ``theory/verify_triton.py``'s two passes (mass, inverse CDF) over the target row and (δ) the
-  draft row at τ, for every request that verified a draft.
+  draft row at τ, for every request that verified a draft (an upper bound: a fully accepted
+  draft draws from its bonus row alone).
 - On a temperature-0 trace BV is TV (THEORY.md §3) and both are priced as TV.
 - A step that verifies nothing (S = 0: ``ar``, or a policy that verifies no draft) runs the
   plain sampler: its n target rows plus the fused floor, whatever the sampler preset.
