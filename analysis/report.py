@@ -73,6 +73,8 @@ METRIC_DEFINITIONS = """\
 - **MAL** (mean accepted length): mean of tau + 1 over request-steps (the correction or bonus
   token counts); the block paper's *block efficiency*.
 - **Draft efficiency**: accepted / drafted draft tokens (TETRIS drafts k + e, verifies fewer).
+- **Verify share**: seconds of the rejection sampler / seconds of all steps (draft, target,
+  verification, overhead).
 - **Goodput** (serving sense): requests per second finishing within the SLO, when one is set.
 - Confidence intervals: Student-t on per-seed paired differences (common random numbers)."""
 
@@ -98,7 +100,8 @@ def write_report(out: Path, manifest: dict, df: pd.DataFrame, rep: Path, fmt: st
     options = manifest.get("report", {})
     replicate = options.get("replicate")
     gains = bv_gain_table(df)
-    blocks = intro_blocks(manifest, df) + headline_blocks(df, rep) + kv_blocks(df)
+    blocks = (intro_blocks(manifest, df) + headline_blocks(df, rep) + kv_blocks(df)
+              + verify_blocks(df))
     blocks += figure_blocks(out, df, rep)
     if replicate == "tetris" or (replicate is None and {"tetris", "fixed"} <= set(df.policy)):
         blocks += tetris_blocks(df, replicate == "tetris")
@@ -126,6 +129,21 @@ def _contexts_sentence(df: pd.DataFrame) -> str:
     values = "; ".join(f"{c} = {', '.join(str(v) for v in dict.fromkeys(df[c]))}" for c in ctx)
     return (f" Varying context ({values}): tables compare policies within each context and "
             "figures are drawn per context.")
+
+
+def verify_blocks(df: pd.DataFrame) -> list[tuple]:
+    """One paragraph: the share of step time the rejection sampler took (summary
+    ``verify_share``, simulator.verify_cost) per verification rule, when any run priced it."""
+    if "verify_share" not in df or not (df.verify_share.fillna(0) > 0).any():
+        return []
+    rules = df.groupby("verify", sort=True).verify_share if "verify" in df else None
+    parts = ([f"{rule} {100 * g.min():.2f}-{100 * g.max():.2f} %" for rule, g in rules]
+             if rules is not None else [])
+    samplers = ", ".join(str(v) for v in dict.fromkeys(df.verify_cost)) if (
+        "verify_cost" in df) else "fused"
+    return [("h2", "Verification time"),
+            ("p", f"Share of step time spent in the rejection sampler (verify_cost = "
+                  f"{samplers}), lowest-highest over runs: {'; '.join(parts)}.")]
 
 
 def kv_blocks(df: pd.DataFrame) -> list[tuple]:

@@ -197,7 +197,9 @@ def validate(live_dir: str | Path, profile: str | list | None = None,
     cfg = _settings(live)
     n_req = int(live["requests"].shape[0])
     values = cfg.sim_values(n_req)
-    values.update(trace=str(d / "trace"), cost="profiled", profile=label.split(", ")[0])
+    # the measured overhead per step already holds the live verification (not timed apart)
+    values.update(trace=str(d / "trace"), cost="profiled", profile=label.split(", ")[0],
+                  verify_cost="none")
     if cfg.draft == "ngram":  # prompt lookup runs no model: priced as free draft passes
         cost = FreeDraftCost(cost)
         values.update(draft="ngram")

@@ -187,6 +187,21 @@ def bench_config(batch, gamma, vocab, dtypes, device, copy_gbps, warmup, repeats
     return rows
 
 
+def sampler_floors(rows: list[dict], copy_gbps: float) -> dict:
+    """Per implementation with float32 cells: the simulator's sampler floors
+    (:func:`specbatch.simulator.verify_cost.measured_floors`, bytes term at the measured copy
+    bandwidth), what a ``simulator.hardware.SAMPLERS`` preset of this device takes."""
+    from specbatch.simulator.verify_cost import measured_floors
+
+    out = {}
+    for impl in dict.fromkeys(r["impl"] for r in rows):
+        cells = [r for r in rows if r["impl"] == impl and r["dtype"] == "float32"]
+        if cells:
+            tv, bv = measured_floors(cells, copy_gbps * 1e9)
+            out[impl] = {"tv_s": tv, "bv_per_position_s": bv}
+    return out
+
+
 def format_table(rows: list[dict], copy_gbps: float) -> str:
     head = (f"{'impl':<16}{'dtype':<9}{'B':>5}{'γ':>3}{'V':>8}{'MB':>9}{'TV ms':>9}{'BV ms':>9}"
             f"{'BV/TV':>7}{'TV GB/s':>9}{'BV GB/s':>9}{'TV/copy':>8}{'BV/copy':>8}"
@@ -255,10 +270,13 @@ def main(argv=None) -> dict:
               "copy_gbps": copy_gbps, "goal_frac_copy": GOAL_FRAC_COPY,
               "goal_bv_over_tv": GOAL_BV_OVER_TV,
               "bytes_formula": "(2*gamma + 1) * batch * vocab * itemsize (inputs as given)",
-              "rows": rows}
+              "rows": rows, "sampler_floors": sampler_floors(rows, copy_gbps)}
     print(f"{device} ({gpu}), torch {torch.__version__}, median of {repeats} after {warmup} "
           f"warm-up{' (quick grid)' if quick else ''}")
     print(format_table(rows, copy_gbps))
+    for impl, f in report["sampler_floors"].items():
+        print(f"simulator.verify_cost floors of {impl} (float32 cells): TV {1e3 * f['tv_s']:.3f} "
+              f"ms per call, BV {1e3 * f['bv_per_position_s']:.3f} ms per draft position")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")

@@ -98,13 +98,15 @@ class LiveConfig:
     def sim_values(self, n_requests: int) -> dict:
         """SimConfig fields of the same workload: N requests in order, the same arrival
         process and seed, ``max_num_seqs`` running slots (vLLM-style continuous batching,
-        non-chunked prefill), the same policy, window and verification rule."""
+        non-chunked prefill), the same policy, window and verification rule; verification
+        is not priced apart (``verify_cost = "none"``): a live step's measured overhead holds
+        it."""
         return {"requests": n_requests, "sampling": "in_order", "arrival": self.arrival,
                 "rate": self.rate, "cv": self.cv,
                 "max_num_seqs": self.slots(n_requests), "policy": self.policy,
                 "num_speculative_tokens": self.k,
                 "extra": self.extra if self.policy == "tetris" else 0, "verify": self.verify,
-                "seed": self.seed}
+                "verify_cost": "none", "seed": self.seed}
 
     def sim_config(self, n_requests: int = 1) -> SimConfig:
         """The validated :class:`simulator.config.SimConfig` of :meth:`sim_values`."""

@@ -116,13 +116,14 @@ def step_start(live: Live) -> float:
 
 def step_end(live: Live, start: float, **counts: Any) -> float:
     """Close a step: its duration is the timeline since ``mark``; record it as one
-    :class:`simulator.state.StepRecord` (``counts``: its fields but replica, time, end and
+    :class:`simulator.state.StepRecord` (``counts``: its fields but replica, time, end,
+    verify_time = 0 (the live verification is not timed apart: it is in the overhead) and
     overhead_time = duration − draft_time − target_time)."""
     wall = live.clock.now()
     duration = wall - live.mark
     end = start + duration
     live.rec.step_rows.append(step_record(
-        replica=0, time=start, end=end, **counts,
+        replica=0, time=start, end=end, **counts, verify_time=0.0,
         overhead_time=duration - counts["draft_time"] - counts["target_time"]))
     live.now, live.mark = end, wall
     return end

@@ -40,7 +40,14 @@ from specbatch.simulator.fields import (
     markdown_table,
     resolve_aliases,
 )
-from specbatch.simulator.hardware import DEFAULT_EXECUTION, EXECUTIONS, HARDWARE, get_hardware
+from specbatch.simulator.hardware import (
+    DEFAULT_EXECUTION,
+    DEFAULT_SAMPLER,
+    EXECUTIONS,
+    HARDWARE,
+    VERIFY_COSTS,
+    get_hardware,
+)
 
 if TYPE_CHECKING:
     from specbatch.traces.trace import Trace
@@ -90,7 +97,8 @@ class SimConfig:
     max_model_len), speculation (policy, num_speculative_tokens = k, extra = e with
     K = k + e drafted by budgeted policies, budget = C, verify, threshold, threshold_mode,
     dsd_interval), the cost model (simulator.cost.build_cost_model: cost, hardware, target,
-    draft, tp, profile, execution) and the metrics (seed, slo, speedup). Each field's
+    draft, tp, profile, execution; simulator.verify_cost: verify_cost) and the metrics
+    (seed, slo, speedup). Each field's
     meaning, type, default and allowed values are declared on it (docs/config.md).
     """
 
@@ -168,6 +176,10 @@ class SimConfig:
     execution: str = knob(DEFAULT_EXECUTION, "roofline launch-latency preset (cuda_graph: a "
                           "serving engine; eager: ~1.07 ms per decoder layer, fitted to H100 "
                           "profiles)", choices=tuple(sorted(EXECUTIONS)))
+    verify_cost: str = knob(DEFAULT_SAMPLER, "verification time per decode step "
+                            "(simulator.verify_cost): fused (probability bytes over bandwidth + "
+                            "50 us per call), torch (+ this repo's torch path as measured on an "
+                            "H100), none (0 s)", choices=VERIFY_COSTS)
     seed: int = knob(0, "random seed", range=at_least(0))
     slo: float | None = knob(None, "e2e latency SLO in seconds for goodput",
                              range=above(0, "seconds"), none="not computed")

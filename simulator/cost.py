@@ -27,6 +27,7 @@ from specbatch.simulator.roofline import (
     RooflineCost,
     memory_kv_tokens,
 )
+from specbatch.simulator.verify_cost import VerifyCost
 from specbatch.traces.shapes import get_shape
 
 __all__ = [
@@ -92,22 +93,27 @@ def free_draft_model(builder, hardware: str, target: str, tp: int, profile: str 
     return FreeDraftCost(inner, lambda u=0.9: memory_kv_tokens(hw, shape, None, tp, u))
 
 
-def step_split(model: CostModel, batch: int, kv: int, k: int) -> dict:
+def step_split(model: CostModel, batch: int, kv: int, k: int,
+               sampler: VerifyCost | None = None) -> dict:
     """The draft/target split of one speculative engine step at window ``k``: ``batch``
     requests with ``kv`` cached tokens each; k draft passes (query 1, pass d over kv + d cached
-    tokens, as the engine prices them), one target verify pass (query k + 1 over kv) and the
-    per-step ``overhead``. Returns seconds per part, their sum ``step_s`` and the draft's
-    share of it (a fraction)."""
+    tokens, as the engine prices them), one target verify pass (query k + 1 over kv), the
+    rejection sampler over the batch's k drafts each (``sampler``, simulator.verify_cost;
+    None: 0 s) and the per-step ``overhead``. Returns seconds per part, their sum ``step_s``
+    and the draft's and the sampler's shares of it (fractions)."""
     one = np.ones(batch, dtype=np.int64)  # [batch]
     passes = [model.step_time("draft", one, np.full(batch, kv + d, dtype=np.int64))
               for d in range(k)]
     verify = model.step_time("target", one * (k + 1), np.full(batch, kv, dtype=np.int64))
+    sample = 0.0 if sampler is None else sampler.seconds(batch, batch * k, one * k)
     draft = float(sum(passes))
-    step = draft + verify + float(model.overhead)
+    step = draft + verify + sample + float(model.overhead)
     return {"batch": batch, "k": k, "draft_passes": k,
             "draft_pass_s": passes[0] if passes else 0.0, "draft_s": draft,
-            "target_verify_s": verify, "overhead_s": float(model.overhead), "step_s": step,
-            "draft_share": draft / step if step > 0 else 0.0}
+            "target_verify_s": verify, "sampler_s": sample,
+            "overhead_s": float(model.overhead), "step_s": step,
+            "draft_share": draft / step if step > 0 else 0.0,
+            "sampler_share": sample / step if step > 0 else 0.0}
 
 
 def execution_info(model: CostModel) -> dict | None:

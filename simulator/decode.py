@@ -1,8 +1,8 @@
 """One decode step's plan, verification, pricing and commit, over the decoding requests.
 
 The :class:`~simulator.engine.Engine` mixes this in; its methods read the engine's settings
-(``depth``, ``policies``, ``trace``, ``cost``, ``tables``, ``view_tables``, ``from_sums``,
-``pass_index``, ``reference``, ``check_plans``, ``observes``, ``rule``) and write the outcome matrix
+(``depth``, ``policies``, ``trace``, ``cost``, ``verify_cost``, ``tables``, ``view_tables``,
+``from_sums``, ``pass_index``, ``reference``, ``check_plans``, ``observes``, ``rule``) and write the outcome matrix
 # [len(Outcome), n] (simulator.state) of the step's decoding requests. The matrix rows are
 sliced by the named ranges of simulator.state, whose order ``check_layout`` asserts.
 """
@@ -79,10 +79,11 @@ class Decode:
         return m, plan
 
     def price_decode(self, m: np.ndarray, plan: Plan
-                     ) -> tuple[int, int, int, int, int, float, tuple]:
-        """The step's totals and draft time from the outcome matrix ``m`` # [len(Outcome), n]:
-        (Σ emitted, Σ d, Σ s, Σ τ, the plan's draft passes D, their seconds, the verify pass's
-        batch sums (n, Σq, Σc, Σq·c, Σq²) for ``time_from_sums``).
+                     ) -> tuple[int, int, int, int, int, float, tuple, float]:
+        """The step's totals, draft and verification time from the outcome matrix ``m``
+        # [len(Outcome), n]: (Σ emitted, Σ d, Σ s, Σ τ, the plan's draft passes D, their
+        seconds, the verify pass's batch sums (n, Σq, Σc, Σq·c, Σq²) for ``time_from_sums``,
+        the rejection sampler's seconds (``verify_cost``, simulator.verify_cost; 0 without)).
 
         One Gram product (simulator.state.WEIGHT_OUTCOMES) gives Σ X and Σ s·X of every outcome
         row X from EMITTED to KV. The verify pass has query q_i = s_i + 1, so its batch sums are
@@ -100,8 +101,10 @@ class Decode:
                                               drafted_sum == n * passes, self.pass_index)
         else:
             draft_t = draft_seconds(self.cost, plan.drafted, kv, passes)
+        verify_t = (0.0 if self.verify_cost is None
+                    else self.verify_cost.seconds(n, verified_sum, plan.verified))
         return (total[_M_EMITTED], drafted_sum, verified_sum, total[_M_TAU], passes, draft_t,
-                sums)
+                sums, verify_t)
 
     def commit(self, rep: Replica, m: np.ndarray, d_idx: np.ndarray | None) -> None:
         """Add the step's increments (outcome rows EMITTED..ACCEPTED) to state rows

@@ -27,7 +27,8 @@ Per replica (one per data-parallel copy; a router sends each arrival to one):
 - Decode step (THEORY.md §5, simulator.decode): the policy's plan
   (:func:`simulator.plan.plan_step`, shared with the live loop) gives drafted and verified
   lengths; the draft runs ``max(drafted)`` sequential passes over the requests still drafting (query 1 each,
-  KV ``kv + d``); the target runs one verify pass with query ``s_i + 1``; plus the cost
+  KV ``kv + d``); the target runs one verify pass with query ``s_i + 1``; the rejection
+  sampler reads its probability rows (``verify_cost``, simulator.verify_cost); plus the cost
   model's fixed overhead. τ is sampled from the trace (simulator.verify, common random
   numbers). A request emits ``min(τ + 1, remaining)`` and moves to position ``t + τ + 1``;
   it finishes at its recorded output length.
@@ -52,6 +53,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.admission import Admission
+from specbatch.simulator.config import FREE_DRAFTS
 from specbatch.simulator.cost_interface import CostModel, SumsCostModel
 from specbatch.simulator.decode import Decode
 from specbatch.simulator.kv import BlockManager
@@ -66,6 +68,7 @@ from specbatch.simulator.state import (
     step_record,
 )
 from specbatch.simulator.verify import VerifyTables, request_keys
+from specbatch.simulator.verify_cost import verify_cost_for
 from specbatch.simulator.view import TraceTables
 
 ARRIVAL, STEP_END, SCHEDULE = 0, 1, 2  # event kinds, in tie-break order at equal times
@@ -122,6 +125,7 @@ class Engine(Admission, Decode):
         # the sums fast path when the model has one (SumsCostModel), else one call per pass
         self.from_sums = cost.time_from_sums if isinstance(cost, SumsCostModel) else None
         self.overhead = float(cost.overhead)  # T_overhead, seconds per step
+        self.verify_cost = verify_cost_for(config, trace, str(config.draft).lower() in FREE_DRAFTS)
         self.pass_index = np.arange(max(self.depth, 1), dtype=_I64)
         self.tables = VerifyTables(trace, self.rule) if self.depth and not reference else None
         self.view_tables = TraceTables(trace)  # policies' whole-trace tables, built once per run
@@ -264,7 +268,7 @@ class Engine(Admission, Decode):
         self.rec.step_rows.append(step_record(
             replica=rep.index, time=time, end=end, batch=0, prefill_tokens=total, drafted=0,
             verified=0, accepted=0, emitted=emitted, depth=0, draft_time=draft_t,
-            target_time=target_t, overhead_time=overhead))
+            target_time=target_t, verify_time=0.0, overhead_time=overhead))
         self.finish(rep, end)
         return end - time
 
@@ -287,7 +291,7 @@ class Engine(Admission, Decode):
     def decode_step(self, rep: Replica, time: float) -> float:
         """One decode step (THEORY.md §5): the decoding requests draft, are verified and
         commit; under chunked prefill, prompt chunks fill the token budget they leave; the
-        step lasts T_draft + T_target + T_overhead. Returns its duration."""
+        step lasts T_draft + T_target + T_verify + T_overhead. Returns its duration."""
         state = rep.state
         if rep.n_prefilling == 0:
             d_idx, sub = None, state
@@ -296,11 +300,11 @@ class Engine(Admission, Decode):
             sub = state[:, d_idx]
         n = sub.shape[1]
         emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
-        draft_t, sums, q_len, kv = 0.0, None, _EMPTY, _EMPTY
+        draft_t, verify_t, sums, q_len, kv = 0.0, 0.0, None, _EMPTY, _EMPTY
         if n:
             m, plan = self.decide_and_verify(rep, sub, d_idx)
             (emitted, drafted_sum, verified_sum, accepted_sum, passes, draft_t,
-             sums) = self.price_decode(m, plan)
+             sums, verify_t) = self.price_decode(m, plan)
             self.commit(rep, m, d_idx)
             kv = m[_M_KV]
             if rep.n_prefilling or self.from_sums is None:
@@ -315,7 +319,7 @@ class Engine(Admission, Decode):
         else:
             target_t = float(self.cost.step_time("target", q_len, kv))
         overhead = self.overhead
-        end = time + draft_t + target_t + overhead
+        end = time + draft_t + target_t + verify_t + overhead
         if prefill_tokens and completed.shape[0]:
             emitted += self.emit_first(rep, completed, end)
         if n == 0 and prefill_tokens == 0:  # pragma: no cover - engine invariant
@@ -324,7 +328,8 @@ class Engine(Admission, Decode):
         self.rec.step_rows.append(step_record(
             replica=rep.index, time=time, end=end, batch=n, prefill_tokens=prefill_tokens,
             drafted=drafted_sum, verified=verified_sum, accepted=accepted_sum, emitted=emitted,
-            depth=passes, draft_time=draft_t, target_time=target_t, overhead_time=overhead))
+            depth=passes, draft_time=draft_t, target_time=target_t, verify_time=verify_t,
+            overhead_time=overhead))
         self.finish(rep, end)
         return end - time
 

@@ -70,6 +70,34 @@ eager       both    0            1.1 ms       fitted here: least squares of the 
 
 The eager floor is a property of the host (Python + launch path) measured on the issue-16 H100
 machine, not of the GPU; it is applied unchanged to every hardware preset.
+
+Sampler presets (:data:`SAMPLERS`, :func:`get_sampler`): the fixed seconds of one verify call
+of the rejection sampler, which :mod:`simulator.verify_cost` adds to the bytes it reads over
+the preset's bandwidth. ``verify_cost = "none"`` prices verification at 0 s.
+
+=======  ===========  =====================  ================================================
+preset   TV floor     BV floor               source
+=======  ===========  =====================  ================================================
+fused    50 us        50 us                  ASSUMED: one fused kernel launch per verify call
+                                             (theory/verify_triton.py) plus ~6 small torch ops
+                                             of its wrapper (index tensors, uniforms) at ~5 us
+                                             of host time each. Triton's Python launch path
+                                             measured 8.7 us/call on GB200 (vllm-project/vllm
+                                             PR 34838, 2026) and 42-49 us in 2024 (triton-lang/
+                                             triton PRs 3638, 3663). No GPU measurement of the
+                                             fused kernels in this repo yet.
+torch    2.28 ms      max(2.28 ms,           MEASURED: theory.verify_torch (lazy path, host
+                      1.96 ms x max s_i)     synchronised) on the issue-16 H100,
+                                             benchmarks/gpu/results/verify_gpu.json, float32
+                                             cells (B 64/256, gamma 4/8, V 49152/128256):
+                                             median of (time - modelled bytes term) = 2.28 ms
+                                             for TV; for BV median of (time - bytes term) /
+                                             gamma = 1.96 ms per draft position (its backward
+                                             scan is one synchronised round per position).
+=======  ===========  =====================  ================================================
+
+The floors are host-side (launch and synchronisation) costs measured on or assumed for an
+H100 host; they are applied unchanged to every hardware preset.
 """
 
 from __future__ import annotations
@@ -178,6 +206,49 @@ def get_execution(name: str) -> Execution:
     if e is None:
         raise SpecbatchError(f"execution {name!r}: expected one of {', '.join(EXECUTIONS)}")
     return e
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """A rejection sampler's fixed seconds per verify call (module docstring table).
+
+    ``floor``: seconds per verify call (TV, and BV's least); ``floor_per_position``: BV's
+    seconds per draft position of its backward scan, charged for the step's longest verified
+    draft (0: BV's floor is ``floor``)."""
+
+    name: str
+    description: str
+    source: str
+    floor: float
+    floor_per_position: float = 0.0
+
+
+#: The fused sampler's floor per verify call (module docstring table).
+FUSED_FLOOR = 50e-6
+
+SAMPLERS: dict[str, Sampler] = {
+    s.name: s
+    for s in (
+        Sampler("fused", "one fused kernel per verify call (vLLM-style Triton sampler)",
+                "assumed: one Triton launch (8.7 us on GB200, vLLM PR 34838; 42-49 us on "
+                "2024 Triton) plus ~6 small torch ops of ~5 us: 50 us", FUSED_FLOOR),
+        Sampler("torch", "theory.verify_torch's host-synchronised torch path",
+                "measured: benchmarks/gpu/results/verify_gpu.json (issue-16 H100, float32): "
+                "TV 2.28 ms per call, BV 1.96 ms per draft position, bytes term removed",
+                2.28e-3, 1.96e-3),
+    )
+}
+#: The ``verify_cost`` choices: a sampler preset, or "none" (verification takes 0 s).
+VERIFY_COSTS = (*SAMPLERS, "none")
+DEFAULT_SAMPLER = "fused"
+
+
+def get_sampler(name: str) -> Sampler:
+    """Look up a sampler preset (case-insensitive); a one-line error lists them."""
+    s = SAMPLERS.get(str(name).lower())
+    if s is None:
+        raise SpecbatchError(f"verify_cost {name!r}: expected one of {', '.join(VERIFY_COSTS)}")
+    return s
 
 
 #: Accepted spellings that map onto a preset name.

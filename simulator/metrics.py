@@ -9,7 +9,8 @@ preemptions: the tokens its re-admissions prefilled again; simulator.kv).
 Per-step table (one row per engine step of any replica): time (start), end, batch (decode
 requests), prefill_tokens, drafted, verified, accepted (Σ τ), emitted (tokens emitted, first
 tokens of completed prompts included), depth (draft passes), draft_time, target_time,
-overhead_time (seconds).
+verify_time (the rejection sampler, simulator.verify_cost; 0 in prefill-only steps and in a
+live run, whose verification is in its overhead), overhead_time (seconds).
 
 Summary:
 
@@ -21,6 +22,9 @@ Summary:
   = (Σ accepted + Σ request-steps) / Σ request-steps (τ + 1 uncapped by the output end).
 - ``draft_efficiency`` = Σ accepted / Σ drafted (TETRIS drafts more than it verifies).
 - ``target_efficiency`` = output tokens / Σ target_time (tokens per second of target work).
+- ``draft_time``, ``target_time``, ``verify_time``, ``overhead_time`` = the step table's
+  columns summed over every step of every replica (seconds); ``verify_share`` = verify_time /
+  their sum (the fraction of step time spent verifying).
 - ``goodput`` (serving sense) = requests with e2e ≤ ``slo`` per second of makespan (None
   when no SLO is set); ``slo_attainment`` = that fraction of requests.
 - ``preemptions`` = Σ preemptions, ``recomputed_tokens`` = Σ recomputed_tokens (0 in
@@ -99,7 +103,10 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, slo: float | None = N
     verified = int(requests["verified"].sum())
     drafted = int(requests["drafted"].sum())
     request_steps = int(requests["steps"].sum())
+    draft_time = float(steps["draft_time"].sum())
     target_time = float(steps["target_time"].sum())
+    verify_time = float(steps["verify_time"].sum()) if "verify_time" in steps else 0.0
+    overhead_time = float(steps["overhead_time"].sum())
     summary: dict[str, Any] = {
         "throughput": _ratio(total, makespan),
         "e2e_mean": float(e2e.mean()) if n else float("nan"),
@@ -121,9 +128,12 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, slo: float | None = N
         "drafted": drafted,
         "verified": verified,
         "accepted": accepted,
-        "draft_time": float(steps["draft_time"].sum()),
+        "draft_time": draft_time,
         "target_time": target_time,
-        "overhead_time": float(steps["overhead_time"].sum()),
+        "verify_time": verify_time,
+        "overhead_time": overhead_time,
+        "verify_share": _ratio(verify_time, draft_time + target_time + verify_time
+                               + overhead_time),
         "preemptions": int(requests["preemptions"].sum()) if "preemptions" in requests else 0,
         "recomputed_tokens": (int(requests["recomputed_tokens"].sum())
                               if "recomputed_tokens" in requests else 0),

@@ -37,6 +37,7 @@ from specbatch.simulator.engine import Engine
 from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import Policy, make_policy
+from specbatch.simulator.verify_cost import verify_notes
 from specbatch.simulator.workload import Workload, build_workload
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
     return SimResult(config=config, requests=requests, steps=steps, summary=summary,
-                     notes=workload.notes + drafter_notes(config, trace))
+                     notes=workload.notes + drafter_notes(config, trace) + verify_notes(config))
 
 
 def drafter_notes(config: SimConfig, trace: Trace) -> tuple[str, ...]:

@@ -47,6 +47,9 @@ def test_quick_cpu_run_writes_documented_rows(tmp_path):
     f32, bf16 = rows
     assert f32["bytes"] == (2 * 3 + 1) * 4 * 512 * 4 and not f32["upcast"]
     assert bf16["bytes"] == f32["bytes"] // 2 and bf16["upcast"]
+    # the simulator's sampler floors of the float32 cell (simulator.verify_cost)
+    assert set(report["sampler_floors"]) == {"torch"}
+    assert set(report["sampler_floors"]["torch"]) == {"tv_s", "bv_per_position_s"}
 
 
 def test_bytes_formula_counts_both_rows_per_position_and_the_bonus_row():

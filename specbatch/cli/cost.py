@@ -6,8 +6,9 @@ both families' MAPE and the choice, warning on stderr (and in ``--json``'s ``war
 role whose held-out MAPE exceeds 10 %; ``cost show`` prints the draft pass, target decode pass and
 target verification pass (k+1 query tokens per request) across batch sizes, so the memory-bound
 floor and the compute knee of the active cost model are visible, then the draft/target split
-of one speculative step (k draft passes, the verify pass, the engine overhead, the draft's
-share) and, for the roofline, which execution preset (``--execution``) set the launch floors
+of one speculative step (k draft passes, the verify pass, the rejection sampler of
+``--verify`` under ``--verify-cost`` (simulator.verify_cost), the engine overhead, the draft's
+and the sampler's shares) and, for the roofline, which execution preset (``--execution``) set the launch floors
 and where its numbers come from.
 """
 
@@ -26,6 +27,7 @@ from specbatch.cli.common import (
 )
 from specbatch.errors import require
 from specbatch.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DEPTH
+from specbatch.simulator.config import VERIFY_RULES
 from specbatch.simulator.cost import (
     build_cost_model,
     execution_info,
@@ -35,12 +37,17 @@ from specbatch.simulator.cost import (
 )
 from specbatch.simulator.hardware import (
     DEFAULT_EXECUTION,
+    DEFAULT_SAMPLER,
     EXECUTIONS,
     HARDWARE,
+    VERIFY_COSTS,
+    get_sampler,
     weights_shortfall,
 )
 from specbatch.simulator.profiled import ProfiledCost, fit_profile, fit_report, mape_warnings
 from specbatch.simulator.roofline import RooflineCost, kv_capacity_tokens
+from specbatch.simulator.verify_cost import build_verify_cost
+from specbatch.traces.shapes import SHAPES
 
 DEFAULT_BATCHES = (1, 8, 32, 64, 128, 256)
 
@@ -96,6 +103,11 @@ def register(subparsers) -> None:
     show.add_argument("--kv", type=capped_int(MAX_CONTEXT_TOKENS, low=0), default=512, help="cached tokens per request (default 512)")
     show.add_argument("--k", type=capped_int(MAX_DEPTH, low=0), default=3, help="speculative tokens per request (default 3)")
     show.add_argument("--prompt", type=capped_int(MAX_CONTEXT_TOKENS), default=512, help="prompt length for the prefill row")
+    show.add_argument("--verify", default="token", choices=VERIFY_RULES,
+                      help="verification rule the sampler runs (default %(default)s)")
+    show.add_argument("--verify-cost", default=DEFAULT_SAMPLER, choices=VERIFY_COSTS,
+                      help="rejection sampler preset priced in the step (default %(default)s; "
+                           "none: 0 s; needs a target shape for its vocabulary)")
     add_json_flag(show)
     show.set_defaults(func=run_show)
     help_without_verb(cost)
@@ -130,6 +142,15 @@ def run_fit(args) -> int:
     return 0
 
 
+def show_sampler(args):
+    """The rejection sampler ``cost show`` prices (dense draft rows, the target shape's
+    vocabulary); None for ``--verify-cost none`` or a target that is not a known shape."""
+    if args.verify_cost == "none" or args.target.lower() not in SHAPES:
+        return None
+    return build_verify_cost(args.verify_cost, args.verify, args.hardware,
+                             SHAPES[args.target.lower()].vocab)
+
+
 def run_show(args) -> int:
     require(all(b >= 1 for b in args.batch), f"--batch {args.batch}: expected integers >= 1")
     require(args.kv >= 0, f"--kv {args.kv}: expected an integer >= 0")
@@ -138,13 +159,15 @@ def run_show(args) -> int:
     model = build_cost_model(args.cost, args.hardware, args.target, args.draft, args.tp,
                              args.profile, execution=args.execution)
     rows = pass_times(model, args.batch, args.kv, args.k)
-    split = [step_split(model, b, args.kv, args.k) for b in args.batch]
+    sampler = show_sampler(args)
+    split = [step_split(model, b, args.kv, args.k, sampler) for b in args.batch]
     execution = execution_info(model)
     prefill = prefill_time(model, args.prompt)
     out = {"cost": args.cost, "hardware": args.hardware, "target": args.target,
            "draft": args.draft, "tp": args.tp, "kv": args.kv, "k": args.k,
            "overhead_s": model.overhead, "prefill_s": prefill, "prompt": args.prompt,
-           "rows": rows, "step_split": split, "execution": execution}
+           "rows": rows, "step_split": split, "execution": execution, "verify": args.verify,
+           "verify_cost": args.verify_cost if sampler is not None else "none"}
     if isinstance(model, ProfiledCost):
         out["cv_mape"] = model.cv_mape
         out["warnings"] = mape_warnings(model)
@@ -168,18 +191,22 @@ def run_show(args) -> int:
                 f"{1e3 * r['target_verify_s']:>15.3f}")
         lines.append(line + (f"  {r['verify_bound']}" if "verify_bound" in r else ""))
     lines.append(f"one speculative step at k={args.k} (ms): draft pass x {args.k} + verify + "
-                 "overhead = step, draft %")
+                 f"sampler ({args.verify}, {out['verify_cost']}) + overhead = step, draft %, "
+                 "sampler %")
     for r in split:
         lines.append(f"  batch {r['batch']:>4}: {1e3 * r['draft_pass_s']:.3f} x {r['draft_passes']} "
                      f"= {1e3 * r['draft_s']:.3f} + {1e3 * r['target_verify_s']:.3f} + "
+                     f"{1e3 * r['sampler_s']:.3f} + "
                      f"{1e3 * r['overhead_s']:.3f} = {1e3 * r['step_s']:.3f}, "
-                     f"draft {100 * r['draft_share']:.1f} %")
+                     f"draft {100 * r['draft_share']:.1f} %, sampler {100 * r['sampler_share']:.2f} %")
     if execution is not None:
         floors = ", ".join(f"{role} {1e3 * v['floor_s']:.3f} ms ({v['layers']} layers)"
                            for role, v in execution["roles"].items())
         lines.append(f"execution {execution['name']} ({execution['combine']}): launch floor "
                      f"{floors}")
         lines.append(f"  source: {execution['source']}")
+    if sampler is not None:
+        lines.append(f"sampler {sampler.sampler}: {get_sampler(sampler.sampler).source}")
     lines.append(f"prefill of a {args.prompt}-token prompt: {1e3 * prefill:.2f} ms")
     if "kv_capacity_tokens" in out:
         lines.append(f"KV capacity at gpu_memory_utilization 0.9: {out['kv_capacity_tokens']} "

@@ -37,7 +37,8 @@ TEXT_KEYS = (
     ("trace", ""), ("policy", ""), ("verify", ""), ("k", ""), ("e", ""), ("requests", ""), ("tokens", ""), ("makespan", "s"),
     ("throughput", "tok/s"), ("speedup_vs_ar", "x"), ("e2e_mean", "s"), ("e2e_p50", "s"),
     ("e2e_p99", "s"), ("ttft_mean", "s"), ("tpot_mean", "s"), ("mal", "tok/step"),
-    ("vsr", ""), ("draft_efficiency", ""), ("target_efficiency", "tok/s"), ("goodput", "req/s"),
+    ("vsr", ""), ("draft_efficiency", ""), ("target_efficiency", "tok/s"),
+    ("verify_share", ""), ("goodput", "req/s"),
     ("slo_attainment", ""), ("kv_mode", ""), ("kv_capacity", "tokens"), ("preemptions", ""),
     ("recomputed_tokens", "tokens"),
 )

@@ -279,3 +279,28 @@ def test_vsr_mal_labels_fit_and_say_what_picked_the_settings(sweep_dir):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def verify_runner(config: dict):
+    """shaped_runner with the sampler's share of step time: 1 % (TV) or 2 % (BV), + seed/1000."""
+    summary, requests = shaped_runner(config)
+    share = (0.01 if config["verify"] == "token" else 0.02) + config["seed"] / 1000
+    return {**summary, "verify_time": share, "verify_share": share}, requests
+
+
+def test_report_states_the_verification_share_per_rule(tmp_path):
+    spec = {"name": "verify", "seeds": [0, 1],
+            "base": {"trace": "synth", "requests": 20, "arrival": "burst", "verify_cost": "torch"},
+            "axes": [{"policy": ["fixed"], "num_speculative_tokens": [2, 3],
+                      "verify": ["token", "block"]}]}
+    run_sweep(parse_spec(spec, "verify.toml"), tmp_path, runner=verify_runner, progress=False)
+    build_report(tmp_path, fmt="md")
+    text = (tmp_path / "report" / "report.md").read_text()
+    section = text.split("## Verification time")[1].split("\n## ")[0]
+    assert "verify_cost = torch" in section
+    assert "block 2.00-2.10 %; token 1.00-1.10 %" in section
+
+
+def test_a_sweep_without_verification_time_has_no_such_section(md_report):
+    text = open(md_report).read()  # the shaped runner reports no sampler time
+    assert "## Verification time" not in text and "## Best setting" in text

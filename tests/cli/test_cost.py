@@ -112,7 +112,8 @@ def test_show_json_splits_the_step_and_names_the_preset_source(capsys, execution
     assert obj["execution"]["name"] == execution and obj["execution"]["source"]
     for s in obj["step_split"]:
         assert low < s["draft_pass_s"] < high and s["draft_passes"] == obj["k"] == 3
-        assert s["step_s"] == pytest.approx(s["draft_s"] + s["target_verify_s"] + s["overhead_s"])
+        assert s["step_s"] == pytest.approx(s["draft_s"] + s["target_verify_s"]
+                                            + s["sampler_s"] + s["overhead_s"])
         assert 0 < s["draft_share"] < 1
 
 
@@ -155,3 +156,23 @@ def test_cost_show_warns_when_the_weights_do_not_fit(capsys):
     code, out, err = run(capsys, "cost", "show", "--target", "llama-3.1-70b", "--draft",
                          "llama-3.2-1b", "--tp", "2", "--json")
     assert "warnings" not in json.loads(out) and err == ""
+
+
+def test_show_prices_the_rejection_sampler_in_the_step(capsys):
+    """The fused sampler adds bytes over bandwidth + 50 µs; the measured torch BV path
+    2 ms per draft position; none nothing (simulator.verify_cost)."""
+    split = {}
+    for sampler in ("none", "fused", "torch"):
+        code, out, _ = run(capsys, "cost", "show", "--batch", "64", "--verify", "block",
+                           "--verify-cost", sampler, "--json")
+        assert code == 0
+        obj = json.loads(out)
+        assert obj["verify"] == "block" and obj["verify_cost"] == sampler
+        split[sampler] = obj["step_split"][0]
+    assert split["none"]["sampler_s"] == 0.0 == split["none"]["sampler_share"]
+    assert 50e-6 < split["fused"]["sampler_s"] < 0.2e-3
+    assert split["torch"]["sampler_s"] == pytest.approx(3 * 1.96e-3, abs=0.2e-3)
+    assert split["torch"]["step_s"] - split["none"]["step_s"] == pytest.approx(
+        split["torch"]["sampler_s"])
+    code, out, _ = run(capsys, "cost", "show", "--batch", "8")
+    assert "sampler (token, fused)" in out and "sampler fused: assumed" in out

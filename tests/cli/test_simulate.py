@@ -27,10 +27,26 @@ def test_json_summary_and_output_files(tmp_path, capsys):
     assert 'num_speculative_tokens = 2' in (out / "config.toml").read_text()
 
 
+def test_json_carries_the_verification_time_beside_draft_and_target(capsys):
+    """Every decode step pays its rejection sampler (simulator.verify_cost): the measured torch
+    sampler costs more than the fused one, and ``--verify-cost none`` nothing."""
+    times = {}
+    for sampler in ("none", "fused", "torch"):
+        assert main(["simulate", "--trace", "synth", "--requests", "16", "--verify", "block",
+                     "--verify-cost", sampler, "--json"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        assert {"draft_time", "target_time", "verify_time", "verify_share"} <= set(summary)
+        times[sampler] = summary["verify_time"]
+        total = sum(summary[k] for k in ("draft_time", "target_time", "verify_time",
+                                         "overhead_time"))
+        assert summary["verify_share"] == pytest.approx(summary["verify_time"] / total)
+    assert times["none"] == 0.0 < times["fused"] < times["torch"]
+
+
 def test_text_table(capsys):
     assert main(["simulate", "--trace", "synth", "--requests", "8", "--policy", "ar"]) == 0
     text = capsys.readouterr().out
-    assert "throughput" in text and "tok/s" in text
+    assert "throughput" in text and "tok/s" in text and "verify_share" in text
 
 
 @pytest.mark.parametrize("argv, field", [

@@ -56,9 +56,10 @@ def test_unknown_extension_exits_2(tmp_path, capsys):
 
 
 def test_no_workload_keeps_the_pre_workload_results(capsys):
-    """Pinned from the run before the workload field existed (same command, same numbers)."""
+    """Pinned from the run before the workload field existed (same command, same numbers;
+    verification unpriced, as the engine then was)."""
     code = main(["simulate", "--trace", "synth", "--requests", "16", "--policy", "tetris",
-                 "--extra", "1", "--arrival", "poisson", "--json"])
+                 "--extra", "1", "--arrival", "poisson", "--verify-cost", "none", "--json"])
     summary = json.loads(capsys.readouterr().out)
     assert code == 0
     assert {k: summary[k] for k in ("tokens", "steps", "drafted", "verified", "accepted")} == {

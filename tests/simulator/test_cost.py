@@ -19,6 +19,7 @@ from specbatch.simulator.cost import (
 from specbatch.simulator.cost_interface import CostModel, SumsCostModel, batch_sums
 from specbatch.simulator.profiled import fit_profile
 from specbatch.simulator.run import simulate
+from specbatch.simulator.verify_cost import build_verify_cost
 from tests.simulator.helpers import LinearCost, ones
 from tests.simulator.test_profiled import synthetic_profile
 
@@ -107,7 +108,17 @@ def test_step_split_adds_k_draft_passes_verify_and_overhead(h100):
     eager = build_cost_model(execution="eager")
     assert step_split(eager, 8, 512, 3)["draft_share"] > 5 * s["draft_share"]
     assert step_split(h100, 8, 512, 0)["draft_s"] == 0.0
+    assert s["sampler_s"] == 0.0 == s["sampler_share"]  # no sampler given
     info = execution_info(eager)
     assert info["name"] == "eager" and "h100-*.parquet" in info["source"]
     assert info["roles"]["draft"]["layers"] == 2
     assert execution_info(Recorder(h100)) is None
+
+
+def test_step_split_adds_the_sampler_of_k_drafts_per_request(h100):
+    sampler = build_verify_cost("fused", "token", "h100", 32000)
+    s = step_split(h100, 8, 512, 3, sampler)
+    assert s["sampler_s"] == sampler.seconds(8, 24, np.full(8, 3))
+    assert s["step_s"] == pytest.approx(s["draft_s"] + s["target_verify_s"] + s["sampler_s"]
+                                        + h100.overhead)
+    assert s["sampler_share"] == pytest.approx(s["sampler_s"] / s["step_s"])

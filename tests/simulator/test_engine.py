@@ -202,7 +202,7 @@ def test_every_step_is_one_named_record_and_the_columns_are_its_fields(synth_tra
                       synth_trace_natural, cost_model=LinearCost())
     assert tuple(result.steps.columns) == state.STEP_COLUMNS == state.StepRecord._fields
     assert state.FLOAT_STEP_COLUMNS == ("time", "end", "draft_time", "target_time",
-                                        "overhead_time")
+                                        "verify_time", "overhead_time")
     assert all(result.steps[c].dtype == np.float64 for c in state.FLOAT_STEP_COLUMNS)
 
 

@@ -1,9 +1,12 @@
 """Reserve-at-admission mode (``kv_mode = "reserve"``, the default) is pinned byte for byte.
 
-The digests below were computed by the engine before paged KV existed (every column of the
-request and step tables it wrote then, and every summary key it reported then), so any change
-to the reserve path's admission, prefill, decode, pricing or retirement shows up here. Run
-this module as a script to print the digests of the current engine.
+The digests in ``GOLDEN`` were computed by the engine before paged KV existed (every column of
+the request and step tables it wrote then, and every summary key it reported then), so any
+change to the reserve path's admission, prefill, decode, pricing or retirement shows up here.
+That engine priced no verification: ``verify_cost = "none"`` must reproduce it bit for bit.
+``GOLDEN_VERIFY`` pins the default (the fused sampler's verification time in every decode
+step, simulator.verify_cost), with the ``verify_time`` column and summary keys added. Run this
+module as a script to print the digests of the current engine.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ CONFIGS = {
                                                    max_num_batched_tokens=90, seed=2), "roofline"),
 }
 
+#: The step column and summary keys verification time added (in GOLDEN_VERIFY's digests).
+VERIFY_STEP_COLUMNS = STEP_COLUMNS + ("verify_time",)
+VERIFY_SUMMARY_KEYS = SUMMARY_KEYS + ("verify_time", "verify_share")
+
 GOLDEN = {
 'dsd-poisson-chunked': {'requests': '6845663a58d82a7c6fb15436', 'steps': '06910a2fcd5877e27db81697', 'summary': 'aa6274c528811459e1e89caf'},
     'fixed-burst-linear': {'requests': 'a003b6f16127516c31871a9c', 'steps': '835e629a56493f20f0e41771', 'summary': '9d92359cda0bc5c00e165514'},
@@ -56,41 +63,60 @@ GOLDEN = {
     'tetris-gamma-replicas-kv-chunked': {'requests': '2e2c3a02a33d74939b5c5698', 'steps': 'a8a64567ed8beda04eb38e88', 'summary': '65bb0b6f0950d59561e50565'},
 }
 
+GOLDEN_VERIFY = {
+    'dsd-poisson-chunked': {'requests': '594f16f955a626534b9b66c0', 'steps': '435cda3ca44aa279924a3af6', 'summary': '3ecb91eeeb9359ea6c36cc04'},
+    'fixed-burst-linear': {'requests': '9688a651107200a05c0df020', 'steps': '3555da7ed686952632f8dd1b', 'summary': '22a87322775822361eb83a7f'},
+    'fixed-poisson-replicas-prefill-budget': {'requests': 'd6061b3f91848074f696c1b8', 'steps': '1933b7534c70c3356a1a5e29', 'summary': '148c135aacb2acd6cd2c895c'},
+    'tetris-burst-roofline-kv': {'requests': 'd7b956bb5796c955277dbef1', 'steps': 'd42d4894f640435bc1b2c568', 'summary': '8d5ac3b1c5e96a902bba4746'},
+    'tetris-gamma-replicas-kv-chunked': {'requests': 'f9a217201f30508b174d851b', 'steps': '720b522274390f8c0831a31f', 'summary': 'a2a1ac710e921dfda54ff4b5'},
+}
+
 
 def trace():
     return synth_trace(SynthConfig(requests=32, output_mean=48, prompt_mean=32, seed=3))
 
 
-def digest(result) -> dict[str, str]:
-    """sha256 of each table's pre-paged columns (name, dtype, bytes) and of the summary."""
+def digest(result, step_columns=STEP_COLUMNS, summary_keys=SUMMARY_KEYS) -> dict[str, str]:
+    """sha256 of each table's columns (name, dtype, bytes; the pre-paged ones by default) and
+    of the summary's keys."""
     out = {}
     for name, table, columns in (("requests", result.requests, REQUEST_COLUMNS),
-                                 ("steps", result.steps, STEP_COLUMNS)):
+                                 ("steps", result.steps, step_columns)):
         h = hashlib.sha256()
         for col in columns:
             values = np.ascontiguousarray(table[col].to_numpy())
             h.update(f"{col}:{values.dtype}:".encode())
             h.update(values.tobytes())
         out[name] = h.hexdigest()[:24]
-    summary = {key: repr(result.summary[key]) for key in SUMMARY_KEYS}
+    summary = {key: repr(result.summary[key]) for key in summary_keys}
     out["summary"] = hashlib.sha256(json.dumps(summary, sort_keys=True).encode()).hexdigest()[:24]
     return out
 
 
-def run_named(name: str, synth=None):
+def run_named(name: str, synth=None, verify_cost: str = "fused"):
     kw, cost_name = CONFIGS[name]
     cost = (LinearCost() if cost_name == "linear"
             else build_cost_model("roofline", "h100", "vicuna-33b", "vicuna-68m"))
-    config = load_config(None, trace="synth", **kw)
+    config = load_config(None, trace="synth", verify_cost=verify_cost, **kw)
     return simulate(config, synth if synth is not None else trace(), cost_model=cost)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_reserve_mode_is_byte_identical_to_the_pre_paged_engine(name):
-    assert digest(run_named(name)) == GOLDEN[name]
+def test_without_verification_cost_reserve_mode_is_byte_identical_to_the_pre_paged_engine(name):
+    assert digest(run_named(name, verify_cost="none")) == GOLDEN[name]
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_reserve_mode_with_the_default_verification_cost_is_pinned(name):
+    result = run_named(name)
+    assert digest(result, VERIFY_STEP_COLUMNS, VERIFY_SUMMARY_KEYS) == GOLDEN_VERIFY[name]
 
 
 if __name__ == "__main__":  # pragma: no cover - prints the digests of the current engine
     synth = trace()
     for key in sorted(CONFIGS):
-        print(f"    {key!r}: {digest(run_named(key, synth))!r},")
+        print(f"    {key!r}: {digest(run_named(key, synth, 'none'))!r},")
+    print("GOLDEN_VERIFY")
+    for key in sorted(CONFIGS):
+        print(f"    {key!r}: "
+              f"{digest(run_named(key, synth), VERIFY_STEP_COLUMNS, VERIFY_SUMMARY_KEYS)!r},")
