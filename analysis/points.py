@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 #: Per-request columns kept for latency CDFs (others are dropped to keep points small).
 #: ``e2e`` = finish − arrival and ``ttft`` = first_token − arrival are derived when absent.
 REQUEST_COLUMNS = ("uid", "request_id", "arrival", "first_token", "finish", "e2e", "ttft",
-                   "tokens", "output_len", "prompt_len", "category")
+                   "tokens", "output_len", "prompt_len", "category", "replica", "preemptions")
 
 
 def plain(value: Any) -> Any:
