@@ -197,7 +197,8 @@ def pareto(entries: tuple[Entry, ...]) -> list[Entry]:
 def gain_vs_ar(choice: Entry, entries: tuple[Entry, ...]) -> dict | None:
     """The choice against ``ar`` on the same deployment: latency ratios (ar / choice), ar's
     verdict there, and the cheapest deployment on which ar alone meets every limit."""
-    if choice.speculation.policy == "ar":
+    if choice.speculation.policy == "ar" or not any(e.speculation.policy == "ar"
+                                                     for e in entries):
         return None
     same = [e for e in entries if e.deployment == choice.deployment
             and e.speculation.policy == "ar"]

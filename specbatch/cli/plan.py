@@ -236,8 +236,10 @@ def _seconds(value: float | None) -> str:
 def format_report(report: dict) -> str:
     """The answer in a few lines, then the frontier, rejected and pruned deployments."""
     q, acc, choice = report["question"], report["acceptance"], report["choice"]
-    lines = [f"question: {q['target']} + draft {q['draft']}, {q.get('arrival')} "
-             f"{q.get('rate') or ''} req/s, {q['requests']} requests; {q['slos']}".replace("  ", " ")]
+    load = f"Poisson {q['rate']:g} req/s" if q.get("arrival") == "poisson" else \
+        f"{q.get('arrival')} arrivals"
+    lines = [f"question: {q['target']} + draft {q['draft']}, {load}, {q['requests']} "
+             f"requests; {q['slos']}"]
     lines.append(f"acceptance: {acc['source']}; {acc['wrapped_positions']:,} of "
                  f"{acc['output_positions']:,} output positions wrapped past the recorded "
                  f"outputs ({acc['wrapped_requests']} requests)")
@@ -255,6 +257,8 @@ def format_report(report: dict) -> str:
                      f"{mem['footprint_tokens']:g}) of {mem['kv_available_tokens']:,} available; "
                      f"{mem['preemptions']} preemptions")
         gain = choice.get("gain_vs_ar")
+        if gain is None and choice["policy"] != "ar":
+            lines.append("  ar was not searched (add it to --policies for the gain)")
         if gain:
             if "tpot_ratio" in gain:
                 lines.append(f"  vs ar on the same GPUs: TPOT x{gain['tpot_ratio']:.2f} "
