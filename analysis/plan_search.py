@@ -5,9 +5,9 @@ Each cost level (analysis.plan_space.cost_levels) is one sweep
 (:func:`analysis.sweep.run_sweep`: resumable, progress bar, local pool or Dask) over its
 deployments x speculation settings, stored under ``RUNS/level-<i>-<id>`` where ``id`` hashes
 what the level runs, so a rerun of the same question reuses every stored run. The search
-stops ``levels_after`` levels after the first level where some configuration meets every
-limit (analysis.plan_slo), so the report can show the runner-up configurations above the
-choice without simulating the whole space.
+stops once ``levels_after`` levels beyond the first level where some configuration meets
+every limit (analysis.plan_slo) have had a configuration meet them too, so the report can
+show runner-up configurations above the choice without simulating the whole space.
 """
 
 from __future__ import annotations
@@ -78,9 +78,9 @@ def search(base: dict, space: Space, deployments: list[Deployment], slos: Slos,
     seed = int(base.get("seed", 0))
     common = {k: v for k, v in base.items() if k != "seed"}
     entries: list[Entry] = []
-    found, levels, counts = None, 0, [0, 0, 0]
+    passing, levels, counts = 0, 0, [0, 0, 0]
     for index, (_, level) in enumerate(cost_levels(deployments)):
-        if found is not None and index > found + levels_after:
+        if passing > levels_after:
             break
         spec, out = level_spec(common, level, settings, seed, index, runs_dir)
         outcome = run_sweep(spec, out, **executor)
@@ -89,8 +89,7 @@ def search(base: dict, space: Space, deployments: list[Deployment], slos: Slos,
                   counts[2] + outcome.reused]
         judged = judge_level(out, outcome.table, level, settings, slos)
         entries += judged
-        if found is None and any(e.verdict.passed for e in judged):
-            found = index
+        passing += any(e.verdict.passed for e in judged)
     return Search(tuple(entries), levels, *counts)
 
 

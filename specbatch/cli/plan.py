@@ -92,8 +92,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     space.add_argument("--price", default=None, metavar="HW=PRICE,...",
                        help="price per GPU-hour of each preset; cost is then money, not GPUs")
     space.add_argument("--levels-after", type=int, default=1,
-                       help="cost levels simulated after the first that meets the SLOs, for "
-                            "the runner-up table (default 1)")
+                       help="cost levels meeting the SLOs to simulate beyond the cheapest "
+                            "one, for the runner-up table (default 1)")
     space.add_argument("--acceptance-band", metavar="A,B", default=None,
                        help="also plan with a constant acceptance alpha = A and = B")
     run = p.add_argument_group("execution")
