@@ -6,7 +6,9 @@ Argument parsing and printing only; the planner is :mod:`specbatch.analysis.plan
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+from pathlib import Path
 
 from specbatch.cli.common import add_json_flag, emit, example, int_list, positive_int, seed_int
 from specbatch.errors import SpecbatchError, require
@@ -215,14 +217,11 @@ def run_command(args: argparse.Namespace) -> int:
 
         check_scheduler(args.scheduler)
     check_output_dir(args.out, allow_existing=True)
-    from pathlib import Path
-
     claim_plan_dir(Path(args.out))
     prepare_output_dir(args.out, allow_existing=True)
     workload = workload_field(args, question.base)
     if workload is not None:
-        question = question.__class__(**{**question.__dict__,
-                                         "base": {**question.base, "workload": workload}})
+        question = dataclasses.replace(question, base={**question.base, "workload": workload})
     report = run_plan(question, args.out, workers=args.workers, scheduler=args.scheduler,
                       progress=not (args.no_progress or args.json))
     emit(report, args.json, text=None if args.json else format_report(report))
