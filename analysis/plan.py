@@ -47,7 +47,8 @@ class Question:
 
 
 #: What a plan's output directory holds (anything else there is someone else's).
-PLAN_FILES = (MARKER, "plan.toml", "workload.csv", "frontier.png", "runs", ".specbatch.lock")
+PLAN_FILES = (MARKER, "plan.toml", "workload.csv", "workload-trace.csv", "frontier.png", "runs",
+              ".specbatch.lock")
 
 
 def claim_plan_dir(out: Path) -> None:
@@ -121,6 +122,12 @@ def answer(base: dict, question: Question, runs_dir: Path, **executor: Any) -> A
         "choice": None if choice is None else choice_dict(choice, found.entries),
         "pareto": [entry_dict(e) for e in pareto(found.entries)],
         "rejected": rejected(found.entries, choice),
+        "configurations": [{"label": e.label, "cost": e.deployment.cost,
+                            "passed": e.verdict.passed, "limits": list(e.verdict.limits),
+                            "e2e": e.verdict.latency["e2e"], "tpot": e.verdict.latency["tpot"],
+                            "ttft": e.verdict.latency["ttft"],
+                            "preemptions": e.memory["preemptions"]}
+                           for e in found.entries],
         "pruned": [{"deployment": d.label, "gpus": d.gpus, "cost": d.cost, "limit": why}
                    for d, why in pruned],
         "searched": {"levels": found.levels, "runs": found.runs, "computed": found.computed,
@@ -132,12 +139,41 @@ def answer(base: dict, question: Question, runs_dir: Path, **executor: Any) -> A
 def band_answer(base: dict, question: Question, alpha: float, out: Path, **executor) -> dict:
     """The choice when acceptance is a constant ``alpha`` (the synth trace) instead."""
     fields = {**base, "trace": "synth", "synth_alpha": float(alpha)}
+    if base.get("workload") is None:
+        fields["workload"] = str(trace_workload(base, out / TRACE_WORKLOAD))
     result = answer(fields, question, out / "runs" / f"alpha-{alpha:g}", **executor)
     choice = result.report["choice"]
     return {"alpha": float(alpha),
             "choice": None if choice is None else choice["label"],
             "cost": None if choice is None else choice["cost"],
-            "gpus": None if choice is None else choice["gpus"]}
+            "gpus": None if choice is None else choice["gpus"],
+            "latency": None if choice is None else choice["latency"]}
+
+
+#: The main trace's simulated requests as a workload file, for the band's constant-α runs.
+TRACE_WORKLOAD = "workload-trace.csv"
+
+
+def trace_workload(base: dict, path: Path) -> Path:
+    """Write the requests the trace's own workload simulates (lengths, categories, and the
+    arrival times when they are the trace's) as a workload file, so a constant-α run plans
+    the same requests as the trace's run did."""
+    import pandas as pd
+
+    from specbatch.simulator.config import make_config
+    from specbatch.simulator.run import load_trace
+    from specbatch.simulator.workload import build_workload
+
+    config = make_config(base)
+    trace = load_trace(config)
+    workload = build_workload(config, trace)
+    table = pd.DataFrame({"prompt_len": workload.prompt_len, "output_len": workload.output_len,
+                          "category": np.asarray(trace.category, dtype=object)[
+                              workload.trace_index].astype(str)})
+    if config.arrival == "trace":
+        table.insert(2, "arrival", workload.arrival)
+    atomic_write(path, table.to_csv(index=False, float_format="%.9f"))
+    return path
 
 
 def max_depth(base: dict, space: Space) -> int:

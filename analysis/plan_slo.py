@@ -111,7 +111,7 @@ def judge(requests: pd.DataFrame, preemptions: int, slos: Slos) -> Verdict:
     growth = queue_growth(requests)
     sustained = growth is None or growth <= MAX_QUEUE_GROWTH
     if not sustained:
-        limits.insert(0, f"rate not sustained (queue grows: TTFT +{growth:.0%} of the arrival "
+        limits.insert(0, f"rate not sustained (queue grows: TTFT +{growth:.1%} of the arrival "
                          "window)")
     if preemptions and not slos.allow_preemption:
         limits.insert(0, f"memory: KV cache ran out ({preemptions} preemptions)")

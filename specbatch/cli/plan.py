@@ -278,8 +278,10 @@ def format_report(report: dict) -> str:
         lines.append("pruned before simulating:")
         lines += [f"  {r['deployment']}: {r['limit']}" for r in report["pruned"]]
     for band in report.get("acceptance_band", []):
+        lat = band["latency"]
         lines.append(f"constant alpha {band['alpha']:g}: "
-                     f"{band['choice'] or 'nothing meets every limit'}")
+                     + (f"{band['choice']} (TPOT {_seconds(lat['tpot'])}, e2e "
+                        f"{_seconds(lat['e2e'])})" if lat else "nothing meets every limit"))
     s = report["searched"]
     lines.append(f"searched {s['runs']} runs in {s['levels']} cost levels ({s['computed']} "
                  f"computed, {s['reused']} reused); figure: {report['figure']}")

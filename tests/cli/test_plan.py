@@ -59,6 +59,8 @@ def test_a_kv_need_of_between_one_and_two_pools_forces_exactly_two_replicas(caps
     assert one["gpus"] == 1 and one["limits"][0].startswith("memory:")
     assert one["memory"]["kv_needed_tokens"] == 64 * 84
     assert report["searched"]["levels"] == 2  # stopped at the first level that fits
+    assert [(c["cost"], c["passed"]) for c in report["configurations"]] == [(1, False),
+                                                                          (2, True)]
 
 
 def test_the_printed_config_resimulates_to_the_same_numbers_within_the_slos(capsys, tmp_path):
@@ -115,7 +117,10 @@ def test_a_config_json_target_and_an_acceptance_band(capsys, tmp_path):
     assert report["choice"]["gpus"] == 1  # a 7B shape fits one H100 with room for KV
     assert report["acceptance"]["wrapped_positions"] >= 0
     assert [b["alpha"] for b in report["acceptance_band"]] == [0.5, 0.9]
-    assert all(b["choice"] for b in report["acceptance_band"])
+    low, high = report["acceptance_band"]
+    assert low["choice"] and high["choice"]
+    # the same requests, more of each draft accepted: fewer steps per output token
+    assert high["latency"]["tpot"] < low["latency"]["tpot"]
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
