@@ -121,13 +121,8 @@ def answer(base: dict, question: Question, runs_dir: Path, **executor: Any) -> A
         "acceptance": acceptance,
         "choice": None if choice is None else choice_dict(choice, found.entries),
         "pareto": [entry_dict(e) for e in pareto(found.entries)],
-        "rejected": rejected(found.entries, choice),
-        "configurations": [{"label": e.label, "cost": e.deployment.cost,
-                            "passed": e.verdict.passed, "limits": list(e.verdict.limits),
-                            "e2e": e.verdict.latency["e2e"], "tpot": e.verdict.latency["tpot"],
-                            "ttft": e.verdict.latency["ttft"],
-                            "preemptions": e.memory["preemptions"]}
-                           for e in found.entries],
+        "rejected": rejected(found.entries),
+        "configurations": [configuration_dict(e) for e in found.entries],
         "pruned": [{"deployment": d.label, "gpus": d.gpus, "cost": d.cost, "limit": why}
                    for d, why in pruned],
         "searched": {"levels": found.levels, "runs": found.runs, "computed": found.computed,
@@ -268,7 +263,15 @@ def choice_dict(choice: Entry, entries: tuple[Entry, ...]) -> dict:
     return {**entry_dict(choice), "gain_vs_ar": gain_vs_ar(choice, entries)}
 
 
-def rejected(entries: tuple[Entry, ...], choice: Entry | None) -> list[dict]:
+def configuration_dict(e: Entry) -> dict:
+    """One simulated configuration, compactly: cost, verdict, latencies, preemptions."""
+    lat = e.verdict.latency
+    return {"label": e.label, "cost": e.deployment.cost, "passed": e.verdict.passed,
+            "limits": list(e.verdict.limits), "ttft": lat["ttft"], "tpot": lat["tpot"],
+            "e2e": lat["e2e"], "preemptions": e.memory["preemptions"]}
+
+
+def rejected(entries: tuple[Entry, ...]) -> list[dict]:
     """Every simulated deployment on which no setting met every limit, with its best
     setting's limits (fewest limits, then lowest e2e) and every setting's."""
     by_dep: dict[Deployment, list[Entry]] = {}

@@ -147,7 +147,6 @@ def prune_reason(d: Deployment, target: str, draft: str, utilization: float,
     the target's heads, or a KV block pool smaller than the largest request
     (``largest_request`` = prompt + output + K + 1 tokens)."""
     from specbatch.simulator.hardware import get_hardware, weights_shortfall
-    from specbatch.simulator.roofline import kv_capacity_tokens
     from specbatch.traces.shapes import find_shape
 
     short = weights_shortfall(d.hardware, target, draft, d.tp, utilization)
@@ -160,13 +159,26 @@ def prune_reason(d: Deployment, target: str, draft: str, utilization: float,
     shape = find_shape(target)
     if shape is not None and shape.heads % d.tp:
         return f"tp {d.tp} does not divide the target's {shape.heads} attention heads"
-    if find_shape(draft) is None:  # a host-side drafter: the target's KV alone
-        return None
-    tokens = kv_capacity_tokens(d.hardware, target, draft, d.tp, utilization)
+    tokens = pool_tokens(d, target, draft, utilization)
     if math.ceil(largest_request / block_size) > tokens // block_size:
         return (f"memory: KV pool of {tokens:,} tokens per replica cannot hold the largest "
                 f"request alone ({largest_request:,} tokens)")
     return None
+
+
+def pool_tokens(d: Deployment, target: str, draft: str, utilization: float) -> int:
+    """KV tokens per replica of ``d`` in paged mode: what the cost model's memory leaves next
+    to the weights (simulator.kv.kv_capacity; a host-side drafter holds none)."""
+    from specbatch.simulator.config import make_config
+    from specbatch.simulator.kv import kv_capacity
+    from specbatch.simulator.run import build_cost
+
+    config = make_config({"target": target, "draft": draft, **d.fields(), "kv_mode": "paged",
+                          "gpu_memory_utilization": utilization})
+    try:
+        return int(kv_capacity(config, build_cost(config)))
+    except SpecbatchError:  # no room for one block next to the weights
+        return 0
 
 
 def _weights_gb(hardware: str, target: str, draft: str) -> float:

@@ -76,3 +76,11 @@ def test_a_pool_smaller_than_the_largest_request_is_pruned():
     # One H100 leaves 4,244 KV tokens next to Vicuna-33B: a 5,000-token request cannot run.
     why = prune_reason(Deployment("h100", 1, 1), "vicuna-33b", "vicuna-68m", 0.9, 5000, 16)
     assert "4,244 tokens" in why and "5,000" in why
+
+
+def test_a_host_side_drafter_leaves_the_whole_pool_to_the_target():
+    # Next to Vicuna-33B alone one H100 holds 4,345 KV tokens (271 blocks), with the 68M
+    # draft's weights and KV 4,244 (265 blocks): a 4,300-token request fits only the first.
+    h100 = Deployment("h100", 1, 1)
+    assert prune_reason(h100, "vicuna-33b", "ngram", 0.9, 4300, 16) is None
+    assert "4,244 tokens" in prune_reason(h100, "vicuna-33b", "vicuna-68m", 0.9, 4300, 16)
