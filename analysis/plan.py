@@ -102,7 +102,10 @@ def answer(base: dict, question: Question, runs_dir: Path, **executor: Any) -> A
 
     make_config(base)  # one-line errors before anything runs
     acceptance = acceptance_info(base)
-    largest = acceptance.pop("largest_request") + max_depth(base, question.space) + 1
+    depth, trace_depth = max_depth(base, question.space), acceptance.pop("trace_depth")
+    require(depth <= trace_depth, f"--k/--extra: expected k + e <= the trace's draft depth K = "
+            f"{trace_depth} (it recorded that many draft tokens per position), got {depth}")
+    largest = acceptance.pop("largest_request") + depth + 1
     kept, pruned = [], []
     for d in deployments(question.space):
         why = prune_reason(d, base["target"], base["draft"],
@@ -201,6 +204,7 @@ def acceptance_info(base: dict) -> dict:
         "wrapped_positions": int(beyond.sum()),
         "wrapped_requests": int(np.count_nonzero(beyond)),
         "largest_request": int((workload.prompt_len + workload.output_len).max(initial=0)),
+        "trace_depth": int(trace.K),
     }
 
 
