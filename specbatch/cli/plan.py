@@ -251,7 +251,8 @@ def format_report(report: dict) -> str:
         lines.append(f"  latency at the percentile: TTFT {_seconds(lat['ttft'])}, TPOT "
                      f"{_seconds(lat['tpot'])}, e2e {_seconds(lat['e2e'])}; goodput "
                      f"{lat['goodput']:.3f}")
-        lines.append(f"  memory per replica: weights {mem['weights_gb']:g} GB; KV needed "
+        lines.append(f"  memory per replica ({choice['tp']} GPU{'s' if choice['tp'] > 1 else ''}): "
+                     f"weights {mem['weights_gb']:g} GB; KV needed "
                      f"{mem['kv_needed_tokens']:,} tokens ({mem['concurrency']} concurrent x "
                      f"{mem['footprint_tokens']:g}) of {mem['kv_available_tokens']:,} available; "
                      f"{mem['preemptions']} preemptions")
@@ -260,8 +261,8 @@ def format_report(report: dict) -> str:
             lines.append("  ar was not searched (add it to --policies for the gain)")
         if gain:
             if "tpot_ratio" in gain:
-                lines.append(f"  vs ar on the same GPUs: TPOT x{gain['tpot_ratio']:.2f} "
-                             f"faster, e2e x{gain['e2e_ratio']:.2f}; ar there: "
+                lines.append(f"  vs ar on the same GPUs: TPOT {gain['tpot_ratio']:.2f}x "
+                             f"lower, e2e {gain['e2e_ratio']:.2f}x lower; ar there: "
                              f"{'; '.join(gain['ar_limits']) or 'meets every limit too'}")
             lines.append(f"  cheapest ar that meets every limit: "
                          f"{gain['cheapest_ar'] or 'none within the searched levels'}")
