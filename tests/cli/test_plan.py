@@ -147,3 +147,14 @@ def test_a_directory_of_other_files_is_refused_and_kept(capsys, tmp_path):
     code = main(["plan", "--out", str(tmp_path), *QUICK, "--rate", "1"])
     assert_one_line_error(code, capsys.readouterr().err, "not a plan's")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_an_offered_rate_beyond_the_deployment_is_not_sustained(capsys, tmp_path):
+    # 8 running requests of ~100 tokens at ~10 ms a step serve < 10 req/s; 50 req/s arrive.
+    report = plan(capsys, tmp_path / "p", "--target", "vicuna-7b", "--rate", "50",
+                  "--prompt-len", "fixed:100", "--output-len", "fixed:100", "--requests", "64",
+                  "--max-num-seqs", "8", "--tp", "1", "--max-gpus", "1", "--policies", "ar")
+    assert report["choice"] is None and report["pareto"] == []
+    (one,) = report["rejected"]
+    assert one["limits"][0].startswith("rate not sustained")
+    assert one["memory"]["preemptions"] == 0  # plenty of KV: the queue, not memory, limits it
