@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from specbatch.analysis.plan_slo import Slos
 from specbatch.analysis.plan_space import Deployment, Space, deployments, prune_reason, speculations
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import atomic_write, dumps
+
+if TYPE_CHECKING:
+    from specbatch.simulator.lengths import Lengths
 
 #: The file that marks a directory as a plan's output (a rerun resumes in it).
 MARKER = "plan.json"
@@ -171,6 +174,22 @@ def trace_workload(base: dict, path: Path) -> Path:
     if config.arrival == "trace":
         table.insert(2, "arrival", workload.arrival)
     atomic_write(path, table.to_csv(index=False, float_format="%.9f"))
+    return path
+
+
+def write_length_workload(base: dict, prompt: Lengths, output: Lengths, path: Path) -> Path:
+    """Draw ``base["requests"]`` requests' lengths from the distributions (seeded by
+    ``base["seed"]``; ``trace`` sides from the trace ``base`` names) and write them as a
+    workload file (simulator.lengths)."""
+    from specbatch.simulator.config import make_config
+    from specbatch.simulator.lengths import length_table
+    from specbatch.simulator.run import load_trace
+
+    trace = load_trace(make_config(base))
+    table = length_table(prompt, output, int(base["requests"]), int(base.get("seed", 0)),
+                         trace.prompt_len, trace.output_len,
+                         np.asarray(trace.category, dtype=object))
+    atomic_write(path, table.to_csv(index=False))
     return path
 
 

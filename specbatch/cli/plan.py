@@ -176,7 +176,7 @@ def arrival_fields(args: argparse.Namespace) -> dict:
 def workload_field(args: argparse.Namespace, base: dict) -> str | None:
     """The run's ``workload``: the file given, a table of drawn lengths written to
     OUT/workload.csv, or None (the trace's own requests)."""
-    from specbatch.simulator.lengths import length_table, parse_lengths
+    from specbatch.simulator.lengths import parse_lengths
 
     given = [f for f, v in (("--prompt-len", args.prompt_len), ("--output-len", args.output_len))
              if v is not None]
@@ -192,19 +192,10 @@ def workload_field(args: argparse.Namespace, base: dict) -> str | None:
         return None
     require(args.arrival != "trace", "--arrival trace: expected a workload file or the "
             "trace's own requests (length distributions carry no arrival times)")
-    import numpy as np
+    from specbatch.analysis.plan import write_length_workload
 
-    from specbatch.io import atomic_write
-    from specbatch.simulator.config import make_config
-    from specbatch.simulator.run import load_trace
-
-    trace = load_trace(make_config(base))
-    table = length_table(prompt, output, int(base["requests"]), int(base["seed"]),
-                         trace.prompt_len, trace.output_len,
-                         np.asarray(trace.category, dtype=object))
-    path = os.path.abspath(os.path.join(args.out, "workload.csv"))
-    atomic_write(path, table.to_csv(index=False))
-    return path
+    return str(write_length_workload(base, prompt, output,
+                                     Path(args.out).resolve() / "workload.csv"))
 
 
 def run_command(args: argparse.Namespace) -> int:
