@@ -169,13 +169,13 @@ def arrival_fields(args: argparse.Namespace) -> dict:
         require(args.rate > 0, f"--rate: expected requests/s > 0, got {args.rate}")
         return {"arrival": "poisson", "rate": args.rate}
     require(args.rate is None, f"--rate: expected no rate with --arrival {args.arrival} (the "
-            "times are given), got {args.rate}")
+            f"times are given), got {args.rate}")
     return {"arrival": args.arrival}
 
 
-def workload_field(args: argparse.Namespace, base: dict) -> str | None:
-    """The run's ``workload``: the file given, a table of drawn lengths written to
-    OUT/workload.csv, or None (the trace's own requests)."""
+def workload_lengths(args: argparse.Namespace):
+    """The (prompt, output) length distributions to draw a workload from, or None when the
+    workload is a file or the trace's own requests (one-line errors for bad flags)."""
     from specbatch.simulator.lengths import parse_lengths
 
     given = [f for f, v in (("--prompt-len", args.prompt_len), ("--output-len", args.output_len))
@@ -183,19 +183,28 @@ def workload_field(args: argparse.Namespace, base: dict) -> str | None:
     if args.workload is not None:
         require(not given, f"{given[0] if given else ''}: expected either --workload or length "
                 "distributions, got both")
-        from specbatch.simulator.workload import resolve_workload
-
-        return str(resolve_workload(args.workload).resolve())
+        return None
     prompt = parse_lengths(args.prompt_len or "trace", "--prompt-len")
     output = parse_lengths(args.output_len or "trace", "--output-len")
     if prompt.kind == output.kind == "trace":
         return None
     require(args.arrival != "trace", "--arrival trace: expected a workload file or the "
             "trace's own requests (length distributions carry no arrival times)")
+    return prompt, output
+
+
+def workload_field(args: argparse.Namespace, base: dict, lengths) -> str | None:
+    """The run's ``workload``: the file given, a table drawn from ``lengths`` written to
+    OUT/workload.csv, or None (the trace's own requests)."""
+    if args.workload is not None:
+        from specbatch.simulator.workload import resolve_workload
+
+        return str(resolve_workload(args.workload).resolve())
+    if lengths is None:
+        return None
     from specbatch.analysis.plan import write_length_workload
 
-    return str(write_length_workload(base, prompt, output,
-                                     Path(args.out).resolve() / "workload.csv"))
+    return str(write_length_workload(base, *lengths, Path(args.out).resolve() / "workload.csv"))
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -203,6 +212,7 @@ def run_command(args: argparse.Namespace) -> int:
     from specbatch.io import check_output_dir, prepare_output_dir
 
     question = build_question(args)
+    lengths = workload_lengths(args)
     if args.scheduler is not None:
         from specbatch.analysis.executors import check_scheduler
 
@@ -210,7 +220,7 @@ def run_command(args: argparse.Namespace) -> int:
     check_output_dir(args.out, allow_existing=True)
     claim_plan_dir(Path(args.out))
     prepare_output_dir(args.out, allow_existing=True)
-    workload = workload_field(args, question.base)
+    workload = workload_field(args, question.base, lengths)
     if workload is not None:
         question = dataclasses.replace(question, base={**question.base, "workload": workload})
     report = run_plan(question, args.out, workers=args.workers, scheduler=args.scheduler,

@@ -127,7 +127,8 @@ def test_a_config_json_target_and_an_acceptance_band(capsys, tmp_path):
     (["--prompt-len", "fixed:100"], "--rate"),
     (["--rate", "0"], "--rate"),
     (["--rate", "1", "--prompt-len", "gauss:3"], "--prompt-len"),
-    (["--rate", "1", "--workload", "example", "--output-len", "fixed:3"], "--workload"),
+    (["--rate", "1", "--workload", "example", "--output-len", "fixed:3"], "--output-len"),
+    (["--arrival", "burst", "--rate", "2"], "--rate"),
     (["--rate", "1", "--price", "h100=free"], "--price"),
     (["--rate", "1", "--hardware", "tpu"], "hardware"),
     (["--rate", "1", "--policies", "ar,magic"], "--policies"),
@@ -140,6 +141,8 @@ def test_a_config_json_target_and_an_acceptance_band(capsys, tmp_path):
 def test_bad_input_is_one_line_error(capsys, tmp_path, argv, needle):
     code = main(["plan", "--out", str(tmp_path / "p"), *QUICK, *argv])
     assert_one_line_error(code, capsys.readouterr().err, needle)
+    if needle.startswith("--"):  # a bad flag is refused before the directory is made
+        assert not (tmp_path / "p").exists()
 
 
 def test_a_directory_of_other_files_is_refused_and_kept(capsys, tmp_path):
