@@ -28,10 +28,11 @@ from specbatch.traces.weights import sha256_file
 if TYPE_CHECKING:
     from specbatch.analysis.spec import SweepSpec
 
-#: Per-request columns kept for latency CDFs (others are dropped to keep points small).
+#: Per-request columns kept for latency CDFs and the planner's per-replica concurrency and
+#: preemptions (analysis.plan_slo); others are dropped to keep points small.
 #: ``e2e`` = finish − arrival and ``ttft`` = first_token − arrival are derived when absent.
 REQUEST_COLUMNS = ("uid", "request_id", "arrival", "first_token", "finish", "e2e", "ttft",
-                   "tokens", "output_len", "prompt_len", "category")
+                   "tokens", "output_len", "prompt_len", "category", "replica", "preemptions")
 
 
 def plain(value: Any) -> Any:

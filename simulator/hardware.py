@@ -268,9 +268,10 @@ def get_hardware(name: str) -> Hardware:
 def weight_bytes(hw: Hardware, models: tuple[str, ...]) -> float:
     """Bytes the weights of the named shapes take at the preset's dtype; a name that is not a
     shape (a host-side drafter such as ``ngram``) holds no weights."""
-    from specbatch.traces.shapes import SHAPES
+    from specbatch.traces.shapes import find_shape
 
-    return float(hw.dtype_bytes * sum(SHAPES[m].params for m in models if m in SHAPES))
+    shapes = [find_shape(m) for m in models]
+    return float(hw.dtype_bytes * sum(s.params for s in shapes if s is not None))
 
 
 def weights_shortfall(hardware: str, target: str, draft: str, tp: int,

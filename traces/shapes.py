@@ -71,8 +71,20 @@ SHAPES: dict[str, ModelShape] = {
 
 
 def get_shape(name: str) -> ModelShape:
-    """Look up a shape by name (case-insensitive); a one-line error lists the known names."""
-    shape = SHAPES.get(name.lower())
+    """Look up a shape by name (case-insensitive), or read it from a Hugging Face config.json
+    path (traces.hf_config); a one-line error lists the known names."""
+    shape = find_shape(name)
     if shape is None:
-        raise SpecbatchError(f"model shape {name!r}: expected one of {', '.join(sorted(SHAPES))}")
+        raise SpecbatchError(f"model shape {name!r}: expected one of {', '.join(sorted(SHAPES))} "
+                             "or a Hugging Face config.json path")
     return shape
+
+
+def find_shape(name: str) -> ModelShape | None:
+    """The shape ``name`` denotes (registry name or config.json path), None for any other
+    name (a host-side drafter such as ``ngram``, or a profile's model name)."""
+    from specbatch.traces.hf_config import is_config_path, read_hf_config
+
+    if is_config_path(name):
+        return read_hf_config(name)
+    return SHAPES.get(str(name).lower())

@@ -41,6 +41,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("specbatch.cli.sweep",
               "run a grid of simulations (local process pool or Dask), resumable"),
     "report": ("specbatch.cli.sweep", "tables and figures (PNG) for a sweep output directory"),
+    "plan": ("specbatch.cli.plan",
+             "find the cheapest deployment and speculation setting that meets latency SLOs"),
     "trace": ("specbatch.cli.trace", "inspect, validate or synthesise a trace"),
     "capture": ("specbatch.cli.capture", "capture a trace from a local draft/target model pair"),
     "profile": ("specbatch.cli.profile",

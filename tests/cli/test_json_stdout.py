@@ -41,6 +41,9 @@ CASES = [
     ("simulate", ["simulate", "--trace", "synth", "--requests", "8"]),
     ("sweep", ["sweep", "spec.toml", "--out", "sweep", "--workers", "1"]),
     ("report", ["report", "sweep"]),
+    ("plan", ["plan", "--out", "plan", "--rate", "2", "--prompt-len", "fixed:50",
+              "--output-len", "fixed:20", "--requests", "8", "--tp", "2", "--max-gpus", "2",
+              "--policies", "ar", "--workers", "1"]),
     ("models list", ["models", "list"]),
     ("conform", ["conform", "tv-numpy", "--samples", "200", "--only", "iid"]),
 ]

@@ -1,0 +1,156 @@
+"""The capacity planner's verdict on one simulated configuration: SLOs, rate, memory.
+
+Per request (the simulator's request table): TTFT = first_token − arrival, e2e = finish −
+arrival, TPOT = (e2e − TTFT) / (tokens − 1) (0 for a one-token output). A configuration
+**meets the SLOs** when, for every SLO given (``--slo-ttft``, ``--slo-tpot``, ``--slo-e2e``,
+seconds), the ``percentile`` (p99 by default) of that quantity is within it, and the share of
+requests meeting every given SLO at once is at least the goodput target (0.99 by default).
+
+Two more limits are checked whatever the SLOs:
+
+- **rate not sustained** (:func:`queue_growth`): the offered load outruns the deployment, so
+  its queue grows through the run. Test: the median TTFT of the last quarter of requests (by
+  arrival) exceeds that of the first quarter by more than a tenth of the arrival window
+  (under an overload ρ > 1 the difference grows like 0.75 (1 − 1/ρ) of the window; a stable
+  queue's stays at its noise). Not applied when every request arrives at once (burst).
+- **memory (KV)**: the simulator's paged KV cache ran out and preempted requests
+  (recomputing them), unless preemption is allowed (``allow_preemption``). The memory plan
+  (:func:`memory_plan`) says why: the KV tokens needed at the concurrency reached
+  (:func:`peak_concurrency`, capped at ``max_num_seqs``, times the mean footprint prompt +
+  output + K + 1) against the pool each replica has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+#: The SLO'd quantities, in report order.
+SLO_NAMES = ("ttft", "tpot", "e2e")
+
+
+@dataclass(frozen=True)
+class Slos:
+    """Latency bounds in seconds (None = not constrained) at ``percentile``, the goodput
+    target (share of requests meeting all of them) and whether preemption is tolerated."""
+
+    ttft: float | None = None
+    tpot: float | None = None
+    e2e: float | None = None
+    percentile: float = 99.0
+    goodput: float = 0.99
+    allow_preemption: bool = False
+
+    def bounds(self) -> dict[str, float]:
+        """The SLOs given: name -> seconds."""
+        return {n: getattr(self, n) for n in SLO_NAMES if getattr(self, n) is not None}
+
+    def describe(self) -> str:
+        """``p99 TPOT <= 0.1 s, goodput >= 0.99`` (the SLOs as the report states them)."""
+        p = f"p{self.percentile:g}"
+        parts = [f"{p} {n.upper()} <= {v:g} s" for n, v in self.bounds().items()]
+        if parts:
+            parts.append(f"goodput >= {self.goodput:g}")
+        return ", ".join(parts) or "no latency SLO (the rate sustained without preemption)"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a configuration meets every limit, what limits it, and its latencies."""
+
+    passed: bool
+    limits: tuple[str, ...]  # e.g. "TPOT p99 0.21 s > 0.1 s"; empty when passed
+    latency: dict  # ttft/tpot/e2e at the percentile (seconds), goodput share, sustained
+
+
+def per_request(requests: pd.DataFrame) -> dict[str, np.ndarray]:
+    """TTFT, TPOT and e2e of every request (module docstring), seconds. # [N] each"""
+    arrival = requests["arrival"].to_numpy(dtype=np.float64)
+    e2e = requests["finish"].to_numpy(dtype=np.float64) - arrival
+    ttft = requests["first_token"].to_numpy(dtype=np.float64) - arrival
+    tokens = requests["tokens"].to_numpy(dtype=np.float64)
+    tpot = np.where(tokens > 1, (e2e - ttft) / np.maximum(tokens - 1, 1), 0.0)
+    return {"ttft": ttft, "tpot": tpot, "e2e": e2e}
+
+
+def queue_growth(requests: pd.DataFrame) -> float | None:
+    """Median TTFT of the last quarter of arrivals minus that of the first quarter, as a share
+    of the arrival window; None when the window is 0 (a burst) or there are < 8 requests."""
+    if len(requests) < 8:
+        return None
+    order = np.argsort(requests["arrival"].to_numpy(), kind="stable")
+    arrival = requests["arrival"].to_numpy(dtype=np.float64)[order]
+    window = float(arrival[-1] - arrival[0])
+    if window <= 0:
+        return None
+    ttft = per_request(requests)["ttft"][order]
+    q = len(order) // 4
+    return float(np.median(ttft[-q:]) - np.median(ttft[:q])) / window
+
+
+#: Queue growth (a share of the arrival window) above which the rate is not sustained.
+MAX_QUEUE_GROWTH = 0.1
+
+
+def judge(requests: pd.DataFrame, preemptions: int, slos: Slos) -> Verdict:
+    """The :class:`Verdict` of one run from its request table and preemption count."""
+    values = per_request(requests)
+    p = slos.percentile
+    latency = {n: float(np.percentile(values[n], p)) for n in SLO_NAMES}
+    limits = []
+    ok = np.ones(len(requests), dtype=bool)
+    for name, bound in slos.bounds().items():
+        ok &= values[name] <= bound
+        if latency[name] > bound:
+            limits.append(f"{name.upper()} p{p:g} {latency[name]:.3g} s > {bound:g} s")
+    share = float(ok.mean()) if len(ok) else 0.0
+    if slos.bounds() and share < slos.goodput:
+        limits.append(f"goodput {share:.3f} < {slos.goodput:g}")
+    growth = queue_growth(requests)
+    sustained = growth is None or growth <= MAX_QUEUE_GROWTH
+    if not sustained:
+        limits.insert(0, f"rate not sustained (queue grows: TTFT +{growth:.1%} of the arrival "
+                         "window)")
+    if preemptions and not slos.allow_preemption:
+        limits.insert(0, f"memory: KV cache ran out ({preemptions} preemptions)")
+    latency.update(goodput=share, sustained=sustained, queue_growth=growth)
+    return Verdict(passed=not limits, limits=tuple(limits), latency=latency)
+
+
+def peak_concurrency(requests: pd.DataFrame, max_num_seqs: int) -> int:
+    """The most requests one replica had in the system at once (arrived, not finished),
+    capped at ``max_num_seqs``: the batch the replica would run if memory allowed."""
+    best = 0
+    replica = requests["replica"].to_numpy() if "replica" in requests else np.zeros(len(requests))
+    for r in np.unique(replica):
+        sub = requests[replica == r]
+        times = np.concatenate([sub["arrival"].to_numpy(), sub["finish"].to_numpy()])
+        steps = np.concatenate([np.ones(len(sub)), -np.ones(len(sub))])
+        order = np.lexsort((steps, times))  # at equal times, finishes (-1) first
+        best = max(best, int(np.cumsum(steps[order]).max(initial=0)))
+    return min(best, int(max_num_seqs))
+
+
+def memory_plan(requests: pd.DataFrame, summary: dict, max_num_seqs: int, depth: int,
+                weights_gb: float, kv_bytes_per_token: int) -> dict:
+    """Weights, KV tokens needed at the concurrency reached vs available per replica, and the
+    preemptions the run had (module docstring)."""
+    concurrency = peak_concurrency(requests, max_num_seqs)
+    footprint = float((requests["prompt_len"] + requests["output_len"]).mean()) + depth + 1
+    needed = int(round(concurrency * footprint))
+    available = summary.get("kv_capacity")
+    return {
+        "weights_gb": round(weights_gb, 2),
+        "kv_bytes_per_token": int(kv_bytes_per_token),
+        "concurrency": concurrency,
+        "footprint_tokens": round(footprint, 1),
+        "kv_needed_tokens": needed,
+        "kv_needed_gb": round(needed * kv_bytes_per_token / 1e9, 2),
+        "kv_available_tokens": available,
+        "kv_available_gb": (None if available is None
+                            else round(available * kv_bytes_per_token / 1e9, 2)),
+        "preemptions": int(summary.get("preemptions", 0)),
+        "recomputed_tokens": int(summary.get("recomputed_tokens", 0)),
+    }

@@ -1,0 +1,297 @@
+"""``specbatch plan``: the cheapest deployment and speculation setting meeting the SLOs.
+
+Argument parsing and printing only; the planner is :mod:`specbatch.analysis.plan`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from pathlib import Path
+
+from specbatch.cli.common import add_json_flag, emit, example, int_list, positive_int, seed_int
+from specbatch.errors import SpecbatchError, require
+
+HELP = "find the cheapest deployment and speculation setting that meets latency SLOs"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "plan", help=HELP,
+        description=(
+            "Search hardware x tensor parallel x replicas x speculation (ar; fixed k; tetris k, "
+            "e; dsd; TV/BV) with the simulator's paged KV cache (preemption by recomputation), "
+            "cheapest cost level first, and report the cheapest configuration meeting every "
+            "SLO at the offered rate: its memory plan, its gain over ar, the cost-latency "
+            "frontier, and what limits each rejected configuration. Resumable: the runs are "
+            "stored under OUT/runs (sweep machinery). The choice is written as OUT/plan.toml "
+            "for `specbatch simulate --config`."),
+        epilog=example(
+            "specbatch plan --target vicuna-33b --draft vicuna-68m --hardware h100 --rate 4 "
+            "--prompt-len fixed:500 --output-len fixed:200 --slo-tpot 0.1 --out runs/plan",
+            "specbatch plan --workload example --arrival trace --slo-ttft 2 --slo-e2e 20 "
+            "--hardware h100,h200 --price h100=2.5,h200=3.9 --out runs/plan2",
+            "specbatch plan --target ./my-model/config.json --draft vicuna-68m --rate 2 "
+            "--prompt-len lognormal:400,0.8 --output-len uniform:50,300 --slo-tpot 0.05 "
+            "--acceptance-band 0.6,0.9 --out runs/plan3 --json"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", required=True, help="output directory (new, empty, or an earlier "
+                   "plan's, whose stored runs are reused)")
+    work = p.add_argument_group("workload")
+    work.add_argument("--workload", metavar="FILE|example",
+                      help="request lengths/arrivals file, as simulate's --workload")
+    work.add_argument("--prompt-len", metavar="DIST",
+                      help="prompt lengths: fixed:N, uniform:A,B, lognormal:MEDIAN,SIGMA or "
+                           "trace (the trace's own)")
+    work.add_argument("--output-len", metavar="DIST", help="output lengths, as --prompt-len")
+    work.add_argument("--rate", type=float, default=None,
+                      help="offered load, requests/s (Poisson arrivals)")
+    work.add_argument("--arrival", choices=("poisson", "trace", "burst"), default="poisson",
+                      help="arrivals: poisson at --rate (default), trace (the workload file's "
+                           "or the trace's recorded times) or burst (all at t = 0)")
+    work.add_argument("--requests", type=positive_int, default=256,
+                      help="simulated requests per configuration (default 256)")
+    work.add_argument("--trace", default="default",
+                      help="acceptance trace: 'default', a trace directory, or 'synth'")
+    work.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
+    models = p.add_argument_group("models and engine")
+    models.add_argument("--target", default="vicuna-33b",
+                        help="target: a shape name or a Hugging Face config.json path")
+    models.add_argument("--draft", default="vicuna-68m",
+                        help="draft: a shape name, a config.json path, or ngram")
+    models.add_argument("--max-num-seqs", type=positive_int, default=64,
+                        help="running requests per replica (default 64)")
+    models.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                        help="share of each GPU's memory for weights and KV (default 0.9)")
+    slo = p.add_argument_group("SLOs")
+    slo.add_argument("--slo-ttft", type=float, default=None, help="TTFT bound, seconds")
+    slo.add_argument("--slo-tpot", type=float, default=None, help="TPOT bound, seconds")
+    slo.add_argument("--slo-e2e", type=float, default=None, help="end-to-end bound, seconds")
+    slo.add_argument("--percentile", type=float, default=99.0,
+                     help="percentile the bounds apply at (default 99)")
+    slo.add_argument("--goodput", type=float, default=0.99,
+                     help="share of requests that must meet every bound (default 0.99)")
+    slo.add_argument("--allow-preemption", action="store_true",
+                     help="accept configurations whose KV cache preempts requests (default: "
+                          "a preemption rejects them for memory)")
+    space = p.add_argument_group("search space")
+    space.add_argument("--hardware", default="h100",
+                       help="hardware presets, comma-separated (default h100)")
+    space.add_argument("--tp", type=int_list(positive_int), default=(1, 2, 4, 8),
+                       help="tensor-parallel degrees (default 1,2,4,8)")
+    space.add_argument("--max-gpus", type=positive_int, default=8,
+                       help="most GPUs a deployment may use (default 8)")
+    space.add_argument("--policies", default="ar,fixed,tetris,dsd",
+                       help="speculation policies to search (default ar,fixed,tetris,dsd)")
+    space.add_argument("--k", type=int_list(positive_int), default=(1, 2, 3, 4),
+                       help="windows k of fixed and tetris (default 1,2,3,4)")
+    space.add_argument("--extra", type=int_list(positive_int), default=(1, 2),
+                       help="extra drafted tokens e of tetris (default 1,2)")
+    space.add_argument("--verify", default="token,block",
+                       help="verification rules: token (TV), block (BV) (default both)")
+    space.add_argument("--price", default=None, metavar="HW=PRICE,...",
+                       help="price per GPU-hour of each preset; cost is then money, not GPUs")
+    space.add_argument("--levels-after", type=int, default=1,
+                       help="cost levels meeting the SLOs to simulate beyond the cheapest "
+                            "one, for the runner-up table (default 1)")
+    space.add_argument("--acceptance-band", metavar="A,B", default=None,
+                       help="also plan with a constant acceptance alpha = A and = B")
+    run = p.add_argument_group("execution")
+    run.add_argument("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
+                     help="local processes (or LocalCluster workers); default min(4, cores)")
+    run.add_argument("--scheduler", default=None, metavar="ADDRESS|local",
+                     help="run on Dask distributed: a scheduler address, or 'local'")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_json_flag(p)
+    p.set_defaults(func=run_command)
+
+
+def _names(text: str, flag: str, allowed: dict[str, str]) -> tuple[str, ...]:
+    """A comma-separated list of names (case-insensitive), each mapped through ``allowed``."""
+    out = []
+    for item in text.split(","):
+        key = item.strip().lower()
+        if key not in allowed:
+            raise SpecbatchError(f"{flag}: expected some of {', '.join(sorted(set(allowed.values())))}"
+                                 f", got {item.strip()!r}")
+        if allowed[key] not in out:
+            out.append(allowed[key])
+    require(bool(out), f"{flag}: expected at least one name, got {text!r}")
+    return tuple(out)
+
+
+def build_question(args: argparse.Namespace):
+    """The planner's :class:`~specbatch.analysis.plan.Question` from the flags (one-line
+    errors), and the workload table to write when lengths are distributions."""
+    from specbatch.analysis.plan import Question, check_band
+    from specbatch.analysis.plan_slo import Slos
+    from specbatch.analysis.plan_space import PLAN_POLICIES, Space, parse_prices
+    from specbatch.simulator.hardware import HARDWARE, get_hardware
+
+    for flag, value in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot),
+                        ("--slo-e2e", args.slo_e2e)):
+        require(value is None or value > 0, f"{flag}: expected seconds > 0, got {value}")
+    require(0 < args.percentile <= 100, f"--percentile: expected 0 < P <= 100, got "
+            f"{args.percentile}")
+    require(0 < args.goodput <= 1, f"--goodput: expected a share 0 < G <= 1, got {args.goodput}")
+    require(args.levels_after >= 0, f"--levels-after: expected an integer >= 0, got "
+            f"{args.levels_after}")
+    require(0 < args.gpu_memory_utilization <= 1, "--gpu-memory-utilization: expected a share "
+            f"0 < u <= 1, got {args.gpu_memory_utilization}")
+    hardware = tuple(dict.fromkeys(get_hardware(h.strip()).name
+                                   for h in args.hardware.split(",") if h.strip()))
+    require(bool(hardware), f"--hardware: expected presets ({', '.join(HARDWARE)}), got "
+            f"{args.hardware!r}")
+    space = Space(
+        hardware=hardware, tp=tuple(sorted(set(args.tp))), max_gpus=args.max_gpus,
+        policies=_names(args.policies, "--policies", {p: p for p in PLAN_POLICIES}),
+        k=tuple(sorted(set(args.k))), extra=tuple(sorted(set(args.extra))),
+        verify=_names(args.verify, "--verify", {"token": "token", "tv": "token",
+                                                "block": "block", "bv": "block"}),
+        prices=parse_prices(args.price, hardware))
+    slos = Slos(ttft=args.slo_ttft, tpot=args.slo_tpot, e2e=args.slo_e2e,
+                percentile=args.percentile, goodput=args.goodput,
+                allow_preemption=args.allow_preemption)
+    base = {"trace": args.trace, "requests": args.requests, "target": args.target,
+            "draft": args.draft, "max_num_seqs": args.max_num_seqs, "kv_mode": "paged",
+            "gpu_memory_utilization": args.gpu_memory_utilization, "seed": args.seed,
+            **arrival_fields(args)}
+    return Question(base=base, space=space, slos=slos, levels_after=args.levels_after,
+                    band=check_band(args.acceptance_band))
+
+
+def arrival_fields(args: argparse.Namespace) -> dict:
+    if args.arrival == "poisson":
+        require(args.rate is not None, "--rate: expected the offered load in requests/s for "
+                "Poisson arrivals (or --arrival trace / burst), got none")
+        require(args.rate > 0, f"--rate: expected requests/s > 0, got {args.rate}")
+        return {"arrival": "poisson", "rate": args.rate}
+    require(args.rate is None, f"--rate: expected no rate with --arrival {args.arrival} (the "
+            f"times are given), got {args.rate}")
+    return {"arrival": args.arrival}
+
+
+def workload_lengths(args: argparse.Namespace):
+    """The (prompt, output) length distributions to draw a workload from, or None when the
+    workload is a file or the trace's own requests (one-line errors for bad flags)."""
+    from specbatch.simulator.lengths import parse_lengths
+
+    given = [f for f, v in (("--prompt-len", args.prompt_len), ("--output-len", args.output_len))
+             if v is not None]
+    if args.workload is not None:
+        require(not given, f"{given[0] if given else ''}: expected either --workload or length "
+                "distributions, got both")
+        return None
+    prompt = parse_lengths(args.prompt_len or "trace", "--prompt-len")
+    output = parse_lengths(args.output_len or "trace", "--output-len")
+    if prompt.kind == output.kind == "trace":
+        return None
+    require(args.arrival != "trace", "--arrival trace: expected a workload file or the "
+            "trace's own requests (length distributions carry no arrival times)")
+    return prompt, output
+
+
+def workload_field(args: argparse.Namespace, base: dict, lengths) -> str | None:
+    """The run's ``workload``: the file given, a table drawn from ``lengths`` written to
+    OUT/workload.csv, or None (the trace's own requests)."""
+    if args.workload is not None:
+        from specbatch.simulator.workload import resolve_workload
+
+        return str(resolve_workload(args.workload).resolve())
+    if lengths is None:
+        return None
+    from specbatch.analysis.plan import write_length_workload
+
+    return str(write_length_workload(base, *lengths, Path(args.out).resolve() / "workload.csv"))
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from specbatch.analysis.plan import claim_plan_dir, run_plan
+    from specbatch.io import check_output_dir, prepare_output_dir
+
+    question = build_question(args)
+    lengths = workload_lengths(args)
+    if args.scheduler is not None:
+        from specbatch.analysis.executors import check_scheduler
+
+        check_scheduler(args.scheduler)
+    check_output_dir(args.out, allow_existing=True)
+    claim_plan_dir(Path(args.out))
+    prepare_output_dir(args.out, allow_existing=True)
+    workload = workload_field(args, question.base, lengths)
+    if workload is not None:
+        question = dataclasses.replace(question, base={**question.base, "workload": workload})
+    report = run_plan(question, args.out, workers=args.workers, scheduler=args.scheduler,
+                      progress=not (args.no_progress or args.json))
+    emit(report, args.json, text=None if args.json else format_report(report))
+    return 0
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g} s"
+
+
+def format_report(report: dict) -> str:
+    """The answer in a few lines, then the frontier, rejected and pruned deployments."""
+    q, acc, choice = report["question"], report["acceptance"], report["choice"]
+    load = f"Poisson {q['rate']:g} req/s" if q.get("arrival") == "poisson" else \
+        f"{q.get('arrival')} arrivals"
+    lines = [f"question: {q['target']} + draft {q['draft']}, {load}, {q['requests']} "
+             f"requests; {q['slos']}"]
+    lines.append(f"acceptance: {acc['source']}; {acc['wrapped_positions']:,} of "
+                 f"{acc['output_positions']:,} output positions wrapped past the recorded "
+                 f"outputs ({acc['wrapped_requests']} requests)")
+    if choice is None:
+        lines.append("answer: no searched configuration meets every limit (see rejected; "
+                     "raise --max-gpus or relax the SLOs)")
+    else:
+        lat, mem = choice["latency"], choice["memory"]
+        lines.append(f"answer: {choice['label']}  (cost {choice['cost']:g})")
+        lines.append(f"  latency at the percentile: TTFT {_seconds(lat['ttft'])}, TPOT "
+                     f"{_seconds(lat['tpot'])}, e2e {_seconds(lat['e2e'])}; goodput "
+                     f"{lat['goodput']:.3f}")
+        lines.append(f"  memory per replica ({choice['tp']} GPU{'s' if choice['tp'] > 1 else ''}): "
+                     f"weights {mem['weights_gb']:g} GB; KV needed "
+                     f"{mem['kv_needed_tokens']:,} tokens ({mem['concurrency']} concurrent x "
+                     f"{mem['footprint_tokens']:g}) of {mem['kv_available_tokens']:,} available; "
+                     f"{mem['preemptions']} preemptions")
+        gain = choice.get("gain_vs_ar")
+        if gain is None and choice["policy"] != "ar":
+            lines.append("  ar was not searched (add it to --policies for the gain)")
+        if gain:
+            if "tpot_ratio" in gain:
+                lines.append(f"  vs ar on the same GPUs: TPOT {gain['tpot_ratio']:.2f}x "
+                             f"lower, e2e {gain['e2e_ratio']:.2f}x lower; ar there: "
+                             f"{'; '.join(gain['ar_limits']) or 'meets every limit too'}")
+            lines.append(f"  cheapest ar that meets every limit: "
+                         f"{gain['cheapest_ar'] or 'none within the searched levels'}")
+        lines.append(f"  re-run it: {choice['simulate']}")
+    if report["pareto"]:
+        lines.append("frontier (cost vs e2e at the percentile):")
+        lines += [f"  {e['cost']:>6g}  {_seconds(e['latency']['e2e']):>9}  {e['label']}"
+                  for e in report["pareto"]]
+    if report["rejected"]:
+        lines.append("rejected (best setting's limits):")
+        lines += [f"  {r['deployment']}: {'; '.join(r['limits'])}" + _kv_note(r["memory"])
+                  for r in report["rejected"]]
+    if report["pruned"]:
+        lines.append("pruned before simulating:")
+        lines += [f"  {r['deployment']}: {r['limit']}" for r in report["pruned"]]
+    for band in report.get("acceptance_band", []):
+        lat = band["latency"]
+        lines.append(f"constant alpha {band['alpha']:g}: "
+                     + (f"{band['choice']} (TPOT {_seconds(lat['tpot'])}, e2e "
+                        f"{_seconds(lat['e2e'])})" if lat else "nothing meets every limit"))
+    s = report["searched"]
+    lines.append(f"searched {s['runs']} runs in {s['levels']} cost levels ({s['computed']} "
+                 f"computed, {s['reused']} reused); figure: {report['figure']}")
+    return "\n".join(lines)
+
+
+def _kv_note(mem: dict) -> str:
+    if not mem["preemptions"]:
+        return ""
+    return (f" (KV needed ~{mem['kv_needed_tokens']:,} tokens = {mem['concurrency']} x "
+            f"{mem['footprint_tokens']:g}, available {mem['kv_available_tokens']:,})")
