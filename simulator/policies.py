@@ -326,6 +326,9 @@ class Hindsight(Policy):
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls for cls in (AutoRegressive, Fixed, DynamicSD, Tetris, Threshold, Oracle, Hindsight)
 }
+from specbatch.simulator.engine_policies import ENGINE_POLICIES  # noqa: E402 (they subclass Policy)
+
+POLICIES.update(ENGINE_POLICIES)
 
 
 def is_builtin(cls: type) -> bool:

@@ -26,6 +26,7 @@ import pandas as pd
 from specbatch.errors import require
 from specbatch.io import write_json
 from specbatch.limits import check_simulation
+from specbatch.simulator.calibration import calibrate_policy, split_trace
 from specbatch.simulator.config import (
     FREE_DRAFTS,
     SimConfig,
@@ -34,6 +35,7 @@ from specbatch.simulator.config import (
     validate_config,
 )
 from specbatch.simulator.engine import Engine
+from specbatch.simulator.graph_padding import pad_to_graphs
 from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import Policy, make_policy
@@ -158,14 +160,19 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         trace = load_trace(config, allow_partial)
     check_simulation("config", config.requests or trace.n_requests,
                      trace.n_rows / max(1, trace.n_requests), trace.K, config.replicas)
+    calibration = None
+    if config.calibration_split:  # held-out requests calibrate; the others are replayed
+        calibration, trace = split_trace(trace, config.calibration_split, config.seed)
     workload = build_workload(config, trace)
     workload = cap_workload(config, workload)
     trace = workload.rows_trace if workload.rows_trace is not None else trace
     policy = make_policy(config, trace.K)
+    calibrate_policy(policy, calibration)
     footprint = int((workload.prompt_len + workload.output_len).max(initial=0))
     footprint += policy.depth + 1
     validate_against_trace(config, trace, footprint)
     cost = cost_model if cost_model is not None else build_cost(config)
+    cost = pad_to_graphs(cost, config.cuda_graph_sizes)
     capacity = kv_capacity(config, cost)
     check_fits(config, capacity, footprint)
     requests, steps = run_engine(config, trace, workload, cost, policy, capacity, reference,
