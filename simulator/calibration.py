@@ -43,10 +43,11 @@ def split_requests(n_requests: int, fraction: float, seed: int) -> tuple[np.ndar
     return np.sort(order[:c]), np.sort(order[c:])
 
 
-def split_trace(trace: Any, fraction: float, seed: int) -> tuple[Any, Any]:
-    """(calibration trace, replay trace) of ``trace`` split by request (:func:`split_requests`)."""
+def split_trace(trace: Any, fraction: float, seed: int) -> tuple[Any, Any, np.ndarray]:
+    """(calibration trace, replay trace, the replay trace's request indices in ``trace``
+    # [n − c]) of ``trace`` split by request (:func:`split_requests`)."""
     calibrate, replay = split_requests(trace.n_requests, fraction, seed)
-    return trace.subset(calibrate), trace.subset(replay)
+    return trace.subset(calibrate), trace.subset(replay), replay
 
 
 def calibrate_policy(policy: Any, calibration: Any | None) -> None:

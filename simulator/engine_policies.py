@@ -113,7 +113,9 @@ class BatchSchedule(Policy):
     - TensorRT-LLM ``draft_len_schedule`` ``{batch size: draft_len}``:
       :func:`simulator.schedules.trt_draft_len` (0 past the largest key).
 
-    Exactly one of the two knobs is set. The batch size is the step's decoding requests
+    At most one of the two knobs is set; with neither, K = ``num_speculative_tokens`` at every
+    batch size (vLLM with dynamic SD off; TensorRT-LLM's lookup without a schedule returns
+    ``max_draft_len``). The batch size is the step's decoding requests
     (vLLM counts every scheduled request, prefill chunks included, issue vllm#49548). Reads
     nothing but n. Ignores the budget.
     """
@@ -134,7 +136,7 @@ class BatchSchedule(Policy):
         if vllm is not None:
             entries = parse_vllm_table(vllm, "config", "num_speculative_tokens_per_batch_size")
             self.dense = vllm_lookup(entries, int(config.max_num_seqs), self.depth)
-        else:
+        elif config.draft_len_schedule is not None:
             self.schedule = parse_trt_schedule(config.draft_len_schedule, "config",
                                                "draft_len_schedule", self.depth)
 
@@ -142,20 +144,22 @@ class BatchSchedule(Policy):
         """K for a batch of n decoding requests."""
         if self.dense is not None:
             return int(self.dense[min(n, self.dense.shape[0] - 1)])
-        return trt_draft_len(self.schedule, n)
+        if self.schedule:
+            return trt_draft_len(self.schedule, n)
+        return self.depth
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         return uniform(view.n, self.window(view.n))
 
 
 def check_batch_schedule(config: Any, where: str) -> None:
-    """Exactly one table knob for ``batch-schedule``, each parsed (one-line errors)."""
+    """At most one table knob for ``batch-schedule`` (one-line error)."""
     from specbatch.simulator.fields import fail
 
     vllm, trt = config.num_speculative_tokens_per_batch_size, config.draft_len_schedule
-    if (vllm is None) == (trt is None):
-        fail(where, "num_speculative_tokens_per_batch_size", "exactly one of it and "
-             "draft_len_schedule for policy batch-schedule", vllm)
+    if vllm is not None and trt is not None:
+        fail(where, "num_speculative_tokens_per_batch_size", "none when draft_len_schedule is "
+             "set (policy batch-schedule reads one table)", vllm)
 
 
 class AdaptiveSlot:

@@ -162,8 +162,10 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
                      trace.n_rows / max(1, trace.n_requests), trace.K, config.replicas)
     calibration = None
     if config.calibration_split:  # held-out requests calibrate; the others are replayed
-        calibration, trace = split_trace(trace, config.calibration_split, config.seed)
+        calibration, trace, replayed = split_trace(trace, config.calibration_split, config.seed)
     workload = build_workload(config, trace)
+    if calibration is not None:  # trace_index names the request in the whole trace
+        workload = dataclasses.replace(workload, trace_index=replayed[workload.trace_index])
     workload = cap_workload(config, workload)
     trace = workload.rows_trace if workload.rows_trace is not None else trace
     policy = make_policy(config, trace.K)
