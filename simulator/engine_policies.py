@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from specbatch.simulator.calibration import position_acceptance
-from specbatch.simulator.policies import Policy
+from specbatch.simulator.policies import Policy, register
 from specbatch.simulator.schedules import (
     parse_sglang_config,
     parse_trt_schedule,
@@ -269,12 +269,5 @@ class EmaAdaptive(Policy):
             self.current.update(accepted)
 
 
-def _engine_policies() -> dict[str, type[Policy]]:
-    from specbatch.simulator.stop_policies import EntropyStop, SpecDecPP
 
-    return {cls.name: cls for cls in (VllmDynamic, BatchSchedule, EmaAdaptive, SpecDecPP,
-                                      EntropyStop)}
-
-
-#: The engines' policies by name (merged into simulator.policies.POLICIES).
-ENGINE_POLICIES = _engine_policies()
+register(VllmDynamic, BatchSchedule, EmaAdaptive)

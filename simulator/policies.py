@@ -326,9 +326,16 @@ class Hindsight(Policy):
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls for cls in (AutoRegressive, Fixed, DynamicSD, Tetris, Threshold, Oracle, Hindsight)
 }
-from specbatch.simulator.engine_policies import ENGINE_POLICIES  # noqa: E402 (they subclass Policy)
 
-POLICIES.update(ENGINE_POLICIES)
+
+def register(*classes: type[Policy]) -> None:
+    """Add built-in policy classes defined in other modules to :data:`POLICIES`."""
+    POLICIES.update({cls.name: cls for cls in classes})
+
+
+# The engines' policies subclass Policy and register themselves at their import's end.
+import specbatch.simulator.engine_policies  # noqa: E402, F401
+import specbatch.simulator.stop_policies  # noqa: E402, F401
 
 
 def is_builtin(cls: type) -> bool:
