@@ -352,7 +352,8 @@ def check_settings_apply(c: SimConfig, given: set[str] | frozenset[str],
                          where: str = "config") -> None:
     """Refuse, for one run, a setting its policy would silently ignore: ``extra`` (see
     :func:`check_extra_applies`), a ``num_speculative_tokens`` the user gave to ``ar`` or
-    ``dsd``, and block verification for ``ar``.
+    ``dsd``, block verification for ``ar``, and an engine policy's knob given to another
+    policy (simulator.policy_knobs.check_knobs_apply).
 
     given: the fields the user set (file or flags); a default k is not the user's choice.
     """
@@ -365,6 +366,7 @@ def check_settings_apply(c: SimConfig, given: set[str] | frozenset[str],
              c.num_speculative_tokens)
     if c.policy in NO_VERIFY_POLICIES and c.verify != "token":
         fail(where, "verify", f"token for policy {c.policy} (it verifies no drafts)", c.verify)
+    pk.check_knobs_apply(c, given, where)
 
 
 def applied_k(c: SimConfig) -> int | None:

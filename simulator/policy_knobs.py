@@ -12,6 +12,11 @@ from specbatch.simulator.fields import Range, fail, knob
 
 #: Policies that read the calibration split (they fail without one).
 CALIBRATING = ("vllm-dynamic", "specdec++")
+#: Each engine-policy knob and the policy that reads it.
+KNOB_POLICY = {"num_speculative_tokens_per_batch_size": "batch-schedule",
+               "draft_len_schedule": "batch-schedule",
+               "speculative_adaptive_config": "ema-adaptive",
+               "specdec_threshold": "specdec++", "entropy_threshold": "entropy-stop"}
 #: The engine policies' names (simulator.policies.POLICIES holds their classes).
 ENGINE_POLICY_NAMES = ("batch-schedule", "ema-adaptive", "entropy-stop", "specdec++",
                        "vllm-dynamic")
@@ -58,7 +63,7 @@ def check_policy_knobs(c: Any, where: str) -> None:
         capture_sizes(c.cuda_graph_sizes, where)
     if c.policy == "batch-schedule":
         check_batch_schedule(c, where)
-    if c.policy == "ema-adaptive":
+    if c.speculative_adaptive_config is not None or c.policy == "ema-adaptive":
         EmaAdaptive.required_depth(c)  # parses speculative_adaptive_config
     if c.policy in CALIBRATING and not c.calibration_split:
         fail(where, "calibration_split", f"a fraction > 0 for policy {c.policy} (it calibrates "
@@ -68,3 +73,12 @@ def check_policy_knobs(c: Any, where: str) -> None:
              "window)", c.num_speculative_tokens)
     if c.policy in ("specdec++", "entropy-stop") and c.depth < 1:
         fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}", c.depth)
+
+
+def check_knobs_apply(c: Any, given: Any, where: str) -> None:
+    """Refuse, for one run, an engine policy's knob the user gave to another policy (it would
+    be silently ignored)."""
+    for name, policy in KNOB_POLICY.items():
+        if name in given and c.policy != policy:
+            fail(where, name, f"no {name} for policy {c.policy} (only {policy} reads it)",
+                 getattr(c, name))
