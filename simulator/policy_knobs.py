@@ -39,7 +39,7 @@ SPECDEC_THRESHOLD = knob(
     range=Range(0, 1, low_open=True, high_open=True, what="a probability"))
 ENTROPY_THRESHOLD = knob(
     2.45, "entropy-stop's θ in nats: stop before a token whose draft entropy exceeds θ "
-    "(AdaEDL: (1 - λ)²/γ; SVIP: its sqrt-entropy threshold squared)",
+    "(AdaEDL's bound 1 - sqrt(γH) < λ is H > (1 - λ)²/γ)",
     range=Range(0, float("inf"), low_open=True, what="nats"))
 CUDA_GRAPH_SIZES = knob(
     None, "captured CUDA-graph sizes in tokens per pass, or one N for [1, 2, 4] + "

@@ -75,12 +75,14 @@ class EntropyStop(Policy):
     below θ (``entropy_threshold``); the pass that saw ``H_i > θ`` ran (it costs a draft pass)
     but its token is neither proposed nor verified.
 
-    Both published entropy rules reduce to this threshold: AdaEDL stops when its lower bound on
-    the token's acceptance probability, ``1 − sqrt(γ H_i)``, falls below λ, i.e. when
-    ``H_i > (1 − λ)² / γ`` (the paper uses γ = 0.2; its run-time adaptation of λ is not
-    modelled: pass the λ it settles at); SVIP stops when ``sqrt(H_i)`` exceeds its threshold,
-    i.e. ``H_i`` exceeds that threshold squared. The default θ = 2.45 nats is AdaEDL's bound at
-    γ = 0.2, λ = 0.3. Reads: ``entropy``. Ignores the budget.
+    Both published entropy rules reduce to this threshold, since each compares a monotone
+    function of the current position's entropy with a constant: AdaEDL stops when its lower
+    bound on the token's acceptance probability, ``1 − sqrt(γ H_i)``, falls below λ, i.e. when
+    ``H_i > (1 − λ)² / γ`` (the paper uses γ = 0.2; its run-time adaptation of λ from observed
+    acceptance is not modelled: pass the λ it settles at); SVIP stops when its entropy-based
+    bound on acceptance crosses its threshold, again a threshold on ``H_i``. The default
+    θ = 2.45 nats is AdaEDL's bound at γ = 0.2, λ = 0.3. Reads: ``entropy``. Ignores the
+    budget.
     """
 
     name = "entropy-stop"
