@@ -102,6 +102,25 @@ class VllmDynamic(Policy):
             k = self.table[view.n] = self.best_k(view.n, view.cost)
         return uniform(view.n, k)
 
+    def schedule(self, max_batch: int, cost: Any) -> str:
+        """The choices for batch sizes 1..max_batch as vLLM's
+        ``num_speculative_tokens_per_batch_size`` (``"lo-hi:K,..."``): the table vLLM's
+        ``generate_config.py`` derives offline, for this trace and cost model."""
+        ks = [self.table[n] if n in self.table else self.best_k(n, cost)
+              for n in range(1, max_batch + 1)]
+        parts, lo = [], 1
+        for n in range(2, max_batch + 2):
+            if n > max_batch or ks[n - 1] != ks[lo - 1]:
+                parts.append(f"{lo}-{n - 1}:{ks[lo - 1]}")
+                lo = n
+        return ",".join(parts)
+
+    def run_notes(self, config: Any, cost: Any) -> tuple[str, ...]:
+        """What a run tells the user to set in vLLM."""
+        table = self.schedule(int(config.max_num_seqs), cost)
+        return (f"vllm-dynamic's choices as vLLM's batch-size table: "
+                f"num_speculative_tokens_per_batch_size = \"{table}\"",)
+
 
 class BatchSchedule(Policy):
     """``batch-schedule``: K from the batch size by a table, the engines' static dynamic-SD.

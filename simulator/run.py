@@ -192,8 +192,10 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         ar_makespan = summarize(ar_requests, ar_steps)["makespan"]
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
+    run_notes = getattr(policy, "run_notes", None)
+    notes = workload.notes + drafter_notes(config, trace) + verify_notes(config)
     return SimResult(config=config, requests=requests, steps=steps, summary=summary,
-                     notes=workload.notes + drafter_notes(config, trace) + verify_notes(config))
+                     notes=notes + (run_notes(config, cost) if run_notes else ()))
 
 
 def drafter_notes(config: SimConfig, trace: Trace) -> tuple[str, ...]:

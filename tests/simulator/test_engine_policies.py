@@ -34,6 +34,17 @@ def test_vllm_dynamic_picks_the_goodput_argmax_per_batch_size():
     assert policy.table == {1: 2, 4: 0}  # one entry per batch size, computed once
 
 
+def test_vllm_dynamic_prints_its_choices_as_vllms_batch_size_table():
+    """Same α = 0.8 case: n = 2 has ITL = 1 + 0.75 K, goodput 1, 1.029, 0.976 -> K = 1;
+    n = 3 has ITL = 1.25 + 1.125 K, goodput 0.8, 0.758 -> K = 0 (and n = 4 too)."""
+    config = load_config(None, policy="vllm-dynamic", k=4, calibration_split=0.5, max_num_seqs=4)
+    policy = make_policy(config, 4)
+    policy.calibrate(const_trace(alpha=0.8, depth=4))
+    assert policy.schedule(4, COST) == "1-1:2,2-2:1,3-4:0"
+    note = policy.run_notes(config, COST)[0]
+    assert note.endswith('num_speculative_tokens_per_batch_size = "1-1:2,2-2:1,3-4:0"')
+
+
 def test_vllm_dynamic_breaks_a_goodput_tie_toward_the_smaller_k():
     """α = 0.5, n = 1: goodput(0) = 1 / 0.75 = 4/3 = 1.5 / 1.125 = goodput(1) exactly."""
     policy = make_policy(load_config(None, policy="vllm-dynamic", k=2, calibration_split=0.5), 4)
