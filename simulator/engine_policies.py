@@ -49,9 +49,10 @@ class VllmDynamic(Policy):
     spec-decode pass for a_i, ``vllm bench sweep serve`` for the median ITL per batch size and
     K); here a_i is :func:`simulator.calibration.position_acceptance` on the calibration split
     (``calibrate``) and ITL the active cost model's step (K draft passes, one verify pass of
-    query K + 1, the overhead) at the calibration split's mean context length, one table
-    entry per batch size, computed on first use. The online refresh of a_i (``is_online``)
-    is not modelled. Reads: ``cost`` and the calibration split. Ignores the budget.
+    query K + 1, the rejection sampler, the overhead) at the calibration split's mean context
+    length, one table entry per batch size, computed on first use. The online refresh of a_i
+    (``is_online``) is not modelled. Reads: ``cost`` and the calibration split. Ignores the
+    budget.
     """
 
     name = "vllm-dynamic"
@@ -64,24 +65,36 @@ class VllmDynamic(Policy):
 
     def __init__(self, config: Any, trace_k: int) -> None:
         super().__init__(config, trace_k)
+        self.config = config
         self.rates: np.ndarray | None = None
         self.context = 0
+        self.sampler: Any = None
         self.table: dict[int, int] = {}
 
     def calibrate(self, trace: Any) -> None:
-        """Per-position acceptance and mean context length of the calibration requests."""
+        """Per-position acceptance, mean context length and the rejection sampler's cost
+        (simulator.verify_cost) of the calibration requests."""
+        from specbatch.simulator.config import FREE_DRAFTS
+        from specbatch.simulator.verify_cost import verify_cost_for
+
         self.rates = position_acceptance(trace, self.depth, self.rule)
         positions = np.arange(trace.n_rows) - np.repeat(trace.offsets[:-1], trace.output_len)
         self.context = int(round(float(np.mean(trace.prompt_len[trace.row_request] + positions))))
+        free = str(self.config.draft).lower() in FREE_DRAFTS
+        self.sampler = verify_cost_for(self.config, trace, free)
         self.table = {}
 
     def itl(self, n: int, k: int, cost: Any) -> float:
-        """Seconds of one step of n requests at window k and the calibration context."""
+        """Seconds of one step of n requests at window k and the calibration context: k draft
+        passes, the verify pass, the rejection sampler, the overhead (what vLLM's measured
+        ITL holds)."""
         ones = np.ones(n, dtype=np.int64)
         kv = np.full(n, self.context, dtype=np.int64)
         t = cost.overhead + cost.step_time("target", ones * (k + 1), kv)
         for d in range(k):
             t += cost.step_time("draft", ones, kv + d)
+        if self.sampler is not None:
+            t += self.sampler.seconds(n, n * k, ones * k)
         return float(t)
 
     def best_k(self, n: int, cost: Any) -> int:

@@ -26,7 +26,8 @@ def test_vllm_dynamic_picks_the_goodput_argmax_per_batch_size():
     ITL(n, K) = 0.5 + 0.25 n (K + 1) + 0.125 n K. n = 1: ITL = 0.75, 1.125, 1.5, 1.875, 2.25,
     goodput 1.333, 1.6, 1.627, 1.574, 1.494 -> K = 2. n = 4: ITL = 1.5, 3, 4.5, ... goodput
     0.667, 0.6, 0.542, ... -> K = 0."""
-    policy = make_policy(load_config(None, policy="vllm-dynamic", k=4, calibration_split=0.5), 4)
+    policy = make_policy(load_config(None, policy="vllm-dynamic", k=4, calibration_split=0.5,
+                                     verify_cost="none"), 4)
     policy.calibrate(const_trace(alpha=0.8, depth=4))
     np.testing.assert_allclose(policy.rates, [0.8, 0.64, 0.512, 0.4096])
     assert policy.decide(view(1))[1].tolist() == [2]
@@ -37,7 +38,8 @@ def test_vllm_dynamic_picks_the_goodput_argmax_per_batch_size():
 def test_vllm_dynamic_prints_its_choices_as_vllms_batch_size_table():
     """Same α = 0.8 case: n = 2 has ITL = 1 + 0.75 K, goodput 1, 1.029, 0.976 -> K = 1;
     n = 3 has ITL = 1.25 + 1.125 K, goodput 0.8, 0.758 -> K = 0 (and n = 4 too)."""
-    config = load_config(None, policy="vllm-dynamic", k=4, calibration_split=0.5, max_num_seqs=4)
+    config = load_config(None, policy="vllm-dynamic", k=4, calibration_split=0.5, max_num_seqs=4,
+                         verify_cost="none")
     policy = make_policy(config, 4)
     policy.calibrate(const_trace(alpha=0.8, depth=4))
     assert policy.schedule(4, COST) == "1-1:2,2-2:1,3-4:0"
@@ -47,9 +49,20 @@ def test_vllm_dynamic_prints_its_choices_as_vllms_batch_size_table():
 
 def test_vllm_dynamic_breaks_a_goodput_tie_toward_the_smaller_k():
     """α = 0.5, n = 1: goodput(0) = 1 / 0.75 = 4/3 = 1.5 / 1.125 = goodput(1) exactly."""
-    policy = make_policy(load_config(None, policy="vllm-dynamic", k=2, calibration_split=0.5), 4)
+    policy = make_policy(load_config(None, policy="vllm-dynamic", k=2, calibration_split=0.5,
+                                     verify_cost="none"), 4)
     policy.calibrate(const_trace(alpha=0.5, depth=4))
     assert policy.best_k(1, COST) == 0
+
+
+def test_vllm_dynamic_prices_the_rejection_sampler_like_vllms_measured_itl():
+    """With a sampler preset, ITL = the cost model's step + the sampler's seconds."""
+    policy = make_policy(load_config(None, policy="vllm-dynamic", k=2, calibration_split=0.5,
+                                     verify_cost="fused"), 4)
+    policy.calibrate(const_trace(alpha=0.5, depth=4))
+    sampler = policy.sampler.seconds(3, 6, np.full(3, 2))
+    assert sampler > 0
+    assert policy.itl(3, 2, COST) == pytest.approx(0.5 + 0.25 * 9 + 2 * 0.125 * 3 + sampler)
 
 
 def test_vllm_dynamic_calibrates_on_held_out_requests_only():
