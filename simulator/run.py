@@ -6,8 +6,10 @@ Loads the trace (``config.trace``: "default", a directory, or "synth"), builds t
 (simulator.metrics). ``max_model_len`` caps the workload's outputs (simulator.kv); the
 summary says which KV mode ran and the capacity it used (``kv_mode``, ``kv_capacity`` in
 tokens per replica, None = unlimited). With ``config.speedup`` it also runs ``ar`` on the same workload and
-cost model and adds ``speedup_vs_ar``. Same config ⇒ byte-identical :meth:`SimResult.write`
-files.
+cost model and adds ``speedup_vs_ar``. ``calibration_split`` holds a seeded share of the
+trace's requests out of replay for the policies that calibrate on them (simulator.calibration);
+``cuda_graph_sizes`` pads the cost model's passes to captured sizes (simulator.graph_padding).
+Same config ⇒ byte-identical :meth:`SimResult.write` files.
 """
 
 from __future__ import annotations
