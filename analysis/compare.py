@@ -48,7 +48,9 @@ METRICS: dict[str, tuple[str, str, bool]] = {
 #: Config fields that describe how a policy speculates (a "setting" of the policy); every
 #: other varying config field is the *context* (load, hardware, trace, ...), compared within.
 POLICY_KNOBS = ("policy", "verify", "num_speculative_tokens", "extra", "budget", "threshold",
-                "threshold_mode", "dsd_interval")
+                "threshold_mode", "dsd_interval", "num_speculative_tokens_per_batch_size",
+                "draft_len_schedule", "speculative_adaptive_config", "specdec_threshold",
+                "entropy_threshold")
 
 
 #: Open-loop arrivals: requests arrive at a given rate whatever the server does, so every

@@ -38,6 +38,7 @@ from specbatch.analysis.compare import (
     ranking_metric,
     select,
 )
+from specbatch.analysis.engines import engine_blocks, has_engine_policies
 from specbatch.analysis.figures import (
     figure_bv_gain,
     figure_latency_cdf,
@@ -107,6 +108,8 @@ def write_report(out: Path, manifest: dict, df: pd.DataFrame, rep: Path, fmt: st
         blocks += tetris_blocks(df, replicate == "tetris")
     if not gains.empty:
         blocks += block_blocks(df, gains, replicate == "block")
+    if has_engine_policies(df):
+        blocks += engine_blocks(df, rep)
     blocks += [("h2", "Metric definitions"), ("list", METRIC_DEFINITIONS)]
     atomic_write(rep / f"report.{fmt}", render(blocks, fmt))
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator import policy_knobs as pk
 from specbatch.simulator.fields import (
     FieldSpec,
     Range,
@@ -66,7 +67,8 @@ THRESHOLD_MODES = ("cumulative", "per_token")
 KV_MODES = ("reserve", "paged")
 #: The built-in policies (simulator.policies.POLICIES; a test keeps them equal), named here so
 #: a ``--help`` lists them without importing the engine.
-POLICY_NAMES = ("ar", "dsd", "fixed", "hindsight", "oracle", "tetris", "threshold")
+POLICY_NAMES = ("ar", "batch-schedule", "dsd", "ema-adaptive", "entropy-stop", "fixed",
+                "hindsight", "oracle", "specdec++", "tetris", "threshold", "vllm-dynamic")
 #: Draft names that are not models (``draft``): their passes cost nothing
 #: (simulator.free_draft).
 FREE_DRAFTS = ("ngram",)
@@ -163,6 +165,13 @@ class SimConfig:
     threshold_mode: str = knob("cumulative", "how the threshold policy combines "
                                "confidences", choices=THRESHOLD_MODES)
     dsd_interval: int = knob(20, "steps between DSD re-plans", range=at_least(1))
+    calibration_split: float = pk.CALIBRATION_SPLIT
+    num_speculative_tokens_per_batch_size: str | None = pk.VLLM_TABLE
+    draft_len_schedule: str | None = pk.TRT_SCHEDULE
+    speculative_adaptive_config: str | None = pk.SGLANG_CONFIG
+    specdec_threshold: float = pk.SPECDEC_THRESHOLD
+    entropy_threshold: float = pk.ENTROPY_THRESHOLD
+    cuda_graph_sizes: str | None = pk.CUDA_GRAPH_SIZES
     cost: str = knob("roofline", "step-time cost model", choices=COSTS)
     hardware: str = knob("h100", "roofline hardware preset (any case)",
                          names=lambda: tuple(sorted(HARDWARE)), every_name=True)
@@ -298,7 +307,7 @@ def load_config_given(path: str | Path | None = None, **overrides: Value
 
 
 #: Policies that never draft beyond k, so a nonzero ``extra`` would be silently ignored.
-NO_EXTRA_POLICIES = ("ar", "fixed", "dsd")
+NO_EXTRA_POLICIES = ("ar", "fixed", "dsd", "vllm-dynamic", "batch-schedule", "ema-adaptive")
 #: Policies whose window is not ``num_speculative_tokens``: ``ar`` never drafts, ``dsd``
 #: plans its window by expected goodput (simulator.policies.DSD).
 NO_K_POLICIES = ("ar", "dsd")
@@ -312,6 +321,7 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
 
     check_ranges(c, specs(), where)
     resolve_policy(c.policy, f"{where}: field policy")
+    pk.check_policy_knobs(c, where)
     if c.policy == "fixed" and c.num_speculative_tokens < 1:
         fail(where, "num_speculative_tokens", "k >= 1 for policy fixed", c.num_speculative_tokens)
     if c.policy in ("tetris", "oracle", "hindsight", "threshold") and c.depth < 1:
@@ -342,7 +352,8 @@ def check_settings_apply(c: SimConfig, given: set[str] | frozenset[str],
                          where: str = "config") -> None:
     """Refuse, for one run, a setting its policy would silently ignore: ``extra`` (see
     :func:`check_extra_applies`), a ``num_speculative_tokens`` the user gave to ``ar`` or
-    ``dsd``, and block verification for ``ar``.
+    ``dsd``, block verification for ``ar``, and an engine policy's knob given to another
+    policy (simulator.policy_knobs.check_knobs_apply).
 
     given: the fields the user set (file or flags); a default k is not the user's choice.
     """
@@ -355,6 +366,7 @@ def check_settings_apply(c: SimConfig, given: set[str] | frozenset[str],
              c.num_speculative_tokens)
     if c.policy in NO_VERIFY_POLICIES and c.verify != "token":
         fail(where, "verify", f"token for policy {c.policy} (it verifies no drafts)", c.verify)
+    pk.check_knobs_apply(c, given, where)
 
 
 def applied_k(c: SimConfig) -> int | None:

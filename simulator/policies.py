@@ -328,6 +328,16 @@ POLICIES: dict[str, type[Policy]] = {
 }
 
 
+def register(*classes: type[Policy]) -> None:
+    """Add built-in policy classes defined in other modules to :data:`POLICIES`."""
+    POLICIES.update({cls.name: cls for cls in classes})
+
+
+# The engines' policies subclass Policy and register themselves at their import's end.
+import specbatch.simulator.engine_policies  # noqa: E402, F401
+import specbatch.simulator.stop_policies  # noqa: E402, F401
+
+
 def is_builtin(cls: type) -> bool:
     """``cls`` is the registry's class for its name (a user's subclass is not, whatever its
     ``name``)."""

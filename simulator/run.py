@@ -6,8 +6,10 @@ Loads the trace (``config.trace``: "default", a directory, or "synth"), builds t
 (simulator.metrics). ``max_model_len`` caps the workload's outputs (simulator.kv); the
 summary says which KV mode ran and the capacity it used (``kv_mode``, ``kv_capacity`` in
 tokens per replica, None = unlimited). With ``config.speedup`` it also runs ``ar`` on the same workload and
-cost model and adds ``speedup_vs_ar``. Same config ⇒ byte-identical :meth:`SimResult.write`
-files.
+cost model and adds ``speedup_vs_ar``. ``calibration_split`` holds a seeded share of the
+trace's requests out of replay for the policies that calibrate on them (simulator.calibration);
+``cuda_graph_sizes`` pads the cost model's passes to captured sizes (simulator.graph_padding).
+Same config ⇒ byte-identical :meth:`SimResult.write` files.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pandas as pd
 from specbatch.errors import require
 from specbatch.io import write_json
 from specbatch.limits import check_simulation
+from specbatch.simulator.calibration import calibrate_policy, split_trace
 from specbatch.simulator.config import (
     FREE_DRAFTS,
     SimConfig,
@@ -34,6 +37,7 @@ from specbatch.simulator.config import (
     validate_config,
 )
 from specbatch.simulator.engine import Engine
+from specbatch.simulator.graph_padding import pad_to_graphs
 from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import Policy, make_policy
@@ -158,14 +162,21 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         trace = load_trace(config, allow_partial)
     check_simulation("config", config.requests or trace.n_requests,
                      trace.n_rows / max(1, trace.n_requests), trace.K, config.replicas)
+    calibration = None
+    if config.calibration_split:  # held-out requests calibrate; the others are replayed
+        calibration, trace, replayed = split_trace(trace, config.calibration_split, config.seed)
     workload = build_workload(config, trace)
+    if calibration is not None:  # trace_index names the request in the whole trace
+        workload = dataclasses.replace(workload, trace_index=replayed[workload.trace_index])
     workload = cap_workload(config, workload)
     trace = workload.rows_trace if workload.rows_trace is not None else trace
     policy = make_policy(config, trace.K)
+    calibrate_policy(policy, calibration)
     footprint = int((workload.prompt_len + workload.output_len).max(initial=0))
     footprint += policy.depth + 1
     validate_against_trace(config, trace, footprint)
     cost = cost_model if cost_model is not None else build_cost(config)
+    cost = pad_to_graphs(cost, config.cuda_graph_sizes)
     capacity = kv_capacity(config, cost)
     check_fits(config, capacity, footprint)
     requests, steps = run_engine(config, trace, workload, cost, policy, capacity, reference,
@@ -183,8 +194,10 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         ar_makespan = summarize(ar_requests, ar_steps)["makespan"]
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
+    run_notes = getattr(policy, "run_notes", None)
+    notes = workload.notes + drafter_notes(config, trace) + verify_notes(config)
     return SimResult(config=config, requests=requests, steps=steps, summary=summary,
-                     notes=workload.notes + drafter_notes(config, trace) + verify_notes(config))
+                     notes=notes + (run_notes(config, cost) if run_notes else ()))
 
 
 def drafter_notes(config: SimConfig, trace: Trace) -> tuple[str, ...]:

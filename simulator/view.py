@@ -20,7 +20,7 @@ from specbatch.theory.stats import block_weights, token_weights
 
 #: Trace column behind each per-position signal of a :class:`StepView`.
 SIGNALS = {"conf": "draft_conf", "q": "q", "pt": "pt", "z": "z", "p": "p",
-           "accept_tv": "accept_tv"}
+           "accept_tv": "accept_tv", "entropy": "entropy"}
 
 
 def cumulative_confidence(conf: np.ndarray) -> np.ndarray:
@@ -76,6 +76,7 @@ class StepView:
     eta:        # [n, depth] the verifier's uniforms (hindsight only), or None
     cost:       the active cost model (dsd only), or None
     conf:       # [n, depth] draft's temperature-1 probability of each drafted token
+    entropy:    # [n, depth] draft's temperature-1 entropy at each position (nats)
     q, pt, z:   # [n, depth] the drafted path's true statistics (THEORY.md §3; oracle and
                 hindsight only)
     p:          # [n, depth] BV's ``P(τ ≥ j | X^j)`` (from q, pt)
@@ -135,6 +136,7 @@ class StepView:
     z = property(lambda self: self.signal("z"))
     p = property(lambda self: self.signal("p"))
     accept_tv = property(lambda self: self.signal("accept_tv"))
+    entropy = property(lambda self: self.signal("entropy"))
 
     def row_table(self, key: tuple, build: Callable[..., Any], *names: str) -> Any:
         """``build(*signals)`` for this view's rows, where ``build`` works row by row on the

@@ -8,6 +8,10 @@
 - ``block_gamma.toml``: block vs token verification for γ = 1..8 on the temperature-1
   default trace (the block paper's γ sweep; at temperature 0 BV equals TV exactly).
 - ``load.toml``: throughput vs latency across Poisson arrival rates.
+- ``engines.toml``: the engines' draft-length policies (vllm-dynamic, batch-schedule,
+  ema-adaptive, specdec++, entropy-stop) against fixed k, TETRIS, the oracle and hindsight
+  on the bundled real traces, one calibration split for all; the report pairs each policy's
+  best setting with the best fixed k (analysis.engines).
 
 Run one with ``specbatch sweep analysis/specs/tetris.toml --out runs/tetris --report``.
 """

@@ -60,3 +60,23 @@ def const_trace(n_requests: int = 8, output_len: int = 20, prompt_len: int = 4, 
 def ones(n: int, value: int = 1) -> np.ndarray:
     """A uniform batch column: ``n`` requests each with ``value`` (query or KV tokens)."""
     return np.full(n, value, dtype=np.int64)
+
+
+def policy_settings(name: str) -> dict:
+    """The config fields a built-in policy needs besides k and e: a calibration split for the
+    policies that calibrate, small candidate steps for ema-adaptive (SGLang's default reaches
+    7), a batch-size table for batch-schedule."""
+    return {"vllm-dynamic": dict(calibration_split=0.25),
+            "specdec++": dict(calibration_split=0.25),
+            "ema-adaptive": dict(speculative_adaptive_config='{"1": {"candidate_steps": [1, 2]}, '
+                                                             '"4": {"candidate_steps": [0, 1]}}'),
+            "batch-schedule": dict(num_speculative_tokens_per_batch_size="1-3:3,8-64:1"),
+            }.get(name, {})
+
+
+def calibrated(policy, trace):
+    """``policy`` calibrated on ``trace`` when it calibrates (unit tests of its decisions;
+    simulate itself calibrates on held-out requests only)."""
+    if hasattr(policy, "calibrate"):
+        policy.calibrate(trace)
+    return policy

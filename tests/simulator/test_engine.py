@@ -13,7 +13,7 @@ from specbatch.simulator.config import load_config
 from specbatch.simulator.policies import POLICIES
 from specbatch.simulator.run import simulate
 from specbatch.simulator.state import RECORD_ROWS, Outcome, Row
-from tests.simulator.helpers import LinearCost, const_trace
+from tests.simulator.helpers import LinearCost, const_trace, policy_settings
 
 COST = LinearCost()
 
@@ -132,9 +132,10 @@ def test_conservation_property(synth_trace_natural, policy, verify, k, extra, ma
                                replicas, router, chunk, arrival, kv_slack, budget, seed):
     """Any valid config: every request finishes exactly once with its recorded length."""
     trace = synth_trace_natural
-    depth = 6 if policy == "dsd" else (k if policy == "fixed" else k + extra)
+    depth = max(6 if policy == "dsd" else (k if policy == "fixed" else k + extra), 2)
     footprint = int((trace.prompt_len + trace.output_len).max()) + depth + 1
     kw = dict(policy=policy, verify=verify, k=k, extra=extra, max_num_seqs=max_num_seqs,
+              **policy_settings(policy),
               replicas=replicas, router=router, arrival=arrival, rate=30.0, cv=2.0, seed=seed,
               budget=budget, requests=18,
               kv_capacity=None if kv_slack is None else footprint + kv_slack)

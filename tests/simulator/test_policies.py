@@ -13,13 +13,14 @@ from specbatch.simulator.verify import expected_accepted
 from specbatch.simulator.view import StepView, make_view
 from specbatch.theory.stats import block_thresholds, block_weights
 from specbatch.traces.synth import SynthConfig, synth_trace
-from tests.simulator.helpers import LinearCost, const_trace
+from tests.simulator.helpers import LinearCost, calibrated, const_trace, policy_settings
 
 COST = LinearCost()
 
 
 def policy(trace, name, **kw):
-    return make_policy(load_config(None, trace="synth", policy=name, **kw), trace.K)
+    config = load_config(None, trace="synth", policy=name, **policy_settings(name), **kw)
+    return calibrated(make_policy(config, trace.K), trace)
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])
@@ -246,7 +247,8 @@ def test_a_view_of_gathered_signals_decides_like_a_view_of_trace_rows(synth_trac
                 view = make_view(trace, rows, budget=3 * n, depth=p.depth, cost=COST, kv=kv)
                 if view_of == "signals":
                     cols = {s: getattr(trace, c)[rows, : p.depth] for s, c in
-                            (("conf", "draft_conf"), ("q", "q"), ("pt", "pt"), ("z", "z"))}
+                            (("conf", "draft_conf"), ("q", "q"), ("pt", "pt"), ("z", "z"),
+                             ("entropy", "entropy"))}
                     view = StepView.from_signals(kv, 3 * n, p.depth, eta=view.eta, cost=COST,
                                                  **cols)
                 decided.append(p.decide(view))
@@ -262,7 +264,8 @@ def test_every_policy_drafts_its_required_depth_and_config_asks_the_class(synth_
     trace = synth_trace_natural  # K = 8
     for name, cls in POLICIES.items():
         for k, extra in ((1, 0), (3, 2), (6, 2)):
-            config = load_config(None, trace="synth", policy=name, k=k, extra=extra)
+            config = load_config(None, trace="synth", policy=name, k=k, extra=extra,
+                                 **policy_settings(name))
             need = cls.required_depth(config)
             assert policy_depth(config) == need
             p = make_policy(config, trace.K)

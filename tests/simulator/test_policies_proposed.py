@@ -13,7 +13,7 @@ from specbatch.simulator.policies import POLICIES, make_policy
 from specbatch.simulator.run import simulate
 from specbatch.simulator.view import StepView, make_view
 from specbatch.traces.trace import default_meta, make_trace
-from tests.simulator.helpers import LinearCost
+from tests.simulator.helpers import LinearCost, calibrated, policy_settings
 
 DEPTH = 4
 
@@ -56,8 +56,8 @@ def test_fixed_k_verifies_min_k_and_proposed_in_a_view():
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_every_policy_stays_within_the_proposed_count(name):
     trace = ngram_trace(PROPOSED, 0.6)
-    config = load_config(None, trace="synth", policy=name, k=2, extra=2)
-    policy = make_policy(config, DEPTH)
+    config = load_config(None, trace="synth", policy=name, k=2, extra=2, **policy_settings(name))
+    policy = calibrated(make_policy(config, DEPTH), trace)
     rows = np.arange(trace.n_rows)
     view = make_view(trace, rows, 2 * rows.size, policy.depth, cost=LinearCost())
     plan = plan_step(policy, view, check=True)

@@ -18,7 +18,7 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.config import load_config
 from specbatch.simulator.policies import POLICIES, Policy, resolve_policy
 from specbatch.simulator.run import simulate
-from tests.simulator.helpers import LinearCost
+from tests.simulator.helpers import LinearCost, policy_settings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "my_policy.py"
 DOC = EXAMPLE.parents[1] / "policies.md"
@@ -163,7 +163,8 @@ def test_toml_config_and_sweep_spec_name_a_user_policy(user_dir):
 
 
 @pytest.mark.parametrize("name, needle", [
-    ("nope", "expected one of ar, dsd, fixed, hindsight, oracle, tetris, threshold or "
+    ("nope", "expected one of ar, batch-schedule, dsd, ema-adaptive, entropy-stop, fixed, "
+             "hindsight, oracle, specdec++, tetris, threshold, vllm-dynamic or "
              "package.module:Class"),
     ("a:b:c", "expected one of"),
     ("no_such_module_xyz:Policy", "cannot import module no_such_module_xyz"),
@@ -224,6 +225,6 @@ def test_every_built_in_policy_keeps_the_contract_in_the_checked_reference_engin
         name, synth_trace_natural):
     config = load_config(None, trace="synth", policy=name, extra=0 if name in (
         "ar", "fixed", "dsd") else 1, budget=None if name != "tetris" else 7, requests=10,
-        max_num_seqs=5)
+        max_num_seqs=5, **policy_settings(name))
     simulate(config, synth_trace_natural, cost_model=COST, reference=True)  # raises on a breach
     assert issubclass(POLICIES[name], Policy) and POLICIES[name].name == name

@@ -1,0 +1,84 @@
+"""The config fields of the engines' policies (simulator.engine_policies, .stop_policies), the
+calibration split (simulator.calibration) and CUDA-graph padding (simulator.graph_padding),
+declared here and placed in :class:`simulator.config.SimConfig`; and their cross-field checks
+(:func:`check_policy_knobs`, called by ``validate_config``). Names follow the engines' knobs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specbatch.simulator.fields import Range, fail, knob
+
+#: Policies that read the calibration split (they fail without one).
+CALIBRATING = ("vllm-dynamic", "specdec++")
+#: Each engine-policy knob and the policy that reads it.
+KNOB_POLICY = {"num_speculative_tokens_per_batch_size": "batch-schedule",
+               "draft_len_schedule": "batch-schedule",
+               "speculative_adaptive_config": "ema-adaptive",
+               "specdec_threshold": "specdec++", "entropy_threshold": "entropy-stop"}
+#: The engine policies' names (simulator.policies.POLICIES holds their classes).
+ENGINE_POLICY_NAMES = ("batch-schedule", "ema-adaptive", "entropy-stop", "specdec++",
+                       "vllm-dynamic")
+
+CALIBRATION_SPLIT = knob(
+    0.0, "fraction of the trace's requests held out of replay (by request, seeded) for the "
+    "policies that calibrate offline (vllm-dynamic, specdec++); 0: no split",
+    range=Range(0, 1, high_open=True, what="a fraction"))
+VLLM_TABLE = knob(
+    None, "vLLM's batch-size table of batch-schedule: inclusive ranges 'lo-hi:K,...' (or "
+    "[[lo, hi, K], ...]) from 1; gaps inherit the previous K", none="off")
+TRT_SCHEDULE = knob(
+    None, "TensorRT-LLM's draft_len_schedule of batch-schedule: 'batch_size:draft_len,...', "
+    "each key the largest batch size of its length; 0 past the last", none="off")
+SGLANG_CONFIG = knob(
+    None, "SGLang's speculative-adaptive-config of ema-adaptive: a JSON object of batch-size "
+    'slots, e.g. {"1": {"candidate_steps": [1, 3, 5]}}', none="SGLang's default")
+SPECDEC_THRESHOLD = knob(
+    0.5, "specdec++'s h: stop drafting once P(at least one rejection) > h",
+    range=Range(0, 1, low_open=True, high_open=True, what="a probability"))
+ENTROPY_THRESHOLD = knob(
+    2.45, "entropy-stop's θ in nats: stop before a token whose draft entropy exceeds θ "
+    "(AdaEDL's bound 1 - sqrt(γH) < λ is H > (1 - λ)²/γ)",
+    range=Range(0, float("inf"), low_open=True, what="nats"))
+CUDA_GRAPH_SIZES = knob(
+    None, "captured CUDA-graph sizes in tokens per pass, or one N for [1, 2, 4] + "
+    "range(8, N + 1, 8) (vLLM): smaller passes are priced padded to the next size",
+    none="no padding")
+
+
+def check_policy_knobs(c: Any, where: str) -> None:
+    """The knobs' parses and the settings each engine policy needs (one-line errors)."""
+    from specbatch.simulator.engine_policies import EmaAdaptive, check_batch_schedule
+    from specbatch.simulator.graph_padding import capture_sizes
+    from specbatch.simulator.schedules import parse_trt_schedule, parse_vllm_table
+
+    if c.num_speculative_tokens_per_batch_size is not None:
+        parse_vllm_table(c.num_speculative_tokens_per_batch_size, where,
+                         "num_speculative_tokens_per_batch_size")
+    if c.draft_len_schedule is not None:
+        parse_trt_schedule(c.draft_len_schedule, where, "draft_len_schedule",
+                           c.num_speculative_tokens)
+    if c.cuda_graph_sizes is not None:
+        capture_sizes(c.cuda_graph_sizes, where)
+    if c.policy == "batch-schedule":
+        check_batch_schedule(c, where)
+    if c.speculative_adaptive_config is not None or c.policy == "ema-adaptive":
+        EmaAdaptive.required_depth(c)  # parses speculative_adaptive_config
+    if c.policy in CALIBRATING and not c.calibration_split:
+        fail(where, "calibration_split", f"a fraction > 0 for policy {c.policy} (it calibrates "
+             "on held-out trace requests, never on replayed ones)", c.calibration_split)
+    if c.policy in ("vllm-dynamic", "batch-schedule") and c.num_speculative_tokens < 1:
+        fail(where, "num_speculative_tokens", f"k >= 1 for policy {c.policy} (its largest "
+             "window)", c.num_speculative_tokens)
+    if c.policy in ("specdec++", "entropy-stop") and c.depth < 1:
+        fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}", c.depth)
+
+
+def check_knobs_apply(c: Any, given: Any, where: str) -> None:
+    """Refuse, for one run, an engine policy's knob the user gave to another policy (it would
+    be silently ignored)."""
+    for name, policy in KNOB_POLICY.items():
+        if name in given and c.policy != policy:
+            fail(where, name, f"no {name} for policy {c.policy} (only {policy} reads it)",
+                 getattr(c, name))
