@@ -1,9 +1,9 @@
 """Quantised self-drafts: a model's own weights rounded to a few bits, then dequantised.
 
 Speculative decoding needs a draft on the target's vocabulary; one that ships with every model
-is the model itself at lower precision (weight-only quantisation, as in QSpec and in
-self-speculative serving of quantised checkpoints). :func:`derive_quantized` writes such a
-draft as a plain Hugging Face folder: every 2-D weight of the decoder layers (attention and
+is the model itself at lower precision (weight-only quantisation, whose kernels read 4-8x
+fewer weight bytes per decode step). :func:`derive_quantized` writes such a draft as a
+plain Hugging Face folder: every 2-D weight of the decoder layers (attention and
 MLP projections) goes through :func:`quantize_groups` and back to the folder's dtype, so
 ``transformers`` loads it as an ordinary model whose outputs are exactly those of the
 quantised network. Embeddings (tied to the LM head in SmolLM2), norms and biases are kept,
@@ -15,9 +15,10 @@ row length is not a multiple); with ``b`` bits a group with minimum ``m`` and ma
 gets the step ``d = (M − m) / (2^b − 1)`` and every weight ``w`` becomes
 ``m + d · clamp(round((w − m) / d), 0, 2^b − 1)``, so ``|w − ŵ| ≤ d / 2`` and both extremes are
 exact. This is llama.cpp's ``Q4_1`` block (a scale and a minimum per block of 32 weights)
-for any bit width and group size, and the RTN baseline of GPTQ (Frantar et al., ICLR 2023,
-§5, per-group min/max with group size 128) and AWQ (Lin et al., MLSys 2024). No calibration
-data is used, so the draft is a pure function of the weights: deterministic, bit for bit.
+for any bit width and group size, and the round-to-nearest baseline that GPTQ (Frantar et
+al., ICLR 2023) and AWQ (Lin et al., MLSys 2024) compare against; AWQ reports it with groups
+of 128 (INT3-g128, INT4-g128), the default here. No calibration data is used, so the draft
+is a pure function of the weights: deterministic, bit for bit.
 
 Note for GGUF-converted targets: a ``Q4_1`` source already lies on a 4-bit min/max grid per
 32 input weights, so ``bits = 4, group_size = 32`` returns it unchanged (RTN on this grid is
@@ -42,7 +43,7 @@ __all__ = ["BITS", "DEFAULT_GROUP_SIZE", "check_quantization", "derive_quantized
 #: Bit widths a quantised draft may have: 2-4 are the drafts of practice; 5-8 are near-lossless
 #: reference points.
 BITS = range(2, 9)
-#: Input weights per (scale, minimum) pair: GPTQ's and AWQ's usual group size.
+#: Input weights per (scale, minimum) pair: the group size AWQ and GPTQ report most.
 DEFAULT_GROUP_SIZE = 128
 #: Decoder-layer tensors are the ones quantised (``model.layers.N.…``).
 _LAYER_KEY = re.compile(r"(^|\.)layers\.\d+\.")
