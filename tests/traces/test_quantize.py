@@ -233,3 +233,29 @@ def test_cli_refuses_a_folder_of_other_files_before_any_work(tiny_llama, tmp_pat
                  "--out", str(tmp_path / "busy"), "--force"])
     assert_one_line_error(code, capsys.readouterr().err, "not a quantized model result")
     assert (tmp_path / "busy" / "x").read_text() == "keep me"
+
+
+# ---------------------------------------------------------------- the bundled trace
+
+
+def test_the_bundled_q4_trace_drafts_the_drop2_traces_positions_with_the_quantised_target():
+    """smollm2-q4: the 4-bit self-draft on smollm2-drop2's prompts, seed and settings, so the
+    target's reference outputs are the same; where both drafts propose the same first token,
+    the target's probability of it is the same number."""
+    import numpy as np
+
+    from specbatch.traces.format import read_trace, resolve_trace
+
+    q4, drop2 = (read_trace(resolve_trace(name)) for name in ("smollm2-q4", "smollm2-drop2"))
+    assert q4.K == 8 and q4.status == "complete" and q4.temperature == 1.0
+    assert q4.meta["capture"]["chat_template"] is True and q4.n_rows >= 3000
+    draft, target = q4.meta["models"]["draft"], q4.meta["models"]["target"]
+    assert draft["derived"]["quantized"]["bits"] == 4
+    assert draft["derived"]["quantized"]["group_size"] == quantize.DEFAULT_GROUP_SIZE
+    assert draft["shape"] == target["shape"] and draft["params"] == target["params"]
+    assert set(draft["weights_sha256"]) == {"model.safetensors"}
+    np.testing.assert_array_equal(q4.output_len, drop2.output_len)
+    np.testing.assert_array_equal(q4.prompt_len, drop2.prompt_len)
+    same = q4.draft_token[:, 0] == drop2.draft_token[:, 0]
+    assert 0 < same.mean() < 1
+    np.testing.assert_array_equal(q4.pt[same, 0], drop2.pt[same, 0])
