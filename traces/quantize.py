@@ -36,6 +36,7 @@ from pathlib import Path
 from specbatch.errors import require
 from specbatch.inputs import load_json_file
 from specbatch.io import check_result_dir, result_dir, write_json
+from specbatch.traces.weights import TOKENIZER_FILES, load_state, weights_source
 
 __all__ = ["BITS", "DEFAULT_GROUP_SIZE", "check_quantization", "derive_quantized",
            "quantize_groups", "quantize_state"]
@@ -112,8 +113,6 @@ def quantize_state(state: dict, bits: int, group_size: int) -> tuple[dict, list[
 
 def _identity(source: Path, bits: int, group_size: int, names: list[str], dtype: str) -> dict:
     """``specbatch_derived`` of a quantised draft: what it was made from and how."""
-    from specbatch.traces.weights import weights_source
-
     parent = weights_source(source)
     identity = {"from": parent["name"] if parent else source.name, "folder": source.name,
                 "quantized": {"bits": bits, "group_size": group_size,
@@ -134,17 +133,18 @@ def derive_quantized(source: str | os.PathLike, out: str | os.PathLike, bits: in
     The folder appears at once, complete (it is written beside ``out`` and swapped in):
     an interrupted run leaves nothing. ``out`` may be new, empty, or an earlier quantised
     draft of the same source and settings (``force``: of any settings); anything else is
-    refused. Tokenizer files are copied, so the draft shares the target's tokenizer.
+    refused. Tokenizer files are copied, so the draft shares the target's tokenizer. A
+    ``source`` that is itself a derived draft is refused (its identity would be lost).
     """
     from safetensors.torch import save_file
-
-    from specbatch.traces.weights import TOKENIZER_FILES, load_state
 
     bits, group_size = check_quantization(bits, group_size)
     source = Path(source)
     require((source / "config.json").is_file(), f"--from {source}: no config.json")
     config = load_json_file(source / "config.json", "a model config.json")
     require(isinstance(config, dict), f"file {source / 'config.json'}: expected a JSON object")
+    require("specbatch_derived" not in config, f"--from {source}: is itself a derived draft "
+            "(config.json has specbatch_derived); quantise the converted model it came from")
     key = json.dumps({"from": str(source.resolve()), "bits": bits, "group_size": group_size})
     check_result_dir(out, RESULT_KIND, key, force=force)  # refuse before the long part
     state, names = quantize_state(load_state(source), bits, group_size)

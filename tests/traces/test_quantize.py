@@ -226,6 +226,13 @@ def test_cli_refuses_bad_settings_in_one_line_and_writes_nothing(tiny_llama, tmp
     assert not (tmp_path / "q").exists()
 
 
+def test_a_derived_draft_is_not_quantised_again(tiny_llama, tmp_path):
+    quantize.derive_quantized(tiny_llama[0], tmp_path / "q", bits=4, group_size=16)
+    with pytest.raises(SpecbatchError, match="is itself a derived draft"):
+        quantize.derive_quantized(tmp_path / "q", tmp_path / "qq", bits=4, group_size=16)
+    assert not (tmp_path / "qq").exists()
+
+
 def test_cli_refuses_a_folder_of_other_files_before_any_work(tiny_llama, tmp_path, capsys):
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "x").write_text("keep me")
