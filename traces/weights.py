@@ -341,7 +341,7 @@ def load_pretrained(folder: str | os.PathLike, what: str, dtype):
                              f"{_first_line(exc)}") from None
 
 
-def _load_state(folder: Path) -> dict:
+def load_state(folder: Path) -> dict:
     files = sorted(folder.glob("model*.safetensors"))
     require(bool(files), f"--from {folder}: no model*.safetensors (convert the model first)")
     state: dict = {}
@@ -391,7 +391,7 @@ def derive_layers(source: str | os.PathLike, out: str | os.PathLike, keep: str |
         layers = [i for i in range(n) if i not in dropped]
         require(bool(layers), f"--drop {drop}: would drop every layer")
     out = prepare_output_dir(out, force=force)
-    state = _subset_state(_load_state(source), layers)
+    state = _subset_state(load_state(source), layers)
     for key, value in list(config.items()):
         if isinstance(value, list) and len(value) == n and key != "architectures":
             config[key] = [value[i] for i in layers]

@@ -10,7 +10,7 @@ import sys
 
 from specbatch.cli.common import add_json_flag, emit, example, help_without_verb
 from specbatch.io import prepare_output_dir
-from specbatch.traces import weights
+from specbatch.traces import quantize, weights
 
 
 def register(subparsers) -> None:
@@ -83,21 +83,35 @@ def _register_convert(sub) -> None:
 
 def _register_derive(sub) -> None:
     p = sub.add_parser(
-        "derive", help="a layer-subset draft of a converted model (same tokenizer and head)",
-        description="Keep (--keep) or drop (--drop) decoder layers, 0-based, ranges allowed. "
-                    "The draft shares the embeddings, final norm, LM head and tokenizer; "
-                    "config.json records specbatch_derived = {from, layers, of}.",
+        "derive", help="a self-draft of a converted model: a layer subset or a quantised copy",
+        description="Keep (--keep) or drop (--drop) decoder layers, 0-based, ranges allowed; "
+                    "or round every decoder-layer weight to BITS bits (--quantize: "
+                    "round-to-nearest on an asymmetric min/max grid per group of --group-size "
+                    "input weights, llama.cpp Q4_1-style, the RTN baseline of GPTQ/AWQ) and "
+                    "dequantise it back, so the draft loads as a plain model. The draft shares "
+                    "the embeddings, final norm, LM head and tokenizer; config.json records "
+                    "specbatch_derived (what it was made from and how).",
         epilog=example("specbatch models derive --from models/smollm2 --drop 13-14 "
                        "--out models/smollm2-drop2",
                        "specbatch models derive --from models/smollm2 --keep 0-3,26-29 "
-                       "--out models/smollm2-8l"),
+                       "--out models/smollm2-8l",
+                       "specbatch models derive --from models/smollm2 --quantize 3 "
+                       "--out models/smollm2-q3"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from", dest="source", required=True, help="converted model folder")
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--keep", default=None, help="layers to keep, e.g. 0-3,26-29")
     group.add_argument("--drop", default=None, help="layers to drop, e.g. 13-14")
+    group.add_argument("--quantize", type=int, default=None, metavar="BITS",
+                       help=f"quantise the decoder-layer weights to BITS bits "
+                            f"({quantize.BITS.start}-{quantize.BITS.stop - 1}; 2-4 for a draft)")
+    p.add_argument("--group-size", type=int, default=None, metavar="G",
+                   help=f"with --quantize: input weights per scale and minimum (default "
+                        f"{quantize.DEFAULT_GROUP_SIZE})")
     p.add_argument("--out", required=True, help="output folder (new or empty)")
-    p.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    p.add_argument("--force", action="store_true",
+                   help="write into a non-empty --out (with --quantize: replace a quantised "
+                        "draft of other settings)")
     add_json_flag(p)
     p.set_defaults(func=_derive)
 
@@ -139,8 +153,22 @@ def _convert(args) -> int:
 
 
 def _derive(args) -> int:
+    if args.quantize is not None:
+        return _derive_quantized(args)
+    if args.group_size is not None:
+        raise weights.SpecbatchError("--group-size: only with --quantize BITS")
     info = weights.derive_layers(args.source, args.out, keep=args.keep, drop=args.drop,
                                  force=args.force)
     emit(info, args.json, f"wrote {args.out}: layers {info['layers']} of {info['of']} "
+                          f"({info['params'] / 1e6:.1f}M params)")
+    return 0
+
+
+def _derive_quantized(args) -> int:
+    group = quantize.DEFAULT_GROUP_SIZE if args.group_size is None else args.group_size
+    info = quantize.derive_quantized(args.source, args.out, args.quantize, group, force=args.force)
+    q = info["quantized"]
+    emit(info, args.json, f"wrote {args.out}: {q['tensors']} decoder-layer weights at {q['bits']} "
+                          f"bits, group {q['group_size']}, dequantised to {q['dtype']} "
                           f"({info['params'] / 1e6:.1f}M params)")
     return 0
