@@ -20,7 +20,7 @@ def test_the_spec_compares_every_engine_policy_with_tetris_fixed_and_the_bounds(
     policies = {r["policy"] for r in grid}
     assert set(ENGINE_POLICY_NAMES) | {"ar", "fixed", "tetris", "oracle", "hindsight"} <= policies
     assert {r["calibration_split"] for r in grid} == {0.25}  # one replay set for all: paired
-    assert {r["trace"] for r in grid} == {"smollm2", "smollm2-drop2", "smollm2-drop4"}
+    assert {r["trace"] for r in grid} == {"smollm2", "smollm2-drop2", "smollm2-drop4", "smollm2-q4"}
     tables = {(r["num_speculative_tokens_per_batch_size"], r["draft_len_schedule"])
               for r in grid if r["policy"] == "batch-schedule"}
     assert len(tables) == 2  # vLLM's and TensorRT-LLM's
