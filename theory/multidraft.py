@@ -44,6 +44,10 @@ from specbatch.theory.lp import LinearProgram, solve_program
 Row = tuple
 SAMPLINGS = ("iid", "distinct")
 
+#: Largest number of draft tuples (V^n) an exact comparison may enumerate (the OT LP has V
+#: times as many variables).
+MAX_DRAFT_TUPLES = 20_000
+
 #: Bisection steps for SpecTr's ρ: ρ lands within (n − 1)·2^-48 above the smallest valid ρ.
 RHO_STEPS = 48
 
@@ -259,10 +263,14 @@ def optimal_acceptance_lp(p: Row, q: Row, n: int, sampling: str = "iid",
 
 def compare(p: Row, q: Row, n: int, solver: str = "HIGHS") -> dict:
     """α*, the LPs and every verifier's acceptance and losslessness residual, for one pair."""
+    require(n >= 1, f"--drafts: expected an integer >= 1, got {n}")
+    require(len(p) ** min(n + 1, 64) <= MAX_DRAFT_TUPLES * len(p),
+            f"--drafts: {len(p)}^{n} draft tuples at V={len(p)}, above the exact-enumeration "
+            f"limit of {MAX_DRAFT_TUPLES}; use fewer drafts or a smaller vocabulary")
     exact = isinstance(p[0], Fraction)
     out: dict = {"vocab": len(p), "drafts": n, "exact": exact,
                  "optimal_acceptance": float(alpha_star(p, q, n)),
-                 "lp_iid": optimal_acceptance_lp(p, q, n, "iid", solver),
+                 "lp": optimal_acceptance_lp(p, q, n, "iid", solver),
                  "lp_without_replacement": optimal_acceptance_lp(p, q, n, "distinct", solver),
                  "single_draft": float(sum(min(a, b) for a, b in zip(p, q))),
                  "spectr_rho": float(spectr_rho(p, q, n)), "verifiers": {}, "solver": solver}
@@ -270,8 +278,11 @@ def compare(p: Row, q: Row, n: int, solver: str = "HIGHS") -> dict:
     for name in VERIFIERS:
         accept, law = verifier_law(p, q, n, name)
         res = law_residual(law, p)
+        optimum = out["optimal_acceptance"] if VERIFIERS[name][1] == "iid" \
+            else out["lp_without_replacement"]
         out["verifiers"][name] = {"acceptance": float(accept), "residual": float(res),
-                                  "draws": VERIFIERS[name][1]}
+                                  "draws": VERIFIERS[name][1],
+                                  "gap_to_optimum": optimum - float(accept)}
         fractions[name] = str(accept)
     if exact:
         out["fractions"] = fractions

@@ -51,6 +51,9 @@ MAX_TREES = 50_000
 
 KINDS = ("branching", "paths")
 
+#: Largest tree depth, children per node and number of paths a shape may ask for.
+MAX_DEPTH, MAX_WIDTH = 6, 8
+
 
 @dataclass(frozen=True)
 class Node:
@@ -80,13 +83,15 @@ class Shape:
         return len(self.widths) if self.kind == "branching" else self.length
 
     def trees_bound(self, vocab: int) -> int:
-        """An upper bound on the number of realised trees (V to the number of draws)."""
+        """An upper bound on the number of realised trees, V to the number of draws (the
+        exponent capped at 64, which already exceeds any enumeration limit for V >= 2)."""
         if self.kind == "paths":
-            return vocab ** (self.paths * self.length)
-        draws, level = 0, 1
-        for width in self.widths:
-            level *= width
-            draws += level
+            draws = min(self.paths * self.length, 64)
+        else:
+            draws, level = 0, 1
+            for width in self.widths:
+                level = min(level * width, 64)
+                draws = min(draws + level, 64)
         return vocab ** draws
 
     def describe(self) -> str:
@@ -104,16 +109,17 @@ def parse_shape(text: str, sampling: str = "iid") -> Shape:
         if "x" in text:
             k, length = (int(v) for v in text.split("x"))
             shape = Shape("paths", paths=k, length=length)
-            ok = k >= 1 and length >= 1
+            ok = 1 <= k <= MAX_WIDTH and 1 <= length <= MAX_DEPTH
         else:
             widths = tuple(int(v) for v in text.split(","))
             shape = Shape("branching", widths=widths, sampling=sampling)
-            ok = len(widths) >= 1 and all(w >= 1 for w in widths)
+            ok = 1 <= len(widths) <= MAX_DEPTH and all(1 <= w <= MAX_WIDTH for w in widths)
     except ValueError:
         ok = False
     if not ok:
         raise SpecbatchError(f"--tree: expected children per depth like '2,2,1' or paths x "
-                             f"length like '3x2' (positive integers), got {text!r}")
+                             f"length like '3x2' (integers 1..{MAX_WIDTH}, depth at most "
+                             f"{MAX_DEPTH}), got {text[:40]!r}")
     return shape
 
 
@@ -177,9 +183,9 @@ def tree_law(pair: ModelPair, shape: Shape, context: Prefix = ()) -> dict:
     """``{root Node: probability}`` over every realised tree of ``shape`` (exact)."""
     bound = shape.trees_bound(pair.vocab)
     if bound > MAX_TREES:
-        raise SpecbatchError(f"tree {shape.describe()}: up to {bound} realised trees at V="
-                             f"{pair.vocab}, above the exact-enumeration limit of {MAX_TREES}; "
-                             f"use a smaller vocabulary or tree")
+        raise SpecbatchError(f"tree {shape.describe()}: more than {MAX_TREES} realised trees "
+                             f"may occur at V={pair.vocab} (the exact-enumeration limit); use "
+                             f"a smaller vocabulary or tree")
     context = tuple(context)
     if shape.kind == "paths":
         return _paths(pair, context, shape.paths, shape.length)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from fractions import Fraction
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,7 +26,16 @@ import scipy.sparse as sp
 from specbatch.errors import SpecbatchError
 from specbatch.theory.lp import DEFAULT_SOLVER, LinearProgram, LPResult, solve_program
 from specbatch.theory.models import ModelPair, Prefix, sequence_prob
-from specbatch.theory.tree import Shape, node_set, tree_law
+from specbatch.theory.tree import (
+    Shape,
+    depth_acceptance,
+    expected_accepted,
+    iteration_law,
+    node_set,
+    tree_law,
+    validity_residual,
+    verifiers_for,
+)
 
 #: Refuse tree LPs with more variables than this.
 MAX_TREE_LP_VARIABLES = 200_000
@@ -74,3 +84,25 @@ def solve_tree_lp(pair: ModelPair, shape: Shape, context: Prefix = (), trees: di
     """The best valid verifier's ``E[τ]`` for a tree law (``trees``: from :func:`tree_law`)."""
     trees = tree_law(pair, shape, context) if trees is None else trees
     return solve_program(tree_program(pair, shape.depth, node_set_law(trees), context), solver)
+
+
+def tree_report(pair: ModelPair, shape: Shape, solver: str = DEFAULT_SOLVER) -> dict:
+    """Every tree verifier's E[τ], per-depth acceptance and validity residual, and the LP."""
+    trees = tree_law(pair, shape)
+    best = solve_tree_lp(pair, shape, trees=trees, solver=solver)
+    out: dict = {"vocab": pair.vocab, "tree": shape.describe(), "kind": shape.kind,
+                 "depth": shape.depth, "exact": pair.exact, "realised_trees": len(trees),
+                 "lp_valid": best.value, "solver": best.solver, "verifiers": {}}
+    fractions: dict = {}
+    for name in verifiers_for(shape):
+        law = iteration_law(pair, shape, name, trees=trees)
+        tau = expected_accepted(law)
+        out["verifiers"][name] = {
+            "expected_accepted": float(tau), "gap_to_lp": best.value - float(tau),
+            "residual": float(validity_residual(pair, law, shape.depth)),
+            "depth_acceptance": [float(v) for v in depth_acceptance(law, shape.depth)]}
+        if pair.exact:
+            fractions[name] = str(Fraction(tau))
+    if pair.exact:
+        out["fractions"] = fractions
+    return out
