@@ -44,9 +44,8 @@ from specbatch.theory.lp import LinearProgram, solve_program
 Row = tuple
 SAMPLINGS = ("iid", "distinct")
 
-#: Largest number of draft tuples (V^n) an exact comparison may enumerate (the OT LP has V
-#: times as many variables).
-MAX_DRAFT_TUPLES = 20_000
+#: Largest OT LP (V^n draft tuples times V outputs) an exact comparison may build.
+MAX_LP_VARIABLES = 200_000
 
 #: Bisection steps for SpecTr's ρ: ρ lands within (n − 1)·2^-48 above the smallest valid ρ.
 RHO_STEPS = 48
@@ -264,9 +263,9 @@ def optimal_acceptance_lp(p: Row, q: Row, n: int, sampling: str = "iid",
 def compare(p: Row, q: Row, n: int, solver: str = "HIGHS") -> dict:
     """α*, the LPs and every verifier's acceptance and losslessness residual, for one pair."""
     require(n >= 1, f"--drafts: expected an integer >= 1, got {n}")
-    require(len(p) ** min(n + 1, 64) <= MAX_DRAFT_TUPLES * len(p),
-            f"--drafts: {len(p)}^{n} draft tuples at V={len(p)}, above the exact-enumeration "
-            f"limit of {MAX_DRAFT_TUPLES}; use fewer drafts or a smaller vocabulary")
+    require(len(p) ** min(n + 1, 64) <= MAX_LP_VARIABLES,
+            f"--drafts: {len(p)}^{n} draft tuples x {len(p)} outputs at V={len(p)}, above the "
+            f"limit of {MAX_LP_VARIABLES} LP variables; use fewer drafts or a smaller vocabulary")
     exact = isinstance(p[0], Fraction)
     out: dict = {"vocab": len(p), "drafts": n, "exact": exact,
                  "optimal_acceptance": float(alpha_star(p, q, n)),
