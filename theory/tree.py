@@ -151,7 +151,7 @@ def _branching(pair: ModelPair, prefix: Prefix, widths: tuple, sampling: str, ca
     return cache[key]
 
 
-def _trie(paths: list, depth: int) -> Node:
+def trie(paths: list, depth: int) -> Node:
     """The trie of equal-length token paths: children by first appearance, draws per path."""
     if depth == 0 or not paths:
         return Node(-1)
@@ -161,7 +161,7 @@ def _trie(paths: list, depth: int) -> Node:
             firsts.append(path[0])
     kids = []
     for x in firsts:
-        sub = _trie([p[1:] for p in paths if p[0] == x], depth - 1)
+        sub = trie([p[1:] for p in paths if p[0] == x], depth - 1)
         kids.append(Node(x, sub.children, sub.draws))
     return Node(-1, tuple(kids), tuple(firsts.index(p[0]) for p in paths))
 
@@ -175,7 +175,7 @@ def _paths(pair: ModelPair, context: Prefix, k: int, length: int) -> dict:
         prob = one_of(pair)
         for _, px in combo:
             prob = prob * px
-        out[_trie([x for x, _ in combo], length)] += prob
+        out[trie([x for x, _ in combo], length)] += prob
     return dict(out)
 
 
