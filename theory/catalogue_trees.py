@@ -13,7 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from specbatch.theory import exact, multidraft, tree, tree_lp
+from specbatch.theory import exact, multidraft, tree, tree_lp, tree_shapes
 from specbatch.theory.models import FORMS, random_pair
 
 #: Tree shapes the tree theorems draw from (small enough for exact enumeration in ms).
@@ -32,7 +32,7 @@ def _rows(rng: np.random.Generator) -> tuple:
 def _tree_case(rng: np.random.Generator, shapes: tuple = TREE_SHAPES) -> tuple:
     """A random exact pair and a tree law over it (shape, sampling, model form drawn)."""
     spec = shapes[int(rng.integers(len(shapes)))]
-    shape = tree.parse_shape(spec, ("iid", "distinct")[int(rng.integers(2))])
+    shape = tree_shapes.parse_shape(spec, ("iid", "distinct")[int(rng.integers(2))])
     vocab = int(rng.integers(2, 4))
     if shape.trees_bound(vocab) > 2000:
         vocab = 2
@@ -84,7 +84,7 @@ def tree_lossless(rng: np.random.Generator, instances: int) -> list:
     margins = []
     for _ in range(instances):
         pair, shape = _tree_case(rng)
-        trees = tree.tree_law(pair, shape)
+        trees = tree_shapes.tree_law(pair, shape)
         margins.append(max(tree.validity_residual(
             pair, tree.iteration_law(pair, shape, v, trees=trees), shape.depth)
             for v in tree.verifiers_for(shape)))
@@ -111,7 +111,7 @@ def tree_below_lp(rng: np.random.Generator, instances: int) -> list:
     margins = []
     for _ in range(instances):
         pair, shape = _tree_case(rng)
-        trees = tree.tree_law(pair, shape)
+        trees = tree_shapes.tree_law(pair, shape)
         best = tree_lp.solve_tree_lp(pair, shape, trees=trees).value
         margins.append(min(best - float(tree.expected_accepted(
             tree.iteration_law(pair, shape, v, trees=trees))) for v in tree.verifiers_for(shape)))

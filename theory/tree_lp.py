@@ -27,15 +27,13 @@ from specbatch.errors import SpecbatchError
 from specbatch.theory.lp import DEFAULT_SOLVER, LinearProgram, LPResult, solve_program
 from specbatch.theory.models import ModelPair, Prefix, sequence_prob
 from specbatch.theory.tree import (
-    Shape,
     depth_acceptance,
     expected_accepted,
     iteration_law,
-    node_set,
-    tree_law,
     validity_residual,
     verifiers_for,
 )
+from specbatch.theory.tree_shapes import Shape, node_set, tree_law
 
 #: Refuse tree LPs with more variables than this.
 MAX_TREE_LP_VARIABLES = 200_000

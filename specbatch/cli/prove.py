@@ -10,7 +10,8 @@
 - ``optimum tree``: a draft tree: every tree verifier's E[τ] and the best valid verifier's LP.
 
 Argument parsing and printing only: the work is :mod:`theory.catalogue`, :mod:`theory.lp`,
-:mod:`theory.multidraft`, :mod:`theory.tree_lp` and :mod:`analysis.optimum`.
+:mod:`theory.multidraft`, :mod:`theory.tree_shapes`, :mod:`theory.tree_lp` and
+:mod:`analysis.optimum`.
 """
 
 from __future__ import annotations
@@ -276,8 +277,8 @@ def run_multidraft(args: argparse.Namespace) -> int:
 
 def run_tree(args: argparse.Namespace) -> int:
     from specbatch.theory.models import read_pair
-    from specbatch.theory.tree import parse_shape
     from specbatch.theory.tree_lp import tree_report
+    from specbatch.theory.tree_shapes import parse_shape
 
     shape = parse_shape(args.tree, args.sampling)
     pair = read_pair(args.pair)
