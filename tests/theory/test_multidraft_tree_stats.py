@@ -1,0 +1,66 @@
+"""theory/tree_stats.py: per-node replay numbers reproduce every tree verifier's law of τ."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specbatch.theory import tree as T
+from specbatch.theory import tree_shapes as S
+from specbatch.theory import tree_stats as TS
+from specbatch.theory.models import random_pair
+
+CASES = [("2,1", "iid"), ("2,2", "distinct"), ("1,2", "iid"), ("2x2", "iid"), ("3x1", "iid")]
+
+
+def pair_for(seed: int, shape):
+    form = ("iid", "markov", "table")[seed % 3]
+    return random_pair(seed, 3, form, depth=shape.depth, concentration=0.7, exact=True)
+
+
+def reference_tau_law(pair, root, shape, verifier) -> tuple:
+    law = [0] * (shape.depth + 1)
+    for (path, _), mass in T.VERIFIERS[verifier](pair, root, shape).items():
+        law[len(path)] += mass
+    return tuple(law)
+
+
+@pytest.mark.parametrize("spec, sampling", CASES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_stats_give_each_verifiers_exact_tau_law_tree_by_tree(spec, sampling, seed):
+    shape = S.parse_shape(spec, sampling)
+    pair = pair_for(seed, shape)
+    for root in S.tree_law(pair, shape):
+        stats = TS.tree_stats(pair, root, shape)
+        for verifier in T.verifiers_for(shape):
+            assert TS.tau_law_from_stats(stats, verifier) == reference_tau_law(
+                pair, root, shape, verifier), verifier
+
+
+def test_stats_layout():
+    shape = S.parse_shape("3x2")
+    pair = random_pair(4, 2, "markov", exact=True)
+    root = next(iter(S.tree_law(pair, shape)))
+    stats = TS.tree_stats(pair, root, shape)
+    n = len(stats.parent)
+    assert stats.parent[0] == -1 and stats.depth[0] == 0 and stats.trv_accept[0] == 1
+    assert all(len(d) == len(a) for d, a in zip(stats.draws, stats.rrs_accept))
+    assert len(stats.draws[0]) == 3  # one draw per path at the root
+    assert sum(h is not None for h in stats.gbv_h) == 3  # root + the chosen path's 2 nodes
+    assert all(stats.parent[u] < u for u in range(1, n))  # pre-order
+
+
+@pytest.mark.parametrize("verifier", ["specinfer", "traversal", "gbv"])
+def test_replay_draws_tau_from_its_exact_law(verifier):
+    """Mean of 4000 replays within 5 standard errors of the exact E[τ] (a fixed seed)."""
+    shape = S.parse_shape("2x2")
+    pair = pair_for(1, shape)
+    root = max(S.tree_law(pair, shape).items(), key=lambda kv: kv[1])[0]
+    stats = TS.tree_stats(pair, root, shape)
+    law = np.array([float(v) for v in TS.tau_law_from_stats(stats, verifier)])
+    rng = np.random.default_rng(0)
+    draws = np.array([TS.replay_tau(stats, verifier, rng) for _ in range(4000)])
+    mean = float((np.arange(len(law)) * law).sum())
+    sd = float(np.sqrt((((np.arange(len(law)) - mean) ** 2) * law).sum()))
+    assert abs(draws.mean() - mean) <= 5 * sd / np.sqrt(len(draws)) + 1e-12
+    assert set(np.unique(draws)) <= set(np.flatnonzero(law > 0))
