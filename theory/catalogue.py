@@ -336,6 +336,10 @@ CATALOGUE: tuple[Theorem, ...] = (
     Theorem("tree_below_lp", "No tree verifier's E[τ] exceeds the best valid verifier for "
             "the tree law (the tree LP).", TREES, "slack", 1e-7,
             _folded(catalogue_trees.tree_below_lp)),
+    Theorem("topk_trees_optimal", "On deterministic top-k trees recursive rejection sampling "
+            "and Traversal Verification reach every node s with probability Mb(s), the best "
+            "any valid verifier can do (= the tree LP).", TREES, "error", 1e-7,
+            _folded(catalogue_trees.topk_trees_are_optimal)),
 )
 
 

@@ -14,10 +14,12 @@ from fractions import Fraction
 import numpy as np
 
 from specbatch.theory import exact, multidraft, tree, tree_lp, tree_shapes
-from specbatch.theory.models import FORMS, random_pair
+from specbatch.theory.models import FORMS, random_pair, sequence_prob
 
 #: Tree shapes the tree theorems draw from (small enough for exact enumeration in ms).
 TREE_SHAPES = ("2", "3", "2,1", "1,2", "2x1", "2x2", "3x1")
+#: Samplings of branching trees the tree theorems draw from.
+SAMPLINGS = ("iid", "distinct", "topk")
 CHAIN_SHAPES = ("1,1", "1,1,1")
 
 
@@ -32,7 +34,7 @@ def _rows(rng: np.random.Generator) -> tuple:
 def _tree_case(rng: np.random.Generator, shapes: tuple = TREE_SHAPES) -> tuple:
     """A random exact pair and a tree law over it (shape, sampling, model form drawn)."""
     spec = shapes[int(rng.integers(len(shapes)))]
-    shape = tree_shapes.parse_shape(spec, ("iid", "distinct")[int(rng.integers(2))])
+    shape = tree_shapes.parse_shape(spec, SAMPLINGS[int(rng.integers(len(SAMPLINGS)))])
     vocab = int(rng.integers(2, 4))
     if shape.trees_bound(vocab) > 2000:
         vocab = 2
@@ -115,4 +117,26 @@ def tree_below_lp(rng: np.random.Generator, instances: int) -> list:
         best = tree_lp.solve_tree_lp(pair, shape, trees=trees).value
         margins.append(min(best - float(tree.expected_accepted(
             tree.iteration_law(pair, shape, v, trees=trees))) for v in tree.verifiers_for(shape)))
+    return margins
+
+
+def topk_trees_are_optimal(rng: np.random.Generator, instances: int) -> list:
+    """|E[τ] − Σ_{nodes s} Mb(s)| for RRS and Traversal on top-k trees, and |LP − Σ Mb(s)|.
+
+    With deterministic distinct children a node s can be output at most with probability
+    Mb(s), and RRS reaches every node with exactly that probability.
+    """
+    margins = []
+    for _ in range(instances):
+        spec = ("1,1", "2,1", "2,2", "3,1", "1,2,1")[int(rng.integers(5))]
+        shape = tree_shapes.parse_shape(spec, "topk")
+        pair = random_pair(rng, int(rng.integers(2, 4)), FORMS[int(rng.integers(len(FORMS)))],
+                           depth=shape.depth, concentration=float(rng.choice([0.3, 1.0, 3.0])),
+                           exact=True)
+        root = next(iter(tree_shapes.tree_law(pair, shape)))
+        bound = sum(sequence_prob(pair.target, s) for s in tree_shapes.node_set(root) if s)
+        gaps = [abs(tree.expected_accepted(tree.iteration_law(pair, shape, v)) - bound)
+                for v in ("specinfer", "traversal")]
+        lp = tree_lp.solve_tree_lp(pair, shape).value
+        margins.append(max(float(max(gaps)), abs(lp - float(bound))))
     return margins

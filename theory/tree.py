@@ -45,6 +45,11 @@ def _emit(law: dict, prefix: Prefix, mass: Number, row) -> None:
             law[(prefix, y)] += mass * py
 
 
+def point_mass(pair: ModelPair, token: int) -> tuple:
+    """The draft row of a deterministic (top-k) child: all mass on its token."""
+    return tuple(one_of(pair) if x == token else zero_of(pair) for x in range(pair.vocab))
+
+
 def specinfer(pair: ModelPair, root: Node, shape: Shape, context: Prefix = ()) -> dict:
     """RRS down the tree: ``{(accepted path, Y): probability}`` given the realised tree."""
     sampling = shape.sampling if shape.kind == "branching" else "iid"
@@ -56,6 +61,8 @@ def specinfer(pair: ModelPair, root: Node, shape: Shape, context: Prefix = ()) -
         target, proposal = p, q
         for i, ci in enumerate(node.draws):
             child = node.children[ci]
+            if sampling == "topk":
+                proposal = point_mass(pair, child.token)
             a = min(one_of(pair), target[child.token] / proposal[child.token])
             if a > 0:
                 walk(child, prefix + (child.token,), reach * a)
@@ -74,6 +81,7 @@ def specinfer(pair: ModelPair, root: Node, shape: Shape, context: Prefix = ()) -
 def traversal(pair: ModelPair, root: Node, shape: Shape, context: Prefix = ()) -> dict:
     """Traversal Verification (post-order, leaf to root): ``{(path, Y): probability}``."""
     remove = shape.kind == "paths" or shape.sampling == "distinct"
+    topk = shape.kind == "branching" and shape.sampling == "topk"
     law: dict = defaultdict(lambda: zero_of(pair))
     one, zero = one_of(pair), zero_of(pair)
 
@@ -82,6 +90,8 @@ def traversal(pair: ModelPair, root: Node, shape: Shape, context: Prefix = ()) -
         target = pair.target.row(tuple(context) + prefix)
         proposal = pair.draft.row(tuple(context) + prefix)
         for i, child in enumerate(node.children):
+            if topk:
+                proposal = point_mass(pair, child.token)
             qx = proposal[child.token]
             w_child = min(weight * target[child.token] / qx, one) if qx > 0 else zero
             reach = visit(child, prefix + (child.token,), w_child, reach)

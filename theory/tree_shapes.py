@@ -8,6 +8,9 @@ context. Three tree laws (:func:`tree_law`, from a :class:`Shape`):
   nodes);
 - ``branching``, sampling ``distinct``: the children are drawn one after another without
   replacement (each from Ms restricted to the tokens not drawn yet);
+- ``branching``, sampling ``topk``: the children are the b_d most probable tokens of
+  ``Ms(·|path)`` (ties by token id), deterministic, as EAGLE's static trees; verifiers treat
+  each child as drawn from a point mass on its token;
 - ``paths`` ``K x L``: K i.i.d. draft paths of L tokens merged into a trie (the drafting of
   SpecTr's multi-path setting and of greedy multi-path block verification); a node's children
   are its distinct next tokens in order of first appearance, and its *draws* are the next
@@ -31,6 +34,9 @@ from specbatch.theory.multidraft import draft_law
 MAX_TREES = 50_000
 
 KINDS = ("branching", "paths")
+
+#: How a branching tree's children are drawn.
+SAMPLINGS = ("iid", "distinct", "topk")
 
 #: Largest tree depth, children per node and number of paths a shape may ask for.
 MAX_DEPTH, MAX_WIDTH = 6, 8
@@ -68,6 +74,8 @@ class Shape:
         exponent capped at 64, which already exceeds any enumeration limit for V >= 2)."""
         if self.kind == "paths":
             draws = min(self.paths * self.length, 64)
+        elif self.sampling == "topk":
+            draws = 0
         else:
             draws, level = 0, 1
             for width in self.widths:
@@ -84,8 +92,8 @@ class Shape:
 def parse_shape(text: str, sampling: str = "iid") -> Shape:
     """``"2,2,1"`` (children per depth) or ``"3x2"`` (3 i.i.d. paths of 2 tokens)."""
     text = str(text).strip().lower()
-    require(sampling in ("iid", "distinct"),
-            f"--sampling: expected 'iid' or 'distinct', got {sampling!r}")
+    require(sampling in SAMPLINGS,
+            f"--sampling: expected one of {list(SAMPLINGS)}, got {sampling!r}")
     try:
         if "x" in text:
             k, length = (int(v) for v in text.split("x"))
@@ -107,6 +115,14 @@ def parse_shape(text: str, sampling: str = "iid") -> Shape:
 # --------------------------------------------------------------------------- tree laws
 
 
+def _children_law(row, width: int, sampling: str) -> dict:
+    """``{children tokens: probability}`` at one node: drawn (``draft_law``) or the top-k."""
+    if sampling != "topk":
+        return draft_law(row, width, sampling)
+    top = sorted(range(len(row)), key=lambda x: (-row[x], x))[:width]
+    return {tuple(top): row[0] * 0 + 1}
+
+
 def _branching(pair: ModelPair, prefix: Prefix, widths: tuple, sampling: str, cache: dict) -> dict:
     """``{children tuple: probability}`` of the subtree below the node at ``prefix``."""
     if not widths:
@@ -116,7 +132,7 @@ def _branching(pair: ModelPair, prefix: Prefix, widths: tuple, sampling: str, ca
         return cache[key]
     out: dict = defaultdict(lambda: zero_of(pair))
     below = {}
-    for tokens, mass in draft_law(pair.draft.row(prefix), widths[0], sampling).items():
+    for tokens, mass in _children_law(pair.draft.row(prefix), widths[0], sampling).items():
         options = []
         for x in tokens:
             if x not in below:

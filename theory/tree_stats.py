@@ -28,7 +28,7 @@ import numpy as np
 from specbatch.errors import require
 from specbatch.theory.models import ModelPair, Prefix, one_of, zero_of
 from specbatch.theory.multidraft import residual, without
-from specbatch.theory.tree import best_path
+from specbatch.theory.tree import best_path, point_mass
 from specbatch.theory.tree_shapes import Node, Shape
 
 
@@ -86,12 +86,15 @@ def tree_stats(pair: ModelPair, root: Node, shape: Shape, context: Prefix = ()) 
     pt = [one] + [rows_t[parents[u]][nodes[u].token] for u in range(1, n)]
     draws = [tuple(kids[u][i] for i in nodes[u].draws) for u in range(n)]
     without_replacement = shape.kind == "branching" and shape.sampling == "distinct"
+    topk = shape.kind == "branching" and shape.sampling == "topk"
 
     rrs = []
     for u in range(n):
         target, proposal, accept = rows_t[u], rows_d[u], []
         for i, c in enumerate(draws[u]):
             x = nodes[c].token
+            if topk:
+                proposal = point_mass(pair, x)
             accept.append(min(one, target[x] / proposal[x]))
             target = residual(target, proposal)
             if without_replacement and i + 1 < len(draws[u]):
@@ -105,6 +108,8 @@ def tree_stats(pair: ModelPair, root: Node, shape: Shape, context: Prefix = ()) 
         target, proposal = rows_t[u], rows_d[u]
         for i, c in enumerate(kids[u]):
             x = nodes[c].token
+            if topk:
+                proposal = point_mass(pair, x)
             visit(c, min(weight * target[x] / proposal[x], one) if proposal[x] > 0 else zero)
             z = sum((max(weight * b - s, zero) for s, b in zip(proposal, target)), zero)
             if z > 0:

@@ -154,8 +154,9 @@ def add_tree(verbs) -> None:
     tree.add_argument("--pair", required=True, metavar="PAIR.json", help="model pair file")
     tree.add_argument("--tree", required=True, metavar="SHAPE",
                       help="'2,2,1' (children per depth) or '3x2' (3 i.i.d. paths of 2 tokens)")
-    tree.add_argument("--sampling", choices=("iid", "distinct"), default="iid",
-                      help="children per depth drawn i.i.d. (default) or without replacement")
+    tree.add_argument("--sampling", choices=("iid", "distinct", "topk"), default="iid",
+                      help="children per depth drawn i.i.d. (default), without replacement, "
+                           "or the top-k draft tokens (deterministic, EAGLE style)")
     tree.add_argument("--solver", default=DEFAULT_SOLVER,
                       help=f"cvxpy solver for the LP (default {DEFAULT_SOLVER})")
     add_json_flag(tree)

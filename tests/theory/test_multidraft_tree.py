@@ -20,7 +20,8 @@ PAPER = pair_from_dict({"vocab": 2, "draft": {"iid": ["2/3", "1/3"]},
 
 #: (shape, sampling) pairs small enough for exact enumeration in milliseconds at V = 3.
 SHAPES = [("2", "iid"), ("3", "distinct"), ("2,1", "iid"), ("1,2", "distinct"),
-          ("2,2", "distinct"), ("2x1", "iid"), ("2x2", "iid"), ("1x2", "iid")]
+          ("2,2", "distinct"), ("2x1", "iid"), ("2x2", "iid"), ("1x2", "iid"),
+          ("3,2,1", "topk"), ("2,2", "topk")]
 
 
 def pair_for(seed: int, shape: S.Shape, vocab: int = 3):
@@ -129,6 +130,20 @@ def test_gbv_skew_rows_are_the_law_of_the_best_of_k_paths():
 def test_paper_pair_depth_one_by_hand():
     law = T.iteration_law(PAPER, S.parse_shape("2"), "specinfer")
     assert T.expected_accepted(law) == F(7, 9)  # as test_multidraft.test_paper_pair_by_hand
+
+
+def test_topk_trees_by_hand():
+    """Deterministic children (EAGLE's top-k): one realised tree, each child a point mass."""
+    both = S.parse_shape("2", "topk")  # children a and b: RRS accepts a w.p. 1/3, else b surely
+    assert list(S.tree_law(PAPER, both).values()) == [1]
+    for name in T.verifiers_for(both):
+        assert T.expected_accepted(T.iteration_law(PAPER, both, name)) == 1
+    chain = S.parse_shape("1,1", "topk")  # draft aa: accept a w.p. 1/3, then a w.p. 1/3
+    for name in T.verifiers_for(chain):
+        law = T.iteration_law(PAPER, chain, name)
+        assert T.expected_accepted(law) == F(1, 3) + F(1, 9)
+        assert T.validity_residual(PAPER, law, 2) == 0
+    assert solve_tree_lp(PAPER, chain).value == pytest.approx(4 / 9, abs=1e-9)
 
 
 def test_removal_rule_matters():

@@ -10,7 +10,8 @@ from specbatch.theory import tree_shapes as S
 from specbatch.theory import tree_stats as TS
 from specbatch.theory.models import random_pair
 
-CASES = [("2,1", "iid"), ("2,2", "distinct"), ("1,2", "iid"), ("2x2", "iid"), ("3x1", "iid")]
+CASES = [("2,1", "iid"), ("2,2", "distinct"), ("1,2", "iid"), ("2x2", "iid"), ("3x1", "iid"),
+         ("3,2,1", "topk")]
 
 
 def pair_for(seed: int, shape):
