@@ -10,6 +10,10 @@ interchangeable for it, so the LP's draft side is the law of the *node set* N:
   with ``Q(s y) = Σ_N P[N, s, y]``;
 - maximise ``E[τ] = Σ |s| · P[N, s, y]``.
 
+Summed over z the validity equations give the node-set equations' total (both are 1), so the
+last z's equation is implied and left out: float laws whose totals differ in the last bit stay
+feasible.
+
 For a depth-1 tree of n drafts this is the optimal-transport LP of
 :mod:`theory.multidraft`; for a single chain it is LP B (optimum ``E[τ_BV]``).
 """
@@ -26,6 +30,7 @@ import scipy.sparse as sp
 from specbatch.errors import SpecbatchError
 from specbatch.theory.lp import DEFAULT_SOLVER, LinearProgram, LPResult, solve_program
 from specbatch.theory.models import ModelPair, Prefix, sequence_prob
+from specbatch.theory.multidraft import solver_options
 from specbatch.theory.tree import (
     depth_acceptance,
     expected_accepted,
@@ -71,8 +76,12 @@ def tree_program(pair: ModelPair, depth: int, sets: dict, context: Prefix = ()) 
                 rows.append(z_index[head + tail])
                 cols.append(j)
                 vals.append(coef)
-    b = [sets[k] for k in keys] + [float(sequence_prob(pair.target, z, context)) for z in z_index]
-    a_eq = sp.csr_matrix((vals, (rows, cols)), shape=(len(keys) + len(z_index), len(variables)))
+    last = len(keys) + len(z_index) - 1  # implied by the others: dropped
+    kept = [i for i, r in enumerate(rows) if r != last]
+    rows, cols, vals = ([v[i] for i in kept] for v in (rows, cols, vals))
+    b = [sets[k] for k in keys] + [float(sequence_prob(pair.target, z, context))
+                                   for z in list(z_index)[:-1]]
+    a_eq = sp.csr_matrix((vals, (rows, cols)), shape=(last, len(variables)))
     c = np.array([float(len(s)) for _, s, _ in variables])
     return LinearProgram(c, a_eq, np.array(b), (len(variables),))
 
@@ -81,7 +90,8 @@ def solve_tree_lp(pair: ModelPair, shape: Shape, context: Prefix = (), trees: di
                   solver: str = DEFAULT_SOLVER) -> LPResult:
     """The best valid verifier's ``E[τ]`` for a tree law (``trees``: from :func:`tree_law`)."""
     trees = tree_law(pair, shape, context) if trees is None else trees
-    return solve_program(tree_program(pair, shape.depth, node_set_law(trees), context), solver)
+    return solve_program(tree_program(pair, shape.depth, node_set_law(trees), context), solver,
+                         solver_options(solver))
 
 
 def tree_report(pair: ModelPair, shape: Shape, solver: str = DEFAULT_SOLVER) -> dict:
