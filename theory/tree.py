@@ -56,9 +56,8 @@ def specinfer(pair: ModelPair, root: Node, shape: Shape, context: Prefix = ()) -
     law: dict = defaultdict(lambda: zero_of(pair))
 
     def walk(node: Node, prefix: Prefix, reach: Number) -> None:
-        p = pair.target.row(tuple(context) + prefix)
-        q = pair.draft.row(tuple(context) + prefix)
-        target, proposal = p, q
+        target = pair.target.row(tuple(context) + prefix)
+        proposal = pair.draft.row(tuple(context) + prefix) if node.draws else target
         for i, ci in enumerate(node.draws):
             child = node.children[ci]
             if sampling == "topk":
@@ -88,7 +87,7 @@ def traversal(pair: ModelPair, root: Node, shape: Shape, context: Prefix = ()) -
     def visit(node: Node, prefix: Prefix, weight: Number, reach: Number) -> Number:
         """Process a subtree whose root has ``weight``; return the mass that rejects it."""
         target = pair.target.row(tuple(context) + prefix)
-        proposal = pair.draft.row(tuple(context) + prefix)
+        proposal = pair.draft.row(tuple(context) + prefix) if node.children else target
         for i, child in enumerate(node.children):
             if topk:
                 proposal = point_mass(pair, child.token)

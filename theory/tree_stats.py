@@ -80,7 +80,8 @@ def tree_stats(pair: ModelPair, root: Node, shape: Shape, context: Prefix = ()) 
     nodes, prefixes, parents, kids = _flatten(pair, root, context)
     one, zero = one_of(pair), zero_of(pair)
     rows_t = [pair.target.row(context + s) for s in prefixes]
-    rows_d = [pair.draft.row(context + s) for s in prefixes]
+    rows_d = [pair.draft.row(context + s) if kids[u] else rows_t[u]  # leaves draw nothing
+              for u, s in enumerate(prefixes)]
     n = len(nodes)
     q = [one] + [rows_d[parents[u]][nodes[u].token] for u in range(1, n)]
     pt = [one] + [rows_t[parents[u]][nodes[u].token] for u in range(1, n)]
