@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from fractions import Fraction as F
 
+import numpy as np
 import pytest
 
 from specbatch.errors import SpecbatchError
@@ -172,3 +173,20 @@ def test_enumeration_limit_is_checked_before_enumerating():
         S.tree_law(random_pair(0, 4, "iid", exact=True), S.parse_shape("8,8"))
     with pytest.raises(SpecbatchError, match="gbv: needs a 'paths' tree"):
         T.gbv(PAPER, S.Node(-1), S.parse_shape("2"))
+
+
+def test_table_models_need_draft_depth_d_minus_1_and_target_depth_d():
+    from specbatch.theory.models import ModelPair, random_model
+
+    shape = S.parse_shape("2,2", "distinct")
+    draft = random_model(np.random.default_rng(0), 2, "table", depth=1, exact=True, name="draft")
+    target = random_model(np.random.default_rng(1), 2, "table", depth=2, exact=True,
+                          name="target")
+    pair = ModelPair(2, draft, target, True)
+    for name in T.verifiers_for(shape):
+        law = T.iteration_law(pair, shape, name)
+        assert T.validity_residual(pair, law, 2) == 0
+    short = ModelPair(2, draft, random_model(np.random.default_rng(1), 2, "table", depth=1,
+                                             exact=True, name="target"), True)
+    with pytest.raises(SpecbatchError, match="table model 'target': missing prefix"):
+        T.iteration_law(short, shape, "traversal")
