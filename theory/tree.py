@@ -30,6 +30,7 @@ import itertools
 from collections import defaultdict
 
 from specbatch.errors import require
+from specbatch.theory.exact import block_thresholds_exact, path_stats_exact
 from specbatch.theory.models import ModelPair, Number, Prefix, one_of, sequence_prob, zero_of
 from specbatch.theory.multidraft import residual, without
 from specbatch.theory.tree_shapes import Node, Shape, tree_law
@@ -153,26 +154,27 @@ def best_path(pair: ModelPair, root: Node, k: int, context: Prefix = ()) -> tupl
     return prefix, tuple(skews), tuple(targets)
 
 
+def gbv_block(pair: ModelPair, root: Node, k: int, context: Prefix = ()) -> tuple:
+    """GBV's path with block verification's weights and thresholds on its skewed rows.
+
+    returns (path, weights ``p_0..p_L``, thresholds ``h_0..h_L`` (h_0 = 1), skew rows,
+    target rows), through the exact BV statistics of :mod:`theory.exact` (THEORY.md §3).
+    """
+    path, skews, targets = best_path(pair, root, k, context)
+    one = one_of(pair)
+    stats = path_stats_exact(path, skews, targets)
+    return (path, (one,) + stats["p"], (one,) + block_thresholds_exact(stats["p"], stats["z"]),
+            skews, targets)
+
+
 def gbv(pair: ModelPair, root: Node, shape: Shape, context: Prefix = ()) -> dict:
     """Greedy multi-path BV: block verification on the best path with its skewed draft law."""
     require(shape.kind == "paths", "gbv: needs a 'paths' tree (K x L), got a branching tree")
-    path, skews, targets = best_path(pair, root, shape.paths, context)
+    path, weights, h, skews, targets = gbv_block(pair, root, shape.paths, context)
     one, zero = one_of(pair), zero_of(pair)
-    weights = [one]  # p_0..p_L
-    for x, s_row, t_row in zip(path, skews, targets):
-        weights.append(min(weights[-1] * t_row[x] / s_row[x], one))
     law: dict = defaultdict(lambda: zero)
-    # h_i = Z_{i+1}/(Z_{i+1} + 1 − p_i) for i < L, h_L = p_L; P(τ = i) = h_i Π_{j>i} (1 − h_j)
     length = len(path)
-    h = [one]
-    for i in range(1, length + 1):
-        if i == length:
-            h.append(weights[i])
-            continue
-        z = sum((max(weights[i] * b - s, zero) for s, b in zip(skews[i], targets[i])), zero)
-        den = z + one - weights[i]
-        h.append(z / den if den > 0 else one)
-    survive = one
+    survive = one  # P(τ = i) = h_i Π_{j>i} (1 − h_j)
     for i in range(length, -1, -1):
         mass = survive * h[i]
         survive = survive * (one - h[i])

@@ -33,8 +33,6 @@ from specbatch.theory.multidraft import draft_law
 #: Largest number of realised trees an exact enumeration may walk.
 MAX_TREES = 50_000
 
-KINDS = ("branching", "paths")
-
 #: How a branching tree's children are drawn.
 SAMPLINGS = ("iid", "distinct", "topk")
 

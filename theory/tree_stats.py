@@ -28,7 +28,7 @@ import numpy as np
 from specbatch.errors import require
 from specbatch.theory.models import ModelPair, Prefix, one_of, zero_of
 from specbatch.theory.multidraft import residual, without
-from specbatch.theory.tree import best_path, point_mass
+from specbatch.theory.tree import gbv_block, point_mass
 from specbatch.theory.tree_shapes import Node, Shape
 
 
@@ -132,21 +132,12 @@ def _gbv_h(pair: ModelPair, root: Node, shape: Shape, context: Prefix, kids, nod
     out: list = [None] * len(nodes)
     if shape.kind != "paths":
         return tuple(out)
-    path, skews, targets = best_path(pair, root, shape.paths, context)
-    one, zero = one_of(pair), zero_of(pair)
-    weights = [one]
-    for x, s_row, t_row in zip(path, skews, targets):
-        weights.append(min(weights[-1] * t_row[x] / s_row[x], one))
+    path, _, h, _, _ = gbv_block(pair, root, shape.paths, context)
     u = 0
-    out[0] = one
+    out[0] = h[0]
     for i, x in enumerate(path, start=1):
         u = next(c for c in kids[u] if nodes[c].token == x)
-        if i == len(path):
-            out[u] = weights[i]
-            continue
-        z = sum((max(weights[i] * b - s, zero) for s, b in zip(skews[i], targets[i])), zero)
-        den = z + one - weights[i]
-        out[u] = z / den if den > 0 else one
+        out[u] = h[i]
     return tuple(out)
 
 
