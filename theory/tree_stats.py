@@ -14,6 +14,8 @@ computable at capture time from the full rows:
 - ``gbv_h[u]``: on greedy multi-path BV's chosen path, block verification's threshold h at u
   (``τ = max{depth(u) : η_u < h_u}``, the root h = 1); ``None`` off the path.
 
+:func:`tree_stats` computes them exactly from a model pair; :func:`tree_stats_numpy` is its
+float64 twin from full rows per node (what a capture has; parity test to 1e-12).
 :func:`tau_law_from_stats` turns them into the exact law of τ (the parity test against
 :mod:`theory.tree` is exact) and :func:`replay_tau` draws τ with uniforms, as a simulator would.
 Nodes are numbered in pre-order (root 0).
@@ -205,3 +207,123 @@ def replay_tau(stats: TreeStats, verifier: str, rng: np.random.Generator) -> int
         if rng.random() < stats.gbv_h[u]:
             tau = stats.depth[u]
     return tau
+
+
+# --------------------------------------------------------------------------- numpy twin
+
+
+def _residual_np(target: np.ndarray, proposal: np.ndarray, weight: float = 1.0) -> tuple:
+    """``max(w·target − proposal, 0)`` normalised (target itself if massless) and its mass."""
+    res = np.maximum(weight * target - proposal, 0.0)
+    mass = float(res.sum())
+    return (res / mass if mass > 0 else target), mass
+
+
+def _without_np(row: np.ndarray, token: int) -> np.ndarray:
+    out = row.copy()
+    out[token] = 0.0
+    total = out.sum()
+    return out / total if total > 0 else out
+
+
+def _skew_np(target: np.ndarray, proposal: np.ndarray, below: float, here: float, k: int,
+             order: np.ndarray) -> np.ndarray:
+    lower = np.empty_like(proposal)
+    lower[order] = np.concatenate([[0.0], np.cumsum(proposal[order])[:-1]])
+    den = (below + here) ** k - below ** k
+    return ((below + here * (lower + proposal)) ** k - (below + here * lower) ** k) / den
+
+
+def tree_stats_numpy(root: Node, shape: Shape, target_rows: dict, draft_rows: dict) -> TreeStats:
+    """:func:`tree_stats` from full float rows, for capture: ``{node path: row # [V]}``.
+
+    ``target_rows`` needs every node's path (the context excluded), ``draft_rows`` every node
+    that draws children. float64 numpy; the exact twin is :func:`tree_stats` (parity test).
+    """
+    prefixes, parents, kids, tokens, draw_lists = [], [], [], [], []
+
+    def walk(node: Node, prefix: tuple, parent: int) -> int:
+        me = len(prefixes)
+        prefixes.append(prefix)
+        parents.append(parent)
+        tokens.append(node.token)
+        kids.append([])
+        draw_lists.append(node.draws)
+        for child in node.children:
+            kids[me].append(walk(child, prefix + (child.token,), me))
+        return me
+
+    walk(root, (), -1)
+    n = len(prefixes)
+    rows_t = [np.asarray(target_rows[s], dtype=np.float64) for s in prefixes]
+    rows_d = [np.asarray(draft_rows[s], dtype=np.float64) if kids[u] else rows_t[u]
+              for u, s in enumerate(prefixes)]
+    q = [1.0] + [float(rows_d[parents[u]][tokens[u]]) for u in range(1, n)]
+    pt = [1.0] + [float(rows_t[parents[u]][tokens[u]]) for u in range(1, n)]
+    draws = [tuple(kids[u][i] for i in draw_lists[u]) for u in range(n)]
+    distinct = shape.kind == "branching" and shape.sampling == "distinct"
+    topk = shape.kind == "branching" and shape.sampling == "topk"
+
+    def point(x: int, like: np.ndarray) -> np.ndarray:
+        out = np.zeros_like(like)
+        out[x] = 1.0
+        return out
+
+    rrs = []
+    for u in range(n):
+        target, proposal, accept = rows_t[u], rows_d[u], []
+        for i, c in enumerate(draws[u]):
+            x = tokens[c]
+            proposal = point(x, proposal) if topk else proposal
+            accept.append(min(1.0, float(target[x] / proposal[x])))
+            target = _residual_np(target, proposal)[0]
+            if distinct and i + 1 < len(draws[u]):
+                proposal = _without_np(proposal, x)
+        rrs.append(tuple(accept))
+
+    remove = shape.kind == "paths" or distinct
+    trv = [0.0] * n
+
+    def visit(u: int, weight: float) -> None:
+        target, proposal = rows_t[u], rows_d[u]
+        for i, c in enumerate(kids[u]):
+            x = tokens[c]
+            proposal = point(x, proposal) if topk else proposal
+            visit(c, min(weight * float(target[x] / proposal[x]), 1.0) if proposal[x] > 0
+                  else 0.0)
+            new_target, z = _residual_np(target, proposal, weight)
+            target = new_target if z > 0 else target
+            den = z + 1.0 - weight
+            weight = z / den if den > 0 else 1.0
+            if remove and i + 1 < len(kids[u]):
+                proposal = _without_np(proposal, x)
+        trv[u] = 1.0 if u == 0 else weight
+
+    visit(0, 1.0)
+    gbv: list = [None] * n
+    if shape.kind == "paths":
+        u, below, here, weight, path = 0, 0.0, 1.0, 1.0, [0]
+        skews = []
+        while kids[u]:
+            target, proposal = rows_t[u], rows_d[u]
+            ratio = np.where(proposal > 0, target / np.where(proposal > 0, proposal, 1.0), np.inf)
+            order = np.lexsort((np.arange(len(ratio)), ratio))
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            skews.append(_skew_np(target, proposal, below, here, shape.paths, order))
+            c = max(kids[u], key=lambda c: rank[tokens[c]])
+            below += here * float(proposal[order[:rank[tokens[c]]]].sum())
+            here *= float(proposal[tokens[c]])
+            u = c
+            path.append(u)
+        gbv[0] = 1.0
+        for i, u in enumerate(path[1:], start=1):
+            weight = min(weight * pt[u] / float(skews[i - 1][tokens[u]]), 1.0)
+            if i == len(path) - 1:
+                gbv[u] = weight
+                continue
+            z = _residual_np(rows_t[u], skews[i], weight)[1]
+            den = z + 1.0 - weight
+            gbv[u] = z / den if den > 0 else 1.0
+    return TreeStats(tuple(parents), tuple(len(s) for s in prefixes), tuple(tokens), tuple(q),
+                     tuple(pt), tuple(draws), tuple(rrs), tuple(trv), tuple(gbv))

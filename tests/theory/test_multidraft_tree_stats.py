@@ -65,3 +65,24 @@ def test_replay_draws_tau_from_its_exact_law(verifier):
     sd = float(np.sqrt((((np.arange(len(law)) - mean) ** 2) * law).sum()))
     assert abs(draws.mean() - mean) <= 5 * sd / np.sqrt(len(draws)) + 1e-12
     assert set(np.unique(draws)) <= set(np.flatnonzero(law > 0))
+
+
+@pytest.mark.parametrize("spec, sampling", CASES + [("2,2", "iid")])
+def test_numpy_twin_matches_the_exact_stats_on_float_rows(spec, sampling):
+    shape = S.parse_shape(spec, sampling)
+    for seed in range(3):
+        pair = random_pair(seed, 3, ("iid", "markov", "table")[seed], depth=shape.depth,
+                           concentration=0.7)
+        for root in list(S.tree_law(pair, shape))[:40]:
+            ref = TS.tree_stats(pair, root, shape)
+            paths = S.node_set(root)
+            got = TS.tree_stats_numpy(root, shape, {s: pair.target.row(s) for s in paths},
+                                      {s: pair.draft.row(s) for s in paths if len(s) < shape.depth})
+            assert got.parent == ref.parent and got.draws == ref.draws
+            for name in ("q", "pt", "trv_accept"):
+                assert np.allclose(getattr(got, name), getattr(ref, name), rtol=0, atol=1e-12)
+            for a, b in zip(got.rrs_accept, ref.rrs_accept):
+                assert np.allclose(a, b, rtol=0, atol=1e-12)
+            assert [h is None for h in got.gbv_h] == [h is None for h in ref.gbv_h]
+            assert np.allclose([h for h in got.gbv_h if h is not None],
+                               [h for h in ref.gbv_h if h is not None], rtol=0, atol=1e-12)
