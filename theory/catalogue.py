@@ -25,7 +25,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from specbatch.theory import exact
+from specbatch.theory import catalogue_trees, exact
 from specbatch.theory.allocate import (
     allocation_value,
     greedy_heap,
@@ -267,6 +267,15 @@ def _check_dp_milp(rng, instances, theorem):
     return _verdict(theorem, margins)
 
 
+def _folded(margins: Callable) -> Callable:
+    """A check from a function of ``(rng, instances)`` returning per-instance margins."""
+    def check(rng, instances, theorem):
+        return _verdict(theorem, margins(rng, instances))
+    return check
+
+
+TREES = "docs/trees.md"
+
 # --------------------------------------------------------------------------- the catalogue
 
 CATALOGUE: tuple[Theorem, ...] = (
@@ -304,6 +313,33 @@ CATALOGUE: tuple[Theorem, ...] = (
             "THEORY.md §5", "witness", 1e-9, _check_greedy_block),
     Theorem("dp_equals_milp", "The DP over requests and the MILP reach the same optimum for "
             "any non-negative values.", "THEORY.md §5", "error", 1e-9, _check_dp_milp),
+    Theorem("multidraft_lossless", "With n drafts of one token, SpecInfer's recursive "
+            "rejection sampling (with and without replacement) and SpecTr's k-sequential "
+            "selection output exactly the target's law.",
+            "Miao et al. 2024; Jeon et al. 2024; Sun et al. 2023; " + TREES, "error", 0.0,
+            _folded(catalogue_trees.multidraft_lossless)),
+    Theorem("alpha_star_closed_form", "The best acceptance of n i.i.d. drafts, "
+            "α* = min_H [p(H) + 1 − q(H)^n], is reached on a prefix of the tokens sorted by "
+            "p/q and equals the optimal-transport LP.",
+            "Khisti et al. 2025; Hu et al. 2025; " + TREES, "error", 1e-7,
+            _folded(catalogue_trees.alpha_star_closed_form)),
+    Theorem("multidraft_below_optimum", "No multi-draft verifier accepts more often than the "
+            "optimum for its draft law (α* for i.i.d. drafts).", TREES, "slack", 1e-7,
+            _folded(catalogue_trees.multidraft_below_optimum)),
+    Theorem("tree_lossless", "On draft trees SpecInfer's recursive rejection sampling, "
+            "Traversal Verification and greedy multi-path block verification are lossless.",
+            "Miao et al. 2024; Weng et al. 2025; Thomas & Pal 2026; " + TREES, "error", 0.0,
+            _folded(catalogue_trees.tree_lossless)),
+    Theorem("traversal_is_block_on_chain", "On a single chain Traversal Verification has "
+            "block verification's law of (τ, output).", "Weng et al. 2025; " + TREES,
+            "error", 0.0, _folded(catalogue_trees.traversal_is_block)),
+    Theorem("tree_below_lp", "No tree verifier's E[τ] exceeds the best valid verifier for "
+            "the tree law (the tree LP).", TREES, "slack", 1e-7,
+            _folded(catalogue_trees.tree_below_lp)),
+    Theorem("topk_trees_optimal", "On deterministic top-k trees recursive rejection sampling "
+            "and Traversal Verification reach every node s with probability Mb(s), the best "
+            "any valid verifier can do (= the tree LP).", TREES, "error", 1e-7,
+            _folded(catalogue_trees.topk_trees_are_optimal)),
 )
 
 

@@ -157,8 +157,12 @@ def lp_b_program(pair: ModelPair, gamma: int, context: Prefix = (),
     return LinearProgram(c, a_eq, np.array(b), (n_x, gamma + 1, vocab))
 
 
-def solve_program(program: LinearProgram, solver: str = DEFAULT_SOLVER) -> LPResult:
-    """Maximise ``c·v`` s.t. ``A v = b``, ``v ≥ 0`` with cvxpy and the named solver."""
+def solve_program(program: LinearProgram, solver: str = DEFAULT_SOLVER,
+                  options: dict | None = None) -> LPResult:
+    """Maximise ``c·v`` s.t. ``A v = b``, ``v ≥ 0`` with cvxpy and the named solver.
+
+    ``options``: extra keyword arguments for the solver (e.g. HiGHS's ``presolve``).
+    """
     import cvxpy as cp
 
     name = solver.upper()
@@ -168,7 +172,7 @@ def solve_program(program: LinearProgram, solver: str = DEFAULT_SOLVER) -> LPRes
     problem = cp.Problem(cp.Maximize(program.c @ v), [program.a_eq @ v == program.b_eq])
     start = time.perf_counter()
     try:
-        problem.solve(solver=name)
+        problem.solve(solver=name, **(options or {}))
     except cp.error.SolverError as exc:
         raise SpecbatchError(f"solver {name}: failed: {exc}") from None
     seconds = time.perf_counter() - start

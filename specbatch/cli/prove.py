@@ -5,8 +5,12 @@
   validity residuals of THEORY.md §4 for a model pair read from JSON.
 - ``optimum allocate``: greedy (TETRIS top-C) and optimal (DP) allocations of a [N, K] value
   array under a budget C, and their values (THEORY.md §5).
+- ``optimum multidraft``: n drafts of one token: α* in closed form, the optimal-transport LP and
+  every multi-draft verifier's acceptance (docs/trees.md).
+- ``optimum tree``: a draft tree: every tree verifier's E[τ] and the best valid verifier's LP.
 
-Argument parsing and printing only: the work is :mod:`theory.catalogue`, :mod:`theory.lp` and
+Argument parsing and printing only: the work is :mod:`theory.catalogue`, :mod:`theory.lp`,
+:mod:`theory.multidraft`, :mod:`theory.tree_shapes`, :mod:`theory.tree_lp` and
 :mod:`analysis.optimum`.
 """
 
@@ -32,19 +36,25 @@ RAW = argparse.RawDescriptionHelpFormatter
 
 
 def register(subparsers) -> None:
-    """Add ``prove`` and ``optimum`` (verbs ``verify``, ``allocate``) to the CLI root."""
+    """Add ``prove`` and ``optimum`` (verbs ``verify``, ``allocate``, ``multidraft``, ``tree``)."""
     add_prove(subparsers)
     optimum = subparsers.add_parser(
         "optimum", help="exact optima: verification LPs and allocation under a budget",
         description="Exact optima of THEORY.md §4-5: `verify` (E[τ] of TV/BV, LP A, LP B, "
-                    "validity residuals) and `allocate` (greedy vs optimal allocation).",
+                    "validity residuals), `allocate` (greedy vs optimal allocation), "
+                    "`multidraft` (n drafts of one token against α*) and `tree` (draft-tree "
+                    "verifiers against the best valid verifier).",
         epilog=example("specbatch optimum verify --pair pair.json --gamma 2",
-                       "specbatch optimum allocate --values values.npy --budget 16"),
+                       "specbatch optimum allocate --values values.npy --budget 16",
+                       "specbatch optimum multidraft --pair pair.json --drafts 2",
+                       "specbatch optimum tree --pair pair.json --tree 2,1"),
         formatter_class=RAW)
     verbs = optimum.add_subparsers(dest="verb", metavar="VERB", parser_class=type(optimum))
     help_without_verb(optimum)
     add_verify(verbs)
     add_allocate(verbs)
+    add_multidraft(verbs)
+    add_tree(verbs)
 
 
 def add_prove(subparsers) -> None:
@@ -104,6 +114,53 @@ def add_allocate(verbs) -> None:
     add_json_flag(allocate)
     allocate.set_defaults(func=run_allocate)
 
+
+def add_multidraft(verbs) -> None:
+    from specbatch.theory.lp import DEFAULT_SOLVER
+
+    multi = verbs.add_parser(
+        "multidraft", help="n drafts of one token: α*, the OT LP, each verifier's acceptance",
+        description="For the first position of a model pair (its empty-context rows: target p, "
+                    "draft q) and n drafts: the optimal acceptance α* = min_H [p(H) + 1 − "
+                    "q(H)^n] (closed form), the optimal-transport LP for i.i.d. drafts and for "
+                    "drafts without replacement, and the acceptance and losslessness residual "
+                    "of SpecInfer's recursive rejection sampling (with and without "
+                    "replacement) and SpecTr's k-sequential selection, by exact enumeration.",
+        epilog=example("specbatch optimum multidraft --pair pair.json --drafts 2 --json"),
+        formatter_class=RAW)
+    multi.add_argument("--pair", required=True, metavar="PAIR.json", help="model pair file")
+    multi.add_argument("--drafts", type=positive_int, required=True, help="number of drafts n >= 1")
+    multi.add_argument("--solver", default=DEFAULT_SOLVER,
+                       help=f"cvxpy solver for the LPs (default {DEFAULT_SOLVER})")
+    add_json_flag(multi)
+    multi.set_defaults(func=run_multidraft)
+
+
+def add_tree(verbs) -> None:
+    from specbatch.theory.lp import DEFAULT_SOLVER
+
+    tree = verbs.add_parser(
+        "tree", help="a draft tree: each verifier's E[τ] against the best valid verifier",
+        description="For a model pair and a draft-tree law: E[τ], per-depth acceptance and the "
+                    "validity residual of SpecInfer's recursive rejection sampling, Traversal "
+                    "Verification and (for K x L path trees) greedy multi-path block "
+                    "verification, by exact enumeration of every realised tree, and the best "
+                    "valid verifier's E[τ] (an LP). SHAPE: children per depth ('2,2,1', "
+                    "children drawn i.i.d. or without replacement, --sampling) or 'KxL' (K "
+                    "i.i.d. draft paths of L tokens merged into a trie).",
+        epilog=example("specbatch optimum tree --pair pair.json --tree 2,1",
+                       "specbatch optimum tree --pair pair.json --tree 3x2 --json"),
+        formatter_class=RAW)
+    tree.add_argument("--pair", required=True, metavar="PAIR.json", help="model pair file")
+    tree.add_argument("--tree", required=True, metavar="SHAPE",
+                      help="'2,2,1' (children per depth) or '3x2' (3 i.i.d. paths of 2 tokens)")
+    tree.add_argument("--sampling", choices=("iid", "distinct", "topk"), default="iid",
+                      help="children per depth drawn i.i.d. (default), without replacement, "
+                           "or the top-k draft tokens (deterministic, EAGLE style)")
+    tree.add_argument("--solver", default=DEFAULT_SOLVER,
+                      help=f"cvxpy solver for the LP (default {DEFAULT_SOLVER})")
+    add_json_flag(tree)
+    tree.set_defaults(func=run_tree)
 
 
 # --------------------------------------------------------------------------- prove
@@ -183,4 +240,60 @@ def run_allocate(args: argparse.Namespace) -> int:
         f"gap             {out['gap']:.6g}",
     ] + ([f"MILP            value {out['milp_value']:.6g}"] if "milp_value" in out else []))
     emit(out, args.json, text)
+    return 0
+
+
+# --------------------------------------------------------------------------- optimum multidraft
+
+
+def run_multidraft(args: argparse.Namespace) -> int:
+    from specbatch.theory.models import read_pair
+    from specbatch.theory.multidraft import compare
+
+    pair = read_pair(args.pair)
+    out = compare(pair.target.row(()), pair.draft.row(()), args.drafts, args.solver)
+    frac = out.get("fractions", {})
+
+    def exact(key: str) -> str:
+        return f"  (= {frac[key]})" if key in frac and "/" in frac[key] and \
+            len(frac[key]) <= 40 else ""
+
+    lines = [f"pair {args.pair}: V={pair.vocab}, n={args.drafts} drafts of the first token, "
+             f"{'exact rationals' if pair.exact else 'float64'}",
+             f"α* (closed form)              {out['optimal_acceptance']:.10g}"
+             f"{exact('optimal_acceptance')}",
+             f"OT LP, i.i.d. drafts          {out['lp']:.10g}  ({out['solver']})",
+             f"OT LP, without replacement    {out['lp_without_replacement']:.10g}",
+             f"one draft (Σ min(p, q))       {out['single_draft']:.10g}"]
+    for name, row in out["verifiers"].items():
+        lines.append(f"{name:<30}{row['acceptance']:.10g}{exact(name)}  gap "
+                     f"{row['gap_to_optimum']:.3g}  residual {row['residual']:.3g}")
+    lines.append(f"SpecTr ρ = {out['spectr_rho']:.10g}")
+    emit(out, args.json, "\n".join(lines))
+    return 0
+
+
+# --------------------------------------------------------------------------- optimum tree
+
+
+def run_tree(args: argparse.Namespace) -> int:
+    from specbatch.theory.models import read_pair
+    from specbatch.theory.tree_lp import tree_report
+    from specbatch.theory.tree_shapes import parse_shape
+
+    shape = parse_shape(args.tree, args.sampling)
+    pair = read_pair(args.pair)
+    out = tree_report(pair, shape, args.solver)
+    frac = out.get("fractions", {})
+    lines = [f"pair {args.pair}: V={pair.vocab}, tree {out['tree']}, "
+             f"{out['realised_trees']} realised trees, "
+             f"{'exact rationals' if pair.exact else 'float64'}",
+             f"{'verifier':<12}{'E[τ]':>14}  {'gap to LP':>10}  {'residual':>9}  P(τ >= d)"]
+    for name, row in out["verifiers"].items():
+        tail = ", ".join(f"{v:.4g}" for v in row["depth_acceptance"])
+        shown = f" (= {frac[name]})" if name in frac and len(frac[name]) <= 24 else ""
+        lines.append(f"{name:<12}{row['expected_accepted']:>14.10g}  {row['gap_to_lp']:>10.3g}  "
+                     f"{row['residual']:>9.3g}  {tail}{shown}")
+    lines.append(f"{'best valid':<12}{out['lp_valid']:>14.10g}  (LP, {out['solver']})")
+    emit(out, args.json, "\n".join(lines))
     return 0

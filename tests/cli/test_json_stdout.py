@@ -33,6 +33,8 @@ CASES = [
     ("optimum verify", ["optimum", "verify", "--pair", "pair.json", "--gamma", "1"]),
     ("optimum allocate", ["optimum", "allocate", "--values", "values.csv", "--budget", "2",
                           "--milp"]),
+    ("optimum multidraft", ["optimum", "multidraft", "--pair", "pair.json", "--drafts", "2"]),
+    ("optimum tree", ["optimum", "tree", "--pair", "pair.json", "--tree", "2,1"]),
     ("cost show", ["cost", "show", "--batch", "1", "8"]),
     ("cost fit", ["cost", "fit", "profile.csv"]),
     ("trace info", ["trace", "info", "default"]),
