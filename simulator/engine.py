@@ -67,6 +67,8 @@ from specbatch.simulator.state import (
     Row,
     step_record,
 )
+from specbatch.simulator.v1 import V1Composer, v1_lookahead
+from specbatch.simulator.v1_reference import V1Reference
 from specbatch.simulator.verify import VerifyTables, request_keys
 from specbatch.simulator.verify_cost import verify_cost_for
 from specbatch.simulator.view import TraceTables
@@ -89,7 +91,7 @@ _EMPTY = np.zeros(0, dtype=_I64)
 _EMPTY.flags.writeable = False
 
 
-class Engine(Admission, Decode):
+class Engine(Admission, Decode, V1Composer, V1Reference):
     """Run one workload through ``config.replicas`` replicas with one policy and cost model.
 
     policy:   the run's policy (simulator.policies.make_policy; copied once per extra replica)
@@ -112,10 +114,16 @@ class Engine(Admission, Decode):
         self.reference = reference
         self.rule = config.verify
         self.depth = int(policy.depth)
-        self.chunked = bool(config.enable_chunked_prefill)
+        self.chunked = config.chunked
         self.max_seqs = int(config.max_num_seqs)
-        self.max_batched = config.max_num_batched_tokens
+        self.max_batched = config.token_budget
         self.kv_capacity = capacity  # tokens per replica; None = unlimited
+        self.v1 = config.scheduler == "vllm-v1"
+        self.threshold = int(config.long_prefill_token_threshold)
+        # vllm-v1's KV lookahead slots: K for a draft model, 0 for n-gram or no speculation
+        self.lookahead = v1_lookahead(config, policy.speculates, self.depth)
+        #: when a list, every vllm-v1 step's composition is appended (simulator.v1)
+        self.compositions: list | None = None
         # paged KV (config.kv_mode "paged"): block accounting; None = reserve at admission
         self.blocks = (BlockManager(self.kv_capacity, config.block_size, self.depth, reference)
                        if config.kv_mode == "paged" else None)
@@ -236,6 +244,12 @@ class Engine(Admission, Decode):
     # ---------------------------------------------------------------- steps
 
     def start_step(self, rep: Replica, time: float) -> None:
+        if self.v1:
+            duration = self.v1_step(rep, time)
+            if duration is not None:
+                rep.busy = True
+                self.push(time + duration, STEP_END, rep.index)
+            return
         joined = self.admit(rep) if self.blocks is None else self.schedule_paged(rep)
         if not rep.state.shape[1]:  # nothing runs (n_running, without the property call)
             return

@@ -1,0 +1,404 @@
+"""vLLM V1's step composer (``scheduler = "vllm-v1"``): one token budget per step, mixed steps.
+
+Rules, read from vLLM's source (vllm-project/vllm):
+
+- ``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``: every step spends one token
+  budget B = ``max_num_batched_tokens`` (:data:`simulator.config.V1_DEFAULT_BATCHED_TOKENS`
+  when unset). RUNNING requests go first, in running order (admission order): each asks
+  ``num_tokens_with_spec − num_computed_tokens`` tokens, i.e. 1 + s_i (its pending token and
+  the s_i drafts it verifies) when decoding, its remaining prompt (prompt + t after a
+  preemption) when still prefilling, capped at ``long_prefill_token_threshold`` (> 0) and at
+  what is left of B; scheduling running requests stops once B is spent. A request cut by the
+  budget verifies only the drafts that fit (``spec_token_ids[:num_scheduled_spec_tokens]``),
+  and drafts no more than it verifies. Then, only in a step that preempted nobody, WAITING
+  requests FCFS while B is left and ``max_num_seqs`` allows: a request asks its whole
+  prompt (prompt + t when resumed), chunked to what B has left; with
+  ``enable_chunked_prefill = false`` a prompt that does not fit what is left stops
+  admission (``break``), as vLLM does.
+- ``vllm/v1/core/kv_cache_manager.py``, ``KVCacheManager.allocate_slots`` (paged KV): a
+  scheduled request must hold ⌈(computed + num_new_tokens + lookahead) / block_size⌉ blocks,
+  where computed = prompt + t − 1 for a decoding request at output position t (the KV of its
+  last emitted token is computed in this step) and the prefilled tokens for a prefilling
+  one. ``Scheduler.__init__``: lookahead = ``num_speculative_tokens`` (the policy's depth
+  K here) for a draft model or EAGLE (``use_eagle`` / ``uses_draft_model``), 0 for n-gram
+  (``draft = "ngram"``) and without speculation; a WAITING request is allocated without
+  lookahead (``effective_lookahead_tokens = 0`` while ``num_computed_tokens == 0``), so
+  admission needs only ⌈num_new_tokens / block_size⌉ blocks: the whole prompt without
+  chunking, the chunk with it, ⌈(prompt + t) / block_size⌉ on resume. Blocks never shrink
+  while a request runs (rejected drafts' slots are reused).
+- Preemption (``Scheduler.schedule``'s ``while True`` around ``allocate_slots``, FCFS
+  policy): when a running request's slots do not fit the free pool, the newest running
+  request (``self.running.pop()``) is preempted, repeatedly; if that is the request itself,
+  scheduling of running requests stops. A preempted request frees all its blocks, goes back
+  to the front of the waiting queue (``prepend_request``) and recomputes prompt + t tokens
+  when readmitted. A running request's next prompt chunk follows the same rule (it may
+  preempt the newest; it never shrinks to the free pool).
+- Recompute (``Scheduler.update_from_output`` with the model runner's sampler): a step that
+  completes a request's (re)prefill samples one token from its last position, so a
+  recomputed request emits its next token (position t → t + 1) when its recompute
+  completes, as a fresh prompt emits its first.
+
+Reserve mode (``kv_mode = "reserve"``) keeps its own KV model under this composer: a request
+reserves prompt + output + K + 1 tokens at admission, so running requests never preempt.
+Prefix caching (``enable_prefix_caching``) is not modelled: freed blocks are not found again.
+
+The composer is vectorised over the running batch (:meth:`V1Composer.compose`: cumulative
+sums, one allocation); preemption, which is rare, and admission, which is FCFS, walk
+requests one at a time. :func:`simulator.v1_reference.compose_reference` is its per-request
+twin, written as vLLM's loop, selected by the engine's ``reference=True``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.config import FREE_DRAFTS
+from specbatch.simulator.fields import fail
+from specbatch.simulator.plan import Plan
+from specbatch.simulator.state import Outcome, Replica, Row, step_record
+from specbatch.simulator.view import StepView
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config import SimConfig
+
+_I64 = np.int64
+_UID, _PREFILLED, _FILL, _BLOCKS, _PROMPT, _POS = (
+    int(Row.UID), int(Row.PREFILLED), int(Row.FILL), int(Row.BLOCKS), int(Row.PROMPT),
+    int(Row.POS))
+_M_KV, _M_DRAFTED, _M_VERIFIED = int(Outcome.KV), int(Outcome.DRAFTED), int(Outcome.VERIFIED)
+_EMPTY = np.zeros(0, dtype=_I64)
+_EMPTY.flags.writeable = False
+
+
+def ceil_div(a: np.ndarray | int, b: int) -> np.ndarray | int:
+    """⌈a / b⌉ for non-negative integers (and arrays of them)."""
+    return -(-a // b)
+
+
+def v1_lookahead(config: SimConfig, speculates: bool, depth: int) -> int:
+    """KV lookahead slots of a running request under vllm-v1 (``Scheduler.__init__``): the
+    draft depth K for a draft model, 0 for n-gram (``draft = "ngram"``) or a policy that
+    does not speculate."""
+    return depth if speculates and str(config.draft).lower() not in FREE_DRAFTS else 0
+
+
+def check_v1_workload(config: SimConfig, capacity: int | None, longest: int, depth: int,
+                      lookahead: int) -> None:
+    """One-line errors for a vllm-v1 run that could never finish: without chunked prefill a
+    request's (re)prefill of up to prompt + output − 1 = ``longest`` − 1 tokens must fit the
+    token budget (vLLM asks max_num_batched_tokens >= max_model_len), and in paged mode the
+    largest request must run alone in the block pool, its last step holding
+    prompt + output − 1 + K + lookahead slots."""
+    budget = config.token_budget
+    if not config.chunked and longest - 1 > budget:
+        fail("config", "max_num_batched_tokens",
+             f"room for the longest prompt + output - 1 = {longest - 1} tokens without "
+             "chunked prefill (vllm-v1 never splits a prompt then)", budget)
+    if capacity is None or config.kv_mode != "paged":
+        return
+    bs = int(config.block_size)
+    slots = longest - 1 + depth + lookahead
+    need, pool = ceil_div(slots, bs), capacity // bs
+    if need > pool:
+        fail("config", "kv_capacity",
+             f"a block pool holding the largest request alone under vllm-v1 (prompt + output "
+             f"- 1 + K + lookahead = {slots} tokens = {need} blocks of {bs})",
+             f"{capacity} tokens = {pool} blocks")
+
+
+class Composition(NamedTuple):
+    """One V1 step's batch, before it runs.
+
+    kept:    running requests kept (the first ``kept`` columns); the others, newest first,
+             are preempted
+    joined:  uids admitted from the waiting queue, in order (appended after the kept)
+    tokens:  # [kept + joined] tokens scheduled per request (0 = not scheduled this step)
+    blocks:  # [kept + joined] KV blocks each holds after allocation (paged mode; else 0)
+    free:    the replica's free blocks (paged) or reserved tokens (reserve) afterwards
+    """
+
+    kept: int
+    joined: tuple[int, ...]
+    tokens: np.ndarray
+    blocks: np.ndarray
+    free: int
+
+
+class V1Composer:
+    """The engine's vllm-v1 step (module docstring); mixed into
+    :class:`~simulator.engine.Engine`, whose settings it reads (``max_batched`` = the token
+    budget, ``chunked``, ``threshold``, ``lookahead``, ``blocks``, ``max_seqs``,
+    ``kv_capacity``, ``footprint``, ``parked``, ``initial``)."""
+
+    # ------------------------------------------------------------- composition
+
+    def wants(self, state: np.ndarray, d_idx: np.ndarray | None, verified: np.ndarray
+              ) -> np.ndarray:
+        """Tokens each running request asks: 1 + s_i decoding (``d_idx`` its columns, None =
+        all), else its remaining prompt capped at ``long_prefill_token_threshold``.
+        # [n]"""
+        if d_idx is None:
+            return verified + 1
+        want = state[_FILL] - state[_PREFILLED]
+        if self.threshold:
+            np.minimum(want, self.threshold, out=want)
+        want[d_idx] = verified + 1
+        return want
+
+    def compose(self, rep: Replica, want: np.ndarray) -> Composition:
+        """The vectorised composer: the budget's cut by one cumulative sum, the running
+        requests' new blocks in one allocation (a per-request walk only when the pool runs
+        short and someone is preempted), then FCFS admission."""
+        state = rep.state
+        budget = int(self.max_batched)
+        before = np.cumsum(want) - want
+        tokens = np.minimum(np.maximum(budget - before, 0), want)
+        kept = state.shape[1]
+        blocks = state[_BLOCKS].copy()
+        free = rep.free_blocks if self.blocks is not None else rep.kv_reserved
+        if self.blocks is not None and kept:
+            bs = self.blocks.block_size
+            decoding = state[_PREFILLED] >= state[_FILL]
+            computed = np.where(decoding, state[_PROMPT] + state[_POS] - 1, state[_PREFILLED])
+            need = ceil_div(computed + tokens + self.lookahead, bs) - blocks
+            np.maximum(need, 0, out=need)
+            need *= tokens > 0
+            total = int(need.sum())
+            if total <= free:
+                blocks += need
+                free -= total
+            else:
+                kept, free = self.preempt_walk(tokens, need, blocks, free)
+                tokens = tokens[:kept]
+                blocks = blocks[:kept]
+        left = budget - int(tokens.sum())
+        if kept < state.shape[1]:  # a step that preempted admits nobody
+            return Composition(kept, (), tokens, blocks, free)
+        joined, t_new, b_new, free = self.admit_v1(rep, left, free)
+        if joined:
+            tokens = np.concatenate([tokens, np.asarray(t_new, dtype=_I64)])
+            blocks = np.concatenate([blocks, np.asarray(b_new, dtype=_I64)])
+        return Composition(kept, joined, tokens, blocks, free)
+
+    @staticmethod
+    def preempt_walk(tokens: np.ndarray, need: np.ndarray, blocks: np.ndarray, free: int
+                     ) -> tuple[int, int]:
+        """The running requests in order when the pool runs short: each scheduled one takes
+        its blocks, preempting the newest while they do not fit (itself last). Writes the
+        scheduled ones' blocks into ``blocks`` and zeroes the tokens of those not scheduled;
+        returns (running requests kept, free blocks left)."""
+        end = tokens.shape[0]
+        i = 0
+        while i < end and tokens[i] > 0:
+            while need[i] > free and end > i:
+                end -= 1
+                free += int(blocks[end])
+            if end == i:
+                break
+            free -= int(need[i])
+            blocks[i] += need[i]
+            i += 1
+        tokens[i:] = 0
+        return end, free
+
+    def admit_v1(self, rep: Replica, left: int, free: int
+                 ) -> tuple[tuple[int, ...], list[int], list[int], int]:
+        """FCFS admission of waiting requests into ``left`` budget tokens: (uids, tokens,
+        blocks each, free blocks or reserved tokens afterwards). The waiting queue is not
+        changed (:meth:`apply` pops them)."""
+        room = self.max_seqs - rep.n_running
+        joined: list[int] = []
+        tokens: list[int] = []
+        blocks: list[int] = []
+        paged = self.blocks is not None
+        capacity = self.kv_capacity
+        for u in rep.waiting:
+            if left <= 0 or len(joined) >= room:
+                break
+            col = self.parked.get(u)
+            num_new = int(self.w.prompt_len[u]) if col is None else int(col[_FILL])
+            if self.threshold and num_new > self.threshold:
+                num_new = self.threshold
+            if not self.chunked and num_new > left:
+                break
+            num_new = min(num_new, left)
+            if paged:
+                need = ceil_div(num_new, self.blocks.block_size)
+                if need > free:
+                    break
+                free -= need
+            else:
+                need = 0
+                if capacity is not None:
+                    fp = int(self.footprint[u])
+                    if free + fp > capacity:
+                        break
+                    free += fp
+            joined.append(u)
+            tokens.append(num_new)
+            blocks.append(need)
+            left -= num_new
+        return tuple(joined), tokens, blocks, free
+
+    def apply(self, rep: Replica, comp: Composition) -> None:
+        """Make ``comp`` the replica's running batch: park the preempted (newest first, each
+        to the front of the waiting queue), append the admitted, set blocks and the pool."""
+        state = rep.state
+        if comp.kept < state.shape[1]:
+            gone = state[:, comp.kept:][:, ::-1].copy()
+            rep.n_prefilling -= int(np.count_nonzero(gone[_PREFILLED] < gone[_FILL]))
+            gone[_PREFILLED] = 0
+            gone[_BLOCKS] = 0
+            gone[_FILL] = gone[_PROMPT] + gone[_POS]
+            for col in gone.T:
+                u = int(col[_UID])
+                self.parked[u] = col
+                rep.waiting.appendleft(u)
+                self.rec.preemptions[u] += 1
+                self.rec.recomputed[u] += int(col[_FILL])
+            state = state[:, :comp.kept]
+        if comp.joined:
+            new = self.initial.take(comp.joined, axis=1)
+            for j, u in enumerate(comp.joined):
+                rep.waiting.popleft()
+                col = self.parked.pop(u, None)
+                if col is not None:
+                    new[:, j] = col
+            state = np.concatenate([state, new], axis=1)
+            rep.n_prefilling += len(comp.joined)
+        state[_BLOCKS] = comp.blocks
+        rep.state = state
+        if self.blocks is not None:
+            rep.free_blocks = comp.free
+        else:
+            rep.kv_reserved = comp.free
+
+    # ------------------------------------------------------------- the step
+
+    def v1_step(self, rep: Replica, time: float) -> float | None:
+        """Compose and run one vllm-v1 step; returns its duration (None: nothing runs)."""
+        state = rep.state
+        n = state.shape[1]
+        d_idx: np.ndarray | None = None
+        nd = 0
+        plan = m = view = eta = None
+        if n:
+            if rep.n_prefilling:
+                d_idx = np.flatnonzero(state[_PREFILLED] >= state[_FILL])
+                sub = state[:, d_idx]
+            else:
+                sub = state
+            nd = sub.shape[1]
+            if nd:
+                m, plan, view, eta = self.plan_decode(rep, sub)
+            verified = plan.verified if nd else _EMPTY
+            want = self.wants(state, d_idx, verified)
+        else:
+            want = verified = _EMPTY
+        comp = (self.compose_reference(rep, d_idx, verified) if self.reference
+                else self.compose(rep, want))
+        if self.compositions is not None:
+            self.log_composition(rep, time, comp)
+        self.apply(rep, comp)
+        if not rep.state.shape[1]:
+            return None
+        return self.run_composed(rep, time, comp, d_idx, nd, m, plan, view, eta)
+
+    def run_composed(self, rep: Replica, time: float, comp: Composition,
+                     d_idx: np.ndarray | None, nd: int, m: np.ndarray | None,
+                     plan: Plan | None, view: StepView | None, eta: np.ndarray | None
+                     ) -> float:
+        """Verify, price and commit the composed step: the scheduled decoding requests (a
+        prefix of the planned ones) and the prompt chunks."""
+        state = rep.state
+        tokens = comp.tokens
+        scheduled = int(np.count_nonzero(tokens[:comp.kept]))  # a prefix of the running
+        keep = nd if d_idx is None else int(np.searchsorted(d_idx, scheduled))
+        keep = min(keep, scheduled)
+        emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
+        draft_t, sums, q_len, kv = 0.0, None, _EMPTY, _EMPTY
+        if keep:
+            cols = np.arange(keep) if d_idx is None else d_idx[:keep]
+            asked = m[_M_VERIFIED, :keep] + 1
+            got = tokens[cols]
+            if keep < nd or int(got[-1]) < int(asked[-1]):
+                m, plan, view, eta = self.cut_plan(m, plan, eta, keep, got)
+            sub = state[:, cols]
+            self.verify_decode(rep, sub, cols, m, plan, view, eta)
+            (emitted, drafted_sum, verified_sum, accepted_sum, passes, draft_t,
+             sums) = self.price_decode(m, plan)
+            self.commit(rep, m, None if keep == state.shape[1] else cols)
+            kv = m[_M_KV]
+            q_len = plan.verified + 1
+        prefilled, fill = state[_PREFILLED], state[_FILL]
+        p_idx = np.flatnonzero((tokens > 0) & (prefilled < fill)) if rep.n_prefilling else _EMPTY
+        prefill_tokens = 0
+        completed = _EMPTY
+        if p_idx.shape[0]:
+            chunk = tokens[p_idx]
+            kv_before = prefilled[p_idx]
+            if self.policy.speculates:
+                draft_t += float(self.cost.step_time("draft", chunk, kv_before))
+            prefilled[p_idx] += chunk
+            done = prefilled[p_idx] >= fill[p_idx]
+            completed = p_idx[done]
+            rep.n_prefilling -= int(completed.shape[0])
+            prefill_tokens = int(chunk.sum())
+            q_len = np.concatenate([q_len, chunk])
+            kv = np.concatenate([kv, kv_before])
+        if sums is not None and prefill_tokens == 0 and self.from_sums is not None:
+            target_t = float(self.from_sums("target", *sums))
+        else:
+            target_t = float(self.cost.step_time("target", q_len, kv))
+        overhead = self.overhead
+        end = time + draft_t + target_t + overhead
+        if completed.shape[0]:
+            emitted += self.emit_completed(rep, completed, end)
+        if keep == 0 and prefill_tokens == 0:  # pragma: no cover - engine invariant
+            raise SpecbatchError("simulator: a vllm-v1 step with nothing scheduled "
+                                 "(engine invariant broken)")
+        self.rec.step_rows.append(step_record(
+            replica=rep.index, time=time, end=end, batch=keep, prefill_tokens=prefill_tokens,
+            drafted=drafted_sum, verified=verified_sum, accepted=accepted_sum, emitted=emitted,
+            depth=passes, draft_time=draft_t, target_time=target_t, overhead_time=overhead))
+        self.finish(rep, end)
+        return end - time
+
+    def cut_plan(self, m: np.ndarray, plan: Plan, eta: np.ndarray, keep: int, got: np.ndarray
+                 ) -> tuple[np.ndarray, Plan, StepView, np.ndarray]:
+        """The plan of the first ``keep`` decoding requests, the last one's drafts cut to the
+        ``got`` # [keep] tokens the budget gave (verified = got − 1, drafted ≤ verified)."""
+        m = m[:, :keep].copy()
+        verified = np.minimum(m[_M_VERIFIED], got - 1)
+        drafted = m[_M_DRAFTED]
+        cut = verified < m[_M_VERIFIED]
+        drafted = np.where(cut, np.minimum(drafted, verified), drafted)
+        m[_M_VERIFIED] = verified
+        m[_M_DRAFTED] = drafted
+        eta = eta[:keep]
+        view = StepView(self.trace, m[int(Outcome.ROW)], m[_M_KV], None, self.depth, eta,
+                        self.cost, self.view_tables)
+        return m, Plan(drafted, verified, plan.depth, plan.tree), view, eta
+
+    def emit_completed(self, rep: Replica, idx: np.ndarray, end: float) -> int:
+        """Requests at ``idx`` completed their (re)prefill this step: each samples one token
+        from its last position, a fresh prompt its first (TTFT), a recomputed one its next
+        (position t → t + 1). Returns the tokens emitted."""
+        state = rep.state
+        pos = state[_POS, idx]
+        fresh = pos == 0
+        self.rec.first_token[state[_UID, idx[fresh]]] = end
+        state[_POS, idx] = pos + 1
+        return int(idx.shape[0])
+
+    def log_composition(self, rep: Replica, time: float, comp: Composition) -> None:
+        """Append the composition to ``compositions`` as plain values (parity tests): replica,
+        start time, the uids scheduled with their tokens and blocks, the uids preempted."""
+        state = rep.state
+        uids = [int(u) for u in state[_UID, :comp.kept]] + list(comp.joined)
+        preempted = [int(u) for u in state[_UID, comp.kept:][::-1]]
+        self.compositions.append((rep.index, time, tuple(uids), tuple(comp.tokens.tolist()),
+                                  tuple(comp.blocks.tolist()), tuple(preempted), comp.free))
