@@ -7,10 +7,10 @@ Rules, read from vLLM's source (vllm-project/vllm):
   when unset). RUNNING requests go first, in running order (admission order): each asks
   ``num_tokens_with_spec − num_computed_tokens`` tokens, i.e. 1 + s_i (its pending token and
   the s_i drafts it verifies) when decoding, its remaining prompt (prompt + t after a
-  preemption) when still prefilling, capped at ``long_prefill_token_threshold`` (> 0) and at
-  what is left of B; scheduling running requests stops once B is spent. A request cut by the
-  budget verifies only the drafts that fit (``spec_token_ids[:num_scheduled_spec_tokens]``),
-  and drafts no more than it verifies. Then, only in a step that preempted nobody, WAITING
+  preemption) when still prefilling, capped at ``long_prefill_token_threshold`` (> 0; a
+  decoding request too) and at what is left of B; scheduling running requests stops once B
+  is spent. A request cut by the budget or the threshold verifies only the drafts that fit
+  (``spec_token_ids[:num_scheduled_spec_tokens]``), and drafts no more than it verifies. Then, only in a step that preempted nobody, WAITING
   requests FCFS while B is left and ``max_num_seqs`` allows: a request asks its whole
   prompt (prompt + t when resumed), chunked to what B has left; with
   ``enable_chunked_prefill = false`` a prompt that does not fit what is left stops
@@ -138,14 +138,15 @@ class V1Composer:
     def wants(self, state: np.ndarray, d_idx: np.ndarray | None, verified: np.ndarray
               ) -> np.ndarray:
         """Tokens each running request asks: 1 + s_i decoding (``d_idx`` its columns, None =
-        all), else its remaining prompt capped at ``long_prefill_token_threshold``.
-        # [n]"""
+        all), else its remaining prompt; capped at ``long_prefill_token_threshold`` (> 0),
+        which vLLM applies to every running request. # [n]"""
         if d_idx is None:
-            return verified + 1
-        want = state[_FILL] - state[_PREFILLED]
+            want = verified + 1
+        else:
+            want = state[_FILL] - state[_PREFILLED]
+            want[d_idx] = verified + 1
         if self.threshold:
             np.minimum(want, self.threshold, out=want)
-        want[d_idx] = verified + 1
         return want
 
     def compose(self, rep: Replica, want: np.ndarray) -> Composition:
@@ -324,7 +325,7 @@ class V1Composer:
             cols = np.arange(keep) if d_idx is None else d_idx[:keep]
             asked = m[_M_VERIFIED, :keep] + 1
             got = tokens[cols]
-            if keep < nd or int(got[-1]) < int(asked[-1]):
+            if keep < nd or bool((got < asked).any()):
                 m, plan, view, eta = self.cut_plan(m, plan, eta, keep, got)
             sub = state[:, cols]
             self.verify_decode(rep, sub, cols, m, plan, view, eta)
