@@ -116,7 +116,7 @@ class Engine(Admission, Decode, V1Composer, V1Reference):
         self.depth = int(policy.depth)
         self.chunked = config.chunked
         self.max_seqs = int(config.max_num_seqs)
-        self.max_batched = config.token_budget
+        self.max_batched = config.token_budget  # None = unlimited (vllm-v0 only)
         self.kv_capacity = capacity  # tokens per replica; None = unlimited
         self.v1 = config.scheduler == "vllm-v1"
         self.threshold = int(config.long_prefill_token_threshold)

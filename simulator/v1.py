@@ -71,6 +71,8 @@ _UID, _PREFILLED, _FILL, _BLOCKS, _PROMPT, _POS = (
 _M_KV, _M_DRAFTED, _M_VERIFIED = int(Outcome.KV), int(Outcome.DRAFTED), int(Outcome.VERIFIED)
 _EMPTY = np.zeros(0, dtype=_I64)
 _EMPTY.flags.writeable = False
+_sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
+_count_nonzero = np.count_nonzero
 
 
 def ceil_div(a: np.ndarray | int, b: int) -> np.ndarray | int:
@@ -154,16 +156,26 @@ class V1Composer:
         requests' new blocks in one allocation (a per-request walk only when the pool runs
         short and someone is preempted), then FCFS admission."""
         state = rep.state
-        budget = int(self.max_batched)
-        before = np.cumsum(want) - want
-        tokens = np.minimum(np.maximum(budget - before, 0), want)
+        budget = self.max_batched
+        asked = int(_sum(want))
+        if asked <= budget:  # the common case: every running request gets what it asks
+            tokens = want
+        else:
+            before = np.cumsum(want) - want
+            tokens = np.minimum(np.maximum(budget - before, 0), want)
+            asked = budget
         kept = state.shape[1]
-        blocks = state[_BLOCKS].copy()
-        free = rep.free_blocks if self.blocks is not None else rep.kv_reserved
-        if self.blocks is not None and kept:
+        paged = self.blocks is not None
+        blocks = state[_BLOCKS].copy() if paged else state[_BLOCKS]
+        free = rep.free_blocks if paged else rep.kv_reserved
+        if paged and kept:
             bs = self.blocks.block_size
-            decoding = state[_PREFILLED] >= state[_FILL]
-            computed = np.where(decoding, state[_PROMPT] + state[_POS] - 1, state[_PREFILLED])
+            if rep.n_prefilling:
+                decoding = state[_PREFILLED] >= state[_FILL]
+                computed = np.where(decoding, state[_PROMPT] + state[_POS] - 1,
+                                    state[_PREFILLED])
+            else:
+                computed = state[_PROMPT] + state[_POS] - 1
             need = ceil_div(computed + tokens + self.lookahead, bs) - blocks
             np.maximum(need, 0, out=need)
             need *= tokens > 0
@@ -172,13 +184,16 @@ class V1Composer:
                 blocks += need
                 free -= total
             else:
+                tokens = tokens.copy()
                 kept, free = self.preempt_walk(tokens, need, blocks, free)
                 tokens = tokens[:kept]
                 blocks = blocks[:kept]
-        left = budget - int(tokens.sum())
+                asked = int(_sum(tokens))
         if kept < state.shape[1]:  # a step that preempted admits nobody
             return Composition(kept, (), tokens, blocks, free)
-        joined, t_new, b_new, free = self.admit_v1(rep, left, free)
+        if not rep.waiting or kept >= self.max_seqs or asked >= budget:
+            return Composition(kept, (), tokens, blocks, free)
+        joined, t_new, b_new, free = self.admit_v1(rep, budget - asked, free)
         if joined:
             tokens = np.concatenate([tokens, np.asarray(t_new, dtype=_I64)])
             blocks = np.concatenate([blocks, np.asarray(b_new, dtype=_I64)])
@@ -280,12 +295,15 @@ class V1Composer:
     # ------------------------------------------------------------- the step
 
     def v1_step(self, rep: Replica, time: float) -> float | None:
-        """Compose and run one vllm-v1 step; returns its duration (None: nothing runs)."""
+        """Compose and run one vllm-v1 step; returns its duration (None: nothing runs).
+
+        The decoding requests' plan comes first (vLLM's drafts exist before ``schedule``);
+        the composition then decides who runs and with how many tokens."""
         state = rep.state
         n = state.shape[1]
         d_idx: np.ndarray | None = None
         nd = 0
-        plan = m = view = eta = None
+        m = plan = view = eta = sub = None
         if n:
             if rep.n_prefilling:
                 d_idx = np.flatnonzero(state[_PREFILLED] >= state[_FILL])
@@ -306,50 +324,59 @@ class V1Composer:
         self.apply(rep, comp)
         if not rep.state.shape[1]:
             return None
-        return self.run_composed(rep, time, comp, d_idx, nd, m, plan, view, eta)
+        keep = nd
+        if nd:
+            tokens = comp.tokens
+            full = comp.kept == n and int(_sum(tokens[:n])) == int(_sum(want))
+            if not full or (self.threshold and bool((verified >= self.threshold).any())):
+                scheduled = int(_count_nonzero(tokens[:comp.kept]))  # a prefix of the running
+                keep = min(scheduled if d_idx is None
+                           else int(np.searchsorted(d_idx, scheduled)), nd)
+                cols = slice(0, keep) if d_idx is None else d_idx[:keep]
+                got = tokens[cols]
+                if keep < nd or bool((got < m[_M_VERIFIED, :keep] + 1).any()):
+                    m, plan, view, eta = self.cut_plan(m, plan, eta, keep, got)
+                    sub = sub[:, :keep]
+        return self.run_composed(rep, time, comp.tokens, d_idx, keep, m, plan, view, eta, sub)
 
-    def run_composed(self, rep: Replica, time: float, comp: Composition,
-                     d_idx: np.ndarray | None, nd: int, m: np.ndarray | None,
-                     plan: Plan | None, view: StepView | None, eta: np.ndarray | None
-                     ) -> float:
-        """Verify, price and commit the composed step: the scheduled decoding requests (a
-        prefix of the planned ones) and the prompt chunks."""
+    def run_composed(self, rep: Replica, time: float, tokens: np.ndarray,
+                     d_idx: np.ndarray | None, keep: int, m: np.ndarray | None,
+                     plan: Plan | None, view: StepView | None, eta: np.ndarray | None,
+                     sub: np.ndarray | None) -> float:
+        """Verify, price and commit the composed step: the first ``keep`` planned decoding
+        requests (columns ``d_idx``, None = the first ``keep``; their plan ``m``, ``plan``
+        and state columns ``sub`` already cut to what was scheduled) and the prompt chunks
+        of ``tokens`` # [running]."""
         state = rep.state
-        tokens = comp.tokens
-        scheduled = int(np.count_nonzero(tokens[:comp.kept]))  # a prefix of the running
-        keep = nd if d_idx is None else int(np.searchsorted(d_idx, scheduled))
-        keep = min(keep, scheduled)
         emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
         draft_t, sums, q_len, kv = 0.0, None, _EMPTY, _EMPTY
         if keep:
-            cols = np.arange(keep) if d_idx is None else d_idx[:keep]
-            asked = m[_M_VERIFIED, :keep] + 1
-            got = tokens[cols]
-            if keep < nd or bool((got < asked).any()):
-                m, plan, view, eta = self.cut_plan(m, plan, eta, keep, got)
-            sub = state[:, cols]
-            self.verify_decode(rep, sub, cols, m, plan, view, eta)
+            if d_idx is None:
+                cols = None if keep == state.shape[1] else slice(0, keep)
+            else:
+                cols = d_idx[:keep]
+            self.verify_decode(rep, sub, None if d_idx is None else cols, m, plan, view, eta)
             (emitted, drafted_sum, verified_sum, accepted_sum, passes, draft_t,
              sums) = self.price_decode(m, plan)
-            self.commit(rep, m, None if keep == state.shape[1] else cols)
+            self.commit(rep, m, cols)
             kv = m[_M_KV]
             q_len = plan.verified + 1
-        prefilled, fill = state[_PREFILLED], state[_FILL]
-        p_idx = np.flatnonzero((tokens > 0) & (prefilled < fill)) if rep.n_prefilling else _EMPTY
         prefill_tokens = 0
         completed = _EMPTY
-        if p_idx.shape[0]:
-            chunk = tokens[p_idx]
-            kv_before = prefilled[p_idx]
-            if self.policy.speculates:
-                draft_t += float(self.cost.step_time("draft", chunk, kv_before))
-            prefilled[p_idx] += chunk
-            done = prefilled[p_idx] >= fill[p_idx]
-            completed = p_idx[done]
-            rep.n_prefilling -= int(completed.shape[0])
-            prefill_tokens = int(chunk.sum())
-            q_len = np.concatenate([q_len, chunk])
-            kv = np.concatenate([kv, kv_before])
+        if rep.n_prefilling:
+            prefilled, fill = state[_PREFILLED], state[_FILL]
+            p_idx = np.flatnonzero((tokens > 0) & (prefilled < fill))
+            if p_idx.shape[0]:
+                chunk = tokens[p_idx]
+                kv_before = prefilled[p_idx]
+                if self.policy.speculates:
+                    draft_t += float(self.cost.step_time("draft", chunk, kv_before))
+                prefilled[p_idx] += chunk
+                completed = p_idx[prefilled[p_idx] >= fill[p_idx]]
+                rep.n_prefilling -= int(completed.shape[0])
+                prefill_tokens = int(_sum(chunk))
+                q_len = np.concatenate([q_len, chunk])
+                kv = np.concatenate([kv, kv_before])
         if sums is not None and prefill_tokens == 0 and self.from_sums is not None:
             target_t = float(self.from_sums("target", *sums))
         else:
