@@ -80,6 +80,14 @@ def ceil_div(a: np.ndarray | int, b: int) -> np.ndarray | int:
     return -(-a // b)
 
 
+def integer_sums(query: np.ndarray, kv: np.ndarray) -> tuple[int, float, float, float, float]:
+    """(n, Σq, Σc, Σq·c, Σq²) of a pass over ``query`` and ``kv`` # [n], summed exactly in
+    int64 and given as floats (``SumsCostModel.time_from_sums``'s arguments; exact below
+    2^53, and adding two batches' sums gives the sums of both)."""
+    return (int(query.shape[0]), float(_sum(query)), float(_sum(kv)), float(query @ kv),
+            float(query @ query))
+
+
 def v1_lookahead(config: SimConfig, speculates: bool, depth: int) -> int:
     """KV lookahead slots of a running request under vllm-v1 (``Scheduler.__init__``): the
     draft depth K for a draft model, 0 for n-gram (``draft = "ngram"``) or a policy that
@@ -207,7 +215,9 @@ class V1Composer:
         scheduled ones' blocks into ``blocks`` and zeroes the tokens of those not scheduled;
         returns (running requests kept, free blocks left)."""
         end = tokens.shape[0]
-        i = 0
+        i = int(np.argmax(np.cumsum(need) > free))  # the first that does not fit: walk from it
+        blocks[:i] += need[:i]
+        free -= int(_sum(need[:i]))
         while i < end and tokens[i] > 0:
             while need[i] > free and end > i:
                 end -= 1
@@ -337,16 +347,17 @@ class V1Composer:
                 if keep < nd or bool((got < m[_M_VERIFIED, :keep] + 1).any()):
                     m, plan, view, eta = self.cut_plan(m, plan, eta, keep, got)
                     sub = sub[:, :keep]
-        return self.run_composed(rep, time, comp.tokens, d_idx, keep, m, plan, view, eta, sub)
+        return self.run_composed(rep, time, comp.tokens, len(comp.joined), d_idx, keep, m, plan,
+                                 view, eta, sub)
 
-    def run_composed(self, rep: Replica, time: float, tokens: np.ndarray,
+    def run_composed(self, rep: Replica, time: float, tokens: np.ndarray, n_joined: int,
                      d_idx: np.ndarray | None, keep: int, m: np.ndarray | None,
                      plan: Plan | None, view: StepView | None, eta: np.ndarray | None,
                      sub: np.ndarray | None) -> float:
         """Verify, price and commit the composed step: the first ``keep`` planned decoding
         requests (columns ``d_idx``, None = the first ``keep``; their plan ``m``, ``plan``
         and state columns ``sub`` already cut to what was scheduled) and the prompt chunks
-        of ``tokens`` # [running]."""
+        of ``tokens`` # [running] (the last ``n_joined`` columns were admitted this step)."""
         state = rep.state
         emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
         draft_t, sums, q_len, kv = 0.0, None, _EMPTY, _EMPTY
@@ -365,19 +376,29 @@ class V1Composer:
         completed = _EMPTY
         if rep.n_prefilling:
             prefilled, fill = state[_PREFILLED], state[_FILL]
-            p_idx = np.flatnonzero((tokens > 0) & (prefilled < fill))
+            if rep.n_prefilling == n_joined:  # only the admitted prefill: the last columns
+                p_idx = np.arange(state.shape[1] - n_joined, state.shape[1])
+            else:
+                p_idx = np.flatnonzero((tokens > 0) & (prefilled < fill))
             if p_idx.shape[0]:
                 chunk = tokens[p_idx]
                 kv_before = prefilled[p_idx]
-                if self.policy.speculates:
-                    draft_t += float(self.cost.step_time("draft", chunk, kv_before))
+                if self.from_sums is not None:  # price from exact integer sums
+                    chunk_sums = integer_sums(chunk, kv_before)
+                    if self.policy.speculates:
+                        draft_t += float(self.from_sums("draft", *chunk_sums))
+                    sums = chunk_sums if sums is None else tuple(
+                        a + b for a, b in zip(sums, chunk_sums))
+                else:
+                    if self.policy.speculates:
+                        draft_t += float(self.cost.step_time("draft", chunk, kv_before))
+                    q_len = np.concatenate([q_len, chunk])
+                    kv = np.concatenate([kv, kv_before])
                 prefilled[p_idx] += chunk
                 completed = p_idx[prefilled[p_idx] >= fill[p_idx]]
                 rep.n_prefilling -= int(completed.shape[0])
                 prefill_tokens = int(_sum(chunk))
-                q_len = np.concatenate([q_len, chunk])
-                kv = np.concatenate([kv, kv_before])
-        if sums is not None and prefill_tokens == 0 and self.from_sums is not None:
+        if self.from_sums is not None:
             target_t = float(self.from_sums("target", *sums))
         else:
             target_t = float(self.cost.step_time("target", q_len, kv))
