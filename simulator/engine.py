@@ -6,7 +6,11 @@ arrivals (kind 0) are processed first, then step completions (kind 1), then step
 at t = 0 included — is routed and queued before any replica whose step ends at t composes
 its next step, and that next step may admit it. A replica composes a step only when idle.
 
-Per replica (one per data-parallel copy; a router sends each arrival to one):
+Per replica (one per data-parallel copy; a router sends each arrival to one), a step is
+composed by ``config.scheduler``: ``"vllm-v1"`` (the default) spends one token budget on the
+running requests, then on waiting prompt chunks, with vLLM V1's KV slot accounting in paged
+mode (simulator.v1, simulator.v1_step; ``reference=True`` composes with the per-request twin
+simulator.v1_reference). ``"vllm-v0"`` is the composer below, kept byte-identical:
 
 - Admission, FCFS (head-of-line blocking): while ``running < max_num_seqs`` and the KV
   cache allows (simulator.kv). ``kv_mode = "reserve"``: a request reserves its whole
@@ -69,6 +73,7 @@ from specbatch.simulator.state import (
 )
 from specbatch.simulator.v1 import V1Composer, v1_lookahead
 from specbatch.simulator.v1_reference import V1Reference
+from specbatch.simulator.v1_step import V1Step
 from specbatch.simulator.verify import VerifyTables, request_keys
 from specbatch.simulator.verify_cost import verify_cost_for
 from specbatch.simulator.view import TraceTables
@@ -91,7 +96,7 @@ _EMPTY = np.zeros(0, dtype=_I64)
 _EMPTY.flags.writeable = False
 
 
-class Engine(Admission, Decode, V1Composer, V1Reference):
+class Engine(Admission, Decode, V1Composer, V1Step, V1Reference):
     """Run one workload through ``config.replicas`` replicas with one policy and cost model.
 
     policy:   the run's policy (simulator.policies.make_policy; copied once per extra replica)
