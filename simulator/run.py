@@ -41,8 +41,8 @@ from specbatch.simulator.graph_padding import pad_to_graphs
 from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import Policy, make_policy
-from specbatch.simulator.verify_cost import verify_notes
 from specbatch.simulator.v1 import check_v1_workload, v1_lookahead
+from specbatch.simulator.verify_cost import verify_notes
 from specbatch.simulator.workload import Workload, build_workload
 
 if TYPE_CHECKING:

@@ -5,7 +5,8 @@ request first (:meth:`~simulator.decode.Decode.plan_decode`); the composer then 
 runs with how many tokens (simulator.v1), and the scheduled decoding requests, a prefix of
 the planned ones whose last may be cut to the budget, are verified, priced and committed with
 the prompt chunks in one target pass: query 1 + s_i per decoding request plus each chunk,
-priced from exact integer sums when the cost model takes them. The draft, when the policy
+priced from exact integer sums when the cost model takes them, plus the rejection sampler's
+time over the decoding requests (simulator.verify_cost). The draft, when the policy
 speculates, runs its decode passes and prefills the same chunks. A completed (re)prefill
 emits one token (simulator.v1, recompute).
 """
@@ -89,7 +90,7 @@ class V1Step:
         of ``tokens`` # [running] (the last ``n_joined`` columns were admitted this step)."""
         state = rep.state
         emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
-        draft_t, sums, q_len, kv = 0.0, None, _EMPTY, _EMPTY
+        draft_t, verify_t, sums, q_len, kv = 0.0, 0.0, None, _EMPTY, _EMPTY
         if keep:
             if d_idx is None:
                 cols = None if keep == state.shape[1] else slice(0, keep)
@@ -97,7 +98,7 @@ class V1Step:
                 cols = d_idx[:keep]
             self.verify_decode(rep, sub, None if d_idx is None else cols, m, plan, view, eta)
             (emitted, drafted_sum, verified_sum, accepted_sum, passes, draft_t,
-             sums) = self.price_decode(m, plan)
+             sums, verify_t) = self.price_decode(m, plan)
             self.commit(rep, m, cols)
             kv = m[_M_KV]
             q_len = plan.verified + 1
@@ -132,7 +133,7 @@ class V1Step:
         else:
             target_t = float(self.cost.step_time("target", q_len, kv))
         overhead = self.overhead
-        end = time + draft_t + target_t + overhead
+        end = time + draft_t + target_t + verify_t + overhead
         if completed.shape[0]:
             emitted += self.emit_completed(rep, completed, end)
         if keep == 0 and prefill_tokens == 0:  # pragma: no cover - engine invariant
@@ -141,7 +142,8 @@ class V1Step:
         self.rec.step_rows.append(step_record(
             replica=rep.index, time=time, end=end, batch=keep, prefill_tokens=prefill_tokens,
             drafted=drafted_sum, verified=verified_sum, accepted=accepted_sum, emitted=emitted,
-            depth=passes, draft_time=draft_t, target_time=target_t, overhead_time=overhead))
+            depth=passes, draft_time=draft_t, target_time=target_t, verify_time=verify_t,
+            overhead_time=overhead))
         self.finish(rep, end)
         return end - time
 
