@@ -150,6 +150,11 @@ class SimConfig:
         None, "split prompts into chunks that fill the step's token budget (false under "
         "vllm-v1: a prompt that does not fit the budget left waits, as vLLM does)",
         none="the scheduler's: true under vllm-v1 (V1 always chunks), false under vllm-v0")
+    enable_prefix_caching: bool = knob(
+        True, "vllm-v1 paged mode: freed KV blocks stay cached until evicted (LRU), so a "
+        "readmitted request and the workload's shared-prefix groups (prefix_group, "
+        "prefix_len columns) find their full blocks computed (vLLM V1's default; "
+        "simulator.prefix)")
     long_prefill_token_threshold: int = knob(
         0, "vllm-v1: most prompt tokens one request is scheduled per step (0 = no cap, "
         "vLLM's default)", range=at_least(0))

@@ -62,6 +62,7 @@ from specbatch.simulator.cost_interface import CostModel, SumsCostModel
 from specbatch.simulator.decode import Decode
 from specbatch.simulator.kv import BlockManager
 from specbatch.simulator.policies import Policy, is_builtin
+from specbatch.simulator.prefix import PrefixCache, prefix_groups
 from specbatch.simulator.state import (
     COMMITTED_ROWS,
     RECORD_ROWS,
@@ -161,8 +162,12 @@ class Engine(Admission, Decode, V1Composer, V1Step, V1Reference):
             **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)},
         )
         self.replicas = [Replica(i) for i in range(int(config.replicas))]
+        caching = self.v1 and self.blocks is not None and config.enable_prefix_caching
+        group, shared = prefix_groups(workload)
         for rep in self.replicas:
             rep.free_blocks = self.blocks.pool if self.blocks is not None else 0
+            if caching:
+                rep.prefix = PrefixCache(self.blocks.pool, self.blocks.block_size, group, shared)
         # one policy instance per replica (stateful policies such as dsd plan per engine)
         self.policies = [policy] + [copy.deepcopy(policy) for _ in self.replicas[1:]]
         self.outstanding = [0] * len(self.replicas)
@@ -397,6 +402,10 @@ class Engine(Admission, Decode, V1Composer, V1Step, V1Reference):
         self.counts[:, u] = gone[COMMITTED_ROWS]  # tokens, steps, drafted, verified, accepted
         if self.blocks is not None:
             self.blocks.release(rep, gone)
+            if rep.prefix is not None:  # shared blocks stay held by other requests
+                for uid in u.tolist():
+                    rep.prefix.release(uid)
+                rep.free_blocks = len(rep.prefix.free)
         elif self.kv_capacity is not None:  # the reservation only matters under a capacity
             rep.kv_reserved -= int(self.footprint.take(u).sum())
         rep.finishing += int(u.shape[0])

@@ -57,6 +57,7 @@ import numpy as np
 
 from specbatch.simulator.config import FREE_DRAFTS
 from specbatch.simulator.fields import fail
+from specbatch.simulator.prefix import PrefixCache
 from specbatch.simulator.state import Replica, Row
 
 if TYPE_CHECKING:
@@ -122,6 +123,7 @@ class Composition(NamedTuple):
     tokens:  # [kept + joined] tokens scheduled per request (0 = not scheduled this step)
     blocks:  # [kept + joined] KV blocks each holds after allocation (paged mode; else 0)
     free:    the replica's free blocks (paged) or reserved tokens (reserve) afterwards
+    cached:  per joined request, its tokens found in the prefix cache (prefilled already)
     """
 
     kept: int
@@ -129,6 +131,7 @@ class Composition(NamedTuple):
     tokens: np.ndarray
     blocks: np.ndarray
     free: int
+    cached: tuple[int, ...] = ()
 
 
 class V1Composer:
@@ -169,7 +172,11 @@ class V1Composer:
         kept = state.shape[1]
         paged = self.blocks is not None
         blocks = state[_BLOCKS].copy() if paged else state[_BLOCKS]
-        free = rep.free_blocks if paged else rep.kv_reserved
+        prefix = rep.prefix
+        if prefix is not None:
+            free = len(prefix.free)
+        else:
+            free = rep.free_blocks if paged else rep.kv_reserved
         if paged and kept:
             bs = self.blocks.block_size
             if rep.n_prefilling:
@@ -185,71 +192,114 @@ class V1Composer:
             if total <= free:
                 blocks += need
                 free -= total
+                if prefix is not None:
+                    uid = state[_UID]
+                    for i in np.flatnonzero(need).tolist():
+                        prefix.allocate(int(uid[i]), int(need[i]))
             else:
                 tokens = tokens.copy()
-                kept, free = self.preempt_walk(tokens, need, blocks, free)
+                kept, free = self.preempt_walk(tokens, need, blocks, free, state[_UID], prefix)
                 tokens = tokens[:kept]
                 blocks = blocks[:kept]
+                computed = computed[:kept]
                 asked = int(_sum(tokens))
+            if prefix is not None:
+                self.cache_scheduled(prefix, state[:, :kept], computed, tokens)
         if kept < state.shape[1]:  # a step that preempted admits nobody
             return Composition(kept, (), tokens, blocks, free)
         if not rep.waiting or kept >= self.max_seqs or asked >= budget:
             return Composition(kept, (), tokens, blocks, free)
-        joined, t_new, b_new, free = self.admit_v1(rep, budget - asked, free)
+        joined, t_new, b_new, c_new, free = self.admit_v1(rep, budget - asked, free)
         if joined:
             tokens = np.concatenate([tokens, np.asarray(t_new, dtype=_I64)])
             blocks = np.concatenate([blocks, np.asarray(b_new, dtype=_I64)])
-        return Composition(kept, joined, tokens, blocks, free)
+        return Composition(kept, joined, tokens, blocks, free, tuple(c_new))
+
+    def cache_scheduled(self, prefix: PrefixCache, state: np.ndarray, computed: np.ndarray,
+                        tokens: np.ndarray) -> None:
+        """Hash the blocks the scheduled running requests fill this step, in running order:
+        ⌊min(computed + tokens, prompt + t) / block_size⌋ full blocks (never drafts)."""
+        bs = prefix.block_size
+        decoding = state[_PREFILLED] >= state[_FILL]
+        num_tokens = np.where(decoding, state[_PROMPT] + state[_POS], state[_FILL])
+        full = np.minimum(computed + tokens, num_tokens) // bs
+        # blocks hashed so far: a prefilling request's computed ones; a decoding request's
+        # tokens up to its last step, at most depth + 1 fewer than now (a lower bound)
+        hashed = np.where(decoding, (num_tokens - self.depth - 1) // bs, computed // bs)
+        grew = np.flatnonzero((full > hashed) & (tokens > 0))
+        uid = state[_UID]
+        for i in grew.tolist():
+            prefix.cache_full(int(uid[i]), int(full[i]))
 
     @staticmethod
-    def preempt_walk(tokens: np.ndarray, need: np.ndarray, blocks: np.ndarray, free: int
-                     ) -> tuple[int, int]:
+    def preempt_walk(tokens: np.ndarray, need: np.ndarray, blocks: np.ndarray, free: int,
+                     uid: np.ndarray, prefix: PrefixCache | None) -> tuple[int, int]:
         """The running requests in order when the pool runs short: each scheduled one takes
         its blocks, preempting the newest while they do not fit (itself last). Writes the
         scheduled ones' blocks into ``blocks`` and zeroes the tokens of those not scheduled;
-        returns (running requests kept, free blocks left)."""
+        returns (running requests kept, free blocks left). With a prefix cache the blocks
+        are taken and freed in that order."""
         end = tokens.shape[0]
         i = int(np.argmax(np.cumsum(need) > free))  # the first that does not fit: walk from it
         blocks[:i] += need[:i]
         free -= int(_sum(need[:i]))
+        if prefix is not None:
+            for j in np.flatnonzero(need[:i]).tolist():
+                prefix.allocate(int(uid[j]), int(need[j]))
         while i < end and tokens[i] > 0:
             while need[i] > free and end > i:
                 end -= 1
-                free += int(blocks[end])
+                free += (int(blocks[end]) if prefix is None
+                         else prefix.release(int(uid[end])))
             if end == i:
                 break
             free -= int(need[i])
             blocks[i] += need[i]
+            if prefix is not None and need[i]:
+                prefix.allocate(int(uid[i]), int(need[i]))
             i += 1
         tokens[i:] = 0
         return end, free
 
     def admit_v1(self, rep: Replica, left: int, free: int
-                 ) -> tuple[tuple[int, ...], list[int], list[int], int]:
+                 ) -> tuple[tuple[int, ...], list[int], list[int], list[int], int]:
         """FCFS admission of waiting requests into ``left`` budget tokens: (uids, tokens,
-        blocks each, free blocks or reserved tokens afterwards). The waiting queue is not
-        changed (:meth:`apply` pops them)."""
+        blocks each, tokens each found in the prefix cache, free blocks or reserved tokens
+        afterwards). The waiting queue is not changed (:meth:`apply` pops them); the prefix
+        cache is (its hits are touched and new blocks taken, as vLLM does)."""
         room = self.max_seqs - rep.n_running
         joined: list[int] = []
         tokens: list[int] = []
         blocks: list[int] = []
+        cached: list[int] = []
         paged = self.blocks is not None
         capacity = self.kv_capacity
+        prefix = rep.prefix
         for u in rep.waiting:
             if left <= 0 or len(joined) >= room:
                 break
             col = self.parked.get(u)
-            num_new = int(self.w.prompt_len[u]) if col is None else int(col[_FILL])
+            num_tokens = int(self.w.prompt_len[u]) if col is None else int(col[_FILL])
+            hits = prefix.hits(u, num_tokens) if prefix is not None else []
+            computed = len(hits) * self.blocks.block_size if hits else 0
+            num_new = num_tokens - computed
             if self.threshold and num_new > self.threshold:
                 num_new = self.threshold
             if not self.chunked and num_new > left:
                 break
             num_new = min(num_new, left)
             if paged:
-                need = ceil_div(num_new, self.blocks.block_size)
+                fresh = ceil_div(computed + num_new, self.blocks.block_size) - len(hits)
+                need = fresh + (prefix.evictable(hits) if hits else 0)
                 if need > free:
                     break
                 free -= need
+                need = fresh + len(hits)
+                if prefix is not None:
+                    prefix.touch(u, hits)
+                    prefix.allocate(u, fresh)
+                    prefix.cache_full(u, min(computed + num_new, num_tokens)
+                                      // self.blocks.block_size)
             else:
                 need = 0
                 if capacity is not None:
@@ -260,8 +310,9 @@ class V1Composer:
             joined.append(u)
             tokens.append(num_new)
             blocks.append(need)
+            cached.append(computed)
             left -= num_new
-        return tuple(joined), tokens, blocks, free
+        return tuple(joined), tokens, blocks, cached, free
 
     def apply(self, rep: Replica, comp: Composition) -> None:
         """Make ``comp`` the replica's running batch: park the preempted (newest first, each
@@ -287,6 +338,9 @@ class V1Composer:
                 col = self.parked.pop(u, None)
                 if col is not None:
                     new[:, j] = col
+                    self.rec.recomputed[u] -= comp.cached[j] if comp.cached else 0
+            if comp.cached:
+                new[_PREFILLED] = comp.cached
             state = np.concatenate([state, new], axis=1)
             rep.n_prefilling += len(comp.joined)
         state[_BLOCKS] = comp.blocks

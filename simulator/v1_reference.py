@@ -64,7 +64,11 @@ class V1Reference:
                            int(state[Row.FILL, j]), spec[j], int(state[Row.BLOCKS, j]))
                    for j in range(state.shape[1])]
         paged = self.blocks is not None
-        free = rep.free_blocks if paged else rep.kv_reserved
+        prefix = rep.prefix  # the block pool's identities (simulator.prefix), or None
+        if prefix is not None:
+            free = len(prefix.free)
+        else:
+            free = rep.free_blocks if paged else rep.kv_reserved
         token_budget = int(self.max_batched)
         scheduled: dict[int, int] = {}
         preempted: list[Request] = []
@@ -80,6 +84,8 @@ class V1Reference:
                 return False
             request.blocks += new
             free -= new
+            if prefix is not None and new:
+                prefix.allocate(request.uid, new)
             return True
 
         # First, schedule the RUNNING requests.
@@ -98,7 +104,9 @@ class V1Reference:
                 if can_schedule:
                     break
                 preempted_req = running.pop()  # the newest
-                free += preempted_req.blocks
+                # its blocks back to the free queue (those no other request holds)
+                free += (preempted_req.blocks if prefix is None
+                         else prefix.release(preempted_req.uid))
                 preempted_req.blocks = 0
                 preempted.append(preempted_req)
                 if preempted_req is request:
@@ -108,6 +116,15 @@ class V1Reference:
             scheduled[request.uid] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
+
+        # Full blocks of the scheduled running requests become cached (cache_full_blocks).
+        if prefix is not None:
+            for request in running:
+                if request.uid in scheduled:
+                    done = min(request.computed + scheduled[request.uid],
+                               request.num_to_prefill if request.prefilling
+                               else request.num_tokens)
+                    prefix.cache_full(request.uid, done // self.blocks.block_size)
 
         # Next, schedule the WAITING requests (only in a step that preempted nobody).
         joined: list[Request] = []
@@ -119,15 +136,30 @@ class V1Reference:
                 prompt = int(self.w.prompt_len[uid])
                 t = 0 if parked is None else int(parked[Row.POS])
                 request = Request(uid, prompt, t, 0, prompt + t, 0, 0)
-                num_new_tokens = request.num_tokens
+                hits = prefix.hits(uid, request.num_tokens) if prefix is not None else []
+                request.num_computed_tokens = len(hits) * (self.blocks.block_size if paged else 0)
+                num_new_tokens = request.num_tokens - request.num_computed_tokens
                 if 0 < self.threshold < num_new_tokens:
                     num_new_tokens = self.threshold
                 if not self.chunked and num_new_tokens > token_budget:
                     break
                 num_new_tokens = min(num_new_tokens, token_budget)
                 if paged:
-                    if not allocate_slots(request, num_new_tokens, 0):  # no lookahead yet
+                    # allocate_slots: the hits held again count against the free pool when
+                    # no running request holds them
+                    bs = self.blocks.block_size
+                    total = -(-(request.num_computed_tokens + num_new_tokens) // bs)
+                    new = total - len(hits)
+                    evictable = prefix.evictable(hits) if prefix is not None else 0
+                    if new + evictable > free:
                         break
+                    free -= new + evictable
+                    request.blocks = total
+                    if prefix is not None:
+                        prefix.touch(uid, hits)
+                        prefix.allocate(uid, new)
+                        prefix.cache_full(uid, min(request.num_computed_tokens + num_new_tokens,
+                                                   request.num_tokens) // bs)
                 elif self.kv_capacity is not None:
                     footprint = int(self.footprint[uid])
                     if free + footprint > self.kv_capacity:
@@ -141,4 +173,5 @@ class V1Reference:
         kept = len(running) - len(joined)
         tokens = np.asarray([scheduled.get(r.uid, 0) for r in running], dtype=np.int64)
         blocks = np.asarray([r.blocks for r in running], dtype=np.int64)
-        return Composition(kept, tuple(r.uid for r in joined), tokens, blocks, free)
+        return Composition(kept, tuple(r.uid for r in joined), tokens, blocks, free,
+                           tuple(r.num_computed_tokens for r in joined))

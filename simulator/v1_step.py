@@ -181,4 +181,5 @@ class V1Step:
         uids = [int(u) for u in state[_UID, :comp.kept]] + list(comp.joined)
         preempted = [int(u) for u in state[_UID, comp.kept:][::-1]]
         self.compositions.append((rep.index, time, tuple(uids), tuple(comp.tokens.tolist()),
-                                  tuple(comp.blocks.tolist()), tuple(preempted), comp.free))
+                                  tuple(comp.blocks.tolist()), tuple(preempted), comp.free,
+                                  tuple(comp.cached)))

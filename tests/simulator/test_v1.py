@@ -22,18 +22,21 @@ from specbatch.simulator.metrics import request_table
 from specbatch.simulator.policies import make_policy
 from specbatch.simulator.run import simulate
 from specbatch.simulator.state import Row
-from specbatch.simulator.workload import build_workload
+from specbatch.simulator.workload import build_workload, read_workload_file
 from tests.simulator.helpers import LinearCost, const_trace
 
 COST = LinearCost()
 
 
-def make_engine(trace, reference=False, **kw) -> Engine:
+def make_engine(trace, reference=False, prefix=None, **kw) -> Engine:
     """An engine over ``trace``'s own requests (burst unless ``arrival`` says), paged KV
-    unless ``kv_mode`` says, capacity ``kv_capacity``."""
-    kw = {"kv_mode": "paged", "requests": trace.n_requests, **kw}
+    unless ``kv_mode`` says, capacity ``kv_capacity``, no prefix caching unless asked."""
+    kw = {"kv_mode": "paged", "requests": trace.n_requests, "enable_prefix_caching": False,
+          **kw}
     config = load_config(None, trace="synth", **kw)
     workload = build_workload(config, trace)
+    if prefix is not None:
+        workload = dataclasses.replace(workload, prefix_group=prefix[0], prefix_len=prefix[1])
     return Engine(config, trace, workload, COST, make_policy(config, trace.K),
                   capacity=config.kv_capacity, reference=reference)
 
@@ -253,6 +256,75 @@ def test_a_pool_too_small_for_v1s_last_step_is_a_one_line_error():
                              enable_chunked_prefill=False), trace, cost_model=COST)
 
 
+# ---------------------------------------------------------------- prefix caching
+
+def prefix_engine(trace, groups, shared, **kw):
+    return make_engine(trace, enable_prefix_caching=True, block_size=4,
+                       prefix=(np.asarray(groups), np.asarray(shared)), **kw)
+
+
+def test_a_readmitted_request_finds_its_freed_blocks_unless_evicted():
+    """Block size 4, prompt 16: admitted, its 4 full blocks are hashed when scheduled. Freed
+    (preempted) and readmitted at once it finds ⌊(16 − 1)/4⌋ = 3 of them (the last token is
+    always recomputed): 4 tokens to prefill, 12 cached, 4 blocks held. If another request
+    took the free pool's blocks meanwhile (LRU: its freed tail blocks go first), it
+    recomputes everything."""
+    trace = const_trace(n_requests=2, prompt_len=16, output_len=8, depth=2)
+    for pool, hits in ((8, 3), (4, 0)):
+        eng = prefix_engine(trace, [-1, -1], [0, 0], kv_capacity=4 * pool, policy="ar", k=0)
+        rep = queued(eng, [0])
+        eng.apply(rep, eng.compose(rep, np.zeros(0, np.int64)))
+        assert rep.state[Row.BLOCKS].tolist() == [4]
+        rep.prefix.release(0)  # preempted: its blocks back to the queue's tail
+        rep.state = rep.state[:, :0]
+        rep.n_prefilling = 0
+        col = eng.initial[:, 0].copy()
+        eng.parked[0] = col
+        rep.waiting.append(0)
+        if pool == 4:  # request 1 takes the whole pool first, evicting request 0's hashes
+            rep.prefix.allocate(1, 4)
+            rep.prefix.release(1)
+        comp = eng.compose(rep, np.zeros(0, np.int64))
+        assert comp.cached == (4 * hits,) and comp.tokens.tolist() == [16 - 4 * hits]
+        assert comp.blocks.tolist() == [4]
+
+
+def test_requests_of_one_prefix_group_share_its_full_blocks():
+    """Prompts of 16 sharing a 10-token prefix, block size 4: the first admitted hashes 2
+    shared blocks (10 // 4) and 2 of its own; the second, admitted in the same step, finds
+    the 2 shared blocks (8 tokens) and takes 2 new ones: 6 blocks of the pool in use."""
+    trace = const_trace(n_requests=2, prompt_len=16, output_len=8, depth=2)
+    eng = prefix_engine(trace, [0, 0], [10, 10], kv_capacity=4 * 10, policy="ar", k=0)
+    comp = eng.compose(queued(eng, [0, 1]), np.zeros(0, np.int64))
+    assert comp.joined == (0, 1) and comp.cached == (0, 8)
+    assert comp.tokens.tolist() == [16, 8] and comp.blocks.tolist() == [4, 4]
+    assert comp.free == 10 - 6
+
+
+def test_prefix_caching_runs_to_completion_and_saves_prefill(synth_trace_natural):
+    kw = dict(trace="synth", requests=24, kv_mode="paged", kv_capacity=600)
+    off = simulate(load_config(None, enable_prefix_caching=False, **kw), synth_trace_natural,
+                   cost_model=COST)
+    on = simulate(load_config(None, **kw), synth_trace_natural, cost_model=COST)
+    assert (on.requests["tokens"] == on.requests["output_len"]).all()
+    assert on.summary["preemptions"] > 0
+    assert on.steps["prefill_tokens"].sum() < off.steps["prefill_tokens"].sum()
+    assert on.summary["recomputed_tokens"] < off.summary["recomputed_tokens"]
+
+
+def test_the_workload_file_names_prefix_groups(tmp_path):
+    path = tmp_path / "w.csv"
+    path.write_text("prompt_len,output_len,prefix_group,prefix_len\n"
+                    "20,5,sys-a,12\n30,5,,0\n25,5,sys-a,12\n18,5,sys-b,16\n")
+    data = read_workload_file(path)
+    assert data["prefix_group"].tolist() == [0, -1, 0, 1]
+    assert data["prefix_len"].tolist() == [12, 0, 12, 16]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("prompt_len,output_len,prefix_group\n20,5,a\n")
+    with pytest.raises(SpecbatchError, match="prefix_len"):
+        read_workload_file(bad)
+
+
 # ---------------------------------------------------------------- the reference twin
 
 @st.composite
@@ -276,33 +348,42 @@ def workloads(draw):
     capacity = (need + draw(st.integers(0, 8))) * block
     if mode == "reserve":
         capacity = longest + depth + 1 + draw(st.integers(0, 60))
+    groups = draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))
+    shared = draw(st.lists(st.integers(0, 40), min_size=3, max_size=3))
     kw = dict(policy=policy, k=k, extra=extra, draft=draft, block_size=block, kv_mode=mode,
+              enable_prefix_caching=draw(st.booleans()),
               kv_capacity=capacity, enable_chunked_prefill=chunked,
               max_num_batched_tokens=budget, max_num_seqs=draw(st.integers(1, 6)),
               long_prefill_token_threshold=draw(st.sampled_from([0, 0, 3, 8])),
               arrival="trace")
     trace = const_trace(n_requests=n, output_lens=outputs, prompt_lens=prompts, depth=4,
                         arrival=np.cumsum(gaps))
-    return trace, kw
+    prefix = (np.asarray(groups, dtype=np.int64),
+              np.asarray([shared[g] if g >= 0 else 0 for g in groups], dtype=np.int64))
+    return trace, kw, prefix
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=workloads())
 def test_the_composer_matches_its_reference_twin_at_every_step(case):
-    """Who runs, the tokens each, the blocks each holds, who is preempted and the pool left:
-    identical at every step of the vectorised composer and the per-request twin."""
-    trace, kw = case
+    """Who runs, the tokens each, the blocks each holds, who is preempted, the pool left and
+    the prefix-cache hits of the admitted: identical at every step of the vectorised composer
+    and the per-request twin."""
+    trace, kw, prefix = case
     logs, tables = [], []
     for reference in (False, True):
-        eng = make_engine(trace, reference=reference, **kw)
+        eng = make_engine(trace, reference=reference, prefix=prefix, **kw)
         eng.compositions = []
         rec = eng.run()
         logs.append(eng.compositions)
         tables.append(request_table(rec, eng.w))
         for comp in eng.compositions:
             assert sum(comp[3]) <= kw["max_num_batched_tokens"]
+        for rep in eng.replicas:  # every block back in the pool, shared ones included
+            if rep.prefix is not None:
+                assert len(rep.prefix.free) == rep.free_blocks == eng.blocks.pool
     assert logs[0] == logs[1]
     event("preempted" if any(comp[5] for comp in logs[0]) else "no preemption")
-    event("budget cut" if any(len(c[3]) > 0 and 0 in c[3] for c in logs[0]) else "no cut")
+    event("prefix hit" if any(any(c[7]) for c in logs[0]) else "no prefix hit")
     assert tables[0].equals(tables[1])
     assert (tables[0]["tokens"] == tables[0]["output_len"]).all()
