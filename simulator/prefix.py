@@ -57,7 +57,8 @@ class PrefixCache:
         self.cached: dict[tuple, int] = {}
         self.ref = [0] * pool
         self.owned: dict[int, list[int]] = {}
-        self.n_hashed: dict[int, int] = {}
+        self.hashed = np.zeros(group.shape[0], dtype=np.int64)  # [N] leading blocks hashed
+        self.seen: set[int] = set()  # requests that hashed blocks (their own may be cached)
         self.group = group
         self.full_shared = shared // block_size  # blocks wholly inside the shared prefix
 
@@ -87,13 +88,13 @@ class PrefixCache:
             if self.ref[b] == 0:
                 self.free[b] = None
                 freed += 1
-        self.n_hashed.pop(uid, None)
+        self.hashed[uid] = 0
         return freed
 
     def cache_full(self, uid: int, full: int) -> None:
         """``cache_full_blocks``: hash the request's first ``full`` blocks (a hash already
         cached keeps its block)."""
-        start = self.n_hashed.get(uid, 0)
+        start = int(self.hashed[uid])
         if full <= start:
             return
         blocks = self.owned[uid]
@@ -102,12 +103,15 @@ class PrefixCache:
             if h not in self.cached:
                 self.cached[h] = blocks[j]
                 self.hash_of[blocks[j]] = h
-        self.n_hashed[uid] = full
+        self.seen.add(uid)
+        self.hashed[uid] = full
 
     def hits(self, uid: int, tokens: int) -> list[int]:
         """``get_computed_blocks``: the leading cached blocks of a request of ``tokens``
         tokens, at most ⌊(tokens − 1) / block_size⌋."""
-        out = []
+        out: list[int] = []
+        if self.group[uid] < 0 and uid not in self.seen:  # nothing of it was ever cached
+            return out
         for j in range((tokens - 1) // self.block_size):
             b = self.cached.get(self.key(uid, j))
             if b is None:
@@ -126,4 +130,4 @@ class PrefixCache:
                 del self.free[b]
             self.ref[b] += 1
         self.owned[uid] = list(blocks)
-        self.n_hashed[uid] = len(blocks)
+        self.hashed[uid] = len(blocks)

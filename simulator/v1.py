@@ -223,11 +223,8 @@ class V1Composer:
         decoding = state[_PREFILLED] >= state[_FILL]
         num_tokens = np.where(decoding, state[_PROMPT] + state[_POS], state[_FILL])
         full = np.minimum(computed + tokens, num_tokens) // bs
-        # blocks hashed so far: a prefilling request's computed ones; a decoding request's
-        # tokens up to its last step, at most depth + 1 fewer than now (a lower bound)
-        hashed = np.where(decoding, (num_tokens - self.depth - 1) // bs, computed // bs)
-        grew = np.flatnonzero((full > hashed) & (tokens > 0))
         uid = state[_UID]
+        grew = np.flatnonzero((full > prefix.hashed[uid]) & (tokens > 0))
         for i in grew.tolist():
             prefix.cache_full(int(uid[i]), int(full[i]))
 
