@@ -65,6 +65,13 @@ COSTS = ("roofline", "profiled")
 SAMPLINGS = ("auto", "in_order", "resample")
 THRESHOLD_MODES = ("cumulative", "per_token")
 KV_MODES = ("reserve", "paged")
+#: Step composers (simulator.engine): vLLM V1's unified token budget (simulator.v1), or V0's
+#: prefill-first steps (the papers' setting).
+SCHEDULERS = ("vllm-v1", "vllm-v0")
+#: ``max_num_batched_tokens`` when unset under vllm-v1: what ``vllm serve`` picks on a GPU with
+#: >= 70 GiB that is not an A100 (vllm/engine/arg_utils.py, ``EngineArgs.get_batch_defaults``,
+#: UsageContext.OPENAI_API_SERVER); vllm-v0 treats unset as unlimited.
+V1_DEFAULT_BATCHED_TOKENS = 8192
 #: The built-in policies (simulator.policies.POLICIES; a test keeps them equal), named here so
 #: a ``--help`` lists them without importing the engine.
 POLICY_NAMES = ("ar", "batch-schedule", "dsd", "ema-adaptive", "entropy-stop", "fixed",
@@ -93,8 +100,9 @@ class SimConfig:
     """Everything one simulation run depends on (same config + seed ⇒ identical results).
 
     The fields group into the workload (trace, workload, requests, sampling, arrival,
-    rate, cv, synth_alpha), the engine of each replica (max_num_seqs,
-    max_num_batched_tokens, enable_chunked_prefill, replicas, router), its KV cache
+    rate, cv, synth_alpha), the engine of each replica (scheduler, max_num_seqs,
+    max_num_batched_tokens, enable_chunked_prefill, long_prefill_token_threshold, replicas,
+    router), its KV cache
     (simulator.kv, vLLM's names: kv_mode, kv_capacity, block_size, gpu_memory_utilization,
     max_model_len), speculation (policy, num_speculative_tokens = k, extra = e with
     K = k + e drafted by budgeted policies, budget = C, verify, threshold, threshold_mode,
@@ -127,11 +135,29 @@ class SimConfig:
     synth_alpha: float | None = knob(
         None, "constant acceptance α of the synth trace",
         range=Range(0, 1, low_open=True, what="an acceptance probability"), none="off")
+    scheduler: str = knob("vllm-v1", "step composer: vllm-v1 (one token budget per step, "
+                          "running requests first then waiting prompt chunks; vLLM V1's KV "
+                          "slots in paged mode; simulator.v1) or vllm-v0 (prefill-only steps "
+                          "without chunked prefill, the papers' setting)", choices=SCHEDULERS)
     max_num_seqs: int = knob(64, "running requests per replica", range=at_least(1))
     max_num_batched_tokens: int | None = knob(
-        None, "prompt tokens per prefill step; with enable_chunked_prefill the token budget "
-        "of a mixed step", range=at_least(1), none="unlimited")
-    enable_chunked_prefill: bool = knob(False, "mix prefill chunks into decode steps")
+        None, "tokens scheduled per step: under vllm-v1 the one token budget of every step "
+        "(decode tokens 1 + drafts, then prompt chunks); under vllm-v0 the prompt tokens of a "
+        "prefill step, with enable_chunked_prefill the budget of a mixed step",
+        range=at_least(1), none=f"{V1_DEFAULT_BATCHED_TOKENS} under vllm-v1 (vllm serve's "
+        "default on an H100-class GPU), unlimited under vllm-v0")
+    enable_chunked_prefill: bool | None = knob(
+        None, "split prompts into chunks that fill the step's token budget (false under "
+        "vllm-v1: a prompt that does not fit the budget left waits, as vLLM does)",
+        none="the scheduler's: true under vllm-v1 (V1 always chunks), false under vllm-v0")
+    enable_prefix_caching: bool = knob(
+        True, "vllm-v1 paged mode: freed KV blocks stay cached until evicted (LRU), so a "
+        "readmitted request and the workload's shared-prefix groups (prefix_group, "
+        "prefix_len columns) find their full blocks computed (vLLM V1's default; "
+        "simulator.prefix)")
+    long_prefill_token_threshold: int = knob(
+        0, "vllm-v1: most prompt tokens one request is scheduled per step (0 = no cap, "
+        "vLLM's default)", range=at_least(0))
     kv_capacity: int | None = knob(
         None, "KV-cache tokens per replica", range=at_least(1),
         none="unlimited in reserve mode; in paged mode what the cost model's memory leaves "
@@ -199,6 +225,22 @@ class SimConfig:
     def k(self) -> int:
         """THEORY.md §5's window k (= ``num_speculative_tokens``)."""
         return self.num_speculative_tokens
+
+    @property
+    def chunked(self) -> bool:
+        """Whether prompts are chunked: ``enable_chunked_prefill``, or the scheduler's
+        default when unset (vllm-v1 chunks, vllm-v0 does not)."""
+        if self.enable_chunked_prefill is None:
+            return self.scheduler == "vllm-v1"
+        return self.enable_chunked_prefill
+
+    @property
+    def token_budget(self) -> int | None:
+        """``max_num_batched_tokens``, or the scheduler's default when unset (None =
+        unlimited, vllm-v0 only)."""
+        if self.max_num_batched_tokens is None and self.scheduler == "vllm-v1":
+            return V1_DEFAULT_BATCHED_TOKENS
+        return self.max_num_batched_tokens
 
     @property
     def depth(self) -> int:
@@ -326,7 +368,8 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
         fail(where, "num_speculative_tokens", "k >= 1 for policy fixed", c.num_speculative_tokens)
     if c.policy in ("tetris", "oracle", "hindsight", "threshold") and c.depth < 1:
         fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}", c.depth)
-    if c.enable_chunked_prefill and c.max_num_batched_tokens is None:
+    if (c.scheduler == "vllm-v0" and c.enable_chunked_prefill
+            and c.max_num_batched_tokens is None):
         fail(where, "max_num_batched_tokens", "a token budget when enable_chunked_prefill is set",
              None)
     if c.cost == "profiled" and c.profile is None:

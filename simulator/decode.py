@@ -51,6 +51,15 @@ class Decode:
         Returns the step's outcome matrix # [len(Outcome), n] (emitted = min(τ + 1, out − t),
         c = prompt + t, trace row = base + t) and the plan.
         """
+        m, plan, view, eta = self.plan_decode(rep, sub)
+        self.verify_decode(rep, sub, d_idx, m, plan, view, eta)
+        return m, plan
+
+    def plan_decode(self, rep: Replica, sub: np.ndarray
+                    ) -> tuple[np.ndarray, Plan, StepView, np.ndarray]:
+        """The first half of :meth:`decide_and_verify`: the outcome matrix with its ONE, KV,
+        ROW, DRAFTED and VERIFIED rows filled, the plan, the policy's view and the uniforms η
+        # [n, depth] the verifier will use."""
         pos = sub[_POS]
         n = pos.shape[0]
         m = np.empty((_N_OUTCOMES, n), dtype=_I64)
@@ -62,21 +71,27 @@ class Decode:
         eta = uniforms(sub[_KEY].view(np.uint64), pos, depth) if depth else np.zeros((n, 0))
         view = StepView(self.trace, rows, kv, None, depth, eta, self.cost, self.view_tables)
         plan = plan_step(policy, view, self.check_plans)
-        verified = plan.verified
         m[_M_DRAFTED] = plan.drafted
-        m[_M_VERIFIED] = verified
+        m[_M_VERIFIED] = plan.verified
+        return m, plan, view, eta
+
+    def verify_decode(self, rep: Replica, sub: np.ndarray, d_idx: np.ndarray | None,
+                      m: np.ndarray, plan: Plan, view: StepView, eta: np.ndarray) -> None:
+        """The second half of :meth:`decide_and_verify`: τ_i ≤ s_i into the ACCEPTED row and
+        min(τ + 1, out − t) into EMITTED, then the policy's feedback."""
+        verified = plan.verified
+        depth = self.depth
         if self.reference:
             m[_M_TAU], m[_M_EMITTED] = self.verify_reference(rep, d_idx, view.q, view.pt, view.z,
                                                              verified)
         elif depth:
-            self.tables.tau(rows, verified, eta, out=m[_M_TAU])
-            np.minimum(m[_M_TAU] + 1, sub[_OUT] - pos, out=m[_M_EMITTED])
+            self.tables.tau(m[_M_ROW], verified, eta, out=m[_M_TAU])
+            np.minimum(m[_M_TAU] + 1, sub[_OUT] - sub[_POS], out=m[_M_EMITTED])
         else:
             m[_M_TAU] = 0
-            np.minimum(1, sub[_OUT] - pos, out=m[_M_EMITTED])
+            np.minimum(1, sub[_OUT] - sub[_POS], out=m[_M_EMITTED])
         if self.observes:
-            policy.observe(verified, m[_M_TAU])
-        return m, plan
+            self.policies[rep.index].observe(verified, m[_M_TAU])
 
     def price_decode(self, m: np.ndarray, plan: Plan
                      ) -> tuple[int, int, int, int, int, float, tuple, float]:

@@ -6,7 +6,11 @@ arrivals (kind 0) are processed first, then step completions (kind 1), then step
 at t = 0 included — is routed and queued before any replica whose step ends at t composes
 its next step, and that next step may admit it. A replica composes a step only when idle.
 
-Per replica (one per data-parallel copy; a router sends each arrival to one):
+Per replica (one per data-parallel copy; a router sends each arrival to one), a step is
+composed by ``config.scheduler``: ``"vllm-v1"`` (the default) spends one token budget on the
+running requests, then on waiting prompt chunks, with vLLM V1's KV slot accounting in paged
+mode (simulator.v1, simulator.v1_step; ``reference=True`` composes with the per-request twin
+simulator.v1_reference). ``"vllm-v0"`` is the composer below, kept byte-identical:
 
 - Admission, FCFS (head-of-line blocking): while ``running < max_num_seqs`` and the KV
   cache allows (simulator.kv). ``kv_mode = "reserve"``: a request reserves its whole
@@ -58,6 +62,7 @@ from specbatch.simulator.cost_interface import CostModel, SumsCostModel
 from specbatch.simulator.decode import Decode
 from specbatch.simulator.kv import BlockManager
 from specbatch.simulator.policies import Policy, is_builtin
+from specbatch.simulator.prefix import PrefixCache, prefix_groups
 from specbatch.simulator.state import (
     COMMITTED_ROWS,
     RECORD_ROWS,
@@ -67,6 +72,9 @@ from specbatch.simulator.state import (
     Row,
     step_record,
 )
+from specbatch.simulator.v1 import V1Composer, v1_lookahead
+from specbatch.simulator.v1_reference import V1Reference
+from specbatch.simulator.v1_step import V1Step
 from specbatch.simulator.verify import VerifyTables, request_keys
 from specbatch.simulator.verify_cost import verify_cost_for
 from specbatch.simulator.view import TraceTables
@@ -89,7 +97,7 @@ _EMPTY = np.zeros(0, dtype=_I64)
 _EMPTY.flags.writeable = False
 
 
-class Engine(Admission, Decode):
+class Engine(Admission, Decode, V1Composer, V1Step, V1Reference):
     """Run one workload through ``config.replicas`` replicas with one policy and cost model.
 
     policy:   the run's policy (simulator.policies.make_policy; copied once per extra replica)
@@ -112,10 +120,16 @@ class Engine(Admission, Decode):
         self.reference = reference
         self.rule = config.verify
         self.depth = int(policy.depth)
-        self.chunked = bool(config.enable_chunked_prefill)
+        self.chunked = config.chunked
         self.max_seqs = int(config.max_num_seqs)
-        self.max_batched = config.max_num_batched_tokens
+        self.max_batched = config.token_budget  # None = unlimited (vllm-v0 only)
         self.kv_capacity = capacity  # tokens per replica; None = unlimited
+        self.v1 = config.scheduler == "vllm-v1"
+        self.threshold = int(config.long_prefill_token_threshold)
+        # vllm-v1's KV lookahead slots: K for a draft model, 0 for n-gram or no speculation
+        self.lookahead = v1_lookahead(config, policy.speculates, self.depth)
+        #: when a list, every vllm-v1 step's composition is appended (simulator.v1)
+        self.compositions: list | None = None
         # paged KV (config.kv_mode "paged"): block accounting; None = reserve at admission
         self.blocks = (BlockManager(self.kv_capacity, config.block_size, self.depth, reference)
                        if config.kv_mode == "paged" else None)
@@ -148,8 +162,12 @@ class Engine(Admission, Decode):
             **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)},
         )
         self.replicas = [Replica(i) for i in range(int(config.replicas))]
+        caching = self.v1 and self.blocks is not None and config.enable_prefix_caching
+        group, shared = prefix_groups(workload)
         for rep in self.replicas:
             rep.free_blocks = self.blocks.pool if self.blocks is not None else 0
+            if caching:
+                rep.prefix = PrefixCache(self.blocks.pool, self.blocks.block_size, group, shared)
         # one policy instance per replica (stateful policies such as dsd plan per engine)
         self.policies = [policy] + [copy.deepcopy(policy) for _ in self.replicas[1:]]
         self.outstanding = [0] * len(self.replicas)
@@ -236,6 +254,12 @@ class Engine(Admission, Decode):
     # ---------------------------------------------------------------- steps
 
     def start_step(self, rep: Replica, time: float) -> None:
+        if self.v1:
+            duration = self.v1_step(rep, time)
+            if duration is not None:
+                rep.busy = True
+                self.push(time + duration, STEP_END, rep.index)
+            return
         joined = self.admit(rep) if self.blocks is None else self.schedule_paged(rep)
         if not rep.state.shape[1]:  # nothing runs (n_running, without the property call)
             return
@@ -378,6 +402,10 @@ class Engine(Admission, Decode):
         self.counts[:, u] = gone[COMMITTED_ROWS]  # tokens, steps, drafted, verified, accepted
         if self.blocks is not None:
             self.blocks.release(rep, gone)
+            if rep.prefix is not None:  # shared blocks stay held by other requests
+                for uid in u.tolist():
+                    rep.prefix.release(uid)
+                rep.free_blocks = len(rep.prefix.free)
         elif self.kv_capacity is not None:  # the reservation only matters under a capacity
             rep.kv_reserved -= int(self.footprint.take(u).sum())
         rep.finishing += int(u.shape[0])

@@ -10,7 +10,8 @@ Per-step table (one row per engine step of any replica): time (start), end, batc
 requests), prefill_tokens, drafted, verified, accepted (Σ τ), emitted (tokens emitted, first
 tokens of completed prompts included), depth (draft passes), draft_time, target_time,
 verify_time (the rejection sampler, simulator.verify_cost; 0 in prefill-only steps and in a
-live run, whose verification is in its overhead), overhead_time (seconds).
+live run, whose verification is in its overhead), overhead_time (seconds), scheduled_tokens
+(prefill_tokens + Σ (s_i + 1)) and decode_requests (= batch).
 
 Summary:
 
@@ -66,9 +67,21 @@ def request_table(rec: Records, workload: Workload) -> pd.DataFrame:
     })
 
 
+#: The simulator's step-table columns after STEP_COLUMNS, vLLM's view of a step:
+#: ``scheduled_tokens`` = prefill_tokens + Σ (s_i + 1) (never above max_num_batched_tokens
+#: under vllm-v1) and ``decode_requests`` = batch.
+SCHEDULE_STEP_COLUMNS = ("scheduled_tokens", "decode_requests")
+
+
 def step_table(rec: Records) -> pd.DataFrame:
-    """One row per engine step (STEP_COLUMNS: the fields of state.StepRecord)."""
-    return step_frame(rec.step_rows)
+    """One row per engine step: STEP_COLUMNS (the fields of state.StepRecord), then
+    SCHEDULE_STEP_COLUMNS."""
+    steps = step_frame(rec.step_rows)
+    batch = steps["batch"].to_numpy().astype(np.int64)
+    steps["scheduled_tokens"] = (steps["prefill_tokens"].to_numpy().astype(np.int64)
+                                 + steps["verified"].to_numpy().astype(np.int64) + batch)
+    steps["decode_requests"] = batch
+    return steps
 
 
 def step_frame(step_rows: list) -> pd.DataFrame:

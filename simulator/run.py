@@ -41,6 +41,7 @@ from specbatch.simulator.graph_padding import pad_to_graphs
 from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import Policy, make_policy
+from specbatch.simulator.v1 import check_v1_workload, v1_lookahead
 from specbatch.simulator.verify_cost import verify_notes
 from specbatch.simulator.workload import Workload, build_workload
 
@@ -178,10 +179,16 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     cost = cost_model if cost_model is not None else build_cost(config)
     cost = pad_to_graphs(cost, config.cuda_graph_sizes)
     capacity = kv_capacity(config, cost)
-    check_fits(config, capacity, footprint)
+    if config.scheduler == "vllm-v1":
+        longest = int((workload.prompt_len + workload.output_len).max(initial=0))
+        check_v1_workload(config, capacity, longest, policy.depth,
+                          v1_lookahead(config, policy.speculates, policy.depth))
+    else:
+        check_fits(config, capacity, footprint)
     requests, steps = run_engine(config, trace, workload, cost, policy, capacity, reference,
                                  progress="simulate" if progress else None)
     summary = summarize(requests, steps, config.slo)
+    summary["scheduler"] = config.scheduler
     summary["policy"] = config.policy
     summary["verify"] = config.verify
     summary["kv_mode"] = config.kv_mode

@@ -22,6 +22,9 @@ per request, in arrival order. Columns (header names match case-insensitively; t
   timestamp    used when ``arrival`` is absent: seconds (numbers) or date-times (strings,
                parsed by pandas), non-decreasing; converted to seconds after the first
   category     string, prompt category matched against the trace's       (optional)
+  prefix_group requests sharing a prompt prefix (any label; empty = none) (optional)
+  prefix_len   int >= 0, tokens of that shared prefix (with prefix_group; vllm-v1 prefix
+               caching finds its full blocks cached, simulator.prefix)
 
 Other columns are ignored. The simulated requests are the file's first ``requests`` rows
 (all of them when the file is shorter; ``sampling`` does not apply). Mapping rule: request i
@@ -65,6 +68,8 @@ COLUMN_ALIASES = {
     "arrival": ("arrival",),
     "timestamp": ("timestamp",),
     "category": ("category",),
+    "prefix_group": ("prefix_group",),
+    "prefix_len": ("prefix_len",),
 }
 #: File extensions read by :func:`read_workload_file`.
 WORKLOAD_FORMATS = (".csv", ".parquet", ".pq", ".jsonl", ".ndjson")
@@ -81,6 +86,8 @@ class Workload:
     row_base: np.ndarray  # int64 trace row of output position 0 (trace.offsets[trace_index])
     rows_trace: Trace | None = None  # the trace row_base indexes when not the given one (wrapped rows)
     notes: tuple[str, ...] = ()  # how an imported workload was mapped onto the trace
+    prefix_group: np.ndarray | None = None  # int64 shared-prefix group (−1 none; simulator.prefix)
+    prefix_len: np.ndarray | None = None  # int64 tokens of that shared prefix
 
     @property
     def n(self) -> int:
@@ -205,6 +212,19 @@ def read_workload_file(path: str | Path) -> dict[str, np.ndarray]:
         require(not bool(cat.isna().any()), f"{where}: field category: expected a string on "
                 f"every row, got a missing value in row {int(np.argmax(cat.isna().to_numpy()))}")
         out["category"] = cat.astype(str).to_numpy(dtype=object)
+    if found["prefix_group"] is not None:
+        require(found["prefix_len"] is not None, f"{where}: field prefix_len: expected a "
+                "column next to prefix_group (the shared prefix's tokens), got none")
+        groups = frame[found["prefix_group"]]
+        known = groups.notna().to_numpy()
+        codes = pd.factorize(groups.astype(str).where(groups.notna()))[0]
+        out["prefix_group"] = np.where(known, codes, -1).astype(np.int64)
+        lengths = pd.to_numeric(frame[found["prefix_len"]], errors="coerce").fillna(0)
+        shared = lengths.to_numpy(dtype=np.float64)
+        bad = (shared < 0) | (shared != np.floor(shared))
+        require(not bool(bad.any()), f"{where}: field prefix_len: expected an integer >= 0, "
+                f"got {shared[np.argmax(bad)]!r} in row {int(np.argmax(bad))}")
+        out["prefix_len"] = shared.astype(np.int64)
     return out
 
 
@@ -340,7 +360,8 @@ def imported_workload(config: SimConfig, trace: Trace) -> Workload:
     return Workload(
         trace_index=idx, arrival=arrival.astype(np.float64), prompt_len=data["prompt_len"],
         output_len=output_len, row_base=base,
-        rows_trace=None if rows_trace is trace else rows_trace, notes=tuple(notes))
+        rows_trace=None if rows_trace is trace else rows_trace, notes=tuple(notes),
+        prefix_group=data.get("prefix_group"), prefix_len=data.get("prefix_len"))
 
 
 def example_workload(n: int = 200, seed: int = 0, rate: float = 2.0) -> pd.DataFrame:

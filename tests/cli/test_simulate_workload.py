@@ -59,7 +59,8 @@ def test_no_workload_keeps_the_pre_workload_results(capsys):
     """Pinned from the run before the workload field existed (same command, same numbers;
     verification unpriced, as the engine then was)."""
     code = main(["simulate", "--trace", "synth", "--requests", "16", "--policy", "tetris",
-                 "--extra", "1", "--arrival", "poisson", "--verify-cost", "none", "--json"])
+                 "--extra", "1", "--arrival", "poisson", "--verify-cost", "none",
+                 "--scheduler", "vllm-v0", "--json"])
     summary = json.loads(capsys.readouterr().out)
     assert code == 0
     assert {k: summary[k] for k in ("tokens", "steps", "drafted", "verified", "accepted")} == {

@@ -121,8 +121,9 @@ def check_replay(models, cfg: LiveConfig):
     live = run_live(*models, PROMPTS, cfg)
     trace = build_trace(live)
     steps = live.steps
-    sim = simulate(cfg.sim_config(len(PROMPTS)).replace(trace="synth"), trace=trace,
-                   cost_model=MeasuredSteps((steps["end"] - steps["time"]).to_numpy()))
+    # the live loop composes V0-style steps (prefill-only, then decode)
+    sim = simulate(cfg.sim_config(len(PROMPTS)).replace(trace="synth", scheduler="vllm-v0"),
+                   trace=trace, cost_model=MeasuredSteps((steps["end"] - steps["time"]).to_numpy()))
     for col in ("time", "end", "batch", "prefill_tokens", "verified", "accepted", "emitted"):
         assert np.array_equal(sim.steps[col].to_numpy(), steps[col].to_numpy()), col
     for col in ("arrival", "first_token", "finish", "tokens", "steps", "verified",

@@ -152,8 +152,9 @@ def test_recorded_trace_has_proposed_column_validates_and_replays(peaked, loopin
     again = read_trace(tmp_path / "trace")  # every check of the reader, the proposed column's
     assert np.array_equal(again.proposed, trace.proposed) and trace.proposed.max() > 0
     steps = live.steps
-    sim = simulate(cfg.sim_config(len(looping)).replace(trace="synth"), trace=again,
-                   cost_model=MeasuredSteps((steps["end"] - steps["time"]).to_numpy()))
+    # the live loop composes V0-style steps (prefill-only, then decode)
+    sim = simulate(cfg.sim_config(len(looping)).replace(trace="synth", scheduler="vllm-v0"),
+                   trace=again, cost_model=MeasuredSteps((steps["end"] - steps["time"]).to_numpy()))
     for col in ("time", "end", "batch", "prefill_tokens", "drafted", "verified", "accepted",
                 "emitted", "depth"):
         assert np.array_equal(sim.steps[col].to_numpy(), steps[col].to_numpy()), col

@@ -32,9 +32,10 @@ class LinearCost:
 
 def const_trace(n_requests: int = 8, output_len: int = 20, prompt_len: int = 4, depth: int = 4,
                 alpha: float = 0.5, arrival: np.ndarray | None = None,
-                output_lens: np.ndarray | None = None):
+                output_lens: np.ndarray | None = None, prompt_lens: np.ndarray | None = None):
     """A temperature-1 trace with one-hot draft and every min(1, r) = α (THEORY.md §2-§3):
-    q = 1, pt = α, p_i = α^i, Z_{i+1} = p_i (1 − α); draft_conf = α."""
+    q = 1, pt = α, p_i = α^i, Z_{i+1} = p_i (1 − α); draft_conf = α. ``output_lens`` and
+    ``prompt_lens`` give per-request lengths instead of ``output_len`` / ``prompt_len``."""
     lens = (np.full(n_requests, output_len) if output_lens is None
             else np.asarray(output_lens)).astype(np.int64)
     rows = int(lens.sum())
@@ -49,7 +50,9 @@ def const_trace(n_requests: int = 8, output_len: int = 20, prompt_len: int = 4, 
         "top1": np.ones((rows, depth)),
     }
     req = {
-        "request_id": np.arange(n_requests), "prompt_len": np.full(n_requests, prompt_len),
+        "request_id": np.arange(n_requests),
+        "prompt_len": (np.full(n_requests, prompt_len) if prompt_lens is None
+                       else np.asarray(prompt_lens, dtype=np.int64)),
         "output_len": lens, "category": np.array(["synthetic"] * n_requests, dtype=object),
     }
     if arrival is not None:

@@ -49,7 +49,7 @@ def test_cli_strings_are_coerced_and_config_round_trips(tmp_path):
     (dict(max_num_seqs=0), "max_num_seqs"),
     (dict(rate=0.0), "rate"),
     (dict(k="three"), "num_speculative_tokens"),
-    (dict(enable_chunked_prefill=True), "max_num_batched_tokens"),
+    (dict(scheduler="vllm-v0", enable_chunked_prefill=True), "max_num_batched_tokens"),
     (dict(cost="profiled"), "profile"),
     (dict(colour="blue"), "colour"),
 ])
@@ -152,6 +152,7 @@ def test_every_field_declares_its_help_and_its_type_comes_from_the_annotation():
         assert (spec.default is None) <= spec.optional, name
     assert FIELD_TYPES["max_num_seqs"] is int and FIELD_TYPES["rate"] is float
     assert OPTIONAL == {"workload", "synth_alpha", "max_num_batched_tokens", "kv_capacity",
+                        "enable_chunked_prefill",
                         "max_model_len", "budget", "profile", "slo",
                         "num_speculative_tokens_per_batch_size", "draft_len_schedule",
                         "speculative_adaptive_config", "cuda_graph_sizes"}

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from specbatch.simulator import state
 from specbatch.simulator.config import load_config
+from specbatch.simulator.metrics import SCHEDULE_STEP_COLUMNS
 from specbatch.simulator.policies import POLICIES
 from specbatch.simulator.run import simulate
 from specbatch.simulator.state import RECORD_ROWS, Outcome, Row
@@ -201,7 +202,8 @@ def test_a_misaligned_named_range_fails_the_layout_check(monkeypatch, name, brok
 def test_every_step_is_one_named_record_and_the_columns_are_its_fields(synth_trace_natural):
     result = simulate(load_config(None, trace="synth", policy="tetris", extra=1, requests=6),
                       synth_trace_natural, cost_model=LinearCost())
-    assert tuple(result.steps.columns) == state.STEP_COLUMNS == state.StepRecord._fields
+    assert state.STEP_COLUMNS == state.StepRecord._fields
+    assert tuple(result.steps.columns) == state.STEP_COLUMNS + SCHEDULE_STEP_COLUMNS
     assert state.FLOAT_STEP_COLUMNS == ("time", "end", "draft_time", "target_time",
                                         "verify_time", "overhead_time")
     assert all(result.steps[c].dtype == np.float64 for c in state.FLOAT_STEP_COLUMNS)

@@ -1,4 +1,4 @@
-"""Paged KV specification (simulator.kv): blocks are conserved, the newest request is preempted
+"""Paged KV specification under the vllm-v0 composer (simulator.kv; vllm-v1: test_v1.py): blocks are conserved, the newest request is preempted
 first, preemption by recomputation changes no request's tokens or τ sequence, and the
 capacity comes from the cost model's memory."""
 
@@ -68,7 +68,7 @@ class CheckedEngine(Engine):
 
 def run_checked(trace, cost=COST, **kw):
     """simulate() through :class:`CheckedEngine`: (request table, step table, summary, log)."""
-    config = load_config(None, trace="synth", kv_mode="paged", **kw)
+    config = load_config(None, scheduler="vllm-v0", trace="synth", kv_mode="paged", **kw)
     workload = cap_workload(config, build_workload(config, trace))
     engine = CheckedEngine(config, trace, workload, cost, make_policy(config, trace.K),
                            capacity=kv_capacity(config, cost))
@@ -115,7 +115,7 @@ def test_fixed_policy_records_equal_the_reserve_run(synth_trace_natural, kw):
     within the pool and every request finishes once (CheckedEngine)."""
     requests, _, summary, log = run_checked(synth_trace_natural, requests=40, **kw)
     assert summary["preemptions"] > 0
-    base = simulate(load_config(None, trace="synth", requests=40,
+    base = simulate(load_config(None, scheduler="vllm-v0", trace="synth", requests=40,
                                 **{k: v for k, v in kw.items() if k not in ("block_size",)}
                                 | {"kv_capacity": None}),
                     synth_trace_natural, cost_model=COST)
@@ -138,7 +138,7 @@ def test_fixed_policy_records_equal_the_reserve_run(synth_trace_natural, kw):
 def test_vectorised_paged_engine_matches_per_request_reference(synth_trace_natural, kw):
     """Preemption-heavy paged runs: the vectorised engine (block growth, verify) and its
     per-request twin give identical request and step tables."""
-    config = load_config(None, trace="synth", requests=32, kv_mode="paged", **kw)
+    config = load_config(None, scheduler="vllm-v0", trace="synth", requests=32, kv_mode="paged", **kw)
     fast = simulate(config, synth_trace_natural, cost_model=COST)
     slow = simulate(config, synth_trace_natural, cost_model=COST, reference=True)
     assert fast.summary["preemptions"] > 5
@@ -150,9 +150,9 @@ def test_a_large_pool_never_preempts_and_matches_reserve_timing(synth_trace_natu
     """With room for every request the paged run preempts nothing; its admission then differs
     from reserve only in what it checks, so under an unlimited reserve run the tables agree."""
     kw = dict(trace="synth", requests=30, policy="tetris", extra=1)
-    paged = simulate(load_config(None, kv_mode="paged", kv_capacity=10**6, **kw),
+    paged = simulate(load_config(None, scheduler="vllm-v0", kv_mode="paged", kv_capacity=10**6, **kw),
                      synth_trace_natural, cost_model=COST)
-    reserve = simulate(load_config(None, **kw), synth_trace_natural, cost_model=COST)
+    reserve = simulate(load_config(None, scheduler="vllm-v0", **kw), synth_trace_natural, cost_model=COST)
     assert paged.summary["preemptions"] == 0 and paged.summary["recomputed_tokens"] == 0
     pd.testing.assert_frame_equal(paged.requests, reserve.requests)
     pd.testing.assert_frame_equal(paged.steps, reserve.steps)
@@ -204,7 +204,7 @@ def test_capacity_comes_from_the_cost_models_memory():
     from specbatch.simulator.roofline import kv_capacity_tokens
 
     h100 = build_cost_model("roofline", "h100", "vicuna-33b", "vicuna-68m")
-    paged = load_config(None, kv_mode="paged", gpu_memory_utilization=0.9)
+    paged = load_config(None, scheduler="vllm-v0", kv_mode="paged", gpu_memory_utilization=0.9)
     assert kv_capacity(paged, h100) == kv_capacity_tokens("h100") == 4244
     assert kv_capacity(paged.replace(gpu_memory_utilization=0.85), h100) < 4244 - 2000
     assert kv_capacity(load_config(None), h100) is None  # reserve: unlimited
@@ -225,14 +225,14 @@ def test_one_line_errors(synth_trace_natural):
                       (dict(gpu_memory_utilization=0.0), "gpu_memory_utilization"),
                       (dict(max_model_len=1), "max_model_len")):
         with pytest.raises(SpecbatchError, match=f"field {field}"):
-            load_config(None, **kw)
+            load_config(None, scheduler="vllm-v0", **kw)
     with pytest.raises(SpecbatchError, match=r"field kv_capacity: .*blocks of 16\), got 100 "
                                              r"tokens = 6 blocks"):
-        simulate(load_config(None, trace="synth", requests=8, kv_mode="paged", kv_capacity=100),
+        simulate(load_config(None, scheduler="vllm-v0", trace="synth", requests=8, kv_mode="paged", kv_capacity=100),
                  trace, cost_model=COST)
     shortest = int(trace.prompt_len.min())
     with pytest.raises(SpecbatchError, match=r"field max_model_len: .*\(\d+ of 8 requests"):
-        simulate(load_config(None, trace="synth", requests=8, max_model_len=shortest), trace,
+        simulate(load_config(None, scheduler="vllm-v0", trace="synth", requests=8, max_model_len=shortest), trace,
                  cost_model=COST)
 
 
@@ -240,7 +240,7 @@ def test_max_model_len_caps_outputs_and_says_so(synth_trace_natural):
     trace = synth_trace_natural
     limit = int((trace.prompt_len + trace.output_len)[:20].max()) - 10
     for mode in ("reserve", "paged"):
-        result = simulate(load_config(None, trace="synth", requests=20, kv_mode=mode,
+        result = simulate(load_config(None, scheduler="vllm-v0", trace="synth", requests=20, kv_mode=mode,
                                       kv_capacity=2000, max_model_len=limit),
                           trace, cost_model=COST)
         req = result.requests
@@ -278,7 +278,7 @@ def test_chunk_allocation_is_fcfs_and_shrinks_the_first_chunk_that_does_not_fit(
 def test_models_whose_weights_do_not_fit_are_refused_in_every_kv_mode(kv):
     """Llama-3.1-70B + Llama-3.2-1B in bf16 hold 143.6 GB: more than one H100 gives the engine
     at gpu_memory_utilization 0.9 (72 GB), whatever the KV mode or capacity."""
-    config = load_config(None, target="llama-3.1-70b", draft="llama-3.2-1b", **kv)
+    config = load_config(None, scheduler="vllm-v0", target="llama-3.1-70b", draft="llama-3.2-1b", **kv)
     cost = build_cost_model("roofline", "h100", "llama-3.1-70b", "llama-3.2-1b")
     with pytest.raises(SpecbatchError, match=r"field gpu_memory_utilization: expected room for "
                        r"the weights of llama-3\.1-70b \+ llama-3\.2-1b \(143\.6 GB.*got 0\.9 of "

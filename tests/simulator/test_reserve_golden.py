@@ -1,4 +1,5 @@
-"""Reserve-at-admission mode (``kv_mode = "reserve"``, the default) is pinned byte for byte.
+"""Reserve-at-admission mode (``kv_mode = "reserve"``, the default) under the vllm-v0 step
+composer is pinned byte for byte.
 
 The digests in ``GOLDEN`` were computed by the engine before paged KV existed (every column of
 the request and step tables it wrote then, and every summary key it reported then), so any
@@ -97,7 +98,8 @@ def run_named(name: str, synth=None, verify_cost: str = "fused"):
     kw, cost_name = CONFIGS[name]
     cost = (LinearCost() if cost_name == "linear"
             else build_cost_model("roofline", "h100", "vicuna-33b", "vicuna-68m"))
-    config = load_config(None, trace="synth", verify_cost=verify_cost, **kw)
+    config = load_config(None, trace="synth", scheduler="vllm-v0", verify_cost=verify_cost,
+                         **kw)
     return simulate(config, synth if synth is not None else trace(), cost_model=cost)
 
 

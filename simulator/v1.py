@@ -1,0 +1,348 @@
+"""vLLM V1's step composer (``scheduler = "vllm-v1"``): one token budget per step, mixed steps.
+
+Rules, read from vLLM's source (vllm-project/vllm):
+
+- ``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``: every step spends one token
+  budget B = ``max_num_batched_tokens`` (:data:`simulator.config.V1_DEFAULT_BATCHED_TOKENS`
+  when unset). RUNNING requests go first, in running order (admission order): each asks
+  ``num_tokens_with_spec − num_computed_tokens`` tokens, i.e. 1 + s_i (its pending token and
+  the s_i drafts it verifies) when decoding, its remaining prompt (prompt + t after a
+  preemption) when still prefilling, capped at ``long_prefill_token_threshold`` (> 0; a
+  decoding request too) and at what is left of B; scheduling running requests stops once B
+  is spent. A request cut by the budget or the threshold verifies only the drafts that fit
+  (``spec_token_ids[:num_scheduled_spec_tokens]``), and drafts no more than it verifies. Then, only in a step that preempted nobody, WAITING
+  requests FCFS while B is left and ``max_num_seqs`` allows: a request asks its whole
+  prompt (prompt + t when resumed), chunked to what B has left; with
+  ``enable_chunked_prefill = false`` a prompt that does not fit what is left stops
+  admission (``break``), as vLLM does.
+- ``vllm/v1/core/kv_cache_manager.py``, ``KVCacheManager.allocate_slots`` (paged KV): a
+  scheduled request must hold ⌈(computed + num_new_tokens + lookahead) / block_size⌉ blocks,
+  where computed = prompt + t − 1 for a decoding request at output position t (the KV of its
+  last emitted token is computed in this step) and the prefilled tokens for a prefilling
+  one. ``Scheduler.__init__``: lookahead = ``num_speculative_tokens`` (the policy's depth
+  K here) for a draft model or EAGLE (``use_eagle`` / ``uses_draft_model``), 0 for n-gram
+  (``draft = "ngram"``) and without speculation; a WAITING request is allocated without
+  lookahead (``effective_lookahead_tokens = 0`` while ``num_computed_tokens == 0``), so
+  admission needs only ⌈num_new_tokens / block_size⌉ blocks: the whole prompt without
+  chunking, the chunk with it, ⌈(prompt + t) / block_size⌉ on resume. Blocks never shrink
+  while a request runs (rejected drafts' slots are reused).
+- Preemption (``Scheduler.schedule``'s ``while True`` around ``allocate_slots``, FCFS
+  policy): when a running request's slots do not fit the free pool, the newest running
+  request (``self.running.pop()``) is preempted, repeatedly; if that is the request itself,
+  scheduling of running requests stops. A preempted request frees all its blocks, goes back
+  to the front of the waiting queue (``prepend_request``) and recomputes prompt + t tokens
+  when readmitted. A running request's next prompt chunk follows the same rule (it may
+  preempt the newest; it never shrinks to the free pool).
+- Recompute (``Scheduler.update_from_output`` with the model runner's sampler): a step that
+  completes a request's (re)prefill samples one token from its last position, so a
+  recomputed request emits its next token (position t → t + 1) when its recompute
+  completes, as a fresh prompt emits its first.
+
+Reserve mode (``kv_mode = "reserve"``) keeps its own KV model under this composer: a request
+reserves prompt + output + K + 1 tokens at admission, so running requests never preempt.
+Prefix caching (``enable_prefix_caching``) is not modelled: freed blocks are not found again.
+
+The composer is vectorised over the running batch (:meth:`V1Composer.compose`: cumulative
+sums, one allocation); preemption, which is rare, and admission, which is FCFS, walk
+requests one at a time. :meth:`simulator.v1_reference.V1Reference.compose_reference` is its
+per-request twin, written as vLLM's loop, selected by the engine's ``reference=True``;
+simulator.v1_step runs the composed batch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from specbatch.simulator.config import FREE_DRAFTS
+from specbatch.simulator.fields import fail
+from specbatch.simulator.prefix import PrefixCache
+from specbatch.simulator.state import Replica, Row
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config import SimConfig
+
+_I64 = np.int64
+_UID, _PREFILLED, _FILL, _BLOCKS, _PROMPT, _POS = (
+    int(Row.UID), int(Row.PREFILLED), int(Row.FILL), int(Row.BLOCKS), int(Row.PROMPT),
+    int(Row.POS))
+_sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
+
+
+def ceil_div(a: np.ndarray | int, b: int) -> np.ndarray | int:
+    """⌈a / b⌉ for non-negative integers (and arrays of them)."""
+    return -(-a // b)
+
+
+def integer_sums(query: np.ndarray, kv: np.ndarray) -> tuple[int, float, float, float, float]:
+    """(n, Σq, Σc, Σq·c, Σq²) of a pass over ``query`` and ``kv`` # [n], summed exactly in
+    int64 and given as floats (``SumsCostModel.time_from_sums``'s arguments; exact below
+    2^53, and adding two batches' sums gives the sums of both)."""
+    return (int(query.shape[0]), float(_sum(query)), float(_sum(kv)), float(query @ kv),
+            float(query @ query))
+
+
+def v1_lookahead(config: SimConfig, speculates: bool, depth: int) -> int:
+    """KV lookahead slots of a running request under vllm-v1 (``Scheduler.__init__``): the
+    draft depth K for a draft model, 0 for n-gram (``draft = "ngram"``) or a policy that
+    does not speculate."""
+    return depth if speculates and str(config.draft).lower() not in FREE_DRAFTS else 0
+
+
+def check_v1_workload(config: SimConfig, capacity: int | None, longest: int, depth: int,
+                      lookahead: int) -> None:
+    """One-line errors for a vllm-v1 run that could never finish: without chunked prefill a
+    request's (re)prefill of up to prompt + output − 1 = ``longest`` − 1 tokens must fit the
+    token budget (vLLM asks max_num_batched_tokens >= max_model_len), and in paged mode the
+    largest request must run alone in the block pool, its last step holding
+    prompt + output − 1 + K + lookahead slots."""
+    budget = config.token_budget
+    if not config.chunked and longest - 1 > budget:
+        fail("config", "max_num_batched_tokens",
+             f"room for the longest prompt + output - 1 = {longest - 1} tokens without "
+             "chunked prefill (vllm-v1 never splits a prompt then)", budget)
+    if capacity is None or config.kv_mode != "paged":
+        return
+    bs = int(config.block_size)
+    slots = longest - 1 + depth + lookahead
+    need, pool = ceil_div(slots, bs), capacity // bs
+    if need > pool:
+        fail("config", "kv_capacity",
+             f"a block pool holding the largest request alone under vllm-v1 (prompt + output "
+             f"- 1 + K + lookahead = {slots} tokens = {need} blocks of {bs})",
+             f"{capacity} tokens = {pool} blocks")
+
+
+class Composition(NamedTuple):
+    """One V1 step's batch, before it runs.
+
+    kept:    running requests kept (the first ``kept`` columns); the others, newest first,
+             are preempted
+    joined:  uids admitted from the waiting queue, in order (appended after the kept)
+    tokens:  # [kept + joined] tokens scheduled per request (0 = not scheduled this step)
+    blocks:  # [kept + joined] KV blocks each holds after allocation (paged mode; else 0)
+    free:    the replica's free blocks (paged) or reserved tokens (reserve) afterwards
+    cached:  per joined request, its tokens found in the prefix cache (prefilled already)
+    """
+
+    kept: int
+    joined: tuple[int, ...]
+    tokens: np.ndarray
+    blocks: np.ndarray
+    free: int
+    cached: tuple[int, ...] = ()
+
+
+class V1Composer:
+    """The engine's vllm-v1 step (module docstring); mixed into
+    :class:`~simulator.engine.Engine`, whose settings it reads (``max_batched`` = the token
+    budget, ``chunked``, ``threshold``, ``lookahead``, ``blocks``, ``max_seqs``,
+    ``kv_capacity``, ``footprint``, ``parked``, ``initial``)."""
+
+    # ------------------------------------------------------------- composition
+
+    def wants(self, state: np.ndarray, d_idx: np.ndarray | None, verified: np.ndarray
+              ) -> np.ndarray:
+        """Tokens each running request asks: 1 + s_i decoding (``d_idx`` its columns, None =
+        all), else its remaining prompt; capped at ``long_prefill_token_threshold`` (> 0),
+        which vLLM applies to every running request. # [n]"""
+        if d_idx is None:
+            want = verified + 1
+        else:
+            want = state[_FILL] - state[_PREFILLED]
+            want[d_idx] = verified + 1
+        if self.threshold:
+            np.minimum(want, self.threshold, out=want)
+        return want
+
+    def compose(self, rep: Replica, want: np.ndarray) -> Composition:
+        """The vectorised composer: the budget's cut by one cumulative sum, the running
+        requests' new blocks in one allocation (a per-request walk only when the pool runs
+        short and someone is preempted), then FCFS admission."""
+        state = rep.state
+        budget = self.max_batched
+        asked = int(_sum(want))
+        if asked <= budget:  # the common case: every running request gets what it asks
+            tokens = want
+        else:
+            before = np.cumsum(want) - want
+            tokens = np.minimum(np.maximum(budget - before, 0), want)
+            asked = budget
+        kept = state.shape[1]
+        paged = self.blocks is not None
+        blocks = state[_BLOCKS].copy() if paged else state[_BLOCKS]
+        prefix = rep.prefix
+        if prefix is not None:
+            free = len(prefix.free)
+        else:
+            free = rep.free_blocks if paged else rep.kv_reserved
+        if paged and kept:
+            bs = self.blocks.block_size
+            if rep.n_prefilling:
+                decoding = state[_PREFILLED] >= state[_FILL]
+                computed = np.where(decoding, state[_PROMPT] + state[_POS] - 1,
+                                    state[_PREFILLED])
+            else:
+                computed = state[_PROMPT] + state[_POS] - 1
+            need = ceil_div(computed + tokens + self.lookahead, bs) - blocks
+            np.maximum(need, 0, out=need)
+            need *= tokens > 0
+            total = int(need.sum())
+            if total <= free:
+                blocks += need
+                free -= total
+                if prefix is not None:
+                    uid = state[_UID]
+                    for i in np.flatnonzero(need).tolist():
+                        prefix.allocate(int(uid[i]), int(need[i]))
+            else:
+                tokens = tokens.copy()
+                kept, free = self.preempt_walk(tokens, need, blocks, free, state[_UID], prefix)
+                tokens = tokens[:kept]
+                blocks = blocks[:kept]
+                computed = computed[:kept]
+                asked = int(_sum(tokens))
+            if prefix is not None:
+                self.cache_scheduled(prefix, state[:, :kept], computed, tokens)
+        if kept < state.shape[1]:  # a step that preempted admits nobody
+            return Composition(kept, (), tokens, blocks, free)
+        if not rep.waiting or kept >= self.max_seqs or asked >= budget:
+            return Composition(kept, (), tokens, blocks, free)
+        joined, t_new, b_new, c_new, free = self.admit_v1(rep, budget - asked, free)
+        if joined:
+            tokens = np.concatenate([tokens, np.asarray(t_new, dtype=_I64)])
+            blocks = np.concatenate([blocks, np.asarray(b_new, dtype=_I64)])
+        return Composition(kept, joined, tokens, blocks, free, tuple(c_new))
+
+    def cache_scheduled(self, prefix: PrefixCache, state: np.ndarray, computed: np.ndarray,
+                        tokens: np.ndarray) -> None:
+        """Hash the blocks the scheduled running requests fill this step, in running order:
+        ⌊min(computed + tokens, prompt + t) / block_size⌋ full blocks (never drafts)."""
+        bs = prefix.block_size
+        decoding = state[_PREFILLED] >= state[_FILL]
+        num_tokens = np.where(decoding, state[_PROMPT] + state[_POS], state[_FILL])
+        full = np.minimum(computed + tokens, num_tokens) // bs
+        uid = state[_UID]
+        grew = np.flatnonzero((full > prefix.hashed[uid]) & (tokens > 0))
+        for i in grew.tolist():
+            prefix.cache_full(int(uid[i]), int(full[i]))
+
+    @staticmethod
+    def preempt_walk(tokens: np.ndarray, need: np.ndarray, blocks: np.ndarray, free: int,
+                     uid: np.ndarray, prefix: PrefixCache | None) -> tuple[int, int]:
+        """The running requests in order when the pool runs short: each scheduled one takes
+        its blocks, preempting the newest while they do not fit (itself last). Writes the
+        scheduled ones' blocks into ``blocks`` and zeroes the tokens of those not scheduled;
+        returns (running requests kept, free blocks left). With a prefix cache the blocks
+        are taken and freed in that order."""
+        end = tokens.shape[0]
+        i = int(np.argmax(np.cumsum(need) > free))  # the first that does not fit: walk from it
+        blocks[:i] += need[:i]
+        free -= int(_sum(need[:i]))
+        if prefix is not None:
+            for j in np.flatnonzero(need[:i]).tolist():
+                prefix.allocate(int(uid[j]), int(need[j]))
+        while i < end and tokens[i] > 0:
+            while need[i] > free and end > i:
+                end -= 1
+                free += (int(blocks[end]) if prefix is None
+                         else prefix.release(int(uid[end])))
+            if end == i:
+                break
+            free -= int(need[i])
+            blocks[i] += need[i]
+            if prefix is not None and need[i]:
+                prefix.allocate(int(uid[i]), int(need[i]))
+            i += 1
+        tokens[i:] = 0
+        return end, free
+
+    def admit_v1(self, rep: Replica, left: int, free: int
+                 ) -> tuple[tuple[int, ...], list[int], list[int], list[int], int]:
+        """FCFS admission of waiting requests into ``left`` budget tokens: (uids, tokens,
+        blocks each, tokens each found in the prefix cache, free blocks or reserved tokens
+        afterwards). The waiting queue is not changed (:meth:`apply` pops them); the prefix
+        cache is (its hits are touched and new blocks taken, as vLLM does)."""
+        room = self.max_seqs - rep.n_running
+        joined: list[int] = []
+        tokens: list[int] = []
+        blocks: list[int] = []
+        cached: list[int] = []
+        paged = self.blocks is not None
+        capacity = self.kv_capacity
+        prefix = rep.prefix
+        for u in rep.waiting:
+            if left <= 0 or len(joined) >= room:
+                break
+            col = self.parked.get(u)
+            num_tokens = int(self.w.prompt_len[u]) if col is None else int(col[_FILL])
+            hits = prefix.hits(u, num_tokens) if prefix is not None else []
+            computed = len(hits) * self.blocks.block_size if hits else 0
+            num_new = num_tokens - computed
+            if self.threshold and num_new > self.threshold:
+                num_new = self.threshold
+            if not self.chunked and num_new > left:
+                break
+            num_new = min(num_new, left)
+            if paged:
+                fresh = ceil_div(computed + num_new, self.blocks.block_size) - len(hits)
+                need = fresh + (prefix.evictable(hits) if hits else 0)
+                if need > free:
+                    break
+                free -= need
+                need = fresh + len(hits)
+                if prefix is not None:
+                    prefix.touch(u, hits)
+                    prefix.allocate(u, fresh)
+                    prefix.cache_full(u, min(computed + num_new, num_tokens)
+                                      // self.blocks.block_size)
+            else:
+                need = 0
+                if capacity is not None:
+                    fp = int(self.footprint[u])
+                    if free + fp > capacity:
+                        break
+                    free += fp
+            joined.append(u)
+            tokens.append(num_new)
+            blocks.append(need)
+            cached.append(computed)
+            left -= num_new
+        return tuple(joined), tokens, blocks, cached, free
+
+    def apply(self, rep: Replica, comp: Composition) -> None:
+        """Make ``comp`` the replica's running batch: park the preempted (newest first, each
+        to the front of the waiting queue), append the admitted, set blocks and the pool."""
+        state = rep.state
+        if comp.kept < state.shape[1]:
+            gone = state[:, comp.kept:][:, ::-1].copy()
+            rep.n_prefilling -= int(np.count_nonzero(gone[_PREFILLED] < gone[_FILL]))
+            gone[_PREFILLED] = 0
+            gone[_BLOCKS] = 0
+            gone[_FILL] = gone[_PROMPT] + gone[_POS]
+            for col in gone.T:
+                u = int(col[_UID])
+                self.parked[u] = col
+                rep.waiting.appendleft(u)
+                self.rec.preemptions[u] += 1
+                self.rec.recomputed[u] += int(col[_FILL])
+            state = state[:, :comp.kept]
+        if comp.joined:
+            new = self.initial.take(comp.joined, axis=1)
+            for j, u in enumerate(comp.joined):
+                rep.waiting.popleft()
+                col = self.parked.pop(u, None)
+                if col is not None:
+                    new[:, j] = col
+                    self.rec.recomputed[u] -= comp.cached[j] if comp.cached else 0
+            if comp.cached:
+                new[_PREFILLED] = comp.cached
+            state = np.concatenate([state, new], axis=1)
+            rep.n_prefilling += len(comp.joined)
+        state[_BLOCKS] = comp.blocks
+        rep.state = state
+        if self.blocks is not None:
+            rep.free_blocks = comp.free
+        else:
+            rep.kv_reserved = comp.free

@@ -1,0 +1,185 @@
+"""The vllm-v1 step: plan the decoding requests, compose (simulator.v1), then run the batch.
+
+vLLM's drafts exist before ``Scheduler.schedule`` runs, so the policy plans every decoding
+request first (:meth:`~simulator.decode.Decode.plan_decode`); the composer then decides who
+runs with how many tokens (simulator.v1), and the scheduled decoding requests, a prefix of
+the planned ones whose last may be cut to the budget, are verified, priced and committed with
+the prompt chunks in one target pass: query 1 + s_i per decoding request plus each chunk,
+priced from exact integer sums when the cost model takes them, plus the rejection sampler's
+time over the decoding requests (simulator.verify_cost). The draft, when the policy
+speculates, runs its decode passes and prefills the same chunks. A completed (re)prefill
+emits one token (simulator.v1, recompute).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.plan import Plan
+from specbatch.simulator.state import Outcome, Replica, Row, step_record
+from specbatch.simulator.v1 import Composition, integer_sums
+from specbatch.simulator.view import StepView
+
+_I64 = np.int64
+_UID, _PREFILLED, _FILL, _POS = int(Row.UID), int(Row.PREFILLED), int(Row.FILL), int(Row.POS)
+_M_KV, _M_DRAFTED, _M_VERIFIED = int(Outcome.KV), int(Outcome.DRAFTED), int(Outcome.VERIFIED)
+_EMPTY = np.zeros(0, dtype=_I64)
+_EMPTY.flags.writeable = False
+_sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
+_count_nonzero = np.count_nonzero
+
+
+class V1Step:
+    """The engine's vllm-v1 step (module docstring); mixed into
+    :class:`~simulator.engine.Engine` next to :class:`~simulator.v1.V1Composer`."""
+
+    def v1_step(self, rep: Replica, time: float) -> float | None:
+        """Compose and run one vllm-v1 step; returns its duration (None: nothing runs).
+
+        The decoding requests' plan comes first (vLLM's drafts exist before ``schedule``);
+        the composition then decides who runs and with how many tokens."""
+        state = rep.state
+        n = state.shape[1]
+        d_idx: np.ndarray | None = None
+        nd = 0
+        m = plan = view = eta = sub = None
+        if n:
+            if rep.n_prefilling:
+                d_idx = np.flatnonzero(state[_PREFILLED] >= state[_FILL])
+                sub = state[:, d_idx]
+            else:
+                sub = state
+            nd = sub.shape[1]
+            if nd:
+                m, plan, view, eta = self.plan_decode(rep, sub)
+            verified = plan.verified if nd else _EMPTY
+            want = self.wants(state, d_idx, verified)
+        else:
+            want = verified = _EMPTY
+        comp = (self.compose_reference(rep, d_idx, verified) if self.reference
+                else self.compose(rep, want))
+        if self.compositions is not None:
+            self.log_composition(rep, time, comp)
+        self.apply(rep, comp)
+        if not rep.state.shape[1]:
+            return None
+        keep = nd
+        if nd:
+            tokens = comp.tokens
+            full = comp.kept == n and int(_sum(tokens[:n])) == int(_sum(want))
+            if not full or (self.threshold and bool((verified >= self.threshold).any())):
+                scheduled = int(_count_nonzero(tokens[:comp.kept]))  # a prefix of the running
+                keep = min(scheduled if d_idx is None
+                           else int(np.searchsorted(d_idx, scheduled)), nd)
+                cols = slice(0, keep) if d_idx is None else d_idx[:keep]
+                got = tokens[cols]
+                if keep < nd or bool((got < m[_M_VERIFIED, :keep] + 1).any()):
+                    m, plan, view, eta = self.cut_plan(m, plan, eta, keep, got)
+                    sub = sub[:, :keep]
+        return self.run_composed(rep, time, comp.tokens, len(comp.joined), d_idx, keep, m, plan,
+                                 view, eta, sub)
+
+    def run_composed(self, rep: Replica, time: float, tokens: np.ndarray, n_joined: int,
+                     d_idx: np.ndarray | None, keep: int, m: np.ndarray | None,
+                     plan: Plan | None, view: StepView | None, eta: np.ndarray | None,
+                     sub: np.ndarray | None) -> float:
+        """Verify, price and commit the composed step: the first ``keep`` planned decoding
+        requests (columns ``d_idx``, None = the first ``keep``; their plan ``m``, ``plan``
+        and state columns ``sub`` already cut to what was scheduled) and the prompt chunks
+        of ``tokens`` # [running] (the last ``n_joined`` columns were admitted this step)."""
+        state = rep.state
+        emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
+        draft_t, verify_t, sums, q_len, kv = 0.0, 0.0, None, _EMPTY, _EMPTY
+        if keep:
+            if d_idx is None:
+                cols = None if keep == state.shape[1] else slice(0, keep)
+            else:
+                cols = d_idx[:keep]
+            self.verify_decode(rep, sub, None if d_idx is None else cols, m, plan, view, eta)
+            (emitted, drafted_sum, verified_sum, accepted_sum, passes, draft_t,
+             sums, verify_t) = self.price_decode(m, plan)
+            self.commit(rep, m, cols)
+            kv = m[_M_KV]
+            q_len = plan.verified + 1
+        prefill_tokens = 0
+        completed = _EMPTY
+        if rep.n_prefilling:
+            prefilled, fill = state[_PREFILLED], state[_FILL]
+            if rep.n_prefilling == n_joined:  # only the admitted prefill: the last columns
+                p_idx = np.arange(state.shape[1] - n_joined, state.shape[1])
+            else:
+                p_idx = np.flatnonzero((tokens > 0) & (prefilled < fill))
+            if p_idx.shape[0]:
+                chunk = tokens[p_idx]
+                kv_before = prefilled[p_idx]
+                if self.from_sums is not None:  # price from exact integer sums
+                    chunk_sums = integer_sums(chunk, kv_before)
+                    if self.policy.speculates:
+                        draft_t += float(self.from_sums("draft", *chunk_sums))
+                    sums = chunk_sums if sums is None else tuple(
+                        a + b for a, b in zip(sums, chunk_sums))
+                else:
+                    if self.policy.speculates:
+                        draft_t += float(self.cost.step_time("draft", chunk, kv_before))
+                    q_len = np.concatenate([q_len, chunk])
+                    kv = np.concatenate([kv, kv_before])
+                prefilled[p_idx] += chunk
+                completed = p_idx[prefilled[p_idx] >= fill[p_idx]]
+                rep.n_prefilling -= int(completed.shape[0])
+                prefill_tokens = int(_sum(chunk))
+        if self.from_sums is not None:
+            target_t = float(self.from_sums("target", *sums))
+        else:
+            target_t = float(self.cost.step_time("target", q_len, kv))
+        overhead = self.overhead
+        end = time + draft_t + target_t + verify_t + overhead
+        if completed.shape[0]:
+            emitted += self.emit_completed(rep, completed, end)
+        if keep == 0 and prefill_tokens == 0:  # pragma: no cover - engine invariant
+            raise SpecbatchError("simulator: a vllm-v1 step with nothing scheduled "
+                                 "(engine invariant broken)")
+        self.rec.step_rows.append(step_record(
+            replica=rep.index, time=time, end=end, batch=keep, prefill_tokens=prefill_tokens,
+            drafted=drafted_sum, verified=verified_sum, accepted=accepted_sum, emitted=emitted,
+            depth=passes, draft_time=draft_t, target_time=target_t, verify_time=verify_t,
+            overhead_time=overhead))
+        self.finish(rep, end)
+        return end - time
+
+    def cut_plan(self, m: np.ndarray, plan: Plan, eta: np.ndarray, keep: int, got: np.ndarray
+                 ) -> tuple[np.ndarray, Plan, StepView, np.ndarray]:
+        """The plan of the first ``keep`` decoding requests, the last one's drafts cut to the
+        ``got`` # [keep] tokens the budget gave (verified = got − 1, drafted ≤ verified)."""
+        m = m[:, :keep].copy()
+        verified = np.minimum(m[_M_VERIFIED], got - 1)
+        drafted = m[_M_DRAFTED]
+        cut = verified < m[_M_VERIFIED]
+        drafted = np.where(cut, np.minimum(drafted, verified), drafted)
+        m[_M_VERIFIED] = verified
+        m[_M_DRAFTED] = drafted
+        eta = eta[:keep]
+        view = StepView(self.trace, m[int(Outcome.ROW)], m[_M_KV], None, self.depth, eta,
+                        self.cost, self.view_tables)
+        return m, Plan(drafted, verified, plan.depth, plan.tree), view, eta
+
+    def emit_completed(self, rep: Replica, idx: np.ndarray, end: float) -> int:
+        """Requests at ``idx`` completed their (re)prefill this step: each samples one token
+        from its last position, a fresh prompt its first (TTFT), a recomputed one its next
+        (position t → t + 1). Returns the tokens emitted."""
+        state = rep.state
+        pos = state[_POS, idx]
+        fresh = pos == 0
+        self.rec.first_token[state[_UID, idx[fresh]]] = end
+        state[_POS, idx] = pos + 1
+        return int(idx.shape[0])
+
+    def log_composition(self, rep: Replica, time: float, comp: Composition) -> None:
+        """Append the composition to ``compositions`` as plain values (parity tests): replica,
+        start time, the uids scheduled with their tokens and blocks, the uids preempted."""
+        state = rep.state
+        uids = [int(u) for u in state[_UID, :comp.kept]] + list(comp.joined)
+        preempted = [int(u) for u in state[_UID, comp.kept:][::-1]]
+        self.compositions.append((rep.index, time, tuple(uids), tuple(comp.tokens.tolist()),
+                                  tuple(comp.blocks.tolist()), tuple(preempted), comp.free,
+                                  tuple(comp.cached)))
