@@ -43,7 +43,7 @@ from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import Policy, make_policy
 from specbatch.simulator.v1 import check_v1_workload, v1_lookahead
-from specbatch.simulator.verify_cost import verify_notes
+from specbatch.simulator.verify_cost import attach_verify_cost, verify_notes
 from specbatch.simulator.workload import Workload, build_workload
 
 if TYPE_CHECKING:
@@ -175,6 +175,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     trace = workload.rows_trace if workload.rows_trace is not None else trace
     policy = make_policy(config, trace.K)
     calibrate_policy(policy, calibration)
+    attach_verify_cost(policy, config, trace)
     footprint = int((workload.prompt_len + workload.output_len).max(initial=0))
     footprint += policy.depth + 1
     validate_against_trace(config, trace, footprint)
