@@ -45,6 +45,7 @@ from specbatch.simulator.hardware import (
     DEFAULT_EXECUTION,
     DEFAULT_SAMPLER,
     EXECUTIONS,
+    FULL_WEIGHT_BITS,
     HARDWARE,
     VERIFY_COSTS,
     get_hardware,
@@ -107,7 +108,8 @@ class SimConfig:
     max_model_len), speculation (policy, num_speculative_tokens = k, extra = e with
     K = k + e drafted by budgeted policies, budget = C, verify, threshold, threshold_mode,
     dsd_interval), the cost model (simulator.cost.build_cost_model: cost, hardware, target,
-    draft, tp, profile, execution; simulator.verify_cost: verify_cost) and the metrics
+    draft, draft_weight_bits, tp, profile, execution; simulator.verify_cost: verify_cost)
+    and the metrics
     (seed, slo, speedup). Each field's
     meaning, type, default and allowed values are declared on it (docs/config.md).
     """
@@ -206,6 +208,12 @@ class SimConfig:
     draft: str = knob("vicuna-68m", "draft model: a shape name (roofline) or the profile's "
                       "model name; ngram: a host-side prompt-lookup drafter whose passes cost "
                       "0 s (simulator.free_draft)", names=_draft_names)
+    draft_weight_bits: int = knob(
+        FULL_WEIGHT_BITS, "bits per weight of the draft's decoder-layer projections (roofline): "
+        "16 = the hardware's bf16; below 16 a weight-only quantised draft (RTN, an fp16 scale "
+        "and min per group of 128: bits/8 + 4/128 bytes per weight; embeddings, head and norms "
+        "at bf16), which the pass time and the weights-fit and KV-capacity accounting price",
+        range=Range(2, FULL_WEIGHT_BITS, what="bits per weight"))
     tp: int = knob(1, "tensor-parallel degree of the target", range=at_least(1))
     profile: str | None = knob(None, "latency profile (.parquet/.csv) for cost profiled")
     execution: str = knob(DEFAULT_EXECUTION, "roofline launch-latency preset (cuda_graph: a "
@@ -374,6 +382,12 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
              None)
     if c.cost == "profiled" and c.profile is None:
         fail(where, "profile", "a latency profile path when cost = 'profiled'", None)
+    if c.draft_weight_bits != FULL_WEIGHT_BITS and (c.cost == "profiled"
+                                                    or str(c.draft).lower() in FREE_DRAFTS):
+        why = ("the profile measured the draft at the precision it ran" if c.cost == "profiled"
+               else f"draft {c.draft} runs no model")
+        fail(where, "draft_weight_bits", f"16 ({why}; the bits price the roofline's draft "
+             "weights)", c.draft_weight_bits)
     try:
         get_hardware(c.hardware)  # the preset lookup accepts any case and its aliases
     except SpecbatchError:

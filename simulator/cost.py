@@ -17,6 +17,8 @@ from specbatch.simulator.cost_interface import ROLES, CostModel
 from specbatch.simulator.free_draft import FreeDraftCost
 from specbatch.simulator.hardware import (
     DEFAULT_EXECUTION,
+    FULL_WEIGHT_BITS,
+    QUANT_GROUP,
     get_execution,
     get_hardware,
 )
@@ -32,23 +34,31 @@ from specbatch.traces.shapes import get_shape
 
 __all__ = [
     "COST_MODELS", "build_cost_model", "execution_info", "pass_times", "prefill_time",
-    "step_split",
+    "recorded_quantization", "step_split", "weight_bits_notes",
 ]
 
 
 def build_roofline(hardware: str, target: str, draft: str, tp: int, profile: str | None,
-                   execution: str = DEFAULT_EXECUTION):
-    """The roofline model of ``target`` (tensor parallel ``tp``) and ``draft`` on ``hardware``
-    under the ``execution`` preset (hardware.EXECUTIONS: "cuda_graph" or "eager")."""
+                   execution: str = DEFAULT_EXECUTION,
+                   draft_weight_bits: int = FULL_WEIGHT_BITS):
+    """The roofline model of ``target`` (tensor parallel ``tp``) and ``draft`` (its linear
+    projections at ``draft_weight_bits``, simulator.roofline) on ``hardware`` under the
+    ``execution`` preset (hardware.EXECUTIONS: "cuda_graph" or "eager")."""
     return RooflineCost(get_hardware(hardware), get_shape(target), get_shape(draft), tp=tp,
-                        execution=execution)
+                        execution=execution, draft_weight_bits=draft_weight_bits)
 
 
 def build_profiled(hardware: str, target: str, draft: str, tp: int, profile: str | None,
-                   execution: str = DEFAULT_EXECUTION):
+                   execution: str = DEFAULT_EXECUTION,
+                   draft_weight_bits: int = FULL_WEIGHT_BITS):
     """The model fitted to ``profile``, rows selected by model and device names (the profile
-    measured its own execution mode, so ``execution`` is not used)."""
+    measured its own execution mode and the draft at the precision it ran, so neither
+    ``execution`` nor a ``draft_weight_bits`` other than 16 applies: the latter is refused)."""
     require(profile is not None, "cost 'profiled': expected a latency profile (profile = PATH)")
+    require(draft_weight_bits >= FULL_WEIGHT_BITS,
+            f"cost 'profiled': draft_weight_bits {draft_weight_bits} prices the roofline's "
+            "weight bytes only (a profile measured the draft at the precision it ran); "
+            "expected 16")
     return fit_profile(profile, overhead=get_hardware(hardware).overhead, target=target,
                        draft=draft, device=hardware)
 
@@ -59,11 +69,14 @@ COST_MODELS = {"roofline": build_roofline, "profiled": build_profiled}
 def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str = "vicuna-33b",
                      draft: str = "vicuna-68m", tp: int = 1,
                      profile: str | None = None,
-                     execution: str = DEFAULT_EXECUTION) -> CostModel:
+                     execution: str = DEFAULT_EXECUTION,
+                     draft_weight_bits: int = FULL_WEIGHT_BITS) -> CostModel:
     """Build a cost model by name (``COST_MODELS``): "roofline" or "profiled" (needs ``profile``).
 
     ``execution`` picks the roofline's launch-latency preset (``hardware.EXECUTIONS``: the
     default "cuda_graph", or "eager"); it is validated for both models, used by the roofline.
+    ``draft_weight_bits`` < 16 prices a weight-quantised draft (simulator.roofline; refused
+    by the profiled model and for a drafter without a model).
 
     The profiled model's per-step ``overhead`` is the hardware preset's (the profile measures
     forward passes only, not the engine's CPU work).
@@ -73,8 +86,12 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
         raise SpecbatchError(f"cost {cost!r}: expected one of {', '.join(COST_MODELS)}")
     get_execution(execution)  # one-line error for an unknown preset, whatever the model
     if str(draft).lower() in FREE_DRAFTS:
+        require(draft_weight_bits >= FULL_WEIGHT_BITS,
+                f"draft {draft!r}: a drafter without weights has no draft_weight_bits; "
+                f"expected 16, got {draft_weight_bits!r}")
         return free_draft_model(builder, hardware, target, tp, profile, execution)
-    return builder(hardware, target, draft, tp, profile, execution=execution)
+    return builder(hardware, target, draft, tp, profile, execution=execution,
+                   draft_weight_bits=draft_weight_bits)
 
 
 def free_draft_model(builder, hardware: str, target: str, tp: int, profile: str | None,
@@ -91,6 +108,48 @@ def free_draft_model(builder, hardware: str, target: str, tp: int, profile: str 
     hw, shape = get_hardware(hardware), get_shape(target)
     inner = RooflineCost(hw, shape, shape, tp=tp, execution=execution)
     return FreeDraftCost(inner, lambda u=0.9: memory_kv_tokens(hw, shape, None, tp, u))
+
+
+def recorded_quantization(trace) -> dict | None:
+    """The trace's record of a weight-quantised draft (``meta.json`` models.draft.derived.
+    quantized: bits, group_size, scheme), or None when the draft is not recorded as one."""
+    meta = getattr(trace, "meta", None) or {}
+    draft = (meta.get("models") or {}).get("draft")
+    derived = draft.get("derived") if isinstance(draft, dict) else None
+    quantized = derived.get("quantized") if isinstance(derived, dict) else None
+    return quantized if isinstance(quantized, dict) else None
+
+
+def weight_bits_notes(config, trace) -> tuple[str, ...]:
+    """Notes when the draft's priced precision and the trace's recorded one disagree.
+
+    The trace's acceptance and the cost model's step times are separate inputs (a trace says
+    what the models think, ``draft`` and ``draft_weight_bits`` what a pass costs), so a
+    quantised draft recorded in the trace is not priced as such unless the config says so:
+    the note names the knob. A quantised price on a trace whose draft is recorded at full
+    precision (a model identity in meta.json without ``quantized``) is noted too: its
+    acceptance is that draft's, not a quantised one's."""
+    if config.cost != "roofline" or str(config.draft).lower() in FREE_DRAFTS:
+        return ()
+    bits = int(config.draft_weight_bits)
+    recorded = recorded_quantization(trace)
+    if recorded is None:
+        draft = ((getattr(trace, "meta", None) or {}).get("models") or {}).get("draft")
+        if bits < FULL_WEIGHT_BITS and isinstance(draft, dict) and draft.get("name"):
+            return (f"draft_weight_bits = {bits} prices a quantised draft, but the trace's "
+                    f"draft ({draft['name']}) is not recorded as quantised: its acceptance is "
+                    "that draft's",)
+        return ()
+    q_bits, group = recorded.get("bits"), recorded.get("group_size")
+    if bits == q_bits and group in (None, QUANT_GROUP):
+        return ()
+    if bits == q_bits:
+        return (f"the trace's draft is quantised at group {group}; draft_weight_bits prices "
+                f"its scales and minima at group {QUANT_GROUP}",)
+    return (f"the trace's draft has {q_bits}-bit weights (group {group}), but draft passes "
+            f"are priced at {bits}-bit weights; set draft_weight_bits = {q_bits} to price "
+            f"its weight bytes as stored ({q_bits}/8 + 4/{QUANT_GROUP} bytes per projection "
+            "weight)",)
 
 
 def step_split(model: CostModel, batch: int, kv: int, k: int,

@@ -98,6 +98,20 @@ torch    2.28 ms      max(2.28 ms,           MEASURED: theory.verify_torch (lazy
 
 The floors are host-side (launch and synchronisation) costs measured on or assumed for an
 H100 host; they are applied unchanged to every hardware preset.
+
+Weight precision of the draft (``draft_weight_bits``, :func:`model_weight_bytes`): at 16 bits
+every parameter takes the preset's ``dtype_bytes`` (bf16). Below 16 the draft's decoder-layer
+linear weights (attention and MLP projections: L · (layer params − 2h), the norms excluded)
+are stored at ``bits`` per weight in groups of :data:`QUANT_GROUP` = 128 input weights, each
+group with an fp16 scale and an fp16 minimum (llama.cpp's ``Q4_1`` block layout, at group
+128: the RTN scheme of ``specbatch models derive --quantize``, traces/quantize.py)::
+
+    bytes per quantised weight = bits / 8 + 2 · 2 / 128        # 4 bits: 0.53125
+
+while the embeddings, the LM head and the norms stay at ``dtype_bytes`` (the quantised
+self-draft keeps them). The kernel dequantises on the fly, so FLOPs, activations and KV bytes
+are unchanged; the dequantisation's own cost (small at decode batch sizes for Marlin-class
+kernels, which reach near-ideal speedup up to batch ~16-32) is not modelled.
 """
 
 from __future__ import annotations
@@ -265,37 +279,77 @@ def get_hardware(name: str) -> Hardware:
     return hw
 
 
-def weight_bytes(hw: Hardware, models: tuple[str, ...]) -> float:
+#: Bits per weight of an unquantised model: every parameter at the preset's ``dtype_bytes``.
+FULL_WEIGHT_BITS = 16
+#: Input weights per quantisation group, and the bytes each group adds (an fp16 scale and an
+#: fp16 minimum, llama.cpp's ``Q4_1`` layout) (module docstring).
+QUANT_GROUP = 128
+QUANT_GROUP_BYTES = 4
+
+
+def quantized_weight_bytes(bits: int) -> float:
+    """Bytes one quantised weight takes: ``bits / 8 + QUANT_GROUP_BYTES / QUANT_GROUP``."""
+    return bits / 8 + QUANT_GROUP_BYTES / QUANT_GROUP
+
+
+def linear_params(shape) -> int:
+    """Weights of the decoder layers' linear projections (q, k, v, o, gate, up, down): what
+    a weight-only quantisation stores at low precision; norms, embeddings and head excluded."""
+    return shape.layers * (shape.layer_params - 2 * shape.hidden)
+
+
+def model_weight_bytes(shape, dtype_bytes: int, bits: int = FULL_WEIGHT_BITS) -> float:
+    """Bytes of all of ``shape``'s weights held in memory: ``dtype_bytes`` per parameter at
+    16 bits; below, the linear projections at :func:`quantized_weight_bytes` (module
+    docstring) and every other parameter at ``dtype_bytes``."""
+    if bits >= FULL_WEIGHT_BITS:
+        return float(dtype_bytes * shape.params)
+    linear = linear_params(shape)
+    return float(dtype_bytes * (shape.params - linear) + quantized_weight_bytes(bits) * linear)
+
+
+def weight_bytes(hw: Hardware, models: tuple[str, ...],
+                 bits: tuple[int, ...] | None = None) -> float:
     """Bytes the weights of the named shapes take at the preset's dtype; a name that is not a
     shape (a host-side drafter such as ``ngram``) holds no weights."""
     from specbatch.traces.shapes import find_shape
 
     shapes = [find_shape(m) for m in models]
-    return float(hw.dtype_bytes * sum(s.params for s in shapes if s is not None))
+    if bits is None:
+        return float(hw.dtype_bytes * sum(s.params for s in shapes if s is not None))
+    return float(sum(model_weight_bytes(s, hw.dtype_bytes, b)
+                     for s, b in zip(shapes, bits, strict=True) if s is not None))
 
 
 def weights_shortfall(hardware: str, target: str, draft: str, tp: int,
-                      gpu_memory_utilization: float) -> str | None:
+                      gpu_memory_utilization: float,
+                      draft_weight_bits: int = FULL_WEIGHT_BITS) -> str | None:
     """Why the target's and draft's weights alone exceed what ``tp`` devices of ``hardware``
     give the engine (``tp · M · gpu_memory_utilization``), or None when they fit. Both
     models' weights are counted against the memory of all ``tp`` devices, as the KV capacity
-    counts them."""
+    counts them; the draft's at ``draft_weight_bits`` (:func:`model_weight_bytes`)."""
     hw = get_hardware(hardware)
-    need = weight_bytes(hw, (target, draft))
+    bits = None if draft_weight_bits >= FULL_WEIGHT_BITS else (FULL_WEIGHT_BITS,
+                                                               draft_weight_bits)
+    need = weight_bytes(hw, (target, draft), bits)
     have = tp * hw.memory_bytes * float(gpu_memory_utilization)
     if need <= have:
         return None
     least = int(-(-need // (hw.memory_bytes * float(gpu_memory_utilization))))
+    precision = (f"{hw.dtype_bytes} bytes per parameter" if bits is None else
+                 f"the draft's projections at {draft_weight_bits} bits")
     return (f"expected room for the weights of {target} + {draft} ({need / GIGA:.1f} GB at "
-            f"{hw.dtype_bytes} bytes per parameter), got {gpu_memory_utilization:g} of {tp} x "
+            f"{precision}), got {gpu_memory_utilization:g} of {tp} x "
             f"{hardware} = {have / GIGA:.1f} GB: the weights do not fit (set tp >= {least}, a "
             "larger device or smaller models)")
 
 
 def check_weights_fit(hardware: str, target: str, draft: str, tp: int,
-                      gpu_memory_utilization: float) -> None:
+                      gpu_memory_utilization: float,
+                      draft_weight_bits: int = FULL_WEIGHT_BITS) -> None:
     """One-line error (:func:`weights_shortfall`) when the models' weights do not fit, in any
     KV mode: a run that cannot load its models has no step time to report."""
-    short = weights_shortfall(hardware, target, draft, tp, gpu_memory_utilization)
+    short = weights_shortfall(hardware, target, draft, tp, gpu_memory_utilization,
+                              draft_weight_bits)
     if short is not None:
         raise SpecbatchError(f"config: field gpu_memory_utilization: {short}")

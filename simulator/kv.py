@@ -65,7 +65,7 @@ def kv_capacity(config: SimConfig, cost: CostModel) -> int | None:
     Every mode first checks that the models' weights fit the devices at all
     (:func:`~specbatch.simulator.hardware.check_weights_fit`)."""
     check_weights_fit(config.hardware, config.target, config.draft, config.tp,
-                      config.gpu_memory_utilization)
+                      config.gpu_memory_utilization, config.draft_weight_bits)
     if config.kv_mode == "reserve" or config.kv_capacity is not None:
         return config.kv_capacity
     memory = getattr(cost, "kv_capacity_tokens", None)

@@ -126,8 +126,11 @@ class DynamicSD(Policy):
 
     One k for the whole batch, re-planned every ``dsd_interval`` steps by scanning
     k = 0..min(6, trace K) for ``goodput(k) = n (1 − α^{k+1}) / (1 − α) / (T_draft(k) +
-    T_target(k) + T_overhead)``, stopping at the first drop, k = 0 favoured ×1.1. Step times
-    come from the active cost model on the current batch's KV lengths.
+    T_target(k) + T_verify(k) + T_overhead)``, stopping at the first drop, k = 0 favoured
+    ×1.1. Step times come from the active cost model on the current batch's KV lengths;
+    ``T_verify(k)`` is the rejection sampler's seconds for n requests verifying k each, the
+    term the engine adds to every decode step (simulator.verify_cost; handed over by
+    :meth:`price_verification`, 0 s without it or under ``verify_cost = "none"``).
 
     α is the per-token acceptance rate of the i.i.d. model behind that formula, an EMA
     ``0.85 α + 0.15 α̂`` started at 0.7. Each step's α̂ is the maximum-likelihood estimate
@@ -158,6 +161,13 @@ class DynamicSD(Policy):
         self.interval = int(config.dsd_interval)
         self.alpha = self.INITIAL_ALPHA
         self.steps = 0
+        self.sampler: Any = None  # the run's simulator.verify_cost.VerifyCost, None: 0 s
+
+    def price_verification(self, sampler: Any) -> None:
+        """Plan with ``sampler`` (a :class:`simulator.verify_cost.VerifyCost`, or None for an
+        unpriced sampler): the verification cost the engine charges this run, handed over
+        before it starts (:func:`simulator.verify_cost.attach_verify_cost`)."""
+        self.sampler = sampler
 
     @classmethod
     def required_depth(cls, config: Any) -> int:
@@ -174,6 +184,8 @@ class DynamicSD(Policy):
         t = cost.overhead + cost.step_time("target", ones * (k + 1), kv)
         for d in range(k):
             t += cost.step_time("draft", ones, kv + d)
+        if self.sampler is not None:
+            t += self.sampler.seconds(n, n * k, ones * k)
         return tokens / t if t > 0 else float("inf")
 
     def plan(self, kv: np.ndarray, cost: Any) -> int:

@@ -47,7 +47,17 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
 - The draft runs with ``draft_tp`` (default 1: vLLM's ``speculative_draft_tensor_parallel_size``
   = 1, the usual choice for a small draft), the target with ``tp``; tp must divide the number
   of attention heads (vLLM refuses otherwise).
-- Not modelled: quantisation, KV-cache paging granularity, attention-kernel inefficiency at
+- A quantised draft (``draft_weight_bits`` < 16, hardware.py's docstring): the draft's
+  decoder-layer projections stream ``bits/8 + 4/128`` bytes per weight instead of b, so its
+  weight term is::
+
+      B_w = (b · (P_layers − P_lin + h·V + h) + (bits/8 + 4/128) · P_lin) / tp
+
+  with P_lin = L · (layer params − 2h) (:func:`hardware.linear_params`); FLOPs, KV and
+  activation bytes unchanged, and the memory accounting (:func:`memory_kv_tokens`) counts the
+  same bytes. The target is always at b.
+- Not modelled: quantisation of the target, of the KV cache or of activations, dequantisation
+  time, KV-cache paging granularity, attention-kernel inefficiency at
   short contexts, CPU/GPU overlap, power throttling, MoE.
 
 Sanity (tested in tests/simulator/test_roofline.py): Vicuna-33B (65 GB bf16) decode at batch 1 on
@@ -71,10 +81,14 @@ from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost_interface import ROLES, batch_sums
 from specbatch.simulator.hardware import (
     DEFAULT_EXECUTION,
+    FULL_WEIGHT_BITS,
     Execution,
     Hardware,
     get_execution,
     get_hardware,
+    linear_params,
+    model_weight_bytes,
+    quantized_weight_bytes,
 )
 from specbatch.traces.shapes import ModelShape, get_shape
 
@@ -88,7 +102,7 @@ class PassConstants:
     layers: int
     flops_per_token: float  # 2 (P_layers + h V) / tp
     attn_flops: float  # 4 L h / tp  (times Σ q (c + (q+1)/2))
-    weight_bytes: float  # b (P_layers + h V + h) / tp
+    weight_bytes: float  # b (P_layers + h V + h) / tp  (quantised draft: module docstring)
     kv_bytes: float  # kv_bytes_per_token * f_kv  (times Σ c + 2 q)
     act_bytes_per_token: float  # b L (9h + 2 d_kv + 6 I) / tp
     comm_per_token: float  # seconds per query token of all-reduce bandwidth
@@ -99,9 +113,11 @@ class PassConstants:
 
 
 def pass_constants(shape: ModelShape, hw: Hardware, tp: int = 1,
-                   execution: Execution | None = None, role: str = "target") -> PassConstants:
+                   execution: Execution | None = None, role: str = "target",
+                   weight_bits: int = FULL_WEIGHT_BITS) -> PassConstants:
     """Precompute the roofline constants of ``shape`` as ``role`` on ``tp`` GPUs of type ``hw``
-    under ``execution`` (default: the ``cuda_graph`` preset)."""
+    under ``execution`` (default: the ``cuda_graph`` preset), its linear projections stored at
+    ``weight_bits`` (16: the preset's dtype; module docstring)."""
     if execution is None:
         execution = get_execution(DEFAULT_EXECUTION)
     require(isinstance(tp, (int, np.integer)) and tp >= 1, f"tp {tp!r}: expected an integer >= 1")
@@ -126,7 +142,7 @@ def pass_constants(shape: ModelShape, hw: Hardware, tp: int = 1,
         layers=L,
         flops_per_token=2.0 * (p_layers + head) / tp,
         attn_flops=4.0 * L * h / tp,
-        weight_bytes=b * (p_layers + head + h) / tp,
+        weight_bytes=streamed_weight_bytes(shape, b, weight_bits) / tp,
         kv_bytes=float(shape.kv_bytes_per_token(b)) * f_kv,
         act_bytes_per_token=b * L * (9 * h + 2 * d_kv + 6 * shape.intermediate) / tp,
         comm_per_token=comm_tok,
@@ -135,6 +151,26 @@ def pass_constants(shape: ModelShape, hw: Hardware, tp: int = 1,
         inv_compute=1.0 / (hw.peak_flops * hw.compute_eff),
         inv_memory=1.0 / (hw.mem_bw * hw.memory_eff),
     )
+
+
+def streamed_weight_bytes(shape: ModelShape, b: int, bits: int = FULL_WEIGHT_BITS) -> float:
+    """Weight bytes one pass reads on one GPU before the tp split: b (P_layers + h V + h), the
+    input embedding excluded; below 16 bits the linear projections at
+    :func:`hardware.quantized_weight_bytes` each (module docstring)."""
+    L, h = shape.layers, shape.hidden
+    full = L * shape.layer_params + h * shape.vocab + h
+    if bits >= FULL_WEIGHT_BITS:
+        return float(b * full)
+    linear = linear_params(shape)
+    return float(b * (full - linear) + quantized_weight_bytes(bits) * linear)
+
+
+def check_weight_bits(bits: int) -> int:
+    """``bits`` as an int in [2, 16] (one-line error otherwise)."""
+    require(isinstance(bits, (int, np.integer)) and not isinstance(bits, bool)
+            and 2 <= bits <= FULL_WEIGHT_BITS,
+            f"draft_weight_bits {bits!r}: expected an integer in [2, {FULL_WEIGHT_BITS}]")
+    return int(bits)
 
 
 @dataclass(frozen=True)
@@ -148,6 +184,7 @@ class RooflineCost:
     draft_tp: int = 1
     overhead: float = field(default=math.nan)
     execution: str = DEFAULT_EXECUTION  # a hardware.EXECUTIONS preset name
+    draft_weight_bits: int = FULL_WEIGHT_BITS  # the draft's projections' bits per weight
     consts: dict = field(default=None, repr=False, compare=False)  # role -> PassConstants
 
     def __post_init__(self) -> None:
@@ -155,9 +192,10 @@ class RooflineCost:
             object.__setattr__(self, "overhead", float(self.hardware.overhead))
         ex = get_execution(self.execution)
         object.__setattr__(self, "execution", ex.name)
+        bits = check_weight_bits(self.draft_weight_bits)
         consts = {
             "target": pass_constants(self.target, self.hardware, self.tp, ex, "target"),
-            "draft": pass_constants(self.draft, self.hardware, self.draft_tp, ex, "draft"),
+            "draft": pass_constants(self.draft, self.hardware, self.draft_tp, ex, "draft", bits),
         }
         object.__setattr__(self, "consts", consts)
 
@@ -191,7 +229,7 @@ class RooflineCost:
         """KV-cache tokens per replica next to both models' weights on ``tp`` GPUs
         (:func:`kv_capacity_tokens`): the memory information paged KV mode asks for."""
         return memory_kv_tokens(self.hardware, self.target, self.draft, self.tp,
-                                gpu_memory_utilization)
+                                gpu_memory_utilization, self.draft_weight_bits)
 
     def breakdown(self, role: str, query: np.ndarray, kv: np.ndarray) -> dict:
         """The terms of :meth:`step_time`: flops, bytes, compute/memory/host/comm/fixed seconds,
@@ -218,23 +256,31 @@ class RooflineCost:
 
 def kv_capacity_tokens(hardware: str = "h100", target: str = "vicuna-33b",
                        draft: str = "vicuna-68m", tp: int = 1,
-                       gpu_memory_utilization: float = 0.9) -> int:
+                       gpu_memory_utilization: float = 0.9,
+                       draft_weight_bits: int = FULL_WEIGHT_BITS) -> int:
     """KV-cache tokens that fit next to the weights: (tp·M·u − W_target − W_draft) / kv bytes.
 
     ``M`` is one GPU's memory, ``u`` vLLM's ``gpu_memory_utilization``; each cached token needs
     the target's and the draft's KV (bf16). Activation workspace is ignored. Returns 0 when the
     weights alone do not fit (e.g. Vicuna-33B, 65 GB, leaves ~4k tokens on one 80 GB H100).
+    ``draft_weight_bits`` < 16 counts a quantised draft's weights (module docstring).
     """
     return memory_kv_tokens(get_hardware(hardware), get_shape(target), get_shape(draft), tp,
-                            gpu_memory_utilization)
+                            gpu_memory_utilization, check_weight_bits(draft_weight_bits))
 
 
 def memory_kv_tokens(hw: Hardware, target: ModelShape, draft: ModelShape | None, tp: int,
-                     gpu_memory_utilization: float) -> int:
+                     gpu_memory_utilization: float,
+                     draft_weight_bits: int = FULL_WEIGHT_BITS) -> int:
     """:func:`kv_capacity_tokens` of a preset and two shapes (what :class:`RooflineCost` uses);
-    ``draft`` None: a drafter without weights or KV (simulator.free_draft)."""
+    ``draft`` None: a drafter without weights or KV (simulator.free_draft); the draft's
+    weights at ``draft_weight_bits`` (:func:`hardware.model_weight_bytes`)."""
     b = hw.dtype_bytes
     models = (target,) if draft is None else (target, draft)
-    free = tp * hw.memory_bytes * gpu_memory_utilization - b * sum(m.params for m in models)
+    if draft is None or draft_weight_bits >= FULL_WEIGHT_BITS:
+        weights = b * sum(m.params for m in models)
+    else:
+        weights = b * target.params + model_weight_bytes(draft, b, draft_weight_bits)
+    free = tp * hw.memory_bytes * gpu_memory_utilization - weights
     per_token = sum(m.kv_bytes_per_token(b) for m in models)
     return max(0, int(free // per_token))

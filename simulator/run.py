@@ -36,13 +36,14 @@ from specbatch.simulator.config import (
     validate_against_trace,
     validate_config,
 )
+from specbatch.simulator.cost import weight_bits_notes
 from specbatch.simulator.engine import Engine
 from specbatch.simulator.graph_padding import pad_to_graphs
 from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import Policy, make_policy
 from specbatch.simulator.v1 import check_v1_workload, v1_lookahead
-from specbatch.simulator.verify_cost import verify_notes
+from specbatch.simulator.verify_cost import attach_verify_cost, verify_notes
 from specbatch.simulator.workload import Workload, build_workload
 
 if TYPE_CHECKING:
@@ -102,7 +103,8 @@ def build_cost(config: SimConfig) -> CostModel:
 
     return build_cost_model(cost=config.cost, hardware=config.hardware, target=config.target,
                             draft=config.draft, tp=config.tp, profile=config.profile,
-                            execution=config.execution)
+                            execution=config.execution,
+                            draft_weight_bits=config.draft_weight_bits)
 
 
 def cap_workload(config: SimConfig, workload: Workload) -> Workload:
@@ -173,6 +175,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     trace = workload.rows_trace if workload.rows_trace is not None else trace
     policy = make_policy(config, trace.K)
     calibrate_policy(policy, calibration)
+    attach_verify_cost(policy, config, trace)
     footprint = int((workload.prompt_len + workload.output_len).max(initial=0))
     footprint += policy.depth + 1
     validate_against_trace(config, trace, footprint)
@@ -202,7 +205,8 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
     run_notes = getattr(policy, "run_notes", None)
-    notes = workload.notes + drafter_notes(config, trace) + verify_notes(config)
+    notes = (workload.notes + drafter_notes(config, trace) + weight_bits_notes(config, trace)
+             + verify_notes(config))
     return SimResult(config=config, requests=requests, steps=steps, summary=summary,
                      notes=notes + (run_notes(config, cost) if run_notes else ()))
 

@@ -33,10 +33,13 @@ the engine without this term (bit-identical results). The bandwidth is one GPU's
 hardware preset's efficiency, for every cost model: a latency profile measures forward passes,
 not the sampler, so the profiled model uses this modelled term too.
 
+Policies that price steps themselves plan with the same term: ``vllm-dynamic`` builds it in
+its ``calibrate``, and a policy with a ``price_verification(sampler)`` method (``dsd``) is
+handed the engine's own before the run (:func:`attach_verify_cost`).
+
 Not modelled: a fused BV kernel's sequential scan within one program (one program per request:
-with fewer requests than SMs its Z passes run at one SM's bandwidth, not the device's), the
-logits-to-probabilities softmax (temperature, top-k/p) an engine runs before the sampler,
-and DSD's planning, which sees draft and target times only.
+with fewer requests than SMs its Z passes run at one SM's bandwidth, not the device's), and
+the logits-to-probabilities softmax (temperature, top-k/p) an engine runs before the sampler.
 """
 
 from __future__ import annotations
@@ -179,3 +182,16 @@ def verify_cost_for(config, trace, free_draft: bool) -> VerifyCost | None:
     return build_verify_cost(config.verify_cost, rule, config.hardware,
                              target_vocab(config.target, trace),
                              free_draft or one_hot_drafts(trace))
+
+
+def attach_verify_cost(policy, config, trace) -> None:
+    """Hand a policy that prices steps itself (a ``price_verification`` method, e.g. ``dsd``)
+    the verification cost the engine charges this run: :func:`verify_cost_for` of the same
+    config and replayed trace (None under ``verify_cost = "none"``), so its plan prices the
+    step the engine runs."""
+    price = getattr(policy, "price_verification", None)
+    if price is None:
+        return
+    from specbatch.simulator.config import FREE_DRAFTS
+
+    price(verify_cost_for(config, trace, str(config.draft).lower() in FREE_DRAFTS))

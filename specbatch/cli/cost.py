@@ -95,6 +95,10 @@ def register(subparsers) -> None:
     show.add_argument("--target", default="vicuna-33b", help="target model shape")
     show.add_argument("--draft", default="vicuna-68m", help="draft model shape")
     show.add_argument("--tp", type=capped_int(MAX_BATCH), default=1, help="tensor-parallel degree of the target")
+    show.add_argument("--draft-weight-bits", type=int, choices=range(2, 17), default=16,
+                      metavar="BITS", help="bits per weight of the draft's decoder-layer "
+                      "projections, 2-16 (default 16 = bf16; below, a quantised draft at "
+                      "bits/8 + 4/128 bytes per weight, roofline only)")
     show.add_argument("--execution", default=DEFAULT_EXECUTION, choices=tuple(EXECUTIONS),
                       help="roofline launch-latency preset (default %(default)s; eager = "
                            "host-bound HF forward, fitted to the H100 profiles)")
@@ -157,7 +161,8 @@ def run_show(args) -> int:
     require(args.k >= 0, f"--k {args.k}: expected an integer >= 0")
     require(args.prompt >= 1, f"--prompt {args.prompt}: expected an integer >= 1")
     model = build_cost_model(args.cost, args.hardware, args.target, args.draft, args.tp,
-                             args.profile, execution=args.execution)
+                             args.profile, execution=args.execution,
+                             draft_weight_bits=args.draft_weight_bits)
     rows = pass_times(model, args.batch, args.kv, args.k)
     sampler = show_sampler(args)
     split = [step_split(model, b, args.kv, args.k, sampler) for b in args.batch]
@@ -175,13 +180,16 @@ def run_show(args) -> int:
             sys.stderr.write(f"warning: {line}\n")
     if isinstance(model, RooflineCost):
         out["ridge_flop_per_byte"] = model.hardware.ridge
+        out["draft_weight_bits"] = args.draft_weight_bits
         out["kv_capacity_tokens"] = kv_capacity_tokens(args.hardware, args.target, args.draft,
-                                                       args.tp)
-        short = weights_shortfall(args.hardware, args.target, args.draft, args.tp, 0.9)
+                                                       args.tp, 0.9, args.draft_weight_bits)
+        short = weights_shortfall(args.hardware, args.target, args.draft, args.tp, 0.9,
+                                  args.draft_weight_bits)
         if short is not None:  # simulate refuses this pair; the pass times are hypothetical
             out["warnings"] = [f"gpu_memory_utilization 0.9: {short}"]
             sys.stderr.write(f"warning: {out['warnings'][0]}\n")
-    lines = [f"{args.cost} cost: {args.target} (tp={args.tp}) + draft {args.draft} on "
+    bits = "" if args.draft_weight_bits == 16 else f" ({args.draft_weight_bits}-bit weights)"
+    lines = [f"{args.cost} cost: {args.target} (tp={args.tp}) + draft {args.draft}{bits} on "
              f"{args.hardware}; kv={args.kv} per request, k={args.k}; "
              f"step overhead {1e3 * model.overhead:.2f} ms"]
     header = f"{'batch':>6} {'draft ms':>10} {'decode ms':>10} {'verify(k+1) ms':>15}"

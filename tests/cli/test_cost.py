@@ -176,3 +176,24 @@ def test_show_prices_the_rejection_sampler_in_the_step(capsys):
         split["torch"]["sampler_s"])
     code, out, _ = run(capsys, "cost", "show", "--batch", "8")
     assert "sampler (token, fused)" in out and "sampler fused: assumed" in out
+
+
+def test_show_prices_a_quantised_draft_and_its_kv_capacity(capsys):
+    argv = ["cost", "show", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--batch",
+            "1", "--json"]
+    assert main(argv) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--draft-weight-bits", "4"]) == 0
+    q4 = json.loads(capsys.readouterr().out)
+    assert full["draft_weight_bits"] == 16 and q4["draft_weight_bits"] == 4
+    assert q4["rows"][0]["draft_s"] < full["rows"][0]["draft_s"]
+    assert q4["rows"][0]["target_decode_s"] == full["rows"][0]["target_decode_s"]
+    assert q4["kv_capacity_tokens"] > full["kv_capacity_tokens"]
+
+
+@pytest.mark.parametrize("argv", [["--draft-weight-bits", "1"],
+                                  ["--draft", "ngram", "--draft-weight-bits", "4"]])
+def test_show_refuses_draft_weight_bits_it_cannot_price(argv, capsys):
+    code, _, err = run(capsys, "cost", "show", *argv)
+    assert code == 2 and err.count("\n") == 1
+    assert "draft-weight-bits" in err or "draft_weight_bits" in err
