@@ -1,0 +1,148 @@
+"""Acceptance models against trace replay: how far does modelling acceptance move the answer?
+
+Two views, both for the report of a sweep whose ``acceptance`` axis ran ``trace`` beside
+``constant`` and ``per-position`` (simulator.acceptance; analysis/specs/acceptance.toml):
+
+- :func:`formula_table` (from the trace alone): the mean accepted length ``E[τ + 1]`` at a
+  fixed window γ as trace replay gives it (TV: ``1 + Σ_{j≤γ} mean P(τ ≥ j)``), as each fitted
+  model gives it, and as two closed forms give it from the constant rate α: the i.i.d.
+  expectation ``(1 − α^{γ+1}) / (1 − α)`` (THEORY.md §2) and ``g = 1 + αγ``, the tokens per
+  step one simulator uses, which is not an expectation of any acceptance process with
+  rate α below 1 (it assumes every token is tried even after a rejection). Documented here as
+  a comparison only; no simulator mode implements it.
+- :func:`model_shift` (from a sweep): per context (e.g. per trace) and model, the paired
+  relative change of throughput and mean e2e latency of every policy's best trace-replay
+  setting when the same setting replays the model instead (per seed, common random numbers:
+  the same requests and the same uniforms); and :func:`ranking_shift`, whether the model
+  reorders the settings: Kendall's τ between the settings' mean throughputs under the model
+  and under trace replay, and the best setting under each.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from specbatch.analysis.compare import (
+    best_settings,
+    config_columns,
+    context_columns,
+    means_by_setting,
+    paired_difference,
+    ranking_metric,
+    select,
+    setting_of,
+)
+from specbatch.simulator.acceptance import acceptance_trace, constant_rate
+
+#: The acceptance models compared with trace replay, in report order.
+MODELS = ("constant", "per-position")
+#: Windows γ of the formula table.
+GAMMAS = (1, 2, 4, 8)
+
+
+def mean_accepted(trace, gamma: int) -> float:
+    """``E[τ + 1]`` under TV at window γ, averaged over the trace's rows."""
+    return 1.0 + float(trace.accept_tv[:, :gamma].mean(axis=0).sum())
+
+
+def formula_table(trace, gammas: tuple[int, ...] = GAMMAS) -> pd.DataFrame:
+    """One row per γ ≤ K: trace replay's E[τ + 1], each model's, and the closed forms of α
+    (module docstring); α is in every row."""
+    alpha = constant_rate(trace)
+    models = {m: acceptance_trace(trace, m) for m in MODELS}
+    rows = []
+    for gamma in (g for g in gammas if g <= trace.K):
+        iid = gamma + 1.0 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+        rows.append({"gamma": gamma, "alpha": alpha, "trace": mean_accepted(trace, gamma),
+                     **{m: mean_accepted(t, gamma) for m, t in models.items()},
+                     "(1 - a^(g+1))/(1 - a)": iid, "1 + a*g": 1.0 + alpha * gamma})
+    return pd.DataFrame(rows)
+
+
+def _split(df: pd.DataFrame):
+    """(context columns other than acceptance, the (values, part) groups over them)."""
+    ctx = [c for c in context_columns(df) if c != "acceptance"]
+    groups = df.groupby(ctx, sort=False, dropna=False) if ctx else [((), df)]
+    return ctx, [(v if isinstance(v, tuple) else (v,), part) for v, part in groups]
+
+
+def model_shift(df: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Per context and model: each policy's best trace-replay setting (by the sweep's
+    ranking metric) replayed under the model, paired change (%) of throughput and mean e2e
+    latency against trace replay. Empty unless the sweep ran ``acceptance = "trace"`` and a
+    model."""
+    if "acceptance" not in df.columns or "trace" not in set(df.acceptance):
+        return pd.DataFrame()
+    metric = ranking_metric(df)
+    cfg = [c for c in config_columns(df) if c not in ("seed", "acceptance")]
+    ctx, groups = _split(df)
+    rows = []
+    for values, part in groups:
+        replay = part[part.acceptance == "trace"]
+        best = best_settings(replay, metric, by=("policy",))
+        for model in (m for m in MODELS if m in set(part.acceptance)):
+            for _, row in best.iterrows():
+                pick = setting_of(row, cfg)
+                if select(part, {**pick, "acceptance": model}).empty:
+                    continue
+                out = {**dict(zip(ctx, values)), "model": model, "policy": row.policy,
+                       "k": int(row.num_speculative_tokens), "e": int(row.extra)}
+                for m, short in (("throughput", "throughput"), ("e2e_mean", "e2e")):
+                    d = paired_difference(part, {**pick, "acceptance": model},
+                                          {**pick, "acceptance": "trace"}, m, confidence)
+                    out[f"{short} trace"] = d.mean_b
+                    out[f"{short} model"] = d.mean_a
+                    out[f"{short} change (%)"] = d.rel_text(percent=True)
+                rows.append(out)
+    return pd.DataFrame(rows)
+
+
+def ranking_shift(df: pd.DataFrame) -> pd.DataFrame:
+    """Per context and model: Kendall's τ between the settings' mean throughput (closed
+    load; mean e2e under open load) under the model and under trace replay, over the settings
+    both ran; the best setting under each; and the policies ordered by their best setting."""
+    if "acceptance" not in df.columns or "trace" not in set(df.acceptance):
+        return pd.DataFrame()
+    metric = ranking_metric(df)
+    sign = 1.0 if metric == "throughput" else -1.0
+    ctx, groups = _split(df)
+    rows = []
+    for values, part in groups:
+        replay = _scores(part[part.acceptance == "trace"], metric)
+        for model in ("trace",) + tuple(m for m in MODELS if m in set(part.acceptance)):
+            mine = _scores(part[part.acceptance == model], metric)
+            both = replay.index.intersection(mine.index)
+            tau = (float(stats.kendalltau(replay[both], mine[both]).statistic)
+                   if len(both) > 1 else float("nan"))
+            rows.append({**dict(zip(ctx, values)), "model": model, "settings": len(both),
+                         "Kendall tau vs trace": tau,
+                         "best setting": (sign * mine).idxmax() if len(mine) else "-",
+                         "policy order": _policy_order(mine, sign)})
+    return pd.DataFrame(rows)
+
+
+def _scores(part: pd.DataFrame, metric: str) -> pd.Series:
+    """Mean ``metric`` per setting, indexed by a readable label ``policy k,e``."""
+    means = means_by_setting(part, [metric])
+    labels = [_label(r) for _, r in means.iterrows()]
+    return pd.Series(means[metric].to_numpy(), index=labels)
+
+
+def _label(row: pd.Series) -> str:
+    text = str(row.policy)
+    if "predictor" in row and row.policy == "tetris" and row.predictor != "confidence":
+        text += f"/{row.predictor}"
+    if row.policy in ("ar", "dsd"):
+        return text
+    return f"{text} {int(row.num_speculative_tokens)},{int(row.extra)}"
+
+
+def _policy_order(scores: pd.Series, sign: float) -> str:
+    """``oracle > tetris > fixed > ...`` by each policy's best setting."""
+    best: dict[str, float] = {}
+    for name, value in scores.items():
+        policy = name.split(" ")[0]
+        best[policy] = max(best.get(policy, -np.inf), sign * value)
+    return " > ".join(sorted(best, key=lambda p: -best[p]))
