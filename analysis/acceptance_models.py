@@ -35,6 +35,7 @@ from specbatch.analysis.compare import (
     setting_of,
 )
 from specbatch.simulator.acceptance import acceptance_trace, constant_rate
+from specbatch.traces.format import read_trace, resolve_trace
 
 #: The acceptance models compared with trace replay, in report order.
 MODELS = ("constant", "per-position")
@@ -146,3 +147,32 @@ def _policy_order(scores: pd.Series, sign: float) -> str:
         policy = name.split(" ")[0]
         best[policy] = max(best.get(policy, -np.inf), sign * value)
     return " > ".join(sorted(best, key=lambda p: -best[p]))
+
+
+def acceptance_blocks(df: pd.DataFrame) -> list[tuple]:
+    """Report blocks (analysis.render) for a sweep over ``acceptance``: the closed forms per
+    trace, :func:`model_shift` and :func:`ranking_shift`. Empty unless it ran trace replay
+    beside a model."""
+    if "acceptance" not in df.columns or not ({"trace"} < set(df.acceptance)):
+        return []
+    formulas = []
+    for name in dict.fromkeys(df.trace):
+        table = formula_table(read_trace(resolve_trace(str(name))))
+        formulas.append(table.assign(trace=name)[["trace"] + list(table.columns)])
+    return [
+        ("h2", "Acceptance models against trace replay"),
+        ("p", "Mean accepted length E[tau + 1] at a fixed window gamma (token verification): "
+              "trace replay, each fitted model, and two closed forms of the constant rate "
+              "alpha: the i.i.d. expectation (1 - a^(g+1))/(1 - a) and g = 1 + a*gamma, the "
+              "tokens per step one simulator uses (not an expectation of any acceptance "
+              "process; shown for comparison only, no mode implements it)."),
+        ("table", pd.concat(formulas, ignore_index=True)),
+        ("p", "Each policy's best trace-replay setting, replayed under each model: per-seed "
+              "paired change against trace replay (same requests, same uniforms), mean with a "
+              "95% t-interval."),
+        ("table", model_shift(df)),
+        ("p", "Ranking of every setting under each model against trace replay (Kendall's "
+              "tau of the settings' mean throughput, 1 = same order), the best setting and the "
+              "policies ordered by their best setting."),
+        ("table", ranking_shift(df)),
+    ]

@@ -16,8 +16,9 @@ acceptance probability, no sampled labels; filler slots of n-gram traces left ou
 
 :func:`predictor_table` reads a sweep (analysis.sweep) that ran TETRIS with several
 predictors beside fixed SD and the oracle, and gives, per context (e.g. per trace), each
-one's best setting with its paired change against the best fixed window (per-seed relative
-differences, Student-t interval: analysis.compare).
+one's best setting with its paired change against the best fixed window, and for a fitted
+predictor against TETRIS with the confidence surrogate (per-seed relative differences,
+Student-t interval: analysis.compare).
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from specbatch.analysis.compare import (
     setting_of,
 )
 from specbatch.simulator.calibration import split_trace
-from specbatch.simulator.predictor import fit_predictor, real_slots, token_acceptance
+from specbatch.simulator.predictor import LEARNED, fit_predictor, real_slots, token_acceptance
 from specbatch.traces.describe import weighted_auc
+from specbatch.traces.format import read_trace, resolve_trace
 
 #: Equal-width bins of the predicted probability for ECE and the reliability table.
 BINS = 10
@@ -122,7 +124,7 @@ def predictor_table(df: pd.DataFrame, metric: str | None = None,
                        if name in set(part.policy)]
         picks = {name: setting_of(best_settings(select(part, where), metric, by=()).iloc[0],
                                   cfg) for name, where in contenders}
-        base = picks["fixed"]
+        base, surrogate = picks["fixed"], picks.get("tetris (confidence)")
         for name, pick in picks.items():
             out = dict(zip(ctx, values))
             out.update({"policy": name, "k": int(pick["num_speculative_tokens"]),
@@ -132,6 +134,45 @@ def predictor_table(df: pd.DataFrame, metric: str | None = None,
                 out[f"{short}"] = d.mean_a
                 out[f"{short} vs best fixed (%)"] = ("-" if pick == base
                                                      else d.rel_text(percent=True))
+                fitted = surrogate is not None and name.startswith("tetris (") and \
+                    pick.get("predictor") != "confidence"
+                out[f"{short} vs tetris (confidence) (%)"] = (
+                    paired_difference(part, pick, surrogate, m, confidence).rel_text()
+                    if fitted else "-")
             out["seeds"] = d.n
             rows.append(out)
     return pd.DataFrame(rows)
+
+
+def predictor_blocks(df: pd.DataFrame) -> list[tuple]:
+    """Report blocks (analysis.render) for a sweep that ran TETRIS with a fitted predictor:
+    the out-of-sample quality on each trace at the sweep's calibration fraction and seeds,
+    and :func:`predictor_table`. Empty otherwise."""
+    if "predictor" not in df.columns or not set(df.predictor) & set(LEARNED):
+        return []
+    kinds = tuple(k for k in LEARNED if k in set(df.predictor))
+    seeds = tuple(int(s) for s in sorted(set(df.seed)))
+    quality = []
+    for (name, fraction), _ in df[df.predictor.isin(kinds)].groupby(
+            ["trace", "calibration"], sort=False):
+        trace = read_trace(resolve_trace(str(name)))
+        summary = quality_summary(predictor_quality(trace, float(fraction), seeds, kinds))
+        quality.append(summary.assign(trace=name)[["trace"] + list(summary.columns)])
+    blocks = [("h2", "Learned acceptance predictor: out-of-sample quality"),
+              ("p", "Each seed splits the trace by request as the runs did (calibration "
+                    "requests fit the model and are never replayed); scores are on the other "
+                    "requests' real draft tokens, weighted by their true acceptance "
+                    "probability: token AUC (acceptance of token j given tokens < j accepted, "
+                    "against min(1, r_j)), reach AUC (the estimate of P(tau >= j), what TETRIS "
+                    "ranks, against TV's product), Brier score and expected calibration error "
+                    f"({BINS} bins) of the token estimate; `confidence` is the draft's own "
+                    "probability, the official TETRIS surrogate. Means over seeds."),
+              ("table", pd.concat(quality, ignore_index=True))]
+    table = predictor_table(df)
+    if not table.empty:
+        blocks += [("h2", "TETRIS by predictor vs the best fixed window and the oracle"),
+                   ("p", "Each row is that policy's best setting (k, e) by throughput; the "
+                         "changes are per-seed paired against the best fixed window (common "
+                         "random numbers), mean with a 95% t-interval."),
+                   ("table", table)]
+    return blocks

@@ -24,7 +24,9 @@ signals (confidence, entropy, top-1) stay the trace's: under a model they no lon
 anything about acceptance, which is the point. With ``q = 1`` block verification equals
 token verification exactly (THEORY.md §3), as it would for any model that only knows
 per-token rates. Filler slots of n-gram traces (beyond ``proposed``) stay rejected and are
-left out of the fit.
+left out of the fit. A model trace is a sampling trace whatever the recorded temperature (a
+rate strictly between 0 and 1 is no greedy outcome): its meta says temperature 1 and keeps the
+recorded one as ``acceptance.trace_temperature``.
 """
 
 from __future__ import annotations
@@ -86,5 +88,7 @@ def acceptance_trace(trace: Trace, model: str) -> Trace:
     weights = np.cumprod(pt, axis=1)  # BV's p_j of a one-hot draft
     before = np.concatenate([np.ones((trace.n_rows, 1)), weights[:, :-1]], axis=1)
     columns = {**trace.columns(), "q": q, "pt": pt, "z": before * (1.0 - pt)}
-    meta = {**trace.meta, "acceptance": {"model": model, "rates": rates.tolist()}}
+    meta = {**trace.meta, "temperature": 1.0,
+            "acceptance": {"model": model, "rates": rates.tolist(),
+                           "trace_temperature": trace.temperature}}
     return make_trace(meta, trace.requests(), columns, path=trace.path)

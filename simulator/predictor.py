@@ -23,7 +23,9 @@ The estimate of ``P(τ ≥ j)`` is the product of the predicted conditionals, no
 along j like the confidence surrogate, so the same allocators apply (top-C for TV, the
 monotone optimum for BV, where it is the TV-style estimate as the surrogate is). Filler slots
 of n-gram traces (beyond the row's ``proposed`` tokens) are neither fitted nor scored: a
-policy never verifies them (StepView.cap).
+policy never verifies them (StepView.cap). Their draft signals are 0, and a drafted token's
+confidence never is, so a token of confidence 0 is predicted rejected (probability 0) rather
+than extrapolated: TETRIS spends no budget on a filler.
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ class AcceptancePredictor:
         x = token_features(conf, entropy, top1)
         with one_thread():
             prob = self.model.predict_proba(x)[:, 1]
+        prob[x[:, FEATURES.index("conf")] <= 0] = 0.0  # a filler (no draft token): rejected
         return np.clip(prob, 0.0, 1.0).reshape(rows, depth)
 
     def reach(self, conf: np.ndarray, entropy: np.ndarray, top1: np.ndarray) -> np.ndarray:

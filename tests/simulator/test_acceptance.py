@@ -49,6 +49,17 @@ def test_a_model_trace_keeps_the_draft_side_and_is_a_valid_one_hot_trace(synth_t
     make_trace(t.meta, t.requests(), t.columns())  # passes the reader's checks (Z window)
 
 
+def test_a_greedy_trace_gets_a_model_too():
+    """Rates between 0 and 1 are no greedy outcome: the model trace samples (temperature 1)
+    and remembers the recorded temperature."""
+    from specbatch.traces.synth import SynthConfig, synth_trace
+
+    greedy = synth_trace(SynthConfig(requests=4, output_mean=16, prompt_mean=8, temperature=0))
+    model = acc.acceptance_trace(greedy, "constant")
+    assert model.temperature == 1.0 and model.meta["acceptance"]["trace_temperature"] == 0.0
+    assert 0 < acc.constant_rate(greedy) < 1
+
+
 def test_fillers_stay_rejected_and_out_of_the_fit():
     base = const_trace(n_requests=2, output_len=10, depth=4, alpha=0.5)
     proposed = np.tile([4, 2], 10)  # alternate rows draft 4 and 2 real tokens

@@ -70,3 +70,14 @@ def test_tetris_verifies_what_the_fitted_model_ranks_higher(entropy_trace):
                                    predictor=p, max_num_seqs=16), trace=entropy_trace
                        ).summary["vsr"] for p in ("confidence", "logistic")}
     assert vsr["logistic"] > vsr["confidence"] + 0.05
+
+
+def test_a_filler_is_predicted_rejected(entropy_trace):
+    """n-gram fillers carry draft signals 0 (no drafted token): never worth a budget slot."""
+    calibration, held_out = split_trace(entropy_trace, 0.5, seed=0)
+    model = pred.fit_predictor(calibration, "logistic")
+    conf = held_out.draft_conf[:3].copy()
+    conf[:, 2:] = 0.0
+    token = model.token_probs(conf, np.where(conf > 0, held_out.entropy[:3], 0.0),
+                              np.where(conf > 0, held_out.top1[:3], 0.0))
+    assert np.all(token[:, 2:] == 0) and np.all(token[:, :2] > 0)
