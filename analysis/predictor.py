@@ -92,8 +92,8 @@ def predictor_quality(trace, fraction: float = 0.5, seeds: tuple[int, ...] = (0,
 def quality_summary(quality: pd.DataFrame) -> pd.DataFrame:
     """Mean and range over seeds of each score, one row per predictor."""
     numeric = [c for c in quality.columns if c not in ("predictor", "seed")]
-    grouped = quality.groupby("predictor", sort=False)[numeric]
-    out = grouped.mean()
+    grouped = quality.groupby("predictor", sort=False)
+    out = grouped[numeric].mean()
     for c in ("token AUC", "reach AUC"):
         out[f"{c} range"] = [f"{lo:.3f}-{hi:.3f}" for lo, hi in
                              zip(grouped[c].min(), grouped[c].max())]
