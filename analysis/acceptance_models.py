@@ -40,6 +40,7 @@ from specbatch.analysis.compare import (
     setting_of,
 )
 from specbatch.simulator.acceptance import acceptance_trace, constant_rate
+from specbatch.simulator.config import NO_K_POLICIES
 from specbatch.traces.format import read_trace, resolve_trace
 
 #: The acceptance models compared with trace replay, in report order.
@@ -54,14 +55,14 @@ def mean_accepted(trace, gamma: int) -> float:
 
 
 def formula_table(trace, gammas: tuple[int, ...] = GAMMAS) -> pd.DataFrame:
-    """One row per γ ≤ K: trace replay's E[τ + 1], each model's, and the closed forms of α
-    (module docstring); α is in every row."""
+    """One row per γ ≤ K: trace replay's E[τ + 1] (``replay``), each model's, and the closed
+    forms of α (module docstring); α is in every row."""
     alpha = constant_rate(trace)
     models = {m: acceptance_trace(trace, m) for m in MODELS}
     rows = []
     for gamma in (g for g in gammas if g <= trace.K):
         iid = gamma + 1.0 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
-        rows.append({"gamma": gamma, "alpha": alpha, "trace": mean_accepted(trace, gamma),
+        rows.append({"gamma": gamma, "alpha": alpha, "replay": mean_accepted(trace, gamma),
                      **{m: mean_accepted(t, gamma) for m, t in models.items()},
                      "(1 - a^(g+1))/(1 - a)": iid, "1 + a*g": 1.0 + alpha * gamma})
     return pd.DataFrame(rows)
@@ -93,8 +94,10 @@ def model_shift(df: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
                 pick = setting_of(row, cfg)
                 if select(part, {**pick, "acceptance": model}).empty:
                     continue
+                windowed = row.policy not in NO_K_POLICIES
                 out = {**dict(zip(ctx, values)), "model": model, "policy": row.policy,
-                       "k": int(row.num_speculative_tokens), "e": int(row.extra)}
+                       "k": int(row.num_speculative_tokens) if windowed else None,
+                       "e": int(row.extra) if windowed else None}
                 for m, short in (("throughput", "throughput"), ("e2e_mean", "e2e"),
                                  ("mal", "MAL")):
                     if m not in part.columns:

@@ -26,7 +26,7 @@ def test_where_acceptance_is_iid_every_model_and_the_iid_formula_agree():
     assert table.index.tolist() == [1, 2, 4]  # gamma <= K
     for gamma, row in table.iterrows():
         expected = (1 - 0.5 ** (gamma + 1)) / 0.5
-        assert row["trace"] == pytest.approx(expected)
+        assert row["replay"] == pytest.approx(expected)
         assert row["constant"] == pytest.approx(expected)
         assert row["per-position"] == pytest.approx(expected)
         assert row["(1 - a^(g+1))/(1 - a)"] == pytest.approx(expected)
