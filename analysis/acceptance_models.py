@@ -96,8 +96,8 @@ def model_shift(df: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
                     continue
                 windowed = row.policy not in NO_K_POLICIES
                 out = {**dict(zip(ctx, values)), "model": model, "policy": row.policy,
-                       "k": int(row.num_speculative_tokens) if windowed else None,
-                       "e": int(row.extra) if windowed else None}
+                       "k": int(row.num_speculative_tokens) if windowed else "-",
+                       "e": int(row.extra) if windowed else "-"}
                 for m, short in (("throughput", "throughput"), ("e2e_mean", "e2e"),
                                  ("mal", "MAL")):
                     if m not in part.columns:
