@@ -1,7 +1,7 @@
 """The learned acceptance predictor judged: out-of-sample quality, and what it buys TETRIS.
 
 :func:`predictor_quality` splits a trace by request exactly as a simulation with
-``calibration = f`` and seed s does (simulator.calibration), fits each predictor on the
+``calibration_split = f`` and seed s does (simulator.calibration), fits each predictor on the
 calibration requests and scores it on the others, against the draft's own confidence (the
 official TETRIS surrogate) on the same tokens. Scores (each token weighted by its true
 acceptance probability, no sampled labels; filler slots of n-gram traces left out):
@@ -73,11 +73,11 @@ def reliability(estimate: np.ndarray, a: np.ndarray, bins: int = BINS) -> pd.Dat
 
 def predictor_quality(trace, fraction: float = 0.5, seeds: tuple[int, ...] = (0, 1, 2),
                       kinds: tuple[str, ...] = ("learned", "logistic")) -> pd.DataFrame:
-    """Out-of-sample scores per predictor and seed (the split of a run with ``calibration =
-    fraction`` and that seed): one row per (predictor, seed), ``confidence`` first."""
+    """Out-of-sample scores per predictor and seed (the split of a run with
+    ``calibration_split = fraction`` and that seed): one row per (predictor, seed), ``confidence`` first."""
     rows = []
     for seed in seeds:
-        calibration, held_out = split_trace(trace, fraction, seed)
+        calibration, held_out, _ = split_trace(trace, fraction, seed)
         conf = np.minimum(held_out.draft_conf, 1.0)
         rows.append({"predictor": "confidence", "seed": seed,
                      **scores(conf, np.cumprod(conf, axis=1), held_out)})
@@ -154,7 +154,7 @@ def predictor_blocks(df: pd.DataFrame) -> list[tuple]:
     seeds = tuple(int(s) for s in sorted(set(df.seed)))
     quality = []
     for (name, fraction), _ in df[df.predictor.isin(kinds)].groupby(
-            ["trace", "calibration"], sort=False):
+            ["trace", "calibration_split"], sort=False):
         trace = read_trace(resolve_trace(str(name)))
         summary = quality_summary(predictor_quality(trace, float(fraction), seeds, kinds))
         quality.append(summary.assign(trace=name)[["trace"] + list(summary.columns)])

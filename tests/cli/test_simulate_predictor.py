@@ -11,9 +11,10 @@ from tests.cli.oneline import assert_one_line_error
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--policy", "tetris", "--predictor", "learned"], "field calibration"),
-    (["--policy", "fixed", "--predictor", "logistic", "--calibration", "0.5"], "field predictor"),
-    (["--calibration", "1"], "field calibration"),
+    (["--policy", "tetris", "--predictor", "learned"], "field calibration_split"),
+    (["--policy", "fixed", "--predictor", "logistic", "--calibration-split", "0.5"],
+     "field predictor"),
+    (["--calibration-split", "1"], "field calibration_split"),
     (["--acceptance", "geometric"], "field acceptance"),
 ])
 def test_bad_settings_are_one_line_errors(argv, needle, capsys):
@@ -23,7 +24,7 @@ def test_bad_settings_are_one_line_errors(argv, needle, capsys):
 
 def test_a_calibrated_run_and_a_model_run_print_one_json_object(capsys):
     base = ["simulate", "--trace", "synth", "--requests", "16", "--json"]
-    assert main([*base, "--policy", "tetris", "--k", "2", "--extra", "1", "--calibration",
+    assert main([*base, "--policy", "tetris", "--k", "2", "--extra", "1", "--calibration-split",
                  "0.5", "--predictor", "logistic"]) == 0
     learned = json.loads(capsys.readouterr().out)
     assert learned["policy"] == "tetris" and learned["requests"] == 16

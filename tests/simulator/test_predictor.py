@@ -30,7 +30,7 @@ def test_features_are_row_wise(entropy_trace):
 
 @pytest.mark.parametrize("kind", pred.LEARNED)
 def test_a_fitted_model_ranks_what_confidence_cannot(entropy_trace, kind):
-    calibration, held_out = split_trace(entropy_trace, 0.5, seed=0)
+    calibration, held_out, _ = split_trace(entropy_trace, 0.5, seed=0)
     model = pred.fit_predictor(calibration, kind)
     token = model.token_probs(held_out.draft_conf, held_out.entropy, held_out.top1)
     a = pred.token_acceptance(held_out.q, held_out.pt)
@@ -42,7 +42,7 @@ def test_a_fitted_model_ranks_what_confidence_cannot(entropy_trace, kind):
 
 
 def test_a_fit_is_deterministic_and_cached(entropy_trace):
-    calibration, held_out = split_trace(entropy_trace, 0.5, seed=0)
+    calibration, held_out, _ = split_trace(entropy_trace, 0.5, seed=0)
     first = pred.fit_predictor(calibration, "learned")
     assert pred.fit_predictor(calibration, "learned") is first
     pred._CACHE.clear()
@@ -66,7 +66,7 @@ def test_tetris_verifies_what_the_fitted_model_ranks_higher(entropy_trace):
     from specbatch.simulator.config import load_config
     from specbatch.simulator.run import simulate
 
-    vsr = {p: simulate(load_config(None, policy="tetris", k=1, extra=3, calibration=0.5,
+    vsr = {p: simulate(load_config(None, policy="tetris", k=1, extra=3, calibration_split=0.5,
                                    predictor=p, max_num_seqs=16), trace=entropy_trace
                        ).summary["vsr"] for p in ("confidence", "logistic")}
     assert vsr["logistic"] > vsr["confidence"] + 0.05
@@ -74,7 +74,7 @@ def test_tetris_verifies_what_the_fitted_model_ranks_higher(entropy_trace):
 
 def test_a_filler_is_predicted_rejected(entropy_trace):
     """n-gram fillers carry draft signals 0 (no drafted token): never worth a budget slot."""
-    calibration, held_out = split_trace(entropy_trace, 0.5, seed=0)
+    calibration, held_out, _ = split_trace(entropy_trace, 0.5, seed=0)
     model = pred.fit_predictor(calibration, "logistic")
     conf = held_out.draft_conf[:3].copy()
     conf[:, 2:] = 0.0
