@@ -68,3 +68,13 @@ def test_the_table_picks_each_best_setting_and_pairs_it_with_the_best_fixed_wind
     assert table.loc["tetris (learned)", "throughput vs tetris (confidence) (%)"].startswith(
         "+21.57%")
     assert table.loc["oracle", "throughput vs tetris (confidence) (%)"] == "-"
+
+
+def test_the_engines_spec_runs_tetris_with_both_predictors():
+    from specbatch.analysis.spec import expand, load_spec
+    from specbatch.analysis.specs import spec_path
+    from specbatch.simulator.config import SimConfig
+
+    grid = expand(load_spec(spec_path("engines"), SimConfig), SimConfig)
+    assert {r.get("predictor", "confidence") for r in grid if r["policy"] == "tetris"} == {
+        "confidence", "learned"}
