@@ -50,7 +50,7 @@ METRICS: dict[str, tuple[str, str, bool]] = {
 POLICY_KNOBS = ("policy", "verify", "num_speculative_tokens", "extra", "budget", "threshold",
                 "threshold_mode", "dsd_interval", "num_speculative_tokens_per_batch_size",
                 "draft_len_schedule", "speculative_adaptive_config", "specdec_threshold",
-                "entropy_threshold")
+                "entropy_threshold", "predictor")
 
 
 #: Open-loop arrivals: requests arrive at a given rate whatever the server does, so every

@@ -16,7 +16,9 @@ varied:
 - BV over TV gain vs γ (the block paper's figure), when both verifiers ran at several k.
 
 A spec's ``[report] replicate = "tetris" | "block"`` adds our numbers beside the papers'
-(THEORY.md §4-5) and a note on how the settings differ. Metric definitions: THEORY.md §6,
+(THEORY.md §4-5) and a note on how the settings differ. A sweep that ran TETRIS with a fitted
+predictor adds its out-of-sample quality and gains (analysis.predictor); one over
+``acceptance`` adds how far each acceptance model moves the results (analysis.acceptance_models). Metric definitions: THEORY.md §6,
 repeated at the end of every report.
 """
 
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from specbatch.analysis.acceptance_models import acceptance_blocks
 from specbatch.analysis.compare import (
     base_context,
     best_settings,
@@ -48,6 +51,7 @@ from specbatch.analysis.figures import (
     load_column,
 )
 from specbatch.analysis.points import read_manifest
+from specbatch.analysis.predictor import predictor_blocks
 from specbatch.analysis.pressure import kv_pressure, kv_summary
 from specbatch.analysis.render import context_note, headline_display, render
 from specbatch.analysis.replication import (
@@ -110,6 +114,7 @@ def write_report(out: Path, manifest: dict, df: pd.DataFrame, rep: Path, fmt: st
         blocks += block_blocks(df, gains, replicate == "block")
     if has_engine_policies(df):
         blocks += engine_blocks(df, rep)
+    blocks += predictor_blocks(df) + acceptance_blocks(df)
     blocks += [("h2", "Metric definitions"), ("list", METRIC_DEFINITIONS)]
     atomic_write(rep / f"report.{fmt}", render(blocks, fmt))
 

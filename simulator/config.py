@@ -73,6 +73,11 @@ SCHEDULERS = ("vllm-v1", "vllm-v0")
 #: >= 70 GiB that is not an A100 (vllm/engine/arg_utils.py, ``EngineArgs.get_batch_defaults``,
 #: UsageContext.OPENAI_API_SERVER); vllm-v0 treats unset as unlimited.
 V1_DEFAULT_BATCHED_TOKENS = 8192
+#: ``predictor``: TETRIS's estimate of P(τ ≥ j) (simulator.predictor.PREDICTORS).
+PREDICTORS = ("confidence", "learned", "logistic")
+#: ``acceptance``: replay the trace's acceptance, or a model fitted from it
+#: (simulator.acceptance.ACCEPTANCE_MODELS).
+ACCEPTANCE_MODELS = ("trace", "constant", "per-position")
 #: The built-in policies (simulator.policies.POLICIES; a test keeps them equal), named here so
 #: a ``--help`` lists them without importing the engine.
 POLICY_NAMES = ("ar", "batch-schedule", "dsd", "ema-adaptive", "entropy-stop", "fixed",
@@ -101,15 +106,15 @@ class SimConfig:
     """Everything one simulation run depends on (same config + seed ⇒ identical results).
 
     The fields group into the workload (trace, workload, requests, sampling, arrival,
-    rate, cv, synth_alpha), the engine of each replica (scheduler, max_num_seqs,
+    rate, cv, acceptance, synth_alpha), the engine of each replica (scheduler, max_num_seqs,
     max_num_batched_tokens, enable_chunked_prefill, long_prefill_token_threshold, replicas,
     router), its KV cache
     (simulator.kv, vLLM's names: kv_mode, kv_capacity, block_size, gpu_memory_utilization,
     max_model_len), speculation (policy, num_speculative_tokens = k, extra = e with
     K = k + e drafted by budgeted policies, budget = C, verify, threshold, threshold_mode,
-    dsd_interval), the cost model (simulator.cost.build_cost_model: cost, hardware, target,
-    draft, draft_weight_bits, tp, profile, execution; simulator.verify_cost: verify_cost)
-    and the metrics
+    predictor, dsd_interval), the cost model (simulator.cost.build_cost_model: cost, hardware,
+    target, draft, draft_weight_bits, tp, profile, execution; simulator.verify_cost:
+    verify_cost) and the metrics
     (seed, slo, speedup). Each field's
     meaning, type, default and allowed values are declared on it (docs/config.md).
     """
@@ -134,6 +139,10 @@ class SimConfig:
                        range=above(0, "requests per second"))
     cv: float = knob(1.0, "inter-arrival coefficient of variation (gamma)",
                      range=above(0, "a coefficient of variation"))
+    acceptance: str = knob(
+        "trace", "acceptance replayed: trace (each row's recorded probabilities), constant "
+        "(one rate alpha fitted from the trace) or per-position (one conditional rate per draft "
+        "index, fitted from the trace); simulator.acceptance", choices=ACCEPTANCE_MODELS)
     synth_alpha: float | None = knob(
         None, "constant acceptance α of the synth trace",
         range=Range(0, 1, low_open=True, what="an acceptance probability"), none="off")
@@ -192,6 +201,10 @@ class SimConfig:
                             range=Range(0, 1, low_open=True, what="a probability"))
     threshold_mode: str = knob("cumulative", "how the threshold policy combines "
                                "confidences", choices=THRESHOLD_MODES)
+    predictor: str = knob(
+        "confidence", "tetris's estimate of P(tau >= j): confidence (the draft's cumulative "
+        "confidence, the official code's), learned (gradient-boosted trees) or logistic, "
+        "fitted on the calibration_split requests (simulator.predictor)", choices=PREDICTORS)
     dsd_interval: int = knob(20, "steps between DSD re-plans", range=at_least(1))
     calibration_split: float = pk.CALIBRATION_SPLIT
     num_speculative_tokens_per_batch_size: str | None = pk.VLLM_TABLE
@@ -376,6 +389,9 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
         fail(where, "num_speculative_tokens", "k >= 1 for policy fixed", c.num_speculative_tokens)
     if c.policy in ("tetris", "oracle", "hindsight", "threshold") and c.depth < 1:
         fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}", c.depth)
+    if c.predictor != "confidence" and not c.calibration_split:
+        fail(where, "calibration_split", f"a fraction in (0, 1) of requests to fit predictor "
+             f"{c.predictor} on", c.calibration_split)
     if (c.scheduler == "vllm-v0" and c.enable_chunked_prefill
             and c.max_num_batched_tokens is None):
         fail(where, "max_num_batched_tokens", "a token budget when enable_chunked_prefill is set",
@@ -421,6 +437,9 @@ def check_settings_apply(c: SimConfig, given: set[str] | frozenset[str],
                "dsd_interval steps")
         fail(where, "num_speculative_tokens", f"no k for policy {c.policy} ({why})",
              c.num_speculative_tokens)
+    if c.predictor != "confidence" and c.policy != "tetris":
+        fail(where, "predictor", f"confidence for policy {c.policy} (only tetris reads a "
+             "predictor; it would be ignored)", c.predictor)
     if c.policy in NO_VERIFY_POLICIES and c.verify != "token":
         fail(where, "verify", f"token for policy {c.policy} (it verifies no drafts)", c.verify)
     pk.check_knobs_apply(c, given, where)

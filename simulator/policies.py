@@ -229,6 +229,11 @@ class Tetris(Policy):
     :func:`theory.allocate.optimal_dp` up to ties (parity tests).
     Reads: ``conf`` (known before verification). With C = 0 nothing is drafted, so the run
     does the work of autoregressive decoding.
+
+    ``config.predictor = "learned" | "logistic"`` replaces the surrogate by a model of each
+    token's acceptance fitted on the calibration_split requests (:meth:`fit`,
+    simulator.predictor); its estimate of P_{i,j} is non-increasing too, so the allocators
+    are the same. Reads then ``conf``, ``entropy`` and ``top1``; not a live policy.
     """
 
     name = "tetris"
@@ -239,9 +244,33 @@ class Tetris(Policy):
         super().__init__(config, trace_k)
         # C = budget, or k per running request when unset: C = 0 never drafts (nor prefills)
         self.speculates = (self.k if config.budget is None else int(config.budget)) > 0
+        self.kind = config.predictor
+        self.predictor = None  # the fitted AcceptancePredictor (fit)
+        if self.kind != "confidence":
+            # only a fitted predictor calibrates (simulator.calibration.calibrate_policy looks
+            # ``calibrate`` up on the instance): the confidence surrogate needs no split
+            self.live, self.reads = False, ("conf", "entropy", "top1")
+            self.calibrate = self.fit
+
+    def fit(self, trace: Any) -> None:
+        """Fit ``config.predictor`` on the calibration requests ``trace``."""
+        from specbatch.simulator.predictor import fit_predictor
+
+        self.predictor = fit_predictor(trace, self.kind)
+
+    def estimates(self, view: StepView) -> np.ndarray:
+        """P_{i,j} estimates # [n, depth]: the cumulative confidence, or the fitted
+        predictor's running product (built once per run for every trace row)."""
+        if self.kind == "confidence":
+            return view.cum_conf
+        if self.predictor is None:
+            raise SpecbatchError(f"policy tetris: predictor {self.kind} needs calibration "
+                                 "requests to fit on (set calibration_split > 0)")
+        key = ("predictor", self.predictor.key)
+        return view.row_table(key, self.predictor.reach, "conf", "entropy", "top1")
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
-        values = view.cum_conf  # [n, depth] non-increasing rows
+        values = self.estimates(view)  # [n, depth] non-increasing rows
         if self.rule == "token":
             s = monotone_topc(values, view.budget)  # = greedy_topc (parity test)
         else:

@@ -6,7 +6,8 @@ Loads the trace (``config.trace``: "default", a directory, or "synth"), builds t
 (simulator.metrics). ``max_model_len`` caps the workload's outputs (simulator.kv); the
 summary says which KV mode ran and the capacity it used (``kv_mode``, ``kv_capacity`` in
 tokens per replica, None = unlimited). With ``config.speedup`` it also runs ``ar`` on the same workload and
-cost model and adds ``speedup_vs_ar``. ``calibration_split`` holds a seeded share of the
+cost model and adds ``speedup_vs_ar``. ``acceptance`` replaces the trace's acceptance by a model fitted
+from it (simulator.acceptance). ``calibration_split`` holds a seeded share of the
 trace's requests out of replay for the policies that calibrate on them (simulator.calibration);
 ``cuda_graph_sizes`` pads the cost model's passes to captured sizes (simulator.graph_padding).
 Same config ⇒ byte-identical :meth:`SimResult.write` files.
@@ -28,6 +29,7 @@ import pandas as pd
 from specbatch.errors import require
 from specbatch.io import write_json
 from specbatch.limits import check_simulation
+from specbatch.simulator.acceptance import acceptance_trace
 from specbatch.simulator.calibration import calibrate_policy, split_trace
 from specbatch.simulator.config import (
     FREE_DRAFTS,
@@ -163,6 +165,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     validate_config(config)  # a SimConfig built directly (not by load_config) is checked too
     if trace is None:
         trace = load_trace(config, allow_partial)
+    trace = acceptance_trace(trace, config.acceptance)  # trace replay, or a model fitted to it
     check_simulation("config", config.requests or trace.n_requests,
                      trace.n_rows / max(1, trace.n_requests), trace.K, config.replicas)
     calibration = None

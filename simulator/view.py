@@ -20,7 +20,7 @@ from specbatch.theory.stats import block_weights, token_weights
 
 #: Trace column behind each per-position signal of a :class:`StepView`.
 SIGNALS = {"conf": "draft_conf", "q": "q", "pt": "pt", "z": "z", "p": "p",
-           "accept_tv": "accept_tv", "entropy": "entropy"}
+           "accept_tv": "accept_tv", "entropy": "entropy", "top1": "top1"}
 
 
 def cumulative_confidence(conf: np.ndarray) -> np.ndarray:
@@ -77,6 +77,7 @@ class StepView:
     cost:       the active cost model (dsd only), or None
     conf:       # [n, depth] draft's temperature-1 probability of each drafted token
     entropy:    # [n, depth] draft's temperature-1 entropy at each position (nats)
+    top1:       # [n, depth] draft's temperature-1 top-1 probability at each position
     q, pt, z:   # [n, depth] the drafted path's true statistics (THEORY.md §3; oracle and
                 hindsight only)
     p:          # [n, depth] BV's ``P(τ ≥ j | X^j)`` (from q, pt)
@@ -131,12 +132,13 @@ class StepView:
         return value
 
     conf = property(lambda self: self.signal("conf"))
+    entropy = property(lambda self: self.signal("entropy"))
+    top1 = property(lambda self: self.signal("top1"))
     q = property(lambda self: self.signal("q"))
     pt = property(lambda self: self.signal("pt"))
     z = property(lambda self: self.signal("z"))
     p = property(lambda self: self.signal("p"))
     accept_tv = property(lambda self: self.signal("accept_tv"))
-    entropy = property(lambda self: self.signal("entropy"))
 
     def row_table(self, key: tuple, build: Callable[..., Any], *names: str) -> Any:
         """``build(*signals)`` for this view's rows, where ``build`` works row by row on the

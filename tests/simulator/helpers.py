@@ -60,6 +60,21 @@ def const_trace(n_requests: int = 8, output_len: int = 20, prompt_len: int = 4, 
     return make_trace(default_meta(1.0, depth), req, cols)
 
 
+def signal_trace(accept, conf, entropy, top1, n_requests: int):
+    """A one-hot-draft trace (q = 1, pt = accept) with the given draft signals # [rows, K];
+    rows split evenly over ``n_requests``."""
+    rows, depth = accept.shape
+    weights = np.cumprod(accept, axis=1)
+    before = np.concatenate([np.ones((rows, 1)), weights[:, :-1]], axis=1)
+    cols = {"draft_token": np.zeros((rows, depth), dtype=np.int32), "q": np.ones((rows, depth)),
+            "pt": accept, "z": before * (1.0 - accept), "draft_conf": conf,
+            "entropy": entropy, "top1": top1}
+    req = {"request_id": np.arange(n_requests), "prompt_len": np.full(n_requests, 4),
+           "output_len": np.full(n_requests, rows // n_requests),
+           "category": np.array(["x"] * n_requests, dtype=object)}
+    return make_trace(default_meta(1.0, depth), req, cols)
+
+
 def ones(n: int, value: int = 1) -> np.ndarray:
     """A uniform batch column: ``n`` requests each with ``value`` (query or KV tokens)."""
     return np.full(n, value, dtype=np.int64)
