@@ -26,6 +26,12 @@ NGRAM = "ngram"
 #: Drafters of a live run: a draft model, or prompt lookup (:mod:`specbatch.live.ngram`).
 DRAFTS = ("model", NGRAM)
 DTYPES = ("float32", "float16", "bfloat16")
+#: Step composers of a live run, named as the simulator's ``scheduler`` field: vLLM V1's one
+#: token budget per step with mixed decode + prefill steps, or V0's prefill-only steps.
+SCHEDULERS = ("vllm-v1", "vllm-v0")
+#: The token budget when ``max_num_batched_tokens`` is unset under vllm-v1: the simulator's
+#: default (``simulator.config.V1_DEFAULT_BATCHED_TOKENS``, vllm serve's on an H100-class GPU).
+V1_DEFAULT_BUDGET = 8192
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,11 @@ class LiveConfig:
     draft: "model" (a draft LM) or "ngram" (prompt lookup, vLLM's ``ngram`` method);
     ngram_min, ngram_max: its suffix n-gram bounds (vLLM's ``prompt_lookup_min``/``max``;
     None: vLLM's defaults, as :func:`traces.ngram.ngram_bounds` resolves them); n-gram only.
+    scheduler: how a step is composed (:mod:`specbatch.live.loop`): "vllm-v1" spends one
+    token budget ``max_num_batched_tokens`` per step on the running requests (1 + s_i each),
+    then on whole waiting prompts in the same (mixed) step; "vllm-v0" gives joiners a
+    prefill-only step. Prompts are never chunked: the budget must hold every running
+    request's largest ask and the longest request (:meth:`check_budget`).
     """
 
     max_new_tokens: int = knob(32, "output tokens per request (EOS is ignored, as in vLLM "
@@ -77,6 +88,13 @@ class LiveConfig:
     cv: float = like(SimConfig, "cv", 1.0)
     draft: str = knob("model", "drafter: a draft model, or ngram (prompt lookup)",
                       choices=DRAFTS, flag=False)
+    scheduler: str = knob("vllm-v1", "step composer: vllm-v1 (one token budget per step, "
+                          "running requests' 1 + drafts first, then whole waiting prompts in "
+                          "the same step) or vllm-v0 (prefill-only steps for joiners)",
+                          choices=SCHEDULERS)
+    max_num_batched_tokens: int | None = knob(
+        None, "vllm-v1: tokens scheduled per step (decode 1 + drafts, then prompts)",
+        range=at_least(1), none=f"{V1_DEFAULT_BUDGET}, the simulator's vllm-v1 default")
     ngram_min: int | None = knob(None, "shortest suffix n-gram of the ngram drafter (vLLM "
                                  "prompt_lookup_min)", range=at_least(1),
                                  none="vLLM's default", flag=False)
@@ -95,18 +113,46 @@ class LiveConfig:
         """Running slots of a run of N requests: ``max_num_seqs``, at most N."""
         return n_requests if self.max_num_seqs is None else min(self.max_num_seqs, n_requests)
 
+    @property
+    def token_budget(self) -> int | None:
+        """Tokens one step may schedule: ``max_num_batched_tokens`` or its vllm-v1 default;
+        None (unlimited) under vllm-v0."""
+        if self.scheduler != "vllm-v1":
+            return None
+        return V1_DEFAULT_BUDGET if self.max_num_batched_tokens is None \
+            else self.max_num_batched_tokens
+
     def sim_values(self, n_requests: int) -> dict:
         """SimConfig fields of the same workload: N requests in order, the same arrival
         process and seed, ``max_num_seqs`` running slots (vLLM-style continuous batching,
-        non-chunked prefill), the same policy, window and verification rule; verification
-        is not priced apart (``verify_cost = "none"``): a live step's measured overhead holds
-        it."""
-        return {"requests": n_requests, "sampling": "in_order", "arrival": self.arrival,
-                "rate": self.rate, "cv": self.cv,
-                "max_num_seqs": self.slots(n_requests), "policy": self.policy,
-                "num_speculative_tokens": self.k,
-                "extra": self.extra if self.policy == "tetris" else 0, "verify": self.verify,
-                "verify_cost": "none", "seed": self.seed}
+        non-chunked prefill), the same step composer and token budget, the same policy,
+        window and verification rule; verification is not priced apart (``verify_cost =
+        "none"``): a live step's measured overhead holds it."""
+        values = {"requests": n_requests, "sampling": "in_order", "arrival": self.arrival,
+                  "rate": self.rate, "cv": self.cv,
+                  "max_num_seqs": self.slots(n_requests), "policy": self.policy,
+                  "num_speculative_tokens": self.k,
+                  "extra": self.extra if self.policy == "tetris" else 0, "verify": self.verify,
+                  "verify_cost": "none", "seed": self.seed}
+        if "scheduler" in SimConfig.__dataclass_fields__:
+            values.update(scheduler=self.scheduler, enable_chunked_prefill=False,
+                          max_num_batched_tokens=self.token_budget)
+        return values
+
+    def check_budget(self, prompt_len, n_requests: int) -> None:
+        """One-line errors for a vllm-v1 budget the live loop cannot keep: every running
+        request's 1 + k tokens must fit one step (the loop never cuts a running request), and
+        the longest prompt + output − 1 tokens too (whole prompts, as the simulator asks
+        without chunked prefill)."""
+        budget = self.token_budget
+        if budget is None:
+            return
+        ask = self.slots(n_requests) * (1 + self.k)
+        require(budget >= ask, f"--max-num-batched-tokens: expected >= max_num_seqs x (1 + k) "
+                f"= {ask} (every running request's tokens in one step), got {budget}")
+        longest = int(max(prompt_len)) + self.max_new_tokens - 1
+        require(budget >= longest, f"--max-num-batched-tokens: expected >= the longest prompt "
+                f"+ max_new_tokens - 1 = {longest} (prompts are not chunked), got {budget}")
 
     def sim_config(self, n_requests: int = 1) -> SimConfig:
         """The validated :class:`simulator.config.SimConfig` of :meth:`sim_values`."""
@@ -145,6 +191,11 @@ class LiveConfig:
                 f"--rate: expected requests/s > 0, got {self.rate}")
         require(math.isfinite(self.cv) and self.cv > 0, f"--cv: expected > 0, got {self.cv}")
         require(self.depth <= 64, f"--k/--extra: expected k + e <= 64, got {self.depth}")
+        require(self.scheduler in SCHEDULERS, f"--scheduler: expected one of "
+                f"{', '.join(SCHEDULERS)}, got {self.scheduler!r}")
+        require(self.scheduler == "vllm-v1" or self.max_num_batched_tokens is None,
+                "--max-num-batched-tokens: expected only with --scheduler vllm-v1, got "
+                f"{self.max_num_batched_tokens} with {self.scheduler}")
         require(self.draft in DRAFTS, f"draft: expected one of {', '.join(DRAFTS)}, got "
                 f"{self.draft!r}")
         if self.draft == NGRAM:
