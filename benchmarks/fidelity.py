@@ -2,7 +2,8 @@
 
 For every configuration of a small matrix (policy fixed k = 3 / tetris k = 2, e = 1; TV / BV;
 max_num_seqs 4 / 8; Poisson arrivals; T = 1) it runs the live engine twice on the same
-prompts, run A with seed 0 and run B with seed 1 (other arrival times, draws and uniforms),
+prompts (``--scheduler``: vLLM V1's mixed steps, the default, or V0's prefill-only steps;
+the simulator replays the same rule), run A with seed 0 and run B with seed 1 (other arrival times, draws and uniforms),
 fits the cost model on A (the latency grid of A's batch size, measured once per batch size
 with the engine's own slot-cache calls, and A's mean overhead per step) and predicts B
 (:func:`specbatch.analysis.validate.validate` with ``fit_dir``). It prints B's out-of-sample
@@ -97,7 +98,7 @@ def matrix(args, models, names, ids, work: Path) -> list[dict]:
                     cfg = LiveConfig(max_new_tokens=args.tokens, policy=policy, k=k, extra=e,
                                      verify=rule, temperature=1.0, seed=seed,
                                      max_num_seqs=slots, arrival="poisson",
-                                     rate=args.rate * slots)
+                                     rate=args.rate * slots, scheduler=args.scheduler)
                     out = work / f"{policy}-{rule}-{slots}-s{seed}"
                     runs.append(live_run(models, names, ids, cfg, out,
                                          grid_file if seed == 0 else None))
@@ -189,6 +190,8 @@ def main() -> int:
     parser.add_argument("--slots", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--rate", type=float, default=0.4,
                         help="Poisson arrivals per second per running slot")
+    parser.add_argument("--scheduler", default="vllm-v1", choices=("vllm-v1", "vllm-v0"),
+                        help="the live engine's step composer (and the simulator's)")
     parser.add_argument("--micro", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
