@@ -1,6 +1,7 @@
 """The live engine schedules like the simulator: requests join after they arrive (FCFS, at
 most max_num_seqs running) and leave when done, tokens are conserved, the clock follows
-measured steps and jumps over idle time, runs are deterministic in the seed, and the
+measured steps and jumps over idle time, runs are deterministic in the seed, steps are
+composed by vLLM V1's rule (one token budget, mixed decode + prefill steps) or V0's, and the
 simulator fed the run's own measured step times reproduces it step for step."""
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from specbatch.errors import SpecbatchError  # noqa: E402
 from specbatch.live.config import LiveConfig  # noqa: E402
 from specbatch.live.loop import run_live  # noqa: E402
 from specbatch.live.record import build_trace  # noqa: E402
+from specbatch.simulator.config import SimConfig  # noqa: E402
 from specbatch.simulator.run import simulate  # noqa: E402
 from tests.live.helpers import IDS, MeasuredSteps  # noqa: E402
 
@@ -43,7 +46,7 @@ def test_requests_join_after_arrival_and_leave_when_done(run):
     assert decode["batch"].max() <= 3
     for _, s in decode.iterrows():  # a decode step runs exactly the admitted, unfinished ones
         assert s["batch"] == _running_at(req, s["time"]).sum()
-    for _, s in steps[steps["batch"] == 0].iterrows():  # a prefill step admits arrived ones
+    for _, s in steps[steps["prefill_tokens"] > 0].iterrows():  # a step admits arrived ones
         joined = (req["first_token"] == s["end"]).to_numpy()
         assert (req["arrival"][joined] <= s["time"]).all()
         assert s["prefill_tokens"] == req["prompt_len"][joined].sum()
@@ -108,11 +111,79 @@ def test_fixed_policy_outputs_do_not_depend_on_batching(models):
     assert np.array_equal(static.requests["accepted"], streamed.requests["accepted"])
 
 
+def _tokens(steps) -> np.ndarray:
+    """Tokens each step scheduled: every decoding request's 1 + s_i, then the prompts."""
+    return (steps["batch"] + steps["verified"] + steps["prefill_tokens"]).to_numpy()
+
+
+def test_v1_steps_mix_decode_and_prefill_within_one_token_budget(models):
+    """vLLM V1: joiners are prefilled in the step that decodes the running requests (one
+    record with both), never beyond the budget, and a prefill-only step happens only when
+    nothing is decoding. The budget here (12 = longest prompt 7 + 6 outputs − 1) holds the
+    running 3 x (1 + 2) tokens but rarely a prompt on top, so admission waits on it."""
+    cfg = dataclasses.replace(CFG, policy="fixed", extra=0, max_num_batched_tokens=12)
+    result = run_live(*models, PROMPTS, cfg)
+    req, steps = result.requests, result.steps
+    assert (_tokens(steps) <= 12).all()
+    mixed = steps[(steps["batch"] > 0) & (steps["prefill_tokens"] > 0)]
+    assert len(mixed) >= 1
+    for _, s in mixed.iterrows():  # its decode rows were running, its joiners start now
+        assert s["batch"] == _running_at(req, s["time"]).sum()
+        assert s["emitted"] >= s["batch"] + (req["first_token"] == s["end"]).sum()
+    for _, s in steps[steps["batch"] == 0].iterrows():
+        assert _running_at(req, s["time"]).sum() == 0
+    assert steps["prefill_tokens"].sum() == req["prompt_len"].sum()
+    assert (req["tokens"] == 6).all()
+
+
+def test_v0_admits_in_prefill_only_steps(models):
+    """vllm-v0: a step either prefills the joiners or decodes the running requests."""
+    cfg = dataclasses.replace(CFG, scheduler="vllm-v0")
+    steps = run_live(*models, PROMPTS, cfg).steps
+    assert not ((steps["batch"] > 0) & (steps["prefill_tokens"] > 0)).any()
+    assert (steps["prefill_tokens"] > 0).sum() >= 2
+
+
+def test_fixed_policy_outputs_do_not_depend_on_the_step_composer(models):
+    """Counter-based draws: V1's mixed steps and V0's prefill-only steps give every request
+    the same tokens under ``fixed``."""
+    base = dict(max_new_tokens=8, policy="fixed", k=3, temperature=1.0, seed=4, max_num_seqs=3,
+                arrival="poisson", rate=40.0)
+    v1 = run_live(*models, PROMPTS, LiveConfig(**base, max_num_batched_tokens=14))
+    v0 = run_live(*models, PROMPTS, LiveConfig(**base, scheduler="vllm-v0"))
+    assert ((v1.steps["batch"] > 0) & (v1.steps["prefill_tokens"] > 0)).any()
+    assert v1.outputs == v0.outputs
+    assert np.array_equal(v1.requests["accepted"], v0.requests["accepted"])
+
+
+@pytest.mark.parametrize("budget,expected", [(11, "max_num_seqs x (1 + k) = 12"),
+                                             (12, "prompt + max_new_tokens - 1 = 13")])
+def test_a_budget_the_loop_cannot_keep_is_a_one_line_error(models, budget, expected):
+    cfg = dataclasses.replace(CFG, max_new_tokens=7, max_num_seqs=4, k=2,
+                              max_num_batched_tokens=budget)
+    with pytest.raises(SpecbatchError, match="--max-num-batched-tokens") as err:
+        run_live(*models, PROMPTS, cfg)
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def _needs_scheduler(scheduler: str):
+    """The simulator replays a vllm-v1 live run only once it has the scheduler field."""
+    return pytest.param(scheduler, marks=pytest.mark.skipif(
+        scheduler == "vllm-v1" and "scheduler" not in SimConfig.__dataclass_fields__,
+        reason="this simulator has no `scheduler` field (vLLM V1 composer not merged)"))
+
+
+@pytest.mark.parametrize("scheduler", [_needs_scheduler("vllm-v1"), "vllm-v0"])
 @pytest.mark.parametrize("policy,extra,rule", [("fixed", 0, "token"), ("tetris", 1, "block")])
-def test_simulator_fed_the_measured_step_times_replays_the_run(models, policy, extra, rule):
+def test_simulator_fed_the_measured_step_times_replays_the_run(models, policy, extra, rule,
+                                                                scheduler):
     cfg = LiveConfig(max_new_tokens=6, policy=policy, k=2, extra=extra, verify=rule,
-                     temperature=1.0, seed=3, max_num_seqs=3, arrival="poisson", rate=30.0)
-    check_replay(models, cfg)
+                     temperature=1.0, seed=3, max_num_seqs=3, arrival="poisson", rate=30.0,
+                     scheduler=scheduler)
+    live = check_replay(models, cfg)
+    steps = live.steps
+    assert ((steps["batch"] > 0) & (steps["prefill_tokens"] > 0)).any() == (
+        scheduler == "vllm-v1")
 
 
 def check_replay(models, cfg: LiveConfig):
