@@ -17,6 +17,7 @@ pytest.importorskip("transformers")
 from specbatch.live.config import LiveConfig  # noqa: E402
 from specbatch.live.loop import run_live  # noqa: E402
 from specbatch.live.record import TRACE_FIELDS, build_trace  # noqa: E402
+from specbatch.simulator.config import SimConfig  # noqa: E402
 from specbatch.simulator.run import simulate  # noqa: E402
 from specbatch.traces.format import read_trace, write_trace  # noqa: E402
 from specbatch.traces.ngram import propose_ngram_reference  # noqa: E402
@@ -140,12 +141,17 @@ def test_draft_time_is_the_proposers_and_there_is_no_draft_model_pass(peaked, lo
     assert (result.requests["drafted"] < cfg.depth * result.requests["steps"]).any()
 
 
-def test_recorded_trace_has_proposed_column_validates_and_replays(peaked, looping, tmp_path):
+@pytest.mark.parametrize("scheduler", [pytest.param("vllm-v1", marks=pytest.mark.skipif(
+    "scheduler" not in SimConfig.__dataclass_fields__,
+    reason="this simulator has no `scheduler` field (vLLM V1 composer not merged)")),
+    "vllm-v0"])
+def test_recorded_trace_has_proposed_column_validates_and_replays(peaked, looping, tmp_path,
+                                                                   scheduler):
     """The n-gram twin of test_engine's replay test: the simulator, on the run's trace and
     its measured step times, draws the same τ and makes the same schedule."""
     cfg = LiveConfig(max_new_tokens=8, policy="tetris", k=2, extra=1, verify="block",
                      temperature=1.0, seed=3, max_num_seqs=3, arrival="poisson", rate=30.0,
-                     **NGRAM)
+                     scheduler=scheduler, **NGRAM)
     live = run_live(None, peaked, looping, cfg)
     trace = build_trace(live)
     write_trace(trace, tmp_path / "trace")
