@@ -168,6 +168,13 @@ class LiveConfig:
 
     def check(self) -> None:
         """One-line errors naming the CLI flag for settings the loop cannot run."""
+        require(self.scheduler in SCHEDULERS, f"--scheduler: expected one of "
+                f"{', '.join(SCHEDULERS)}, got {self.scheduler!r}")
+        require(self.scheduler == "vllm-v1" or self.max_num_batched_tokens is None,
+                "--max-num-batched-tokens: expected only with --scheduler vllm-v1, got "
+                f"{self.max_num_batched_tokens} with {self.scheduler}")
+        require(self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1,
+                f"--max-num-batched-tokens: expected >= 1, got {self.max_num_batched_tokens}")
         require(self.policy in LIVE_POLICIES,
                 f"--policy: expected one of {', '.join(LIVE_POLICIES)}, got {self.policy!r}")
         require(self.verify in VERIFY_RULES, f"--verify: expected one of "
@@ -191,11 +198,6 @@ class LiveConfig:
                 f"--rate: expected requests/s > 0, got {self.rate}")
         require(math.isfinite(self.cv) and self.cv > 0, f"--cv: expected > 0, got {self.cv}")
         require(self.depth <= 64, f"--k/--extra: expected k + e <= 64, got {self.depth}")
-        require(self.scheduler in SCHEDULERS, f"--scheduler: expected one of "
-                f"{', '.join(SCHEDULERS)}, got {self.scheduler!r}")
-        require(self.scheduler == "vllm-v1" or self.max_num_batched_tokens is None,
-                "--max-num-batched-tokens: expected only with --scheduler vllm-v1, got "
-                f"{self.max_num_batched_tokens} with {self.scheduler}")
         require(self.draft in DRAFTS, f"draft: expected one of {', '.join(DRAFTS)}, got "
                 f"{self.draft!r}")
         if self.draft == NGRAM:
