@@ -61,9 +61,6 @@ moves). Statistics computed only to record the run are paused on the timeline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
 from specbatch.errors import require
@@ -74,77 +71,19 @@ from specbatch.live.decide import plan_from_draft
 from specbatch.live.ngram import draft_ngram, fed_tokens, filler_signals
 from specbatch.live.pool import Pool, arrival_times
 from specbatch.live.record import LiveResult, Recorder
+from specbatch.live.state import Live, draw, step_end, step_start, stream_uniforms
 from specbatch.live.timeline import Timeline
 from specbatch.simulator.plan import Plan
-from specbatch.simulator.policies import Policy, make_policy
-from specbatch.simulator.state import step_record
+from specbatch.simulator.policies import make_policy
 from specbatch.simulator.verify import request_keys, uniforms
 from specbatch.theory.stats import accept_from_stats
 from specbatch.theory.stats_torch import path_stats_torch, probs_at, sample_inverse_cdf
 from specbatch.theory.verify_torch import accept_and_residual, extra_token_law_torch
 from specbatch.traces.ngram import NGRAM
 
-#: Stream tags of the live engine's own draws, xor-ed into the simulator's request keys.
-STREAMS = {"first": np.uint64(0x11FE_0001_F125_7000), "draft": np.uint64(0x11FE_0002_D4AF_7000),
-           "extra": np.uint64(0x11FE_0003_E874_A000)}
 VERIFIER_NAMES = {"theory": "specbatch.theory.verify_torch",
                   "local": "specbatch.theory.stats.accept_from_stats + "
                            "specbatch.theory.verify_torch.extra_token_law_torch"}
-
-
-@dataclass
-class Live:
-    """What the verbs of one run share: models, settings, policy, caches, clocks, records."""
-
-    draft_model: Any
-    target_model: Any
-    cfg: LiveConfig
-    device: Any
-    policy: Policy
-    keys: np.ndarray  # [N] uint64 the simulator's per-request uniform streams
-    pool: Pool
-    clock: Timeline
-    rec: Recorder
-    dcache: SlotCache | None  # None for the n-gram drafter (no draft model)
-    tcache: SlotCache
-    vocab: int  # V, the target's output rows (the n-gram filler id)
-    now: float = 0.0  # the live clock (workload seconds)
-    mark: float = 0.0  # timeline reading at the end of the last step (or the idle jump)
-
-
-def stream_uniforms(live: Live, stream: str, uid: np.ndarray, pos: np.ndarray, width: int):
-    """Counter-based uniforms of ``stream`` for requests ``uid`` at output positions ``pos``
-    (# [n] each) -> # [n, width] float64."""
-    return uniforms(live.keys[uid] ^ STREAMS[stream], pos, width)
-
-
-def draw(live: Live, logits, u: np.ndarray):
-    """One token per row at temperature T (argmax at T = 0).  logits # [n, V], u # [n]"""
-    import torch
-
-    if live.cfg.temperature == 0:
-        return logits.argmax(-1)
-    return sample_inverse_cdf(probs_at(logits, float(live.cfg.temperature)),
-                              torch.from_numpy(np.ascontiguousarray(u)).to(live.device))
-
-
-def step_start(live: Live) -> float:
-    return live.now
-
-
-def step_end(live: Live, start: float, **counts: Any) -> float:
-    """Close a step: its duration is the timeline since ``mark``; record it as one
-    :class:`simulator.state.StepRecord` (``counts``: its fields but replica, time, end,
-    verify_time = 0 (the live verification is not timed apart: it is in the overhead) and
-    overhead_time = duration − draft_time − target_time)."""
-    wall = live.clock.now()
-    duration = wall - live.mark
-    end = start + duration
-    live.rec.step_rows.append(step_record(
-        replica=0, time=start, end=end, **counts, verify_time=0.0,
-        overhead_time=duration - counts["draft_time"] - counts["target_time"]))
-    live.now, live.mark = end, wall
-    return end
 
 
 def prefill(live: Live, batch: Batch, joined: list[int]) -> Batch:
