@@ -9,7 +9,12 @@ from functools import cached_property
 
 from specbatch.errors import require
 from specbatch.limits import is_supported_device
-from specbatch.simulator.config import VERIFY_RULES, SimConfig, make_config
+from specbatch.simulator.config import (
+    V1_DEFAULT_BATCHED_TOKENS,
+    VERIFY_RULES,
+    SimConfig,
+    make_config,
+)
 from specbatch.simulator.fields import FieldSpec, at_least, check_ranges, field_specs, knob, like
 
 #: Policies the live loop runs: the registry's classes with ``live = True`` (a test keeps them
@@ -29,9 +34,6 @@ DTYPES = ("float32", "float16", "bfloat16")
 #: Step composers of a live run, named as the simulator's ``scheduler`` field: vLLM V1's one
 #: token budget per step with mixed decode + prefill steps, or V0's prefill-only steps.
 SCHEDULERS = ("vllm-v1", "vllm-v0")
-#: The token budget when ``max_num_batched_tokens`` is unset under vllm-v1: the simulator's
-#: default (``simulator.config.V1_DEFAULT_BATCHED_TOKENS``, vllm serve's on an H100-class GPU).
-V1_DEFAULT_BUDGET = 8192
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ class LiveConfig:
                           choices=SCHEDULERS)
     max_num_batched_tokens: int | None = knob(
         None, "vllm-v1: tokens scheduled per step (decode 1 + drafts, then prompts)",
-        range=at_least(1), none=f"{V1_DEFAULT_BUDGET}, the simulator's vllm-v1 default")
+        range=at_least(1), none=f"{V1_DEFAULT_BATCHED_TOKENS}, the simulator's vllm-v1 default")
     ngram_min: int | None = knob(None, "shortest suffix n-gram of the ngram drafter (vLLM "
                                  "prompt_lookup_min)", range=at_least(1),
                                  none="vLLM's default", flag=False)
@@ -119,7 +121,7 @@ class LiveConfig:
         None (unlimited) under vllm-v0."""
         if self.scheduler != "vllm-v1":
             return None
-        return V1_DEFAULT_BUDGET if self.max_num_batched_tokens is None \
+        return V1_DEFAULT_BATCHED_TOKENS if self.max_num_batched_tokens is None \
             else self.max_num_batched_tokens
 
     def sim_values(self, n_requests: int) -> dict:
@@ -134,9 +136,8 @@ class LiveConfig:
                   "num_speculative_tokens": self.k,
                   "extra": self.extra if self.policy == "tetris" else 0, "verify": self.verify,
                   "verify_cost": "none", "seed": self.seed}
-        if "scheduler" in SimConfig.__dataclass_fields__:
-            values.update(scheduler=self.scheduler, enable_chunked_prefill=False,
-                          max_num_batched_tokens=self.token_budget)
+        values.update(scheduler=self.scheduler, enable_chunked_prefill=False,
+                      max_num_batched_tokens=self.token_budget)
         return values
 
     def check_budget(self, prompt_len, n_requests: int) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from specbatch.errors import SpecbatchError
 from specbatch.live.config import LiveConfig
-from specbatch.simulator.config import SimConfig, policy_depth
+from specbatch.simulator.config import policy_depth
 
 
 @pytest.mark.parametrize("policy,k,extra,depth", [("fixed", 3, 5, 3), ("tetris", 2, 2, 4)])
@@ -46,12 +46,10 @@ def test_depth_is_computed_once_per_config():
                                                        ("vllm-v0", None, None)])
 def test_the_simulator_gets_the_same_composer_and_budget(scheduler, budget, expected):
     """sim_values hands validate's simulator the live loop's rule: the scheduler, its token
-    budget and whole prompts (no chunked prefill), once the simulator has the field."""
+    budget and whole prompts (no chunked prefill)."""
     cfg = LiveConfig(scheduler=scheduler, max_num_batched_tokens=budget)
     assert cfg.token_budget == expected
     values = cfg.sim_values(4)
-    if "scheduler" not in SimConfig.__dataclass_fields__:
-        pytest.skip("this simulator has no `scheduler` field (vLLM V1 composer not merged)")
     sim = cfg.sim_config(4)
     assert (values["scheduler"], sim.scheduler) == (scheduler, scheduler)
     assert sim.chunked is False and sim.token_budget == expected

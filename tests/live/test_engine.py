@@ -18,7 +18,6 @@ from specbatch.errors import SpecbatchError  # noqa: E402
 from specbatch.live.config import LiveConfig  # noqa: E402
 from specbatch.live.loop import run_live  # noqa: E402
 from specbatch.live.record import build_trace  # noqa: E402
-from specbatch.simulator.config import SimConfig  # noqa: E402
 from specbatch.simulator.run import simulate  # noqa: E402
 from tests.live.helpers import IDS, MeasuredSteps  # noqa: E402
 
@@ -171,14 +170,7 @@ def test_a_budget_the_loop_cannot_keep_is_a_one_line_error(models, budget, expec
     assert expected in str(err.value) and "\n" not in str(err.value)
 
 
-def _needs_scheduler(scheduler: str):
-    """The simulator replays a vllm-v1 live run only once it has the scheduler field."""
-    return pytest.param(scheduler, marks=pytest.mark.skipif(
-        scheduler == "vllm-v1" and "scheduler" not in SimConfig.__dataclass_fields__,
-        reason="this simulator has no `scheduler` field (vLLM V1 composer not merged)"))
-
-
-@pytest.mark.parametrize("scheduler", [_needs_scheduler("vllm-v1"), "vllm-v0"])
+@pytest.mark.parametrize("scheduler", ["vllm-v1", "vllm-v0"])
 @pytest.mark.parametrize("policy,extra,rule", [("fixed", 0, "token"), ("tetris", 1, "block")])
 def test_simulator_fed_the_measured_step_times_replays_the_run(models, policy, extra, rule,
                                                                 scheduler):
@@ -190,8 +182,6 @@ def test_simulator_fed_the_measured_step_times_replays_the_run(models, policy, e
         assert not ((steps["batch"] > 0) & (steps["prefill_tokens"] > 0)).any()
 
 
-@pytest.mark.skipif("scheduler" not in SimConfig.__dataclass_fields__,
-                    reason="this simulator has no `scheduler` field (vLLM V1 composer not merged)")
 def test_simulator_replays_mixed_steps_under_a_tight_budget(models):
     """The replay of a vllm-v1 run whose budget delays admission and mixes steps."""
     cfg = dataclasses.replace(CFG, arrival="burst", max_num_batched_tokens=12)

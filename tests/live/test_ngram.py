@@ -17,7 +17,6 @@ pytest.importorskip("transformers")
 from specbatch.live.config import LiveConfig  # noqa: E402
 from specbatch.live.loop import run_live  # noqa: E402
 from specbatch.live.record import TRACE_FIELDS, build_trace  # noqa: E402
-from specbatch.simulator.config import SimConfig  # noqa: E402
 from specbatch.simulator.run import simulate  # noqa: E402
 from specbatch.traces.format import read_trace, write_trace  # noqa: E402
 from specbatch.traces.ngram import propose_ngram_reference  # noqa: E402
@@ -141,10 +140,7 @@ def test_draft_time_is_the_proposers_and_there_is_no_draft_model_pass(peaked, lo
     assert (result.requests["drafted"] < cfg.depth * result.requests["steps"]).any()
 
 
-@pytest.mark.parametrize("scheduler", [pytest.param("vllm-v1", marks=pytest.mark.skipif(
-    "scheduler" not in SimConfig.__dataclass_fields__,
-    reason="this simulator has no `scheduler` field (vLLM V1 composer not merged)")),
-    "vllm-v0"])
+@pytest.mark.parametrize("scheduler", ["vllm-v1", "vllm-v0"])
 def test_recorded_trace_has_proposed_column_validates_and_replays(peaked, looping, tmp_path,
                                                                    scheduler):
     """The n-gram twin of test_engine's replay test: the simulator, on the run's trace and
@@ -159,7 +155,7 @@ def test_recorded_trace_has_proposed_column_validates_and_replays(peaked, loopin
     assert np.array_equal(again.proposed, trace.proposed) and trace.proposed.max() > 0
     steps = live.steps
     # the live loop composes V0-style steps (prefill-only, then decode)
-    sim = simulate(cfg.sim_config(len(looping)).replace(trace="synth", scheduler="vllm-v0"),
+    sim = simulate(cfg.sim_config(len(looping)).replace(trace="synth"),
                    trace=again, cost_model=MeasuredSteps((steps["end"] - steps["time"]).to_numpy()))
     for col in ("time", "end", "batch", "prefill_tokens", "drafted", "verified", "accepted",
                 "emitted", "depth"):
