@@ -160,7 +160,7 @@ def step_latency_mape(predicted: np.ndarray, steps: pd.DataFrame) -> float:
 
 
 def _settings(live: dict) -> LiveConfig:
-    st = live["manifest"]["settings"]
+    st = {"scheduler": "vllm-v0", **live["manifest"]["settings"]}  # runs before V1 steps
     return LiveConfig(**{k: st[k] for k in LiveConfig.__dataclass_fields__ if k in st})
 
 

@@ -2,7 +2,8 @@
 
 For every configuration of a small matrix (policy fixed k = 3 / tetris k = 2, e = 1; TV / BV;
 max_num_seqs 4 / 8; Poisson arrivals; T = 1) it runs the live engine twice on the same
-prompts, run A with seed 0 and run B with seed 1 (other arrival times, draws and uniforms),
+prompts (``--scheduler``: vLLM V1's mixed steps, the default, and/or V0's prefill-only
+steps, interleaved; the simulator replays the same rule), run A with seed 0 and run B with seed 1 (other arrival times, draws and uniforms),
 fits the cost model on A (the latency grid of A's batch size, measured once per batch size
 with the engine's own slot-cache calls, and A's mean overhead per step) and predicts B
 (:func:`specbatch.analysis.validate.validate` with ``fit_dir``). It prints B's out-of-sample
@@ -84,49 +85,60 @@ def live_run(models, names, ids, cfg, out: Path, grid_file: Path | None) -> Path
 
 
 def matrix(args, models, names, ids, work: Path) -> list[dict]:
-    from specbatch.analysis.validate import validate
-    from specbatch.live.config import LiveConfig
-
     rows = []
     for slots in args.slots:
         grid_file = grid(models, names, slots, 3, ids, args.tokens, work)
         for label, policy, k, e in POLICIES:
             for rule in ("token", "block"):
-                runs = []
-                for seed in (0, 1):
-                    cfg = LiveConfig(max_new_tokens=args.tokens, policy=policy, k=k, extra=e,
-                                     verify=rule, temperature=1.0, seed=seed,
-                                     max_num_seqs=slots, arrival="poisson",
-                                     rate=args.rate * slots)
-                    out = work / f"{policy}-{rule}-{slots}-s{seed}"
-                    runs.append(live_run(models, names, ids, cfg, out,
-                                         grid_file if seed == 0 else None))
-                rep = validate(runs[1], fit_dir=runs[0])
-                err = rep["relative_error"]
-                rows.append({"policy": label, "verify": rule, "max_num_seqs": slots,
-                             "steps": rep["measured"]["steps"],
-                             "throughput_tok_s": rep["measured"]["throughput"],
-                             "trajectory_match": rep["trajectory_match"],
-                             **{c: err[c] for c in COLUMNS}})
-                print(_row(rows[-1]), file=sys.stderr, flush=True)
+                for scheduler in args.scheduler:  # interleaved: each sees the same load
+                    rows.append(one_configuration(models, names, ids, work, grid_file, args,
+                                                  (label, policy, k, e, rule, slots,
+                                                   scheduler)))
+                    print(_row(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
 
+def one_configuration(models, names, ids, work: Path, grid_file: Path, args, setting) -> dict:
+    """Runs A (seed 0, with the grid) and B (seed 1) of one setting; B's errors predicted
+    from A."""
+    from specbatch.analysis.validate import validate
+    from specbatch.live.config import LiveConfig
+
+    label, policy, k, e, rule, slots, scheduler = setting
+    runs = []
+    for seed in (0, 1):
+        cfg = LiveConfig(max_new_tokens=args.tokens, policy=policy, k=k, extra=e, verify=rule,
+                         temperature=1.0, seed=seed, max_num_seqs=slots, arrival="poisson",
+                         rate=args.rate * slots, scheduler=scheduler)
+        out = work / f"{policy}-{rule}-{slots}-{scheduler}-s{seed}"
+        runs.append(live_run(models, names, ids, cfg, out, grid_file if seed == 0 else None))
+    rep = validate(runs[1], fit_dir=runs[0])
+    err = rep["relative_error"]
+    steps = rep["measured"]["steps"]
+    return {"policy": label, "verify": rule, "max_num_seqs": slots, "scheduler": scheduler,
+            "steps": steps, "throughput_tok_s": rep["measured"]["throughput"],
+            "trajectory_match": rep["trajectory_match"], **{c: err[c] for c in COLUMNS}}
+
+
 def _row(r: dict) -> str:
-    return (f"{r['policy']:<12}{r['verify']:<7}{r['max_num_seqs']:>5}{r['steps']:>7}"
+    return (f"{r['scheduler']:<9}{r['policy']:<12}{r['verify']:<7}{r['max_num_seqs']:>5}"
+            f"{r['steps']:>7}"
             f"{r['throughput_tok_s']:>9.2f}{r['step_latency_mape']:>10.1%}"
             + "".join(f"{r[c]:>+10.1%}" for c in COLUMNS[1:])
             + f"{'yes' if r['trajectory_match'] else 'no':>7}")
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'policy':<12}{'verify':<7}{'slots':>5}{'steps':>7}{'tok/s':>9}"
+    head = (f"{'composer':<9}{'policy':<12}{'verify':<7}{'slots':>5}{'steps':>7}{'tok/s':>9}"
             f"{'step MAPE':>10}{'thru':>10}{'e2e mean':>10}{'e2e p99':>10}{'TPOT':>10}"
             f"{'same':>7}")
-    med = {c: float(np.median([abs(r[c]) for r in rows])) for c in COLUMNS}
-    foot = ("median |error|".ljust(40) + f"{med['step_latency_mape']:>10.1%}"
-            + "".join(f"{med[c]:>10.1%}" for c in COLUMNS[1:]))
-    return "\n".join([head, *(_row(r) for r in rows), foot])
+    feet = []
+    for scheduler in dict.fromkeys(r["scheduler"] for r in rows):
+        mine = [r for r in rows if r["scheduler"] == scheduler]
+        med = {c: float(np.median([abs(r[c]) for r in mine])) for c in COLUMNS}
+        feet.append(f"median |error| {scheduler}".ljust(49) + f"{med['step_latency_mape']:>10.1%}"
+                    + "".join(f"{med[c]:>10.1%}" for c in COLUMNS[1:]))
+    return "\n".join([head, *(_row(r) for r in rows), *feet])
 
 
 def micro(models, ids, tokens: int, repeats: int = 5) -> list[dict]:
@@ -189,6 +201,10 @@ def main() -> int:
     parser.add_argument("--slots", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--rate", type=float, default=0.4,
                         help="Poisson arrivals per second per running slot")
+    parser.add_argument("--scheduler", nargs="+", default=["vllm-v1"],
+                        choices=("vllm-v1", "vllm-v0"),
+                        help="the live engine's step composers (and the simulator's); several "
+                             "run interleaved, configuration by configuration")
     parser.add_argument("--micro", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

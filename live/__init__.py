@@ -2,8 +2,8 @@
 
 :func:`specbatch.live.loop.run_live` runs N requests through a real draft/target engine with
 the simulator's scheduling (iteration-level continuous batching: arrivals, FCFS admission into
-``max_num_seqs`` slots, prefill-only steps for joiners, decode steps over the running set,
-requests leaving when done) and records exactly the tables :mod:`specbatch.simulator.metrics`
+``max_num_seqs`` slots, steps composed by vLLM V1's rule, one token budget per step with
+joiners prefilled in the decode step, or V0's prefill-only steps; requests leaving when done) and records exactly the tables :mod:`specbatch.simulator.metrics`
 defines, so a live run and its simulation compare column by column (``specbatch validate``,
 :mod:`specbatch.analysis.validate`). The policy is the simulator's own
 (:meth:`specbatch.simulator.policies.Policy.decide` on a view of the live draft's signals).
@@ -19,8 +19,11 @@ Modules, one concept each:
   proposed counts that cap the shared policies;
 - :mod:`.pool`: arrivals (the simulator's draws), the FCFS queue and the clock rule;
 - :mod:`.timeline`: the measured clock (CUDA-synchronised, instrumentation paused);
+- :mod:`.state`: :class:`~.state.Live`, what the verbs share, counter-based draws and the
+  step record;
 - :mod:`.loop`: the verbs ``prefill``, ``draft``, ``decide``, ``target_pass``, ``verify``,
-  ``commit``, ``retire`` and :func:`run_live`, which composes them with the pool;
+  ``commit``, ``retire`` and :func:`run_live`, which composes them with the pool by the
+  scheduler's rule;
 - :mod:`.record`: per-pass and per-step records, :class:`LiveResult`, the trace of the
   visited positions, writing and reading an output directory;
 - :mod:`.profile_grid`: timing both models on the run's (batch, query, KV) grid.

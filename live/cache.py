@@ -17,7 +17,11 @@ the row's next tokens. So:
 - joiners are prefilled into free rows n..n+m-1 (:meth:`SlotCache.prefill`): prompts of equal
   length as one ``[m, p]`` batch, prompts of unequal length packed into one row ``[1, Σp]``
   with a block-diagonal causal mask and per-prompt position ids (no padding; attention over the
-  packed block costs (Σp)², the price of a dense mask without a variable-length kernel).
+  packed block costs (Σp)², the price of a dense mask without a variable-length kernel);
+- a mixed step (vllm-v1: decode tokens and whole prompts in one target pass,
+  :meth:`SlotCache.mixed`) packs every row's new tokens into one row and attends over the
+  rows' views laid end to end, each token masked to its own row (no padding of the short
+  decode rows to the prompts' length).
 
 The slot cache works for Hugging Face decoders whose attention calls
 ``cache.update(key, value, layer_idx)`` and takes a prepared 4-D mask (the Llama
@@ -87,7 +91,7 @@ class SlotCache:
         self.clock = clock or time.perf_counter
         self.seconds = 0.0
         self.kv = _slot_kv(self)
-        self._plan = None  # (row index, position index, view length or None) of the pass
+        self._plan = None  # (row index, position index, view length or None, flat) of the pass
 
     # ------------------------------------------------------------ the model's hook
 
@@ -95,12 +99,16 @@ class SlotCache:
         """Write the pass's keys/values # [B, heads, w, head_dim] at the planned (row, slot)
         indices; return the keys/values the pass attends to (the running view, or the new
         states themselves for a prefill)."""
-        rows, pos, view = self._plan
+        rows, pos, view, flat = self._plan
         k, v = self.keys[layer_idx], self.values[layer_idx]
         k[rows, :, pos] = key_states.transpose(1, 2)  # [B, w, heads, head_dim]
         v[rows, :, pos] = value_states.transpose(1, 2)
         if view is None:
             return key_states, value_states
+        if flat:  # the running rows laid end to end: [1, heads, n·view, head_dim]
+            n, heads, dim = self.n, k.shape[1], k.shape[3]
+            return tuple(buf[:n, :, :view].transpose(0, 1).reshape(1, heads, n * view, dim)
+                         for buf in (k, v))
         return k[:self.n, :, :view], v[:self.n, :, :view]
 
     def _call(self, model, ids, pos_ids, mask, plan, keep):
@@ -134,8 +142,8 @@ class SlotCache:
         view = int(self.count[:n].max()) + w
         allowed = torch.arange(view, device=self.device)[None, None, :] <= pos[:, :, None]
         rows = torch.arange(n, device=self.device)[:, None]
-        return self._call(model, ids, pos, self._additive(allowed)[:, None], (rows, pos, view),
-                          keep)
+        return self._call(model, ids, pos, self._additive(allowed)[:, None],
+                          (rows, pos, view, False), keep)
 
     def prefill(self, model, prompts: list[list[int]]):
         """Fill rows n..n+m-1 with ``prompts`` (m joiners; module docstring) and make them
@@ -152,7 +160,8 @@ class SlotCache:
             allowed = torch.ones((p, p), dtype=torch.bool, device=dev).tril()
             mask = self._additive(allowed)[None, None].expand(m, 1, p, p)
             self.n += m
-            logits = self._call(model, ids, pos, mask, (rows[:, None], pos, None), 1)[:, -1]
+            logits = self._call(model, ids, pos, mask, (rows[:, None], pos, None, False),
+                                1)[:, -1]
         else:  # packed into one row, block-diagonal causal
             ids = torch.tensor([t for q in prompts for t in q], dtype=torch.long, device=dev)
             seg = torch.from_numpy(np.repeat(np.arange(m), lens)).to(dev)  # [Σp]
@@ -161,9 +170,49 @@ class SlotCache:
             last = torch.from_numpy(np.cumsum(lens) - 1).to(dev)
             self.n += m
             logits = self._call(model, ids[None], pos[None], self._additive(allowed)[None, None],
-                                (rows[seg][None], pos[None], None), last)[0]
+                                (rows[seg][None], pos[None], None, False), last)[0]
         self.count[self.n - m:self.n] = lens
         return logits
+
+    def mixed(self, model, ids, width: np.ndarray, prompts: list[list[int]]):
+        """One pass over the n running rows' new tokens and m joiners' whole prompts, packed
+        into one row ``[1, T]`` (T = Σ width + Σ p, vLLM's flattened batch): row i's
+        ``ids[i, :width_i]`` at positions ``count_i ..``, joiner j's prompt in new row n + j at
+        0..p_j − 1. Keys are the n + m rows' views laid end to end; each token sees only its
+        own row's tokens up to itself. Makes the joiners running.
+
+        ids: # [n, G] (G ≥ max width);  width: # [n] ≥ 1
+        returns logits # [n, G, V] of each running row's tokens (a row's positions past its
+        width repeat its last) and # [m, V] of each prompt's last token
+        """
+        import torch
+
+        n, m, dev = self.n, len(prompts), self.device
+        g = ids.shape[1]
+        lens = np.array([len(p) for p in prompts], dtype=np.int64)
+        seg_w = np.concatenate([np.asarray(width, dtype=np.int64), lens])  # [n + m]
+        base = np.concatenate([self.count[:n], np.zeros(m, dtype=np.int64)])
+        seg = np.repeat(np.arange(n + m), seg_w)  # [T] row of each token
+        first = np.cumsum(seg_w) - seg_w
+        pos = base[seg] + np.arange(seg.shape[0]) - first[seg]  # [T]
+        view = int((base + seg_w).max())
+        real = torch.arange(g, device=dev)[None, :] < torch.from_numpy(seg_w[:n]).to(dev)[:, None]
+        flat_ids = torch.cat([ids[real], torch.tensor([t for p in prompts for t in p],
+                                                      dtype=torch.long, device=dev)])
+        seg_t, pos_t = torch.from_numpy(seg).to(dev), torch.from_numpy(pos).to(dev)
+        key_seg = torch.arange(n + m, device=dev).repeat_interleave(view)
+        key_slot = torch.arange(view, device=dev).repeat(n + m)
+        allowed = (seg_t[:, None] == key_seg[None, :]) & (key_slot[None, :] <= pos_t[:, None])
+        keep = np.concatenate([(first[:n, None] + np.minimum(np.arange(g)[None, :],
+                                                             seg_w[:n, None] - 1)).ravel(),
+                               first[n:] + lens - 1])
+        self.n += m
+        logits = self._call(model, flat_ids[None], pos_t[None],
+                            self._additive(allowed)[None, None],
+                            (seg_t[None], pos_t[None], view, True),
+                            torch.from_numpy(keep).to(dev))[0]
+        self.count[n:n + m] = lens
+        return logits[:n * g].reshape(n, g, -1), logits[n * g:]
 
     # ------------------------------------------------------------ leaving
 

@@ -9,7 +9,12 @@ from functools import cached_property
 
 from specbatch.errors import require
 from specbatch.limits import is_supported_device
-from specbatch.simulator.config import VERIFY_RULES, SimConfig, make_config
+from specbatch.simulator.config import (
+    V1_DEFAULT_BATCHED_TOKENS,
+    VERIFY_RULES,
+    SimConfig,
+    make_config,
+)
 from specbatch.simulator.fields import FieldSpec, at_least, check_ranges, field_specs, knob, like
 
 #: Policies the live loop runs: the registry's classes with ``live = True`` (a test keeps them
@@ -26,6 +31,9 @@ NGRAM = "ngram"
 #: Drafters of a live run: a draft model, or prompt lookup (:mod:`specbatch.live.ngram`).
 DRAFTS = ("model", NGRAM)
 DTYPES = ("float32", "float16", "bfloat16")
+#: Step composers of a live run, named as the simulator's ``scheduler`` field: vLLM V1's one
+#: token budget per step with mixed decode + prefill steps, or V0's prefill-only steps.
+SCHEDULERS = ("vllm-v1", "vllm-v0")
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,11 @@ class LiveConfig:
     draft: "model" (a draft LM) or "ngram" (prompt lookup, vLLM's ``ngram`` method);
     ngram_min, ngram_max: its suffix n-gram bounds (vLLM's ``prompt_lookup_min``/``max``;
     None: vLLM's defaults, as :func:`traces.ngram.ngram_bounds` resolves them); n-gram only.
+    scheduler: how a step is composed (:mod:`specbatch.live.loop`): "vllm-v1" spends one
+    token budget ``max_num_batched_tokens`` per step on the running requests (1 + s_i each),
+    then on whole waiting prompts in the same (mixed) step; "vllm-v0" gives joiners a
+    prefill-only step. Prompts are never chunked: the budget must hold every running
+    request's largest ask and the longest request (:meth:`check_budget`).
     """
 
     max_new_tokens: int = knob(32, "output tokens per request (EOS is ignored, as in vLLM "
@@ -77,6 +90,13 @@ class LiveConfig:
     cv: float = like(SimConfig, "cv", 1.0)
     draft: str = knob("model", "drafter: a draft model, or ngram (prompt lookup)",
                       choices=DRAFTS, flag=False)
+    scheduler: str = knob("vllm-v1", "step composer: vllm-v1 (one token budget per step, "
+                          "running requests' 1 + drafts first, then whole waiting prompts in "
+                          "the same step) or vllm-v0 (prefill-only steps for joiners)",
+                          choices=SCHEDULERS)
+    max_num_batched_tokens: int | None = knob(
+        None, "vllm-v1: tokens scheduled per step (decode 1 + drafts, then prompts)",
+        range=at_least(1), none=f"{V1_DEFAULT_BATCHED_TOKENS}, the simulator's vllm-v1 default")
     ngram_min: int | None = knob(None, "shortest suffix n-gram of the ngram drafter (vLLM "
                                  "prompt_lookup_min)", range=at_least(1),
                                  none="vLLM's default", flag=False)
@@ -95,18 +115,45 @@ class LiveConfig:
         """Running slots of a run of N requests: ``max_num_seqs``, at most N."""
         return n_requests if self.max_num_seqs is None else min(self.max_num_seqs, n_requests)
 
+    @property
+    def token_budget(self) -> int | None:
+        """Tokens one step may schedule: ``max_num_batched_tokens`` or its vllm-v1 default;
+        None (unlimited) under vllm-v0."""
+        if self.scheduler != "vllm-v1":
+            return None
+        return V1_DEFAULT_BATCHED_TOKENS if self.max_num_batched_tokens is None \
+            else self.max_num_batched_tokens
+
     def sim_values(self, n_requests: int) -> dict:
         """SimConfig fields of the same workload: N requests in order, the same arrival
         process and seed, ``max_num_seqs`` running slots (vLLM-style continuous batching,
-        non-chunked prefill), the same policy, window and verification rule; verification
-        is not priced apart (``verify_cost = "none"``): a live step's measured overhead holds
-        it."""
-        return {"requests": n_requests, "sampling": "in_order", "arrival": self.arrival,
-                "rate": self.rate, "cv": self.cv,
-                "max_num_seqs": self.slots(n_requests), "policy": self.policy,
-                "num_speculative_tokens": self.k,
-                "extra": self.extra if self.policy == "tetris" else 0, "verify": self.verify,
-                "verify_cost": "none", "seed": self.seed}
+        non-chunked prefill), the same step composer and token budget, the same policy,
+        window and verification rule; verification is not priced apart (``verify_cost =
+        "none"``): a live step's measured overhead holds it."""
+        values = {"requests": n_requests, "sampling": "in_order", "arrival": self.arrival,
+                  "rate": self.rate, "cv": self.cv,
+                  "max_num_seqs": self.slots(n_requests), "policy": self.policy,
+                  "num_speculative_tokens": self.k,
+                  "extra": self.extra if self.policy == "tetris" else 0, "verify": self.verify,
+                  "verify_cost": "none", "seed": self.seed}
+        values.update(scheduler=self.scheduler, enable_chunked_prefill=False,
+                      max_num_batched_tokens=self.token_budget)
+        return values
+
+    def check_budget(self, prompt_len, n_requests: int) -> None:
+        """One-line errors for a vllm-v1 budget the live loop cannot keep: every running
+        request's 1 + k tokens must fit one step (the loop never cuts a running request), and
+        the longest prompt + output − 1 tokens too (whole prompts, as the simulator asks
+        without chunked prefill)."""
+        budget = self.token_budget
+        if budget is None:
+            return
+        ask = self.slots(n_requests) * (1 + self.k)
+        require(budget >= ask, f"--max-num-batched-tokens: expected >= max_num_seqs x (1 + k) "
+                f"= {ask} (every running request's tokens in one step), got {budget}")
+        longest = int(max(prompt_len)) + self.max_new_tokens - 1
+        require(budget >= longest, f"--max-num-batched-tokens: expected >= the longest prompt "
+                f"+ max_new_tokens - 1 = {longest} (prompts are not chunked), got {budget}")
 
     def sim_config(self, n_requests: int = 1) -> SimConfig:
         """The validated :class:`simulator.config.SimConfig` of :meth:`sim_values`."""
@@ -122,6 +169,13 @@ class LiveConfig:
 
     def check(self) -> None:
         """One-line errors naming the CLI flag for settings the loop cannot run."""
+        require(self.scheduler in SCHEDULERS, f"--scheduler: expected one of "
+                f"{', '.join(SCHEDULERS)}, got {self.scheduler!r}")
+        require(self.scheduler == "vllm-v1" or self.max_num_batched_tokens is None,
+                "--max-num-batched-tokens: expected only with --scheduler vllm-v1, got "
+                f"{self.max_num_batched_tokens} with {self.scheduler}")
+        require(self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1,
+                f"--max-num-batched-tokens: expected >= 1, got {self.max_num_batched_tokens}")
         require(self.policy in LIVE_POLICIES,
                 f"--policy: expected one of {', '.join(LIVE_POLICIES)}, got {self.policy!r}")
         require(self.verify in VERIFY_RULES, f"--verify: expected one of "

@@ -1,15 +1,33 @@
 """The live speculative-decoding engine: iteration-level continuous batching (THEORY.md §1-§5).
 
-The scheduling is the simulator's (:mod:`specbatch.simulator.engine`, non-chunked prefill,
-one replica): requests arrive by the run's arrival process (:mod:`.pool`), wait in FCFS
-order, and join while fewer than ``max_num_seqs`` run. Between steps the engine admits the
-arrived requests; a step that admits any is a prefill-only step over the joiners' prompts,
-otherwise a decode step over every running request; a request leaves at the end of the step
-in which it emitted its last token. The clock advances by measured step durations and jumps
-over idle time (:mod:`.pool`).
+The scheduling is the simulator's (:mod:`specbatch.simulator.engine`, one replica, no
+preemption: the slot cache holds every running request): requests arrive by the run's arrival
+process (:mod:`.pool`), wait in FCFS order, and join while fewer than ``max_num_seqs`` run; a
+request leaves at the end of the step in which it emitted its last token. The clock advances
+by measured step durations and jumps over idle time (:mod:`.pool`). How a step is composed
+follows ``cfg.scheduler``:
+
+- ``"vllm-v1"`` (default), vLLM V1's rule (``vllm/v1/core/sched/scheduler.py``,
+  ``Scheduler.schedule``): every step spends one token budget B = ``max_num_batched_tokens``.
+  The RUNNING requests go first, each asking 1 + s_i tokens (its pending token and the s_i
+  drafts the policy verifies); then WAITING requests FCFS while slots are free, each asking
+  its whole prompt, admitted while it fits what is left of B (the first that does not fit
+  stops admission, vLLM's ``break`` without chunked prefill). Joiners are prefilled in the
+  same step as the decode (a mixed step: one step record with both ``batch`` and
+  ``prefill_tokens``, one target pass over both, :meth:`SlotCache.mixed`); a prefill-only
+  step happens only when nothing is decoding. Two differences from vLLM, both checked up
+  front (:meth:`LiveConfig.check_budget`): prompts are not chunked (vLLM V1 chunks a prompt
+  to the budget left; the simulator is run with ``enable_chunked_prefill = false``, which
+  follows the same whole-prompt rule), and B must hold every running request's 1 + k tokens,
+  so the budget never cuts a running request (vLLM would leave the later ones unscheduled).
+- ``"vllm-v0"``: a step that admits requests is a prefill-only step over the joiners'
+  prompts, otherwise a decode step over every running request (the papers' setting).
+
+The verbs:
 
 - :func:`prefill`: both models fill the joiners' cache rows (:meth:`SlotCache.prefill`); the
-  target's last prompt row gives the first token (greedy at T = 0, else sampled at T).
+  target's last prompt row gives the first token (greedy at T = 0, else sampled at T)
+  (:func:`first_tokens`; in a mixed step the same draw from the mixed pass's prompt rows).
 - :func:`decode_step` over the n running requests:
 
   - :func:`draft`: K sequential draft passes, each sampling ``X_j ~ Ms(·|c, X^{j-1})``;
@@ -43,9 +61,6 @@ moves). Statistics computed only to record the run are paused on the timeline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
 from specbatch.errors import require
@@ -56,109 +71,61 @@ from specbatch.live.decide import plan_from_draft
 from specbatch.live.ngram import draft_ngram, fed_tokens, filler_signals
 from specbatch.live.pool import Pool, arrival_times
 from specbatch.live.record import LiveResult, Recorder
+from specbatch.live.state import Live, draw, step_end, step_start, stream_uniforms
 from specbatch.live.timeline import Timeline
 from specbatch.simulator.plan import Plan
-from specbatch.simulator.policies import Policy, make_policy
-from specbatch.simulator.state import step_record
+from specbatch.simulator.policies import make_policy
 from specbatch.simulator.verify import request_keys, uniforms
 from specbatch.theory.stats import accept_from_stats
 from specbatch.theory.stats_torch import path_stats_torch, probs_at, sample_inverse_cdf
 from specbatch.theory.verify_torch import accept_and_residual, extra_token_law_torch
 from specbatch.traces.ngram import NGRAM
 
-#: Stream tags of the live engine's own draws, xor-ed into the simulator's request keys.
-STREAMS = {"first": np.uint64(0x11FE_0001_F125_7000), "draft": np.uint64(0x11FE_0002_D4AF_7000),
-           "extra": np.uint64(0x11FE_0003_E874_A000)}
 VERIFIER_NAMES = {"theory": "specbatch.theory.verify_torch",
                   "local": "specbatch.theory.stats.accept_from_stats + "
                            "specbatch.theory.verify_torch.extra_token_law_torch"}
 
 
-@dataclass
-class Live:
-    """What the verbs of one run share: models, settings, policy, caches, clocks, records."""
-
-    draft_model: Any
-    target_model: Any
-    cfg: LiveConfig
-    device: Any
-    policy: Policy
-    keys: np.ndarray  # [N] uint64 the simulator's per-request uniform streams
-    pool: Pool
-    clock: Timeline
-    rec: Recorder
-    dcache: SlotCache | None  # None for the n-gram drafter (no draft model)
-    tcache: SlotCache
-    vocab: int  # V, the target's output rows (the n-gram filler id)
-    now: float = 0.0  # the live clock (workload seconds)
-    mark: float = 0.0  # timeline reading at the end of the last step (or the idle jump)
-
-
-def stream_uniforms(live: Live, stream: str, uid: np.ndarray, pos: np.ndarray, width: int):
-    """Counter-based uniforms of ``stream`` for requests ``uid`` at output positions ``pos``
-    (# [n] each) -> # [n, width] float64."""
-    return uniforms(live.keys[uid] ^ STREAMS[stream], pos, width)
-
-
-def draw(live: Live, logits, u: np.ndarray):
-    """One token per row at temperature T (argmax at T = 0).  logits # [n, V], u # [n]"""
-    import torch
-
-    if live.cfg.temperature == 0:
-        return logits.argmax(-1)
-    return sample_inverse_cdf(probs_at(logits, float(live.cfg.temperature)),
-                              torch.from_numpy(np.ascontiguousarray(u)).to(live.device))
-
-
-def step_start(live: Live) -> float:
-    return live.now
-
-
-def step_end(live: Live, start: float, **counts: Any) -> float:
-    """Close a step: its duration is the timeline since ``mark``; record it as one
-    :class:`simulator.state.StepRecord` (``counts``: its fields but replica, time, end,
-    verify_time = 0 (the live verification is not timed apart: it is in the overhead) and
-    overhead_time = duration − draft_time − target_time)."""
-    wall = live.clock.now()
-    duration = wall - live.mark
-    end = start + duration
-    live.rec.step_rows.append(step_record(
-        replica=0, time=start, end=end, **counts, verify_time=0.0,
-        overhead_time=duration - counts["draft_time"] - counts["target_time"]))
-    live.now, live.mark = end, wall
-    return end
-
-
 def prefill(live: Live, batch: Batch, joined: list[int]) -> Batch:
     """The prefill-only step of the joiners: both caches get their prompts, the first token
     is drawn; requests with one output token finish."""
-    import torch
-
     rec, start = live.rec, step_start(live)
-    uid = np.asarray(joined, dtype=np.int64)
     prompts = [rec.prompt_ids[u] for u in joined]
-    plen = rec.prompt_len[uid]
-    if live.dcache is not None:
-        live.dcache.prefill(live.draft_model, prompts)  # its logits are not used
+    plen = rec.prompt_len[joined]
+    pre_d = draft_prefill(live, joined)
     logits = live.tcache.prefill(live.target_model, prompts)
-    y0 = draw(live, logits, stream_uniforms(live, "first", uid, np.zeros_like(uid), 1)[:, 0])
-    pre_d = live.dcache.seconds if live.dcache is not None else 0.0
     pre_t = live.tcache.seconds
-    zeros = np.zeros_like(plen)
-    if live.dcache is not None:
-        rec.add_pass("draft", plen, zeros, pre_d, int(plen.max()))
-    rec.add_pass("target", plen, zeros, pre_t, int(plen.max()))
-    for u, tok in zip(joined, y0.tolist()):
-        rec.outputs[u].append(int(tok))
-    rec.pos[uid] = 1
-    new = Batch(uid, y0, torch.stack([y0, torch.zeros_like(y0)], dim=1),
-                torch.ones_like(y0))
-    batch, gone = retire(live, batch.join(new))
+    rec.add_pass("target", plen, np.zeros_like(plen), pre_t, int(plen.max()))
+    batch, gone = retire(live, batch.join(first_tokens(live, joined, logits)))
     end = step_end(live, start, batch=0, prefill_tokens=int(plen.sum()), drafted=0, verified=0,
                    accepted=0, emitted=len(joined), depth=0, draft_time=pre_d, target_time=pre_t)
-    rec.first_token[uid] = end
+    rec.first_token[joined] = end
     rec.finish[gone] = end
     return batch
+
+
+def draft_prefill(live: Live, joined: list[int]) -> float:
+    """The draft model's cache gets the joiners' prompts (its logits are not used); returns
+    its seconds (0 for the n-gram drafter, which has no cache)."""
+    if live.dcache is None:
+        return 0.0
+    plen = live.rec.prompt_len[joined]
+    live.dcache.prefill(live.draft_model, [live.rec.prompt_ids[u] for u in joined])
+    live.rec.add_pass("draft", plen, np.zeros_like(plen), live.dcache.seconds, int(plen.max()))
+    return live.dcache.seconds
+
+
+def first_tokens(live: Live, joined: list[int], logits) -> Batch:
+    """Each joiner's first token, drawn from its last prompt row's ``logits`` # [m, V]; the
+    joiners as a batch whose pending token is it (to be joined to the running rows)."""
+    import torch
+
+    uid = np.asarray(joined, dtype=np.int64)
+    y0 = draw(live, logits, stream_uniforms(live, "first", uid, np.zeros_like(uid), 1)[:, 0])
+    for u, tok in zip(joined, y0.tolist()):
+        live.rec.outputs[u].append(int(tok))
+    live.rec.pos[uid] = 1
+    return Batch(uid, y0, torch.stack([y0, torch.zeros_like(y0)], dim=1), torch.ones_like(y0))
 
 
 def retire(live: Live, batch: Batch) -> tuple[Batch, np.ndarray]:
@@ -214,20 +181,32 @@ def decide(live: Live, batch: Batch, kv: np.ndarray, x, draft_logits,
                            proposed)
 
 
-def target_pass(live: Live, batch: Batch, x, s: np.ndarray, kv: np.ndarray):
-    """One target pass over the pending token and each request's verified prefix.
+def target_pass(live: Live, batch: Batch, x, s: np.ndarray, kv: np.ndarray,
+                joined: list[int]):
+    """One target pass over the pending token and each request's verified prefix, and the
+    ``joined`` requests' whole prompts in the same pass when any (:meth:`SlotCache.mixed`).
 
     x: # [n, K];  s: # [n] verified lengths;  kv: # [n] (pass record)
-    returns logits # [n, G+1, V] (G = max s), seconds
+    returns logits # [n, G+1, V] (G = max s), the joiners' last prompt logits # [m, V] (None
+    without joiners), seconds
     """
     import torch
 
     g = int(s.max())
     ids = torch.cat([batch.pend_t[:, None], fed_tokens(x[:, :g], live.vocab)], dim=1)
     cache = live.tcache
-    logits = cache.forward(live.target_model, ids)
-    live.rec.add_pass("target", s + 1, kv, cache.seconds, int(cache.count[:batch.n].max()) + g + 1)
-    return logits, cache.seconds
+    view = int(cache.count[:batch.n].max()) + g + 1
+    if not joined:
+        logits, first = cache.forward(live.target_model, ids), None
+        live.rec.add_pass("target", s + 1, kv, cache.seconds, view)
+    else:
+        plen = live.rec.prompt_len[joined]
+        logits, first = cache.mixed(live.target_model, ids, s + 1,
+                                    [live.rec.prompt_ids[u] for u in joined])
+        live.rec.add_pass("target", np.concatenate([s + 1, plen]),
+                          np.concatenate([kv, np.zeros_like(plen)]), cache.seconds,
+                          max(view, int(plen.max())))
+    return logits, first, cache.seconds
 
 
 def verify(live: Live, batch: Batch, x, draft_logits, target_logits, s: np.ndarray,
@@ -297,10 +276,20 @@ def commit(live: Live, batch: Batch, x, tau: np.ndarray, y, stats: dict,
     return Batch(batch.uid, y, pend_d, 1 + full.long()), emitted
 
 
+def admit_v1(live: Live, running: int, asked: int) -> list[int]:
+    """vllm-v1's admission after the running requests asked ``asked`` tokens: FCFS whole
+    prompts into the free slots while they fit what is left of the token budget."""
+    left = live.cfg.token_budget - asked
+    return live.pool.admit(running, left, live.rec.prompt_len)
+
+
 def decode_step(live: Live, batch: Batch) -> Batch:
-    """draft → decide → target_pass → verify → commit → retire, recorded as one step with
-    the plan's counts (drafted: K per request, or its proposed count for n-gram drafts;
-    depth: the plan's draft passes), as the simulator records them."""
+    """draft → decide → (vllm-v1: admit) → target_pass → verify → commit → retire, recorded
+    as one step with the plan's counts (drafted: K per request, or its proposed count for
+    n-gram drafts; depth: the plan's draft passes), as the simulator records them. Under
+    vllm-v1 the requests admitted into the budget left by the running ones' 1 + s_i tokens
+    are prefilled in the same step (the draft's prefill, the target's one mixed pass) and
+    emit their first token at its end."""
     rec, n = live.rec, batch.n
     start = step_start(live)
     pos = rec.pos[batch.uid].copy()
@@ -310,14 +299,21 @@ def decode_step(live: Live, batch: Batch) -> Batch:
     x, draft_logits, draft_t, proposed = draft(live, batch, kv, pos)
     plan = decide(live, batch, kv, x, draft_logits, proposed)
     s = plan.verified
-    target_logits, target_t = target_pass(live, batch, x, s, kv)
+    joined = admit_v1(live, n, int(s.sum()) + n) if live.cfg.token_budget is not None else []
+    if joined:
+        draft_t += draft_prefill(live, joined)
+    target_logits, first, target_t = target_pass(live, batch, x, s, kv, joined)
     tau, tau_t, y, stats = verify(live, batch, x, draft_logits, target_logits, s, pos, proposed)
     rec.count_step(batch.uid, plan.drafted, s, tau)
     batch, emitted = commit(live, batch, x, tau, y, stats, starts, plan.drafted)
+    if joined:
+        batch = batch.join(first_tokens(live, joined, first))
     batch, gone = retire(live, batch)
-    end = step_end(live, start, batch=n, prefill_tokens=0, drafted=int(plan.drafted.sum()),
-                   verified=int(s.sum()), accepted=int(tau.sum()), emitted=int(emitted.sum()),
+    end = step_end(live, start, batch=n, prefill_tokens=int(rec.prompt_len[joined].sum()),
+                   drafted=int(plan.drafted.sum()), verified=int(s.sum()),
+                   accepted=int(tau.sum()), emitted=int(emitted.sum()) + len(joined),
                    depth=plan.draft_passes(), draft_time=draft_t, target_time=target_t)
+    rec.first_token[joined] = end
     rec.finish[gone] = end
     return batch
 
@@ -360,6 +356,7 @@ def run_live(draft_model, target_model, prompt_ids: list[list[int]], cfg: LiveCo
     cfg.check()
     require(len(prompt_ids) >= 1, "prompts: expected at least one prompt, got none")
     require(all(len(p) >= 1 for p in prompt_ids), "prompts: expected non-empty token lists")
+    cfg.check_budget([len(p) for p in prompt_ids], len(prompt_ids))
     live = start(draft_model, target_model, prompt_ids, cfg, names)
     pool = live.pool
     with torch.inference_mode():
@@ -367,8 +364,9 @@ def run_live(draft_model, target_model, prompt_ids: list[list[int]], cfg: LiveCo
         live.mark = live.clock.now()
         while batch.n or not pool.drained:
             pool.arrive(live.now)
-            joined = pool.admit(batch.n)
-            if joined:
+            if batch.n and cfg.token_budget is not None:  # vllm-v1: decode first, then admit
+                batch = decode_step(live, batch)
+            elif joined := pool.admit(batch.n, cfg.token_budget, live.rec.prompt_len):
                 batch = prefill(live, batch, joined)
             elif batch.n:
                 batch = decode_step(live, batch)

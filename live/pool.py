@@ -60,10 +60,19 @@ class Pool:
             self.waiting.append(int(order[self.cursor]))
             self.cursor += 1
 
-    def admit(self, running: int) -> list[int]:
-        """FCFS: the waiting requests that fit in ``max_num_seqs − running`` free slots."""
+    def admit(self, running: int, left: int | None = None,
+              prompt_len: np.ndarray | None = None) -> list[int]:
+        """FCFS: the waiting requests that fit in ``max_num_seqs − running`` free slots and,
+        with a token budget ``left`` (vllm-v1), whose whole prompts (``prompt_len`` # [N])
+        fit what is left of it; the first that does not fit stops admission (FCFS blocking,
+        vLLM's ``break`` without chunked prefill)."""
         take = []
         while self.waiting and running + len(take) < self.max_num_seqs:
+            if left is not None:
+                need = int(prompt_len[self.waiting[0]])
+                if need > left:
+                    break
+                left -= need
             take.append(self.waiting.popleft())
         return take
 

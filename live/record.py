@@ -134,7 +134,8 @@ class Recorder:
         decode = steps[steps["batch"] > 0]
         mean = (lambda s: float(s.mean())) if len(decode) else (lambda s: float("nan"))
         summary.update({
-            "policy": cfg.policy, "verify": cfg.verify, "live": True, "device": self.device,
+            "policy": cfg.policy, "verify": cfg.verify, "scheduler": cfg.scheduler,
+            "max_num_batched_tokens": cfg.token_budget, "live": True, "device": self.device,
             "verifier": verifier, "dtype": cfg.dtype, "arrival": cfg.arrival,
             "max_num_seqs": cfg.slots(n),
             "step_latency_mean": float((steps["end"] - steps["time"]).mean()),

@@ -45,3 +45,25 @@ def test_rows_leave_and_the_rest_decode_as_if_alone(models):
     for r, old in enumerate(order.tolist()):
         torch.testing.assert_close(logits[r], _alone(target, seqs[old] + [50 + r]),
                                    rtol=1e-4, atol=1e-4)
+
+
+def test_mixed_pass_gives_every_row_and_joiner_its_own_sequence(models):
+    """vllm-v1's mixed step: running rows' new tokens (different widths) and whole prompts of
+    joiners packed into one pass; each sees only its own sequence."""
+    target = models[1]
+    cache = SlotCache(target, slots=8, length=32)
+    seqs = [list(p) for p in IDS[:3]]
+    ids = torch.tensor([[50, 51, 52], [53, 0, 0], [54, 55, 0]])
+    width = np.array([3, 1, 2])
+    with torch.inference_mode():
+        cache.prefill(target, seqs)
+        rows, first = cache.mixed(target, ids, width, [IDS[3], IDS[4]])
+    assert rows.shape[:2] == (3, 3) and first.shape[0] == 2
+    for i, seq in enumerate(seqs):
+        for r in range(3):
+            fed = ids[i, :min(r, width[i] - 1) + 1].tolist()  # past the width: its last
+            torch.testing.assert_close(rows[i, r], _alone(target, seq + fed),
+                                       rtol=1e-4, atol=1e-4)
+    for j, prompt in enumerate(IDS[3:]):
+        torch.testing.assert_close(first[j], _alone(target, prompt), rtol=1e-4, atol=1e-4)
+    assert cache.n == 5 and list(cache.count[:5]) == [3, 7, 1, 4, 2]  # callers commit rows

@@ -140,12 +140,14 @@ def test_draft_time_is_the_proposers_and_there_is_no_draft_model_pass(peaked, lo
     assert (result.requests["drafted"] < cfg.depth * result.requests["steps"]).any()
 
 
-def test_recorded_trace_has_proposed_column_validates_and_replays(peaked, looping, tmp_path):
+@pytest.mark.parametrize("scheduler", ["vllm-v1", "vllm-v0"])
+def test_recorded_trace_has_proposed_column_validates_and_replays(peaked, looping, tmp_path,
+                                                                   scheduler):
     """The n-gram twin of test_engine's replay test: the simulator, on the run's trace and
     its measured step times, draws the same τ and makes the same schedule."""
     cfg = LiveConfig(max_new_tokens=8, policy="tetris", k=2, extra=1, verify="block",
                      temperature=1.0, seed=3, max_num_seqs=3, arrival="poisson", rate=30.0,
-                     **NGRAM)
+                     scheduler=scheduler, **NGRAM)
     live = run_live(None, peaked, looping, cfg)
     trace = build_trace(live)
     write_trace(trace, tmp_path / "trace")
@@ -153,7 +155,7 @@ def test_recorded_trace_has_proposed_column_validates_and_replays(peaked, loopin
     assert np.array_equal(again.proposed, trace.proposed) and trace.proposed.max() > 0
     steps = live.steps
     # the live loop composes V0-style steps (prefill-only, then decode)
-    sim = simulate(cfg.sim_config(len(looping)).replace(trace="synth", scheduler="vllm-v0"),
+    sim = simulate(cfg.sim_config(len(looping)).replace(trace="synth"),
                    trace=again, cost_model=MeasuredSteps((steps["end"] - steps["time"]).to_numpy()))
     for col in ("time", "end", "batch", "prefill_tokens", "drafted", "verified", "accepted",
                 "emitted", "depth"):
