@@ -167,7 +167,8 @@ class Engine(Admission, Decode, V1Composer, V1Step, V1Reference):
         for rep in self.replicas:
             rep.free_blocks = self.blocks.pool if self.blocks is not None else 0
             if caching:
-                rep.prefix = PrefixCache(self.blocks.pool, self.blocks.block_size, group, shared)
+                rep.prefix = PrefixCache(self.blocks.pool, self.blocks.block_size, group, shared,
+                                         lazy=not reference)
         # one policy instance per replica (stateful policies such as dsd plan per engine)
         self.policies = [policy] + [copy.deepcopy(policy) for _ in self.replicas[1:]]
         self.outstanding = [0] * len(self.replicas)
@@ -403,9 +404,7 @@ class Engine(Admission, Decode, V1Composer, V1Step, V1Reference):
         if self.blocks is not None:
             self.blocks.release(rep, gone)
             if rep.prefix is not None:  # shared blocks stay held by other requests
-                for uid in u.tolist():
-                    rep.prefix.release(uid)
-                rep.free_blocks = len(rep.prefix.free)
+                rep.free_blocks = rep.prefix.release_finished(u)
         elif self.kv_capacity is not None:  # the reservation only matters under a capacity
             rep.kv_reserved -= int(self.footprint.take(u).sum())
         rep.finishing += int(u.shape[0])

@@ -48,19 +48,67 @@ class PrefixCache:
 
     group:  # [N] int64 shared-prefix group of each request (−1 = none)
     shared: # [N] int64 length of that shared prefix in tokens
+    lazy:   start in counting mode when no request has a shared-prefix group (below)
+
+    Counting mode (``lazy``): without shared-prefix groups a request's hashes can only be
+    found by that request readmitted after a preemption, so until the first preemption
+    block identities change nothing a run observes. Meanwhile the cache keeps counts only
+    (the free blocks, each request's held and hashed blocks: vectorised, no per-block work);
+    the first :meth:`release` of a running request (a preemption) :meth:`materialise`\ s the
+    exact pool, equal to the one per-block bookkeeping would hold up to the blocks' numbering
+    (the hashes of finished requests, which no one asks for again, left out), and every call
+    from then on is exact.
     """
 
-    def __init__(self, pool: int, block_size: int, group: np.ndarray, shared: np.ndarray):
+    def __init__(self, pool: int, block_size: int, group: np.ndarray, shared: np.ndarray,
+                 lazy: bool = True):
         self.block_size = block_size
-        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(pool))
+        self.pool = pool
+        self.n_free = pool  # blocks in the free queue (reference count 0)
+        self.lazy = lazy and not bool((group >= 0).any())
+        self.queue: OrderedDict[int, None] = OrderedDict()  # the free queue, LRU order
         self.hash_of: dict[int, tuple] = {}
         self.cached: dict[tuple, int] = {}
-        self.ref = [0] * pool
+        self.ref: list[int] = []
         self.owned: dict[int, list[int]] = {}
+        self.held = np.zeros(group.shape[0], dtype=np.int64)  # [N] blocks held (counting mode)
         self.hashed = np.zeros(group.shape[0], dtype=np.int64)  # [N] leading blocks hashed
         self.seen: set[int] = set()  # requests that hashed blocks (their own may be cached)
         self.group = group
         self.full_shared = shared // block_size  # blocks wholly inside the shared prefix
+        if not self.lazy:
+            self.queue = OrderedDict((b, None) for b in range(pool))
+            self.ref = [0] * pool
+
+    @property
+    def free(self) -> OrderedDict[int, None]:
+        """The free queue of block ids, head first (exact: materialises counting mode)."""
+        self.materialise()
+        return self.queue
+
+    def materialise(self) -> None:
+        """Leave counting mode: number the held blocks request by request, hash each
+        request's first ``hashed`` of them, and queue the rest of the pool as free."""
+        if not self.lazy:
+            return
+        self.lazy = False
+        self.ref = [0] * self.pool
+        nxt = 0
+        for u in np.flatnonzero(self.held).tolist():
+            n = int(self.held[u])
+            blocks = list(range(nxt, nxt + n))
+            nxt += n
+            self.owned[u] = blocks
+            for b in blocks:
+                self.ref[b] = 1
+            for j in range(int(self.hashed[u])):
+                h = self.key(u, j)
+                self.cached[h] = blocks[j]
+                self.hash_of[blocks[j]] = h
+            if self.hashed[u]:
+                self.seen.add(u)
+        self.queue = OrderedDict((b, None) for b in range(nxt, self.pool))
+        assert len(self.queue) == self.n_free, "prefix cache: counting mode lost blocks"
 
     def key(self, uid: int, j: int) -> tuple:
         """The hash of request ``uid``'s block ``j``: shared within its group's prefix."""
@@ -70,32 +118,64 @@ class PrefixCache:
 
     def allocate(self, uid: int, n: int) -> None:
         """``get_new_blocks``: ``n`` blocks from the head of the free queue, evicting hashes."""
+        self.n_free -= n
+        if self.lazy:
+            self.held[uid] += n
+            return
         blocks = self.owned.setdefault(uid, [])
+        queue, hash_of, ref = self.queue, self.hash_of, self.ref
         for _ in range(n):
-            b, _ = self.free.popitem(last=False)
-            h = self.hash_of.pop(b, None)
+            b, _ = queue.popitem(last=False)
+            h = hash_of.pop(b, None)
             if h is not None:
                 del self.cached[h]
-            self.ref[b] = 1
+            ref[b] = 1
             blocks.append(b)
+
+    def allocate_many(self, uids: np.ndarray, counts: np.ndarray) -> None:
+        """:meth:`allocate` ``counts[i]`` blocks to each of the distinct ``uids``, in order."""
+        if self.lazy:
+            self.held[uids] += counts
+            self.n_free -= int(counts.sum())
+            return
+        for u, n in zip(uids.tolist(), counts.tolist()):
+            self.allocate(u, n)
 
     def release(self, uid: int) -> int:
         """``free``: the request's blocks back to the queue's tail, last block first (those
         no other running request holds). Returns how many joined the free queue."""
+        self.materialise()
         freed = 0
+        ref = self.ref
         for b in reversed(self.owned.pop(uid, ())):
-            self.ref[b] -= 1
-            if self.ref[b] == 0:
-                self.free[b] = None
+            ref[b] -= 1
+            if ref[b] == 0:
+                self.queue[b] = None
                 freed += 1
         self.hashed[uid] = 0
+        self.n_free += freed
         return freed
+
+    def release_finished(self, uids: np.ndarray) -> int:
+        """:meth:`release` each of the finished ``uids`` in order; returns the free blocks.
+        In counting mode their blocks are only counted back: no one asks for their hashes."""
+        if self.lazy:
+            self.n_free += int(self.held[uids].sum())
+            self.held[uids] = 0
+            self.hashed[uids] = 0
+            return self.n_free
+        for u in uids.tolist():
+            self.release(u)
+        return self.n_free
 
     def cache_full(self, uid: int, full: int) -> None:
         """``cache_full_blocks``: hash the request's first ``full`` blocks (a hash already
         cached keeps its block)."""
         start = int(self.hashed[uid])
         if full <= start:
+            return
+        if self.lazy:
+            self.hashed[uid] = full
             return
         blocks = self.owned[uid]
         for j in range(start, full):
@@ -106,12 +186,22 @@ class PrefixCache:
         self.seen.add(uid)
         self.hashed[uid] = full
 
+    def cache_many(self, uids: np.ndarray, full: np.ndarray) -> None:
+        """:meth:`cache_full` each of the distinct ``uids`` up to ``full`` blocks (each more
+        than it hashed), in order."""
+        if self.lazy:
+            self.hashed[uids] = full
+            return
+        for u, f in zip(uids.tolist(), full.tolist()):
+            self.cache_full(u, f)
+
     def hits(self, uid: int, tokens: int) -> list[int]:
         """``get_computed_blocks``: the leading cached blocks of a request of ``tokens``
-        tokens, at most ⌊(tokens − 1) / block_size⌋."""
+        tokens, at most ⌊(tokens − 1) / block_size⌋. (In counting mode every waiting
+        request is new and has none.)"""
         out: list[int] = []
-        if self.group[uid] < 0 and uid not in self.seen:  # nothing of it was ever cached
-            return out
+        if self.lazy or (self.group[uid] < 0 and uid not in self.seen):
+            return out  # nothing of it was ever cached
         for j in range((tokens - 1) // self.block_size):
             b = self.cached.get(self.key(uid, j))
             if b is None:
@@ -125,9 +215,13 @@ class PrefixCache:
 
     def touch(self, uid: int, blocks: list[int]) -> None:
         """``touch``: the request holds ``blocks`` (hits), out of the free queue."""
+        self.hashed[uid] = len(blocks)
+        if self.lazy:  # no hits in counting mode
+            self.held[uid] = 0
+            return
         for b in blocks:
             if self.ref[b] == 0:
-                del self.free[b]
+                del self.queue[b]
+                self.n_free -= 1
             self.ref[b] += 1
         self.owned[uid] = list(blocks)
-        self.hashed[uid] = len(blocks)

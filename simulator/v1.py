@@ -40,7 +40,8 @@ Rules, read from vLLM's source (vllm-project/vllm):
 
 Reserve mode (``kv_mode = "reserve"``) keeps its own KV model under this composer: a request
 reserves prompt + output + K + 1 tokens at admission, so running requests never preempt.
-Prefix caching (``enable_prefix_caching``) is not modelled: freed blocks are not found again.
+Paged mode with ``enable_prefix_caching`` keeps the block pool's identities in
+simulator.prefix (counting only, until a preemption makes them matter).
 
 The composer is vectorised over the running batch (:meth:`V1Composer.compose`: cumulative
 sums, one allocation); preemption, which is rare, and admission, which is FCFS, walk
@@ -174,7 +175,7 @@ class V1Composer:
         blocks = state[_BLOCKS].copy() if paged else state[_BLOCKS]
         prefix = rep.prefix
         if prefix is not None:
-            free = len(prefix.free)
+            free = prefix.n_free
         else:
             free = rep.free_blocks if paged else rep.kv_reserved
         if paged and kept:
@@ -193,9 +194,8 @@ class V1Composer:
                 blocks += need
                 free -= total
                 if prefix is not None:
-                    uid = state[_UID]
-                    for i in np.flatnonzero(need).tolist():
-                        prefix.allocate(int(uid[i]), int(need[i]))
+                    nz = np.flatnonzero(need)
+                    prefix.allocate_many(state[_UID, nz], need[nz])
             else:
                 tokens = tokens.copy()
                 kept, free = self.preempt_walk(tokens, need, blocks, free, state[_UID], prefix)
@@ -225,8 +225,7 @@ class V1Composer:
         full = np.minimum(computed + tokens, num_tokens) // bs
         uid = state[_UID]
         grew = np.flatnonzero((full > prefix.hashed[uid]) & (tokens > 0))
-        for i in grew.tolist():
-            prefix.cache_full(int(uid[i]), int(full[i]))
+        prefix.cache_many(uid[grew], full[grew])
 
     @staticmethod
     def preempt_walk(tokens: np.ndarray, need: np.ndarray, blocks: np.ndarray, free: int,
@@ -241,8 +240,8 @@ class V1Composer:
         blocks[:i] += need[:i]
         free -= int(_sum(need[:i]))
         if prefix is not None:
-            for j in np.flatnonzero(need[:i]).tolist():
-                prefix.allocate(int(uid[j]), int(need[j]))
+            nz = np.flatnonzero(need[:i])
+            prefix.allocate_many(uid[nz], need[nz])
         while i < end and tokens[i] > 0:
             while need[i] > free and end > i:
                 end -= 1
