@@ -54,8 +54,8 @@ class PrefixCache:
     found by that request readmitted after a preemption, so until the first preemption
     block identities change nothing a run observes. Meanwhile the cache keeps counts only
     (the free blocks, each request's held and hashed blocks: vectorised, no per-block work);
-    the first :meth:`release` of a running request (a preemption) :meth:`materialise`\ s the
-    exact pool, equal to the one per-block bookkeeping would hold up to the blocks' numbering
+    the first :meth:`release` of a running request (a preemption) materialises the exact
+    pool (:meth:`materialise`), equal to the one per-block bookkeeping would hold up to the blocks' numbering
     (the hashes of finished requests, which no one asks for again, left out), and every call
     from then on is exact.
     """
@@ -73,6 +73,7 @@ class PrefixCache:
         self.owned: dict[int, list[int]] = {}
         self.held = np.zeros(group.shape[0], dtype=np.int64)  # [N] blocks held (counting mode)
         self.hashed = np.zeros(group.shape[0], dtype=np.int64)  # [N] leading blocks hashed
+        self.done = np.zeros(group.shape[0], dtype=np.int64)  # [N] tokens hashable (counting)
         self.seen: set[int] = set()  # requests that hashed blocks (their own may be cached)
         self.group = group
         self.full_shared = shared // block_size  # blocks wholly inside the shared prefix
@@ -101,6 +102,7 @@ class PrefixCache:
             self.owned[u] = blocks
             for b in blocks:
                 self.ref[b] = 1
+            self.hashed[u] = max(int(self.hashed[u]), int(self.done[u]) // self.block_size)
             for j in range(int(self.hashed[u])):
                 h = self.key(u, j)
                 self.cached[h] = blocks[j]
@@ -163,6 +165,7 @@ class PrefixCache:
             self.n_free += int(self.held[uids].sum())
             self.held[uids] = 0
             self.hashed[uids] = 0
+            self.done[uids] = 0
             return self.n_free
         for u in uids.tolist():
             self.release(u)
@@ -185,6 +188,12 @@ class PrefixCache:
                 self.hash_of[blocks[j]] = h
         self.seen.add(uid)
         self.hashed[uid] = full
+
+    def note_done(self, uids: np.ndarray, done: np.ndarray) -> None:
+        """Counting mode: the distinct running ``uids`` have ``done`` # [n] tokens computed
+        (prompt and output, never drafts), ⌊done / block_size⌋ full blocks to hash; the
+        hashing waits for :meth:`materialise`."""
+        self.done[uids] = done
 
     def cache_many(self, uids: np.ndarray, full: np.ndarray) -> None:
         """:meth:`cache_full` each of the distinct ``uids`` up to ``full`` blocks (each more

@@ -172,7 +172,7 @@ class V1Composer:
             asked = budget
         kept = state.shape[1]
         paged = self.blocks is not None
-        blocks = state[_BLOCKS].copy() if paged else state[_BLOCKS]
+        blocks = state[_BLOCKS]  # a view: copied before it changes
         prefix = rep.prefix
         if prefix is not None:
             free = prefix.n_free
@@ -180,31 +180,39 @@ class V1Composer:
             free = rep.free_blocks if paged else rep.kv_reserved
         if paged and kept:
             bs = self.blocks.block_size
+            cut = tokens is not want  # the budget left some running requests short
             if rep.n_prefilling:
                 decoding = state[_PREFILLED] >= state[_FILL]
-                computed = np.where(decoding, state[_PROMPT] + state[_POS] - 1,
-                                    state[_PREFILLED])
-            else:
-                computed = state[_PROMPT] + state[_POS] - 1
-            need = ceil_div(computed + tokens + self.lookahead, bs) - blocks
+                ctx = state[_PROMPT] + state[_POS]  # prompt + t
+                computed = np.where(decoding, ctx - 1, state[_PREFILLED])
+                need = ceil_div(computed + tokens + self.lookahead, bs) - blocks
+                done = np.where(decoding, ctx,
+                                np.minimum(computed + tokens, state[_FILL]))
+            else:  # every request decodes: computed = prompt + t − 1
+                done = state[_PROMPT] + state[_POS]  # prompt + t = computed + 1
+                need = (done + tokens + (self.lookahead + bs - 2)) // bs - blocks
             np.maximum(need, 0, out=need)
-            need *= tokens > 0
-            total = int(need.sum())
+            if cut:
+                need *= tokens > 0
+            total = int(_sum(need))
             if total <= free:
-                blocks += need
-                free -= total
-                if prefix is not None:
-                    nz = np.flatnonzero(need)
-                    prefix.allocate_many(state[_UID, nz], need[nz])
+                if total:
+                    blocks = blocks + need
+                    free -= total
+                    if prefix is not None:
+                        nz = np.flatnonzero(need)
+                        prefix.allocate_many(state[_UID, nz], need[nz])
             else:
                 tokens = tokens.copy()
+                blocks = blocks.copy()
                 kept, free = self.preempt_walk(tokens, need, blocks, free, state[_UID], prefix)
                 tokens = tokens[:kept]
                 blocks = blocks[:kept]
-                computed = computed[:kept]
+                done = done[:kept]
                 asked = int(_sum(tokens))
+                cut = True
             if prefix is not None:
-                self.cache_scheduled(prefix, state[:, :kept], computed, tokens)
+                self.cache_scheduled(prefix, state[_UID, :kept], done, tokens, cut)
         if kept < state.shape[1]:  # a step that preempted admits nobody
             return Composition(kept, (), tokens, blocks, free)
         if not rep.waiting or kept >= self.max_seqs or asked >= budget:
@@ -215,16 +223,20 @@ class V1Composer:
             blocks = np.concatenate([blocks, np.asarray(b_new, dtype=_I64)])
         return Composition(kept, joined, tokens, blocks, free, tuple(c_new))
 
-    def cache_scheduled(self, prefix: PrefixCache, state: np.ndarray, computed: np.ndarray,
-                        tokens: np.ndarray) -> None:
-        """Hash the blocks the scheduled running requests fill this step, in running order:
-        ⌊min(computed + tokens, prompt + t) / block_size⌋ full blocks (never drafts)."""
-        bs = prefix.block_size
-        decoding = state[_PREFILLED] >= state[_FILL]
-        num_tokens = np.where(decoding, state[_PROMPT] + state[_POS], state[_FILL])
-        full = np.minimum(computed + tokens, num_tokens) // bs
-        uid = state[_UID]
-        grew = np.flatnonzero((full > prefix.hashed[uid]) & (tokens > 0))
+    @staticmethod
+    def cache_scheduled(prefix: PrefixCache, uid: np.ndarray, done: np.ndarray,
+                        tokens: np.ndarray, cut: bool) -> None:
+        """Hash the blocks the scheduled running requests ``uid`` fill this step, in running
+        order: ⌊done / block_size⌋ full blocks, done = min(computed + tokens, prompt + t)
+        (never drafts; ``cut``: some have tokens = 0 and are not scheduled)."""
+        if cut:
+            sel = np.flatnonzero(tokens)
+            uid, done = uid[sel], done[sel]
+        if prefix.lazy:
+            prefix.note_done(uid, done)
+            return
+        full = done // prefix.block_size
+        grew = np.flatnonzero(full > prefix.hashed[uid])
         prefix.cache_many(uid[grew], full[grew])
 
     @staticmethod
