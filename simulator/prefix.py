@@ -52,12 +52,12 @@ class PrefixCache:
 
     Counting mode (``lazy``): without shared-prefix groups a request's hashes can only be
     found by that request readmitted after a preemption, so until the first preemption
-    block identities change nothing a run observes. Meanwhile the cache keeps counts only
-    (the free blocks, each request's held and hashed blocks: vectorised, no per-block work);
-    the first :meth:`release` of a running request (a preemption) materialises the exact
-    pool (:meth:`materialise`), equal to the one per-block bookkeeping would hold up to the blocks' numbering
-    (the hashes of finished requests, which no one asks for again, left out), and every call
-    from then on is exact.
+    block identities change nothing a run observes. Meanwhile the cache counts the free
+    blocks and remembers the tokens each running request has computed (no per-block work);
+    before the first preemption the composer calls :meth:`materialise` with the running
+    requests' block counts, which builds the exact pool, equal to the one per-block
+    bookkeeping would hold up to the blocks' numbering (the hashes of finished requests,
+    which no one asks for again, left out), and every call from then on is exact.
     """
 
     def __init__(self, pool: int, block_size: int, group: np.ndarray, shared: np.ndarray,
@@ -71,9 +71,9 @@ class PrefixCache:
         self.cached: dict[tuple, int] = {}
         self.ref: list[int] = []
         self.owned: dict[int, list[int]] = {}
-        self.held = np.zeros(group.shape[0], dtype=np.int64)  # [N] blocks held (counting mode)
         self.hashed = np.zeros(group.shape[0], dtype=np.int64)  # [N] leading blocks hashed
         self.done = np.zeros(group.shape[0], dtype=np.int64)  # [N] tokens hashable (counting)
+        self.pending: tuple[np.ndarray, np.ndarray] | None = None  # last step's (uids, done)
         self.seen: set[int] = set()  # requests that hashed blocks (their own may be cached)
         self.group = group
         self.full_shared = shared // block_size  # blocks wholly inside the shared prefix
@@ -83,30 +83,31 @@ class PrefixCache:
 
     @property
     def free(self) -> OrderedDict[int, None]:
-        """The free queue of block ids, head first (exact: materialises counting mode)."""
-        self.materialise()
+        """The free queue of block ids, head first (exact mode)."""
+        assert not self.lazy, "prefix cache: materialise() the counting mode first"
         return self.queue
 
-    def materialise(self) -> None:
-        """Leave counting mode: number the held blocks request by request, hash each
-        request's first ``hashed`` of them, and queue the rest of the pool as free."""
+    def materialise(self, uids: np.ndarray, blocks: np.ndarray) -> None:
+        """Leave counting mode, given the running requests ``uids`` and the ``blocks`` each
+        holds # [n]: number the held blocks request by request, hash each request's first
+        ⌊done / block_size⌋ of them, and queue the rest of the pool as free."""
         if not self.lazy:
             return
+        self.flush()
         self.lazy = False
         self.ref = [0] * self.pool
         nxt = 0
-        for u in np.flatnonzero(self.held).tolist():
-            n = int(self.held[u])
-            blocks = list(range(nxt, nxt + n))
+        for u, n in zip(uids.tolist(), blocks.tolist()):
+            held = list(range(nxt, nxt + n))
             nxt += n
-            self.owned[u] = blocks
-            for b in blocks:
+            self.owned[u] = held
+            for b in held:
                 self.ref[b] = 1
             self.hashed[u] = max(int(self.hashed[u]), int(self.done[u]) // self.block_size)
             for j in range(int(self.hashed[u])):
                 h = self.key(u, j)
-                self.cached[h] = blocks[j]
-                self.hash_of[blocks[j]] = h
+                self.cached[h] = held[j]
+                self.hash_of[held[j]] = h
             if self.hashed[u]:
                 self.seen.add(u)
         self.queue = OrderedDict((b, None) for b in range(nxt, self.pool))
@@ -122,7 +123,6 @@ class PrefixCache:
         """``get_new_blocks``: ``n`` blocks from the head of the free queue, evicting hashes."""
         self.n_free -= n
         if self.lazy:
-            self.held[uid] += n
             return
         blocks = self.owned.setdefault(uid, [])
         queue, hash_of, ref = self.queue, self.hash_of, self.ref
@@ -137,7 +137,6 @@ class PrefixCache:
     def allocate_many(self, uids: np.ndarray, counts: np.ndarray) -> None:
         """:meth:`allocate` ``counts[i]`` blocks to each of the distinct ``uids``, in order."""
         if self.lazy:
-            self.held[uids] += counts
             self.n_free -= int(counts.sum())
             return
         for u, n in zip(uids.tolist(), counts.tolist()):
@@ -146,7 +145,7 @@ class PrefixCache:
     def release(self, uid: int) -> int:
         """``free``: the request's blocks back to the queue's tail, last block first (those
         no other running request holds). Returns how many joined the free queue."""
-        self.materialise()
+        assert not self.lazy, "prefix cache: materialise() the counting mode first"
         freed = 0
         ref = self.ref
         for b in reversed(self.owned.pop(uid, ())):
@@ -158,14 +157,12 @@ class PrefixCache:
         self.n_free += freed
         return freed
 
-    def release_finished(self, uids: np.ndarray) -> int:
-        """:meth:`release` each of the finished ``uids`` in order; returns the free blocks.
-        In counting mode their blocks are only counted back: no one asks for their hashes."""
+    def release_finished(self, uids: np.ndarray, blocks: np.ndarray) -> int:
+        """:meth:`release` each of the finished ``uids`` (holding ``blocks`` # [f]) in order;
+        returns the free blocks. In counting mode their blocks are only counted back: no
+        one asks for their hashes again."""
         if self.lazy:
-            self.n_free += int(self.held[uids].sum())
-            self.held[uids] = 0
-            self.hashed[uids] = 0
-            self.done[uids] = 0
+            self.n_free += int(blocks.sum())
             return self.n_free
         for u in uids.tolist():
             self.release(u)
@@ -189,11 +186,23 @@ class PrefixCache:
         self.seen.add(uid)
         self.hashed[uid] = full
 
-    def note_done(self, uids: np.ndarray, done: np.ndarray) -> None:
+    def note_done(self, uids: np.ndarray, done: np.ndarray, every: bool) -> None:
         """Counting mode: the distinct running ``uids`` have ``done`` # [n] tokens computed
         (prompt and output, never drafts), ⌊done / block_size⌋ full blocks to hash; the
-        hashing waits for :meth:`materialise`."""
-        self.done[uids] = done
+        hashing waits for :meth:`materialise`. The arrays are kept as they are (never
+        written later) until a step that does not schedule ``every`` running request, or
+        :meth:`materialise`, writes them down: a step that schedules every one of them
+        supersedes the last step's numbers for all that still run."""
+        if not every:
+            self.flush()
+        self.pending = (uids, done)
+
+    def flush(self) -> None:
+        """Write the kept :meth:`note_done` numbers into ``done`` # [N]."""
+        if self.pending is not None:
+            uids, done = self.pending
+            self.done[uids] = done
+            self.pending = None
 
     def cache_many(self, uids: np.ndarray, full: np.ndarray) -> None:
         """:meth:`cache_full` each of the distinct ``uids`` up to ``full`` blocks (each more
@@ -226,7 +235,6 @@ class PrefixCache:
         """``touch``: the request holds ``blocks`` (hits), out of the free queue."""
         self.hashed[uid] = len(blocks)
         if self.lazy:  # no hits in counting mode
-            self.held[uid] = 0
             return
         for b in blocks:
             if self.ref[b] == 0:

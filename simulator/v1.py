@@ -200,9 +200,14 @@ class V1Composer:
                     blocks = blocks + need
                     free -= total
                     if prefix is not None:
-                        nz = np.flatnonzero(need)
-                        prefix.allocate_many(state[_UID, nz], need[nz])
+                        if prefix.lazy:
+                            prefix.n_free -= total
+                        else:
+                            nz = np.flatnonzero(need)
+                            prefix.allocate_many(state[_UID, nz], need[nz])
             else:
+                if prefix is not None:  # block identities matter from here on
+                    prefix.materialise(state[_UID], blocks)
                 tokens = tokens.copy()
                 blocks = blocks.copy()
                 kept, free = self.preempt_walk(tokens, need, blocks, free, state[_UID], prefix)
@@ -233,7 +238,7 @@ class V1Composer:
             sel = np.flatnonzero(tokens)
             uid, done = uid[sel], done[sel]
         if prefix.lazy:
-            prefix.note_done(uid, done)
+            prefix.note_done(uid, done, not cut)
             return
         full = done // prefix.block_size
         grew = np.flatnonzero(full > prefix.hashed[uid])
