@@ -125,6 +125,8 @@ class Composition(NamedTuple):
     blocks:  # [kept + joined] KV blocks each holds after allocation (paged mode; else 0)
     free:    the replica's free blocks (paged) or reserved tokens (reserve) afterwards
     cached:  per joined request, its tokens found in the prefix cache (prefilled already)
+    cut:     some running request got fewer tokens than it asked, or was preempted (None =
+             not told: compare ``tokens`` with what was asked)
     """
 
     kept: int
@@ -133,6 +135,7 @@ class Composition(NamedTuple):
     blocks: np.ndarray
     free: int
     cached: tuple[int, ...] = ()
+    cut: bool | None = None
 
 
 class V1Composer:
@@ -170,6 +173,7 @@ class V1Composer:
             before = np.cumsum(want) - want
             tokens = np.minimum(np.maximum(budget - before, 0), want)
             asked = budget
+        cut = tokens is not want  # the budget left some running requests short
         kept = state.shape[1]
         paged = self.blocks is not None
         blocks = state[_BLOCKS]  # a view: copied before it changes
@@ -180,7 +184,6 @@ class V1Composer:
             free = rep.free_blocks if paged else rep.kv_reserved
         if paged and kept:
             bs = self.blocks.block_size
-            cut = tokens is not want  # the budget left some running requests short
             if rep.n_prefilling:
                 decoding = state[_PREFILLED] >= state[_FILL]
                 ctx = state[_PROMPT] + state[_POS]  # prompt + t
@@ -219,14 +222,14 @@ class V1Composer:
             if prefix is not None:
                 self.cache_scheduled(prefix, state[_UID, :kept], done, tokens, cut)
         if kept < state.shape[1]:  # a step that preempted admits nobody
-            return Composition(kept, (), tokens, blocks, free)
+            return Composition(kept, (), tokens, blocks, free, (), True)
         if not rep.waiting or kept >= self.max_seqs or asked >= budget:
-            return Composition(kept, (), tokens, blocks, free)
+            return Composition(kept, (), tokens, blocks, free, (), cut)
         joined, t_new, b_new, c_new, free = self.admit_v1(rep, budget - asked, free)
         if joined:
             tokens = np.concatenate([tokens, np.asarray(t_new, dtype=_I64)])
             blocks = np.concatenate([blocks, np.asarray(b_new, dtype=_I64)])
-        return Composition(kept, joined, tokens, blocks, free, tuple(c_new))
+        return Composition(kept, joined, tokens, blocks, free, tuple(c_new), cut)
 
     @staticmethod
     def cache_scheduled(prefix: PrefixCache, uid: np.ndarray, done: np.ndarray,

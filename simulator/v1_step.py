@@ -67,7 +67,10 @@ class V1Step:
         keep = nd
         if nd:
             tokens = comp.tokens
-            full = comp.kept == n and int(_sum(tokens[:n])) == int(_sum(want))
+            if comp.cut is None:
+                full = comp.kept == n and int(_sum(tokens[:n])) == int(_sum(want))
+            else:
+                full = not comp.cut
             if not full or (self.threshold and bool((verified >= self.threshold).any())):
                 scheduled = int(_count_nonzero(tokens[:comp.kept]))  # a prefix of the running
                 keep = min(scheduled if d_idx is None
