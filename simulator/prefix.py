@@ -178,11 +178,13 @@ class PrefixCache:
             self.hashed[uid] = full
             return
         blocks = self.owned[uid]
-        for j in range(start, full):
-            h = self.key(uid, j)
-            if h not in self.cached:
-                self.cached[h] = blocks[j]
-                self.hash_of[blocks[j]] = h
+        cached, hash_of = self.cached, self.hash_of
+        group, shared, own = int(self.group[uid]), int(self.full_shared[uid]), -1 - uid
+        for j in range(start, full):  # self.key(uid, j), inlined
+            h = (group, j) if j < shared else (own, j)
+            if h not in cached:
+                cached[h] = blocks[j]
+                hash_of[blocks[j]] = h
         self.seen.add(uid)
         self.hashed[uid] = full
 
@@ -220,8 +222,10 @@ class PrefixCache:
         out: list[int] = []
         if self.lazy or (self.group[uid] < 0 and uid not in self.seen):
             return out  # nothing of it was ever cached
-        for j in range((tokens - 1) // self.block_size):
-            b = self.cached.get(self.key(uid, j))
+        cached = self.cached
+        group, shared, own = int(self.group[uid]), int(self.full_shared[uid]), -1 - uid
+        for j in range((tokens - 1) // self.block_size):  # self.key(uid, j), inlined
+            b = cached.get((group, j) if j < shared else (own, j))
             if b is None:
                 break
             out.append(b)

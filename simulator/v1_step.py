@@ -103,8 +103,9 @@ class V1Step:
             (emitted, drafted_sum, verified_sum, accepted_sum, passes, draft_t,
              sums, verify_t) = self.price_decode(m, plan)
             self.commit(rep, m, cols)
-            kv = m[_M_KV]
-            q_len = plan.verified + 1
+            if self.from_sums is None:  # the verify pass's query and KV lengths
+                kv = m[_M_KV]
+                q_len = plan.verified + 1
         prefill_tokens = 0
         completed = _EMPTY
         if rep.n_prefilling:
