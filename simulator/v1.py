@@ -359,9 +359,9 @@ class V1Composer:
                 new[_PREFILLED] = comp.cached
             state = np.concatenate([state, new], axis=1)
             rep.n_prefilling += len(comp.joined)
-        state[_BLOCKS] = comp.blocks
         rep.state = state
         if self.blocks is not None:
+            state[_BLOCKS] = comp.blocks
             rep.free_blocks = comp.free
-        else:
+        else:  # reserve mode: every request's blocks stay 0
             rep.kv_reserved = comp.free
