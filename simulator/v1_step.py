@@ -110,26 +110,33 @@ class V1Step:
         completed = _EMPTY
         if rep.n_prefilling:
             prefilled, fill = state[_PREFILLED], state[_FILL]
-            if rep.n_prefilling == n_joined:  # only the admitted prefill: the last columns
-                p_idx = np.arange(state.shape[1] - n_joined, state.shape[1])
+            joined_only = rep.n_prefilling == n_joined
+            if joined_only:  # only the admitted prefill: the last columns
+                start = state.shape[1] - n_joined
+                p_idx = slice(start, None)
             else:
                 p_idx = np.flatnonzero((tokens > 0) & (prefilled < fill))
-            if p_idx.shape[0]:
+            if joined_only or p_idx.shape[0]:
                 chunk = tokens[p_idx]
-                kv_before = prefilled[p_idx]
+                kv_before = prefilled[p_idx]  # a view for a slice: read before the update
                 if self.from_sums is not None:  # price from exact integer sums
                     chunk_sums = integer_sums(chunk, kv_before)
                     if self.policy.speculates:
                         draft_t += float(self.from_sums("draft", *chunk_sums))
-                    sums = chunk_sums if sums is None else tuple(
-                        a + b for a, b in zip(sums, chunk_sums))
+                    sums = chunk_sums if sums is None else (
+                        sums[0] + chunk_sums[0], sums[1] + chunk_sums[1],
+                        sums[2] + chunk_sums[2], sums[3] + chunk_sums[3],
+                        sums[4] + chunk_sums[4])
                 else:
                     if self.policy.speculates:
                         draft_t += float(self.cost.step_time("draft", chunk, kv_before))
                     q_len = np.concatenate([q_len, chunk])
                     kv = np.concatenate([kv, kv_before])
                 prefilled[p_idx] += chunk
-                completed = p_idx[prefilled[p_idx] >= fill[p_idx]]
+                if joined_only:
+                    completed = np.flatnonzero(prefilled[p_idx] >= fill[p_idx]) + start
+                else:
+                    completed = p_idx[prefilled[p_idx] >= fill[p_idx]]
                 rep.n_prefilling -= int(completed.shape[0])
                 prefill_tokens = int(_sum(chunk))
         if self.from_sums is not None:
