@@ -87,6 +87,7 @@ _I64 = np.int64
 # fast as an IntEnum member looked up on its class (~0.1 µs, paid ~15 times per step).
 _UID, _PREFILLED, _FILL, _OUT, _POS = (
     int(Row.UID), int(Row.PREFILLED), int(Row.FILL), int(Row.OUT), int(Row.POS))
+_BLOCKS = int(Row.BLOCKS)
 _M_KV = int(Outcome.KV)
 _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper (~0.5 µs per call)
 try:  # numpy >= 2: the C function without the array-function dispatch (~0.3 µs per call)
@@ -167,7 +168,8 @@ class Engine(Admission, Decode, V1Composer, V1Step, V1Reference):
         for rep in self.replicas:
             rep.free_blocks = self.blocks.pool if self.blocks is not None else 0
             if caching:
-                rep.prefix = PrefixCache(self.blocks.pool, self.blocks.block_size, group, shared)
+                rep.prefix = PrefixCache(self.blocks.pool, self.blocks.block_size, group, shared,
+                                         lazy=not reference)
         # one policy instance per replica (stateful policies such as dsd plan per engine)
         self.policies = [policy] + [copy.deepcopy(policy) for _ in self.replicas[1:]]
         self.outstanding = [0] * len(self.replicas)
@@ -403,9 +405,7 @@ class Engine(Admission, Decode, V1Composer, V1Step, V1Reference):
         if self.blocks is not None:
             self.blocks.release(rep, gone)
             if rep.prefix is not None:  # shared blocks stay held by other requests
-                for uid in u.tolist():
-                    rep.prefix.release(uid)
-                rep.free_blocks = len(rep.prefix.free)
+                rep.free_blocks = rep.prefix.release_finished(u, gone[_BLOCKS])
         elif self.kv_capacity is not None:  # the reservation only matters under a capacity
             rep.kv_reserved -= int(self.footprint.take(u).sum())
         rep.finishing += int(u.shape[0])

@@ -48,19 +48,70 @@ class PrefixCache:
 
     group:  # [N] int64 shared-prefix group of each request (−1 = none)
     shared: # [N] int64 length of that shared prefix in tokens
+    lazy:   start in counting mode when no request has a shared-prefix group (below)
+
+    Counting mode (``lazy``): without shared-prefix groups a request's hashes can only be
+    found by that request readmitted after a preemption, so until the first preemption
+    block identities change nothing a run observes. Meanwhile the cache counts the free
+    blocks and remembers the tokens each running request has computed (no per-block work);
+    before the first preemption the composer calls :meth:`materialise` with the running
+    requests' block counts, which builds the exact pool, equal to the one per-block
+    bookkeeping would hold up to the blocks' numbering (the hashes of finished requests,
+    which no one asks for again, left out), and every call from then on is exact.
     """
 
-    def __init__(self, pool: int, block_size: int, group: np.ndarray, shared: np.ndarray):
+    def __init__(self, pool: int, block_size: int, group: np.ndarray, shared: np.ndarray,
+                 lazy: bool = True):
         self.block_size = block_size
-        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(pool))
+        self.pool = pool
+        self.n_free = pool  # blocks in the free queue (reference count 0)
+        self.lazy = lazy and not bool((group >= 0).any())
+        self.queue: OrderedDict[int, None] = OrderedDict()  # the free queue, LRU order
         self.hash_of: dict[int, tuple] = {}
         self.cached: dict[tuple, int] = {}
-        self.ref = [0] * pool
+        self.ref: list[int] = []
         self.owned: dict[int, list[int]] = {}
         self.hashed = np.zeros(group.shape[0], dtype=np.int64)  # [N] leading blocks hashed
+        self.done = np.zeros(group.shape[0], dtype=np.int64)  # [N] tokens hashable (counting)
+        self.pending: tuple[np.ndarray, np.ndarray] | None = None  # last step's (uids, done)
         self.seen: set[int] = set()  # requests that hashed blocks (their own may be cached)
         self.group = group
         self.full_shared = shared // block_size  # blocks wholly inside the shared prefix
+        if not self.lazy:
+            self.queue = OrderedDict((b, None) for b in range(pool))
+            self.ref = [0] * pool
+
+    @property
+    def free(self) -> OrderedDict[int, None]:
+        """The free queue of block ids, head first (exact mode)."""
+        assert not self.lazy, "prefix cache: materialise() the counting mode first"
+        return self.queue
+
+    def materialise(self, uids: np.ndarray, blocks: np.ndarray) -> None:
+        """Leave counting mode, given the running requests ``uids`` and the ``blocks`` each
+        holds # [n]: number the held blocks request by request, hash each request's first
+        ⌊done / block_size⌋ of them, and queue the rest of the pool as free."""
+        if not self.lazy:
+            return
+        self.flush()
+        self.lazy = False
+        self.ref = [0] * self.pool
+        nxt = 0
+        for u, n in zip(uids.tolist(), blocks.tolist()):
+            held = list(range(nxt, nxt + n))
+            nxt += n
+            self.owned[u] = held
+            for b in held:
+                self.ref[b] = 1
+            self.hashed[u] = max(int(self.hashed[u]), int(self.done[u]) // self.block_size)
+            for j in range(int(self.hashed[u])):
+                h = self.key(u, j)
+                self.cached[h] = held[j]
+                self.hash_of[held[j]] = h
+            if self.hashed[u]:
+                self.seen.add(u)
+        self.queue = OrderedDict((b, None) for b in range(nxt, self.pool))
+        assert len(self.queue) == self.n_free, "prefix cache: counting mode lost blocks"
 
     def key(self, uid: int, j: int) -> tuple:
         """The hash of request ``uid``'s block ``j``: shared within its group's prefix."""
@@ -70,26 +121,52 @@ class PrefixCache:
 
     def allocate(self, uid: int, n: int) -> None:
         """``get_new_blocks``: ``n`` blocks from the head of the free queue, evicting hashes."""
+        self.n_free -= n
+        if self.lazy:
+            return
         blocks = self.owned.setdefault(uid, [])
+        queue, hash_of, ref = self.queue, self.hash_of, self.ref
         for _ in range(n):
-            b, _ = self.free.popitem(last=False)
-            h = self.hash_of.pop(b, None)
+            b, _ = queue.popitem(last=False)
+            h = hash_of.pop(b, None)
             if h is not None:
                 del self.cached[h]
-            self.ref[b] = 1
+            ref[b] = 1
             blocks.append(b)
+
+    def allocate_many(self, uids: np.ndarray, counts: np.ndarray) -> None:
+        """:meth:`allocate` ``counts[i]`` blocks to each of the distinct ``uids``, in order."""
+        if self.lazy:
+            self.n_free -= int(counts.sum())
+            return
+        for u, n in zip(uids.tolist(), counts.tolist()):
+            self.allocate(u, n)
 
     def release(self, uid: int) -> int:
         """``free``: the request's blocks back to the queue's tail, last block first (those
         no other running request holds). Returns how many joined the free queue."""
+        assert not self.lazy, "prefix cache: materialise() the counting mode first"
         freed = 0
+        ref = self.ref
         for b in reversed(self.owned.pop(uid, ())):
-            self.ref[b] -= 1
-            if self.ref[b] == 0:
-                self.free[b] = None
+            ref[b] -= 1
+            if ref[b] == 0:
+                self.queue[b] = None
                 freed += 1
         self.hashed[uid] = 0
+        self.n_free += freed
         return freed
+
+    def release_finished(self, uids: np.ndarray, blocks: np.ndarray) -> int:
+        """:meth:`release` each of the finished ``uids`` (holding ``blocks`` # [f]) in order;
+        returns the free blocks. In counting mode their blocks are only counted back: no
+        one asks for their hashes again."""
+        if self.lazy:
+            self.n_free += int(blocks.sum())
+            return self.n_free
+        for u in uids.tolist():
+            self.release(u)
+        return self.n_free
 
     def cache_full(self, uid: int, full: int) -> None:
         """``cache_full_blocks``: hash the request's first ``full`` blocks (a hash already
@@ -97,23 +174,58 @@ class PrefixCache:
         start = int(self.hashed[uid])
         if full <= start:
             return
+        if self.lazy:
+            self.hashed[uid] = full
+            return
         blocks = self.owned[uid]
-        for j in range(start, full):
-            h = self.key(uid, j)
-            if h not in self.cached:
-                self.cached[h] = blocks[j]
-                self.hash_of[blocks[j]] = h
+        cached, hash_of = self.cached, self.hash_of
+        group, shared, own = int(self.group[uid]), int(self.full_shared[uid]), -1 - uid
+        for j in range(start, full):  # self.key(uid, j), inlined
+            h = (group, j) if j < shared else (own, j)
+            if h not in cached:
+                cached[h] = blocks[j]
+                hash_of[blocks[j]] = h
         self.seen.add(uid)
         self.hashed[uid] = full
 
+    def note_done(self, uids: np.ndarray, done: np.ndarray, every: bool) -> None:
+        """Counting mode: the distinct running ``uids`` have ``done`` # [n] tokens computed
+        (prompt and output, never drafts), ⌊done / block_size⌋ full blocks to hash; the
+        hashing waits for :meth:`materialise`. The arrays are kept as they are (never
+        written later) until a step that does not schedule ``every`` running request, or
+        :meth:`materialise`, writes them down: a step that schedules every one of them
+        supersedes the last step's numbers for all that still run."""
+        if not every:
+            self.flush()
+        self.pending = (uids, done)
+
+    def flush(self) -> None:
+        """Write the kept :meth:`note_done` numbers into ``done`` # [N]."""
+        if self.pending is not None:
+            uids, done = self.pending
+            self.done[uids] = done
+            self.pending = None
+
+    def cache_many(self, uids: np.ndarray, full: np.ndarray) -> None:
+        """:meth:`cache_full` each of the distinct ``uids`` up to ``full`` blocks (each more
+        than it hashed), in order."""
+        if self.lazy:
+            self.hashed[uids] = full
+            return
+        for u, f in zip(uids.tolist(), full.tolist()):
+            self.cache_full(u, f)
+
     def hits(self, uid: int, tokens: int) -> list[int]:
         """``get_computed_blocks``: the leading cached blocks of a request of ``tokens``
-        tokens, at most ⌊(tokens − 1) / block_size⌋."""
+        tokens, at most ⌊(tokens − 1) / block_size⌋. (In counting mode every waiting
+        request is new and has none.)"""
         out: list[int] = []
-        if self.group[uid] < 0 and uid not in self.seen:  # nothing of it was ever cached
-            return out
-        for j in range((tokens - 1) // self.block_size):
-            b = self.cached.get(self.key(uid, j))
+        if self.lazy or (self.group[uid] < 0 and uid not in self.seen):
+            return out  # nothing of it was ever cached
+        cached = self.cached
+        group, shared, own = int(self.group[uid]), int(self.full_shared[uid]), -1 - uid
+        for j in range((tokens - 1) // self.block_size):  # self.key(uid, j), inlined
+            b = cached.get((group, j) if j < shared else (own, j))
             if b is None:
                 break
             out.append(b)
@@ -125,9 +237,12 @@ class PrefixCache:
 
     def touch(self, uid: int, blocks: list[int]) -> None:
         """``touch``: the request holds ``blocks`` (hits), out of the free queue."""
+        self.hashed[uid] = len(blocks)
+        if self.lazy:  # no hits in counting mode
+            return
         for b in blocks:
             if self.ref[b] == 0:
-                del self.free[b]
+                del self.queue[b]
+                self.n_free -= 1
             self.ref[b] += 1
         self.owned[uid] = list(blocks)
-        self.hashed[uid] = len(blocks)

@@ -40,7 +40,8 @@ Rules, read from vLLM's source (vllm-project/vllm):
 
 Reserve mode (``kv_mode = "reserve"``) keeps its own KV model under this composer: a request
 reserves prompt + output + K + 1 tokens at admission, so running requests never preempt.
-Prefix caching (``enable_prefix_caching``) is not modelled: freed blocks are not found again.
+Paged mode with ``enable_prefix_caching`` keeps the block pool's identities in
+simulator.prefix (counting only, until a preemption makes them matter).
 
 The composer is vectorised over the running batch (:meth:`V1Composer.compose`: cumulative
 sums, one allocation); preemption, which is rare, and admission, which is FCFS, walk
@@ -124,6 +125,8 @@ class Composition(NamedTuple):
     blocks:  # [kept + joined] KV blocks each holds after allocation (paged mode; else 0)
     free:    the replica's free blocks (paged) or reserved tokens (reserve) afterwards
     cached:  per joined request, its tokens found in the prefix cache (prefilled already)
+    cut:     some running request got fewer tokens than it asked, or was preempted (None =
+             not told: compare ``tokens`` with what was asked)
     """
 
     kept: int
@@ -132,6 +135,7 @@ class Composition(NamedTuple):
     blocks: np.ndarray
     free: int
     cached: tuple[int, ...] = ()
+    cut: bool | None = None
 
 
 class V1Composer:
@@ -169,64 +173,79 @@ class V1Composer:
             before = np.cumsum(want) - want
             tokens = np.minimum(np.maximum(budget - before, 0), want)
             asked = budget
+        cut = tokens is not want  # the budget left some running requests short
         kept = state.shape[1]
         paged = self.blocks is not None
-        blocks = state[_BLOCKS].copy() if paged else state[_BLOCKS]
+        blocks = state[_BLOCKS]  # a view: copied before it changes
         prefix = rep.prefix
         if prefix is not None:
-            free = len(prefix.free)
+            free = prefix.n_free
         else:
             free = rep.free_blocks if paged else rep.kv_reserved
         if paged and kept:
             bs = self.blocks.block_size
             if rep.n_prefilling:
                 decoding = state[_PREFILLED] >= state[_FILL]
-                computed = np.where(decoding, state[_PROMPT] + state[_POS] - 1,
-                                    state[_PREFILLED])
-            else:
-                computed = state[_PROMPT] + state[_POS] - 1
-            need = ceil_div(computed + tokens + self.lookahead, bs) - blocks
+                ctx = state[_PROMPT] + state[_POS]  # prompt + t
+                computed = np.where(decoding, ctx - 1, state[_PREFILLED])
+                need = ceil_div(computed + tokens + self.lookahead, bs) - blocks
+                done = np.where(decoding, ctx,
+                                np.minimum(computed + tokens, state[_FILL]))
+            else:  # every request decodes: computed = prompt + t − 1
+                done = state[_PROMPT] + state[_POS]  # prompt + t = computed + 1
+                need = (done + tokens + (self.lookahead + bs - 2)) // bs - blocks
             np.maximum(need, 0, out=need)
-            need *= tokens > 0
-            total = int(need.sum())
+            if cut:
+                need *= tokens > 0
+            total = int(_sum(need))
             if total <= free:
-                blocks += need
-                free -= total
-                if prefix is not None:
-                    uid = state[_UID]
-                    for i in np.flatnonzero(need).tolist():
-                        prefix.allocate(int(uid[i]), int(need[i]))
+                if total:
+                    blocks = blocks + need
+                    free -= total
+                    if prefix is not None:
+                        if prefix.lazy:
+                            prefix.n_free -= total
+                        else:
+                            nz = np.flatnonzero(need)
+                            prefix.allocate_many(state[_UID, nz], need[nz])
             else:
+                if prefix is not None:  # block identities matter from here on
+                    prefix.materialise(state[_UID], blocks)
                 tokens = tokens.copy()
+                blocks = blocks.copy()
                 kept, free = self.preempt_walk(tokens, need, blocks, free, state[_UID], prefix)
                 tokens = tokens[:kept]
                 blocks = blocks[:kept]
-                computed = computed[:kept]
+                done = done[:kept]
                 asked = int(_sum(tokens))
+                cut = True
             if prefix is not None:
-                self.cache_scheduled(prefix, state[:, :kept], computed, tokens)
+                self.cache_scheduled(prefix, state[_UID, :kept], done, tokens, cut)
         if kept < state.shape[1]:  # a step that preempted admits nobody
-            return Composition(kept, (), tokens, blocks, free)
+            return Composition(kept, (), tokens, blocks, free, (), True)
         if not rep.waiting or kept >= self.max_seqs or asked >= budget:
-            return Composition(kept, (), tokens, blocks, free)
+            return Composition(kept, (), tokens, blocks, free, (), cut)
         joined, t_new, b_new, c_new, free = self.admit_v1(rep, budget - asked, free)
         if joined:
             tokens = np.concatenate([tokens, np.asarray(t_new, dtype=_I64)])
             blocks = np.concatenate([blocks, np.asarray(b_new, dtype=_I64)])
-        return Composition(kept, joined, tokens, blocks, free, tuple(c_new))
+        return Composition(kept, joined, tokens, blocks, free, tuple(c_new), cut)
 
-    def cache_scheduled(self, prefix: PrefixCache, state: np.ndarray, computed: np.ndarray,
-                        tokens: np.ndarray) -> None:
-        """Hash the blocks the scheduled running requests fill this step, in running order:
-        ⌊min(computed + tokens, prompt + t) / block_size⌋ full blocks (never drafts)."""
-        bs = prefix.block_size
-        decoding = state[_PREFILLED] >= state[_FILL]
-        num_tokens = np.where(decoding, state[_PROMPT] + state[_POS], state[_FILL])
-        full = np.minimum(computed + tokens, num_tokens) // bs
-        uid = state[_UID]
-        grew = np.flatnonzero((full > prefix.hashed[uid]) & (tokens > 0))
-        for i in grew.tolist():
-            prefix.cache_full(int(uid[i]), int(full[i]))
+    @staticmethod
+    def cache_scheduled(prefix: PrefixCache, uid: np.ndarray, done: np.ndarray,
+                        tokens: np.ndarray, cut: bool) -> None:
+        """Hash the blocks the scheduled running requests ``uid`` fill this step, in running
+        order: ⌊done / block_size⌋ full blocks, done = min(computed + tokens, prompt + t)
+        (never drafts; ``cut``: some have tokens = 0 and are not scheduled)."""
+        if cut:
+            sel = np.flatnonzero(tokens)
+            uid, done = uid[sel], done[sel]
+        if prefix.lazy:
+            prefix.note_done(uid, done, not cut)
+            return
+        full = done // prefix.block_size
+        grew = np.flatnonzero(full > prefix.hashed[uid])
+        prefix.cache_many(uid[grew], full[grew])
 
     @staticmethod
     def preempt_walk(tokens: np.ndarray, need: np.ndarray, blocks: np.ndarray, free: int,
@@ -241,8 +260,8 @@ class V1Composer:
         blocks[:i] += need[:i]
         free -= int(_sum(need[:i]))
         if prefix is not None:
-            for j in np.flatnonzero(need[:i]).tolist():
-                prefix.allocate(int(uid[j]), int(need[j]))
+            nz = np.flatnonzero(need[:i])
+            prefix.allocate_many(uid[nz], need[nz])
         while i < end and tokens[i] > 0:
             while need[i] > free and end > i:
                 end -= 1
@@ -340,9 +359,9 @@ class V1Composer:
                 new[_PREFILLED] = comp.cached
             state = np.concatenate([state, new], axis=1)
             rep.n_prefilling += len(comp.joined)
-        state[_BLOCKS] = comp.blocks
         rep.state = state
         if self.blocks is not None:
+            state[_BLOCKS] = comp.blocks
             rep.free_blocks = comp.free
-        else:
+        else:  # reserve mode: every request's blocks stay 0
             rep.kv_reserved = comp.free

@@ -67,7 +67,10 @@ class V1Step:
         keep = nd
         if nd:
             tokens = comp.tokens
-            full = comp.kept == n and int(_sum(tokens[:n])) == int(_sum(want))
+            if comp.cut is None:
+                full = comp.kept == n and int(_sum(tokens[:n])) == int(_sum(want))
+            else:
+                full = not comp.cut
             if not full or (self.threshold and bool((verified >= self.threshold).any())):
                 scheduled = int(_count_nonzero(tokens[:comp.kept]))  # a prefix of the running
                 keep = min(scheduled if d_idx is None
@@ -100,32 +103,40 @@ class V1Step:
             (emitted, drafted_sum, verified_sum, accepted_sum, passes, draft_t,
              sums, verify_t) = self.price_decode(m, plan)
             self.commit(rep, m, cols)
-            kv = m[_M_KV]
-            q_len = plan.verified + 1
+            if self.from_sums is None:  # the verify pass's query and KV lengths
+                kv = m[_M_KV]
+                q_len = plan.verified + 1
         prefill_tokens = 0
         completed = _EMPTY
         if rep.n_prefilling:
             prefilled, fill = state[_PREFILLED], state[_FILL]
-            if rep.n_prefilling == n_joined:  # only the admitted prefill: the last columns
-                p_idx = np.arange(state.shape[1] - n_joined, state.shape[1])
+            joined_only = rep.n_prefilling == n_joined
+            if joined_only:  # only the admitted prefill: the last columns
+                start = state.shape[1] - n_joined
+                p_idx = slice(start, None)
             else:
                 p_idx = np.flatnonzero((tokens > 0) & (prefilled < fill))
-            if p_idx.shape[0]:
+            if joined_only or p_idx.shape[0]:
                 chunk = tokens[p_idx]
-                kv_before = prefilled[p_idx]
+                kv_before = prefilled[p_idx]  # a view for a slice: read before the update
                 if self.from_sums is not None:  # price from exact integer sums
                     chunk_sums = integer_sums(chunk, kv_before)
                     if self.policy.speculates:
                         draft_t += float(self.from_sums("draft", *chunk_sums))
-                    sums = chunk_sums if sums is None else tuple(
-                        a + b for a, b in zip(sums, chunk_sums))
+                    sums = chunk_sums if sums is None else (
+                        sums[0] + chunk_sums[0], sums[1] + chunk_sums[1],
+                        sums[2] + chunk_sums[2], sums[3] + chunk_sums[3],
+                        sums[4] + chunk_sums[4])
                 else:
                     if self.policy.speculates:
                         draft_t += float(self.cost.step_time("draft", chunk, kv_before))
                     q_len = np.concatenate([q_len, chunk])
                     kv = np.concatenate([kv, kv_before])
                 prefilled[p_idx] += chunk
-                completed = p_idx[prefilled[p_idx] >= fill[p_idx]]
+                if joined_only:
+                    completed = np.flatnonzero(prefilled[p_idx] >= fill[p_idx]) + start
+                else:
+                    completed = p_idx[prefilled[p_idx] >= fill[p_idx]]
                 rep.n_prefilling -= int(completed.shape[0])
                 prefill_tokens = int(_sum(chunk))
         if self.from_sums is not None:

@@ -275,6 +275,7 @@ def test_a_readmitted_request_finds_its_freed_blocks_unless_evicted():
         rep = queued(eng, [0])
         eng.apply(rep, eng.compose(rep, np.zeros(0, np.int64)))
         assert rep.state[Row.BLOCKS].tolist() == [4]
+        rep.prefix.materialise(rep.state[Row.UID], rep.state[Row.BLOCKS])  # a preemption
         rep.prefix.release(0)  # preempted: its blocks back to the queue's tail
         rep.state = rep.state[:, :0]
         rep.n_prefilling = 0
@@ -381,7 +382,7 @@ def test_the_composer_matches_its_reference_twin_at_every_step(case):
             assert sum(comp[3]) <= kw["max_num_batched_tokens"]
         for rep in eng.replicas:  # every block back in the pool, shared ones included
             if rep.prefix is not None:
-                assert len(rep.prefix.free) == rep.free_blocks == eng.blocks.pool
+                assert rep.prefix.n_free == rep.free_blocks == eng.blocks.pool
     assert logs[0] == logs[1]
     event("preempted" if any(comp[5] for comp in logs[0]) else "no preemption")
     event("prefix hit" if any(any(c[7]) for c in logs[0]) else "no prefix hit")
