@@ -12,7 +12,8 @@ and with the capacity the H100's memory leaves next to Vicuna-33B (preemption by
 recomputation: more, smaller steps, so fewer tokens per wall second for a different
 simulated run). Then the curve for max_num_seqs 8..512. Last, Vidur's own workload (issue 26:
 the 19,200 requests Vidur generates for its splitwise_conv lengths, ``--vidur`` FILE; skipped
-when absent) end to end: one ``specbatch simulate`` process per policy (ar, tetris) with
+when absent) end to end: one ``specbatch simulate`` process per policy (ar, tetris) and
+scheduler (vllm-v1, the default, and vllm-v0; their CPU-second ratio in the same run) with
 Vidur's settings (batch cap 64, 4,096 batched tokens, paged KV, Vicuna-7B on an A100), its
 simulated tokens per wall and per CPU second, peak RSS, and the ratio to Vidur's figures
 measured side by side on this machine kind (222k tokens per wall second, 1.5 GiB): per wall
@@ -82,14 +83,19 @@ def vidur_rows(path: Path, requests: int | None) -> list[dict]:
     scale_bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(scale_bench)
     rows = []
-    for policy in ("ar", "tetris"):
-        args = ["simulate", "--workload", str(path), "--policy", policy, *VIDUR_FLAGS]
+    for policy, scheduler in (("ar", "vllm-v1"), ("ar", "vllm-v0"), ("tetris", "vllm-v1"),
+                              ("tetris", "vllm-v0")):
+        args = ["simulate", "--workload", str(path), "--policy", policy, "--scheduler", scheduler,
+                *VIDUR_FLAGS]
         if requests is not None:
             args += ["--requests", str(requests)]
         else:
             args += ["--requests", "19200"]
-        row = {"policy": policy, **scale_bench.run_cli(args)}
+        row = {"policy": policy, "scheduler": scheduler, **scale_bench.run_cli(args)}
         if row["rc"] == 0:
+            v1 = rows[-1] if scheduler == "vllm-v0" and rows and rows[-1]["rc"] == 0 else None
+            if v1 is not None:  # the V1 composer's CPU seconds per the V0 one's, same workload
+                v1["cpu_vs_v0"] = v1["cpu_s"] / row["cpu_s"]
             row["vs_vidur_speed"] = row["tokens_per_s"] / VIDUR_TOKENS_PER_S
             row["vs_vidur_speed_cpu"] = row["tokens_per_cpu_s"] / VIDUR_TOKENS_PER_S
             row["vs_vidur_rss"] = row["rss_mib"] / VIDUR_RSS_MIB
@@ -177,17 +183,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"\nVidur's workload ({args.vidur.name}), one `specbatch simulate` process each, "
           f"{' '.join(VIDUR_FLAGS)}")
-    print(f"{'policy':>8} {'wall s':>7} {'CPU s':>6} {'tokens/wall s':>14} {'tokens/CPU s':>13} "
-          f"{'x Vidur':>8} {'(CPU)':>6} {'peak RSS':>10} {'/ Vidur':>8}")
+    print(f"{'policy':>8} {'scheduler':>9} {'wall s':>7} {'CPU s':>6} {'tokens/wall s':>14} "
+          f"{'tokens/CPU s':>13} {'x Vidur':>8} {'(CPU)':>6} {'peak RSS':>10} {'/ Vidur':>8} "
+          f"{'CPU v1/v0':>9}")
     for row in out["vidur"]:
         if row["rc"] != 0:
-            print(f"{row['policy']:>8} failed: {row['error']}")
+            print(f"{row['policy']:>8} {row['scheduler']:>9} failed: {row['error']}")
             continue
-        print(f"{row['policy']:>8} {row['wall_s']:>7.2f} {row['cpu_s']:>6.2f} "
+        ratio = f"{row['cpu_vs_v0']:>8.2f}x" if "cpu_vs_v0" in row else f"{'':>9}"
+        print(f"{row['policy']:>8} {row['scheduler']:>9} {row['wall_s']:>7.2f} {row['cpu_s']:>6.2f} "
               f"{row['tokens_per_s']:>14,.0f} {row['tokens_per_cpu_s']:>13,.0f} "
               f"{row['vs_vidur_speed']:>7.1f}x {row['vs_vidur_speed_cpu']:>5.1f}x "
               f"{row['rss_mib']:>6.0f} MiB "
-              f"{row['vs_vidur_rss']:>7.2f}x")
+              f"{row['vs_vidur_rss']:>7.2f}x {ratio}")
     return 0
 
 
