@@ -10,7 +10,15 @@ the two rates is printed. Then paged KV mode at max_num_seqs 64 (simulator.kv): 
 pool that never runs out (the block bookkeeping's cost, as a ratio to the reserve headline)
 and with the capacity the H100's memory leaves next to Vicuna-33B (preemption by
 recomputation: more, smaller steps, so fewer tokens per wall second for a different
-simulated run). Then the curve for max_num_seqs 8..512.
+simulated run). Then the curve for max_num_seqs 8..512. Last, Vidur's own workload (issue 26:
+the 19,200 requests Vidur generates for its splitwise_conv lengths, ``--vidur`` FILE; skipped
+when absent) end to end: one ``specbatch simulate`` process per policy (ar, tetris) and
+scheduler (vllm-v1, the default, and vllm-v0; their CPU-second ratio in the same run) with
+Vidur's settings (batch cap 64, 4,096 batched tokens, paged KV, Vicuna-7B on an A100), its
+simulated tokens per wall and per CPU second, peak RSS, and the ratio to Vidur's figures
+measured side by side on this machine kind (222k tokens per wall second, 1.5 GiB): per wall
+second, and per CPU second (user + system, what an idle core's wall second would give; the
+steadier figure on a loaded shared machine).
 
 Usage: .venv/bin/python benchmarks/sim_bench.py [--requests N] [--quick] [--json]
 Goal: >= 1M simulated tokens/s for the headline row.
@@ -19,8 +27,10 @@ Goal: >= 1M simulated tokens/s for the headline row.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import time
+from pathlib import Path
 
 from specbatch.simulator.config import load_config
 from specbatch.simulator.run import build_cost, simulate
@@ -54,6 +64,45 @@ def rate(config, trace, cost, reference: bool = False) -> tuple[float, dict]:
                                 "preemptions": s["preemptions"], "kv_capacity": s["kv_capacity"]}
 
 
+#: Vidur's request list for splitwise_conv (issue 26), next to the repository.
+VIDUR_WORKLOAD = Path(__file__).resolve().parents[2] / "shared" / "workloads" / \
+    "vidur-splitwise-conv-19200.csv"
+#: Vidur's own figures on that workload (vLLM scheduler, batch cap 64, Llama-2-7B on an A100,
+#: metrics off), measured on this machine kind for issue 26.
+VIDUR_TOKENS_PER_S = 222_000
+VIDUR_RSS_MIB = 1.5 * 1024
+#: ``specbatch simulate`` flags of Vidur's settings.
+VIDUR_FLAGS = ["--arrival", "trace", "--max-num-seqs", "64", "--max-num-batched-tokens", "4096",
+               "--kv-mode", "paged", "--hardware", "a100", "--target", "vicuna-7b"]
+
+
+def vidur_rows(path: Path, requests: int | None) -> list[dict]:
+    """Vidur's workload end to end, one CLI process per policy (module docstring)."""
+    spec = importlib.util.spec_from_file_location("scale_bench",
+                                                  Path(__file__).with_name("scale_bench.py"))
+    scale_bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale_bench)
+    rows = []
+    for policy, scheduler in (("ar", "vllm-v1"), ("ar", "vllm-v0"), ("tetris", "vllm-v1"),
+                              ("tetris", "vllm-v0")):
+        args = ["simulate", "--workload", str(path), "--policy", policy, "--scheduler", scheduler,
+                *VIDUR_FLAGS]
+        if requests is not None:
+            args += ["--requests", str(requests)]
+        else:
+            args += ["--requests", "19200"]
+        row = {"policy": policy, "scheduler": scheduler, **scale_bench.run_cli(args)}
+        if row["rc"] == 0:
+            v1 = rows[-1] if scheduler == "vllm-v0" and rows and rows[-1]["rc"] == 0 else None
+            if v1 is not None:  # the V1 composer's CPU seconds per the V0 one's, same workload
+                v1["cpu_vs_v0"] = v1["cpu_s"] / row["cpu_s"]
+            row["vs_vidur_speed"] = row["tokens_per_s"] / VIDUR_TOKENS_PER_S
+            row["vs_vidur_speed_cpu"] = row["tokens_per_cpu_s"] / VIDUR_TOKENS_PER_S
+            row["vs_vidur_rss"] = row["rss_mib"] / VIDUR_RSS_MIB
+        rows.append(row)
+    return rows
+
+
 def numpy_op_us() -> float:
     """Machine calibration: microseconds of one small numpy op (64-element add, best of 5)."""
     import timeit
@@ -70,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-requests", type=int, default=500)
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--vidur", type=Path, default=VIDUR_WORKLOAD,
+                        help="Vidur's splitwise_conv request list (skipped when absent)")
     args = parser.parse_args(argv)
     if args.quick:
         args.requests, args.reference_requests = 1000, 100
@@ -99,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         r, info = rate(base.replace(max_num_seqs=batch, requests=n), trace, cost)
         curve.append({"max_num_seqs": batch, "requests": n, "tokens_per_s": r, **info})
     out["curve"] = curve
+    if args.vidur.is_file():  # --quick: the first 2,000 requests
+        out["vidur"] = vidur_rows(args.vidur, 2000 if args.quick else None)
     if args.json:
         print(json.dumps(out))
         return 0
@@ -125,6 +178,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['max_num_seqs']:>12} {row['requests']:>9} {row['steps']:>7} "
               f"{row['mal']:>6.2f} {row['wall_s']:>8.2f} {row['tokens_per_s']:>14,.0f} "
               f"{row['cpu_tokens_per_s']:>13,.0f}")
+    if "vidur" not in out:
+        print(f"\nVidur's workload: {args.vidur} not found, skipped")
+        return 0
+    print(f"\nVidur's workload ({args.vidur.name}), one `specbatch simulate` process each, "
+          f"{' '.join(VIDUR_FLAGS)}")
+    print(f"{'policy':>8} {'scheduler':>9} {'wall s':>7} {'CPU s':>6} {'tokens/wall s':>14} "
+          f"{'tokens/CPU s':>13} {'x Vidur':>8} {'(CPU)':>6} {'peak RSS':>10} {'/ Vidur':>8} "
+          f"{'CPU v1/v0':>9}")
+    for row in out["vidur"]:
+        if row["rc"] != 0:
+            print(f"{row['policy']:>8} {row['scheduler']:>9} failed: {row['error']}")
+            continue
+        ratio = f"{row['cpu_vs_v0']:>8.2f}x" if "cpu_vs_v0" in row else f"{'':>9}"
+        print(f"{row['policy']:>8} {row['scheduler']:>9} {row['wall_s']:>7.2f} {row['cpu_s']:>6.2f} "
+              f"{row['tokens_per_s']:>14,.0f} {row['tokens_per_cpu_s']:>13,.0f} "
+              f"{row['vs_vidur_speed']:>7.1f}x {row['vs_vidur_speed_cpu']:>5.1f}x "
+              f"{row['rss_mib']:>6.0f} MiB "
+              f"{row['vs_vidur_rss']:>7.2f}x {ratio}")
     return 0
 
 

@@ -1,8 +1,9 @@
 """One decode step's plan, verification, pricing and commit, over the decoding requests.
 
 The :class:`~simulator.engine.Engine` mixes this in; its methods read the engine's settings
-(``depth``, ``policies``, ``trace``, ``cost``, ``verify_cost``, ``tables``, ``view_tables``,
-``from_sums``, ``pass_index``, ``reference``, ``check_plans``, ``observes``, ``rule``) and write the outcome matrix
+(``depth``, ``policies``, ``trace``, ``wrap``, ``cost``, ``verify_cost``, ``tables``,
+``view_tables``, ``from_sums``, ``pass_index``, ``reference``, ``check_plans``, ``observes``,
+``rule``) and write the outcome matrix
 # [len(Outcome), n] (simulator.state) of the step's decoding requests. The matrix rows are
 sliced by the named ranges of simulator.state, whose order ``check_layout`` asserts.
 """
@@ -32,11 +33,13 @@ from specbatch.simulator.view import StepView
 _I64 = np.int64
 # The rows the per-step hot path indexes, as plain ints: numpy indexes an int about twice as
 # fast as an IntEnum member looked up on its class (~0.1 µs, paid ~15 times per step).
-_KEY, _OUT, _POS = int(Row.KEY), int(Row.OUT), int(Row.POS)
+_UID, _KEY, _OUT, _BASE, _POS = (int(Row.UID), int(Row.KEY), int(Row.OUT), int(Row.BASE),
+                                 int(Row.POS))
 _M_EMITTED, _M_ONE, _M_DRAFTED, _M_VERIFIED, _M_TAU, _M_KV, _M_ROW = (
     int(Outcome.EMITTED), int(Outcome.ONE), int(Outcome.DRAFTED), int(Outcome.VERIFIED),
     int(Outcome.ACCEPTED), int(Outcome.KV), int(Outcome.ROW))
 _N_OUTCOMES = len(Outcome)  # len() of an Enum class costs ~0.3 µs, paid once per step
+_sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
 
 
 class Decode:
@@ -49,24 +52,34 @@ class Decode:
         verifier's τ_i ≤ s_i (common random numbers η from the request's key and position).
 
         Returns the step's outcome matrix # [len(Outcome), n] (emitted = min(τ + 1, out − t),
-        c = prompt + t, trace row = base + t) and the plan.
+        c = prompt + t, trace row = base + t, or base + t mod L for a wrapped workload) and the
+        plan.
         """
         m, plan, view, eta = self.plan_decode(rep, sub)
         self.verify_decode(rep, sub, d_idx, m, plan, view, eta)
         return m, plan
 
     def plan_decode(self, rep: Replica, sub: np.ndarray
-                    ) -> tuple[np.ndarray, Plan, StepView, np.ndarray]:
+                    ) -> tuple[np.ndarray, Plan, StepView | None, np.ndarray]:
         """The first half of :meth:`decide_and_verify`: the outcome matrix with its ONE, KV,
         ROW, DRAFTED and VERIFIED rows filled, the plan, the policy's view and the uniforms η
-        # [n, depth] the verifier will use."""
+        # [n, depth] the verifier will use.
+
+        A built-in policy of depth 0 (``ar``) plans zeros by the contract (d_i ≤ depth): it
+        gets no view (None), no plan call and no trace row read."""
         pos = sub[_POS]
         n = pos.shape[0]
         m = np.empty((_N_OUTCOMES, n), dtype=_I64)
         m[_M_ONE] = 1
         np.add(sub[CONTEXT_ROWS], pos, out=m[POSITION_OUTCOMES])  # (c, row) = (prompt, base) + t
-        kv, rows = m[_M_KV], m[_M_ROW]
         depth = self.depth
+        if not depth and not self.check_plans and not self.observes:
+            m[_M_DRAFTED] = 0
+            m[_M_VERIFIED] = 0
+            return m, Plan(m[_M_DRAFTED], m[_M_VERIFIED], 0), None, np.zeros((n, 0))
+        kv, rows = m[_M_KV], m[_M_ROW]
+        if self.wrap is not None:  # imported outputs past their trace request: row base + t mod L
+            np.add(sub[_BASE], np.remainder(pos, self.wrap.take(sub[_UID])), out=rows)
         policy = self.policies[rep.index]
         eta = uniforms(sub[_KEY].view(np.uint64), pos, depth) if depth else np.zeros((n, 0))
         view = StepView(self.trace, rows, kv, None, depth, eta, self.cost, self.view_tables)
@@ -76,7 +89,7 @@ class Decode:
         return m, plan, view, eta
 
     def verify_decode(self, rep: Replica, sub: np.ndarray, d_idx: np.ndarray | None,
-                      m: np.ndarray, plan: Plan, view: StepView, eta: np.ndarray) -> None:
+                      m: np.ndarray, plan: Plan, view: StepView | None, eta: np.ndarray) -> None:
         """The second half of :meth:`decide_and_verify`: τ_i ≤ s_i into the ACCEPTED row and
         min(τ + 1, out − t) into EMITTED, then the policy's feedback."""
         verified = plan.verified
@@ -105,6 +118,12 @@ class Decode:
         Σq = Σs + n, Σq·c = Σs·c + Σc and Σq² = Σs² + 2Σs + n (exact integers below 2^53).
         """
         n = m.shape[1]
+        if not plan.depth:  # nothing drafted or verified: q_i = 1, so Σq = Σq² = n, Σq·c = Σc
+            skv = int(_sum(m[_M_KV]))
+            verify_t = (0.0 if self.verify_cost is None
+                        else self.verify_cost.seconds(n, 0, plan.verified))
+            return (int(_sum(m[_M_EMITTED])), 0, 0, 0, 0, 0.0,
+                    (n, float(n), float(skv), float(skv), float(n)), verify_t)
         total, by_verified = (m[WEIGHT_OUTCOMES] @ m[SUMMED_OUTCOMES].T).tolist()
         drafted_sum, verified_sum, skv = total[_M_DRAFTED], total[_M_VERIFIED], total[_M_KV]
         svv, svkv = by_verified[_M_VERIFIED], by_verified[_M_KV]

@@ -72,6 +72,7 @@ from specbatch.simulator.state import (
     Row,
     step_record,
 )
+from specbatch.simulator.steplog import StepLog
 from specbatch.simulator.v1 import V1Composer, v1_lookahead
 from specbatch.simulator.v1_reference import V1Reference
 from specbatch.simulator.v1_step import V1Step
@@ -136,6 +137,7 @@ class Engine(Admission, Decode, V1Composer, V1Step, V1Reference):
                        if config.kv_mode == "paged" else None)
         self.parked: dict[int, np.ndarray] = {}  # preempted uid -> its state column
         self.footprint = workload.prompt_len + workload.output_len + self.depth + 1  # [N]
+        self.wrap = workload.wrap  # [N] trace rows L per request (row base + t mod L), or None
         self.keys = request_keys(int(config.seed), np.arange(workload.n))  # [N] uint64
         # the sums fast path when the model has one (SumsCostModel), else one call per pass
         self.from_sums = cost.time_from_sums if isinstance(cost, SumsCostModel) else None
@@ -158,7 +160,7 @@ class Engine(Admission, Decode, V1Composer, V1Step, V1Reference):
         self.counts = np.zeros((len(RECORD_ROWS), n), dtype=_I64)  # [5, N] RECORD_ROWS
         self.rec = Records(
             replica=np.full(n, -1, dtype=_I64), first_token=np.full(n, np.nan),
-            finish=np.full(n, np.nan), step_rows=[], preemptions=np.zeros(n, dtype=_I64),
+            finish=np.full(n, np.nan), step_rows=StepLog(), preemptions=np.zeros(n, dtype=_I64),
             recomputed=np.zeros(n, dtype=_I64),
             **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)},
         )

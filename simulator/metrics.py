@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from specbatch.simulator.state import FLOAT_STEP_COLUMNS, STEP_COLUMNS, Records
+from specbatch.simulator.steplog import StepLog
 
 if TYPE_CHECKING:
     from specbatch.simulator.workload import Workload
@@ -84,11 +85,13 @@ def step_table(rec: Records) -> pd.DataFrame:
     return steps
 
 
-def step_frame(step_rows: list) -> pd.DataFrame:
+def step_frame(step_rows: list | StepLog) -> pd.DataFrame:
     """The step table of recorded :class:`~simulator.state.StepRecord` rows (the simulator's
-    and the live loop's), float and int columns typed."""
-    if not step_rows:
+    :class:`~simulator.steplog.StepLog`, the live loop's list), float and int columns typed."""
+    if not len(step_rows):
         return pd.DataFrame({c: np.zeros(0) for c in STEP_COLUMNS})
+    if isinstance(step_rows, StepLog):
+        return pd.DataFrame(step_rows.columns())
     return pd.DataFrame({
         name: np.asarray(values, dtype=np.float64 if name in FLOAT_STEP_COLUMNS else np.int64)
         for name, values in zip(STEP_COLUMNS, zip(*step_rows))})

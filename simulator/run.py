@@ -167,7 +167,8 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         trace = load_trace(config, allow_partial)
     trace = acceptance_trace(trace, config.acceptance)  # trace replay, or a model fitted to it
     check_simulation("config", config.requests or trace.n_requests,
-                     trace.n_rows / max(1, trace.n_requests), trace.K, config.replicas)
+                     trace.n_rows / max(1, trace.n_requests), config.max_num_seqs,
+                     config.replicas)
     calibration = None
     if config.calibration_split:  # held-out requests calibrate; the others are replayed
         calibration, trace, replayed = split_trace(trace, config.calibration_split, config.seed)
@@ -175,7 +176,6 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     if calibration is not None:  # trace_index names the request in the whole trace
         workload = dataclasses.replace(workload, trace_index=replayed[workload.trace_index])
     workload = cap_workload(config, workload)
-    trace = workload.rows_trace if workload.rows_trace is not None else trace
     policy = make_policy(config, trace.K)
     calibrate_policy(policy, calibration)
     attach_verify_cost(policy, config, trace)

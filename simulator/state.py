@@ -73,7 +73,7 @@ class Records:
     drafted: np.ndarray
     verified: np.ndarray
     accepted: np.ndarray
-    step_rows: list[StepRecord]
+    step_rows: list[StepRecord]  # or the engine's packed simulator.steplog.StepLog of them
     preemptions: np.ndarray  # times each request was preempted (paged KV)
     recomputed: np.ndarray  # tokens its re-admissions prefilled again, Σ (prompt + t)
 

@@ -34,17 +34,17 @@ replays the position-indexed acceptance rows of one trace request, drawn uniform
 and output lengths come from the file. Output positions t beyond the drawn trace request's
 recorded output length L are *wrapped*: position t replays row t mod L. Wrapping keeps every
 step a real recorded draft/target pair from the same text (its difficulty profile) instead
-of repeating one row (clamping) or changing the file's output length (truncation); the
-wrapped rows are appended to a copy of the trace (:attr:`Workload.rows_trace`) so the engine
-keeps its ``row = base + t`` indexing. ``arrival = "trace"`` uses the file's arrival times
-(``arrival`` as given, ``timestamp`` relative to the first row; an error when the file has
-neither); the other arrival kinds draw as above. :func:`example_workload` generates the
+of repeating one row (clamping) or changing the file's output length (truncation). The engine
+computes the row ``base + t mod L`` of each step from :attr:`Workload.wrap` (L per request), so
+no row is copied: memory grows with the request table, not with the positions it replays.
+``arrival = "trace"`` uses the file's arrival times (``arrival`` as given, ``timestamp``
+relative to the first row; an error when the file has neither); the other arrival kinds draw
+as above. :func:`example_workload` generates the
 bundled example (``data/workload_example.csv``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -84,7 +84,9 @@ class Workload:
     prompt_len: np.ndarray  # int64
     output_len: np.ndarray  # int64
     row_base: np.ndarray  # int64 trace row of output position 0 (trace.offsets[trace_index])
-    rows_trace: Trace | None = None  # the trace row_base indexes when not the given one (wrapped rows)
+    #: int64 rows L of the replayed trace request: position t reads row row_base + t mod L;
+    #: None when every output fits its trace request (position t reads row_base + t)
+    wrap: np.ndarray | None = None
     notes: tuple[str, ...] = ()  # how an imported workload was mapped onto the trace
     prefix_group: np.ndarray | None = None  # int64 shared-prefix group (−1 none; simulator.prefix)
     prefix_len: np.ndarray | None = None  # int64 tokens of that shared prefix
@@ -296,39 +298,15 @@ def map_to_trace(category: np.ndarray, trace_category: np.ndarray,
     return idx, matched
 
 
-def wrapped_rows(trace: Trace, idx: np.ndarray, output_len: np.ndarray
-                 ) -> tuple[Trace, np.ndarray]:
-    """Row bases for imported requests, appending wrapped copies where output_len > L.
+def wrap_lengths(trace: Trace, idx: np.ndarray, output_len: np.ndarray) -> np.ndarray | None:
+    """Rows L of each replayed trace request when some output is longer than its L (position
+    t then reads row ``offsets[idx] + t mod L``), else None (every position reads
+    ``offsets[idx] + t``).
 
-    Request i with L = trace.output_len[idx[i]] >= output_len[i] replays rows
-    offsets[idx[i]] + t in place; a longer one gets output_len[i] appended rows
-    offsets[idx[i]] + (t mod L). returns (the trace holding the rows, # [N] int64 row bases)
+    idx, output_len: # [N] int;  returns # [N] int64 or None
     """
     lens = np.asarray(trace.output_len, dtype=np.int64)[idx]
-    base = np.asarray(trace.offsets, dtype=np.int64)[idx].copy()
-    long = np.flatnonzero(output_len > lens)
-    if long.size == 0:
-        return trace, base
-    out = output_len[long]
-    starts = np.zeros(long.size, dtype=np.int64)
-    np.cumsum(out[:-1], out=starts[1:])
-    t = np.arange(int(out.sum()), dtype=np.int64) - np.repeat(starts, out)  # position in request
-    rows = np.repeat(base[long], out) + t % np.repeat(lens[long], out)
-    base[long] = int(trace.n_rows) + starts
-    columns = {name: np.ascontiguousarray(np.concatenate([arr, arr[rows]]))
-               for name, arr in trace.columns().items()}
-    extra = {
-        "request_id": np.asarray(trace.request_id).max(initial=-1) + 1 + np.arange(long.size),
-        "prompt_len": np.asarray(trace.prompt_len)[idx[long]], "output_len": out,
-        "category": np.asarray(trace.category)[idx[long]],
-        "arrival": np.asarray(trace.arrival)[idx[long]],
-    }
-    requests = {name: np.concatenate([np.asarray(getattr(trace, name)), extra[name]])
-                for name in extra}
-    offsets = np.zeros(requests["output_len"].shape[0] + 1, dtype=np.int64)
-    np.cumsum(requests["output_len"], out=offsets[1:])
-    extended = dataclasses.replace(trace, offsets=offsets, **requests, **columns)
-    return extended, base
+    return lens if bool(np.any(output_len > lens)) else None
 
 
 def imported_workload(config: SimConfig, trace: Trace) -> Workload:
@@ -349,7 +327,6 @@ def imported_workload(config: SimConfig, trace: Trace) -> Workload:
     arrival = arrival_times(n, config.arrival, float(config.rate), float(config.cv),
                             np.random.default_rng(arrival_seq), offsets)
     output_len = data["output_len"]
-    rows_trace, base = wrapped_rows(trace, idx, output_len)
     wrapped = int(np.sum(output_len > np.asarray(trace.output_len)[idx]))
     notes = [f"workload {path}: {n} of its {total} requests mapped onto the trace's "
              f"{int(trace.n_requests)} ({matched} by category); {wrapped} outputs longer than "
@@ -359,8 +336,8 @@ def imported_workload(config: SimConfig, trace: Trace) -> Workload:
                      f"requests; simulating {total}")
     return Workload(
         trace_index=idx, arrival=arrival.astype(np.float64), prompt_len=data["prompt_len"],
-        output_len=output_len, row_base=base,
-        rows_trace=None if rows_trace is trace else rows_trace, notes=tuple(notes),
+        output_len=output_len, row_base=np.asarray(trace.offsets, dtype=np.int64)[idx],
+        wrap=wrap_lengths(trace, idx, output_len), notes=tuple(notes),
         prefix_group=data.get("prefix_group"), prefix_len=data.get("prefix_len"))
 
 

@@ -46,7 +46,8 @@ MAX_MILP_VARIABLES = 200_000
 #: Elementary steps of the exact allocation DP (N x min(C, N K) x K), ~1 ns each vectorised.
 MAX_DP_OPERATIONS = 10**11
 
-#: Simulated requests in one run (~85 µs and ~1 KB each: 10^7 is ~15 minutes and ~10 GB).
+#: Simulated requests in one run (~0.1-0.2 ms of CPU and ~1 KB each: 10^7 is ~30 minutes and
+#: ~10 GB).
 MAX_SIMULATED_REQUESTS = 10_000_000
 
 #: Drafted tokens per position (K) of a capture or live run: real drafters use a handful.
@@ -160,17 +161,20 @@ def trace_bytes(requests: int, positions_per_request: float, depth: int) -> floa
     return 2.0 * requests * max(1.0, positions_per_request) * (6 * depth + 4) * 8
 
 
-def simulation_bytes(requests: int, output_len: float, k: int, replicas: int = 1) -> float:
-    """Rough peak memory of one simulation: per request a row of records (~1 KiB) plus its
-    steps (≈ output_len / (k + 1) step rows of ~64 B each over the replicas' batches).
+def simulation_bytes(requests: int, output_len: float, batch: int, replicas: int = 1) -> float:
+    """Rough peak memory of one simulation: per request ~1 KiB (its state and record columns,
+    its row of the request table and the table's Parquet copy) plus its share of the step
+    rows, at most one step per output token over a batch of ``batch`` requests (the packed
+    step log, the step table and its Parquet copy: ~320 B a step).
 
-    About twice what was measured: 200,000 requests of the synthetic trace (mean output 128
-    tokens) peaked at 350 MB (0.85 KB per request over a 180 MB process) in 18 s."""
-    steps_per_request = max(1.0, output_len / (k + 1))
-    return requests * (1024.0 + 64.0 * steps_per_request) + 64.0 * replicas
+    Measured: 10^6 requests of an imported workload with outputs of 8-256 tokens at batch 64
+    peaked at 1.16 GB (~1 KB per request over a ~200 MB process); simulated positions are
+    never materialised (simulator.workload), so the trace's size does not scale with it."""
+    steps_per_request = max(1.0, output_len) / max(1, batch)
+    return requests * (1024.0 + 320.0 * steps_per_request) + 64.0 * replicas
 
 
-def check_simulation(what: str, requests: int, output_len: float, k: int,
+def check_simulation(what: str, requests: int, output_len: float, batch: int,
                      replicas: int = 1) -> None:
     """Refuse a simulation of more than :data:`MAX_SIMULATED_REQUESTS` requests or
     :data:`MAX_REPLICAS` replicas, or whose :func:`simulation_bytes` exceed the memory limit."""
@@ -178,7 +182,7 @@ def check_simulation(what: str, requests: int, output_len: float, k: int,
                "simulated requests", "simulate fewer requests")
     check_size(f"{what}: field replicas", replicas, MAX_REPLICAS, "replicas",
                "simulate fewer replicas")
-    check_memory(what, simulation_bytes(requests, output_len, k, replicas),
+    check_memory(what, simulation_bytes(requests, output_len, batch, replicas),
                  "simulate fewer requests")
 
 

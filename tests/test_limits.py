@@ -58,3 +58,10 @@ def test_a_simulation_is_bounded_by_requests_replicas_and_memory():
         limits.check_simulation("config", 10**9, 128, 3)
     with pytest.raises(SpecbatchError, match="field replicas"):
         limits.check_simulation("config", 10, 128, 3, replicas=2**62)
+
+
+def test_simulation_estimate_counts_steps_per_batch():
+    """A step serves a batch: the estimate of 10^6 requests at batch 64 stays under the
+    2 GB measured runs of that size need, and shrinks as the batch grows."""
+    assert limits.simulation_bytes(10**6, 128, 64) < 2e9
+    assert limits.simulation_bytes(10**6, 128, 1) > limits.simulation_bytes(10**6, 128, 64)

@@ -2,30 +2,57 @@
 
 See docs/THEORY.md for every formula.
 Imports only numpy, scipy, cvxpy and torch.
+
+The names are loaded on first use, so a caller of one light submodule (the simulator's hot
+path uses ``theory.allocate`` and ``theory.stats``) does not import scipy's LP stack.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from specbatch.errors import SpecbatchError
-from specbatch.theory.allocate import (
-    allocation_value,
-    gains_value,
-    greedy_heap,
-    greedy_topc,
-    optimal_dp,
-    optimal_dp_gains,
-    optimal_milp,
-    prefix_gains,
-)
-from specbatch.theory.exact import expected_tau, iteration_law, loop_law, validity_residual
-from specbatch.theory.lp import solve_lp_a, solve_lp_b
-from specbatch.theory.models import ModelPair, pair_from_dict, random_pair, read_pair
-from specbatch.theory.stats import accept_from_stats, block_weights, position_stats, token_weights
-from specbatch.theory.verify import (
-    expected_accepted,
-    extra_token_law,
-    tau_law,
-    verify_block,
-    verify_token,
-)
+from specbatch.lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from specbatch.theory.allocate import (
+        allocation_value,
+        gains_value,
+        greedy_heap,
+        greedy_topc,
+        optimal_dp,
+        optimal_dp_gains,
+        optimal_milp,
+        prefix_gains,
+    )
+    from specbatch.theory.exact import expected_tau, iteration_law, loop_law, validity_residual
+    from specbatch.theory.lp import solve_lp_a, solve_lp_b
+    from specbatch.theory.models import ModelPair, pair_from_dict, random_pair, read_pair
+    from specbatch.theory.stats import (
+        accept_from_stats,
+        block_weights,
+        position_stats,
+        token_weights,
+    )
+    from specbatch.theory.verify import (
+        expected_accepted,
+        extra_token_law,
+        tau_law,
+        verify_block,
+        verify_token,
+    )
+
+#: Submodule -> the names it exports.
+_MODULES = {
+    "allocate": ("allocation_value", "gains_value", "greedy_heap", "greedy_topc", "optimal_dp",
+                 "optimal_dp_gains", "optimal_milp", "prefix_gains"),
+    "exact": ("expected_tau", "iteration_law", "loop_law", "validity_residual"),
+    "lp": ("solve_lp_a", "solve_lp_b"),
+    "models": ("ModelPair", "pair_from_dict", "random_pair", "read_pair"),
+    "stats": ("accept_from_stats", "block_weights", "position_stats", "token_weights"),
+    "verify": ("expected_accepted", "extra_token_law", "tau_law", "verify_block",
+               "verify_token"),
+}
 
 __all__ = [
     "ModelPair",
@@ -57,3 +84,7 @@ __all__ = [
     "verify_block",
     "verify_token",
 ]
+
+__getattr__ = lazy_attributes(
+    __name__, {name: f"{__name__}.{module}" for module, names in _MODULES.items()
+               for name in names}, globals())

@@ -30,6 +30,17 @@ class LinearCost:
         return self.draft_fixed + self.draft_per_token * q + self.per_kv * float(np.sum(kv))
 
 
+class StepTimeOnly:
+    """A cost model that only answers ``step_time`` (the wrapped model's batch-sums fast path
+    hidden), so the engine prices every pass with its own call."""
+
+    def __init__(self, cost):
+        self.cost, self.overhead = cost, cost.overhead
+
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
+        return self.cost.step_time(role, query, kv)
+
+
 def const_trace(n_requests: int = 8, output_len: int = 20, prompt_len: int = 4, depth: int = 4,
                 alpha: float = 0.5, arrival: np.ndarray | None = None,
                 output_lens: np.ndarray | None = None, prompt_lens: np.ndarray | None = None):

@@ -55,7 +55,7 @@ from specbatch.simulator.workload import (  # noqa: E402
     example_workload,
     map_to_trace,
     read_workload_file,
-    wrapped_rows,
+    wrap_lengths,
 )
 
 TABLE = pd.DataFrame({"prompt_len": [5, 7, 9], "output_len": [3, 30, 2],
@@ -137,17 +137,61 @@ def test_mapping_stays_within_category_and_is_seeded():
     assert np.array_equal(idx, again) and not np.array_equal(idx, other)
 
 
-def test_long_outputs_wrap_rows_modulo_the_trace_length():
+def test_wrap_lengths_only_when_some_output_outruns_its_trace_request():
     trace = const_trace(n_requests=3, output_lens=np.array([4, 5, 6]))
-    marked = trace.q.copy()
-    marked[:, 0] = np.arange(trace.n_rows)  # row number in column 0 (q values not checked)
+    assert wrap_lengths(trace, np.array([1, 0, 2]), np.array([3, 11, 6])).tolist() == [5, 4, 6]
+    assert wrap_lengths(trace, np.array([2, 0]), np.array([6, 4])) is None  # all fit
+
+
+def materialised(trace, workload):
+    """Twin of position wrapping: a trace with every wrapped request's rows copied out
+    (row t of the copy is row t mod L of the original) and the workload pointing at them."""
     import dataclasses
-    trace = dataclasses.replace(trace, q=marked)
-    ext, base = wrapped_rows(trace, np.array([1, 0, 2]), np.array([3, 11, 6]))
-    assert base[0] == trace.offsets[1] and base[2] == trace.offsets[2]  # fit: replayed in place
-    assert base[1] == trace.n_rows and ext.n_rows == trace.n_rows + 11
-    assert ext.q[base[1]:base[1] + 11, 0].tolist() == [0, 1, 2, 3] * 2 + [0, 1, 2]
-    assert wrapped_rows(trace, np.array([2]), np.array([6]))[0] is trace
+
+    lens = np.asarray(trace.output_len)[workload.trace_index]
+    long = np.flatnonzero(workload.output_len > lens)
+    copies = [workload.row_base[i] + np.arange(workload.output_len[i]) % lens[i] for i in long]
+    rows = np.concatenate(copies)
+    columns = {name: np.concatenate([arr, arr[rows]]) for name, arr in trace.columns().items()}
+    out = workload.output_len[long]
+    requests = {name: np.concatenate([np.asarray(getattr(trace, name)), extra]) for name, extra in {
+        "request_id": trace.n_requests + np.arange(long.size), "output_len": out,
+        "prompt_len": workload.prompt_len[long],
+        "category": np.asarray(trace.category)[workload.trace_index[long]],
+        "arrival": np.asarray(trace.arrival)[workload.trace_index[long]]}.items()}
+    offsets = np.concatenate([[0], np.cumsum(requests["output_len"])])
+    base = workload.row_base.copy()
+    base[long] = trace.n_rows + offsets[trace.n_requests:-1] - offsets[trace.n_requests]
+    return (dataclasses.replace(trace, offsets=offsets, **requests, **columns),
+            dataclasses.replace(workload, row_base=base, wrap=None))
+
+
+@pytest.mark.parametrize("policy, verify, kv_mode", [
+    ("tetris", "block", "paged"), ("fixed", "token", "reserve"), ("oracle", "token", "reserve")])
+def test_wrapped_positions_replay_the_rows_a_copy_would(tmp_path, policy, verify, kv_mode):
+    """Reading row base + t mod L on the fly gives the run that materialised copies of the
+    wrapped rows give, table for table (the engine never copies positions)."""
+    from specbatch.simulator.policies import make_policy
+    from specbatch.simulator.run import run_engine
+    from specbatch.traces.synth import SynthConfig, synth_trace
+    from tests.simulator.helpers import LinearCost
+
+    trace = synth_trace(SynthConfig(requests=6, depth=4, output_mean=12, prompt_mean=16, seed=3))
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({"prompt_len": rng.integers(4, 40, 40),
+                          "output_len": rng.integers(2, 90, 40)})
+    config = load_config(None, workload=str(write(table, tmp_path / "w.csv")), policy=policy,
+                         verify=verify, kv_mode=kv_mode, max_num_seqs=8, requests=40,
+                         num_speculative_tokens=3)
+    workload = build_workload(config, trace)
+    assert workload.wrap is not None and (workload.output_len > workload.wrap).sum() > 10
+    twin_trace, twin_workload = materialised(trace, workload)
+    capacity = 4000 if kv_mode == "paged" else None
+    got = run_engine(config, trace, workload, LinearCost(), make_policy(config, 4), capacity)
+    want = run_engine(config, twin_trace, twin_workload, LinearCost(), make_policy(config, 4),
+                      capacity)
+    for a, b in zip(got, want):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
 def test_config_workload_builds_from_the_file(tmp_path):
@@ -156,7 +200,7 @@ def test_config_workload_builds_from_the_file(tmp_path):
     w = build_workload(load_config(None, workload=str(path), arrival="trace", seed=2), trace)
     assert w.n == 3 and w.prompt_len.tolist() == [5, 7, 9] and w.output_len.tolist() == [3, 30, 2]
     assert w.arrival.tolist() == [0.5, 1.0, 1.0]
-    assert w.rows_trace is not None and w.rows_trace.n_rows == trace.n_rows + 30
+    assert w.wrap.tolist() == [5, 5, 5]  # request 1 (30 tokens) wraps its 5 rows
     assert "3 of its 3 requests" in w.notes[0]
     again = build_workload(load_config(None, workload=str(path), arrival="trace", seed=2), trace)
     assert np.array_equal(w.trace_index, again.trace_index)

@@ -1,0 +1,38 @@
+"""benchmarks/scale_bench.py stays runnable (slow: two simulate processes)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "scale_bench.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("scale_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_workload_has_the_documented_shape(tmp_path):
+    table = pd.read_csv(load().write_workload(tmp_path / "w.csv", 5000, rate=10.0))
+    assert list(table.columns) == ["prompt_len", "output_len", "arrival"] and len(table) == 5000
+    assert table["output_len"].between(8, 256).all() and table["prompt_len"].between(8, 2048).all()
+    assert (table["arrival"].diff().dropna() >= 0).all()
+    assert abs(len(table) / table["arrival"].iloc[-1] - 10.0) < 1.0  # Poisson at the rate
+
+
+@pytest.mark.slow
+def test_scale_bench_measures_each_run_in_its_own_process(tmp_path, capsys):
+    module = load()
+    assert module.main(["--sizes", "300", "--work", str(tmp_path), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    this = row["this"]
+    assert row["requests"] == 300 and this["rc"] == 0 and this["tokens"] > 300
+    assert this["rss_mib"] > 0 and this["cpu_s"] > 0
+    assert (tmp_path / "out-300" / "steps.parquet").is_file()
