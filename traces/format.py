@@ -147,6 +147,10 @@ def write_trace(trace: Trace, path: str | os.PathLike, float_dtype: str = "float
     ``positions-*.parquet`` left from an earlier trace in that directory) and ``meta.json``
     last. With float64 storage, ``read_trace(path)`` returns bit-identical arrays.
     """
+    require((trace.tree is None) == (trace.meta.get("version") != TREE_VERSION),
+            f"trace {path}: expected draft trees exactly when meta.json says version "
+            f"{TREE_VERSION}, got version {trace.meta.get('version')} "
+            f"{'with' if trace.tree is not None else 'without'} trees")
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     write_requests(directory, trace.requests())

@@ -205,3 +205,21 @@ def test_tree_with_the_ngram_drafter_is_refused(pair, tmp_path):
     with pytest.raises(SpecbatchError, match="--tree: expected a draft model"):
         capture("ngram", pair[1], PROMPTS[:1], tmp_path / "x",
                 CaptureConfig(max_new_tokens=4, tree="2"), progress=False)
+
+
+def test_the_bundled_tree_trace_is_the_greedy_drop2_trace_grown_into_trees():
+    """smollm2-drop2-tree: top-k trees of the drop-2 draft on the prompts, seed and reference
+    outputs of smollm2-drop2-greedy; the first path of a top-k tree is the draft's argmax chain,
+    so its tokens and target probabilities are the greedy trace's first three (up to the float
+    round-off of other batch shapes, which may flip a near-tie argmax)."""
+    tree = read_trace("smollm2-drop2-tree")
+    greedy = read_trace("smollm2-drop2-greedy")
+    assert tree.meta["tree"]["shape"] == "2,2,1" and tree.meta["tree"]["sampling"] == "topk"
+    assert tree.K == 3 and tree.temperature == 1.0 and tree.n_requests >= 8
+    n = min(tree.n_requests, greedy.n_requests)
+    a, b = tree.subset(np.arange(n)), greedy.subset(np.arange(n))
+    np.testing.assert_array_equal(a.output_len, b.output_len)
+    same = (a.draft_token == b.draft_token[:, :3]).all(axis=1)
+    assert same.mean() > 0.99
+    np.testing.assert_allclose(a.pt[same], b.pt[same, :3], atol=1e-4)
+    np.testing.assert_allclose(a.draft_conf[same], b.draft_conf[same, :3], atol=1e-4)
