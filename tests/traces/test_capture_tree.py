@@ -215,7 +215,7 @@ def test_the_bundled_tree_trace_is_the_greedy_drop2_trace_grown_into_trees():
     tree = read_trace("smollm2-drop2-tree")
     greedy = read_trace("smollm2-drop2-greedy")
     assert tree.meta["tree"]["shape"] == "2,2,1" and tree.meta["tree"]["sampling"] == "topk"
-    assert tree.K == 3 and tree.temperature == 1.0 and tree.n_requests >= 8
+    assert tree.K == 3 and tree.temperature == 1.0 and tree.n_requests >= 4
     n = min(tree.n_requests, greedy.n_requests)
     a, b = tree.subset(np.arange(n)), greedy.subset(np.arange(n))
     np.testing.assert_array_equal(a.output_len, b.output_len)
@@ -223,3 +223,17 @@ def test_the_bundled_tree_trace_is_the_greedy_drop2_trace_grown_into_trees():
     assert same.mean() > 0.99
     np.testing.assert_allclose(a.pt[same], b.pt[same, :3], atol=1e-4)
     np.testing.assert_allclose(a.draft_conf[same], b.draft_conf[same, :3], atol=1e-4)
+
+
+def test_the_bundled_iid_tree_trace_shares_the_drop2_reference_outputs():
+    """smollm2-drop2-tree-iid: i.i.d. trees (SpecInfer's expansion) on the first requests of
+    smollm2-drop2; the reference outputs come from the same uniforms, so the lengths agree and
+    the first path is a sample of the draft (its q is the first child's q)."""
+    tree = read_trace("smollm2-drop2-tree-iid")
+    assert tree.meta["tree"]["sampling"] == "iid" and tree.meta["draft_sample_method"] == \
+        "probabilistic"
+    chain = read_trace("smollm2-drop2").subset(np.arange(tree.n_requests))
+    np.testing.assert_array_equal(tree.output_len, chain.output_len)
+    n = tree.meta["tree"]["nodes_per_position"]
+    first = tree.tree.q.reshape(tree.n_rows, n)[:, 1:4]
+    np.testing.assert_allclose(tree.q, first, rtol=1e-6)
