@@ -80,6 +80,8 @@ class CaptureConfig:
     ngram_min: int | None = None   # n-gram drafter only: prompt_lookup_min (None: model draft)
     ngram_max: int | None = None   # n-gram drafter only: prompt_lookup_max
     draft_sample_method: str = PROBABILISTIC  # draft model only: "probabilistic" or "greedy"
+    tree: str | None = None        # draft-tree shape "2,2,1" (children per depth): a v2 trace
+    tree_sampling: str = "topk"    # tree children: "topk" (EAGLE) or "iid" (SpecInfer)
 
     def content_key(self) -> dict:
         """Fields that change the captured numbers (batch size and chunking do not; a plain
@@ -94,7 +96,18 @@ class CaptureConfig:
         for k in ("ngram_min", "ngram_max"):
             if d[k] is None:
                 d.pop(k)
+        if d["tree"] is None:
+            d.pop("tree")
+            d.pop("tree_sampling")
         return d
+
+    def tree_shape(self):
+        """The draft tree's :class:`~specbatch.theory.tree_shapes.Shape`, or None (chains)."""
+        if self.tree is None:
+            return None
+        from specbatch.theory.tree_shapes import parse_shape
+
+        return parse_shape(self.tree, self.tree_sampling)
 
 
 # ----------------------------------------------------------------------------- loading
@@ -242,12 +255,19 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
     written = 0
     for c, members in enumerate(_chunks(len(prompts), cfg.chunk_requests)):
         if all(status[i] == STATUS_DONE for i in members) and \
-                (out / f"positions-{c:05d}.parquet").is_file():
+                (out / f"positions-{c:05d}.parquet").is_file() and \
+                (cfg.tree is None or (out / f"nodes-{c:05d}.parquet").is_file()):
             continue
         if stop_after_chunks is not None and written >= stop_after_chunks:
             break
         rid, pos, cols = _capture_chunk(members, prompts, tokenizer, draft, target, cfg,
                                         run["store"], bar)
+        if "nodes" in cols:
+            from specbatch.traces.tree_files import write_nodes
+
+            nodes = cols.pop("nodes")
+            write_nodes(out, c, nodes.pop("request_id"), nodes.pop("position"), nodes,
+                        cfg.store_dtype)
         write_positions(out, c, rid, pos, cols, cfg.store_dtype)
         for i in members:
             status[i] = STATUS_DONE
@@ -266,6 +286,7 @@ def _drafter_config(cfg: CaptureConfig, draft_path: str) -> CaptureConfig:
             f"--draft-sample: expected one of {', '.join(DRAFT_SAMPLE_METHODS)}, got "
             f"{cfg.draft_sample_method!r:.40}")
     if draft_path == NGRAM:
+        require(cfg.tree is None, f"--tree: expected a draft model, got --draft {NGRAM}")
         require(cfg.draft_sample_method == PROBABILISTIC,
                 f"--draft-sample {cfg.draft_sample_method}: expected only with a draft model, "
                 f"got --draft {NGRAM} (its drafts are deterministic already)")
@@ -273,7 +294,9 @@ def _drafter_config(cfg: CaptureConfig, draft_path: str) -> CaptureConfig:
         return CaptureConfig(**{**asdict(cfg), "ngram_min": n_min, "ngram_max": n_max})
     require(cfg.ngram_min is None and cfg.ngram_max is None,
             f"--ngram-min/--ngram-max: expected only with --draft {NGRAM}, got --draft {draft_path}")
-    return cfg
+    from specbatch.traces.tree_capture import tree_config
+
+    return tree_config(cfg)
 
 
 def _check_config(cfg: CaptureConfig, prompts: list[Prompt]) -> None:
@@ -347,8 +370,19 @@ def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, de
     from specbatch.traces.trace import default_meta
 
     settings = asdict(cfg) | {"dtype": dtype, "threads": torch.get_num_threads()}
+    shape = cfg.tree_shape()
+    if shape is None:
+        settings.pop("tree")
+        settings.pop("tree_sampling")
     if draft_path == NGRAM:
         settings.pop("draft_sample_method")  # a draft model's option
+    elif shape is not None:  # the chain columns: the first path, argmax for top-k trees
+        from specbatch.traces.trace import TREE_VERSION
+        from specbatch.traces.tree_nodes import tree_meta
+
+        method = GREEDY if shape.sampling == "topk" else PROBABILISTIC
+        extra_meta = {"version": TREE_VERSION, "tree": tree_meta(shape),
+                      "draft_sample_method": method, **(extra_meta or {})}
     else:
         extra_meta = {"draft_sample_method": cfg.draft_sample_method, **(extra_meta or {})}
     return default_meta(
@@ -407,8 +441,15 @@ def _capture_chunk(members: list[int], prompts: list[Prompt], tokenizer, draft, 
             target, [ids_of[i] for i in members],
             [request_uniforms(cfg.seed, i, cfg.max_new_tokens, cfg.depth)[0] for i in members],
             cfg, tokenizer.eos_token_id)
+    shape = cfg.tree_shape()
     for i, ref in zip(members, refs):
-        res = capture_positions(draft, target, ids_of[i], i, cfg, ref)
+        if shape is None:
+            res = capture_positions(draft, target, ids_of[i], i, cfg, ref)
+        else:
+            from specbatch.traces.tree_capture import capture_tree_positions, collect_nodes
+
+            res = capture_tree_positions(draft.model, target, ids_of[i], i, cfg, ref, shape)
+            collect_nodes(cols, res["nodes"], i)
         n = len(res["y"])
         rid.append(np.full(n, i, dtype=np.int64))
         pos.append(np.arange(n, dtype=np.int64))
@@ -418,4 +459,8 @@ def _capture_chunk(members: list[int], prompts: list[Prompt], tokenizer, draft, 
         store[i] = {"prompt_len": len(ids_of[i]), "output_len": n,
                     "category": prompts[i].category}
         bar.update(1)
-    return np.concatenate(rid), np.concatenate(pos), {k: np.concatenate(v) for k, v in cols.items()}
+    out = {k: np.concatenate(v) for k, v in cols.items() if k != "nodes"}
+    if "nodes" in cols:
+        out["nodes"] = {k: np.concatenate([part[k] for part in cols["nodes"]])
+                        for k in cols["nodes"][0]}
+    return np.concatenate(rid), np.concatenate(pos), out

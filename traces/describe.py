@@ -70,7 +70,14 @@ def trace_summary(trace) -> dict:
         },
         "status": trace.status,
         "signals": signal_quality(trace),
+        **({"tree": _tree_part(trace)} if getattr(trace, "tree", None) is not None else {}),
     }
+
+
+def _tree_part(trace) -> dict:
+    from specbatch.traces.tree_summary import tree_summary
+
+    return tree_summary(trace)
 
 
 def _count(value):

@@ -27,6 +27,7 @@ round-off of a capture); values are returned exactly as stored, never clipped.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from specbatch.traces.trace import (
     LIST_COLUMNS,
     PROPOSED,
     REQUEST_COLUMNS,
+    TREE_VERSION,
     Trace,
     as_int,
     check_meta,
@@ -62,6 +64,7 @@ __all__ = [
 META_FILE = "meta.json"
 REQUESTS_FILE = "requests.parquet"
 POSITIONS_GLOB = "positions-*.parquet"
+NODES_GLOB = "nodes-*.parquet"  # version 2 (tree) traces: traces/tree_files.py
 
 #: Names that stand for a bundled trace: ``default`` is the real-model trace.
 ALIASES = {"default": "smollm2"}
@@ -144,14 +147,23 @@ def write_trace(trace: Trace, path: str | os.PathLike, float_dtype: str = "float
     ``positions-*.parquet`` left from an earlier trace in that directory) and ``meta.json``
     last. With float64 storage, ``read_trace(path)`` returns bit-identical arrays.
     """
+    require((trace.tree is None) == (trace.meta.get("version") != TREE_VERSION),
+            f"trace {path}: expected draft trees exactly when meta.json says version "
+            f"{TREE_VERSION}, got version {trace.meta.get('version')} "
+            f"{'with' if trace.tree is not None else 'without'} trees")
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     write_requests(directory, trace.requests())
     position = np.arange(trace.n_rows, dtype=np.int64) - np.repeat(trace.offsets[:-1], trace.output_len)
     request_id = np.repeat(trace.request_id, trace.output_len)
-    kept = write_positions(directory, 0, request_id, position, trace.columns(), float_dtype)
-    for stale in directory.glob(POSITIONS_GLOB):
-        if stale != kept:
+    kept = [write_positions(directory, 0, request_id, position, trace.columns(), float_dtype)]
+    if trace.tree is not None:
+        from specbatch.traces.tree_files import write_tree
+
+        kept.append(write_tree(directory, trace.tree, trace.request_id, trace.offsets,
+                               float_dtype))
+    for stale in (*directory.glob(POSITIONS_GLOB), *directory.glob(NODES_GLOB)):
+        if stale not in kept:
             stale.unlink()
     write_meta(directory, trace.meta)
 
@@ -229,6 +241,12 @@ def validate_trace(path: str | os.PathLike) -> Trace:
         trace = make_trace(meta, requests, cols, path=str(directory))
     except SpecbatchError as exc:
         raise SpecbatchError(_row_to_file(str(exc), str(directory))) from None
+    if meta["version"] == TREE_VERSION:
+        from specbatch.traces.tree_files import read_nodes
+        from specbatch.traces.tree_nodes import check_tree_meta
+
+        shape = check_tree_meta(meta, str(directory / META_FILE))
+        trace = dataclasses.replace(trace, tree=read_nodes(directory, trace, shape))
     return trace
 
 

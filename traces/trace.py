@@ -27,7 +27,7 @@ never clipped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -47,6 +47,8 @@ from specbatch.traces.checks import (
 
 FORMAT_NAME = "specbatch-trace"
 FORMAT_VERSION = 1
+#: Version of a tree trace: the chain columns plus ``nodes-*.parquet`` (:mod:`traces.tree_nodes`).
+TREE_VERSION = 2
 #: [rows, K] list columns in file order; draft_token is integer, the rest float64.
 LIST_COLUMNS = ("draft_token", *FLOAT_COLUMNS)
 #: Optional [rows] integer column: real draft tokens per row (0..K); absent means K.
@@ -84,6 +86,7 @@ class Trace:
     top1: np.ndarray  # [rows, K] float64  draft temperature-1 top-1 probability
     path: str | None = None
     proposed: np.ndarray | None = None  # [rows] int64 real draft tokens per row, None = K
+    tree: Any = None  # TreeNodes of a version-2 trace: each row's draft tree; None for chains
 
     @property
     def K(self) -> int:  # noqa: N802  (the papers' symbol)
@@ -147,7 +150,8 @@ class Trace:
         rows = _ranges(self.offsets[indices], self.output_len[indices])
         requests = {name: arr[indices] for name, arr in self.requests().items()}
         columns = {name: arr[rows] for name, arr in self.columns().items()}
-        return make_trace(dict(self.meta), requests, columns, path=self.path)
+        out = make_trace(dict(self.meta), requests, columns, path=self.path)
+        return out if self.tree is None else replace(out, tree=self.tree.take(rows))
 
 
 def default_meta(temperature: float, depth: int, **fields: Any) -> dict:
@@ -270,7 +274,8 @@ def _normalised_meta(meta: dict, where: str, k: int) -> dict:
     if isinstance(meta.get("temperature"), (np.integer, np.floating)):
         meta["temperature"] = float(meta["temperature"])
     check_meta(meta, where, depth=k)
-    meta["format"], meta["version"] = FORMAT_NAME, FORMAT_VERSION
+    meta["format"] = FORMAT_NAME
+    meta["version"] = meta.get("version", FORMAT_VERSION)
     for key in PROVENANCE_KEYS:
         meta.setdefault(key, None)
     return meta
@@ -322,8 +327,9 @@ def check_meta(meta: Any, where: str, depth: int | None = None) -> None:
     fmt = meta.get("format", FORMAT_NAME)
     require(fmt == FORMAT_NAME, f"file {where}: field format: expected {FORMAT_NAME!r}, got {fmt!r}")
     version = meta.get("version", FORMAT_VERSION)
-    require(version == FORMAT_VERSION and not isinstance(version, bool),
-            f"file {where}: field version: expected {FORMAT_VERSION}, got {version!r}")
+    require(version in (FORMAT_VERSION, TREE_VERSION) and not isinstance(version, bool),
+            f"file {where}: field version: expected {FORMAT_VERSION} (chains) or "
+            f"{TREE_VERSION} (trees), got {version!r}")
     temp = meta.get("temperature")
     require(isinstance(temp, (int, float)) and not isinstance(temp, bool)
             and np.isfinite(temp) and temp >= 0,
@@ -333,6 +339,10 @@ def check_meta(meta: Any, where: str, depth: int | None = None) -> None:
             f"file {where}: field depth: expected an integer K >= 1, got {k!r}")
     if depth is not None:
         require(k == depth, f"file {where}: field depth: expected the list length {depth}, got {k}")
+    if version == TREE_VERSION:
+        from specbatch.traces.tree_nodes import check_tree_meta
+
+        check_tree_meta(meta, where)
     _check_provenance(meta, where)
 
 

@@ -74,6 +74,13 @@ def register(subparsers) -> None:
                    help="how a draft model proposes: sample at T (probabilistic, default) or its "
                         "argmax chain, recorded as one-hot drafts (greedy: vLLM's default "
                         "draft_sample_method); recorded in meta.json")
+    p.add_argument("--tree", metavar="SHAPE", default=None,
+                   help="draft a static tree per position instead of a chain: children per depth "
+                        "like 2,2,1 (the tree's depth replaces --depth); writes a version 2 "
+                        "trace with nodes-*.parquet (traces/FORMAT.md, docs/trees.md)")
+    p.add_argument("--sampling", choices=["topk", "iid"], default="topk",
+                   help="with --tree: children are the draft's most probable tokens (topk, "
+                        "EAGLE's static trees; default) or drawn i.i.d. from it (iid, SpecInfer)")
     add_threads_flag(p)
     p.add_argument("--chat-template", action="store_true",
                    help="wrap each prompt as a user turn of the target tokenizer's chat template "
@@ -96,13 +103,17 @@ def _capture(args) -> int:
                         stop_at_eos=not args.no_stop_at_eos, chunk_requests=args.chunk_requests,
                         store_dtype=args.store_dtype,
                         chat_template=args.chat_template, ngram_min=args.ngram_min,
-                        ngram_max=args.ngram_max, draft_sample_method=args.draft_sample)
+                        ngram_max=args.ngram_max, draft_sample_method=args.draft_sample,
+                        tree=args.tree, tree_sampling=args.sampling)
     command = "specbatch " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     meta = capture(args.draft, args.target, prompts, args.out, cfg, device=args.device,
                    dtype=args.dtype, resume=args.resume, progress=not args.no_progress,
                    prompt_source=source, command=command)
     comp = meta["completion"]
     rows = sum(r["output_len"] for r in comp["request_rows"].values())
-    emit({"out": args.out, "requests": comp["done"], "positions": rows, "depth": args.depth,
-          "temperature": args.temperature, "status": comp["status"]}, args.json)
+    result = {"out": args.out, "requests": comp["done"], "positions": rows,
+              "depth": meta["depth"], "temperature": args.temperature, "status": comp["status"]}
+    if meta.get("tree"):
+        result["tree"] = meta["tree"]
+    emit(result, args.json)
     return 0

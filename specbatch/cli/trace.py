@@ -161,6 +161,10 @@ def _format_info(s: dict) -> str:
     for name in ("confidence", "neg_entropy", "top1", "cumulative_confidence"):
         lines.append(f"  {name:<22} corr {sig[name]['corr']:>7.4f}   AUC {sig[name]['auc']:.4f}")
     lines.append("  (cumulative_confidence: TETRIS's Π min(conf, 1) against TV's P(τ ≥ j), all j)")
+    if "tree" in s:
+        from specbatch.traces.tree_summary import format_tree_summary
+
+        lines += format_tree_summary(s["tree"])
     return "\n".join(lines)
 
 

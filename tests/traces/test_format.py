@@ -212,7 +212,8 @@ def test_missing_file(written, missing):
     [
         ({"format": "other-trace"}, "format"),
         ({"format": _DELETE}, "format"),
-        ({"version": 2}, "version"),
+        ({"version": 3}, "version"),
+        ({"version": 2}, "tree"),  # a tree trace records its tree
         ({"version": _DELETE}, "version"),
         ({"temperature": -1}, "temperature"),
         ({"temperature": "hot"}, "temperature"),
