@@ -16,28 +16,29 @@ K tokens (``draft_sample_method = "probabilistic"``, the default) or proposes it
 the method is recorded in ``meta.json`` (``draft_sample_method`` and ``capture``) and, when
 greedy, in the fingerprint.
 
-The per-request functions are re-exported here (``capture_request``, ``capture_positions``,
-``capture_request_naive``, ``generate_reference``, ...).
+Model loading lives in :mod:`specbatch.traces.loading`, the resumable run state (status,
+chunking, the files rewritten after each chunk) in :mod:`specbatch.traces.capture_resume`.
+The loaders and the per-request functions are re-exported here (``load_pair``,
+``capture_request``, ``capture_positions``, ``capture_request_naive``, ...).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from specbatch.errors import SpecbatchError, require
-from specbatch.inputs import load_json_file
+from specbatch.errors import require
 from specbatch.io import prepare_output_dir
+from specbatch.traces.capture_resume import STATUS_DONE, flush_run, split_chunks, start_run
 from specbatch.traces.drafters import ModelDrafter
 from specbatch.traces.identity import model_identity, portable_command, portable_path
+from specbatch.traces.loading import load_pair, load_target
 from specbatch.traces.ngram import NGRAM, NgramDrafter, ngram_bounds
 from specbatch.traces.positions import (
     append_path_stats,
@@ -58,7 +59,6 @@ __all__ = [
     "load_pair", "load_target", "model_identity", "request_uniforms",
 ]
 
-STATUS_DONE, STATUS_PENDING = "done", "pending"
 PROBABILISTIC, GREEDY = "probabilistic", "greedy"
 DRAFT_SAMPLE_METHODS = (PROBABILISTIC, GREEDY)
 
@@ -108,61 +108,6 @@ class CaptureConfig:
         from specbatch.theory.tree_shapes import parse_shape
 
         return parse_shape(self.tree, self.tree_sampling)
-
-
-# ----------------------------------------------------------------------------- loading
-def load_pair(draft_path: str, target_path: str, device: str = "cpu", dtype: str = "float32"):
-    """Load tokenizer, draft and target from local HF model directories (no network).
-
-    Raises a one-line :class:`SpecbatchError` for a path that is not a model directory, or a
-    draft and target whose vocabularies differ.
-    """
-    loaded = _load_models((("draft", draft_path), ("target", target_path)), device, dtype)
-    (draft, dtok), (target, ttok) = loaded["draft"], loaded["target"]
-    dv, tv = draft.get_output_embeddings().weight.shape[0], target.get_output_embeddings().weight.shape[0]
-    require(dv == tv, f"models {draft_path} and {target_path}: expected the same vocabulary, "
-            f"got {dv} and {tv} output logits")
-    require(dtok.get_vocab() == ttok.get_vocab(),
-            f"models {draft_path} and {target_path}: expected the same tokenizer vocabulary, "
-            f"got {len(dtok)} and {len(ttok)} different tokens")
-    return dtok, draft, target
-
-
-def load_target(target_path: str, device: str = "cpu", dtype: str = "float32"):
-    """Load tokenizer and target alone (a drafter without a model); errors as :func:`load_pair`."""
-    model, tok = _load_models((("target", target_path),), device, dtype)["target"]
-    return tok, model
-
-
-def _load_models(roles: tuple, device: str, dtype: str) -> dict:
-    """``{role: (model, tokenizer)}`` for the ``(role, path)`` pairs ``roles``."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import torch
-    from transformers import AutoTokenizer
-
-    from specbatch.traces.weights import load_pretrained
-
-    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-    require(dtype in dtypes, f"--dtype: expected one of {', '.join(dtypes)}, got {dtype!r}")
-    if device.startswith("cuda"):
-        require(torch.cuda.is_available(), f"--device {device}: expected a CUDA device, got none")
-    loaded = {}
-    for role, path in roles:
-        p = Path(path)
-        require(p.is_dir() and (p / "config.json").is_file(),
-                f"{role} model {path}: expected a local Hugging Face model directory "
-                "(with config.json), got " + ("a directory without config.json" if p.is_dir()
-                                              else "no such directory"))
-        model = load_pretrained(p, f"{role} model {path}", dtypes[dtype])
-        try:
-            tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
-        except Exception as exc:  # any reader failure on a damaged folder is bad input
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise SpecbatchError(f"{role} model {path}: expected a loadable causal LM with a "
-                                 f"tokenizer, got {first[:160]}") from None
-        loaded[role] = (model.to(device).eval(), tok)
-    return loaded
 
 
 # ----------------------------------------------------------------------------- whole capture
@@ -234,7 +179,7 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
     cfg = _drafter_config(cfg, draft_path)
     _check_config(cfg, prompts)
     out = Path(out)
-    run = _start_run(out, resume, _fingerprint(prompts, cfg, draft_path, target_path), cfg,
+    run = start_run(out, resume, _fingerprint(prompts, cfg, draft_path, target_path), cfg,
                      len(prompts))
     cfg = run["cfg"]
     prepare_output_dir(out, allow_existing=True)  # non-empty only when resuming (checked above)
@@ -248,12 +193,12 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
         draft = ModelDrafter(model, draft_path, greedy=cfg.draft_sample_method == GREEDY)
     meta = _capture_meta(cfg, tokenizer, (draft, draft_path), (target, target_path), device,
                          dtype, prompt_source, command, extra_meta)
-    _flush(out, meta, run)  # meta.json exists before any positions file: always resumable
+    flush_run(out, meta, run)  # meta.json exists before any positions file: always resumable
     status = run["status"]
     bar = tqdm(total=len(prompts), disable=not progress, file=sys.stderr, unit="req",
                desc="capture", initial=sum(s == STATUS_DONE for s in status))
     written = 0
-    for c, members in enumerate(_chunks(len(prompts), cfg.chunk_requests)):
+    for c, members in enumerate(split_chunks(len(prompts), cfg.chunk_requests)):
         if all(status[i] == STATUS_DONE for i in members) and \
                 (out / f"positions-{c:05d}.parquet").is_file() and \
                 (cfg.tree is None or (out / f"nodes-{c:05d}.parquet").is_file()):
@@ -271,7 +216,7 @@ def capture(draft_path: str, target_path: str, prompts: list[Prompt], out: str |
         write_positions(out, c, rid, pos, cols, cfg.store_dtype)
         for i in members:
             status[i] = STATUS_DONE
-        _flush(out, meta, run)
+        flush_run(out, meta, run)
         written += 1
     bar.close()
     if all(s == STATUS_DONE for s in status):
@@ -305,51 +250,6 @@ def _check_config(cfg: CaptureConfig, prompts: list[Prompt]) -> None:
     require(cfg.temperature >= 0, f"--temperature: expected >= 0, got {cfg.temperature}")
     require(cfg.batch_size >= 1, f"--batch-size: expected >= 1, got {cfg.batch_size}")
     require(bool(prompts), "prompts: expected at least one prompt, got none")
-
-
-def _start_run(out: Path, resume: bool, fingerprint: str, cfg: CaptureConfig, n_req: int) -> dict:
-    """The run's state: ``status`` per request, ``store`` (request index -> request row),
-    ``cfg``, ``fingerprint``; read back from ``out/meta.json`` when resuming.
-
-    A resumed run keeps the interrupted run's chunking and batch size, so its float results
-    are bit-identical to an uninterrupted run.
-    """
-    run = {"status": [STATUS_PENDING] * n_req, "store": {}, "cfg": cfg,
-           "fingerprint": fingerprint, "n_req": n_req}
-    require(not out.exists() or out.is_dir(), f"--out {out}: exists and is not a directory")
-    if not (out.exists() and any(out.iterdir())):
-        require(not resume, f"--resume: {out} holds no capture to resume (run without --resume "
-                            "to start one)")
-        return run
-    require(resume, f"--out {out}: expected a new or empty directory (or --resume), "
-            "got an existing non-empty directory")
-    meta_path = out / "meta.json"
-    require(meta_path.is_file(), f"file {meta_path}: expected a capture's meta.json to "
-            "resume from, got no such file")
-    meta = load_json_file(meta_path, "a capture's meta.json")
-    comp = (meta.get("completion") if isinstance(meta, dict) else None) or {}
-    require(isinstance(comp, dict) and comp.get("fingerprint") == fingerprint,
-            f"file {meta_path}: field completion.fingerprint: expected {fingerprint} (same "
-            f"models, prompts and content options), got "
-            f"{comp.get('fingerprint') if isinstance(comp, dict) else comp!r:.40}")
-    try:
-        status = list(comp.get("requests", run["status"]))
-        store = {int(k): dict(v) for k, v in comp.get("request_rows", {}).items()}
-        sizes = {"chunk_requests": int(comp["chunk_requests"]),
-                 "batch_size": int(comp.get("batch_size", cfg.batch_size))}
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise SpecbatchError(f"file {meta_path}: field completion: expected the state a "
-                             f"capture writes, got a damaged one ({type(exc).__name__})") from None
-    require(len(status) == n_req and set(status) <= {STATUS_DONE, STATUS_PENDING}
-            and min(sizes.values()) >= 1, f"file {meta_path}: field completion: expected "
-            f"{n_req} request states and positive sizes, got a damaged state")
-    run["status"], run["store"] = status, store
-    run["cfg"] = CaptureConfig(**{**asdict(cfg), **sizes})
-    return run
-
-
-def _chunks(n_req: int, size: int) -> list[list[int]]:
-    return [list(range(a, min(n_req, a + size))) for a in range(0, n_req, size)]
 
 
 def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, device: str,
@@ -396,29 +296,6 @@ def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, de
         device=device, library_versions=_library_versions(),
         command=command, capture=settings,
         **(extra_meta or {}))
-
-
-def _flush(out: Path, meta: dict, run: dict) -> None:
-    """Rewrite ``requests.parquet`` (completed requests) and ``meta.json`` (completion state)."""
-    from specbatch.traces.format import write_meta, write_requests
-
-    store, status, cfg = run["store"], run["status"], run["cfg"]
-    idx = sorted(store)
-    rows = [store[i] for i in idx]
-    requests = {"request_id": np.array(idx, dtype=np.int64),
-                "prompt_len": np.array([r["prompt_len"] for r in rows], dtype=np.int64),
-                "output_len": np.array([r["output_len"] for r in rows], dtype=np.int64),
-                "category": np.array([r["category"] for r in rows], dtype=object)}
-    meta["completion"] = {
-        "status": "complete" if all(s == STATUS_DONE for s in status) else "partial",
-        "fingerprint": run["fingerprint"], "chunk_requests": cfg.chunk_requests,
-        "batch_size": cfg.batch_size,
-        "done": int(sum(s == STATUS_DONE for s in status)), "total": run["n_req"],
-        "requests": status, "request_rows": {str(i): store[i] for i in idx},
-    }
-    meta["capture_time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    write_requests(out, requests)
-    write_meta(out, meta)
 
 
 def _capture_chunk(members: list[int], prompts: list[Prompt], tokenizer, draft, target,

@@ -1,0 +1,68 @@
+"""The policy base class: what every draft/verify policy, built-in or a user's, implements.
+
+A policy sees a :class:`~simulator.view.StepView` of the decode batch and returns
+``(drafted, verified)``, both # [n] int64 with ``0 ≤ verified_i ≤ drafted_i ≤ depth``: the
+draft model runs ``max(drafted)`` sequential passes over the batch and the target verifies the
+prefix of length ``s_i = verified_i`` (query ``s_i + 1``). :func:`simulator.plan.plan_step`
+turns that into the step's :class:`~simulator.plan.Plan` (budget, proposal cap, draft passes)
+for the simulator and the live loop alike.
+
+Users import it as ``specbatch.simulator.policies.Policy`` (docs/policies.md); it lives here
+so the built-in policies (simulator.core_policies) and the registry (simulator.policies)
+import it without a cycle.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from specbatch.simulator.view import StepView
+
+
+class Policy:
+    """Base class of every policy, the built-in ones and a user's (docs/policies.md).
+
+    ``Policy(config, trace_k)`` is built once per run (and copied per replica) from the run's
+    :class:`simulator.config.SimConfig` and the trace's draft depth K. At every decode step
+    :func:`simulator.plan.plan_step` calls :meth:`decide` on a :class:`StepView` of the
+    decoding requests, then :meth:`observe` with what the verifier accepted.
+
+    k:      ``config.num_speculative_tokens``
+    depth:  the most draft tokens this policy may ask of a request (:meth:`required_depth`)
+    rule:   ``config.verify`` ("token" TV | "block" BV)
+    budget: ``config.budget`` (None: C = k per decoding request; :func:`simulator.plan.step_budget`)
+    """
+
+    name = "base"
+    #: Whether the policy drafts at all (``ar`` does not, so it pays no draft prefill either).
+    speculates = True
+    #: Whether Σ verified ≤ C holds at every step (checked for a user's policy; built-in
+    #: policies that choose per-request lengths say False).
+    budgeted = True
+    #: Whether the live loop can run it: it decides from draft-side signals after every
+    #: request drafted its full depth (live.loop).
+    live = False
+    #: The :class:`StepView` fields ``decide`` reads besides n, budget and depth.
+    reads: tuple[str, ...] = ()
+
+    def __init__(self, config: Any, trace_k: int) -> None:
+        self.k = int(config.num_speculative_tokens)
+        self.depth = self.required_depth(config)
+        self.rule = config.verify
+        self.budget = None if config.budget is None else int(config.budget)
+
+    @classmethod
+    def required_depth(cls, config: Any) -> int:
+        """Draft tokens per request this policy may ask for under ``config`` (a
+        :class:`simulator.config.SimConfig`): the trace must hold at least this many columns
+        and the live loop drafts this many. Default K = k + e (THEORY.md §5)."""
+        return int(config.num_speculative_tokens) + int(config.extra)
+
+    def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
+        """``(drafted, verified)``, # [n] int64 each with 0 ≤ verified ≤ drafted ≤ depth."""
+        raise NotImplementedError
+
+    def observe(self, verified: np.ndarray, accepted: np.ndarray) -> None:
+        """Feedback after verification (``verified``, ``accepted`` # [n] int64)."""
