@@ -36,8 +36,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.inputs import check_regular_file, load_json_file
+from specbatch.inputs import load_json_file
 from specbatch.io import atomic_write, write_json
+from specbatch.traces.parquet_columns import column, read_table
 from specbatch.traces.trace import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -283,48 +284,21 @@ def _read_meta(path: Path) -> dict:
     return meta
 
 
-def _read_table(path: Path) -> pa.Table:
-    check_regular_file(path, "a Parquet file")
-    try:  # pages written with a CRC (every trace specbatch writes) are verified
-        return pq.read_table(path, page_checksum_verification=True)
-    except (pa.ArrowException, OSError) as exc:
-        raise SpecbatchError(f"file {path}: expected a Parquet file, got an unreadable one "
-                             f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-
-
-def _column(table: pa.Table, path: Path, name: str, kind: str) -> pa.Array:
-    """Column ``name`` as one Array, checked for presence, type kind and nulls."""
-    require(name in table.column_names, f"file {path}: field {name}: expected a {kind} column, "
-            f"got none (columns: {', '.join(table.column_names)})")
-    col = table.column(name)
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if isinstance(arr, pa.ChunkedArray):  # empty chunked array
-        arr = pa.array([], type=col.type)
-    ok = {
-        "integer": pa.types.is_integer(arr.type),
-        "float": pa.types.is_floating(arr.type) and not pa.types.is_float16(arr.type),
-        "string": pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type),
-    }[kind]
-    require(ok, f"file {path}: field {name}: expected {kind} values, got type {arr.type}")
-    require(arr.null_count == 0, f"file {path}: field {name}: expected no nulls, got {arr.null_count}")
-    return arr
-
-
 def _read_requests(path: Path) -> dict:
-    table = _read_table(path)
+    table = read_table(path)
     req = {
         "request_id": _int64_column(table, path, "request_id"),
         "prompt_len": _int64_column(table, path, "prompt_len"),
         "output_len": _int64_column(table, path, "output_len"),
-        "category": np.asarray(_column(table, path, "category", "string").to_pylist(), dtype=object),
-        "arrival": _column(table, path, "arrival", "float").to_numpy(zero_copy_only=False).astype(np.float64),
+        "category": np.asarray(column(table, path, "category", "string").to_pylist(), dtype=object),
+        "arrival": column(table, path, "arrival", "float").to_numpy(zero_copy_only=False).astype(np.float64),
     }
     check_requests(req, str(path))
     return req
 
 
 def _read_positions(path: Path, k: int) -> dict:
-    table = _read_table(path)
+    table = read_table(path)
     out = {
         "request_id": _int64_column(table, path, "request_id"),
         "position": _int64_column(table, path, "position"),
@@ -368,7 +342,7 @@ def _read_positions(path: Path, k: int) -> dict:
 
 def _int64_column(table: pa.Table, path: Path, name: str) -> np.ndarray:
     """Integer column ``name`` as int64, refusing unsigned values that int64 cannot hold."""
-    return as_int(_column(table, path, name, "integer").to_numpy(), str(path), name)
+    return as_int(column(table, path, name, "integer").to_numpy(), str(path), name)
 
 
 def _order_rows(request_id: np.ndarray, position: np.ndarray, req: dict, where: str) -> np.ndarray:

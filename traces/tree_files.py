@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import atomic_write
+from specbatch.traces.parquet_columns import column, read_table
 from specbatch.traces.tree_nodes import (
     NODE_FLOAT_COLUMNS,
     NODE_INT_COLUMNS,
@@ -67,39 +68,14 @@ def write_tree(directory: Path, tree: TreeNodes, request_id: np.ndarray, offsets
     return write_nodes(directory, 0, request_id[req], row - offsets[req], cols, float_dtype)
 
 
-def _table(path: Path) -> pa.Table:
-    from specbatch.inputs import check_regular_file
-
-    check_regular_file(path, "a Parquet file")
-    try:
-        return pq.read_table(path, page_checksum_verification=True)
-    except (pa.ArrowException, OSError) as exc:
-        raise SpecbatchError(f"file {path}: expected a Parquet file, got an unreadable one "
-                             f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
-
-
-def _column(table: pa.Table, path: Path, name: str, kind: str) -> pa.Array:
-    require(name in table.column_names, f"file {path}: field {name}: expected a {kind} column, "
-            f"got none (columns: {', '.join(table.column_names)})")
-    col = table.column(name)
-    arr = col.combine_chunks() if col.num_chunks else pa.array([], type=col.type)
-    check = {"integer": pa.types.is_integer, "float": pa.types.is_floating,
-             "list": lambda t: pa.types.is_list(t) or pa.types.is_large_list(t)}[kind]
-    require(check(arr.type), f"file {path}: field {name}: expected {kind} values, got type "
-            f"{arr.type}")
-    require(arr.null_count == 0, f"file {path}: field {name}: expected no nulls, got "
-            f"{arr.null_count}")
-    return arr
-
-
 def _read_file(path: Path) -> dict:
-    table = _table(path)
-    out = {name: _column(table, path, name, "integer").to_numpy().astype(np.int64)
+    table = read_table(path)
+    out = {name: column(table, path, name, "integer").to_numpy().astype(np.int64)
            for name in ("request_id", "position", *NODE_INT_COLUMNS)}
     for name in NODE_FLOAT_COLUMNS:
-        out[name] = _column(table, path, name, "float").to_numpy(
+        out[name] = column(table, path, name, "float").to_numpy(
             zero_copy_only=False).astype(np.float64)
-    lists = {name: _column(table, path, name, "list") for name in ("draws", "rrs_accept")}
+    lists = {name: column(table, path, name, "list") for name in ("draws", "rrs_accept")}
     lengths = [lists[n].value_lengths().to_numpy(zero_copy_only=False) for n in lists]
     require(np.array_equal(lengths[0], lengths[1]), f"file {path}: field rrs_accept: expected "
             "one number per draw (lists as long as draws), got other lengths")
