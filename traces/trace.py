@@ -147,7 +147,7 @@ class Trace:
         indices:  # [R'] int
         """
         indices = np.asarray(indices, dtype=np.int64)
-        rows = _ranges(self.offsets[indices], self.output_len[indices])
+        rows = concat_ranges(self.offsets[indices], self.output_len[indices])
         requests = {name: arr[indices] for name, arr in self.requests().items()}
         columns = {name: arr[rows] for name, arr in self.columns().items()}
         out = make_trace(dict(self.meta), requests, columns, path=self.path)
@@ -312,7 +312,7 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
     return view
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + l)`` for every (s, l), without a Python loop."""
     lengths = np.asarray(lengths, dtype=np.int64)
     total = int(lengths.sum())

@@ -24,6 +24,7 @@ from specbatch.errors import SpecbatchError, require
 from specbatch.theory.tree_shapes import Shape, parse_shape
 from specbatch.theory.tree_stats import TreeStats
 from specbatch.traces.checks import SLACK
+from specbatch.traces.trace import concat_ranges
 
 #: Samplings a tree trace may record (``capture --tree SHAPE --sampling``).
 TREE_SAMPLINGS = ("topk", "iid")
@@ -115,9 +116,9 @@ class TreeNodes:
         """The trees of position rows ``rows`` (in that order)."""
         rows = np.asarray(rows, dtype=np.int64)
         counts = np.diff(self.node_offsets)[rows]
-        nodes = _ranges(self.node_offsets[rows], counts)
+        nodes = concat_ranges(self.node_offsets[rows], counts)
         draw_counts = np.diff(self.draw_offsets)[nodes]
-        draws = _ranges(self.draw_offsets[nodes], draw_counts)
+        draws = concat_ranges(self.draw_offsets[nodes], draw_counts)
         cols = {name: getattr(self, name)[nodes]
                 for name in (*NODE_INT_COLUMNS[1:], *NODE_FLOAT_COLUMNS)}
         return TreeNodes(self.shape, _offsets(counts), draw_offsets=_offsets(draw_counts),
@@ -142,16 +143,6 @@ def _offsets(counts: np.ndarray) -> np.ndarray:
     out = np.zeros(counts.size + 1, dtype=np.int64)
     np.cumsum(counts, out=out[1:])
     return out
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + l)`` for every (s, l), without a Python loop."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    block = np.cumsum(lengths) - lengths
-    return np.repeat(np.asarray(starts, dtype=np.int64) - block, lengths) + np.arange(total)
 
 
 def make_tree_nodes(shape: Shape, rows: int, cols: dict, where: str, locate,
