@@ -3,7 +3,10 @@
 Fitted per role from a latency profile (Parquet or CSV, columns model, role, device, dtype,
 batch_size, query_tokens, kv_tokens, latency_s; one row = one measured forward pass of a
 uniform batch: ``batch_size`` requests each with ``query_tokens`` new and ``kv_tokens`` cached
-tokens). The law is linear in physically meaningful features with non-negative coefficients
+tokens; optional columns ``prefill_batch``/``prefill_tokens`` (:data:`MIXED_COLUMNS`) make a
+row a mixed pass: those prompts packed into the batch's pass, fitted as the concatenated batch's
+sums, :func:`profile_features`, and by the grid as its uniform equivalent). The law is
+linear in physically meaningful features with non-negative coefficients
 (``scipy.optimize.nnls``, so predicted times are never negative and never decrease with load)::
 
     t = β0 + β1·n + β2·Q + β3·Σc_i + β4·Σq_i·c_i + β5·Σq_i² + Σ_k γ_k · max(0, Q − κ_k)
@@ -326,14 +329,14 @@ def fit_role(batch, query, kv, latency, *, folds: int = 5, seed: int = 0,
                                       _take(p, fold))
     family_cv = {family: mape(pred, y) for family, pred in preds.items()}
     chosen = choose_family(family_cv)
-    grid = GridLaw(*uniform_equivalent(batch, query, kv, m, p), y) if "grid" in families else None
+    uniform = uniform_equivalent(batch, query, kv, m, p)
+    grid = GridLaw(*uniform, y) if "grid" in families else None
     floor = 0.0
     if chosen == "floor":  # the floor's own β; the other families keep the all-rows law
         floor, beta = fit_floor(X, y)
         in_sample = np.maximum(floor, X @ beta)
     else:
-        in_sample = grid(*uniform_equivalent(batch, query, kv, m, p)) if chosen == "grid" \
-            else X @ beta
+        in_sample = grid(*uniform) if chosen == "grid" else X @ beta
     return RoleFit(role=role, model=model, coef=tuple(float(v) for v in beta), knots=knots,
                    rows=rows, fit_mape=mape(in_sample, y), cv_mape=family_cv[chosen], folds=k,
                    family=chosen, family_cv=tuple(family_cv.items()), floor=floor, grid=grid)
@@ -406,8 +409,9 @@ def read_profile(path: str | Path):
         df[col] = values
     present = [col for col in MIXED_COLUMNS if col in df.columns]
     absent = [col for col in MIXED_COLUMNS if col not in present]
-    require(not present or not absent, f"profile {path}: column {absent[:1]}: missing "
-            f"(mixed passes need both {' and '.join(MIXED_COLUMNS)})")
+    require(not present or not absent, f"profile {path}: column "
+            f"{absent[0] if absent else ''}: missing (mixed passes need both "
+            f"{' and '.join(MIXED_COLUMNS)})")
     for col in present:
         values = pd.to_numeric(df[col].fillna(0), errors="coerce").to_numpy(dtype=np.float64)
         bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
