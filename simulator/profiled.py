@@ -3,7 +3,10 @@
 Fitted per role from a latency profile (Parquet or CSV, columns model, role, device, dtype,
 batch_size, query_tokens, kv_tokens, latency_s; one row = one measured forward pass of a
 uniform batch: ``batch_size`` requests each with ``query_tokens`` new and ``kv_tokens`` cached
-tokens). The law is linear in physically meaningful features with non-negative coefficients
+tokens; optional columns ``prefill_batch``/``prefill_tokens`` (:data:`MIXED_COLUMNS`) make a
+row a mixed pass: those prompts packed into the batch's pass, fitted as the concatenated batch's
+sums, :func:`profile_features`, and by the grid as its uniform equivalent). The law is
+linear in physically meaningful features with non-negative coefficients
 (``scipy.optimize.nnls``, so predicted times are never negative and never decrease with load)::
 
     t = β0 + β1·n + β2·Q + β3·Σc_i + β4·Σq_i·c_i + β5·Σq_i² + Σ_k γ_k · max(0, Q − κ_k)
@@ -51,6 +54,8 @@ from specbatch.simulator.cost_interface import ROLES, batch_sums
 
 PROFILE_COLUMNS = ("role", "batch_size", "query_tokens", "kv_tokens", "latency_s")
 NUMERIC_COLUMNS = ("batch_size", "query_tokens", "kv_tokens", "latency_s")
+#: Optional columns of mixed passes (vLLM V1 steps): prompts packed into the batch's pass.
+MIXED_COLUMNS = ("prefill_batch", "prefill_tokens")
 BASE_FEATURES = ("const", "batch", "query", "kv", "query_kv", "query_sq")
 MIN_ROWS = 6  # per role
 MIN_DISTINCT_FOR_KNOTS = 8
@@ -65,16 +70,39 @@ FLOOR_QUANTILES = tuple(np.linspace(0.0, 0.6, 13))
 FAMILY_TIE = 0.02
 
 
-def profile_features(batch, query, kv, knots=()) -> np.ndarray:
+def profile_features(batch, query, kv, knots=(), prefill_batch=None,
+                     prefill_tokens=None) -> np.ndarray:
     """Feature matrix [rows, F] for uniform batches: batch [rows], query [rows], kv [rows]
-    per-request tokens. Columns: BASE_FEATURES then one hinge max(0, Q − κ) per knot."""
+    per-request tokens. Columns: BASE_FEATURES then one hinge max(0, Q − κ) per knot.
+
+    A row whose ``prefill_batch`` m [rows] is > 0 is a mixed pass (vLLM V1): the batch's rows
+    plus m prompts of ``prefill_tokens`` p [rows] tokens on no cache in one target pass, so its
+    features are the batch sums of the concatenated queries, as the simulator prices a mixed
+    step (n + m requests, Q + m·p tokens, m·p² more attention within the chunk)."""
     n = np.asarray(batch, dtype=np.float64)
     q = np.asarray(query, dtype=np.float64)
     c = np.asarray(kv, dtype=np.float64)
     sq = n * q
     cols = [np.ones_like(n), n, sq, n * c, n * q * c, n * q * q]
+    if prefill_batch is not None and np.any(prefill_batch):
+        m = np.asarray(prefill_batch, dtype=np.float64)
+        mp = m * np.asarray(prefill_tokens, dtype=np.float64)
+        sq = sq + mp
+        cols[1], cols[2], cols[5] = n + m, sq, cols[5] + mp * np.asarray(prefill_tokens)
     cols += [np.maximum(0.0, sq - k) for k in knots]
     return np.stack(cols, axis=1)
+
+
+def uniform_equivalent(batch, query, kv, prefill_batch=None, prefill_tokens=None):
+    """(n, mean query, mean cache) [rows] of each row, the uniform batch the grid family prices
+    a pass as; rows without prefills (``prefill_batch`` 0 or None) are returned unchanged."""
+    if prefill_batch is None or not np.any(prefill_batch):
+        return batch, query, kv
+    n, q, c, m, p = (np.asarray(a, dtype=np.float64)
+                     for a in (batch, query, kv, prefill_batch, prefill_tokens))
+    mixed, total = m > 0, n + m
+    return (np.where(mixed, total, n), np.where(mixed, (n * q + m * p) / total, q),
+            np.where(mixed, n * c / total, c))
 
 
 def choose_knots(total_query: np.ndarray) -> tuple[float, ...]:
@@ -239,17 +267,21 @@ class RoleFit:
         return out
 
 
-def _fit_family(family: str, batch, query, kv, y):
-    """One family fitted to arrays [rows] -> predict(batch, query, kv) -> seconds [rows]."""
+def _fit_family(family: str, batch, query, kv, y, m=None, p=None):
+    """One family fitted to arrays [rows] (``m``, ``p``: prompts of mixed rows,
+    :func:`profile_features`) -> predict(batch, query, kv, m, p) -> seconds [rows]."""
     if family == "grid":
-        return GridLaw(batch, query, kv, y)
-    knots = choose_knots(batch * query)
-    X = profile_features(batch, query, kv, knots)
+        grid = GridLaw(*uniform_equivalent(batch, query, kv, m, p), y)
+        return lambda b, q, c, mb, pt: grid(*uniform_equivalent(b, q, c, mb, pt))
+    X = profile_features(batch, query, kv, (), m, p)
+    knots = choose_knots(X[:, 2])
+    X = profile_features(batch, query, kv, knots, m, p)
     if family == "floor":
         phi, beta = fit_floor(X, y)
-        return lambda b, q, c: np.maximum(phi, profile_features(b, q, c, knots) @ beta)
+        return lambda b, q, c, mb, pt: np.maximum(
+            phi, profile_features(b, q, c, knots, mb, pt) @ beta)
     beta = fit_nnls(X, y)
-    return lambda b, q, c: profile_features(b, q, c, knots) @ beta
+    return lambda b, q, c, mb, pt: profile_features(b, q, c, knots, mb, pt) @ beta
 
 
 def choose_family(family_cv: dict) -> str:
@@ -261,17 +293,27 @@ def choose_family(family_cv: dict) -> str:
     return next(f for f, cv in family_cv.items() if cv <= best * (1.0 + FAMILY_TIE))
 
 
+def _take(a, rows):
+    """``a[rows]``, or None for an absent optional column."""
+    return None if a is None else a[rows]
+
+
 def fit_role(batch, query, kv, latency, *, folds: int = 5, seed: int = 0,
-             role: str = "target", model: str = "", families=FAMILIES) -> RoleFit:
+             role: str = "target", model: str = "", families=FAMILIES,
+             prefill_batch=None, prefill_tokens=None) -> RoleFit:
     """Fit one role's law (arrays [rows]): every family in ``families`` with its k-fold
     cross-validated MAPE (one fixed fold assignment, shuffled with ``seed``), keeping the
-    family :func:`choose_family` picks."""
+    family :func:`choose_family` picks. ``prefill_batch``/``prefill_tokens`` [rows] (optional)
+    make rows with prefill_batch > 0 mixed passes (:func:`profile_features`)."""
     batch, query, kv, y = (np.asarray(a, dtype=np.float64) for a in (batch, query, kv, latency))
+    m = p = None
+    if prefill_batch is not None and np.any(prefill_batch):
+        m, p = (np.asarray(a, dtype=np.float64) for a in (prefill_batch, prefill_tokens))
     unknown = sorted(set(families) - set(FAMILIES))
     require(bool(families) and not unknown, f"families {list(families)}: expected some of "
             f"{', '.join(FAMILIES)}")
-    knots = choose_knots(batch * query)
-    X = profile_features(batch, query, kv, knots)
+    knots = choose_knots(profile_features(batch, query, kv, (), m, p)[:, 2])
+    X = profile_features(batch, query, kv, knots, m, p)
     beta = fit_nnls(X, y)
     rows = y.size
     k = max(2, min(folds, rows))
@@ -281,17 +323,20 @@ def fit_role(batch, query, kv, latency, *, folds: int = 5, seed: int = 0,
         train = np.ones(rows, dtype=bool)
         train[fold] = False
         for family in families:
-            law = _fit_family(family, batch[train], query[train], kv[train], y[train])
-            preds[family][fold] = law(batch[fold], query[fold], kv[fold])
+            law = _fit_family(family, batch[train], query[train], kv[train], y[train],
+                              _take(m, train), _take(p, train))
+            preds[family][fold] = law(batch[fold], query[fold], kv[fold], _take(m, fold),
+                                      _take(p, fold))
     family_cv = {family: mape(pred, y) for family, pred in preds.items()}
     chosen = choose_family(family_cv)
-    grid = GridLaw(batch, query, kv, y) if "grid" in families else None
+    uniform = uniform_equivalent(batch, query, kv, m, p)
+    grid = GridLaw(*uniform, y) if "grid" in families else None
     floor = 0.0
     if chosen == "floor":  # the floor's own β; the other families keep the all-rows law
         floor, beta = fit_floor(X, y)
         in_sample = np.maximum(floor, X @ beta)
     else:
-        in_sample = grid(batch, query, kv) if chosen == "grid" else X @ beta
+        in_sample = grid(*uniform) if chosen == "grid" else X @ beta
     return RoleFit(role=role, model=model, coef=tuple(float(v) for v in beta), knots=knots,
                    rows=rows, fit_mape=mape(in_sample, y), cv_mape=family_cv[chosen], folds=k,
                    family=chosen, family_cv=tuple(family_cv.items()), floor=floor, grid=grid)
@@ -362,6 +407,17 @@ def read_profile(path: str | Path):
         require(bad.size == 0, f"profile {path}: column {col}: expected finite numbers, "
                 f"got {df[col].iloc[bad[0]] if bad.size else ''!r} in row {bad[0] if bad.size else 0}")
         df[col] = values
+    present = [col for col in MIXED_COLUMNS if col in df.columns]
+    absent = [col for col in MIXED_COLUMNS if col not in present]
+    require(not present or not absent, f"profile {path}: column "
+            f"{absent[0] if absent else ''}: missing (mixed passes need both "
+            f"{' and '.join(MIXED_COLUMNS)})")
+    for col in present:
+        values = pd.to_numeric(df[col].fillna(0), errors="coerce").to_numpy(dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
+        require(bad.size == 0, f"profile {path}: column {col}: expected numbers >= 0, got "
+                f"{df[col].iloc[bad[0]] if bad.size else ''!r} in row {bad[0] if bad.size else 0}")
+        df[col] = values
     for col, low, strict in (("latency_s", 0.0, True), ("batch_size", 1.0, False),
                              ("query_tokens", 1.0, False), ("kv_tokens", 0.0, False)):
         v = df[col].to_numpy()
@@ -416,9 +472,10 @@ def fit_profile(path: str | Path, *, overhead: float = 1e-3, target: str | None 
         require(len(rows) >= MIN_ROWS, f"profile {path}: column role: {len(rows)} rows for "
                 f"{role!r}, expected at least {MIN_ROWS}")
         model = str(rows["model"].iloc[0]) if "model" in rows.columns else ""
+        mixed = {col: rows[col] for col in MIXED_COLUMNS if col in rows.columns}
         fits[role] = fit_role(rows["batch_size"], rows["query_tokens"], rows["kv_tokens"],
                               rows["latency_s"], folds=folds, seed=seed, role=role, model=model,
-                              families=families)
+                              families=families, **mixed)
     return ProfiledCost(fits=fits, overhead=float(overhead), path=str(path))
 
 

@@ -190,3 +190,59 @@ def test_mape_warnings_name_each_role_over_the_limit():
     (line,) = mape_warnings(cost)
     assert line.startswith("draft noisy:") and "exceeds 10 %" in line
     assert mape_warnings(cost, limit=10.0) == []
+
+
+# ----------------------------------------------------------------------------- mixed rows
+
+
+def test_a_mixed_row_has_the_features_of_its_concatenated_batch():
+    """A mixed pass (3 decode rows of 4 tokens on 50 cached, 2 prompts of 30) is fitted on the
+    batch sums the simulator prices a mixed step with."""
+    from specbatch.simulator.cost_interface import batch_sums
+    from specbatch.simulator.profiled import profile_features
+
+    x = profile_features([3], [4], [50], (10.0,), [2], [30])[0]
+    n, sq, sc, sqc, sqq = batch_sums(np.array([4, 4, 4, 30, 30.0]), np.array([50, 50, 50, 0, 0.0]))
+    assert x.tolist() == [1.0, n, sq, sc, sqc, sqq, sq - 10.0]
+    assert profile_features([3], [4], [50], (), [0], [0]).tolist() == \
+        profile_features([3], [4], [50]).tolist()
+
+
+def test_zero_mixed_columns_fit_the_same_law_as_none(profile_csv, tmp_path):
+    df = pd.read_csv(profile_csv)
+    df["prefill_batch"], df["prefill_tokens"] = 0, 0
+    df.to_csv(tmp_path / "zeros.csv", index=False)
+    a, b = fit_profile(profile_csv), fit_profile(tmp_path / "zeros.csv")
+    for role in ("draft", "target"):
+        assert a.fits[role].coef == b.fits[role].coef
+        assert a.fits[role].family_cv == b.fits[role].family_cv
+
+
+def test_a_fit_with_mixed_rows_recovers_a_law_of_the_concatenated_batch(tmp_path):
+    rng = np.random.default_rng(1)
+    rows = 150
+    b, q = rng.choice([1, 2, 4, 8], rows), rng.choice([1, 2, 4], rows)
+    c = rng.choice([64, 256], rows)
+    m, p = rng.choice([0, 0, 1, 3], rows), rng.choice([16, 64], rows)
+    law = (TRUE_LAW["const"] + TRUE_LAW["query"] * (b * q + m * p) + TRUE_LAW["kv"] * b * c
+           + TRUE_LAW["query_kv"] * b * q * c)
+    pd.DataFrame({"role": "target", "batch_size": b, "query_tokens": q, "kv_tokens": c,
+                  "latency_s": law, "prefill_batch": m, "prefill_tokens": np.where(m, p, 0)}
+                 ).to_csv(tmp_path / "mixed.csv", index=False)
+    model = fit_profile(tmp_path / "mixed.csv", families=("nnls",))
+    mixed = model.step_time("target", np.array([2, 2, 40.0]), np.array([100, 100, 0.0]))
+    want = TRUE_LAW["const"] + TRUE_LAW["query"] * 44 + TRUE_LAW["kv"] * 200 \
+        + TRUE_LAW["query_kv"] * 400
+    assert mixed == pytest.approx(want, rel=0.02)
+
+
+def test_a_profile_with_one_mixed_column_is_an_error(profile_csv, tmp_path):
+    df = pd.read_csv(profile_csv)
+    df["prefill_batch"] = 1
+    df.to_csv(tmp_path / "half.csv", index=False)
+    with pytest.raises(SpecbatchError, match="column prefill_tokens: missing"):
+        fit_profile(tmp_path / "half.csv")
+    df["prefill_tokens"] = -1
+    df.to_csv(tmp_path / "negative.csv", index=False)
+    with pytest.raises(SpecbatchError, match="column prefill_tokens: expected numbers >= 0"):
+        fit_profile(tmp_path / "negative.csv")
