@@ -101,18 +101,25 @@ class Admission:
         rep.n_prefilling += len(take)
         return len(take)
 
+    def park(self, rep: Replica, gone: np.ndarray) -> None:
+        """Preempted requests' columns ``gone`` # [len(Row), p], newest first
+        (:func:`simulator.kv.preempted_columns`) wait at the front of the queue (the older of
+        two preempted ends up in front) with their columns parked for re-admission; each
+        counts a preemption and the tokens its recompute prefills."""
+        for col in gone.T:
+            u = int(col[_UID])
+            self.parked[u] = col
+            rep.waiting.appendleft(u)
+            self.rec.preemptions[u] += 1
+            self.rec.recomputed[u] += int(col[_FILL])
+
     def schedule_paged(self, rep: Replica) -> int:
         """Paged mode's step start (simulator.kv): grow the decoding requests' blocks,
         preempting the newest when the pool runs out, then admit unless a preemption
         happened (and something still runs). Returns how many requests joined."""
         gone = self.blocks.grow(rep)  # [len(Row), p] newest first, or None
         if gone is not None:
-            for col in gone.T:
-                u = int(col[_UID])
-                self.parked[u] = col
-                rep.waiting.appendleft(u)  # the older of two preempted ends up in front
-                self.rec.preemptions[u] += 1
-                self.rec.recomputed[u] += int(col[_FILL])
+            self.park(rep, gone)
             if rep.n_running:
                 return 0
         return self.admit_paged(rep)

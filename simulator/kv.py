@@ -119,6 +119,17 @@ def cap_to_model_len(config: SimConfig, prompt_len: np.ndarray, output_len: np.n
     return capped, notes
 
 
+def preempted_columns(tail: np.ndarray) -> np.ndarray:
+    """The state columns of preempted requests ``tail`` # [len(Row), p] (in running order)
+    as they wait for recomputation: a copy, newest first, holding no blocks, nothing
+    prefilled, FILL = prompt + t (what their re-admission prefills)."""
+    gone = tail[:, ::-1].copy()
+    gone[_PREFILLED] = 0
+    gone[_BLOCKS] = 0
+    gone[_FILL] = gone[_PROMPT] + gone[_POS]
+    return gone
+
+
 class BlockManager:
     """Paged-mode block accounting of every replica (module docstring, steps 1-4).
 
@@ -181,10 +192,7 @@ class BlockManager:
             free += int(state[_BLOCKS, n])
             if state[_PREFILLED, n] < state[_FILL, n]:
                 rep.n_prefilling -= 1
-        gone = state[:, n:][:, ::-1].copy()
-        gone[_PREFILLED] = 0
-        gone[_BLOCKS] = 0
-        gone[_FILL] = gone[_PROMPT] + gone[_POS]
+        gone = preempted_columns(state[:, n:])
         state = state[:, :n]
         state[_BLOCKS] += grow[:n]
         rep.state = state

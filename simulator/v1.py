@@ -58,6 +58,7 @@ import numpy as np
 
 from specbatch.simulator.config import FREE_DRAFTS
 from specbatch.simulator.fields import fail
+from specbatch.simulator.kv import preempted_columns
 from specbatch.simulator.prefix import PrefixCache
 from specbatch.simulator.state import Replica, Row
 
@@ -335,17 +336,9 @@ class V1Composer:
         to the front of the waiting queue), append the admitted, set blocks and the pool."""
         state = rep.state
         if comp.kept < state.shape[1]:
-            gone = state[:, comp.kept:][:, ::-1].copy()
-            rep.n_prefilling -= int(np.count_nonzero(gone[_PREFILLED] < gone[_FILL]))
-            gone[_PREFILLED] = 0
-            gone[_BLOCKS] = 0
-            gone[_FILL] = gone[_PROMPT] + gone[_POS]
-            for col in gone.T:
-                u = int(col[_UID])
-                self.parked[u] = col
-                rep.waiting.appendleft(u)
-                self.rec.preemptions[u] += 1
-                self.rec.recomputed[u] += int(col[_FILL])
+            tail = state[:, comp.kept:]
+            rep.n_prefilling -= int(np.count_nonzero(tail[_PREFILLED] < tail[_FILL]))
+            self.park(rep, preempted_columns(tail))
             state = state[:, :comp.kept]
         if comp.joined:
             new = self.initial.take(comp.joined, axis=1)
