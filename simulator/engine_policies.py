@@ -65,23 +65,23 @@ class VllmDynamic(Policy):
 
     def __init__(self, config: Any, trace_k: int) -> None:
         super().__init__(config, trace_k)
-        self.config = config
         self.rates: np.ndarray | None = None
         self.context = 0
         self.sampler: Any = None
         self.table: dict[int, int] = {}
 
     def calibrate(self, trace: Any) -> None:
-        """Per-position acceptance, mean context length and the rejection sampler's cost
-        (simulator.verify_cost) of the calibration requests."""
-        from specbatch.simulator.config import FREE_DRAFTS
-        from specbatch.simulator.verify_cost import verify_cost_for
-
+        """Per-position acceptance and mean context length of the calibration requests."""
         self.rates = position_acceptance(trace, self.depth, self.rule)
         positions = np.arange(trace.n_rows) - np.repeat(trace.offsets[:-1], trace.output_len)
         self.context = int(round(float(np.mean(trace.prompt_len[trace.row_request] + positions))))
-        free = str(self.config.draft).lower() in FREE_DRAFTS
-        self.sampler = verify_cost_for(self.config, trace, free)
+        self.table = {}
+
+    def price_verification(self, sampler: Any) -> None:
+        """Plan with the rejection sampler the engine charges this run (a
+        :class:`simulator.verify_cost.VerifyCost`, None: 0 s), handed over before it starts
+        (:func:`simulator.verify_cost.attach_verify_cost`)."""
+        self.sampler = sampler
         self.table = {}
 
     def itl(self, n: int, k: int, cost: Any) -> float:

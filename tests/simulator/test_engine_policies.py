@@ -11,6 +11,7 @@ from specbatch.simulator.engine_policies import AdaptiveSlot, EmaAdaptive
 from specbatch.simulator.policies import make_policy
 from specbatch.simulator.run import simulate
 from specbatch.simulator.schedules import SGLANG_SLOT_DEFAULTS
+from specbatch.simulator.verify_cost import attach_verify_cost
 from specbatch.simulator.view import StepView
 from tests.simulator.helpers import LinearCost, const_trace
 
@@ -57,9 +58,12 @@ def test_vllm_dynamic_breaks_a_goodput_tie_toward_the_smaller_k():
 
 def test_vllm_dynamic_prices_the_rejection_sampler_like_vllms_measured_itl():
     """With a sampler preset, ITL = the cost model's step + the sampler's seconds."""
-    policy = make_policy(load_config(None, policy="vllm-dynamic", k=2, calibration_split=0.5,
-                                     verify_cost="fused"), 4)
-    policy.calibrate(const_trace(alpha=0.5, depth=4))
+    config = load_config(None, policy="vllm-dynamic", k=2, calibration_split=0.5,
+                         verify_cost="fused")
+    policy = make_policy(config, 4)
+    trace = const_trace(alpha=0.5, depth=4)
+    policy.calibrate(trace)
+    attach_verify_cost(policy, config, trace)  # what simulate does before the run
     sampler = policy.sampler.seconds(3, 6, np.full(3, 2))
     assert sampler > 0
     assert policy.itl(3, 2, COST) == pytest.approx(0.5 + 0.25 * 9 + 2 * 0.125 * 3 + sampler)
