@@ -128,7 +128,9 @@ def build_question(args: argparse.Namespace):
     from specbatch.analysis.plan import Question, check_band
     from specbatch.analysis.plan_slo import Slos
     from specbatch.analysis.plan_space import PLAN_POLICIES, Space, parse_prices
+    from specbatch.simulator.config import FREE_DRAFTS
     from specbatch.simulator.hardware import HARDWARE, get_hardware
+    from specbatch.traces.shapes import get_shape
 
     for flag, value in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot),
                         ("--slo-e2e", args.slo_e2e)):
@@ -140,6 +142,9 @@ def build_question(args: argparse.Namespace):
             f"{args.levels_after}")
     require(0 < args.gpu_memory_utilization <= 1, "--gpu-memory-utilization: expected a share "
             f"0 < u <= 1, got {args.gpu_memory_utilization}")
+    for model in (args.target, args.draft):  # the roofline prices every shape it plans
+        if str(model).lower() not in FREE_DRAFTS:
+            get_shape(model)
     hardware = tuple(dict.fromkeys(get_hardware(h.strip()).name
                                    for h in args.hardware.split(",") if h.strip()))
     require(bool(hardware), f"--hardware: expected presets ({', '.join(HARDWARE)}), got "

@@ -135,6 +135,8 @@ def test_a_config_json_target_and_an_acceptance_band(capsys, tmp_path):
     (["--rate", "1", "--slo-tpot", "-1"], "--slo-tpot"),
     (["--rate", "1", "--acceptance-band", "0.9,0.5"], "--acceptance-band"),
     (["--rate", "1", "--target", "missing/config.json"], "config.json"),
+    (["--rate", "1", "--target", "no-such-model"], "model shape 'no-such-model'"),
+    (["--rate", "1", "--draft", "no-such-draft"], "model shape 'no-such-draft'"),
     (["--rate", "1", "--hardware", "l40s", "--max-gpus", "1"], "weights"),
     (["--rate", "1", "--policies", "tetris", "--k", "7", "--extra", "2"], "draft depth K = 8"),
 ])
