@@ -50,6 +50,8 @@ from specbatch.simulator.hardware import (
     VERIFY_COSTS,
     get_hardware,
 )
+from specbatch.simulator.tree_config import check_tree_config, check_tree_trace
+from specbatch.simulator.tree_tables import TREE_RULES
 
 if TYPE_CHECKING:
     from specbatch.traces.trace import Trace
@@ -61,7 +63,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 ARRIVALS = ("burst", "poisson", "gamma", "trace")
 ROUTERS = ("round_robin", "least_outstanding")
-VERIFY_RULES = ("token", "block")
+VERIFY_RULES = ("token", "block", "specinfer", "traversal")
 COSTS = ("roofline", "profiled")
 SAMPLINGS = ("auto", "in_order", "resample")
 THRESHOLD_MODES = ("cumulative", "per_token")
@@ -81,7 +83,8 @@ ACCEPTANCE_MODELS = ("trace", "constant", "per-position")
 #: The built-in policies (simulator.policies.POLICIES; a test keeps them equal), named here so
 #: a ``--help`` lists them without importing the engine.
 POLICY_NAMES = ("ar", "batch-schedule", "dsd", "ema-adaptive", "entropy-stop", "fixed",
-                "hindsight", "oracle", "specdec++", "tetris", "threshold", "vllm-dynamic")
+                "hindsight", "oracle", "specdec++", "static-tree", "tetris", "tetris-tree",
+                "threshold", "vllm-dynamic")
 #: Draft names that are not models (``draft``): their passes cost nothing
 #: (simulator.free_draft).
 FREE_DRAFTS = ("ngram",)
@@ -195,7 +198,8 @@ class SimConfig:
                       "fixed, dsd)", range=at_least(0))
     budget: int | None = knob(None, "C, draft tokens verified per step", range=at_least(0),
                               none="k x running requests")
-    verify: str = knob("token", "verification rule: token (TV) or block (BV)",
+    verify: str = knob("token", "verification rule: token (TV) or block (BV) on chains; "
+                       "specinfer or traversal on a tree trace (docs/trees.md)",
                        choices=VERIFY_RULES)
     threshold: float = knob(0.3, "confidence threshold of the threshold policy",
                             range=Range(0, 1, low_open=True, what="a probability"))
@@ -383,7 +387,8 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
     from specbatch.simulator.policies import resolve_policy  # local: no import cycle
 
     check_ranges(c, specs(), where)
-    resolve_policy(c.policy, f"{where}: field policy")
+    cls = resolve_policy(c.policy, f"{where}: field policy")
+    check_tree_config(c, bool(getattr(cls, "tree", False)), where)
     pk.check_policy_knobs(c, where)
     if c.policy == "fixed" and c.num_speculative_tokens < 1:
         fail(where, "num_speculative_tokens", "k >= 1 for policy fixed", c.num_speculative_tokens)
@@ -458,7 +463,9 @@ def validate_against_trace(c: SimConfig, trace: Trace, max_footprint: int | None
     (reserve mode; paged mode checks its block pool in simulator.kv.check_fits).
     """
     depth = policy_depth(c)
-    if depth > trace.K:
+    if c.verify in TREE_RULES:
+        check_tree_trace(c, trace, depth)
+    elif depth > trace.K:
         fail("config", "num_speculative_tokens",
              f"k + extra <= the trace's draft depth K = {trace.K}", depth)
     if (c.kv_mode == "reserve" and c.kv_capacity is not None and max_footprint is not None

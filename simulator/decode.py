@@ -1,7 +1,8 @@
 """One decode step's plan, verification, pricing and commit, over the decoding requests.
 
 The :class:`~simulator.engine.Engine` mixes this in; its methods read the engine's settings
-(``depth``, ``policies``, ``trace``, ``wrap``, ``cost``, ``verify_cost``, ``tables``,
+(``depth``, ``eta_width``, ``tree``, ``policies``, ``trace``, ``wrap``, ``cost``,
+``verify_cost``, ``tables``,
 ``view_tables``, ``from_sums``, ``pass_index``, ``reference``, ``check_plans``, ``observes``,
 ``rule``) and write the outcome matrix
 # [len(Outcome), n] (simulator.state) of the step's decoding requests. The matrix rows are
@@ -81,7 +82,8 @@ class Decode:
         if self.wrap is not None:  # imported outputs past their trace request: row base + t mod L
             np.add(sub[_BASE], np.remainder(pos, self.wrap.take(sub[_UID])), out=rows)
         policy = self.policies[rep.index]
-        eta = uniforms(sub[_KEY].view(np.uint64), pos, depth) if depth else np.zeros((n, 0))
+        eta = (uniforms(sub[_KEY].view(np.uint64), pos, self.eta_width) if depth
+               else np.zeros((n, 0)))
         view = StepView(self.trace, rows, kv, None, depth, eta, self.cost, self.view_tables)
         plan = plan_step(policy, view, self.check_plans)
         m[_M_DRAFTED] = plan.drafted
@@ -94,7 +96,14 @@ class Decode:
         min(τ + 1, out − t) into EMITTED, then the policy's feedback."""
         verified = plan.verified
         depth = self.depth
-        if self.reference:
+        if plan.tree is not None:  # a verified subtree per request (simulator.tree_decode)
+            if self.reference:
+                m[_M_TAU], m[_M_EMITTED] = self.verify_tree_reference(rep, d_idx, m[_M_ROW],
+                                                                      plan.tree)
+            else:
+                m[_M_TAU] = self.tree_tau(m[_M_ROW], plan.tree, eta)
+                np.minimum(m[_M_TAU] + 1, sub[_OUT] - sub[_POS], out=m[_M_EMITTED])
+        elif self.reference:
             m[_M_TAU], m[_M_EMITTED] = self.verify_reference(rep, d_idx, view.q, view.pt, view.z,
                                                              verified)
         elif depth:
@@ -130,7 +139,10 @@ class Decode:
         sums = (n, float(verified_sum + n), float(skv), float(svkv + skv),
                 float(svv + 2 * verified_sum + n))
         passes, kv = plan.draft_passes(drafted_sum), m[_M_KV]
-        if self.from_sums is not None:
+        if plan.tree is not None:  # D passes over the tree's levels (simulator.tree_decode)
+            passes = self.tree.max_depth
+            draft_t = self.tree_draft_seconds(kv)
+        elif self.from_sums is not None:
             draft_t = draft_seconds_from_sums(self.from_sums, plan.drafted, kv, passes, skv,
                                               drafted_sum == n * passes, self.pass_index)
         else:

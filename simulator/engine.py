@@ -73,6 +73,8 @@ from specbatch.simulator.state import (
     step_record,
 )
 from specbatch.simulator.steplog import StepLog
+from specbatch.simulator.tree_decode import TreeDecode
+from specbatch.simulator.tree_tables import TREE_RULES, TreeTables
 from specbatch.simulator.v1 import V1Composer, v1_lookahead
 from specbatch.simulator.v1_reference import V1Reference
 from specbatch.simulator.v1_step import V1Step
@@ -99,7 +101,7 @@ _EMPTY = np.zeros(0, dtype=_I64)
 _EMPTY.flags.writeable = False
 
 
-class Engine(Admission, Decode, V1Composer, V1Step, V1Reference):
+class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference):
     """Run one workload through ``config.replicas`` replicas with one policy and cost model.
 
     policy:   the run's policy (simulator.policies.make_policy; copied once per extra replica)
@@ -144,8 +146,15 @@ class Engine(Admission, Decode, V1Composer, V1Step, V1Reference):
         self.overhead = float(cost.overhead)  # T_overhead, seconds per step
         self.verify_cost = verify_cost_for(config, trace, str(config.draft).lower() in FREE_DRAFTS)
         self.pass_index = np.arange(max(self.depth, 1), dtype=_I64)
-        self.tables = VerifyTables(trace, self.rule) if self.depth and not reference else None
         self.view_tables = TraceTables(trace)  # policies' whole-trace tables, built once per run
+        # a tree rule replays on the trace's recorded trees (simulator.tree_tables)
+        self.tree = (self.view_tables.get(("tree",), TreeTables, trace)
+                     if self.rule in TREE_RULES else None)
+        self.tables = (VerifyTables(trace, self.rule)
+                       if self.depth and not reference and self.tree is None else None)
+        #: uniforms per request and step: one per draft token, or what the tree rule reads
+        self.eta_width = (self.depth if self.tree is None
+                          else self.tree.uniforms_needed(self.rule))
         self.check_plans = reference or not is_builtin(type(policy))
         self.observes = type(policy).observe is not Policy.observe  # skip the no-op feedback
         n = workload.n

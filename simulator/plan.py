@@ -13,8 +13,8 @@ requests and call :func:`plan_step`, the one place that
 5. returns the plan, whose :meth:`Plan.draft_passes` D = max_i d_i is the count of
    sequential draft passes over the requests still drafting.
 
-The plan is a chain per request today: request i drafts ``drafted[i]`` tokens and the target
-verifies their first ``verified[i]``. :attr:`Plan.tree` is the slot a draft tree takes.
+The plan is a chain per request (request i drafts ``drafted[i]`` tokens and the target verifies
+their first ``verified[i]``) or, for a tree policy, a verified subtree (:attr:`Plan.tree`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ class Plan(NamedTuple):
     drafted:  # [n] int64 d_i, draft tokens request i drafts
     verified: # [n] int64 s_i ≤ d_i, the prefix of its draft the target verifies
     depth:    the most tokens any request may draft (the policy's depth, d_i ≤ depth)
-    tree:     None: every request's draft is a chain (token j's parent is token j − 1). A draft
-              tree per request would be described here; no engine runs one yet.
+    tree:     None: every request's draft is a chain (token j's parent is token j − 1); else
+              # [n, N] bool, the verified nodes of each request's recorded draft tree (root
+              included; simulator.tree_tables), and drafted[i] = N − 1, the whole tree.
 
     The draft passes D = max_i d_i are :meth:`draft_passes`.
     """
@@ -71,6 +72,9 @@ def plan_step(policy: Policy, view: StepView, check: bool = False) -> Plan:
     any exception its ``decide`` raises into a one-line error naming the policy.
     """
     view.budget = step_budget(policy.k, policy.budget, view.n)
+    if policy.tree:  # a node mask per request (simulator.tree_policies)
+        drafted, verified, mask = policy.decide_tree(view)
+        return Plan(drafted, verified, view.depth, mask)
     if check:
         try:
             decided = policy.decide(view)

@@ -53,6 +53,7 @@ def register(*classes: type[Policy]) -> None:
 # The engines' policies subclass Policy and register themselves at their import's end.
 import specbatch.simulator.engine_policies  # noqa: E402, F401
 import specbatch.simulator.stop_policies  # noqa: E402, F401
+import specbatch.simulator.tree_policies  # noqa: E402, F401
 
 
 def is_builtin(cls: type) -> bool:

@@ -46,6 +46,9 @@ class Policy:
     live = False
     #: The :class:`StepView` fields ``decide`` reads besides n, budget and depth.
     reads: tuple[str, ...] = ()
+    #: Whether the policy verifies subtrees of a tree trace (simulator.tree_policies): its
+    #: ``decide_tree`` returns a node mask too, and it runs only under a tree rule.
+    tree = False
 
     def __init__(self, config: Any, trace_k: int) -> None:
         self.k = int(config.num_speculative_tokens)

@@ -18,6 +18,7 @@ import numpy as np
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.plan import Plan
 from specbatch.simulator.state import Outcome, Replica, Row, step_record
+from specbatch.simulator.tree_tables import cut_mask
 from specbatch.simulator.v1 import Composition, integer_sums
 from specbatch.simulator.view import StepView
 
@@ -172,7 +173,8 @@ class V1Step:
         eta = eta[:keep]
         view = StepView(self.trace, m[int(Outcome.ROW)], m[_M_KV], None, self.depth, eta,
                         self.cost, self.view_tables)
-        return m, Plan(drafted, verified, plan.depth, plan.tree), view, eta
+        tree = None if plan.tree is None else cut_mask(plan.tree[:keep], verified)
+        return m, Plan(drafted, verified, plan.depth, tree), view, eta
 
     def emit_completed(self, rep: Replica, idx: np.ndarray, end: float) -> int:
         """Requests at ``idx`` completed their (re)prefill this step: each samples one token

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.tree_tables import TreeTables
 from specbatch.simulator.verify import request_keys, uniforms
 from specbatch.theory.stats import block_weights, token_weights
 
@@ -171,6 +172,17 @@ class StepView:
         if proposed is None:
             return drafted, verified
         return np.minimum(drafted, proposed), np.minimum(verified, proposed)
+
+    @property
+    def rows(self) -> np.ndarray | None:
+        """The trace rows of the batch # [n] (None for an array view)."""
+        return self._rows
+
+    @property
+    def tree(self) -> TreeTables:
+        """The trace's draft trees as :class:`~simulator.tree_tables.TreeTables` (built once
+        per run; tree policies)."""
+        return self._tables.get(("tree",), TreeTables, self._trace)
 
     @property
     def cum_conf(self) -> np.ndarray:

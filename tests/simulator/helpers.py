@@ -6,7 +6,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specbatch.simulator.policies import POLICIES
 from specbatch.traces.trace import default_meta, make_trace
+
+#: The built-in policies that verify chains (the tree policies need a tree trace and a tree
+#: rule: tests/simulator/test_tree_policies.py).
+CHAIN_POLICIES = sorted(name for name, cls in POLICIES.items() if not cls.tree)
+
+
+def tree_rule(cls: type) -> dict:
+    """``verify = "specinfer"`` for a tree policy class, nothing for a chain policy."""
+    return {"verify": "specinfer"} if cls.tree else {}
 
 
 @dataclass(frozen=True)

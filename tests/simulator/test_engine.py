@@ -11,10 +11,9 @@ from hypothesis import strategies as st
 from specbatch.simulator import state
 from specbatch.simulator.config import load_config
 from specbatch.simulator.metrics import SCHEDULE_STEP_COLUMNS
-from specbatch.simulator.policies import POLICIES
 from specbatch.simulator.run import simulate
 from specbatch.simulator.state import RECORD_ROWS, Outcome, Row
-from tests.simulator.helpers import LinearCost, const_trace, policy_settings
+from tests.simulator.helpers import CHAIN_POLICIES, LinearCost, const_trace, policy_settings
 
 COST = LinearCost()
 
@@ -116,7 +115,7 @@ def test_chunked_prefill_respects_token_budget(synth_trace_natural):
 
 @settings(max_examples=25, deadline=None)
 @given(
-    policy=st.sampled_from(sorted(POLICIES)),
+    policy=st.sampled_from(CHAIN_POLICIES),
     verify=st.sampled_from(["token", "block"]),
     k=st.integers(1, 4),
     extra=st.integers(0, 3),

@@ -13,7 +13,14 @@ from specbatch.simulator.verify import expected_accepted
 from specbatch.simulator.view import StepView, make_view
 from specbatch.theory.stats import block_thresholds, block_weights
 from specbatch.traces.synth import SynthConfig, synth_trace
-from tests.simulator.helpers import LinearCost, calibrated, const_trace, policy_settings
+from tests.simulator.helpers import (
+    CHAIN_POLICIES,
+    LinearCost,
+    calibrated,
+    const_trace,
+    policy_settings,
+    tree_rule,
+)
 
 COST = LinearCost()
 
@@ -118,6 +125,8 @@ def test_policy_outputs_are_well_formed(synth_trace_natural):
     trace = synth_trace_natural
     rows = np.arange(0, trace.n_rows, 7)
     for name in POLICIES:
+        if POLICIES[name].tree:  # tree traces only: tests/simulator/test_tree_policies.py
+            continue
         for rule in ("token", "block"):
             p = policy(trace, name, extra=1, verify=rule)
             view = make_view(trace, rows, budget=2 * rows.size, depth=p.depth, cost=COST,
@@ -236,7 +245,7 @@ def test_a_view_of_gathered_signals_decides_like_a_view_of_trace_rows(synth_trac
     on it equals the decision on the same trace rows (signals gathered, tables row-wise)."""
     trace = synth_trace_natural
     rng = np.random.default_rng(2)
-    for name in POLICIES:
+    for name in CHAIN_POLICIES:
         for _ in range(5):
             n = int(rng.integers(1, 40))
             rows = rng.integers(0, trace.n_rows, size=n)
@@ -265,7 +274,7 @@ def test_every_policy_drafts_its_required_depth_and_config_asks_the_class(synth_
     for name, cls in POLICIES.items():
         for k, extra in ((1, 0), (3, 2), (6, 2)):
             config = load_config(None, trace="synth", policy=name, k=k, extra=extra,
-                                 **policy_settings(name))
+                                 **policy_settings(name), **tree_rule(cls))
             need = cls.required_depth(config)
             assert policy_depth(config) == need
             p = make_policy(config, trace.K)

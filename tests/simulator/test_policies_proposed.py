@@ -9,11 +9,11 @@ import pytest
 
 from specbatch.simulator.config import load_config
 from specbatch.simulator.plan import plan_step
-from specbatch.simulator.policies import POLICIES, make_policy
+from specbatch.simulator.policies import make_policy
 from specbatch.simulator.run import simulate
 from specbatch.simulator.view import StepView, make_view
 from specbatch.traces.trace import default_meta, make_trace
-from tests.simulator.helpers import LinearCost, calibrated, policy_settings
+from tests.simulator.helpers import CHAIN_POLICIES, LinearCost, calibrated, policy_settings
 
 DEPTH = 4
 
@@ -53,7 +53,7 @@ def test_fixed_k_verifies_min_k_and_proposed_in_a_view():
     assert (plan_step(fixed, make_view(plain, np.arange(10), 30, 3)).verified == 3).all()
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", CHAIN_POLICIES)
 def test_every_policy_stays_within_the_proposed_count(name):
     trace = ngram_trace(PROPOSED, 0.6)
     config = load_config(None, trace="synth", policy=name, k=2, extra=2, **policy_settings(name))

@@ -18,7 +18,7 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.config import load_config
 from specbatch.simulator.policies import POLICIES, Policy, resolve_policy
 from specbatch.simulator.run import simulate
-from tests.simulator.helpers import LinearCost, policy_settings
+from tests.simulator.helpers import CHAIN_POLICIES, LinearCost, policy_settings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "my_policy.py"
 DOC = EXAMPLE.parents[1] / "policies.md"
@@ -164,7 +164,8 @@ def test_toml_config_and_sweep_spec_name_a_user_policy(user_dir):
 
 @pytest.mark.parametrize("name, needle", [
     ("nope", "expected one of ar, batch-schedule, dsd, ema-adaptive, entropy-stop, fixed, "
-             "hindsight, oracle, specdec++, tetris, threshold, vllm-dynamic or "
+             "hindsight, oracle, specdec++, static-tree, tetris, tetris-tree, threshold, "
+             "vllm-dynamic or "
              "package.module:Class"),
     ("a:b:c", "expected one of"),
     ("no_such_module_xyz:Policy", "cannot import module no_such_module_xyz"),
@@ -220,7 +221,7 @@ def test_contract_errors_reach_the_cli_as_one_line_with_exit_code_2(user_dir, ca
     assert err.count("\n") == 1
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", CHAIN_POLICIES)
 def test_every_built_in_policy_keeps_the_contract_in_the_checked_reference_engine(
         name, synth_trace_natural):
     config = load_config(None, trace="synth", policy=name, extra=0 if name in (

@@ -1,0 +1,44 @@
+"""The checks a tree run's settings get: tree policies with tree rules, and a trace that
+records trees deep enough for them (one-line errors naming the field)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.tree_tables import SUBTREE_RULES, TREE_RULES
+
+
+def _fail(where: str, field: str, expected: str, got: Any) -> None:
+    raise SpecbatchError(f"{where}: field {field}: expected {expected}, got {got!r}")
+
+
+def check_tree_config(c: Any, tree_policy: bool, where: str = "config") -> None:
+    """A tree policy (simulator.tree_policies) runs under a tree rule and a chain policy
+    under a chain rule; ``traversal`` verifies only a whole tree (``static-tree``)."""
+    if tree_policy and c.verify not in TREE_RULES:
+        _fail(where, "verify", f"a tree rule ({', '.join(TREE_RULES)}) for policy {c.policy} "
+              "(it verifies subtrees of a tree trace)", c.verify)
+    if not tree_policy and c.verify in TREE_RULES and c.policy != "ar":
+        _fail(where, "verify", f"token or block for policy {c.policy} (a chain policy; the "
+              "tree policies are static-tree and tetris-tree)", c.verify)
+    if c.verify not in SUBTREE_RULES and c.verify in TREE_RULES and c.policy != "static-tree":
+        _fail(where, "policy", f"static-tree with verify = {c.verify} (its replay numbers "
+              "hold for the whole recorded tree only)", c.policy)
+
+
+def check_tree_trace(c: Any, trace: Any, depth: int) -> None:
+    """Trace checks of a tree run: the trace records trees, a request verifies at most its
+    tree's N − 1 nodes, and ``traversal`` verifies all of them."""
+    tree = getattr(trace, "tree", None)
+    if tree is None:
+        _fail("config", "verify", "token or block on a chain trace (specinfer and traversal "
+              "replay recorded draft trees: capture --tree SHAPE)", c.verify)
+    offsets = tree.node_offsets
+    nodes = int(offsets[1] - offsets[0]) - 1 if offsets.shape[0] > 1 else 0
+    if depth > nodes:
+        _fail("config", "num_speculative_tokens", f"k + extra <= the trace tree's {nodes} "
+              f"nodes (shape {tree.shape.describe()})", depth)
+    if c.verify == "traversal" and c.num_speculative_tokens != nodes:
+        _fail("config", "num_speculative_tokens", f"{nodes}, the whole recorded tree, for "
+              "verify = traversal", c.num_speculative_tokens)

@@ -1,0 +1,106 @@
+"""Policies that verify a subtree of each request's recorded draft tree (docs/trees.md).
+
+Every request drafts its whole recorded tree (the capture's shape: D draft passes, pass d
+over the nodes at depth d); the policy chooses which nodes the target verifies, a node mask
+# [n, N] that is draw-prefix closed (:mod:`simulator.tree_tables`). The verify pass carries
+s_i + 1 query tokens per request (root included) and the verifier (``verify = specinfer`` or
+``traversal``) replays on the verified subtree with common random numbers.
+
+- ``static-tree``: k nodes per request, the k of highest path draft confidence (the product
+  of draft probabilities along the path). This is SGLang's EAGLE rule:
+  ``python/sglang/srt/speculative/eagle_utils.py::organize_draft_results`` takes
+  ``torch.topk(score_list, num_draft_tokens - 1)`` of the cumulative path scores, so
+  SGLang's ``--speculative-num-draft-tokens`` is k + 1 here (the root is the last verified
+  token). With k = N − 1 it verifies the whole tree, the static trees of TensorRT-LLM's
+  ``eagle_choices`` and vLLM's ``speculative_token_tree`` (``num_speculative_tokens`` = the
+  tree's nodes).
+- ``tetris-tree``: TETRIS over tree nodes: the global top-C nodes of the batch by path draft
+  confidence (C = ``budget``, default k·n), at most k + e per request. Scores fall along
+  every path and across siblings in draw order, so each request's share is a prefix of its
+  own ranking and the frontier stays connected.
+
+Both read only draft-side signals. The exact optimum allocation of nodes under C (a bound
+that reads the acceptance numbers) needs the tree-knapsack solver of ``theory`` and is not
+built here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from specbatch.simulator.policies import register
+from specbatch.simulator.policy_base import Policy
+from specbatch.simulator.view import StepView
+
+_I64 = np.int64
+
+
+class TreePolicy(Policy):
+    """Base of the tree policies: :meth:`decide_tree` returns ``(drafted, verified, mask)``.
+
+    depth: the most nodes one request may have verified (k, or k + e for ``tetris-tree``),
+    which is also what the KV accounting reserves per request for the verify pass."""
+
+    tree = True
+
+    @classmethod
+    def required_depth(cls, config: Any) -> int:
+        return int(config.num_speculative_tokens)
+
+    def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
+        drafted, verified, _ = self.decide_tree(view)
+        return drafted, verified
+
+    def decide_tree(self, view: StepView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(drafted # [n], verified # [n], mask # [n, N] bool)``: every request drafts its
+        whole tree (N − 1 nodes) and verifies the ``verified[i]`` nodes of ``mask[i]``."""
+        counts = self.counts(view)
+        tree = view.tree
+        drafted = np.full(view.n, tree.drafted, dtype=_I64)
+        return drafted, counts, tree.prefix_mask(view.rows, counts)
+
+    def counts(self, view: StepView) -> np.ndarray:
+        """Nodes verified per request, each a prefix of its confidence order.  # [n]"""
+        raise NotImplementedError
+
+
+class StaticTree(TreePolicy):
+    """``static-tree``: the k most confident nodes of every request's tree (module docstring;
+    SGLang's ``organize_draft_results``). Ignores C (its total is k·n, the default C)."""
+
+    name = "static-tree"
+    budgeted = False
+
+    def counts(self, view: StepView) -> np.ndarray:
+        return np.full(view.n, min(self.k, view.tree.drafted), dtype=_I64)
+
+
+class TetrisTree(TreePolicy):
+    """``tetris-tree``: the batch's top-C nodes by path draft confidence, at most k + e per
+    request; ties go to the lower batch index, then to the earlier node in the request's
+    order (module docstring)."""
+
+    name = "tetris-tree"
+
+    @classmethod
+    def required_depth(cls, config: Any) -> int:
+        return int(config.num_speculative_tokens) + int(config.extra)
+
+    def counts(self, view: StepView) -> np.ndarray:
+        tree, rows, n = view.tree, view.rows, view.n
+        cap = min(self.depth, tree.drafted)
+        order = tree.order[rows, :cap]  # [n, cap]
+        score = np.take_along_axis(tree.conf[rows], order, axis=1)  # [n, cap], non-increasing
+        take = min(int(view.budget), n * cap)
+        if take <= 0:
+            return np.zeros(n, dtype=_I64)
+        req = np.repeat(np.arange(n), cap)
+        col = np.tile(np.arange(cap), n)
+        chosen = np.lexsort((col, req, -score.ravel()))[:take]
+        return np.bincount(req[chosen], minlength=n).astype(_I64)
+
+
+TREE_POLICIES = (StaticTree, TetrisTree)
+register(*TREE_POLICIES)

@@ -1,0 +1,133 @@
+"""Tree policies and tree runs: SGLang's static rule, TETRIS over nodes, the engine's twin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.config import load_config
+from specbatch.simulator.policies import make_policy
+from specbatch.simulator.run import build_cost, simulate
+from specbatch.simulator.view import StepView
+from specbatch.traces.format import read_trace
+from tests.simulator.helpers import StepTimeOnly
+from tests.simulator.test_tree_tables import ROOT
+
+TREE = "smollm2-drop2-tree"
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return read_trace(ROOT / "traces" / "data" / TREE)
+
+
+def view_of(trace, rows, budget=None):
+    rows = np.asarray(rows, dtype=np.int64)
+    view = StepView(trace, rows, np.zeros(rows.shape[0], dtype=np.int64), budget, 10, None)
+    return view
+
+
+def decide(trace, rows, budget, **kw):
+    config = load_config(None, trace=TREE, verify="specinfer", **kw)
+    policy = make_policy(config, trace.K)
+    view = view_of(trace, rows)
+    view.budget = budget if budget is not None else policy.k * view.n
+    return policy, view, policy.decide_tree(view)
+
+
+def test_static_tree_takes_the_k_most_confident_nodes(trace):
+    """SGLang's organize_draft_results: topk(path score, num_draft_tokens − 1) per request."""
+    _, view, (drafted, verified, mask) = decide(trace, [0, 1, 2], None, policy="static-tree",
+                                                num_speculative_tokens=3)
+    t = view.tree
+    assert drafted.tolist() == [10, 10, 10] and verified.tolist() == [3, 3, 3]
+    for i, row in enumerate([0, 1, 2]):
+        chosen = set(np.flatnonzero(mask[i, 1:]) + 1)
+        top3 = set(np.argsort(-t.conf[row, 1:], kind="stable")[:3] + 1)
+        assert chosen == top3 and mask[i, 0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.integers(0, 3469), min_size=1, max_size=24),
+       k=st.integers(1, 10), extra=st.integers(0, 9), budget=st.integers(0, 120))
+def test_tetris_tree_is_the_batch_top_c_and_stays_closed(trace, rows, k, extra, budget):
+    """Σ s_i = min(C, Σ caps), s_i ≤ min(k + e, N − 1), every request's subtree closed, and
+    no unchosen node scores above a chosen one (the global top-C by path confidence)."""
+    extra = min(extra, 10 - k)
+    policy, view, (drafted, verified, mask) = decide(
+        trace, rows, budget, policy="tetris-tree", num_speculative_tokens=k, extra=extra)
+    t = view.tree
+    cap = min(k + extra, 10)
+    assert (verified <= cap).all() and verified.sum() == min(budget, cap * len(rows))
+    assert (mask[:, 1:].sum(axis=1) == verified).all() and t.check_closed(mask).all()
+    conf = t.conf[np.asarray(rows)][:, 1:]
+    eligible = t.rank[np.asarray(rows)][:, 1:] < cap
+    chosen, left = conf[mask[:, 1:]], conf[eligible & ~mask[:, 1:]]
+    if chosen.size and left.size:
+        assert chosen.min() >= left.max()
+
+
+def test_tetris_tree_gives_more_nodes_to_confident_requests(trace):
+    """With C = 3n the batch's nodes move to the requests whose trees the draft trusts."""
+    t = read_trace(ROOT / "traces" / "data" / TREE)
+    rows = np.arange(64)
+    _, view, (_, verified, _) = decide(t, rows, None, policy="tetris-tree",
+                                       num_speculative_tokens=3, extra=7)
+    top1 = view.tree.conf[rows, 1]
+    assert verified.sum() == 192 and verified.std() > 0
+    assert np.corrcoef(top1, verified)[0, 1] > 0.3
+
+
+@pytest.mark.parametrize("kw", [
+    dict(policy="static-tree", num_speculative_tokens=4, verify="specinfer"),
+    dict(policy="static-tree", num_speculative_tokens=10, verify="traversal"),
+    dict(policy="tetris-tree", num_speculative_tokens=3, extra=4, verify="specinfer",
+         enable_chunked_prefill=True, max_num_batched_tokens=96),
+    dict(policy="tetris-tree", num_speculative_tokens=2, extra=2, verify="specinfer",
+         scheduler="vllm-v0", kv_mode="paged", kv_capacity=2000, max_num_seqs=12),
+])
+def test_tree_runs_match_the_per_request_reference(trace, kw):
+    """The vectorised subtree replay and the budget cuts of V1 steps give the reference
+    engine's tables exactly (TreeStats per row, scalar hash, one step_time per pass)."""
+    config = load_config(None, trace=TREE, requests=24, **kw)
+    roofline = build_cost(config)
+    fast = simulate(config, trace, cost_model=roofline)
+    slow = simulate(config, trace, cost_model=StepTimeOnly(roofline), reference=True)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    assert fast.summary["verify"] == kw["verify"]
+    assert (fast.steps["depth"][fast.steps["batch"] > 0] <= 3).all()  # D = the tree's depth
+
+
+def test_a_tree_run_is_deterministic_and_prices_the_verified_nodes(trace):
+    config = load_config(None, trace=TREE, requests=16, policy="static-tree",
+                         num_speculative_tokens=5, verify="specinfer")
+    a, b = simulate(config, trace), simulate(config, trace)
+    pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
+    decode = a.steps[a.steps["decode_requests"] > 0]
+    assert (decode["verified"] <= 5 * decode["decode_requests"]).all()
+    assert (decode["drafted"] == 10 * decode["decode_requests"]).all()
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(policy="fixed", verify="specinfer"), "verify"),
+    (dict(policy="static-tree", verify="token"), "verify"),
+    (dict(policy="tetris-tree", verify="traversal"), "policy"),
+    (dict(policy="static-tree", verify="specinfer", num_speculative_tokens=11),
+     "num_speculative_tokens"),
+    (dict(policy="static-tree", verify="traversal", num_speculative_tokens=4),
+     "num_speculative_tokens"),
+])
+def test_impossible_tree_settings_are_one_line_errors(trace, kw, field):
+    with pytest.raises(SpecbatchError, match=f"field {field}: expected"):
+        simulate(load_config(None, trace=TREE, requests=4, **kw), trace)
+
+
+def test_a_tree_rule_on_a_chain_trace_is_refused():
+    config = load_config(None, trace="tiny", requests=4, policy="static-tree", verify="specinfer")
+    with pytest.raises(SpecbatchError, match="field verify: expected token or block on a chain"):
+        simulate(config)
