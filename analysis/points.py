@@ -84,6 +84,17 @@ def trace_fingerprint(name: str) -> tuple[str, int]:
             digest.update(f"{relative}:{file_digest(item)}\n".encode())
     return digest.hexdigest()[:16], int(meta["depth"])
 
+def tree_nodes(name: str) -> int:
+    """Non-root nodes per position of a tree trace named in a config (0 for a chain trace),
+    from its meta.json."""
+    if name == "synth":
+        return 0
+    from specbatch.traces.format import read_meta, resolve_trace
+
+    tree = read_meta(Path(resolve_trace(name))).get("tree")
+    return int(tree["nodes_per_position"]) - 1 if isinstance(tree, dict) else 0
+
+
 #: sha256 of files already hashed in this process, by (path, size, mtime_ns, inode).
 _DIGESTS: dict[tuple, str] = {}
 

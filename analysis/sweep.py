@@ -38,6 +38,7 @@ from specbatch.analysis.points import (
     setting_key,
     store_point,
     trace_fingerprint,
+    tree_nodes,
     write_manifest,
 )
 from specbatch.analysis.spec import (
@@ -72,6 +73,7 @@ def preflight(spec: SweepSpec, runs: list[dict]) -> dict[str, str]:
     would draft deeper than the trace's K or a trace does not exist.
     """
     from specbatch.simulator.config import SimConfig, policy_depth
+    from specbatch.simulator.tree_tables import TREE_RULES
 
     ids: dict[str, str] = {}
     depths: dict[str, int] = {}
@@ -86,10 +88,13 @@ def preflight(spec: SweepSpec, runs: list[dict]) -> dict[str, str]:
                 raise SpecbatchError(f"spec {spec.path}: field 'trace': cannot read trace "
                                      f"{name!r}: {exc}") from None
         need = policy_depth(SimConfig(**config))
-        if need > depths[name]:
+        limit, what = depths[name], "draft depth K"
+        if config.get("verify") in TREE_RULES:  # a tree run verifies up to the tree's nodes
+            limit, what = tree_nodes(name), "tree's non-root nodes"
+        if need > limit:
             raise SpecbatchError(
                 f"spec {spec.path}: field 'num_speculative_tokens': expected k + extra <= the "
-                f"trace's draft depth K = {depths[name]} (trace {name!r}), got {need} for policy "
+                f"trace's {what} = {limit} (trace {name!r}), got {need} for policy "
                 f"{config['policy']} k = {config['num_speculative_tokens']} e = {config['extra']}")
     return ids
 

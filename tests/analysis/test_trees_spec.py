@@ -1,0 +1,37 @@
+"""The bundled chains-vs-trees comparison (analysis/specs/trees.toml): every tree policy and
+rule beside the chain verifiers at the same k, and a CI-size slice of it runs."""
+
+from __future__ import annotations
+
+from specbatch.analysis.spec import expand, load_spec
+from specbatch.analysis.specs import spec_path
+from specbatch.simulator import config
+from specbatch.simulator.run import load_trace, simulate
+
+
+def runs():
+    return expand(load_spec(spec_path("trees"), config.SimConfig), config.SimConfig)
+
+
+def test_the_spec_pairs_chains_and_trees_at_equal_k():
+    grid = runs()
+    pairs = {(r["policy"], r["verify"]) for r in grid}
+    assert {("fixed", "token"), ("fixed", "block"), ("static-tree", "specinfer"),
+            ("static-tree", "traversal"), ("tetris-tree", "specinfer"), ("ar", "token")} == pairs
+    ks = {p: {r["num_speculative_tokens"] for r in grid if r["policy"] == p}
+          for p in ("fixed", "static-tree", "tetris-tree")}
+    assert ks["fixed"] <= ks["static-tree"] and ks["tetris-tree"] <= ks["static-tree"]
+    assert all(r["num_speculative_tokens"] + r["extra"] == 10 for r in grid
+               if r["policy"] == "tetris-tree")  # TETRIS may give one request the whole tree
+
+
+def test_a_ci_size_slice_of_the_spec_runs():
+    seen = {}
+    for run in runs():
+        key = (run["policy"], run["verify"])
+        if run["seed"] == 0 and run["max_num_seqs"] == 8 and key not in seen:
+            seen[key] = run
+    trace = load_trace(config.make_config(seen[("ar", "token")]))
+    for key, run in seen.items():
+        summary = simulate(config.make_config({**run, "requests": 12}), trace).summary
+        assert summary["tokens"] > 0 and summary["throughput"] > 0, key
