@@ -1,0 +1,420 @@
+"""The best verifiable subtrees of a batch's draft trees under one node budget (docs/trees.md).
+
+A policy that verifies trees chooses, per request, a subtree of its recorded draft tree, and
+the batch shares a budget C of verified (non-root) nodes. Replaying recursive rejection
+sampling (SpecInfer) on a subtree with the recorded ``rrs_accept`` numbers is exact iff the
+subtree is *draw-prefix closed*: a non-root node u may be kept only if its predecessor is,
+
+    pred(u) = the previous draw of parent(u) in draw order, or parent(u) for its first draw,
+
+because ``rrs_accept`` of a draw is conditioned on the earlier draws at that node being
+rejected. One predecessor per node makes a forest precedence (the left-child/right-sibling
+form of the tree), and on a closed set S the expected accepted length is additive,
+
+    E[τ | S] = Σ_{u ∈ S, u ≠ root} r(u),   r(u) = r(parent) · a(u) · Π_{earlier draws v} (1 − a(v)),
+
+the *reach* r(u) = P(RRS walks through u), r(root) = 1, a = ``rrs_accept`` of u's draw.
+
+- :func:`predecessors` and :func:`reach_values`: per node, vectorised over every tree of a
+  trace (CSR ``node_offsets``), what a simulator precomputes once; :func:`reach_of_stats` is
+  the per-node loop twin (exact with Fractions), :func:`subtree_stats` the replay numbers of a
+  closed subtree (the additivity identity is a test against ``tau_law_from_stats``).
+- :func:`best_by_size`: per tree the best Σ r of closed sets of each size (tree knapsack over
+  the predecessor forest, vectorised over trees of one structure); :func:`chosen_masks`
+  recovers the sets.
+- :func:`allocate`: sizes per request maximising the batch's Σ under Σ sizes ≤ C (max-plus
+  convolutions over a balanced tree of requests); :func:`optimal_subtrees` is the batch-level
+  call, :func:`optimal_subtrees_milp` its cvxpy twin.
+- :func:`path_products`, :func:`top_nodes`, :func:`top_nodes_per_request`, :func:`is_closed`:
+  the confidence heuristics the optimum is compared with (a global top-C over the batch's
+  nodes, TETRIS-style, and a static top-k per request, SGLang's rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specbatch.errors import require
+from specbatch.theory.tree_stats import TreeStats
+
+
+def _row_base(node_offsets: np.ndarray, size: int) -> np.ndarray:
+    """Global index of each node's row root # [N] (checks the CSR layout)."""
+    counts = np.diff(node_offsets)
+    require(node_offsets.ndim == 1 and node_offsets.size >= 1 and node_offsets[0] == 0
+            and bool((counts >= 1).all()) and node_offsets[-1] == size,
+            f"node_offsets: expected CSR offsets of non-empty trees over {size} nodes, got "
+            f"{node_offsets[:4].tolist()}...")
+    return np.repeat(node_offsets[:-1], counts)
+
+
+def _draw_layout(parent, draw_offsets, draws, node_offsets) -> tuple:
+    """Checked draw layout: (base # [N], owner # [M], child # [M] global ids, first # [M]).
+
+    Every non-root node must be drawn exactly once, by its parent (a path trie, which draws
+    one child several times, has no additive reach)."""
+    parent = np.asarray(parent, dtype=np.int64)  # [N]
+    size = parent.size
+    node_offsets = (np.array([0, size], dtype=np.int64) if node_offsets is None
+                    else np.asarray(node_offsets, dtype=np.int64))
+    base = _row_base(node_offsets, size)  # [N]
+    draw_offsets = np.asarray(draw_offsets, dtype=np.int64)  # [N+1]
+    draws = np.asarray(draws, dtype=np.int64)  # [M]
+    require(draw_offsets.shape == (size + 1,) and draw_offsets[0] == 0
+            and bool((np.diff(draw_offsets) >= 0).all()) and draw_offsets[-1] == draws.size,
+            f"draw_offsets: expected CSR offsets of {draws.size} draws over {size} nodes")
+    owner = np.repeat(np.arange(size), np.diff(draw_offsets))  # [M]
+    child = base[owner] + draws  # [M]
+    row_end = np.repeat(node_offsets[1:], np.diff(node_offsets))
+    require(bool(((draws >= 1) & (child < row_end[owner])).all()),
+            "draws: expected non-root node ids of the drawing node's own tree")
+    require(bool((base[child] + parent[child] == owner).all()),
+            "draws: expected each draw to be a child of the drawing node")
+    is_root = np.arange(size) == base
+    drawn = np.bincount(child, minlength=size)
+    require(bool((drawn == np.where(is_root, 0, 1)).all()),
+            "draws: expected every non-root node drawn exactly once (a path trie repeats "
+            "draws and has no additive reach)")
+    first = np.arange(draws.size) == draw_offsets[owner]
+    return base, owner, child, first, is_root
+
+
+def predecessors(parent, draw_offsets, draws, node_offsets=None) -> np.ndarray:
+    """``pred`` # [N] int64 (row-local ids, −1 at each root) of one or many trees.
+
+    parent # [N] local parent ids (−1 at roots), draw_offsets # [N+1], draws # [M] local child
+    ids in draw order, node_offsets # [rows+1] (default: one tree). pred(u) < u in pre-order.
+    """
+    base, owner, child, first, _ = _draw_layout(parent, draw_offsets, draws, node_offsets)
+    before = np.r_[-1, child[:-1]]  # [M] previous draw (global)
+    pred = np.full(base.size, -1, dtype=np.int64)
+    pred[child] = np.where(first, owner, before) - base[child]
+    return pred
+
+
+def path_products(node_offsets, parent, factor) -> np.ndarray:
+    """``Π factor`` along each node's path from its root (root: 1) # [N] float64.
+
+    One vectorised pass per depth level; node ids local per row as in :func:`predecessors`."""
+    parent = np.asarray(parent, dtype=np.int64)
+    factor = np.asarray(factor, dtype=np.float64)
+    base = _row_base(np.asarray(node_offsets, dtype=np.int64), parent.size)
+    is_root = parent < 0
+    up = np.where(is_root, 0, base + parent)  # [N] global parent (roots: a placeholder)
+    out = np.where(is_root, 1.0, np.nan)
+    for _ in range(parent.size):
+        if not np.isnan(out).any():
+            break
+        out = np.where(is_root, 1.0, out[up] * factor)
+    require(not np.isnan(out).any(), "parent: expected every node to reach its root")
+    return out
+
+
+def reach_values(node_offsets, parent, draw_offsets, draws, rrs_accept) -> np.ndarray:
+    """``r`` # [N] float64: P(recursive rejection sampling walks through u), root 1.
+
+    ``r(u) = r(parent) · a(u) · Π_{earlier draws v of parent}(1 − a(v))``; vectorised over all
+    trees (one pass per draw rank, one per depth level). Σ r over a tree's non-root nodes is
+    E[τ] of RRS on the full tree; over a closed subset, E[τ] on that subtree.
+    """
+    rrs = np.asarray(rrs_accept, dtype=np.float64)  # [M]
+    require(bool(np.isfinite(rrs).all() and ((rrs >= 0) & (rrs <= 1)).all()),
+            "rrs_accept: expected probabilities in [0, 1]")
+    base, owner, child, first, _ = _draw_layout(parent, draw_offsets, draws, node_offsets)
+    rank = np.arange(child.size) - np.asarray(draw_offsets, dtype=np.int64)[owner]  # [M]
+    local = np.ones(base.size)  # [N] a(u) · Π (1 − a(earlier))
+    survive = np.ones(base.size)  # [N] per owner: all draws so far rejected
+    for level in range(int(rank.max(initial=-1)) + 1):
+        at = rank == level
+        local[child[at]] = rrs[at] * survive[owner[at]]
+        survive[owner[at]] *= 1.0 - rrs[at]
+    offsets = np.array([0, base.size]) if node_offsets is None else node_offsets
+    return path_products(offsets, parent, local)
+
+
+def reach_of_stats(stats: TreeStats) -> tuple:
+    """The reach of every node of one tree, a plain loop (exact with Fraction numbers)."""
+    reach = [None] * len(stats.parent)
+    reach[0] = stats.q[0] * 0 + 1
+    for u in range(len(stats.parent)):  # pre-order: a parent comes before its children
+        left = reach[u]
+        for c, a in zip(stats.draws[u], stats.rrs_accept[u]):
+            reach[c] = left * a
+            left = left * (1 - a)
+    return tuple(reach)
+
+
+def subtree_stats(stats: TreeStats, keep) -> TreeStats:
+    """The replay numbers of the subtree ``keep`` (# [N] bool, root kept), which must be draw-
+    prefix closed: kept nodes keep the kept prefix of their draws, the rest draw nothing."""
+    keep = [bool(k) for k in keep]
+    require(len(keep) == len(stats.parent) and keep[0], "keep: expected one flag per node, "
+            "the root kept")
+    draws, accept = [], []
+    for u, (ds, acc) in enumerate(zip(stats.draws, stats.rrs_accept)):
+        kept = [keep[c] for c in ds] if keep[u] else [False] * len(ds)
+        n = sum(kept)
+        require(all(kept[:n]) and not any(kept[n:]), f"keep: node {u}'s kept draws are not a "
+                "prefix of its draws under a kept node (not draw-prefix closed)")
+        draws.append(tuple(ds[:n]))
+        accept.append(tuple(acc[:n]))
+    return TreeStats(stats.parent, stats.depth, stats.token, stats.q, stats.pt, tuple(draws),
+                     tuple(accept), stats.trv_accept, stats.gbv_h)
+
+
+def is_closed(pred, masks) -> np.ndarray:
+    """Per tree whether the node set ``masks`` # [n, N] is draw-prefix closed # [n] bool."""
+    pred = np.asarray(pred, dtype=np.int64)
+    masks = np.atleast_2d(np.asarray(masks, dtype=bool))
+    pred2 = np.broadcast_to(pred, masks.shape)
+    rows = np.arange(masks.shape[0])[:, None]
+    parent_kept = masks[rows, np.maximum(pred2, 0)] | (pred2 < 0)
+    return ~(masks & ~parent_kept).any(axis=1) & masks[:, 0]
+
+
+# ----------------------------------------------------------------------- sizes per tree
+
+
+def _check_forest(pred: np.ndarray) -> None:
+    n = pred.size
+    require(pred.ndim == 1 and n >= 1 and pred[0] == -1
+            and bool(((pred[1:] >= 0) & (pred[1:] < np.arange(1, n))).all()),
+            "pred: expected -1 at node 0 and 0 <= pred(u) < u elsewhere (pre-order)")
+
+
+def _maxplus(a: np.ndarray, b: np.ndarray, width: int) -> tuple:
+    """``c[p, k] = max_j a[p, k − j] + b[p, j]`` for k < width and the smallest maximising j
+    (b's share) # [p, wc] each; −inf marks an infeasible size. One strided window, no loop."""
+    rows, wa = a.shape
+    wb = b.shape[1]
+    wc = min(wa + wb - 1, width)
+    padded = np.full((rows, wb - 1 + wc), -np.inf)  # padded[i] = a[i − (wb − 1)]
+    padded[:, wb - 1:wb - 1 + min(wa, wc)] = a[:, :min(wa, wc)]
+    window = np.ndarray((rows, wc, wb), np.float64, buffer=padded,
+                        strides=(padded.strides[0], 8, 8))  # window[p, k, i] = padded[k + i]
+    cand = window[:, :, ::-1] + b[:, None, :]  # [p, wc, wb]: a[k − j] + b[j]
+    share = np.argmax(cand, axis=2)  # first maximum: the smallest share j
+    return np.take_along_axis(cand, share[:, :, None], axis=2)[:, :, 0], share
+
+
+@dataclass(frozen=True, eq=False)
+class SizeTable:
+    """Best closed sets per size of n trees sharing one predecessor forest.
+
+    value # [n, cmax+1]: best Σ r over closed sets of k non-root nodes (−inf: none exists);
+    shares[u]: ((successor c, share # [n, w]), ...) in fold order, share[i, t] the nodes that
+    c's part gets when u's successors hold t nodes (used by :func:`chosen_masks`)."""
+
+    pred: np.ndarray  # [N]
+    value: np.ndarray  # [n, cmax+1]
+    shares: tuple
+
+
+def best_by_size(pred, r, cmax: int) -> SizeTable:
+    """Exact best Σ r over draw-prefix-closed sets of each size k = 0..cmax, per tree.
+
+    Tree knapsack over the predecessor forest: ``F_u[k]`` (best set of k nodes of u's forest
+    subtree containing u) is r(u) plus the max-plus convolution of u's successors' tables
+    (``F_c[0] = 0``), each clipped to cmax + 1 entries; O(N · cmax²) per tree, vectorised over
+    the n trees (``r`` # [n, N] or [N]). Ties (in float64): the smaller share to the later
+    successor (the next sibling before u's first child's subtree).
+    """
+    pred = np.asarray(pred, dtype=np.int64)
+    _check_forest(pred)
+    r2 = np.atleast_2d(np.asarray(r, dtype=np.float64))
+    require(r2.ndim == 2 and r2.shape[1] == pred.size and bool(np.isfinite(r2).all()),
+            f"r: expected finite values # [n, {pred.size}], got shape {r2.shape}")
+    require(int(cmax) == cmax and cmax >= 0, f"cmax: expected an integer >= 0, got {cmax!r}")
+    width = int(cmax) + 1
+    n, size = r2.shape
+    succ = [[] for _ in range(size)]
+    for u in range(1, size):
+        succ[pred[u]].append(u)
+    table: list = [None] * size  # F_u # [n, ≤ width]
+    shares: list = [()] * size
+    for u in range(size - 1, -1, -1):
+        acc = np.zeros((n, 1))
+        parts = []
+        for c in succ[u]:
+            acc, share = _maxplus(acc, table[c], width)
+            parts.append((c, share))
+            table[c] = None
+        shares[u] = tuple(parts)
+        if u:
+            table[u] = np.concatenate([np.zeros((n, 1)), r2[:, u:u + 1] + acc], axis=1)[:, :width]
+        else:
+            value = np.full((n, width), -np.inf)
+            value[:, :acc.shape[1]] = acc
+    if np.ndim(r) == 1:
+        value = value[0]
+    return SizeTable(pred, value, tuple(shares))
+
+
+def chosen_masks(table: SizeTable, sizes) -> np.ndarray:
+    """The sets behind ``table.value[i, sizes[i]]`` # [n, N] bool (root True), top-down."""
+    value = np.atleast_2d(table.value)
+    sizes = np.atleast_1d(np.asarray(sizes, dtype=np.int64))
+    n = value.shape[0]
+    require(sizes.shape == (n,) and bool((sizes >= 0).all() & (sizes < value.shape[1]).all())
+            and bool(np.isfinite(value[np.arange(n), sizes]).all()),
+            "sizes: expected one feasible size per tree")
+    rows = np.arange(n)
+    held = np.zeros((n, table.pred.size), dtype=np.int64)  # nodes in u's forest subtree
+    for u, parts in enumerate(table.shares):
+        rest = sizes.copy() if u == 0 else np.maximum(held[:, u] - 1, 0)
+        for c, share in reversed(parts):
+            held[:, c] = share[rows, rest]
+            rest = rest - held[:, c]
+    masks = held > 0
+    masks[:, 0] = True
+    return masks
+
+
+# ----------------------------------------------------------------------- batch allocation
+
+
+def allocate(values, budget: int) -> np.ndarray:
+    """Sizes ``k`` # [n] int64 maximising ``Σ_i values[i][k_i]`` s.t. ``Σ k_i ≤ C``.
+
+    values: per request its best value by size # [k_i + 1] (a list, or # [n, W]), entry 0
+    finite, −inf where a size is infeasible. Max-plus convolutions over a balanced binary tree
+    of requests (one vectorised call per level, widths clipped to C + 1), then top-down
+    splits. Ties (float64): the smallest total Σ k, then at every tree node the larger share
+    to its left half (lower request indices first).
+    """
+    require(int(budget) == budget and budget >= 0,
+            f"budget: expected an integer >= 0, got {budget!r}")
+    if isinstance(values, np.ndarray) and values.ndim == 2:
+        table = np.asarray(values, dtype=np.float64)  # [n, W]
+    else:
+        rows = [np.asarray(v, dtype=np.float64).ravel() for v in values]
+        table = np.full((len(rows), max((v.size for v in rows), default=1)), -np.inf)
+        for i, v in enumerate(rows):
+            table[i, :v.size] = v
+    if table.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    require(table.shape[1] >= 1 and bool(np.isfinite(table[:, 0]).all())
+            and not np.isnan(table).any() and not (table == np.inf).any(),
+            "values: expected per request a finite value at size 0, then values or -inf")
+    sizes = table.shape[1] - 1 - np.argmax(np.isfinite(table[:, ::-1]), axis=1)  # largest
+    cap = min(int(budget), int(sizes.sum()))
+    table = table[:, :cap + 1]
+    levels = []
+    while table.shape[0] > 2:
+        count = table.shape[0]
+        if count % 2:
+            identity = np.full((1, table.shape[1]), -np.inf)
+            identity[0, 0] = 0.0
+            table = np.concatenate([table, identity])
+        table, right = _maxplus(table[0::2], table[1::2], cap + 1)
+        levels.append((right, count))
+    if table.shape[0] == 1:
+        totals = np.array([int(np.argmax(table[0]))])  # the smallest total reaching the max
+    else:
+        totals = np.array(_root_split(table[0], table[1], cap))
+    for right, count in reversed(levels):
+        share = right[np.arange(totals.size), totals]
+        totals = np.stack([totals - share, share], axis=1).ravel()[:count]
+    return totals.astype(np.int64)
+
+
+def _root_split(left: np.ndarray, right: np.ndarray, cap: int) -> tuple:
+    """Shares (a, b) maximising ``left[a] + right[b]`` s.t. a + b ≤ C, then the smallest
+    a + b, then the largest a, without the full convolution: ``M[a] = left[a] +
+    max_{b ≤ C − a} right[b]`` bounds every pair in float64 too (rounding is monotone), so
+    only the rows a with ``M[a] = max M`` are expanded."""
+    a = np.arange(left.size)  # left.size ≤ C + 1
+    m = left + np.maximum.accumulate(right)[np.minimum(cap - a, right.size - 1)]
+    rows = np.flatnonzero(m == m.max())  # [k] the a reaching the maximum
+    b = np.arange(right.size)
+    hit = (left[rows, None] + right[None, :] == m.max()) & (rows[:, None] + b <= cap)
+    total = np.where(hit, rows[:, None] + b, 2 * (cap + 1))  # [k, |right|]
+    best = total.min(axis=1)  # per row a its smallest total
+    share = int(rows[np.flatnonzero(best == best.min())[-1]])  # the largest a among them
+    return share, int(best.min()) - share
+
+
+def optimal_subtrees(pred, r, budget: int) -> tuple:
+    """The batch's best closed subtrees under ``budget`` non-root nodes in all.
+
+    pred # [N] shared or # [n, N] per request (trees grouped by structure), r # [n, N] reach.
+    Returns (masks # [n, N] bool, root column True; value = Σ r over the chosen nodes).
+    """
+    r = np.atleast_2d(np.asarray(r, dtype=np.float64))
+    pred = np.asarray(pred, dtype=np.int64)
+    n, size = r.shape
+    require(int(budget) == budget and budget >= 0,
+            f"budget: expected an integer >= 0, got {budget!r}")
+    cmax = min(int(budget), size - 1)
+    pred2 = np.broadcast_to(pred, (n, size)) if pred.ndim == 1 else pred
+    require(pred2.shape == (n, size), f"pred: expected # [{size}] or [{n}, {size}], got "
+            f"{pred.shape}")
+    if pred.ndim == 1:
+        forests, group = pred[None, :], np.zeros(n, dtype=np.int64)
+    else:
+        forests, group = np.unique(pred2, axis=0, return_inverse=True)
+        group = np.asarray(group).ravel()
+    tables = [best_by_size(forest, r[group == g], cmax) for g, forest in enumerate(forests)]
+    value = np.empty((n, cmax + 1))
+    for g, t in enumerate(tables):
+        value[group == g] = t.value
+    counts = allocate(value, budget)
+    masks = np.empty((n, size), dtype=bool)
+    for g, t in enumerate(tables):
+        masks[group == g] = chosen_masks(t, counts[group == g])
+    return masks, float(value[np.arange(n), counts].sum())
+
+
+def optimal_subtrees_milp(pred, r, budget: int) -> tuple:
+    """Twin of :func:`optimal_subtrees` as a cvxpy boolean MILP (HiGHS, exact gaps):
+    ``x_u ≤ x_pred(u)``, ``Σ x ≤ C``, maximise ``Σ r·x``; returns (masks, value)."""
+    import cvxpy as cp
+
+    r = np.atleast_2d(np.asarray(r, dtype=np.float64))
+    n, size = r.shape
+    pred2 = np.broadcast_to(np.asarray(pred, dtype=np.int64), (n, size))
+    masks = np.zeros((n, size), dtype=bool)
+    masks[:, 0] = True
+    if size == 1 or budget == 0:
+        return masks, 0.0
+    top = float(np.abs(r[:, 1:]).max()) or 1.0  # HiGHS's tolerances are absolute: scale
+    x = cp.Variable((n, size - 1), boolean=True)
+    cons = [cp.sum(x) <= int(budget)]
+    for i in range(n):
+        for u in range(1, size):
+            if pred2[i, u] > 0:
+                cons.append(x[i, u - 1] <= x[i, pred2[i, u] - 1])
+    problem = cp.Problem(cp.Maximize(cp.sum(cp.multiply(r[:, 1:] / top, x))), cons)
+    problem.solve(solver="HIGHS", mip_rel_gap=0.0, mip_abs_gap=0.0)
+    require(problem.status in ("optimal", "optimal_inaccurate"),
+            f"optimal_subtrees_milp: HiGHS returned status {problem.status}")
+    masks[:, 1:] = np.rint(np.asarray(x.value)) > 0
+    return masks, float(r[masks & (np.arange(size) > 0)].sum())
+
+
+# ----------------------------------------------------------------------- heuristics
+
+
+def top_nodes(score, budget: int) -> np.ndarray:
+    """Global top-C of the batch's non-root nodes by ``score`` # [n, N] (ties: lower request,
+    then lower node id) # [n, N] bool, root True: TETRIS over tree nodes."""
+    score = np.atleast_2d(np.asarray(score, dtype=np.float64))
+    n, size = score.shape
+    order = np.argsort(-score[:, 1:].ravel(), kind="stable")[:int(budget)]
+    chosen = np.zeros(n * (size - 1), dtype=bool)
+    chosen[order] = True
+    return np.concatenate([np.ones((n, 1), dtype=bool), chosen.reshape(n, size - 1)], axis=1)
+
+
+def top_nodes_per_request(score, k: int) -> np.ndarray:
+    """Each request's top-k non-root nodes by ``score`` # [n, N] (ties: lower node id), the
+    static per-request rule (SGLang's top nodes by path draft confidence) # [n, N] bool."""
+    score = np.atleast_2d(np.asarray(score, dtype=np.float64))
+    n, size = score.shape
+    order = np.argsort(-score[:, 1:], axis=1, kind="stable")[:, :int(k)]
+    masks = np.zeros((n, size), dtype=bool)
+    np.put_along_axis(masks[:, 1:], order, True, axis=1)
+    masks[:, 0] = True
+    return masks
