@@ -154,10 +154,11 @@ def subtree_stats(stats: TreeStats, keep) -> TreeStats:
             "the root kept")
     draws, accept = [], []
     for u, (ds, acc) in enumerate(zip(stats.draws, stats.rrs_accept)):
-        kept = [keep[c] for c in ds] if keep[u] else [False] * len(ds)
+        kept = [keep[c] for c in ds]
         n = sum(kept)
-        require(all(kept[:n]) and not any(kept[n:]), f"keep: node {u}'s kept draws are not a "
-                "prefix of its draws under a kept node (not draw-prefix closed)")
+        require(all(kept[:n]) and not any(kept[n:]) and (keep[u] or n == 0), f"keep: node "
+                f"{u}'s kept draws are not a prefix of its draws under a kept node (not "
+                "draw-prefix closed)")
         draws.append(tuple(ds[:n]))
         accept.append(tuple(acc[:n]))
     return TreeStats(stats.parent, stats.depth, stats.token, stats.q, stats.pt, tuple(draws),
