@@ -197,7 +197,8 @@ def _maxplus(a: np.ndarray, b: np.ndarray, width: int) -> tuple:
                         strides=(padded.strides[0], 8, 8))  # window[p, k, i] = padded[k + i]
     cand = window[:, :, ::-1] + b[:, None, :]  # [p, wc, wb]: a[k − j] + b[j]
     share = np.argmax(cand, axis=2)  # first maximum: the smallest share j
-    return np.take_along_axis(cand, share[:, :, None], axis=2)[:, :, 0], share
+    best = cand.reshape(-1, wb)[np.arange(rows * wc), share.ravel()]
+    return best.reshape(rows, wc), share
 
 
 @dataclass(frozen=True, eq=False)
@@ -236,15 +237,23 @@ def best_by_size(pred, r, cmax: int) -> SizeTable:
     table: list = [None] * size  # F_u # [n, ≤ width]
     shares: list = [()] * size
     for u in range(size - 1, -1, -1):
-        acc = np.zeros((n, 1))
+        acc = None  # u's successors' table # [n, ≤ width]; None: no successor yet (= [0])
         parts = []
         for c in succ[u]:
-            acc, share = _maxplus(acc, table[c], width)
+            if acc is None:  # the first fold is the identity: all nodes go to c
+                acc = table[c]
+                share = np.broadcast_to(np.arange(acc.shape[1]), acc.shape)
+            else:
+                acc, share = _maxplus(acc, table[c], width)
             parts.append((c, share))
             table[c] = None
+        acc = np.zeros((n, 1)) if acc is None else acc
         shares[u] = tuple(parts)
         if u:
-            table[u] = np.concatenate([np.zeros((n, 1)), r2[:, u:u + 1] + acc], axis=1)[:, :width]
+            grown = np.empty((n, min(acc.shape[1] + 1, width)))
+            grown[:, 0] = 0.0
+            np.add(acc[:, :grown.shape[1] - 1], r2[:, u:u + 1], out=grown[:, 1:])
+            table[u] = grown
         else:
             value = np.full((n, width), -np.inf)
             value[:, :acc.shape[1]] = acc
