@@ -6,8 +6,13 @@ budget of C = k·n verified nodes. For each batch, the expected accepted length 
 recursive rejection sampling, theory/tree_alloc.py) of:
 
 - ``optimum``: :func:`optimal_subtrees` (the best draw-prefix-closed subtrees, exact);
-- ``top-C conf``: the global top-C nodes by path draft confidence (TETRIS over nodes);
-- ``static conf``: each request's top-k nodes by path draft confidence (SGLang's rule);
+- ``greedy r``: :func:`frontier_greedy` on the reach values themselves (TETRIS with the exact
+  per-node values, frontier kept closed);
+- ``top-C conf``: the global top-C nodes by path draft confidence (TETRIS over nodes), kept
+  closed by :func:`frontier_greedy` (on top-k trees the plain top-C is already closed; the
+  last column counts batches where the plain top-C was not);
+- ``static conf``: each request's top-k nodes by path draft confidence (SGLang's rule), kept
+  closed the same way;
 - ``static opt``: each request's best closed subtree of k nodes (the per-request optimum at
   a fixed size, isolating what moving nodes between requests adds).
 
@@ -27,6 +32,7 @@ import time
 import numpy as np
 
 from specbatch.theory import tree_alloc as A
+from specbatch.theory import tree_reach as R
 from specbatch.traces.format import read_trace
 
 
@@ -34,28 +40,37 @@ def trace_arrays(name: str) -> tuple:
     """(pred # [N], reach # [rows, N], path confidence # [rows, N]) of a tree trace."""
     t = read_trace(name).tree
     n = int(t.node_offsets[1])
-    pred = A.predecessors(t.parent, t.draw_offsets, t.draws, t.node_offsets).reshape(-1, n)[0]
-    r = A.reach_values(t.node_offsets, t.parent, t.draw_offsets, t.draws, t.rrs_accept)
-    conf = A.path_products(t.node_offsets, t.parent, t.draft_conf)
+    pred = R.predecessors(t.parent, t.draw_offsets, t.draws, t.node_offsets).reshape(-1, n)[0]
+    r = R.reach_values(t.node_offsets, t.parent, t.draw_offsets, t.draws, t.rrs_accept)
+    conf = R.path_products(t.node_offsets, t.parent, t.draft_conf)
     return pred, r.reshape(-1, n), conf.reshape(-1, n)
+
+
+def static_frontier(pred, score, k: int) -> np.ndarray:
+    """Each request's own top-k by score, kept closed (frontier greedy per request)."""
+    return np.concatenate([A.frontier_greedy(pred, score[i:i + 1], k)
+                           for i in range(score.shape[0])])
 
 
 def compare(pred, r, conf, n: int, k: int, batches: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
-    rows_out = []
+    out, open_sets = [], 0
     for _ in range(batches):
         rows = rng.choice(r.shape[0], n, replace=False)
         rb, cb = r[rows], conf[rows]
         _, opt = A.optimal_subtrees(pred, rb, k * n)
         table = A.best_by_size(pred, rb, min(k, pred.size - 1))
-        rows_out.append((opt, (rb * A.top_nodes(cb, k * n))[:, 1:].sum(),
-                         (rb * A.top_nodes_per_request(cb, k))[:, 1:].sum(),
-                         table.value[:, -1].sum()))
-    v = np.array(rows_out) / n  # [batches, 4] per request
-    loss = v[:, 2] - v[:, 1]  # static conf − top-C conf
-    return {"n": n, "k": k, "C": k * n, "optimum": v[:, 0].mean(), "topc_conf": v[:, 1].mean(),
-            "static_conf": v[:, 2].mean(), "static_opt": v[:, 3].mean(),
-            "topc_loses": int((loss > 1e-12).sum()), "worst_loss": float(max(loss.max(), 0.0)),
+        open_sets += int(not R.is_closed(pred, A.top_nodes(cb, k * n)).all())
+        out.append((opt, (rb * A.frontier_greedy(pred, rb, k * n))[:, 1:].sum(),
+                    (rb * A.frontier_greedy(pred, cb, k * n))[:, 1:].sum(),
+                    (rb * static_frontier(pred, cb, k))[:, 1:].sum(),
+                    table.value[:, -1].sum()))
+    v = np.array(out) / n  # [batches, 5] per request
+    loss = v[:, 3] - v[:, 2]  # static conf − top-C conf
+    return {"n": n, "k": k, "C": k * n, "optimum": v[:, 0].mean(), "greedy_r": v[:, 1].mean(),
+            "topc_conf": v[:, 2].mean(), "static_conf": v[:, 3].mean(),
+            "static_opt": v[:, 4].mean(), "topc_loses": int((loss > 1e-12).sum()),
+            "worst_loss": float(max(loss.max(), 0.0)), "topc_not_closed": open_sets,
             "batches": batches}
 
 
@@ -89,12 +104,13 @@ def main() -> None:
         return
     print(f"trace {args.trace}: {r.shape[0]} rows, {pred.size - 1} draft nodes per tree, "
           f"E[tau] of the full tree {r[:, 1:].sum(axis=1).mean():.4f}")
-    print("   n  k    C  optimum  top-C conf  static conf  static opt  top-C loses  worst")
+    print("   n  k    C  optimum  greedy r  top-C conf  static conf  static opt  "
+          "top-C loses  worst   top-C open")
     for row in table:
-        print(f"{row['n']:4d} {row['k']:2d} {row['C']:4d}  {row['optimum']:.4f}"
-              f"      {row['topc_conf']:.4f}       {row['static_conf']:.4f}      "
-              f"{row['static_opt']:.4f}   {row['topc_loses']:4d}/{row['batches']}"
-              f"     {row['worst_loss']:.4f}")
+        print(f"{row['n']:4d} {row['k']:2d} {row['C']:4d}  {row['optimum']:.4f}   "
+              f"{row['greedy_r']:.4f}    {row['topc_conf']:.4f}       {row['static_conf']:.4f}"
+              f"      {row['static_opt']:.4f}   {row['topc_loses']:4d}/{row['batches']}"
+              f"     {row['worst_loss']:.4f}  {row['topc_not_closed']:4d}")
     for n, t in timing.items():
         print(f"optimal_subtrees n={n} N={pred.size} C={3 * n}: {t:.0f} us per call")
 

@@ -1,9 +1,8 @@
-"""theory/tree_alloc.py: reach values, the best closed subtree per size, and the batch optimum."""
+"""theory/tree_alloc.py: the best closed subtree per size, the batch optimum and its twins."""
 
 from __future__ import annotations
 
 import itertools
-from functools import cache
 
 import numpy as np
 import pytest
@@ -12,50 +11,8 @@ from hypothesis import strategies as st
 
 from specbatch.errors import SpecbatchError
 from specbatch.theory import tree_alloc as A
-from specbatch.theory import tree_shapes as S
-from specbatch.theory import tree_stats as TS
-from specbatch.theory.models import random_pair
-from specbatch.traces.format import read_trace
-
-BRANCHING = [("2,1", "iid"), ("2,2", "distinct"), ("1,2", "iid"), ("3,2,1", "topk"),
-             ("2,2", "topk")]
-
-
-def flat(stats: TS.TreeStats) -> tuple:
-    """(parent, draw_offsets, draws, rrs_accept) arrays of one tree."""
-    counts = [len(d) for d in stats.draws]
-    return (np.array(stats.parent), np.r_[0, np.cumsum(counts)],
-            np.array([c for d in stats.draws for c in d], dtype=np.int64),
-            np.array([float(a) for acc in stats.rrs_accept for a in acc]))
-
-
-def expected_tau(stats: TS.TreeStats):
-    return sum(d * p for d, p in enumerate(TS.tau_law_from_stats(stats, "specinfer")))
-
-
-def exact_trees(spec: str, sampling: str, seed: int, limit: int = 12) -> list:
-    """Replay numbers (Fractions) of the most probable realised trees of a random exact pair."""
-    shape = S.parse_shape(spec, sampling)
-    pair = random_pair(seed, 3, ("iid", "markov", "table")[seed % 3], depth=shape.depth,
-                       concentration=0.7, exact=True)
-    law = sorted(S.tree_law(pair, shape).items(), key=lambda kv: -kv[1])[:limit]
-    return [TS.tree_stats(pair, root, shape) for root, _ in law]
-
-
-@cache
-def bundled(name: str):
-    return read_trace(name).tree
-
-
-def trace_arrays(name: str) -> tuple:
-    """(pred # [N] shared, reach # [rows, N], path confidence # [rows, N]) of a bundled trace."""
-    t = bundled(name)
-    n = int(t.node_offsets[1])
-    pred = A.predecessors(t.parent, t.draw_offsets, t.draws, t.node_offsets).reshape(-1, n)
-    assert (pred == pred[0]).all()  # one structure per trace
-    r = A.reach_values(t.node_offsets, t.parent, t.draw_offsets, t.draws, t.rrs_accept)
-    conf = A.path_products(t.node_offsets, t.parent, t.draft_conf)
-    return pred[0], r.reshape(-1, n), conf.reshape(-1, n)
+from specbatch.theory import tree_reach as R
+from tests.theory.test_tree_reach import bundled, trace_arrays
 
 
 def closed_sets(pred: np.ndarray) -> list:
@@ -63,7 +20,7 @@ def closed_sets(pred: np.ndarray) -> list:
     out = []
     for bits in itertools.product([False, True], repeat=pred.size - 1):
         mask = np.array([True, *bits])
-        if A.is_closed(pred, mask[None])[0]:
+        if R.is_closed(pred, mask[None])[0]:
             out.append(mask)
     return out
 
@@ -94,72 +51,6 @@ def forests(draw, max_nodes: int = 9):
     return pred, r
 
 
-# --------------------------------------------------------------------- predecessors, reach
-
-
-def test_predecessor_of_a_node_is_its_previous_sibling_draw_or_its_parent():
-    # The 2,2,1 tree in pre-order: 0 -> (1, 6); 1 -> (2, 4); 2 -> 3; 4 -> 5; 6 -> (7, 9); ...
-    parent = np.array([-1, 0, 1, 2, 1, 4, 0, 6, 7, 6, 9])
-    draws = [[1, 6], [2, 4], [3], [], [5], [], [7, 9], [8], [], [10], []]
-    offsets = np.r_[0, np.cumsum([len(d) for d in draws])]
-    pred = A.predecessors(parent, offsets, np.concatenate(draws))
-    assert pred.tolist() == [-1, 0, 1, 2, 2, 4, 1, 6, 7, 7, 9]
-    # Draw order, not node order, defines the predecessor: swap node 1's draws.
-    draws[1] = [4, 2]
-    pred = A.predecessors(parent, offsets, np.concatenate(draws))
-    assert pred[4] == 1 and pred[2] == 4
-
-
-def test_a_path_trie_repeats_draws_and_is_refused():
-    shape = S.parse_shape("2x2")
-    pair = random_pair(3, 2, "iid", exact=True)
-    root = next(r for r in S.tree_law(pair, shape) if len(set(r.draws)) < len(r.draws))
-    parent, offsets, draws, rrs = flat(TS.tree_stats(pair, root, shape))
-    with pytest.raises(SpecbatchError, match="drawn exactly once"):
-        A.predecessors(parent, offsets, draws)
-
-
-@pytest.mark.parametrize("spec, sampling", BRANCHING)
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_reach_sums_to_the_expected_accepted_length_of_rrs_exactly(spec, sampling, seed):
-    for stats in exact_trees(spec, sampling, seed):
-        reach = A.reach_of_stats(stats)
-        assert sum(reach[1:]) == expected_tau(stats)  # Fractions: exact
-        parent, offsets, draws, rrs = flat(stats)
-        got = A.reach_values([0, len(parent)], parent, offsets, draws, rrs)
-        assert np.allclose(got, [float(x) for x in reach], rtol=0, atol=1e-12)
-
-
-@pytest.mark.parametrize("spec, sampling", [("2,2", "distinct"), ("3,2,1", "topk"),
-                                            ("2,1", "iid")])
-def test_expected_tau_on_every_closed_subtree_is_its_reach_sum_exactly(spec, sampling):
-    for stats in exact_trees(spec, sampling, seed=4, limit=3):
-        reach = A.reach_of_stats(stats)
-        pred = A.predecessors(*flat(stats)[:3])
-        for bits in itertools.product([False, True], repeat=len(reach) - 1):
-            keep = (True, *bits)
-            if A.is_closed(pred, np.array([keep]))[0]:
-                sub = A.subtree_stats(stats, keep)
-                assert expected_tau(sub) == sum(x for x, k in zip(reach[1:], bits) if k)
-            else:
-                with pytest.raises(SpecbatchError, match="not draw-prefix closed"):
-                    A.subtree_stats(stats, keep)
-
-
-@pytest.mark.parametrize("name", ["smollm2-drop2-tree", "smollm2-drop2-tree-iid"])
-def test_trace_wide_reach_equals_the_per_tree_loop(name):
-    t = bundled(name)
-    n = int(t.node_offsets[1])
-    r = A.reach_values(t.node_offsets, t.parent, t.draw_offsets, t.draws, t.rrs_accept)
-    pred = A.predecessors(t.parent, t.draw_offsets, t.draws, t.node_offsets)
-    for row in range(0, t.n_rows, max(1, t.n_rows // 40)):
-        stats = t.stats(row)
-        span = slice(row * n, (row + 1) * n)
-        assert np.allclose(r[span], A.reach_of_stats(stats), rtol=0, atol=1e-12)
-        assert abs(r[span][1:].sum() - expected_tau(stats)) < 1e-12
-        assert (pred[span] == A.predecessors(*flat(stats)[:3])).all()
-
-
 # --------------------------------------------------------------------- best closed sets
 
 
@@ -178,7 +69,7 @@ def test_best_by_size_is_the_brute_force_optimum_and_its_sets_realise_it(case, c
     masks = A.chosen_masks(stacked, sizes)  # one tree per size at once
     for k, mask in zip(sizes, masks):
         assert (A.chosen_masks(table, [k])[0] == mask).all()
-        assert mask.sum() - 1 == k and A.is_closed(pred, mask[None])[0]
+        assert mask.sum() - 1 == k and R.is_closed(pred, mask[None])[0]
         assert abs(r[mask][1:].sum() - table.value[k]) < 1e-9
 
 
@@ -232,7 +123,7 @@ def test_optimal_subtrees_match_the_milp():
         milp_masks, milp_value = A.optimal_subtrees_milp(pred, r, budget)
         assert abs(value - milp_value) < 1e-9
         for m in (masks, milp_masks):
-            assert A.is_closed(pred, m).all() and m[:, 1:].sum() <= budget
+            assert R.is_closed(pred, m).all() and m[:, 1:].sum() <= budget
         assert abs((r * masks)[:, 1:].sum() - value) < 1e-9
 
 
@@ -244,7 +135,7 @@ def test_optimal_subtrees_of_mixed_structures_match_brute_force(cases, budget):
     r = np.array([np.r_[v, np.zeros(size - v.size)] for _, v in cases])
     masks, value = A.optimal_subtrees(pred, r, budget)
     assert masks[:, 1:].sum() <= budget
-    assert all(A.is_closed(p, m[None])[0] for p, m in zip(pred, masks))
+    assert all(R.is_closed(p, m[None])[0] for p, m in zip(pred, masks))
     assert abs((r * masks)[:, 1:].sum() - value) < 1e-9
     tables = [brute_by_size(p, v, size - 1) for p, v in zip(pred, r)]
     assert abs(value - brute_allocate(tables, budget)) < 1e-9
@@ -282,8 +173,8 @@ def test_top_c_by_path_confidence_is_closed_on_the_top_k_trace():
     for _ in range(30):
         rows = rng.choice(path_conf.shape[0], int(rng.integers(1, 9)), replace=False)
         budget = int(rng.integers(0, 10 * rows.size + 1))
-        assert A.is_closed(pred, A.top_nodes(path_conf[rows], budget)).all()
-        assert A.is_closed(pred, A.top_nodes_per_request(path_conf[rows], budget // 4)).all()
+        assert R.is_closed(pred, A.top_nodes(path_conf[rows], budget)).all()
+        assert R.is_closed(pred, A.top_nodes_per_request(path_conf[rows], budget // 4)).all()
 
 
 def test_top_c_by_path_confidence_can_break_closure_on_a_sampled_tree():
@@ -291,7 +182,7 @@ def test_top_c_by_path_confidence_can_break_closure_on_a_sampled_tree():
     and a top-C set then holds it without its predecessor (not replayable with rrs_accept)."""
     pred, _, path_conf = trace_arrays("smollm2-drop2-tree-iid")
     broken = [(row, c) for row in range(200) for c in range(1, pred.size)
-              if not A.is_closed(pred, A.top_nodes(path_conf[row:row + 1], c))[0]]
+              if not R.is_closed(pred, A.top_nodes(path_conf[row:row + 1], c))[0]]
     assert broken
 
 
@@ -302,5 +193,31 @@ def test_the_optimum_never_loses_to_the_confidence_rules_at_equal_budget():
         rows = rng.choice(r.shape[0], n, replace=False)
         masks, value = A.optimal_subtrees(pred, r[rows], k * n)
         assert masks[:, 1:].sum() <= k * n
-        for rule in (A.top_nodes(conf[rows], k * n), A.top_nodes_per_request(conf[rows], k)):
+        for rule in (A.top_nodes(conf[rows], k * n), A.top_nodes_per_request(conf[rows], k),
+                     A.frontier_greedy(pred, r[rows], k * n)):
             assert value >= (r[rows] * rule)[:, 1:].sum() - 1e-12
+
+
+@given(st.lists(forests(max_nodes=7), min_size=1, max_size=3), st.integers(0, 12), st.data())
+@settings(max_examples=40, deadline=None)
+def test_frontier_greedy_is_closed_for_any_score(cases, budget, data):
+    for pred, _ in cases:
+        score = np.array(data.draw(st.lists(st.floats(0, 1), min_size=pred.size,
+                                            max_size=pred.size)))
+        masks = A.frontier_greedy(pred, score[None], budget)
+        assert R.is_closed(pred, masks).all()
+        assert masks[:, 1:].sum() == min(budget, pred.size - 1)
+
+
+def test_frontier_greedy_is_top_c_under_monotone_confidence_and_repairs_sampled_trees():
+    pred, _, conf = trace_arrays("smollm2-drop2-tree")
+    rng = np.random.default_rng(2)
+    for _ in range(10):
+        rows = rng.choice(conf.shape[0], 6, replace=False)
+        budget = int(rng.integers(0, 61))
+        assert (A.frontier_greedy(pred, conf[rows], budget)
+                == A.top_nodes(conf[rows], budget)).all()
+    pred, _, conf = trace_arrays("smollm2-drop2-tree-iid")
+    masks = A.frontier_greedy(pred, conf[:40], 120)
+    assert R.is_closed(pred, masks).all() and masks[:, 1:].sum() == 120
+    assert not R.is_closed(pred, A.top_nodes(conf[:40], 120)).all()
