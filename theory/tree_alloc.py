@@ -27,6 +27,12 @@ from specbatch.errors import require
 # ----------------------------------------------------------------------- sizes per tree
 
 
+def _check_budget(budget) -> int:
+    require(isinstance(budget, (int, np.integer)) and budget >= 0,
+            f"budget: expected an integer >= 0, got {budget!r}")
+    return int(budget)
+
+
 def _check_forest(pred: np.ndarray) -> None:
     n = pred.size
     require(pred.ndim == 1 and n >= 1 and pred[0] == -1
@@ -70,7 +76,7 @@ def best_by_size(pred, r, cmax: int) -> SizeTable:
     subtree containing u) is r(u) plus the max-plus convolution of u's successors' tables
     (``F_c[0] = 0``), each clipped to cmax + 1 entries; O(N · cmax²) per tree, vectorised over
     the n trees (``r`` # [n, N] or [N]). Ties (in float64): the smaller share to the later
-    successor (the next sibling before u's first child's subtree).
+    successor, i.e. nodes under u's first child before u's later siblings.
     """
     pred = np.asarray(pred, dtype=np.int64)
     _check_forest(pred)
@@ -143,8 +149,7 @@ def allocate(values, budget: int) -> np.ndarray:
     splits. Ties (float64): the smallest total Σ k, then at every tree node the larger share
     to its left half (lower request indices first).
     """
-    require(int(budget) == budget and budget >= 0,
-            f"budget: expected an integer >= 0, got {budget!r}")
+    budget = _check_budget(budget)
     if isinstance(values, np.ndarray) and values.ndim == 2:
         table = np.asarray(values, dtype=np.float64)  # [n, W]
     else:
@@ -200,20 +205,20 @@ def optimal_subtrees(pred, r, budget: int) -> tuple:
 
     pred # [N] shared or # [n, N] per request (trees grouped by structure), r # [n, N] reach.
     Returns (masks # [n, N] bool, root column True; value = Σ r over the chosen nodes).
+    Deterministic: ties as in :func:`allocate` (fewer nodes, lower requests first), then as in
+    :func:`best_by_size` within a tree.
     """
     r = np.atleast_2d(np.asarray(r, dtype=np.float64))
     pred = np.asarray(pred, dtype=np.int64)
     n, size = r.shape
-    require(int(budget) == budget and budget >= 0,
-            f"budget: expected an integer >= 0, got {budget!r}")
-    cmax = min(int(budget), size - 1)
-    pred2 = np.broadcast_to(pred, (n, size)) if pred.ndim == 1 else pred
-    require(pred2.shape == (n, size), f"pred: expected # [{size}] or [{n}, {size}], got "
-            f"{pred.shape}")
+    budget = _check_budget(budget)
+    cmax = min(budget, size - 1)
+    require(pred.shape in ((size,), (n, size)), f"pred: expected # [{size}] or [{n}, {size}], "
+            f"got shape {pred.shape}")
     if pred.ndim == 1:
         forests, group = pred[None, :], np.zeros(n, dtype=np.int64)
     else:
-        forests, group = np.unique(pred2, axis=0, return_inverse=True)
+        forests, group = np.unique(pred, axis=0, return_inverse=True)
         group = np.asarray(group).ravel()
     tables = [best_by_size(forest, r[group == g], cmax) for g, forest in enumerate(forests)]
     value = np.empty((n, cmax + 1))
@@ -236,7 +241,7 @@ def optimal_subtrees_milp(pred, r, budget: int) -> tuple:
     pred2 = np.broadcast_to(np.asarray(pred, dtype=np.int64), (n, size))
     masks = np.zeros((n, size), dtype=bool)
     masks[:, 0] = True
-    if size == 1 or budget == 0:
+    if size == 1 or _check_budget(budget) == 0:
         return masks, 0.0
     top = float(np.abs(r[:, 1:]).max()) or 1.0  # HiGHS's tolerances are absolute: scale
     x = cp.Variable((n, size - 1), boolean=True)
@@ -256,12 +261,19 @@ def optimal_subtrees_milp(pred, r, budget: int) -> tuple:
 # ----------------------------------------------------------------------- heuristics
 
 
+def _check_score(score) -> np.ndarray:
+    score = np.atleast_2d(np.asarray(score, dtype=np.float64))
+    require(score.ndim == 2 and bool(np.isfinite(score).all()),
+            f"score: expected finite values # [n, N], got shape {score.shape} or NaN")
+    return score
+
+
 def top_nodes(score, budget: int) -> np.ndarray:
     """Global top-C of the batch's non-root nodes by ``score`` # [n, N] (ties: lower request,
     then lower node id) # [n, N] bool, root True: TETRIS over tree nodes."""
-    score = np.atleast_2d(np.asarray(score, dtype=np.float64))
+    score = _check_score(score)
     n, size = score.shape
-    order = np.argsort(-score[:, 1:].ravel(), kind="stable")[:int(budget)]
+    order = np.argsort(-score[:, 1:].ravel(), kind="stable")[:_check_budget(budget)]
     chosen = np.zeros(n * (size - 1), dtype=bool)
     chosen[order] = True
     return np.concatenate([np.ones((n, 1), dtype=bool), chosen.reshape(n, size - 1)], axis=1)
@@ -274,8 +286,9 @@ def frontier_greedy(pred, score, budget: int) -> np.ndarray:
     Closed by construction whatever the score (TETRIS over nodes with the frontier kept
     draw-prefix closed); with monotone scores (each node's below its predecessor's) it equals
     :func:`top_nodes`. pred # [N] shared or # [n, N]; a heap, O(C log(n·N))."""
-    score = np.atleast_2d(np.asarray(score, dtype=np.float64))
+    score = _check_score(score)
     n, size = score.shape
+    budget = _check_budget(budget)
     pred2 = np.broadcast_to(np.asarray(pred, dtype=np.int64), (n, size))
     succ: dict = {}
     for i in range(n):
@@ -285,7 +298,7 @@ def frontier_greedy(pred, score, budget: int) -> np.ndarray:
     masks[:, 0] = True
     heap = [(-score[i, u], i, u) for i in range(n) for u in succ.get((i, 0), ())]
     heapq.heapify(heap)
-    for _ in range(int(budget)):
+    for _ in range(budget):
         if not heap:
             break
         _, i, u = heapq.heappop(heap)
@@ -298,9 +311,9 @@ def frontier_greedy(pred, score, budget: int) -> np.ndarray:
 def top_nodes_per_request(score, k: int) -> np.ndarray:
     """Each request's top-k non-root nodes by ``score`` # [n, N] (ties: lower node id), the
     static per-request rule (SGLang's top nodes by path draft confidence) # [n, N] bool."""
-    score = np.atleast_2d(np.asarray(score, dtype=np.float64))
+    score = _check_score(score)
     n, size = score.shape
-    order = np.argsort(-score[:, 1:], axis=1, kind="stable")[:, :int(k)]
+    order = np.argsort(-score[:, 1:], axis=1, kind="stable")[:, :_check_budget(k)]
     masks = np.zeros((n, size), dtype=bool)
     np.put_along_axis(masks[:, 1:], order, True, axis=1)
     masks[:, 0] = True

@@ -42,7 +42,8 @@ def _row_base(node_offsets: np.ndarray, size: int) -> np.ndarray:
 
 
 def _draw_layout(parent, draw_offsets, draws, node_offsets) -> tuple:
-    """Checked draw layout: (base # [N], owner # [M], child # [M] global ids, first # [M]).
+    """Checked draw layout: base # [N], owner # [M], child # [M] (global ids), first # [M]
+    (a first draw at its node), is_root # [N].
 
     Every non-root node must be drawn exactly once, by its parent (a path trie, which draws
     one child several times, has no additive reach)."""
@@ -162,5 +163,5 @@ def is_closed(pred, masks) -> np.ndarray:
     masks = np.atleast_2d(np.asarray(masks, dtype=bool))
     pred2 = np.broadcast_to(pred, masks.shape)
     rows = np.arange(masks.shape[0])[:, None]
-    parent_kept = masks[rows, np.maximum(pred2, 0)] | (pred2 < 0)
-    return ~(masks & ~parent_kept).any(axis=1) & masks[:, 0]
+    pred_kept = masks[rows, np.maximum(pred2, 0)] | (pred2 < 0)
+    return ~(masks & ~pred_kept).any(axis=1) & masks[:, 0]

@@ -153,6 +153,13 @@ def test_bad_input_is_a_one_line_error():
         A.allocate([np.array([-np.inf, 1.0])], 1)
     with pytest.raises(SpecbatchError, match="feasible size"):
         A.chosen_masks(A.best_by_size(pred, np.ones(3), 1), [2])
+    with pytest.raises(SpecbatchError, match="pred: expected"):
+        A.optimal_subtrees(np.array([-1, 0]), np.ones((2, 3)), 2)
+    for rule in (lambda: A.top_nodes(np.ones((2, 3)), -1),
+                 lambda: A.frontier_greedy(pred, np.ones((2, 3)), 1.5),
+                 lambda: A.top_nodes_per_request(np.ones((2, 3)), -2)):
+        with pytest.raises(SpecbatchError, match="budget"):
+            rule()
 
 
 # --------------------------------------------------------------------- confidence heuristics
