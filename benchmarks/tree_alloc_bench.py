@@ -8,11 +8,12 @@ recursive rejection sampling, theory/tree_alloc.py) of:
 - ``optimum``: :func:`optimal_subtrees` (the best draw-prefix-closed subtrees, exact);
 - ``greedy r``: :func:`frontier_greedy` on the reach values themselves (TETRIS with the exact
   per-node values, frontier kept closed);
-- ``top-C conf``: the global top-C nodes by path draft confidence (TETRIS over nodes), kept
-  closed by :func:`frontier_greedy` (on top-k trees the plain top-C is already closed; the
-  last column counts batches where the plain top-C was not);
-- ``static conf``: each request's top-k nodes by path draft confidence (SGLang's rule), kept
-  closed the same way;
+- ``top-C conf``: the global top-C nodes by path draft confidence (TETRIS over nodes, the
+  simulator's ``tetris-tree`` without its per-request cap), the confidence made monotone
+  along the predecessor chain as the simulator does (a no-op on top-k trees; the last column
+  counts batches where the raw-confidence top-C was not closed);
+- ``static conf``: each request's top-k nodes by the same score (SGLang's rule, the
+  simulator's ``static-tree``);
 - ``static opt``: each request's best closed subtree of k nodes (the per-request optimum at
   a fixed size, isolating what moving nodes between requests adds).
 
@@ -46,10 +47,13 @@ def trace_arrays(name: str) -> tuple:
     return pred, r.reshape(-1, n), conf.reshape(-1, n)
 
 
-def static_frontier(pred, score, k: int) -> np.ndarray:
-    """Each request's own top-k by score, kept closed (frontier greedy per request)."""
-    return np.concatenate([A.frontier_greedy(pred, score[i:i + 1], k)
-                           for i in range(score.shape[0])])
+def monotone(pred: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """``score`` made non-increasing along the predecessor chain (min with pred's), as the
+    simulator's tree policies rank: unchanged on top-k trees, closed top-C sets on i.i.d. ones."""
+    out = score.copy()
+    for u in range(1, pred.size):
+        out[:, u] = np.minimum(out[:, u], out[:, pred[u]])
+    return out
 
 
 def compare(pred, r, conf, n: int, k: int, batches: int, seed: int) -> dict:
@@ -61,9 +65,10 @@ def compare(pred, r, conf, n: int, k: int, batches: int, seed: int) -> dict:
         _, opt = A.optimal_subtrees(pred, rb, k * n)
         table = A.best_by_size(pred, rb, min(k, pred.size - 1))
         open_sets += int(not R.is_closed(pred, A.top_nodes(cb, k * n)).all())
+        ranked = monotone(pred, cb)
         out.append((opt, (rb * A.frontier_greedy(pred, rb, k * n))[:, 1:].sum(),
-                    (rb * A.frontier_greedy(pred, cb, k * n))[:, 1:].sum(),
-                    (rb * static_frontier(pred, cb, k))[:, 1:].sum(),
+                    (rb * A.top_nodes(ranked, k * n))[:, 1:].sum(),
+                    (rb * A.top_nodes_per_request(ranked, k))[:, 1:].sum(),
                     table.value[:, -1].sum()))
     v = np.array(out) / n  # [batches, 5] per request
     loss = v[:, 3] - v[:, 2]  # static conf − top-C conf

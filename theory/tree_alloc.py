@@ -200,8 +200,9 @@ def _root_split(left: np.ndarray, right: np.ndarray, cap: int) -> tuple:
     return share, int(best.min()) - share
 
 
-def optimal_subtrees(pred, r, budget: int) -> tuple:
-    """The batch's best closed subtrees under ``budget`` non-root nodes in all.
+def optimal_subtrees(pred, r, budget: int, limit: int | None = None) -> tuple:
+    """The batch's best closed subtrees under ``budget`` non-root nodes in all (and at most
+    ``limit`` per request, e.g. a policy's k + e, when given).
 
     pred # [N] shared or # [n, N] per request (trees grouped by structure), r # [n, N] reach.
     Returns (masks # [n, N] bool, root column True; value = Σ r over the chosen nodes).
@@ -212,7 +213,7 @@ def optimal_subtrees(pred, r, budget: int) -> tuple:
     pred = np.asarray(pred, dtype=np.int64)
     n, size = r.shape
     budget = _check_budget(budget)
-    cmax = min(budget, size - 1)
+    cmax = min(budget, size - 1, size - 1 if limit is None else _check_budget(limit))
     require(pred.shape in ((size,), (n, size)), f"pred: expected # [{size}] or [{n}, {size}], "
             f"got shape {pred.shape}")
     if pred.ndim == 1:
@@ -231,9 +232,10 @@ def optimal_subtrees(pred, r, budget: int) -> tuple:
     return masks, float(value[np.arange(n), counts].sum())
 
 
-def optimal_subtrees_milp(pred, r, budget: int) -> tuple:
+def optimal_subtrees_milp(pred, r, budget: int, limit: int | None = None) -> tuple:
     """Twin of :func:`optimal_subtrees` as a cvxpy boolean MILP (HiGHS, exact gaps):
-    ``x_u ≤ x_pred(u)``, ``Σ x ≤ C``, maximise ``Σ r·x``; returns (masks, value)."""
+    ``x_u ≤ x_pred(u)``, ``Σ x ≤ C``, ``Σ_u x_iu ≤ limit``, maximise ``Σ r·x``; returns
+    (masks, value)."""
     import cvxpy as cp
 
     r = np.atleast_2d(np.asarray(r, dtype=np.float64))
@@ -246,6 +248,8 @@ def optimal_subtrees_milp(pred, r, budget: int) -> tuple:
     top = float(np.abs(r[:, 1:]).max()) or 1.0  # HiGHS's tolerances are absolute: scale
     x = cp.Variable((n, size - 1), boolean=True)
     cons = [cp.sum(x) <= int(budget)]
+    if limit is not None:
+        cons.append(cp.sum(x, axis=1) <= _check_budget(limit))
     for i in range(n):
         for u in range(1, size):
             if pred2[i, u] > 0:

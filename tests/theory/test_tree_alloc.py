@@ -116,28 +116,32 @@ def test_allocate_ties_prefer_fewer_nodes_then_lower_requests():
 
 def test_optimal_subtrees_match_the_milp():
     rng = np.random.default_rng(7)
-    for budget in (2, 5, 9):
+    for budget, limit in ((2, None), (5, None), (9, None), (9, 2)):
         pred = np.array([-1] + [int(rng.integers(0, u)) for u in range(1, 7)])
         r = np.c_[np.ones(3), rng.random((3, 6))]
-        masks, value = A.optimal_subtrees(pred, r, budget)
-        milp_masks, milp_value = A.optimal_subtrees_milp(pred, r, budget)
+        masks, value = A.optimal_subtrees(pred, r, budget, limit)
+        milp_masks, milp_value = A.optimal_subtrees_milp(pred, r, budget, limit)
         assert abs(value - milp_value) < 1e-9
         for m in (masks, milp_masks):
             assert R.is_closed(pred, m).all() and m[:, 1:].sum() <= budget
+            assert limit is None or (m[:, 1:].sum(axis=1) <= limit).all()
         assert abs((r * masks)[:, 1:].sum() - value) < 1e-9
 
 
-@given(st.lists(forests(max_nodes=5), min_size=1, max_size=3), st.integers(0, 8))
+@given(st.lists(forests(max_nodes=5), min_size=1, max_size=3), st.integers(0, 8),
+       st.none() | st.integers(0, 4))
 @settings(max_examples=25, deadline=None)
-def test_optimal_subtrees_of_mixed_structures_match_brute_force(cases, budget):
+def test_optimal_subtrees_of_mixed_structures_match_brute_force(cases, budget, limit):
     size = max(p.size for p, _ in cases)
     pred = np.array([np.r_[p, np.arange(p.size, size) - 1] for p, _ in cases])  # pad: chains
     r = np.array([np.r_[v, np.zeros(size - v.size)] for _, v in cases])
-    masks, value = A.optimal_subtrees(pred, r, budget)
+    masks, value = A.optimal_subtrees(pred, r, budget, limit)
     assert masks[:, 1:].sum() <= budget
+    assert limit is None or (masks[:, 1:].sum(axis=1) <= limit).all()
     assert all(R.is_closed(p, m[None])[0] for p, m in zip(pred, masks))
     assert abs((r * masks)[:, 1:].sum() - value) < 1e-9
-    tables = [brute_by_size(p, v, size - 1) for p, v in zip(pred, r)]
+    cap = size - 1 if limit is None else min(limit, size - 1)
+    tables = [brute_by_size(p, v, cap) for p, v in zip(pred, r)]
     assert abs(value - brute_allocate(tables, budget)) < 1e-9
 
 
