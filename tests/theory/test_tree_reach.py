@@ -120,3 +120,27 @@ def test_trace_wide_reach_equals_the_per_tree_loop(name):
         assert np.allclose(r[span], R.reach_of_stats(stats), rtol=0, atol=1e-12)
         assert abs(r[span][1:].sum() - expected_tau(stats)) < 1e-12
         assert (pred[span] == R.predecessors(*flat(stats)[:3])).all()
+
+
+def test_many_trees_of_different_shapes_in_one_call_equal_tree_by_tree():
+    trees = [exact_trees("2,1", "iid", 0, limit=2)[1], exact_trees("3,2,1", "topk", 1)[0],
+             exact_trees("1,2", "iid", 2, limit=1)[0]]
+    parts = [flat(t) for t in trees]
+    sizes = [p[0].size for p in parts]
+    parent = np.concatenate([p[0] for p in parts])
+    draw_offsets = np.r_[0, np.cumsum(np.concatenate([np.diff(p[1]) for p in parts]))]
+    draws = np.concatenate([p[2] for p in parts])
+    rrs = np.concatenate([p[3] for p in parts])
+    offsets = np.r_[0, np.cumsum(sizes)]
+    pred = R.predecessors(parent, draw_offsets, draws, offsets)
+    reach = R.reach_values(offsets, parent, draw_offsets, draws, rrs)
+    assert pred.tolist() == [u for p in parts for u in R.predecessors(*p[:3]).tolist()]
+    assert np.allclose(reach, [float(x) for t in trees for x in R.reach_of_stats(t)],
+                       rtol=0, atol=1e-12)
+
+
+def test_path_products_multiply_along_the_path():
+    parent = np.array([-1, 0, 1, 0, -1, 0])  # two trees: 0 -> 1 -> 2, 0 -> 3; 0 -> 1
+    factor = np.array([9.0, 0.5, 0.25, 0.1, 9.0, 0.75])
+    got = R.path_products([0, 4, 6], parent, factor)
+    assert got.tolist() == [1.0, 0.5, 0.125, 0.1, 1.0, 0.75]
