@@ -73,7 +73,7 @@ def preflight(spec: SweepSpec, runs: list[dict]) -> dict[str, str]:
     would draft deeper than the trace's K or a trace does not exist.
     """
     from specbatch.simulator.config import SimConfig, policy_depth
-    from specbatch.simulator.tree_tables import TREE_RULES
+    from specbatch.simulator.tree_config import TREE_RULES
 
     ids: dict[str, str] = {}
     depths: dict[str, int] = {}

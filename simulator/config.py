@@ -50,8 +50,7 @@ from specbatch.simulator.hardware import (
     VERIFY_COSTS,
     get_hardware,
 )
-from specbatch.simulator.tree_config import check_tree_config, check_tree_trace
-from specbatch.simulator.tree_tables import TREE_RULES
+from specbatch.simulator.tree_config import TREE_RULES, check_tree_config, check_tree_trace
 
 if TYPE_CHECKING:
     from specbatch.traces.trace import Trace
@@ -84,7 +83,7 @@ ACCEPTANCE_MODELS = ("trace", "constant", "per-position")
 #: a ``--help`` lists them without importing the engine.
 POLICY_NAMES = ("ar", "batch-schedule", "dsd", "ema-adaptive", "entropy-stop", "fixed",
                 "hindsight", "oracle", "specdec++", "static-tree", "tetris", "tetris-tree",
-                "threshold", "vllm-dynamic")
+                "threshold", "tree-optimum", "vllm-dynamic")
 #: Draft names that are not models (``draft``): their passes cost nothing
 #: (simulator.free_draft).
 FREE_DRAFTS = ("ngram",)

@@ -73,8 +73,9 @@ from specbatch.simulator.state import (
     step_record,
 )
 from specbatch.simulator.steplog import StepLog
+from specbatch.simulator.tree_config import TREE_RULES
 from specbatch.simulator.tree_decode import TreeDecode
-from specbatch.simulator.tree_tables import TREE_RULES, TreeTables
+from specbatch.simulator.tree_tables import TreeTables
 from specbatch.simulator.v1 import V1Composer, v1_lookahead
 from specbatch.simulator.v1_reference import V1Reference
 from specbatch.simulator.v1_step import V1Step

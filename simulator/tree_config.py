@@ -1,12 +1,17 @@
 """The checks a tree run's settings get: tree policies with tree rules, and a trace that
-records trees deep enough for them (one-line errors naming the field)."""
+records trees deep enough for them (one-line errors naming the field). Imports no numpy, so
+the configuration modules stay light."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.tree_tables import SUBTREE_RULES, TREE_RULES
+
+#: Tree verification rules (``verify``; simulator.tree_tables), and the ones that replay on
+#: any draw-prefix-closed subtree (the rest verify the whole recorded tree only).
+TREE_RULES = ("specinfer", "traversal")
+SUBTREE_RULES = ("specinfer",)
 
 
 def _fail(where: str, field: str, expected: str, got: Any) -> None:
@@ -21,7 +26,7 @@ def check_tree_config(c: Any, tree_policy: bool, where: str = "config") -> None:
               "(it verifies subtrees of a tree trace)", c.verify)
     if not tree_policy and c.verify in TREE_RULES and c.policy != "ar":
         _fail(where, "verify", f"token or block for policy {c.policy} (a chain policy; the "
-              "tree policies are static-tree and tetris-tree)", c.verify)
+              "tree policies are static-tree, tetris-tree and tree-optimum)", c.verify)
     if c.verify not in SUBTREE_RULES and c.verify in TREE_RULES and c.policy != "static-tree":
         _fail(where, "policy", f"static-tree with verify = {c.verify} (its replay numbers "
               "hold for the whole recorded tree only)", c.policy)

@@ -19,9 +19,12 @@ s_i + 1 query tokens per request (root included) and the verifier (``verify = sp
   every path and across siblings in draw order, so each request's share is a prefix of its
   own ranking and the frontier stays connected.
 
-Both read only draft-side signals. The exact optimum allocation of nodes under C (a bound
-that reads the acceptance numbers) needs the tree-knapsack solver of ``theory`` and is not
-built here.
+- ``tree-optimum``: the bound. The closed subtrees of the batch that maximise Σ_i E[τ_i] under
+  C nodes (at most k + e per request), E[τ | S] = Σ_{u∈S} r(u) with SpecInfer's reach r
+  (:func:`theory.tree_alloc.optimal_subtrees`, an exact tree-knapsack DP; docs/trees.md). It
+  reads the acceptance numbers, which no engine has before verifying.
+
+``static-tree`` and ``tetris-tree`` read only draft-side signals.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import numpy as np
 from specbatch.simulator.policies import register
 from specbatch.simulator.policy_base import Policy
 from specbatch.simulator.view import StepView
+from specbatch.theory.tree_alloc import optimal_subtrees
 
 _I64 = np.int64
 
@@ -102,5 +106,19 @@ class TetrisTree(TreePolicy):
         return np.bincount(req[chosen], minlength=n).astype(_I64)
 
 
-TREE_POLICIES = (StaticTree, TetrisTree)
+class TreeOptimum(TetrisTree):
+    """``tree-optimum``: the expected-accepted optimum over closed subtrees at the same C and
+    cap as ``tetris-tree`` (module docstring). Reads the truth: a bound, not an engine."""
+
+    name = "tree-optimum"
+
+    def decide_tree(self, view: StepView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        tree, rows = view.tree, view.rows
+        masks, _ = optimal_subtrees(tree.pred, tree.reach[rows], int(view.budget),
+                                    limit=min(self.depth, tree.drafted))
+        drafted = np.full(view.n, tree.drafted, dtype=_I64)
+        return drafted, masks[:, 1:].sum(axis=1).astype(_I64), masks
+
+
+TREE_POLICIES = (StaticTree, TetrisTree, TreeOptimum)
 register(*TREE_POLICIES)

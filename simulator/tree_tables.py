@@ -11,7 +11,8 @@ Two verifiers replay exactly from the stored numbers:
   that is **draw-prefix closed**: a node is kept only with its predecessor, pred(u) = the
   previous child of parent(u) in draw order, or parent(u) for a first child (docs/trees.md).
   Then the expected accepted length is additive, E[τ | S] = Σ_{u∈S} r(u), with the reach
-  r(u) = r(parent) · a(u) · Π_{earlier draws v}(1 − a(v)) (:attr:`TreeTables.reach`).
+  r(u) = r(parent) · a(u) · Π_{earlier draws v}(1 − a(v)) (:attr:`TreeTables.reach`, from
+  :func:`theory.tree_reach.reach_values`).
 - ``traversal`` (Traversal Verification): its number at u depends on the whole subtree below u,
   so only the full recorded tree replays (the leaf order is post-order; the first u with
   ``η_u < trv_accept(u)`` ends the walk at depth(u)).
@@ -30,10 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.errors import SpecbatchError, require
-
-#: Tree verification rules (``verify``), and the ones that replay on any closed subtree.
-TREE_RULES = ("specinfer", "traversal")
-SUBTREE_RULES = ("specinfer",)
+from specbatch.theory.tree_reach import predecessors, reach_values
 
 _I64 = np.int64
 
@@ -73,12 +71,16 @@ class TreeTables:
         self.parent = parent[0] if rows else np.array([-1], dtype=_I64)
         self.depth = tree.depth[:n_nodes].astype(_I64)
         self.max_depth = int(self.depth.max())
-        self.kids, self.pred = _structure(self.parent)
+        self.kids = _children(self.parent)
         self.width = self.kids.shape[1]
+        first = slice(0, int(tree.draw_offsets[n_nodes]) if rows else 0)
+        self.pred = predecessors(self.parent, tree.draw_offsets[:n_nodes + 1],
+                                 tree.draws[first])  # row 0's draws: the shared structure
         self.accept = _draw_accept(tree, rows, n_nodes)
         self.trv = tree.trv_accept.reshape(rows, n_nodes)
         self.conf = _monotone_conf(tree.draft_conf.reshape(rows, n_nodes), self.parent, self.pred)
-        self.reach = _reach(self.accept, self.parent, self.pred)
+        self.reach = reach_values(offsets, tree.parent, tree.draw_offsets, tree.draws,
+                                  tree.rrs_accept).reshape(rows, n_nodes)
         node_ids = np.broadcast_to(np.arange(1, n_nodes), (rows, n_nodes - 1))
         self.order = (np.lexsort((node_ids, -self.conf[:, 1:])) + 1).astype(_I64) \
             if rows else np.zeros((0, n_nodes - 1), dtype=_I64)
@@ -161,21 +163,18 @@ def cut_mask(mask: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def _structure(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Children in draw order # [N, W] (−1 padded) and pred # [N] (root −1)."""
+def _children(parent: np.ndarray) -> np.ndarray:
+    """Children in draw order # [N, W] (−1 padded): a full branching tree in pre-order lists
+    a node's children in draw order."""
     n = parent.shape[0]
     counts = np.bincount(parent[1:], minlength=n) if n > 1 else np.zeros(n, dtype=_I64)
-    width = max(int(counts.max(initial=0)), 1)
-    kids = np.full((n, width), -1, dtype=_I64)
+    kids = np.full((n, max(int(counts.max(initial=0)), 1)), -1, dtype=_I64)
     filled = np.zeros(n, dtype=_I64)
-    pred = np.full(n, -1, dtype=_I64)
     for u in range(1, n):  # once per trace, over one tree's N nodes
         p = int(parent[u])
-        j = int(filled[p])
-        pred[u] = p if j == 0 else kids[p, j - 1]
-        kids[p, j] = u
-        filled[p] = j + 1
-    return kids, pred
+        kids[p, filled[p]] = u
+        filled[p] += 1
+    return kids
 
 
 def _draw_accept(tree, rows: int, n_nodes: int) -> np.ndarray:
@@ -194,18 +193,6 @@ def _monotone_conf(draft_conf: np.ndarray, parent: np.ndarray, pred: np.ndarray)
     for u in range(1, parent.shape[0]):
         conf[:, u] = np.minimum(conf[:, parent[u]] * draft_conf[:, u], conf[:, pred[u]])
     return conf
-
-
-def _reach(accept: np.ndarray, parent: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """r(u) = P(SpecInfer's walk passes u): r(parent)·a(u)·Π over earlier siblings (1 − a)."""
-    reach = np.ones_like(accept)
-    rejected = np.ones_like(accept)  # P(every draw of parent(u) before u was rejected)
-    for u in range(1, parent.shape[0]):
-        p, before = parent[u], pred[u]
-        if before != p:
-            rejected[:, u] = rejected[:, before] * (1.0 - accept[:, before])
-        reach[:, u] = reach[:, p] * rejected[:, u] * accept[:, u]
-    return reach
 
 
 def _post_order(kids: np.ndarray) -> np.ndarray:

@@ -17,12 +17,14 @@ def test_the_spec_pairs_chains_and_trees_at_equal_k():
     grid = runs()
     pairs = {(r["policy"], r["verify"]) for r in grid}
     assert {("fixed", "token"), ("fixed", "block"), ("static-tree", "specinfer"),
-            ("static-tree", "traversal"), ("tetris-tree", "specinfer"), ("ar", "token")} == pairs
+            ("static-tree", "traversal"), ("tetris-tree", "specinfer"), ("tree-optimum", "specinfer"),
+            ("ar", "token")} == pairs
     ks = {p: {r["num_speculative_tokens"] for r in grid if r["policy"] == p}
-          for p in ("fixed", "static-tree", "tetris-tree")}
+          for p in ("fixed", "static-tree", "tetris-tree", "tree-optimum")}
     assert ks["fixed"] <= ks["static-tree"] and ks["tetris-tree"] <= ks["static-tree"]
+    assert ks["tree-optimum"] == ks["tetris-tree"]
     assert all(r["num_speculative_tokens"] + r["extra"] == 10 for r in grid
-               if r["policy"] == "tetris-tree")  # TETRIS may give one request the whole tree
+               if r["policy"] in ("tetris-tree", "tree-optimum"))  # TETRIS may give one request the whole tree
 
 
 def test_a_ci_size_slice_of_the_spec_runs():

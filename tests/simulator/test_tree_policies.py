@@ -82,7 +82,30 @@ def test_tetris_tree_gives_more_nodes_to_confident_requests(trace):
     assert np.corrcoef(top1, verified)[0, 1] > 0.3
 
 
+@settings(max_examples=25, deadline=None)
+@given(rows=st.lists(st.integers(0, 3469), min_size=1, max_size=16), k=st.integers(1, 6),
+       budget_per_request=st.integers(0, 6))
+def test_tree_optimum_bounds_both_rules_in_expectation(trace, rows, k, budget_per_request):
+    """At the same C (and cap k + e = 10), the optimum's Σ E[τ] is at least TETRIS-over-nodes'
+    and at least the static tree's when C = k·n; its subtrees are closed and within C."""
+    n = len(rows)
+    budget = budget_per_request * n
+    opt = decide(trace, rows, budget, policy="tree-optimum", num_speculative_tokens=k,
+                 extra=10 - k)
+    tet = decide(trace, rows, budget, policy="tetris-tree", num_speculative_tokens=k,
+                 extra=10 - k)
+    t, r = opt[1].tree, np.asarray(rows)
+    (_, v_opt, m_opt), (_, _, m_tet) = opt[2], tet[2]
+    assert v_opt.sum() <= budget and t.check_closed(m_opt).all()
+    assert t.expected(r, m_opt).sum() >= t.expected(r, m_tet).sum() - 1e-12
+    static = decide(trace, rows, None, policy="static-tree", num_speculative_tokens=k)[2][2]
+    best_at_kn = decide(trace, rows, k * n, policy="tree-optimum", num_speculative_tokens=k,
+                        extra=10 - k)[2][2]
+    assert t.expected(r, best_at_kn).sum() >= t.expected(r, static).sum() - 1e-12
+
+
 @pytest.mark.parametrize("kw", [
+    dict(policy="tree-optimum", num_speculative_tokens=3, extra=7, verify="specinfer"),
     dict(policy="static-tree", num_speculative_tokens=4, verify="specinfer"),
     dict(policy="static-tree", num_speculative_tokens=10, verify="traversal"),
     dict(policy="tetris-tree", num_speculative_tokens=3, extra=4, verify="specinfer",
