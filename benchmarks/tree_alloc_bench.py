@@ -9,9 +9,10 @@ recursive rejection sampling, theory/tree_alloc.py) of:
 - ``greedy r``: :func:`frontier_greedy` on the reach values themselves (TETRIS with the exact
   per-node values, frontier kept closed);
 - ``top-C conf``: the global top-C nodes by path draft confidence (TETRIS over nodes, the
-  simulator's ``tetris-tree`` without its per-request cap), the confidence made monotone
-  along the predecessor chain as the simulator does (a no-op on top-k trees; the last column
-  counts batches where the raw-confidence top-C was not closed);
+  simulator's ``tetris-tree`` without its per-request cap), ranked by the simulator's own
+  score (``TreeTables.conf``: monotone along the predecessor chain, a no-op on top-k trees,
+  and 0 for a repeated sibling token; the last column counts batches where the raw-confidence
+  top-C was not closed);
 - ``static conf``: each request's top-k nodes by the same score (SGLang's rule, the
   simulator's ``static-tree``);
 - ``static opt``: each request's best closed subtree of k nodes (the per-request optimum at
@@ -32,31 +33,26 @@ import time
 
 import numpy as np
 
+from specbatch.simulator.tree_tables import TreeTables
 from specbatch.theory import tree_alloc as A
 from specbatch.theory import tree_reach as R
 from specbatch.traces.format import read_trace
 
 
 def trace_arrays(name: str) -> tuple:
-    """(pred # [N], reach # [rows, N], path confidence # [rows, N]) of a tree trace."""
-    t = read_trace(name).tree
+    """(pred # [N], reach # [rows, N], raw path confidence # [rows, N], the simulator's
+    ranking score # [rows, N]) of a tree trace: :class:`TreeTables`' ``conf`` (monotone along
+    pred, repeated sibling tokens at 0), what ``tetris-tree`` and ``static-tree`` rank by."""
+    trace = read_trace(name)
+    t = trace.tree
     n = int(t.node_offsets[1])
     pred = R.predecessors(t.parent, t.draw_offsets, t.draws, t.node_offsets).reshape(-1, n)[0]
     r = R.reach_values(t.node_offsets, t.parent, t.draw_offsets, t.draws, t.rrs_accept)
     conf = R.path_products(t.node_offsets, t.parent, t.draft_conf)
-    return pred, r.reshape(-1, n), conf.reshape(-1, n)
+    return pred, r.reshape(-1, n), conf.reshape(-1, n), TreeTables(trace).conf
 
 
-def monotone(pred: np.ndarray, score: np.ndarray) -> np.ndarray:
-    """``score`` made non-increasing along the predecessor chain (min with pred's), as the
-    simulator's tree policies rank: unchanged on top-k trees, closed top-C sets on i.i.d. ones."""
-    out = score.copy()
-    for u in range(1, pred.size):
-        out[:, u] = np.minimum(out[:, u], out[:, pred[u]])
-    return out
-
-
-def compare(pred, r, conf, n: int, k: int, batches: int, seed: int) -> dict:
+def compare(pred, r, conf, ranked_all, n: int, k: int, batches: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     out, open_sets = [], 0
     for _ in range(batches):
@@ -65,7 +61,7 @@ def compare(pred, r, conf, n: int, k: int, batches: int, seed: int) -> dict:
         _, opt = A.optimal_subtrees(pred, rb, k * n)
         table = A.best_by_size(pred, rb, min(k, pred.size - 1))
         open_sets += int(not R.is_closed(pred, A.top_nodes(cb, k * n)).all())
-        ranked = monotone(pred, cb)
+        ranked = ranked_all[rows]
         out.append((opt, (rb * A.frontier_greedy(pred, rb, k * n))[:, 1:].sum(),
                     (rb * A.top_nodes(ranked, k * n))[:, 1:].sum(),
                     (rb * A.top_nodes_per_request(ranked, k))[:, 1:].sum(),
@@ -99,8 +95,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    pred, r, conf = trace_arrays(args.trace)
-    table = [compare(pred, r, conf, n, k, args.batches, args.seed)
+    pred, r, conf, ranked = trace_arrays(args.trace)
+    table = [compare(pred, r, conf, ranked, n, k, args.batches, args.seed)
              for n in (8, 32, 64) for k in (2, 3, 4, 6)]
     timing = {n: time_call(pred, r, n, args.repeats) for n in (8, 64)}
     if args.json:

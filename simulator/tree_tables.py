@@ -45,7 +45,8 @@ class TreeTables:
     accept:   # [rows, N] rrs_accept of the draw that proposed node u (root: 1)
     trv:      # [rows, N] trv_accept
     conf:     # [rows, N] path draft confidence, Π of temperature-1 draft probabilities on the
-              path, made monotone along pred (min with pred's), the score engines rank by
+              path (0 for a repeated sibling token), made monotone along pred (min with
+              pred's): the score engines rank by
     reach:    # [rows, N] SpecInfer's P(the walk passes u), root 1
     order:    # [rows, N − 1] non-root nodes by descending ``conf``, ties by node id: every
               prefix is draw-prefix closed
@@ -78,7 +79,8 @@ class TreeTables:
                                  tree.draws[first])  # row 0's draws: the shared structure
         self.accept = _draw_accept(tree, rows, n_nodes)
         self.trv = tree.trv_accept.reshape(rows, n_nodes)
-        self.conf = _monotone_conf(tree.draft_conf.reshape(rows, n_nodes), self.parent, self.pred)
+        self.conf = _monotone_conf(tree.draft_conf.reshape(rows, n_nodes),
+                                   tree.token.reshape(rows, n_nodes), self.parent, self.pred)
         self.reach = reach_values(offsets, tree.parent, tree.draw_offsets, tree.draws,
                                   tree.rrs_accept).reshape(rows, n_nodes)
         node_ids = np.broadcast_to(np.arange(1, n_nodes), (rows, n_nodes - 1))
@@ -187,11 +189,21 @@ def _draw_accept(tree, rows: int, n_nodes: int) -> np.ndarray:
     return out.reshape(rows, n_nodes)
 
 
-def _monotone_conf(draft_conf: np.ndarray, parent: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """Path confidence Π draft_conf along the path, then min with pred's (pre-order)."""
+def _monotone_conf(draft_conf: np.ndarray, token: np.ndarray, parent: np.ndarray,
+                   pred: np.ndarray) -> np.ndarray:
+    """Path confidence Π draft_conf along the path, 0 for a node whose token repeats an
+    earlier sibling's (SpecInfer never accepts a repeat: after x is rejected the residual
+    has no mass on x, and a first x accepted surely leaves nothing to try), then min with
+    pred's so every prefix of the ranking is closed (pre-order).
+    draft_conf, token # [rows, N]"""
     conf = np.ones_like(draft_conf)
     for u in range(1, parent.shape[0]):
-        conf[:, u] = np.minimum(conf[:, parent[u]] * draft_conf[:, u], conf[:, pred[u]])
+        path = conf[:, parent[u]] * draft_conf[:, u]
+        sibling = pred[u]
+        while sibling != parent[u]:  # the earlier siblings, walking back in draw order
+            path = np.where(token[:, u] == token[:, sibling], 0.0, path)
+            sibling = pred[sibling]
+        conf[:, u] = np.minimum(path, conf[:, pred[u]])
     return conf
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 from types import SimpleNamespace
 
@@ -130,3 +131,16 @@ def test_cut_keeps_a_closed_prefix(bundled):
 def test_a_chain_trace_is_refused():
     with pytest.raises(SpecbatchError, match="needs a tree trace"):
         TreeTables(SimpleNamespace(tree=None))
+
+
+def test_a_repeated_sibling_token_scores_zero():
+    """An i.i.d. tree can draw one token twice; SpecInfer never accepts the repeat, so the
+    draft-side score ranks it (and its subtree) last."""
+    trace = hand_trace()
+    tree = trace.tree
+    token = tree.token.copy()
+    token[3] = token[1]  # node 3 repeats node 1's token
+    trace.tree = dataclasses.replace(tree, token=token)
+    t = TreeTables(trace)
+    np.testing.assert_allclose(t.conf[0], [1, 0.6, 0.3, 0.0, 0.0])
+    assert t.order[0].tolist() == [1, 2, 3, 4]
