@@ -32,6 +32,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.theory.tree_reach import predecessors, reach_values
+from specbatch.theory.tree_stats import post_order
 
 _I64 = np.int64
 
@@ -89,7 +90,8 @@ class TreeTables:
         self.rank = np.full((rows, n_nodes), -1, dtype=_I64)
         np.put_along_axis(self.rank, self.order, np.arange(n_nodes - 1), axis=1)
         self.widths = np.bincount(self.depth, minlength=self.max_depth + 1)[:self.max_depth]
-        self.post = _post_order(self.kids)
+        self.post = np.asarray(post_order([[int(c) for c in row if c >= 0] for row in self.kids]),
+                               dtype=_I64)
 
     @property
     def drafted(self) -> int:
@@ -207,34 +209,12 @@ def _monotone_conf(draft_conf: np.ndarray, token: np.ndarray, parent: np.ndarray
     return conf
 
 
-def _post_order(kids: np.ndarray) -> np.ndarray:
-    out: list[int] = []
-
-    def visit(u: int) -> None:
-        for c in kids[u]:
-            if c >= 0:
-                visit(int(c))
-        out.append(u)
-
-    visit(0)
-    return np.asarray(out, dtype=_I64)
-
-
 def tau_reference(stats, rule: str, kept: set, eta: list) -> int:
     """Per-request twin of :meth:`TreeTables.tau` from a row's
     :class:`~specbatch.theory.tree_stats.TreeStats`: ``kept`` the verified node ids (root
     included), ``eta`` the request's uniforms."""
     if rule == "traversal":
-        kids = stats.children
-        order: list = []
-
-        def post(u: int) -> None:
-            for c in kids[u]:
-                post(c)
-            order.append(u)
-
-        post(0)
-        for j, u in enumerate(order):
+        for j, u in enumerate(post_order(stats.children)):
             if eta[j] < stats.trv_accept[u]:
                 return stats.depth[u]
         return 0

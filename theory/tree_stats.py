@@ -176,6 +176,20 @@ def tau_law_from_stats(stats: TreeStats, verifier: str) -> tuple:
     return tuple(law)
 
 
+def post_order(children) -> tuple:
+    """Node ids in post-order (children in listed order, then the node; root 0 last): the
+    order in which Traversal Verification meets its leaves.  children: per node its child ids."""
+    order: list = []
+
+    def post(u: int) -> None:
+        for c in children[u]:
+            post(c)
+        order.append(u)
+
+    post(0)
+    return tuple(order)
+
+
 def replay_tau(stats: TreeStats, verifier: str, rng: np.random.Generator) -> int:
     """Draw τ for one verification of the recorded tree, one uniform per decision."""
     if verifier == "specinfer":
@@ -188,15 +202,7 @@ def replay_tau(stats: TreeStats, verifier: str, rng: np.random.Generator) -> int
             else:
                 return stats.depth[u]
     if verifier == "traversal":
-        kids = stats.children
-        order: list = []
-
-        def post(u: int) -> None:
-            for c in kids[u]:
-                post(c)
-            order.append(u)
-        post(0)
-        for u in order:
+        for u in post_order(stats.children):
             if rng.random() < stats.trv_accept[u]:
                 return stats.depth[u]
         return 0
