@@ -62,7 +62,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 ARRIVALS = ("burst", "poisson", "gamma", "trace")
 ROUTERS = ("round_robin", "least_outstanding")
-VERIFY_RULES = ("token", "block", "specinfer", "traversal")
+VERIFY_RULES = ("token", "block", "specinfer", "traversal", "gbv")
 COSTS = ("roofline", "profiled")
 SAMPLINGS = ("auto", "in_order", "resample")
 THRESHOLD_MODES = ("cumulative", "per_token")
@@ -198,7 +198,7 @@ class SimConfig:
     budget: int | None = knob(None, "C, draft tokens verified per step", range=at_least(0),
                               none="k x running requests")
     verify: str = knob("token", "verification rule: token (TV) or block (BV) on chains; "
-                       "specinfer or traversal on a tree trace (docs/trees.md)",
+                       "specinfer, traversal or gbv (path tries) on a tree trace (docs/trees.md)",
                        choices=VERIFY_RULES)
     threshold: float = knob(0.3, "confidence threshold of the threshold policy",
                             range=Range(0, 1, low_open=True, what="a probability"))

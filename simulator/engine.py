@@ -75,7 +75,7 @@ from specbatch.simulator.state import (
 from specbatch.simulator.steplog import StepLog
 from specbatch.simulator.tree_config import TREE_RULES
 from specbatch.simulator.tree_decode import TreeDecode
-from specbatch.simulator.tree_tables import TreeTables
+from specbatch.simulator.trie_tables import tables_for
 from specbatch.simulator.v1 import V1Composer, v1_lookahead
 from specbatch.simulator.v1_reference import V1Reference
 from specbatch.simulator.v1_step import V1Step
@@ -149,7 +149,7 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference):
         self.pass_index = np.arange(max(self.depth, 1), dtype=_I64)
         self.view_tables = TraceTables(trace)  # policies' whole-trace tables, built once per run
         # a tree rule replays on the trace's recorded trees (simulator.tree_tables)
-        self.tree = (self.view_tables.get(("tree",), TreeTables, trace)
+        self.tree = (self.view_tables.get(("tree",), tables_for, trace)
                      if self.rule in TREE_RULES else None)
         self.tables = (VerifyTables(trace, self.rule)
                        if self.depth and not reference and self.tree is None else None)

@@ -10,7 +10,7 @@ from specbatch.errors import SpecbatchError
 
 #: Tree verification rules (``verify``; simulator.tree_tables), and the ones that replay on
 #: any draw-prefix-closed subtree (the rest verify the whole recorded tree only).
-TREE_RULES = ("specinfer", "traversal")
+TREE_RULES = ("specinfer", "traversal", "gbv")
 SUBTREE_RULES = ("specinfer",)
 
 
@@ -40,10 +40,21 @@ def check_tree_trace(c: Any, trace: Any, depth: int) -> None:
         _fail("config", "verify", "token or block on a chain trace (specinfer and traversal "
               "replay recorded draft trees: capture --tree SHAPE)", c.verify)
     offsets = tree.node_offsets
-    nodes = int(offsets[1] - offsets[0]) - 1 if offsets.shape[0] > 1 else 0
+    trie = tree.shape.kind == "paths"
+    if trie:  # K·L draft tokens; a row's trie has at most that many nodes
+        nodes = int(tree.shape.paths) * int(tree.shape.length)
+    else:
+        nodes = int(offsets[1] - offsets[0]) - 1 if offsets.shape[0] > 1 else 0
     if depth > nodes:
         _fail("config", "num_speculative_tokens", f"k + extra <= the trace tree's {nodes} "
-              f"nodes (shape {tree.shape.describe()})", depth)
-    if c.verify == "traversal" and c.num_speculative_tokens != nodes:
-        _fail("config", "num_speculative_tokens", f"{nodes}, the whole recorded tree, for "
-              "verify = traversal", c.num_speculative_tokens)
+              f"draft nodes (shape {tree.shape.describe()})", depth)
+    if c.verify == "gbv" and not trie:
+        _fail("config", "verify", "specinfer or traversal on a branching tree trace (gbv "
+              "verifies K draft paths: capture --tree KxL)", c.verify)
+    if trie and c.policy != "static-tree":
+        _fail("config", "policy", "static-tree on a path-trie trace (a trie replays whole "
+              "only)", c.policy)
+    if (trie or c.verify == "traversal") and c.num_speculative_tokens != nodes:
+        what = "K·L, every position's whole trie" if trie else "the whole recorded tree"
+        _fail("config", "num_speculative_tokens", f"{nodes}, {what}, for verify = {c.verify} "
+              f"(shape {tree.shape.describe()})", c.num_speculative_tokens)

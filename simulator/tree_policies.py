@@ -13,7 +13,8 @@ s_i + 1 query tokens per request (root included) and the verifier (``verify = sp
   SGLang's ``--speculative-num-draft-tokens`` is k + 1 here (the root is the last verified
   token). With k = N − 1 it verifies the whole tree, the static trees of TensorRT-LLM's
   ``eagle_choices`` and vLLM's ``speculative_token_tree`` (``num_speculative_tokens`` = the
-  tree's nodes).
+  tree's nodes); on a path-trie trace (K draft paths of L tokens) k = K·L verifies each
+  position's whole trie, whatever its node count.
 - ``tetris-tree``: TETRIS over tree nodes: the global top-C nodes of the batch by path draft
   confidence (C = ``budget``, default k·n), at most k + e per request. Scores fall along
   every path and across siblings in draw order, so each request's share is a prefix of its
@@ -78,7 +79,7 @@ class StaticTree(TreePolicy):
     budgeted = False
 
     def counts(self, view: StepView) -> np.ndarray:
-        return np.full(view.n, min(self.k, view.tree.drafted), dtype=_I64)
+        return np.minimum(self.k, view.tree.nodes(view.rows))
 
 
 class TetrisTree(TreePolicy):

@@ -98,6 +98,10 @@ class TreeTables:
         """Nodes drafted per request (the whole tree less the root)."""
         return self.n_nodes - 1
 
+    def nodes(self, rows: np.ndarray) -> np.ndarray:
+        """Non-root nodes of each row's tree (N − 1 for every row).  # [n]"""
+        return np.full(rows.shape[0], self.n_nodes - 1, dtype=_I64)
+
     def uniforms_needed(self, rule: str) -> int:
         """Uniforms one verification reads: D·W decisions for specinfer, N for traversal."""
         return self.max_depth * self.width if rule == "specinfer" else self.n_nodes
@@ -210,9 +214,17 @@ def _monotone_conf(draft_conf: np.ndarray, token: np.ndarray, parent: np.ndarray
 
 
 def tau_reference(stats, rule: str, kept: set, eta: list) -> int:
-    """Per-request twin of :meth:`TreeTables.tau` from a row's
+    """Per-request twin of :meth:`TreeTables.tau` and
+    :meth:`~simulator.trie_tables.TrieTables.tau` from a row's
     :class:`~specbatch.theory.tree_stats.TreeStats`: ``kept`` the verified node ids (root
-    included), ``eta`` the request's uniforms."""
+    included), ``eta`` the request's uniforms (gbv: uniform d at depth d)."""
+    if rule == "gbv":
+        tau = 0
+        for u in sorted((u for u, h in enumerate(stats.gbv_h) if h is not None),
+                        key=lambda u: stats.depth[u]):
+            if eta[stats.depth[u]] < stats.gbv_h[u]:
+                tau = stats.depth[u]
+        return tau
     if rule == "traversal":
         for j, u in enumerate(post_order(stats.children)):
             if eta[j] < stats.trv_accept[u]:

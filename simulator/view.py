@@ -16,6 +16,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.tree_tables import TreeTables
+from specbatch.simulator.trie_tables import TrieTables, tables_for
 from specbatch.simulator.verify import request_keys, uniforms
 from specbatch.theory.stats import block_weights, token_weights
 
@@ -179,10 +180,10 @@ class StepView:
         return self._rows
 
     @property
-    def tree(self) -> TreeTables:
-        """The trace's draft trees as :class:`~simulator.tree_tables.TreeTables` (built once
-        per run; tree policies)."""
-        return self._tables.get(("tree",), TreeTables, self._trace)
+    def tree(self) -> TreeTables | TrieTables:
+        """The trace's draft trees as :class:`~simulator.tree_tables.TreeTables` (or
+        :class:`~simulator.trie_tables.TrieTables` for path tries; built once per run)."""
+        return self._tables.get(("tree",), tables_for, self._trace)
 
     @property
     def cum_conf(self) -> np.ndarray:
