@@ -1,0 +1,136 @@
+"""The checks of a simulation config: static ones, one run's settings, and against the trace.
+
+:func:`validate_config` runs on every :class:`~simulator.config.SimConfig` built
+(:func:`simulator.config.make_config`): ranges, the policy's name, cross-field rules.
+:func:`check_settings_apply` refuses, for one run, a setting its policy would silently
+ignore (a sweep may pair them). :func:`validate_against_trace` needs the trace: draft depth
+against the trace's K, KV capacity against the largest request. They live apart from the
+field declarations so ``simulator.config`` reads as the list of knobs; ``simulator.config``
+re-exports every name here. Every failure is one line,
+``config FILE: field X: expected Y, got Z`` (exit code 2 through the CLI).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator import policy_knobs as pk
+from specbatch.simulator.fields import check_ranges, fail
+from specbatch.simulator.hardware import FULL_WEIGHT_BITS, HARDWARE, get_hardware
+from specbatch.simulator.tree_config import TREE_RULES, check_tree_config, check_tree_trace
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config import SimConfig
+    from specbatch.traces.trace import Trace
+
+
+#: Policies that never draft beyond k, so a nonzero ``extra`` would be silently ignored.
+NO_EXTRA_POLICIES = ("ar", "fixed", "dsd", "vllm-dynamic", "batch-schedule", "ema-adaptive")
+#: Policies whose window is not ``num_speculative_tokens``: ``ar`` never drafts, ``dsd``
+#: plans its window by expected goodput (simulator.policies.DSD).
+NO_K_POLICIES = ("ar", "dsd")
+#: Policies that verify nothing, so the verification rule would be silently ignored.
+NO_VERIFY_POLICIES = ("ar",)
+
+
+def validate_config(c: SimConfig, where: str = "config") -> None:
+    """Static checks (no trace needed); raises a one-line :class:`SpecbatchError`."""
+    from specbatch.simulator.config import FREE_DRAFTS, specs  # local: config imports this
+    from specbatch.simulator.policies import resolve_policy  # local: no import cycle
+
+    check_ranges(c, specs(), where)
+    cls = resolve_policy(c.policy, f"{where}: field policy")
+    check_tree_config(c, bool(getattr(cls, "tree", False)), where)
+    pk.check_policy_knobs(c, where)
+    if c.policy == "fixed" and c.num_speculative_tokens < 1:
+        fail(where, "num_speculative_tokens", "k >= 1 for policy fixed", c.num_speculative_tokens)
+    if c.policy in ("tetris", "oracle", "hindsight", "threshold") and c.depth < 1:
+        fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}", c.depth)
+    if c.predictor != "confidence" and not c.calibration_split:
+        fail(where, "calibration_split", f"a fraction in (0, 1) of requests to fit predictor "
+             f"{c.predictor} on", c.calibration_split)
+    if (c.scheduler == "vllm-v0" and c.enable_chunked_prefill
+            and c.max_num_batched_tokens is None):
+        fail(where, "max_num_batched_tokens", "a token budget when enable_chunked_prefill is set",
+             None)
+    if c.cost == "profiled" and c.profile is None:
+        fail(where, "profile", "a latency profile path when cost = 'profiled'", None)
+    if c.draft_weight_bits != FULL_WEIGHT_BITS and (c.cost == "profiled"
+                                                    or str(c.draft).lower() in FREE_DRAFTS):
+        why = ("the profile measured the draft at the precision it ran" if c.cost == "profiled"
+               else f"draft {c.draft} runs no model")
+        fail(where, "draft_weight_bits", f"16 ({why}; the bits price the roofline's draft "
+             "weights)", c.draft_weight_bits)
+    try:
+        get_hardware(c.hardware)  # the preset lookup accepts any case and its aliases
+    except SpecbatchError:
+        fail(where, "hardware", f"one of {', '.join(sorted(HARDWARE))}", c.hardware)
+
+
+def check_extra_applies(c: SimConfig, where: str = "config") -> None:
+    """Refuse ``extra`` > 0 with a policy that never drafts beyond k (one run's settings).
+
+    Not part of :func:`validate_config`: a sweep grid over policy x extra legitimately
+    pairs those policies with an e they ignore.
+    """
+    if c.extra and c.policy in NO_EXTRA_POLICIES:
+        fail(where, "extra", f"0 for policy {c.policy} (e widens the drafts of budgeted "
+             "policies only; it would be ignored)", c.extra)
+
+
+def check_settings_apply(c: SimConfig, given: set[str] | frozenset[str],
+                         where: str = "config") -> None:
+    """Refuse, for one run, a setting its policy would silently ignore: ``extra`` (see
+    :func:`check_extra_applies`), a ``num_speculative_tokens`` the user gave to ``ar`` or
+    ``dsd``, block verification for ``ar``, and an engine policy's knob given to another
+    policy (simulator.policy_knobs.check_knobs_apply).
+
+    given: the fields the user set (file or flags); a default k is not the user's choice.
+    """
+    check_extra_applies(c, where)
+    if c.policy in NO_K_POLICIES and "num_speculative_tokens" in given:
+        why = ("ar never drafts" if c.policy == "ar" else
+               "DSD plans its window k = 0..min(6, K) by expected goodput every "
+               "dsd_interval steps")
+        fail(where, "num_speculative_tokens", f"no k for policy {c.policy} ({why})",
+             c.num_speculative_tokens)
+    if c.predictor != "confidence" and c.policy != "tetris":
+        fail(where, "predictor", f"confidence for policy {c.policy} (only tetris reads a "
+             "predictor; it would be ignored)", c.predictor)
+    if c.policy in NO_VERIFY_POLICIES and c.verify != "token":
+        fail(where, "verify", f"token for policy {c.policy} (it verifies no drafts)", c.verify)
+    pk.check_knobs_apply(c, given, where)
+
+
+def applied_k(c: SimConfig) -> int | None:
+    """The window k a run used, as a summary reports it: None where the policy has none of
+    its own (``ar``; ``dsd``, whose window varies)."""
+    return None if c.policy in NO_K_POLICIES else c.num_speculative_tokens
+
+
+def validate_against_trace(c: SimConfig, trace: Trace, max_footprint: int | None = None) -> None:
+    """Checks that need the trace: draft depth ≤ trace K, KV capacity ≥ one request, offsets.
+
+    max_footprint: the largest KV reservation of one simulated request (tokens), when known
+    (reserve mode; paged mode checks its block pool in simulator.kv.check_fits).
+    """
+    depth = policy_depth(c)
+    if c.verify in TREE_RULES:
+        check_tree_trace(c, trace, depth)
+    elif depth > trace.K:
+        fail("config", "num_speculative_tokens",
+             f"k + extra <= the trace's draft depth K = {trace.K}", depth)
+    if (c.kv_mode == "reserve" and c.kv_capacity is not None and max_footprint is not None
+            and c.kv_capacity < max_footprint):
+        fail("config", "kv_capacity",
+             f"at least one request's footprint (prompt + output + K + 1 = {max_footprint} tokens)",
+             c.kv_capacity)
+
+
+def policy_depth(c: SimConfig) -> int:
+    """Deepest draft the configured policy may ask of the trace: its class's
+    :meth:`simulator.policies.Policy.required_depth`."""
+    from specbatch.simulator.policies import resolve_policy
+
+    return resolve_policy(c.policy).required_depth(c)
