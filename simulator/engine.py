@@ -10,7 +10,7 @@ Per replica (one per data-parallel copy; a router sends each arrival to one), a 
 composed by ``config.scheduler``: ``"vllm-v1"`` (the default) spends one token budget on the
 running requests, then on waiting prompt chunks, with vLLM V1's KV slot accounting in paged
 mode (simulator.v1, simulator.v1_step; ``reference=True`` composes with the per-request twin
-simulator.v1_reference). ``"vllm-v0"`` is the composer below, kept byte-identical:
+simulator.v1_reference). ``"vllm-v0"`` is simulator.v0_step's composer, kept byte-identical:
 
 - Admission, FCFS (head-of-line blocking): while ``running < max_num_seqs`` and the KV
   cache allows (simulator.kv). ``kv_mode = "reserve"``: a request reserves its whole
@@ -66,16 +66,15 @@ from specbatch.simulator.prefix import PrefixCache, prefix_groups
 from specbatch.simulator.state import (
     COMMITTED_ROWS,
     RECORD_ROWS,
-    Outcome,
     Records,
     Replica,
     Row,
-    step_record,
 )
 from specbatch.simulator.steplog import StepLog
 from specbatch.simulator.tree_config import TREE_RULES
 from specbatch.simulator.tree_decode import TreeDecode
 from specbatch.simulator.trie_tables import tables_for
+from specbatch.simulator.v0_step import V0Step
 from specbatch.simulator.v1 import V1Composer, v1_lookahead
 from specbatch.simulator.v1_reference import V1Reference
 from specbatch.simulator.v1_step import V1Step
@@ -89,20 +88,14 @@ _I64 = np.int64
 
 # The rows the per-step hot path indexes, as plain ints: numpy indexes an int about twice as
 # fast as an IntEnum member looked up on its class (~0.1 µs, paid ~15 times per step).
-_UID, _PREFILLED, _FILL, _OUT, _POS = (
-    int(Row.UID), int(Row.PREFILLED), int(Row.FILL), int(Row.OUT), int(Row.POS))
-_BLOCKS = int(Row.BLOCKS)
-_M_KV = int(Outcome.KV)
-_sum = np.add.reduce  # ndarray.sum without its Python-level wrapper (~0.5 µs per call)
+_UID, _OUT, _POS, _BLOCKS = int(Row.UID), int(Row.OUT), int(Row.POS), int(Row.BLOCKS)
 try:  # numpy >= 2: the C function without the array-function dispatch (~0.3 µs per call)
     from numpy._core.multiarray import count_nonzero as _count_nonzero
 except ImportError:  # pragma: no cover - numpy 1.x
     _count_nonzero = np.count_nonzero
-_EMPTY = np.zeros(0, dtype=_I64)
-_EMPTY.flags.writeable = False
 
 
-class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference):
+class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0Step):
     """Run one workload through ``config.replicas`` replicas with one policy and cost model.
 
     policy:   the run's policy (simulator.policies.make_policy; copied once per extra replica)
@@ -284,32 +277,6 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference):
         rep.busy = True
         self.push(time + duration, STEP_END, rep.index)
 
-    def prefill_step(self, rep: Replica, time: float, joined: int) -> float:
-        """Prefill-only step over the ``joined`` newest requests' whole prompts."""
-        sel = slice(rep.n_running - joined, rep.n_running)
-        q = rep.state[_FILL, sel]
-        total = int(_sum(q))
-        if self.from_sums is not None:  # kv = 0: the sums are (n, Σq, 0, 0, Σq²), exact integers
-            sums = (joined, float(total), 0.0, 0.0, float(int(q @ q)))
-            target_t = float(self.from_sums("target", *sums))
-            draft_t = float(self.from_sums("draft", *sums)) if self.policy.speculates else 0.0
-        else:
-            kv0 = np.zeros(joined, dtype=_I64)
-            target_t = float(self.cost.step_time("target", q, kv0))
-            draft_t = (float(self.cost.step_time("draft", q, kv0)) if self.policy.speculates
-                       else 0.0)
-        overhead = self.overhead
-        end = time + draft_t + target_t + overhead
-        rep.state[_PREFILLED, sel] = q
-        rep.n_prefilling -= joined
-        emitted = self.emit_first(rep, sel, end)
-        self.rec.step_rows.append(step_record(
-            replica=rep.index, time=time, end=end, batch=0, prefill_tokens=total, drafted=0,
-            verified=0, accepted=0, emitted=emitted, depth=0, draft_time=draft_t,
-            target_time=target_t, verify_time=0.0, overhead_time=overhead))
-        self.finish(rep, end)
-        return end - time
-
     def emit_first(self, rep: Replica, idx: np.ndarray | slice, end: float) -> int:
         """Requests at ``idx`` (indices or a slice of the running batch) completed their
         prefill: a fresh prompt's pass emits token 0, a recomputed one (position t > 0, paged
@@ -325,84 +292,6 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference):
         state[_POS, idx] = pos + fresh
         self.rec.first_token[uid[fresh]] = end
         return int(_count_nonzero(fresh))
-
-    def decode_step(self, rep: Replica, time: float) -> float:
-        """One decode step (THEORY.md §5): the decoding requests draft, are verified and
-        commit; under chunked prefill, prompt chunks fill the token budget they leave; the
-        step lasts T_draft + T_target + T_verify + T_overhead. Returns its duration."""
-        state = rep.state
-        if rep.n_prefilling == 0:
-            d_idx, sub = None, state
-        else:
-            d_idx = np.flatnonzero(state[_PREFILLED] >= state[_FILL])
-            sub = state[:, d_idx]
-        n = sub.shape[1]
-        emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
-        draft_t, verify_t, sums, q_len, kv = 0.0, 0.0, None, _EMPTY, _EMPTY
-        if n:
-            m, plan = self.decide_and_verify(rep, sub, d_idx)
-            (emitted, drafted_sum, verified_sum, accepted_sum, passes, draft_t,
-             sums, verify_t) = self.price_decode(m, plan)
-            self.commit(rep, m, d_idx)
-            kv = m[_M_KV]
-            if rep.n_prefilling or self.from_sums is None:
-                q_len = plan.verified + 1  # the verify pass's query lengths (when needed)
-        prefill_tokens = 0
-        if rep.n_prefilling:
-            q_len, kv, prefill_draft_t, prefill_tokens, completed = self.prefill_chunks(
-                rep, q_len, kv)
-            draft_t += prefill_draft_t
-        if sums is not None and prefill_tokens == 0 and self.from_sums is not None:
-            target_t = float(self.from_sums("target", *sums))
-        else:
-            target_t = float(self.cost.step_time("target", q_len, kv))
-        overhead = self.overhead
-        end = time + draft_t + target_t + verify_t + overhead
-        if prefill_tokens and completed.shape[0]:
-            emitted += self.emit_first(rep, completed, end)
-        if n == 0 and prefill_tokens == 0:  # pragma: no cover - engine invariant
-            raise SpecbatchError("simulator: a step with no decode and no prefill "
-                                 "(engine invariant broken)")
-        self.rec.step_rows.append(step_record(
-            replica=rep.index, time=time, end=end, batch=n, prefill_tokens=prefill_tokens,
-            drafted=drafted_sum, verified=verified_sum, accepted=accepted_sum, emitted=emitted,
-            depth=passes, draft_time=draft_t, target_time=target_t, verify_time=verify_t,
-            overhead_time=overhead))
-        self.finish(rep, end)
-        return end - time
-
-    def prefill_chunks(self, rep: Replica, q_len: np.ndarray, kv: np.ndarray
-                       ) -> tuple[np.ndarray, np.ndarray, float, int, np.ndarray]:
-        """Chunked prefill: FCFS prompt chunks in the token budget the decode batch leaves,
-        max(B − Σ(s_i + 1), 0) with B = ``max_num_batched_tokens``; the draft (when the policy
-        speculates) prefills the same chunks. Returns the target pass's query and KV (the
-        decode batch's ``q_len``, ``kv`` # [n] followed by the chunks'), the draft's prefill
-        seconds, the prompt tokens prefilled and the running-batch indices of the prompts the
-        chunks completed # [done]."""
-        prefilled, fill = rep.state[_PREFILLED], rep.state[_FILL]  # row views: writes go through
-        p_idx = np.flatnonzero(prefilled < fill)
-        left = max(int(self.max_batched) - int(q_len.sum()), 0)
-        rem = fill[p_idx] - prefilled[p_idx]
-        chunk = np.clip(left - (np.cumsum(rem) - rem), 0, rem)
-        sel = chunk > 0
-        if not sel.any():
-            return q_len, kv, 0.0, 0, _EMPTY
-        c_idx, chunk = p_idx[sel], chunk[sel]
-        if self.blocks is not None:  # paged: each chunk allocates its blocks, FCFS
-            chunk = self.blocks.allocate_chunks(rep, c_idx, chunk)
-            sel = chunk > 0
-            if not sel.all():
-                if not sel.any():
-                    return q_len, kv, 0.0, 0, _EMPTY
-                c_idx, chunk = c_idx[sel], chunk[sel]
-        kv_before = prefilled[c_idx]
-        draft_t = (float(self.cost.step_time("draft", chunk, kv_before)) if self.policy.speculates
-                   else 0.0)
-        prefilled[c_idx] += chunk
-        done = prefilled[c_idx] >= fill[c_idx]
-        rep.n_prefilling -= int(done.sum())
-        return (np.concatenate([q_len, chunk]), np.concatenate([kv, kv_before]), draft_t,
-                int(chunk.sum()), c_idx[done])
 
     def finish(self, rep: Replica, end: float) -> None:
         """Retire requests that reached their output length (times stamped ``end``)."""
