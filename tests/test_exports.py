@@ -1,11 +1,14 @@
 """Package exports load on first use: every exported name resolves, and importing a light
-submodule (the config, for a ``--help``) does not import the engine or numpy."""
+submodule (the config, for a ``--help``) does not import the engine or numpy; and a concept
+split out of a module stays importable from the module it left."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,3 +33,43 @@ def test_the_config_modules_import_without_numpy():
             "print(sorted(m for m in ('numpy', 'pandas', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+#: (module, the module it re-exports): concepts split out of a module stay importable from it.
+SPLIT_MODULES = [
+    ("specbatch.simulator.config", "specbatch.simulator.config_checks"),
+    ("specbatch.simulator.profiled", "specbatch.simulator.role_fit"),
+    ("specbatch.theory.allocate", "specbatch.theory.allocate_gains"),
+    ("specbatch.traces.zoo", "specbatch.traces.zoo_models"),
+]
+
+
+def defined_names(module) -> list[str]:
+    """The public names a module's own top level defines (def, class, assignment)."""
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return [name for name in names if not name.startswith("_")]
+
+
+@pytest.mark.parametrize(("module", "part"), SPLIT_MODULES)
+def test_a_split_out_module_s_public_names_are_importable_from_the_original(module, part):
+    whole, piece = importlib.import_module(module), importlib.import_module(part)
+    public = defined_names(piece)
+    assert public, part
+    for name in public:
+        assert getattr(whole, name, None) is getattr(piece, name), f"{module}.{name}"
+
+
+def test_the_engine_runs_the_vllm_v0_step_from_its_own_module():
+    from specbatch.simulator.engine import Engine
+    from specbatch.simulator.v0_step import V0Step
+
+    assert issubclass(Engine, V0Step)
+    for name in ("prefill_step", "decode_step", "prefill_chunks"):
+        assert getattr(Engine, name) is getattr(V0Step, name)
