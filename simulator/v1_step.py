@@ -20,6 +20,7 @@ from specbatch.simulator.plan import Plan
 from specbatch.simulator.state import Outcome, Replica, Row, step_record
 from specbatch.simulator.tree_tables import cut_mask
 from specbatch.simulator.v1 import Composition, integer_sums
+from specbatch.simulator.v1_run import V1Run
 from specbatch.simulator.view import StepView
 
 _I64 = np.int64
@@ -31,15 +32,20 @@ _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
 _count_nonzero = np.count_nonzero
 
 
-class V1Step:
+class V1Step(V1Run):
     """The engine's vllm-v1 step (module docstring); mixed into
-    :class:`~simulator.engine.Engine` next to :class:`~simulator.v1.V1Composer`."""
+    :class:`~simulator.engine.Engine` next to :class:`~simulator.v1.V1Composer`, with the
+    runs of identical decode steps of :class:`~simulator.v1_run.V1Run`."""
 
     def v1_step(self, rep: Replica, time: float) -> float | None:
         """Compose and run one vllm-v1 step; returns its duration (None: nothing runs).
 
         The decoding requests' plan comes first (vLLM's drafts exist before ``schedule``);
-        the composition then decides who runs and with how many tokens."""
+        the composition then decides who runs and with how many tokens. A run of identical
+        depth-0 decode steps is taken at once (simulator.v1_run)."""
+        duration = self.decode_run(rep, time)
+        if duration is not None:
+            return duration
         state = rep.state
         n = state.shape[1]
         d_idx: np.ndarray | None = None
