@@ -226,10 +226,10 @@ class V1Composer:
             return Composition(kept, (), tokens, blocks, free, (), True)
         if not rep.waiting or kept >= self.max_seqs or asked >= budget:
             return Composition(kept, (), tokens, blocks, free, (), cut)
-        joined, t_new, b_new, c_new, free = self.admit_v1(rep, budget - asked, free)
-        if joined:
-            tokens = np.concatenate([tokens, np.asarray(t_new, dtype=_I64)])
-            blocks = np.concatenate([blocks, np.asarray(b_new, dtype=_I64)])
+        joined, t_new, b_new, c_new, free = self.admit_v1(rep, budget - asked, free, kept)
+        if joined:  # lists of Python ints: int64 like the arrays
+            tokens = np.concatenate([tokens, t_new])
+            blocks = np.concatenate([blocks, b_new])
         return Composition(kept, joined, tokens, blocks, free, tuple(c_new), cut)
 
     @staticmethod
@@ -278,35 +278,39 @@ class V1Composer:
         tokens[i:] = 0
         return end, free
 
-    def admit_v1(self, rep: Replica, left: int, free: int
+    def admit_v1(self, rep: Replica, left: int, free: int, running: int
                  ) -> tuple[tuple[int, ...], list[int], list[int], list[int], int]:
-        """FCFS admission of waiting requests into ``left`` budget tokens: (uids, tokens,
-        blocks each, tokens each found in the prefix cache, free blocks or reserved tokens
-        afterwards). The waiting queue is not changed (:meth:`apply` pops them); the prefix
-        cache is (its hits are touched and new blocks taken, as vLLM does)."""
-        room = self.max_seqs - rep.n_running
+        """FCFS admission of waiting requests into ``left`` budget tokens next to ``running``
+        requests: (uids, tokens, blocks each, tokens each found in the prefix cache, free
+        blocks or reserved tokens afterwards). The waiting queue is not changed
+        (:meth:`apply` pops them); the prefix cache is (its hits are touched and new blocks
+        taken, as vLLM does)."""
+        room = self.max_seqs - running
         joined: list[int] = []
         tokens: list[int] = []
         blocks: list[int] = []
         cached: list[int] = []
-        paged = self.blocks is not None
+        bs = self.blocks.block_size if self.blocks is not None else 0  # 0: reserve mode
         capacity = self.kv_capacity
         prefix = rep.prefix
+        threshold, chunked, parked, prompt_len = (self.threshold, self.chunked, self.parked,
+                                                  self.w.prompt_len)
         for u in rep.waiting:
             if left <= 0 or len(joined) >= room:
                 break
-            col = self.parked.get(u)
-            num_tokens = int(self.w.prompt_len[u]) if col is None else int(col[_FILL])
-            hits = prefix.hits(u, num_tokens) if prefix is not None else []
-            computed = len(hits) * self.blocks.block_size if hits else 0
+            col = parked.get(u)
+            num_tokens = int(prompt_len[u]) if col is None else int(col[_FILL])
+            hits = prefix.hits(u, num_tokens) if prefix is not None else ()
+            computed = len(hits) * bs
             num_new = num_tokens - computed
-            if self.threshold and num_new > self.threshold:
-                num_new = self.threshold
-            if not self.chunked and num_new > left:
-                break
-            num_new = min(num_new, left)
-            if paged:
-                fresh = ceil_div(computed + num_new, self.blocks.block_size) - len(hits)
+            if threshold and num_new > threshold:
+                num_new = threshold
+            if num_new > left:
+                if not chunked:
+                    break
+                num_new = left
+            if bs:
+                fresh = -(-(computed + num_new) // bs) - len(hits)
                 need = fresh + (prefix.evictable(hits) if hits else 0)
                 if need > free:
                     break
@@ -315,8 +319,7 @@ class V1Composer:
                 if prefix is not None:
                     prefix.touch(u, hits)
                     prefix.allocate(u, fresh)
-                    prefix.cache_full(u, min(computed + num_new, num_tokens)
-                                      // self.blocks.block_size)
+                    prefix.cache_full(u, min(computed + num_new, num_tokens) // bs)
             else:
                 need = 0
                 if capacity is not None:
@@ -340,18 +343,24 @@ class V1Composer:
             rep.n_prefilling -= int(np.count_nonzero(tail[_PREFILLED] < tail[_FILL]))
             self.park(rep, preempted_columns(tail))
             state = state[:, :comp.kept]
-        if comp.joined:
-            new = self.initial.take(comp.joined, axis=1)
-            for j, u in enumerate(comp.joined):
+        joined = comp.joined
+        if len(joined) == 1 and joined[0] not in self.parked and not comp.cached[0]:
+            u = joined[0]  # one fresh request: its initial column, no copy before the join
+            rep.waiting.popleft()
+            state = np.concatenate([state, self.initial[:, u:u + 1]], axis=1)
+            rep.n_prefilling += 1
+        elif joined:
+            new = self.initial.take(joined, axis=1)
+            for j, u in enumerate(joined):
                 rep.waiting.popleft()
                 col = self.parked.pop(u, None)
                 if col is not None:
                     new[:, j] = col
                     self.rec.recomputed[u] -= comp.cached[j] if comp.cached else 0
-            if comp.cached:
+            if any(comp.cached):
                 new[_PREFILLED] = comp.cached
             state = np.concatenate([state, new], axis=1)
-            rep.n_prefilling += len(comp.joined)
+            rep.n_prefilling += len(joined)
         rep.state = state
         if self.blocks is not None:
             state[_BLOCKS] = comp.blocks

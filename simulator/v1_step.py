@@ -43,9 +43,10 @@ class V1Step(V1Run):
         The decoding requests' plan comes first (vLLM's drafts exist before ``schedule``);
         the composition then decides who runs and with how many tokens. A run of identical
         depth-0 decode steps is taken at once (simulator.v1_run)."""
-        duration = self.decode_run(rep, time)
-        if duration is not None:
-            return duration
+        if not self.depth:
+            duration = self.decode_run(rep, time)
+            if duration is not None:
+                return duration
         state = rep.state
         n = state.shape[1]
         d_idx: np.ndarray | None = None
@@ -61,7 +62,10 @@ class V1Step(V1Run):
             if nd:
                 m, plan, view, eta = self.plan_decode(rep, sub)
             verified = plan.verified if nd else _EMPTY
-            want = self.wants(state, d_idx, verified)
+            if d_idx is None and not self.threshold:  # wants(), its common case inlined
+                want = verified + 1
+            else:
+                want = self.wants(state, d_idx, verified)
         else:
             want = verified = _EMPTY
         comp = (self.compose_reference(rep, d_idx, verified) if self.reference
@@ -114,18 +118,23 @@ class V1Step(V1Run):
                 kv = m[_M_KV]
                 q_len = plan.verified + 1
         prefill_tokens = 0
-        completed = _EMPTY
-        if rep.n_prefilling:
+        completed: np.ndarray | slice | int = _EMPTY
+        n_completed = 0
+        if rep.n_prefilling == n_joined and n_joined and self.from_sums is not None:
+            # only the admitted prompts prefill (the last columns): scalar sums
+            prefill_tokens, completed, n_completed, chunk_sums = self.prefill_joined(
+                rep, tokens, n_joined)
+            if self.policy.speculates:
+                draft_t += float(self.from_sums("draft", *chunk_sums))
+            sums = chunk_sums if sums is None else (
+                sums[0] + chunk_sums[0], sums[1] + chunk_sums[1], sums[2] + chunk_sums[2],
+                sums[3] + chunk_sums[3], sums[4] + chunk_sums[4])
+        elif rep.n_prefilling:
             prefilled, fill = state[_PREFILLED], state[_FILL]
-            joined_only = rep.n_prefilling == n_joined
-            if joined_only:  # only the admitted prefill: the last columns
-                start = state.shape[1] - n_joined
-                p_idx = slice(start, None)
-            else:
-                p_idx = np.flatnonzero((tokens > 0) & (prefilled < fill))
-            if joined_only or p_idx.shape[0]:
+            p_idx = np.flatnonzero((tokens > 0) & (prefilled < fill))
+            if p_idx.shape[0]:
                 chunk = tokens[p_idx]
-                kv_before = prefilled[p_idx]  # a view for a slice: read before the update
+                kv_before = prefilled[p_idx]
                 if self.from_sums is not None:  # price from exact integer sums
                     chunk_sums = integer_sums(chunk, kv_before)
                     if self.policy.speculates:
@@ -140,11 +149,9 @@ class V1Step(V1Run):
                     q_len = np.concatenate([q_len, chunk])
                     kv = np.concatenate([kv, kv_before])
                 prefilled[p_idx] += chunk
-                if joined_only:
-                    completed = np.flatnonzero(prefilled[p_idx] >= fill[p_idx]) + start
-                else:
-                    completed = p_idx[prefilled[p_idx] >= fill[p_idx]]
-                rep.n_prefilling -= int(completed.shape[0])
+                completed = p_idx[prefilled[p_idx] >= fill[p_idx]]
+                n_completed = int(completed.shape[0])
+                rep.n_prefilling -= n_completed
                 prefill_tokens = int(_sum(chunk))
         if self.from_sums is not None:
             target_t = float(self.from_sums("target", *sums))
@@ -152,8 +159,9 @@ class V1Step(V1Run):
             target_t = float(self.cost.step_time("target", q_len, kv))
         overhead = self.overhead
         end = time + draft_t + target_t + verify_t + overhead
-        if completed.shape[0]:
-            emitted += self.emit_completed(rep, completed, end)
+        if n_completed:
+            self.emit_completed(rep, completed, end)
+            emitted += n_completed
         if keep == 0 and prefill_tokens == 0:  # pragma: no cover - engine invariant
             raise SpecbatchError("simulator: a vllm-v1 step with nothing scheduled "
                                  "(engine invariant broken)")
@@ -182,16 +190,51 @@ class V1Step(V1Run):
         tree = None if plan.tree is None else cut_mask(plan.tree[:keep], verified)
         return m, Plan(drafted, verified, plan.depth, tree), view, eta
 
-    def emit_completed(self, rep: Replica, idx: np.ndarray, end: float) -> int:
-        """Requests at ``idx`` completed their (re)prefill this step: each samples one token
-        from its last position, a fresh prompt its first (TTFT), a recomputed one its next
-        (position t → t + 1). Returns the tokens emitted."""
+    def prefill_joined(self, rep: Replica, tokens: np.ndarray, n_joined: int
+                       ) -> tuple[int, np.ndarray | slice | int, int, tuple]:
+        """Prefill the chunks of the ``n_joined`` requests admitted this step, the last
+        columns, when no other request prefills: (prompt tokens prefilled, the columns whose
+        (re)prefill completed (a slice when all did, the column when it is one), how many,
+        the chunks' pass sums
+        (n, Σq, Σc, Σq·c, Σq²) as :func:`~simulator.v1.integer_sums` gives them, summed in
+        Python integers: a few requests' chunks cost less so than as arrays)."""
         state = rep.state
+        start = state.shape[1] - n_joined
+        if n_joined == 1:  # scalars: cheaper than the arrays for one request
+            q0, c0 = int(tokens[start]), int(state[_PREFILLED, start])
+            state[_PREFILLED, start] = c0 + q0
+            sums = (1, float(q0), float(c0), float(q0 * c0), float(q0 * q0))
+            if c0 + q0 < state[_FILL, start]:
+                return q0, _EMPTY, 0, sums
+            rep.n_prefilling -= 1
+            return q0, start, 1, sums
+        prefilled = state[_PREFILLED, start:]  # a view: the update writes through
+        chunk = tokens[start:]
+        q, c, f = chunk.tolist(), prefilled.tolist(), state[_FILL, start:].tolist()
+        prefilled += chunk
+        total = sum(q)
+        sums = (n_joined, float(total), float(sum(c)), float(sum(a * b for a, b in zip(q, c))),
+                float(sum(a * a for a in q)))
+        done = [i for i in range(n_joined) if c[i] + q[i] >= f[i]]
+        rep.n_prefilling -= len(done)
+        if len(done) == n_joined:
+            return total, slice(start, None), n_joined, sums
+        return total, np.asarray(done, dtype=_I64) + start, len(done), sums
+
+    def emit_completed(self, rep: Replica, idx: np.ndarray | slice | int, end: float) -> None:
+        """Requests at ``idx`` (columns, a slice of them, or one column) completed their
+        (re)prefill this step: each samples one token from its last position, a fresh prompt
+        its first (TTFT), a recomputed one its next (position t → t + 1)."""
+        state = rep.state
+        if isinstance(idx, int):
+            pos = int(state[_POS, idx])
+            if not pos:
+                self.rec.first_token[state[_UID, idx]] = end
+            state[_POS, idx] = pos + 1
+            return
         pos = state[_POS, idx]
-        fresh = pos == 0
-        self.rec.first_token[state[_UID, idx[fresh]]] = end
+        self.rec.first_token[state[_UID, idx][pos == 0]] = end
         state[_POS, idx] = pos + 1
-        return int(idx.shape[0])
 
     def log_composition(self, rep: Replica, time: float, comp: Composition) -> None:
         """Append the composition to ``compositions`` as plain values (parity tests): replica,
