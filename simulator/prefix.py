@@ -235,6 +235,18 @@ class PrefixCache:
         """How many of ``blocks`` sit in the free queue (reference count 0)."""
         return sum(1 for b in blocks if self.ref[b] == 0)
 
+    def admit(self, uid: int, hits: list[int], fresh: int, full: int) -> None:
+        """A request admitted with its ``hits`` (:meth:`touch`), ``fresh`` new blocks
+        (:meth:`allocate`) and its first ``full`` blocks full (:meth:`cache_full`), in that
+        order. In counting mode (no hits) that is the free count and the hashed blocks."""
+        if self.lazy:
+            self.n_free -= fresh
+            self.hashed[uid] = full
+            return
+        self.touch(uid, hits)
+        self.allocate(uid, fresh)
+        self.cache_full(uid, full)
+
     def touch(self, uid: int, blocks: list[int]) -> None:
         """``touch``: the request holds ``blocks`` (hits), out of the free queue."""
         self.hashed[uid] = len(blocks)

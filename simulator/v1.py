@@ -167,15 +167,18 @@ class V1Composer:
         short and someone is preempted), then FCFS admission."""
         state = rep.state
         budget = self.max_batched
-        asked = int(_sum(want))
-        if asked <= budget:  # the common case: every running request gets what it asks
-            tokens = want
-        else:
-            before = np.cumsum(want) - want
-            tokens = np.minimum(np.maximum(budget - before, 0), want)
-            asked = budget
-        cut = tokens is not want  # the budget left some running requests short
         kept = state.shape[1]
+        if not rep.n_prefilling and kept * (self.depth + 1) <= budget:
+            tokens, asked = want, None  # each decoding request asks <= 1 + K: all fit
+        else:
+            asked = int(_sum(want))
+            if asked <= budget:  # the common case: every running request gets what it asks
+                tokens = want
+            else:
+                before = np.cumsum(want) - want
+                tokens = np.minimum(np.maximum(budget - before, 0), want)
+                asked = budget
+        cut = tokens is not want  # the budget left some running requests short
         paged = self.blocks is not None
         blocks = state[_BLOCKS]  # a view: copied before it changes
         prefix = rep.prefix
@@ -224,7 +227,11 @@ class V1Composer:
                 self.cache_scheduled(prefix, state[_UID, :kept], done, tokens, cut)
         if kept < state.shape[1]:  # a step that preempted admits nobody
             return Composition(kept, (), tokens, blocks, free, (), True)
-        if not rep.waiting or kept >= self.max_seqs or asked >= budget:
+        if not rep.waiting or kept >= self.max_seqs:
+            return Composition(kept, (), tokens, blocks, free, (), cut)
+        if asked is None:
+            asked = int(_sum(tokens))
+        if asked >= budget:
             return Composition(kept, (), tokens, blocks, free, (), cut)
         joined, t_new, b_new, c_new, free = self.admit_v1(rep, budget - asked, free, kept)
         if joined:  # lists of Python ints: int64 like the arrays
@@ -317,9 +324,7 @@ class V1Composer:
                 free -= need
                 need = fresh + len(hits)
                 if prefix is not None:
-                    prefix.touch(u, hits)
-                    prefix.allocate(u, fresh)
-                    prefix.cache_full(u, min(computed + num_new, num_tokens) // bs)
+                    prefix.admit(u, hits, fresh, min(computed + num_new, num_tokens) // bs)
             else:
                 need = 0
                 if capacity is not None:

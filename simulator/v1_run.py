@@ -43,9 +43,11 @@ _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
 class V1Run:
     """The engine's run of identical vllm-v1 decode steps (module docstring); mixed into
     :class:`~simulator.engine.Engine` through :class:`~simulator.v1_step.V1Step`.
-    ``fast_forward`` False turns it off (every step single, the same results)."""
+    ``fast_paths`` False turns it off, and :meth:`~simulator.v1_step.V1Step.v1_step`'s
+    reserve-mode shortcut (every step through the composer, one at a time: the same
+    results; the parity tests compare the two)."""
 
-    fast_forward = True
+    fast_paths = True
 
     def decode_run(self, rep: Replica, time: float) -> float | None:
         """Take a run of identical depth-0 decode steps starting at ``time`` (module
@@ -53,7 +55,7 @@ class V1Run:
         taken (nothing changed: the caller runs a single step)."""
         state = rep.state
         n = state.shape[1]
-        if (not n or rep.n_prefilling or self.depth or not self.fast_forward or self.reference
+        if (not n or rep.n_prefilling or self.depth or not self.fast_paths or self.reference
                 or self.check_plans or self.observes or len(self.replicas) != 1):
             return None
         prefix = rep.prefix

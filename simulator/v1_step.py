@@ -63,6 +63,14 @@ class V1Step(V1Run):
                 m, plan, view, eta = self.plan_decode(rep, sub)
             verified = plan.verified if nd else _EMPTY
             if d_idx is None and not self.threshold:  # wants(), its common case inlined
+                if (self.blocks is None and (not rep.waiting or n >= self.max_seqs)
+                        and n * (self.depth + 1) <= self.max_batched and self.fast_paths
+                        and self.compositions is None and not self.reference):
+                    # reserve mode, nobody to admit, every ask fits: the composition is
+                    # the running batch as it is (compose and apply would change nothing),
+                    # and with no prompt chunk run_composed reads no tokens
+                    return self.run_composed(rep, time, _EMPTY, 0, None, n, m, plan, view,
+                                             eta, sub)
                 want = verified + 1
             else:
                 want = self.wants(state, d_idx, verified)

@@ -1,9 +1,11 @@
-"""Runs of identical vllm-v1 decode steps taken at once (simulator.v1_run).
+"""The vllm-v1 step's fast paths: runs of identical decode steps taken at once
+(simulator.v1_run) and the reserve-mode step that skips a composition changing nothing.
 
-A run changes nothing a simulation reports: with ``fast_forward`` on and off, every step row,
+They change nothing a simulation reports: with ``fast_paths`` on and off, every step row,
 every request row and every logged composition is identical, on random workloads that
-admit, finish, run out of blocks and wait for arrivals, under an exact dyadic cost model and
-under the roofline's sums. A hand-computed case pins what one run does.
+admit, finish, run out of blocks and wait for arrivals, with and without drafts, under an
+exact dyadic cost model and under the roofline's sums. A hand-computed case pins what one
+run does.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ ROOFLINE = build_cost(load_config(None))
 
 
 def engine(trace, cost, fast: bool, **kw) -> Engine:
-    config = load_config(None, trace="synth", requests=trace.n_requests, policy="ar", **kw)
+    kw = {"policy": "ar", **kw}
+    config = load_config(None, trace="synth", requests=trace.n_requests, **kw)
     eng = Engine(config, trace, build_workload(config, trace), cost,
                  make_policy(config, trace.K), capacity=config.kv_capacity)
-    eng.fast_forward = fast
+    eng.fast_paths = fast
     return eng
 
 
@@ -53,12 +56,14 @@ def cases(draw):
     block = draw(st.sampled_from([1, 2, 4, 16]))
     mode = draw(st.sampled_from(["paged", "paged", "reserve"]))
     longest = max(p + o for p, o in zip(prompts, outputs))
-    capacity = (-(-(longest - 1) // block) + draw(st.integers(0, 12))) * block
+    capacity = (-(-(longest + 3) // block) + draw(st.integers(0, 12))) * block
     kw = dict(block_size=block, kv_mode=mode, kv_capacity=capacity if mode == "paged" else None,
               enable_prefix_caching=draw(st.booleans()),
               enable_chunked_prefill=draw(st.booleans()),
               max_num_batched_tokens=draw(st.integers(longest, longest + 40)),
-              max_num_seqs=draw(st.integers(1, 6)), arrival="trace")
+              max_num_seqs=draw(st.integers(1, 6)), arrival="trace",
+              **draw(st.sampled_from([{"policy": "ar"}, {"policy": "ar"},
+                                      {"policy": "fixed", "k": 2}])))
     trace = const_trace(n_requests=n, output_lens=outputs, prompt_lens=prompts, depth=4,
                         arrival=np.cumsum(gaps) + draw(st.sampled_from([0.0, 1000.0])))
     cost = draw(st.sampled_from([LinearCost(), ROOFLINE]))
@@ -67,20 +72,26 @@ def cases(draw):
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases())
-def test_runs_of_steps_change_no_step_request_or_composition(case):
+def test_fast_paths_change_no_step_request_or_composition(case):
+    """Each step row and request row identical with the fast paths on and off, and with the
+    compositions logged (which turns the reserve-mode shortcut off, not the runs), each
+    composition too."""
     trace, cost, kw = case
-    out = []
+    tables, logs = [], []
     for fast in (True, False):
         eng = engine(trace, cost, fast, **kw)
-        eng.compositions = []
         eng.decode_run = counted(eng.decode_run, taken := [])
         rec = eng.run()
+        tables.append((step_frame(rec.step_rows), request_table(rec, eng.w)))
         if fast:
             event(f"runs taken: {min(len(taken), 3)}")
-        out.append((step_frame(rec.step_rows), request_table(rec, eng.w), eng.compositions))
-    pd.testing.assert_frame_equal(out[0][0], out[1][0], check_exact=True)
-    pd.testing.assert_frame_equal(out[0][1], out[1][1], check_exact=True)
-    assert out[0][2] == out[1][2]
+        eng = engine(trace, cost, fast, **kw)
+        eng.compositions = []
+        eng.run()
+        logs.append(eng.compositions)
+    pd.testing.assert_frame_equal(tables[0][0], tables[1][0], check_exact=True)
+    pd.testing.assert_frame_equal(tables[0][1], tables[1][1], check_exact=True)
+    assert logs[0] == logs[1]
 
 
 def test_a_run_lasts_until_the_first_request_finishes():
