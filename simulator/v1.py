@@ -161,10 +161,13 @@ class V1Composer:
             np.minimum(want, self.threshold, out=want)
         return want
 
-    def compose(self, rep: Replica, want: np.ndarray) -> Composition:
+    def compose(self, rep: Replica, want: np.ndarray, ctx: np.ndarray | None = None
+                ) -> Composition:
         """The vectorised composer: the budget's cut by one cumulative sum, the running
         requests' new blocks in one allocation (a per-request walk only when the pool runs
-        short and someone is preempted), then FCFS admission."""
+        short and someone is preempted), then FCFS admission. ``ctx`` # [n]: prompt + t of
+        every running request when all decode and the caller has it (the plan's KV row,
+        never written afterwards), else None."""
         state = rep.state
         budget = self.max_batched
         kept = state.shape[1]
@@ -196,7 +199,7 @@ class V1Composer:
                 done = np.where(decoding, ctx,
                                 np.minimum(computed + tokens, state[_FILL]))
             else:  # every request decodes: computed = prompt + t − 1
-                done = state[_PROMPT] + state[_POS]  # prompt + t = computed + 1
+                done = state[_PROMPT] + state[_POS] if ctx is None else ctx  # computed + 1
                 need = (done + tokens + (self.lookahead + bs - 2)) // bs - blocks
             np.maximum(need, 0, out=need)
             if cut:

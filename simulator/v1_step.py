@@ -77,7 +77,8 @@ class V1Step(V1Run):
         else:
             want = verified = _EMPTY
         comp = (self.compose_reference(rep, d_idx, verified) if self.reference
-                else self.compose(rep, want))
+                else self.compose(rep, want, None if d_idx is not None or m is None
+                                  else m[_M_KV]))
         if self.compositions is not None:
             self.log_composition(rep, time, comp)
         self.apply(rep, comp)
