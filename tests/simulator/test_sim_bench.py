@@ -19,5 +19,6 @@ def test_sim_bench_quick_json(capsys):
     assert module.main(["--quick", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["headline"]["tokens_per_s"] > 0 and out["reference"]["ratio"] > 1
+    assert out["headline_v0"]["v1_over_v0"] > 0  # the same workload under vllm-v0
     assert [row["max_num_seqs"] for row in out["curve"]] == [8, 16, 32, 64, 128, 256, 512]
     assert out["paged"][0]["preemptions"] == 0 and out["paged"][1]["kv_capacity"] == 4244
