@@ -20,6 +20,7 @@ from specbatch.simulator.plan import Plan
 from specbatch.simulator.state import Outcome, Replica, Row, step_record
 from specbatch.simulator.tree_tables import cut_mask
 from specbatch.simulator.v1 import Composition, integer_sums
+from specbatch.simulator.v1_fast import V1Fast
 from specbatch.simulator.v1_run import V1Run
 from specbatch.simulator.view import StepView
 
@@ -32,10 +33,11 @@ _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
 _count_nonzero = np.count_nonzero
 
 
-class V1Step(V1Run):
+class V1Step(V1Run, V1Fast):
     """The engine's vllm-v1 step (module docstring); mixed into
     :class:`~simulator.engine.Engine` next to :class:`~simulator.v1.V1Composer`, with the
-    runs of identical decode steps of :class:`~simulator.v1_run.V1Run`."""
+    runs of identical decode steps of :class:`~simulator.v1_run.V1Run` and the reserve-mode
+    step of :class:`~simulator.v1_fast.V1Fast`."""
 
     def v1_step(self, rep: Replica, time: float) -> float | None:
         """Compose and run one vllm-v1 step; returns its duration (None: nothing runs).
@@ -63,14 +65,10 @@ class V1Step(V1Run):
                 m, plan, view, eta = self.plan_decode(rep, sub)
             verified = plan.verified if nd else _EMPTY
             if d_idx is None and not self.threshold:  # wants(), its common case inlined
-                if (self.blocks is None and (not rep.waiting or n >= self.max_seqs)
-                        and n * (self.depth + 1) <= self.max_batched and self.fast_paths
-                        and self.compositions is None and not self.reference):
-                    # reserve mode, nobody to admit, every ask fits: the composition is
-                    # the running batch as it is (compose and apply would change nothing),
-                    # and with no prompt chunk run_composed reads no tokens
-                    return self.run_composed(rep, time, _EMPTY, 0, None, n, m, plan, view,
-                                             eta, sub)
+                if self.blocks is None:  # reserve mode: maybe no composer (simulator.v1_fast)
+                    duration = self.reserve_step(rep, time, m, plan, view, eta, sub)
+                    if duration is not None:
+                        return duration
                 want = verified + 1
             else:
                 want = self.wants(state, d_idx, verified)
@@ -106,11 +104,13 @@ class V1Step(V1Run):
     def run_composed(self, rep: Replica, time: float, tokens: np.ndarray, n_joined: int,
                      d_idx: np.ndarray | None, keep: int, m: np.ndarray | None,
                      plan: Plan | None, view: StepView | None, eta: np.ndarray | None,
-                     sub: np.ndarray | None) -> float:
+                     sub: np.ndarray | None, prefilled: tuple | None = None) -> float:
         """Verify, price and commit the composed step: the first ``keep`` planned decoding
         requests (columns ``d_idx``, None = the first ``keep``; their plan ``m``, ``plan``
         and state columns ``sub`` already cut to what was scheduled) and the prompt chunks
-        of ``tokens`` # [running] (the last ``n_joined`` columns were admitted this step)."""
+        of ``tokens`` # [running] (the last ``n_joined`` columns were admitted this step).
+        ``prefilled``: the admitted requests' chunks are prefilled already, and this is what
+        :meth:`prefill_joined` returns for them (simulator.v1_fast; ``tokens`` unread)."""
         state = rep.state
         emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
         draft_t, verify_t, sums, q_len, kv = 0.0, 0.0, None, _EMPTY, _EMPTY
@@ -129,10 +129,12 @@ class V1Step(V1Run):
         prefill_tokens = 0
         completed: np.ndarray | slice | int = _EMPTY
         n_completed = 0
-        if rep.n_prefilling == n_joined and n_joined and self.from_sums is not None:
+        if prefilled is not None or (rep.n_prefilling == n_joined and n_joined
+                                     and self.from_sums is not None):
             # only the admitted prompts prefill (the last columns): scalar sums
-            prefill_tokens, completed, n_completed, chunk_sums = self.prefill_joined(
-                rep, tokens, n_joined)
+            prefill_tokens, completed, n_completed, chunk_sums = (
+                prefilled if prefilled is not None
+                else self.prefill_joined(rep, tokens, n_joined))
             if self.policy.speculates:
                 draft_t += float(self.from_sums("draft", *chunk_sums))
             sums = chunk_sums if sums is None else (
