@@ -50,6 +50,8 @@ class V1Step(V1Run, V1Fast):
             if duration is not None:
                 return duration
         state = rep.state
+        if not state.flags.c_contiguous:  # a column selection (finish) left it column-major
+            rep.state = state = np.ascontiguousarray(state)  # rows contiguous: faster rows
         n = state.shape[1]
         d_idx: np.ndarray | None = None
         nd = 0
@@ -104,13 +106,15 @@ class V1Step(V1Run, V1Fast):
     def run_composed(self, rep: Replica, time: float, tokens: np.ndarray, n_joined: int,
                      d_idx: np.ndarray | None, keep: int, m: np.ndarray | None,
                      plan: Plan | None, view: StepView | None, eta: np.ndarray | None,
-                     sub: np.ndarray | None, prefilled: tuple | None = None) -> float:
+                     sub: np.ndarray | None, join: tuple | None = None) -> float:
         """Verify, price and commit the composed step: the first ``keep`` planned decoding
         requests (columns ``d_idx``, None = the first ``keep``; their plan ``m``, ``plan``
         and state columns ``sub`` already cut to what was scheduled) and the prompt chunks
         of ``tokens`` # [running] (the last ``n_joined`` columns were admitted this step).
-        ``prefilled``: the admitted requests' chunks are prefilled already, and this is what
-        :meth:`prefill_joined` returns for them (simulator.v1_fast; ``tokens`` unread)."""
+        ``join``: (uids, chunks, reserved tokens afterwards) of requests admitted by
+        simulator.v1_fast, appended with their chunks prefilled once the decoding requests
+        have committed (the batch's leading columns then are the whole state: a contiguous
+        commit); ``n_joined`` is 0 and ``tokens`` unread then."""
         state = rep.state
         emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
         draft_t, verify_t, sums, q_len, kv = 0.0, 0.0, None, _EMPTY, _EMPTY
@@ -129,11 +133,11 @@ class V1Step(V1Run, V1Fast):
         prefill_tokens = 0
         completed: np.ndarray | slice | int = _EMPTY
         n_completed = 0
-        if prefilled is not None or (rep.n_prefilling == n_joined and n_joined
-                                     and self.from_sums is not None):
+        if join is not None or (rep.n_prefilling == n_joined and n_joined
+                                and self.from_sums is not None):
             # only the admitted prompts prefill (the last columns): scalar sums
             prefill_tokens, completed, n_completed, chunk_sums = (
-                prefilled if prefilled is not None
+                self.join_prefilled(rep, *join) if join is not None
                 else self.prefill_joined(rep, tokens, n_joined))
             if self.policy.speculates:
                 draft_t += float(self.from_sums("draft", *chunk_sums))
