@@ -1,17 +1,20 @@
-"""The vllm-v1 step without the general composer where its answer is known (reserve mode).
+"""The vllm-v1 step without the general composer, where the composer's answer is known.
 
-In reserve KV mode (no blocks to grow, nobody ever preempted or parked) with every running
-request decoding, no ``long_prefill_token_threshold`` and a token budget no step's asks can
-exceed (n · (1 + K) ≤ ``max_num_batched_tokens``), :meth:`V1Composer.compose
-<simulator.v1.V1Composer.compose>` schedules every running request as asked and admits
-waiting prompts FCFS into what is left (:meth:`~simulator.v1.V1Composer.admit_v1`). The
-step below does exactly that without building the composition's arrays: nobody to admit,
-the running batch runs as it is; else the admitted requests' columns join with their
-chunks already prefilled (they have no cached tokens here) once the running requests have
-committed, and the chunks' pass sums
-(n, Σq, Σc = 0, Σq·c = 0, Σq²) are summed from the admission's Python integers.
-:meth:`~simulator.v1_step.V1Step.run_composed` then verifies, prices and records the step
-as after the general composer, so every result is the same (``fast_paths`` False takes the
+With every running request decoding, no ``long_prefill_token_threshold``, a token budget no
+step's asks can exceed (n · (1 + K) ≤ ``max_num_batched_tokens``) and, in paged mode, no
+prefix cache keeping block identities (none, or one still counting: simulator.prefix),
+:meth:`V1Composer.compose <simulator.v1.V1Composer.compose>` schedules every running request
+as asked, grows its blocks to ⌈(prompt + t − 1 + 1 + s_i + lookahead) / block_size⌉ in one
+allocation when the free pool holds them all, and admits waiting prompts FCFS into what the
+budget has left (:meth:`~simulator.v1.V1Composer.admit_v1`); :meth:`~simulator.v1.
+V1Composer.apply` then appends the admitted columns. :meth:`V1Fast.fast_step` does exactly
+that without the composition's arrays: the growth in place, the admitted requests' columns
+appended once the running requests have committed (a contiguous commit), each with its
+chunk prefilled and its blocks (none is found in a prefix cache here), and the chunks' pass
+sums (n, Σq, Σc, Σq·c, Σq²) summed from the admission's Python integers (Σc = Σq·c = 0:
+nothing cached). A pool too small for the growth (someone is preempted) takes the general
+path. :meth:`~simulator.v1_step.V1Step.run_composed` verifies, prices and records the step
+as after the composer, so every result is the same (``fast_paths`` False always takes the
 general path; the parity tests compare the two).
 """
 
@@ -20,59 +23,104 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.simulator.plan import Plan
-from specbatch.simulator.state import Replica, Row
+from specbatch.simulator.state import Outcome, Replica, Row
 from specbatch.simulator.view import StepView
 
 _I64 = np.int64
-_PREFILLED, _FILL = int(Row.PREFILLED), int(Row.FILL)
+_UID, _PREFILLED, _FILL, _BLOCKS = int(Row.UID), int(Row.PREFILLED), int(Row.FILL), int(Row.BLOCKS)
+_M_KV = int(Outcome.KV)
 _EMPTY = np.zeros(0, dtype=_I64)
 _EMPTY.flags.writeable = False
 _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
 
 
 class V1Fast:
-    """The reserve-mode vllm-v1 step (module docstring); mixed into
+    """The vllm-v1 step without the composer (module docstring); mixed into
     :class:`~simulator.engine.Engine` through :class:`~simulator.v1_step.V1Step`."""
 
-    def reserve_step(self, rep: Replica, time: float, m: np.ndarray, plan: Plan,
-                     view: StepView | None, eta: np.ndarray, sub: np.ndarray) -> float | None:
+    def fast_step(self, rep: Replica, time: float, m: np.ndarray, plan: Plan,
+                  view: StepView | None, eta: np.ndarray, sub: np.ndarray) -> float | None:
         """Run the step of ``rep``'s ``n`` decoding requests (their plan ``m``, ``plan``,
         ``view``, ``eta``; ``sub`` = the state) without the composer when the module
         docstring's conditions hold; returns its duration, or None (nothing changed: the
-        caller composes). The caller checked reserve mode and no threshold."""
+        caller composes). The caller checked that all decode and there is no threshold."""
         n = sub.shape[1]
         budget = self.max_batched
         if (n * (self.depth + 1) > budget or not self.fast_paths
                 or self.compositions is not None or self.reference):
             return None
-        if not rep.waiting or n >= self.max_seqs:
-            return self.run_composed(rep, time, _EMPTY, 0, None, n, m, plan, view, eta, sub)
-        if self.from_sums is None:  # the chunks join the pass as arrays: the general path
+        admits = bool(rep.waiting) and n < self.max_seqs
+        if admits and self.from_sums is None:  # chunks join the pass as arrays: composer
             return None
-        left = budget - int(_sum(plan.verified)) - n  # what the running requests leave
-        if left <= 0:
-            return self.run_composed(rep, time, _EMPTY, 0, None, n, m, plan, view, eta, sub)
-        joined, chunks, _, _, free = self.admit_v1(rep, left, rep.kv_reserved, n)
-        if not joined:
-            return self.run_composed(rep, time, _EMPTY, 0, None, n, m, plan, view, eta, sub)
-        return self.run_composed(rep, time, _EMPTY, 0, None, n, m, plan, view, eta, sub,
-                                 (joined, chunks, free))
+        prefix = rep.prefix
+        if self.blocks is None:
+            free = rep.kv_reserved
+        else:
+            if prefix is not None and not prefix.lazy:
+                return None
+            free = self.grow_running(rep, m, plan, prefix)
+            if free is None:  # someone is preempted: the composer
+                return None
+        if admits:
+            left = budget - int(_sum(plan.verified)) - n  # what the running requests leave
+            if left > 0:
+                joined, chunks, blocks, _, free = self.admit_v1(rep, left, free, n)
+                if joined:
+                    return self.run_composed(rep, time, _EMPTY, 0, None, n, m, plan, view,
+                                             eta, sub, (joined, chunks, blocks, free))
+        return self.run_composed(rep, time, _EMPTY, 0, None, n, m, plan, view, eta, sub)
+
+    def grow_running(self, rep: Replica, m: np.ndarray, plan: Plan, prefix) -> int | None:
+        """Paged mode: grow every running request's blocks for its 1 + s_i tokens (the
+        plan's KV row is prompt + t = computed + 1) and note the tokens it has computed
+        in a counting prefix cache; returns the free blocks left, or None (nothing changed)
+        when the pool does not hold the growth."""
+        state = rep.state
+        bs = self.blocks.block_size
+        ctx = m[_M_KV]
+        need = ctx + plan.verified
+        need += self.lookahead + bs - 1
+        need //= bs
+        need -= state[_BLOCKS]
+        np.maximum(need, 0, out=need)
+        total = int(_sum(need))
+        free = prefix.n_free if prefix is not None else rep.free_blocks
+        if total > free:
+            return None
+        if total:
+            state[_BLOCKS] += need
+            free -= total
+            if prefix is not None:
+                prefix.n_free = free
+        rep.free_blocks = free
+        if prefix is not None:
+            prefix.note_done(state[_UID], ctx, True)
+        return free
 
     def join_prefilled(self, rep: Replica, joined: tuple[int, ...], chunks: list[int],
-                       free: int) -> tuple[int, slice | np.ndarray | int, int, tuple]:
-        """Append the admitted requests' columns, each with its chunk prefilled, and take
-        them off the waiting queue; ``free`` the reserved tokens afterwards. Returns what
+                       blocks: list[int], free: int
+                       ) -> tuple[int, slice | np.ndarray | int, int, tuple]:
+        """Append the admitted requests' columns (a preempted one's parked column), each
+        with its chunk prefilled and, in paged mode, its ``blocks``, and take them off the
+        waiting queue; ``free`` the free blocks or reserved tokens afterwards. Returns what
         :meth:`~simulator.v1_step.V1Step.prefill_joined` would (prompt tokens prefilled,
         the columns that completed their prefill, how many, the chunks' pass sums)."""
         k = len(joined)
         state = rep.state
         start = state.shape[1]
         waiting = rep.waiting
-        rep.kv_reserved = free
-        if k == 1:  # scalars for the one column
+        paged = self.blocks is not None
+        if paged:
+            rep.free_blocks = free
+        else:
+            rep.kv_reserved = free
+        parked = self.parked
+        if k == 1 and joined[0] not in parked:  # scalars for one fresh column
             u, q = joined[0], chunks[0]
             rep.state = state = np.concatenate([state, self.initial[:, u:u + 1]], axis=1)
             state[_PREFILLED, start] = q
+            if paged:
+                state[_BLOCKS, start] = blocks[0]
             waiting.popleft()
             sums = (1, float(q), 0.0, 0.0, float(q * q))
             if q < state[_FILL, start]:
@@ -80,11 +128,16 @@ class V1Fast:
                 return q, _EMPTY, 0, sums
             return q, start, 1, sums
         new = self.initial.take(joined, axis=1)  # a copy: fresh columns
+        for j, u in enumerate(joined):
+            waiting.popleft()
+            col = parked.pop(u, None)
+            if col is not None:  # resumed: position t, FILL = prompt + t
+                new[:, j] = col
         new[_PREFILLED] = chunks
+        if paged:
+            new[_BLOCKS] = blocks
         fills = new[_FILL].tolist()
         rep.state = np.concatenate([state, new], axis=1)
-        for _ in range(k):
-            waiting.popleft()
         total = sum(chunks)
         sums = (k, float(total), 0.0, 0.0, float(sum(q * q for q in chunks)))
         done = [i for i in range(k) if chunks[i] >= fills[i]]

@@ -43,9 +43,9 @@ _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
 class V1Run:
     """The engine's run of identical vllm-v1 decode steps (module docstring); mixed into
     :class:`~simulator.engine.Engine` through :class:`~simulator.v1_step.V1Step`.
-    ``fast_paths`` False turns it off, and :meth:`~simulator.v1_step.V1Step.v1_step`'s
-    reserve-mode shortcut (every step through the composer, one at a time: the same
-    results; the parity tests compare the two)."""
+    ``fast_paths`` False turns it off, and the step without the composer of
+    simulator.v1_fast (every step through the composer, one at a time: the same results;
+    the parity tests compare the two)."""
 
     fast_paths = True
 

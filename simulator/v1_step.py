@@ -36,8 +36,8 @@ _count_nonzero = np.count_nonzero
 class V1Step(V1Run, V1Fast):
     """The engine's vllm-v1 step (module docstring); mixed into
     :class:`~simulator.engine.Engine` next to :class:`~simulator.v1.V1Composer`, with the
-    runs of identical decode steps of :class:`~simulator.v1_run.V1Run` and the reserve-mode
-    step of :class:`~simulator.v1_fast.V1Fast`."""
+    runs of identical decode steps of :class:`~simulator.v1_run.V1Run` and the step without
+    the composer of :class:`~simulator.v1_fast.V1Fast`."""
 
     def v1_step(self, rep: Replica, time: float) -> float | None:
         """Compose and run one vllm-v1 step; returns its duration (None: nothing runs).
@@ -66,12 +66,11 @@ class V1Step(V1Run, V1Fast):
             if nd:
                 m, plan, view, eta = self.plan_decode(rep, sub)
             verified = plan.verified if nd else _EMPTY
-            if d_idx is None and not self.threshold:  # wants(), its common case inlined
-                if self.blocks is None:  # reserve mode: maybe no composer (simulator.v1_fast)
-                    duration = self.reserve_step(rep, time, m, plan, view, eta, sub)
-                    if duration is not None:
-                        return duration
-                want = verified + 1
+            if d_idx is None and not self.threshold:
+                duration = self.fast_step(rep, time, m, plan, view, eta, sub)  # v1_fast
+                if duration is not None:
+                    return duration
+                want = verified + 1  # wants(), its common case inlined
             else:
                 want = self.wants(state, d_idx, verified)
         else:

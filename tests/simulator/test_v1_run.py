@@ -1,5 +1,6 @@
 """The vllm-v1 step's fast paths: runs of identical decode steps taken at once
-(simulator.v1_run) and the reserve-mode step that skips a composition changing nothing.
+(simulator.v1_run) and the step without the composer where its answer is known
+(simulator.v1_fast).
 
 They change nothing a simulation reports: with ``fast_paths`` on and off, every step row,
 every request row and every logged composition is identical, on random workloads that
@@ -74,7 +75,7 @@ def cases(draw):
 @given(case=cases())
 def test_fast_paths_change_no_step_request_or_composition(case):
     """Each step row and request row identical with the fast paths on and off, and with the
-    compositions logged (which turns the reserve-mode shortcut off, not the runs), each
+    compositions logged (which turns the step without the composer off, not the runs), each
     composition too."""
     trace, cost, kw = case
     tables, logs = [], []
