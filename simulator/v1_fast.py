@@ -61,14 +61,18 @@ class V1Fast:
             free = self.grow_running(rep, m, plan, prefix)
             if free is None:  # someone is preempted: the composer
                 return None
-        if admits:
-            left = budget - int(_sum(plan.verified)) - n  # what the running requests leave
-            if left > 0:
-                joined, chunks, blocks, _, free = self.admit_v1(rep, left, free, n)
-                if joined:
-                    return self.run_composed(rep, time, _EMPTY, 0, None, n, m, plan, view,
-                                             eta, sub, (joined, chunks, blocks, free))
-        return self.run_composed(rep, time, _EMPTY, 0, None, n, m, plan, view, eta, sub)
+        return self.run_composed(rep, time, _EMPTY, 0, None, n, m, plan, view, eta, sub,
+                                 (budget - n, free) if admits else None)
+
+    def admit_after(self, rep: Replica, left: int, free: int
+                    ) -> tuple[int, slice | np.ndarray | int, int, tuple] | None:
+        """FCFS admission into the ``left`` budget tokens the running requests left (their
+        Σ (1 + s_i) taken off), next to them (they have committed); ``free`` blocks or
+        reserved tokens. Returns :meth:`join_prefilled`'s answer, or None: nobody joins."""
+        if left <= 0:
+            return None
+        joined, chunks, blocks, _, free = self.admit_v1(rep, left, free, rep.state.shape[1])
+        return self.join_prefilled(rep, joined, chunks, blocks, free) if joined else None
 
     def grow_running(self, rep: Replica, m: np.ndarray, plan: Plan, prefix) -> int | None:
         """Paged mode: grow every running request's blocks for its 1 + s_i tokens (the

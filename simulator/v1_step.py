@@ -110,10 +110,11 @@ class V1Step(V1Run, V1Fast):
         requests (columns ``d_idx``, None = the first ``keep``; their plan ``m``, ``plan``
         and state columns ``sub`` already cut to what was scheduled) and the prompt chunks
         of ``tokens`` # [running] (the last ``n_joined`` columns were admitted this step).
-        ``join``: (uids, chunks, reserved tokens afterwards) of requests admitted by
-        simulator.v1_fast, appended with their chunks prefilled once the decoding requests
-        have committed (the batch's leading columns then are the whole state: a contiguous
-        commit); ``n_joined`` is 0 and ``tokens`` unread then."""
+        ``join``: (budget left after the running requests' base of one token each, free
+        blocks or reserved tokens) for simulator.v1_fast's admission once the decoding
+        requests have committed (:meth:`~simulator.v1_fast.V1Fast.admit_after`: the
+        budget's rest known from their Σ s_i, and the batch's leading columns are then the
+        whole state, a contiguous commit); ``n_joined`` is 0 and ``tokens`` unread then."""
         state = rep.state
         emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
         draft_t, verify_t, sums, q_len, kv = 0.0, 0.0, None, _EMPTY, _EMPTY
@@ -132,12 +133,13 @@ class V1Step(V1Run, V1Fast):
         prefill_tokens = 0
         completed: np.ndarray | slice | int = _EMPTY
         n_completed = 0
-        if join is not None or (rep.n_prefilling == n_joined and n_joined
-                                and self.from_sums is not None):
+        joined = (self.admit_after(rep, join[0] - verified_sum, join[1])
+                  if join is not None else None)
+        if joined is not None or (rep.n_prefilling == n_joined and n_joined
+                                  and self.from_sums is not None):
             # only the admitted prompts prefill (the last columns): scalar sums
             prefill_tokens, completed, n_completed, chunk_sums = (
-                self.join_prefilled(rep, *join) if join is not None
-                else self.prefill_joined(rep, tokens, n_joined))
+                joined if joined is not None else self.prefill_joined(rep, tokens, n_joined))
             if self.policy.speculates:
                 draft_t += float(self.from_sums("draft", *chunk_sums))
             sums = chunk_sums if sums is None else (
