@@ -47,7 +47,10 @@ The composer is vectorised over the running batch (:meth:`V1Composer.compose`: c
 sums, one allocation); preemption, which is rare, and admission, which is FCFS, walk
 requests one at a time. :meth:`simulator.v1_reference.V1Reference.compose_reference` is its
 per-request twin, written as vLLM's loop, selected by the engine's ``reference=True``;
-simulator.v1_step runs the composed batch.
+simulator.v1_step runs the composed batch. Where the composition is known without it
+(every running request decoding and fitting the budget, no preemption), simulator.v1_fast
+runs the step without the composer, and simulator.v1_run takes runs of identical depth-0
+decode steps at once; both give the same results.
 """
 
 from __future__ import annotations
@@ -352,7 +355,7 @@ class V1Composer:
             self.park(rep, preempted_columns(tail))
             state = state[:, :comp.kept]
         joined = comp.joined
-        if len(joined) == 1 and joined[0] not in self.parked and not comp.cached[0]:
+        if len(joined) == 1 and joined[0] not in self.parked and not any(comp.cached):
             u = joined[0]  # one fresh request: its initial column, no copy before the join
             rep.waiting.popleft()
             state = np.concatenate([state, self.initial[:, u:u + 1]], axis=1)

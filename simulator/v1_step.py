@@ -44,7 +44,8 @@ class V1Step(V1Run, V1Fast):
 
         The decoding requests' plan comes first (vLLM's drafts exist before ``schedule``);
         the composition then decides who runs and with how many tokens. A run of identical
-        depth-0 decode steps is taken at once (simulator.v1_run)."""
+        depth-0 decode steps is taken at once (simulator.v1_run), and a step whose
+        composition is known runs without the composer (simulator.v1_fast)."""
         if not self.depth:
             duration = self.decode_run(rep, time)
             if duration is not None:
@@ -211,9 +212,9 @@ class V1Step(V1Run, V1Fast):
         """Prefill the chunks of the ``n_joined`` requests admitted this step, the last
         columns, when no other request prefills: (prompt tokens prefilled, the columns whose
         (re)prefill completed (a slice when all did, the column when it is one), how many,
-        the chunks' pass sums
-        (n, Σq, Σc, Σq·c, Σq²) as :func:`~simulator.v1.integer_sums` gives them, summed in
-        Python integers: a few requests' chunks cost less so than as arrays)."""
+        the chunks' pass sums (n, Σq, Σc, Σq·c, Σq²) as :func:`~simulator.v1.integer_sums`
+        gives them, summed in Python integers: a few requests' chunks cost less so than as
+        arrays)."""
         state = rep.state
         start = state.shape[1] - n_joined
         if n_joined == 1:  # scalars: cheaper than the arrays for one request
