@@ -299,7 +299,7 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
         done = state[_POS] >= state[_OUT]
         if not _count_nonzero(done):
             return
-        gone = state[:, done]
+        gone = state.compress(done, axis=1)
         u = gone[_UID]
         self.rec.finish[u] = end
         self.counts[:, u] = gone[COMMITTED_ROWS]  # tokens, steps, drafted, verified, accepted
@@ -310,4 +310,4 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
         elif self.kv_capacity is not None:  # the reservation only matters under a capacity
             rep.kv_reserved -= int(self.footprint.take(u).sum())
         rep.finishing += int(u.shape[0])
-        rep.state = state[:, ~done]
+        rep.state = state.compress(~done, axis=1)
