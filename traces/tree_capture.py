@@ -32,11 +32,11 @@ import numpy as np
 
 from specbatch.errors import require
 from specbatch.theory.stats_torch import probs_at, sample_inverse_cdf
-from specbatch.theory.tree_shapes import Node, Shape
+from specbatch.theory.tree_shapes import Node, Shape, trie
 from specbatch.theory.tree_stats import tree_stats_numpy
 from specbatch.traces.drafters import ModelDrafter, one_hot_logits
 from specbatch.traces.positions import append_path_stats, score_paths
-from specbatch.traces.tree_nodes import TREE_SAMPLINGS, node_count
+from specbatch.traces.tree_nodes import TREE_SAMPLINGS, node_count, shape_text
 
 if TYPE_CHECKING:
     from specbatch.traces.capture import CaptureConfig
@@ -171,27 +171,131 @@ def capture_tree_positions(draft_model, target, prompt_ids: list[int], index: in
     uniforms = tree_uniforms(cfg.seed, index, cfg.max_new_tokens, node_count(shape) - 1)
     parts: dict[str, list] = {}
     nodes: list[dict] = []
-    leaves = level_sizes(shape)[-1]
     with torch.inference_mode():
         state = drafter.start(prompt_ids, y)
         for a in range(0, n, cfg.batch_size):
             ts = torch.arange(a, min(n, a + cfg.batch_size), device=y.device)
-            p = len(ts)
-            paths, dlog = draft_tree(draft_model, state, n_prompt, ts,
-                                     torch.from_numpy(uniforms[a:a + p]), shape, cfg.temperature)
-            leaf_paths = paths[-1].reshape(p * leaves, shape.depth)
-            tl = score_paths(target, t_cache, t_row0[ts].repeat_interleave(leaves, 0), n_prompt,
-                             ts.repeat_interleave(leaves), leaf_paths, t_row0.shape[-1])
-            tl = tl.reshape(p, leaves, shape.depth + 1, -1)
-            _append_chain(parts, shape, paths, dlog, tl[:, 0], cfg.temperature)
-            for b in range(p):
-                rows_t, rows_d, conf = tree_rows(shape, paths, dlog, tl, b, cfg.temperature)
-                stats = tree_stats_numpy(_build(shape, paths, b), shape, rows_t, rows_d)
+            u = torch.from_numpy(uniforms[a:a + len(ts)])
+            if shape.kind == "paths":
+                trees = _trie_batch(draft_model, target, state, t_row0, t_cache, n_prompt, ts,
+                                    u, shape, cfg.temperature, parts)
+            else:
+                trees = _branching_batch(draft_model, target, state, t_row0, t_cache,
+                                         n_prompt, ts, u, shape, cfg.temperature, parts)
+            for root, rows_t, rows_d, conf in trees:
+                stats = tree_stats_numpy(root, shape, rows_t, rows_d)
                 nodes.append(node_columns(stats, conf))
     result = {name: np.concatenate(v) for name, v in parts.items()}
     result["y"] = y.cpu().numpy()
     result["nodes"] = {k: np.concatenate([t[k] for t in nodes]) for k in nodes[0]}
     return result
+
+
+def _branching_batch(draft_model, target, state, t_row0, t_cache, n_prompt: int, ts, uniforms,
+                     shape: Shape, temperature: float, parts: dict) -> list:
+    """One batch of branching trees: the chain columns go to ``parts``; returns per position
+    ``(root Node, target rows, draft rows, draft_conf)``."""
+    p, leaves = len(ts), level_sizes(shape)[-1]
+    paths, dlog = draft_tree(draft_model, state, n_prompt, ts, uniforms, shape, temperature)
+    leaf_paths = paths[-1].reshape(p * leaves, shape.depth)
+    tl = score_paths(target, t_cache, t_row0[ts].repeat_interleave(leaves, 0), n_prompt,
+                     ts.repeat_interleave(leaves), leaf_paths, t_row0.shape[-1])
+    tl = tl.reshape(p, leaves, shape.depth + 1, -1)
+    _append_chain(parts, shape, paths, dlog, tl[:, 0], temperature)
+    return [(_build(shape, paths, b), *tree_rows(shape, paths, dlog, tl, b, temperature))
+            for b in range(p)]
+
+
+def distinct_paths(prefixes: np.ndarray) -> tuple:
+    """One representative per distinct prefix of each position.
+
+    prefixes: # [P, K, d] token paths;  returns (flat ``b·K + k`` index of each distinct
+    prefix # [R], its representative's row in those for every (b, k) # [P, K])
+    """
+    p, k = prefixes.shape[:2]
+    keep: list = []
+    where = np.empty((p, k), dtype=np.int64)
+    for b in range(p):
+        seen: dict = {}
+        for j in range(k):
+            key = prefixes[b, j].tobytes()
+            if key not in seen:
+                seen[key] = len(keep)
+                keep.append(b * k + j)
+            where[b, j] = seen[key]
+    return np.array(keep, dtype=np.int64), where
+
+
+def _score_distinct(model, cache, row0, n_prompt: int, ts, tokens):
+    """Score every distinct path of ``tokens`` # [P, K, d] once (:func:`score_paths`) and
+    hand each (b, k) its representative's rows.  returns # [P, K, d+1, V]"""
+    import torch
+
+    p, k, d = tokens.shape
+    keep, where = distinct_paths(tokens.cpu().numpy())
+    keep = torch.from_numpy(keep).to(tokens.device)
+    b = torch.div(keep, k, rounding_mode="floor")
+    scored = score_paths(model, cache, row0[b], n_prompt, ts[b],
+                         tokens.reshape(p * k, d)[keep], row0.shape[-1])
+    return scored[torch.from_numpy(where).to(tokens.device)]
+
+
+def draft_paths(draft, state, n_prompt: int, ts, uniforms, shape: Shape, temperature: float):
+    """K i.i.d. draft paths of L tokens for each position of ``ts``: token d of path k is
+    drawn from ``Ms(·|its prefix)`` at T with uniform ``k·L + d − 1``; a prefix shared by
+    several paths is scored once, so they draw from the same row.
+
+    state: ``(draft cache, root logits # [n, V])``;  uniforms: # [P, K·L] float64.
+    returns (tokens # [P, K, L] int64, draft logits before each token # [P, K, L, V])
+    """
+    import torch
+
+    cache, rows = state
+    p, k, length = len(ts), shape.paths, shape.length
+    u = uniforms.reshape(p, k, length).to(rows.device)
+    root = rows[ts]
+    logits = [root[:, None].expand(p, k, root.shape[-1])]
+    tokens = torch.zeros(p, k, 0, dtype=torch.long, device=rows.device)
+    for d in range(length):
+        tok = sample_inverse_cdf(probs_at(logits[-1], temperature), u[:, :, d])
+        tokens = torch.cat([tokens, tok.unsqueeze(-1)], dim=-1)
+        if d + 1 < length:
+            logits.append(_score_distinct(draft, cache, root, n_prompt, ts, tokens)[:, :, -1])
+    return tokens, torch.stack(logits, dim=2)
+
+
+def trie_rows(tokens, dlog, tl, conf, b: int, temperature: float) -> tuple:
+    """Position b's trie of paths with its rows keyed by token path: (root :class:`Node`,
+    target rows, draft rows, draft_conf), rows float64 numpy at T.
+
+    tokens: # [P, K, L];  dlog: # [P, K, L, V];  tl: # [P, K, L+1, V];  conf: # [P, K, L]
+    temperature-1 draft probability of every path's tokens.
+    """
+    length = tokens.shape[-1]
+    paths = [tuple(int(x) for x in row) for row in tokens[b].tolist()]
+    target, draft, confs = {}, {}, {(): 1.0}
+    for j, path in enumerate(paths):
+        for d in range(length + 1):
+            key = path[:d]
+            if key in target:
+                continue
+            target[key] = probs_at(tl[b, j, d], temperature).cpu().numpy()
+            if d < length:
+                draft[key] = probs_at(dlog[b, j, d], temperature).cpu().numpy()
+            if d > 0:
+                confs[key] = float(conf[b, j, d - 1])
+    return trie(paths, length), target, draft, confs
+
+
+def _trie_batch(draft_model, target, state, t_row0, t_cache, n_prompt: int, ts, uniforms,
+                shape: Shape, temperature: float, parts: dict) -> list:
+    """One batch of path tries (see :func:`_branching_batch`): the target scores every
+    distinct root-to-leaf path once; the chain columns are path 0."""
+    tokens, dlog = draft_paths(draft_model, state, n_prompt, ts, uniforms, shape, temperature)
+    tl = _score_distinct(target, t_cache, t_row0[ts], n_prompt, ts, tokens)
+    append_path_stats(parts, tokens[:, 0], dlog[:, 0], tl[:, 0], temperature, False)
+    conf = probs_at(dlog, 1.0).gather(-1, tokens.unsqueeze(-1)).squeeze(-1).cpu().numpy()
+    return [trie_rows(tokens, dlog, tl, conf, b, temperature) for b in range(len(ts))]
 
 
 def _append_chain(parts: dict, shape: Shape, paths: list, dlog: list, tl_first,
@@ -209,27 +313,33 @@ def _append_chain(parts: dict, shape: Shape, paths: list, dlog: list, tl_first,
 
 
 def tree_config(cfg: CaptureConfig) -> CaptureConfig:
-    """``cfg`` with K set to the tree's depth for ``--tree`` (its first path is the chain);
-    a tree needs a sampled draft model at a temperature above 0."""
+    """``cfg`` with K set to the tree's depth for ``--tree`` (its first path is the chain) and
+    the shape written canonically; a tree needs a sampled draft model at a temperature above
+    0, and K i.i.d. paths (``KxL``) are sampled (``--sampling iid``)."""
     from specbatch.traces.capture import PROBABILISTIC
 
     shape = cfg.tree_shape()
     if shape is None:
         return cfg
-    require(shape.kind == "branching" and cfg.tree_sampling in TREE_SAMPLINGS,
-            f"--tree {cfg.tree} --sampling {cfg.tree_sampling}: expected children per depth "
-            f"like '2,2,1' and sampling {' or '.join(TREE_SAMPLINGS)}, got another tree law")
+    if shape.kind == "paths":
+        require(cfg.tree_sampling == "iid", f"--tree {cfg.tree} --sampling "
+                f"{cfg.tree_sampling}: expected --sampling iid (K x L draws K i.i.d. paths), "
+                f"got another sampling")
+    else:
+        require(cfg.tree_sampling in TREE_SAMPLINGS, f"--tree {cfg.tree} --sampling "
+                f"{cfg.tree_sampling}: expected children per depth like '2,2,1' with sampling "
+                f"{' or '.join(TREE_SAMPLINGS)}, or paths like '3x3', got another tree law")
     require(cfg.draft_sample_method == PROBABILISTIC, "--draft-sample greedy: expected no "
             "--tree (a tree's children are chosen by --sampling)")
     require(cfg.temperature > 0, f"--tree: expected --temperature > 0 (at T = 0 the draft rows "
             f"are one-hot and a node's siblings have draft probability 0), got {cfg.temperature}")
-    return replace(cfg, depth=shape.depth, tree=",".join(map(str, shape.widths)))
+    return replace(cfg, depth=shape.depth, tree=shape_text(shape))
 
 
 def collect_nodes(cols: dict, nodes: dict, index: int) -> None:
-    """Add one request's node columns (with request id and output position) to ``cols``."""
-    n_nodes = int(np.sum(nodes["node"] == 0))  # one root per position
-    per = len(nodes["node"]) // max(n_nodes, 1)
+    """Add one request's node columns (with request id and output position) to ``cols``;
+    a position's nodes start at its root (node 0), so tries of any size line up."""
+    position = np.cumsum(nodes["node"] == 0, dtype=np.int64) - 1
     cols.setdefault("nodes", []).append({
         **nodes, "request_id": np.full(len(nodes["node"]), index, dtype=np.int64),
-        "position": np.repeat(np.arange(n_nodes, dtype=np.int64), per)})
+        "position": position})

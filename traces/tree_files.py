@@ -4,6 +4,8 @@ One row per (request, position, node); columns in ``traces/FORMAT.md`` ("Tree tr
 Capture writes one file per chunk of requests, next to the chunk's positions file, so
 ``--resume`` appends; the reader concatenates them, orders rows by (request order, position,
 node) and hands them to :func:`~specbatch.traces.tree_nodes.make_tree_nodes` for the checks.
+A position's node count is the shape's (branching trees) or at most ``nodes_per_position``
+(tries of paths, whose paths may share prefixes).
 """
 
 from __future__ import annotations
@@ -110,9 +112,7 @@ def read_nodes(directory: Path, trace, shape) -> TreeNodes:
                              f"{int(node[i])}")
     key = (trace.offsets[req] + pos) * n + node
     order = np.argsort(key, kind="stable")
-    require(np.array_equal(key[order], np.arange(trace.n_rows * n)), f"file {where}: field node: "
-            f"expected each of the {n} nodes of every position exactly once, got "
-            f"{key.size} rows with duplicates or gaps")
+    node_offsets = _node_offsets(key[order], n, trace.n_rows, where)
     cols = {k: v[order] for k, v in merged.items() if k not in ("request_id", "position")}
     lists = {name: pa.concat_arrays([p["lists"][name].cast(pa.list_(
         pa.int64() if name == "draws" else pa.float64())) for p in parts]).take(pa.array(order))
@@ -123,17 +123,31 @@ def read_nodes(directory: Path, trace, shape) -> TreeNodes:
     cols["rrs_accept"] = lists["rrs_accept"].flatten().to_numpy(zero_copy_only=False)
 
     def locate(i: int) -> str:
-        row, local = divmod(int(i), n)
+        row = int(np.searchsorted(node_offsets, i, side="right")) - 1
         r = int(np.searchsorted(trace.offsets, row, side="right")) - 1
-        return (f"at node {local} (request {int(ids[r])}, output position "
-                f"{row - int(trace.offsets[r])})")
+        return (f"at node {int(i) - int(node_offsets[row])} (request {int(ids[r])}, output "
+                f"position {row - int(trace.offsets[r])})")
 
     from specbatch.traces.trace import _target_vocab
 
-    tree = make_tree_nodes(shape, trace.n_rows, cols, where, locate, _target_vocab(trace.meta))
-    first = tree.token.reshape(trace.n_rows, n)[:, 1:shape.depth + 1]
+    tree = make_tree_nodes(shape, node_offsets, cols, where, locate, _target_vocab(trace.meta))
+    first = tree.token[node_offsets[:-1, None] + np.arange(1, shape.depth + 1)[None, :]]
     bad = np.flatnonzero((first != trace.draft_token).any(axis=1))
     require(bad.size == 0, f"file {where}: field token: expected the first root-to-leaf path "
             f"to be the position row's draft_token, got {first[bad[0]].tolist() if bad.size else 0}"
-            f" {locate(int(bad[0]) * n) if bad.size else ''}")
+            f" {locate(int(node_offsets[bad[0]])) if bad.size else ''}")
     return tree
+
+
+def _node_offsets(keys: np.ndarray, n: int, rows: int, where: str) -> np.ndarray:
+    """CSR offsets of each position row's nodes from sorted keys ``row·n + node``: every row
+    holds nodes 0..c−1 once each (c ≥ 1; the shape's checks bound c)."""
+    row, node = np.divmod(keys, n)
+    counts = np.bincount(row, minlength=rows)
+    offsets = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    local = np.arange(keys.size) - np.repeat(offsets[:-1], counts)
+    require(bool((counts >= 1).all()) and np.array_equal(node, local), f"file {where}: field "
+            f"node: expected every position's nodes 0..c-1 exactly once (c at most {n}), got "
+            f"{keys.size} rows with duplicates or gaps")
+    return offsets

@@ -8,7 +8,8 @@ the context) it adds the ceiling that no valid verifier can pass, ``Σ_{nodes s}
 (each node's path probability under the target, the product of ``pt`` along it: a lossless
 verifier outputs prefix s with probability Mb(s)), which recursive rejection sampling and
 Traversal reach there (docs/trees.md); sampled trees have no such per-tree ceiling. Last,
-the tree's first path verified alone as a chain (BV's ``E[τ] = Σ_i p_i``).
+the tree's first path verified alone as a chain (BV's ``E[τ] = Σ_i p_i``). Tries of K paths
+(``KxL``) add greedy multi-path BV (``gbv``) and the mean node count per position.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ def tree_summary(trace) -> dict:
                             for r in range(tree.n_rows)]).reshape(tree.n_rows, shape.depth + 1)
             for name in meta["verifiers"]}
     depths = np.arange(shape.depth + 1)
+    counts = np.diff(tree.node_offsets)
     out = {"shape": meta["shape"], "sampling": meta["sampling"],
-           "nodes_per_position": node_count(shape), "depth": shape.depth, "verifiers": {}}
+           "nodes_per_position": node_count(shape), "depth": shape.depth,
+           "mean_nodes": float(counts.mean()) if counts.size else 0.0, "verifiers": {}}
     for name, law in laws.items():
         reach = law[:, ::-1].cumsum(axis=1)[:, ::-1]  # [rows, D+1] P(τ ≥ d)
         tau = law @ depths
@@ -57,8 +60,12 @@ def path_mass(tree) -> np.ndarray:
 def format_tree_summary(s: dict) -> list[str]:
     """Lines of ``trace info`` for the ``tree`` part of a summary."""
     d = s["depth"]
-    lines = ["", f"draft tree {s['shape']} ({s['sampling']}, {s['nodes_per_position']} nodes "
-             "with the root), per verifier (means over all rows):",
+    if s["nodes_per_position"] == s.get("mean_nodes", s["nodes_per_position"]):
+        size = f"{s['nodes_per_position']} nodes with the root"
+    else:  # a trie of paths: fewer nodes where paths share a prefix
+        size = f"mean {s['mean_nodes']:.2f} of at most {s['nodes_per_position']} nodes with the root"
+    lines = ["", f"draft tree {s['shape']} ({s['sampling']}, {size}), per verifier (means over "
+             "all rows):",
              f"{'verifier':<11}" + "".join(f"{f'P(τ≥{i})':>9}" for i in range(1, d + 1))
              + f"{'E[τ]':>8}{'E[τ+1]':>8}"]
     for name, v in s["verifiers"].items():

@@ -76,11 +76,13 @@ def register(subparsers) -> None:
                         "draft_sample_method); recorded in meta.json")
     p.add_argument("--tree", metavar="SHAPE", default=None,
                    help="draft a static tree per position instead of a chain: children per depth "
-                        "like 2,2,1 (the tree's depth replaces --depth); writes a version 2 "
-                        "trace with nodes-*.parquet (traces/FORMAT.md, docs/trees.md)")
-    p.add_argument("--sampling", choices=["topk", "iid"], default="topk",
-                   help="with --tree: children are the draft's most probable tokens (topk, "
-                        "EAGLE's static trees; default) or drawn i.i.d. from it (iid, SpecInfer)")
+                        "like 2,2,1, or K i.i.d. paths of L tokens merged into a trie like 3x3 "
+                        "(the tree's depth replaces --depth); writes a version 2 trace with "
+                        "nodes-*.parquet (traces/FORMAT.md, docs/trees.md)")
+    p.add_argument("--sampling", choices=["topk", "iid"], default=None,
+                   help="with --tree 2,2,1: children are the draft's most probable tokens (topk, "
+                        "EAGLE's static trees; the default) or drawn i.i.d. from it (iid, "
+                        "SpecInfer); a KxL trie is always iid (its default)")
     add_threads_flag(p)
     p.add_argument("--chat-template", action="store_true",
                    help="wrap each prompt as a user turn of the target tokenizer's chat template "
@@ -88,6 +90,13 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_json_flag(p)
     p.set_defaults(func=_capture)
+
+
+def _sampling(tree: str | None, sampling: str | None) -> str:
+    """``--sampling`` or its default: ``iid`` for a ``KxL`` trie, ``topk`` otherwise."""
+    if sampling is not None:
+        return sampling
+    return "iid" if tree is not None and "x" in tree.lower() else "topk"
 
 
 def _capture(args) -> int:
@@ -104,7 +113,7 @@ def _capture(args) -> int:
                         store_dtype=args.store_dtype,
                         chat_template=args.chat_template, ngram_min=args.ngram_min,
                         ngram_max=args.ngram_max, draft_sample_method=args.draft_sample,
-                        tree=args.tree, tree_sampling=args.sampling)
+                        tree=args.tree, tree_sampling=_sampling(args.tree, args.sampling))
     command = "specbatch " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     meta = capture(args.draft, args.target, prompts, args.out, cfg, device=args.device,
                    dtype=args.dtype, resume=args.resume, progress=not args.no_progress,
