@@ -44,9 +44,19 @@ def test_capture_tree_prints_the_tree_and_its_depth(pair, tmp_path, capsys):
     assert main(["trace", "validate", str(tmp_path / "t")]) == 0
 
 
+def test_capture_a_trie_of_paths_defaults_to_iid_sampling(pair, tmp_path, capsys):
+    code, out, err = _run(capsys, _argv(pair, tmp_path / "t", "--tree", "3x2", "--json"))
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["depth"] == 2 and result["tree"] == {
+        "shape": "3x2", "sampling": "iid", "verifiers": ["specinfer", "traversal", "gbv"],
+        "nodes_per_position": 7}
+    assert main(["trace", "validate", str(tmp_path / "t")]) == 0
+
+
 @pytest.mark.parametrize("extra, needle", [
     (["--tree", "2,x"], "--tree: expected children per depth"),
-    (["--tree", "3x2"], "--tree 3x2"),
+    (["--tree", "3x2", "--sampling", "topk"], "expected --sampling iid"),
     (["--tree", "2", "--temperature", "0"], "--temperature > 0"),
     (["--tree", "2", "--draft-sample", "greedy"], "--draft-sample greedy"),
 ])

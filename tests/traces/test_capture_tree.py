@@ -189,7 +189,7 @@ def test_resume_of_a_tree_capture_equals_an_uninterrupted_run(pair, tree_trace, 
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"tree": "2x2"}, "expected children per depth"),
+    ({"tree": "2x2"}, "expected --sampling iid"),  # K i.i.d. paths, never top-k
     ({"tree": "2,2", "tree_sampling": "distinct"}, "expected children per depth"),
     ({"tree": "2,2", "temperature": 0.0}, "--temperature > 0"),
     ({"tree": "2,2", "draft_sample_method": "greedy"}, "--draft-sample greedy"),
