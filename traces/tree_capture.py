@@ -18,9 +18,17 @@ tree-attention pass (shape ``2,2,1``: 12 instead of 10), and the draft ``Σ_{d<D
 go through :func:`specbatch.theory.tree_stats.tree_stats_numpy`, which gives per node the
 replay numbers of recursive rejection sampling and Traversal Verification.
 
+A trie of paths ``KxL`` (the drafting of SpecTr's multi-path setting and of greedy
+multi-path BV): K paths of L tokens drawn i.i.d. from ``Ms`` at T (token d of path k with
+uniform ``k·L + d − 1`` of the same stream), merged by
+:func:`specbatch.theory.tree_shapes.trie`; each distinct prefix is scored once by the draft
+and each distinct path once by the target (:func:`distinct_paths`), so a node shared by
+several paths has one row, and the replay numbers add GBV's thresholds on its path.
+
 The chain columns of the position row are the tree's first root-to-leaf path (child 0 at
-every depth): a sample from ``Ms`` for ``iid`` trees, the draft's argmax chain for ``topk``
-trees, recorded as a greedy draft (one-hot ``Ms``, ``draft_sample_method = "greedy"``).
+every depth; path 0 of a trie): a sample from ``Ms`` for ``iid`` trees and tries, the draft's
+argmax chain for ``topk`` trees, recorded as a greedy draft (one-hot ``Ms``,
+``draft_sample_method = "greedy"``).
 """
 
 from __future__ import annotations

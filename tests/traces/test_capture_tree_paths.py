@@ -199,3 +199,22 @@ def test_a_trie_is_sampled_iid(pair, tmp_path):
     with pytest.raises(SpecbatchError, match="expected --sampling iid"):
         capture(*pair, PROMPTS[:1], tmp_path / "x", cfg, progress=False)
     assert not (tmp_path / "x").exists()
+
+
+def test_the_bundled_trie_trace_shares_the_iid_tree_reference_outputs():
+    """smollm2-drop2-trie: 3x3 tries on the requests of smollm2-drop2-tree-iid (same prompts,
+    seed and reference outputs); its first path is a sample of the draft (q of path 0)."""
+    trie_trace = read_trace("smollm2-drop2-trie")
+    iid = read_trace("smollm2-drop2-tree-iid")
+    assert trie_trace.meta["tree"] == {"shape": "3x3", "sampling": "iid",
+                                       "verifiers": ["specinfer", "traversal", "gbv"],
+                                       "nodes_per_position": 10}
+    assert trie_trace.meta["draft_sample_method"] == "probabilistic"
+    np.testing.assert_array_equal(trie_trace.output_len, iid.output_len)
+    tree = trie_trace.tree
+    counts = np.diff(tree.node_offsets)
+    assert counts.min() >= 4 and counts.max() == 10 and (counts < 10).any()
+    first = tree.node_offsets[:-1, None] + np.arange(1, 4)[None, :]
+    np.testing.assert_allclose(trie_trace.q, tree.q[first], rtol=1e-6)
+    assert (np.bincount(np.repeat(np.arange(tree.n_rows), counts)[~np.isnan(tree.gbv_h)])
+            == 4).all()  # GBV's path: the root and one node per depth
