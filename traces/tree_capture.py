@@ -201,8 +201,8 @@ def capture_tree_positions(draft_model, target, prompt_ids: list[int], index: in
 
 def _branching_batch(draft_model, target, state, t_row0, t_cache, n_prompt: int, ts, uniforms,
                      shape: Shape, temperature: float, parts: dict) -> list:
-    """One batch of branching trees: the chain columns go to ``parts``; returns per position
-    ``(root Node, target rows, draft rows, draft_conf)``."""
+    """One batch of branching trees: the chain columns go to ``parts``; returns an iterator
+    of ``(root Node, target rows, draft rows, draft_conf)`` per position."""
     p, leaves = len(ts), level_sizes(shape)[-1]
     paths, dlog = draft_tree(draft_model, state, n_prompt, ts, uniforms, shape, temperature)
     leaf_paths = paths[-1].reshape(p * leaves, shape.depth)
@@ -210,8 +210,8 @@ def _branching_batch(draft_model, target, state, t_row0, t_cache, n_prompt: int,
                      ts.repeat_interleave(leaves), leaf_paths, t_row0.shape[-1])
     tl = tl.reshape(p, leaves, shape.depth + 1, -1)
     _append_chain(parts, shape, paths, dlog, tl[:, 0], temperature)
-    return [(_build(shape, paths, b), *tree_rows(shape, paths, dlog, tl, b, temperature))
-            for b in range(p)]
+    return ((_build(shape, paths, b), *tree_rows(shape, paths, dlog, tl, b, temperature))
+            for b in range(p))  # lazily: one position's float64 rows at a time
 
 
 def distinct_paths(prefixes: np.ndarray) -> tuple:
@@ -303,7 +303,7 @@ def _trie_batch(draft_model, target, state, t_row0, t_cache, n_prompt: int, ts, 
     tl = _score_distinct(target, t_cache, t_row0[ts], n_prompt, ts, tokens)
     append_path_stats(parts, tokens[:, 0], dlog[:, 0], tl[:, 0], temperature, False)
     conf = probs_at(dlog, 1.0).gather(-1, tokens.unsqueeze(-1)).squeeze(-1).cpu().numpy()
-    return [trie_rows(tokens, dlog, tl, conf, b, temperature) for b in range(len(ts))]
+    return (trie_rows(tokens, dlog, tl, conf, b, temperature) for b in range(len(ts)))
 
 
 def _append_chain(parts: dict, shape: Shape, paths: list, dlog: list, tl_first,
