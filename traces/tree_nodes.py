@@ -34,8 +34,6 @@ from specbatch.traces.tree_trie import fail_first as _fail
 
 #: Samplings a tree trace may record (``capture --tree SHAPE --sampling``).
 TREE_SAMPLINGS = ("topk", "iid")
-#: Verifiers whose replay numbers a branching tree trace stores (a trie adds ``gbv``).
-TREE_VERIFIERS = ("specinfer", "traversal")
 #: Scalar node columns (int then float) and the two per-draw list columns.
 NODE_INT_COLUMNS = ("node", "parent", "depth", "token")
 NODE_FLOAT_COLUMNS = ("q", "pt", "draft_conf", "trv_accept", "gbv_h")
