@@ -18,7 +18,11 @@ def test_the_spec_pairs_chains_and_trees_at_equal_k():
     pairs = {(r["policy"], r["verify"]) for r in grid}
     assert {("fixed", "token"), ("fixed", "block"), ("static-tree", "specinfer"),
             ("static-tree", "traversal"), ("tetris-tree", "specinfer"), ("tree-optimum", "specinfer"),
-            ("ar", "token")} == pairs
+            ("ar", "token"), ("static-tree", "gbv")} == pairs
+    tries = {(r["policy"], r["verify"], r["num_speculative_tokens"]) for r in grid
+             if r["trace"] == "smollm2-drop2-trie" and r["policy"] == "static-tree"}
+    assert tries == {("static-tree", v, 9) for v in ("specinfer", "traversal", "gbv")}
+    grid = [r for r in grid if r["trace"] == "smollm2-drop2-tree"]
     ks = {p: {r["num_speculative_tokens"] for r in grid if r["policy"] == p}
           for p in ("fixed", "static-tree", "tetris-tree", "tree-optimum")}
     assert ks["fixed"] <= ks["static-tree"] and ks["tetris-tree"] <= ks["static-tree"]
@@ -30,10 +34,13 @@ def test_the_spec_pairs_chains_and_trees_at_equal_k():
 def test_a_ci_size_slice_of_the_spec_runs():
     seen = {}
     for run in runs():
-        key = (run["policy"], run["verify"])
+        key = (run["trace"], run["policy"], run["verify"])
         if run["seed"] == 0 and run["max_num_seqs"] == 8 and key not in seen:
             seen[key] = run
-    trace = load_trace(config.make_config(seen[("ar", "token")]))
+    traces = {}
     for key, run in seen.items():
-        summary = simulate(config.make_config({**run, "requests": 12}), trace).summary
+        cfg = config.make_config({**run, "requests": 12})
+        if run["trace"] not in traces:
+            traces[run["trace"]] = load_trace(cfg)
+        summary = simulate(cfg, traces[run["trace"]]).summary
         assert summary["tokens"] > 0 and summary["throughput"] > 0, key

@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from specbatch.simulator.tree_tables import tau_reference
@@ -96,3 +97,51 @@ def test_replayed_mean_is_the_exact_expected_accepted_length(tries, rule):
         exact = sum(d * float(p) for d, p in enumerate(law))
         se = max(tau.std(), 1e-3) / np.sqrt(tau.size)
         assert abs(tau.mean() - exact) < 4 * se, (rule, row, tau.mean(), exact)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_trie_runs_match_the_per_request_reference(rule):
+    """The bundled real trie trace (3 paths of 3 tokens): the vectorised whole-trie replay and
+    the reference engine (TreeStats per row, scalar hash, one step_time per pass) give equal
+    tables; every decode step verifies each request's whole trie."""
+    from specbatch.simulator.config import load_config
+    from specbatch.simulator.run import build_cost, load_trace, simulate
+    from tests.simulator.helpers import StepTimeOnly
+
+    config = load_config(None, trace="smollm2-drop2-trie", requests=16, policy="static-tree",
+                         num_speculative_tokens=9, verify=rule, max_num_seqs=6)
+    trace = load_trace(config)
+    roofline = build_cost(config)
+    fast = simulate(config, trace, cost_model=roofline)
+    slow = simulate(config, trace, cost_model=StepTimeOnly(roofline), reference=True)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    decode = fast.steps[fast.steps["decode_requests"] > 0]
+    assert (decode["drafted"] == 9 * decode["decode_requests"]).all()
+    assert (decode["verified"] <= 9 * decode["decode_requests"]).all()
+    assert (decode["verified"] >= 3 * decode["decode_requests"]).all()  # ≥ one path of L = 3
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(policy="tetris-tree", num_speculative_tokens=3, extra=6, verify="specinfer"), "policy"),
+    (dict(policy="static-tree", num_speculative_tokens=4, verify="gbv"),
+     "num_speculative_tokens"),
+])
+def test_a_trie_replays_whole_only(kw, field):
+    from specbatch.errors import SpecbatchError
+    from specbatch.simulator.config import load_config
+    from specbatch.simulator.run import simulate
+
+    with pytest.raises(SpecbatchError, match=f"field {field}: expected"):
+        simulate(load_config(None, trace="smollm2-drop2-trie", requests=4, **kw))
+
+
+def test_gbv_on_a_branching_tree_is_refused():
+    from specbatch.errors import SpecbatchError
+    from specbatch.simulator.config import load_config
+    from specbatch.simulator.run import simulate
+
+    config = load_config(None, trace="smollm2-drop2-tree", requests=4, policy="static-tree",
+                         num_speculative_tokens=10, verify="gbv")
+    with pytest.raises(SpecbatchError, match="field verify: expected specinfer or traversal"):
+        simulate(config)
