@@ -125,29 +125,15 @@ class TreeTables:
         eta # [n, uniforms_needed(rule)] the request's uniforms.  Returns # [n] int64."""
         if rule == "traversal":
             return self._tau_traversal(rows, eta)
-        n = rows.shape[0]
-        cur = np.zeros(n, dtype=_I64)
-        tau = np.zeros(n, dtype=_I64)
-        alive = np.ones(n, dtype=bool)
-        idx = np.arange(n)
+        idx = np.arange(rows.shape[0])
         accept = self.accept[rows]  # [n, N]
-        for d in range(self.max_depth):
+
+        def draws(cur: np.ndarray) -> tuple:
             kids = self.kids[cur]  # [n, W]
-            nxt = cur.copy()
-            moved = np.zeros(n, dtype=bool)
-            for j in range(self.width):
-                child = kids[:, j]
-                safe = np.maximum(child, 0)
-                take = (alive & ~moved & (child >= 0) & mask[idx, safe]
-                        & (eta[:, d * self.width + j] < accept[idx, safe]))
-                nxt[take] = child[take]
-                moved |= take
-            alive &= moved
-            if not alive.any():
-                break
-            cur = np.where(alive, nxt, cur)
-            tau += alive
-        return tau
+            safe = np.maximum(kids, 0)
+            return kids, (kids >= 0) & mask[idx[:, None], safe], accept[idx[:, None], safe]
+
+        return rrs_walk(draws, eta, self.max_depth, self.width)
 
     def _tau_traversal(self, rows: np.ndarray, eta: np.ndarray) -> np.ndarray:
         hit = eta[:, :self.n_nodes] < self.trv[rows][:, self.post]  # [n, N] in post-order
@@ -159,6 +145,32 @@ class TreeTables:
         pred_kept = mask[:, np.maximum(self.pred, 0)]
         ok = ~mask[:, 1:] | pred_kept[:, 1:]
         return mask[:, 0] & ok.all(axis=1)
+
+
+def rrs_walk(draws, eta: np.ndarray, max_depth: int, width: int) -> np.ndarray:
+    """SpecInfer's walk down the batch's trees, τ_i = the depth reached: at depth d the current
+    node's draws j = 0..W−1 are tried in order, draw j accepted when allowed and
+    ``η[:, d·W + j] < accept``; no accepted draw ends the walk.
+    draws(cur # [n]) -> (child ids, allowed, accept), each # [n, W], of the current nodes;
+    eta # [n, ≥ D·W].  Returns # [n] int64."""
+    n = eta.shape[0]
+    cur = np.zeros(n, dtype=_I64)
+    tau = np.zeros(n, dtype=_I64)
+    alive = np.ones(n, dtype=bool)
+    for d in range(max_depth):
+        kids, allowed, accept = draws(cur)
+        nxt = cur.copy()
+        moved = np.zeros(n, dtype=bool)
+        for j in range(width):
+            take = alive & ~moved & allowed[:, j] & (eta[:, d * width + j] < accept[:, j])
+            nxt[take] = kids[take, j]
+            moved |= take
+        alive &= moved
+        if not alive.any():
+            break
+        cur = np.where(alive, nxt, cur)
+        tau += alive
+    return tau
 
 
 def cut_mask(mask: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specbatch.simulator.tree_tables import TreeTables
+from specbatch.simulator.tree_tables import TreeTables, rrs_walk
 from specbatch.theory.tree_stats import post_order
 
 _I64 = np.int64
@@ -117,21 +117,9 @@ class TrieTables:
                                                                    np.maximum(post, 0)])
             first = np.argmax(hit, axis=1)  # the root's number is 1: a hit always exists
             return self.depth[rows, post[idx, first]]
-        cur = np.zeros(n, dtype=_I64)
-        tau = np.zeros(n, dtype=_I64)
-        alive = np.ones(n, dtype=bool)
-        for d in range(self.max_depth):
-            kids, accept = self.kids[rows, cur], self.accept[rows, cur]  # [n, W]
-            nxt = cur.copy()
-            moved = np.zeros(n, dtype=bool)
-            for j in range(self.width):
-                take = (alive & ~moved & (kids[:, j] >= 0)
-                        & (eta[:, d * self.width + j] < accept[:, j]))
-                nxt[take] = kids[take, j]
-                moved |= take
-            alive &= moved
-            if not alive.any():
-                break
-            cur = np.where(alive, nxt, cur)
-            tau += alive
-        return tau
+
+        def draws(cur: np.ndarray) -> tuple:
+            kids = self.kids[rows, cur]  # [n, W]
+            return kids, kids >= 0, self.accept[rows, cur]
+
+        return rrs_walk(draws, eta, self.max_depth, self.width)

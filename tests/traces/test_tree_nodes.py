@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -23,15 +24,20 @@ from tests.traces.test_capture import PROMPTS, _save_pair  # noqa: E402
 NODES = "nodes-00000.parquet"
 
 
-@pytest.fixture(scope="module")
-def captured(tmp_path_factory):
-    root = tmp_path_factory.mktemp("nodes")
+def capture_tree(tmp_path_factory, name: str, **tree) -> Path:
+    """A two-prompt tree capture of the tiny in-process pair (5 positions each)."""
+    root = tmp_path_factory.mktemp(name)
     pair = _save_pair(root)
     out = root / "trace"
-    cfg = CaptureConfig(max_new_tokens=5, temperature=1.0, tree="2,2", tree_sampling="topk",
-                        stop_at_eos=False)
+    cfg = CaptureConfig(max_new_tokens=5, stop_at_eos=False, **tree)
     capture(*pair, PROMPTS[:2], out, cfg, progress=False)
     return out
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    return capture_tree(tmp_path_factory, "nodes", temperature=1.0, tree="2,2",
+                        tree_sampling="topk")
 
 
 @pytest.fixture

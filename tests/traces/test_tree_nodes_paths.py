@@ -18,22 +18,16 @@ pytest.importorskip("transformers")
 
 from specbatch.cli import main  # noqa: E402
 from specbatch.errors import SpecbatchError  # noqa: E402
-from specbatch.traces.capture import CaptureConfig, capture  # noqa: E402
 from specbatch.traces.format import read_trace  # noqa: E402
-from tests.traces.test_capture import PROMPTS, _save_pair  # noqa: E402
+from tests.traces.test_tree_nodes import capture_tree  # noqa: E402
 
 NODES = "nodes-00000.parquet"
 
 
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory):
-    root = tmp_path_factory.mktemp("trie-nodes")
-    pair = _save_pair(root)
-    out = root / "trace"
-    cfg = CaptureConfig(max_new_tokens=5, temperature=0.5, tree="3x2", tree_sampling="iid",
-                        stop_at_eos=False)
-    capture(*pair, PROMPTS[:2], out, cfg, progress=False)
-    return out
+    return capture_tree(tmp_path_factory, "trie-nodes", temperature=0.5, tree="3x2",
+                        tree_sampling="iid")
 
 
 @pytest.fixture
