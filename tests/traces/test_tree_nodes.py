@@ -4,7 +4,6 @@ every damaged structure, probability or replay number is a one-line error naming
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -40,11 +39,6 @@ def captured(tmp_path_factory):
                         tree_sampling="topk")
 
 
-@pytest.fixture
-def trace_dir(captured, tmp_path):
-    out = tmp_path / "t"
-    shutil.copytree(captured, out)
-    return out
 
 
 def _edit(directory, column: str, index: int, value) -> None:

@@ -6,7 +6,6 @@ files and the field."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -30,11 +29,6 @@ def captured(tmp_path_factory):
                         tree_sampling="iid")
 
 
-@pytest.fixture
-def trace_dir(captured, tmp_path):
-    out = tmp_path / "t"
-    shutil.copytree(captured, out)
-    return out
 
 
 def _table(directory) -> pa.Table:
