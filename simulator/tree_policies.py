@@ -25,7 +25,9 @@ s_i + 1 query tokens per request (root included) and the verifier (``verify = sp
   (:func:`theory.tree_alloc.optimal_subtrees`, an exact tree-knapsack DP; docs/trees.md). It
   reads the acceptance numbers, which no engine has before verifying.
 
-``static-tree`` and ``tetris-tree`` read only draft-side signals.
+``static-tree`` and ``tetris-tree`` read only draft-side signals (``tetris-tree --predictor
+learned|logistic``: a model of acceptance fitted on held-out calibration requests,
+:mod:`simulator.tree_predictor`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from specbatch.errors import SpecbatchError
 from specbatch.simulator.policies import register
 from specbatch.simulator.policy_base import Policy
 from specbatch.simulator.view import StepView
@@ -85,26 +88,65 @@ class StaticTree(TreePolicy):
 class TetrisTree(TreePolicy):
     """``tetris-tree``: the batch's top-C nodes by path draft confidence, at most k + e per
     request; ties go to the lower batch index, then to the earlier node in the request's
-    order (module docstring)."""
+    order (module docstring).
+
+    ``config.predictor = "learned" | "logistic"`` ranks by the predicted reach of a model of
+    each draw's acceptance fitted on the calibration_split requests' tree nodes instead
+    (simulator.tree_predictor: ``frontier_greedy`` on r̂ with the same cap)."""
 
     name = "tetris-tree"
+
+    def __init__(self, config: Any, trace_k: int) -> None:
+        super().__init__(config, trace_k)
+        self.kind = getattr(config, "predictor", "confidence")
+        self.predictor = None  # the fitted TreePredictor (fit)
+        if self.kind != "confidence":
+            self.calibrate = self.fit  # simulator.calibration looks it up on the instance
 
     @classmethod
     def required_depth(cls, config: Any) -> int:
         return int(config.num_speculative_tokens) + int(config.extra)
 
+    def fit(self, trace: Any) -> None:
+        """Fit ``config.predictor`` on the tree nodes of the calibration requests ``trace``."""
+        from specbatch.simulator.tree_predictor import fit_tree_predictor
+
+        self.predictor = fit_tree_predictor(trace, self.kind)
+
+    def decide_tree(self, view: StepView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self.kind == "confidence":
+            return super().decide_tree(view)
+        if self.predictor is None:
+            raise SpecbatchError(f"policy tetris-tree: predictor {self.kind} needs calibration "
+                                 "requests to fit on (set calibration_split > 0)")
+        ranking = view.tree_table(("tree_predictor", self.predictor.key),
+                                  self.predictor.ranking)
+        rows = view.rows
+        cap = min(self.depth, view.tree.drafted)
+        counts = top_counts(ranking.score[rows, :cap], view.budget)
+        drafted = np.full(view.n, view.tree.drafted, dtype=_I64)
+        return drafted, counts, ranking.prefix_mask(rows, counts)
+
     def counts(self, view: StepView) -> np.ndarray:
-        tree, rows, n = view.tree, view.rows, view.n
+        tree, rows = view.tree, view.rows
         cap = min(self.depth, tree.drafted)
         order = tree.order[rows, :cap]  # [n, cap]
         score = np.take_along_axis(tree.conf[rows], order, axis=1)  # [n, cap], non-increasing
-        take = min(int(view.budget), n * cap)
-        if take <= 0:
-            return np.zeros(n, dtype=_I64)
-        req = np.repeat(np.arange(n), cap)
-        col = np.tile(np.arange(cap), n)
-        chosen = np.lexsort((col, req, -score.ravel()))[:take]
-        return np.bincount(req[chosen], minlength=n).astype(_I64)
+        return top_counts(score, view.budget)
+
+
+def top_counts(score: np.ndarray, budget: int) -> np.ndarray:
+    """Each request's share of the batch's top-C entries of ``score`` # [n, cap] (rows
+    non-increasing: a share is a prefix of its row); ties go to the lower request, then to
+    the earlier column.  Returns # [n] int64."""
+    n, cap = score.shape
+    take = min(int(budget), n * cap)
+    if take <= 0:
+        return np.zeros(n, dtype=_I64)
+    req = np.repeat(np.arange(n), cap)
+    col = np.tile(np.arange(cap), n)
+    chosen = np.lexsort((col, req, -score.ravel()))[:take]
+    return np.bincount(req[chosen], minlength=n).astype(_I64)
 
 
 class TreeOptimum(TetrisTree):

@@ -185,6 +185,13 @@ class StepView:
         :class:`~simulator.trie_tables.TrieTables` for path tries; built once per run)."""
         return self._tables.get(("tree",), tables_for, self._trace)
 
+    def tree_table(self, key: tuple, build: Callable[..., Any]) -> Any:
+        """``build(trace, tree)`` of the whole trace and its :attr:`tree`, computed once per
+        run and ``key`` (per-row tables of a tree policy; the caller gathers its rows)."""
+        if self._trace is None:
+            raise SpecbatchError("StepView: tree tables need a tree trace view")
+        return self._tables.get(("tree_table", key), build, self._trace, self.tree)
+
     @property
     def cum_conf(self) -> np.ndarray:
         """TETRIS's surrogate :func:`cumulative_confidence` of ``conf``.  # [n, depth]"""

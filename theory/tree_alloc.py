@@ -283,16 +283,19 @@ def top_nodes(score, budget: int) -> np.ndarray:
     return np.concatenate([np.ones((n, 1), dtype=bool), chosen.reshape(n, size - 1)], axis=1)
 
 
-def frontier_greedy(pred, score, budget: int) -> np.ndarray:
+def frontier_greedy(pred, score, budget: int, limit: int | None = None) -> np.ndarray:
     """Greedy over the batch's frontier: C times take the highest-``score`` node whose
-    predecessor is kept (ties: lower request, then lower node id) # [n, N] bool, root True.
+    predecessor is kept (ties: lower request, then lower node id) # [n, N] bool, root True;
+    a request that holds ``limit`` nodes (when given, e.g. a policy's k + e) takes no more.
 
     Closed by construction whatever the score (TETRIS over nodes with the frontier kept
-    draw-prefix closed); with monotone scores (each node's below its predecessor's) it equals
-    :func:`top_nodes`. pred # [N] shared or # [n, N]; a heap, O(C log(n·N))."""
+    draw-prefix closed); with monotone scores (each node's below its predecessor's) and no
+    limit it equals :func:`top_nodes`. pred # [N] shared or # [n, N]; a heap,
+    O(C log(n·N))."""
     score = _check_score(score)
     n, size = score.shape
     budget = _check_budget(budget)
+    limit = size - 1 if limit is None else _check_budget(limit)
     pred2 = np.broadcast_to(np.asarray(pred, dtype=np.int64), (n, size))
     succ: dict = {}
     for i in range(n):
@@ -302,11 +305,14 @@ def frontier_greedy(pred, score, budget: int) -> np.ndarray:
     masks[:, 0] = True
     heap = [(-score[i, u], i, u) for i in range(n) for u in succ.get((i, 0), ())]
     heapq.heapify(heap)
-    for _ in range(budget):
-        if not heap:
-            break
+    held = np.zeros(n, dtype=np.int64)
+    while heap and budget > 0:
         _, i, u = heapq.heappop(heap)
+        if held[i] >= limit:  # a full request's frontier is dropped node by node
+            continue
         masks[i, u] = True
+        held[i] += 1
+        budget -= 1
         for c in succ.get((i, u), ()):
             heapq.heappush(heap, (-score[i, c], i, c))
     return masks
