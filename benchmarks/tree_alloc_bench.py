@@ -16,13 +16,23 @@ recursive rejection sampling, theory/tree_alloc.py) of:
 - ``static conf``: each request's top-k nodes by the same score (SGLang's rule, the
   simulator's ``static-tree``);
 - ``static opt``: each request's best closed subtree of k nodes (the per-request optimum at
-  a fixed size, isolating what moving nodes between requests adds).
+  a fixed size, isolating what moving nodes between requests adds);
+- ``learned`` / ``logistic``: ``tetris-tree --predictor learned|logistic`` without its cap,
+  the batch's C nodes by the predicted reach of a per-node acceptance model
+  (simulator/tree_predictor.py: ``frontier_greedy`` on r̂) fitted on the tree nodes of
+  ``--calibration-split`` of the trace's requests (default 0.25, seeded as a simulation's
+  split); ``static learned``: each request's first k nodes by the same score.
+
+With a calibration split every column is measured on batches of the other requests' rows
+only (``--calibration-split 0`` keeps every row and drops the learned columns).
 
 Means over the batches of Σ r per request, plus how often and by how much the global top-C
 loses to the static rule. Then the time of one :func:`optimal_subtrees` call (best of
 ``--repeats`` means over 200 calls; the machine is shared).
 
     .venv/bin/python benchmarks/tree_alloc_bench.py [--batches 200] [--json]
+    .venv/bin/python benchmarks/tree_alloc_bench.py --trace smollm2-drop2-tree-iid \
+        --ns 8,32 --ks 2,3,4 --batches 100 --no-timing
 """
 
 from __future__ import annotations
@@ -33,17 +43,36 @@ import time
 
 import numpy as np
 
+from specbatch.simulator.calibration import split_requests
+from specbatch.simulator.tree_policies import top_counts
+from specbatch.simulator.tree_predictor import fit_tree_predictor
 from specbatch.simulator.tree_tables import TreeTables
 from specbatch.theory import tree_alloc as A
 from specbatch.theory import tree_reach as R
 from specbatch.traces.format import read_trace
+from specbatch.traces.trace import concat_ranges
+
+#: Fitted kinds the learned columns report.
+KINDS = ("learned", "logistic")
 
 
-def trace_arrays(name: str) -> tuple:
+def learned_rankings(trace, fraction: float, seed: int) -> tuple:
+    """(rows # [R] the replayed requests' rows, {kind: NodeRanking of every row}) with each
+    predictor fitted on the calibration requests only (``calibration_split = fraction``,
+    ``seed``: the split a simulation with that seed makes). Without a split: every row, {}."""
+    if not fraction:
+        return np.arange(trace.n_rows), {}
+    calibrate, replay = split_requests(trace.n_requests, fraction, seed)
+    tables = TreeTables(trace)
+    fitted = {kind: fit_tree_predictor(trace.subset(calibrate), kind) for kind in KINDS}
+    rows = concat_ranges(trace.offsets[replay], trace.output_len[replay])
+    return rows, {kind: p.ranking(trace, tables) for kind, p in fitted.items()}
+
+
+def trace_arrays(trace) -> tuple:
     """(pred # [N], reach # [rows, N], raw path confidence # [rows, N], the simulator's
     ranking score # [rows, N]) of a tree trace: :class:`TreeTables`' ``conf`` (monotone along
     pred, repeated sibling tokens at 0), what ``tetris-tree`` and ``static-tree`` rank by."""
-    trace = read_trace(name)
     t = trace.tree
     n = int(t.node_offsets[1])
     pred = R.predecessors(t.parent, t.draw_offsets, t.draws, t.node_offsets).reshape(-1, n)[0]
@@ -52,11 +81,27 @@ def trace_arrays(name: str) -> tuple:
     return pred, r.reshape(-1, n), conf.reshape(-1, n), TreeTables(trace).conf
 
 
-def compare(pred, r, conf, ranked_all, n: int, k: int, batches: int, seed: int) -> dict:
+def learned_values(rankings: dict, rb: np.ndarray, rows: np.ndarray, k: int, n: int) -> list:
+    """Σ r of the uncapped learned top-C and of the static first-k, per kind."""
+    out = []
+    for ranking in rankings.values():
+        cap = ranking.score.shape[1]
+        counts = top_counts(ranking.score[rows, :cap], k * n)
+        out.append((rb * ranking.prefix_mask(rows, counts))[:, 1:].sum())
+        static = np.minimum(k, cap) + np.zeros(n, dtype=np.int64)
+        out.append((rb * ranking.prefix_mask(rows, static))[:, 1:].sum())
+    return out
+
+
+def compare(pred, r, conf, ranked_all, n: int, k: int, batches: int, seed: int,
+            pool: np.ndarray | None = None, rankings: dict | None = None) -> dict:
+    """Means over ``batches`` random batches of n rows of ``pool`` (default: every row)."""
     rng = np.random.default_rng(seed)
+    pool = np.arange(r.shape[0]) if pool is None else pool
+    rankings = rankings or {}
     out, open_sets = [], 0
     for _ in range(batches):
-        rows = rng.choice(r.shape[0], n, replace=False)
+        rows = pool[rng.choice(pool.size, n, replace=False)]
         rb, cb = r[rows], conf[rows]
         _, opt = A.optimal_subtrees(pred, rb, k * n)
         table = A.best_by_size(pred, rb, min(k, pred.size - 1))
@@ -65,14 +110,21 @@ def compare(pred, r, conf, ranked_all, n: int, k: int, batches: int, seed: int) 
         out.append((opt, (rb * A.frontier_greedy(pred, rb, k * n))[:, 1:].sum(),
                     (rb * A.top_nodes(ranked, k * n))[:, 1:].sum(),
                     (rb * A.top_nodes_per_request(ranked, k))[:, 1:].sum(),
-                    table.value[:, -1].sum()))
-    v = np.array(out) / n  # [batches, 5] per request
+                    table.value[:, -1].sum(), *learned_values(rankings, rb, rows, k, n)))
+    v = np.array(out) / n  # [batches, 5 + 2 per kind] per request
     loss = v[:, 3] - v[:, 2]  # static conf − top-C conf
-    return {"n": n, "k": k, "C": k * n, "optimum": v[:, 0].mean(), "greedy_r": v[:, 1].mean(),
-            "topc_conf": v[:, 2].mean(), "static_conf": v[:, 3].mean(),
-            "static_opt": v[:, 4].mean(), "topc_loses": int((loss > 1e-12).sum()),
-            "worst_loss": float(max(loss.max(), 0.0)), "topc_not_closed": open_sets,
-            "batches": batches}
+    row = {"n": n, "k": k, "C": k * n, "optimum": v[:, 0].mean(), "greedy_r": v[:, 1].mean(),
+           "topc_conf": v[:, 2].mean(), "static_conf": v[:, 3].mean(),
+           "static_opt": v[:, 4].mean(), "topc_loses": int((loss > 1e-12).sum()),
+           "worst_loss": float(max(loss.max(), 0.0)), "topc_not_closed": open_sets,
+           "batches": batches}
+    for j, kind in enumerate(rankings):
+        top, static = v[:, 5 + 2 * j], v[:, 6 + 2 * j]
+        row[kind] = top.mean()
+        row[f"static_{kind}"] = static.mean()
+        row[f"{kind}_beats_static"] = int((top > v[:, 3] + 1e-12).sum())
+        row[f"{kind}_beats_topc"] = int((top > v[:, 2] + 1e-12).sum())
+    return row
 
 
 def time_call(pred, r, n: int, repeats: int) -> float:
@@ -93,18 +145,25 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--calibration-split", type=float, default=0.25)
+    ap.add_argument("--ns", default="8,32,64", help="batch sizes, comma-separated")
+    ap.add_argument("--ks", default="2,3,4,6", help="nodes per request, comma-separated")
+    ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    pred, r, conf, ranked = trace_arrays(args.trace)
-    table = [compare(pred, r, conf, ranked, n, k, args.batches, args.seed)
-             for n in (8, 32, 64) for k in (2, 3, 4, 6)]
-    timing = {n: time_call(pred, r, n, args.repeats) for n in (8, 64)}
+    trace = read_trace(args.trace)
+    pred, r, conf, ranked = trace_arrays(trace)
+    pool, rankings = learned_rankings(trace, args.calibration_split, args.seed)
+    table = [compare(pred, r, conf, ranked, n, k, args.batches, args.seed, pool, rankings)
+             for n in map(int, args.ns.split(",")) for k in map(int, args.ks.split(","))]
+    timing = {} if args.no_timing else {n: time_call(pred, r, n, args.repeats) for n in (8, 64)}
     if args.json:
-        print(json.dumps({"trace": args.trace, "rows": table,
+        print(json.dumps({"trace": args.trace, "calibration_split": args.calibration_split,
+                          "replayed_rows": int(pool.size), "rows": table,
                           "us_per_call": {str(n): t for n, t in timing.items()}}))
         return
-    print(f"trace {args.trace}: {r.shape[0]} rows, {pred.size - 1} draft nodes per tree, "
-          f"E[tau] of the full tree {r[:, 1:].sum(axis=1).mean():.4f}")
+    print(f"trace {args.trace}: {r.shape[0]} rows ({pool.size} evaluated), {pred.size - 1} "
+          f"draft nodes per tree, E[tau] of the full tree {r[:, 1:].sum(axis=1).mean():.4f}")
     print("   n  k    C  optimum  greedy r  top-C conf  static conf  static opt  "
           "top-C loses  worst   top-C open")
     for row in table:
@@ -112,6 +171,12 @@ def main() -> None:
               f"{row['greedy_r']:.4f}    {row['topc_conf']:.4f}       {row['static_conf']:.4f}"
               f"      {row['static_opt']:.4f}   {row['topc_loses']:4d}/{row['batches']}"
               f"     {row['worst_loss']:.4f}  {row['topc_not_closed']:4d}")
+    for kind in rankings:
+        print(f"{kind}: n  k  top-C {kind}  static {kind}  beats static  beats top-C conf")
+        for row in table:
+            print(f"{row['n']:4d} {row['k']:2d}    {row[kind]:.4f}         "
+                  f"{row[f'static_{kind}']:.4f}        {row[f'{kind}_beats_static']:4d}/"
+                  f"{row['batches']}     {row[f'{kind}_beats_topc']:4d}/{row['batches']}")
     for n, t in timing.items():
         print(f"optimal_subtrees n={n} N={pred.size} C={3 * n}: {t:.0f} us per call")
 

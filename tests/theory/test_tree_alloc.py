@@ -232,3 +232,37 @@ def test_frontier_greedy_is_top_c_under_monotone_confidence_and_repairs_sampled_
     masks = A.frontier_greedy(pred, conf[:40], 120)
     assert R.is_closed(pred, masks).all() and masks[:, 1:].sum() == 120
     assert not R.is_closed(pred, A.top_nodes(conf[:40], 120)).all()
+
+
+def naive_frontier_greedy(pred, score, budget, limit):
+    """The rule written plainly: repeatedly scan every request under ``limit`` for its
+    frontier nodes and take the best (score, then lower request, then lower node id)."""
+    n, size = score.shape
+    masks = np.zeros((n, size), dtype=bool)
+    masks[:, 0] = True
+    for _ in range(budget):
+        frontier = [(-score[i, u], i, u) for i in range(n) for u in range(1, size)
+                    if masks[i].sum() - 1 < limit and not masks[i, u] and masks[i, pred[u]]]
+        if not frontier:
+            break
+        _, i, u = min(frontier)
+        masks[i, u] = True
+    return masks
+
+
+@given(forests(max_nodes=7), st.integers(1, 4), st.integers(0, 14), st.integers(0, 7),
+       st.data())
+@settings(max_examples=60, deadline=None)
+def test_frontier_greedy_with_a_limit_is_the_plain_rule_capped_per_request(
+        case, n, budget, limit, data):
+    pred, _ = case
+    score = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]),
+                                        min_size=n * pred.size, max_size=n * pred.size)))
+    score = score.reshape(n, pred.size)
+    masks = A.frontier_greedy(pred, score, budget, limit=limit)
+    assert (masks == naive_frontier_greedy(pred, score, budget, limit)).all()
+    assert R.is_closed(pred, masks).all()
+    assert (masks[:, 1:].sum(axis=1) <= limit).all()
+    assert masks[:, 1:].sum() == min(budget, n * min(limit, pred.size - 1))
+    assert (A.frontier_greedy(pred, score, budget, limit=pred.size - 1)
+            == A.frontier_greedy(pred, score, budget)).all()
