@@ -7,20 +7,23 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from specbatch.cli import main
 from specbatch.errors import SpecbatchError
 from specbatch.simulator import tree_predictor as TP
 from specbatch.simulator.calibration import split_trace
 from specbatch.simulator.config import load_config
 from specbatch.simulator.policies import make_policy
-from specbatch.simulator.run import simulate
+from specbatch.simulator.run import build_cost, simulate
 from specbatch.simulator.tree_tables import TreeTables
 from specbatch.simulator.view import StepView
 from specbatch.theory import tree_alloc as A
 from specbatch.theory import tree_reach as R
 from specbatch.traces.format import read_trace
 from tests.cli.oneline import assert_one_line_error
+from tests.simulator.helpers import StepTimeOnly
 from tests.simulator.test_tree_tables import ROOT
 
 IID = "smollm2-drop2-tree-iid"
@@ -208,8 +211,22 @@ def test_a_missing_predictor_fit_and_a_chain_or_trie_trace_are_one_line_errors(s
      "field predictor"),
 ])
 def test_bad_tree_predictor_settings_are_one_line_errors(argv, needle, capsys):
-    from specbatch.cli import main
-
     code = main(["simulate", "--trace", IID, "--verify", "specinfer", "--k", "3",
                  "--requests", "4", *argv])
     assert_one_line_error(code, capsys.readouterr().err, needle)
+
+
+def test_a_learned_run_matches_the_reference_engine_and_repeats_bit_for_bit(iid):
+    """Chunked prefill cuts a request's learned subtree (a closed set's pre-order prefix);
+    the vectorised replay and the per-request reference twin still agree exactly."""
+    config = load_config(None, trace=IID, requests=16, policy="tetris-tree", verify="specinfer",
+                         num_speculative_tokens=3, extra=4, predictor="logistic",
+                         calibration_split=0.25, enable_chunked_prefill=True,
+                         max_num_batched_tokens=96)
+    roofline = build_cost(config)
+    fast = simulate(config, iid, cost_model=roofline)
+    slow = simulate(config, iid, cost_model=StepTimeOnly(roofline), reference=True)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    again = simulate(config, iid, cost_model=roofline)
+    pd.testing.assert_frame_equal(fast.steps, again.steps, check_exact=True)
