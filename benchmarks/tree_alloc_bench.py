@@ -20,11 +20,11 @@ recursive rejection sampling, theory/tree_alloc.py) of:
 - ``learned`` / ``logistic``: ``tetris-tree --predictor learned|logistic`` without its cap,
   the batch's C nodes by the predicted reach of a per-node acceptance model
   (simulator/tree_predictor.py: ``frontier_greedy`` on r̂) fitted on the tree nodes of
-  ``--calibration-split`` of the trace's requests (default 0.25, seeded as a simulation's
-  split); ``static learned``: each request's first k nodes by the same score.
+  ``--calibration-split F`` of the trace's requests (seeded as a simulation's split);
+  ``static learned``: each request's first k nodes by the same score.
 
 With a calibration split every column is measured on batches of the other requests' rows
-only (``--calibration-split 0`` keeps every row and drops the learned columns).
+only; without one (the default) every row is, and the learned columns are left out.
 
 Means over the batches of Σ r per request, plus how often and by how much the global top-C
 loses to the static rule. Then the time of one :func:`optimal_subtrees` call (best of
@@ -32,7 +32,7 @@ loses to the static rule. Then the time of one :func:`optimal_subtrees` call (be
 
     .venv/bin/python benchmarks/tree_alloc_bench.py [--batches 200] [--json]
     .venv/bin/python benchmarks/tree_alloc_bench.py --trace smollm2-drop2-tree-iid \
-        --ns 8,32 --ks 2,3,4 --batches 100 --no-timing
+        --calibration-split 0.25 --ns 8,32 --ks 2,3,4 --no-timing
 """
 
 from __future__ import annotations
@@ -145,7 +145,8 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--calibration-split", type=float, default=0.25)
+    ap.add_argument("--calibration-split", type=float, default=0.0,
+                    help="fit the learned columns on this fraction of the requests")
     ap.add_argument("--ns", default="8,32,64", help="batch sizes, comma-separated")
     ap.add_argument("--ks", default="2,3,4,6", help="nodes per request, comma-separated")
     ap.add_argument("--no-timing", action="store_true")
