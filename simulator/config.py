@@ -209,9 +209,10 @@ class SimConfig:
     threshold_mode: str = knob("cumulative", "how the threshold policy combines "
                                "confidences", choices=THRESHOLD_MODES)
     predictor: str = knob(
-        "confidence", "tetris's estimate of P(tau >= j): confidence (the draft's cumulative "
-        "confidence, the official code's), learned (gradient-boosted trees) or logistic, "
-        "fitted on the calibration_split requests (simulator.predictor)", choices=PREDICTORS)
+        "confidence", "tetris's estimate of P(tau >= j) (tetris-tree's of each node's "
+        "acceptance): confidence (the draft's cumulative confidence, the official code's), "
+        "learned (gradient-boosted trees) or logistic, fitted on the calibration_split "
+        "requests (simulator.predictor, simulator.tree_predictor)", choices=PREDICTORS)
     dsd_interval: int = knob(20, "steps between DSD re-plans", range=at_least(1))
     calibration_split: float = pk.CALIBRATION_SPLIT
     num_speculative_tokens_per_batch_size: str | None = pk.VLLM_TABLE
