@@ -172,11 +172,21 @@ def fit_predictor(trace: Trace, kind: str = "learned") -> AcceptancePredictor:
     mask = real_slots(trace).ravel()
     x = token_features(trace.draft_conf, trace.entropy, trace.top1)[mask]
     a = token_acceptance(trace.q, trace.pt).ravel()[mask]
+    model = fit_soft_labels(kind, x, a, "the calibration requests have", "draft token")
+    return remember(_CACHE, key, AcceptancePredictor(kind, model, key))
+
+
+def fit_soft_labels(kind: str, x: np.ndarray, a: np.ndarray, owner: str, unit: str) -> Any:
+    """``make_model(kind)`` fitted to acceptance probabilities ``a`` # [m] of examples ``x``
+    # [m, features] as soft labels: each example is one accepted row of weight a and one
+    rejected row of weight 1 − a, so the log loss is minimised by E[a | x] and the model's
+    output is already a probability. ``owner``/``unit`` word the error when every a is 0 or
+    every a is 1 (nothing to learn)."""
     pos, neg = a > 0, a < 1
     if not pos.any() or not neg.any():
         what = "accepted" if not pos.any() else "rejected"
-        raise SpecbatchError(f"predictor {kind}: the calibration requests have no {what} "
-                             "draft token, so there is nothing to learn")
+        raise SpecbatchError(f"predictor {kind}: {owner} no {what} {unit}, so there is "
+                             "nothing to learn")
     xs = np.concatenate([x[pos], x[neg]])
     ys = np.concatenate([np.ones(int(pos.sum()), dtype=np.int64),
                          np.zeros(int(neg.sum()), dtype=np.int64)])
@@ -187,8 +197,13 @@ def fit_predictor(trace: Trace, kind: str = "learned") -> AcceptancePredictor:
             model.fit(xs, ys, logisticregression__sample_weight=ws)
         else:
             model.fit(xs, ys, sample_weight=ws)
-    predictor = AcceptancePredictor(kind, model, key)
-    if len(_CACHE) >= CACHE_SIZE:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[key] = predictor
-    return predictor
+    return model
+
+
+def remember(cache: dict, key: Any, value: Any) -> Any:
+    """Put ``value`` in a per-process ``cache`` of at most :data:`CACHE_SIZE` entries (the
+    oldest goes first) and return it."""
+    if len(cache) >= CACHE_SIZE:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+    return value

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.simulator.predictor import LEARNED, make_model, one_thread
+from specbatch.simulator.predictor import LEARNED, fit_soft_labels, one_thread, remember
 from specbatch.simulator.tree_tables import TreeTables
 
 if TYPE_CHECKING:
@@ -60,7 +60,6 @@ FEATURES = ("depth", "draw_index", "draft_conf", "log_draft_conf", "parent_conf"
 #: Confidences are floored here before a log.
 TINY = 1e-12
 #: Fitted tree predictors kept per process (a sweep refits nothing it has fitted already).
-CACHE_SIZE = 16
 _CACHE: dict[str, TreePredictor] = {}
 _I64 = np.int64
 
@@ -244,23 +243,5 @@ def fit_tree_predictor(trace: Trace, kind: str = "learned") -> TreePredictor:
     tables = TreeTables(trace)
     x = trace_features(trace, tables).reshape(-1, len(FEATURES))
     a = tables.accept[:, 1:].ravel()
-    pos, neg = a > 0, a < 1
-    if not pos.any() or not neg.any():
-        what = "accepted" if not pos.any() else "rejected"
-        raise SpecbatchError(f"predictor {kind}: the calibration requests' trees have no "
-                             f"{what} draw, so there is nothing to learn")
-    xs = np.concatenate([x[pos], x[neg]])
-    ys = np.concatenate([np.ones(int(pos.sum()), dtype=_I64), np.zeros(int(neg.sum()),
-                                                                        dtype=_I64)])
-    ws = np.concatenate([a[pos], 1.0 - a[neg]])
-    model = make_model(kind)
-    with one_thread():
-        if kind == "logistic":
-            model.fit(xs, ys, logisticregression__sample_weight=ws)
-        else:
-            model.fit(xs, ys, sample_weight=ws)
-    predictor = TreePredictor(kind, model, key)
-    if len(_CACHE) >= CACHE_SIZE:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[key] = predictor
-    return predictor
+    model = fit_soft_labels(kind, x, a, "the calibration requests' trees have", "draw")
+    return remember(_CACHE, key, TreePredictor(kind, model, key))
