@@ -91,20 +91,24 @@ def real_slots(trace: Trace) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class AcceptancePredictor:
-    """A fitted model of per-token acceptance (module docstring); immutable once fitted.
+class FittedModel:
+    """A fitted acceptance model; immutable, so replicas share it.
 
     kind:  ``learned`` (gradient-boosted trees) or ``logistic``
     model: the fitted scikit-learn estimator (classes 0 = rejected, 1 = accepted)
-    key:   fingerprint of the calibration rows and kind (the cache and table key)
+    key:   fingerprint of the calibration data and kind (the cache and table key)
     """
 
     kind: str
     model: Any
     key: str
 
-    def __deepcopy__(self, memo: dict) -> AcceptancePredictor:
+    def __deepcopy__(self, memo: dict) -> FittedModel:
         return self  # immutable: replicas share one fitted model
+
+
+class AcceptancePredictor(FittedModel):
+    """A fitted model of per-token acceptance on chains (module docstring)."""
 
     def token_probs(self, conf: np.ndarray, entropy: np.ndarray, top1: np.ndarray
                     ) -> np.ndarray:

@@ -43,12 +43,18 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.simulator.predictor import LEARNED, fit_soft_labels, one_thread, remember
+from specbatch.simulator.predictor import (
+    LEARNED,
+    FittedModel,
+    fit_soft_labels,
+    one_thread,
+    remember,
+)
 from specbatch.simulator.tree_tables import TreeTables
 
 if TYPE_CHECKING:
@@ -172,21 +178,9 @@ def rank_nodes(reach: np.ndarray, pred: np.ndarray) -> NodeRanking:
     return NodeRanking(order, rank, score, reach)
 
 
-@dataclass(frozen=True, eq=False)
-class TreePredictor:
-    """A fitted model of per-draw acceptance on tree nodes (module docstring); immutable.
-
-    kind:  ``learned`` or ``logistic``
-    model: the fitted scikit-learn estimator (classes 0 = rejected, 1 = accepted)
-    key:   fingerprint of the calibration trees and kind (the cache and table key)
-    """
-
-    kind: str
-    model: Any
-    key: str
-
-    def __deepcopy__(self, memo: dict) -> TreePredictor:
-        return self  # immutable: replicas share one fitted model
+class TreePredictor(FittedModel):
+    """A fitted model of per-draw acceptance on tree nodes (module docstring); ``key``
+    fingerprints the calibration trees and kind."""
 
     def node_probs(self, trace: Trace, tables: TreeTables) -> np.ndarray:
         """â(u) for every row and node of ``trace`` (``tables``: its TreeTables), root 1,
