@@ -154,3 +154,22 @@ def test_a_tree_rule_on_a_chain_trace_is_refused():
     config = load_config(None, trace="tiny", requests=4, policy="static-tree", verify="specinfer")
     with pytest.raises(SpecbatchError, match="field verify: expected token or block on a chain"):
         simulate(config)
+
+
+def test_static_tree_on_a_hand_tree_is_sglangs_topk_of_path_scores():
+    """The hand tree of test_tree_tables (path scores 1: .6, 2: .3, 3: .3, 4: .27):
+    SGLang's organize_draft_results with num_draft_tokens = k + 1 keeps topk(scores, k); the
+    tie between nodes 2 and 3 goes to the lower node id (torch.topk leaves ties unspecified)."""
+    from tests.simulator.test_tree_tables import hand_trace
+
+    trace = hand_trace()
+    expected = {1: [1, 1, 0, 0, 0], 2: [1, 1, 1, 0, 0], 3: [1, 1, 1, 1, 0], 4: [1, 1, 1, 1, 1]}
+    for k, mask in expected.items():
+        config = load_config(None, trace="tiny", policy="static-tree", verify="specinfer",
+                             num_speculative_tokens=k)
+        policy = make_policy(config, 2)
+        view = StepView(trace, np.array([0]), np.zeros(1, dtype=np.int64), None, k, None)
+        view.budget = k
+        drafted, verified, got = policy.decide_tree(view)
+        assert got[0].astype(int).tolist() == mask and verified.tolist() == [k]
+        assert drafted.tolist() == [4]  # the whole tree is drafted
