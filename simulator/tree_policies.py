@@ -19,15 +19,16 @@ s_i + 1 query tokens per request (root included) and the verifier (``verify = sp
   confidence (C = ``budget``, default k·n), at most k + e per request. Scores fall along
   every path and across siblings in draw order, so each request's share is a prefix of its
   own ranking and the frontier stays connected.
-
 - ``tree-optimum``: the bound. The closed subtrees of the batch that maximise Σ_i E[τ_i] under
   C nodes (at most k + e per request), E[τ | S] = Σ_{u∈S} r(u) with SpecInfer's reach r
   (:func:`theory.tree_alloc.optimal_subtrees`, an exact tree-knapsack DP; docs/trees.md). It
   reads the acceptance numbers, which no engine has before verifying.
 
-``static-tree`` and ``tetris-tree`` read only draft-side signals (``tetris-tree --predictor
-learned|logistic``: a model of acceptance fitted on held-out calibration requests,
-:mod:`simulator.tree_predictor`).
+``static-tree`` and ``tetris-tree`` read only draft-side signals. With ``--predictor
+learned|logistic`` both rank by a model of each draw's acceptance fitted on held-out
+calibration requests (:mod:`simulator.tree_predictor`): ``static-tree`` then takes the first k
+nodes of each request's own frontier-greedy order on the predicted reach, ``tetris-tree``
+the batch's top-C of it.
 """
 
 from __future__ import annotations
@@ -53,9 +54,30 @@ class TreePolicy(Policy):
 
     tree = True
 
+    def __init__(self, config: Any, trace_k: int) -> None:
+        super().__init__(config, trace_k)
+        self.kind = getattr(config, "predictor", "confidence")
+        self.predictor = None  # the fitted TreePredictor (fit)
+        if self.kind != "confidence":
+            self.calibrate = self.fit  # simulator.calibration looks it up on the instance
+
     @classmethod
     def required_depth(cls, config: Any) -> int:
         return int(config.num_speculative_tokens)
+
+    def fit(self, trace: Any) -> None:
+        """Fit ``config.predictor`` on the tree nodes of the calibration requests ``trace``."""
+        from specbatch.simulator.tree_predictor import fit_tree_predictor
+
+        self.predictor = fit_tree_predictor(trace, self.kind)
+
+    def learned_ranking(self, view: StepView) -> Any:
+        """The fitted predictor's :class:`~simulator.tree_predictor.NodeRanking` of every
+        trace row (built once per run), or a one-line error before calibration."""
+        if self.predictor is None:
+            raise SpecbatchError(f"policy {self.name}: predictor {self.kind} needs calibration "
+                                 "requests to fit on (set calibration_split > 0)")
+        return view.tree_table(("tree_predictor", self.predictor.key), self.predictor.ranking)
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         drafted, verified, _ = self.decide_tree(view)
@@ -81,6 +103,13 @@ class StaticTree(TreePolicy):
     name = "static-tree"
     budgeted = False
 
+    def decide_tree(self, view: StepView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self.kind == "confidence":
+            return super().decide_tree(view)
+        counts = self.counts(view)  # the k best of each row's learned order (module docstring)
+        drafted = np.full(view.n, view.tree.drafted, dtype=_I64)
+        return drafted, counts, self.learned_ranking(view).prefix_mask(view.rows, counts)
+
     def counts(self, view: StepView) -> np.ndarray:
         return np.minimum(self.k, view.tree.nodes(view.rows))
 
@@ -96,31 +125,14 @@ class TetrisTree(TreePolicy):
 
     name = "tetris-tree"
 
-    def __init__(self, config: Any, trace_k: int) -> None:
-        super().__init__(config, trace_k)
-        self.kind = getattr(config, "predictor", "confidence")
-        self.predictor = None  # the fitted TreePredictor (fit)
-        if self.kind != "confidence":
-            self.calibrate = self.fit  # simulator.calibration looks it up on the instance
-
     @classmethod
     def required_depth(cls, config: Any) -> int:
         return int(config.num_speculative_tokens) + int(config.extra)
 
-    def fit(self, trace: Any) -> None:
-        """Fit ``config.predictor`` on the tree nodes of the calibration requests ``trace``."""
-        from specbatch.simulator.tree_predictor import fit_tree_predictor
-
-        self.predictor = fit_tree_predictor(trace, self.kind)
-
     def decide_tree(self, view: StepView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.kind == "confidence":
             return super().decide_tree(view)
-        if self.predictor is None:
-            raise SpecbatchError(f"policy tetris-tree: predictor {self.kind} needs calibration "
-                                 "requests to fit on (set calibration_split > 0)")
-        ranking = view.tree_table(("tree_predictor", self.predictor.key),
-                                  self.predictor.ranking)
+        ranking = self.learned_ranking(view)
         rows = view.rows
         cap = min(self.depth, view.tree.drafted)
         counts = top_counts(ranking.score[rows, :cap], view.budget)

@@ -207,7 +207,7 @@ def test_a_missing_predictor_fit_and_a_chain_or_trie_trace_are_one_line_errors(s
 @pytest.mark.parametrize("argv, needle", [
     (["--policy", "tetris-tree", "--extra", "2", "--predictor", "learned"],
      "field calibration_split"),
-    (["--policy", "static-tree", "--predictor", "logistic", "--calibration-split", "0.25"],
+    (["--policy", "tree-optimum", "--predictor", "logistic", "--calibration-split", "0.25"],
      "field predictor"),
 ])
 def test_bad_tree_predictor_settings_are_one_line_errors(argv, needle, capsys):
@@ -230,3 +230,27 @@ def test_a_learned_run_matches_the_reference_engine_and_repeats_bit_for_bit(iid)
     pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
     again = simulate(config, iid, cost_model=roofline)
     pd.testing.assert_frame_equal(fast.steps, again.steps, check_exact=True)
+
+
+def test_a_learned_static_tree_takes_the_k_first_of_each_rows_learned_order(iid, split):
+    """static-tree --predictor: k nodes per request, a closed prefix of the row's own
+    frontier-greedy order on r̂ (the same order tetris-tree's batch top-C ranks), and a run
+    equals the reference engine's."""
+    config = load_config(None, trace=IID, requests=16, policy="static-tree", verify="specinfer",
+                         num_speculative_tokens=3, predictor="logistic", calibration_split=0.25)
+    roofline = build_cost(config)
+    fast = simulate(config, iid, cost_model=roofline)
+    slow = simulate(config, iid, cost_model=StepTimeOnly(roofline), reference=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    decode = fast.steps[fast.steps["decode_requests"] > 0]
+    assert (decode["verified"] == 3 * decode["decode_requests"]).all()
+    plain = simulate(config.replace(predictor="confidence", calibration_split=0.25), iid)
+    assert not plain.steps["accepted"].equals(fast.steps["accepted"])  # another ranking
+    calibration, replay = split
+    policy = make_policy(config, 3)
+    policy.fit(calibration)
+    view, (_, verified, mask) = decide(policy, replay, np.arange(40), 120)
+    ranking = policy.learned_ranking(view)
+    assert (verified == 3).all() and view.tree.check_closed(mask).all()
+    assert (mask[:, 1:].sum(axis=1) == 3).all()
+    np.testing.assert_array_equal(mask, ranking.prefix_mask(np.arange(40), verified))
