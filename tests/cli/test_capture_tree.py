@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from specbatch.cli import main  # noqa: E402
-from tests.cli.oneline import assert_one_line_error  # noqa: E402
+from tests.cli.oneline import assert_one_line_error, run_main  # noqa: E402
 from tests.traces.test_capture import _save_pair  # noqa: E402
 
 
@@ -20,22 +20,13 @@ def pair(tmp_path_factory):
     return _save_pair(tmp_path_factory.mktemp("cli-tree"))
 
 
-def _run(capsys, argv):
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def _argv(pair, out, *extra):
     return ["capture", "--draft", pair[0], "--target", pair[1], "--prompts", "default:2",
             "--out", str(out), "--max-new-tokens", "4", "--no-progress", *extra]
 
 
 def test_capture_tree_prints_the_tree_and_its_depth(pair, tmp_path, capsys):
-    code, out, err = _run(capsys, _argv(pair, tmp_path / "t", "--tree", "2,1", "--sampling",
+    code, out, err = run_main(capsys, _argv(pair, tmp_path / "t", "--tree", "2,1", "--sampling",
                                         "iid", "--json"))
     assert code == 0, err
     result = json.loads(out)
@@ -45,7 +36,7 @@ def test_capture_tree_prints_the_tree_and_its_depth(pair, tmp_path, capsys):
 
 
 def test_capture_a_trie_of_paths_defaults_to_iid_sampling(pair, tmp_path, capsys):
-    code, out, err = _run(capsys, _argv(pair, tmp_path / "t", "--tree", "3x2", "--json"))
+    code, out, err = run_main(capsys, _argv(pair, tmp_path / "t", "--tree", "3x2", "--json"))
     assert code == 0, err
     result = json.loads(out)
     assert result["depth"] == 2 and result["tree"] == {
@@ -61,6 +52,6 @@ def test_capture_a_trie_of_paths_defaults_to_iid_sampling(pair, tmp_path, capsys
     (["--tree", "2", "--draft-sample", "greedy"], "--draft-sample greedy"),
 ])
 def test_bad_tree_options_are_one_line_errors(pair, tmp_path, capsys, extra, needle):
-    code, out, err = _run(capsys, _argv(pair, tmp_path / "t", *extra))
+    code, out, err = run_main(capsys, _argv(pair, tmp_path / "t", *extra))
     assert_one_line_error(code, err, needle)
     assert out == "" and not (tmp_path / "t").exists()

@@ -2,33 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from specbatch.cli import main
-
-PAPER = {"vocab": 2, "draft": {"iid": ["2/3", "1/3"]}, "target": {"iid": ["1/3", "2/3"]}}
-
-
-def exit_code(argv) -> int:
-    """main's return code, or the code of the SystemExit argparse raises on a usage error."""
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        return int(exc.code)
-
-
-def run_json(capsys, argv):
-    code = main(argv + ["--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
-@pytest.fixture
-def paper_file(tmp_path):
-    path = tmp_path / "pair.json"
-    path.write_text(json.dumps(PAPER))
-    return str(path)
+from tests.cli.oneline import run_json, run_main
 
 
 def test_multidraft_paper_pair(capsys, paper_file):
@@ -76,11 +53,11 @@ def test_tree_paths_adds_gbv_and_text_lists_every_verifier(capsys, paper_file):
     (["multidraft", "--drafts", "0"], "--drafts"),
 ])
 def test_errors_are_one_line_exit_2(capsys, paper_file, argv, needle):
-    code = exit_code(["optimum", argv[0], "--pair", paper_file, *argv[1:]])
-    err = capsys.readouterr().err
+    code, _, err = run_main(capsys, ["optimum", argv[0], "--pair", paper_file, *argv[1:]])
     assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err
 
 
 def test_missing_pair_file(capsys, tmp_path):
-    code = exit_code(["optimum", "tree", "--pair", str(tmp_path / "no.json"), "--tree", "2"])
-    assert code == 2 and "not found" in capsys.readouterr().err
+    code, _, err = run_main(capsys, ["optimum", "tree", "--pair", str(tmp_path / "no.json"),
+                                     "--tree", "2"])
+    assert code == 2 and "not found" in err

@@ -10,21 +10,8 @@ import pytest
 import specbatch.theory.catalogue as catalogue
 from specbatch.cli import main
 from specbatch.theory.catalogue import CheckResult, Theorem
-
-PAPER = {"vocab": 2, "draft": {"iid": ["2/3", "1/3"]}, "target": {"iid": ["1/3", "2/3"]}}
-
-
-def run_json(capsys, argv):
-    code = main(argv + ["--json"])
-    out = capsys.readouterr().out
-    return code, json.loads(out)
-
-
-@pytest.fixture
-def paper_file(tmp_path):
-    path = tmp_path / "pair.json"
-    path.write_text(json.dumps(PAPER))
-    return str(path)
+from tests.cli.conftest import PAPER
+from tests.cli.oneline import run_json
 
 
 def test_optimum_verify_paper_example(capsys, paper_file):

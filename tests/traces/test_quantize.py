@@ -22,6 +22,7 @@ from tests.cli.oneline import assert_one_line_error
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
+from tests.traces.test_weights import save_tiny_llama  # noqa: E402
 
 
 def _q(rows, bits, group):
@@ -111,16 +112,7 @@ def test_group_sizes_below_two_are_refused(group):
 
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-    model = LlamaForCausalLM(config).eval()
-    out = tmp_path_factory.mktemp("tiny") / "target"
-    model.save_pretrained(out)
-    (out / "tokenizer.json").write_text("{}")  # copied along with the draft
-    return out, model
+    return save_tiny_llama(tmp_path_factory, 2)
 
 
 def _sha(path) -> str:

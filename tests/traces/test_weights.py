@@ -80,18 +80,25 @@ def test_parse_layers_rejects_bad_lists(text):
         weights.parse_layers(text, 6)
 
 
-@pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory):
+def save_tiny_llama(tmp_path_factory, layers: int) -> tuple:
+    """(folder, model): a seeded random tied-embedding Llama of ``layers`` decoder layers
+    saved as a Hugging Face folder with a placeholder tokenizer file."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=5,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    config = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         tie_word_embeddings=True)
     model = LlamaForCausalLM(config).eval()
     out = tmp_path_factory.mktemp("tiny") / "target"
     model.save_pretrained(out)
     (out / "tokenizer.json").write_text("{}")  # copied along with the draft
     return out, model
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    return save_tiny_llama(tmp_path_factory, 5)
 
 
 def _logits(model, ids):
