@@ -107,20 +107,6 @@ def node_features(draft_conf: np.ndarray, token: np.ndarray, parent: np.ndarray,
     return np.stack([np.asarray(c, dtype=np.float64)[:, 1:] for c in cols], axis=-1)
 
 
-def predicted_reach(accept: np.ndarray, parent: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """r(u) = r(parent)·a(u)·Π_{earlier draws v}(1 − a(v)), r(root) = 1, from per-node
-    acceptance numbers accept # [rows, N] (the reach of :mod:`theory.tree_reach`).
-    Returns # [rows, N]."""
-    rows, size = accept.shape
-    reach = np.ones((rows, size))
-    carry = np.ones((rows, size))  # P(the walk tries the draw after u at u's parent)
-    for u in range(1, size):
-        tried = reach[:, parent[u]] if pred[u] == parent[u] else carry[:, pred[u]]
-        reach[:, u] = tried * accept[:, u]
-        carry[:, u] = tried * (1.0 - accept[:, u])
-    return reach
-
-
 def monotone(score: np.ndarray, pred: np.ndarray) -> np.ndarray:
     """m(u) = min of ``score`` over u and its predecessor chain (root kept).  # [rows, N]"""
     m = np.array(score, dtype=np.float64)
@@ -197,7 +183,7 @@ class TreePredictor(FittedModel):
 
     def ranking(self, trace: Trace, tables: TreeTables) -> NodeRanking:
         """The run's :class:`NodeRanking` by predicted reach r̂, for every row of ``trace``."""
-        reach = predicted_reach(self.node_probs(trace, tables), tables.parent, tables.pred)
+        reach = tables.reach_for(self.node_probs(trace, tables))
         return rank_nodes(reach, tables.pred)
 
 

@@ -78,12 +78,15 @@ class TreeTables:
         first = slice(0, int(tree.draw_offsets[n_nodes]) if rows else 0)
         self.pred = predecessors(self.parent, tree.draw_offsets[:n_nodes + 1],
                                  tree.draws[first])  # row 0's draws: the shared structure
-        self.accept = _draw_accept(tree, rows, n_nodes)
+        self._tree = tree
+        self._drawn = _drawn_nodes(tree)  # [M] global node each draw proposes
+        accept = np.ones(rows * n_nodes)
+        accept[self._drawn] = tree.rrs_accept  # each node's draw's number (root: 1)
+        self.accept = accept.reshape(rows, n_nodes)
         self.trv = tree.trv_accept.reshape(rows, n_nodes)
         self.conf = _monotone_conf(tree.draft_conf.reshape(rows, n_nodes),
                                    tree.token.reshape(rows, n_nodes), self.parent, self.pred)
-        self.reach = reach_values(offsets, tree.parent, tree.draw_offsets, tree.draws,
-                                  tree.rrs_accept).reshape(rows, n_nodes)
+        self.reach = self.reach_for(self.accept)
         node_ids = np.broadcast_to(np.arange(1, n_nodes), (rows, n_nodes - 1))
         self.order = (np.lexsort((node_ids, -self.conf[:, 1:])) + 1).astype(_I64) \
             if rows else np.zeros((0, n_nodes - 1), dtype=_I64)
@@ -97,6 +100,14 @@ class TreeTables:
     def drafted(self) -> int:
         """Nodes drafted per request (the whole tree less the root)."""
         return self.n_nodes - 1
+
+    def reach_for(self, accept: np.ndarray) -> np.ndarray:
+        """SpecInfer's reach r(u) on every row for per-node acceptance numbers ``accept``
+        # [rows, N] (each node's draw; the recorded ``rrs_accept`` or a model's estimate), by
+        :func:`theory.tree_reach.reach_values` over this trace's draws.  Returns # [rows, N]"""
+        tree = self._tree
+        return reach_values(tree.node_offsets, tree.parent, tree.draw_offsets, tree.draws,
+                            accept.ravel()[self._drawn]).reshape(self.n_rows, self.n_nodes)
 
     def nodes(self, rows: np.ndarray) -> np.ndarray:
         """Non-root nodes of each row's tree (N − 1 for every row).  # [n]"""
@@ -197,14 +208,10 @@ def _children(parent: np.ndarray) -> np.ndarray:
     return kids
 
 
-def _draw_accept(tree, rows: int, n_nodes: int) -> np.ndarray:
-    """# [rows, N] each node's rrs_accept (the number of the one draw that proposed it)."""
-    out = np.ones(rows * n_nodes)
-    child_global = tree.draws.astype(_I64) + np.repeat(
-        tree.node_offsets[:-1], np.diff(tree.draw_offsets[tree.node_offsets])
-    )
-    out[child_global] = tree.rrs_accept
-    return out.reshape(rows, n_nodes)
+def _drawn_nodes(tree) -> np.ndarray:
+    """# [M] the global node id each draw proposes (its local child id plus its row's base)."""
+    return tree.draws.astype(_I64) + np.repeat(
+        tree.node_offsets[:-1], np.diff(tree.draw_offsets[tree.node_offsets]))
 
 
 def _monotone_conf(draft_conf: np.ndarray, token: np.ndarray, parent: np.ndarray,

@@ -71,7 +71,7 @@ def perturbed(trace, seed):
 
 def test_the_reach_formula_on_true_acceptance_is_the_recorded_reach(iid):
     tables = TreeTables(iid)
-    reach = TP.predicted_reach(tables.accept, tables.parent, tables.pred)
+    reach = tables.reach_for(tables.accept)
     np.testing.assert_allclose(reach, tables.reach, rtol=0, atol=1e-12)
 
 
@@ -109,7 +109,7 @@ def test_decisions_are_closed_budgeted_capped_and_the_capped_frontier_greedy(spl
     policy = fitted_policy(calibration, kind, k=2, extra=2)  # cap k + e = 4
     tables = TreeTables(replay)
     probs = policy.predictor.node_probs(replay, tables)
-    reach = TP.predicted_reach(probs, tables.parent, tables.pred)
+    reach = tables.reach_for(probs)
     rng = np.random.default_rng(1)
     for _ in range(25):
         n = int(rng.integers(1, 17))
