@@ -36,7 +36,8 @@ class Plan(NamedTuple):
     depth:    the most tokens any request may draft (the policy's depth, d_i ≤ depth)
     tree:     None: every request's draft is a chain (token j's parent is token j − 1); else
               # [n, N] bool, the verified nodes of each request's recorded draft tree (root
-              included; simulator.tree_tables), and drafted[i] = N − 1, the whole tree.
+              included; simulator.tree_tables), and drafted[i] the whole tree's draft tokens
+              (N − 1, or K·L for a trie of K paths; its draft passes are the tree's depth).
 
     The draft passes D = max_i d_i are :meth:`draft_passes`.
     """
