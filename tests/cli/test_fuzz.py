@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from specbatch.cli import main
-from tests.cli.oneline import assert_one_line_error, run_cli
+from tests.cli.oneline import assert_one_line_error, run_cli, run_main
 
 #: Seconds one in-process example may take.
 EXAMPLE_SECONDS = 10
@@ -59,12 +59,7 @@ def time_limit(seconds: int):
 def run_in_process(capsys, argv: list[str]) -> tuple[int, str, str]:
     capsys.readouterr()
     with time_limit(EXAMPLE_SECONDS):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+        return run_main(capsys, argv)
 
 
 def assert_contract(code: int, out: str, err: str, json_mode: bool, partial_ok: bool = False):
