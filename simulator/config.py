@@ -67,7 +67,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 ARRIVALS = ("burst", "poisson", "gamma", "trace")
 ROUTERS = ("round_robin", "least_outstanding")
 VERIFY_RULES = ("token", "block", "specinfer", "traversal", "gbv")
-COSTS = ("roofline", "profiled")
+COSTS = ("roofline", "profiled", "calibrated")
 SAMPLINGS = ("auto", "in_order", "resample")
 THRESHOLD_MODES = ("cumulative", "per_token")
 KV_MODES = ("reserve", "paged")

@@ -61,6 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="target: a shape name or a Hugging Face config.json path")
     models.add_argument("--draft", default="vicuna-68m",
                         help="draft: a shape name, a config.json path, or ngram")
+    models.add_argument("--cost", default="calibrated", choices=("calibrated", "roofline"),
+                        help="step-time cost model (default calibrated: the bundled public GPU "
+                             "profiles where they cover a pass, the calibrated roofline "
+                             "elsewhere; roofline reproduces earlier plans)")
     models.add_argument("--max-num-seqs", type=positive_int, default=64,
                         help="running requests per replica (default 64)")
     models.add_argument("--gpu-memory-utilization", type=float, default=0.9,
@@ -160,7 +164,8 @@ def build_question(args: argparse.Namespace):
                 percentile=args.percentile, goodput=args.goodput,
                 allow_preemption=args.allow_preemption)
     base = {"trace": args.trace, "requests": args.requests, "target": args.target,
-            "draft": args.draft, "max_num_seqs": args.max_num_seqs, "kv_mode": "paged",
+            "draft": args.draft, "cost": args.cost, "max_num_seqs": args.max_num_seqs,
+            "kv_mode": "paged",
             "gpu_memory_utilization": args.gpu_memory_utilization, "seed": args.seed,
             **arrival_fields(args)}
     return Question(base=base, space=space, slos=slos, levels_after=args.levels_after,
@@ -230,8 +235,22 @@ def run_command(args: argparse.Namespace) -> int:
         question = dataclasses.replace(question, base={**question.base, "workload": workload})
     report = run_plan(question, args.out, workers=args.workers, scheduler=args.scheduler,
                       progress=not (args.no_progress or args.json))
+    report["cost_source"] = plan_sources(question.base, report, question.space.hardware)
     emit(report, args.json, text=None if args.json else format_report(report))
     return 0
+
+
+def plan_sources(base: dict, report: dict, hardware: tuple[str, ...]) -> dict:
+    """The cost model and, for the chosen deployment (else the first hardware at tp 1), which
+    source priced the target's and the draft's passes (simulator.cost_report)."""
+    from specbatch.simulator.config import make_config
+    from specbatch.simulator.cost_report import cost_sources
+    from specbatch.simulator.run import build_cost
+
+    choice = report.get("choice") or {"hardware": hardware[0], "tp": 1}
+    config = make_config({**base, "hardware": choice["hardware"], "tp": choice["tp"]})
+    return {"cost": base["cost"], "hardware": choice["hardware"], "tp": choice["tp"],
+            **cost_sources(build_cost(config))}
 
 
 def _seconds(value: float | None) -> str:
@@ -289,6 +308,12 @@ def format_report(report: dict) -> str:
         lines.append(f"constant alpha {band['alpha']:g}: "
                      + (f"{band['choice']} (TPOT {_seconds(lat['tpot'])}, e2e "
                         f"{_seconds(lat['e2e'])})" if lat else "nothing meets every limit"))
+    if report.get("cost_source"):
+        from specbatch.simulator.cost_report import source_line
+
+        src = report["cost_source"]
+        lines.append(f"cost model {src['cost']} on {src['hardware']} tp {src['tp']}: "
+                     f"{source_line(src)}")
     s = report["searched"]
     lines.append(f"searched {s['runs']} runs in {s['levels']} cost levels ({s['computed']} "
                  f"computed, {s['reused']} reused); figure: {report['figure']}")

@@ -100,13 +100,21 @@ def run_command(args: argparse.Namespace) -> int:
         with result_dir(args.out, "simulate", identity, force=args.force,
                         legacy=RESULT_FILES) as tmp:
             result.write(tmp)
-    summary = jsonable(setting(config) | result.summary)
+    summary = jsonable(setting(config) | result.summary | {"cost_source": run_sources(config)})
     emit(summary, args.json, text=None if args.json else format_summary(summary, args.out))
     return 0
 
 
 #: The files of a simulate result (an older result without a marker holds only these).
 RESULT_FILES = ("requests.parquet", "steps.parquet", "summary.json", "config.toml")
+
+
+def run_sources(config: SimConfig) -> dict:
+    """Which source priced the target's and the draft's passes (simulator.cost_report)."""
+    from specbatch.simulator.cost_report import cost_sources
+    from specbatch.simulator.run import build_cost
+
+    return cost_sources(build_cost(config))
 
 
 def config_identity(config: SimConfig) -> str:
@@ -135,6 +143,10 @@ def format_summary(summary: dict, out: str | None = None) -> str:
         else:
             text = str(value)
         lines.append(f"{key:<18} {text:>12} {unit}".rstrip())
+    if summary.get("cost_source"):
+        from specbatch.simulator.cost_report import source_line
+
+        lines.append(f"cost source: {source_line(summary['cost_source'])}")
     if out:
         lines.append(f"wrote {out}/ (requests.parquet, steps.parquet, summary.json, config.toml)")
     return "\n".join(lines)
