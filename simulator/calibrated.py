@@ -27,7 +27,7 @@ parts, each from the best source available (:meth:`CalibratedCost.sources` names
   8 MiB on 2/4/6/8 GPUs vLLM runs its custom all-reduce (:data:`CUSTOM_AR_MAX_BYTES`), priced
   by the roofline's latency + ring formula (ASSUMED: no measurement of it is bundled); above,
   NCCL, read from Vidur's measured curve of the GPU's DGX cluster (h100_dgx, a100_dgx; the
-  median over log2 size bins, interpolated log-log) for that world size; elsewhere the
+  median over half-octave size bins, made non-decreasing, interpolated log-log) for that world size; elsewhere the
   roofline's formula.
 - ``lm_head``: the fitted GEMM law (the MLP-up law: both are N >> K) for K = h, N = V/tp over
   all Q tokens (as the roofline: verification needs logits at every position).
@@ -132,7 +132,7 @@ def fitted_gpu(gpu: str) -> GpuFit:
 
 @functools.lru_cache(maxsize=8)
 def allreduce_curve(gpu: str, world: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(log2 size bin centres' bytes [bins], median seconds [bins]) of the measured NCCL
+    """(half-octave size bins' median bytes [bins], median seconds [bins]) of the measured NCCL
     all-reduce of ``world`` GPUs in ``gpu``'s DGX cluster, or None where not measured."""
     net = load_public_profiles().network
     cluster = CLUSTER.get(gpu)
@@ -142,7 +142,7 @@ def allreduce_curve(gpu: str, world: int) -> tuple[np.ndarray, np.ndarray] | Non
         return None
     size = rows["size_bytes"].to_numpy(dtype=np.float64)
     secs = 1e-3 * rows["median_ms"].to_numpy(dtype=np.float64)
-    bins = np.floor(np.log2(size)).astype(int)
+    bins = np.floor(2 * np.log2(size)).astype(int)  # half-octave bins
     keys = np.unique(bins)
     sizes = np.array([np.median(size[bins == b]) for b in keys])  # [bins]
     times = np.array([np.median(secs[bins == b]) for b in keys])  # [bins]
