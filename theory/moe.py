@@ -13,14 +13,16 @@ Uniform routing (π_e = k/E) is THEORY.md §8's E · (1 − (1 − k/E)^Q); for 
 (E = 128, k = 8) 8.0 at Q = 1, 29.1 at Q = 4, 82.4 at Q = 16, 125.9 at Q = 64.
 
 Skew. ``routing_skew`` s ≥ 0 is a one-number law for a measured imbalance: expert loads
-proportional to a Zipf law of exponent s over the experts ranked by popularity,
+proportional to a Zipf law of exponent s over the experts ranked by popularity, capped at 1
+(an expert cannot take a token twice):
 
-    π_e = k · e^(−s) / Σ_{j=1..E} j^(−s),   e = 1..E,
+    π_e = min(1, c · e^(−s)),   e = 1..E,   c such that Σ_e π_e = k
 
-so s = 0 is uniform and larger s concentrates tokens on fewer experts (fewer distinct experts
-per pass, less weight traffic). It is defined only while π_1 ≤ 1 (no expert can take a token
-twice); a larger s is refused. A measured per-expert load vector (:func:`expected_touched`
-with ``load``) replaces the law entirely.
+(c found by water-filling: the experts that would exceed 1 take every token, the rest share
+k minus their count in Zipf proportions). s = 0 is uniform; larger s concentrates tokens on
+fewer experts (fewer distinct experts per pass, less weight traffic), down to the same k
+experts for every token as s → ∞. A measured per-expert load vector
+(:func:`expected_touched` with ``load``) replaces the law entirely.
 
 :func:`expected_touched` is the closed form; :func:`touched_by_enumeration` the exact twin
 (every joint routing of Q tokens under a law over k-subsets, Fractions) and
@@ -47,19 +49,22 @@ def check_routing(experts: int, top_k: int) -> None:
 
 
 def zipf_load(experts: int, top_k: int, routing_skew: float = 0.0) -> np.ndarray:
-    """Per-expert loads π # [E] of the Zipf law of exponent ``routing_skew`` (module
-    docstring), most popular first; Σ π = k. Refuses an s that gives some π_e > 1."""
+    """Per-expert loads π # [E] of the capped Zipf law of exponent ``routing_skew`` (module
+    docstring), most popular first; Σ π = k, every π_e ≤ 1."""
     check_routing(experts, top_k)
-    require(isinstance(routing_skew, (int, float, np.floating)) and math.isfinite(routing_skew)
-            and routing_skew >= 0,
+    require(isinstance(routing_skew, (int, float, np.floating)) and not isinstance(
+        routing_skew, bool) and math.isfinite(routing_skew) and routing_skew >= 0,
             f"routing_skew {routing_skew!r}: expected a finite number >= 0 (0 = uniform)")
     weights = np.arange(1, experts + 1, dtype=np.float64) ** -float(routing_skew)  # [E]
-    load = top_k * weights / weights.sum()  # [E]
-    require(load[0] <= 1.0 + 1e-12,
-            f"routing_skew {routing_skew!r}: the most popular expert would take "
-            f"{load[0]:.3f} > 1 of a token's {top_k} choices among {experts} experts; expected "
-            "a smaller skew")
-    return np.minimum(load, 1.0)
+    load = np.empty(experts)  # [E]
+    capped = 0  # the most popular `capped` experts take every token (water-filling)
+    while True:
+        rest = weights[capped:]
+        load[:capped] = 1.0
+        load[capped:] = (top_k - capped) * rest / rest.sum()
+        if capped == top_k or load[capped] <= 1.0:
+            return np.minimum(load, 1.0)
+        capped += 1
 
 
 def check_load(load, top_k: int) -> np.ndarray:

@@ -1,0 +1,117 @@
+"""The roofline's mixture-of-experts pricing (simulator.roofline, THEORY.md §8) against hand
+computation: expert weights streamed by E_touched(Q), FLOPs by active, memory by total."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.hardware import get_hardware
+from specbatch.simulator.roofline import RooflineCost, kv_capacity_tokens, pass_constants
+from specbatch.traces.shapes import SHAPES, ModelShape
+
+H100 = get_hardware("h100")
+# 1 MoE layer, h = 8, 2 heads (head_dim 4), 4 experts of width 4, 2 per token, vocab 10
+TINY = ModelShape("tiny-moe", 1, 8, 2, 2, 16, 10, experts=4, top_k=2, expert_intermediate=4,
+                  moe_layers=1)
+
+
+def test_parameter_counts_by_hand():
+    # attention q/o/k/v 4 * 8 * 8 = 256, norms 16, router 4 * 8 = 32 -> 304 always read;
+    # one expert 3 * 8 * 4 = 96; embedding + head 2 * 10 * 8 + final norm 8 = 168
+    assert TINY.moe_layer_dense_params == 304 and TINY.expert_params == 96
+    assert TINY.params == 304 + 4 * 96 + 168 == 856
+    assert TINY.active_params == 304 + 2 * 96 + 168 == 664
+
+
+def test_weight_bytes_and_expert_count_of_one_pass_by_hand():
+    cost = RooflineCost(H100, TINY, TINY)
+    # Q = 2 tokens: an expert escapes both with (1 - 2/4)^2 = 1/4 -> E_touched = 3
+    row = cost.breakdown("target", np.array([1, 1]), np.array([0, 0]))
+    assert row["experts_touched"] == 3.0
+    # bf16: dense 2 * (304 + 80 head + 8 norm) = 784, experts 2 * 96 * 3 = 576
+    assert row["weight_bytes"] == 784 + 576 == 1360
+    assert row["expert_bytes"] == 576
+    c = pass_constants(TINY, H100)
+    assert c.flops_per_token == 2.0 * (304 + 2 * 96 + 80)  # active weights + head
+
+
+def test_qwen3_decode_reads_eight_experts_and_a_verify_pass_more():
+    cost = RooflineCost(H100, SHAPES["qwen3-30b-a3b"], SHAPES["qwen2.5-0.5b"])
+    decode = cost.breakdown("target", np.ones(1), np.full(1, 512.0))
+    verify = cost.breakdown("target", np.full(1, 4.0), np.full(1, 512.0))
+    assert (round(decode["experts_touched"], 1), round(verify["experts_touched"], 1)) == (8.0, 29.1)
+    expert = 2 * 48 * 3 * 2048 * 768  # bytes of one expert in every layer
+    assert verify["weight_bytes"] - decode["weight_bytes"] == pytest.approx(
+        expert * (verify["experts_touched"] - 8.0))
+
+
+def test_when_every_token_uses_every_expert_it_prices_as_the_dense_model_plus_router():
+    moe = ModelShape("all", 4, 64, 4, 2, 256, 100, experts=2, top_k=2, expert_intermediate=128,
+                     moe_layers=4)
+    dense = ModelShape("dense", 4, 64, 4, 2, 256, 100)
+    q, kv = np.array([3, 1]), np.array([10, 20])
+    a = RooflineCost(H100, moe, moe).breakdown("target", q, kv)
+    b = RooflineCost(H100, dense, dense).breakdown("target", q, kv)
+    router = 4 * 2 * 64
+    assert a["weight_bytes"] == pytest.approx(b["weight_bytes"] + 2 * router)
+    assert a["flops"] == pytest.approx(b["flops"] + 2 * router * 4)
+    assert moe.params == dense.params + router
+
+
+def test_verify_cost_per_token_falls_slower_for_moe_than_for_dense_at_batch_1():
+    moe = RooflineCost(H100, SHAPES["qwen3-30b-a3b"], SHAPES["qwen2.5-0.5b"])
+    one, four, kv = np.ones(1), np.full(1, 4.0), np.full(1, 512.0)
+    moe_ratio = moe.step_time("target", four, kv) / moe.step_time("target", one, kv)
+    dense = RooflineCost(H100, SHAPES["llama-3.1-8b"], SHAPES["llama-3.2-1b"])
+    dense_ratio = dense.step_time("target", four, kv) / dense.step_time("target", one, kv)
+    assert moe_ratio > 2.0 > 1.05 > dense_ratio
+
+
+def test_memory_counts_every_expert():
+    target, draft = SHAPES["qwen3-30b-a3b"], SHAPES["qwen2.5-0.5b"]
+    free = 0.9 * 80e9 - 2 * (target.params + draft.params)
+    per_token = target.kv_bytes_per_token() + draft.kv_bytes_per_token()
+    assert kv_capacity_tokens("h100", "qwen3-30b-a3b", "qwen2.5-0.5b") == int(free // per_token)
+
+
+def test_skew_reads_fewer_experts_and_is_refused_for_dense_pairs():
+    q, kv = np.full(8, 4.0), np.full(8, 512.0)
+    uniform = RooflineCost(H100, SHAPES["qwen3-30b-a3b"], SHAPES["qwen2.5-0.5b"])
+    skewed = dataclasses.replace(uniform, routing_skew=0.8)
+    assert skewed.step_time("target", q, kv) < uniform.step_time("target", q, kv)
+    with pytest.raises(SpecbatchError, match="routing_skew"):
+        RooflineCost(H100, SHAPES["vicuna-33b"], SHAPES["vicuna-68m"], routing_skew=0.5)
+
+
+def test_a_quantised_moe_draft_is_refused():
+    with pytest.raises(SpecbatchError, match="mixture-of-experts"):
+        RooflineCost(H100, SHAPES["vicuna-33b"], TINY, draft_weight_bits=4)
+
+
+def test_cost_show_json_names_the_routing_in_a_subprocess():
+    out = subprocess.run([sys.executable, "-m", "specbatch", "cost", "show", "--target",
+                          "qwen3-30b-a3b", "--draft", "qwen2.5-0.5b", "--batch", "1", "16",
+                          "--json"], capture_output=True, text=True, check=True).stdout
+    data = json.loads(out)
+    assert data["moe"]["experts"] == 128 and data["moe"]["top_k"] == 8
+    assert round(data["rows"][0]["experts_touched_verify"], 1) == 29.1
+    assert round(data["rows"][1]["experts_touched_decode"], 1) == 82.4
+
+
+def test_a_quantised_config_target_is_a_one_line_error_exit_2(tmp_path):
+    cfg = {"hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 8,
+           "num_hidden_layers": 2, "vocab_size": 1000,
+           "quantization_config": {"bits": 4, "quant_method": "gptq"}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    run = subprocess.run([sys.executable, "-m", "specbatch", "cost", "show", "--target",
+                          str(path)], capture_output=True, text=True)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and "field quantization_config" in run.stderr
