@@ -115,3 +115,25 @@ def test_a_quantised_config_target_is_a_one_line_error_exit_2(tmp_path):
                           str(path)], capture_output=True, text=True)
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and "field quantization_config" in run.stderr
+
+
+def test_the_docs_dense_versus_moe_table_is_what_the_cost_model_prints():
+    from pathlib import Path
+
+    from specbatch.simulator.cost import build_cost_model, pass_times
+
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "simulate.md").read_text()
+    table = [line for line in page.split("### Mixture-of-experts targets")[1].splitlines()
+             if line.startswith("| ") and line[2].isdigit()]
+    configs = root / "traces" / "data" / "configs"
+    moe, dense = (pass_times(build_cost_model(target=str(configs / name), draft="qwen2.5-0.5b"),
+                             [int(line.split("|")[1]) for line in table], 512, 3)
+                  for name in ("qwen3-30b-a3b", "qwen3-30b-a3b-dense-twin"))
+    for line, m, d in zip(table, moe, dense):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1:3] == [f"{1e3 * m['target_decode_s']:.3f}", f"{1e3 * m['target_verify_s']:.3f}"]
+        assert cells[4] == (f"{m['experts_touched_decode']:.1f} → "
+                            f"{m['experts_touched_verify']:.1f}")
+        assert cells[5:7] == [f"{1e3 * d['target_decode_s']:.3f}", f"{1e3 * d['target_verify_s']:.3f}"]
+    assert len(table) == 6
