@@ -137,3 +137,17 @@ def test_the_docs_dense_versus_moe_table_is_what_the_cost_model_prints():
                             f"{m['experts_touched_verify']:.1f}")
         assert cells[5:7] == [f"{1e3 * d['target_decode_s']:.3f}", f"{1e3 * d['target_verify_s']:.3f}"]
     assert len(table) == 6
+
+
+def test_simulate_prices_a_moe_target_and_its_routing_skew():
+    from specbatch.simulator.config import make_config
+    from specbatch.simulator.run import simulate
+
+    base = {"trace": "synth", "target": "qwen3-30b-a3b", "draft": "qwen2.5-0.5b", "requests": 8,
+            "max_num_seqs": 8}
+    uniform = simulate(make_config(base))
+    skewed = simulate(make_config({**base, "routing_skew": 1.0}))
+    assert skewed.summary["target_time"] < uniform.summary["target_time"]
+    assert skewed.summary["accepted"] == uniform.summary["accepted"]  # the trace is the same
+    with pytest.raises(SpecbatchError, match="routing_skew"):
+        simulate(make_config({"trace": "synth", "requests": 2, "routing_skew": 0.5}))
