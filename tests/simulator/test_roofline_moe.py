@@ -151,3 +151,16 @@ def test_simulate_prices_a_moe_target_and_its_routing_skew():
     assert skewed.summary["accepted"] == uniform.summary["accepted"]  # the trace is the same
     with pytest.raises(SpecbatchError, match="routing_skew"):
         simulate(make_config({"trace": "synth", "requests": 2, "routing_skew": 0.5}))
+
+
+def test_a_verify_pass_touches_experts_for_every_query_token_of_the_batch():
+    from specbatch.theory.moe import expected_touched
+
+    cost = RooflineCost(H100, SHAPES["qwen3-30b-a3b"], SHAPES["qwen2.5-0.5b"])
+    drafts = np.array([3, 1, 0])  # s_i drafts: Q = sum(s_i + 1) = 7
+    row = cost.breakdown("target", drafts + 1, np.array([100, 50, 10]))
+    assert row["experts_touched"] == pytest.approx(expected_touched(7, 128, 8))
+    # the hot path (time_from_sums) and the term-by-term breakdown agree
+    assert row["step_time_s"] == pytest.approx(max(row["compute_s"], row["memory_s"],
+                                                   row["host_floor_s"])
+                                               + row["fixed_s"] + row["comm_s"], rel=1e-12)
