@@ -75,8 +75,15 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
 - Not modelled: quantisation of the target, of the KV cache or of activations, dequantisation
   time, KV-cache paging granularity, attention-kernel inefficiency at
   short contexts, CPU/GPU overlap, power throttling, expert parallelism, MoE routing and
-  permutation kernels (only their weight traffic and FLOPs are priced), multi-head latent
-  attention.
+  permutation kernels (only their weight traffic and FLOPs are priced).
+- Multi-head latent attention (``ModelShape.is_mla``, DeepSeek-V2/V3): the KV term reads and
+  writes (r_kv + d_r) · b bytes per token and layer, the latent replicated on every tp rank
+  (f_kv = 1; the memory plan charges each rank the whole latent); attention FLOPs per
+  (query, cached token) pair and layer are 2 H (d_n + d_r + d_v), the expanded (prefill) form;
+  vLLM's decode kernels work in the latent space, 2 H (2 r_kv + d_r) per pair, more FLOPs on
+  fewer bytes, which matters only where decode attention is compute-bound (it is
+  memory-bound on the cache here). The kv_b expansion of cached context during chunked
+  prefill is not priced.
 
 Sanity (tested in tests/simulator/test_roofline.py): Vicuna-33B (65 GB bf16) decode at batch 1 on
 one H100 is memory-bound at 65 GB / (3.35 TB/s · 0.8) + 0.5 ms ≈ 25 ms; the batch can grow to
@@ -167,9 +174,9 @@ def pass_constants(shape: ModelShape, hw: Hardware, tp: int = 1,
     if tp > 1:
         comm_tok = 2 * L * (2 * (tp - 1) / tp) * b * h / hw.link_bw
         fixed += 2 * L * hw.allreduce_latency
-    if shape.is_moe:
-        return moe_pass_constants(shape, hw, tp, weight_bits, routing_skew, comm_tok, fixed,
-                                  floor)
+    if shape.is_moe or shape.is_mla:
+        return sparse_pass_constants(shape, hw, tp, weight_bits, routing_skew, comm_tok, fixed,
+                                     floor)
     return PassConstants(
         model=shape.name,
         tp=int(tp),
@@ -187,32 +194,41 @@ def pass_constants(shape: ModelShape, hw: Hardware, tp: int = 1,
     )
 
 
-def moe_pass_constants(shape: ModelShape, hw: Hardware, tp: int, weight_bits: int,
-                       routing_skew: float, comm_tok: float, fixed: float,
-                       floor: float) -> PassConstants:
-    """:func:`pass_constants` of a mixture-of-experts shape (module docstring, MoE): FLOPs by
-    active parameters, the dense weights streamed once and each MoE layer's experts by
-    E_touched(Q) (THEORY.md §8), activations at the k experts' (plus shared) width."""
+def sparse_pass_constants(shape: ModelShape, hw: Hardware, tp: int, weight_bits: int,
+                          routing_skew: float, comm_tok: float, fixed: float,
+                          floor: float) -> PassConstants:
+    """:func:`pass_constants` of a mixture-of-experts and/or multi-head latent attention shape
+    (module docstring): FLOPs by active parameters, the dense weights streamed once and each
+    MoE layer's experts by E_touched(Q) (THEORY.md §8), activations at the k experts' (plus
+    shared) width; MLA's cache of r_kv + d_r numbers per token and layer, replicated on every
+    tp rank, and its attention FLOPs per (query, cached token) pair 2 H (d_n + d_r + d_v)."""
     require(weight_bits >= FULL_WEIGHT_BITS,
-            f"draft_weight_bits {weight_bits}: a quantised mixture-of-experts model is not "
-            "priced; expected 16")
+            f"draft_weight_bits {weight_bits}: a quantised mixture-of-experts or MLA model is "
+            "not priced; expected 16")
     b = hw.dtype_bytes
-    L, h, M = shape.layers, shape.hidden, shape.moe_layers
+    L, h, M = shape.layers, shape.hidden, shape.moe_layers if shape.is_moe else 0
     head = h * shape.vocab
-    d_kv = shape.kv_heads * shape.head_dim
-    f_kv = max(1.0, shape.kv_heads / tp) / shape.kv_heads
+    if shape.is_mla:
+        d_kv = shape.cache_width  # the latent and rope key, read whole by every head
+        f_kv = 1.0  # replicated: every tp rank holds the whole latent (vLLM's MLA cache)
+        pair = 2 * shape.heads * (shape.qk_nope_head_dim + shape.qk_rope_head_dim
+                                  + shape.v_head_dim)
+    else:
+        d_kv = shape.kv_heads * shape.head_dim
+        f_kv = max(1.0, shape.kv_heads / tp) / shape.kv_heads
+        pair = 4 * shape.q_width
     expert_total = M * shape.experts * shape.expert_params
     moe_width = shape.top_k * shape.expert_intermediate + shape.shared_intermediate
     act = (L - M) * (9 * h + 2 * d_kv + 6 * shape.intermediate) + M * (9 * h + 2 * d_kv
                                                                      + 6 * moe_width)
-    load = (() if routing_skew == 0 else
+    load = (() if routing_skew == 0 or not M else
             tuple(float(p) for p in zipf_load(shape.experts, shape.top_k, routing_skew)))
     return PassConstants(
         model=shape.name,
         tp=int(tp),
         layers=L,
         flops_per_token=2.0 * (shape.active_decoder_params + head) / tp,
-        attn_flops=4.0 * L * shape.q_width / tp,
+        attn_flops=1.0 * L * pair / tp,
         weight_bytes=b * (shape.decoder_params - expert_total + head + h) / tp,
         kv_bytes=float(shape.kv_bytes_per_token(b)) * f_kv,
         act_bytes_per_token=b * act / tp,
@@ -222,7 +238,7 @@ def moe_pass_constants(shape: ModelShape, hw: Hardware, tp: int, weight_bits: in
         inv_compute=1.0 / (hw.peak_flops * hw.compute_eff),
         inv_memory=1.0 / (hw.mem_bw * hw.memory_eff),
         expert_bytes=b * M * shape.expert_params / tp,
-        experts=shape.experts,
+        experts=shape.experts if M else 0,
         top_k=shape.top_k,
         expert_load=load,
     )
@@ -371,5 +387,7 @@ def memory_kv_tokens(hw: Hardware, target: ModelShape, draft: ModelShape | None,
     else:
         weights = b * target.params + model_weight_bytes(draft, b, draft_weight_bits)
     free = tp * hw.memory_bytes * gpu_memory_utilization - weights
-    per_token = sum(m.kv_bytes_per_token(b) for m in models)
+    # an MLA target's latent cache is replicated on each of its tp GPUs
+    per_token = sum(m.kv_bytes_per_token(b) * (tp if m.is_mla and m is target else 1)
+                    for m in models)
     return max(0, int(free // per_token))

@@ -17,6 +17,7 @@ vocab                       vocab_size
 tie_embeddings              tie_word_embeddings (default false)
 attention_head_dim          head_dim, when it differs from hidden / heads (Qwen3)
 experts, top_k, ...         mixture-of-experts fields: traces.hf_moe
+kv_lora_rank, ...           multi-head latent attention fields: traces.hf_moe
 ==========================  =====================================================
 
 ``torch_dtype`` (or ``dtype``) is checked against what the roofline prices: 2-byte weights
@@ -24,7 +25,7 @@ and KV. ``bfloat16`` and ``float16`` are served as they are; ``float32`` checkpo
 served in 16 bits (vLLM's ``dtype = "auto"`` does the same), so they are priced at 2 bytes
 too; any other dtype (8-bit, 4-bit) is a one-line error. Shapes the roofline cannot price
 are refused the same way (:mod:`traces.hf_moe`): quantised checkpoints
-(``quantization_config``, ``bits``), multi-head latent attention (``kv_lora_rank``) and
+(``quantization_config``, ``bits``), sparse attention indexers (``index_topk``) and
 mixture-of-experts spellings it does not read (``moe_num_experts``, nested or string-typed
 expert counts, per-layer lists).
 """
@@ -37,9 +38,9 @@ from pathlib import Path
 
 from specbatch.errors import SpecbatchError
 from specbatch.traces.hf_moe import (
-    check_attention,
     check_quantization,
     check_unknown_moe_fields,
+    mla_fields,
     moe_fields,
 )
 from specbatch.traces.shapes import ModelShape
@@ -92,7 +93,7 @@ def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
     """A :class:`ModelShape` from a config's key/value pairs (module docstring table; the
     mixture-of-experts fields and the refusals: :mod:`traces.hf_moe`)."""
     check_quantization(data, where)
-    check_attention(data, where)
+    mla = mla_fields(data, where)
     check_unknown_moe_fields(data, where)
     values = {name_: _field(data, keys, where) for name_, keys in FIELD_KEYS.items()}
     kv = data.get("num_key_value_heads")
@@ -105,6 +106,7 @@ def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
     values.update(moe_fields(data, values["layers"], None if inter is None
                              else values["intermediate"], where))
     values["attention_head_dim"] = _check_heads(data, values, where)
+    values.update(mla)
     _check_dtype(data, where)
     tie = data.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):

@@ -23,14 +23,18 @@ moe_layers                 layer i is MoE unless i is in mlp_only_layers or (i +
                            ``DeepseekV2DecoderLayer.__init__``); the rest use intermediate_size
 =========================  ==============================================================
 
+Multi-head latent attention (DeepSeek-V2/V3, Moonlight, Kimi-K2: ``kv_lora_rank``,
+``q_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``) is read into the
+shape's MLA fields (:class:`~specbatch.traces.shapes.ModelShape`).
+
 Refused, naming the field: a quantised checkpoint (``quantization_config`` of any method:
 GPTQ, AWQ, bitsandbytes, FP8, MXFP4, compressed-tensors; a top-level ``bits`` below 16;
 ``load_in_4bit`` / ``load_in_8bit``), since the roofline prices 16-bit target weights;
-multi-head latent attention (``kv_lora_rank``, DeepSeek-V2/V3: its compressed KV cache and
-absorbed projections are not priced); any other field whose name mentions experts or MoE
-with a value that could change the shape (``moe_num_experts``, DBRX's nested
-``ffn_config.moe_num_experts``, ``moe_top_k``, ...), and a known field of the wrong type
-(``"num_local_experts": "8"``, a per-layer list). Not priced, and not refused: Qwen2-MoE's
+DeepSeek-V3.2's sparse attention indexer (``index_topk``); any other field whose name mentions
+experts or MoE with a value that could change the shape (an integer > 1, a numeric string, a
+list or an object: ``moe_num_experts``, DBRX's nested ``ffn_config.moe_num_experts``,
+``moe_top_k``, ...), and a known field of the wrong type (``"num_local_experts": "8"``, a
+per-layer list). Not priced, and not refused: Qwen2-MoE's
 shared-expert gate (h weights per layer), Qwen3's per-head q/k norms (2 x head_dim), biases.
 """
 
@@ -47,7 +51,8 @@ KNOWN_KEYS = frozenset(EXPERT_KEYS + TOP_K_KEYS + (
     "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts",
     "decoder_sparse_step", "mlp_only_layers", "first_k_dense_replace", "moe_layer_freq"))
 QUANT_FLAGS = ("load_in_4bit", "load_in_8bit")
-MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim")
+MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+SPARSE_ATTENTION_KEYS = ("index_topk", "index_n_heads")
 
 
 def check_quantization(data: dict, where: str) -> None:
@@ -67,20 +72,38 @@ def check_quantization(data: dict, where: str) -> None:
                                  f"{data[key]!r}")
 
 
-def check_attention(data: dict, where: str) -> None:
-    """Refuse multi-head latent attention (DeepSeek-V2/V3), naming the field."""
-    for key in MLA_KEYS:
+def mla_fields(data: dict, where: str) -> dict:
+    """The multi-head latent attention fields of :class:`~specbatch.traces.shapes.ModelShape`
+    (``kv_lora_rank``, ``q_lora_rank`` (null: none), ``qk_nope_head_dim``,
+    ``qk_rope_head_dim``, ``v_head_dim``), {} without ``kv_lora_rank``. DeepSeek-V3.2's sparse
+    attention indexer (``index_topk``) is refused: its top-k token selection is not priced."""
+    for key in SPARSE_ATTENTION_KEYS:
         if data.get(key) is not None:
-            raise SpecbatchError(f"{where}: field {key}: expected grouped-query attention "
-                                 "(multi-head latent attention's compressed KV cache is not "
-                                 f"priced), got {data[key]!r}")
+            raise SpecbatchError(f"{where}: field {key}: expected dense attention (a sparse "
+                                 f"attention indexer is not priced), got {data[key]!r}")
+    if data.get("kv_lora_rank") is None:
+        for key in MLA_KEYS[1:]:
+            if data.get(key) is not None:
+                raise SpecbatchError(f"{where}: field kv_lora_rank: expected an integer >= 1 "
+                                     f"next to {key}, got none")
+        return {}
+    out = {"kv_lora_rank": _optional_int(data, "kv_lora_rank", where, minimum=1),
+           "q_lora_rank": _optional_int(data, "q_lora_rank", where, minimum=1) or 0}
+    for key in MLA_KEYS[2:]:
+        value = _optional_int(data, key, where, minimum=1)
+        if value is None:
+            raise SpecbatchError(f"{where}: field {key}: expected an integer >= 1 (multi-head "
+                                 "latent attention), got none")
+        out[key] = value
+    return out
 
 
 def check_unknown_moe_fields(data: dict, where: str, prefix: str = "") -> None:
     """Refuse any expert/MoE-named field this module does not read (also inside nested
     objects: DBRX's ``ffn_config.moe_num_experts``) whose value could change the shape: an
-    integer > 1, a string, a list or an object. Coefficients (floats such as
-    ``router_aux_loss_coef``), flags and zeros pass."""
+    integer > 1, a numeric string, a list or an object. Coefficients (floats such as
+    ``router_aux_loss_coef``), flags, names (``"moe_router_dtype": "float32"``) and zeros
+    pass."""
     for key, value in data.items():
         name = f"{prefix}{key}"
         if key == "quantization_config":
@@ -91,7 +114,8 @@ def check_unknown_moe_fields(data: dict, where: str, prefix: str = "") -> None:
         if ("expert" not in lowered and "moe" not in lowered) or (not prefix
                                                                      and key in KNOWN_KEYS):
             continue
-        shaping = (isinstance(value, (str, list, dict)) and bool(value)) or (
+        shaping = (isinstance(value, (list, dict)) and bool(value)) or (
+            isinstance(value, str) and value.strip().lstrip("-").isdigit()) or (
             _integer(value) and value > 1)
         if shaping:
             raise SpecbatchError(f"{where}: field {name}: expected one of the mixture-of-experts "

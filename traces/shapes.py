@@ -29,7 +29,13 @@ class ModelShape:
     ``n_shared_experts`` x expert width; 0 when absent). Which layers are MoE matters only
     through their count (every layer has the same shape). ``attention_head_dim`` is an
     explicit ``head_dim`` (0: hidden / heads), as Qwen3 uses (128 with hidden 2048, 32 heads).
-    The dense defaults leave every dense shape's numbers unchanged.
+
+    Multi-head latent attention (DeepSeek-V2/V3, ``kv_lora_rank`` r_kv > 0): queries through an
+    optional low-rank ``q_lora_rank`` r_q, keys/values from a shared latent of width r_kv plus
+    a decoupled rope key of ``qk_rope_head_dim`` d_r; the cache holds r_kv + d_r numbers per
+    token and layer (vLLM's MLA cache), and each head has ``qk_nope_head_dim`` d_n + d_r query/key
+    and ``v_head_dim`` d_v value channels. The dense defaults leave every dense shape's numbers
+    unchanged.
     """
 
     name: str
@@ -46,6 +52,11 @@ class ModelShape:
     expert_intermediate: int = 0
     shared_intermediate: int = 0
     moe_layers: int = 0
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     @property
     def head_dim(self) -> int:
@@ -61,9 +72,40 @@ class ModelShape:
         return self.experts > 0 and self.moe_layers > 0
 
     @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def attention_params(self) -> int:
+        """Attention weights of one layer. Grouped-query: q/o (h · heads · head_dim each, h² by
+        default), k/v (h · kv_heads · head_dim). MLA (vLLM's deepseek_v2.py
+        ``DeepseekV2MLAAttention``): q_a (h r_q) + its norm (r_q) + q_b (r_q H (d_n + d_r)), or q
+        (h H (d_n + d_r)) without r_q; kv_a (h (r_kv + d_r)) + its norm (r_kv); kv_b
+        (r_kv H (d_n + d_v)); o (H d_v h)."""
+        h, H = self.hidden, self.heads
+        if not self.is_mla:
+            return 2 * h * self.q_width + 2 * h * self.kv_heads * self.head_dim
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        r_q, r_kv = self.q_lora_rank, self.kv_lora_rank
+        q = (h * r_q + r_q + r_q * H * qk) if r_q else h * H * qk
+        kv = h * (r_kv + self.qk_rope_head_dim) + r_kv + r_kv * H * (self.qk_nope_head_dim
+                                                                        + self.v_head_dim)
+        return q + kv + H * self.v_head_dim * h
+
+    @property
+    def cache_width(self) -> int:
+        """Numbers one token caches per layer: K and V of every KV head, or MLA's latent plus
+        rope key (r_kv + d_r)."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_heads * self.head_dim
+
+    @property
     def layer_params(self) -> int:
-        """Weights of one dense decoder layer: q/o (h · heads · head_dim each, h² by default),
-        k/v (h · kv_heads · head_dim), MLP (3 h I), 2 norms."""
+        """Weights of one dense decoder layer: attention (:attr:`attention_params`), MLP
+        (3 h I), 2 norms."""
+        if self.is_mla:
+            return self.attention_params + 3 * self.hidden * self.intermediate + 2 * self.hidden
         kv = self.kv_heads * self.head_dim
         return 2 * self.hidden * self.q_width + 2 * self.hidden * kv + 3 * self.hidden * self.intermediate + 2 * self.hidden
 
@@ -111,7 +153,9 @@ class ModelShape:
         return self.active_decoder_params + self.embedding_params
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        """KV-cache bytes one token occupies across all layers (K and V)."""
+        """KV-cache bytes one token occupies across all layers (K and V; MLA's latent)."""
+        if self.is_mla:
+            return self.layers * self.cache_width * dtype_bytes
         return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
 
 

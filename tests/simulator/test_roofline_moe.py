@@ -164,3 +164,30 @@ def test_a_verify_pass_touches_experts_for_every_query_token_of_the_batch():
     assert row["step_time_s"] == pytest.approx(max(row["compute_s"], row["memory_s"],
                                                    row["host_floor_s"])
                                                + row["fixed_s"] + row["comm_s"], rel=1e-12)
+
+
+# one MLA layer: h = 16, 2 heads, r_q = 4, r_kv = 6, d_n = 3, d_r = 2, d_v = 5, MLP 8, vocab 10
+MLA = ModelShape("tiny-mla", 1, 16, 2, 2, 8, 10, kv_lora_rank=6, q_lora_rank=4,
+                 qk_nope_head_dim=3, qk_rope_head_dim=2, v_head_dim=5)
+
+
+def test_mla_parameters_cache_and_attention_flops_by_hand():
+    # q_a 16*4 + norm 4 + q_b 4*2*(3+2) = 108; kv_a 16*(6+2) + norm 6 + kv_b 6*2*(3+5) = 230;
+    # o 2*5*16 = 160
+    assert MLA.attention_params == 108 + 230 + 160
+    assert MLA.layer_params == 498 + 3 * 16 * 8 + 2 * 16
+    assert MLA.kv_bytes_per_token(2) == 1 * (6 + 2) * 2
+    c = pass_constants(MLA, H100, tp=2)
+    assert c.kv_bytes == 16.0  # the latent is replicated, not split by tp
+    assert c.attn_flops == 2 * 2 * (3 + 2 + 5) / 2  # 2 H (d_n + d_r + d_v) per pair, over tp
+    assert c.flops_per_token == 2.0 * (MLA.layer_params + 16 * 10) / 2
+
+
+def test_an_mla_target_s_cache_is_charged_on_every_tp_rank():
+    hw = get_hardware("h100")
+    target, draft = MLA, SHAPES["vicuna-68m"]
+    from specbatch.simulator.roofline import memory_kv_tokens
+
+    free = 4 * hw.memory_bytes * 0.9 - 2 * (target.params + draft.params)
+    per_token = 4 * target.kv_bytes_per_token() + draft.kv_bytes_per_token()
+    assert memory_kv_tokens(hw, target, draft, 2 * 2, 0.9) == int(free // per_token)

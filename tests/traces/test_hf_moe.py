@@ -86,7 +86,10 @@ def test_deepseek_style_dense_prefix_layer_frequency_and_shared_experts(tmp_path
     ({"quantization_config": {"quant_method": "mxfp4"}}, "quantization_config"),
     ({"bits": 4}, "bits"),
     ({"load_in_4bit": True}, "load_in_4bit"),
-    ({"kv_lora_rank": 512}, "kv_lora_rank"),
+    ({"kv_lora_rank": 512}, "qk_nope_head_dim"),  # MLA without its head dims
+    ({"qk_rope_head_dim": 64}, "kv_lora_rank"),
+    ({"index_topk": 2048}, "index_topk"),  # DeepSeek-V3.2's sparse attention indexer
+    ({"moe_num_experts": "16"}, "moe_num_experts"),
     ({"expert_layer_period": 2}, "expert_layer_period"),
 ])
 def test_spellings_the_roofline_cannot_price_are_refused_naming_the_field(tmp_path, change,
@@ -106,5 +109,33 @@ def test_a_dense_config_with_a_quantisation_block_is_refused_too(tmp_path):
 
 def test_coefficients_and_flags_named_after_experts_pass(tmp_path):
     data = {**QWEN3, "moe_aux_loss_coeff": 0.01, "output_router_logits": False,
-            "quantization_config": None}
+            "quantization_config": None, "moe_router_dtype": "float32"}
     assert read(tmp_path, data).experts == 128
+
+
+# deepseek-ai/DeepSeek-V2-Lite config.json (the fields read): MLA and MoE
+DEEPSEEK_V2_LITE = {"hidden_size": 2048, "num_hidden_layers": 27, "intermediate_size": 10944,
+                    "moe_intermediate_size": 1408, "num_attention_heads": 16,
+                    "num_key_value_heads": 16, "vocab_size": 102400, "q_lora_rank": None,
+                    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128, "n_routed_experts": 64, "num_experts_per_tok": 6,
+                    "n_shared_experts": 2, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+                    "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def test_deepseek_v2_lite_reads_mla_and_moe(tmp_path):
+    shape = read(tmp_path, DEEPSEEK_V2_LITE)
+    assert (shape.kv_lora_rank, shape.q_lora_rank, shape.moe_layers, shape.shared_intermediate) == (
+        512, 0, 26, 2 * 1408)
+    # published: 15.7 B parameters, 2.4 B activated (without the 0.21 B input embedding)
+    assert round(shape.params / 1e9, 1) == 15.7
+    assert 2.4e9 <= shape.active_params - 102400 * 2048 < 2.5e9
+    # the cache holds the latent and the rope key: 27 layers x (512 + 64) x 2 bytes
+    assert shape.kv_bytes_per_token() == 27 * 576 * 2
+
+
+def test_deepseek_v3_2_with_fp8_weights_is_refused_naming_the_first_unpriced_field(tmp_path):
+    data = {**DEEPSEEK_V2_LITE, "index_topk": 2048, "index_n_heads": 64,
+            "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    with pytest.raises(SpecbatchError, match="field quantization_config: .*'fp8'"):
+        read(tmp_path, data)
