@@ -8,7 +8,10 @@ draft (JackFram/llama-68m) the TETRIS and SpecInfer papers use for Vicuna target
 (benchmarks/gpu/). The mixture-of-experts shapes are Qwen/Qwen3-30B-A3B (its config.json is
 bundled: traces/data/configs/qwen3-30b-a3b/, read to the same shape in the tests) and
 mistralai/Mixtral-8x7B-v0.1 (``num_local_experts`` 8, ``num_experts_per_tok`` 2,
-``intermediate_size`` 14336 per expert, 32 layers, hidden 4096, 32/8 heads, vocab 32000).
+``intermediate_size`` 14336 per expert, 32 layers, hidden 4096, 32/8 heads, vocab 32000) and
+deepseek-ai/DeepSeek-V2-Lite (multi-head latent attention and MoE: 64 routed experts, 6 per
+token, 2 shared, the first layer dense; its config.json fields are pinned in
+tests/traces/test_hf_moe.py).
 """
 
 from __future__ import annotations
@@ -178,6 +181,9 @@ SHAPES: dict[str, ModelShape] = {
                    experts=128, top_k=8, expert_intermediate=768, moe_layers=48),
         ModelShape("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, experts=8, top_k=2,
                    expert_intermediate=14336, moe_layers=32),
+        ModelShape("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, experts=64, top_k=6,
+                   expert_intermediate=1408, shared_intermediate=2 * 1408, moe_layers=26,
+                   kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
     )
 }
 

@@ -125,6 +125,7 @@ DEEPSEEK_V2_LITE = {"hidden_size": 2048, "num_hidden_layers": 27, "intermediate_
 
 def test_deepseek_v2_lite_reads_mla_and_moe(tmp_path):
     shape = read(tmp_path, DEEPSEEK_V2_LITE)
+    assert dataclasses.replace(shape, name="deepseek-v2-lite") == SHAPES["deepseek-v2-lite"]
     assert (shape.kv_lora_rank, shape.q_lora_rank, shape.moe_layers, shape.shared_intermediate) == (
         512, 0, 26, 2 * 1408)
     # published: 15.7 B parameters, 2.4 B activated (without the 0.21 B input embedding)
