@@ -37,6 +37,7 @@ import math
 from pathlib import Path
 
 from specbatch.errors import SpecbatchError
+from specbatch.limits import INT64_MAX
 from specbatch.traces.hf_moe import (
     check_quantization,
     check_unknown_moe_fields,
@@ -145,8 +146,11 @@ def _number(value: object) -> bool:
 
 
 def _positive(value: object, key: str, where: str) -> int:
-    if not (_number(value) and math.isfinite(value) and value >= 1 and value == int(value)):
-        raise SpecbatchError(f"{where}: field {key}: expected an integer >= 1, got {value!r}")
+    whole = _number(value) and (isinstance(value, int) or (math.isfinite(value)
+                                                           and value == int(value)))
+    if not (whole and 1 <= value <= INT64_MAX):
+        raise SpecbatchError(f"{where}: field {key}: expected an integer in [1, 2^63 - 1], "
+                             f"got {str(value)[:40]!r}")
     return int(value)
 
 

@@ -51,6 +51,9 @@ KNOWN_KEYS = frozenset(EXPERT_KEYS + TOP_K_KEYS + (
     "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts",
     "decoder_sparse_step", "mlp_only_layers", "first_k_dense_replace", "moe_layer_freq"))
 QUANT_FLAGS = ("load_in_4bit", "load_in_8bit")
+MAX_EXPERTS = 65_536  # routed experts per layer (the largest public models use 384)
+MAX_LAYERS = 10_000  # decoder layers of a MoE config (the layer rules are evaluated per layer)
+MAX_NESTING = 16  # nested objects scanned for expert spellings
 MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 SPARSE_ATTENTION_KEYS = ("index_topk", "index_n_heads")
 
@@ -98,18 +101,21 @@ def mla_fields(data: dict, where: str) -> dict:
     return out
 
 
-def check_unknown_moe_fields(data: dict, where: str, prefix: str = "") -> None:
+def check_unknown_moe_fields(data: dict, where: str, prefix: str = "", depth: int = 0) -> None:
     """Refuse any expert/MoE-named field this module does not read (also inside nested
     objects: DBRX's ``ffn_config.moe_num_experts``) whose value could change the shape: an
     integer > 1, a numeric string, a list or an object. Coefficients (floats such as
     ``router_aux_loss_coef``), flags, names (``"moe_router_dtype": "float32"``) and zeros
     pass."""
+    if depth > MAX_NESTING:
+        raise SpecbatchError(f"{where}: field {prefix.rstrip('.')}: expected at most "
+                             f"{MAX_NESTING} nested objects, got more")
     for key, value in data.items():
         name = f"{prefix}{key}"
         if key == "quantization_config":
             continue
         if isinstance(value, dict):
-            check_unknown_moe_fields(value, where, f"{name}.")
+            check_unknown_moe_fields(value, where, f"{name}.", depth + 1)
         lowered = str(key).lower()
         if ("expert" not in lowered and "moe" not in lowered) or (not prefix
                                                                      and key in KNOWN_KEYS):
@@ -130,6 +136,11 @@ def moe_fields(data: dict, layers: int, intermediate: int | None, where: str) ->
     experts = _agreeing(data, EXPERT_KEYS, where, minimum=0)
     if not experts:
         return {}
+    if experts > MAX_EXPERTS or layers > MAX_LAYERS:
+        key, value, cap = ((_present(data, EXPERT_KEYS), experts, MAX_EXPERTS)
+                           if experts > MAX_EXPERTS else ("num_hidden_layers", layers, MAX_LAYERS))
+        raise SpecbatchError(f"{where}: field {key}: expected at most {cap} for a "
+                             f"mixture-of-experts model, got {value}")
     top_k = _agreeing(data, TOP_K_KEYS, where, minimum=1)
     if top_k is None:
         raise SpecbatchError(f"{where}: field num_experts_per_tok: expected an integer >= 1 "
@@ -170,8 +181,9 @@ def count_moe_layers(data: dict, layers: int, where: str) -> int:
 
 
 def _integer(value: object) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value == int(value))
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or (math.isfinite(value) and value == int(value))
 
 
 def _optional_int(data: dict, key: str, where: str, minimum: int) -> int | None:

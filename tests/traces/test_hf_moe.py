@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specbatch.errors import SpecbatchError
 from specbatch.traces.shapes import SHAPES, get_shape
@@ -140,3 +142,46 @@ def test_deepseek_v3_2_with_fp8_weights_is_refused_naming_the_first_unpriced_fie
             "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
     with pytest.raises(SpecbatchError, match="field quantization_config: .*'fp8'"):
         read(tmp_path, data)
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"num_experts": 10**30}, "num_experts"),
+    ({"num_hidden_layers": 10**9}, "num_hidden_layers"),
+    ({"decoder_sparse_step": 10**400}, "decoder_sparse_step"),
+    ({"hidden_size": 10**400}, "hidden_size"),  # too large for a float: still one line
+])
+def test_absurd_sizes_are_one_line_errors_not_hangs(tmp_path, change, field):
+    with pytest.raises(SpecbatchError, match=f"field {field}:"):
+        read(tmp_path, {**QWEN3, **change})
+
+
+def test_deeply_nested_objects_are_refused(tmp_path):
+    nested: dict = {"x": 1}
+    for _ in range(40):
+        nested = {"inner": nested}
+    with pytest.raises(SpecbatchError, match="nested"):
+        read(tmp_path, {**QWEN3, "extra": nested})
+
+
+JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**20),
+                        st.floats(allow_nan=False), st.text(max_size=4),
+                        st.lists(st.integers(-2, 60), max_size=4))
+MOE_KEYS = ["num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok",
+            "experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size",
+            "n_shared_experts", "decoder_sparse_step", "mlp_only_layers",
+            "first_k_dense_replace", "moe_layer_freq", "kv_lora_rank", "q_lora_rank",
+            "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "moe_num_experts", "bits",
+            "head_dim"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(MOE_KEYS), JSON_VALUES, max_size=6))
+def test_any_mix_of_moe_fields_gives_a_shape_or_a_one_line_error(change):
+    from specbatch.traces.hf_config import shape_from_fields
+
+    try:
+        shape = shape_from_fields({**QWEN3, **change}, "fuzz", "model config fuzz")
+    except SpecbatchError as exc:
+        assert "\n" not in str(exc) and "field " in str(exc)
+        return
+    assert shape.params >= shape.active_params > 0 and shape.kv_bytes_per_token() > 0
