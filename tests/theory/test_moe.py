@@ -101,7 +101,7 @@ def test_bad_expert_counts_are_errors():
         expected_touched(1, 0, 1)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(experts=st.integers(1, 256), data=st.data(), tokens=st.integers(1, 4096))
 def test_touched_lies_between_one_token_and_every_expert(experts, data, tokens):
     k = data.draw(st.integers(1, experts))

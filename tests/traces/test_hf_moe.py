@@ -174,7 +174,7 @@ MOE_KEYS = ["num_experts", "num_local_experts", "n_routed_experts", "num_experts
             "head_dim"]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.dictionaries(st.sampled_from(MOE_KEYS), JSON_VALUES, max_size=6))
 def test_any_mix_of_moe_fields_gives_a_shape_or_a_one_line_error(change):
     from specbatch.traces.hf_config import shape_from_fields
