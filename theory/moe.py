@@ -88,6 +88,8 @@ def expected_touched(tokens: float, experts: int, top_k: int, routing_skew: floa
     if load is None and routing_skew == 0:
         return uniform_touched(float(tokens), experts, top_k)
     pi = check_load(load, top_k) if load is not None else zipf_load(experts, top_k, routing_skew)
+    require(pi.size == experts, f"expert load: expected {experts} shares (one per expert), "
+            f"got {pi.size}")
     return float(np.sum(1.0 - (1.0 - pi) ** tokens))
 
 

@@ -88,6 +88,7 @@ def test_skew_reads_fewer_experts_than_uniform():
     ({"routing_skew": float("nan")}, "routing_skew"),
     ({"load": [0.5, 0.5, 0.5, 0.4]}, "summing to top_k"),
     ({"load": [1.5, 0.5, 0.0, 0.0]}, "in \\[0, 1\\]"),
+    ({"load": [0.5, 0.5, 0.5, 0.5, 0.0]}, "one per expert"),
 ])
 def test_bad_routing_is_a_one_line_error(kwargs, needle):
     with pytest.raises(SpecbatchError, match=needle):
