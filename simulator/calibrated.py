@@ -18,8 +18,16 @@ parts, each from the best source available (:meth:`CalibratedCost.sources` names
   data do not cover borrows the nearest one's law with its datasheet peaks scaled:
   h200 <- h100, l40s <- a40). A quantised draft (``draft_weight_bits`` < 16) is always priced
   by the law, its weight bytes at bits/8 + 4/128 per projection weight.
+- MoE / MLA shapes (traces.shapes; THEORY.md §8) are never priced from a table cell: the
+  laws price their GEMMs as the roofline counts their bytes (:func:`sparse_gemms`): dense
+  attention and norms every layer; on the M MoE layers the router, the shared MLP and the
+  E_touched(Q) experts the pass touches (uniform routing or ``routing_skew``'s Zipf law, as
+  the roofline) as one grouped GEMM of Q k / E_touched rows per expert; MLA's attention
+  weights as one K = h GEMM. Expert parallelism is not modelled. Not validated against a
+  measured MoE or MLA pass.
 - ``attention``: analytic, max(F_attn / π, B_kv / β) with the roofline's attention FLOPs and
-  KV bytes (simulator.roofline) and the fitted GEMM law's achieved π, β. ASSUMED: FlashAttention
+  KV bytes (simulator.roofline's PassConstants: MLA's latent cache included) and the fitted
+  GEMM law's achieved π, β. ASSUMED: FlashAttention
   / FlashInfer decode is memory-bound on KV bytes and reaches the bandwidth weight streaming
   reaches; no per-kernel floor beyond the launch term. No measured attention source is
   bundled (Vidur's attention.csv files are absent from its snapshot).
@@ -55,6 +63,7 @@ from specbatch.simulator.calibrated_fit import (
     EXTRA_PEAKS,
     GEMMS,
     SM_COUNT,
+    SMALL_OPS,
     GpuFit,
     LayerShape,
     embedding_seconds,
@@ -62,6 +71,7 @@ from specbatch.simulator.calibrated_fit import (
     fit_from_dict,
     fit_gpu,
     layer_seconds,
+    small_op_bytes,
 )
 from specbatch.simulator.cost_interface import ROLES, batch_sums
 from specbatch.simulator.hardware import (
@@ -72,7 +82,12 @@ from specbatch.simulator.hardware import (
     get_execution,
     quantized_weight_bytes,
 )
-from specbatch.simulator.roofline import check_weight_bits, memory_kv_tokens
+from specbatch.simulator.roofline import (
+    PassConstants,
+    check_weight_bits,
+    memory_kv_tokens,
+    pass_constants,
+)
 from specbatch.traces.public_profiles import OPS, load_public_profiles
 from specbatch.traces.shapes import ModelShape
 
@@ -170,6 +185,63 @@ def validation() -> dict:
         return {}
 
 
+def sparse(shape: ModelShape) -> bool:
+    """A shape outside the public table's dense family (MoE, MLA, explicit head_dim)."""
+    return bool(shape.is_moe or shape.is_mla or shape.attention_head_dim)
+
+
+def sparse_gemms(shape: ModelShape, tp: int, q: float, touched: float) -> list:
+    """(law, Q rows, K, N, layers) of every GEMM of a MoE / MLA / explicit-head_dim shape's
+    decoder layers (module docstring): attention as QKV + O (MLA: one GEMM of its
+    attention weights, K = h); dense layers' MLP; on each of the M MoE layers the router,
+    the shared MLP and the E_touched routed experts as one grouped GEMM of Q k / E_touched
+    rows each (same weight bytes and FLOPs as the experts the pass touches)."""
+    h, L, M = shape.hidden, shape.layers, shape.moe_layers if shape.is_moe else 0
+    out = []
+    if shape.is_mla:
+        out.append(("attn_pre_proj", q, h, shape.attention_params / h / tp, L))
+    else:
+        d_kv = shape.kv_heads * shape.head_dim
+        out.append(("attn_pre_proj", q, h, (shape.q_width + 2 * d_kv) / tp, L))
+        out.append(("attn_post_proj", q, shape.q_width / tp, h, L))
+    if L - M:
+        out.append(("mlp_up_proj", q, h, 2 * shape.intermediate / tp, L - M))
+        out.append(("mlp_down_proj", q, shape.intermediate / tp, h, L - M))
+    if M:
+        out.append(("mlp_up_proj", q, h, shape.experts, M))  # router, replicated
+        if shape.shared_intermediate:
+            out.append(("mlp_up_proj", q, h, 2 * shape.shared_intermediate / tp, M))
+            out.append(("mlp_down_proj", q, shape.shared_intermediate / tp, h, M))
+        if touched > 0:
+            rows = q * shape.top_k / touched
+            width = touched * shape.expert_intermediate / tp
+            out.append(("mlp_up_proj", rows, h, 2 * width, M))
+            out.append(("mlp_down_proj", rows, width, h, M))
+    return out
+
+
+def sparse_layers(fit: GpuFit, shape: ModelShape, tp: int, q: float, touched: float) -> float:
+    """layers(Q) of a :func:`sparse` shape: its GEMMs (:func:`sparse_gemms`) by the fitted
+    laws, the small ops by theirs (the activation over k I_e + I_s on MoE layers)."""
+    total = 0.0
+    for op, rows, k, n, count in sparse_gemms(shape, tp, q, touched):
+        total += count * float(fit.gemm[op].seconds(np.array([rows]), k, n)[0])
+    qa = np.array([q])
+    M = shape.moe_layers if shape.is_moe else 0
+    widths = ((shape.layers - M, shape.intermediate),
+              (M, shape.top_k * shape.expert_intermediate + shape.shared_intermediate))
+    for count, width in widths:
+        if not count:
+            continue
+        ls = LayerShape(shape.hidden, shape.heads, shape.kv_heads, width, shape.vocab)
+        for op in SMALL_OPS:
+            if op != "emb":
+                total += count * float(fit.small[op].seconds(
+                    small_op_bytes(op, ls, tp, qa), qa)[0])
+    ls = layer_shape(shape)
+    return float(embedding_seconds(fit, ls, tp, qa)[0]) + total
+
+
 def uses_custom_allreduce(tp: int, nbytes: float) -> bool:
     """vLLM's choice of its custom all-reduce over NCCL (:data:`CUSTOM_AR_MAX_BYTES`)."""
     return tp in CUSTOM_AR_WORLDS and nbytes <= CUSTOM_AR_MAX_BYTES
@@ -213,10 +285,14 @@ class RolePricer:
     cell: tuple | None  # (model, q [grid], layers seconds [grid], folder) of a cell, or None
     allreduce: tuple | None  # a measured all-reduce curve, or None
     launch: tuple[float, float]  # (fixed s, host floor s)
+    consts: PassConstants  # the roofline's constants: attention FLOPs, KV bytes, experts
     memo: dict = field(default_factory=dict)  # Q -> (layers, lm_head, allreduce) seconds
 
     def law_layers(self, q: float) -> float:
         """The calibrated law's layers(Q) (module docstring)."""
+        if self.shape.is_moe or self.shape.is_mla or self.shape.attention_head_dim:
+            touched = self.consts.experts_touched(q) if self.consts.experts else 0.0
+            return sparse_layers(self.fit, self.shape, self.tp, q, touched)
         ls = layer_shape(self.shape)
         qa = np.array([q])
         per_layer = layer_seconds(self.fit, ls, self.tp, qa)
@@ -266,11 +342,11 @@ class RolePricer:
                 + 2 * (self.tp - 1) / self.tp * nbytes / self.hw.link_bw)
 
     def attention(self, sq: float, skv: float, sqkv: float, sqq: float) -> float:
-        s, b = self.shape, self.hw.dtype_bytes
-        law = self.fit.gemm["mlp_up_proj"]
-        f_kv = max(1.0, s.kv_heads / self.tp) / s.kv_heads
-        flops = 4.0 * s.layers * s.hidden / self.tp * (sqkv + 0.5 * (sqq + sq))
-        nbytes = float(s.kv_bytes_per_token(b)) * f_kv * (skv + 2.0 * sq)
+        """max(F_attn / π, B_kv / β): the roofline's attention FLOPs and KV bytes (MLA's
+        latent cache and expanded FLOPs included) at the fitted GEMM law's π and β."""
+        c, law = self.consts, self.fit.gemm["mlp_up_proj"]
+        flops = c.attn_flops * (sqkv + 0.5 * (sqq + sq))
+        nbytes = c.kv_bytes * (skv + 2.0 * sq)
         return max(flops / law.flops, nbytes / law.bandwidth)
 
     def split(self, sq: float, skv: float, sqkv: float, sqq: float) -> dict:
@@ -300,6 +376,7 @@ class CalibratedCost:
     draft_weight_bits: int = FULL_WEIGHT_BITS
     use_cells: bool = True  # False: the calibrated law even where a table cell exists
     profile: str | None = None  # a user's import-vidur folder, searched before the bundled one
+    routing_skew: float = 0.0  # Zipf exponent of a MoE model's expert loads (theory.moe)
     roles: dict = field(default=None, repr=False, compare=False)  # role -> RolePricer
 
     def __post_init__(self) -> None:
@@ -308,18 +385,21 @@ class CalibratedCost:
         ex = get_execution(self.execution)
         object.__setattr__(self, "execution", ex.name)
         bits = check_weight_bits(self.draft_weight_bits)
+        if self.routing_skew and not (self.target.is_moe or self.draft.is_moe):
+            raise SpecbatchError(f"routing_skew {self.routing_skew!r}: expected 0 (neither "
+                                 f"{self.target.name} nor {self.draft.name} is a "
+                                 "mixture-of-experts model)")
         roles = {"target": self.pricer(self.target, self.tp, ex, "target", FULL_WEIGHT_BITS),
                  "draft": self.pricer(self.draft, self.draft_tp, ex, "draft", bits)}
         object.__setattr__(self, "roles", roles)
 
     def pricer(self, shape: ModelShape, tp: int, ex, role: str, bits: int) -> RolePricer:
-        from specbatch.simulator.roofline import pass_constants
-
-        pass_constants(shape, self.hardware, tp, ex, role)  # the roofline's tp checks
+        consts = pass_constants(shape, self.hardware, tp, ex, role, bits,
+                                self.routing_skew if shape.is_moe else 0.0)  # + its checks
         gpu = self.hardware.name
         cell = None
         found, folder = None, None
-        if self.use_cells and bits >= FULL_WEIGHT_BITS:
+        if self.use_cells and bits >= FULL_WEIGHT_BITS and not sparse(shape):
             for folder in ((self.profile,) if self.profile else ()) + (None,):
                 found = find_cell(gpu, shape, tp, folder)
                 if found is not None:
@@ -335,7 +415,7 @@ class CalibratedCost:
         launch = p + shape.layers * layer
         return RolePricer(shape, int(tp), self.hardware, fitted_gpu(gpu), bits, cell,
                           allreduce_curve(gpu, int(tp)) if tp > 1 else None,
-                          (0.0, launch) if ex.overlap else (launch, 0.0))
+                          (0.0, launch) if ex.overlap else (launch, 0.0), consts)
 
     def _role(self, role: str) -> RolePricer:
         r = self.roles.get(role)
@@ -398,6 +478,10 @@ def role_source(r: RolePricer, gpu: str) -> dict:
                f"validated on {gpu})" if proxy else f"calibrated roofline ({gpu} law)")
         if r.weight_bits < FULL_WEIGHT_BITS:
             how += f", projections at {r.weight_bits} bits"
+        if r.shape.is_moe:
+            how += ", MoE experts touched as one grouped GEMM (not validated)"
+        if r.shape.is_mla:
+            how += ", MLA attention weights as one GEMM (not validated)"
         layers = {"source": how,
                   "validated": checks.get("lomo", {}).get(f"{proxy or gpu}|tp{r.tp}")}
     if r.tp == 1:
