@@ -15,6 +15,9 @@ vidur/config/model_config.py. Predicted:
 - cells: the table cells themselves as a source, each interior token count left out and
   interpolated linearly from its two neighbours (a pessimistic check of
   simulator.calibrated's interpolation: the gap is twice the bundled spacing).
+- attention: the analytic term against LLMServingSim's measured FlashAttention-2 rows
+  (casys-kaist/LLMServingSim 5daddb2, MIT; H100, Llama-3.1-70B and Mixtral-8x7B at tp 4),
+  traces/data/profiles/llmservingsim.
 - all-reduce: Vidur's NCCL curves (single node; median per half-octave size bin): each bin
   left out and interpolated from its neighbours (what the model does with the curve), and
   the law t = α + s/γ fitted on the even bins >= 1 MiB, evaluated on the odd ones.
@@ -148,6 +151,43 @@ def allreduce_rows() -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)
 
 
+#: LLMServingSim's H100 attention rows' models as project shapes.
+ATTENTION_SHAPES = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b",
+                    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b"}
+
+
+def attention_rows() -> pd.DataFrame:
+    """The calibrated model's analytic attention per layer against LLMServingSim's measured
+    FlashAttention-2 rows (traces/data/profiles/llmservingsim). Its profiler gives each of
+    ``batch`` decode requests kv / batch cached tokens (``kv_cache_size`` is the batch's
+    total; profiler/v0/profiler/attention/attention_profiler.py ``_build_varlen_qkv``), and
+    a prefill chunk kv keys. ``gqa`` is a diagnostic, not a priced model: the same with the
+    KV bytes read once per query head (heads / kv_heads times), as a varlen decode kernel
+    without GQA packing does."""
+    from specbatch.simulator.cost import build_cost_model
+    from specbatch.traces.public_attention import load_attention
+
+    out = []
+    for (model, tp), rows in load_attention().groupby(["model", "tp"]):
+        m = build_cost_model("calibrated", "h100", ATTENTION_SHAPES[model],
+                             ATTENTION_SHAPES[model], int(tp))
+        shape, pricer = m.target, m.roles["target"]
+        for r in rows.itertuples():
+            if r.phase == "decode":
+                q, kv = np.ones(r.batch, dtype=np.int64), np.full(r.batch, r.kv // r.batch)
+            else:
+                q, kv = np.array([r.chunk]), np.array([max(r.kv - r.chunk, 0)])
+            sq, skv, sqkv, sqq = float(q.sum()), float(kv.sum()), float(q @ kv), float(q @ q)
+            pred = pricer.attention(sq, skv, sqkv, sqq) / shape.layers
+            law = pricer.fit.gemm["mlp_up_proj"]
+            gqa = max(pricer.consts.attn_flops * (sqkv + 0.5 * (sqq + sq)) / law.flops,
+                      pricer.consts.kv_bytes * (skv + 2 * sq) * shape.heads / shape.kv_heads
+                      / law.bandwidth) / shape.layers
+            out.append({"model": model, "tp": int(tp), "phase": r.phase, "kv": r.kv,
+                        "measured": 1e-3 * r.median_ms, "after": pred, "gqa": gqa})
+    return pd.DataFrame(out)
+
+
 def errors(frame: pd.DataFrame, by: list[str], col: str = "after") -> pd.DataFrame:
     e = frame[col] / frame["measured"] - 1 if col != "err" else frame["err"]
     g = frame.assign(e=e, ae=e.abs()).groupby(by, observed=True)
@@ -212,6 +252,12 @@ def main() -> None:
         "overall": both(lomo.assign(all="all"), ["all"]),
     }
     cell_t = errors(cells, ["gpu", "tp"], "err")
+    attn = attention_rows()
+    attn["kv_tokens"] = pd.cut(attn["kv"], [0, 1024, 8192, 1 << 30],
+                               labels=["<=1k", "1k-8k", ">8k"])
+    attn_t = errors(attn, ["model", "phase", "kv_tokens"], "after").join(
+        errors(attn, ["model", "phase", "kv_tokens"], "gqa").drop(columns="rows")
+        .add_suffix("_gqa_diagnostic"))
     ar_t = errors(ar, ["cluster", "world", "how", "band"], "err")
     if args.write:
         atomic_write(LAWS, dumps({"about": "calibrated laws fitted on every bundled gated "
@@ -221,7 +267,8 @@ def main() -> None:
         atomic_write(VALIDATION, dumps(validation_record(lomo, cells, ar), indent=1) + "\n")
     if args.json:
         print(dumps({name: json.loads(t.reset_index().to_json(orient="records"))
-                     for name, t in {**tables, "cells": cell_t, "allreduce": ar_t}.items()}))
+                     for name, t in {**tables, "cells": cell_t, "allreduce": ar_t,
+                                     "attention": attn_t}.items()}))
         return
     print("Non-attention pass time (emb + L x block) against Vidur's profiles; % error, "
           "before = roofline, after = calibrated (leave-one-model-out)")
@@ -232,6 +279,9 @@ def main() -> None:
     print("\n== all-reduce vs measured NCCL curve: curve = bin left out, interpolated; "
           "law = alpha + s/gamma on even bins >= 1 MiB, odd held out ==")
     print(fmt_table(ar_t.rename(columns={"rows": "rows_before"})))
+    print("\n== analytic attention per layer vs LLMServingSim's measured FlashAttention-2 "
+          "(H100, tp 4); gqa = diagnostic with KV read per query head ==")
+    print(fmt_table(attn_t.rename(columns={"rows": "rows_before"})))
 
 
 if __name__ == "__main__":
