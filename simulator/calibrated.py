@@ -349,6 +349,17 @@ class RolePricer:
         nbytes = c.kv_bytes * (skv + 2.0 * sq)
         return max(flops / law.flops, nbytes / law.bandwidth)
 
+    def total(self, sq: float, skv: float, sqkv: float, sqq: float) -> float:
+        """The pass time: :meth:`split`'s parts summed in its order (bit-identical), without
+        building the dict (the engine's hot path)."""
+        if sq <= 0.0:
+            return 0.0
+        layers, head, comm = self.per_token_parts(sq)
+        attn = self.attention(sq, skv, sqkv, sqq)
+        fixed, floor = self.launch
+        launch = fixed + max(0.0, floor - (layers + attn + comm + head))
+        return (((layers + attn) + comm) + head) + launch
+
     def split(self, sq: float, skv: float, sqkv: float, sqq: float) -> dict:
         """Seconds per part (module docstring); they sum to the pass time."""
         if sq <= 0.0:
@@ -430,9 +441,10 @@ class CalibratedCost:
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
                        sqq: float) -> float:
         """:meth:`step_time` from the batch sums; bit-identical to it on the same sums."""
-        parts = self._role(role).split(sq, skv, sqkv, sqq)
-        return (((parts["layers"] + parts["attention"]) + parts["allreduce"])
-                + parts["lm_head"]) + parts["launch"]
+        r = self.roles.get(role)
+        if r is None:
+            r = self._role(role)  # raises the one-line error
+        return r.total(sq, skv, sqkv, sqq)
 
     def breakdown(self, role: str, query: np.ndarray, kv: np.ndarray) -> dict:
         """Seconds per part of one pass (``layers``, ``attention``, ``allreduce``,

@@ -240,7 +240,8 @@ class SimConfig:
         0.0, "Zipf exponent s of a mixture-of-experts model's expert popularity (roofline; "
         "theory.moe): loads min(1, c e^-s) over the experts ranked by popularity; 0 = "
         "uniform routing", range=at_least(0, "an exponent"))
-    profile: str | None = knob(None, "latency profile (.parquet/.csv) for cost profiled")
+    profile: str | None = knob(None, "latency profile (.parquet/.csv) for cost profiled, or a "
+                               "`cost import-vidur` folder for cost calibrated")
     execution: str = knob(DEFAULT_EXECUTION, "roofline launch-latency preset (cuda_graph: a "
                           "serving engine; eager: ~1.07 ms per decoder layer, fitted to H100 "
                           "profiles)", choices=tuple(sorted(EXECUTIONS)))
