@@ -86,6 +86,9 @@ def run_plan(question: Question, out: str | Path, **executor: Any) -> dict:
 
     report["figure"] = frontier_figure(main.search.entries, question.slos,
                                        question.space.priced, out / "frontier.png")
+    from specbatch.analysis.plan_cost import plan_sources
+
+    report["cost_source"] = plan_sources(base, report, question.space.hardware)
     atomic_write(out / MARKER, dumps(report, indent=1))
     return report
 

@@ -235,22 +235,8 @@ def run_command(args: argparse.Namespace) -> int:
         question = dataclasses.replace(question, base={**question.base, "workload": workload})
     report = run_plan(question, args.out, workers=args.workers, scheduler=args.scheduler,
                       progress=not (args.no_progress or args.json))
-    report["cost_source"] = plan_sources(question.base, report, question.space.hardware)
     emit(report, args.json, text=None if args.json else format_report(report))
     return 0
-
-
-def plan_sources(base: dict, report: dict, hardware: tuple[str, ...]) -> dict:
-    """The cost model and, for the chosen deployment (else the first hardware at tp 1), which
-    source priced the target's and the draft's passes (simulator.cost_report)."""
-    from specbatch.simulator.config import make_config
-    from specbatch.simulator.cost_report import cost_sources
-    from specbatch.simulator.run import build_cost
-
-    choice = report.get("choice") or {"hardware": hardware[0], "tp": 1}
-    config = make_config({**base, "hardware": choice["hardware"], "tp": choice["tp"]})
-    return {"cost": base["cost"], "hardware": choice["hardware"], "tp": choice["tp"],
-            **cost_sources(build_cost(config))}
 
 
 def _seconds(value: float | None) -> str:
