@@ -172,3 +172,21 @@ def test_free_draft_parts_and_sources():
         m.step_time("target", one, one))
     assert cost_sources(m)["draft"]["summary"].startswith("none")
     assert get_shape("vicuna-7b").layers == 32
+
+
+@pytest.mark.slow
+def test_stored_laws_are_the_fit_of_the_bundled_table():
+    """simulator/data/calibrated_laws.json is what benchmarks/cost_vs_public.py --write fits
+    (a refit reproduces it)."""
+    from specbatch.simulator.calibrated import gpu_peaks, stored_laws
+    from specbatch.simulator.calibrated_fit import fit_gpu, fit_to_dict
+
+    stored = stored_laws()
+    compute = load_public_profiles().compute
+    for gpu in ("h100", "a100", "a40"):
+        fresh, kept = fit_to_dict(fit_gpu(compute, gpu, gpu_peaks(gpu))), fit_to_dict(stored[gpu])
+        assert fresh["models"] == kept["models"]
+        for kind in ("gemm", "small"):
+            for op, law in fresh[kind].items():
+                for key, value in law.items():
+                    assert value == pytest.approx(kept[kind][op][key], rel=1e-6, abs=1e-15)
