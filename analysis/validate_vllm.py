@@ -161,3 +161,37 @@ def format_report(report: dict) -> str:
         lines.append(f"  resolved_config sections without timing effect, not read: "
                      f"{', '.join(other)}")
     return "\n".join(lines)
+
+
+def latency_figure(run_name: str, measured, simulated, path: str | Path) -> Path:
+    """Measured and simulated per-request TTFT and e2e (by arrival order) and their CDFs,
+    overlaid; written atomically as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from specbatch.analysis.vllm_metrics import per_request
+    from specbatch.io import atomic_write
+
+    m, s = per_request(measured), per_request(simulated)
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5))
+    for col, metric in enumerate(("ttft", "e2e")):
+        ax = axes[0, col]
+        ax.plot(m[metric], ".", ms=3, label="measured (vLLM)", color="tab:orange")
+        ax.plot(s[metric], ".", ms=3, label="simulated", color="tab:blue")
+        ax.set(xlabel="request (arrival order)", ylabel=f"{metric.upper()} (s)")
+        ax.legend(fontsize=8)
+        ax = axes[1, col]
+        for values, label, color in ((m[metric], "measured", "tab:orange"),
+                                     (s[metric], "simulated", "tab:blue")):
+            xs = np.sort(values)
+            ax.plot(xs, np.arange(1, xs.size + 1) / xs.size, label=label, color=color)
+        ax.set(xlabel=f"{metric.upper()} (s)", ylabel="CDF")
+    fig.suptitle(f"{run_name}: measured vs simulated per-request latency", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    plt.close(fig)
+    return path

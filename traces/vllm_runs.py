@@ -21,8 +21,9 @@ run (``bench/core/recorder.py`` of casys-kaist/LLMServingSim):
 
 Clocks: ``arrival_time`` is epoch time while the lifecycle stamps are monotonic, so (as the
 recorder's own validator does) a request's arrival is its ``queued_ts`` and every time in
-:class:`VllmRun` is seconds after the first request's ``queued_ts``. Requests are kept in
-file order; ``first_token <= last_token`` and ``queued <= first_token`` are checked.
+:class:`VllmRun` is seconds after the first request's ``queued_ts``. Requests are sorted by
+arrival (stable: a data-parallel run's file is not quite in order); ``queued <= first_token
+<= last_token`` is checked.
 
 Bundled runs live in ``traces/data/vllm_runs/<name>/`` with ``PROVENANCE.json`` (repository,
 commit, source path and git blob of every file, licence); see docs/fidelity.md.
@@ -53,7 +54,7 @@ TIMESERIES_COLUMNS = ("t", "running", "waiting")
 
 @dataclass(frozen=True)
 class VllmRun:
-    """One measured run. ``requests`` columns (one row per request, file order): prompt_len,
+    """One measured run. ``requests`` columns (one row per request, by arrival): prompt_len,
     output_len, arrival, scheduled, first_token, finish (seconds after the first arrival)."""
 
     name: str
@@ -119,12 +120,13 @@ def read_requests(path: str | Path) -> pd.DataFrame:
     require(bool(rows), f"{_where(path)}: expected at least one request line, got none")
     arr = np.array([r[2:] for r in rows], dtype=np.float64)  # [N, 4] q, s, f, e
     t0 = arr[:, 0].min()
+    order = np.argsort(arr[:, 0], kind="stable")  # a data-parallel run logs out of order
     return pd.DataFrame({
         "prompt_len": np.array([r[0] for r in rows], dtype=np.int64),
         "output_len": np.array([r[1] for r in rows], dtype=np.int64),
         "arrival": arr[:, 0] - t0, "scheduled": arr[:, 1] - t0,
         "first_token": arr[:, 2] - t0, "finish": arr[:, 3] - t0,
-    })
+    }).iloc[order].reset_index(drop=True)
 
 
 def read_meta(path: str | Path) -> dict:

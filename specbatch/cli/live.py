@@ -173,6 +173,9 @@ def _register_validate(subparsers) -> None:
                    help="--out may hold a validate result of other flags (replaced); other "
                         "files are never replaced")
     add_json_flag(v)
+    from specbatch.cli.vllm_runs import add_vllm_flags
+
+    add_vllm_flags(v)
     v.set_defaults(func=_validate)
 
 
@@ -336,6 +339,10 @@ def _validate(args) -> int:
     from specbatch.analysis.validate import format_report, validate
     from specbatch.errors import require
 
+    if args.vllm is not None:  # a measured vLLM serving run (docs/fidelity.md)
+        from specbatch.cli.vllm_runs import validate_vllm_command
+
+        return validate_vllm_command(args)
     require((args.live_dir is None) != (args.predict is None),
             "validate: expected the run to predict as LIVE_DIR or --predict RUN_B (one of them)")
     kept = {"kind": "validate", "identity": _flags_identity(args), "force": args.force,
