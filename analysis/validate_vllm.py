@@ -100,7 +100,7 @@ def validate_vllm(name_or_dir: str, cost: str = "roofline", hardware: str | None
         "timeseries": timeseries(run.timeseries, simulated),
         "settings": {"mapped": [list(r) for r in settings.mapped],
                      "not_modelled": [list(r) for r in settings.unmodelled],
-                     "other_resolved_config": list(settings.other)},
+                     "not_read": list(settings.other)},
         "simulated_kv_capacity": sim.summary.get("kv_capacity"),
         "simulated_preemptions": int(sim.summary.get("preemptions", 0)),
         "anchor": run.anchor,
@@ -156,10 +156,12 @@ def format_report(report: dict) -> str:
     lines.append("not modelled (meta.json settings the simulation does not reproduce):")
     for origin, value, why in report["settings"]["not_modelled"]:
         lines.append(f"  {origin} = {value}: {why}")
-    other = report["settings"]["other_resolved_config"]
+    other = report["settings"]["not_read"]
     if other:
-        lines.append(f"  resolved_config sections without timing effect, not read: "
-                     f"{', '.join(other)}")
+        groups = sorted({".".join(k.split(".")[:2]) for k in other})
+        lines.append(f"  {len(other)} further recorded settings no rule reads (compilation, "
+                     f"loading, logging, multimodal, ...; all named in --json "
+                     f"settings.not_read), under: {', '.join(groups)}")
     return "\n".join(lines)
 
 

@@ -5,7 +5,8 @@ value, or the simulator already behaves that way) or *listed as not modelled* wi
 reason; a setting the run did not record is taken at vLLM's default and says so. The rest of
 ``resolved_config`` (observability, loading, LoRA, multimodal, profiler, ... sections: no
 timing effect on a text-only run) is listed by name in :attr:`Settings.other`, never dropped
-silently.
+silently; so is every recorded key of engine_kwargs, kv_cache and the read sections that no
+rule reads (e.g. ``scheduler_config.encoder_cache_size``, multimodal only).
 
 vLLM rules cited (vLLM 0.19, the version the bundled runs record):
 
@@ -31,7 +32,8 @@ from specbatch.errors import SpecbatchError, require
 #: vLLM defaults assumed when a run's meta.json does not record the setting (vLLM 0.19).
 VLLM_DEFAULTS = {"block_size": 16, "enable_prefix_caching": True, "gpu_memory_utilization": 0.9,
                  "enable_chunked_prefill": True, "long_prefill_token_threshold": 0,
-                 "async_scheduling": True, "enforce_eager": False, "policy": "fcfs"}
+                 "async_scheduling": True, "enforce_eager": False, "policy": "fcfs",
+                 "dtype": "auto", "kv_cache_dtype": "auto"}
 #: resolved_config sections read setting by setting below; the others go to Settings.other.
 READ_SECTIONS = ("scheduler_config", "cache_config", "compilation_config", "parallel_config",
                  "model_config", "speculative_config", "kv_transfer_config", "lora_config")
@@ -52,7 +54,7 @@ SCHEDULER_UNMODELLED = {
 @dataclass(frozen=True)
 class Settings:
     """``values``: SimConfig fields; ``mapped``/``unmodelled``: (setting, value, how or why)
-    rows; ``other``: resolved_config keys outside the read sections (no timing effect)."""
+    rows; ``other``: every recorded setting not read (module docstring)."""
 
     values: dict
     mapped: tuple = ()
@@ -77,9 +79,26 @@ class _Reader:
         self.where = where
         self.mapped: list = []
         self.unmodelled: list = []
+        self.read: set = set()
+
+    def unread(self) -> tuple[str, ...]:
+        """Every recorded setting not read: engine_kwargs and kv_cache keys, the keys of the
+        read resolved_config sections, and the other sections by name."""
+        keys = [f"engine_kwargs.{k}" for k in self.kwargs] + [f"kv_cache.{k}" for k in self.kv]
+        for name, sec in self.resolved.items():
+            if name in READ_SECTIONS and isinstance(sec, dict):
+                keys += [f"resolved_config.{name}.{k}" for k in sec]
+            elif name not in READ_SECTIONS:
+                keys.append(f"resolved_config.{name}")
+        return tuple(sorted(k for k in keys if k not in self.read))
 
     def get(self, key: str, section: str | None = None):
-        """(value, where it came from); (VLLM_DEFAULTS[key], "default") when not recorded."""
+        """(value, where it came from); (VLLM_DEFAULTS[key], "default") when not recorded.
+        The key counts as read in engine_kwargs, kv_cache and ``section``: one setting recorded
+        in several places (e.g. block_size in kv_cache and cache_config) is one row."""
+        self.read.update({f"engine_kwargs.{key}", f"kv_cache.{key}"})
+        if section:
+            self.read.add(f"resolved_config.{section}.{key}")
         if key in self.kwargs and self.kwargs[key] is not None:
             return self.kwargs[key], f"engine_kwargs.{key}"
         if key in self.kv and self.kv[key] is not None:
@@ -102,17 +121,22 @@ def _parallel(r: _Reader, values: dict) -> None:
     r.map(o, values["tp"], f"tp = {values['tp']} (all-reduce over the preset's link)")
     dp, o = r.get("data_parallel_size", "parallel_config")
     values["replicas"] = int(dp or 1)
+    r.map(o, dp, f"replicas = {values['replicas']}" + (", router round_robin"
+                                                       if values["replicas"] > 1 else ""))
     if values["replicas"] > 1:
-        r.map(o, dp, f"replicas = {dp}, router round_robin")
         r.skip(o + " (load balancing)", dp, "vLLM's DP coordinator balances on queue "
                "lengths and runs the replicas' MoE layers in lockstep; simulated as "
                "independent round-robin replicas")
     ep, o = r.get("enable_expert_parallel", "parallel_config")
     if ep:
         r.skip(o, ep, "expert parallelism (all-to-all of routed tokens) is not modelled")
+    else:
+        r.map(o, ep, "no expert parallelism")
     pp, o = r.get("pipeline_parallel_size", "parallel_config")
     if pp not in (None, 1):
         r.skip(o, pp, "pipeline parallelism is not modelled")
+    elif pp is not None:
+        r.map(o, pp, "no pipeline parallelism")
 
 
 def _kv(r: _Reader, values: dict) -> None:
@@ -170,6 +194,7 @@ def _scheduler(r: _Reader, values: dict) -> None:
                "simulator adds the preset's per-step CPU overhead serially")
     sched = r.resolved.get("scheduler_config") or {}
     for key, why in SCHEDULER_UNMODELLED.items():
+        r.read.add(f"resolved_config.scheduler_config.{key}")
         if key in sched:
             r.skip(f"resolved_config.scheduler_config.{key}", sched[key], why)
 
@@ -181,6 +206,8 @@ def _compilation(r: _Reader, values: dict) -> None:
     values["execution"] = "cuda_graph"
     r.map(o, eager, "execution = cuda_graph")
     comp = r.resolved.get("compilation_config") or {}
+    r.read.update(f"resolved_config.compilation_config.{k}" for k in
+                  ("cudagraph_capture_sizes", "cudagraph_mode", "max_cudagraph_capture_size"))
     sizes = comp.get("cudagraph_capture_sizes")
     origin = "resolved_config.compilation_config.cudagraph_capture_sizes"
     if not sizes:
@@ -201,6 +228,7 @@ def _model(r: _Reader, values: dict) -> None:
     r.map(o, dt, "2-byte weights and activations (roofline dtype_bytes)")
     for key, section in (("quantization", "model_config"), ("speculative_config", None),
                          ("kv_transfer_config", None), ("lora_config", None)):
+        r.read.add(f"resolved_config.{section}.{key}" if section else f"resolved_config.{key}")
         v = (r.resolved.get(section) or {}).get(key) if section else r.resolved.get(key)
         if v:
             r.skip(f"resolved_config.{section + '.' if section else ''}{key}", v,
@@ -221,6 +249,6 @@ def engine_settings(meta: dict, where: str = "meta.json") -> Settings:
     _parallel(r, values)
     _compilation(r, values)
     _model(r, values)
-    other = tuple(sorted(k for k in r.resolved if k not in READ_SECTIONS))
+    r.read.update(f"engine_kwargs.{k}" for k in ("model",))  # the config.json names it
     return Settings(values=values, mapped=tuple(r.mapped), unmodelled=tuple(r.unmodelled),
-                    other=other)
+                    other=r.unread())
