@@ -197,3 +197,55 @@ def latency_figure(run_name: str, measured, simulated, path: str | Path) -> Path
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
     return path
+
+
+#: Columns of the suite table: (report metric key, header).
+SUITE_COLUMNS = (("ttft_mean", "TTFT mean"), ("tpot_mean", "TPOT mean"),
+                 ("e2e_mean", "e2e mean"), ("ttft_p99", "TTFT p99"), ("tpot_p99", "TPOT p99"),
+                 ("e2e_p99", "e2e p99"), ("throughput", "tok/s"))
+
+
+def suite_row(name: str, cost: str) -> dict:
+    """One bundled run's row of the fidelity table: its headline errors, TOST verdicts and
+    the anchor's published mean errors; a run the cost model cannot price is a row with
+    ``refused`` set to the one-line reason (never a number from another model)."""
+    from specbatch.traces.vllm_runs import load_run
+
+    run = load_run(name)
+    row = {"run": name, "gpu": run.gpu, "kind": run.kind, "cost": cost,
+           "anchor": {k: (run.anchor or {}).get(k, {}).get("error")
+                      for k in ("ttft_mean", "tpot_mean", "e2e_mean")}}
+    try:
+        report, _ = validate_vllm(name, cost=cost)
+    except SpecbatchError as exc:
+        from specbatch.traces.vllm_runs import BUNDLED_DIR
+
+        reason = str(exc).replace(str(BUNDLED_DIR), "traces/data/vllm_runs")
+        if run.kind == "moe" and "mixture-of-experts" in reason:
+            reason = "MoE not priced: " + reason
+        return {**row, "refused": reason}
+    row["errors"] = {key: report["metrics"][key]["error"] for key, _ in SUITE_COLUMNS}
+    row["tost"] = {m: report["tests"][m]["tost"]["equivalent"] for m in METRICS}
+    row["preemptions"] = report["simulated_preemptions"]
+    return row
+
+
+def suite_table(rows: list[dict]) -> str:
+    """The suite's Markdown table (errors y/x − 1 in %, TOST ±10 % verdicts, the anchor's
+    mean errors)."""
+    head = ["run", "cost"] + [h for _, h in SUITE_COLUMNS] + ["TOST ttft/tpot/e2e",
+                                                             "anchor TTFT/TPOT/e2e mean"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        a = r["anchor"]
+        anchor = " / ".join(_pct(a[k]) if a[k] is not None else "-"
+                            for k in ("ttft_mean", "tpot_mean", "e2e_mean"))
+        if "refused" in r:
+            cells = [r["run"], r["cost"], f"refused: {r['refused']}"] + [""] * (
+                len(SUITE_COLUMNS) - 1) + ["", anchor]
+        else:
+            tost = "/".join("yes" if r["tost"][m] else "no" for m in METRICS)
+            cells = [r["run"], r["cost"]] + [_pct(r["errors"][k]) for k, _ in SUITE_COLUMNS] \
+                + [tost, anchor]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

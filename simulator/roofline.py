@@ -12,8 +12,10 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   The LM head (2·h·V per token) is charged for *every* query token: speculative verification
   needs logits at all k+1 positions, and for a prefill chunk (which needs only the last one)
   the overcount is h·V / (P_layers + h·V) of the linear FLOPs (1.3 % for Vicuna-33B; large
-  only for the 68M draft, whose prefill is negligible anyway). Attention uses heads·head_dim = h
-  query channels (grouped-query attention changes the KV bytes, not these FLOPs).
+  only for the 68M draft, whose prefill is negligible anyway). Attention uses heads·head_dim
+  query channels, = h unless config.json sets head_dim explicitly (Qwen3; then h in the
+  attention term reads heads·head_dim); grouped-query attention changes the KV bytes, not
+  these FLOPs.
 - Bytes (per GPU)::
 
       B = b · (P_layers + h·V + h) / tp                  # weights, streamed once per pass
@@ -141,7 +143,7 @@ def pass_constants(shape: ModelShape, hw: Hardware, tp: int = 1,
         tp=int(tp),
         layers=L,
         flops_per_token=2.0 * (p_layers + head) / tp,
-        attn_flops=4.0 * L * h / tp,
+        attn_flops=4.0 * L * shape.q_dim / tp,
         weight_bytes=streamed_weight_bytes(shape, b, weight_bits) / tp,
         kv_bytes=float(shape.kv_bytes_per_token(b)) * f_kv,
         act_bytes_per_token=b * L * (9 * h + 2 * d_kv + 6 * shape.intermediate) / tp,

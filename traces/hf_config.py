@@ -22,7 +22,9 @@ and KV. ``bfloat16`` and ``float16`` are served as they are; ``float32`` checkpo
 served in 16 bits (vLLM's ``dtype = "auto"`` does the same), so they are priced at 2 bytes
 too; any other dtype (8-bit, 4-bit) is a one-line error. Shapes the roofline cannot price
 are refused the same way: mixture-of-experts configs (``num_local_experts``, ``num_experts``,
-``n_routed_experts``) and an explicit ``head_dim`` other than hidden / heads.
+``n_routed_experts``). An explicit ``head_dim`` other than hidden / heads (Qwen3) is kept
+(``ModelShape.explicit_head_dim``): the query/output projections are h × heads · head_dim and
+attention runs over heads · head_dim channels.
 """
 
 from __future__ import annotations
@@ -112,9 +114,7 @@ def _check_heads(data: dict, values: dict, where: str) -> None:
                              f"num_attention_heads {heads}, got {kv}")
     head_dim = data.get("head_dim")
     if head_dim is not None and head_dim != hidden // heads:
-        raise SpecbatchError(f"{where}: field head_dim: expected hidden_size / "
-                             f"num_attention_heads = {hidden // heads} (the roofline's shapes "
-                             f"use it), got {head_dim!r}")
+        values["explicit_head_dim"] = _positive(head_dim, "head_dim", where)
 
 
 def _check_dtype(data: dict, where: str) -> None:

@@ -27,16 +27,28 @@ class ModelShape:
     intermediate: int
     vocab: int
     tie_embeddings: bool = False
+    #: config.json's explicit ``head_dim`` when it is not hidden / heads (Qwen3: 128 at
+    #: hidden 5120, 64 heads); None = hidden / heads, every built-in shape
+    explicit_head_dim: int | None = None
 
     @property
     def head_dim(self) -> int:
+        if self.explicit_head_dim is not None:
+            return self.explicit_head_dim
         return self.hidden // self.heads
 
     @property
+    def q_dim(self) -> int:
+        """Query (and attention output) channels heads · head_dim (= hidden unless head_dim is
+        explicit)."""
+        return self.heads * self.head_dim
+
+    @property
     def layer_params(self) -> int:
-        """Weights of one decoder layer: q/o (h²), k/v (h · kv_heads · head_dim), MLP (3 h I), 2 norms."""
+        """Weights of one decoder layer: q/o (h · heads · head_dim, = h² unless head_dim is
+        explicit), k/v (h · kv_heads · head_dim), MLP (3 h I), 2 norms."""
         kv = self.kv_heads * self.head_dim
-        return 2 * self.hidden * self.hidden + 2 * self.hidden * kv + 3 * self.hidden * self.intermediate + 2 * self.hidden
+        return 2 * self.hidden * self.q_dim + 2 * self.hidden * kv + 3 * self.hidden * self.intermediate + 2 * self.hidden
 
     @property
     def embedding_params(self) -> int:
