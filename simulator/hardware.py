@@ -38,9 +38,15 @@ The two workstation-class presets price the measured vLLM runs of docs/fidelity.
   the same die at the same clock (an ASSUMPTION; a lower sustained server clock would make
   compute-bound prefill slower than priced).
 
-Both are GDDR parts: ``memory_eff`` = 0.75 as for ``l40s`` (an assumption, not fitted to the
-runs of docs/fidelity.md, which are the suite's out-of-sample test), all-reduce over PCIe at
-25 us like ``l40s``.
+Their ``compute_eff`` and ``memory_eff`` are FITTED, not assumed (simulator.gemm_fit): to the
+per-GEMM profiles LLMServingSim measured with vLLM 0.19 on each GPU (Llama-3.1-8B, tp 1,
+``profiler/perf/<GPU>/meta-llama/Llama-3.1-8B/bf16/tp1/dense.csv``, bundled in
+traces/data/vllm_runs/profiles/), the pair minimising the roofline's MAPE over the four
+projection GEMMs at T = 1 ... 2048 tokens. rtx4090: 0.94 / 0.85 (GEMM MAPE 5.4 %; 27.5 % with
+the 0.7 / 0.75 assumption); rtxpro6000: 0.70 / 0.84 (10.8 % against 11.8 %; on Qwen3-32B's
+profile, held out, 8.6 % against 10.0 %). The measured serving runs of docs/fidelity.md are
+not used, so they stay the out-of-sample test. All-reduce over PCIe at 25 us like ``l40s``
+(assumed: the profiles time no collective).
 
 Assumed factors (not datasheet numbers; change them with ``dataclasses.replace``):
 
@@ -187,12 +193,13 @@ HARDWARE: dict[str, Hardware] = {
         ),
         Hardware(
             "rtx4090", "NVIDIA GeForce RTX 4090 24GB (PCIe)", 165.2 * TERA, 1.008 * TERA,
-            24 * GIGA, 32 * GIGA, memory_eff=0.75, allreduce_latency=25e-6,
+            24 * GIGA, 32 * GIGA, compute_eff=0.94, memory_eff=0.85,
+            allreduce_latency=25e-6,
         ),
         Hardware(
             "rtxpro6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition 96GB (PCIe)",
-            503.8 * TERA, 1.597 * TERA, 96 * GIGA, 64 * GIGA, memory_eff=0.75,
-            allreduce_latency=25e-6,
+            503.8 * TERA, 1.597 * TERA, 96 * GIGA, 64 * GIGA, compute_eff=0.70,
+            memory_eff=0.84, allreduce_latency=25e-6,
         ),
     )
 }
