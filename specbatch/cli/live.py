@@ -313,8 +313,11 @@ def _flags_identity(args) -> str:
     import hashlib
     import json
 
-    flags = {k: v for k, v in sorted(vars(args).items())
-             if k not in ("out", "json", "force", "func")}
+    from specbatch.cli.vllm_runs import VLLM_FLAGS
+
+    skip = ("out", "json", "force", "func") + (VLLM_FLAGS if getattr(args, "vllm", None) is None
+                                               else ())  # live validations keep their identity
+    flags = {k: v for k, v in sorted(vars(args).items()) if k not in skip}
     return hashlib.sha256(json.dumps(flags, default=str).encode()).hexdigest()[:20]
 
 

@@ -10,6 +10,8 @@ from specbatch.cli.common import emit
 from specbatch.errors import require
 from specbatch.io import dumps, prepare_output_file, result_dir
 
+#: The ``--vllm`` flags (argparse destinations).
+VLLM_FLAGS = ("vllm", "cost", "hardware", "model", "figure")
 #: Flags of the live-run validation that mean nothing for a vLLM run.
 LIVE_ONLY = ("predict", "fit", "profile", "in_sample", "target_model", "draft_model",
              "overhead")
