@@ -55,6 +55,21 @@ def model_of(run: VllmRun, model: str | None) -> str:
     return str(run.model_config)
 
 
+#: Presets whose roofline efficiencies are fitted to measured per-GEMM profiles.
+FITTED_PRESETS = {"rtx4090", "rtxpro6000"}
+
+
+def cost_source(cost: str, preset: str) -> str:
+    """What the run's step times were fitted on (never on the measured serving run)."""
+    if cost != "roofline":
+        return f"cost model {cost!r} (its own source; see docs/simulate.md)"
+    if preset in FITTED_PRESETS:
+        return ("roofline: datasheet peaks; compute/memory efficiencies fitted to "
+                "LLMServingSim's per-GEMM profiles of this GPU (simulator.gemm_fit); per-step "
+                "host overhead and all-reduce latency assumed")
+    return "roofline: datasheet peaks with assumed efficiencies (simulator.hardware)"
+
+
 def sim_values(run: VllmRun, settings, hardware: str, model: str, cost: str,
                workload: Path) -> dict:
     """SimConfig values of the replay: the mapped settings, the workload file, the GPU and
@@ -94,6 +109,7 @@ def validate_vllm(name_or_dir: str, cost: str = "roofline", hardware: str | None
         "run": run.name, "path": str(run.path), "model": run.meta.get("model"),
         "vllm_version": run.meta.get("vllm_version"), "kind": run.kind,
         "hardware": preset, "hardware_from": hw_origin, "model_config": target, "cost": cost,
+        "cost_source": cost_source(cost, preset),
         "requests": int(len(measured)),
         "metrics": {key: cmp["metrics"][key] for key in HEADLINE},
         "all_metrics": cmp["metrics"], "tests": cmp["tests"],
@@ -124,7 +140,8 @@ def format_report(report: dict) -> str:
              f"{report['requests']} requests)",
              f"simulated   ar under vllm-v1 on {report['hardware']} ({report['hardware_from']}), "
              f"cost {report['cost']}, KV {report['simulated_kv_capacity']} tokens, "
-             f"{report['simulated_preemptions']} preemptions", "",
+             f"{report['simulated_preemptions']} preemptions",
+             f"fitted on   {report['cost_source']} (never on this run)", "",
              f"{'metric':<12}{'measured':>12}{'simulated':>12}{'error':>10}   anchor"]
     anchor = report.get("anchor") or {}
     for metric in METRICS:
