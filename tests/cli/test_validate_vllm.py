@@ -63,3 +63,18 @@ def test_a_folder_without_a_device_name_asks_for_hardware(tmp_path, capsys):
     folder = write_run(tmp_path / "run")
     code, _, err = run_main(capsys, ["validate", "--vllm", str(folder)])
     assert_one_line_error(code, err, "field hardware.device_name: expected the GPU's name")
+
+
+def test_a_hand_made_folder_replays_with_hardware_and_model_given(tmp_path, capsys):
+    from tests.traces.test_vllm_runs import write_run
+
+    folder = write_run(tmp_path / "run")
+    code, text, err = run_main(capsys, ["validate", "--vllm", str(folder), "--hardware", "h100",
+                                        "--model", "llama-3.1-8b", "--json"])
+    assert code == 0, err
+    report = json.loads(text)
+    assert report["requests"] == 3 and report["hardware_from"] == "--hardware"
+    assert report["metrics"]["ttft_mean"]["measured"] == pytest.approx((0.5 + 0.5 + 2.0) / 3)
+    assert "assumed efficiencies" in report["cost_source"]
+    defaults = [row[0] for row in report["settings"]["mapped"] if "not recorded" in row[0]]
+    assert any(d.startswith("block_size") for d in defaults)
