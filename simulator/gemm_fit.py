@@ -37,7 +37,7 @@ GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 def gemm_dims(shape) -> dict[str, tuple[int, int]]:
     """(K, N) of each projection GEMM of one decoder layer (module docstring)."""
     h, kv = shape.hidden, shape.kv_heads * shape.head_dim
-    return {"qkv_proj": (h, shape.q_dim + 2 * kv), "o_proj": (shape.q_dim, h),
+    return {"qkv_proj": (h, shape.q_width + 2 * kv), "o_proj": (shape.q_width, h),
             "gate_up_proj": (h, 2 * shape.intermediate), "down_proj": (shape.intermediate, h)}
 
 

@@ -290,14 +290,3 @@ def test_unknown_execution_is_a_one_line_error():
         build_cost_model(execution="jit")
     assert get_execution("CUDA-graph").name == "cuda_graph"
 
-
-def test_an_explicit_head_dim_prices_attention_over_heads_times_head_dim():
-    from specbatch.simulator.roofline import pass_constants
-
-    llama = get_shape("llama-3.1-8b")
-    wide = dataclasses.replace(llama, explicit_head_dim=256)  # 32 heads x 256 = 8192 channels
-    hw = get_hardware("h100")
-    assert pass_constants(llama, hw).attn_flops == 4.0 * 32 * 4096  # q_dim = hidden
-    assert pass_constants(wide, hw).attn_flops == 4.0 * 32 * 8192
-    extra = 2 * 4096 * (8192 - 4096) + 2 * 4096 * 8 * (256 - 128)  # q/o and k/v projections
-    assert wide.layer_params - llama.layer_params == extra
