@@ -46,7 +46,7 @@ def test_list_names_the_bundled_runs(capsys):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--vllm", "rtxpro6000-qwen3-30b-a3b"], "does not price mixture-of-experts"),
+    (["--vllm", "rtxpro6000-llama-3.1-8b", "--hardware", "tpu"], "hardware"),
     (["--vllm", "rtxpro6000-llama-3.1-8b", "--fit", "x"], "--fit: expected no live-run flag"),
     (["--vllm", "no-such-run"], "expected a run folder"),
     (["--vllm", "rtxpro6000-llama-3.1-8b", "--cost", "magic"], "field cost"),
