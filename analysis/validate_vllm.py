@@ -102,6 +102,7 @@ def validate_vllm(name_or_dir: str, cost: str = "roofline", hardware: str | None
     preset, hw_origin = hardware_of(run, hardware)
     target = model_of(run, model)
     sim = simulate_run(run, sim_values(run, settings, preset, target, cost, Path("-")))
+    unmodelled = [list(r) for r in settings.unmodelled] + moe_rows(target)
     measured = run.requests
     simulated = sim.requests.assign(output_len=sim.requests["tokens"])
     cmp = compare(measured, simulated)
@@ -115,13 +116,24 @@ def validate_vllm(name_or_dir: str, cost: str = "roofline", hardware: str | None
         "all_metrics": cmp["metrics"], "tests": cmp["tests"],
         "timeseries": timeseries(run.timeseries, simulated),
         "settings": {"mapped": [list(r) for r in settings.mapped],
-                     "not_modelled": [list(r) for r in settings.unmodelled],
+                     "not_modelled": unmodelled,
                      "not_read": list(settings.other)},
         "simulated_kv_capacity": sim.summary.get("kv_capacity"),
         "simulated_preemptions": int(sim.summary.get("preemptions", 0)),
         "anchor": run.anchor,
     }
     return report, sim
+
+
+def moe_rows(model: str) -> list[list]:
+    """The not-modelled row of a mixture-of-experts model: the run records no routing, so the
+    experts a pass touches are priced under uniform routing (``routing_skew`` 0)."""
+    from specbatch.traces.shapes import get_shape
+
+    if not get_shape(model).is_moe:
+        return []
+    return [["expert routing (not recorded)", None, "experts touched per pass priced under "
+             "uniform routing (routing_skew = 0); the real router's popularity skew is unknown"]]
 
 
 def list_runs() -> dict:
