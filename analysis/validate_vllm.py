@@ -70,11 +70,11 @@ def cost_source(cost: str, preset: str) -> str:
     return "roofline: datasheet peaks with assumed efficiencies (simulator.hardware)"
 
 
-def sim_values(run: VllmRun, settings, hardware: str, model: str, cost: str,
-               workload: Path) -> dict:
-    """SimConfig values of the replay: the mapped settings, the workload file, the GPU and
-    model, ``cost``."""
-    return {**settings.values, "workload": str(workload), "arrival": "trace",
+def sim_values(run: VllmRun, settings, hardware: str, model: str, cost: str) -> dict:
+    """SimConfig values of the replay: the mapped settings, the run's arrivals (the workload
+    file :func:`simulate_run` writes), the GPU and model, ``cost``. ``ar`` drafts nothing, so
+    the acceptance trace is never read: the synthetic one stands in."""
+    return {**settings.values, "arrival": "trace",
             "requests": int(len(run.requests)), "trace": "synth", "hardware": hardware,
             "target": model, "cost": cost, "seed": 0}
 
@@ -95,13 +95,13 @@ def simulate_run(run: VllmRun, values: dict):
 def validate_vllm(name_or_dir: str, cost: str = "roofline", hardware: str | None = None,
                   model: str | None = None) -> tuple[dict, object]:
     """Replay one run (module docstring); returns (report, SimResult). A model or setting the
-    cost model cannot price (e.g. a mixture-of-experts config under the roofline) is a
+    cost model cannot price (e.g. DeepSeek-V3.2's sparse indexer, an fp8 KV cache) is a
     one-line SpecbatchError."""
     run = load_run(name_or_dir)
     settings = engine_settings(run.meta, f"vLLM run file {run.path / 'meta.json'}")
     preset, hw_origin = hardware_of(run, hardware)
     target = model_of(run, model)
-    sim = simulate_run(run, sim_values(run, settings, preset, target, cost, Path("-")))
+    sim = simulate_run(run, sim_values(run, settings, preset, target, cost))
     unmodelled = [list(r) for r in settings.unmodelled] + moe_rows(target)
     measured = run.requests
     simulated = sim.requests.assign(output_len=sim.requests["tokens"])
