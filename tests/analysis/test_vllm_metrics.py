@@ -16,6 +16,7 @@ from specbatch.analysis.vllm_metrics import (
     rel_error,
     summary,
     throughput,
+    timeseries,
     tost,
 )
 
@@ -76,3 +77,19 @@ def test_running_and_waiting_counts_at_ticks():
     running, waiting = counts_at(THREE, np.array([0.25, 1.0, 2.0, 3.0]), "first_token")
     # t = 0.25: #0 waits; t = 1: #0 runs, #1 waits; t = 2: #2 waits (#1 finished at 1.5)
     assert waiting.tolist() == [1, 1, 1, 1] and running.tolist() == [0, 1, 1, 0]
+
+
+def test_timeseries_compares_logged_ticks_with_simulated_counts():
+    logged = pd.DataFrame({"t": [0.25, 1.0, 2.0, 3.0], "running": [0, 2, 1, 0],
+                           "waiting": [1, 1, 1, 1]})
+    ts = timeseries(logged, THREE)  # simulated running [0, 1, 1, 0], waiting [1, 1, 1, 1]
+    assert ts["ticks"] == 4
+    assert ts["running"] == {"measured_mean": 0.75, "simulated_mean": 0.5,
+                             "mean_abs_gap": 0.25}
+    assert ts["waiting"]["mean_abs_gap"] == 0.0
+
+
+def test_single_token_outputs_leave_tpot_empty_not_zero():
+    one = THREE.assign(output_len=1)
+    assert per_request(one)["tpot"].size == 0
+    assert all(np.isnan(v) for v in summary(per_request(one)["tpot"]).values())

@@ -68,6 +68,8 @@ def test_data_and_expert_parallel_settings_are_listed():
     ({"kv_cache_dtype": "fp8"}, "kv_cache_dtype: expected auto"),
     ({"dtype": "float32"}, "dtype: expected bfloat16"),
     ({"max_num_seqs": None}, "max_num_seqs: expected an integer"),
+    ({"enforce_eager": True}, "enforce_eager: expected false"),
+    ({"policy": "priority"}, "policy: expected fcfs"),
 ])
 def test_settings_the_roofline_cannot_price_are_refused(kwargs, needle):
     meta = {"engine_kwargs": {"max_num_seqs": 8, "max_num_batched_tokens": 64,
