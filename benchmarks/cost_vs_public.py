@@ -8,8 +8,9 @@ vidur/config/model_config.py. Predicted:
 - before: the roofline (simulator.roofline, ``cost = "roofline"``, unchanged) restricted to
   the same ops: max(2 P_layers Q / tp / (peak eff_c), (b P_layers / tp + activation bytes) /
   (bw eff_m)) + L · layer launch latency (the cuda_graph preset's 8 us).
-- after: the calibrated laws (simulator.calibrated_fit) fitted leave-one-model-out: for each
-  GPU and each model, fitted on the *other* models measured on that GPU, evaluated on the
+- after: the calibrated laws (simulator.calibrated_fit) fitted leave-one-shape-out: for each
+  GPU and each model, fitted on the other models measured on that GPU *except those with the
+  same per-layer shape* (Llama-2-70B and Llama-3-70B share theirs on A100), evaluated on the
   held-out one (phi-2, a non-gated parallel-block model outside ModelShape's family, is
   neither fitted on nor reported).
 - cells: the table cells themselves as a source, each interior token count left out and
@@ -43,6 +44,7 @@ from specbatch.simulator.calibrated import LAWS, VALIDATION, allreduce_curve, gp
 from specbatch.simulator.calibrated_fit import (
     GpuFit,
     embedding_seconds,
+    envelope,
     fit_allreduce,
     fit_gpu,
     fit_to_dict,
@@ -60,6 +62,8 @@ LAYERS = {"Qwen/Qwen-72B": 80, "codellama/CodeLlama-34b-Instruct-hf": 48,
           "meta-llama/Llama-2-7b-hf": 32, "meta-llama/Meta-Llama-3-70B": 80,
           "meta-llama/Meta-Llama-3-8B": 32, "microsoft/phi-2": 32}
 GPUS = ("h100", "a100", "a40")
+#: Models with these per-layer dimensions equal are one shape: held out together.
+SHAPE_KEY = ("n_embd", "n_head", "n_kv_head", "n_expanded_embd")
 REGIMES = [0, 8, 64, 256, 1024, 1 << 20]
 REGIME_NAMES = ["1-8", "9-64", "65-256", "257-1024", ">1024"]
 #: simulator.hardware has no A40 preset; its roofline uses the datasheet with the defaults.
@@ -87,8 +91,13 @@ def roofline_layers(gpu: str, cell: pd.DataFrame, layers: int, tp: int) -> np.nd
 
 
 def calibrated_layers(fit: GpuFit, cell: pd.DataFrame, layers: int, tp: int) -> np.ndarray:
+    """What simulator.calibrated prices for the cell's rows: the corrected laws under their
+    non-decreasing envelope (calibrated_fit.envelope)."""
     shape, q = frame_shape(cell.iloc[0]), cell["num_tokens"].to_numpy(np.float64)
-    return embedding_seconds(fit, shape, tp, q) + layers * layer_seconds(fit, shape, tp, q)
+
+    def law(x):
+        return embedding_seconds(fit, shape, tp, x) + layers * layer_seconds(fit, shape, tp, x)
+    return envelope(law, q, fit.corrections["attn_pre_proj"].grid)
 
 
 def lomo_rows(compute: pd.DataFrame) -> pd.DataFrame:
@@ -97,7 +106,11 @@ def lomo_rows(compute: pd.DataFrame) -> pd.DataFrame:
     for gpu in GPUS:
         rows = compute[(compute["gpu"] == gpu) & compute["gated"]]
         for model in sorted(rows["model"].unique()):
-            fit = fit_gpu(rows[rows["model"] != model], gpu, gpu_peaks(gpu))
+            held = rows[rows["model"] == model].iloc[0]
+            same = np.ones(len(rows), dtype=bool)
+            for col in SHAPE_KEY:
+                same &= rows[col].to_numpy() == held[col]
+            fit = fit_gpu(rows[~same], gpu, gpu_peaks(gpu))
             for tp, cell in rows[rows["model"] == model].groupby("tp"):
                 L = LAYERS[model]
                 frame = pd.DataFrame({
@@ -220,7 +233,7 @@ def validation_record(lomo: pd.DataFrame, cells: pd.DataFrame, ar: pd.DataFrame)
     return {
         "about": "written by benchmarks/cost_vs_public.py --write; errors of the "
                  "non-attention pass time (emb + L block) against Vidur's profiles",
-        "lomo": {f"{g}|tp{tp}": rec(r, "leave-one-model-out on Vidur's profiles of this GPU")
+        "lomo": {f"{g}|tp{tp}": rec(r, "leave-one-shape-out on Vidur's profiles of this GPU")
                  for (g, tp), r in per_tp.iterrows()},
         "roofline": {f"{g}|tp{tp}": rec(r, "cost = 'roofline' on the same ops and rows")
                      for (g, tp), r in before.iterrows()},
@@ -263,7 +276,7 @@ def main() -> None:
         atomic_write(LAWS, dumps({"about": "calibrated laws fitted on every bundled gated "
                                            "model per GPU (benchmarks/cost_vs_public.py)",
                                   "gpus": [fit_to_dict(fit_gpu(compute, g, gpu_peaks(g)))
-                                           for g in GPUS]}, indent=1) + "\n")
+                                           for g in GPUS]}) + "\n")
         atomic_write(VALIDATION, dumps(validation_record(lomo, cells, ar), indent=1) + "\n")
     if args.json:
         print(dumps({name: json.loads(t.reset_index().to_json(orient="records"))
@@ -271,7 +284,7 @@ def main() -> None:
                                      "attention": attn_t}.items()}))
         return
     print("Non-attention pass time (emb + L x block) against Vidur's profiles; % error, "
-          "before = roofline, after = calibrated (leave-one-model-out)")
+          "before = roofline, after = calibrated (leave-one-shape-out)")
     for name, t in tables.items():
         print(f"\n== {name} ==\n{fmt_table(t)}")
     print("\n== table cells as the source (token count left out, neighbours interpolated) ==")

@@ -14,7 +14,8 @@ parts, each from the best source available (:meth:`CalibratedCost.sources` names
   GEMM kernel choice changes; a pass with more tokens is never priced cheaper) and
   interpolated linearly in Q between measured token counts (beyond the last one, the edge
   value times the calibrated law's growth). Otherwise the calibrated laws of
-  :mod:`simulator.calibrated_fit` (fitted here on all bundled models of the GPU; a GPU the
+  :mod:`simulator.calibrated_fit` (GEMM laws with their shape-neighbour correction, small-op
+  laws; fitted on all bundled models of the GPU; a GPU the
   data do not cover borrows the nearest one's law with its datasheet peaks scaled:
   h200 <- h100, l40s <- a40). A quantised draft (``draft_weight_bits`` < 16) is always priced
   by the law, its weight bytes at bits/8 + 4/128 per projection weight.
@@ -44,7 +45,7 @@ parts, each from the best source available (:meth:`CalibratedCost.sources` names
   max(0, floor − GPU parts) here. Vidur's per-op CUDA-event times hold no launch gaps.
 
 Validated errors (benchmarks/cost_vs_public.py, docs/simulate.md): read from
-``simulator/data/calibrated_validation.json`` (leave-one-model-out for the law, held-out
+``simulator/data/calibrated_validation.json`` (leave-one-shape-out for the laws, held-out
 token counts for the table cells) and reported with each source.
 """
 
@@ -70,6 +71,7 @@ from specbatch.simulator.calibrated_fit import (
     fit_allreduce,
     fit_from_dict,
     fit_gpu,
+    gemm_seconds,
     layer_seconds,
     small_op_bytes,
 )
@@ -141,7 +143,7 @@ def fitted_gpu(gpu: str) -> GpuFit:
         return fit
     (f0, b0), (f1, b1) = gpu_peaks(source), gpu_peaks(gpu)
     gemm = {op: replace(law, bandwidth=law.bandwidth * b1 / b0, flops=law.flops * f1 / f0,
-                        sms=SM_COUNT[gpu]) for op, law in fit.gemm.items()}
+                        sms=SM_COUNT[gpu]) for op, law in fit.gemm.items()}  # same corrections
     return replace(fit, gpu=gpu, gemm=gemm)
 
 
@@ -225,7 +227,7 @@ def sparse_layers(fit: GpuFit, shape: ModelShape, tp: int, q: float, touched: fl
     laws, the small ops by theirs (the activation over k I_e + I_s on MoE layers)."""
     total = 0.0
     for op, rows, k, n, count in sparse_gemms(shape, tp, q, touched):
-        total += count * float(fit.gemm[op].seconds(np.array([rows]), k, n)[0])
+        total += count * float(gemm_seconds(fit, op, np.array([rows]), k, n)[0])
     qa = np.array([q])
     M = shape.moe_layers if shape.is_moe else 0
     widths = ((shape.layers - M, shape.intermediate),
@@ -302,15 +304,37 @@ class RolePricer:
             for op in GEMMS:
                 law = self.fit.gemm[op]
                 k, n = dims[op]
-                full = law.seconds(qa, k, n)
-                light = replace(law, bandwidth=law.bandwidth / ratio).seconds(qa, k, n)
+                full = gemm_seconds(self.fit, op, qa, k, n)
+                light = full * (replace(law, bandwidth=law.bandwidth / ratio).seconds(qa, k, n)
+                                / law.seconds(qa, k, n))
                 per_layer = per_layer - full + np.minimum(full, light)
         return float(embedding_seconds(self.fit, ls, self.tp, qa)[0]
                      + self.shape.layers * per_layer[0])
 
+    def monotone(self, name: str, fn, q: float) -> float:
+        """``fn`` made non-decreasing in Q, the scalar twin of calibrated_fit.envelope over
+        the correction grid: the corrected laws follow measured kernel-choice jumps, but a
+        pass with more tokens is never priced cheaper (as the table cells)."""
+        corr = next(iter((self.fit.corrections or {}).values()), None)
+        if corr is None:
+            return fn(q)
+        vals = self.memo.get(name)
+        if vals is None:  # running maximum of fn on the grid # [G]
+            vals = np.maximum.accumulate(np.array([fn(float(g)) for g in corr.grid]))
+            self.memo[name] = vals
+        grid = corr.grid
+        if q <= grid[-1]:
+            return float(np.interp(q, grid, vals))
+        return float(vals[-1] * fn(q) / fn(float(grid[-1])))
+
+    def head(self, q: float) -> float:
+        s = self.shape
+        return float(gemm_seconds(self.fit, "mlp_up_proj", np.array([q]), s.hidden,
+                                  s.vocab / self.tp)[0])
+
     def layers(self, q: float) -> float:
         if self.cell is None:
-            return self.law_layers(q)
+            return self.monotone("layers", self.law_layers, q)
         _, grid, secs, _ = self.cell
         if q <= grid[-1]:
             return float(np.interp(q, grid, secs))
@@ -321,8 +345,7 @@ class RolePricer:
         parts = self.memo.get(q)
         if parts is None:
             s = self.shape
-            head = float(self.fit.gemm["mlp_up_proj"].seconds(np.array([q]), s.hidden,
-                                                               s.vocab / self.tp)[0])
+            head = self.monotone("lm_head", self.head, q)
             comm = 0.0
             if self.tp > 1:
                 nbytes = self.hw.dtype_bytes * s.hidden * q

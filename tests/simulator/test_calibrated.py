@@ -16,9 +16,11 @@ from specbatch.simulator.calibrated import (
     uses_custom_allreduce,
 )
 from specbatch.simulator.calibrated_fit import (
+    GemmCorrection,
     GemmLaw,
     LayerShape,
     SmallOpLaw,
+    envelope,
     fit_allreduce,
     small_op_bytes,
     tile_rows,
@@ -41,6 +43,22 @@ def test_gemm_law_by_hand():
     m = 2 * (1024 ** 2 + 100 * 2048) / 2e12
     c = 2 * 1024 * 4 * 4 * 64 * 128 / 5e14
     assert law.seconds(np.array([100.0]), 1024, 1024)[0] == pytest.approx(2e-6 + math.hypot(m, c))
+
+
+def test_shape_neighbour_correction_by_hand():
+    # cell A at (log K, log N) = (0, 0), log ratios 0.1, 0.3 at Q = 1, 3; cell B at (0, 0.3),
+    # -0.1 at both. At K = N = 1, Q = 2: weights 1 and exp(-0.09 / (2 · 0.09)), each cell's
+    # log ratio interpolated halfway
+    corr = GemmCorrection(np.array([1.0, 3.0]), np.array([0.0, 0.0]), np.array([0.0, 0.3]),
+                          np.array([[0.1, 0.3], [-0.1, -0.1]]), width=0.3)
+    w = math.exp(-0.5)
+    expect = math.exp((0.2 + w * -0.1) / (1 + w))
+    assert corr.factor(np.array([2.0]), 1.0, 1.0)[0] == pytest.approx(expect)
+    # beyond the grid: held at the edge; a far shape takes its nearest cell's ratio
+    assert corr.factor(np.array([9.0]), 1.0, 1.0)[0] == pytest.approx(
+        math.exp((0.3 + w * -0.1) / (1 + w)))
+    assert corr.factor(np.array([1.0]), 1.0, math.exp(5.0))[0] == pytest.approx(
+        math.exp(-0.1), rel=1e-6)
 
 
 def test_tile_rows_and_small_op_bytes():
@@ -113,6 +131,22 @@ def test_more_tokens_never_cost_less():
     m = model()
     times = [m.step_time("target", np.array([q]), np.array([0])) for q in range(1, 600, 7)]
     assert np.all(np.diff(times) >= 0)
+
+
+def test_priced_law_is_the_envelope_of_the_benchmarked_one():
+    """The scalar hot path (RolePricer.monotone) equals calibrated_fit.envelope, the
+    vectorised form benchmarks/cost_vs_public.py validates."""
+    m = model("vicuna-33b")  # no cell: the corrected laws
+    pricer = m.roles["target"]
+    grid = pricer.fit.corrections["attn_pre_proj"].grid
+    q = np.array([1.0, 3.0, 100.0, 449.0, 456.0, 5000.0, 40000.0])
+
+    def law(x):
+        return np.array([pricer.law_layers(float(v)) for v in np.atleast_1d(x)])
+    expect = envelope(law, q, grid)
+    got = [pricer.layers(float(v)) for v in q]
+    assert got == pytest.approx(expect, rel=1e-12)
+    assert np.all(np.diff(expect) >= 0)
 
 
 def test_tp_all_reduce_and_sources():
