@@ -224,3 +224,8 @@ def test_stored_laws_are_the_fit_of_the_bundled_table():
             for op, law in fresh[kind].items():
                 for key, value in law.items():
                     assert value == pytest.approx(kept[kind][op][key], rel=1e-6, abs=1e-15)
+        for op, corr in fresh["corrections"].items():
+            for key in ("grid", "log_k", "log_n"):
+                assert corr[key] == pytest.approx(kept["corrections"][op][key])
+            assert np.array(corr["log_ratio"]) == pytest.approx(
+                np.array(kept["corrections"][op]["log_ratio"]), abs=2e-5)
