@@ -101,7 +101,7 @@ def calibrated_layers(fit: GpuFit, cell: pd.DataFrame, layers: int, tp: int) -> 
 
 
 def lomo_rows(compute: pd.DataFrame) -> pd.DataFrame:
-    """One row per (gpu, model, tp, Q): measured, before, after (leave-one-model-out)."""
+    """One row per (gpu, model, tp, Q): measured, before, after (leave-one-shape-out)."""
     out = []
     for gpu in GPUS:
         rows = compute[(compute["gpu"] == gpu) & compute["gated"]]
