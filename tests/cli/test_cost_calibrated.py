@@ -38,6 +38,7 @@ def test_calibrated_show_names_the_profile_cell_and_prints_the_split(capsys):
     assert "target_verify (k+1=4)" in out
 
 
+@pytest.mark.slow  # fitting the profiled model's families takes ~10 s
 def test_profiled_rows_have_no_split(capsys, tmp_path):
     from tests.simulator.test_cost import synthetic_profile
 
