@@ -65,6 +65,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="step-time cost model (default calibrated: the bundled public GPU "
                              "profiles where they cover a pass, the calibrated roofline "
                              "elsewhere; roofline reproduces earlier plans)")
+    models.add_argument("--profile", metavar="DIR", default=None,
+                        help="your GPU's profiles from `specbatch cost import-vidur`: with "
+                             "--cost calibrated, their cells price the passes they cover first")
     models.add_argument("--max-num-seqs", type=positive_int, default=64,
                         help="running requests per replica (default 64)")
     models.add_argument("--gpu-memory-utilization", type=float, default=0.9,
@@ -165,7 +168,7 @@ def build_question(args: argparse.Namespace):
                 allow_preemption=args.allow_preemption)
     base = {"trace": args.trace, "requests": args.requests, "target": args.target,
             "draft": args.draft, "cost": args.cost, "max_num_seqs": args.max_num_seqs,
-            "kv_mode": "paged",
+            "kv_mode": "paged", **({"profile": args.profile} if args.profile else {}),
             "gpu_memory_utilization": args.gpu_memory_utilization, "seed": args.seed,
             **arrival_fields(args)}
     return Question(base=base, space=space, slos=slos, levels_after=args.levels_after,

@@ -79,3 +79,19 @@ def test_simulate_json_names_the_cost_source(capsys):
     src = obj["cost_source"]
     assert src["target"]["summary"] == "vidur h100 meta-llama/Llama-2-7b-hf tp 1"
     assert src["draft"]["summary"].startswith("calibrated roofline")
+
+
+@pytest.mark.slow  # a small plan: ~10-20 s
+def test_plan_names_the_source_and_prices_a_user_profile_first(capsys, tmp_path):
+    code, _ = run_json(capsys, ["cost", "import-vidur", str(SLICE), "--out", str(tmp_path / "p")])
+    assert code == 0
+    code, obj = run_json(capsys, [
+        "plan", "--out", str(tmp_path / "plan"), "--target", "vicuna-7b", "--rate", "2",
+        "--prompt-len", "fixed:50", "--output-len", "fixed:20", "--requests", "8", "--tp", "2",
+        "--max-gpus", "2", "--policies", "ar", "--workers", "1", "--profile",
+        str(tmp_path / "p")])
+    assert code == 0
+    src = obj["cost_source"]
+    assert (src["cost"], src["hardware"], src["tp"]) == ("calibrated", "h100", 2)
+    assert src["target"]["layers"]["source"] == "user profile cell"
+    assert src["draft"]["summary"].startswith("calibrated roofline")
