@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specbatch.analysis.plan_search import Entry, Search, search
+from specbatch.analysis.plan_search import Entry, Search, Skipped, search
 from specbatch.analysis.plan_slo import Slos
 from specbatch.analysis.plan_space import Deployment, Space, deployments, prune_reason, speculations
 from specbatch.errors import SpecbatchError, require
@@ -40,54 +40,79 @@ MARKER = "plan.json"
 @dataclass(frozen=True)
 class Question:
     """What the planner is asked: the runs' shared SimConfig fields (workload, models, engine
-    limits, trace, seed), the search space and the SLOs."""
+    limits, trace, seed), the search space and the SLOs; ``lengths`` (prompt, output): length
+    distributions to draw the workload from into ``OUT/workload.csv`` (None: ``base`` names
+    the workload, or the trace's own requests); ``prune``: skip settings a lower bound proves
+    cannot matter (analysis.plan_bound; False: simulate every setting of every level)."""
 
     base: dict
     space: Space
     slos: Slos
     levels_after: int = 1
     band: tuple[float, float] | None = None
+    lengths: tuple[Lengths, Lengths] | None = None
+    prune: bool = True
 
 
-#: What a plan's output directory holds (anything else there is someone else's).
-PLAN_FILES = (MARKER, "plan.toml", "workload.csv", "workload-trace.csv", "frontier.png", "runs",
-              ".specbatch.lock")
+def run_plan(question: Question, out: str | Path | None = None, **executor: Any) -> dict:
+    """Answer ``question`` into ``out`` (module docstring; None: a cache folder named by the
+    question, analysis.plan_dir.default_out); returns the report dict, also written to
+    ``OUT/plan.json``. executor: run_sweep's workers, scheduler, progress.
+
+    The folder is claimed before anything is written (analysis.plan_dir: refused when it
+    holds anything but this question's plan; one plan at a time). ``plan.json`` is written
+    before the figure, and a figure that fails costs only the figure.
+    """
+    from specbatch.analysis.plan_dir import claimed_plan_dir, default_out
+
+    preflight(question)
+    out = Path(out) if out is not None else default_out(question)
+    with claimed_plan_dir(out, question) as out:
+        out = out.resolve()
+        base = question.base
+        if question.lengths is not None:
+            workload = write_length_workload(base, *question.lengths, out / "workload.csv")
+            base = {**base, "workload": str(workload)}
+        main = answer(base, question, out / "runs" / "trace", **executor)
+        report = main.report
+        if question.band is not None:
+            report["acceptance_band"] = [
+                band_answer(base, question, alpha, out, **executor) for alpha in question.band]
+        if report["choice"] is not None:
+            toml = out / "plan.toml"
+            atomic_write(toml, choice_toml(base, main.choice))
+            report["choice"]["config"] = str(toml)
+            report["choice"]["simulate"] = f"specbatch simulate --config {toml}"
+        report["out"] = str(out)
+        report["figure"] = None
+        atomic_write(out / MARKER, dumps(report, indent=1))
+        report["figure"] = draw_figure(main, question, out / "frontier.png")
+        atomic_write(out / MARKER, dumps(report, indent=1))
+    return report
 
 
-def claim_plan_dir(out: Path) -> None:
-    """Refuse an existing directory holding anything but a plan's files (one line)."""
-    if out.is_dir():
-        other = sorted(p.name for p in out.iterdir() if p.name not in PLAN_FILES
-                       and not p.name.startswith("."))
-        require(not other, f"--out {out}: holds files that are not a plan's ({', '.join(other[:3])}"
-                "); choose an empty or new directory")
-
-
-def run_plan(question: Question, out: str | Path, **executor: Any) -> dict:
-    """Answer ``question`` into ``out`` (module docstring); returns the report dict, also
-    written to ``OUT/plan.json``. executor: run_sweep's workers, scheduler, progress."""
-    from specbatch.io import prepare_output_dir
-
-    out = Path(out)
-    claim_plan_dir(out)
-    prepare_output_dir(out, allow_existing=True)
-    base = question.base
-    main = answer(base, question, out / "runs" / "trace", **executor)
-    report = main.report
-    if question.band is not None:
-        report["acceptance_band"] = [
-            band_answer(base, question, alpha, out, **executor) for alpha in question.band]
-    if report["choice"] is not None:
-        toml = out / "plan.toml"
-        atomic_write(toml, choice_toml(base, main.choice))
-        report["choice"]["config"] = str(toml)
-        report["choice"]["simulate"] = f"specbatch simulate --config {toml}"
+def draw_figure(main: Answer, question: Question, path: Path) -> str | None:
+    """The frontier figure's path, or None (and no figure) when drawing it fails: the
+    results are already written and a figure must never cost them."""
     from specbatch.analysis.plan_figure import frontier_figure
 
-    report["figure"] = frontier_figure(main.search.entries, question.slos,
-                                       question.space.priced, out / "frontier.png")
-    atomic_write(out / MARKER, dumps(report, indent=1))
-    return report
+    try:
+        return frontier_figure(main.search.entries, question.slos, question.space.priced, path)
+    except (ValueError, OverflowError, OSError, RuntimeError, MemoryError):
+        return None
+
+
+def preflight(question: Question) -> None:
+    """One-line errors for a question that cannot run, before its folder is touched: the
+    shared fields (simulator.config), and the deepest setting against the trace's K."""
+    from specbatch.simulator.config import make_config
+    from specbatch.simulator.run import load_trace
+
+    base = question.base
+    trace = load_trace(make_config(base))
+    depth = max_depth(base, question.space)
+    require(depth <= trace.K, f"--k/--extra: expected k + e <= the trace's draft depth K = "
+            f"{trace.K} (it recorded that many draft tokens per position), got {depth}")
 
 
 @dataclass(frozen=True)
@@ -110,29 +135,33 @@ def answer(base: dict, question: Question, runs_dir: Path, **executor: Any) -> A
             f"{trace_depth} (it recorded that many draft tokens per position), got {depth}")
     largest = acceptance.pop("largest_request") + depth + 1
     kept, pruned = [], []
-    for d in deployments(question.space):
+    for d in deployments(question.space, base.get("requests")):
         why = prune_reason(d, base["target"], base["draft"],
                            float(base.get("gpu_memory_utilization", 0.9)), largest,
                            int(base.get("block_size", 16)))
         (pruned if why else kept).append((d, why))
     if not kept:
+        why = f" ({pruned[0][1]})" if pruned else ""
         raise SpecbatchError("plan: expected at least one deployment that can hold the models, "
-                             f"got none ({pruned[0][1]}); raise --max-gpus, add --tp or "
-                             "--hardware")
+                             f"got none{why}; raise --max-gpus, add --tp or --hardware")
     found = search(base, question.space, [d for d, _ in kept], question.slos, runs_dir,
-                   question.levels_after, **executor)
+                   question.levels_after, question.prune, **executor)
     choice = choose(found.entries)
     report = {
         "question": describe_question(base, question),
         "acceptance": acceptance,
         "choice": None if choice is None else choice_dict(choice, found.entries),
         "pareto": [entry_dict(e) for e in pareto(found.entries)],
-        "rejected": rejected(found.entries),
+        "rejected": rejected(found.entries, found.skipped),
+        "dominated": dominated(found.entries, found.skipped),
         "configurations": [configuration_dict(e) for e in found.entries],
+        "skipped": [{"label": s.label, "cost": s.deployment.cost, "reason": s.reason}
+                    for s in found.skipped],
         "pruned": [{"deployment": d.label, "gpus": d.gpus, "cost": d.cost, "limit": why}
                    for d, why in pruned],
         "searched": {"levels": found.levels, "runs": found.runs, "computed": found.computed,
-                     "reused": found.reused},
+                     "reused": found.reused, "skipped": len(found.skipped),
+                     "exhaustive": not question.prune},
     }
     return Answer(report, choice, found)
 
@@ -294,22 +323,49 @@ def configuration_dict(e: Entry) -> dict:
             "e2e": lat["e2e"], "preemptions": e.memory["preemptions"]}
 
 
-def rejected(entries: tuple[Entry, ...]) -> list[dict]:
-    """Every simulated deployment on which no setting met every limit, with its best
+def rejected(entries: tuple[Entry, ...], skipped: tuple[Skipped, ...] = ()) -> list[dict]:
+    """Every searched deployment on which no setting meets every limit, shown: each setting
+    simulated and failing, or skipped because its bound cannot pass. With its best simulated
     setting's limits (fewest limits, then lowest e2e) and every setting's."""
-    by_dep: dict[Deployment, list[Entry]] = {}
-    for e in entries:
-        by_dep.setdefault(e.deployment, []).append(e)
     out = []
-    for d, group in by_dep.items():
-        if any(e.verdict.passed for e in group):
+    for d, group, gone in _by_deployment(entries, skipped):
+        if any(e.verdict.passed for e in group) or any(s.passes is None for s in gone):
             continue
-        best = min(group, key=lambda e: (len(e.verdict.limits), e.verdict.latency["e2e"]))
+        settings = {e.speculation.label: list(e.verdict.limits) for e in group}
+        settings.update({s.speculation.label: [s.reason] for s in gone})
+        if group:
+            best = min(group, key=lambda e: (len(e.verdict.limits), e.verdict.latency["e2e"]))
+            label, limits, memory = best.speculation.label, list(best.verdict.limits), best.memory
+        else:
+            label, limits, memory = gone[0].speculation.label, [gone[0].reason], None
         out.append({"deployment": d.label, "gpus": d.gpus, "cost": d.cost,
-                    "best_setting": best.speculation.label, "limits": list(best.verdict.limits),
-                    "memory": best.memory,
-                    "settings": {e.speculation.label: list(e.verdict.limits) for e in group}})
+                    "best_setting": label, "limits": limits, "memory": memory,
+                    "settings": dict(sorted(settings.items()))})
     return out
+
+
+def dominated(entries: tuple[Entry, ...], skipped: tuple[Skipped, ...]) -> list[dict]:
+    """Searched deployments without a passing simulated setting whose other settings were
+    skipped as unable to beat the frontier (analysis.plan_search): not shown to fail, not
+    needed for the answer (``--exhaustive`` simulates them)."""
+    out = []
+    for d, group, gone in _by_deployment(entries, skipped):
+        if any(e.verdict.passed for e in group) or not any(s.passes is None for s in gone):
+            continue
+        out.append({"deployment": d.label, "gpus": d.gpus, "cost": d.cost,
+                    "simulated": len(group), "skipped": len(gone),
+                    "reason": next(s.reason for s in gone if s.passes is None)})
+    return out
+
+
+def _by_deployment(entries, skipped) -> list[tuple[Deployment, list[Entry], list[Skipped]]]:
+    """(deployment, its entries, its skipped candidates), deployments in search order."""
+    order: dict[Deployment, tuple[list, list]] = {}
+    for e in entries:
+        order.setdefault(e.deployment, ([], []))[0].append(e)
+    for s in skipped:
+        order.setdefault(s.deployment, ([], []))[1].append(s)
+    return [(d, g, s) for d, (g, s) in order.items()]
 
 
 def describe_question(base: dict, question: Question) -> dict:
