@@ -105,8 +105,8 @@ def draw_figure(main: Answer, question: Question, path: Path) -> str | None:
 def preflight(question: Question) -> None:
     """One-line errors for a question that cannot run, before its folder is touched: the
     shared fields (simulator.config), and the deepest setting against the trace's K."""
+    from specbatch.analysis.executors import _cached_trace as load_trace
     from specbatch.simulator.config import make_config
-    from specbatch.simulator.run import load_trace
 
     base = question.base
     trace = load_trace(make_config(base))
@@ -190,8 +190,8 @@ def trace_workload(base: dict, path: Path) -> Path:
     the same requests as the trace's run did."""
     import pandas as pd
 
+    from specbatch.analysis.executors import _cached_trace as load_trace
     from specbatch.simulator.config import make_config
-    from specbatch.simulator.run import load_trace
     from specbatch.simulator.workload import build_workload
 
     config = make_config(base)
@@ -210,9 +210,9 @@ def write_length_workload(base: dict, prompt: Lengths, output: Lengths, path: Pa
     """Draw ``base["requests"]`` requests' lengths from the distributions (seeded by
     ``base["seed"]``; ``trace`` sides from the trace ``base`` names) and write them as a
     workload file (simulator.lengths)."""
+    from specbatch.analysis.executors import _cached_trace as load_trace
     from specbatch.simulator.config import make_config
     from specbatch.simulator.lengths import length_table
-    from specbatch.simulator.run import load_trace
 
     trace = load_trace(make_config(base))
     table = length_table(prompt, output, int(base["requests"]), int(base.get("seed", 0)),
@@ -233,8 +233,8 @@ def acceptance_info(base: dict) -> dict:
     """Where acceptance comes from and how much of it was wrapped: output positions beyond
     the recorded output of the trace request a simulated request replays (position t uses
     row t mod L, simulator.workload). Also the largest prompt + output (for pruning)."""
+    from specbatch.analysis.executors import _cached_trace as load_trace
     from specbatch.simulator.config import make_config
-    from specbatch.simulator.run import load_trace
     from specbatch.simulator.workload import build_workload
 
     config = make_config(base)
