@@ -31,6 +31,7 @@ per process; the parent loads it before forking a local pool, so workers inherit
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,10 @@ class Runner:
         self._client = self._cluster = None
 
     def __enter__(self) -> Runner:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=None, desc="plan", unit="run", file=sys.stderr, leave=False,
+                        disable=not self.progress, dynamic_ncols=True)
         if self.scheduler is not None:
             from specbatch.analysis.executors import _dask_client
 
@@ -242,6 +247,7 @@ class Runner:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.bar.close()
         if self._client is not None:
             self._client.close()
         if self._cluster is not None:
@@ -252,7 +258,7 @@ class Runner:
 
     def run(self, candidates: list[tuple[Deployment, Speculation]], slos: Slos) -> dict:
         """Simulate (or reuse) ``candidates``; returns candidate -> judged :class:`Entry`."""
-        from specbatch.analysis.executors import execute, progress_bar
+        from specbatch.analysis.executors import execute
         from specbatch.analysis.points import load_point, run_key, store_point
         from specbatch.analysis.spec import resolve_config
         from specbatch.analysis.sweep import input_identity, read_requests
@@ -264,19 +270,15 @@ class Runner:
         records = {c: load_point(self.store, keys[c]) for c in candidates}
         todo = [(keys[c], configs[c]) for c in candidates if records[c] is None]
         fresh: dict[str, tuple[dict, pd.DataFrame]] = {}
-        bar = progress_bar(len(todo), self.progress, "plan")
 
         def done(key, config, summary, requests, elapsed):
             store_point(self.store, config, summary, requests, elapsed, key)
             fresh[key] = (summary, requests)
-            bar.update(1)
+            self.bar.update(1)
 
         where = ({"client": self._client} if self._client is not None
                  else {"workers": self.workers})
-        try:
-            execute(simulate_point, todo, done, **where)
-        finally:
-            bar.close()
+        execute(simulate_point, todo, done, **where)
         self.runs += len(candidates)
         self.computed += len(todo)
         self.reused += len(candidates) - len(todo)
