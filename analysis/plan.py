@@ -33,8 +33,8 @@ from specbatch.io import atomic_write, dumps
 if TYPE_CHECKING:
     from specbatch.simulator.lengths import Lengths
 
-#: The file that marks a directory as a plan's output (a rerun resumes in it).
-MARKER = "plan.json"
+#: The report file (the folder's claim is analysis.plan_dir.MARKER, written first).
+REPORT = "plan.json"
 
 
 @dataclass(frozen=True)
@@ -85,9 +85,9 @@ def run_plan(question: Question, out: str | Path | None = None, **executor: Any)
             report["choice"]["simulate"] = f"specbatch simulate --config {toml}"
         report["out"] = str(out)
         report["figure"] = None
-        atomic_write(out / MARKER, dumps(report, indent=1))
+        atomic_write(out / REPORT, dumps(report, indent=1))
         report["figure"] = draw_figure(main, question, out / "frontier.png")
-        atomic_write(out / MARKER, dumps(report, indent=1))
+        atomic_write(out / REPORT, dumps(report, indent=1))
     return report
 
 
