@@ -5,11 +5,13 @@ speculate, with which policy, verifier and k, and on how many GPUs?") answered f
 command: the workload (a file, or length distributions written to ``OUT/workload.csv`` by
 simulator.lengths), the search space (analysis.plan_space: hardware x tp x replicas x
 speculation, pruned where the weights do not fit), the simulations (analysis.plan_search: cost
-levels cheapest first on the sweep machinery, paged KV with preemption), the verdicts
-(analysis.plan_slo) and this module's report: the choice with its memory plan and its gain
-over ``ar`` on the same deployment, the Pareto frontier of cost vs latency, what limits each
-rejected configuration, where acceptance came from (trace, wrapped positions) and, with an
-acceptance band, how the choice moves under a constant α at both ends.
+levels cheapest first on the sweep machinery, paged KV with preemption, skipping what the
+latency lower bounds of analysis.plan_bound prove cannot pass or cannot matter), the
+verdicts (analysis.plan_slo) and this module's report: the choice with its memory plan and
+its gain over ``ar`` on the same deployment, the Pareto frontier of cost vs latency, what
+limits each rejected configuration (analysis.plan_report), where acceptance came from
+(trace, wrapped positions) and, with an acceptance band, how the choice moves under a
+constant α at both ends. The output folder is claimed first (analysis.plan_dir).
 
 The choice is written as a ``simulate`` config (``OUT/plan.toml``): ``specbatch simulate
 --config OUT/plan.toml`` re-runs it and reproduces the planner's numbers.
