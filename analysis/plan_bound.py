@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Most (request, position) pairs the step bound tabulates; larger workloads get the
-#: advance bound u(t) ≤ D + 1 instead (still a bound, looser).
+#: advance bound u(t) ≤ D + 1 instead (still a bound, looser, in closed form).
 MAX_CELLS = 20_000_000
 
 
@@ -131,8 +131,8 @@ def advances(trace, workload, seed: int, depth: int, rule: str) -> np.ndarray:
     out = np.asarray(workload.output_len, dtype=np.int64)
     n, top = out.shape[0], int(out.max(initial=0))
     u = np.zeros((n, top), dtype=np.int64)
-    if depth == 0 or n * top > MAX_CELLS:
-        u[np.arange(top)[None, :] < out[:, None]] = depth + 1
+    if depth == 0:
+        u[np.arange(top)[None, :] < out[:, None]] = 1
         return u
     req, pos = np.nonzero(np.arange(top)[None, :] < out[:, None])  # every (i, t), t < O_i
     base = np.asarray(workload.row_base, dtype=np.int64)[req]
@@ -170,7 +170,10 @@ def fewest_steps(u: np.ndarray, out: np.ndarray, start: int) -> np.ndarray:
 def decode_steps(trace, workload, seed: int, depth: int, rule: str) -> np.ndarray:
     """Fewest steps after the first token: min over a start at position 0 or 1 of
     :func:`fewest_steps`, minus one (module docstring).  # [N] int64"""
-    u = advances(trace, workload, seed, depth, rule)
     out = np.asarray(workload.output_len, dtype=np.int64)
+    if out.shape[0] * int(out.max(initial=0)) > MAX_CELLS:  # every advance <= depth + 1
+        width = depth + 1  # from position 1: ceil((O - 1) / (D + 1)) steps, minus one
+        return np.maximum((np.maximum(out - 1, 0) + width - 1) // width - 1, 0).astype(np.int64)
+    u = advances(trace, workload, seed, depth, rule)
     steps = np.minimum(fewest_steps(u, out, 0), fewest_steps(u, out, 1))
     return np.maximum(steps - 1, 0)

@@ -121,3 +121,19 @@ def test_a_mixture_of_experts_target_is_bounded_too(tables):
     seen = by_uid(simulate(make_config(fields), trace=t.trace).requests)
     for name in ("ttft", "tpot", "e2e"):
         assert np.all(seen[name] >= getattr(bounds, name) * (1 - 1e-12)), name
+
+
+def test_the_closed_form_for_huge_workloads_is_the_shortest_path_at_full_advance(monkeypatch):
+    import specbatch.analysis.plan_bound as bound
+    from specbatch.simulator.workload import Workload
+
+    out = np.array([0, 1, 2, 5, 6, 10, 11, 23])
+    n = out.shape[0]
+    work = Workload(trace_index=np.zeros(n, dtype=np.int64), arrival=np.zeros(n),
+                    prompt_len=np.ones(n, dtype=np.int64), output_len=out,
+                    row_base=np.zeros(n, dtype=np.int64))
+    for depth in (1, 2, 4):
+        u = np.where(np.arange(out.max())[None, :] < out[:, None], depth + 1, 0)
+        want = np.maximum(np.minimum(fewest_steps(u, out, 0), fewest_steps(u, out, 1)) - 1, 0)
+        monkeypatch.setattr(bound, "MAX_CELLS", 0)
+        assert bound.decode_steps(None, work, 0, depth, "token").tolist() == want.tolist()
