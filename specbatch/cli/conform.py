@@ -76,8 +76,10 @@ def register(subparsers) -> None:
                              "(temperature 0: output must equal greedy decoding)")
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
                         help=f"family-wise false-alarm level (default {DEFAULT_ALPHA:g})")
-    parser.add_argument("--only", action="append", metavar="CLASS", choices=list(CLASSES),
-                        help="check only this pair class (repeatable)")
+    parser.add_argument("--only", action="append", metavar="CLASS",
+                        choices=[*CLASSES, "ties"],
+                        help="check only this pair class (repeatable; ties: tied target "
+                             "maxima, greedy targets only)")
     add_json_flag(parser)
     parser.set_defaults(func=run)
 
