@@ -10,10 +10,16 @@ The engine signature (vLLM's placeholder convention)::
 
 Built-ins (:data:`BUILTINS`): the project's token (TV) and block (BV) verifiers in numpy
 (:mod:`specbatch.theory.verify`), torch (:mod:`specbatch.theory.verify_torch`) and Triton
-(:mod:`specbatch.theory.verify_triton`, needs the ``kernels`` extra), and vLLM's modes
-(:mod:`specbatch.theory.conform_vllm`). Each built-in states the draft law it expects:
+(:mod:`specbatch.theory.verify_triton`, needs the ``kernels`` extra and a GPU, or
+``TRITON_INTERPRET=1``), vLLM's modes (:mod:`specbatch.theory.conform_vllm`; V1's ragged
+samplers in :mod:`specbatch.theory.conform_ragged`) and the engine catalogue's samplers,
+correct and broken (:mod:`specbatch.theory.conform_engines`,
+:mod:`specbatch.theory.conform_catalogue`). Each built-in states the draft law it expects:
 ``probabilistic`` (``X_i ~ Ms``) or ``greedy`` (``X_i = argmax Ms``, passed as ``draft_probs =
-None``). ``synthetic`` is lossy by design.
+None``); its interface (``padded``, the signature above, or ``ragged``, vLLM V1's flattened
+batch); and its target (``sample``, or ``greedy`` for temperature 0, where the output must be
+greedy decoding token for token). ``synthetic`` and SGLang's thresholds below 1 are lossy by
+design.
 """
 
 from __future__ import annotations
