@@ -179,7 +179,8 @@ class ConformReport:
                 "alpha": self.alpha, "tests": self.tests, "power": self.power,
                 "lossy_by_design": self.lossy_by_design, "verdict": self.verdict,
                 "lossy": self.lossy, "exit_code": self.exit_code,
-                "max_observed_tv": max(c.observed_tv for c in self.cases),
+                "max_observed_tv": (None if self.target == "greedy"
+                                    else max(c.observed_tv for c in self.cases)),
                 "cases": [c.to_json() for c in self.cases]}
 
 
@@ -305,8 +306,10 @@ def _judge(case: PairCase, tables, raw: CaseSamples, tests: tuple, tau_p: float,
         exact_tv = float(0.5 * np.abs(exact_law - law).sum())
     detectable = (detectable_tv_law(n, law, level) if sampler.target == "sample"
                   else math.nan)
+    sampled = sampler.target == "sample"  # a greedy target's law is a point mass: no TV
     return CaseResult(case.kind, case.label, vocab, gamma, n, tests, tau_p,
-                      total_variation(raw.counts, law), noise_tv(n, law), detectable, mean,
+                      total_variation(raw.counts, law) if sampled else math.nan,
+                      noise_tv(n, law) if sampled else math.nan, detectable, mean,
                       tv_tau, bv_tau, lp_b, tuple(violations), tuple(notes), exact_tv,
                       case.pair.to_json(), tuple((raw.counts / n).tolist()), tuple(law.tolist()))
 

@@ -116,9 +116,10 @@ def render(report) -> str:
             lines += ["", f"{c.label} (note): " + "; ".join(c.notes)]
     bad = [c for c in report.cases if c.lossy]
     for c in bad:
-        lines += ["", f"{c.label}: " + "; ".join(c.violations), f"  pair: {c.pair}",
-                  "  largest deviations (tokens: observed vs exact): " + ", ".join(
-                      f"{''.join(map(str, t))}: {o:.4f} vs {e:.4f}" for t, o, e in c.worst_cells())]
+        lines += ["", f"{c.label}: " + "; ".join(c.violations), f"  pair: {c.pair}"]
+        if report.target == "sample":
+            lines.append("  largest deviations (tokens: observed vs exact): " + ", ".join(
+                f"{''.join(map(str, t))}: {o:.4f} vs {e:.4f}" for t, o, e in c.worst_cells()))
     lines.append("")
     if report.detectable_tv is not None:
         lines.append(f"power: a deviation of TV >= {report.detectable_tv:.4f} from the target law "
@@ -128,9 +129,10 @@ def render(report) -> str:
         lines.append("power: greedy target: every emitted token is compared with greedy "
                      "decoding exactly")
     exact = [c.exact_tv for c in report.cases if c.exact_tv is not None]
+    tv = bad and report.target == "sample"
     lines += [f"verdict: {report.verdict}"
               + (f" (max observed TV from the target law {max(c.observed_tv for c in bad):.3f}"
-                 + (f", exact {max(exact):.3f}" if exact else "") + ")" if bad else "")]
+                 + (f", exact {max(exact):.3f}" if exact else "") + ")" if tv else "")]
     return "\n".join(lines)
 
 

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from specbatch.cli import main
-from tests.cli.oneline import ROOT, assert_one_line_error, run_cli, run_main
+from tests.cli.oneline import assert_one_line_error, run_cli, run_main
 from tests.theory.test_conform import resample_from_target  # noqa: F401 (loaded by path)
 
 
@@ -103,13 +100,11 @@ def test_issue_31_inputs_are_one_line_errors(capsys, argv, needle):
     assert out == ""
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for CPU-only machines")
-def test_triton_on_cpu_is_refused_up_front(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-m", "specbatch", "conform", "tv-triton"],
-                            cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)},
-                            capture_output=True, text=True, timeout=120)
-    assert_one_line_error(result.returncode, result.stderr, "TRITON_INTERPRET=1")
+def test_triton_on_cpu_is_refused_up_front(capsys, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, out, err = run_main(capsys, ["conform", "tv-triton"])
+    assert_one_line_error(code, err, "TRITON_INTERPRET=1")
 
 
 def test_the_catalogue_command_prints_one_object(capsys):
