@@ -340,6 +340,9 @@ def conform(sampler: Sampler, samples: int = DEFAULT_SAMPLES, seed: int = 0,
     greedy = sampler.target == "greedy"
     n_tests = 0 if greedy else sum(c.gamma + 2 for c in cases)
     level = holm_threshold(n_tests, alpha)
+    if detect is not None and greedy:
+        raise SpecbatchError("--detect: a greedy target (temperature 0) is checked token for "
+                             "token, not by a law test; give --samples instead")
     if detect is not None:
         samples = _choose_draws(detect, [t.target_law for t in tables], level)
     raws = []

@@ -265,3 +265,19 @@ def test_triton_on_cpu_is_refused_without_the_interpreter(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SpecbatchError, match="TRITON_INTERPRET=1"):
         load_sampler("tv-triton")
+
+
+def test_long_runs_report_progress(monkeypatch):
+    from specbatch.theory import conform_harness
+
+    clock = iter(range(0, 10**6, 10))  # every batch "takes" 10 s
+    monkeypatch.setattr(conform_harness.time, "monotonic", lambda: next(clock))
+    told = []
+    conform(load_sampler("vllm-block"), samples=40, batch=10, kinds=("paper",),
+            progress=told.append)
+    assert told and told[0].startswith("pair 1/1 (paper#1): ") and "/40 samples" in told[0]
+
+
+def test_detect_is_refused_for_a_greedy_target():
+    with pytest.raises(SpecbatchError, match="--detect: a greedy target"):
+        conform(load_sampler("vllm-v1-greedy"), detect=0.1)
