@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specbatch.errors import SpecbatchError
 from specbatch.theory.conform import conform
@@ -92,3 +94,33 @@ def test_a_ragged_sampler_of_the_wrong_width_is_bad_input():
     with pytest.raises(SpecbatchError, match=r"max γ_b \+ 1"):
         conform(Sampler("wide", padded_to_gamma, interface="ragged"), samples=50,
                 kinds=("paper",))
+
+
+def greedy_reference(drafts: list, counts: list, target: torch.Tensor, bonus: list) -> list:
+    """The greedy rule request by request, in plain Python (the slow twin)."""
+    width, out, at = max(counts, default=0) + 1, [], 0
+    for b, n in enumerate(counts):
+        row = []
+        for i in range(n):
+            best = int(torch.argmax(target[at + i]))
+            row.append(best)
+            if drafts[at + i] != best:
+                break
+        else:
+            row.append(bonus[b])
+        out.append(row + [-1] * (width - len(row)))
+        at += n
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=6), st.integers(0, 2**32 - 1))
+def test_greedy_kernel_matches_its_per_request_twin(counts, seed):
+    rng = np.random.default_rng(seed)
+    total = sum(counts)
+    drafts = rng.integers(0, V, size=total)
+    target = torch.from_numpy(rng.dirichlet(np.ones(V), size=total))
+    bonus = rng.integers(0, V, size=len(counts))
+    out = vllm_v1_greedy(torch.from_numpy(drafts), torch.from_numpy(np.cumsum(counts)), None,
+                         target.reshape(total, V), torch.from_numpy(bonus)[:, None])
+    assert out.tolist() == greedy_reference(drafts.tolist(), counts, target, bonus.tolist())
