@@ -220,11 +220,13 @@ def test_a_failing_figure_costs_only_the_figure(capsys, tmp_path, monkeypatch):
     assert not (tmp_path / "p" / "frontier.png").exists()
 
 
-def test_json_without_out_answers_from_a_cache_folder(tmp_path):
+def test_json_without_out_answers_from_a_cache_folder(capsys, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     proc = run_cli([*PLAN, "--json"], tmp_path, SPECBATCH_CACHE=str(cache))
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)  # stdout is exactly one JSON object
     assert report["out"].startswith(str(cache / "plan")) and report["choice"] is not None
-    again = run_cli([*PLAN, "--json"], tmp_path, SPECBATCH_CACHE=str(cache))
-    assert json.loads(again.stdout)["searched"]["computed"] == 0  # the same question reuses
+    monkeypatch.setenv("SPECBATCH_CACHE", str(cache))
+    assert main([*PLAN, "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["out"] == report["out"] and again["searched"]["computed"] == 0  # reused
