@@ -206,7 +206,7 @@ def validate(live_dir: str | Path, profile: str | list | None = None,
     sim = simulate(make_config(values, f"live manifest {d / 'live.json'}"), trace=live["trace"],
                    cost_model=cost)
     if out is not None:
-        sim.write(out)
+        sim.write_files(out)
     measured = metrics(live["requests"], meas_steps)
     simulated = metrics(sim.requests, sim.steps)
     errors = {key: _rel(simulated[key], measured[key]) for key, _, _ in COMPARED}

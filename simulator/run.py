@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from specbatch.errors import require
-from specbatch.io import write_json
+from specbatch.io import result_dir, write_json
 from specbatch.limits import check_simulation
 from specbatch.simulator.acceptance import acceptance_trace
 from specbatch.simulator.calibration import calibrate_policy, split_trace
@@ -63,8 +63,21 @@ class SimResult:
     summary: dict
     notes: tuple[str, ...] = ()  # what the run did that the config alone does not show
 
-    def write(self, out_dir: str | os.PathLike) -> Path:
-        """Write requests.parquet, steps.parquet, summary.json, config.toml into ``out_dir``."""
+    def write(self, out_dir: str | os.PathLike, force: bool = False) -> Path:
+        """Write requests.parquet, steps.parquet, summary.json, config.toml as the result
+        folder ``out_dir``, with the checks ``simulate --out`` applies
+        (specbatch.io.result_dir): ``out_dir`` may be new, empty, or a simulate result of the
+        same config (``force``: of any config), and is replaced whole; a trace, another kind
+        of result or other files raise :class:`SpecbatchError` naming ``out_dir``."""
+        identity = config_identity(self.config)
+        with result_dir(out_dir, "simulate", identity, "out_dir", force=force,
+                        legacy=RESULT_FILES) as tmp:
+            self.write_files(tmp)
+        return Path(out_dir)
+
+    def write_files(self, out_dir: str | os.PathLike) -> Path:
+        """The four files into the folder ``out_dir`` (created), next to whatever is there:
+        for a caller that owns the folder (a result_dir's temporary folder, validate's)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.requests.to_parquet(out / "requests.parquet", index=False)
@@ -73,6 +86,16 @@ class SimResult:
         (out / "config.toml").write_text(to_toml(self.config))
         return out
 
+
+#: The files of a simulate result (an older result without a marker holds only these).
+RESULT_FILES = ("requests.parquet", "steps.parquet", "summary.json", "config.toml")
+
+
+def config_identity(config: SimConfig) -> str:
+    """The hash of a run's resolved config: reruns of it may replace each other's results."""
+    import hashlib
+
+    return hashlib.sha256(to_toml(config).encode()).hexdigest()[:20]
 
 
 
