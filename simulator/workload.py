@@ -182,7 +182,7 @@ def read_workload_file(path: str | Path) -> dict[str, np.ndarray]:
     require(path.is_file(), f"{where}: expected an existing file, got no such file")
     try:
         if suffix == ".csv":
-            frame = pd.read_csv(path)
+            frame = pd.read_csv(path, encoding="utf-8-sig")  # a byte-order mark is allowed
         elif suffix in (".parquet", ".pq"):
             frame = pd.read_parquet(path)
         else:
@@ -221,12 +221,7 @@ def read_workload_file(path: str | Path) -> dict[str, np.ndarray]:
         known = groups.notna().to_numpy()
         codes = pd.factorize(groups.astype(str).where(groups.notna()))[0]
         out["prefix_group"] = np.where(known, codes, -1).astype(np.int64)
-        lengths = pd.to_numeric(frame[found["prefix_len"]], errors="coerce").fillna(0)
-        shared = lengths.to_numpy(dtype=np.float64)
-        bad = (shared < 0) | (shared != np.floor(shared))
-        require(not bool(bad.any()), f"{where}: field prefix_len: expected an integer >= 0, "
-                f"got {shared[np.argmax(bad)]!r} in row {int(np.argmax(bad))}")
-        out["prefix_len"] = shared.astype(np.int64)
+        out["prefix_len"] = _prefix_lengths(frame[found["prefix_len"]], known, where)
     return out
 
 
@@ -239,6 +234,22 @@ def _lengths(col: pd.Series, where: str, name: str) -> np.ndarray:
         raise SpecbatchError(f"{where}: field {name}: expected integers >= 1, got "
                              f"{col.iloc[row]!r} in row {row}")
     return values.astype(np.int64)
+
+
+def _prefix_lengths(col: pd.Series, grouped: np.ndarray, where: str) -> np.ndarray:
+    """Shared-prefix tokens: an integer in [0, 2^53] on every row of a prefix group (a row
+    outside every group may leave it empty: 0). Text, NaN, infinities and 1e30 are refused
+    naming the row, never read as 0 or INT64_MIN.  returns # [N] int64"""
+    numeric = pd.to_numeric(col, errors="coerce")
+    values = numeric.to_numpy(dtype=np.float64)
+    empty = col.isna().to_numpy()
+    bad = (~np.isfinite(values) & ~(empty & ~grouped)) | (values < 0) | (values > 2.0**53)
+    bad |= np.isfinite(values) & (values != np.floor(values))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise SpecbatchError(f"{where}: field prefix_len: expected an integer in [0, 2^53] (the "
+                             f"shared prefix's tokens), got {col.iloc[row]!r} in row {row}")
+    return np.where(np.isfinite(values), values, 0).astype(np.int64)
 
 
 def _times(col: pd.Series, where: str, name: str, datetimes: bool) -> np.ndarray:
