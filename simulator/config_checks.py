@@ -131,6 +131,6 @@ def validate_against_trace(c: SimConfig, trace: Trace, max_footprint: int | None
 def policy_depth(c: SimConfig) -> int:
     """Deepest draft the configured policy may ask of the trace: its class's
     :meth:`simulator.policies.Policy.required_depth`."""
-    from specbatch.simulator.policies import resolve_policy
+    from specbatch.simulator.policies import policy_depth_of, resolve_policy
 
-    return resolve_policy(c.policy).required_depth(c)
+    return policy_depth_of(resolve_policy(c.policy), c)
