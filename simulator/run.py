@@ -28,7 +28,7 @@ import pandas as pd
 
 from specbatch.errors import require
 from specbatch.io import result_dir, write_json
-from specbatch.limits import check_simulation
+from specbatch.limits import check_memory, check_simulation, simulation_bytes
 from specbatch.simulator.acceptance import acceptance_trace
 from specbatch.simulator.calibration import calibrate_policy, split_trace
 from specbatch.simulator.config import (
@@ -196,6 +196,9 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     if config.calibration_split:  # held-out requests calibrate; the others are replayed
         calibration, trace, replayed = split_trace(trace, config.calibration_split, config.seed)
     workload = build_workload(config, trace)
+    check_memory("config", simulation_bytes(
+        workload.n, float(workload.output_len.mean()) if workload.n else 0.0,
+        config.max_num_seqs, config.replicas), "simulate fewer or shorter requests")
     if calibration is not None:  # trace_index names the request in the whole trace
         workload = dataclasses.replace(workload, trace_index=replayed[workload.trace_index])
     workload = cap_workload(config, workload)

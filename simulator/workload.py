@@ -53,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.limits import MAX_CONTEXT_TOKENS
 
 if TYPE_CHECKING:
     from specbatch.simulator.config import SimConfig
@@ -226,13 +227,17 @@ def read_workload_file(path: str | Path) -> dict[str, np.ndarray]:
 
 
 def _lengths(col: pd.Series, where: str, name: str) -> np.ndarray:
-    """Integer lengths >= 1 (integral floats accepted).  returns # [N] int64"""
+    """Integer lengths in [1, MAX_CONTEXT_TOKENS] (integral floats accepted): longer than any
+    model's window, a 10^12-token output would simulate for days.  returns # [N] int64"""
     values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values) | (values < 1) | (values != np.floor(values))
+    bad |= values > MAX_CONTEXT_TOKENS
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise SpecbatchError(f"{where}: field {name}: expected integers >= 1, got "
-                             f"{col.iloc[row]!r} in row {row}")
+        value = col.iloc[row]
+        value = value.item() if hasattr(value, "item") else value  # 5, not np.int64(5)
+        raise SpecbatchError(f"{where}: field {name}: expected integers in [1, 2^24] (tokens; "
+                             f"beyond any model's context window), got {value!r} in row {row}")
     return values.astype(np.int64)
 
 

@@ -164,3 +164,19 @@ def test_write_applies_the_result_folder_checks(tmp_path, synth_trace_natural):
         other.write(run)
     other.write(run, force=True)
     assert (run / "config.toml").read_text() == to_toml(other.config)
+
+
+def test_the_memory_estimate_reads_the_workloads_lengths_not_the_traces(tmp_path, monkeypatch,
+                                                                        synth_trace_natural):
+    """The estimate before the run used the trace's mean output; an imported workload's long
+    outputs (steps, and their step-table rows, scale with them) are now counted."""
+    from specbatch import limits
+    from specbatch.errors import SpecbatchError
+
+    path = tmp_path / "w.csv"
+    path.write_text("prompt_len,output_len\n10,16000000\n10,20\n")
+    config = make_config({"workload": str(path), "requests": 2, "max_num_seqs": 1})
+    short = limits.simulation_bytes(2, synth_trace_natural.n_rows / 40, 1)
+    monkeypatch.setattr(limits, "memory_limit", lambda: int(short * 100))
+    with pytest.raises(SpecbatchError, match="^config: needs about .* GiB of memory"):
+        simulate(config, synth_trace_natural, cost_model=COST)

@@ -100,6 +100,8 @@ def test_optional_columns_aliases_and_timestamps(tmp_path):
     (lambda t: t.assign(prompt_len=[5, -1, 9]), "prompt_len"),
     (lambda t: t.assign(output_len=[3, 2.5, 2]), "output_len"),
     (lambda t: t.assign(output_len=[3, np.nan, 2]), "output_len"),
+    (lambda t: t.assign(output_len=[3, 10**12, 2]), "output_len"),
+    (lambda t: t.assign(prompt_len=[5, 2**24 + 1, 9]), "prompt_len"),
     (lambda t: t.assign(arrival=[0.5, np.nan, 1.0]), "arrival"),
     (lambda t: t.assign(arrival=[1.0, 0.5, 2.0]), "arrival"),
     (lambda t: t.assign(arrival=[-1.0, 0.5, 2.0]), "arrival"),
@@ -128,6 +130,16 @@ def test_prefix_len_names_the_row_and_an_ungrouped_row_may_leave_it_empty(tmp_pa
     data = read_workload_file(write(table, tmp_path / "w.csv"))
     assert data["prefix_len"].tolist() == [4, 4, 0]
     assert data["prefix_group"].tolist() == [0, 0, -1]
+
+
+def test_a_length_beyond_any_context_window_is_refused_not_simulated_for_days(tmp_path):
+    """A 10^12-token output used to run (hours to days); 2^24 tokens is the largest length."""
+    path = write(TABLE.assign(output_len=[3, 10**12, 2]), tmp_path / "w.csv")
+    with pytest.raises(SpecbatchError, match=r"field output_len: expected integers in \[1, "
+                       r"2\^24\] .*got 1000000000000 in row 1$"):
+        read_workload_file(path)
+    ok = read_workload_file(write(TABLE.assign(output_len=[3, 2**24, 2]), tmp_path / "w.csv"))
+    assert ok["output_len"].tolist() == [3, 2**24, 2]
 
 
 def test_a_csv_with_a_byte_order_mark_reads_like_one_without(tmp_path):
