@@ -47,9 +47,6 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
         fail(where, "num_speculative_tokens", "k >= 1 for policy fixed", c.num_speculative_tokens)
     if c.policy in ("tetris", "oracle", "hindsight", "threshold") and c.depth < 1:
         fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}", c.depth)
-    if c.predictor != "confidence" and not c.calibration_split:
-        fail(where, "calibration_split", f"a fraction in (0, 1) of requests to fit predictor "
-             f"{c.predictor} on", c.calibration_split)
     if (c.scheduler == "vllm-v0" and c.enable_chunked_prefill
             and c.max_num_batched_tokens is None):
         fail(where, "max_num_batched_tokens", "a token budget when enable_chunked_prefill is set",

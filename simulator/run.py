@@ -29,6 +29,7 @@ import pandas as pd
 from specbatch.errors import require
 from specbatch.io import result_dir, write_json
 from specbatch.limits import check_memory, check_simulation, simulation_bytes
+from specbatch.simulator import policy_knobs as pk
 from specbatch.simulator.acceptance import acceptance_trace
 from specbatch.simulator.calibration import calibrate_policy, split_trace
 from specbatch.simulator.config import (
@@ -192,9 +193,12 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     check_simulation("config", config.requests or trace.n_requests,
                      trace.n_rows / max(1, trace.n_requests), config.max_num_seqs,
                      config.replicas)
-    calibration = None
-    if config.calibration_split:  # held-out requests calibrate; the others are replayed
-        calibration, trace, replayed = split_trace(trace, config.calibration_split, config.seed)
+    calibration, held_out = None, ()
+    split = pk.applied_split(config)
+    if split:  # held-out requests calibrate; the others are replayed
+        calibration, trace, replayed = split_trace(trace, split, config.seed)
+        if not config.calibration_split:  # the default: said in the summary and a note
+            held_out = (split, calibration.n_requests, calibration.n_requests + trace.n_requests)
     workload = build_workload(config, trace)
     check_memory("config", simulation_bytes(
         workload.n, float(workload.output_len.mean()) if workload.n else 0.0,
@@ -225,6 +229,8 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     summary["verify"] = config.verify
     summary["kv_mode"] = config.kv_mode
     summary["kv_capacity"] = capacity
+    if held_out:
+        summary["calibration_split"], summary["held_out_requests"] = held_out[0], held_out[1]
     if config.speedup:
         ar_config = config.replace(policy="ar", speedup=False)
         ar_requests, ar_steps = run_engine(ar_config, trace, workload, cost,
@@ -235,9 +241,22 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
                                     if summary["makespan"] else float("nan"))
     run_notes = getattr(policy, "run_notes", None)
     notes = (workload.notes + drafter_notes(config, trace) + weight_bits_notes(config, trace)
-             + verify_notes(config))
+             + verify_notes(config) + split_notes(config, held_out))
     return SimResult(config=config, requests=requests, steps=steps, summary=summary,
                      notes=notes + (run_notes(config, cost) if run_notes else ()))
+
+
+def split_notes(config: SimConfig, held_out: tuple) -> tuple[str, ...]:
+    """A note when the default calibration split was applied (simulator.policy_knobs.
+    applied_split): which share and how many trace requests the replay left out."""
+    if not held_out:
+        return ()
+    split, held, total = held_out
+    who = f"policy {config.policy}" if config.policy in pk.CALIBRATING \
+        else f"predictor {config.predictor}"
+    return (f"{held} of the trace's {total} requests (calibration_split {split:g}, the default "
+            f"for {who}) are held out of the replay to calibrate on; set calibration_split to "
+            "choose the share",)
 
 
 def drafter_notes(config: SimConfig, trace: Trace) -> tuple[str, ...]:

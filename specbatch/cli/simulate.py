@@ -33,7 +33,7 @@ from specbatch.simulator.fields import flag_help
 
 #: Summary keys printed in the text table, with units.
 TEXT_KEYS = (
-    ("trace", ""), ("policy", ""), ("verify", ""), ("k", ""), ("e", ""), ("requests", ""), ("tokens", ""), ("makespan", "s"),
+    ("trace", ""), ("policy", ""), ("verify", ""), ("k", ""), ("e", ""), ("requests", ""), ("held_out_requests", ""), ("tokens", ""), ("makespan", "s"),
     ("throughput", "tok/s"), ("speedup_vs_ar", "x"), ("e2e_mean", "s"), ("e2e_p50", "s"),
     ("e2e_p99", "s"), ("ttft_mean", "s"), ("tpot_mean", "s"), ("mal", "tok/step"),
     ("vsr", ""), ("draft_efficiency", ""), ("target_efficiency", "tok/s"),
