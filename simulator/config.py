@@ -217,6 +217,11 @@ class SimConfig:
         "learned (gradient-boosted trees) or logistic, fitted on the calibration_split "
         "requests (simulator.predictor, simulator.tree_predictor)", choices=PREDICTORS)
     dsd_interval: int = knob(20, "steps between DSD re-plans", range=at_least(1))
+    dsd_max_k: int | None = knob(
+        None, "DSD's largest window: its goodput scan covers k = 0..min(dsd_max_k, 6, K); "
+        "num_speculative_tokens (--k) given with policy dsd sets it (as an engine's "
+        "num_speculative_tokens caps a dynamic window)", range=at_least(1),
+        none="6 (SmartSpec's scan)")
     calibration_split: float = pk.CALIBRATION_SPLIT
     num_speculative_tokens_per_batch_size: str | None = pk.VLLM_TABLE
     draft_len_schedule: str | None = pk.TRT_SCHEDULE
@@ -337,6 +342,9 @@ def make_config(values: Mapping[str, Value], where: str = "config") -> SimConfig
     """Build and validate a :class:`SimConfig` from a dict (aliases allowed, values coerced:
     command-line strings, integral floats and numpy numbers are converted)."""
     values = _canonical(values, where)
+    if (values.get("policy") == "dsd" and "num_speculative_tokens" in values
+            and "dsd_max_k" not in values):  # the k a user gives dsd caps its window
+        values["dsd_max_k"] = values["num_speculative_tokens"]
     typed = {name: coerce(specs()[name], value, where) for name, value in values.items()}
     config = SimConfig(**check_fields(typed, where))
     validate_config(config, where)

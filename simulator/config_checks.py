@@ -86,11 +86,8 @@ def check_settings_apply(c: SimConfig, given: set[str] | frozenset[str],
     given: the fields the user set (file or flags); a default k is not the user's choice.
     """
     check_extra_applies(c, where)
-    if c.policy in NO_K_POLICIES and "num_speculative_tokens" in given:
-        why = ("ar never drafts" if c.policy == "ar" else
-               "DSD plans its window k = 0..min(6, K) by expected goodput every "
-               "dsd_interval steps")
-        fail(where, "num_speculative_tokens", f"no k for policy {c.policy} ({why})",
+    if c.policy == "ar" and "num_speculative_tokens" in given:
+        fail(where, "num_speculative_tokens", "no k for policy ar (ar never drafts)",
              c.num_speculative_tokens)
     if c.predictor != "confidence" and c.policy not in ("tetris", "tetris-tree", "static-tree"):
         fail(where, "predictor", f"confidence for policy {c.policy} (only tetris, tetris-tree "

@@ -16,7 +16,8 @@ CALIBRATING = ("vllm-dynamic", "specdec++")
 KNOB_POLICY = {"num_speculative_tokens_per_batch_size": "batch-schedule",
                "draft_len_schedule": "batch-schedule",
                "speculative_adaptive_config": "ema-adaptive",
-               "specdec_threshold": "specdec++", "entropy_threshold": "entropy-stop"}
+               "specdec_threshold": "specdec++", "entropy_threshold": "entropy-stop",
+               "dsd_max_k": "dsd"}
 #: The engine policies' names (simulator.policies.POLICIES holds their classes).
 ENGINE_POLICY_NAMES = ("batch-schedule", "ema-adaptive", "entropy-stop", "specdec++",
                        "vllm-dynamic")
