@@ -8,6 +8,7 @@ real SimConfig's field names are what specs are validated against.
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -468,3 +469,16 @@ def test_a_config_json_target_edited_in_place_is_recomputed(tmp_path):
     edited = run_sweep(load_spec(spec), out, progress=False)
     assert (edited.computed, edited.reused) == (1, 0)
     assert edited.table["makespan"].iloc[0] > first.table["makespan"].iloc[0]
+
+
+@pytest.mark.parametrize("axes, needle", [
+    ({}, "field 'axes': expected at least one axis (field = [values, ...]), got an empty table"),
+    ([{"policy": ["fixed"]}, {}], "[[axes]] table 2: expected at least one axis"),
+])
+def test_empty_axes_are_refused_not_run_as_the_base(axes, needle):
+    """An empty [axes] table (or [[axes]] entry) used to run [base] silently."""
+    with pytest.raises(SpecbatchError, match=re.escape(needle)):
+        parse_spec({"base": {"trace": "synth"}, "axes": axes}, "e.toml", config.SimConfig)
+    only_base = parse_spec({"base": {"trace": "synth"}, "seeds": [0, 1]}, "b.toml",
+                           config.SimConfig)
+    assert len(expand(only_base)) == 2  # no [axes] at all: [base] once per seed, as documented
