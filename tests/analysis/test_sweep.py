@@ -8,8 +8,8 @@ real SimConfig's field names are what specs are validated against.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from specbatch.errors import SpecbatchError
 from specbatch.simulator.config import load_config
 from specbatch.simulator.run import simulate
 
