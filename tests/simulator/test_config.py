@@ -157,7 +157,7 @@ def test_every_field_declares_its_help_and_its_type_comes_from_the_annotation():
                         "enable_chunked_prefill",
                         "max_model_len", "budget", "profile", "slo",
                         "num_speculative_tokens_per_batch_size", "draft_len_schedule",
-                        "speculative_adaptive_config", "cuda_graph_sizes"}
+                        "speculative_adaptive_config", "cuda_graph_sizes", "dsd_max_k"}
 
 
 def test_the_policy_choices_are_the_policy_registry():
@@ -168,7 +168,7 @@ def test_the_policy_choices_are_the_policy_registry():
 
 
 @pytest.mark.parametrize("overrides, given, words", [
-    (dict(policy="dsd", k=4), {"num_speculative_tokens"}, "no k for policy dsd"),
+    (dict(policy="fixed", dsd_max_k=4), {"dsd_max_k"}, "no dsd_max_k for policy fixed"),
     (dict(policy="ar", k=2), {"num_speculative_tokens"}, "no k for policy ar"),
     (dict(policy="ar", verify="block"), {"verify"}, "field verify: expected token for policy ar"),
     (dict(policy="dsd", extra=1), {"extra"}, "field extra: expected 0 for policy dsd"),
