@@ -468,3 +468,45 @@ def test_the_python_api_builds_exact_configs_or_raises_a_clear_error(values):
         if name in values:
             assert value == values[name]  # kept, not converted with a loss
     assert dataclasses.replace(config) == config
+
+
+# ------------------------------------------------------------------ conform
+
+#: Per flag of ``specbatch conform``: plausible values and the edges users hit (issue 31: a
+#: 10^12-sample request, the largest int64 seed, Triton on a CPU, a verifier that is not one).
+CONFORM_FLAGS = {
+    "--samples": ["20", "2", "1", "0", "-5", "2.5", "1000000000000", "x"],
+    "--detect": ["0.5", "0.3", "0", "1.5", "nan", "-0.1"],
+    "--seed": ["0", "1", "9223372036854775807", "9223372036854775808", "-1", "x"],
+    "--draft": ["probabilistic", "greedy", "maybe"],
+    "--interface": ["padded", "ragged", "flat"],
+    "--target": ["sample", "greedy", "hot"],
+    "--alpha": ["0.001", "0.5", "0", "1", "nan"],
+    "--only": ["iid", "paper", "ties", "nope"],
+}
+CONFORM_VERIFIERS = ["tv-numpy", "bv-numpy", "vllm-v1", "sglang-single-0.5", "tv-triton",
+                     "no-such-verifier", "os:getcwd", "math:nope", ""]
+#: Seconds one conform example may take (small sample counts; large ones are refused).
+CONFORM_SECONDS = 30
+conform_flags = st.lists(st.sampled_from(sorted(CONFORM_FLAGS)), max_size=4,
+                         unique=True).flatmap(
+    lambda names: st.fixed_dictionaries({n: st.sampled_from(CONFORM_FLAGS[n]) for n in names}))
+
+
+@settings(FUZZ_SETTINGS, max_examples=min(12, settings().max_examples))
+@given(verifier=st.sampled_from(CONFORM_VERIFIERS), flags=conform_flags)
+def test_a_conform_run_reports_or_refuses_in_one_line(capsys, monkeypatch, verifier, flags):
+    monkeypatch.delenv("SPECBATCH_ALLOW_LARGE", raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    flags = {"--samples": "20", **flags}
+    if "--detect" in flags and flags["--detect"] in {"0.5", "0.3"}:
+        flags.pop("--samples")  # --detect chooses the draws
+    argv = ["conform", verifier, "--json", *[x for item in flags.items() for x in item]]
+    capsys.readouterr()
+    with time_limit(CONFORM_SECONDS):
+        code, stdout, err = run_main(capsys, argv)
+    # exit 1 is conform's verdict "shown lossy": still one JSON report, no traceback
+    if code == 1:
+        assert isinstance(json.loads(stdout), dict) and "Traceback" not in err
+        return
+    assert_contract(code, stdout, err, json_mode=True)
