@@ -34,6 +34,7 @@ simulator on many settings (policies, verifiers, tp, loads, wrapped outputs, pre
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +74,7 @@ class BoundTables:
         self.workload = cap_workload(config, build_workload(config, self.trace))
         self.seed = int(config.seed)
         self._steps: dict[tuple[int, str], np.ndarray] = {}
+        self._costs: dict[tuple, tuple[np.ndarray, np.ndarray] | None] = {}
 
     def steps(self, depth: int, rule: str) -> np.ndarray:
         """Fewest decode steps after the first token of every request (module docstring).
@@ -82,25 +84,51 @@ class BoundTables:
             self._steps[key] = decode_steps(self.trace, self.workload, self.seed, *key)
         return self._steps[key]
 
+    def pass_times(self, config) -> tuple[np.ndarray, np.ndarray] | None:
+        """(prefill, step) floors of :func:`pass_times` under ``config``'s cost model, or None
+        where no floor is proven (a cost model other than the roofline and the calibrated
+        one, a negative overhead). The calibrated floor tables are built once per target
+        pricing (they do not depend on the speculation setting)."""
+        from specbatch.simulator.calibrated import CalibratedCost
+        from specbatch.simulator.graph_padding import capture_sizes
+        from specbatch.simulator.roofline import RooflineCost
+        from specbatch.simulator.run import build_cost
+
+        key = (config.cost, config.hardware, config.target, config.draft, config.tp,
+               config.profile, config.execution, config.draft_weight_bits,
+               config.routing_skew, config.token_budget, config.cuda_graph_sizes)
+        if key not in self._costs:
+            cost = build_cost(config)
+            if isinstance(cost, RooflineCost) and cost.overhead >= 0:
+                self._costs[key] = pass_times(cost, self.workload)
+            elif isinstance(cost, CalibratedCost) and cost.overhead >= 0:
+                sizes = config.cuda_graph_sizes
+                q_max = max(int(config.token_budget),  # the token budget, or a padded pass
+                            capture_sizes(sizes)[-1] if sizes is not None else 0)
+                query, prompt = pass_queries(self.workload)
+                floor = CalibratedFloor(cost, q_max, int(query.max(initial=1)))
+                self._costs[key] = floor.times(query, prompt)
+            else:
+                self._costs[key] = None
+        return self._costs[key]
+
     def bounds(self, fields: dict) -> Bounds | None:
         """The bounds of one configuration (the shared fields plus ``fields``), or None when
         the bound does not apply (a scheduler other than vllm-v1, a cost model other than the
-        roofline, a tree rule)."""
+        roofline and the calibrated one, a tree rule)."""
         from specbatch.simulator.config import make_config
         from specbatch.simulator.policies import make_policy
-        from specbatch.simulator.roofline import RooflineCost
-        from specbatch.simulator.run import build_cost
         from specbatch.simulator.tree_config import TREE_RULES
 
         config = make_config(fields)
         if config.scheduler != "vllm-v1" or config.verify in TREE_RULES:
             return None
-        cost = build_cost(config)
-        if not isinstance(cost, RooflineCost) or not cost.overhead >= 0:
+        times = self.pass_times(config)
+        if times is None:
             return None
+        prefill, step = times
         depth = int(make_policy(config, self.trace.K).depth)
         steps = self.steps(depth, config.verify)
-        prefill, step = pass_times(cost, self.workload)
         decode = steps * step  # [N]
         out = self.workload.output_len
         tpot = np.where(out > 1, decode / np.maximum(out - 1, 1), 0.0)
@@ -110,17 +138,22 @@ class BoundTables:
 def pass_times(cost, workload) -> tuple[np.ndarray, np.ndarray]:
     """(prefill pass of each prompt alone, a query-1 pass over each prompt alone), each plus
     the step overhead, seconds.  # ([N], [N])"""
-    from specbatch.simulator.prefix import prefix_groups
-
-    _, shared = prefix_groups(workload)
-    prompt = np.asarray(workload.prompt_len, dtype=np.int64)
-    query = np.maximum(prompt - shared, 1)
+    query, prompt = pass_queries(workload)
     overhead = float(cost.overhead)
     prefill = np.array([cost.time_from_sums("target", 1, float(q), 0.0, 0.0, float(q * q))
                         for q in query.tolist()]) + overhead
     step = np.array([cost.time_from_sums("target", 1, 1.0, float(c), float(c), 1.0)
                      for c in prompt.tolist()]) + overhead
     return prefill, step
+
+
+def pass_queries(workload) -> tuple[np.ndarray, np.ndarray]:
+    """(each prompt's tokens past its shared prefix, at least 1; each prompt).  # ([N], [N])"""
+    from specbatch.simulator.prefix import prefix_groups
+
+    _, shared = prefix_groups(workload)
+    prompt = np.asarray(workload.prompt_len, dtype=np.int64)
+    return np.maximum(prompt - shared, 1), prompt
 
 
 def advances(trace, workload, seed: int, depth: int, rule: str) -> np.ndarray:
@@ -177,3 +210,129 @@ def decode_steps(trace, workload, seed: int, depth: int, rule: str) -> np.ndarra
     u = advances(trace, workload, seed, depth, rule)
     steps = np.minimum(fewest_steps(u, out, 0), fewest_steps(u, out, 1))
     return np.maximum(steps - 1, 0)
+
+
+#: Relative slack under the calibrated bounds: they re-add the pass's parts in another order
+#: than simulator.calibrated does (a few ulps), so they are shrunk by far more than that.
+SLACK = 1e-9
+
+
+class CalibratedFloor:
+    """The calibrated target pass priced from below (module docstring).
+
+    ``g[x]`` = min over x ≤ Q ≤ Q_max of the per-token parts layers + lm_head + allreduce
+    (their suffix minimum: no monotonicity assumed), ``h[q]`` = the least Σ_j g[x_j] over the
+    ways to split q prompt tokens into passes of x_j ≥ 1 tokens (a shortest path);
+    attention and launch are added in closed form."""
+
+    def __init__(self, cost, q_max: int, longest: int) -> None:
+        self.role = cost.roles["target"]
+        self.overhead = float(cost.overhead)
+        self.g = suffix_min(per_token_table(self.role, q_max))  # [Q_max + 1]
+        self.h = split_floor(self.g, min(max(longest, 1), SPLIT_MAX))  # [top + 1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.rate = float(np.min(self.g[1:] / np.arange(1, q_max + 1)))
+
+    def split(self, q: int) -> float:
+        """h(q); beyond the table max(h(top), q · min_x g[x] / x) (h is nondecreasing and
+        every part costs at least its tokens times that rate)."""
+        top = self.h.shape[0] - 1
+        return float(self.h[q]) if q <= top else max(float(self.h[top]), q * self.rate)
+
+    def pass_floor(self, per_token: float, sums: tuple[float, float, float, float]) -> float:
+        """fixed + max(per-token parts + attention, host floor) + the step overhead."""
+        fixed, floor = self.role.launch
+        gpu = per_token + self.role.attention(*sums)
+        return (fixed + max(gpu, floor) + self.overhead) * (1.0 - SLACK)
+
+    def times(self, query: np.ndarray, prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(TTFT floor of a prefill of ``query`` tokens, floor of a step over a ``prompt``
+        cache), as :func:`pass_times`.  # ([N], [N])"""
+        g1 = float(self.g[1])
+        prefill = np.array([self.pass_floor(self.split(q), (float(q), 0.0, 0.0, float(q * q)))
+                            for q in query.tolist()])
+        step = np.array([self.pass_floor(g1, (1.0, float(c), float(c), 1.0))
+                         for c in prompt.tolist()])
+        return prefill, step
+
+
+#: Longest prompt the split table h is tabulated to (O(top · Q_max) work); beyond, the
+#: linear floor of :meth:`CalibratedFloor.split`.
+SPLIT_MAX = 8192
+
+
+def suffix_min(p: np.ndarray) -> np.ndarray:
+    """g[x] = min_{Q ≥ x} p[Q].  # [Q_max + 1]"""
+    return np.minimum.accumulate(p[::-1])[::-1].copy()
+
+
+def split_floor(g: np.ndarray, top: int) -> np.ndarray:
+    """h[q] = min over splits of q into parts 1 ≤ x_j ≤ Q_max of Σ g[x_j] (h[0] = 0): the
+    shortest path h[q] = min_x h[q − x] + g[x].  # [top + 1]"""
+    q_max = g.shape[0] - 1
+    h = np.zeros(top + 1)
+    for q in range(1, top + 1):
+        w = min(q, q_max)
+        h[q] = np.min(h[q - w:q][::-1] + g[1:w + 1])
+    return h
+
+
+def per_token_table(role, q_max: int) -> np.ndarray:
+    """p[Q] = layers + lm_head + allreduce of the target pass at Q = 1..q_max tokens, exactly
+    as :meth:`simulator.calibrated.RolePricer.per_token_parts` prices them (p[0] = inf).
+    Dense full-precision shapes are priced in one vectorised call past the last grid point
+    where the pricer extrapolates (edge value times the law's growth); anything else calls
+    the pricer for every Q.  # [q_max + 1]"""
+    from specbatch.simulator.calibrated import sparse
+
+    p = np.full(q_max + 1, np.inf)
+    corr = next(iter((role.fit.corrections or {}).values()), None)
+    edges = [float(corr.grid[-1])] if corr is not None else [0.0]
+    if role.cell is not None:
+        edges.append(float(role.cell[1][-1]))
+    vector = not sparse(role.shape) and role.weight_bits >= 16
+    last = int(math.ceil(max(edges))) if vector else q_max
+    for q in range(1, min(last, q_max) + 1):
+        p[q] = sum(role.per_token_parts(float(q)))
+    if last < q_max:
+        qs = np.arange(last + 1, q_max + 1, dtype=np.float64)  # [tail]
+        p[last + 1:] = tail_layers(role, qs, edges) + tail_head(role, qs, corr) + np.array(
+            [tail_allreduce(role, q) for q in qs.tolist()])
+    return p
+
+
+def tail_allreduce(role, q: float) -> float:
+    """RolePricer.per_token_parts' all-reduce term (0 on one GPU)."""
+    if role.tp <= 1:
+        return 0.0
+    return 2 * role.shape.layers * role.one_allreduce(role.hw.dtype_bytes * role.shape.hidden * q)
+
+
+def law_layers(role, qs: np.ndarray) -> np.ndarray:
+    """RolePricer.law_layers of a dense full-precision shape at every Q of qs.  # [tail]"""
+    from specbatch.simulator.calibrated import layer_shape
+    from specbatch.simulator.calibrated_fit import embedding_seconds, layer_seconds
+
+    ls = layer_shape(role.shape)
+    return (embedding_seconds(role.fit, ls, role.tp, qs)
+            + role.shape.layers * layer_seconds(role.fit, ls, role.tp, qs))
+
+
+def tail_layers(role, qs: np.ndarray, edges: list[float]) -> np.ndarray:
+    """RolePricer.layers past every grid: its edge value times law(Q) / law(edge)."""
+    edge = float(role.cell[1][-1]) if role.cell is not None else edges[0]
+    if role.cell is None and edge == 0.0:  # no correction grid: the law itself
+        return law_layers(role, qs)
+    return role.layers(edge) * law_layers(role, qs) / role.law_layers(edge)
+
+
+def tail_head(role, qs: np.ndarray, corr) -> np.ndarray:
+    """RolePricer's monotone lm_head past the correction grid."""
+    from specbatch.simulator.calibrated_fit import gemm_seconds
+
+    s = role.shape
+    head = gemm_seconds(role.fit, "mlp_up_proj", qs, s.hidden, s.vocab / role.tp)
+    if corr is None:
+        return head
+    edge = float(corr.grid[-1])
+    return role.monotone("lm_head", role.head, edge) * head / role.head(edge)

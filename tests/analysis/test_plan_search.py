@@ -60,6 +60,18 @@ def test_the_pruned_plan_is_the_exhaustive_plan(tmp_path):
     assert_same_answer(pruned, full)
 
 
+def test_the_pruned_plan_is_the_exhaustive_plan_under_the_calibrated_cost(tmp_path):
+    # the planner's default cost model: its bound is the calibrated floor (plan_bound)
+    pruned, full = both(tmp_path, base={**BASE, "cost": "calibrated"}, slos=Slos(tpot=0.02),
+                        space=Space(tp=(1, 2), max_gpus=3, k=(2,), extra=(1,)),
+                        lengths=(parse_lengths("fixed:200", "p"), parse_lengths("fixed:20", "o")))
+    reasons = [s["reason"] for s in pruned["skipped"]]
+    assert any(r.startswith("cannot pass") for r in reasons)
+    assert any(r.startswith("cannot beat the frontier") for r in reasons)
+    assert pruned["searched"]["runs"] < full["searched"]["runs"]
+    assert_same_answer(pruned, full)
+
+
 @pytest.mark.slow
 def test_the_pruned_plan_is_the_exhaustive_plan_on_four_gpus_and_a_band(tmp_path):
     pruned, full = both(tmp_path, base={**BASE, "requests": 24}, slos=Slos(tpot=0.02),
