@@ -8,7 +8,8 @@ monotone in every sample, ``percentile_p(L) ≤ percentile_p(X)``; since a reque
 every SLO in the run meets it under its bound too, the goodput share under L bounds the run's
 from above.
 
-Why it holds (vLLM V1 step composer, roofline cost model; anything else gets no bound):
+Why it holds (vLLM V1 step composer, roofline or calibrated cost model; anything else gets
+no bound):
 
 - **step time**: the roofline pass time (simulator.roofline.time_from_sums) is nondecreasing
   in every batch sum (n, Σq, Σc, Σq·c, Σq²), so a step that carries request i takes at least
@@ -28,8 +29,32 @@ Why it holds (vLLM V1 step composer, roofline cost model; anything else gets no 
 - e2e ≥ TTFT bound + steps × step time; TPOT = (e2e − TTFT) / (O_i − 1) ≥ steps × step time /
   (O_i − 1).
 
+**The calibrated cost model** (simulator.calibrated) is *not* monotone in the pass's tokens Q
+(a MoE target's grouped-expert GEMMs get cheaper as Q grows past tile boundaries; the laws'
+tile and wave rounding can too), so its floor assumes no monotonicity in Q. Its pass is
+``t = fixed + max(G, floor)``, ``G = P(Q) + A``: P = layers + lm_head + all-reduce depends on
+Q alone, the attention A = max(F / π, B / β) with F ∝ Σq·c + (Σq² + Σq)/2 and B ∝ Σc + 2Σq,
+nonnegative coefficients, so A is nondecreasing in every batch sum; t is nondecreasing in G.
+With ``g(x) = min_{x ≤ Q ≤ Q_max} P(Q)`` evaluated at every integer Q (a suffix minimum:
+:func:`per_token_table`, exactly the pricer's numbers), Q_max the token budget (vLLM V1 never
+schedules more; a CUDA-graph-padded pass is at most the largest captured size):
+
+- a step emitting i's tokens has Q ≥ 1 and i's query q ≥ 1 over a cache c with
+  q + c ≥ P_i + 1 (a decode step, or a recompute's last chunk), so F and B are at least
+  those of (1, P_i) (qc + (q² + q)/2 ≥ c + q, c + 2q ≥ P_i + 2), and the step costs at
+  least ``fixed + max(g(1) + A(1, P_i), floor)`` plus the overhead;
+- i's prefill in passes j = 1..k of x_j ≥ 1 of its tokens (Σ x_j = q_i, each pass's Q ≥ x_j)
+  costs Σ_j fixed + max(G_j, floor) ≥ fixed + max(Σ_j G_j, floor); Σ_j P(Q_j) ≥ Σ_j g(x_j)
+  ≥ h(q_i), the least such sum over every split of q_i (a shortest path,
+  :func:`split_floor`); Σ_j A_j ≥ A(q_i alone) since max is subadditive and the chunks'
+  F and B sum to at least the whole prompt's on an empty cache.
+
+The calibrated floors are shrunk by :data:`SLACK` (their parts are added in another order).
+
 tests/analysis/test_plan_bound.py checks ``L_i ≤ X_i`` request by request against the
-simulator on many settings (policies, verifiers, tp, loads, wrapped outputs, preemption).
+simulator on many settings (policies, verifiers, tp, loads, wrapped outputs, preemption,
+both cost models, a MoE target), and hypothesis tests the two calibrated lemmas above on
+random batches and chunkings.
 """
 
 from __future__ import annotations
@@ -105,6 +130,9 @@ class BoundTables:
                 sizes = config.cuda_graph_sizes
                 q_max = max(int(config.token_budget),  # the token budget, or a padded pass
                             capture_sizes(sizes)[-1] if sizes is not None else 0)
+                if q_max > SCALAR_MAX and not vectorised(cost.roles["target"]):
+                    self._costs[key] = None
+                    return None
                 query, prompt = pass_queries(self.workload)
                 floor = CalibratedFloor(cost, q_max, int(query.max(initial=1)))
                 self._costs[key] = floor.times(query, prompt)
@@ -256,6 +284,10 @@ class CalibratedFloor:
         return prefill, step
 
 
+#: Largest token budget a pricer without the vectorised tail (:func:`vectorised`) is
+#: tabulated to; beyond, no bound (pricing every Q would cost more than skipping saves).
+SCALAR_MAX = 16384
+
 #: Longest prompt the split table h is tabulated to (O(top · Q_max) work); beyond, the
 #: linear floor of :meth:`CalibratedFloor.split`.
 SPLIT_MAX = 8192
@@ -283,14 +315,12 @@ def per_token_table(role, q_max: int) -> np.ndarray:
     Dense full-precision shapes are priced in one vectorised call past the last grid point
     where the pricer extrapolates (edge value times the law's growth); anything else calls
     the pricer for every Q.  # [q_max + 1]"""
-    from specbatch.simulator.calibrated import sparse
-
     p = np.full(q_max + 1, np.inf)
     corr = next(iter((role.fit.corrections or {}).values()), None)
     edges = [float(corr.grid[-1])] if corr is not None else [0.0]
     if role.cell is not None:
         edges.append(float(role.cell[1][-1]))
-    vector = not sparse(role.shape) and role.weight_bits >= 16
+    vector = vectorised(role)
     last = int(math.ceil(max(edges))) if vector else q_max
     for q in range(1, min(last, q_max) + 1):
         p[q] = sum(role.per_token_parts(float(q)))
@@ -299,6 +329,14 @@ def per_token_table(role, q_max: int) -> np.ndarray:
         p[last + 1:] = tail_layers(role, qs, edges) + tail_head(role, qs, corr) + np.array(
             [tail_allreduce(role, q) for q in qs.tolist()])
     return p
+
+
+def vectorised(role) -> bool:
+    """Whether :func:`per_token_table` prices the tail in one call (a dense full-precision
+    shape); otherwise every Q costs one pricer call (~1 ms for a MoE target)."""
+    from specbatch.simulator.calibrated import sparse
+
+    return not sparse(role.shape) and role.weight_bits >= 16
 
 
 def tail_allreduce(role, q: float) -> float:

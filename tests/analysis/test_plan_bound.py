@@ -231,3 +231,13 @@ def test_a_calibrated_chunked_prefill_costs_at_least_its_floor(calibrated, promp
         total += cost.step_time("target", q, kv) + cost.overhead
     prefill, _ = floor.times(np.array([prompt]), np.array([prompt]))
     assert total >= prefill[0]
+
+
+def test_no_calibrated_bound_for_a_moe_target_past_the_scalar_budget(tables):
+    import specbatch.analysis.plan_bound as bound
+
+    t, shared = tables["synth"]
+    fields = {**shared, "target": "qwen3-30b-a3b", "hardware": "h100", "tp": 1,
+              "policy": "ar", "cost": "calibrated",
+              "max_num_batched_tokens": bound.SCALAR_MAX + 1}
+    assert t.bounds(fields) is None
