@@ -87,7 +87,7 @@ ACCEPTANCE_MODELS = ("trace", "constant", "per-position")
 #: a ``--help`` lists them without importing the engine.
 POLICY_NAMES = ("ar", "batch-schedule", "dsd", "ema-adaptive", "entropy-stop", "fixed",
                 "hindsight", "oracle", "specdec++", "static-tree", "tetris", "tetris-tree",
-                "threshold", "tree-optimum", "vllm-dynamic")
+                "threshold", "tree-optimum", "vllm-adaptive", "vllm-dynamic")
 #: Draft names that are not models (``draft``): their passes cost nothing
 #: (simulator.free_draft).
 FREE_DRAFTS = ("ngram",)
@@ -221,6 +221,10 @@ class SimConfig:
     specdec_threshold: float = pk.SPECDEC_THRESHOLD
     entropy_threshold: float = pk.ENTROPY_THRESHOLD
     cuda_graph_sizes: str | None = pk.CUDA_GRAPH_SIZES
+    adaptive_confidences: str = pk.ADAPTIVE_CONFIDENCES
+    adaptive_cost_tables: str = pk.ADAPTIVE_COST_TABLES
+    adaptive_survival: str = pk.ADAPTIVE_SURVIVAL
+    adaptive_profile_context_len: int = pk.ADAPTIVE_PROFILE_CONTEXT_LEN
     cost: str = knob("roofline", "step-time cost model", choices=COSTS)
     hardware: str = knob("h100", "roofline hardware preset (any case)",
                          names=lambda: tuple(sorted(HARDWARE)), every_name=True)

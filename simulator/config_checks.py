@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 
 #: Policies that never draft beyond k, so a nonzero ``extra`` would be silently ignored.
-NO_EXTRA_POLICIES = ("ar", "fixed", "dsd", "vllm-dynamic", "batch-schedule", "ema-adaptive")
+NO_EXTRA_POLICIES = ("ar", "fixed", "dsd", "vllm-dynamic", "batch-schedule", "ema-adaptive",
+                     "vllm-adaptive")
 #: Policies whose window is not ``num_speculative_tokens``: ``ar`` never drafts, ``dsd``
 #: plans its window by expected goodput (simulator.policies.DSD).
 NO_K_POLICIES = ("ar", "dsd")
@@ -95,9 +96,10 @@ def check_settings_apply(c: SimConfig, given: set[str] | frozenset[str],
                "dsd_interval steps")
         fail(where, "num_speculative_tokens", f"no k for policy {c.policy} ({why})",
              c.num_speculative_tokens)
-    if c.predictor != "confidence" and c.policy not in ("tetris", "tetris-tree", "static-tree"):
-        fail(where, "predictor", f"confidence for policy {c.policy} (only tetris, tetris-tree "
-             "and static-tree read a predictor; it would be ignored)", c.predictor)
+    if c.predictor != "confidence" and c.policy not in ("tetris", "tetris-tree", "static-tree",
+                                                        "vllm-adaptive"):
+        fail(where, "predictor", f"confidence for policy {c.policy} (only tetris, tetris-tree, "
+             "static-tree and vllm-adaptive read a predictor; it would be ignored)", c.predictor)
     if c.policy in NO_VERIFY_POLICIES and c.verify != "token":
         fail(where, "verify", f"token for policy {c.policy} (it verifies no drafts)", c.verify)
     pk.check_knobs_apply(c, given, where)

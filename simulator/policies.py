@@ -51,6 +51,7 @@ def register(*classes: type[Policy]) -> None:
 
 
 # The engines' policies subclass Policy and register themselves at their import's end.
+import specbatch.simulator.adaptive_policy  # noqa: E402, F401
 import specbatch.simulator.engine_policies  # noqa: E402, F401
 import specbatch.simulator.stop_policies  # noqa: E402, F401
 import specbatch.simulator.tree_policies  # noqa: E402, F401

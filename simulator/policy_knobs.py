@@ -16,10 +16,13 @@ CALIBRATING = ("vllm-dynamic", "specdec++")
 KNOB_POLICY = {"num_speculative_tokens_per_batch_size": "batch-schedule",
                "draft_len_schedule": "batch-schedule",
                "speculative_adaptive_config": "ema-adaptive",
-               "specdec_threshold": "specdec++", "entropy_threshold": "entropy-stop"}
+               "specdec_threshold": "specdec++", "entropy_threshold": "entropy-stop",
+               "adaptive_confidences": "vllm-adaptive", "adaptive_cost_tables": "vllm-adaptive",
+               "adaptive_survival": "vllm-adaptive",
+               "adaptive_profile_context_len": "vllm-adaptive"}
 #: The engine policies' names (simulator.policies.POLICIES holds their classes).
 ENGINE_POLICY_NAMES = ("batch-schedule", "ema-adaptive", "entropy-stop", "specdec++",
-                       "vllm-dynamic")
+                       "vllm-adaptive", "vllm-dynamic")
 
 CALIBRATION_SPLIT = knob(
     0.0, "fraction of the trace's requests held out of replay (by request, seeded) for the "
@@ -41,6 +44,21 @@ ENTROPY_THRESHOLD = knob(
     2.45, "entropy-stop's θ in nats: stop before a token whose draft entropy exceeds θ "
     "(AdaEDL's bound 1 - sqrt(γH) < λ is H > (1 - λ)²/γ)",
     range=Range(0, float("inf"), low_open=True, what="nats"))
+ADAPTIVE_CONFIDENCES = knob(
+    "stale", "vllm-adaptive's confidences for sizing B: stale (the previous step's, as vLLM "
+    "sizes B on the CPU) or fresh (the current step's)", choices=("stale", "fresh"))
+ADAPTIVE_COST_TABLES = knob(
+    "profiled", "vllm-adaptive's step costs: profiled (vLLM's start-up tables: median of 5 "
+    "dummy steps, forced monotone, stepped at the graph sizes, at one context) or exact (the "
+    "simulator's own step time for every B)", choices=("profiled", "exact"))
+ADAPTIVE_SURVIVAL = knob(
+    "estimate", "vllm-adaptive's survival S_ij: estimate (the predictor field's: raw "
+    "confidence or a fitted model) or truth (the path's exact TV P_ij: a bound)",
+    choices=("estimate", "truth"))
+ADAPTIVE_PROFILE_CONTEXT_LEN = knob(
+    8192, "vllm-adaptive's profile KV context in tokens "
+    "(VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN)", range=Range(0, float("inf"),
+                                                                    what="tokens"))
 CUDA_GRAPH_SIZES = knob(
     None, "captured CUDA-graph sizes in tokens per pass, or one N for [1, 2, 4] + "
     "range(8, N + 1, 8) (vLLM): smaller passes are priced padded to the next size",
@@ -68,7 +86,7 @@ def check_policy_knobs(c: Any, where: str) -> None:
     if c.policy in CALIBRATING and not c.calibration_split:
         fail(where, "calibration_split", f"a fraction > 0 for policy {c.policy} (it calibrates "
              "on held-out trace requests, never on replayed ones)", c.calibration_split)
-    if c.policy in ("vllm-dynamic", "batch-schedule") and c.num_speculative_tokens < 1:
+    if c.policy in ("vllm-dynamic", "batch-schedule", "vllm-adaptive") and c.num_speculative_tokens < 1:
         fail(where, "num_speculative_tokens", f"k >= 1 for policy {c.policy} (its largest "
              "window)", c.num_speculative_tokens)
     if c.policy in ("specdec++", "entropy-stop") and c.depth < 1:
