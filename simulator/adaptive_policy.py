@@ -124,11 +124,12 @@ class VllmAdaptive(Tetris):
 
     def stale_survival(self, view: StepView, current: np.ndarray) -> np.ndarray:
         """Each request's survival of its previous step (all ones for a request new to the
-        batch, as ``add_request`` leaves it).  # [n, depth]"""
+        batch, as ``add_request`` leaves it; a view without trace rows, e.g. gathered
+        signals, carries no request identity, so every request counts as new).  # [n, depth]"""
         rows = view.rows
-        if rows is None:
-            raise SpecbatchError("policy vllm-adaptive: stale confidences need trace rows")
         ones = np.ones(current.shape[1])
+        if rows is None:
+            return np.ones_like(current)
         return np.array([self.previous.get(int(r), ones) for r in rows]).reshape(current.shape)
 
     def caps(self, view: StepView) -> np.ndarray:
