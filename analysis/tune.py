@@ -1,0 +1,277 @@
+"""``specbatch tune``: dynamic draft-length schedules for vLLM, TensorRT-LLM and SGLang, chosen
+by simulated goodput and kept only where they beat the best fixed K end to end.
+
+1. **Choose.** The batch sizes 1..``max_num_seqs`` fall into power-of-two buckets
+   (1, 2, 3-4, 5-8, ...). For each bucket, a burst of requests capped at its largest size is
+   simulated at every K = 0..``k_max`` (K = 0: ``ar``); the bucket takes the K of highest
+   throughput (ties: the smaller K). Adjacent buckets with the same K merge.
+2. **Emit**, in each engine's own syntax and limits (parsed back in the tests by
+   simulator.schedules, the re-implementation of each engine's parser):
+   vLLM ``--speculative-config`` with ``num_speculative_tokens`` = the largest K and
+   ``num_speculative_tokens_per_batch_size`` = inclusive ``[lo, hi, K]`` ranges from 1
+   (``vllm/v1/spec_decode/dynamic/utils.py``, ``validate_and_normalize_dynamic_sd_schedule``);
+   TensorRT-LLM ``draft_len_schedule`` ``{largest batch size: K}`` with ``max_draft_len``
+   (``tensorrt_llm/llmapi/llm_args.py`` ``DecodingBaseConfig``; lookup
+   ``get_draft_len_for_batch_size``: the first key >= the batch size, 0 past the last key);
+   SGLang ``--speculative-adaptive-config``, one slot per range keyed by its smallest batch
+   size (``AdaptiveStepRouter``: the largest key <= the batch size) with ``candidate_steps =
+   [K]`` (one candidate: the EMA has nothing to move, so the slot applies K as chosen).
+3. **Validate** each emitted setting the way its engine applies it (``batch-schedule`` with the
+   vLLM or TensorRT-LLM table, ``ema-adaptive`` with the SGLang config) against every fixed K
+   and the engine's default (vLLM and TensorRT-LLM without a schedule: fixed ``k_max``;
+   SGLang: its ``DEFAULT_ADAPTIVE_CONFIG`` from ``k_max`` steps), at several Poisson rates and
+   a burst. Score: throughput (burst), 1 / mean end-to-end latency (rates). The best fixed K
+   maximises the geometric mean of its scores over the loads. A setting is recommended only
+   where it scores at least the best fixed K's at every load and more in geometric mean;
+   otherwise the answer is that fixed K.
+
+``tax``: the dynamic path's per-step cost, a fraction added to every step time of the
+schedule runs (default 0). vLLM issue vllm-project/vllm#49548 measured 6.56 % (concurrency 2)
+to 21.58 % (concurrency 189) TPOT at a K = 0 schedule on an H100 NVL (vLLM 0.27.1, V1 runner):
+the cost of having dynamic SD enabled. A tax shows where a schedule stops paying.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specbatch.errors import require
+from specbatch.io import atomic_write, dumps
+
+#: The file that marks a directory as tune's output.
+MARKER = "tune.json"
+#: What a tune output directory holds (anything else there is someone else's).
+TUNE_FILES = (MARKER, "settings.txt", "workload.csv")
+#: Default validation rates, as fractions of the best fixed K's burst request throughput.
+RATE_FRACTIONS = (0.25, 0.5, 0.75)
+ENGINES = ("vllm", "tensorrt-llm", "sglang")
+
+
+@dataclass(frozen=True)
+class TuneQuestion:
+    """base: the SimConfig fields every run shares (trace or constant acceptance, models,
+    hardware, tp, workload, seed, requests); max_num_seqs: the engine's batch cap; k_max: the
+    largest K considered; rates: validation rates in requests/s (None: RATE_FRACTIONS of the
+    best fixed K's capacity); tax: the dynamic path's per-step fraction."""
+
+    base: dict
+    max_num_seqs: int
+    k_max: int
+    rates: tuple[float, ...] | None = None
+    tax: float = 0.0
+
+
+class TaxedCost:
+    """A cost model whose every pass and step overhead take ``1 + tax`` times as long."""
+
+    def __init__(self, inner: Any, tax: float) -> None:
+        self.inner, self.factor = inner, 1.0 + tax
+        self.overhead = inner.overhead * self.factor
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def step_time(self, role: str, query: Any, kv: Any) -> float:
+        return self.factor * self.inner.step_time(role, query, kv)
+
+
+def buckets(max_num_seqs: int) -> list[tuple[int, int]]:
+    """Power-of-two batch-size buckets covering 1..max_num_seqs: (1, 1), (2, 2), (3, 4), ..."""
+    out, lo = [], 1
+    while lo <= max_num_seqs:
+        hi = min(max(1, 2 * (lo - 1)), max_num_seqs) if lo > 2 else lo
+        out.append((lo, hi))
+        lo = hi + 1
+    return out
+
+
+def merge(ranges: Iterable[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Adjacent (lo, hi, K) ranges with the same K joined."""
+    out: list[tuple[int, int, int]] = []
+    for lo, hi, k in ranges:
+        if out and out[-1][2] == k:
+            out[-1] = (out[-1][0], hi, k)
+        else:
+            out.append((lo, hi, k))
+    return out
+
+
+def fixed_settings(k: int) -> dict:
+    """A fixed window K (0: no speculation)."""
+    return {"policy": "ar"} if k == 0 else {"policy": "fixed", "num_speculative_tokens": k}
+
+
+def vllm_setting(ranges: list[tuple[int, int, int]]) -> dict:
+    return {"num_speculative_tokens": max(k for *_, k in ranges),
+            "num_speculative_tokens_per_batch_size": [list(r) for r in ranges]}
+
+
+def trt_setting(ranges: list[tuple[int, int, int]]) -> dict:
+    return {"max_draft_len": max(k for *_, k in ranges),
+            "draft_len_schedule": {str(hi): k for _, hi, k in ranges}}
+
+
+def sglang_setting(ranges: list[tuple[int, int, int]]) -> dict:
+    return {str(lo): {"candidate_steps": [k]} for lo, _, k in ranges}
+
+
+def paste_lines(ranges: list[tuple[int, int, int]]) -> dict[str, str]:
+    """The ready-to-paste settings of each engine."""
+    sglang = sglang_setting(ranges)
+    return {
+        "vllm": f"--speculative-config '{json.dumps(vllm_setting(ranges))}'",
+        "tensorrt-llm": "speculative_config: " + json.dumps(trt_setting(ranges)),
+        "sglang": (f"--speculative-adaptive --speculative-num-steps {ranges[0][2]} "
+                   f"--speculative-adaptive-config '{json.dumps(sglang)}'"),
+    }
+
+
+def engine_runs(ranges: list[tuple[int, int, int]], k_max: int) -> dict[str, tuple[dict, dict]]:
+    """Each engine's (emitted setting, default) as simulator fields, applied as it applies
+    them (module docstring, step 3)."""
+    top = max(k for *_, k in ranges)
+    vllm = vllm_setting(ranges)["num_speculative_tokens_per_batch_size"]
+    trt = trt_setting(ranges)["draft_len_schedule"]
+    schedule = {"policy": "batch-schedule", "num_speculative_tokens": max(top, 1)}
+    return {
+        "vllm": ({**schedule, "num_speculative_tokens_per_batch_size": json.dumps(vllm)},
+                 fixed_settings(k_max)),
+        "tensorrt-llm": ({**schedule, "draft_len_schedule": json.dumps(trt)},
+                         fixed_settings(k_max)),
+        "sglang": ({"policy": "ema-adaptive", "num_speculative_tokens": ranges[0][2],
+                    "speculative_adaptive_config": json.dumps(sglang_setting(ranges))},
+                   {"policy": "ema-adaptive", "num_speculative_tokens": k_max}),
+    }
+
+
+def simulate_fields(fields: dict, tax: float = 0.0) -> dict:
+    """One run's summary (a worker process's job); ``tax`` > 0 prices it with TaxedCost."""
+    from specbatch.simulator.config import load_config
+    from specbatch.simulator.run import build_cost, simulate
+
+    config = load_config(None, **fields)
+    cost = TaxedCost(build_cost(config), tax) if tax else None
+    return simulate(config, cost_model=cost).summary
+
+
+def score(summary: dict, load: Any) -> float:
+    """Higher is better: throughput at a burst, 1 / mean e2e latency at a rate."""
+    return summary["throughput"] if load == "burst" else 1.0 / summary["e2e_mean"]
+
+
+def load_fields(base: dict, load: Any) -> dict:
+    return {**base, "arrival": "burst"} if load == "burst" else \
+        {**base, "arrival": "poisson", "rate": float(load)}
+
+
+def choose(question: TuneQuestion, run: Callable) -> list[dict]:
+    """Step 1: per bucket, every K's burst throughput and the chosen K."""
+    jobs = []
+    for lo, hi in buckets(question.max_num_seqs):
+        requests = min(int(question.base["requests"]), max(16, 4 * hi))
+        for k in range(question.k_max + 1):
+            jobs.append(((lo, hi, k), {**question.base, "max_num_seqs": hi, "requests": requests,
+                                       "arrival": "burst", **fixed_settings(k)}))
+    summaries = run([fields for _, fields in jobs])
+    table: dict[tuple[int, int], dict[int, float]] = {}
+    for ((lo, hi, k), _), summary in zip(jobs, summaries):
+        table.setdefault((lo, hi), {})[k] = summary["throughput"]
+    return [{"lo": lo, "hi": hi, "throughput": {str(k): v for k, v in by_k.items()},
+             "k": max(by_k, key=lambda k: (by_k[k], -k))}
+            for (lo, hi), by_k in table.items()]
+
+
+def validate(question: TuneQuestion, ranges: list[tuple[int, int, int]], run: Callable) -> dict:
+    """Step 3: fixed K, each engine's setting (taxed) and default at every load."""
+    base = {**question.base, "max_num_seqs": question.max_num_seqs}
+    ks = range(question.k_max + 1)
+    burst = run([load_fields({**base, **fixed_settings(k)}, "burst") for k in ks])
+    if question.rates is None:
+        best = max(ks, key=lambda k: burst[k]["throughput"])
+        per_request = burst[best]["tokens"] / burst[best]["requests"]
+        capacity = burst[best]["throughput"] / per_request
+        rates = tuple(round(f * capacity, 4) for f in RATE_FRACTIONS)
+    else:
+        rates = question.rates
+    loads: list[Any] = [*rates, "burst"]
+    fixed = {k: [score(s, "burst")] for k, s in zip(ks, burst)}
+    rated = run([load_fields({**base, **fixed_settings(k)}, r) for k in ks for r in rates])
+    for i, k in enumerate(ks):
+        fixed[k] = [score(s, r) for s, r in zip(rated[i * len(rates):], rates)] + fixed[k]
+    best_k = max(ks, key=lambda k: (sum(math.log(v) for v in fixed[k]), -k))
+    arms = engine_runs(ranges, question.k_max)
+    jobs = [(engine, role, load) for engine in ENGINES for role in ("setting", "default")
+            for load in loads]
+    taxes = [question.tax if role == "setting" else 0.0 for _, role, _ in jobs]
+    fields = [load_fields({**base, **arms[e][role == "default"]}, load) for e, role, load in jobs]
+    summaries = run(fields, taxes)
+    engines: dict[str, dict] = {e: {} for e in ENGINES}
+    for (engine, role, load), summary in zip(jobs, summaries):
+        engines[engine].setdefault(role, []).append(score(summary, load))
+    return {"loads": [str(x) for x in loads], "rates": list(rates),
+            "fixed": {str(k): v for k, v in fixed.items()}, "best_fixed_k": best_k,
+            "engines": engines}
+
+
+def verdict(setting: list[float], best: list[float]) -> bool:
+    """The setting wins: at least the best fixed K's score at every load, more in geometric
+    mean."""
+    return (all(s >= b for s, b in zip(setting, best))
+            and sum(map(math.log, setting)) > sum(map(math.log, best)))
+
+
+def tune(question: TuneQuestion, run: Callable) -> dict:
+    """The report (module docstring): chosen buckets, emitted settings, validation, verdicts.
+    run(fields_list, taxes=None) -> summaries, in order."""
+    chosen = choose(question, lambda fields: run(fields, None))
+    ranges = merge((b["lo"], b["hi"], b["k"]) for b in chosen)
+    check = validate(question, ranges, run)
+    best = check["fixed"][str(check["best_fixed_k"])]
+    lines = paste_lines(ranges)
+    speculates = any(k for *_, k in ranges)
+    engines = {}
+    for engine in ENGINES:
+        scores = check["engines"][engine]
+        wins = speculates and len(ranges) > 1 and verdict(scores["setting"], best)
+        engines[engine] = {
+            "setting": lines[engine], "wins": wins,
+            "vs_best_fixed_pct": [100 * (s / b - 1) for s, b in zip(scores["setting"], best)],
+            "default_vs_best_fixed_pct": [100 * (s / b - 1)
+                                          for s, b in zip(scores["default"], best)],
+            "advice": lines[engine] if wins else fixed_advice(engine, check["best_fixed_k"])}
+    return {"question": {**question.base, "max_num_seqs": question.max_num_seqs,
+                         "k_max": question.k_max, "tax": question.tax},
+            "buckets": chosen, "ranges": [list(r) for r in ranges], **check,
+            "engines_verdict": engines}
+
+
+def fixed_advice(engine: str, k: int) -> str:
+    """What to set instead of a schedule: fixed K (K = 0: speculation off)."""
+    if k == 0:
+        return "no speculative decoding (a fixed K = 0 wins)"
+    return {"vllm": f"--speculative-config '{{\"num_speculative_tokens\": {k}}}'",
+            "tensorrt-llm": f"speculative_config: {{\"max_draft_len\": {k}}}",
+            "sglang": f"--speculative-num-steps {k} (no --speculative-adaptive)"}[engine]
+
+
+def claim_tune_dir(out: Path) -> None:
+    """Refuse an existing directory holding anything but tune's files (one line)."""
+    if out.is_dir():
+        other = sorted(p.name for p in out.iterdir() if p.name not in TUNE_FILES
+                       and not p.name.startswith("."))
+        require(not other, f"--out {out}: holds files that are not tune's ({', '.join(other[:3])}"
+                "); choose an empty or new directory")
+
+
+def write_tune(report: dict, out: Path) -> None:
+    """OUT/tune.json (the report) and OUT/settings.txt (one advice line per engine), atomic."""
+    atomic_write(out / "settings.txt", "".join(
+        f"{engine}: {v['advice']}\n" for engine, v in report["engines_verdict"].items()))
+    atomic_write(out / MARKER, dumps(report, indent=1))
