@@ -118,7 +118,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specbatch.errors import SpecbatchError
+from specbatch.errors import SpecbatchError, require
 
 TERA = 1e12
 ROLE_NAMES = ("draft", "target")
@@ -295,6 +295,8 @@ def quantized_weight_bytes(bits: int) -> float:
 def linear_params(shape) -> int:
     """Weights of the decoder layers' linear projections (q, k, v, o, gate, up, down): what
     a weight-only quantisation stores at low precision; norms, embeddings and head excluded."""
+    require(not shape.is_moe, f"model {shape.name}: a quantised mixture-of-experts model is not "
+            "priced; expected 16-bit weights")
     return shape.layers * (shape.layer_params - 2 * shape.hidden)
 
 
