@@ -74,12 +74,27 @@ class TaxedCost:
         self.overhead = inner.overhead * self.factor
 
     def __getattr__(self, name: str) -> Any:
-        if name == "inner":
+        if name in ("inner", "time_from_sums"):  # no unscaled fast path through the wrapper
             raise AttributeError(name)
         return getattr(self.inner, name)
 
     def step_time(self, role: str, query: Any, kv: Any) -> float:
         return self.factor * self.inner.step_time(role, query, kv)
+
+
+class TaxedSumsCost(TaxedCost):
+    """:class:`TaxedCost` of a model with the batch-sums fast path, kept and scaled."""
+
+    def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
+                       sqq: float) -> float:
+        return self.factor * self.inner.time_from_sums(role, n, sq, skv, sqkv, sqq)
+
+
+def taxed(cost: Any, tax: float) -> TaxedCost:
+    """``cost`` with every step ``1 + tax`` times as long (keeping its sums fast path)."""
+    from specbatch.simulator.cost_interface import SumsCostModel
+
+    return (TaxedSumsCost if isinstance(cost, SumsCostModel) else TaxedCost)(cost, tax)
 
 
 def buckets(max_num_seqs: int) -> list[tuple[int, int]]:
@@ -108,13 +123,20 @@ def fixed_settings(k: int) -> dict:
     return {"policy": "ar"} if k == 0 else {"policy": "fixed", "num_speculative_tokens": k}
 
 
+def top_k(ranges: list[tuple[int, int, int]]) -> int:
+    """The largest K of a schedule, at least 1 (every engine's K knob needs a window: vLLM's
+    ``num_speculative_tokens``, TensorRT-LLM's ``max_draft_len``, SGLang's starting
+    ``speculative_num_steps``, which one-candidate slots never apply)."""
+    return max(1, max(k for *_, k in ranges))
+
+
 def vllm_setting(ranges: list[tuple[int, int, int]]) -> dict:
-    return {"num_speculative_tokens": max(k for *_, k in ranges),
+    return {"num_speculative_tokens": top_k(ranges),
             "num_speculative_tokens_per_batch_size": [list(r) for r in ranges]}
 
 
 def trt_setting(ranges: list[tuple[int, int, int]]) -> dict:
-    return {"max_draft_len": max(k for *_, k in ranges),
+    return {"max_draft_len": top_k(ranges),
             "draft_len_schedule": {str(hi): k for _, hi, k in ranges}}
 
 
@@ -128,7 +150,7 @@ def paste_lines(ranges: list[tuple[int, int, int]]) -> dict[str, str]:
     return {
         "vllm": f"--speculative-config '{json.dumps(vllm_setting(ranges))}'",
         "tensorrt-llm": "speculative_config: " + json.dumps(trt_setting(ranges)),
-        "sglang": (f"--speculative-adaptive --speculative-num-steps {ranges[0][2]} "
+        "sglang": (f"--speculative-adaptive --speculative-num-steps {top_k(ranges)} "
                    f"--speculative-adaptive-config '{json.dumps(sglang)}'"),
     }
 
@@ -136,16 +158,15 @@ def paste_lines(ranges: list[tuple[int, int, int]]) -> dict[str, str]:
 def engine_runs(ranges: list[tuple[int, int, int]], k_max: int) -> dict[str, tuple[dict, dict]]:
     """Each engine's (emitted setting, default) as simulator fields, applied as it applies
     them (module docstring, step 3)."""
-    top = max(k for *_, k in ranges)
     vllm = vllm_setting(ranges)["num_speculative_tokens_per_batch_size"]
     trt = trt_setting(ranges)["draft_len_schedule"]
-    schedule = {"policy": "batch-schedule", "num_speculative_tokens": max(top, 1)}
+    schedule = {"policy": "batch-schedule", "num_speculative_tokens": top_k(ranges)}
     return {
         "vllm": ({**schedule, "num_speculative_tokens_per_batch_size": json.dumps(vllm)},
                  fixed_settings(k_max)),
         "tensorrt-llm": ({**schedule, "draft_len_schedule": json.dumps(trt)},
                          fixed_settings(k_max)),
-        "sglang": ({"policy": "ema-adaptive", "num_speculative_tokens": ranges[0][2],
+        "sglang": ({"policy": "ema-adaptive", "num_speculative_tokens": top_k(ranges),
                     "speculative_adaptive_config": json.dumps(sglang_setting(ranges))},
                    {"policy": "ema-adaptive", "num_speculative_tokens": k_max}),
     }
@@ -157,7 +178,7 @@ def simulate_fields(fields: dict, tax: float = 0.0) -> dict:
     from specbatch.simulator.run import build_cost, simulate
 
     config = load_config(None, **fields)
-    cost = TaxedCost(build_cost(config), tax) if tax else None
+    cost = taxed(build_cost(config), tax) if tax else None
     return simulate(config, cost_model=cost).summary
 
 

@@ -16,9 +16,13 @@ from specbatch.analysis.tune import (
     buckets,
     merge,
     paste_lines,
+    simulate_fields,
+    taxed,
     tune,
     verdict,
 )
+from specbatch.simulator.cost import build_cost_model
+from specbatch.simulator.cost_interface import SumsCostModel
 from specbatch.simulator.engine_policies import AdaptiveSlot, EmaAdaptive
 from specbatch.simulator.schedules import (
     parse_sglang_config,
@@ -81,6 +85,23 @@ def test_taxed_cost_scales_every_pass_and_the_overhead():
     q, kv = np.array([2, 3]), np.array([0, 0])
     assert taxed.step_time("target", q, kv) == 1.25 * LinearCost().step_time("target", q, kv)
     assert taxed.overhead == 0.625
+
+
+def test_taxed_roofline_keeps_and_scales_its_sums_fast_path():
+    h100 = build_cost_model()
+    cost = taxed(h100, 0.5)
+    assert isinstance(cost, SumsCostModel)
+    sums = ("target", 4, 8.0, 400.0, 800.0, 16.0)
+    assert cost.time_from_sums(*sums) == 1.5 * h100.time_from_sums(*sums)
+    assert not isinstance(TaxedCost(LinearCost(), 0.5), SumsCostModel)
+
+
+def test_a_taxed_run_takes_exactly_one_plus_tax_times_as_long_per_pass():
+    fields = {"trace": "tiny", "requests": 8, "max_num_seqs": 4, "policy": "fixed",
+              "num_speculative_tokens": 2, "arrival": "burst"}
+    plain, slow = simulate_fields(fields), simulate_fields(fields, 0.25)
+    assert slow["target_time"] == pytest.approx(1.25 * plain["target_time"], rel=1e-12)
+    assert slow["tokens"] == plain["tokens"]
 
 
 def test_verdict_needs_every_load_and_a_better_geometric_mean():
