@@ -65,6 +65,18 @@ class TuneQuestion:
     rates: tuple[float, ...] | None = None
     tax: float = 0.0
 
+    def __post_init__(self) -> None:
+        require(int(self.max_num_seqs) >= 1, f"TuneQuestion: max_num_seqs: expected an integer "
+                f">= 1, got {self.max_num_seqs!r}")
+        require(int(self.k_max) >= 1, f"TuneQuestion: k_max: expected an integer >= 1, got "
+                f"{self.k_max!r}")
+        require(0 <= self.tax < math.inf, f"TuneQuestion: tax: expected a fraction >= 0, got "
+                f"{self.tax!r}")
+        require(self.rates is None or (len(self.rates) > 0 and all(
+            0 < r < math.inf for r in self.rates)), f"TuneQuestion: rates: expected requests/s "
+            f"> 0, got {self.rates!r}")
+        require("requests" in self.base, "TuneQuestion: base: expected a 'requests' field")
+
 
 class TaxedCost:
     """A cost model whose every pass and step overhead take ``1 + tax`` times as long."""

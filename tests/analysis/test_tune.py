@@ -181,3 +181,13 @@ def test_a_schedule_that_beats_every_fixed_k_is_recommended():
     assert report["engines_verdict"]["vllm"]["advice"].startswith("--speculative-config")
     taxed = tune(TuneQuestion(**{**q.__dict__, "tax": 0.05}), ramp)
     assert not taxed["engines_verdict"]["vllm"]["wins"]
+
+
+@pytest.mark.parametrize("field, value", [("tax", -0.1), ("k_max", 0), ("max_num_seqs", 0),
+                                          ("rates", (0.0,))])
+def test_a_bad_question_names_its_argument(field, value):
+    from specbatch.errors import SpecbatchError
+
+    args = {"base": {"requests": 8}, "max_num_seqs": 4, "k_max": 2, field: value}
+    with pytest.raises(SpecbatchError, match=f"TuneQuestion: {field}"):
+        TuneQuestion(**args)

@@ -226,3 +226,18 @@ def test_adaptive_knobs_are_refused_for_other_policies():
     config = load_config(None, policy="tetris", k=3, adaptive_confidences="fresh")
     with pytest.raises(SpecbatchError, match="adaptive_confidences"):
         check_settings_apply(config, {"adaptive_confidences"})
+
+
+CHAIN_TRACES = ("smollm2", "smollm2-drop2", "smollm2-drop2-greedy", "smollm2-drop4",
+                "smollm2-drop4-t0", "smollm2-ngram", "smollm2-ngram-t0", "smollm2-q4", "tiny",
+                "tiny-t0")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trace", CHAIN_TRACES)
+def test_runs_on_every_bundled_chain_trace(trace):
+    """vllm-adaptive as shipped, in the engine's reference mode (every plan checked)."""
+    config = load_config(None, policy="vllm-adaptive", trace=trace, requests=8, max_num_seqs=4,
+                         k=6)
+    summary = simulate(config, reference=True).summary
+    assert summary["tokens"] > 0 and 0 <= summary["verified"] <= summary["drafted"]
