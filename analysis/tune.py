@@ -12,7 +12,9 @@ by simulated goodput and kept only where they beat the best fixed K end to end.
    (``vllm/v1/spec_decode/dynamic/utils.py``, ``validate_and_normalize_dynamic_sd_schedule``);
    TensorRT-LLM ``draft_len_schedule`` ``{largest batch size: K}`` with ``max_draft_len``
    (``tensorrt_llm/llmapi/llm_args.py`` ``DecodingBaseConfig``; lookup
-   ``get_draft_len_for_batch_size``: the first key >= the batch size, 0 past the last key);
+   ``tensorrt_llm/_torch/speculative/utils.py`` ``get_draft_len_for_batch_size``: the first
+   key >= the batch size, 0 past the last key), its K capped at the first bucket's
+   (:func:`engine_ranges`: the smallest key's length must be ``max_draft_len``);
    SGLang ``--speculative-adaptive-config``, one slot per range keyed by its smallest batch
    size (``AdaptiveStepRouter``: the largest key <= the batch size) with ``candidate_steps =
    [K]`` (one candidate: the EMA has nothing to move, so the slot applies K as chosen).
@@ -156,30 +158,46 @@ def sglang_setting(ranges: list[tuple[int, int, int]]) -> dict:
     return {str(lo): {"candidate_steps": [k]} for lo, _, k in ranges}
 
 
-def paste_lines(ranges: list[tuple[int, int, int]]) -> dict[str, str]:
-    """The ready-to-paste settings of each engine."""
-    sglang = sglang_setting(ranges)
+def engine_ranges(chosen: list[dict]) -> dict[str, list[tuple[int, int, int]]]:
+    """Each engine's schedule from the per-bucket choices, within its rules. vLLM and SGLang
+    take any K per range. TensorRT-LLM requires the smallest key's draft length to equal
+    ``max_draft_len`` and every other to be at most that (``validate_draft_len_schedule_and_sort``
+    in ``tensorrt_llm/llmapi/llm_args.py``), so its first bucket keeps its K and every later
+    bucket takes its best K at most that one."""
+    free = merge((b["lo"], b["hi"], b["k"]) for b in chosen)
+    first = chosen[0]["k"]
+    capped = []
+    for b in chosen:
+        by_k = {int(k): v for k, v in b["throughput"].items() if int(k) <= first}
+        capped.append((b["lo"], b["hi"], max(by_k, key=lambda k: (by_k[k], -k))))
+    return {"vllm": free, "tensorrt-llm": merge(capped), "sglang": free}
+
+
+def paste_lines(ranges: dict[str, list[tuple[int, int, int]]]) -> dict[str, str]:
+    """The ready-to-paste settings of each engine, from its ranges."""
+    sglang = ranges["sglang"]
     return {
-        "vllm": f"--speculative-config '{json.dumps(vllm_setting(ranges))}'",
-        "tensorrt-llm": "speculative_config: " + json.dumps(trt_setting(ranges)),
-        "sglang": (f"--speculative-adaptive --speculative-num-steps {top_k(ranges)} "
-                   f"--speculative-adaptive-config '{json.dumps(sglang)}'"),
+        "vllm": f"--speculative-config '{json.dumps(vllm_setting(ranges['vllm']))}'",
+        "tensorrt-llm": "speculative_config: " + json.dumps(trt_setting(ranges["tensorrt-llm"])),
+        "sglang": (f"--speculative-adaptive --speculative-num-steps {top_k(sglang)} "
+                   f"--speculative-adaptive-config '{json.dumps(sglang_setting(sglang))}'"),
     }
 
 
-def engine_runs(ranges: list[tuple[int, int, int]], k_max: int) -> dict[str, tuple[dict, dict]]:
+def engine_runs(ranges: dict[str, list[tuple[int, int, int]]], k_max: int
+                ) -> dict[str, tuple[dict, dict]]:
     """Each engine's (emitted setting, default) as simulator fields, applied as it applies
     them (module docstring, step 3)."""
-    vllm = vllm_setting(ranges)["num_speculative_tokens_per_batch_size"]
-    trt = trt_setting(ranges)["draft_len_schedule"]
-    schedule = {"policy": "batch-schedule", "num_speculative_tokens": top_k(ranges)}
+    vllm, trt, sglang = ranges["vllm"], ranges["tensorrt-llm"], ranges["sglang"]
+    table = json.dumps(vllm_setting(vllm)["num_speculative_tokens_per_batch_size"])
     return {
-        "vllm": ({**schedule, "num_speculative_tokens_per_batch_size": json.dumps(vllm)},
-                 fixed_settings(k_max)),
-        "tensorrt-llm": ({**schedule, "draft_len_schedule": json.dumps(trt)},
+        "vllm": ({"policy": "batch-schedule", "num_speculative_tokens": top_k(vllm),
+                  "num_speculative_tokens_per_batch_size": table}, fixed_settings(k_max)),
+        "tensorrt-llm": ({"policy": "batch-schedule", "num_speculative_tokens": top_k(trt),
+                          "draft_len_schedule": json.dumps(trt_setting(trt)["draft_len_schedule"])},
                          fixed_settings(k_max)),
-        "sglang": ({"policy": "ema-adaptive", "num_speculative_tokens": top_k(ranges),
-                    "speculative_adaptive_config": json.dumps(sglang_setting(ranges))},
+        "sglang": ({"policy": "ema-adaptive", "num_speculative_tokens": top_k(sglang),
+                    "speculative_adaptive_config": json.dumps(sglang_setting(sglang))},
                    {"policy": "ema-adaptive", "num_speculative_tokens": k_max}),
     }
 
@@ -221,7 +239,8 @@ def choose(question: TuneQuestion, run: Callable) -> list[dict]:
             for (lo, hi), by_k in table.items()]
 
 
-def validate(question: TuneQuestion, ranges: list[tuple[int, int, int]], run: Callable) -> dict:
+def validate(question: TuneQuestion, ranges: dict[str, list[tuple[int, int, int]]],
+             run: Callable) -> dict:
     """Step 3: fixed K, each engine's setting (taxed) and default at every load."""
     base = {**question.base, "max_num_seqs": question.max_num_seqs}
     ks = range(question.k_max + 1)
@@ -264,24 +283,25 @@ def tune(question: TuneQuestion, run: Callable) -> dict:
     """The report (module docstring): chosen buckets, emitted settings, validation, verdicts.
     run(fields_list, taxes=None) -> summaries, in order."""
     chosen = choose(question, lambda fields: run(fields, None))
-    ranges = merge((b["lo"], b["hi"], b["k"]) for b in chosen)
+    ranges = engine_ranges(chosen)
     check = validate(question, ranges, run)
     best = check["fixed"][str(check["best_fixed_k"])]
     lines = paste_lines(ranges)
-    speculates = any(k for *_, k in ranges)
     engines = {}
     for engine in ENGINES:
-        scores = check["engines"][engine]
-        wins = speculates and len(ranges) > 1 and verdict(scores["setting"], best)
+        scores, own = check["engines"][engine], ranges[engine]
+        # a one-range schedule is a fixed K; an all-zero one is no speculation
+        wins = (any(k for *_, k in own) and len(own) > 1
+                and verdict(scores["setting"], best))
         engines[engine] = {
-            "setting": lines[engine], "wins": wins,
+            "setting": lines[engine], "ranges": [list(r) for r in own], "wins": bool(wins),
             "vs_best_fixed_pct": [100 * (s / b - 1) for s, b in zip(scores["setting"], best)],
             "default_vs_best_fixed_pct": [100 * (s / b - 1)
                                           for s, b in zip(scores["default"], best)],
             "advice": lines[engine] if wins else fixed_advice(engine, check["best_fixed_k"])}
     return {"question": {**question.base, "max_num_seqs": question.max_num_seqs,
                          "k_max": question.k_max, "tax": question.tax},
-            "buckets": chosen, "ranges": [list(r) for r in ranges], **check,
+            "buckets": chosen, "ranges": [list(r) for r in ranges["vllm"]], **check,
             "engines_verdict": engines}
 
 

@@ -14,6 +14,7 @@ from specbatch.analysis.tune import (
     TaxedCost,
     TuneQuestion,
     buckets,
+    engine_ranges,
     merge,
     paste_lines,
     simulate_fields,
@@ -34,6 +35,7 @@ from specbatch.simulator.schedules import (
 from tests.simulator.helpers import LinearCost
 
 RANGES = [(1, 1, 4), (2, 4, 3), (5, 16, 1), (17, 64, 0)]
+LINES = paste_lines({"vllm": RANGES, "tensorrt-llm": RANGES, "sglang": RANGES})
 WANT = {n: next(k for lo, hi, k in RANGES if lo <= n <= hi) for n in range(1, 65)}
 
 
@@ -52,7 +54,7 @@ def flag_value(line: str, flag: str) -> str:
 def test_vllm_setting_parses_back_through_vllms_rules():
     """validate_and_normalize_dynamic_sd_schedule + build_dynamic_sd_schedule_lookup
     (simulator.schedules): the dense table gives every batch size its bucket's K."""
-    spec = json.loads(flag_value(paste_lines(RANGES)["vllm"], "--speculative-config"))
+    spec = json.loads(flag_value(LINES["vllm"], "--speculative-config"))
     assert spec["num_speculative_tokens"] == 4
     entries = parse_vllm_table(json.dumps(spec["num_speculative_tokens_per_batch_size"]),
                                "test", "num_speculative_tokens_per_batch_size")
@@ -61,16 +63,32 @@ def test_vllm_setting_parses_back_through_vllms_rules():
 
 
 def test_tensorrt_setting_parses_back_through_get_draft_len_for_batch_size():
-    line = paste_lines(RANGES)["tensorrt-llm"]
+    line = LINES["tensorrt-llm"]
     spec = json.loads(line.removeprefix("speculative_config: "))
     schedule = parse_trt_schedule(json.dumps(spec["draft_len_schedule"]), "test",
                                   "draft_len_schedule", spec["max_draft_len"])
     assert {n: trt_draft_len(schedule, n) for n in range(1, 65)} == WANT
+    # validate_draft_len_schedule_and_sort (tensorrt_llm/llmapi/llm_args.py): the smallest
+    # key's draft length is max_draft_len, and none is larger
+    assert schedule[min(schedule)] == spec["max_draft_len"] >= max(schedule.values())
+
+
+def test_tensorrt_ranges_never_exceed_the_first_buckets_k():
+    """Batch 1 wants K = 0, larger batches K = 2: vLLM and SGLang take that, TensorRT-LLM's
+    rule (smallest key = max_draft_len) caps every bucket at 0: no schedule."""
+    chosen = [{"lo": 1, "hi": 1, "k": 0, "throughput": {"0": 5.0, "1": 4.0, "2": 3.0}},
+              {"lo": 2, "hi": 4, "k": 2, "throughput": {"0": 5.0, "1": 6.0, "2": 7.0}},
+              {"lo": 5, "hi": 8, "k": 1, "throughput": {"0": 5.0, "1": 6.0, "2": 5.5}}]
+    ranges = engine_ranges(chosen)
+    assert ranges["vllm"] == ranges["sglang"] == [(1, 1, 0), (2, 4, 2), (5, 8, 1)]
+    assert ranges["tensorrt-llm"] == [(1, 8, 0)]
+    chosen[0]["k"], chosen[0]["throughput"]["1"] = 1, 9.0
+    assert engine_ranges(chosen)["tensorrt-llm"] == [(1, 8, 1)]
 
 
 def test_sglang_setting_routes_every_batch_size_to_its_k():
     """_load_adaptive_config's slots, AdaptiveStepRouter's largest key <= n, one candidate."""
-    line = paste_lines(RANGES)["sglang"]
+    line = LINES["sglang"]
     text = flag_value(line, "--speculative-adaptive-config")
     assert "--speculative-adaptive" in shlex.split(line)
     slots = parse_sglang_config(text, "test", "speculative_adaptive_config")
