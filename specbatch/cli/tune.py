@@ -150,6 +150,9 @@ def format_report(report: dict) -> str:
              f"max_num_seqs {q['max_num_seqs']}, K <= {q['k_max']}, tax {q['tax']:g}",
              "chosen K per batch size: " + ", ".join(f"{lo}-{hi}:{k}"
                                                      for lo, hi, k in report["ranges"]),
+             *(f"{engine} within its rules: " + ", ".join(f"{lo}-{hi}:{k}" for lo, hi, k in v["ranges"])
+               for engine, v in report["engines_verdict"].items()
+               if v["ranges"] != report["ranges"]),
              f"best fixed K over the loads: {report['best_fixed_k']}",
              "loads: " + ", ".join(f"{x} req/s" if x != "burst" else x
                                    for x in report["loads"]),
