@@ -187,10 +187,11 @@ def paste_lines(ranges: dict[str, list[tuple[int, int, int]]]) -> dict[str, str]
 def engine_runs(ranges: dict[str, list[tuple[int, int, int]]], k_max: int
                 ) -> dict[str, tuple[dict, dict]]:
     """Each engine's (emitted setting, default) as simulator fields, applied as it applies
-    them (module docstring, step 3)."""
+    them (module docstring, step 3); a one-range setting runs as that fixed K (the same steps:
+    every batch size drafts K)."""
     vllm, trt, sglang = ranges["vllm"], ranges["tensorrt-llm"], ranges["sglang"]
     table = json.dumps(vllm_setting(vllm)["num_speculative_tokens_per_batch_size"])
-    return {
+    runs = {
         "vllm": ({"policy": "batch-schedule", "num_speculative_tokens": top_k(vllm),
                   "num_speculative_tokens_per_batch_size": table}, fixed_settings(k_max)),
         "tensorrt-llm": ({"policy": "batch-schedule", "num_speculative_tokens": top_k(trt),
@@ -200,16 +201,28 @@ def engine_runs(ranges: dict[str, list[tuple[int, int, int]]], k_max: int
                     "speculative_adaptive_config": json.dumps(sglang_setting(sglang))},
                    {"policy": "ema-adaptive", "num_speculative_tokens": k_max}),
     }
+    for engine, own in ranges.items():  # one range is one K at every batch size: fixed K
+        if len(own) == 1:
+            runs[engine] = (fixed_settings(own[0][2]), runs[engine][1])
+    return runs
+
+
+#: Traces loaded by this process, by the fields that name them (a tune reads one trace; the
+#: files do not change while it runs).
+_TRACES: dict[tuple, Any] = {}
 
 
 def simulate_fields(fields: dict, tax: float = 0.0) -> dict:
     """One run's summary (a worker process's job); ``tax`` > 0 prices it with TaxedCost."""
     from specbatch.simulator.config import load_config
-    from specbatch.simulator.run import build_cost, simulate
+    from specbatch.simulator.run import build_cost, load_trace, simulate
 
     config = load_config(None, **fields)
+    key = (config.trace, config.synth_alpha, config.seed if config.trace == "synth" else None)
+    if key not in _TRACES:
+        _TRACES[key] = load_trace(config)
     cost = taxed(build_cost(config), tax) if tax else None
-    return simulate(config, cost_model=cost).summary
+    return simulate(config, _TRACES[key], cost_model=cost).summary
 
 
 def score(summary: dict, load: Any) -> float:
@@ -282,6 +295,7 @@ def verdict(setting: list[float], best: list[float]) -> bool:
 def tune(question: TuneQuestion, run: Callable) -> dict:
     """The report (module docstring): chosen buckets, emitted settings, validation, verdicts.
     run(fields_list, taxes=None) -> summaries, in order."""
+    run = deduplicated(run)
     chosen = choose(question, lambda fields: run(fields, None))
     ranges = engine_ranges(chosen)
     check = validate(question, ranges, run)
@@ -303,6 +317,23 @@ def tune(question: TuneQuestion, run: Callable) -> dict:
                          "k_max": question.k_max, "tax": question.tax},
             "buckets": chosen, "ranges": [list(r) for r in ranges["vllm"]], **check,
             "engines_verdict": engines}
+
+
+def deduplicated(run: Callable) -> Callable:
+    """``run`` computing each distinct (fields, tax) once per tune (vLLM's and TensorRT-LLM's
+    defaults are the fixed ``k_max`` run; runs are deterministic, so a repeat is a copy)."""
+    done: dict[str, dict] = {}
+
+    def once(fields_list: list[dict], taxes: list[float] | None = None) -> list[dict]:
+        taxes = taxes or [0.0] * len(fields_list)
+        keys = [json.dumps([f, t], sort_keys=True) for f, t in zip(fields_list, taxes)]
+        todo = {k: (f, t) for k, f, t in zip(keys, fields_list, taxes) if k not in done}
+        if todo:
+            fresh = run([f for f, _ in todo.values()], [t for _, t in todo.values()])
+            done.update(zip(todo, fresh))
+        return [done[k] for k in keys]
+
+    return once
 
 
 def fixed_advice(engine: str, k: int) -> str:

@@ -115,7 +115,7 @@ def test_taxed_roofline_keeps_and_scales_its_sums_fast_path():
 
 
 def test_a_taxed_run_takes_exactly_one_plus_tax_times_as_long_per_pass():
-    fields = {"trace": "tiny", "requests": 8, "max_num_seqs": 4, "policy": "fixed",
+    fields = {"trace": "synth", "requests": 8, "max_num_seqs": 4, "policy": "fixed",
               "num_speculative_tokens": 2, "arrival": "burst"}
     plain, slow = simulate_fields(fields), simulate_fields(fields, 0.25)
     assert slow["target_time"] == pytest.approx(1.25 * plain["target_time"], rel=1e-12)

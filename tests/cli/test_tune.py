@@ -6,14 +6,28 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from specbatch.cli import main
-from tests.cli.oneline import assert_one_line_error, run_cli, run_main
+from tests.cli.oneline import assert_one_line_error, run_cli, run_json, run_main
 
-TINY = ["--max-num-seqs", "2", "--k-max", "1", "--requests", "8", "--rates", "0.5",
-        "--workers", "1"]
+TINY = ["--max-num-seqs", "2", "--k-max", "1", "--requests", "4", "--rates", "0.5",
+        "--prompt-len", "fixed:8", "--output-len", "fixed:8", "--workers", "1"]
 
 
-def test_json_is_one_object_and_reruns_are_identical(tmp_path, capsys):
+def test_one_json_object_and_the_out_folder(tmp_path, capsys):
+    """The smallest tune: batch cap 1 (one bucket), K <= 1."""
+    code, report = run_json(capsys, ["tune", "--out", str(tmp_path / "t"), *TINY[:1], "1",
+                                     *TINY[2:]])
+    assert code == 0 and report["ranges"] == report["engines_verdict"]["vllm"]["ranges"]
+    assert json.loads((tmp_path / "t" / "tune.json").read_text()) == report
+    lines = (tmp_path / "t" / "settings.txt").read_text().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["vllm", "tensorrt-llm", "sglang"]
+    assert not any(v["wins"] for v in report["engines_verdict"].values())  # one bucket
+
+
+@pytest.mark.slow
+def test_json_is_one_object_in_a_subprocess_and_reruns_are_identical(tmp_path, capsys):
     done = run_cli(["tune", "--out", str(tmp_path / "a"), *TINY, "--json"], cwd=tmp_path,
                    timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -25,7 +39,10 @@ def test_json_is_one_object_and_reruns_are_identical(tmp_path, capsys):
     assert len((tmp_path / "a" / "settings.txt").read_text().splitlines()) == 3
     assert main(["tune", "--out", str(tmp_path / "b"), *TINY]) == 0
     assert "best fixed K" in capsys.readouterr().out
-    assert (tmp_path / "b" / "tune.json").read_text() == (tmp_path / "a" / "tune.json").read_text()
+    again = json.loads((tmp_path / "b" / "tune.json").read_text())
+    paths = [r["question"].pop("workload") for r in (report, again)]  # OUT/workload.csv
+    assert again == report  # bit-identical numbers
+    assert [open(p).read() for p in paths] == [open(paths[0]).read()] * 2
 
 
 def test_a_folder_holding_something_else_is_refused(tmp_path, capsys):
