@@ -187,8 +187,8 @@ def paste_lines(ranges: dict[str, list[tuple[int, int, int]]]) -> dict[str, str]
 def engine_runs(ranges: dict[str, list[tuple[int, int, int]]], k_max: int
                 ) -> dict[str, tuple[dict, dict]]:
     """Each engine's (emitted setting, default) as simulator fields, applied as it applies
-    them (module docstring, step 3); a one-range setting runs as that fixed K (the same steps:
-    every batch size drafts K)."""
+    them (module docstring, step 3); a one-range setting of K >= 1 runs as that fixed K (the
+    same steps: every batch size drafts K)."""
     vllm, trt, sglang = ranges["vllm"], ranges["tensorrt-llm"], ranges["sglang"]
     table = json.dumps(vllm_setting(vllm)["num_speculative_tokens_per_batch_size"])
     runs = {
@@ -202,7 +202,7 @@ def engine_runs(ranges: dict[str, list[tuple[int, int, int]]], k_max: int
                    {"policy": "ema-adaptive", "num_speculative_tokens": k_max}),
     }
     for engine, own in ranges.items():  # one range is one K at every batch size: fixed K
-        if len(own) == 1:
+        if len(own) == 1 and own[0][2] > 0:  # (K = 0 under a schedule still prefills the draft)
             runs[engine] = (fixed_settings(own[0][2]), runs[engine][1])
     return runs
 
