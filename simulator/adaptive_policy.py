@@ -111,7 +111,7 @@ class VllmAdaptive(Tetris):
         self.previous: dict[int, np.ndarray] = {}  # next trace row -> that request's survival
         self.rows: np.ndarray | None = None
         self.last: np.ndarray | None = None
-        #: B* of every step, for the gap analysis (analysis.adaptive_gap)
+        #: B* of every step (inspection and tests)
         self.budgets: list[int] = []
 
     def price_verification(self, sampler: Any) -> None:
