@@ -1,8 +1,8 @@
 """How far vLLM's adaptive verification is from the per-step optimum, and what each of its
 shortcuts costs (issue 36 §2; docs/policies.md, "vLLM's adaptive verification").
 
-For every bundled real chain trace, batch cap ``max_num_seqs`` and load, the arms below run on
-one paired replay set (``calibration_split = 0.25`` for all, seed 0, common random numbers):
+For every bundled real chain trace, batch cap ``max_num_seqs``, load and seed, the arms below
+run on one paired replay set (``calibration_split = 0.25`` for all, common random numbers):
 
 - ``vllm-adaptive`` as vLLM ships it (stale confidences, profiled tables, raw confidence), then
   one shortcut switched off at a time, cumulatively: fresh confidences; exact step costs;
@@ -21,7 +21,9 @@ The attribution is the sequence of differences: staleness (fresh − shipped), t
 tables (exact − fresh), calibration (learned − exact), the remaining estimate error (optimum −
 learned), and the B rule against a fixed budget (shipped − best TETRIS, same raw confidences).
 
-Run: ``python -m specbatch.analysis.adaptive_gap [--quick] [--jobs N] [--figure PATH]``.
+Run: ``python -m specbatch.analysis.adaptive_gap [--quick] [--seeds N] [--jobs N]
+[--figure PATH] [--json]`` (several seeds: each seed's cell is paired within itself, the
+table shows the means over seeds).
 """
 
 from __future__ import annotations
@@ -77,18 +79,18 @@ class Cell:
     trace: str
     size: int
     load: str
+    seed: int = 0
 
 
 def run_one(settings: dict) -> dict:
-    """One simulation's summary (a worker process's job)."""
-    from specbatch.simulator.config import load_config
-    from specbatch.simulator.run import simulate
+    """One simulation's summary (a worker process's job; each process reads a trace once)."""
+    from specbatch.analysis.tune import simulate_fields
 
-    return simulate(load_config(None, **settings)).summary
+    return simulate_fields(settings)
 
 
 def cell_settings(cell: Cell, rate: float | None) -> dict:
-    out = {**BASE, "trace": cell.trace, "max_num_seqs": cell.size,
+    out = {**BASE, "seed": cell.seed, "trace": cell.trace, "max_num_seqs": cell.size,
            "requests": max(32, 2 * cell.size), "arrival": cell.load}
     if cell.load == "poisson":
         out["rate"] = rate
@@ -110,7 +112,7 @@ def runs_of_cell(cell: Cell, rate: float | None) -> list[tuple[str, dict]]:
 
 def ar_rate(cell: Cell) -> float:
     """The poisson rate: LOAD_FRACTION × ar's burst throughput / mean output tokens."""
-    summary = run_one({**cell_settings(Cell(cell.trace, cell.size, "burst"), None),
+    summary = run_one({**cell_settings(Cell(cell.trace, cell.size, "burst", cell.seed), None),
                        "policy": "ar"})
     return LOAD_FRACTION * summary["throughput"] / (summary["tokens"] / summary["requests"])
 
@@ -133,7 +135,7 @@ def evaluate(cells: list[Cell], jobs: int) -> list[dict]:
                          if a.startswith(fam + "|")) for fam in FAMILIES}
         ref = best["fixed"][0]
         row = {"trace": cell.trace, "max_num_seqs": cell.size, "load": cell.load,
-               "best_fixed": best["fixed"][1]}
+               "seed": cell.seed, "best_fixed": best["fixed"][1]}
         for arm, _ in CHAIN:
             row[arm] = 100 * (got[arm] / ref - 1)
         for fam in ("tetris", "tetris learned"):
@@ -141,6 +143,21 @@ def evaluate(cells: list[Cell], jobs: int) -> list[dict]:
         row["dsd"] = 100 * (got["dsd"] / ref - 1)
         rows.append(row)
     return rows
+
+
+def average(rows: list[dict]) -> list[dict]:
+    """Rows of the same trace, cap and load averaged over seeds (each seed's numbers are
+    paired within the seed); ``best_fixed`` lists each seed's best k, ``seeds`` counts them."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["trace"], row["max_num_seqs"], row["load"]), []).append(row)
+    out = []
+    for (trace, size, load), group in groups.items():
+        mean = {c: sum(r[c] for r in group) / len(group) for c in COLUMNS}
+        ks = "/".join(r["best_fixed"].split("=")[1] for r in group)
+        out.append({"trace": trace, "max_num_seqs": size, "load": load, "seeds": len(group),
+                    "best_fixed": f"fixed k={ks}", **mean})
+    return out
 
 
 def attribution(row: dict) -> dict:
@@ -200,18 +217,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one trace, caps 1 and 16")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--figure", help="write the figure (PNG) here")
-    parser.add_argument("--json", action="store_true", help="print the rows as one JSON object")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 (default 1)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the per-seed rows and their means as one JSON object")
     args = parser.parse_args(argv)
     traces, sizes = (TRACES[:1], (1, 16)) if args.quick else (TRACES, SIZES)
-    cells = [Cell(t, s, load) for t in traces for s in sizes for load in LOADS]
+    cells = [Cell(t, s, load, seed) for seed in range(args.seeds) for t in traces
+             for s in sizes for load in LOADS]
     rows = evaluate(cells, args.jobs)
+    mean = average(rows)
     if args.figure:
-        figure(rows, args.figure)
+        figure(mean, args.figure)
     if args.json:
-        json.dump({"rows": rows}, sys.stdout)
+        json.dump({"rows": rows, "mean": mean}, sys.stdout)
         print()
     else:
-        print(table(rows))
+        print(table(mean))
     return 0
 
 
