@@ -169,7 +169,9 @@ class VllmAdaptive(Tetris):
 
     def observe(self, verified: np.ndarray, accepted: np.ndarray) -> None:
         """Remember each request's survival under the trace row it decodes next (its row
-        moves by the τ + 1 tokens it emits)."""
+        moves by the τ + 1 tokens it emits). A request whose replay wraps past its recorded
+        output lands on another row and counts as new; two simulated requests replaying the
+        same trace row share its entry."""
         if not self.stale or self.rows is None:
             return
         following = self.rows + accepted + 1
