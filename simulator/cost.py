@@ -67,7 +67,21 @@ def build_profiled(hardware: str, target: str, draft: str, tp: int, profile: str
                        draft=draft, device=hardware)
 
 
-COST_MODELS = {"roofline": build_roofline, "profiled": build_profiled}
+def build_calibrated(hardware: str, target: str, draft: str, tp: int, profile: str | None,
+                     execution: str = DEFAULT_EXECUTION,
+                     draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0):
+    """The calibrated model (simulator.calibrated): a profile cell where one covers a role's
+    (GPU, tp, layer shape): ``profile``'s (a folder from ``specbatch cost import-vidur``) first,
+    then the bundled Vidur table's; the calibrated roofline elsewhere."""
+    from specbatch.simulator.calibrated import CalibratedCost
+
+    return CalibratedCost(get_hardware(hardware), get_shape(target), get_shape(draft), tp=tp,
+                          execution=execution, draft_weight_bits=draft_weight_bits,
+                          profile=profile, routing_skew=routing_skew)
+
+
+COST_MODELS = {"roofline": build_roofline, "profiled": build_profiled,
+               "calibrated": build_calibrated}
 
 
 def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str = "vicuna-33b",
@@ -76,7 +90,8 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
                      execution: str = DEFAULT_EXECUTION,
                      draft_weight_bits: int = FULL_WEIGHT_BITS,
                      routing_skew: float = 0.0) -> CostModel:
-    """Build a cost model by name (``COST_MODELS``): "roofline" or "profiled" (needs ``profile``).
+    """Build a cost model by name (``COST_MODELS``): "roofline", "profiled" (needs ``profile``)
+    or "calibrated" (simulator.calibrated: bundled public profiles + calibrated roofline).
 
     ``execution`` picks the roofline's launch-latency preset (``hardware.EXECUTIONS``: the
     default "cuda_graph", or "eager"); it is validated for both models, used by the roofline.
@@ -114,6 +129,10 @@ def free_draft_model(builder, hardware: str, target: str, tp: int, profile: str 
                             device=hardware, roles=("target",))
         return FreeDraftCost(inner)
     hw, shape = get_hardware(hardware), get_shape(target)
+    if builder is build_calibrated:
+        inner = build_calibrated(hardware, target, target, tp, profile, execution,
+                                 routing_skew=routing_skew)
+        return FreeDraftCost(inner, lambda u=0.9: memory_kv_tokens(hw, shape, None, tp, u))
     inner = RooflineCost(hw, shape, shape, tp=tp, execution=execution, routing_skew=routing_skew)
     return FreeDraftCost(inner, lambda u=0.9: memory_kv_tokens(hw, shape, None, tp, u))
 
@@ -137,7 +156,7 @@ def weight_bits_notes(config, trace) -> tuple[str, ...]:
     the note names the knob. A quantised price on a trace whose draft is recorded at full
     precision (a model identity in meta.json without ``quantized``) is noted too: its
     acceptance is that draft's, not a quantised one's."""
-    if config.cost != "roofline" or str(config.draft).lower() in FREE_DRAFTS:
+    if config.cost not in ("roofline", "calibrated") or str(config.draft).lower() in FREE_DRAFTS:
         return ()
     bits = int(config.draft_weight_bits)
     recorded = recorded_quantization(trace)

@@ -35,6 +35,7 @@ from specbatch.simulator.cost import (
     prefill_time,
     step_split,
 )
+from specbatch.simulator.cost_report import PARTS, cost_sources, row_breakdowns, source_line
 from specbatch.simulator.hardware import (
     DEFAULT_EXECUTION,
     DEFAULT_SAMPLER,
@@ -80,6 +81,29 @@ def register(subparsers) -> None:
     add_json_flag(fit)
     fit.set_defaults(func=run_fit)
 
+    imp = verbs.add_parser(
+        "import-vidur", help="import GPU profiles in Vidur's layout for --cost calibrated",
+        description="Read Vidur-layout profiles (compute/<gpu>/<org>/<model>/mlp.csv, "
+                    "network/<cluster>/{all_reduce,send_recv}.csv, e.g. Vidur's "
+                    "data/profiling or your own profiler run) into compute.parquet, "
+                    "network.parquet and PROVENANCE.json (medians and std per op and token "
+                    "count); `cost show --cost calibrated --profile OUT` then prices the "
+                    "cells it covers.",
+        epilog=example("specbatch cost import-vidur vidur/data/profiling --out my-profiles",
+                       "specbatch cost show --cost calibrated --profile my-profiles "
+                       "--target vicuna-7b"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    imp.add_argument("folder", metavar="DIR", help="Vidur-layout profile folder")
+    imp.add_argument("--out", required=True, help="output folder (new, empty, or an earlier "
+                     "import of the same files)")
+    imp.add_argument("--repository", help="where the profiles come from (provenance)")
+    imp.add_argument("--commit", help="the source's commit (provenance)")
+    imp.add_argument("--licence", help="the source's licence (provenance)")
+    imp.add_argument("--force", action="store_true", help="replace an earlier import")
+    add_json_flag(imp)
+    imp.set_defaults(func=run_import)
+
     show = verbs.add_parser(
         "show", help="print draft/target step times across batch sizes",
         description="Print the step time of one draft pass (1 token per request), one target "
@@ -89,8 +113,11 @@ def register(subparsers) -> None:
                        "specbatch cost show --hardware h200 --batch 64 --kv 512 --json"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    show.add_argument("--cost", default="roofline", choices=("roofline", "profiled"))
-    show.add_argument("--profile", help="latency profile for --cost profiled")
+    show.add_argument("--cost", default="roofline", choices=("roofline", "profiled", "calibrated"),
+                      help="cost model (default %(default)s; calibrated: bundled public GPU "
+                           "profiles + calibrated roofline, simulator/calibrated.py)")
+    show.add_argument("--profile", help="latency profile for --cost profiled, or a "
+                      "`cost import-vidur` folder for --cost calibrated")
     show.add_argument("--hardware", default="h100", help=f"one of {', '.join(HARDWARE)}")
     show.add_argument("--target", default="vicuna-33b", help="target model shape")
     show.add_argument("--draft", default="vicuna-68m", help="draft model shape")
@@ -149,6 +176,24 @@ def run_fit(args) -> int:
     return 0
 
 
+def run_import(args) -> int:
+    from specbatch.traces.public_profiles import import_vidur, write_public_profiles
+
+    source = {k: v for k, v in (("repository", args.repository), ("commit", args.commit),
+                                ("licence", args.licence)) if v}
+    profiles = import_vidur(args.folder, source or None)
+    write_public_profiles(profiles, args.out, force=args.force)
+    c, n = profiles.compute, profiles.network
+    out = {"out": str(args.out), "compute_rows": len(c), "network_rows": len(n),
+           "gpus": sorted(c["gpu"].unique()), "models": sorted(c["model"].unique()),
+           "clusters": sorted(n["cluster"].unique()) if len(n) else [],
+           "files": len(profiles.provenance["files"])}
+    emit(out, args.json, f"wrote {args.out}/: {len(c)} compute rows ({', '.join(out['gpus'])}; "
+                         f"{len(out['models'])} models), {len(n)} collective rows from "
+                         f"{out['files']} files")
+    return 0
+
+
 def show_sampler(args):
     """The rejection sampler ``cost show`` prices (dense draft rows, the target shape's
     vocabulary); None for ``--verify-cost none`` or a target that is not a known shape."""
@@ -156,6 +201,21 @@ def show_sampler(args):
         return None
     return build_verify_cost(args.verify_cost, args.verify, args.hardware,
                              SHAPES[args.target.lower()].vocab)
+
+
+def split_lines(row: dict, k: int) -> list[str]:
+    """The text of one row's breakdown (its passes' seconds per part, in ms)."""
+    split = row["breakdown"]
+    if all(v is None for v in split.values()):
+        return [f"batch {row['batch']}: no per-part split (a fitted law of the whole pass)"]
+    lines = [f"where the time goes at batch {row['batch']} (ms): "
+             + " + ".join(PARTS) + " = pass"]
+    for name, parts in split.items():
+        label = name if name != "target_verify" else f"target_verify (k+1={k + 1})"
+        if parts is not None:
+            lines.append(f"  {label:<22} " + " + ".join(f"{1e3 * parts[p]:.3f}" for p in PARTS)
+                         + f" = {1e3 * sum(parts.values()):.3f}")
+    return lines
 
 
 def moe_line(model, args) -> tuple[str, dict] | None:
@@ -187,6 +247,9 @@ def run_show(args) -> int:
                              draft_weight_bits=args.draft_weight_bits,
                              routing_skew=args.routing_skew)
     rows = pass_times(model, args.batch, args.kv, args.k)
+    for row in rows:
+        row["breakdown"] = row_breakdowns(model, row["batch"], args.kv, args.k)
+    sources = cost_sources(model)
     sampler = show_sampler(args)
     split = [step_split(model, b, args.kv, args.k, sampler) for b in args.batch]
     execution = execution_info(model)
@@ -195,7 +258,8 @@ def run_show(args) -> int:
            "draft": args.draft, "tp": args.tp, "kv": args.kv, "k": args.k,
            "overhead_s": model.overhead, "prefill_s": prefill, "prompt": args.prompt,
            "rows": rows, "step_split": split, "execution": execution, "verify": args.verify,
-           "verify_cost": args.verify_cost if sampler is not None else "none"}
+           "verify_cost": args.verify_cost if sampler is not None else "none",
+           "sources": sources}
     if isinstance(model, ProfiledCost):
         out["cv_mape"] = model.cv_mape
         out["warnings"] = mape_warnings(model)
@@ -221,6 +285,8 @@ def run_show(args) -> int:
         line = (f"{r['batch']:>6} {1e3 * r['draft_s']:>10.3f} {1e3 * r['target_decode_s']:>10.3f} "
                 f"{1e3 * r['target_verify_s']:>15.3f}")
         lines.append(line + (f"  {r['verify_bound']}" if "verify_bound" in r else ""))
+    lines.append(f"source: {source_line(sources)}")
+    lines += split_lines(rows[-1], args.k)
     lines.append(f"one speculative step at k={args.k} (ms): draft pass x {args.k} + verify + "
                  f"sampler ({args.verify}, {out['verify_cost']}) + overhead = step, draft %, "
                  "sampler %")

@@ -28,13 +28,12 @@ from specbatch.simulator.config import (
     check_settings_apply,
     load_config_given,
     specs,
-    to_toml,
 )
 from specbatch.simulator.fields import flag_help
 
 #: Summary keys printed in the text table, with units.
 TEXT_KEYS = (
-    ("trace", ""), ("policy", ""), ("verify", ""), ("k", ""), ("e", ""), ("requests", ""), ("tokens", ""), ("makespan", "s"),
+    ("trace", ""), ("policy", ""), ("verify", ""), ("k", ""), ("e", ""), ("requests", ""), ("held_out_requests", ""), ("tokens", ""), ("makespan", "s"),
     ("throughput", "tok/s"), ("speedup_vs_ar", "x"), ("e2e_mean", "s"), ("e2e_p50", "s"),
     ("e2e_p99", "s"), ("ttft_mean", "s"), ("tpot_mean", "s"), ("mal", "tok/step"),
     ("vsr", ""), ("draft_efficiency", ""), ("target_efficiency", "tok/s"),
@@ -84,7 +83,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from specbatch.simulator.run import simulate
+    from specbatch.simulator.run import RESULT_FILES, config_identity, simulate
 
     overrides = {name: getattr(args, name) for name in specs()
                  if getattr(args, name) is not None}
@@ -99,21 +98,18 @@ def run_command(args: argparse.Namespace) -> int:
     if args.out:
         with result_dir(args.out, "simulate", identity, force=args.force,
                         legacy=RESULT_FILES) as tmp:
-            result.write(tmp)
-    summary = jsonable(setting(config) | result.summary)
+            result.write_files(tmp)
+    summary = jsonable(setting(config) | result.summary | {"cost_source": run_sources(config)})
     emit(summary, args.json, text=None if args.json else format_summary(summary, args.out))
     return 0
 
 
-#: The files of a simulate result (an older result without a marker holds only these).
-RESULT_FILES = ("requests.parquet", "steps.parquet", "summary.json", "config.toml")
+def run_sources(config: SimConfig) -> dict:
+    """Which source priced the target's and the draft's passes (simulator.cost_report)."""
+    from specbatch.simulator.cost_report import cost_sources
+    from specbatch.simulator.run import build_cost
 
-
-def config_identity(config: SimConfig) -> str:
-    """The hash of a run's resolved config: reruns of it may replace each other's results."""
-    import hashlib
-
-    return hashlib.sha256(to_toml(config).encode()).hexdigest()[:20]
+    return cost_sources(build_cost(config))
 
 
 def setting(config: SimConfig) -> dict:
@@ -135,6 +131,10 @@ def format_summary(summary: dict, out: str | None = None) -> str:
         else:
             text = str(value)
         lines.append(f"{key:<18} {text:>12} {unit}".rstrip())
+    if summary.get("cost_source"):
+        from specbatch.simulator.cost_report import source_line
+
+        lines.append(f"cost source: {source_line(summary['cost_source'])}")
     if out:
         lines.append(f"wrote {out}/ (requests.parquet, steps.parquet, summary.json, config.toml)")
     return "\n".join(lines)

@@ -7,6 +7,7 @@ object is created) bypasses ``sys.stdout``, so only the real file descriptor sho
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,6 +38,10 @@ CASES = [
     ("optimum tree", ["optimum", "tree", "--pair", "pair.json", "--tree", "2,1"]),
     ("cost show", ["cost", "show", "--batch", "1", "8"]),
     ("cost fit", ["cost", "fit", "profile.csv"]),
+    ("cost show calibrated", ["cost", "show", "--cost", "calibrated", "--batch", "1", "8"]),
+    ("cost import-vidur", ["cost", "import-vidur",
+                           str(Path(__file__).parents[1] / "traces/data/vidur_slice"),
+                           "--out", "vidur"]),
     ("trace info", ["trace", "info", "default"]),
     ("trace validate", ["trace", "validate", "default"]),
     ("trace synth", ["trace", "synth", "--out", "synth", "--requests", "4"]),

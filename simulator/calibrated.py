@@ -1,0 +1,535 @@
+"""The calibrated cost model (``cost = "calibrated"``): measured public profiles where they
+cover the pass, a roofline calibrated on them everywhere else.
+
+One forward pass of a role (L layers, tp GPUs, Q = Σq query tokens) is priced as a sum of five
+parts, each from the best source available (:meth:`CalibratedCost.sources` names them)::
+
+    t = layers(Q) + attention(q, c) + allreduce(Q) + lm_head(Q) + launch
+
+- ``layers``: every decoder layer's non-attention ops plus the input embedding, exactly what
+  Vidur's mlp.csv measures. Where the bundled table (traces.public_profiles, Vidur commit
+  7d47513) has a cell with this GPU, tp and per-layer shape (hidden, heads, KV heads, MLP
+  width; e.g. vicuna-7b = Llama-2-7B, llama-3.1-70b = Llama-2-70B), it is emb(Q) + L · block(Q)
+  made non-decreasing in Q (running maximum: the measured medians dip by a few % where the
+  GEMM kernel choice changes; a pass with more tokens is never priced cheaper) and
+  interpolated linearly in Q between measured token counts (beyond the last one, the edge
+  value times the calibrated law's growth). Otherwise the calibrated laws of
+  :mod:`simulator.calibrated_fit` (GEMM laws with their shape-neighbour correction, small-op
+  laws; fitted on all bundled models of the GPU; a GPU the
+  data do not cover borrows the nearest one's law with its datasheet peaks scaled:
+  h200 <- h100, l40s <- a40). A quantised draft (``draft_weight_bits`` < 16) is always priced
+  by the law, its weight bytes at bits/8 + 4/128 per projection weight.
+- MoE / MLA shapes (traces.shapes; THEORY.md §8) are never priced from a table cell: the
+  laws price their GEMMs as the roofline counts their bytes (:func:`sparse_gemms`): dense
+  attention and norms every layer; on the M MoE layers the router, the shared MLP and the
+  E_touched(Q) experts the pass touches (uniform routing or ``routing_skew``'s Zipf law, as
+  the roofline) as one grouped GEMM of Q k / E_touched rows per expert; MLA's attention
+  weights as one K = h GEMM. Expert parallelism is not modelled. Not validated against a
+  measured MoE or MLA pass.
+- ``attention``: analytic, max(F_attn / π, B_kv / β) with the roofline's attention FLOPs and
+  KV bytes (simulator.roofline's PassConstants: MLA's latent cache included) and the fitted
+  GEMM law's achieved π, β. ASSUMED: FlashAttention
+  / FlashInfer decode is memory-bound on KV bytes and reaches the bandwidth weight streaming
+  reaches; no per-kernel floor beyond the launch term. No measured attention source is
+  bundled (Vidur's attention.csv files are absent from its snapshot).
+- ``allreduce`` (tp > 1): two all-reduces of the b·h·Q-byte hidden state per layer. Up to
+  8 MiB on 2/4/6/8 GPUs vLLM runs its custom all-reduce (:data:`CUSTOM_AR_MAX_BYTES`), priced
+  by the roofline's latency + ring formula (ASSUMED: no measurement of it is bundled); above,
+  NCCL, read from Vidur's measured curve of the GPU's DGX cluster (h100_dgx, a100_dgx; the
+  median over half-octave size bins, made non-decreasing, interpolated log-log) for that world size; elsewhere the
+  roofline's formula.
+- ``lm_head``: the fitted GEMM law (the MLP-up law: both are N >> K) for K = h, N = V/tp over
+  all Q tokens (as the roofline: verification needs logits at every position).
+- ``launch``: the execution preset's floors (hardware.EXECUTIONS): ``cuda_graph`` adds
+  pass + L · layer latency; ``eager`` makes the pass max(GPU parts, host floor) by charging
+  max(0, floor − GPU parts) here. Vidur's per-op CUDA-event times hold no launch gaps.
+
+Validated errors (benchmarks/cost_vs_public.py, docs/simulate.md): read from
+``simulator/data/calibrated_validation.json`` (leave-one-shape-out for the laws, held-out
+token counts for the table cells) and reported with each source.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.calibrated_fit import (
+    EXTRA_PEAKS,
+    GEMMS,
+    SM_COUNT,
+    SMALL_OPS,
+    GpuFit,
+    LayerShape,
+    embedding_seconds,
+    fit_allreduce,
+    fit_from_dict,
+    fit_gpu,
+    gemm_seconds,
+    layer_seconds,
+    small_op_bytes,
+)
+from specbatch.simulator.cost_interface import ROLES, batch_sums
+from specbatch.simulator.hardware import (
+    DEFAULT_EXECUTION,
+    FULL_WEIGHT_BITS,
+    HARDWARE,
+    Hardware,
+    get_execution,
+    quantized_weight_bytes,
+)
+from specbatch.simulator.roofline import (
+    PassConstants,
+    check_weight_bits,
+    memory_kv_tokens,
+    pass_constants,
+)
+from specbatch.traces.public_profiles import OPS, load_public_profiles
+from specbatch.traces.shapes import ModelShape
+
+VALIDATION = Path(__file__).parent / "data" / "calibrated_validation.json"
+#: The laws fitted on every bundled model per GPU (benchmarks/cost_vs_public.py --write).
+LAWS = Path(__file__).parent / "data" / "calibrated_laws.json"
+#: vLLM's custom all-reduce (vllm/distributed/device_communicators/custom_all_reduce.py,
+#: ``CustomAllreduce.should_custom_ar``): used instead of NCCL for messages up to its
+#: ``max_size`` (8 MiB by default) on 2, 4, 6 or 8 NVLink-connected GPUs.
+CUSTOM_AR_MAX_BYTES = 8 * 1024 * 1024
+CUSTOM_AR_WORLDS = (2, 4, 6, 8)
+#: GPUs without bundled data borrow a covered GPU's law (module docstring).
+PROXY_GPU = {"h200": "h100", "l40s": "a40"}
+#: The Vidur cluster whose all-reduce curves price each GPU (single node, NVSwitch).
+CLUSTER = {"h100": "h100_dgx", "a100": "a100_dgx"}
+LAYER_OPS = tuple(op for op in OPS if op != "emb")
+
+
+def gpu_peaks(gpu: str) -> tuple[float, float]:
+    """(datasheet dense bf16 FLOP/s, memory bytes/s) of ``gpu``."""
+    if gpu in HARDWARE:
+        return HARDWARE[gpu].peak_flops, HARDWARE[gpu].mem_bw
+    return EXTRA_PEAKS[gpu]
+
+
+@functools.lru_cache(maxsize=1)
+def stored_laws() -> dict:
+    """gpu -> :class:`GpuFit` from :data:`LAWS` ({} when absent: fit at first use)."""
+    try:
+        records = json.loads(LAWS.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {r["gpu"]: fit_from_dict(r) for r in records.get("gpus", [])}
+
+
+@functools.lru_cache(maxsize=8)
+def fitted_gpu(gpu: str) -> GpuFit:
+    """The calibrated laws of ``gpu`` fitted on every bundled model measured on it (stored
+    in :data:`LAWS`, refitted when absent); a GPU without data gets its proxy's law with β
+    and π scaled by the datasheet ratios."""
+    source = PROXY_GPU.get(gpu, gpu)
+    fit = stored_laws().get(source)
+    if fit is None:
+        profiles = load_public_profiles()
+        if source not in set(profiles.compute["gpu"]):
+            raise SpecbatchError(f"cost 'calibrated': no public profile or proxy for hardware "
+                                 f"{gpu!r}; expected one of h100, a100, a40, "
+                                 f"{', '.join(PROXY_GPU)}")
+        fit = fit_gpu(profiles.compute, source, gpu_peaks(source))
+    if source == gpu:
+        return fit
+    (f0, b0), (f1, b1) = gpu_peaks(source), gpu_peaks(gpu)
+    gemm = {op: replace(law, bandwidth=law.bandwidth * b1 / b0, flops=law.flops * f1 / f0,
+                        sms=SM_COUNT[gpu]) for op, law in fit.gemm.items()}  # same corrections
+    return replace(fit, gpu=gpu, gemm=gemm)
+
+
+@functools.lru_cache(maxsize=8)
+def allreduce_curve(gpu: str, world: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(half-octave size bins' median bytes [bins], median seconds [bins]) of the measured NCCL
+    all-reduce of ``world`` GPUs in ``gpu``'s DGX cluster, or None where not measured."""
+    net = load_public_profiles().network
+    cluster = CLUSTER.get(gpu)
+    rows = net[(net["cluster"] == cluster) & (net["collective"] == "all_reduce")
+               & (net["world"] == world)]
+    if cluster is None or rows.empty:
+        return None
+    size = rows["size_bytes"].to_numpy(dtype=np.float64)
+    secs = 1e-3 * rows["median_ms"].to_numpy(dtype=np.float64)
+    bins = np.floor(2 * np.log2(size)).astype(int)  # half-octave bins
+    keys = np.unique(bins)
+    sizes = np.array([np.median(size[bins == b]) for b in keys])  # [bins]
+    times = np.array([np.median(secs[bins == b]) for b in keys])  # [bins]
+    return sizes, np.maximum.accumulate(times)  # a larger message never costs less
+
+
+def curve_seconds(curve: tuple[np.ndarray, np.ndarray], nbytes: float) -> float:
+    """The curve at ``nbytes``: log-log interpolation, linear in bytes beyond its edges'
+    fitted law (t = α + s/γ)."""
+    sizes, times = curve
+    if nbytes <= sizes[0]:
+        return float(times[0])
+    if nbytes >= sizes[-1]:
+        law = fit_allreduce(sizes[-4:], times[-4:])
+        return float(times[-1] + (nbytes - sizes[-1]) / law.bandwidth)
+    return float(np.exp(np.interp(np.log(nbytes), np.log(sizes), np.log(times))))
+
+
+@functools.lru_cache(maxsize=1)
+def validation() -> dict:
+    """The validated errors benchmarks/cost_vs_public.py wrote ({} when absent)."""
+    try:
+        return json.loads(VALIDATION.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def sparse(shape: ModelShape) -> bool:
+    """A shape outside the public table's dense family (MoE, MLA, explicit head_dim)."""
+    return bool(shape.is_moe or shape.is_mla or shape.attention_head_dim)
+
+
+def sparse_gemms(shape: ModelShape, tp: int, q: float, touched: float) -> list:
+    """(law, Q rows, K, N, layers) of every GEMM of a MoE / MLA / explicit-head_dim shape's
+    decoder layers (module docstring): attention as QKV + O (MLA: one GEMM of its
+    attention weights, K = h); dense layers' MLP; on each of the M MoE layers the router,
+    the shared MLP and the E_touched routed experts as one grouped GEMM of Q k / E_touched
+    rows each (same weight bytes and FLOPs as the experts the pass touches)."""
+    h, L, M = shape.hidden, shape.layers, shape.moe_layers if shape.is_moe else 0
+    out = []
+    if shape.is_mla:
+        out.append(("attn_pre_proj", q, h, shape.attention_params / h / tp, L))
+    else:
+        d_kv = shape.kv_heads * shape.head_dim
+        out.append(("attn_pre_proj", q, h, (shape.q_width + 2 * d_kv) / tp, L))
+        out.append(("attn_post_proj", q, shape.q_width / tp, h, L))
+    if L - M:
+        out.append(("mlp_up_proj", q, h, 2 * shape.intermediate / tp, L - M))
+        out.append(("mlp_down_proj", q, shape.intermediate / tp, h, L - M))
+    if M:
+        out.append(("mlp_up_proj", q, h, shape.experts, M))  # router, replicated
+        if shape.shared_intermediate:
+            out.append(("mlp_up_proj", q, h, 2 * shape.shared_intermediate / tp, M))
+            out.append(("mlp_down_proj", q, shape.shared_intermediate / tp, h, M))
+        if touched > 0:
+            rows = q * shape.top_k / touched
+            width = touched * shape.expert_intermediate / tp
+            out.append(("mlp_up_proj", rows, h, 2 * width, M))
+            out.append(("mlp_down_proj", rows, width, h, M))
+    return out
+
+
+def sparse_layers(fit: GpuFit, shape: ModelShape, tp: int, q: float, touched: float) -> float:
+    """layers(Q) of a :func:`sparse` shape: its GEMMs (:func:`sparse_gemms`) by the fitted
+    laws, the small ops by theirs (the activation over k I_e + I_s on MoE layers)."""
+    total = 0.0
+    for op, rows, k, n, count in sparse_gemms(shape, tp, q, touched):
+        total += count * float(gemm_seconds(fit, op, np.array([rows]), k, n)[0])
+    qa = np.array([q])
+    M = shape.moe_layers if shape.is_moe else 0
+    widths = ((shape.layers - M, shape.intermediate),
+              (M, shape.top_k * shape.expert_intermediate + shape.shared_intermediate))
+    for count, width in widths:
+        if not count:
+            continue
+        ls = LayerShape(shape.hidden, shape.heads, shape.kv_heads, width, shape.vocab)
+        for op in SMALL_OPS:
+            if op != "emb":
+                total += count * float(fit.small[op].seconds(
+                    small_op_bytes(op, ls, tp, qa), qa)[0])
+    ls = layer_shape(shape)
+    return float(embedding_seconds(fit, ls, tp, qa)[0]) + total
+
+
+def uses_custom_allreduce(tp: int, nbytes: float) -> bool:
+    """vLLM's choice of its custom all-reduce over NCCL (:data:`CUSTOM_AR_MAX_BYTES`)."""
+    return tp in CUSTOM_AR_WORLDS and nbytes <= CUSTOM_AR_MAX_BYTES
+
+
+def layer_shape(shape: ModelShape) -> LayerShape:
+    return LayerShape(shape.hidden, shape.heads, shape.kv_heads, shape.intermediate,
+                      shape.vocab, True)
+
+
+@functools.lru_cache(maxsize=4)
+def profile_table(folder: str | None):
+    """The compute table of a folder written by ``specbatch cost import-vidur`` (None: the
+    bundled Vidur table)."""
+    return (load_public_profiles() if folder is None else load_public_profiles(folder)).compute
+
+
+def find_cell(gpu: str, shape: ModelShape, tp: int, folder: str | None = None):
+    """(model name, rows sorted by num_tokens) of the cell pricing ``shape`` on ``tp``
+    ``gpu`` GPUs in ``folder``'s table (None: the bundled one), or None (the cell must match
+    hidden, heads, KV heads and MLP width, and the GPU folder name the hardware preset's)."""
+    c = profile_table(folder)
+    rows = c[(c["gpu"] == gpu) & (c["tp"] == tp) & (c["n_embd"] == shape.hidden)
+             & (c["n_head"] == shape.heads) & (c["n_kv_head"] == shape.kv_heads)
+             & (c["n_expanded_embd"] == shape.intermediate) & c["gated"]]
+    if rows.empty:
+        return None
+    model = sorted(rows["model"].unique())[0]
+    return model, rows[rows["model"] == model].sort_values("num_tokens")
+
+
+@dataclass
+class RolePricer:
+    """Everything one role's pass needs: its shape, tp, laws, table cell and sources."""
+
+    shape: ModelShape
+    tp: int
+    hw: Hardware
+    fit: GpuFit
+    weight_bits: int
+    cell: tuple | None  # (model, q [grid], layers seconds [grid], folder) of a cell, or None
+    allreduce: tuple | None  # a measured all-reduce curve, or None
+    launch: tuple[float, float]  # (fixed s, host floor s)
+    consts: PassConstants  # the roofline's constants: attention FLOPs, KV bytes, experts
+    memo: dict = field(default_factory=dict)  # Q -> (layers, lm_head, allreduce) seconds
+
+    def law_layers(self, q: float) -> float:
+        """The calibrated law's layers(Q) (module docstring)."""
+        if self.shape.is_moe or self.shape.is_mla or self.shape.attention_head_dim:
+            touched = self.consts.experts_touched(q) if self.consts.experts else 0.0
+            return sparse_layers(self.fit, self.shape, self.tp, q, touched)
+        ls = layer_shape(self.shape)
+        qa = np.array([q])
+        per_layer = layer_seconds(self.fit, ls, self.tp, qa)
+        if self.weight_bits < FULL_WEIGHT_BITS:  # fewer weight bytes: the GEMMs' stream term
+            dims = ls.gemm_dims(self.tp)
+            ratio = quantized_weight_bytes(self.weight_bits) / 2.0
+            for op in GEMMS:
+                law = self.fit.gemm[op]
+                k, n = dims[op]
+                full = gemm_seconds(self.fit, op, qa, k, n)
+                light = full * (replace(law, bandwidth=law.bandwidth / ratio).seconds(qa, k, n)
+                                / law.seconds(qa, k, n))
+                per_layer = per_layer - full + np.minimum(full, light)
+        return float(embedding_seconds(self.fit, ls, self.tp, qa)[0]
+                     + self.shape.layers * per_layer[0])
+
+    def monotone(self, name: str, fn, q: float) -> float:
+        """``fn`` made non-decreasing in Q, the scalar twin of calibrated_fit.envelope over
+        the correction grid: the corrected laws follow measured kernel-choice jumps, but a
+        pass with more tokens is never priced cheaper (as the table cells)."""
+        corr = next(iter((self.fit.corrections or {}).values()), None)
+        if corr is None:
+            return fn(q)
+        vals = self.memo.get(name)
+        if vals is None:  # running maximum of fn on the grid # [G]
+            vals = np.maximum.accumulate(np.array([fn(float(g)) for g in corr.grid]))
+            self.memo[name] = vals
+        grid = corr.grid
+        if q <= grid[-1]:
+            return float(np.interp(q, grid, vals))
+        return float(vals[-1] * fn(q) / fn(float(grid[-1])))
+
+    def head(self, q: float) -> float:
+        s = self.shape
+        return float(gemm_seconds(self.fit, "mlp_up_proj", np.array([q]), s.hidden,
+                                  s.vocab / self.tp)[0])
+
+    def layers(self, q: float) -> float:
+        if self.cell is None:
+            return self.monotone("layers", self.law_layers, q)
+        _, grid, secs, _ = self.cell
+        if q <= grid[-1]:
+            return float(np.interp(q, grid, secs))
+        return float(secs[-1] * self.law_layers(q) / self.law_layers(grid[-1]))
+
+    def per_token_parts(self, q: float) -> tuple[float, float, float]:
+        """(layers, lm_head, allreduce) seconds of a pass with Q = ``q`` (memoised)."""
+        parts = self.memo.get(q)
+        if parts is None:
+            s = self.shape
+            head = self.monotone("lm_head", self.head, q)
+            comm = 0.0
+            if self.tp > 1:
+                nbytes = self.hw.dtype_bytes * s.hidden * q
+                comm = 2 * s.layers * self.one_allreduce(nbytes)
+            parts = (self.layers(q), head, comm)
+            if len(self.memo) < 65536:
+                self.memo[q] = parts
+        return parts
+
+    def one_allreduce(self, nbytes: float) -> float:
+        """Seconds of one all-reduce of ``nbytes``: vLLM's custom all-reduce (roofline
+        formula: latency + ring bytes / link) up to its max size, else the measured NCCL
+        curve where one exists, else the same formula."""
+        if self.allreduce is not None and not uses_custom_allreduce(self.tp, nbytes):
+            return curve_seconds(self.allreduce, nbytes)
+        return (self.hw.allreduce_latency
+                + 2 * (self.tp - 1) / self.tp * nbytes / self.hw.link_bw)
+
+    def attention(self, sq: float, skv: float, sqkv: float, sqq: float) -> float:
+        """max(F_attn / π, B_kv / β): the roofline's attention FLOPs and KV bytes (MLA's
+        latent cache and expanded FLOPs included) at the fitted GEMM law's π and β."""
+        c, law = self.consts, self.fit.gemm["mlp_up_proj"]
+        flops = c.attn_flops * (sqkv + 0.5 * (sqq + sq))
+        nbytes = c.kv_bytes * (skv + 2.0 * sq)
+        return max(flops / law.flops, nbytes / law.bandwidth)
+
+    def total(self, sq: float, skv: float, sqkv: float, sqq: float) -> float:
+        """The pass time: :meth:`split`'s parts summed in its order (bit-identical), without
+        building the dict (the engine's hot path)."""
+        if sq <= 0.0:
+            return 0.0
+        layers, head, comm = self.per_token_parts(sq)
+        attn = self.attention(sq, skv, sqkv, sqq)
+        fixed, floor = self.launch
+        launch = fixed + max(0.0, floor - (layers + attn + comm + head))
+        return (((layers + attn) + comm) + head) + launch
+
+    def split(self, sq: float, skv: float, sqkv: float, sqq: float) -> dict:
+        """Seconds per part (module docstring); they sum to the pass time."""
+        if sq <= 0.0:
+            return dict.fromkeys(("layers", "attention", "allreduce", "lm_head", "launch"), 0.0)
+        layers, head, comm = self.per_token_parts(sq)
+        attn = self.attention(sq, skv, sqkv, sqq)
+        fixed, floor = self.launch
+        gpu = layers + attn + comm + head
+        return {"layers": layers, "attention": attn, "allreduce": comm, "lm_head": head,
+                "launch": fixed + max(0.0, floor - gpu)}
+
+
+@dataclass(frozen=True)
+class CalibratedCost:
+    """Step times from the bundled public profiles and the calibrated laws (module
+    docstring); a :class:`~simulator.cost_interface.SumsCostModel`."""
+
+    hardware: Hardware
+    target: ModelShape
+    draft: ModelShape
+    tp: int = 1
+    draft_tp: int = 1
+    overhead: float = field(default=math.nan)
+    execution: str = DEFAULT_EXECUTION
+    draft_weight_bits: int = FULL_WEIGHT_BITS
+    use_cells: bool = True  # False: the calibrated law even where a table cell exists
+    profile: str | None = None  # a user's import-vidur folder, searched before the bundled one
+    routing_skew: float = 0.0  # Zipf exponent of a MoE model's expert loads (theory.moe)
+    roles: dict = field(default=None, repr=False, compare=False)  # role -> RolePricer
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.overhead):
+            object.__setattr__(self, "overhead", float(self.hardware.overhead))
+        ex = get_execution(self.execution)
+        object.__setattr__(self, "execution", ex.name)
+        bits = check_weight_bits(self.draft_weight_bits)
+        if self.routing_skew and not (self.target.is_moe or self.draft.is_moe):
+            raise SpecbatchError(f"routing_skew {self.routing_skew!r}: expected 0 (neither "
+                                 f"{self.target.name} nor {self.draft.name} is a "
+                                 "mixture-of-experts model)")
+        roles = {"target": self.pricer(self.target, self.tp, ex, "target", FULL_WEIGHT_BITS),
+                 "draft": self.pricer(self.draft, self.draft_tp, ex, "draft", bits)}
+        object.__setattr__(self, "roles", roles)
+
+    def pricer(self, shape: ModelShape, tp: int, ex, role: str, bits: int) -> RolePricer:
+        consts = pass_constants(shape, self.hardware, tp, ex, role, bits,
+                                self.routing_skew if shape.is_moe else 0.0)  # + its checks
+        gpu = self.hardware.name
+        cell = None
+        found, folder = None, None
+        if self.use_cells and bits >= FULL_WEIGHT_BITS and not sparse(shape):
+            for folder in ((self.profile,) if self.profile else ()) + (None,):
+                found = find_cell(gpu, shape, tp, folder)
+                if found is not None:
+                    break
+        if found is not None:
+            model, rows = found
+            grid = rows["num_tokens"].to_numpy(dtype=np.float64)  # [grid]
+            block = rows[[f"{op}_ms" for op in LAYER_OPS]].to_numpy(np.float64).sum(axis=1)
+            secs = 1e-3 * (rows["emb_ms"].to_numpy(np.float64) + shape.layers * block)  # [grid]
+            secs = np.maximum.accumulate(secs)  # more tokens never cost less (module docstring)
+            cell = (model, grid, secs, folder)
+        p, layer = ex.latencies(role, self.hardware)
+        launch = p + shape.layers * layer
+        return RolePricer(shape, int(tp), self.hardware, fitted_gpu(gpu), bits, cell,
+                          allreduce_curve(gpu, int(tp)) if tp > 1 else None,
+                          (0.0, launch) if ex.overlap else (launch, 0.0), consts)
+
+    def _role(self, role: str) -> RolePricer:
+        r = self.roles.get(role)
+        if r is None:
+            raise SpecbatchError(f"cost role {role!r}: expected one of {', '.join(ROLES)}")
+        return r
+
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
+        """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens."""
+        return self.time_from_sums(role, *batch_sums(query, kv))
+
+    def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
+                       sqq: float) -> float:
+        """:meth:`step_time` from the batch sums; bit-identical to it on the same sums."""
+        r = self.roles.get(role)
+        if r is None:
+            r = self._role(role)  # raises the one-line error
+        return r.total(sq, skv, sqkv, sqq)
+
+    def breakdown(self, role: str, query: np.ndarray, kv: np.ndarray) -> dict:
+        """Seconds per part of one pass (``layers``, ``attention``, ``allreduce``,
+        ``lm_head``, ``launch``), summing to :meth:`step_time`."""
+        _, sq, skv, sqkv, sqq = batch_sums(np.asarray(query), np.asarray(kv))
+        return self._role(role).split(sq, skv, sqkv, sqq)
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
+        """KV-cache tokens next to both models' weights (simulator.roofline's accounting)."""
+        return memory_kv_tokens(self.hardware, self.target, self.draft, self.tp,
+                                gpu_memory_utilization, self.draft_weight_bits)
+
+    def sources(self) -> dict:
+        """Per role: which source priced each part and its validated error."""
+        return {role: role_source(self.roles[role], self.hardware.name)
+                for role in ROLES}
+
+
+def cell_check(grid: np.ndarray, secs: np.ndarray) -> dict | None:
+    """Error of the cell's interpolation: each interior token count left out and priced
+    from its two neighbours (twice the spacing the model interpolates over)."""
+    if len(grid) < 3:
+        return None
+    pred = secs[:-2] + (secs[2:] - secs[:-2]) * (grid[1:-1] - grid[:-2]) / (grid[2:] - grid[:-2])
+    err = pred / secs[1:-1] - 1  # [grid - 2]
+    return {"mape": round(float(np.abs(err).mean()), 4),
+            "mean_signed": round(float(err.mean()), 4), "rows": int(err.size),
+            "check": "each token count left out, interpolated from its neighbours"}
+
+
+def role_source(r: RolePricer, gpu: str) -> dict:
+    """The source record of one role (see :meth:`CalibratedCost.sources`)."""
+    checks = validation()
+    proxy = PROXY_GPU.get(gpu)
+    if r.cell is not None:
+        model, grid, secs, folder = r.cell
+        origin = "vidur" if folder is None else f"user profile {folder}:"
+        layers = {"source": "public profile cell" if folder is None else "user profile cell",
+                  "cell": f"{origin} {gpu} {model} tp {r.tp}",
+                  "validated": cell_check(grid, secs)}
+    else:
+        how = (f"calibrated roofline ({proxy} law scaled to {gpu}'s datasheet peaks; not "
+               f"validated on {gpu})" if proxy else f"calibrated roofline ({gpu} law)")
+        if r.weight_bits < FULL_WEIGHT_BITS:
+            how += f", projections at {r.weight_bits} bits"
+        if r.shape.is_moe:
+            how += ", MoE experts touched as one grouped GEMM (not validated)"
+        if r.shape.is_mla:
+            how += ", MLA attention weights as one GEMM (not validated)"
+        layers = {"source": how,
+                  "validated": checks.get("lomo", {}).get(f"{proxy or gpu}|tp{r.tp}")}
+    if r.tp == 1:
+        comm = {"source": "none (tp 1)"}
+    elif r.allreduce is not None:
+        comm = {"source": f"vLLM custom all-reduce up to {CUSTOM_AR_MAX_BYTES >> 20} MiB "
+                          "(roofline latency + ring bytes; assumed, not validated), measured "
+                          f"NCCL curve vidur {CLUSTER[gpu]} world {r.tp} above",
+                "validated": checks.get("allreduce", {}).get(f"{CLUSTER[gpu]}|{r.tp}")}
+    else:
+        comm = {"source": "roofline all-reduce (latency + ring bytes; not validated)"}
+    return {"model": r.shape.name, "tp": r.tp, "layers": layers,
+            "attention": {"source": "analytic (memory-bound on KV bytes at the fitted "
+                                    "bandwidth; not validated)"},
+            "allreduce": comm, "lm_head": {"source": "calibrated GEMM law"},
+            "summary": layers["source"] if r.cell is None else layers["cell"]}
