@@ -124,7 +124,7 @@ def runner(workers: int):
 
 def run_command(args: argparse.Namespace) -> int:
     from specbatch.analysis.tune import claim_tune_dir, tune, write_tune
-    from specbatch.cli.plan import workload_field, workload_lengths
+    from specbatch.cli.plan import workload_lengths
     from specbatch.io import check_output_dir, prepare_output_dir
 
     question = build_question(args)
@@ -141,6 +141,21 @@ def run_command(args: argparse.Namespace) -> int:
     write_tune(report, Path(args.out))
     emit(report, args.json, text=None if args.json else format_report(report))
     return 0
+
+
+def workload_field(args: argparse.Namespace, base: dict, lengths) -> str | None:
+    """The runs' ``workload``: the file given, a table drawn from ``lengths`` written to
+    OUT/workload.csv (analysis.plan.write_length_workload, as plan draws it), or None (the
+    trace's own requests)."""
+    if args.workload is not None:
+        from specbatch.simulator.workload import resolve_workload
+
+        return str(resolve_workload(args.workload).resolve())
+    if lengths is None:
+        return None
+    from specbatch.analysis.plan import write_length_workload
+
+    return str(write_length_workload(base, *lengths, Path(args.out).resolve() / "workload.csv"))
 
 
 def format_report(report: dict) -> str:
