@@ -56,8 +56,8 @@ class V1Fast:
         if self.blocks is None:
             free = rep.kv_reserved
         else:
-            if prefix is not None and not prefix.lazy:
-                return None
+            if prefix is not None and (not prefix.lazy or (admits and prefix.parked)):
+                return None  # block identities, or a preempted request's hits: composer
             free = self.grow_running(rep, m, plan, prefix)
             if free is None:  # someone is preempted: the composer
                 return None
@@ -95,7 +95,7 @@ class V1Fast:
             state[_BLOCKS] += need
             free -= total
             if prefix is not None:
-                prefix.n_free = free
+                prefix.take(total)
         rep.free_blocks = free
         if prefix is not None:
             prefix.note_done(state[_UID], ctx, True)
