@@ -119,7 +119,7 @@ class SimConfig:
     max_model_len), speculation (policy, num_speculative_tokens = k, extra = e with
     K = k + e drafted by budgeted policies, budget = C, verify, threshold, threshold_mode,
     predictor, dsd_interval), the cost model (simulator.cost.build_cost_model: cost, hardware,
-    target, draft, draft_weight_bits, tp, profile, execution; simulator.verify_cost:
+    target, draft, draft_weight_bits, tp, routing_skew, profile, execution; simulator.verify_cost:
     verify_cost) and the metrics
     (seed, slo, speedup). Each field's
     meaning, type, default and allowed values are declared on it (docs/config.md).
@@ -236,6 +236,10 @@ class SimConfig:
         "at bf16), which the pass time and the weights-fit and KV-capacity accounting price",
         range=Range(2, FULL_WEIGHT_BITS, what="bits per weight"))
     tp: int = knob(1, "tensor-parallel degree of the target", range=at_least(1))
+    routing_skew: float = knob(
+        0.0, "Zipf exponent s of a mixture-of-experts model's expert popularity (roofline; "
+        "theory.moe): loads min(1, c e^-s) over the experts ranked by popularity; 0 = "
+        "uniform routing", range=at_least(0, "an exponent"))
     profile: str | None = knob(None, "latency profile (.parquet/.csv) for cost profiled")
     execution: str = knob(DEFAULT_EXECUTION, "roofline launch-latency preset (cuda_graph: a "
                           "serving engine; eager: ~1.07 ms per decoder layer, fitted to H100 "

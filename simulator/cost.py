@@ -40,17 +40,19 @@ __all__ = [
 
 def build_roofline(hardware: str, target: str, draft: str, tp: int, profile: str | None,
                    execution: str = DEFAULT_EXECUTION,
-                   draft_weight_bits: int = FULL_WEIGHT_BITS):
+                   draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0):
     """The roofline model of ``target`` (tensor parallel ``tp``) and ``draft`` (its linear
     projections at ``draft_weight_bits``, simulator.roofline) on ``hardware`` under the
-    ``execution`` preset (hardware.EXECUTIONS: "cuda_graph" or "eager")."""
+    ``execution`` preset (hardware.EXECUTIONS: "cuda_graph" or "eager"); a mixture-of-experts
+    model's expert loads follow the Zipf law of ``routing_skew`` (0: uniform; theory.moe)."""
     return RooflineCost(get_hardware(hardware), get_shape(target), get_shape(draft), tp=tp,
-                        execution=execution, draft_weight_bits=draft_weight_bits)
+                        execution=execution, draft_weight_bits=draft_weight_bits,
+                        routing_skew=routing_skew)
 
 
 def build_profiled(hardware: str, target: str, draft: str, tp: int, profile: str | None,
                    execution: str = DEFAULT_EXECUTION,
-                   draft_weight_bits: int = FULL_WEIGHT_BITS):
+                   draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0):
     """The model fitted to ``profile``, rows selected by model and device names (the profile
     measured its own execution mode and the draft at the precision it ran, so neither
     ``execution`` nor a ``draft_weight_bits`` other than 16 applies: the latter is refused)."""
@@ -59,6 +61,8 @@ def build_profiled(hardware: str, target: str, draft: str, tp: int, profile: str
             f"cost 'profiled': draft_weight_bits {draft_weight_bits} prices the roofline's "
             "weight bytes only (a profile measured the draft at the precision it ran); "
             "expected 16")
+    require(routing_skew == 0, f"cost 'profiled': routing_skew {routing_skew!r} prices the "
+            "roofline's expert weight traffic only; expected 0")
     return fit_profile(profile, overhead=get_hardware(hardware).overhead, target=target,
                        draft=draft, device=hardware)
 
@@ -70,13 +74,15 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
                      draft: str = "vicuna-68m", tp: int = 1,
                      profile: str | None = None,
                      execution: str = DEFAULT_EXECUTION,
-                     draft_weight_bits: int = FULL_WEIGHT_BITS) -> CostModel:
+                     draft_weight_bits: int = FULL_WEIGHT_BITS,
+                     routing_skew: float = 0.0) -> CostModel:
     """Build a cost model by name (``COST_MODELS``): "roofline" or "profiled" (needs ``profile``).
 
     ``execution`` picks the roofline's launch-latency preset (``hardware.EXECUTIONS``: the
     default "cuda_graph", or "eager"); it is validated for both models, used by the roofline.
     ``draft_weight_bits`` < 16 prices a weight-quantised draft (simulator.roofline; refused
-    by the profiled model and for a drafter without a model).
+    by the profiled model and for a drafter without a model). ``routing_skew`` > 0 skews a
+    mixture-of-experts model's expert loads (theory.moe; roofline only).
 
     The profiled model's per-step ``overhead`` is the hardware preset's (the profile measures
     forward passes only, not the engine's CPU work).
@@ -89,24 +95,26 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
         require(draft_weight_bits >= FULL_WEIGHT_BITS,
                 f"draft {draft!r}: a drafter without weights has no draft_weight_bits; "
                 f"expected 16, got {draft_weight_bits!r}")
-        return free_draft_model(builder, hardware, target, tp, profile, execution)
+        return free_draft_model(builder, hardware, target, tp, profile, execution,
+                                routing_skew)
     return builder(hardware, target, draft, tp, profile, execution=execution,
-                   draft_weight_bits=draft_weight_bits)
+                   draft_weight_bits=draft_weight_bits, routing_skew=routing_skew)
 
 
 def free_draft_model(builder, hardware: str, target: str, tp: int, profile: str | None,
-                     execution: str) -> FreeDraftCost:
+                     execution: str, routing_skew: float = 0.0) -> FreeDraftCost:
     """A host-side drafter (``FREE_DRAFTS``, e.g. "ngram"): draft passes cost 0 s, the target's
     come from ``builder``; a roofline's KV capacity counts the target's weights and KV alone.
     (The roofline is built with the target's shape in the draft's place; no draft pass is
     ever priced from it. A profile's draft rows, if any, are not used.)"""
     if builder is build_profiled:
         require(profile is not None, "cost 'profiled': expected a latency profile (profile = PATH)")
+        require(routing_skew == 0, f"cost 'profiled': routing_skew {routing_skew!r}: expected 0")
         inner = fit_profile(profile, overhead=get_hardware(hardware).overhead, target=target,
                             device=hardware, roles=("target",))
         return FreeDraftCost(inner)
     hw, shape = get_hardware(hardware), get_shape(target)
-    inner = RooflineCost(hw, shape, shape, tp=tp, execution=execution)
+    inner = RooflineCost(hw, shape, shape, tp=tp, execution=execution, routing_skew=routing_skew)
     return FreeDraftCost(inner, lambda u=0.9: memory_kv_tokens(hw, shape, None, tp, u))
 
 
@@ -195,7 +203,8 @@ def pass_times(model: CostModel, batches, kv: int, k: int) -> list[dict]:
     """Per batch size b in ``batches``: the seconds of one draft pass (query 1), one target
     decode pass (query 1) and one target verify pass (query k + 1), each over b requests with
     ``kv`` cached tokens; a roofline model adds whether the verify pass is compute- or
-    memory-bound."""
+    memory-bound, and for a mixture-of-experts target the experts each pass touches per MoE
+    layer (E_touched of its b and b (k + 1) tokens)."""
     rows = []
     for b in batches:
         kv_b = np.full(b, kv, dtype=np.int64)  # [b]
@@ -208,6 +217,10 @@ def pass_times(model: CostModel, batches, kv: int, k: int) -> list[dict]:
         }
         if isinstance(model, RooflineCost):
             row["verify_bound"] = model.breakdown("target", one * (k + 1), kv_b)["bound"]
+            if model.target.is_moe:  # THEORY.md §8: distinct experts read per MoE layer
+                touched = model.consts["target"].experts_touched
+                row["experts_touched_decode"] = touched(float(b))
+                row["experts_touched_verify"] = touched(float(b * (k + 1)))
         rows.append(row)
     return rows
 

@@ -14,7 +14,39 @@ h100       989.4 T (SXM5)      3.35 T HBM3   80 GB      NVLink4 900 GB/s bidir -
 h200       989.4 T (SXM)       4.8 T HBM3e   141 GB     NVLink4 900 GB/s bidir -> 450 GB/s
 a100       312 T (SXM4 80GB)   2.039 T HBM2e 80 GB      NVLink3 600 GB/s bidir -> 300 GB/s
 l40s       362.05 T            864 G GDDR6   48 GB      PCIe Gen4 x16 64 GB/s bidir -> 32 GB/s
+rtx4090    165.2 T             1.008 T       24 GB      PCIe Gen4 x16 64 GB/s bidir -> 32 GB/s
+                                GDDR6X                  (no NVLink)
+rtxpro6000 503.8 T             1.597 T       96 GB      PCIe Gen5 x16 128 GB/s bidir -> 64 GB/s
+                                GDDR7                   (no NVLink)
 =========  ==================  ============  =========  =================================
+
+The two workstation-class presets price the measured vLLM runs of docs/fidelity.md:
+
+- ``rtx4090``: NVIDIA GeForce RTX 4090 (AD102). Bandwidth, memory and bus from NVIDIA's
+  GeForce RTX 4090 specifications page (21 Gbps GDDR6X on a 384-bit bus = 1008 GB/s, 24 GB,
+  PCIe Gen 4); tensor peak from the "NVIDIA Ada GPU Architecture" whitepaper (Appendix A,
+  GeForce RTX 4090 column): peak BF16 tensor TFLOPS *with FP32 accumulate* 165.2 dense
+  (330.4 with sparsity). GeForce parts run FP32-accumulate MMA at half the FP16-accumulate
+  rate (330.3 dense); bf16 GEMMs in vLLM accumulate in FP32, so 165.2 is the peak they see.
+- ``rtxpro6000``: NVIDIA RTX PRO 6000 Blackwell Server Edition (GB202, 188 SMs). Memory and
+  bandwidth from its datasheet (96 GB GDDR7 with ECC, 1597 GB/s; the Workstation Edition's
+  1792 GB/s runs the memory faster), PCIe Gen 5 x16. Tensor peak from the "NVIDIA RTX
+  Blackwell GPU Architecture" whitepaper's RTX PRO 6000 Blackwell column: peak FP16/BF16
+  tensor TFLOPS with FP32 accumulate 503.8 dense (1007.6 with sparsity; professional parts
+  accumulate in FP32 at full rate). That column is the Workstation Edition's boost clock; the
+  Server Edition's datasheet prints only the FP4 peak, so its dense bf16 peak is taken to be
+  the same die at the same clock (an ASSUMPTION; a lower sustained server clock would make
+  compute-bound prefill slower than priced).
+
+Their ``compute_eff`` and ``memory_eff`` are FITTED, not assumed (simulator.gemm_fit): to the
+per-GEMM profiles LLMServingSim measured with vLLM 0.19 on each GPU (Llama-3.1-8B, tp 1,
+``profiler/perf/<GPU>/meta-llama/Llama-3.1-8B/bf16/tp1/dense.csv``, bundled in
+traces/data/vllm_runs/profiles/), the pair minimising the roofline's MAPE over the four
+projection GEMMs at T = 1 ... 2048 tokens. rtx4090: 0.94 / 0.85 (GEMM MAPE 5.4 %; 27.5 % with
+the 0.7 / 0.75 assumption); rtxpro6000: 0.70 / 0.84 (10.8 % against 11.8 %; on Qwen3-32B's
+profile, held out, 8.6 % against 10.0 %). The measured serving runs of docs/fidelity.md are
+not used, so they stay the out-of-sample test. All-reduce over PCIe at 25 us like ``l40s``
+(assumed: the profiles time no collective).
 
 Assumed factors (not datasheet numbers; change them with ``dataclasses.replace``):
 
@@ -118,7 +150,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specbatch.errors import SpecbatchError
+from specbatch.errors import SpecbatchError, require
 
 TERA = 1e12
 ROLE_NAMES = ("draft", "target")
@@ -158,6 +190,16 @@ HARDWARE: dict[str, Hardware] = {
         Hardware(
             "l40s", "NVIDIA L40S 48GB (PCIe)", 362.05 * TERA, 864 * GIGA, 48 * GIGA, 32 * GIGA,
             memory_eff=0.75, allreduce_latency=25e-6,
+        ),
+        Hardware(
+            "rtx4090", "NVIDIA GeForce RTX 4090 24GB (PCIe)", 165.2 * TERA, 1.008 * TERA,
+            24 * GIGA, 32 * GIGA, compute_eff=0.94, memory_eff=0.85,
+            allreduce_latency=25e-6,
+        ),
+        Hardware(
+            "rtxpro6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition 96GB (PCIe)",
+            503.8 * TERA, 1.597 * TERA, 96 * GIGA, 64 * GIGA, compute_eff=0.70,
+            memory_eff=0.84, allreduce_latency=25e-6,
         ),
     )
 }
@@ -267,7 +309,7 @@ def get_sampler(name: str) -> Sampler:
 
 #: Accepted spellings that map onto a preset name.
 ALIASES = {"h100-sxm": "h100", "h100-sxm5": "h100", "a100-80gb": "a100", "a100-sxm": "a100",
-           "h200-sxm": "h200"}
+           "h200-sxm": "h200", "rtx-4090": "rtx4090", "rtx-pro-6000": "rtxpro6000"}
 
 
 def get_hardware(name: str) -> Hardware:
@@ -295,6 +337,8 @@ def quantized_weight_bytes(bits: int) -> float:
 def linear_params(shape) -> int:
     """Weights of the decoder layers' linear projections (q, k, v, o, gate, up, down): what
     a weight-only quantisation stores at low precision; norms, embeddings and head excluded."""
+    require(not shape.is_moe, f"model {shape.name}: a quantised mixture-of-experts model is not "
+            "priced; expected 16-bit weights")
     return shape.layers * (shape.layer_params - 2 * shape.hidden)
 
 

@@ -56,9 +56,34 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   with P_lin = L · (layer params − 2h) (:func:`hardware.linear_params`); FLOPs, KV and
   activation bytes unchanged, and the memory accounting (:func:`memory_kv_tokens`) counts the
   same bytes. The target is always at b.
+- Mixture of experts (``ModelShape.is_moe``; THEORY.md §8): M of the L layers route each
+  token to k of E experts of width I_e (3 h I_e weights each), next to always-read dense
+  weights (attention, norms, router E·h, shared experts). A pass of Q = Σ q_i tokens reads
+  the experts its tokens touch, in expectation (theory.moe)::
+
+      E_touched(Q) = Σ_e (1 − (1 − π_e)^Q),   π_e = k/E (uniform) or a Zipf law (routing_skew)
+      B_w = b · (P_dense + h·V + h + M · E_touched(Q) · 3 h I_e) / tp
+
+  with P_dense = the decoder weights less the routed experts: the tokens of one pass route
+  independently (routing is per token; only the expected count is priced, not its spread).
+  FLOPs use the active parameters (k experts per token plus the shared ones), activations
+  the k experts' width (k I_e + I_s in place of I on MoE layers), memory (:func:`memory_kv_tokens`,
+  weights fit) the total parameters. Experts are split by tp like every projection (vLLM's
+  fused-MoE tensor parallelism); expert parallelism is not modelled. A verify pass with
+  s_i drafts has Q = Σ (s_i + 1): its expert traffic grows with the drafts, which a dense
+  model reads once.
 - Not modelled: quantisation of the target, of the KV cache or of activations, dequantisation
   time, KV-cache paging granularity, attention-kernel inefficiency at
-  short contexts, CPU/GPU overlap, power throttling, MoE.
+  short contexts, CPU/GPU overlap, power throttling, expert parallelism, MoE routing and
+  permutation kernels (only their weight traffic and FLOPs are priced).
+- Multi-head latent attention (``ModelShape.is_mla``, DeepSeek-V2/V3): the KV term reads and
+  writes (r_kv + d_r) · b bytes per token and layer, the latent replicated on every tp rank
+  (f_kv = 1; the memory plan charges each rank the whole latent); attention FLOPs per
+  (query, cached token) pair and layer are 2 H (d_n + d_r + d_v), the expanded (prefill) form;
+  vLLM's decode kernels work in the latent space, 2 H (2 r_kv + d_r) per pair, more FLOPs on
+  fewer bytes, which matters only where decode attention is compute-bound (it is
+  memory-bound on the cache here). The kv_b expansion of cached context during chunked
+  prefill is not priced.
 
 Sanity (tested in tests/simulator/test_roofline.py): Vicuna-33B (65 GB bf16) decode at batch 1 on
 one H100 is memory-bound at 65 GB / (3.35 TB/s · 0.8) + 0.5 ms ≈ 25 ms; the batch can grow to
@@ -90,6 +115,7 @@ from specbatch.simulator.hardware import (
     model_weight_bytes,
     quantized_weight_bytes,
 )
+from specbatch.theory.moe import uniform_touched, zipf_load
 from specbatch.traces.shapes import ModelShape, get_shape
 
 
@@ -110,14 +136,26 @@ class PassConstants:
     floor: float  # host floor under the max: [eager] pass + L layer, else 0
     inv_compute: float  # 1 / (peak eff_c)
     inv_memory: float  # 1 / (bw eff_m)
+    expert_bytes: float = 0.0  # MoE: b · M · 3 h I_e / tp  (times E_touched(Σq))
+    experts: int = 0  # MoE: E routed experts per layer (0: dense)
+    top_k: int = 0  # MoE: k experts per token
+    expert_load: tuple = ()  # MoE: per-expert loads π (Σ = k) of a skewed law; () uniform
+
+    def experts_touched(self, tokens: float) -> float:
+        """E_touched(Q) of a pass of Q = ``tokens`` query tokens (theory.moe)."""
+        if not self.expert_load:
+            return uniform_touched(tokens, self.experts, self.top_k)
+        return math.fsum(1.0 - (1.0 - p) ** tokens for p in self.expert_load)
 
 
 def pass_constants(shape: ModelShape, hw: Hardware, tp: int = 1,
                    execution: Execution | None = None, role: str = "target",
-                   weight_bits: int = FULL_WEIGHT_BITS) -> PassConstants:
+                   weight_bits: int = FULL_WEIGHT_BITS,
+                   routing_skew: float = 0.0) -> PassConstants:
     """Precompute the roofline constants of ``shape`` as ``role`` on ``tp`` GPUs of type ``hw``
     under ``execution`` (default: the ``cuda_graph`` preset), its linear projections stored at
-    ``weight_bits`` (16: the preset's dtype; module docstring)."""
+    ``weight_bits`` (16: the preset's dtype; module docstring); a MoE shape's experts routed
+    by the Zipf law of ``routing_skew`` (0: uniform; theory.moe)."""
     if execution is None:
         execution = get_execution(DEFAULT_EXECUTION)
     require(isinstance(tp, (int, np.integer)) and tp >= 1, f"tp {tp!r}: expected an integer >= 1")
@@ -136,12 +174,15 @@ def pass_constants(shape: ModelShape, hw: Hardware, tp: int = 1,
     if tp > 1:
         comm_tok = 2 * L * (2 * (tp - 1) / tp) * b * h / hw.link_bw
         fixed += 2 * L * hw.allreduce_latency
+    if shape.is_moe or shape.is_mla:
+        return sparse_pass_constants(shape, hw, tp, weight_bits, routing_skew, comm_tok, fixed,
+                                     floor)
     return PassConstants(
         model=shape.name,
         tp=int(tp),
         layers=L,
         flops_per_token=2.0 * (p_layers + head) / tp,
-        attn_flops=4.0 * L * h / tp,
+        attn_flops=4.0 * L * shape.q_width / tp,
         weight_bytes=streamed_weight_bytes(shape, b, weight_bits) / tp,
         kv_bytes=float(shape.kv_bytes_per_token(b)) * f_kv,
         act_bytes_per_token=b * L * (9 * h + 2 * d_kv + 6 * shape.intermediate) / tp,
@@ -150,6 +191,56 @@ def pass_constants(shape: ModelShape, hw: Hardware, tp: int = 1,
         floor=floor,
         inv_compute=1.0 / (hw.peak_flops * hw.compute_eff),
         inv_memory=1.0 / (hw.mem_bw * hw.memory_eff),
+    )
+
+
+def sparse_pass_constants(shape: ModelShape, hw: Hardware, tp: int, weight_bits: int,
+                          routing_skew: float, comm_tok: float, fixed: float,
+                          floor: float) -> PassConstants:
+    """:func:`pass_constants` of a mixture-of-experts and/or multi-head latent attention shape
+    (module docstring): FLOPs by active parameters, the dense weights streamed once and each
+    MoE layer's experts by E_touched(Q) (THEORY.md §8), activations at the k experts' (plus
+    shared) width; MLA's cache of r_kv + d_r numbers per token and layer, replicated on every
+    tp rank, and its attention FLOPs per (query, cached token) pair 2 H (d_n + d_r + d_v)."""
+    require(weight_bits >= FULL_WEIGHT_BITS,
+            f"draft_weight_bits {weight_bits}: a quantised mixture-of-experts or MLA model is "
+            "not priced; expected 16")
+    b = hw.dtype_bytes
+    L, h, M = shape.layers, shape.hidden, shape.moe_layers if shape.is_moe else 0
+    head = h * shape.vocab
+    if shape.is_mla:
+        d_kv = shape.cache_width  # the latent and rope key, read whole by every head
+        f_kv = 1.0  # replicated: every tp rank holds the whole latent (vLLM's MLA cache)
+        pair = 2 * shape.heads * (shape.qk_nope_head_dim + shape.qk_rope_head_dim
+                                  + shape.v_head_dim)
+    else:
+        d_kv = shape.kv_heads * shape.head_dim
+        f_kv = max(1.0, shape.kv_heads / tp) / shape.kv_heads
+        pair = 4 * shape.q_width
+    expert_total = M * shape.experts * shape.expert_params
+    moe_width = shape.top_k * shape.expert_intermediate + shape.shared_intermediate
+    act = (L - M) * (9 * h + 2 * d_kv + 6 * shape.intermediate) + M * (9 * h + 2 * d_kv
+                                                                     + 6 * moe_width)
+    load = (() if routing_skew == 0 or not M else
+            tuple(float(p) for p in zipf_load(shape.experts, shape.top_k, routing_skew)))
+    return PassConstants(
+        model=shape.name,
+        tp=int(tp),
+        layers=L,
+        flops_per_token=2.0 * (shape.active_decoder_params + head) / tp,
+        attn_flops=1.0 * L * pair / tp,
+        weight_bytes=b * (shape.decoder_params - expert_total + head + h) / tp,
+        kv_bytes=float(shape.kv_bytes_per_token(b)) * f_kv,
+        act_bytes_per_token=b * act / tp,
+        comm_per_token=comm_tok,
+        fixed=fixed,
+        floor=floor,
+        inv_compute=1.0 / (hw.peak_flops * hw.compute_eff),
+        inv_memory=1.0 / (hw.mem_bw * hw.memory_eff),
+        expert_bytes=b * M * shape.expert_params / tp,
+        experts=shape.experts if M else 0,
+        top_k=shape.top_k,
+        expert_load=load,
     )
 
 
@@ -185,6 +276,7 @@ class RooflineCost:
     overhead: float = field(default=math.nan)
     execution: str = DEFAULT_EXECUTION  # a hardware.EXECUTIONS preset name
     draft_weight_bits: int = FULL_WEIGHT_BITS  # the draft's projections' bits per weight
+    routing_skew: float = 0.0  # Zipf exponent of a MoE model's expert loads (theory.moe)
     consts: dict = field(default=None, repr=False, compare=False)  # role -> PassConstants
 
     def __post_init__(self) -> None:
@@ -193,9 +285,14 @@ class RooflineCost:
         ex = get_execution(self.execution)
         object.__setattr__(self, "execution", ex.name)
         bits = check_weight_bits(self.draft_weight_bits)
+        require(self.routing_skew == 0 or self.target.is_moe or self.draft.is_moe,
+                f"routing_skew {self.routing_skew!r}: expected 0 (neither {self.target.name} "
+                f"nor {self.draft.name} is a mixture-of-experts model)")
         consts = {
-            "target": pass_constants(self.target, self.hardware, self.tp, ex, "target"),
-            "draft": pass_constants(self.draft, self.hardware, self.draft_tp, ex, "draft", bits),
+            "target": pass_constants(self.target, self.hardware, self.tp, ex, "target",
+                                     routing_skew=self.routing_skew),
+            "draft": pass_constants(self.draft, self.hardware, self.draft_tp, ex, "draft", bits,
+                                    self.routing_skew),
         }
         object.__setattr__(self, "consts", consts)
 
@@ -222,6 +319,8 @@ class RooflineCost:
             return 0.0
         flops = c.flops_per_token * sq + c.attn_flops * (sqkv + 0.5 * (sqq + sq))
         nbytes = c.weight_bytes + c.kv_bytes * (skv + 2.0 * sq) + c.act_bytes_per_token * sq
+        if c.experts:
+            nbytes += c.expert_bytes * c.experts_touched(sq)
         return (max(flops * c.inv_compute, nbytes * c.inv_memory, c.floor) + c.fixed
                 + c.comm_per_token * sq)
 
@@ -240,11 +339,17 @@ class RooflineCost:
         sq = float(query.sum())
         flops = c.flops_per_token * sq + c.attn_flops * float(np.dot(query, kv + 0.5 * (query + 1)))
         kv_bytes = c.kv_bytes * float((kv + 2.0 * query).sum())
-        nbytes = c.weight_bytes + kv_bytes + c.act_bytes_per_token * sq
+        weight_bytes = c.weight_bytes
+        moe = {}
+        if c.experts:
+            touched = c.experts_touched(sq) if sq > 0 else 0.0
+            weight_bytes += c.expert_bytes * touched
+            moe = {"experts_touched": touched, "expert_bytes": c.expert_bytes * touched}
+        nbytes = weight_bytes + kv_bytes + c.act_bytes_per_token * sq
         compute_s, memory_s = flops * c.inv_compute, nbytes * c.inv_memory
         return {
-            "role": role, "model": c.model, "tp": c.tp, "query_tokens": sq,
-            "flops": flops, "bytes": nbytes, "weight_bytes": c.weight_bytes, "kv_bytes": kv_bytes,
+            "role": role, "model": c.model, "tp": c.tp, "query_tokens": sq, **moe,
+            "flops": flops, "bytes": nbytes, "weight_bytes": weight_bytes, "kv_bytes": kv_bytes,
             "compute_s": compute_s, "memory_s": memory_s,
             "comm_s": c.comm_per_token * sq, "fixed_s": c.fixed if sq > 0 else 0.0,
             "host_floor_s": c.floor if sq > 0 else 0.0,
@@ -282,5 +387,7 @@ def memory_kv_tokens(hw: Hardware, target: ModelShape, draft: ModelShape | None,
     else:
         weights = b * target.params + model_weight_bytes(draft, b, draft_weight_bits)
     free = tp * hw.memory_bytes * gpu_memory_utilization - weights
-    per_token = sum(m.kv_bytes_per_token(b) for m in models)
+    # an MLA target's latent cache is replicated on each of its tp GPUs
+    per_token = sum(m.kv_bytes_per_token(b) * (tp if m.is_mla and m is target else 1)
+                    for m in models)
     return max(0, int(free // per_token))

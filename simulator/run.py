@@ -106,7 +106,8 @@ def build_cost(config: SimConfig) -> CostModel:
     return build_cost_model(cost=config.cost, hardware=config.hardware, target=config.target,
                             draft=config.draft, tp=config.tp, profile=config.profile,
                             execution=config.execution,
-                            draft_weight_bits=config.draft_weight_bits)
+                            draft_weight_bits=config.draft_weight_bits,
+                            routing_skew=config.routing_skew)
 
 
 def cap_workload(config: SimConfig, workload: Workload) -> Workload:

@@ -15,14 +15,19 @@ kv_heads                    num_key_value_heads (default: num_attention_heads)
 intermediate                intermediate_size (n_inner, ffn_dim; default 4 x hidden)
 vocab                       vocab_size
 tie_embeddings              tie_word_embeddings (default false)
+attention_head_dim          head_dim, when it differs from hidden / heads (Qwen3)
+experts, top_k, ...         mixture-of-experts fields: traces.hf_moe
+kv_lora_rank, ...           multi-head latent attention fields: traces.hf_moe
 ==========================  =====================================================
 
 ``torch_dtype`` (or ``dtype``) is checked against what the roofline prices: 2-byte weights
 and KV. ``bfloat16`` and ``float16`` are served as they are; ``float32`` checkpoints are
 served in 16 bits (vLLM's ``dtype = "auto"`` does the same), so they are priced at 2 bytes
 too; any other dtype (8-bit, 4-bit) is a one-line error. Shapes the roofline cannot price
-are refused the same way: mixture-of-experts configs (``num_local_experts``, ``num_experts``,
-``n_routed_experts``) and an explicit ``head_dim`` other than hidden / heads.
+are refused the same way (:mod:`traces.hf_moe`): quantised checkpoints
+(``quantization_config``, ``bits``), sparse attention indexers (``index_topk``) and
+mixture-of-experts spellings it does not read (``moe_num_experts``, nested or string-typed
+expert counts, per-layer lists).
 """
 
 from __future__ import annotations
@@ -32,6 +37,13 @@ import math
 from pathlib import Path
 
 from specbatch.errors import SpecbatchError
+from specbatch.limits import INT64_MAX
+from specbatch.traces.hf_moe import (
+    check_quantization,
+    check_unknown_moe_fields,
+    mla_fields,
+    moe_fields,
+)
 from specbatch.traces.shapes import ModelShape
 
 #: ModelShape field -> accepted config.json keys, first present wins.
@@ -43,7 +55,6 @@ FIELD_KEYS = {
 }
 #: dtypes priced at 2 bytes (float32 is served in 16 bits, as vLLM's dtype "auto" does).
 SERVED_DTYPES = ("bfloat16", "float16", "float32", "bf16", "fp16", "fp32", "half", "float")
-MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
 def is_config_path(name: str) -> bool:
@@ -80,11 +91,11 @@ def read_hf_config(name: str) -> ModelShape:
 
 
 def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
-    """A :class:`ModelShape` from a config's key/value pairs (module docstring table)."""
-    for key in MOE_KEYS:
-        if _number(data.get(key)) and data[key] > 1:
-            raise SpecbatchError(f"{where}: field {key}: expected a dense model (the roofline "
-                                 f"does not price mixture-of-experts), got {data[key]}")
+    """A :class:`ModelShape` from a config's key/value pairs (module docstring table; the
+    mixture-of-experts fields and the refusals: :mod:`traces.hf_moe`)."""
+    check_quantization(data, where)
+    mla = mla_fields(data, where)
+    check_unknown_moe_fields(data, where)
     values = {name_: _field(data, keys, where) for name_, keys in FIELD_KEYS.items()}
     kv = data.get("num_key_value_heads")
     values["kv_heads"] = values["heads"] if kv is None else _positive(kv, "num_key_value_heads",
@@ -93,7 +104,10 @@ def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
                   if data.get(k) is not None), None)
     values["intermediate"] = (4 * values["hidden"] if inter is None
                               else _positive(inter, "intermediate_size", where))
-    _check_heads(data, values, where)
+    values.update(moe_fields(data, values["layers"], None if inter is None
+                             else values["intermediate"], where))
+    values["attention_head_dim"] = _check_heads(data, values, where)
+    values.update(mla)
     _check_dtype(data, where)
     tie = data.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
@@ -102,19 +116,21 @@ def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
     return ModelShape(name=name, tie_embeddings=tie, **values)
 
 
-def _check_heads(data: dict, values: dict, where: str) -> None:
+def _check_heads(data: dict, values: dict, where: str) -> int:
+    """The explicit head_dim when it differs from hidden / heads (Qwen3), else 0."""
     heads, kv, hidden = values["heads"], values["kv_heads"], values["hidden"]
-    if hidden % heads:
-        raise SpecbatchError(f"{where}: field num_attention_heads: expected a divisor of "
-                             f"hidden_size {hidden}, got {heads}")
     if kv > heads or heads % kv:
         raise SpecbatchError(f"{where}: field num_key_value_heads: expected a divisor of "
                              f"num_attention_heads {heads}, got {kv}")
     head_dim = data.get("head_dim")
-    if head_dim is not None and head_dim != hidden // heads:
-        raise SpecbatchError(f"{where}: field head_dim: expected hidden_size / "
-                             f"num_attention_heads = {hidden // heads} (the roofline's shapes "
-                             f"use it), got {head_dim!r}")
+    if head_dim is not None:
+        head_dim = _positive(head_dim, "head_dim", where)
+        if hidden % heads or head_dim != hidden // heads:
+            return head_dim
+    elif hidden % heads:
+        raise SpecbatchError(f"{where}: field num_attention_heads: expected a divisor of "
+                             f"hidden_size {hidden} (or an explicit head_dim), got {heads}")
+    return 0
 
 
 def _check_dtype(data: dict, where: str) -> None:
@@ -130,8 +146,11 @@ def _number(value: object) -> bool:
 
 
 def _positive(value: object, key: str, where: str) -> int:
-    if not (_number(value) and math.isfinite(value) and value >= 1 and value == int(value)):
-        raise SpecbatchError(f"{where}: field {key}: expected an integer >= 1, got {value!r}")
+    whole = _number(value) and (isinstance(value, int) or (math.isfinite(value)
+                                                           and value == int(value)))
+    if not (whole and 1 <= value <= INT64_MAX):
+        raise SpecbatchError(f"{where}: field {key}: expected an integer in [1, 2^63 - 1], "
+                             f"got {str(value)[:40]!r}")
     return int(value)
 
 

@@ -111,6 +111,11 @@ def load_profile_model(model: str, device: str = "cpu", dtype: str = "float32",
     except SpecbatchError as exc:
         raise SpecbatchError(f"--model {model}: expected a model directory or a shape name; "
                              f"{exc}") from None
+    if shape.is_moe or shape.attention_head_dim:
+        raise SpecbatchError(f"--model {model}: expected a dense Llama shape with head_dim = "
+                             "hidden / heads (a shape name profiles a randomly initialised "
+                             "Llama; mixture-of-experts and explicit-head_dim shapes are not "
+                             "built), or a model directory")
     n_layers = shape.layers if layers is None else layers
     config = LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden,
                          intermediate_size=shape.intermediate, num_hidden_layers=n_layers,

@@ -102,6 +102,9 @@ def register(subparsers) -> None:
     show.add_argument("--execution", default=DEFAULT_EXECUTION, choices=tuple(EXECUTIONS),
                       help="roofline launch-latency preset (default %(default)s; eager = "
                            "host-bound HF forward, fitted to the H100 profiles)")
+    show.add_argument("--routing-skew", type=float, default=0.0, metavar="S",
+                      help="Zipf exponent of a mixture-of-experts target's expert loads "
+                           "(default 0 = uniform routing; theory.moe, roofline only)")
     show.add_argument("--batch", type=capped_int(MAX_BATCH), nargs="+", default=list(DEFAULT_BATCHES),
                       help="batch sizes (requests per pass)")
     show.add_argument("--kv", type=capped_int(MAX_CONTEXT_TOKENS, low=0), default=512, help="cached tokens per request (default 512)")
@@ -155,6 +158,25 @@ def show_sampler(args):
                              SHAPES[args.target.lower()].vocab)
 
 
+def moe_line(model, args) -> tuple[str, dict] | None:
+    """For a mixture-of-experts roofline target: its routing (E, k, skew) and the experts
+    one decode / verify pass touches per MoE layer at the first batch size (THEORY.md §8)."""
+    if not isinstance(model, RooflineCost) or not model.target.is_moe:
+        return None
+    shape, touched = model.target, model.consts["target"].experts_touched
+    batch = args.batch[0]
+    info = {"experts": shape.experts, "top_k": shape.top_k, "moe_layers": shape.moe_layers,
+            "routing_skew": args.routing_skew, "params": shape.params,
+            "active_params": shape.active_params}
+    routing = "uniform routing" if args.routing_skew == 0 else f"routing skew {args.routing_skew:g}"
+    text = (f"mixture of experts: {shape.moe_layers} MoE layers, {shape.top_k} of "
+            f"{shape.experts} experts per token ({routing}), {shape.params / 1e9:.2f} B "
+            f"parameters, {shape.active_params / 1e9:.2f} B active; experts read per layer at "
+            f"batch {batch}: decode {touched(float(batch)):.1f}, verify "
+            f"{touched(float(batch * (args.k + 1))):.1f}")
+    return text, info
+
+
 def run_show(args) -> int:
     require(all(b >= 1 for b in args.batch), f"--batch {args.batch}: expected integers >= 1")
     require(args.kv >= 0, f"--kv {args.kv}: expected an integer >= 0")
@@ -162,7 +184,8 @@ def run_show(args) -> int:
     require(args.prompt >= 1, f"--prompt {args.prompt}: expected an integer >= 1")
     model = build_cost_model(args.cost, args.hardware, args.target, args.draft, args.tp,
                              args.profile, execution=args.execution,
-                             draft_weight_bits=args.draft_weight_bits)
+                             draft_weight_bits=args.draft_weight_bits,
+                             routing_skew=args.routing_skew)
     rows = pass_times(model, args.batch, args.kv, args.k)
     sampler = show_sampler(args)
     split = [step_split(model, b, args.kv, args.k, sampler) for b in args.batch]
@@ -216,6 +239,10 @@ def run_show(args) -> int:
     if sampler is not None:
         lines.append(f"sampler {sampler.sampler}: {get_sampler(sampler.sampler).source}")
     lines.append(f"prefill of a {args.prompt}-token prompt: {1e3 * prefill:.2f} ms")
+    moe = moe_line(model, args)
+    if moe:
+        out["moe"] = moe[1]
+        lines.append(moe[0])
     if "kv_capacity_tokens" in out:
         lines.append(f"KV capacity at gpu_memory_utilization 0.9: {out['kv_capacity_tokens']} "
                      "tokens")

@@ -173,6 +173,9 @@ def _register_validate(subparsers) -> None:
                    help="--out may hold a validate result of other flags (replaced); other "
                         "files are never replaced")
     add_json_flag(v)
+    from specbatch.cli.vllm_runs import add_vllm_flags
+
+    add_vllm_flags(v)
     v.set_defaults(func=_validate)
 
 
@@ -310,8 +313,11 @@ def _flags_identity(args) -> str:
     import hashlib
     import json
 
-    flags = {k: v for k, v in sorted(vars(args).items())
-             if k not in ("out", "json", "force", "func")}
+    from specbatch.cli.vllm_runs import VLLM_FLAGS
+
+    skip = ("out", "json", "force", "func") + (VLLM_FLAGS if getattr(args, "vllm", None) is None
+                                               else ())  # live validations keep their identity
+    flags = {k: v for k, v in sorted(vars(args).items()) if k not in skip}
     return hashlib.sha256(json.dumps(flags, default=str).encode()).hexdigest()[:20]
 
 
@@ -336,6 +342,10 @@ def _validate(args) -> int:
     from specbatch.analysis.validate import format_report, validate
     from specbatch.errors import require
 
+    if args.vllm is not None:  # a measured vLLM serving run (docs/fidelity.md)
+        from specbatch.cli.vllm_runs import validate_vllm_command
+
+        return validate_vllm_command(args)
     require((args.live_dir is None) != (args.predict is None),
             "validate: expected the run to predict as LIVE_DIR or --predict RUN_B (one of them)")
     kept = {"kind": "validate", "identity": _flags_identity(args), "force": args.force,

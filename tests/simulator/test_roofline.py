@@ -26,8 +26,8 @@ from tests.simulator.helpers import ones
 # ----------------------------------------------------------------------------- hardware
 
 
-def test_presets_cover_the_four_gpus_with_datasheet_peaks():
-    assert set(HARDWARE) == {"h100", "h200", "a100", "l40s"}
+def test_presets_cover_the_six_gpus_with_datasheet_peaks():
+    assert set(HARDWARE) == {"h100", "h200", "a100", "l40s", "rtx4090", "rtxpro6000"}
     assert get_hardware("H100").mem_bw == pytest.approx(3.35e12)
     assert get_hardware("h200").mem_bw == pytest.approx(4.8e12)
     assert get_hardware("a100").peak_flops == pytest.approx(312e12)
@@ -36,6 +36,18 @@ def test_presets_cover_the_four_gpus_with_datasheet_peaks():
         assert 0 < hw.compute_eff <= 1 and 0 < hw.memory_eff <= 1
         with pytest.raises(dataclasses.FrozenInstanceError):
             hw.peak_flops = 1.0  # type: ignore[misc]
+
+
+def test_workstation_presets_carry_their_datasheet_numbers():
+    # RTX 4090: 1008 GB/s GDDR6X, 24 GB, bf16 with FP32 accumulate 165.2 T dense (330.4 sparse)
+    rtx = get_hardware("RTX4090")
+    assert (rtx.mem_bw, rtx.memory_bytes, rtx.peak_flops) == pytest.approx(
+        (1.008e12, 24e9, 330.4e12 / 2), rel=1e-3)
+    # RTX PRO 6000 Blackwell Server Edition: 1597 GB/s GDDR7, 96 GB, 503.8 T dense bf16
+    pro = get_hardware("rtx-pro-6000")
+    assert (pro.mem_bw, pro.memory_bytes, pro.peak_flops) == pytest.approx(
+        (1.597e12, 96e9, 1007.6e12 / 2), rel=1e-3)
+    assert pro.link_bw == pytest.approx(64e9) and rtx.link_bw == pytest.approx(32e9)  # PCIe 5/4
 
 
 def test_unknown_hardware_is_a_one_line_error():
@@ -277,3 +289,4 @@ def test_unknown_execution_is_a_one_line_error():
     with pytest.raises(SpecbatchError, match="execution 'jit'.*cuda_graph, eager"):
         build_cost_model(execution="jit")
     assert get_execution("CUDA-graph").name == "cuda_graph"
+

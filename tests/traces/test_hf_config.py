@@ -45,8 +45,8 @@ def test_kv_heads_default_to_the_attention_heads(tmp_path):
     ({"hidden_size": "big"}, "hidden_size"),
     ({"num_key_value_heads": 5}, "num_key_value_heads"),
     ({"torch_dtype": "int8"}, "torch_dtype"),
-    ({"num_local_experts": 8}, "mixture-of-experts"),
-    ({"head_dim": 256}, "head_dim"),
+    ({"num_local_experts": 8}, "num_experts_per_tok"),  # MoE without k (tests/traces/test_hf_moe)
+    ({"head_dim": 0}, "head_dim"),
 ])
 def test_shapes_the_roofline_cannot_price_are_one_line_errors(tmp_path, change, needle):
     data = {**VICUNA_33B, **change}

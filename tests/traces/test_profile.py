@@ -46,6 +46,8 @@ def test_unknown_shape_and_bad_grid_are_one_line_errors(tmp_path):
         profile_model("no-such-model", GRID)
     with pytest.raises(SpecbatchError, match="batch sizes"):
         profile_model("vicuna-68m", ProfileGrid(batch_sizes=(0,)), layers=1)
+    with pytest.raises(SpecbatchError, match="mixture-of-experts"):  # never a dense stand-in
+        profile_model("qwen3-30b-a3b", GRID, layers=1)
 
 
 def test_profile_cli_writes_the_file_and_prints_json(tmp_path, capsys):
