@@ -26,7 +26,9 @@ fast engine and the per-request reference loop (``reference=True``), CPU seconds
 of both and their ratio. Last, whole ``specbatch simulate`` processes on that workload (ar
 and tetris under vllm-v1 and vllm-v0 at vLLM's settings, ar at Sarathi's): simulated tokens
 per wall and per CPU second and peak RSS. No ratio to Vidur is printed: that needs Vidur
-run side by side in the same session (docs/benchmarks.md).
+run side by side in the same session (docs/benchmarks.md). ``--baseline DIR`` (a source
+tree, e.g. ``git archive COMMIT | tar -x -C DIR``) runs each engine path of that
+implementation too, alternating process by process, and prints the two side by side.
 
 Usage: .venv/bin/python benchmarks/sim_bench.py [--requests N] [--repeat R] [--quick] [--json]
 Goals: the headline >= 2.5M simulated tokens per CPU second with vllm-v1 at least as fast as
@@ -38,6 +40,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -113,44 +119,98 @@ def step_cpu(config, trace, reference: bool = False) -> dict:
             "preemptions": s["preemptions"], "tokens": s["tokens"]}
 
 
-def path_rows(path: Path, requests: int, reference_requests: int, repeat: int = 1
-              ) -> list[dict]:
+#: The child process of :func:`child_step_cpu`: one simulate() of the SimConfig fields in
+#: argv[1] (JSON), its CPU seconds and summary counts as one JSON line.
+PATH_CHILD = """
+import json, sys, time
+from specbatch.simulator.config import load_config
+from specbatch.simulator.run import build_cost, load_trace, simulate
+config = load_config(None, **json.loads(sys.argv[1]))
+trace, cost = load_trace(config), build_cost(config)
+cpu = time.process_time()
+s = simulate(config, trace, cost_model=cost).summary
+cpu = time.process_time() - cpu
+print(json.dumps({"cpu_s": cpu, "steps": s["steps"], "preemptions": s["preemptions"],
+                  "tokens": s["tokens"]}))
+"""
+
+
+def child_step_cpu(fields: dict, python_path: Path | None = None) -> dict:
+    """:func:`step_cpu` of the config ``fields`` in a child process that imports specbatch
+    from ``python_path`` (a baseline source tree, scale_bench.source_tree) or as installed;
+    run outside the repository so that its folder does not shadow that."""
+    env = dict(os.environ)
+    if python_path is not None:
+        env["PYTHONPATH"] = str(python_path)
+    proc = subprocess.run([sys.executable, "-c", PATH_CHILD, json.dumps(fields)], env=env,
+                          cwd=tempfile.gettempdir(), capture_output=True, text=True,
+                          check=True)
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    row["cpu_per_step_us"] = 1e6 * row["cpu_s"] / row["steps"]
+    return row
+
+
+def path_rows(path: Path, requests: int, reference_requests: int, repeat: int = 1,
+              baseline: Path | None = None) -> list[dict]:
     """The engine-path table (module docstring): per policy and setting the best of
-    ``repeat`` alternating runs, then the reference loop's comparison on fewer requests."""
+    ``repeat`` alternating runs (each its own process; with a ``baseline`` source tree, its
+    run alternating with each), then the reference loop's comparison on fewer requests."""
     from specbatch.simulator.run import load_trace
 
     rows = []
     trace = load_trace(load_config(None))  # the default trace the workload replays
+    base_path = None
+    if baseline is not None:
+        scale_bench = load_scale_bench()
+        base_path = scale_bench.source_tree(baseline, Path(tempfile.mkdtemp(prefix="sim_bench_")))
     for label, policy in POLICIES.items():
-        base = load_config(None, workload=str(path), requests=requests, arrival="trace",
-                           kv_mode="paged", hardware="a100", target="vicuna-7b", **policy)
+        fields = dict(workload=str(path), requests=requests, arrival="trace",
+                      kv_mode="paged", hardware="a100", target="vicuna-7b", **policy)
         best: dict = {}
         for _ in range(repeat):  # alternating: load drifts hit the settings alike
             for name, setting in SETTINGS.items():
-                run = step_cpu(base.replace(**setting), trace)
-                if name not in best or run["cpu_s"] < best[name]["cpu_s"]:
-                    best[name] = run
+                for who, where in (("this", None), ("baseline", base_path)):
+                    if who == "baseline" and base_path is None:
+                        continue
+                    run = child_step_cpu({**fields, **setting}, where)
+                    old = best.get((who, name))
+                    if old is None or run["cpu_s"] < old["cpu_s"]:
+                        best[(who, name)] = run
+        base = load_config(None, **fields)
         for name, setting in SETTINGS.items():
             small = base.replace(requests=reference_requests, **setting)
             fast, slow = step_cpu(small, trace), step_cpu(small, trace, reference=True)
-            rows.append({"policy": label, "setting": name, "requests": requests, **best[name],
-                         "vs_unchunked": (best[name]["cpu_per_step_us"]
-                                          / best["unchunked"]["cpu_per_step_us"]),
-                         "reference": {"requests": reference_requests,
-                                       "fast_us": fast["cpu_per_step_us"],
-                                       "reference_us": slow["cpu_per_step_us"],
-                                       "ratio": slow["cpu_per_step_us"]
-                                       / fast["cpu_per_step_us"]}})
+            this = best[("this", name)]
+            row = {"policy": label, "setting": name, "requests": requests, **this,
+                   "vs_unchunked": (this["cpu_per_step_us"]
+                                    / best[("this", "unchunked")]["cpu_per_step_us"]),
+                   "reference": {"requests": reference_requests,
+                                 "fast_us": fast["cpu_per_step_us"],
+                                 "reference_us": slow["cpu_per_step_us"],
+                                 "ratio": slow["cpu_per_step_us"] / fast["cpu_per_step_us"]}}
+            if base_path is not None:
+                old = best[("baseline", name)]
+                row["baseline"] = {**old, "vs_unchunked": (
+                    old["cpu_per_step_us"] / best[("baseline", "unchunked")]["cpu_per_step_us"]),
+                    "same_result": (old["steps"], old["preemptions"], old["tokens"])
+                    == (this["steps"], this["preemptions"], this["tokens"])}
+            rows.append(row)
     return rows
+
+
+def load_scale_bench():
+    """benchmarks/scale_bench.py as a module (its process runner and source trees)."""
+    spec = importlib.util.spec_from_file_location("scale_bench",
+                                                  Path(__file__).with_name("scale_bench.py"))
+    scale_bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale_bench)
+    return scale_bench
 
 
 def vidur_rows(path: Path, requests: int | None, repeat: int = 1) -> list[dict]:
     """Vidur's workload end to end, one CLI process per policy and setting, the best of
     ``repeat`` rounds over all five (module docstring)."""
-    spec = importlib.util.spec_from_file_location("scale_bench",
-                                                  Path(__file__).with_name("scale_bench.py"))
-    scale_bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(scale_bench)
+    scale_bench = load_scale_bench()
     cases = (("ar", "vllm-v1", "vllm"), ("ar", "vllm-v0", "vllm"), ("tetris", "vllm-v1", "vllm"),
              ("tetris", "vllm-v0", "vllm"), ("ar", "vllm-v1", "sarathi"))
     best: dict = {}
@@ -193,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="alternating runs per V1/V0 comparison, the best kept")
     parser.add_argument("--path-reference-requests", type=int, default=200,
                         help="requests of the engine paths' reference-loop comparison")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="source tree of an implementation whose engine paths run "
+                             "alternating with this one's (e.g. git archive COMMIT | tar -x)")
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--vidur", type=Path, default=VIDUR_WORKLOAD,
@@ -237,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     out["curve"] = curve
     if args.vidur.is_file():  # --quick: the first 1,500 (paths) or 2,000 (processes)
         out["paths"] = path_rows(args.vidur, 1500 if args.quick else 19200,
-                                 args.path_reference_requests, args.repeat)
+                                 args.path_reference_requests, args.repeat, args.baseline)
         out["vidur"] = vidur_rows(args.vidur, 2000 if args.quick else None, args.repeat)
     if args.json:
         print(json.dumps(out))
@@ -285,6 +348,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['preemptions']:>7} {row['cpu_s']:>7.2f} {row['cpu_per_step_us']:>8.1f} "
               f"{row['vs_unchunked']:>9.2f}x {ref['reference_us']:>11.1f} "
               f"{ref['fast_us']:>12.1f} {ref['ratio']:>7.1f}x")
+        if "baseline" in row:
+            old = row["baseline"]
+            print(f"{'baseline':>26} {old['steps']:>7} {old['preemptions']:>7} "
+                  f"{old['cpu_s']:>7.2f} {old['cpu_per_step_us']:>8.1f} "
+                  f"{old['vs_unchunked']:>9.2f}x  (same result: {old['same_result']}; "
+                  f"this / baseline CPU {row['cpu_s'] / old['cpu_s']:.2f}x)")
     print(f"\nVidur's workload, one `specbatch simulate` process each, {' '.join(VIDUR_FLAGS)}")
     print(f"{'policy':>8} {'scheduler':>9} {'setting':>8} {'wall s':>7} {'CPU s':>6} "
           f"{'tokens/wall s':>14} {'tokens/CPU s':>13} {'peak RSS':>10} {'CPU v1/v0':>9}")
