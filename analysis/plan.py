@@ -5,11 +5,13 @@ speculate, with which policy, verifier and k, and on how many GPUs?") answered f
 command: the workload (a file, or length distributions written to ``OUT/workload.csv`` by
 simulator.lengths), the search space (analysis.plan_space: hardware x tp x replicas x
 speculation, pruned where the weights do not fit), the simulations (analysis.plan_search: cost
-levels cheapest first on the sweep machinery, paged KV with preemption), the verdicts
-(analysis.plan_slo) and this module's report: the choice with its memory plan and its gain
-over ``ar`` on the same deployment, the Pareto frontier of cost vs latency, what limits each
-rejected configuration, where acceptance came from (trace, wrapped positions) and, with an
-acceptance band, how the choice moves under a constant α at both ends.
+levels cheapest first on the sweep machinery, paged KV with preemption, skipping what the
+latency lower bounds of analysis.plan_bound prove cannot pass or cannot matter), the
+verdicts (analysis.plan_slo) and this module's report: the choice with its memory plan and
+its gain over ``ar`` on the same deployment, the Pareto frontier of cost vs latency, what
+limits each rejected configuration (analysis.plan_report), where acceptance came from
+(trace, wrapped positions) and, with an acceptance band, how the choice moves under a
+constant α at both ends. The output folder is claimed first (analysis.plan_dir).
 
 The choice is written as a ``simulate`` config (``OUT/plan.toml``): ``specbatch simulate
 --config OUT/plan.toml`` re-runs it and reproduces the planner's numbers.
@@ -24,70 +26,96 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specbatch.analysis.plan_report import configuration_dict, dominated, rejected
 from specbatch.analysis.plan_search import Entry, Search, search
 from specbatch.analysis.plan_slo import Slos
-from specbatch.analysis.plan_space import Deployment, Space, deployments, prune_reason, speculations
+from specbatch.analysis.plan_space import Space, deployments, prune_reason, speculations
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import atomic_write, dumps
 
 if TYPE_CHECKING:
     from specbatch.simulator.lengths import Lengths
 
-#: The file that marks a directory as a plan's output (a rerun resumes in it).
-MARKER = "plan.json"
+#: The report file (the folder's claim is analysis.plan_dir.MARKER, written first).
+REPORT = "plan.json"
 
 
 @dataclass(frozen=True)
 class Question:
     """What the planner is asked: the runs' shared SimConfig fields (workload, models, engine
-    limits, trace, seed), the search space and the SLOs."""
+    limits, trace, seed), the search space and the SLOs; ``lengths`` (prompt, output): length
+    distributions to draw the workload from into ``OUT/workload.csv`` (None: ``base`` names
+    the workload, or the trace's own requests); ``prune``: skip settings a lower bound proves
+    cannot matter (analysis.plan_bound; False: simulate every setting of every level)."""
 
     base: dict
     space: Space
     slos: Slos
     levels_after: int = 1
     band: tuple[float, float] | None = None
+    lengths: tuple[Lengths, Lengths] | None = None
+    prune: bool = True
 
 
-#: What a plan's output directory holds (anything else there is someone else's).
-PLAN_FILES = (MARKER, "plan.toml", "workload.csv", "workload-trace.csv", "frontier.png", "runs",
-              ".specbatch.lock")
+def run_plan(question: Question, out: str | Path | None = None, **executor: Any) -> dict:
+    """Answer ``question`` into ``out`` (module docstring; None: a cache folder named by the
+    question, analysis.plan_dir.default_out); returns the report dict, also written to
+    ``OUT/plan.json``. executor: run_sweep's workers, scheduler, progress.
+
+    The folder is claimed before anything is written (analysis.plan_dir: refused when it
+    holds anything but this question's plan; one plan at a time). ``plan.json`` is written
+    before the figure, and a figure that fails costs only the figure.
+    """
+    from specbatch.analysis.plan_dir import claimed_plan_dir, default_out
+
+    preflight(question)
+    out = Path(out) if out is not None else default_out(question)
+    with claimed_plan_dir(out, question) as out:
+        out = out.resolve()
+        base = question.base
+        if question.lengths is not None:
+            workload = write_length_workload(base, *question.lengths, out / "workload.csv")
+            base = {**base, "workload": str(workload)}
+        main = answer(base, question, out / "runs" / "trace", **executor)
+        report = main.report
+        if question.band is not None:
+            report["acceptance_band"] = [
+                band_answer(base, question, alpha, out, **executor) for alpha in question.band]
+        if report["choice"] is not None:
+            toml = out / "plan.toml"
+            atomic_write(toml, choice_toml(base, main.choice))
+            report["choice"]["config"] = str(toml)
+            report["choice"]["simulate"] = f"specbatch simulate --config {toml}"
+        report["out"] = str(out)
+        report["figure"] = None
+        atomic_write(out / REPORT, dumps(report, indent=1))
+        report["figure"] = draw_figure(main, question, out / "frontier.png")
+        atomic_write(out / REPORT, dumps(report, indent=1))
+    return report
 
 
-def claim_plan_dir(out: Path) -> None:
-    """Refuse an existing directory holding anything but a plan's files (one line)."""
-    if out.is_dir():
-        other = sorted(p.name for p in out.iterdir() if p.name not in PLAN_FILES
-                       and not p.name.startswith("."))
-        require(not other, f"--out {out}: holds files that are not a plan's ({', '.join(other[:3])}"
-                "); choose an empty or new directory")
-
-
-def run_plan(question: Question, out: str | Path, **executor: Any) -> dict:
-    """Answer ``question`` into ``out`` (module docstring); returns the report dict, also
-    written to ``OUT/plan.json``. executor: run_sweep's workers, scheduler, progress."""
-    from specbatch.io import prepare_output_dir
-
-    out = Path(out)
-    claim_plan_dir(out)
-    prepare_output_dir(out, allow_existing=True)
-    base = question.base
-    main = answer(base, question, out / "runs" / "trace", **executor)
-    report = main.report
-    if question.band is not None:
-        report["acceptance_band"] = [
-            band_answer(base, question, alpha, out, **executor) for alpha in question.band]
-    if report["choice"] is not None:
-        toml = out / "plan.toml"
-        atomic_write(toml, choice_toml(base, main.choice))
-        report["choice"]["config"] = str(toml)
-        report["choice"]["simulate"] = f"specbatch simulate --config {toml}"
+def draw_figure(main: Answer, question: Question, path: Path) -> str | None:
+    """The frontier figure's path, or None (and no figure) when drawing it fails: the
+    results are already written and a figure must never cost them."""
     from specbatch.analysis.plan_figure import frontier_figure
 
-    report["figure"] = frontier_figure(main.search.entries, question.slos,
-                                       question.space.priced, out / "frontier.png")
-    atomic_write(out / MARKER, dumps(report, indent=1))
-    return report
+    try:
+        return frontier_figure(main.search.entries, question.slos, question.space.priced, path)
+    except (ValueError, OverflowError, OSError, RuntimeError, MemoryError):
+        return None
+
+
+def preflight(question: Question) -> None:
+    """One-line errors for a question that cannot run, before its folder is touched: the
+    shared fields (simulator.config), and the deepest setting against the trace's K."""
+    from specbatch.analysis.executors import _cached_trace as load_trace
+    from specbatch.simulator.config import make_config
+
+    base = question.base
+    trace = load_trace(make_config(base))
+    depth = max_depth(base, question.space)
+    require(depth <= trace.K, f"--k/--extra: expected k + e <= the trace's draft depth K = "
+            f"{trace.K} (it recorded that many draft tokens per position), got {depth}")
 
 
 @dataclass(frozen=True)
@@ -110,29 +138,33 @@ def answer(base: dict, question: Question, runs_dir: Path, **executor: Any) -> A
             f"{trace_depth} (it recorded that many draft tokens per position), got {depth}")
     largest = acceptance.pop("largest_request") + depth + 1
     kept, pruned = [], []
-    for d in deployments(question.space):
+    for d in deployments(question.space, base.get("requests")):
         why = prune_reason(d, base["target"], base["draft"],
                            float(base.get("gpu_memory_utilization", 0.9)), largest,
                            int(base.get("block_size", 16)))
         (pruned if why else kept).append((d, why))
     if not kept:
+        why = f" ({pruned[0][1]})" if pruned else ""
         raise SpecbatchError("plan: expected at least one deployment that can hold the models, "
-                             f"got none ({pruned[0][1]}); raise --max-gpus, add --tp or "
-                             "--hardware")
+                             f"got none{why}; raise --max-gpus, add --tp or --hardware")
     found = search(base, question.space, [d for d, _ in kept], question.slos, runs_dir,
-                   question.levels_after, **executor)
+                   question.levels_after, question.prune, **executor)
     choice = choose(found.entries)
     report = {
         "question": describe_question(base, question),
         "acceptance": acceptance,
         "choice": None if choice is None else choice_dict(choice, found.entries),
         "pareto": [entry_dict(e) for e in pareto(found.entries)],
-        "rejected": rejected(found.entries),
+        "rejected": rejected(found.entries, found.skipped),
+        "dominated": dominated(found.entries, found.skipped),
         "configurations": [configuration_dict(e) for e in found.entries],
+        "skipped": [{"label": s.label, "cost": s.deployment.cost, "reason": s.reason}
+                    for s in found.skipped],
         "pruned": [{"deployment": d.label, "gpus": d.gpus, "cost": d.cost, "limit": why}
                    for d, why in pruned],
         "searched": {"levels": found.levels, "runs": found.runs, "computed": found.computed,
-                     "reused": found.reused},
+                     "reused": found.reused, "skipped": len(found.skipped),
+                     "exhaustive": not question.prune},
     }
     return Answer(report, choice, found)
 
@@ -161,8 +193,8 @@ def trace_workload(base: dict, path: Path) -> Path:
     the same requests as the trace's run did."""
     import pandas as pd
 
+    from specbatch.analysis.executors import _cached_trace as load_trace
     from specbatch.simulator.config import make_config
-    from specbatch.simulator.run import load_trace
     from specbatch.simulator.workload import build_workload
 
     config = make_config(base)
@@ -181,9 +213,9 @@ def write_length_workload(base: dict, prompt: Lengths, output: Lengths, path: Pa
     """Draw ``base["requests"]`` requests' lengths from the distributions (seeded by
     ``base["seed"]``; ``trace`` sides from the trace ``base`` names) and write them as a
     workload file (simulator.lengths)."""
+    from specbatch.analysis.executors import _cached_trace as load_trace
     from specbatch.simulator.config import make_config
     from specbatch.simulator.lengths import length_table
-    from specbatch.simulator.run import load_trace
 
     trace = load_trace(make_config(base))
     table = length_table(prompt, output, int(base["requests"]), int(base.get("seed", 0)),
@@ -204,8 +236,8 @@ def acceptance_info(base: dict) -> dict:
     """Where acceptance comes from and how much of it was wrapped: output positions beyond
     the recorded output of the trace request a simulated request replays (position t uses
     row t mod L, simulator.workload). Also the largest prompt + output (for pruning)."""
+    from specbatch.analysis.executors import _cached_trace as load_trace
     from specbatch.simulator.config import make_config
-    from specbatch.simulator.run import load_trace
     from specbatch.simulator.workload import build_workload
 
     config = make_config(base)
@@ -284,32 +316,6 @@ def entry_dict(e: Entry) -> dict:
 
 def choice_dict(choice: Entry, entries: tuple[Entry, ...]) -> dict:
     return {**entry_dict(choice), "gain_vs_ar": gain_vs_ar(choice, entries)}
-
-
-def configuration_dict(e: Entry) -> dict:
-    """One simulated configuration, compactly: cost, verdict, latencies, preemptions."""
-    lat = e.verdict.latency
-    return {"label": e.label, "cost": e.deployment.cost, "passed": e.verdict.passed,
-            "limits": list(e.verdict.limits), "ttft": lat["ttft"], "tpot": lat["tpot"],
-            "e2e": lat["e2e"], "preemptions": e.memory["preemptions"]}
-
-
-def rejected(entries: tuple[Entry, ...]) -> list[dict]:
-    """Every simulated deployment on which no setting met every limit, with its best
-    setting's limits (fewest limits, then lowest e2e) and every setting's."""
-    by_dep: dict[Deployment, list[Entry]] = {}
-    for e in entries:
-        by_dep.setdefault(e.deployment, []).append(e)
-    out = []
-    for d, group in by_dep.items():
-        if any(e.verdict.passed for e in group):
-            continue
-        best = min(group, key=lambda e: (len(e.verdict.limits), e.verdict.latency["e2e"]))
-        out.append({"deployment": d.label, "gpus": d.gpus, "cost": d.cost,
-                    "best_setting": best.speculation.label, "limits": list(best.verdict.limits),
-                    "memory": best.memory,
-                    "settings": {e.speculation.label: list(e.verdict.limits) for e in group}})
-    return out
 
 
 def describe_question(base: dict, question: Question) -> dict:

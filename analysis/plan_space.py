@@ -123,14 +123,44 @@ def speculations(space: Space) -> list[Speculation]:
     return out
 
 
-def deployments(space: Space) -> list[Deployment]:
-    """Every deployment of at most ``max_gpus`` GPUs, cheapest first (ties: fewer GPUs,
-    then the order hardware and tp were given in)."""
+def deployments(space: Space, requests: int | None = None) -> list[Deployment]:
+    """Every deployment of at most ``max_gpus`` GPUs and at most ``requests`` replicas,
+    cheapest first (ties: fewer GPUs, then the order hardware and tp were given in).
+
+    More replicas than requests would leave replicas without a request: every request is
+    already alone on its own replica at ``requests`` replicas, so the latencies cannot
+    improve while the cost grows; they are not searched."""
     prices = dict(space.prices)
+    top = space.max_gpus if requests is None else min(space.max_gpus, max(1, int(requests)))
     out = [Deployment(hw, tp, r, prices.get(hw, 1.0))
            for hw, tp in itertools.product(space.hardware, space.tp)
-           for r in range(1, space.max_gpus // tp + 1)]
+           for r in range(1, min(space.max_gpus // tp, top) + 1)]
     return sorted(out, key=lambda d: (d.cost, d.gpus))
+
+
+#: Most GPUs a plan may search (``--max-gpus``), and most simulations its space may hold in
+#: the worst case (every cost level simulated): larger spaces are refused up front instead
+#: of searched for hours.
+MAX_GPUS = 1024
+MAX_RUNS = 5000
+
+
+def check_space(space: Space, requests: int | None, sources: int = 1) -> None:
+    """Refuse (one line naming the flag) a space with no deployment or one too large to
+    search: every tp above ``--max-gpus``, ``--max-gpus`` above :data:`MAX_GPUS`, or more
+    than :data:`MAX_RUNS` simulations if every level had to run (``sources``: acceptance
+    sources searched, 3 with an acceptance band)."""
+    if space.max_gpus > MAX_GPUS:
+        raise SpecbatchError(f"--max-gpus: expected at most {MAX_GPUS} GPUs, got "
+                             f"{space.max_gpus}")
+    if min(space.tp) > space.max_gpus:
+        raise SpecbatchError(f"--tp: expected a degree <= --max-gpus {space.max_gpus}, got "
+                             f"{', '.join(map(str, space.tp))}")
+    runs = len(deployments(space, requests)) * len(speculations(space)) * sources
+    if runs > MAX_RUNS:
+        raise SpecbatchError(f"--max-gpus: the search could need {runs:,} simulations (> "
+                             f"{MAX_RUNS:,}); lower --max-gpus or narrow --tp, --hardware, "
+                             "--policies, --k or --extra")
 
 
 def cost_levels(items: Iterable[Deployment]) -> list[tuple[float, list[Deployment]]]:
@@ -187,6 +217,11 @@ def _weights_gb(hardware: str, target: str, draft: str) -> float:
     return weight_bytes(get_hardware(hardware), (target, draft)) / 1e9
 
 
+#: Prices per GPU-hour a plan accepts: a cost level is ``GPUs x price``, compared and plotted
+#: as a float, so it must stay finite and far from 0 (levels are told apart at 1e-9).
+MIN_PRICE, MAX_PRICE = 1e-6, 1e6
+
+
 def parse_prices(text: str | None, hardware: Iterable[str]) -> tuple[tuple[str, float], ...]:
     """``h100=2.5,h200=3.9`` (price per GPU-hour of each searched preset) as pairs; every
     searched preset needs a price (a missing one would make it look free)."""
@@ -201,9 +236,10 @@ def parse_prices(text: str | None, hardware: Iterable[str]) -> tuple[tuple[str, 
             price = float(value)
         except ValueError:
             price = math.nan
-        if not sep or not math.isfinite(price) or price <= 0:
+        if not sep or not math.isfinite(price) or not MIN_PRICE <= price <= MAX_PRICE:
             raise SpecbatchError(f"--price: expected HARDWARE=PRICE_PER_GPU_HOUR pairs "
-                                 f"(e.g. h100=2.5,h200=3.9) with prices > 0, got {item!r}")
+                                 f"(e.g. h100=2.5,h200=3.9) with {MIN_PRICE:g} <= price <= "
+                                 f"{MAX_PRICE:g}, got {item!r}")
         prices[get_hardware(name.strip()).name] = price
     missing = [h for h in hardware if get_hardware(h).name not in prices]
     if missing:

@@ -145,6 +145,27 @@ def draw_cases(seed: int, draft: str = "probabilistic") -> list[PairCase]:
     return cases
 
 
+#: Pairs whose target rows tie at their maximum (V = 3, γ = 3), added when the target is greedy
+#: (temperature 0): non-speculative greedy decoding takes the lowest tied token id, the case a
+#: greedy verifier that accepts any tied draft gets wrong.
+TIE_CASES = 2
+
+
+def tie_cases(seed: int, draft: str = "probabilistic") -> list[PairCase]:
+    """Seeded first-order pairs whose every target row is a permutation of (3/8, 3/8, 1/4)."""
+    rng = np.random.default_rng([seed, 7])
+    cases = []
+    for i in range(TIE_CASES):
+        def tied():
+            return tuple(float(v) for v in rng.permutation([0.375, 0.375, 0.25]))
+        target = MarkovModel(tied(), tuple(tied() for _ in range(3)))
+        drafted = random_pair(rng, 3, "markov").draft
+        if draft == "greedy":
+            drafted = greedy_model(drafted)
+        cases.append(PairCase("ties", f"ties#{i + 1}", ModelPair(3, drafted, target, False), 3))
+    return cases
+
+
 def _floats(row) -> list:
     return [float(v) for v in row]
 

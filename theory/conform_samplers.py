@@ -10,14 +10,21 @@ The engine signature (vLLM's placeholder convention)::
 
 Built-ins (:data:`BUILTINS`): the project's token (TV) and block (BV) verifiers in numpy
 (:mod:`specbatch.theory.verify`), torch (:mod:`specbatch.theory.verify_torch`) and Triton
-(:mod:`specbatch.theory.verify_triton`, needs the ``kernels`` extra), and vLLM's modes
-(:mod:`specbatch.theory.conform_vllm`). Each built-in states the draft law it expects:
+(:mod:`specbatch.theory.verify_triton`, needs the ``kernels`` extra and a GPU, or
+``TRITON_INTERPRET=1``), vLLM's modes (:mod:`specbatch.theory.conform_vllm`; V1's ragged
+samplers in :mod:`specbatch.theory.conform_ragged`) and the engine catalogue's samplers,
+correct and broken (:mod:`specbatch.theory.conform_engines`,
+:mod:`specbatch.theory.conform_catalogue`). Each built-in states the draft law it expects:
 ``probabilistic`` (``X_i ~ Ms``) or ``greedy`` (``X_i = argmax Ms``, passed as ``draft_probs =
-None``). ``synthetic`` is lossy by design.
+None``); its interface (``padded``, the signature above, or ``ragged``, vLLM V1's flattened
+batch); and its target (``sample``, or ``greedy`` for temperature 0, where the output must be
+greedy decoding token for token). ``synthetic`` and SGLang's thresholds below 1 are lossy by
+design.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import sys
@@ -32,6 +39,14 @@ from specbatch.errors import SpecbatchError
 #: The draft laws a sampler can be checked under.
 DRAFT_LAWS = ("probabilistic", "greedy")
 
+#: Sampler interfaces: the padded ``[B, γ]`` signature above, or vLLM V1's flattened ragged
+#: batch (:mod:`specbatch.theory.conform_ragged`).
+INTERFACES = ("padded", "ragged")
+
+#: Target laws: ``sample`` (temperature > 0: the law of the output must be ``Mb``'s) or
+#: ``greedy`` (temperature 0: the output must equal greedy decoding of ``Mb`` token for token).
+TARGETS = ("sample", "greedy")
+
 
 @dataclass(frozen=True)
 class Sampler:
@@ -39,7 +54,8 @@ class Sampler:
 
     ``exact_law(case, tables, greedy)``, when known, is the exact law of the first γ+1 tokens
     (one iteration, then target sampling) of a sampler that is lossy by design, so the report
-    can state its exact distance from the target's law.
+    can state its exact distance from the target's law. ``interface`` is one of
+    :data:`INTERFACES`, ``target`` one of :data:`TARGETS`.
     """
 
     name: str
@@ -47,6 +63,8 @@ class Sampler:
     draft: str = "probabilistic"
     lossy_by_design: bool = False
     exact_law: Callable | None = None
+    interface: str = "padded"
+    target: str = "sample"
 
 
 def one_hot_rows(draft_token_ids: torch.Tensor, vocab: int, dtype) -> torch.Tensor:
@@ -122,13 +140,18 @@ def _synthetic_law(case, tables, greedy):
     return synthetic_law(case, tables, greedy)
 
 
-def _vllm(name: str):
+def _lazy(module: str, name: str, **fixed):
+    """``module.name`` imported at the first call (keeps ``--help`` fast)."""
     def sample(*args, **kwargs):
-        from specbatch.theory import conform_vllm
+        found = getattr(importlib.import_module(f"specbatch.theory.{module}"), name)
+        return found(*args, **fixed, **kwargs)
 
-        return getattr(conform_vllm, name)(*args, **kwargs)
-
+    sample.__name__ = name
     return sample
+
+
+def _vllm(name: str):
+    return _lazy("conform_vllm", name)
 
 
 #: Built-in samplers by name.
@@ -147,11 +170,37 @@ BUILTINS = {
     "vllm-block-greedy": Sampler("vllm-block-greedy", _vllm("vllm_block"), draft="greedy"),
     "vllm-synthetic": Sampler("vllm-synthetic", _vllm("vllm_synthetic"), lossy_by_design=True,
                               exact_law=_synthetic_law),
+    "vllm-v1": Sampler("vllm-v1", _lazy("conform_ragged", "vllm_v1_random"),
+                       interface="ragged"),
+    "vllm-v1-ngram": Sampler("vllm-v1-ngram", _lazy("conform_ragged", "vllm_v1_random"),
+                             draft="greedy", interface="ragged"),
+    "vllm-v1-greedy": Sampler("vllm-v1-greedy", _lazy("conform_ragged", "vllm_v1_greedy"),
+                              interface="ragged", target="greedy"),
+    "sglang-chain": Sampler("sglang-chain", _lazy("conform_engines", "sglang_chain"),
+                            draft="greedy"),
+    "sglang-single-0.5": Sampler("sglang-single-0.5",
+                                 _lazy("conform_engines", "sglang_single_half"),
+                                 draft="greedy", lossy_by_design=True),
+    "sglang-acc-0.5": Sampler("sglang-acc-0.5", _lazy("conform_engines", "sglang_acc_half"),
+                              draft="greedy", lossy_by_design=True),
+    "ascend-block-unfixed": Sampler("ascend-block-unfixed",
+                                    _lazy("conform_engines", "ascend_block_unfixed")),
+    "ragged-misaligned": Sampler("ragged-misaligned",
+                                 _lazy("conform_ragged", "vllm_v1_random", misaligned=True),
+                                 interface="ragged"),
+    "greedy-tie-accepts": Sampler("greedy-tie-accepts",
+                                  _lazy("conform_ragged", "vllm_v1_greedy", tie_accepts=True),
+                                  interface="ragged", target="greedy"),
 }
 
 
 def _check_triton(name: str) -> None:
     if name.endswith("-triton"):
+        if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+            raise SpecbatchError(
+                f"VERIFIER {name}: needs a CUDA GPU; on CPU Triton's interpreter took over 60 "
+                "s for 200 samples of every pair: set TRITON_INTERPRET=1 to run it anyway, with "
+                "--samples 200 --only paper")
         try:  # the module sets TRITON_INTERPRET before importing Triton when there is no GPU
             import specbatch.theory.verify_triton  # noqa: F401
         except ImportError:
@@ -159,20 +208,28 @@ def _check_triton(name: str) -> None:
                 f"VERIFIER {name}: needs Triton (pip install 'specbatch[kernels]')") from None
 
 
-def load_sampler(spec: str, draft: str | None = None) -> Sampler:
+def _override(found: Sampler, draft, interface, target) -> Sampler:
+    return dataclasses.replace(found, draft=draft or found.draft,
+                               interface=interface or found.interface,
+                               target=target or found.target)
+
+
+def load_sampler(spec: str, draft: str | None = None, interface: str | None = None,
+                 target: str | None = None) -> Sampler:
     """A built-in name or ``package.module:callable`` -> :class:`Sampler`.
 
-    ``draft`` overrides the draft law (default: the built-in's, else ``probabilistic``). The
-    working directory is importable, as with ``python -m``. Errors are one line.
+    ``draft``, ``interface`` and ``target`` override the built-in's (defaults for a user's
+    callable: ``probabilistic``, ``padded``, ``sample``). The working directory is importable,
+    as with ``python -m``. Errors are one line.
     """
-    if draft is not None and draft not in DRAFT_LAWS:
-        raise SpecbatchError(f"--draft: expected one of {list(DRAFT_LAWS)}, got {draft!r}")
+    for flag, value, allowed in (("--draft", draft, DRAFT_LAWS),
+                                 ("--interface", interface, INTERFACES),
+                                 ("--target", target, TARGETS)):
+        if value is not None and value not in allowed:
+            raise SpecbatchError(f"{flag}: expected one of {list(allowed)}, got {value!r}")
     if spec in BUILTINS:
         _check_triton(spec)
-        found = BUILTINS[spec]
-        if draft is None or draft == found.draft:
-            return found
-        return Sampler(found.name, found.fn, draft, found.lossy_by_design, found.exact_law)
+        return _override(BUILTINS[spec], draft, interface, target)
     module_name, colon, attr = spec.partition(":")
     if not colon or not module_name or not attr:
         raise SpecbatchError(f"VERIFIER: expected a built-in ({', '.join(BUILTINS)}) or "
@@ -181,7 +238,9 @@ def load_sampler(spec: str, draft: str | None = None) -> Sampler:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # an import error of any kind is the user's bad path
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - any import failure (sys.exit too) is bad input
         raise SpecbatchError(f"VERIFIER {spec}: cannot import {module_name!r}: "
                              f"{type(exc).__name__}: {exc}") from None
     fn = module
@@ -191,4 +250,4 @@ def load_sampler(spec: str, draft: str | None = None) -> Sampler:
             raise SpecbatchError(f"VERIFIER {spec}: {module_name!r} has no attribute {attr!r}")
     if not callable(fn):
         raise SpecbatchError(f"VERIFIER {spec}: {attr!r} is not callable")
-    return Sampler(spec, fn, draft or "probabilistic")
+    return _override(Sampler(spec, fn), draft, interface, target)

@@ -52,12 +52,12 @@ def _uniforms(shape, generator, device) -> torch.Tensor:
     return 1.0 - torch.rand(shape, generator=generator, dtype=torch.float64, device=device)
 
 
-def _drafted(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+def drafted(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """``probs[b, i, tokens[b, i]]`` in float64.  probs # [B, γ(+1), V], tokens # [B, γ]"""
     return probs[:, : tokens.shape[1]].gather(2, tokens[..., None]).squeeze(2).double()
 
 
-def _race(weights: torch.Tensor, generator) -> torch.Tensor:
+def race(weights: torch.Tensor, generator) -> torch.Tensor:
     """One draw per row of non-negative ``weights`` # [B, V]: ``argmax_x w(x) / E_x``.
 
     ``E_x ~ Exp(1)`` i.i.d. (the exponential race, the same law as Gumbel-max on
@@ -103,8 +103,8 @@ def _standard_tau(draft_tokens, draft_probs, target_probs, u, rates=None) -> tor
     if rates is not None:
         ok = u < rates[None, :]
     else:
-        pt = _drafted(target_probs, draft_tokens)
-        q = 1.0 if draft_probs is None else _drafted(draft_probs, draft_tokens)
+        pt = drafted(target_probs, draft_tokens)
+        q = 1.0 if draft_probs is None else drafted(draft_probs, draft_tokens)
         ok = pt > u * q
     return torch.cumprod(ok.long(), dim=1).sum(dim=1)
 
@@ -115,7 +115,7 @@ def vllm_standard(draft_token_ids, draft_probs, target_probs, generator=None):
     tau = _standard_tau(draft_token_ids, draft_probs, target_probs, u)
     one = torch.ones(tau.shape, dtype=torch.float64, device=tau.device)
     weights = _extra_weights(draft_token_ids, draft_probs, target_probs, tau, one)
-    return _emit(draft_token_ids, tau, _race(weights, generator))
+    return _emit(draft_token_ids, tau, race(weights, generator))
 
 
 def vllm_synthetic(draft_token_ids, draft_probs, target_probs, generator=None,
@@ -128,14 +128,14 @@ def vllm_synthetic(draft_token_ids, draft_probs, target_probs, generator=None,
     tau = _standard_tau(draft_token_ids, draft_probs, target_probs, u, cond)
     one = torch.ones(tau.shape, dtype=torch.float64, device=tau.device)
     weights = _extra_weights(draft_token_ids, draft_probs, target_probs, tau, one)
-    return _emit(draft_token_ids, tau, _race(weights, generator))
+    return _emit(draft_token_ids, tau, race(weights, generator))
 
 
 def _block_thresholds(draft_tokens, draft_probs, target_probs):
     """``p_0..p_γ`` # [B, γ+1] and ``h_1..h_γ`` # [B, γ] of vLLM's block mode (float64)."""
     b, gamma = draft_tokens.shape
-    pt = _drafted(target_probs, draft_tokens)
-    q = torch.ones_like(pt) if draft_probs is None else _drafted(draft_probs, draft_tokens)
+    pt = drafted(target_probs, draft_tokens)
+    q = torch.ones_like(pt) if draft_probs is None else drafted(draft_probs, draft_tokens)
     log_p = torch.zeros(b, dtype=torch.float64, device=draft_tokens.device)
     ps = [torch.ones_like(log_p)]
     for i in range(gamma):  # the cumulative clipped log ratio, position by position
@@ -161,4 +161,4 @@ def vllm_block(draft_token_ids, draft_probs, target_probs, generator=None):
     tau = torch.where(u <= h, positions, 0).max(dim=1).values
     weight = p.gather(1, tau[:, None]).squeeze(1)
     weights = _extra_weights(draft_token_ids, draft_probs, target_probs, tau, weight)
-    return _emit(draft_token_ids, tau, _race(weights, generator))
+    return _emit(draft_token_ids, tau, race(weights, generator))

@@ -10,102 +10,184 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
-from specbatch.cli.common import add_json_flag, emit, example, seed_int
+from specbatch.cli.common import add_json_flag, emit, example, positive_int, seed_int
 
 RAW = argparse.RawDescriptionHelpFormatter
 
 
 def register(subparsers) -> None:
     """Add ``conform`` to the CLI root."""
-    from specbatch.theory.conform import DEFAULT_ALPHA, DEFAULT_SAMPLES
+    from specbatch.theory.conform import DEFAULT_ALPHA, DEFAULT_SAMPLES, MAX_SAMPLES
     from specbatch.theory.conform_pairs import CLASSES
-    from specbatch.theory.conform_samplers import BUILTINS, DRAFT_LAWS
+    from specbatch.theory.conform_samplers import BUILTINS, DRAFT_LAWS, INTERFACES, TARGETS
 
     parser = subparsers.add_parser(
         "conform", help="check that a rejection sampler preserves the target's law",
         description=(
             "Draw small-vocabulary model pairs (" + ", ".join(CLASSES) + "), draw drafts from "
-            "the stated draft law, call VERIFIER in batches and test the law of the first γ+1 "
-            "tokens (its output, completed by target sampling) against the exact target law "
-            "(G-test, Bonferroni over pairs, power stated as the smallest TV bias detected with "
-            "probability 0.9), plus exact checks (zero-probability tokens never emitted, "
-            "accepted tokens are the drafted ones, p = q accepts everything). Reports the mean "
-            "accepted length against TV's exact value and the block optimum (LP B). VERIFIER "
-            "is a built-in (" + ", ".join(BUILTINS) + ") or package.module:callable with the "
-            "signature fn(draft_token_ids [B, γ] int64, draft_probs [B, γ, V] or None, "
-            "target_probs [B, γ+1, V], generator) -> output_token_ids [B, γ+1] int64 "
-            "(emitted tokens, then -1). Exit 0: no violation detected; 1: shown lossy; "
-            "2: bad input."),
+            "the stated draft law, call VERIFIER in batches and test the joint law of the "
+            "first m tokens, m = 1..γ+1 (its output, completed by target sampling), against "
+            "the exact target law, and its mean accepted length against the best valid "
+            "verifier's (BV = LP B); every test is calibrated at every sample size (exact and "
+            "Monte Carlo p-values), Holm-corrected over all tests of all pairs, and the power "
+            "is printed as the smallest TV deviation caught with probability 0.95. Exact "
+            "checks: zero-probability tokens never emitted, accepted tokens are the drafted "
+            "ones, and with --target greedy (temperature 0) the output equals non-speculative "
+            "greedy decoding token for token (pairs with tied maxima added). VERIFIER is a "
+            "built-in (" + ", ".join(BUILTINS) + "), 'catalogue' (every engine sampler, "
+            "correct and broken, with the draws needed to catch each) or "
+            "package.module:callable with the padded signature fn(draft_token_ids [B, γ] "
+            "int64, draft_probs [B, γ, V] or None, target_probs [B, γ+1, V], generator) -> "
+            "output_token_ids [B, γ+1] int64 (emitted tokens, then -1), or with --interface "
+            "ragged vLLM V1's fn(draft_token_ids [T], cu_num_draft_tokens [B], draft_probs "
+            "[T, V] or None, target_probs [T, V], bonus_token_ids [B, 1], generator) -> "
+            "[B, max γ_b + 1]. Exit 0: no violation detected; 1: shown lossy; 2: bad input."),
         epilog=example("specbatch conform vllm-block",
                        "specbatch conform mypkg.sampler:rejection_sample --draft greedy --json",
-                       "specbatch conform bv-torch --samples 50000 --seed 3"),
+                       "specbatch conform bv-torch --samples 50000 --seed 3",
+                       "specbatch conform vllm-v1 --detect 0.02",
+                       "specbatch conform catalogue --alpha 0.01"),
         formatter_class=RAW)
     parser.add_argument("verifier", metavar="VERIFIER",
                         help="built-in name or package.module:callable")
-    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES,
-                        help=f"samples per pair (default {DEFAULT_SAMPLES})")
+    parser.add_argument("--samples", type=positive_int, default=DEFAULT_SAMPLES,
+                        help=f"samples per pair (default {DEFAULT_SAMPLES}; at most "
+                             f"{MAX_SAMPLES} unless SPECBATCH_ALLOW_LARGE=1)")
+    parser.add_argument("--detect", type=float, default=None, metavar="TV",
+                        help="choose the samples per pair so that a deviation of this total "
+                             "variation from the target law is caught with probability 0.95 "
+                             "(overrides --samples)")
     parser.add_argument("--seed", type=seed_int, default=0, help="seed of pairs, drafts and the "
                         "sampler's torch.Generator (default 0)")
     parser.add_argument("--draft", choices=DRAFT_LAWS, default=None,
                         help="draft law: probabilistic (X ~ Ms, draft_probs given) or greedy "
                              "(argmax of Ms, draft_probs None); default: the built-in's, "
                              "else probabilistic")
+    parser.add_argument("--seeds", type=positive_int, default=3,
+                        help="catalogue: seeds every row is judged over (default 3)")
+    parser.add_argument("--interface", choices=INTERFACES, default=None,
+                        help="padded [B, γ] (default for a callable) or ragged (vLLM V1's "
+                             "flattened drafts with cu_num_draft_tokens; each request drafts "
+                             "0..γ tokens)")
+    parser.add_argument("--target", choices=TARGETS, default=None,
+                        help="sample (temperature > 0, default for a callable) or greedy "
+                             "(temperature 0: output must equal greedy decoding)")
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
                         help=f"family-wise false-alarm level (default {DEFAULT_ALPHA:g})")
-    parser.add_argument("--only", action="append", metavar="CLASS", choices=list(CLASSES),
-                        help="check only this pair class (repeatable)")
+    parser.add_argument("--only", action="append", metavar="CLASS",
+                        choices=[*CLASSES, "ties"],
+                        help="check only this pair class (repeatable; ties: tied target "
+                             "maxima, greedy targets only)")
     add_json_flag(parser)
     parser.set_defaults(func=run)
 
 
-def _num(x: float, digits: int = 3) -> str:
+def _num(x, digits: int = 3) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
 def _case_line(c) -> str:
     mark = "LOSSY" if c.lossy else "ok"
-    return (f"  {c.label:<14} {c.vocab:>2} {c.gamma:>2}  {c.fit.p_value:>8.2g}  "
-            f"{_num(c.fit.detectable_tv):>6}  {_num(c.observed_tv):>6}  {_num(c.noise_tv):>6}  "
-            f"{c.mean_tau:>6.3f}±{c.se_tau:<5.3f} {_num(c.tau_token):>6}  {_num(c.tau_block):>6}  "
+    p = min((t.fit.p_value for t in c.tests), default=math.nan)
+    return (f"  {c.label:<14} {c.vocab:>2} {c.gamma:>2}  {p:>8.2g}  "
+            f"{_num(c.detectable_tv):>6}  {_num(c.observed_tv):>6}  {_num(c.noise_tv):>6}  "
+            f"{c.mean_tau:>6.3f}  {_num(c.tau_token):>6}  {_num(c.tau_block):>6}  "
             f"{_num(c.lp_b):>6}  {mark}")
 
 
 def render(report) -> str:
-    """The text report: a table per pair class, the violations, the verdict."""
-    lines = [f"conform {report.verifier}: draft {report.draft}, {report.samples} samples per "
-             f"pair, seed {report.seed}, family-wise α = {report.alpha:g} "
-             f"(per pair {report.alpha / len(report.cases):.2g})",
-             "law of the first γ+1 tokens vs the target (G-test); dTV: smallest TV bias "
-             "detected with probability 0.9; obsTV: observed TV (noise: its expected value "
-             "for an exact sampler); E[τ]: observed vs TV exact, BV exact and LP B (optimum)"]
-    header = (f"  {'pair':<14} {'V':>2} {'γ':>2}  {'p-value':>8}  {'dTV':>6}  {'obsTV':>6}  "
-              f"{'noise':>6}  {'E[τ] obs':<12} {'TV':>6}  {'BV':>6}  {'LP B':>6}  verdict")
+    """The text report: a table per pair class, the violations, the power, the verdict."""
+    lines = [f"conform {report.verifier}: draft {report.draft}, target {report.target}, "
+             f"interface {report.interface}, {report.samples} samples per pair, seed "
+             f"{report.seed}, family-wise α = {report.alpha:g} (Holm over {report.tests} tests)",
+             "p-min: smallest p-value of the laws of the first m = 1..γ+1 tokens; dTV: smallest "
+             "TV deviation caught with probability 0.95; obsTV: observed TV (noise: its expected "
+             "value for an exact sampler); E[τ]: observed vs TV exact, BV exact and LP B"]
+    header = (f"  {'pair':<14} {'V':>2} {'γ':>2}  {'p-min':>8}  {'dTV':>6}  {'obsTV':>6}  "
+              f"{'noise':>6}  {'E[τ]':>6}  {'TV':>6}  {'BV':>6}  {'LP B':>6}  verdict")
     kinds = list(dict.fromkeys(c.kind for c in report.cases))
     for kind in kinds:
         lines += ["", f"[{kind}]", header]
         lines += [_case_line(c) for c in report.cases if c.kind == kind]
+    for c in report.cases:
+        if c.notes:
+            lines += ["", f"{c.label} (note): " + "; ".join(c.notes)]
     bad = [c for c in report.cases if c.lossy]
     for c in bad:
-        lines += ["", f"{c.label}: " + "; ".join(c.violations), f"  pair: {c.pair}",
-                  "  largest deviations (tokens: observed vs exact): " + ", ".join(
-                      f"{''.join(map(str, t))}: {o:.4f} vs {e:.4f}" for t, o, e in c.worst_cells())]
+        lines += ["", f"{c.label}: " + "; ".join(c.violations), f"  pair: {c.pair}"]
+        if report.target == "sample":
+            lines.append("  largest deviations (tokens: observed vs exact): " + ", ".join(
+                f"{''.join(map(str, t))}: {o:.4f} vs {e:.4f}" for t, o, e in c.worst_cells()))
+    lines.append("")
+    if report.detectable_tv is not None:
+        lines.append(f"power: a deviation of TV >= {report.detectable_tv:.4f} from the target law "
+                     f"of any pair is caught with probability 0.95 at {report.samples} samples "
+                     f"(false alarm <= {report.alpha:g}); --detect TV chooses the samples")
+    else:
+        lines.append("power: greedy target: every emitted token is compared with greedy "
+                     "decoding exactly")
     exact = [c.exact_tv for c in report.cases if c.exact_tv is not None]
-    lines += ["", f"verdict: {report.verdict}"
+    tv = bad and report.target == "sample"
+    lines += [f"verdict: {report.verdict}"
               + (f" (max observed TV from the target law {max(c.observed_tv for c in bad):.3f}"
-                 + (f", exact {max(exact):.3f}" if exact else "") + ")" if bad else "")]
+                 + (f", exact {max(exact):.3f}" if exact else "") + ")" if tv else "")]
     return "\n".join(lines)
+
+
+def _progress(text: str) -> None:
+    sys.stderr.write(f"specbatch conform: {text}\n")
+    sys.stderr.flush()
 
 
 def run(args: argparse.Namespace) -> int:
     from specbatch.theory.conform import conform
     from specbatch.theory.conform_samplers import load_sampler
 
-    sampler = load_sampler(args.verifier, args.draft)
-    if not (0.0 < args.alpha < 1.0):
-        from specbatch.errors import SpecbatchError
-        raise SpecbatchError(f"--alpha: expected a level in (0, 1), got {args.alpha}")
+    if args.verifier == "catalogue":
+        return run_catalogue(args)
+    sampler = load_sampler(args.verifier, args.draft, args.interface, args.target)
     kinds = tuple(args.only) if args.only else None
-    report = conform(sampler, samples=args.samples, seed=args.seed, alpha=args.alpha, kinds=kinds)
+    report = conform(sampler, samples=args.samples, seed=args.seed, alpha=args.alpha,
+                     kinds=kinds, detect=args.detect, progress=_progress)
     emit(report.to_json(), args.json, render(report))
     return report.exit_code
+
+
+def render_catalogue(results, alpha: float) -> str:
+    """The catalogue table: each row's expectation, verdict and draws needed to catch it."""
+    n, seeds = results[0].samples, results[0].seeds
+    lines = [f"conform catalogue: {n} samples per pair, {seeds} seeds, family-wise α = "
+             f"{alpha:g}; draws: smallest samples per pair at which every seed caught it",
+             f"  {'sampler':<21} {'engine':<12} {'expected':<16} {'caught':>7}  {'draws':>7}  "
+             "judged", ]
+    for r in results:
+        draws = "-" if r.draws_needed is None else str(r.draws_needed)
+        lines.append(f"  {r.row.name:<21} {r.row.engine:<12} {r.row.expected:<16} "
+                     f"{r.caught:>3}/{r.seeds:<3}  {draws:>7}  "
+                     f"{'right' if r.correct else 'WRONG'}")
+    lines += [""] + [f"  {r.row.name}: {r.row.source}" + (f"; {r.row.deviation}"
+                                                          if r.row.deviation else "")
+                     for r in results]
+    bad = [r.row.name for r in results if not r.correct]
+    lines += ["", "verdict: every row judged right" if not bad
+              else "verdict: judged WRONG: " + ", ".join(bad)]
+    return "\n".join(lines)
+
+
+def run_catalogue(args: argparse.Namespace) -> int:
+    """``specbatch conform catalogue``: exit 0 when every row is judged as it should be."""
+    from specbatch.theory.conform import check_settings
+    from specbatch.theory.conform_catalogue import run_catalogue as judge
+
+    check_settings(args.samples, args.alpha, 1, None)
+    kinds = tuple(args.only) if args.only else None
+    results = judge(args.samples, args.seeds, args.alpha, kinds, progress=_progress)
+    obj = {"samples": args.samples, "seeds": args.seeds, "alpha": args.alpha,
+           "rows": [{"sampler": r.row.name, "engine": r.row.engine, "source": r.row.source,
+                     "expected": r.row.expected, "deviation": r.row.deviation,
+                     "caught": r.caught, "draws_needed": r.draws_needed,
+                     "judged_right": r.correct} for r in results]}
+    emit(obj, args.json, render_catalogue(results, args.alpha))
+    return 0 if all(r.correct for r in results) else 1

@@ -6,9 +6,7 @@ Argument parsing and printing only; the planner is :mod:`specbatch.analysis.plan
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
-from pathlib import Path
 
 from specbatch.cli.common import add_json_flag, emit, example, int_list, positive_int, seed_int
 from specbatch.errors import SpecbatchError, require
@@ -37,8 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "--acceptance-band 0.6,0.9 --out runs/plan3 --json"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--out", required=True, help="output directory (new, empty, or an earlier "
-                   "plan's, whose stored runs are reused)")
+    p.add_argument("--out", default=None,
+                   help="output directory: new, empty, or this same question's earlier plan "
+                        "(its stored runs are reused); default: a cache folder named by the "
+                        "question ($SPECBATCH_CACHE or ~/.cache/specbatch, under plan/)")
     work = p.add_argument_group("workload")
     work.add_argument("--workload", metavar="FILE|example",
                       help="request lengths/arrivals file, as simulate's --workload")
@@ -82,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     space.add_argument("--tp", type=int_list(positive_int), default=(1, 2, 4, 8),
                        help="tensor-parallel degrees (default 1,2,4,8)")
     space.add_argument("--max-gpus", type=positive_int, default=8,
-                       help="most GPUs a deployment may use (default 8)")
+                       help="most GPUs a deployment may use (default 8, at most 1024)")
     space.add_argument("--policies", default="ar,fixed,tetris,dsd",
                        help="speculation policies to search (default ar,fixed,tetris,dsd)")
     space.add_argument("--k", type=int_list(positive_int), default=(1, 2, 3, 4),
@@ -98,6 +98,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "one, for the runner-up table (default 1)")
     space.add_argument("--acceptance-band", metavar="A,B", default=None,
                        help="also plan with a constant acceptance alpha = A and = B")
+    space.add_argument("--exhaustive", action="store_true",
+                       help="simulate every setting of every searched level (default: skip "
+                            "settings a latency lower bound proves cannot pass or matter; "
+                            "the answer is the same)")
     run = p.add_argument_group("execution")
     run.add_argument("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
                      help="local processes (or LocalCluster workers); default min(4, cores)")
@@ -124,10 +128,10 @@ def _names(text: str, flag: str, allowed: dict[str, str]) -> tuple[str, ...]:
 
 def build_question(args: argparse.Namespace):
     """The planner's :class:`~specbatch.analysis.plan.Question` from the flags (one-line
-    errors), and the workload table to write when lengths are distributions."""
+    errors; nothing is written)."""
     from specbatch.analysis.plan import Question, check_band
     from specbatch.analysis.plan_slo import Slos
-    from specbatch.analysis.plan_space import PLAN_POLICIES, Space, parse_prices
+    from specbatch.analysis.plan_space import PLAN_POLICIES, Space, check_space, parse_prices
     from specbatch.simulator.config import FREE_DRAFTS
     from specbatch.simulator.hardware import HARDWARE, get_hardware
     from specbatch.traces.shapes import get_shape
@@ -156,15 +160,22 @@ def build_question(args: argparse.Namespace):
         verify=_names(args.verify, "--verify", {"token": "token", "tv": "token",
                                                 "block": "block", "bv": "block"}),
         prices=parse_prices(args.price, hardware))
+    band = check_band(args.acceptance_band)
+    check_space(space, args.requests, 1 if band is None else 3)
     slos = Slos(ttft=args.slo_ttft, tpot=args.slo_tpot, e2e=args.slo_e2e,
                 percentile=args.percentile, goodput=args.goodput,
                 allow_preemption=args.allow_preemption)
+    lengths = workload_lengths(args)
     base = {"trace": args.trace, "requests": args.requests, "target": args.target,
             "draft": args.draft, "max_num_seqs": args.max_num_seqs, "kv_mode": "paged",
             "gpu_memory_utilization": args.gpu_memory_utilization, "seed": args.seed,
             **arrival_fields(args)}
+    if args.workload is not None:
+        from specbatch.simulator.workload import resolve_workload
+
+        base["workload"] = str(resolve_workload(args.workload).resolve())
     return Question(base=base, space=space, slos=slos, levels_after=args.levels_after,
-                    band=check_band(args.acceptance_band))
+                    band=band, lengths=lengths, prune=not args.exhaustive)
 
 
 def arrival_fields(args: argparse.Namespace) -> dict:
@@ -198,36 +209,14 @@ def workload_lengths(args: argparse.Namespace):
     return prompt, output
 
 
-def workload_field(args: argparse.Namespace, base: dict, lengths) -> str | None:
-    """The run's ``workload``: the file given, a table drawn from ``lengths`` written to
-    OUT/workload.csv, or None (the trace's own requests)."""
-    if args.workload is not None:
-        from specbatch.simulator.workload import resolve_workload
-
-        return str(resolve_workload(args.workload).resolve())
-    if lengths is None:
-        return None
-    from specbatch.analysis.plan import write_length_workload
-
-    return str(write_length_workload(base, *lengths, Path(args.out).resolve() / "workload.csv"))
-
-
 def run_command(args: argparse.Namespace) -> int:
-    from specbatch.analysis.plan import claim_plan_dir, run_plan
-    from specbatch.io import check_output_dir, prepare_output_dir
+    from specbatch.analysis.plan import run_plan
 
     question = build_question(args)
-    lengths = workload_lengths(args)
     if args.scheduler is not None:
         from specbatch.analysis.executors import check_scheduler
 
         check_scheduler(args.scheduler)
-    check_output_dir(args.out, allow_existing=True)
-    claim_plan_dir(Path(args.out))
-    prepare_output_dir(args.out, allow_existing=True)
-    workload = workload_field(args, question.base, lengths)
-    if workload is not None:
-        question = dataclasses.replace(question, base={**question.base, "workload": workload})
     report = run_plan(question, args.out, workers=args.workers, scheduler=args.scheduler,
                       progress=not (args.no_progress or args.json))
     emit(report, args.json, text=None if args.json else format_report(report))
@@ -281,6 +270,10 @@ def format_report(report: dict) -> str:
         lines.append("rejected (best setting's limits):")
         lines += [f"  {r['deployment']}: {'; '.join(r['limits'])}" + _kv_note(r["memory"])
                   for r in report["rejected"]]
+    if report.get("dominated"):
+        lines.append("not needed (every setting there fails or cannot beat the frontier; "
+                     "--exhaustive simulates them):")
+        lines += [f"  {r['deployment']}: {r['reason']}" for r in report["dominated"]]
     if report["pruned"]:
         lines.append("pruned before simulating:")
         lines += [f"  {r['deployment']}: {r['limit']}" for r in report["pruned"]]
@@ -290,13 +283,15 @@ def format_report(report: dict) -> str:
                      + (f"{band['choice']} (TPOT {_seconds(lat['tpot'])}, e2e "
                         f"{_seconds(lat['e2e'])})" if lat else "nothing meets every limit"))
     s = report["searched"]
+    skipped = f", {s['skipped']} skipped by lower bounds" if s.get("skipped") else ""
     lines.append(f"searched {s['runs']} runs in {s['levels']} cost levels ({s['computed']} "
-                 f"computed, {s['reused']} reused); figure: {report['figure']}")
+                 f"computed, {s['reused']} reused{skipped}); written to {report['out']}"
+                 + (f"; figure: {report['figure']}" if report["figure"] else "; no figure"))
     return "\n".join(lines)
 
 
-def _kv_note(mem: dict) -> str:
-    if not mem["preemptions"]:
+def _kv_note(mem: dict | None) -> str:
+    if not mem or not mem["preemptions"]:
         return ""
     return (f" (KV needed ~{mem['kv_needed_tokens']:,} tokens = {mem['concurrency']} x "
             f"{mem['footprint_tokens']:g}, available {mem['kv_available_tokens']:,})")

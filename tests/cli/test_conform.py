@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from specbatch.cli import main
+from tests.cli.oneline import assert_one_line_error, run_cli, run_main
 from tests.theory.test_conform import resample_from_target  # noqa: F401 (loaded by path)
 
 
@@ -56,3 +58,64 @@ def test_bad_input_exits_2_with_one_line(capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("specbatch: error:") and err.count("\n") == 1
+
+
+def exits_zero(draft_token_ids, draft_probs, target_probs, generator=None):
+    """A user sampler that calls sys.exit(0) (issue 31)."""
+    raise SystemExit(0)
+
+
+def test_json_carries_the_power_and_detect_chooses_the_draws(tmp_path):
+    result = run_cli(["conform", "vllm-block", "--detect", "0.2", "--only", "paper", "--json"],
+                     tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    obj = json.loads(result.stdout)  # exactly one object on stdout
+    power = obj["power"]
+    assert set(power) == {"detectable_tv", "draws", "false_alarm"}
+    assert power["detectable_tv"] <= 0.2 and power["draws"] == obj["samples"]
+    assert power["false_alarm"] == obj["alpha"] == 1e-3
+
+
+def test_text_output_states_the_power(capsys):
+    code, out, _ = run_main(capsys, ["conform", "vllm-v1", "--samples", "500", "--only",
+                                     "paper"])
+    assert code == 0 and "power: a deviation of TV >= " in out and "interface ragged" in out
+
+
+def test_the_largest_seed_runs(capsys):
+    code, out, err = run_main(capsys, ["conform", "bv-numpy", "--samples", "20", "--only",
+                                       "paper", "--seed", str(2**63 - 1)])
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["conform", "tests.cli.test_conform:exits_zero", "--only", "paper"], "SystemExit"),
+    (["conform", "vllm-block", "--samples", "1000000000000"], "exceeds the limit"),
+    (["conform", "vllm-block", "--detect", "1e-6"], "--detect"),
+    (["conform", "vllm-block", "--seed", str(2**63)], "--seed"),
+])
+def test_issue_31_inputs_are_one_line_errors(capsys, argv, needle):
+    code, out, err = run_main(capsys, argv)
+    assert_one_line_error(code, err, needle)
+    assert out == ""
+
+
+def test_triton_on_cpu_is_refused_up_front(capsys, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, out, err = run_main(capsys, ["conform", "tv-triton"])
+    assert_one_line_error(code, err, "TRITON_INTERPRET=1")
+
+
+def test_the_catalogue_command_prints_one_object(capsys):
+    code, out, _ = run_main(capsys, ["conform", "catalogue", "--samples", "300", "--seeds", "1",
+                                     "--alpha", "0.01", "--only", "paper", "--only", "markov", "--only", "ties",
+                                     "--json"])
+    obj = json.loads(out)
+    assert code == 0, [r for r in obj["rows"] if not r["judged_right"]]
+    assert {r["sampler"] for r in obj["rows"]} >= {"vllm-v1", "ascend-block-unfixed"}
+    for row in obj["rows"]:
+        if row["expected"] == "lossless":
+            assert row["caught"] == 0 and row["draws_needed"] is None
+        else:
+            assert row["caught"] == 1 and row["draws_needed"] in (10, 20, 50, 100, 200, 300)

@@ -292,3 +292,70 @@ def test_a_damaged_trace_in_a_subprocess(trace_dir, tmp_path, name, how, where, 
         assert isinstance(json.loads(proc.stdout), dict) and "Traceback" not in proc.stderr
     else:
         assert_one_line_error(proc.returncode, proc.stderr)
+
+
+# ------------------------------------------------------------------ plan
+
+#: Per flag of ``specbatch plan``: plausible values (small, so a valid search is a few
+#: seconds) and the edges users hit (issue 31: 1e9 GPUs, tp above the GPUs, 1e308 prices).
+PLAN_FLAGS = {
+    "--rate": ["4", "0.5", "0", "-1", "nan", "inf", "1e300", "x"],
+    "--arrival": ["poisson", "burst", "trace", "gamma"],
+    "--requests": ["4", "1", "0", "-3", "1e9", "2.5"],
+    "--prompt-len": ["fixed:20", "uniform:1,40", "lognormal:20,0.5", "trace", "fixed:0",
+                     "uniform:5,2", "fixed:1e30", "gauss:3", ""],
+    "--output-len": ["fixed:8", "uniform:1,12", "lognormal:6,0.3", "trace", "fixed:-1",
+                     "lognormal:5,nan"],
+    "--slo-ttft": ["2", "0.001", "0", "-1", "inf", "nan"],
+    "--slo-tpot": ["0.1", "0.01", "0", "1e-300", "nan"],
+    "--slo-e2e": ["20", "0.5", "-2"],
+    "--percentile": ["99", "50", "100", "0", "101", "nan"],
+    "--goodput": ["0.99", "1", "0", "1.5"],
+    "--hardware": ["h100", "h100,h200", "a100", "l40s", "tpu", ","],
+    "--tp": ["1", "2", "1,2", "3", "0", "x", "8"],
+    "--max-gpus": ["1", "2", "0", "1000000000", "-1"],
+    "--policies": ["ar", "ar,fixed", "tetris", "dsd", "magic", ""],
+    "--k": ["1", "2", "1,2", "0", "9", "6"],
+    "--extra": ["1", "0", "2,3"],
+    "--verify": ["token", "block", "bv,tv", "maybe"],
+    "--price": ["h100=2.5", "h100=2.5,h200=3.9", "h100=1e308", "h100=0", "h100=-1",
+                "h100=nan", "h200=1"],
+    "--levels-after": ["0", "1", "-1", "1000"],
+    "--acceptance-band": ["0.5,0.9", "0.9,0.5", "1,1", "x"],
+    "--max-num-seqs": ["4", "1", "0"],
+    "--gpu-memory-utilization": ["0.9", "0.5", "0", "1.5", "nan"],
+    "--target": ["vicuna-33b", "vicuna-7b", "llama-3.1-8b", "no-such-model"],
+    "--draft": ["vicuna-68m", "ngram", "missing/config.json"],
+}
+#: Seconds one plan example may take.
+PLAN_SECONDS = 30
+plan_flags = st.lists(st.sampled_from(sorted(PLAN_FLAGS)), max_size=6, unique=True).flatmap(
+    lambda names: st.fixed_dictionaries({n: st.sampled_from(PLAN_FLAGS[n]) for n in names}))
+
+
+@settings(FUZZ_SETTINGS, max_examples=min(8, settings().max_examples))
+@given(flags=plan_flags)
+def test_a_plan_question_is_answered_or_refused_in_one_line(trace_dir, tmp_path, capsys, flags):
+    base = {"--trace": str(trace_dir), "--requests": "4", "--prompt-len": "fixed:20",
+            "--output-len": "fixed:8", "--rate": "4", "--tp": "1", "--max-gpus": "1",
+            "--policies": "ar,fixed", "--k": "2", "--verify": "token", "--slo-tpot": "0.1"}
+    flags = {**base, **flags}
+    if flags.get("--arrival", "poisson") != "poisson" and "--rate" not in flags:
+        flags.pop("--rate", None)
+    out = Path(tempfile_dir(tmp_path)) / "plan"
+    argv = ["plan", "--out", str(out), "--workers", "1", "--no-progress", "--json"]
+    argv += [x for item in flags.items() for x in item]
+    capsys.readouterr()
+    with time_limit(PLAN_SECONDS):  # a plan is a search: several runs and a figure
+        code, stdout, err = run_main(capsys, argv)
+    assert_contract(code, stdout, err, json_mode=True)
+    if code == 2 and out.exists():  # refused after claiming: only the plan's own files
+        assert {p.name for p in out.iterdir()} <= {".specbatch-plan.json", ".specbatch.lock",
+                                                   "workload.csv", "runs"}
+
+
+def tempfile_dir(tmp_path: Path) -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(dir=tmp_path)
+

@@ -12,7 +12,7 @@ import pytest
 
 from specbatch.cli import main
 from specbatch.simulator.roofline import kv_capacity_tokens
-from tests.cli.oneline import assert_one_line_error
+from tests.cli.oneline import assert_one_line_error, run_cli
 
 QUICK = ["--no-progress", "--workers", "1"]
 
@@ -139,6 +139,12 @@ def test_a_config_json_target_and_an_acceptance_band(capsys, tmp_path):
     (["--rate", "1", "--draft", "no-such-draft"], "model shape 'no-such-draft'"),
     (["--rate", "1", "--hardware", "l40s", "--max-gpus", "1"], "weights"),
     (["--rate", "1", "--policies", "tetris", "--k", "7", "--extra", "2"], "draft depth K = 8"),
+    (["--rate", "1", "--max-gpus", "1000000000"], "--max-gpus"),
+    (["--rate", "1", "--max-gpus", "1024", "--requests", "4096"], "--max-gpus"),
+    (["--rate", "1", "--tp", "3", "--max-gpus", "2"], "--tp"),
+    (["--rate", "1", "--price", "h100=1e308"], "--price"),
+    (["--rate", "1", "--price", "h100=1e-300"], "--price"),
+    (["--rate", "1", "--price", "h100=inf"], "--price"),
 ])
 def test_bad_input_is_one_line_error(capsys, tmp_path, argv, needle):
     code = main(["plan", "--out", str(tmp_path / "p"), *QUICK, *argv])
@@ -163,3 +169,64 @@ def test_an_offered_rate_beyond_the_deployment_is_not_sustained(capsys, tmp_path
     (one,) = report["rejected"]
     assert one["limits"][0].startswith("rate not sustained")
     assert one["memory"]["preemptions"] == 0  # plenty of KV: the queue, not memory, limits it
+
+
+PLAN = ["plan", "--no-progress", "--workers", "1", "--rate", "4", "--prompt-len", "fixed:100",
+        "--output-len", "fixed:20", "--slo-tpot", "0.1", "--requests", "8", "--tp", "2",
+        "--max-gpus", "2", "--policies", "ar,fixed", "--k", "2", "--verify", "token"]
+
+
+def snapshot(folder) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*")
+            if p.is_file()}
+
+
+def test_a_folder_of_the_users_plan_named_files_is_refused_byte_for_byte(tmp_path):
+    # issue 31: workload.csv, plan.toml, frontier.png of the user's, no plan.json
+    out = tmp_path / "D"
+    out.mkdir()
+    for name, data in (("workload.csv", b"prompt_len,output_len\n1,2\n"),
+                       ("plan.toml", b"policy = 'ar'\n"), ("frontier.png", b"\x89PNG mine")):
+        (out / name).write_bytes(data)
+    before = snapshot(out)
+    proc = run_cli([*PLAN, "--out", str(out)], tmp_path)
+    assert_one_line_error(proc.returncode, proc.stderr, "not a plan's")
+    assert snapshot(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
+
+
+def test_a_second_plan_with_other_lengths_is_refused_before_it_rewrites_anything(capsys,
+                                                                                 tmp_path):
+    out = tmp_path / "p"
+    assert main([*PLAN, "--out", str(out), "--json"]) == 0
+    capsys.readouterr()
+    before = snapshot(out)
+    other = [a if a != "fixed:20" else "fixed:200" for a in PLAN]
+    code = main([*other, "--out", str(out)])
+    assert_one_line_error(code, capsys.readouterr().err, "another question")
+    assert snapshot(out) == before  # workload.csv, plan.toml, plan.json, runs: every byte
+
+
+def test_a_failing_figure_costs_only_the_figure(capsys, tmp_path, monkeypatch):
+    import specbatch.analysis.plan_figure as figure
+
+    def broken(*args, **kwargs):
+        raise OverflowError("cost 1e308 x 2 GPUs")
+
+    monkeypatch.setattr(figure, "frontier_figure", broken)
+    report = plan(capsys, tmp_path / "p", *PLAN[1:])
+    assert report["figure"] is None and report["choice"] is not None
+    written = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert written["choice"] == report["choice"] and written["figure"] is None
+    assert not (tmp_path / "p" / "frontier.png").exists()
+
+
+def test_json_without_out_answers_from_a_cache_folder(capsys, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    proc = run_cli([*PLAN, "--json"], tmp_path, SPECBATCH_CACHE=str(cache))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)  # stdout is exactly one JSON object
+    assert report["out"].startswith(str(cache / "plan")) and report["choice"] is not None
+    monkeypatch.setenv("SPECBATCH_CACHE", str(cache))
+    assert main([*PLAN, "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["out"] == report["out"] and again["searched"]["computed"] == 0  # reused
