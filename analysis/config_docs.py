@@ -29,8 +29,8 @@ refused), integers fit in 64 bits, and a field that may be `none` is left out of
 to mean none (`--budget none` on the command line).
 
 For one run, `simulate` also refuses a setting its policy would ignore: `extra` > 0 for
-`ar`, `fixed` and `dsd`; a `num_speculative_tokens` given for `ar` or `dsd` (DSD plans its own
-window, k = 0..min(6, K)); `verify = "block"` for `ar`.
+`ar`, `fixed` and `dsd`; a `num_speculative_tokens` given for `ar`; `verify = "block"` for
+`ar`. A `num_speculative_tokens` given with `dsd` is its window's upper bound (`dsd_max_k`).
 
 """
 

@@ -64,6 +64,7 @@ from specbatch.analysis.replication import (
     tetris_replication,
 )
 from specbatch.analysis.sweep import read_results
+from specbatch.errors import require
 from specbatch.io import atomic_write, result_dir
 
 __all__ = ["METRIC_DEFINITIONS", "build_report", "bv_gain_table", "headline_display", "render"]
@@ -88,12 +89,36 @@ METRIC_DEFINITIONS = """\
 REPORT_FILES = ("*.png", "headline.csv", "report.md", "report.html")
 
 
+#: Columns every report reads besides analysis.sweep.RESULT_COLUMNS (the setting line and the
+#: headline's latency): a table without them is refused before anything is drawn.
+REPORT_COLUMNS = ("trace", "requests", "max_num_seqs", "cost", "hardware", "target", "draft",
+                  "tp", "e2e_mean")
+
+
+def check_report_table(path: Path, df: pd.DataFrame, manifest: dict) -> None:
+    """Refuse, in one line naming ``path``, a results table a report cannot be drawn from:
+    missing :data:`REPORT_COLUMNS`, a non-numeric ``e2e_mean``, or rows that are not the runs
+    the manifest lists (a table copied from another sweep, or edited)."""
+    missing = [c for c in REPORT_COLUMNS if c not in df.columns]
+    require(not missing, f"file {path}: expected a sweep results table, missing column(s) "
+            f"{', '.join(missing)}")
+    require(pd.api.types.is_numeric_dtype(df["e2e_mean"]),
+            f"file {path}: column 'e2e_mean': expected numbers, got {df['e2e_mean'].dtype}")
+    runs = manifest["runs"]
+    rows = df["run"].astype(str).tolist()
+    require(sorted(rows) == sorted(runs),
+            f"file {path}: expected one row per run of {path.parent / 'sweep.json'} ("
+            f"{len(runs)} runs), got {len(rows)} rows of which {len(set(rows) - set(runs))} "
+            "are not its runs; rerun specbatch sweep to rewrite it")
+
+
 def build_report(out: str | os.PathLike, fmt: str = "md") -> str:
     """Write DIR/report/ (figures, headline.csv, report.md|html), replacing any earlier
     report as a whole; return the report's path."""
     out = Path(out)
     manifest = read_manifest(out)
     df = read_results(out)
+    check_report_table(out / "results.parquet", df, manifest)
     with result_dir(out / "report", "report", "", "report", force=True,
                     legacy=REPORT_FILES) as rep:
         write_report(out, manifest, df, rep, fmt)

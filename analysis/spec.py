@@ -206,9 +206,17 @@ def _parse_grids(data: Mapping, path: str, hints: dict, aliases: dict) -> list[d
     """``[axes]`` (one grid) or ``[[axes]]`` (a union of grids): field -> tuple of values."""
     raw_axes = data.get("axes", {})
     if isinstance(raw_axes, Mapping):
+        if "axes" in data and not raw_axes:  # left out, a spec runs [base] per seed
+            raise SpecbatchError(f"spec {path}: field 'axes': expected at least one axis "
+                                 "(field = [values, ...]), got an empty table; leave [axes] out "
+                                 "to run [base] once per seed")
         raw_grids = [raw_axes]
     elif isinstance(raw_axes, list) and raw_axes and all(isinstance(g, Mapping) for g in raw_axes):
         raw_grids = raw_axes
+        empty = next((i for i, grid in enumerate(raw_grids) if not grid), None)
+        if empty is not None:  # it would add one [base] run silently
+            raise SpecbatchError(f"spec {path}: [[axes]] table {empty + 1}: expected at least "
+                                 "one axis (field = [values, ...]), got an empty table")
     else:
         raise SpecbatchError(f"spec {path}: field 'axes': expected a table or an array of tables")
     return [_parse_grid(grid, path, hints, aliases) for grid in raw_grids]

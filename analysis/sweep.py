@@ -100,20 +100,50 @@ def preflight(spec: SweepSpec, runs: list[dict]) -> dict[str, str]:
 
 
 def input_identity(config: dict, trace_ids: dict[str, str]) -> str | None:
-    """What a run reads besides its config: the trace's identity and, for an imported
-    workload, a hash of the file's bytes (an edited file under the same name gets new keys)."""
+    """What a run reads besides its config values: the trace's identity and a hash of the
+    bytes of every file the config names (:func:`input_files`: an imported workload, a
+    config.json target or draft, a ``cost = "profiled"`` profile, a user policy's module), so
+    a file edited in place under the same name gets new run keys and is recomputed, never
+    reused stale. A run that names no file keeps the key it had (the trace's identity)."""
     trace_id = trace_ids.get(config.get("trace"))
-    workload = config.get("workload")
-    if not workload:
-        return trace_id
-    from specbatch.simulator.workload import resolve_workload
+    parts = [f"{field}:{_digest(path, field)}" for field, path in input_files(config)]
+    return "+".join([str(trace_id), *parts]) if parts else trace_id
 
-    path = resolve_workload(workload)
+
+def input_files(config: dict) -> list[tuple[str, Path]]:
+    """(field, file) of every input file a resolved run config names, in field order."""
+    from specbatch.traces.hf_config import config_file, is_config_path
+
+    files: list[tuple[str, Path]] = []
+    if config.get("workload"):
+        from specbatch.simulator.workload import resolve_workload
+
+        files.append(("workload", resolve_workload(config["workload"])))
+    for role in ("target", "draft"):
+        name = config.get(role)
+        if isinstance(name, str) and is_config_path(name):
+            files.append((role, config_file(name)))
+    if config.get("cost") == "profiled" and config.get("profile"):
+        files.append(("profile", Path(config["profile"])))
+    policy = config.get("policy")
+    if isinstance(policy, str) and ":" in policy:
+        files.append(("policy", _policy_file(policy)))
+    return files
+
+
+def _policy_file(policy: str) -> Path:
+    """The module file a user's ``module:Class`` policy is imported from."""
+    from specbatch.simulator.policies import resolve_policy, user_file
+
+    return Path(user_file(resolve_policy(policy, "field 'policy'")))
+
+
+def _digest(path: Path, field: str) -> str:
+    """sha256 (16 hex digits) of a file's bytes, or a one-line error naming the field."""
     try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     except OSError as exc:
-        raise SpecbatchError(f"field 'workload': cannot read {path} ({exc.strerror})") from None
-    return f"{trace_id}+workload:{digest}"
+        raise SpecbatchError(f"field '{field}': cannot read {path} ({exc.strerror})") from None
 
 
 def run_sweep(

@@ -115,6 +115,42 @@ def cost_model(d: Path, profile: str | list | None, in_sample: bool, overhead: f
     return cost, label, in_sample
 
 
+def check_live_run(live: dict) -> dict:
+    """``live`` (:func:`live.record.read_live`) when its tables are a live run's, else a
+    one-line error naming the file and column: every column of the simulator's request and
+    step tables present, numeric and finite, at least one step, each step ending no earlier
+    than it starts, and one request row per request of live.json. A damaged run used to be
+    replayed as it was (NaN finish times, rows missing) or to end in a KeyError."""
+    from specbatch.simulator.metrics import REQUEST_COLUMNS
+    from specbatch.simulator.state import STEP_COLUMNS
+
+    d = live["dir"]
+    for name, columns in (("requests.parquet", REQUEST_COLUMNS), ("steps.parquet", STEP_COLUMNS)):
+        table = live[name.split(".")[0]]
+        path = d / name
+        missing = [c for c in columns if c not in table.columns]
+        require(not missing, f"file {path}: column {missing[0] if missing else ''}: missing "
+                f"(expected the columns of `specbatch live`'s {name.split('.')[0]} table)")
+        require(len(table) > 0, f"file {path}: expected at least one row, got none")
+        for col in columns:
+            values = table[col]
+            require(pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(
+                values), f"file {path}: column {col}: expected numbers, got {values.dtype}")
+            bad = ~np.isfinite(values.to_numpy(dtype=np.float64))
+            row = int(np.argmax(bad))
+            require(not bad.any(), f"file {path}: column {col}: expected finite numbers, got "
+                    f"{float(values.iloc[row])!r} in row {row}")
+    steps = live["steps"]
+    back = (steps["end"] < steps["time"]).to_numpy()
+    require(not back.any(), f"file {d / 'steps.parquet'}: column end: expected each step to end "
+            f"no earlier than its time, got row {int(np.argmax(back))}")
+    expected = live["manifest"].get("requests")
+    require(expected is None or expected == len(live["requests"]),
+            f"file {d / 'requests.parquet'}: expected {expected} rows (live.json field "
+            f"requests), got {len(live['requests'])}")
+    return live
+
+
 def metrics(requests: pd.DataFrame, steps: pd.DataFrame) -> dict:
     """The compared metrics of a run's tables (definitions: :mod:`simulator.metrics`)."""
     from specbatch.simulator.metrics import summarize
@@ -185,11 +221,11 @@ def validate(live_dir: str | Path, profile: str | list | None = None,
     from specbatch.simulator.free_draft import FreeDraftCost
     from specbatch.simulator.run import simulate
 
-    live = read_live(live_dir)
+    live = check_live_run(read_live(live_dir))
     d, meas_steps = live["dir"], live["steps"]
     require(fit_dir is None or not in_sample,
             "--in-sample: expected no --fit run (in-sample fits the predicted run itself)")
-    fit = live if fit_dir is None else read_live(fit_dir)
+    fit = live if fit_dir is None else check_live_run(read_live(fit_dir))
     over = float(fit["steps"]["overhead_time"].mean()) if overhead is None else float(overhead)
     require(math.isfinite(over) and over >= 0, f"--overhead: expected seconds >= 0, got {over}")
     cost, label, in_sample = cost_model(fit["dir"], profile, in_sample, over, target_model,
@@ -206,7 +242,7 @@ def validate(live_dir: str | Path, profile: str | list | None = None,
     sim = simulate(make_config(values, f"live manifest {d / 'live.json'}"), trace=live["trace"],
                    cost_model=cost)
     if out is not None:
-        sim.write(out)
+        sim.write_files(out)
     measured = metrics(live["requests"], meas_steps)
     simulated = metrics(sim.requests, sim.steps)
     errors = {key: _rel(simulated[key], measured[key]) for key, _, _ in COMPARED}

@@ -163,9 +163,9 @@ class LiveConfig:
     def depth(self) -> int:
         """Draft passes per step: the policy class's required depth (K = k for ``fixed``,
         k + e for ``tetris``), as in the simulator (computed once per config)."""
-        from specbatch.simulator.policies import resolve_policy
+        from specbatch.simulator.policies import policy_depth_of, resolve_policy
 
-        return resolve_policy(self.policy, "--policy").required_depth(self.sim_config())
+        return policy_depth_of(resolve_policy(self.policy, "--policy"), self.sim_config())
 
     def check(self) -> None:
         """One-line errors naming the CLI flag for settings the loop cannot run."""

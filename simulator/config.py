@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import stat
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -43,8 +44,10 @@ from specbatch.simulator.fields import (
     Range,
     above,
     at_least,
+    check_ranges,
     check_toml_value,
     coerce,
+    exact_value,
     field_specs,
     knob,
     markdown_table,
@@ -214,6 +217,11 @@ class SimConfig:
         "learned (gradient-boosted trees) or logistic, fitted on the calibration_split "
         "requests (simulator.predictor, simulator.tree_predictor)", choices=PREDICTORS)
     dsd_interval: int = knob(20, "steps between DSD re-plans", range=at_least(1))
+    dsd_max_k: int | None = knob(
+        None, "DSD's largest window: its goodput scan covers k = 0..min(dsd_max_k, 6, K); "
+        "num_speculative_tokens (--k) given with policy dsd sets it (as an engine's "
+        "num_speculative_tokens caps a dynamic window)", range=at_least(1),
+        none="6 (SmartSpec's scan)")
     calibration_split: float = pk.CALIBRATION_SPLIT
     num_speculative_tokens_per_batch_size: str | None = pk.VLLM_TABLE
     draft_len_schedule: str | None = pk.TRT_SCHEDULE
@@ -253,6 +261,13 @@ class SimConfig:
                              range=above(0, "seconds"), none="not computed")
     speedup: bool = knob(False, "also simulate ar on the same workload and cost model for "
                          "speedup_vs_ar")
+
+    def __post_init__(self) -> None:
+        """Every field of its declared type and range, whoever built the config (the Python
+        API's ``SimConfig(requests=2.5)`` is refused, not run as 2 requests): see
+        :func:`check_fields`."""
+        for name, value in check_fields(vars(self), "SimConfig").items():
+            object.__setattr__(self, name, value)
 
     @property
     def k(self) -> int:
@@ -300,6 +315,17 @@ FIELD_TYPES: dict[str, type] = {name: s.kind for name, s in specs().items()}
 OPTIONAL = frozenset(name for name, s in specs().items() if s.optional)
 
 
+def check_fields(values: Mapping[str, Value], where: str) -> dict[str, Value]:
+    """The one place a SimConfig's field values are checked one by one: each of its field's
+    type exactly (:func:`simulator.fields.exact_value`: bool is not an integer, floats are
+    finite, numpy numbers become Python ones) and in its declared range and choices
+    (:func:`simulator.fields.check_ranges`); returns the values as stored. Raises
+    ``WHERE: field NAME: expected ..., got ...``."""
+    exact = {name: exact_value(specs()[name], value, where) for name, value in values.items()}
+    check_ranges(types.SimpleNamespace(**exact), {n: specs()[n] for n in exact}, where)
+    return exact
+
+
 def config_table() -> str:
     """The Markdown table of every SimConfig field (docs/config.md)."""
     return markdown_table(SimConfig, ALIASES)
@@ -320,8 +346,11 @@ def make_config(values: Mapping[str, Value], where: str = "config") -> SimConfig
     """Build and validate a :class:`SimConfig` from a dict (aliases allowed, values coerced:
     command-line strings, integral floats and numpy numbers are converted)."""
     values = _canonical(values, where)
+    if (values.get("policy") == "dsd" and "num_speculative_tokens" in values
+            and "dsd_max_k" not in values):  # the k a user gives dsd caps its window
+        values["dsd_max_k"] = values["num_speculative_tokens"]
     typed = {name: coerce(specs()[name], value, where) for name, value in values.items()}
-    config = SimConfig(**typed)
+    config = SimConfig(**check_fields(typed, where))
     validate_config(config, where)
     return config
 

@@ -47,9 +47,6 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
         fail(where, "num_speculative_tokens", "k >= 1 for policy fixed", c.num_speculative_tokens)
     if c.policy in ("tetris", "oracle", "hindsight", "threshold") and c.depth < 1:
         fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}", c.depth)
-    if c.predictor != "confidence" and not c.calibration_split:
-        fail(where, "calibration_split", f"a fraction in (0, 1) of requests to fit predictor "
-             f"{c.predictor} on", c.calibration_split)
     if (c.scheduler == "vllm-v0" and c.enable_chunked_prefill
             and c.max_num_batched_tokens is None):
         fail(where, "max_num_batched_tokens", "a token budget when enable_chunked_prefill is set",
@@ -89,11 +86,8 @@ def check_settings_apply(c: SimConfig, given: set[str] | frozenset[str],
     given: the fields the user set (file or flags); a default k is not the user's choice.
     """
     check_extra_applies(c, where)
-    if c.policy in NO_K_POLICIES and "num_speculative_tokens" in given:
-        why = ("ar never drafts" if c.policy == "ar" else
-               "DSD plans its window k = 0..min(6, K) by expected goodput every "
-               "dsd_interval steps")
-        fail(where, "num_speculative_tokens", f"no k for policy {c.policy} ({why})",
+    if c.policy == "ar" and "num_speculative_tokens" in given:
+        fail(where, "num_speculative_tokens", "no k for policy ar (ar never drafts)",
              c.num_speculative_tokens)
     if c.predictor != "confidence" and c.policy not in ("tetris", "tetris-tree", "static-tree"):
         fail(where, "predictor", f"confidence for policy {c.policy} (only tetris, tetris-tree "
@@ -131,6 +125,6 @@ def validate_against_trace(c: SimConfig, trace: Trace, max_footprint: int | None
 def policy_depth(c: SimConfig) -> int:
     """Deepest draft the configured policy may ask of the trace: its class's
     :meth:`simulator.policies.Policy.required_depth`."""
-    from specbatch.simulator.policies import resolve_policy
+    from specbatch.simulator.policies import policy_depth_of, resolve_policy
 
-    return resolve_policy(c.policy).required_depth(c)
+    return policy_depth_of(resolve_policy(c.policy), c)

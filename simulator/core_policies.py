@@ -68,7 +68,7 @@ class DynamicSD(Policy):
     """``dsd``: the goodput policy of Liu et al. 2024 (SmartSpec) as in THEORY.md §5.
 
     One k for the whole batch, re-planned every ``dsd_interval`` steps by scanning
-    k = 0..min(6, trace K) for ``goodput(k) = n (1 − α^{k+1}) / (1 − α) / (T_draft(k) +
+    k = 0..min(6, trace K, ``dsd_max_k``) for ``goodput(k) = n (1 − α^{k+1}) / (1 − α) / (T_draft(k) +
     T_target(k) + T_verify(k) + T_overhead)``, stopping at the first drop, k = 0 favoured
     ×1.1. Step times come from the active cost model on the current batch's KV lengths;
     ``T_verify(k)`` is the rejection sampler's seconds for n requests verifying k each, the
@@ -98,7 +98,8 @@ class DynamicSD(Policy):
 
     def __init__(self, config: Any, trace_k: int) -> None:
         super().__init__(config, trace_k)
-        self.k_max = min(self.MAX_K, int(trace_k))
+        cap = getattr(config, "dsd_max_k", None)  # the user's k: the window's upper bound
+        self.k_max = min(self.MAX_K, int(trace_k), self.MAX_K if cap is None else int(cap))
         self.depth = self.k_max
         self.k_now = min(self.k, self.k_max)
         self.interval = int(config.dsd_interval)
@@ -114,9 +115,11 @@ class DynamicSD(Policy):
 
     @classmethod
     def required_depth(cls, config: Any) -> int:
-        """The starting window min(k, 6) must be in the trace; later plans scan
-        k = 0..min(6, trace K), so a deeper trace only widens the scan."""
-        return min(int(config.num_speculative_tokens), cls.MAX_K)
+        """The starting window min(k, 6, dsd_max_k) must be in the trace; later plans scan
+        k = 0..min(6, trace K, dsd_max_k), so a deeper trace only widens the scan."""
+        cap = getattr(config, "dsd_max_k", None)
+        return min(int(config.num_speculative_tokens), cls.MAX_K,
+                   cls.MAX_K if cap is None else int(cap))
 
     def goodput(self, k: int, kv: np.ndarray, cost: Any) -> float:
         """Expected tokens per second of window k on a batch with KV lengths ``kv`` # [n]."""

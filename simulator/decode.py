@@ -15,6 +15,7 @@ import numpy as np
 
 from specbatch.simulator.draft_cost import draft_seconds, draft_seconds_from_sums
 from specbatch.simulator.plan import Plan, plan_step
+from specbatch.simulator.policies import call_user, is_builtin
 from specbatch.simulator.state import (
     COMMITTED_ROWS,
     CONTEXT_ROWS,
@@ -113,7 +114,11 @@ class Decode:
             m[_M_TAU] = 0
             np.minimum(1, sub[_OUT] - sub[_POS], out=m[_M_EMITTED])
         if self.observes:
-            self.policies[rep.index].observe(verified, m[_M_TAU])
+            policy = self.policies[rep.index]
+            if self.check_plans and not is_builtin(type(policy)):  # a user's: one-line errors
+                call_user(type(policy), "observe", policy.observe, verified, m[_M_TAU])
+            else:
+                policy.observe(verified, m[_M_TAU])
 
     def price_decode(self, m: np.ndarray, plan: Plan
                      ) -> tuple[int, int, int, int, int, float, tuple, float]:

@@ -232,6 +232,37 @@ def _convert(kind: type, value: object) -> object:
     return value
 
 
+def exact_value(spec: FieldSpec, value: object, where: str) -> object:
+    """``value`` as stored in a config built from Python (``SimConfig(requests=2.5)``): of the
+    field's type exactly, never converted with a loss. An integer field takes an integral
+    number that is not a bool (numpy integers become ``int``); a float field a finite real
+    that is not a bool (becomes ``float``); a bool field a bool (numpy's too); a string field a
+    string; None only where optional. Anything else is ``WHERE: field NAME: expected ..., got
+    ...``."""
+    import numbers
+
+    import numpy as np
+
+    if value is None:
+        if spec.optional:
+            return None
+        fail(where, spec.name, KIND_WORDS[spec.kind], value)
+    boolean = isinstance(value, (bool, np.bool_))
+    kind = spec.kind
+    if kind is bool and boolean:
+        return bool(value)
+    if kind is int and isinstance(value, numbers.Integral) and not boolean:
+        return _int64(spec, int(value), where)
+    if kind is float and isinstance(value, numbers.Real) and not boolean:
+        number = float(value)
+        if not math.isfinite(number):
+            fail(where, spec.name, "a finite number", value)
+        return number
+    if kind is str and isinstance(value, str):
+        return value
+    fail(where, spec.name, _expected(spec), value)
+
+
 def check_ranges(config: object, specs: Mapping[str, FieldSpec], where: str,
                  by_flag: bool = False) -> None:
     """Every field's declared range and choices (None passes: it means the default rule).

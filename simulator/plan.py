@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.policies import Policy, is_builtin
+from specbatch.simulator.policies import Policy, call_user, is_builtin
 from specbatch.simulator.view import StepView
 
 
@@ -72,18 +72,17 @@ def plan_step(policy: Policy, view: StepView, check: bool = False) -> Plan:
     check: verify the policy's lengths against the contract (:func:`check_lengths`) and turn
     any exception its ``decide`` raises into a one-line error naming the policy.
     """
-    view.budget = step_budget(policy.k, policy.budget, view.n)
+    budget = view.budget = step_budget(policy.k, policy.budget, view.n)
     if policy.tree:  # a node mask per request (simulator.tree_policies)
-        drafted, verified, mask = policy.decide_tree(view)
+        if check and not is_builtin(type(policy)):
+            drafted, verified, mask = call_user(type(policy), "decide_tree", policy.decide_tree,
+                                                view)
+        else:
+            drafted, verified, mask = policy.decide_tree(view)
         return Plan(drafted, verified, view.depth, mask)
     if check:
-        try:
-            decided = policy.decide(view)
-        except SpecbatchError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a user policy's bug, reported in one line
-            raise SpecbatchError(f"policy {policy_label(policy)}: decide raised "
-                                 f"{type(exc).__name__}: {exc}") from exc
+        decided = call_user(type(policy), "decide", policy.decide, view)
+        view.budget = budget  # checked against C as given, whatever decide did to the view
         drafted, verified = check_lengths(policy, view, decided)
     else:
         drafted, verified = policy.decide(view)

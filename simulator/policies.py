@@ -30,12 +30,12 @@ from specbatch.simulator.core_policies import (
     Tetris,
     Threshold,
 )
-from specbatch.simulator.policy_base import Policy
+from specbatch.simulator.policy_base import Policy, valid_depth
 
 __all__ = [
     "POLICIES", "USER_POLICY_FORM", "AutoRegressive", "DynamicSD", "Fixed", "Hindsight",
-    "Oracle", "Policy", "Tetris", "Threshold", "import_user_module", "is_builtin",
-    "make_policy", "register", "resolve_policy",
+    "Oracle", "Policy", "Tetris", "Threshold", "call_user", "import_user_module", "is_builtin",
+    "make_policy", "policy_depth_of", "register", "resolve_policy",
 ]
 
 
@@ -113,19 +113,42 @@ def import_user_module(module_name: str, where: str) -> Any:
             sys.path.remove(cwd)
 
 
+def user_file(cls: type) -> str:
+    """The file a user's policy class was imported from (``?`` when unknown)."""
+    module = sys.modules.get(cls.__module__)
+    return str(getattr(module, "__file__", None) or "?")
+
+
+def call_user(cls: type, hook: str, fn: Any, *args: Any) -> Any:
+    """``fn(*args)``, one hook of a user's policy class ``cls``: anything it raises, also
+    ``SystemExit`` (a ``sys.exit`` in the hook) and other :class:`BaseException` subclasses but
+    ``KeyboardInterrupt``, becomes a one-line :class:`SpecbatchError` naming the class, its file
+    and the hook, so ``simulate --json`` never exits 0 with nothing printed."""
+    try:
+        return fn(*args)
+    except (SpecbatchError, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a user policy's bug, reported in one line
+        raise SpecbatchError(f"policy {cls.__module__}:{cls.__qualname__} ({user_file(cls)}): "
+                             f"{hook} raised {type(exc).__name__}: {exc}") from exc
+
+
+def policy_depth_of(cls: type[Policy], config: Any) -> int:
+    """``cls.required_depth(config)``, checked (:func:`simulator.policy_base.valid_depth`);
+    a user's class's errors in one line (:func:`call_user`)."""
+    if is_builtin(cls):
+        return valid_depth(cls, cls.required_depth(config))
+    return valid_depth(cls, call_user(cls, "required_depth", cls.required_depth, config))
+
+
 def make_policy(config: Any, trace_k: int) -> Policy:
     """Instantiate ``config.policy`` (:func:`resolve_policy`) for a trace of depth ``trace_k``;
     a user's class that fails to build, or builds without the base attributes, is one line."""
     cls = resolve_policy(config.policy)
     if POLICIES.get(config.policy) is cls:
         return cls(config, trace_k)
-    try:
-        policy = cls(config, trace_k)
-    except SpecbatchError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a user policy's bug, reported in one line
-        raise SpecbatchError(f"policy {config.policy}: {cls.__name__}(config, trace_k) raised "
-                             f"{type(exc).__name__}: {exc}") from exc
+    policy_depth_of(cls, config)  # its own one-line errors before __init__ calls it
+    policy = call_user(cls, f"{cls.__name__}(config, trace_k)", cls, config, trace_k)
     missing = [a for a in ("k", "depth", "rule", "budget") if not hasattr(policy, a)]
     if missing:
         raise SpecbatchError(f"policy {config.policy}: the instance has no {', '.join(missing)} "

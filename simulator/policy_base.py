@@ -14,10 +14,12 @@ import it without a cycle.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
 
+from specbatch.errors import SpecbatchError
 from specbatch.simulator.view import StepView
 
 
@@ -52,7 +54,7 @@ class Policy:
 
     def __init__(self, config: Any, trace_k: int) -> None:
         self.k = int(config.num_speculative_tokens)
-        self.depth = self.required_depth(config)
+        self.depth = valid_depth(type(self), self.required_depth(config))
         self.rule = config.verify
         self.budget = None if config.budget is None else int(config.budget)
 
@@ -69,3 +71,14 @@ class Policy:
 
     def observe(self, verified: np.ndarray, accepted: np.ndarray) -> None:
         """Feedback after verification (``verified``, ``accepted`` # [n] int64)."""
+
+
+def valid_depth(cls: type, depth: Any) -> int:
+    """``required_depth``'s answer as an int, or a one-line error naming the class: an
+    integer >= 0 (not a bool, 2.5 or NaN, which would slice the trace's columns wrongly)."""
+    if not isinstance(depth, numbers.Integral) or isinstance(depth, (bool, np.bool_)) \
+            or depth < 0:
+        raise SpecbatchError(f"policy {cls.__module__}:{cls.__qualname__}: required_depth "
+                             f"returned {depth!r}, expected an integer >= 0 (draft tokens "
+                             "per request; docs/policies.md)")
+    return int(depth)

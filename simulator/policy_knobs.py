@@ -16,14 +16,21 @@ CALIBRATING = ("vllm-dynamic", "specdec++")
 KNOB_POLICY = {"num_speculative_tokens_per_batch_size": "batch-schedule",
                "draft_len_schedule": "batch-schedule",
                "speculative_adaptive_config": "ema-adaptive",
-               "specdec_threshold": "specdec++", "entropy_threshold": "entropy-stop"}
+               "specdec_threshold": "specdec++", "entropy_threshold": "entropy-stop",
+               "dsd_max_k": "dsd"}
 #: The engine policies' names (simulator.policies.POLICIES holds their classes).
 ENGINE_POLICY_NAMES = ("batch-schedule", "ema-adaptive", "entropy-stop", "specdec++",
                        "vllm-dynamic")
 
+#: The split a run that calibrates uses when ``calibration_split`` is left at 0 (policies
+#: vllm-dynamic and specdec++, predictors learned and logistic): a quarter of the trace's
+#: requests, as analysis/specs/engines.toml sets.
+DEFAULT_CALIBRATION_SPLIT = 0.25
 CALIBRATION_SPLIT = knob(
     0.0, "fraction of the trace's requests held out of replay (by request, seeded) for the "
-    "policies that calibrate offline (vllm-dynamic, specdec++); 0: no split",
+    "policies that calibrate offline (vllm-dynamic, specdec++) and the fitted predictors "
+    f"(learned, logistic); 0: no split, except for those, which hold out "
+    f"{DEFAULT_CALIBRATION_SPLIT} (said in the output: held_out_requests)",
     range=Range(0, 1, high_open=True, what="a fraction"))
 VLLM_TABLE = knob(
     None, "vLLM's batch-size table of batch-schedule: inclusive ranges 'lo-hi:K,...' (or "
@@ -47,6 +54,21 @@ CUDA_GRAPH_SIZES = knob(
     none="no padding")
 
 
+def calibrates(c: Any) -> bool:
+    """Whether a run of config ``c`` calibrates on held-out requests: a policy of
+    :data:`CALIBRATING`, or a fitted predictor."""
+    return c.policy in CALIBRATING or c.predictor != "confidence"
+
+
+def applied_split(c: Any) -> float:
+    """The calibration split a run of ``c`` holds out: ``calibration_split``, or
+    :data:`DEFAULT_CALIBRATION_SPLIT` where it is 0 and the run calibrates (a newcomer's
+    ``--policy vllm-dynamic`` or ``--predictor learned`` runs without choosing a split)."""
+    if c.calibration_split or not calibrates(c):
+        return c.calibration_split
+    return DEFAULT_CALIBRATION_SPLIT
+
+
 def check_policy_knobs(c: Any, where: str) -> None:
     """The knobs' parses and the settings each engine policy needs (one-line errors)."""
     from specbatch.simulator.engine_policies import EmaAdaptive, check_batch_schedule
@@ -65,9 +87,6 @@ def check_policy_knobs(c: Any, where: str) -> None:
         check_batch_schedule(c, where)
     if c.speculative_adaptive_config is not None or c.policy == "ema-adaptive":
         EmaAdaptive.required_depth(c)  # parses speculative_adaptive_config
-    if c.policy in CALIBRATING and not c.calibration_split:
-        fail(where, "calibration_split", f"a fraction > 0 for policy {c.policy} (it calibrates "
-             "on held-out trace requests, never on replayed ones)", c.calibration_split)
     if c.policy in ("vllm-dynamic", "batch-schedule") and c.num_speculative_tokens < 1:
         fail(where, "num_speculative_tokens", f"k >= 1 for policy {c.policy} (its largest "
              "window)", c.num_speculative_tokens)

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from specbatch.errors import require
-from specbatch.io import write_json
-from specbatch.limits import check_simulation
+from specbatch.io import result_dir, write_json
+from specbatch.limits import check_memory, check_simulation, simulation_bytes
+from specbatch.simulator import policy_knobs as pk
 from specbatch.simulator.acceptance import acceptance_trace
 from specbatch.simulator.calibration import calibrate_policy, split_trace
 from specbatch.simulator.config import (
@@ -63,8 +64,21 @@ class SimResult:
     summary: dict
     notes: tuple[str, ...] = ()  # what the run did that the config alone does not show
 
-    def write(self, out_dir: str | os.PathLike) -> Path:
-        """Write requests.parquet, steps.parquet, summary.json, config.toml into ``out_dir``."""
+    def write(self, out_dir: str | os.PathLike, force: bool = False) -> Path:
+        """Write requests.parquet, steps.parquet, summary.json, config.toml as the result
+        folder ``out_dir``, with the checks ``simulate --out`` applies
+        (specbatch.io.result_dir): ``out_dir`` may be new, empty, or a simulate result of the
+        same config (``force``: of any config), and is replaced whole; a trace, another kind
+        of result or other files raise :class:`SpecbatchError` naming ``out_dir``."""
+        identity = config_identity(self.config)
+        with result_dir(out_dir, "simulate", identity, "out_dir", force=force,
+                        legacy=RESULT_FILES) as tmp:
+            self.write_files(tmp)
+        return Path(out_dir)
+
+    def write_files(self, out_dir: str | os.PathLike) -> Path:
+        """The four files into the folder ``out_dir`` (created), next to whatever is there:
+        for a caller that owns the folder (a result_dir's temporary folder, validate's)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.requests.to_parquet(out / "requests.parquet", index=False)
@@ -73,6 +87,16 @@ class SimResult:
         (out / "config.toml").write_text(to_toml(self.config))
         return out
 
+
+#: The files of a simulate result (an older result without a marker holds only these).
+RESULT_FILES = ("requests.parquet", "steps.parquet", "summary.json", "config.toml")
+
+
+def config_identity(config: SimConfig) -> str:
+    """The hash of a run's resolved config: reruns of it may replace each other's results."""
+    import hashlib
+
+    return hashlib.sha256(to_toml(config).encode()).hexdigest()[:20]
 
 
 
@@ -170,10 +194,16 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     check_simulation("config", config.requests or trace.n_requests,
                      trace.n_rows / max(1, trace.n_requests), config.max_num_seqs,
                      config.replicas)
-    calibration = None
-    if config.calibration_split:  # held-out requests calibrate; the others are replayed
-        calibration, trace, replayed = split_trace(trace, config.calibration_split, config.seed)
+    calibration, held_out = None, ()
+    split = pk.applied_split(config)
+    if split:  # held-out requests calibrate; the others are replayed
+        calibration, trace, replayed = split_trace(trace, split, config.seed)
+        if not config.calibration_split:  # the default: said in the summary and a note
+            held_out = (split, calibration.n_requests, calibration.n_requests + trace.n_requests)
     workload = build_workload(config, trace)
+    check_memory("config", simulation_bytes(
+        workload.n, float(workload.output_len.mean()) if workload.n else 0.0,
+        config.max_num_seqs, config.replicas), "simulate fewer or shorter requests")
     if calibration is not None:  # trace_index names the request in the whole trace
         workload = dataclasses.replace(workload, trace_index=replayed[workload.trace_index])
     workload = cap_workload(config, workload)
@@ -200,6 +230,8 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     summary["verify"] = config.verify
     summary["kv_mode"] = config.kv_mode
     summary["kv_capacity"] = capacity
+    if held_out:
+        summary["calibration_split"], summary["held_out_requests"] = held_out[0], held_out[1]
     if config.speedup:
         ar_config = config.replace(policy="ar", speedup=False)
         ar_requests, ar_steps = run_engine(ar_config, trace, workload, cost,
@@ -210,9 +242,22 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
                                     if summary["makespan"] else float("nan"))
     run_notes = getattr(policy, "run_notes", None)
     notes = (workload.notes + drafter_notes(config, trace) + weight_bits_notes(config, trace)
-             + verify_notes(config))
+             + verify_notes(config) + split_notes(config, held_out))
     return SimResult(config=config, requests=requests, steps=steps, summary=summary,
                      notes=notes + (run_notes(config, cost) if run_notes else ()))
+
+
+def split_notes(config: SimConfig, held_out: tuple) -> tuple[str, ...]:
+    """A note when the default calibration split was applied (simulator.policy_knobs.
+    applied_split): which share and how many trace requests the replay left out."""
+    if not held_out:
+        return ()
+    split, held, total = held_out
+    who = f"policy {config.policy}" if config.policy in pk.CALIBRATING \
+        else f"predictor {config.predictor}"
+    return (f"{held} of the trace's {total} requests (calibration_split {split:g}, the default "
+            f"for {who}) are held out of the replay to calibrate on; set calibration_split to "
+            "choose the share",)
 
 
 def drafter_notes(config: SimConfig, trace: Trace) -> tuple[str, ...]:

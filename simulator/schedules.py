@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import re
 
 import numpy as np
@@ -60,10 +61,10 @@ def parse_vllm_table(text: str, where: str, name: str) -> list[tuple[int, int, i
     entries: list[tuple[int, int, int]] = []
     if text.strip().startswith("["):
         try:
-            raw = json.loads(text)
-            entries = [(int(a), int(b), int(k)) for a, b, k in raw]
-            ok = all(isinstance(v, int) for e in raw for v in e)
-        except (ValueError, TypeError):
+            raw = json.loads(text, parse_constant=_refuse_constant)
+            ok = all(isinstance(v, int) and not isinstance(v, bool) for e in raw for v in e)
+            entries = [(int(a), int(b), int(k)) for a, b, k in raw] if ok else []
+        except (ValueError, TypeError, OverflowError):
             ok = False
     else:
         matches = [_RANGE.match(part) for part in text.split(",")]
@@ -101,28 +102,42 @@ def vllm_lookup(entries: list[tuple[int, int, int]], max_batch: int, k_max: int)
 
 
 def parse_trt_schedule(text: str, where: str, name: str, k_max: int) -> dict[int, int]:
-    """TensorRT-LLM's ``{batch size: draft_len}`` from ``"bs:K,..."`` or a JSON object, sorted
-    by key; keys >= 1, each draft length in 0..k_max (``max_draft_len``)."""
-    expected = f"pairs 'batch_size:draft_len, ...' with batch sizes >= 1 and draft lengths in " \
-               f"0..{k_max} (num_speculative_tokens)"
+    """TensorRT-LLM's ``{batch size: draft_len}`` from ``"bs:K,..."``, a JSON object
+    (``'{"4": 4, "8": 2}'``) or the dict as TensorRT-LLM's own docs and YAML options write it,
+    integer keys unquoted (``"{4: 4, 8: 2}"``, ``DecodingBaseConfig.draft_len_schedule:
+    dict[int, int]``), sorted by key; keys >= 1, each draft length in 0..k_max
+    (``max_draft_len``; ``validate_draft_len_schedule_and_sort`` in
+    ``tensorrt_llm/llmapi/llm_args.py``)."""
+    expected = f"pairs 'batch_size:draft_len, ...' (or {{4: 4, 8: 2}}) with batch sizes >= 1 " \
+               f"and draft lengths in 0..{k_max} (num_speculative_tokens)"
     pairs: list[tuple[int, int]] = []
-    if text.strip().startswith("{"):
+    body = text.strip()
+    ok = False
+    if body.startswith("{"):
         try:
-            raw = json.loads(text)
-            pairs = [(int(key), int(v)) for key, v in raw.items()]
-            ok = isinstance(raw, dict) and all(isinstance(v, int) for v in raw.values())
-        except (ValueError, TypeError, AttributeError):
+            raw = json.loads(text, parse_constant=_refuse_constant)
+            ok = isinstance(raw, dict) and all(isinstance(v, int) and not isinstance(v, bool)
+                                               for v in raw.values())
+            pairs = [(int(key), int(v)) for key, v in raw.items()] if ok else []
+        except (ValueError, TypeError, AttributeError, OverflowError):
             ok = False
-    else:
-        matches = [_PAIR.match(part) for part in text.split(",")]
+        if not ok and body.endswith("}"):  # the YAML / Python spelling: keys unquoted
+            body = body[1:-1]
+    if not ok:
+        matches = [_PAIR.match(part) for part in body.split(",")]
         ok = all(matches)
         if ok:
-            pairs = [(int(m.group(1)), int(m.group(2))) for m in matches]
+            pairs = [(int(m.group(1)), int(m.group(2))) for m in matches]  # type: ignore[union-attr]
     keys = [key for key, _ in pairs]
     if (not ok or not pairs or len(set(keys)) != len(keys)
             or any(key < 1 or not 0 <= v <= k_max for key, v in pairs)):
         fail(where, name, expected, text)
     return dict(sorted(pairs))
+
+
+def _refuse_constant(word: str) -> float:
+    """``json.loads``'s hook for NaN and ±Infinity, which are not JSON: refused."""
+    raise ValueError(f"{word} is not a JSON number")
 
 
 def trt_draft_len(schedule: dict[int, int], batch_size: int) -> int:
@@ -143,8 +158,8 @@ def parse_sglang_config(text: str | None, where: str, name: str) -> dict[int, di
         cfg = SGLANG_DEFAULT
     else:
         try:
-            cfg = json.loads(text)
-        except ValueError:
+            cfg = json.loads(text, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError):
             fail(where, name, expected, text)
         if not isinstance(cfg, dict):
             fail(where, name, expected, text)
@@ -160,8 +175,15 @@ def parse_sglang_config(text: str | None, where: str, name: str) -> dict[int, di
                            for s in steps)):
             fail(where, name, expected, text)
         for number in ("ema_alpha", "up_hysteresis", "down_hysteresis", "ceiling_coeff"):
-            if not isinstance(settings[number], (int, float)) or isinstance(settings[number], bool):
-                fail(where, name, f"{number} a number", settings[number])
+            value = settings[number]
+            if (not isinstance(value, (int, float)) or isinstance(value, bool)
+                    or not math.isfinite(value)):
+                fail(where, name, f"{number} a finite number", value)
+        if not 0 < settings["ema_alpha"] <= 1:  # the EMA's weight: outside it diverges
+            fail(where, name, "ema_alpha in (0, 1] (the weight of the newest batch)",
+                 settings["ema_alpha"])
+        if settings["ceiling_coeff"] < 0:
+            fail(where, name, "ceiling_coeff >= 0 (0: no ceiling)", settings["ceiling_coeff"])
         for count in ("update_interval", "warmup_batches"):
             value = settings[count]
             if not isinstance(value, int) or isinstance(value, bool) or value < (count == "update_interval"):

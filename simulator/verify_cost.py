@@ -137,11 +137,13 @@ def one_hot_drafts(trace) -> bool:
 
 
 def target_vocab(target: str, trace) -> int:
-    """V of the target: its shape's (traces.shapes), else the vocabulary the trace records
-    for its target model (``meta.json`` models.target: ``shape.vocab`` or ``vocab``)."""
-    from specbatch.traces.shapes import SHAPES
+    """V of the target: its shape's (traces.shapes: a registry name or a config.json path,
+    whose ``vocab_size`` is the model's, e.g. 128,256 for Llama 3), else the vocabulary the
+    trace records for its target model (``meta.json`` models.target: ``shape.vocab`` or
+    ``vocab``; a synthetic trace's is its toy vocabulary)."""
+    from specbatch.traces.shapes import find_shape
 
-    shape = SHAPES.get(str(target).lower())
+    shape = find_shape(str(target))
     if shape is not None:
         return int(shape.vocab)
     recorded = ((getattr(trace, "meta", None) or {}).get("models") or {}).get("target") or {}

@@ -53,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.limits import MAX_CONTEXT_TOKENS
 
 if TYPE_CHECKING:
     from specbatch.simulator.config import SimConfig
@@ -182,7 +183,7 @@ def read_workload_file(path: str | Path) -> dict[str, np.ndarray]:
     require(path.is_file(), f"{where}: expected an existing file, got no such file")
     try:
         if suffix == ".csv":
-            frame = pd.read_csv(path)
+            frame = pd.read_csv(path, encoding="utf-8-sig")  # a byte-order mark is allowed
         elif suffix in (".parquet", ".pq"):
             frame = pd.read_parquet(path)
         else:
@@ -221,24 +222,39 @@ def read_workload_file(path: str | Path) -> dict[str, np.ndarray]:
         known = groups.notna().to_numpy()
         codes = pd.factorize(groups.astype(str).where(groups.notna()))[0]
         out["prefix_group"] = np.where(known, codes, -1).astype(np.int64)
-        lengths = pd.to_numeric(frame[found["prefix_len"]], errors="coerce").fillna(0)
-        shared = lengths.to_numpy(dtype=np.float64)
-        bad = (shared < 0) | (shared != np.floor(shared))
-        require(not bool(bad.any()), f"{where}: field prefix_len: expected an integer >= 0, "
-                f"got {shared[np.argmax(bad)]!r} in row {int(np.argmax(bad))}")
-        out["prefix_len"] = shared.astype(np.int64)
+        out["prefix_len"] = _prefix_lengths(frame[found["prefix_len"]], known, where)
     return out
 
 
 def _lengths(col: pd.Series, where: str, name: str) -> np.ndarray:
-    """Integer lengths >= 1 (integral floats accepted).  returns # [N] int64"""
+    """Integer lengths in [1, MAX_CONTEXT_TOKENS] (integral floats accepted): longer than any
+    model's window, a 10^12-token output would simulate for days.  returns # [N] int64"""
     values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values) | (values < 1) | (values != np.floor(values))
+    bad |= values > MAX_CONTEXT_TOKENS
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise SpecbatchError(f"{where}: field {name}: expected integers >= 1, got "
-                             f"{col.iloc[row]!r} in row {row}")
+        value = col.iloc[row]
+        value = value.item() if hasattr(value, "item") else value  # 5, not np.int64(5)
+        raise SpecbatchError(f"{where}: field {name}: expected integers in [1, 2^24] (tokens; "
+                             f"beyond any model's context window), got {value!r} in row {row}")
     return values.astype(np.int64)
+
+
+def _prefix_lengths(col: pd.Series, grouped: np.ndarray, where: str) -> np.ndarray:
+    """Shared-prefix tokens: an integer in [0, 2^53] on every row of a prefix group (a row
+    outside every group may leave it empty: 0). Text, NaN, infinities and 1e30 are refused
+    naming the row, never read as 0 or INT64_MIN.  returns # [N] int64"""
+    numeric = pd.to_numeric(col, errors="coerce")
+    values = numeric.to_numpy(dtype=np.float64)
+    empty = col.isna().to_numpy()
+    bad = (~np.isfinite(values) & ~(empty & ~grouped)) | (values < 0) | (values > 2.0**53)
+    bad |= np.isfinite(values) & (values != np.floor(values))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise SpecbatchError(f"{where}: field prefix_len: expected an integer in [0, 2^53] (the "
+                             f"shared prefix's tokens), got {col.iloc[row]!r} in row {row}")
+    return np.where(np.isfinite(values), values, 0).astype(np.int64)
 
 
 def _times(col: pd.Series, where: str, name: str, datetimes: bool) -> np.ndarray:

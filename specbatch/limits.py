@@ -43,6 +43,16 @@ MAX_PROVE_INSTANCES = 100_000
 #: Binary variables of the ``optimum allocate --milp`` twin (N x K), a cvxpy/HiGHS MILP.
 MAX_MILP_VARIABLES = 200_000
 
+#: Variables of one exact-optimum LP (``optimum verify --max-variables``, ``optimum multidraft``'s
+#: transport LP): HiGHS solves 2^16 in ~15 s and 3^10 (59,049) in ~45 s on a shared 2-core
+#: machine; the time grows faster than the size, so past this it is hours, not minutes.
+MAX_LP_VARIABLES = 200_000
+
+#: Constraint coefficients of ``optimum tree``'s LP (its build walks each one in Python, and
+#: HiGHS's time follows): 2.7e5 took ~3 s, 2.4e6 ~55 s and 5.6e6 ~105 s on float pairs on a
+#: shared 2-core machine (exact pairs build slower); V = 6 at depth 6 would be ~1.3e10.
+MAX_TREE_LP_NONZEROS = 1_000_000
+
 #: Elementary steps of the exact allocation DP (N x min(C, N K) x K), ~1 ns each vectorised.
 MAX_DP_OPERATIONS = 10**11
 

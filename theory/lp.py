@@ -19,6 +19,7 @@ Coefficients are float64 (exact pairs are converted); the solver's answer is a f
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass
 from fractions import Fraction
@@ -60,18 +61,33 @@ class LinearProgram:
     shape: tuple  # shape of the solution array
 
 
-def lp_a_size(vocab: int, gamma: int) -> int:
-    return vocab ** (2 * gamma)
+#: Sizes past 2^SIZE_BITS are not computed (γ = 10^6 would build a 300,000-digit integer).
+SIZE_BITS = 100
 
 
-def lp_b_size(vocab: int, gamma: int) -> int:
-    return vocab**gamma * (gamma + 1) * vocab
+def lp_a_size(vocab: int, gamma: int) -> int | None:
+    """LP A's variables V^(2γ), or None when above 2^SIZE_BITS."""
+    return _power(vocab, 2 * gamma)
 
 
-def _check_size(name: str, n: int, vocab: int, gamma: int, limit: int) -> None:
-    if n > limit:
+def lp_b_size(vocab: int, gamma: int) -> int | None:
+    """LP B's variables V^γ (γ + 1) V, or None when above 2^SIZE_BITS."""
+    base = _power(vocab, gamma + 1)
+    return None if base is None or (gamma + 1).bit_length() + base.bit_length() > SIZE_BITS \
+        else base * (gamma + 1)
+
+
+def _power(vocab: int, exponent: int) -> int | None:
+    if exponent * math.log2(max(vocab, 2)) > SIZE_BITS:
+        return None
+    return vocab**exponent
+
+
+def _check_size(name: str, n: int | None, vocab: int, gamma: int, limit: int) -> None:
+    if n is None or n > limit:
+        shown = f"more than 2^{SIZE_BITS}" if n is None else str(n)
         raise SpecbatchError(
-            f"{name}: instance has {n} variables (V={vocab}, γ={gamma}), above the limit of "
+            f"{name}: instance has {shown} variables (V={vocab}, γ={gamma}), above the limit of "
             f"{limit} variables; use a smaller V or γ, or raise the limit (--max-variables)"
         )
 

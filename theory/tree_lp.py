@@ -28,6 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from specbatch.errors import SpecbatchError
+from specbatch.limits import MAX_TREE_LP_NONZEROS, check_size
 from specbatch.theory.lp import DEFAULT_SOLVER, LinearProgram, LPResult, solve_program
 from specbatch.theory.models import ModelPair, Prefix, sequence_prob
 from specbatch.theory.multidraft import solver_options
@@ -52,6 +53,13 @@ def node_set_law(trees: dict) -> dict:
     return dict(out)
 
 
+def lp_nonzeros(vocab: int, depth: int, sets: list) -> int:
+    """An upper bound on the LP's constraint coefficients, counted before any is built: each
+    (node set N, node s ∈ N) has V outputs y, each in V^(D − |s|) validity equations (one per
+    tail of s y), plus one node-set coefficient."""
+    return sum(vocab ** (depth + 1 - len(s)) + vocab for key in sets for s in key)
+
+
 def tree_program(pair: ModelPair, depth: int, sets: dict, context: Prefix = ()) -> LinearProgram:
     """The LP above as arrays; variables in the order (node set, sorted node path, y)."""
     vocab = pair.vocab
@@ -61,6 +69,9 @@ def tree_program(pair: ModelPair, depth: int, sets: dict, context: Prefix = ()) 
     if len(variables) > MAX_TREE_LP_VARIABLES:
         raise SpecbatchError(f"tree LP: {len(variables)} variables, above the limit of "
                              f"{MAX_TREE_LP_VARIABLES}; use a smaller vocabulary or tree")
+    check_size("tree LP", lp_nonzeros(vocab, depth, keys), MAX_TREE_LP_NONZEROS,
+               "constraint coefficients (Σ over node sets N and nodes s of V^(D+1-|s|))",
+               "use a smaller vocabulary or tree")
     rows, cols, vals = [], [], []
     for j, (g, _, _) in enumerate(variables):
         rows.append(g)

@@ -29,7 +29,7 @@ from specbatch.cli.common import (
     seed_int,
 )
 from specbatch.errors import require
-from specbatch.limits import MAX_PROVE_INSTANCES, check_allocation
+from specbatch.limits import MAX_LP_VARIABLES, MAX_PROVE_INSTANCES, check_allocation
 from specbatch.theory.lp import verify_pair
 
 RAW = argparse.RawDescriptionHelpFormatter
@@ -92,8 +92,10 @@ def add_verify(verbs) -> None:
     verify.add_argument("--gamma", type=int, required=True, help="draft length γ >= 1")
     verify.add_argument("--solver", default=DEFAULT_SOLVER,
                         help=f"cvxpy solver for the LPs (default {DEFAULT_SOLVER})")
-    verify.add_argument("--max-variables", type=positive_int, default=DEFAULT_MAX_VARIABLES,
-                        help=f"refuse LPs larger than this (default {DEFAULT_MAX_VARIABLES})")
+    verify.add_argument("--max-variables", type=capped_int(MAX_LP_VARIABLES),
+                        default=DEFAULT_MAX_VARIABLES,
+                        help=f"refuse LPs larger than this (default {DEFAULT_MAX_VARIABLES}, at "
+                             f"most {MAX_LP_VARIABLES}: larger LPs take hours)")
     add_json_flag(verify)
     verify.set_defaults(func=run_verify)
 

@@ -28,13 +28,12 @@ from specbatch.simulator.config import (
     check_settings_apply,
     load_config_given,
     specs,
-    to_toml,
 )
 from specbatch.simulator.fields import flag_help
 
 #: Summary keys printed in the text table, with units.
 TEXT_KEYS = (
-    ("trace", ""), ("policy", ""), ("verify", ""), ("k", ""), ("e", ""), ("requests", ""), ("tokens", ""), ("makespan", "s"),
+    ("trace", ""), ("policy", ""), ("verify", ""), ("k", ""), ("e", ""), ("requests", ""), ("held_out_requests", ""), ("tokens", ""), ("makespan", "s"),
     ("throughput", "tok/s"), ("speedup_vs_ar", "x"), ("e2e_mean", "s"), ("e2e_p50", "s"),
     ("e2e_p99", "s"), ("ttft_mean", "s"), ("tpot_mean", "s"), ("mal", "tok/step"),
     ("vsr", ""), ("draft_efficiency", ""), ("target_efficiency", "tok/s"),
@@ -84,7 +83,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from specbatch.simulator.run import simulate
+    from specbatch.simulator.run import RESULT_FILES, config_identity, simulate
 
     overrides = {name: getattr(args, name) for name in specs()
                  if getattr(args, name) is not None}
@@ -99,21 +98,10 @@ def run_command(args: argparse.Namespace) -> int:
     if args.out:
         with result_dir(args.out, "simulate", identity, force=args.force,
                         legacy=RESULT_FILES) as tmp:
-            result.write(tmp)
+            result.write_files(tmp)
     summary = jsonable(setting(config) | result.summary)
     emit(summary, args.json, text=None if args.json else format_summary(summary, args.out))
     return 0
-
-
-#: The files of a simulate result (an older result without a marker holds only these).
-RESULT_FILES = ("requests.parquet", "steps.parquet", "summary.json", "config.toml")
-
-
-def config_identity(config: SimConfig) -> str:
-    """The hash of a run's resolved config: reruns of it may replace each other's results."""
-    import hashlib
-
-    return hashlib.sha256(to_toml(config).encode()).hexdigest()[:20]
 
 
 def setting(config: SimConfig) -> dict:

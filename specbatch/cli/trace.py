@@ -23,7 +23,7 @@ from specbatch.cli.common import (
     nonneg_int,
     seed_int,
 )
-from specbatch.io import check_output_dir, prepare_output_dir
+from specbatch.io import check_result_dir, result_dir
 from specbatch.limits import check_memory, trace_bytes
 from specbatch.traces.describe import trace_summary
 from specbatch.traces.format import read_trace, resolve_trace, write_trace
@@ -100,9 +100,11 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     synth.add_argument("--out", required=True, metavar="DIR",
-                       help="output trace directory (new or empty)")
+                       help="output trace directory: new, empty, or a synth trace of the same "
+                            "settings (replaced as a whole)")
     synth.add_argument("--force", action="store_true",
-                       help="write into a non-empty --out, replacing a trace already there")
+                       help="--out may hold another trace (replaced); a simulate or other "
+                            "result, or other files, are never replaced")
     for field in dataclasses.fields(SynthConfig):
         default = field.default
         kind = {"int": nonneg_int, "float": float, "str": str}.get(str(field.type).split(" ")[0],
@@ -187,15 +189,25 @@ def run_validate(args: argparse.Namespace) -> int:
     return 0 if complete else 1
 
 
+#: The files of a trace folder (traces/FORMAT.md): with ``--force`` a folder holding only
+#: these (a capture, or a synth trace written before traces carried a marker) is replaced.
+TRACE_FILES = ("meta.json", "requests.parquet", "positions-*.parquet", "nodes-*.parquet")
+
+
 def run_synth(args: argparse.Namespace) -> int:
+    """Write a synth trace as one result folder (specbatch.io.result_dir, kind ``trace``):
+    a kill leaves the old folder or the new one; only a trace is ever replaced."""
+    import hashlib
+
     config = SynthConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(SynthConfig)})
-    check_output_dir(args.out, force=args.force)
+    identity = hashlib.sha256(repr(dataclasses.astuple(config)).encode()).hexdigest()[:20]
+    check_result_dir(args.out, "trace", identity, force=args.force, legacy=TRACE_FILES)
     check_memory("trace synth", trace_bytes(config.requests, min(config.output_mean,
                                                                   config.output_max),
                                             config.depth), "use fewer --requests")
     trace = synth_trace(config)
-    prepare_output_dir(args.out, force=args.force)
-    write_trace(trace, args.out)
+    with result_dir(args.out, "trace", identity, force=args.force, legacy=TRACE_FILES) as tmp:
+        write_trace(trace, tmp)
     result = {"path": str(args.out), "requests": trace.n_requests, "positions": trace.n_rows,
               "K": trace.K, "temperature": trace.temperature}
     emit(result, args.json, f"wrote {args.out}: {trace.n_requests} requests, {trace.n_rows} "

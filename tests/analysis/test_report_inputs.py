@@ -66,6 +66,19 @@ def parquet_of(frame: pd.DataFrame) -> bytes:
      "got no rows"),
     (lambda data: parquet_of(pd.read_parquet(__import__("io").BytesIO(data))
                              .assign(throughput="fast")), "column 'throughput': expected numbers"),
+    # the columns a check of RESULT_COLUMNS let through, and the report then read (traceback)
+    (lambda data: parquet_of(pd.read_parquet(__import__("io").BytesIO(data))[
+        ["run", "setting", "seed", "policy", "verify", "num_speculative_tokens", "extra",
+         "arrival", "rate", "throughput"]]),
+     "missing column(s) trace, requests, max_num_seqs, cost, hardware, target, draft, tp, "
+     "e2e_mean"),
+    (lambda data: parquet_of(pd.read_parquet(__import__("io").BytesIO(data))
+                             .assign(e2e_mean="slow")), "column 'e2e_mean': expected numbers"),
+    (lambda data: parquet_of(pd.read_parquet(__import__("io").BytesIO(data))
+                             .assign(run="0123456789abcdef0123")),
+     "(8 runs), got 8 rows of which 1 are not its runs"),
+    (lambda data: parquet_of(pd.read_parquet(__import__("io").BytesIO(data)).iloc[:5]),
+     "(8 runs), got 5 rows"),
 ])
 def test_a_damaged_results_table_is_a_one_line_error(copy, capsys, damage, needle):
     path = copy / "results.parquet"

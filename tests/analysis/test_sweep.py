@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -416,3 +417,68 @@ def test_an_edited_workload_file_gets_new_run_keys(tmp_path):
     path.write_text("prompt_len,output_len\n10,21\n")
     assert input_identity({"trace": "t", "workload": str(path)}, {"t": "abc"}) != first
     assert input_identity({"trace": "t", "workload": None}, {"t": "abc"}) == "abc"
+
+
+def test_every_input_file_a_run_names_is_hashed_by_its_bytes(tmp_path, monkeypatch):
+    """Run keys hash the contents of the config.json target/draft, the profiled cost's profile
+    and a user policy's module, not their paths: a file edited in place gets new keys."""
+    from specbatch.analysis.sweep import input_files, input_identity
+
+    files = {name: tmp_path / name for name in ("t.json", "d.json", "p.csv", "w.csv")}
+    for path in files.values():
+        path.write_text("v1")
+    (tmp_path / "mypol.py").write_text("from specbatch.simulator.policies import Policy\n"
+                                       "class P(Policy):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = {"trace": "t", "workload": str(files["w.csv"]), "target": str(files["t.json"]),
+              "draft": str(files["d.json"]), "cost": "profiled", "profile": str(files["p.csv"]),
+              "policy": "mypol:P"}
+    try:
+        assert [field for field, _ in input_files(config)] == [
+            "workload", "target", "draft", "profile", "policy"]
+        first = input_identity(config, {"t": "abc"})
+        for path in (*files.values(), tmp_path / "mypol.py"):
+            before = path.read_bytes()
+            path.write_bytes(before + b"\n# edited")
+            assert input_identity(config, {"t": "abc"}) != first, path.name
+            path.write_bytes(before)
+            assert input_identity(config, {"t": "abc"}) == first
+    finally:
+        sys.modules.pop("mypol", None)
+    roofline = {**config, "cost": "roofline", "workload": None, "target": "vicuna-33b",
+                "draft": "vicuna-68m", "policy": "fixed"}
+    assert input_identity(roofline, {"t": "abc"}) == "abc"  # no file: the key it always had
+
+
+def test_a_config_json_target_edited_in_place_is_recomputed(tmp_path):
+    target = tmp_path / "model" / "config.json"
+    target.parent.mkdir()
+    shape = {"architectures": ["LlamaForCausalLM"], "hidden_size": 2048,
+             "intermediate_size": 8192, "num_attention_heads": 32, "num_hidden_layers": 16,
+             "num_key_value_heads": 8, "vocab_size": 128256, "torch_dtype": "bfloat16"}
+    target.write_text(json.dumps(shape))
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'[base]\ntrace = "synth"\nrequests = 4\ntarget = "{target.parent}"\n'
+                    '[axes]\nnum_speculative_tokens = [1]\n')
+    out = tmp_path / "out"
+    first = run_sweep(load_spec(spec), out, progress=False)
+    assert (first.computed, first.reused) == (1, 0)
+    again = run_sweep(load_spec(spec), out, progress=False)
+    assert (again.computed, again.reused) == (0, 1)
+    target.write_text(json.dumps({**shape, "num_hidden_layers": 32}))
+    edited = run_sweep(load_spec(spec), out, progress=False)
+    assert (edited.computed, edited.reused) == (1, 0)
+    assert edited.table["makespan"].iloc[0] > first.table["makespan"].iloc[0]
+
+
+@pytest.mark.parametrize("axes, needle", [
+    ({}, "field 'axes': expected at least one axis (field = [values, ...]), got an empty table"),
+    ([{"policy": ["fixed"]}, {}], "[[axes]] table 2: expected at least one axis"),
+])
+def test_empty_axes_are_refused_not_run_as_the_base(axes, needle):
+    """An empty [axes] table (or [[axes]] entry) used to run [base] silently."""
+    with pytest.raises(SpecbatchError, match=re.escape(needle)):
+        parse_spec({"base": {"trace": "synth"}, "axes": axes}, "e.toml", config.SimConfig)
+    only_base = parse_spec({"base": {"trace": "synth"}, "seeds": [0, 1]}, "b.toml",
+                           config.SimConfig)
+    assert len(expand(only_base)) == 2  # no [axes] at all: [base] once per seed, as documented

@@ -210,3 +210,45 @@ def test_a_miss_larger_than_the_cost_models_cv_error_is_warned():
     assert accuracy_warnings({"throughput": 0.05, "step_latency_mape": 0.12},
                              {"target": 0.187}) == []
     assert accuracy_warnings(errors, {"target": float("nan")}) == []  # no bound, no claim
+
+
+@pytest.fixture(scope="module")
+def live_run(pair, tmp_path_factory):
+    models = load_saved_pair(pair)
+    result = run_live(*models, IDS, LiveConfig(max_new_tokens=5, policy="fixed", k=2))
+    out = tmp_path_factory.mktemp("damaged") / "live"
+    write_live(result, out, {"models": {}})
+    return out
+
+
+def _table(name, change):
+    def damage(folder):
+        path = folder / name
+        change(pd.read_parquet(path)).to_parquet(path, index=False)
+    return damage
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (_table("requests.parquet", lambda t: t.assign(finish=np.nan)),
+     "requests.parquet: column finish: expected finite numbers, got nan in row 0"),
+    (_table("requests.parquet", lambda t: t.iloc[:2]),
+     "requests.parquet: expected 5 rows (live.json field requests), got 2"),
+    (_table("requests.parquet", lambda t: t.drop(columns=["finish"])),
+     "requests.parquet: column finish: missing"),
+    (_table("steps.parquet", lambda t: t.drop(columns=["end"])),
+     "steps.parquet: column end: missing"),
+    (_table("steps.parquet", lambda t: t.assign(batch="x")),
+     "steps.parquet: column batch: expected numbers"),
+    (_table("steps.parquet", lambda t: t.assign(end=t["time"] - 1)),
+     "steps.parquet: column end: expected each step to end no earlier than its time"),
+    (_table("steps.parquet", lambda t: t.iloc[:0]), "steps.parquet: expected at least one row"),
+])
+def test_a_damaged_live_run_is_refused_naming_the_file_and_column(live_run, tmp_path, capsys,
+                                                                  damage, needle):
+    """validate used to replay NaN finish times and missing rows, or end in a KeyError."""
+    import shutil
+
+    folder = shutil.copytree(live_run, tmp_path / "live")
+    damage(folder)
+    code, _, err = run_cli(capsys, "validate", str(folder))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err

@@ -359,3 +359,154 @@ def tempfile_dir(tmp_path: Path) -> str:
 
     return tempfile.mkdtemp(dir=tmp_path)
 
+
+# ------------------------------------------------------------------ user policies
+
+#: What one hook of a generated user policy does: return a value, or raise.
+HOOK_RETURNS = {"depth": ["3", "2", "0", "2.5", "float('nan')", "-1", "True", "'3'", "None",
+                          "2**70", "numpy.int64(2)"],
+                "lengths": ["d, d", "d, d + 1", "d * 1.0, d", "d", "None", "(d, d, d)",
+                            "d[:-1], d[:-1]", "d * 0, d * 0", "d * 99, d * 99"]}
+HOOK_RAISES = ["ValueError('boom')", "SystemExit(0)", "SystemExit('bye')", "SystemExit(3)",
+               "GeneratorExit()", "RecursionError()", "MemoryError()", "StopIteration()",
+               "ZeroDivisionError()", "__import__('specbatch.errors').errors.SpecbatchError('mine')"]
+hook_action = st.one_of(st.tuples(st.just("return"), st.integers(0, 99)),
+                        st.tuples(st.just("raise"), st.sampled_from(HOOK_RAISES)))
+
+
+def policy_source(depth, decide, observe, widen_budget: bool, budgeted: bool) -> str:
+    """A user's policy module whose required_depth, decide and observe do what was drawn."""
+    def body(action, kind, indent="        "):
+        if action[0] == "raise":
+            return f"{indent}raise {action[1]}\n"
+        menu = HOOK_RETURNS[kind]
+        return f"{indent}return {menu[action[1] % len(menu)]}\n"
+
+    text = ("import numpy\nfrom specbatch.simulator.policies import Policy\n\n\n"
+            "class P(Policy):\n"
+            f"    budgeted = {budgeted}\n\n"
+            "    @classmethod\n    def required_depth(cls, config):\n" + body(depth, "depth") +
+            "\n    def decide(self, view):\n"
+            "        d = numpy.full(view.n, min(self.depth, 1), dtype=numpy.int64)\n")
+    if widen_budget:
+        text += "        view.budget = 10**9\n"
+    text += body(decide, "lengths")
+    if observe is not None:
+        text += "\n    def observe(self, verified, accepted):\n" + body(observe, "lengths")
+    return text
+
+
+_MODULES = iter(range(10**9))
+
+
+@FUZZ_SETTINGS
+@given(depth=hook_action, decide=hook_action, observe=st.one_of(st.none(), hook_action),
+       widen_budget=st.booleans(), budgeted=st.booleans(), budget=st.sampled_from([None, 1]))
+def test_a_misbehaving_user_policy_is_run_or_refused_in_one_line(trace_dir, tmp_path, capsys,
+                                                                 monkeypatch, depth, decide,
+                                                                 observe, widen_budget,
+                                                                 budgeted, budget):
+    """Whatever a user's hooks return or raise (sys.exit included), simulate --json prints one
+    JSON object (exit 0) or one error line (exit 2), and a budgeted policy never passes the
+    budget check by widening view.budget."""
+    import sys
+
+    name = f"fuzz_policy_{next(_MODULES)}"
+    (tmp_path / f"{name}.py").write_text(policy_source(depth, decide, observe, widen_budget,
+                                                       budgeted))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["simulate", "--trace", str(trace_dir), "--requests", "3", "--max-num-seqs", "3",
+            "--policy", f"{name}:P", "--json"]
+    if budget is not None:
+        argv += ["--budget", str(budget)]
+    try:
+        code, out, err = run_in_process(capsys, argv)
+    finally:
+        sys.modules.pop(name, None)
+    assert_contract(code, out, err, json_mode=True)
+    if code == 0 and budgeted and budget is not None:
+        assert json.loads(out)["verified"] <= json.loads(out)["steps"] * budget
+
+
+# ------------------------------------------------------------------ the Python API
+
+api_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True,
+                                                                    allow_infinity=True),
+    st.text(max_size=8), st.sampled_from(["fixed", "token", "burst", "h100", "none", "3"]),
+    st.lists(st.integers(0, 3), max_size=2), st.builds(lambda v: __import__("numpy").int64(v),
+                                                       st.integers(-5, 5)),
+    st.builds(lambda v: __import__("numpy").float64(v), st.floats(allow_nan=True)))
+
+
+@FUZZ_SETTINGS
+@given(values=st.dictionaries(st.sampled_from(sorted(__import__(
+    "specbatch.simulator.config", fromlist=["specs"]).specs())), api_values, max_size=3))
+def test_the_python_api_builds_exact_configs_or_raises_a_clear_error(values):
+    """SimConfig(**fields) either holds every field exactly as declared (int, finite float,
+    bool, str or None where optional; in range) or raises SpecbatchError naming a field:
+    never a silent conversion (2.5 -> 2, True -> 1, NaN kept) and never another exception."""
+    import dataclasses
+
+    from specbatch.errors import SpecbatchError
+    from specbatch.simulator.config import SimConfig, specs
+
+    try:
+        config = SimConfig(**values)
+    except SpecbatchError as exc:
+        assert re.match(r"^SimConfig: field \w+: expected ", str(exc)), str(exc)
+        assert "\n" not in str(exc)
+        return
+    for name, spec in specs().items():
+        value = getattr(config, name)
+        if value is None:
+            assert spec.optional
+            continue
+        assert type(value) is spec.kind, (name, value)
+        if spec.kind is float:
+            assert math.isfinite(value)
+        if name in values:
+            assert value == values[name]  # kept, not converted with a loss
+    assert dataclasses.replace(config) == config
+
+
+# ------------------------------------------------------------------ conform
+
+#: Per flag of ``specbatch conform``: plausible values and the edges users hit (issue 31: a
+#: 10^12-sample request, the largest int64 seed, Triton on a CPU, a verifier that is not one).
+CONFORM_FLAGS = {
+    "--samples": ["20", "2", "1", "0", "-5", "2.5", "1000000000000", "x"],
+    "--detect": ["0.5", "0.3", "0", "1.5", "nan", "-0.1"],
+    "--seed": ["0", "1", "9223372036854775807", "9223372036854775808", "-1", "x"],
+    "--draft": ["probabilistic", "greedy", "maybe"],
+    "--interface": ["padded", "ragged", "flat"],
+    "--target": ["sample", "greedy", "hot"],
+    "--alpha": ["0.001", "0.5", "0", "1", "nan"],
+    "--only": ["iid", "paper", "ties", "nope"],
+}
+CONFORM_VERIFIERS = ["tv-numpy", "bv-numpy", "vllm-v1", "sglang-single-0.5", "tv-triton",
+                     "no-such-verifier", "os:getcwd", "math:nope", ""]
+#: Seconds one conform example may take (small sample counts; large ones are refused).
+CONFORM_SECONDS = 30
+conform_flags = st.lists(st.sampled_from(sorted(CONFORM_FLAGS)), max_size=4,
+                         unique=True).flatmap(
+    lambda names: st.fixed_dictionaries({n: st.sampled_from(CONFORM_FLAGS[n]) for n in names}))
+
+
+@settings(FUZZ_SETTINGS, max_examples=min(12, settings().max_examples))
+@given(verifier=st.sampled_from(CONFORM_VERIFIERS), flags=conform_flags)
+def test_a_conform_run_reports_or_refuses_in_one_line(capsys, monkeypatch, verifier, flags):
+    monkeypatch.delenv("SPECBATCH_ALLOW_LARGE", raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    flags = {"--samples": "20", **flags}
+    if "--detect" in flags and flags["--detect"] in {"0.5", "0.3"}:
+        flags.pop("--samples")  # --detect chooses the draws
+    argv = ["conform", verifier, "--json", *[x for item in flags.items() for x in item]]
+    capsys.readouterr()
+    with time_limit(CONFORM_SECONDS):
+        code, stdout, err = run_main(capsys, argv)
+    # exit 1 is conform's verdict "shown lossy": still one JSON report, no traceback
+    if code == 1:
+        assert isinstance(json.loads(stdout), dict) and "Traceback" not in err
+        return
+    assert_contract(code, stdout, err, json_mode=True)

@@ -81,7 +81,7 @@ def test_the_allow_large_variable_lifts_a_cap(capsys, monkeypatch):
 def test_a_name_too_long_for_the_filesystem_is_one_line(capsys, tmp_path):
     code, _, err = run(capsys, ["trace", "synth", "--out", str(tmp_path / ("a" * 300)),
                                 "--requests", "2"])
-    assert_one_line_error(code, err, "File name too long")
+    assert_one_line_error(code, err, "the directory name is too long (at most 240 bytes)")
 
 
 def test_out_of_memory_is_one_line(capsys, tmp_path, monkeypatch):

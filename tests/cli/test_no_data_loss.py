@@ -167,3 +167,23 @@ def test_live_replaces_only_its_own_result(tmp_path, capsys):
     assert {"validate.json", "requests.parquet", RESULT_MARKER} <= {
         p.name for p in (tmp_path / "v").iterdir()}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["live", "sim", "v"]
+
+
+def test_trace_synth_force_never_replaces_a_simulate_result_or_other_files(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main([*SIM, "--requests", "8", "--out", str(out)]) == 0
+    before = snapshot(out)
+    capsys.readouterr()
+    synth = ["trace", "synth", "--requests", "2", "--force", "--out"]
+    one_line_error(capsys, main([*synth, str(out)]),
+                   "holds a specbatch simulate result, not a trace result")
+    assert snapshot(out) == before
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "requests.parquet").write_text("my own table")
+    (mine / "notes.txt").write_text("keep")
+    one_line_error(capsys, main([*synth, str(mine)]),
+                   "holds files that are not a trace result (notes.txt, requests.parquet)")
+    assert snapshot(mine) == {"requests.parquet": b"my own table", "notes.txt": b"keep"}
+    assert main([*synth, str(tmp_path / "t")]) == 0  # a trace is replaced with --force
+    assert main([*synth, str(tmp_path / "t"), "--seed", "4"]) == 0

@@ -57,6 +57,51 @@ def test_errors_are_one_line_exit_2(capsys, paper_file, argv, needle):
     assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err
 
 
+PAIR3 = {"vocab": 3, "draft": {"iid": ["1/2", "1/3", "1/6"]},
+         "target": {"iid": ["1/6", "1/3", "1/2"]}}
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["multidraft", "--drafts", "10"], "3^10 draft tuples x 3 outputs at V=3, above the limit "
+     "of 20000 LP variables"),
+    (["tree", "--tree", "1,1,1,1,1,1"], "tree LP: 2.41e6 constraint coefficients"),
+])
+def test_work_past_the_limits_is_refused_up_front_not_left_to_hang(capsys, tmp_path, argv,
+                                                                   needle, monkeypatch):
+    """Within the old limits (V^(n+1) <= 200,000; 50,000 realised trees) these ran for
+    minutes to hours: the LP's size, estimated first, now refuses them in one line."""
+    import json
+    import time
+
+    monkeypatch.delenv("SPECBATCH_ALLOW_LARGE", raising=False)
+    path = tmp_path / "pair3.json"
+    path.write_text(json.dumps(PAIR3))
+    start = time.perf_counter()
+    code, _, err = run_main(capsys, ["optimum", argv[0], "--pair", str(path), *argv[1:]])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
+    assert "SPECBATCH_ALLOW_LARGE=1" in err
+    assert time.perf_counter() - start < 10.0
+
+
+def test_the_tree_lp_estimate_counts_its_coefficients_exactly_on_a_chain():
+    """lp_nonzeros is the count the build makes (a float pair: no zero coefficient)."""
+    from specbatch.theory.models import pair_from_dict
+    from specbatch.theory.tree_lp import lp_nonzeros, node_set_law, tree_program
+    from specbatch.theory.tree_shapes import parse_shape, tree_law
+
+    pair = pair_from_dict({"vocab": 3, "draft": {"iid": [0.5, 0.3, 0.2]},
+                           "target": {"iid": [0.2, 0.3, 0.5]}})
+    for text in ("1,1,1", "2,1", "2x2"):
+        shape = parse_shape(text, "iid")
+        sets = list(node_set_law(tree_law(pair, shape)))
+        built = tree_program(pair, shape.depth, dict.fromkeys(sets, 0.0)).a_eq.nnz
+        # every coefficient but the dropped last validity equation's: one per (N, s ∈ N)
+        # whose path is a prefix of that z (the z of all-last tokens)
+        last = pair.vocab - 1
+        dropped = sum(all(t == last for t in s) for key in sets for s in key)
+        assert lp_nonzeros(pair.vocab, shape.depth, sets) - built == dropped, text
+
+
 def test_missing_pair_file(capsys, tmp_path):
     code, _, err = run_main(capsys, ["optimum", "tree", "--pair", str(tmp_path / "no.json"),
                                      "--tree", "2"])

@@ -69,7 +69,7 @@ def test_profile_refuses_a_directory_as_its_out_file(tmp_path, capsys):
     _one_line_error(code, err, "is a directory")
 
 
-@pytest.mark.parametrize("name", ["trace synth", "zoo train"])
+@pytest.mark.parametrize("name", ["zoo train"])
 def test_non_empty_out_is_refused_without_force(name, tmp_path, capsys):
     out = tmp_path / "result"
     out.mkdir()
@@ -79,10 +79,20 @@ def test_non_empty_out_is_refused_without_force(name, tmp_path, capsys):
     assert (out / "meta.json").read_text() == "{}"
 
 
+def test_trace_synth_refuses_an_unmarked_trace_without_force(tmp_path, capsys):
+    out = tmp_path / "result"
+    out.mkdir()
+    (out / "meta.json").write_text("{}")
+    code, err = _run(capsys, COMMANDS["trace synth"], str(out))
+    _one_line_error(code, err, "holds a trace result that records no configuration")
+    assert (out / "meta.json").read_text() == "{}"
+
+
 def test_trace_synth_force_replaces_an_existing_trace(tmp_path, capsys):
     out = str(tmp_path / "t")
     assert _run(capsys, COMMANDS["trace synth"], out)[0] == 0
-    assert _run(capsys, COMMANDS["trace synth"], out)[0] == 2
+    assert _run(capsys, COMMANDS["trace synth"], out)[0] == 0  # a rerun of the same settings
+    assert _run(capsys, [*COMMANDS["trace synth"], "--seed", "1"], out)[0] == 2
     assert _run(capsys, [*COMMANDS["trace synth"], "--force", "--seed", "1"], out)[0] == 0
 
 

@@ -128,3 +128,21 @@ def test_prove_default_passes_within_a_minute(capsys):
     start = time.perf_counter()
     assert main(["prove"]) == 0
     assert time.perf_counter() - start < 60
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--gamma", "1000000"], "LP B: instance has more than 2^100 variables (V=2, γ=1000000)"),
+    (["--gamma", "9223372036854775807"], "more than 2^100 variables"),
+    (["--gamma", "8", "--max-variables", "100000000000"],
+     "--max-variables: 100000000000 exceeds the limit of 200000"),
+])
+def test_optimum_verify_sizes_are_refused_in_one_line(capsys, tmp_path, argv, needle,
+                                                      monkeypatch):
+    """γ = 10^6 was a 4300-digit ValueError traceback; --max-variables 1e11 ran for hours."""
+    monkeypatch.delenv("SPECBATCH_ALLOW_LARGE", raising=False)
+    path = tmp_path / "paper.json"
+    path.write_text(json.dumps(PAPER))
+    from tests.cli.oneline import run_main
+
+    code, _, err = run_main(capsys, ["optimum", "verify", "--pair", str(path), *argv])
+    assert code == 2 and needle in err and err.count("\n") == 1, err

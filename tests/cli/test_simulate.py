@@ -97,7 +97,8 @@ def test_help_lists_the_allowed_values_of_every_choice(capsys):
 @pytest.mark.parametrize("argv, words", [
     (["--policy", "ar", "--verify", "block"], "field verify: expected token for policy ar"),
     (["--policy", "ar", "--k", "3"], "field num_speculative_tokens: expected no k for policy ar"),
-    (["--policy", "dsd", "--k", "6"], "expected no k for policy dsd (DSD plans its window"),
+    (["--policy", "fixed", "--dsd-max-k", "4"], "field dsd_max_k: expected no dsd_max_k for "
+     "policy fixed"),
 ])
 def test_settings_a_policy_would_ignore_are_refused(argv, words, capsys):
     code = main(["simulate", "--trace", "synth", "--requests", "8", *argv])
@@ -105,11 +106,17 @@ def test_settings_a_policy_would_ignore_are_refused(argv, words, capsys):
     assert code == 2 and err.count("\n") == 1 and words in err
 
 
-def test_a_k_for_dsd_in_the_config_file_is_refused_too(tmp_path, capsys):
+def test_a_k_for_dsd_caps_its_window_from_flags_and_config_files(tmp_path, capsys):
+    """dsd used to refuse --k; engines' users set num_speculative_tokens as the cap of a
+    dynamic window, so it is DSD's upper bound (dsd_max_k), saved in config.toml."""
     config = tmp_path / "sim.toml"
     config.write_text('trace = "synth"\npolicy = "dsd"\nk = 2\nrequests = 8\n')
-    assert main(["simulate", "--config", str(config)]) == 2
-    assert "no k for policy dsd" in capsys.readouterr().err
+    assert main(["simulate", "--config", str(config), "--out", str(tmp_path / "a")]) == 0
+    assert main(["simulate", "--trace", "synth", "--policy", "dsd", "--k", "2", "--requests",
+                 "8", "--out", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    saved = (tmp_path / "a" / "config.toml").read_text()
+    assert "dsd_max_k = 2" in saved and saved == (tmp_path / "b" / "config.toml").read_text()
 
 
 @pytest.mark.parametrize("policy", ["ar", "dsd"])

@@ -32,7 +32,6 @@ def test_each_engine_policy_runs_from_its_flags(argv, capsys):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--policy", "vllm-dynamic", "--k", "4"], "field calibration_split: expected a fraction > 0"),
     (["--policy", "batch-schedule", "--num-speculative-tokens-per-batch-size", "2-4:1"],
      "field num_speculative_tokens_per_batch_size: expected ranges"),
     (["--policy", "fixed", "--draft-len-schedule", "4:2"],

@@ -11,7 +11,6 @@ from tests.cli.oneline import assert_one_line_error
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--policy", "tetris", "--predictor", "learned"], "field calibration_split"),
     (["--policy", "fixed", "--predictor", "logistic", "--calibration-split", "0.5"],
      "field predictor"),
     (["--calibration-split", "1"], "field calibration_split"),
@@ -20,6 +19,19 @@ from tests.cli.oneline import assert_one_line_error
 def test_bad_settings_are_one_line_errors(argv, needle, capsys):
     code = main(["simulate", "--trace", "synth", "--requests", "8", *argv])
     assert_one_line_error(code, capsys.readouterr().err, needle)
+
+
+def test_learned_and_vllm_dynamic_run_without_a_split_and_say_what_they_held_out(capsys):
+    base = ["simulate", "--trace", "synth", "--requests", "16"]
+    for argv in (["--policy", "tetris", "--predictor", "learned"],
+                 ["--policy", "vllm-dynamic"]):
+        assert main([*base, *argv, "--json"]) == 0
+        out, err = capsys.readouterr()
+        summary = json.loads(out)
+        assert summary["calibration_split"] == 0.25 and summary["held_out_requests"] == 16
+        assert "16 of the trace's 64 requests (calibration_split 0.25, the default" in err
+        assert main([*base, *argv]) == 0
+        assert "held_out_requests" in capsys.readouterr().out
 
 
 def test_a_calibrated_run_and_a_model_run_print_one_json_object(capsys):

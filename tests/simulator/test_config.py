@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
+import numpy as np
 import pytest
 
 from specbatch.errors import SpecbatchError
@@ -155,7 +157,7 @@ def test_every_field_declares_its_help_and_its_type_comes_from_the_annotation():
                         "enable_chunked_prefill",
                         "max_model_len", "budget", "profile", "slo",
                         "num_speculative_tokens_per_batch_size", "draft_len_schedule",
-                        "speculative_adaptive_config", "cuda_graph_sizes"}
+                        "speculative_adaptive_config", "cuda_graph_sizes", "dsd_max_k"}
 
 
 def test_the_policy_choices_are_the_policy_registry():
@@ -166,7 +168,7 @@ def test_the_policy_choices_are_the_policy_registry():
 
 
 @pytest.mark.parametrize("overrides, given, words", [
-    (dict(policy="dsd", k=4), {"num_speculative_tokens"}, "no k for policy dsd"),
+    (dict(policy="fixed", dsd_max_k=4), {"dsd_max_k"}, "no dsd_max_k for policy fixed"),
     (dict(policy="ar", k=2), {"num_speculative_tokens"}, "no k for policy ar"),
     (dict(policy="ar", verify="block"), {"verify"}, "field verify: expected token for policy ar"),
     (dict(policy="dsd", extra=1), {"extra"}, "field extra: expected 0 for policy dsd"),
@@ -204,3 +206,31 @@ def test_config_files_that_are_not_toml_text_are_one_line_errors(tmp_path):
         with pytest.raises(SpecbatchError, match=words) as err:
             load_config(path)
         assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("field, bad, expected", [
+    ("requests", 2.5, "an integer"), ("requests", True, "an integer"),
+    ("seed", 1.5, "an integer"), ("max_num_seqs", 2.5, "an integer"),
+    ("max_num_seqs", "64", "an integer"), ("rate", float("nan"), "a finite number"),
+    ("rate", float("inf"), "a finite number"), ("rate", True, "a number"),
+    ("speedup", 1, "true or false"), ("policy", 3, "a string"), ("requests", None, "an integer"),
+    ("requests", 0, "a number >= 1"), ("seed", 2**63, "int64"),
+    ("gpu_memory_utilization", 1e300, "a fraction in (0, 1]"),
+])
+def test_a_config_built_in_python_refuses_wrong_types_naming_the_field(field, bad, expected):
+    """The Python API never converts with a loss: SimConfig(requests=2.5) used to run 2
+    requests, requests=True one."""
+    with pytest.raises(SpecbatchError, match=rf"^SimConfig: field {field}: expected "
+                       rf"[^\n]*{re.escape(expected)}"):
+        SimConfig(**{field: bad})
+    base = SimConfig()
+    with pytest.raises(SpecbatchError, match=f"field {field}"):
+        dataclasses.replace(base, **{field: bad})
+
+
+def test_a_config_built_in_python_stores_python_numbers():
+    config = SimConfig(requests=np.int64(5), rate=3, slo=None, speedup=np.bool_(True))
+    assert type(config.requests) is int and config.requests == 5
+    assert type(config.rate) is float and config.rate == 3.0
+    assert config.speedup is True
+    assert to_toml(config) == to_toml(SimConfig(requests=5, rate=3.0, speedup=True))

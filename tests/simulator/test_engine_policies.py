@@ -78,8 +78,14 @@ def test_vllm_dynamic_calibrates_on_held_out_requests_only():
     result = simulate(config, trace, cost_model=COST)
     replayed = set(result.requests["trace_index"])
     assert len(replayed) == 6 and replayed <= set(range(8))
-    with pytest.raises(Exception, match="calibration_split"):
-        load_config(None, policy="vllm-dynamic", k=3)
+    # no split given: the documented default holds a quarter of the trace out, and says so
+    default = simulate(load_config(None, trace="synth", policy="vllm-dynamic", k=3, requests=6,
+                                   seed=3), trace, cost_model=COST)
+    assert (default.summary["calibration_split"], default.summary["held_out_requests"]) == (0.25, 2)
+    assert any("2 of the trace's 8 requests (calibration_split 0.25, the default for policy "
+               "vllm-dynamic) are held out" in note for note in default.notes)
+    assert default.summary["throughput"] == result.summary["throughput"]  # = split 0.25
+    assert "held_out_requests" not in result.summary  # a split the user chose: as before
 
 
 def test_vllm_table_sets_k_by_batch_size():

@@ -281,3 +281,26 @@ def test_every_policy_drafts_its_required_depth_and_config_asks_the_class(synth_
             assert p.depth >= need if name == "dsd" else p.depth == need, name
     dsd = load_config(None, trace="synth", policy="dsd", k=9)
     assert policy_depth(dsd) == 6  # the goodput scan never goes past 6
+
+
+def test_dsd_k_caps_the_window_and_the_default_is_unchanged():
+    """A k given to dsd is its upper bound (dsd_max_k): every plan stays within it. Without
+    one DSD scans k = 0..min(6, K) exactly as before (the hashes of this run's tables were
+    recorded before dsd accepted a k)."""
+    import hashlib
+
+    base = load_config(None, trace="default", policy="dsd", requests=64, seed=1)
+    default = simulate(base)
+    assert base.dsd_max_k is None and default.steps["depth"].max() == 5
+    assert repr(default.summary["throughput"]) == "1789.956558121412"
+    assert hashlib.sha256(default.steps.to_csv().encode()).hexdigest()[:16] == "4b105119f76f4f55"
+    assert hashlib.sha256(default.requests.to_csv().encode()).hexdigest()[:16] == \
+        "e9d4507fe6bf4297"
+    for cap in (1, 2, 4):
+        capped = simulate(load_config(None, trace="default", policy="dsd", requests=64, seed=1,
+                                      k=cap))
+        assert capped.config.dsd_max_k == cap
+        steps = capped.steps
+        per_request = steps["verified"] / steps["decode_requests"].clip(lower=1)
+        assert steps["depth"].max() <= cap and per_request.max() <= cap
+    assert simulate(base.replace(dsd_max_k=4)).steps["depth"].max() == 4  # binding: 5 -> 4

@@ -83,6 +83,51 @@ class BadInit(Policy):
 
 class NotAPolicy:
     pass
+
+
+class Exits(Policy):
+    def decide(self, view):
+        import sys
+        sys.exit(0)
+
+
+class ObserveRaises(Policy):
+    def decide(self, view):
+        d = np.ones(view.n, dtype=np.int64)
+        return d, d
+
+    def observe(self, verified, accepted):
+        raise RuntimeError("feedback lost")
+
+
+class ObserveExits(ObserveRaises):
+    def observe(self, verified, accepted):
+        raise SystemExit(3)
+
+
+class DepthNaN(Policy):
+    @classmethod
+    def required_depth(cls, config):
+        return float("nan")
+
+
+class DepthHalf(Policy):
+    @classmethod
+    def required_depth(cls, config):
+        return 2.5
+
+
+class DepthExits(Policy):
+    @classmethod
+    def required_depth(cls, config):
+        raise SystemExit(0)
+
+
+class WidensBudget(Policy):
+    def decide(self, view):
+        view.budget = 10**9
+        d = np.full(view.n, self.depth, dtype=np.int64)
+        return d, d
 '''
 
 
@@ -200,6 +245,13 @@ def test_a_module_that_fails_to_import_is_named(user_dir):
     ("Raises", {}, "decide raised ValueError: boom"),
     ("NoSuper", {}, "the instance has no k, depth, rule, budget"),
     ("BadInit", {}, "BadInit(config, trace_k) raised KeyError"),
+    ("Exits", {}, "broken_policies.py): decide raised SystemExit: 0"),
+    ("ObserveRaises", {}, "broken_policies.py): observe raised RuntimeError: feedback lost"),
+    ("ObserveExits", {}, "broken_policies.py): observe raised SystemExit: 3"),
+    ("DepthNaN", {}, "required_depth returned nan, expected an integer >= 0"),
+    ("DepthHalf", {}, "required_depth returned 2.5, expected an integer >= 0"),
+    ("DepthExits", {}, "broken_policies.py): required_depth raised SystemExit: 0"),
+    ("WidensBudget", {"budget": 5}, "verified 24 tokens, over the step's budget C = 5"),
 ])
 def test_a_policy_breaking_the_contract_is_a_one_line_error_naming_it(
         user_dir, synth_trace_natural, cls, kw, needle):
@@ -219,6 +271,19 @@ def test_contract_errors_reach_the_cli_as_one_line_with_exit_code_2(user_dir, ca
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("specbatch: error: policy broken_policies:VerifiesMore")
     assert err.count("\n") == 1
+
+
+def test_a_policy_that_exits_makes_simulate_json_fail_in_one_line(user_dir):
+    """sys.exit(0) inside decide used to end ``simulate --json`` with exit 0 and no output."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "specbatch", "simulate", "--trace", "synth",
+                           "--requests", "8", "--policy", "broken_policies:Exits", "--json"],
+                          cwd=user_dir, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("specbatch: error: policy broken_policies:Exits (")
+    assert "decide raised SystemExit: 0" in done.stderr
 
 
 @pytest.mark.parametrize("name", CHAIN_POLICIES)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from specbatch.errors import SpecbatchError
 from specbatch.simulator.config import load_config
 from specbatch.simulator.run import simulate
 
@@ -29,9 +27,18 @@ def test_a_learned_tetris_run_is_reproducible(entropy_trace):
     assert first.summary["vsr"] > 0
 
 
-def test_a_learned_predictor_needs_calibration_requests():
-    with pytest.raises(SpecbatchError, match="field calibration_split"):
-        load_config(None, policy="tetris", predictor="learned")
+def test_a_learned_predictor_without_a_split_fits_on_the_default_share(entropy_trace):
+    """It used to fail until calibration_split was given: the default split (0.25) is
+    applied, and the run is the one with that split given."""
+    from specbatch.simulator.policy_knobs import DEFAULT_CALIBRATION_SPLIT, applied_split
+
+    config = load_config(None, policy="tetris", predictor="learned", k=2, requests=30)
+    assert config.calibration_split == 0.0 and applied_split(config) == DEFAULT_CALIBRATION_SPLIT
+    default = simulate(config, trace=entropy_trace)
+    chosen = simulate(config.replace(calibration_split=0.25), trace=entropy_trace)
+    assert default.requests.equals(chosen.requests)
+    assert default.summary["held_out_requests"] == round(0.25 * entropy_trace.n_requests)
+    assert applied_split(load_config(None, policy="tetris")) == 0.0  # confidence: no split
 
 
 def test_a_confidence_tetris_needs_no_split(entropy_trace):

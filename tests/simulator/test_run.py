@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
-from specbatch.simulator.config import load_config
+from specbatch.simulator.config import load_config, make_config, to_toml
 from specbatch.simulator.run import simulate
 from tests.simulator.helpers import LinearCost
 
@@ -139,3 +140,43 @@ def test_a_config_built_directly_is_checked_like_a_loaded_one(synth_trace_natura
         with pytest.raises(SpecbatchError, match=f"field {field}"):
             simulate(SimConfig(trace="synth", **{field: bad}), synth_trace_natural,
                      cost_model=COST)
+
+
+def test_write_applies_the_result_folder_checks(tmp_path, synth_trace_natural):
+    from specbatch.errors import SpecbatchError
+    from specbatch.io import RESULT_MARKER
+    from specbatch.traces.format import write_trace
+
+    config = make_config({"policy": "fixed", "k": 2, "requests": 6})
+    result = simulate(config, synth_trace_natural, cost_model=COST)
+    trace = tmp_path / "trace"
+    write_trace(synth_trace_natural, trace)
+    before = {p.name: p.read_bytes() for p in trace.iterdir()}
+    with pytest.raises(SpecbatchError, match=r"^out_dir .*trace: holds files that are not a "
+                       "simulate result"):
+        result.write(trace)
+    assert {p.name: p.read_bytes() for p in trace.iterdir()} == before
+    run = result.write(tmp_path / "run")
+    assert (run / RESULT_MARKER).is_file()
+    result.write(run)  # the same config again: replaced
+    other = simulate(config.replace(seed=3), synth_trace_natural, cost_model=COST)
+    with pytest.raises(SpecbatchError, match="holds a simulate result of another configuration"):
+        other.write(run)
+    other.write(run, force=True)
+    assert (run / "config.toml").read_text() == to_toml(other.config)
+
+
+def test_the_memory_estimate_reads_the_workloads_lengths_not_the_traces(tmp_path, monkeypatch,
+                                                                        synth_trace_natural):
+    """The estimate before the run used the trace's mean output; an imported workload's long
+    outputs (steps, and their step-table rows, scale with them) are now counted."""
+    from specbatch import limits
+    from specbatch.errors import SpecbatchError
+
+    path = tmp_path / "w.csv"
+    path.write_text("prompt_len,output_len\n10,16000000\n10,20\n")
+    config = make_config({"workload": str(path), "requests": 2, "max_num_seqs": 1})
+    short = limits.simulation_bytes(2, synth_trace_natural.n_rows / 40, 1)
+    monkeypatch.setattr(limits, "memory_limit", lambda: int(short * 100))
+    with pytest.raises(SpecbatchError, match="^config: needs about .* GiB of memory"):
+        simulate(config, synth_trace_natural, cost_model=COST)

@@ -37,7 +37,8 @@ def test_the_json_list_form_reads_like_the_range_form():
 
 
 @pytest.mark.parametrize("text", ["2-16:3", "1-16:3,10-20:2", "1-0:3", "1-4", "", "[[1, 4]]",
-                                  "1-4:-1", "[[1, 4, 2.5]]"])
+                                  "1-4:-1", "[[1, 4, 2.5]]", "[[1, 1e400, 3]]",
+                                  "[[1, 4, NaN]]", "[[1, true, 2]]"])
 def test_a_bad_vllm_table_is_a_one_line_error(text):
     with pytest.raises(SpecbatchError, match="config: field t: expected ranges") as err:
         parse_vllm_table(text, "config", "t")
@@ -54,7 +55,18 @@ def test_trt_schedule_keys_are_the_largest_batch_size_of_their_length():
     assert parse_trt_schedule('{"4": 4, "8": 2}', "config", "s", 4) == {4: 4, 8: 2}
 
 
-@pytest.mark.parametrize("text", ["4:5", "0:1", "4:1,4:2", "4", "{\"4\": \"x\"}", "[1]"])
+@pytest.mark.parametrize("text", ["{4: 4, 8: 2, 32: 1}", "{4:4,8:2,32:1}", " { 4: 4 } "])
+def test_trt_schedule_reads_tensorrt_llms_own_dict_spelling(text):
+    """TensorRT-LLM writes the schedule as a dict with integer keys (llm_args.py's
+    ``draft_len_schedule: dict[int, int]``, its YAML options ``{4: 4, 8: 2}``): that spelling
+    was refused because it is not JSON (keys unquoted)."""
+    expected = {4: 4, 8: 2, 32: 1} if "8" in text else {4: 4}
+    assert parse_trt_schedule(text, "config", "s", 4) == expected
+
+
+@pytest.mark.parametrize("text", ["4:5", "0:1", "4:1,4:2", "4", "{\"4\": \"x\"}", "[1]",
+                                  '{"4": 1e400}', '{"4": NaN}', '{"4": true}', "{4: 5}", "{}",
+                                  "{4: 2, 4: 1}"])
 def test_a_bad_trt_schedule_is_a_one_line_error(text):
     with pytest.raises(SpecbatchError, match="config: field s: expected pairs"):
         parse_trt_schedule(text, "config", "s", 4)
@@ -73,7 +85,14 @@ def test_sglang_config_defaults_and_overlays_like_adaptive_spec_params():
 
 @pytest.mark.parametrize("text", ["nope", "[1]", '{"1": {"candidate_steps": []}}',
                                   '{"1": {"candidate_steps": [-1]}}', '{"x": 1}',
-                                  '{"1": {"candidate_steps": [1], "update_interval": 0}}'])
+                                  '{"1": {"candidate_steps": [1], "update_interval": 0}}',
+                                  '{"ema_alpha": NaN, "1": {"candidate_steps": [1]}}',
+                                  '{"ema_alpha": -5, "1": {"candidate_steps": [1]}}',
+                                  '{"ema_alpha": 1e300, "1": {"candidate_steps": [1]}}',
+                                  '{"ema_alpha": 0, "1": {"candidate_steps": [1]}}',
+                                  '{"ceiling_coeff": 1e400, "1": {"candidate_steps": [1]}}',
+                                  '{"ceiling_coeff": -1, "1": {"candidate_steps": [1]}}',
+                                  '{"1": {"candidate_steps": [1], "down_hysteresis": Infinity}}'])
 def test_a_bad_sglang_config_is_a_one_line_error(text):
     with pytest.raises(SpecbatchError, match="config: field a: expected"):
         parse_sglang_config(text, "config", "a")

@@ -205,8 +205,6 @@ def test_a_missing_predictor_fit_and_a_chain_or_trie_trace_are_one_line_errors(s
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--policy", "tetris-tree", "--extra", "2", "--predictor", "learned"],
-     "field calibration_split"),
     (["--policy", "tree-optimum", "--predictor", "logistic", "--calibration-split", "0.25"],
      "field predictor"),
 ])

@@ -197,3 +197,23 @@ def test_verify_cost_none_is_the_engine_without_the_term(synth_trace_natural):
     assert fused.summary["makespan"] > none.summary["makespan"]
     assert fused.summary["makespan"] == pytest.approx(
         none.summary["makespan"] + fused.summary["verify_time"], rel=1e-12)
+
+
+LLAMA_8B_CONFIG = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+                   "intermediate_size": 14336, "num_attention_heads": 32,
+                   "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+                   "torch_dtype": "bfloat16"}
+
+
+def test_a_config_json_target_prices_the_sampler_with_the_models_vocabulary(tmp_path):
+    """A config.json target was priced with the trace's vocabulary (a synth trace's 2048, a
+    verify time 3.6x too small) instead of its vocab_size, 128,256 for Llama 3.1 8B."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA_8B_CONFIG))
+    trace = synth_trace(SynthConfig(requests=6, output_mean=12.0))
+    assert target_vocab(str(path), trace) == target_vocab("llama-3.1-8b", trace) == 128256
+    assert target_vocab(str(tmp_path), trace) == 128256  # the folder holding it
+    by_name, by_file = (simulate(load_config(None, trace="synth", requests=6, target=target),
+                                 trace).summary for target in ("llama-3.1-8b", str(path)))
+    assert by_file["verify_time"] == by_name["verify_time"] > 0
+    assert by_file == by_name

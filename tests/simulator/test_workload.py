@@ -100,15 +100,54 @@ def test_optional_columns_aliases_and_timestamps(tmp_path):
     (lambda t: t.assign(prompt_len=[5, -1, 9]), "prompt_len"),
     (lambda t: t.assign(output_len=[3, 2.5, 2]), "output_len"),
     (lambda t: t.assign(output_len=[3, np.nan, 2]), "output_len"),
+    (lambda t: t.assign(output_len=[3, 10**12, 2]), "output_len"),
+    (lambda t: t.assign(prompt_len=[5, 2**24 + 1, 9]), "prompt_len"),
     (lambda t: t.assign(arrival=[0.5, np.nan, 1.0]), "arrival"),
     (lambda t: t.assign(arrival=[1.0, 0.5, 2.0]), "arrival"),
     (lambda t: t.assign(arrival=[-1.0, 0.5, 2.0]), "arrival"),
+    (lambda t: t.assign(prefix_group=["g", "g", None], prefix_len=[4, 1e30, 0]), "prefix_len"),
+    (lambda t: t.assign(prefix_group=["g", "g", None], prefix_len=[4, np.inf, 0]),
+     "prefix_len"),
+    (lambda t: t.assign(prefix_group=["g", "g", None], prefix_len=[4, "abc", 0]),
+     "prefix_len"),
+    (lambda t: t.assign(prefix_group=["g", "g", None], prefix_len=[4, None, 0]), "prefix_len"),
+    (lambda t: t.assign(prefix_group=["g", "g", None], prefix_len=[4, -2, 0]), "prefix_len"),
+    (lambda t: t.assign(prefix_group=["g", "g", None], prefix_len=[4, 2.5, 0]), "prefix_len"),
 ])
 def test_bad_inputs_are_one_line_errors_naming_file_and_field(tmp_path, change, field):
     path = write(change(TABLE.copy()), tmp_path / "bad.csv")
     with pytest.raises(SpecbatchError, match=f"workload {path}: field {field}") as err:
         read_workload_file(path)
     assert "\n" not in str(err.value)
+
+
+def test_prefix_len_names_the_row_and_an_ungrouped_row_may_leave_it_empty(tmp_path):
+    table = TABLE.assign(prefix_group=["g", "g", None], prefix_len=[4, "abc", None])
+    with pytest.raises(SpecbatchError, match=r"field prefix_len: expected an integer in "
+                       r"\[0, 2\^53\] .*got 'abc' in row 1$"):
+        read_workload_file(write(table, tmp_path / "w.csv"))
+    table = TABLE.assign(prefix_group=["g", "g", None], prefix_len=[4, 4, None])
+    data = read_workload_file(write(table, tmp_path / "w.csv"))
+    assert data["prefix_len"].tolist() == [4, 4, 0]
+    assert data["prefix_group"].tolist() == [0, 0, -1]
+
+
+def test_a_length_beyond_any_context_window_is_refused_not_simulated_for_days(tmp_path):
+    """A 10^12-token output used to run (hours to days); 2^24 tokens is the largest length."""
+    path = write(TABLE.assign(output_len=[3, 10**12, 2]), tmp_path / "w.csv")
+    with pytest.raises(SpecbatchError, match=r"field output_len: expected integers in \[1, "
+                       r"2\^24\] .*got 1000000000000 in row 1$"):
+        read_workload_file(path)
+    ok = read_workload_file(write(TABLE.assign(output_len=[3, 2**24, 2]), tmp_path / "w.csv"))
+    assert ok["output_len"].tolist() == [3, 2**24, 2]
+
+
+def test_a_csv_with_a_byte_order_mark_reads_like_one_without(tmp_path):
+    plain = write(TABLE, tmp_path / "plain.csv")
+    marked = tmp_path / "marked.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    got, want = read_workload_file(marked), read_workload_file(plain)
+    assert all(np.array_equal(got[k], want[k], equal_nan=k == "arrival") for k in want)
 
 
 def test_empty_file_and_unknown_extension(tmp_path):
