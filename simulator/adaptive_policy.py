@@ -46,7 +46,6 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.adaptive_tables import CostTables, build_tables
 from specbatch.simulator.config import V1_DEFAULT_BATCHED_TOKENS
 from specbatch.simulator.core_policies import Tetris
-from specbatch.simulator.policies import register
 from specbatch.simulator.view import StepView
 from specbatch.theory.allocate import monotone_topc
 
@@ -204,6 +203,3 @@ def exact_step_costs(cost: Any, kv: np.ndarray, depth: int, rows: np.ndarray,
         extra = sampler.seconds(n, b, verified) if sampler is not None else 0.0
         out[b] = fixed + float(target) + float(extra)
     return out
-
-
-register(VllmAdaptive)

@@ -8,22 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from specbatch.simulator.catalogue import KNOB_POLICY, entry, names
 from specbatch.simulator.fields import Range, fail, knob
 
-#: Policies that read the calibration split (they fail without one).
-CALIBRATING = ("vllm-dynamic", "specdec++")
-#: Each engine-policy knob and the policy that reads it.
-KNOB_POLICY = {"num_speculative_tokens_per_batch_size": "batch-schedule",
-               "draft_len_schedule": "batch-schedule",
-               "speculative_adaptive_config": "ema-adaptive",
-               "specdec_threshold": "specdec++", "entropy_threshold": "entropy-stop",
-               "dsd_max_k": "dsd",
-               "adaptive_confidences": "vllm-adaptive", "adaptive_cost_tables": "vllm-adaptive",
-               "adaptive_survival": "vllm-adaptive",
-               "adaptive_profile_context_len": "vllm-adaptive"}
-#: The engine policies' names (simulator.policies.POLICIES holds their classes).
-ENGINE_POLICY_NAMES = ("batch-schedule", "ema-adaptive", "entropy-stop", "specdec++",
-                       "vllm-adaptive", "vllm-dynamic")
+#: Policies that read the calibration split (they fail without one; simulator.catalogue).
+CALIBRATING = names(calibrates=True)
+#: The engine policies' names (simulator.catalogue; simulator.policies.POLICIES holds their
+#: classes).
+ENGINE_POLICY_NAMES = names(engine=True)
+#: Each engine-policy knob and the policy that reads it: :data:`simulator.catalogue.KNOB_POLICY`.
 
 #: The split a run that calibrates uses when ``calibration_split`` is left at 0 (policies
 #: vllm-dynamic and specdec++, predictors learned and logistic): a quarter of the trace's
@@ -105,12 +98,14 @@ def check_policy_knobs(c: Any, where: str) -> None:
         check_batch_schedule(c, where)
     if c.speculative_adaptive_config is not None or c.policy == "ema-adaptive":
         EmaAdaptive.required_depth(c)  # parses speculative_adaptive_config
-    if (c.policy in ("vllm-dynamic", "batch-schedule", "vllm-adaptive")
-            and c.num_speculative_tokens < 1):
-        fail(where, "num_speculative_tokens", f"k >= 1 for policy {c.policy} (its largest "
-             "window)", c.num_speculative_tokens)
-    if c.policy in ("specdec++", "entropy-stop") and c.depth < 1:
-        fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}", c.depth)
+    row = entry(c.policy)
+    if row is not None and row.engine:
+        if row.min_draft == "k" and c.num_speculative_tokens < 1:
+            fail(where, "num_speculative_tokens", f"k >= 1 for policy {c.policy} (its largest "
+                 "window)", c.num_speculative_tokens)
+        if row.min_draft == "depth" and c.depth < 1:
+            fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}",
+                 c.depth)
 
 
 def check_knobs_apply(c: Any, given: Any, where: str) -> None:
