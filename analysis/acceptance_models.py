@@ -147,7 +147,7 @@ def _label(row: pd.Series) -> str:
     text = str(row.policy)
     if "predictor" in row and row.policy == "tetris" and row.predictor != "confidence":
         text += f"/{row.predictor}"
-    if row.policy in ("ar", "dsd"):
+    if row.policy in NO_K_POLICIES:
         return text
     return f"{text} {int(row.num_speculative_tokens)},{int(row.extra)}"
 

@@ -18,6 +18,7 @@ from specbatch.analysis.compare import (
     paired_difference,
     ranking_metric,
 )
+from specbatch.simulator.config import NO_K_POLICIES
 from specbatch.simulator.policy_knobs import ENGINE_POLICY_NAMES
 
 #: The knob that names an engine policy's setting beside k and e.
@@ -25,7 +26,7 @@ SETTING_KNOBS = {"batch-schedule": ("num_speculative_tokens_per_batch_size", "dr
                  "ema-adaptive": ("speculative_adaptive_config",),
                  "specdec++": ("specdec_threshold",), "entropy-stop": ("entropy_threshold",)}
 #: Policies whose window is not k (their setting shows no k).
-NO_WINDOW = ("ar", "dsd")
+NO_WINDOW = NO_K_POLICIES
 
 
 def has_engine_policies(df: pd.DataFrame) -> bool:

@@ -1,13 +1,15 @@
 """Simulator scale: peak RSS and wall time of ``specbatch simulate`` for 10^4..10^7 requests.
 
-Each size runs an imported workload CSV (written once per size under ``--work``, seeded):
+Each size runs, under the default scheduler (``vllm-v1``: one token budget per step, reserve
+KV), an imported workload CSV (written once per size under ``--work``, seeded):
 prompts lognormal (median 200 tokens, σ 0.8, clipped to [8, 2048]), outputs uniform in
 8..256 tokens, Poisson arrivals at ``--rate`` req/s (the file's ``arrival`` column, replayed
 with ``--arrival trace``), mapped onto the bundled default trace, whose requests are shorter
 than most of these outputs (so positions wrap, simulator.workload). Every run is its own
 ``specbatch simulate ... --out DIR --json`` process, so its peak RSS (its own ``ru_maxrss``)
 includes start-up, the engine and writing the tables; its time is given in wall and CPU
-seconds (user + system: the steadier figure on a shared machine).
+seconds (user + system: the steadier figure on a shared machine) and as CPU microseconds per
+request (flat across sizes when the time is linear).
 
 ``--baseline DIR`` also runs another implementation, a source tree such as ``git archive
 <commit> | tar -x -C DIR``, on the sizes up to ``--baseline-max-requests`` (the
@@ -17,7 +19,9 @@ address-space cap, and prints the ratios of the two in the same run.
 
 Usage: .venv/bin/python benchmarks/scale_bench.py [--sizes 10000,100000,1000000] [--huge]
        [--baseline DIR] [--json]
-``--huge`` adds 10^7 requests (~10 GB peak at ~1 KB a request, and tens of minutes).
+``--huge`` adds 10^7 requests (hours of CPU at ~0.1-0.3 ms a request; several GB: the
+step table, ~2.5 steps a request at 112 bytes each, and the per-request arrays are held
+until the tables are written).
 """
 
 from __future__ import annotations
@@ -147,9 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         if not csv.exists():
             write_workload(csv, n, args.rate)
         row = {"requests": n, "this": run_cli(simulate_args(csv, n, work / f"out-{n}"))}
+        if "cpu_s" in row["this"]:
+            row["this"]["cpu_us_per_request"] = 1e6 * row["this"]["cpu_s"] / n
         if base_path is not None and n <= args.baseline_max_requests:
             row["baseline"] = run_cli(simulate_args(csv, n, work / f"base-{n}"), base_path,
                                       int(args.baseline_max_gib * 2**30))
+            if "cpu_s" in row["baseline"]:
+                row["baseline"]["cpu_us_per_request"] = 1e6 * row["baseline"]["cpu_s"] / n
         rows.append(row)
         if not args.json:
             print(_line(row), flush=True)
@@ -165,7 +173,8 @@ def _line(row: dict) -> str:
             return f"{'-':>30}"
         if r.get("rc") != 0:
             return f"{'failed: ' + str(r.get('error'))[:40]:>30}"
-        return (f"{r['wall_s']:>7.1f} s ({r['cpu_s']:>6.1f} CPU s) {r['rss_mib']:>6.0f} MiB "
+        return (f"{r['wall_s']:>7.1f} s ({r['cpu_s']:>6.1f} CPU s, "
+                f"{r['cpu_us_per_request']:>5.0f} us/request) {r['rss_mib']:>6.0f} MiB "
                 f"{r['tokens_per_s']:>9,.0f} tok/s")
 
     this, base = row["this"], row.get("baseline")

@@ -1,4 +1,4 @@
-"""Simulator speed: simulated output tokens per wall-clock second.
+"""Simulator speed: simulated output tokens per CPU second, and CPU seconds per engine step.
 
 Headline: 10k requests arriving at once, max_num_seqs 64, TETRIS (k = 3, e = 1) with block
 verification on the bundled toy trace ``tiny`` when present, whose numbers docs/benchmarks.md
@@ -12,20 +12,27 @@ the two rates is printed. Then paged KV mode at max_num_seqs 64 (simulator.kv): 
 pool that never runs out (the block bookkeeping's cost, as a ratio to the reserve headline)
 and with the capacity the H100's memory leaves next to Vicuna-33B (preemption by
 recomputation: more, smaller steps, so fewer tokens per wall second for a different
-simulated run). Then the curve for max_num_seqs 8..512. Last, Vidur's own workload (issue 26:
-the 19,200 requests Vidur generates for its splitwise_conv lengths, ``--vidur`` FILE; skipped
-when absent) end to end: one ``specbatch simulate`` process per policy (ar, tetris) and
-scheduler (vllm-v1, the default, and vllm-v0; their CPU-second ratio in the same run; best of
-``--repeat`` alternating runs each) with
-Vidur's settings (batch cap 64, 4,096 batched tokens, paged KV, Vicuna-7B on an A100), its
-simulated tokens per wall and per CPU second, peak RSS, and the ratio to Vidur's figures
-measured side by side on this machine kind (222k tokens per wall second, 1.5 GiB): per wall
-second, and per CPU second (user + system, what an idle core's wall second would give; the
-steadier figure on a loaded shared machine).
+simulated run). Then the curve for max_num_seqs 8..512.
+
+Engine paths (issue 35), on Vidur's own workload (the 19,200 requests Vidur generates for
+its splitwise_conv lengths, ``--vidur`` FILE; skipped when absent), A100 / Llama-2-7B shape
+(``vicuna-7b``), paged KV, in process, CPU seconds per engine step for ``ar``, ``fixed k=3``
+and ``tetris k=3 e=1`` under three schedulers' settings: vLLM's (batch cap 64, 4,096
+batched tokens), Sarathi's (Vidur's default: cap 128, 512-token chunks; mixed steps, and
+preemptions with the prefix cache) and the same cap without chunks or preemptions (8,192
+tokens, a pool that never runs out); the Sarathi / unchunked ratio of the same run (goal
+<= 1.5x). Each setting also runs its first ``--path-reference-requests`` requests through the
+fast engine and the per-request reference loop (``reference=True``), CPU seconds per step
+of both and their ratio. Last, whole ``specbatch simulate`` processes on that workload (ar
+and tetris under vllm-v1 and vllm-v0 at vLLM's settings, ar at Sarathi's): simulated tokens
+per wall and per CPU second and peak RSS. No ratio to Vidur is printed: that needs Vidur
+run side by side in the same session (docs/benchmarks.md). ``--baseline DIR`` (a source
+tree, e.g. ``git archive COMMIT | tar -x -C DIR``) runs each engine path of that
+implementation too, alternating process by process, and prints the two side by side.
 
 Usage: .venv/bin/python benchmarks/sim_bench.py [--requests N] [--repeat R] [--quick] [--json]
-Goals (issue 26): the headline >= 2.5M simulated tokens per CPU second with vllm-v1 at least
-as fast as vllm-v0; Vidur's workload >= 2.2M tokens per second (10x Vidur).
+Goals: the headline >= 2.5M simulated tokens per CPU second with vllm-v1 at least as fast as
+vllm-v0 (issue 26); Sarathi's setting within 1.5x of the unchunked one per step (issue 35).
 """
 
 from __future__ import annotations
@@ -33,6 +40,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -71,44 +82,155 @@ def rate(config, trace, cost, reference: bool = False) -> tuple[float, dict]:
 #: Vidur's request list for splitwise_conv (issue 26), next to the repository.
 VIDUR_WORKLOAD = Path(__file__).resolve().parents[2] / "shared" / "workloads" / \
     "vidur-splitwise-conv-19200.csv"
-#: Vidur's own figures on that workload (vLLM scheduler, batch cap 64, Llama-2-7B on an A100,
-#: metrics off), measured on this machine kind for issue 26.
-VIDUR_TOKENS_PER_S = 222_000
-VIDUR_RSS_MIB = 1.5 * 1024
-#: ``specbatch simulate`` flags of Vidur's settings.
-VIDUR_FLAGS = ["--arrival", "trace", "--max-num-seqs", "64", "--max-num-batched-tokens", "4096",
-               "--kv-mode", "paged", "--hardware", "a100", "--target", "vicuna-7b"]
+#: ``specbatch simulate`` flags of Vidur's deployment: its workload's arrival times, paged KV,
+#: an A100 and a Llama-2-7B-shaped target.
+VIDUR_FLAGS = ["--arrival", "trace", "--kv-mode", "paged", "--hardware", "a100",
+               "--target", "vicuna-7b"]
+#: Scheduler settings (SimConfig fields): vLLM's in Vidur, Vidur's default Sarathi, and the
+#: Sarathi cap without chunks or preemptions (a pool that never runs out).
+SETTINGS = {
+    "vllm": {"max_num_seqs": 64, "max_num_batched_tokens": 4096},
+    "sarathi": {"max_num_seqs": 128, "max_num_batched_tokens": 512},
+    "unchunked": {"max_num_seqs": 128, "max_num_batched_tokens": 8192, "kv_capacity": 10**8},
+}
+#: The policies of the engine-path table (SimConfig fields).
+POLICIES = {
+    "ar": {"policy": "ar"},
+    "fixed k=3": {"policy": "fixed", "num_speculative_tokens": 3},
+    "tetris k=3 e=1": {"policy": "tetris", "num_speculative_tokens": 3, "extra": 1},
+}
 
 
-def vidur_rows(path: Path, requests: int | None, repeat: int = 1) -> list[dict]:
-    """Vidur's workload end to end, one CLI process per policy and scheduler, the best of
-    ``repeat`` rounds over all four (module docstring)."""
+def flags(setting: dict) -> list[str]:
+    """A setting's SimConfig fields as ``specbatch simulate`` flags."""
+    return [arg for key, value in setting.items()
+            for arg in (f"--{key.replace('_', '-')}", str(value))]
+
+
+def step_cpu(config, trace, reference: bool = False) -> dict:
+    """CPU seconds of one in-process simulate() call on the loaded ``trace`` (the workload
+    file is read in it: ~1 % of a 19,200-request run), its engine steps and CPU per step."""
+    cost = build_cost(config)
+    cpu = time.process_time()
+    result = simulate(config, trace, cost_model=cost, reference=reference)
+    cpu = time.process_time() - cpu
+    s = result.summary
+    return {"cpu_s": cpu, "steps": s["steps"], "cpu_per_step_us": 1e6 * cpu / s["steps"],
+            "preemptions": s["preemptions"], "tokens": s["tokens"]}
+
+
+#: The child process of :func:`child_step_cpu`: one simulate() of the SimConfig fields in
+#: argv[1] (JSON), its CPU seconds and summary counts as one JSON line.
+PATH_CHILD = """
+import json, sys, time
+from specbatch.simulator.config import load_config
+from specbatch.simulator.run import build_cost, load_trace, simulate
+config = load_config(None, **json.loads(sys.argv[1]))
+trace, cost = load_trace(config), build_cost(config)
+cpu = time.process_time()
+s = simulate(config, trace, cost_model=cost).summary
+cpu = time.process_time() - cpu
+print(json.dumps({"cpu_s": cpu, "steps": s["steps"], "preemptions": s["preemptions"],
+                  "tokens": s["tokens"]}))
+"""
+
+
+def child_step_cpu(fields: dict, python_path: Path | None = None) -> dict:
+    """:func:`step_cpu` of the config ``fields`` in a child process that imports specbatch
+    from ``python_path`` (a baseline source tree, scale_bench.source_tree) or as installed;
+    run outside the repository so that its folder does not shadow that."""
+    env = dict(os.environ)
+    if python_path is not None:
+        env["PYTHONPATH"] = str(python_path)
+    proc = subprocess.run([sys.executable, "-c", PATH_CHILD, json.dumps(fields)], env=env,
+                          cwd=tempfile.gettempdir(), capture_output=True, text=True,
+                          check=True)
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    row["cpu_per_step_us"] = 1e6 * row["cpu_s"] / row["steps"]
+    return row
+
+
+def path_rows(path: Path, requests: int, reference_requests: int, repeat: int = 1,
+              baseline: Path | None = None) -> list[dict]:
+    """The engine-path table (module docstring): per policy and setting the best of
+    ``repeat`` alternating runs (each its own process; with a ``baseline`` source tree, its
+    run alternating with each), then the reference loop's comparison on fewer requests."""
+    from specbatch.simulator.run import load_trace
+
+    rows = []
+    trace = load_trace(load_config(None))  # the default trace the workload replays
+    base_path = None
+    if baseline is not None:
+        scale_bench = load_scale_bench()
+        base_path = scale_bench.source_tree(baseline, Path(tempfile.mkdtemp(prefix="sim_bench_")))
+    for label, policy in POLICIES.items():
+        fields = dict(workload=str(path), requests=requests, arrival="trace",
+                      kv_mode="paged", hardware="a100", target="vicuna-7b", **policy)
+        best: dict = {}
+        for _ in range(repeat):  # alternating: load drifts hit the settings alike
+            for name, setting in SETTINGS.items():
+                for who, where in (("this", None), ("baseline", base_path)):
+                    if who == "baseline" and base_path is None:
+                        continue
+                    run = child_step_cpu({**fields, **setting}, where)
+                    old = best.get((who, name))
+                    if old is None or run["cpu_s"] < old["cpu_s"]:
+                        best[(who, name)] = run
+        base = load_config(None, **fields)
+        for name, setting in SETTINGS.items():
+            small = base.replace(requests=reference_requests, **setting)
+            fast, slow = step_cpu(small, trace), step_cpu(small, trace, reference=True)
+            this = best[("this", name)]
+            row = {"policy": label, "setting": name, "requests": requests, **this,
+                   "vs_unchunked": (this["cpu_per_step_us"]
+                                    / best[("this", "unchunked")]["cpu_per_step_us"]),
+                   "reference": {"requests": reference_requests,
+                                 "fast_us": fast["cpu_per_step_us"],
+                                 "reference_us": slow["cpu_per_step_us"],
+                                 "ratio": slow["cpu_per_step_us"] / fast["cpu_per_step_us"]}}
+            if base_path is not None:
+                old = best[("baseline", name)]
+                row["baseline"] = {**old, "vs_unchunked": (
+                    old["cpu_per_step_us"] / best[("baseline", "unchunked")]["cpu_per_step_us"]),
+                    "same_result": (old["steps"], old["preemptions"], old["tokens"])
+                    == (this["steps"], this["preemptions"], this["tokens"])}
+            rows.append(row)
+    return rows
+
+
+def load_scale_bench():
+    """benchmarks/scale_bench.py as a module (its process runner and source trees)."""
     spec = importlib.util.spec_from_file_location("scale_bench",
                                                   Path(__file__).with_name("scale_bench.py"))
     scale_bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(scale_bench)
-    cases = (("ar", "vllm-v1"), ("ar", "vllm-v0"), ("tetris", "vllm-v1"), ("tetris", "vllm-v0"))
+    return scale_bench
+
+
+def vidur_rows(path: Path, requests: int | None, repeat: int = 1) -> list[dict]:
+    """Vidur's workload end to end, one CLI process per policy and setting, the best of
+    ``repeat`` rounds over all five (module docstring)."""
+    scale_bench = load_scale_bench()
+    cases = (("ar", "vllm-v1", "vllm"), ("ar", "vllm-v0", "vllm"), ("tetris", "vllm-v1", "vllm"),
+             ("tetris", "vllm-v0", "vllm"), ("ar", "vllm-v1", "sarathi"))
     best: dict = {}
-    for _ in range(repeat):  # rounds alternate the four, so load drifts hit them alike
-        for policy, scheduler in cases:
+    for _ in range(repeat):  # rounds alternate the five, so load drifts hit them alike
+        for case in cases:
+            policy, scheduler, setting = case
             args = ["simulate", "--workload", str(path), "--policy", policy, "--scheduler",
-                    scheduler, *VIDUR_FLAGS, "--requests",
+                    scheduler, *VIDUR_FLAGS, *flags(SETTINGS[setting]), "--requests",
                     str(requests if requests is not None else 19200)]
             row = scale_bench.run_cli(args)
-            old = best.get((policy, scheduler))
+            old = best.get(case)
             if old is None or (old["rc"] == 0 and (row["rc"] != 0  # a failure shows
                                                     or row["cpu_s"] < old["cpu_s"])):
-                best[(policy, scheduler)] = row
+                best[case] = row
     rows = []
-    for policy, scheduler in cases:
-        row = {"policy": policy, "scheduler": scheduler, **best[(policy, scheduler)]}
-        if row["rc"] == 0:
-            v1 = rows[-1] if scheduler == "vllm-v0" and rows and rows[-1]["rc"] == 0 else None
-            if v1 is not None:  # the V1 composer's CPU seconds per the V0 one's, same workload
-                v1["cpu_vs_v0"] = v1["cpu_s"] / row["cpu_s"]
-            row["vs_vidur_speed"] = row["tokens_per_s"] / VIDUR_TOKENS_PER_S
-            row["vs_vidur_speed_cpu"] = row["tokens_per_cpu_s"] / VIDUR_TOKENS_PER_S
-            row["vs_vidur_rss"] = row["rss_mib"] / VIDUR_RSS_MIB
+    for policy, scheduler, setting in cases:
+        row = {"policy": policy, "scheduler": scheduler, "setting": setting,
+               **best[(policy, scheduler, setting)]}
+        if row["rc"] == 0 and scheduler == "vllm-v0" and rows and rows[-1]["rc"] == 0:
+            rows[-1]["cpu_vs_v0"] = rows[-1]["cpu_s"] / row["cpu_s"]  # V1's CPU per V0's
         rows.append(row)
     return rows
 
@@ -129,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-requests", type=int, default=500)
     parser.add_argument("--repeat", type=int, default=3,
                         help="alternating runs per V1/V0 comparison, the best kept")
+    parser.add_argument("--path-reference-requests", type=int, default=200,
+                        help="requests of the engine paths' reference-loop comparison")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="source tree of an implementation whose engine paths run "
+                             "alternating with this one's (e.g. git archive COMMIT | tar -x)")
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--vidur", type=Path, default=VIDUR_WORKLOAD,
@@ -136,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.requests, args.reference_requests, args.repeat = 1000, 100, 1
+        args.path_reference_requests = 40
     trace, source = load_bench_trace()
     base = load_config(None, trace="synth", policy="tetris", num_speculative_tokens=3, extra=1,
                        verify="block", max_num_seqs=64, requests=args.requests)
@@ -170,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         r, info = rate(base.replace(max_num_seqs=batch, requests=n), trace, cost)
         curve.append({"max_num_seqs": batch, "requests": n, "tokens_per_s": r, **info})
     out["curve"] = curve
-    if args.vidur.is_file():  # --quick: the first 2,000 requests
+    if args.vidur.is_file():  # --quick: the first 1,500 (paths) or 2,000 (processes)
+        out["paths"] = path_rows(args.vidur, 1500 if args.quick else 19200,
+                                 args.path_reference_requests, args.repeat, args.baseline)
         out["vidur"] = vidur_rows(args.vidur, 2000 if args.quick else None, args.repeat)
     if args.json:
         print(json.dumps(out))
@@ -205,21 +335,37 @@ def main(argv: list[str] | None = None) -> int:
     if "vidur" not in out:
         print(f"\nVidur's workload: {args.vidur} not found, skipped")
         return 0
-    print(f"\nVidur's workload ({args.vidur.name}), one `specbatch simulate` process each, "
-          f"{' '.join(VIDUR_FLAGS)}")
-    print(f"{'policy':>8} {'scheduler':>9} {'wall s':>7} {'CPU s':>6} {'tokens/wall s':>14} "
-          f"{'tokens/CPU s':>13} {'x Vidur':>8} {'(CPU)':>6} {'peak RSS':>10} {'/ Vidur':>8} "
-          f"{'CPU v1/v0':>9}")
+    print(f"\nengine paths on Vidur's workload ({args.vidur.name}, "
+          f"{out['paths'][0]['requests']} requests; a100, vicuna-7b, paged): CPU per engine "
+          f"step, best of {args.repeat}; the reference loop on the first "
+          f"{args.path_reference_requests} requests")
+    print(f"{'policy':>15} {'setting':>10} {'steps':>7} {'preempt':>7} {'CPU s':>7} "
+          f"{'us/step':>8} {'/unchunked':>10} {'ref us/step':>11} {'fast us/step':>12} "
+          f"{'ref/fast':>8}")
+    for row in out["paths"]:
+        ref = row["reference"]
+        print(f"{row['policy']:>15} {row['setting']:>10} {row['steps']:>7} "
+              f"{row['preemptions']:>7} {row['cpu_s']:>7.2f} {row['cpu_per_step_us']:>8.1f} "
+              f"{row['vs_unchunked']:>9.2f}x {ref['reference_us']:>11.1f} "
+              f"{ref['fast_us']:>12.1f} {ref['ratio']:>7.1f}x")
+        if "baseline" in row:
+            old = row["baseline"]
+            print(f"{'baseline':>26} {old['steps']:>7} {old['preemptions']:>7} "
+                  f"{old['cpu_s']:>7.2f} {old['cpu_per_step_us']:>8.1f} "
+                  f"{old['vs_unchunked']:>9.2f}x  (same result: {old['same_result']}; "
+                  f"this / baseline CPU {row['cpu_s'] / old['cpu_s']:.2f}x)")
+    print(f"\nVidur's workload, one `specbatch simulate` process each, {' '.join(VIDUR_FLAGS)}")
+    print(f"{'policy':>8} {'scheduler':>9} {'setting':>8} {'wall s':>7} {'CPU s':>6} "
+          f"{'tokens/wall s':>14} {'tokens/CPU s':>13} {'peak RSS':>10} {'CPU v1/v0':>9}")
     for row in out["vidur"]:
         if row["rc"] != 0:
-            print(f"{row['policy']:>8} {row['scheduler']:>9} failed: {row['error']}")
+            print(f"{row['policy']:>8} {row['scheduler']:>9} {row['setting']:>8} failed: "
+                  f"{row['error']}")
             continue
         ratio = f"{row['cpu_vs_v0']:>8.2f}x" if "cpu_vs_v0" in row else f"{'':>9}"
-        print(f"{row['policy']:>8} {row['scheduler']:>9} {row['wall_s']:>7.2f} {row['cpu_s']:>6.2f} "
-              f"{row['tokens_per_s']:>14,.0f} {row['tokens_per_cpu_s']:>13,.0f} "
-              f"{row['vs_vidur_speed']:>7.1f}x {row['vs_vidur_speed_cpu']:>5.1f}x "
-              f"{row['rss_mib']:>6.0f} MiB "
-              f"{row['vs_vidur_rss']:>7.2f}x {ratio}")
+        print(f"{row['policy']:>8} {row['scheduler']:>9} {row['setting']:>8} "
+              f"{row['wall_s']:>7.2f} {row['cpu_s']:>6.2f} {row['tokens_per_s']:>14,.0f} "
+              f"{row['tokens_per_cpu_s']:>13,.0f} {row['rss_mib']:>6.0f} MiB {ratio}")
     return 0
 
 

@@ -9,6 +9,7 @@ from functools import cached_property
 
 from specbatch.errors import require
 from specbatch.limits import is_supported_device
+from specbatch.simulator.catalogue import names as policy_names
 from specbatch.simulator.config import (
     V1_DEFAULT_BATCHED_TOKENS,
     VERIFY_RULES,
@@ -17,11 +18,11 @@ from specbatch.simulator.config import (
 )
 from specbatch.simulator.fields import FieldSpec, at_least, check_ranges, field_specs, knob, like
 
-#: Policies the live loop runs: the registry's classes with ``live = True`` (a test keeps them
-#: equal; named here so a ``--help`` need not import the engine), those that decide from
+#: Policies the live loop runs: the catalogue's rows with ``live`` (simulator.catalogue; a test
+#: keeps them equal to the classes with ``live = True``), those that decide from
 #: draft-side signals after a full-depth draft (``threshold`` would stop drafting early,
 #: ``dsd`` needs a cost model, ``oracle`` and ``hindsight`` read the truth).
-LIVE_POLICIES = ("fixed", "tetris")
+LIVE_POLICIES = policy_names(live=True)
 VERIFIERS = ("theory", "local")
 #: Arrival processes of a live run (the simulator's, but "trace": live prompts carry no times).
 LIVE_ARRIVALS = ("burst", "poisson", "gamma")

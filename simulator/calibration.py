@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.policy_base import defines
 
 #: Mixed into the seed so the split's generator differs from every other stream of a run.
 SPLIT_STREAM = 0xCA11B
@@ -53,9 +54,9 @@ def split_trace(trace: Any, fraction: float, seed: int) -> tuple[Any, Any, np.nd
 def calibrate_policy(policy: Any, calibration: Any | None) -> None:
     """Hand the calibration trace to a policy that calibrates (has ``calibrate``); one that
     needs it without a split is a one-line error naming the knob."""
-    calibrate = getattr(policy, "calibrate", None)
-    if calibrate is None:
+    if not defines(policy, "calibrate"):
         return
+    calibrate = policy.calibrate
     if calibration is None:
         raise SpecbatchError(f"config: field calibration_split: expected a fraction > 0 for "
                              f"policy {policy.name} (it calibrates on held-out trace requests, "

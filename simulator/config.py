@@ -27,11 +27,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator import catalogue
 from specbatch.simulator import policy_knobs as pk
 from specbatch.simulator.config_checks import (  # noqa: F401 - importable from here too
     NO_EXTRA_POLICIES,
     NO_K_POLICIES,
     NO_VERIFY_POLICIES,
+    PREDICTOR_POLICIES,
     applied_k,
     check_extra_applies,
     check_settings_apply,
@@ -86,11 +88,9 @@ PREDICTORS = ("confidence", "learned", "logistic")
 #: ``acceptance``: replay the trace's acceptance, or a model fitted from it
 #: (simulator.acceptance.ACCEPTANCE_MODELS).
 ACCEPTANCE_MODELS = ("trace", "constant", "per-position")
-#: The built-in policies (simulator.policies.POLICIES; a test keeps them equal), named here so
-#: a ``--help`` lists them without importing the engine.
-POLICY_NAMES = ("ar", "batch-schedule", "dsd", "ema-adaptive", "entropy-stop", "fixed",
-                "hindsight", "oracle", "specdec++", "static-tree", "tetris", "tetris-tree",
-                "threshold", "tree-optimum", "vllm-dynamic")
+#: The built-in policies (simulator.catalogue, which simulator.policies.POLICIES loads), named
+#: from the catalogue so a ``--help`` lists them without importing the engine.
+POLICY_NAMES = catalogue.names()
 #: Draft names that are not models (``draft``): their passes cost nothing
 #: (simulator.free_draft).
 FREE_DRAFTS = ("ngram",)
@@ -229,6 +229,10 @@ class SimConfig:
     specdec_threshold: float = pk.SPECDEC_THRESHOLD
     entropy_threshold: float = pk.ENTROPY_THRESHOLD
     cuda_graph_sizes: str | None = pk.CUDA_GRAPH_SIZES
+    adaptive_confidences: str = pk.ADAPTIVE_CONFIDENCES
+    adaptive_cost_tables: str = pk.ADAPTIVE_COST_TABLES
+    adaptive_survival: str = pk.ADAPTIVE_SURVIVAL
+    adaptive_profile_context_len: int = pk.ADAPTIVE_PROFILE_CONTEXT_LEN
     cost: str = knob("roofline", "step-time cost model", choices=COSTS)
     hardware: str = knob("h100", "roofline hardware preset (any case)",
                          names=lambda: tuple(sorted(HARDWARE)), every_name=True)

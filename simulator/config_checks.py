@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator import policy_knobs as pk
+from specbatch.simulator.catalogue import entry, names
 from specbatch.simulator.fields import check_ranges, fail
 from specbatch.simulator.hardware import FULL_WEIGHT_BITS, HARDWARE, get_hardware
 from specbatch.simulator.tree_config import TREE_RULES, check_tree_config, check_tree_trace
@@ -25,13 +26,16 @@ if TYPE_CHECKING:
     from specbatch.traces.trace import Trace
 
 
-#: Policies that never draft beyond k, so a nonzero ``extra`` would be silently ignored.
-NO_EXTRA_POLICIES = ("ar", "fixed", "dsd", "vllm-dynamic", "batch-schedule", "ema-adaptive")
+#: Policies that never draft beyond k, so a nonzero ``extra`` would be silently ignored
+#: (simulator.catalogue: ``uses_extra``).
+NO_EXTRA_POLICIES = names(uses_extra=False)
 #: Policies whose window is not ``num_speculative_tokens``: ``ar`` never drafts, ``dsd``
-#: plans its window by expected goodput (simulator.policies.DSD).
-NO_K_POLICIES = ("ar", "dsd")
+#: plans its window by expected goodput (simulator.policies.DSD; catalogue ``uses_k``).
+NO_K_POLICIES = names(uses_k=False)
 #: Policies that verify nothing, so the verification rule would be silently ignored.
-NO_VERIFY_POLICIES = ("ar",)
+NO_VERIFY_POLICIES = names(verifies=False)
+#: Policies that read the ``predictor`` field (it would be ignored by the others).
+PREDICTOR_POLICIES = names(predictor=True)
 
 
 def validate_config(c: SimConfig, where: str = "config") -> None:
@@ -43,10 +47,14 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
     cls = resolve_policy(c.policy, f"{where}: field policy")
     check_tree_config(c, bool(getattr(cls, "tree", False)), where)
     pk.check_policy_knobs(c, where)
-    if c.policy == "fixed" and c.num_speculative_tokens < 1:
-        fail(where, "num_speculative_tokens", "k >= 1 for policy fixed", c.num_speculative_tokens)
-    if c.policy in ("tetris", "oracle", "hindsight", "threshold") and c.depth < 1:
-        fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}", c.depth)
+    row = entry(c.policy)  # the engine policies' minimum is checked with their knobs
+    if row is not None and not row.engine:
+        if row.min_draft == "k" and c.num_speculative_tokens < 1:
+            fail(where, "num_speculative_tokens", f"k >= 1 for policy {c.policy}",
+                 c.num_speculative_tokens)
+        if row.min_draft == "depth" and c.depth < 1:
+            fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}",
+                 c.depth)
     if (c.scheduler == "vllm-v0" and c.enable_chunked_prefill
             and c.max_num_batched_tokens is None):
         fail(where, "max_num_batched_tokens", "a token budget when enable_chunked_prefill is set",
@@ -89,9 +97,10 @@ def check_settings_apply(c: SimConfig, given: set[str] | frozenset[str],
     if c.policy == "ar" and "num_speculative_tokens" in given:
         fail(where, "num_speculative_tokens", "no k for policy ar (ar never drafts)",
              c.num_speculative_tokens)
-    if c.predictor != "confidence" and c.policy not in ("tetris", "tetris-tree", "static-tree"):
-        fail(where, "predictor", f"confidence for policy {c.policy} (only tetris, tetris-tree "
-             "and static-tree read a predictor; it would be ignored)", c.predictor)
+    if c.predictor != "confidence" and c.policy not in PREDICTOR_POLICIES:
+        *most, last = PREDICTOR_POLICIES
+        fail(where, "predictor", f"confidence for policy {c.policy} (only {', '.join(most)} "
+             f"and {last} read a predictor; it would be ignored)", c.predictor)
     if c.policy in NO_VERIFY_POLICIES and c.verify != "token":
         fail(where, "verify", f"token for policy {c.policy} (it verifies no drafts)", c.verify)
     pk.check_knobs_apply(c, given, where)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from specbatch.simulator.calibration import position_acceptance
-from specbatch.simulator.policies import Policy, register
+from specbatch.simulator.policy_base import Policy
 from specbatch.simulator.schedules import (
     parse_sglang_config,
     parse_trt_schedule,
@@ -299,7 +299,3 @@ class EmaAdaptive(Policy):
     def observe(self, verified: np.ndarray, accepted: np.ndarray) -> None:
         if self.current is not None:
             self.current.update(accepted)
-
-
-
-register(VllmDynamic, BatchSchedule, EmaAdaptive)

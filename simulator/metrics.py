@@ -65,7 +65,7 @@ def request_table(rec: Records, workload: Workload) -> pd.DataFrame:
         "steps": rec.steps, "drafted": rec.drafted, "verified": rec.verified,
         "accepted": rec.accepted, "preemptions": rec.preemptions,
         "recomputed_tokens": rec.recomputed,
-    })
+    }, copy=False)  # the run's arrays (never written after it), not a consolidated copy
 
 
 #: The simulator's step-table columns after STEP_COLUMNS, vLLM's view of a step:
@@ -78,9 +78,9 @@ def step_table(rec: Records) -> pd.DataFrame:
     """One row per engine step: STEP_COLUMNS (the fields of state.StepRecord), then
     SCHEDULE_STEP_COLUMNS."""
     steps = step_frame(rec.step_rows)
-    batch = steps["batch"].to_numpy().astype(np.int64)
-    steps["scheduled_tokens"] = (steps["prefill_tokens"].to_numpy().astype(np.int64)
-                                 + steps["verified"].to_numpy().astype(np.int64) + batch)
+    batch = np.asarray(steps["batch"], dtype=np.int64)
+    steps["scheduled_tokens"] = (np.asarray(steps["prefill_tokens"], dtype=np.int64)
+                                 + np.asarray(steps["verified"], dtype=np.int64) + batch)
     steps["decode_requests"] = batch
     return steps
 
@@ -91,7 +91,7 @@ def step_frame(step_rows: list | StepLog) -> pd.DataFrame:
     if not len(step_rows):
         return pd.DataFrame({c: np.zeros(0) for c in STEP_COLUMNS})
     if isinstance(step_rows, StepLog):
-        return pd.DataFrame(step_rows.columns())
+        return pd.DataFrame(step_rows.columns(), copy=False)  # the columns, not a copy
     return pd.DataFrame({
         name: np.asarray(values, dtype=np.float64 if name in FLOAT_STEP_COLUMNS else np.int64)
         for name, values in zip(STEP_COLUMNS, zip(*step_rows))})

@@ -6,8 +6,9 @@ policies (``ar``, ``fixed``, ``dsd``, ``tetris``, ``threshold``, ``oracle``, ``h
 in simulator.core_policies, the serving engines' in simulator.engine_policies and
 simulator.stop_policies; all are importable from here.
 
-Registry: :data:`POLICIES` maps a built-in name to its class; :func:`resolve_policy` also
-accepts ``package.module:Class``, a :class:`Policy` subclass in a user's module
+Registry: :data:`POLICIES` maps a built-in name to its class, loaded from the policy
+catalogue (simulator.catalogue: one row per built-in, its class path, knobs and traits);
+:func:`resolve_policy` also accepts ``package.module:Class``, a :class:`Policy` subclass in a user's module
 (docs/policies.md). A class is built with ``cls(config, trace_k)`` and states the draft depth
 it needs with :meth:`Policy.required_depth`. Budget: ``view.budget`` is C (``config.budget``,
 default ``k × n``, THEORY.md §5); each class says whether it allocates under C (``budgeted``).
@@ -21,6 +22,7 @@ import sys
 from typing import Any
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.catalogue import CATALOGUE
 from specbatch.simulator.core_policies import (
     AutoRegressive,
     DynamicSD,
@@ -39,21 +41,15 @@ __all__ = [
 ]
 
 
-#: The built-in policies by name.
-POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (AutoRegressive, Fixed, DynamicSD, Tetris, Threshold, Oracle, Hindsight)
-}
+#: The built-in policies by name: each catalogue row's class (simulator.catalogue).
+POLICIES: dict[str, type[Policy]] = {row.name: row.load() for row in CATALOGUE}
 
 
 def register(*classes: type[Policy]) -> None:
-    """Add built-in policy classes defined in other modules to :data:`POLICIES`."""
+    """Add policy classes to :data:`POLICIES` under their ``name`` (kept for callers of the
+    old registry; a built-in is a row of simulator.catalogue, a user's policy is named
+    ``module:Class``)."""
     POLICIES.update({cls.name: cls for cls in classes})
-
-
-# The engines' policies subclass Policy and register themselves at their import's end.
-import specbatch.simulator.engine_policies  # noqa: E402, F401
-import specbatch.simulator.stop_policies  # noqa: E402, F401
-import specbatch.simulator.tree_policies  # noqa: E402, F401
 
 
 def is_builtin(cls: type) -> bool:

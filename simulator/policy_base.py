@@ -72,6 +72,47 @@ class Policy:
     def observe(self, verified: np.ndarray, accepted: np.ndarray) -> None:
         """Feedback after verification (``verified``, ``accepted`` # [n] int64)."""
 
+    # Optional hooks. The engine calls each only where a policy implements it (:func:`defines`:
+    # its class overrides the base's, or the instance sets it, as ``tetris`` does with a fitted
+    # predictor); the defaults below do nothing, so a policy without them runs as before.
+
+    def decide_tree(self, view: StepView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A tree policy's (``tree = True``) decision: ``(drafted, verified, mask)``, the node
+        mask # [n, nodes] bool choosing each request's draw-prefix-closed subtree
+        (simulator.tree_policies; called by :func:`simulator.plan.plan_step` instead of
+        :meth:`decide`). A chain policy has none."""
+        raise NotImplementedError(f"policy {self.name} is not a tree policy (tree = False)")
+
+    def calibrate(self, trace: Any) -> None:
+        """Fit the policy on the held-out calibration requests ``trace`` (a Trace) before the
+        replay starts (simulator.calibration.calibrate_policy; the run fails without a split
+        when a policy defines it). Default: nothing to calibrate."""
+
+    def price_verification(self, sampler: Any) -> None:
+        """Receive the verification sampler cost the engine charges this run
+        (simulator.verify_cost.attach_verify_cost; None under ``verify_cost = "none"``), for a
+        policy that prices its own steps (``dsd``, ``vllm-dynamic``, ``vllm-adaptive``).
+        Default: the policy prices nothing."""
+
+    def run_notes(self, config: Any, cost: Any) -> tuple[str, ...]:
+        """Notes the run's output adds after the simulation (simulator.run; e.g. what a
+        calibrated table assumed). Default: none."""
+        return ()
+
+
+#: The optional hooks of :class:`Policy` (see :func:`defines`).
+HOOKS = ("decide_tree", "calibrate", "price_verification", "run_notes")
+
+
+def defines(policy: Any, hook: str) -> bool:
+    """Whether ``policy`` (an instance) implements optional ``hook`` of :data:`HOOKS`: set on
+    the instance, or defined by its class other than as :class:`Policy`'s default. A user's
+    class that does not subclass Policy is judged by the attribute alone."""
+    if hook in getattr(policy, "__dict__", {}):
+        return getattr(policy, hook) is not None
+    found = getattr(type(policy), hook, None)
+    return found is not None and found is not getattr(Policy, hook)
+
 
 def valid_depth(cls: type, depth: Any) -> int:
     """``required_depth``'s answer as an int, or a one-line error naming the class: an

@@ -8,19 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from specbatch.simulator.catalogue import KNOB_POLICY, entry, names
 from specbatch.simulator.fields import Range, fail, knob
 
-#: Policies that read the calibration split (they fail without one).
-CALIBRATING = ("vllm-dynamic", "specdec++")
-#: Each engine-policy knob and the policy that reads it.
-KNOB_POLICY = {"num_speculative_tokens_per_batch_size": "batch-schedule",
-               "draft_len_schedule": "batch-schedule",
-               "speculative_adaptive_config": "ema-adaptive",
-               "specdec_threshold": "specdec++", "entropy_threshold": "entropy-stop",
-               "dsd_max_k": "dsd"}
-#: The engine policies' names (simulator.policies.POLICIES holds their classes).
-ENGINE_POLICY_NAMES = ("batch-schedule", "ema-adaptive", "entropy-stop", "specdec++",
-                       "vllm-dynamic")
+#: Policies that read the calibration split (they fail without one; simulator.catalogue).
+CALIBRATING = names(calibrates=True)
+#: The engine policies' names (simulator.catalogue; simulator.policies.POLICIES holds their
+#: classes).
+ENGINE_POLICY_NAMES = names(engine=True)
+#: Each engine-policy knob and the policy that reads it: :data:`simulator.catalogue.KNOB_POLICY`.
 
 #: The split a run that calibrates uses when ``calibration_split`` is left at 0 (policies
 #: vllm-dynamic and specdec++, predictors learned and logistic): a quarter of the trace's
@@ -48,6 +44,21 @@ ENTROPY_THRESHOLD = knob(
     2.45, "entropy-stop's θ in nats: stop before a token whose draft entropy exceeds θ "
     "(AdaEDL's bound 1 - sqrt(γH) < λ is H > (1 - λ)²/γ)",
     range=Range(0, float("inf"), low_open=True, what="nats"))
+ADAPTIVE_CONFIDENCES = knob(
+    "stale", "vllm-adaptive's confidences for sizing B: stale (the previous step's, as vLLM "
+    "sizes B on the CPU) or fresh (the current step's)", choices=("stale", "fresh"))
+ADAPTIVE_COST_TABLES = knob(
+    "profiled", "vllm-adaptive's step costs: profiled (vLLM's start-up tables: median of 5 "
+    "dummy steps, forced monotone, stepped at the graph sizes, at one context) or exact (the "
+    "simulator's own step time for every B)", choices=("profiled", "exact"))
+ADAPTIVE_SURVIVAL = knob(
+    "estimate", "vllm-adaptive's survival S_ij: estimate (the predictor field's: raw "
+    "confidence or a fitted model) or truth (the path's exact TV P_ij: a bound)",
+    choices=("estimate", "truth"))
+ADAPTIVE_PROFILE_CONTEXT_LEN = knob(
+    8192, "vllm-adaptive's profile KV context in tokens "
+    "(VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN)", range=Range(0, float("inf"),
+                                                                    what="tokens"))
 CUDA_GRAPH_SIZES = knob(
     None, "captured CUDA-graph sizes in tokens per pass, or one N for [1, 2, 4] + "
     "range(8, N + 1, 8) (vLLM): smaller passes are priced padded to the next size",
@@ -87,11 +98,14 @@ def check_policy_knobs(c: Any, where: str) -> None:
         check_batch_schedule(c, where)
     if c.speculative_adaptive_config is not None or c.policy == "ema-adaptive":
         EmaAdaptive.required_depth(c)  # parses speculative_adaptive_config
-    if c.policy in ("vllm-dynamic", "batch-schedule") and c.num_speculative_tokens < 1:
-        fail(where, "num_speculative_tokens", f"k >= 1 for policy {c.policy} (its largest "
-             "window)", c.num_speculative_tokens)
-    if c.policy in ("specdec++", "entropy-stop") and c.depth < 1:
-        fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}", c.depth)
+    row = entry(c.policy)
+    if row is not None and row.engine:
+        if row.min_draft == "k" and c.num_speculative_tokens < 1:
+            fail(where, "num_speculative_tokens", f"k >= 1 for policy {c.policy} (its largest "
+                 "window)", c.num_speculative_tokens)
+        if row.min_draft == "depth" and c.depth < 1:
+            fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}",
+                 c.depth)
 
 
 def check_knobs_apply(c: Any, given: Any, where: str) -> None:

@@ -26,7 +26,7 @@ length (a shared block returns to it when its last holder lets go).
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 import numpy as np
 
@@ -51,13 +51,21 @@ class PrefixCache:
     lazy:   start in counting mode when no request has a shared-prefix group (below)
 
     Counting mode (``lazy``): without shared-prefix groups a request's hashes can only be
-    found by that request readmitted after a preemption, so until the first preemption
-    block identities change nothing a run observes. Meanwhile the cache counts the free
-    blocks and remembers the tokens each running request has computed (no per-block work);
-    before the first preemption the composer calls :meth:`materialise` with the running
-    requests' block counts, which builds the exact pool, equal to the one per-block
-    bookkeeping would hold up to the blocks' numbering (the hashes of finished requests,
-    which no one asks for again, left out), and every call from then on is exact.
+    found by that request readmitted after a preemption, so block identities change
+    nothing a run observes but that request's hits. The cache counts the free blocks and
+    remembers the tokens each running request has computed (no per-block work). A
+    preempted request's blocks join the free queue's tail as one *segment* (:meth:`park`):
+    its blocks j = n − 1 .. 0 in queue order, the first H of them hashed. Allocation pops
+    the queue's head, so a segment loses its highest blocks first and keeps a prefix
+    j < r; readmitted, the request finds min(r, H, ⌊(tokens − 1) / block_size⌋) blocks
+    (:meth:`hits`), and what is left of its segment holds no hash (H never exceeds that
+    cap: a preempted request's prompt + t is past every token it hashed), so it turns
+    anonymous. The free queue is then a FIFO of anonymous runs and segments
+    (``segments``, kept only while some segment is in it), which gives every count and
+    hit the per-block pool gives (the parity tests run both) at a cost per preemption,
+    not per block. :meth:`materialise` still builds the exact pool from the running
+    requests' block counts (the hashes of finished requests, which no one asks for
+    again, left out).
     """
 
     def __init__(self, pool: int, block_size: int, group: np.ndarray, shared: np.ndarray,
@@ -77,6 +85,10 @@ class PrefixCache:
         self.seen: set[int] = set()  # requests that hashed blocks (their own may be cached)
         self.group = group
         self.full_shared = shared // block_size  # blocks wholly inside the shared prefix
+        # counting mode's free queue while it holds a preempted request's blocks, head first:
+        # [uid, blocks r, hashed H] per segment (uid −1: an anonymous run of blocks)
+        self.segments: deque[list[int]] = deque()
+        self.parked: dict[int, list[int]] = {}  # uid -> its segment in ``segments``
         if not self.lazy:
             self.queue = OrderedDict((b, None) for b in range(pool))
             self.ref = [0] * pool
@@ -121,9 +133,10 @@ class PrefixCache:
 
     def allocate(self, uid: int, n: int) -> None:
         """``get_new_blocks``: ``n`` blocks from the head of the free queue, evicting hashes."""
-        self.n_free -= n
         if self.lazy:
+            self.take(n)
             return
+        self.n_free -= n
         blocks = self.owned.setdefault(uid, [])
         queue, hash_of, ref = self.queue, self.hash_of, self.ref
         for _ in range(n):
@@ -137,15 +150,65 @@ class PrefixCache:
     def allocate_many(self, uids: np.ndarray, counts: np.ndarray) -> None:
         """:meth:`allocate` ``counts[i]`` blocks to each of the distinct ``uids``, in order."""
         if self.lazy:
-            self.n_free -= int(counts.sum())
+            self.take(int(counts.sum()))
             return
         for u, n in zip(uids.tolist(), counts.tolist()):
             self.allocate(u, n)
 
-    def release(self, uid: int) -> int:
+    def take(self, n: int) -> None:
+        """Counting mode's :meth:`allocate`: ``n`` blocks off the free queue's head, the
+        segments they reach losing their highest blocks (evicted hashes)."""
+        self.n_free -= n
+        if not self.parked:
+            return
+        segments = self.segments
+        while n:
+            head = segments[0]
+            if head[1] > n:
+                head[1] -= n
+                break
+            n -= head[1]
+            segments.popleft()
+            if head[0] >= 0:
+                del self.parked[head[0]]
+        if not self.parked:
+            segments.clear()
+
+    def give(self, n: int) -> None:
+        """Counting mode: ``n`` blocks without a hash anyone asks for join the queue's tail."""
+        self.n_free += n
+        if self.parked and n:
+            tail = self.segments[-1]
+            if tail[0] < 0:
+                tail[1] += n
+            else:
+                self.segments.append([-1, n, 0])
+
+    def park(self, uid: int, held: int, hashed: int) -> None:
+        """Counting mode's :meth:`release` of a preempted request holding ``held`` blocks,
+        its first ``hashed`` of them hashed: one segment at the queue's tail."""
+        if not held or not hashed:
+            self.give(held)
+            return
+        if not self.parked and self.n_free:
+            self.segments.append([-1, self.n_free, 0])  # the queue so far: anonymous
+        segment = [uid, held, hashed]
+        self.segments.append(segment)
+        self.parked[uid] = segment
+        self.n_free += held
+
+    def release(self, uid: int, held: int | None = None) -> int:
         """``free``: the request's blocks back to the queue's tail, last block first (those
-        no other running request holds). Returns how many joined the free queue."""
-        assert not self.lazy, "prefix cache: materialise() the counting mode first"
+        no other running request holds). Returns how many joined the free queue. In
+        counting mode the request (preempted: a finished one goes through
+        :meth:`release_finished`) holds ``held`` blocks, hashed up to what it computed."""
+        if self.lazy:
+            assert held is not None, "prefix cache: counting mode releases a block count"
+            self.flush()
+            hashed = max(int(self.hashed[uid]), int(self.done[uid]) // self.block_size)
+            self.hashed[uid] = self.done[uid] = 0
+            self.park(uid, held, hashed)
+            return held
         freed = 0
         ref = self.ref
         for b in reversed(self.owned.pop(uid, ())):
@@ -162,7 +225,7 @@ class PrefixCache:
         returns the free blocks. In counting mode their blocks are only counted back: no
         one asks for their hashes again."""
         if self.lazy:
-            self.n_free += int(blocks.sum())
+            self.give(int(blocks.sum()))
             return self.n_free
         for u in uids.tolist():
             self.release(u)
@@ -191,9 +254,9 @@ class PrefixCache:
     def note_done(self, uids: np.ndarray, done: np.ndarray, every: bool) -> None:
         """Counting mode: the distinct running ``uids`` have ``done`` # [n] tokens computed
         (prompt and output, never drafts), ⌊done / block_size⌋ full blocks to hash; the
-        hashing waits for :meth:`materialise`. The arrays are kept as they are (never
-        written later) until a step that does not schedule ``every`` running request, or
-        :meth:`materialise`, writes them down: a step that schedules every one of them
+        hashing waits for a preemption (:meth:`release`) or :meth:`materialise`. The arrays
+        are kept as they are (never written later) until a step that does not schedule
+        ``every`` running request, a preemption or :meth:`materialise` writes them down: a step that schedules every one of them
         supersedes the last step's numbers for all that still run."""
         if not every:
             self.flush()
@@ -217,10 +280,15 @@ class PrefixCache:
 
     def hits(self, uid: int, tokens: int) -> list[int]:
         """``get_computed_blocks``: the leading cached blocks of a request of ``tokens``
-        tokens, at most ⌊(tokens − 1) / block_size⌋. (In counting mode every waiting
-        request is new and has none.)"""
+        tokens, at most ⌊(tokens − 1) / block_size⌋. (In counting mode only a preempted
+        request's segment holds any: its blocks' positions j, not pool ids.)"""
         out: list[int] = []
-        if self.lazy or (self.group[uid] < 0 and uid not in self.seen):
+        if self.lazy:
+            segment = self.parked.get(uid)
+            if segment is None:
+                return out
+            return list(range(min(segment[1], segment[2], (tokens - 1) // self.block_size)))
+        if self.group[uid] < 0 and uid not in self.seen:
             return out  # nothing of it was ever cached
         cached = self.cached
         group, shared, own = int(self.group[uid]), int(self.full_shared[uid]), -1 - uid
@@ -233,6 +301,8 @@ class PrefixCache:
 
     def evictable(self, blocks: list[int]) -> int:
         """How many of ``blocks`` sit in the free queue (reference count 0)."""
+        if self.lazy:  # a waiting request's hits: all in its segment
+            return len(blocks)
         return sum(1 for b in blocks if self.ref[b] == 0)
 
     def admit(self, uid: int, hits: list[int], fresh: int, full: int) -> None:
@@ -240,7 +310,9 @@ class PrefixCache:
         (:meth:`allocate`) and its first ``full`` blocks full (:meth:`cache_full`), in that
         order. In counting mode (no hits) that is the free count and the hashed blocks."""
         if self.lazy:
-            self.n_free -= fresh
+            if self.parked:
+                self.touch(uid, hits)
+            self.take(fresh)
             self.hashed[uid] = full
             return
         self.touch(uid, hits)
@@ -250,7 +322,14 @@ class PrefixCache:
     def touch(self, uid: int, blocks: list[int]) -> None:
         """``touch``: the request holds ``blocks`` (hits), out of the free queue."""
         self.hashed[uid] = len(blocks)
-        if self.lazy:  # no hits in counting mode
+        if self.lazy:  # the hits leave the request's segment; the rest holds no hash
+            segment = self.parked.pop(uid, None)
+            if segment is not None:
+                segment[0] = -1
+                segment[1] -= len(blocks)
+                self.n_free -= len(blocks)
+                if not self.parked:
+                    self.segments.clear()
             return
         for b in blocks:
             if self.ref[b] == 0:

@@ -45,6 +45,7 @@ from specbatch.simulator.graph_padding import pad_to_graphs
 from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies import Policy, make_policy
+from specbatch.simulator.policy_base import defines
 from specbatch.simulator.v1 import check_v1_workload, v1_lookahead
 from specbatch.simulator.verify_cost import attach_verify_cost, verify_notes
 from specbatch.simulator.workload import Workload, build_workload
@@ -240,7 +241,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         ar_makespan = summarize(ar_requests, ar_steps)["makespan"]
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
-    run_notes = getattr(policy, "run_notes", None)
+    run_notes = policy.run_notes if defines(policy, "run_notes") else None
     notes = (workload.notes + drafter_notes(config, trace) + weight_bits_notes(config, trace)
              + verify_notes(config) + split_notes(config, held_out))
     return SimResult(config=config, requests=requests, steps=steps, summary=summary,

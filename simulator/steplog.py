@@ -19,6 +19,27 @@ from specbatch.simulator.state import FLOAT_STEP_COLUMNS, STEP_COLUMNS, StepReco
 CHUNK = 4096
 
 
+class ColumnBlock:
+    """The log's rows after :meth:`StepLog.columns`: its columns, read as a block
+    # [len(STEP_COLUMNS), rows] is (``shape``, ``block[i]`` = column i, ``block[:, j]`` =
+    row j), without a float64 copy of them."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, columns: dict[str, np.ndarray]) -> None:
+        self.columns = list(columns.values())
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.columns), self.columns[0].shape[0]
+
+    def __getitem__(self, index):
+        if isinstance(index, tuple):  # [:, j]: one row
+            j = index[1]
+            return np.array([float(column[j]) for column in self.columns])
+        return self.columns[index]
+
+
 class StepLog:
     """Step rows in packed blocks (module docstring): ``append`` a :class:`StepRecord`,
     ``len`` the rows so far, ``log[i]`` one row back, :meth:`columns` the table's columns."""
@@ -62,11 +83,24 @@ class StepLog:
         raise AssertionError("unreachable: the blocks hold the packed rows")  # pragma: no cover
 
     def columns(self) -> dict[str, np.ndarray]:
-        """Every :data:`STEP_COLUMNS` column # [rows]: float64 seconds, int64 counts."""
+        """Every :data:`STEP_COLUMNS` column # [rows]: float64 seconds, int64 counts.
+
+        The columns are filled block by block, each block let go once copied, so the log
+        and its table are never held twice (at 10^7 requests the log is gigabytes); the
+        log then holds them as its one block."""
         self.pack()
-        width = len(STEP_COLUMNS)
-        matrix = (np.concatenate(self.blocks, axis=1) if self.blocks
-                  else np.zeros((width, 0)))  # [width, rows]
-        self.blocks = [matrix]
-        return {name: (matrix[i] if name in FLOAT_STEP_COLUMNS else matrix[i].astype(np.int64))
-                for i, name in enumerate(STEP_COLUMNS)}
+        rows = self.packed
+        columns = {name: np.empty(rows, dtype=np.float64 if name in FLOAT_STEP_COLUMNS
+                                  else np.int64) for name in STEP_COLUMNS}
+        blocks, self.blocks = self.blocks, []
+        blocks.reverse()
+        start = 0
+        while blocks:
+            block = blocks.pop()  # [width, r], the oldest first
+            stop = start + block.shape[1]
+            for i, column in enumerate(columns.values()):
+                column[start:stop] = block[i]  # counts: exact integers in float64
+            start = stop
+            del block
+        self.blocks = [ColumnBlock(columns)] if rows else []
+        return columns

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from specbatch.simulator.calibration import confidence_acceptance
-from specbatch.simulator.policies import Policy, register
+from specbatch.simulator.policy_base import Policy
 from specbatch.simulator.view import StepView
 
 
@@ -100,6 +100,3 @@ class EntropyStop(Policy):
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         return view.row_table(("entropy-stop", self.threshold), self.lengths, "entropy")
-
-
-register(SpecDecPP, EntropyStop)

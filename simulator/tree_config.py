@@ -7,11 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.catalogue import names
 
 #: Tree verification rules (``verify``; simulator.tree_tables), and the ones that replay on
 #: any draw-prefix-closed subtree (the rest verify the whole recorded tree only).
 TREE_RULES = ("specinfer", "traversal", "gbv")
 SUBTREE_RULES = ("specinfer",)
+#: The tree policies (simulator.catalogue ``tree``), and the one that verifies the whole
+#: recorded tree (``whole_tree``: the only policy for traversal, gbv and path tries).
+TREE_POLICIES = names(tree=True)
+(WHOLE_TREE,) = names(whole_tree=True)
 
 
 def _fail(where: str, field: str, expected: str, got: Any) -> None:
@@ -26,9 +31,9 @@ def check_tree_config(c: Any, tree_policy: bool, where: str = "config") -> None:
               "(it verifies subtrees of a tree trace)", c.verify)
     if not tree_policy and c.verify in TREE_RULES and c.policy != "ar":
         _fail(where, "verify", f"token or block for policy {c.policy} (a chain policy; the "
-              "tree policies are static-tree, tetris-tree and tree-optimum)", c.verify)
-    if c.verify not in SUBTREE_RULES and c.verify in TREE_RULES and c.policy != "static-tree":
-        _fail(where, "policy", f"static-tree with verify = {c.verify} (its replay numbers "
+              "tree policies are {', '.join(TREE_POLICIES[:-1])} and {TREE_POLICIES[-1]})", c.verify)
+    if c.verify not in SUBTREE_RULES and c.verify in TREE_RULES and c.policy != WHOLE_TREE:
+        _fail(where, "policy", f"{WHOLE_TREE} with verify = {c.verify} (its replay numbers "
               "hold for the whole recorded tree only)", c.policy)
 
 
@@ -51,8 +56,8 @@ def check_tree_trace(c: Any, trace: Any, depth: int) -> None:
     if c.verify == "gbv" and not trie:
         _fail("config", "verify", "specinfer or traversal on a branching tree trace (gbv "
               "verifies K draft paths: capture --tree KxL)", c.verify)
-    if trie and c.policy != "static-tree":
-        _fail("config", "policy", "static-tree on a path-trie trace (a trie replays whole "
+    if trie and c.policy != WHOLE_TREE:
+        _fail("config", "policy", f"{WHOLE_TREE} on a path-trie trace (a trie replays whole "
               "only)", c.policy)
     if (trie or c.verify == "traversal") and c.num_speculative_tokens != nodes:
         what = "K·L, every position's whole trie" if trie else "the whole recorded tree"

@@ -38,7 +38,6 @@ from typing import Any
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.policies import register
 from specbatch.simulator.policy_base import Policy
 from specbatch.simulator.view import StepView
 from specbatch.theory.tree_alloc import optimal_subtrees
@@ -176,4 +175,3 @@ class TreeOptimum(TetrisTree):
 
 
 TREE_POLICIES = (StaticTree, TetrisTree, TreeOptimum)
-register(*TREE_POLICIES)

@@ -40,8 +40,9 @@ Rules, read from vLLM's source (vllm-project/vllm):
 
 Reserve mode (``kv_mode = "reserve"``) keeps its own KV model under this composer: a request
 reserves prompt + output + K + 1 tokens at admission, so running requests never preempt.
-Paged mode with ``enable_prefix_caching`` keeps the block pool's identities in
-simulator.prefix (counting only, until a preemption makes them matter).
+Paged mode with ``enable_prefix_caching`` keeps the block pool in simulator.prefix (block
+identities only with shared-prefix groups; else counts, and one segment per preempted
+request's freed blocks).
 
 The composer is vectorised over the running batch (:meth:`V1Composer.compose`: cumulative
 sums, one allocation); preemption, which is rare, and admission, which is FCFS, walk
@@ -214,13 +215,11 @@ class V1Composer:
                     free -= total
                     if prefix is not None:
                         if prefix.lazy:
-                            prefix.n_free -= total
+                            prefix.take(total)
                         else:
                             nz = np.flatnonzero(need)
                             prefix.allocate_many(state[_UID, nz], need[nz])
             else:
-                if prefix is not None:  # block identities matter from here on
-                    prefix.materialise(state[_UID], blocks)
                 tokens = tokens.copy()
                 blocks = blocks.copy()
                 kept, free = self.preempt_walk(tokens, need, blocks, free, state[_UID], prefix)
@@ -280,7 +279,7 @@ class V1Composer:
             while need[i] > free and end > i:
                 end -= 1
                 free += (int(blocks[end]) if prefix is None
-                         else prefix.release(int(uid[end])))
+                         else prefix.release(int(uid[end]), int(blocks[end])))
             if end == i:
                 break
             free -= int(need[i])

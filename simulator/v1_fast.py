@@ -56,13 +56,110 @@ class V1Fast:
         if self.blocks is None:
             free = rep.kv_reserved
         else:
-            if prefix is not None and not prefix.lazy:
-                return None
+            if prefix is not None and (not prefix.lazy or (admits and prefix.parked)):
+                return None  # block identities, or a preempted request's hits: composer
             free = self.grow_running(rep, m, plan, prefix)
             if free is None:  # someone is preempted: the composer
                 return None
         return self.run_composed(rep, time, _EMPTY, 0, None, n, m, plan, view, eta, sub,
                                  (budget - n, free) if admits else None)
+
+    def mixed_step(self, rep: Replica, time: float, m: np.ndarray | None, plan: Plan | None,
+                   view: StepView | None, eta: np.ndarray | None, sub: np.ndarray
+                   ) -> float | None:
+        """Run the step of ``rep``'s requests when all decode but the newest, the last
+        column, which prefills the rest of a chunked prompt (``sub``: the leading decoding
+        columns, their plan ``m``, ``plan``, ``view``, ``eta``, None when there are none),
+        without the composer: the module docstring's conditions on the decoding requests,
+        no threshold (the caller checked), a cost model that prices from sums. The
+        composer would give the decoding requests all they ask (1 + s_i each, Σ ≤ the
+        budget), the prefilling one q = min(its rest, what the budget has left), grow every
+        scheduled request's blocks to ⌈(computed + tokens + lookahead) / block_size⌉ in one
+        allocation, and admit waiting prompts FCFS into what is left when q is its whole
+        rest; this does the same in place. Returns the duration, or None (nothing changed:
+        the caller composes with the same plan)."""
+        state = rep.state
+        last = sub.shape[1]
+        budget = self.max_batched
+        if last * (self.depth + 1) > budget or self.from_sums is None:
+            return None
+        asked = last + (int(_sum(plan.verified)) if last and plan.depth else 0)
+        prefilled, fill = int(state[_PREFILLED, last]), int(state[_FILL, last])
+        rest = fill - prefilled
+        q = min(rest, budget - asked)
+        admits = (asked + q < budget and bool(rep.waiting)
+                  and state.shape[1] < self.max_seqs)
+        prefix = rep.prefix
+        if prefix is not None and (not prefix.lazy or (admits and prefix.parked)):
+            return None
+        if self.blocks is None:
+            free = rep.kv_reserved
+        else:
+            bs = self.blocks.block_size
+            blocks = state[_BLOCKS]
+            grow = 0
+            if q:
+                grow = max(-(-(prefilled + q + self.lookahead) // bs) - int(blocks[last]), 0)
+            if last:
+                need = m[_M_KV] + plan.verified  # computed + 1 + s_i
+                need += self.lookahead + bs - 1
+                need //= bs
+                need -= blocks[:last]
+                np.maximum(need, 0, out=need)
+                total = int(_sum(need)) + grow
+            else:
+                total = grow
+            free = prefix.n_free if prefix is not None else rep.free_blocks
+            if total > free:  # someone is preempted: the composer
+                return None
+            if total:
+                if last:
+                    blocks[:last] += need
+                blocks[last] += grow
+                free -= total
+                if prefix is not None:
+                    prefix.take(total)
+            rep.free_blocks = free
+            if prefix is not None:  # the composer's cache_scheduled: tokens computed
+                done = np.empty(last + 1, dtype=_I64)
+                if last:
+                    done[:last] = m[_M_KV]
+                done[last] = prefilled + q
+                whole = q == rest  # nobody cut: every running request scheduled as asked
+                uid = state[_UID] if q else state[_UID, :last]
+                prefix.note_done(uid, done if q else done[:last], whole)
+        return self.run_composed(rep, time, _EMPTY, 0, None, last, m, plan, view, eta, sub,
+                                 (budget - last - q, free) if admits else None,
+                                 (last, q) if q else None)
+
+    def prefill_running(self, rep: Replica, chunk: tuple[int, int],
+                        joined: tuple[int, slice | np.ndarray | int, int, tuple] | None
+                        ) -> tuple[int, slice | np.ndarray | int, int, tuple]:
+        """Prefill the ``chunk`` = (column, tokens q) of the running request that prefills
+        next to the requests ``joined`` this step (:meth:`join_prefilled`'s answer, or
+        None); returns the same four for both: prompt tokens, the columns that completed
+        their prefill, how many, the pass sums (n, Σq, Σc, Σq·c, Σq²) (exact integers)."""
+        col, q = chunk
+        state = rep.state
+        c = int(state[_PREFILLED, col])
+        state[_PREFILLED, col] = c + q
+        done = c + q >= state[_FILL, col]
+        if done:
+            rep.n_prefilling -= 1
+        if joined is None:
+            return q, (col if done else _EMPTY), int(done), (
+                1, float(q), float(c), float(q * c), float(q * q))
+        tokens, completed, n_completed, sums = joined
+        if done:
+            if not n_completed:
+                completed = col
+            else:
+                if isinstance(completed, slice):
+                    completed = np.arange(completed.start, state.shape[1], dtype=_I64)
+                completed = np.concatenate([[col], np.atleast_1d(completed)])
+            n_completed += 1
+        return tokens + q, completed, n_completed, (
+            sums[0] + 1, sums[1] + q, sums[2] + c, sums[3] + q * c, sums[4] + q * q)
 
     def admit_after(self, rep: Replica, left: int, free: int
                     ) -> tuple[int, slice | np.ndarray | int, int, tuple] | None:
@@ -95,7 +192,7 @@ class V1Fast:
             state[_BLOCKS] += need
             free -= total
             if prefix is not None:
-                prefix.n_free = free
+                prefix.take(total)
         rep.free_blocks = free
         if prefix is not None:
             prefix.note_done(state[_UID], ctx, True)

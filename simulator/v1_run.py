@@ -164,7 +164,7 @@ class V1Run:
             grown = int(_sum(np.maximum(last - held, 0)))
             np.maximum(held, last, out=held)
             if prefix is not None:
-                prefix.n_free -= grown
+                prefix.take(grown)
                 rep.free_blocks = prefix.n_free
             else:
                 rep.free_blocks -= grown

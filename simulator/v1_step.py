@@ -58,9 +58,18 @@ class V1Step(V1Run, V1Fast):
         nd = 0
         m = plan = view = eta = sub = None
         if n:
+            tail = False  # only the newest request prefills (a chunked prompt's rest)
             if rep.n_prefilling:
-                d_idx = np.flatnonzero(state[_PREFILLED] >= state[_FILL])
-                sub = state[:, d_idx]
+                last = n - 1
+                tail = (rep.n_prefilling == 1 and self.fast_paths and not self.reference
+                        and not self.threshold and self.compositions is None
+                        and state[_PREFILLED, last] < state[_FILL, last])
+                if tail:  # the decoding requests are the leading columns: a view
+                    d_idx = np.arange(last, dtype=_I64)
+                    sub = state[:, :last]
+                else:
+                    d_idx = np.flatnonzero(state[_PREFILLED] >= state[_FILL])
+                    sub = state[:, d_idx]
             else:
                 sub = state
             nd = sub.shape[1]
@@ -73,6 +82,10 @@ class V1Step(V1Run, V1Fast):
                     return duration
                 want = verified + 1  # wants(), its common case inlined
             else:
+                if tail:
+                    duration = self.mixed_step(rep, time, m, plan, view, eta, sub)  # v1_fast
+                    if duration is not None:
+                        return duration
                 want = self.wants(state, d_idx, verified)
         else:
             want = verified = _EMPTY
@@ -106,7 +119,8 @@ class V1Step(V1Run, V1Fast):
     def run_composed(self, rep: Replica, time: float, tokens: np.ndarray, n_joined: int,
                      d_idx: np.ndarray | None, keep: int, m: np.ndarray | None,
                      plan: Plan | None, view: StepView | None, eta: np.ndarray | None,
-                     sub: np.ndarray | None, join: tuple | None = None) -> float:
+                     sub: np.ndarray | None, join: tuple | None = None,
+                     chunk: tuple[int, int] | None = None) -> float:
         """Verify, price and commit the composed step: the first ``keep`` planned decoding
         requests (columns ``d_idx``, None = the first ``keep``; their plan ``m``, ``plan``
         and state columns ``sub`` already cut to what was scheduled) and the prompt chunks
@@ -115,7 +129,10 @@ class V1Step(V1Run, V1Fast):
         blocks or reserved tokens) for simulator.v1_fast's admission once the decoding
         requests have committed (:meth:`~simulator.v1_fast.V1Fast.admit_after`: the
         budget's rest known from their Σ s_i, and the batch's leading columns are then the
-        whole state, a contiguous commit); ``n_joined`` is 0 and ``tokens`` unread then."""
+        whole state, a contiguous commit); ``n_joined`` is 0 and ``tokens`` unread then.
+        ``chunk``: (column, tokens) of the one running request that prefills, the last
+        column, scheduled without the composer (:meth:`~simulator.v1_fast.V1Fast.
+        mixed_step`; ``tokens`` unread then too)."""
         state = rep.state
         emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
         draft_t, verify_t, sums, q_len, kv = 0.0, 0.0, None, _EMPTY, _EMPTY
@@ -136,6 +153,8 @@ class V1Step(V1Run, V1Fast):
         n_completed = 0
         joined = (self.admit_after(rep, join[0] - verified_sum, join[1])
                   if join is not None else None)
+        if chunk is not None:
+            joined = self.prefill_running(rep, chunk, joined)
         if joined is not None or (rep.n_prefilling == n_joined and n_joined
                                   and self.from_sums is not None):
             # only the admitted prompts prefill (the last columns): scalar sums
@@ -146,7 +165,7 @@ class V1Step(V1Run, V1Fast):
             sums = chunk_sums if sums is None else (
                 sums[0] + chunk_sums[0], sums[1] + chunk_sums[1], sums[2] + chunk_sums[2],
                 sums[3] + chunk_sums[3], sums[4] + chunk_sums[4])
-        elif rep.n_prefilling:
+        elif rep.n_prefilling and tokens.shape[0]:  # the composer's tokens (not a fast path)
             prefilled, fill = state[_PREFILLED], state[_FILL]
             p_idx = np.flatnonzero((tokens > 0) & (prefilled < fill))
             if p_idx.shape[0]:

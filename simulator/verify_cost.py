@@ -191,9 +191,11 @@ def attach_verify_cost(policy, config, trace) -> None:
     the verification cost the engine charges this run: :func:`verify_cost_for` of the same
     config and replayed trace (None under ``verify_cost = "none"``), so its plan prices the
     step the engine runs."""
-    price = getattr(policy, "price_verification", None)
-    if price is None:
+    from specbatch.simulator.policy_base import defines
+
+    if not defines(policy, "price_verification"):
         return
+    price = policy.price_verification
     from specbatch.simulator.config import FREE_DRAFTS
 
     price(verify_cost_for(config, trace, str(config.draft).lower() in FREE_DRAFTS))

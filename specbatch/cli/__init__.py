@@ -43,6 +43,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("specbatch.cli.sweep", "tables and figures (PNG) for a sweep output directory"),
     "plan": ("specbatch.cli.plan",
              "find the cheapest deployment and speculation setting that meets latency SLOs"),
+    "tune": ("specbatch.cli.tune",
+             "dynamic draft-length schedules for vLLM, TensorRT-LLM and SGLang, validated"),
     "trace": ("specbatch.cli.trace", "inspect, validate or synthesise a trace"),
     "capture": ("specbatch.cli.capture", "capture a trace from a local draft/target model pair"),
     "profile": ("specbatch.cli.profile",

@@ -66,6 +66,9 @@ SLOW_CASES = [
     ("validate", ["validate", "live", "--in-sample"]),
     ("zoo train", ["zoo", "train", "--out", "zoo", "--steps", "1"]),
     ("demo", ["demo", "--quick", "--out", "demo", "--workers", "1"]),
+    ("tune", ["tune", "--out", "tune", "--max-num-seqs", "1", "--k-max", "1", "--requests", "4",
+              "--rates", "0.5", "--prompt-len", "fixed:8", "--output-len", "fixed:8",
+              "--workers", "1"]),
 ]
 
 

@@ -210,7 +210,7 @@ def test_toml_config_and_sweep_spec_name_a_user_policy(user_dir):
 @pytest.mark.parametrize("name, needle", [
     ("nope", "expected one of ar, batch-schedule, dsd, ema-adaptive, entropy-stop, fixed, "
              "hindsight, oracle, specdec++, static-tree, tetris, tetris-tree, threshold, "
-             "tree-optimum, vllm-dynamic or "
+             "tree-optimum, vllm-adaptive, vllm-dynamic or "
              "package.module:Class"),
     ("a:b:c", "expected one of"),
     ("no_such_module_xyz:Policy", "cannot import module no_such_module_xyz"),

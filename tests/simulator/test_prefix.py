@@ -97,6 +97,6 @@ def test_counting_mode_runs_exactly_as_the_per_block_pool(kw):
     exact, exact_table = run_engine(trace, lazy=False, **kw)
     assert any(comp[5] for comp in exact.compositions)  # someone was preempted
     assert any(any(comp[7]) for comp in exact.compositions)  # and found its blocks again
-    assert not fast.replicas[0].prefix.lazy  # the preemption materialised the pool
+    assert fast.replicas[0].prefix.lazy  # the counting mode outlived the preemptions
     assert fast.compositions == exact.compositions
     assert fast_table.equals(exact_table)

@@ -35,4 +35,5 @@ def test_scale_bench_measures_each_run_in_its_own_process(tmp_path, capsys):
     this = row["this"]
     assert row["requests"] == 300 and this["rc"] == 0 and this["tokens"] > 300
     assert this["rss_mib"] > 0 and this["cpu_s"] > 0
+    assert this["cpu_us_per_request"] == 1e6 * this["cpu_s"] / 300
     assert (tmp_path / "out-300" / "steps.parquet").is_file()

@@ -1,0 +1,182 @@
+"""``specbatch tune``: ready-to-paste dynamic draft-length settings for vLLM, TensorRT-LLM and
+SGLang, validated in simulation against the best fixed K.
+
+Argument parsing and printing only; the tuner is :mod:`specbatch.analysis.tune`. The target,
+draft, hardware and workload flags are ``plan``'s (specbatch.cli.plan's workload helpers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from specbatch.cli.common import add_json_flag, emit, example, positive_int, seed_int
+from specbatch.errors import SpecbatchError, require
+
+HELP = "dynamic draft-length schedules for vLLM, TensorRT-LLM and SGLang, validated"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "tune", help=HELP,
+        description=(
+            "Choose K per batch-size bucket by simulated throughput, emit it as vLLM's "
+            "num_speculative_tokens_per_batch_size, TensorRT-LLM's draft_len_schedule and "
+            "SGLang's adaptive config, then simulate each setting the way its engine applies "
+            "it against every fixed K and the engine's default at several rates and a burst. "
+            "A setting is recommended only where it beats the best fixed K at every load; "
+            "otherwise tune says which fixed K to use. Writes OUT/tune.json and "
+            "OUT/settings.txt."),
+        epilog=example(
+            "specbatch tune --target vicuna-33b --draft vicuna-68m --hardware h100 "
+            "--max-num-seqs 64 --out runs/tune",
+            "specbatch tune --acceptance 0.8 --max-num-seqs 128 --tax 0.066 --out runs/tune2 "
+            "--json"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", required=True, help="output directory (new, empty, or an earlier "
+                   "tune's, which is overwritten)")
+    work = p.add_argument_group("workload")
+    work.add_argument("--workload", metavar="FILE|example",
+                      help="request lengths file, as simulate's --workload")
+    work.add_argument("--prompt-len", metavar="DIST",
+                      help="prompt lengths: fixed:N, uniform:A,B, lognormal:MEDIAN,SIGMA or trace")
+    work.add_argument("--output-len", metavar="DIST", help="output lengths, as --prompt-len")
+    work.add_argument("--requests", type=positive_int, default=256,
+                      help="simulated requests per validation run (default 256)")
+    work.add_argument("--trace", default="default",
+                      help="acceptance trace: 'default' or a trace directory")
+    work.add_argument("--acceptance", type=float, default=None, metavar="ALPHA",
+                      help="a constant acceptance alpha instead of the trace (synth trace)")
+    work.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
+    models = p.add_argument_group("models and engine")
+    models.add_argument("--target", default="vicuna-33b",
+                        help="target: a shape name or a Hugging Face config.json path")
+    models.add_argument("--draft", default="vicuna-68m",
+                        help="draft: a shape name, a config.json path, or ngram")
+    models.add_argument("--hardware", default="h100", help="hardware preset (default h100)")
+    models.add_argument("--tp", type=positive_int, default=1, help="tensor parallel (default 1)")
+    models.add_argument("--max-num-seqs", type=positive_int, default=64,
+                        help="the engine's batch cap (default 64)")
+    space = p.add_argument_group("schedule")
+    space.add_argument("--k-max", type=positive_int, default=6,
+                       help="largest K per batch size (default 6)")
+    space.add_argument("--rates", default=None, metavar="R1,R2,...",
+                       help="validation rates, requests/s (default 25/50/75 %% of the best "
+                            "fixed K's burst capacity)")
+    space.add_argument("--tax", type=float, default=0.0,
+                       help="per-step cost of the dynamic path as a fraction of step time "
+                            "(default 0; vLLM issue #49548 measured 0.066-0.216)")
+    p.add_argument("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
+                   help="local processes (default min(4, cores))")
+    add_json_flag(p)
+    p.set_defaults(func=run_command, arrival="poisson")
+
+
+def parse_rates(text: str | None) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        rates = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise SpecbatchError(f"--rates: expected comma-separated requests/s > 0, got {text!r}"
+                             ) from None
+    require(all(r > 0 and r < float("inf") for r in rates),
+            f"--rates: expected comma-separated requests/s > 0, got {text!r}")
+    return rates
+
+
+def build_question(args: argparse.Namespace):
+    """The tuner's :class:`~specbatch.analysis.tune.TuneQuestion` (one-line errors)."""
+    from specbatch.analysis.tune import TuneQuestion
+    from specbatch.simulator.config import make_config
+
+    require(args.tax >= 0 and args.tax < float("inf"),
+            f"--tax: expected a fraction >= 0, got {args.tax}")
+    require(args.acceptance is None or 0 < args.acceptance <= 1,
+            f"--acceptance: expected 0 < alpha <= 1, got {args.acceptance}")
+    base = {"trace": args.trace, "requests": args.requests, "target": args.target,
+            "draft": args.draft, "hardware": args.hardware, "tp": args.tp, "seed": args.seed}
+    if args.acceptance is not None:
+        require(args.trace == "default", "--acceptance: expected no --trace with a constant "
+                f"acceptance, got --trace {args.trace}")
+        base.update(trace="synth", synth_alpha=args.acceptance)
+    make_config({**base, "max_num_seqs": args.max_num_seqs})  # one-line errors first
+    return TuneQuestion(base=base, max_num_seqs=args.max_num_seqs, k_max=args.k_max,
+                        rates=parse_rates(args.rates), tax=args.tax)
+
+
+def runner(workers: int):
+    """run(fields_list, taxes=None) -> summaries, on ``workers`` processes."""
+    from specbatch.analysis.tune import simulate_fields
+
+    def run(fields: list[dict], taxes: list[float] | None = None) -> list[dict]:
+        taxes = taxes or [0.0] * len(fields)
+        if workers == 1:
+            return [simulate_fields(f, t) for f, t in zip(fields, taxes)]
+        with ProcessPoolExecutor(workers) as pool:
+            return list(pool.map(simulate_fields, fields, taxes))
+
+    return run
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from specbatch.analysis.tune import claim_tune_dir, tune, write_tune
+    from specbatch.cli.plan import workload_lengths
+    from specbatch.io import check_output_dir, prepare_output_dir
+
+    question = build_question(args)
+    lengths = workload_lengths(args)
+    check_output_dir(args.out, allow_existing=True)
+    claim_tune_dir(Path(args.out))
+    prepare_output_dir(args.out, allow_existing=True)
+    workload = workload_field(args, question.base, lengths)
+    if workload is not None:
+        from dataclasses import replace
+
+        question = replace(question, base={**question.base, "workload": workload})
+    report = tune(question, runner(args.workers))
+    write_tune(report, Path(args.out))
+    emit(report, args.json, text=None if args.json else format_report(report))
+    return 0
+
+
+def workload_field(args: argparse.Namespace, base: dict, lengths) -> str | None:
+    """The runs' ``workload``: the file given, a table drawn from ``lengths`` written to
+    OUT/workload.csv (analysis.plan.write_length_workload, as plan draws it), or None (the
+    trace's own requests)."""
+    if args.workload is not None:
+        from specbatch.simulator.workload import resolve_workload
+
+        return str(resolve_workload(args.workload).resolve())
+    if lengths is None:
+        return None
+    from specbatch.analysis.plan import write_length_workload
+
+    return str(write_length_workload(base, *lengths, Path(args.out).resolve() / "workload.csv"))
+
+
+def format_report(report: dict) -> str:
+    """The buckets, the validation table and each engine's advice."""
+    q = report["question"]
+    lines = [f"tune: {q['target']} + draft {q['draft']} on {q['hardware']} (tp {q['tp']}), "
+             f"max_num_seqs {q['max_num_seqs']}, K <= {q['k_max']}, tax {q['tax']:g}",
+             "chosen K per batch size: " + ", ".join(f"{lo}-{hi}:{k}"
+                                                     for lo, hi, k in report["ranges"]),
+             *(f"{engine} within its rules: " + ", ".join(f"{lo}-{hi}:{k}" for lo, hi, k in v["ranges"])
+               for engine, v in report["engines_verdict"].items()
+               if v["ranges"] != report["ranges"]),
+             f"best fixed K over the loads: {report['best_fixed_k']}",
+             "loads: " + ", ".join(f"{x} req/s" if x != "burst" else x
+                                   for x in report["loads"]),
+             f"{'engine':<13} {'vs best fixed K at each load (%)':<40} {'default vs best (%)':<30}"]
+    for engine, v in report["engines_verdict"].items():
+        pct = " ".join(f"{x:+.1f}" for x in v["vs_best_fixed_pct"])
+        dflt = " ".join(f"{x:+.1f}" for x in v["default_vs_best_fixed_pct"])
+        lines.append(f"{engine:<13} {pct:<40} {dflt:<30}")
+    for engine, v in report["engines_verdict"].items():
+        state = "schedule wins" if v["wins"] else "use fixed K"
+        lines.append(f"{engine} ({state}): {v['advice']}")
+    return "\n".join(lines)
