@@ -170,11 +170,17 @@ class VllmAdaptive(Tetris):
         """Remember each request's survival under the trace row it decodes next (its row
         moves by the τ + 1 tokens it emits). A request whose replay wraps past its recorded
         output lands on another row and counts as new; two simulated requests replaying the
-        same trace row share its entry."""
+        same trace row share its entry. Under a token budget the step may run only the first
+        ``len(accepted)`` decided requests (simulator.v1_step ``cut_plan``): the others did
+        not advance, so they keep the survival they were sized with, under the same row."""
         if not self.stale or self.rows is None:
             return
-        following = self.rows + accepted + 1
-        self.previous = {int(r): row for r, row in zip(following, self.last)}
+        ran = accepted.shape[0]  # the first `ran` decided requests were verified
+        following = self.rows[:ran] + accepted + 1
+        kept = {int(r): self.previous[int(r)] for r in self.rows[ran:]
+                if int(r) in self.previous}
+        kept.update({int(r): row for r, row in zip(following, self.last[:ran])})
+        self.previous = kept
 
 
 def exact_step_costs(cost: Any, kv: np.ndarray, depth: int, rows: np.ndarray,

@@ -35,6 +35,10 @@ def concatenated_price(model, frame) -> np.ndarray:
     return np.array(out)
 
 
+# It fits and judges wall-clock timings of a tiny model on this CPU: at load 1 the held-out
+# error of the cross-validated family crossed 35 % in 2 of 5 runs (also at the commit before
+# this session), so it is a measurement, not a fast-suite specification.
+@pytest.mark.slow
 def test_a_fit_with_mixed_cells_prices_mixed_passes(tmp_path):
     """On a tiny in-process Llama, a mixed pass costs more than the uniform cells' law says
     (its packed mask spans every row's view). With the grid's mixed cells in the profile, the

@@ -112,6 +112,18 @@ def test_observe_moves_each_survival_to_the_row_the_request_decodes_next():
     np.testing.assert_array_equal(policy.previous[13], np.cumprod(CONF[0]))
 
 
+def test_observe_after_a_budget_cut_advances_only_the_requests_that_ran():
+    """A token budget ran only the first two decided requests (simulator.v1_step cut_plan):
+    they move to rows 13 and 21; the third did not advance and keeps what it had."""
+    policy = hand_policy("stale")
+    policy.decide(hand_view())
+    policy.observe(np.array([3, 3, 3]), np.array([2, 0, 3]))  # rows 13, 21, 34 next
+    policy.decide(SimpleNamespace(**{**vars(hand_view()), "rows": np.array([13, 21, 34])}))
+    policy.observe(np.array([3, 1]), np.array([1, 0]))  # the third (row 34) was cut
+    assert sorted(policy.previous) == [15, 22, 34]
+    np.testing.assert_array_equal(policy.previous[34], np.cumprod(CONF[2]))
+
+
 def test_stepped_table_by_hand():
     """vLLM's build_table on curve (1, 1), (4, 3), (8, 2), (16, 5), (32, 9), limit 8: forced
     monotone -> 1, 3, 3, 5, 9; t <= 8 steps to the next key (t = 2 -> 3, t = 5 -> 3); past the
