@@ -334,7 +334,7 @@ def per_token_table(role, q_max: int) -> np.ndarray:
 def vectorised(role) -> bool:
     """Whether :func:`per_token_table` prices the tail in one call (a dense full-precision
     shape); otherwise every Q costs one pricer call (~1 ms for a MoE target)."""
-    from specbatch.simulator.calibrated import sparse
+    from specbatch.simulator.calibrated_sources import sparse
 
     return not sparse(role.shape) and role.weight_bits >= 16
 
@@ -348,8 +348,8 @@ def tail_allreduce(role, q: float) -> float:
 
 def law_layers(role, qs: np.ndarray) -> np.ndarray:
     """RolePricer.law_layers of a dense full-precision shape at every Q of qs.  # [tail]"""
-    from specbatch.simulator.calibrated import layer_shape
     from specbatch.simulator.calibrated_fit import embedding_seconds, layer_seconds
+    from specbatch.simulator.calibrated_sources import layer_shape
 
     ls = layer_shape(role.shape)
     return (embedding_seconds(role.fit, ls, role.tp, qs)

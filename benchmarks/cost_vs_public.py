@@ -40,7 +40,6 @@ import numpy as np
 import pandas as pd
 
 from specbatch.io import atomic_write, dumps
-from specbatch.simulator.calibrated import LAWS, VALIDATION, allreduce_curve, gpu_peaks
 from specbatch.simulator.calibrated_fit import (
     GpuFit,
     embedding_seconds,
@@ -51,6 +50,7 @@ from specbatch.simulator.calibrated_fit import (
     frame_shape,
     layer_seconds,
 )
+from specbatch.simulator.calibrated_sources import LAWS, VALIDATION, allreduce_curve, gpu_peaks
 from specbatch.simulator.hardware import HARDWARE, Hardware, get_execution
 from specbatch.simulator.roofline import pass_constants
 from specbatch.traces.public_profiles import OPS, load_public_profiles

@@ -85,7 +85,7 @@ def row_breakdowns(model, batch: int, kv: int, k: int) -> dict:
 
 
 def roofline_source(model, role: str) -> dict:
-    from specbatch.simulator.calibrated import validation
+    from specbatch.simulator.calibrated_sources import validation
 
     c = model._consts(role)
     checked = validation().get("roofline", {}).get(f"{model.hardware.name}|tp{c.tp}")

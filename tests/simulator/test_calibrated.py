@@ -9,12 +9,7 @@ import numpy as np
 import pytest
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.calibrated import (
-    CUSTOM_AR_MAX_BYTES,
-    CalibratedCost,
-    curve_seconds,
-    uses_custom_allreduce,
-)
+from specbatch.simulator.calibrated import CalibratedCost
 from specbatch.simulator.calibrated_fit import (
     GemmCorrection,
     GemmLaw,
@@ -24,6 +19,11 @@ from specbatch.simulator.calibrated_fit import (
     fit_allreduce,
     small_op_bytes,
     tile_rows,
+)
+from specbatch.simulator.calibrated_sources import (
+    CUSTOM_AR_MAX_BYTES,
+    curve_seconds,
+    uses_custom_allreduce,
 )
 from specbatch.simulator.cost import build_cost_model
 from specbatch.simulator.cost_report import PARTS, cost_sources, pass_breakdown, roofline_split
@@ -212,8 +212,8 @@ def test_free_draft_parts_and_sources():
 def test_stored_laws_are_the_fit_of_the_bundled_table():
     """simulator/data/calibrated_laws.json is what benchmarks/cost_vs_public.py --write fits
     (a refit reproduces it)."""
-    from specbatch.simulator.calibrated import gpu_peaks, stored_laws
     from specbatch.simulator.calibrated_fit import fit_gpu, fit_to_dict
+    from specbatch.simulator.calibrated_sources import gpu_peaks, stored_laws
 
     stored = stored_laws()
     compute = load_public_profiles().compute
