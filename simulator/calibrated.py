@@ -79,7 +79,7 @@ from specbatch.simulator.calibrated_sources import (
     uses_custom_allreduce,
     validation,
 )
-from specbatch.simulator.cost_interface import ROLES, batch_sums
+from specbatch.simulator.cost_interface import ROLES, batch_sums, for_role
 from specbatch.simulator.hardware import (
     DEFAULT_EXECUTION,
     FULL_WEIGHT_BITS,
@@ -273,10 +273,7 @@ class CalibratedCost:
                           (0.0, launch) if ex.overlap else (launch, 0.0), consts)
 
     def _role(self, role: str) -> RolePricer:
-        r = self.roles.get(role)
-        if r is None:
-            raise SpecbatchError(f"cost role {role!r}: expected one of {', '.join(ROLES)}")
-        return r
+        return for_role(self.roles, role)
 
     def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
         """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens."""

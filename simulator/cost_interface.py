@@ -23,11 +23,15 @@ measured latency profile); the registry is :func:`simulator.cost.build_cost_mode
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from specbatch.errors import SpecbatchError
+
 ROLES = ("draft", "target")
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -69,3 +73,11 @@ def batch_sums(query, kv) -> tuple[int, float, float, float, float]:
     b[2] = 1.0
     (qq, qc, sq), (_, _, sc) = (b[:2] @ b.T).tolist()
     return n, sq, sc, qc, qq
+
+
+def for_role(by_role: Mapping[str, T], role: str) -> T:
+    """``by_role[role]``, or the one-line error naming the roles a cost model prices."""
+    item = by_role.get(role)
+    if item is None:
+        raise SpecbatchError(f"cost role {role!r}: expected one of {', '.join(ROLES)}")
+    return item

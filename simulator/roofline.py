@@ -102,8 +102,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specbatch.errors import SpecbatchError, require
-from specbatch.simulator.cost_interface import ROLES, batch_sums
+from specbatch.errors import require
+from specbatch.simulator.cost_interface import batch_sums, for_role
 from specbatch.simulator.hardware import (
     DEFAULT_EXECUTION,
     FULL_WEIGHT_BITS,
@@ -297,10 +297,7 @@ class RooflineCost:
         object.__setattr__(self, "consts", consts)
 
     def _consts(self, role: str) -> PassConstants:
-        c = self.consts.get(role)
-        if c is None:
-            raise SpecbatchError(f"cost role {role!r}: expected one of {', '.join(ROLES)}")
-        return c
+        return for_role(self.consts, role)
 
     def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
         """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens per request."""
