@@ -36,6 +36,7 @@ Summary:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -77,7 +78,12 @@ SCHEDULE_STEP_COLUMNS = ("scheduled_tokens", "decode_requests")
 def step_table(rec: Records) -> pd.DataFrame:
     """One row per engine step: STEP_COLUMNS (the fields of state.StepRecord), then
     SCHEDULE_STEP_COLUMNS."""
-    steps = step_frame(rec.step_rows)
+    return add_schedule_columns(step_frame(rec.step_rows))
+
+
+def add_schedule_columns(steps):
+    """Append SCHEDULE_STEP_COLUMNS to ``steps`` (a step frame, or a dict of its columns
+    # [rows], as simulator.step_stream writes them row group by row group); returns it."""
     batch = np.asarray(steps["batch"], dtype=np.int64)
     steps["scheduled_tokens"] = (np.asarray(steps["prefill_tokens"], dtype=np.int64)
                                  + np.asarray(steps["verified"], dtype=np.int64) + batch)
@@ -101,15 +107,48 @@ def _ratio(a: float, b: float) -> float:
     return float(a) / float(b) if b else float("nan")
 
 
-def summarize(requests: pd.DataFrame, steps: pd.DataFrame, slo: float | None = None
-              ) -> dict[str, Any]:
-    """The summary dict (definitions in the module docstring)."""
+#: The step-table columns the summary sums (seconds); verify_time may be absent (0).
+SUMMED_STEP_COLUMNS = ("draft_time", "target_time", "verify_time", "overhead_time")
+
+
+@dataclass(frozen=True)
+class StepTotals:
+    """What the summary reads of the step table: its rows and SUMMED_STEP_COLUMNS' sums."""
+
+    steps: int
+    draft_time: float
+    target_time: float
+    verify_time: float
+    overhead_time: float
+
+
+def step_totals(steps: pd.DataFrame) -> StepTotals:
+    """The step table's :class:`StepTotals` (a column's sum is pandas' ``Series.sum``, so a
+    column read back whole from a file sums to the same float; simulator.step_stream)."""
+    return StepTotals(
+        steps=int(steps.shape[0]), draft_time=float(steps["draft_time"].sum()),
+        target_time=float(steps["target_time"].sum()),
+        verify_time=float(steps["verify_time"].sum()) if "verify_time" in steps else 0.0,
+        overhead_time=float(steps["overhead_time"].sum()))
+
+
+def makespan(requests: pd.DataFrame) -> float:
+    """Last finish − first arrival, seconds (0 without requests)."""
+    arrival = requests["arrival"].to_numpy()
+    return float(requests["finish"].to_numpy().max() - arrival.min()) if arrival.shape[0] else 0.0
+
+
+def summarize(requests: pd.DataFrame, steps: pd.DataFrame | StepTotals,
+              slo: float | None = None) -> dict[str, Any]:
+    """The summary dict (definitions in the module docstring) of the request table and the
+    step table (or its :class:`StepTotals`, when the table was streamed to a file)."""
+    totals = steps if isinstance(steps, StepTotals) else step_totals(steps)
     arrival = requests["arrival"].to_numpy()
     finish = requests["finish"].to_numpy()
     first = requests["first_token"].to_numpy()
     tokens = requests["tokens"].to_numpy()
     n = int(arrival.shape[0])
-    makespan = float(finish.max() - arrival.min()) if n else 0.0
+    span = makespan(requests)
     total = int(tokens.sum())
     e2e = finish - arrival
     ttft = first - arrival
@@ -119,12 +158,10 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, slo: float | None = N
     verified = int(requests["verified"].sum())
     drafted = int(requests["drafted"].sum())
     request_steps = int(requests["steps"].sum())
-    draft_time = float(steps["draft_time"].sum())
-    target_time = float(steps["target_time"].sum())
-    verify_time = float(steps["verify_time"].sum()) if "verify_time" in steps else 0.0
-    overhead_time = float(steps["overhead_time"].sum())
+    draft_time, target_time = totals.draft_time, totals.target_time
+    verify_time, overhead_time = totals.verify_time, totals.overhead_time
     summary: dict[str, Any] = {
-        "throughput": _ratio(total, makespan),
+        "throughput": _ratio(total, span),
         "e2e_mean": float(e2e.mean()) if n else float("nan"),
         "e2e_p50": float(np.percentile(e2e, 50)) if n else float("nan"),
         "e2e_p99": float(np.percentile(e2e, 99)) if n else float("nan"),
@@ -138,8 +175,8 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, slo: float | None = N
         "slo_attainment": None,
         "tokens": total,
         "requests": n,
-        "makespan": makespan,
-        "steps": int(steps.shape[0]),
+        "makespan": span,
+        "steps": totals.steps,
         "decode_request_steps": request_steps,
         "drafted": drafted,
         "verified": verified,
@@ -156,6 +193,6 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, slo: float | None = N
     }
     if slo is not None and n:
         met = int((e2e <= slo).sum())
-        summary["goodput"] = _ratio(met, makespan)
+        summary["goodput"] = _ratio(met, span)
         summary["slo_attainment"] = met / n
     return summary

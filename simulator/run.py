@@ -10,7 +10,9 @@ cost model and adds ``speedup_vs_ar``. ``acceptance`` replaces the trace's accep
 from it (simulator.acceptance). ``calibration_split`` holds a seeded share of the
 trace's requests out of replay for the policies that calibrate on them (simulator.calibration);
 ``cuda_graph_sizes`` pads the cost model's passes to captured sizes (simulator.graph_padding).
-Same config ⇒ byte-identical :meth:`SimResult.write` files.
+Same config ⇒ byte-identical :meth:`SimResult.write` files. :func:`simulate_to` runs one
+into a result folder, streaming the step table to its steps.parquet while the engine runs
+(simulator.step_stream: the same bytes, without holding the table; ``simulate --out``).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,9 +46,16 @@ from specbatch.simulator.cost import weight_bits_notes
 from specbatch.simulator.engine import Engine
 from specbatch.simulator.graph_padding import pad_to_graphs
 from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
-from specbatch.simulator.metrics import request_table, step_table, summarize
+from specbatch.simulator.metrics import (
+    StepTotals,
+    makespan,
+    request_table,
+    step_table,
+    summarize,
+)
 from specbatch.simulator.policies import Policy, make_policy
 from specbatch.simulator.policy_base import defines
+from specbatch.simulator.step_stream import DropSteps, StepWriter
 from specbatch.simulator.v1 import check_v1_workload, v1_lookahead
 from specbatch.simulator.verify_cost import attach_verify_cost, verify_notes
 from specbatch.simulator.workload import Workload, build_workload
@@ -57,13 +67,23 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, eq=False)
 class SimResult:
-    """Tables and summary of one run (definitions: simulator.metrics)."""
+    """Tables and summary of one run (definitions: simulator.metrics). The step table is
+    held (``step_table``) or, for a run streamed to a folder (:func:`simulate_to`), in
+    ``steps_file``; :attr:`steps` gives it either way."""
 
     config: SimConfig
     requests: pd.DataFrame
-    steps: pd.DataFrame
+    step_table: pd.DataFrame | None  # None: streamed to steps_file
     summary: dict
     notes: tuple[str, ...] = ()  # what the run did that the config alone does not show
+    steps_file: Path | None = None  # the streamed step table's Parquet file
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """The step table (read from :attr:`steps_file` on each access when streamed)."""
+        if self.step_table is not None:
+            return self.step_table
+        return pd.read_parquet(self.steps_file)
 
     def write(self, out_dir: str | os.PathLike, force: bool = False) -> Path:
         """Write requests.parquet, steps.parquet, summary.json, config.toml as the result
@@ -83,7 +103,10 @@ class SimResult:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.requests.to_parquet(out / "requests.parquet", index=False)
-        self.steps.to_parquet(out / "steps.parquet", index=False)
+        if self.step_table is not None:
+            self.step_table.to_parquet(out / "steps.parquet", index=False)
+        elif Path(self.steps_file).resolve() != (out / "steps.parquet").resolve():
+            shutil.copyfile(self.steps_file, out / "steps.parquet")
         write_json(out / "summary.json", self.summary)
         (out / "config.toml").write_text(to_toml(self.config))
         return out
@@ -151,18 +174,29 @@ PROGRESS_MIN_REQUESTS = 100_000
 
 def run_engine(config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
                policy: Policy, capacity: int | None, reference: bool = False,
-               progress: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+               progress: str | None = None, steps_to: StepWriter | DropSteps | None = None
+               ) -> tuple[pd.DataFrame, pd.DataFrame | StepTotals | None]:
     """Run ``policy`` (built from ``config``) on a prepared workload with ``capacity`` KV
     tokens per replica; returns the request and step tables.
 
     progress: a label to show a bar of finished requests on stderr under (large runs only:
     :data:`PROGRESS_MIN_REQUESTS`), or None.
+    steps_to: stream the step table to this writer as the run goes (simulator.step_stream);
+    the second result is then the table's :class:`~simulator.metrics.StepTotals` (None for
+    a :class:`~simulator.step_stream.DropSteps`, which keeps no step).
     """
     with finished_bar(progress if workload.n >= PROGRESS_MIN_REQUESTS else None,
                       workload.n) as bar:
-        rec = Engine(config, trace, workload, cost, policy, capacity=capacity,
-                     reference=reference, progress=bar.update if bar is not None else None).run()
-    return request_table(rec, workload), step_table(rec)
+        engine = Engine(config, trace, workload, cost, policy, capacity=capacity,
+                        reference=reference, progress=bar.update if bar is not None else None)
+        if steps_to is not None:
+            engine.rec.step_rows.stream_to(steps_to)
+        rec = engine.run()
+        del engine  # its per-request state: the tables below need only the records
+    if steps_to is None:
+        return request_table(rec, workload), step_table(rec)
+    rec.step_rows.pack()  # the last rows to the writer
+    return request_table(rec, workload), steps_to.close()
 
 
 @contextlib.contextmanager
@@ -180,13 +214,17 @@ def finished_bar(label: str | None, total: int) -> Iterator:
 
 def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostModel | None = None,
              reference: bool = False, allow_partial: bool = False,
-             progress: bool = False) -> SimResult:
+             progress: bool = False, steps_file: str | os.PathLike | None = None
+             ) -> SimResult:
     """Simulate ``config`` (on ``trace`` when given, else the one it names).
 
     cost_model: use this instead of building ``config``'s (tests, benchmarks).
     reference:  use the engine's per-request reference twin (parity tests, benchmarks).
     progress:   show a bar of finished requests on stderr for large runs (the results are
     the same either way).
+    steps_file: write the step table to this Parquet file while the run goes instead of
+    holding it (simulator.step_stream; the result's ``steps_file``); a failed run leaves the
+    file unfinished, so give a path in a folder that is discarded then (:func:`simulate_to`).
     """
     validate_config(config)  # a SimConfig built directly (not by load_config) is checked too
     if trace is None:
@@ -223,8 +261,14 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
                           v1_lookahead(config, policy.speculates, policy.depth))
     else:
         check_fits(config, capacity, footprint)
-    requests, steps = run_engine(config, trace, workload, cost, policy, capacity, reference,
-                                 progress="simulate" if progress else None)
+    writer = StepWriter(steps_file) if steps_file is not None else None
+    try:
+        requests, steps = run_engine(config, trace, workload, cost, policy, capacity, reference,
+                                     progress="simulate" if progress else None, steps_to=writer)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
     summary = summarize(requests, steps, config.slo)
     summary["scheduler"] = config.scheduler
     summary["policy"] = config.policy
@@ -235,17 +279,44 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         summary["calibration_split"], summary["held_out_requests"] = held_out[0], held_out[1]
     if config.speedup:
         ar_config = config.replace(policy="ar", speedup=False)
-        ar_requests, ar_steps = run_engine(ar_config, trace, workload, cost,
-                                           make_policy(ar_config, trace.K), capacity,
-                                           progress="simulate ar (speedup)" if progress else None)
-        ar_makespan = summarize(ar_requests, ar_steps)["makespan"]
+        ar_requests, _ = run_engine(ar_config, trace, workload, cost,
+                                    make_policy(ar_config, trace.K), capacity,
+                                    progress="simulate ar (speedup)" if progress else None,
+                                    steps_to=DropSteps())  # only its makespan is needed
+        ar_makespan = makespan(ar_requests)
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
     run_notes = policy.run_notes if defines(policy, "run_notes") else None
     notes = (workload.notes + drafter_notes(config, trace) + weight_bits_notes(config, trace)
              + verify_notes(config) + split_notes(config, held_out))
-    return SimResult(config=config, requests=requests, steps=steps, summary=summary,
-                     notes=notes + (run_notes(config, cost) if run_notes else ()))
+    streamed = writer is not None
+    return SimResult(config=config, requests=requests, step_table=None if streamed else steps,
+                     summary=summary, notes=notes + (run_notes(config, cost) if run_notes else ()),
+                     steps_file=Path(steps_file) if streamed else None)
+
+
+def simulate_to(out_dir: str | os.PathLike, config: SimConfig, trace: Trace | None = None, *,
+                force: bool = False, flag: str = "out_dir", allow_partial: bool = False,
+                progress: bool = False,
+                on_result: Callable[[SimResult], object] | None = None) -> SimResult:
+    """Simulate ``config`` into the result folder ``out_dir`` (the checks and the one-step
+    replacement of :meth:`SimResult.write`; ``flag`` names the folder in errors), streaming
+    the step table to its steps.parquet as the engine runs (simulator.step_stream), so the
+    table is never held whole. The files are byte-identical to ``simulate(config).write(
+    out_dir)``'s; a run that fails or is killed leaves ``out_dir`` as it was.
+
+    on_result: called with the result before its folder is put in place (the CLI prints its
+    notes there). Returns the result, its ``steps_file`` in ``out_dir``.
+    """
+    identity = config_identity(config)
+    with result_dir(out_dir, "simulate", identity, flag, force=force,
+                    legacy=RESULT_FILES) as tmp:
+        result = simulate(config, trace, allow_partial=allow_partial, progress=progress,
+                          steps_file=tmp / "steps.parquet")
+        if on_result is not None:
+            on_result(result)
+        result.write_files(tmp)
+    return dataclasses.replace(result, steps_file=Path(out_dir) / "steps.parquet")
 
 
 def split_notes(config: SimConfig, held_out: tuple) -> tuple[str, ...]:

@@ -7,6 +7,11 @@ packs every :data:`CHUNK` of them into one float64 block of ``8 · len(STEP_COLU
 row. Every step column holds seconds or counts far below 2^53, so the float64 cells keep each
 value exactly, and :meth:`StepLog.columns` returns the same numbers a list of the tuples gives
 (int columns as int64).
+
+A log given a sink (:meth:`StepLog.stream_to`, e.g. simulator.step_stream.StepWriter) hands
+every packed block to it instead of keeping it, so a run writing its step table to a folder
+holds at most one block of rows (the sink holds one Parquet row group): at 10^7 requests
+the kept log would be ~3 GB.
 """
 
 from __future__ import annotations
@@ -44,12 +49,25 @@ class StepLog:
     """Step rows in packed blocks (module docstring): ``append`` a :class:`StepRecord`,
     ``len`` the rows so far, ``log[i]`` one row back, :meth:`columns` the table's columns."""
 
-    __slots__ = ("pending", "blocks", "packed")
+    __slots__ = ("pending", "blocks", "packed", "sink")
 
     def __init__(self) -> None:
         self.pending: list[StepRecord] = []  # rows not yet packed, < CHUNK
         self.blocks: list[np.ndarray] = []  # # [len(STEP_COLUMNS), CHUNK] float64 each
-        self.packed = 0  # rows in blocks
+        self.packed = 0  # rows in blocks (or handed to the sink)
+        self.sink = None  # when set: takes each packed block (module docstring)
+
+    def stream_to(self, sink) -> None:
+        """Hand every packed block, # [len(STEP_COLUMNS), rows] float64, to ``sink.add``
+        from now on (the log must be empty: rows are never split between the two)."""
+        if len(self):
+            raise ValueError(f"StepLog.stream_to: the log already holds {len(self)} rows")
+        self.sink = sink
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the packed rows went to a sink (then only the pending ones are held)."""
+        return self.sink is not None
 
     def append(self, row: StepRecord) -> None:
         pending = self.pending
@@ -60,7 +78,11 @@ class StepLog:
     def pack(self) -> None:
         """Move the pending rows into one float64 block (column-major)."""
         if self.pending:
-            self.blocks.append(np.array(self.pending, dtype=np.float64).T.copy())
+            block = np.array(self.pending, dtype=np.float64).T.copy()
+            if self.sink is not None:
+                self.sink.add(block)
+            else:
+                self.blocks.append(block)
             self.packed += len(self.pending)
             self.pending = []
 
@@ -75,6 +97,8 @@ class StepLog:
             raise IndexError(f"step {index} of a log of {size}")
         if i >= self.packed:
             return self.pending[i - self.packed]
+        if self.sink is not None:
+            raise IndexError(f"step {index}: streamed to the log's sink (its table's file)")
         for block in self.blocks:
             if i < block.shape[1]:
                 return StepRecord(*(float(v) if name in FLOAT_STEP_COLUMNS else int(v)
@@ -87,7 +111,9 @@ class StepLog:
 
         The columns are filled block by block, each block let go once copied, so the log
         and its table are never held twice (at 10^7 requests the log is gigabytes); the
-        log then holds them as its one block."""
+        log then holds them as its one block. A streamed log has no columns: its sink's."""
+        if self.sink is not None:
+            raise ValueError("StepLog.columns: the rows were streamed to the log's sink")
         self.pack()
         rows = self.packed
         columns = {name: np.empty(rows, dtype=np.float64 if name in FLOAT_STEP_COLUMNS

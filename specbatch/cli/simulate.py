@@ -21,7 +21,7 @@ import math
 import sys
 
 from specbatch.cli.common import add_json_flag, emit, example
-from specbatch.io import check_result_dir, jsonable, result_dir
+from specbatch.io import check_result_dir, jsonable
 from specbatch.simulator.config import (
     SimConfig,
     applied_k,
@@ -83,25 +83,30 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from specbatch.simulator.run import RESULT_FILES, config_identity, simulate
+    from specbatch.simulator.run import RESULT_FILES, config_identity, simulate, simulate_to
 
     overrides = {name: getattr(args, name) for name in specs()
                  if getattr(args, name) is not None}
     config, given = load_config_given(args.config, **overrides)
     check_settings_apply(config, given)
-    identity = config_identity(config)
-    if args.out:
-        check_result_dir(args.out, "simulate", identity, force=args.force, legacy=RESULT_FILES)
-    result = simulate(config, allow_partial=args.allow_partial, progress=not args.json)
-    for note in result.notes:
-        sys.stderr.write(f"note: {note}\n")
-    if args.out:
-        with result_dir(args.out, "simulate", identity, force=args.force,
-                        legacy=RESULT_FILES) as tmp:
-            result.write_files(tmp)
+    if args.out:  # the step table streams into the folder as the run goes
+        check_result_dir(args.out, "simulate", config_identity(config), force=args.force,
+                         legacy=RESULT_FILES)
+        result = simulate_to(args.out, config, force=args.force, flag="--out",
+                             allow_partial=args.allow_partial, progress=not args.json,
+                             on_result=print_notes)
+    else:
+        result = simulate(config, allow_partial=args.allow_partial, progress=not args.json)
+        print_notes(result)
     summary = jsonable(setting(config) | result.summary | {"cost_source": run_sources(config)})
     emit(summary, args.json, text=None if args.json else format_summary(summary, args.out))
     return 0
+
+
+def print_notes(result) -> None:
+    """The run's notes on stderr, one ``note:`` line each."""
+    for note in result.notes:
+        sys.stderr.write(f"note: {note}\n")
 
 
 def run_sources(config: SimConfig) -> dict:
