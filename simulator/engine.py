@@ -66,6 +66,7 @@ from specbatch.simulator.prefix import PrefixCache, prefix_groups
 from specbatch.simulator.state import (
     COMMITTED_ROWS,
     RECORD_ROWS,
+    FreshColumns,
     Records,
     Replica,
     Row,
@@ -152,14 +153,10 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
         self.check_plans = reference or not is_builtin(type(policy))
         self.observes = type(policy).observe is not Policy.observe  # skip the no-op feedback
         n = workload.n
-        # every request's state column at admission (uid, prompt, out, base, key; zeros else)
-        self.initial = np.zeros((len(Row), n), dtype=_I64)  # [len(Row), N]
-        self.initial[Row.UID] = np.arange(n)
-        self.initial[Row.PROMPT] = workload.prompt_len
-        self.initial[Row.FILL] = workload.prompt_len
-        self.initial[Row.OUT] = workload.output_len
-        self.initial[Row.BASE] = workload.row_base
-        self.initial[Row.KEY] = self.keys.view(_I64)
+        # every request's state column at admission (uid, prompt, out, base, key; zeros
+        # else): # [len(Row), N], read from the workload's arrays rather than held
+        self.initial = FreshColumns(workload.prompt_len, workload.output_len, workload.row_base,
+                                    self.keys)
         self.counts = np.zeros((len(RECORD_ROWS), n), dtype=_I64)  # [5, N] RECORD_ROWS
         self.rec = Records(
             replica=np.full(n, -1, dtype=_I64), first_token=np.full(n, np.nan),

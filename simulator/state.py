@@ -170,6 +170,55 @@ def check_layout() -> None:
 check_layout()
 
 
+class FreshColumns:
+    """Every request's state column at admission, # [len(Row), N] as a read-only matrix
+    (UID, PROMPT, FILL = prompt, OUT, BASE, KEY; the other rows 0), built on demand from the
+    workload's arrays # [N] instead of held: the matrix costs 104 bytes a request (1 GB at
+    10^7 requests) and repeats those arrays. It answers the two reads the composers make,
+    ``take(uids, axis=1)`` and ``[:, u:u + 1]``, with the columns the matrix would give
+    (fresh int64 arrays the caller may write; tests/simulator/test_state.py checks them
+    against the matrix)."""
+
+    __slots__ = ("prompt", "out", "base", "key", "n")
+
+    def __init__(self, prompt: np.ndarray, out: np.ndarray, base: np.ndarray,
+                 key: np.ndarray) -> None:
+        self.prompt, self.out, self.base = prompt, out, base  # [N] int each
+        self.key = key.view(np.int64) if key.dtype == np.uint64 else key  # [N] stream keys
+        self.n = int(prompt.shape[0])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(Row), self.n
+
+    def take(self, uids, axis: int = 1) -> np.ndarray:
+        """The columns of requests ``uids`` (a sequence of ints)  # [len(Row), len(uids)]."""
+        if axis != 1:
+            raise ValueError(f"FreshColumns.take: columns only (axis=1), got axis={axis}")
+        u = np.asarray(uids, dtype=np.int64)
+        new = np.zeros((len(Row), u.shape[0]), dtype=np.int64)
+        new[_UID_ROW] = u
+        new[_PROMPT_ROW] = new[_FILL_ROW] = self.prompt.take(u)
+        new[_OUT_ROW] = self.out.take(u)
+        new[_BASE_ROW] = self.base.take(u)
+        new[_KEY_ROW] = self.key.take(u)
+        return new
+
+    def __getitem__(self, index: tuple[slice, slice | int]) -> np.ndarray:
+        """``[:, a:b]``: the columns of requests a..b−1 # [len(Row), b − a];
+        ``[:, u]``: request u's column # [len(Row)]."""
+        rows, cols = index if isinstance(index, tuple) and len(index) == 2 else (None, None)
+        if rows == slice(None) and isinstance(cols, (int, np.integer)) and 0 <= cols < self.n:
+            return self.take([int(cols)])[:, 0]
+        if rows != slice(None) or not isinstance(cols, slice) or cols.step not in (None, 1):
+            raise TypeError(f"FreshColumns: only [:, a:b] and [:, u] read columns, got {index!r}")
+        return self.take(range(*cols.indices(self.n)))
+
+
+_UID_ROW, _PROMPT_ROW, _FILL_ROW = int(Row.UID), int(Row.PROMPT), int(Row.FILL)
+_OUT_ROW, _BASE_ROW, _KEY_ROW = int(Row.OUT), int(Row.BASE), int(Row.KEY)
+
+
 class Replica:
     """One engine copy. The running batch is one int64 matrix ``state`` # [len(Row), n]
     whose rows are the per-request fields (:class:`Row`: ``rep.state[Row.POS]`` is every

@@ -45,14 +45,15 @@ class StepWriter:
     """A :class:`~simulator.steplog.StepLog` sink writing the step table to ``path``
     (module docstring). ``add`` a packed block # [len(STEP_COLUMNS), rows] float64; ``close``
     writes the rest and returns the table's :class:`StepTotals`. ``row_group_rows``: rows
-    per row group (tests use small ones; the file then matches ``to_parquet(...,
-    row_group_size=row_group_rows)``)."""
+    per row group, default :data:`ROW_GROUP_ROWS` (tests use small ones; the file then
+    matches ``to_parquet(..., row_group_size=row_group_rows)``)."""
 
-    def __init__(self, path: str | os.PathLike, row_group_rows: int = ROW_GROUP_ROWS) -> None:
-        if row_group_rows < 1:
-            raise ValueError(f"StepWriter: row_group_rows must be >= 1, got {row_group_rows}")
+    def __init__(self, path: str | os.PathLike, row_group_rows: int | None = None) -> None:
+        rows = ROW_GROUP_ROWS if row_group_rows is None else row_group_rows
+        if rows < 1:
+            raise ValueError(f"StepWriter: row_group_rows must be >= 1, got {rows}")
         self.path = Path(path)
-        self.row_group_rows = int(row_group_rows)
+        self.row_group_rows = int(rows)
         self.blocks: list[np.ndarray] = []  # packed blocks not yet written, < one row group
         self.buffered = 0  # rows in them
         self.rows = 0  # rows written
