@@ -71,17 +71,35 @@ class StepWriter:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        joined = np.concatenate(self.blocks, axis=1) if len(self.blocks) > 1 else self.blocks[0]
-        self.blocks = [joined[:, rows:]] if joined.shape[1] > rows else []
-        self.buffered = joined.shape[1] - rows
-        group = joined[:, :rows]  # [len(STEP_COLUMNS), rows]
-        del joined
-        frame = pd.DataFrame(add_schedule_columns(typed_columns(group)), copy=False)
-        table = pa.Table.from_pandas(frame, preserve_index=False)
+        frame = pd.DataFrame(add_schedule_columns(self.take_columns(rows)), copy=False)
+        table = pa.Table.from_pandas(frame, preserve_index=False)  # the frame's arrays
         if self.writer is None:
             self.writer = pq.ParquetWriter(self.path, table.schema, compression=COMPRESSION)
         self.writer.write_table(table, row_group_size=rows)
         self.rows += rows
+
+    def take_columns(self, rows: int) -> dict[str, np.ndarray]:
+        """The first ``rows`` buffered rows as typed step columns # [rows] (float64 seconds,
+        int64 counts: exact, simulator.steplog), each block let go once copied so that the
+        group is not held twice; a block's rows past ``rows`` stay buffered."""
+        columns = {name: np.empty(rows, dtype=np.float64 if name in FLOAT_STEP_COLUMNS
+                                  else np.int64) for name in STEP_COLUMNS}
+        blocks, self.blocks = self.blocks, []
+        blocks.reverse()
+        start = 0
+        while start < rows:
+            block = blocks.pop()  # [len(STEP_COLUMNS), r], the oldest first
+            used = min(block.shape[1], rows - start)
+            for i, column in enumerate(columns.values()):
+                column[start:start + used] = block[i, :used]
+            if used < block.shape[1]:
+                blocks.append(block[:, used:])
+            start += used
+            del block
+        blocks.reverse()
+        self.blocks = blocks
+        self.buffered -= rows
+        return columns
 
     def close(self) -> StepTotals:
         """Write the buffered rows, close the file, and return its :class:`StepTotals`."""
@@ -100,13 +118,6 @@ class StepWriter:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
-
-
-def typed_columns(block: np.ndarray) -> dict[str, np.ndarray]:
-    """The step columns # [rows] of a packed block: float64 seconds, int64 counts (exact:
-    simulator.steplog)."""
-    return {name: (block[i].copy() if name in FLOAT_STEP_COLUMNS else block[i].astype(np.int64))
-            for i, name in enumerate(STEP_COLUMNS)}
 
 
 def file_step_totals(path: str | os.PathLike) -> StepTotals:
