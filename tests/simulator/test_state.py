@@ -28,7 +28,9 @@ def test_fresh_columns_read_as_the_held_matrix():
     for uids in ([], [3], [8, 0, 8, 2], list(range(n))):
         got = fresh.take(uids, axis=1)
         assert got.dtype == np.int64 and np.array_equal(got, want.take(uids, axis=1))
-    assert np.array_equal(fresh[:, 2:5], want[:, 2:5]) and np.array_equal(fresh[:, 7], want[:, 7])
+    for a, b in ((2, 5), (4, 5), (8, 9), (0, n), (5, 5), (7, 99)):
+        assert np.array_equal(fresh[:, a:b], want[:, a:b]), (a, b)
+    assert np.array_equal(fresh[:, 7], want[:, 7]) and np.array_equal(fresh.column(3), want[:, 3:4])
     col = fresh[:, 4:5]
     col[Row.POS] = 5  # a fresh array: writing it changes no later read
     assert fresh[:, 4:5][Row.POS, 0] == 0
