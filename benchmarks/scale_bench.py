@@ -17,11 +17,15 @@ implementation that copied every wrapped position's trace row needed ~55 KB per 
 these lengths, 5.8 GB for 10^5; more would take the machine's memory) under an
 address-space cap, and prints the ratios of the two in the same run.
 
+``--sample-s S`` also samples each run's RSS, CPU seconds and finished requests every S
+seconds (its progress bar), and ``--time-limit-s T`` stops a run after T wall seconds: a run
+too long for the machine still shows its memory over time and its CPU per finished request.
+
 Usage: .venv/bin/python benchmarks/scale_bench.py [--sizes 10000,100000,1000000] [--huge]
-       [--baseline DIR] [--json]
-``--huge`` adds 10^7 requests (hours of CPU at ~0.1-0.3 ms a request; several GB: the
-step table, ~2.5 steps a request at 112 bytes each, and the per-request arrays are held
-until the tables are written).
+       [--baseline DIR] [--sample-s S] [--time-limit-s T] [--json]
+``--huge`` adds 10^7 requests (~1 h of CPU at ~0.37 ms a request; the step table, ~2.6
+steps a request, streams to steps.parquet one row group at a time, simulator.step_stream, so
+what the run holds is ~150 bytes a request of workload and result arrays).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -92,10 +97,17 @@ raise SystemExit(rc)
 
 
 def run_cli(args: list[str], python_path: Path | None = None,
-            max_bytes: int | None = None) -> dict:
-    """One ``specbatch ARGS --json`` process (``python_path``: import specbatch from there;
+            max_bytes: int | None = None, sample_s: float | None = None,
+            time_limit_s: float | None = None) -> dict:
+    """One ``specbatch ARGS`` process (``python_path``: import specbatch from there;
     ``max_bytes``: its address-space cap). Returns rc, wall_s, cpu_s, rss_mib (its own peak),
-    tokens and tokens_per_s (per wall second) and tokens_per_cpu_s, or an error line."""
+    tokens and tokens_per_s (per wall second) and tokens_per_cpu_s, or an error line.
+
+    sample_s: also read the child's RSS, CPU seconds and finished requests (its progress
+    bar, so the run is then not ``--json``: the tokens come from its ``--out`` summary.json)
+    every so many seconds, as ``samples`` rows (wall_s, rss_mib, cpu_s, finished).
+    time_limit_s: stop the child after so many wall seconds (``partial``: true; the samples
+    say how far it got)."""
     env = dict(os.environ, SPECBATCH_ALLOW_LARGE="1")
     if python_path is not None:
         env["PYTHONPATH"] = str(python_path)
@@ -104,20 +116,62 @@ def run_cli(args: list[str], python_path: Path | None = None,
         if max_bytes is not None:
             resource.setrlimit(resource.RLIMIT_AS, (max_bytes, max_bytes))
 
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CHILD, *args, "--json"], env=env,
-                          capture_output=True, text=True, preexec_fn=cap, check=False)
-    row: dict = {"rc": proc.returncode, "wall_s": time.perf_counter() - start}
-    lines = proc.stderr.strip().splitlines()
+    flags = [] if sample_s else ["--json"]
+    row: dict = {}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, *args, *flags], env=env,
+                                stdout=out, stderr=err, text=True, preexec_fn=cap)
+        samples = []
+        while True:
+            try:
+                proc.wait(timeout=sample_s or time_limit_s)
+                break
+            except subprocess.TimeoutExpired:
+                wall = time.perf_counter() - start
+                if sample_s:
+                    samples.append(sample(proc.pid, wall, err))
+                if time_limit_s is not None and wall >= time_limit_s:
+                    proc.kill()
+                    proc.wait()
+                    row["partial"] = True
+                    break
+        row.update(rc=proc.returncode, wall_s=time.perf_counter() - start)
+        if sample_s:
+            row["samples"] = samples
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    lines = stderr.strip().splitlines()
     if lines and lines[-1].startswith("RUSAGE "):
         row.update(json.loads(lines.pop()[len("RUSAGE "):]))
     if proc.returncode == 0:
-        row["tokens"] = json.loads(proc.stdout)["tokens"]
+        summary = (json.loads(stdout) if not sample_s
+                   else json.loads((Path(args[args.index("--out") + 1]) / "summary.json")
+                                   .read_text()))
+        row["tokens"] = summary["tokens"]
         row["tokens_per_s"] = row["tokens"] / row["wall_s"]
         row["tokens_per_cpu_s"] = row["tokens"] / row["cpu_s"]
     else:
-        row["error"] = lines[-1] if lines else f"killed (exit status {proc.returncode})"
+        row["error"] = (lines[-1][-200:] if lines and not row.get("partial")
+                        else f"stopped after {time_limit_s} s" if row.get("partial")
+                        else f"killed (exit status {proc.returncode})")
     return row
+
+
+def sample(pid: int, wall: float, err) -> dict:
+    """The child's RSS (MiB), CPU seconds and finished requests (the last count of its
+    progress bar on stderr, 0 before the first) now."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    rss = next((int(line.split()[1]) / 1024 for line in status.splitlines()
+                if line.startswith("VmRSS")), 0.0)
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    size = err.seek(0, os.SEEK_END)
+    err.seek(max(0, size - 4096))
+    counts = re.findall(r"(\d+)/\d+ \[", err.read())
+    return {"wall_s": round(wall, 1), "rss_mib": round(rss, 1), "cpu_s": cpu,
+            "finished": int(counts[-1]) if counts else 0}
 
 
 def simulate_args(csv: Path, n: int, out: Path) -> list[str]:
@@ -137,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-max-gib", type=float, default=8.0,
                         help="address-space cap of a baseline run")
     parser.add_argument("--work", type=Path, default=None, help="folder for workloads/results")
+    parser.add_argument("--sample-s", type=float, default=None,
+                        help="sample each run's RSS, CPU and finished requests this often")
+    parser.add_argument("--time-limit-s", type=float, default=None,
+                        help="stop a run after this many wall seconds (reported as partial)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -150,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         csv = work / f"workload-{n}.csv"
         if not csv.exists():
             write_workload(csv, n, args.rate)
-        row = {"requests": n, "this": run_cli(simulate_args(csv, n, work / f"out-{n}"))}
+        row = {"requests": n, "this": run_cli(simulate_args(csv, n, work / f"out-{n}"),
+                                              sample_s=args.sample_s,
+                                              time_limit_s=args.time_limit_s)}
         if "cpu_s" in row["this"]:
             row["this"]["cpu_us_per_request"] = 1e6 * row["this"]["cpu_s"] / n
         if base_path is not None and n <= args.baseline_max_requests:
@@ -171,6 +231,11 @@ def _line(row: dict) -> str:
     def cell(r: dict | None) -> str:
         if r is None:
             return f"{'-':>30}"
+        if r.get("partial") and r.get("samples"):
+            last = r["samples"][-1]
+            peak = max(x["rss_mib"] for x in r["samples"])
+            return (f"stopped at {r['wall_s']:.0f} s: {last['finished']:,} finished, "
+                    f"{last['cpu_s']:.0f} CPU s, sampled peak {peak:.0f} MiB")
         if r.get("rc") != 0:
             return f"{'failed: ' + str(r.get('error'))[:40]:>30}"
         return (f"{r['wall_s']:>7.1f} s ({r['cpu_s']:>6.1f} CPU s, "
