@@ -37,3 +37,14 @@ def test_scale_bench_measures_each_run_in_its_own_process(tmp_path, capsys):
     assert this["rss_mib"] > 0 and this["cpu_s"] > 0
     assert this["cpu_us_per_request"] == 1e6 * this["cpu_s"] / 300
     assert (tmp_path / "out-300" / "steps.parquet").is_file()
+
+
+def test_a_sample_reads_rss_cpu_and_the_progress_bar_s_last_count(tmp_path):
+    import os
+
+    with open(tmp_path / "err", "w+") as err:
+        err.write("simulate:   1%|  | 51100/10000000 [01:37<5:27:09]\rsimulate:   1%|  | "
+                  "51208/10000000 [01:38<5:31:32]")
+        got = load().sample(os.getpid(), 12.34, err)
+    assert got["finished"] == 51208 and got["wall_s"] == 12.3
+    assert got["rss_mib"] > 10 and got["cpu_s"] > 0
