@@ -121,14 +121,24 @@ class StepWriter:
 
 
 def file_step_totals(path: str | os.PathLike) -> StepTotals:
-    """:class:`StepTotals` of a written step table, reading one summed column at a time
-    (each whole, so its sum is the in-memory table's; module docstring)."""
+    """:class:`StepTotals` of a written step table: each summed column is read whole into one
+    array # [rows], row group by row group (no second copy of it), and summed as the
+    in-memory table's column is (pandas' ``Series.sum``: numpy's pairwise sum of the same
+    contiguous float64 values, so the same float)."""
     import pyarrow.parquet as pq
 
-    rows = pq.ParquetFile(path).metadata.num_rows
+    file = pq.ParquetFile(path)
+    rows = file.metadata.num_rows
     sums = {}
-    for name in SUMMED_STEP_COLUMNS:  # one column # [rows] held at a time
-        sums[name] = float(pd.read_parquet(path, columns=[name])[name].sum())
+    for name in SUMMED_STEP_COLUMNS:  # one column held at a time
+        column = np.empty(rows, dtype=np.float64)
+        start = 0
+        for group in range(file.metadata.num_row_groups):
+            part = file.read_row_group(group, columns=[name]).column(0).to_numpy()
+            column[start:start + part.shape[0]] = part
+            start += part.shape[0]
+        sums[name] = float(pd.Series(column, copy=False).sum())
+        del column
     return StepTotals(steps=int(rows), **sums)
 
 
