@@ -2,7 +2,7 @@
 
 A run of 10^7 requests makes ~2.6 × 10^7 engine steps; held whole until the end, its step
 log and table cost ~0.7 KB a request (the packed log, its columns, the two schedule columns).
-:class:`StepWriter` is the :class:`~simulator.steplog.StepLog` sink a run writing to a
+:class:`StepWriter` is the :class:`~simulator.engine.steplog.StepLog` sink a run writing to a
 folder uses (``simulate --out``; simulator.run.simulate_to): it gathers the log's packed
 blocks until it has one row group of :data:`ROW_GROUP_ROWS` rows, types that group's columns
 as :func:`simulator.metrics.step_table` does (int64 counts, float64 seconds, then the
@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from specbatch.simulator.engine.request_state import FLOAT_STEP_COLUMNS, STEP_COLUMNS
 from specbatch.simulator.metrics import (
     SUMMED_STEP_COLUMNS,
     StepTotals,
@@ -32,17 +33,16 @@ from specbatch.simulator.metrics import (
     step_frame,
     step_totals,
 )
-from specbatch.simulator.state import FLOAT_STEP_COLUMNS, STEP_COLUMNS
 
 #: Rows of one row group: pyarrow's ``write_table`` default (its max_row_group_length),
-#: which ``DataFrame.to_parquet`` uses; a multiple of simulator.steplog.CHUNK.
+#: which ``DataFrame.to_parquet`` uses; a multiple of simulator.engine.steplog.CHUNK.
 ROW_GROUP_ROWS = 1024 * 1024
 #: The compression ``DataFrame.to_parquet`` applies by default.
 COMPRESSION = "snappy"
 
 
 class StepWriter:
-    """A :class:`~simulator.steplog.StepLog` sink writing the step table to ``path``
+    """A :class:`~simulator.engine.steplog.StepLog` sink writing the step table to ``path``
     (module docstring). ``add`` a packed block # [len(STEP_COLUMNS), rows] float64; ``close``
     writes the rest and returns the table's :class:`StepTotals`. ``row_group_rows``: rows
     per row group, default :data:`ROW_GROUP_ROWS` (tests use small ones; the file then
@@ -80,7 +80,7 @@ class StepWriter:
 
     def take_columns(self, rows: int) -> dict[str, np.ndarray]:
         """The first ``rows`` buffered rows as typed step columns # [rows] (float64 seconds,
-        int64 counts: exact, simulator.steplog), each block let go once copied so that the
+        int64 counts: exact, simulator.engine.steplog), each block let go once copied so that the
         group is not held twice; a block's rows past ``rows`` stay buffered."""
         columns = {name: np.empty(rows, dtype=np.float64 if name in FLOAT_STEP_COLUMNS
                                   else np.int64) for name in STEP_COLUMNS}
@@ -143,7 +143,7 @@ def file_step_totals(path: str | os.PathLike) -> StepTotals:
 
 
 class DropSteps:
-    """A :class:`~simulator.steplog.StepLog` sink that keeps no step: for a run whose step
+    """A :class:`~simulator.engine.steplog.StepLog` sink that keeps no step: for a run whose step
     table nobody reads (``speedup``'s ``ar`` run: only its makespan is used)."""
 
     def add(self, block: np.ndarray) -> None:

@@ -7,13 +7,14 @@ import os
 import pandas as pd
 import pytest
 
-from specbatch.simulator import step_stream, steplog
-from specbatch.simulator.config import load_config
+from specbatch.simulator import step_stream
+from specbatch.simulator.config.sim_config import load_config
+from specbatch.simulator.engine import steplog
+from specbatch.simulator.engine.steplog import StepLog
 from specbatch.simulator.metrics import add_schedule_columns, step_frame, step_totals
 from specbatch.simulator.run import simulate, simulate_to
 from specbatch.simulator.step_stream import StepWriter
-from specbatch.simulator.steplog import StepLog
-from tests.simulator.test_steplog import records
+from tests.simulator.engine.test_steplog import records
 
 NAMES = ("requests.parquet", "steps.parquet", "summary.json", "config.toml")
 
