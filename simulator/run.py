@@ -230,9 +230,10 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     if trace is None:
         trace = load_trace(config, allow_partial)
     trace = acceptance_trace(trace, config.acceptance)  # trace replay, or a model fitted to it
+    streamed = steps_file is not None
     check_simulation("config", config.requests or trace.n_requests,
                      trace.n_rows / max(1, trace.n_requests), config.max_num_seqs,
-                     config.replicas)
+                     config.replicas, streamed)
     calibration, held_out = None, ()
     split = pk.applied_split(config)
     if split:  # held-out requests calibrate; the others are replayed
@@ -242,7 +243,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     workload = build_workload(config, trace)
     check_memory("config", simulation_bytes(
         workload.n, float(workload.output_len.mean()) if workload.n else 0.0,
-        config.max_num_seqs, config.replicas), "simulate fewer or shorter requests")
+        config.max_num_seqs, config.replicas, streamed), "simulate fewer or shorter requests")
     if calibration is not None:  # trace_index names the request in the whole trace
         workload = dataclasses.replace(workload, trace_index=replayed[workload.trace_index])
     workload = cap_workload(config, workload)
@@ -289,7 +290,6 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     run_notes = policy.run_notes if defines(policy, "run_notes") else None
     notes = (workload.notes + drafter_notes(config, trace) + weight_bits_notes(config, trace)
              + verify_notes(config) + split_notes(config, held_out))
-    streamed = writer is not None
     return SimResult(config=config, requests=requests, step_table=None if streamed else steps,
                      summary=summary, notes=notes + (run_notes(config, cost) if run_notes else ()),
                      steps_file=Path(steps_file) if streamed else None)

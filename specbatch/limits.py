@@ -171,7 +171,8 @@ def trace_bytes(requests: int, positions_per_request: float, depth: int) -> floa
     return 2.0 * requests * max(1.0, positions_per_request) * (6 * depth + 4) * 8
 
 
-def simulation_bytes(requests: int, output_len: float, batch: int, replicas: int = 1) -> float:
+def simulation_bytes(requests: int, output_len: float, batch: int, replicas: int = 1,
+                     streamed: bool = False) -> float:
     """Rough peak memory of one simulation: per request ~1 KiB (its state and record columns,
     its row of the request table and the table's Parquet copy) plus its share of the step
     rows, at most one step per output token over a batch of ``batch`` requests (the packed
@@ -179,20 +180,27 @@ def simulation_bytes(requests: int, output_len: float, batch: int, replicas: int
 
     Measured: 10^6 requests of an imported workload with outputs of 8-256 tokens at batch 64
     peaked at 1.16 GB (~1 KB per request over a ~200 MB process); simulated positions are
-    never materialised (simulator.workload.arrivals), so the trace's size does not scale with it."""
+    never materialised (simulator.workload.arrivals), so the trace's size does not scale with it.
+
+    streamed: the step table is written to a file one row group at a time as the run goes
+    (``simulate --out``, simulator.step_stream): then ~256 B a request (its workload and
+    result arrays, the summary's temporaries) over a fixed 512 MiB (the process, the trace,
+    one row group being written)."""
+    if streamed:
+        return requests * 256.0 + 512.0 * 2**20 + 64.0 * replicas
     steps_per_request = max(1.0, output_len) / max(1, batch)
     return requests * (1024.0 + 320.0 * steps_per_request) + 64.0 * replicas
 
 
 def check_simulation(what: str, requests: int, output_len: float, batch: int,
-                     replicas: int = 1) -> None:
+                     replicas: int = 1, streamed: bool = False) -> None:
     """Refuse a simulation of more than :data:`MAX_SIMULATED_REQUESTS` requests or
     :data:`MAX_REPLICAS` replicas, or whose :func:`simulation_bytes` exceed the memory limit."""
     check_size(f"{what}: field requests", requests, MAX_SIMULATED_REQUESTS,
                "simulated requests", "simulate fewer requests")
     check_size(f"{what}: field replicas", replicas, MAX_REPLICAS, "replicas",
                "simulate fewer replicas")
-    check_memory(what, simulation_bytes(requests, output_len, batch, replicas),
+    check_memory(what, simulation_bytes(requests, output_len, batch, replicas, streamed),
                  "simulate fewer requests")
 
 
