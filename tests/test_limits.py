@@ -69,7 +69,8 @@ def test_simulation_estimate_counts_steps_per_batch():
 
 def test_a_streamed_simulation_is_estimated_without_its_step_table():
     """simulate --out streams the step table: 10^7 requests (outputs 8-256, mean 132) are
-    estimated under the 4 GB they are measured to need, the held table far above it."""
+    estimated under the 4 GB goal (the run's end, measured on arrays of its sizes, peaks at
+    ~2 GB: docs/benchmarks.md), the held table far above it."""
     streamed = limits.simulation_bytes(10**7, 132, 64, streamed=True)
     assert streamed < 4e9 < limits.simulation_bytes(10**7, 132, 64)
     assert limits.simulation_bytes(10**6, 132, 64, streamed=True) < streamed
