@@ -115,7 +115,8 @@ class TreeTables:
 
     def uniforms_needed(self, rule: str) -> int:
         """Uniforms one verification reads: D·W decisions for specinfer, N for traversal."""
-        return self.max_depth * self.width if rule == "specinfer" else self.n_nodes
+        return rule_value(self, rule, {"specinfer": self.max_depth * self.width,
+                                     "traversal": self.n_nodes})
 
     def prefix_mask(self, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """# [n, N] the first ``counts[i]`` nodes of each row's confidence order, plus the
@@ -136,6 +137,8 @@ class TreeTables:
         eta # [n, uniforms_needed(rule)] the request's uniforms.  Returns # [n] int64."""
         if rule == "traversal":
             return self._tau_traversal(rows, eta)
+        if rule != "specinfer":
+            refuse_rule(self, rule, ("specinfer", "traversal"))
         idx = np.arange(rows.shape[0])
         accept = self.accept[rows]  # [n, N]
 
@@ -156,6 +159,20 @@ class TreeTables:
         pred_kept = mask[:, np.maximum(self.pred, 0)]
         ok = ~mask[:, 1:] | pred_kept[:, 1:]
         return mask[:, 0] & ok.all(axis=1)
+
+
+def rule_value(tables, rule: str, values: dict) -> int:
+    """``values[rule]``, or the one-line refusal of a rule ``tables`` does not replay."""
+    got = values.get(rule)
+    if got is None:
+        refuse_rule(tables, rule, tuple(values))
+    return got
+
+
+def refuse_rule(tables, rule: str, replayed: tuple) -> None:
+    """A rule a replay class does not replay is an error, never another rule's walk."""
+    raise SpecbatchError(f"verify: {type(tables).__name__} replays {', '.join(replayed)}, "
+                         f"got {rule!r}")
 
 
 def rrs_walk(draws, eta: np.ndarray, max_depth: int, width: int) -> np.ndarray:
@@ -237,6 +254,9 @@ def tau_reference(stats, rule: str, kept: set, eta: list) -> int:
     :meth:`~simulator.replay.trie.TrieTables.tau` from a row's
     :class:`~specbatch.theory.trees.stats.TreeStats`: ``kept`` the verified node ids (root
     included), ``eta`` the request's uniforms (gbv: uniform d at depth d)."""
+    if rule not in ("specinfer", "traversal", "gbv"):
+        raise SpecbatchError(f"verify: tau_reference replays specinfer, traversal, gbv, "
+                             f"got {rule!r}")
     if rule == "gbv":
         tau = 0
         for u in sorted((u for u, h in enumerate(stats.gbv_h) if h is not None),

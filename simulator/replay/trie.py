@@ -15,21 +15,22 @@ the draws, so no per-node selection replays):
 
 :class:`TrieTables` has the interface the engine and the tree policies read from
 :class:`~simulator.replay.tree.TreeTables` (``tau``, ``uniforms_needed``, ``widths``,
-``max_depth``, ``drafted``, ``nodes``, ``prefix_mask``), with per-row structure; its twin is
-:func:`simulator.replay.tree.tau_reference`. :func:`tables_for` picks the class of a trace.
+``max_depth``, ``drafted``, ``nodes``, ``prefix_mask``: :class:`simulator.replay.interface.TreeReplay`),
+with per-row structure; its twin is :func:`simulator.replay.tree.tau_reference`.
+:func:`tree_tables_for` picks the class of a trace.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from specbatch.simulator.replay.tree import TreeTables, rrs_walk
+from specbatch.simulator.replay.tree import TreeTables, refuse_rule, rrs_walk, rule_value
 from specbatch.theory.trees.stats import post_order
 
 _I64 = np.int64
 
 
-def tables_for(trace) -> TreeTables | TrieTables:
+def tree_tables_for(trace) -> TreeTables | TrieTables:
     """The replay tables of a tree trace: :class:`TrieTables` for path tries, else
     :class:`TreeTables` (which refuses a chain trace in one line)."""
     tree = getattr(trace, "tree", None)
@@ -94,8 +95,8 @@ class TrieTables:
 
     def uniforms_needed(self, rule: str) -> int:
         """L·W for specinfer, N for traversal, L + 1 for gbv."""
-        return {"specinfer": self.max_depth * self.width, "traversal": self.n_nodes,
-                "gbv": self.max_depth + 1}[rule]
+        return rule_value(self, rule, {"specinfer": self.max_depth * self.width,
+                                     "traversal": self.n_nodes, "gbv": self.max_depth + 1})
 
     def prefix_mask(self, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """# [n, N] the root and nodes 1..counts[i] of each row (the whole trie when counts
@@ -117,6 +118,8 @@ class TrieTables:
                                                                    np.maximum(post, 0)])
             first = np.argmax(hit, axis=1)  # the root's number is 1: a hit always exists
             return self.depth[rows, post[idx, first]]
+        if rule != "specinfer":
+            refuse_rule(self, rule, ("specinfer", "traversal", "gbv"))
 
         def draws(cur: np.ndarray) -> tuple:
             kids = self.kids[rows, cur]  # [n, W]
