@@ -14,8 +14,9 @@ protocol (tests/simulator/replay/test_rules.py checks members and ``tau``'s para
   per trace shared by every tree rule, so the rule is ``tau``'s first argument:
   ``tau(rule, rows, mask, eta)``: request i verifies the node set ``mask[i]`` # [N] bool (root
   included) of row ``rows[i]``'s recorded tree, reading ``eta[i, :uniforms_needed(rule)]``;
-  returns τ # [n] int64, the accepted depth. A tree verifies a *node set*. A rule the class
-  does not replay is a SpecbatchError, never another rule's walk.
+  returns τ # [n] int64, the accepted depth. A tree verifies a *node set*. The class's
+  ``REPLAYS`` maps each rule it replays to its method; any other rule is a SpecbatchError,
+  never another rule's walk.
 
 Both draw η from the same counter-based streams (:func:`simulator.replay.chain.uniforms`),
 so every policy faces the same coins (common random numbers).
@@ -23,7 +24,7 @@ so every policy faces the same coins (common random numbers).
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -46,11 +47,14 @@ class TreeReplay(Protocol):
     """A tree trace's replay tables, read by the engine and the tree policies (module
     docstring).
 
+    REPLAYS:    rule -> the name of the method replaying it (exactly the catalogue rows that
+                name the class)
     max_depth:  D, the deepest node (draft passes per request)
     widths:     # [D] query tokens of draft pass d per request
     drafted:    draft tokens per request (the whole tree less the root)
     """
 
+    REPLAYS: ClassVar[dict[str, str]]
     max_depth: int
     widths: np.ndarray
 

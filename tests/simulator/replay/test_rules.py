@@ -54,6 +54,7 @@ def traces(synth_trace_natural, trie_trace) -> dict:
 
 def test_one_row_per_rule_with_its_kind_cost_and_scan():
     assert names() == ("token", "block", "specinfer", "traversal", "gbv")
+    assert names(kind="chain") == reference.RULES  # theory's verify functions take these
     assert len(set(names())) == len(CATALOGUE)
     assert names(kind="chain") == ("token", "block") and names(tree=True) == names(kind="tree")
     for row in CATALOGUE:
@@ -82,6 +83,8 @@ def test_each_class_replays_exactly_the_rules_that_name_it(cls, traces):
     trace = traces[cls]
     mine = [row for row in CATALOGUE if cls in row.replay_classes()]
     assert mine, f"no row names {cls.__name__}"
+    if cls is not VerifyTables:
+        assert list(cls.REPLAYS) == [row.name for row in mine]
     for row in CATALOGUE:
         if row in mine:
             tables = tables_for(trace, row.name)
