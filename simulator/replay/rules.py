@@ -2,7 +2,7 @@
 
 A rule (the ``verify`` field) decides how a verified draft turns into τ accepted tokens. Each
 row says whether it verifies chains or trees, which replay classes realise it on a trace's
-recorded numbers (:mod:`simulator.replay.interface`), how the rejection sampler's seconds
+recorded numbers (:mod:`simulator.replay.protocols`), how the rejection sampler's seconds
 price it (the key of :class:`simulator.cost.verify_cost.VerifyCost`), whether it is lossless
 (THEORY.md §4; pinned by exact enumeration in tests/simulator/replay/test_rules.py) and the
 theory function the replay reproduces. Every former name list derives from :data:`CATALOGUE`:

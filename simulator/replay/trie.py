@@ -15,7 +15,7 @@ the draws, so no per-node selection replays):
 
 :class:`TrieTables` has the interface the engine and the tree policies read from
 :class:`~simulator.replay.tree.TreeTables` (``tau``, ``uniforms_needed``, ``widths``,
-``max_depth``, ``drafted``, ``nodes``, ``prefix_mask``: :class:`simulator.replay.interface.TreeReplay`),
+``max_depth``, ``drafted``, ``nodes``, ``prefix_mask``: :class:`simulator.replay.protocols.TreeReplay`),
 with per-row structure; its twin is :func:`simulator.replay.tree.tau_reference`.
 :func:`tree_tables_for` picks the class of a trace.
 """

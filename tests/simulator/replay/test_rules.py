@@ -20,7 +20,7 @@ from specbatch.simulator.replay.chain import (
     true_gains,
     uniforms,
 )
-from specbatch.simulator.replay.interface import ChainReplay, TreeReplay
+from specbatch.simulator.replay.protocols import ChainReplay, TreeReplay
 from specbatch.simulator.replay.rules import CATALOGUE, SAMPLER_COSTS, names, rule_entry, tables_for
 from specbatch.simulator.replay.tree import TreeTables, tau_reference
 from specbatch.simulator.replay.trie import TrieTables
