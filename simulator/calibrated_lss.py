@@ -146,6 +146,7 @@ def fitted_attention(gpu: str) -> AttentionLaw:
 SERVING = {"kv_prefill": (0, 2048), "n_decode": (16, 256), "kv_decode": (256, 4096)}
 
 
+@functools.lru_cache(maxsize=4)
 def attention_check(gpu: str) -> dict:
     """The fitted law's error on every bundled attention table of ``gpu``: per (model, tp)
     and regime, the MAPE over rows and the time-weighted error Σ(t̂ − t) / Σt, over the whole
