@@ -299,6 +299,18 @@ class LssPricer:
     def split(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0) -> dict:
         return self.parts(n, sq, skv, sqkv, sqq)
 
+    def cell_check(self) -> dict:
+        """Error of the cell's interpolation in tokens: the layers(Q) sum at each interior
+        measured token count left out and interpolated from its two neighbours."""
+        grid = next(iter(self.modules.values()))[0]
+        secs = np.array([self.layers(float(q)) for q in grid])  # [G]
+        pred = secs[:-2] + (secs[2:] - secs[:-2]) * (grid[1:-1] - grid[:-2]) / (
+            grid[2:] - grid[:-2])
+        err = pred / secs[1:-1] - 1  # [G - 2]
+        return {"mape": round(float(np.abs(err).mean()), 4),
+                "mean_signed": round(float(err.mean()), 4), "rows": int(err.size),
+                "check": "each token count left out, interpolated from its neighbours"}
+
     def source(self) -> dict:
         """The source record of this role (simulator.calibrated's ``sources``)."""
         ps = self.profile
@@ -312,7 +324,7 @@ class LssPricer:
         return {"model": self.shape.name, "tp": self.tp,
                 "layers": {"source": "public per-layer profile cell"
                            + (", MoE block at E_touched(Q)" if self.moe else ""),
-                           "cell": cell},
+                           "cell": cell, "validated": self.cell_check()},
                 "attention": {"source": f"attention law fitted on {self.law.fitted_on}",
                               "validated": held or checks},
                 "allreduce": comm,

@@ -114,3 +114,5 @@ def test_sources_name_the_cell_and_the_held_out_attention_error():
     assert src["attention"]["source"] == "attention law fitted on rtxpro6000 llama-3.1-8b tp 1"
     assert all(v["held_out"] for v in src["attention"]["validated"].values())
     assert src["allreduce"] == {"source": "none (tp 1)"}
+    assert src["layers"]["validated"]["rows"] == 150  # 152 token counts, the ends kept
+    assert src["layers"]["validated"]["mape"] < 0.02
