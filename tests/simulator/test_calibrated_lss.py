@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.calibrated import CalibratedCost
@@ -116,3 +118,15 @@ def test_sources_name_the_cell_and_the_held_out_attention_error():
     assert src["allreduce"] == {"source": "none (tp 1)"}
     assert src["layers"]["validated"]["rows"] == 150  # 152 token counts, the ends kept
     assert src["layers"]["validated"]["mape"] < 0.02
+
+
+@given(st.lists(st.floats(1.0, 4096.0), min_size=2, max_size=6))
+@settings(max_examples=30, deadline=None)
+def test_more_tokens_never_cost_less(qs):
+    pricer = cost("rtxpro6000", get_shape(str(bundled_profiles()[
+        ("rtxpro6000", "qwen3-30b-a3b", 1)].config))).roles["target"]  # dense cell + MoE block
+    qs = sorted(qs)
+    layers = [pricer.layers(q) for q in qs]
+    heads = [pricer.head(q, 8.0) for q in qs]
+    assert all(a <= b for a, b in zip(layers, layers[1:]))
+    assert all(a <= b for a, b in zip(heads, heads[1:]))
