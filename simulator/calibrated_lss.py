@@ -39,8 +39,9 @@ tokens, c the cached tokens) is priced, as :mod:`simulator.calibrated` does else
 - ``launch``: the execution preset's floors, as :mod:`simulator.calibrated` (the profiles ran
   eager and time kernels, not launch gaps).
 
-A role whose (GPU, tp, shape) has no bundled cell, or a quantised draft, is refused with a
-one-line error: no law is fitted for other shapes on these GPUs.
+A dense role whose (GPU, tp, shape) has no bundled cell is priced from the GPU's nearest cell
+(:mod:`simulator.calibrated_transfer`); a MoE or MLA role without its own cell, or a quantised
+draft, is refused with a one-line error.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.calibrated_transfer import nearest_profile, transfer_check, transfer_curves
 from specbatch.traces.lss_profiles import bundled_profiles, read_profile
 from specbatch.traces.shapes import ModelShape, get_shape
 
@@ -228,6 +230,12 @@ class LssPricer:
         self.modules = {name: curve(rows, "tokens") for name, rows in dense.groupby("layer")}
         seq = read_profile(self.profile.files["per_sequence"], "per_sequence")
         self.per_seq = {name: curve(rows, "sequences") for name, rows in seq.groupby("layer")}
+        src = get_shape(str(self.profile.config))
+        self.transferred = not (same_layer(src, self.shape) and self.profile.tp == self.tp)
+        if self.transferred:  # a neighbour's cell (simulator.calibrated_transfer)
+            self.modules, self.per_seq = transfer_curves(self.modules, self.per_seq, src,
+                                                         self.profile.tp, self.shape, self.tp,
+                                                         self.hw)
         self.moe = None
         if self.shape.is_moe:
             if "moe" not in self.profile.files:
@@ -317,6 +325,14 @@ class LssPricer:
         """The source record of this role (simulator.calibrated's ``sources``)."""
         ps = self.profile
         cell = f"llmservingsim {ps.gpu} {ps.model} tp {ps.tp}"
+        layers = {"source": "public per-layer profile cell"
+                  + (", MoE block at E_touched(Q)" if self.moe else ""),
+                  "cell": cell, "validated": self.cell_check()}
+        if self.transferred:
+            cell += f" transferred to {self.shape.name} tp {self.tp}"
+            layers = {"source": "a profiled neighbour's cell scaled by roofline and byte "
+                                "ratios (simulator.calibrated_transfer)", "cell": cell,
+                      "validated": transfer_check(ps.gpu) or None}
         comm = ({"source": "none (tp 1)"} if self.tp == 1 else
                 {"source": f"ring all-reduce over the anchor's configured PCIe link "
                            f"({PCIE_LINK[0] / 1e9:g} GB/s, {PCIE_LINK[1] * 1e6:g} µs; not "
@@ -324,9 +340,7 @@ class LssPricer:
         checks = attention_check(ps.gpu)
         held = {k: v for k, v in checks.items() if v["held_out"]}
         return {"model": self.shape.name, "tp": self.tp,
-                "layers": {"source": "public per-layer profile cell"
-                           + (", MoE block at E_touched(Q)" if self.moe else ""),
-                           "cell": cell, "validated": self.cell_check()},
+                "layers": layers,
                 "attention": {"source": f"attention law fitted on {self.law.fitted_on}",
                               "validated": held or checks},
                 "allreduce": comm,
@@ -341,10 +355,13 @@ def lss_pricer(shape: ModelShape, tp: int, hw, launch: tuple[float, float], cons
         raise SpecbatchError(f"cost 'calibrated': draft_weight_bits {weight_bits} on "
                              f"{hw.name}: its per-layer profiles are bf16; expected 16")
     ps = find_profile(hw.name, shape, int(tp))
+    if ps is None and not (shape.is_moe or shape.is_mla):
+        ps = nearest_profile(hw.name, shape)
     if ps is None:
         have = ", ".join(f"{m} tp {t}" for g, m, t in bundled_profiles() if g == hw.name)
         raise SpecbatchError(f"cost 'calibrated': no per-layer profile of {shape.name} at tp "
-                             f"{tp} on {hw.name}; bundled: {have}")
+                             f"{tp} on {hw.name} (a MoE or MLA shape needs its own); "
+                             f"bundled: {have}")
     return LssPricer(shape, int(tp), hw, ps, fitted_attention(hw.name), launch, consts)
 
 

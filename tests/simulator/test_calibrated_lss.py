@@ -99,15 +99,39 @@ def test_the_attention_law_transfers_to_the_held_out_models():
             assert -0.25 < v["weighted"] < -0.15, (key, v)
 
 
-def test_a_shape_or_precision_without_a_profile_is_refused_in_one_line():
-    with pytest.raises(SpecbatchError, match="no per-layer profile of vicuna-7b at tp 1 on "
-                                             "rtx4090; bundled: llama-3.1-8b tp 1"):
-        cost("rtx4090", get_shape("vicuna-7b"))
-    with pytest.raises(SpecbatchError, match="no per-layer profile of llama-3.1-8b at tp 2"):
-        cost("rtxpro6000", tp=2)
+def test_a_moe_shape_or_a_quantised_draft_without_a_profile_is_refused_in_one_line():
+    moe = get_shape(str(bundled_profiles()[("rtxpro6000", "qwen3-30b-a3b", 1)].config))
+    with pytest.raises(SpecbatchError, match="no per-layer profile of .*qwen3-30b-a3b.* at tp "
+                                             "1 on rtx4090 \\(a MoE or MLA shape needs its "
+                                             "own\\); bundled: llama-3.1-8b tp 1"):
+        cost("rtx4090", moe)
     with pytest.raises(SpecbatchError, match="draft_weight_bits 4 on rtxpro6000: its "
                                              "per-layer profiles are bf16"):
         cost("rtxpro6000", draft_weight_bits=4)
+
+
+def test_a_dense_shape_without_a_cell_is_its_neighbour_s_cell_scaled():
+    src = cost("rtx4090").roles["target"]
+    moved = cost("rtx4090", get_shape("vicuna-7b")).roles["target"]  # Llama-2-7B: MHA, I 11008
+    assert moved.transferred and not src.transferred
+    # the down projection: measured on Llama-3.1-8B (K = 14336, N = 4096) times the roofline
+    # ratio for K = 11008 at the preset's efficiencies (both weight-streaming at 64 tokens)
+    ratio = (11008 * 4096 + 64 * (11008 + 4096)) / (14336 * 4096 + 64 * (14336 + 4096))
+    assert interp(moved.modules["down_proj"], 64.0) == pytest.approx(
+        interp(src.modules["down_proj"], 64.0) * ratio, rel=1e-12)
+    assert interp(moved.modules["layernorm"], 64.0) == interp(src.modules["layernorm"], 64.0)
+    assert moved.source()["layers"]["cell"] == ("llmservingsim rtx4090 llama-3.1-8b tp 1 "
+                                                "transferred to vicuna-7b tp 1")
+
+
+def test_the_transfer_reproduces_the_held_out_cells():
+    from specbatch.simulator.calibrated_transfer import transfer_check
+
+    checks = transfer_check("rtxpro6000")
+    assert checks["qwen3-32b|tp2"]["from"] == "llama-3.1-8b tp 1"
+    for key, v in checks.items():  # docs/fidelity.md
+        assert v["mape"] < 0.04 and abs(v["mean_signed"]) < 0.02, (key, v)
+    assert transfer_check("rtx4090") == {}  # one cell: nothing to check against
 
 
 def test_sources_name_the_cell_and_the_held_out_attention_error():
