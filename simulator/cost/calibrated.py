@@ -6,6 +6,11 @@ parts, each from the best source available (:meth:`CalibratedCost.sources` names
 
     t = layers(Q) + attention(q, c) + allreduce(Q) + lm_head(Q) + launch
 
+On the RTX 4090 and RTX PRO 6000 (the GPUs of the measured vLLM runs, docs/fidelity.md) every
+part comes from LLMServingSim's per-layer profiles of those GPUs instead
+(:mod:`simulator.cost.calibrated_lss`; a user's ``profile`` folder is not read there). The
+rest of this docstring is the path of every other GPU:
+
 - ``layers``: every decoder layer's non-attention ops plus the input embedding, exactly what
   Vidur's mlp.csv measures. Where the bundled table (traces.public.vidur_profiles, Vidur commit
   7d47513) has a cell with this GPU, tp and per-layer shape (hidden, heads, KV heads, MLP
