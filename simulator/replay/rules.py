@@ -12,6 +12,11 @@ tree checks (simulator.config.tree_checks), docs/config.md's rule table
 token verification?" reads a row's property (:attr:`RuleEntry.additive`,
 :attr:`RuleEntry.accept_column`, ...), never the name.
 
+A new rule is one row here plus its replay: a tree rule a ``REPLAYS`` entry (and its
+``uniforms_needed``) in each class its row names and a walk in ``tree.tau_reference``; a chain
+rule a ``scan`` :class:`~simulator.replay.chain.VerifyTables` implements (it refuses any
+other); and its theory verifier, against which the tests check ``lossless`` by enumeration.
+
 :func:`tables_for` returns the replay tables of any rule; an unknown rule is a one-line
 :class:`~specbatch.errors.SpecbatchError` naming the ``verify`` field and the known rules,
 never a fallback. Like the policy catalogue, the module imports no numpy and no replay class
