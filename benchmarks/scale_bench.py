@@ -80,6 +80,12 @@ def source_tree(src: Path, work: Path) -> Path:
     return root
 
 
+#: Where a child runs: ``python -c`` puts its working folder first on sys.path, so a child
+#: started in the repository root imports that checkout's ``specbatch/`` (and, through it,
+#: the installed packages) whatever PYTHONPATH says: a ``--baseline`` run would measure this
+#: tree. The arguments' paths are absolute (:func:`main` resolves ``--work``).
+CHILD_CWD = tempfile.gettempdir()
+
 #: The child process of :func:`run_cli`: runs the CLI, then reports its own resource usage
 #: (peak RSS, CPU seconds) as the last line of stderr.
 CHILD = """
@@ -121,7 +127,8 @@ def run_cli(args: list[str], python_path: Path | None = None,
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-c", CHILD, *args, *flags], env=env,
-                                stdout=out, stderr=err, text=True, preexec_fn=cap)
+                                stdout=out, stderr=err, text=True, preexec_fn=cap,
+                                cwd=CHILD_CWD)
         samples = []
         while True:
             try:
@@ -200,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if args.huge:
         sizes.append(10_000_000)
-    work = args.work or Path(tempfile.mkdtemp(prefix="scale_bench_"))
+    work = (args.work or Path(tempfile.mkdtemp(prefix="scale_bench_"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     base_path = source_tree(args.baseline, work) if args.baseline is not None else None
     rows = []

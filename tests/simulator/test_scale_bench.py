@@ -48,3 +48,22 @@ def test_a_sample_reads_rss_cpu_and_the_progress_bar_s_last_count(tmp_path):
         got = load().sample(os.getpid(), 12.34, err)
     assert got["finished"] == 51208 and got["wall_s"] == 12.3
     assert got["rss_mib"] > 10 and got["cpu_s"] > 0
+
+
+def test_a_baseline_child_imports_the_baseline_tree(tmp_path):
+    """The child's working folder must not shadow PYTHONPATH (``python -c`` puts it first):
+    started from the repository root, a baseline run imported this checkout."""
+    import os
+    import subprocess
+    import sys
+
+    module = load()
+    src = tmp_path / "base"
+    for name in ("specbatch", *module.PACKAGE_DIRS.values()):
+        (src / name).mkdir(parents=True)
+        (src / name / "__init__.py").write_text(f"WHO = 'baseline {name}'\n")
+    path = module.source_tree(src, tmp_path)
+    out = subprocess.run([sys.executable, "-c", "import specbatch.simulator as s; print(s.WHO)"],
+                         env=dict(os.environ, PYTHONPATH=str(path)), cwd=module.CHILD_CWD,
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "baseline simulator"
