@@ -53,6 +53,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -231,6 +232,9 @@ def run_process(argv: list[str], cwd: Path, env: dict) -> dict:
                "rss_mib": usage.ru_maxrss / 1024.0, "stdout": out.read().decode()}
         stderr = err.read().decode()
     lines = stderr.strip().splitlines()
+    ended = re.search(r"Simulation ended at: ([0-9.eE+-]+)s", stderr)  # Vidur's log line
+    if ended:
+        row["makespan_s"] = float(ended.group(1))
     if proc.returncode == 0 and "Traceback (most recent call last)" in stderr:
         row["rc"] = 1  # Vidur writes its results in an atexit hook, whose errors exit 0
     if row["rc"] != 0:
@@ -278,7 +282,8 @@ def measure(args, sim_bench, work: Path, trace: Path, requests: int,
                     if row["rc"] == 0:
                         summary = json.loads(row["stdout"])
                         row.update(steps=summary.get("steps"), tokens=summary.get("tokens"),
-                                   preemptions=summary.get("preemptions"))
+                                   preemptions=summary.get("preemptions"),
+                                   makespan_s=summary.get("makespan"))
                     runs.setdefault((pairing, mode, policy), []).append(row)
                     log(args, f"round {round_ + 1} {pairing} {mode} {policy}: {brief(row)}")
     return table(args, runs)
@@ -296,7 +301,9 @@ def table(args, runs: dict) -> list[dict]:
                 row = {"pairing": pairing, "mode": mode, "policy": policy, "vidur": vidur,
                        "specbatch": spec,
                        "steps": spec_runs[-1].get("steps"),
-                       "preemptions": spec_runs[-1].get("preemptions")}
+                       "preemptions": spec_runs[-1].get("preemptions"),
+                       "makespan_s": {"vidur": runs[(pairing, mode, "vidur")][-1].get(
+                           "makespan_s"), "specbatch": spec_runs[-1].get("makespan_s")}}
                 if vidur["rc"] == 0 and spec["rc"] == 0:
                     row["ratio"] = {key: vidur[key] / spec[key]
                                     for key in ("wall_s", "cpu_s", "rss_mib")}
@@ -334,7 +341,8 @@ def print_table(out: dict) -> None:
           f"{out['machine_after']['load_1_5_15'][0]:.1f} after; threads {m['threads']}")
     print(f"{'pairing':>8} {'mode':>7} {'policy':>15} | {'Vidur wall':>10} {'CPU s':>6} "
           f"{'RSS MiB':>7} | {'spec wall':>9} {'CPU s':>6} {'RSS MiB':>7} | "
-          f"{'wall x':>6} {'CPU x':>6} {'RSS x':>6} | {'steps':>6} {'preempt':>7}")
+          f"{'wall x':>6} {'CPU x':>6} {'RSS x':>6} | {'steps':>6} {'preempt':>7} | "
+          f"simulated makespan s (Vidur / specbatch)")
     for row in out["rows"]:
         v, s = row["vidur"], row["specbatch"]
         if "ratio" not in row:
@@ -346,7 +354,13 @@ def print_table(out: dict) -> None:
               f"{v['wall_s']:>10.2f} {v['cpu_s']:>6.2f} {v['rss_mib']:>7.0f} | "
               f"{s['wall_s']:>9.2f} {s['cpu_s']:>6.2f} {s['rss_mib']:>7.0f} | "
               f"{r['wall_s']:>5.1f}x {r['cpu_s']:>5.1f}x {r['rss_mib']:>5.1f}x | "
-              f"{row['steps']!s:>6} {row['preemptions']!s:>7}")
+              f"{row['steps']!s:>6} {row['preemptions']!s:>7} | "
+              f"{fmt(row['makespan_s']['vidur'])} / {fmt(row['makespan_s']['specbatch'])}")
+
+
+def fmt(seconds: float | None) -> str:
+    """A simulated time in seconds, or ? when the run did not say."""
+    return "?" if seconds is None else f"{seconds:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
