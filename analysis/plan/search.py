@@ -1,0 +1,334 @@
+"""The planner's search: simulate the cost levels of a space, cheapest first, skip what a
+lower bound proves cannot pass or cannot matter, and judge every run.
+
+Each cost level (analysis.plan.space.cost_levels) holds its deployments x speculation
+settings. With pruning on (the default) each candidate first gets its latency lower bound
+(analysis.plan.bound, one set of shared tables per workload: trace, workload, fewest steps
+per policy depth), then:
+
+- **cannot pass**: a bound over an SLO at the percentile, or a goodput share under the
+  target even at the bounds, proves the run would fail; it is not simulated;
+- **cannot matter**: its e2e bound exceeds the e2e of a passing configuration ranked before
+  it (cost, then GPUs no more than its own), so it can be neither the choice nor a point of
+  the frontier (analysis.plan.planner.choose, pareto); it is not simulated. ``ar`` is never skipped
+  this way (the cheapest ``ar`` that passes is part of the answer);
+- the rest run in rounds of :data:`ROUND` candidates in the order of their e2e bounds, the
+  threshold tightening after each round, so the set simulated does not depend on the number
+  of workers or the order runs finish in.
+
+A level **adds to the frontier** when one of its passing runs beats every cheaper passing
+run's e2e; the search stops once ``levels_after`` levels beyond the first passing level
+have added to it. Both rules only skip runs that cannot change the choice, the frontier or
+the levels searched, so the answer equals the exhaustive search's (``prune=False``: every
+candidate of every searched level simulated), bit for bit (tests/analysis/test_plan_search).
+
+Runs are stored under ``RUNS/points`` keyed by their resolved config, the package version
+and the trace's and workload file's contents (analysis.sweep.runner.input_identity), so a rerun,
+or an exhaustive rerun, reuses every run already computed. The runner loads the trace once
+per process; the parent loads it before forking a local pool, so workers inherit it.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specbatch.analysis.plan.slo import Slos, Verdict, judge, memory_plan
+from specbatch.analysis.plan.space import Deployment, Space, Speculation, cost_levels, speculations
+
+#: Candidates simulated per round between two updates of the pruning threshold.
+ROUND = 4
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One simulated configuration: what ran, its verdict, memory plan and summary."""
+
+    deployment: Deployment
+    speculation: Speculation
+    verdict: Verdict
+    memory: dict
+    summary: dict = field(repr=False)
+    config: dict = field(repr=False)  # the resolved SimConfig fields it ran with
+
+    @property
+    def label(self) -> str:
+        return f"{self.deployment.label}, {self.speculation.label}"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A candidate not simulated: ``passes`` False when its bound proves it fails (``reason``
+    says which limit), None when it might pass but cannot be chosen nor join the frontier."""
+
+    deployment: Deployment
+    speculation: Speculation
+    reason: str
+    passes: bool | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.deployment.label}, {self.speculation.label}"
+
+
+@dataclass(frozen=True)
+class Search:
+    """Every judged entry and skipped candidate, in cost order, and the run counts."""
+
+    entries: tuple[Entry, ...]
+    levels: int  # cost levels searched
+    runs: int  # simulated (computed now or reused)
+    computed: int
+    reused: int
+    skipped: tuple[Skipped, ...] = ()
+
+
+def search(base: dict, space: Space, deployments: list[Deployment], slos: Slos,
+           runs_dir: Path, levels_after: int = 1, prune: bool = True,
+           **executor: Any) -> Search:
+    """Search ``deployments`` (already pruned for memory) level by level (module docstring).
+
+    base: SimConfig fields every run shares (seed included). executor: ``workers``,
+    ``scheduler``, ``progress``.
+    """
+    from specbatch.analysis.plan.bound import BoundTables
+
+    settings = speculations(space)
+    runner = Runner(base, runs_dir, **executor)
+    tables = BoundTables(base, runner.trace) if prune else None
+    entries: list[Entry] = []
+    skipped: list[Skipped] = []
+    added, levels = 0, 0
+    with runner:
+        for _, level in cost_levels(deployments):
+            if added > levels_after:
+                break
+            before = _best_e2e(entries)
+            new, gone = search_level(runner, tables, level, settings, slos, entries)
+            levels += 1
+            entries += new
+            skipped += gone
+            added += any(e.verdict.passed and e.verdict.latency["e2e"] < before for e in new)
+        ar_entry = complete_gain(runner, entries, space, slos)
+        if ar_entry is not None:
+            entries.append(ar_entry)
+            skipped = [s for s in skipped if (s.deployment, s.speculation)
+                       != (ar_entry.deployment, ar_entry.speculation)]
+    return Search(tuple(entries), levels, runner.runs, runner.computed, runner.reused,
+                  tuple(skipped))
+
+
+def _best_e2e(entries: list[Entry]) -> float:
+    """The lowest e2e at the percentile of the passing entries (inf: none passes)."""
+    return min((e.verdict.latency["e2e"] for e in entries if e.verdict.passed),
+               default=math.inf)
+
+
+def search_level(runner: Runner, tables, level: list[Deployment], settings: list[Speculation],
+                 slos: Slos, earlier: list[Entry]) -> tuple[list[Entry], list[Skipped]]:
+    """Simulate one cost level's candidates, skipping what the bounds rule out (module
+    docstring); returns its entries and skipped candidates in the level's order."""
+    candidates = [(d, s) for d in level for s in settings]
+    if tables is None:
+        found = runner.run(candidates, slos)
+        return [found[c] for c in candidates], []
+    bounds = {c: tables.bounds(runner.fields(*c)) for c in candidates}
+    skipped: dict = {}
+    for c, b in bounds.items():
+        why = None if b is None else cannot_pass(b, slos)
+        if why is not None:
+            skipped[c] = Skipped(*c, why, False)
+    order = sorted((c for c in candidates if c not in skipped),
+                   key=lambda c: (_e2e_bound(bounds[c], slos), candidates.index(c)))
+    found: dict = {}
+    while order:
+        batch = []
+        while order and len(batch) < ROUND:
+            c = order.pop(0)
+            why = cannot_matter(c, bounds[c], slos, earlier + list(found.values()))
+            if why is None:
+                batch.append(c)
+            else:
+                skipped[c] = Skipped(*c, why, None)
+        found.update(runner.run(batch, slos))
+    return ([found[c] for c in candidates if c in found],
+            [skipped[c] for c in candidates if c in skipped])
+
+
+def _e2e_bound(bounds, slos: Slos) -> float:
+    return 0.0 if bounds is None else bounds.at(slos.percentile)["e2e"]
+
+
+def cannot_pass(bounds, slos: Slos) -> str | None:
+    """Why a run with these lower bounds must fail its SLOs, or None (module docstring)."""
+    p = slos.percentile
+    at = bounds.at(p)
+    for name, bound in slos.bounds().items():
+        if at[name] > bound:
+            return (f"cannot pass: {name.upper()} p{p:g} >= {at[name]:.3g} s (lower bound) > "
+                    f"{bound:g} s")
+    if slos.bounds():
+        ok = np.ones(bounds.e2e.shape[0], dtype=bool)
+        for name, bound in slos.bounds().items():
+            ok &= getattr(bounds, name) <= bound
+        share = float(ok.mean()) if ok.size else 0.0
+        if share < slos.goodput:
+            return f"cannot pass: goodput <= {share:.3f} (lower bounds) < {slos.goodput:g}"
+    return None
+
+
+def cannot_matter(candidate: tuple[Deployment, Speculation], bounds, slos: Slos,
+                  entries: list[Entry]) -> str | None:
+    """Why ``candidate`` can be neither the choice nor a frontier point, or None: its e2e
+    bound exceeds a passing entry's e2e ranked before it (module docstring)."""
+    d, s = candidate
+    if bounds is None or s.policy == "ar":
+        return None
+    ahead = [e for e in entries if e.verdict.passed
+             and (e.deployment.cost, e.deployment.gpus) <= (d.cost, d.gpus)]
+    if not ahead:
+        return None
+    best = min(ahead, key=lambda e: (e.verdict.latency["e2e"], e.label))
+    lower = bounds.at(slos.percentile)["e2e"]
+    if lower > best.verdict.latency["e2e"]:
+        return (f"cannot beat the frontier: e2e p{slos.percentile:g} >= {lower:.3g} s (lower "
+                f"bound) > {best.verdict.latency['e2e']:.3g} s of {best.label}")
+    return None
+
+
+def complete_gain(runner: Runner, entries: list[Entry], space: Space,
+                  slos: Slos) -> Entry | None:
+    """``ar`` on the choice's deployment when it was skipped (the gain over ``ar`` on the
+    same GPUs is part of the answer), simulated now; None when not needed."""
+    from specbatch.analysis.plan.planner import choose
+
+    choice = choose(tuple(entries))
+    if choice is None or choice.speculation.policy == "ar" or "ar" not in space.policies:
+        return None
+    if any(e.deployment == choice.deployment and e.speculation.policy == "ar" for e in entries):
+        return None
+    c = (choice.deployment, Speculation("ar"))
+    return runner.run([c], slos)[c]
+
+
+class Runner:
+    """Simulates candidates into one point store, reusing stored runs, on one executor
+    (a local pool forked per round from a parent that holds the trace, or one Dask client)."""
+
+    def __init__(self, base: dict, runs_dir: Path, workers: int = 1,
+                 scheduler: str | None = None, progress: bool = False) -> None:
+        from specbatch.analysis.sweep.executors import _cached_trace
+        from specbatch.analysis.sweep.points import trace_fingerprint
+        from specbatch.simulator.config.sim_config import make_config
+
+        self.base, self.store = dict(base), Path(runs_dir)
+        self.workers, self.scheduler, self.progress = workers, scheduler, progress
+        config = make_config(self.base)
+        self.trace = _cached_trace(config)  # forked pool workers inherit it
+        self.trace_ids = {config.trace: trace_fingerprint(config.trace)[0]}
+        self.runs = self.computed = self.reused = 0
+        self._client = self._cluster = None
+
+    def __enter__(self) -> Runner:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=None, desc="plan", unit="run", file=sys.stderr, leave=False,
+                        disable=not self.progress, dynamic_ncols=True)
+        if self.scheduler is not None:
+            from specbatch.analysis.sweep.executors import _dask_client
+
+            self._client, self._cluster = _dask_client(self.scheduler, self.workers)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
+        if self._client is not None:
+            self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+    def fields(self, d: Deployment, s: Speculation) -> dict:
+        return {**self.base, **d.fields(), **s.fields()}
+
+    def run(self, candidates: list[tuple[Deployment, Speculation]], slos: Slos) -> dict:
+        """Simulate (or reuse) ``candidates``; returns candidate -> judged :class:`Entry`."""
+        from specbatch.analysis.sweep.executors import execute
+        from specbatch.analysis.sweep.points import load_point, run_key, store_point
+        from specbatch.analysis.sweep.runner import input_identity, read_requests
+        from specbatch.analysis.sweep.spec import resolve_config
+        from specbatch.simulator.config.sim_config import SimConfig
+
+        configs = {c: resolve_config(self.fields(*c), SimConfig, "plan") for c in candidates}
+        keys = {c: run_key(configs[c], trace_id=input_identity(configs[c], self.trace_ids))
+                for c in candidates}
+        records = {c: load_point(self.store, keys[c]) for c in candidates}
+        todo = [(keys[c], configs[c]) for c in candidates if records[c] is None]
+        fresh: dict[str, tuple[dict, pd.DataFrame]] = {}
+
+        def done(key, config, summary, requests, elapsed):
+            store_point(self.store, config, summary, requests, elapsed, key)
+            fresh[key] = (summary, requests)
+            self.bar.update(1)
+
+        where = ({"client": self._client} if self._client is not None
+                 else {"workers": self.workers})
+        execute(simulate_point, todo, done, **where)
+        self.runs += len(candidates)
+        self.computed += len(todo)
+        self.reused += len(candidates) - len(todo)
+        out = {}
+        for c in candidates:
+            if records[c] is None:
+                summary, requests = fresh[keys[c]]
+            else:
+                summary, requests = records[c]["summary"], read_requests(self.store, keys[c])
+            out[c] = judge_entry(*c, configs[c], summary, requests, slos)
+        return out
+
+
+def simulate_point(config: dict):
+    """The runner: one simulation (analysis.sweep.executors.simulate_point; module level, so a
+    pool can pickle it)."""
+    from specbatch.analysis.sweep.executors import simulate_point as run
+
+    return run(config)
+
+
+def judge_entry(d: Deployment, s: Speculation, config: dict, summary: dict,
+                requests: pd.DataFrame, slos: Slos) -> Entry:
+    """An :class:`Entry` from one run's summary and per-request table."""
+    summary = {k: summary.get(k) for k in SUMMARY_KEYS}
+    verdict = judge(requests, int(summary["preemptions"]), slos)
+    memory = memory_plan(requests, summary, int(config["max_num_seqs"]), _depth(config),
+                         *_memory_constants(d, config["target"], config["draft"]))
+    return Entry(d, s, verdict, memory, summary, config)
+
+
+#: Summary metrics an entry keeps (simulator.metrics; ``kv_capacity`` = tokens per replica).
+SUMMARY_KEYS = ("throughput", "e2e_p50", "e2e_p99", "ttft_mean", "tpot_mean", "mal", "vsr",
+                "preemptions", "recomputed_tokens", "kv_capacity", "requests", "makespan")
+
+
+def _depth(row: dict) -> int:
+    """Draft tokens per request and step the run's policy may ask (its KV lookahead)."""
+    from specbatch.simulator.config.sim_config import make_config, policy_depth
+
+    fields = {k: row[k] for k in ("policy", "num_speculative_tokens", "extra")}
+    return policy_depth(make_config(fields))
+
+
+def _memory_constants(d: Deployment, target: str, draft: str) -> tuple[float, int]:
+    """(weights of target + draft in GB per replica, KV bytes per cached token)."""
+    from specbatch.simulator.cost.hardware import get_hardware, weight_bytes
+    from specbatch.traces.models.shapes import find_shape
+
+    hw = get_hardware(d.hardware)
+    shapes = [s for s in (find_shape(target), find_shape(draft)) if s is not None]
+    return (weight_bytes(hw, (target, draft)) / 1e9,
+            sum(s.kv_bytes_per_token(hw.dtype_bytes) for s in shapes))
