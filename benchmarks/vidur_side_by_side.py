@@ -232,7 +232,8 @@ def run_process(argv: list[str], cwd: Path, env: dict) -> dict:
                "rss_mib": usage.ru_maxrss / 1024.0, "stdout": out.read().decode()}
         stderr = err.read().decode()
     lines = stderr.strip().splitlines()
-    ended = re.search(r"Simulation ended at: ([0-9.eE+-]+)s", stderr)  # Vidur's log line
+    ended = re.search(r"Simulation ended at: ([0-9.eE+-]+)s",  # Vidur's log line
+                      row["stdout"] + stderr)
     if ended:
         row["makespan_s"] = float(ended.group(1))
     if proc.returncode == 0 and "Traceback (most recent call last)" in stderr:
