@@ -167,7 +167,7 @@ def answer(base: dict, question: Question, runs_dir: Path, **executor: Any) -> A
                    for d, why in pruned],
         "searched": {"levels": found.levels, "runs": found.runs, "computed": found.computed,
                      "reused": found.reused, "skipped": len(found.skipped),
-                     "exhaustive": not question.prune},
+                     "stopped": found.stopped, "exhaustive": not question.prune},
     }
     return Answer(report, choice, found)
 

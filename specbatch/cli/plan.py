@@ -298,6 +298,8 @@ def format_report(report: dict) -> str:
                      f"{source_line(src)}")
     s = report["searched"]
     skipped = f", {s['skipped']} skipped by lower bounds" if s.get("skipped") else ""
+    if s.get("stopped"):
+        skipped += f", {s['stopped']} stopped early once their verdict was certain"
     lines.append(f"searched {s['runs']} runs in {s['levels']} cost levels ({s['computed']} "
                  f"computed, {s['reused']} reused{skipped}); written to {report['out']}"
                  + (f"; figure: {report['figure']}" if report["figure"] else "; no figure"))
