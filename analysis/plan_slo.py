@@ -178,8 +178,9 @@ class StopRule:
 
 def over_needed(n: int, percentile: float) -> int:
     """How many of n samples above a bound prove their ``percentile`` (np.percentile's linear
-    interpolation) is above it: n − ⌊h⌋ with h = (n − 1)·p/100, the virtual index (taken a
-    hair lower, so a rounded h never asks for fewer).
+    interpolation) is above it: n − ⌊h⌋ with h = (n − 1)·p/100, the virtual index, taken a
+    hair lower so that numpy's rounded h never makes it ask for fewer (an integral h asks
+    for one sample more than needed).
 
     Why: with c ≥ n − ⌊h⌋ samples above B, the sorted x[⌊h⌋] > B and x[⌊h⌋+1] ≥ x[⌊h⌋]; the
     interpolation lies between them (numpy's lerp never undershoots its lower end), so the
