@@ -10,22 +10,35 @@ per policy depth), then:
   target even at the bounds, proves the run would fail; it is not simulated;
 - **cannot matter**: its e2e bound exceeds the e2e of a passing configuration ranked before
   it (cost, then GPUs no more than its own), so it can be neither the choice nor a point of
-  the frontier (analysis.plan.choose, pareto); it is not simulated. ``ar`` is never skipped
-  this way (the cheapest ``ar`` that passes is part of the answer);
+  the frontier (analysis.plan.choose, pareto); it is not simulated. ``ar`` is not skipped
+  this way unless a passing ``ar`` is ranked strictly before it (:func:`needed_ar`: the
+  cheapest ``ar`` that passes is part of the answer);
 - the rest run in rounds of :data:`ROUND` candidates in the order of their e2e bounds, the
   threshold tightening after each round, so the set simulated does not depend on the number
   of workers or the order runs finish in.
 
+Each run of a pruned search carries a **stop rule** (analysis.plan_slo.EarlyStop, fixed when
+its round starts): it ends as soon as what it simulated so far proves that it fails (a
+preemption not allowed; enough requests over an SLO to fix its percentile above it; the
+goodput share out of reach) or, for a setting that cannot matter otherwise, that its e2e at
+the percentile exceeds the same threshold as above. A run stopped for failing is an entry
+that fails, its latencies lower bounds; one stopped for the frontier is skipped. A run its
+rule never stops is the whole run, bit for bit; ``ar`` on the chosen deployment is rerun
+whole when it was stopped (its latencies are the gain's).
+
 A level **adds to the frontier** when one of its passing runs beats every cheaper passing
 run's e2e; the search stops once ``levels_after`` levels beyond the first passing level
-have added to it. Both rules only skip runs that cannot change the choice, the frontier or
-the levels searched, so the answer equals the exhaustive search's (``prune=False``: every
-candidate of every searched level simulated), bit for bit (tests/analysis/test_plan_search).
+have added to it. These rules only skip or stop runs that cannot change the choice, the
+frontier or the levels searched, so the answer equals the exhaustive search's
+(``prune=False``: every candidate of every searched level simulated whole), bit for bit
+(tests/analysis/test_plan_search).
 
 Runs are stored under ``RUNS/points`` keyed by their resolved config, the package version
-and the trace's and workload file's contents (analysis.sweep.input_identity), so a rerun,
-or an exhaustive rerun, reuses every run already computed. The runner loads the trace once
-per process; the parent loads it before forking a local pool, so workers inherit it.
+and the trace's and workload file's contents (analysis.sweep.input_identity), and a stopped
+run also by its rule, so a rerun reuses every run already computed and an exhaustive rerun
+every whole one. One local pool of workers serves the whole search, forked after the
+parent loaded the trace; each worker prices a deployment's runs with one cost model
+(analysis.plan_cost.shared_cost).
 """
 
 from __future__ import annotations
@@ -186,10 +199,20 @@ def stop_rule(candidate: tuple[Deployment, Speculation], slos: Slos,
     """The early stop of a candidate simulated now: its SLOs, and the e2e it must beat to
     matter (:func:`best_ahead`, fixed when its round starts, so what stops does not depend on
     the workers; none for ``ar``)."""
-    best = None if candidate[1].policy == "ar" else best_ahead(candidate, entries)
+    best = None if needed_ar(candidate, entries) else best_ahead(candidate, entries)
     if best is None:
         return StopRule(slos)
     return StopRule(slos, best.verdict.latency["e2e"], best.label)
+
+
+def needed_ar(candidate: tuple[Deployment, Speculation], entries: list[Entry]) -> bool:
+    """Whether ``candidate`` is ``ar`` that may be the cheapest passing ``ar`` (part of the
+    answer, analysis.plan.gain_vs_ar): no passing ``ar`` is ranked strictly before it on
+    (cost, GPUs). Such an ``ar`` is never skipped nor stopped for the frontier."""
+    d, s = candidate
+    return s.policy == "ar" and not any(
+        e.verdict.passed and e.speculation.policy == "ar"
+        and (e.deployment.cost, e.deployment.gpus) < (d.cost, d.gpus) for e in entries)
 
 
 def best_ahead(candidate: tuple[Deployment, Speculation], entries: list[Entry]) -> Entry | None:
@@ -227,7 +250,7 @@ def cannot_matter(candidate: tuple[Deployment, Speculation], bounds, slos: Slos,
                   entries: list[Entry]) -> str | None:
     """Why ``candidate`` can be neither the choice nor a frontier point, or None: its e2e
     bound exceeds a passing entry's e2e ranked before it (module docstring)."""
-    if bounds is None or candidate[1].policy == "ar":
+    if bounds is None or needed_ar(candidate, entries):
         return None
     best = best_ahead(candidate, entries)
     if best is None:

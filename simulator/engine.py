@@ -78,7 +78,7 @@ from specbatch.simulator.v0_step import V0Step
 from specbatch.simulator.v1 import V1Composer, v1_lookahead
 from specbatch.simulator.v1_reference import V1Reference
 from specbatch.simulator.v1_step import V1Step
-from specbatch.simulator.verify import VerifyTables, request_keys
+from specbatch.simulator.verify import request_keys, verify_tables
 from specbatch.simulator.verify_cost import verify_cost_for
 from specbatch.simulator.view import TraceTables
 
@@ -151,7 +151,7 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
         # a tree rule replays on the trace's recorded trees (simulator.tree_tables)
         self.tree = (self.view_tables.get(("tree",), tables_for, trace)
                      if self.rule in TREE_RULES else None)
-        self.tables = (VerifyTables(trace, self.rule)
+        self.tables = (verify_tables(trace, self.rule)
                        if self.depth and not reference and self.tree is None else None)
         #: uniforms per request and step: one per draft token, or what the tree rule reads
         self.eta_width = (self.depth if self.tree is None

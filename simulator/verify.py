@@ -22,6 +22,8 @@ drafted after j), so the BV oracle allocates with :func:`theory.allocate.optimal
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from specbatch.theory.allocate import prefix_gains
@@ -245,3 +247,24 @@ def expected_accepted(trace, rows: np.ndarray, verified: np.ndarray, rule: str) 
         return 0.0
     gains = true_gains(trace, rows, depth, rule)
     return float(np.take_along_axis(gains, verified[:, None], axis=1).sum())
+
+
+#: trace -> {rule: VerifyTables}: one set of tables per loaded trace and rule, dropped with
+#: the trace (a trace's arrays are read-only and the tables only cache what they compute).
+_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def verify_tables(trace, rule: str) -> VerifyTables:
+    """``VerifyTables(trace, rule)``, built once per trace object and rule, so the runs of a
+    sweep or plan on one loaded trace share its thresholds (~0.1-0.3 s per run on the
+    bundled trace) instead of building them per run. Runs are bit-identical either way: the
+    tables are a function of the trace's read-only arrays, and their per-depth cache fills
+    with the same values whichever run asks first."""
+    try:
+        by_rule = _SHARED.setdefault(trace, {})
+    except TypeError:  # a trace object without weak references: built per run
+        return VerifyTables(trace, rule)
+    tables = by_rule.get(rule)
+    if tables is None:
+        tables = by_rule[rule] = VerifyTables(trace, rule)
+    return tables
