@@ -187,7 +187,7 @@ def pass_queries(workload) -> tuple[np.ndarray, np.ndarray]:
 def advances(trace, workload, seed: int, depth: int, rule: str) -> np.ndarray:
     """``u[i, t] = 1 + max_{s ≤ depth} τ_s`` at every output position t < O_i (0 beyond),
     the most tokens a step at position t can emit (module docstring).  # [N, T] int64"""
-    from specbatch.simulator.verify import VerifyTables, request_keys, uniforms
+    from specbatch.simulator.verify import request_keys, uniforms, verify_tables
 
     out = np.asarray(workload.output_len, dtype=np.int64)
     n, top = out.shape[0], int(out.max(initial=0))
@@ -201,7 +201,7 @@ def advances(trace, workload, seed: int, depth: int, rule: str) -> np.ndarray:
     rows = base + (pos if wrap is None else np.remainder(pos, np.asarray(wrap)[req]))
     keys = request_keys(seed, np.arange(n))[req]
     eta = uniforms(keys, pos, depth)  # [cells, depth]
-    tables = VerifyTables(trace, rule)
+    tables = verify_tables(trace, rule)  # the runs' own (shared per trace and rule)
     best = np.zeros(req.shape[0], dtype=np.int64)
     for s in range(1, depth + 1):
         np.maximum(best, tables.tau(rows, np.full(req.shape[0], s, dtype=np.int64), eta),

@@ -360,7 +360,7 @@ class Runner:
             config = {k: v for k, v in config.items() if k != STOP_FIELD}
             store_point(self.store, config, summary, requests, elapsed, key)
             if key in also and "stopped_at" not in summary:  # a whole run after all
-                store_point(self.store, config, summary, requests, elapsed, also[key])
+                alias_point(self.store, key, also[key])
             fresh[key] = (summary, requests)
             self.bar.update(1)
 
@@ -398,6 +398,22 @@ def run_on_pool(pool, todo: list[tuple[str, dict]], done) -> None:
         for fut in futures:
             fut.cancel()
         raise
+
+
+def alias_point(store: Path, key: str, alias: str) -> None:
+    """Store run ``key`` again under ``alias`` (its request table's bytes copied, not
+    re-encoded; the record written last, as analysis.points.store_point does)."""
+    import json
+
+    from specbatch.analysis.points import point_path, requests_path
+    from specbatch.io import atomic_write
+
+    source = requests_path(store, key)
+    if source.exists():
+        atomic_write(requests_path(store, alias), source.read_bytes())
+    record = json.loads(point_path(store, key).read_bytes())
+    record["key"] = alias
+    atomic_write(point_path(store, alias), json.dumps(record, indent=1, allow_nan=True).encode())
 
 
 #: The config key a candidate's stop rule travels under to the runner (never stored).
