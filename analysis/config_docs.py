@@ -1,6 +1,6 @@
 """The configuration reference page, ``docs/config.md``, generated from the config fields.
 
-Every row comes from a field's own declaration (:func:`specbatch.simulator.fields.knob`), so
+Every row comes from a field's own declaration (:func:`specbatch.fields.knob`), so
 the page, the command-line flags and the TOML checks cannot disagree; a test compares the
 committed page with :func:`config_page`. Regenerate it with
 ``python -m specbatch.analysis.config_docs > docs/config.md``.
@@ -8,9 +8,9 @@ committed page with :func:`config_page`. Regenerate it with
 
 from __future__ import annotations
 
+from specbatch.fields import markdown_table
 from specbatch.live.config import LiveConfig
-from specbatch.simulator.config import config_table
-from specbatch.simulator.fields import markdown_table
+from specbatch.simulator.config.sim_config import config_table
 
 INTRO = """\
 # Configuration reference
@@ -22,7 +22,7 @@ INTRO = """\
 A simulation is one `SimConfig`. Give it as a TOML file (`--config sim.toml`: a flat table of
 the fields below, or one `[simulate]` table), as flags (`max_num_seqs` is
 `--max-num-seqs`; flags win over the file), or in Python
-(`specbatch.simulator.config.load_config(path, **overrides)`); sweep specs use the same
+(`specbatch.simulator.config.sim_config.load_config(path, **overrides)`); sweep specs use the same
 names in `[base]` and `[axes]`. Spellings in parentheses are aliases; give each field once.
 A TOML value must have its field's TOML type (`max_num_seqs = "64"` and `speedup = 1` are
 refused), integers fit in 64 bits, and a field that may be `none` is left out of a TOML file

@@ -15,7 +15,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.inputs import read_regular_file
-from specbatch.theory.allocate import allocation_value, greedy_topc, optimal_dp, optimal_milp
+from specbatch.theory.allocate.budget import allocation_value, greedy_topc, optimal_dp, optimal_milp
 
 
 def read_values(path: str) -> np.ndarray:

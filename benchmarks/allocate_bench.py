@@ -23,7 +23,7 @@ import time
 import numpy as np
 import torch
 
-from specbatch.theory.allocate import (
+from specbatch.theory.allocate.budget import (
     allocation_value,
     gains_value,
     greedy_heap,
@@ -33,7 +33,7 @@ from specbatch.theory.allocate import (
     optimal_tree_gains,
     prefix_gains,
 )
-from specbatch.theory.stats import block_weights, position_stats, token_weights
+from specbatch.theory.verify.path_stats import block_weights, position_stats, token_weights
 
 
 def topk_scatter_max(values: torch.Tensor, budget: int) -> torch.Tensor:

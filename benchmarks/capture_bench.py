@@ -4,9 +4,9 @@ Same tiny pair (random weights with the ``tiny`` zoo shapes, a BPE tokenizer tra
 slice of the stdlib), same prompts (~``--prompt-tokens`` tokens cut from stdlib source), same
 random numbers, so both paths record the same positions. Rows of the table:
 
-- ``naive``: :func:`traces.capture.capture_request_naive` — for every output position t the
+- ``naive``: :func:`traces.capture.chain.capture_request_naive` — for every output position t the
   draft reruns ``c + y_<t`` from scratch and the target reruns ``c + y_<t + X^K``;
-- ``fast``: :func:`traces.capture.capture_request` — one prefix pass per model, then P
+- ``fast``: :func:`traces.capture.chain.capture_request` — one prefix pass per model, then P
   positions per batched draft decode / target pass over the shared cache;
 - ``fast+batched-ref``: what ``specbatch capture`` runs — the requests' reference outputs in
   one batched decode, then the fast positions path.
@@ -28,8 +28,8 @@ import torch
 
 
 def build(args):
-    from specbatch.traces.prompts import stdlib_documents
-    from specbatch.traces.zoo import ZOO_SIZES, make_model, train_tokenizer
+    from specbatch.traces.corpus import stdlib_documents
+    from specbatch.traces.models.zoo import ZOO_SIZES, make_model, train_tokenizer
 
     docs = stdlib_documents("code", "train")[:20]
     tok = train_tokenizer(docs, 512)
@@ -45,7 +45,7 @@ def build(args):
 
 
 def run(mode, tok, draft, target, prompts, cfg):
-    from specbatch.traces.capture import (
+    from specbatch.traces.capture.chain import (
         capture_positions,
         capture_request,
         capture_request_naive,
@@ -70,7 +70,7 @@ def run(mode, tok, draft, target, prompts, cfg):
 
 
 def main() -> None:
-    from specbatch.traces.capture import CaptureConfig
+    from specbatch.traces.capture.chain import CaptureConfig
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=4)

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from specbatch.simulator.cost import build_cost_model
-from specbatch.simulator.profiled import ProfiledCost, fit_role
+from specbatch.simulator.cost.profiled import ProfiledCost, fit_role
+from specbatch.simulator.cost.registry import build_cost_model
 
 
 def per_call_us(fn, calls: int) -> float:

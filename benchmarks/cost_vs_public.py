@@ -5,17 +5,17 @@ table (traces/data/profiles/vidur: Vidur commit 7d47513, H100 / A100 / A40, tp 1
 Q = 1..4096 tokens per pass; 32 768 for the A100 Llama-3 files), L from Vidur's
 vidur/config/model_config.py. Predicted:
 
-- before: the roofline (simulator.roofline, ``cost = "roofline"``, unchanged) restricted to
+- before: the roofline (simulator.cost.roofline, ``cost = "roofline"``, unchanged) restricted to
   the same ops: max(2 P_layers Q / tp / (peak eff_c), (b P_layers / tp + activation bytes) /
   (bw eff_m)) + L · layer launch latency (the cuda_graph preset's 8 us).
-- after: the calibrated laws (simulator.calibrated_fit) fitted leave-one-shape-out: for each
+- after: the calibrated laws (simulator.cost.calibrated_fit) fitted leave-one-shape-out: for each
   GPU and each model, fitted on the other models measured on that GPU *except those with the
   same per-layer shape* (Llama-2-70B and Llama-3-70B share theirs on A100), evaluated on the
   held-out one (phi-2, a non-gated parallel-block model outside ModelShape's family, is
   neither fitted on nor reported).
 - cells: the table cells themselves as a source, each interior token count left out and
   interpolated linearly from its two neighbours (a pessimistic check of
-  simulator.calibrated's interpolation: the gap is twice the bundled spacing).
+  simulator.cost.calibrated's interpolation: the gap is twice the bundled spacing).
 - attention: the analytic term against LLMServingSim's measured FlashAttention-2 rows
   (casys-kaist/LLMServingSim 5daddb2, MIT; H100, Llama-3.1-70B and Mixtral-8x7B at tp 4),
   traces/data/profiles/llmservingsim.
@@ -25,8 +25,8 @@ vidur/config/model_config.py. Predicted:
 
     .venv/bin/python benchmarks/cost_vs_public.py [--json] [--write]
 
-``--write`` stores the laws fitted on all models (simulator/data/calibrated_laws.json) and the
-validated errors the calibrated model reports (simulator/data/calibrated_validation.json).
+``--write`` stores the laws fitted on all models (simulator/cost/data/calibrated_laws.json) and the
+validated errors the calibrated model reports (simulator/cost/data/calibrated_validation.json).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from specbatch.io import atomic_write, dumps
-from specbatch.simulator.calibrated_fit import (
+from specbatch.simulator.cost.calibrated_fit import (
     GpuFit,
     embedding_seconds,
     envelope,
@@ -50,11 +50,11 @@ from specbatch.simulator.calibrated_fit import (
     frame_shape,
     layer_seconds,
 )
-from specbatch.simulator.calibrated_sources import LAWS, VALIDATION, allreduce_curve, gpu_peaks
-from specbatch.simulator.hardware import HARDWARE, Hardware, get_execution
-from specbatch.simulator.roofline import pass_constants
-from specbatch.traces.public_profiles import OPS, load_public_profiles
-from specbatch.traces.shapes import ModelShape
+from specbatch.simulator.cost.calibrated_sources import LAWS, VALIDATION, allreduce_curve, gpu_peaks
+from specbatch.simulator.cost.hardware import HARDWARE, Hardware, get_execution
+from specbatch.simulator.cost.roofline import pass_constants
+from specbatch.traces.models.shapes import ModelShape
+from specbatch.traces.public.vidur_profiles import OPS, load_public_profiles
 
 #: Decoder layers of Vidur's profiled models (vidur/config/model_config.py at 7d47513).
 LAYERS = {"Qwen/Qwen-72B": 80, "codellama/CodeLlama-34b-Instruct-hf": 48,
@@ -66,7 +66,7 @@ GPUS = ("h100", "a100", "a40")
 SHAPE_KEY = ("n_embd", "n_head", "n_kv_head", "n_expanded_embd")
 REGIMES = [0, 8, 64, 256, 1024, 1 << 20]
 REGIME_NAMES = ["1-8", "9-64", "65-256", "257-1024", ">1024"]
-#: simulator.hardware has no A40 preset; its roofline uses the datasheet with the defaults.
+#: simulator.cost.hardware has no A40 preset; its roofline uses the datasheet with the defaults.
 A40 = Hardware("a40", "NVIDIA A40 48GB", 149.7e12, 696e9, 48e9, 56.25e9, memory_eff=0.75)
 
 
@@ -91,7 +91,7 @@ def roofline_layers(gpu: str, cell: pd.DataFrame, layers: int, tp: int) -> np.nd
 
 
 def calibrated_layers(fit: GpuFit, cell: pd.DataFrame, layers: int, tp: int) -> np.ndarray:
-    """What simulator.calibrated prices for the cell's rows: the corrected laws under their
+    """What simulator.cost.calibrated prices for the cell's rows: the corrected laws under their
     non-decreasing envelope (calibrated_fit.envelope)."""
     shape, q = frame_shape(cell.iloc[0]), cell["num_tokens"].to_numpy(np.float64)
 
@@ -177,8 +177,8 @@ def attention_rows() -> pd.DataFrame:
     a prefill chunk kv keys. ``gqa`` is a diagnostic, not a priced model: the same with the
     KV bytes read once per query head (heads / kv_heads times), as a varlen decode kernel
     without GQA packing does."""
-    from specbatch.simulator.cost import build_cost_model
-    from specbatch.traces.public_attention import load_attention
+    from specbatch.simulator.cost.registry import build_cost_model
+    from specbatch.traces.public.llmservingsim_attention import load_attention
 
     out = []
     for (model, tp), rows in load_attention().groupby(["model", "tp"]):
@@ -250,7 +250,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--write", action="store_true",
-                    help="store the all-model laws and the validated errors in simulator/data")
+                    help="store the all-model laws and the validated errors in simulator/cost/data")
     args = ap.parse_args()
     compute = load_public_profiles().compute
     lomo = lomo_rows(compute)

@@ -6,7 +6,7 @@ prompts (``--scheduler``: vLLM V1's mixed steps, the default, and/or V0's prefil
 steps, interleaved; the simulator replays the same rule), run A with seed 0 and run B with seed 1 (other arrival times, draws and uniforms),
 fits the cost model on A (the latency grid of A's batch size, measured once per batch size
 with the engine's own slot-cache calls, and A's mean overhead per step) and predicts B
-(:func:`specbatch.analysis.validate.validate` with ``fit_dir``). It prints B's out-of-sample
+(:func:`specbatch.analysis.validate.live.validate` with ``fit_dir``). It prints B's out-of-sample
 errors: per-step latency MAPE (each measured step priced on its own passes), throughput,
 e2e mean and p99, TPOT, and whether the simulated schedule took B's exact steps.
 
@@ -42,8 +42,8 @@ COLUMNS = ("step_latency_mape", "throughput", "e2e_mean", "e2e_p99", "tpot_mean"
 
 def load(target: str, work: Path):
     """(tokenizer, draft, target, names); the draft is derived once into ``work``."""
-    from specbatch.traces.capture import load_pair
-    from specbatch.traces.weights import derive_layers
+    from specbatch.traces.capture.chain import load_pair
+    from specbatch.traces.models.weights import derive_layers
 
     draft_dir = work / "smollm2-keep0-29"
     if not (draft_dir / "config.json").is_file():
@@ -53,8 +53,8 @@ def load(target: str, work: Path):
 
 
 def prompts(tok, n: int, length: int) -> list[list[int]]:
-    from specbatch.traces.capture import encode_prompt
-    from specbatch.traces.prompts import resolve_prompts
+    from specbatch.traces.capture.chain import encode_prompt
+    from specbatch.traces.capture.prompts import resolve_prompts
 
     items, _ = resolve_prompts(f"default:{n}", n)
     return [encode_prompt(tok, p.text, length) for p in items]
@@ -62,7 +62,7 @@ def prompts(tok, n: int, length: int) -> list[list[int]]:
 
 def grid(models, names, slots: int, depth: int, ids, tokens: int, out: Path) -> Path:
     from specbatch.live.profile_grid import grid_cells, profile_grid
-    from specbatch.traces.profile import write_profile
+    from specbatch.traces.capture.profile import write_profile
 
     cells = grid_cells(slots, depth, float(np.mean([len(i) for i in ids])), tokens)
     frame = profile_grid(models[0], models[1], names, cells, "cpu", "float32", warmup=1,
@@ -101,7 +101,7 @@ def matrix(args, models, names, ids, work: Path) -> list[dict]:
 def one_configuration(models, names, ids, work: Path, grid_file: Path, args, setting) -> dict:
     """Runs A (seed 0, with the grid) and B (seed 1) of one setting; B's errors predicted
     from A."""
-    from specbatch.analysis.validate import validate
+    from specbatch.analysis.validate.live import validate
     from specbatch.live.config import LiveConfig
 
     label, policy, k, e, rule, slots, scheduler = setting

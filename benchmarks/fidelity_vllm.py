@@ -27,9 +27,9 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON object")
     args = parser.parse_args()
 
-    from specbatch.analysis.validate_vllm import suite_row, suite_table
+    from specbatch.analysis.validate.vllm_run import suite_row, suite_table
     from specbatch.io import dumps
-    from specbatch.traces.vllm_runs import bundled_runs
+    from specbatch.traces.public.vllm_runs import bundled_runs
 
     names = args.runs.split(",") if args.runs else list(bundled_runs())
     start = time.perf_counter()

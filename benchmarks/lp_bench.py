@@ -1,10 +1,10 @@
 """LP B (best valid verifier, THEORY.md §4) solve time for V=3, γ=3 and V=4, γ=3.
 
 Per instance size, on seeded random Markov pairs: the time to build the sparse LP
-(:func:`theory.lp.lp_b_program`), to solve it with ``scipy.optimize.linprog(method="highs")``
-directly on those arrays, and through cvxpy (:func:`theory.lp.solve_program`: HiGHS, the
+(:func:`theory.exact.lp.lp_b_program`), to solve it with ``scipy.optimize.linprog(method="highs")``
+directly on those arrays, and through cvxpy (:func:`theory.exact.lp.solve_program`: HiGHS, the
 default, and CLARABEL), plus the largest deviation of each optimum from the exact E[τ_BV]
-(:func:`theory.exact.expected_tau`; "err HiGHS" is the worse of linprog and cvxpy+HiGHS). Times are the median over ``--repeats`` solves.
+(:func:`theory.exact.enumeration.expected_tau`; "err HiGHS" is the worse of linprog and cvxpy+HiGHS). Times are the median over ``--repeats`` solves.
 
     .venv/bin/python benchmarks/lp_bench.py [--repeats 5] [--json]
 """
@@ -18,9 +18,9 @@ import time
 
 from scipy.optimize import linprog
 
-from specbatch.theory.exact import expected_tau
-from specbatch.theory.lp import lp_b_program, solve_program
-from specbatch.theory.models import random_pair
+from specbatch.theory.exact.enumeration import expected_tau
+from specbatch.theory.exact.lp import lp_b_program, solve_program
+from specbatch.theory.exact.small_models import random_pair
 
 SIZES = ((3, 3), (4, 3))
 

@@ -5,7 +5,7 @@ KV), an imported workload CSV (written once per size under ``--work``, seeded):
 prompts lognormal (median 200 tokens, σ 0.8, clipped to [8, 2048]), outputs uniform in
 8..256 tokens, Poisson arrivals at ``--rate`` req/s (the file's ``arrival`` column, replayed
 with ``--arrival trace``), mapped onto the bundled default trace, whose requests are shorter
-than most of these outputs (so positions wrap, simulator.workload). Every run is its own
+than most of these outputs (so positions wrap, simulator.workload.arrivals). Every run is its own
 ``specbatch simulate ... --out DIR --json`` process, so its peak RSS (its own ``ru_maxrss``)
 includes start-up, the engine and writing the tables; its time is given in wall and CPU
 seconds (user + system: the steadier figure on a shared machine) and as CPU microseconds per

@@ -8,7 +8,7 @@ the vllm-v0 one (best of ``--repeat`` each, CPU seconds: the machine may be shar
 ratio is printed. The same workload also runs
 through the engine's per-request reference step (``reference=True``: scalar hash and one
 ``accept_from_stats`` call per request per step) on a smaller request count, and the ratio of
-the two rates is printed. Then paged KV mode at max_num_seqs 64 (simulator.kv): with a
+the two rates is printed. Then paged KV mode at max_num_seqs 64 (simulator.engine.kv): with a
 pool that never runs out (the block bookkeeping's cost, as a ratio to the reserve headline)
 and with the capacity the H100's memory leaves next to Vicuna-33B (preemption by
 recomputation: more, smaller steps, so fewer tokens per wall second for a different
@@ -47,14 +47,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from specbatch.simulator.config import load_config
+from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.run import build_cost, simulate
 
 
 def load_bench_trace():
     """(trace, description): the bundled `tiny` trace if present, else a synthetic one."""
     try:
-        from specbatch.traces.format import read_trace, resolve_trace
+        from specbatch.traces.format.files import read_trace, resolve_trace
 
         path = resolve_trace("tiny")
         trace = read_trace(path)
@@ -123,7 +123,7 @@ def step_cpu(config, trace, reference: bool = False) -> dict:
 #: argv[1] (JSON), its CPU seconds and summary counts as one JSON line.
 PATH_CHILD = """
 import json, sys, time
-from specbatch.simulator.config import load_config
+from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.run import build_cost, load_trace, simulate
 config = load_config(None, **json.loads(sys.argv[1]))
 trace, cost = load_trace(config), build_cost(config)

@@ -3,7 +3,7 @@
 On a bundled tree trace (default ``smollm2-drop2-tree``: top-k ``2,2,1`` trees, 10 draft nodes
 per position), random batches of n position rows (without replacement, seed fixed) share a
 budget of C = k·n verified nodes. For each batch, the expected accepted length Σ r (reach of
-recursive rejection sampling, theory/tree_alloc.py) of:
+recursive rejection sampling, theory/trees/alloc.py) of:
 
 - ``optimum``: :func:`optimal_subtrees` (the best draw-prefix-closed subtrees, exact);
 - ``greedy r``: :func:`frontier_greedy` on the reach values themselves (TETRIS with the exact
@@ -19,7 +19,7 @@ recursive rejection sampling, theory/tree_alloc.py) of:
   a fixed size, isolating what moving nodes between requests adds);
 - ``learned`` / ``logistic``: ``tetris-tree --predictor learned|logistic`` without its cap,
   the batch's C nodes by the predicted reach of a per-node acceptance model
-  (simulator/tree_predictor.py: ``frontier_greedy`` on r̂) fitted on the tree nodes of
+  (simulator/replay/tree_accept_predictor.py: ``frontier_greedy`` on r̂) fitted on the tree nodes of
   ``--calibration-split F`` of the trace's requests (seeded as a simulation's split);
   ``static learned``: each request's first k nodes by the same score.
 
@@ -43,14 +43,14 @@ import time
 
 import numpy as np
 
-from specbatch.simulator.calibration import split_requests
-from specbatch.simulator.tree_policies import top_counts
-from specbatch.simulator.tree_predictor import fit_tree_predictor
-from specbatch.simulator.tree_tables import TreeTables
-from specbatch.theory import tree_alloc as A
-from specbatch.theory import tree_reach as R
-from specbatch.traces.format import read_trace
-from specbatch.traces.trace import concat_ranges
+from specbatch.simulator.policies.calibration import split_requests
+from specbatch.simulator.policies.trees import top_counts
+from specbatch.simulator.replay.tree import TreeTables
+from specbatch.simulator.replay.tree_accept_predictor import fit_tree_predictor
+from specbatch.theory.trees import alloc as A
+from specbatch.theory.trees import reach as R
+from specbatch.traces.format.files import read_trace
+from specbatch.traces.format.trace import concat_ranges
 
 #: Fitted kinds the learned columns report.
 KINDS = ("learned", "logistic")

@@ -6,8 +6,8 @@ acceptance is realistic (noise 0.5: E[τ_TV] ≈ 3.6 of 8, like the block paper'
 shared); ratios are taken within the same run.
 
 TV touches the vocabulary once per request (the residual or bonus row at τ); BV also computes
-``Z_{i+1}`` for positions γ-1 down to τ (lazy backward scan, theory/verify_torch.py), so its
-cost grows with γ − E[τ]. The "dense BV" line computes every Z (theory.stats.position_stats,
+``Z_{i+1}`` for positions γ-1 down to τ (lazy backward scan, theory/verify/torch_batched.py), so its
+cost grows with γ − E[τ]. The "dense BV" line computes every Z (theory.verify.path_stats.position_stats,
 numpy float64, one position at a time) for comparison, and "softmax of both rows" is what producing the rows from
 logits costs (both rules pay it in a real verifier).
 
@@ -24,9 +24,9 @@ import time
 import numpy as np
 import torch
 
-from specbatch.theory.stats import position_stats
-from specbatch.theory.verify import verify_block, verify_token
-from specbatch.theory.verify_torch import verify_block_torch, verify_token_torch
+from specbatch.theory.verify.path_stats import position_stats
+from specbatch.theory.verify.reference import verify_block, verify_token
+from specbatch.theory.verify.torch_batched import verify_block_torch, verify_token_torch
 
 
 def make_batch(batch: int, gamma: int, vocab: int, noise: float, seed: int):

@@ -3,10 +3,10 @@
 Implementations, each timed on the same batch (rows as in verify_gpu_bench.py: target
 softmax(3·N(0,1)), draft softmax(target logits + 0.5·noise), float32):
 
-- ``numpy``: :func:`specbatch.theory.verify.verify_token` / ``verify_block`` (float64);
-- ``torch-lazy``: :func:`specbatch.theory.verify_torch.verify_torch` on CPU (row loop, skips
+- ``numpy``: :func:`specbatch.theory.verify.reference.verify_token` / ``verify_block`` (float64);
+- ``torch-lazy``: :func:`specbatch.theory.verify.torch_batched.verify_torch` on CPU (row loop, skips
   ``Z_{i+1}`` where a bound decides);
-- ``torch-sync-free``: :func:`specbatch.theory.verify_torch_sync_free.verify_sync_free`
+- ``torch-sync-free``: :func:`specbatch.theory.verify.torch_sync_free.verify_sync_free`
   eager (fixed operator sequence, every ``Z_{i+1}`` computed);
 - ``compiled``: the same function through ``torch.compile`` (inductor, C++ on CPU); the
   first call's compile time is reported separately.
@@ -27,9 +27,9 @@ import time
 import numpy as np
 import torch
 
-from specbatch.theory.verify import verify_block, verify_token
-from specbatch.theory.verify_torch import verify_torch
-from specbatch.theory.verify_torch_sync_free import verify_sync_free
+from specbatch.theory.verify.reference import verify_block, verify_token
+from specbatch.theory.verify.torch_batched import verify_torch
+from specbatch.theory.verify.torch_sync_free import verify_sync_free
 
 
 def make_batch(batch: int, gamma: int, vocab: int, seed: int = 0):

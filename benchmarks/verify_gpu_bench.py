@@ -1,6 +1,6 @@
 """Verification kernels at memory bandwidth: batched torch TV and BV on a GPU (issue 7 §1).
 
-Times :func:`theory.verify_torch.verify_torch` with rule "token" (TV, THEORY.md §2) and "block"
+Times :func:`theory.verify.torch_batched.verify_torch` with rule "token" (TV, THEORY.md §2) and "block"
 (BV, THEORY.md §3) on the padded layout for every B x γ x V x input dtype of the grid
 (default B in {64, 256}, γ in {4, 8}, V in {49152, 128256}: the SmolLM2 and Llama-3
 vocabularies; float32 and bfloat16), and compares the achieved bandwidth with the device's
@@ -13,7 +13,7 @@ plus the target's bonus row ``Mb(·|X^γ)``)::
     bytes = 2·B·γ·V·itemsize + B·V·itemsize = (2γ + 1)·B·V·itemsize
 
 with ``itemsize`` of the input dtype as given (4 for float32, 2 for bfloat16). Achieved
-bandwidth is ``bytes / median time``. Caveats: theory/verify_torch.py upcasts half-precision
+bandwidth is ``bytes / median time``. Caveats: theory/verify/torch_batched.py upcasts half-precision
 rows to float32 before verifying (one extra read of the bf16 inputs and a write + reads of
 float32 copies), so for bfloat16 the bytes actually moved are larger than those counted; the
 table reports the bytes of the inputs as given. TV as implemented reads only the drafted
@@ -36,7 +36,7 @@ are softmax(3·N(0,1) logits) for the target and softmax(logits + 0.5·noise) fo
 
 ``--impl`` picks the implementations timed side by side: ``torch`` (verify_torch's default:
 the host-sync-free path on CUDA, the lazy path on CPU), ``torch-lazy``, ``torch-sync-free``
-and ``triton`` (theory/verify_triton.py, one fused launch; needs the ``kernels`` extra).
+and ``triton`` (theory/verify/triton_fused.py, one fused launch; needs the ``kernels`` extra).
 
 Without CUDA (and without --full) the grid shrinks to --quick (a CPU smoke run, < 60 s).
 """
@@ -54,11 +54,11 @@ from pathlib import Path
 
 import torch
 
-from specbatch.theory.verify_torch import verify_torch
+from specbatch.theory.verify.torch_batched import verify_torch
 
 
 def _triton(rule, tokens, draft, target, uniforms, generator=None):
-    from specbatch.theory.verify_triton import verify_triton_padded
+    from specbatch.theory.verify.triton_fused import verify_triton_padded
 
     return verify_triton_padded(rule, tokens, draft, target, uniforms, generator=generator)
 
@@ -189,9 +189,9 @@ def bench_config(batch, gamma, vocab, dtypes, device, copy_gbps, warmup, repeats
 
 def sampler_floors(rows: list[dict], copy_gbps: float) -> dict:
     """Per implementation with float32 cells: the simulator's sampler floors
-    (:func:`specbatch.simulator.verify_cost.measured_floors`, bytes term at the measured copy
-    bandwidth), what a ``simulator.hardware.SAMPLERS`` preset of this device takes."""
-    from specbatch.simulator.verify_cost import measured_floors
+    (:func:`specbatch.simulator.cost.verify_cost.measured_floors`, bytes term at the measured copy
+    bandwidth), what a ``simulator.cost.hardware.SAMPLERS`` preset of this device takes."""
+    from specbatch.simulator.cost.verify_cost import measured_floors
 
     out = {}
     for impl in dict.fromkeys(r["impl"] for r in rows):
@@ -275,7 +275,7 @@ def main(argv=None) -> dict:
           f"warm-up{' (quick grid)' if quick else ''}")
     print(format_table(rows, copy_gbps))
     for impl, f in report["sampler_floors"].items():
-        print(f"simulator.verify_cost floors of {impl} (float32 cells): TV {1e3 * f['tv_s']:.3f} "
+        print(f"simulator.cost.verify_cost floors of {impl} (float32 cells): TV {1e3 * f['tv_s']:.3f} "
               f"ms per call, BV {1e3 * f['bv_per_position_s']:.3f} ms per draft position")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-from specbatch.traces.cache_api import cache_kwargs
+from specbatch.traces.capture.cache_api import cache_kwargs
 
 
 def _cache_base():

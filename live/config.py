@@ -8,17 +8,17 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from specbatch.errors import require
+from specbatch.fields import FieldSpec, at_least, check_ranges, field_specs, knob, like
 from specbatch.limits import is_supported_device
-from specbatch.simulator.catalogue import names as policy_names
-from specbatch.simulator.config import (
+from specbatch.simulator.config.sim_config import (
     V1_DEFAULT_BATCHED_TOKENS,
     VERIFY_RULES,
     SimConfig,
     make_config,
 )
-from specbatch.simulator.fields import FieldSpec, at_least, check_ranges, field_specs, knob, like
+from specbatch.simulator.policies.catalogue import names as policy_names
 
-#: Policies the live loop runs: the catalogue's rows with ``live`` (simulator.catalogue; a test
+#: Policies the live loop runs: the catalogue's rows with ``live`` (simulator.policies.catalogue; a test
 #: keeps them equal to the classes with ``live = True``), those that decide from
 #: draft-side signals after a full-depth draft (``threshold`` would stop drafting early,
 #: ``dsd`` needs a cost model, ``oracle`` and ``hindsight`` read the truth).
@@ -26,7 +26,7 @@ LIVE_POLICIES = policy_names(live=True)
 VERIFIERS = ("theory", "local")
 #: Arrival processes of a live run (the simulator's, but "trace": live prompts carry no times).
 LIVE_ARRIVALS = ("burst", "poisson", "gamma")
-#: The prompt-lookup drafter's name (:data:`specbatch.traces.ngram.NGRAM`; a test keeps them
+#: The prompt-lookup drafter's name (:data:`specbatch.traces.capture.ngram.NGRAM`; a test keeps them
 #: equal), here so a ``--help`` need not import the drafters.
 NGRAM = "ngram"
 #: Drafters of a live run: a draft model, or prompt lookup (:mod:`specbatch.live.ngram`).
@@ -41,19 +41,19 @@ SCHEDULERS = ("vllm-v1", "vllm-v0")
 class LiveConfig:
     """Settings of one live run (recorded in ``live.json``).
 
-    policy, k, extra (e), verify: as :class:`simulator.config.SimConfig`'s ``policy``,
+    policy, k, extra (e), verify: as :class:`simulator.config.sim_config.SimConfig`'s ``policy``,
     ``num_speculative_tokens``, ``extra``, ``verify``; the budget is C = k·n.
     verifier: "theory" decides τ and the extra token with
-    :func:`theory.verify_torch.accept_and_residual`; "local" with
-    :func:`theory.stats.accept_from_stats` on the recorded statistics (the simulator's own τ
-    function) and :func:`theory.verify_torch.extra_token_law_torch`.
+    :func:`theory.verify.torch_batched.accept_and_residual`; "local" with
+    :func:`theory.verify.path_stats.accept_from_stats` on the recorded statistics (the simulator's own τ
+    function) and :func:`theory.verify.torch_batched.extra_token_law_torch`.
     max_num_seqs: running slots (None = every request: one static batch when they all
     arrive at once). arrival, rate, cv: the arrival process, as the simulator's ("burst" all at
     t = 0, "poisson" at ``rate`` req/s, "gamma" with mean gap 1/rate and CV ``cv``), drawn by
     the simulator's workload code from ``seed``.
     draft: "model" (a draft LM) or "ngram" (prompt lookup, vLLM's ``ngram`` method);
     ngram_min, ngram_max: its suffix n-gram bounds (vLLM's ``prompt_lookup_min``/``max``;
-    None: vLLM's defaults, as :func:`traces.ngram.ngram_bounds` resolves them); n-gram only.
+    None: vLLM's defaults, as :func:`traces.capture.ngram.ngram_bounds` resolves them); n-gram only.
     scheduler: how a step is composed (:mod:`specbatch.live.loop`): "vllm-v1" spends one
     token budget ``max_num_batched_tokens`` per step on the running requests (1 + s_i each),
     then on whole waiting prompts in the same (mixed) step; "vllm-v0" gives joiners a
@@ -79,8 +79,8 @@ class LiveConfig:
     seed: int = like(SimConfig, "seed", 0)
     max_prompt_tokens: int = knob(512, "longer prompts keep their last tokens",
                                   range=at_least(1))
-    verifier: str = knob("theory", "theory: theory.verify_torch; local: the recorded "
-                         "statistics through theory.stats.accept_from_stats",
+    verifier: str = knob("theory", "theory: theory.verify.torch_batched; local: the recorded "
+                         "statistics through theory.verify.path_stats.accept_from_stats",
                          choices=VERIFIERS)
     max_num_seqs: int | None = like(SimConfig, "max_num_seqs", None, help="running slots",
                                     none="N, every request: a burst is one static batch")
@@ -108,7 +108,7 @@ class LiveConfig:
     @property
     def ngram(self) -> tuple[int, int]:
         """The n-gram drafter's resolved ``(n_min, n_max)``."""
-        from specbatch.traces.ngram import ngram_bounds
+        from specbatch.traces.capture.ngram import ngram_bounds
 
         return ngram_bounds(self.ngram_min, self.ngram_max)
 
@@ -157,14 +157,14 @@ class LiveConfig:
                 f"+ max_new_tokens - 1 = {longest} (prompts are not chunked), got {budget}")
 
     def sim_config(self, n_requests: int = 1) -> SimConfig:
-        """The validated :class:`simulator.config.SimConfig` of :meth:`sim_values`."""
+        """The validated :class:`simulator.config.sim_config.SimConfig` of :meth:`sim_values`."""
         return make_config(self.sim_values(n_requests), "live config")
 
     @cached_property
     def depth(self) -> int:
         """Draft passes per step: the policy class's required depth (K = k for ``fixed``,
         k + e for ``tetris``), as in the simulator (computed once per config)."""
-        from specbatch.simulator.policies import policy_depth_of, resolve_policy
+        from specbatch.simulator.policies.registry import policy_depth_of, resolve_policy
 
         return policy_depth_of(resolve_policy(self.policy, "--policy"), self.sim_config())
 
@@ -203,7 +203,7 @@ class LiveConfig:
         require(self.draft in DRAFTS, f"draft: expected one of {', '.join(DRAFTS)}, got "
                 f"{self.draft!r}")
         if self.draft == NGRAM:
-            from specbatch.traces.ngram import ngram_bounds
+            from specbatch.traces.capture.ngram import ngram_bounds
 
             ngram_bounds(self.ngram_min, self.ngram_max)
         else:

@@ -1,6 +1,6 @@
 """The live speculative-decoding engine: iteration-level continuous batching (THEORY.md §1-§5).
 
-The scheduling is the simulator's (:mod:`specbatch.simulator.engine`, one replica, no
+The scheduling is the simulator's (:mod:`specbatch.simulator.engine.core`, one replica, no
 preemption: the slot cache holds every running request): requests arrive by the run's arrival
 process (:mod:`.pool`), wait in FCFS order, and join while fewer than ``max_num_seqs`` run; a
 request leaves at the end of the step in which it emitted its last token. The clock advances
@@ -33,15 +33,15 @@ The verbs:
   - :func:`draft`: K sequential draft passes, each sampling ``X_j ~ Ms(·|c, X^{j-1})``;
     with ``draft = "ngram"`` (:mod:`.ngram`) the prompt-lookup proposer instead: up to K
     one-hot tokens per request, no draft model or cache, its CPU time the draft time;
-  - :func:`decide`: the step's :class:`~simulator.plan.Plan` from the simulator's policy on
+  - :func:`decide`: the step's :class:`~simulator.policies.step_plan.Plan` from the simulator's policy on
     the draft's signals (:mod:`.decide`: the same ``plan_step`` as the simulator, budget
     C = k·n, rows in the simulator's batch order);
   - :func:`target_pass`: one pass over the pending token and ``X_1..X_{s_i}``;
   - :func:`verify`: τ with γ = s_i and the simulator's counter-based uniforms
-    (:func:`simulator.verify.uniforms` keyed by (seed, request, output position)); the extra
+    (:func:`simulator.replay.chain.uniforms` keyed by (seed, request, output position)); the extra
     token from the exact law of THEORY.md §2-§3 (bonus from ``Mb(·|X^γ)`` when τ = γ, else a
     correction from ``max(p_τ Mb(·|X^τ) − Ms(·|X^τ), 0)``, p = 1 for TV). The path statistics
-    q, pt, Z of the verified prefix are recorded (:func:`theory.stats_torch.path_stats_torch`)
+    q, pt, Z of the verified prefix are recorded (:func:`theory.verify.torch_path_stats.path_stats_torch`)
     so the simulator replaying them draws the same τ;
   - :func:`commit`: each request emits ``min(τ + 1, remaining)`` tokens, its cache rows keep
     the accepted prefix (the rest is overwritten next step), and the tokens not yet in a cache
@@ -73,17 +73,17 @@ from specbatch.live.pool import Pool, arrival_times
 from specbatch.live.record import LiveResult, Recorder
 from specbatch.live.state import Live, draw, step_end, step_start, stream_uniforms
 from specbatch.live.timeline import Timeline
-from specbatch.simulator.plan import Plan
-from specbatch.simulator.policies import make_policy
-from specbatch.simulator.verify import request_keys, uniforms
-from specbatch.theory.stats import accept_from_stats
-from specbatch.theory.stats_torch import path_stats_torch, probs_at, sample_inverse_cdf
-from specbatch.theory.verify_torch import accept_and_residual, extra_token_law_torch
-from specbatch.traces.ngram import NGRAM
+from specbatch.simulator.policies.registry import make_policy
+from specbatch.simulator.policies.step_plan import Plan
+from specbatch.simulator.replay.chain import request_keys, uniforms
+from specbatch.theory.verify.path_stats import accept_from_stats
+from specbatch.theory.verify.torch_batched import accept_and_residual, extra_token_law_torch
+from specbatch.theory.verify.torch_path_stats import path_stats_torch, probs_at, sample_inverse_cdf
+from specbatch.traces.capture.ngram import NGRAM
 
-VERIFIER_NAMES = {"theory": "specbatch.theory.verify_torch",
-                  "local": "specbatch.theory.stats.accept_from_stats + "
-                           "specbatch.theory.verify_torch.extra_token_law_torch"}
+VERIFIER_NAMES = {"theory": "specbatch.theory.verify.torch_batched",
+                  "local": "specbatch.theory.verify.path_stats.accept_from_stats + "
+                           "specbatch.theory.verify.torch_batched.extra_token_law_torch"}
 
 
 def prefill(live: Live, batch: Batch, joined: list[int]) -> Batch:
@@ -212,13 +212,13 @@ def target_pass(live: Live, batch: Batch, x, s: np.ndarray, kv: np.ndarray,
 def verify(live: Live, batch: Batch, x, draft_logits, target_logits, s: np.ndarray,
            pos: np.ndarray, proposed: np.ndarray | None = None):
     """τ (numpy and torch, # [n]), the extra token y # [n] and the path statistics (numpy
-    dict, :func:`theory.stats_torch.path_stats_torch`) of one step.
+    dict, :func:`theory.verify.torch_path_stats.path_stats_torch`) of one step.
 
     Uniforms: the simulator's, keyed by (seed, request, output position). ``verifier =
-    "theory"``: :func:`theory.verify_torch.accept_and_residual` decides and the statistics
-    are recorded off the timeline; ``"local"``: :func:`theory.stats.accept_from_stats` on
+    "theory"``: :func:`theory.verify.torch_batched.accept_and_residual` decides and the statistics
+    are recorded off the timeline; ``"local"``: :func:`theory.verify.path_stats.accept_from_stats` on
     the statistics (the simulator's τ function) and
-    :func:`theory.verify_torch.extra_token_law_torch`. N-gram drafts (``proposed`` # [n]):
+    :func:`theory.verify.torch_batched.extra_token_law_torch`. N-gram drafts (``proposed`` # [n]):
     fillers enter as token 0 (s ≤ proposed, so none is verified) and their recorded draft
     signals are 0 (:func:`.ngram.filler_signals`).
     """

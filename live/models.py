@@ -15,15 +15,15 @@ def load_models(draft: str, target: str, device: str = "cpu", dtype: str = "floa
     """(tokenizer or None, draft, target, identities) from model directories or shape names.
 
     Two local HF model directories load as in ``specbatch capture`` (their tokenizer included).
-    A name from :mod:`traces.shapes` (e.g. ``llama-3.1-8b``) builds random weights of that
+    A name from :mod:`traces.models.shapes` (e.g. ``llama-3.1-8b``) builds random weights of that
     architecture on ``device`` (seeded; ``layers`` overrides the layer count for smoke runs):
     step times depend on the shape, not on the weights, and near-uniform random rows still give
     non-trivial acceptance at temperature 1. Such runs have no tokenizer (use random prompts).
     ``draft = "ngram"``: the target alone (draft None), the drafter's identity as capture
-    records it (:meth:`traces.ngram.NgramDrafter.identity`, bounds ``ngram``).
+    records it (:meth:`traces.capture.ngram.NgramDrafter.identity`, bounds ``ngram``).
     """
-    from specbatch.traces.capture import load_pair, load_target, model_identity
-    from specbatch.traces.ngram import NGRAM, NgramDrafter
+    from specbatch.traces.capture.chain import load_pair, load_target, model_identity
+    from specbatch.traces.capture.ngram import NGRAM, NgramDrafter
 
     if draft == NGRAM:
         if Path(target).is_dir() and layers is None:
@@ -54,9 +54,9 @@ def _random_model(role: str, spec: str, device: str, dtype: str, seed: int,
     directory with ``layers`` overridden."""
     import torch
 
-    from specbatch.traces.capture import model_identity
-    from specbatch.traces.profile import load_profile_model
-    from specbatch.traces.shapes import SHAPES
+    from specbatch.traces.capture.chain import model_identity
+    from specbatch.traces.capture.profile import load_profile_model
+    from specbatch.traces.models.shapes import SHAPES
 
     require(Path(spec).is_dir() or spec in SHAPES,
             f"{role} model {spec}: expected a local Hugging Face model directory or a shape "

@@ -1,16 +1,16 @@
 """The live engine's n-gram (prompt-lookup) draft verb: no draft model, no draft cache.
 
 At a decode step each running request proposes up to K tokens from its own context
-(prompt + emitted tokens) with :func:`specbatch.traces.ngram.propose_ngram`, vLLM's
+(prompt + emitted tokens) with :func:`specbatch.traces.capture.ngram.propose_ngram`, vLLM's
 ``ngram`` match rule, exactly as ``specbatch capture --draft ngram`` does at the same position.
 The draft distribution is one-hot (``q = 1`` on the proposed token), so ``p_i = Π pt_j``
 and block verification equals token verification (THEORY.md §3).
 
 Fewer than K proposed tokens: slots ``j ≥ proposed`` hold the filler id V (one past the
 target's vocabulary) in the recorded trace, with ``q = 1``, ``pt = 0`` and draft signals 0
-(the trace's lossless filler, :mod:`specbatch.traces.trace`). The policy sees the proposed
-counts through its :class:`~simulator.policies.StepView` (``proposed``), so every shared policy drafts and verifies at most
-``proposed`` tokens per request (:meth:`simulator.policies.StepView.cap`), as the simulator
+(the trace's lossless filler, :mod:`specbatch.traces.format.trace`). The policy sees the proposed
+counts through its :class:`~simulator.policies.registry.StepView` (``proposed``), so every shared policy drafts and verifies at most
+``proposed`` tokens per request (:meth:`simulator.policies.registry.StepView.cap`), as the simulator
 does on the trace; the target therefore never scores a filler, and a request with nothing
 proposed takes an ordinary one-token target step (τ = 0, the extra token is the bonus).
 Fillers are fed to the target (past a row's verified prefix, never read) and to the verifier
@@ -23,8 +23,8 @@ import time
 
 import numpy as np
 
-from specbatch.traces.drafters import one_hot_logits
-from specbatch.traces.ngram import propose_ngram
+from specbatch.traces.capture.drafters import one_hot_logits
+from specbatch.traces.capture.ngram import propose_ngram
 
 
 def propose(contexts: list[list[int]], depth: int, n_min: int, n_max: int,

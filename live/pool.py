@@ -1,7 +1,7 @@
 """The live engine's request pool: arrivals, the FCFS waiting queue and the clock rule.
 
 Arrival times come from the simulator's own workload code
-(:func:`specbatch.simulator.workload.build_workload` on the run's
+(:func:`specbatch.simulator.workload.arrivals.build_workload` on the run's
 :meth:`LiveConfig.sim_config`), so a live run and its simulation see the same arrivals for
 the same seed (burst, poisson at ``rate``, gamma with ``rate`` and ``cv``).
 
@@ -25,7 +25,7 @@ import numpy as np
 def arrival_times(cfg, prompt_len: np.ndarray, output_len: np.ndarray) -> np.ndarray:
     """Arrival second of each request # [N], drawn by the simulator's workload builder for
     ``cfg.sim_config(N)`` (the same streams of ``cfg.seed``)."""
-    from specbatch.simulator.workload import build_workload
+    from specbatch.simulator.workload.arrivals import build_workload
 
     n = int(prompt_len.shape[0])
     offsets = np.zeros(n + 1, dtype=np.int64)

@@ -12,7 +12,7 @@ import time
 
 import pandas as pd
 
-#: The mixed passes' prompt columns (simulator.profiled.MIXED_COLUMNS; live does not import the
+#: The mixed passes' prompt columns (simulator.cost.profiled.MIXED_COLUMNS; live does not import the
 #: simulator): prompts per pass and tokens per prompt, 0 on uniform rows.
 MIXED_COLUMNS = ("prefill_batch", "prefill_tokens")
 
@@ -96,7 +96,7 @@ def profile_grid(draft, target, names: tuple[str, str], cells: dict, device: str
                  warmup: int = 2, repeats: int = 5, progress: bool | None = None) -> pd.DataFrame:
     """Median forward-pass time of uniform batches and mixed passes on random KV caches
     (:func:`time_masked_forward`) at every cell of :func:`grid_cells`; latency-profile columns
-    (:data:`traces.profile.PROFILE_COLUMNS`) and the mixed passes' prompts
+    (:data:`traces.capture.profile.PROFILE_COLUMNS`) and the mixed passes' prompts
     (:data:`MIXED_COLUMNS`, 0 on uniform rows). Measured separately from the live run, so a cost
     model fitted to it is out-of-sample for that run.
 
@@ -108,7 +108,7 @@ def profile_grid(draft, target, names: tuple[str, str], cells: dict, device: str
     import torch
     from tqdm import tqdm
 
-    from specbatch.traces.profile import PROFILE_COLUMNS
+    from specbatch.traces.capture.profile import PROFILE_COLUMNS
 
     rows = []
     bar = tqdm(total=len(cells["draft"]) + len(cells["target"]), desc="profile grid",

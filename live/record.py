@@ -1,9 +1,9 @@
 """What a live run records, and its output directory.
 
 :class:`Recorder` collects, as the loop runs, one row per forward pass (the latency-profile
-columns of :mod:`specbatch.simulator.cost`, query/KV tokens counted as the simulator counts
+columns of :mod:`specbatch.simulator.cost.registry`, query/KV tokens counted as the simulator counts
 them, plus the padded ``cache_slots`` actually attended), one row per step
-(:class:`specbatch.simulator.state.StepRecord`), the per-request counters of
+(:class:`specbatch.simulator.engine.request_state.StepRecord`), the per-request counters of
 :mod:`specbatch.simulator.metrics`, the generated tokens, and the drafted path's statistics
 (THEORY.md §3: q, pt, Z, and the draft's temperature-1 signals) at every visited output
 position. Times are on the live clock (:mod:`specbatch.live.pool`: arrivals' axis); ``throughput`` = output
@@ -30,7 +30,7 @@ from specbatch.errors import SpecbatchError, require
 from specbatch.inputs import check_regular_file, load_json_file
 from specbatch.io import write_json
 from specbatch.live.config import LiveConfig
-from specbatch.traces.ngram import NGRAM
+from specbatch.traces.capture.ngram import NGRAM
 
 #: Columns of ``profile.csv``: one row per forward pass.
 PASS_COLUMNS = ("model", "role", "device", "dtype", "batch_size", "query_tokens", "kv_tokens",
@@ -80,13 +80,13 @@ class Recorder:
         self.outputs: list[list[int]] = [[] for _ in range(n)]
         self.trace_rows: dict[int, dict] = {i: {} for i in range(n)}
         self.passes: list[tuple] = []
-        self.step_rows: list = []  # simulator.state.StepRecord per step
+        self.step_rows: list = []  # simulator.engine.request_state.StepRecord per step
 
     def add_pass(self, role: str, query: np.ndarray, kv: np.ndarray, seconds: float,
                  slots: int) -> None:
         """One forward pass of ``role``: request i adds ``query`` # [n] tokens to ``kv`` # [n]
         cached ones (the simulator's counts); recorded with the step it belongs to."""
-        from specbatch.simulator.cost_interface import batch_sums
+        from specbatch.simulator.cost.interface import batch_sums
 
         name = self.names[0] if role == "draft" else self.names[1]
         n, sq, skv, sqkv, sqq = batch_sums(np.asarray(query, dtype=np.int64),
@@ -149,13 +149,13 @@ class Recorder:
 
 
 def build_trace(result: LiveResult, meta_extra: dict | None = None):
-    """A :class:`traces.format.Trace` of the live run: row t of request r holds the statistics
+    """A :class:`traces.format.files.Trace` of the live run: row t of request r holds the statistics
     of the path drafted at output position t (visited positions); other rows hold a filler
     (q = 1, pt = 0, confidence 1, and the Z of those one-hot rows: ``Z_1 = 1``, 0 after) that a
     replay of the same run never reads. An n-gram
     run's trace carries the ``proposed`` column (0 on unvisited rows), its fillers recorded as
     capture records them (:mod:`specbatch.live.ngram`)."""
-    from specbatch.traces.trace import default_meta, make_trace
+    from specbatch.traces.format.trace import default_meta, make_trace
 
     cfg = result.config
     k = cfg.depth
@@ -193,8 +193,8 @@ def write_live(result: LiveResult, out: str | Path, manifest: dict,
     ``final``: where the folder will be once complete when ``out`` is a temporary folder
     (:func:`specbatch.io.result_dir`); ``config.toml`` names the trace and profile there.
     """
-    from specbatch.simulator.config import make_config, to_toml
-    from specbatch.traces.format import write_trace
+    from specbatch.simulator.config.sim_config import make_config, to_toml
+    from specbatch.traces.format.files import write_trace
 
     out = Path(out)
     final = Path(final if final is not None else out).resolve()
@@ -225,7 +225,7 @@ def write_live(result: LiveResult, out: str | Path, manifest: dict,
 def read_live(live_dir: str | Path) -> dict:
     """The manifest, tables and trace of a ``specbatch live`` output directory (one-line
     errors naming the file)."""
-    from specbatch.traces.format import read_trace
+    from specbatch.traces.format.files import read_trace
 
     d = Path(live_dir)
     require(d.is_dir(), f"LIVE_DIR {d}: expected the output directory of `specbatch live`, "

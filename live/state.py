@@ -1,5 +1,5 @@
 """What the live loop's verbs share (:class:`Live`) and its small helpers: counter-based
-draws, and closing a step as one :class:`simulator.state.StepRecord` on the measured clock."""
+draws, and closing a step as one :class:`simulator.engine.request_state.StepRecord` on the measured clock."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from specbatch.live.config import LiveConfig
 from specbatch.live.pool import Pool
 from specbatch.live.record import Recorder
 from specbatch.live.timeline import Timeline
-from specbatch.simulator.policies import Policy
-from specbatch.simulator.state import step_record
-from specbatch.simulator.verify import uniforms
-from specbatch.theory.stats_torch import probs_at, sample_inverse_cdf
+from specbatch.simulator.engine.request_state import step_record
+from specbatch.simulator.policies.registry import Policy
+from specbatch.simulator.replay.chain import uniforms
+from specbatch.theory.verify.torch_path_stats import probs_at, sample_inverse_cdf
 
 #: Stream tags of the live engine's own draws, xor-ed into the simulator's request keys.
 STREAMS = {"first": np.uint64(0x11FE_0001_F125_7000), "draft": np.uint64(0x11FE_0002_D4AF_7000),
@@ -65,7 +65,7 @@ def step_start(live: Live) -> float:
 
 def step_end(live: Live, start: float, **counts: Any) -> float:
     """Close a step: its duration is the timeline since ``mark``; record it as one
-    :class:`simulator.state.StepRecord` (``counts``: its fields but replica, time, end,
+    :class:`simulator.engine.request_state.StepRecord` (``counts``: its fields but replica, time, end,
     verify_time = 0 (the live verification is not timed apart: it is in the overhead) and
     overhead_time = duration − draft_time − target_time)."""
     wall = live.clock.now()

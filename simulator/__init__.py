@@ -1,10 +1,10 @@
 """specbatch simulator: discrete-event replay of batch speculative decoding.
 
-Entry points: :class:`SimConfig` / :func:`load_config` (simulator.config),
+Entry points: :class:`SimConfig` / :func:`load_config` (simulator.config.sim_config),
 :func:`simulate` -> :class:`SimResult` (simulator.run), the policy registry
-:data:`POLICIES` (simulator.policies) and the cost models (simulator.cost).
+:data:`POLICIES` (simulator.policies.registry) and the cost models (simulator.cost.registry).
 
-The names are loaded on first use, so importing one light submodule (``simulator.config``
+The names are loaded on first use, so importing one light submodule (``simulator.config.sim_config``
 for a ``--help``) does not import the engine, numpy and pandas.
 """
 
@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 from specbatch.lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from specbatch.simulator.config import SimConfig, load_config
-    from specbatch.simulator.policies import POLICIES
+    from specbatch.simulator.config.sim_config import SimConfig, load_config
+    from specbatch.simulator.policies.registry import POLICIES
     from specbatch.simulator.run import SimResult, simulate
 
 #: Exported name -> the submodule that defines it.
-_EXPORTS = {"SimConfig": "config", "load_config": "config", "POLICIES": "policies",
-            "SimResult": "run", "simulate": "run"}
+_EXPORTS = {"SimConfig": "config.sim_config", "load_config": "config.sim_config",
+            "POLICIES": "policies.registry", "SimResult": "run", "simulate": "run"}
 
 __all__ = ["POLICIES", "SimConfig", "SimResult", "load_config", "simulate"]
 

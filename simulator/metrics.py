@@ -4,12 +4,12 @@ Per-request table (one row per simulated request ``uid``): arrival, first_token,
 (seconds), tokens (emitted output tokens), steps (decode steps taken part in), drafted,
 verified, accepted (draft tokens), plus replica, trace_index, prompt_len, output_len,
 preemptions (times preempted, paged KV mode) and recomputed_tokens (Σ prompt + t over its
-preemptions: the tokens its re-admissions prefilled again; simulator.kv).
+preemptions: the tokens its re-admissions prefilled again; simulator.engine.kv).
 
 Per-step table (one row per engine step of any replica): time (start), end, batch (decode
 requests), prefill_tokens, drafted, verified, accepted (Σ τ), emitted (tokens emitted, first
 tokens of completed prompts included), depth (draft passes), draft_time, target_time,
-verify_time (the rejection sampler, simulator.verify_cost; 0 in prefill-only steps and in a
+verify_time (the rejection sampler, simulator.cost.verify_cost; 0 in prefill-only steps and in a
 live run, whose verification is in its overhead), overhead_time (seconds), scheduled_tokens
 (prefill_tokens + Σ (s_i + 1)) and decode_requests (= batch).
 
@@ -41,16 +41,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from specbatch.simulator.state import FLOAT_STEP_COLUMNS, STEP_COLUMNS, Records
-from specbatch.simulator.steplog import StepLog
+from specbatch.simulator.engine.request_state import FLOAT_STEP_COLUMNS, STEP_COLUMNS, Records
+from specbatch.simulator.engine.steplog import StepLog
 
 if TYPE_CHECKING:
-    from specbatch.simulator.workload import Workload
+    from specbatch.simulator.workload.arrivals import Workload
 
 #: The columns of every per-request table (the simulator's and a live run's, live.record).
 REQUEST_COLUMNS = ("uid", "trace_index", "replica", "prompt_len", "output_len", "arrival",
                    "first_token", "finish", "tokens", "steps", "drafted", "verified", "accepted")
-#: The simulator's KV columns after them (0 in reserve mode; simulator.kv).
+#: The simulator's KV columns after them (0 in reserve mode; simulator.engine.kv).
 KV_REQUEST_COLUMNS = ("preemptions", "recomputed_tokens")
 
 
@@ -86,8 +86,8 @@ def step_table(rec: Records) -> pd.DataFrame:
 
 
 def step_frame(step_rows: list | StepLog) -> pd.DataFrame:
-    """The step table of recorded :class:`~simulator.state.StepRecord` rows (the simulator's
-    :class:`~simulator.steplog.StepLog`, the live loop's list), float and int columns typed."""
+    """The step table of recorded :class:`~simulator.engine.request_state.StepRecord` rows (the simulator's
+    :class:`~simulator.engine.steplog.StepLog`, the live loop's list), float and int columns typed."""
     if not len(step_rows):
         return pd.DataFrame({c: np.zeros(0) for c in STEP_COLUMNS})
     if isinstance(step_rows, StepLog):

@@ -1,15 +1,15 @@
 """``simulate(config, trace=None) -> SimResult``: one run, end to end.
 
 Loads the trace (``config.trace``: "default", a directory, or "synth"), builds the workload
-(simulator.workload), the cost model (simulator.cost.build_cost_model) and the policy
-(simulator.policies), runs the engine and computes the tables and summary
-(simulator.metrics). ``max_model_len`` caps the workload's outputs (simulator.kv); the
+(simulator.workload.arrivals), the cost model (simulator.cost.registry.build_cost_model) and the policy
+(simulator.policies.registry), runs the engine and computes the tables and summary
+(simulator.metrics). ``max_model_len`` caps the workload's outputs (simulator.engine.kv); the
 summary says which KV mode ran and the capacity it used (``kv_mode``, ``kv_capacity`` in
 tokens per replica, None = unlimited). With ``config.speedup`` it also runs ``ar`` on the same workload and
 cost model and adds ``speedup_vs_ar``. ``acceptance`` replaces the trace's acceptance by a model fitted
-from it (simulator.acceptance). ``calibration_split`` holds a seeded share of the
-trace's requests out of replay for the policies that calibrate on them (simulator.calibration);
-``cuda_graph_sizes`` pads the cost model's passes to captured sizes (simulator.graph_padding).
+from it (simulator.replay.fitted_acceptance). ``calibration_split`` holds a seeded share of the
+trace's requests out of replay for the policies that calibrate on them (simulator.policies.calibration);
+``cuda_graph_sizes`` pads the cost model's passes to captured sizes (simulator.cost.graph_padding).
 Same config ⇒ byte-identical :meth:`SimResult.write` files.
 """
 
@@ -29,30 +29,30 @@ import pandas as pd
 from specbatch.errors import require
 from specbatch.io import result_dir, write_json
 from specbatch.limits import check_memory, check_simulation, simulation_bytes
-from specbatch.simulator import policy_knobs as pk
-from specbatch.simulator.acceptance import acceptance_trace
-from specbatch.simulator.calibration import calibrate_policy, split_trace
-from specbatch.simulator.config import (
+from specbatch.simulator.config.sim_config import (
     FREE_DRAFTS,
     SimConfig,
     to_toml,
     validate_against_trace,
     validate_config,
 )
-from specbatch.simulator.cost import weight_bits_notes
-from specbatch.simulator.engine import Engine
-from specbatch.simulator.graph_padding import pad_to_graphs
-from specbatch.simulator.kv import cap_to_model_len, check_fits, kv_capacity
+from specbatch.simulator.cost.graph_padding import pad_to_graphs
+from specbatch.simulator.cost.registry import weight_bits_notes
+from specbatch.simulator.cost.verify_cost import verify_cost_for, verify_notes
+from specbatch.simulator.engine.core import Engine
+from specbatch.simulator.engine.kv import cap_to_model_len, check_fits, kv_capacity
+from specbatch.simulator.engine.v1.compose import check_v1_workload, v1_lookahead
 from specbatch.simulator.metrics import request_table, step_table, summarize
-from specbatch.simulator.policies import Policy, make_policy
-from specbatch.simulator.policy_base import defines
-from specbatch.simulator.v1 import check_v1_workload, v1_lookahead
-from specbatch.simulator.verify_cost import attach_verify_cost, verify_notes
-from specbatch.simulator.workload import Workload, build_workload
+from specbatch.simulator.policies import knobs as pk
+from specbatch.simulator.policies.base import defines
+from specbatch.simulator.policies.calibration import calibrate_policy, split_trace
+from specbatch.simulator.policies.registry import Policy, make_policy
+from specbatch.simulator.replay.fitted_acceptance import acceptance_trace
+from specbatch.simulator.workload.arrivals import Workload, build_workload
 
 if TYPE_CHECKING:
-    from specbatch.simulator.cost_interface import CostModel
-    from specbatch.traces.trace import Trace
+    from specbatch.simulator.cost.interface import CostModel
+    from specbatch.traces.format.trace import Trace
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,7 +114,7 @@ def load_trace(config: SimConfig, allow_partial: bool = False) -> Trace:
         if config.synth_alpha is not None:
             kwargs["constant_alpha"] = config.synth_alpha
         return synth_trace(SynthConfig(**kwargs))
-    from specbatch.traces.format import read_trace, resolve_trace
+    from specbatch.traces.format.files import read_trace, resolve_trace
 
     trace = read_trace(resolve_trace(config.trace))
     require(allow_partial or trace.status == "complete",
@@ -126,7 +126,7 @@ def load_trace(config: SimConfig, allow_partial: bool = False) -> Trace:
 
 def build_cost(config: SimConfig) -> CostModel:
     """The active cost model for ``config``."""
-    from specbatch.simulator.cost import build_cost_model
+    from specbatch.simulator.cost.registry import build_cost_model
 
     return build_cost_model(cost=config.cost, hardware=config.hardware, target=config.target,
                             draft=config.draft, tp=config.tp, profile=config.profile,
@@ -136,7 +136,7 @@ def build_cost(config: SimConfig) -> CostModel:
 
 
 def cap_workload(config: SimConfig, workload: Workload) -> Workload:
-    """The workload with outputs capped at ``max_model_len`` − prompt (simulator.kv), its
+    """The workload with outputs capped at ``max_model_len`` − prompt (simulator.engine.kv), its
     notes saying how many were."""
     output_len, notes = cap_to_model_len(config, workload.prompt_len, workload.output_len)
     if not notes:
@@ -156,7 +156,7 @@ def run_engine(config: SimConfig, trace: Trace, workload: Workload, cost: CostMo
     tokens per replica; returns the request and step tables.
 
     progress: a label to show a bar of finished requests on stderr under (large runs only:
-    :data:`PROGRESS_MIN_REQUESTS`), or None. stop: the engine's early stop (simulator.engine).
+    :data:`PROGRESS_MIN_REQUESTS`), or None. stop: the engine's early stop (simulator.engine.core).
     """
     with finished_bar(progress if workload.n >= PROGRESS_MIN_REQUESTS else None,
                       workload.n) as bar:
@@ -188,7 +188,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     reference:  use the engine's per-request reference twin (parity tests, benchmarks).
     progress:   show a bar of finished requests on stderr for large runs (the results are
     the same either way).
-    stop:       an early stop (simulator.engine; the planner's analysis.plan_slo.EarlyStop).
+    stop:       an early stop (simulator.engine.core; the planner's analysis.plan.slo.EarlyStop).
     When it ends the run, the tables hold what happened until then and the summary only
     :func:`stopped_summary`'s counts (no speedup run).
     """
@@ -266,7 +266,7 @@ def stopped_summary(requests: pd.DataFrame, steps: pd.DataFrame, time: float,
 
 
 def split_notes(config: SimConfig, held_out: tuple) -> tuple[str, ...]:
-    """A note when the default calibration split was applied (simulator.policy_knobs.
+    """A note when the default calibration split was applied (simulator.policies.knobs.
     applied_split): which share and how many trace requests the replay left out."""
     if not held_out:
         return ()
@@ -287,3 +287,14 @@ def drafter_notes(config: SimConfig, trace: Trace) -> tuple[str, ...]:
         return ()
     return (f"trace drafted by {drafter} (no draft model), but draft passes are priced as "
             f"{config.draft}'s; set draft = \"ngram\" to price them as free",)
+
+
+def attach_verify_cost(policy, config, trace) -> None:
+    """Hand a policy that prices steps itself (a ``price_verification`` method, e.g. ``dsd``)
+    the verification cost the engine charges this run: :func:`verify_cost_for` of the same
+    config and replayed trace (None under ``verify_cost = "none"``), so its plan prices the
+    step the engine runs."""
+    if not defines(policy, "price_verification"):
+        return
+    price = policy.price_verification
+    price(verify_cost_for(config, trace, str(config.draft).lower() in FREE_DRAFTS))

@@ -32,18 +32,18 @@ except PackageNotFoundError:  # running from a source tree without install
 
 #: Public name -> the module that defines it (loaded on first attribute access).
 _EXPORTS = {
-    "SimConfig": "specbatch.simulator.config",
-    "load_config": "specbatch.simulator.config",
+    "SimConfig": "specbatch.simulator.config.sim_config",
+    "load_config": "specbatch.simulator.config.sim_config",
     "SimResult": "specbatch.simulator.run",
     "simulate": "specbatch.simulator.run",
-    "Trace": "specbatch.traces.trace",
-    "read_trace": "specbatch.traces.format",
-    "SweepSpec": "specbatch.analysis.spec",
-    "load_spec": "specbatch.analysis.spec",
-    "parse_spec": "specbatch.analysis.spec",
-    "SweepOutcome": "specbatch.analysis.sweep",
-    "run_sweep": "specbatch.analysis.sweep",
-    "read_results": "specbatch.analysis.sweep",
+    "Trace": "specbatch.traces.format.trace",
+    "read_trace": "specbatch.traces.format.files",
+    "SweepSpec": "specbatch.analysis.sweep.spec",
+    "load_spec": "specbatch.analysis.sweep.spec",
+    "parse_spec": "specbatch.analysis.sweep.spec",
+    "SweepOutcome": "specbatch.analysis.sweep.runner",
+    "run_sweep": "specbatch.analysis.sweep.runner",
+    "read_results": "specbatch.analysis.sweep.runner",
     "SpecbatchError": "specbatch.errors",
 }
 
@@ -54,13 +54,13 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real objects
-    from specbatch.analysis.spec import SweepSpec, load_spec, parse_spec
-    from specbatch.analysis.sweep import SweepOutcome, read_results, run_sweep
+    from specbatch.analysis.sweep.runner import SweepOutcome, read_results, run_sweep
+    from specbatch.analysis.sweep.spec import SweepSpec, load_spec, parse_spec
     from specbatch.errors import SpecbatchError
-    from specbatch.simulator.config import SimConfig, load_config
+    from specbatch.simulator.config.sim_config import SimConfig, load_config
     from specbatch.simulator.run import SimResult, simulate
-    from specbatch.traces.format import read_trace
-    from specbatch.traces.trace import Trace
+    from specbatch.traces.format.files import read_trace
+    from specbatch.traces.format.trace import Trace
 
 
 __getattr__ = lazy_attributes(__name__, _EXPORTS, globals())

@@ -6,7 +6,7 @@ package lists its public names with the module that defines each and sets
 ``__getattr__ = lazy_attributes(__name__, exports, globals())``: the defining module is
 imported when a name is first read, and the value is then cached in the package's namespace
 (later reads are plain attribute lookups). A subpackage or submodule not imported yet
-(``specbatch.traces.format``) resolves the same way.
+(``specbatch.traces.format.files``) resolves the same way.
 """
 
 from __future__ import annotations

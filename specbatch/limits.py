@@ -179,7 +179,7 @@ def simulation_bytes(requests: int, output_len: float, batch: int, replicas: int
 
     Measured: 10^6 requests of an imported workload with outputs of 8-256 tokens at batch 64
     peaked at 1.16 GB (~1 KB per request over a ~200 MB process); simulated positions are
-    never materialised (simulator.workload), so the trace's size does not scale with it."""
+    never materialised (simulator.workload.arrivals), so the trace's size does not scale with it."""
     steps_per_request = max(1.0, output_len) / max(1, batch)
     return requests * (1024.0 + 320.0 * steps_per_request) + 64.0 * replicas
 

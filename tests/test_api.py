@@ -12,10 +12,10 @@ import specbatch
 
 
 def test_every_public_name_is_the_defining_modules_object():
-    from specbatch.analysis.sweep import run_sweep
-    from specbatch.simulator.config import SimConfig
+    from specbatch.analysis.sweep.runner import run_sweep
+    from specbatch.simulator.config.sim_config import SimConfig
     from specbatch.simulator.run import simulate
-    from specbatch.traces.format import read_trace
+    from specbatch.traces.format.files import read_trace
 
     assert specbatch.simulate is simulate
     assert specbatch.SimConfig is SimConfig

@@ -25,11 +25,11 @@ def test_every_exported_name_resolves(package):
 def test_submodules_are_attributes_once_asked_for():
     import specbatch.traces
 
-    assert specbatch.traces.shapes.get_shape("vicuna-68m").name
+    assert specbatch.traces.models.shapes.get_shape("vicuna-68m").name
 
 
 def test_the_config_modules_import_without_numpy():
-    code = ("import sys, specbatch.simulator.config, specbatch.live.config; "
+    code = ("import sys, specbatch.simulator.config.sim_config, specbatch.live.config; "
             "print(sorted(m for m in ('numpy', 'pandas', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -37,10 +37,10 @@ def test_the_config_modules_import_without_numpy():
 
 #: (module, the module it re-exports): concepts split out of a module stay importable from it.
 SPLIT_MODULES = [
-    ("specbatch.simulator.config", "specbatch.simulator.config_checks"),
-    ("specbatch.simulator.profiled", "specbatch.simulator.role_fit"),
-    ("specbatch.theory.allocate", "specbatch.theory.allocate_gains"),
-    ("specbatch.traces.zoo", "specbatch.traces.zoo_models"),
+    ("specbatch.simulator.config.sim_config", "specbatch.simulator.config.checks"),
+    ("specbatch.simulator.cost.profiled", "specbatch.simulator.cost.role_fit"),
+    ("specbatch.theory.allocate.budget", "specbatch.theory.allocate.gains"),
+    ("specbatch.traces.models.zoo", "specbatch.traces.models.zoo_parts"),
 ]
 
 
@@ -67,8 +67,8 @@ def test_a_split_out_module_s_public_names_are_importable_from_the_original(modu
 
 
 def test_the_engine_runs_the_vllm_v0_step_from_its_own_module():
-    from specbatch.simulator.engine import Engine
-    from specbatch.simulator.v0_step import V0Step
+    from specbatch.simulator.engine.core import Engine
+    from specbatch.simulator.engine.v0 import V0Step
 
     assert issubclass(Engine, V0Step)
     for name in ("prefill_step", "decode_step", "prefill_chunks"):

@@ -47,7 +47,7 @@ def test_quick_cpu_run_writes_documented_rows(tmp_path):
     f32, bf16 = rows
     assert f32["bytes"] == (2 * 3 + 1) * 4 * 512 * 4 and not f32["upcast"]
     assert bf16["bytes"] == f32["bytes"] // 2 and bf16["upcast"]
-    # the simulator's sampler floors of the float32 cell (simulator.verify_cost)
+    # the simulator's sampler floors of the float32 cell (simulator.cost.verify_cost)
     assert set(report["sampler_floors"]) == {"torch"}
     assert set(report["sampler_floors"]["torch"]) == {"tv_s", "bv_per_position_s"}
 
@@ -117,7 +117,7 @@ def load_smollm2():
 
 
 def test_smollm2_shape_matches_the_converted_model():
-    from specbatch.traces.shapes import get_shape
+    from specbatch.traces.models.shapes import get_shape
 
     shape = get_shape("smollm2-135m")
     # the parameter count of the float32 model converted from the GGUF (embedding tied)

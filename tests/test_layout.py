@@ -68,3 +68,60 @@ def test_every_package_folder_installs_under_specbatch():
     folders = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()} - {"tests"}
     assert folders <= mapped, f"folders not installed under specbatch: {folders - mapped}"
     assert set(config["package-dir"]) <= set(packages)
+
+
+#: Inside each package, its folders (and top-level modules) from the bottom up: a module may
+#: import its own folder and the ones before it, never one after it (docs/DESIGN.md, Layout).
+FOLDER_ORDER = {
+    "theory": ("verify", "exact", "allocate", "trees", "moe", "conform", "conform_ragged",
+               "conform_samplers", "theorems"),
+    "traces": ("corpus", "models", "format", "synth", "capture", "public"),
+    "simulator": ("defaults", "replay", "cost", "policies", "config", "workload", "engine",
+                  "metrics", "run"),
+    "analysis": ("sweep", "report", "plan", "validate", "tune", "config_docs", "optimum"),
+}
+
+
+def _runtime_imports(path: Path) -> list[tuple[str, str | None]]:
+    """``(module, name)`` of every import that runs (``if TYPE_CHECKING:`` blocks excluded)."""
+    tree = ast.parse(path.read_text())
+    typing_only = {id(n) for node in ast.walk(tree)
+                   if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                   for sub in node.body for n in ast.walk(sub)}
+    found: list[tuple[str, str | None]] = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [(node.module, alias.name) for alias in node.names]
+    return found
+
+
+def _unit(parts: tuple[str, ...]) -> str:
+    """The folder (or top-level module) a module path inside a package belongs to."""
+    return parts[0]
+
+
+@pytest.mark.parametrize("package", sorted(FOLDER_ORDER))
+def test_folders_inside_a_package_import_one_way(package):
+    order = FOLDER_ORDER[package]
+    base = ROOT / FOLDERS[package]
+    for path in sorted(base.rglob("*.py")):
+        rel = path.relative_to(base).with_suffix("").parts
+        if rel == ("__init__",) or rel[0] in ("data", "specs"):
+            continue
+        source = _unit(rel)
+        assert source in order, f"{path.relative_to(ROOT)}: {source!r} has no place in FOLDER_ORDER"
+        for module, name in _runtime_imports(path):
+            parts = module.split(".")
+            if parts[:2] != ["specbatch", package]:
+                continue
+            rest = tuple(parts[2:]) or ((name,) if name else ())
+            if not rest or _unit(rest) == source:
+                continue
+            target = _unit(rest)
+            assert target in order and order.index(target) < order.index(source), (
+                f"{path.relative_to(ROOT)} ({source}) imports {module} ({target}): against "
+                f"{' <- '.join(order)}")

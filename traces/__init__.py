@@ -12,20 +12,20 @@ from typing import TYPE_CHECKING
 from specbatch.lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from specbatch.traces.format import read_trace, resolve_trace, validate_trace, write_trace
-    from specbatch.traces.synth import SynthConfig, synth_trace
-    from specbatch.traces.trace import (
+    from specbatch.traces.format.files import read_trace, resolve_trace, validate_trace, write_trace
+    from specbatch.traces.format.trace import (
         FORMAT_NAME,
         FORMAT_VERSION,
         Trace,
         default_meta,
         make_trace,
     )
+    from specbatch.traces.synth import SynthConfig, synth_trace
 
 #: Exported name -> the submodule that defines it.
-_EXPORTS = {"FORMAT_NAME": "trace", "FORMAT_VERSION": "trace", "Trace": "trace",
-            "default_meta": "trace", "make_trace": "trace", "read_trace": "format",
-            "resolve_trace": "format", "validate_trace": "format", "write_trace": "format",
+_EXPORTS = {"FORMAT_NAME": "format.trace", "FORMAT_VERSION": "format.trace", "Trace": "format.trace",
+            "default_meta": "format.trace", "make_trace": "format.trace", "read_trace": "format.files",
+            "resolve_trace": "format.files", "validate_trace": "format.files", "write_trace": "format.files",
             "SynthConfig": "synth", "synth_trace": "synth"}
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "SynthConfig", "Trace", "default_meta", "make_trace",

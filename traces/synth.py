@@ -9,18 +9,18 @@ picked from a shared pool of ``tables`` tables. At temperature 1 the draft is th
 with a similarity λ per request (easy requests around ``similarity``, a ``hard_fraction``
 around ``hard_similarity``) jittered per draft position (``similarity_spread`` on the logit
 scale). At temperature T both rows are tempered, ``M_T ∝ M^{1/T}``; at T = 0 they are one-hot
-at their argmax (greedy), exactly as a capture records them (the temperature-0 rule of ``traces/trace.py``).
+at their argmax (greedy), exactly as a capture records them (the temperature-0 rule of ``traces/format/trace.py``).
 
 For each request the target's reference output ``y`` is sampled from ``Mb`` at T; row t drafts
 K tokens from the context ``y_{t−1}`` by sampling the draft at T, and ``q, pt, z`` come from
-:func:`theory.stats.position_stats` on the full draft/target rows along the drafted path, so r,
+:func:`theory.verify.path_stats.position_stats` on the full draft/target rows along the drafted path, so r,
 p, Z and the draft signals are mutually consistent. ``draft_conf``, ``entropy`` and ``top1``
 are read from the draft's temperature-1 row.
 
 Surrogate quality (how well ``draft_conf`` predicts acceptance, for TETRIS):
 - ``natural``: the draft's own temperature-1 probability of the drafted token (a capture);
 - ``perfect``: ``draft_conf = min(1, r)``, so ``cumprod(draft_conf)`` equals TV's
-  ``P(τ ≥ j | X^j)`` (:func:`theory.stats.token_weights`) bit for bit;
+  ``P(τ ≥ j | X^j)`` (:func:`theory.verify.path_stats.token_weights`) bit for bit;
 - ``good`` / ``poor``: ``(1 − w) · min(1, r) + w · U(0, 1)`` with ``w = surrogate_noise``
   (default 0.1 for good, 0.8 for poor).
 In the last three, ``top1`` is raised to ``max(top1, draft_conf)`` so ``draft_conf ≤ top1``.
@@ -45,8 +45,8 @@ from datetime import datetime, timezone
 import numpy as np
 
 from specbatch.errors import require
-from specbatch.theory.stats import draft_signals, position_stats
-from specbatch.traces.trace import Trace, default_meta, make_trace
+from specbatch.theory.verify.path_stats import draft_signals, position_stats
+from specbatch.traces.format.trace import Trace, default_meta, make_trace
 
 SURROGATES = ("natural", "perfect", "good", "poor")
 DEFAULT_NOISE = {"good": 0.1, "poor": 0.8}
@@ -116,7 +116,7 @@ class SynthConfig:
 
 
 def synth_trace(config: SynthConfig) -> Trace:
-    """A synthetic :class:`~traces.format.Trace` (see the module docstring for the model)."""
+    """A synthetic :class:`~traces.format.files.Trace` (see the module docstring for the model)."""
     config.check()
     rng = np.random.default_rng(config.seed)
     n, k, v = config.requests, config.depth, config.vocab

@@ -1,4 +1,4 @@
-"""Bundled sweep specs (TOML, format in :mod:`analysis.sweep`).
+"""Bundled sweep specs (TOML, format in :mod:`analysis.sweep.runner`).
 
 - ``tetris.toml``: TETRIS vs standard SD (fixed k = 1..6) vs DSD vs ``ar`` on the
   temperature-0 bundled trace (``tiny-t0``) in the TETRIS paper's setting (512 requests
@@ -11,7 +11,7 @@
 - ``engines.toml``: the engines' draft-length policies (vllm-dynamic, batch-schedule,
   ema-adaptive, specdec++, entropy-stop) against fixed k, TETRIS, the oracle and hindsight
   on the bundled real traces, one calibration split for all; the report pairs each policy's
-  best setting with the best fixed k (analysis.engines).
+  best setting with the best fixed k (analysis.report.engine_comparison).
 
 Run one with ``specbatch sweep analysis/specs/tetris.toml --out runs/tetris --report``.
 """

@@ -1,7 +1,7 @@
 """Measured GPU latency profiles against the roofline preset's floor (issue 16 §2).
 
 For every cell of a profile (``specbatch profile``: batch B, query tokens q per request, KV
-length c) the roofline of simulator/cost.py gives the time of one forward pass on the named
+length c) the roofline of simulator/cost/registry.py gives the time of one forward pass on the named
 hardware preset (``RooflineCost.step_time``: max(compute, memory) + fixed launch latencies,
 *without* the per-step engine overhead); this script prints measured / roofline per model
 (median, range, and at batch 1 / 64 / 256), the MAPE of the roofline as a predictor of the
@@ -10,7 +10,7 @@ measured latency, and the measured step latency at a few cells. The presets are 
     python benchmarks/gpu/roofline_compare.py --hardware h100 \
         traces/data/profiles/h100-llama-3.1-8b.parquet ... [--json PATH]
 
-The shape of each profile is its ``model`` column (a traces.shapes name).
+The shape of each profile is its ``model`` column (a traces.models.shapes name).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from specbatch.simulator.hardware import get_hardware
-from specbatch.simulator.profiled import read_profile
-from specbatch.simulator.roofline import RooflineCost
-from specbatch.traces.shapes import get_shape
+from specbatch.simulator.cost.hardware import get_hardware
+from specbatch.simulator.cost.profiled import read_profile
+from specbatch.simulator.cost.roofline import RooflineCost
+from specbatch.traces.models.shapes import get_shape
 
 CELLS = ((1, 1, 512), (64, 1, 512), (256, 1, 512), (1, 4, 512), (64, 4, 512), (256, 4, 512))
 

@@ -24,7 +24,7 @@ The GGUF conversion does not use transformers' GGUF loader: tensors are dequanti
 (the same arithmetic transformers applies), so the device's transformers version does not
 matter; the result was checked equal to transformers 5.23's own GGUF load on the CPU.
 
-Text: training uses the stdlib ``train`` split (traces.prompts) plus, optionally, the Python
+Text: training uses the stdlib ``train`` split (traces.capture.prompts) plus, optionally, the Python
 sources under site-packages (``--site-chars``); evaluation uses the stdlib ``heldout`` split,
 the same files the ``default:N`` capture prompts are cut from.
 """
@@ -201,7 +201,7 @@ def save_tensors(tensors: dict, prefix: str, max_bytes: int = 15 * 2**20) -> lis
 
 def distill_text(tok, site_chars: int) -> tuple[torch.Tensor, int, int]:
     """Training tokens: the stdlib ``train`` split plus optional site-packages sources."""
-    from specbatch.traces.prompts import stdlib_documents
+    from specbatch.traces.corpus import stdlib_documents
 
     docs = stdlib_documents("code", "train") + stdlib_documents("prose", "train")
     site = site_documents(site_chars)
@@ -325,7 +325,7 @@ def cmd_rebuild(args) -> dict:
 # ----------------------------------------------------------------------------- acceptance
 def heldout_windows(tokenizer, kind: str, seq: int, count: int) -> torch.Tensor:
     """``count`` evenly spaced windows of ``seq`` tokens of the held-out stdlib ``kind``."""
-    from specbatch.traces.prompts import stdlib_documents
+    from specbatch.traces.corpus import stdlib_documents
 
     stream = token_stream(tokenizer, stdlib_documents(kind, "heldout"))
     count = max(1, min(count, len(stream) // seq))
@@ -356,7 +356,7 @@ def compare(target_logits, draft_logits, windows, device) -> dict:
 
 def latency_probe(path, device, batches=(1, 64), kv=256, query=(1, 4)) -> dict:
     """Median eager bf16 (CUDA) forward seconds per (batch, query) on ``kv`` cached tokens."""
-    from specbatch.traces.profile import ProfileGrid, profile_model
+    from specbatch.traces.capture.profile import ProfileGrid, profile_model
 
     dtype = "bfloat16" if device.type == "cuda" else "float32"
     grid = ProfileGrid(batch_sizes=tuple(batches), query_tokens=tuple(query), kv_tokens=(kv,),

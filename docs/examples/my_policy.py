@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from specbatch.simulator.policies import Policy
+from specbatch.simulator.policies.registry import Policy
 
 
 class ConfidenceFloor(Policy):

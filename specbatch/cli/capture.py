@@ -1,4 +1,4 @@
-"""``specbatch capture``: record a trace from a live draft/target pair (see :mod:`traces.capture`)."""
+"""``specbatch capture``: record a trace from a live draft/target pair (see :mod:`traces.capture.chain`)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from specbatch.cli.common import (
     set_threads,
 )
 from specbatch.limits import MAX_BATCH, MAX_DEPTH, MAX_NEW_TOKENS
-from specbatch.traces.prompts import resolve_prompts
+from specbatch.traces.capture.prompts import resolve_prompts
 
 
 def register(subparsers) -> None:
@@ -100,7 +100,7 @@ def _sampling(tree: str | None, sampling: str | None) -> str:
 
 
 def _capture(args) -> int:
-    from specbatch.traces.capture import CaptureConfig, capture
+    from specbatch.traces.capture.chain import CaptureConfig, capture
 
     set_threads(args.threads, args.device)
     from transformers.utils import logging as hf_logging

@@ -48,7 +48,7 @@ PROMPTS_HELP = ("a prompts file: JSONL ({\"prompt\": ...} per line), ShareGPT-st
 
 def add_ngram_flags(parser: argparse.ArgumentParser) -> None:
     """``--ngram-min``/``--ngram-max``: the prompt-lookup drafter's suffix n-gram bounds
-    (``--draft ngram``; resolved by :func:`specbatch.traces.ngram.ngram_bounds`)."""
+    (``--draft ngram``; resolved by :func:`specbatch.traces.capture.ngram.ngram_bounds`)."""
     parser.add_argument("--ngram-min", type=int, default=None,
                         help="--draft ngram: shortest suffix n-gram to look up, integer >= 1 "
                              "(vLLM prompt_lookup_min; default 5, or --ngram-max when only "

@@ -1,7 +1,7 @@
 """``specbatch conform VERIFIER``: is a rejection sampler lossless, and how much does it accept?
 
-Argument parsing and printing only; the check is :func:`specbatch.theory.conform.conform`
-and the samplers :mod:`specbatch.theory.conform_samplers`. Exit 0: no violation detected;
+Argument parsing and printing only; the check is :func:`specbatch.theory.conform.check.conform`
+and the samplers :mod:`specbatch.theory.conform.samplers`. Exit 0: no violation detected;
 1: the sampler is shown lossy (the pair, the observed and the exact law are printed);
 2: bad input (VERIFIER not found, an output that breaks the engine contract).
 """
@@ -19,9 +19,9 @@ RAW = argparse.RawDescriptionHelpFormatter
 
 def register(subparsers) -> None:
     """Add ``conform`` to the CLI root."""
-    from specbatch.theory.conform import DEFAULT_ALPHA, DEFAULT_SAMPLES, MAX_SAMPLES
-    from specbatch.theory.conform_pairs import CLASSES
-    from specbatch.theory.conform_samplers import BUILTINS, DRAFT_LAWS, INTERFACES, TARGETS
+    from specbatch.theory.conform.check import DEFAULT_ALPHA, DEFAULT_SAMPLES, MAX_SAMPLES
+    from specbatch.theory.conform.pairs import CLASSES
+    from specbatch.theory.conform.samplers import BUILTINS, DRAFT_LAWS, INTERFACES, TARGETS
 
     parser = subparsers.add_parser(
         "conform", help="check that a rejection sampler preserves the target's law",
@@ -142,8 +142,8 @@ def _progress(text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specbatch.theory.conform import conform
-    from specbatch.theory.conform_samplers import load_sampler
+    from specbatch.theory.conform.check import conform
+    from specbatch.theory.conform.samplers import load_sampler
 
     if args.verifier == "catalogue":
         return run_catalogue(args)
@@ -178,8 +178,8 @@ def render_catalogue(results, alpha: float) -> str:
 
 def run_catalogue(args: argparse.Namespace) -> int:
     """``specbatch conform catalogue``: exit 0 when every row is judged as it should be."""
-    from specbatch.theory.conform import check_settings
-    from specbatch.theory.conform_catalogue import run_catalogue as judge
+    from specbatch.theory.conform.catalogue import run_catalogue as judge
+    from specbatch.theory.conform.check import check_settings
 
     check_settings(args.samples, args.alpha, 1, None)
     kinds = tuple(args.only) if args.only else None

@@ -1,13 +1,13 @@
 """``specbatch cost``: fit a profiled cost model (``fit``) or print roofline step times (``show``).
 
 ``cost fit PROFILE`` fits, per role, a non-negative linear law and an interpolated grid
-(simulator/profiled.py), keeps the one with the lower k-fold cross-validated MAPE and reports
+(simulator/cost/profiled.py), keeps the one with the lower k-fold cross-validated MAPE and reports
 both families' MAPE and the choice, warning on stderr (and in ``--json``'s ``warnings``) for a
 role whose held-out MAPE exceeds 10 %; ``cost show`` prints the draft pass, target decode pass and
 target verification pass (k+1 query tokens per request) across batch sizes, so the memory-bound
 floor and the compute knee of the active cost model are visible, then the draft/target split
 of one speculative step (k draft passes, the verify pass, the rejection sampler of
-``--verify`` under ``--verify-cost`` (simulator.verify_cost), the engine overhead, the draft's
+``--verify`` under ``--verify-cost`` (simulator.cost.verify_cost), the engine overhead, the draft's
 and the sampler's shares) and, for the roofline, which execution preset (``--execution``) set the launch floors
 and where its numbers come from.
 """
@@ -27,16 +27,8 @@ from specbatch.cli.common import (
 )
 from specbatch.errors import require
 from specbatch.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DEPTH
-from specbatch.simulator.config import VERIFY_RULES
-from specbatch.simulator.cost import (
-    build_cost_model,
-    execution_info,
-    pass_times,
-    prefill_time,
-    step_split,
-)
-from specbatch.simulator.cost_report import PARTS, cost_sources, row_breakdowns, source_line
-from specbatch.simulator.hardware import (
+from specbatch.simulator.config.sim_config import VERIFY_RULES
+from specbatch.simulator.cost.hardware import (
     DEFAULT_EXECUTION,
     DEFAULT_SAMPLER,
     EXECUTIONS,
@@ -45,10 +37,18 @@ from specbatch.simulator.hardware import (
     get_sampler,
     weights_shortfall,
 )
-from specbatch.simulator.profiled import ProfiledCost, fit_profile, fit_report, mape_warnings
-from specbatch.simulator.roofline import RooflineCost, kv_capacity_tokens
-from specbatch.simulator.verify_cost import build_verify_cost
-from specbatch.traces.shapes import SHAPES
+from specbatch.simulator.cost.profiled import ProfiledCost, fit_profile, fit_report, mape_warnings
+from specbatch.simulator.cost.registry import (
+    build_cost_model,
+    execution_info,
+    pass_times,
+    prefill_time,
+    step_split,
+)
+from specbatch.simulator.cost.report import PARTS, cost_sources, row_breakdowns, source_line
+from specbatch.simulator.cost.roofline import RooflineCost, kv_capacity_tokens
+from specbatch.simulator.cost.verify_cost import build_verify_cost
+from specbatch.traces.models.shapes import SHAPES
 
 DEFAULT_BATCHES = (1, 8, 32, 64, 128, 256)
 
@@ -115,7 +115,7 @@ def register(subparsers) -> None:
     )
     show.add_argument("--cost", default="roofline", choices=("roofline", "profiled", "calibrated"),
                       help="cost model (default %(default)s; calibrated: bundled public GPU "
-                           "profiles + calibrated roofline, simulator/calibrated.py)")
+                           "profiles + calibrated roofline, simulator/cost/calibrated.py)")
     show.add_argument("--profile", help="latency profile for --cost profiled, or a "
                       "`cost import-vidur` folder for --cost calibrated")
     show.add_argument("--hardware", default="h100", help=f"one of {', '.join(HARDWARE)}")
@@ -177,7 +177,7 @@ def run_fit(args) -> int:
 
 
 def run_import(args) -> int:
-    from specbatch.traces.public_profiles import import_vidur, write_public_profiles
+    from specbatch.traces.public.vidur_profiles import import_vidur, write_public_profiles
 
     source = {k: v for k, v in (("repository", args.repository), ("commit", args.commit),
                                 ("licence", args.licence)) if v}

@@ -17,11 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-from specbatch.analysis.demo import plan_demo, run_demo
-from specbatch.analysis.points import claim_sweep_dir
+from specbatch.analysis.report.demo import plan_demo, run_demo
+from specbatch.analysis.sweep.points import claim_sweep_dir
 from specbatch.cli.common import add_json_flag, emit, example, plural
 from specbatch.io import check_output_dir
-from specbatch.simulator.config import NO_K_POLICIES
+from specbatch.simulator.config.sim_config import NO_K_POLICIES
 
 DEFAULT_OUT = "specbatch-demo"
 

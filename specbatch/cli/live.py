@@ -1,6 +1,6 @@
 """``specbatch live`` (a real batched speculative-decoding run) and ``specbatch validate``
 (simulate the same workload and compare): argument parsing and printing; the work is in
-:mod:`specbatch.live` and :mod:`specbatch.analysis.validate`."""
+:mod:`specbatch.live` and :mod:`specbatch.analysis.validate.live`."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from specbatch.cli.common import (
     example,
     set_threads,
 )
+from specbatch.fields import FieldSpec, convert, flag_help
 from specbatch.io import check_result_dir, result_dir
 from specbatch.live.config import NGRAM, LiveConfig, live_specs
-from specbatch.simulator.fields import FieldSpec, convert, flag_help
 
 #: A live run on the tiny zoo pair whose output the ``validate`` examples read.
 _LIVE_EXAMPLE = ("specbatch live --draft /tmp/zoo/draft --target /tmp/zoo/target "
@@ -60,7 +60,7 @@ def _register_live(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--draft", required=True,
                    help="local HF model directory of the draft Ms, a shape name "
-                        "(traces.shapes, random weights), or 'ngram': prompt-lookup drafts as "
+                        "(traces.models.shapes, random weights), or 'ngram': prompt-lookup drafts as "
                         "vLLM's ngram method (no draft model or draft cache; one-hot drafts, so "
                         "BV = TV; the proposer's CPU time is the draft time; a directory named "
                         "ngram must be written ./ngram)")
@@ -282,7 +282,7 @@ def _live_config(args):
 def _text_prompts(args):
     """(prompts, source) of a prompts file or ``default:N`` (checked before loading models)."""
     from specbatch.errors import require
-    from specbatch.traces.prompts import resolve_prompts
+    from specbatch.traces.capture.prompts import resolve_prompts
 
     prompts, source = resolve_prompts(args.prompts, args.requests)
     require(bool(prompts), f"--prompts {args.prompts}: expected at least one prompt, got none")
@@ -293,7 +293,7 @@ def _prompt_ids(args, prompts, tok, target):
     """(token ids, categories, source): encoded text prompts, or ``random:N:LEN`` ids."""
     from specbatch.errors import require
     from specbatch.live.models import random_prompts
-    from specbatch.traces.capture import encode_prompt
+    from specbatch.traces.capture.chain import encode_prompt
 
     if prompts is None:
         vocab = target.get_output_embeddings().weight.shape[0]
@@ -326,7 +326,7 @@ def _profile_grid(args, cfg, ids, draft, target, names, out) -> None:
     import numpy as np
 
     from specbatch.live.profile_grid import grid_cells, profile_grid
-    from specbatch.traces.profile import write_profile
+    from specbatch.traces.capture.profile import write_profile
 
     cells = grid_cells(cfg.slots(len(ids)), cfg.depth, float(np.mean([len(i) for i in ids])),
                        cfg.max_new_tokens)
@@ -339,7 +339,7 @@ def _profile_grid(args, cfg, ids, draft, target, names, out) -> None:
 def _validate(args) -> int:
     import contextlib
 
-    from specbatch.analysis.validate import format_report, validate
+    from specbatch.analysis.validate.live import format_report, validate
     from specbatch.errors import require
 
     if args.vllm is not None:  # a measured vLLM serving run (docs/fidelity.md)

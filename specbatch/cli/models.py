@@ -1,6 +1,6 @@
 """``specbatch models list | get | convert | derive``: real pretrained weights, offline.
 
-The library side is :mod:`specbatch.traces.weights`; this module parses and prints.
+The library side is :mod:`specbatch.traces.models.weights`; this module parses and prints.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 from specbatch.cli.common import add_json_flag, emit, example, help_without_verb
 from specbatch.io import prepare_output_dir
-from specbatch.traces import quantize, weights
+from specbatch.traces.models import quantize, weights
 
 
 def register(subparsers) -> None:

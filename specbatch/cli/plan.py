@@ -1,6 +1,6 @@
 """``specbatch plan``: the cheapest deployment and speculation setting meeting the SLOs.
 
-Argument parsing and printing only; the planner is :mod:`specbatch.analysis.plan`.
+Argument parsing and printing only; the planner is :mod:`specbatch.analysis.plan.planner`.
 """
 
 from __future__ import annotations
@@ -135,14 +135,14 @@ def _names(text: str, flag: str, allowed: dict[str, str]) -> tuple[str, ...]:
 
 
 def build_question(args: argparse.Namespace):
-    """The planner's :class:`~specbatch.analysis.plan.Question` from the flags (one-line
+    """The planner's :class:`~specbatch.analysis.plan.planner.Question` from the flags (one-line
     errors; nothing is written)."""
-    from specbatch.analysis.plan import Question, check_band
-    from specbatch.analysis.plan_slo import Slos
-    from specbatch.analysis.plan_space import PLAN_POLICIES, Space, check_space, parse_prices
-    from specbatch.simulator.config import FREE_DRAFTS
-    from specbatch.simulator.hardware import HARDWARE, get_hardware
-    from specbatch.traces.shapes import get_shape
+    from specbatch.analysis.plan.planner import Question, check_band
+    from specbatch.analysis.plan.slo import Slos
+    from specbatch.analysis.plan.space import PLAN_POLICIES, Space, check_space, parse_prices
+    from specbatch.simulator.config.sim_config import FREE_DRAFTS
+    from specbatch.simulator.cost.hardware import HARDWARE, get_hardware
+    from specbatch.traces.models.shapes import get_shape
 
     for flag, value in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot),
                         ("--slo-e2e", args.slo_e2e)):
@@ -180,7 +180,7 @@ def build_question(args: argparse.Namespace):
             "gpu_memory_utilization": args.gpu_memory_utilization, "seed": args.seed,
             **arrival_fields(args)}
     if args.workload is not None:
-        from specbatch.simulator.workload import resolve_workload
+        from specbatch.simulator.workload.arrivals import resolve_workload
 
         base["workload"] = str(resolve_workload(args.workload).resolve())
     return Question(base=base, space=space, slos=slos, levels_after=args.levels_after,
@@ -201,7 +201,7 @@ def arrival_fields(args: argparse.Namespace) -> dict:
 def workload_lengths(args: argparse.Namespace):
     """The (prompt, output) length distributions to draw a workload from, or None when the
     workload is a file or the trace's own requests (one-line errors for bad flags)."""
-    from specbatch.simulator.lengths import parse_lengths
+    from specbatch.simulator.workload.lengths import parse_lengths
 
     given = [f for f, v in (("--prompt-len", args.prompt_len), ("--output-len", args.output_len))
              if v is not None]
@@ -219,11 +219,11 @@ def workload_lengths(args: argparse.Namespace):
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from specbatch.analysis.plan import run_plan
+    from specbatch.analysis.plan.planner import run_plan
 
     question = build_question(args)
     if args.scheduler is not None:
-        from specbatch.analysis.executors import check_scheduler
+        from specbatch.analysis.sweep.executors import check_scheduler
 
         check_scheduler(args.scheduler)
     report = run_plan(question, args.out, workers=args.workers, scheduler=args.scheduler,
@@ -292,7 +292,7 @@ def format_report(report: dict) -> str:
                      + (f"{band['choice']} (TPOT {_seconds(lat['tpot'])}, e2e "
                         f"{_seconds(lat['e2e'])})" if lat else "nothing meets every limit"))
     if report.get("cost_source"):
-        from specbatch.simulator.cost_report import source_line
+        from specbatch.simulator.cost.report import source_line
 
         src = report["cost_source"]
         lines.append(f"cost model {src['cost']} on {src['hardware']} tp {src['tp']}: "

@@ -1,4 +1,4 @@
-"""``specbatch profile``: forward-pass latency over a grid (see :mod:`traces.profile`)."""
+"""``specbatch profile``: forward-pass latency over a grid (see :mod:`traces.capture.profile`)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def register(subparsers) -> None:
             "specbatch profile --model llama-3.1-8b --device cuda --batch 1,64,256 "
             "--kv 512,2048 --max-cell-tokens 262144 --out h100-8b.parquet"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="model directory or shape name (traces.shapes)")
+    p.add_argument("--model", required=True, help="model directory or shape name (traces.models.shapes)")
     p.add_argument("--device", type=device_arg, default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default=None, help="float32 (default on CPU), bfloat16 (default on "
                    "CUDA) or float16")
@@ -67,7 +67,7 @@ def _check_cells(args) -> None:
 
 
 def _profile(args) -> int:
-    from specbatch.traces.profile import ProfileGrid, profile_model, write_profile
+    from specbatch.traces.capture.profile import ProfileGrid, profile_model, write_profile
 
     prepare_output_file(args.out, suffixes=(".parquet", ".csv"))  # before measuring
     _check_cells(args)

@@ -1,6 +1,6 @@
 """``specbatch prove`` and ``specbatch optimum verify|allocate``: the theorems and exact optima.
 
-- ``prove``: the theorem catalogue (:mod:`theory.catalogue`) as a table; exit 1 if any fails.
+- ``prove``: the theorem catalogue (:mod:`theory.theorems`) as a table; exit 1 if any fails.
 - ``optimum verify``: E[τ] under TV and BV (exact enumeration), LP A / LP B optima and the
   validity residuals of THEORY.md §4 for a model pair read from JSON.
 - ``optimum allocate``: greedy (TETRIS top-C) and optimal (DP) allocations of a [N, K] value
@@ -9,8 +9,8 @@
   every multi-draft verifier's acceptance (docs/trees.md).
 - ``optimum tree``: a draft tree: every tree verifier's E[τ] and the best valid verifier's LP.
 
-Argument parsing and printing only: the work is :mod:`theory.catalogue`, :mod:`theory.lp`,
-:mod:`theory.multidraft`, :mod:`theory.tree_shapes`, :mod:`theory.tree_lp` and
+Argument parsing and printing only: the work is :mod:`theory.theorems`, :mod:`theory.exact.lp`,
+:mod:`theory.trees.multidraft`, :mod:`theory.trees.tree_shapes`, :mod:`theory.trees.lp` and
 :mod:`analysis.optimum`.
 """
 
@@ -30,7 +30,7 @@ from specbatch.cli.common import (
 )
 from specbatch.errors import require
 from specbatch.limits import MAX_LP_VARIABLES, MAX_PROVE_INSTANCES, check_allocation
-from specbatch.theory.lp import verify_pair
+from specbatch.theory.exact.lp import verify_pair
 
 RAW = argparse.RawDescriptionHelpFormatter
 
@@ -58,7 +58,7 @@ def register(subparsers) -> None:
 
 
 def add_prove(subparsers) -> None:
-    from specbatch.theory.catalogue import DEFAULT_INSTANCES
+    from specbatch.theory.theorems import DEFAULT_INSTANCES
 
     prove = subparsers.add_parser(
         "prove", help="check the theorem catalogue on seeded random instances",
@@ -77,7 +77,7 @@ def add_prove(subparsers) -> None:
 
 
 def add_verify(verbs) -> None:
-    from specbatch.theory.lp import DEFAULT_MAX_VARIABLES, DEFAULT_SOLVER
+    from specbatch.theory.exact.lp import DEFAULT_MAX_VARIABLES, DEFAULT_SOLVER
 
     verify = verbs.add_parser(
         "verify", help="E[τ] under TV and BV, LP A and LP B optima, validity residuals",
@@ -118,7 +118,7 @@ def add_allocate(verbs) -> None:
 
 
 def add_multidraft(verbs) -> None:
-    from specbatch.theory.lp import DEFAULT_SOLVER
+    from specbatch.theory.exact.lp import DEFAULT_SOLVER
 
     multi = verbs.add_parser(
         "multidraft", help="n drafts of one token: α*, the OT LP, each verifier's acceptance",
@@ -139,7 +139,7 @@ def add_multidraft(verbs) -> None:
 
 
 def add_tree(verbs) -> None:
-    from specbatch.theory.lp import DEFAULT_SOLVER
+    from specbatch.theory.exact.lp import DEFAULT_SOLVER
 
     tree = verbs.add_parser(
         "tree", help="a draft tree: each verifier's E[τ] against the best valid verifier",
@@ -173,7 +173,7 @@ def _fmt_margin(value: float) -> str:
 
 
 def run_prove(args: argparse.Namespace) -> int:
-    from specbatch.theory.catalogue import CATALOGUE, KINDS, run_catalogue
+    from specbatch.theory.theorems import CATALOGUE, KINDS, run_catalogue
     require(args.instances >= 1, f"--instances: expected >= 1, got {args.instances}")
     known = [t.name for t in CATALOGUE]
     for name in args.only or []:
@@ -203,7 +203,7 @@ def run_prove(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from specbatch.theory.models import read_pair
+    from specbatch.theory.exact.small_models import read_pair
     pair = read_pair(args.pair)
     out = verify_pair(pair, args.gamma, args.solver, args.max_variables)
     frac = out.get("fractions", {})
@@ -249,8 +249,8 @@ def run_allocate(args: argparse.Namespace) -> int:
 
 
 def run_multidraft(args: argparse.Namespace) -> int:
-    from specbatch.theory.models import read_pair
-    from specbatch.theory.multidraft import compare
+    from specbatch.theory.exact.small_models import read_pair
+    from specbatch.theory.trees.multidraft import compare
 
     pair = read_pair(args.pair)
     out = compare(pair.target.row(()), pair.draft.row(()), args.drafts, args.solver)
@@ -279,9 +279,9 @@ def run_multidraft(args: argparse.Namespace) -> int:
 
 
 def run_tree(args: argparse.Namespace) -> int:
-    from specbatch.theory.models import read_pair
-    from specbatch.theory.tree_lp import tree_report
-    from specbatch.theory.tree_shapes import parse_shape
+    from specbatch.theory.exact.small_models import read_pair
+    from specbatch.theory.trees.lp import tree_report
+    from specbatch.theory.trees.tree_shapes import parse_shape
 
     shape = parse_shape(args.tree, args.sampling)
     pair = read_pair(args.pair)

@@ -1,9 +1,9 @@
 """``specbatch simulate``: run one simulation from a TOML config and/or flags.
 
-Every :class:`~simulator.config.SimConfig` field is a flag generated from the field's own
+Every :class:`~simulator.config.sim_config.SimConfig` field is a flag generated from the field's own
 declaration (``max_num_seqs`` -> ``--max-num-seqs``; ``--k`` aliases
 ``--num-speculative-tokens``, ``--extra`` is e); flags override the config file. A setting
-the run's policy would ignore is refused (:func:`~simulator.config.check_settings_apply`).
+the run's policy would ignore is refused (:func:`~simulator.config.sim_config.check_settings_apply`).
 Prints a summary table, or one JSON object with ``--json`` (keys include the setting: trace,
 policy, verify, k (null for ar and dsd, which have no fixed window), e; the KV cache:
 kv_mode, kv_capacity
@@ -21,15 +21,15 @@ import math
 import sys
 
 from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.fields import flag_help
 from specbatch.io import check_result_dir, jsonable, result_dir
-from specbatch.simulator.config import (
+from specbatch.simulator.config.sim_config import (
     SimConfig,
     applied_k,
     check_settings_apply,
     load_config_given,
     specs,
 )
-from specbatch.simulator.fields import flag_help
 
 #: Summary keys printed in the text table, with units.
 TEXT_KEYS = (
@@ -105,8 +105,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def run_sources(config: SimConfig) -> dict:
-    """Which source priced the target's and the draft's passes (simulator.cost_report)."""
-    from specbatch.simulator.cost_report import cost_sources
+    """Which source priced the target's and the draft's passes (simulator.cost.report)."""
+    from specbatch.simulator.cost.report import cost_sources
     from specbatch.simulator.run import build_cost
 
     return cost_sources(build_cost(config))
@@ -132,7 +132,7 @@ def format_summary(summary: dict, out: str | None = None) -> str:
             text = str(value)
         lines.append(f"{key:<18} {text:>12} {unit}".rstrip())
     if summary.get("cost_source"):
-        from specbatch.simulator.cost_report import source_line
+        from specbatch.simulator.cost.report import source_line
 
         lines.append(f"cost source: {source_line(summary['cost_source'])}")
     if out:

@@ -67,15 +67,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
-    from specbatch.analysis.points import claim_sweep_dir
-    from specbatch.analysis.spec import load_spec, parse_override
-    from specbatch.analysis.sweep import run_sweep
+    from specbatch.analysis.sweep.points import claim_sweep_dir
+    from specbatch.analysis.sweep.runner import run_sweep
+    from specbatch.analysis.sweep.spec import load_spec, parse_override
 
     overrides = dict(parse_override(text) for text in args.set)
     spec = load_spec(args.spec, overrides=overrides)
     check_sweep(f"spec {args.spec}", spec.grids, len(spec.seeds))  # before expanding the grid
     if args.scheduler is not None:
-        from specbatch.analysis.executors import check_scheduler
+        from specbatch.analysis.sweep.executors import check_scheduler
 
         check_scheduler(args.scheduler)  # an unreachable scheduler fails before the progress bar
     check_output_dir(args.out, allow_existing=True)  # reused on rerun: runs are resumable
@@ -89,7 +89,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         "results": os.path.join(outcome.out, "results.parquet"),
     }
     if args.report:
-        from specbatch.analysis.report import build_report
+        from specbatch.analysis.report.sweep_report import build_report
 
         result["report"] = build_report(args.out)
     emit(result, args.json)
@@ -97,10 +97,10 @@ def run_sweep_command(args: argparse.Namespace) -> int:
 
 
 def run_report_command(args: argparse.Namespace) -> int:
-    from specbatch.analysis.points import read_manifest
+    from specbatch.analysis.sweep.points import read_manifest
 
     read_manifest(args.dir)  # a one-line error before the plotting stack is imported
-    from specbatch.analysis.report import build_report
+    from specbatch.analysis.report.sweep_report import build_report
 
     path = build_report(args.dir, fmt=args.format)
     emit({"report": path}, args.json)

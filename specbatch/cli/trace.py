@@ -25,8 +25,8 @@ from specbatch.cli.common import (
 )
 from specbatch.io import check_result_dir, result_dir
 from specbatch.limits import check_memory, trace_bytes
-from specbatch.traces.describe import trace_summary
-from specbatch.traces.format import read_trace, resolve_trace, write_trace
+from specbatch.traces.format.describe import trace_summary
+from specbatch.traces.format.files import read_trace, resolve_trace, write_trace
 from specbatch.traces.synth import SURROGATES, SynthConfig, synth_trace
 
 SYNTH_HELP = {
@@ -164,7 +164,7 @@ def _format_info(s: dict) -> str:
         lines.append(f"  {name:<22} corr {sig[name]['corr']:>7.4f}   AUC {sig[name]['auc']:.4f}")
     lines.append("  (cumulative_confidence: TETRIS's Π min(conf, 1) against TV's P(τ ≥ j), all j)")
     if "tree" in s:
-        from specbatch.traces.tree_summary import format_tree_summary
+        from specbatch.traces.format.tree_summary import format_tree_summary
 
         lines += format_tree_summary(s["tree"])
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """``specbatch tune``: ready-to-paste dynamic draft-length settings for vLLM, TensorRT-LLM and
 SGLang, validated in simulation against the best fixed K.
 
-Argument parsing and printing only; the tuner is :mod:`specbatch.analysis.tune`. The target,
+Argument parsing and printing only; the tuner is :mod:`specbatch.analysis.tune.tuner`. The target,
 draft, hardware and workload flags are ``plan``'s (specbatch.cli.plan's workload helpers).
 """
 
@@ -89,9 +89,9 @@ def parse_rates(text: str | None) -> tuple[float, ...] | None:
 
 
 def build_question(args: argparse.Namespace):
-    """The tuner's :class:`~specbatch.analysis.tune.TuneQuestion` (one-line errors)."""
-    from specbatch.analysis.tune import TuneQuestion
-    from specbatch.simulator.config import make_config
+    """The tuner's :class:`~specbatch.analysis.tune.tuner.TuneQuestion` (one-line errors)."""
+    from specbatch.analysis.tune.tuner import TuneQuestion
+    from specbatch.simulator.config.sim_config import make_config
 
     require(args.tax >= 0 and args.tax < float("inf"),
             f"--tax: expected a fraction >= 0, got {args.tax}")
@@ -110,7 +110,7 @@ def build_question(args: argparse.Namespace):
 
 def runner(workers: int):
     """run(fields_list, taxes=None) -> summaries, on ``workers`` processes."""
-    from specbatch.analysis.tune import simulate_fields
+    from specbatch.analysis.tune.tuner import simulate_fields
 
     def run(fields: list[dict], taxes: list[float] | None = None) -> list[dict]:
         taxes = taxes or [0.0] * len(fields)
@@ -123,7 +123,7 @@ def runner(workers: int):
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from specbatch.analysis.tune import claim_tune_dir, tune, write_tune
+    from specbatch.analysis.tune.tuner import claim_tune_dir, tune, write_tune
     from specbatch.cli.plan import workload_lengths
     from specbatch.io import check_output_dir, prepare_output_dir
 
@@ -145,15 +145,15 @@ def run_command(args: argparse.Namespace) -> int:
 
 def workload_field(args: argparse.Namespace, base: dict, lengths) -> str | None:
     """The runs' ``workload``: the file given, a table drawn from ``lengths`` written to
-    OUT/workload.csv (analysis.plan.write_length_workload, as plan draws it), or None (the
+    OUT/workload.csv (analysis.plan.planner.write_length_workload, as plan draws it), or None (the
     trace's own requests)."""
     if args.workload is not None:
-        from specbatch.simulator.workload import resolve_workload
+        from specbatch.simulator.workload.arrivals import resolve_workload
 
         return str(resolve_workload(args.workload).resolve())
     if lengths is None:
         return None
-    from specbatch.analysis.plan import write_length_workload
+    from specbatch.analysis.plan.planner import write_length_workload
 
     return str(write_length_workload(base, *lengths, Path(args.out).resolve() / "workload.csv"))
 

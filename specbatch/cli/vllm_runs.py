@@ -1,5 +1,5 @@
 """``specbatch validate --vllm DIR|NAME``: replay a measured vLLM serving run and compare
-(argument parsing and printing; the work is in :mod:`specbatch.analysis.validate_vllm`)."""
+(argument parsing and printing; the work is in :mod:`specbatch.analysis.validate.vllm_run`)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def add_vllm_flags(v: argparse.ArgumentParser) -> None:
 
 def validate_vllm_command(args) -> int:
     """``specbatch validate --vllm``."""
-    from specbatch.analysis.validate_vllm import (
+    from specbatch.analysis.validate.vllm_run import (
         format_report,
         latency_figure,
         list_runs,
@@ -68,7 +68,7 @@ def validate_vllm_command(args) -> int:
             sim.write(tmp)
             (tmp / "validate_vllm.json").write_text(dumps(report, indent=2) + "\n")
     if args.figure:
-        from specbatch.traces.vllm_runs import load_run
+        from specbatch.traces.public.vllm_runs import load_run
 
         simulated = sim.requests.assign(output_len=sim.requests["tokens"])
         latency_figure(report["run"], load_run(args.vllm).requests, simulated, args.figure)

@@ -1,4 +1,4 @@
-"""``specbatch zoo train``: a draft/target pair trained on local text (see :mod:`traces.zoo`)."""
+"""``specbatch zoo train``: a draft/target pair trained on local text (see :mod:`traces.models.zoo`)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def register(subparsers) -> None:
 
 
 def _train(args) -> int:
-    from specbatch.traces.zoo import train_zoo
+    from specbatch.traces.models.zoo import train_zoo
 
     check_output_dir(args.out, force=args.force)  # before the minutes of training
     log = None if args.json else (lambda msg: sys.stderr.write(msg + "\n"))

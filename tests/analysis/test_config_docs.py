@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specbatch.analysis.config_docs import config_page
-from specbatch.simulator.config import specs
+from specbatch.simulator.config.sim_config import specs
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 

@@ -3,9 +3,9 @@ rule beside the chain verifiers at the same k, and a CI-size slice of it runs.""
 
 from __future__ import annotations
 
-from specbatch.analysis.spec import expand, load_spec
 from specbatch.analysis.specs import spec_path
-from specbatch.simulator import config
+from specbatch.analysis.sweep.spec import expand, load_spec
+from specbatch.simulator.config import sim_config as config
 from specbatch.simulator.run import load_trace, simulate
 
 

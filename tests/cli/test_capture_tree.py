@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from specbatch.cli import main  # noqa: E402
 from tests.cli.oneline import assert_one_line_error, run_main  # noqa: E402
-from tests.traces.test_capture import _save_pair  # noqa: E402
+from tests.traces.capture.test_chain import _save_pair  # noqa: E402
 
 
 @pytest.fixture(scope="module")

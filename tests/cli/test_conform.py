@@ -9,7 +9,7 @@ import torch
 
 from specbatch.cli import main
 from tests.cli.oneline import assert_one_line_error, run_cli, run_main
-from tests.theory.test_conform import resample_from_target  # noqa: F401 (loaded by path)
+from tests.theory.conform.test_check import resample_from_target  # noqa: F401 (loaded by path)
 
 
 def wrong_dtype(draft_token_ids, draft_probs, target_probs, generator=None):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specbatch.cli import main
-from tests.simulator.test_cost import synthetic_profile
+from tests.simulator.cost.test_registry import synthetic_profile
 
 
 def run(capsys, *argv):
@@ -160,7 +160,7 @@ def test_cost_show_warns_when_the_weights_do_not_fit(capsys):
 
 def test_show_prices_the_rejection_sampler_in_the_step(capsys):
     """The fused sampler adds bytes over bandwidth + 50 µs; the measured torch BV path
-    2 ms per draft position; none nothing (simulator.verify_cost)."""
+    2 ms per draft position; none nothing (simulator.cost.verify_cost)."""
     split = {}
     for sampler in ("none", "fused", "torch"):
         code, out, _ = run(capsys, "cost", "show", "--batch", "64", "--verify", "block",

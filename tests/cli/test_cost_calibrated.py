@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specbatch.simulator.cost_report import PARTS
+from specbatch.simulator.cost.report import PARTS
 from tests.cli.oneline import run_json, run_main
 
 SLICE = Path(__file__).parents[1] / "traces" / "data" / "vidur_slice"
@@ -40,7 +40,7 @@ def test_calibrated_show_names_the_profile_cell_and_prints_the_split(capsys):
 
 @pytest.mark.slow  # fitting the profiled model's families takes ~10 s
 def test_profiled_rows_have_no_split(capsys, tmp_path):
-    from tests.simulator.test_cost import synthetic_profile
+    from tests.simulator.cost.test_registry import synthetic_profile
 
     path = tmp_path / "p.parquet"
     synthetic_profile().to_parquet(path)

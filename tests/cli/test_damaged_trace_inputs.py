@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specbatch.cli import main
-from specbatch.traces.format import write_trace
+from specbatch.traces.format.files import write_trace
 from specbatch.traces.synth import SynthConfig, synth_trace
 from tests.test_inputs import call_within
 

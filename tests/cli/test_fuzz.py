@@ -382,7 +382,7 @@ def policy_source(depth, decide, observe, widen_budget: bool, budgeted: bool) ->
         menu = HOOK_RETURNS[kind]
         return f"{indent}return {menu[action[1] % len(menu)]}\n"
 
-    text = ("import numpy\nfrom specbatch.simulator.policies import Policy\n\n\n"
+    text = ("import numpy\nfrom specbatch.simulator.policies.registry import Policy\n\n\n"
             "class P(Policy):\n"
             f"    budgeted = {budgeted}\n\n"
             "    @classmethod\n    def required_depth(cls, config):\n" + body(depth, "depth") +
@@ -441,7 +441,7 @@ api_values = st.one_of(
 
 @FUZZ_SETTINGS
 @given(values=st.dictionaries(st.sampled_from(sorted(__import__(
-    "specbatch.simulator.config", fromlist=["specs"]).specs())), api_values, max_size=3))
+    "specbatch.simulator.config.sim_config", fromlist=["specs"]).specs())), api_values, max_size=3))
 def test_the_python_api_builds_exact_configs_or_raises_a_clear_error(values):
     """SimConfig(**fields) either holds every field exactly as declared (int, finite float,
     bool, str or None where optional; in range) or raises SpecbatchError naming a field:
@@ -449,7 +449,7 @@ def test_the_python_api_builds_exact_configs_or_raises_a_clear_error(values):
     import dataclasses
 
     from specbatch.errors import SpecbatchError
-    from specbatch.simulator.config import SimConfig, specs
+    from specbatch.simulator.config.sim_config import SimConfig, specs
 
     try:
         config = SimConfig(**values)

@@ -291,7 +291,7 @@ def test_a_real_scheduler_passes_the_handshake_check():
     distributed = pytest.importorskip("distributed")
     import logging
 
-    from specbatch.analysis.executors import check_scheduler
+    from specbatch.analysis.sweep.executors import check_scheduler
 
     with distributed.LocalCluster(n_workers=0, processes=False, host="127.0.0.1",
                                   protocol="tcp", dashboard_address=None,

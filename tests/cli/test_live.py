@@ -76,7 +76,7 @@ def test_ngram_drafter_runs_without_a_draft_model_and_is_named_in_live_json(tmp_
     settings = manifest["settings"]
     assert (settings["draft"], settings["ngram_min"], settings["ngram_max"]) == ("ngram", 3, 3)
     assert main(["trace", "validate", str(out / "trace")]) == 0
-    from specbatch.traces.format import read_trace
+    from specbatch.traces.format.files import read_trace
 
     assert read_trace(out / "trace").proposed is not None
 
@@ -100,7 +100,7 @@ def test_ngram_bounds_with_a_draft_model_are_refused(tmp_path, capsys):
 
 def test_validate_prices_an_ngram_runs_drafts_as_free(tmp_path, capsys):
     """A prompt-lookup run has no draft model: validate simulates it with free draft passes
-    (simulator.free_draft) and says nothing about a draft model's pricing."""
+    (simulator.cost.free_draft) and says nothing about a draft model's pricing."""
     out = tmp_path / "live"
     assert main([*NGRAM_ARGS, "--out", str(out)]) == 0
     capsys.readouterr()

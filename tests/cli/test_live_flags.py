@@ -56,7 +56,7 @@ def test_dtype_outside_its_choices_names_the_flag():
 
 
 def test_the_ngram_name_is_the_drafters():
-    from specbatch.traces.ngram import NGRAM as DRAFTER
+    from specbatch.traces.capture.ngram import NGRAM as DRAFTER
 
     assert NGRAM == DRAFTER
 

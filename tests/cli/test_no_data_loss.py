@@ -55,7 +55,7 @@ def test_simulate_refuses_another_config_unless_forced(tmp_path, capsys):
 
 
 def test_simulate_never_overwrites_a_trace_even_with_force(tmp_path, capsys):
-    from specbatch.traces.format import write_trace
+    from specbatch.traces.format.files import write_trace
     from specbatch.traces.synth import SynthConfig, synth_trace
 
     trace = tmp_path / "trace"

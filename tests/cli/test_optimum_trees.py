@@ -85,9 +85,9 @@ def test_work_past_the_limits_is_refused_up_front_not_left_to_hang(capsys, tmp_p
 
 def test_the_tree_lp_estimate_counts_its_coefficients_exactly_on_a_chain():
     """lp_nonzeros is the count the build makes (a float pair: no zero coefficient)."""
-    from specbatch.theory.models import pair_from_dict
-    from specbatch.theory.tree_lp import lp_nonzeros, node_set_law, tree_program
-    from specbatch.theory.tree_shapes import parse_shape, tree_law
+    from specbatch.theory.exact.small_models import pair_from_dict
+    from specbatch.theory.trees.lp import lp_nonzeros, node_set_law, tree_program
+    from specbatch.theory.trees.tree_shapes import parse_shape, tree_law
 
     pair = pair_from_dict({"vocab": 3, "draft": {"iid": [0.5, 0.3, 0.2]},
                            "target": {"iid": [0.2, 0.3, 0.5]}})

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from specbatch.cli import main
-from specbatch.simulator.roofline import kv_capacity_tokens
+from specbatch.simulator.cost.roofline import kv_capacity_tokens
 from tests.cli.oneline import assert_one_line_error, run_cli
 
 QUICK = ["--no-progress", "--workers", "1"]
@@ -207,7 +207,7 @@ def test_a_second_plan_with_other_lengths_is_refused_before_it_rewrites_anything
 
 
 def test_a_failing_figure_costs_only_the_figure(capsys, tmp_path, monkeypatch):
-    import specbatch.analysis.plan_figure as figure
+    import specbatch.analysis.plan.figure as figure
 
     def broken(*args, **kwargs):
         raise OverflowError("cost 1e308 x 2 GPUs")

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-import specbatch.theory.catalogue as catalogue
+import specbatch.theory.theorems as catalogue
 from specbatch.cli import main
-from specbatch.theory.catalogue import CheckResult, Theorem
+from specbatch.theory.theorems import CheckResult, Theorem
 from tests.cli.conftest import PAPER
 from tests.cli.oneline import run_json
 

@@ -28,7 +28,7 @@ def test_json_summary_and_output_files(tmp_path, capsys):
 
 
 def test_json_carries_the_verification_time_beside_draft_and_target(capsys):
-    """Every decode step pays its rejection sampler (simulator.verify_cost): the measured torch
+    """Every decode step pays its rejection sampler (simulator.cost.verify_cost): the measured torch
     sampler costs more than the fused one, and ``--verify-cost none`` nothing."""
     times = {}
     for sampler in ("none", "fused", "torch"):
@@ -80,9 +80,9 @@ def test_extra_with_policy_fixed_is_a_one_line_error(capsys):
 
 
 def test_help_lists_the_allowed_values_of_every_choice(capsys):
-    from specbatch.simulator import config
-    from specbatch.simulator.hardware import HARDWARE
-    from specbatch.simulator.policies import POLICIES
+    from specbatch.simulator.config import sim_config as config
+    from specbatch.simulator.cost.hardware import HARDWARE
+    from specbatch.simulator.policies.registry import POLICIES
 
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
@@ -138,7 +138,7 @@ def test_toml_string_for_an_integer_field_is_a_one_line_error(tmp_path, capsys):
 
 
 def test_every_field_is_a_flag_with_its_type_and_default(capsys):
-    from specbatch.simulator.config import specs
+    from specbatch.simulator.config.sim_config import specs
 
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from specbatch.cli import main
-from tests.simulator.test_cost import synthetic_profile
+from tests.simulator.cost.test_registry import synthetic_profile
 
 BASE = ["simulate", "--trace", "synth", "--requests", "24", "--policy", "fixed", "--k", "3"]
 
@@ -81,7 +81,7 @@ def test_help_documents_the_kv_flags(capsys):
 
 
 def test_the_demo_says_which_kv_mode_and_capacity_it_uses():
-    from specbatch.analysis.demo import kv_description, plan_demo
+    from specbatch.analysis.report.demo import kv_description, plan_demo
 
     line = kv_description(plan_demo("default", quick=True).base)
     assert line.startswith("KV cache: kv_mode reserve, capacity unlimited (one h100 holds 4244")

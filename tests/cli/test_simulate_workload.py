@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from specbatch.cli import main
-from specbatch.simulator.workload import EXAMPLE_WORKLOAD
+from specbatch.simulator.workload.arrivals import EXAMPLE_WORKLOAD
 
 
 def test_bundled_example_runs_end_to_end(tmp_path, capsys):

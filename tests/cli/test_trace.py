@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-import specbatch.traces.format as fmt
+import specbatch.traces.format.files as fmt
 from specbatch.cli import main
-from specbatch.traces.format import read_trace
+from specbatch.traces.format.files import read_trace
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:

@@ -30,8 +30,8 @@ def test_one_bundled_run_json_stdout_is_one_object_and_out_keeps_it(tmp_path):
 
 
 def test_the_figure_is_a_png(tmp_path):
-    from specbatch.analysis.validate_vllm import latency_figure
-    from tests.analysis.test_vllm_metrics import THREE
+    from specbatch.analysis.validate.vllm_run import latency_figure
+    from tests.analysis.validate.test_vllm_metrics import THREE
 
     path = latency_figure("three", THREE, THREE.assign(finish=THREE["finish"] + 1),
                           tmp_path / "fig.png")
@@ -58,7 +58,7 @@ def test_refusals_are_one_line_errors(capsys, argv, needle):
 
 
 def test_a_folder_without_a_device_name_asks_for_hardware(tmp_path, capsys):
-    from tests.traces.test_vllm_runs import write_run
+    from tests.traces.public.test_vllm_runs import write_run
 
     folder = write_run(tmp_path / "run")
     code, _, err = run_main(capsys, ["validate", "--vllm", str(folder)])
@@ -66,7 +66,7 @@ def test_a_folder_without_a_device_name_asks_for_hardware(tmp_path, capsys):
 
 
 def test_a_hand_made_folder_replays_with_hardware_and_model_given(tmp_path, capsys):
-    from tests.traces.test_vllm_runs import write_run
+    from tests.traces.public.test_vllm_runs import write_run
 
     folder = write_run(tmp_path / "run")
     code, text, err = run_main(capsys, ["validate", "--vllm", str(folder), "--hardware", "h100",

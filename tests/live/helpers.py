@@ -21,7 +21,7 @@ def save_pair(out: Path) -> tuple[str, str]:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from specbatch.traces.zoo import train_tokenizer
+    from specbatch.traces.models.zoo import train_tokenizer
 
     tok = train_tokenizer([TEXT], 300)
     torch.manual_seed(0)
@@ -48,7 +48,7 @@ def save_pair(out: Path) -> tuple[str, str]:
 
 def load_saved_pair(paths: tuple[str, str]):
     """(draft, target) models of :func:`save_pair`'s directories."""
-    from specbatch.traces.capture import load_pair
+    from specbatch.traces.capture.chain import load_pair
 
     _, draft, target = load_pair(*paths)
     return draft, target

@@ -6,7 +6,7 @@ import pytest
 
 from specbatch.errors import SpecbatchError
 from specbatch.live.config import LiveConfig
-from specbatch.simulator.config import policy_depth
+from specbatch.simulator.config.sim_config import policy_depth
 
 
 @pytest.mark.parametrize("policy,k,extra,depth", [("fixed", 3, 5, 3), ("tetris", 2, 2, 4)])
@@ -31,7 +31,7 @@ def test_bad_settings_are_one_line_errors_naming_the_flag(changes, flag):
 
 def test_the_live_policies_are_the_registry_classes_marked_live():
     from specbatch.live.config import LIVE_POLICIES
-    from specbatch.simulator.policies import POLICIES
+    from specbatch.simulator.policies.registry import POLICIES
 
     assert LIVE_POLICIES == tuple(name for name, cls in POLICIES.items() if cls.live)
 

@@ -53,17 +53,17 @@ def test_theory_torch_verifier_and_local_replay_path_agree_at_temperature_one(mo
                                                verify=rule, temperature=1.0, seed=3,
                                                verifier=verifier))
             for verifier in ("theory", "local")]
-    assert runs[0].summary["verifier"] == "specbatch.theory.verify_torch"
+    assert runs[0].summary["verifier"] == "specbatch.theory.verify.torch_batched"
     assert runs[0].outputs == runs[1].outputs
     assert (runs[0].steps["accepted"] == runs[1].steps["accepted"]).all()
 
 
 def test_tetris_allocation_is_the_simulator_policy_on_the_recorded_confidence(models):
-    """At every decode step each request verified the prefix simulator.policies.Tetris
+    """At every decode step each request verified the prefix simulator.policies.registry.Tetris
     assigns it from the recorded draft confidence of that step's rows (no live copy of the
     policy). The target scored exactly the verified prefix, so pt > 0 there and 0 after."""
-    from specbatch.simulator.policies import make_policy
-    from specbatch.simulator.view import StepView
+    from specbatch.simulator.policies.registry import make_policy
+    from specbatch.simulator.policies.view import StepView
 
     cfg = LiveConfig(max_new_tokens=10, policy="tetris", k=2, extra=2, verify="block",
                      temperature=1.0, seed=5)

@@ -18,8 +18,8 @@ from specbatch.live.config import LiveConfig  # noqa: E402
 from specbatch.live.loop import run_live  # noqa: E402
 from specbatch.live.record import TRACE_FIELDS, build_trace  # noqa: E402
 from specbatch.simulator.run import simulate  # noqa: E402
-from specbatch.traces.format import read_trace, write_trace  # noqa: E402
-from specbatch.traces.ngram import propose_ngram_reference  # noqa: E402
+from specbatch.traces.capture.ngram import propose_ngram_reference  # noqa: E402
+from specbatch.traces.format.files import read_trace, write_trace  # noqa: E402
 from tests.live.helpers import IDS, MeasuredSteps, greedy_decode  # noqa: E402
 
 NGRAM = dict(draft="ngram", ngram_min=1, ngram_max=3)

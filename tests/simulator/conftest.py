@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specbatch.simulator.cost import build_cost_model
+from specbatch.simulator.cost.registry import build_cost_model
 from specbatch.traces.synth import SynthConfig, synth_trace
 from tests.simulator.helpers import signal_trace
 

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specbatch.simulator.policies import POLICIES
-from specbatch.traces.trace import default_meta, make_trace
+from specbatch.simulator.policies.registry import POLICIES
+from specbatch.traces.format.trace import default_meta, make_trace
 
 #: The built-in policies that verify chains (the tree policies need a tree trace and a tree
-#: rule: tests/simulator/test_tree_policies.py).
+#: rule: tests/simulator/policies/test_trees.py).
 CHAIN_POLICIES = sorted(name for name, cls in POLICIES.items() if not cls.tree)
 
 

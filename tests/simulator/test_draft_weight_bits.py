@@ -18,19 +18,19 @@ import pytest
 
 from specbatch.cli import main
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.config import load_config
-from specbatch.simulator.cost import build_cost_model, weight_bits_notes
-from specbatch.simulator.hardware import (
+from specbatch.simulator.config.sim_config import load_config
+from specbatch.simulator.cost.hardware import (
     check_weights_fit,
     get_hardware,
     linear_params,
     model_weight_bytes,
     quantized_weight_bytes,
 )
-from specbatch.simulator.kv import kv_capacity
-from specbatch.simulator.roofline import kv_capacity_tokens
+from specbatch.simulator.cost.registry import build_cost_model, weight_bits_notes
+from specbatch.simulator.cost.roofline import kv_capacity_tokens
+from specbatch.simulator.engine.kv import kv_capacity
 from specbatch.simulator.run import simulate
-from specbatch.traces.shapes import get_shape
+from specbatch.traces.models.shapes import get_shape
 
 SMOLLM2_BF16_BYTES = 269_030_016
 SMOLLM2_Q4_BYTES = 113_095_296

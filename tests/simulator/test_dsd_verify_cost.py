@@ -1,8 +1,8 @@
 """Specification: ``dsd`` plans with the rejection sampler's seconds the engine charges.
 
 The goodput scan prices a step as T_draft(k) + T_target(k) + T_verify(k) + T_overhead, with
-T_verify the run's :class:`~simulator.verify_cost.VerifyCost` (handed over before the run by
-:func:`~simulator.verify_cost.attach_verify_cost`); ``verify_cost = "none"`` plans exactly as
+T_verify the run's :class:`~simulator.cost.verify_cost.VerifyCost` (handed over before the run by
+:func:`~simulator.run.attach_verify_cost`); ``verify_cost = "none"`` plans exactly as
 before the term existed.
 """
 
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import specbatch.simulator.run as run_module
-from specbatch.simulator.config import load_config
-from specbatch.simulator.policies import DynamicSD, make_policy
-from specbatch.simulator.run import simulate
-from specbatch.simulator.verify_cost import VerifyCost, attach_verify_cost, verify_cost_for
+from specbatch.simulator.config.sim_config import load_config
+from specbatch.simulator.cost.verify_cost import VerifyCost, verify_cost_for
+from specbatch.simulator.policies.registry import DynamicSD, make_policy
+from specbatch.simulator.run import attach_verify_cost, simulate
 from tests.simulator.helpers import LinearCost, const_trace
 
 #: target 0.25 s + 2^-8 s per query token, draft 2^-5 s + 2^-10 s per token, overhead 2^-6 s

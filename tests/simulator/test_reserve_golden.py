@@ -6,7 +6,7 @@ the request and step tables it wrote then, and every summary key it reported the
 change to the reserve path's admission, prefill, decode, pricing or retirement shows up here.
 That engine priced no verification: ``verify_cost = "none"`` must reproduce it bit for bit.
 ``GOLDEN_VERIFY`` pins the default (the fused sampler's verification time in every decode
-step, simulator.verify_cost), with the ``verify_time`` column and summary keys added. Run this
+step, simulator.cost.verify_cost), with the ``verify_time`` column and summary keys added. Run this
 module as a script to print the digests of the current engine.
 """
 
@@ -18,8 +18,8 @@ import json
 import numpy as np
 import pytest
 
-from specbatch.simulator.config import load_config
-from specbatch.simulator.cost import build_cost_model
+from specbatch.simulator.config.sim_config import load_config
+from specbatch.simulator.cost.registry import build_cost_model
 from specbatch.simulator.run import simulate
 from specbatch.traces.synth import SynthConfig, synth_trace
 from tests.simulator.helpers import LinearCost

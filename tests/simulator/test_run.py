@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from specbatch.simulator.config import load_config, make_config, to_toml
+from specbatch.simulator.config.sim_config import load_config, make_config, to_toml
 from specbatch.simulator.run import simulate
 from tests.simulator.helpers import LinearCost
 
@@ -64,7 +64,7 @@ def test_tetris_with_no_budget_does_the_work_of_autoregressive_decoding(synth_tr
 
 
 def _partial_copy(tmp_path, trace):
-    from specbatch.traces.format import write_trace
+    from specbatch.traces.format.files import write_trace
 
     path = tmp_path / "partial"
     write_trace(trace, path)
@@ -134,7 +134,7 @@ def test_a_config_built_directly_is_checked_like_a_loaded_one(synth_trace_natura
     import pytest
 
     from specbatch.errors import SpecbatchError
-    from specbatch.simulator.config import SimConfig
+    from specbatch.simulator.config.sim_config import SimConfig
 
     for field, bad in (("max_num_seqs", 0), ("requests", -5), ("verify", "nope")):
         with pytest.raises(SpecbatchError, match=f"field {field}"):
@@ -145,7 +145,7 @@ def test_a_config_built_directly_is_checked_like_a_loaded_one(synth_trace_natura
 def test_write_applies_the_result_folder_checks(tmp_path, synth_trace_natural):
     from specbatch.errors import SpecbatchError
     from specbatch.io import RESULT_MARKER
-    from specbatch.traces.format import write_trace
+    from specbatch.traces.format.files import write_trace
 
     config = make_config({"policy": "fixed", "k": 2, "requests": 6})
     result = simulate(config, synth_trace_natural, cost_model=COST)

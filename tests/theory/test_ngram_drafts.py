@@ -13,9 +13,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specbatch.theory import exact
-from specbatch.theory.models import ModelPair, TableModel
-from specbatch.traces.ngram import propose_ngram
+from specbatch.theory.exact import enumeration as exact
+from specbatch.theory.exact.small_models import ModelPair, TableModel
+from specbatch.traces.capture.ngram import propose_ngram
 
 
 def exact_row(rng: np.random.Generator, vocab: int, denominator: int = 12) -> tuple:

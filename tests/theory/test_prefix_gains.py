@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specbatch.theory.allocate import prefix_gains as expected_accepted
-from specbatch.theory.stats import block_thresholds, block_weights, position_stats
+from specbatch.theory.allocate.budget import prefix_gains as expected_accepted
+from specbatch.theory.verify.path_stats import block_thresholds, block_weights, position_stats
 
 
 def paper_paths():

@@ -8,10 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from specbatch.errors import SpecbatchError
-from specbatch.theory.stats import block_weights
-from specbatch.traces.format import read_trace, write_positions, write_trace
+from specbatch.theory.verify.path_stats import block_weights
+from specbatch.traces.format.files import read_trace, write_positions, write_trace
+from specbatch.traces.format.trace import make_trace
 from specbatch.traces.synth import SynthConfig, synth_trace
-from specbatch.traces.trace import make_trace
 
 
 @pytest.fixture(scope="module")

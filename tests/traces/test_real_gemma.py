@@ -24,14 +24,14 @@ def test_real_gemma_capture_past_the_window_equals_naive():
         pytest.skip("models/gemma3 and models/gemma3-drop2 not present (see the docstring)")
     import torch
 
-    from specbatch.traces.capture import (
+    from specbatch.traces.capture.chain import (
         CaptureConfig,
         capture_request,
         capture_request_naive,
         load_pair,
     )
-    from specbatch.traces.drafters import sliding_window
-    from specbatch.traces.prompts import default_prompts
+    from specbatch.traces.capture.drafters import sliding_window
+    from specbatch.traces.capture.prompts import default_prompts
 
     torch.set_num_threads(1)
     tok, draft, target = load_pair(str(MODELS / "gemma3-drop2"), str(MODELS / "gemma3"))

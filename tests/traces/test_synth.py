@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from specbatch.errors import SpecbatchError
-from specbatch.theory.stats import block_thresholds, token_weights
-from specbatch.traces.format import read_trace, write_trace
+from specbatch.theory.verify.path_stats import block_thresholds, token_weights
+from specbatch.traces.format.files import read_trace, write_trace
 from specbatch.traces.synth import SynthConfig, synth_trace
 
 TEMPERATURES = [0.0, 0.6, 1.0, 1.5]

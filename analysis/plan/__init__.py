@@ -1,0 +1,7 @@
+"""``specbatch plan``: the cheapest deployment and speculation setting that meets the SLOs.
+
+Reading order: ``planner`` (the question and the answer), ``space`` (deployments x settings),
+``bound`` (latency lower bounds from the cost model), ``slo`` (the verdict on one run),
+``search`` (cheapest level first, pruned), ``rejected`` (what did not make the answer),
+``cost_source``, ``figure``, ``out_dir`` (the output folder).
+"""

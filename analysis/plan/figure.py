@@ -1,0 +1,50 @@
+"""The planner's figure: every simulated configuration's cost against its e2e latency at the
+SLO percentile, those meeting every limit filled, the cost-latency frontier drawn through
+them (analysis.plan.planner.pareto)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from specbatch.analysis.plan.search import Entry  # noqa: E402
+from specbatch.analysis.plan.slo import Slos  # noqa: E402
+
+
+def frontier_figure(entries: tuple[Entry, ...], slos: Slos, priced: bool, path: Path
+                    ) -> str | None:
+    """Write the figure to ``path`` (PNG); None when nothing was simulated."""
+    if not entries:
+        return None
+    from specbatch.analysis.plan.planner import pareto
+
+    p = f"p{slos.percentile:g}"
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for passed, marker, name in ((False, "x", "misses a limit"), (True, "o", "meets every limit")):
+        group = [e for e in entries if e.verdict.passed == passed]
+        if group:
+            ax.scatter([e.deployment.cost for e in group],
+                       [e.verdict.latency["e2e"] for e in group], marker=marker, s=22,
+                       alpha=0.6, label=name, color="tab:green" if passed else "tab:red")
+    front = pareto(entries)
+    if front:
+        ax.step([e.deployment.cost for e in front], [e.verdict.latency["e2e"] for e in front],
+                where="post", color="tab:blue", label="frontier")
+        for e in front:
+            ax.annotate(e.speculation.label, (e.deployment.cost, e.verdict.latency["e2e"]),
+                        fontsize=7, xytext=(3, 3), textcoords="offset points")
+    if slos.e2e is not None:
+        ax.axhline(slos.e2e, color="0.4", linestyle="--", linewidth=0.8, label="e2e SLO")
+    ax.set_xlabel("cost ($ per hour)" if priced else "GPUs")
+    ax.set_ylabel(f"e2e latency {p} (s)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.set_title("specbatch plan: cost vs latency", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)

@@ -1,0 +1,215 @@
+"""Sweep storage: run keys, one stored result per run, and the manifest.
+
+Every run (point x seed) is a fully resolved :class:`simulator.config.sim_config.SimConfig`; its result
+is stored as ``OUT/points/<key>.json`` (plus ``<key>.requests.parquet``) where ``key`` hashes
+the resolved config, the package version and the trace's identity (:func:`trace_fingerprint`),
+written atomically. A rerun after a crash or Ctrl-C therefore computes only the missing runs;
+a point file that is unreadable or not a record of its run is recomputed.
+``OUT/sweep.json`` (the manifest) records the spec, its identity (:func:`spec_identity`) and
+the ordered run keys; a sweep directory belongs to that one spec (:func:`claim_sweep_dir`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from specbatch import __version__
+from specbatch.errors import SpecbatchError, require
+from specbatch.io import atomic_write, dumps, jsonable
+from specbatch.traces.models.weights import sha256_file
+
+if TYPE_CHECKING:
+    from specbatch.analysis.sweep.spec import SweepSpec
+
+#: Per-request columns kept for latency CDFs and the planner's per-replica concurrency and
+#: preemptions (analysis.plan.slo); others are dropped to keep points small.
+#: ``e2e`` = finish − arrival and ``ttft`` = first_token − arrival are derived when absent.
+REQUEST_COLUMNS = ("uid", "request_id", "arrival", "first_token", "finish", "e2e", "ttft",
+                   "tokens", "output_len", "prompt_len", "category", "replica", "preemptions")
+
+
+def plain(value: Any) -> Any:
+    """JSON-friendly form of a config value (tuples -> lists, paths -> str)."""
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+def run_key(config: Mapping, version: str = __version__, trace_id: str | None = None) -> str:
+    """Hash of a resolved config and the package version (the run's file name).
+
+    ``trace_id`` (see :func:`trace_fingerprint`) makes a recaptured trace of the same name
+    invalidate the stored runs that used the old one.
+    """
+    payload = {"config": plain(dict(config)), "version": version}
+    if trace_id is not None:
+        payload["trace_id"] = trace_id
+    blob = json.dumps(payload, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+def setting_key(config: Mapping) -> str:
+    """Hash of a config without its seed: runs of one setting differ only in the seed."""
+    rest = {k: v for k, v in config.items() if k != "seed"}
+    return hashlib.sha256(json.dumps(plain(rest), sort_keys=True).encode()).hexdigest()[:12]
+
+def trace_fingerprint(name: str) -> tuple[str, int]:
+    """(identity, draft depth K) of a trace named in a config, without loading its rows.
+
+    Identity: a hash of every file's name and bytes (:func:`file_digest`, cached by size and
+    modification time), so a recaptured or edited trace under the same name gets new run
+    keys. ``"synth"`` is generated from the config itself (its identity is the config).
+    """
+    if name == "synth":
+        from specbatch.traces.synth import SynthConfig
+
+        return "synth", SynthConfig().depth
+    from specbatch.traces.format.files import read_meta, resolve_trace
+
+    path = Path(resolve_trace(name))
+    meta = read_meta(path)  # validated: a damaged meta.json is a one-line error
+    digest = hashlib.sha256()
+    for item in sorted(path.rglob("*")):
+        relative = item.relative_to(path).as_posix()
+        if item.is_file() and not any(part.startswith(".") for part in relative.split("/")):
+            digest.update(f"{relative}:{file_digest(item)}\n".encode())
+    return digest.hexdigest()[:16], int(meta["depth"])
+
+def tree_nodes(name: str) -> int:
+    """Non-root nodes per position of a tree trace named in a config (0 for a chain trace),
+    from its meta.json."""
+    if name == "synth":
+        return 0
+    from specbatch.traces.format.files import read_meta, resolve_trace
+
+    tree = read_meta(Path(resolve_trace(name))).get("tree")
+    return int(tree["nodes_per_position"]) - 1 if isinstance(tree, dict) else 0
+
+
+#: sha256 of files already hashed in this process, by (path, size, mtime_ns, inode).
+_DIGESTS: dict[tuple, str] = {}
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes, computed once per (path, size, mtime, inode) in a process."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = sha256_file(path)
+    return _DIGESTS[key]
+
+def point_path(out: str | os.PathLike, key: str) -> Path:
+    return Path(out) / "points" / f"{key}.json"
+
+def requests_path(out: str | os.PathLike, key: str) -> Path:
+    return Path(out) / "points" / f"{key}.requests.parquet"
+
+def store_point(out: str | os.PathLike, config: dict, summary: dict, requests: pd.DataFrame | None,
+                elapsed_s: float, key: str | None = None) -> str:
+    """Write one run's result atomically (requests table first, the JSON marks completion)."""
+    key = key or run_key(config)
+    points = Path(out) / "points"
+    points.mkdir(parents=True, exist_ok=True)
+    if requests is not None:
+        requests = requests.copy()
+        if "e2e" not in requests and {"finish", "arrival"} <= set(requests.columns):
+            requests["e2e"] = requests["finish"] - requests["arrival"]
+        if "ttft" not in requests and {"first_token", "arrival"} <= set(requests.columns):
+            requests["ttft"] = requests["first_token"] - requests["arrival"]
+        cols = [c for c in REQUEST_COLUMNS if c in requests.columns]
+        frame = requests[cols].reset_index(drop=True)
+        atomic_write(requests_path(out, key), lambda tmp: frame.to_parquet(tmp, index=False))
+    record = {"key": key, "version": __version__, "config": config,
+              "summary": plain(summary), "elapsed_s": round(elapsed_s, 6)}
+    atomic_write(point_path(out, key), json.dumps(record, indent=1, allow_nan=True).encode())
+    return key
+
+def load_point(out: str | os.PathLike, key: str) -> dict | None:
+    """A stored run's record, or None when it is missing, unreadable (truncated, binary) or
+    not the record of run ``key`` (then it is rerun and rewritten)."""
+    path = point_path(out, key)
+    try:
+        record = json.loads(path.read_bytes())
+    except (OSError, ValueError):  # missing, a folder, not UTF-8, not JSON
+        return None
+    if not (isinstance(record, dict) and record.get("key") == key
+            and isinstance(record.get("config"), dict)
+            and isinstance(record.get("summary"), dict)):
+        return None
+    return record
+
+#: The manifest fields that define a spec's runs (its identity; report options are not).
+IDENTITY_FIELDS = ("name", "base", "grids", "seeds", "store_requests")
+
+def spec_fields(spec: SweepSpec) -> dict:
+    """The manifest's description of ``spec`` (JSON values)."""
+    return {"name": spec.name, "base": plain(spec.base), "grids": [plain(g) for g in spec.grids],
+            "axes": spec.axes, "seeds": list(spec.seeds), "report": spec.report,
+            "store_requests": spec.store_requests}
+
+def spec_identity(fields: Mapping) -> str:
+    """Hash of what a spec runs (:data:`IDENTITY_FIELDS` of :func:`spec_fields` or of a
+    manifest): its name, base config, grids, seeds and whether per-request tables are kept."""
+    blob = json.dumps(jsonable({name: fields.get(name) for name in IDENTITY_FIELDS}),
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+def write_manifest(out: str | os.PathLike, spec: SweepSpec, keys: list[str]) -> None:
+    """OUT/sweep.json: the spec (axes, seeds, report options), its identity and the ordered
+    run keys."""
+    fields = spec_fields(spec)
+    manifest = {"name": spec.name, "spec": spec.path, "spec_id": spec_identity(fields),
+                "version": __version__, **fields, "runs": keys}
+    atomic_write(Path(out) / "sweep.json", dumps(manifest, indent=1))
+
+#: Names a sweep directory may hold before its manifest exists (a run killed that early).
+_PRE_MANIFEST = (".specbatch.lock",)
+
+def claim_sweep_dir(out: str | os.PathLike, spec: SweepSpec) -> None:
+    """Refuse ``out`` for ``spec`` unless it is empty or the directory of this same spec
+    (one line naming both specs, or what the directory holds instead)."""
+    out = Path(out)
+    if not out.is_dir():
+        return
+    if not (out / "sweep.json").exists():
+        names = sorted(p.name for p in out.iterdir() if p.name not in _PRE_MANIFEST)
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        require(not names, f"--out {out}: holds files that are not a sweep ({shown}); choose "
+                "an empty or new directory")
+        return
+    manifest = read_manifest(out)
+    held, wanted = spec_identity(manifest), spec_identity(spec_fields(spec))
+    require(held == wanted, f"--out {out}: belongs to sweep {manifest.get('name')!r} (spec "
+            f"{manifest.get('spec')}, id {held}), not to sweep {spec.name!r} (spec {spec.path}, "
+            f"id {wanted}); choose another directory")
+
+def read_manifest(out: str | os.PathLike) -> dict:
+    """OUT/sweep.json, checked to be a sweep manifest (one-line errors)."""
+    path = Path(out) / "sweep.json"
+    if not path.exists():
+        raise SpecbatchError(f"directory {out}: no sweep.json (not a sweep output directory)")
+    try:
+        manifest = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise SpecbatchError(f"file {path}: expected a sweep manifest (JSON), got "
+                             f"{first_line(exc)}") from None
+    require(isinstance(manifest, dict), f"file {path}: expected a sweep manifest (a JSON "
+            f"object), got {type(manifest).__name__}")
+    runs = manifest.get("runs")
+    require(isinstance(runs, list) and all(isinstance(k, str) for k in runs),
+            f"file {path}: field 'runs': expected a list of run keys")
+    require(isinstance(manifest.get("report", {}), dict),
+            f"file {path}: field 'report': expected a table of report options")
+    return manifest
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:160] if text else type(exc).__name__

@@ -1,0 +1,6 @@
+"""What one simulation is asked to do: the :class:`SimConfig` fields and their checks.
+
+Reading order: ``sim_config`` (the frozen dataclass, its fields, TOML loading), ``checks`` (static
+checks, one run's settings, checks against the trace), ``tree_checks`` (what a tree run adds).
+A policy's own knobs are declared with the policy (simulator.policies.knobs) and read here.
+"""

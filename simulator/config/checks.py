@@ -1,0 +1,142 @@
+"""The checks of a simulation config: static ones, one run's settings, and against the trace.
+
+:func:`validate_config` runs on every :class:`~simulator.config.sim_config.SimConfig` built
+(:func:`simulator.config.sim_config.make_config`): ranges, the policy's name, cross-field rules.
+:func:`check_settings_apply` refuses, for one run, a setting its policy would silently
+ignore (a sweep may pair them). :func:`validate_against_trace` needs the trace: draft depth
+against the trace's K, KV capacity against the largest request. They live apart from the
+field declarations so ``simulator.config.sim_config`` reads as the list of knobs; ``simulator.config.sim_config``
+re-exports every name here. Every failure is one line,
+``config FILE: field X: expected Y, got Z`` (exit code 2 through the CLI).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from specbatch.errors import SpecbatchError
+from specbatch.fields import check_ranges, fail
+from specbatch.simulator.config.tree_checks import TREE_RULES, check_tree_config, check_tree_trace
+from specbatch.simulator.cost.hardware import FULL_WEIGHT_BITS, HARDWARE, get_hardware
+from specbatch.simulator.policies import knobs as pk
+from specbatch.simulator.policies.catalogue import entry, names
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.traces.format.trace import Trace
+
+
+#: Policies that never draft beyond k, so a nonzero ``extra`` would be silently ignored
+#: (simulator.policies.catalogue: ``uses_extra``).
+NO_EXTRA_POLICIES = names(uses_extra=False)
+#: Policies whose window is not ``num_speculative_tokens``: ``ar`` never drafts, ``dsd``
+#: plans its window by expected goodput (simulator.policies.registry.DSD; catalogue ``uses_k``).
+NO_K_POLICIES = names(uses_k=False)
+#: Policies that verify nothing, so the verification rule would be silently ignored.
+NO_VERIFY_POLICIES = names(verifies=False)
+#: Policies that read the ``predictor`` field (it would be ignored by the others).
+PREDICTOR_POLICIES = names(predictor=True)
+
+
+def validate_config(c: SimConfig, where: str = "config") -> None:
+    """Static checks (no trace needed); raises a one-line :class:`SpecbatchError`."""
+    from specbatch.simulator.config.sim_config import (  # local: config imports this
+        FREE_DRAFTS,
+        specs,
+    )
+    from specbatch.simulator.policies.registry import resolve_policy  # local: no import cycle
+
+    check_ranges(c, specs(), where)
+    cls = resolve_policy(c.policy, f"{where}: field policy")
+    check_tree_config(c, bool(getattr(cls, "tree", False)), where)
+    pk.check_policy_knobs(c, where)
+    row = entry(c.policy)  # the engine policies' minimum is checked with their knobs
+    if row is not None and not row.engine:
+        if row.min_draft == "k" and c.num_speculative_tokens < 1:
+            fail(where, "num_speculative_tokens", f"k >= 1 for policy {c.policy}",
+                 c.num_speculative_tokens)
+        if row.min_draft == "depth" and c.depth < 1:
+            fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}",
+                 c.depth)
+    if (c.scheduler == "vllm-v0" and c.enable_chunked_prefill
+            and c.max_num_batched_tokens is None):
+        fail(where, "max_num_batched_tokens", "a token budget when enable_chunked_prefill is set",
+             None)
+    if c.cost == "profiled" and c.profile is None:
+        fail(where, "profile", "a latency profile path when cost = 'profiled'", None)
+    if c.draft_weight_bits != FULL_WEIGHT_BITS and (c.cost == "profiled"
+                                                    or str(c.draft).lower() in FREE_DRAFTS):
+        why = ("the profile measured the draft at the precision it ran" if c.cost == "profiled"
+               else f"draft {c.draft} runs no model")
+        fail(where, "draft_weight_bits", f"16 ({why}; the bits price the roofline's draft "
+             "weights)", c.draft_weight_bits)
+    try:
+        get_hardware(c.hardware)  # the preset lookup accepts any case and its aliases
+    except SpecbatchError:
+        fail(where, "hardware", f"one of {', '.join(sorted(HARDWARE))}", c.hardware)
+
+
+def check_extra_applies(c: SimConfig, where: str = "config") -> None:
+    """Refuse ``extra`` > 0 with a policy that never drafts beyond k (one run's settings).
+
+    Not part of :func:`validate_config`: a sweep grid over policy x extra legitimately
+    pairs those policies with an e they ignore.
+    """
+    if c.extra and c.policy in NO_EXTRA_POLICIES:
+        fail(where, "extra", f"0 for policy {c.policy} (e widens the drafts of budgeted "
+             "policies only; it would be ignored)", c.extra)
+
+
+def check_settings_apply(c: SimConfig, given: set[str] | frozenset[str],
+                         where: str = "config") -> None:
+    """Refuse, for one run, a setting its policy would silently ignore: ``extra`` (see
+    :func:`check_extra_applies`), a ``num_speculative_tokens`` the user gave to ``ar`` or
+    ``dsd``, block verification for ``ar``, and an engine policy's knob given to another
+    policy (simulator.policies.knobs.check_knobs_apply).
+
+    given: the fields the user set (file or flags); a default k is not the user's choice.
+    """
+    check_extra_applies(c, where)
+    if c.policy == "ar" and "num_speculative_tokens" in given:
+        fail(where, "num_speculative_tokens", "no k for policy ar (ar never drafts)",
+             c.num_speculative_tokens)
+    if c.predictor != "confidence" and c.policy not in PREDICTOR_POLICIES:
+        *most, last = PREDICTOR_POLICIES
+        fail(where, "predictor", f"confidence for policy {c.policy} (only {', '.join(most)} "
+             f"and {last} read a predictor; it would be ignored)", c.predictor)
+    if c.policy in NO_VERIFY_POLICIES and c.verify != "token":
+        fail(where, "verify", f"token for policy {c.policy} (it verifies no drafts)", c.verify)
+    pk.check_knobs_apply(c, given, where)
+
+
+def applied_k(c: SimConfig) -> int | None:
+    """The window k a run used, as a summary reports it: None where the policy has none of
+    its own (``ar``; ``dsd``, whose window varies)."""
+    return None if c.policy in NO_K_POLICIES else c.num_speculative_tokens
+
+
+def validate_against_trace(c: SimConfig, trace: Trace, max_footprint: int | None = None) -> None:
+    """Checks that need the trace: draft depth ≤ trace K, KV capacity ≥ one request, offsets.
+
+    max_footprint: the largest KV reservation of one simulated request (tokens), when known
+    (reserve mode; paged mode checks its block pool in simulator.engine.kv.check_fits).
+    """
+    depth = policy_depth(c)
+    if c.verify in TREE_RULES:
+        check_tree_trace(c, trace, depth)
+    elif depth > trace.K:
+        fail("config", "num_speculative_tokens",
+             f"k + extra <= the trace's draft depth K = {trace.K}", depth)
+    if (c.kv_mode == "reserve" and c.kv_capacity is not None and max_footprint is not None
+            and c.kv_capacity < max_footprint):
+        fail("config", "kv_capacity",
+             f"at least one request's footprint (prompt + output + K + 1 = {max_footprint} tokens)",
+             c.kv_capacity)
+
+
+def policy_depth(c: SimConfig) -> int:
+    """Deepest draft the configured policy may ask of the trace: its class's
+    :meth:`simulator.policies.registry.Policy.required_depth`."""
+    from specbatch.simulator.policies.registry import policy_depth_of, resolve_policy
+
+    return policy_depth_of(resolve_policy(c.policy), c)

@@ -1,0 +1,83 @@
+"""The step-time cost-model interface: what the engine and the policies ask of a cost model.
+
+A cost model says how long one forward pass of the draft or target model takes.
+``step_time(role, query, kv)`` returns the seconds of one forward pass of ``role`` ("draft" |
+"target") over a batch whose request i processes ``query[i]`` new tokens with ``kv[i]`` tokens
+already in its KV cache, and ``overhead`` is the fixed CPU-side time of one engine step (added
+once per step by the simulator, not by ``step_time``). Prefill is the same call:
+``step_time(role, chunk, kv_before)``. THEORY.md §5 (DSD) takes ``T_draft(k)``,
+``T_target(k)`` and ``T_overhead(k)`` from here: ``T_draft(k) = k · step_time("draft", 1,
+kv)``, ``T_target(k) = step_time("target", k+1, kv)``.
+
+Every model in this package is a function of the batch sums (n, Σq, Σc, Σq·c, Σq²) only
+(:func:`batch_sums`, one small Gram product, then scalar arithmetic: ~5 µs per call at batch 64
+on an unloaded core, ``benchmarks/cost_bench.py``). A :class:`SumsCostModel` also exposes that
+scalar half, ``time_from_sums(role, n, Σq, Σc, Σq·c, Σq²)``: the engine computes one decode
+step's sums once and derives every draft pass from them (pass d of a batch with query 1 has
+Σc + n_d·d cached tokens, exact in float64 below 2^53, so the times are bit-identical to one
+``step_time`` call per pass). A model with ``step_time`` only is priced one call per pass.
+
+Implementations: :mod:`simulator.cost.roofline` (analytic), :mod:`simulator.cost.profiled` (fitted to a
+measured latency profile); the registry is :func:`simulator.cost.registry.build_cost_model`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+
+from specbatch.errors import SpecbatchError
+
+ROLES = ("draft", "target")
+T = TypeVar("T")
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """Step time of one forward pass plus a fixed per-step overhead (seconds): everything the
+    engine (simulator.engine.core) and the policies (simulator.policies.registry, DSD) call on a cost model."""
+
+    overhead: float
+
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
+        """Seconds for one pass of ``role`` over ``query`` # [n] new and ``kv`` # [n] cached
+        tokens per request (0 for an empty batch)."""
+        ...
+
+
+@runtime_checkable
+class SumsCostModel(CostModel, Protocol):
+    """A :class:`CostModel` whose step time is a function of the batch sums, exposed so the
+    engine can price a step's draft and verify passes from sums it already has."""
+
+    def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
+                       sqq: float) -> float:
+        """``step_time`` of a batch with n requests, Σq = ``sq``, Σc = ``skv``, Σq·c = ``sqkv``
+        and Σq² = ``sqq``; bit-identical to ``step_time`` on arrays with those sums."""
+        ...
+
+
+def batch_sums(query, kv) -> tuple[int, float, float, float, float]:
+    """(n, Σq, Σc, Σq·c, Σq²) of query # [n] and kv # [n] (the sums as floats).
+
+    The hot path of every cost model: one [2, n] x [n, 3] Gram product of the rows
+    (q, c, 1), which is cheaper than four separate numpy reductions for small arrays.
+    Exact for integer token counts below 2^53.
+    """
+    n = query.shape[0] if isinstance(query, np.ndarray) else int(np.size(query))
+    b = np.empty((3, n))
+    b[0] = query
+    b[1] = kv
+    b[2] = 1.0
+    (qq, qc, sq), (_, _, sc) = (b[:2] @ b.T).tolist()
+    return n, sq, sc, qc, qq
+
+
+def for_role(by_role: Mapping[str, T], role: str) -> T:
+    """``by_role[role]``, or the one-line error naming the roles a cost model prices."""
+    item = by_role.get(role)
+    if item is None:
+        raise SpecbatchError(f"cost role {role!r}: expected one of {', '.join(ROLES)}")
+    return item

@@ -1,0 +1,249 @@
+"""Step-time cost models by name, and the step-time table ``specbatch cost show`` prints.
+
+The interface (:class:`CostModel`, :class:`SumsCostModel`, :func:`batch_sums`) is
+:mod:`simulator.cost.interface`; the models are :mod:`simulator.cost.roofline` (analytic, from a
+hardware preset and model shapes) and :mod:`simulator.cost.profiled` (fitted to a measured latency
+profile). This module builds one by name (:func:`build_cost_model`) and prices the steps
+``specbatch cost show`` prints; import each model's names from its own module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specbatch.errors import SpecbatchError, require
+from specbatch.simulator.cost.free_draft import FreeDraftCost
+from specbatch.simulator.cost.hardware import (
+    DEFAULT_EXECUTION,
+    FULL_WEIGHT_BITS,
+    QUANT_GROUP,
+    get_execution,
+    get_hardware,
+)
+from specbatch.simulator.cost.interface import ROLES, CostModel
+from specbatch.simulator.cost.profiled import (
+    fit_profile,
+)
+from specbatch.simulator.cost.roofline import (
+    RooflineCost,
+    memory_kv_tokens,
+)
+from specbatch.simulator.cost.verify_cost import VerifyCost
+from specbatch.simulator.defaults import FREE_DRAFTS
+from specbatch.traces.models.shapes import get_shape
+
+__all__ = [
+    "COST_MODELS", "build_cost_model", "execution_info", "pass_times", "prefill_time",
+    "recorded_quantization", "step_split", "weight_bits_notes",
+]
+
+
+def build_roofline(hardware: str, target: str, draft: str, tp: int, profile: str | None,
+                   execution: str = DEFAULT_EXECUTION,
+                   draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0):
+    """The roofline model of ``target`` (tensor parallel ``tp``) and ``draft`` (its linear
+    projections at ``draft_weight_bits``, simulator.cost.roofline) on ``hardware`` under the
+    ``execution`` preset (hardware.EXECUTIONS: "cuda_graph" or "eager"); a mixture-of-experts
+    model's expert loads follow the Zipf law of ``routing_skew`` (0: uniform; theory.moe)."""
+    return RooflineCost(get_hardware(hardware), get_shape(target), get_shape(draft), tp=tp,
+                        execution=execution, draft_weight_bits=draft_weight_bits,
+                        routing_skew=routing_skew)
+
+
+def build_profiled(hardware: str, target: str, draft: str, tp: int, profile: str | None,
+                   execution: str = DEFAULT_EXECUTION,
+                   draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0):
+    """The model fitted to ``profile``, rows selected by model and device names (the profile
+    measured its own execution mode and the draft at the precision it ran, so neither
+    ``execution`` nor a ``draft_weight_bits`` other than 16 applies: the latter is refused)."""
+    require(profile is not None, "cost 'profiled': expected a latency profile (profile = PATH)")
+    require(draft_weight_bits >= FULL_WEIGHT_BITS,
+            f"cost 'profiled': draft_weight_bits {draft_weight_bits} prices the roofline's "
+            "weight bytes only (a profile measured the draft at the precision it ran); "
+            "expected 16")
+    require(routing_skew == 0, f"cost 'profiled': routing_skew {routing_skew!r} prices the "
+            "roofline's expert weight traffic only; expected 0")
+    return fit_profile(profile, overhead=get_hardware(hardware).overhead, target=target,
+                       draft=draft, device=hardware)
+
+
+def build_calibrated(hardware: str, target: str, draft: str, tp: int, profile: str | None,
+                     execution: str = DEFAULT_EXECUTION,
+                     draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0):
+    """The calibrated model (simulator.cost.calibrated): a profile cell where one covers a role's
+    (GPU, tp, layer shape): ``profile``'s (a folder from ``specbatch cost import-vidur``) first,
+    then the bundled Vidur table's; the calibrated roofline elsewhere."""
+    from specbatch.simulator.cost.calibrated import CalibratedCost
+
+    return CalibratedCost(get_hardware(hardware), get_shape(target), get_shape(draft), tp=tp,
+                          execution=execution, draft_weight_bits=draft_weight_bits,
+                          profile=profile, routing_skew=routing_skew)
+
+
+COST_MODELS = {"roofline": build_roofline, "profiled": build_profiled,
+               "calibrated": build_calibrated}
+
+
+def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str = "vicuna-33b",
+                     draft: str = "vicuna-68m", tp: int = 1,
+                     profile: str | None = None,
+                     execution: str = DEFAULT_EXECUTION,
+                     draft_weight_bits: int = FULL_WEIGHT_BITS,
+                     routing_skew: float = 0.0) -> CostModel:
+    """Build a cost model by name (``COST_MODELS``): "roofline", "profiled" (needs ``profile``)
+    or "calibrated" (simulator.cost.calibrated: bundled public profiles + calibrated roofline).
+
+    ``execution`` picks the roofline's launch-latency preset (``hardware.EXECUTIONS``: the
+    default "cuda_graph", or "eager"); it is validated for both models, used by the roofline.
+    ``draft_weight_bits`` < 16 prices a weight-quantised draft (simulator.cost.roofline; refused
+    by the profiled model and for a drafter without a model). ``routing_skew`` > 0 skews a
+    mixture-of-experts model's expert loads (theory.moe; roofline only).
+
+    The profiled model's per-step ``overhead`` is the hardware preset's (the profile measures
+    forward passes only, not the engine's CPU work).
+    """
+    builder = COST_MODELS.get(str(cost).lower())
+    if builder is None:
+        raise SpecbatchError(f"cost {cost!r}: expected one of {', '.join(COST_MODELS)}")
+    get_execution(execution)  # one-line error for an unknown preset, whatever the model
+    if str(draft).lower() in FREE_DRAFTS:
+        require(draft_weight_bits >= FULL_WEIGHT_BITS,
+                f"draft {draft!r}: a drafter without weights has no draft_weight_bits; "
+                f"expected 16, got {draft_weight_bits!r}")
+        return free_draft_model(builder, hardware, target, tp, profile, execution,
+                                routing_skew)
+    return builder(hardware, target, draft, tp, profile, execution=execution,
+                   draft_weight_bits=draft_weight_bits, routing_skew=routing_skew)
+
+
+def free_draft_model(builder, hardware: str, target: str, tp: int, profile: str | None,
+                     execution: str, routing_skew: float = 0.0) -> FreeDraftCost:
+    """A host-side drafter (``FREE_DRAFTS``, e.g. "ngram"): draft passes cost 0 s, the target's
+    come from ``builder``; a roofline's KV capacity counts the target's weights and KV alone.
+    (The roofline is built with the target's shape in the draft's place; no draft pass is
+    ever priced from it. A profile's draft rows, if any, are not used.)"""
+    if builder is build_profiled:
+        require(profile is not None, "cost 'profiled': expected a latency profile (profile = PATH)")
+        require(routing_skew == 0, f"cost 'profiled': routing_skew {routing_skew!r}: expected 0")
+        inner = fit_profile(profile, overhead=get_hardware(hardware).overhead, target=target,
+                            device=hardware, roles=("target",))
+        return FreeDraftCost(inner)
+    hw, shape = get_hardware(hardware), get_shape(target)
+    if builder is build_calibrated:
+        inner = build_calibrated(hardware, target, target, tp, profile, execution,
+                                 routing_skew=routing_skew)
+        return FreeDraftCost(inner, lambda u=0.9: memory_kv_tokens(hw, shape, None, tp, u))
+    inner = RooflineCost(hw, shape, shape, tp=tp, execution=execution, routing_skew=routing_skew)
+    return FreeDraftCost(inner, lambda u=0.9: memory_kv_tokens(hw, shape, None, tp, u))
+
+
+def recorded_quantization(trace) -> dict | None:
+    """The trace's record of a weight-quantised draft (``meta.json`` models.draft.derived.
+    quantized: bits, group_size, scheme), or None when the draft is not recorded as one."""
+    meta = getattr(trace, "meta", None) or {}
+    draft = (meta.get("models") or {}).get("draft")
+    derived = draft.get("derived") if isinstance(draft, dict) else None
+    quantized = derived.get("quantized") if isinstance(derived, dict) else None
+    return quantized if isinstance(quantized, dict) else None
+
+
+def weight_bits_notes(config, trace) -> tuple[str, ...]:
+    """Notes when the draft's priced precision and the trace's recorded one disagree.
+
+    The trace's acceptance and the cost model's step times are separate inputs (a trace says
+    what the models think, ``draft`` and ``draft_weight_bits`` what a pass costs), so a
+    quantised draft recorded in the trace is not priced as such unless the config says so:
+    the note names the knob. A quantised price on a trace whose draft is recorded at full
+    precision (a model identity in meta.json without ``quantized``) is noted too: its
+    acceptance is that draft's, not a quantised one's."""
+    if config.cost not in ("roofline", "calibrated") or str(config.draft).lower() in FREE_DRAFTS:
+        return ()
+    bits = int(config.draft_weight_bits)
+    recorded = recorded_quantization(trace)
+    if recorded is None:
+        draft = ((getattr(trace, "meta", None) or {}).get("models") or {}).get("draft")
+        if bits < FULL_WEIGHT_BITS and isinstance(draft, dict) and draft.get("name"):
+            return (f"draft_weight_bits = {bits} prices a quantised draft, but the trace's "
+                    f"draft ({draft['name']}) is not recorded as quantised: its acceptance is "
+                    "that draft's",)
+        return ()
+    q_bits, group = recorded.get("bits"), recorded.get("group_size")
+    if bits == q_bits and group in (None, QUANT_GROUP):
+        return ()
+    if bits == q_bits:
+        return (f"the trace's draft is quantised at group {group}; draft_weight_bits prices "
+                f"its scales and minima at group {QUANT_GROUP}",)
+    return (f"the trace's draft has {q_bits}-bit weights (group {group}), but draft passes "
+            f"are priced at {bits}-bit weights; set draft_weight_bits = {q_bits} to price "
+            f"its weight bytes as stored ({q_bits}/8 + 4/{QUANT_GROUP} bytes per projection "
+            "weight)",)
+
+
+def step_split(model: CostModel, batch: int, kv: int, k: int,
+               sampler: VerifyCost | None = None) -> dict:
+    """The draft/target split of one speculative engine step at window ``k``: ``batch``
+    requests with ``kv`` cached tokens each; k draft passes (query 1, pass d over kv + d cached
+    tokens, as the engine prices them), one target verify pass (query k + 1 over kv), the
+    rejection sampler over the batch's k drafts each (``sampler``, simulator.cost.verify_cost;
+    None: 0 s) and the per-step ``overhead``. Returns seconds per part, their sum ``step_s``
+    and the draft's and the sampler's shares of it (fractions)."""
+    one = np.ones(batch, dtype=np.int64)  # [batch]
+    passes = [model.step_time("draft", one, np.full(batch, kv + d, dtype=np.int64))
+              for d in range(k)]
+    verify = model.step_time("target", one * (k + 1), np.full(batch, kv, dtype=np.int64))
+    sample = 0.0 if sampler is None else sampler.seconds(batch, batch * k, one * k)
+    draft = float(sum(passes))
+    step = draft + verify + sample + float(model.overhead)
+    return {"batch": batch, "k": k, "draft_passes": k,
+            "draft_pass_s": passes[0] if passes else 0.0, "draft_s": draft,
+            "target_verify_s": verify, "sampler_s": sample,
+            "overhead_s": float(model.overhead), "step_s": step,
+            "draft_share": draft / step if step > 0 else 0.0,
+            "sampler_share": sample / step if step > 0 else 0.0}
+
+
+def execution_info(model: CostModel) -> dict | None:
+    """The roofline's execution preset: name, source and the per-role floors (None for a model
+    without one, e.g. the profiled model, whose numbers come from its profile)."""
+    if not isinstance(model, RooflineCost):
+        return None
+    ex = get_execution(model.execution)
+    roles = {}
+    for role in ROLES:
+        p, layer = ex.latencies(role, model.hardware)
+        roles[role] = {"pass_latency_s": p, "layer_latency_s": layer,
+                       "layers": model.consts[role].layers,
+                       "floor_s": p + model.consts[role].layers * layer}
+    return {"name": ex.name, "description": ex.description, "source": ex.source,
+            "combine": "max(gpu, floor)" if ex.overlap else "gpu + floor", "roles": roles}
+
+
+def pass_times(model: CostModel, batches, kv: int, k: int) -> list[dict]:
+    """Per batch size b in ``batches``: the seconds of one draft pass (query 1), one target
+    decode pass (query 1) and one target verify pass (query k + 1), each over b requests with
+    ``kv`` cached tokens; a roofline model adds whether the verify pass is compute- or
+    memory-bound, and for a mixture-of-experts target the experts each pass touches per MoE
+    layer (E_touched of its b and b (k + 1) tokens)."""
+    rows = []
+    for b in batches:
+        kv_b = np.full(b, kv, dtype=np.int64)  # [b]
+        one = np.ones(b, dtype=np.int64)  # [b]
+        row = {
+            "batch": b,
+            "draft_s": model.step_time("draft", one, kv_b),
+            "target_decode_s": model.step_time("target", one, kv_b),
+            "target_verify_s": model.step_time("target", one * (k + 1), kv_b),
+        }
+        if isinstance(model, RooflineCost):
+            row["verify_bound"] = model.breakdown("target", one * (k + 1), kv_b)["bound"]
+            if model.target.is_moe:  # THEORY.md §8: distinct experts read per MoE layer
+                touched = model.consts["target"].experts_touched
+                row["experts_touched_decode"] = touched(float(b))
+                row["experts_touched_verify"] = touched(float(b * (k + 1)))
+        rows.append(row)
+    return rows
+
+
+def prefill_time(model: CostModel, prompt: int) -> float:
+    """Seconds of the target's prefill pass over one ``prompt``-token prompt (empty cache)."""
+    return model.step_time("target", np.array([prompt]), np.array([0]))

@@ -1,0 +1,132 @@
+"""Where a pass's time goes and which source priced it, for every cost model.
+
+:func:`pass_breakdown` splits one pass into the parts of simulator.cost.calibrated (``layers``:
+the decoder layers' non-attention ops and the input embedding, as Vidur's mlp.csv measures
+them; ``attention``; ``allreduce``; ``lm_head``; ``launch``), summing to ``step_time``:
+
+- calibrated: its own additive parts (:meth:`CalibratedCost.breakdown`).
+- roofline: the roofline is one max(compute, memory, host) plus fixed terms, so the bound
+  term is apportioned by the winning resource's shares: FLOPs (layers 2 P_layers Q / tp,
+  LM head 2 h V Q / tp, attention) when compute-bound, bytes (layer weights and activations,
+  LM head and final-norm weights, KV) when memory-bound. ``allreduce`` = the ring term plus
+  the all-reduce latencies, ``launch`` = the launch floors (eager: what the host floor adds
+  over the GPU time). The roofline's numbers are unchanged; this only reads them.
+- a drafter without a model: its draft passes are 0 s in every part.
+- the profiled model: None (a fitted law of the whole pass has no parts).
+
+:func:`cost_sources` names, per role, the source of each part and its validated error
+(benchmarks/cost_vs_public.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specbatch.simulator.cost.interface import ROLES, batch_sums
+
+PARTS = ("layers", "attention", "allreduce", "lm_head", "launch")
+#: What each pass of ``cost show``'s rows is: (role, query tokens per request, label).
+PASSES = (("target_decode", "target", 1), ("target_verify", "target", None),
+          ("draft", "draft", 1))
+
+
+def roofline_split(model, role: str, query, kv) -> dict:
+    """The roofline's pass split into :data:`PARTS` (module docstring)."""
+    c = model._consts(role)
+    _, sq, skv, sqkv, sqq = batch_sums(np.asarray(query), np.asarray(kv))
+    if sq <= 0.0:
+        return dict.fromkeys(PARTS, 0.0)
+    shape = model.target if role == "target" else model.draft
+    hw = model.hardware
+    flops_head = 2.0 * shape.hidden * shape.vocab / c.tp * sq
+    flops = {"layers": c.flops_per_token * sq - flops_head, "lm_head": flops_head,
+             "attention": c.attn_flops * (sqkv + 0.5 * (sqq + sq))}
+    bytes_head = hw.dtype_bytes * (shape.hidden * shape.vocab + shape.hidden) / c.tp
+    nbytes = {"layers": c.weight_bytes - bytes_head + c.act_bytes_per_token * sq,
+              "lm_head": bytes_head, "attention": c.kv_bytes * (skv + 2.0 * sq)}
+    compute_s = sum(flops.values()) * c.inv_compute
+    memory_s = sum(nbytes.values()) * c.inv_memory
+    gpu = max(compute_s, memory_s)
+    shares = flops if compute_s > memory_s else nbytes
+    total = sum(shares.values())
+    ar_latency = 2 * c.layers * hw.allreduce_latency if c.tp > 1 else 0.0
+    out = {part: gpu * shares[part] / total for part in ("layers", "attention", "lm_head")}
+    out["allreduce"] = c.comm_per_token * sq + ar_latency
+    out["launch"] = (c.fixed - ar_latency) + max(0.0, c.floor - gpu)
+    return {part: out[part] for part in PARTS}
+
+
+def pass_breakdown(model, role: str, query, kv) -> dict | None:
+    """Seconds per part of one pass of ``role`` (module docstring), or None."""
+    from specbatch.simulator.cost.calibrated import CalibratedCost
+    from specbatch.simulator.cost.free_draft import FreeDraftCost
+    from specbatch.simulator.cost.roofline import RooflineCost
+
+    if isinstance(model, FreeDraftCost):
+        if role == "draft":
+            return dict.fromkeys(PARTS, 0.0)
+        model = model.inner
+    if isinstance(model, CalibratedCost):
+        return model.breakdown(role, query, kv)
+    if isinstance(model, RooflineCost):
+        return roofline_split(model, role, query, kv)
+    return None
+
+
+def row_breakdowns(model, batch: int, kv: int, k: int) -> dict:
+    """``cost show``'s ``breakdown`` of one row: per pass of :data:`PASSES` (verify: k + 1
+    tokens per request), seconds per part, or None for a model without parts."""
+    kv_b = np.full(batch, kv, dtype=np.int64)  # [batch]
+    out = {}
+    for name, role, q in PASSES:
+        query = np.full(batch, k + 1 if q is None else q, dtype=np.int64)  # [batch]
+        out[name] = pass_breakdown(model, role, query, kv_b)
+    return out
+
+
+def roofline_source(model, role: str) -> dict:
+    from specbatch.simulator.cost.calibrated_sources import validation
+
+    c = model._consts(role)
+    checked = validation().get("roofline", {}).get(f"{model.hardware.name}|tp{c.tp}")
+    return {"model": c.model, "tp": c.tp,
+            "summary": f"roofline ({model.hardware.name} datasheet peaks x assumed "
+                       "efficiencies; not fitted)",
+            "validated": checked}
+
+
+def cost_sources(model) -> dict:
+    """Per role ("target", "draft"): ``summary`` (one line naming the source) and, where
+    known, the parts' sources and validated errors."""
+    from specbatch.simulator.cost.calibrated import CalibratedCost
+    from specbatch.simulator.cost.free_draft import FreeDraftCost
+    from specbatch.simulator.cost.profiled import ProfiledCost
+    from specbatch.simulator.cost.roofline import RooflineCost
+
+    draft_free = isinstance(model, FreeDraftCost)
+    inner = model.inner if draft_free else model
+    if isinstance(inner, CalibratedCost):
+        out = inner.sources()
+    elif isinstance(inner, RooflineCost):
+        out = {role: roofline_source(inner, role) for role in ROLES}
+    elif isinstance(inner, ProfiledCost):
+        cv = getattr(inner, "cv_mape", {}) or {}
+        out = {role: {"summary": "user latency profile (fitted law)",
+                      "validated": {"cv_mape": cv.get(role)}} for role in ROLES}
+    else:
+        out = {role: {"summary": type(inner).__name__} for role in ROLES}
+    if draft_free:
+        out["draft"] = {"summary": "none: a host-side drafter (0 s per draft pass)"}
+    return out
+
+
+def source_line(sources: dict) -> str:
+    """``target: ...; draft: ...`` with each role's validated MAPE where known."""
+    parts = []
+    for role in ("target", "draft"):
+        s = sources.get(role, {})
+        checked = (s.get("layers") or {}).get("validated") or s.get("validated") or {}
+        err = (f" (validated MAPE {100 * checked['mape']:.1f} %, mean {100 * checked['mean_signed']:+.1f} %)"
+               if isinstance(checked, dict) and checked.get("mape") is not None else "")
+        parts.append(f"{role}: {s.get('summary', '?')}{err}")
+    return "; ".join(parts)

@@ -1,0 +1,193 @@
+"""One decode step's plan, verification, pricing and commit, over the decoding requests.
+
+The :class:`~simulator.engine.core.Engine` mixes this in; its methods read the engine's settings
+(``depth``, ``eta_width``, ``tree``, ``policies``, ``trace``, ``wrap``, ``cost``,
+``verify_cost``, ``tables``,
+``view_tables``, ``from_sums``, ``pass_index``, ``reference``, ``check_plans``, ``observes``,
+``rule``) and write the outcome matrix
+# [len(Outcome), n] (simulator.engine.request_state) of the step's decoding requests. The matrix rows are
+sliced by the named ranges of simulator.engine.request_state, whose order ``check_layout`` asserts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specbatch.simulator.cost.draft_cost import draft_seconds, draft_seconds_from_sums
+from specbatch.simulator.engine.request_state import (
+    COMMITTED_ROWS,
+    CONTEXT_ROWS,
+    COUNTER_OUTCOMES,
+    COUNTER_ROWS,
+    INCREMENT_OUTCOMES,
+    POSITION_OUTCOMES,
+    SUMMED_OUTCOMES,
+    WEIGHT_OUTCOMES,
+    Outcome,
+    Replica,
+    Row,
+)
+from specbatch.simulator.policies.registry import call_user, is_builtin
+from specbatch.simulator.policies.step_plan import Plan, plan_step
+from specbatch.simulator.policies.view import StepView
+from specbatch.simulator.replay.chain import sample_tau, uniforms, uniforms_scalar
+
+_I64 = np.int64
+# The rows the per-step hot path indexes, as plain ints: numpy indexes an int about twice as
+# fast as an IntEnum member looked up on its class (~0.1 µs, paid ~15 times per step).
+_UID, _KEY, _OUT, _BASE, _POS = (int(Row.UID), int(Row.KEY), int(Row.OUT), int(Row.BASE),
+                                 int(Row.POS))
+_M_EMITTED, _M_ONE, _M_DRAFTED, _M_VERIFIED, _M_TAU, _M_KV, _M_ROW = (
+    int(Outcome.EMITTED), int(Outcome.ONE), int(Outcome.DRAFTED), int(Outcome.VERIFIED),
+    int(Outcome.ACCEPTED), int(Outcome.KV), int(Outcome.ROW))
+_N_OUTCOMES = len(Outcome)  # len() of an Enum class costs ~0.3 µs, paid once per step
+_sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
+
+
+class Decode:
+    """Decode-step verbs of the engine (module docstring)."""
+
+    def decide_and_verify(self, rep: Replica, sub: np.ndarray, d_idx: np.ndarray | None
+                          ) -> tuple[np.ndarray, Plan]:
+        """The policy's :class:`Plan` (d_i, s_i) for the decoding requests ``sub``
+        # [len(Row), n] (columns ``d_idx`` of the running batch, None = all of them) and the
+        verifier's τ_i ≤ s_i (common random numbers η from the request's key and position).
+
+        Returns the step's outcome matrix # [len(Outcome), n] (emitted = min(τ + 1, out − t),
+        c = prompt + t, trace row = base + t, or base + t mod L for a wrapped workload) and the
+        plan.
+        """
+        m, plan, view, eta = self.plan_decode(rep, sub)
+        self.verify_decode(rep, sub, d_idx, m, plan, view, eta)
+        return m, plan
+
+    def plan_decode(self, rep: Replica, sub: np.ndarray
+                    ) -> tuple[np.ndarray, Plan, StepView | None, np.ndarray]:
+        """The first half of :meth:`decide_and_verify`: the outcome matrix with its ONE, KV,
+        ROW, DRAFTED and VERIFIED rows filled, the plan, the policy's view and the uniforms η
+        # [n, depth] the verifier will use.
+
+        A built-in policy of depth 0 (``ar``) plans zeros by the contract (d_i ≤ depth): it
+        gets no view (None), no plan call and no trace row read."""
+        pos = sub[_POS]
+        n = pos.shape[0]
+        m = np.empty((_N_OUTCOMES, n), dtype=_I64)
+        m[_M_ONE] = 1
+        np.add(sub[CONTEXT_ROWS], pos, out=m[POSITION_OUTCOMES])  # (c, row) = (prompt, base) + t
+        depth = self.depth
+        if not depth and not self.check_plans and not self.observes:
+            m[_M_DRAFTED] = 0
+            m[_M_VERIFIED] = 0
+            return m, Plan(m[_M_DRAFTED], m[_M_VERIFIED], 0), None, np.zeros((n, 0))
+        kv, rows = m[_M_KV], m[_M_ROW]
+        if self.wrap is not None:  # imported outputs past their trace request: row base + t mod L
+            np.add(sub[_BASE], np.remainder(pos, self.wrap.take(sub[_UID])), out=rows)
+        policy = self.policies[rep.index]
+        eta = (uniforms(sub[_KEY].view(np.uint64), pos, self.eta_width) if depth
+               else np.zeros((n, 0)))
+        view = StepView(self.trace, rows, kv, None, depth, eta, self.cost, self.view_tables)
+        plan = plan_step(policy, view, self.check_plans)
+        m[_M_DRAFTED] = plan.drafted
+        m[_M_VERIFIED] = plan.verified
+        return m, plan, view, eta
+
+    def verify_decode(self, rep: Replica, sub: np.ndarray, d_idx: np.ndarray | None,
+                      m: np.ndarray, plan: Plan, view: StepView | None, eta: np.ndarray) -> None:
+        """The second half of :meth:`decide_and_verify`: τ_i ≤ s_i into the ACCEPTED row and
+        min(τ + 1, out − t) into EMITTED, then the policy's feedback."""
+        verified = plan.verified
+        depth = self.depth
+        if plan.tree is not None:  # a verified subtree per request (simulator.engine.tree_decode)
+            if self.reference:
+                m[_M_TAU], m[_M_EMITTED] = self.verify_tree_reference(rep, d_idx, m[_M_ROW],
+                                                                      plan.tree)
+            else:
+                m[_M_TAU] = self.tree_tau(m[_M_ROW], plan.tree, eta)
+                np.minimum(m[_M_TAU] + 1, sub[_OUT] - sub[_POS], out=m[_M_EMITTED])
+        elif self.reference:
+            m[_M_TAU], m[_M_EMITTED] = self.verify_reference(rep, d_idx, view.q, view.pt, view.z,
+                                                             verified)
+        elif depth:
+            self.tables.tau(m[_M_ROW], verified, eta, out=m[_M_TAU])
+            np.minimum(m[_M_TAU] + 1, sub[_OUT] - sub[_POS], out=m[_M_EMITTED])
+        else:
+            m[_M_TAU] = 0
+            np.minimum(1, sub[_OUT] - sub[_POS], out=m[_M_EMITTED])
+        if self.observes:
+            policy = self.policies[rep.index]
+            if self.check_plans and not is_builtin(type(policy)):  # a user's: one-line errors
+                call_user(type(policy), "observe", policy.observe, verified, m[_M_TAU])
+            else:
+                policy.observe(verified, m[_M_TAU])
+
+    def price_decode(self, m: np.ndarray, plan: Plan
+                     ) -> tuple[int, int, int, int, int, float, tuple, float]:
+        """The step's totals, draft and verification time from the outcome matrix ``m``
+        # [len(Outcome), n]: (Σ emitted, Σ d, Σ s, Σ τ, the plan's draft passes D, their
+        seconds, the verify pass's batch sums (n, Σq, Σc, Σq·c, Σq²) for ``time_from_sums``,
+        the rejection sampler's seconds (``verify_cost``, simulator.cost.verify_cost; 0 without)).
+
+        One Gram product (simulator.engine.request_state.WEIGHT_OUTCOMES) gives Σ X and Σ s·X of every outcome
+        row X from EMITTED to KV. The verify pass has query q_i = s_i + 1, so its batch sums are
+        Σq = Σs + n, Σq·c = Σs·c + Σc and Σq² = Σs² + 2Σs + n (exact integers below 2^53).
+        """
+        n = m.shape[1]
+        if not plan.depth:  # nothing drafted or verified: q_i = 1, so Σq = Σq² = n, Σq·c = Σc
+            skv = int(_sum(m[_M_KV]))
+            verify_t = (0.0 if self.verify_cost is None
+                        else self.verify_cost.seconds(n, 0, plan.verified))
+            return (int(_sum(m[_M_EMITTED])), 0, 0, 0, 0, 0.0,
+                    (n, float(n), float(skv), float(skv), float(n)), verify_t)
+        total, by_verified = (m[WEIGHT_OUTCOMES] @ m[SUMMED_OUTCOMES].T).tolist()
+        drafted_sum, verified_sum, skv = total[_M_DRAFTED], total[_M_VERIFIED], total[_M_KV]
+        svv, svkv = by_verified[_M_VERIFIED], by_verified[_M_KV]
+        sums = (n, float(verified_sum + n), float(skv), float(svkv + skv),
+                float(svv + 2 * verified_sum + n))
+        passes, kv = plan.draft_passes(drafted_sum), m[_M_KV]
+        if plan.tree is not None:  # D passes over the tree's levels (simulator.engine.tree_decode)
+            passes = self.tree.max_depth
+            draft_t = self.tree_draft_seconds(kv)
+        elif self.from_sums is not None:
+            draft_t = draft_seconds_from_sums(self.from_sums, plan.drafted, kv, passes, skv,
+                                              drafted_sum == n * passes, self.pass_index)
+        else:
+            draft_t = draft_seconds(self.cost, plan.drafted, kv, passes)
+        verify_t = (0.0 if self.verify_cost is None
+                    else self.verify_cost.seconds(n, verified_sum, plan.verified))
+        return (total[_M_EMITTED], drafted_sum, verified_sum, total[_M_TAU], passes, draft_t,
+                sums, verify_t)
+
+    def commit(self, rep: Replica, m: np.ndarray, d_idx: np.ndarray | None) -> None:
+        """Add the step's increments (outcome rows EMITTED..ACCEPTED) to state rows
+        POS..N_ACCEPTED of the decoding requests (the reference twin moved POS itself)."""
+        rows, outs = ((COUNTER_ROWS, COUNTER_OUTCOMES) if self.reference
+                      else (COMMITTED_ROWS, INCREMENT_OUTCOMES))
+        if d_idx is None:
+            rep.state[rows] += m[outs]
+        else:
+            rep.state[rows, d_idx] += m[outs]
+
+    def verify_reference(self, rep: Replica, d_idx: np.ndarray | None, q: np.ndarray,
+                         pt: np.ndarray, z: np.ndarray, verified: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-request loop twin of the vectorised verify + emit (scalar hash, one row at a
+        time); moves the requests' POS itself. Returns τ and emitted # [n]."""
+        n = verified.shape[0]
+        tau = np.zeros(n, dtype=_I64)
+        emitted = np.zeros(n, dtype=_I64)
+        depth = q.shape[1]
+        state = rep.state
+        for i in range(n):
+            j = i if d_idx is None else int(d_idx[i])
+            p = int(state[_POS, j])
+            if depth:
+                key = int(state[_KEY, j:j + 1].view(np.uint64)[0])
+                eta = np.asarray([uniforms_scalar(key, p, depth)])
+                t = int(sample_tau(q[i:i + 1], pt[i:i + 1], z[i:i + 1], verified[i:i + 1], eta,
+                                   self.rule)[0])
+            else:
+                t = 0
+            e = min(t + 1, int(state[_OUT, j]) - p)
+            state[_POS, j] = p + e
+            tau[i], emitted[i] = t, e
+        return tau, emitted

@@ -1,0 +1,232 @@
+"""KV-cache accounting: the capacity a run uses and the paged mode's blocks (vLLM V1 style).
+
+Two modes (``SimConfig.kv_mode``):
+
+- ``reserve``: a request reserves its whole footprint prompt + output + K + 1 tokens at
+  admission and frees it at finish (never preempted); ``kv_capacity`` None = unlimited.
+- ``paged``: each replica's KV cache is a pool of ``capacity // block_size`` blocks of
+  ``block_size`` tokens. A request holds ⌈tokens / block_size⌉ blocks and grows as its KV
+  does; when the pool runs out, the newest running request is preempted by recomputation.
+  ``kv_capacity`` None = what the cost model's memory leaves next to the weights,
+  (tp·M·u − W_target − W_draft) / KV bytes per token with u = ``gpu_memory_utilization``
+  (the cost model's ``kv_capacity_tokens(u)``, simulator.cost.roofline); a cost model without
+  memory information (the profiled one measures times only) needs an explicit capacity.
+
+Paged mode, step by step (vLLM V1's scheduler; the engine calls these verbs):
+
+1. :meth:`BlockManager.grow`: before a step, every decoding request at output position t
+   (KV c = prompt + t, engine convention) is grown to hold its KV plus the step's lookahead
+   slots, the pending token and K drafted tokens (K = the policy's depth):
+   ⌈(c + K + 1) / block_size⌉ blocks. Blocks are never shrunk while a request runs
+   (rejected draft slots are reused by the next step, as vLLM does). If the pool cannot
+   supply the growth, the **newest** running request (last admitted; prefilling ones
+   included) is preempted, repeatedly, until it can: all its blocks are freed and it goes
+   back to the front of the waiting queue (the older of two preempted requests in front).
+   Its emitted tokens stay emitted (position t kept).
+2. Admission (FCFS, only in a step that preempted nobody, as vLLM V1): a waiting request
+   joins while ``max_num_seqs`` allows and the free pool holds the blocks of its prefill and
+   its first token, ⌈(fill + 1) / block_size⌉, where fill = prompt for a fresh request and
+   prompt + t for a preempted one (:meth:`BlockManager.admission_blocks`). Without chunked
+   prefill those blocks are allocated at admission; with it they are only checked, and
+   each prompt chunk allocates ⌈(prefilled + chunk) / block_size⌉ when it is scheduled
+   (:meth:`BlockManager.allocate_chunks`, FCFS; a chunk shrinks to what the free pool holds).
+3. Recomputation: a re-admitted request prefills prompt + t tokens (priced as a prefill of
+   that length; counted in ``recomputed_tokens`` at the preemption), emits no token for it,
+   and continues decoding from t with the same trace rows, so under a fixed policy the
+   common random numbers give it the same τ sequence as without preemption.
+4. At finish a request's blocks return to the pool.
+
+A lone request must fit the pool: ⌈(prompt + output + K + 1) / block_size⌉ ≤ pool blocks
+(checked by :func:`check_fits`), which also guarantees progress: the oldest running request
+is never preempted while another runs, and alone it always fits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.cost.hardware import check_weights_fit
+from specbatch.simulator.engine.request_state import Replica, Row
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.simulator.cost.interface import CostModel
+
+_PREFILLED, _FILL, _BLOCKS, _PROMPT, _POS = (int(Row.PREFILLED), int(Row.FILL), int(Row.BLOCKS),
+                                             int(Row.PROMPT), int(Row.POS))
+
+
+def kv_capacity(config: SimConfig, cost: CostModel) -> int | None:
+    """KV-cache tokens per replica the run uses (None = unlimited, reserve mode only).
+
+    Every mode first checks that the models' weights fit the devices at all
+    (:func:`~specbatch.simulator.cost.hardware.check_weights_fit`)."""
+    check_weights_fit(config.hardware, config.target, config.draft, config.tp,
+                      config.gpu_memory_utilization, config.draft_weight_bits)
+    if config.kv_mode == "reserve" or config.kv_capacity is not None:
+        return config.kv_capacity
+    memory = getattr(cost, "kv_capacity_tokens", None)
+    if memory is None:
+        raise SpecbatchError(
+            f"config: field kv_capacity: expected a KV capacity in tokens for kv_mode paged "
+            f"(cost model {type(cost).__name__} has no memory information), got None")
+    tokens = int(memory(float(config.gpu_memory_utilization)))
+    if tokens < config.block_size:
+        raise SpecbatchError(
+            f"config: field gpu_memory_utilization: expected room for KV blocks next to the "
+            f"weights of {config.target} and {config.draft} on {config.tp} x {config.hardware} "
+            f"(set tp or kv_capacity), got {config.gpu_memory_utilization!r} "
+            f"({tokens} tokens free)")
+    return tokens
+
+
+def check_fits(config: SimConfig, capacity: int | None, max_footprint: int) -> None:
+    """Paged mode: one-line error when the largest request (prompt + output + K + 1 =
+    ``max_footprint`` tokens) cannot run alone in one replica's block pool (reserve mode's
+    token check is config.validate_against_trace)."""
+    if capacity is None or config.kv_mode != "paged":
+        return
+    bs = int(config.block_size)
+    need, pool = -(-max_footprint // bs), capacity // bs
+    if need > pool:
+        raise SpecbatchError(
+            f"config: field kv_capacity: expected a block pool holding the largest request "
+            f"alone (prompt + output + K + 1 = {max_footprint} tokens = {need} blocks of "
+            f"{bs}), got {capacity} tokens = {pool} blocks")
+
+
+def cap_to_model_len(config: SimConfig, prompt_len: np.ndarray, output_len: np.ndarray
+                     ) -> tuple[np.ndarray, tuple[str, ...]]:
+    """``max_model_len``: refuse prompts with no room for one output token (one-line error
+    naming how many), cap outputs at max_model_len − prompt. Returns the output lengths
+    # [N] and a note when some were capped.  prompt_len, output_len # [N]"""
+    limit = config.max_model_len
+    if limit is None:
+        return output_len, ()
+    long = int(np.count_nonzero(prompt_len >= limit))
+    if long:
+        raise SpecbatchError(
+            f"config: field max_model_len: expected room for every prompt and one output "
+            f"token, got {limit} ({long} of {prompt_len.shape[0]} requests have a prompt of "
+            f">= {limit} tokens, the longest {int(prompt_len.max())})")
+    capped = np.minimum(output_len, limit - prompt_len)
+    n = int(np.count_nonzero(capped < output_len))
+    notes = ((f"max_model_len = {limit}: {n} of {output_len.shape[0]} requests' outputs capped "
+              f"at max_model_len - prompt",) if n else ())
+    return capped, notes
+
+
+def preempted_columns(tail: np.ndarray) -> np.ndarray:
+    """The state columns of preempted requests ``tail`` # [len(Row), p] (in running order)
+    as they wait for recomputation: a copy, newest first, holding no blocks, nothing
+    prefilled, FILL = prompt + t (what their re-admission prefills)."""
+    gone = tail[:, ::-1].copy()
+    gone[_PREFILLED] = 0
+    gone[_BLOCKS] = 0
+    gone[_FILL] = gone[_PROMPT] + gone[_POS]
+    return gone
+
+
+class BlockManager:
+    """Paged-mode block accounting of every replica (module docstring, steps 1-4).
+
+    Works on a replica's state matrix (simulator.engine.request_state.Row: PREFILLED, FILL, BLOCKS, PROMPT,
+    POS) and its ``free_blocks``; ``reference`` swaps :meth:`growth` for a per-request loop
+    twin (parity tests).
+    """
+
+    def __init__(self, capacity: int, block_size: int, depth: int, reference: bool = False):
+        self.block_size = int(block_size)
+        self.pool = int(capacity) // self.block_size
+        self.lookahead = int(depth) + 1  # the pending token and K drafted tokens
+        self.reference = reference
+
+    def admission_blocks(self, fill: int) -> int:
+        """Blocks of a prefill of ``fill`` tokens and its first token."""
+        return -(-(fill + 1) // self.block_size)
+
+    def growth(self, state: np.ndarray, all_decoding: bool = False) -> np.ndarray:
+        """Blocks each running request must add before a decode step: decoding requests to
+        ⌈(prompt + t + K + 1) / block_size⌉, prefilling ones none (``all_decoding``: the
+        caller knows none is prefilling).  state # [len(Row), n] -> # [n]"""
+        if self.reference:
+            return self.growth_reference(state)
+        target = (state[_PROMPT] + state[_POS] + (self.lookahead + self.block_size - 1)
+                  ) // self.block_size
+        if not all_decoding:
+            target *= state[_PREFILLED] >= state[_FILL]
+        target -= state[_BLOCKS]
+        return np.maximum(target, 0, out=target)
+
+    def growth_reference(self, state: np.ndarray) -> np.ndarray:
+        """:meth:`growth`, one request at a time."""
+        out = np.zeros(state.shape[1], dtype=np.int64)
+        for i in range(state.shape[1]):
+            if state[_PREFILLED, i] >= state[_FILL, i]:
+                tokens = int(state[_PROMPT, i]) + int(state[_POS, i]) + self.lookahead
+                out[i] = max(-(-tokens // self.block_size) - int(state[_BLOCKS, i]), 0)
+        return out
+
+    def grow(self, rep: Replica) -> np.ndarray | None:
+        """Grow the decoding requests of replica ``rep`` for the next step, preempting the
+        newest running requests until the pool suffices. Returns None when nobody was
+        preempted, else the preempted requests' state columns # [len(Row), p], newest first,
+        with PREFILLED = BLOCKS = 0 and FILL = prompt + t (what their re-admission
+        prefills)."""
+        state = rep.state
+        grow = self.growth(state, rep.n_prefilling == 0)  # [n]
+        extra = int(grow.sum())
+        free = rep.free_blocks
+        if extra <= free:  # the common case: the pool suffices
+            if extra:
+                state[_BLOCKS] += grow
+                rep.free_blocks = free - extra
+            return None
+        n = state.shape[1]
+        while extra > free:  # rare: preempt the newest (last admitted) request
+            n -= 1
+            extra -= int(grow[n])
+            free += int(state[_BLOCKS, n])
+            if state[_PREFILLED, n] < state[_FILL, n]:
+                rep.n_prefilling -= 1
+        gone = preempted_columns(state[:, n:])
+        state = state[:, :n]
+        state[_BLOCKS] += grow[:n]
+        rep.state = state
+        rep.free_blocks = free - extra
+        return gone
+
+    def allocate_chunks(self, rep: Replica, c_idx: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+        """Blocks for the prompt chunks ``chunk`` # [m] of running requests ``c_idx`` # [m]
+        (FCFS): each needs ⌈(prefilled + chunk + [it completes the prefill]) / block_size⌉
+        blocks (a completing chunk also holds its first token, as admission does); the first
+        chunk the free pool cannot hold shrinks to the tokens the rest holds, later ones get
+        none. Returns the chunks granted # [m] (zeros allowed)."""
+        state, bs = rep.state, self.block_size
+        pre, fill, held = state[_PREFILLED, c_idx], state[_FILL, c_idx], state[_BLOCKS, c_idx]
+        end = pre + chunk
+        need = np.maximum((end + (end >= fill) + bs - 1) // bs - held, 0)  # [m]
+        cum = np.cumsum(need)
+        free = rep.free_blocks
+        if cum[-1] > free:
+            chunk, need = chunk.copy(), need.copy()
+            j = int(np.argmax(cum > free))
+            slots = (int(held[j]) + free - (int(cum[j - 1]) if j else 0)) * bs
+            p, f = int(pre[j]), int(fill[j])
+            c = min(int(chunk[j]), slots - p)
+            if p + c >= f and p + c + 1 > slots:  # no slot left for its first token
+                c -= 1
+            chunk[j] = c
+            need[j] = max(-(-(p + c + (p + c >= f)) // bs) - int(held[j]), 0)
+            chunk[j + 1:] = 0
+            need[j + 1:] = 0
+        state[_BLOCKS, c_idx] += need
+        rep.free_blocks = free - int(need.sum())
+        return chunk
+
+    def release(self, rep: Replica, gone: np.ndarray) -> None:
+        """Return the blocks of finished requests' columns ``gone`` # [len(Row), f]."""
+        rep.free_blocks += int(gone[_BLOCKS].sum())

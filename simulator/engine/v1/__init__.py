@@ -1,0 +1,7 @@
+"""vLLM V1's step (``scheduler = "vllm-v1"``): one token budget per step, mixed steps.
+
+Reading order: ``compose`` (the general composer: which requests run and how many tokens each),
+``reference`` (its reference twin, one request at a time as vLLM's ``schedule()`` reads),
+``fast`` (the composer's answer where it is known without composing), ``runs`` (runs of
+identical decode steps taken at once), ``step`` (one V1 step end to end).
+"""

@@ -1,0 +1,283 @@
+"""The vllm-v1 step: plan the decoding requests, compose (simulator.engine.v1.compose), then run the batch.
+
+vLLM's drafts exist before ``Scheduler.schedule`` runs, so the policy plans every decoding
+request first (:meth:`~simulator.engine.decode.Decode.plan_decode`); the composer then decides who
+runs with how many tokens (simulator.engine.v1.compose), and the scheduled decoding requests, a prefix of
+the planned ones whose last may be cut to the budget, are verified, priced and committed with
+the prompt chunks in one target pass: query 1 + s_i per decoding request plus each chunk,
+priced from exact integer sums when the cost model takes them, plus the rejection sampler's
+time over the decoding requests (simulator.cost.verify_cost). The draft, when the policy
+speculates, runs its decode passes and prefills the same chunks. A completed (re)prefill
+emits one token (simulator.engine.v1.compose, recompute).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.engine.request_state import Outcome, Replica, Row, step_record
+from specbatch.simulator.engine.v1.compose import Composition, integer_sums
+from specbatch.simulator.engine.v1.fast import V1Fast
+from specbatch.simulator.engine.v1.runs import V1Run
+from specbatch.simulator.policies.step_plan import Plan
+from specbatch.simulator.policies.view import StepView
+from specbatch.simulator.replay.tree import cut_mask
+
+_I64 = np.int64
+_UID, _PREFILLED, _FILL, _POS = int(Row.UID), int(Row.PREFILLED), int(Row.FILL), int(Row.POS)
+_M_KV, _M_DRAFTED, _M_VERIFIED = int(Outcome.KV), int(Outcome.DRAFTED), int(Outcome.VERIFIED)
+_EMPTY = np.zeros(0, dtype=_I64)
+_EMPTY.flags.writeable = False
+_sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
+_count_nonzero = np.count_nonzero
+
+
+class V1Step(V1Run, V1Fast):
+    """The engine's vllm-v1 step (module docstring); mixed into
+    :class:`~simulator.engine.core.Engine` next to :class:`~simulator.engine.v1.compose.V1Composer`, with the
+    runs of identical decode steps of :class:`~simulator.engine.v1.runs.V1Run` and the step without
+    the composer of :class:`~simulator.engine.v1.fast.V1Fast`."""
+
+    def v1_step(self, rep: Replica, time: float) -> float | None:
+        """Compose and run one vllm-v1 step; returns its duration (None: nothing runs).
+
+        The decoding requests' plan comes first (vLLM's drafts exist before ``schedule``);
+        the composition then decides who runs and with how many tokens. A run of identical
+        depth-0 decode steps is taken at once (simulator.engine.v1.runs), and a step whose
+        composition is known runs without the composer (simulator.engine.v1.fast)."""
+        if not self.depth:
+            duration = self.decode_run(rep, time)
+            if duration is not None:
+                return duration
+        state = rep.state
+        if not state.flags.c_contiguous:  # a column selection (finish) left it column-major
+            rep.state = state = np.ascontiguousarray(state)  # rows contiguous: faster rows
+        n = state.shape[1]
+        d_idx: np.ndarray | None = None
+        nd = 0
+        m = plan = view = eta = sub = None
+        if n:
+            tail = False  # only the newest request prefills (a chunked prompt's rest)
+            if rep.n_prefilling:
+                last = n - 1
+                tail = (rep.n_prefilling == 1 and self.fast_paths and not self.reference
+                        and not self.threshold and self.compositions is None
+                        and state[_PREFILLED, last] < state[_FILL, last])
+                if tail:  # the decoding requests are the leading columns: a view
+                    d_idx = np.arange(last, dtype=_I64)
+                    sub = state[:, :last]
+                else:
+                    d_idx = np.flatnonzero(state[_PREFILLED] >= state[_FILL])
+                    sub = state[:, d_idx]
+            else:
+                sub = state
+            nd = sub.shape[1]
+            if nd:
+                m, plan, view, eta = self.plan_decode(rep, sub)
+            verified = plan.verified if nd else _EMPTY
+            if d_idx is None and not self.threshold:
+                duration = self.fast_step(rep, time, m, plan, view, eta, sub)  # v1_fast
+                if duration is not None:
+                    return duration
+                want = verified + 1  # wants(), its common case inlined
+            else:
+                if tail:
+                    duration = self.mixed_step(rep, time, m, plan, view, eta, sub)  # v1_fast
+                    if duration is not None:
+                        return duration
+                want = self.wants(state, d_idx, verified)
+        else:
+            want = verified = _EMPTY
+        comp = (self.compose_reference(rep, d_idx, verified) if self.reference
+                else self.compose(rep, want, None if d_idx is not None or m is None
+                                  else m[_M_KV]))
+        if self.compositions is not None:
+            self.log_composition(rep, time, comp)
+        self.apply(rep, comp)
+        if not rep.state.shape[1]:
+            return None
+        keep = nd
+        if nd:
+            tokens = comp.tokens
+            if comp.cut is None:
+                full = comp.kept == n and int(_sum(tokens[:n])) == int(_sum(want))
+            else:
+                full = not comp.cut
+            if not full or (self.threshold and bool((verified >= self.threshold).any())):
+                scheduled = int(_count_nonzero(tokens[:comp.kept]))  # a prefix of the running
+                keep = min(scheduled if d_idx is None
+                           else int(np.searchsorted(d_idx, scheduled)), nd)
+                cols = slice(0, keep) if d_idx is None else d_idx[:keep]
+                got = tokens[cols]
+                if keep < nd or bool((got < m[_M_VERIFIED, :keep] + 1).any()):
+                    m, plan, view, eta = self.cut_plan(m, plan, eta, keep, got)
+                    sub = sub[:, :keep]
+        return self.run_composed(rep, time, comp.tokens, len(comp.joined), d_idx, keep, m, plan,
+                                 view, eta, sub)
+
+    def run_composed(self, rep: Replica, time: float, tokens: np.ndarray, n_joined: int,
+                     d_idx: np.ndarray | None, keep: int, m: np.ndarray | None,
+                     plan: Plan | None, view: StepView | None, eta: np.ndarray | None,
+                     sub: np.ndarray | None, join: tuple | None = None,
+                     chunk: tuple[int, int] | None = None) -> float:
+        """Verify, price and commit the composed step: the first ``keep`` planned decoding
+        requests (columns ``d_idx``, None = the first ``keep``; their plan ``m``, ``plan``
+        and state columns ``sub`` already cut to what was scheduled) and the prompt chunks
+        of ``tokens`` # [running] (the last ``n_joined`` columns were admitted this step).
+        ``join``: (budget left after the running requests' base of one token each, free
+        blocks or reserved tokens) for simulator.engine.v1.fast's admission once the decoding
+        requests have committed (:meth:`~simulator.engine.v1.fast.V1Fast.admit_after`: the
+        budget's rest known from their Σ s_i, and the batch's leading columns are then the
+        whole state, a contiguous commit); ``n_joined`` is 0 and ``tokens`` unread then.
+        ``chunk``: (column, tokens) of the one running request that prefills, the last
+        column, scheduled without the composer (:meth:`~simulator.engine.v1.fast.V1Fast.
+        mixed_step`; ``tokens`` unread then too)."""
+        state = rep.state
+        emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
+        draft_t, verify_t, sums, q_len, kv = 0.0, 0.0, None, _EMPTY, _EMPTY
+        if keep:
+            if d_idx is None:
+                cols = None if keep == state.shape[1] else slice(0, keep)
+            else:
+                cols = d_idx[:keep]
+            self.verify_decode(rep, sub, None if d_idx is None else cols, m, plan, view, eta)
+            (emitted, drafted_sum, verified_sum, accepted_sum, passes, draft_t,
+             sums, verify_t) = self.price_decode(m, plan)
+            self.commit(rep, m, cols)
+            if self.from_sums is None:  # the verify pass's query and KV lengths
+                kv = m[_M_KV]
+                q_len = plan.verified + 1
+        prefill_tokens = 0
+        completed: np.ndarray | slice | int = _EMPTY
+        n_completed = 0
+        joined = (self.admit_after(rep, join[0] - verified_sum, join[1])
+                  if join is not None else None)
+        if chunk is not None:
+            joined = self.prefill_running(rep, chunk, joined)
+        if joined is not None or (rep.n_prefilling == n_joined and n_joined
+                                  and self.from_sums is not None):
+            # only the admitted prompts prefill (the last columns): scalar sums
+            prefill_tokens, completed, n_completed, chunk_sums = (
+                joined if joined is not None else self.prefill_joined(rep, tokens, n_joined))
+            if self.policy.speculates:
+                draft_t += float(self.from_sums("draft", *chunk_sums))
+            sums = chunk_sums if sums is None else (
+                sums[0] + chunk_sums[0], sums[1] + chunk_sums[1], sums[2] + chunk_sums[2],
+                sums[3] + chunk_sums[3], sums[4] + chunk_sums[4])
+        elif rep.n_prefilling and tokens.shape[0]:  # the composer's tokens (not a fast path)
+            prefilled, fill = state[_PREFILLED], state[_FILL]
+            p_idx = np.flatnonzero((tokens > 0) & (prefilled < fill))
+            if p_idx.shape[0]:
+                chunk = tokens[p_idx]
+                kv_before = prefilled[p_idx]
+                if self.from_sums is not None:  # price from exact integer sums
+                    chunk_sums = integer_sums(chunk, kv_before)
+                    if self.policy.speculates:
+                        draft_t += float(self.from_sums("draft", *chunk_sums))
+                    sums = chunk_sums if sums is None else (
+                        sums[0] + chunk_sums[0], sums[1] + chunk_sums[1],
+                        sums[2] + chunk_sums[2], sums[3] + chunk_sums[3],
+                        sums[4] + chunk_sums[4])
+                else:
+                    if self.policy.speculates:
+                        draft_t += float(self.cost.step_time("draft", chunk, kv_before))
+                    q_len = np.concatenate([q_len, chunk])
+                    kv = np.concatenate([kv, kv_before])
+                prefilled[p_idx] += chunk
+                completed = p_idx[prefilled[p_idx] >= fill[p_idx]]
+                n_completed = int(completed.shape[0])
+                rep.n_prefilling -= n_completed
+                prefill_tokens = int(_sum(chunk))
+        if self.from_sums is not None:
+            target_t = float(self.from_sums("target", *sums))
+        else:
+            target_t = float(self.cost.step_time("target", q_len, kv))
+        overhead = self.overhead
+        end = time + draft_t + target_t + verify_t + overhead
+        if n_completed:
+            self.emit_completed(rep, completed, end)
+            emitted += n_completed
+        if keep == 0 and prefill_tokens == 0:  # pragma: no cover - engine invariant
+            raise SpecbatchError("simulator: a vllm-v1 step with nothing scheduled "
+                                 "(engine invariant broken)")
+        self.rec.step_rows.append(step_record(
+            replica=rep.index, time=time, end=end, batch=keep, prefill_tokens=prefill_tokens,
+            drafted=drafted_sum, verified=verified_sum, accepted=accepted_sum, emitted=emitted,
+            depth=passes, draft_time=draft_t, target_time=target_t, verify_time=verify_t,
+            overhead_time=overhead))
+        self.finish(rep, end)
+        return end - time
+
+    def cut_plan(self, m: np.ndarray, plan: Plan, eta: np.ndarray, keep: int, got: np.ndarray
+                 ) -> tuple[np.ndarray, Plan, StepView, np.ndarray]:
+        """The plan of the first ``keep`` decoding requests, the last one's drafts cut to the
+        ``got`` # [keep] tokens the budget gave (verified = got − 1, drafted ≤ verified)."""
+        m = m[:, :keep].copy()
+        verified = np.minimum(m[_M_VERIFIED], got - 1)
+        drafted = m[_M_DRAFTED]
+        cut = verified < m[_M_VERIFIED]
+        drafted = np.where(cut, np.minimum(drafted, verified), drafted)
+        m[_M_VERIFIED] = verified
+        m[_M_DRAFTED] = drafted
+        eta = eta[:keep]
+        view = StepView(self.trace, m[int(Outcome.ROW)], m[_M_KV], None, self.depth, eta,
+                        self.cost, self.view_tables)
+        tree = None if plan.tree is None else cut_mask(plan.tree[:keep], verified)
+        return m, Plan(drafted, verified, plan.depth, tree), view, eta
+
+    def prefill_joined(self, rep: Replica, tokens: np.ndarray, n_joined: int
+                       ) -> tuple[int, np.ndarray | slice | int, int, tuple]:
+        """Prefill the chunks of the ``n_joined`` requests admitted this step, the last
+        columns, when no other request prefills: (prompt tokens prefilled, the columns whose
+        (re)prefill completed (a slice when all did, the column when it is one), how many,
+        the chunks' pass sums (n, Σq, Σc, Σq·c, Σq²) as :func:`~simulator.engine.v1.compose.integer_sums`
+        gives them, summed in Python integers: a few requests' chunks cost less so than as
+        arrays)."""
+        state = rep.state
+        start = state.shape[1] - n_joined
+        if n_joined == 1:  # scalars: cheaper than the arrays for one request
+            q0, c0 = int(tokens[start]), int(state[_PREFILLED, start])
+            state[_PREFILLED, start] = c0 + q0
+            sums = (1, float(q0), float(c0), float(q0 * c0), float(q0 * q0))
+            if c0 + q0 < state[_FILL, start]:
+                return q0, _EMPTY, 0, sums
+            rep.n_prefilling -= 1
+            return q0, start, 1, sums
+        prefilled = state[_PREFILLED, start:]  # a view: the update writes through
+        chunk = tokens[start:]
+        q, c, f = chunk.tolist(), prefilled.tolist(), state[_FILL, start:].tolist()
+        prefilled += chunk
+        total = sum(q)
+        sums = (n_joined, float(total), float(sum(c)), float(sum(a * b for a, b in zip(q, c))),
+                float(sum(a * a for a in q)))
+        done = [i for i in range(n_joined) if c[i] + q[i] >= f[i]]
+        rep.n_prefilling -= len(done)
+        if len(done) == n_joined:
+            return total, slice(start, None), n_joined, sums
+        return total, np.asarray(done, dtype=_I64) + start, len(done), sums
+
+    def emit_completed(self, rep: Replica, idx: np.ndarray | slice | int, end: float) -> None:
+        """Requests at ``idx`` (columns, a slice of them, or one column) completed their
+        (re)prefill this step: each samples one token from its last position, a fresh prompt
+        its first (TTFT), a recomputed one its next (position t → t + 1)."""
+        state = rep.state
+        if isinstance(idx, int):
+            pos = int(state[_POS, idx])
+            if not pos:
+                self.rec.first_token[state[_UID, idx]] = end
+            state[_POS, idx] = pos + 1
+            return
+        pos = state[_POS, idx]
+        self.rec.first_token[state[_UID, idx][pos == 0]] = end
+        state[_POS, idx] = pos + 1
+
+    def log_composition(self, rep: Replica, time: float, comp: Composition) -> None:
+        """Append the composition to ``compositions`` as plain values (parity tests): replica,
+        start time, the uids scheduled with their tokens and blocks, the uids preempted."""
+        state = rep.state
+        uids = [int(u) for u in state[_UID, :comp.kept]] + list(comp.joined)
+        preempted = [int(u) for u in state[_UID, comp.kept:][::-1]]
+        self.compositions.append((rep.index, time, tuple(uids), tuple(comp.tokens.tolist()),
+                                  tuple(comp.blocks.tolist()), tuple(preempted), comp.free,
+                                  tuple(comp.cached)))

@@ -1,0 +1,7 @@
+"""What a trace's recorded rows say about acceptance: τ replayed with common random numbers.
+
+Reading order: ``chain`` (token and block verification replayed on chain drafts, THEORY.md
+§2-§3), ``tree`` (a tree verifier on recorded draft trees), ``trie`` (on tries of i.i.d. paths),
+``fitted_acceptance`` (acceptance models fitted from a trace, replayed in place of its
+probabilities), ``accept_predictor`` / ``tree_accept_predictor`` (learned P(accept | signals)).
+"""

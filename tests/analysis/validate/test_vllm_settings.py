@@ -1,0 +1,78 @@
+"""A measured run's meta.json mapped onto SimConfig fields: every setting mapped, listed as
+not modelled, or named as not read (analysis.validate.vllm_settings)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specbatch.analysis.validate.vllm_settings import default_capture_sizes, engine_settings
+from specbatch.errors import SpecbatchError
+from specbatch.traces.public.vllm_runs import load_run
+
+
+def _named(s) -> set[str]:
+    return {row[0] for row in (*s.mapped, *s.unmodelled)} | set(s.other)
+
+
+def test_the_full_resolved_config_of_the_rtx4090_run_maps_by_hand():
+    meta = load_run("rtx4090-llama-3.1-8b").meta
+    s = engine_settings(meta)
+    v = s.values
+    assert v["kv_capacity"] == 2588 * 16  # num_gpu_blocks x block_size = 41408 tokens
+    assert (v["max_num_seqs"], v["max_num_batched_tokens"], v["max_model_len"]) == (256, 2048,
+                                                                                    32768)
+    assert (v["tp"], v["replicas"], v["block_size"], v["policy"]) == (1, 1, 16, "ar")
+    assert v["enable_prefix_caching"] and v["enable_chunked_prefill"]
+    sizes = [int(x) for x in v["cuda_graph_sizes"].split(",")]
+    assert sizes == meta["resolved_config"]["compilation_config"]["cudagraph_capture_sizes"]
+    assert sizes == default_capture_sizes(256)  # vLLM's default rule gives the same list
+    unmodelled = {row[0] for row in s.unmodelled}
+    assert "resolved_config.scheduler_config.async_scheduling" in unmodelled
+
+
+def test_every_recorded_setting_is_mapped_listed_or_named():
+    meta = load_run("rtx4090-llama-3.1-8b").meta
+    named = _named(engine_settings(meta))
+    keys = [f"engine_kwargs.{k}" for k in meta["engine_kwargs"] if k != "model"]
+    keys += [f"kv_cache.{k}" for k in meta["kv_cache"]]
+    for section, body in meta["resolved_config"].items():
+        keys += ([f"resolved_config.{section}.{k}" for k in body] if isinstance(body, dict)
+                 and section in ("scheduler_config", "cache_config", "parallel_config")
+                 else [])
+    # one setting recorded in several places (block_size in kv_cache and cache_config) is
+    # one row, named by the place it was read from
+    settings = {n.split(" ")[0].split(".")[-1] for n in named}
+    missing = [k for k in keys if k not in named and k.split(".")[-1] not in settings]
+    assert not missing
+
+
+def test_a_minimal_meta_takes_vllm_defaults_and_says_so():
+    s = engine_settings(load_run("rtxpro6000-qwen3-32b").meta)
+    assert s.values["tp"] == 2 and "kv_capacity" not in s.values
+    assert s.values["gpu_memory_utilization"] == 0.9
+    assert s.values["cuda_graph_sizes"] == ",".join(map(str, default_capture_sizes(128)))
+    assert default_capture_sizes(128) == [1, 2, 4, *range(8, 257, 8)]
+    defaults = [row[0] for row in s.mapped if "not recorded" in row[0]]
+    assert any(d.startswith("block_size") for d in defaults)
+    assert any(row[0].startswith("num_gpu_blocks") for row in s.unmodelled)
+
+
+def test_data_and_expert_parallel_settings_are_listed():
+    s = engine_settings(load_run("rtxpro6000-qwen3-30b-a3b").meta)
+    assert s.values["replicas"] == 2
+    listed = " ".join(row[0] for row in s.unmodelled)
+    assert "enable_expert_parallel" in listed and "data_parallel_size" in listed
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"kv_cache_dtype": "fp8"}, "kv_cache_dtype: expected auto"),
+    ({"dtype": "float32"}, "dtype: expected bfloat16"),
+    ({"max_num_seqs": None}, "max_num_seqs: expected an integer"),
+    ({"enforce_eager": True}, "enforce_eager: expected false"),
+    ({"policy": "priority"}, "policy: expected fcfs"),
+])
+def test_settings_the_roofline_cannot_price_are_refused(kwargs, needle):
+    meta = {"engine_kwargs": {"max_num_seqs": 8, "max_num_batched_tokens": 64,
+                              "dtype": "bfloat16", **kwargs}}
+    with pytest.raises(SpecbatchError, match=needle):
+        engine_settings(meta, "meta.json")

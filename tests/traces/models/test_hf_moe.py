@@ -1,0 +1,187 @@
+"""Mixture-of-experts config.json targets (traces.models.hf_moe): every common spelling is read, every
+spelling the roofline cannot price is a one-line error naming the field."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specbatch.errors import SpecbatchError
+from specbatch.traces.models.shapes import SHAPES, get_shape
+
+BUNDLED = Path(__file__).resolve().parents[3] / "traces" / "data" / "configs"
+QWEN3 = json.loads((BUNDLED / "qwen3-30b-a3b" / "config.json").read_text())
+# mistralai/Mixtral-8x7B-v0.1 config.json (the fields read)
+MIXTRAL = {"architectures": ["MixtralForCausalLM"], "hidden_size": 4096,
+           "intermediate_size": 14336, "num_attention_heads": 32, "num_experts_per_tok": 2,
+           "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8,
+           "router_aux_loss_coef": 0.02, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+           "vocab_size": 32000}
+
+
+def read(tmp_path, data):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    return get_shape(str(path))
+
+
+def test_the_bundled_qwen3_config_is_the_registry_shape():
+    shape = get_shape(str(BUNDLED / "qwen3-30b-a3b"))
+    assert dataclasses.replace(shape, name="qwen3-30b-a3b") == SHAPES["qwen3-30b-a3b"]
+    # published totals: 30.5 B parameters, 3.3 B active
+    assert (round(shape.params / 1e9, 1), round(shape.active_params / 1e9, 1)) == (30.5, 3.4)
+    assert shape.head_dim == 128 and shape.kv_bytes_per_token() == 2 * 48 * 4 * 128 * 2
+
+
+def test_mixtral_reads_as_the_registry_shape(tmp_path):
+    shape = read(tmp_path, MIXTRAL)
+    assert dataclasses.replace(shape, name="mixtral-8x7b") == SHAPES["mixtral-8x7b"]
+    # published: 46.7 B parameters, 12.9 B active
+    assert (round(shape.params / 1e9, 1), round(shape.active_params / 1e9, 1)) == (46.7, 12.9)
+
+
+def test_transformers_5_spelling_of_qwen3_reads_the_same(tmp_path):
+    data = {k: v for k, v in QWEN3.items() if k != "num_experts"} | {"num_local_experts": 128}
+    assert read(tmp_path, data).experts == 128
+
+
+def test_qwen2_moe_shared_expert_and_sparse_step(tmp_path):
+    # Qwen1.5-MoE-A2.7B-like: 60 experts, 4 per token, a shared expert of width 5632;
+    # every 2nd layer sparse and layer 1 forced dense: MoE layers are 3, 5, 7 of 0..7
+    data = {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16,
+            "num_hidden_layers": 8, "vocab_size": 151936, "num_experts": 60,
+            "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+            "shared_expert_intermediate_size": 5632, "decoder_sparse_step": 2,
+            "mlp_only_layers": [1]}
+    shape = read(tmp_path, data)
+    assert (shape.experts, shape.top_k, shape.expert_intermediate, shape.shared_intermediate,
+            shape.moe_layers) == (60, 4, 1408, 5632, 3)
+
+
+def test_deepseek_style_dense_prefix_layer_frequency_and_shared_experts(tmp_path):
+    # first_k_dense_replace 1, moe_layer_freq 2 over 6 layers: MoE layers 2, 4
+    data = {"hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 8,
+            "num_hidden_layers": 6, "vocab_size": 1000, "n_routed_experts": 16,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 256, "n_shared_experts": 2,
+            "first_k_dense_replace": 1, "moe_layer_freq": 2}
+    shape = read(tmp_path, data)
+    assert (shape.experts, shape.moe_layers, shape.shared_intermediate) == (16, 2, 512)
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"moe_num_experts": 16}, "moe_num_experts"),
+    ({"ffn_config": {"moe_num_experts": 16, "moe_top_k": 4}}, "ffn_config.moe_num_experts"),
+    ({"num_experts": "128"}, "num_experts"),
+    ({"num_experts": [128] * 48}, "num_experts"),
+    ({"num_experts_per_tok": [8] * 48}, "num_experts_per_tok"),
+    ({"num_experts_per_tok": 200}, "num_experts_per_tok"),
+    ({"num_local_experts": 64}, "num_experts"),  # disagreeing spellings
+    ({"mlp_only_layers": [48]}, "mlp_only_layers"),
+    ({"mlp_only_layers": list(range(48))}, "decoder_sparse_step"),
+    ({"quantization_config": {"bits": 4, "quant_method": "gptq"}}, "quantization_config"),
+    ({"quantization_config": {"quant_method": "fp8"}}, "quantization_config"),
+    ({"quantization_config": {"quant_method": "mxfp4"}}, "quantization_config"),
+    ({"bits": 4}, "bits"),
+    ({"load_in_4bit": True}, "load_in_4bit"),
+    ({"kv_lora_rank": 512}, "qk_nope_head_dim"),  # MLA without its head dims
+    ({"qk_rope_head_dim": 64}, "kv_lora_rank"),
+    ({"index_topk": 2048}, "index_topk"),  # DeepSeek-V3.2's sparse attention indexer
+    ({"moe_num_experts": "16"}, "moe_num_experts"),
+    ({"expert_layer_period": 2}, "expert_layer_period"),
+])
+def test_spellings_the_roofline_cannot_price_are_refused_naming_the_field(tmp_path, change,
+                                                                           field):
+    with pytest.raises(SpecbatchError, match=f"field {field}:") as err:
+        read(tmp_path, {**QWEN3, **change})
+    assert "\n" not in str(err.value)
+
+
+def test_a_dense_config_with_a_quantisation_block_is_refused_too(tmp_path):
+    dense = {"hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 8,
+             "num_hidden_layers": 2, "vocab_size": 1000, "torch_dtype": "float16",
+             "quantization_config": {"bits": 4, "quant_method": "awq"}}
+    with pytest.raises(SpecbatchError, match="field quantization_config: .*'awq'"):
+        read(tmp_path, dense)
+
+
+def test_coefficients_and_flags_named_after_experts_pass(tmp_path):
+    data = {**QWEN3, "moe_aux_loss_coeff": 0.01, "output_router_logits": False,
+            "quantization_config": None, "moe_router_dtype": "float32"}
+    assert read(tmp_path, data).experts == 128
+
+
+# deepseek-ai/DeepSeek-V2-Lite config.json (the fields read): MLA and MoE
+DEEPSEEK_V2_LITE = {"hidden_size": 2048, "num_hidden_layers": 27, "intermediate_size": 10944,
+                    "moe_intermediate_size": 1408, "num_attention_heads": 16,
+                    "num_key_value_heads": 16, "vocab_size": 102400, "q_lora_rank": None,
+                    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128, "n_routed_experts": 64, "num_experts_per_tok": 6,
+                    "n_shared_experts": 2, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+                    "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def test_deepseek_v2_lite_reads_mla_and_moe(tmp_path):
+    shape = read(tmp_path, DEEPSEEK_V2_LITE)
+    assert dataclasses.replace(shape, name="deepseek-v2-lite") == SHAPES["deepseek-v2-lite"]
+    assert (shape.kv_lora_rank, shape.q_lora_rank, shape.moe_layers, shape.shared_intermediate) == (
+        512, 0, 26, 2 * 1408)
+    # published: 15.7 B parameters, 2.4 B activated (without the 0.21 B input embedding)
+    assert round(shape.params / 1e9, 1) == 15.7
+    assert 2.4e9 <= shape.active_params - 102400 * 2048 < 2.5e9
+    # the cache holds the latent and the rope key: 27 layers x (512 + 64) x 2 bytes
+    assert shape.kv_bytes_per_token() == 27 * 576 * 2
+
+
+def test_deepseek_v3_2_with_fp8_weights_is_refused_naming_the_first_unpriced_field(tmp_path):
+    data = {**DEEPSEEK_V2_LITE, "index_topk": 2048, "index_n_heads": 64,
+            "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    with pytest.raises(SpecbatchError, match="field quantization_config: .*'fp8'"):
+        read(tmp_path, data)
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"num_experts": 10**30}, "num_experts"),
+    ({"num_hidden_layers": 10**9}, "num_hidden_layers"),
+    ({"decoder_sparse_step": 10**400}, "decoder_sparse_step"),
+    ({"hidden_size": 10**400}, "hidden_size"),  # too large for a float: still one line
+])
+def test_absurd_sizes_are_one_line_errors_not_hangs(tmp_path, change, field):
+    with pytest.raises(SpecbatchError, match=f"field {field}:"):
+        read(tmp_path, {**QWEN3, **change})
+
+
+def test_deeply_nested_objects_are_refused(tmp_path):
+    nested: dict = {"x": 1}
+    for _ in range(40):
+        nested = {"inner": nested}
+    with pytest.raises(SpecbatchError, match="nested"):
+        read(tmp_path, {**QWEN3, "extra": nested})
+
+
+JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**20),
+                        st.floats(allow_nan=False), st.text(max_size=4),
+                        st.lists(st.integers(-2, 60), max_size=4))
+MOE_KEYS = ["num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok",
+            "experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size",
+            "n_shared_experts", "decoder_sparse_step", "mlp_only_layers",
+            "first_k_dense_replace", "moe_layer_freq", "kv_lora_rank", "q_lora_rank",
+            "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "moe_num_experts", "bits",
+            "head_dim"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.sampled_from(MOE_KEYS), JSON_VALUES, max_size=6))
+def test_any_mix_of_moe_fields_gives_a_shape_or_a_one_line_error(change):
+    from specbatch.traces.models.hf_config import shape_from_fields
+
+    try:
+        shape = shape_from_fields({**QWEN3, **change}, "fuzz", "model config fuzz")
+    except SpecbatchError as exc:
+        assert "\n" not in str(exc) and "field " in str(exc)
+        return
+    assert shape.params >= shape.active_params > 0 and shape.kv_bytes_per_token() > 0

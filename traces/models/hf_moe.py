@@ -1,0 +1,210 @@
+"""Mixture-of-experts, quantisation and attention-variant fields of a Hugging Face config.json.
+
+What :mod:`traces.models.hf_config` reads beyond a dense Llama shape, every spelling the public
+checkpoints use, and the refusals (one-line errors naming the field) for what the roofline
+does not price:
+
+=========================  ==============================================================
+ModelShape                 config.json fields (architecture)
+=========================  ==============================================================
+experts E                  num_experts (Qwen2-MoE, Qwen3-MoE, OLMoE), num_local_experts
+                           (Mixtral, gpt-oss, transformers >= 5 Qwen3-MoE), n_routed_experts
+                           (DeepSeek-V2/V3)
+top_k k                    num_experts_per_tok (all), experts_per_token (gpt-oss)
+expert_intermediate        moe_intermediate_size (Qwen, DeepSeek); else intermediate_size
+                           (Mixtral, gpt-oss: every MLP is an expert)
+shared_intermediate        shared_expert_intermediate_size (Qwen2-MoE);
+                           n_shared_experts x moe_intermediate_size (DeepSeek)
+moe_layers                 layer i is MoE unless i is in mlp_only_layers or (i + 1) is not a
+                           multiple of decoder_sparse_step (Qwen), or i < first_k_dense_replace
+                           or i is not a multiple of moe_layer_freq (DeepSeek); the rules are
+                           vLLM's (vllm/model_executor/models/qwen2_moe.py, qwen3_moe.py
+                           ``*DecoderLayer.__init__``; deepseek_v2.py
+                           ``DeepseekV2DecoderLayer.__init__``); the rest use intermediate_size
+=========================  ==============================================================
+
+Multi-head latent attention (DeepSeek-V2/V3, Moonlight, Kimi-K2: ``kv_lora_rank``,
+``q_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``) is read into the
+shape's MLA fields (:class:`~specbatch.traces.models.shapes.ModelShape`).
+
+Refused, naming the field: a quantised checkpoint (``quantization_config`` of any method:
+GPTQ, AWQ, bitsandbytes, FP8, MXFP4, compressed-tensors; a top-level ``bits`` below 16;
+``load_in_4bit`` / ``load_in_8bit``), since the roofline prices 16-bit target weights;
+DeepSeek-V3.2's sparse attention indexer (``index_topk``); any other field whose name mentions
+experts or MoE with a value that could change the shape (an integer > 1, a numeric string, a
+list or an object: ``moe_num_experts``, DBRX's nested ``ffn_config.moe_num_experts``,
+``moe_top_k``, ...), and a known field of the wrong type (``"num_local_experts": "8"``, a
+per-layer list). Not priced, and not refused: Qwen2-MoE's
+shared-expert gate (h weights per layer), Qwen3's per-head q/k norms (2 x head_dim), biases.
+"""
+
+from __future__ import annotations
+
+import math
+
+from specbatch.errors import SpecbatchError
+
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
+#: every MoE-named field read here (the scan for unknown spellings skips them)
+KNOWN_KEYS = frozenset(EXPERT_KEYS + TOP_K_KEYS + (
+    "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts",
+    "decoder_sparse_step", "mlp_only_layers", "first_k_dense_replace", "moe_layer_freq"))
+QUANT_FLAGS = ("load_in_4bit", "load_in_8bit")
+MAX_EXPERTS = 65_536  # routed experts per layer (the largest public models use 384)
+MAX_LAYERS = 10_000  # decoder layers of a MoE config (the layer rules are evaluated per layer)
+MAX_NESTING = 16  # nested objects scanned for expert spellings
+MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+SPARSE_ATTENTION_KEYS = ("index_topk", "index_n_heads")
+
+
+def check_quantization(data: dict, where: str) -> None:
+    """Refuse a quantised checkpoint (module docstring), naming the field."""
+    quant = data.get("quantization_config")
+    if quant is not None and quant != {}:
+        method = quant.get("quant_method", quant.get("bits")) if isinstance(quant, dict) else quant
+        raise SpecbatchError(f"{where}: field quantization_config: expected a 16-bit checkpoint "
+                             f"(the roofline prices 16-bit target weights), got {method!r}")
+    bits = data.get("bits")
+    if bits is not None and not (_integer(bits) and bits >= 16):
+        raise SpecbatchError(f"{where}: field bits: expected a 16-bit checkpoint (the roofline "
+                             f"prices 16-bit target weights), got {bits!r}")
+    for key in QUANT_FLAGS:
+        if data.get(key):
+            raise SpecbatchError(f"{where}: field {key}: expected a 16-bit checkpoint, got "
+                                 f"{data[key]!r}")
+
+
+def mla_fields(data: dict, where: str) -> dict:
+    """The multi-head latent attention fields of :class:`~specbatch.traces.models.shapes.ModelShape`
+    (``kv_lora_rank``, ``q_lora_rank`` (null: none), ``qk_nope_head_dim``,
+    ``qk_rope_head_dim``, ``v_head_dim``), {} without ``kv_lora_rank``. DeepSeek-V3.2's sparse
+    attention indexer (``index_topk``) is refused: its top-k token selection is not priced."""
+    for key in SPARSE_ATTENTION_KEYS:
+        if data.get(key) is not None:
+            raise SpecbatchError(f"{where}: field {key}: expected dense attention (a sparse "
+                                 f"attention indexer is not priced), got {data[key]!r}")
+    if data.get("kv_lora_rank") is None:
+        for key in MLA_KEYS[1:]:
+            if data.get(key) is not None:
+                raise SpecbatchError(f"{where}: field kv_lora_rank: expected an integer >= 1 "
+                                     f"next to {key}, got none")
+        return {}
+    out = {"kv_lora_rank": _optional_int(data, "kv_lora_rank", where, minimum=1),
+           "q_lora_rank": _optional_int(data, "q_lora_rank", where, minimum=1) or 0}
+    for key in MLA_KEYS[2:]:
+        value = _optional_int(data, key, where, minimum=1)
+        if value is None:
+            raise SpecbatchError(f"{where}: field {key}: expected an integer >= 1 (multi-head "
+                                 "latent attention), got none")
+        out[key] = value
+    return out
+
+
+def check_unknown_moe_fields(data: dict, where: str, prefix: str = "", depth: int = 0) -> None:
+    """Refuse any expert/MoE-named field this module does not read (also inside nested
+    objects: DBRX's ``ffn_config.moe_num_experts``) whose value could change the shape: an
+    integer > 1, a numeric string, a list or an object. Coefficients (floats such as
+    ``router_aux_loss_coef``), flags, names (``"moe_router_dtype": "float32"``) and zeros
+    pass."""
+    if depth > MAX_NESTING:
+        raise SpecbatchError(f"{where}: field {prefix.rstrip('.')}: expected at most "
+                             f"{MAX_NESTING} nested objects, got more")
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if key == "quantization_config":
+            continue
+        if isinstance(value, dict):
+            check_unknown_moe_fields(value, where, f"{name}.", depth + 1)
+        lowered = str(key).lower()
+        if ("expert" not in lowered and "moe" not in lowered) or (not prefix
+                                                                     and key in KNOWN_KEYS):
+            continue
+        shaping = (isinstance(value, (list, dict)) and bool(value)) or (
+            isinstance(value, str) and value.strip().lstrip("-").isdigit()) or (
+            _integer(value) and value > 1)
+        if shaping:
+            raise SpecbatchError(f"{where}: field {name}: expected one of the mixture-of-experts "
+                                 f"spellings the roofline prices ({', '.join(EXPERT_KEYS)}; "
+                                 f"{', '.join(TOP_K_KEYS)}), got {value!r}")
+
+
+def moe_fields(data: dict, layers: int, intermediate: int | None, where: str) -> dict:
+    """The MoE fields of :class:`~specbatch.traces.models.shapes.ModelShape` (module docstring), {}
+    for a dense config. ``intermediate`` is the config's intermediate_size (None if absent)."""
+    check_unknown_moe_fields(data, where)
+    experts = _agreeing(data, EXPERT_KEYS, where, minimum=0)
+    if not experts:
+        return {}
+    if experts > MAX_EXPERTS or layers > MAX_LAYERS:
+        key, value, cap = ((_present(data, EXPERT_KEYS), experts, MAX_EXPERTS)
+                           if experts > MAX_EXPERTS else ("num_hidden_layers", layers, MAX_LAYERS))
+        raise SpecbatchError(f"{where}: field {key}: expected at most {cap} for a "
+                             f"mixture-of-experts model, got {value}")
+    top_k = _agreeing(data, TOP_K_KEYS, where, minimum=1)
+    if top_k is None:
+        raise SpecbatchError(f"{where}: field num_experts_per_tok: expected an integer >= 1 "
+                             f"(experts per token of the {experts} routed experts), got none")
+    if top_k > experts:
+        raise SpecbatchError(f"{where}: field {_present(data, TOP_K_KEYS)}: expected at most "
+                             f"the {experts} routed experts, got {top_k}")
+    width = _optional_int(data, "moe_intermediate_size", where, minimum=1)
+    if width is None:
+        if intermediate is None:
+            raise SpecbatchError(f"{where}: field moe_intermediate_size: expected an integer "
+                                 ">= 1 (or intermediate_size), got none")
+        width = intermediate
+    shared = _optional_int(data, "shared_expert_intermediate_size", where, minimum=0) or 0
+    n_shared = _optional_int(data, "n_shared_experts", where, minimum=0) or 0
+    shared += n_shared * width
+    return {"experts": experts, "top_k": top_k, "expert_intermediate": width,
+            "shared_intermediate": shared, "moe_layers": count_moe_layers(data, layers, where)}
+
+
+def count_moe_layers(data: dict, layers: int, where: str) -> int:
+    """How many of the ``layers`` decoder layers are MoE (vLLM's rules, module docstring)."""
+    step = _optional_int(data, "decoder_sparse_step", where, minimum=1) or 1
+    first = _optional_int(data, "first_k_dense_replace", where, minimum=0) or 0
+    freq = _optional_int(data, "moe_layer_freq", where, minimum=1) or 1
+    only = data.get("mlp_only_layers") or []
+    if not (isinstance(only, list) and all(_integer(i) and 0 <= i < layers for i in only)):
+        raise SpecbatchError(f"{where}: field mlp_only_layers: expected a list of layer indices "
+                             f"in [0, {layers}), got {only!r}")
+    dense = set(only)
+    moe = [i for i in range(layers)
+           if i not in dense and (i + 1) % step == 0 and i >= first and i % freq == 0]
+    if not moe:
+        raise SpecbatchError(f"{where}: field decoder_sparse_step: expected at least one MoE "
+                             "layer (mlp_only_layers, decoder_sparse_step, first_k_dense_replace "
+                             "and moe_layer_freq leave none)")
+    return len(moe)
+
+
+def _integer(value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or (math.isfinite(value) and value == int(value))
+
+
+def _optional_int(data: dict, key: str, where: str, minimum: int) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not (_integer(value) and value >= minimum):
+        raise SpecbatchError(f"{where}: field {key}: expected an integer >= {minimum}, got "
+                             f"{value!r}")
+    return int(value)
+
+
+def _present(data: dict, keys: tuple[str, ...]) -> str:
+    return next(k for k in keys if data.get(k) is not None)
+
+
+def _agreeing(data: dict, keys: tuple[str, ...], where: str, minimum: int) -> int | None:
+    """The value of the spellings ``keys`` present (all equal), None when none is."""
+    values = {k: _optional_int(data, k, where, minimum) for k in keys if data.get(k) is not None}
+    if len(set(values.values())) > 1:
+        listed = ", ".join(f"{k} = {v}" for k, v in values.items())
+        raise SpecbatchError(f"{where}: field {keys[0]}: expected one value across its "
+                             f"spellings, got {listed}")
+    return next(iter(values.values()), None)
