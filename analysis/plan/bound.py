@@ -51,7 +51,7 @@ schedules more; a CUDA-graph-padded pass is at most the largest captured size):
 
 The calibrated floors are shrunk by :data:`SLACK` (their parts are added in another order).
 
-tests/analysis/test_plan_bound.py checks ``L_i ≤ X_i`` request by request against the
+tests/analysis/plan/test_bound.py checks ``L_i ≤ X_i`` request by request against the
 simulator on many settings (policies, verifiers, tp, loads, wrapped outputs, preemption,
 both cost models, a MoE target), and hypothesis tests the two calibrated lemmas above on
 random batches and chunkings.
@@ -145,8 +145,8 @@ class BoundTables:
         the bound does not apply (a scheduler other than vllm-v1, a cost model other than the
         roofline and the calibrated one, a tree rule)."""
         from specbatch.simulator.config.sim_config import make_config
-        from specbatch.simulator.policies.registry import make_policy
         from specbatch.simulator.config.tree_checks import TREE_RULES
+        from specbatch.simulator.policies.registry import make_policy
 
         config = make_config(fields)
         if config.scheduler != "vllm-v1" or config.verify in TREE_RULES:

@@ -34,7 +34,7 @@ def shared_cost(config):
     """``build_cost(config)``, built once per :func:`cost_key` in this process and warmed
     (:func:`warm`). A model's lazy tables only cache what it computes (the same numbers
     whoever asks first), so a run priced by the shared model is bit-identical to one that
-    builds its own (tests/analysis/test_plan_search.py)."""
+    builds its own (tests/analysis/plan/test_search.py)."""
     from specbatch.simulator.run import build_cost
 
     key = cost_key(config)

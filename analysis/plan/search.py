@@ -31,7 +31,7 @@ run's e2e; the search stops once ``levels_after`` levels beyond the first passin
 have added to it. These rules only skip or stop runs that cannot change the choice, the
 frontier or the levels searched, so the answer equals the exhaustive search's
 (``prune=False``: every candidate of every searched level simulated whole), bit for bit
-(tests/analysis/test_plan_search).
+(tests/analysis/plan/test_search.py).
 
 Runs are stored under ``RUNS/points`` keyed by their resolved config, the package version
 and the trace's and workload file's contents (analysis.sweep.runner.input_identity), and a stopped
@@ -340,8 +340,8 @@ class Runner:
         is also stored under the plain key (an exhaustive rerun reuses it)."""
         from specbatch.analysis.sweep.executors import execute
         from specbatch.analysis.sweep.points import load_point, run_key, store_point
-        from specbatch.analysis.sweep.spec import resolve_config
         from specbatch.analysis.sweep.runner import input_identity, read_requests
+        from specbatch.analysis.sweep.spec import resolve_config
         from specbatch.simulator.config.sim_config import SimConfig
 
         rules = {c: r for c, r in (rules or {}).items() if r is not None and self.early}
@@ -434,9 +434,9 @@ def simulate_point(config: dict):
     deployment's shared cost model (analysis.plan.cost_source.shared_cost) and ended early by the
     candidate's stop rule when it carries one (analysis.plan.slo.EarlyStop). Module level,
     so a pool can pickle it."""
-    from specbatch.analysis.sweep.executors import _cached_trace
     from specbatch.analysis.plan.cost_source import shared_cost
     from specbatch.analysis.plan.slo import EarlyStop
+    from specbatch.analysis.sweep.executors import _cached_trace
     from specbatch.simulator.config.sim_config import make_config
     from specbatch.simulator.run import simulate
 

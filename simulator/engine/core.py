@@ -56,12 +56,13 @@ from typing import Any
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.engine.admission import Admission
 from specbatch.simulator.config.sim_config import FREE_DRAFTS
+from specbatch.simulator.config.tree_checks import TREE_RULES
 from specbatch.simulator.cost.interface import CostModel, SumsCostModel
+from specbatch.simulator.cost.verify_cost import verify_cost_for
+from specbatch.simulator.engine.admission import Admission
 from specbatch.simulator.engine.decode import Decode
 from specbatch.simulator.engine.kv import BlockManager
-from specbatch.simulator.policies.registry import Policy, is_builtin
 from specbatch.simulator.engine.prefix import PrefixCache, prefix_groups
 from specbatch.simulator.engine.request_state import (
     COMMITTED_ROWS,
@@ -71,16 +72,15 @@ from specbatch.simulator.engine.request_state import (
     Row,
 )
 from specbatch.simulator.engine.steplog import StepLog
-from specbatch.simulator.config.tree_checks import TREE_RULES
 from specbatch.simulator.engine.tree_decode import TreeDecode
-from specbatch.simulator.replay.trie import tables_for
 from specbatch.simulator.engine.v0 import V0Step
 from specbatch.simulator.engine.v1.compose import V1Composer, v1_lookahead
 from specbatch.simulator.engine.v1.reference import V1Reference
 from specbatch.simulator.engine.v1.step import V1Step
-from specbatch.simulator.replay.chain import request_keys, verify_tables
-from specbatch.simulator.cost.verify_cost import verify_cost_for
+from specbatch.simulator.policies.registry import Policy, is_builtin
 from specbatch.simulator.policies.view import TraceTables
+from specbatch.simulator.replay.chain import request_keys, verify_tables
+from specbatch.simulator.replay.trie import tables_for
 
 ARRIVAL, STEP_END, SCHEDULE = 0, 1, 2  # event kinds, in tie-break order at equal times
 

@@ -106,8 +106,8 @@ def test_a_rerun_exhaustive_into_the_same_folder_reuses_the_pruned_runs(tmp_path
 def test_a_shared_cost_model_prices_a_run_as_a_fresh_one():
     # the planner prices every run of a deployment with one model (analysis.plan.cost_source), whose
     # lazy tables other runs have filled: the run is bit-identical to one on a fresh model
-    from specbatch.analysis.sweep.executors import _cached_trace
     from specbatch.analysis.plan.cost_source import shared_cost
+    from specbatch.analysis.sweep.executors import _cached_trace
     from specbatch.simulator.config.sim_config import make_config
     from specbatch.simulator.run import build_cost, simulate
 

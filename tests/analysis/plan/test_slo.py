@@ -9,7 +9,6 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from specbatch.analysis.sweep.executors import _cached_trace
 from specbatch.analysis.plan.slo import (
     EarlyStop,
     Slos,
@@ -22,6 +21,7 @@ from specbatch.analysis.plan.slo import (
     per_request,
     queue_growth,
 )
+from specbatch.analysis.sweep.executors import _cached_trace
 from specbatch.simulator.config.sim_config import make_config
 from specbatch.simulator.run import simulate
 

@@ -117,8 +117,8 @@ def test_a_zero_threshold_never_accepts_even_at_eta_zero():
 def test_runs_sharing_a_traces_verify_tables_equal_runs_building_their_own():
     # verify_tables: one VerifyTables per loaded trace and rule, its per-depth cache filled
     # by whichever run asks first; a run on tables other runs filled is bit-identical
-    from specbatch.simulator.replay import chain as verify
     from specbatch.simulator.config.sim_config import make_config
+    from specbatch.simulator.replay import chain as verify
     from specbatch.simulator.run import load_trace, simulate
 
     fields = {"trace": "tiny", "requests": 12, "max_num_seqs": 4, "verify": "block"}
