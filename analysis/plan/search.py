@@ -92,12 +92,14 @@ class Entry:
 @dataclass(frozen=True)
 class Skipped:
     """A candidate not simulated: ``passes`` False when its bound proves it fails (``reason``
-    says which limit), None when it might pass but cannot be chosen nor join the frontier."""
+    says which limit), None when it might pass but cannot be chosen nor join the frontier;
+    ``stopped``: simulated in part, until an early stop proved the latter."""
 
     deployment: Deployment
     speculation: Speculation
     reason: str
     passes: bool | None
+    stopped: bool = False
 
     @property
     def label(self) -> str:
@@ -460,7 +462,7 @@ def judge_entry(d: Deployment, s: Speculation, config: dict, summary: dict,
     if summary["stopped_at"] is not None:
         kind, verdict = judge_stopped(requests, summary, rule or StopRule(slos))
         if kind == "cannot beat":
-            return Skipped(d, s, verdict.limits[0], None)
+            return Skipped(d, s, verdict.limits[0], None, stopped=True)
         arrived = requests[requests["arrival"] <= summary["stopped_at"]]
         arrived = arrived.assign(finish=arrived["finish"].fillna(np.inf))
         memory = memory_plan(arrived, summary, seqs, depth, *constants)
