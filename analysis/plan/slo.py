@@ -209,8 +209,8 @@ def stop_reason(rule: StopRule, floors: dict[str, np.ndarray], preempted: bool,
     None. ``floors``: :func:`latency_floors` at ``time``.
 
     - memory: a preemption (not allowed) is a limit, and preemptions never go away;
-    - an SLO: :func:`over_needed` requests over it, by their floors, fix the percentile
-      above it (a percentile is nondecreasing in every sample);
+    - an SLO: :func:`over_needed` requests over it, by their floors (so by their final
+      values too), fix the percentile above it;
     - goodput: with v requests over some SLO the share meeting all is ≤ (N − v)/N;
     - beat: as an SLO, against ``rule.beat``.
     """
