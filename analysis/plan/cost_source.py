@@ -24,10 +24,19 @@ def plan_sources(base: dict, report: dict, hardware: tuple[str, ...]) -> dict:
 _COSTS: dict[tuple, object] = {}
 
 
-def cost_key(config) -> tuple:
-    """The fields simulator.run.build_cost reads (one model per distinct key)."""
-    return (config.cost, config.hardware, config.target, config.draft, config.tp,
-            config.profile, config.execution, config.draft_weight_bits, config.routing_skew)
+#: SimConfig fields the planner varies within a deployment that no cost model reads (the
+#: speculation setting and the data-parallel copies): runs differing only in them share one.
+NOT_COST_FIELDS = ("policy", "num_speculative_tokens", "extra", "verify", "replicas")
+
+
+def cost_key(config) -> str:
+    """Every SimConfig field but :data:`NOT_COST_FIELDS` (so a field simulator.run.build_cost
+    reads, today's or a later one, can never be shared across)."""
+    import dataclasses
+    import json
+
+    fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in NOT_COST_FIELDS}
+    return json.dumps(fields, sort_keys=True, default=str)
 
 
 def shared_cost(config):
