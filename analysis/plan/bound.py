@@ -147,11 +147,11 @@ class BoundTables:
         the bound does not apply (a scheduler other than vllm-v1, a cost model other than the
         roofline and the calibrated one, a tree rule)."""
         from specbatch.simulator.config.sim_config import make_config
-        from specbatch.simulator.config.tree_checks import TREE_RULES
         from specbatch.simulator.policies.registry import make_policy
+        from specbatch.simulator.replay.rules import rule_entry
 
         config = make_config(fields)
-        if config.scheduler != "vllm-v1" or config.verify in TREE_RULES:
+        if config.scheduler != "vllm-v1" or rule_entry(config.verify).tree:
             return None
         times = self.pass_times(config)
         if times is None:
@@ -189,7 +189,8 @@ def pass_queries(workload) -> tuple[np.ndarray, np.ndarray]:
 def advances(trace, workload, seed: int, depth: int, rule: str) -> np.ndarray:
     """``u[i, t] = 1 + max_{s ≤ depth} τ_s`` at every output position t < O_i (0 beyond),
     the most tokens a step at position t can emit (module docstring).  # [N, T] int64"""
-    from specbatch.simulator.replay.chain import request_keys, uniforms, verify_tables
+    from specbatch.simulator.replay.chain import request_keys, uniforms
+    from specbatch.simulator.replay.rules import tables_for
 
     out = np.asarray(workload.output_len, dtype=np.int64)
     n, top = out.shape[0], int(out.max(initial=0))
@@ -203,7 +204,7 @@ def advances(trace, workload, seed: int, depth: int, rule: str) -> np.ndarray:
     rows = base + (pos if wrap is None else np.remainder(pos, np.asarray(wrap)[req]))
     keys = request_keys(seed, np.arange(n))[req]
     eta = uniforms(keys, pos, depth)  # [cells, depth]
-    tables = verify_tables(trace, rule)  # the runs' own (shared per trace and rule)
+    tables = tables_for(trace, rule)  # a chain rule's (bounds() skips the tree rules)
     best = np.zeros(req.shape[0], dtype=np.int64)
     for s in range(1, depth + 1):
         np.maximum(best, tables.tau(rows, np.full(req.shape[0], s, dtype=np.int64), eta),

@@ -115,10 +115,12 @@ def test_a_zero_threshold_never_accepts_even_at_eta_zero():
 
 
 def test_runs_sharing_a_traces_verify_tables_equal_runs_building_their_own():
-    # verify_tables: one VerifyTables per loaded trace and rule, its per-depth cache filled
-    # by whichever run asks first; a run on tables other runs filled is bit-identical
+    # shared_tables (simulator.replay.rules.tables_for's chain rules): one VerifyTables per
+    # loaded trace and rule, its per-depth cache filled by whichever run asks first; a run
+    # on tables other runs filled is bit-identical
     from specbatch.simulator.config.sim_config import make_config
     from specbatch.simulator.replay import chain as verify
+    from specbatch.simulator.replay.rules import tables_for
     from specbatch.simulator.run import load_trace, simulate
 
     fields = {"trace": "tiny", "requests": 12, "max_num_seqs": 4, "verify": "block"}
@@ -128,7 +130,7 @@ def test_runs_sharing_a_traces_verify_tables_equal_runs_building_their_own():
     trace = load_trace(config)
     simulate(deep, trace)  # fills the shared tables at depth 4
     shared = simulate(config, trace)
-    assert verify.verify_tables(trace, "block") is verify.verify_tables(trace, "block")
+    assert verify.shared_tables(trace, "block") is tables_for(trace, "block")
     verify._SHARED.clear()
     fresh = simulate(config, trace)
     assert shared.requests.equals(fresh.requests) and shared.steps.equals(fresh.steps)
