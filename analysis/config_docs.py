@@ -1,7 +1,8 @@
 """The configuration reference page, ``docs/config.md``, generated from the config fields.
 
-Every row comes from a field's own declaration (:func:`specbatch.fields.knob`), so
-the page, the command-line flags and the TOML checks cannot disagree; a test compares the
+Every row comes from a field's own declaration (:func:`specbatch.fields.knob`), and the
+verification rules' table from their catalogue (:mod:`simulator.replay.rules`), so the page,
+the command-line flags and the TOML checks cannot disagree; a test compares the
 committed page with :func:`config_page`. Regenerate it with
 ``python -m specbatch.analysis.config_docs > docs/config.md``.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from specbatch.fields import markdown_table
 from specbatch.live.config import LiveConfig
 from specbatch.simulator.config.sim_config import config_table
+from specbatch.simulator.replay.rules import CATALOGUE
 
 INTRO = """\
 # Configuration reference
@@ -34,6 +36,16 @@ For one run, `simulate` also refuses a setting its policy would ignore: `extra` 
 
 """
 
+RULES = """
+### Verification rules (`verify`)
+
+One row per rule of the catalogue `simulator/replay/rules.py`: what it verifies, the replay
+class that realises it on a trace's recorded numbers, the key the rejection sampler's time is
+priced with (`simulator/cost/verify_cost.py`), whether it is lossless (THEORY.md §4; checked
+by exact enumeration) and the theory verifier the replay reproduces.
+
+"""
+
 LIVE = """
 ## `specbatch live` (LiveConfig)
 
@@ -46,9 +58,25 @@ while `capture` defaults to T = 1.
 """
 
 
+def rules_table() -> str:
+    """The verification rules, one markdown row per catalogue row."""
+    lines = ["| rule | verifies | replayed by | sampler priced as | lossless | theory | what |",
+             "|---|---|---|---|---|---|---|"]
+    for row in CATALOGUE:
+        replay = ", ".join(f"`{_short(path)}`" for path in row.replay)
+        lines.append(f"| `{row.name}` | {row.kind}s | {replay} | {row.sampler_cost} | "
+                     f"{'yes' if row.lossless else 'no'} | `{_short(row.theory)}` | {row.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+def _short(path: str) -> str:
+    """``specbatch.simulator.replay.chain:VerifyTables`` -> ``simulator.replay.chain.VerifyTables``."""
+    return path.removeprefix("specbatch.").replace(":", ".")
+
+
 def config_page() -> str:
     """The whole ``docs/config.md``."""
-    return INTRO + config_table() + LIVE + markdown_table(LiveConfig)
+    return INTRO + config_table() + RULES + rules_table() + LIVE + markdown_table(LiveConfig)
 
 
 if __name__ == "__main__":  # pragma: no cover

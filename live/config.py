@@ -12,11 +12,11 @@ from specbatch.fields import FieldSpec, at_least, check_ranges, field_specs, kno
 from specbatch.limits import is_supported_device
 from specbatch.simulator.config.sim_config import (
     V1_DEFAULT_BATCHED_TOKENS,
-    VERIFY_RULES,
     SimConfig,
     make_config,
 )
 from specbatch.simulator.policies.catalogue import names as policy_names
+from specbatch.simulator.replay.rules import names as rule_names
 
 #: Policies the live loop runs: the catalogue's rows with ``live`` (simulator.policies.catalogue; a test
 #: keeps them equal to the classes with ``live = True``), those that decide from
@@ -179,8 +179,8 @@ class LiveConfig:
                 f"--max-num-batched-tokens: expected >= 1, got {self.max_num_batched_tokens}")
         require(self.policy in LIVE_POLICIES,
                 f"--policy: expected one of {', '.join(LIVE_POLICIES)}, got {self.policy!r}")
-        require(self.verify in VERIFY_RULES, f"--verify: expected one of "
-                f"{', '.join(VERIFY_RULES)}, got {self.verify!r}")
+        require(self.verify in rule_names(), f"--verify: expected one of "
+                f"{', '.join(rule_names())}, got {self.verify!r}")
         require(self.k >= 1, f"--k: expected k >= 1, got {self.k}")
         require(self.extra >= 0, f"--extra: expected e >= 0, got {self.extra}")
         require(self.max_new_tokens >= 1,

@@ -156,17 +156,18 @@ PROGRESS_MIN_REQUESTS = 100_000
 
 def run_engine(config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
                policy: Policy, capacity: int | None, reference: bool = False,
-               progress: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+               progress: str | None = None, stop=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run ``policy`` (built from ``config``) on a prepared workload with ``capacity`` KV
     tokens per replica; returns the request and step tables.
 
     progress: a label to show a bar of finished requests on stderr under (large runs only:
-    :data:`PROGRESS_MIN_REQUESTS`), or None.
+    :data:`PROGRESS_MIN_REQUESTS`), or None. stop: the engine's early stop (simulator.engine.core).
     """
     with finished_bar(progress if workload.n >= PROGRESS_MIN_REQUESTS else None,
                       workload.n) as bar:
         rec = Engine(config, trace, workload, cost, policy, capacity=capacity,
-                     reference=reference, progress=bar.update if bar is not None else None).run()
+                     reference=reference, progress=bar.update if bar is not None else None,
+                     stop=stop).run()
     return request_table(rec, workload), step_table(rec)
 
 
@@ -185,13 +186,16 @@ def finished_bar(label: str | None, total: int) -> Iterator:
 
 def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostModel | None = None,
              reference: bool = False, allow_partial: bool = False,
-             progress: bool = False) -> SimResult:
+             progress: bool = False, stop=None) -> SimResult:
     """Simulate ``config`` (on ``trace`` when given, else the one it names).
 
     cost_model: use this instead of building ``config``'s (tests, benchmarks).
     reference:  use the engine's per-request reference twin (parity tests, benchmarks).
     progress:   show a bar of finished requests on stderr for large runs (the results are
     the same either way).
+    stop:       an early stop (simulator.engine.core; the planner's analysis.plan.slo.EarlyStop).
+    When it ends the run, the tables hold what happened until then and the summary only
+    :func:`stopped_summary`'s counts (no speedup run).
     """
     validate_config(config)  # a SimConfig built directly (not by load_config) is checked too
     if trace is None:
@@ -229,7 +233,10 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     else:
         check_fits(config, capacity, footprint)
     requests, steps = run_engine(config, trace, workload, cost, policy, capacity, reference,
-                                 progress="simulate" if progress else None)
+                                 progress="simulate" if progress else None, stop=stop)
+    if stop is not None and stop.stopped_at is not None:
+        return SimResult(config=config, requests=requests, steps=steps,
+                         summary=stopped_summary(requests, steps, stop.stopped_at, capacity))
     summary = summarize(requests, steps, config.slo)
     summary["scheduler"] = config.scheduler
     summary["policy"] = config.policy
@@ -251,6 +258,16 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
              + verify_notes(config) + split_notes(config, held_out))
     return SimResult(config=config, requests=requests, steps=steps, summary=summary,
                      notes=notes + (run_notes(config, cost) if run_notes else ()))
+
+
+def stopped_summary(requests: pd.DataFrame, steps: pd.DataFrame, time: float,
+                    capacity: int | None) -> dict:
+    """What a run an early stop ended at ``time`` can say: counts so far, no latencies."""
+    return {"stopped_at": float(time), "requests": int(len(requests)),
+            "finished": int(requests["finish"].notna().sum()), "steps": int(len(steps)),
+            "preemptions": int(requests["preemptions"].sum()),
+            "recomputed_tokens": int(requests["recomputed_tokens"].sum()),
+            "kv_capacity": capacity}
 
 
 def split_notes(config: SimConfig, held_out: tuple) -> tuple[str, ...]:

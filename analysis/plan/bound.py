@@ -114,17 +114,17 @@ class BoundTables:
         where no floor is proven (a cost model other than the roofline and the calibrated
         one, a negative overhead). The calibrated floor tables are built once per target
         pricing (they do not depend on the speculation setting)."""
+        from specbatch.analysis.plan.cost_source import shared_cost
         from specbatch.simulator.cost.calibrated import CalibratedCost, RolePricer
         from specbatch.simulator.cost.graph_padding import capture_sizes
         from specbatch.simulator.cost.roofline import RooflineCost
-        from specbatch.simulator.run import build_cost
 
         key = (config.cost, config.hardware, config.target, config.draft, config.tp,
                config.profile, config.execution, config.draft_weight_bits,
                config.routing_skew, config.token_budget, config.cuda_graph_sizes,
                config.async_scheduling)
         if key not in self._costs:
-            cost = build_cost(config)
+            cost = shared_cost(config)
             if isinstance(cost, RooflineCost) and cost.overhead >= 0:
                 self._costs[key] = pass_times(cost, self.workload)
             elif (isinstance(cost, CalibratedCost) and cost.overhead >= 0
@@ -147,11 +147,11 @@ class BoundTables:
         the bound does not apply (a scheduler other than vllm-v1, a cost model other than the
         roofline and the calibrated one, a tree rule)."""
         from specbatch.simulator.config.sim_config import make_config
-        from specbatch.simulator.config.tree_checks import TREE_RULES
         from specbatch.simulator.policies.registry import make_policy
+        from specbatch.simulator.replay.rules import rule_entry
 
         config = make_config(fields)
-        if config.scheduler != "vllm-v1" or config.verify in TREE_RULES:
+        if config.scheduler != "vllm-v1" or rule_entry(config.verify).tree:
             return None
         times = self.pass_times(config)
         if times is None:
@@ -189,7 +189,8 @@ def pass_queries(workload) -> tuple[np.ndarray, np.ndarray]:
 def advances(trace, workload, seed: int, depth: int, rule: str) -> np.ndarray:
     """``u[i, t] = 1 + max_{s ≤ depth} τ_s`` at every output position t < O_i (0 beyond),
     the most tokens a step at position t can emit (module docstring).  # [N, T] int64"""
-    from specbatch.simulator.replay.chain import VerifyTables, request_keys, uniforms
+    from specbatch.simulator.replay.chain import request_keys, uniforms
+    from specbatch.simulator.replay.rules import tables_for
 
     out = np.asarray(workload.output_len, dtype=np.int64)
     n, top = out.shape[0], int(out.max(initial=0))
@@ -203,7 +204,7 @@ def advances(trace, workload, seed: int, depth: int, rule: str) -> np.ndarray:
     rows = base + (pos if wrap is None else np.remainder(pos, np.asarray(wrap)[req]))
     keys = request_keys(seed, np.arange(n))[req]
     eta = uniforms(keys, pos, depth)  # [cells, depth]
-    tables = VerifyTables(trace, rule)
+    tables = tables_for(trace, rule)  # a chain rule's (bounds() skips the tree rules)
     best = np.zeros(req.shape[0], dtype=np.int64)
     for s in range(1, depth + 1):
         np.maximum(best, tables.tau(rows, np.full(req.shape[0], s, dtype=np.int64), eta),

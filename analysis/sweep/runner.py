@@ -73,7 +73,7 @@ def preflight(spec: SweepSpec, runs: list[dict]) -> dict[str, str]:
     would draft deeper than the trace's K or a trace does not exist.
     """
     from specbatch.simulator.config.sim_config import SimConfig, policy_depth
-    from specbatch.simulator.config.tree_checks import TREE_RULES
+    from specbatch.simulator.replay.rules import names as rule_names
 
     ids: dict[str, str] = {}
     depths: dict[str, int] = {}
@@ -89,7 +89,7 @@ def preflight(spec: SweepSpec, runs: list[dict]) -> dict[str, str]:
                                      f"{name!r}: {exc}") from None
         need = policy_depth(SimConfig(**config))
         limit, what = depths[name], "draft depth K"
-        if config.get("verify") in TREE_RULES:  # a tree run verifies up to the tree's nodes
+        if config.get("verify") in rule_names(kind="tree"):  # a tree run verifies up to the tree's nodes
             limit, what = tree_nodes(name), "tree's non-root nodes"
         if need > limit:
             raise SpecbatchError(

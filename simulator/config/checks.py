@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 
 from specbatch.errors import SpecbatchError
 from specbatch.fields import check_ranges, fail
-from specbatch.simulator.config.tree_checks import TREE_RULES, check_tree_config, check_tree_trace
+from specbatch.simulator.config.tree_checks import check_tree_config, check_tree_trace
 from specbatch.simulator.cost.hardware import FULL_WEIGHT_BITS, HARDWARE, get_hardware
 from specbatch.simulator.policies import knobs as pk
 from specbatch.simulator.policies.catalogue import entry, names
+from specbatch.simulator.replay.rules import rule_entry
 
 if TYPE_CHECKING:
     from specbatch.simulator.config.sim_config import SimConfig
@@ -122,7 +123,7 @@ def validate_against_trace(c: SimConfig, trace: Trace, max_footprint: int | None
     (reserve mode; paged mode checks its block pool in simulator.engine.kv.check_fits).
     """
     depth = policy_depth(c)
-    if c.verify in TREE_RULES:
+    if rule_entry(c.verify).tree:
         check_tree_trace(c, trace, depth)
     elif depth > trace.K:
         fail("config", "num_speculative_tokens",

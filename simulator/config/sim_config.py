@@ -64,6 +64,7 @@ from specbatch.simulator.cost.hardware import (
 from specbatch.simulator.defaults import FREE_DRAFTS, V1_DEFAULT_BATCHED_TOKENS
 from specbatch.simulator.policies import catalogue
 from specbatch.simulator.policies import knobs as pk
+from specbatch.simulator.replay.rules import names as rule_names
 
 try:
     import tomllib
@@ -72,7 +73,6 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 
 ARRIVALS = ("burst", "poisson", "gamma", "trace")
 ROUTERS = ("round_robin", "least_outstanding")
-VERIFY_RULES = ("token", "block", "specinfer", "traversal", "gbv")
 COSTS = ("roofline", "profiled", "calibrated")
 SAMPLINGS = ("auto", "in_order", "resample")
 THRESHOLD_MODES = ("cumulative", "per_token")
@@ -200,7 +200,7 @@ class SimConfig:
                               none="k x running requests")
     verify: str = knob("token", "verification rule: token (TV) or block (BV) on chains; "
                        "specinfer, traversal or gbv (path tries) on a tree trace (docs/trees.md)",
-                       choices=VERIFY_RULES)
+                       choices=rule_names())
     threshold: float = knob(0.3, "confidence threshold of the threshold policy",
                             range=Range(0, 1, low_open=True, what="a probability"))
     threshold_mode: str = knob("cumulative", "how the threshold policy combines "

@@ -23,6 +23,8 @@ temperature 0, the n-gram drafter): a one-hot ``Ms(·)`` is its drafted token, n
   draft row at τ, for every request that verified a draft (an upper bound: a fully accepted
   draft draws from its bonus row alone).
 - On a temperature-0 trace BV is TV (THEORY.md §3) and both are priced as TV.
+- Each rule is priced with its catalogue row's ``sampler_cost`` key (simulator.replay.rules):
+  the tree rules (specinfer, traversal, gbv) with TV's one pass over the verified nodes' rows.
 - A step that verifies nothing (S = 0: ``ar``, or a policy that verifies no draft) runs the
   plain sampler: its n target rows plus the fused floor, whatever the sampler preset.
 
@@ -50,6 +52,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.hardware import FUSED_FLOOR, get_hardware, get_sampler
+from specbatch.simulator.replay.rules import SAMPLER_COSTS, rule_entry
 
 #: Bytes of one probability (float32 rows, the serving case).
 PROB_BYTES = 4
@@ -64,9 +67,11 @@ except ImportError:  # pragma: no cover - numpy 1.x
 
 @dataclass(frozen=True)
 class VerifyCost:
-    """Seconds of one decode step's verification (module docstring) under ``rule``
-    ("token" | "block") for a target of vocabulary ``vocab`` on ``bandwidth`` achieved
-    bytes/s; ``draft_rows`` False for one-hot drafts (δ = 0)."""
+    """Seconds of one decode step's verification (module docstring) under the sampler-cost
+    key ``rule`` (:data:`simulator.replay.rules.SAMPLER_COSTS`: "token" one pass, "block" the
+    pass and BV's draws; a rule's key is its catalogue row's ``sampler_cost``) for a target of
+    vocabulary ``vocab`` on ``bandwidth`` achieved bytes/s; ``draft_rows`` False for one-hot
+    drafts (δ = 0)."""
 
     rule: str
     vocab: int
@@ -75,6 +80,11 @@ class VerifyCost:
     floor_per_position: float = 0.0
     draft_rows: bool = True
     sampler: str = "fused"
+
+    def __post_init__(self) -> None:
+        if self.rule not in SAMPLER_COSTS:
+            raise SpecbatchError(f"VerifyCost: rule: expected a sampler-cost key "
+                                 f"({', '.join(SAMPLER_COSTS)}), got {self.rule!r}")
 
     def rows(self, n: int, verified_sum: int, verified: np.ndarray) -> int:
         """Probability rows read by a step: n requests, Σ s_i = ``verified_sum``,
@@ -174,13 +184,14 @@ def greedy_trace(trace) -> bool:
 
 def verify_cost_for(config, trace, free_draft: bool) -> VerifyCost | None:
     """The verification cost of a run: ``config.verify_cost`` (sampler preset or "none") under
-    ``config.verify`` (priced as TV on a temperature-0 trace, :func:`greedy_trace`) on
+    ``config.verify``'s sampler-cost key (priced as TV on a temperature-0 trace,
+    :func:`greedy_trace`) on
     ``config.hardware``; V of ``config.target`` (:func:`target_vocab`); draft rows are one-hot
     for a drafter without a model (``free_draft``) or a trace whose drafts all are
     (:func:`one_hot_drafts`)."""
     if str(config.verify_cost).lower() == "none":
         return None
-    rule = "token" if greedy_trace(trace) else config.verify
+    rule = "token" if greedy_trace(trace) else rule_entry(config.verify).sampler_cost
     return build_verify_cost(config.verify_cost, rule, config.hardware,
                              target_vocab(config.target, trace),
                              free_draft or one_hot_drafts(trace))

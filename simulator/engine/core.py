@@ -57,7 +57,6 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import FREE_DRAFTS
-from specbatch.simulator.config.tree_checks import TREE_RULES
 from specbatch.simulator.cost.interface import CostModel, SumsCostModel
 from specbatch.simulator.cost.verify_cost import verify_cost_for
 from specbatch.simulator.engine.admission import Admission
@@ -79,8 +78,8 @@ from specbatch.simulator.engine.v1.reference import V1Reference
 from specbatch.simulator.engine.v1.step import V1Step
 from specbatch.simulator.policies.registry import Policy, is_builtin
 from specbatch.simulator.policies.view import TraceTables
-from specbatch.simulator.replay.chain import VerifyTables, request_keys
-from specbatch.simulator.replay.trie import tables_for
+from specbatch.simulator.replay.chain import request_keys
+from specbatch.simulator.replay.rules import rule_entry, tables_for
 
 ARRIVAL, STEP_END, SCHEDULE = 0, 1, 2  # event kinds, in tie-break order at equal times
 
@@ -104,13 +103,20 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
     against the policy contract (a user's policy is always checked)
     progress: called with the number of requests that finished, after each step that
     finished some (a progress bar's ``update``); it never changes the run
+    stop:     None, or an early stop: called as ``stop(time, records, workload)`` before the
+    event at ``time`` every ``stop.every`` events; when it returns True the run ends there
+    (``stop.stopped_at = time``; requests not finished keep NaN times). At that call every
+    request whose ``finish`` (``first_token``) is NaN finishes (emits its first token) at
+    ``time`` or later: a step's outcome is recorded when it starts, and no step starts
+    before the event being processed. Runs without it are unchanged (analysis.plan.slo)
     """
 
     def __init__(self, config: Any, trace: Any, workload: Any, cost: CostModel, policy: Policy,
                  *, capacity: int | None, reference: bool = False,
-                 progress: Callable[[int], object] | None = None) -> None:
+                 progress: Callable[[int], object] | None = None, stop: Any = None) -> None:
         self.config = config
         self.progress = progress
+        self.stop = stop
         self.trace = trace
         self.w = workload
         self.cost = cost
@@ -141,11 +147,12 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
         self.verify_cost = verify_cost_for(config, trace, str(config.draft).lower() in FREE_DRAFTS)
         self.pass_index = np.arange(max(self.depth, 1), dtype=_I64)
         self.view_tables = TraceTables(trace)  # policies' whole-trace tables, built once per run
-        # a tree rule replays on the trace's recorded trees (simulator.replay.tree)
-        self.tree = (self.view_tables.get(("tree",), tables_for, trace)
-                     if self.rule in TREE_RULES else None)
-        self.tables = (VerifyTables(trace, self.rule)
-                       if self.depth and not reference and self.tree is None else None)
+        # the rule's replay tables (simulator.replay.rules): a tree rule's recorded trees
+        # (shared with the policies' view), a chain rule's thresholds (not for the reference)
+        tree_rule = rule_entry(self.rule).tree
+        self.tree = tables_for(trace, self.rule, self.view_tables) if tree_rule else None
+        self.tables = (tables_for(trace, self.rule)
+                       if self.depth and not reference and not tree_rule else None)
         #: uniforms per request and step: one per draft token, or what the tree rule reads
         self.eta_width = (self.depth if self.tree is None
                           else self.tree.uniforms_needed(self.rule))
@@ -223,8 +230,16 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
         cursor = 0
         if n:
             self.push(float(arrival[order[0]]), ARRIVAL, 0)
+        stop, tick = self.stop, 0
         while self.heap:
             time, kind, _, payload = heapq.heappop(self.heap)
+            if stop is not None:
+                tick += 1
+                if tick >= stop.every:
+                    tick = 0
+                    if stop(time, self.rec, self.w):
+                        stop.stopped_at = time
+                        return self.rec
             if kind == ARRIVAL:
                 uid = int(order[cursor])
                 cursor += 1

@@ -96,7 +96,7 @@ class VllmAdaptive(Tetris):
         self.stale = config.adaptive_confidences == "stale"
         self.exact = config.adaptive_cost_tables == "exact"
         self.truth = config.adaptive_survival == "truth"
-        if self.truth and self.rule != "token":
+        if self.truth and not self.rule_row.additive:
             raise SpecbatchError("policy vllm-adaptive: adaptive_survival = truth is the TV "
                                  "bound (top-B is not optimal under BV, THEORY.md §7)")
         self.reads = (("accept_tv",) if self.truth else self.reads) + ("kv", "cost")

@@ -21,6 +21,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.policies.view import StepView
+from specbatch.simulator.replay.rules import rule_entry
 
 
 class Policy:
@@ -33,7 +34,9 @@ class Policy:
 
     k:      ``config.num_speculative_tokens``
     depth:  the most draft tokens this policy may ask of a request (:meth:`required_depth`)
-    rule:   ``config.verify`` ("token" TV | "block" BV)
+    rule:   ``config.verify`` ("token" TV | "block" BV | a tree rule)
+    rule_row: its :class:`simulator.replay.rules.RuleEntry`: which kind of rule it is
+            (``additive``, ``scan``, ``accept_column``, ``tree``) is asked of the row
     budget: ``config.budget`` (None: C = k per decoding request; :func:`simulator.policies.step_plan.step_budget`)
     """
 
@@ -56,6 +59,7 @@ class Policy:
         self.k = int(config.num_speculative_tokens)
         self.depth = valid_depth(type(self), self.required_depth(config))
         self.rule = config.verify
+        self.rule_row = rule_entry(self.rule)
         self.budget = None if config.budget is None else int(config.budget)
 
     @classmethod

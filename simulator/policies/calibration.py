@@ -25,6 +25,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.policies.base import defines
+from specbatch.simulator.replay.chain import accept_column
 
 #: Mixed into the seed so the split's generator differs from every other stream of a run.
 SPLIT_STREAM = 0xCA11B
@@ -70,7 +71,7 @@ def position_acceptance(trace: Any, depth: int, rule: str) -> np.ndarray:
     j are accepted through it with this probability).  returns # [depth], non-increasing"""
     if trace.n_rows == 0:
         raise SpecbatchError("calibration: the calibration split holds no positions")
-    weights = trace.accept_tv if rule == "token" else trace.p
+    weights = getattr(trace, accept_column(rule))  # TV accept_tv, BV p
     return weights[:, :depth].mean(axis=0)
 
 

@@ -217,7 +217,7 @@ class Tetris(Policy):
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         values = self.estimates(view)  # [n, depth] non-increasing rows
-        if self.rule == "token":
+        if self.rule_row.additive:  # TV: E[τ | X^s] is the prefix sum, top-C is optimal
             s = monotone_topc(values, view.budget)  # = greedy_topc (parity test)
         else:
             s = monotone_optimum(values, view.budget)  # = optimal_dp's optimum (parity test)
@@ -276,7 +276,7 @@ class Oracle(Policy):
     reads = ("accept_tv", "q", "pt", "z")
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
-        if self.rule == "token":
+        if self.rule_row.additive:
             s = allocate(view.accept_tv, view.budget, self.rule)
         else:
             gains = prefix_gains(view.q, view.pt, view.z, self.rule)  # [n, depth + 1]
@@ -302,7 +302,7 @@ class Hindsight(Policy):
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
         full = np.full(view.n, self.depth, dtype=np.int64)
-        if self.rule == "token":
+        if self.rule_row.scan == "leading":  # TV: τ^(s) = min(s, τ_K)
             return full, sample_tau(view.q, view.pt, view.z, full, view.eta, self.rule)
         ok = view.eta[:, : self.depth] < view.p  # [n, depth]
         best = np.where(ok.any(axis=1), self.depth - np.argmax(ok[:, ::-1], axis=1), 0)

@@ -17,7 +17,7 @@ import numpy as np
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.replay.chain import request_keys, uniforms
 from specbatch.simulator.replay.tree import TreeTables
-from specbatch.simulator.replay.trie import TrieTables, tables_for
+from specbatch.simulator.replay.trie import TrieTables, tree_tables_for
 from specbatch.theory.verify.path_stats import block_weights, token_weights
 
 #: Trace column behind each per-position signal of a :class:`StepView`.
@@ -183,7 +183,7 @@ class StepView:
     def tree(self) -> TreeTables | TrieTables:
         """The trace's draft trees as :class:`~simulator.replay.tree.TreeTables` (or
         :class:`~simulator.replay.trie.TrieTables` for path tries; built once per run)."""
-        return self._tables.get(("tree",), tables_for, self._trace)
+        return self._tables.get(("tree",), tree_tables_for, self._trace)
 
     def tree_table(self, key: tuple, build: Callable[..., Any]) -> Any:
         """``build(trace, tree)`` of the whole trace and its :attr:`tree`, computed once per

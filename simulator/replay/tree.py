@@ -55,6 +55,10 @@ class TreeTables:
     widths:   # [D] nodes at depth d < D: the query of draft pass d per request
     """
 
+    #: The rules this class replays and the method of each (simulator.replay.rules names
+    #: this class in exactly these rows; a test checks both ways).
+    REPLAYS = {"specinfer": "_tau_specinfer", "traversal": "_tau_traversal"}
+
     def __init__(self, trace) -> None:
         tree = getattr(trace, "tree", None)
         require(tree is not None, "verify: a tree rule (specinfer, traversal) needs a tree "
@@ -115,7 +119,8 @@ class TreeTables:
 
     def uniforms_needed(self, rule: str) -> int:
         """Uniforms one verification reads: D·W decisions for specinfer, N for traversal."""
-        return self.max_depth * self.width if rule == "specinfer" else self.n_nodes
+        return rule_value(self, rule, {"specinfer": self.max_depth * self.width,
+                                     "traversal": self.n_nodes})
 
     def prefix_mask(self, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """# [n, N] the first ``counts[i]`` nodes of each row's confidence order, plus the
@@ -134,8 +139,9 @@ class TreeTables:
 
         rows # [n] trace rows;  mask # [n, N] bool verified nodes (root included);
         eta # [n, uniforms_needed(rule)] the request's uniforms.  Returns # [n] int64."""
-        if rule == "traversal":
-            return self._tau_traversal(rows, eta)
+        return replay_method(self, rule)(rows, mask, eta)
+
+    def _tau_specinfer(self, rows: np.ndarray, mask: np.ndarray, eta: np.ndarray) -> np.ndarray:
         idx = np.arange(rows.shape[0])
         accept = self.accept[rows]  # [n, N]
 
@@ -146,7 +152,7 @@ class TreeTables:
 
         return rrs_walk(draws, eta, self.max_depth, self.width)
 
-    def _tau_traversal(self, rows: np.ndarray, eta: np.ndarray) -> np.ndarray:
+    def _tau_traversal(self, rows: np.ndarray, mask: np.ndarray, eta: np.ndarray) -> np.ndarray:
         hit = eta[:, :self.n_nodes] < self.trv[rows][:, self.post]  # [n, N] in post-order
         first = np.argmax(hit, axis=1)  # the root's number is 1, so a hit always exists
         return self.depth[self.post[first]]
@@ -156,6 +162,29 @@ class TreeTables:
         pred_kept = mask[:, np.maximum(self.pred, 0)]
         ok = ~mask[:, 1:] | pred_kept[:, 1:]
         return mask[:, 0] & ok.all(axis=1)
+
+
+def replay_method(tables, rule: str):
+    """The bound method ``tables`` replays ``rule`` with (its class's ``REPLAYS``), or the
+    one-line refusal of a rule it does not replay."""
+    name = type(tables).REPLAYS.get(rule)
+    if name is None:
+        refuse_rule(tables, rule, tuple(type(tables).REPLAYS))
+    return getattr(tables, name)
+
+
+def rule_value(tables, rule: str, values: dict) -> int:
+    """``values[rule]``, or the one-line refusal of a rule ``tables`` does not replay."""
+    got = values.get(rule)
+    if got is None:
+        refuse_rule(tables, rule, tuple(values))
+    return got
+
+
+def refuse_rule(tables, rule: str, replayed: tuple) -> None:
+    """A rule a replay class does not replay is an error, never another rule's walk."""
+    raise SpecbatchError(f"verify: {type(tables).__name__} replays {', '.join(replayed)}, "
+                         f"got {rule!r}")
 
 
 def rrs_walk(draws, eta: np.ndarray, max_depth: int, width: int) -> np.ndarray:
@@ -237,18 +266,30 @@ def tau_reference(stats, rule: str, kept: set, eta: list) -> int:
     :meth:`~simulator.replay.trie.TrieTables.tau` from a row's
     :class:`~specbatch.theory.trees.stats.TreeStats`: ``kept`` the verified node ids (root
     included), ``eta`` the request's uniforms (gbv: uniform d at depth d)."""
-    if rule == "gbv":
-        tau = 0
-        for u in sorted((u for u, h in enumerate(stats.gbv_h) if h is not None),
-                        key=lambda u: stats.depth[u]):
-            if eta[stats.depth[u]] < stats.gbv_h[u]:
-                tau = stats.depth[u]
-        return tau
-    if rule == "traversal":
-        for j, u in enumerate(post_order(stats.children)):
-            if eta[j] < stats.trv_accept[u]:
-                return stats.depth[u]
-        return 0
+    walk = _REFERENCE.get(rule)
+    if walk is None:
+        raise SpecbatchError(f"verify: tau_reference replays {', '.join(_REFERENCE)}, "
+                             f"got {rule!r}")
+    return walk(stats, kept, eta)
+
+
+def _gbv_reference(stats, kept: set, eta: list) -> int:
+    tau = 0
+    for u in sorted((u for u, h in enumerate(stats.gbv_h) if h is not None),
+                    key=lambda u: stats.depth[u]):
+        if eta[stats.depth[u]] < stats.gbv_h[u]:
+            tau = stats.depth[u]
+    return tau
+
+
+def _traversal_reference(stats, kept: set, eta: list) -> int:
+    for j, u in enumerate(post_order(stats.children)):
+        if eta[j] < stats.trv_accept[u]:
+            return stats.depth[u]
+    return 0
+
+
+def _specinfer_reference(stats, kept: set, eta: list) -> int:
     width = max(len(d) for d in stats.draws)
     u = 0
     for d in range(max(stats.depth)):
@@ -261,3 +302,8 @@ def tau_reference(stats, rule: str, kept: set, eta: list) -> int:
         else:
             return d
     return max(stats.depth)
+
+
+#: Each tree rule's per-request walk (the twin of the classes' ``REPLAYS`` methods).
+_REFERENCE = {"specinfer": _specinfer_reference, "traversal": _traversal_reference,
+              "gbv": _gbv_reference}

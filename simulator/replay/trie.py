@@ -15,21 +15,22 @@ the draws, so no per-node selection replays):
 
 :class:`TrieTables` has the interface the engine and the tree policies read from
 :class:`~simulator.replay.tree.TreeTables` (``tau``, ``uniforms_needed``, ``widths``,
-``max_depth``, ``drafted``, ``nodes``, ``prefix_mask``), with per-row structure; its twin is
-:func:`simulator.replay.tree.tau_reference`. :func:`tables_for` picks the class of a trace.
+``max_depth``, ``drafted``, ``nodes``, ``prefix_mask``: :class:`simulator.replay.protocols.TreeReplay`),
+with per-row structure; its twin is :func:`simulator.replay.tree.tau_reference`.
+:func:`tree_tables_for` picks the class of a trace.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from specbatch.simulator.replay.tree import TreeTables, rrs_walk
+from specbatch.simulator.replay.tree import TreeTables, replay_method, rrs_walk, rule_value
 from specbatch.theory.trees.stats import post_order
 
 _I64 = np.int64
 
 
-def tables_for(trace) -> TreeTables | TrieTables:
+def tree_tables_for(trace) -> TreeTables | TrieTables:
     """The replay tables of a tree trace: :class:`TrieTables` for path tries, else
     :class:`TreeTables` (which refuses a chain trace in one line)."""
     tree = getattr(trace, "tree", None)
@@ -47,6 +48,9 @@ class TrieTables:
     trv:    # [rows, N] trv_accept;  post: # [rows, N] post-order (root last, then −1 padding)
     gbv:    # [rows, L + 1] h on GBV's path by depth (h_0 = 1)
     """
+
+    #: The rules this class replays and the method of each (as TreeTables.REPLAYS).
+    REPLAYS = {"specinfer": "_tau_specinfer", "traversal": "_tau_traversal", "gbv": "_tau_gbv"}
 
     def __init__(self, trace) -> None:
         tree = trace.tree
@@ -94,8 +98,8 @@ class TrieTables:
 
     def uniforms_needed(self, rule: str) -> int:
         """L·W for specinfer, N for traversal, L + 1 for gbv."""
-        return {"specinfer": self.max_depth * self.width, "traversal": self.n_nodes,
-                "gbv": self.max_depth + 1}[rule]
+        return rule_value(self, rule, {"specinfer": self.max_depth * self.width,
+                                     "traversal": self.n_nodes, "gbv": self.max_depth + 1})
 
     def prefix_mask(self, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """# [n, N] the root and nodes 1..counts[i] of each row (the whole trie when counts
@@ -106,18 +110,19 @@ class TrieTables:
     def tau(self, rule: str, rows: np.ndarray, mask: np.ndarray, eta: np.ndarray) -> np.ndarray:
         """τ_i on each request's whole trie (``mask`` is the whole trie; module docstring).
         rows # [n];  eta # [n, uniforms_needed(rule)].  Returns # [n] int64."""
-        n = rows.shape[0]
-        idx = np.arange(n)
-        if rule == "gbv":
-            ok = eta[:, :self.max_depth + 1] < self.gbv[rows]  # [n, L + 1], column 0 true
-            return (self.max_depth - np.argmax(ok[:, ::-1], axis=1)).astype(_I64)
-        if rule == "traversal":
-            post = self.post[rows]  # [n, N]
-            hit = (post >= 0) & (eta[:, :self.n_nodes] < self.trv[rows[:, None],
-                                                                   np.maximum(post, 0)])
-            first = np.argmax(hit, axis=1)  # the root's number is 1: a hit always exists
-            return self.depth[rows, post[idx, first]]
+        return replay_method(self, rule)(rows, mask, eta)
 
+    def _tau_gbv(self, rows: np.ndarray, mask: np.ndarray, eta: np.ndarray) -> np.ndarray:
+        ok = eta[:, :self.max_depth + 1] < self.gbv[rows]  # [n, L + 1], column 0 true
+        return (self.max_depth - np.argmax(ok[:, ::-1], axis=1)).astype(_I64)
+
+    def _tau_traversal(self, rows: np.ndarray, mask: np.ndarray, eta: np.ndarray) -> np.ndarray:
+        post = self.post[rows]  # [n, N]
+        hit = (post >= 0) & (eta[:, :self.n_nodes] < self.trv[rows[:, None], np.maximum(post, 0)])
+        first = np.argmax(hit, axis=1)  # the root's number is 1: a hit always exists
+        return self.depth[rows, post[np.arange(rows.shape[0]), first]]
+
+    def _tau_specinfer(self, rows: np.ndarray, mask: np.ndarray, eta: np.ndarray) -> np.ndarray:
         def draws(cur: np.ndarray) -> tuple:
             kids = self.kids[rows, cur]  # [n, W]
             return kids, kids >= 0, self.accept[rows, cur]

@@ -27,7 +27,6 @@ from specbatch.cli.common import (
 )
 from specbatch.errors import require
 from specbatch.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DEPTH
-from specbatch.simulator.config.sim_config import VERIFY_RULES
 from specbatch.simulator.cost.hardware import (
     DEFAULT_EXECUTION,
     DEFAULT_SAMPLER,
@@ -48,6 +47,8 @@ from specbatch.simulator.cost.registry import (
 from specbatch.simulator.cost.report import PARTS, cost_sources, row_breakdowns, source_line
 from specbatch.simulator.cost.roofline import RooflineCost, kv_capacity_tokens
 from specbatch.simulator.cost.verify_cost import build_verify_cost
+from specbatch.simulator.replay.rules import names as rule_names
+from specbatch.simulator.replay.rules import rule_entry
 from specbatch.traces.models.shapes import SHAPES
 
 DEFAULT_BATCHES = (1, 8, 32, 64, 128, 256)
@@ -137,7 +138,7 @@ def register(subparsers) -> None:
     show.add_argument("--kv", type=capped_int(MAX_CONTEXT_TOKENS, low=0), default=512, help="cached tokens per request (default 512)")
     show.add_argument("--k", type=capped_int(MAX_DEPTH, low=0), default=3, help="speculative tokens per request (default 3)")
     show.add_argument("--prompt", type=capped_int(MAX_CONTEXT_TOKENS), default=512, help="prompt length for the prefill row")
-    show.add_argument("--verify", default="token", choices=VERIFY_RULES,
+    show.add_argument("--verify", default="token", choices=rule_names(),
                       help="verification rule the sampler runs (default %(default)s)")
     show.add_argument("--verify-cost", default=DEFAULT_SAMPLER, choices=VERIFY_COSTS,
                       help="rejection sampler preset priced in the step (default %(default)s; "
@@ -199,7 +200,7 @@ def show_sampler(args):
     vocabulary); None for ``--verify-cost none`` or a target that is not a known shape."""
     if args.verify_cost == "none" or args.target.lower() not in SHAPES:
         return None
-    return build_verify_cost(args.verify_cost, args.verify, args.hardware,
+    return build_verify_cost(args.verify_cost, rule_entry(args.verify).sampler_cost, args.hardware,
                              SHAPES[args.target.lower()].vocab)
 
 

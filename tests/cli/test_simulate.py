@@ -83,11 +83,12 @@ def test_help_lists_the_allowed_values_of_every_choice(capsys):
     from specbatch.simulator.config import sim_config as config
     from specbatch.simulator.cost.hardware import HARDWARE
     from specbatch.simulator.policies.registry import POLICIES
+    from specbatch.simulator.replay.rules import names as rule_names
 
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for options in (POLICIES, config.VERIFY_RULES, config.ARRIVALS, config.ROUTERS,
+    for options in (POLICIES, rule_names(), config.ARRIVALS, config.ROUTERS,
                     config.COSTS, config.SAMPLINGS, config.THRESHOLD_MODES, HARDWARE):
         assert "one of " + ", ".join(sorted(options) if isinstance(options, dict)
                                      else options) in text

@@ -12,7 +12,7 @@ import pytest
 
 from specbatch.simulator.replay.chain import request_keys, uniforms
 from specbatch.simulator.replay.tree import tau_reference
-from specbatch.simulator.replay.trie import TrieTables, tables_for
+from specbatch.simulator.replay.trie import TrieTables, tree_tables_for
 from specbatch.theory.exact.small_models import random_pair
 from specbatch.theory.trees.stats import tau_law_from_stats, tree_stats
 from specbatch.theory.trees.tree_shapes import parse_shape, tree_law
@@ -56,9 +56,9 @@ def tries():
     return SimpleNamespace(tree=nodes_of(stats, shape)), stats
 
 
-def test_tables_for_picks_the_trie_tables_and_the_rows_differ(tries):
+def test_tree_tables_for_picks_the_trie_tables_and_the_rows_differ(tries):
     trace, stats = tries
-    t = tables_for(trace)
+    t = tree_tables_for(trace)
     assert isinstance(t, TrieTables)
     assert set(t.sizes.tolist()) == {3, 4, 5} and t.n_nodes == 5
     assert t.drafted == 4 and t.widths.tolist() == [1, 2] and t.width == 2
