@@ -1,11 +1,14 @@
-"""``specbatch plan`` with and without the lower-bound skipping, same run, same machine.
+"""``specbatch plan`` exhaustive and pruned, same run, same machine.
 
 The README's question (Vicuna-33B + 68M draft on H100s, Poisson 4 req/s, prompts 500,
 outputs 200, p99 TPOT <= 0.1 s) searched twice, each in a fresh process and folder:
-``--exhaustive`` (every setting of every searched level, what the planner did before the
-bounds) and the default (skip what the bounds prove cannot pass or cannot matter). Prints
-the simulations each ran, CPU seconds (the process and its pool workers) and wall seconds,
-the load average, and whether both chose the same configuration and frontier.
+``--exhaustive`` (every setting of every searched level simulated whole: the reference
+path) and the default (skip what the lower bounds prove cannot pass or cannot matter, and
+stop a run as soon as what it simulated proves it fails or cannot beat the frontier).
+Prints the simulations each ran (and how many stopped early), the engine steps they
+simulated, CPU seconds (the process and its pool workers) and wall seconds, the load
+average, and whether both chose the same configuration with the same numbers and drew the
+same frontier.
 
     .venv/bin/python benchmarks/plan_bench.py [--requests 256] [--workers 2] [--json]
 """
@@ -39,6 +42,24 @@ def run(extra: list[str], out: Path, workers: int, requests: int) -> dict:
     return {"report": json.loads(proc.stdout), "cpu_s": cpu, "wall_s": wall}
 
 
+def answer(report: dict) -> dict:
+    """The choice (numbers, memory plan, gain over ar) and the frontier, paths left out."""
+    choice = {k: v for k, v in (report["choice"] or {}).items()
+              if k not in ("config", "simulate")}
+    return {"choice": choice, "pareto": report["pareto"]}
+
+
+def simulated_steps(out: Path) -> int:
+    """Engine steps of every distinct run stored under ``out`` (a whole run under a stop
+    rule is stored twice, once per key)."""
+    seen: dict[str, int] = {}
+    for path in (out / "runs").rglob("points/*.json"):
+        record = json.loads(path.read_text())
+        seen[json.dumps(record["config"], sort_keys=True)] = int(
+            record["summary"].get("steps") or 0)
+    return sum(seen.values())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=256)
@@ -52,17 +73,23 @@ def main() -> None:
             got = run(extra, Path(tmp) / name, args.workers, args.requests)
             report = got.pop("report")
             rows[name] = {**got, "load": load, "runs": report["searched"]["runs"],
+                          "stopped": report["searched"].get("stopped", 0),
+                          "steps": simulated_steps(Path(tmp) / name),
                           "choice": report["choice"] and report["choice"]["label"],
+                          "answer": answer(report),
                           "pareto": [p["label"] for p in report["pareto"]]}
-    same = all(rows["pruned"][k] == rows["exhaustive"][k] for k in ("choice", "pareto"))
+    same = all(rows["pruned"][k] == rows["exhaustive"][k] for k in ("answer", "pareto"))
+    for r in rows.values():
+        r.pop("answer")
     if args.json:
         print(json.dumps({"rows": rows, "same_answer": same}))
         return
     for name, r in rows.items():
-        print(f"{name:>10}: {r['runs']:>4} simulations, {r['cpu_s']:7.1f} CPU-s, "
-              f"{r['wall_s']:7.1f} s wall (load {r['load']:.1f}); {r['choice']}")
+        print(f"{name:>10}: {r['runs']:>4} simulations ({r['stopped']} stopped early), "
+              f"{r['steps']:>7,} steps, {r['cpu_s']:7.1f} CPU-s, {r['wall_s']:7.1f} s wall "
+              f"(load {r['load']:.1f}); {r['choice']}")
     ratio = rows["exhaustive"]["cpu_s"] / rows["pruned"]["cpu_s"]
-    print(f"same choice and frontier: {same}; CPU {ratio:.2f}x less")
+    print(f"same choice (with its numbers) and frontier: {same}; CPU {ratio:.2f}x less")
 
 
 if __name__ == "__main__":

@@ -25,10 +25,11 @@ tokens, a pool that never runs out); the Sarathi / unchunked ratio of the same r
 fast engine and the per-request reference loop (``reference=True``), CPU seconds per step
 of both and their ratio. Last, whole ``specbatch simulate`` processes on that workload (ar
 and tetris under vllm-v1 and vllm-v0 at vLLM's settings, ar at Sarathi's): simulated tokens
-per wall and per CPU second and peak RSS. No ratio to Vidur is printed: that needs Vidur
-run side by side in the same session (docs/benchmarks.md). ``--baseline DIR`` (a source
-tree, e.g. ``git archive COMMIT | tar -x -C DIR``) runs each engine path of that
-implementation too, alternating process by process, and prints the two side by side.
+per wall and per CPU second and peak RSS. No ratio to Vidur is printed here: that needs
+Vidur run side by side in the same session (benchmarks/vidur_side_by_side.py).
+``--baseline DIR`` (a source tree, e.g. ``git archive COMMIT | tar -x -C DIR``) runs each
+engine path of that implementation too, alternating process by process, and prints the
+two side by side.
 
 Usage: .venv/bin/python benchmarks/sim_bench.py [--requests N] [--repeat R] [--quick] [--json]
 Goals: the headline >= 2.5M simulated tokens per CPU second with vllm-v1 at least as fast as

@@ -179,13 +179,14 @@ PROGRESS_MIN_REQUESTS = 100_000
 
 def run_engine(config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
                policy: Policy, capacity: int | None, reference: bool = False,
-               progress: str | None = None, steps_to: StepWriter | DropSteps | None = None
+               progress: str | None = None, stop=None,
+               steps_to: StepWriter | DropSteps | None = None
                ) -> tuple[pd.DataFrame, pd.DataFrame | StepTotals | None]:
     """Run ``policy`` (built from ``config``) on a prepared workload with ``capacity`` KV
     tokens per replica; returns the request and step tables.
 
     progress: a label to show a bar of finished requests on stderr under (large runs only:
-    :data:`PROGRESS_MIN_REQUESTS`), or None.
+    :data:`PROGRESS_MIN_REQUESTS`), or None. stop: the engine's early stop (simulator.engine.core).
     steps_to: stream the step table to this writer as the run goes (simulator.step_stream);
     the second result is then the table's :class:`~simulator.metrics.StepTotals` (None for
     a :class:`~simulator.step_stream.DropSteps`, which keeps no step).
@@ -193,7 +194,8 @@ def run_engine(config: SimConfig, trace: Trace, workload: Workload, cost: CostMo
     with finished_bar(progress if workload.n >= PROGRESS_MIN_REQUESTS else None,
                       workload.n) as bar:
         engine = Engine(config, trace, workload, cost, policy, capacity=capacity,
-                        reference=reference, progress=bar.update if bar is not None else None)
+                        reference=reference, progress=bar.update if bar is not None else None,
+                        stop=stop)
         if steps_to is not None:
             engine.rec.step_rows.stream_to(steps_to)
         rec = engine.run()
@@ -219,7 +221,7 @@ def finished_bar(label: str | None, total: int) -> Iterator:
 
 def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostModel | None = None,
              reference: bool = False, allow_partial: bool = False,
-             progress: bool = False, steps_file: str | os.PathLike | None = None
+             progress: bool = False, stop=None, steps_file: str | os.PathLike | None = None
              ) -> SimResult:
     """Simulate ``config`` (on ``trace`` when given, else the one it names).
 
@@ -227,6 +229,9 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     reference:  use the engine's per-request reference twin (parity tests, benchmarks).
     progress:   show a bar of finished requests on stderr for large runs (the results are
     the same either way).
+    stop:       an early stop (simulator.engine.core; the planner's analysis.plan.slo.EarlyStop).
+    When it ends the run, the tables hold what happened until then and the summary only
+    :func:`stopped_summary`'s counts (no speedup run).
     steps_file: write the step table to this Parquet file while the run goes instead of
     holding it (simulator.step_stream; the result's ``steps_file``); a failed run leaves the
     file unfinished, so give a path in a folder that is discarded then (:func:`simulate_to`).
@@ -270,11 +275,17 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     writer = StepWriter(steps_file) if steps_file is not None else None
     try:
         requests, steps = run_engine(config, trace, workload, cost, policy, capacity, reference,
-                                     progress="simulate" if progress else None, steps_to=writer)
+                                     progress="simulate" if progress else None, stop=stop,
+                                     steps_to=writer)
     except BaseException:
         if writer is not None:
             writer.abort()
         raise
+    if stop is not None and stop.stopped_at is not None:
+        return SimResult(config=config, requests=requests,
+                         step_table=None if streamed else steps,
+                         summary=stopped_summary(requests, steps, stop.stopped_at, capacity),
+                         steps_file=Path(steps_file) if streamed else None)
     summary = summarize(requests, steps, config.slo)
     summary["scheduler"] = config.scheduler
     summary["policy"] = config.policy
@@ -322,6 +333,17 @@ def simulate_to(out_dir: str | os.PathLike, config: SimConfig, trace: Trace | No
             on_result(result)
         result.write_files(tmp)
     return dataclasses.replace(result, steps_file=Path(out_dir) / "steps.parquet")
+
+
+def stopped_summary(requests: pd.DataFrame, steps: pd.DataFrame | StepTotals, time: float,
+                    capacity: int | None) -> dict:
+    """What a run an early stop ended at ``time`` can say: counts so far, no latencies."""
+    n_steps = steps.steps if isinstance(steps, StepTotals) else len(steps)
+    return {"stopped_at": float(time), "requests": int(len(requests)),
+            "finished": int(requests["finish"].notna().sum()), "steps": int(n_steps),
+            "preemptions": int(requests["preemptions"].sum()),
+            "recomputed_tokens": int(requests["recomputed_tokens"].sum()),
+            "kv_capacity": capacity}
 
 
 def split_notes(config: SimConfig, held_out: tuple) -> tuple[str, ...]:

@@ -34,3 +34,16 @@ def test_packages_using_it_stay_light_until_a_name_is_read():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout.split()
     assert out == ["True", "True"]
+
+
+def test_a_roofline_simulation_never_imports_scipy():
+    """scipy.optimize (the calibrated laws' fits, ~0.5 CPU s to import) and scipy.sparse (the
+    LPs) load where a fit or a program is built, not in every ``specbatch simulate``'s
+    start-up (issue 35: a whole process is what users time against Vidur)."""
+    code = ("import sys; from specbatch.cli import main; "
+            "rc = main(['simulate', '--requests', '4', '--kv-mode', 'paged', '--json']); "
+            "print(rc, sorted(m for m in sys.modules if m.split('.')[0] == 'scipy')[:3], "
+            "file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert proc.stderr.strip().splitlines()[-1] == "0 []"

@@ -15,3 +15,49 @@ def plan_sources(base: dict, report: dict, hardware: tuple[str, ...]) -> dict:
     config = make_config({**base, "hardware": choice["hardware"], "tp": choice["tp"]})
     return {"cost": config.cost, "hardware": choice["hardware"], "tp": choice["tp"],
             **cost_sources(build_cost(config))}
+
+
+#: Cost models a planner process has built: every run (and bound) of one deployment in a
+#: process prices its passes with one instance, so the tables a model fills lazily (the
+#: calibrated pricer's monotone envelopes and per-Q memo) are built once per deployment and
+#: process (the search keeps one pool of workers: analysis.plan.search.Runner).
+_COSTS: dict[tuple, object] = {}
+
+
+#: SimConfig fields the planner varies within a deployment that no cost model reads (the
+#: speculation setting and the data-parallel copies): runs differing only in them share one.
+NOT_COST_FIELDS = ("policy", "num_speculative_tokens", "extra", "verify", "replicas")
+
+
+def cost_key(config) -> str:
+    """Every SimConfig field but :data:`NOT_COST_FIELDS` (so a field simulator.run.build_cost
+    reads, today's or a later one, can never be shared across)."""
+    import dataclasses
+    import json
+
+    fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in NOT_COST_FIELDS}
+    return json.dumps(fields, sort_keys=True, default=str)
+
+
+def shared_cost(config):
+    """``build_cost(config)``, built once per :func:`cost_key` in this process and warmed
+    (:func:`warm`). A model's lazy tables only cache what it computes (the same numbers
+    whoever asks first), so a run priced by the shared model is bit-identical to one that
+    builds its own (tests/analysis/plan/test_search.py)."""
+    from specbatch.simulator.run import build_cost
+
+    key = cost_key(config)
+    if key not in _COSTS:
+        if len(_COSTS) >= 64:
+            _COSTS.pop(next(iter(_COSTS)))
+        _COSTS[key] = warm(build_cost(config))
+    return _COSTS[key]
+
+
+def warm(cost):
+    """Fill a calibrated model's per-role envelopes (the running maxima of the laws over the
+    correction grid, simulator.cost.calibrated.RolePricer.monotone) by pricing one token."""
+    for role in (getattr(cost, "roles", None) or {}).values():
+        if hasattr(role, "per_token_parts"):
+            role.per_token_parts(1.0)
+    return cost

@@ -166,8 +166,9 @@ def answer(base: dict, question: Question, runs_dir: Path, **executor: Any) -> A
         "pruned": [{"deployment": d.label, "gpus": d.gpus, "cost": d.cost, "limit": why}
                    for d, why in pruned],
         "searched": {"levels": found.levels, "runs": found.runs, "computed": found.computed,
-                     "reused": found.reused, "skipped": len(found.skipped),
-                     "exhaustive": not question.prune},
+                     "reused": found.reused,
+                     "skipped": sum(not s.stopped for s in found.skipped),
+                     "stopped": found.stopped, "exhaustive": not question.prune},
     }
     return Answer(report, choice, found)
 

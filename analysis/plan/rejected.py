@@ -9,11 +9,15 @@ from specbatch.analysis.plan.space import Deployment
 
 
 def configuration_dict(e: Entry) -> dict:
-    """One simulated configuration, compactly: cost, verdict, latencies, preemptions."""
+    """One simulated configuration, compactly: cost, verdict, latencies, preemptions; a run
+    an early stop ended says when (``stopped_at``; its latencies are then lower bounds)."""
     lat = e.verdict.latency
-    return {"label": e.label, "cost": e.deployment.cost, "passed": e.verdict.passed,
-            "limits": list(e.verdict.limits), "ttft": lat["ttft"], "tpot": lat["tpot"],
-            "e2e": lat["e2e"], "preemptions": e.memory["preemptions"]}
+    out = {"label": e.label, "cost": e.deployment.cost, "passed": e.verdict.passed,
+           "limits": list(e.verdict.limits), "ttft": lat["ttft"], "tpot": lat["tpot"],
+           "e2e": lat["e2e"], "preemptions": e.memory["preemptions"]}
+    if e.stopped_at is not None:
+        out["stopped_at"] = e.stopped_at
+    return out
 
 
 def rejected(entries: tuple[Entry, ...], skipped: tuple[Skipped, ...] = ()) -> list[dict]:

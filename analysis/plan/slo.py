@@ -22,6 +22,7 @@ Two more limits are checked whatever the SLOs:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,3 +155,147 @@ def memory_plan(requests: pd.DataFrame, summary: dict, max_num_seqs: int, depth:
         "preemptions": int(summary.get("preemptions", 0)),
         "recomputed_tokens": int(summary.get("recomputed_tokens", 0)),
     }
+
+
+# ------------------------------------------------------------------ early stop
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a planner's run may end before its last request finishes (:class:`EarlyStop`):
+    its SLOs (``slos``) and, for a setting that only matters if it beats the frontier, the
+    e2e at the percentile it must beat (``beat``, of the passing entry ``beat_label``; None:
+    no such threshold). Part of the stored run's key (:meth:`identity`)."""
+
+    slos: Slos
+    beat: float | None = None
+    beat_label: str = ""
+
+    def identity(self) -> dict:
+        return {"slos": [self.slos.ttft, self.slos.tpot, self.slos.e2e, self.slos.percentile,
+                         self.slos.goodput, self.slos.allow_preemption],
+                "beat": self.beat, "beat_label": self.beat_label}
+
+
+def over_needed(n: int, percentile: float) -> int:
+    """How many of n samples above a bound prove their ``percentile`` (np.percentile's linear
+    interpolation) is above it: n − ⌊h⌋ with h = (n − 1)·p/100, the virtual index, taken a
+    hair lower so that numpy's rounded h never makes it ask for fewer (an integral h asks
+    for one sample more than needed).
+
+    Why: with c ≥ n − ⌊h⌋ samples above B, the sorted x[⌊h⌋] > B and x[⌊h⌋+1] ≥ x[⌊h⌋]; the
+    interpolation lies between them (numpy's lerp never undershoots its lower end), so the
+    percentile is > B."""
+    return n - math.floor((n - 1) * (percentile / 100.0) - 1e-9)
+
+
+def latency_floors(time: float, arrival: np.ndarray, first_token: np.ndarray,
+                   finish: np.ndarray, output_len: np.ndarray) -> dict[str, np.ndarray]:
+    """Each request's TTFT, TPOT and e2e as :func:`per_request` will compute them, or a lower
+    bound where the run has not recorded them yet at ``time``: a NaN first token (finish)
+    comes at ``time`` or later (simulator.engine.core's stop), so ``time`` stands in for it, and
+    the same float operations, each monotone, bound the final values from below. TPOT uses the
+    output length, the tokens a finished request emitted. # [N] each"""
+    e2e = np.where(np.isnan(finish), time, finish) - arrival
+    ttft = np.where(np.isnan(first_token), time, first_token) - arrival
+    tokens = output_len.astype(np.float64)
+    tpot = np.where(tokens > 1, (e2e - ttft) / np.maximum(tokens - 1, 1), 0.0)
+    return {"ttft": ttft, "tpot": tpot, "e2e": e2e}
+
+
+def stop_reason(rule: StopRule, floors: dict[str, np.ndarray], preempted: bool,
+                time: float) -> tuple[str, str] | None:
+    """``("fails", why)`` when the run must fail its limits whatever happens after ``time``,
+    ``("cannot beat", why)`` when its e2e at the percentile must exceed ``rule.beat``, or
+    None. ``floors``: :func:`latency_floors` at ``time``.
+
+    - memory: a preemption (not allowed) is a limit, and preemptions never go away;
+    - an SLO: :func:`over_needed` requests over it, by their floors (so by their final
+      values too), fix the percentile above it;
+    - goodput: with v requests over some SLO the share meeting all is ≤ (N − v)/N;
+    - beat: as an SLO, against ``rule.beat``.
+    """
+    slos, at = rule.slos, f"at t = {time:.4g} s; run stopped there"
+    if preempted and not slos.allow_preemption:
+        return "fails", f"memory: KV cache ran out (a preemption {at})"
+    n = floors["e2e"].shape[0]
+    if not n:
+        return None
+    need, p = over_needed(n, slos.percentile), slos.percentile
+    bad = np.zeros(n, dtype=bool)
+    for name, bound in slos.bounds().items():
+        over = floors[name] > bound
+        bad |= over
+        count = int(np.count_nonzero(over))
+        if count >= need:
+            low = float(np.percentile(floors[name], p))
+            return "fails", (f"{name.upper()} p{p:g} >= {low:.3g} s > {bound:g} s ({count} of "
+                             f"{n} requests over {at})")
+    if slos.bounds():
+        v = int(np.count_nonzero(bad))
+        share = (n - v) / n
+        if share < slos.goodput:
+            return "fails", (f"goodput <= {share:.3f} < {slos.goodput:g} ({v} of {n} requests "
+                             f"over a bound {at})")
+    if rule.beat is not None:
+        over = floors["e2e"] > rule.beat
+        if int(np.count_nonzero(over)) >= need:
+            low = float(np.percentile(floors["e2e"], p))
+            return "cannot beat", (f"cannot beat the frontier: e2e p{p:g} >= {low:.3g} s > "
+                                   f"{rule.beat:.3g} s of {rule.beat_label} ({at})")
+    return None
+
+
+class EarlyStop:
+    """The engine's early stop for one planner run (simulator.engine.core ``stop``): ends the run
+    as soon as :func:`stop_reason` proves its verdict (it fails), or that it cannot beat the
+    frontier, from what happened so far. Checked every :attr:`every` events (a later check
+    only stops later). A run it never stops is the full run, bit for bit."""
+
+    def __init__(self, rule: StopRule) -> None:
+        self.rule = rule
+        self.every = 16
+        self.stopped_at: float | None = None
+
+    def __call__(self, time: float, rec, workload) -> bool:
+        if self.every == 16 and workload.n > 1024:  # each check is O(N)
+            self.every = workload.n // 64
+        preempted = bool(np.count_nonzero(rec.preemptions))
+        if not preempted and time <= self.first_due(workload):
+            return False
+        floors = latency_floors(time, workload.arrival, rec.first_token, rec.finish,
+                                workload.output_len)
+        return stop_reason(self.rule, floors, preempted, time) is not None
+
+    def first_due(self, workload) -> float:
+        """Before the first arrival plus the smallest bound, no request can be over one."""
+        if not hasattr(self, "_due"):
+            slos = self.rule.slos
+            bounds = [b for n, b in slos.bounds().items() if n != "tpot"]
+            if slos.tpot is not None:
+                bounds.append(0.0)
+            if self.rule.beat is not None:
+                bounds.append(self.rule.beat)
+            first = float(workload.arrival.min()) if workload.n else 0.0
+            self._due = first + min(bounds) if bounds else math.inf
+        return self._due
+
+
+def judge_stopped(requests: pd.DataFrame, summary: dict, rule: StopRule
+                  ) -> tuple[str, Verdict]:
+    """The verdict of a run :class:`EarlyStop` ended (``summary["stopped_at"]``), from its
+    partial request table: ``("fails" | "cannot beat", verdict)``; the latencies are the
+    percentiles of :func:`latency_floors` (lower bounds of the full run's), ``goodput`` an
+    upper bound."""
+    time = float(summary["stopped_at"])
+    floors = latency_floors(time, *(requests[c].to_numpy(dtype=np.float64) for c in
+                                    ("arrival", "first_token", "finish", "output_len")))
+    preempted = bool(int(summary.get("preemptions") or 0))
+    kind, why = stop_reason(rule, floors, preempted, time)
+    p = rule.slos.percentile
+    latency: dict = {n: float(np.percentile(floors[n], p)) for n in SLO_NAMES}
+    ok = np.ones(len(requests), dtype=bool)
+    for name, bound in rule.slos.bounds().items():
+        ok &= floors[name] <= bound
+    latency.update(goodput=float(ok.mean()) if len(ok) else 0.0, sustained=None,
+                   queue_growth=None, stopped_at=time)
+    return kind, Verdict(passed=False, limits=(why,), latency=latency)

@@ -49,7 +49,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares, nnls
 
 #: Streaming multiprocessors per GPU (NVIDIA datasheets: H100 SXM5 132, A100 108, A40 84,
 #: H200 132, L40S 142).
@@ -59,6 +58,16 @@ SM_COUNT = {"h100": 132, "h200": 132, "a100": 108, "a40": 84, "l40s": 142}
 EXTRA_PEAKS = {"a40": (149.7e12, 696e9)}
 GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 SMALL_OPS = ("emb", "input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
+
+
+def scipy_optimize():
+    """``scipy.optimize``, imported on first fit: pricing from the stored laws never needs it,
+    and its import is ~0.5 CPU s of every ``specbatch simulate`` start-up (issue 35)."""
+    import scipy.optimize
+
+    return scipy.optimize
+
+
 TILE_N = 128
 TILE_M_CHOICES = (64, 128)
 MIN_TILE_M = 16
@@ -267,7 +276,7 @@ def fit_gemm(compute: pd.DataFrame, gpu: str, peaks: tuple[float, float],
         lo = [x0[0] - 3, x0[1] - 3, math.log(1e-8), math.log(0.05), math.log(1.0), math.log(1.0)]
         hi = [x0[0] + 1, x0[1] + 1, math.log(1e-4), math.log(20.0), math.log(4096.0),
               math.log(65536.0)]
-        res = least_squares(residual, x0, method="trf", bounds=(lo, hi), max_nfev=400)
+        res = scipy_optimize().least_squares(residual, x0, method="trf", bounds=(lo, hi), max_nfev=400)
         if best is None or res.cost < best[0]:
             best = (res.cost, law(res.x))
     return best[1]
@@ -288,7 +297,7 @@ def fit_small_ops(compute: pd.DataFrame) -> dict:
             ws.append(layer_totals(cell)[keep])
         x, q, t, w = (np.concatenate(a) for a in (xs, qs, ts, ws))
         a = np.stack([np.ones_like(x), x / q * 1e-6, x * 1e-9], axis=1) / w[:, None]  # [rows, 3]
-        coef, _ = nnls(a, t / w)
+        coef, _ = scipy_optimize().nnls(a, t / w)
         laws[op] = SmallOpLaw(float(coef[0]), float(coef[1] * 1e-6), float(coef[2] * 1e-9))
     return laws
 
@@ -335,7 +344,7 @@ class AllReduceLaw:
 def fit_allreduce(sizes: np.ndarray, seconds: np.ndarray) -> AllReduceLaw:
     """NNLS of t = α + s/γ weighted by 1/t over one measured curve."""
     a = np.stack([np.ones_like(sizes), sizes / 1e9], axis=1) / seconds[:, None]
-    coef, _ = nnls(a, np.ones_like(seconds))
+    coef, _ = scipy_optimize().nnls(a, np.ones_like(seconds))
     return AllReduceLaw(float(coef[0]), 1e9 / max(float(coef[1]), 1e-30))
 
 

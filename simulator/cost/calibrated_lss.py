@@ -50,9 +50,9 @@ import functools
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import nnls
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.cost.calibrated_fit import scipy_optimize
 from specbatch.simulator.cost.calibrated_transfer import (
     nearest_profile,
     transfer_check,
@@ -133,7 +133,7 @@ def fit_attention(shape: ModelShape, tp: int, sums: tuple, seconds: np.ndarray,
     coef = {}
     for regime, mask in (("decode", ~chunked), ("chunked", chunked)):
         cols = list(REGIME_COLUMNS[regime])
-        sol, _ = nnls(x[mask][:, cols] / t[mask, None], np.ones(int(mask.sum())))
+        sol, _ = scipy_optimize().nnls(x[mask][:, cols] / t[mask, None], np.ones(int(mask.sum())))
         full = np.zeros(5)
         full[cols] = sol
         coef[regime] = tuple(float(v) for v in full)

@@ -20,6 +20,8 @@ them; ``attention``; ``allreduce``; ``lm_head``; ``launch``), summing to ``step_
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from specbatch.simulator.cost.interface import ROLES, batch_sums
@@ -98,14 +100,16 @@ def roofline_source(model, role: str) -> dict:
 def cost_sources(model) -> dict:
     """Per role ("target", "draft"): ``summary`` (one line naming the source) and, where
     known, the parts' sources and validated errors."""
-    from specbatch.simulator.cost.calibrated import CalibratedCost
     from specbatch.simulator.cost.free_draft import FreeDraftCost
     from specbatch.simulator.cost.profiled import ProfiledCost
     from specbatch.simulator.cost.roofline import RooflineCost
 
+    # a calibrated model's module is loaded already; importing it for the check alone cost
+    # every roofline `simulate` its fitting stack at start-up (issue 35)
+    calibrated = sys.modules.get("specbatch.simulator.cost.calibrated")
     draft_free = isinstance(model, FreeDraftCost)
     inner = model.inner if draft_free else model
-    if isinstance(inner, CalibratedCost):
+    if calibrated is not None and isinstance(inner, calibrated.CalibratedCost):
         out = inner.sources()
     elif isinstance(inner, RooflineCost):
         out = {role: roofline_source(inner, role) for role in ROLES}

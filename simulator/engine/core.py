@@ -104,13 +104,20 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
     against the policy contract (a user's policy is always checked)
     progress: called with the number of requests that finished, after each step that
     finished some (a progress bar's ``update``); it never changes the run
+    stop:     None, or an early stop: called as ``stop(time, records, workload)`` before the
+    event at ``time`` every ``stop.every`` events; when it returns True the run ends there
+    (``stop.stopped_at = time``; requests not finished keep NaN times). At that call every
+    request whose ``finish`` (``first_token``) is NaN finishes (emits its first token) at
+    ``time`` or later: a step's outcome is recorded when it starts, and no step starts
+    before the event being processed. Runs without it are unchanged (analysis.plan.slo)
     """
 
     def __init__(self, config: Any, trace: Any, workload: Any, cost: CostModel, policy: Policy,
                  *, capacity: int | None, reference: bool = False,
-                 progress: Callable[[int], object] | None = None) -> None:
+                 progress: Callable[[int], object] | None = None, stop: Any = None) -> None:
         self.config = config
         self.progress = progress
+        self.stop = stop
         self.trace = trace
         self.w = workload
         self.cost = cost
@@ -220,8 +227,16 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
         cursor = 0
         if n:
             self.push(float(arrival[order[0]]), ARRIVAL, 0)
+        stop, tick = self.stop, 0
         while self.heap:
             time, kind, _, payload = heapq.heappop(self.heap)
+            if stop is not None:
+                tick += 1
+                if tick >= stop.every:
+                    tick = 0
+                    if stop(time, self.rec, self.w):
+                        stop.stopped_at = time
+                        return self.rec
             if kind == ARRIVAL:
                 uid = int(order[cursor])
                 cursor += 1

@@ -156,8 +156,10 @@ def tables_for(trace: Any, rule: str, cache: Any = None) -> Any:
     trace's tree kind has no replay class for (gbv on a branching tree)."""
     row = rule_entry(rule)
     if not row.tree:
+        from specbatch.simulator.replay.chain import shared_tables
+
         (cls,) = row.replay_classes()
-        return cls(trace, rule)
+        return shared_tables(trace, rule, cls)  # one per loaded trace and rule
     from specbatch.simulator.replay.trie import tree_tables_for
 
     tables = (tree_tables_for(trace) if cache is None

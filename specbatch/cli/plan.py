@@ -106,9 +106,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     space.add_argument("--acceptance-band", metavar="A,B", default=None,
                        help="also plan with a constant acceptance alpha = A and = B")
     space.add_argument("--exhaustive", action="store_true",
-                       help="simulate every setting of every searched level (default: skip "
-                            "settings a latency lower bound proves cannot pass or matter; "
-                            "the answer is the same)")
+                       help="simulate every setting of every searched level whole (default: "
+                            "skip settings a latency lower bound proves cannot pass or matter, "
+                            "and stop runs once their verdict is certain; the answer is the "
+                            "same)")
     run = p.add_argument_group("execution")
     run.add_argument("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
                      help="local processes (or LocalCluster workers); default min(4, cores)")
@@ -298,6 +299,8 @@ def format_report(report: dict) -> str:
                      f"{source_line(src)}")
     s = report["searched"]
     skipped = f", {s['skipped']} skipped by lower bounds" if s.get("skipped") else ""
+    if s.get("stopped"):
+        skipped += f", {s['stopped']} stopped early once their verdict was certain"
     lines.append(f"searched {s['runs']} runs in {s['levels']} cost levels ({s['computed']} "
                  f"computed, {s['reused']} reused{skipped}); written to {report['out']}"
                  + (f"; figure: {report['figure']}" if report["figure"] else "; no figure"))

@@ -23,13 +23,16 @@ import math
 import time
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.theory.exact import enumeration as exact
 from specbatch.theory.exact.small_models import ModelPair, Prefix, sequence_prob
+
+if TYPE_CHECKING:  # scipy.sparse is imported where a program is built (start-up cost)
+    import scipy.sparse as sp
 
 #: Default cap on the number of LP variables (LP A: V^(2γ); LP B: V^γ (γ+1) V).
 DEFAULT_MAX_VARIABLES = 20_000
@@ -122,6 +125,8 @@ def lp_a_program(pair: ModelPair, gamma: int, context: Prefix = (),
     idx = np.arange(n * n).reshape(n, n)
     rows = np.concatenate([np.repeat(np.arange(n), n), n + np.tile(np.arange(n), n)])
     cols = np.concatenate([idx.ravel(), idx.ravel()])
+    import scipy.sparse as sp
+
     a_eq = sp.csr_matrix((np.ones(2 * n * n), (rows, cols)), shape=(2 * n, n * n))
     return LinearProgram(lcp.ravel(), a_eq, np.concatenate([ms, mb]), (n, n))
 
@@ -168,6 +173,8 @@ def lp_b_program(pair: ModelPair, gamma: int, context: Prefix = (),
                 vals.append(coef)
         b.append(_f(sequence_prob(pair.target, z, context)))
         row += 1
+    import scipy.sparse as sp
+
     a_eq = sp.csr_matrix((vals, (rows, cols)), shape=(row, n))
     c = np.tile(np.repeat(np.arange(gamma + 1, dtype=np.float64), vocab), n_x)
     return LinearProgram(c, a_eq, np.array(b), (n_x, gamma + 1, vocab))

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-import scipy.sparse as sp
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.limits import ALLOW_ENV, allowed
@@ -254,6 +253,8 @@ def ot_program(p: Row, drafts: dict) -> LinearProgram:
                            len(keys) + np.tile(np.arange(vocab), len(keys))])
     cols = np.concatenate([np.arange(n), np.arange(n)])
     keep = rows < len(keys) + vocab - 1
+    import scipy.sparse as sp  # here, not at import: start-up cost of every simulate
+
     a_eq = sp.csr_matrix((np.ones(2 * n)[keep], (rows[keep], cols[keep])),
                          shape=(len(keys) + vocab - 1, n))
     b_eq = np.array([float(drafts[k]) for k in keys] + [float(v) for v in p[:-1]])

@@ -1,8 +1,10 @@
-"""Skipping what the lower bounds rule out changes nothing in the answer: the pruned search
-and the exhaustive one choose the same configuration with the same numbers, draw the same
-frontier, search the same levels, and every run both simulate is identical; what the pruned
-search skipped is, in the exhaustive one, failing ("cannot pass") or neither the choice nor on
-the frontier ("cannot beat the frontier")."""
+"""Skipping what the lower bounds rule out, and stopping runs early once their verdict is
+certain, change nothing in the answer: the pruned search and the exhaustive one choose the
+same configuration with the same numbers, draw the same frontier, search the same levels,
+and every run both simulate whole is identical; a run the pruned search stopped fails in
+the exhaustive one, no faster than the stopped run's lower bounds; what the pruned search
+skipped is, in the exhaustive one, failing ("cannot pass") or neither the choice nor on the
+frontier ("cannot beat the frontier")."""
 
 from __future__ import annotations
 
@@ -37,7 +39,14 @@ def assert_same_answer(pruned: dict, full: dict) -> None:
     assert pruned["acceptance"] == full["acceptance"]
     every = {c["label"]: c for c in full["configurations"]}
     for c in pruned["configurations"]:  # a run both simulate has the same numbers
-        assert every[c["label"]] == c
+        whole = every[c["label"]]
+        if "stopped_at" not in c:
+            assert whole == c
+            continue
+        assert not c["passed"] and not whole["passed"], (c, whole)
+        for name in ("ttft", "tpot", "e2e"):  # the stopped run's latencies bound the run's
+            assert c[name] <= whole[name], (name, c, whole)
+        assert whole["preemptions"] >= c["preemptions"]
     frontier = {p["label"] for p in full["pareto"]} | {full["choice"]["label"]}
     for s in pruned["skipped"]:
         assert s["label"] not in frontier
@@ -57,6 +66,7 @@ def test_the_pruned_plan_is_the_exhaustive_plan(tmp_path):
     assert any(r.startswith("cannot pass") for r in reasons)
     assert any(r.startswith("cannot beat the frontier") for r in reasons)
     assert pruned["searched"]["runs"] < full["searched"]["runs"]
+    assert pruned["searched"]["stopped"] > 0 and full["searched"]["stopped"] == 0
     assert_same_answer(pruned, full)
 
 
@@ -91,3 +101,23 @@ def test_a_rerun_exhaustive_into_the_same_folder_reuses_the_pruned_runs(tmp_path
     again = run_plan(Question(**question, prune=False), tmp_path / "p", workers=1)
     assert again["searched"]["reused"] == first["searched"]["runs"]
     assert again["searched"]["computed"] == again["searched"]["runs"] - first["searched"]["runs"]
+
+
+def test_a_shared_cost_model_prices_a_run_as_a_fresh_one():
+    # the planner prices every run of a deployment with one model (analysis.plan.cost_source), whose
+    # lazy tables other runs have filled: the run is bit-identical to one on a fresh model
+    from specbatch.analysis.plan.cost_source import shared_cost
+    from specbatch.analysis.sweep.executors import _cached_trace
+    from specbatch.simulator.config.sim_config import make_config
+    from specbatch.simulator.run import build_cost, simulate
+
+    fields = {**BASE, "cost": "calibrated", "tp": 2, "requests": 12}
+    first = make_config({**fields, "policy": "ar"})
+    config = make_config({**fields, "policy": "fixed", "num_speculative_tokens": 3,
+                          "verify": "block"})
+    trace = _cached_trace(config)
+    simulate(first, trace, cost_model=shared_cost(first))
+    shared = simulate(config, trace, cost_model=shared_cost(config))
+    fresh = simulate(config, trace, cost_model=build_cost(config))
+    assert shared_cost(config) is shared_cost(first)
+    assert shared.requests.equals(fresh.requests) and shared.steps.equals(fresh.steps)

@@ -112,3 +112,25 @@ def test_a_zero_threshold_never_accepts_even_at_eta_zero():
             verified = np.full(n, s)
             assert np.all(sample_tau(trace.q, trace.pt, trace.z, verified, eta, rule) == 0)
             assert np.all(VerifyTables(trace, rule).tau(rows, verified, eta[:, :s]) == 0)
+
+
+def test_runs_sharing_a_traces_verify_tables_equal_runs_building_their_own():
+    # shared_tables (simulator.replay.rules.tables_for's chain rules): one VerifyTables per
+    # loaded trace and rule, its per-depth cache filled by whichever run asks first; a run
+    # on tables other runs filled is bit-identical
+    from specbatch.simulator.config.sim_config import make_config
+    from specbatch.simulator.replay import chain as verify
+    from specbatch.simulator.replay.rules import tables_for
+    from specbatch.simulator.run import load_trace, simulate
+
+    fields = {"trace": "tiny", "requests": 12, "max_num_seqs": 4, "verify": "block"}
+    deep = make_config({**fields, "policy": "fixed", "num_speculative_tokens": 4})
+    config = make_config({**fields, "policy": "tetris", "num_speculative_tokens": 2,
+                          "extra": 1})
+    trace = load_trace(config)
+    simulate(deep, trace)  # fills the shared tables at depth 4
+    shared = simulate(config, trace)
+    assert verify.shared_tables(trace, "block") is tables_for(trace, "block")
+    verify._SHARED.clear()
+    fresh = simulate(config, trace)
+    assert shared.requests.equals(fresh.requests) and shared.steps.equals(fresh.steps)
