@@ -77,7 +77,7 @@ FOLDER_ORDER = {
                "conform_samplers", "theorems"),
     "traces": ("corpus", "models", "format", "synth", "capture", "public"),
     "simulator": ("defaults", "replay", "cost", "policies", "config", "workload", "engine",
-                  "metrics", "run"),
+                  "metrics", "step_stream", "run"),
     "analysis": ("sweep", "report", "plan", "validate", "tune", "config_docs", "optimum"),
 }
 
