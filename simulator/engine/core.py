@@ -51,6 +51,7 @@ import copy
 import gc
 import heapq
 from collections.abc import Callable
+from types import MethodType
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,7 @@ from specbatch.simulator.config.tree_checks import TREE_RULES
 from specbatch.simulator.cost.interface import CostModel, SumsCostModel
 from specbatch.simulator.cost.verify_cost import verify_cost_for
 from specbatch.simulator.engine.admission import Admission
+from specbatch.simulator.engine.composers import COMPOSERS, composer_for
 from specbatch.simulator.engine.decode import Decode
 from specbatch.simulator.engine.kv import BlockManager
 from specbatch.simulator.engine.prefix import PrefixCache, prefix_groups
@@ -73,10 +75,7 @@ from specbatch.simulator.engine.request_state import (
 )
 from specbatch.simulator.engine.steplog import StepLog
 from specbatch.simulator.engine.tree_decode import TreeDecode
-from specbatch.simulator.engine.v0 import V0Step
-from specbatch.simulator.engine.v1.compose import V1Composer, v1_lookahead
-from specbatch.simulator.engine.v1.reference import V1Reference
-from specbatch.simulator.engine.v1.step import V1Step
+from specbatch.simulator.engine.v1.compose import v1_lookahead
 from specbatch.simulator.policies.registry import Policy, is_builtin
 from specbatch.simulator.policies.view import TraceTables
 from specbatch.simulator.replay.chain import VerifyTables, request_keys
@@ -95,8 +94,13 @@ except ImportError:  # pragma: no cover - numpy 1.x
     _count_nonzero = np.count_nonzero
 
 
-class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0Step):
+class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
     """Run one workload through ``config.replicas`` replicas with one policy and cost model.
+
+    The engine is one object assembled from parts, each a module (the bases: admission,
+    decode, tree_decode and every scheduler's step composer, simulator.engine.composers); they
+    share the state simulator.engine.state declares, which ``__init__`` sets. ``step`` is
+    the configured scheduler's composer (``COMPOSERS[config.scheduler].step``, bound here).
 
     policy:   the run's policy (simulator.policies.registry.make_policy; copied once per extra replica)
     capacity: KV-cache tokens per replica (simulator.engine.kv.kv_capacity; None = unlimited)
@@ -122,7 +126,7 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
         self.max_seqs = int(config.max_num_seqs)
         self.max_batched = config.token_budget  # None = unlimited (vllm-v0 only)
         self.kv_capacity = capacity  # tokens per replica; None = unlimited
-        self.v1 = config.scheduler == "vllm-v1"
+        self.step = MethodType(composer_for(config.scheduler).step, self)  # the composer
         self.threshold = int(config.long_prefill_token_threshold)
         # vllm-v1's KV lookahead slots: K for a draft model, 0 for n-gram or no speculation
         self.lookahead = v1_lookahead(config, policy.speculates, self.depth)
@@ -168,7 +172,8 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
             **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)},
         )
         self.replicas = [Replica(i) for i in range(int(config.replicas))]
-        caching = self.v1 and self.blocks is not None and config.enable_prefix_caching
+        caching = (config.scheduler == "vllm-v1" and self.blocks is not None
+                   and config.enable_prefix_caching)
         group, shared = prefix_groups(workload)
         for rep in self.replicas:
             rep.free_blocks = self.blocks.pool if self.blocks is not None else 0
@@ -261,21 +266,12 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
     # ---------------------------------------------------------------- steps
 
     def start_step(self, rep: Replica, time: float) -> None:
-        if self.v1:
-            duration = self.v1_step(rep, time)
-            if duration is not None:
-                rep.busy = True
-                self.push(time + duration, STEP_END, rep.index)
-            return
-        joined = self.admit(rep) if self.blocks is None else self.schedule_paged(rep)
-        if not rep.state.shape[1]:  # nothing runs (n_running, without the property call)
-            return
-        if not self.chunked and joined:
-            duration = self.prefill_step(rep, time, joined)
-        else:
-            duration = self.decode_step(rep, time)
-        rep.busy = True
-        self.push(time + duration, STEP_END, rep.index)
+        """Run ``rep``'s next step through the scheduler's composer; a step that runs
+        makes the replica busy until its end event."""
+        duration = self.step(rep, time)
+        if duration is not None:
+            rep.busy = True
+            self.push(time + duration, STEP_END, rep.index)
 
     def emit_first(self, rep: Replica, idx: np.ndarray | slice, end: float) -> int:
         """Requests at ``idx`` (indices or a slice of the running batch) completed their
