@@ -7,10 +7,12 @@ at t = 0 included — is routed and queued before any replica whose step ends at
 its next step, and that next step may admit it. A replica composes a step only when idle.
 
 Per replica (one per data-parallel copy; a router sends each arrival to one), a step is
-composed by ``config.scheduler``: ``"vllm-v1"`` (the default) spends one token budget on the
-running requests, then on waiting prompt chunks, with vLLM V1's KV slot accounting in paged
-mode (simulator.engine.v1.compose, simulator.engine.v1.step; ``reference=True`` composes with the per-request twin
-simulator.engine.v1.reference). ``"vllm-v0"`` is simulator.engine.v0's composer, kept byte-identical:
+composed by ``config.scheduler``'s composer (simulator.engine.composers: the event loop calls
+its ``step`` only): ``"vllm-v1"`` (the default) spends one token budget on the running
+requests, then on waiting prompt chunks, with vLLM V1's KV slot accounting in paged mode
+(simulator.engine.v1.compose, simulator.engine.v1.step; ``reference=True`` composes with the
+per-request twin simulator.engine.v1.reference). ``"vllm-v0"`` is simulator.engine.v0's
+composer, kept byte-identical:
 
 - Admission, FCFS (head-of-line blocking): while ``running < max_num_seqs`` and the KV
   cache allows (simulator.engine.kv). ``kv_mode = "reserve"``: a request reserves its whole

@@ -140,8 +140,7 @@ class Decode(EngineState):
                 m[_M_TAU] = self.tree_tau(m[_M_ROW], plan.tree, eta)
                 np.minimum(m[_M_TAU] + 1, sub[_OUT] - sub[_POS], out=m[_M_EMITTED])
         elif self.reference:
-            m[_M_TAU], m[_M_EMITTED] = self.verify_reference(rep, d_idx, view.q, view.pt, view.z,
-                                                             verified)
+            m[_M_TAU], m[_M_EMITTED] = self.verify_reference(rep, d_idx, view, verified)
         elif depth:
             self.tables.tau(m[_M_ROW], verified, eta, out=m[_M_TAU])
             np.minimum(m[_M_TAU] + 1, sub[_OUT] - sub[_POS], out=m[_M_EMITTED])
@@ -203,11 +202,12 @@ class Decode(EngineState):
         else:
             rep.state[rows, d_idx] += m[outs]
 
-    def verify_reference(self, rep: Replica, d_idx: np.ndarray | None, q: np.ndarray,
-                         pt: np.ndarray, z: np.ndarray, verified: np.ndarray
-                         ) -> tuple[np.ndarray, np.ndarray]:
+    def verify_reference(self, rep: Replica, d_idx: np.ndarray | None, view: StepView,
+                         verified: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per-request loop twin of the vectorised verify + emit (scalar hash, one row at a
-        time); moves the requests' POS itself. Returns τ and emitted # [n]."""
+        time, from the view's drafted-path statistics q, pt, z, THEORY.md §3);
+        moves the requests' POS itself. Returns τ and emitted # [n]."""
+        q, pt, z = view.q, view.pt, view.z
         n = verified.shape[0]
         tau = np.zeros(n, dtype=_I64)
         emitted = np.zeros(n, dtype=_I64)

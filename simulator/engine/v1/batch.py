@@ -58,8 +58,3 @@ class Prefilled(NamedTuple):
     n_completed: int  # how many completed
     sums: tuple  # the chunks' pass sums (n, Σq, Σc, Σq·c, Σq²), exact integers as floats
 
-
-#: No prefill beyond what the composer's ``tokens`` say: a fast path's empty batch.
-_EMPTY = np.zeros(0, dtype=np.int64)
-_EMPTY.flags.writeable = False
-NO_PREFILL = PrefillBatch(_EMPTY, 0, None, None)

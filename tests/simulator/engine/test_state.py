@@ -95,3 +95,24 @@ def test_every_declared_name_has_a_one_line_comment():
     for name in declared():
         line = next(text for text in lines if text.strip().startswith(f"{name}:"))
         assert "  # " in line, f"EngineState.{name} has no comment"
+
+
+def test_no_engine_verb_takes_a_long_positional_list():
+    """Data crosses the parts as named records (PlannedDecode, DecodeBatch, PrefillBatch, ...):
+    no method but ``__init__`` takes more than six parameters (``run_composed`` took 13)."""
+    long = [f"{cls.__name__}.{name}" for cls in PARTS for name, value in vars(cls).items()
+            if name != "__init__" and inspect.isfunction(getattr(value, "__func__", value))
+            and len(inspect.signature(getattr(value, "__func__", value)).parameters) > 6]
+    assert long == []
+
+
+def test_a_composed_step_runs_named_records():
+    from specbatch.simulator.engine.decode import PlannedDecode, PricedDecode
+    from specbatch.simulator.engine.v1.batch import DecodeBatch, PrefillBatch
+
+    assert PlannedDecode._fields == ("m", "plan", "view", "eta")
+    assert PricedDecode._fields[:4] == ("emitted", "drafted", "verified", "accepted")
+    assert list(inspect.signature(Engine.run_composed).parameters) == [
+        "self", "rep", "time", "decoding", "prefill"]
+    assert DecodeBatch._fields == ("keep", "d_idx", "planned", "sub")
+    assert PrefillBatch._fields == ("tokens", "n_joined", "admit", "chunk")
