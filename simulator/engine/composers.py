@@ -17,7 +17,7 @@ simulator.config.sim_config.SCHEDULERS, which a test keeps equal to these rows).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from specbatch.fields import fail
 from specbatch.simulator.engine.request_state import Replica
@@ -27,7 +27,11 @@ from specbatch.simulator.engine.v1.step import V1Step
 
 
 class StepComposer(Protocol):
-    """What the event loop calls (module docstring)."""
+    """What the event loop calls (module docstring), and what the engine's ``__init__`` asks
+    its composer class."""
+
+    #: whether the scheduler keeps vLLM's prefix cache in paged mode (``enable_prefix_caching``)
+    prefix_caching: ClassVar[bool]
 
     def step(self, rep: Replica, time: float) -> float | None:
         """Run ``rep``'s next step from ``time``; its duration, or None (nothing runs)."""

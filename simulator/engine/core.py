@@ -128,7 +128,8 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         self.max_seqs = int(config.max_num_seqs)
         self.max_batched = config.token_budget  # None = unlimited (vllm-v0 only)
         self.kv_capacity = capacity  # tokens per replica; None = unlimited
-        self.step = MethodType(composer_for(config.scheduler).step, self)  # the composer
+        composer = composer_for(config.scheduler)
+        self.step = MethodType(composer.step, self)  # the scheduler's composer
         self.threshold = int(config.long_prefill_token_threshold)
         # vllm-v1's KV lookahead slots: K for a draft model, 0 for n-gram or no speculation
         self.lookahead = v1_lookahead(config, policy.speculates, self.depth)
@@ -174,7 +175,7 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
             **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)},
         )
         self.replicas = [Replica(i) for i in range(int(config.replicas))]
-        caching = (config.scheduler == "vllm-v1" and self.blocks is not None
+        caching = (composer.prefix_caching and self.blocks is not None
                    and config.enable_prefix_caching)
         group, shared = prefix_groups(workload)
         for rep in self.replicas:

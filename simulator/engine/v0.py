@@ -32,6 +32,8 @@ class V0Step(EngineState):
     """The engine's vllm-v0 step composer (module docstring); a part of
     :class:`~simulator.engine.core.Engine`, whose declared state it reads."""
 
+    prefix_caching = False  # the prefix cache is vllm-v1's (enable_prefix_caching ignored)
+
     def step(self, rep: Replica, time: float) -> float | None:
         """Admit, then run one prefill-only or decode step; returns its duration (None:
         nothing runs)."""

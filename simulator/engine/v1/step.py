@@ -45,6 +45,8 @@ class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
     :class:`~simulator.engine.v1.compose.V1Composer` and its reference twin
     :class:`~simulator.engine.v1.reference.V1Reference`."""
 
+    prefix_caching = True  # paged mode keeps vLLM V1's prefix cache (simulator.engine.prefix)
+
     def step(self, rep: Replica, time: float) -> float | None:
         """Compose and run one vllm-v1 step; returns its duration (None: nothing runs).
 

@@ -31,6 +31,7 @@ def test_each_composer_is_an_engine_part_with_the_interface_s_step(composer):
     want = inspect.signature(StepComposer.step)
     got = inspect.signature(composer.step)
     assert list(got.parameters) == list(want.parameters) == ["self", "rep", "time"]
+    assert isinstance(composer.prefix_caching, bool)
 
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
@@ -38,6 +39,13 @@ def test_the_engine_binds_its_scheduler_s_composer(scheduler):
     engine = small_engine(scheduler=scheduler)
     assert engine.step.__func__ is COMPOSERS[scheduler].step
     assert engine.step.__self__ is engine
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_only_a_composer_that_caches_prefixes_gets_a_prefix_cache(scheduler):
+    engine = small_engine(scheduler=scheduler, kv_mode="paged", kv_capacity=64, block_size=4)
+    has_cache = engine.replicas[0].prefix is not None
+    assert has_cache == COMPOSERS[scheduler].prefix_caching == (scheduler == "vllm-v1")
 
 
 def test_an_unknown_scheduler_is_a_one_line_error_naming_scheduler():
