@@ -3,9 +3,10 @@
 :class:`~simulator.engine.core.Engine` is assembled from parts, one concept per module
 (admission, decode, tree_decode, the step composers v0 and v1/*), each a class whose methods
 run on the one engine object. Every part subclasses :class:`EngineState`, so the attributes
-below are the whole contract between them: ``Engine.__init__`` sets each one (and nothing
-else), and a part reads ``self.<name>`` only for a name declared here or a method of a part
-(tests/simulator/engine/test_state.py walks the engine modules' syntax trees to keep it so).
+below are the whole contract between them: ``Engine.__init__`` sets each one that has no
+class default (and nothing else), and a part reads ``self.<name>`` only for a name declared
+here or a method of a part (tests/simulator/engine/test_state.py walks the parts' syntax
+trees to keep it so).
 
 Three groups: the run's settings (read from the config, the policy and the cost model, fixed
 for the run), the run's tables (built once, read-only afterwards), and the mutable state of
