@@ -5,10 +5,11 @@ Each bundled run (traces/data/vllm_runs/: a real vLLM 0.19 server on an RTX 4090
 simulated with ``ar`` under the vllm-v1 composer with each ``--cost`` source, and one table
 prints the signed errors y/x − 1 of TTFT, TPOT (vLLM's definition) and e2e (mean, p99) and of
 throughput, the ±10 % TOST verdicts, and the anchor simulator's own published mean errors on
-the same runs. A run the cost source cannot price (MoE under the roofline) is a row that says
-so. Nothing of the measured timing is fitted: the runs are an out-of-sample test.
+the same runs. A run the cost source cannot price (a shape without a profile) is a row that says
+so. Nothing of the measured timing is fitted: the runs are an out-of-sample test (each cost
+source's own fit data: docs/fidelity.md).
 
-    .venv/bin/python benchmarks/fidelity_vllm.py [--cost roofline[,calibrated]] [--json]
+    .venv/bin/python benchmarks/fidelity_vllm.py [--cost roofline,calibrated] [--json]
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cost", default="roofline",
+    parser.add_argument("--cost", default="roofline,calibrated",
                         help="comma-separated cost sources (SimConfig cost names)")
     parser.add_argument("--runs", default=None, help="comma-separated bundled run names "
                         "(default: all)")

@@ -128,11 +128,16 @@ def build_cost(config: SimConfig) -> CostModel:
     """The active cost model for ``config``."""
     from specbatch.simulator.cost.registry import build_cost_model
 
-    return build_cost_model(cost=config.cost, hardware=config.hardware, target=config.target,
-                            draft=config.draft, tp=config.tp, profile=config.profile,
-                            execution=config.execution,
-                            draft_weight_bits=config.draft_weight_bits,
-                            routing_skew=config.routing_skew)
+    model = build_cost_model(cost=config.cost, hardware=config.hardware, target=config.target,
+                             draft=config.draft, tp=config.tp, profile=config.profile,
+                             execution=config.execution,
+                             draft_weight_bits=config.draft_weight_bits,
+                             routing_skew=config.routing_skew)
+    if config.async_scheduling:
+        from specbatch.simulator.cost.async_overhead import AsyncOverheadCost
+
+        return AsyncOverheadCost(model)
+    return model
 
 
 def cap_workload(config: SimConfig, workload: Workload) -> Workload:

@@ -114,19 +114,21 @@ class BoundTables:
         where no floor is proven (a cost model other than the roofline and the calibrated
         one, a negative overhead). The calibrated floor tables are built once per target
         pricing (they do not depend on the speculation setting)."""
-        from specbatch.simulator.cost.calibrated import CalibratedCost
+        from specbatch.simulator.cost.calibrated import CalibratedCost, RolePricer
         from specbatch.simulator.cost.graph_padding import capture_sizes
         from specbatch.simulator.cost.roofline import RooflineCost
         from specbatch.simulator.run import build_cost
 
         key = (config.cost, config.hardware, config.target, config.draft, config.tp,
                config.profile, config.execution, config.draft_weight_bits,
-               config.routing_skew, config.token_budget, config.cuda_graph_sizes)
+               config.routing_skew, config.token_budget, config.cuda_graph_sizes,
+               config.async_scheduling)
         if key not in self._costs:
             cost = build_cost(config)
             if isinstance(cost, RooflineCost) and cost.overhead >= 0:
                 self._costs[key] = pass_times(cost, self.workload)
-            elif isinstance(cost, CalibratedCost) and cost.overhead >= 0:
+            elif (isinstance(cost, CalibratedCost) and cost.overhead >= 0
+                  and isinstance(cost.roles["target"], RolePricer)):  # not an RTX profile cell
                 sizes = config.cuda_graph_sizes
                 q_max = max(int(config.token_budget),  # the token budget, or a padded pass
                             capture_sizes(sizes)[-1] if sizes is not None else 0)

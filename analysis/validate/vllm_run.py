@@ -61,6 +61,11 @@ FITTED_PRESETS = {"rtx4090", "rtxpro6000"}
 
 def cost_source(cost: str, preset: str) -> str:
     """What the run's step times were fitted on (never on the measured serving run)."""
+    if cost == "calibrated" and preset in FITTED_PRESETS:
+        return ("calibrated: LLMServingSim's per-layer kernel profiles of this GPU (modules, "
+                "LM head, sampler, MoE block; simulator.cost.calibrated_lss) and an attention law "
+                "fitted on its Llama-3.1-8B attention table; PCIe all-reduce at the anchor's "
+                "configured link; per-step host overhead assumed")
     if cost != "roofline":
         return f"cost model {cost!r} (its own source; see docs/simulate.md)"
     if preset in FITTED_PRESETS:

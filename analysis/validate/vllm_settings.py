@@ -189,9 +189,10 @@ def _scheduler(r: _Reader, values: dict) -> None:
             f"{pol!r}")
     r.map(o, pol, "first come, first served (the V1 composer's order)")
     asy, o = r.get("async_scheduling", "scheduler_config")
-    if asy:
-        r.skip(o, asy, "vLLM overlaps the next step's scheduling with the GPU pass; the "
-               "simulator adds the preset's per-step CPU overhead serially")
+    values["async_scheduling"] = bool(asy)
+    r.map(o, asy, "async_scheduling = " + ("true: the per-step CPU overhead overlaps the "
+                                           "target pass (simulator.cost.async_overhead)"
+                                           if asy else "false"))
     sched = r.resolved.get("scheduler_config") or {}
     for key, why in SCHEDULER_UNMODELLED.items():
         r.read.add(f"resolved_config.scheduler_config.{key}")

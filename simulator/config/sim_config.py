@@ -251,6 +251,9 @@ class SimConfig:
     execution: str = knob(DEFAULT_EXECUTION, "roofline launch-latency preset (cuda_graph: a "
                           "serving engine; eager: ~1.07 ms per decoder layer, fitted to H100 "
                           "profiles)", choices=tuple(sorted(EXECUTIONS)))
+    async_scheduling: bool = knob(False, "vLLM's --async-scheduling: the per-step CPU "
+                                  "overhead overlaps the target pass (a step takes max(pass, "
+                                  "overhead), not their sum; simulator.cost.async_overhead)")
     verify_cost: str = knob(DEFAULT_SAMPLER, "verification time per decode step "
                             "(simulator.cost.verify_cost): fused (probability bytes over bandwidth + "
                             "50 us per call), torch (+ this repo's torch path as measured on an "

@@ -6,6 +6,11 @@ parts, each from the best source available (:meth:`CalibratedCost.sources` names
 
     t = layers(Q) + attention(q, c) + allreduce(Q) + lm_head(Q) + launch
 
+On the RTX 4090 and RTX PRO 6000 (the GPUs of the measured vLLM runs, docs/fidelity.md) every
+part comes from LLMServingSim's per-layer profiles of those GPUs instead
+(:mod:`simulator.cost.calibrated_lss`; a user's ``profile`` folder is not read there). The
+rest of this docstring is the path of every other GPU:
+
 - ``layers``: every decoder layer's non-attention ops plus the input embedding, exactly what
   Vidur's mlp.csv measures. Where the bundled table (traces.public.vidur_profiles, Vidur commit
   7d47513) has a cell with this GPU, tp and per-layer shape (hidden, heads, KV heads, MLP
@@ -64,6 +69,7 @@ from specbatch.simulator.cost.calibrated_fit import (
     gemm_seconds,
     layer_seconds,
 )
+from specbatch.simulator.cost.calibrated_lss import LssPricer, lss_gpu, lss_pricer
 from specbatch.simulator.cost.calibrated_sources import (
     CLUSTER,
     CUSTOM_AR_MAX_BYTES,
@@ -193,9 +199,9 @@ class RolePricer:
         nbytes = c.kv_bytes * (skv + 2.0 * sq)
         return max(flops / law.flops, nbytes / law.bandwidth)
 
-    def total(self, sq: float, skv: float, sqkv: float, sqq: float) -> float:
+    def total(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0) -> float:
         """The pass time: :meth:`split`'s parts summed in its order (bit-identical), without
-        building the dict (the engine's hot path)."""
+        building the dict (the engine's hot path); ``n`` is not used here."""
         if sq <= 0.0:
             return 0.0
         layers, head, comm = self.per_token_parts(sq)
@@ -204,7 +210,7 @@ class RolePricer:
         launch = fixed + max(0.0, floor - (layers + attn + comm + head))
         return (((layers + attn) + comm) + head) + launch
 
-    def split(self, sq: float, skv: float, sqkv: float, sqq: float) -> dict:
+    def split(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0) -> dict:
         """Seconds per part (module docstring); they sum to the pass time."""
         if sq <= 0.0:
             return dict.fromkeys(("layers", "attention", "allreduce", "lm_head", "launch"), 0.0)
@@ -248,10 +254,15 @@ class CalibratedCost:
                  "draft": self.pricer(self.draft, self.draft_tp, ex, "draft", bits)}
         object.__setattr__(self, "roles", roles)
 
-    def pricer(self, shape: ModelShape, tp: int, ex, role: str, bits: int) -> RolePricer:
+    def pricer(self, shape: ModelShape, tp: int, ex, role: str, bits: int):
         consts = pass_constants(shape, self.hardware, tp, ex, role, bits,
                                 self.routing_skew if shape.is_moe else 0.0)  # + its checks
         gpu = self.hardware.name
+        if lss_gpu(gpu):  # the GPUs of the measured vLLM runs (simulator.cost.calibrated_lss)
+            p, layer = ex.latencies(role, self.hardware)
+            launch = p + shape.layers * layer
+            return lss_pricer(shape, tp, self.hardware, (0.0, launch) if ex.overlap
+                              else (launch, 0.0), consts, bits, FULL_WEIGHT_BITS)
         cell = None
         found, folder = None, None
         if self.use_cells and bits >= FULL_WEIGHT_BITS and not sparse(shape):
@@ -285,13 +296,13 @@ class CalibratedCost:
         r = self.roles.get(role)
         if r is None:
             r = self._role(role)  # raises the one-line error
-        return r.total(sq, skv, sqkv, sqq)
+        return r.total(sq, skv, sqkv, sqq, n)
 
     def breakdown(self, role: str, query: np.ndarray, kv: np.ndarray) -> dict:
         """Seconds per part of one pass (``layers``, ``attention``, ``allreduce``,
         ``lm_head``, ``launch``), summing to :meth:`step_time`."""
-        _, sq, skv, sqkv, sqq = batch_sums(np.asarray(query), np.asarray(kv))
-        return self._role(role).split(sq, skv, sqkv, sqq)
+        n, sq, skv, sqkv, sqq = batch_sums(np.asarray(query), np.asarray(kv))
+        return self._role(role).split(sq, skv, sqkv, sqq, n)
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
         """KV-cache tokens next to both models' weights (simulator.cost.roofline's accounting)."""
@@ -300,7 +311,8 @@ class CalibratedCost:
 
     def sources(self) -> dict:
         """Per role: which source priced each part and its validated error."""
-        return {role: role_source(self.roles[role], self.hardware.name)
+        return {role: (self.roles[role].source() if isinstance(self.roles[role], LssPricer)
+                       else role_source(self.roles[role], self.hardware.name))
                 for role in ROLES}
 
 

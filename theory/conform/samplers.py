@@ -143,7 +143,7 @@ def _synthetic_law(case, tables, greedy):
 def _lazy(module: str, name: str, **fixed):
     """``module.name`` imported at the first call (keeps ``--help`` fast)."""
     def sample(*args, **kwargs):
-        found = getattr(importlib.import_module(f"specbatch.theory.{module}"), name)
+        found = getattr(importlib.import_module(f"specbatch.theory.conform.{module}"), name)
         return found(*args, **fixed, **kwargs)
 
     sample.__name__ = name
@@ -151,7 +151,7 @@ def _lazy(module: str, name: str, **fixed):
 
 
 def _vllm(name: str):
-    return _lazy("conform_vllm", name)
+    return _lazy("vllm_modes", name)
 
 
 #: Built-in samplers by name.
@@ -170,26 +170,26 @@ BUILTINS = {
     "vllm-block-greedy": Sampler("vllm-block-greedy", _vllm("vllm_block"), draft="greedy"),
     "vllm-synthetic": Sampler("vllm-synthetic", _vllm("vllm_synthetic"), lossy_by_design=True,
                               exact_law=_synthetic_law),
-    "vllm-v1": Sampler("vllm-v1", _lazy("conform_ragged", "vllm_v1_random"),
+    "vllm-v1": Sampler("vllm-v1", _lazy("ragged", "vllm_v1_random"),
                        interface="ragged"),
-    "vllm-v1-ngram": Sampler("vllm-v1-ngram", _lazy("conform_ragged", "vllm_v1_random"),
+    "vllm-v1-ngram": Sampler("vllm-v1-ngram", _lazy("ragged", "vllm_v1_random"),
                              draft="greedy", interface="ragged"),
-    "vllm-v1-greedy": Sampler("vllm-v1-greedy", _lazy("conform_ragged", "vllm_v1_greedy"),
+    "vllm-v1-greedy": Sampler("vllm-v1-greedy", _lazy("ragged", "vllm_v1_greedy"),
                               interface="ragged", target="greedy"),
-    "sglang-chain": Sampler("sglang-chain", _lazy("conform_engines", "sglang_chain"),
+    "sglang-chain": Sampler("sglang-chain", _lazy("engines", "sglang_chain"),
                             draft="greedy"),
     "sglang-single-0.5": Sampler("sglang-single-0.5",
-                                 _lazy("conform_engines", "sglang_single_half"),
+                                 _lazy("engines", "sglang_single_half"),
                                  draft="greedy", lossy_by_design=True),
-    "sglang-acc-0.5": Sampler("sglang-acc-0.5", _lazy("conform_engines", "sglang_acc_half"),
+    "sglang-acc-0.5": Sampler("sglang-acc-0.5", _lazy("engines", "sglang_acc_half"),
                               draft="greedy", lossy_by_design=True),
     "ascend-block-unfixed": Sampler("ascend-block-unfixed",
-                                    _lazy("conform_engines", "ascend_block_unfixed")),
+                                    _lazy("engines", "ascend_block_unfixed")),
     "ragged-misaligned": Sampler("ragged-misaligned",
-                                 _lazy("conform_ragged", "vllm_v1_random", misaligned=True),
+                                 _lazy("ragged", "vllm_v1_random", misaligned=True),
                                  interface="ragged"),
     "greedy-tie-accepts": Sampler("greedy-tie-accepts",
-                                  _lazy("conform_ragged", "vllm_v1_greedy", tie_accepts=True),
+                                  _lazy("ragged", "vllm_v1_greedy", tie_accepts=True),
                                   interface="ragged", target="greedy"),
 }
 

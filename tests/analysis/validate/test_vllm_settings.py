@@ -26,8 +26,9 @@ def test_the_full_resolved_config_of_the_rtx4090_run_maps_by_hand():
     sizes = [int(x) for x in v["cuda_graph_sizes"].split(",")]
     assert sizes == meta["resolved_config"]["compilation_config"]["cudagraph_capture_sizes"]
     assert sizes == default_capture_sizes(256)  # vLLM's default rule gives the same list
-    unmodelled = {row[0] for row in s.unmodelled}
-    assert "resolved_config.scheduler_config.async_scheduling" in unmodelled
+    assert v["async_scheduling"] is True  # vLLM 0.19's default, recorded in the run
+    mapped = {row[0] for row in s.mapped}
+    assert "resolved_config.scheduler_config.async_scheduling" in mapped
 
 
 def test_every_recorded_setting_is_mapped_listed_or_named():
