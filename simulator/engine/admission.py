@@ -1,8 +1,7 @@
 """FCFS admission of waiting requests into a replica's running batch, in both KV modes.
 
-The :class:`~simulator.engine.core.Engine` mixes this in; its methods read the engine's settings
-(``max_seqs``, ``chunked``, ``max_batched``, ``kv_capacity``, ``footprint``, ``blocks``,
-``parked``, ``initial``, the workload ``w``) and write the replica's state matrix.
+A part of :class:`~simulator.engine.core.Engine`: its methods read the engine's declared state
+(simulator.engine.state) and write the replica's state matrix.
 
 - Reserve mode (:meth:`Admission.admit`): head-of-line FCFS while ``max_num_seqs`` allows and,
   under a capacity, the whole footprint prompt + output + K + 1 fits.
@@ -20,11 +19,12 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.simulator.engine.request_state import Replica, Row
+from specbatch.simulator.engine.state import EngineState
 
 _UID, _FILL = int(Row.UID), int(Row.FILL)
 
 
-class Admission:
+class Admission(EngineState):
     """Admission verbs of the engine (module docstring)."""
 
     def admit(self, rep: Replica) -> int:

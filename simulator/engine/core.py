@@ -7,10 +7,12 @@ at t = 0 included — is routed and queued before any replica whose step ends at
 its next step, and that next step may admit it. A replica composes a step only when idle.
 
 Per replica (one per data-parallel copy; a router sends each arrival to one), a step is
-composed by ``config.scheduler``: ``"vllm-v1"`` (the default) spends one token budget on the
-running requests, then on waiting prompt chunks, with vLLM V1's KV slot accounting in paged
-mode (simulator.engine.v1.compose, simulator.engine.v1.step; ``reference=True`` composes with the per-request twin
-simulator.engine.v1.reference). ``"vllm-v0"`` is simulator.engine.v0's composer, kept byte-identical:
+composed by ``config.scheduler``'s composer (simulator.engine.composers: the event loop calls
+its ``step`` only): ``"vllm-v1"`` (the default) spends one token budget on the running
+requests, then on waiting prompt chunks, with vLLM V1's KV slot accounting in paged mode
+(simulator.engine.v1.compose, simulator.engine.v1.step; ``reference=True`` composes with the
+per-request twin simulator.engine.v1.reference). ``"vllm-v0"`` is simulator.engine.v0's
+composer, kept byte-identical:
 
 - Admission, FCFS (head-of-line blocking): while ``running < max_num_seqs`` and the KV
   cache allows (simulator.engine.kv). ``kv_mode = "reserve"``: a request reserves its whole
@@ -51,6 +53,7 @@ import copy
 import gc
 import heapq
 from collections.abc import Callable
+from types import MethodType
 from typing import Any
 
 import numpy as np
@@ -60,6 +63,7 @@ from specbatch.simulator.config.sim_config import FREE_DRAFTS
 from specbatch.simulator.cost.interface import CostModel, SumsCostModel
 from specbatch.simulator.cost.verify_cost import verify_cost_for
 from specbatch.simulator.engine.admission import Admission
+from specbatch.simulator.engine.composers import COMPOSERS, composer_for
 from specbatch.simulator.engine.decode import Decode
 from specbatch.simulator.engine.kv import BlockManager
 from specbatch.simulator.engine.prefix import PrefixCache, prefix_groups
@@ -73,10 +77,7 @@ from specbatch.simulator.engine.request_state import (
 )
 from specbatch.simulator.engine.steplog import StepLog
 from specbatch.simulator.engine.tree_decode import TreeDecode
-from specbatch.simulator.engine.v0 import V0Step
-from specbatch.simulator.engine.v1.compose import V1Composer, v1_lookahead
-from specbatch.simulator.engine.v1.reference import V1Reference
-from specbatch.simulator.engine.v1.step import V1Step
+from specbatch.simulator.engine.v1.compose import v1_lookahead
 from specbatch.simulator.policies.registry import Policy, is_builtin
 from specbatch.simulator.policies.view import TraceTables
 from specbatch.simulator.replay.chain import request_keys
@@ -95,8 +96,13 @@ except ImportError:  # pragma: no cover - numpy 1.x
     _count_nonzero = np.count_nonzero
 
 
-class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0Step):
+class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
     """Run one workload through ``config.replicas`` replicas with one policy and cost model.
+
+    The engine is one object assembled from parts, each a module (the bases: admission,
+    decode, tree_decode and every scheduler's step composer, simulator.engine.composers); they
+    share the state simulator.engine.state declares, which ``__init__`` sets. ``step`` is
+    the configured scheduler's composer (``COMPOSERS[config.scheduler].step``, bound here).
 
     policy:   the run's policy (simulator.policies.registry.make_policy; copied once per extra replica)
     capacity: KV-cache tokens per replica (simulator.engine.kv.kv_capacity; None = unlimited)
@@ -129,7 +135,8 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
         self.max_seqs = int(config.max_num_seqs)
         self.max_batched = config.token_budget  # None = unlimited (vllm-v0 only)
         self.kv_capacity = capacity  # tokens per replica; None = unlimited
-        self.v1 = config.scheduler == "vllm-v1"
+        composer = composer_for(config.scheduler)
+        self.step = MethodType(composer.step, self)  # the scheduler's composer
         self.threshold = int(config.long_prefill_token_threshold)
         # vllm-v1's KV lookahead slots: K for a draft model, 0 for n-gram or no speculation
         self.lookahead = v1_lookahead(config, policy.speculates, self.depth)
@@ -172,7 +179,8 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
             **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)},
         )
         self.replicas = [Replica(i) for i in range(int(config.replicas))]
-        caching = self.v1 and self.blocks is not None and config.enable_prefix_caching
+        caching = (composer.prefix_caching and self.blocks is not None
+                   and config.enable_prefix_caching)
         group, shared = prefix_groups(workload)
         for rep in self.replicas:
             rep.free_blocks = self.blocks.pool if self.blocks is not None else 0
@@ -273,21 +281,12 @@ class Engine(Admission, Decode, TreeDecode, V1Composer, V1Step, V1Reference, V0S
     # ---------------------------------------------------------------- steps
 
     def start_step(self, rep: Replica, time: float) -> None:
-        if self.v1:
-            duration = self.v1_step(rep, time)
-            if duration is not None:
-                rep.busy = True
-                self.push(time + duration, STEP_END, rep.index)
-            return
-        joined = self.admit(rep) if self.blocks is None else self.schedule_paged(rep)
-        if not rep.state.shape[1]:  # nothing runs (n_running, without the property call)
-            return
-        if not self.chunked and joined:
-            duration = self.prefill_step(rep, time, joined)
-        else:
-            duration = self.decode_step(rep, time)
-        rep.busy = True
-        self.push(time + duration, STEP_END, rep.index)
+        """Run ``rep``'s next step through the scheduler's composer; a step that runs
+        makes the replica busy until its end event."""
+        duration = self.step(rep, time)
+        if duration is not None:
+            rep.busy = True
+            self.push(time + duration, STEP_END, rep.index)
 
     def emit_first(self, rep: Replica, idx: np.ndarray | slice, end: float) -> int:
         """Requests at ``idx`` (indices or a slice of the running batch) completed their

@@ -1,15 +1,18 @@
 """One decode step's plan, verification, pricing and commit, over the decoding requests.
 
-The :class:`~simulator.engine.core.Engine` mixes this in; its methods read the engine's settings
-(``depth``, ``eta_width``, ``tree``, ``policies``, ``trace``, ``wrap``, ``cost``,
-``verify_cost``, ``tables``,
-``view_tables``, ``from_sums``, ``pass_index``, ``reference``, ``check_plans``, ``observes``,
-``rule``) and write the outcome matrix
-# [len(Outcome), n] (simulator.engine.request_state) of the step's decoding requests. The matrix rows are
-sliced by the named ranges of simulator.engine.request_state, whose order ``check_layout`` asserts.
+A part of :class:`~simulator.engine.core.Engine`: its methods read the engine's declared state
+(simulator.engine.state) and write the outcome matrix # [len(Outcome), n]
+(simulator.engine.request_state) of the step's decoding requests. The matrix rows are sliced by
+the named ranges of simulator.engine.request_state, whose order ``check_layout`` asserts.
+
+A step's decode travels as two named records: :class:`PlannedDecode` (the plan half's
+answer, which the verify half and the vllm-v1 composer read) and :class:`PricedDecode` (the
+step's totals and seconds).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,6 +30,7 @@ from specbatch.simulator.engine.request_state import (
     Replica,
     Row,
 )
+from specbatch.simulator.engine.state import EngineState
 from specbatch.simulator.policies.registry import call_user, is_builtin
 from specbatch.simulator.policies.step_plan import Plan, plan_step
 from specbatch.simulator.policies.view import StepView
@@ -42,9 +46,39 @@ _M_EMITTED, _M_ONE, _M_DRAFTED, _M_VERIFIED, _M_TAU, _M_KV, _M_ROW = (
     int(Outcome.ACCEPTED), int(Outcome.KV), int(Outcome.ROW))
 _N_OUTCOMES = len(Outcome)  # len() of an Enum class costs ~0.3 µs, paid once per step
 _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
+_tuple_new = tuple.__new__  # a NamedTuple from a tuple without its class call (hot path)
 
 
-class Decode:
+class PlannedDecode(NamedTuple):
+    """The plan half of a decode step (:meth:`Decode.plan_decode`), for its verify half.
+
+    m:    # [len(Outcome), n] the outcome matrix, its ONE, KV, ROW, DRAFTED, VERIFIED rows
+          filled (EMITTED and ACCEPTED by the verify half)
+    plan: the policy's :class:`Plan` (d_i, s_i, and a tree run's verified subtrees)
+    view: the :class:`StepView` the policy planned from (None: a depth-0 built-in got none)
+    eta:  # [n, eta_width] the uniforms η the verifier reads (common random numbers)
+    """
+
+    m: np.ndarray
+    plan: Plan
+    view: StepView | None
+    eta: np.ndarray
+
+
+class PricedDecode(NamedTuple):
+    """A decode step's totals and seconds (:meth:`Decode.price_decode`)."""
+
+    emitted: int  # Σ emitted tokens
+    drafted: int  # Σ d_i
+    verified: int  # Σ s_i
+    accepted: int  # Σ τ_i
+    passes: int  # the draft passes D
+    draft_time: float  # their seconds
+    sums: tuple  # the verify pass's (n, Σq, Σc, Σq·c, Σq²) for ``time_from_sums``
+    verify_time: float  # the rejection sampler's seconds (0 without a verify cost)
+
+
+class Decode(EngineState):
     """Decode-step verbs of the engine (module docstring)."""
 
     def decide_and_verify(self, rep: Replica, sub: np.ndarray, d_idx: np.ndarray | None
@@ -57,15 +91,14 @@ class Decode:
         c = prompt + t, trace row = base + t, or base + t mod L for a wrapped workload) and the
         plan.
         """
-        m, plan, view, eta = self.plan_decode(rep, sub)
-        self.verify_decode(rep, sub, d_idx, m, plan, view, eta)
-        return m, plan
+        planned = self.plan_decode(rep, sub)
+        self.verify_decode(rep, sub, d_idx, planned)
+        return planned.m, planned.plan
 
-    def plan_decode(self, rep: Replica, sub: np.ndarray
-                    ) -> tuple[np.ndarray, Plan, StepView | None, np.ndarray]:
+    def plan_decode(self, rep: Replica, sub: np.ndarray) -> PlannedDecode:
         """The first half of :meth:`decide_and_verify`: the outcome matrix with its ONE, KV,
         ROW, DRAFTED and VERIFIED rows filled, the plan, the policy's view and the uniforms η
-        # [n, depth] the verifier will use.
+        # [n, depth] the verifier will use (:class:`PlannedDecode`).
 
         A built-in policy of depth 0 (``ar``) plans zeros by the contract (d_i ≤ depth): it
         gets no view (None), no plan call and no trace row read."""
@@ -78,7 +111,8 @@ class Decode:
         if not depth and not self.check_plans and not self.observes:
             m[_M_DRAFTED] = 0
             m[_M_VERIFIED] = 0
-            return m, Plan(m[_M_DRAFTED], m[_M_VERIFIED], 0), None, np.zeros((n, 0))
+            return _tuple_new(PlannedDecode, (m, Plan(m[_M_DRAFTED], m[_M_VERIFIED], 0), None,
+                                              np.zeros((n, 0))))
         kv, rows = m[_M_KV], m[_M_ROW]
         if self.wrap is not None:  # imported outputs past their trace request: row base + t mod L
             np.add(sub[_BASE], np.remainder(pos, self.wrap.take(sub[_UID])), out=rows)
@@ -89,12 +123,13 @@ class Decode:
         plan = plan_step(policy, view, self.check_plans)
         m[_M_DRAFTED] = plan.drafted
         m[_M_VERIFIED] = plan.verified
-        return m, plan, view, eta
+        return _tuple_new(PlannedDecode, (m, plan, view, eta))
 
     def verify_decode(self, rep: Replica, sub: np.ndarray, d_idx: np.ndarray | None,
-                      m: np.ndarray, plan: Plan, view: StepView | None, eta: np.ndarray) -> None:
-        """The second half of :meth:`decide_and_verify`: τ_i ≤ s_i into the ACCEPTED row and
-        min(τ + 1, out − t) into EMITTED, then the policy's feedback."""
+                      planned: PlannedDecode) -> None:
+        """The second half of :meth:`decide_and_verify`: τ_i ≤ s_i into the ACCEPTED row of
+        ``planned.m`` and min(τ + 1, out − t) into EMITTED, then the policy's feedback."""
+        m, plan, view, eta = planned
         verified = plan.verified
         depth = self.depth
         if plan.tree is not None:  # a verified subtree per request (simulator.engine.tree_decode)
@@ -105,8 +140,7 @@ class Decode:
                 m[_M_TAU] = self.tree_tau(m[_M_ROW], plan.tree, eta)
                 np.minimum(m[_M_TAU] + 1, sub[_OUT] - sub[_POS], out=m[_M_EMITTED])
         elif self.reference:
-            m[_M_TAU], m[_M_EMITTED] = self.verify_reference(rep, d_idx, view.q, view.pt, view.z,
-                                                             verified)
+            m[_M_TAU], m[_M_EMITTED] = self.verify_reference(rep, d_idx, view, verified)
         elif depth:
             self.tables.tau(m[_M_ROW], verified, eta, out=m[_M_TAU])
             np.minimum(m[_M_TAU] + 1, sub[_OUT] - sub[_POS], out=m[_M_EMITTED])
@@ -120,12 +154,12 @@ class Decode:
             else:
                 policy.observe(verified, m[_M_TAU])
 
-    def price_decode(self, m: np.ndarray, plan: Plan
-                     ) -> tuple[int, int, int, int, int, float, tuple, float]:
+    def price_decode(self, m: np.ndarray, plan: Plan) -> PricedDecode:
         """The step's totals, draft and verification time from the outcome matrix ``m``
-        # [len(Outcome), n]: (Σ emitted, Σ d, Σ s, Σ τ, the plan's draft passes D, their
-        seconds, the verify pass's batch sums (n, Σq, Σc, Σq·c, Σq²) for ``time_from_sums``,
-        the rejection sampler's seconds (``verify_cost``, simulator.cost.verify_cost; 0 without)).
+        # [len(Outcome), n] (:class:`PricedDecode`: Σ emitted, Σ d, Σ s, Σ τ, the plan's draft
+        passes D, their seconds, the verify pass's batch sums (n, Σq, Σc, Σq·c, Σq²) for
+        ``time_from_sums``, the rejection sampler's seconds (``verify_cost``,
+        simulator.cost.verify_cost; 0 without)).
 
         One Gram product (simulator.engine.request_state.WEIGHT_OUTCOMES) gives Σ X and Σ s·X of every outcome
         row X from EMITTED to KV. The verify pass has query q_i = s_i + 1, so its batch sums are
@@ -136,8 +170,9 @@ class Decode:
             skv = int(_sum(m[_M_KV]))
             verify_t = (0.0 if self.verify_cost is None
                         else self.verify_cost.seconds(n, 0, plan.verified))
-            return (int(_sum(m[_M_EMITTED])), 0, 0, 0, 0, 0.0,
-                    (n, float(n), float(skv), float(skv), float(n)), verify_t)
+            return _tuple_new(PricedDecode, (
+                int(_sum(m[_M_EMITTED])), 0, 0, 0, 0, 0.0,
+                (n, float(n), float(skv), float(skv), float(n)), verify_t))
         total, by_verified = (m[WEIGHT_OUTCOMES] @ m[SUMMED_OUTCOMES].T).tolist()
         drafted_sum, verified_sum, skv = total[_M_DRAFTED], total[_M_VERIFIED], total[_M_KV]
         svv, svkv = by_verified[_M_VERIFIED], by_verified[_M_KV]
@@ -154,8 +189,8 @@ class Decode:
             draft_t = draft_seconds(self.cost, plan.drafted, kv, passes)
         verify_t = (0.0 if self.verify_cost is None
                     else self.verify_cost.seconds(n, verified_sum, plan.verified))
-        return (total[_M_EMITTED], drafted_sum, verified_sum, total[_M_TAU], passes, draft_t,
-                sums, verify_t)
+        return _tuple_new(PricedDecode, (total[_M_EMITTED], drafted_sum, verified_sum,
+                                         total[_M_TAU], passes, draft_t, sums, verify_t))
 
     def commit(self, rep: Replica, m: np.ndarray, d_idx: np.ndarray | None) -> None:
         """Add the step's increments (outcome rows EMITTED..ACCEPTED) to state rows
@@ -167,11 +202,12 @@ class Decode:
         else:
             rep.state[rows, d_idx] += m[outs]
 
-    def verify_reference(self, rep: Replica, d_idx: np.ndarray | None, q: np.ndarray,
-                         pt: np.ndarray, z: np.ndarray, verified: np.ndarray
-                         ) -> tuple[np.ndarray, np.ndarray]:
+    def verify_reference(self, rep: Replica, d_idx: np.ndarray | None, view: StepView,
+                         verified: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per-request loop twin of the vectorised verify + emit (scalar hash, one row at a
-        time); moves the requests' POS itself. Returns τ and emitted # [n]."""
+        time, from the view's drafted-path statistics q, pt, z, THEORY.md §3);
+        moves the requests' POS itself. Returns τ and emitted # [n]."""
+        q, pt, z = view.q, view.pt, view.z
         n = verified.shape[0]
         tau = np.zeros(n, dtype=_I64)
         emitted = np.zeros(n, dtype=_I64)

@@ -1,7 +1,7 @@
 """The decode-step verbs a tree run adds to the engine: τ on the verified subtree, its
 per-request reference twin, and the draft passes of a tree.
 
-Mixed into :class:`~simulator.engine.core.Engine`; ``self.tree`` is the run's
+A part of :class:`~simulator.engine.core.Engine`; ``self.tree`` is the run's
 :class:`~simulator.replay.tree.TreeTables` (None for chain runs, which never call these).
 
 Pricing a tree: the draft model runs D = the tree's depth sequential passes; pass d takes, per
@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.simulator.engine.request_state import Replica, Row
+from specbatch.simulator.engine.state import EngineState
 from specbatch.simulator.replay.chain import uniforms_scalar
 from specbatch.simulator.replay.tree import tau_reference
 
@@ -23,7 +24,7 @@ _I64 = np.int64
 _KEY, _OUT, _POS = int(Row.KEY), int(Row.OUT), int(Row.POS)
 
 
-class TreeDecode:
+class TreeDecode(EngineState):
     """Tree verbs of the engine (module docstring)."""
 
     def tree_tau(self, rows: np.ndarray, mask: np.ndarray, eta: np.ndarray) -> np.ndarray:

@@ -1,12 +1,14 @@
 """The vllm-v0 step: prefill-only steps, or decode steps with chunked prompts behind them.
 
-Without chunked prefill, a step that admitted requests is a prefill-only step over their
-whole prompts (:meth:`V0Step.prefill_step`); otherwise a decode step runs the decoding
-requests' plan (simulator.engine.decode) and, with ``enable_chunked_prefill``, FCFS prompt chunks
-fill the token budget the decode batch leaves (:meth:`V0Step.decode_step`,
-:meth:`V0Step.prefill_chunks`). Mixed into :class:`~simulator.engine.core.Engine` next to the
-vllm-v1 step (simulator.engine.v1.step); admission is simulator.engine.admission's, and the helpers both
-steps share (``emit_first``, ``finish``) stay on the engine.
+:meth:`V0Step.step` (``COMPOSERS["vllm-v0"]``, simulator.engine.composers) first admits FCFS
+(simulator.engine.admission: a whole reservation in reserve mode, blocks and preemption in
+paged mode). Without chunked prefill, a step that admitted requests is then a prefill-only
+step over their whole prompts (:meth:`V0Step.prefill_step`); otherwise a decode step runs the
+decoding requests' plan (simulator.engine.decode) and, with ``enable_chunked_prefill``, FCFS
+prompt chunks fill the token budget the decode batch leaves (:meth:`V0Step.decode_step`,
+:meth:`V0Step.prefill_chunks`). A part of :class:`~simulator.engine.core.Engine` next to the
+vllm-v1 step (simulator.engine.v1.step); the helpers both steps share (``emit_first``,
+``finish``) stay on the engine.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.engine.request_state import Outcome, Replica, Row, step_record
+from specbatch.simulator.engine.state import EngineState
 
 _I64 = np.int64
 # Rows as plain ints: numpy indexes an int about twice as fast as an IntEnum member.
@@ -25,9 +28,21 @@ _EMPTY = np.zeros(0, dtype=_I64)
 _EMPTY.flags.writeable = False
 
 
-class V0Step:
-    """The engine's vllm-v0 step (module docstring); mixed into
-    :class:`~simulator.engine.core.Engine`, whose settings and state it reads."""
+class V0Step(EngineState):
+    """The engine's vllm-v0 step composer (module docstring); a part of
+    :class:`~simulator.engine.core.Engine`, whose declared state it reads."""
+
+    prefix_caching = False  # the prefix cache is vllm-v1's (enable_prefix_caching ignored)
+
+    def step(self, rep: Replica, time: float) -> float | None:
+        """Admit, then run one prefill-only or decode step; returns its duration (None:
+        nothing runs)."""
+        joined = self.admit(rep) if self.blocks is None else self.schedule_paged(rep)
+        if not rep.state.shape[1]:  # nothing runs (n_running, without the property call)
+            return None
+        if not self.chunked and joined:
+            return self.prefill_step(rep, time, joined)
+        return self.decode_step(rep, time)
 
     def prefill_step(self, rep: Replica, time: float, joined: int) -> float:
         """Prefill-only step over the ``joined`` newest requests' whole prompts."""

@@ -3,5 +3,6 @@
 Reading order: ``compose`` (the general composer: which requests run and how many tokens each),
 ``reference`` (its reference twin, one request at a time as vLLM's ``schedule()`` reads),
 ``fast`` (the composer's answer where it is known without composing), ``runs`` (runs of
-identical decode steps taken at once), ``step`` (one V1 step end to end).
+identical decode steps taken at once), ``batch`` (the named records a composed step runs),
+``step`` (one V1 step end to end: the composer class of ``COMPOSERS["vllm-v1"]``).
 """

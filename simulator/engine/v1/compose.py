@@ -65,6 +65,7 @@ from specbatch.simulator.config.sim_config import FREE_DRAFTS
 from specbatch.simulator.engine.kv import preempted_columns
 from specbatch.simulator.engine.prefix import PrefixCache
 from specbatch.simulator.engine.request_state import Replica, Row
+from specbatch.simulator.engine.state import EngineState
 
 if TYPE_CHECKING:
     from specbatch.simulator.config.sim_config import SimConfig
@@ -143,11 +144,10 @@ class Composition(NamedTuple):
     cut: bool | None = None
 
 
-class V1Composer:
-    """The engine's vllm-v1 step (module docstring); mixed into
-    :class:`~simulator.engine.core.Engine`, whose settings it reads (``max_batched`` = the token
-    budget, ``chunked``, ``threshold``, ``lookahead``, ``blocks``, ``max_seqs``,
-    ``kv_capacity``, ``footprint``, ``parked``, ``initial``)."""
+class V1Composer(EngineState):
+    """The engine's vllm-v1 composer (module docstring); a part of
+    :class:`~simulator.engine.core.Engine` (its state: simulator.engine.state; ``max_batched``
+    is the token budget)."""
 
     # ------------------------------------------------------------- composition
 

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from specbatch.simulator.engine.decode import PlannedDecode
 from specbatch.simulator.engine.request_state import Outcome, Replica, Row
+from specbatch.simulator.engine.state import EngineState
+from specbatch.simulator.engine.v1.batch import Admit, Chunk, DecodeBatch, PrefillBatch, Prefilled
 from specbatch.simulator.policies.step_plan import Plan
-from specbatch.simulator.policies.view import StepView
 
 _I64 = np.int64
 _UID, _PREFILLED, _FILL, _BLOCKS = int(Row.UID), int(Row.PREFILLED), int(Row.FILL), int(Row.BLOCKS)
@@ -32,16 +34,17 @@ _M_KV = int(Outcome.KV)
 _EMPTY = np.zeros(0, dtype=_I64)
 _EMPTY.flags.writeable = False
 _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
+_tuple_new = tuple.__new__  # a NamedTuple from a tuple without its class call (hot path)
 
 
-class V1Fast:
+class V1Fast(EngineState):
     """The vllm-v1 step without the composer (module docstring); mixed into
     :class:`~simulator.engine.core.Engine` through :class:`~simulator.engine.v1.step.V1Step`."""
 
-    def fast_step(self, rep: Replica, time: float, m: np.ndarray, plan: Plan,
-                  view: StepView | None, eta: np.ndarray, sub: np.ndarray) -> float | None:
-        """Run the step of ``rep``'s ``n`` decoding requests (their plan ``m``, ``plan``,
-        ``view``, ``eta``; ``sub`` = the state) without the composer when the module
+    def fast_step(self, rep: Replica, time: float, planned: PlannedDecode, sub: np.ndarray
+                  ) -> float | None:
+        """Run the step of ``rep``'s ``n`` decoding requests (their plan ``planned``; ``sub`` =
+        the state) without the composer when the module
         docstring's conditions hold; returns its duration, or None (nothing changed: the
         caller composes). The caller checked that all decode and there is no threshold."""
         n = sub.shape[1]
@@ -58,18 +61,19 @@ class V1Fast:
         else:
             if prefix is not None and (not prefix.lazy or (admits and prefix.parked)):
                 return None  # block identities, or a preempted request's hits: composer
-            free = self.grow_running(rep, m, plan, prefix)
+            free = self.grow_running(rep, planned.m, planned.plan, prefix)
             if free is None:  # someone is preempted: the composer
                 return None
-        return self.run_composed(rep, time, _EMPTY, 0, None, n, m, plan, view, eta, sub,
-                                 (budget - n, free) if admits else None)
+        return self.run_composed(
+            rep, time, _tuple_new(DecodeBatch, (n, None, planned, sub)),
+            _tuple_new(PrefillBatch, (_EMPTY, 0, _tuple_new(Admit, (budget - n, free))
+                                      if admits else None, None)))
 
-    def mixed_step(self, rep: Replica, time: float, m: np.ndarray | None, plan: Plan | None,
-                   view: StepView | None, eta: np.ndarray | None, sub: np.ndarray
-                   ) -> float | None:
+    def mixed_step(self, rep: Replica, time: float, planned: PlannedDecode | None,
+                   sub: np.ndarray) -> float | None:
         """Run the step of ``rep``'s requests when all decode but the newest, the last
         column, which prefills the rest of a chunked prompt (``sub``: the leading decoding
-        columns, their plan ``m``, ``plan``, ``view``, ``eta``, None when there are none),
+        columns, ``planned`` their plan, None when there are none),
         without the composer: the module docstring's conditions on the decoding requests,
         no threshold (the caller checked), a cost model that prices from sums. The
         composer would give the decoding requests all they ask (1 + s_i each, Σ ≤ the
@@ -83,6 +87,7 @@ class V1Fast:
         budget = self.max_batched
         if last * (self.depth + 1) > budget or self.from_sums is None:
             return None
+        m, plan = (None, None) if planned is None else (planned.m, planned.plan)
         asked = last + (int(_sum(plan.verified)) if last and plan.depth else 0)
         prefilled, fill = int(state[_PREFILLED, last]), int(state[_FILL, last])
         rest = fill - prefilled
@@ -128,16 +133,17 @@ class V1Fast:
                 whole = q == rest  # nobody cut: every running request scheduled as asked
                 uid = state[_UID] if q else state[_UID, :last]
                 prefix.note_done(uid, done if q else done[:last], whole)
-        return self.run_composed(rep, time, _EMPTY, 0, None, last, m, plan, view, eta, sub,
-                                 (budget - last - q, free) if admits else None,
-                                 (last, q) if q else None)
+        return self.run_composed(
+            rep, time, _tuple_new(DecodeBatch, (last, None, planned, sub)),
+            _tuple_new(PrefillBatch, (_EMPTY, 0, _tuple_new(Admit, (budget - last - q, free))
+                                      if admits else None,
+                                      _tuple_new(Chunk, (last, q)) if q else None)))
 
-    def prefill_running(self, rep: Replica, chunk: tuple[int, int],
-                        joined: tuple[int, slice | np.ndarray | int, int, tuple] | None
-                        ) -> tuple[int, slice | np.ndarray | int, int, tuple]:
-        """Prefill the ``chunk`` = (column, tokens q) of the running request that prefills
+    def prefill_running(self, rep: Replica, chunk: Chunk, joined: Prefilled | None
+                        ) -> Prefilled:
+        """Prefill the ``chunk`` (column, tokens q) of the running request that prefills
         next to the requests ``joined`` this step (:meth:`join_prefilled`'s answer, or
-        None); returns the same four for both: prompt tokens, the columns that completed
+        None); returns the same record for both: prompt tokens, the columns that completed
         their prefill, how many, the pass sums (n, Σq, Σc, Σq·c, Σq²) (exact integers)."""
         col, q = chunk
         state = rep.state
@@ -147,8 +153,8 @@ class V1Fast:
         if done:
             rep.n_prefilling -= 1
         if joined is None:
-            return q, (col if done else _EMPTY), int(done), (
-                1, float(q), float(c), float(q * c), float(q * q))
+            return _tuple_new(Prefilled, (q, (col if done else _EMPTY), int(done), (
+                1, float(q), float(c), float(q * c), float(q * q))))
         tokens, completed, n_completed, sums = joined
         if done:
             if not n_completed:
@@ -158,11 +164,10 @@ class V1Fast:
                     completed = np.arange(completed.start, state.shape[1], dtype=_I64)
                 completed = np.concatenate([[col], np.atleast_1d(completed)])
             n_completed += 1
-        return tokens + q, completed, n_completed, (
-            sums[0] + 1, sums[1] + q, sums[2] + c, sums[3] + q * c, sums[4] + q * q)
+        return _tuple_new(Prefilled, (tokens + q, completed, n_completed, (
+            sums[0] + 1, sums[1] + q, sums[2] + c, sums[3] + q * c, sums[4] + q * q)))
 
-    def admit_after(self, rep: Replica, left: int, free: int
-                    ) -> tuple[int, slice | np.ndarray | int, int, tuple] | None:
+    def admit_after(self, rep: Replica, left: int, free: int) -> Prefilled | None:
         """FCFS admission into the ``left`` budget tokens the running requests left (their
         Σ (1 + s_i) taken off), next to them (they have committed); ``free`` blocks or
         reserved tokens. Returns :meth:`join_prefilled`'s answer, or None: nobody joins."""
@@ -199,8 +204,7 @@ class V1Fast:
         return free
 
     def join_prefilled(self, rep: Replica, joined: tuple[int, ...], chunks: list[int],
-                       blocks: list[int], free: int
-                       ) -> tuple[int, slice | np.ndarray | int, int, tuple]:
+                       blocks: list[int], free: int) -> Prefilled:
         """Append the admitted requests' columns (a preempted one's parked column), each
         with its chunk prefilled and, in paged mode, its ``blocks``, and take them off the
         waiting queue; ``free`` the free blocks or reserved tokens afterwards. Returns what
@@ -226,8 +230,8 @@ class V1Fast:
             sums = (1, float(q), 0.0, 0.0, float(q * q))
             if q < state[_FILL, start]:
                 rep.n_prefilling += 1
-                return q, _EMPTY, 0, sums
-            return q, start, 1, sums
+                return _tuple_new(Prefilled, (q, _EMPTY, 0, sums))
+            return _tuple_new(Prefilled, (q, start, 1, sums))
         new = self.initial.take(joined, axis=1)  # a copy: fresh columns
         for j, u in enumerate(joined):
             waiting.popleft()
@@ -244,5 +248,6 @@ class V1Fast:
         done = [i for i in range(k) if chunks[i] >= fills[i]]
         rep.n_prefilling += k - len(done)
         if len(done) == k:
-            return total, slice(start, None), k, sums
-        return total, np.asarray(done, dtype=_I64) + start, len(done), sums
+            return _tuple_new(Prefilled, (total, slice(start, None), k, sums))
+        return _tuple_new(Prefilled, (total, np.asarray(done, dtype=_I64) + start, len(done),
+                                      sums))

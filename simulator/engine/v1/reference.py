@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specbatch.simulator.engine.request_state import Replica, Row
+from specbatch.simulator.engine.state import EngineState
 from specbatch.simulator.engine.v1.compose import Composition
 
 
@@ -48,7 +49,7 @@ class Request:
         return self.num_computed_tokens if self.prefilling else self.num_tokens - 1
 
 
-class V1Reference:
+class V1Reference(EngineState):
     """The reference composer, mixed into the engine next to :class:`~simulator.engine.v1.compose.V1Composer`."""
 
     def compose_reference(self, rep: Replica, d_idx: np.ndarray | None,

@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.simulator.engine.request_state import Replica, Row, step_record
+from specbatch.simulator.engine.state import EngineState
 
 _I64 = np.int64
 _UID, _BLOCKS, _OUT, _PROMPT, _POS, _N_STEPS = (
@@ -40,14 +41,12 @@ _UID, _BLOCKS, _OUT, _PROMPT, _POS, _N_STEPS = (
 _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
 
 
-class V1Run:
+class V1Run(EngineState):
     """The engine's run of identical vllm-v1 decode steps (module docstring); mixed into
     :class:`~simulator.engine.core.Engine` through :class:`~simulator.engine.v1.step.V1Step`.
-    ``fast_paths`` False turns it off, and the step without the composer of
-    simulator.engine.v1.fast (every step through the composer, one at a time: the same results;
-    the parity tests compare the two)."""
-
-    fast_paths = True
+    ``fast_paths`` False (simulator.engine.state) turns it off, and the step without the
+    composer of simulator.engine.v1.fast (every step through the composer, one at a time: the
+    same results; the parity tests compare the two)."""
 
     def decode_run(self, rep: Replica, time: float) -> float | None:
         """Take a run of identical depth-0 decode steps starting at ``time`` (module

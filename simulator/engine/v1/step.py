@@ -16,9 +16,12 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.engine.decode import PlannedDecode
 from specbatch.simulator.engine.request_state import Outcome, Replica, Row, step_record
-from specbatch.simulator.engine.v1.compose import Composition, integer_sums
+from specbatch.simulator.engine.v1.batch import DecodeBatch, PrefillBatch, Prefilled
+from specbatch.simulator.engine.v1.compose import Composition, V1Composer, integer_sums
 from specbatch.simulator.engine.v1.fast import V1Fast
+from specbatch.simulator.engine.v1.reference import V1Reference
 from specbatch.simulator.engine.v1.runs import V1Run
 from specbatch.simulator.policies.step_plan import Plan
 from specbatch.simulator.policies.view import StepView
@@ -31,15 +34,20 @@ _EMPTY = np.zeros(0, dtype=_I64)
 _EMPTY.flags.writeable = False
 _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
 _count_nonzero = np.count_nonzero
+_tuple_new = tuple.__new__  # a NamedTuple from a tuple without its class call (hot path)
 
 
-class V1Step(V1Run, V1Fast):
-    """The engine's vllm-v1 step (module docstring); mixed into
-    :class:`~simulator.engine.core.Engine` next to :class:`~simulator.engine.v1.compose.V1Composer`, with the
-    runs of identical decode steps of :class:`~simulator.engine.v1.runs.V1Run` and the step without
-    the composer of :class:`~simulator.engine.v1.fast.V1Fast`."""
+class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
+    """The engine's vllm-v1 step composer (``COMPOSERS["vllm-v1"]``, simulator.engine.
+    composers; module docstring); a part of :class:`~simulator.engine.core.Engine`, with the
+    runs of identical decode steps of :class:`~simulator.engine.v1.runs.V1Run`, the step
+    without the composer of :class:`~simulator.engine.v1.fast.V1Fast`, the composer
+    :class:`~simulator.engine.v1.compose.V1Composer` and its reference twin
+    :class:`~simulator.engine.v1.reference.V1Reference`."""
 
-    def v1_step(self, rep: Replica, time: float) -> float | None:
+    prefix_caching = True  # paged mode keeps vLLM V1's prefix cache (simulator.engine.prefix)
+
+    def step(self, rep: Replica, time: float) -> float | None:
         """Compose and run one vllm-v1 step; returns its duration (None: nothing runs).
 
         The decoding requests' plan comes first (vLLM's drafts exist before ``schedule``);
@@ -56,7 +64,7 @@ class V1Step(V1Run, V1Fast):
         n = state.shape[1]
         d_idx: np.ndarray | None = None
         nd = 0
-        m = plan = view = eta = sub = None
+        planned = sub = None
         if n:
             tail = False  # only the newest request prefills (a chunked prompt's rest)
             if rep.n_prefilling:
@@ -74,24 +82,24 @@ class V1Step(V1Run, V1Fast):
                 sub = state
             nd = sub.shape[1]
             if nd:
-                m, plan, view, eta = self.plan_decode(rep, sub)
-            verified = plan.verified if nd else _EMPTY
+                planned = self.plan_decode(rep, sub)
+            verified = planned.plan.verified if nd else _EMPTY
             if d_idx is None and not self.threshold:
-                duration = self.fast_step(rep, time, m, plan, view, eta, sub)  # v1_fast
+                duration = self.fast_step(rep, time, planned, sub)  # v1_fast
                 if duration is not None:
                     return duration
                 want = verified + 1  # wants(), its common case inlined
             else:
                 if tail:
-                    duration = self.mixed_step(rep, time, m, plan, view, eta, sub)  # v1_fast
+                    duration = self.mixed_step(rep, time, planned, sub)  # v1_fast
                     if duration is not None:
                         return duration
                 want = self.wants(state, d_idx, verified)
         else:
             want = verified = _EMPTY
         comp = (self.compose_reference(rep, d_idx, verified) if self.reference
-                else self.compose(rep, want, None if d_idx is not None or m is None
-                                  else m[_M_KV]))
+                else self.compose(rep, want, None if d_idx is not None or planned is None
+                                  else planned.m[_M_KV]))
         if self.compositions is not None:
             self.log_composition(rep, time, comp)
         self.apply(rep, comp)
@@ -110,29 +118,27 @@ class V1Step(V1Run, V1Fast):
                            else int(np.searchsorted(d_idx, scheduled)), nd)
                 cols = slice(0, keep) if d_idx is None else d_idx[:keep]
                 got = tokens[cols]
-                if keep < nd or bool((got < m[_M_VERIFIED, :keep] + 1).any()):
-                    m, plan, view, eta = self.cut_plan(m, plan, eta, keep, got)
+                if keep < nd or bool((got < planned.m[_M_VERIFIED, :keep] + 1).any()):
+                    planned = self.cut_plan(planned, keep, got)
                     sub = sub[:, :keep]
-        return self.run_composed(rep, time, comp.tokens, len(comp.joined), d_idx, keep, m, plan,
-                                 view, eta, sub)
+        return self.run_composed(rep, time, _tuple_new(DecodeBatch, (keep, d_idx, planned, sub)),
+                                 _tuple_new(PrefillBatch, (comp.tokens, len(comp.joined), None,
+                                                           None)))
 
-    def run_composed(self, rep: Replica, time: float, tokens: np.ndarray, n_joined: int,
-                     d_idx: np.ndarray | None, keep: int, m: np.ndarray | None,
-                     plan: Plan | None, view: StepView | None, eta: np.ndarray | None,
-                     sub: np.ndarray | None, join: tuple | None = None,
-                     chunk: tuple[int, int] | None = None) -> float:
-        """Verify, price and commit the composed step: the first ``keep`` planned decoding
-        requests (columns ``d_idx``, None = the first ``keep``; their plan ``m``, ``plan``
-        and state columns ``sub`` already cut to what was scheduled) and the prompt chunks
-        of ``tokens`` # [running] (the last ``n_joined`` columns were admitted this step).
-        ``join``: (budget left after the running requests' base of one token each, free
-        blocks or reserved tokens) for simulator.engine.v1.fast's admission once the decoding
-        requests have committed (:meth:`~simulator.engine.v1.fast.V1Fast.admit_after`: the
-        budget's rest known from their Σ s_i, and the batch's leading columns are then the
-        whole state, a contiguous commit); ``n_joined`` is 0 and ``tokens`` unread then.
-        ``chunk``: (column, tokens) of the one running request that prefills, the last
-        column, scheduled without the composer (:meth:`~simulator.engine.v1.fast.V1Fast.
-        mixed_step`; ``tokens`` unread then too)."""
+    def run_composed(self, rep: Replica, time: float, decoding: DecodeBatch,
+                     prefill: PrefillBatch) -> float:
+        """Verify, price and commit the composed step: the ``decoding`` requests (the first
+        ``keep`` planned ones, columns ``d_idx``, None = the first ``keep``; their plan and
+        state columns ``sub`` already cut to what was scheduled) and the ``prefill`` chunks:
+        the composer's ``tokens`` # [running] (the last ``n_joined`` columns were admitted
+        this step), or a fast path's: ``admit`` for simulator.engine.v1.fast's admission once
+        the decoding requests have committed (:meth:`~simulator.engine.v1.fast.V1Fast.
+        admit_after`: the budget's rest known from their Σ s_i, and the batch's leading
+        columns are then the whole state, a contiguous commit), ``chunk`` for the one running
+        request that prefills, the last column (:meth:`~simulator.engine.v1.fast.V1Fast.
+        mixed_step`); ``n_joined`` is 0 and ``tokens`` unread then."""
+        keep, d_idx, planned, sub = decoding
+        tokens, n_joined, join, chunk = prefill
         state = rep.state
         emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
         draft_t, verify_t, sums, q_len, kv = 0.0, 0.0, None, _EMPTY, _EMPTY
@@ -141,7 +147,8 @@ class V1Step(V1Run, V1Fast):
                 cols = None if keep == state.shape[1] else slice(0, keep)
             else:
                 cols = d_idx[:keep]
-            self.verify_decode(rep, sub, None if d_idx is None else cols, m, plan, view, eta)
+            m, plan = planned.m, planned.plan
+            self.verify_decode(rep, sub, None if d_idx is None else cols, planned)
             (emitted, drafted_sum, verified_sum, accepted_sum, passes, draft_t,
              sums, verify_t) = self.price_decode(m, plan)
             self.commit(rep, m, cols)
@@ -151,7 +158,7 @@ class V1Step(V1Run, V1Fast):
         prefill_tokens = 0
         completed: np.ndarray | slice | int = _EMPTY
         n_completed = 0
-        joined = (self.admit_after(rep, join[0] - verified_sum, join[1])
+        joined = (self.admit_after(rep, join.left - verified_sum, join.free)
                   if join is not None else None)
         if chunk is not None:
             joined = self.prefill_running(rep, chunk, joined)
@@ -209,10 +216,10 @@ class V1Step(V1Run, V1Fast):
         self.finish(rep, end)
         return end - time
 
-    def cut_plan(self, m: np.ndarray, plan: Plan, eta: np.ndarray, keep: int, got: np.ndarray
-                 ) -> tuple[np.ndarray, Plan, StepView, np.ndarray]:
+    def cut_plan(self, planned: PlannedDecode, keep: int, got: np.ndarray) -> PlannedDecode:
         """The plan of the first ``keep`` decoding requests, the last one's drafts cut to the
         ``got`` # [keep] tokens the budget gave (verified = got − 1, drafted ≤ verified)."""
+        m, plan, _, eta = planned
         m = m[:, :keep].copy()
         verified = np.minimum(m[_M_VERIFIED], got - 1)
         drafted = m[_M_DRAFTED]
@@ -224,10 +231,9 @@ class V1Step(V1Run, V1Fast):
         view = StepView(self.trace, m[int(Outcome.ROW)], m[_M_KV], None, self.depth, eta,
                         self.cost, self.view_tables)
         tree = None if plan.tree is None else cut_mask(plan.tree[:keep], verified)
-        return m, Plan(drafted, verified, plan.depth, tree), view, eta
+        return PlannedDecode(m, Plan(drafted, verified, plan.depth, tree), view, eta)
 
-    def prefill_joined(self, rep: Replica, tokens: np.ndarray, n_joined: int
-                       ) -> tuple[int, np.ndarray | slice | int, int, tuple]:
+    def prefill_joined(self, rep: Replica, tokens: np.ndarray, n_joined: int) -> Prefilled:
         """Prefill the chunks of the ``n_joined`` requests admitted this step, the last
         columns, when no other request prefills: (prompt tokens prefilled, the columns whose
         (re)prefill completed (a slice when all did, the column when it is one), how many,
@@ -241,9 +247,9 @@ class V1Step(V1Run, V1Fast):
             state[_PREFILLED, start] = c0 + q0
             sums = (1, float(q0), float(c0), float(q0 * c0), float(q0 * q0))
             if c0 + q0 < state[_FILL, start]:
-                return q0, _EMPTY, 0, sums
+                return _tuple_new(Prefilled, (q0, _EMPTY, 0, sums))
             rep.n_prefilling -= 1
-            return q0, start, 1, sums
+            return _tuple_new(Prefilled, (q0, start, 1, sums))
         prefilled = state[_PREFILLED, start:]  # a view: the update writes through
         chunk = tokens[start:]
         q, c, f = chunk.tolist(), prefilled.tolist(), state[_FILL, start:].tolist()
@@ -254,8 +260,9 @@ class V1Step(V1Run, V1Fast):
         done = [i for i in range(n_joined) if c[i] + q[i] >= f[i]]
         rep.n_prefilling -= len(done)
         if len(done) == n_joined:
-            return total, slice(start, None), n_joined, sums
-        return total, np.asarray(done, dtype=_I64) + start, len(done), sums
+            return _tuple_new(Prefilled, (total, slice(start, None), n_joined, sums))
+        return _tuple_new(Prefilled, (total, np.asarray(done, dtype=_I64) + start, len(done),
+                                      sums))
 
     def emit_completed(self, rep: Replica, idx: np.ndarray | slice | int, end: float) -> None:
         """Requests at ``idx`` (columns, a slice of them, or one column) completed their
