@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from specbatch.simulator.cost.interface import CostModel
     from specbatch.simulator.cost.verify_cost import VerifyCost
     from specbatch.simulator.engine.kv import BlockManager
-    from specbatch.simulator.engine.request_state import Records, Replica
+    from specbatch.simulator.engine.request_state import FreshColumns, Records, Replica
     from specbatch.simulator.policies.registry import Policy
     from specbatch.simulator.policies.view import TraceTables
     from specbatch.simulator.replay.chain import VerifyTables
@@ -46,6 +46,7 @@ class EngineState:
     check_plans: bool  # check every plan against the policy contract (reference or a user's policy)
     observes: bool  # the policy overrides observe(): feed it (s_i, τ_i) after each verify
     progress: Callable[[int], object] | None  # called with the requests each step finished
+    stop: Callable[..., bool] | None  # an early stop: stop(time, records, workload) (analysis.plan.slo)
     rule: str  # the verification rule (config.verify)
     depth: int  # K: the policy's draft depth (0 = no speculation)
     chunked: bool  # prompts are chunked (enable_chunked_prefill, or the scheduler's default)
@@ -71,7 +72,7 @@ class EngineState:
     tree: TreeTables | None  # a tree rule's recorded trees (None for chain rules)
     tables: VerifyTables | None  # the chain verifier's acceptance tables (None: reference, tree)
     eta_width: int  # uniforms η per request and step: K, or what the tree rule reads
-    initial: np.ndarray  # [len(Row), N] every request's state column at admission
+    initial: FreshColumns  # [len(Row), N] every request's state column at admission, built on read
 
     # ------------------------------------------------ mutable state and output
     replicas: list[Replica]  # the data-parallel copies: queues and running batches
