@@ -85,13 +85,13 @@ class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
                 planned = self.plan_decode(rep, sub)
             verified = planned.plan.verified if nd else _EMPTY
             if d_idx is None and not self.threshold:
-                duration = self.fast_step(rep, time, planned, sub)  # v1_fast
+                duration = self.fast_step(rep, time, planned, sub)  # v1.fast
                 if duration is not None:
                     return duration
                 want = verified + 1  # wants(), its common case inlined
             else:
                 if tail:
-                    duration = self.mixed_step(rep, time, planned, sub)  # v1_fast
+                    duration = self.mixed_step(rep, time, planned, sub)  # v1.fast
                     if duration is not None:
                         return duration
                 want = self.wants(state, d_idx, verified)
