@@ -29,6 +29,7 @@ from specbatch.simulator.engine.request_state import (
     Outcome,
     Replica,
     Row,
+    step_record,
 )
 from specbatch.simulator.engine.state import EngineState
 from specbatch.simulator.policies.registry import call_user, is_builtin
@@ -153,6 +154,19 @@ class Decode(EngineState):
                 call_user(type(policy), "observe", policy.observe, verified, m[_M_TAU])
             else:
                 policy.observe(verified, m[_M_TAU])
+
+    def record_step(self, rep: Replica, time: float, end: float,
+                    seconds: tuple[float, float, float], **counts: int) -> float:
+        """Log one step of ``rep`` from ``time`` to ``end`` (its priced ``seconds``: draft,
+        target, verify; and the ``step_record`` counts: batch, prefill_tokens, drafted,
+        verified, accepted, emitted, depth), retire the requests it finished, and return its
+        duration: the tail every composer's step shares."""
+        draft_t, target_t, verify_t = seconds
+        self.rec.step_rows.append(step_record(
+            replica=rep.index, time=time, end=end, draft_time=draft_t, target_time=target_t,
+            verify_time=verify_t, overhead_time=self.overhead, **counts))
+        self.finish(rep, end)
+        return end - time
 
     def price_decode(self, m: np.ndarray, plan: Plan) -> PricedDecode:
         """The step's totals, draft and verification time from the outcome matrix ``m``

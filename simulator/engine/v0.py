@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.engine.request_state import Outcome, Replica, Row, step_record
+from specbatch.simulator.engine.request_state import Outcome, Replica, Row
 from specbatch.simulator.engine.state import EngineState
 
 _I64 = np.int64
@@ -63,12 +63,9 @@ class V0Step(EngineState):
         rep.state[_PREFILLED, sel] = q
         rep.n_prefilling -= joined
         emitted = self.emit_first(rep, sel, end)
-        self.rec.step_rows.append(step_record(
-            replica=rep.index, time=time, end=end, batch=0, prefill_tokens=total, drafted=0,
-            verified=0, accepted=0, emitted=emitted, depth=0, draft_time=draft_t,
-            target_time=target_t, verify_time=0.0, overhead_time=overhead))
-        self.finish(rep, end)
-        return end - time
+        return self.record_step(rep, time, end, (draft_t, target_t, 0.0),
+                                batch=0, prefill_tokens=total, drafted=0, verified=0,
+                                accepted=0, emitted=emitted, depth=0)
 
     def decode_step(self, rep: Replica, time: float) -> float:
         """One decode step (THEORY.md §5): the decoding requests draft, are verified and
@@ -107,13 +104,10 @@ class V0Step(EngineState):
         if n == 0 and prefill_tokens == 0:  # pragma: no cover - engine invariant
             raise SpecbatchError("simulator: a step with no decode and no prefill "
                                  "(engine invariant broken)")
-        self.rec.step_rows.append(step_record(
-            replica=rep.index, time=time, end=end, batch=n, prefill_tokens=prefill_tokens,
-            drafted=drafted_sum, verified=verified_sum, accepted=accepted_sum, emitted=emitted,
-            depth=passes, draft_time=draft_t, target_time=target_t, verify_time=verify_t,
-            overhead_time=overhead))
-        self.finish(rep, end)
-        return end - time
+        return self.record_step(rep, time, end, (draft_t, target_t, verify_t), batch=n,
+                                prefill_tokens=prefill_tokens, drafted=drafted_sum,
+                                verified=verified_sum, accepted=accepted_sum, emitted=emitted,
+                                depth=passes)
 
     def prefill_chunks(self, rep: Replica, q_len: np.ndarray, kv: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, float, int, np.ndarray]:

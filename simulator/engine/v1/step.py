@@ -17,7 +17,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.engine.decode import PlannedDecode
-from specbatch.simulator.engine.request_state import Outcome, Replica, Row, step_record
+from specbatch.simulator.engine.request_state import Outcome, Replica, Row
 from specbatch.simulator.engine.v1.batch import DecodeBatch, PrefillBatch, Prefilled
 from specbatch.simulator.engine.v1.compose import Composition, V1Composer, integer_sums
 from specbatch.simulator.engine.v1.fast import V1Fast
@@ -208,13 +208,10 @@ class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
         if keep == 0 and prefill_tokens == 0:  # pragma: no cover - engine invariant
             raise SpecbatchError("simulator: a vllm-v1 step with nothing scheduled "
                                  "(engine invariant broken)")
-        self.rec.step_rows.append(step_record(
-            replica=rep.index, time=time, end=end, batch=keep, prefill_tokens=prefill_tokens,
-            drafted=drafted_sum, verified=verified_sum, accepted=accepted_sum, emitted=emitted,
-            depth=passes, draft_time=draft_t, target_time=target_t, verify_time=verify_t,
-            overhead_time=overhead))
-        self.finish(rep, end)
-        return end - time
+        return self.record_step(rep, time, end, (draft_t, target_t, verify_t), batch=keep,
+                                prefill_tokens=prefill_tokens, drafted=drafted_sum,
+                                verified=verified_sum, accepted=accepted_sum, emitted=emitted,
+                                depth=passes)
 
     def cut_plan(self, planned: PlannedDecode, keep: int, got: np.ndarray) -> PlannedDecode:
         """The plan of the first ``keep`` decoding requests, the last one's drafts cut to the
