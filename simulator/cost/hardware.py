@@ -20,6 +20,23 @@ rtxpro6000 503.8 T             1.597 T       96 GB      PCIe Gen5 x16 128 GB/s b
                                 GDDR7                   (no NVLink)
 =========  ==================  ============  =========  =================================
 
+FP8 tensor cores (``compute_capability`` >= 89: Ada, Hopper, Blackwell) and their dense FP8
+peak ``fp8_peak_flops`` (FP32 accumulate, what vLLM's CUTLASS/cuBLASLt scaled-mm kernels use;
+half the "with sparsity" figure), used by ``quantization = "fp8"`` (simulator.cost.precision)::
+
+    preset      capability  dense FP8 FLOP/s  source
+    h100        9.0         1978.9 T          H100 SXM5 datasheet: FP8 3,958 T with sparsity
+    h200        9.0         1978.9 T          H200 SXM datasheet: FP8 3,958 T with sparsity
+    a100        8.0         none              no FP8 tensor cores: vLLM runs FP8 weight-only
+                                              through Marlin (bf16 compute)
+    l40s        8.9         733 T             L40S datasheet: FP8 733 / 1,466 T (sparsity)
+    rtx4090     8.9         330.3 T           Ada whitepaper App. A: FP8 with FP32 accumulate
+                                              330.3 dense (660.6 with FP16 accumulate)
+    rtxpro6000  12.0        1007.6 T          ASSUMED 2 x its bf16 peak (the FP8 tensor rate of
+                                              Blackwell RTX parts is twice FP16/BF16 at FP32
+                                              accumulate; the Server Edition's datasheet prints
+                                              only the FP4 peak, as for bf16 above)
+
 The two workstation-class presets price the measured vLLM runs of docs/fidelity.md:
 
 - ``rtx4090``: NVIDIA GeForce RTX 4090 (AD102). Bandwidth, memory and bus from NVIDIA's
@@ -174,6 +191,16 @@ class Hardware:
     allreduce_latency: float = 8e-6  # seconds per all-reduce call (assumption)
     overhead: float = 1e-3  # seconds of CPU-side overhead per engine step (assumption)
     dtype_bytes: int = 2  # bf16 weights, activations and KV cache
+    compute_capability: int = 0  # CUDA compute capability x 10 (vLLM's has_device_capability)
+    fp8_peak_flops: float = 0.0  # dense FP8 tensor-core FLOP/s (datasheet); 0: no FP8 cores
+
+    @property
+    def fp8_tensor_cores(self) -> bool:
+        """Whether vLLM runs FP8 GEMMs as W8A8 here: ``current_platform.has_device_capability(
+        89)`` (vllm/model_executor/layers/quantization/fp8.py, ``Fp8LinearMethod.__init__``'s
+        ``use_marlin``; below 8.9 FP8 weights go through the weight-only Marlin kernel), and
+        the preset knows its FP8 peak (a custom preset without one is priced weight-only)."""
+        return self.compute_capability >= 89 and self.fp8_peak_flops > 0
 
     @property
     def ridge(self) -> float:
@@ -184,22 +211,27 @@ class Hardware:
 HARDWARE: dict[str, Hardware] = {
     h.name: h
     for h in (
-        Hardware("h100", "NVIDIA H100 SXM5 80GB", 989.4 * TERA, 3.35 * TERA, 80 * GIGA, 450 * GIGA),
-        Hardware("h200", "NVIDIA H200 SXM 141GB", 989.4 * TERA, 4.8 * TERA, 141 * GIGA, 450 * GIGA),
-        Hardware("a100", "NVIDIA A100 SXM4 80GB", 312 * TERA, 2.039 * TERA, 80 * GIGA, 300 * GIGA),
+        Hardware("h100", "NVIDIA H100 SXM5 80GB", 989.4 * TERA, 3.35 * TERA, 80 * GIGA, 450 * GIGA,
+                 compute_capability=90, fp8_peak_flops=1978.9 * TERA),
+        Hardware("h200", "NVIDIA H200 SXM 141GB", 989.4 * TERA, 4.8 * TERA, 141 * GIGA, 450 * GIGA,
+                 compute_capability=90, fp8_peak_flops=1978.9 * TERA),
+        Hardware("a100", "NVIDIA A100 SXM4 80GB", 312 * TERA, 2.039 * TERA, 80 * GIGA, 300 * GIGA,
+                 compute_capability=80),
         Hardware(
             "l40s", "NVIDIA L40S 48GB (PCIe)", 362.05 * TERA, 864 * GIGA, 48 * GIGA, 32 * GIGA,
-            memory_eff=0.75, allreduce_latency=25e-6,
+            memory_eff=0.75, allreduce_latency=25e-6, compute_capability=89,
+            fp8_peak_flops=733 * TERA,
         ),
         Hardware(
             "rtx4090", "NVIDIA GeForce RTX 4090 24GB (PCIe)", 165.2 * TERA, 1.008 * TERA,
             24 * GIGA, 32 * GIGA, compute_eff=0.94, memory_eff=0.85,
-            allreduce_latency=25e-6,
+            allreduce_latency=25e-6, compute_capability=89, fp8_peak_flops=330.3 * TERA,
         ),
         Hardware(
             "rtxpro6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition 96GB (PCIe)",
             503.8 * TERA, 1.597 * TERA, 96 * GIGA, 64 * GIGA, compute_eff=0.70,
-            memory_eff=0.84, allreduce_latency=25e-6,
+            memory_eff=0.84, allreduce_latency=25e-6, compute_capability=120,
+            fp8_peak_flops=1007.6 * TERA,
         ),
     )
 }
