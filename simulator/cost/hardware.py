@@ -399,20 +399,24 @@ def weight_bytes(hw: Hardware, models: tuple[str, ...],
 
 def weights_shortfall(hardware: str, target: str, draft: str, tp: int,
                       gpu_memory_utilization: float,
-                      draft_weight_bits: int = FULL_WEIGHT_BITS) -> str | None:
+                      draft_weight_bits: int = FULL_WEIGHT_BITS,
+                      quantization: str = "none") -> str | None:
     """Why the target's and draft's weights alone exceed what ``tp`` devices of ``hardware``
     give the engine (``tp · M · gpu_memory_utilization``), or None when they fit. Both
     models' weights are counted against the memory of all ``tp`` devices, as the KV capacity
-    counts them; the draft's at ``draft_weight_bits`` (:func:`model_weight_bytes`)."""
+    counts them; the draft's at ``draft_weight_bits`` (:func:`model_weight_bytes`), the
+    target's in its ``quantization`` (simulator.cost.precision)."""
     hw = get_hardware(hardware)
     bits = None if draft_weight_bits >= FULL_WEIGHT_BITS else (FULL_WEIGHT_BITS,
                                                                draft_weight_bits)
-    need = weight_bytes(hw, (target, draft), bits)
+    quantized = quantized_weights(hw, target, draft, draft_weight_bits, quantization)
+    need = weight_bytes(hw, (target, draft), bits) if quantized is None else quantized[0]
     have = tp * hw.memory_bytes * float(gpu_memory_utilization)
     if need <= have:
         return None
     least = int(-(-need // (hw.memory_bytes * float(gpu_memory_utilization))))
-    precision = (f"{hw.dtype_bytes} bytes per parameter" if bits is None else
+    precision = (quantized[1] if quantized is not None else
+                 f"{hw.dtype_bytes} bytes per parameter" if bits is None else
                  f"the draft's projections at {draft_weight_bits} bits")
     return (f"expected room for the weights of {target} + {draft} ({need / GIGA:.1f} GB at "
             f"{precision}), got {gpu_memory_utilization:g} of {tp} x "
@@ -420,12 +424,32 @@ def weights_shortfall(hardware: str, target: str, draft: str, tp: int,
             "larger device or smaller models)")
 
 
+def quantized_weights(hw: Hardware, target: str, draft: str, draft_weight_bits: int,
+                      quantization: str) -> tuple[float, str] | None:
+    """(bytes, phrase) of both models' weights when either is held quantised (the target's
+    ``quantization`` or a quantised checkpoint; simulator.cost.precision), else None."""
+    from specbatch.simulator.cost.precision import held_weight_bytes, resolve_quantization
+    from specbatch.traces.models.shapes import find_shape
+
+    t, d = find_shape(target), find_shape(draft)
+    if t is None or (str(quantization).lower() == "none" and t.quantization == "none"
+                     and (d is None or d.quantization == "none")):
+        return None
+    t = resolve_quantization(quantization, t)
+    need = held_weight_bytes(t, hw)
+    if d is not None:
+        need += (held_weight_bytes(d, hw) if d.quantization != "none"
+                 else model_weight_bytes(d, hw.dtype_bytes, draft_weight_bits))
+    return need, f"the target's weights as {t.quantization}"
+
+
 def check_weights_fit(hardware: str, target: str, draft: str, tp: int,
                       gpu_memory_utilization: float,
-                      draft_weight_bits: int = FULL_WEIGHT_BITS) -> None:
+                      draft_weight_bits: int = FULL_WEIGHT_BITS,
+                      quantization: str = "none") -> None:
     """One-line error (:func:`weights_shortfall`) when the models' weights do not fit, in any
     KV mode: a run that cannot load its models has no step time to report."""
     short = weights_shortfall(hardware, target, draft, tp, gpu_memory_utilization,
-                              draft_weight_bits)
+                              draft_weight_bits, quantization)
     if short is not None:
         raise SpecbatchError(f"config: field gpu_memory_utilization: {short}")
