@@ -23,7 +23,12 @@ rest of this docstring is the path of every other GPU:
   laws; fitted on all bundled models of the GPU; a GPU the
   data do not cover borrows the nearest one's law with its datasheet peaks scaled:
   h200 <- h100, l40s <- a40). A quantised draft (``draft_weight_bits`` < 16) is always priced
-  by the law, its weight bytes at bits/8 + 4/128 per projection weight.
+  by the law, its weight bytes at bits/8 + 4/128 per projection weight; so is a quantised
+  dense target (``quantization``, simulator.cost.precision): each projection GEMM's stream
+  term over the byte ratio and, for W8A8 FP8, its compute term at the datasheet FP8/bf16 peak
+  ratio (:func:`quantized_layer_seconds`), a roofline projection, not fitted on quantised
+  data (none is bundled). Quantised MoE / MLA targets are refused here (the roofline prices
+  them).
 - MoE / MLA shapes (traces.models.shapes; THEORY.md §8) are never priced from a table cell: the
   laws price their GEMMs as the roofline counts their bytes (:func:`sparse_gemms`): dense
   attention and norms every layer; on the M MoE layers the router, the shared MLP and the

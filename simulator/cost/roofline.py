@@ -72,8 +72,14 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   fused-MoE tensor parallelism); expert parallelism is not modelled. A verify pass with
   s_i drafts has Q = Σ (s_i + 1): its expert traffic grows with the drafts, which a dense
   model reads once.
-- Not modelled: quantisation of the target, of the KV cache or of activations, dequantisation
-  time, KV-cache paging granularity, attention-kernel inefficiency at
+- The target's weight format (``quantization``: fp8, awq, gptq, mxfp4) and the KV cache's
+  element type (``kv_cache_dtype``), simulator.cost.precision: the decoder projections and
+  experts stream their format's bytes per weight (embeddings, head, norms, routers at b), the KV
+  terms use 1 byte per element under fp8, and W8A8 FP8 (compute capability >= 8.9) adds its
+  GEMM FLOPs at the FP8 peak, F_16 / (peak · eff_c) + F_8 / (peak_fp8 · eff_c), in place of
+  F / (peak · eff_c).
+- Not modelled: activation quantisation other than W8A8 FP8, dequantisation time of
+  weight-only kernels, KV-cache paging granularity, attention-kernel inefficiency at
   short contexts, CPU/GPU overlap, power throttling, expert parallelism, MoE routing and
   permutation kernels (only their weight traffic and FLOPs are priced).
 - Multi-head latent attention (``ModelShape.is_mla``, DeepSeek-V2/V3): the KV term reads and
