@@ -26,9 +26,9 @@ rest of this docstring is the path of every other GPU:
   by the law, its weight bytes at bits/8 + 4/128 per projection weight; so is a quantised
   dense target (``quantization``, simulator.cost.precision): each projection GEMM's stream
   term over the byte ratio and, for W8A8 FP8, its compute term at the datasheet FP8/bf16 peak
-  ratio (:func:`quantized_layer_seconds`), a roofline projection, not fitted on quantised
-  data (none is bundled). Quantised MoE / MLA targets are refused here (the roofline prices
-  them).
+  ratio (:func:`quantized_layer_seconds`; MoE / MLA shapes per GEMM kind: projections,
+  routers at bf16, experts in their own bytes, :func:`format_scales`), a roofline projection,
+  not fitted on quantised data (none is bundled).
 - MoE / MLA shapes (traces.models.shapes; THEORY.md §8) are never priced from a table cell: the
   laws price their GEMMs as the roofline counts their bytes (:func:`sparse_gemms`): dense
   attention and norms every layer; on the M MoE layers the router, the shared MLP and the
@@ -85,6 +85,7 @@ from specbatch.simulator.cost.calibrated_sources import (
     find_cell,
     fitted_gpu,
     layer_shape,
+    scaled_gemm_seconds,
     sparse,
     sparse_layers,
     uses_custom_allreduce,
@@ -134,7 +135,8 @@ class RolePricer:
         """The calibrated law's layers(Q) (module docstring)."""
         if self.shape.is_moe or self.shape.is_mla or self.shape.attention_head_dim:
             touched = self.consts.experts_touched(q) if self.consts.experts else 0.0
-            return sparse_layers(self.fit, self.shape, self.tp, q, touched)
+            scales = format_scales(self.fmt, self.hw) if self.fmt.quantized else None
+            return sparse_layers(self.fit, self.shape, self.tp, q, touched, scales)
         ls = layer_shape(self.shape)
         qa = np.array([q])
         per_layer = layer_seconds(self.fit, ls, self.tp, qa)
@@ -341,15 +343,11 @@ class CalibratedCost:
 
 
 def check_calibrated_precision(hw: Hardware, shapes: tuple, kv_cache_dtype: str) -> None:
-    """The calibrated model prices a quantised dense target through its GEMM laws
-    (:func:`quantized_layer_seconds`); refuse, naming the setting, what it cannot: a quantised
-    MoE / MLA / explicit-head_dim shape (its grouped GEMMs are not scaled) and any quantised
-    weights or fp8 KV on the GPUs priced by LLMServingSim's bf16 per-layer profiles."""
+    """The calibrated model prices a quantised target through its GEMM laws
+    (:func:`quantized_layer_seconds`, :func:`format_scales`); refuse, naming the setting, what
+    it cannot: quantised weights or fp8 KV on the GPUs priced by LLMServingSim's bf16
+    per-layer profiles."""
     for shape in shapes:
-        if shape.quantization != "none" and sparse(shape):
-            raise SpecbatchError(f"cost 'calibrated': quantization {shape.quantization!r} of "
-                                 f"{shape.name} (a MoE / MLA shape) is priced by the roofline "
-                                 "only; expected cost roofline")
         if shape.quantization != "none" and lss_gpu(hw.name):
             raise SpecbatchError(f"cost 'calibrated': quantization {shape.quantization!r} on "
                                  f"{hw.name}: its per-layer profiles are bf16; expected none")
@@ -358,23 +356,27 @@ def check_calibrated_precision(hw: Hardware, shapes: tuple, kv_cache_dtype: str)
                              f"{hw.name}: its attention law is fitted on bf16 KV; expected auto")
 
 
+def format_scales(fmt: WeightFormat, hw: Hardware) -> dict:
+    """GEMM kind -> (byte ratio, compute speed-up) of ``fmt`` against the bf16 laws: bytes per
+    weight / dtype bytes, and under W8A8 FP8 the datasheet ratio peak_fp8 / peak (routers and
+    the LM head stay bf16)."""
+    speed = hw.fp8_peak_flops / hw.peak_flops if fmt.w8a8 else 1.0
+    b = float(hw.dtype_bytes)
+    return {"projection": (fmt.linear_bytes / b, speed if fmt.linear_bytes < b else 1.0),
+            "expert": (fmt.expert_bytes / b, speed if fmt.expert_bytes < b else 1.0)}
+
+
 def quantized_layer_seconds(fit: GpuFit, ls, tp: int, qa: np.ndarray, per_layer: np.ndarray,
                             fmt: WeightFormat, hw: Hardware) -> np.ndarray:
-    """``per_layer`` seconds # [1] with every projection GEMM re-priced in ``fmt``: the law's
-    stream term over the byte ratio r = bytes per weight / 2 (bandwidth β / r) and, under
-    W8A8 FP8, its compute term at the datasheet ratio peak_fp8 / peak (π times it), the
-    time never above the bf16 law's. A roofline projection of laws fitted on bf16 data."""
+    """``per_layer`` seconds # [1] with every projection GEMM re-priced in ``fmt``
+    (:func:`~simulator.cost.calibrated_sources.scaled_gemm_seconds` at
+    :func:`format_scales`' projection ratios). A roofline projection of bf16-fitted laws."""
     dims = ls.gemm_dims(tp)
-    ratio = fmt.linear_bytes / 2.0
-    speed = hw.fp8_peak_flops / hw.peak_flops if fmt.w8a8 else 1.0
+    ratio, speed = format_scales(fmt, hw)["projection"]
     for op in GEMMS:
-        law = fit.gemm[op]
         k, n = dims[op]
         full = gemm_seconds(fit, op, qa, k, n)
-        light = full * (replace(law, bandwidth=law.bandwidth / ratio,
-                                flops=law.flops * speed).seconds(qa, k, n)
-                        / law.seconds(qa, k, n))
-        per_layer = per_layer - full + np.minimum(full, light)
+        per_layer = per_layer - full + scaled_gemm_seconds(fit, op, qa, k, n, ratio, speed)
     return per_layer
 
 

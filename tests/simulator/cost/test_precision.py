@@ -10,7 +10,11 @@ import numpy as np
 import pytest
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.cost.calibrated import CalibratedCost, quantized_layer_seconds
+from specbatch.simulator.cost.calibrated import (
+    CalibratedCost,
+    format_scales,
+    quantized_layer_seconds,
+)
 from specbatch.simulator.cost.calibrated_sources import layer_shape
 from specbatch.simulator.cost.hardware import HARDWARE, check_weights_fit, get_hardware
 from specbatch.simulator.cost.precision import (
@@ -174,9 +178,6 @@ def test_defaults_price_exactly_as_before():
 def test_profiled_and_calibrated_refuse_what_they_cannot_price():
     with pytest.raises(SpecbatchError, match="cost 'profiled': quantization 'fp8'"):
         build_cost_model("profiled", profile="x.parquet", quantization="fp8")
-    with pytest.raises(SpecbatchError, match="MoE / MLA shape"):
-        build_cost_model("calibrated", "h100", "qwen3-30b-a3b", "llama-3.2-1b",
-                         quantization="fp8")
     with pytest.raises(SpecbatchError, match="rtx4090: its per-layer profiles are bf16"):
         build_cost_model("calibrated", "rtx4090", "llama-3.1-8b", "llama-3.2-1b",
                          quantization="awq")
@@ -212,3 +213,17 @@ def test_calibrated_fp8_kv_halves_the_attention_bytes():
     # one request reading 32k cached tokens: memory-bound on the KV bytes
     args = (1.0, 32768.0, 32768.0, 1.0)
     assert fp8.attention(*args) == pytest.approx(auto.attention(*args) / 2, rel=1e-9)
+
+
+def test_calibrated_moe_scales_experts_and_projections_by_kind():
+    moe, d = SHAPES["qwen3-30b-a3b"], SHAPES["qwen2.5-0.5b"]
+    bf16 = CalibratedCost(H100, moe, d).roles["target"]
+    mx = CalibratedCost(H100, moe, d, quantization="mxfp4").roles["target"]
+    fp8 = CalibratedCost(H100, moe, d, quantization="fp8").roles["target"]
+    for q in (1.0, 16.0, 256.0):
+        assert max(fp8.law_layers(q), mx.law_layers(q)) <= bf16.law_layers(q)
+    # decode of one token reads 8 experts per layer: their bytes at 4.25 bits dominate
+    assert mx.law_layers(1.0) < 0.9 * bf16.law_layers(1.0)
+    scales = format_scales(mx.fmt, H100)
+    assert scales == {"projection": (1.0, 1.0), "expert": (MXFP4_BYTES / 2, 1.0)}
+    assert format_scales(fp8.fmt, H100)["expert"] == (0.5, 1978.9 / 989.4)
