@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.calibrated import (
@@ -227,3 +229,30 @@ def test_calibrated_moe_scales_experts_and_projections_by_kind():
     scales = format_scales(mx.fmt, H100)
     assert scales == {"projection": (1.0, 1.0), "expert": (MXFP4_BYTES / 2, 1.0)}
     assert format_scales(fp8.fmt, H100)["expert"] == (0.5, 1978.9 / 989.4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(layers=st.integers(1, 8), heads=st.sampled_from([2, 4, 8]), kv=st.sampled_from([1, 2]),
+       width=st.integers(1, 64), experts=st.sampled_from([0, 4, 8]),
+       method=st.sampled_from(["fp8", "awq", "mxfp4"]))
+def test_every_format_reprices_exactly_its_weights(layers, heads, kv, width, experts, method):
+    """Property: the formats move only the bytes of P_lin / P_exp, and a pass's streamed
+    weights change by the same per-weight difference as the memory held."""
+    shape = ModelShape("s", layers, 16 * heads, heads, kv, 8 * width, 50, experts=experts,
+                       top_k=min(2, experts), expert_intermediate=4 * width,
+                       moe_layers=layers if experts else 0)
+    if method == "mxfp4" and not experts:
+        return
+    q = resolve_quantization(method, shape)
+    fmt = weight_format(q, H100)
+    sixteen, linear, expert = weight_split(shape)
+    assert held_weight_bytes(q, H100) == pytest.approx(
+        held_weight_bytes(shape, H100) - (2 - fmt.linear_bytes) * linear
+        - (2 - fmt.expert_bytes) * expert, rel=1e-12)
+    plain, quant = pass_constants(shape, H100), pass_constants(q, H100)
+    assert quant.weight_bytes == pytest.approx(
+        plain.weight_bytes - (2 - fmt.linear_bytes) * linear, rel=1e-12)
+    assert quant.expert_bytes == pytest.approx(plain.expert_bytes * fmt.expert_bytes / 2,
+                                               rel=1e-12)
+    total = quant.flops_per_token + quant.fp8_flops_per_token
+    assert total == pytest.approx(plain.flops_per_token, rel=1e-12)  # FLOPs only move peaks
