@@ -29,7 +29,7 @@ weights, :func:`weight_split`)::
                                                                          e2m1 + one e8m0 scale per 32 weights)
 
 with bits = 4, g = 128 by default (0.51953125 bytes per weight; g = -1, one group per input row:
-bits/8). FP8's per-tensor / per-channel / 128 x 128 block scales (<= 4 / 16384 bytes per weight
+bits/8; a symmetric checkpoint's zero points, 0.4 % at g = 128, are counted anyway). FP8's per-tensor / per-channel / 128 x 128 block scales (<= 4 / 16384 bytes per weight
 for blocks) are not counted. Weight-only kernels (Marlin, AWQ/GPTQ, MXFP4 on Hopper) dequantise
 on the fly, so their FLOPs run at the bf16 peak and their dequantisation time is not priced;
 W8A8 FP8 runs every quantised GEMM's FLOPs at the preset's ``fp8_peak_flops`` (datasheet) while

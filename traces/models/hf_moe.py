@@ -98,6 +98,7 @@ def read_quantization(data: dict, where: str) -> dict:
     _check_kept_modules(quant, method, where)
     if method not in INT_METHODS:
         return {"quantization": method}
+    # AutoAWQ's older spellings w_bit / q_group_size, as vLLM's AWQConfig.from_config reads
     bits = quant.get("bits", quant.get("w_bit", 4))
     allowed = (4,) if method == "awq" else GPTQ_BITS  # vLLM's AWQConfig / GPTQConfig
     if not (_integer(bits) and int(bits) in allowed):
