@@ -155,7 +155,9 @@ def build_cost(config: SimConfig) -> CostModel:
                              draft=config.draft, tp=config.tp, profile=config.profile,
                              execution=config.execution,
                              draft_weight_bits=config.draft_weight_bits,
-                             routing_skew=config.routing_skew)
+                             routing_skew=config.routing_skew,
+                             quantization=config.quantization,
+                             kv_cache_dtype=config.kv_cache_dtype)
     if config.async_scheduling:
         from specbatch.simulator.cost.async_overhead import AsyncOverheadCost
 

@@ -122,7 +122,7 @@ class BoundTables:
         key = (config.cost, config.hardware, config.target, config.draft, config.tp,
                config.profile, config.execution, config.draft_weight_bits,
                config.routing_skew, config.token_budget, config.cuda_graph_sizes,
-               config.async_scheduling)
+               config.async_scheduling, config.quantization, config.kv_cache_dtype)
         if key not in self._costs:
             cost = shared_cost(config)
             if isinstance(cost, RooflineCost) and cost.overhead >= 0:
@@ -336,10 +336,10 @@ def per_token_table(role, q_max: int) -> np.ndarray:
 
 def vectorised(role) -> bool:
     """Whether :func:`per_token_table` prices the tail in one call (a dense full-precision
-    shape); otherwise every Q costs one pricer call (~1 ms for a MoE target)."""
+    shape, the target's weights unquantised); otherwise every Q costs one pricer call (~1 ms for a MoE target)."""
     from specbatch.simulator.cost.calibrated_sources import sparse
 
-    return not sparse(role.shape) and role.weight_bits >= 16
+    return not sparse(role.shape) and role.weight_bits >= 16 and not role.fmt.quantized
 
 
 def tail_allreduce(role, q: float) -> float:

@@ -457,7 +457,7 @@ def judge_entry(d: Deployment, s: Speculation, config: dict, summary: dict,
     ended is judged on what it ran (analysis.plan.slo.judge_stopped): a failing entry, or
     :class:`Skipped` when it cannot beat the frontier."""
     summary = {k: summary.get(k) for k in SUMMARY_KEYS}
-    constants = _memory_constants(d, config["target"], config["draft"])
+    constants = _memory_constants(d, config)
     depth, seqs = _depth(config), int(config["max_num_seqs"])
     if summary["stopped_at"] is not None:
         kind, verdict = judge_stopped(requests, summary, rule or StopRule(slos))
@@ -486,12 +486,18 @@ def _depth(row: dict) -> int:
     return policy_depth(make_config(fields))
 
 
-def _memory_constants(d: Deployment, target: str, draft: str) -> tuple[float, int]:
-    """(weights of target + draft in GB per replica, KV bytes per cached token)."""
-    from specbatch.simulator.cost.hardware import get_hardware, weight_bytes
+def _memory_constants(d: Deployment, config: dict) -> tuple[float, int]:
+    """(weights of target + draft in GB per replica, KV bytes per cached token), the target's
+    weights in the run's ``quantization`` and the KV at its ``kv_cache_dtype``
+    (simulator.cost.precision)."""
+    from specbatch.simulator.cost.hardware import get_hardware, quantized_weights, weight_bytes
+    from specbatch.simulator.cost.precision import kv_element_bytes
     from specbatch.traces.models.shapes import find_shape
 
+    target, draft = config["target"], config["draft"]
     hw = get_hardware(d.hardware)
     shapes = [s for s in (find_shape(target), find_shape(draft)) if s is not None]
-    return (weight_bytes(hw, (target, draft)) / 1e9,
-            sum(s.kv_bytes_per_token(hw.dtype_bytes) for s in shapes))
+    quantized = quantized_weights(hw, target, draft, 16, config.get("quantization", "none"))
+    kv_b = kv_element_bytes(config.get("kv_cache_dtype", "auto"), hw)
+    return ((weight_bytes(hw, (target, draft)) if quantized is None else quantized[0]) / 1e9,
+            sum(s.kv_bytes_per_token(kv_b) for s in shapes))

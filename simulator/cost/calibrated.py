@@ -23,7 +23,12 @@ rest of this docstring is the path of every other GPU:
   laws; fitted on all bundled models of the GPU; a GPU the
   data do not cover borrows the nearest one's law with its datasheet peaks scaled:
   h200 <- h100, l40s <- a40). A quantised draft (``draft_weight_bits`` < 16) is always priced
-  by the law, its weight bytes at bits/8 + 4/128 per projection weight.
+  by the law, its weight bytes at bits/8 + 4/128 per projection weight; so is a quantised
+  dense target (``quantization``, simulator.cost.precision): each projection GEMM's stream
+  term over the byte ratio and, for W8A8 FP8, its compute term at the datasheet FP8/bf16 peak
+  ratio (:func:`quantized_layer_seconds`; MoE / MLA shapes per GEMM kind: projections,
+  routers at bf16, experts in their own bytes, :func:`format_scales`), a roofline projection,
+  not fitted on quantised data (none is bundled).
 - MoE / MLA shapes (traces.models.shapes; THEORY.md §8) are never priced from a table cell: the
   laws price their GEMMs as the roofline counts their bytes (:func:`sparse_gemms`): dense
   attention and norms every layer; on the M MoE layers the router, the shared MLP and the
@@ -80,6 +85,7 @@ from specbatch.simulator.cost.calibrated_sources import (
     find_cell,
     fitted_gpu,
     layer_shape,
+    scaled_gemm_seconds,
     sparse,
     sparse_layers,
     uses_custom_allreduce,
@@ -93,6 +99,13 @@ from specbatch.simulator.cost.hardware import (
     quantized_weight_bytes,
 )
 from specbatch.simulator.cost.interface import ROLES, batch_sums, for_role
+from specbatch.simulator.cost.precision import (
+    WeightFormat,
+    describe,
+    kv_element_bytes,
+    resolve_quantization,
+    weight_format,
+)
 from specbatch.simulator.cost.roofline import (
     PassConstants,
     check_weight_bits,
@@ -111,6 +124,7 @@ class RolePricer:
     hw: Hardware
     fit: GpuFit
     weight_bits: int
+    fmt: WeightFormat  # the target's weight format (simulator.cost.precision)
     cell: tuple | None  # (model, q [grid], layers seconds [grid], folder) of a cell, or None
     allreduce: tuple | None  # a measured all-reduce curve, or None
     launch: tuple[float, float]  # (fixed s, host floor s)
@@ -121,7 +135,8 @@ class RolePricer:
         """The calibrated law's layers(Q) (module docstring)."""
         if self.shape.is_moe or self.shape.is_mla or self.shape.attention_head_dim:
             touched = self.consts.experts_touched(q) if self.consts.experts else 0.0
-            return sparse_layers(self.fit, self.shape, self.tp, q, touched)
+            scales = format_scales(self.fmt, self.hw) if self.fmt.quantized else None
+            return sparse_layers(self.fit, self.shape, self.tp, q, touched, scales)
         ls = layer_shape(self.shape)
         qa = np.array([q])
         per_layer = layer_seconds(self.fit, ls, self.tp, qa)
@@ -135,6 +150,9 @@ class RolePricer:
                 light = full * (replace(law, bandwidth=law.bandwidth / ratio).seconds(qa, k, n)
                                 / law.seconds(qa, k, n))
                 per_layer = per_layer - full + np.minimum(full, light)
+        elif self.fmt.quantized:
+            per_layer = quantized_layer_seconds(self.fit, ls, self.tp, qa, per_layer, self.fmt,
+                                                self.hw)
         return float(embedding_seconds(self.fit, ls, self.tp, qa)[0]
                      + self.shape.layers * per_layer[0])
 
@@ -238,6 +256,8 @@ class CalibratedCost:
     use_cells: bool = True  # False: the calibrated law even where a table cell exists
     profile: str | None = None  # a user's import-vidur folder, searched before the bundled one
     routing_skew: float = 0.0  # Zipf exponent of a MoE model's expert loads (theory.moe)
+    quantization: str = "none"  # the target's vLLM --quantization (simulator.cost.precision)
+    kv_cache_dtype: str = "auto"  # vLLM --kv-cache-dtype of both roles' KV cache
     roles: dict = field(default=None, repr=False, compare=False)  # role -> RolePricer
 
     def __post_init__(self) -> None:
@@ -250,13 +270,16 @@ class CalibratedCost:
             raise SpecbatchError(f"routing_skew {self.routing_skew!r}: expected 0 (neither "
                                  f"{self.target.name} nor {self.draft.name} is a "
                                  "mixture-of-experts model)")
+        object.__setattr__(self, "target", resolve_quantization(self.quantization, self.target))
+        check_calibrated_precision(self.hardware, (self.target, self.draft), self.kv_cache_dtype)
         roles = {"target": self.pricer(self.target, self.tp, ex, "target", FULL_WEIGHT_BITS),
                  "draft": self.pricer(self.draft, self.draft_tp, ex, "draft", bits)}
         object.__setattr__(self, "roles", roles)
 
     def pricer(self, shape: ModelShape, tp: int, ex, role: str, bits: int):
         consts = pass_constants(shape, self.hardware, tp, ex, role, bits,
-                                self.routing_skew if shape.is_moe else 0.0)  # + its checks
+                                self.routing_skew if shape.is_moe else 0.0,  # + its checks
+                                kv_element_bytes(self.kv_cache_dtype, self.hardware))
         gpu = self.hardware.name
         if lss_gpu(gpu):  # the GPUs of the measured vLLM runs (simulator.cost.calibrated_lss)
             p, layer = ex.latencies(role, self.hardware)
@@ -265,7 +288,9 @@ class CalibratedCost:
                               else (launch, 0.0), consts, bits, FULL_WEIGHT_BITS)
         cell = None
         found, folder = None, None
-        if self.use_cells and bits >= FULL_WEIGHT_BITS and not sparse(shape):
+        fmt = weight_format(shape, self.hardware)
+        if (self.use_cells and bits >= FULL_WEIGHT_BITS and not fmt.quantized
+                and not sparse(shape)):
             for folder in ((self.profile,) if self.profile else ()) + (None,):
                 found = find_cell(gpu, shape, tp, folder)
                 if found is not None:
@@ -279,7 +304,7 @@ class CalibratedCost:
             cell = (model, grid, secs, folder)
         p, layer = ex.latencies(role, self.hardware)
         launch = p + shape.layers * layer
-        return RolePricer(shape, int(tp), self.hardware, fitted_gpu(gpu), bits, cell,
+        return RolePricer(shape, int(tp), self.hardware, fitted_gpu(gpu), bits, fmt, cell,
                           allreduce_curve(gpu, int(tp)) if tp > 1 else None,
                           (0.0, launch) if ex.overlap else (launch, 0.0), consts)
 
@@ -307,13 +332,52 @@ class CalibratedCost:
     def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
         """KV-cache tokens next to both models' weights (simulator.cost.roofline's accounting)."""
         return memory_kv_tokens(self.hardware, self.target, self.draft, self.tp,
-                                gpu_memory_utilization, self.draft_weight_bits)
+                                gpu_memory_utilization, self.draft_weight_bits,
+                                self.kv_cache_dtype)
 
     def sources(self) -> dict:
         """Per role: which source priced each part and its validated error."""
         return {role: (self.roles[role].source() if isinstance(self.roles[role], LssPricer)
                        else role_source(self.roles[role], self.hardware.name))
                 for role in ROLES}
+
+
+def check_calibrated_precision(hw: Hardware, shapes: tuple, kv_cache_dtype: str) -> None:
+    """The calibrated model prices a quantised target through its GEMM laws
+    (:func:`quantized_layer_seconds`, :func:`format_scales`); refuse, naming the setting, what
+    it cannot: quantised weights or fp8 KV on the GPUs priced by LLMServingSim's bf16
+    per-layer profiles."""
+    for shape in shapes:
+        if shape.quantization != "none" and lss_gpu(hw.name):
+            raise SpecbatchError(f"cost 'calibrated': quantization {shape.quantization!r} on "
+                                 f"{hw.name}: its per-layer profiles are bf16; expected none")
+    if str(kv_cache_dtype).lower() != "auto" and lss_gpu(hw.name):
+        raise SpecbatchError(f"cost 'calibrated': kv_cache_dtype {kv_cache_dtype!r} on "
+                             f"{hw.name}: its attention law is fitted on bf16 KV; expected auto")
+
+
+def format_scales(fmt: WeightFormat, hw: Hardware) -> dict:
+    """GEMM kind -> (byte ratio, compute speed-up) of ``fmt`` against the bf16 laws: bytes per
+    weight / dtype bytes, and under W8A8 FP8 the datasheet ratio peak_fp8 / peak (routers and
+    the LM head stay bf16)."""
+    speed = hw.fp8_peak_flops / hw.peak_flops if fmt.w8a8 else 1.0
+    b = float(hw.dtype_bytes)
+    return {"projection": (fmt.linear_bytes / b, speed if fmt.linear_bytes < b else 1.0),
+            "expert": (fmt.expert_bytes / b, speed if fmt.expert_bytes < b else 1.0)}
+
+
+def quantized_layer_seconds(fit: GpuFit, ls, tp: int, qa: np.ndarray, per_layer: np.ndarray,
+                            fmt: WeightFormat, hw: Hardware) -> np.ndarray:
+    """``per_layer`` seconds # [1] with every projection GEMM re-priced in ``fmt``
+    (:func:`~simulator.cost.calibrated_sources.scaled_gemm_seconds` at
+    :func:`format_scales`' projection ratios). A roofline projection of bf16-fitted laws."""
+    dims = ls.gemm_dims(tp)
+    ratio, speed = format_scales(fmt, hw)["projection"]
+    for op in GEMMS:
+        k, n = dims[op]
+        full = gemm_seconds(fit, op, qa, k, n)
+        per_layer = per_layer - full + scaled_gemm_seconds(fit, op, qa, k, n, ratio, speed)
+    return per_layer
 
 
 def cell_check(grid: np.ndarray, secs: np.ndarray) -> dict | None:
@@ -343,6 +407,9 @@ def role_source(r: RolePricer, gpu: str) -> dict:
                f"validated on {gpu})" if proxy else f"calibrated roofline ({gpu} law)")
         if r.weight_bits < FULL_WEIGHT_BITS:
             how += f", projections at {r.weight_bits} bits"
+        if r.fmt.quantized:
+            how += (f", {describe(r.shape, 'auto', r.hw)} (a roofline projection of the bf16 "
+                    "laws, not fitted on quantised data)")
         if r.shape.is_moe:
             how += ", MoE experts touched as one grouped GEMM (not validated)"
         if r.shape.is_mla:

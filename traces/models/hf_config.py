@@ -24,8 +24,9 @@ kv_lora_rank, ...           multi-head latent attention fields: traces.models.hf
 and KV. ``bfloat16`` and ``float16`` are served as they are; ``float32`` checkpoints are
 served in 16 bits (vLLM's ``dtype = "auto"`` does the same), so they are priced at 2 bytes
 too; any other dtype (8-bit, 4-bit) is a one-line error. Shapes the roofline cannot price
-are refused the same way (:mod:`traces.models.hf_moe`): quantised checkpoints
-(``quantization_config``, ``bits``), sparse attention indexers (``index_topk``) and
+are refused the same way (:mod:`traces.models.hf_moe`): quantised checkpoints of a method
+not priced (``quantization_config`` other than fp8, awq, gptq, mxfp4; a top-level ``bits``;
+the read ones become the shape's ``quantization``), sparse attention indexers (``index_topk``) and
 mixture-of-experts spellings it does not read (``moe_num_experts``, nested or string-typed
 expert counts, per-layer lists).
 """
@@ -39,10 +40,10 @@ from pathlib import Path
 from specbatch.errors import SpecbatchError
 from specbatch.limits import INT64_MAX
 from specbatch.traces.models.hf_moe import (
-    check_quantization,
     check_unknown_moe_fields,
     mla_fields,
     moe_fields,
+    read_quantization,
 )
 from specbatch.traces.models.shapes import ModelShape
 
@@ -93,7 +94,7 @@ def read_hf_config(name: str) -> ModelShape:
 def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
     """A :class:`ModelShape` from a config's key/value pairs (module docstring table; the
     mixture-of-experts fields and the refusals: :mod:`traces.models.hf_moe`)."""
-    check_quantization(data, where)
+    quant = read_quantization(data, where)
     mla = mla_fields(data, where)
     check_unknown_moe_fields(data, where)
     values = {name_: _field(data, keys, where) for name_, keys in FIELD_KEYS.items()}
@@ -108,6 +109,7 @@ def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
                              else values["intermediate"], where))
     values["attention_head_dim"] = _check_heads(data, values, where)
     values.update(mla)
+    values.update(quant)
     _check_dtype(data, where)
     tie = data.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):

@@ -39,6 +39,11 @@ class ModelShape:
     token and layer (vLLM's MLA cache), and each head has ``qk_nope_head_dim`` d_n + d_r query/key
     and ``v_head_dim`` d_v value channels. The dense defaults leave every dense shape's numbers
     unchanged.
+
+    ``quantization`` is the checkpoint's own weight format (config.json's
+    ``quantization_config.quant_method``: "none", "fp8", "awq", "gptq" or "mxfp4";
+    traces.models.hf_moe), with ``quant_bits`` and ``quant_group_size`` for awq/gptq (0
+    otherwise; group -1: one group per input row); simulator.cost.precision prices it.
     """
 
     name: str
@@ -60,6 +65,9 @@ class ModelShape:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    quantization: str = "none"
+    quant_bits: int = 0
+    quant_group_size: int = 0
 
     @property
     def head_dim(self) -> int:
