@@ -149,8 +149,10 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         self.footprint = workload.prompt_len + workload.output_len + self.depth + 1  # [N]
         self.wrap = workload.wrap  # [N] trace rows L per request (row base + t mod L), or None
         self.keys = request_keys(int(config.seed), np.arange(workload.n))  # [N] uint64
-        # the sums fast path when the model has one (SumsCostModel), else one call per pass
-        self.from_sums = cost.time_from_sums if isinstance(cost, SumsCostModel) else None
+        # the sums fast path when the model has one (SumsCostModel), else one call per pass;
+        # sliding-window layers need per-request minima: arrays (simulator.cost.window)
+        self.from_sums = (cost.time_from_sums if isinstance(cost, SumsCostModel)
+                          and not getattr(cost, "windowed", False) else None)
         self.overhead = float(cost.overhead)  # T_overhead, seconds per step
         self.verify_cost = verify_cost_for(config, trace, str(config.draft).lower() in FREE_DRAFTS)
         self.pass_index = np.arange(max(self.depth, 1), dtype=_I64)

@@ -60,6 +60,21 @@ class ModelShape:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    sliding_window: int = 0
+    sliding_layers: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.sliding_layers <= self.layers or (self.sliding_layers
+                                                           and self.sliding_window < 1):
+            raise SpecbatchError(f"model shape {self.name}: sliding_layers "
+                                 f"{self.sliding_layers!r}, sliding_window "
+                                 f"{self.sliding_window!r}: expected 0 <= sliding_layers <= "
+                                 f"layers {self.layers} and a window >= 1 when any layer slides")
+
+    @property
+    def is_windowed(self) -> bool:
+        """Whether some layer attends within a sliding window (L_s > 0)."""
+        return self.sliding_layers > 0
 
     @property
     def head_dim(self) -> int:
@@ -184,6 +199,11 @@ SHAPES: dict[str, ModelShape] = {
         ModelShape("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, experts=64, top_k=6,
                    expert_intermediate=1408, shared_intermediate=2 * 1408, moe_layers=26,
                    kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+        # sliding-window attention (config.json fields: traces/models/hf_config.py)
+        ModelShape("mistral-7b-v0.1", 32, 4096, 32, 8, 14336, 32000, sliding_window=4096,
+                   sliding_layers=32),
+        ModelShape("gemma-3-270m", 18, 640, 4, 1, 2048, 262144, tie_embeddings=True,
+                   attention_head_dim=256, sliding_window=512, sliding_layers=15),
     )
 }
 
