@@ -385,6 +385,15 @@ def role_source(r: RolePricer, gpu: str) -> dict:
         comm = {"source": "roofline all-reduce (latency + ring bytes; not validated)"}
     return {"model": r.shape.name, "tp": r.tp, "layers": layers,
             "attention": {"source": "analytic (memory-bound on KV bytes at the fitted "
-                                    "bandwidth; not validated)"},
+                                    "bandwidth; not validated)" + window_note(r.shape)},
             "allreduce": comm, "lm_head": {"source": "calibrated GEMM law"},
             "summary": layers["source"] if r.cell is None else layers["cell"]}
+
+
+def window_note(shape: ModelShape) -> str:
+    """``, L_s of L layers within a W-token window`` for a sliding-window shape, else ''."""
+    if not shape.is_windowed:
+        return ""
+    return (f", {shape.sliding_layers} of {shape.layers} layers within a "
+            f"{shape.sliding_window}-token window")
+

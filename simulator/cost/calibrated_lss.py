@@ -364,7 +364,11 @@ class LssPricer:
         held = {k: v for k, v in checks.items() if v["held_out"]}
         return {"model": self.shape.name, "tp": self.tp,
                 "layers": layers,
-                "attention": {"source": f"attention law fitted on {self.law.fitted_on}",
+                "attention": {"source": f"attention law fitted on {self.law.fitted_on}"
+                                        + (f", {self.shape.sliding_layers} of "
+                                           f"{self.shape.layers} layers at a "
+                                           f"{self.shape.sliding_window}-token window"
+                                           if self.shape.is_windowed else ""),
                               "validated": held or checks},
                 "allreduce": comm,
                 "lm_head": {"source": "measured LogitsProcessor rows + sampler at n"},

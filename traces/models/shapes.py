@@ -11,7 +11,12 @@ mistralai/Mixtral-8x7B-v0.1 (``num_local_experts`` 8, ``num_experts_per_tok`` 2,
 ``intermediate_size`` 14336 per expert, 32 layers, hidden 4096, 32/8 heads, vocab 32000) and
 deepseek-ai/DeepSeek-V2-Lite (multi-head latent attention and MoE: 64 routed experts, 6 per
 token, 2 shared, the first layer dense; its config.json fields are pinned in
-tests/traces/models/test_hf_moe.py).
+tests/traces/models/test_hf_moe.py). The sliding-window shapes are mistralai/Mistral-7B-v0.1
+(``sliding_window`` 4096 on all 32 layers, otherwise Llama-style: hidden 4096, 32/8 heads, MLP
+14336, vocab 32000) and google/gemma-3-270m (18 layers, 15 of them sliding with window 512 by
+its ``layer_types``; hidden 640, 4/1 heads of ``head_dim`` 256, MLP 2048, vocab 262144, tied
+embeddings; its config.json fields are pinned in tests/traces/models/test_hf_window.py; the
+shape's two norms per layer undercount Gemma's four by 2 h per layer).
 """
 
 from __future__ import annotations

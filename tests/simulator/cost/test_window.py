@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.cost.calibrated import CalibratedCost
+from specbatch.simulator.cost.calibrated_lss import attention_features
 from specbatch.simulator.cost.hardware import get_hardware
 from specbatch.simulator.cost.report import roofline_split
 from specbatch.simulator.cost.roofline import RooflineCost
-from specbatch.simulator.cost.window import window_sums, window_sums_reference
+from specbatch.simulator.cost.window import window_sums, window_sums_reference, windowed_sums
 from specbatch.simulator.run import simulate
 from specbatch.traces.models.shapes import SHAPES, ModelShape
 
@@ -108,3 +109,22 @@ def test_engine_prices_a_window_no_context_reaches_as_full_attention(synth_trace
     narrow = dataclasses.replace(wide, sliding_window=16)  # the window path is the one taken
     c = simulate(config, synth_trace_natural, cost_model=RooflineCost(hw, narrow, narrow))
     assert c.summary["target_time"] < a.summary["target_time"]
+
+
+def test_calibrated_attention_is_the_windowed_work_at_the_fitted_rates_by_hand():
+    cost = CalibratedCost(get_hardware("h100"), TINY, TINY)
+    r = cost.roles["target"]
+    law = r.fit.gemm["mlp_up_proj"]
+    flops, nbytes = 4 * 64 * (15 + 3 * 13), 128 * (14 + 3 * 12)
+    assert r.attention(4.0, 6.0, 8.0, 10.0, (4.0, 13.0)) == pytest.approx(
+        max(flops / law.flops, nbytes / law.bandwidth))
+    assert cost.breakdown("target", QUERY, KV)["attention"] == pytest.approx(
+        max(flops / law.flops, nbytes / law.bandwidth))
+
+
+def test_a_per_layer_law_sees_a_sliding_layer_at_its_windowed_lengths():
+    # the LLMServingSim law's features of one layer: KV GB 2 b h_kv d (Σc + Σq), TFLOP 4 h_q d pairs
+    sq, skv, sqkv, sqq = windowed_sums(4.0, 6.0, 8.0, 10.0, (4.0, 13.0))
+    x = attention_features(TINY, 1, 2, sq, skv, sqkv, sqq)
+    assert x[2] == pytest.approx(2 * 2 * 2 * 16 * (4 + 4) * 1e-9)
+    assert x[3] == pytest.approx(4 * 4 * 16 * 13 * 1e-12)
