@@ -174,9 +174,11 @@ def sample(pid: int, wall: float, err) -> dict:
                 if line.startswith("VmRSS")), 0.0)
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-    size = err.seek(0, os.SEEK_END)
-    err.seek(max(0, size - 4096))
-    counts = re.findall(r"(\d+)/\d+ \[", err.read())
+    err.flush()
+    fd = err.fileno()  # the bar's last 4 KiB as bytes: a text-mode seek may land inside a
+    size = os.fstat(fd).st_size  # multi-byte character of the bar (tqdm's block glyphs)
+    tail = os.pread(fd, 4096, max(0, size - 4096)).decode("utf-8", errors="replace")
+    counts = re.findall(r"(\d+)/\d+ \[", tail)
     return {"wall_s": round(wall, 1), "rss_mib": round(rss, 1), "cpu_s": cpu,
             "finished": int(counts[-1]) if counts else 0}
 

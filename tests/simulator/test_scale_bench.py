@@ -50,6 +50,20 @@ def test_a_sample_reads_rss_cpu_and_the_progress_bar_s_last_count(tmp_path):
     assert got["rss_mib"] > 10 and got["cpu_s"] > 0
 
 
+def test_a_sample_survives_a_tail_that_starts_inside_a_multi_byte_glyph(tmp_path):
+    """tqdm draws its bar with 3-byte block glyphs: the last 4 KiB of the log may begin in the
+    middle of one (a 10^7 run's sampler once died there with a UnicodeDecodeError)."""
+    import os
+
+    bar = "simulate:  50%|" + "\u2588" * 40 + "| 5000123/10000000 [1:02:03<1:02:03]\r"
+    with open(tmp_path / "err", "w+", encoding="utf-8") as err:
+        err.write("x" + bar * 200)  # 4096 is not a multiple of 3 bytes from the end
+        err.flush()
+        assert (os.path.getsize(tmp_path / "err") - 4096) % len(bar.encode()) != 0
+        got = load().sample(os.getpid(), 1.0, err)
+    assert got["finished"] == 5000123
+
+
 def test_a_baseline_child_imports_the_baseline_tree(tmp_path):
     """The child's working folder must not shadow PYTHONPATH (``python -c`` puts it first):
     started from the repository root, a baseline run imported this checkout."""
