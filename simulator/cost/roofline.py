@@ -73,7 +73,7 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   s_i drafts has Q = Σ (s_i + 1): its expert traffic grows with the drafts, which a dense
   model reads once.
 - Sliding-window attention (``ModelShape.sliding_layers`` L_s of the L layers slide with window
-  W; THEORY.md's window lines, :mod:`simulator.cost.window`): a sliding layer's query at
+  W; THEORY.md §10, :mod:`simulator.cost.window`): a sliding layer's query at
   position p sees the keys in (p − W, p] (flash-attn ``window_size = (W − 1, 0)``, as vLLM's
   FlashAttention backend runs a layer's ``sliding_window``), so the attention terms are split
   by layers::
