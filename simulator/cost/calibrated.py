@@ -101,7 +101,7 @@ from specbatch.simulator.cost.roofline import (
     memory_kv_tokens,
     pass_constants,
 )
-from specbatch.simulator.cost.window import attention_work, window_sums
+from specbatch.simulator.cost.window import attention_work, batch_window_sums, window_sums
 from specbatch.traces.models.shapes import ModelShape
 
 
@@ -305,8 +305,8 @@ class CalibratedCost:
         """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens."""
         r = self.roles.get(role)
         if r is not None and r.consts.sliding_layers:
-            return self.time_from_sums(role, *batch_sums(query, kv),
-                                       window=window_sums(query, kv, r.consts.window))
+            *sums, window = batch_window_sums(query, kv, r.consts.window)
+            return self.time_from_sums(role, *sums, window=window)
         return self.time_from_sums(role, *batch_sums(query, kv))
 
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,

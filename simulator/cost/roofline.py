@@ -132,7 +132,7 @@ from specbatch.simulator.cost.hardware import (
     quantized_weight_bytes,
 )
 from specbatch.simulator.cost.interface import batch_sums, for_role
-from specbatch.simulator.cost.window import attention_work, window_sums
+from specbatch.simulator.cost.window import attention_work, batch_window_sums, window_sums
 from specbatch.theory.moe import uniform_touched, zipf_load
 from specbatch.traces.models.shapes import ModelShape, get_shape
 
@@ -338,8 +338,8 @@ class RooflineCost:
         """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens per request."""
         c = self.consts.get(role)
         if c is not None and c.sliding_layers:
-            return self.time_from_sums(role, *batch_sums(query, kv),
-                                       window=window_sums(query, kv, c.window))
+            *sums, window = batch_window_sums(query, kv, c.window)
+            return self.time_from_sums(role, *sums, window=window)
         return self.time_from_sums(role, *batch_sums(query, kv))
 
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,

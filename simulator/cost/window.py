@@ -14,9 +14,10 @@ Request i of a pass has c_i cached tokens and q_i new ones at positions c_i .. c
   K^W = Σ_i min(c_i, W − 1) cached keys (Σ_i c_i on a full layer) plus the q_i own keys, and
   writes the q_i new ones.
 
-With a = c + 1 and m = clip(W − a, 0, q) queries below the cap, a request's pairs are
-m a + m (m − 1)/2 + (q − m) W (:func:`window_sums`; :func:`window_sums_reference` counts the
-keys one query at a time, its parity test is tests/simulator/cost/test_window.py).
+A request's key counts run lo = min(c + 1, W), ..., hi = min(c + q, W) and then stay at W, so
+its pairs are (hi (hi + 1) − lo (lo − 1))/2 + (q − hi + lo − 1) W (:func:`batch_window_sums`,
+one Gram product with the batch sums; :func:`window_sums_reference` counts the keys one query
+at a time, its parity test is tests/simulator/cost/test_window.py).
 
 A pass's attention is priced per layer: L − L_s layers at the full sums, L_s at the windowed
 ones (:func:`attention_work` for the roofline; :func:`windowed_sums` gives a per-layer law
@@ -34,12 +35,28 @@ from specbatch.errors import require
 def window_sums(query, kv, window: int) -> tuple[float, float]:
     """(K^W, P^W) = (Σ min(c, W − 1), Σ_i Σ_j min(c_i + j + 1, W)) of query # [n] and kv # [n]
     under window W (module docstring), as floats (exact integers below 2^53)."""
-    q = np.asarray(query, dtype=np.int64).ravel()  # [n]
-    c = np.asarray(kv, dtype=np.int64).ravel()  # [n]
-    a = c + 1  # [n] keys the first new query sees without a window
-    m = np.clip(window - a, 0, q)  # [n] queries whose key count stays below W
-    pairs = m * a + m * (m - 1) // 2 + (q - m) * window  # [n]
-    return float(np.minimum(c, window - 1).sum()), float(pairs.sum())
+    return batch_window_sums(query, kv, window)[5]
+
+
+def batch_window_sums(query, kv, window: int) -> tuple:
+    """(n, Σq, Σc, Σq·c, Σq², (K^W, P^W)): the batch sums (interface.batch_sums) and the
+    window sums from one [5, n] x [n, 5] Gram product of the rows (q, c, 1, hi, lo).
+
+    A request's key counts run lo = min(c + 1, W), lo + 1, ..., hi = min(c + q, W), then stay
+    at W for the q − (hi − lo + 1) queries past the cap, so its pairs are
+    (hi (hi + 1) − lo (lo − 1))/2 + (q − hi + lo − 1) W (0 when q = 0), and its cached keys
+    min(c, W − 1) = lo − 1. Exact for integer token counts below 2^53."""
+    n = query.shape[0] if isinstance(query, np.ndarray) else int(np.size(query))
+    b = np.empty((5, n))
+    b[0] = query
+    b[1] = kv
+    b[2] = 1.0
+    np.minimum(np.add(b[1], b[0], out=b[3]), window, out=b[3])  # hi
+    np.minimum(np.add(b[1], 1.0, out=b[4]), window, out=b[4])  # lo
+    (qq, qc, sq, _, _), (_, _, sc, _, _), _, (_, _, sh, hh, _), (_, _, sl, _, ll) = \
+        (b @ b.T).tolist()
+    pairs = 0.5 * (hh + sh - ll + sl) + window * (sq - sh + sl - n)
+    return n, sq, sc, qc, qq, (sl - n, pairs)
 
 
 def window_sums_reference(query, kv, window: int) -> tuple[float, float]:

@@ -14,9 +14,15 @@ from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.cost.calibrated import CalibratedCost
 from specbatch.simulator.cost.calibrated_lss import attention_features
 from specbatch.simulator.cost.hardware import get_hardware
+from specbatch.simulator.cost.interface import batch_sums
 from specbatch.simulator.cost.report import roofline_split
 from specbatch.simulator.cost.roofline import RooflineCost
-from specbatch.simulator.cost.window import window_sums, window_sums_reference, windowed_sums
+from specbatch.simulator.cost.window import (
+    batch_window_sums,
+    window_sums,
+    window_sums_reference,
+    windowed_sums,
+)
 from specbatch.simulator.run import simulate
 from specbatch.traces.models.shapes import SHAPES, ModelShape
 
@@ -38,6 +44,8 @@ def test_window_sums_by_hand():
 def test_window_sums_equal_the_counting_reference(rows, window):
     q, c = (np.array(x) for x in zip(*rows))
     assert window_sums(q, c, window) == window_sums_reference(q, c, window)
+    *sums, both = batch_window_sums(q, c, window)  # one Gram product: the batch sums too
+    assert tuple(sums) == batch_sums(q, c) and both == window_sums(q, c, window)
 
 
 @settings(max_examples=30, deadline=None)
