@@ -136,3 +136,34 @@ def test_a_per_layer_law_sees_a_sliding_layer_at_its_windowed_lengths():
     x = attention_features(TINY, 1, 2, sq, skv, sqkv, sqq)
     assert x[2] == pytest.approx(2 * 2 * 2 * 16 * (4 + 4) * 1e-9)
     assert x[3] == pytest.approx(4 * 4 * 16 * 13 * 1e-12)
+
+
+def attention_reference(shape: ModelShape, query, kv) -> tuple[float, float]:
+    """(FLOPs, KV bytes) of a pass's attention layer by layer and query by query: 4 heads ·
+    head_dim FLOPs per (query, key) pair, every key a layer reads once plus each new key
+    written, 2 bytes per number, K and V of every KV head."""
+    flops = nbytes = 0.0
+    per_key = 2 * shape.kv_heads * shape.head_dim * 2
+    for layer in range(shape.layers):
+        window = shape.sliding_window if layer < shape.sliding_layers else 10**9
+        for q_i, c_i in zip(query.tolist(), kv.tolist()):
+            read = set()
+            for p in range(c_i, c_i + q_i):
+                keys = [k for k in range(p + 1) if k > p - window]
+                flops += 4 * shape.heads * shape.head_dim * len(keys)
+                read.update(keys)
+            nbytes += per_key * ((len(read) if q_i else min(c_i, window - 1)) + q_i)
+    return flops, nbytes
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.integers(0, 30)), min_size=1, max_size=4),
+       st.integers(1, 20), st.integers(0, 4))
+def test_roofline_attention_equals_the_layer_by_layer_reference(rows, window, sliding):
+    shape = dataclasses.replace(TINY, sliding_window=window, sliding_layers=sliding)
+    q, c = (np.array(x) for x in zip(*rows))
+    cost = RooflineCost(get_hardware("h100"), shape, shape)
+    parts, consts = cost.breakdown("target", q, c), cost.consts["target"]
+    flops, nbytes = attention_reference(shape, q, c)
+    assert parts["flops"] - consts.flops_per_token * q.sum() == pytest.approx(flops, rel=1e-9)
+    assert parts["kv_bytes"] == pytest.approx(nbytes, rel=1e-12)
