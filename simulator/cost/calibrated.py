@@ -38,7 +38,9 @@ rest of this docstring is the path of every other GPU:
   measured MoE or MLA pass.
 - ``attention``: analytic, max(F_attn / π, B_kv / β) with the roofline's attention FLOPs and
   KV bytes (simulator.cost.roofline's PassConstants: MLA's latent cache included) and the fitted
-  GEMM law's achieved π, β. ASSUMED: FlashAttention
+  GEMM law's achieved π, β; a model with sliding-window layers prices its L_s sliding layers
+  at their windowed lengths (simulator.cost.window: keys min(c, W − 1), pairs P^W) and the
+  rest at the full ones, the same law per layer. ASSUMED: FlashAttention
   / FlashInfer decode is memory-bound on KV bytes and reaches the bandwidth weight streaming
   reaches; no per-kernel floor beyond the launch term. No measured attention source is
   bundled (Vidur's attention.csv files are absent from its snapshot).
@@ -112,6 +114,7 @@ from specbatch.simulator.cost.roofline import (
     memory_kv_tokens,
     pass_constants,
 )
+from specbatch.simulator.cost.window import attention_work, batch_window_sums, window_sums
 from specbatch.traces.models.shapes import ModelShape
 
 
@@ -209,31 +212,38 @@ class RolePricer:
         return (self.hw.allreduce_latency
                 + 2 * (self.tp - 1) / self.tp * nbytes / self.hw.link_bw)
 
-    def attention(self, sq: float, skv: float, sqkv: float, sqq: float) -> float:
+    def attention(self, sq: float, skv: float, sqkv: float, sqq: float,
+                  window: tuple[float, float] | None = None) -> float:
         """max(F_attn / π, B_kv / β): the roofline's attention FLOPs and KV bytes (MLA's
-        latent cache and expanded FLOPs included) at the fitted GEMM law's π and β."""
+        latent cache and expanded FLOPs included; sliding layers at their ``window`` sums,
+        simulator.cost.window) at the fitted GEMM law's π and β."""
         c, law = self.consts, self.fit.gemm["mlp_up_proj"]
+        if c.sliding_layers:
+            flops, nbytes = attention_work(c, sq, skv, sqkv, sqq, window)
+            return max(flops / law.flops, nbytes / law.bandwidth)
         flops = c.attn_flops * (sqkv + 0.5 * (sqq + sq))
         nbytes = c.kv_bytes * (skv + 2.0 * sq)
         return max(flops / law.flops, nbytes / law.bandwidth)
 
-    def total(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0) -> float:
+    def total(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
+              window: tuple[float, float] | None = None) -> float:
         """The pass time: :meth:`split`'s parts summed in its order (bit-identical), without
         building the dict (the engine's hot path); ``n`` is not used here."""
         if sq <= 0.0:
             return 0.0
         layers, head, comm = self.per_token_parts(sq)
-        attn = self.attention(sq, skv, sqkv, sqq)
+        attn = self.attention(sq, skv, sqkv, sqq, window)
         fixed, floor = self.launch
         launch = fixed + max(0.0, floor - (layers + attn + comm + head))
         return (((layers + attn) + comm) + head) + launch
 
-    def split(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0) -> dict:
+    def split(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
+              window: tuple[float, float] | None = None) -> dict:
         """Seconds per part (module docstring); they sum to the pass time."""
         if sq <= 0.0:
             return dict.fromkeys(("layers", "attention", "allreduce", "lm_head", "launch"), 0.0)
         layers, head, comm = self.per_token_parts(sq)
-        attn = self.attention(sq, skv, sqkv, sqq)
+        attn = self.attention(sq, skv, sqkv, sqq, window)
         fixed, floor = self.launch
         gpu = layers + attn + comm + head
         return {"layers": layers, "attention": attn, "allreduce": comm, "lm_head": head,
@@ -311,23 +321,38 @@ class CalibratedCost:
     def _role(self, role: str) -> RolePricer:
         return for_role(self.roles, role)
 
+    @property
+    def windowed(self) -> bool:
+        """Whether a role has sliding-window layers (priced from arrays: RooflineCost.windowed)."""
+        return any(r.consts.sliding_layers for r in self.roles.values())
+
     def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
         """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens."""
+        r = self.roles.get(role)
+        if r is not None and r.consts.sliding_layers:
+            *sums, window = batch_window_sums(query, kv, r.consts.window)
+            return self.time_from_sums(role, *sums, window=window)
         return self.time_from_sums(role, *batch_sums(query, kv))
 
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
-                       sqq: float) -> float:
-        """:meth:`step_time` from the batch sums; bit-identical to it on the same sums."""
+                       sqq: float, window: tuple[float, float] | None = None) -> float:
+        """:meth:`step_time` from the batch sums; bit-identical to it on the same sums (a
+        role with sliding-window layers also needs ``window`` = (K^W, P^W))."""
         r = self.roles.get(role)
         if r is None:
             r = self._role(role)  # raises the one-line error
-        return r.total(sq, skv, sqkv, sqq, n)
+        if window is None:
+            return r.total(sq, skv, sqkv, sqq, n)
+        return r.total(sq, skv, sqkv, sqq, n, window)
 
     def breakdown(self, role: str, query: np.ndarray, kv: np.ndarray) -> dict:
         """Seconds per part of one pass (``layers``, ``attention``, ``allreduce``,
         ``lm_head``, ``launch``), summing to :meth:`step_time`."""
+        r = self._role(role)
         n, sq, skv, sqkv, sqq = batch_sums(np.asarray(query), np.asarray(kv))
-        return self._role(role).split(sq, skv, sqkv, sqq, n)
+        if r.consts.sliding_layers:
+            return r.split(sq, skv, sqkv, sqq, n, window_sums(query, kv, r.consts.window))
+        return r.split(sq, skv, sqkv, sqq, n)
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
         """KV-cache tokens next to both models' weights (simulator.cost.roofline's accounting)."""
@@ -427,6 +452,15 @@ def role_source(r: RolePricer, gpu: str) -> dict:
         comm = {"source": "roofline all-reduce (latency + ring bytes; not validated)"}
     return {"model": r.shape.name, "tp": r.tp, "layers": layers,
             "attention": {"source": "analytic (memory-bound on KV bytes at the fitted "
-                                    "bandwidth; not validated)"},
+                                    "bandwidth; not validated)" + window_note(r.shape)},
             "allreduce": comm, "lm_head": {"source": "calibrated GEMM law"},
             "summary": layers["source"] if r.cell is None else layers["cell"]}
+
+
+def window_note(shape: ModelShape) -> str:
+    """``, L_s of L layers within a W-token window`` for a sliding-window shape, else ''."""
+    if not shape.is_windowed:
+        return ""
+    return (f", {shape.sliding_layers} of {shape.layers} layers within a "
+            f"{shape.sliding_window}-token window")
+

@@ -55,7 +55,7 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
 
   with P_lin = L · (layer params − 2h) (:func:`hardware.linear_params`); FLOPs, KV and
   activation bytes unchanged, and the memory accounting (:func:`memory_kv_tokens`) counts the
-  same bytes. The target is always at b.
+  same bytes. The target's own weight format is the next bullets' ``quantization``.
 - Mixture of experts (``ModelShape.is_moe``; THEORY.md §8): M of the L layers route each
   token to k of E experts of width I_e (3 h I_e weights each), next to always-read dense
   weights (attention, norms, router E·h, shared experts). A pass of Q = Σ q_i tokens reads
@@ -78,6 +78,23 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   terms use 1 byte per element under fp8, and W8A8 FP8 (compute capability >= 8.9) adds its
   GEMM FLOPs at the FP8 peak, F_16 / (peak · eff_c) + F_8 / (peak_fp8 · eff_c), in place of
   F / (peak · eff_c).
+- Sliding-window attention (``ModelShape.sliding_layers`` L_s of the L layers slide with window
+  W; THEORY.md §10, :mod:`simulator.cost.window`): a sliding layer's query at
+  position p sees the keys in (p − W, p] (flash-attn ``window_size = (W − 1, 0)``, as vLLM's
+  FlashAttention backend runs a layer's ``sliding_window``), so the attention terms are split
+  by layers::
+
+      F_attn = 4 h / tp · ((L − L_s) · Σ_i q_i (c_i + (q_i + 1)/2) + L_s · P^W)
+      B_kv   = kv_bytes_per_token / L · f_kv · ((L − L_s) · Σ_i (c_i + 2 q_i)
+                                               + L_s · Σ_i (min(c_i, W − 1) + 2 q_i))
+
+  with P^W = Σ_i Σ_{j<q_i} min(c_i + j + 1, W). These need per-request minima the five batch
+  sums do not determine, so a windowed role is priced from arrays (:meth:`RooflineCost.step_time`,
+  or ``time_from_sums(..., window=(K^W, P^W))``); the engine takes its array path for it
+  (``RooflineCost.windowed``) and a model without windows keeps the sums path unchanged.
+  Equal to full attention when W ≥ c_i + q_i for every request. The KV capacity still counts
+  every layer's KV for every token (:func:`memory_kv_tokens`): vLLM V1's hybrid KV cache
+  manager frees a sliding layer's blocks behind its window, which is not modelled (docs/simulate.md).
 - Not modelled: activation quantisation other than W8A8 FP8, dequantisation time of
   weight-only kernels, KV-cache paging granularity, attention-kernel inefficiency at
   short contexts, CPU/GPU overlap, power throttling, expert parallelism, MoE routing and
@@ -104,7 +121,7 @@ Llama-2-70B with tp=4 on H100 at ~15-25 ms/token (model: see test).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -128,6 +145,7 @@ from specbatch.simulator.cost.precision import (
     quantize_constants,
     resolve_quantization,
 )
+from specbatch.simulator.cost.window import attention_work, batch_window_sums, window_sums
 from specbatch.theory.moe import uniform_touched, zipf_load
 from specbatch.traces.models.shapes import ModelShape, get_shape
 
@@ -155,6 +173,8 @@ class PassConstants:
     expert_load: tuple = ()  # MoE: per-expert loads π (Σ = k) of a skewed law; () uniform
     fp8_flops_per_token: float = 0.0  # W8A8 FP8: 2 (P_lin + M k 3 h I_e) / tp (precision.py)
     inv_compute_fp8: float = 0.0  # 1 / (peak_fp8 eff_c)
+    window: int = 0  # sliding-window layers' W (0: every layer attends to the whole context)
+    sliding_layers: int = 0  # L_s of the ``layers`` L slide (their share of attn/kv terms)
 
     def experts_touched(self, tokens: float) -> float:
         """E_touched(Q) of a pass of Q = ``tokens`` query tokens (theory.moe)."""
@@ -209,9 +229,9 @@ def unquantized_constants(shape: ModelShape, hw: Hardware, tp: int,
         comm_tok = 2 * L * (2 * (tp - 1) / tp) * b * h / hw.link_bw
         fixed += 2 * L * hw.allreduce_latency
     if shape.is_moe or shape.is_mla:
-        return sparse_pass_constants(shape, hw, tp, weight_bits, routing_skew, comm_tok, fixed,
-                                     floor, kv_b)
-    return PassConstants(
+        return with_window(shape, sparse_pass_constants(shape, hw, tp, weight_bits, routing_skew,
+                                                        comm_tok, fixed, floor, kv_b))
+    return with_window(shape, PassConstants(
         model=shape.name,
         tp=int(tp),
         layers=L,
@@ -225,7 +245,15 @@ def unquantized_constants(shape: ModelShape, hw: Hardware, tp: int,
         floor=floor,
         inv_compute=1.0 / (hw.peak_flops * hw.compute_eff),
         inv_memory=1.0 / (hw.mem_bw * hw.memory_eff),
-    )
+    ))
+
+
+def with_window(shape: ModelShape, consts: PassConstants) -> PassConstants:
+    """``consts`` carrying ``shape``'s sliding window (unchanged when no layer slides)."""
+    if not shape.is_windowed:
+        return consts
+    return replace(consts, window=int(shape.sliding_window),
+                   sliding_layers=int(shape.sliding_layers))
 
 
 def sparse_pass_constants(shape: ModelShape, hw: Hardware, tp: int, weight_bits: int,
@@ -339,23 +367,41 @@ class RooflineCost:
     def _consts(self, role: str) -> PassConstants:
         return for_role(self.consts, role)
 
+    @property
+    def windowed(self) -> bool:
+        """Whether a role has sliding-window layers: its passes need the window sums
+        (simulator.cost.window), which the five batch sums do not determine, so the engine
+        prices them from arrays (:meth:`step_time`) instead of :meth:`time_from_sums`."""
+        return any(c.sliding_layers for c in self.consts.values())
+
     def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
         """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens per request."""
+        c = self.consts.get(role)
+        if c is not None and c.sliding_layers:
+            *sums, window = batch_window_sums(query, kv, c.window)
+            return self.time_from_sums(role, *sums, window=window)
         return self.time_from_sums(role, *batch_sums(query, kv))
 
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
-                       sqq: float) -> float:
+                       sqq: float, window: tuple[float, float] | None = None) -> float:
         """:meth:`step_time` from the batch sums (:func:`batch_sums`: n, Σq, Σc, Σq·c, Σq²),
         so a caller that knows the sums (e.g. d draft passes whose KV grows by one token each)
-        pays scalar arithmetic only; bit-identical to :meth:`step_time` on the same sums."""
+        pays scalar arithmetic only; bit-identical to :meth:`step_time` on the same sums.
+        A role with sliding-window layers also needs ``window`` = (K^W, P^W)
+        (simulator.cost.window.window_sums)."""
         try:
             c = self.consts[role]
         except KeyError:
             c = self._consts(role)  # raises the one-line error
         if sq <= 0.0:
             return 0.0
-        flops = c.flops_per_token * sq + c.attn_flops * (sqkv + 0.5 * (sqq + sq))
-        nbytes = c.weight_bytes + c.kv_bytes * (skv + 2.0 * sq) + c.act_bytes_per_token * sq
+        if c.sliding_layers:
+            attn, kv_bytes = attention_work(c, sq, skv, sqkv, sqq, window)
+            flops = c.flops_per_token * sq + attn
+            nbytes = c.weight_bytes + kv_bytes + c.act_bytes_per_token * sq
+        else:
+            flops = c.flops_per_token * sq + c.attn_flops * (sqkv + 0.5 * (sqq + sq))
+            nbytes = c.weight_bytes + c.kv_bytes * (skv + 2.0 * sq) + c.act_bytes_per_token * sq
         if c.experts:
             nbytes += c.expert_bytes * c.experts_touched(sq)
         compute = flops * c.inv_compute
@@ -378,8 +424,15 @@ class RooflineCost:
         query = np.asarray(query, dtype=np.float64).ravel()
         kv = np.asarray(kv, dtype=np.float64).ravel()
         sq = float(query.sum())
-        flops = c.flops_per_token * sq + c.attn_flops * float(np.dot(query, kv + 0.5 * (query + 1)))
-        kv_bytes = c.kv_bytes * float((kv + 2.0 * query).sum())
+        if c.sliding_layers:
+            _, _, skv, sqkv, sqq = batch_sums(query, kv)
+            attn, kv_bytes = attention_work(c, sq, skv, sqkv, sqq,
+                                            window_sums(query, kv, c.window))
+            flops = c.flops_per_token * sq + attn
+        else:
+            flops = c.flops_per_token * sq + c.attn_flops * float(np.dot(query,
+                                                                          kv + 0.5 * (query + 1)))
+            kv_bytes = c.kv_bytes * float((kv + 2.0 * query).sum())
         weight_bytes = c.weight_bytes
         moe = {}
         if c.experts:

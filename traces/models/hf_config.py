@@ -18,6 +18,7 @@ tie_embeddings              tie_word_embeddings (default false)
 attention_head_dim          head_dim, when it differs from hidden / heads (Qwen3)
 experts, top_k, ...         mixture-of-experts fields: traces.models.hf_moe
 kv_lora_rank, ...           multi-head latent attention fields: traces.models.hf_moe
+sliding_window, ...         sliding-window layers (layer_types, ...): traces.models.hf_window
 ==========================  =====================================================
 
 ``torch_dtype`` (or ``dtype``) is checked against what the roofline prices: 2-byte weights
@@ -45,6 +46,7 @@ from specbatch.traces.models.hf_moe import (
     moe_fields,
     read_quantization,
 )
+from specbatch.traces.models.hf_window import window_fields
 from specbatch.traces.models.shapes import ModelShape
 
 #: ModelShape field -> accepted config.json keys, first present wins.
@@ -110,6 +112,7 @@ def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
     values["attention_head_dim"] = _check_heads(data, values, where)
     values.update(mla)
     values.update(quant)
+    values.update(window_fields(data, values["layers"], where))
     _check_dtype(data, where)
     tie = data.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
