@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specbatch.analysis.plan.entry import Entry
 from specbatch.analysis.plan.rejected import configuration_dict, dominated, rejected
-from specbatch.analysis.plan.search import Entry, Search, search
+from specbatch.analysis.plan.search import Search, search
 from specbatch.analysis.plan.slo import Slos
 from specbatch.analysis.plan.space import (
     PRECISION_FIELDS,
