@@ -42,6 +42,7 @@ from specbatch.simulator.config.sim_config import (
 from specbatch.simulator.cost.graph_padding import pad_to_graphs
 from specbatch.simulator.cost.registry import weight_bits_notes
 from specbatch.simulator.cost.verify_cost import verify_cost_for, verify_notes
+from specbatch.simulator.defaults import one_hot_drafter
 from specbatch.simulator.engine.core import Engine
 from specbatch.simulator.engine.kv import cap_to_model_len, check_fits, kv_capacity
 from specbatch.simulator.engine.v1.compose import check_v1_workload, v1_lookahead
@@ -380,4 +381,4 @@ def attach_verify_cost(policy, config, trace) -> None:
     if not defines(policy, "price_verification"):
         return
     price = policy.price_verification
-    price(verify_cost_for(config, trace, str(config.draft).lower() in FREE_DRAFTS))
+    price(verify_cost_for(config, trace, one_hot_drafter(config.draft)))

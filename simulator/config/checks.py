@@ -71,6 +71,7 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
                else f"draft {c.draft} runs no model")
         fail(where, "draft_weight_bits", f"16 ({why}; the bits price the roofline's draft "
              "weights)", c.draft_weight_bits)
+    check_head_drafter(c, where)
     if c.cost == "profiled":
         for name, default in (("quantization", "none"), ("kv_cache_dtype", "auto")):
             if getattr(c, name) != default:
@@ -81,6 +82,34 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
         get_hardware(c.hardware)  # the preset lookup accepts any case and its aliases
     except SpecbatchError:
         fail(where, "hardware", f"one of {', '.join(sorted(HARDWARE))}", c.hardware)
+
+
+def check_head_drafter(c: SimConfig, where: str = "config") -> None:
+    """An EAGLE / EAGLE-3 / MTP ``draft`` (simulator.cost.draft_head): priced by the roofline
+    or calibrated model at the target's dtype, on a chain (vLLM's tree drafting is not
+    priced), its head derivable from the target (MTP layers for mtp, a dense target for
+    eagle / eagle3)."""
+    from specbatch.simulator.defaults import HEAD_DRAFTS
+
+    draft = str(c.draft).lower()
+    if draft not in HEAD_DRAFTS:
+        return
+    if c.cost == "profiled":
+        fail(where, "cost", f"roofline or calibrated for draft {draft} (no latency profile "
+             "measures a head on the target's hidden states)", c.cost)
+    if c.draft_weight_bits != FULL_WEIGHT_BITS:
+        fail(where, "draft_weight_bits", f"16 for draft {draft} (the head is priced at the "
+             "target's dtype)", c.draft_weight_bits)
+    if rule_entry(c.verify).tree:
+        fail(where, "verify", f"a chain rule for draft {draft} (EAGLE tree drafting is not "
+             "priced)", c.verify)
+    from specbatch.simulator.cost.draft_head import head_shape
+    from specbatch.traces.models.shapes import get_shape
+
+    try:
+        head_shape(draft, get_shape(c.target))
+    except SpecbatchError as exc:
+        fail(where, "draft", f"a head the target has ({exc})", c.draft)
 
 
 def check_extra_applies(c: SimConfig, where: str = "config") -> None:

@@ -62,7 +62,7 @@ from specbatch.simulator.cost.hardware import (
     VERIFY_COSTS,
 )
 from specbatch.simulator.cost.precision import KV_CACHE_DTYPES, QUANTIZATIONS
-from specbatch.simulator.defaults import FREE_DRAFTS, V1_DEFAULT_BATCHED_TOKENS
+from specbatch.simulator.defaults import FREE_DRAFTS, HEAD_DRAFTS, V1_DEFAULT_BATCHED_TOKENS
 from specbatch.simulator.policies import catalogue
 from specbatch.simulator.policies import knobs as pk
 from specbatch.simulator.replay.rules import names as rule_names
@@ -102,7 +102,7 @@ def _model_names() -> tuple[str, ...]:
 
 
 def _draft_names() -> tuple[str, ...]:
-    return _model_names() + FREE_DRAFTS
+    return _model_names() + FREE_DRAFTS + HEAD_DRAFTS
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,11 @@ class SimConfig:
                        "model name", names=_model_names)
     draft: str = knob("vicuna-68m", "draft model: a shape name (roofline) or the profile's "
                       "model name; ngram: a host-side prompt-lookup drafter whose passes cost "
-                      "0 s (simulator.cost.free_draft)", names=_draft_names)
+                      "0 s (simulator.cost.free_draft); eagle, eagle3, mtp (vLLM's "
+                      "speculative method names): a head on the target's hidden states, its "
+                      "shape derived from the target's, pass 1 over the target's whole pass "
+                      "then k - 1 one-token passes (simulator.cost.draft_head)",
+                      names=_draft_names)
     draft_weight_bits: int = knob(
         FULL_WEIGHT_BITS, "bits per weight of the draft's decoder-layer projections (roofline): "
         "16 = the hardware's bf16; below 16 a weight-only quantised draft (RTN, an fp16 scale "

@@ -30,7 +30,7 @@ from specbatch.simulator.cost.roofline import (
     memory_kv_tokens,
 )
 from specbatch.simulator.cost.verify_cost import VerifyCost
-from specbatch.simulator.defaults import FREE_DRAFTS
+from specbatch.simulator.defaults import FREE_DRAFTS, HEAD_DRAFTS
 from specbatch.traces.models.shapes import get_shape
 
 __all__ = [
@@ -136,6 +136,12 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
                 f"expected 16, got {draft_weight_bits!r}")
         return free_draft_model(builder, hardware, target, tp, profile, execution,
                                 routing_skew, quantization, kv_cache_dtype)
+    if str(draft).lower() in HEAD_DRAFTS:
+        require(draft_weight_bits >= FULL_WEIGHT_BITS,
+                f"draft {draft!r}: the head is priced at the target's dtype; expected "
+                f"draft_weight_bits 16, got {draft_weight_bits!r}")
+        return head_draft_model(builder, hardware, str(draft).lower(), target, tp, profile,
+                                execution, routing_skew, quantization, kv_cache_dtype)
     return builder(hardware, target, draft, tp, profile, execution=execution,
                    draft_weight_bits=draft_weight_bits, routing_skew=routing_skew,
                    quantization=quantization, kv_cache_dtype=kv_cache_dtype)
@@ -169,6 +175,40 @@ def free_draft_model(builder, hardware: str, target: str, tp: int, profile: str 
                                                                kv_cache_dtype=kv_cache_dtype))
 
 
+def head_draft_model(builder, hardware: str, method: str, target: str, tp: int,
+                     profile: str | None, execution: str, routing_skew: float = 0.0,
+                     quantization: str = "none", kv_cache_dtype: str = "auto"):
+    """An EAGLE / EAGLE-3 / MTP head (``HEAD_DRAFTS``, simulator.cost.draft_head) on the
+    target's hidden states: the target's passes from ``builder`` (roofline or calibrated,
+    built with the target's shape in the draft's place; no draft pass is priced from it), the
+    head's passes by the head's roofline at the target's tp, the KV capacity counting both
+    weights and both caches. The profiled model is refused (no profile measures a head)."""
+    from specbatch.simulator.cost.draft_head import (
+        HeadDraftCost,
+        head_kv_tokens,
+        head_pass,
+        head_shape,
+        refuse_profiled,
+    )
+
+    if builder is build_profiled:
+        raise refuse_profiled(method)
+    hw = get_hardware(hardware)
+    shape = resolve_quantization(quantization, get_shape(target))
+    head = head_shape(method, shape)
+    if builder is build_calibrated:
+        inner = build_calibrated(hardware, target, target, tp, profile, execution,
+                                 routing_skew=routing_skew, quantization=quantization,
+                                 kv_cache_dtype=kv_cache_dtype)
+    else:
+        inner = RooflineCost(hw, shape, get_shape(target), tp=tp, execution=execution,
+                             routing_skew=routing_skew, quantization=quantization,
+                             kv_cache_dtype=kv_cache_dtype)
+    passes = head_pass(head, hw, tp, get_execution(execution), routing_skew, kv_cache_dtype)
+    return HeadDraftCost(inner, head, passes,
+                         lambda u=0.9: head_kv_tokens(hw, shape, head, tp, u, kv_cache_dtype))
+
+
 def recorded_quantization(trace) -> dict | None:
     """The trace's record of a weight-quantised draft (``meta.json`` models.draft.derived.
     quantized: bits, group_size, scheme), or None when the draft is not recorded as one."""
@@ -188,7 +228,8 @@ def weight_bits_notes(config, trace) -> tuple[str, ...]:
     the note names the knob. A quantised price on a trace whose draft is recorded at full
     precision (a model identity in meta.json without ``quantized``) is noted too: its
     acceptance is that draft's, not a quantised one's."""
-    if config.cost not in ("roofline", "calibrated") or str(config.draft).lower() in FREE_DRAFTS:
+    if (config.cost not in ("roofline", "calibrated")
+            or str(config.draft).lower() in FREE_DRAFTS + HEAD_DRAFTS):
         return ()
     bits = int(config.draft_weight_bits)
     recorded = recorded_quantization(trace)
@@ -222,6 +263,9 @@ def step_split(model: CostModel, batch: int, kv: int, k: int,
     one = np.ones(batch, dtype=np.int64)  # [batch]
     passes = [model.step_time("draft", one, np.full(batch, kv + d, dtype=np.int64))
               for d in range(k)]
+    first = getattr(model, "first_pass_step", None)
+    if first is not None and k:  # an EAGLE / MTP head: pass 1 over the verify pass's tokens
+        passes[0] = float(first(one * (k + 1), np.full(batch, kv, dtype=np.int64)))
     verify = model.step_time("target", one * (k + 1), np.full(batch, kv, dtype=np.int64))
     sample = 0.0 if sampler is None else sampler.seconds(batch, batch * k, one * k)
     draft = float(sum(passes))

@@ -59,9 +59,9 @@ from typing import Any
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.config.sim_config import FREE_DRAFTS
 from specbatch.simulator.cost.interface import CostModel, sums_path
 from specbatch.simulator.cost.verify_cost import verify_cost_for
+from specbatch.simulator.defaults import one_hot_drafter
 from specbatch.simulator.engine.admission import Admission
 from specbatch.simulator.engine.composers import COMPOSERS, composer_for
 from specbatch.simulator.engine.decode import Decode
@@ -153,7 +153,11 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         # sliding-window layers need per-request minima: arrays (simulator.cost.window)
         self.from_sums = cost.time_from_sums if sums_path(cost) else None
         self.overhead = float(cost.overhead)  # T_overhead, seconds per step
-        self.verify_cost = verify_cost_for(config, trace, str(config.draft).lower() in FREE_DRAFTS)
+        self.verify_cost = verify_cost_for(config, trace, one_hot_drafter(config.draft))
+        # an EAGLE / MTP head (simulator.cost.draft_head): its first pass runs over the target's
+        # whole pass (simulator.engine.decode.Decode.head_first_pass), so no separate chunk pass
+        self.head = policy.speculates and hasattr(cost, "first_pass_time")
+        self.drafts_chunks = policy.speculates and not self.head
         self.pass_index = np.arange(max(self.depth, 1), dtype=_I64)
         self.view_tables = TraceTables(trace)  # policies' whole-trace tables, built once per run
         # the rule's replay tables (simulator.replay.rules): a tree rule's recorded trees

@@ -196,6 +196,9 @@ class Decode(EngineState):
         if plan.tree is not None:  # D passes over the tree's levels (simulator.engine.tree_decode)
             passes = self.tree.max_depth
             draft_t = self.tree_draft_seconds(kv)
+        elif self.head:  # passes 2..D of an EAGLE / MTP head; pass 1: head_first_pass
+            draft_t = self.head_later_passes(plan.drafted, kv, m[_M_TAU], passes, skv,
+                                             total[_M_TAU], drafted_sum == n * passes)
         elif self.from_sums is not None:
             draft_t = draft_seconds_from_sums(self.from_sums, plan.drafted, kv, passes, skv,
                                               drafted_sum == n * passes, self.pass_index)
@@ -205,6 +208,38 @@ class Decode(EngineState):
                     else self.verify_cost.seconds(n, verified_sum, plan.verified))
         return _tuple_new(PricedDecode, (total[_M_EMITTED], drafted_sum, verified_sum,
                                          total[_M_TAU], passes, draft_t, sums, verify_t))
+
+    def head_later_passes(self, drafted: np.ndarray, kv: np.ndarray, tau: np.ndarray,
+                          passes: int, skv: int, tau_sum: int, uniform: bool) -> float:
+        """Seconds of an EAGLE / MTP head's passes after the first (simulator.cost.draft_head):
+        pass j = 1..D−1 runs one token for each request still drafting (d_i > j) over
+        c_i + τ_i + j cached tokens (vllm/v1/spec_decode/eagle.py, ``EagleProposer.propose``:
+        ``seq_lens`` less the rejected drafts, + 1 per pass), i.e. the separate draft's pricing
+        (:func:`~simulator.cost.draft_cost.draft_seconds`) of d_i − 1 passes over
+        c_i + τ_i + 1. drafted, kv, tau # [n]; ``skv`` = Σc, ``tau_sum`` = Στ; ``uniform``:
+        every d_i = D."""
+        later = passes - 1
+        if later <= 0:
+            return 0.0
+        kv_next = kv + tau + 1  # [n] c_i + τ_i + 1
+        if self.from_sums is not None:
+            n = kv.shape[0]
+            return draft_seconds_from_sums(self.from_sums, drafted - 1, kv_next, later,
+                                           skv + tau_sum + n, uniform, self.pass_index)
+        return draft_seconds(self.cost, drafted - 1, kv_next, later)
+
+    def head_first_pass(self, sums: tuple | None, query: np.ndarray, kv: np.ndarray) -> float:
+        """Seconds of an EAGLE / MTP head's first pass of the step (0 without a head): over
+        every token the target's pass computed, decoding requests' 1 + s_i and prefill
+        chunks alike, the LM head over one row per request (simulator.cost.draft_head;
+        vllm/v1/spec_decode/eagle.py, ``EagleProposer.propose`` with
+        ``prepare_inputs_padded``). From the target pass's ``sums`` (n, Σq, Σc, Σq·c, Σq²)
+        when the engine priced it from sums, else from its ``query``, ``kv`` # [n]."""
+        if not self.head:
+            return 0.0
+        if sums is not None and self.from_sums is not None:
+            return float(self.cost.first_pass_time(*sums))
+        return float(self.cost.first_pass_step(query, kv))
 
     def commit(self, rep: Replica, m: np.ndarray, d_idx: np.ndarray | None) -> None:
         """Add the step's increments (outcome rows EMITTED..ACCEPTED) to state rows

@@ -52,12 +52,15 @@ class V0Step(EngineState):
         if self.from_sums is not None:  # kv = 0: the sums are (n, Σq, 0, 0, Σq²), exact integers
             sums = (joined, float(total), 0.0, 0.0, float(int(q @ q)))
             target_t = float(self.from_sums("target", *sums))
-            draft_t = float(self.from_sums("draft", *sums)) if self.policy.speculates else 0.0
+            draft_t = float(self.from_sums("draft", *sums)) if self.drafts_chunks else 0.0
         else:
             kv0 = np.zeros(joined, dtype=_I64)
             target_t = float(self.cost.step_time("target", q, kv0))
-            draft_t = (float(self.cost.step_time("draft", q, kv0)) if self.policy.speculates
+            draft_t = (float(self.cost.step_time("draft", q, kv0)) if self.drafts_chunks
                        else 0.0)
+        if self.head:  # an EAGLE / MTP head's pass 1 over the prompts
+            draft_t += self.head_first_pass(sums if self.from_sums is not None else None, q,
+                                            np.zeros(joined, dtype=_I64))
         overhead = self.overhead
         end = time + draft_t + target_t + overhead
         rep.state[_PREFILLED, sel] = q
@@ -95,8 +98,12 @@ class V0Step(EngineState):
             draft_t += prefill_draft_t
         if sums is not None and prefill_tokens == 0 and self.from_sums is not None:
             target_t = float(self.from_sums("target", *sums))
+            if self.head:  # an EAGLE / MTP head's pass 1 over the whole target pass
+                draft_t += self.head_first_pass(sums, q_len, kv)
         else:
             target_t = float(self.cost.step_time("target", q_len, kv))
+            if self.head:
+                draft_t += self.head_first_pass(None, q_len, kv)
         overhead = self.overhead
         end = time + draft_t + target_t + verify_t + overhead
         if prefill_tokens and completed.shape[0]:
@@ -134,7 +141,7 @@ class V0Step(EngineState):
                     return q_len, kv, 0.0, 0, _EMPTY
                 c_idx, chunk = c_idx[sel], chunk[sel]
         kv_before = prefilled[c_idx]
-        draft_t = (float(self.cost.step_time("draft", chunk, kv_before)) if self.policy.speculates
+        draft_t = (float(self.cost.step_time("draft", chunk, kv_before)) if self.drafts_chunks
                    else 0.0)
         prefilled[c_idx] += chunk
         done = prefilled[c_idx] >= fill[c_idx]

@@ -75,6 +75,7 @@ class ModelShape:
     quant_group_size: int = 0
     sliding_window: int = 0
     sliding_layers: int = 0
+    mtp_layers: int = 0  # config.json num_nextn_predict_layers: MTP modules beyond ``layers``
 
     def __post_init__(self) -> None:
         if not 0 <= self.sliding_layers <= self.layers or (self.sliding_layers
@@ -212,6 +213,13 @@ SHAPES: dict[str, ModelShape] = {
         ModelShape("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, experts=64, top_k=6,
                    expert_intermediate=1408, shared_intermediate=2 * 1408, moe_layers=26,
                    kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+        # deepseek-ai/DeepSeek-V3 (config.json: 61 layers, first_k_dense_replace 3, 256 routed
+        # experts of moe_intermediate_size 2048, 8 per token, 1 shared, MLA q_lora_rank 1536,
+        # kv_lora_rank 512, num_nextn_predict_layers 1: its MTP module, simulator.cost.draft_head)
+        ModelShape("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, experts=256, top_k=8,
+                   expert_intermediate=2048, shared_intermediate=2048, moe_layers=58,
+                   kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128,
+                   qk_rope_head_dim=64, v_head_dim=128, mtp_layers=1),
         # sliding-window attention (config.json fields: traces/models/hf_config.py)
         ModelShape("mistral-7b-v0.1", 32, 4096, 32, 8, 14336, 32000, sliding_window=4096,
                    sliding_layers=32),

@@ -167,7 +167,7 @@ class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
             # only the admitted prompts prefill (the last columns): scalar sums
             prefill_tokens, completed, n_completed, chunk_sums = (
                 joined if joined is not None else self.prefill_joined(rep, tokens, n_joined))
-            if self.policy.speculates:
+            if self.drafts_chunks:
                 draft_t += float(self.from_sums("draft", *chunk_sums))
             sums = chunk_sums if sums is None else (
                 sums[0] + chunk_sums[0], sums[1] + chunk_sums[1], sums[2] + chunk_sums[2],
@@ -180,14 +180,14 @@ class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
                 kv_before = prefilled[p_idx]
                 if self.from_sums is not None:  # price from exact integer sums
                     chunk_sums = integer_sums(chunk, kv_before)
-                    if self.policy.speculates:
+                    if self.drafts_chunks:
                         draft_t += float(self.from_sums("draft", *chunk_sums))
                     sums = chunk_sums if sums is None else (
                         sums[0] + chunk_sums[0], sums[1] + chunk_sums[1],
                         sums[2] + chunk_sums[2], sums[3] + chunk_sums[3],
                         sums[4] + chunk_sums[4])
                 else:
-                    if self.policy.speculates:
+                    if self.drafts_chunks:
                         draft_t += float(self.cost.step_time("draft", chunk, kv_before))
                     q_len = np.concatenate([q_len, chunk])
                     kv = np.concatenate([kv, kv_before])
@@ -200,6 +200,8 @@ class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
             target_t = float(self.from_sums("target", *sums))
         else:
             target_t = float(self.cost.step_time("target", q_len, kv))
+        if self.head:  # an EAGLE / MTP head's pass 1 over the whole target pass
+            draft_t += self.head_first_pass(sums, q_len, kv)
         overhead = self.overhead
         end = time + draft_t + target_t + verify_t + overhead
         if n_completed:

@@ -1,0 +1,142 @@
+"""Specification of EAGLE / EAGLE-3 / MTP heads in the cost model (simulator/cost/draft_head.py):
+their shapes derived from the target's by vLLM's modules, one pass's roofline seconds, the KV
+capacity next to the head, and the one-line refusals."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.config.sim_config import load_config
+from specbatch.simulator.cost.draft_head import head_shape
+from specbatch.simulator.cost.hardware import get_execution, get_hardware
+from specbatch.simulator.cost.registry import build_cost_model, step_split
+from specbatch.simulator.cost.roofline import memory_kv_tokens
+from specbatch.traces.models.shapes import get_shape
+
+H, I, KV = 4096, 14336, 8 * 128  # Llama-3.1-8B: hidden, MLP width, KV heads x head_dim
+
+
+def test_eagle3_head_of_llama_3_1_8b_is_vllms_module():
+    """Eagle3LlamaForCausalLM for Llama-3.1-8B: one layer (qkv over 2h: 2h (h + 2 d_kv);
+    o h²; MLP 3 h I; input, post-attention and hidden norms; final norm), fc 3h -> h, its
+    own LM head of 32000 draft tokens; the 128256-token embedding is the target's.
+    424,689,664 weights = 849 MB in bf16 (810 MiB), the size of the published head
+    (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, about 0.85 GB; its d2t / t2d maps add < 0.4 MB)."""
+    head = head_shape("eagle3", get_shape("llama-3.1-8b"))
+    assert (head.hidden, head.layer.layers, head.layer.intermediate, head.lm_vocab) == (
+        4096, 1, 14336, 32000)
+    by_hand = (2 * H * (H + 2 * KV) + H * H + 3 * H * I + 3 * H  # the layer, 3 norms
+               + H                                                # final norm
+               + 3 * H * H                                        # fc
+               + 32000 * H)                                       # draft-vocabulary head
+    assert head.held_params == by_hand == 424_689_664
+    assert head.own_lm_head and not head.fc_every_pass
+
+
+def test_eagle_head_shares_the_targets_head_and_applies_fc_every_pass():
+    head = head_shape("eagle", get_shape("llama-3.1-8b"))
+    layer = 2 * H * H + 2 * H * KV + 3 * H * I + 2 * H
+    assert head.held_params == layer + 2 * H * H
+    assert head.fc_every_pass and not head.own_lm_head and head.lm_vocab == 128256
+
+
+def test_deepseek_v3_mtp_module_is_one_moe_layer_plus_eh_proj():
+    """DeepSeek-V3's MTP module (deepseek_mtp.py): enorm, hnorm, eh_proj 2h -> h, one MoE
+    decoder layer (MLA: q_a h r_q + r_q, q_b r_q H 192, kv_a h 576 + r_kv, kv_b r_kv H 256,
+    o H 128 h; router 256 h; 256 routed + 1 shared expert of 3 h 2048; 2 norms), the shared
+    head's norm. With the checkpoint's own copies of the embedding and head (2 V h) it
+    completes DeepSeek's 685 B = 671 B main model + the MTP module."""
+    h, heads, r_q, r_kv = 7168, 128, 1536, 512
+    attention = (h * r_q + r_q + r_q * heads * 192 + h * 576 + r_kv + r_kv * heads * 256
+                 + heads * 128 * h)
+    layer = attention + 2 * h + 256 * h + 257 * 3 * h * 2048
+    by_hand = layer + 2 * h * h + 3 * h
+    target = get_shape("deepseek-v3")
+    head = head_shape("mtp", target)
+    assert head.held_params == by_hand == 11_610_067_968
+    assert abs(target.params / 1e9 - 671) < 0.1
+    total = target.params + head.held_params + 2 * target.vocab * h
+    assert abs(total / 685e9 - 1) < 1e-3
+
+
+def test_a_later_pass_is_the_roofline_of_the_heads_layer_and_head_by_hand():
+    """One later EAGLE-3 pass of n = 32 requests at c = 1000 on one H100 (cuda_graph):
+    F = 2 (P_layer + P_qkv+) Q + 4 h Σ(c + 1) + 2 h V_d n, B = b (P_layer + P_qkv+ + h +
+    h V_d) + kv_b (Σc + 2Q) + b (9h + 2 d_kv + 6I) Q (no fc after pass 1); pass 1 over the
+    same batch with q = 4 adds fc (F: 2·3h²·Q, B: b·3h²) and the LM head stays at n rows."""
+    hw = get_hardware("h100")
+    cost = build_cost_model("roofline", "h100", "llama-3.1-8b", "eagle3")
+    n, c, b = 32, 1000, hw.dtype_bytes
+    p_layer = 2 * H * H + 2 * H * KV + 3 * H * I + 2 * H
+    qkv = H * (H + 2 * KV)
+    kv_tok = 2 * KV * b  # one layer's K and V
+
+    def seconds(q, fc):
+        Q = n * q
+        flops = (2 * (p_layer + qkv + (3 * H * H if fc else 0)) * Q
+                 + 4 * H * n * q * (c + (q + 1) / 2) + 2 * H * 32000 * n)
+        nbytes = (b * (p_layer + qkv + H + H * 32000 + (3 * H * H if fc else 0))
+                  + kv_tok * (n * c + 2 * Q) + b * (9 * H + 2 * KV + 6 * I) * Q)
+        pass_lat, layer_lat = get_execution("cuda_graph").latencies("draft", hw)
+        return (max(flops / (hw.peak_flops * hw.compute_eff), nbytes / (hw.mem_bw * hw.memory_eff))
+                + pass_lat + layer_lat)
+
+    one, kv = np.ones(n, dtype=np.int64), np.full(n, c, dtype=np.int64)
+    assert cost.step_time("draft", one, kv) == pytest.approx(seconds(1, False), rel=1e-12)
+    assert cost.first_pass_step(4 * one, kv) == pytest.approx(seconds(4, True), rel=1e-12)
+
+
+def test_the_head_costs_a_fraction_of_a_1b_draft_model_and_adds_one_layer_of_kv():
+    """At batch 32, k = 3: EAGLE-3's three passes cost less than Llama-3.2-1B's three;
+    the KV capacity counts the target's 32 layers plus the head's one (and the head's
+    0.85 GB), against the 1B draft's 16 layers and 2.5 GB."""
+    head = build_cost_model("roofline", "h100", "llama-3.1-8b", "eagle3")
+    small = build_cost_model("roofline", "h100", "llama-3.1-8b", "llama-3.2-1b")
+    assert step_split(head, 32, 1000, 3)["draft_s"] < step_split(small, 32, 1000, 3)["draft_s"]
+    hw, target = get_hardware("h100"), get_shape("llama-3.1-8b")
+    free = 0.9 * hw.memory_bytes - 2 * target.params - 2 * 424_689_664
+    assert head.kv_capacity_tokens(0.9) == int(free // (2 * 33 * KV * 2))
+    assert head.kv_capacity_tokens(0.9) > small.kv_capacity_tokens(0.9)
+    alone = memory_kv_tokens(hw, target, None, 1, 0.9)
+    assert head.kv_capacity_tokens(0.9) < alone
+
+
+def test_mtp_prices_the_experts_its_tokens_touch():
+    """DeepSeek-V3's MTP pass over more tokens reads more experts (THEORY.md §8): pass 1
+    over a verify batch costs more than a later pass of one token per request."""
+    cost = build_cost_model("roofline", "h200", "deepseek-v3", "mtp", tp=8)
+    one, kv = np.ones(16, dtype=np.int64), np.full(16, 2000, dtype=np.int64)
+    assert cost.first_pass_step(4 * one, kv) > cost.step_time("draft", one, kv) > 0
+
+
+@pytest.mark.parametrize("draft, target, message", [
+    ("mtp", "llama-3.1-8b", "has no MTP layers"),
+    ("eagle3", "qwen3-30b-a3b", "cannot derive an EAGLE head"),
+    ("eagle", "deepseek-v3", "cannot derive an EAGLE head"),
+])
+def test_a_head_the_target_cannot_have_is_refused_in_one_line(draft, target, message):
+    with pytest.raises(SpecbatchError, match=message) as err:
+        load_config(None, target=target, draft=draft)
+    assert "\n" not in str(err.value) and "field draft" in str(err.value)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(draft_weight_bits=4), "draft_weight_bits"),
+    (dict(cost="profiled", profile="x.csv"), "cost"),
+])
+def test_settings_a_head_does_not_price_are_refused(kw, field):
+    with pytest.raises(SpecbatchError, match=f"field {field}"):
+        load_config(None, target="llama-3.1-8b", draft="eagle3", **kw)
+
+
+def test_the_cli_refuses_mtp_on_a_dense_target_with_exit_code_2():
+    out = subprocess.run([sys.executable, "-m", "specbatch", "simulate", "--target",
+                          "llama-3.1-8b", "--draft", "mtp", "--requests", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "num_nextn_predict_layers" in out.stderr
