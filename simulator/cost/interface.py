@@ -61,6 +61,22 @@ class SumsCostModel(CostModel, Protocol):
         ...
 
 
+@runtime_checkable
+class HeadCostModel(CostModel, Protocol):
+    """A :class:`CostModel` whose draft is a head on the target's hidden states (EAGLE,
+    EAGLE-3, MTP; simulator.cost.draft_head): ``step_time("draft", ...)`` prices its passes
+    after the first, and the first pass, over the target's whole pass, is priced apart. The
+    engine detects it by the optional ``first_pass_time`` attribute."""
+
+    def first_pass_time(self, n: int, sq: float, skv: float, sqkv: float, sqq: float) -> float:
+        """Seconds of the head's first pass over the target pass with these batch sums."""
+        ...
+
+    def first_pass_step(self, query: np.ndarray, kv: np.ndarray) -> float:
+        """:meth:`first_pass_time` of the target pass's arrays ``query``, ``kv`` # [n]."""
+        ...
+
+
 def sums_path(cost) -> bool:
     """Whether the engine may price ``cost`` from the five batch sums: a
     :class:`SumsCostModel` without sliding-window layers. A model whose optional ``windowed``

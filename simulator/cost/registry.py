@@ -256,7 +256,8 @@ def step_split(model: CostModel, batch: int, kv: int, k: int,
                sampler: VerifyCost | None = None) -> dict:
     """The draft/target split of one speculative engine step at window ``k``: ``batch``
     requests with ``kv`` cached tokens each; k draft passes (query 1, pass d over kv + d cached
-    tokens, as the engine prices them), one target verify pass (query k + 1 over kv), the
+    tokens, as the engine prices them; an EAGLE / MTP head's first pass over the verify pass's
+    k + 1 tokens per request instead, ``draft_first_pass_s``, simulator.cost.draft_head), one target verify pass (query k + 1 over kv), the
     rejection sampler over the batch's k drafts each (``sampler``, simulator.cost.verify_cost;
     None: 0 s) and the per-step ``overhead``. Returns seconds per part, their sum ``step_s``
     and the draft's and the sampler's shares of it (fractions)."""
@@ -264,14 +265,17 @@ def step_split(model: CostModel, batch: int, kv: int, k: int,
     passes = [model.step_time("draft", one, np.full(batch, kv + d, dtype=np.int64))
               for d in range(k)]
     first = getattr(model, "first_pass_step", None)
-    if first is not None and k:  # an EAGLE / MTP head: pass 1 over the verify pass's tokens
+    head = first is not None and k > 0
+    if head:  # an EAGLE / MTP head: pass 1 over the verify pass's tokens, fc and all
         passes[0] = float(first(one * (k + 1), np.full(batch, kv, dtype=np.int64)))
     verify = model.step_time("target", one * (k + 1), np.full(batch, kv, dtype=np.int64))
     sample = 0.0 if sampler is None else sampler.seconds(batch, batch * k, one * k)
     draft = float(sum(passes))
     step = draft + verify + sample + float(model.overhead)
-    return {"batch": batch, "k": k, "draft_passes": k,
-            "draft_pass_s": passes[0] if passes else 0.0, "draft_s": draft,
+    extra = {"draft_first_pass_s": passes[0]} if head else {}
+    return {"batch": batch, "k": k, "draft_passes": k, **extra,
+            "draft_pass_s": passes[-1] if head else passes[0] if passes else 0.0,
+            "draft_s": draft,
             "target_verify_s": verify, "sampler_s": sample,
             "overhead_s": float(model.overhead), "step_s": step,
             "draft_share": draft / step if step > 0 else 0.0,

@@ -71,6 +71,10 @@ def pass_breakdown(model, role: str, query, kv) -> dict | None:
         if role == "draft":
             return dict.fromkeys(PARTS, 0.0)
         model = model.inner
+    if getattr(model, "first_pass_time", None) is not None:  # a head: its target's parts only
+        if role == "draft":
+            return None
+        model = model.inner
     if isinstance(model, CalibratedCost):
         return model.breakdown(role, query, kv)
     if isinstance(model, RooflineCost):
@@ -111,7 +115,8 @@ def cost_sources(model) -> dict:
     # every roofline `simulate` its fitting stack at start-up (issue 35)
     calibrated = sys.modules.get("specbatch.simulator.cost.calibrated")
     draft_free = isinstance(model, FreeDraftCost)
-    inner = model.inner if draft_free else model
+    head = getattr(model, "first_pass_time", None) is not None  # simulator.cost.draft_head
+    inner = model.inner if draft_free or head else model
     if calibrated is not None and isinstance(inner, calibrated.CalibratedCost):
         out = inner.sources()
     elif isinstance(inner, RooflineCost):
@@ -124,6 +129,9 @@ def cost_sources(model) -> dict:
         out = {role: {"summary": type(inner).__name__} for role in ROLES}
     if draft_free:
         out["draft"] = {"summary": "none: a host-side drafter (0 s per draft pass)"}
+    if head:
+        out["draft"] = {"summary": f"{model.head.method} head on the target's hidden states "
+                                   "(roofline of its layer, fc and LM head; not fitted)"}
     return out
 
 

@@ -283,6 +283,12 @@ def run_show(args) -> int:
         out["warnings"] = mape_warnings(model)
         for line in out["warnings"]:
             sys.stderr.write(f"warning: {line}\n")
+    head = getattr(model, "head", None)
+    if getattr(model, "first_pass_time", None) is not None:  # simulator.cost.draft_head
+        out["head"] = {"method": head.method, "held_params": head.held_params,
+                       "layers": head.layer.layers, "lm_vocab": head.lm_vocab,
+                       "own_lm_head": head.own_lm_head}
+        out["kv_capacity_tokens"] = model.kv_capacity_tokens(0.9)
     if isinstance(model, RooflineCost):
         out["ridge_flop_per_byte"] = model.hardware.ridge
         out["draft_weight_bits"] = args.draft_weight_bits
@@ -311,7 +317,11 @@ def run_show(args) -> int:
                  f"sampler ({args.verify}, {out['verify_cost']}) + overhead = step, draft %, "
                  "sampler %")
     for r in split:
-        lines.append(f"  batch {r['batch']:>4}: {1e3 * r['draft_pass_s']:.3f} x {r['draft_passes']} "
+        passes = (f"{1e3 * r['draft_pass_s']:.3f} x {r['draft_passes']}"
+                  if "draft_first_pass_s" not in r else  # a head: pass 1, then k − 1 more
+                  f"{1e3 * r['draft_first_pass_s']:.3f} + {1e3 * r['draft_pass_s']:.3f} x "
+                  f"{r['draft_passes'] - 1}")
+        lines.append(f"  batch {r['batch']:>4}: {passes} "
                      f"= {1e3 * r['draft_s']:.3f} + {1e3 * r['target_verify_s']:.3f} + "
                      f"{1e3 * r['sampler_s']:.3f} + "
                      f"{1e3 * r['overhead_s']:.3f} = {1e3 * r['step_s']:.3f}, "
@@ -325,6 +335,12 @@ def run_show(args) -> int:
     if sampler is not None:
         lines.append(f"sampler {sampler.sampler}: {get_sampler(sampler.sampler).source}")
     lines.append(f"prefill of a {args.prompt}-token prompt: {1e3 * prefill:.2f} ms")
+    if "head" in out:
+        h = out["head"]
+        lines.append(f"{h['method']} head: {h['layers']} layer(s), {h['held_params'] / 1e6:.1f} M "
+                     f"weights of its own, LM head of {h['lm_vocab']} rows "
+                     f"({'its own' if h['own_lm_head'] else 'the target' + chr(39) + 's'}); "
+                     "draft pass 1 runs over the verify pass's k + 1 tokens per request")
     moe = moe_line(model, args)
     if moe:
         out["moe"] = moe[1]

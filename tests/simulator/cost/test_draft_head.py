@@ -25,8 +25,8 @@ def test_eagle3_head_of_llama_3_1_8b_is_vllms_module():
     """Eagle3LlamaForCausalLM for Llama-3.1-8B: one layer (qkv over 2h: 2h (h + 2 d_kv);
     o h²; MLP 3 h I; input, post-attention and hidden norms; final norm), fc 3h -> h, its
     own LM head of 32000 draft tokens; the 128256-token embedding is the target's.
-    424,689,664 weights = 849 MB in bf16 (810 MiB), the size of the published head
-    (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, about 0.85 GB; its d2t / t2d maps add < 0.4 MB)."""
+    424,689,664 weights = 849 MB (810 MiB) in bf16; the checkpoint's d2t / t2d token maps add
+    < 0.4 MB and are not counted."""
     head = head_shape("eagle3", get_shape("llama-3.1-8b"))
     assert (head.hidden, head.layer.layers, head.layer.intermediate, head.lm_vocab) == (
         4096, 1, 14336, 32000)
