@@ -158,7 +158,8 @@ def build_cost(config: SimConfig) -> CostModel:
                              draft_weight_bits=config.draft_weight_bits,
                              routing_skew=config.routing_skew,
                              quantization=config.quantization,
-                             kv_cache_dtype=config.kv_cache_dtype)
+                             kv_cache_dtype=config.kv_cache_dtype,
+                             draft_head=config.draft_head)
     if config.async_scheduling:
         from specbatch.simulator.cost.async_overhead import AsyncOverheadCost
 

@@ -119,7 +119,7 @@ def input_files(config: dict) -> list[tuple[str, Path]]:
         from specbatch.simulator.workload.arrivals import resolve_workload
 
         files.append(("workload", resolve_workload(config["workload"])))
-    for role in ("target", "draft"):
+    for role in ("target", "draft", "draft_head"):  # draft_head: an EAGLE head's config.json
         name = config.get(role)
         if isinstance(name, str) and is_config_path(name):
             files.append((role, config_file(name)))

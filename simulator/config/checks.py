@@ -93,6 +93,9 @@ def check_head_drafter(c: SimConfig, where: str = "config") -> None:
 
     draft = str(c.draft).lower()
     if draft not in HEAD_DRAFTS:
+        if c.draft_head is not None:
+            fail(where, "draft_head", f"none for draft {c.draft} (a head's config.json needs "
+                 "draft = eagle or eagle3)", c.draft_head)
         return
     if c.cost == "profiled":
         fail(where, "cost", f"roofline or calibrated for draft {draft} (no latency profile "
@@ -103,13 +106,17 @@ def check_head_drafter(c: SimConfig, where: str = "config") -> None:
     if rule_entry(c.verify).tree:
         fail(where, "verify", f"a chain rule for draft {draft} (EAGLE tree drafting is not "
              "priced)", c.verify)
-    from specbatch.simulator.cost.draft_head import head_shape
+    from specbatch.simulator.cost.draft_head import head_shape, read_head_config
     from specbatch.traces.models.shapes import get_shape
 
     try:
-        head_shape(draft, get_shape(c.target))
+        target = get_shape(c.target)
+        if c.draft_head is None:
+            head_shape(draft, target)
     except SpecbatchError as exc:
         fail(where, "draft", f"a head the target has ({exc})", c.draft)
+    if c.draft_head is not None:
+        read_head_config(c.draft_head, draft, target)  # its own one-line errors
 
 
 def check_extra_applies(c: SimConfig, where: str = "config") -> None:

@@ -241,6 +241,11 @@ class SimConfig:
                       "shape derived from the target's, pass 1 over the target's whole pass "
                       "then k - 1 one-token passes (simulator.cost.draft_head)",
                       names=_draft_names)
+    draft_head: str | None = knob(
+        None, "the head's config.json (vLLM's speculative_config model) for draft eagle / "
+        "eagle3: LlamaForCausalLMEagle3 or EagleLlamaForCausalLM, its num_hidden_layers, "
+        "draft_vocab_size, target_hidden_size (simulator.cost.draft_head)",
+        none="derived from the target's shape (one layer; EAGLE-3: draft vocabulary 32000)")
     draft_weight_bits: int = knob(
         FULL_WEIGHT_BITS, "bits per weight of the draft's decoder-layer projections (roofline): "
         "16 = the hardware's bf16; below 16 a weight-only quantised draft (RTN, an fp16 scale "

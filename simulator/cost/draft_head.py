@@ -142,6 +142,56 @@ def head_shape(method: str, target: ModelShape) -> HeadShape:
                      extra_norms=2 * h, lm_vocab=vocab, own_lm_head=True)
 
 
+#: A head config.json's ``architectures[0]`` -> the method it is (vLLM's model registry names,
+#: the EAGLE repository's and SpecForge's spellings).
+HEAD_ARCHITECTURES = {"LlamaForCausalLMEagle3": "eagle3", "Eagle3LlamaForCausalLM": "eagle3",
+                      "LlamaForCausalLMEagle": "eagle", "EagleLlamaForCausalLM": "eagle"}
+
+
+def read_head_config(path: str, method: str, target: ModelShape) -> HeadShape:
+    """The ``method`` head a config.json describes (vLLM's ``speculative_config.model``): its
+    ``architectures`` (:data:`HEAD_ARCHITECTURES`), layer fields as a Llama config
+    (traces.models.hf_config: hidden_size, num_hidden_layers, heads, intermediate_size),
+    ``draft_vocab_size`` (EAGLE-3: its LM head's rows; default ``vocab_size``),
+    ``target_hidden_size`` (EAGLE-3's fc input is 3 of it; default hidden_size) and
+    ``eagle_config.use_aux_hidden_state`` (false: no fc, llama_eagle3.py). The embedding is
+    taken as the target's (shared, ``EagleProposer.load_model``). One-line errors name the
+    file and field."""
+    import json
+
+    from specbatch.traces.models.hf_config import config_file, read_hf_config
+
+    layer_shape = read_hf_config(path)
+    file = config_file(path)
+    where = f"draft_head {file}"
+    data = json.loads(file.read_text(encoding="utf-8"))
+    archs = data.get("architectures") or [None]
+    kind = HEAD_ARCHITECTURES.get(archs[0]) if isinstance(archs, list) else None
+    require(kind is not None, f"{where}: field architectures: expected one of "
+            f"{', '.join(HEAD_ARCHITECTURES)}, got {archs!r}")
+    require(kind == method, f"{where}: field architectures: {archs[0]} is an {kind} head; "
+            f"expected draft = {kind!r}, got {method!r}")
+    require(method != "mtp", f"{where}: an MTP module is the target's own layer; expected no "
+            "draft_head with draft = 'mtp'")
+    h = layer_shape.hidden
+    require(h == target.hidden or method == "eagle3",
+            f"{where}: field hidden_size: expected the target's {target.hidden}, got {h}")
+    layer = replace(bare(layer_shape), name=str(path))
+    L = layer.layers
+    if method == "eagle":
+        return HeadShape("eagle", layer, fc_in=2 * h, fc_every_pass=True, qkv_extra=0,
+                         extra_norms=0, lm_vocab=target.vocab, own_lm_head=False)
+    vocab = data.get("draft_vocab_size") or layer_shape.vocab
+    require(isinstance(vocab, int) and 1 <= vocab <= target.vocab,
+            f"{where}: field draft_vocab_size: expected an integer in [1, {target.vocab}], "
+            f"got {vocab!r}")
+    aux = (data.get("eagle_config") or {}).get("use_aux_hidden_state", True)
+    fc_in = 3 * int(data.get("target_hidden_size") or h) if aux else 0
+    qkv_extra = h * (layer.q_width + 2 * layer.kv_heads * layer.head_dim)
+    return HeadShape("eagle3", layer, fc_in=fc_in, fc_every_pass=False, qkv_extra=qkv_extra,
+                     extra_norms=(L + 1) * h, lm_vocab=int(vocab), own_lm_head=True)
+
+
 def bare(target: ModelShape) -> ModelShape:
     """``target``'s layer without vocabulary, sliding window, MTP layers or quantisation (the
     head is priced at the preset's dtype, full attention)."""

@@ -110,7 +110,7 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
                      execution: str = DEFAULT_EXECUTION,
                      draft_weight_bits: int = FULL_WEIGHT_BITS,
                      routing_skew: float = 0.0, quantization: str = "none",
-                     kv_cache_dtype: str = "auto") -> CostModel:
+                     kv_cache_dtype: str = "auto", draft_head: str | None = None) -> CostModel:
     """Build a cost model by name (``COST_MODELS``): "roofline", "profiled" (needs ``profile``)
     or "calibrated" (simulator.cost.calibrated: bundled public profiles + calibrated roofline).
 
@@ -141,7 +141,10 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
                 f"draft {draft!r}: the head is priced at the target's dtype; expected "
                 f"draft_weight_bits 16, got {draft_weight_bits!r}")
         return head_draft_model(builder, hardware, str(draft).lower(), target, tp, profile,
-                                execution, routing_skew, quantization, kv_cache_dtype)
+                                execution, routing_skew, quantization, kv_cache_dtype,
+                                draft_head)
+    require(draft_head is None, f"draft_head {draft_head!r}: a head's config.json needs draft "
+            f"= eagle or eagle3; got draft {draft!r}")
     return builder(hardware, target, draft, tp, profile, execution=execution,
                    draft_weight_bits=draft_weight_bits, routing_skew=routing_skew,
                    quantization=quantization, kv_cache_dtype=kv_cache_dtype)
@@ -177,17 +180,20 @@ def free_draft_model(builder, hardware: str, target: str, tp: int, profile: str 
 
 def head_draft_model(builder, hardware: str, method: str, target: str, tp: int,
                      profile: str | None, execution: str, routing_skew: float = 0.0,
-                     quantization: str = "none", kv_cache_dtype: str = "auto"):
+                     quantization: str = "none", kv_cache_dtype: str = "auto",
+                     draft_head: str | None = None):
     """An EAGLE / EAGLE-3 / MTP head (``HEAD_DRAFTS``, simulator.cost.draft_head) on the
     target's hidden states: the target's passes from ``builder`` (roofline or calibrated,
     built with the target's shape in the draft's place; no draft pass is priced from it), the
     head's passes by the head's roofline at the target's tp, the KV capacity counting both
-    weights and both caches. The profiled model is refused (no profile measures a head)."""
+    weights and both caches; ``draft_head``: the head's config.json (else derived from the
+    target's shape). The profiled model is refused (no profile measures a head)."""
     from specbatch.simulator.cost.draft_head import (
         HeadDraftCost,
         head_kv_tokens,
         head_pass,
         head_shape,
+        read_head_config,
         refuse_profiled,
     )
 
@@ -195,7 +201,8 @@ def head_draft_model(builder, hardware: str, method: str, target: str, tp: int,
         raise refuse_profiled(method)
     hw = get_hardware(hardware)
     shape = resolve_quantization(quantization, get_shape(target))
-    head = head_shape(method, shape)
+    head = (head_shape(method, shape) if draft_head is None
+            else read_head_config(draft_head, method, shape))
     if builder is build_calibrated:
         inner = build_calibrated(hardware, target, target, tp, profile, execution,
                                  routing_skew=routing_skew, quantization=quantization,

@@ -19,6 +19,7 @@ attention_head_dim          head_dim, when it differs from hidden / heads (Qwen3
 experts, top_k, ...         mixture-of-experts fields: traces.models.hf_moe
 kv_lora_rank, ...           multi-head latent attention fields: traces.models.hf_moe
 sliding_window, ...         sliding-window layers (layer_types, ...): traces.models.hf_window
+mtp_layers                  num_nextn_predict_layers (default 0: no MTP module)
 ==========================  =====================================================
 
 ``torch_dtype`` (or ``dtype``) is checked against what the roofline prices: 2-byte weights
@@ -113,6 +114,9 @@ def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
     values.update(mla)
     values.update(quant)
     values.update(window_fields(data, values["layers"], where))
+    mtp = data.get("num_nextn_predict_layers")  # DeepSeek-V3 / GLM-4.5 / MiMo MTP modules
+    values["mtp_layers"] = 0 if mtp in (None, 0) else _positive(mtp, "num_nextn_predict_layers",
+                                                                where)
     _check_dtype(data, where)
     tie = data.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):

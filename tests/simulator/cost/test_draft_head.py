@@ -140,3 +140,68 @@ def test_the_cli_refuses_mtp_on_a_dense_target_with_exit_code_2():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "num_nextn_predict_layers" in out.stderr
+
+
+def head_config(tmp_path, **fields):
+    """A head's config.json as yuhuili/EAGLE3-LLaMA3.1-Instruct-8B publishes it, ``fields``
+    changed."""
+    import json
+
+    data = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+            "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "num_hidden_layers": 1, "vocab_size": 128256,
+            "draft_vocab_size": 32000, "tie_word_embeddings": False, "torch_dtype": "float16",
+            **fields}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_a_head_config_json_reads_to_the_derived_head_and_its_layers_count(tmp_path):
+    from specbatch.simulator.cost.draft_head import read_head_config
+
+    target = get_shape("llama-3.1-8b")
+    assert (read_head_config(head_config(tmp_path), "eagle3", target).held_params
+            == head_shape("eagle3", target).held_params)
+    two = read_head_config(head_config(tmp_path, num_hidden_layers=2), "eagle3", target)
+    layer = 2 * H * H + 2 * H * KV + 3 * H * I + 2 * H
+    assert two.held_params == 424_689_664 + layer + H  # one more layer and its hidden_norm
+    small = read_head_config(head_config(tmp_path, draft_vocab_size=16000), "eagle3", target)
+    assert small.held_params == 424_689_664 - 16000 * H
+
+
+@pytest.mark.parametrize("fields, draft, message", [
+    (dict(architectures=["LlamaForCausalLM"]), "eagle3", "field architectures: expected one of"),
+    (dict(architectures=["EagleLlamaForCausalLM"]), "eagle3", "is an eagle head"),
+    (dict(draft_vocab_size=200000), "eagle3", "field draft_vocab_size"),
+])
+def test_a_head_config_json_that_does_not_fit_is_refused_naming_the_field(tmp_path, fields, draft,
+                                                                          message):
+    with pytest.raises(SpecbatchError, match=message) as err:
+        load_config(None, target="llama-3.1-8b", draft=draft,
+                    draft_head=head_config(tmp_path, **fields))
+    assert "\n" not in str(err.value) and "config.json" in str(err.value)
+
+
+def test_draft_head_needs_a_head_drafter(tmp_path):
+    with pytest.raises(SpecbatchError, match="field draft_head"):
+        load_config(None, target="llama-3.1-8b", draft="llama-3.2-1b",
+                    draft_head=head_config(tmp_path))
+
+
+def test_a_config_json_target_with_mtp_layers_takes_an_mtp_head(tmp_path):
+    """A dense target whose config.json has num_nextn_predict_layers (MiMo-7B-style): its MTP
+    head is one of its dense layers plus eh_proj and three norms."""
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"hidden_size": 4096, "intermediate_size": 11008,
+                                "num_attention_heads": 32, "num_key_value_heads": 8,
+                                "num_hidden_layers": 36, "vocab_size": 151680,
+                                "num_nextn_predict_layers": 1, "torch_dtype": "bfloat16"}))
+    target = get_shape(str(path))
+    assert target.mtp_layers == 1
+    head = head_shape("mtp", target)
+    assert head.held_params == (2 * H * H + 2 * H * KV + 3 * H * 11008 + 2 * H) + 2 * H * H + 3 * H
+    cost = build_cost_model("roofline", "h100", str(path), "mtp")
+    assert cost.step_time("draft", np.ones(4), np.full(4, 100)) > 0
