@@ -197,8 +197,8 @@ class Decode(EngineState):
             passes = self.tree.max_depth
             draft_t = self.tree_draft_seconds(kv)
         elif self.head:  # passes 2..D of an EAGLE / MTP head; pass 1: head_first_pass
-            draft_t = self.head_later_passes(plan.drafted, kv, m[_M_TAU], passes, skv,
-                                             total[_M_TAU], drafted_sum == n * passes)
+            draft_t = self.head_later_passes(m, plan.drafted, passes,
+                                             skv + total[_M_TAU] + n, drafted_sum == n * passes)
         elif self.from_sums is not None:
             draft_t = draft_seconds_from_sums(self.from_sums, plan.drafted, kv, passes, skv,
                                               drafted_sum == n * passes, self.pass_index)
@@ -209,23 +209,22 @@ class Decode(EngineState):
         return _tuple_new(PricedDecode, (total[_M_EMITTED], drafted_sum, verified_sum,
                                          total[_M_TAU], passes, draft_t, sums, verify_t))
 
-    def head_later_passes(self, drafted: np.ndarray, kv: np.ndarray, tau: np.ndarray,
-                          passes: int, skv: int, tau_sum: int, uniform: bool) -> float:
+    def head_later_passes(self, m: np.ndarray, drafted: np.ndarray, passes: int,
+                          skv_next: int, uniform: bool) -> float:
         """Seconds of an EAGLE / MTP head's passes after the first (simulator.cost.draft_head):
         pass j = 1..D−1 runs one token for each request still drafting (d_i > j) over
         c_i + τ_i + j cached tokens (vllm/v1/spec_decode/eagle.py, ``EagleProposer.propose``:
         ``seq_lens`` less the rejected drafts, + 1 per pass), i.e. the separate draft's pricing
         (:func:`~simulator.cost.draft_cost.draft_seconds`) of d_i − 1 passes over
-        c_i + τ_i + 1. drafted, kv, tau # [n]; ``skv`` = Σc, ``tau_sum`` = Στ; ``uniform``:
-        every d_i = D."""
+        c_i + τ_i + 1. m # [len(Outcome), n] the verified step's outcomes (KV c_i, ACCEPTED
+        τ_i); drafted # [n]; ``skv_next`` = Σ (c_i + τ_i + 1); ``uniform``: every d_i = D."""
         later = passes - 1
         if later <= 0:
             return 0.0
-        kv_next = kv + tau + 1  # [n] c_i + τ_i + 1
+        kv_next = m[_M_KV] + m[_M_TAU] + 1  # [n] c_i + τ_i + 1
         if self.from_sums is not None:
-            n = kv.shape[0]
             return draft_seconds_from_sums(self.from_sums, drafted - 1, kv_next, later,
-                                           skv + tau_sum + n, uniform, self.pass_index)
+                                           skv_next, uniform, self.pass_index)
         return draft_seconds(self.cost, drafted - 1, kv_next, later)
 
     def head_first_pass(self, sums: tuple | None, query: np.ndarray, kv: np.ndarray) -> float:

@@ -205,3 +205,27 @@ def test_a_config_json_target_with_mtp_layers_takes_an_mtp_head(tmp_path):
     assert head.held_params == (2 * H * H + 2 * H * KV + 3 * H * 11008 + 2 * H) + 2 * H * H + 3 * H
     cost = build_cost_model("roofline", "h100", str(path), "mtp")
     assert cost.step_time("draft", np.ones(4), np.full(4, 100)) > 0
+
+
+def test_the_docs_eagle3_versus_1b_table_is_what_cost_show_prints():
+    """docs/simulate.md's table: `specbatch cost show --target llama-3.1-8b --draft D --batch
+    1 32 128 --kv 1024 --k 3` (fused sampler, token rule), draft and step ms per row."""
+    from pathlib import Path
+
+    from specbatch.simulator.cost.verify_cost import build_verify_cost
+    from specbatch.simulator.replay.rules import rule_entry
+
+    root = Path(__file__).resolve().parents[3]
+    page = (root / "docs" / "simulate.md").read_text()
+    section = page.split("### EAGLE, EAGLE-3 and MTP drafters")[1].split("\n## ")[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| roofline") or line.startswith("| calibrated")]
+    assert len(rows) == 6
+    sampler = build_verify_cost("fused", rule_entry("token").sampler_cost, "h100", 128256)
+    for cost, batch, *cells in rows:
+        got = []
+        for draft in ("eagle3", "llama-3.2-1b"):
+            model = build_cost_model(cost, "h100", "llama-3.1-8b", draft)
+            split = step_split(model, int(batch), 1024, 3, sampler)
+            got += [f"{1e3 * split['draft_s']:.2f}", f"{1e3 * split['step_s']:.2f}"]
+        assert cells == got
