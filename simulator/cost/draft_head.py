@@ -108,6 +108,15 @@ class HeadShape:
         return (self.layer.decoder_params + self.qkv_extra + self.extra_norms + self.fc_params
                 + (self.lm_head_params if self.own_lm_head else 0))
 
+    def held_bytes(self, hw: Hardware) -> float:
+        """Bytes of :attr:`held_params` in memory: the layers in their format (an MTP layer in
+        the target checkpoint's, simulator.cost.precision), everything else at the preset's
+        dtype (eh_proj is a plain ``nn.Linear``; EAGLE heads are 16-bit checkpoints)."""
+        layer = (held_weight_bytes(self.layer, hw) - hw.dtype_bytes * self.hidden
+                 if self.layer.quantization != "none"
+                 else hw.dtype_bytes * self.layer.decoder_params)  # held_weight_bytes adds a norm
+        return layer + hw.dtype_bytes * (self.held_params - self.layer.decoder_params)
+
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """KV bytes one token caches in the head's layers (one GPU's share set by the caller)."""
         return self.layer.kv_bytes_per_token(dtype_bytes)
@@ -124,7 +133,8 @@ def head_shape(method: str, target: ModelShape) -> HeadShape:
                 f"draft 'mtp': target {target.name} has no MTP layers (config.json "
                 "num_nextn_predict_layers = 0); expected a target with them (e.g. deepseek-v3)")
         layer = replace(bare(target), name=f"{target.name}-mtp", layers=1,
-                        moe_layers=1 if target.is_moe else 0)
+                        moe_layers=1 if target.is_moe else 0, quantization=target.quantization,
+                        quant_bits=target.quant_bits, quant_group_size=target.quant_group_size)
         return HeadShape("mtp", layer, fc_in=2 * h, fc_every_pass=True, qkv_extra=0,
                          extra_norms=3 * h, lm_vocab=target.vocab, own_lm_head=False)
     require(not target.is_moe and not target.is_mla,
@@ -193,8 +203,9 @@ def read_head_config(path: str, method: str, target: ModelShape) -> HeadShape:
 
 
 def bare(target: ModelShape) -> ModelShape:
-    """``target``'s layer without vocabulary, sliding window, MTP layers or quantisation (the
-    head is priced at the preset's dtype, full attention)."""
+    """``target``'s layer without vocabulary, sliding window, MTP layers or quantisation (an
+    EAGLE head is priced at the preset's dtype, full attention; MTP puts the target's format
+    back: its layer is the target checkpoint's)."""
     return replace(target, vocab=0, tie_embeddings=True, sliding_window=0, sliding_layers=0,
                    quantization="none", quant_bits=0, quant_group_size=0, mtp_layers=0)
 
@@ -254,7 +265,7 @@ def head_kv_tokens(hw: Hardware, target: ModelShape, head: HeadShape, tp: int,
     b = hw.dtype_bytes
     w_target = (held_weight_bytes(target, hw) if target.quantization != "none"
                 else b * target.params)
-    free = tp * hw.memory_bytes * gpu_memory_utilization - w_target - b * head.held_params
+    free = tp * hw.memory_bytes * gpu_memory_utilization - w_target - head.held_bytes(hw)
     kv_b = kv_element_bytes(kv_cache_dtype, hw)
     per_token = (target.kv_bytes_per_token(kv_b) * (tp if target.is_mla else 1)
                  + head.kv_bytes_per_token(kv_b) * (tp if head.layer.is_mla else 1))

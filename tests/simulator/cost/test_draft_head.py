@@ -229,3 +229,23 @@ def test_the_docs_eagle3_versus_1b_table_is_what_cost_show_prints():
             split = step_split(model, int(batch), 1024, 3, sampler)
             got += [f"{1e3 * split['draft_s']:.2f}", f"{1e3 * split['step_s']:.2f}"]
         assert cells == got
+
+
+def test_an_fp8_targets_mtp_layer_is_held_and_streamed_in_fp8_and_eh_proj_in_bf16():
+    """The MTP module is the target checkpoint's own layer: under quantization = fp8 its
+    projections and experts take the format's bytes (simulator.cost.precision), while
+    eh_proj (a plain nn.Linear in vLLM) and the norms stay at 2 bytes."""
+    from specbatch.simulator.cost.precision import held_weight_bytes, resolve_quantization
+
+    hw = get_hardware("h200")
+    fp8 = head_shape("mtp", resolve_quantization("fp8", get_shape("deepseek-v3")))
+    bf16 = head_shape("mtp", get_shape("deepseek-v3"))
+    h = 7168
+    assert fp8.layer.quantization == "fp8"
+    assert fp8.held_bytes(hw) == held_weight_bytes(fp8.layer, hw) - 2 * h + 2 * (2 * h * h + 3 * h)
+    assert bf16.held_bytes(hw) == 2 * bf16.held_params
+    assert fp8.held_bytes(hw) < 0.55 * bf16.held_bytes(hw)
+    one, kv = np.ones(16, dtype=np.int64), np.full(16, 2000, dtype=np.int64)
+    slow = build_cost_model("roofline", "h200", "deepseek-v3", "mtp", tp=8)
+    fast = build_cost_model("roofline", "h200", "deepseek-v3", "mtp", tp=8, quantization="fp8")
+    assert fast.step_time("draft", one, kv) < slow.step_time("draft", one, kv)
