@@ -120,18 +120,21 @@ def _parallel(r: _Reader, values: dict) -> None:
     values["tp"] = int(tp or 1)
     r.map(o, values["tp"], f"tp = {values['tp']} (all-reduce over the preset's link)")
     dp, o = r.get("data_parallel_size", "parallel_config")
-    values["replicas"] = int(dp or 1)
-    r.map(o, dp, f"replicas = {values['replicas']}" + (", router round_robin"
-                                                       if values["replicas"] > 1 else ""))
-    if values["replicas"] > 1:
-        r.skip(o + " (load balancing)", dp, "vLLM's DP coordinator balances on queue "
-               "lengths and runs the replicas' MoE layers in lockstep; simulated as "
-               "independent round-robin replicas")
+    dp = int(dp or 1)
+    values["data_parallel_size"] = dp
+    r.map(o, dp, f"data_parallel_size = {dp}" + (" (one replica per DP rank), router "
+                                                  "round_robin" if dp > 1 else ""))
+    if dp > 1:
+        r.skip(o + " (load balancing, lockstep)", dp, "vLLM's DP coordinator routes each "
+               "request to the least-loaded rank (waiting x 4 + running) and runs the ranks' "
+               "MoE steps in lockstep (an idle rank runs a 1-token dummy batch); simulated as "
+               "round-robin ranks, each step priced with the other ranks at the same load "
+               "(simulator.cost.expert_parallel)")
     ep, o = r.get("enable_expert_parallel", "parallel_config")
-    if ep:
-        r.skip(o, ep, "expert parallelism (all-to-all of routed tokens) is not modelled")
-    else:
-        r.map(o, ep, "no expert parallelism")
+    values["enable_expert_parallel"] = bool(ep)
+    r.map(o, ep, "enable_expert_parallel = " + (
+        f"true: E / {dp} experts per GPU, all-gather / reduce-scatter dispatch over the "
+        "link (simulator.cost.expert_parallel)" if ep else "false"))
     pp, o = r.get("pipeline_parallel_size", "parallel_config")
     if pp not in (None, 1):
         r.skip(o, pp, "pipeline parallelism is not modelled")

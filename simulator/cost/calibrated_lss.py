@@ -11,8 +11,9 @@ tokens, c the cached tokens) is priced, as :mod:`simulator.cost.calibrated` does
   module's measured time interpolated linearly in Q between measured token counts (1 ...
   2048), made non-decreasing (running maximum); on a MoE layer the MLP is the measured MoE
   block at (Q, E_touched(Q)) (moe.csv, linear in both; E_touched as the roofline: uniform
-  routing or ``routing_skew``'s Zipf law). Expert parallelism is not modelled: the block is
-  the one-GPU profile holding every expert.
+  routing or ``routing_skew``'s Zipf law). The block is the one-GPU profile holding every
+  expert; under expert parallelism (simulator.cost.expert_parallel) it is read at the rank's
+  pairs and touched local experts, and ``allreduce`` adds the dispatch/combine traffic.
 - ``attention``: an :class:`AttentionLaw` fitted to the GPU's measured attention table
   (one Attention call per row: one prefill chunk and n_d decodes). Two regimes, as vLLM's
   FlashAttention backend runs them (vllm/v1/attention/backends/flash_attn.py,
@@ -250,10 +251,13 @@ class LssPricer:
                         for e, rows in moe.groupby("activated_experts")}
 
     def moe_block(self, q: float) -> float:
-        """The MoE block at (Q, E_touched(Q)): linear in tokens, then in activated experts."""
+        """The MoE block at (Q, E_touched(Q)): linear in tokens, then in activated experts;
+        under expert parallelism at the rank's pairs (consts.moe_tokens: dp · Q / ep_size
+        tokens' worth) and its touched local experts (simulator.cost.expert_parallel)."""
         touched = self.consts.experts_touched(q)
         es = sorted(self.moe)
-        vals = [interp(self.moe[e], q) for e in es]
+        tokens = self.consts.moe_tokens(q)
+        vals = [interp(self.moe[e], tokens) for e in es]
         return float(np.interp(touched, es, vals))
 
     def layers(self, q: float) -> float:
@@ -280,6 +284,20 @@ class LssPricer:
         return lm + (interp(sampler, max(n, 1.0)) if sampler is not None else 0.0)
 
     def allreduce(self, q: float) -> float:
+        if self.consts.ep_size > 1:  # + the experts' dispatch/combine (expert_parallel)
+            return self.tp_allreduce(q) + self.ep_dispatch(q)
+        return self.tp_allreduce(q)
+
+    def ep_dispatch(self, q: float) -> float:
+        """t_a2a of the M MoE layers over the anchor's PCIe link, the other DP ranks carrying
+        Q tokens each too (simulator.cost.expert_parallel)."""
+        from specbatch.simulator.cost.expert_parallel import dispatch_seconds
+
+        s, dp = self.shape, self.consts.ep_dp
+        return s.moe_layers * dispatch_seconds(dp * q, s.hidden, s.experts, dp, *PCIE_LINK,
+                                               DTYPE_BYTES)
+
+    def tp_allreduce(self, q: float) -> float:
         if self.tp == 1:
             return 0.0
         bw, lat = PCIE_LINK

@@ -140,12 +140,24 @@ class PassConstants:
     experts: int = 0  # MoE: E routed experts per layer (0: dense)
     top_k: int = 0  # MoE: k experts per token
     expert_load: tuple = ()  # MoE: per-expert loads π (Σ = k) of a skewed law; () uniform
+    ep_size: int = 1  # expert parallel: dp · tp ranks sharing the experts (1: split by tp)
+    ep_dp: int = 1  # expert parallel: data-parallel ranks whose tokens reach each rank
 
     def experts_touched(self, tokens: float) -> float:
-        """E_touched(Q) of a pass of Q = ``tokens`` query tokens (theory.moe)."""
+        """E_touched(Q) of a pass of Q = ``tokens`` query tokens (theory.moe); under expert
+        parallelism the rank's E / ep_size experts touched by the ep_dp · Q tokens of every
+        rank (theory.moe.ep_local_touched; simulator.cost.expert_parallel)."""
+        if self.ep_size > 1:
+            return (self.experts / self.ep_size) * (
+                1.0 - (1.0 - self.top_k / self.experts) ** (self.ep_dp * tokens))
         if not self.expert_load:
             return uniform_touched(tokens, self.experts, self.top_k)
         return math.fsum(1.0 - (1.0 - p) ** tokens for p in self.expert_load)
+
+    def moe_tokens(self, tokens: float) -> float:
+        """Tokens' worth of (token, expert) pairs one rank's MoE block computes: Q, or under
+        expert parallelism ep_dp · Q · k / ep_size pairs, i.e. ep_dp · Q / ep_size tokens."""
+        return tokens if self.ep_size == 1 else self.ep_dp * tokens / self.ep_size
 
 
 def pass_constants(shape: ModelShape, hw: Hardware, tp: int = 1,

@@ -178,7 +178,9 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
             recomputed=np.zeros(n, dtype=_I64),
             **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)},
         )
-        self.replicas = [Replica(i) for i in range(int(config.replicas))]
+        # vLLM's data-parallel ranks are replicas too (simulator.cost.expert_parallel)
+        ranks = int(config.replicas) * int(getattr(config, "data_parallel_size", 1))
+        self.replicas = [Replica(i) for i in range(ranks)]
         caching = (composer.prefix_caching and self.blocks is not None
                    and config.enable_prefix_caching)
         group, shared = prefix_groups(workload)
