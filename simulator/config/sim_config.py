@@ -191,8 +191,9 @@ class SimConfig:
     router: str = knob("round_robin", "request router across replicas", choices=ROUTERS)
     data_parallel_size: int = knob(
         1, "vLLM's --data-parallel-size: data-parallel ranks of one server, each a replica "
-        "with its own scheduler and KV cache (replicas must then be 1; an MoE target needs "
-        "enable_expert_parallel)", range=at_least(1))
+        "with its own scheduler and KV cache (replicas must then be 1); an MoE target's "
+        "ranks need enable_expert_parallel and step in lockstep (simulator.engine.lockstep)",
+        range=at_least(1))
     enable_expert_parallel: bool = knob(
         False, "vLLM's --enable-expert-parallel: the MoE target's routed experts split over "
         "data_parallel_size x tp GPUs, tokens dispatched by all-gather / reduce-scatter "

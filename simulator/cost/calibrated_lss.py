@@ -254,9 +254,11 @@ class LssPricer:
         """The MoE block at (Q, E_touched(Q)): linear in tokens, then in activated experts;
         under expert parallelism at the rank's pairs (consts.moe_tokens: dp · Q / ep_size
         tokens' worth) and its touched local experts (simulator.cost.expert_parallel)."""
-        touched = self.consts.experts_touched(q)
+        return self.block_at(self.consts.moe_tokens(q), self.consts.experts_touched(q))
+
+    def block_at(self, tokens: float, touched: float) -> float:
+        """The measured MoE block at ``tokens`` tokens' pairs and ``touched`` experts."""
         es = sorted(self.moe)
-        tokens = self.consts.moe_tokens(q)
         vals = [interp(self.moe[e], tokens) for e in es]
         return float(np.interp(touched, es, vals))
 
@@ -288,14 +290,14 @@ class LssPricer:
             return self.tp_allreduce(q) + self.ep_dispatch(q)
         return self.tp_allreduce(q)
 
-    def ep_dispatch(self, q: float) -> float:
-        """t_a2a of the M MoE layers over the anchor's PCIe link, the other DP ranks carrying
-        Q tokens each too (simulator.cost.expert_parallel)."""
+    def ep_dispatch(self, q: float, total: float | None = None) -> float:
+        """t_a2a of the M MoE layers over the anchor's PCIe link for ``total`` tokens of all
+        DP ranks (None: the other ranks carry Q each too; simulator.cost.expert_parallel)."""
         from specbatch.simulator.cost.expert_parallel import dispatch_seconds
 
         s, dp = self.shape, self.consts.ep_dp
-        return s.moe_layers * dispatch_seconds(dp * q, s.hidden, s.experts, dp, *PCIE_LINK,
-                                               DTYPE_BYTES)
+        return s.moe_layers * dispatch_seconds(dp * q if total is None else total, s.hidden,
+                                               s.experts, dp, *PCIE_LINK, DTYPE_BYTES)
 
     def tp_allreduce(self, q: float) -> float:
         if self.tp == 1:

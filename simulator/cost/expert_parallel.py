@@ -31,10 +31,14 @@ the roofline (expert bytes E_touched_local · b · M · 3 h I_e; t_a2a over the 
 ``link_bw`` / ``allreduce_latency``) and the calibrated cost on the GPUs of the measured vLLM
 runs (simulator.cost.calibrated_lss: the measured MoE block at T / ep_size tokens' pairs and
 the rank's touched experts; t_a2a over the anchor's configured PCIe link, as its tp
-all-reduce). Not modelled: the ranks' lockstep (vLLM's ``DPEngineCoreProc`` runs every rank's
-step together, an idle rank running ``execute_dummy_batch`` = a 1-token dummy pass, and pads
-each rank's tokens to the largest across ranks for its CUDA graph): a step here ends when its
-own rank's pass ends; an uneven expert split; skewed routing (``routing_skew`` is refused).
+all-reduce).
+
+:func:`rank_pass_seconds` is the same pass with the step's real T (every rank's tokens, known
+once all ranks composed: simulator.engine.lockstep) in place of N · Q: the experts touched,
+the pairs (FLOPs; the measured block's tokens) and t_a2a at T. At T = N · Q it equals the
+symmetric price (a parity test). Not modelled: the per-rank activation bytes of the pairs
+(the roofline keeps the symmetric ones), CUDA-graph padding of each rank's tokens to the
+largest across ranks, an uneven expert split, skewed routing (``routing_skew`` is refused).
 """
 
 from __future__ import annotations
@@ -117,3 +121,79 @@ def with_expert_parallel(cost, dp: int, tp: int):
     raise SpecbatchError("enable_expert_parallel: priced by cost roofline, and by cost "
                          "calibrated on the LLMServingSim-profiled GPUs (rtx4090, rtxpro6000) "
                          f"only; got {type(cost).__name__}")
+
+
+def rank_pass_seconds(cost, sums: tuple, total: float) -> float:
+    """Seconds of one EP rank's target pass of batch ``sums`` (n, Σq, Σc, Σq·c, Σq²) when
+    the step's ranks send ``total`` tokens through each MoE layer (module docstring), through
+    the wrappers the engine may hold (vLLM's async scheduling floor, a host-side drafter)."""
+    from specbatch.simulator.cost.async_overhead import AsyncOverheadCost
+    from specbatch.simulator.cost.calibrated import CalibratedCost
+    from specbatch.simulator.cost.free_draft import FreeDraftCost
+    from specbatch.simulator.cost.graph_padding import PaddedCost
+
+    if isinstance(cost, PaddedCost):  # the CUDA-graph size the pass is padded to
+        n, sq, skv, sqkv, sqq = sums
+        pad = cost.padding(sq)
+        return rank_pass_seconds(cost.inner, (n + pad, sq + pad, skv, sqkv, sqq + pad), total)
+    if isinstance(cost, AsyncOverheadCost):
+        t = rank_pass_seconds(cost.inner, sums, total)
+        return max(t, cost.host_overhead) if t > 0.0 else t
+    if isinstance(cost, FreeDraftCost):
+        return rank_pass_seconds(cost.inner, sums, total)
+    if isinstance(cost, RooflineCost):
+        return roofline_rank_seconds(cost, sums, total)
+    if isinstance(cost, CalibratedCost):
+        return lss_rank_seconds(cost.roles["target"], sums, total)
+    raise SpecbatchError(f"enable_expert_parallel: no per-rank price in {type(cost).__name__}")
+
+
+def roofline_rank_seconds(cost: RooflineCost, sums: tuple, total: float) -> float:
+    """:meth:`RooflineCost.time_from_sums` of the target at the step's ``total`` tokens: the
+    expert FLOPs of total · k / ep_size pairs (2 · 3 h I_e · M each), the expert bytes of the
+    local experts total touches, t_a2a of total; the rest as the symmetric pass."""
+    n, sq, skv, sqkv, sqq = sums
+    if sq <= 0.0:
+        return 0.0
+    c, shape, hw = cost.consts["target"], cost.target, cost.hardware
+    dp, M = c.ep_dp, shape.moe_layers
+    pair_flops = 2.0 * shape.expert_params * M
+    flops = (c.flops_per_token * sq + c.attn_flops * (sqkv + 0.5 * (sqq + sq))
+             + pair_flops * c.top_k * (total / c.ep_size - sq / c.tp))
+    touched = (c.experts / c.ep_size) * (1.0 - (1.0 - c.top_k / c.experts) ** total)
+    nbytes = (c.weight_bytes + c.kv_bytes * (skv + 2.0 * sq) + c.act_bytes_per_token * sq
+              + c.expert_bytes * touched)
+    extra_comm = M * dispatch_bytes(total - dp * sq, shape.hidden, shape.experts, dp,
+                                    hw.dtype_bytes) / hw.link_bw
+    return (max(flops * c.inv_compute, nbytes * c.inv_memory, c.floor) + c.fixed
+            + c.comm_per_token * sq + extra_comm)
+
+
+def lss_rank_seconds(pricer, sums: tuple, total: float) -> float:
+    """:meth:`LssPricer.total` of the target at the step's ``total`` tokens: the measured MoE
+    block at total / ep_size tokens' pairs and the local experts total touches, t_a2a of
+    total; the rest (attention, LM head, launch) as the symmetric pass."""
+    n, sq, skv, sqkv, sqq = sums
+    if sq <= 0.0:
+        return 0.0
+    c, M = pricer.consts, pricer.shape.moe_layers
+    p = pricer.parts(n, sq, skv, sqkv, sqq)
+    touched = (c.experts / c.ep_size) * (1.0 - (1.0 - c.top_k / c.experts) ** total)
+    layers = p["layers"] + M * (pricer.block_at(total / c.ep_size, touched)
+                                - pricer.moe_block(sq))
+    comm = pricer.tp_allreduce(sq) + pricer.ep_dispatch(sq, total)
+    fixed, floor = pricer.launch
+    launch = fixed + max(0.0, floor - (layers + p["attention"] + comm + p["lm_head"]))
+    return (((layers + p["attention"]) + comm) + p["lm_head"]) + launch
+
+
+def padded_tokens(cost, tokens: float) -> float:
+    """The tokens a rank's pass of ``tokens`` sends through the MoE layers: padded to its
+    CUDA-graph size when ``cost`` (or a model it wraps) pads (simulator.cost.graph_padding)."""
+    from specbatch.simulator.cost.graph_padding import PaddedCost
+
+    while cost is not None:
+        if isinstance(cost, PaddedCost):
+            tokens += cost.padding(tokens)
+        cost = cost.__dict__.get("inner")
+    return tokens

@@ -181,6 +181,14 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         # vLLM's data-parallel ranks are replicas too (simulator.cost.expert_parallel)
         ranks = int(config.replicas) * int(getattr(config, "data_parallel_size", 1))
         self.replicas = [Replica(i) for i in range(ranks)]
+        self.lockstep = None  # vLLM's DP ranks of an MoE model step together (lockstep.py)
+        if ranks > 1 and getattr(config, "enable_expert_parallel", False):
+            from specbatch.simulator.engine.lockstep import Lockstep
+
+            self.lockstep = Lockstep(self, cost)
+            self.cost = self.lockstep.recorder
+            if self.from_sums is not None:
+                self.from_sums = self.lockstep.recorder.time_from_sums
         caching = (composer.prefix_caching and self.blocks is not None
                    and config.enable_prefix_caching)
         group, shared = prefix_groups(workload)
@@ -213,6 +221,9 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         return r
 
     def wake(self, r: int, time: float) -> None:
+        if self.lockstep is not None:
+            self.lockstep.wake(time)
+            return
         rep = self.replicas[r]
         if not rep.busy and not rep.scheduled and (rep.waiting or rep.n_running):
             rep.scheduled = True
@@ -284,7 +295,10 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
 
     def start_step(self, rep: Replica, time: float) -> None:
         """Run ``rep``'s next step through the scheduler's composer; a step that runs
-        makes the replica busy until its end event."""
+        makes the replica busy until its end event (in lockstep: every rank's step)."""
+        if self.lockstep is not None:
+            self.lockstep.start(time)
+            return
         duration = self.step(rep, time)
         if duration is not None:
             rep.busy = True

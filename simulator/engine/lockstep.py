@@ -1,0 +1,151 @@
+"""vLLM's data-parallel ranks of a mixture-of-experts model in lockstep (``data_parallel_size``
+> 1 with ``enable_expert_parallel``; simulator.cost.expert_parallel prices one rank's pass).
+
+vLLM runs each DP rank of an MoE model as a ``DPEngineCoreProc`` (vllm/v1/engine/core.py).
+Its ``run_busy_loop`` takes one engine step per iteration; a rank whose scheduler has nothing
+to run while the wave is still running elsewhere (``engines_running``) calls
+``execute_dummy_batch`` (vllm/v1/worker/gpu_worker.py: ``_dummy_run(1, uniform_decode=True)``,
+a 1-token pass), because every forward pass of the MoE layers is a collective over the DP
+group (all-gather / reduce-scatter of the routed tokens): no rank's pass ends before the
+slowest rank reaches each layer. The wave ends when no rank has unfinished requests
+(``_has_global_unfinished_reqs``, checked every 32 steps; here at once).
+
+Modelled as one step of the whole group, :meth:`Lockstep.start`: at time T every rank composes
+its step with its own scheduler (the composer prices its target pass as if the other ranks
+carried the same Q, the symmetric price); a rank with nothing to run takes the dummy pass
+(n = 1, Σq = 1, no cache). Once all ranks have composed, the step's tokens T_tok = Σ_r Q_r
+are known and each rank's target pass is repriced at T_tok
+(:func:`simulator.cost.expert_parallel.rank_pass_seconds`); every rank's step then ends at::
+
+    T + max_r (d_r − t_sym,r + t_r(T_tok))       (d_r: the rank's composed step seconds)
+
+Times the composer stamped at T + d_r (first tokens, finishes, the step row's end) are moved
+to that common end; the step row's target time takes the wait. The dummy pass is not a step
+row (no request runs in it). Not modelled: the 32-step lag of the wave's end, the CPU
+all-reduce that agrees on each step's token counts, CUDA-graph padding of every rank to the
+largest token count, and vLLM's DP load balancing (the configured ``router`` routes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specbatch.simulator.cost.expert_parallel import padded_tokens, rank_pass_seconds
+from specbatch.simulator.engine.request_state import Row
+from specbatch.simulator.engine.steplog import CHUNK
+
+_UID = int(Row.UID)
+#: The dummy batch's batch sums (n, Σq, Σc, Σq·c, Σq²): one request, one token, no cache.
+DUMMY_SUMS = (1, 1.0, 0.0, 0.0, 1.0)
+
+
+class PassRecorder:
+    """The engine's cost model, recording the batch sums and seconds of every target pass
+    priced (the composers' calls) so the group step can reprice them."""
+
+    def __init__(self, cost) -> None:
+        self.cost = cost
+        self.overhead = cost.overhead
+        self.passes: list[tuple[tuple, float]] = []
+        self.sums_fast = getattr(cost, "time_from_sums", None)
+
+    def __getattr__(self, name: str):
+        if name in ("cost", "__setstate__") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.cost, name)
+
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
+        from specbatch.simulator.cost.interface import batch_sums
+
+        t = float(self.cost.step_time(role, query, kv))
+        if role == "target":
+            self.passes.append((batch_sums(query, kv), t))
+        return t
+
+    def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
+                       sqq: float) -> float:
+        t = float(self.sums_fast(role, n, sq, skv, sqkv, sqq))
+        if role == "target":
+            self.passes.append(((n, sq, skv, sqkv, sqq), t))
+        return t
+
+
+class Lockstep:
+    """The DP group's step (module docstring) for an :class:`~simulator.engine.core.Engine`."""
+
+    def __init__(self, engine, cost) -> None:
+        self.engine = engine
+        self.cost = cost  # the model the recorder wraps (repricing goes through it)
+        self.recorder = PassRecorder(cost)
+        self.scheduled = False
+
+    def busy(self) -> bool:
+        return any(rep.busy for rep in self.engine.replicas)
+
+    def wake(self, time: float) -> None:
+        """Schedule the group's next step when no rank runs and some rank has work."""
+        e = self.engine
+        if self.scheduled or self.busy():
+            return
+        if any(rep.waiting or rep.n_running for rep in e.replicas):
+            self.scheduled = True
+            e.push(time, 2, 0)  # SCHEDULE (simulator.engine.core); payload unused
+
+    def start(self, time: float) -> None:
+        """Compose every rank's step at ``time``, reprice the target passes at the step's
+        tokens and end every rank together (module docstring)."""
+        e = self.engine
+        self.scheduled = False
+        if self.busy() or not any(rep.waiting or rep.n_running for rep in e.replicas):
+            return
+        log = e.rec.step_rows
+        if len(log.pending) + len(e.replicas) >= CHUNK:  # keep this step's rows unpacked
+            log.pack()
+        ranks = []
+        for rep in e.replicas:
+            self.recorder.passes = []
+            rows0 = len(log)
+            seen = np.concatenate([rep.state[_UID], np.fromiter(rep.waiting, np.int64)])
+            duration = e.step(rep, time)
+            passes = self.recorder.passes if duration is not None else [(DUMMY_SUMS, None)]
+            ranks.append((rep, duration, passes, seen, len(log) - rows0))
+        if all(duration is None for _, duration, _, _, _ in ranks):
+            return  # nobody can run: no wave (the next arrival or step end wakes the group)
+        tokens = sum(padded_tokens(self.cost, p[0][1])
+                     for _, _, passes, _, _ in ranks for p in passes)
+        step = max(self.rank_seconds(duration, passes, tokens)
+                   for _, duration, passes, _, _ in ranks)
+        row = len(log) - sum(r[4] for r in ranks)
+        for rep, duration, _, seen, rows in ranks:
+            if duration is not None:
+                self.restamp(seen, time + duration, time + step)
+                for j in range(row, row + rows):
+                    self.amend(log, j, time + step, step - duration)
+                row += rows
+            rep.busy = True
+            e.push(time + step, 1, rep.index)  # STEP_END for every rank, the dummy's too
+
+    def rank_seconds(self, duration, passes, tokens: float) -> float:
+        """A rank's step seconds with its target passes repriced at the step's tokens."""
+        if duration is None:  # the dummy batch: its pass and the engine's per-step overhead
+            return rank_pass_seconds(self.cost, DUMMY_SUMS, tokens) + self.engine.overhead
+        return duration + sum(rank_pass_seconds(self.cost, sums, tokens) - t
+                              for sums, t in passes)
+
+    def restamp(self, uids: np.ndarray, old: float, new: float) -> None:
+        """Move the first tokens and finishes the composer stamped at ``old`` to ``new``
+        (every earlier stamp is at most the step's start, so ``== old`` finds this step's)."""
+        rec = self.engine.rec
+        for arr in (rec.first_token, rec.finish):
+            vals = arr[uids]
+            hit = vals == old
+            if hit.any():
+                arr[uids[hit]] = new
+
+    @staticmethod
+    def amend(log, j: int, end: float, wait: float) -> None:
+        """Row ``j`` of the step log (still pending) ends at ``end``; its target time grows by
+        ``wait`` (the repricing and the wait for the slowest rank)."""
+        k = j - log.packed
+        r = log.pending[k]
+        log.pending[k] = r._replace(end=end, target_time=r.target_time + wait)
