@@ -122,14 +122,16 @@ def _parallel(r: _Reader, values: dict) -> None:
     dp, o = r.get("data_parallel_size", "parallel_config")
     dp = int(dp or 1)
     values["data_parallel_size"] = dp
-    r.map(o, dp, f"data_parallel_size = {dp}" + (" (one replica per DP rank), router "
-                                                  "round_robin" if dp > 1 else ""))
     if dp > 1:
-        r.skip(o + " (load balancing, lockstep)", dp, "vLLM's DP coordinator routes each "
-               "request to the least-loaded rank (waiting x 4 + running) and runs the ranks' "
-               "MoE steps in lockstep (an idle rank runs a 1-token dummy batch); simulated as "
-               "round-robin ranks, each step priced with the other ranks at the same load "
-               "(simulator.cost.expert_parallel)")
+        values["router"] = "vllm_dp_lb"
+    r.map(o, dp, f"data_parallel_size = {dp}" + (
+        " (one replica per DP rank, router vllm_dp_lb: least 4 x waiting + running; an MoE "
+        "target's ranks in lockstep, simulator.engine.lockstep)" if dp > 1 else ""))
+    if dp > 1:
+        r.skip(o + " (DP details)", dp, "not modelled: CUDA-graph padding of every rank to "
+               "the largest token count across ranks, the CPU all-reduce agreeing on it, "
+               "the 32-step lag of the wave's end; the load balancer's counts are taken at "
+               "the first arrival 100 ms after the last publication")
     ep, o = r.get("enable_expert_parallel", "parallel_config")
     values["enable_expert_parallel"] = bool(ep)
     r.map(o, ep, "enable_expert_parallel = " + (

@@ -72,7 +72,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 ARRIVALS = ("burst", "poisson", "gamma", "trace")
-ROUTERS = ("round_robin", "least_outstanding")
+ROUTERS = ("round_robin", "least_outstanding", "vllm_dp_lb")
 COSTS = ("roofline", "profiled", "calibrated")
 SAMPLINGS = ("auto", "in_order", "resample")
 THRESHOLD_MODES = ("cumulative", "per_token")
@@ -188,7 +188,9 @@ class SimConfig:
         None, "longest prompt + output in tokens: longer prompts are refused, outputs capped "
         "at max_model_len - prompt", range=at_least(2), none="no limit")
     replicas: int = knob(1, "data-parallel replicas", range=at_least(1))
-    router: str = knob("round_robin", "request router across replicas", choices=ROUTERS)
+    router: str = knob("round_robin", "request router across replicas (vllm_dp_lb: vLLM's DP "
+                       "load balancer, least 4 x waiting + running on counts refreshed every "
+                       "100 ms; simulator.engine.core.Engine.route)", choices=ROUTERS)
     data_parallel_size: int = knob(
         1, "vLLM's --data-parallel-size: data-parallel ranks of one server, each a replica "
         "with its own scheduler and KV cache (replicas must then be 1); an MoE target's "

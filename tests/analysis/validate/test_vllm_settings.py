@@ -62,11 +62,11 @@ def test_a_minimal_meta_takes_vllm_defaults_and_says_so():
 def test_data_and_expert_parallel_settings_are_modelled_and_the_lockstep_is_listed():
     s = engine_settings(load_run("rtxpro6000-qwen3-30b-a3b").meta)
     assert s.values["data_parallel_size"] == 2 and s.values["enable_expert_parallel"] is True
-    assert "replicas" not in s.values  # the DP ranks are the replicas
+    assert "replicas" not in s.values and s.values["router"] == "vllm_dp_lb"
     mapped = " ".join(row[0] for row in s.mapped)
     assert "enable_expert_parallel" in mapped and "data_parallel_size" in mapped
     listed = [row for row in s.unmodelled if row[0].startswith("engine_kwargs.data_parallel")]
-    assert len(listed) == 1 and "lockstep" in listed[0][0] and "dummy" in listed[0][2]
+    assert len(listed) == 1 and "padding" in listed[0][2]
 
 
 @pytest.mark.parametrize("kwargs, needle", [
