@@ -69,12 +69,13 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   FLOPs use the active parameters (k experts per token plus the shared ones), activations
   the k experts' width (k I_e + I_s in place of I on MoE layers), memory (:func:`memory_kv_tokens`,
   weights fit) the total parameters. Experts are split by tp like every projection (vLLM's
-  fused-MoE tensor parallelism); expert parallelism is not modelled. A verify pass with
+  fused-MoE tensor parallelism) unless ``enable_expert_parallel`` splits them over dp · tp
+  ranks (PassConstants ``ep_size`` / ``ep_dp``; simulator.cost.expert_parallel). A verify pass with
   s_i drafts has Q = Σ (s_i + 1): its expert traffic grows with the drafts, which a dense
   model reads once.
 - Not modelled: quantisation of the target, of the KV cache or of activations, dequantisation
   time, KV-cache paging granularity, attention-kernel inefficiency at
-  short contexts, CPU/GPU overlap, power throttling, expert parallelism, MoE routing and
+  short contexts, CPU/GPU overlap, power throttling, MoE routing and
   permutation kernels (only their weight traffic and FLOPs are priced).
 - Multi-head latent attention (``ModelShape.is_mla``, DeepSeek-V2/V3): the KV term reads and
   writes (r_kv + d_r) · b bytes per token and layer, the latent replicated on every tp rank

@@ -140,3 +140,31 @@ def test_cli_refuses_expert_parallel_on_a_dense_target_with_exit_2(tmp_path):
     assert run.returncode == 2 and run.stdout == "", run.stderr
     assert run.stderr.count("\n") == 1 and "field enable_expert_parallel" in run.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_the_docs_rank_pass_table_is_what_the_cost_model_prints():
+    from pathlib import Path
+
+    from specbatch.simulator.cost.expert_parallel import rank_pass_seconds
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "simulate.md").read_text()
+    section = page.split("### Data and expert parallelism")[1].split("\n## ")[0]
+    rows = {"H100": "h100", "RTX PRO 6000": "rtxpro6000"}
+    lines = [line for line in section.splitlines() if line.startswith("| ")
+             and line.split("|")[1].strip() in rows]
+    assert len(lines) == 2
+    for line in lines:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        hw = rows[cells[0]]
+        base = {**BASE, "hardware": hw}
+        plain = build_cost(make_config(base))
+        ep = build_cost(make_config({**base, "data_parallel_size": 2,
+                                     "enable_expert_parallel": True}))
+        link = get_hardware(hw)
+        for b, cell in zip((1, 16, 64, 256), cells[1:]):
+            s = (b, float(b), b * 512.0, b * 512.0, float(b))
+            got = [plain.time_from_sums("target", *s), rank_pass_seconds(ep, s, 2 * b),
+                   rank_pass_seconds(ep, s, b + 1),
+                   48 * dispatch_seconds(2 * b, 2048, 128, 2, link.link_bw,
+                                         link.allreduce_latency)]
+            assert cell == " / ".join(f"{1e3 * t:.2f}" for t in got)
