@@ -155,7 +155,9 @@ def build_cost(config: SimConfig) -> CostModel:
                              draft=config.draft, tp=config.tp, profile=config.profile,
                              execution=config.execution,
                              draft_weight_bits=config.draft_weight_bits,
-                             routing_skew=config.routing_skew)
+                             routing_skew=config.routing_skew,
+                             quantization=config.quantization,
+                             kv_cache_dtype=config.kv_cache_dtype)
     if config.enable_expert_parallel:  # vLLM's DP + EP (simulator.cost.expert_parallel)
         from specbatch.simulator.cost.expert_parallel import with_expert_parallel
 

@@ -122,7 +122,7 @@ class BoundTables:
         key = (config.cost, config.hardware, config.target, config.draft, config.tp,
                config.profile, config.execution, config.draft_weight_bits,
                config.routing_skew, config.token_budget, config.cuda_graph_sizes,
-               config.async_scheduling)
+               config.async_scheduling, config.quantization, config.kv_cache_dtype)
         if key not in self._costs:
             cost = shared_cost(config)
             if isinstance(cost, RooflineCost) and cost.overhead >= 0:
@@ -170,6 +170,13 @@ def pass_times(cost, workload) -> tuple[np.ndarray, np.ndarray]:
     the step overhead, seconds.  # ([N], [N])"""
     query, prompt = pass_queries(workload)
     overhead = float(cost.overhead)
+    if getattr(cost, "windowed", False):  # sliding-window layers: priced from arrays
+        one = np.ones(1, dtype=np.int64)
+        prefill = np.array([cost.step_time("target", one * q, one * 0)
+                            for q in query.tolist()]) + overhead
+        step = np.array([cost.step_time("target", one, one * c)
+                         for c in prompt.tolist()]) + overhead
+        return prefill, step
     prefill = np.array([cost.time_from_sums("target", 1, float(q), 0.0, 0.0, float(q * q))
                         for q in query.tolist()]) + overhead
     step = np.array([cost.time_from_sums("target", 1, 1.0, float(c), float(c), 1.0)
@@ -270,21 +277,37 @@ class CalibratedFloor:
         top = self.h.shape[0] - 1
         return float(self.h[q]) if q <= top else max(float(self.h[top]), q * self.rate)
 
-    def pass_floor(self, per_token: float, sums: tuple[float, float, float, float]) -> float:
-        """fixed + max(per-token parts + attention, host floor) + the step overhead."""
+    def pass_floor(self, per_token: float, sums: tuple[float, float, float, float],
+                   window: tuple[float, float] | None = None) -> float:
+        """fixed + max(per-token parts + attention, host floor) + the step overhead (a
+        sliding-window target's attention at its ``window`` sums, simulator.cost.window)."""
         fixed, floor = self.role.launch
-        gpu = per_token + self.role.attention(*sums)
+        gpu = per_token + (self.role.attention(*sums) if window is None
+                           else self.role.attention(*sums, window))
         return (fixed + max(gpu, floor) + self.overhead) * (1.0 - SLACK)
 
     def times(self, query: np.ndarray, prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(TTFT floor of a prefill of ``query`` tokens, floor of a step over a ``prompt``
         cache), as :func:`pass_times`.  # ([N], [N])"""
         g1 = float(self.g[1])
-        prefill = np.array([self.pass_floor(self.split(q), (float(q), 0.0, 0.0, float(q * q)))
+        w = self.role.consts.window if self.role.consts.sliding_layers else 0
+        prefill = np.array([self.pass_floor(self.split(q), (float(q), 0.0, 0.0, float(q * q)),
+                                            windowed_pass(w, q, 0))
                             for q in query.tolist()])
-        step = np.array([self.pass_floor(g1, (1.0, float(c), float(c), 1.0))
+        step = np.array([self.pass_floor(g1, (1.0, float(c), float(c), 1.0),
+                                         windowed_pass(w, 1, c))
                          for c in prompt.tolist()])
         return prefill, step
+
+
+def windowed_pass(window: int, q: int, c: int) -> tuple[float, float] | None:
+    """The window sums (K^W, P^W) of one request's pass of ``q`` tokens over ``c`` cached
+    (None without a window). The floors hold with windows too: a request's window work is
+    nondecreasing in q and c, and a prompt's chunks do at least its one-pass work (each
+    query's keys depend on its position alone; each chunk reads its own q keys)."""
+    from specbatch.simulator.cost.window import window_sums
+
+    return None if not window else window_sums([q], [c], window)
 
 
 #: Largest token budget a pricer without the vectorised tail (:func:`vectorised`) is
@@ -336,10 +359,10 @@ def per_token_table(role, q_max: int) -> np.ndarray:
 
 def vectorised(role) -> bool:
     """Whether :func:`per_token_table` prices the tail in one call (a dense full-precision
-    shape); otherwise every Q costs one pricer call (~1 ms for a MoE target)."""
+    shape, the target's weights unquantised); otherwise every Q costs one pricer call (~1 ms for a MoE target)."""
     from specbatch.simulator.cost.calibrated_sources import sparse
 
-    return not sparse(role.shape) and role.weight_bits >= 16
+    return not sparse(role.shape) and role.weight_bits >= 16 and not role.fmt.quantized
 
 
 def tail_allreduce(role, q: float) -> float:

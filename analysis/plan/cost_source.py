@@ -20,7 +20,7 @@ def plan_sources(base: dict, report: dict, hardware: tuple[str, ...]) -> dict:
 #: Cost models a planner process has built: every run (and bound) of one deployment in a
 #: process prices its passes with one instance, so the tables a model fills lazily (the
 #: calibrated pricer's monotone envelopes and per-Q memo) are built once per deployment and
-#: process (the search keeps one pool of workers: analysis.plan.search.Runner).
+#: process (the search keeps one pool of workers: analysis.plan.runner.Runner).
 _COSTS: dict[tuple, object] = {}
 
 

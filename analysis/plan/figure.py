@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from specbatch.analysis.plan.search import Entry  # noqa: E402
+from specbatch.analysis.plan.entry import Entry  # noqa: E402
 from specbatch.analysis.plan.slo import Slos  # noqa: E402
 
 

@@ -26,10 +26,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specbatch.analysis.plan.entry import Entry
 from specbatch.analysis.plan.rejected import configuration_dict, dominated, rejected
-from specbatch.analysis.plan.search import Entry, Search, search
+from specbatch.analysis.plan.search import Search, search
 from specbatch.analysis.plan.slo import Slos
-from specbatch.analysis.plan.space import Space, deployments, prune_reason, speculations
+from specbatch.analysis.plan.space import (
+    PRECISION_FIELDS,
+    Space,
+    deployments,
+    prune_reason,
+    speculations,
+)
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import atomic_write, dumps
 
@@ -144,7 +151,8 @@ def answer(base: dict, question: Question, runs_dir: Path, **executor: Any) -> A
     for d in deployments(question.space, base.get("requests")):
         why = prune_reason(d, base["target"], base["draft"],
                            float(base.get("gpu_memory_utilization", 0.9)), largest,
-                           int(base.get("block_size", 16)))
+                           int(base.get("block_size", 16)),
+                           {k: base[k] for k in PRECISION_FIELDS if k in base})
         (pruned if why else kept).append((d, why))
     if not kept:
         why = f" ({pruned[0][1]})" if pruned else ""

@@ -4,7 +4,7 @@ bounds ruled out what was left there (dominated; analysis.plan.search)."""
 
 from __future__ import annotations
 
-from specbatch.analysis.plan.search import Entry, Skipped
+from specbatch.analysis.plan.entry import Entry, Skipped
 from specbatch.analysis.plan.space import Deployment
 
 

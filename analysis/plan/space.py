@@ -171,50 +171,63 @@ def cost_levels(items: Iterable[Deployment]) -> list[tuple[float, list[Deploymen
     return sorted(levels.items())
 
 
+#: The question's precision fields (simulator.cost.precision), kept in ``base`` only when set.
+PRECISION_FIELDS = ("quantization", "kv_cache_dtype")
+
+
 def prune_reason(d: Deployment, target: str, draft: str, utilization: float,
-                 largest_request: int, block_size: int) -> str | None:
+                 largest_request: int, block_size: int,
+                 precision: dict | None = None) -> str | None:
     """Why ``d`` cannot run the models at all, or None: weights over memory, tp not dividing
     the target's heads, or a KV block pool smaller than the largest request
-    (``largest_request`` = prompt + output + K + 1 tokens)."""
+    (``largest_request`` = prompt + output + K + 1 tokens). ``precision`` holds the
+    question's ``quantization`` / ``kv_cache_dtype`` when set (simulator.cost.precision)."""
     from specbatch.simulator.cost.hardware import get_hardware, weights_shortfall
     from specbatch.traces.models.shapes import find_shape
 
-    short = weights_shortfall(d.hardware, target, draft, d.tp, utilization)
+    precision = precision or {}
+    quantization = precision.get("quantization", "none")
+    short = weights_shortfall(d.hardware, target, draft, d.tp, utilization,
+                              quantization=quantization)
     if short is not None:
         hw = get_hardware(d.hardware)
-        need = _weights_gb(d.hardware, target, draft)
+        need = _weights_gb(d.hardware, target, draft, quantization)
         return (f"memory: weights {need:.1f} GB > {utilization:g} x {d.tp} x "
                 f"{hw.memory_bytes / 1e9:.0f} GB = {d.tp * hw.memory_bytes * utilization / 1e9:.1f}"
                 " GB")
     shape = find_shape(target)
     if shape is not None and shape.heads % d.tp:
         return f"tp {d.tp} does not divide the target's {shape.heads} attention heads"
-    tokens = pool_tokens(d, target, draft, utilization)
+    tokens = pool_tokens(d, target, draft, utilization, precision)
     if math.ceil(largest_request / block_size) > tokens // block_size:
         return (f"memory: KV pool of {tokens:,} tokens per replica cannot hold the largest "
                 f"request alone ({largest_request:,} tokens)")
     return None
 
 
-def pool_tokens(d: Deployment, target: str, draft: str, utilization: float) -> int:
+def pool_tokens(d: Deployment, target: str, draft: str, utilization: float,
+                precision: dict | None = None) -> int:
     """KV tokens per replica of ``d`` in paged mode: what the cost model's memory leaves next
-    to the weights (simulator.engine.kv.kv_capacity; a host-side drafter holds none)."""
+    to the weights (simulator.engine.kv.kv_capacity; a host-side drafter holds none), in the
+    ``precision`` fields given (quantization, kv_cache_dtype)."""
     from specbatch.simulator.config.sim_config import make_config
     from specbatch.simulator.engine.kv import kv_capacity
     from specbatch.simulator.run import build_cost
 
     config = make_config({"target": target, "draft": draft, **d.fields(), "kv_mode": "paged",
-                          "gpu_memory_utilization": utilization})
+                          "gpu_memory_utilization": utilization, **(precision or {})})
     try:
         return int(kv_capacity(config, build_cost(config)))
     except SpecbatchError:  # no room for one block next to the weights
         return 0
 
 
-def _weights_gb(hardware: str, target: str, draft: str) -> float:
-    from specbatch.simulator.cost.hardware import get_hardware, weight_bytes
+def _weights_gb(hardware: str, target: str, draft: str, quantization: str = "none") -> float:
+    from specbatch.simulator.cost.hardware import get_hardware, quantized_weights, weight_bytes
 
-    return weight_bytes(get_hardware(hardware), (target, draft)) / 1e9
+    hw = get_hardware(hardware)
+    quantized = quantized_weights(hw, target, draft, 16, quantization)
+    return (weight_bytes(hw, (target, draft)) if quantized is None else quantized[0]) / 1e9
 
 
 #: Prices per GPU-hour a plan accepts: a cost level is ``GPUs x price``, compared and plotted

@@ -178,8 +178,9 @@ def same_trajectory(sim_steps: pd.DataFrame, live_steps: pd.DataFrame) -> bool:
 def predicted_step_latency(cost, passes: pd.DataFrame, n_steps: int) -> np.ndarray | None:
     """Seconds of each recorded step # [n_steps] as the cost model prices its own passes
     (``time_from_sums`` of every pass's batch sums) plus the per-step overhead; None for a
-    live run recorded without the pass sums."""
-    if not {"step", *SUM_COLUMNS} <= set(passes.columns):
+    live run recorded without the pass sums, or for a model with sliding-window layers (its
+    passes need per-request minima the recorded sums do not hold: simulator.cost.window)."""
+    if not {"step", *SUM_COLUMNS} <= set(passes.columns) or getattr(cost, "windowed", False):
         return None
     pred = np.full(n_steps, float(cost.overhead))
     for row in passes.itertuples(index=False):

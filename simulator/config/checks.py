@@ -71,6 +71,12 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
                else f"draft {c.draft} runs no model")
         fail(where, "draft_weight_bits", f"16 ({why}; the bits price the roofline's draft "
              "weights)", c.draft_weight_bits)
+    if c.cost == "profiled":
+        for name, default in (("quantization", "none"), ("kv_cache_dtype", "auto")):
+            if getattr(c, name) != default:
+                fail(where, name, f"{default} (the profile measured the precision it ran; "
+                     f"{name} prices the roofline's and calibrated model's bytes)",
+                     getattr(c, name))
     try:
         get_hardware(c.hardware)  # the preset lookup accepts any case and its aliases
     except SpecbatchError:

@@ -61,6 +61,7 @@ from specbatch.simulator.cost.hardware import (
     HARDWARE,
     VERIFY_COSTS,
 )
+from specbatch.simulator.cost.precision import KV_CACHE_DTYPES, QUANTIZATIONS
 from specbatch.simulator.defaults import FREE_DRAFTS, V1_DEFAULT_BATCHED_TOKENS
 from specbatch.simulator.policies import catalogue
 from specbatch.simulator.policies import knobs as pk
@@ -116,7 +117,8 @@ class SimConfig:
     max_model_len), speculation (policy, num_speculative_tokens = k, extra = e with
     K = k + e drafted by budgeted policies, budget = C, verify, threshold, threshold_mode,
     predictor, dsd_interval), the cost model (simulator.cost.registry.build_cost_model: cost, hardware,
-    target, draft, draft_weight_bits, tp, routing_skew, profile, execution; simulator.cost.verify_cost:
+    target, draft, draft_weight_bits, tp, routing_skew, quantization, kv_cache_dtype, profile,
+    execution; simulator.cost.verify_cost:
     verify_cost) and the metrics
     (seed, slo, speedup). Each field's
     meaning, type, default and allowed values are declared on it (docs/config.md).
@@ -257,6 +259,17 @@ class SimConfig:
         0.0, "Zipf exponent s of a mixture-of-experts model's expert popularity (roofline; "
         "theory.moe): loads min(1, c e^-s) over the experts ranked by popularity; 0 = "
         "uniform routing", range=at_least(0, "an exponent"))
+    quantization: str = knob(
+        "none", "the target's weight format, vLLM's --quantization (roofline, calibrated; "
+        "simulator.cost.precision): none = the checkpoint's own (a config.json's "
+        "quantization_config; bf16 for the registry shapes); fp8 (1-byte projections and "
+        "experts, W8A8 at the FP8 peak on compute capability >= 8.9, weight-only below); "
+        "awq/gptq (4-bit weight-only, group 128); mxfp4 (MoE experts at 4.25 bits); embeddings, "
+        "LM head, norms and routers stay bf16", choices=QUANTIZATIONS)
+    kv_cache_dtype: str = knob(
+        "auto", "KV-cache element type, vLLM's --kv-cache-dtype: auto (the model's bf16) or "
+        "fp8 / fp8_e4m3 / fp8_e5m2 (1 byte: twice the KV tokens next to the weights, half the "
+        "attention's KV bytes)", choices=KV_CACHE_DTYPES)
     profile: str | None = knob(None, "latency profile (.parquet/.csv) for cost profiled, or a "
                                "`cost import-vidur` folder for cost calibrated")
     execution: str = knob(DEFAULT_EXECUTION, "roofline launch-latency preset (cuda_graph: a "

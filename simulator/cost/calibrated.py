@@ -23,7 +23,12 @@ rest of this docstring is the path of every other GPU:
   laws; fitted on all bundled models of the GPU; a GPU the
   data do not cover borrows the nearest one's law with its datasheet peaks scaled:
   h200 <- h100, l40s <- a40). A quantised draft (``draft_weight_bits`` < 16) is always priced
-  by the law, its weight bytes at bits/8 + 4/128 per projection weight.
+  by the law, its weight bytes at bits/8 + 4/128 per projection weight; so is a quantised
+  dense target (``quantization``, simulator.cost.precision): each projection GEMM's stream
+  term over the byte ratio and, for W8A8 FP8, its compute term at the datasheet FP8/bf16 peak
+  ratio (:func:`quantized_layer_seconds`; MoE / MLA shapes per GEMM kind: projections,
+  routers at bf16, experts in their own bytes, :func:`format_scales`), a roofline projection,
+  not fitted on quantised data (none is bundled).
 - MoE / MLA shapes (traces.models.shapes; THEORY.md §8) are never priced from a table cell: the
   laws price their GEMMs as the roofline counts their bytes (:func:`sparse_gemms`): dense
   attention and norms every layer; on the M MoE layers the router, the shared MLP and the
@@ -33,7 +38,9 @@ rest of this docstring is the path of every other GPU:
   measured MoE or MLA pass.
 - ``attention``: analytic, max(F_attn / π, B_kv / β) with the roofline's attention FLOPs and
   KV bytes (simulator.cost.roofline's PassConstants: MLA's latent cache included) and the fitted
-  GEMM law's achieved π, β. ASSUMED: FlashAttention
+  GEMM law's achieved π, β; a model with sliding-window layers prices its L_s sliding layers
+  at their windowed lengths (simulator.cost.window: keys min(c, W − 1), pairs P^W) and the
+  rest at the full ones, the same law per layer. ASSUMED: FlashAttention
   / FlashInfer decode is memory-bound on KV bytes and reaches the bandwidth weight streaming
   reaches; no per-kernel floor beyond the launch term. No measured attention source is
   bundled (Vidur's attention.csv files are absent from its snapshot).
@@ -80,6 +87,7 @@ from specbatch.simulator.cost.calibrated_sources import (
     find_cell,
     fitted_gpu,
     layer_shape,
+    scaled_gemm_seconds,
     sparse,
     sparse_layers,
     uses_custom_allreduce,
@@ -93,12 +101,20 @@ from specbatch.simulator.cost.hardware import (
     quantized_weight_bytes,
 )
 from specbatch.simulator.cost.interface import ROLES, batch_sums, for_role
+from specbatch.simulator.cost.precision import (
+    WeightFormat,
+    describe,
+    kv_element_bytes,
+    resolve_quantization,
+    weight_format,
+)
 from specbatch.simulator.cost.roofline import (
     PassConstants,
     check_weight_bits,
     memory_kv_tokens,
     pass_constants,
 )
+from specbatch.simulator.cost.window import attention_work, batch_window_sums, window_sums
 from specbatch.traces.models.shapes import ModelShape
 
 
@@ -111,6 +127,7 @@ class RolePricer:
     hw: Hardware
     fit: GpuFit
     weight_bits: int
+    fmt: WeightFormat  # the target's weight format (simulator.cost.precision)
     cell: tuple | None  # (model, q [grid], layers seconds [grid], folder) of a cell, or None
     allreduce: tuple | None  # a measured all-reduce curve, or None
     launch: tuple[float, float]  # (fixed s, host floor s)
@@ -121,7 +138,8 @@ class RolePricer:
         """The calibrated law's layers(Q) (module docstring)."""
         if self.shape.is_moe or self.shape.is_mla or self.shape.attention_head_dim:
             touched = self.consts.experts_touched(q) if self.consts.experts else 0.0
-            return sparse_layers(self.fit, self.shape, self.tp, q, touched)
+            scales = format_scales(self.fmt, self.hw) if self.fmt.quantized else None
+            return sparse_layers(self.fit, self.shape, self.tp, q, touched, scales)
         ls = layer_shape(self.shape)
         qa = np.array([q])
         per_layer = layer_seconds(self.fit, ls, self.tp, qa)
@@ -135,6 +153,9 @@ class RolePricer:
                 light = full * (replace(law, bandwidth=law.bandwidth / ratio).seconds(qa, k, n)
                                 / law.seconds(qa, k, n))
                 per_layer = per_layer - full + np.minimum(full, light)
+        elif self.fmt.quantized:
+            per_layer = quantized_layer_seconds(self.fit, ls, self.tp, qa, per_layer, self.fmt,
+                                                self.hw)
         return float(embedding_seconds(self.fit, ls, self.tp, qa)[0]
                      + self.shape.layers * per_layer[0])
 
@@ -191,31 +212,38 @@ class RolePricer:
         return (self.hw.allreduce_latency
                 + 2 * (self.tp - 1) / self.tp * nbytes / self.hw.link_bw)
 
-    def attention(self, sq: float, skv: float, sqkv: float, sqq: float) -> float:
+    def attention(self, sq: float, skv: float, sqkv: float, sqq: float,
+                  window: tuple[float, float] | None = None) -> float:
         """max(F_attn / π, B_kv / β): the roofline's attention FLOPs and KV bytes (MLA's
-        latent cache and expanded FLOPs included) at the fitted GEMM law's π and β."""
+        latent cache and expanded FLOPs included; sliding layers at their ``window`` sums,
+        simulator.cost.window) at the fitted GEMM law's π and β."""
         c, law = self.consts, self.fit.gemm["mlp_up_proj"]
+        if c.sliding_layers:
+            flops, nbytes = attention_work(c, sq, skv, sqkv, sqq, window)
+            return max(flops / law.flops, nbytes / law.bandwidth)
         flops = c.attn_flops * (sqkv + 0.5 * (sqq + sq))
         nbytes = c.kv_bytes * (skv + 2.0 * sq)
         return max(flops / law.flops, nbytes / law.bandwidth)
 
-    def total(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0) -> float:
+    def total(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
+              window: tuple[float, float] | None = None) -> float:
         """The pass time: :meth:`split`'s parts summed in its order (bit-identical), without
         building the dict (the engine's hot path); ``n`` is not used here."""
         if sq <= 0.0:
             return 0.0
         layers, head, comm = self.per_token_parts(sq)
-        attn = self.attention(sq, skv, sqkv, sqq)
+        attn = self.attention(sq, skv, sqkv, sqq, window)
         fixed, floor = self.launch
         launch = fixed + max(0.0, floor - (layers + attn + comm + head))
         return (((layers + attn) + comm) + head) + launch
 
-    def split(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0) -> dict:
+    def split(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
+              window: tuple[float, float] | None = None) -> dict:
         """Seconds per part (module docstring); they sum to the pass time."""
         if sq <= 0.0:
             return dict.fromkeys(("layers", "attention", "allreduce", "lm_head", "launch"), 0.0)
         layers, head, comm = self.per_token_parts(sq)
-        attn = self.attention(sq, skv, sqkv, sqq)
+        attn = self.attention(sq, skv, sqkv, sqq, window)
         fixed, floor = self.launch
         gpu = layers + attn + comm + head
         return {"layers": layers, "attention": attn, "allreduce": comm, "lm_head": head,
@@ -238,6 +266,8 @@ class CalibratedCost:
     use_cells: bool = True  # False: the calibrated law even where a table cell exists
     profile: str | None = None  # a user's import-vidur folder, searched before the bundled one
     routing_skew: float = 0.0  # Zipf exponent of a MoE model's expert loads (theory.moe)
+    quantization: str = "none"  # the target's vLLM --quantization (simulator.cost.precision)
+    kv_cache_dtype: str = "auto"  # vLLM --kv-cache-dtype of both roles' KV cache
     roles: dict = field(default=None, repr=False, compare=False)  # role -> RolePricer
 
     def __post_init__(self) -> None:
@@ -250,13 +280,16 @@ class CalibratedCost:
             raise SpecbatchError(f"routing_skew {self.routing_skew!r}: expected 0 (neither "
                                  f"{self.target.name} nor {self.draft.name} is a "
                                  "mixture-of-experts model)")
+        object.__setattr__(self, "target", resolve_quantization(self.quantization, self.target))
+        check_calibrated_precision(self.hardware, (self.target, self.draft), self.kv_cache_dtype)
         roles = {"target": self.pricer(self.target, self.tp, ex, "target", FULL_WEIGHT_BITS),
                  "draft": self.pricer(self.draft, self.draft_tp, ex, "draft", bits)}
         object.__setattr__(self, "roles", roles)
 
     def pricer(self, shape: ModelShape, tp: int, ex, role: str, bits: int):
         consts = pass_constants(shape, self.hardware, tp, ex, role, bits,
-                                self.routing_skew if shape.is_moe else 0.0)  # + its checks
+                                self.routing_skew if shape.is_moe else 0.0,  # + its checks
+                                kv_element_bytes(self.kv_cache_dtype, self.hardware))
         gpu = self.hardware.name
         if lss_gpu(gpu):  # the GPUs of the measured vLLM runs (simulator.cost.calibrated_lss)
             p, layer = ex.latencies(role, self.hardware)
@@ -265,7 +298,9 @@ class CalibratedCost:
                               else (launch, 0.0), consts, bits, FULL_WEIGHT_BITS)
         cell = None
         found, folder = None, None
-        if self.use_cells and bits >= FULL_WEIGHT_BITS and not sparse(shape):
+        fmt = weight_format(shape, self.hardware)
+        if (self.use_cells and bits >= FULL_WEIGHT_BITS and not fmt.quantized
+                and not sparse(shape)):
             for folder in ((self.profile,) if self.profile else ()) + (None,):
                 found = find_cell(gpu, shape, tp, folder)
                 if found is not None:
@@ -279,41 +314,95 @@ class CalibratedCost:
             cell = (model, grid, secs, folder)
         p, layer = ex.latencies(role, self.hardware)
         launch = p + shape.layers * layer
-        return RolePricer(shape, int(tp), self.hardware, fitted_gpu(gpu), bits, cell,
+        return RolePricer(shape, int(tp), self.hardware, fitted_gpu(gpu), bits, fmt, cell,
                           allreduce_curve(gpu, int(tp)) if tp > 1 else None,
                           (0.0, launch) if ex.overlap else (launch, 0.0), consts)
 
     def _role(self, role: str) -> RolePricer:
         return for_role(self.roles, role)
 
+    @property
+    def windowed(self) -> bool:
+        """Whether a role has sliding-window layers (priced from arrays: RooflineCost.windowed)."""
+        return any(r.consts.sliding_layers for r in self.roles.values())
+
     def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
         """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens."""
+        r = self.roles.get(role)
+        if r is not None and r.consts.sliding_layers:
+            *sums, window = batch_window_sums(query, kv, r.consts.window)
+            return self.time_from_sums(role, *sums, window=window)
         return self.time_from_sums(role, *batch_sums(query, kv))
 
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
-                       sqq: float) -> float:
-        """:meth:`step_time` from the batch sums; bit-identical to it on the same sums."""
+                       sqq: float, window: tuple[float, float] | None = None) -> float:
+        """:meth:`step_time` from the batch sums; bit-identical to it on the same sums (a
+        role with sliding-window layers also needs ``window`` = (K^W, P^W))."""
         r = self.roles.get(role)
         if r is None:
             r = self._role(role)  # raises the one-line error
-        return r.total(sq, skv, sqkv, sqq, n)
+        if window is None:
+            return r.total(sq, skv, sqkv, sqq, n)
+        return r.total(sq, skv, sqkv, sqq, n, window)
 
     def breakdown(self, role: str, query: np.ndarray, kv: np.ndarray) -> dict:
         """Seconds per part of one pass (``layers``, ``attention``, ``allreduce``,
         ``lm_head``, ``launch``), summing to :meth:`step_time`."""
+        r = self._role(role)
         n, sq, skv, sqkv, sqq = batch_sums(np.asarray(query), np.asarray(kv))
-        return self._role(role).split(sq, skv, sqkv, sqq, n)
+        if r.consts.sliding_layers:
+            return r.split(sq, skv, sqkv, sqq, n, window_sums(query, kv, r.consts.window))
+        return r.split(sq, skv, sqkv, sqq, n)
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
         """KV-cache tokens next to both models' weights (simulator.cost.roofline's accounting)."""
         return memory_kv_tokens(self.hardware, self.target, self.draft, self.tp,
-                                gpu_memory_utilization, self.draft_weight_bits)
+                                gpu_memory_utilization, self.draft_weight_bits,
+                                self.kv_cache_dtype)
 
     def sources(self) -> dict:
         """Per role: which source priced each part and its validated error."""
         return {role: (self.roles[role].source() if isinstance(self.roles[role], LssPricer)
                        else role_source(self.roles[role], self.hardware.name))
                 for role in ROLES}
+
+
+def check_calibrated_precision(hw: Hardware, shapes: tuple, kv_cache_dtype: str) -> None:
+    """The calibrated model prices a quantised target through its GEMM laws
+    (:func:`quantized_layer_seconds`, :func:`format_scales`); refuse, naming the setting, what
+    it cannot: quantised weights or fp8 KV on the GPUs priced by LLMServingSim's bf16
+    per-layer profiles."""
+    for shape in shapes:
+        if shape.quantization != "none" and lss_gpu(hw.name):
+            raise SpecbatchError(f"cost 'calibrated': quantization {shape.quantization!r} on "
+                                 f"{hw.name}: its per-layer profiles are bf16; expected none")
+    if str(kv_cache_dtype).lower() != "auto" and lss_gpu(hw.name):
+        raise SpecbatchError(f"cost 'calibrated': kv_cache_dtype {kv_cache_dtype!r} on "
+                             f"{hw.name}: its attention law is fitted on bf16 KV; expected auto")
+
+
+def format_scales(fmt: WeightFormat, hw: Hardware) -> dict:
+    """GEMM kind -> (byte ratio, compute speed-up) of ``fmt`` against the bf16 laws: bytes per
+    weight / dtype bytes, and under W8A8 FP8 the datasheet ratio peak_fp8 / peak (routers and
+    the LM head stay bf16)."""
+    speed = hw.fp8_peak_flops / hw.peak_flops if fmt.w8a8 else 1.0
+    b = float(hw.dtype_bytes)
+    return {"projection": (fmt.linear_bytes / b, speed if fmt.linear_bytes < b else 1.0),
+            "expert": (fmt.expert_bytes / b, speed if fmt.expert_bytes < b else 1.0)}
+
+
+def quantized_layer_seconds(fit: GpuFit, ls, tp: int, qa: np.ndarray, per_layer: np.ndarray,
+                            fmt: WeightFormat, hw: Hardware) -> np.ndarray:
+    """``per_layer`` seconds # [1] with every projection GEMM re-priced in ``fmt``
+    (:func:`~simulator.cost.calibrated_sources.scaled_gemm_seconds` at
+    :func:`format_scales`' projection ratios). A roofline projection of bf16-fitted laws."""
+    dims = ls.gemm_dims(tp)
+    ratio, speed = format_scales(fmt, hw)["projection"]
+    for op in GEMMS:
+        k, n = dims[op]
+        full = gemm_seconds(fit, op, qa, k, n)
+        per_layer = per_layer - full + scaled_gemm_seconds(fit, op, qa, k, n, ratio, speed)
+    return per_layer
 
 
 def cell_check(grid: np.ndarray, secs: np.ndarray) -> dict | None:
@@ -343,6 +432,9 @@ def role_source(r: RolePricer, gpu: str) -> dict:
                f"validated on {gpu})" if proxy else f"calibrated roofline ({gpu} law)")
         if r.weight_bits < FULL_WEIGHT_BITS:
             how += f", projections at {r.weight_bits} bits"
+        if r.fmt.quantized:
+            how += (f", {describe(r.shape, 'auto', r.hw)} (a roofline projection of the bf16 "
+                    "laws, not fitted on quantised data)")
         if r.shape.is_moe:
             how += ", MoE experts touched as one grouped GEMM (not validated)"
         if r.shape.is_mla:
@@ -360,6 +452,15 @@ def role_source(r: RolePricer, gpu: str) -> dict:
         comm = {"source": "roofline all-reduce (latency + ring bytes; not validated)"}
     return {"model": r.shape.name, "tp": r.tp, "layers": layers,
             "attention": {"source": "analytic (memory-bound on KV bytes at the fitted "
-                                    "bandwidth; not validated)"},
+                                    "bandwidth; not validated)" + window_note(r.shape)},
             "allreduce": comm, "lm_head": {"source": "calibrated GEMM law"},
             "summary": layers["source"] if r.cell is None else layers["cell"]}
+
+
+def window_note(shape: ModelShape) -> str:
+    """``, L_s of L layers within a W-token window`` for a sliding-window shape, else ''."""
+    if not shape.is_windowed:
+        return ""
+    return (f", {shape.sliding_layers} of {shape.layers} layers within a "
+            f"{shape.sliding_window}-token window")
+

@@ -52,13 +52,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specbatch.errors import SpecbatchError
+from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost.calibrated_fit import scipy_optimize
 from specbatch.simulator.cost.calibrated_transfer import (
     nearest_profile,
     transfer_check,
     transfer_curves,
 )
+from specbatch.simulator.cost.window import windowed_sums
 from specbatch.traces.models.shapes import ModelShape, get_shape
 from specbatch.traces.public.llmservingsim_profiles import bundled_profiles, read_profile
 
@@ -307,7 +308,8 @@ class LssPricer:
         one = 2 * (self.tp - 1) * (lat + nbytes / (self.tp * bw))
         return 2 * self.shape.layers * one
 
-    def parts(self, n: float, sq: float, skv: float, sqkv: float, sqq: float) -> dict:
+    def parts(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
+              window: tuple[float, float] | None = None) -> dict:
         """Seconds per part of one pass (they sum to :meth:`total`)."""
         names = ("layers", "attention", "allreduce", "lm_head", "launch")
         if sq <= 0.0:
@@ -319,19 +321,36 @@ class LssPricer:
                 self.memo[sq] = cached
         layers, comm = cached
         n = max(float(n), 1.0)
-        attn = self.shape.layers * float(self.law.seconds(self.shape, self.tp, n, sq, skv,
-                                                          sqkv, sqq))
+        attn = self.attention(n, sq, skv, sqkv, sqq, window)
         head = self.head(sq, n)
         fixed, floor = self.launch
         launch = fixed + max(0.0, floor - (layers + attn + comm + head))
         return dict(zip(names, (layers, attn, comm, head, launch)))
 
-    def total(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0) -> float:
-        p = self.parts(n, sq, skv, sqkv, sqq)
+    def attention(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
+                  window: tuple[float, float] | None) -> float:
+        """L layers of the fitted per-layer attention law; with sliding-window layers, L − L_s
+        at the full sums and L_s at the sums a sliding layer presents (simulator.cost.window
+        .windowed_sums: the law was fitted on full attention and is applied per layer)."""
+        s, law = self.shape, self.law
+        if not s.is_windowed:
+            return s.layers * float(law.seconds(s, self.tp, n, sq, skv, sqkv, sqq))
+        require(window is not None, f"model {s.name}: has sliding-window layers, so a pass is "
+                                    "priced with its window sums (K^W, P^W)")
+        full = (s.layers - s.sliding_layers) * float(law.seconds(s, self.tp, n, sq, skv, sqkv,
+                                                                  sqq))
+        w_sq, w_skv, w_sqkv, w_sqq = windowed_sums(sq, skv, sqkv, sqq, window)
+        return full + s.sliding_layers * float(law.seconds(s, self.tp, n, w_sq, w_skv, w_sqkv,
+                                                             w_sqq))
+
+    def total(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
+              window: tuple[float, float] | None = None) -> float:
+        p = self.parts(n, sq, skv, sqkv, sqq, window)
         return (((p["layers"] + p["attention"]) + p["allreduce"]) + p["lm_head"]) + p["launch"]
 
-    def split(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0) -> dict:
-        return self.parts(n, sq, skv, sqkv, sqq)
+    def split(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
+              window: tuple[float, float] | None = None) -> dict:
+        return self.parts(n, sq, skv, sqkv, sqq, window)
 
     def cell_check(self) -> dict:
         """Error of the cell's interpolation in tokens: the layers(Q) sum at each interior
@@ -365,7 +384,11 @@ class LssPricer:
         held = {k: v for k, v in checks.items() if v["held_out"]}
         return {"model": self.shape.name, "tp": self.tp,
                 "layers": layers,
-                "attention": {"source": f"attention law fitted on {self.law.fitted_on}",
+                "attention": {"source": f"attention law fitted on {self.law.fitted_on}"
+                                        + (f", {self.shape.sliding_layers} of "
+                                           f"{self.shape.layers} layers at a "
+                                           f"{self.shape.sliding_window}-token window"
+                                           if self.shape.is_windowed else ""),
                               "validated": held or checks},
                 "allreduce": comm,
                 "lm_head": {"source": "measured LogitsProcessor rows + sampler at n"},

@@ -133,41 +133,51 @@ def sparse(shape: ModelShape) -> bool:
 
 
 def sparse_gemms(shape: ModelShape, tp: int, q: float, touched: float) -> list:
-    """(law, Q rows, K, N, layers) of every GEMM of a MoE / MLA / explicit-head_dim shape's
-    decoder layers (module docstring): attention as QKV + O (MLA: one GEMM of its
+    """(law, Q rows, K, N, layers, kind) of every GEMM of a MoE / MLA / explicit-head_dim
+    shape's decoder layers (module docstring): attention as QKV + O (MLA: one GEMM of its
     attention weights, K = h); dense layers' MLP; on each of the M MoE layers the router,
     the shared MLP and the E_touched routed experts as one grouped GEMM of Q k / E_touched
-    rows each (same weight bytes and FLOPs as the experts the pass touches)."""
+    rows each (same weight bytes and FLOPs as the experts the pass touches). ``kind`` is
+    "projection", "router" or "expert" (which weights a quantised format stores smaller:
+    simulator.cost.precision)."""
     h, L, M = shape.hidden, shape.layers, shape.moe_layers if shape.is_moe else 0
     out = []
     if shape.is_mla:
-        out.append(("attn_pre_proj", q, h, shape.attention_params / h / tp, L))
+        out.append(("attn_pre_proj", q, h, shape.attention_params / h / tp, L, "projection"))
     else:
         d_kv = shape.kv_heads * shape.head_dim
-        out.append(("attn_pre_proj", q, h, (shape.q_width + 2 * d_kv) / tp, L))
-        out.append(("attn_post_proj", q, shape.q_width / tp, h, L))
+        out.append(("attn_pre_proj", q, h, (shape.q_width + 2 * d_kv) / tp, L, "projection"))
+        out.append(("attn_post_proj", q, shape.q_width / tp, h, L, "projection"))
     if L - M:
-        out.append(("mlp_up_proj", q, h, 2 * shape.intermediate / tp, L - M))
-        out.append(("mlp_down_proj", q, shape.intermediate / tp, h, L - M))
+        out.append(("mlp_up_proj", q, h, 2 * shape.intermediate / tp, L - M, "projection"))
+        out.append(("mlp_down_proj", q, shape.intermediate / tp, h, L - M, "projection"))
     if M:
-        out.append(("mlp_up_proj", q, h, shape.experts, M))  # router, replicated
+        out.append(("mlp_up_proj", q, h, shape.experts, M, "router"))  # replicated
         if shape.shared_intermediate:
-            out.append(("mlp_up_proj", q, h, 2 * shape.shared_intermediate / tp, M))
-            out.append(("mlp_down_proj", q, shape.shared_intermediate / tp, h, M))
+            out.append(("mlp_up_proj", q, h, 2 * shape.shared_intermediate / tp, M,
+                        "projection"))
+            out.append(("mlp_down_proj", q, shape.shared_intermediate / tp, h, M, "projection"))
         if touched > 0:
             rows = q * shape.top_k / touched
             width = touched * shape.expert_intermediate / tp
-            out.append(("mlp_up_proj", rows, h, 2 * width, M))
-            out.append(("mlp_down_proj", rows, width, h, M))
+            out.append(("mlp_up_proj", rows, h, 2 * width, M, "expert"))
+            out.append(("mlp_down_proj", rows, width, h, M, "expert"))
     return out
 
 
-def sparse_layers(fit: GpuFit, shape: ModelShape, tp: int, q: float, touched: float) -> float:
+def sparse_layers(fit: GpuFit, shape: ModelShape, tp: int, q: float, touched: float,
+                  scales: dict | None = None) -> float:
     """layers(Q) of a :func:`sparse` shape: its GEMMs (:func:`sparse_gemms`) by the fitted
-    laws, the small ops by theirs (the activation over k I_e + I_s on MoE layers)."""
+    laws, the small ops by theirs (the activation over k I_e + I_s on MoE layers).
+    ``scales`` maps a GEMM kind to (byte ratio, compute speed-up) of a quantised format
+    (:func:`scaled_gemm_seconds`); None or a kind absent: the bf16 law."""
     total = 0.0
-    for op, rows, k, n, count in sparse_gemms(shape, tp, q, touched):
-        total += count * float(gemm_seconds(fit, op, np.array([rows]), k, n)[0])
+    for op, rows, k, n, count, kind in sparse_gemms(shape, tp, q, touched):
+        scale = None if scales is None else scales.get(kind)
+        ra = np.array([rows])
+        secs = (gemm_seconds(fit, op, ra, k, n) if scale is None
+                else scaled_gemm_seconds(fit, op, ra, k, n, *scale))
+        total += count * float(secs[0])
     qa = np.array([q])
     M = shape.moe_layers if shape.is_moe else 0
     widths = ((shape.layers - M, shape.intermediate),
@@ -182,6 +192,19 @@ def sparse_layers(fit: GpuFit, shape: ModelShape, tp: int, q: float, touched: fl
                     small_op_bytes(op, ls, tp, qa), qa)[0])
     ls = layer_shape(shape)
     return float(embedding_seconds(fit, ls, tp, qa)[0]) + total
+
+
+def scaled_gemm_seconds(fit: GpuFit, op: str, qa: np.ndarray, k, n, ratio: float,
+                        speed: float) -> np.ndarray:
+    """The law's GEMM seconds re-priced for weights of ``ratio`` x the bf16 bytes (stream
+    term: bandwidth β / ratio) and ``speed`` x the bf16 FLOP rate (compute term: π · speed),
+    never above the bf16 law's: ``full · law'(q) / law(q)`` capped at ``full``. A roofline
+    projection of a law fitted on bf16 data.  qa # [rows]"""
+    law = fit.gemm[op]
+    full = gemm_seconds(fit, op, qa, k, n)
+    light = full * (replace(law, bandwidth=law.bandwidth / ratio, flops=law.flops * speed)
+                    .seconds(qa, k, n) / law.seconds(qa, k, n))
+    return np.minimum(full, light)
 
 
 def uses_custom_allreduce(tp: int, nbytes: float) -> bool:

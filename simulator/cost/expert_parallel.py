@@ -77,6 +77,10 @@ def ep_constants(c: PassConstants, shape: ModelShape, dp: int) -> PassConstants:
             "mixture-of-experts model (expected an MoE target)")
     require(not c.expert_load, "routing_skew: expected 0 with enable_expert_parallel (skewed "
             "routing over expert-parallel ranks is not priced)")
+    require(not c.fp8_flops_per_token, "quantization: expected a weight-only format or none "
+            "with enable_expert_parallel (W8A8 FP8 experts over EP ranks are not priced)")
+    require(not c.sliding_layers, f"enable_expert_parallel: {shape.name} has sliding-window "
+            "layers (a pass is priced from arrays; its per-rank repricing is not modelled)")
     ep = int(dp) * c.tp
     ep_local_experts(c.experts, ep)  # refuses an uneven split
     return dataclasses.replace(c, expert_bytes=c.expert_bytes * c.tp, ep_size=ep, ep_dp=int(dp))

@@ -20,6 +20,23 @@ rtxpro6000 503.8 T             1.597 T       96 GB      PCIe Gen5 x16 128 GB/s b
                                 GDDR7                   (no NVLink)
 =========  ==================  ============  =========  =================================
 
+FP8 tensor cores (``compute_capability`` >= 89: Ada, Hopper, Blackwell) and their dense FP8
+peak ``fp8_peak_flops`` (FP32 accumulate, what vLLM's CUTLASS/cuBLASLt scaled-mm kernels use;
+half the "with sparsity" figure), used by ``quantization = "fp8"`` (simulator.cost.precision)::
+
+    preset      capability  dense FP8 FLOP/s  source
+    h100        9.0         1978.9 T          H100 SXM5 datasheet: FP8 3,958 T with sparsity
+    h200        9.0         1978.9 T          H200 SXM datasheet: FP8 3,958 T with sparsity
+    a100        8.0         none              no FP8 tensor cores: vLLM runs FP8 weight-only
+                                              through Marlin (bf16 compute)
+    l40s        8.9         733 T             L40S datasheet: FP8 733 / 1,466 T (sparsity)
+    rtx4090     8.9         330.3 T           Ada whitepaper App. A: FP8 with FP32 accumulate
+                                              330.3 dense (660.6 with FP16 accumulate)
+    rtxpro6000  12.0        1007.6 T          ASSUMED 2 x its bf16 peak (the FP8 tensor rate of
+                                              Blackwell RTX parts is twice FP16/BF16 at FP32
+                                              accumulate; the Server Edition's datasheet prints
+                                              only the FP4 peak, as for bf16 above)
+
 The two workstation-class presets price the measured vLLM runs of docs/fidelity.md:
 
 - ``rtx4090``: NVIDIA GeForce RTX 4090 (AD102). Bandwidth, memory and bus from NVIDIA's
@@ -174,6 +191,16 @@ class Hardware:
     allreduce_latency: float = 8e-6  # seconds per all-reduce call (assumption)
     overhead: float = 1e-3  # seconds of CPU-side overhead per engine step (assumption)
     dtype_bytes: int = 2  # bf16 weights, activations and KV cache
+    compute_capability: int = 0  # CUDA compute capability x 10 (vLLM's has_device_capability)
+    fp8_peak_flops: float = 0.0  # dense FP8 tensor-core FLOP/s (datasheet); 0: no FP8 cores
+
+    @property
+    def fp8_tensor_cores(self) -> bool:
+        """Whether vLLM runs FP8 GEMMs as W8A8 here: ``current_platform.has_device_capability(
+        89)`` (vllm/model_executor/layers/quantization/fp8.py, ``Fp8LinearMethod.__init__``'s
+        ``use_marlin``; below 8.9 FP8 weights go through the weight-only Marlin kernel), and
+        the preset knows its FP8 peak (a custom preset without one is priced weight-only)."""
+        return self.compute_capability >= 89 and self.fp8_peak_flops > 0
 
     @property
     def ridge(self) -> float:
@@ -184,22 +211,27 @@ class Hardware:
 HARDWARE: dict[str, Hardware] = {
     h.name: h
     for h in (
-        Hardware("h100", "NVIDIA H100 SXM5 80GB", 989.4 * TERA, 3.35 * TERA, 80 * GIGA, 450 * GIGA),
-        Hardware("h200", "NVIDIA H200 SXM 141GB", 989.4 * TERA, 4.8 * TERA, 141 * GIGA, 450 * GIGA),
-        Hardware("a100", "NVIDIA A100 SXM4 80GB", 312 * TERA, 2.039 * TERA, 80 * GIGA, 300 * GIGA),
+        Hardware("h100", "NVIDIA H100 SXM5 80GB", 989.4 * TERA, 3.35 * TERA, 80 * GIGA, 450 * GIGA,
+                 compute_capability=90, fp8_peak_flops=1978.9 * TERA),
+        Hardware("h200", "NVIDIA H200 SXM 141GB", 989.4 * TERA, 4.8 * TERA, 141 * GIGA, 450 * GIGA,
+                 compute_capability=90, fp8_peak_flops=1978.9 * TERA),
+        Hardware("a100", "NVIDIA A100 SXM4 80GB", 312 * TERA, 2.039 * TERA, 80 * GIGA, 300 * GIGA,
+                 compute_capability=80),
         Hardware(
             "l40s", "NVIDIA L40S 48GB (PCIe)", 362.05 * TERA, 864 * GIGA, 48 * GIGA, 32 * GIGA,
-            memory_eff=0.75, allreduce_latency=25e-6,
+            memory_eff=0.75, allreduce_latency=25e-6, compute_capability=89,
+            fp8_peak_flops=733 * TERA,
         ),
         Hardware(
             "rtx4090", "NVIDIA GeForce RTX 4090 24GB (PCIe)", 165.2 * TERA, 1.008 * TERA,
             24 * GIGA, 32 * GIGA, compute_eff=0.94, memory_eff=0.85,
-            allreduce_latency=25e-6,
+            allreduce_latency=25e-6, compute_capability=89, fp8_peak_flops=330.3 * TERA,
         ),
         Hardware(
             "rtxpro6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition 96GB (PCIe)",
             503.8 * TERA, 1.597 * TERA, 96 * GIGA, 64 * GIGA, compute_eff=0.70,
-            memory_eff=0.84, allreduce_latency=25e-6,
+            memory_eff=0.84, allreduce_latency=25e-6, compute_capability=120,
+            fp8_peak_flops=1007.6 * TERA,
         ),
     )
 }
@@ -367,20 +399,24 @@ def weight_bytes(hw: Hardware, models: tuple[str, ...],
 
 def weights_shortfall(hardware: str, target: str, draft: str, tp: int,
                       gpu_memory_utilization: float,
-                      draft_weight_bits: int = FULL_WEIGHT_BITS) -> str | None:
+                      draft_weight_bits: int = FULL_WEIGHT_BITS,
+                      quantization: str = "none") -> str | None:
     """Why the target's and draft's weights alone exceed what ``tp`` devices of ``hardware``
     give the engine (``tp · M · gpu_memory_utilization``), or None when they fit. Both
     models' weights are counted against the memory of all ``tp`` devices, as the KV capacity
-    counts them; the draft's at ``draft_weight_bits`` (:func:`model_weight_bytes`)."""
+    counts them; the draft's at ``draft_weight_bits`` (:func:`model_weight_bytes`), the
+    target's in its ``quantization`` (simulator.cost.precision)."""
     hw = get_hardware(hardware)
     bits = None if draft_weight_bits >= FULL_WEIGHT_BITS else (FULL_WEIGHT_BITS,
                                                                draft_weight_bits)
-    need = weight_bytes(hw, (target, draft), bits)
+    quantized = quantized_weights(hw, target, draft, draft_weight_bits, quantization)
+    need = weight_bytes(hw, (target, draft), bits) if quantized is None else quantized[0]
     have = tp * hw.memory_bytes * float(gpu_memory_utilization)
     if need <= have:
         return None
     least = int(-(-need // (hw.memory_bytes * float(gpu_memory_utilization))))
-    precision = (f"{hw.dtype_bytes} bytes per parameter" if bits is None else
+    precision = (quantized[1] if quantized is not None else
+                 f"{hw.dtype_bytes} bytes per parameter" if bits is None else
                  f"the draft's projections at {draft_weight_bits} bits")
     return (f"expected room for the weights of {target} + {draft} ({need / GIGA:.1f} GB at "
             f"{precision}), got {gpu_memory_utilization:g} of {tp} x "
@@ -388,12 +424,32 @@ def weights_shortfall(hardware: str, target: str, draft: str, tp: int,
             "larger device or smaller models)")
 
 
+def quantized_weights(hw: Hardware, target: str, draft: str, draft_weight_bits: int,
+                      quantization: str) -> tuple[float, str] | None:
+    """(bytes, phrase) of both models' weights when either is held quantised (the target's
+    ``quantization`` or a quantised checkpoint; simulator.cost.precision), else None."""
+    from specbatch.simulator.cost.precision import held_weight_bytes, resolve_quantization
+    from specbatch.traces.models.shapes import find_shape
+
+    t, d = find_shape(target), find_shape(draft)
+    if t is None or (str(quantization).lower() == "none" and t.quantization == "none"
+                     and (d is None or d.quantization == "none")):
+        return None
+    t = resolve_quantization(quantization, t)
+    need = held_weight_bytes(t, hw)
+    if d is not None:
+        need += (held_weight_bytes(d, hw) if d.quantization != "none"
+                 else model_weight_bytes(d, hw.dtype_bytes, draft_weight_bits))
+    return need, f"the target's weights as {t.quantization}"
+
+
 def check_weights_fit(hardware: str, target: str, draft: str, tp: int,
                       gpu_memory_utilization: float,
-                      draft_weight_bits: int = FULL_WEIGHT_BITS) -> None:
+                      draft_weight_bits: int = FULL_WEIGHT_BITS,
+                      quantization: str = "none") -> None:
     """One-line error (:func:`weights_shortfall`) when the models' weights do not fit, in any
     KV mode: a run that cannot load its models has no step time to report."""
     short = weights_shortfall(hardware, target, draft, tp, gpu_memory_utilization,
-                              draft_weight_bits)
+                              draft_weight_bits, quantization)
     if short is not None:
         raise SpecbatchError(f"config: field gpu_memory_utilization: {short}")

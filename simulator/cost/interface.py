@@ -15,7 +15,9 @@ on an unloaded core, ``benchmarks/cost_bench.py``). A :class:`SumsCostModel` als
 scalar half, ``time_from_sums(role, n, Σq, Σc, Σq·c, Σq²)``: the engine computes one decode
 step's sums once and derives every draft pass from them (pass d of a batch with query 1 has
 Σc + n_d·d cached tokens, exact in float64 below 2^53, so the times are bit-identical to one
-``step_time`` call per pass). A model with ``step_time`` only is priced one call per pass.
+``step_time`` call per pass). A model with ``step_time`` only is priced one call per pass, and
+so is one whose optional ``windowed`` attribute is true (sliding-window layers,
+:func:`sums_path`).
 
 Implementations: :mod:`simulator.cost.roofline` (analytic), :mod:`simulator.cost.profiled` (fitted to a
 measured latency profile); the registry is :func:`simulator.cost.registry.build_cost_model`.
@@ -57,6 +59,14 @@ class SumsCostModel(CostModel, Protocol):
         """``step_time`` of a batch with n requests, Σq = ``sq``, Σc = ``skv``, Σq·c = ``sqkv``
         and Σq² = ``sqq``; bit-identical to ``step_time`` on arrays with those sums."""
         ...
+
+
+def sums_path(cost) -> bool:
+    """Whether the engine may price ``cost`` from the five batch sums: a
+    :class:`SumsCostModel` without sliding-window layers. A model whose optional ``windowed``
+    attribute is true (simulator.cost.window: a sliding layer's work needs per-request minima
+    the sums do not determine) is priced one ``step_time`` call per pass on arrays."""
+    return isinstance(cost, SumsCostModel) and not getattr(cost, "windowed", False)
 
 
 def batch_sums(query, kv) -> tuple[int, float, float, float, float]:

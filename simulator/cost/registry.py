@@ -21,6 +21,7 @@ from specbatch.simulator.cost.hardware import (
     get_hardware,
 )
 from specbatch.simulator.cost.interface import ROLES, CostModel
+from specbatch.simulator.cost.precision import resolve_quantization
 from specbatch.simulator.cost.profiled import (
     fit_profile,
 )
@@ -40,19 +41,24 @@ __all__ = [
 
 def build_roofline(hardware: str, target: str, draft: str, tp: int, profile: str | None,
                    execution: str = DEFAULT_EXECUTION,
-                   draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0):
-    """The roofline model of ``target`` (tensor parallel ``tp``) and ``draft`` (its linear
-    projections at ``draft_weight_bits``, simulator.cost.roofline) on ``hardware`` under the
-    ``execution`` preset (hardware.EXECUTIONS: "cuda_graph" or "eager"); a mixture-of-experts
-    model's expert loads follow the Zipf law of ``routing_skew`` (0: uniform; theory.moe)."""
+                   draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0,
+                   quantization: str = "none", kv_cache_dtype: str = "auto"):
+    """The roofline model of ``target`` (tensor parallel ``tp``, its weights in
+    ``quantization``, simulator.cost.precision) and ``draft`` (its linear projections at
+    ``draft_weight_bits``, simulator.cost.roofline) on ``hardware`` under the ``execution``
+    preset (hardware.EXECUTIONS: "cuda_graph" or "eager"), the KV cache at ``kv_cache_dtype``;
+    a mixture-of-experts model's expert loads follow the Zipf law of ``routing_skew`` (0:
+    uniform; theory.moe)."""
     return RooflineCost(get_hardware(hardware), get_shape(target), get_shape(draft), tp=tp,
                         execution=execution, draft_weight_bits=draft_weight_bits,
-                        routing_skew=routing_skew)
+                        routing_skew=routing_skew, quantization=quantization,
+                        kv_cache_dtype=kv_cache_dtype)
 
 
 def build_profiled(hardware: str, target: str, draft: str, tp: int, profile: str | None,
                    execution: str = DEFAULT_EXECUTION,
-                   draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0):
+                   draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0,
+                   quantization: str = "none", kv_cache_dtype: str = "auto"):
     """The model fitted to ``profile``, rows selected by model and device names (the profile
     measured its own execution mode and the draft at the precision it ran, so neither
     ``execution`` nor a ``draft_weight_bits`` other than 16 applies: the latter is refused)."""
@@ -63,21 +69,35 @@ def build_profiled(hardware: str, target: str, draft: str, tp: int, profile: str
             "expected 16")
     require(routing_skew == 0, f"cost 'profiled': routing_skew {routing_skew!r} prices the "
             "roofline's expert weight traffic only; expected 0")
+    check_profiled_precision(quantization, kv_cache_dtype)
     return fit_profile(profile, overhead=get_hardware(hardware).overhead, target=target,
                        draft=draft, device=hardware)
 
 
 def build_calibrated(hardware: str, target: str, draft: str, tp: int, profile: str | None,
                      execution: str = DEFAULT_EXECUTION,
-                     draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0):
+                     draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0,
+                     quantization: str = "none", kv_cache_dtype: str = "auto"):
     """The calibrated model (simulator.cost.calibrated): a profile cell where one covers a role's
     (GPU, tp, layer shape): ``profile``'s (a folder from ``specbatch cost import-vidur``) first,
-    then the bundled Vidur table's; the calibrated roofline elsewhere."""
+    then the bundled Vidur table's; the calibrated roofline elsewhere (a quantised target
+    always: the profiles are bf16)."""
     from specbatch.simulator.cost.calibrated import CalibratedCost
 
     return CalibratedCost(get_hardware(hardware), get_shape(target), get_shape(draft), tp=tp,
                           execution=execution, draft_weight_bits=draft_weight_bits,
-                          profile=profile, routing_skew=routing_skew)
+                          profile=profile, routing_skew=routing_skew,
+                          quantization=quantization, kv_cache_dtype=kv_cache_dtype)
+
+
+def check_profiled_precision(quantization: str, kv_cache_dtype: str) -> None:
+    """The profiled model measured the precision it ran: refuse another one, naming it."""
+    require(str(quantization).lower() == "none",
+            f"cost 'profiled': quantization {quantization!r} prices the roofline's weight "
+            "bytes (a profile measured the precision it ran); expected none")
+    require(str(kv_cache_dtype).lower() == "auto",
+            f"cost 'profiled': kv_cache_dtype {kv_cache_dtype!r} prices the roofline's KV "
+            "bytes (a profile measured the precision it ran); expected auto")
 
 
 COST_MODELS = {"roofline": build_roofline, "profiled": build_profiled,
@@ -89,7 +109,8 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
                      profile: str | None = None,
                      execution: str = DEFAULT_EXECUTION,
                      draft_weight_bits: int = FULL_WEIGHT_BITS,
-                     routing_skew: float = 0.0) -> CostModel:
+                     routing_skew: float = 0.0, quantization: str = "none",
+                     kv_cache_dtype: str = "auto") -> CostModel:
     """Build a cost model by name (``COST_MODELS``): "roofline", "profiled" (needs ``profile``)
     or "calibrated" (simulator.cost.calibrated: bundled public profiles + calibrated roofline).
 
@@ -97,7 +118,10 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
     default "cuda_graph", or "eager"); it is validated for both models, used by the roofline.
     ``draft_weight_bits`` < 16 prices a weight-quantised draft (simulator.cost.roofline; refused
     by the profiled model and for a drafter without a model). ``routing_skew`` > 0 skews a
-    mixture-of-experts model's expert loads (theory.moe; roofline only).
+    mixture-of-experts model's expert loads (theory.moe; roofline only). ``quantization``
+    (the target's vLLM ``--quantization``) and ``kv_cache_dtype`` (``--kv-cache-dtype``) price
+    the target's weight format and the KV cache's bytes (simulator.cost.precision; refused by
+    the profiled model).
 
     The profiled model's per-step ``overhead`` is the hardware preset's (the profile measures
     forward passes only, not the engine's CPU work).
@@ -111,13 +135,15 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
                 f"draft {draft!r}: a drafter without weights has no draft_weight_bits; "
                 f"expected 16, got {draft_weight_bits!r}")
         return free_draft_model(builder, hardware, target, tp, profile, execution,
-                                routing_skew)
+                                routing_skew, quantization, kv_cache_dtype)
     return builder(hardware, target, draft, tp, profile, execution=execution,
-                   draft_weight_bits=draft_weight_bits, routing_skew=routing_skew)
+                   draft_weight_bits=draft_weight_bits, routing_skew=routing_skew,
+                   quantization=quantization, kv_cache_dtype=kv_cache_dtype)
 
 
 def free_draft_model(builder, hardware: str, target: str, tp: int, profile: str | None,
-                     execution: str, routing_skew: float = 0.0) -> FreeDraftCost:
+                     execution: str, routing_skew: float = 0.0, quantization: str = "none",
+                     kv_cache_dtype: str = "auto") -> FreeDraftCost:
     """A host-side drafter (``FREE_DRAFTS``, e.g. "ngram"): draft passes cost 0 s, the target's
     come from ``builder``; a roofline's KV capacity counts the target's weights and KV alone.
     (The roofline is built with the target's shape in the draft's place; no draft pass is
@@ -125,16 +151,22 @@ def free_draft_model(builder, hardware: str, target: str, tp: int, profile: str 
     if builder is build_profiled:
         require(profile is not None, "cost 'profiled': expected a latency profile (profile = PATH)")
         require(routing_skew == 0, f"cost 'profiled': routing_skew {routing_skew!r}: expected 0")
+        check_profiled_precision(quantization, kv_cache_dtype)
         inner = fit_profile(profile, overhead=get_hardware(hardware).overhead, target=target,
                             device=hardware, roles=("target",))
         return FreeDraftCost(inner)
-    hw, shape = get_hardware(hardware), get_shape(target)
+    hw = get_hardware(hardware)
+    shape = resolve_quantization(quantization, get_shape(target))
     if builder is build_calibrated:
         inner = build_calibrated(hardware, target, target, tp, profile, execution,
-                                 routing_skew=routing_skew)
-        return FreeDraftCost(inner, lambda u=0.9: memory_kv_tokens(hw, shape, None, tp, u))
-    inner = RooflineCost(hw, shape, shape, tp=tp, execution=execution, routing_skew=routing_skew)
-    return FreeDraftCost(inner, lambda u=0.9: memory_kv_tokens(hw, shape, None, tp, u))
+                                 routing_skew=routing_skew, quantization=quantization,
+                                 kv_cache_dtype=kv_cache_dtype)
+    else:
+        inner = RooflineCost(hw, shape, get_shape(target), tp=tp, execution=execution,
+                             routing_skew=routing_skew, quantization=quantization,
+                             kv_cache_dtype=kv_cache_dtype)
+    return FreeDraftCost(inner, lambda u=0.9: memory_kv_tokens(hw, shape, None, tp, u,
+                                                               kv_cache_dtype=kv_cache_dtype))
 
 
 def recorded_quantization(trace) -> dict | None:

@@ -25,6 +25,7 @@ import sys
 import numpy as np
 
 from specbatch.simulator.cost.interface import ROLES, batch_sums
+from specbatch.simulator.cost.window import attention_work, window_sums
 
 PARTS = ("layers", "attention", "allreduce", "lm_head", "launch")
 #: What each pass of ``cost show``'s rows is: (role, query tokens per request, label).
@@ -41,11 +42,13 @@ def roofline_split(model, role: str, query, kv) -> dict:
     shape = model.target if role == "target" else model.draft
     hw = model.hardware
     flops_head = 2.0 * shape.hidden * shape.vocab / c.tp * sq
+    window = (window_sums(query, kv, c.window) if c.sliding_layers else None)
+    attn_flops, attn_bytes = attention_work(c, sq, skv, sqkv, sqq, window)
     flops = {"layers": c.flops_per_token * sq - flops_head, "lm_head": flops_head,
-             "attention": c.attn_flops * (sqkv + 0.5 * (sqq + sq))}
+             "attention": attn_flops}
     bytes_head = hw.dtype_bytes * (shape.hidden * shape.vocab + shape.hidden) / c.tp
     nbytes = {"layers": c.weight_bytes - bytes_head + c.act_bytes_per_token * sq,
-              "lm_head": bytes_head, "attention": c.kv_bytes * (skv + 2.0 * sq)}
+              "lm_head": bytes_head, "attention": attn_bytes}
     compute_s = sum(flops.values()) * c.inv_compute
     memory_s = sum(nbytes.values()) * c.inv_memory
     gpu = max(compute_s, memory_s)

@@ -55,7 +55,7 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
 
   with P_lin = L · (layer params − 2h) (:func:`hardware.linear_params`); FLOPs, KV and
   activation bytes unchanged, and the memory accounting (:func:`memory_kv_tokens`) counts the
-  same bytes. The target is always at b.
+  same bytes. The target's own weight format is the next bullets' ``quantization``.
 - Mixture of experts (``ModelShape.is_moe``; THEORY.md §8): M of the L layers route each
   token to k of E experts of width I_e (3 h I_e weights each), next to always-read dense
   weights (attention, norms, router E·h, shared experts). A pass of Q = Σ q_i tokens reads
@@ -73,8 +73,31 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   ranks (PassConstants ``ep_size`` / ``ep_dp``; simulator.cost.expert_parallel). A verify pass with
   s_i drafts has Q = Σ (s_i + 1): its expert traffic grows with the drafts, which a dense
   model reads once.
-- Not modelled: quantisation of the target, of the KV cache or of activations, dequantisation
-  time, KV-cache paging granularity, attention-kernel inefficiency at
+- The target's weight format (``quantization``: fp8, awq, gptq, mxfp4) and the KV cache's
+  element type (``kv_cache_dtype``), simulator.cost.precision: the decoder projections and
+  experts stream their format's bytes per weight (embeddings, head, norms, routers at b), the KV
+  terms use 1 byte per element under fp8, and W8A8 FP8 (compute capability >= 8.9) adds its
+  GEMM FLOPs at the FP8 peak, F_16 / (peak · eff_c) + F_8 / (peak_fp8 · eff_c), in place of
+  F / (peak · eff_c).
+- Sliding-window attention (``ModelShape.sliding_layers`` L_s of the L layers slide with window
+  W; THEORY.md §10, :mod:`simulator.cost.window`): a sliding layer's query at
+  position p sees the keys in (p − W, p] (flash-attn ``window_size = (W − 1, 0)``, as vLLM's
+  FlashAttention backend runs a layer's ``sliding_window``), so the attention terms are split
+  by layers::
+
+      F_attn = 4 h / tp · ((L − L_s) · Σ_i q_i (c_i + (q_i + 1)/2) + L_s · P^W)
+      B_kv   = kv_bytes_per_token / L · f_kv · ((L − L_s) · Σ_i (c_i + 2 q_i)
+                                               + L_s · Σ_i (min(c_i, W − 1) + 2 q_i))
+
+  with P^W = Σ_i Σ_{j<q_i} min(c_i + j + 1, W). These need per-request minima the five batch
+  sums do not determine, so a windowed role is priced from arrays (:meth:`RooflineCost.step_time`,
+  or ``time_from_sums(..., window=(K^W, P^W))``); the engine takes its array path for it
+  (``RooflineCost.windowed``) and a model without windows keeps the sums path unchanged.
+  Equal to full attention when W ≥ c_i + q_i for every request. The KV capacity still counts
+  every layer's KV for every token (:func:`memory_kv_tokens`): vLLM V1's hybrid KV cache
+  manager frees a sliding layer's blocks behind its window, which is not modelled (docs/simulate.md).
+- Not modelled: activation quantisation other than W8A8 FP8, dequantisation time of
+  weight-only kernels, KV-cache paging granularity, attention-kernel inefficiency at
   short contexts, CPU/GPU overlap, power throttling, MoE routing and
   permutation kernels (only their weight traffic and FLOPs are priced).
 - Multi-head latent attention (``ModelShape.is_mla``, DeepSeek-V2/V3): the KV term reads and
@@ -99,7 +122,7 @@ Llama-2-70B with tp=4 on H100 at ~15-25 ms/token (model: see test).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -116,6 +139,14 @@ from specbatch.simulator.cost.hardware import (
     quantized_weight_bytes,
 )
 from specbatch.simulator.cost.interface import batch_sums, for_role
+from specbatch.simulator.cost.precision import (
+    check_quantization,
+    held_weight_bytes,
+    kv_element_bytes,
+    quantize_constants,
+    resolve_quantization,
+)
+from specbatch.simulator.cost.window import attention_work, batch_window_sums, window_sums
 from specbatch.theory.moe import uniform_touched, zipf_load
 from specbatch.traces.models.shapes import ModelShape, get_shape
 
@@ -141,6 +172,10 @@ class PassConstants:
     experts: int = 0  # MoE: E routed experts per layer (0: dense)
     top_k: int = 0  # MoE: k experts per token
     expert_load: tuple = ()  # MoE: per-expert loads π (Σ = k) of a skewed law; () uniform
+    fp8_flops_per_token: float = 0.0  # W8A8 FP8: 2 (P_lin + M k 3 h I_e) / tp (precision.py)
+    inv_compute_fp8: float = 0.0  # 1 / (peak_fp8 eff_c)
+    window: int = 0  # sliding-window layers' W (0: every layer attends to the whole context)
+    sliding_layers: int = 0  # L_s of the ``layers`` L slide (their share of attn/kv terms)
     ep_size: int = 1  # expert parallel: dp · tp ranks sharing the experts (1: split by tp)
     ep_dp: int = 1  # expert parallel: data-parallel ranks whose tokens reach each rank
 
@@ -164,17 +199,36 @@ class PassConstants:
 def pass_constants(shape: ModelShape, hw: Hardware, tp: int = 1,
                    execution: Execution | None = None, role: str = "target",
                    weight_bits: int = FULL_WEIGHT_BITS,
-                   routing_skew: float = 0.0) -> PassConstants:
+                   routing_skew: float = 0.0, kv_element_bytes: int | None = None
+                   ) -> PassConstants:
     """Precompute the roofline constants of ``shape`` as ``role`` on ``tp`` GPUs of type ``hw``
     under ``execution`` (default: the ``cuda_graph`` preset), its linear projections stored at
     ``weight_bits`` (16: the preset's dtype; module docstring); a MoE shape's experts routed
-    by the Zipf law of ``routing_skew`` (0: uniform; theory.moe)."""
+    by the Zipf law of ``routing_skew`` (0: uniform; theory.moe). A shape whose
+    ``quantization`` is set is priced in that format (simulator.cost.precision), its KV at
+    ``kv_element_bytes`` per element (None: the preset's dtype)."""
+    consts = unquantized_constants(shape, hw, tp, execution, role, weight_bits, routing_skew,
+                                   kv_element_bytes)
+    if shape.quantization == "none":
+        return consts
+    require(weight_bits >= FULL_WEIGHT_BITS,
+            f"draft_weight_bits {weight_bits}: {shape.name} is already a {shape.quantization} "
+            "checkpoint; expected 16")
+    return quantize_constants(consts, shape, hw, tp)
+
+
+def unquantized_constants(shape: ModelShape, hw: Hardware, tp: int,
+                          execution: Execution | None, role: str, weight_bits: int,
+                          routing_skew: float, kv_element_bytes: int | None) -> PassConstants:
+    """:func:`pass_constants` of ``shape`` at the preset's dtype (the draft's projections at
+    ``weight_bits``)."""
     if execution is None:
         execution = get_execution(DEFAULT_EXECUTION)
     require(isinstance(tp, (int, np.integer)) and tp >= 1, f"tp {tp!r}: expected an integer >= 1")
     require(shape.heads % tp == 0,
             f"tp {tp}: {shape.name} has {shape.heads} attention heads, not divisible by tp")
     b = hw.dtype_bytes
+    kv_b = b if kv_element_bytes is None else kv_element_bytes
     L, h = shape.layers, shape.hidden
     p_layers = L * shape.layer_params
     head = h * shape.vocab
@@ -188,28 +242,36 @@ def pass_constants(shape: ModelShape, hw: Hardware, tp: int = 1,
         comm_tok = 2 * L * (2 * (tp - 1) / tp) * b * h / hw.link_bw
         fixed += 2 * L * hw.allreduce_latency
     if shape.is_moe or shape.is_mla:
-        return sparse_pass_constants(shape, hw, tp, weight_bits, routing_skew, comm_tok, fixed,
-                                     floor)
-    return PassConstants(
+        return with_window(shape, sparse_pass_constants(shape, hw, tp, weight_bits, routing_skew,
+                                                        comm_tok, fixed, floor, kv_b))
+    return with_window(shape, PassConstants(
         model=shape.name,
         tp=int(tp),
         layers=L,
         flops_per_token=2.0 * (p_layers + head) / tp,
         attn_flops=4.0 * L * shape.q_width / tp,
         weight_bytes=streamed_weight_bytes(shape, b, weight_bits) / tp,
-        kv_bytes=float(shape.kv_bytes_per_token(b)) * f_kv,
+        kv_bytes=float(shape.kv_bytes_per_token(kv_b)) * f_kv,
         act_bytes_per_token=b * L * (9 * h + 2 * d_kv + 6 * shape.intermediate) / tp,
         comm_per_token=comm_tok,
         fixed=fixed,
         floor=floor,
         inv_compute=1.0 / (hw.peak_flops * hw.compute_eff),
         inv_memory=1.0 / (hw.mem_bw * hw.memory_eff),
-    )
+    ))
+
+
+def with_window(shape: ModelShape, consts: PassConstants) -> PassConstants:
+    """``consts`` carrying ``shape``'s sliding window (unchanged when no layer slides)."""
+    if not shape.is_windowed:
+        return consts
+    return replace(consts, window=int(shape.sliding_window),
+                   sliding_layers=int(shape.sliding_layers))
 
 
 def sparse_pass_constants(shape: ModelShape, hw: Hardware, tp: int, weight_bits: int,
                           routing_skew: float, comm_tok: float, fixed: float,
-                          floor: float) -> PassConstants:
+                          floor: float, kv_b: int | None = None) -> PassConstants:
     """:func:`pass_constants` of a mixture-of-experts and/or multi-head latent attention shape
     (module docstring): FLOPs by active parameters, the dense weights streamed once and each
     MoE layer's experts by E_touched(Q) (THEORY.md §8), activations at the k experts' (plus
@@ -219,6 +281,7 @@ def sparse_pass_constants(shape: ModelShape, hw: Hardware, tp: int, weight_bits:
             f"draft_weight_bits {weight_bits}: a quantised mixture-of-experts or MLA model is "
             "not priced; expected 16")
     b = hw.dtype_bytes
+    kv_b = b if kv_b is None else kv_b
     L, h, M = shape.layers, shape.hidden, shape.moe_layers if shape.is_moe else 0
     head = h * shape.vocab
     if shape.is_mla:
@@ -243,7 +306,7 @@ def sparse_pass_constants(shape: ModelShape, hw: Hardware, tp: int, weight_bits:
         flops_per_token=2.0 * (shape.active_decoder_params + head) / tp,
         attn_flops=1.0 * L * pair / tp,
         weight_bytes=b * (shape.decoder_params - expert_total + head + h) / tp,
-        kv_bytes=float(shape.kv_bytes_per_token(b)) * f_kv,
+        kv_bytes=float(shape.kv_bytes_per_token(kv_b)) * f_kv,
         act_bytes_per_token=b * act / tp,
         comm_per_token=comm_tok,
         fixed=fixed,
@@ -290,6 +353,8 @@ class RooflineCost:
     execution: str = DEFAULT_EXECUTION  # a hardware.EXECUTIONS preset name
     draft_weight_bits: int = FULL_WEIGHT_BITS  # the draft's projections' bits per weight
     routing_skew: float = 0.0  # Zipf exponent of a MoE model's expert loads (theory.moe)
+    quantization: str = "none"  # the target's vLLM --quantization (simulator.cost.precision)
+    kv_cache_dtype: str = "auto"  # vLLM --kv-cache-dtype of both roles' KV cache
     consts: dict = field(default=None, repr=False, compare=False)  # role -> PassConstants
 
     def __post_init__(self) -> None:
@@ -301,44 +366,69 @@ class RooflineCost:
         require(self.routing_skew == 0 or self.target.is_moe or self.draft.is_moe,
                 f"routing_skew {self.routing_skew!r}: expected 0 (neither {self.target.name} "
                 f"nor {self.draft.name} is a mixture-of-experts model)")
+        object.__setattr__(self, "quantization", check_quantization(self.quantization))
+        object.__setattr__(self, "target", resolve_quantization(self.quantization, self.target))
+        kv_b = kv_element_bytes(self.kv_cache_dtype, self.hardware)
         consts = {
             "target": pass_constants(self.target, self.hardware, self.tp, ex, "target",
-                                     routing_skew=self.routing_skew),
+                                     routing_skew=self.routing_skew, kv_element_bytes=kv_b),
             "draft": pass_constants(self.draft, self.hardware, self.draft_tp, ex, "draft", bits,
-                                    self.routing_skew),
+                                    self.routing_skew, kv_element_bytes=kv_b),
         }
         object.__setattr__(self, "consts", consts)
 
     def _consts(self, role: str) -> PassConstants:
         return for_role(self.consts, role)
 
+    @property
+    def windowed(self) -> bool:
+        """Whether a role has sliding-window layers: its passes need the window sums
+        (simulator.cost.window), which the five batch sums do not determine, so the engine
+        prices them from arrays (:meth:`step_time`) instead of :meth:`time_from_sums`."""
+        return any(c.sliding_layers for c in self.consts.values())
+
     def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
         """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens per request."""
+        c = self.consts.get(role)
+        if c is not None and c.sliding_layers:
+            *sums, window = batch_window_sums(query, kv, c.window)
+            return self.time_from_sums(role, *sums, window=window)
         return self.time_from_sums(role, *batch_sums(query, kv))
 
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
-                       sqq: float) -> float:
+                       sqq: float, window: tuple[float, float] | None = None) -> float:
         """:meth:`step_time` from the batch sums (:func:`batch_sums`: n, Σq, Σc, Σq·c, Σq²),
         so a caller that knows the sums (e.g. d draft passes whose KV grows by one token each)
-        pays scalar arithmetic only; bit-identical to :meth:`step_time` on the same sums."""
+        pays scalar arithmetic only; bit-identical to :meth:`step_time` on the same sums.
+        A role with sliding-window layers also needs ``window`` = (K^W, P^W)
+        (simulator.cost.window.window_sums)."""
         try:
             c = self.consts[role]
         except KeyError:
             c = self._consts(role)  # raises the one-line error
         if sq <= 0.0:
             return 0.0
-        flops = c.flops_per_token * sq + c.attn_flops * (sqkv + 0.5 * (sqq + sq))
-        nbytes = c.weight_bytes + c.kv_bytes * (skv + 2.0 * sq) + c.act_bytes_per_token * sq
+        if c.sliding_layers:
+            attn, kv_bytes = attention_work(c, sq, skv, sqkv, sqq, window)
+            flops = c.flops_per_token * sq + attn
+            nbytes = c.weight_bytes + kv_bytes + c.act_bytes_per_token * sq
+        else:
+            flops = c.flops_per_token * sq + c.attn_flops * (sqkv + 0.5 * (sqq + sq))
+            nbytes = c.weight_bytes + c.kv_bytes * (skv + 2.0 * sq) + c.act_bytes_per_token * sq
         if c.experts:
             nbytes += c.expert_bytes * c.experts_touched(sq)
-        return (max(flops * c.inv_compute, nbytes * c.inv_memory, c.floor) + c.fixed
+        compute = flops * c.inv_compute
+        if c.fp8_flops_per_token:  # W8A8 FP8: the quantised GEMMs at the FP8 peak
+            compute += c.fp8_flops_per_token * sq * c.inv_compute_fp8
+        return (max(compute, nbytes * c.inv_memory, c.floor) + c.fixed
                 + c.comm_per_token * sq)
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
         """KV-cache tokens per replica next to both models' weights on ``tp`` GPUs
         (:func:`kv_capacity_tokens`): the memory information paged KV mode asks for."""
         return memory_kv_tokens(self.hardware, self.target, self.draft, self.tp,
-                                gpu_memory_utilization, self.draft_weight_bits)
+                                gpu_memory_utilization, self.draft_weight_bits,
+                                self.kv_cache_dtype)
 
     def breakdown(self, role: str, query: np.ndarray, kv: np.ndarray) -> dict:
         """The terms of :meth:`step_time`: flops, bytes, compute/memory/host/comm/fixed seconds,
@@ -347,8 +437,15 @@ class RooflineCost:
         query = np.asarray(query, dtype=np.float64).ravel()
         kv = np.asarray(kv, dtype=np.float64).ravel()
         sq = float(query.sum())
-        flops = c.flops_per_token * sq + c.attn_flops * float(np.dot(query, kv + 0.5 * (query + 1)))
-        kv_bytes = c.kv_bytes * float((kv + 2.0 * query).sum())
+        if c.sliding_layers:
+            _, _, skv, sqkv, sqq = batch_sums(query, kv)
+            attn, kv_bytes = attention_work(c, sq, skv, sqkv, sqq,
+                                            window_sums(query, kv, c.window))
+            flops = c.flops_per_token * sq + attn
+        else:
+            flops = c.flops_per_token * sq + c.attn_flops * float(np.dot(query,
+                                                                          kv + 0.5 * (query + 1)))
+            kv_bytes = c.kv_bytes * float((kv + 2.0 * query).sum())
         weight_bytes = c.weight_bytes
         moe = {}
         if c.experts:
@@ -357,8 +454,12 @@ class RooflineCost:
             moe = {"experts_touched": touched, "expert_bytes": c.expert_bytes * touched}
         nbytes = weight_bytes + kv_bytes + c.act_bytes_per_token * sq
         compute_s, memory_s = flops * c.inv_compute, nbytes * c.inv_memory
+        fp8 = {}
+        if c.fp8_flops_per_token:
+            fp8 = {"fp8_flops": c.fp8_flops_per_token * sq}
+            compute_s += fp8["fp8_flops"] * c.inv_compute_fp8
         return {
-            "role": role, "model": c.model, "tp": c.tp, "query_tokens": sq, **moe,
+            "role": role, "model": c.model, "tp": c.tp, "query_tokens": sq, **moe, **fp8,
             "flops": flops, "bytes": nbytes, "weight_bytes": weight_bytes, "kv_bytes": kv_bytes,
             "compute_s": compute_s, "memory_s": memory_s,
             "comm_s": c.comm_per_token * sq, "fixed_s": c.fixed if sq > 0 else 0.0,
@@ -386,18 +487,26 @@ def kv_capacity_tokens(hardware: str = "h100", target: str = "vicuna-33b",
 
 def memory_kv_tokens(hw: Hardware, target: ModelShape, draft: ModelShape | None, tp: int,
                      gpu_memory_utilization: float,
-                     draft_weight_bits: int = FULL_WEIGHT_BITS) -> int:
+                     draft_weight_bits: int = FULL_WEIGHT_BITS,
+                     kv_cache_dtype: str = "auto") -> int:
     """:func:`kv_capacity_tokens` of a preset and two shapes (what :class:`RooflineCost` uses);
     ``draft`` None: a drafter without weights or KV (simulator.cost.free_draft); the draft's
-    weights at ``draft_weight_bits`` (:func:`hardware.model_weight_bytes`)."""
+    weights at ``draft_weight_bits`` (:func:`hardware.model_weight_bytes`); a shape with a
+    ``quantization`` at its format's bytes and the KV at ``kv_cache_dtype``'s
+    (simulator.cost.precision)."""
     b = hw.dtype_bytes
     models = (target,) if draft is None else (target, draft)
-    if draft is None or draft_weight_bits >= FULL_WEIGHT_BITS:
+    if any(m.quantization != "none" for m in models):
+        weights = held_weight_bytes(target, hw) + (
+            0.0 if draft is None else model_weight_bytes(draft, b, draft_weight_bits)
+            if draft.quantization == "none" else held_weight_bytes(draft, hw))
+    elif draft is None or draft_weight_bits >= FULL_WEIGHT_BITS:
         weights = b * sum(m.params for m in models)
     else:
         weights = b * target.params + model_weight_bytes(draft, b, draft_weight_bits)
     free = tp * hw.memory_bytes * gpu_memory_utilization - weights
+    kv_b = kv_element_bytes(kv_cache_dtype, hw)
     # an MLA target's latent cache is replicated on each of its tp GPUs
-    per_token = sum(m.kv_bytes_per_token(b) * (tp if m.is_mla and m is target else 1)
+    per_token = sum(m.kv_bytes_per_token(kv_b) * (tp if m.is_mla and m is target else 1)
                     for m in models)
     return max(0, int(free // per_token))

@@ -8,7 +8,9 @@ Two modes (``SimConfig.kv_mode``):
   ``block_size`` tokens. A request holds ⌈tokens / block_size⌉ blocks and grows as its KV
   does; when the pool runs out, the newest running request is preempted by recomputation.
   ``kv_capacity`` None = what the cost model's memory leaves next to the weights,
-  (tp·M·u − W_target − W_draft) / KV bytes per token with u = ``gpu_memory_utilization``
+  (tp·M·u − W_target − W_draft) / KV bytes per token with u = ``gpu_memory_utilization``,
+  the weights in the target's ``quantization`` and the KV at ``kv_cache_dtype``'s bytes
+  (simulator.cost.precision: an fp8 cache holds twice the tokens of a bf16 one)
   (the cost model's ``kv_capacity_tokens(u)``, simulator.cost.roofline); a cost model without
   memory information (the profiled one measures times only) needs an explicit capacity.
 
@@ -65,7 +67,8 @@ def kv_capacity(config: SimConfig, cost: CostModel) -> int | None:
     Every mode first checks that the models' weights fit the devices at all
     (:func:`~specbatch.simulator.cost.hardware.check_weights_fit`)."""
     check_weights_fit(config.hardware, config.target, config.draft, config.tp,
-                      config.gpu_memory_utilization, config.draft_weight_bits)
+                      config.gpu_memory_utilization, config.draft_weight_bits,
+                      config.quantization)
     if config.kv_mode == "reserve" or config.kv_capacity is not None:
         return config.kv_capacity
     memory = getattr(cost, "kv_capacity_tokens", None)

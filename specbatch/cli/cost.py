@@ -36,6 +36,7 @@ from specbatch.simulator.cost.hardware import (
     get_sampler,
     weights_shortfall,
 )
+from specbatch.simulator.cost.precision import KV_CACHE_DTYPES, QUANTIZATIONS, describe
 from specbatch.simulator.cost.profiled import ProfiledCost, fit_profile, fit_report, mape_warnings
 from specbatch.simulator.cost.registry import (
     build_cost_model,
@@ -45,11 +46,11 @@ from specbatch.simulator.cost.registry import (
     step_split,
 )
 from specbatch.simulator.cost.report import PARTS, cost_sources, row_breakdowns, source_line
-from specbatch.simulator.cost.roofline import RooflineCost, kv_capacity_tokens
+from specbatch.simulator.cost.roofline import RooflineCost
 from specbatch.simulator.cost.verify_cost import build_verify_cost
 from specbatch.simulator.replay.rules import names as rule_names
 from specbatch.simulator.replay.rules import rule_entry
-from specbatch.traces.models.shapes import SHAPES
+from specbatch.traces.models.shapes import SHAPES, ModelShape
 
 DEFAULT_BATCHES = (1, 8, 32, 64, 128, 256)
 
@@ -133,6 +134,12 @@ def register(subparsers) -> None:
     show.add_argument("--routing-skew", type=float, default=0.0, metavar="S",
                       help="Zipf exponent of a mixture-of-experts target's expert loads "
                            "(default 0 = uniform routing; theory.moe, roofline only)")
+    show.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
+                      help="the target's weight format, vLLM's --quantization (default none = "
+                           "the checkpoint's own; simulator.cost.precision)")
+    show.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+                      help="KV-cache element type, vLLM's --kv-cache-dtype (default auto = "
+                           "bf16; fp8*: 1 byte)")
     show.add_argument("--batch", type=capped_int(MAX_BATCH), nargs="+", default=list(DEFAULT_BATCHES),
                       help="batch sizes (requests per pass)")
     show.add_argument("--kv", type=capped_int(MAX_CONTEXT_TOKENS, low=0), default=512, help="cached tokens per request (default 512)")
@@ -238,6 +245,15 @@ def moe_line(model, args) -> tuple[str, dict] | None:
     return text, info
 
 
+def target_precision(model, args) -> str:
+    """" (fp8 W8A8, fp8 KV cache)" for a quantised target or fp8 KV, else ""."""
+    target = getattr(getattr(model, "inner", model), "target", None)
+    if not isinstance(target, ModelShape):
+        return ""
+    text = describe(target, args.kv_cache_dtype, getattr(model, "inner", model).hardware)
+    return f" ({text})" if text else ""
+
+
 def run_show(args) -> int:
     require(all(b >= 1 for b in args.batch), f"--batch {args.batch}: expected integers >= 1")
     require(args.kv >= 0, f"--kv {args.kv}: expected an integer >= 0")
@@ -246,7 +262,8 @@ def run_show(args) -> int:
     model = build_cost_model(args.cost, args.hardware, args.target, args.draft, args.tp,
                              args.profile, execution=args.execution,
                              draft_weight_bits=args.draft_weight_bits,
-                             routing_skew=args.routing_skew)
+                             routing_skew=args.routing_skew, quantization=args.quantization,
+                             kv_cache_dtype=args.kv_cache_dtype)
     rows = pass_times(model, args.batch, args.kv, args.k)
     for row in rows:
         row["breakdown"] = row_breakdowns(model, row["batch"], args.kv, args.k)
@@ -269,15 +286,17 @@ def run_show(args) -> int:
     if isinstance(model, RooflineCost):
         out["ridge_flop_per_byte"] = model.hardware.ridge
         out["draft_weight_bits"] = args.draft_weight_bits
-        out["kv_capacity_tokens"] = kv_capacity_tokens(args.hardware, args.target, args.draft,
-                                                       args.tp, 0.9, args.draft_weight_bits)
+        out["quantization"] = model.target.quantization
+        out["kv_cache_dtype"] = args.kv_cache_dtype
+        out["kv_capacity_tokens"] = model.kv_capacity_tokens(0.9)
         short = weights_shortfall(args.hardware, args.target, args.draft, args.tp, 0.9,
-                                  args.draft_weight_bits)
+                                  args.draft_weight_bits, args.quantization)
         if short is not None:  # simulate refuses this pair; the pass times are hypothetical
             out["warnings"] = [f"gpu_memory_utilization 0.9: {short}"]
             sys.stderr.write(f"warning: {out['warnings'][0]}\n")
     bits = "" if args.draft_weight_bits == 16 else f" ({args.draft_weight_bits}-bit weights)"
-    lines = [f"{args.cost} cost: {args.target} (tp={args.tp}) + draft {args.draft}{bits} on "
+    precision = target_precision(model, args)
+    lines = [f"{args.cost} cost: {args.target}{precision} (tp={args.tp}) + draft {args.draft}{bits} on "
              f"{args.hardware}; kv={args.kv} per request, k={args.k}; "
              f"step overhead {1e3 * model.overhead:.2f} ms"]
     header = f"{'batch':>6} {'draft ms':>10} {'decode ms':>10} {'verify(k+1) ms':>15}"

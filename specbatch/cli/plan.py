@@ -10,6 +10,7 @@ import os
 
 from specbatch.cli.common import add_json_flag, emit, example, int_list, positive_int, seed_int
 from specbatch.errors import SpecbatchError, require
+from specbatch.simulator.cost.precision import KV_CACHE_DTYPES, QUANTIZATIONS
 
 HELP = "find the cheapest deployment and speculation setting that meets latency SLOs"
 
@@ -72,6 +73,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="running requests per replica (default 64)")
     models.add_argument("--gpu-memory-utilization", type=float, default=0.9,
                         help="share of each GPU's memory for weights and KV (default 0.9)")
+    models.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
+                        help="the target's weight format, vLLM's --quantization (default none "
+                             "= the checkpoint's own): prices its weights memory, KV room "
+                             "and pass times (simulator.cost.precision)")
+    models.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+                        help="KV-cache element type, vLLM's --kv-cache-dtype (default auto; "
+                             "fp8*: 1 byte, twice the KV tokens)")
     slo = p.add_argument_group("SLOs")
     slo.add_argument("--slo-ttft", type=float, default=None, help="TTFT bound, seconds")
     slo.add_argument("--slo-tpot", type=float, default=None, help="TPOT bound, seconds")
@@ -178,13 +186,24 @@ def build_question(args: argparse.Namespace):
             "draft": args.draft, "cost": args.cost, "max_num_seqs": args.max_num_seqs,
             "kv_mode": "paged", **({"profile": args.profile} if args.profile else {}),
             "gpu_memory_utilization": args.gpu_memory_utilization, "seed": args.seed,
-            **arrival_fields(args)}
+            **precision_fields(args), **arrival_fields(args)}
     if args.workload is not None:
         from specbatch.simulator.workload.arrivals import resolve_workload
 
         base["workload"] = str(resolve_workload(args.workload).resolve())
     return Question(base=base, space=space, slos=slos, levels_after=args.levels_after,
                     band=band, lengths=lengths, prune=not args.exhaustive)
+
+
+def precision_fields(args: argparse.Namespace) -> dict:
+    """``quantization`` / ``kv_cache_dtype`` when set away from their defaults (a question
+    without them stays the one it was)."""
+    out = {}
+    if args.quantization != "none":
+        out["quantization"] = args.quantization
+    if args.kv_cache_dtype != "auto":
+        out["kv_cache_dtype"] = args.kv_cache_dtype
+    return out
 
 
 def arrival_fields(args: argparse.Namespace) -> dict:

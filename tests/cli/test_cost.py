@@ -197,3 +197,34 @@ def test_show_refuses_draft_weight_bits_it_cannot_price(argv, capsys):
     code, _, err = run(capsys, "cost", "show", *argv)
     assert code == 2 and err.count("\n") == 1
     assert "draft-weight-bits" in err or "draft_weight_bits" in err
+
+
+FP8_CONFIG = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256,
+              "torch_dtype": "bfloat16",
+              "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}}
+
+
+def test_show_prices_a_fp8_checkpoint_and_fp8_kv(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps(FP8_CONFIG))
+    argv = ["cost", "show", "--draft", "llama-3.2-1b", "--batch", "1", "--json"]
+    assert main([*argv, "--target", "llama-3.1-8b"]) == 0
+    bf16 = json.loads(capsys.readouterr().out)
+    # the checkpoint's own method (quantization none = vLLM's None) and the knob naming it
+    for extra in ([], ["--quantization", "fp8"]):
+        assert main([*argv, "--target", str(tmp_path), "--kv-cache-dtype", "fp8", *extra]) == 0
+        fp8 = json.loads(capsys.readouterr().out)
+        assert (fp8["quantization"], fp8["kv_cache_dtype"]) == ("fp8", "fp8")
+        assert fp8["rows"][0]["target_decode_s"] < 0.6 * bf16["rows"][0]["target_decode_s"]
+        assert fp8["kv_capacity_tokens"] > 2 * bf16["kv_capacity_tokens"]
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--quantization", "awq"], "quantization 'awq': expected 'fp8' or none"),
+    (["--quantization", "int8"], "--quantization"),
+    (["--kv-cache-dtype", "int8"], "--kv-cache-dtype"),
+])
+def test_show_refuses_a_quantization_contradicting_the_checkpoint(tmp_path, capsys, argv, needle):
+    (tmp_path / "config.json").write_text(json.dumps(FP8_CONFIG))
+    code, _, err = run(capsys, "cost", "show", "--target", str(tmp_path), *argv)
+    assert code == 2 and err.count("\n") == 1 and needle in err

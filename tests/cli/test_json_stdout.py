@@ -39,6 +39,8 @@ CASES = [
     ("cost show", ["cost", "show", "--batch", "1", "8"]),
     ("cost fit", ["cost", "fit", "profile.csv"]),
     ("cost show calibrated", ["cost", "show", "--cost", "calibrated", "--batch", "1", "8"]),
+    ("cost show fp8", ["cost", "show", "--target", "llama-3.1-8b", "--quantization", "fp8",
+                       "--kv-cache-dtype", "fp8", "--batch", "1"]),
     ("cost import-vidur", ["cost", "import-vidur",
                            str(Path(__file__).parents[1] / "traces/data/vidur_slice"),
                            "--out", "vidur"]),

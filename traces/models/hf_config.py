@@ -18,14 +18,16 @@ tie_embeddings              tie_word_embeddings (default false)
 attention_head_dim          head_dim, when it differs from hidden / heads (Qwen3)
 experts, top_k, ...         mixture-of-experts fields: traces.models.hf_moe
 kv_lora_rank, ...           multi-head latent attention fields: traces.models.hf_moe
+sliding_window, ...         sliding-window layers (layer_types, ...): traces.models.hf_window
 ==========================  =====================================================
 
 ``torch_dtype`` (or ``dtype``) is checked against what the roofline prices: 2-byte weights
 and KV. ``bfloat16`` and ``float16`` are served as they are; ``float32`` checkpoints are
 served in 16 bits (vLLM's ``dtype = "auto"`` does the same), so they are priced at 2 bytes
 too; any other dtype (8-bit, 4-bit) is a one-line error. Shapes the roofline cannot price
-are refused the same way (:mod:`traces.models.hf_moe`): quantised checkpoints
-(``quantization_config``, ``bits``), sparse attention indexers (``index_topk``) and
+are refused the same way (:mod:`traces.models.hf_moe`): quantised checkpoints of a method
+not priced (``quantization_config`` other than fp8, awq, gptq, mxfp4; a top-level ``bits``;
+the read ones become the shape's ``quantization``), sparse attention indexers (``index_topk``) and
 mixture-of-experts spellings it does not read (``moe_num_experts``, nested or string-typed
 expert counts, per-layer lists).
 """
@@ -39,11 +41,12 @@ from pathlib import Path
 from specbatch.errors import SpecbatchError
 from specbatch.limits import INT64_MAX
 from specbatch.traces.models.hf_moe import (
-    check_quantization,
     check_unknown_moe_fields,
     mla_fields,
     moe_fields,
+    read_quantization,
 )
+from specbatch.traces.models.hf_window import window_fields
 from specbatch.traces.models.shapes import ModelShape
 
 #: ModelShape field -> accepted config.json keys, first present wins.
@@ -93,7 +96,7 @@ def read_hf_config(name: str) -> ModelShape:
 def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
     """A :class:`ModelShape` from a config's key/value pairs (module docstring table; the
     mixture-of-experts fields and the refusals: :mod:`traces.models.hf_moe`)."""
-    check_quantization(data, where)
+    quant = read_quantization(data, where)
     mla = mla_fields(data, where)
     check_unknown_moe_fields(data, where)
     values = {name_: _field(data, keys, where) for name_, keys in FIELD_KEYS.items()}
@@ -108,6 +111,8 @@ def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
                              else values["intermediate"], where))
     values["attention_head_dim"] = _check_heads(data, values, where)
     values.update(mla)
+    values.update(quant)
+    values.update(window_fields(data, values["layers"], where))
     _check_dtype(data, where)
     tie = data.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):

@@ -27,9 +27,16 @@ Multi-head latent attention (DeepSeek-V2/V3, Moonlight, Kimi-K2: ``kv_lora_rank`
 ``q_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``) is read into the
 shape's MLA fields (:class:`~specbatch.traces.models.shapes.ModelShape`).
 
-Refused, naming the field: a quantised checkpoint (``quantization_config`` of any method:
-GPTQ, AWQ, bitsandbytes, FP8, MXFP4, compressed-tensors; a top-level ``bits`` below 16;
-``load_in_4bit`` / ``load_in_8bit``), since the roofline prices 16-bit target weights;
+Quantised checkpoints (``quantization_config``, vLLM's ``ModelConfig._verify_quantization``
+reads the same field, vllm/config/model.py): ``quant_method`` fp8, awq, gptq or mxfp4 becomes
+the shape's ``quantization`` (with ``bits`` (default 4; awq: 4 only, vLLM's ``AWQConfig``;
+gptq: 2, 3, 4, 8, vLLM's ``GPTQConfig``) and ``group_size`` (default 128; -1 = per row) for
+awq/gptq), priced by simulator.cost.precision. ``modules_to_not_convert`` / ``ignored_layers``
+may name only modules priced at 16 bits anyway (lm_head, embeddings, norms, routers, vision
+towers; for mxfp4, anything but the experts); naming a decoder projection is refused, since
+the pricing would count it quantised. Refused, naming the field: any other method
+(bitsandbytes, compressed-tensors, fbgemm_fp8, modelopt, ...), a top-level ``bits`` below 16,
+``load_in_4bit`` / ``load_in_8bit``;
 DeepSeek-V3.2's sparse attention indexer (``index_topk``); any other field whose name mentions
 experts or MoE with a value that could change the shape (an integer > 1, a numeric string, a
 list or an object: ``moe_num_experts``, DBRX's nested ``ffn_config.moe_num_experts``,
@@ -51,6 +58,20 @@ KNOWN_KEYS = frozenset(EXPERT_KEYS + TOP_K_KEYS + (
     "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts",
     "decoder_sparse_step", "mlp_only_layers", "first_k_dense_replace", "moe_layer_freq"))
 QUANT_FLAGS = ("load_in_4bit", "load_in_8bit")
+#: ``quantization_config.quant_method`` values priced (vLLM's ``--quantization`` names).
+QUANT_METHODS = ("fp8", "awq", "gptq", "mxfp4")
+#: The integer weight-only methods, which carry ``bits`` and ``group_size``.
+INT_METHODS = ("awq", "gptq")
+#: Bit widths vLLM's GPTQConfig accepts (``GPTQConfig.__init__``); AWQ is 4-bit only.
+GPTQ_BITS = (2, 3, 4, 8)
+DEFAULT_QUANT_GROUP = 128
+#: The fields listing modules a quantised checkpoint keeps unquantised.
+KEPT_MODULE_KEYS = ("modules_to_not_convert", "ignored_layers")
+#: Module-name components the pricing keeps at 16 bits under every method.
+SIXTEEN_BIT_MODULES = frozenset({
+    "lm_head", "embed_tokens", "embed", "wte", "norm", "router", "gate", "shared_expert_gate",
+    "visual", "vision_tower", "vision_model", "audio_tower", "multi_modal_projector",
+    "mm_projector"})
 MAX_EXPERTS = 65_536  # routed experts per layer (the largest public models use 384)
 MAX_LAYERS = 10_000  # decoder layers of a MoE config (the layer rules are evaluated per layer)
 MAX_NESTING = 16  # nested objects scanned for expert spellings
@@ -58,21 +79,73 @@ MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim
 SPARSE_ATTENTION_KEYS = ("index_topk", "index_n_heads")
 
 
-def check_quantization(data: dict, where: str) -> None:
-    """Refuse a quantised checkpoint (module docstring), naming the field."""
+def read_quantization(data: dict, where: str) -> dict:
+    """The checkpoint's weight format as :class:`~specbatch.traces.models.shapes.ModelShape`
+    fields (``quantization``, ``quant_bits``, ``quant_group_size``), {} for a 16-bit one
+    (module docstring: the methods read, the refusals)."""
     quant = data.get("quantization_config")
-    if quant is not None and quant != {}:
-        method = quant.get("quant_method", quant.get("bits")) if isinstance(quant, dict) else quant
-        raise SpecbatchError(f"{where}: field quantization_config: expected a 16-bit checkpoint "
-                             f"(the roofline prices 16-bit target weights), got {method!r}")
+    if quant is None or quant == {}:
+        _check_legacy_bits(data, where)
+        return {}
+    if not isinstance(quant, dict):
+        raise SpecbatchError(f"{where}: field quantization_config: expected an object with "
+                             f"quant_method, got {quant!r}")
+    method = str(quant.get("quant_method", "")).lower()
+    if method not in QUANT_METHODS:
+        raise SpecbatchError(f"{where}: field quantization_config.quant_method: expected one of "
+                             f"{', '.join(QUANT_METHODS)} (the formats priced), got "
+                             f"{quant.get('quant_method')!r}")
+    _check_kept_modules(quant, method, where)
+    if method not in INT_METHODS:
+        return {"quantization": method}
+    # AutoAWQ's older spellings w_bit / q_group_size, as vLLM's AWQConfig.from_config reads
+    bits = quant.get("bits", quant.get("w_bit", 4))
+    allowed = (4,) if method == "awq" else GPTQ_BITS  # vLLM's AWQConfig / GPTQConfig
+    if not (_integer(bits) and int(bits) in allowed):
+        raise SpecbatchError(f"{where}: field quantization_config.bits: expected one of "
+                             f"{', '.join(map(str, allowed))} for {method}, got {bits!r}")
+    group = quant.get("group_size", quant.get("q_group_size", DEFAULT_QUANT_GROUP))
+    if not (_integer(group) and (int(group) >= 1 or int(group) == -1)):
+        raise SpecbatchError(f"{where}: field quantization_config.group_size: expected an "
+                             f"integer >= 1 or -1 (one group per input row), got {group!r}")
+    return {"quantization": method, "quant_bits": int(bits), "quant_group_size": int(group)}
+
+
+def _check_legacy_bits(data: dict, where: str) -> None:
+    """Refuse the quantisation spellings outside ``quantization_config`` (a top-level
+    ``bits`` below 16, bitsandbytes' ``load_in_4bit`` / ``load_in_8bit``)."""
     bits = data.get("bits")
     if bits is not None and not (_integer(bits) and bits >= 16):
-        raise SpecbatchError(f"{where}: field bits: expected a 16-bit checkpoint (the roofline "
-                             f"prices 16-bit target weights), got {bits!r}")
+        raise SpecbatchError(f"{where}: field bits: expected a 16-bit checkpoint or a "
+                             f"quantization_config of {', '.join(QUANT_METHODS)}, got {bits!r}")
     for key in QUANT_FLAGS:
         if data.get(key):
-            raise SpecbatchError(f"{where}: field {key}: expected a 16-bit checkpoint, got "
+            raise SpecbatchError(f"{where}: field {key}: expected a 16-bit checkpoint or a "
+                                 f"quantization_config of {', '.join(QUANT_METHODS)}, got "
                                  f"{data[key]!r}")
+
+
+def _check_kept_modules(quant: dict, method: str, where: str) -> None:
+    """Refuse a ``modules_to_not_convert`` / ``ignored_layers`` entry that would keep at 16
+    bits a weight the pricing quantises (a decoder-layer projection; for mxfp4 an expert).
+    Entries naming what is 16-bit anyway (module docstring) pass."""
+    for key in KEPT_MODULE_KEYS:
+        entries = quant.get(key) or []
+        if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+            raise SpecbatchError(f"{where}: field quantization_config.{key}: expected a list of "
+                                 f"module names, got {entries!r}")
+        for entry in entries:
+            parts = {p for p in entry.lower().replace("*", "").split(".") if p}
+            if method == "mxfp4":
+                harmless = not any("expert" in p for p in parts)
+            else:
+                harmless = bool(parts & SIXTEEN_BIT_MODULES)
+            if not harmless:
+                raise SpecbatchError(
+                    f"{where}: field quantization_config.{key}: expected only modules the "
+                    f"pricing keeps at 16 bits ({', '.join(sorted(SIXTEEN_BIT_MODULES))}"
+                    f"{'; for mxfp4 anything but experts' if method == 'mxfp4' else ''}), "
+                    f"got {entry!r}")
 
 
 def mla_fields(data: dict, where: str) -> dict:

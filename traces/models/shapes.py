@@ -11,7 +11,12 @@ mistralai/Mixtral-8x7B-v0.1 (``num_local_experts`` 8, ``num_experts_per_tok`` 2,
 ``intermediate_size`` 14336 per expert, 32 layers, hidden 4096, 32/8 heads, vocab 32000) and
 deepseek-ai/DeepSeek-V2-Lite (multi-head latent attention and MoE: 64 routed experts, 6 per
 token, 2 shared, the first layer dense; its config.json fields are pinned in
-tests/traces/models/test_hf_moe.py).
+tests/traces/models/test_hf_moe.py). The sliding-window shapes are mistralai/Mistral-7B-v0.1
+(``sliding_window`` 4096 on all 32 layers, otherwise Llama-style: hidden 4096, 32/8 heads, MLP
+14336, vocab 32000) and google/gemma-3-270m (18 layers, 15 of them sliding with window 512 by
+its ``layer_types``; hidden 640, 4/1 heads of ``head_dim`` 256, MLP 2048, vocab 262144, tied
+embeddings; its config.json fields are pinned in tests/traces/models/test_hf_window.py; the
+shape's two norms per layer undercount Gemma's four by 2 h per layer).
 """
 
 from __future__ import annotations
@@ -39,6 +44,11 @@ class ModelShape:
     token and layer (vLLM's MLA cache), and each head has ``qk_nope_head_dim`` d_n + d_r query/key
     and ``v_head_dim`` d_v value channels. The dense defaults leave every dense shape's numbers
     unchanged.
+
+    ``quantization`` is the checkpoint's own weight format (config.json's
+    ``quantization_config.quant_method``: "none", "fp8", "awq", "gptq" or "mxfp4";
+    traces.models.hf_moe), with ``quant_bits`` and ``quant_group_size`` for awq/gptq (0
+    otherwise; group -1: one group per input row); simulator.cost.precision prices it.
     """
 
     name: str
@@ -60,6 +70,24 @@ class ModelShape:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    quantization: str = "none"
+    quant_bits: int = 0
+    quant_group_size: int = 0
+    sliding_window: int = 0
+    sliding_layers: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.sliding_layers <= self.layers or (self.sliding_layers
+                                                           and self.sliding_window < 1):
+            raise SpecbatchError(f"model shape {self.name}: sliding_layers "
+                                 f"{self.sliding_layers!r}, sliding_window "
+                                 f"{self.sliding_window!r}: expected 0 <= sliding_layers <= "
+                                 f"layers {self.layers} and a window >= 1 when any layer slides")
+
+    @property
+    def is_windowed(self) -> bool:
+        """Whether some layer attends within a sliding window (L_s > 0)."""
+        return self.sliding_layers > 0
 
     @property
     def head_dim(self) -> int:
@@ -184,6 +212,11 @@ SHAPES: dict[str, ModelShape] = {
         ModelShape("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, experts=64, top_k=6,
                    expert_intermediate=1408, shared_intermediate=2 * 1408, moe_layers=26,
                    kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+        # sliding-window attention (config.json fields: traces/models/hf_config.py)
+        ModelShape("mistral-7b-v0.1", 32, 4096, 32, 8, 14336, 32000, sliding_window=4096,
+                   sliding_layers=32),
+        ModelShape("gemma-3-270m", 18, 640, 4, 1, 2048, 262144, tie_embeddings=True,
+                   attention_head_dim=256, sliding_window=512, sliding_layers=15),
     )
 }
 

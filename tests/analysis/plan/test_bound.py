@@ -241,3 +241,24 @@ def test_no_calibrated_bound_for_a_moe_target_past_the_scalar_budget(tables):
               "policy": "ar", "cost": "calibrated",
               "max_num_batched_tokens": bound.SCALAR_MAX + 1}
     assert t.bounds(fields) is None
+
+
+@pytest.mark.parametrize("cost", COSTS)
+def test_a_sliding_window_target_is_bounded_too(tables, cost, tmp_path):
+    # a request's window work is nondecreasing in its query and cache, and a chunked
+    # prefill does at least the whole prompt's: the floors hold, priced with the window
+    import json
+
+    config = {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 11008,
+              "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+              "vocab_size": 32000, "sliding_window": 128,
+              "layer_types": ["sliding_attention", "full_attention"] * 16}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    t, shared = tables["synth"]
+    fields = {**shared, "target": str(tmp_path / "config.json"), "hardware": "h100", "tp": 1,
+              "replicas": 1, "rate": 20.0, "policy": "fixed", "num_speculative_tokens": 2,
+              "verify": "block", "cost": cost, "max_num_batched_tokens": 256}
+    bounds = t.bounds(fields)
+    seen = by_uid(simulate(make_config(fields), trace=t.trace).requests)
+    for name in ("ttft", "tpot", "e2e"):
+        assert np.all(seen[name] >= getattr(bounds, name) * (1 - 1e-12)), name

@@ -84,3 +84,14 @@ def test_a_host_side_drafter_leaves_the_whole_pool_to_the_target():
     h100 = Deployment("h100", 1, 1)
     assert prune_reason(h100, "vicuna-33b", "ngram", 0.9, 4300, 16) is None
     assert "4,244 tokens" in prune_reason(h100, "vicuna-33b", "vicuna-68m", 0.9, 4300, 16)
+
+
+def test_the_questions_precision_prices_the_memory_it_prunes_on():
+    # Vicuna-33B as fp8 holds its decoder projections at 1 byte (~33 GB with its bf16
+    # embeddings and the 68M draft), which one 48 GB L40S holds at u = 0.9; an fp8 KV cache
+    # doubles one H100's pool next to bf16 weights (4,244 -> 8,488 tokens)
+    l40s, h100 = Deployment("l40s", 1, 1), Deployment("h100", 1, 1)
+    assert prune_reason(l40s, "vicuna-33b", "vicuna-68m", 0.9, 800, 16,
+                        {"quantization": "fp8"}) is None
+    assert "8,488 tokens" in prune_reason(h100, "vicuna-33b", "vicuna-68m", 0.9, 9000, 16,
+                                          {"kv_cache_dtype": "fp8"})

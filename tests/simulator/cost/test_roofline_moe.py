@@ -105,16 +105,16 @@ def test_cost_show_json_names_the_routing_in_a_subprocess():
     assert round(data["rows"][1]["experts_touched_decode"], 1) == 82.4
 
 
-def test_a_quantised_config_target_is_a_one_line_error_exit_2(tmp_path):
+def test_an_unpriced_quantised_config_target_is_a_one_line_error_exit_2(tmp_path):
     cfg = {"hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 8,
            "num_hidden_layers": 2, "vocab_size": 1000,
-           "quantization_config": {"bits": 4, "quant_method": "gptq"}}
+           "quantization_config": {"bits": 4, "quant_method": "bitsandbytes"}}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     run = subprocess.run([sys.executable, "-m", "specbatch", "cost", "show", "--target",
                           str(path)], capture_output=True, text=True)
     assert run.returncode == 2 and run.stdout == ""
-    assert run.stderr.count("\n") == 1 and "field quantization_config" in run.stderr
+    assert run.stderr.count("\n") == 1 and "field quantization_config.quant_method" in run.stderr
 
 
 def test_the_docs_dense_versus_moe_table_is_what_the_cost_model_prints():

@@ -296,3 +296,25 @@ def test_the_weights_check_counts_the_draft_and_a_host_drafter_as_free():
     check_weights_fit("h100", "vicuna-33b", "vicuna-68m", 1, 0.9)  # 65.2 GB of 72: fits
     with pytest.raises(SpecbatchError, match="weights do not fit"):
         check_weights_fit("h100", "vicuna-33b", "vicuna-68m", 1, 0.8)  # 64 GB
+
+
+def test_paged_capacity_follows_the_targets_precision():
+    """The paged pool next to the weights: an fp8 KV cache holds twice the tokens (to the
+    token), fp8 weights free their projections' second byte (simulator.cost.precision)."""
+    from specbatch.simulator.run import build_cost
+
+    def pool(**kw):
+        config = load_config(None, kv_mode="paged", target="llama-3.1-8b", draft="llama-3.2-1b",
+                             **kw)
+        return kv_capacity(config, build_cost(config))
+
+    from specbatch.traces.models.shapes import SHAPES
+
+    base, fp8_kv = pool(), pool(kv_cache_dtype="fp8")
+    free = 0.9 * 80e9 - 2 * (SHAPES["llama-3.1-8b"].params + SHAPES["llama-3.2-1b"].params)
+    per_element = 2 * 32 * 8 * 128 + 2 * 16 * 8 * 64  # K and V of both models' layers
+    assert (base, fp8_kv) == (int(free // (2 * per_element)), int(free // per_element))
+    assert (base, fp8_kv) == (326_341, 652_683)
+    assert pool(quantization="fp8") > base and pool(cost="calibrated", kv_cache_dtype="fp8") == fp8_kv
+    with pytest.raises(SpecbatchError, match="field quantization: expected none"):
+        load_config(None, cost="profiled", profile="p.parquet", quantization="fp8")
