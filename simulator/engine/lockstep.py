@@ -19,8 +19,8 @@ are known and each rank's target pass is repriced at T_tok
 
     T + max_r (d_r − t_sym,r + t_r(T_tok))       (d_r: the rank's composed step seconds)
 
-Times the composer stamped at T + d_r (first tokens, finishes, the step row's end) are moved
-to that common end; the step row's target time takes the wait. The dummy pass is not a step
+Times the composer stamped in the step (first tokens, finishes, the step row's end: all
+after T, every earlier stamp at most T) are moved to that common end; the step row's target time takes the wait. The dummy pass is not a step
 row (no request runs in it). Not modelled: the 32-step lag of the wave's end, the CPU
 all-reduce that agrees on each step's token counts, CUDA-graph padding of every rank to the
 largest token count, and vLLM's DP load balancing (the configured ``router`` routes).
@@ -35,6 +35,7 @@ from specbatch.simulator.engine.request_state import Row
 from specbatch.simulator.engine.steplog import CHUNK
 
 _UID = int(Row.UID)
+STEP_END, SCHEDULE = 1, 2  # simulator.engine.core's event kinds (a test pins them)
 #: The dummy batch's batch sums (n, Σq, Σc, Σq·c, Σq²): one request, one token, no cache.
 DUMMY_SUMS = (1, 1.0, 0.0, 0.0, 1.0)
 
@@ -89,7 +90,7 @@ class Lockstep:
             return
         if any(rep.waiting or rep.n_running for rep in e.replicas):
             self.scheduled = True
-            e.push(time, 2, 0)  # SCHEDULE (simulator.engine.core); payload unused
+            e.push(time, SCHEDULE, 0)  # payload unused: the group starts
 
     def start(self, time: float) -> None:
         """Compose every rank's step at ``time``, reprice the target passes at the step's
@@ -118,12 +119,12 @@ class Lockstep:
         row = len(log) - sum(r[4] for r in ranks)
         for rep, duration, _, seen, rows in ranks:
             if duration is not None:
-                self.restamp(seen, time + duration, time + step)
+                self.restamp(seen, time, time + step)
                 for j in range(row, row + rows):
                     self.amend(log, j, time + step, step - duration)
                 row += rows
             rep.busy = True
-            e.push(time + step, 1, rep.index)  # STEP_END for every rank, the dummy's too
+            e.push(time + step, STEP_END, rep.index)  # every rank's end, the dummy's too
 
     def rank_seconds(self, duration, passes, tokens: float) -> float:
         """A rank's step seconds with its target passes repriced at the step's tokens."""
@@ -132,13 +133,14 @@ class Lockstep:
         return duration + sum(rank_pass_seconds(self.cost, sums, tokens) - t
                               for sums, t in passes)
 
-    def restamp(self, uids: np.ndarray, old: float, new: float) -> None:
-        """Move the first tokens and finishes the composer stamped at ``old`` to ``new``
-        (every earlier stamp is at most the step's start, so ``== old`` finds this step's)."""
+    def restamp(self, uids: np.ndarray, start: float, new: float) -> None:
+        """Move the first tokens and finishes of ``uids`` the composer stamped in the step
+        begun at ``start`` to ``new``: every stamp of an earlier step is at most ``start``
+        (the group's steps never overlap), every stamp of this one after it."""
         rec = self.engine.rec
         for arr in (rec.first_token, rec.finish):
             vals = arr[uids]
-            hit = vals == old
+            hit = vals > start
             if hit.any():
                 arr[uids[hit]] = new
 

@@ -78,3 +78,19 @@ def test_lockstep_runs_are_deterministic_and_finish_every_request(tmp_path):
     assert np.isfinite(a.requests["finish"]).all()
     ends = a.steps.groupby("time")["end"].nunique()
     assert (ends == 1).all()  # ranks that step together end together
+
+
+def test_event_kinds_are_the_engines():
+    from specbatch.simulator.engine import core, lockstep
+
+    assert (lockstep.STEP_END, lockstep.SCHEDULE) == (core.STEP_END, core.SCHEDULE)
+
+
+def test_every_request_gets_its_stamps_at_a_common_step_end(tmp_path):
+    """Stamps land on step ends (never on a faster rank's own, unshifted end)."""
+    rows = [(int(p), int(o), 0.013 * i) for i, (p, o) in
+            enumerate(zip([37, 150, 9, 260, 71, 18, 99, 5], [4, 9, 2, 7, 3, 12, 5, 6]))]
+    _, res = run(tmp_path, rows, cost="roofline", router="vllm_dp_lb")
+    ends = set(res.steps["end"].tolist())
+    assert set(res.requests["first_token"].tolist()) <= ends
+    assert set(res.requests["finish"].tolist()) <= ends
