@@ -128,10 +128,9 @@ def _parallel(r: _Reader, values: dict) -> None:
         " (one replica per DP rank, router vllm_dp_lb: least 4 x waiting + running; an MoE "
         "target's ranks in lockstep, simulator.engine.lockstep)" if dp > 1 else ""))
     if dp > 1:
-        r.skip(o + " (DP details)", dp, "not modelled: CUDA-graph padding of every rank to "
-               "the largest token count across ranks, the CPU all-reduce agreeing on it, "
-               "the 32-step lag of the wave's end; the load balancer's counts are taken at "
-               "the first arrival 100 ms after the last publication")
+        r.skip(o + " (DP details)", dp, "not modelled: the CPU all-reduce agreeing on each "
+               "step's token counts and the 32-step lag of a wave's end; the load balancer's "
+               "counts are taken at the first arrival 100 ms after the last publication")
     ep, o = r.get("enable_expert_parallel", "parallel_config")
     values["enable_expert_parallel"] = bool(ep)
     r.map(o, ep, "enable_expert_parallel = " + (

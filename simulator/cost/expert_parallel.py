@@ -36,9 +36,10 @@ all-reduce).
 :func:`rank_pass_seconds` is the same pass with the step's real T (every rank's tokens, known
 once all ranks composed: simulator.engine.lockstep) in place of N · Q: the experts touched,
 the pairs (FLOPs; the measured block's tokens) and t_a2a at T. At T = N · Q it equals the
-symmetric price (a parity test). Not modelled: the per-rank activation bytes of the pairs
-(the roofline keeps the symmetric ones), CUDA-graph padding of each rank's tokens to the
-largest across ranks, an uneven expert split, skewed routing (``routing_skew`` is refused).
+symmetric price (a parity test); ``pad_to`` pads the pass to the token count the DP ranks
+agreed on. Not modelled: the per-rank activation bytes of the pairs (the roofline keeps the
+symmetric ones), an uneven expert split, skewed routing (``routing_skew`` is refused), W8A8
+FP8 experts and sliding-window targets (refused).
 """
 
 from __future__ import annotations
@@ -127,24 +128,26 @@ def with_expert_parallel(cost, dp: int, tp: int):
                          f"only; got {type(cost).__name__}")
 
 
-def rank_pass_seconds(cost, sums: tuple, total: float) -> float:
+def rank_pass_seconds(cost, sums: tuple, total: float, pad_to: float | None = None) -> float:
     """Seconds of one EP rank's target pass of batch ``sums`` (n, Σq, Σc, Σq·c, Σq²) when
     the step's ranks send ``total`` tokens through each MoE layer (module docstring), through
-    the wrappers the engine may hold (vLLM's async scheduling floor, a host-side drafter)."""
+    the wrappers the engine may hold (CUDA-graph padding, vLLM's async scheduling floor, a
+    host-side drafter). ``pad_to``: the token count the DP ranks agreed to pad every pass
+    to (simulator.engine.lockstep; Σq itself: no padding), None: the pass's own graph size."""
     from specbatch.simulator.cost.async_overhead import AsyncOverheadCost
     from specbatch.simulator.cost.calibrated import CalibratedCost
     from specbatch.simulator.cost.free_draft import FreeDraftCost
     from specbatch.simulator.cost.graph_padding import PaddedCost
 
-    if isinstance(cost, PaddedCost):  # the CUDA-graph size the pass is padded to
+    if isinstance(cost, PaddedCost):  # p padding requests of query 1 and no cache
         n, sq, skv, sqkv, sqq = sums
-        pad = cost.padding(sq)
+        pad = cost.padding(sq) if pad_to is None else max(0.0, pad_to - sq)
         return rank_pass_seconds(cost.inner, (n + pad, sq + pad, skv, sqkv, sqq + pad), total)
     if isinstance(cost, AsyncOverheadCost):
-        t = rank_pass_seconds(cost.inner, sums, total)
+        t = rank_pass_seconds(cost.inner, sums, total, pad_to)
         return max(t, cost.host_overhead) if t > 0.0 else t
     if isinstance(cost, FreeDraftCost):
-        return rank_pass_seconds(cost.inner, sums, total)
+        return rank_pass_seconds(cost.inner, sums, total, pad_to)
     if isinstance(cost, RooflineCost):
         return roofline_rank_seconds(cost, sums, total)
     if isinstance(cost, CalibratedCost):
@@ -189,6 +192,17 @@ def lss_rank_seconds(pricer, sums: tuple, total: float) -> float:
     fixed, floor = pricer.launch
     launch = fixed + max(0.0, floor - (layers + p["attention"] + comm + p["lm_head"]))
     return (((layers + p["attention"]) + comm) + p["lm_head"]) + launch
+
+
+def largest_graph(cost) -> int | None:
+    """The largest captured CUDA-graph size of ``cost``'s padding wrapper (None: no graphs)."""
+    from specbatch.simulator.cost.graph_padding import PaddedCost
+
+    while cost is not None:
+        if isinstance(cost, PaddedCost):
+            return int(cost.largest)
+        cost = cost.__dict__.get("inner")
+    return None
 
 
 def padded_tokens(cost, tokens: float) -> float:

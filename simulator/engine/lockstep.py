@@ -13,24 +13,32 @@ slowest rank reaches each layer. The wave ends when no rank has unfinished reque
 Modelled as one step of the whole group, :meth:`Lockstep.start`: at time T every rank composes
 its step with its own scheduler (the composer prices its target pass as if the other ranks
 carried the same Q, the symmetric price); a rank with nothing to run takes the dummy pass
-(n = 1, Σq = 1, no cache). Once all ranks have composed, the step's tokens T_tok = Σ_r Q_r
-are known and each rank's target pass is repriced at T_tok
-(:func:`simulator.cost.expert_parallel.rank_pass_seconds`); every rank's step then ends at::
+(n = 1, Σq = 1, no cache). Once all ranks have composed, their token counts Q_r are known:
+with CUDA graphs and every Q_r within the captured sizes, vLLM pads every rank's pass (the
+dummy's too) to P = max_r padded(Q_r) (vllm/v1/worker/dp_utils.py
+``coordinate_batch_across_dp``), so T_tok = N · P; otherwise (a rank runs eager, or no
+graphs) nobody is padded and T_tok = Σ_r Q_r. Each rank's target pass is repriced at T_tok
+and its padding (:func:`simulator.cost.expert_parallel.rank_pass_seconds`); every rank's
+step then ends at::
 
     T + max_r (d_r − t_sym,r + t_r(T_tok))       (d_r: the rank's composed step seconds)
 
 Times the composer stamped in the step (first tokens, finishes, the step row's end: all
 after T, every earlier stamp at most T) are moved to that common end; the step row's target time takes the wait. The dummy pass is not a step
-row (no request runs in it). Not modelled: the 32-step lag of the wave's end, the CPU
-all-reduce that agrees on each step's token counts, CUDA-graph padding of every rank to the
-largest token count, and vLLM's DP load balancing (the configured ``router`` routes).
+row (no request runs in it). Not modelled: the 32-step lag of the wave's end and the CPU
+all-reduce that agrees on each step's token counts. Requests reach the ranks by the
+configured ``router`` (``vllm_dp_lb``: vLLM's DP load balancer, simulator.engine.core).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from specbatch.simulator.cost.expert_parallel import padded_tokens, rank_pass_seconds
+from specbatch.simulator.cost.expert_parallel import (
+    largest_graph,
+    padded_tokens,
+    rank_pass_seconds,
+)
 from specbatch.simulator.engine.request_state import Row
 from specbatch.simulator.engine.steplog import CHUNK
 
@@ -112,9 +120,8 @@ class Lockstep:
             ranks.append((rep, duration, passes, seen, len(log) - rows0))
         if all(duration is None for _, duration, _, _, _ in ranks):
             return  # nobody can run: no wave (the next arrival or step end wakes the group)
-        tokens = sum(padded_tokens(self.cost, p[0][1])
-                     for _, _, passes, _, _ in ranks for p in passes)
-        step = max(self.rank_seconds(duration, passes, tokens)
+        pad_to, tokens = self.dp_padding([passes for _, _, passes, _, _ in ranks])
+        step = max(self.rank_seconds(duration, passes, tokens, pad_to)
                    for _, duration, passes, _, _ in ranks)
         row = len(log) - sum(r[4] for r in ranks)
         for rep, duration, _, seen, rows in ranks:
@@ -126,11 +133,29 @@ class Lockstep:
             rep.busy = True
             e.push(time + step, STEP_END, rep.index)  # every rank's end, the dummy's too
 
-    def rank_seconds(self, duration, passes, tokens: float) -> float:
-        """A rank's step seconds with its target passes repriced at the step's tokens."""
-        if duration is None:  # the dummy batch: its pass and the engine's per-step overhead
-            return rank_pass_seconds(self.cost, DUMMY_SUMS, tokens) + self.engine.overhead
-        return duration + sum(rank_pass_seconds(self.cost, sums, tokens) - t
+    def dp_padding(self, by_rank: list) -> tuple[float | None, float]:
+        """(pad_to, T_tok) of the step (vllm/v1/worker/dp_utils.py
+        ``coordinate_batch_across_dp``: the ranks agree on the CUDA-graph mode, the lowest
+        across ranks, and with graphs pad every rank to the largest padded token count).
+        Every rank's pass within the captured sizes: all padded to P = max_r padded(Q_r),
+        T_tok = N · P; some rank above them (eager): none padded, T_tok = Σ_r Q_r; no graphs
+        configured: (None, Σ_r Q_r). One target pass per rank step is assumed (vllm-v1)."""
+        qs = [sum(sums[1] for sums, _ in passes) for passes in by_rank]  # [N] tokens
+        largest = largest_graph(self.cost)
+        if largest is None:
+            return None, float(sum(qs))
+        if max(qs) > largest:
+            return -1.0, float(sum(qs))  # pad_to below every Σq: nobody is padded
+        pad = max(padded_tokens(self.cost, q) for q in qs)
+        return float(pad), float(pad * len(qs))
+
+    def rank_seconds(self, duration, passes, tokens: float, pad_to: float | None) -> float:
+        """A rank's step seconds with its target passes repriced at the step's tokens (and
+        the DP padding): a dummy rank's 1-token pass plus the per-step overhead."""
+        if duration is None:
+            return (rank_pass_seconds(self.cost, DUMMY_SUMS, tokens, pad_to)
+                    + self.engine.overhead)
+        return duration + sum(rank_pass_seconds(self.cost, sums, tokens, pad_to) - t
                               for sums, t in passes)
 
     def restamp(self, uids: np.ndarray, start: float, new: float) -> None:

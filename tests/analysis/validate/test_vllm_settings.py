@@ -66,7 +66,7 @@ def test_data_and_expert_parallel_settings_are_modelled_and_the_lockstep_is_list
     mapped = " ".join(row[0] for row in s.mapped)
     assert "enable_expert_parallel" in mapped and "data_parallel_size" in mapped
     listed = [row for row in s.unmodelled if row[0].startswith("engine_kwargs.data_parallel")]
-    assert len(listed) == 1 and "padding" in listed[0][2]
+    assert len(listed) == 1 and "32-step" in listed[0][2]
 
 
 @pytest.mark.parametrize("kwargs, needle", [

@@ -94,3 +94,23 @@ def test_every_request_gets_its_stamps_at_a_common_step_end(tmp_path):
     ends = set(res.steps["end"].tolist())
     assert set(res.requests["first_token"].tolist()) <= ends
     assert set(res.requests["finish"].tolist()) <= ends
+
+
+@pytest.mark.parametrize("prompts, pad_to, total", [
+    ((3, 6), 8.0, 16.0),  # both within the graphs: both padded to 8 (4 and 8 alone)
+    ((3, 20), -1.0, 23.0),  # 20 > 16 runs eager, so both ranks do: no padding at all
+])
+def test_dp_ranks_pad_to_the_largest_graph_or_none(tmp_path, prompts, pad_to, total):
+    from specbatch.simulator.cost.graph_padding import pad_to_graphs
+
+    config, res = run(tmp_path, [(p, 1, 0.0) for p in prompts], cost="roofline",
+                      cuda_graph_sizes="1,2,4,8,16")
+    model = pad_to_graphs(build_cost(config), config.cuda_graph_sizes)
+    want = max(rank_pass_seconds(model, (1, float(p), 0.0, 0.0, float(p * p)), total, pad_to)
+               for p in prompts) + model.overhead + res.steps["verify_time"].max()
+    assert res.steps["end"].tolist() == pytest.approx([want, want], rel=1e-12)
+    # each rank at its own graph size instead (what the pricer alone would do) differs
+    own_total = sum(p + model.padding(p) for p in prompts)
+    own = max(rank_pass_seconds(model, (1, float(p), 0.0, 0.0, float(p * p)), own_total)
+              for p in prompts) + model.overhead + res.steps["verify_time"].max()
+    assert abs(own - want) > 1e-9
