@@ -185,7 +185,8 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         ranks = int(config.replicas) * int(getattr(config, "data_parallel_size", 1))
         self.replicas = [Replica(i) for i in range(ranks)]
         self.lockstep = None  # vLLM's DP ranks of an MoE model step together (lockstep.py)
-        if ranks > 1 and getattr(config, "enable_expert_parallel", False):
+        if (int(getattr(config, "data_parallel_size", 1)) > 1
+                and getattr(config, "enable_expert_parallel", False)):
             from specbatch.simulator.engine.lockstep import Lockstep
 
             self.lockstep = Lockstep(self, cost)

@@ -114,3 +114,15 @@ def test_dp_ranks_pad_to_the_largest_graph_or_none(tmp_path, prompts, pad_to, to
     own = max(rank_pass_seconds(model, (1, float(p), 0.0, 0.0, float(p * p)), own_total)
               for p in prompts) + model.overhead + res.steps["verify_time"].max()
     assert abs(own - want) > 1e-9
+
+
+def test_replicas_with_expert_parallelism_over_tp_alone_step_independently(tmp_path):
+    """EP with data_parallel_size 1 splits the experts over tp only: separate servers
+    (replicas) are not coupled, so each step ends at its own rank's pass."""
+    config, res = run(tmp_path, [(100, 1, 0.0), (500, 1, 0.0)], cost="roofline",
+                      data_parallel_size=1, replicas=2)
+    model = build_cost(config)
+    ends = [model.time_from_sums("target", 1, float(p), 0.0, 0.0, float(p * p))
+            + model.overhead for p in (100, 500)]
+    ends = [e + v for e, v in zip(ends, res.steps["verify_time"])]
+    assert res.steps["end"].tolist() == pytest.approx(ends, rel=1e-12)
