@@ -157,7 +157,8 @@ def test_every_field_declares_its_help_and_its_type_comes_from_the_annotation():
                         "enable_chunked_prefill",
                         "max_model_len", "budget", "profile", "slo",
                         "num_speculative_tokens_per_batch_size", "draft_len_schedule",
-                        "speculative_adaptive_config", "cuda_graph_sizes", "dsd_max_k"}
+                        "speculative_adaptive_config", "cuda_graph_sizes", "dsd_max_k",
+                        "draft_head"}
 
 
 def test_the_policy_choices_are_the_policy_registry():
