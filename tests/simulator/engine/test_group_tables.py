@@ -1,0 +1,108 @@
+"""Paged KV under vLLM V1's hybrid KV cache manager (simulator.engine.group_tables,
+simulator.engine.kv): each group's table charged as vLLM charges it, worked by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.config.sim_config import load_config
+from specbatch.simulator.cost.kv_groups import KVGroup, KVLayout
+from specbatch.simulator.engine.core import Engine
+from specbatch.simulator.engine.group_tables import GroupTables, lone_peak_blocks
+from specbatch.simulator.engine.kv import hybrid_layout, hybrid_notes
+from specbatch.simulator.policies.registry import make_policy
+from specbatch.simulator.workload.arrivals import build_workload
+from specbatch.traces.models.shapes import SHAPES, ModelShape
+from tests.simulator.helpers import LinearCost, const_trace
+
+#: one full and one sliding group, blocks of 4 tokens, window 8
+LAYOUT = KVLayout((KVGroup(0, 4, 1), KVGroup(8, 4, 1)), 64, 1)
+#: a two-layer model, layer 1 sliding with W = 8
+TINY = ModelShape("tiny-window", 2, 64, 2, 1, 128, 100, sliding_window=8, sliding_layers=1)
+
+
+def test_a_table_frees_the_blocks_wholly_behind_the_window_of_the_next_token():
+    """get_num_skipped_tokens(c) = max(0, c − W + 1): c = 11 skips 4 tokens = block 0 of the
+    sliding group; c = 15 skips 8 = blocks 0 and 1. The full group never frees."""
+    t = GroupTables(LAYOUT)
+    assert t.to_allocate(0, 10) == 3 + 3  # a fresh table: ⌈10 / 4⌉ in each group
+    t.commit(0, 10)
+    assert t.remove_skipped(0, 10) == 0 and t.held(0) == 6
+    assert t.remove_skipped(0, 11) == 1 and t.held(0) == 5
+    assert t.to_allocate(0, 12) == 0  # both tables already have 3 entries (nulls count)
+    assert t.to_allocate(0, 13) == 1 + 1
+    t.commit(0, 13)
+    assert t.remove_skipped(0, 15) == 1 and t.held(0) == 4 + 2
+    assert t.remove_skipped(0, 15) == 0  # done once
+    assert t.release(0) == 6 and t.held(0) == 0
+
+
+def test_a_lone_requests_peak_is_the_window_plus_one_step_in_a_sliding_group():
+    """slots 100, steps of at most 5 slots: full ⌈100 / 4⌉ = 25, sliding
+    min(25, ⌈(8 − 1 + 5) / 4⌉ + 1 = 4)."""
+    assert lone_peak_blocks(LAYOUT, 100, 5) == 25 + 4
+    assert lone_peak_blocks(LAYOUT, 6, 5) == 2 + 2
+
+
+def build(monkeypatch, **kw) -> Engine:
+    monkeypatch.setitem(SHAPES, TINY.name, TINY)
+    trace = const_trace(2, output_len=6, prompt_lens=[10, 6], depth=2,
+                        arrival=np.zeros(2))
+    config = load_config(None, trace="synth", requests=2, arrival="trace", policy="ar",
+                         target=TINY.name, draft="ngram", kv_mode="paged", block_size=4,
+                         enable_prefix_caching=False, **kw)
+    workload = build_workload(config, trace)
+    eng = Engine(config, trace, workload, LinearCost(), make_policy(config, trace.K),
+                 capacity=config.kv_capacity)
+    eng.compositions = []
+    return eng
+
+
+def test_two_requests_sliding_group_frees_blocks_behind_the_window(monkeypatch):
+    """A: prompt 10, B: prompt 6, 6 tokens each, no drafts (lookahead 0), blocks of 4, W = 8.
+    Step 1 prefills both: A ⌈10/4⌉ = 3 per group (6), B 2 per group (4). Decoding at output
+    position t, computed c = prompt + t − 1 and slots c + 1:
+    step 2: A c 10 (skips 3 tokens: no block), slots 11 -> 3 + 3; B c 6 -> 2 + 2;
+    step 3: A c 11 skips 4 = one block -> 3 + 2; B c 7, slots 8 -> 2 + 2;
+    step 4: A c 12, slots 13 -> 4 + (4 − 1); B c 8 (skips 1), slots 9 -> 3 + 3;
+    steps 5, 6: A c 13, 14 (skips 6, 7: one block) -> 4 + 3; B slots 10, 11 -> 3 + 3.
+    The pool of 20 blocks ends each step with 20 − held free."""
+    eng = build(monkeypatch, kv_capacity=20 * 4)
+    eng.run()
+    blocks = [c[4] for c in eng.compositions]
+    assert blocks == [(6, 4), (6, 4), (5, 4), (7, 6), (7, 6), (7, 6)]
+    assert [c[6] for c in eng.compositions] == [20 - a - b for a, b in blocks]
+    assert not any(c[5] for c in eng.compositions)  # nobody preempted
+    assert eng.blocks.tables.tables == {}  # both finished: their tables dropped
+
+
+def test_the_knob_charges_one_group_of_every_layer(monkeypatch):
+    """disable_hybrid_kv_cache_manager: one full group, a block holds both layers: A
+    ⌈10/4⌉ = 3 ... 4, B 2 ... 3 (today's accounting, the vectorised composer)."""
+    eng = build(monkeypatch, kv_capacity=20 * 4, disable_hybrid_kv_cache_manager=True)
+    eng.fast_paths = False  # every step composed and logged
+    eng.run()
+    assert [c[4] for c in eng.compositions] == [(3, 2)] * 3 + [(4, 3)] * 3
+    assert eng.blocks.tables is None
+    assert hybrid_layout(eng.config) is None
+
+
+def test_preemption_returns_every_group_s_blocks(monkeypatch):
+    """A pool of 11 blocks: step 3 holds 5 + 4 = 9, step 4 would need A +2 (7) and B +2
+    (6) = 13 > 11: B, the newest, is preempted (its 4 blocks back), A grows to 7."""
+    eng = build(monkeypatch, kv_capacity=11 * 4)
+    eng.run()
+    comp = eng.compositions[3]
+    assert comp[2] == (0,) and comp[4] == (7,) and comp[5] == (1,) and comp[6] == 11 - 7
+
+
+def test_prefix_caching_is_noted_and_vllm_v0_refused(monkeypatch):
+    monkeypatch.setitem(SHAPES, TINY.name, TINY)
+    config = load_config(None, target=TINY.name, draft="ngram", kv_mode="paged")
+    assert "not modelled" in hybrid_notes(config)[0]
+    with pytest.raises(SpecbatchError, match="disable_hybrid_kv_cache_manager: expected true"):
+        hybrid_layout(config.replace(scheduler="vllm-v0"))
+    assert hybrid_layout(config.replace(scheduler="vllm-v0",
+                                        disable_hybrid_kv_cache_manager=True)) is None
