@@ -97,3 +97,16 @@ def lone_peak_blocks(layout: KVLayout, slots: int, step_slots: int) -> int:
             full = min(full, -(-(g.window - 1 + step_slots) // g.block_size) + 1)
         total += full
     return total
+
+
+def request_blocks(layout: KVLayout, computed, slots):
+    """Blocks a running request holds over all groups once its table covers ``slots`` and its
+    skipped blocks behind ``computed`` are freed: Σ_g ⌈slots / b_g⌉ − Σ_sliding
+    ⌊max(0, computed − W + 1) / b_g⌋ (integers or arrays # [n] of them)."""
+    total = 0
+    for g in layout.groups:
+        total = total + -(-slots // g.block_size)
+        if g.window:
+            total = total - ((computed - g.window + 1).clip(0) if hasattr(computed, "clip")
+                             else max(0, computed - g.window + 1)) // g.block_size
+    return total

@@ -166,6 +166,18 @@ def check_hybrid_fits(config: SimConfig, capacity: int | None, layout: KVLayout,
             f"got {capacity} tokens = {pool} blocks of {bs}")
 
 
+def lone_request_blocks(config: SimConfig, slots: int, depth: int) -> int:
+    """Blocks the largest request (``slots`` KV slots, drafts of ``depth``) needs alone:
+    ⌈slots / block_size⌉, or its peak over the hybrid manager's groups
+    (:func:`check_hybrid_fits`)."""
+    layout = hybrid_layout(config)
+    if layout is None:
+        return -(-int(slots) // int(config.block_size))
+    budget = config.token_budget
+    return lone_peak_blocks(layout, int(slots),
+                            max(int(budget) if budget else int(slots), depth + 1) + depth)
+
+
 def check_fits(config: SimConfig, capacity: int | None, max_footprint: int) -> None:
     """Paged mode: one-line error when the largest request (prompt + output + K + 1 =
     ``max_footprint`` tokens) cannot run alone in one replica's block pool (reserve mode's

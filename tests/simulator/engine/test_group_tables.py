@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import load_config
@@ -106,3 +108,62 @@ def test_prefix_caching_is_noted_and_vllm_v0_refused(monkeypatch):
         hybrid_layout(config.replace(scheduler="vllm-v0"))
     assert hybrid_layout(config.replace(scheduler="vllm-v0",
                                         disable_hybrid_kv_cache_manager=True)) is None
+
+
+class ListTables:
+    """:class:`GroupTables`'s twin with vLLM's data: per group a list of block ids, freed ones
+    replaced by None (the null block), taken from and returned to one free list."""
+
+    def __init__(self, layout: KVLayout, pool: int):
+        self.layout, self.free, self.tables = layout, list(range(pool)), {}
+
+    def allocate(self, uid: int, computed: int, slots: int) -> bool:
+        table = self.tables.setdefault(uid, [[] for _ in self.layout.groups])
+        for g, blocks in zip(self.layout.groups, table):
+            if g.window:
+                for i in range(min(max(0, computed - g.window + 1) // g.block_size, len(blocks))):
+                    if blocks[i] is not None:
+                        self.free.append(blocks[i])
+                        blocks[i] = None
+        need = [max(-(-slots // g.block_size) - len(b), 0)
+                for g, b in zip(self.layout.groups, table)]
+        if sum(need) > len(self.free):
+            return False
+        for n, blocks in zip(need, table):
+            blocks.extend(self.free.pop() for _ in range(n))
+        return True
+
+    def release(self, uid: int) -> None:
+        for blocks in self.tables.pop(uid, []):
+            self.free.extend(b for b in blocks if b is not None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 6), st.booleans()), max_size=60),
+       st.sampled_from([LAYOUT, KVLayout((KVGroup(0, 2, 1), KVGroup(5, 2, 1), KVGroup(5, 2, 1)),
+                                         1, 1)]))
+def test_counted_tables_match_vllms_block_lists(ops, layout):
+    """Random requests grow (context advancing by 0..6 tokens, slots = computed + 1..3), or
+    finish; the counting tables free and take exactly the blocks of the list twin."""
+    pool = 40
+    twin, tables, free = ListTables(layout, pool), GroupTables(layout), pool
+    computed: dict[int, int] = {}
+    for uid, step, done in ops:
+        if done:
+            free += tables.release(uid)
+            twin.release(uid)
+            computed.pop(uid, None)
+            continue
+        c = computed.get(uid, 0) + step
+        slots = c + 1 + step % 3
+        free += tables.remove_skipped(uid, c)
+        new = tables.to_allocate(uid, slots)
+        ok = twin.allocate(uid, c, slots)
+        assert ok == (new <= free)
+        if ok:
+            tables.commit(uid, slots)
+            free -= new
+            computed[uid] = c
+        assert free == len(twin.free)
+        assert tables.held(uid) == sum(b is not None for t in twin.tables.get(uid, [])
+                                       for b in t)
