@@ -4,8 +4,9 @@ simulator.engine.kv): each group's table charged as vLLM charges it, worked by h
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specbatch.errors import SpecbatchError
@@ -14,10 +15,19 @@ from specbatch.simulator.cost.kv_groups import KVGroup, KVLayout
 from specbatch.simulator.engine.core import Engine
 from specbatch.simulator.engine.group_tables import GroupTables, lone_peak_blocks
 from specbatch.simulator.engine.kv import hybrid_layout, hybrid_notes
+from specbatch.simulator.metrics import request_table, step_frame
 from specbatch.simulator.policies.registry import make_policy
 from specbatch.simulator.workload.arrivals import build_workload
 from specbatch.traces.models.shapes import SHAPES, ModelShape
+from tests.simulator.engine.v1.test_compose_mixed import build as build_mixed
+from tests.simulator.engine.v1.test_compose_mixed import cases
 from tests.simulator.helpers import LinearCost, const_trace
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
 
 #: one full and one sliding group, blocks of 4 tokens, window 8
 LAYOUT = KVLayout((KVGroup(0, 4, 1), KVGroup(8, 4, 1)), 64, 1)
@@ -78,6 +88,7 @@ def test_two_requests_sliding_group_frees_blocks_behind_the_window(monkeypatch):
     assert [c[6] for c in eng.compositions] == [20 - a - b for a, b in blocks]
     assert not any(c[5] for c in eng.compositions)  # nobody preempted
     assert eng.blocks.tables.tables == {}  # both finished: their tables dropped
+    assert not eng.fast_paths  # every step through the per-request walk
 
 
 def test_the_knob_charges_one_group_of_every_layer(monkeypatch):
@@ -167,3 +178,32 @@ def test_counted_tables_match_vllms_block_lists(ops, layout):
         assert free == len(twin.free)
         assert tables.held(uid) == sum(b is not None for t in twin.tables.get(uid, [])
                                        for b in t)
+
+
+#: TINY with a window no request reaches: its sliding group never frees a block
+WIDE = ModelShape("tiny-wide-window", 2, 64, 2, 1, 128, 100, sliding_window=10**6,
+                  sliding_layers=1)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases(paged_only=True))
+def test_groups_that_never_free_run_as_one_group_of_half_the_pool(case, monkeypatch_module):
+    """With W beyond every context the two groups are charged alike, 2 ⌈S / b⌉ per request,
+    so a pool of 2M blocks under the hybrid walk (simulator.engine.v1.reference) gives every
+    step and request the vectorised composer and its fast paths give one group of M blocks
+    (the knob): the per-request walk's parity with today's engine, drafts, chunks and
+    preemptions included."""
+    trace, cost, kw = case
+    monkeypatch_module.setitem(SHAPES, WIDE.name, WIDE)
+    kw = {**kw, "target": WIDE.name, "draft": "ngram", "enable_prefix_caching": False}
+    tables = []
+    for hybrid in (True, False):
+        cap = kw["kv_capacity"] * (2 if hybrid else 1)
+        eng = build_mixed(trace, cost, {**kw, "kv_capacity": cap,
+                                        "disable_hybrid_kv_cache_manager": not hybrid},
+                          fast=not hybrid)  # the hybrid engine turns its fast paths off
+        assert (eng.blocks.tables is not None) is hybrid
+        rec = eng.run()
+        tables.append((step_frame(rec.step_rows), request_table(rec, eng.w)))
+    pd.testing.assert_frame_equal(tables[0][0], tables[1][0], check_exact=True)
+    pd.testing.assert_frame_equal(tables[0][1], tables[1][1], check_exact=True)
