@@ -22,6 +22,7 @@ import json
 import time
 
 import numpy as np
+from cost_bench import per_call_us  # a sibling script: its folder is on sys.path
 
 from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.cost.hardware import get_hardware
@@ -29,17 +30,6 @@ from specbatch.simulator.cost.roofline import RooflineCost
 from specbatch.simulator.run import simulate
 from specbatch.traces.models.shapes import SHAPES
 from specbatch.traces.synth import SynthConfig, synth_trace
-
-
-def per_call_us(fn, calls: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(3):  # best of 3 repeats: the machine is shared
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return 1e6 * best
 
 
 def models() -> dict[str, RooflineCost]:

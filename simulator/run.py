@@ -165,6 +165,10 @@ def build_cost(config: SimConfig) -> CostModel:
                              routing_skew=config.routing_skew,
                              quantization=config.quantization,
                              kv_cache_dtype=config.kv_cache_dtype)
+    if config.enable_expert_parallel:  # vLLM's DP + EP (simulator.cost.expert_parallel)
+        from specbatch.simulator.cost.expert_parallel import with_expert_parallel
+
+        model = with_expert_parallel(model, int(config.data_parallel_size), int(config.tp))
     if config.async_scheduling:
         from specbatch.simulator.cost.async_overhead import AsyncOverheadCost
 
@@ -252,7 +256,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     streamed = steps_file is not None
     check_simulation("config", config.requests or trace.n_requests,
                      trace.n_rows / max(1, trace.n_requests), config.max_num_seqs,
-                     config.replicas, streamed)
+                     config.replicas * config.data_parallel_size, streamed)
     calibration, held_out = None, ()
     split = pk.applied_split(config)
     if split:  # held-out requests calibrate; the others are replayed
@@ -262,7 +266,8 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     workload = build_workload(config, trace)
     check_memory("config", simulation_bytes(
         workload.n, float(workload.output_len.mean()) if workload.n else 0.0,
-        config.max_num_seqs, config.replicas, streamed), "simulate fewer or shorter requests")
+        config.max_num_seqs, config.replicas * config.data_parallel_size, streamed),
+        "simulate fewer or shorter requests")
     if calibration is not None:  # trace_index names the request in the whole trace
         workload = dataclasses.replace(workload, trace_index=replayed[workload.trace_index])
     workload = cap_workload(config, workload)

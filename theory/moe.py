@@ -139,3 +139,29 @@ def touched_by_sampling(tokens: int, load: np.ndarray, top_k: int, samples: int,
     np.put_along_axis(hit, chosen, True, axis=1)
     counts = hit.sum(axis=1)  # [samples]
     return float(counts.mean()), float(counts.std(ddof=1) / math.sqrt(samples))
+
+
+def ep_local_experts(experts: int, ep_size: int) -> int:
+    """Experts one rank holds under expert parallelism: E / ep_size, ep_size = dp · tp (vLLM
+    ``vllm/model_executor/layers/fused_moe/layer.py`` ``determine_expert_map``, linear placement;
+    an uneven split, which vLLM gives the first E mod ep_size ranks one more, is refused)."""
+    require(isinstance(ep_size, (int, np.integer)) and ep_size >= 1,
+            f"ep_size {ep_size!r}: expected an integer >= 1")
+    require(experts % ep_size == 0, f"ep_size {ep_size}: expected a divisor of the {experts} "
+            "routed experts (an uneven expert split is not priced)")
+    return experts // ep_size
+
+
+def ep_pairs(tokens_total: float, top_k: int, ep_size: int) -> float:
+    """Expected (token, expert) pairs one EP rank computes when the dp ranks together send
+    ``tokens_total`` = Σ_ranks Q_r tokens through a MoE layer under uniform routing: each token
+    picks k experts, each rank holds 1/ep_size of them, so Σ Q_r · k / ep_size."""
+    return tokens_total * top_k / ep_size
+
+
+def ep_local_touched(tokens_total: float, experts: int, top_k: int, ep_size: int) -> float:
+    """Expected distinct experts of one EP rank's E / ep_size that at least one of the
+    ``tokens_total`` tokens of all ranks picks, uniform routing: each local expert is missed by
+    one token with probability 1 − k/E, so (E / ep_size) · (1 − (1 − k/E)^{Σ Q_r}) (the
+    rank's share of :func:`uniform_touched`, by symmetry over the experts)."""
+    return ep_local_experts(experts, ep_size) * (1.0 - (1.0 - top_k / experts) ** tokens_total)

@@ -120,18 +120,22 @@ def _parallel(r: _Reader, values: dict) -> None:
     values["tp"] = int(tp or 1)
     r.map(o, values["tp"], f"tp = {values['tp']} (all-reduce over the preset's link)")
     dp, o = r.get("data_parallel_size", "parallel_config")
-    values["replicas"] = int(dp or 1)
-    r.map(o, dp, f"replicas = {values['replicas']}" + (", router round_robin"
-                                                       if values["replicas"] > 1 else ""))
-    if values["replicas"] > 1:
-        r.skip(o + " (load balancing)", dp, "vLLM's DP coordinator balances on queue "
-               "lengths and runs the replicas' MoE layers in lockstep; simulated as "
-               "independent round-robin replicas")
+    dp = int(dp or 1)
+    values["data_parallel_size"] = dp
+    if dp > 1:
+        values["router"] = "vllm_dp_lb"
+    r.map(o, dp, f"data_parallel_size = {dp}" + (
+        " (one replica per DP rank, router vllm_dp_lb: least 4 x waiting + running; an MoE "
+        "target's ranks in lockstep, simulator.engine.lockstep)" if dp > 1 else ""))
+    if dp > 1:
+        r.skip(o + " (DP details)", dp, "not modelled: the CPU all-reduce agreeing on each "
+               "step's token counts and the 32-step lag of a wave's end; the load balancer's "
+               "counts are taken at the first arrival 100 ms after the last publication")
     ep, o = r.get("enable_expert_parallel", "parallel_config")
-    if ep:
-        r.skip(o, ep, "expert parallelism (all-to-all of routed tokens) is not modelled")
-    else:
-        r.map(o, ep, "no expert parallelism")
+    values["enable_expert_parallel"] = bool(ep)
+    r.map(o, ep, "enable_expert_parallel = " + (
+        f"true: E / {dp} experts per GPU, all-gather / reduce-scatter dispatch over the "
+        "link (simulator.cost.expert_parallel)" if ep else "false"))
     pp, o = r.get("pipeline_parallel_size", "parallel_config")
     if pp not in (None, 1):
         r.skip(o, pp, "pipeline parallelism is not modelled")

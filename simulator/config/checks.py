@@ -81,6 +81,39 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
         get_hardware(c.hardware)  # the preset lookup accepts any case and its aliases
     except SpecbatchError:
         fail(where, "hardware", f"one of {', '.join(sorted(HARDWARE))}", c.hardware)
+    check_parallel(c, where)
+
+
+def check_parallel(c: SimConfig, where: str = "config") -> None:
+    """vLLM's data and expert parallelism (simulator.cost.expert_parallel): DP ranks are the
+    replicas of one server; expert parallelism needs an MoE target, uniform routing and a cost
+    model that prices it; DP over an MoE target without EP (experts tensor-parallel across the
+    DP ranks, as vLLM would run it) is not priced."""
+    dp, ep = int(c.data_parallel_size), bool(c.enable_expert_parallel)
+    if dp == 1 and not ep:
+        return
+    if dp > 1 and c.replicas != 1:
+        fail(where, "replicas", "1 when data_parallel_size > 1 (the DP ranks are the replicas)",
+             c.replicas)
+    from specbatch.traces.models.shapes import get_shape  # local: shapes load lazily
+
+    try:
+        moe = get_shape(c.target).is_moe
+    except SpecbatchError:
+        moe = False
+    if ep and not moe:
+        fail(where, "enable_expert_parallel", f"false (target {c.target} is not a "
+             "mixture-of-experts model)", ep)
+    if dp > 1 and moe and not ep:
+        fail(where, "enable_expert_parallel", f"true for MoE target {c.target} with "
+             "data_parallel_size > 1 (experts tensor-parallel across DP ranks are not priced)",
+             ep)
+    if ep and c.cost == "profiled":
+        fail(where, "enable_expert_parallel", "false with cost profiled (the profile measured "
+             "its own layout)", ep)
+    if ep and c.routing_skew != 0:
+        fail(where, "routing_skew", "0 with enable_expert_parallel (skewed routing over EP "
+             "ranks is not priced)", c.routing_skew)
 
 
 def check_extra_applies(c: SimConfig, where: str = "config") -> None:

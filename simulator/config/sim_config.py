@@ -73,7 +73,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 ARRIVALS = ("burst", "poisson", "gamma", "trace")
-ROUTERS = ("round_robin", "least_outstanding")
+ROUTERS = ("round_robin", "least_outstanding", "vllm_dp_lb")
 COSTS = ("roofline", "profiled", "calibrated")
 SAMPLINGS = ("auto", "in_order", "resample")
 THRESHOLD_MODES = ("cumulative", "per_token")
@@ -112,7 +112,7 @@ class SimConfig:
     The fields group into the workload (trace, workload, requests, sampling, arrival,
     rate, cv, acceptance, synth_alpha), the engine of each replica (scheduler, max_num_seqs,
     max_num_batched_tokens, enable_chunked_prefill, long_prefill_token_threshold, replicas,
-    router), its KV cache
+    router, data_parallel_size, enable_expert_parallel), its KV cache
     (simulator.engine.kv, vLLM's names: kv_mode, kv_capacity, block_size, gpu_memory_utilization,
     max_model_len), speculation (policy, num_speculative_tokens = k, extra = e with
     K = k + e drafted by budgeted policies, budget = C, verify, threshold, threshold_mode,
@@ -195,7 +195,18 @@ class SimConfig:
         None, "longest prompt + output in tokens: longer prompts are refused, outputs capped "
         "at max_model_len - prompt", range=at_least(2), none="no limit")
     replicas: int = knob(1, "data-parallel replicas", range=at_least(1))
-    router: str = knob("round_robin", "request router across replicas", choices=ROUTERS)
+    router: str = knob("round_robin", "request router across replicas (vllm_dp_lb: vLLM's DP "
+                       "load balancer, least 4 x waiting + running on counts refreshed every "
+                       "100 ms; simulator.engine.core.Engine.route)", choices=ROUTERS)
+    data_parallel_size: int = knob(
+        1, "vLLM's --data-parallel-size: data-parallel ranks of one server, each a replica "
+        "with its own scheduler and KV cache (replicas must then be 1); an MoE target's "
+        "ranks need enable_expert_parallel and step in lockstep (simulator.engine.lockstep)",
+        range=at_least(1))
+    enable_expert_parallel: bool = knob(
+        False, "vLLM's --enable-expert-parallel: the MoE target's routed experts split over "
+        "data_parallel_size x tp GPUs, tokens dispatched by all-gather / reduce-scatter "
+        "(simulator.cost.expert_parallel; cost roofline, or calibrated on rtx4090/rtxpro6000)")
     policy: str = knob("fixed", f"speculation policy: one of {', '.join(POLICY_NAMES)}, or a "
                        "user's package.module:Class (docs/policies.md)")
     num_speculative_tokens: int = knob(

@@ -11,8 +11,9 @@ tokens, c the cached tokens) is priced, as :mod:`simulator.cost.calibrated` does
   module's measured time interpolated linearly in Q between measured token counts (1 ...
   2048), made non-decreasing (running maximum); on a MoE layer the MLP is the measured MoE
   block at (Q, E_touched(Q)) (moe.csv, linear in both; E_touched as the roofline: uniform
-  routing or ``routing_skew``'s Zipf law). Expert parallelism is not modelled: the block is
-  the one-GPU profile holding every expert.
+  routing or ``routing_skew``'s Zipf law). The block is the one-GPU profile holding every
+  expert; under expert parallelism (simulator.cost.expert_parallel) it is read at the rank's
+  pairs and touched local experts, and ``allreduce`` adds the dispatch/combine traffic.
 - ``attention``: an :class:`AttentionLaw` fitted to the GPU's measured attention table
   (one Attention call per row: one prefill chunk and n_d decodes). Two regimes, as vLLM's
   FlashAttention backend runs them (vllm/v1/attention/backends/flash_attn.py,
@@ -251,10 +252,15 @@ class LssPricer:
                         for e, rows in moe.groupby("activated_experts")}
 
     def moe_block(self, q: float) -> float:
-        """The MoE block at (Q, E_touched(Q)): linear in tokens, then in activated experts."""
-        touched = self.consts.experts_touched(q)
+        """The MoE block at (Q, E_touched(Q)): linear in tokens, then in activated experts;
+        under expert parallelism at the rank's pairs (consts.moe_tokens: dp · Q / ep_size
+        tokens' worth) and its touched local experts (simulator.cost.expert_parallel)."""
+        return self.block_at(self.consts.moe_tokens(q), self.consts.experts_touched(q))
+
+    def block_at(self, tokens: float, touched: float) -> float:
+        """The measured MoE block at ``tokens`` tokens' pairs and ``touched`` experts."""
         es = sorted(self.moe)
-        vals = [interp(self.moe[e], q) for e in es]
+        vals = [interp(self.moe[e], tokens) for e in es]
         return float(np.interp(touched, es, vals))
 
     def layers(self, q: float) -> float:
@@ -281,6 +287,20 @@ class LssPricer:
         return lm + (interp(sampler, max(n, 1.0)) if sampler is not None else 0.0)
 
     def allreduce(self, q: float) -> float:
+        if self.consts.ep_size > 1:  # + the experts' dispatch/combine (expert_parallel)
+            return self.tp_allreduce(q) + self.ep_dispatch(q)
+        return self.tp_allreduce(q)
+
+    def ep_dispatch(self, q: float, total: float | None = None) -> float:
+        """t_a2a of the M MoE layers over the anchor's PCIe link for ``total`` tokens of all
+        DP ranks (None: the other ranks carry Q each too; simulator.cost.expert_parallel)."""
+        from specbatch.simulator.cost.expert_parallel import dispatch_seconds
+
+        s, dp = self.shape, self.consts.ep_dp
+        return s.moe_layers * dispatch_seconds(dp * q if total is None else total, s.hidden,
+                                               s.experts, dp, *PCIE_LINK, DTYPE_BYTES)
+
+    def tp_allreduce(self, q: float) -> float:
         if self.tp == 1:
             return 0.0
         bw, lat = PCIE_LINK

@@ -69,7 +69,8 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   FLOPs use the active parameters (k experts per token plus the shared ones), activations
   the k experts' width (k I_e + I_s in place of I on MoE layers), memory (:func:`memory_kv_tokens`,
   weights fit) the total parameters. Experts are split by tp like every projection (vLLM's
-  fused-MoE tensor parallelism); expert parallelism is not modelled. A verify pass with
+  fused-MoE tensor parallelism) unless ``enable_expert_parallel`` splits them over dp · tp
+  ranks (PassConstants ``ep_size`` / ``ep_dp``; simulator.cost.expert_parallel). A verify pass with
   s_i drafts has Q = Σ (s_i + 1): its expert traffic grows with the drafts, which a dense
   model reads once.
 - The target's weight format (``quantization``: fp8, awq, gptq, mxfp4) and the KV cache's
@@ -98,7 +99,7 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   group's blocks behind its window freed (simulator.engine.kv; docs/simulate.md).
 - Not modelled: activation quantisation other than W8A8 FP8, dequantisation time of
   weight-only kernels, KV-cache paging granularity, attention-kernel inefficiency at
-  short contexts, CPU/GPU overlap, power throttling, expert parallelism, MoE routing and
+  short contexts, CPU/GPU overlap, power throttling, MoE routing and
   permutation kernels (only their weight traffic and FLOPs are priced).
 - Multi-head latent attention (``ModelShape.is_mla``, DeepSeek-V2/V3): the KV term reads and
   writes (r_kv + d_r) · b bytes per token and layer, the latent replicated on every tp rank
@@ -177,12 +178,24 @@ class PassConstants:
     inv_compute_fp8: float = 0.0  # 1 / (peak_fp8 eff_c)
     window: int = 0  # sliding-window layers' W (0: every layer attends to the whole context)
     sliding_layers: int = 0  # L_s of the ``layers`` L slide (their share of attn/kv terms)
+    ep_size: int = 1  # expert parallel: dp · tp ranks sharing the experts (1: split by tp)
+    ep_dp: int = 1  # expert parallel: data-parallel ranks whose tokens reach each rank
 
     def experts_touched(self, tokens: float) -> float:
-        """E_touched(Q) of a pass of Q = ``tokens`` query tokens (theory.moe)."""
+        """E_touched(Q) of a pass of Q = ``tokens`` query tokens (theory.moe); under expert
+        parallelism the rank's E / ep_size experts touched by the ep_dp · Q tokens of every
+        rank (theory.moe.ep_local_touched; simulator.cost.expert_parallel)."""
+        if self.ep_size > 1:
+            return (self.experts / self.ep_size) * (
+                1.0 - (1.0 - self.top_k / self.experts) ** (self.ep_dp * tokens))
         if not self.expert_load:
             return uniform_touched(tokens, self.experts, self.top_k)
         return math.fsum(1.0 - (1.0 - p) ** tokens for p in self.expert_load)
+
+    def moe_tokens(self, tokens: float) -> float:
+        """Tokens' worth of (token, expert) pairs one rank's MoE block computes: Q, or under
+        expert parallelism ep_dp · Q · k / ep_size pairs, i.e. ep_dp · Q / ep_size tokens."""
+        return tokens if self.ep_size == 1 else self.ep_dp * tokens / self.ep_size
 
 
 def pass_constants(shape: ModelShape, hw: Hardware, tp: int = 1,

@@ -84,6 +84,8 @@ from specbatch.simulator.replay.chain import request_keys
 from specbatch.simulator.replay.rules import rule_entry, tables_for
 
 ARRIVAL, STEP_END, SCHEDULE = 0, 1, 2  # event kinds, in tie-break order at equal times
+#: vLLM's DP coordinator's ``stats_update_interval_ms`` (vllm/v1/engine/coordinator.py), s.
+DP_LB_INTERVAL = 0.1
 
 _I64 = np.int64
 
@@ -182,7 +184,18 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
             recomputed=np.zeros(n, dtype=_I64),
             **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)},
         )
-        self.replicas = [Replica(i) for i in range(int(config.replicas))]
+        # vLLM's data-parallel ranks are replicas too (simulator.cost.expert_parallel)
+        ranks = int(config.replicas) * int(getattr(config, "data_parallel_size", 1))
+        self.replicas = [Replica(i) for i in range(ranks)]
+        self.lockstep = None  # vLLM's DP ranks of an MoE model step together (lockstep.py)
+        if (int(getattr(config, "data_parallel_size", 1)) > 1
+                and getattr(config, "enable_expert_parallel", False)):
+            from specbatch.simulator.engine.lockstep import Lockstep
+
+            self.lockstep = Lockstep(self, cost)
+            self.cost = self.lockstep.recorder
+            if self.from_sums is not None:
+                self.from_sums = self.lockstep.recorder.time_from_sums
         caching = (composer.prefix_caching and self.blocks is not None
                    and config.enable_prefix_caching and self.blocks.tables is None)
         group, shared = prefix_groups(workload)
@@ -194,6 +207,8 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         # one policy instance per replica (stateful policies such as dsd plan per engine)
         self.policies = [policy] + [copy.deepcopy(policy) for _ in self.replicas[1:]]
         self.outstanding = [0] * len(self.replicas)
+        self.lb_counts: list | None = None  # vllm_dp_lb: the last published [waiting, running]
+        self.lb_published = 0.0
         self.routed = 0
         self.heap: list = []
         self.seq = 0
@@ -204,17 +219,39 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         self.seq += 1
         heapq.heappush(self.heap, (time, kind, self.seq, payload))
 
-    def route(self) -> int:
+    def route(self, time: float = 0.0) -> int:
         """round_robin: arrival count mod replicas; least_outstanding: fewest routed-but-not-
-        finished requests, ties to the lowest index."""
+        finished requests, ties to the lowest index; vllm_dp_lb: :meth:`dp_lb_route`."""
         if self.config.router == "round_robin":
             r = self.routed % len(self.replicas)
+        elif self.config.router == "vllm_dp_lb":
+            r = self.dp_lb_route(time)
         else:
             r = min(range(len(self.replicas)), key=lambda i: (self.outstanding[i], i))
         self.routed += 1
         return r
 
+    def dp_lb_route(self, time: float) -> int:
+        """vLLM's DP load balancer (vllm/v1/engine/core_client.py ``DPLBAsyncMPClient.
+        get_core_engine_for_request``): the rank of least ``waiting * 4 + running`` in the
+        counts the DP coordinator last published (vllm/v1/engine/coordinator.py, every
+        ``stats_update_interval_ms`` = 100 ms), ties to the lowest index (one API server:
+        ``eng_start_index`` 0), then the client adds 1 to the chosen rank's waiting count
+        until the next publication. Published here at the first arrival 100 ms or more after
+        the last publication, from the ranks' queues at that moment."""
+        counts = self.lb_counts
+        if counts is None or time >= self.lb_published + DP_LB_INTERVAL:
+            counts = self.lb_counts = [[len(rep.waiting), rep.n_running]
+                                       for rep in self.replicas]
+            self.lb_published = time
+        r = min(range(len(counts)), key=lambda i: (counts[i][0] * 4 + counts[i][1], i))
+        counts[r][0] += 1
+        return r
+
     def wake(self, r: int, time: float) -> None:
+        if self.lockstep is not None:
+            self.lockstep.wake(time)
+            return
         rep = self.replicas[r]
         if not rep.busy and not rep.scheduled and (rep.waiting or rep.n_running):
             rep.scheduled = True
@@ -252,7 +289,7 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
             if kind == ARRIVAL:
                 uid = int(order[cursor])
                 cursor += 1
-                r = self.route()
+                r = self.route(time)
                 self.replicas[r].waiting.append(uid)
                 self.rec.replica[uid] = r
                 self.outstanding[r] += 1
@@ -286,7 +323,10 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
 
     def start_step(self, rep: Replica, time: float) -> None:
         """Run ``rep``'s next step through the scheduler's composer; a step that runs
-        makes the replica busy until its end event."""
+        makes the replica busy until its end event (in lockstep: every rank's step)."""
+        if self.lockstep is not None:
+            self.lockstep.start(time)
+            return
         duration = self.step(rep, time)
         if duration is not None:
             rep.busy = True

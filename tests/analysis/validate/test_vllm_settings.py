@@ -21,7 +21,8 @@ def test_the_full_resolved_config_of_the_rtx4090_run_maps_by_hand():
     assert v["kv_capacity"] == 2588 * 16  # num_gpu_blocks x block_size = 41408 tokens
     assert (v["max_num_seqs"], v["max_num_batched_tokens"], v["max_model_len"]) == (256, 2048,
                                                                                     32768)
-    assert (v["tp"], v["replicas"], v["block_size"], v["policy"]) == (1, 1, 16, "ar")
+    assert (v["tp"], v["data_parallel_size"], v["block_size"], v["policy"]) == (1, 1, 16, "ar")
+    assert v["enable_expert_parallel"] is False
     assert v["enable_prefix_caching"] and v["enable_chunked_prefill"]
     sizes = [int(x) for x in v["cuda_graph_sizes"].split(",")]
     assert sizes == meta["resolved_config"]["compilation_config"]["cudagraph_capture_sizes"]
@@ -58,11 +59,14 @@ def test_a_minimal_meta_takes_vllm_defaults_and_says_so():
     assert any(row[0].startswith("num_gpu_blocks") for row in s.unmodelled)
 
 
-def test_data_and_expert_parallel_settings_are_listed():
+def test_data_and_expert_parallel_settings_are_modelled_and_the_lockstep_is_listed():
     s = engine_settings(load_run("rtxpro6000-qwen3-30b-a3b").meta)
-    assert s.values["replicas"] == 2
-    listed = " ".join(row[0] for row in s.unmodelled)
-    assert "enable_expert_parallel" in listed and "data_parallel_size" in listed
+    assert s.values["data_parallel_size"] == 2 and s.values["enable_expert_parallel"] is True
+    assert "replicas" not in s.values and s.values["router"] == "vllm_dp_lb"
+    mapped = " ".join(row[0] for row in s.mapped)
+    assert "enable_expert_parallel" in mapped and "data_parallel_size" in mapped
+    listed = [row for row in s.unmodelled if row[0].startswith("engine_kwargs.data_parallel")]
+    assert len(listed) == 1 and "32-step" in listed[0][2]
 
 
 @pytest.mark.parametrize("kwargs, needle", [
