@@ -140,9 +140,10 @@ def uniform_page_layout(specs: Counter, kv_b: int, block_size: int) -> KVLayout:
     largest = max(pages.values())
     odd = [p for p in pages.values() if largest % p]
     if odd:
-        raise SpecbatchError(f"KV cache: layer page sizes {sorted(set(pages.values()))} bytes: "
-                             "expected each to divide the largest (vLLM's "
-                             "unify_kv_cache_spec_page_size refuses them otherwise)")
+        raise SpecbatchError(f"config: field disable_hybrid_kv_cache_manager: expected true "
+                             f"for layer page sizes {sorted(set(pages.values()))} bytes, one not "
+                             "dividing the largest (vLLM's unify_kv_cache_spec_page_size "
+                             "refuses the hybrid groups then), got False")
     counts = list(specs.values())
     group_size = min(counts)
     if max(counts) < 1.5 * min(counts):

@@ -84,7 +84,7 @@ def test_smaller_pages_take_larger_blocks_and_a_page_that_does_not_divide_is_ref
     assert [g.block_size for g in layout.groups] == [48] * 10 + [16]
     assert [g.window for g in layout.groups] == [0] * 2 + [512] * 8 + [0]
     assert [g.layers for g in layout.groups] == [2, 1] + [2] * 7 + [1, 2]
-    with pytest.raises(SpecbatchError, match="divide the largest"):
+    with pytest.raises(SpecbatchError, match="disable_hybrid_kv_cache_manager: expected true"):
         kv_layout(get_shape("gemma-3-270m"), get_shape("smollm2-135m"), 2, 16)
 
 
