@@ -194,7 +194,9 @@ class SimConfig:
     max_model_len: int | None = knob(
         None, "longest prompt + output in tokens: longer prompts are refused, outputs capped "
         "at max_model_len - prompt", range=at_least(2), none="no limit")
-    replicas: int = knob(1, "data-parallel replicas", range=at_least(1))
+    replicas: int = knob(1, "independent engine replicas behind the router, each its own "
+                         "server (vLLM's data parallelism inside one server: "
+                         "data_parallel_size)", range=at_least(1))
     router: str = knob("round_robin", "request router across replicas (vllm_dp_lb: vLLM's DP "
                        "load balancer, least 4 x waiting + running on counts refreshed every "
                        "100 ms; simulator.engine.core.Engine.route)", choices=ROUTERS)
