@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from specbatch.simulator.cost.kv_groups import KVLayout
 
 
@@ -107,6 +109,5 @@ def request_blocks(layout: KVLayout, computed, slots):
     for g in layout.groups:
         total = total + -(-slots // g.block_size)
         if g.window:
-            total = total - ((computed - g.window + 1).clip(0) if hasattr(computed, "clip")
-                             else max(0, computed - g.window + 1)) // g.block_size
+            total = total - np.maximum(computed - g.window + 1, 0) // g.block_size
     return total
