@@ -44,7 +44,14 @@ from specbatch.simulator.cost.registry import weight_bits_notes
 from specbatch.simulator.cost.verify_cost import verify_cost_for, verify_notes
 from specbatch.simulator.defaults import one_hot_drafter
 from specbatch.simulator.engine.core import Engine
-from specbatch.simulator.engine.kv import cap_to_model_len, check_fits, kv_capacity
+from specbatch.simulator.engine.kv import (
+    cap_to_model_len,
+    check_fits,
+    check_hybrid_fits,
+    hybrid_layout,
+    hybrid_notes,
+    kv_capacity,
+)
 from specbatch.simulator.engine.v1.compose import check_v1_workload, v1_lookahead
 from specbatch.simulator.metrics import (
     StepTotals,
@@ -277,8 +284,12 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     capacity = kv_capacity(config, cost)
     if config.scheduler == "vllm-v1":
         longest = int((workload.prompt_len + workload.output_len).max(initial=0))
-        check_v1_workload(config, capacity, longest, policy.depth,
-                          v1_lookahead(config, policy.speculates, policy.depth))
+        lookahead = v1_lookahead(config, policy.speculates, policy.depth)
+        check_v1_workload(config, capacity, longest, policy.depth, lookahead)
+        layout = hybrid_layout(config)
+        if layout is not None:  # the hybrid KV cache manager's groups (simulator.engine.kv)
+            check_hybrid_fits(config, capacity, layout, longest - 1 + policy.depth + lookahead,
+                              max(config.token_budget, policy.depth + 1) + lookahead)
     else:
         check_fits(config, capacity, footprint)
     writer = StepWriter(steps_file) if steps_file is not None else None
@@ -314,7 +325,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
                                     if summary["makespan"] else float("nan"))
     run_notes = policy.run_notes if defines(policy, "run_notes") else None
     notes = (workload.notes + drafter_notes(config, trace) + weight_bits_notes(config, trace)
-             + verify_notes(config) + split_notes(config, held_out))
+             + verify_notes(config) + split_notes(config, held_out) + hybrid_notes(config))
     return SimResult(config=config, requests=requests, step_table=None if streamed else steps,
                      summary=summary, notes=notes + (run_notes(config, cost) if run_notes else ()),
                      steps_file=Path(steps_file) if streamed else None)

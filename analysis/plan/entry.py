@@ -92,10 +92,11 @@ def _depth(row: dict) -> int:
     return policy_depth(make_config(fields))
 
 
-def _memory_constants(d: Deployment, config: dict) -> tuple[float, int]:
+def _memory_constants(d: Deployment, config: dict) -> tuple:
     """(weights of target + draft in GB per replica, KV bytes per cached token), the target's
     weights in the run's ``quantization`` and the KV at its ``kv_cache_dtype``
-    (simulator.cost.precision)."""
+    (simulator.cost.precision); for a sliding-window model under vLLM's hybrid KV cache
+    manager also its KV cache groups and block size (:func:`_hybrid_constants`)."""
     from specbatch.simulator.cost.hardware import get_hardware, quantized_weights, weight_bytes
     from specbatch.simulator.cost.precision import kv_element_bytes
     from specbatch.traces.models.shapes import find_shape
@@ -105,5 +106,23 @@ def _memory_constants(d: Deployment, config: dict) -> tuple[float, int]:
     shapes = [s for s in (find_shape(target), find_shape(draft)) if s is not None]
     quantized = quantized_weights(hw, target, draft, 16, config.get("quantization", "none"))
     kv_b = kv_element_bytes(config.get("kv_cache_dtype", "auto"), hw)
-    return ((weight_bytes(hw, (target, draft)) if quantized is None else quantized[0]) / 1e9,
-            sum(s.kv_bytes_per_token(kv_b) for s in shapes))
+    weights = (weight_bytes(hw, (target, draft)) if quantized is None else quantized[0]) / 1e9
+    hybrid = _hybrid_constants(config, kv_b)
+    if hybrid is not None:
+        return (weights, *hybrid)
+    return weights, sum(s.kv_bytes_per_token(kv_b) for s in shapes)
+
+
+def _hybrid_constants(config: dict, kv_b: int) -> tuple | None:
+    """(bytes of one pool token, KV cache groups, block size) of a paged sliding-window run
+    under vLLM's hybrid KV cache manager (simulator.engine.kv.hybrid_layout), else None."""
+    from specbatch.simulator.config.sim_config import make_config
+    from specbatch.simulator.engine.kv import hybrid_layout
+
+    keys = ("target", "draft", "kv_mode", "block_size", "hardware", "kv_cache_dtype",
+            "scheduler", "disable_hybrid_kv_cache_manager")
+    layout = hybrid_layout(make_config({k: config[k] for k in keys if k in config}))
+    if layout is None:
+        return None
+    bs = int(config.get("block_size", 16))
+    return layout.block_bytes // bs, layout, bs

@@ -17,7 +17,10 @@ Two more limits are checked whatever the SLOs:
   (recomputing them), unless preemption is allowed (``allow_preemption``). The memory plan
   (:func:`memory_plan`) says why: the KV tokens needed at the concurrency reached
   (:func:`peak_concurrency`, capped at ``max_num_seqs``, times the mean footprint prompt +
-  output + K + 1) against the pool each replica has.
+  output + K + 1) against the pool each replica has. A sliding-window model under vLLM's
+  hybrid KV cache manager counts both in tokens of one KV cache group: a request's footprint
+  is the blocks it holds over all groups at its last step (a sliding group's at most its
+  window's) times the block size.
 """
 
 from __future__ import annotations
@@ -135,11 +138,23 @@ def peak_concurrency(requests: pd.DataFrame, max_num_seqs: int) -> int:
 
 
 def memory_plan(requests: pd.DataFrame, summary: dict, max_num_seqs: int, depth: int,
-                weights_gb: float, kv_bytes_per_token: int) -> dict:
+                weights_gb: float, kv_bytes_per_token: int, layout=None,
+                block_size: int = 16) -> dict:
     """Weights, KV tokens needed at the concurrency reached vs available per replica, and the
-    preemptions the run had (module docstring)."""
+    preemptions the run had (module docstring). ``layout``: a sliding-window model's KV cache
+    groups under vLLM's hybrid manager (simulator.cost.kv_groups), whose pool counts tokens of
+    one group (``kv_bytes_per_token`` then the bytes of one such token): a request's footprint
+    is its blocks over all groups at its last step times ``block_size``
+    (simulator.engine.group_tables.request_blocks)."""
     concurrency = peak_concurrency(requests, max_num_seqs)
-    footprint = float((requests["prompt_len"] + requests["output_len"]).mean()) + depth + 1
+    if layout is None:
+        footprint = float((requests["prompt_len"] + requests["output_len"]).mean()) + depth + 1
+    else:
+        from specbatch.simulator.engine.group_tables import request_blocks
+
+        last = (requests["prompt_len"] + requests["output_len"]).to_numpy(np.int64) - 2
+        blocks = request_blocks(layout, np.maximum(last, 0), last + 2 + depth)  # [N]
+        footprint = float(blocks.mean()) * block_size if blocks.shape[0] else 0.0
     needed = int(round(concurrency * footprint))
     available = summary.get("kv_capacity")
     return {

@@ -199,10 +199,23 @@ def prune_reason(d: Deployment, target: str, draft: str, utilization: float,
     if shape is not None and shape.heads % d.tp:
         return f"tp {d.tp} does not divide the target's {shape.heads} attention heads"
     tokens = pool_tokens(d, target, draft, utilization, precision)
-    if math.ceil(largest_request / block_size) > tokens // block_size:
+    if lone_blocks(d, target, draft, largest_request, block_size, precision) > tokens // block_size:
         return (f"memory: KV pool of {tokens:,} tokens per replica cannot hold the largest "
                 f"request alone ({largest_request:,} tokens)")
     return None
+
+
+def lone_blocks(d: Deployment, target: str, draft: str, largest_request: int, block_size: int,
+                precision: dict | None = None) -> int:
+    """Blocks the largest request needs alone in ``d``'s pool: ⌈tokens / block_size⌉, or its
+    peak over a sliding-window model's KV cache groups (simulator.engine.kv.lone_request_blocks;
+    the drafts' slots bounded by the request's own)."""
+    from specbatch.simulator.config.sim_config import make_config
+    from specbatch.simulator.engine.kv import lone_request_blocks
+
+    config = make_config({"target": target, "draft": draft, **d.fields(), "kv_mode": "paged",
+                          "block_size": block_size, **(precision or {})})
+    return lone_request_blocks(config, largest_request, 0)
 
 
 def pool_tokens(d: Deployment, target: str, draft: str, utilization: float,

@@ -183,6 +183,11 @@ class SimConfig:
                         "blocks grown per step, the newest request preempted by "
                         "recomputation when they run out)", choices=KV_MODES)
     block_size: int = knob(16, "tokens per KV block in paged mode", range=at_least(1))
+    disable_hybrid_kv_cache_manager: bool = knob(
+        False, "paged mode, a model with sliding-window layers: charge every layer's KV for "
+        "every token as one group (vLLM's --disable-hybrid-kv-cache-manager) instead of vLLM "
+        "V1's hybrid KV cache manager (layers grouped by window, a sliding group's blocks "
+        "behind its window freed; simulator.engine.kv); no effect without windows")
     gpu_memory_utilization: float = knob(
         0.9, "fraction u of each GPU's memory for weights and KV (paged mode without "
         "kv_capacity)", range=Range(0, 1, low_open=True, what="a fraction"))

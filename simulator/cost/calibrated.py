@@ -354,11 +354,13 @@ class CalibratedCost:
             return r.split(sq, skv, sqkv, sqq, n, window_sums(query, kv, r.consts.window))
         return r.split(sq, skv, sqkv, sqq, n)
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
-        """KV-cache tokens next to both models' weights (simulator.cost.roofline's accounting)."""
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9, block_size: int = 16,
+                           disable_hybrid_kv_cache_manager: bool = False) -> int:
+        """KV-cache tokens next to both models' weights (simulator.cost.roofline's accounting,
+        a windowed model's hybrid pool included)."""
         return memory_kv_tokens(self.hardware, self.target, self.draft, self.tp,
                                 gpu_memory_utilization, self.draft_weight_bits,
-                                self.kv_cache_dtype)
+                                self.kv_cache_dtype, block_size, disable_hybrid_kv_cache_manager)
 
     def sources(self) -> dict:
         """Per role: which source priced each part and its validated error."""

@@ -174,8 +174,13 @@ def free_draft_model(builder, hardware: str, target: str, tp: int, profile: str 
         inner = RooflineCost(hw, shape, get_shape(target), tp=tp, execution=execution,
                              routing_skew=routing_skew, quantization=quantization,
                              kv_cache_dtype=kv_cache_dtype)
-    return FreeDraftCost(inner, lambda u=0.9: memory_kv_tokens(hw, shape, None, tp, u,
-                                                               kv_cache_dtype=kv_cache_dtype))
+    def kv_tokens(u: float = 0.9, block_size: int = 16,
+                  disable_hybrid_kv_cache_manager: bool = False) -> int:
+        return memory_kv_tokens(hw, shape, None, tp, u, kv_cache_dtype=kv_cache_dtype,
+                                block_size=block_size,
+                                disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
+
+    return FreeDraftCost(inner, kv_tokens)
 
 
 def head_draft_model(builder, hardware: str, method: str, target: str, tp: int,

@@ -93,9 +93,10 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   sums do not determine, so a windowed role is priced from arrays (:meth:`RooflineCost.step_time`,
   or ``time_from_sums(..., window=(K^W, P^W))``); the engine takes its array path for it
   (``RooflineCost.windowed``) and a model without windows keeps the sums path unchanged.
-  Equal to full attention when W ≥ c_i + q_i for every request. The KV capacity still counts
-  every layer's KV for every token (:func:`memory_kv_tokens`): vLLM V1's hybrid KV cache
-  manager frees a sliding layer's blocks behind its window, which is not modelled (docs/simulate.md).
+  Equal to full attention when W ≥ c_i + q_i for every request. The KV capacity is vLLM V1's
+  hybrid KV cache manager's pool (:func:`memory_kv_tokens`, simulator.cost.kv_groups): the
+  layers grouped into block tables of equal page size sharing one pool of blocks, a sliding
+  group's blocks behind its window freed (simulator.engine.kv; docs/simulate.md).
 - Not modelled: activation quantisation other than W8A8 FP8, dequantisation time of
   weight-only kernels, KV-cache paging granularity, attention-kernel inefficiency at
   short contexts, CPU/GPU overlap, power throttling, MoE routing and
@@ -139,6 +140,7 @@ from specbatch.simulator.cost.hardware import (
     quantized_weight_bytes,
 )
 from specbatch.simulator.cost.interface import batch_sums, for_role
+from specbatch.simulator.cost.kv_groups import kv_layout
 from specbatch.simulator.cost.precision import (
     check_quantization,
     held_weight_bytes,
@@ -423,12 +425,14 @@ class RooflineCost:
         return (max(compute, nbytes * c.inv_memory, c.floor) + c.fixed
                 + c.comm_per_token * sq)
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9, block_size: int = 16,
+                           disable_hybrid_kv_cache_manager: bool = False) -> int:
         """KV-cache tokens per replica next to both models' weights on ``tp`` GPUs
-        (:func:`kv_capacity_tokens`): the memory information paged KV mode asks for."""
+        (:func:`kv_capacity_tokens`): the memory information paged KV mode asks for; a
+        windowed model's pool under vLLM's hybrid KV cache manager (:func:`memory_kv_tokens`)."""
         return memory_kv_tokens(self.hardware, self.target, self.draft, self.tp,
                                 gpu_memory_utilization, self.draft_weight_bits,
-                                self.kv_cache_dtype)
+                                self.kv_cache_dtype, block_size, disable_hybrid_kv_cache_manager)
 
     def breakdown(self, role: str, query: np.ndarray, kv: np.ndarray) -> dict:
         """The terms of :meth:`step_time`: flops, bytes, compute/memory/host/comm/fixed seconds,
@@ -488,12 +492,19 @@ def kv_capacity_tokens(hardware: str = "h100", target: str = "vicuna-33b",
 def memory_kv_tokens(hw: Hardware, target: ModelShape, draft: ModelShape | None, tp: int,
                      gpu_memory_utilization: float,
                      draft_weight_bits: int = FULL_WEIGHT_BITS,
-                     kv_cache_dtype: str = "auto") -> int:
+                     kv_cache_dtype: str = "auto", block_size: int = 16,
+                     disable_hybrid_kv_cache_manager: bool = False) -> int:
     """:func:`kv_capacity_tokens` of a preset and two shapes (what :class:`RooflineCost` uses);
     ``draft`` None: a drafter without weights or KV (simulator.cost.free_draft); the draft's
     weights at ``draft_weight_bits`` (:func:`hardware.model_weight_bytes`); a shape with a
-    ``quantization`` at its format's bytes and the KV at ``kv_cache_dtype``'s
-    (simulator.cost.precision)."""
+    ``quantization`` at its format's bytes and the KV at ``kv_cache_dtype``'s bytes
+    (simulator.cost.precision).
+
+    A model with sliding-window layers under vLLM V1's hybrid KV cache manager (unless
+    ``disable_hybrid_kv_cache_manager``; simulator.cost.kv_groups): the pool's
+    num_blocks = free // (bytes of one pool block) blocks of ``block_size`` tokens, returned
+    as num_blocks · block_size tokens, which each request draws on once per KV cache group
+    (simulator.engine.kv); models without windows keep the per-token count below."""
     b = hw.dtype_bytes
     models = (target,) if draft is None else (target, draft)
     if any(m.quantization != "none" for m in models):
@@ -506,6 +517,10 @@ def memory_kv_tokens(hw: Hardware, target: ModelShape, draft: ModelShape | None,
         weights = b * target.params + model_weight_bytes(draft, b, draft_weight_bits)
     free = tp * hw.memory_bytes * gpu_memory_utilization - weights
     kv_b = kv_element_bytes(kv_cache_dtype, hw)
+    if target.is_windowed or (draft is not None and draft.is_windowed):
+        layout = kv_layout(target, draft, kv_b, block_size, disable_hybrid_kv_cache_manager)
+        if layout.hybrid:
+            return layout.num_blocks(free) * int(block_size)
     # an MLA target's latent cache is replicated on each of its tp GPUs
     per_token = sum(m.kv_bytes_per_token(kv_b) * (tp if m.is_mla and m is target else 1)
                     for m in models)

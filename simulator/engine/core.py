@@ -65,7 +65,7 @@ from specbatch.simulator.defaults import one_hot_drafter
 from specbatch.simulator.engine.admission import Admission
 from specbatch.simulator.engine.composers import COMPOSERS, composer_for
 from specbatch.simulator.engine.decode import Decode
-from specbatch.simulator.engine.kv import BlockManager
+from specbatch.simulator.engine.kv import BlockManager, hybrid_layout
 from specbatch.simulator.engine.prefix import PrefixCache, prefix_groups
 from specbatch.simulator.engine.request_state import (
     COMMITTED_ROWS,
@@ -145,8 +145,11 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         #: when a list, every vllm-v1 step's composition is appended (simulator.engine.v1.compose)
         self.compositions: list | None = None
         # paged KV (config.kv_mode "paged"): block accounting; None = reserve at admission
-        self.blocks = (BlockManager(self.kv_capacity, config.block_size, self.depth, reference)
+        self.blocks = (BlockManager(self.kv_capacity, config.block_size, self.depth, reference,
+                                    hybrid_layout(config))
                        if config.kv_mode == "paged" else None)
+        if self.blocks is not None and self.blocks.tables is not None:
+            self.fast_paths = False  # hybrid KV groups: every step through the per-request walk
         self.parked: dict[int, np.ndarray] = {}  # preempted uid -> its state column
         self.footprint = workload.prompt_len + workload.output_len + self.depth + 1  # [N]
         self.wrap = workload.wrap  # [N] trace rows L per request (row base + t mod L), or None
@@ -198,7 +201,7 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
             if self.from_sums is not None:
                 self.from_sums = self.lockstep.recorder.time_from_sums
         caching = (composer.prefix_caching and self.blocks is not None
-                   and config.enable_prefix_caching)
+                   and config.enable_prefix_caching and self.blocks.tables is None)
         group, shared = prefix_groups(workload)
         for rep in self.replicas:
             rep.free_blocks = self.blocks.pool if self.blocks is not None else 0

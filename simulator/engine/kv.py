@@ -38,6 +38,16 @@ Paged mode, step by step (vLLM V1's scheduler; the engine calls these verbs):
    common random numbers give it the same τ sequence as without preemption.
 4. At finish a request's blocks return to the pool.
 
+Sliding-window models (``ModelShape.sliding_layers``) under vllm-v1 use vLLM V1's hybrid KV cache
+manager unless ``disable_hybrid_kv_cache_manager``: the pool is num_blocks blocks shared by
+the model's KV cache groups (simulator.cost.kv_groups: :func:`hybrid_layout`, the capacity
+num_blocks · block_size tokens), and a request is charged in every group what vLLM charges it
+(simulator.engine.group_tables; :class:`BlockManager` keeps the tables, the vllm-v1
+composer's reference walk, simulator.engine.v1.reference, charges them). A layout of one
+full-attention group (no window, or the knob set) is the accounting above, unchanged.
+Not modelled there: prefix caching (the run caches nothing, a note says so) and the
+vllm-v0 scheduler (refused: vLLM V0 had no hybrid manager).
+
 A lone request must fit the pool: ⌈(prompt + output + K + 1) / block_size⌉ ≤ pool blocks
 (checked by :func:`check_fits`), which also guarantees progress: the oldest running request
 is never preempted while another runs, and alone it always fits.
@@ -50,7 +60,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.cost.hardware import check_weights_fit
+from specbatch.simulator.cost.hardware import check_weights_fit, get_hardware
+from specbatch.simulator.cost.kv_groups import KVLayout, kv_layout
+from specbatch.simulator.engine.group_tables import GroupTables, lone_peak_blocks
 from specbatch.simulator.engine.request_state import Replica, Row
 
 if TYPE_CHECKING:
@@ -76,7 +88,12 @@ def kv_capacity(config: SimConfig, cost: CostModel) -> int | None:
         raise SpecbatchError(
             f"config: field kv_capacity: expected a KV capacity in tokens for kv_mode paged "
             f"(cost model {type(cost).__name__} has no memory information), got None")
-    tokens = int(memory(float(config.gpu_memory_utilization)))
+    if windowed_shapes(config):  # the hybrid manager's pool unless disabled (module docstring)
+        hybrid_layout(config)  # refuses the vllm-v0 scheduler
+        tokens = int(memory(float(config.gpu_memory_utilization), int(config.block_size),
+                            bool(config.disable_hybrid_kv_cache_manager)))
+    else:
+        tokens = int(memory(float(config.gpu_memory_utilization)))
     if tokens < config.block_size:
         raise SpecbatchError(
             f"config: field gpu_memory_utilization: expected room for KV blocks next to the "
@@ -84,6 +101,81 @@ def kv_capacity(config: SimConfig, cost: CostModel) -> int | None:
             f"(set tp or kv_capacity), got {config.gpu_memory_utilization!r} "
             f"({tokens} tokens free)")
     return tokens
+
+
+def windowed_shapes(config: SimConfig) -> tuple:
+    """(target, draft) shapes of a run where one has sliding-window layers (the draft None
+    for a host-side drafter), else ()."""
+    from specbatch.simulator.config.sim_config import FREE_DRAFTS
+    from specbatch.traces.models.shapes import find_shape
+
+    target = find_shape(str(config.target))
+    draft = (None if str(config.draft).lower() in FREE_DRAFTS
+             else find_shape(str(config.draft)))
+    if target is None or not (target.is_windowed or (draft is not None and draft.is_windowed)):
+        return ()
+    return target, draft
+
+
+def hybrid_layout(config: SimConfig) -> KVLayout | None:
+    """The KV cache groups of a paged run under vLLM V1's hybrid KV cache manager
+    (simulator.cost.kv_groups.kv_layout), or None when a request's blocks are one count: reserve
+    mode, ``disable_hybrid_kv_cache_manager``, no known shape, or no group that slides.
+    One-line error for the vllm-v0 scheduler (vLLM V0 had no hybrid manager: set the knob)."""
+    from specbatch.simulator.cost.precision import kv_element_bytes
+
+    shapes = windowed_shapes(config) if config.kv_mode == "paged" else ()
+    if not shapes:
+        return None
+    target, draft = shapes
+    kv_b = kv_element_bytes(config.kv_cache_dtype, get_hardware(config.hardware))
+    layout = kv_layout(target, draft, kv_b, int(config.block_size),
+                       bool(config.disable_hybrid_kv_cache_manager))
+    if not layout.hybrid:
+        return None
+    if config.scheduler != "vllm-v1":
+        raise SpecbatchError(
+            f"config: field disable_hybrid_kv_cache_manager: expected true under scheduler "
+            f"{config.scheduler} (vLLM V0 had no hybrid KV cache manager; {target.name} has "
+            f"sliding-window layers), got False")
+    return layout
+
+
+def hybrid_notes(config: SimConfig) -> tuple[str, ...]:
+    """A run note when prefix caching is asked next to the hybrid manager's groups."""
+    if config.enable_prefix_caching and hybrid_layout(config) is not None:
+        return ("enable_prefix_caching: not modelled with the hybrid KV cache manager's "
+                "sliding-window groups; this run caches no blocks (a readmitted request "
+                "recomputes all)",)
+    return ()
+
+
+def check_hybrid_fits(config: SimConfig, capacity: int | None, layout: KVLayout,
+                      slots: int, step_slots: int) -> None:
+    """One-line error when the largest request (``slots`` KV slots at its last step, at most
+    ``step_slots`` added by one step) cannot run alone in the hybrid pool
+    (simulator.engine.group_tables.lone_peak_blocks)."""
+    if capacity is None:
+        return
+    bs = int(config.block_size)
+    need, pool = lone_peak_blocks(layout, slots, step_slots), capacity // bs
+    if need > pool:
+        raise SpecbatchError(
+            f"config: field kv_capacity: expected a block pool holding the largest request "
+            f"alone ({slots} slots = {need} blocks over {len(layout.groups)} KV cache groups), "
+            f"got {capacity} tokens = {pool} blocks of {bs}")
+
+
+def lone_request_blocks(config: SimConfig, slots: int, depth: int) -> int:
+    """Blocks the largest request (``slots`` KV slots, drafts of ``depth``) needs alone:
+    ⌈slots / block_size⌉, or its peak over the hybrid manager's groups
+    (:func:`check_hybrid_fits`)."""
+    layout = hybrid_layout(config)
+    if layout is None:
+        return -(-int(slots) // int(config.block_size))
+    budget = config.token_budget
+    return lone_peak_blocks(layout, int(slots),
+                            max(int(budget) if budget else int(slots), depth + 1) + depth)
 
 
 def check_fits(config: SimConfig, capacity: int | None, max_footprint: int) -> None:
@@ -141,11 +233,14 @@ class BlockManager:
     twin (parity tests).
     """
 
-    def __init__(self, capacity: int, block_size: int, depth: int, reference: bool = False):
+    def __init__(self, capacity: int, block_size: int, depth: int, reference: bool = False,
+                 layout: KVLayout | None = None):
         self.block_size = int(block_size)
         self.pool = int(capacity) // self.block_size
         self.lookahead = int(depth) + 1  # the pending token and K drafted tokens
         self.reference = reference
+        # the hybrid manager's per-group tables (module docstring), None: one count each
+        self.tables = GroupTables(layout) if layout is not None else None
 
     def admission_blocks(self, fill: int) -> int:
         """Blocks of a prefill of ``fill`` tokens and its first token."""
@@ -233,3 +328,6 @@ class BlockManager:
     def release(self, rep: Replica, gone: np.ndarray) -> None:
         """Return the blocks of finished requests' columns ``gone`` # [len(Row), f]."""
         rep.free_blocks += int(gone[_BLOCKS].sum())
+        if self.tables is not None:
+            for uid in gone[Row.UID].tolist():
+                self.tables.release(uid)

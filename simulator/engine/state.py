@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from specbatch.simulator.cost.interface import CostModel
     from specbatch.simulator.cost.verify_cost import VerifyCost
     from specbatch.simulator.engine.kv import BlockManager
+    from specbatch.simulator.engine.lockstep import Lockstep
     from specbatch.simulator.engine.request_state import FreshColumns, Records, Replica
     from specbatch.simulator.policies.registry import Policy
     from specbatch.simulator.policies.view import TraceTables
@@ -83,6 +84,9 @@ class EngineState:
     rec: Records  # the run's raw output: per-request arrays # [N] and the step log
     outstanding: list[int]  # per replica: requests routed and not yet finished
     routed: int  # arrivals routed so far (round_robin)
+    lb_counts: list | None  # vllm_dp_lb: the [waiting, running] per rank it last published
+    lb_published: float  # vllm_dp_lb: when it last published them
+    lockstep: Lockstep | None  # an MoE model's DP ranks stepping together (None: independent)
     heap: list  # the event heap of (time, kind, seq, payload)
     seq: int  # the last event's insertion number (tie-break within a kind)
 

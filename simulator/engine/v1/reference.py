@@ -3,7 +3,8 @@
 Written straight from ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``) and
 ``vllm/v1/core/kv_cache_manager.py`` (``KVCacheManager.allocate_slots``), with plain Python
 integers and lists instead of the vectorised composer's arrays (simulator.engine.v1.compose states the
-rules). The engine runs it with ``reference=True``; a parity test checks it gives the same
+rules). Under vLLM's hybrid KV cache manager (sliding-window groups, simulator.engine.kv) it is
+the only composer: it charges each KV cache group's table (simulator.engine.group_tables). The engine runs it with ``reference=True``; a parity test checks it gives the same
 :class:`~simulator.engine.v1.compose.Composition` as :meth:`simulator.engine.v1.compose.V1Composer.compose` at every step.
 """
 
@@ -73,6 +74,8 @@ class V1Reference(EngineState):
         token_budget = int(self.max_batched)
         scheduled: dict[int, int] = {}
         preempted: list[Request] = []
+        # vLLM's hybrid KV cache manager: one table per KV cache group (simulator.engine.kv)
+        tables = self.blocks.tables if paged else None
 
         def allocate_slots(request: Request, num_new_tokens: int, lookahead: int) -> bool:
             nonlocal free
@@ -80,6 +83,17 @@ class V1Reference(EngineState):
                 return True
             bs = self.blocks.block_size
             slots = request.computed + num_new_tokens + lookahead
+            if tables is not None:  # remove_skipped_blocks, then the groups' new blocks
+                freed = tables.remove_skipped(request.uid, request.computed)
+                free += freed
+                request.blocks -= freed
+                new = tables.to_allocate(request.uid, slots)
+                if new > free:
+                    return False
+                tables.commit(request.uid, slots)
+                request.blocks += new
+                free -= new
+                return True
             new = max(-(-slots // bs) - request.blocks, 0)
             if new > free:
                 return False
@@ -108,6 +122,8 @@ class V1Reference(EngineState):
                 # its blocks back to the free queue (those no other request holds)
                 free += (preempted_req.blocks if prefix is None
                          else prefix.release(preempted_req.uid))
+                if tables is not None:
+                    tables.release(preempted_req.uid)
                 preempted_req.blocks = 0
                 preempted.append(preempted_req)
                 if preempted_req is request:
@@ -150,12 +166,16 @@ class V1Reference(EngineState):
                     # no running request holds them
                     bs = self.blocks.block_size
                     total = -(-(request.num_computed_tokens + num_new_tokens) // bs)
+                    if tables is not None:  # a fresh table in every group
+                        total = tables.to_allocate(uid, num_new_tokens)
                     new = total - len(hits)
                     evictable = prefix.evictable(hits) if prefix is not None else 0
                     if new + evictable > free:
                         break
                     free -= new + evictable
                     request.blocks = total
+                    if tables is not None:
+                        tables.commit(uid, num_new_tokens)
                     if prefix is not None:
                         prefix.touch(uid, hits)
                         prefix.allocate(uid, new)

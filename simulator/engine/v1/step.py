@@ -97,7 +97,8 @@ class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
                 want = self.wants(state, d_idx, verified)
         else:
             want = verified = _EMPTY
-        comp = (self.compose_reference(rep, d_idx, verified) if self.reference
+        hybrid = self.blocks is not None and self.blocks.tables is not None  # engine.kv
+        comp = (self.compose_reference(rep, d_idx, verified) if self.reference or hybrid
                 else self.compose(rep, want, None if d_idx is not None or planned is None
                                   else planned.m[_M_KV]))
         if self.compositions is not None:
