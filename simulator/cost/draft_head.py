@@ -258,15 +258,24 @@ def head_pass(head: HeadShape, hw: Hardware, tp: int, execution: Execution,
 
 
 def head_kv_tokens(hw: Hardware, target: ModelShape, head: HeadShape, tp: int,
-                   gpu_memory_utilization: float, kv_cache_dtype: str = "auto") -> int:
+                   gpu_memory_utilization: float, kv_cache_dtype: str = "auto",
+                   block_size: int = 16, disable_hybrid_kv_cache_manager: bool = False) -> int:
     """KV-cache tokens per replica next to the target's and the head's weights:
     (tp · M · u − W_target − W_head) / (kv_target + kv_head) per token (an MLA cache
-    replicated on every tp rank), as simulator.cost.roofline.memory_kv_tokens counts a draft."""
+    replicated on every tp rank), as simulator.cost.roofline.memory_kv_tokens counts a draft;
+    a target with sliding-window layers under vLLM V1's hybrid KV cache manager: the pool of
+    simulator.cost.kv_groups with the head's full-attention layer(s) as the draft's."""
+    from specbatch.simulator.cost.kv_groups import kv_layout
+
     b = hw.dtype_bytes
     w_target = (held_weight_bytes(target, hw) if target.quantization != "none"
                 else b * target.params)
     free = tp * hw.memory_bytes * gpu_memory_utilization - w_target - head.held_bytes(hw)
     kv_b = kv_element_bytes(kv_cache_dtype, hw)
+    if target.is_windowed:
+        layout = kv_layout(target, head.layer, kv_b, block_size, disable_hybrid_kv_cache_manager)
+        if layout.hybrid:
+            return layout.num_blocks(max(free, 0.0)) * int(block_size)
     per_token = (target.kv_bytes_per_token(kv_b) * (tp if target.is_mla else 1)
                  + head.kv_bytes_per_token(kv_b) * (tp if head.layer.is_mla else 1))
     return max(0, int(free // per_token))
@@ -319,6 +328,21 @@ class HeadDraftCost:
         if name in ("inner", "head", "passes", "kv_tokens") or name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+
+def config_head(config) -> HeadShape | None:
+    """The head a run config prices (``draft`` in :data:`HEAD_DRAFTS`; ``draft_head``'s
+    config.json, else derived from ``target``), None for any other draft."""
+    from specbatch.simulator.cost.precision import resolve_quantization
+    from specbatch.traces.models.shapes import get_shape
+
+    method = str(config.draft).lower()
+    if method not in HEAD_DRAFTS:
+        return None
+    target = resolve_quantization(config.quantization, get_shape(config.target))
+    if config.draft_head is not None:
+        return read_head_config(config.draft_head, method, target)
+    return head_shape(method, target)
 
 
 def is_head_drafter(draft: str) -> bool:

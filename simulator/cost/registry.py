@@ -217,8 +217,13 @@ def head_draft_model(builder, hardware: str, method: str, target: str, tp: int,
                              routing_skew=routing_skew, quantization=quantization,
                              kv_cache_dtype=kv_cache_dtype)
     passes = head_pass(head, hw, tp, get_execution(execution), routing_skew, kv_cache_dtype)
-    return HeadDraftCost(inner, head, passes,
-                         lambda u=0.9: head_kv_tokens(hw, shape, head, tp, u, kv_cache_dtype))
+
+    def kv_tokens(u: float = 0.9, block_size: int = 16,
+                  disable_hybrid_kv_cache_manager: bool = False) -> int:
+        return head_kv_tokens(hw, shape, head, tp, u, kv_cache_dtype, block_size,
+                              disable_hybrid_kv_cache_manager)
+
+    return HeadDraftCost(inner, head, passes, kv_tokens)
 
 
 def recorded_quantization(trace) -> dict | None:

@@ -107,11 +107,13 @@ def windowed_shapes(config: SimConfig) -> tuple:
     """(target, draft) shapes of a run where one has sliding-window layers (the draft None
     for a host-side drafter), else ()."""
     from specbatch.simulator.config.sim_config import FREE_DRAFTS
+    from specbatch.simulator.cost.draft_head import config_head
     from specbatch.traces.models.shapes import find_shape
 
     target = find_shape(str(config.target))
+    head = config_head(config) if target is not None else None  # an EAGLE / MTP head's layer
     draft = (None if str(config.draft).lower() in FREE_DRAFTS
-             else find_shape(str(config.draft)))
+             else head.layer if head is not None else find_shape(str(config.draft)))
     if target is None or not (target.is_windowed or (draft is not None and draft.is_windowed)):
         return ()
     return target, draft

@@ -249,3 +249,22 @@ def test_an_fp8_targets_mtp_layer_is_held_and_streamed_in_fp8_and_eh_proj_in_bf1
     slow = build_cost_model("roofline", "h200", "deepseek-v3", "mtp", tp=8)
     fast = build_cost_model("roofline", "h200", "deepseek-v3", "mtp", tp=8, quantization="fp8")
     assert fast.step_time("draft", one, kv) < slow.step_time("draft", one, kv)
+
+
+def test_a_sliding_window_target_pools_the_heads_full_attention_layer_as_vllms_groups():
+    """Mistral-7B (32 sliding layers) with an EAGLE-3 head: vLLM V1's hybrid KV cache manager
+    groups the head's full-attention layer with the target's sliding ones
+    (simulator.cost.kv_groups), so the pool is kv_layout(target, head layer)'s blocks of the
+    memory left next to both weights; the engine's group tables see the same layer."""
+    from specbatch.simulator.cost.kv_groups import kv_layout
+    from specbatch.simulator.engine.kv import windowed_shapes
+
+    hw, target = get_hardware("h100"), get_shape("mistral-7b-v0.1")
+    head = head_shape("eagle3", target)
+    cost = build_cost_model("roofline", "h100", "mistral-7b-v0.1", "eagle3")
+    free = 0.9 * hw.memory_bytes - 2 * target.params - 2 * head.held_params
+    layout = kv_layout(target, head.layer, 2, 16)
+    assert layout.hybrid
+    assert cost.kv_capacity_tokens(0.9, 16, False) == layout.num_blocks(free) * 16
+    config = load_config(None, target="mistral-7b-v0.1", draft="eagle3", kv_mode="paged")
+    assert windowed_shapes(config) == (target, head.layer)
