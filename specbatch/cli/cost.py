@@ -295,6 +295,7 @@ def run_show(args) -> int:
         out["quantization"] = model.target.quantization
         out["kv_cache_dtype"] = args.kv_cache_dtype
         out["kv_capacity_tokens"] = model.kv_capacity_tokens(0.9)
+        out.update(hybrid_kv(model, args.kv_cache_dtype))
         short = weights_shortfall(args.hardware, args.target, args.draft, args.tp, 0.9,
                                   args.draft_weight_bits, args.quantization)
         if short is not None:  # simulate refuses this pair; the pass times are hypothetical
@@ -346,7 +347,30 @@ def run_show(args) -> int:
         out["moe"] = moe[1]
         lines.append(moe[0])
     if "kv_capacity_tokens" in out:
-        lines.append(f"KV capacity at gpu_memory_utilization 0.9: {out['kv_capacity_tokens']} "
-                     "tokens")
+        line = f"KV capacity at gpu_memory_utilization 0.9: {out['kv_capacity_tokens']} tokens"
+        if "kv_groups" in out:  # vLLM V1's hybrid manager: one block pool, several groups
+            line += (f" of one KV cache group ({out['kv_groups']} groups share the pool; "
+                     f"vLLM logs {out['vllm_kv_tokens']} tokens)")
+        lines.append(line)
     emit(out, args.json, "\n".join(lines))
     return 0
+
+
+def hybrid_kv(model, kv_cache_dtype: str) -> dict:
+    """For a sliding-window model under vLLM V1's hybrid KV cache manager: its number of KV
+    cache groups and the token count vLLM logs (num_blocks // groups · block size,
+    simulator.cost.kv_groups.KVLayout.vllm_tokens); {} otherwise. The capacity itself is
+    tokens of one group: each request draws on the shared pool once per group."""
+    from specbatch.simulator.cost.kv_groups import kv_layout
+    from specbatch.simulator.cost.precision import kv_element_bytes
+
+    shapes = [m for m in (model.target, model.draft) if m is not None]
+    if not any(m.is_windowed for m in shapes):
+        return {}
+    block = 16  # vLLM's default block_size, as kv_capacity_tokens prices it
+    layout = kv_layout(model.target, model.draft,
+                       kv_element_bytes(kv_cache_dtype, model.hardware), block)
+    if not layout.hybrid:
+        return {}
+    blocks = model.kv_capacity_tokens(0.9) // block
+    return {"kv_groups": len(layout.groups), "vllm_kv_tokens": layout.vllm_tokens(blocks, block)}

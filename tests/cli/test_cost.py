@@ -57,6 +57,21 @@ def test_show_prints_the_roofline_across_batches(capsys):
     assert len([line for line in out.splitlines() if line.strip()[:1].isdigit()]) == 6
 
 
+def test_show_of_a_windowed_model_says_its_capacity_is_one_groups_and_what_vllm_logs(capsys):
+    """Under the hybrid KV manager the capacity counts tokens of one KV cache group; vLLM's
+    log divides the pool by the groups (num_blocks // groups · 16). A model without sliding
+    layers keeps the plain line and no group keys."""
+    code, out, _ = run(capsys, "cost", "show", "--hardware", "h100", "--target", "gemma-3-270m",
+                       "--draft", "vicuna-68m", "--batch", "1", "--json")
+    assert code == 0
+    obj = json.loads(out)
+    groups, logged = obj["kv_groups"], obj["vllm_kv_tokens"]
+    assert groups > 1 and logged == obj["kv_capacity_tokens"] // 16 // groups * 16
+    code, out, _ = run(capsys, "cost", "show", "--hardware", "h100", "--target", "vicuna-33b",
+                       "--batch", "1", "--json")
+    assert code == 0 and "kv_groups" not in json.loads(out)
+
+
 def test_show_json_is_monotone_in_batch(capsys):
     code, out, _ = run(capsys, "cost", "show", "--batch", "1", "64", "512", "--kv", "512",
                        "--json")
