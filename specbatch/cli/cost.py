@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from types import SimpleNamespace
 
 from specbatch.cli.common import (
     add_json_flag,
@@ -289,6 +290,9 @@ def run_show(args) -> int:
                        "layers": head.layer.layers, "lm_vocab": head.lm_vocab,
                        "own_lm_head": head.own_lm_head}
         out["kv_capacity_tokens"] = model.kv_capacity_tokens(0.9)
+        out.update(hybrid_kv(SimpleNamespace(  # the head's layer among the KV cache groups
+            target=model.target, draft=head.layer, hardware=model.hardware,
+            kv_capacity_tokens=model.kv_capacity_tokens), args.kv_cache_dtype))
     if isinstance(model, RooflineCost):
         out["ridge_flop_per_byte"] = model.hardware.ridge
         out["draft_weight_bits"] = args.draft_weight_bits
