@@ -48,6 +48,8 @@ from specbatch.simulator.config.checks import (  # noqa: F401 - importable from 
     PREDICTOR_POLICIES,
     applied_k,
     check_extra_applies,
+    check_head_drafter,
+    check_parallel,
     check_settings_apply,
     policy_depth,
     validate_against_trace,
