@@ -166,14 +166,8 @@ def free_draft_model(builder, hardware: str, target: str, tp: int, profile: str 
         return FreeDraftCost(inner)
     hw = get_hardware(hardware)
     shape = resolve_quantization(quantization, get_shape(target))
-    if builder is build_calibrated:
-        inner = build_calibrated(hardware, target, target, tp, profile, execution,
-                                 routing_skew=routing_skew, quantization=quantization,
-                                 kv_cache_dtype=kv_cache_dtype)
-    else:
-        inner = RooflineCost(hw, shape, get_shape(target), tp=tp, execution=execution,
-                             routing_skew=routing_skew, quantization=quantization,
-                             kv_cache_dtype=kv_cache_dtype)
+    inner = target_passes(builder, hardware, target, shape, tp, profile, execution,
+                          routing_skew, quantization, kv_cache_dtype)
     def kv_tokens(u: float = 0.9, block_size: int = 16,
                   disable_hybrid_kv_cache_manager: bool = False) -> int:
         return memory_kv_tokens(hw, shape, None, tp, u, kv_cache_dtype=kv_cache_dtype,
@@ -181,6 +175,20 @@ def free_draft_model(builder, hardware: str, target: str, tp: int, profile: str 
                                 disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager)
 
     return FreeDraftCost(inner, kv_tokens)
+
+
+def target_passes(builder, hardware: str, target: str, shape, tp: int, profile: str | None,
+                  execution: str, routing_skew: float, quantization: str, kv_cache_dtype: str):
+    """The target's passes for a drafter that is not a model of its own (n-gram, a head):
+    ``builder``'s model (calibrated or roofline) built with the target's shape in the draft's
+    place, whose draft role is never priced (``shape``: the target in its resolved format)."""
+    if builder is build_calibrated:
+        return build_calibrated(hardware, target, target, tp, profile, execution,
+                                routing_skew=routing_skew, quantization=quantization,
+                                kv_cache_dtype=kv_cache_dtype)
+    return RooflineCost(get_hardware(hardware), shape, get_shape(target), tp=tp,
+                        execution=execution, routing_skew=routing_skew,
+                        quantization=quantization, kv_cache_dtype=kv_cache_dtype)
 
 
 def head_draft_model(builder, hardware: str, method: str, target: str, tp: int,
@@ -208,14 +216,8 @@ def head_draft_model(builder, hardware: str, method: str, target: str, tp: int,
     shape = resolve_quantization(quantization, get_shape(target))
     head = (head_shape(method, shape) if draft_head is None
             else read_head_config(draft_head, method, shape))
-    if builder is build_calibrated:
-        inner = build_calibrated(hardware, target, target, tp, profile, execution,
-                                 routing_skew=routing_skew, quantization=quantization,
-                                 kv_cache_dtype=kv_cache_dtype)
-    else:
-        inner = RooflineCost(hw, shape, get_shape(target), tp=tp, execution=execution,
-                             routing_skew=routing_skew, quantization=quantization,
-                             kv_cache_dtype=kv_cache_dtype)
+    inner = target_passes(builder, hardware, target, shape, tp, profile, execution,
+                          routing_skew, quantization, kv_cache_dtype)
     passes = head_pass(head, hw, tp, get_execution(execution), routing_skew, kv_cache_dtype)
 
     def kv_tokens(u: float = 0.9, block_size: int = 16,
