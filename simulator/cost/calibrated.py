@@ -97,10 +97,12 @@ from specbatch.simulator.cost.hardware import (
     DEFAULT_EXECUTION,
     FULL_WEIGHT_BITS,
     Hardware,
+    check_weight_bits,
     get_execution,
     quantized_weight_bytes,
 )
 from specbatch.simulator.cost.interface import ROLES, batch_sums, for_role
+from specbatch.simulator.cost.memory import memory_kv_tokens
 from specbatch.simulator.cost.precision import (
     WeightFormat,
     describe,
@@ -108,12 +110,7 @@ from specbatch.simulator.cost.precision import (
     resolve_quantization,
     weight_format,
 )
-from specbatch.simulator.cost.roofline import (
-    PassConstants,
-    check_weight_bits,
-    memory_kv_tokens,
-    pass_constants,
-)
+from specbatch.simulator.cost.roofline import PassConstants, pass_constants
 from specbatch.simulator.cost.window import attention_work, batch_window_sums, window_sums
 from specbatch.traces.models.shapes import ModelShape
 

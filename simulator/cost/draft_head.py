@@ -262,7 +262,7 @@ def head_kv_tokens(hw: Hardware, target: ModelShape, head: HeadShape, tp: int,
                    block_size: int = 16, disable_hybrid_kv_cache_manager: bool = False) -> int:
     """KV-cache tokens per replica next to the target's and the head's weights:
     (tp · M · u − W_target − W_head) / (kv_target + kv_head) per token (an MLA cache
-    replicated on every tp rank), as simulator.cost.roofline.memory_kv_tokens counts a draft;
+    replicated on every tp rank), as simulator.cost.memory.memory_kv_tokens counts a draft;
     a target with sliding-window layers under vLLM V1's hybrid KV cache manager: the pool of
     simulator.cost.kv_groups with the head's full-attention layer(s) as the draft's."""
     from specbatch.simulator.cost.kv_groups import kv_layout

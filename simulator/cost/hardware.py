@@ -166,6 +166,7 @@ kernels, which reach near-ideal speedup up to batch ~16-32) is not modelled.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral  # numpy integers included
 
 from specbatch.errors import SpecbatchError, require
 
@@ -364,6 +365,14 @@ QUANT_GROUP_BYTES = 4
 def quantized_weight_bytes(bits: int) -> float:
     """Bytes one quantised weight takes: ``bits / 8 + QUANT_GROUP_BYTES / QUANT_GROUP``."""
     return bits / 8 + QUANT_GROUP_BYTES / QUANT_GROUP
+
+
+def check_weight_bits(bits: int) -> int:
+    """``bits`` as an int in [2, 16] (one-line error otherwise)."""
+    require(isinstance(bits, Integral) and not isinstance(bits, bool)
+            and 2 <= bits <= FULL_WEIGHT_BITS,
+            f"draft_weight_bits {bits!r}: expected an integer in [2, {FULL_WEIGHT_BITS}]")
+    return int(bits)
 
 
 def linear_params(shape) -> int:

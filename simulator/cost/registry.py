@@ -21,14 +21,12 @@ from specbatch.simulator.cost.hardware import (
     get_hardware,
 )
 from specbatch.simulator.cost.interface import ROLES, CostModel
+from specbatch.simulator.cost.memory import memory_kv_tokens
 from specbatch.simulator.cost.precision import resolve_quantization
 from specbatch.simulator.cost.profiled import (
     fit_profile,
 )
-from specbatch.simulator.cost.roofline import (
-    RooflineCost,
-    memory_kv_tokens,
-)
+from specbatch.simulator.cost.roofline import RooflineCost
 from specbatch.simulator.cost.verify_cost import VerifyCost
 from specbatch.simulator.defaults import FREE_DRAFTS, HEAD_DRAFTS
 from specbatch.traces.models.shapes import get_shape

@@ -54,7 +54,7 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
       B_w = (b · (P_layers − P_lin + h·V + h) + (bits/8 + 4/128) · P_lin) / tp
 
   with P_lin = L · (layer params − 2h) (:func:`hardware.linear_params`); FLOPs, KV and
-  activation bytes unchanged, and the memory accounting (:func:`memory_kv_tokens`) counts the
+  activation bytes unchanged, and the memory accounting (:func:`~simulator.cost.memory.memory_kv_tokens`) counts the
   same bytes. The target's own weight format is the next bullets' ``quantization``.
 - Mixture of experts (``ModelShape.is_moe``; THEORY.md §8): M of the L layers route each
   token to k of E experts of width I_e (3 h I_e weights each), next to always-read dense
@@ -67,7 +67,7 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   with P_dense = the decoder weights less the routed experts: the tokens of one pass route
   independently (routing is per token; only the expected count is priced, not its spread).
   FLOPs use the active parameters (k experts per token plus the shared ones), activations
-  the k experts' width (k I_e + I_s in place of I on MoE layers), memory (:func:`memory_kv_tokens`,
+  the k experts' width (k I_e + I_s in place of I on MoE layers), memory (:func:`~simulator.cost.memory.memory_kv_tokens`,
   weights fit) the total parameters. Experts are split by tp like every projection (vLLM's
   fused-MoE tensor parallelism) unless ``enable_expert_parallel`` splits them over dp · tp
   ranks (PassConstants ``ep_size`` / ``ep_dp``; simulator.cost.expert_parallel). A verify pass with
@@ -94,7 +94,7 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   or ``time_from_sums(..., window=(K^W, P^W))``); the engine takes its array path for it
   (``RooflineCost.windowed``) and a model without windows keeps the sums path unchanged.
   Equal to full attention when W ≥ c_i + q_i for every request. The KV capacity is vLLM V1's
-  hybrid KV cache manager's pool (:func:`memory_kv_tokens`, simulator.cost.kv_groups): the
+  hybrid KV cache manager's pool (:func:`~simulator.cost.memory.memory_kv_tokens`, simulator.cost.kv_groups): the
   layers grouped into block tables of equal page size sharing one pool of blocks, a sliding
   group's blocks behind its window freed (simulator.engine.kv; docs/simulate.md).
 - Not modelled: activation quantisation other than W8A8 FP8, dequantisation time of
@@ -133,24 +133,22 @@ from specbatch.simulator.cost.hardware import (
     FULL_WEIGHT_BITS,
     Execution,
     Hardware,
+    check_weight_bits,
     get_execution,
-    get_hardware,
     linear_params,
-    model_weight_bytes,
     quantized_weight_bytes,
 )
 from specbatch.simulator.cost.interface import batch_sums, for_role
-from specbatch.simulator.cost.kv_groups import kv_layout
+from specbatch.simulator.cost.memory import memory_kv_tokens
 from specbatch.simulator.cost.precision import (
     check_quantization,
-    held_weight_bytes,
     kv_element_bytes,
     quantize_constants,
     resolve_quantization,
 )
 from specbatch.simulator.cost.window import attention_work, batch_window_sums, window_sums
 from specbatch.theory.moe import uniform_touched, zipf_load
-from specbatch.traces.models.shapes import ModelShape, get_shape
+from specbatch.traces.models.shapes import ModelShape
 
 
 @dataclass(frozen=True)
@@ -334,14 +332,6 @@ def streamed_weight_bytes(shape: ModelShape, b: int, bits: int = FULL_WEIGHT_BIT
     return float(b * (full - linear) + quantized_weight_bytes(bits) * linear)
 
 
-def check_weight_bits(bits: int) -> int:
-    """``bits`` as an int in [2, 16] (one-line error otherwise)."""
-    require(isinstance(bits, (int, np.integer)) and not isinstance(bits, bool)
-            and 2 <= bits <= FULL_WEIGHT_BITS,
-            f"draft_weight_bits {bits!r}: expected an integer in [2, {FULL_WEIGHT_BITS}]")
-    return int(bits)
-
-
 @dataclass(frozen=True)
 class RooflineCost:
     """Roofline step time (module docstring) for a draft/target pair on one hardware preset."""
@@ -429,7 +419,7 @@ class RooflineCost:
                            disable_hybrid_kv_cache_manager: bool = False) -> int:
         """KV-cache tokens per replica next to both models' weights on ``tp`` GPUs
         (:func:`kv_capacity_tokens`): the memory information paged KV mode asks for; a
-        windowed model's pool under vLLM's hybrid KV cache manager (:func:`memory_kv_tokens`)."""
+        windowed model's pool under vLLM's hybrid KV cache manager (:func:`~simulator.cost.memory.memory_kv_tokens`)."""
         return memory_kv_tokens(self.hardware, self.target, self.draft, self.tp,
                                 gpu_memory_utilization, self.draft_weight_bits,
                                 self.kv_cache_dtype, block_size, disable_hybrid_kv_cache_manager)
@@ -472,56 +462,3 @@ class RooflineCost:
                       "compute" if compute_s > memory_s else "memory"),
             "step_time_s": self.step_time(role, query, kv),
         }
-
-
-def kv_capacity_tokens(hardware: str = "h100", target: str = "vicuna-33b",
-                       draft: str = "vicuna-68m", tp: int = 1,
-                       gpu_memory_utilization: float = 0.9,
-                       draft_weight_bits: int = FULL_WEIGHT_BITS) -> int:
-    """KV-cache tokens that fit next to the weights: (tp·M·u − W_target − W_draft) / kv bytes.
-
-    ``M`` is one GPU's memory, ``u`` vLLM's ``gpu_memory_utilization``; each cached token needs
-    the target's and the draft's KV (bf16). Activation workspace is ignored. Returns 0 when the
-    weights alone do not fit (e.g. Vicuna-33B, 65 GB, leaves ~4k tokens on one 80 GB H100).
-    ``draft_weight_bits`` < 16 counts a quantised draft's weights (module docstring).
-    """
-    return memory_kv_tokens(get_hardware(hardware), get_shape(target), get_shape(draft), tp,
-                            gpu_memory_utilization, check_weight_bits(draft_weight_bits))
-
-
-def memory_kv_tokens(hw: Hardware, target: ModelShape, draft: ModelShape | None, tp: int,
-                     gpu_memory_utilization: float,
-                     draft_weight_bits: int = FULL_WEIGHT_BITS,
-                     kv_cache_dtype: str = "auto", block_size: int = 16,
-                     disable_hybrid_kv_cache_manager: bool = False) -> int:
-    """:func:`kv_capacity_tokens` of a preset and two shapes (what :class:`RooflineCost` uses);
-    ``draft`` None: a drafter without weights or KV (simulator.cost.free_draft); the draft's
-    weights at ``draft_weight_bits`` (:func:`hardware.model_weight_bytes`); a shape with a
-    ``quantization`` at its format's bytes and the KV at ``kv_cache_dtype``'s bytes
-    (simulator.cost.precision).
-
-    A model with sliding-window layers under vLLM V1's hybrid KV cache manager (unless
-    ``disable_hybrid_kv_cache_manager``; simulator.cost.kv_groups): the pool's
-    num_blocks = free // (bytes of one pool block) blocks of ``block_size`` tokens, returned
-    as num_blocks · block_size tokens, which each request draws on once per KV cache group
-    (simulator.engine.kv); models without windows keep the per-token count below."""
-    b = hw.dtype_bytes
-    models = (target,) if draft is None else (target, draft)
-    if any(m.quantization != "none" for m in models):
-        weights = held_weight_bytes(target, hw) + (
-            0.0 if draft is None else model_weight_bytes(draft, b, draft_weight_bits)
-            if draft.quantization == "none" else held_weight_bytes(draft, hw))
-    elif draft is None or draft_weight_bits >= FULL_WEIGHT_BITS:
-        weights = b * sum(m.params for m in models)
-    else:
-        weights = b * target.params + model_weight_bytes(draft, b, draft_weight_bits)
-    free = tp * hw.memory_bytes * gpu_memory_utilization - weights
-    kv_b = kv_element_bytes(kv_cache_dtype, hw)
-    if target.is_windowed or (draft is not None and draft.is_windowed):
-        layout = kv_layout(target, draft, kv_b, block_size, disable_hybrid_kv_cache_manager)
-        if layout.hybrid:
-            return layout.num_blocks(free) * int(block_size)
-    # an MLA target's latent cache is replicated on each of its tp GPUs
-    per_token = sum(m.kv_bytes_per_token(kv_b) * (tp if m.is_mla and m is target else 1)
-                    for m in models)
-    return max(0, int(free // per_token))

@@ -11,7 +11,7 @@ Two modes (``SimConfig.kv_mode``):
   (tp·M·u − W_target − W_draft) / KV bytes per token with u = ``gpu_memory_utilization``,
   the weights in the target's ``quantization`` and the KV at ``kv_cache_dtype``'s bytes
   (simulator.cost.precision: an fp8 cache holds twice the tokens of a bf16 one)
-  (the cost model's ``kv_capacity_tokens(u)``, simulator.cost.roofline); a cost model without
+  (the cost model's ``kv_capacity_tokens(u)``, simulator.cost.memory); a cost model without
   memory information (the profiled one measures times only) needs an explicit capacity.
 
 Paged mode, step by step (vLLM V1's scheduler; the engine calls these verbs):

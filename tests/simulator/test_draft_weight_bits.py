@@ -26,8 +26,8 @@ from specbatch.simulator.cost.hardware import (
     model_weight_bytes,
     quantized_weight_bytes,
 )
+from specbatch.simulator.cost.memory import kv_capacity_tokens
 from specbatch.simulator.cost.registry import build_cost_model, weight_bits_notes
-from specbatch.simulator.cost.roofline import kv_capacity_tokens
 from specbatch.simulator.engine.kv import kv_capacity
 from specbatch.simulator.run import simulate
 from specbatch.traces.models.shapes import get_shape

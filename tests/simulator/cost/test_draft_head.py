@@ -14,8 +14,8 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.cost.draft_head import head_shape
 from specbatch.simulator.cost.hardware import get_execution, get_hardware
+from specbatch.simulator.cost.memory import memory_kv_tokens
 from specbatch.simulator.cost.registry import build_cost_model, step_split
-from specbatch.simulator.cost.roofline import memory_kv_tokens
 from specbatch.traces.models.shapes import get_shape
 
 H, I, KV = 4096, 14336, 8 * 128  # Llama-3.1-8B: hidden, MLP width, KV heads x head_dim

@@ -10,8 +10,8 @@ import pytest
 from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.cost.hardware import get_hardware
 from specbatch.simulator.cost.interface import SumsCostModel, batch_sums
+from specbatch.simulator.cost.memory import kv_capacity_tokens, memory_kv_tokens
 from specbatch.simulator.cost.registry import build_cost_model
-from specbatch.simulator.cost.roofline import kv_capacity_tokens, memory_kv_tokens
 from specbatch.simulator.run import simulate
 from specbatch.traces.models.shapes import get_shape
 from tests.simulator.cost.test_profiled import synthetic_profile

@@ -12,8 +12,9 @@ import pytest
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.hardware import get_hardware
 from specbatch.simulator.cost.kv_groups import KVGroup, kv_layout
+from specbatch.simulator.cost.memory import memory_kv_tokens
 from specbatch.simulator.cost.precision import held_weight_bytes
-from specbatch.simulator.cost.roofline import RooflineCost, memory_kv_tokens
+from specbatch.simulator.cost.roofline import RooflineCost
 from specbatch.traces.models.shapes import ModelShape, get_shape
 from tests.traces.models.test_gpt_oss import GPT_OSS_20B
 

@@ -19,6 +19,7 @@ from specbatch.simulator.cost.calibrated import (
 )
 from specbatch.simulator.cost.calibrated_sources import layer_shape
 from specbatch.simulator.cost.hardware import HARDWARE, check_weights_fit, get_hardware
+from specbatch.simulator.cost.memory import memory_kv_tokens
 from specbatch.simulator.cost.precision import (
     MXFP4_BYTES,
     WeightFormat,
@@ -30,7 +31,7 @@ from specbatch.simulator.cost.precision import (
     weight_split,
 )
 from specbatch.simulator.cost.registry import build_cost_model
-from specbatch.simulator.cost.roofline import RooflineCost, memory_kv_tokens, pass_constants
+from specbatch.simulator.cost.roofline import RooflineCost, pass_constants
 from specbatch.traces.models.shapes import SHAPES, ModelShape
 
 H100, A100 = get_hardware("h100"), get_hardware("a100")

@@ -18,8 +18,9 @@ from specbatch.simulator.cost.hardware import (
     get_execution,
     get_hardware,
 )
+from specbatch.simulator.cost.memory import kv_capacity_tokens
 from specbatch.simulator.cost.registry import build_cost_model
-from specbatch.simulator.cost.roofline import RooflineCost, kv_capacity_tokens
+from specbatch.simulator.cost.roofline import RooflineCost
 from specbatch.traces.models.shapes import get_shape
 from tests.simulator.helpers import ones
 

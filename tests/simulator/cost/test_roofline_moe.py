@@ -13,7 +13,8 @@ import pytest
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.hardware import get_hardware
-from specbatch.simulator.cost.roofline import RooflineCost, kv_capacity_tokens, pass_constants
+from specbatch.simulator.cost.memory import kv_capacity_tokens
+from specbatch.simulator.cost.roofline import RooflineCost, pass_constants
 from specbatch.traces.models.shapes import SHAPES, ModelShape
 
 H100 = get_hardware("h100")
@@ -186,7 +187,7 @@ def test_mla_parameters_cache_and_attention_flops_by_hand():
 def test_an_mla_target_s_cache_is_charged_on_every_tp_rank():
     hw = get_hardware("h100")
     target, draft = MLA, SHAPES["vicuna-68m"]
-    from specbatch.simulator.cost.roofline import memory_kv_tokens
+    from specbatch.simulator.cost.memory import memory_kv_tokens
 
     free = 4 * hw.memory_bytes * 0.9 - 2 * (target.params + draft.params)
     per_token = 4 * target.kv_bytes_per_token() + draft.kv_bytes_per_token()

@@ -201,7 +201,7 @@ def test_paged_invariants_property(synth_trace_natural, policy, verify, k, block
 
 def test_capacity_comes_from_the_cost_models_memory():
     """Paged mode without kv_capacity asks the cost model: (tp·M·u − W_t − W_d) / KV bytes."""
-    from specbatch.simulator.cost.roofline import kv_capacity_tokens
+    from specbatch.simulator.cost.memory import kv_capacity_tokens
 
     h100 = build_cost_model("roofline", "h100", "vicuna-33b", "vicuna-68m")
     paged = load_config(None, scheduler="vllm-v0", kv_mode="paged", gpu_memory_utilization=0.9)

@@ -8,7 +8,7 @@ import pytest
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.hardware import weights_shortfall
-from specbatch.simulator.cost.roofline import kv_capacity_tokens
+from specbatch.simulator.cost.memory import kv_capacity_tokens
 from specbatch.traces.models.shapes import SHAPES, find_shape, get_shape
 
 VICUNA_33B = {"architectures": ["LlamaForCausalLM"], "hidden_size": 6656,
