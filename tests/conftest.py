@@ -26,3 +26,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+def pytest_configure(config):
+    """Every test run gets its own cache folder (``$SPECBATCH_CACHE``): parallel workers and
+    subprocesses share it within a run, and nothing reaches the user's ~/.cache/specbatch."""
+    if "SPECBATCH_CACHE" not in os.environ:
+        import tempfile
+
+        os.environ["SPECBATCH_CACHE"] = tempfile.mkdtemp(prefix="specbatch-test-cache-")
