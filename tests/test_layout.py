@@ -77,8 +77,8 @@ FOLDER_ORDER = {
                "conform_samplers", "theorems"),
     "traces": ("corpus", "models", "format", "synth", "capture", "public"),
     "simulator": ("defaults", "replay", "cost", "policies", "config", "workload", "engine",
-                  "metrics", "step_stream", "run"),
-    "analysis": ("sweep", "report", "plan", "validate", "tune", "config_docs", "optimum"),
+                  "metrics", "saturation", "step_stream", "run"),
+    "analysis": ("sensitivity", "sweep", "report", "plan", "validate", "tune", "config_docs", "optimum"),
 }
 
 

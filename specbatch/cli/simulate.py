@@ -67,6 +67,11 @@ def register(subparsers) -> None:
                         "other files are never replaced")
     p.add_argument("--allow-partial", action="store_true",
                    help="simulate a partial capture as it is (default: refuse it)")
+    p.add_argument("--sensitivity", choices=("auto", "on", "off"), default="auto",
+                   help="rerun at step times x0.95 and x1.05 and warn when the answer moves "
+                        "by more than 25 %% or the queue grows without bound: for open-loop "
+                        "arrivals of <= 20,000 requests (auto), always (on), never (off); "
+                        "--json carries it as 'capacity' (analysis.sensitivity)")
     add_json_flag(p)
     add_config_flags(p)
     p.set_defaults(func=run_command)
@@ -98,7 +103,13 @@ def run_command(args: argparse.Namespace) -> int:
     else:
         result = simulate(config, allow_partial=args.allow_partial, progress=not args.json)
         print_notes(result)
-    summary = jsonable(setting(config) | result.summary | {"cost_source": run_sources(config)})
+    from specbatch.analysis.sensitivity import capacity_check, capacity_lines
+
+    check = capacity_check(config, result, args.sensitivity)
+    for line in capacity_lines(check):
+        sys.stderr.write(line + "\n")
+    summary = jsonable(setting(config) | result.summary | {"cost_source": run_sources(config)}
+                       | ({"capacity": check} if check is not None else {}))
     emit(summary, args.json, text=None if args.json else format_summary(summary, args.out))
     return 0
 
