@@ -51,7 +51,9 @@ from specbatch.simulator.cost.calibrated_fit import (
     layer_seconds,
 )
 from specbatch.simulator.cost.calibrated_sources import LAWS, VALIDATION, allreduce_curve, gpu_peaks
-from specbatch.simulator.cost.hardware import HARDWARE, Hardware, get_execution
+from specbatch.simulator.cost.gpus.catalogue import GPUS as CATALOGUE
+from specbatch.simulator.cost.gpus.catalogue import gpus_with
+from specbatch.simulator.cost.hardware import get_execution, preset
 from specbatch.simulator.cost.roofline import pass_constants
 from specbatch.traces.models.shapes import ModelShape
 from specbatch.traces.public.vidur_profiles import OPS, load_public_profiles
@@ -61,13 +63,12 @@ LAYERS = {"Qwen/Qwen-72B": 80, "codellama/CodeLlama-34b-Instruct-hf": 48,
           "internlm/internlm-20b": 60, "meta-llama/Llama-2-70b-hf": 80,
           "meta-llama/Llama-2-7b-hf": 32, "meta-llama/Meta-Llama-3-70B": 80,
           "meta-llama/Meta-Llama-3-8B": 32, "microsoft/phi-2": 32}
-GPUS = ("h100", "a100", "a40")
+#: The GPUs Vidur profiled (catalogue rows calibrated by "vidur"): h100, a100, a40.
+GPUS = gpus_with("vidur")
 #: Models with these per-layer dimensions equal are one shape: held out together.
 SHAPE_KEY = ("n_embd", "n_head", "n_kv_head", "n_expanded_embd")
 REGIMES = [0, 8, 64, 256, 1024, 1 << 20]
 REGIME_NAMES = ["1-8", "9-64", "65-256", "257-1024", ">1024"]
-#: simulator.cost.hardware has no A40 preset; its roofline uses the datasheet with the defaults.
-A40 = Hardware("a40", "NVIDIA A40 48GB", 149.7e12, 696e9, 48e9, 56.25e9, memory_eff=0.75)
 
 
 def measured(cell: pd.DataFrame, layers: int) -> np.ndarray:
@@ -81,7 +82,7 @@ def roofline_layers(gpu: str, cell: pd.DataFrame, layers: int, tp: int) -> np.nd
     r = cell.iloc[0]
     shape = ModelShape("vidur", layers, int(r.n_embd), int(r.n_head), int(r.n_kv_head),
                        int(r.n_expanded_embd), int(r.vocab_size))
-    hw = HARDWARE.get(gpu, A40)
+    hw = preset(CATALOGUE[gpu])  # a40 is no --hardware preset; its row prices it here
     c = pass_constants(shape, hw, tp, get_execution("cuda_graph"))
     q = cell["num_tokens"].to_numpy(np.float64)
     p_layers = layers * shape.layer_params

@@ -1,7 +1,8 @@
 """Step-time cost models: how many seconds a batch's draft and target passes take.
 
 Reading order: ``interface`` (what the engine asks of a cost model), ``registry`` (models by
-name, the ``cost show`` table), ``hardware`` (GPU presets), ``roofline`` (FLOPs and bytes), ``memory`` (the KV
+name, the ``cost show`` table), ``gpus`` (the GPU catalogue: one row per GPU),
+``hardware`` (the roofline presets derived from it), ``roofline`` (FLOPs and bytes), ``memory`` (the KV
 capacity next to the weights),
 ``profiled`` / ``profile_file`` / ``role_fit`` (laws fitted to a measured profile),
 ``calibrated`` / ``calibrated_sources`` / ``calibrated_fit`` / ``gemm_fit`` (public per-op

@@ -78,10 +78,8 @@ from specbatch.simulator.cost.calibrated_fit import (
 )
 from specbatch.simulator.cost.calibrated_lss import LssPricer, lss_gpu, lss_pricer
 from specbatch.simulator.cost.calibrated_sources import (
-    CLUSTER,
     CUSTOM_AR_MAX_BYTES,
     LAYER_OPS,
-    PROXY_GPU,
     allreduce_curve,
     curve_seconds,
     find_cell,
@@ -93,6 +91,7 @@ from specbatch.simulator.cost.calibrated_sources import (
     uses_custom_allreduce,
     validation,
 )
+from specbatch.simulator.cost.gpus.catalogue import allreduce_cluster, proxy_of
 from specbatch.simulator.cost.hardware import (
     DEFAULT_EXECUTION,
     FULL_WEIGHT_BITS,
@@ -419,7 +418,7 @@ def cell_check(grid: np.ndarray, secs: np.ndarray) -> dict | None:
 def role_source(r: RolePricer, gpu: str) -> dict:
     """The source record of one role (see :meth:`CalibratedCost.sources`)."""
     checks = validation()
-    proxy = PROXY_GPU.get(gpu)
+    proxy = proxy_of(gpu)
     if r.cell is not None:
         model, grid, secs, folder = r.cell
         origin = "vidur" if folder is None else f"user profile {folder}:"
@@ -443,10 +442,11 @@ def role_source(r: RolePricer, gpu: str) -> dict:
     if r.tp == 1:
         comm = {"source": "none (tp 1)"}
     elif r.allreduce is not None:
+        cluster = allreduce_cluster(gpu)
         comm = {"source": f"vLLM custom all-reduce up to {CUSTOM_AR_MAX_BYTES >> 20} MiB "
                           "(roofline latency + ring bytes; assumed, not validated), measured "
-                          f"NCCL curve vidur {CLUSTER[gpu]} world {r.tp} above",
-                "validated": checks.get("allreduce", {}).get(f"{CLUSTER[gpu]}|{r.tp}")}
+                          f"NCCL curve vidur {cluster} world {r.tp} above",
+                "validated": checks.get("allreduce", {}).get(f"{cluster}|{r.tp}")}
     else:
         comm = {"source": "roofline all-reduce (latency + ring bytes; not validated)"}
     return {"model": r.shape.name, "tp": r.tp, "layers": layers,

@@ -50,12 +50,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-#: Streaming multiprocessors per GPU (NVIDIA datasheets: H100 SXM5 132, A100 108, A40 84,
-#: H200 132, L40S 142).
-SM_COUNT = {"h100": 132, "h200": 132, "a100": 108, "a40": 84, "l40s": 142}
-#: Datasheet dense bf16 FLOP/s and memory bytes/s of the GPUs the public data covers but
-#: simulator.cost.hardware has no preset for (A40: 149.7 TFLOP/s dense bf16, 696 GB/s GDDR6).
-EXTRA_PEAKS = {"a40": (149.7e12, 696e9)}
+from specbatch.simulator.cost.gpus.catalogue import GPUS
+
 GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 SMALL_OPS = ("emb", "input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
 
@@ -261,7 +257,7 @@ def fit_gemm(compute: pd.DataFrame, gpu: str, peaks: tuple[float, float],
     """Least-squares fit of the GEMM law to one GPU's rows of ``ops`` (module docstring);
     ``peaks`` = (datasheet FLOP/s, bytes/s) start the search."""
     q, k, n, t, w = gemm_rows(compute, ops)
-    sms = SM_COUNT[gpu]
+    sms = GPUS[gpu].sm_count  # the catalogue row's datasheet SM count
     best = None
     for tile_m in TILE_M_CHOICES:
         def law(x, tile_m=tile_m):

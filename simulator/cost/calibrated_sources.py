@@ -15,8 +15,6 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.calibrated_fit import (
-    EXTRA_PEAKS,
-    SM_COUNT,
     SMALL_OPS,
     GpuFit,
     LayerShape,
@@ -27,9 +25,7 @@ from specbatch.simulator.cost.calibrated_fit import (
     gemm_seconds,
     small_op_bytes,
 )
-from specbatch.simulator.cost.hardware import (
-    HARDWARE,
-)
+from specbatch.simulator.cost.gpus.catalogue import GPUS, allreduce_cluster, gpus_with, proxy_of
 from specbatch.traces.models.shapes import ModelShape
 from specbatch.traces.public.vidur_profiles import OPS, load_public_profiles
 
@@ -41,18 +37,18 @@ LAWS = Path(__file__).parent / "data" / "calibrated_laws.json"
 #: ``max_size`` (8 MiB by default) on 2, 4, 6 or 8 NVLink-connected GPUs.
 CUSTOM_AR_MAX_BYTES = 8 * 1024 * 1024
 CUSTOM_AR_WORLDS = (2, 4, 6, 8)
-#: GPUs without bundled data borrow a covered GPU's law (module docstring).
-PROXY_GPU = {"h200": "h100", "l40s": "a40"}
-#: The Vidur cluster whose all-reduce curves price each GPU (single node, NVSwitch).
-CLUSTER = {"h100": "h100_dgx", "a100": "a100_dgx"}
 LAYER_OPS = tuple(op for op in OPS if op != "emb")
 
 
 def gpu_peaks(gpu: str) -> tuple[float, float]:
-    """(datasheet dense bf16 FLOP/s, memory bytes/s) of ``gpu``."""
-    if gpu in HARDWARE:
-        return HARDWARE[gpu].peak_flops, HARDWARE[gpu].mem_bw
-    return EXTRA_PEAKS[gpu]
+    """(datasheet dense bf16 FLOP/s, memory bytes/s) of ``gpu``'s catalogue row."""
+    row = GPUS[gpu]
+    return row.peak("bf16"), row.mem_bw
+
+
+def proxied() -> tuple[str, ...]:
+    """Catalogue rows priced from a Vidur-covered proxy's laws."""
+    return tuple(g.name for g in GPUS.values() if g.proxy in gpus_with("vidur"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -68,22 +64,22 @@ def stored_laws() -> dict:
 @functools.lru_cache(maxsize=8)
 def fitted_gpu(gpu: str) -> GpuFit:
     """The calibrated laws of ``gpu`` fitted on every bundled model measured on it (stored
-    in :data:`LAWS`, refitted when absent); a GPU without data gets its proxy's law with β
-    and π scaled by the datasheet ratios."""
-    source = PROXY_GPU.get(gpu, gpu)
+    in :data:`LAWS`, refitted when absent); a GPU without data gets its catalogue proxy's law
+    with β and π scaled by the datasheet ratios."""
+    source = proxy_of(gpu) or gpu
     fit = stored_laws().get(source)
     if fit is None:
         profiles = load_public_profiles()
         if source not in set(profiles.compute["gpu"]):
             raise SpecbatchError(f"cost 'calibrated': no public profile or proxy for hardware "
-                                 f"{gpu!r}; expected one of h100, a100, a40, "
-                                 f"{', '.join(PROXY_GPU)}")
+                                 f"{gpu!r}; expected one of "
+                                 f"{', '.join(gpus_with('vidur') + proxied())}")
         fit = fit_gpu(profiles.compute, source, gpu_peaks(source))
     if source == gpu:
         return fit
     (f0, b0), (f1, b1) = gpu_peaks(source), gpu_peaks(gpu)
     gemm = {op: replace(law, bandwidth=law.bandwidth * b1 / b0, flops=law.flops * f1 / f0,
-                        sms=SM_COUNT[gpu]) for op, law in fit.gemm.items()}  # same corrections
+                        sms=GPUS[gpu].sm_count) for op, law in fit.gemm.items()}  # same corrections
     return replace(fit, gpu=gpu, gemm=gemm)
 
 
@@ -92,7 +88,7 @@ def allreduce_curve(gpu: str, world: int) -> tuple[np.ndarray, np.ndarray] | Non
     """(half-octave size bins' median bytes [bins], median seconds [bins]) of the measured NCCL
     all-reduce of ``world`` GPUs in ``gpu``'s DGX cluster, or None where not measured."""
     net = load_public_profiles().network
-    cluster = CLUSTER.get(gpu)
+    cluster = allreduce_cluster(gpu)
     rows = net[(net["cluster"] == cluster) & (net["collective"] == "all_reduce")
                & (net["world"] == world)]
     if cluster is None or rows.empty:

@@ -4,66 +4,9 @@ Every preset is one frozen :class:`Hardware`: datasheet peaks (dense bf16 tensor
 HBM bandwidth, memory size, GPU-to-GPU bandwidth) and the *assumed* factors that turn a peak
 into what a serving engine achieves (efficiencies, fixed latencies, per-step CPU overhead).
 
-Datasheet numbers (NVIDIA product pages / datasheets; bf16 figures are the *dense* ones,
-i.e. half of the "with sparsity" number the datasheets print first):
-
-=========  ==================  ============  =========  =================================
-preset     dense bf16 FLOP/s   HBM bytes/s   memory     GPU-GPU link (per direction)
-=========  ==================  ============  =========  =================================
-h100       989.4 T (SXM5)      3.35 T HBM3   80 GB      NVLink4 900 GB/s bidir -> 450 GB/s
-h200       989.4 T (SXM)       4.8 T HBM3e   141 GB     NVLink4 900 GB/s bidir -> 450 GB/s
-a100       312 T (SXM4 80GB)   2.039 T HBM2e 80 GB      NVLink3 600 GB/s bidir -> 300 GB/s
-l40s       362.05 T            864 G GDDR6   48 GB      PCIe Gen4 x16 64 GB/s bidir -> 32 GB/s
-rtx4090    165.2 T             1.008 T       24 GB      PCIe Gen4 x16 64 GB/s bidir -> 32 GB/s
-                                GDDR6X                  (no NVLink)
-rtxpro6000 503.8 T             1.597 T       96 GB      PCIe Gen5 x16 128 GB/s bidir -> 64 GB/s
-                                GDDR7                   (no NVLink)
-=========  ==================  ============  =========  =================================
-
-FP8 tensor cores (``compute_capability`` >= 89: Ada, Hopper, Blackwell) and their dense FP8
-peak ``fp8_peak_flops`` (FP32 accumulate, what vLLM's CUTLASS/cuBLASLt scaled-mm kernels use;
-half the "with sparsity" figure), used by ``quantization = "fp8"`` (simulator.cost.precision)::
-
-    preset      capability  dense FP8 FLOP/s  source
-    h100        9.0         1978.9 T          H100 SXM5 datasheet: FP8 3,958 T with sparsity
-    h200        9.0         1978.9 T          H200 SXM datasheet: FP8 3,958 T with sparsity
-    a100        8.0         none              no FP8 tensor cores: vLLM runs FP8 weight-only
-                                              through Marlin (bf16 compute)
-    l40s        8.9         733 T             L40S datasheet: FP8 733 / 1,466 T (sparsity)
-    rtx4090     8.9         330.3 T           Ada whitepaper App. A: FP8 with FP32 accumulate
-                                              330.3 dense (660.6 with FP16 accumulate)
-    rtxpro6000  12.0        1007.6 T          ASSUMED 2 x its bf16 peak (the FP8 tensor rate of
-                                              Blackwell RTX parts is twice FP16/BF16 at FP32
-                                              accumulate; the Server Edition's datasheet prints
-                                              only the FP4 peak, as for bf16 above)
-
-The two workstation-class presets price the measured vLLM runs of docs/fidelity.md:
-
-- ``rtx4090``: NVIDIA GeForce RTX 4090 (AD102). Bandwidth, memory and bus from NVIDIA's
-  GeForce RTX 4090 specifications page (21 Gbps GDDR6X on a 384-bit bus = 1008 GB/s, 24 GB,
-  PCIe Gen 4); tensor peak from the "NVIDIA Ada GPU Architecture" whitepaper (Appendix A,
-  GeForce RTX 4090 column): peak BF16 tensor TFLOPS *with FP32 accumulate* 165.2 dense
-  (330.4 with sparsity). GeForce parts run FP32-accumulate MMA at half the FP16-accumulate
-  rate (330.3 dense); bf16 GEMMs in vLLM accumulate in FP32, so 165.2 is the peak they see.
-- ``rtxpro6000``: NVIDIA RTX PRO 6000 Blackwell Server Edition (GB202, 188 SMs). Memory and
-  bandwidth from its datasheet (96 GB GDDR7 with ECC, 1597 GB/s; the Workstation Edition's
-  1792 GB/s runs the memory faster), PCIe Gen 5 x16. Tensor peak from the "NVIDIA RTX
-  Blackwell GPU Architecture" whitepaper's RTX PRO 6000 Blackwell column: peak FP16/BF16
-  tensor TFLOPS with FP32 accumulate 503.8 dense (1007.6 with sparsity; professional parts
-  accumulate in FP32 at full rate). That column is the Workstation Edition's boost clock; the
-  Server Edition's datasheet prints only the FP4 peak, so its dense bf16 peak is taken to be
-  the same die at the same clock (an ASSUMPTION; a lower sustained server clock would make
-  compute-bound prefill slower than priced).
-
-Their ``compute_eff`` and ``memory_eff`` are FITTED, not assumed (simulator.cost.gemm_fit): to the
-per-GEMM profiles LLMServingSim measured with vLLM 0.19 on each GPU (Llama-3.1-8B, tp 1,
-``profiler/perf/<GPU>/meta-llama/Llama-3.1-8B/bf16/tp1/dense.csv``, bundled in
-traces/data/vllm_runs/profiles/), the pair minimising the roofline's MAPE over the four
-projection GEMMs at T = 1 ... 2048 tokens. rtx4090: 0.94 / 0.85 (GEMM MAPE 5.4 %; 27.5 % with
-the 0.7 / 0.75 assumption); rtxpro6000: 0.70 / 0.84 (10.8 % against 11.8 %; on Qwen3-32B's
-profile, held out, 8.6 % against 10.0 %). The measured serving runs of docs/fidelity.md are
-not used, so they stay the out-of-sample test. All-reduce over PCIe at 25 us like ``l40s``
-(assumed: the profiles time no collective).
+The datasheet numbers, the SM counts and the data that calibrate each GPU are rows of the
+GPU catalogue (simulator.cost.gpus.catalogue; docs/DESIGN.md, "Adding a GPU"): every preset
+here is derived from a row (:func:`preset`), with the row's fitted or assumed efficiencies.
 
 Assumed factors (not datasheet numbers; change them with ``dataclasses.replace``):
 
@@ -169,10 +112,9 @@ from dataclasses import dataclass
 from numbers import Integral  # numpy integers included
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.simulator.cost.gpus.catalogue import ALIASES, GIGA, ROWS, Gpu
 
-TERA = 1e12
 ROLE_NAMES = ("draft", "target")
-GIGA = 1e9
 
 
 @dataclass(frozen=True)
@@ -209,33 +151,19 @@ class Hardware:
         return (self.peak_flops * self.compute_eff) / (self.mem_bw * self.memory_eff)
 
 
-HARDWARE: dict[str, Hardware] = {
-    h.name: h
-    for h in (
-        Hardware("h100", "NVIDIA H100 SXM5 80GB", 989.4 * TERA, 3.35 * TERA, 80 * GIGA, 450 * GIGA,
-                 compute_capability=90, fp8_peak_flops=1978.9 * TERA),
-        Hardware("h200", "NVIDIA H200 SXM 141GB", 989.4 * TERA, 4.8 * TERA, 141 * GIGA, 450 * GIGA,
-                 compute_capability=90, fp8_peak_flops=1978.9 * TERA),
-        Hardware("a100", "NVIDIA A100 SXM4 80GB", 312 * TERA, 2.039 * TERA, 80 * GIGA, 300 * GIGA,
-                 compute_capability=80),
-        Hardware(
-            "l40s", "NVIDIA L40S 48GB (PCIe)", 362.05 * TERA, 864 * GIGA, 48 * GIGA, 32 * GIGA,
-            memory_eff=0.75, allreduce_latency=25e-6, compute_capability=89,
-            fp8_peak_flops=733 * TERA,
-        ),
-        Hardware(
-            "rtx4090", "NVIDIA GeForce RTX 4090 24GB (PCIe)", 165.2 * TERA, 1.008 * TERA,
-            24 * GIGA, 32 * GIGA, compute_eff=0.94, memory_eff=0.85,
-            allreduce_latency=25e-6, compute_capability=89, fp8_peak_flops=330.3 * TERA,
-        ),
-        Hardware(
-            "rtxpro6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition 96GB (PCIe)",
-            503.8 * TERA, 1.597 * TERA, 96 * GIGA, 64 * GIGA, compute_eff=0.70,
-            memory_eff=0.84, allreduce_latency=25e-6, compute_capability=120,
-            fp8_peak_flops=1007.6 * TERA,
-        ),
-    )
-}
+def preset(gpu: Gpu) -> Hardware:
+    """The roofline preset of a catalogue row: its datasheet bf16 and FP8 peaks, bandwidths
+    and memory, and its fitted efficiencies where the row has them (else the assumed ones)."""
+    tuned = {f: getattr(gpu, f) for f in ("compute_eff", "memory_eff", "allreduce_latency")
+             if getattr(gpu, f) is not None}
+    return Hardware(gpu.name, gpu.description, gpu.peak("bf16"), gpu.mem_bw, gpu.memory_bytes,
+                    gpu.link_bw, compute_capability=gpu.compute_capability,
+                    fp8_peak_flops=gpu.peak("fp8"), **tuned)
+
+
+#: The roofline presets: every catalogue row offered as one, in catalogue order.
+HARDWARE: dict[str, Hardware] = {g.name: preset(g) for g in ROWS if g.preset}
+
 
 @dataclass(frozen=True)
 class Execution:
@@ -338,11 +266,6 @@ def get_sampler(name: str) -> Sampler:
     if s is None:
         raise SpecbatchError(f"verify_cost {name!r}: expected one of {', '.join(VERIFY_COSTS)}")
     return s
-
-
-#: Accepted spellings that map onto a preset name.
-ALIASES = {"h100-sxm": "h100", "h100-sxm5": "h100", "a100-80gb": "a100", "a100-sxm": "a100",
-           "h200-sxm": "h200", "rtx-4090": "rtx4090", "rtx-pro-6000": "rtxpro6000"}
 
 
 def get_hardware(name: str) -> Hardware:
