@@ -5,17 +5,17 @@ table (traces/data/profiles/vidur: Vidur commit 7d47513, H100 / A100 / A40, tp 1
 Q = 1..4096 tokens per pass; 32 768 for the A100 Llama-3 files), L from Vidur's
 vidur/config/model_config.py. Predicted:
 
-- before: the roofline (simulator.cost.roofline, ``cost = "roofline"``, unchanged) restricted to
+- before: the roofline (simulator.cost.analytic.roofline, ``cost = "roofline"``, unchanged) restricted to
   the same ops: max(2 P_layers Q / tp / (peak eff_c), (b P_layers / tp + activation bytes) /
   (bw eff_m)) + L · layer launch latency (the cuda_graph preset's 8 us).
-- after: the calibrated laws (simulator.cost.calibrated_fit) fitted leave-one-shape-out: for each
+- after: the calibrated laws (simulator.cost.measured.laws) fitted leave-one-shape-out: for each
   GPU and each model, fitted on the other models measured on that GPU *except those with the
   same per-layer shape* (Llama-2-70B and Llama-3-70B share theirs on A100), evaluated on the
   held-out one (phi-2, a non-gated parallel-block model outside ModelShape's family, is
   neither fitted on nor reported).
 - cells: the table cells themselves as a source, each interior token count left out and
   interpolated linearly from its two neighbours (a pessimistic check of
-  simulator.cost.calibrated's interpolation: the gap is twice the bundled spacing).
+  simulator.cost.measured.calibrated's interpolation: the gap is twice the bundled spacing).
 - attention: the analytic term against LLMServingSim's measured FlashAttention-2 rows
   (casys-kaist/LLMServingSim 5daddb2, MIT; H100, Llama-3.1-70B and Mixtral-8x7B at tp 4),
   traces/data/profiles/llmservingsim.
@@ -25,8 +25,8 @@ vidur/config/model_config.py. Predicted:
 
     .venv/bin/python benchmarks/cost_vs_public.py [--json] [--write]
 
-``--write`` stores the laws fitted on all models (simulator/cost/data/calibrated_laws.json) and the
-validated errors the calibrated model reports (simulator/cost/data/calibrated_validation.json).
+``--write`` stores the laws fitted on all models (simulator/cost/measured/data/calibrated_laws.json) and the
+validated errors the calibrated model reports (simulator/cost/measured/data/calibrated_validation.json).
 """
 
 from __future__ import annotations
@@ -40,7 +40,11 @@ import numpy as np
 import pandas as pd
 
 from specbatch.io import atomic_write, dumps
-from specbatch.simulator.cost.calibrated_fit import (
+from specbatch.simulator.cost.analytic.roofline import pass_constants
+from specbatch.simulator.cost.gpus.catalogue import GPUS as CATALOGUE
+from specbatch.simulator.cost.gpus.catalogue import gpus_with
+from specbatch.simulator.cost.gpus.hardware import get_execution, preset
+from specbatch.simulator.cost.measured.laws import (
     GpuFit,
     embedding_seconds,
     envelope,
@@ -50,11 +54,7 @@ from specbatch.simulator.cost.calibrated_fit import (
     frame_shape,
     layer_seconds,
 )
-from specbatch.simulator.cost.calibrated_sources import LAWS, VALIDATION, allreduce_curve, gpu_peaks
-from specbatch.simulator.cost.gpus.catalogue import GPUS as CATALOGUE
-from specbatch.simulator.cost.gpus.catalogue import gpus_with
-from specbatch.simulator.cost.hardware import get_execution, preset
-from specbatch.simulator.cost.roofline import pass_constants
+from specbatch.simulator.cost.measured.sources import LAWS, VALIDATION, allreduce_curve, gpu_peaks
 from specbatch.traces.models.shapes import ModelShape
 from specbatch.traces.public.vidur_profiles import OPS, load_public_profiles
 
@@ -92,8 +92,8 @@ def roofline_layers(gpu: str, cell: pd.DataFrame, layers: int, tp: int) -> np.nd
 
 
 def calibrated_layers(fit: GpuFit, cell: pd.DataFrame, layers: int, tp: int) -> np.ndarray:
-    """What simulator.cost.calibrated prices for the cell's rows: the corrected laws under their
-    non-decreasing envelope (calibrated_fit.envelope)."""
+    """What simulator.cost.measured.calibrated prices for the cell's rows: the corrected laws under their
+    non-decreasing envelope (simulator.cost.measured.laws.envelope)."""
     shape, q = frame_shape(cell.iloc[0]), cell["num_tokens"].to_numpy(np.float64)
 
     def law(x):
@@ -251,7 +251,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--write", action="store_true",
-                    help="store the all-model laws and the validated errors in simulator/cost/data")
+                    help="store the all-model laws and the validated errors in simulator/cost/measured/data")
     args = ap.parse_args()
     compute = load_public_profiles().compute
     lomo = lomo_rows(compute)

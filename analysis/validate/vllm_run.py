@@ -60,16 +60,16 @@ def cost_source(cost: str, preset: str) -> str:
     row = GPUS.get(preset)
     if cost == "calibrated" and row is not None and row.profiles == "llmservingsim":
         return ("calibrated: LLMServingSim's per-layer kernel profiles of this GPU (modules, "
-                "LM head, sampler, MoE block; simulator.cost.calibrated_lss) and an attention law "
+                "LM head, sampler, MoE block; simulator.cost.measured.lss) and an attention law "
                 "fitted on its Llama-3.1-8B attention table; PCIe all-reduce at the anchor's "
                 "configured link; per-step host overhead assumed")
     if cost != "roofline":
         return f"cost model {cost!r} (its own source; see docs/simulate.md)"
     if row is not None and row.efficiencies_fitted:
         return ("roofline: datasheet peaks; compute/memory efficiencies fitted to "
-                "LLMServingSim's per-GEMM profiles of this GPU (simulator.cost.gemm_fit); per-step "
+                "LLMServingSim's per-GEMM profiles of this GPU (simulator.cost.measured.gemm_fit); per-step "
                 "host overhead and all-reduce latency assumed")
-    return "roofline: datasheet peaks with assumed efficiencies (simulator.cost.hardware)"
+    return "roofline: datasheet peaks with assumed efficiencies (simulator.cost.gpus.hardware)"
 
 
 def sim_values(run: VllmRun, settings, hardware: str, model: str, cost: str) -> dict:

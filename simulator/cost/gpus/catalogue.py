@@ -1,5 +1,5 @@
 """The GPU catalogue: one :class:`Gpu` row per GPU; the roofline presets
-(simulator.cost.hardware.HARDWARE), the calibrated laws' SM counts, peaks, proxies and NCCL
+(simulator.cost.gpus.hardware.HARDWARE), the calibrated laws' SM counts, peaks, proxies and NCCL
 clusters, and the device names a measured run is matched by are all derived from it.
 
 Datasheet numbers (NVIDIA product pages / datasheets; FLOP/s are the *dense* tensor-core
@@ -21,7 +21,7 @@ a40         149.7 T             696 G GDDR6   48 GB      84    NVLink bridge 112
 
 FP8 tensor cores (``compute_capability`` >= 89: Ada, Hopper, Blackwell) and their dense FP8
 peak ``peaks["fp8"]`` (FP32 accumulate, what vLLM's CUTLASS/cuBLASLt scaled-mm kernels use;
-half the "with sparsity" figure), used by ``quantization = "fp8"`` (simulator.cost.precision)::
+half the "with sparsity" figure), used by ``quantization = "fp8"`` (simulator.cost.analytic.precision)::
 
     row         capability  dense FP8 FLOP/s  source
     h100        9.0         1978.9 T          H100 SXM5 datasheet: FP8 3,958 T with sparsity
@@ -56,7 +56,7 @@ The two workstation-class rows price the measured vLLM runs of docs/fidelity.md:
   compute-bound prefill slower than priced).
 
 Their roofline ``compute_eff`` and ``memory_eff`` are FITTED, not assumed
-(simulator.cost.gemm_fit; ``efficiencies_fitted``): to the per-GEMM profiles LLMServingSim
+(simulator.cost.measured.gemm_fit; ``efficiencies_fitted``): to the per-GEMM profiles LLMServingSim
 measured with vLLM 0.19 on each GPU (Llama-3.1-8B, tp 1,
 ``profiler/perf/<GPU>/meta-llama/Llama-3.1-8B/bf16/tp1/dense.csv``, bundled in
 traces/data/vllm_runs/profiles/), the pair minimising the roofline's MAPE over the four
@@ -65,7 +65,7 @@ the 0.7 / 0.75 assumption); rtxpro6000: 0.70 / 0.84 (10.8 % against 11.8 %; on Q
 profile, held out, 8.6 % against 10.0 %). The measured serving runs of docs/fidelity.md are
 not used, so they stay the out-of-sample test. All-reduce over PCIe at 25 us like ``l40s``
 (assumed: the profiles time no collective). The other rows' efficiencies are the assumed
-defaults of :class:`simulator.cost.hardware.Hardware` (0.75 memory efficiency on GDDR6).
+defaults of :class:`simulator.cost.gpus.hardware.Hardware` (0.75 memory efficiency on GDDR6).
 
 ``a40`` is no roofline preset (``preset`` False: ``hardware = "a40"`` is refused): Vidur's
 profiles of it calibrate the laws that ``l40s`` borrows, and benchmarks/cost_vs_public.py
@@ -107,7 +107,7 @@ class Gpu:
 
     ``peaks`` maps a dtype ("bf16", "fp8", ...) to the dense tensor-core FLOP/s; a dtype
     absent has no tensor-core rate. ``compute_eff`` / ``memory_eff`` / ``allreduce_latency``
-    None keep :class:`simulator.cost.hardware.Hardware`'s assumed defaults."""
+    None keep :class:`simulator.cost.gpus.hardware.Hardware`'s assumed defaults."""
 
     name: str  # preset name (``hardware = "..."``), the data folders' GPU key
     description: str
@@ -123,7 +123,7 @@ class Gpu:
     profiles: str | None = None  # a key of SOURCES: the measured data that calibrate it
     allreduce_cluster: str | None = None  # Vidur network cluster of its NCCL curves
     proxy: str | None = None  # the row whose laws it borrows where it has no data
-    efficiencies_fitted: bool = False  # roofline efficiencies fitted (simulator.cost.gemm_fit)
+    efficiencies_fitted: bool = False  # roofline efficiencies fitted (simulator.cost.measured.gemm_fit)
     compute_eff: float | None = None
     memory_eff: float | None = None
     allreduce_latency: float | None = None

@@ -9,7 +9,6 @@ import pytest
 
 from specbatch.analysis.validate.vllm_run import cost_source, hardware_of
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.cost.calibrated_sources import allreduce_curve, fitted_gpu, gpu_peaks
 from specbatch.simulator.cost.gpus.catalogue import (
     ALIASES,
     DEVICE_NAMES,
@@ -20,7 +19,8 @@ from specbatch.simulator.cost.gpus.catalogue import (
     gpus_with,
     proxy_of,
 )
-from specbatch.simulator.cost.hardware import HARDWARE, get_hardware, preset
+from specbatch.simulator.cost.gpus.hardware import HARDWARE, get_hardware, preset
+from specbatch.simulator.cost.measured.sources import allreduce_curve, fitted_gpu, gpu_peaks
 from specbatch.traces.public.llmservingsim_profiles import profile_gpus
 from specbatch.traces.public.vidur_profiles import load_public_profiles
 from specbatch.traces.public.vllm_runs import load_run
