@@ -11,8 +11,9 @@ from above.
 Why it holds (vLLM V1 step composer, roofline or calibrated cost model; anything else gets
 no bound):
 
-- **step time**: the roofline pass time (simulator.cost.analytic.roofline.time_from_sums) is nondecreasing
-  in every batch sum (n, Σq, Σc, Σq·c, Σq²), so a step that carries request i takes at least
+- **step time**: the roofline pass time
+  (simulator.cost.analytic.roofline.RooflineCost.time_from_sums) is nondecreasing in every
+  batch sum (n, Σq, Σc, Σq·c, Σq²), so a step that carries request i takes at least
   the target's pass over i alone with query 1 and its prompt as cache, plus the per-step
   overhead the V1 step adds (simulator.engine.v1.step). Draft passes, the rejection sampler, CUDA
   graph padding and other requests only add to it;

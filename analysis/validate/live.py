@@ -55,11 +55,12 @@ def _rel(sim: float, meas: float) -> float:
 
 
 def fit_in_sample(path: str | Path, overhead: float):
-    """:class:`simulator.cost.registry.ProfiledCost` fitted to a live run's own ``profile.csv``.
+    """:class:`simulator.cost.measured.profiled.ProfiledCost` fitted to a live run's own
+    ``profile.csv``.
 
-    Same law and cross-validation as :func:`simulator.cost.registry.fit_profile` (one
-    :func:`simulator.cost.registry.fit_role` per role) but without its minimum of rows per role, so a
-    short run still validates (a fit on fewer rows than features is weak; the CV MAPE says so).
+    Same law and cross-validation as :func:`simulator.cost.measured.profiled.fit_profile` (one
+    :func:`simulator.cost.measured.role_fit.fit_role` per role) but without its minimum of rows
+    per role, so a short run still validates (a fit on fewer rows than features is weak; the CV MAPE says so).
     """
     from specbatch.simulator.cost.measured.profiled import ProfiledCost, fit_role, read_profile
 

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 #: (simulator.policies.catalogue: ``uses_extra``).
 NO_EXTRA_POLICIES = names(uses_extra=False)
 #: Policies whose window is not ``num_speculative_tokens``: ``ar`` never drafts, ``dsd``
-#: plans its window by expected goodput (simulator.policies.registry.DSD; catalogue ``uses_k``).
+#: plans its window by expected goodput (simulator.policies.papers.DynamicSD; catalogue
+#: ``uses_k``).
 NO_K_POLICIES = names(uses_k=False)
 #: Policies that verify nothing, so the verification rule would be silently ignored.
 NO_VERIFY_POLICIES = names(verifies=False)

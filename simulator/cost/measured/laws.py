@@ -33,7 +33,7 @@ message size and world size. Three laws, each fitted per GPU type:
 - **Small ops** (embedding, norms, rotary, activation, residual add): t = a + d · bytes with
   bytes the op's per-GPU traffic (:func:`small_op_bytes`) plus a term in the row width
   (:class:`SmallOpLaw`); non-negative least squares relative to the layer time, per op.
-  Fitted on gated (SwiGLU) models only: the shapes simulator.traces.shapes describes.
+  Fitted on gated (SwiGLU) models only: the shapes traces.models.shapes describes.
 - **All-reduce** of s bytes on a world of n GPUs: t = α_n + s / γ_n, fitted per (cluster,
   n) with 1/t weights; :mod:`simulator.cost.measured.calibrated` prefers interpolating the measured curve
   where one exists and uses this law elsewhere.
