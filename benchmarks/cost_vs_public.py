@@ -5,9 +5,9 @@ table (traces/data/profiles/vidur: Vidur commit 7d47513, H100 / A100 / A40, tp 1
 Q = 1..4096 tokens per pass; 32 768 for the A100 Llama-3 files), L from Vidur's
 vidur/config/model_config.py. Predicted:
 
-- before: the roofline (simulator.cost.analytic.roofline, ``cost = "roofline"``, unchanged) restricted to
-  the same ops: max(2 P_layers Q / tp / (peak eff_c), (b P_layers / tp + activation bytes) /
-  (bw eff_m)) + L · layer launch latency (the cuda_graph preset's 8 us).
+- before: the roofline (simulator.cost.analytic.roofline, ``cost = "roofline"``, unchanged)
+  restricted to the same ops: max(2 P_layers Q / tp / (peak eff_c), (b P_layers / tp + activation
+  bytes) / (bw eff_m)) + L · layer launch latency (the cuda_graph preset's 8 us).
 - after: the calibrated laws (simulator.cost.measured.laws) fitted leave-one-shape-out: for each
   GPU and each model, fitted on the other models measured on that GPU *except those with the
   same per-layer shape* (Llama-2-70B and Llama-3-70B share theirs on A100), evaluated on the
@@ -25,8 +25,9 @@ vidur/config/model_config.py. Predicted:
 
     .venv/bin/python benchmarks/cost_vs_public.py [--json] [--write]
 
-``--write`` stores the laws fitted on all models (simulator/cost/measured/data/calibrated_laws.json) and the
-validated errors the calibrated model reports (simulator/cost/measured/data/calibrated_validation.json).
+``--write`` stores the laws fitted on all models (simulator/cost/measured/data/calibrated_laws.json)
+and the validated errors the calibrated model reports
+(simulator/cost/measured/data/calibrated_validation.json).
 """
 
 from __future__ import annotations
@@ -92,8 +93,8 @@ def roofline_layers(gpu: str, cell: pd.DataFrame, layers: int, tp: int) -> np.nd
 
 
 def calibrated_layers(fit: GpuFit, cell: pd.DataFrame, layers: int, tp: int) -> np.ndarray:
-    """What simulator.cost.measured.calibrated prices for the cell's rows: the corrected laws under their
-    non-decreasing envelope (simulator.cost.measured.laws.envelope)."""
+    """What simulator.cost.measured.calibrated prices for the cell's rows: the corrected laws under
+    their non-decreasing envelope (simulator.cost.measured.laws.envelope)."""
     shape, q = frame_shape(cell.iloc[0]), cell["num_tokens"].to_numpy(np.float64)
 
     def law(x):
@@ -251,7 +252,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--write", action="store_true",
-                    help="store the all-model laws and the validated errors in simulator/cost/measured/data")
+                    help="store the all-model laws and the validated errors in "
+                         "simulator/cost/measured/data")
     args = ap.parse_args()
     compute = load_public_profiles().compute
     lomo = lomo_rows(compute)

@@ -1,7 +1,7 @@
 """What sliding-window attention costs the simulator: a windowed model is priced from arrays.
 
-A sliding layer's work needs per-request minima (simulator.cost.analytic.window), so the engine prices a
-windowed model one ``step_time`` call per pass instead of from the five batch sums
+A sliding layer's work needs per-request minima (simulator.cost.analytic.window), so the engine
+prices a windowed model one ``step_time`` call per pass instead of from the five batch sums
 (simulator.cost.interface.sums_path). This measures the price of that, in the same run:
 
 1. microseconds per ``step_time`` call of the roofline, Mistral-7B-v0.1 (every layer slides,

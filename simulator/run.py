@@ -9,10 +9,11 @@ tokens per replica, None = unlimited). With ``config.speedup`` it also runs ``ar
 cost model and adds ``speedup_vs_ar``. ``acceptance`` replaces the trace's acceptance by a model fitted
 from it (simulator.replay.fitted_acceptance). ``calibration_split`` holds a seeded share of the
 trace's requests out of replay for the policies that calibrate on them (simulator.policies.calibration);
-``cuda_graph_sizes`` pads the cost model's passes to captured sizes (simulator.cost.features.graph_padding).
-Same config ⇒ byte-identical :meth:`SimResult.write` files. :func:`simulate_to` runs one
-into a result folder, streaming the step table to its steps.parquet while the engine runs
-(simulator.step_stream: the same bytes, without holding the table; ``simulate --out``).
+``cuda_graph_sizes`` pads the cost model's passes to captured sizes
+(simulator.cost.features.graph_padding). Same config ⇒ byte-identical :meth:`SimResult.write` files.
+:func:`simulate_to` runs one into a result folder, streaming the step table to its steps.parquet
+while the engine runs (simulator.step_stream: the same bytes, without holding the table; ``simulate
+--out``).
 """
 
 from __future__ import annotations

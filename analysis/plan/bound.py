@@ -30,8 +30,8 @@ no bound):
 - e2e ≥ TTFT bound + steps × step time; TPOT = (e2e − TTFT) / (O_i − 1) ≥ steps × step time /
   (O_i − 1).
 
-**The calibrated cost model** (simulator.cost.measured.calibrated) is *not* monotone in the pass's tokens Q
-(a MoE target's grouped-expert GEMMs get cheaper as Q grows past tile boundaries; the laws'
+**The calibrated cost model** (simulator.cost.measured.calibrated) is *not* monotone in the pass's
+tokens Q (a MoE target's grouped-expert GEMMs get cheaper as Q grows past tile boundaries; the laws'
 tile and wave rounding can too), so its floor assumes no monotonicity in Q. Its pass is
 ``t = fixed + max(G, floor)``, ``G = P(Q) + A``: P = layers + lm_head + all-reduce depends on
 Q alone, the attention A = max(F / π, B / β) with F ∝ Σq·c + (Σq² + Σq)/2 and B ∝ Σc + 2Σq,
@@ -252,7 +252,8 @@ def decode_steps(trace, workload, seed: int, depth: int, rule: str) -> np.ndarra
 
 
 #: Relative slack under the calibrated bounds: they re-add the pass's parts in another order
-#: than simulator.cost.measured.calibrated does (a few ulps), so they are shrunk by far more than that.
+#: than simulator.cost.measured.calibrated does (a few ulps), so they are shrunk by far more than
+#: that.
 SLACK = 1e-9
 
 
@@ -281,7 +282,8 @@ class CalibratedFloor:
     def pass_floor(self, per_token: float, sums: tuple[float, float, float, float],
                    window: tuple[float, float] | None = None) -> float:
         """fixed + max(per-token parts + attention, host floor) + the step overhead (a
-        sliding-window target's attention at its ``window`` sums, simulator.cost.analytic.window)."""
+        sliding-window target's attention at its ``window`` sums,
+        simulator.cost.analytic.window)."""
         fixed, floor = self.role.launch
         gpu = per_token + (self.role.attention(*sums) if window is None
                            else self.role.attention(*sums, window))
@@ -338,8 +340,8 @@ def split_floor(g: np.ndarray, top: int) -> np.ndarray:
 
 def per_token_table(role, q_max: int) -> np.ndarray:
     """p[Q] = layers + lm_head + allreduce of the target pass at Q = 1..q_max tokens, exactly
-    as :meth:`simulator.cost.measured.calibrated.RolePricer.per_token_parts` prices them (p[0] = inf).
-    Dense full-precision shapes are priced in one vectorised call past the last grid point
+    as :meth:`simulator.cost.measured.calibrated.RolePricer.per_token_parts` prices them (p[0] =
+    inf). Dense full-precision shapes are priced in one vectorised call past the last grid point
     where the pricer extrapolates (edge value times the law's growth); anything else calls
     the pricer for every Q.  # [q_max + 1]"""
     p = np.full(q_max + 1, np.inf)

@@ -3,8 +3,9 @@
 A prediction simulates one live run's workload (run B: its recorded trace, the statistics at
 every visited output position; its N requests, prompt and output lengths, arrival process
 and seed, hence the same arrival times and verifier uniforms; ``max_num_seqs``, policy, k, e,
-budget k × running, verification rule) with a profiled cost model (:mod:`simulator.cost.measured.profiled`)
-and compares it with what B measured. Relative errors are (simulated − measured) / measured.
+budget k × running, verification rule) with a profiled cost model
+(:mod:`simulator.cost.measured.profiled`) and compares it with what B measured. Relative errors are
+(simulated − measured) / measured.
 
 Where the cost model comes from decides what the errors mean:
 
@@ -60,7 +61,8 @@ def fit_in_sample(path: str | Path, overhead: float):
 
     Same law and cross-validation as :func:`simulator.cost.measured.profiled.fit_profile` (one
     :func:`simulator.cost.measured.role_fit.fit_role` per role) but without its minimum of rows
-    per role, so a short run still validates (a fit on fewer rows than features is weak; the CV MAPE says so).
+    per role, so a short run still validates (a fit on fewer rows than features is weak; the CV MAPE
+    says so).
     """
     from specbatch.simulator.cost.measured.profiled import ProfiledCost, fit_role, read_profile
 
@@ -180,7 +182,8 @@ def predicted_step_latency(cost, passes: pd.DataFrame, n_steps: int) -> np.ndarr
     """Seconds of each recorded step # [n_steps] as the cost model prices its own passes
     (``time_from_sums`` of every pass's batch sums) plus the per-step overhead; None for a
     live run recorded without the pass sums, or for a model with sliding-window layers (its
-    passes need per-request minima the recorded sums do not hold: simulator.cost.analytic.window)."""
+    passes need per-request minima the recorded sums do not hold:
+    simulator.cost.analytic.window)."""
     if not {"step", *SUM_COLUMNS} <= set(passes.columns) or getattr(cost, "windowed", False):
         return None
     pred = np.full(n_steps, float(cost.overhead))

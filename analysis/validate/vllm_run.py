@@ -67,8 +67,8 @@ def cost_source(cost: str, preset: str) -> str:
         return f"cost model {cost!r} (its own source; see docs/simulate.md)"
     if row is not None and row.efficiencies_fitted:
         return ("roofline: datasheet peaks; compute/memory efficiencies fitted to "
-                "LLMServingSim's per-GEMM profiles of this GPU (simulator.cost.measured.gemm_fit); per-step "
-                "host overhead and all-reduce latency assumed")
+                "LLMServingSim's per-GEMM profiles of this GPU (simulator.cost.measured.gemm_fit); "
+                "per-step host overhead and all-reduce latency assumed")
     return "roofline: datasheet peaks with assumed efficiencies (simulator.cost.gpus.hardware)"
 
 

@@ -87,8 +87,8 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
 
 
 def check_parallel(c: SimConfig, where: str = "config") -> None:
-    """vLLM's data and expert parallelism (simulator.cost.features.expert_parallel): DP ranks are the
-    replicas of one server; expert parallelism needs an MoE target, uniform routing and a cost
+    """vLLM's data and expert parallelism (simulator.cost.features.expert_parallel): DP ranks are
+    the replicas of one server; expert parallelism needs an MoE target, uniform routing and a cost
     model that prices it; DP over an MoE target without EP (experts tensor-parallel across the
     DP ranks, as vLLM would run it) is not priced."""
     dp, ep = int(c.data_parallel_size), bool(c.enable_expert_parallel)
@@ -119,8 +119,8 @@ def check_parallel(c: SimConfig, where: str = "config") -> None:
 
 
 def check_head_drafter(c: SimConfig, where: str = "config") -> None:
-    """An EAGLE / EAGLE-3 / MTP ``draft`` (simulator.cost.features.draft_head): priced by the roofline
-    or calibrated model at the target's dtype, on a chain (vLLM's tree drafting is not
+    """An EAGLE / EAGLE-3 / MTP ``draft`` (simulator.cost.features.draft_head): priced by the
+    roofline or calibrated model at the target's dtype, on a chain (vLLM's tree drafting is not
     priced), its head derivable from the target (MTP layers for mtp, a dense target for
     eagle / eagle3)."""
     from specbatch.simulator.defaults import HEAD_DRAFTS

@@ -210,7 +210,8 @@ class SimConfig:
     enable_expert_parallel: bool = knob(
         False, "vLLM's --enable-expert-parallel: the MoE target's routed experts split over "
         "data_parallel_size x tp GPUs, tokens dispatched by all-gather / reduce-scatter "
-        "(simulator.cost.features.expert_parallel; cost roofline, or calibrated on rtx4090/rtxpro6000)")
+        "(simulator.cost.features.expert_parallel; cost roofline, or calibrated on "
+        "rtx4090/rtxpro6000)")
     policy: str = knob("fixed", f"speculation policy: one of {', '.join(POLICY_NAMES)}, or a "
                        "user's package.module:Class (docs/policies.md)")
     num_speculative_tokens: int = knob(
@@ -295,7 +296,8 @@ class SimConfig:
                           "profiles)", choices=tuple(sorted(EXECUTIONS)))
     async_scheduling: bool = knob(False, "vLLM's --async-scheduling: the per-step CPU "
                                   "overhead overlaps the target pass (a step takes max(pass, "
-                                  "overhead), not their sum; simulator.cost.features.async_overhead)")
+                                  "overhead), not their sum; "
+                                  "simulator.cost.features.async_overhead)")
     verify_cost: str = knob(DEFAULT_SAMPLER, "verification time per decode step "
                             "(simulator.cost.verify_cost): fused (probability bytes over bandwidth + "
                             "50 us per call), torch (+ this repo's torch path as measured on an "

@@ -1,10 +1,10 @@
 """Step-time cost models by name, and the step-time table ``specbatch cost show`` prints.
 
 The interface (:class:`CostModel`, :class:`SumsCostModel`, :func:`batch_sums`) is
-:mod:`simulator.cost.interface`; the models are :mod:`simulator.cost.analytic.roofline` (analytic, from a
-hardware preset and model shapes) and :mod:`simulator.cost.measured.profiled` (fitted to a measured latency
-profile). This module builds one by name (:func:`build_cost_model`) and prices the steps
-``specbatch cost show`` prints; import each model's names from its own module.
+:mod:`simulator.cost.interface`; the models are :mod:`simulator.cost.analytic.roofline` (analytic,
+from a hardware preset and model shapes) and :mod:`simulator.cost.measured.profiled` (fitted to a
+measured latency profile). This module builds one by name (:func:`build_cost_model`) and prices the
+steps ``specbatch cost show`` prints; import each model's names from its own module.
 """
 
 from __future__ import annotations
@@ -76,9 +76,9 @@ def build_calibrated(hardware: str, target: str, draft: str, tp: int, profile: s
                      execution: str = DEFAULT_EXECUTION,
                      draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0,
                      quantization: str = "none", kv_cache_dtype: str = "auto"):
-    """The calibrated model (simulator.cost.measured.calibrated): a profile cell where one covers a role's
-    (GPU, tp, layer shape): ``profile``'s (a folder from ``specbatch cost import-vidur``) first,
-    then the bundled Vidur table's; the calibrated roofline elsewhere (a quantised target
+    """The calibrated model (simulator.cost.measured.calibrated): a profile cell where one covers a
+    role's (GPU, tp, layer shape): ``profile``'s (a folder from ``specbatch cost import-vidur``)
+    first, then the bundled Vidur table's; the calibrated roofline elsewhere (a quantised target
     always: the profiles are bf16)."""
     from specbatch.simulator.cost.measured.calibrated import CalibratedCost
 
@@ -110,16 +110,17 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
                      routing_skew: float = 0.0, quantization: str = "none",
                      kv_cache_dtype: str = "auto", draft_head: str | None = None) -> CostModel:
     """Build a cost model by name (``COST_MODELS``): "roofline", "profiled" (needs ``profile``)
-    or "calibrated" (simulator.cost.measured.calibrated: bundled public profiles + calibrated roofline).
+    or "calibrated" (simulator.cost.measured.calibrated: bundled public profiles + calibrated
+    roofline).
 
     ``execution`` picks the roofline's launch-latency preset (``hardware.EXECUTIONS``: the
     default "cuda_graph", or "eager"); it is validated for both models, used by the roofline.
-    ``draft_weight_bits`` < 16 prices a weight-quantised draft (simulator.cost.analytic.roofline; refused
-    by the profiled model and for a drafter without a model). ``routing_skew`` > 0 skews a
+    ``draft_weight_bits`` < 16 prices a weight-quantised draft (simulator.cost.analytic.roofline;
+    refused by the profiled model and for a drafter without a model). ``routing_skew`` > 0 skews a
     mixture-of-experts model's expert loads (theory.moe; roofline only). ``quantization``
     (the target's vLLM ``--quantization``) and ``kv_cache_dtype`` (``--kv-cache-dtype``) price
-    the target's weight format and the KV cache's bytes (simulator.cost.analytic.precision; refused by
-    the profiled model).
+    the target's weight format and the KV cache's bytes (simulator.cost.analytic.precision; refused
+    by the profiled model).
 
     The profiled model's per-step ``overhead`` is the hardware preset's (the profile measures
     forward passes only, not the engine's CPU work).
@@ -274,10 +275,11 @@ def step_split(model: CostModel, batch: int, kv: int, k: int,
     """The draft/target split of one speculative engine step at window ``k``: ``batch``
     requests with ``kv`` cached tokens each; k draft passes (query 1, pass d over kv + d cached
     tokens, as the engine prices them; an EAGLE / MTP head's first pass over the verify pass's
-    k + 1 tokens per request instead, ``draft_first_pass_s``, simulator.cost.features.draft_head), one target verify pass (query k + 1 over kv), the
-    rejection sampler over the batch's k drafts each (``sampler``, simulator.cost.verify_cost;
-    None: 0 s) and the per-step ``overhead``. Returns seconds per part, their sum ``step_s``
-    and the draft's and the sampler's shares of it (fractions)."""
+    k + 1 tokens per request instead, ``draft_first_pass_s``, simulator.cost.features.draft_head),
+    one target verify pass (query k + 1 over kv), the rejection sampler over the batch's k drafts
+    each (``sampler``, simulator.cost.verify_cost; None: 0 s) and the per-step ``overhead``. Returns
+    seconds per part, their sum ``step_s`` and the draft's and the sampler's shares of it
+    (fractions)."""
     one = np.ones(batch, dtype=np.int64)  # [batch]
     passes = [model.step_time("draft", one, np.full(batch, kv + d, dtype=np.int64))
               for d in range(k)]

@@ -1,8 +1,8 @@
 """Where a pass's time goes and which source priced it, for every cost model.
 
-:func:`pass_breakdown` splits one pass into the parts of simulator.cost.measured.calibrated (``layers``:
-the decoder layers' non-attention ops and the input embedding, as Vidur's mlp.csv measures
-them; ``attention``; ``allreduce``; ``lm_head``; ``launch``), summing to ``step_time``:
+:func:`pass_breakdown` splits one pass into the parts of simulator.cost.measured.calibrated
+(``layers``: the decoder layers' non-attention ops and the input embedding, as Vidur's mlp.csv
+measures them; ``attention``; ``allreduce``; ``lm_head``; ``launch``), summing to ``step_time``:
 
 - calibrated: its own additive parts (:meth:`CalibratedCost.breakdown`).
 - roofline: the roofline is one max(compute, memory, host) plus fixed terms, so the bound

@@ -159,8 +159,9 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         self.from_sums = cost.time_from_sums if sums_path(cost) else None
         self.overhead = float(cost.overhead)  # T_overhead, seconds per step
         self.verify_cost = verify_cost_for(config, trace, one_hot_drafter(config.draft))
-        # an EAGLE / MTP head (simulator.cost.features.draft_head): its first pass runs over the target's
-        # whole pass (simulator.engine.decode.Decode.head_first_pass), so no separate chunk pass
+        # an EAGLE / MTP head (simulator.cost.features.draft_head): its first pass runs over the
+        # target's whole pass (simulator.engine.decode.Decode.head_first_pass), so no separate chunk
+        # pass
         self.head = policy.speculates and hasattr(cost, "first_pass_time")
         self.drafts_chunks = policy.speculates and not self.head
         self.pass_index = np.arange(max(self.depth, 1), dtype=_I64)

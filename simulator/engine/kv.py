@@ -122,8 +122,8 @@ def windowed_shapes(config: SimConfig) -> tuple:
 
 def hybrid_layout(config: SimConfig) -> KVLayout | None:
     """The KV cache groups of a paged run under vLLM V1's hybrid KV cache manager
-    (simulator.cost.analytic.kv_groups.kv_layout), or None when a request's blocks are one count: reserve
-    mode, ``disable_hybrid_kv_cache_manager``, no known shape, or no group that slides.
+    (simulator.cost.analytic.kv_groups.kv_layout), or None when a request's blocks are one count:
+    reserve mode, ``disable_hybrid_kv_cache_manager``, no known shape, or no group that slides.
     One-line error for the vllm-v0 scheduler (vLLM V0 had no hybrid manager: set the knob)."""
     from specbatch.simulator.cost.analytic.precision import kv_element_bytes
 

@@ -1,5 +1,6 @@
 """vLLM's data-parallel ranks of a mixture-of-experts model in lockstep (``data_parallel_size``
-> 1 with ``enable_expert_parallel``; simulator.cost.features.expert_parallel prices one rank's pass).
+> 1 with ``enable_expert_parallel``; simulator.cost.features.expert_parallel prices one rank's
+pass).
 
 vLLM runs each DP rank of an MoE model as a ``DPEngineCoreProc`` (vllm/v1/engine/core.py).
 Its ``run_busy_loop`` takes one engine step per iteration; a rank whose scheduler has nothing

@@ -1,6 +1,7 @@
 """The config fields of the engines' policies (simulator.policies.engines, .stops), the
-calibration split (simulator.policies.calibration) and CUDA-graph padding (simulator.cost.features.graph_padding),
-declared here and placed in :class:`simulator.config.sim_config.SimConfig`; and their cross-field checks
+calibration split (simulator.policies.calibration) and CUDA-graph padding
+(simulator.cost.features.graph_padding), declared here and placed in
+:class:`simulator.config.sim_config.SimConfig`; and their cross-field checks
 (:func:`check_policy_knobs`, called by ``validate_config``). Names follow the engines' knobs.
 """
 

@@ -1,9 +1,9 @@
 """``specbatch cost``: fit a profiled cost model (``fit``) or print roofline step times (``show``).
 
 ``cost fit PROFILE`` fits, per role, a non-negative linear law and an interpolated grid
-(simulator/cost/measured/profiled.py), keeps the one with the lower k-fold cross-validated MAPE and reports
-both families' MAPE and the choice, warning on stderr (and in ``--json``'s ``warnings``) for a
-role whose held-out MAPE exceeds 10 %; ``cost show`` prints the draft pass, target decode pass and
+(simulator/cost/measured/profiled.py), keeps the one with the lower k-fold cross-validated MAPE and
+reports both families' MAPE and the choice, warning on stderr (and in ``--json``'s ``warnings``) for
+a role whose held-out MAPE exceeds 10 %; ``cost show`` prints the draft pass, target decode pass and
 target verification pass (k+1 query tokens per request) across batch sizes, so the memory-bound
 floor and the compute knee of the active cost model are visible, then the draft/target split
 of one speculative step (k draft passes, the verify pass, the rejection sampler of

@@ -53,8 +53,8 @@ def memory_kv_tokens(hw: Hardware, target: ModelShape, draft: ModelShape | None,
                      kv_cache_dtype: str = "auto", block_size: int = 16,
                      disable_hybrid_kv_cache_manager: bool = False) -> int:
     """:func:`kv_capacity_tokens` of a preset and two shapes (what :class:`RooflineCost` uses);
-    ``draft`` None: a drafter without weights or KV (simulator.cost.features.free_draft); the draft's
-    weights at ``draft_weight_bits`` (:func:`hardware.model_weight_bytes`); a shape with a
+    ``draft`` None: a drafter without weights or KV (simulator.cost.features.free_draft); the
+    draft's weights at ``draft_weight_bits`` (:func:`hardware.model_weight_bytes`); a shape with a
     ``quantization`` at its format's bytes and the KV at ``kv_cache_dtype``'s bytes
     (simulator.cost.analytic.precision).
 

@@ -54,8 +54,9 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
       B_w = (b · (P_layers − P_lin + h·V + h) + (bits/8 + 4/128) · P_lin) / tp
 
   with P_lin = L · (layer params − 2h) (:func:`hardware.linear_params`); FLOPs, KV and
-  activation bytes unchanged, and the memory accounting (:func:`~simulator.cost.analytic.memory.memory_kv_tokens`) counts the
-  same bytes. The target's own weight format is the next bullets' ``quantization``.
+  activation bytes unchanged, and the memory accounting
+  (:func:`~simulator.cost.analytic.memory.memory_kv_tokens`) counts the same bytes. The target's own
+  weight format is the next bullets' ``quantization``.
 - Mixture of experts (``ModelShape.is_moe``; THEORY.md §8): M of the L layers route each
   token to k of E experts of width I_e (3 h I_e weights each), next to always-read dense
   weights (attention, norms, router E·h, shared experts). A pass of Q = Σ q_i tokens reads
@@ -67,12 +68,12 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   with P_dense = the decoder weights less the routed experts: the tokens of one pass route
   independently (routing is per token; only the expected count is priced, not its spread).
   FLOPs use the active parameters (k experts per token plus the shared ones), activations
-  the k experts' width (k I_e + I_s in place of I on MoE layers), memory (:func:`~simulator.cost.analytic.memory.memory_kv_tokens`,
-  weights fit) the total parameters. Experts are split by tp like every projection (vLLM's
-  fused-MoE tensor parallelism) unless ``enable_expert_parallel`` splits them over dp · tp
-  ranks (PassConstants ``ep_size`` / ``ep_dp``; simulator.cost.features.expert_parallel). A verify pass with
-  s_i drafts has Q = Σ (s_i + 1): its expert traffic grows with the drafts, which a dense
-  model reads once.
+  the k experts' width (k I_e + I_s in place of I on MoE layers), memory
+  (:func:`~simulator.cost.analytic.memory.memory_kv_tokens`, weights fit) the total parameters.
+  Experts are split by tp like every projection (vLLM's fused-MoE tensor parallelism) unless
+  ``enable_expert_parallel`` splits them over dp · tp ranks (PassConstants ``ep_size`` / ``ep_dp``;
+  simulator.cost.features.expert_parallel). A verify pass with s_i drafts has Q = Σ (s_i + 1): its
+  expert traffic grows with the drafts, which a dense model reads once.
 - The target's weight format (``quantization``: fp8, awq, gptq, mxfp4) and the KV cache's
   element type (``kv_cache_dtype``), simulator.cost.analytic.precision: the decoder projections and
   experts stream their format's bytes per weight (embeddings, head, norms, routers at b), the KV
@@ -94,9 +95,10 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   or ``time_from_sums(..., window=(K^W, P^W))``); the engine takes its array path for it
   (``RooflineCost.windowed``) and a model without windows keeps the sums path unchanged.
   Equal to full attention when W ≥ c_i + q_i for every request. The KV capacity is vLLM V1's
-  hybrid KV cache manager's pool (:func:`~simulator.cost.analytic.memory.memory_kv_tokens`, simulator.cost.analytic.kv_groups): the
-  layers grouped into block tables of equal page size sharing one pool of blocks, a sliding
-  group's blocks behind its window freed (simulator.engine.kv; docs/simulate.md).
+  hybrid KV cache manager's pool (:func:`~simulator.cost.analytic.memory.memory_kv_tokens`,
+  simulator.cost.analytic.kv_groups): the layers grouped into block tables of equal page size
+  sharing one pool of blocks, a sliding group's blocks behind its window freed (simulator.engine.kv;
+  docs/simulate.md).
 - Not modelled: activation quantisation other than W8A8 FP8, dequantisation time of
   weight-only kernels, KV-cache paging granularity, attention-kernel inefficiency at
   short contexts, CPU/GPU overlap, power throttling, MoE routing and
@@ -110,10 +112,10 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
   memory-bound on the cache here). The kv_b expansion of cached context during chunked
   prefill is not priced.
 
-Sanity (tested in tests/simulator/cost/analytic/test_roofline.py): Vicuna-33B (65 GB bf16) decode at batch 1 on
-one H100 is memory-bound at 65 GB / (3.35 TB/s · 0.8) + 0.5 ms ≈ 25 ms; the batch can grow to
-about ``hardware.ridge`` ≈ 258 query tokens before it turns compute-bound; a 4096-token prefill
-is compute-bound. Published figures this matches within a factor 1.5 (approximate, from the
+Sanity (tested in tests/simulator/cost/analytic/test_roofline.py): Vicuna-33B (65 GB bf16) decode at
+batch 1 on one H100 is memory-bound at 65 GB / (3.35 TB/s · 0.8) + 0.5 ms ≈ 25 ms; the batch can
+grow to about ``hardware.ridge`` ≈ 258 query tokens before it turns compute-bound; a 4096-token
+prefill is compute-bound. Published figures this matches within a factor 1.5 (approximate, from the
 vLLM / TensorRT-LLM / Vidur literature): Llama-2-7B bf16 batch-1 decode on A100-80GB at
 ~7-8 ms/token (model: 8.6 ms), Llama-3-8B on H100 at ~6-7 ms/token (model: 6.4 ms),
 Llama-2-70B with tp=4 on H100 at ~15-25 ms/token (model: see test).
@@ -345,7 +347,7 @@ class RooflineCost:
     execution: str = DEFAULT_EXECUTION  # a hardware.EXECUTIONS preset name
     draft_weight_bits: int = FULL_WEIGHT_BITS  # the draft's projections' bits per weight
     routing_skew: float = 0.0  # Zipf exponent of a MoE model's expert loads (theory.moe)
-    quantization: str = "none"  # the target's vLLM --quantization (simulator.cost.analytic.precision)
+    quantization: str = "none"  # the target's --quantization (simulator.cost.analytic.precision)
     kv_cache_dtype: str = "auto"  # vLLM --kv-cache-dtype of both roles' KV cache
     consts: dict = field(default=None, repr=False, compare=False)  # role -> PassConstants
 
@@ -419,7 +421,8 @@ class RooflineCost:
                            disable_hybrid_kv_cache_manager: bool = False) -> int:
         """KV-cache tokens per replica next to both models' weights on ``tp`` GPUs
         (:func:`kv_capacity_tokens`): the memory information paged KV mode asks for; a
-        windowed model's pool under vLLM's hybrid KV cache manager (:func:`~simulator.cost.analytic.memory.memory_kv_tokens`)."""
+        windowed model's pool under vLLM's hybrid KV cache manager
+        (:func:`~simulator.cost.analytic.memory.memory_kv_tokens`)."""
         return memory_kv_tokens(self.hardware, self.target, self.draft, self.tp,
                                 gpu_memory_utilization, self.draft_weight_bits,
                                 self.kv_cache_dtype, block_size, disable_hybrid_kv_cache_manager)

@@ -35,8 +35,9 @@ defaults to the target's, ``_verify_and_get_draft_tp``; two all-reduces per laye
 ``fc`` / ``eh_proj`` where the method applies it, and the LM head over one row per request.
 Tree drafting (``propose_tree``) is not priced.
 
-One pass on the roofline (simulator.cost.analytic.roofline's terms, the layer's :class:`PassConstants`
-built from a vocabulary-free shape of the head's layers), with Q = Σq tokens, n rows::
+One pass on the roofline (simulator.cost.analytic.roofline's terms, the layer's
+:class:`PassConstants` built from a vocabulary-free shape of the head's layers), with Q = Σq tokens,
+n rows::
 
     F = F_layer(Q, c) + 2 · P_qkv+ / tp · Q + [fc] 2 · P_fc · Q + 2 · h · V_d / tp · n
     B = B_layer(Q, c) + b · P_qkv+ / tp + [fc] b · P_fc + b · h · V_d / tp

@@ -189,7 +189,8 @@ def largest_graph(cost) -> int | None:
 
 def padded_tokens(cost, tokens: float) -> float:
     """The tokens a rank's pass of ``tokens`` sends through the MoE layers: padded to its
-    CUDA-graph size when ``cost`` (or a model it wraps) pads (simulator.cost.features.graph_padding)."""
+    CUDA-graph size when ``cost`` (or a model it wraps) pads
+    (simulator.cost.features.graph_padding)."""
     from specbatch.simulator.cost.features.graph_padding import PaddedCost
 
     while cost is not None:

@@ -21,7 +21,8 @@ a40         149.7 T             696 G GDDR6   48 GB      84    NVLink bridge 112
 
 FP8 tensor cores (``compute_capability`` >= 89: Ada, Hopper, Blackwell) and their dense FP8
 peak ``peaks["fp8"]`` (FP32 accumulate, what vLLM's CUTLASS/cuBLASLt scaled-mm kernels use;
-half the "with sparsity" figure), used by ``quantization = "fp8"`` (simulator.cost.analytic.precision)::
+half the "with sparsity" figure), used by ``quantization = "fp8"``
+(simulator.cost.analytic.precision)::
 
     row         capability  dense FP8 FLOP/s  source
     h100        9.0         1978.9 T          H100 SXM5 datasheet: FP8 3,958 T with sparsity
@@ -123,7 +124,7 @@ class Gpu:
     profiles: str | None = None  # a key of SOURCES: the measured data that calibrate it
     allreduce_cluster: str | None = None  # Vidur network cluster of its NCCL curves
     proxy: str | None = None  # the row whose laws it borrows where it has no data
-    efficiencies_fitted: bool = False  # roofline efficiencies fitted (simulator.cost.measured.gemm_fit)
+    efficiencies_fitted: bool = False  # efficiencies from simulator.cost.measured.gemm_fit
     compute_eff: float | None = None
     memory_eff: float | None = None
     allreduce_latency: float | None = None

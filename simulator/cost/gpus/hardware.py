@@ -25,11 +25,11 @@ Assumed factors (not datasheet numbers; change them with ``dataclasses.replace``
 
 Execution presets (:data:`EXECUTIONS`, :func:`get_execution`): how kernels reach the GPU, which
 sets the fixed per-pass and per-layer latencies of each role and how they combine with the
-roofline's GPU time (simulator/cost/analytic/roofline.py). ``cuda_graph`` (the default) keeps the hardware
-preset's ``pass_latency``/``layer_latency`` and *adds* them to the GPU time (a replayed graph's
-launch gaps sit between kernels); ``eager`` is a host-bound engine (Hugging Face eager forward,
-one Python-issued launch per op): the CPU issues kernels asynchronously ahead of the GPU, so a
-pass takes ``max(GPU time, host floor)``, host floor = pass floor + L · layer floor.
+roofline's GPU time (simulator/cost/analytic/roofline.py). ``cuda_graph`` (the default) keeps the
+hardware preset's ``pass_latency``/``layer_latency`` and *adds* them to the GPU time (a replayed
+graph's launch gaps sit between kernels); ``eager`` is a host-bound engine (Hugging Face eager
+forward, one Python-issued launch per op): the CPU issues kernels asynchronously ahead of the GPU,
+so a pass takes ``max(GPU time, host floor)``, host floor = pass floor + L · layer floor.
 
 ==========  ======  ===========  ===========  ===================================================
 preset      role    pass floor   layer floor  source

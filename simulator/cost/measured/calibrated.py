@@ -37,8 +37,8 @@ rest of this docstring is the path of every other GPU:
   weights as one K = h GEMM. Expert parallelism is not modelled. Not validated against a
   measured MoE or MLA pass.
 - ``attention``: analytic, max(F_attn / π, B_kv / β) with the roofline's attention FLOPs and
-  KV bytes (simulator.cost.analytic.roofline's PassConstants: MLA's latent cache included) and the fitted
-  GEMM law's achieved π, β; a model with sliding-window layers prices its L_s sliding layers
+  KV bytes (simulator.cost.analytic.roofline's PassConstants: MLA's latent cache included) and the
+  fitted GEMM law's achieved π, β; a model with sliding-window layers prices its L_s sliding layers
   at their windowed lengths (simulator.cost.analytic.window: keys min(c, W − 1), pairs P^W) and the
   rest at the full ones, the same law per layer. ASSUMED: FlashAttention
   / FlashInfer decode is memory-bound on KV bytes and reaches the bandwidth weight streaming
@@ -57,8 +57,8 @@ rest of this docstring is the path of every other GPU:
   max(0, floor − GPU parts) here. Vidur's per-op CUDA-event times hold no launch gaps.
 
 Validated errors (benchmarks/cost_vs_public.py, docs/simulate.md): read from
-``simulator/cost/measured/data/calibrated_validation.json`` (leave-one-shape-out for the laws, held-out
-token counts for the table cells) and reported with each source.
+``simulator/cost/measured/data/calibrated_validation.json`` (leave-one-shape-out for the laws,
+held-out token counts for the table cells) and reported with each source.
 """
 
 from __future__ import annotations
@@ -262,7 +262,7 @@ class CalibratedCost:
     use_cells: bool = True  # False: the calibrated law even where a table cell exists
     profile: str | None = None  # a user's import-vidur folder, searched before the bundled one
     routing_skew: float = 0.0  # Zipf exponent of a MoE model's expert loads (theory.moe)
-    quantization: str = "none"  # the target's vLLM --quantization (simulator.cost.analytic.precision)
+    quantization: str = "none"  # the target's --quantization (simulator.cost.analytic.precision)
     kv_cache_dtype: str = "auto"  # vLLM --kv-cache-dtype of both roles' KV cache
     roles: dict = field(default=None, repr=False, compare=False)  # role -> RolePricer
 
@@ -352,8 +352,8 @@ class CalibratedCost:
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9, block_size: int = 16,
                            disable_hybrid_kv_cache_manager: bool = False) -> int:
-        """KV-cache tokens next to both models' weights (simulator.cost.analytic.roofline's accounting,
-        a windowed model's hybrid pool included)."""
+        """KV-cache tokens next to both models' weights (simulator.cost.analytic.roofline's
+        accounting, a windowed model's hybrid pool included)."""
         return memory_kv_tokens(self.hardware, self.target, self.draft, self.tp,
                                 gpu_memory_utilization, self.draft_weight_bits,
                                 self.kv_cache_dtype, block_size, disable_hybrid_kv_cache_manager)

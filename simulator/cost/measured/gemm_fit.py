@@ -11,10 +11,10 @@ model's :class:`traces.models.shapes.ModelShape`::
     gate_up_proj  K = h,   N = 2 I
     down_proj     K = I,   N = h
 
-and priced as the roofline does (simulator.cost.analytic.roofline): F = 2 T K N FLOPs, B = b (K N + T (K + N))
-bytes, t̂ = max(F / (peak · e_c), B / (bw · e_m)). The two efficiencies (e_c, e_m) of
-:class:`simulator.cost.gpus.hardware.Hardware` are the pair on the grid {0.30, 0.31, ..., 1.00}² that
-minimises the MAPE of t̂ over every GEMM row of the profile (T = 1 ... 2048): one criterion
+and priced as the roofline does (simulator.cost.analytic.roofline): F = 2 T K N FLOPs, B = b (K N +
+T (K + N)) bytes, t̂ = max(F / (peak · e_c), B / (bw · e_m)). The two efficiencies (e_c, e_m) of
+:class:`simulator.cost.gpus.hardware.Hardware` are the pair on the grid {0.30, 0.31, ..., 1.00}²
+that minimises the MAPE of t̂ over every GEMM row of the profile (T = 1 ... 2048): one criterion
 for the memory-bound rows, the compute-bound rows and the knee between them, where a serving
 step's passes (a few hundred tokens) sit. :func:`profile_mape` is that MAPE, so a fit on one
 model's profile is checked on another's (Qwen3-32B on the RTX PRO 6000). Nothing here reads

@@ -1,4 +1,5 @@
-"""Fitting the calibrated roofline (simulator.cost.measured.calibrated) to per-operation GPU timings.
+"""Fitting the calibrated roofline (simulator.cost.measured.calibrated) to per-operation GPU
+timings.
 
 The data are Vidur-layout tables (traces.public.vidur_profiles): per (gpu, model, tp, Q tokens) the
 median time of every non-attention op of one decoder layer, and NCCL all-reduce times by
@@ -35,8 +36,8 @@ message size and world size. Three laws, each fitted per GPU type:
   (:class:`SmallOpLaw`); non-negative least squares relative to the layer time, per op.
   Fitted on gated (SwiGLU) models only: the shapes traces.models.shapes describes.
 - **All-reduce** of s bytes on a world of n GPUs: t = α_n + s / γ_n, fitted per (cluster,
-  n) with 1/t weights; :mod:`simulator.cost.measured.calibrated` prefers interpolating the measured curve
-  where one exists and uses this law elsewhere.
+  n) with 1/t weights; :mod:`simulator.cost.measured.calibrated` prefers interpolating the measured
+  curve where one exists and uses this law elsewhere.
 
 Shapes are :class:`LayerShape` (one decoder layer's per-model dimensions), so a fit can be
 validated on a model it never saw (leave-one-shape-out, benchmarks/cost_vs_public.py).

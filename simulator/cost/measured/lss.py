@@ -2,7 +2,8 @@
 LLMServingSim's per-layer kernel profiles of those GPUs (traces.public.llmservingsim_profiles).
 
 One forward pass of a role (L layers, M of them MoE, tp GPUs, n requests, Q = Σq query
-tokens, c the cached tokens) is priced, as :mod:`simulator.cost.measured.calibrated` does elsewhere, as::
+tokens, c the cached tokens) is priced, as :mod:`simulator.cost.measured.calibrated` does elsewhere,
+as::
 
     t = layers(Q) + L · attention(n, Σq, Σc, Σqc, Σq²) + allreduce(Q) + lm_head(Q, n) + launch
 
@@ -12,8 +13,8 @@ tokens, c the cached tokens) is priced, as :mod:`simulator.cost.measured.calibra
   2048), made non-decreasing (running maximum); on a MoE layer the MLP is the measured MoE
   block at (Q, E_touched(Q)) (moe.csv, linear in both; E_touched as the roofline: uniform
   routing or ``routing_skew``'s Zipf law). The block is the one-GPU profile holding every
-  expert; under expert parallelism (simulator.cost.features.expert_parallel) it is read at the rank's
-  pairs and touched local experts, and ``allreduce`` adds the dispatch/combine traffic.
+  expert; under expert parallelism (simulator.cost.features.expert_parallel) it is read at the
+  rank's pairs and touched local experts, and ``allreduce`` adds the dispatch/combine traffic.
 - ``attention``: an :class:`AttentionLaw` fitted to the GPU's measured attention table
   (one Attention call per row: one prefill chunk and n_d decodes). Two regimes, as vLLM's
   FlashAttention backend runs them (vllm/v1/attention/backends/flash_attn.py,
@@ -37,8 +38,8 @@ tokens, c the cached tokens) is priced, as :mod:`simulator.cost.measured.calibra
   its last measured count, then 2 h V / tp FLOPs per further row at the preset's fitted GEMM
   efficiency: logits at every query position, the package's convention), plus the measured
   sampler at n sequences.
-- ``launch``: the execution preset's floors, as :mod:`simulator.cost.measured.calibrated` (the profiles ran
-  eager and time kernels, not launch gaps).
+- ``launch``: the execution preset's floors, as :mod:`simulator.cost.measured.calibrated` (the
+  profiles ran eager and time kernels, not launch gaps).
 
 A dense role whose (GPU, tp, shape) has no bundled cell is priced from the GPU's nearest cell
 (:mod:`simulator.cost.measured.transfer`); a MoE or MLA role without its own cell, or a quantised
@@ -294,7 +295,8 @@ class LssPricer:
 
     def ep_dispatch(self, q: float, total: float | None = None) -> float:
         """t_a2a of the M MoE layers over the anchor's PCIe link for ``total`` tokens of all
-        DP ranks (None: the other ranks carry Q each too; simulator.cost.features.expert_parallel)."""
+        DP ranks (None: the other ranks carry Q each too;
+        simulator.cost.features.expert_parallel)."""
         s, dp = self.shape, self.consts.ep_dp
         return s.moe_layers * dispatch_seconds(dp * q if total is None else total, s.hidden,
                                                s.experts, dp, *PCIE_LINK, DTYPE_BYTES)
@@ -329,8 +331,9 @@ class LssPricer:
     def attention(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
                   window: tuple[float, float] | None) -> float:
         """L layers of the fitted per-layer attention law; with sliding-window layers, L − L_s
-        at the full sums and L_s at the sums a sliding layer presents (simulator.cost.analytic.window
-        .windowed_sums: the law was fitted on full attention and is applied per layer)."""
+        at the full sums and L_s at the sums a sliding layer presents
+        (simulator.cost.analytic.window .windowed_sums: the law was fitted on full attention and is
+        applied per layer)."""
         s, law = self.shape, self.law
         if not s.is_windowed:
             return s.layers * float(law.seconds(s, self.tp, n, sq, skv, sqkv, sqq))

@@ -1,7 +1,7 @@
 """A latency profile file (Parquet or CSV) read and checked: the measured steps a
-:mod:`simulator.cost.measured.profiled` cost model is fitted to, one row per (role, batch size, query tokens,
-KV tokens) cell with its latency; optional mixed-pass columns (:data:`MIXED_COLUMNS`). Every
-defect is a one-line error naming the file, column and row."""
+:mod:`simulator.cost.measured.profiled` cost model is fitted to, one row per (role, batch size,
+query tokens, KV tokens) cell with its latency; optional mixed-pass columns (:data:`MIXED_COLUMNS`).
+Every defect is a one-line error naming the file, column and row."""
 
 from __future__ import annotations
 

@@ -42,8 +42,8 @@ All families are functions of the batch sums (simulator.cost.interface.batch_sum
 (``time_from_sums`` is bit-identical to ``step_time`` for both).
 
 The fitting of one role (features, families, cross-validation, :class:`RoleFit`) lives in
-:mod:`simulator.cost.measured.role_fit` (re-exported here); this module reads the profile, fits each role
-and prices a step.
+:mod:`simulator.cost.measured.role_fit` (re-exported here); this module reads the profile, fits each
+role and prices a step.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost.interface import ROLES, batch_sums
-from specbatch.simulator.cost.measured.profile_file import (  # noqa: F401 - importable from here too
+from specbatch.simulator.cost.measured.profile_file import (  # noqa: F401 - importable here too
     MIXED_COLUMNS,
     NUMERIC_COLUMNS,
     PROFILE_COLUMNS,

@@ -3,9 +3,9 @@
 The features of a pass (:func:`profile_features`, batch sums of the NNLS law), the families
 (``nnls`` by :func:`fit_nnls`, ``floor`` by :func:`fit_floor`, ``grid`` by :class:`GridLaw`),
 the cross-validated choice between them (:func:`choose_family`) and its result
-(:class:`RoleFit`, from :func:`fit_role`). :mod:`simulator.cost.measured.profiled` describes the model and
-builds the step-time cost model from one :class:`RoleFit` per role; it re-exports every name
-here. Fitting is its own concept (numpy/scipy on arrays [rows]), independent of the profile
+(:class:`RoleFit`, from :func:`fit_role`). :mod:`simulator.cost.measured.profiled` describes the
+model and builds the step-time cost model from one :class:`RoleFit` per role; it re-exports every
+name here. Fitting is its own concept (numpy/scipy on arrays [rows]), independent of the profile
 file and of the engine's cost interface.
 """
 

@@ -7,8 +7,8 @@ shape S on tp GPUs, module by module at the same Q tokens:
 - each projection GEMM (qkv, o, gate_up, down; K x N per rank, Megatron split) by the
   measured time times the roofline ratio R(Q; K', N') / R(Q; K, N), with
   R = max(2 Q K N / (peak · e_c), b (K N + Q (K + N)) / (bw · e_m)) at the preset's fitted
-  efficiencies (simulator.cost.measured.gemm_fit): the measured kernel behaviour (tile and wave effects,
-  floors) carried over, the shape change priced by the roofline;
+  efficiencies (simulator.cost.measured.gemm_fit): the measured kernel behaviour (tile and wave
+  effects, floors) carried over, the shape change priced by the roofline;
 - each small module by its per-token bytes ratio: norms and embedding h, rotary (q_width +
   d_kv) / tp, activation I / tp; ``qk_norm`` (Qwen3) is dropped (a Llama-family neighbour has
   none; ~4 µs a layer);

@@ -1,4 +1,5 @@
-"""vLLM V1's KV cache groups and pool (simulator.cost.analytic.kv_groups), the numbers worked by hand.
+"""vLLM V1's KV cache groups and pool (simulator.cost.analytic.kv_groups), the numbers worked by
+hand.
 
 One H100 (80 GB) at gpu_memory_utilization 0.9 leaves 72e9 bytes for weights and KV; bf16 KV.
 """

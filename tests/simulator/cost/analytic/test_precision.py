@@ -1,5 +1,5 @@
-"""vLLM's --quantization and --kv-cache-dtype priced (simulator.cost.analytic.precision): weights held,
-weights streamed, the FP8 compute peak and the KV bytes, against hand-computed numbers."""
+"""vLLM's --quantization and --kv-cache-dtype priced (simulator.cost.analytic.precision): weights
+held, weights streamed, the FP8 compute peak and the KV bytes, against hand-computed numbers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Specification of simulator/cost/analytic/roofline.py and the hardware presets: roofline sanity."""
+"""Specification of simulator/cost/analytic/roofline.py and the hardware presets: roofline
+sanity."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The roofline's mixture-of-experts pricing (simulator.cost.analytic.roofline, THEORY.md §8) against hand
-computation: expert weights streamed by E_touched(Q), FLOPs by active, memory by total."""
+"""The roofline's mixture-of-experts pricing (simulator.cost.analytic.roofline, THEORY.md §8)
+against hand computation: expert weights streamed by E_touched(Q), FLOPs by active, memory by
+total."""
 
 from __future__ import annotations
 

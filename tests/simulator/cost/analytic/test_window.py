@@ -1,4 +1,5 @@
-"""Sliding-window attention priced per layer (simulator.cost.analytic.window, roofline, calibrated)."""
+"""Sliding-window attention priced per layer (simulator.cost.analytic.window, roofline,
+calibrated)."""
 
 from __future__ import annotations
 

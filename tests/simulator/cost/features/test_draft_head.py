@@ -1,6 +1,6 @@
-"""Specification of EAGLE / EAGLE-3 / MTP heads in the cost model (simulator/cost/features/draft_head.py):
-their shapes derived from the target's by vLLM's modules, one pass's roofline seconds, the KV
-capacity next to the head, and the one-line refusals."""
+"""Specification of EAGLE / EAGLE-3 / MTP heads in the cost model
+(simulator/cost/features/draft_head.py): their shapes derived from the target's by vLLM's modules,
+one pass's roofline seconds, the KV capacity next to the head, and the one-line refusals."""
 
 from __future__ import annotations
 
@@ -254,8 +254,8 @@ def test_an_fp8_targets_mtp_layer_is_held_and_streamed_in_fp8_and_eh_proj_in_bf1
 def test_a_sliding_window_target_pools_the_heads_full_attention_layer_as_vllms_groups():
     """Mistral-7B (32 sliding layers) with an EAGLE-3 head: vLLM V1's hybrid KV cache manager
     groups the head's full-attention layer with the target's sliding ones
-    (simulator.cost.analytic.kv_groups), so the pool is kv_layout(target, head layer)'s blocks of the
-    memory left next to both weights; the engine's group tables see the same layer."""
+    (simulator.cost.analytic.kv_groups), so the pool is kv_layout(target, head layer)'s blocks of
+    the memory left next to both weights; the engine's group tables see the same layer."""
     from specbatch.simulator.cost.analytic.kv_groups import kv_layout
     from specbatch.simulator.engine.kv import windowed_shapes
 

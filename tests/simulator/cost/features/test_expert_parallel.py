@@ -1,5 +1,5 @@
-"""vLLM data + expert parallelism (simulator.cost.features.expert_parallel, theory.moe's EP forms) against
-hand computation: local experts, (token, expert) pairs and touched experts per rank, the
+"""vLLM data + expert parallelism (simulator.cost.features.expert_parallel, theory.moe's EP forms)
+against hand computation: local experts, (token, expert) pairs and touched experts per rank, the
 all-gather / reduce-scatter bytes of one MoE layer, the per-rank pass of both cost models,
 and the config refusals."""
 

@@ -1,5 +1,5 @@
-"""Specification of host-side drafters in the cost model (simulator/cost/features/free_draft.py): with
-``draft = "ngram"`` every draft pass costs 0 s, the target's passes and overhead are the
+"""Specification of host-side drafters in the cost model (simulator/cost/features/free_draft.py):
+with ``draft = "ngram"`` every draft pass costs 0 s, the target's passes and overhead are the
 wrapped model's, and the KV memory holds the target alone."""
 
 from __future__ import annotations

@@ -210,8 +210,8 @@ def test_free_draft_parts_and_sources():
 
 @pytest.mark.slow
 def test_stored_laws_are_the_fit_of_the_bundled_table():
-    """simulator/cost/measured/data/calibrated_laws.json is what benchmarks/cost_vs_public.py --write fits
-    (a refit reproduces it)."""
+    """simulator/cost/measured/data/calibrated_laws.json is what benchmarks/cost_vs_public.py
+    --write fits (a refit reproduces it)."""
     from specbatch.simulator.cost.measured.laws import fit_gpu, fit_to_dict
     from specbatch.simulator.cost.measured.sources import gpu_peaks, stored_laws
 

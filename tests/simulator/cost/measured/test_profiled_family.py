@@ -1,5 +1,5 @@
-"""Specification of the profiled model's family choice (simulator/cost/measured/profiled.py): NNLS law vs
-interpolated grid, chosen per role by k-fold held-out MAPE."""
+"""Specification of the profiled model's family choice (simulator/cost/measured/profiled.py): NNLS
+law vs interpolated grid, chosen per role by k-fold held-out MAPE."""
 
 from __future__ import annotations
 
