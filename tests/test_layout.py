@@ -70,6 +70,18 @@ def test_every_package_folder_installs_under_specbatch():
     assert set(config["package-dir"]) <= set(packages)
 
 
+def test_every_sub_package_is_listed_for_the_wheel():
+    """A folder with an ``__init__.py`` under a mapped folder is in ``packages``, or a wheel
+    (unlike the editable install) would leave it out."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = set()
+    for name, folder in config["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((name, *rel)))
+    assert found <= set(config["packages"]), sorted(found - set(config["packages"]))
+
+
 #: Inside each package, its folders (and top-level modules) from the bottom up: a module may
 #: import its own folder and the ones before it, never one after it (docs/DESIGN.md, Layout).
 FOLDER_ORDER = {
