@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from specbatch.simulator.cost.profiled import ProfiledCost, fit_role
+from specbatch.simulator.cost.measured.profiled import ProfiledCost, fit_role
 from specbatch.simulator.cost.registry import build_cost_model
 
 

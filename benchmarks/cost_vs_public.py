@@ -5,17 +5,17 @@ table (traces/data/profiles/vidur: Vidur commit 7d47513, H100 / A100 / A40, tp 1
 Q = 1..4096 tokens per pass; 32 768 for the A100 Llama-3 files), L from Vidur's
 vidur/config/model_config.py. Predicted:
 
-- before: the roofline (simulator.cost.roofline, ``cost = "roofline"``, unchanged) restricted to
-  the same ops: max(2 P_layers Q / tp / (peak eff_c), (b P_layers / tp + activation bytes) /
-  (bw eff_m)) + L · layer launch latency (the cuda_graph preset's 8 us).
-- after: the calibrated laws (simulator.cost.calibrated_fit) fitted leave-one-shape-out: for each
+- before: the roofline (simulator.cost.analytic.roofline, ``cost = "roofline"``, unchanged)
+  restricted to the same ops: max(2 P_layers Q / tp / (peak eff_c), (b P_layers / tp + activation
+  bytes) / (bw eff_m)) + L · layer launch latency (the cuda_graph preset's 8 us).
+- after: the calibrated laws (simulator.cost.measured.laws) fitted leave-one-shape-out: for each
   GPU and each model, fitted on the other models measured on that GPU *except those with the
   same per-layer shape* (Llama-2-70B and Llama-3-70B share theirs on A100), evaluated on the
   held-out one (phi-2, a non-gated parallel-block model outside ModelShape's family, is
   neither fitted on nor reported).
 - cells: the table cells themselves as a source, each interior token count left out and
   interpolated linearly from its two neighbours (a pessimistic check of
-  simulator.cost.calibrated's interpolation: the gap is twice the bundled spacing).
+  simulator.cost.measured.calibrated's interpolation: the gap is twice the bundled spacing).
 - attention: the analytic term against LLMServingSim's measured FlashAttention-2 rows
   (casys-kaist/LLMServingSim 5daddb2, MIT; H100, Llama-3.1-70B and Mixtral-8x7B at tp 4),
   traces/data/profiles/llmservingsim.
@@ -25,8 +25,9 @@ vidur/config/model_config.py. Predicted:
 
     .venv/bin/python benchmarks/cost_vs_public.py [--json] [--write]
 
-``--write`` stores the laws fitted on all models (simulator/cost/data/calibrated_laws.json) and the
-validated errors the calibrated model reports (simulator/cost/data/calibrated_validation.json).
+``--write`` stores the laws fitted on all models (simulator/cost/measured/data/calibrated_laws.json)
+and the validated errors the calibrated model reports
+(simulator/cost/measured/data/calibrated_validation.json).
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ import numpy as np
 import pandas as pd
 
 from specbatch.io import atomic_write, dumps
-from specbatch.simulator.cost.calibrated_fit import (
+from specbatch.simulator.cost.analytic.roofline import pass_constants
+from specbatch.simulator.cost.gpus.catalogue import GPUS as CATALOGUE
+from specbatch.simulator.cost.gpus.catalogue import gpus_with
+from specbatch.simulator.cost.gpus.hardware import get_execution, preset
+from specbatch.simulator.cost.measured.laws import (
     GpuFit,
     embedding_seconds,
     envelope,
@@ -50,9 +55,7 @@ from specbatch.simulator.cost.calibrated_fit import (
     frame_shape,
     layer_seconds,
 )
-from specbatch.simulator.cost.calibrated_sources import LAWS, VALIDATION, allreduce_curve, gpu_peaks
-from specbatch.simulator.cost.hardware import HARDWARE, Hardware, get_execution
-from specbatch.simulator.cost.roofline import pass_constants
+from specbatch.simulator.cost.measured.sources import LAWS, VALIDATION, allreduce_curve, gpu_peaks
 from specbatch.traces.models.shapes import ModelShape
 from specbatch.traces.public.vidur_profiles import OPS, load_public_profiles
 
@@ -61,13 +64,12 @@ LAYERS = {"Qwen/Qwen-72B": 80, "codellama/CodeLlama-34b-Instruct-hf": 48,
           "internlm/internlm-20b": 60, "meta-llama/Llama-2-70b-hf": 80,
           "meta-llama/Llama-2-7b-hf": 32, "meta-llama/Meta-Llama-3-70B": 80,
           "meta-llama/Meta-Llama-3-8B": 32, "microsoft/phi-2": 32}
-GPUS = ("h100", "a100", "a40")
+#: The GPUs Vidur profiled (catalogue rows calibrated by "vidur"): h100, a100, a40.
+GPUS = gpus_with("vidur")
 #: Models with these per-layer dimensions equal are one shape: held out together.
 SHAPE_KEY = ("n_embd", "n_head", "n_kv_head", "n_expanded_embd")
 REGIMES = [0, 8, 64, 256, 1024, 1 << 20]
 REGIME_NAMES = ["1-8", "9-64", "65-256", "257-1024", ">1024"]
-#: simulator.cost.hardware has no A40 preset; its roofline uses the datasheet with the defaults.
-A40 = Hardware("a40", "NVIDIA A40 48GB", 149.7e12, 696e9, 48e9, 56.25e9, memory_eff=0.75)
 
 
 def measured(cell: pd.DataFrame, layers: int) -> np.ndarray:
@@ -81,7 +83,7 @@ def roofline_layers(gpu: str, cell: pd.DataFrame, layers: int, tp: int) -> np.nd
     r = cell.iloc[0]
     shape = ModelShape("vidur", layers, int(r.n_embd), int(r.n_head), int(r.n_kv_head),
                        int(r.n_expanded_embd), int(r.vocab_size))
-    hw = HARDWARE.get(gpu, A40)
+    hw = preset(CATALOGUE[gpu])  # a40 is no --hardware preset; its row prices it here
     c = pass_constants(shape, hw, tp, get_execution("cuda_graph"))
     q = cell["num_tokens"].to_numpy(np.float64)
     p_layers = layers * shape.layer_params
@@ -91,8 +93,8 @@ def roofline_layers(gpu: str, cell: pd.DataFrame, layers: int, tp: int) -> np.nd
 
 
 def calibrated_layers(fit: GpuFit, cell: pd.DataFrame, layers: int, tp: int) -> np.ndarray:
-    """What simulator.cost.calibrated prices for the cell's rows: the corrected laws under their
-    non-decreasing envelope (calibrated_fit.envelope)."""
+    """What simulator.cost.measured.calibrated prices for the cell's rows: the corrected laws under
+    their non-decreasing envelope (simulator.cost.measured.laws.envelope)."""
     shape, q = frame_shape(cell.iloc[0]), cell["num_tokens"].to_numpy(np.float64)
 
     def law(x):
@@ -250,7 +252,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--write", action="store_true",
-                    help="store the all-model laws and the validated errors in simulator/cost/data")
+                    help="store the all-model laws and the validated errors in "
+                         "simulator/cost/measured/data")
     args = ap.parse_args()
     compute = load_public_profiles().compute
     lomo = lomo_rows(compute)

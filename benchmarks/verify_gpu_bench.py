@@ -190,7 +190,7 @@ def bench_config(batch, gamma, vocab, dtypes, device, copy_gbps, warmup, repeats
 def sampler_floors(rows: list[dict], copy_gbps: float) -> dict:
     """Per implementation with float32 cells: the simulator's sampler floors
     (:func:`specbatch.simulator.cost.verify_cost.measured_floors`, bytes term at the measured copy
-    bandwidth), what a ``simulator.cost.hardware.SAMPLERS`` preset of this device takes."""
+    bandwidth), what a ``simulator.cost.gpus.hardware.SAMPLERS`` preset of this device takes."""
     from specbatch.simulator.cost.verify_cost import measured_floors
 
     out = {}

@@ -155,7 +155,7 @@ def attention_ms(grid: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     of q tokens on c cached ones does 4 h q (c + (q+1)/2) FLOPs and moves (c + 2q) tokens of
     one layer's KV; a decode batch of B does 4 h B (c + 1) FLOPs over B (c + 2) tokens;
     the time is the larger of FLOPs / (peak eff_c) and bytes / (bandwidth eff_m)."""
-    from specbatch.simulator.cost.hardware import get_hardware
+    from specbatch.simulator.cost.gpus.hardware import get_hardware
     from specbatch.traces.models.shapes import get_shape
 
     hw, shape = get_hardware("a100"), get_shape("vicuna-7b")

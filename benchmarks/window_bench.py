@@ -1,7 +1,7 @@
 """What sliding-window attention costs the simulator: a windowed model is priced from arrays.
 
-A sliding layer's work needs per-request minima (simulator.cost.window), so the engine prices a
-windowed model one ``step_time`` call per pass instead of from the five batch sums
+A sliding layer's work needs per-request minima (simulator.cost.analytic.window), so the engine
+prices a windowed model one ``step_time`` call per pass instead of from the five batch sums
 (simulator.cost.interface.sums_path). This measures the price of that, in the same run:
 
 1. microseconds per ``step_time`` call of the roofline, Mistral-7B-v0.1 (every layer slides,
@@ -25,8 +25,8 @@ import numpy as np
 from cost_bench import per_call_us  # a sibling script: its folder is on sys.path
 
 from specbatch.simulator.config.sim_config import load_config
-from specbatch.simulator.cost.hardware import get_hardware
-from specbatch.simulator.cost.roofline import RooflineCost
+from specbatch.simulator.cost.analytic.roofline import RooflineCost
+from specbatch.simulator.cost.gpus.hardware import get_hardware
 from specbatch.simulator.run import simulate
 from specbatch.traces.models.shapes import SHAPES
 from specbatch.traces.synth import SynthConfig, synth_trace

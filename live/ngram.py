@@ -9,10 +9,11 @@ and block verification equals token verification (THEORY.md §3).
 Fewer than K proposed tokens: slots ``j ≥ proposed`` hold the filler id V (one past the
 target's vocabulary) in the recorded trace, with ``q = 1``, ``pt = 0`` and draft signals 0
 (the trace's lossless filler, :mod:`specbatch.traces.format.trace`). The policy sees the proposed
-counts through its :class:`~simulator.policies.registry.StepView` (``proposed``), so every shared policy drafts and verifies at most
-``proposed`` tokens per request (:meth:`simulator.policies.registry.StepView.cap`), as the simulator
-does on the trace; the target therefore never scores a filler, and a request with nothing
-proposed takes an ordinary one-token target step (τ = 0, the extra token is the bonus).
+counts through its :class:`~simulator.policies.view.StepView` (``proposed``), so every shared
+policy drafts and verifies at most ``proposed`` tokens per request
+(:meth:`simulator.policies.view.StepView.cap`), as the simulator does on the trace; the target
+therefore never scores a filler, and a request with nothing proposed takes an ordinary
+one-token target step (τ = 0, the extra token is the bonus).
 Fillers are fed to the target (past a row's verified prefix, never read) and to the verifier
 as token 0, which only rows past their verified length could see.
 """

@@ -12,8 +12,8 @@ import time
 
 import pandas as pd
 
-#: The mixed passes' prompt columns (simulator.cost.profiled.MIXED_COLUMNS; live does not import the
-#: simulator): prompts per pass and tokens per prompt, 0 on uniform rows.
+#: The mixed passes' prompt columns (simulator.cost.measured.profiled.MIXED_COLUMNS; live does not
+#: import the simulator): prompts per pass and tokens per prompt, 0 on uniform rows.
 MIXED_COLUMNS = ("prefill_batch", "prefill_tokens")
 
 

@@ -5,10 +5,10 @@
 UsageContext.OPENAI_API_SERVER); vllm-v0 treats unset as unlimited. The config falls back on it
 (``SimConfig.token_budget``) and vLLM's adaptive verification profiles its tables up to it.
 Drafts named in :data:`FREE_DRAFTS` run no model: the cost models price their passes at 0 s
-(simulator.cost.free_draft) and the config accepts them as a ``draft``. Drafts named in
+(simulator.cost.features.free_draft) and the config accepts them as a ``draft``. Drafts named in
 :data:`HEAD_DRAFTS` are vLLM's ``SpeculativeConfig.method`` names of drafters that read the target's
-hidden states (EAGLE, EAGLE-3, MTP; simulator.cost.draft_head): their first pass runs over the
-target's whole pass, and both they and the host-side drafters propose by argmax (one-hot draft
+hidden states (EAGLE, EAGLE-3, MTP; simulator.cost.features.draft_head): their first pass runs over
+the target's whole pass, and both they and the host-side drafters propose by argmax (one-hot draft
 rows for the rejection sampler, :func:`one_hot_drafter`).
 """
 

@@ -9,10 +9,11 @@ tokens per replica, None = unlimited). With ``config.speedup`` it also runs ``ar
 cost model and adds ``speedup_vs_ar``. ``acceptance`` replaces the trace's acceptance by a model fitted
 from it (simulator.replay.fitted_acceptance). ``calibration_split`` holds a seeded share of the
 trace's requests out of replay for the policies that calibrate on them (simulator.policies.calibration);
-``cuda_graph_sizes`` pads the cost model's passes to captured sizes (simulator.cost.graph_padding).
-Same config ⇒ byte-identical :meth:`SimResult.write` files. :func:`simulate_to` runs one
-into a result folder, streaming the step table to its steps.parquet while the engine runs
-(simulator.step_stream: the same bytes, without holding the table; ``simulate --out``).
+``cuda_graph_sizes`` pads the cost model's passes to captured sizes
+(simulator.cost.features.graph_padding). Same config ⇒ byte-identical :meth:`SimResult.write` files.
+:func:`simulate_to` runs one into a result folder, streaming the step table to its steps.parquet
+while the engine runs (simulator.step_stream: the same bytes, without holding the table; ``simulate
+--out``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from specbatch.simulator.config.sim_config import (
     validate_against_trace,
     validate_config,
 )
-from specbatch.simulator.cost.graph_padding import pad_to_graphs
+from specbatch.simulator.cost.features.graph_padding import pad_to_graphs
 from specbatch.simulator.cost.registry import weight_bits_notes
 from specbatch.simulator.cost.verify_cost import verify_cost_for, verify_notes
 from specbatch.simulator.defaults import one_hot_drafter
@@ -167,12 +168,12 @@ def build_cost(config: SimConfig) -> CostModel:
                              quantization=config.quantization,
                              kv_cache_dtype=config.kv_cache_dtype,
                              draft_head=config.draft_head)
-    if config.enable_expert_parallel:  # vLLM's DP + EP (simulator.cost.expert_parallel)
-        from specbatch.simulator.cost.expert_parallel import with_expert_parallel
+    if config.enable_expert_parallel:  # vLLM's DP + EP (simulator.cost.features.expert_parallel)
+        from specbatch.simulator.cost.features.expert_parallel import with_expert_parallel
 
         model = with_expert_parallel(model, int(config.data_parallel_size), int(config.tp))
     if config.async_scheduling:
-        from specbatch.simulator.cost.async_overhead import AsyncOverheadCost
+        from specbatch.simulator.cost.features.async_overhead import AsyncOverheadCost
 
         return AsyncOverheadCost(model)
     return model

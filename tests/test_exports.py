@@ -38,7 +38,7 @@ def test_the_config_modules_import_without_numpy():
 #: (module, the module it re-exports): concepts split out of a module stay importable from it.
 SPLIT_MODULES = [
     ("specbatch.simulator.config.sim_config", "specbatch.simulator.config.checks"),
-    ("specbatch.simulator.cost.profiled", "specbatch.simulator.cost.role_fit"),
+    ("specbatch.simulator.cost.measured.profiled", "specbatch.simulator.cost.measured.role_fit"),
     ("specbatch.theory.allocate.budget", "specbatch.theory.allocate.gains"),
     ("specbatch.traces.models.zoo", "specbatch.traces.models.zoo_parts"),
 ]

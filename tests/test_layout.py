@@ -70,6 +70,18 @@ def test_every_package_folder_installs_under_specbatch():
     assert set(config["package-dir"]) <= set(packages)
 
 
+def test_every_sub_package_is_listed_for_the_wheel():
+    """A folder with an ``__init__.py`` under a mapped folder is in ``packages``, or a wheel
+    (unlike the editable install) would leave it out."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = set()
+    for name, folder in config["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((name, *rel)))
+    assert found <= set(config["packages"]), sorted(found - set(config["packages"]))
+
+
 #: Inside each package, its folders (and top-level modules) from the bottom up: a module may
 #: import its own folder and the ones before it, never one after it (docs/DESIGN.md, Layout).
 FOLDER_ORDER = {
@@ -79,6 +91,14 @@ FOLDER_ORDER = {
     "simulator": ("defaults", "replay", "cost", "policies", "config", "workload", "engine",
                   "metrics", "saturation", "step_stream", "run"),
     "analysis": ("sensitivity", "sweep", "report", "plan", "validate", "tune", "config_docs", "optimum"),
+}
+
+
+#: Inside a sub-package, its folders and modules from the bottom up, as FOLDER_ORDER does for
+#: the packages (docs/DESIGN.md, Layout; each folder's __init__ gives its reading order).
+SUBFOLDER_ORDER = {
+    "simulator.cost": ("interface", "gpus", "analytic", "measured", "features", "draft_cost",
+                       "verify_cost", "registry", "report"),
 }
 
 
@@ -125,3 +145,40 @@ def test_folders_inside_a_package_import_one_way(package):
             assert target in order and order.index(target) < order.index(source), (
                 f"{path.relative_to(ROOT)} ({source}) imports {module} ({target}): against "
                 f"{' <- '.join(order)}")
+
+
+@pytest.mark.parametrize("package", sorted(SUBFOLDER_ORDER))
+def test_folders_inside_a_sub_package_import_one_way(package):
+    order = SUBFOLDER_ORDER[package]
+    top, *inner = package.split(".")
+    base = ROOT / FOLDERS[top] / Path(*inner)
+    prefix = ["specbatch", top, *inner]
+    for path in sorted(base.rglob("*.py")):
+        rel = path.relative_to(base).with_suffix("").parts
+        if rel == ("__init__",):
+            continue
+        source = _unit(rel)
+        assert source in order, (f"{path.relative_to(ROOT)}: {source!r} has no place in "
+                                 f"SUBFOLDER_ORDER[{package!r}]")
+        for module, name in _runtime_imports(path):
+            parts = module.split(".")
+            if parts[:len(prefix)] != prefix:
+                continue
+            rest = tuple(parts[len(prefix):]) or ((name,) if name else ())
+            if not rest or _unit(rest) == source:
+                continue
+            target = _unit(rest)
+            assert target in order and order.index(target) < order.index(source), (
+                f"{path.relative_to(ROOT)} ({source}) imports {module} ({target}): against "
+                f"{' <- '.join(order)}")
+
+
+def test_the_sub_package_orders_name_every_folder_and_module():
+    for package, order in SUBFOLDER_ORDER.items():
+        top, *inner = package.split(".")
+        base = ROOT / FOLDERS[top] / Path(*inner)
+        units = {p.stem for p in base.glob("*.py") if p.stem != "__init__"}
+        units |= {p.name for p in base.iterdir() if (p / "__init__.py").is_file()}
+        assert units == set(order), f"{package}: {sorted(units ^ set(order))}"
+        assert len([u for u in units if (base / f"{u}.py").is_file()]) <= 9, (
+            f"{package}: more than 10 modules at its top (issue 47)")

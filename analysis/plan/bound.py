@@ -11,8 +11,9 @@ from above.
 Why it holds (vLLM V1 step composer, roofline or calibrated cost model; anything else gets
 no bound):
 
-- **step time**: the roofline pass time (simulator.cost.roofline.time_from_sums) is nondecreasing
-  in every batch sum (n, Σq, Σc, Σq·c, Σq²), so a step that carries request i takes at least
+- **step time**: the roofline pass time
+  (simulator.cost.analytic.roofline.RooflineCost.time_from_sums) is nondecreasing in every
+  batch sum (n, Σq, Σc, Σq·c, Σq²), so a step that carries request i takes at least
   the target's pass over i alone with query 1 and its prompt as cache, plus the per-step
   overhead the V1 step adds (simulator.engine.v1.step). Draft passes, the rejection sampler, CUDA
   graph padding and other requests only add to it;
@@ -29,8 +30,8 @@ no bound):
 - e2e ≥ TTFT bound + steps × step time; TPOT = (e2e − TTFT) / (O_i − 1) ≥ steps × step time /
   (O_i − 1).
 
-**The calibrated cost model** (simulator.cost.calibrated) is *not* monotone in the pass's tokens Q
-(a MoE target's grouped-expert GEMMs get cheaper as Q grows past tile boundaries; the laws'
+**The calibrated cost model** (simulator.cost.measured.calibrated) is *not* monotone in the pass's
+tokens Q (a MoE target's grouped-expert GEMMs get cheaper as Q grows past tile boundaries; the laws'
 tile and wave rounding can too), so its floor assumes no monotonicity in Q. Its pass is
 ``t = fixed + max(G, floor)``, ``G = P(Q) + A``: P = layers + lm_head + all-reduce depends on
 Q alone, the attention A = max(F / π, B / β) with F ∝ Σq·c + (Σq² + Σq)/2 and B ∝ Σc + 2Σq,
@@ -115,9 +116,9 @@ class BoundTables:
         one, a negative overhead). The calibrated floor tables are built once per target
         pricing (they do not depend on the speculation setting)."""
         from specbatch.analysis.plan.cost_source import shared_cost
-        from specbatch.simulator.cost.calibrated import CalibratedCost, RolePricer
-        from specbatch.simulator.cost.graph_padding import capture_sizes
-        from specbatch.simulator.cost.roofline import RooflineCost
+        from specbatch.simulator.cost.analytic.roofline import RooflineCost
+        from specbatch.simulator.cost.features.graph_padding import capture_sizes
+        from specbatch.simulator.cost.measured.calibrated import CalibratedCost, RolePricer
 
         key = (config.cost, config.hardware, config.target, config.draft, config.tp,
                config.profile, config.execution, config.draft_weight_bits,
@@ -251,7 +252,8 @@ def decode_steps(trace, workload, seed: int, depth: int, rule: str) -> np.ndarra
 
 
 #: Relative slack under the calibrated bounds: they re-add the pass's parts in another order
-#: than simulator.cost.calibrated does (a few ulps), so they are shrunk by far more than that.
+#: than simulator.cost.measured.calibrated does (a few ulps), so they are shrunk by far more than
+#: that.
 SLACK = 1e-9
 
 
@@ -280,7 +282,8 @@ class CalibratedFloor:
     def pass_floor(self, per_token: float, sums: tuple[float, float, float, float],
                    window: tuple[float, float] | None = None) -> float:
         """fixed + max(per-token parts + attention, host floor) + the step overhead (a
-        sliding-window target's attention at its ``window`` sums, simulator.cost.window)."""
+        sliding-window target's attention at its ``window`` sums,
+        simulator.cost.analytic.window)."""
         fixed, floor = self.role.launch
         gpu = per_token + (self.role.attention(*sums) if window is None
                            else self.role.attention(*sums, window))
@@ -305,7 +308,7 @@ def windowed_pass(window: int, q: int, c: int) -> tuple[float, float] | None:
     (None without a window). The floors hold with windows too: a request's window work is
     nondecreasing in q and c, and a prompt's chunks do at least its one-pass work (each
     query's keys depend on its position alone; each chunk reads its own q keys)."""
-    from specbatch.simulator.cost.window import window_sums
+    from specbatch.simulator.cost.analytic.window import window_sums
 
     return None if not window else window_sums([q], [c], window)
 
@@ -337,8 +340,8 @@ def split_floor(g: np.ndarray, top: int) -> np.ndarray:
 
 def per_token_table(role, q_max: int) -> np.ndarray:
     """p[Q] = layers + lm_head + allreduce of the target pass at Q = 1..q_max tokens, exactly
-    as :meth:`simulator.cost.calibrated.RolePricer.per_token_parts` prices them (p[0] = inf).
-    Dense full-precision shapes are priced in one vectorised call past the last grid point
+    as :meth:`simulator.cost.measured.calibrated.RolePricer.per_token_parts` prices them (p[0] =
+    inf). Dense full-precision shapes are priced in one vectorised call past the last grid point
     where the pricer extrapolates (edge value times the law's growth); anything else calls
     the pricer for every Q.  # [q_max + 1]"""
     p = np.full(q_max + 1, np.inf)
@@ -360,7 +363,7 @@ def per_token_table(role, q_max: int) -> np.ndarray:
 def vectorised(role) -> bool:
     """Whether :func:`per_token_table` prices the tail in one call (a dense full-precision
     shape, the target's weights unquantised); otherwise every Q costs one pricer call (~1 ms for a MoE target)."""
-    from specbatch.simulator.cost.calibrated_sources import sparse
+    from specbatch.simulator.cost.measured.sources import sparse
 
     return not sparse(role.shape) and role.weight_bits >= 16 and not role.fmt.quantized
 
@@ -374,8 +377,8 @@ def tail_allreduce(role, q: float) -> float:
 
 def law_layers(role, qs: np.ndarray) -> np.ndarray:
     """RolePricer.law_layers of a dense full-precision shape at every Q of qs.  # [tail]"""
-    from specbatch.simulator.cost.calibrated_fit import embedding_seconds, layer_seconds
-    from specbatch.simulator.cost.calibrated_sources import layer_shape
+    from specbatch.simulator.cost.measured.laws import embedding_seconds, layer_seconds
+    from specbatch.simulator.cost.measured.sources import layer_shape
 
     ls = layer_shape(role.shape)
     return (embedding_seconds(role.fit, ls, role.tp, qs)
@@ -392,7 +395,7 @@ def tail_layers(role, qs: np.ndarray, edges: list[float]) -> np.ndarray:
 
 def tail_head(role, qs: np.ndarray, corr) -> np.ndarray:
     """RolePricer's monotone lm_head past the correction grid."""
-    from specbatch.simulator.cost.calibrated_fit import gemm_seconds
+    from specbatch.simulator.cost.measured.laws import gemm_seconds
 
     s = role.shape
     head = gemm_seconds(role.fit, "mlp_up_proj", qs, s.hidden, s.vocab / role.tp)

@@ -56,7 +56,8 @@ def shared_cost(config):
 
 def warm(cost):
     """Fill a calibrated model's per-role envelopes (the running maxima of the laws over the
-    correction grid, simulator.cost.calibrated.RolePricer.monotone) by pricing one token."""
+    correction grid, simulator.cost.measured.calibrated.RolePricer.monotone) by pricing one
+    token."""
     for role in (getattr(cost, "roles", None) or {}).values():
         if hasattr(role, "per_token_parts"):
             role.per_token_parts(1.0)

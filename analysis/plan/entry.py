@@ -95,10 +95,11 @@ def _depth(row: dict) -> int:
 def _memory_constants(d: Deployment, config: dict) -> tuple:
     """(weights of target + draft in GB per replica, KV bytes per cached token), the target's
     weights in the run's ``quantization`` and the KV at its ``kv_cache_dtype``
-    (simulator.cost.precision); for a sliding-window model under vLLM's hybrid KV cache
+    (simulator.cost.analytic.precision); for a sliding-window model under vLLM's hybrid KV cache
     manager also its KV cache groups and block size (:func:`_hybrid_constants`)."""
-    from specbatch.simulator.cost.hardware import get_hardware, quantized_weights, weight_bytes
-    from specbatch.simulator.cost.precision import kv_element_bytes
+    from specbatch.simulator.cost.analytic.memory import quantized_weights
+    from specbatch.simulator.cost.analytic.precision import kv_element_bytes
+    from specbatch.simulator.cost.gpus.hardware import get_hardware, weight_bytes
     from specbatch.traces.models.shapes import find_shape
 
     target, draft = config["target"], config["draft"]

@@ -142,8 +142,8 @@ def memory_plan(requests: pd.DataFrame, summary: dict, max_num_seqs: int, depth:
                 block_size: int = 16) -> dict:
     """Weights, KV tokens needed at the concurrency reached vs available per replica, and the
     preemptions the run had (module docstring). ``layout``: a sliding-window model's KV cache
-    groups under vLLM's hybrid manager (simulator.cost.kv_groups), whose pool counts tokens of
-    one group (``kv_bytes_per_token`` then the bytes of one such token): a request's footprint
+    groups under vLLM's hybrid manager (simulator.cost.analytic.kv_groups), whose pool counts tokens
+    of one group (``kv_bytes_per_token`` then the bytes of one such token): a request's footprint
     is its blocks over all groups at its last step times ``block_size``
     (simulator.engine.group_tables.request_blocks)."""
     concurrency = peak_concurrency(requests, max_num_seqs)

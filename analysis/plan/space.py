@@ -7,8 +7,8 @@ setting is a policy with its knobs: ``ar``; ``fixed`` at window k; ``tetris`` at
 extra e; ``dsd``; each drafting one under token (TV) or block (BV) verification.
 
 Deployments that cannot load their models (weights over ``tp x memory x
-gpu_memory_utilization``, :func:`simulator.cost.hardware.weights_shortfall`), whose tp does not
-divide the target's attention heads, or whose KV block pool cannot hold the largest request
+gpu_memory_utilization``, :func:`simulator.cost.analytic.memory.weights_shortfall`), whose tp does
+not divide the target's attention heads, or whose KV block pool cannot hold the largest request
 alone are pruned before anything is simulated (:func:`prune_reason`), with the reason kept for
 the report. The rest are grouped into cost levels (:func:`cost_levels`), which the planner
 simulates cheapest first.
@@ -171,7 +171,8 @@ def cost_levels(items: Iterable[Deployment]) -> list[tuple[float, list[Deploymen
     return sorted(levels.items())
 
 
-#: The question's precision fields (simulator.cost.precision), kept in ``base`` only when set.
+#: The question's precision fields (simulator.cost.analytic.precision), kept in ``base`` only when
+#: set.
 PRECISION_FIELDS = ("quantization", "kv_cache_dtype")
 
 
@@ -181,8 +182,10 @@ def prune_reason(d: Deployment, target: str, draft: str, utilization: float,
     """Why ``d`` cannot run the models at all, or None: weights over memory, tp not dividing
     the target's heads, or a KV block pool smaller than the largest request
     (``largest_request`` = prompt + output + K + 1 tokens). ``precision`` holds the
-    question's ``quantization`` / ``kv_cache_dtype`` when set (simulator.cost.precision)."""
-    from specbatch.simulator.cost.hardware import get_hardware, weights_shortfall
+    question's ``quantization`` / ``kv_cache_dtype`` when set
+    (simulator.cost.analytic.precision)."""
+    from specbatch.simulator.cost.analytic.memory import weights_shortfall
+    from specbatch.simulator.cost.gpus.hardware import get_hardware
     from specbatch.traces.models.shapes import find_shape
 
     precision = precision or {}
@@ -236,7 +239,8 @@ def pool_tokens(d: Deployment, target: str, draft: str, utilization: float,
 
 
 def _weights_gb(hardware: str, target: str, draft: str, quantization: str = "none") -> float:
-    from specbatch.simulator.cost.hardware import get_hardware, quantized_weights, weight_bytes
+    from specbatch.simulator.cost.analytic.memory import quantized_weights
+    from specbatch.simulator.cost.gpus.hardware import get_hardware, weight_bytes
 
     hw = get_hardware(hardware)
     quantized = quantized_weights(hw, target, draft, 16, quantization)
@@ -253,7 +257,7 @@ def parse_prices(text: str | None, hardware: Iterable[str]) -> tuple[tuple[str, 
     searched preset needs a price (a missing one would make it look free)."""
     if not text:
         return ()
-    from specbatch.simulator.cost.hardware import get_hardware
+    from specbatch.simulator.cost.gpus.hardware import get_hardware
 
     prices: dict[str, float] = {}
     for item in text.split(","):

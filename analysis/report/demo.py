@@ -104,9 +104,9 @@ def plan_demo(trace: str = "default", quick: bool = False, seeds: int | None = N
 
 def kv_description(base: dict) -> str:
     """One line: the KV mode and capacity the demo's runs use (the config defaults unless
-    ``base`` sets them), and what one GPU's memory would hold (simulator.cost.roofline)."""
+    ``base`` sets them), and what one GPU's memory would hold (simulator.cost.analytic.roofline)."""
     from specbatch.simulator.config.sim_config import SimConfig
-    from specbatch.simulator.cost.memory import kv_capacity_tokens
+    from specbatch.simulator.cost.analytic.memory import kv_capacity_tokens
 
     mode = base.get("kv_mode", SimConfig.kv_mode)
     capacity = base.get("kv_capacity", SimConfig.kv_capacity)

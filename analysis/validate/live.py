@@ -3,8 +3,9 @@
 A prediction simulates one live run's workload (run B: its recorded trace, the statistics at
 every visited output position; its N requests, prompt and output lengths, arrival process
 and seed, hence the same arrival times and verifier uniforms; ``max_num_seqs``, policy, k, e,
-budget k × running, verification rule) with a profiled cost model (:mod:`simulator.cost.profiled`)
-and compares it with what B measured. Relative errors are (simulated − measured) / measured.
+budget k × running, verification rule) with a profiled cost model
+(:mod:`simulator.cost.measured.profiled`) and compares it with what B measured. Relative errors are
+(simulated − measured) / measured.
 
 Where the cost model comes from decides what the errors mean:
 
@@ -55,13 +56,15 @@ def _rel(sim: float, meas: float) -> float:
 
 
 def fit_in_sample(path: str | Path, overhead: float):
-    """:class:`simulator.cost.registry.ProfiledCost` fitted to a live run's own ``profile.csv``.
+    """:class:`simulator.cost.measured.profiled.ProfiledCost` fitted to a live run's own
+    ``profile.csv``.
 
-    Same law and cross-validation as :func:`simulator.cost.registry.fit_profile` (one
-    :func:`simulator.cost.registry.fit_role` per role) but without its minimum of rows per role, so a
-    short run still validates (a fit on fewer rows than features is weak; the CV MAPE says so).
+    Same law and cross-validation as :func:`simulator.cost.measured.profiled.fit_profile` (one
+    :func:`simulator.cost.measured.role_fit.fit_role` per role) but without its minimum of rows
+    per role, so a short run still validates (a fit on fewer rows than features is weak; the CV MAPE
+    says so).
     """
-    from specbatch.simulator.cost.profiled import ProfiledCost, fit_role, read_profile
+    from specbatch.simulator.cost.measured.profiled import ProfiledCost, fit_role, read_profile
 
     df = read_profile(path)
     fits = {}
@@ -76,7 +79,7 @@ def fit_in_sample(path: str | Path, overhead: float):
 
 def combine_profiles(paths: list[str], out: Path) -> str:
     """One latency-profile CSV from several (e.g. one per role from ``specbatch profile``)."""
-    from specbatch.simulator.cost.profiled import read_profile
+    from specbatch.simulator.cost.measured.profiled import read_profile
 
     frames = [read_profile(p) for p in paths]
     pd.concat(frames, ignore_index=True).to_csv(out, index=False)
@@ -89,7 +92,7 @@ def cost_model(d: Path, profile: str | list | None, in_sample: bool, overhead: f
     (one or several files) when given; else to ``d/profile_grid.csv`` when ``specbatch live
     --profile-grid`` measured one, else (or with ``in_sample``) to the run's own passes
     ``d/profile.csv`` (:func:`fit_in_sample`)."""
-    from specbatch.simulator.cost.profiled import fit_profile
+    from specbatch.simulator.cost.measured.profiled import fit_profile
 
     if not profile and not in_sample and (d / "profile_grid.csv").is_file():
         profile = str(d / "profile_grid.csv")
@@ -179,7 +182,8 @@ def predicted_step_latency(cost, passes: pd.DataFrame, n_steps: int) -> np.ndarr
     """Seconds of each recorded step # [n_steps] as the cost model prices its own passes
     (``time_from_sums`` of every pass's batch sums) plus the per-step overhead; None for a
     live run recorded without the pass sums, or for a model with sliding-window layers (its
-    passes need per-request minima the recorded sums do not hold: simulator.cost.window)."""
+    passes need per-request minima the recorded sums do not hold:
+    simulator.cost.analytic.window)."""
     if not {"step", *SUM_COLUMNS} <= set(passes.columns) or getattr(cost, "windowed", False):
         return None
     pred = np.full(n_steps, float(cost.overhead))
@@ -219,7 +223,7 @@ def validate(live_dir: str | Path, profile: str | list | None = None,
     fitting run's mean measured overhead per step. With ``out`` the simulated tables and
     ``validate.json`` are written there."""
     from specbatch.simulator.config.sim_config import make_config
-    from specbatch.simulator.cost.free_draft import FreeDraftCost
+    from specbatch.simulator.cost.features.free_draft import FreeDraftCost
     from specbatch.simulator.run import simulate
 
     live = check_live_run(read_live(live_dir))

@@ -19,27 +19,27 @@ from pathlib import Path
 from specbatch.analysis.validate.vllm_metrics import METRICS, STATS, compare, timeseries
 from specbatch.analysis.validate.vllm_settings import engine_settings
 from specbatch.errors import SpecbatchError, require
+from specbatch.simulator.cost.gpus.catalogue import DEVICE_NAMES, GPUS
 from specbatch.traces.public.vllm_runs import VllmRun, bundled_runs, load_run
 
-#: vLLM's device names (torch.cuda.get_device_name) -> hardware preset.
-DEVICE_PRESETS = {"NVIDIA GeForce RTX 4090": "rtx4090",
-                  "NVIDIA RTX PRO 6000 Blackwell Server Edition": "rtxpro6000"}
 #: The metrics ``--json`` always carries under ``metrics`` (issue 33).
 HEADLINE = ("ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99", "e2e_mean", "e2e_p99",
             "throughput")
 
 
 def hardware_of(run: VllmRun, hardware: str | None) -> tuple[str, str]:
-    """(preset, where it came from): ``hardware`` when given, else meta.json's device name,
-    else the bundled run's provenance."""
+    """(preset, where it came from): ``hardware`` when given, else meta.json's device name
+    (a catalogue row's ``device_names``, simulator.cost.gpus.catalogue), else the bundled run's
+    provenance."""
     if hardware:
         return hardware, "--hardware"
     device = (run.meta.get("hardware") or {}).get("device_name")
     if device is not None:
-        require(device in DEVICE_PRESETS, f"vLLM run file {run.path / 'meta.json'}: field "
-                f"hardware.device_name: expected one of {', '.join(DEVICE_PRESETS)} (or pass "
+        presets = {name: gpu for name, gpu in DEVICE_NAMES.items() if GPUS[gpu].preset}
+        require(device in presets, f"vLLM run file {run.path / 'meta.json'}: field "
+                f"hardware.device_name: expected one of {', '.join(presets)} (or pass "
                 f"--hardware), got {device!r}")
-        return DEVICE_PRESETS[device], f"meta.json hardware.device_name {device!r}"
+        return presets[device], f"meta.json hardware.device_name {device!r}"
     if run.gpu:
         return run.gpu, "PROVENANCE.json (meta.json records no device)"
     raise SpecbatchError(f"vLLM run file {run.path / 'meta.json'}: field hardware.device_name: "
@@ -55,24 +55,21 @@ def model_of(run: VllmRun, model: str | None) -> str:
     return str(run.model_config)
 
 
-#: Presets whose roofline efficiencies are fitted to measured per-GEMM profiles.
-FITTED_PRESETS = {"rtx4090", "rtxpro6000"}
-
-
 def cost_source(cost: str, preset: str) -> str:
     """What the run's step times were fitted on (never on the measured serving run)."""
-    if cost == "calibrated" and preset in FITTED_PRESETS:
+    row = GPUS.get(preset)
+    if cost == "calibrated" and row is not None and row.profiles == "llmservingsim":
         return ("calibrated: LLMServingSim's per-layer kernel profiles of this GPU (modules, "
-                "LM head, sampler, MoE block; simulator.cost.calibrated_lss) and an attention law "
+                "LM head, sampler, MoE block; simulator.cost.measured.lss) and an attention law "
                 "fitted on its Llama-3.1-8B attention table; PCIe all-reduce at the anchor's "
                 "configured link; per-step host overhead assumed")
     if cost != "roofline":
         return f"cost model {cost!r} (its own source; see docs/simulate.md)"
-    if preset in FITTED_PRESETS:
+    if row is not None and row.efficiencies_fitted:
         return ("roofline: datasheet peaks; compute/memory efficiencies fitted to "
-                "LLMServingSim's per-GEMM profiles of this GPU (simulator.cost.gemm_fit); per-step "
-                "host overhead and all-reduce latency assumed")
-    return "roofline: datasheet peaks with assumed efficiencies (simulator.cost.hardware)"
+                "LLMServingSim's per-GEMM profiles of this GPU (simulator.cost.measured.gemm_fit); "
+                "per-step host overhead and all-reduce latency assumed")
+    return "roofline: datasheet peaks with assumed efficiencies (simulator.cost.gpus.hardware)"
 
 
 def sim_values(run: VllmRun, settings, hardware: str, model: str, cost: str) -> dict:

@@ -15,7 +15,7 @@ vLLM rules cited (vLLM 0.19, the version the bundled runs record):
   default ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)`` with ``max =
   min(2 * max_num_seqs, 512)`` (the RTX 4090 run's resolved list is exactly this for
   max_num_seqs 256); a pass of T <= max tokens is padded to the next captured size
-  (simulator.cost.graph_padding).
+  (simulator.cost.features.graph_padding).
 - ``num_gpu_blocks``: ``vllm/v1/core/kv_cache_utils.py`` ``get_kv_cache_configs``; the KV
   pool is ``num_gpu_blocks × block_size`` tokens per replica (``kv_capacity``).
 - ``max_num_batched_tokens``, ``max_num_seqs``, ``enable_chunked_prefill``,
@@ -135,7 +135,7 @@ def _parallel(r: _Reader, values: dict) -> None:
     values["enable_expert_parallel"] = bool(ep)
     r.map(o, ep, "enable_expert_parallel = " + (
         f"true: E / {dp} experts per GPU, all-gather / reduce-scatter dispatch over the "
-        "link (simulator.cost.expert_parallel)" if ep else "false"))
+        "link (simulator.cost.features.expert_parallel)" if ep else "false"))
     pp, o = r.get("pipeline_parallel_size", "parallel_config")
     if pp not in (None, 1):
         r.skip(o, pp, "pipeline parallelism is not modelled")
@@ -195,7 +195,7 @@ def _scheduler(r: _Reader, values: dict) -> None:
     asy, o = r.get("async_scheduling", "scheduler_config")
     values["async_scheduling"] = bool(asy)
     r.map(o, asy, "async_scheduling = " + ("true: the per-step CPU overhead overlaps the "
-                                           "target pass (simulator.cost.async_overhead)"
+                                           "target pass (simulator.cost.features.async_overhead)"
                                            if asy else "false"))
     sched = r.resolved.get("scheduler_config") or {}
     for key, why in SCHEDULER_UNMODELLED.items():

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specbatch.simulator.cost.hardware import get_hardware
-from specbatch.simulator.cost.profiled import read_profile
-from specbatch.simulator.cost.roofline import RooflineCost
+from specbatch.simulator.cost.analytic.roofline import RooflineCost
+from specbatch.simulator.cost.gpus.hardware import get_hardware
+from specbatch.simulator.cost.measured.profiled import read_profile
 from specbatch.traces.models.shapes import get_shape
 
 CELLS = ((1, 1, 512), (64, 1, 512), (256, 1, 512), (1, 4, 512), (64, 4, 512), (256, 4, 512))

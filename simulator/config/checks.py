@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from specbatch.errors import SpecbatchError
 from specbatch.fields import check_ranges, fail
 from specbatch.simulator.config.tree_checks import check_tree_config, check_tree_trace
-from specbatch.simulator.cost.hardware import FULL_WEIGHT_BITS, HARDWARE, get_hardware
+from specbatch.simulator.cost.gpus.hardware import FULL_WEIGHT_BITS, HARDWARE, get_hardware
 from specbatch.simulator.policies import knobs as pk
 from specbatch.simulator.policies.catalogue import entry, names
 from specbatch.simulator.replay.rules import rule_entry
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 #: (simulator.policies.catalogue: ``uses_extra``).
 NO_EXTRA_POLICIES = names(uses_extra=False)
 #: Policies whose window is not ``num_speculative_tokens``: ``ar`` never drafts, ``dsd``
-#: plans its window by expected goodput (simulator.policies.registry.DSD; catalogue ``uses_k``).
+#: plans its window by expected goodput (simulator.policies.papers.DynamicSD; catalogue
+#: ``uses_k``).
 NO_K_POLICIES = names(uses_k=False)
 #: Policies that verify nothing, so the verification rule would be silently ignored.
 NO_VERIFY_POLICIES = names(verifies=False)
@@ -86,8 +87,8 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
 
 
 def check_parallel(c: SimConfig, where: str = "config") -> None:
-    """vLLM's data and expert parallelism (simulator.cost.expert_parallel): DP ranks are the
-    replicas of one server; expert parallelism needs an MoE target, uniform routing and a cost
+    """vLLM's data and expert parallelism (simulator.cost.features.expert_parallel): DP ranks are
+    the replicas of one server; expert parallelism needs an MoE target, uniform routing and a cost
     model that prices it; DP over an MoE target without EP (experts tensor-parallel across the
     DP ranks, as vLLM would run it) is not priced."""
     dp, ep = int(c.data_parallel_size), bool(c.enable_expert_parallel)
@@ -118,8 +119,8 @@ def check_parallel(c: SimConfig, where: str = "config") -> None:
 
 
 def check_head_drafter(c: SimConfig, where: str = "config") -> None:
-    """An EAGLE / EAGLE-3 / MTP ``draft`` (simulator.cost.draft_head): priced by the roofline
-    or calibrated model at the target's dtype, on a chain (vLLM's tree drafting is not
+    """An EAGLE / EAGLE-3 / MTP ``draft`` (simulator.cost.features.draft_head): priced by the
+    roofline or calibrated model at the target's dtype, on a chain (vLLM's tree drafting is not
     priced), its head derivable from the target (MTP layers for mtp, a dense target for
     eagle / eagle3)."""
     from specbatch.simulator.defaults import HEAD_DRAFTS
@@ -139,7 +140,7 @@ def check_head_drafter(c: SimConfig, where: str = "config") -> None:
     if rule_entry(c.verify).tree:
         fail(where, "verify", f"a chain rule for draft {draft} (EAGLE tree drafting is not "
              "priced)", c.verify)
-    from specbatch.simulator.cost.draft_head import head_shape, read_head_config
+    from specbatch.simulator.cost.features.draft_head import head_shape, read_head_config
     from specbatch.traces.models.shapes import get_shape
 
     try:

@@ -55,7 +55,8 @@ from specbatch.simulator.config.checks import (  # noqa: F401 - importable from 
     validate_against_trace,
     validate_config,
 )
-from specbatch.simulator.cost.hardware import (
+from specbatch.simulator.cost.analytic.precision import KV_CACHE_DTYPES, QUANTIZATIONS
+from specbatch.simulator.cost.gpus.hardware import (
     DEFAULT_EXECUTION,
     DEFAULT_SAMPLER,
     EXECUTIONS,
@@ -63,7 +64,6 @@ from specbatch.simulator.cost.hardware import (
     HARDWARE,
     VERIFY_COSTS,
 )
-from specbatch.simulator.cost.precision import KV_CACHE_DTYPES, QUANTIZATIONS
 from specbatch.simulator.defaults import FREE_DRAFTS, HEAD_DRAFTS, V1_DEFAULT_BATCHED_TOKENS
 from specbatch.simulator.policies import catalogue
 from specbatch.simulator.policies import knobs as pk
@@ -210,7 +210,8 @@ class SimConfig:
     enable_expert_parallel: bool = knob(
         False, "vLLM's --enable-expert-parallel: the MoE target's routed experts split over "
         "data_parallel_size x tp GPUs, tokens dispatched by all-gather / reduce-scatter "
-        "(simulator.cost.expert_parallel; cost roofline, or calibrated on rtx4090/rtxpro6000)")
+        "(simulator.cost.features.expert_parallel; cost roofline, or calibrated on "
+        "rtx4090/rtxpro6000)")
     policy: str = knob("fixed", f"speculation policy: one of {', '.join(POLICY_NAMES)}, or a "
                        "user's package.module:Class (docs/policies.md)")
     num_speculative_tokens: int = knob(
@@ -256,15 +257,15 @@ class SimConfig:
                        "model name", names=_model_names)
     draft: str = knob("vicuna-68m", "draft model: a shape name (roofline) or the profile's "
                       "model name; ngram: a host-side prompt-lookup drafter whose passes cost "
-                      "0 s (simulator.cost.free_draft); eagle, eagle3, mtp (vLLM's "
+                      "0 s (simulator.cost.features.free_draft); eagle, eagle3, mtp (vLLM's "
                       "speculative method names): a head on the target's hidden states, its "
                       "shape derived from the target's, pass 1 over the target's whole pass "
-                      "then k - 1 one-token passes (simulator.cost.draft_head)",
+                      "then k - 1 one-token passes (simulator.cost.features.draft_head)",
                       names=_draft_names)
     draft_head: str | None = knob(
         None, "the head's config.json (vLLM's speculative_config model) for draft eagle / "
         "eagle3: LlamaForCausalLMEagle3 or EagleLlamaForCausalLM, its num_hidden_layers, "
-        "draft_vocab_size, target_hidden_size (simulator.cost.draft_head)",
+        "draft_vocab_size, target_hidden_size (simulator.cost.features.draft_head)",
         none="derived from the target's shape (one layer; EAGLE-3: draft vocabulary 32000)")
     draft_weight_bits: int = knob(
         FULL_WEIGHT_BITS, "bits per weight of the draft's decoder-layer projections (roofline): "
@@ -279,7 +280,7 @@ class SimConfig:
         "uniform routing", range=at_least(0, "an exponent"))
     quantization: str = knob(
         "none", "the target's weight format, vLLM's --quantization (roofline, calibrated; "
-        "simulator.cost.precision): none = the checkpoint's own (a config.json's "
+        "simulator.cost.analytic.precision): none = the checkpoint's own (a config.json's "
         "quantization_config; bf16 for the registry shapes); fp8 (1-byte projections and "
         "experts, W8A8 at the FP8 peak on compute capability >= 8.9, weight-only below); "
         "awq/gptq (4-bit weight-only, group 128); mxfp4 (MoE experts at 4.25 bits); embeddings, "
@@ -295,7 +296,8 @@ class SimConfig:
                           "profiles)", choices=tuple(sorted(EXECUTIONS)))
     async_scheduling: bool = knob(False, "vLLM's --async-scheduling: the per-step CPU "
                                   "overhead overlaps the target pass (a step takes max(pass, "
-                                  "overhead), not their sum; simulator.cost.async_overhead)")
+                                  "overhead), not their sum; "
+                                  "simulator.cost.features.async_overhead)")
     verify_cost: str = knob(DEFAULT_SAMPLER, "verification time per decode step "
                             "(simulator.cost.verify_cost): fused (probability bytes over bandwidth + "
                             "50 us per call), torch (+ this repo's torch path as measured on an "

@@ -19,8 +19,9 @@ step's sums once and derives every draft pass from them (pass d of a batch with 
 so is one whose optional ``windowed`` attribute is true (sliding-window layers,
 :func:`sums_path`).
 
-Implementations: :mod:`simulator.cost.roofline` (analytic), :mod:`simulator.cost.profiled` (fitted to a
-measured latency profile); the registry is :func:`simulator.cost.registry.build_cost_model`.
+Implementations: :mod:`simulator.cost.analytic.roofline` (analytic),
+:mod:`simulator.cost.measured.profiled` (fitted to a measured latency profile); the registry is
+:func:`simulator.cost.registry.build_cost_model`.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class SumsCostModel(CostModel, Protocol):
 @runtime_checkable
 class HeadCostModel(CostModel, Protocol):
     """A :class:`CostModel` whose draft is a head on the target's hidden states (EAGLE,
-    EAGLE-3, MTP; simulator.cost.draft_head): ``step_time("draft", ...)`` prices its passes
+    EAGLE-3, MTP; simulator.cost.features.draft_head): ``step_time("draft", ...)`` prices its passes
     after the first, and the first pass, over the target's whole pass, is priced apart. The
     engine detects it by the optional ``first_pass_time`` attribute."""
 
@@ -80,8 +81,8 @@ class HeadCostModel(CostModel, Protocol):
 def sums_path(cost) -> bool:
     """Whether the engine may price ``cost`` from the five batch sums: a
     :class:`SumsCostModel` without sliding-window layers. A model whose optional ``windowed``
-    attribute is true (simulator.cost.window: a sliding layer's work needs per-request minima
-    the sums do not determine) is priced one ``step_time`` call per pass on arrays."""
+    attribute is true (simulator.cost.analytic.window: a sliding layer's work needs per-request
+    minima the sums do not determine) is priced one ``step_time`` call per pass on arrays."""
     return isinstance(cost, SumsCostModel) and not getattr(cost, "windowed", False)
 
 

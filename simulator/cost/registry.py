@@ -1,10 +1,10 @@
 """Step-time cost models by name, and the step-time table ``specbatch cost show`` prints.
 
 The interface (:class:`CostModel`, :class:`SumsCostModel`, :func:`batch_sums`) is
-:mod:`simulator.cost.interface`; the models are :mod:`simulator.cost.roofline` (analytic, from a
-hardware preset and model shapes) and :mod:`simulator.cost.profiled` (fitted to a measured latency
-profile). This module builds one by name (:func:`build_cost_model`) and prices the steps
-``specbatch cost show`` prints; import each model's names from its own module.
+:mod:`simulator.cost.interface`; the models are :mod:`simulator.cost.analytic.roofline` (analytic,
+from a hardware preset and model shapes) and :mod:`simulator.cost.measured.profiled` (fitted to a
+measured latency profile). This module builds one by name (:func:`build_cost_model`) and prices the
+steps ``specbatch cost show`` prints; import each model's names from its own module.
 """
 
 from __future__ import annotations
@@ -12,8 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.simulator.cost.free_draft import FreeDraftCost
-from specbatch.simulator.cost.hardware import (
+from specbatch.simulator.cost.analytic.memory import memory_kv_tokens
+from specbatch.simulator.cost.analytic.precision import resolve_quantization
+from specbatch.simulator.cost.analytic.roofline import RooflineCost
+from specbatch.simulator.cost.features.free_draft import FreeDraftCost
+from specbatch.simulator.cost.gpus.hardware import (
     DEFAULT_EXECUTION,
     FULL_WEIGHT_BITS,
     QUANT_GROUP,
@@ -21,12 +24,9 @@ from specbatch.simulator.cost.hardware import (
     get_hardware,
 )
 from specbatch.simulator.cost.interface import ROLES, CostModel
-from specbatch.simulator.cost.memory import memory_kv_tokens
-from specbatch.simulator.cost.precision import resolve_quantization
-from specbatch.simulator.cost.profiled import (
+from specbatch.simulator.cost.measured.profiled import (
     fit_profile,
 )
-from specbatch.simulator.cost.roofline import RooflineCost
 from specbatch.simulator.cost.verify_cost import VerifyCost
 from specbatch.simulator.defaults import FREE_DRAFTS, HEAD_DRAFTS
 from specbatch.traces.models.shapes import get_shape
@@ -42,8 +42,8 @@ def build_roofline(hardware: str, target: str, draft: str, tp: int, profile: str
                    draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0,
                    quantization: str = "none", kv_cache_dtype: str = "auto"):
     """The roofline model of ``target`` (tensor parallel ``tp``, its weights in
-    ``quantization``, simulator.cost.precision) and ``draft`` (its linear projections at
-    ``draft_weight_bits``, simulator.cost.roofline) on ``hardware`` under the ``execution``
+    ``quantization``, simulator.cost.analytic.precision) and ``draft`` (its linear projections at
+    ``draft_weight_bits``, simulator.cost.analytic.roofline) on ``hardware`` under the ``execution``
     preset (hardware.EXECUTIONS: "cuda_graph" or "eager"), the KV cache at ``kv_cache_dtype``;
     a mixture-of-experts model's expert loads follow the Zipf law of ``routing_skew`` (0:
     uniform; theory.moe)."""
@@ -76,11 +76,11 @@ def build_calibrated(hardware: str, target: str, draft: str, tp: int, profile: s
                      execution: str = DEFAULT_EXECUTION,
                      draft_weight_bits: int = FULL_WEIGHT_BITS, routing_skew: float = 0.0,
                      quantization: str = "none", kv_cache_dtype: str = "auto"):
-    """The calibrated model (simulator.cost.calibrated): a profile cell where one covers a role's
-    (GPU, tp, layer shape): ``profile``'s (a folder from ``specbatch cost import-vidur``) first,
-    then the bundled Vidur table's; the calibrated roofline elsewhere (a quantised target
+    """The calibrated model (simulator.cost.measured.calibrated): a profile cell where one covers a
+    role's (GPU, tp, layer shape): ``profile``'s (a folder from ``specbatch cost import-vidur``)
+    first, then the bundled Vidur table's; the calibrated roofline elsewhere (a quantised target
     always: the profiles are bf16)."""
-    from specbatch.simulator.cost.calibrated import CalibratedCost
+    from specbatch.simulator.cost.measured.calibrated import CalibratedCost
 
     return CalibratedCost(get_hardware(hardware), get_shape(target), get_shape(draft), tp=tp,
                           execution=execution, draft_weight_bits=draft_weight_bits,
@@ -110,16 +110,17 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
                      routing_skew: float = 0.0, quantization: str = "none",
                      kv_cache_dtype: str = "auto", draft_head: str | None = None) -> CostModel:
     """Build a cost model by name (``COST_MODELS``): "roofline", "profiled" (needs ``profile``)
-    or "calibrated" (simulator.cost.calibrated: bundled public profiles + calibrated roofline).
+    or "calibrated" (simulator.cost.measured.calibrated: bundled public profiles + calibrated
+    roofline).
 
     ``execution`` picks the roofline's launch-latency preset (``hardware.EXECUTIONS``: the
     default "cuda_graph", or "eager"); it is validated for both models, used by the roofline.
-    ``draft_weight_bits`` < 16 prices a weight-quantised draft (simulator.cost.roofline; refused
-    by the profiled model and for a drafter without a model). ``routing_skew`` > 0 skews a
+    ``draft_weight_bits`` < 16 prices a weight-quantised draft (simulator.cost.analytic.roofline;
+    refused by the profiled model and for a drafter without a model). ``routing_skew`` > 0 skews a
     mixture-of-experts model's expert loads (theory.moe; roofline only). ``quantization``
     (the target's vLLM ``--quantization``) and ``kv_cache_dtype`` (``--kv-cache-dtype``) price
-    the target's weight format and the KV cache's bytes (simulator.cost.precision; refused by
-    the profiled model).
+    the target's weight format and the KV cache's bytes (simulator.cost.analytic.precision; refused
+    by the profiled model).
 
     The profiled model's per-step ``overhead`` is the hardware preset's (the profile measures
     forward passes only, not the engine's CPU work).
@@ -193,13 +194,13 @@ def head_draft_model(builder, hardware: str, method: str, target: str, tp: int,
                      profile: str | None, execution: str, routing_skew: float = 0.0,
                      quantization: str = "none", kv_cache_dtype: str = "auto",
                      draft_head: str | None = None):
-    """An EAGLE / EAGLE-3 / MTP head (``HEAD_DRAFTS``, simulator.cost.draft_head) on the
+    """An EAGLE / EAGLE-3 / MTP head (``HEAD_DRAFTS``, simulator.cost.features.draft_head) on the
     target's hidden states: the target's passes from ``builder`` (roofline or calibrated,
     built with the target's shape in the draft's place; no draft pass is priced from it), the
     head's passes by the head's roofline at the target's tp, the KV capacity counting both
     weights and both caches; ``draft_head``: the head's config.json (else derived from the
     target's shape). The profiled model is refused (no profile measures a head)."""
-    from specbatch.simulator.cost.draft_head import (
+    from specbatch.simulator.cost.features.draft_head import (
         HeadDraftCost,
         head_kv_tokens,
         head_pass,
@@ -274,10 +275,11 @@ def step_split(model: CostModel, batch: int, kv: int, k: int,
     """The draft/target split of one speculative engine step at window ``k``: ``batch``
     requests with ``kv`` cached tokens each; k draft passes (query 1, pass d over kv + d cached
     tokens, as the engine prices them; an EAGLE / MTP head's first pass over the verify pass's
-    k + 1 tokens per request instead, ``draft_first_pass_s``, simulator.cost.draft_head), one target verify pass (query k + 1 over kv), the
-    rejection sampler over the batch's k drafts each (``sampler``, simulator.cost.verify_cost;
-    None: 0 s) and the per-step ``overhead``. Returns seconds per part, their sum ``step_s``
-    and the draft's and the sampler's shares of it (fractions)."""
+    k + 1 tokens per request instead, ``draft_first_pass_s``, simulator.cost.features.draft_head),
+    one target verify pass (query k + 1 over kv), the rejection sampler over the batch's k drafts
+    each (``sampler``, simulator.cost.verify_cost; None: 0 s) and the per-step ``overhead``. Returns
+    seconds per part, their sum ``step_s`` and the draft's and the sampler's shares of it
+    (fractions)."""
     one = np.ones(batch, dtype=np.int64)  # [batch]
     passes = [model.step_time("draft", one, np.full(batch, kv + d, dtype=np.int64))
               for d in range(k)]

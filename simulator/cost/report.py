@@ -1,8 +1,8 @@
 """Where a pass's time goes and which source priced it, for every cost model.
 
-:func:`pass_breakdown` splits one pass into the parts of simulator.cost.calibrated (``layers``:
-the decoder layers' non-attention ops and the input embedding, as Vidur's mlp.csv measures
-them; ``attention``; ``allreduce``; ``lm_head``; ``launch``), summing to ``step_time``:
+:func:`pass_breakdown` splits one pass into the parts of simulator.cost.measured.calibrated
+(``layers``: the decoder layers' non-attention ops and the input embedding, as Vidur's mlp.csv
+measures them; ``attention``; ``allreduce``; ``lm_head``; ``launch``), summing to ``step_time``:
 
 - calibrated: its own additive parts (:meth:`CalibratedCost.breakdown`).
 - roofline: the roofline is one max(compute, memory, host) plus fixed terms, so the bound
@@ -24,8 +24,8 @@ import sys
 
 import numpy as np
 
+from specbatch.simulator.cost.analytic.window import attention_work, window_sums
 from specbatch.simulator.cost.interface import ROLES, batch_sums
-from specbatch.simulator.cost.window import attention_work, window_sums
 
 PARTS = ("layers", "attention", "allreduce", "lm_head", "launch")
 #: What each pass of ``cost show``'s rows is: (role, query tokens per request, label).
@@ -63,9 +63,9 @@ def roofline_split(model, role: str, query, kv) -> dict:
 
 def pass_breakdown(model, role: str, query, kv) -> dict | None:
     """Seconds per part of one pass of ``role`` (module docstring), or None."""
-    from specbatch.simulator.cost.calibrated import CalibratedCost
-    from specbatch.simulator.cost.free_draft import FreeDraftCost
-    from specbatch.simulator.cost.roofline import RooflineCost
+    from specbatch.simulator.cost.analytic.roofline import RooflineCost
+    from specbatch.simulator.cost.features.free_draft import FreeDraftCost
+    from specbatch.simulator.cost.measured.calibrated import CalibratedCost
 
     if isinstance(model, FreeDraftCost):
         if role == "draft":
@@ -94,7 +94,7 @@ def row_breakdowns(model, batch: int, kv: int, k: int) -> dict:
 
 
 def roofline_source(model, role: str) -> dict:
-    from specbatch.simulator.cost.calibrated_sources import validation
+    from specbatch.simulator.cost.measured.sources import validation
 
     c = model._consts(role)
     checked = validation().get("roofline", {}).get(f"{model.hardware.name}|tp{c.tp}")
@@ -107,15 +107,15 @@ def roofline_source(model, role: str) -> dict:
 def cost_sources(model) -> dict:
     """Per role ("target", "draft"): ``summary`` (one line naming the source) and, where
     known, the parts' sources and validated errors."""
-    from specbatch.simulator.cost.free_draft import FreeDraftCost
-    from specbatch.simulator.cost.profiled import ProfiledCost
-    from specbatch.simulator.cost.roofline import RooflineCost
+    from specbatch.simulator.cost.analytic.roofline import RooflineCost
+    from specbatch.simulator.cost.features.free_draft import FreeDraftCost
+    from specbatch.simulator.cost.measured.profiled import ProfiledCost
 
     # a calibrated model's module is loaded already; importing it for the check alone cost
     # every roofline `simulate` its fitting stack at start-up (issue 35)
-    calibrated = sys.modules.get("specbatch.simulator.cost.calibrated")
+    calibrated = sys.modules.get("specbatch.simulator.cost.measured.calibrated")
     draft_free = isinstance(model, FreeDraftCost)
-    head = getattr(model, "first_pass_time", None) is not None  # simulator.cost.draft_head
+    head = getattr(model, "first_pass_time", None) is not None  # simulator.cost.features.draft_head
     inner = model.inner if draft_free or head else model
     if calibrated is not None and isinstance(inner, calibrated.CalibratedCost):
         out = inner.sources()

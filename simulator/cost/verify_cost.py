@@ -28,9 +28,9 @@ temperature 0, the n-gram drafter): a one-hot ``Ms(·)`` is its drafted token, n
 - A step that verifies nothing (S = 0: ``ar``, or a policy that verifies no draft) runs the
   plain sampler: its n target rows plus the fused floor, whatever the sampler preset.
 
-``floor`` is the sampler preset's (:data:`simulator.cost.hardware.SAMPLERS`): ``fused`` (default:
-one kernel launch, assumed 50 µs), ``torch`` (this repo's torch path measured on an H100: 2.28
-ms, BV max(2.28 ms, 1.96 ms · max s_i)); ``verify_cost = "none"`` prices verification at 0 s,
+``floor`` is the sampler preset's (:data:`simulator.cost.gpus.hardware.SAMPLERS`): ``fused``
+(default: one kernel launch, assumed 50 µs), ``torch`` (this repo's torch path measured on an H100:
+2.28 ms, BV max(2.28 ms, 1.96 ms · max s_i)); ``verify_cost = "none"`` prices verification at 0 s,
 the engine without this term (bit-identical results). The bandwidth is one GPU's, with the
 hardware preset's efficiency, for every cost model: a latency profile measures forward passes,
 not the sampler, so the profiled model uses this modelled term too.
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.cost.hardware import FUSED_FLOOR, get_hardware, get_sampler
+from specbatch.simulator.cost.gpus.hardware import FUSED_FLOOR, get_hardware, get_sampler
 from specbatch.simulator.replay.rules import SAMPLER_COSTS, rule_entry
 
 #: Bytes of one probability (float32 rows, the serving case).
@@ -115,7 +115,8 @@ def measured_floors(rows, bandwidth: float) -> tuple[float, float]:
     ``(2γ + 1)·B`` rows, BV ``4·B`` more, 4 bytes each, over ``bandwidth`` bytes/s) is
     subtracted from the measured time; TV's floor is the median of the rest, BV's the median
     of the rest over γ (its backward scan costs per position). The derivation of the ``torch``
-    preset (simulator.cost.hardware.SAMPLERS); a GPU run of the fused kernels gives ``fused``'s."""
+    preset (simulator.cost.gpus.hardware.SAMPLERS); a GPU run of the fused kernels gives
+    ``fused``'s."""
     tv, bv = [], []
     for r in rows:
         b, g, v = int(r["batch"]), int(r["gamma"]), int(r["vocab"])

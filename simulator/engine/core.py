@@ -155,12 +155,13 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         self.wrap = workload.wrap  # [N] trace rows L per request (row base + t mod L), or None
         self.keys = request_keys(int(config.seed), np.arange(workload.n))  # [N] uint64
         # the sums fast path when the model has one (SumsCostModel), else one call per pass;
-        # sliding-window layers need per-request minima: arrays (simulator.cost.window)
+        # sliding-window layers need per-request minima: arrays (simulator.cost.analytic.window)
         self.from_sums = cost.time_from_sums if sums_path(cost) else None
         self.overhead = float(cost.overhead)  # T_overhead, seconds per step
         self.verify_cost = verify_cost_for(config, trace, one_hot_drafter(config.draft))
-        # an EAGLE / MTP head (simulator.cost.draft_head): its first pass runs over the target's
-        # whole pass (simulator.engine.decode.Decode.head_first_pass), so no separate chunk pass
+        # an EAGLE / MTP head (simulator.cost.features.draft_head): its first pass runs over the
+        # target's whole pass (simulator.engine.decode.Decode.head_first_pass), so no separate chunk
+        # pass
         self.head = policy.speculates and hasattr(cost, "first_pass_time")
         self.drafts_chunks = policy.speculates and not self.head
         self.pass_index = np.arange(max(self.depth, 1), dtype=_I64)
@@ -188,7 +189,7 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
             recomputed=np.zeros(n, dtype=_I64),
             **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)},
         )
-        # vLLM's data-parallel ranks are replicas too (simulator.cost.expert_parallel)
+        # vLLM's data-parallel ranks are replicas too (simulator.cost.features.expert_parallel)
         ranks = int(config.replicas) * int(getattr(config, "data_parallel_size", 1))
         self.replicas = [Replica(i) for i in range(ranks)]
         self.lockstep = None  # vLLM's DP ranks of an MoE model step together (lockstep.py)

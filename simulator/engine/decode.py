@@ -211,13 +211,14 @@ class Decode(EngineState):
 
     def head_later_passes(self, m: np.ndarray, drafted: np.ndarray, passes: int,
                           skv_next: int, uniform: bool) -> float:
-        """Seconds of an EAGLE / MTP head's passes after the first (simulator.cost.draft_head):
-        pass j = 1..D−1 runs one token for each request still drafting (d_i > j) over
-        c_i + τ_i + j cached tokens (vllm/v1/spec_decode/eagle.py, ``EagleProposer.propose``:
-        ``seq_lens`` less the rejected drafts, + 1 per pass), i.e. the separate draft's pricing
-        (:func:`~simulator.cost.draft_cost.draft_seconds`) of d_i − 1 passes over
-        c_i + τ_i + 1. m # [len(Outcome), n] the verified step's outcomes (KV c_i, ACCEPTED
-        τ_i); drafted # [n]; ``skv_next`` = Σ (c_i + τ_i + 1); ``uniform``: every d_i = D."""
+        """Seconds of an EAGLE / MTP head's passes after the first
+        (simulator.cost.features.draft_head): pass j = 1..D−1 runs one token for each request still
+        drafting (d_i > j) over c_i + τ_i + j cached tokens (vllm/v1/spec_decode/eagle.py,
+        ``EagleProposer.propose``: ``seq_lens`` less the rejected drafts, + 1 per pass), i.e. the
+        separate draft's pricing (:func:`~simulator.cost.draft_cost.draft_seconds`) of d_i − 1
+        passes over c_i + τ_i + 1. m # [len(Outcome), n] the verified step's outcomes (KV c_i,
+        ACCEPTED τ_i); drafted # [n]; ``skv_next`` = Σ (c_i + τ_i + 1); ``uniform``: every d_i =
+        D."""
         later = passes - 1
         if later <= 0:
             return 0.0
@@ -230,7 +231,7 @@ class Decode(EngineState):
     def head_first_pass(self, sums: tuple | None, query: np.ndarray, kv: np.ndarray) -> float:
         """Seconds of an EAGLE / MTP head's first pass of the step (0 without a head): over
         every token the target's pass computed, decoding requests' 1 + s_i and prefill
-        chunks alike, the LM head over one row per request (simulator.cost.draft_head;
+        chunks alike, the LM head over one row per request (simulator.cost.features.draft_head;
         vllm/v1/spec_decode/eagle.py, ``EagleProposer.propose`` with
         ``prepare_inputs_padded``). From the target pass's ``sums`` (n, Σq, Σc, Σq·c, Σq²)
         when the engine priced it from sums, else from its ``query``, ``kv`` # [n]."""

@@ -1,5 +1,5 @@
 """Paged KV under vLLM V1's hybrid KV cache manager: a request's block table in every KV cache
-group (simulator.cost.kv_groups lays the groups out), all groups drawing on one pool.
+group (simulator.cost.analytic.kv_groups lays the groups out), all groups drawing on one pool.
 
 Rules, read from vLLM's source (vllm-project/vllm):
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specbatch.simulator.cost.kv_groups import KVLayout
+from specbatch.simulator.cost.analytic.kv_groups import KVLayout
 
 
 @dataclass

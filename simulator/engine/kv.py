@@ -10,8 +10,8 @@ Two modes (``SimConfig.kv_mode``):
   ``kv_capacity`` None = what the cost model's memory leaves next to the weights,
   (tp·M·u − W_target − W_draft) / KV bytes per token with u = ``gpu_memory_utilization``,
   the weights in the target's ``quantization`` and the KV at ``kv_cache_dtype``'s bytes
-  (simulator.cost.precision: an fp8 cache holds twice the tokens of a bf16 one)
-  (the cost model's ``kv_capacity_tokens(u)``, simulator.cost.memory); a cost model without
+  (simulator.cost.analytic.precision: an fp8 cache holds twice the tokens of a bf16 one)
+  (the cost model's ``kv_capacity_tokens(u)``, simulator.cost.analytic.memory); a cost model without
   memory information (the profiled one measures times only) needs an explicit capacity.
 
 Paged mode, step by step (vLLM V1's scheduler; the engine calls these verbs):
@@ -40,7 +40,7 @@ Paged mode, step by step (vLLM V1's scheduler; the engine calls these verbs):
 
 Sliding-window models (``ModelShape.sliding_layers``) under vllm-v1 use vLLM V1's hybrid KV cache
 manager unless ``disable_hybrid_kv_cache_manager``: the pool is num_blocks blocks shared by
-the model's KV cache groups (simulator.cost.kv_groups: :func:`hybrid_layout`, the capacity
+the model's KV cache groups (simulator.cost.analytic.kv_groups: :func:`hybrid_layout`, the capacity
 num_blocks · block_size tokens), and a request is charged in every group what vLLM charges it
 (simulator.engine.group_tables; :class:`BlockManager` keeps the tables, the vllm-v1
 composer's reference walk, simulator.engine.v1.reference, charges them). A layout of one
@@ -60,8 +60,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.cost.hardware import check_weights_fit, get_hardware
-from specbatch.simulator.cost.kv_groups import KVLayout, kv_layout
+from specbatch.simulator.cost.analytic.kv_groups import KVLayout, kv_layout
+from specbatch.simulator.cost.analytic.memory import check_weights_fit
+from specbatch.simulator.cost.gpus.hardware import get_hardware
 from specbatch.simulator.engine.group_tables import GroupTables, lone_peak_blocks
 from specbatch.simulator.engine.request_state import Replica, Row
 
@@ -77,7 +78,7 @@ def kv_capacity(config: SimConfig, cost: CostModel) -> int | None:
     """KV-cache tokens per replica the run uses (None = unlimited, reserve mode only).
 
     Every mode first checks that the models' weights fit the devices at all
-    (:func:`~specbatch.simulator.cost.hardware.check_weights_fit`)."""
+    (:func:`~specbatch.simulator.cost.analytic.memory.check_weights_fit`)."""
     check_weights_fit(config.hardware, config.target, config.draft, config.tp,
                       config.gpu_memory_utilization, config.draft_weight_bits,
                       config.quantization)
@@ -107,7 +108,7 @@ def windowed_shapes(config: SimConfig) -> tuple:
     """(target, draft) shapes of a run where one has sliding-window layers (the draft None
     for a host-side drafter), else ()."""
     from specbatch.simulator.config.sim_config import FREE_DRAFTS
-    from specbatch.simulator.cost.draft_head import config_head
+    from specbatch.simulator.cost.features.draft_head import config_head
     from specbatch.traces.models.shapes import find_shape
 
     target = find_shape(str(config.target))
@@ -121,10 +122,10 @@ def windowed_shapes(config: SimConfig) -> tuple:
 
 def hybrid_layout(config: SimConfig) -> KVLayout | None:
     """The KV cache groups of a paged run under vLLM V1's hybrid KV cache manager
-    (simulator.cost.kv_groups.kv_layout), or None when a request's blocks are one count: reserve
-    mode, ``disable_hybrid_kv_cache_manager``, no known shape, or no group that slides.
+    (simulator.cost.analytic.kv_groups.kv_layout), or None when a request's blocks are one count:
+    reserve mode, ``disable_hybrid_kv_cache_manager``, no known shape, or no group that slides.
     One-line error for the vllm-v0 scheduler (vLLM V0 had no hybrid manager: set the knob)."""
-    from specbatch.simulator.cost.precision import kv_element_bytes
+    from specbatch.simulator.cost.analytic.precision import kv_element_bytes
 
     shapes = windowed_shapes(config) if config.kv_mode == "paged" else ()
     if not shapes:

@@ -1,5 +1,6 @@
 """vLLM's data-parallel ranks of a mixture-of-experts model in lockstep (``data_parallel_size``
-> 1 with ``enable_expert_parallel``; simulator.cost.expert_parallel prices one rank's pass).
+> 1 with ``enable_expert_parallel``; simulator.cost.features.expert_parallel prices one rank's
+pass).
 
 vLLM runs each DP rank of an MoE model as a ``DPEngineCoreProc`` (vllm/v1/engine/core.py).
 Its ``run_busy_loop`` takes one engine step per iteration; a rank whose scheduler has nothing
@@ -18,7 +19,7 @@ with CUDA graphs and every Q_r within the captured sizes, vLLM pads every rank's
 dummy's too) to P = max_r padded(Q_r) (vllm/v1/worker/dp_utils.py
 ``coordinate_batch_across_dp``), so T_tok = N · P; otherwise (a rank runs eager, or no
 graphs) nobody is padded and T_tok = Σ_r Q_r. Each rank's target pass is repriced at T_tok
-and its padding (:func:`simulator.cost.expert_parallel.rank_pass_seconds`); every rank's
+and its padding (:func:`simulator.cost.features.expert_parallel.rank_pass_seconds`); every rank's
 step then ends at::
 
     T + max_r (d_r − t_sym,r + t_r(T_tok))       (d_r: the rank's composed step seconds)
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specbatch.simulator.cost.expert_parallel import (
+from specbatch.simulator.cost.features.expert_parallel import (
     largest_graph,
     padded_tokens,
     rank_pass_seconds,

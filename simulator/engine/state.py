@@ -64,7 +64,7 @@ class EngineState:
     overhead: float  # T_overhead: the cost model's fixed seconds per step
     verify_cost: VerifyCost | None  # the rejection sampler's seconds per step, or None
     pass_index: np.ndarray  # [max(K, 1)] 0..K−1: the draft passes' indices
-    head: bool  # an EAGLE / MTP head drafts (simulator.cost.draft_head): pass 1 over the target's
+    head: bool  # an EAGLE / MTP head drafts (simulator.cost.features.draft_head): pass 1 over the target's
     drafts_chunks: bool  # the draft prefills chunks in a pass of its own (a speculating draft model)
     step: Callable[[Replica, float], float | None]  # the scheduler's composer, bound (composers)
     fast_paths: bool = True  # vllm-v1's runs and composer-free steps (False: always compose)

@@ -196,7 +196,7 @@ def exact_step_costs(cost: Any, kv: np.ndarray, depth: int, rows: np.ndarray,
     skv = float(kv.sum())
     sqkv = skv + np.concatenate(([0.0], np.cumsum(kv[rows], dtype=np.float64)))  # [m + 1]
     sqq = n + np.concatenate(([0.0], np.cumsum(2.0 * positions + 3.0)))  # (j+2)² − (j+1)²
-    # a sliding-window model is priced from arrays (simulator.cost.window)
+    # a sliding-window model is priced from arrays (simulator.cost.analytic.window)
     sums = None if getattr(cost, "windowed", False) else getattr(cost, "time_from_sums", None)
     verified = np.zeros(n, dtype=np.int64)
     out = np.empty(m + 1)

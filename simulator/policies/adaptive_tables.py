@@ -22,10 +22,10 @@ evenly (uniform decode shape; the tail shape of PR vllm-project/vllm#54065's des
 the profile context; its drafter time is the specbatch draft model's K passes of one token per
 request (simulator.cost.interface) and its forward time one target pass; without
 ``cuda_graph_sizes`` the capture sizes are vLLM's expansion of ``cuda_graph_sizes = 512``
-(simulator.cost.graph_padding.capture_sizes). The cost model is deterministic, so the five replays
-agree; the median still groups the tail shapes whose request counts collide (N = max_num_seqs).
-The tables hold neither the step overhead nor the rejection sampler (vLLM times the drafter
-and the forward only).
+(simulator.cost.features.graph_padding.capture_sizes). The cost model is deterministic, so the five
+replays agree; the median still groups the tail shapes whose request counts collide (N =
+max_num_seqs). The tables hold neither the step overhead nor the rejection sampler (vLLM times the
+drafter and the forward only).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from specbatch.simulator.cost.graph_padding import capture_sizes
+from specbatch.simulator.cost.features.graph_padding import capture_sizes
 
 #: ``_PROFILE_REPLAYS`` of adaptive_verification.py: dummy steps per profiled size.
 PROFILE_REPLAYS = 5

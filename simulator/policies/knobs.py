@@ -1,6 +1,7 @@
 """The config fields of the engines' policies (simulator.policies.engines, .stops), the
-calibration split (simulator.policies.calibration) and CUDA-graph padding (simulator.cost.graph_padding),
-declared here and placed in :class:`simulator.config.sim_config.SimConfig`; and their cross-field checks
+calibration split (simulator.policies.calibration) and CUDA-graph padding
+(simulator.cost.features.graph_padding), declared here and placed in
+:class:`simulator.config.sim_config.SimConfig`; and their cross-field checks
 (:func:`check_policy_knobs`, called by ``validate_config``). Names follow the engines' knobs.
 """
 
@@ -82,7 +83,7 @@ def applied_split(c: Any) -> float:
 
 def check_policy_knobs(c: Any, where: str) -> None:
     """The knobs' parses and the settings each engine policy needs (one-line errors)."""
-    from specbatch.simulator.cost.graph_padding import capture_sizes
+    from specbatch.simulator.cost.features.graph_padding import capture_sizes
     from specbatch.simulator.policies.engines import EmaAdaptive, check_batch_schedule
     from specbatch.simulator.policies.schedules import parse_trt_schedule, parse_vllm_table
 

@@ -1,9 +1,9 @@
 """``specbatch cost``: fit a profiled cost model (``fit``) or print roofline step times (``show``).
 
 ``cost fit PROFILE`` fits, per role, a non-negative linear law and an interpolated grid
-(simulator/cost/profiled.py), keeps the one with the lower k-fold cross-validated MAPE and reports
-both families' MAPE and the choice, warning on stderr (and in ``--json``'s ``warnings``) for a
-role whose held-out MAPE exceeds 10 %; ``cost show`` prints the draft pass, target decode pass and
+(simulator/cost/measured/profiled.py), keeps the one with the lower k-fold cross-validated MAPE and
+reports both families' MAPE and the choice, warning on stderr (and in ``--json``'s ``warnings``) for
+a role whose held-out MAPE exceeds 10 %; ``cost show`` prints the draft pass, target decode pass and
 target verification pass (k+1 query tokens per request) across batch sizes, so the memory-bound
 floor and the compute knee of the active cost model are visible, then the draft/target split
 of one speculative step (k draft passes, the verify pass, the rejection sampler of
@@ -28,17 +28,23 @@ from specbatch.cli.common import (
 )
 from specbatch.errors import require
 from specbatch.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DEPTH
-from specbatch.simulator.cost.hardware import (
+from specbatch.simulator.cost.analytic.memory import weights_shortfall
+from specbatch.simulator.cost.analytic.precision import KV_CACHE_DTYPES, QUANTIZATIONS, describe
+from specbatch.simulator.cost.analytic.roofline import RooflineCost
+from specbatch.simulator.cost.gpus.hardware import (
     DEFAULT_EXECUTION,
     DEFAULT_SAMPLER,
     EXECUTIONS,
     HARDWARE,
     VERIFY_COSTS,
     get_sampler,
-    weights_shortfall,
 )
-from specbatch.simulator.cost.precision import KV_CACHE_DTYPES, QUANTIZATIONS, describe
-from specbatch.simulator.cost.profiled import ProfiledCost, fit_profile, fit_report, mape_warnings
+from specbatch.simulator.cost.measured.profiled import (
+    ProfiledCost,
+    fit_profile,
+    fit_report,
+    mape_warnings,
+)
 from specbatch.simulator.cost.registry import (
     build_cost_model,
     execution_info,
@@ -47,7 +53,6 @@ from specbatch.simulator.cost.registry import (
     step_split,
 )
 from specbatch.simulator.cost.report import PARTS, cost_sources, row_breakdowns, source_line
-from specbatch.simulator.cost.roofline import RooflineCost
 from specbatch.simulator.cost.verify_cost import build_verify_cost
 from specbatch.simulator.replay.rules import names as rule_names
 from specbatch.simulator.replay.rules import rule_entry
@@ -118,7 +123,7 @@ def register(subparsers) -> None:
     )
     show.add_argument("--cost", default="roofline", choices=("roofline", "profiled", "calibrated"),
                       help="cost model (default %(default)s; calibrated: bundled public GPU "
-                           "profiles + calibrated roofline, simulator/cost/calibrated.py)")
+                           "profiles + calibrated roofline, simulator/cost/measured/calibrated.py)")
     show.add_argument("--profile", help="latency profile for --cost profiled, or a "
                       "`cost import-vidur` folder for --cost calibrated")
     show.add_argument("--hardware", default="h100", help=f"one of {', '.join(HARDWARE)}")
@@ -137,7 +142,7 @@ def register(subparsers) -> None:
                            "(default 0 = uniform routing; theory.moe, roofline only)")
     show.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
                       help="the target's weight format, vLLM's --quantization (default none = "
-                           "the checkpoint's own; simulator.cost.precision)")
+                           "the checkpoint's own; simulator.cost.analytic.precision)")
     show.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
                       help="KV-cache element type, vLLM's --kv-cache-dtype (default auto = "
                            "bf16; fp8*: 1 byte)")
@@ -285,7 +290,7 @@ def run_show(args) -> int:
         for line in out["warnings"]:
             sys.stderr.write(f"warning: {line}\n")
     head = getattr(model, "head", None)
-    if getattr(model, "first_pass_time", None) is not None:  # simulator.cost.draft_head
+    if getattr(model, "first_pass_time", None) is not None:  # simulator.cost.features.draft_head
         out["head"] = {"method": head.method, "held_params": head.held_params,
                        "layers": head.layer.layers, "lm_vocab": head.lm_vocab,
                        "own_lm_head": head.own_lm_head}
@@ -363,10 +368,10 @@ def run_show(args) -> int:
 def hybrid_kv(model, kv_cache_dtype: str) -> dict:
     """For a sliding-window model under vLLM V1's hybrid KV cache manager: its number of KV
     cache groups and the token count vLLM logs (num_blocks // groups · block size,
-    simulator.cost.kv_groups.KVLayout.vllm_tokens); {} otherwise. The capacity itself is
+    simulator.cost.analytic.kv_groups.KVLayout.vllm_tokens); {} otherwise. The capacity itself is
     tokens of one group: each request draws on the shared pool once per group."""
-    from specbatch.simulator.cost.kv_groups import kv_layout
-    from specbatch.simulator.cost.precision import kv_element_bytes
+    from specbatch.simulator.cost.analytic.kv_groups import kv_layout
+    from specbatch.simulator.cost.analytic.precision import kv_element_bytes
 
     shapes = [m for m in (model.target, model.draft) if m is not None]
     if not any(m.is_windowed for m in shapes):

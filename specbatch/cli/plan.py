@@ -10,7 +10,7 @@ import os
 
 from specbatch.cli.common import add_json_flag, emit, example, int_list, positive_int, seed_int
 from specbatch.errors import SpecbatchError, require
-from specbatch.simulator.cost.precision import KV_CACHE_DTYPES, QUANTIZATIONS
+from specbatch.simulator.cost.analytic.precision import KV_CACHE_DTYPES, QUANTIZATIONS
 
 HELP = "find the cheapest deployment and speculation setting that meets latency SLOs"
 
@@ -76,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     models.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
                         help="the target's weight format, vLLM's --quantization (default none "
                              "= the checkpoint's own): prices its weights memory, KV room "
-                             "and pass times (simulator.cost.precision)")
+                             "and pass times (simulator.cost.analytic.precision)")
     models.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
                         help="KV-cache element type, vLLM's --kv-cache-dtype (default auto; "
                              "fp8*: 1 byte, twice the KV tokens)")
@@ -149,7 +149,7 @@ def build_question(args: argparse.Namespace):
     from specbatch.analysis.plan.slo import Slos
     from specbatch.analysis.plan.space import PLAN_POLICIES, Space, check_space, parse_prices
     from specbatch.simulator.config.sim_config import FREE_DRAFTS
-    from specbatch.simulator.cost.hardware import HARDWARE, get_hardware
+    from specbatch.simulator.cost.gpus.hardware import HARDWARE, get_hardware
     from specbatch.traces.models.shapes import get_shape
 
     for flag, value in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot),

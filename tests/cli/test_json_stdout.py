@@ -77,7 +77,7 @@ SLOW_CASES = [
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     """The inputs every case reads, in one directory."""
-    from tests.simulator.cost.test_profiled import synthetic_profile
+    from tests.simulator.cost.measured.test_profiled import synthetic_profile
 
     root = tmp_path_factory.mktemp("json")
     (root / "spec.toml").write_text(SPEC)

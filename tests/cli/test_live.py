@@ -100,7 +100,7 @@ def test_ngram_bounds_with_a_draft_model_are_refused(tmp_path, capsys):
 
 def test_validate_prices_an_ngram_runs_drafts_as_free(tmp_path, capsys):
     """A prompt-lookup run has no draft model: validate simulates it with free draft passes
-    (simulator.cost.free_draft) and says nothing about a draft model's pricing."""
+    (simulator.cost.features.free_draft) and says nothing about a draft model's pricing."""
     out = tmp_path / "live"
     assert main([*NGRAM_ARGS, "--out", str(out)]) == 0
     capsys.readouterr()

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from specbatch.cli import main
-from specbatch.simulator.cost.memory import kv_capacity_tokens
+from specbatch.simulator.cost.analytic.memory import kv_capacity_tokens
 from tests.cli.oneline import assert_one_line_error, run_cli
 
 QUICK = ["--no-progress", "--workers", "1"]

@@ -81,7 +81,7 @@ def test_extra_with_policy_fixed_is_a_one_line_error(capsys):
 
 def test_help_lists_the_allowed_values_of_every_choice(capsys):
     from specbatch.simulator.config import sim_config as config
-    from specbatch.simulator.cost.hardware import HARDWARE
+    from specbatch.simulator.cost.gpus.hardware import HARDWARE
     from specbatch.simulator.policies.registry import POLICIES
     from specbatch.simulator.replay.rules import names as rule_names
 

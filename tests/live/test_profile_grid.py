@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specbatch.live.profile_grid import MIXED_COLUMNS, grid_cells, profile_grid
-from specbatch.simulator.cost import profiled
+from specbatch.simulator.cost.measured import profiled
 
 
 def test_mixed_cells_fill_free_slots_with_one_or_all_joiners():

@@ -19,14 +19,13 @@ import pytest
 from specbatch.cli import main
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import load_config
-from specbatch.simulator.cost.hardware import (
-    check_weights_fit,
+from specbatch.simulator.cost.analytic.memory import check_weights_fit, kv_capacity_tokens
+from specbatch.simulator.cost.gpus.hardware import (
     get_hardware,
     linear_params,
     model_weight_bytes,
     quantized_weight_bytes,
 )
-from specbatch.simulator.cost.memory import kv_capacity_tokens
 from specbatch.simulator.cost.registry import build_cost_model, weight_bits_notes
 from specbatch.simulator.engine.kv import kv_capacity
 from specbatch.simulator.run import simulate

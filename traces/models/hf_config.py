@@ -1,9 +1,9 @@
 """Model shapes read from a Hugging Face ``config.json``, so any Llama-style model can be priced.
 
-The roofline cost model (simulator/cost/roofline.py) and the KV/weight accounting need only a
-model's shape (:class:`traces.models.shapes.ModelShape`). For a model outside the built-in registry
-a user points ``target`` / ``draft`` at its ``config.json`` (or the directory holding it) and
-the shape is read from the standard fields:
+The roofline cost model (simulator/cost/analytic/roofline.py) and the KV/weight accounting need only
+a model's shape (:class:`traces.models.shapes.ModelShape`). For a model outside the built-in
+registry a user points ``target`` / ``draft`` at its ``config.json`` (or the directory holding it)
+and the shape is read from the standard fields:
 
 ==========================  =====================================================
 ModelShape                  config.json field (aliases)

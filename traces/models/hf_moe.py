@@ -31,10 +31,10 @@ Quantised checkpoints (``quantization_config``, vLLM's ``ModelConfig._verify_qua
 reads the same field, vllm/config/model.py): ``quant_method`` fp8, awq, gptq or mxfp4 becomes
 the shape's ``quantization`` (with ``bits`` (default 4; awq: 4 only, vLLM's ``AWQConfig``;
 gptq: 2, 3, 4, 8, vLLM's ``GPTQConfig``) and ``group_size`` (default 128; -1 = per row) for
-awq/gptq), priced by simulator.cost.precision. ``modules_to_not_convert`` / ``ignored_layers``
-may name only modules priced at 16 bits anyway (lm_head, embeddings, norms, routers, vision
-towers; for mxfp4, anything but the experts); naming a decoder projection is refused, since
-the pricing would count it quantised. Refused, naming the field: any other method
+awq/gptq), priced by simulator.cost.analytic.precision. ``modules_to_not_convert`` /
+``ignored_layers`` may name only modules priced at 16 bits anyway (lm_head, embeddings, norms,
+routers, vision towers; for mxfp4, anything but the experts); naming a decoder projection is
+refused, since the pricing would count it quantised. Refused, naming the field: any other method
 (bitsandbytes, compressed-tensors, fbgemm_fp8, modelopt, ...), a top-level ``bits`` below 16,
 ``load_in_4bit`` / ``load_in_8bit``;
 DeepSeek-V3.2's sparse attention indexer (``index_topk``); any other field whose name mentions

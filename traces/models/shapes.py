@@ -48,7 +48,7 @@ class ModelShape:
     ``quantization`` is the checkpoint's own weight format (config.json's
     ``quantization_config.quant_method``: "none", "fp8", "awq", "gptq" or "mxfp4";
     traces.models.hf_moe), with ``quant_bits`` and ``quant_group_size`` for awq/gptq (0
-    otherwise; group -1: one group per input row); simulator.cost.precision prices it.
+    otherwise; group -1: one group per input row); simulator.cost.analytic.precision prices it.
     """
 
     name: str
@@ -215,7 +215,8 @@ SHAPES: dict[str, ModelShape] = {
                    kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
         # deepseek-ai/DeepSeek-V3 (config.json: 61 layers, first_k_dense_replace 3, 256 routed
         # experts of moe_intermediate_size 2048, 8 per token, 1 shared, MLA q_lora_rank 1536,
-        # kv_lora_rank 512, num_nextn_predict_layers 1: its MTP module, simulator.cost.draft_head)
+        # kv_lora_rank 512, num_nextn_predict_layers 1: its MTP module,
+        # simulator.cost.features.draft_head)
         ModelShape("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, experts=256, top_k=8,
                    expert_intermediate=2048, shared_intermediate=2048, moe_layers=58,
                    kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from specbatch.analysis.plan.entry import _memory_constants
 from specbatch.analysis.plan.slo import memory_plan
 from specbatch.analysis.plan.space import Deployment, lone_blocks
-from specbatch.simulator.cost.kv_groups import KVGroup, KVLayout
+from specbatch.simulator.cost.analytic.kv_groups import KVGroup, KVLayout
 from tests.analysis.plan.test_slo import table
 
 #: one full and one sliding group, blocks of 4 tokens, window 8

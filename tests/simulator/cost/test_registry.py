@@ -10,7 +10,7 @@ import pytest
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.cost.interface import CostModel, SumsCostModel, batch_sums
-from specbatch.simulator.cost.profiled import fit_profile
+from specbatch.simulator.cost.measured.profiled import fit_profile
 from specbatch.simulator.cost.registry import (
     COST_MODELS,
     build_cost_model,
@@ -20,7 +20,7 @@ from specbatch.simulator.cost.registry import (
 )
 from specbatch.simulator.cost.verify_cost import build_verify_cost
 from specbatch.simulator.run import simulate
-from tests.simulator.cost.test_profiled import synthetic_profile
+from tests.simulator.cost.measured.test_profiled import synthetic_profile
 from tests.simulator.helpers import LinearCost, ones
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import load_config
-from specbatch.simulator.cost.hardware import FUSED_FLOOR, SAMPLERS
+from specbatch.simulator.cost.gpus.hardware import FUSED_FLOOR, SAMPLERS
 from specbatch.simulator.cost.verify_cost import (
     VerifyCost,
     build_verify_cost,

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import load_config
-from specbatch.simulator.cost.kv_groups import KVGroup, KVLayout
+from specbatch.simulator.cost.analytic.kv_groups import KVGroup, KVLayout
 from specbatch.simulator.engine.core import Engine
 from specbatch.simulator.engine.group_tables import GroupTables, lone_peak_blocks
 from specbatch.simulator.engine.kv import hybrid_layout, hybrid_notes

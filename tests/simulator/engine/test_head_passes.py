@@ -1,7 +1,7 @@
 """Specification of an EAGLE / MTP head's passes in the engine (simulator.engine.decode,
-simulator.cost.draft_head): per step, pass 1 over every token of the target's pass (decoding
-requests' 1 + s_i and prefill chunks together, no separate chunk pass), then passes 2..D of one
-token for each request still drafting over c_i + τ_i + j cached tokens."""
+simulator.cost.features.draft_head): per step, pass 1 over every token of the target's pass
+(decoding requests' 1 + s_i and prefill chunks together, no separate chunk pass), then passes 2..D
+of one token for each request still drafting over c_i + τ_i + j cached tokens."""
 
 from __future__ import annotations
 

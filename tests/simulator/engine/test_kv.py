@@ -201,7 +201,7 @@ def test_paged_invariants_property(synth_trace_natural, policy, verify, k, block
 
 def test_capacity_comes_from_the_cost_models_memory():
     """Paged mode without kv_capacity asks the cost model: (tp·M·u − W_t − W_d) / KV bytes."""
-    from specbatch.simulator.cost.memory import kv_capacity_tokens
+    from specbatch.simulator.cost.analytic.memory import kv_capacity_tokens
 
     h100 = build_cost_model("roofline", "h100", "vicuna-33b", "vicuna-68m")
     paged = load_config(None, scheduler="vllm-v0", kv_mode="paged", gpu_memory_utilization=0.9)
@@ -290,7 +290,7 @@ def test_models_whose_weights_do_not_fit_are_refused_in_every_kv_mode(kv):
 
 
 def test_the_weights_check_counts_the_draft_and_a_host_drafter_as_free():
-    from specbatch.simulator.cost.hardware import check_weights_fit
+    from specbatch.simulator.cost.analytic.memory import check_weights_fit
 
     check_weights_fit("h100", "llama-3.1-8b", "ngram", 1, 0.9)  # 16 GB: fits
     check_weights_fit("h100", "vicuna-33b", "vicuna-68m", 1, 0.9)  # 65.2 GB of 72: fits
@@ -300,7 +300,7 @@ def test_the_weights_check_counts_the_draft_and_a_host_drafter_as_free():
 
 def test_paged_capacity_follows_the_targets_precision():
     """The paged pool next to the weights: an fp8 KV cache holds twice the tokens (to the
-    token), fp8 weights free their projections' second byte (simulator.cost.precision)."""
+    token), fp8 weights free their projections' second byte (simulator.cost.analytic.precision)."""
     from specbatch.simulator.run import build_cost
 
     def pool(**kw):

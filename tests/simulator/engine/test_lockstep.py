@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from specbatch.simulator.config.sim_config import make_config
-from specbatch.simulator.cost.expert_parallel import rank_pass_seconds
+from specbatch.simulator.cost.features.expert_parallel import rank_pass_seconds
 from specbatch.simulator.run import build_cost, simulate
 
 BASE = {"trace": "synth", "target": "qwen3-30b-a3b", "draft": "ngram", "policy": "ar",
@@ -101,7 +101,7 @@ def test_every_request_gets_its_stamps_at_a_common_step_end(tmp_path):
     ((3, 20), -1.0, 23.0),  # 20 > 16 runs eager, so both ranks do: no padding at all
 ])
 def test_dp_ranks_pad_to_the_largest_graph_or_none(tmp_path, prompts, pad_to, total):
-    from specbatch.simulator.cost.graph_padding import pad_to_graphs
+    from specbatch.simulator.cost.features.graph_padding import pad_to_graphs
 
     config, res = run(tmp_path, [(p, 1, 0.0) for p in prompts], cost="roofline",
                       cuda_graph_sizes="1,2,4,8,16")

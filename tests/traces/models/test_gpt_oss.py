@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from specbatch.simulator.cost.hardware import get_hardware
-from specbatch.simulator.cost.precision import held_weight_bytes
+from specbatch.simulator.cost.analytic.precision import held_weight_bytes
+from specbatch.simulator.cost.gpus.hardware import get_hardware
 from specbatch.traces.models.hf_config import read_hf_config
 
 #: openai/gpt-oss-20b config.json (huggingface.co/openai/gpt-oss-20b, the fields that shape it;

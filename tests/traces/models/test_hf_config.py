@@ -7,8 +7,7 @@ import json
 import pytest
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.cost.hardware import weights_shortfall
-from specbatch.simulator.cost.memory import kv_capacity_tokens
+from specbatch.simulator.cost.analytic.memory import kv_capacity_tokens, weights_shortfall
 from specbatch.traces.models.shapes import SHAPES, find_shape, get_shape
 
 VICUNA_33B = {"architectures": ["LlamaForCausalLM"], "hidden_size": 6656,

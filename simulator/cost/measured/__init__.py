@@ -1,0 +1,10 @@
+"""Cost models fitted to measured profiles.
+
+Reading order: ``profile_file`` (a latency profile read and checked), ``role_fit`` (one
+role's law fitted to it), ``profiled`` (the profiled cost model); ``gemm_fit`` (roofline
+efficiencies fitted to per-GEMM profiles), ``laws`` (the calibrated per-op laws fitted to
+Vidur-layout tables), ``sources`` (the stored laws, NCCL curves, table cells and validated
+errors they are priced from), ``transfer`` / ``lss`` (the RTX GPUs' per-layer profiles and a
+shape priced from its neighbour), ``calibrated`` (the calibrated cost model). ``data/`` holds
+the stored laws and their validation (benchmarks/cost_vs_public.py --write).
+"""

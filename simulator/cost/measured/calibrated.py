@@ -1,0 +1,465 @@
+"""The calibrated cost model (``cost = "calibrated"``): measured public profiles where they
+cover the pass, a roofline calibrated on them everywhere else.
+
+One forward pass of a role (L layers, tp GPUs, Q = Σq query tokens) is priced as a sum of five
+parts, each from the best source available (:meth:`CalibratedCost.sources` names them)::
+
+    t = layers(Q) + attention(q, c) + allreduce(Q) + lm_head(Q) + launch
+
+On the RTX 4090 and RTX PRO 6000 (the GPUs of the measured vLLM runs, docs/fidelity.md) every
+part comes from LLMServingSim's per-layer profiles of those GPUs instead
+(:mod:`simulator.cost.measured.lss`; a user's ``profile`` folder is not read there). The
+rest of this docstring is the path of every other GPU:
+
+- ``layers``: every decoder layer's non-attention ops plus the input embedding, exactly what
+  Vidur's mlp.csv measures. Where the bundled table (traces.public.vidur_profiles, Vidur commit
+  7d47513) has a cell with this GPU, tp and per-layer shape (hidden, heads, KV heads, MLP
+  width; e.g. vicuna-7b = Llama-2-7B, llama-3.1-70b = Llama-2-70B), it is emb(Q) + L · block(Q)
+  made non-decreasing in Q (running maximum: the measured medians dip by a few % where the
+  GEMM kernel choice changes; a pass with more tokens is never priced cheaper) and
+  interpolated linearly in Q between measured token counts (beyond the last one, the edge
+  value times the calibrated law's growth). Otherwise the calibrated laws of
+  :mod:`simulator.cost.measured.laws` (GEMM laws with their shape-neighbour correction, small-op
+  laws; fitted on all bundled models of the GPU; a GPU the
+  data do not cover borrows the nearest one's law with its datasheet peaks scaled:
+  h200 <- h100, l40s <- a40). A quantised draft (``draft_weight_bits`` < 16) is always priced
+  by the law, its weight bytes at bits/8 + 4/128 per projection weight; so is a quantised
+  dense target (``quantization``, simulator.cost.analytic.precision): each projection GEMM's stream
+  term over the byte ratio and, for W8A8 FP8, its compute term at the datasheet FP8/bf16 peak
+  ratio (:func:`quantized_layer_seconds`; MoE / MLA shapes per GEMM kind: projections,
+  routers at bf16, experts in their own bytes, :func:`format_scales`), a roofline projection,
+  not fitted on quantised data (none is bundled).
+- MoE / MLA shapes (traces.models.shapes; THEORY.md §8) are never priced from a table cell: the
+  laws price their GEMMs as the roofline counts their bytes (:func:`sparse_gemms`): dense
+  attention and norms every layer; on the M MoE layers the router, the shared MLP and the
+  E_touched(Q) experts the pass touches (uniform routing or ``routing_skew``'s Zipf law, as
+  the roofline) as one grouped GEMM of Q k / E_touched rows per expert; MLA's attention
+  weights as one K = h GEMM. Expert parallelism is not modelled. Not validated against a
+  measured MoE or MLA pass.
+- ``attention``: analytic, max(F_attn / π, B_kv / β) with the roofline's attention FLOPs and
+  KV bytes (simulator.cost.analytic.roofline's PassConstants: MLA's latent cache included) and the
+  fitted GEMM law's achieved π, β; a model with sliding-window layers prices its L_s sliding layers
+  at their windowed lengths (simulator.cost.analytic.window: keys min(c, W − 1), pairs P^W) and the
+  rest at the full ones, the same law per layer. ASSUMED: FlashAttention
+  / FlashInfer decode is memory-bound on KV bytes and reaches the bandwidth weight streaming
+  reaches; no per-kernel floor beyond the launch term. No measured attention source is
+  bundled (Vidur's attention.csv files are absent from its snapshot).
+- ``allreduce`` (tp > 1): two all-reduces of the b·h·Q-byte hidden state per layer. Up to
+  8 MiB on 2/4/6/8 GPUs vLLM runs its custom all-reduce (:data:`CUSTOM_AR_MAX_BYTES`), priced
+  by the roofline's latency + ring formula (ASSUMED: no measurement of it is bundled); above,
+  NCCL, read from Vidur's measured curve of the GPU's DGX cluster (h100_dgx, a100_dgx; the
+  median over half-octave size bins, made non-decreasing, interpolated log-log) for that world size; elsewhere the
+  roofline's formula.
+- ``lm_head``: the fitted GEMM law (the MLP-up law: both are N >> K) for K = h, N = V/tp over
+  all Q tokens (as the roofline: verification needs logits at every position).
+- ``launch``: the execution preset's floors (hardware.EXECUTIONS): ``cuda_graph`` adds
+  pass + L · layer latency; ``eager`` makes the pass max(GPU parts, host floor) by charging
+  max(0, floor − GPU parts) here. Vidur's per-op CUDA-event times hold no launch gaps.
+
+Validated errors (benchmarks/cost_vs_public.py, docs/simulate.md): read from
+``simulator/cost/measured/data/calibrated_validation.json`` (leave-one-shape-out for the laws,
+held-out token counts for the table cells) and reported with each source.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.cost.analytic.memory import memory_kv_tokens
+from specbatch.simulator.cost.analytic.precision import (
+    WeightFormat,
+    describe,
+    kv_element_bytes,
+    resolve_quantization,
+    weight_format,
+)
+from specbatch.simulator.cost.analytic.roofline import PassConstants, pass_constants
+from specbatch.simulator.cost.analytic.window import attention_work, batch_window_sums, window_sums
+from specbatch.simulator.cost.gpus.catalogue import allreduce_cluster, proxy_of
+from specbatch.simulator.cost.gpus.hardware import (
+    DEFAULT_EXECUTION,
+    FULL_WEIGHT_BITS,
+    Hardware,
+    check_weight_bits,
+    get_execution,
+    quantized_weight_bytes,
+)
+from specbatch.simulator.cost.interface import ROLES, batch_sums, for_role
+from specbatch.simulator.cost.measured.laws import (
+    GEMMS,
+    GpuFit,
+    embedding_seconds,
+    gemm_seconds,
+    layer_seconds,
+)
+from specbatch.simulator.cost.measured.lss import LssPricer, lss_gpu, lss_pricer
+from specbatch.simulator.cost.measured.sources import (
+    CUSTOM_AR_MAX_BYTES,
+    LAYER_OPS,
+    allreduce_curve,
+    curve_seconds,
+    find_cell,
+    fitted_gpu,
+    layer_shape,
+    scaled_gemm_seconds,
+    sparse,
+    sparse_layers,
+    uses_custom_allreduce,
+    validation,
+)
+from specbatch.traces.models.shapes import ModelShape
+
+
+@dataclass
+class RolePricer:
+    """Everything one role's pass needs: its shape, tp, laws, table cell and sources."""
+
+    shape: ModelShape
+    tp: int
+    hw: Hardware
+    fit: GpuFit
+    weight_bits: int
+    fmt: WeightFormat  # the target's weight format (simulator.cost.analytic.precision)
+    cell: tuple | None  # (model, q [grid], layers seconds [grid], folder) of a cell, or None
+    allreduce: tuple | None  # a measured all-reduce curve, or None
+    launch: tuple[float, float]  # (fixed s, host floor s)
+    consts: PassConstants  # the roofline's constants: attention FLOPs, KV bytes, experts
+    memo: dict = field(default_factory=dict)  # Q -> (layers, lm_head, allreduce) seconds
+
+    def law_layers(self, q: float) -> float:
+        """The calibrated law's layers(Q) (module docstring)."""
+        if self.shape.is_moe or self.shape.is_mla or self.shape.attention_head_dim:
+            touched = self.consts.experts_touched(q) if self.consts.experts else 0.0
+            scales = format_scales(self.fmt, self.hw) if self.fmt.quantized else None
+            return sparse_layers(self.fit, self.shape, self.tp, q, touched, scales)
+        ls = layer_shape(self.shape)
+        qa = np.array([q])
+        per_layer = layer_seconds(self.fit, ls, self.tp, qa)
+        if self.weight_bits < FULL_WEIGHT_BITS:  # fewer weight bytes: the GEMMs' stream term
+            dims = ls.gemm_dims(self.tp)
+            ratio = quantized_weight_bytes(self.weight_bits) / 2.0
+            for op in GEMMS:
+                law = self.fit.gemm[op]
+                k, n = dims[op]
+                full = gemm_seconds(self.fit, op, qa, k, n)
+                light = full * (replace(law, bandwidth=law.bandwidth / ratio).seconds(qa, k, n)
+                                / law.seconds(qa, k, n))
+                per_layer = per_layer - full + np.minimum(full, light)
+        elif self.fmt.quantized:
+            per_layer = quantized_layer_seconds(self.fit, ls, self.tp, qa, per_layer, self.fmt,
+                                                self.hw)
+        return float(embedding_seconds(self.fit, ls, self.tp, qa)[0]
+                     + self.shape.layers * per_layer[0])
+
+    def monotone(self, name: str, fn, q: float) -> float:
+        """``fn`` made non-decreasing in Q, the scalar twin of laws.envelope over
+        the correction grid: the corrected laws follow measured kernel-choice jumps, but a
+        pass with more tokens is never priced cheaper (as the table cells)."""
+        corr = next(iter((self.fit.corrections or {}).values()), None)
+        if corr is None:
+            return fn(q)
+        vals = self.memo.get(name)
+        if vals is None:  # running maximum of fn on the grid # [G]
+            vals = np.maximum.accumulate(np.array([fn(float(g)) for g in corr.grid]))
+            self.memo[name] = vals
+        grid = corr.grid
+        if q <= grid[-1]:
+            return float(np.interp(q, grid, vals))
+        return float(vals[-1] * fn(q) / fn(float(grid[-1])))
+
+    def head(self, q: float) -> float:
+        s = self.shape
+        return float(gemm_seconds(self.fit, "mlp_up_proj", np.array([q]), s.hidden,
+                                  s.vocab / self.tp)[0])
+
+    def layers(self, q: float) -> float:
+        if self.cell is None:
+            return self.monotone("layers", self.law_layers, q)
+        _, grid, secs, _ = self.cell
+        if q <= grid[-1]:
+            return float(np.interp(q, grid, secs))
+        return float(secs[-1] * self.law_layers(q) / self.law_layers(grid[-1]))
+
+    def per_token_parts(self, q: float) -> tuple[float, float, float]:
+        """(layers, lm_head, allreduce) seconds of a pass with Q = ``q`` (memoised)."""
+        parts = self.memo.get(q)
+        if parts is None:
+            s = self.shape
+            head = self.monotone("lm_head", self.head, q)
+            comm = 0.0
+            if self.tp > 1:
+                nbytes = self.hw.dtype_bytes * s.hidden * q
+                comm = 2 * s.layers * self.one_allreduce(nbytes)
+            parts = (self.layers(q), head, comm)
+            if len(self.memo) < 65536:
+                self.memo[q] = parts
+        return parts
+
+    def one_allreduce(self, nbytes: float) -> float:
+        """Seconds of one all-reduce of ``nbytes``: vLLM's custom all-reduce (roofline
+        formula: latency + ring bytes / link) up to its max size, else the measured NCCL
+        curve where one exists, else the same formula."""
+        if self.allreduce is not None and not uses_custom_allreduce(self.tp, nbytes):
+            return curve_seconds(self.allreduce, nbytes)
+        return (self.hw.allreduce_latency
+                + 2 * (self.tp - 1) / self.tp * nbytes / self.hw.link_bw)
+
+    def attention(self, sq: float, skv: float, sqkv: float, sqq: float,
+                  window: tuple[float, float] | None = None) -> float:
+        """max(F_attn / π, B_kv / β): the roofline's attention FLOPs and KV bytes (MLA's
+        latent cache and expanded FLOPs included; sliding layers at their ``window`` sums,
+        simulator.cost.analytic.window) at the fitted GEMM law's π and β."""
+        c, law = self.consts, self.fit.gemm["mlp_up_proj"]
+        if c.sliding_layers:
+            flops, nbytes = attention_work(c, sq, skv, sqkv, sqq, window)
+            return max(flops / law.flops, nbytes / law.bandwidth)
+        flops = c.attn_flops * (sqkv + 0.5 * (sqq + sq))
+        nbytes = c.kv_bytes * (skv + 2.0 * sq)
+        return max(flops / law.flops, nbytes / law.bandwidth)
+
+    def total(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
+              window: tuple[float, float] | None = None) -> float:
+        """The pass time: :meth:`split`'s parts summed in its order (bit-identical), without
+        building the dict (the engine's hot path); ``n`` is not used here."""
+        if sq <= 0.0:
+            return 0.0
+        layers, head, comm = self.per_token_parts(sq)
+        attn = self.attention(sq, skv, sqkv, sqq, window)
+        fixed, floor = self.launch
+        launch = fixed + max(0.0, floor - (layers + attn + comm + head))
+        return (((layers + attn) + comm) + head) + launch
+
+    def split(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
+              window: tuple[float, float] | None = None) -> dict:
+        """Seconds per part (module docstring); they sum to the pass time."""
+        if sq <= 0.0:
+            return dict.fromkeys(("layers", "attention", "allreduce", "lm_head", "launch"), 0.0)
+        layers, head, comm = self.per_token_parts(sq)
+        attn = self.attention(sq, skv, sqkv, sqq, window)
+        fixed, floor = self.launch
+        gpu = layers + attn + comm + head
+        return {"layers": layers, "attention": attn, "allreduce": comm, "lm_head": head,
+                "launch": fixed + max(0.0, floor - gpu)}
+
+
+@dataclass(frozen=True)
+class CalibratedCost:
+    """Step times from the bundled public profiles and the calibrated laws (module
+    docstring); a :class:`~simulator.cost.interface.SumsCostModel`."""
+
+    hardware: Hardware
+    target: ModelShape
+    draft: ModelShape
+    tp: int = 1
+    draft_tp: int = 1
+    overhead: float = field(default=math.nan)
+    execution: str = DEFAULT_EXECUTION
+    draft_weight_bits: int = FULL_WEIGHT_BITS
+    use_cells: bool = True  # False: the calibrated law even where a table cell exists
+    profile: str | None = None  # a user's import-vidur folder, searched before the bundled one
+    routing_skew: float = 0.0  # Zipf exponent of a MoE model's expert loads (theory.moe)
+    quantization: str = "none"  # the target's --quantization (simulator.cost.analytic.precision)
+    kv_cache_dtype: str = "auto"  # vLLM --kv-cache-dtype of both roles' KV cache
+    roles: dict = field(default=None, repr=False, compare=False)  # role -> RolePricer
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.overhead):
+            object.__setattr__(self, "overhead", float(self.hardware.overhead))
+        ex = get_execution(self.execution)
+        object.__setattr__(self, "execution", ex.name)
+        bits = check_weight_bits(self.draft_weight_bits)
+        if self.routing_skew and not (self.target.is_moe or self.draft.is_moe):
+            raise SpecbatchError(f"routing_skew {self.routing_skew!r}: expected 0 (neither "
+                                 f"{self.target.name} nor {self.draft.name} is a "
+                                 "mixture-of-experts model)")
+        object.__setattr__(self, "target", resolve_quantization(self.quantization, self.target))
+        check_calibrated_precision(self.hardware, (self.target, self.draft), self.kv_cache_dtype)
+        roles = {"target": self.pricer(self.target, self.tp, ex, "target", FULL_WEIGHT_BITS),
+                 "draft": self.pricer(self.draft, self.draft_tp, ex, "draft", bits)}
+        object.__setattr__(self, "roles", roles)
+
+    def pricer(self, shape: ModelShape, tp: int, ex, role: str, bits: int):
+        consts = pass_constants(shape, self.hardware, tp, ex, role, bits,
+                                self.routing_skew if shape.is_moe else 0.0,  # + its checks
+                                kv_element_bytes(self.kv_cache_dtype, self.hardware))
+        gpu = self.hardware.name
+        if lss_gpu(gpu):  # the GPUs of the measured vLLM runs (simulator.cost.measured.lss)
+            p, layer = ex.latencies(role, self.hardware)
+            launch = p + shape.layers * layer
+            return lss_pricer(shape, tp, self.hardware, (0.0, launch) if ex.overlap
+                              else (launch, 0.0), consts, bits, FULL_WEIGHT_BITS)
+        cell = None
+        found, folder = None, None
+        fmt = weight_format(shape, self.hardware)
+        if (self.use_cells and bits >= FULL_WEIGHT_BITS and not fmt.quantized
+                and not sparse(shape)):
+            for folder in ((self.profile,) if self.profile else ()) + (None,):
+                found = find_cell(gpu, shape, tp, folder)
+                if found is not None:
+                    break
+        if found is not None:
+            model, rows = found
+            grid = rows["num_tokens"].to_numpy(dtype=np.float64)  # [grid]
+            block = rows[[f"{op}_ms" for op in LAYER_OPS]].to_numpy(np.float64).sum(axis=1)
+            secs = 1e-3 * (rows["emb_ms"].to_numpy(np.float64) + shape.layers * block)  # [grid]
+            secs = np.maximum.accumulate(secs)  # more tokens never cost less (module docstring)
+            cell = (model, grid, secs, folder)
+        p, layer = ex.latencies(role, self.hardware)
+        launch = p + shape.layers * layer
+        return RolePricer(shape, int(tp), self.hardware, fitted_gpu(gpu), bits, fmt, cell,
+                          allreduce_curve(gpu, int(tp)) if tp > 1 else None,
+                          (0.0, launch) if ex.overlap else (launch, 0.0), consts)
+
+    def _role(self, role: str) -> RolePricer:
+        return for_role(self.roles, role)
+
+    @property
+    def windowed(self) -> bool:
+        """Whether a role has sliding-window layers (priced from arrays: RooflineCost.windowed)."""
+        return any(r.consts.sliding_layers for r in self.roles.values())
+
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
+        """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens."""
+        r = self.roles.get(role)
+        if r is not None and r.consts.sliding_layers:
+            *sums, window = batch_window_sums(query, kv, r.consts.window)
+            return self.time_from_sums(role, *sums, window=window)
+        return self.time_from_sums(role, *batch_sums(query, kv))
+
+    def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
+                       sqq: float, window: tuple[float, float] | None = None) -> float:
+        """:meth:`step_time` from the batch sums; bit-identical to it on the same sums (a
+        role with sliding-window layers also needs ``window`` = (K^W, P^W))."""
+        r = self.roles.get(role)
+        if r is None:
+            r = self._role(role)  # raises the one-line error
+        if window is None:
+            return r.total(sq, skv, sqkv, sqq, n)
+        return r.total(sq, skv, sqkv, sqq, n, window)
+
+    def breakdown(self, role: str, query: np.ndarray, kv: np.ndarray) -> dict:
+        """Seconds per part of one pass (``layers``, ``attention``, ``allreduce``,
+        ``lm_head``, ``launch``), summing to :meth:`step_time`."""
+        r = self._role(role)
+        n, sq, skv, sqkv, sqq = batch_sums(np.asarray(query), np.asarray(kv))
+        if r.consts.sliding_layers:
+            return r.split(sq, skv, sqkv, sqq, n, window_sums(query, kv, r.consts.window))
+        return r.split(sq, skv, sqkv, sqq, n)
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9, block_size: int = 16,
+                           disable_hybrid_kv_cache_manager: bool = False) -> int:
+        """KV-cache tokens next to both models' weights (simulator.cost.analytic.roofline's
+        accounting, a windowed model's hybrid pool included)."""
+        return memory_kv_tokens(self.hardware, self.target, self.draft, self.tp,
+                                gpu_memory_utilization, self.draft_weight_bits,
+                                self.kv_cache_dtype, block_size, disable_hybrid_kv_cache_manager)
+
+    def sources(self) -> dict:
+        """Per role: which source priced each part and its validated error."""
+        return {role: (self.roles[role].source() if isinstance(self.roles[role], LssPricer)
+                       else role_source(self.roles[role], self.hardware.name))
+                for role in ROLES}
+
+
+def check_calibrated_precision(hw: Hardware, shapes: tuple, kv_cache_dtype: str) -> None:
+    """The calibrated model prices a quantised target through its GEMM laws
+    (:func:`quantized_layer_seconds`, :func:`format_scales`); refuse, naming the setting, what
+    it cannot: quantised weights or fp8 KV on the GPUs priced by LLMServingSim's bf16
+    per-layer profiles."""
+    for shape in shapes:
+        if shape.quantization != "none" and lss_gpu(hw.name):
+            raise SpecbatchError(f"cost 'calibrated': quantization {shape.quantization!r} on "
+                                 f"{hw.name}: its per-layer profiles are bf16; expected none")
+    if str(kv_cache_dtype).lower() != "auto" and lss_gpu(hw.name):
+        raise SpecbatchError(f"cost 'calibrated': kv_cache_dtype {kv_cache_dtype!r} on "
+                             f"{hw.name}: its attention law is fitted on bf16 KV; expected auto")
+
+
+def format_scales(fmt: WeightFormat, hw: Hardware) -> dict:
+    """GEMM kind -> (byte ratio, compute speed-up) of ``fmt`` against the bf16 laws: bytes per
+    weight / dtype bytes, and under W8A8 FP8 the datasheet ratio peak_fp8 / peak (routers and
+    the LM head stay bf16)."""
+    speed = hw.fp8_peak_flops / hw.peak_flops if fmt.w8a8 else 1.0
+    b = float(hw.dtype_bytes)
+    return {"projection": (fmt.linear_bytes / b, speed if fmt.linear_bytes < b else 1.0),
+            "expert": (fmt.expert_bytes / b, speed if fmt.expert_bytes < b else 1.0)}
+
+
+def quantized_layer_seconds(fit: GpuFit, ls, tp: int, qa: np.ndarray, per_layer: np.ndarray,
+                            fmt: WeightFormat, hw: Hardware) -> np.ndarray:
+    """``per_layer`` seconds # [1] with every projection GEMM re-priced in ``fmt``
+    (:func:`~simulator.cost.measured.sources.scaled_gemm_seconds` at
+    :func:`format_scales`' projection ratios). A roofline projection of bf16-fitted laws."""
+    dims = ls.gemm_dims(tp)
+    ratio, speed = format_scales(fmt, hw)["projection"]
+    for op in GEMMS:
+        k, n = dims[op]
+        full = gemm_seconds(fit, op, qa, k, n)
+        per_layer = per_layer - full + scaled_gemm_seconds(fit, op, qa, k, n, ratio, speed)
+    return per_layer
+
+
+def cell_check(grid: np.ndarray, secs: np.ndarray) -> dict | None:
+    """Error of the cell's interpolation: each interior token count left out and priced
+    from its two neighbours (twice the spacing the model interpolates over)."""
+    if len(grid) < 3:
+        return None
+    pred = secs[:-2] + (secs[2:] - secs[:-2]) * (grid[1:-1] - grid[:-2]) / (grid[2:] - grid[:-2])
+    err = pred / secs[1:-1] - 1  # [grid - 2]
+    return {"mape": round(float(np.abs(err).mean()), 4),
+            "mean_signed": round(float(err.mean()), 4), "rows": int(err.size),
+            "check": "each token count left out, interpolated from its neighbours"}
+
+
+def role_source(r: RolePricer, gpu: str) -> dict:
+    """The source record of one role (see :meth:`CalibratedCost.sources`)."""
+    checks = validation()
+    proxy = proxy_of(gpu)
+    if r.cell is not None:
+        model, grid, secs, folder = r.cell
+        origin = "vidur" if folder is None else f"user profile {folder}:"
+        layers = {"source": "public profile cell" if folder is None else "user profile cell",
+                  "cell": f"{origin} {gpu} {model} tp {r.tp}",
+                  "validated": cell_check(grid, secs)}
+    else:
+        how = (f"calibrated roofline ({proxy} law scaled to {gpu}'s datasheet peaks; not "
+               f"validated on {gpu})" if proxy else f"calibrated roofline ({gpu} law)")
+        if r.weight_bits < FULL_WEIGHT_BITS:
+            how += f", projections at {r.weight_bits} bits"
+        if r.fmt.quantized:
+            how += (f", {describe(r.shape, 'auto', r.hw)} (a roofline projection of the bf16 "
+                    "laws, not fitted on quantised data)")
+        if r.shape.is_moe:
+            how += ", MoE experts touched as one grouped GEMM (not validated)"
+        if r.shape.is_mla:
+            how += ", MLA attention weights as one GEMM (not validated)"
+        layers = {"source": how,
+                  "validated": checks.get("lomo", {}).get(f"{proxy or gpu}|tp{r.tp}")}
+    if r.tp == 1:
+        comm = {"source": "none (tp 1)"}
+    elif r.allreduce is not None:
+        cluster = allreduce_cluster(gpu)
+        comm = {"source": f"vLLM custom all-reduce up to {CUSTOM_AR_MAX_BYTES >> 20} MiB "
+                          "(roofline latency + ring bytes; assumed, not validated), measured "
+                          f"NCCL curve vidur {cluster} world {r.tp} above",
+                "validated": checks.get("allreduce", {}).get(f"{cluster}|{r.tp}")}
+    else:
+        comm = {"source": "roofline all-reduce (latency + ring bytes; not validated)"}
+    return {"model": r.shape.name, "tp": r.tp, "layers": layers,
+            "attention": {"source": "analytic (memory-bound on KV bytes at the fitted "
+                                    "bandwidth; not validated)" + window_note(r.shape)},
+            "allreduce": comm, "lm_head": {"source": "calibrated GEMM law"},
+            "summary": layers["source"] if r.cell is None else layers["cell"]}
+
+
+def window_note(shape: ModelShape) -> str:
+    """``, L_s of L layers within a W-token window`` for a sliding-window shape, else ''."""
+    if not shape.is_windowed:
+        return ""
+    return (f", {shape.sliding_layers} of {shape.layers} layers within a "
+            f"{shape.sliding_window}-token window")
+

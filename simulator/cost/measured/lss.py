@@ -1,0 +1,421 @@
+"""The calibrated cost on the GPUs of the measured vLLM runs (RTX 4090, RTX PRO 6000), from
+LLMServingSim's per-layer kernel profiles of those GPUs (traces.public.llmservingsim_profiles).
+
+One forward pass of a role (L layers, M of them MoE, tp GPUs, n requests, Q = Σq query
+tokens, c the cached tokens) is priced, as :mod:`simulator.cost.measured.calibrated` does elsewhere,
+as::
+
+    t = layers(Q) + L · attention(n, Σq, Σc, Σqc, Σq²) + allreduce(Q) + lm_head(Q, n) + launch
+
+- ``layers`` (a *cell*: the profile of this GPU, tp and per-layer shape): emb(Q) +
+  final_norm(Q) + L · [2 · norm + qkv + qk_norm + rotary + o + gate_up + act + down](Q), each
+  module's measured time interpolated linearly in Q between measured token counts (1 ...
+  2048), made non-decreasing (running maximum); on a MoE layer the MLP is the measured MoE
+  block at (Q, E_touched(Q)) (moe.csv, linear in both; E_touched as the roofline: uniform
+  routing or ``routing_skew``'s Zipf law). The block is the one-GPU profile holding every
+  expert; under expert parallelism (simulator.cost.features.expert_parallel) it is read at the
+  rank's pairs and touched local experts, and ``allreduce`` adds the dispatch/combine traffic.
+- ``attention``: an :class:`AttentionLaw` fitted to the GPU's measured attention table
+  (one Attention call per row: one prefill chunk and n_d decodes). Two regimes, as vLLM's
+  FlashAttention backend runs them (vllm/v1/attention/backends/flash_attn.py,
+  ``FlashAttentionImpl.forward``: one varlen call over the batch; split-KV decode only
+  when every request has one query token): a pure-decode batch (Σq² = Σq) reads each KV
+  head once, t = a + u·n + B_kv/β; a batch with any chunk (Σq² > Σq) runs each query head's
+  tiles over its request's whole cache, t = a' + u'·n + F/π + B_H/β', with
+  B_kv = 2b·(H_kv/tp)·d·(Σc + Σq) the KV bytes, F = 4 (H/tp) d (Σqc + (Σq² + Σq)/2) the causal
+  FLOPs and B_H = 2b·(H/tp)·d·(Σc + Σq) the same cache traversed once per *query* head.
+  Measured: a 16-token chunk next to 128 decodes of 1024 cached tokens takes 672 µs against
+  405 µs for the decodes alone (RTX PRO 6000, Llama-3.1-8B). Non-negative least squares
+  per regime (:func:`fit_attention`), fitted on the GPU's Llama-3.1-8B tp 1 table only (a
+  verification batch, every request k+1 tokens, falls in the chunked regime; the tables hold
+  no such batch, so it is not validated); :func:`attention_check` reports the error on the other bundled tables (Qwen3-32B tp
+  1 and 2, Qwen3-30B-A3B: held-out models).
+- ``allreduce`` (tp > 1): 2 L ring all-reduces of b·h·Q bytes over the PCIe link the anchor
+  configured for these runs (bench/examples/RTXPRO6000/Qwen3-32B/config.json: ``link_bw``
+  16 GB/s, ``link_latency`` 20 µs; a configuration, not a measurement — no public all-reduce
+  measurement of these GPUs is known), 2(tp−1) steps of λ + S/(tp·B).
+- ``lm_head``: the measured LogitsProcessor at Q rows (per_sequence.csv, linear in rows up to
+  its last measured count, then 2 h V / tp FLOPs per further row at the preset's fitted GEMM
+  efficiency: logits at every query position, the package's convention), plus the measured
+  sampler at n sequences.
+- ``launch``: the execution preset's floors, as :mod:`simulator.cost.measured.calibrated` (the
+  profiles ran eager and time kernels, not launch gaps).
+
+A dense role whose (GPU, tp, shape) has no bundled cell is priced from the GPU's nearest cell
+(:mod:`simulator.cost.measured.transfer`); a MoE or MLA role without its own cell, or a quantised
+draft, is refused with a one-line error.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specbatch.errors import SpecbatchError, require
+from specbatch.simulator.cost.analytic.all2all import dispatch_seconds
+from specbatch.simulator.cost.analytic.window import windowed_sums
+from specbatch.simulator.cost.measured.laws import scipy_optimize
+from specbatch.simulator.cost.measured.transfer import (
+    nearest_profile,
+    transfer_check,
+    transfer_curves,
+)
+from specbatch.traces.models.shapes import ModelShape, get_shape
+from specbatch.traces.public.llmservingsim_profiles import bundled_profiles, read_profile
+
+#: The anchor's configured PCIe link for its tp 2 run: (bytes/s, seconds per step).
+PCIE_LINK = (16e9, 20e-6)
+#: Modules of one dense decoder layer (a name absent from a profile is skipped) and their count.
+LAYER_MODULES = {"layernorm": 2, "qkv_proj": 1, "qk_norm": 1, "rotary_emb": 1, "o_proj": 1,
+                 "gate_up_proj": 1, "act_fn": 1, "down_proj": 1}
+MLP_MODULES = ("gate_up_proj", "act_fn", "down_proj")
+PASS_MODULES = ("embedding", "final_layernorm")
+#: The model each GPU's attention law is fitted on.
+ATTENTION_FIT_MODEL = "llama-3.1-8b"
+DTYPE_BYTES = 2
+
+
+def attention_features(shape: ModelShape, tp: int, n, sq, skv, sqkv, sqq) -> np.ndarray:
+    """[rows, 5] features (1, n, B_kv GB, F TFLOP, B_H GB) of one layer's attention (module
+    docstring); arguments scalars or [rows]."""
+    h_q = shape.heads / tp
+    h_kv = max(shape.kv_heads / tp, 1.0)
+    d = shape.head_dim
+    n, sq, skv, sqkv, sqq = (np.asarray(x, dtype=np.float64) for x in (n, sq, skv, sqkv, sqq))
+    kv = 2 * DTYPE_BYTES * h_kv * d * (skv + sq) * 1e-9
+    flops = 4 * h_q * d * (sqkv + 0.5 * (sqq + sq)) * 1e-12
+    trav = 2 * DTYPE_BYTES * h_q * d * (skv + sq) * 1e-9
+    return np.stack(np.broadcast_arrays(np.ones_like(sq), n, kv, flops, trav), axis=-1)
+
+
+#: Feature columns of each regime: decode (1, n, B_kv), chunked (1, n, F, B_H).
+REGIME_COLUMNS = {"decode": (0, 1, 2), "chunked": (0, 1, 3, 4)}
+
+
+@dataclass(frozen=True)
+class AttentionLaw:
+    """Seconds of one layer's attention call: coefficient vectors [5] per regime."""
+
+    decode: tuple
+    chunked: tuple
+    fitted_on: str
+
+    def seconds(self, shape: ModelShape, tp: int, n, sq, skv, sqkv, sqq) -> np.ndarray:
+        x = attention_features(shape, tp, n, sq, skv, sqkv, sqq)  # [rows, 5]
+        chunked = np.asarray(sqq) > np.asarray(sq)
+        return np.where(chunked, x @ np.array(self.chunked), x @ np.array(self.decode))
+
+
+def table_sums(rows) -> tuple[np.ndarray, ...]:
+    """(n, Σq, Σc, Σqc, Σq²) # [rows] of attention.csv rows: one chunk, n_d decodes."""
+    pc, kp = rows["prefill_chunk"].to_numpy(), rows["kv_prefill"].to_numpy()
+    nd, kd = rows["n_decode"].to_numpy(), rows["kv_decode"].to_numpy()
+    return (nd + (pc > 0), pc + nd, kp + nd * kd, pc * kp + nd * kd, pc * pc + nd)
+
+
+def attention_rows(gpu: str, model: str, tp: int):
+    """The bundled attention rows of (gpu, model, tp) with a non-empty batch, their sums and
+    the model's shape."""
+    ps = bundled_profiles()[(gpu, model, tp)]
+    rows = read_profile(ps.files["attention"], "attention")
+    rows = rows[(rows["prefill_chunk"] + rows["n_decode"]) > 0]
+    return rows, table_sums(rows), get_shape(str(ps.config))
+
+
+def fit_attention(shape: ModelShape, tp: int, sums: tuple, seconds: np.ndarray,
+                  fitted_on: str) -> AttentionLaw:
+    """NNLS of the :class:`AttentionLaw` per regime to measured calls: ``sums`` the (n, Σq,
+    Σc, Σqc, Σq²) # [rows] of each call, ``seconds`` # [rows]; residuals relative to t.
+    (Weights t^(-1/2) fit the table's long rows better, 9 % against 24 % under the total time
+    of the RTX PRO 6000's fitted table, but over-price the :data:`SERVING` region by 11 %
+    against 8 % under: relative weights were kept, on that in-sample criterion.)"""
+    x = attention_features(shape, tp, *sums)  # [rows, 5]
+    t = np.asarray(seconds, dtype=np.float64)  # [rows]
+    chunked = np.asarray(sums[4]) > np.asarray(sums[1])
+    coef = {}
+    for regime, mask in (("decode", ~chunked), ("chunked", chunked)):
+        cols = list(REGIME_COLUMNS[regime])
+        sol, _ = scipy_optimize().nnls(x[mask][:, cols] / t[mask, None], np.ones(int(mask.sum())))
+        full = np.zeros(5)
+        full[cols] = sol
+        coef[regime] = tuple(float(v) for v in full)
+    return AttentionLaw(coef["decode"], coef["chunked"], fitted_on)
+
+
+@functools.lru_cache(maxsize=4)
+def fitted_attention(gpu: str) -> AttentionLaw:
+    """The :class:`AttentionLaw` of ``gpu``: :func:`fit_attention` on its
+    :data:`ATTENTION_FIT_MODEL` tp 1 table."""
+    rows, sums, shape = attention_rows(gpu, ATTENTION_FIT_MODEL, 1)
+    return fit_attention(shape, 1, sums, rows["time_us"].to_numpy() * 1e-6,
+                         f"{gpu} {ATTENTION_FIT_MODEL} tp 1")
+
+
+#: The rows a serving step of the bundled runs reaches (2048-token budget, ShareGPT lengths):
+#: a cache of at most 2048 tokens before the chunk, 16 or more decodes of 256 ... 4096.
+SERVING = {"kv_prefill": (0, 2048), "n_decode": (16, 256), "kv_decode": (256, 4096)}
+
+
+@functools.lru_cache(maxsize=4)
+def attention_check(gpu: str) -> dict:
+    """The fitted law's error on every bundled attention table of ``gpu``: per (model, tp)
+    and regime, the MAPE over rows and the time-weighted error Σ(t̂ − t) / Σt, over the whole
+    table and over its :data:`SERVING` rows."""
+    law = fitted_attention(gpu)
+    out = {}
+    for (g, model, tp), ps in bundled_profiles().items():
+        if g != gpu or "attention" not in ps.files:
+            continue
+        rows, sums, shape = attention_rows(gpu, model, tp)
+        t = rows["time_us"].to_numpy() * 1e-6
+        pred = law.seconds(shape, tp, *sums)
+        chunked = sums[4] > sums[1]
+        serving = np.ones(len(rows), dtype=bool)
+        for col, (lo, hi) in SERVING.items():
+            serving &= rows[col].between(lo, hi).to_numpy()
+        for regime, mask in (("decode", ~chunked), ("chunked", chunked)):
+            rec = {"held_out": model != ATTENTION_FIT_MODEL or tp != 1}
+            for name, m in (("", mask), ("serving_", mask & serving)):
+                err = pred[m] / t[m] - 1
+                rec.update({f"{name}rows": int(m.sum()),
+                            f"{name}mape": round(float(np.abs(err).mean()), 4),
+                            f"{name}weighted": round(float((pred[m] - t[m]).sum()
+                                                           / t[m].sum()), 4)})
+            out[f"{model}|tp{tp}|{regime}"] = rec
+    return out
+
+
+def same_layer(a: ModelShape, b: ModelShape) -> bool:
+    """Whether two shapes have the same decoder layer (the cell's key; layers may differ)."""
+    keys = ("hidden", "heads", "kv_heads", "head_dim", "vocab", "experts", "top_k",
+            "expert_intermediate", "shared_intermediate", "is_mla")
+    dense = not a.is_moe or a.moe_layers < a.layers
+    return (all(getattr(a, k) == getattr(b, k) for k in keys)
+            and (not dense or a.intermediate == b.intermediate))
+
+
+def find_profile(gpu: str, shape: ModelShape, tp: int):
+    """The bundled ProfileSet pricing ``shape`` on ``tp`` ``gpu`` GPUs, or None."""
+    for (g, _, t), ps in bundled_profiles().items():
+        if g == gpu and t == tp and "dense" in ps.files and same_layer(
+                get_shape(str(ps.config)), shape):
+            return ps
+    return None
+
+
+def curve(rows, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(grid [G], seconds [G]) of one module's rows, non-decreasing (running maximum)."""
+    grid = rows[key].to_numpy(dtype=np.float64)
+    return grid, np.maximum.accumulate(rows["time_us"].to_numpy(dtype=np.float64) * 1e-6)
+
+
+def interp(c: tuple[np.ndarray, np.ndarray], x: float) -> float:
+    """Linear in x, clamped below the grid, extrapolated from the top two points above."""
+    grid, secs = c
+    if x <= grid[-1] or len(grid) < 2:
+        return float(np.interp(x, grid, secs))
+    slope = (secs[-1] - secs[-2]) / (grid[-1] - grid[-2])
+    return float(secs[-1] + slope * (x - grid[-1]))
+
+
+@dataclass
+class LssPricer:
+    """One role's pass on an LLMServingSim-profiled GPU (module docstring)."""
+
+    shape: ModelShape
+    tp: int
+    hw: object  # simulator.cost.gpus.hardware.Hardware
+    profile: object  # traces.public.llmservingsim_profiles.ProfileSet
+    law: AttentionLaw
+    launch: tuple[float, float]  # (fixed s, host floor s)
+    consts: object  # the roofline's PassConstants (experts touched)
+    memo: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        dense = read_profile(self.profile.files["dense"], "dense")
+        self.modules = {name: curve(rows, "tokens") for name, rows in dense.groupby("layer")}
+        seq = read_profile(self.profile.files["per_sequence"], "per_sequence")
+        self.per_seq = {name: curve(rows, "sequences") for name, rows in seq.groupby("layer")}
+        src = get_shape(str(self.profile.config))
+        self.transferred = not (same_layer(src, self.shape) and self.profile.tp == self.tp)
+        if self.transferred:  # a neighbour's cell (simulator.cost.measured.transfer)
+            self.modules, self.per_seq = transfer_curves(self.modules, self.per_seq, src,
+                                                         self.profile.tp, self.shape, self.tp,
+                                                         self.hw)
+        self.moe = None
+        if self.shape.is_moe:
+            if "moe" not in self.profile.files:
+                raise SpecbatchError(f"cost 'calibrated': no MoE block profile of "
+                                     f"{self.shape.name} on {self.hw.name}")
+            moe = read_profile(self.profile.files["moe"], "moe")
+            self.moe = {int(e): curve(rows, "tokens")
+                        for e, rows in moe.groupby("activated_experts")}
+
+    def moe_block(self, q: float) -> float:
+        """The MoE block at (Q, E_touched(Q)): linear in tokens, then in activated experts;
+        under expert parallelism at the rank's pairs (consts.moe_tokens: dp · Q / ep_size
+        tokens' worth) and its touched local experts (simulator.cost.features.expert_parallel)."""
+        return self.block_at(self.consts.moe_tokens(q), self.consts.experts_touched(q))
+
+    def block_at(self, tokens: float, touched: float) -> float:
+        """The measured MoE block at ``tokens`` tokens' pairs and ``touched`` experts."""
+        es = sorted(self.moe)
+        vals = [interp(self.moe[e], tokens) for e in es]
+        return float(np.interp(touched, es, vals))
+
+    def layers(self, q: float) -> float:
+        s = self.shape
+        moe_layers = s.moe_layers if s.is_moe else 0
+        block, mlp = 0.0, 0.0
+        for name, count in LAYER_MODULES.items():
+            if name in self.modules:
+                t = count * interp(self.modules[name], q)
+                block += t
+                mlp += t if name in MLP_MODULES else 0.0
+        total = s.layers * block
+        if moe_layers:
+            total += moe_layers * (self.moe_block(q) - mlp)
+        return total + sum(interp(self.modules[m], q) for m in PASS_MODULES if m in self.modules)
+
+    def head(self, q: float, n: float) -> float:
+        grid, secs = self.per_seq["lm_head"]
+        lm = float(np.interp(q, grid, secs))
+        if q > grid[-1]:  # further rows at the preset's fitted GEMM rate (module docstring)
+            per_row = 2 * self.shape.hidden * self.shape.vocab / self.tp
+            lm += (q - grid[-1]) * per_row / (self.hw.peak_flops * self.hw.compute_eff)
+        sampler = self.per_seq.get("sampler")
+        return lm + (interp(sampler, max(n, 1.0)) if sampler is not None else 0.0)
+
+    def allreduce(self, q: float) -> float:
+        if self.consts.ep_size > 1:  # + the experts' dispatch/combine (expert_parallel)
+            return self.tp_allreduce(q) + self.ep_dispatch(q)
+        return self.tp_allreduce(q)
+
+    def ep_dispatch(self, q: float, total: float | None = None) -> float:
+        """t_a2a of the M MoE layers over the anchor's PCIe link for ``total`` tokens of all
+        DP ranks (None: the other ranks carry Q each too;
+        simulator.cost.features.expert_parallel)."""
+        s, dp = self.shape, self.consts.ep_dp
+        return s.moe_layers * dispatch_seconds(dp * q if total is None else total, s.hidden,
+                                               s.experts, dp, *PCIE_LINK, DTYPE_BYTES)
+
+    def tp_allreduce(self, q: float) -> float:
+        if self.tp == 1:
+            return 0.0
+        bw, lat = PCIE_LINK
+        nbytes = DTYPE_BYTES * self.shape.hidden * q
+        one = 2 * (self.tp - 1) * (lat + nbytes / (self.tp * bw))
+        return 2 * self.shape.layers * one
+
+    def parts(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
+              window: tuple[float, float] | None = None) -> dict:
+        """Seconds per part of one pass (they sum to :meth:`total`)."""
+        names = ("layers", "attention", "allreduce", "lm_head", "launch")
+        if sq <= 0.0:
+            return dict.fromkeys(names, 0.0)
+        cached = self.memo.get(sq)
+        if cached is None:
+            cached = (self.layers(sq), self.allreduce(sq))
+            if len(self.memo) < 65536:
+                self.memo[sq] = cached
+        layers, comm = cached
+        n = max(float(n), 1.0)
+        attn = self.attention(n, sq, skv, sqkv, sqq, window)
+        head = self.head(sq, n)
+        fixed, floor = self.launch
+        launch = fixed + max(0.0, floor - (layers + attn + comm + head))
+        return dict(zip(names, (layers, attn, comm, head, launch)))
+
+    def attention(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
+                  window: tuple[float, float] | None) -> float:
+        """L layers of the fitted per-layer attention law; with sliding-window layers, L − L_s
+        at the full sums and L_s at the sums a sliding layer presents
+        (simulator.cost.analytic.window .windowed_sums: the law was fitted on full attention and is
+        applied per layer)."""
+        s, law = self.shape, self.law
+        if not s.is_windowed:
+            return s.layers * float(law.seconds(s, self.tp, n, sq, skv, sqkv, sqq))
+        require(window is not None, f"model {s.name}: has sliding-window layers, so a pass is "
+                                    "priced with its window sums (K^W, P^W)")
+        full = (s.layers - s.sliding_layers) * float(law.seconds(s, self.tp, n, sq, skv, sqkv,
+                                                                  sqq))
+        w_sq, w_skv, w_sqkv, w_sqq = windowed_sums(sq, skv, sqkv, sqq, window)
+        return full + s.sliding_layers * float(law.seconds(s, self.tp, n, w_sq, w_skv, w_sqkv,
+                                                             w_sqq))
+
+    def total(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
+              window: tuple[float, float] | None = None) -> float:
+        p = self.parts(n, sq, skv, sqkv, sqq, window)
+        return (((p["layers"] + p["attention"]) + p["allreduce"]) + p["lm_head"]) + p["launch"]
+
+    def split(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
+              window: tuple[float, float] | None = None) -> dict:
+        return self.parts(n, sq, skv, sqkv, sqq, window)
+
+    def cell_check(self) -> dict:
+        """Error of the cell's interpolation in tokens: the layers(Q) sum at each interior
+        measured token count left out and interpolated from its two neighbours."""
+        grid = next(iter(self.modules.values()))[0]
+        secs = np.array([self.layers(float(q)) for q in grid])  # [G]
+        pred = secs[:-2] + (secs[2:] - secs[:-2]) * (grid[1:-1] - grid[:-2]) / (
+            grid[2:] - grid[:-2])
+        err = pred / secs[1:-1] - 1  # [G - 2]
+        return {"mape": round(float(np.abs(err).mean()), 4),
+                "mean_signed": round(float(err.mean()), 4), "rows": int(err.size),
+                "check": "each token count left out, interpolated from its neighbours"}
+
+    def source(self) -> dict:
+        """The source record of this role (simulator.cost.measured.calibrated's ``sources``)."""
+        ps = self.profile
+        cell = f"llmservingsim {ps.gpu} {ps.model} tp {ps.tp}"
+        layers = {"source": "public per-layer profile cell"
+                  + (", MoE block at E_touched(Q)" if self.moe else ""),
+                  "cell": cell, "validated": self.cell_check()}
+        if self.transferred:
+            cell += f" transferred to {self.shape.name} tp {self.tp}"
+            layers = {"source": "a profiled neighbour's cell scaled by roofline and byte "
+                                "ratios (simulator.cost.measured.transfer)", "cell": cell,
+                      "validated": transfer_check(ps.gpu) or None}
+        comm = ({"source": "none (tp 1)"} if self.tp == 1 else
+                {"source": f"ring all-reduce over the anchor's configured PCIe link "
+                           f"({PCIE_LINK[0] / 1e9:g} GB/s, {PCIE_LINK[1] * 1e6:g} µs; not "
+                           "measured)"})
+        checks = attention_check(ps.gpu)
+        held = {k: v for k, v in checks.items() if v["held_out"]}
+        return {"model": self.shape.name, "tp": self.tp,
+                "layers": layers,
+                "attention": {"source": f"attention law fitted on {self.law.fitted_on}"
+                                        + (f", {self.shape.sliding_layers} of "
+                                           f"{self.shape.layers} layers at a "
+                                           f"{self.shape.sliding_window}-token window"
+                                           if self.shape.is_windowed else ""),
+                              "validated": held or checks},
+                "allreduce": comm,
+                "lm_head": {"source": "measured LogitsProcessor rows + sampler at n"},
+                "summary": cell}
+
+
+def lss_pricer(shape: ModelShape, tp: int, hw, launch: tuple[float, float], consts,
+               weight_bits: int, full_bits: int) -> LssPricer:
+    """The :class:`LssPricer` of ``shape`` on ``tp`` ``hw`` GPUs, or the one-line refusal."""
+    if weight_bits < full_bits:
+        raise SpecbatchError(f"cost 'calibrated': draft_weight_bits {weight_bits} on "
+                             f"{hw.name}: its per-layer profiles are bf16; expected 16")
+    ps = find_profile(hw.name, shape, int(tp))
+    if ps is None and not (shape.is_moe or shape.is_mla):
+        ps = nearest_profile(hw.name, shape)
+    if ps is None:
+        have = ", ".join(f"{m} tp {t}" for g, m, t in bundled_profiles() if g == hw.name)
+        raise SpecbatchError(f"cost 'calibrated': no per-layer profile of {shape.name} at tp "
+                             f"{tp} on {hw.name} (a MoE or MLA shape needs its own); "
+                             f"bundled: {have}")
+    return LssPricer(shape, int(tp), hw, ps, fitted_attention(hw.name), launch, consts)
+
+
+def lss_gpu(gpu: str) -> bool:
+    """Whether the bundled LLMServingSim profiles price ``gpu`` (else the Vidur-based path)."""
+    return any(g == gpu for g, _, _ in bundled_profiles())
+
+

@@ -1,0 +1,51 @@
+"""vLLM's async scheduling: the per-step CPU overhead overlaps the target pass
+(simulator.cost.features.async_overhead)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specbatch.simulator.config.sim_config import make_config
+from specbatch.simulator.cost.analytic.roofline import RooflineCost
+from specbatch.simulator.cost.features.async_overhead import AsyncOverheadCost
+from specbatch.simulator.cost.gpus.hardware import get_hardware
+from specbatch.simulator.run import build_cost, simulate
+from specbatch.traces.models.shapes import get_shape
+
+
+def roofline() -> RooflineCost:
+    return RooflineCost(get_hardware("h100"), get_shape("vicuna-7b"), get_shape("vicuna-68m"))
+
+
+def test_a_step_takes_the_larger_of_the_target_pass_and_the_host_overhead():
+    inner = roofline()
+    cost = AsyncOverheadCost(inner)
+    assert cost.overhead == 0.0 and cost.host_overhead == inner.overhead == 1e-3
+    q, kv = np.ones(2, dtype=np.int64), np.array([10, 20])
+    short = inner.step_time("draft", q, kv)
+    assert short < 1e-3
+    assert cost.step_time("draft", q, kv) == short  # draft passes are GPU time, unchanged
+    target = inner.step_time("target", q, kv)
+    assert cost.step_time("target", q, kv) == max(target, 1e-3)
+    long_q = np.full(2, 512)
+    assert cost.step_time("target", long_q, kv) == inner.step_time("target", long_q, kv) > 1e-3
+    assert cost.time_from_sums("target", 2, 2.0, 30.0, 30.0, 2.0) == cost.step_time(
+        "target", q, kv)
+    assert cost.step_time("target", np.zeros(0), np.zeros(0)) == 0.0
+    assert cost.kv_capacity_tokens() == inner.kv_capacity_tokens()  # the rest is the inner's
+
+
+def test_the_knob_wraps_the_cost_model_and_shortens_a_run_by_its_hidden_overhead():
+    base = {"policy": "ar", "num_speculative_tokens": 0, "requests": 8, "trace": "synth",
+            "max_num_seqs": 4, "seed": 0}
+    serial = make_config(base, "test")
+    overlap = make_config({**base, "async_scheduling": True}, "test")
+    assert isinstance(build_cost(overlap), AsyncOverheadCost)
+    assert not isinstance(build_cost(serial), AsyncOverheadCost)
+    a, b = simulate(serial).steps, simulate(overlap).steps
+    assert (a["overhead_time"] == 1e-3).all() and (b["overhead_time"] == 0.0).all()
+    # every pass of this run is longer than 1 ms: the same steps, each 1 ms shorter
+    assert len(a) == len(b)
+    assert (b["target_time"].to_numpy() == a["target_time"].to_numpy()).all()
+    assert b["end"].iloc[-1] == pytest.approx(a["end"].iloc[-1] - len(a) * 1e-3, rel=1e-9)
