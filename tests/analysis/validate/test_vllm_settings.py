@@ -70,7 +70,7 @@ def test_data_and_expert_parallel_settings_are_modelled_and_the_lockstep_is_list
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    ({"kv_cache_dtype": "fp8"}, "kv_cache_dtype: expected auto"),
+    ({"kv_cache_dtype": "fp8_inc"}, "kv_cache_dtype: expected one of auto, bfloat16"),
     ({"dtype": "float32"}, "dtype: expected bfloat16"),
     ({"max_num_seqs": None}, "max_num_seqs: expected an integer"),
     ({"enforce_eager": True}, "enforce_eager: expected false"),
