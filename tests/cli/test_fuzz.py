@@ -676,14 +676,30 @@ def test_validate_figure_never_replaces_a_file_it_did_not_write(tmp_path):
                           "a figure validate --vllm wrote (pass --force")
     assert proc.stdout == "" and notes.read_bytes() == b"my own picture"
     assert not (tmp_path / "d").exists()
-    fig = tmp_path / "fig.png"
-    for _ in range(2):  # an earlier figure of validate --vllm is replaced
-        done = run_cli(["validate", "--vllm", RUN, "--figure", str(fig)], tmp_path, timeout=120)
-        assert done.returncode == 0, done.stderr[-2000:]
-    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    forced = run_cli(["validate", "--vllm", RUN, "--figure", str(notes), "--force"], tmp_path,
-                     timeout=120)
-    assert forced.returncode == 0 and notes.read_bytes()[:4] == b"\x89PNG"
+
+
+
+def test_validate_figure_replaces_its_own_figure_or_any_file_with_force(tmp_path, capsys):
+    """The PNG's text chunk, not its name, says an earlier validate --vllm wrote it."""
+    from specbatch.analysis.validate.vllm_run import is_latency_figure, latency_figure
+    from tests.analysis.validate.test_vllm_metrics import THREE
+
+    fig = latency_figure("three", THREE, THREE, tmp_path / "fig.png")
+    plain = tmp_path / "plain.png"  # a valid PNG without the mark: someone else's
+    from PIL import Image
+
+    Image.new("RGB", (2, 2)).save(plain)
+    assert is_latency_figure(fig) and not is_latency_figure(plain)
+    before = fig.read_bytes()
+    done = run_cli(["validate", "--vllm", RUN, "--figure", str(fig)], tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert fig.read_bytes() != before and is_latency_figure(fig)
+    code, _, err = run_main(capsys, ["validate", "--vllm", RUN, "--figure", str(plain)])
+    assert_one_line_error(code, err, "is not a figure validate --vllm wrote")
+    code, _, err = run_main(capsys, ["validate", "--vllm", RUN, "--figure", str(plain),
+                                     "--force"])
+    assert code == 0, err
+    assert is_latency_figure(plain)
 
 
 # ------------------------------------------------------------------ tune (issue 46)
