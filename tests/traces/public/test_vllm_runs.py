@@ -162,3 +162,28 @@ def test_anchor_summary_rows_parse(tmp_path):
     assert read_anchor_summary(path) == {
         "ttft_mean": {"measured": 7097.2, "simulated": 6815.7, "error": -0.04},
         "tpot_p99": {"measured": 37.3, "simulated": 37.6, "error": 0.006}}
+
+
+def test_stamps_outside_the_run_s_length_or_a_request_twice_are_refused(tmp_path):
+    from specbatch.traces.public.vllm_runs import max_span
+
+    path = write_run(tmp_path / "r") / "requests.jsonl"  # the requests span 8 s
+    assert len(read_requests(path, max_span=8.0)) == 3
+    with pytest.raises(SpecbatchError, match="line 2: field last_token_ts: expected the "
+                                             "requests to span at most the run's 7 s"):
+        read_requests(path, max_span=7.0)
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*LINES, LINES[1]]))
+    with pytest.raises(SpecbatchError, match="line 4: field request_id: expected each request "
+                                             "once, got 'c' again \\(first on line 2\\)"):
+        read_requests(path)
+    # no started_at / finished_at: the stat logger's last tick (2 s) plus one tick, +10 s slack
+    assert max_span(META, read_timeseries(tmp_path / "r" / "timeseries.csv")) == 3.0 + 10.0
+
+
+def test_every_bundled_run_s_requests_lie_inside_its_recorded_length():
+    from specbatch.traces.public.vllm_runs import run_seconds
+
+    for name in bundled_runs():
+        run = load_run(name)
+        span = run.requests["finish"].max() - run.requests["arrival"].min()
+        assert 0.9 * run_seconds(run.meta) < span <= run_seconds(run.meta)
