@@ -274,7 +274,7 @@ def is_latency_figure(path: str | Path) -> bool:
     try:
         with Image.open(path) as image:
             text = dict(getattr(image, "text", {}) or {})
-    except Exception:  # not an image PIL can open: not ours
+    except (OSError, ValueError, SyntaxError):  # not an image PIL reads (PIL raises these)
         return False
     return text.get(FIGURE_MARK[0]) == FIGURE_MARK[1]
 
