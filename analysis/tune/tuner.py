@@ -45,9 +45,10 @@ from typing import Any
 from specbatch.errors import require
 from specbatch.io import atomic_write, dumps
 
-#: The file that marks a directory as tune's output.
+#: The report's file in a tune output directory (the directory's marker is
+#: specbatch.io.RESULT_MARKER, kind "tune").
 MARKER = "tune.json"
-#: What a tune output directory holds (anything else there is someone else's).
+#: What a tune output directory holds.
 TUNE_FILES = (MARKER, "settings.txt", "workload.csv")
 #: Default validation rates, as fractions of the best fixed K's burst request throughput.
 RATE_FRACTIONS = (0.25, 0.5, 0.75)
@@ -168,6 +169,9 @@ def engine_ranges(chosen: list[dict]) -> dict[str, list[tuple[int, int, int]]]:
     first = chosen[0]["k"]
     capped = []
     for b in chosen:
+        if not b.get("reached", True) and capped:  # nothing measured there: the last K reached
+            capped.append((b["lo"], b["hi"], capped[-1][2]))
+            continue
         by_k = {int(k): v for k, v in b["throughput"].items() if int(k) <= first}
         capped.append((b["lo"], b["hi"], max(by_k, key=lambda k: (by_k[k], -k))))
     return {"vllm": free, "tensorrt-llm": merge(capped), "sglang": free}
@@ -213,7 +217,8 @@ _TRACES: dict[tuple, Any] = {}
 
 
 def simulate_fields(fields: dict, tax: float = 0.0) -> dict:
-    """One run's summary (a worker process's job); ``tax`` > 0 prices it with TaxedCost."""
+    """One run's summary (a worker process's job) with ``peak_batch``, the most requests one
+    step decoded; ``tax`` > 0 prices it with TaxedCost."""
     from specbatch.simulator.config.sim_config import load_config
     from specbatch.simulator.run import build_cost, load_trace, simulate
 
@@ -222,7 +227,9 @@ def simulate_fields(fields: dict, tax: float = 0.0) -> dict:
     if key not in _TRACES:
         _TRACES[key] = load_trace(config)
     cost = taxed(build_cost(config), tax) if tax else None
-    return simulate(config, _TRACES[key], cost_model=cost).summary
+    result = simulate(config, _TRACES[key], cost_model=cost)
+    batch = result.steps["batch"]
+    return {**result.summary, "peak_batch": int(batch.max()) if len(batch) else 0}
 
 
 def score(summary: dict, load: Any) -> float:
@@ -245,11 +252,32 @@ def choose(question: TuneQuestion, run: Callable) -> list[dict]:
                                        "arrival": "burst", **fixed_settings(k)}))
     summaries = run([fields for _, fields in jobs])
     table: dict[tuple[int, int], dict[int, float]] = {}
+    peak: dict[tuple[int, int], int] = {}
     for ((lo, hi, k), _), summary in zip(jobs, summaries):
         table.setdefault((lo, hi), {})[k] = summary["throughput"]
-    return [{"lo": lo, "hi": hi, "throughput": {str(k): v for k, v in by_k.items()},
-             "k": max(by_k, key=lambda k: (by_k[k], -k))}
-            for (lo, hi), by_k in table.items()]
+        peak[(lo, hi)] = max(peak.get((lo, hi), 0), int(summary["peak_batch"]))
+    chosen: list[dict] = []
+    for (lo, hi), by_k in table.items():
+        reached = peak[(lo, hi)] >= lo
+        best = max(by_k, key=lambda k: (by_k[k], -k))
+        if not reached:  # no run decoded lo requests at once: nothing to choose from
+            best = chosen[-1]["k"] if chosen else 0
+        chosen.append({"lo": lo, "hi": hi, "throughput": {str(k): v for k, v in by_k.items()},
+                       "k": best, "reached": reached, "peak_batch": peak[(lo, hi)]})
+    return chosen
+
+
+def unreached_note(chosen: list[dict], requests: int) -> str | None:
+    """The note naming the buckets no burst reached (they take the K of the last bucket that
+    was reached), or None when every bucket was reached."""
+    missed = [b for b in chosen if not b["reached"]]
+    if not missed:
+        return None
+    first, top = missed[0], max(b["peak_batch"] for b in chosen)
+    return (f"batch sizes {first['lo']}-{missed[-1]['hi']} were never reached (at most {top} "
+            f"requests decoded at once in a burst of up to {requests} requests: the request "
+            f"count or the KV cache caps it), so they take the K of the largest reached "
+            f"bucket; raise --requests or lower --max-num-seqs to choose them")
 
 
 def validate(question: TuneQuestion, ranges: dict[str, list[tuple[int, int, int]]],
@@ -301,6 +329,7 @@ def tune(question: TuneQuestion, run: Callable) -> dict:
     check = validate(question, ranges, run)
     best = check["fixed"][str(check["best_fixed_k"])]
     lines = paste_lines(ranges)
+    note = unreached_note(chosen, int(question.base["requests"]))
     engines = {}
     for engine in ENGINES:
         scores, own = check["engines"][engine], ranges[engine]
@@ -316,7 +345,9 @@ def tune(question: TuneQuestion, run: Callable) -> dict:
     return {"question": {**question.base, "max_num_seqs": question.max_num_seqs,
                          "k_max": question.k_max, "tax": question.tax},
             "buckets": chosen, "ranges": [list(r) for r in ranges["vllm"]], **check,
-            "engines_verdict": engines}
+            "engines_verdict": engines,
+            "unreached": [[b["lo"], b["hi"]] for b in chosen if not b["reached"]],
+            "notes": [note] if note else []}
 
 
 def deduplicated(run: Callable) -> Callable:
@@ -345,13 +376,15 @@ def fixed_advice(engine: str, k: int) -> str:
             "sglang": f"--speculative-num-steps {k} (no --speculative-adaptive)"}[engine]
 
 
-def claim_tune_dir(out: Path) -> None:
-    """Refuse an existing directory holding anything but tune's files (one line)."""
-    if out.is_dir():
-        other = sorted(p.name for p in out.iterdir() if p.name not in TUNE_FILES
-                       and not p.name.startswith("."))
-        require(not other, f"--out {out}: holds files that are not tune's ({', '.join(other[:3])}"
-                "); choose an empty or new directory")
+def is_tune_result(out: Path) -> bool:
+    """Whether ``out`` holds an earlier tune's files written before results carried a marker:
+    its tune.json is a tune report (read, not guessed from the name). Such a folder may be
+    replaced; files someone else named tune.json are not."""
+    try:
+        report = json.loads((out / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(report, dict) and {"question", "buckets", "engines_verdict"} <= set(report)
 
 
 def write_tune(report: dict, out: Path) -> None:

@@ -81,29 +81,91 @@ def sim_values(run: VllmRun, settings, hardware: str, model: str, cost: str) -> 
             "target": model, "cost": cost, "seed": 0}
 
 
-def simulate_run(run: VllmRun, values: dict):
+#: The workload file of a replay kept in a result folder (``validate --vllm --out``).
+WORKLOAD_FILE = "workload.csv"
+
+
+def simulate_run(run: VllmRun, values: dict, folder: str | Path | None = None,
+                 final: str | Path | None = None):
     """The simulation of ``values`` (SimResult); the run's lengths and arrivals go through a
-    temporary workload file."""
+    workload file: ``folder``/workload.csv when a result folder is being written (its config
+    then names ``final``/workload.csv, where the folder ends up, so ``simulate --config``
+    re-runs it), else a temporary one."""
+    import dataclasses
+
     from specbatch.simulator.config.sim_config import make_config
     from specbatch.simulator.run import simulate
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "workload.csv"
+    def replay(where: Path):
+        path = where / WORKLOAD_FILE
         run.requests[["prompt_len", "output_len", "arrival"]].to_csv(path, index=False)
-        values = {**values, "workload": str(path)}
-        return simulate(make_config(values, f"vLLM run {run.name}"))
+        return simulate(make_config({**values, "workload": str(path)}, f"vLLM run {run.name}"))
+
+    if folder is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            return replay(Path(tmp))
+    sim = replay(Path(folder))
+    kept = str(Path(final if final is not None else folder) / WORKLOAD_FILE)
+    return dataclasses.replace(sim, config=dataclasses.replace(sim.config, workload=kept))
+
+
+def check_plausible(run: VllmRun, settings, preset: str, target: str) -> None:
+    """What the recorded run cannot have done, each a one-line error naming the file and
+    field: a request longer than ``max_model_len`` (vLLM refuses the prompt and stops the
+    output there), and a KV pool (``num_gpu_blocks`` x the bytes of one block of the target,
+    simulator.cost.analytic.kv_groups) larger than the GPUs' memory (meta.json's
+    ``hardware.device_total_memory_bytes``, else the preset's; per GPU: a pool block's bytes
+    are split over tp, an MLA latent cache is held whole on each)."""
+    from specbatch.simulator.cost.gpus.hardware import get_hardware
+    from specbatch.simulator.cost.analytic.kv_groups import kv_layout
+    from specbatch.simulator.cost.analytic.precision import kv_element_bytes
+    from specbatch.traces.models.shapes import get_shape
+
+    meta_file = run.path / "meta.json"
+    limit = settings.values.get("max_model_len")
+    if limit is not None:
+        total = run.requests["prompt_len"] + run.requests["output_len"]
+        if (total > limit).any():
+            row = run.requests.loc[int((total > limit).to_numpy().argmax())]
+            raise SpecbatchError(
+                f"vLLM run file {run.requests_file} line {int(row['line'])}: field input_toks: "
+                f"expected input_toks + output_toks <= max_model_len {limit} "
+                f"({settings.origins.get('max_model_len')} in {meta_file}), got "
+                f"{int(row['prompt_len'])} + {int(row['output_len'])}")
+    tokens = settings.values.get("kv_capacity")
+    if tokens is None:
+        return
+    hw, shape = get_hardware(preset), get_shape(target)
+    kv_b = kv_element_bytes(settings.values.get("kv_cache_dtype", "auto"), hw)
+    block_size = int(settings.values["block_size"])
+    tp = int(settings.values.get("tp", 1))
+    per_gpu = kv_layout(shape, None, kv_b, block_size).block_bytes / (1 if shape.is_mla else tp)
+    memory = (run.meta.get("hardware") or {}).get("device_total_memory_bytes")
+    if not (isinstance(memory, (int, float)) and not isinstance(memory, bool) and memory > 0):
+        memory = hw.memory_bytes
+    most = int(memory // per_gpu)
+    blocks = tokens // block_size
+    require(blocks <= most, f"vLLM run file {meta_file}: field "
+            f"{settings.origins.get('kv_capacity', 'num_gpu_blocks')}: expected at most {most} "
+            f"blocks (a block of {block_size} tokens takes {per_gpu:.0f} bytes on each GPU; "
+            f"the GPU holds {memory:.4g} bytes), got {blocks}")
 
 
 def validate_vllm(name_or_dir: str, cost: str = "roofline", hardware: str | None = None,
-                  model: str | None = None) -> tuple[dict, object]:
+                  model: str | None = None, folder: str | Path | None = None,
+                  final: str | Path | None = None) -> tuple[dict, object]:
     """Replay one run (module docstring); returns (report, SimResult). A model or setting the
-    cost model cannot price (e.g. DeepSeek-V3.2's sparse indexer, an fp8 KV cache) is a
-    one-line SpecbatchError."""
+    cost model cannot price (e.g. DeepSeek-V3.2's sparse indexer) is a one-line
+    SpecbatchError. ``folder``/``final``: a result folder being written and where it ends up
+    (:func:`simulate_run`)."""
     run = load_run(name_or_dir)
     settings = engine_settings(run.meta, f"vLLM run file {run.path / 'meta.json'}")
     preset, hw_origin = hardware_of(run, hardware)
     target = model_of(run, model)
-    sim = simulate_run(run, sim_values(run, settings, preset, target, cost))
+    if Path(target).is_file():  # a config.json: absolute, so the written config re-runs anywhere
+        target = str(Path(target).resolve())
+    check_plausible(run, settings, preset, target)
+    sim = simulate_run(run, sim_values(run, settings, preset, target, cost), folder, final)
     unmodelled = [list(r) for r in settings.unmodelled] + moe_rows(target)
     measured = run.requests
     simulated = sim.requests.assign(output_len=sim.requests["tokens"])
@@ -196,9 +258,27 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+#: The PNG text chunk that marks a figure as :func:`latency_figure`'s (key, value).
+FIGURE_MARK = ("specbatch", "validate --vllm latency figure")
+
+
+def is_latency_figure(path: str | Path) -> bool:
+    """Whether ``path`` is a PNG that :func:`latency_figure` wrote (its text chunk
+    FIGURE_MARK, read from the file, never guessed from the name): such a file may be replaced
+    by the next figure; any other file is someone else's."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            text = dict(getattr(image, "text", {}) or {})
+    except (OSError, ValueError, SyntaxError):  # not an image PIL reads (PIL raises these)
+        return False
+    return text.get(FIGURE_MARK[0]) == FIGURE_MARK[1]
+
+
 def latency_figure(run_name: str, measured, simulated, path: str | Path) -> Path:
     """Measured and simulated per-request TTFT and e2e (by arrival order) and their CDFs,
-    overlaid; written atomically as a PNG."""
+    overlaid; written atomically as a PNG carrying FIGURE_MARK."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -225,7 +305,8 @@ def latency_figure(run_name: str, measured, simulated, path: str | Path) -> Path
     fig.suptitle(f"{run_name}: measured vs simulated per-request latency", fontsize=10)
     fig.tight_layout()
     path = Path(path)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png",
+                                               metadata=dict([FIGURE_MARK])))
     plt.close(fig)
     return path
 

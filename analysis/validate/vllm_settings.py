@@ -8,6 +8,15 @@ timing effect on a text-only run) is listed by name in :attr:`Settings.other`, n
 silently; so is every recorded key of engine_kwargs, kv_cache and the read sections that no
 rule reads (e.g. ``scheduler_config.encoder_cache_size``, multimodal only).
 
+Every value read is checked for its JSON type, never coerced: counts (``max_num_seqs``,
+``num_gpu_blocks``, ``tensor_parallel_size``, ...) are JSON integers >= 1 (or null where not
+recording them is allowed: vLLM's default then), switches (``enable_expert_parallel``, ...)
+are true or false, ``gpu_memory_utilization`` a fraction in (0, 1]; anything else (``true``
+for a count, ``2.5``, ``"2588"``, ``0``, NaN, ``"yes"``) is a one-line error naming the file
+and the field. ``quantization`` and ``kv_cache_dtype`` map onto the simulator's knobs of the
+same names (simulator.cost.analytic.precision); a format it does not price is refused with the list
+it does.
+
 vLLM rules cited (vLLM 0.19, the version the bundled runs record):
 
 - ``cudagraph_capture_sizes``: ``vllm/config/compilation.py``
@@ -60,6 +69,7 @@ class Settings:
     mapped: tuple = ()
     unmodelled: tuple = ()
     other: tuple = field(default=())
+    origins: dict = field(default_factory=dict)  # SimConfig field -> the setting it came from
 
 
 def default_capture_sizes(max_num_seqs: int) -> list[int]:
@@ -80,6 +90,7 @@ class _Reader:
         self.mapped: list = []
         self.unmodelled: list = []
         self.read: set = set()
+        self.origins: dict = {}
 
     def unread(self) -> tuple[str, ...]:
         """Every recorded setting not read: engine_kwargs and kv_cache keys, the keys of the
@@ -108,6 +119,28 @@ class _Reader:
             return sec[key], f"resolved_config.{section}.{key}"
         return VLLM_DEFAULTS.get(key), f"{key} (not recorded: vLLM default)"
 
+    def _refuse(self, origin: str, expected: str, value) -> None:
+        raise SpecbatchError(f"{self.where}: field {origin.split(' ')[0]}: expected {expected}, "
+                             f"got {value!r}")
+
+    def integer(self, key: str, section: str | None = None, minimum: int = 1,
+                required: bool = False):
+        """(int or None, origin): a JSON integer >= ``minimum`` (not a bool, float or string:
+        vLLM's settings are ints); None only when not recorded and not ``required``."""
+        v, o = self.get(key, section)
+        if v is None and not required:
+            return None, o
+        if type(v) is not int or v < minimum:
+            self._refuse(o, f"an integer >= {minimum}" + ("" if required else " or null"), v)
+        return v, o
+
+    def flag(self, key: str, section: str | None = None):
+        """(bool or None, origin): JSON true or false (not 0/1 or "yes")."""
+        v, o = self.get(key, section)
+        if v is not None and not isinstance(v, bool):
+            self._refuse(o, "true or false", v)
+        return v, o
+
     def map(self, origin: str, value, how: str) -> None:
         self.mapped.append((origin, value, how))
 
@@ -116,11 +149,11 @@ class _Reader:
 
 
 def _parallel(r: _Reader, values: dict) -> None:
-    tp, o = r.get("tensor_parallel_size", "parallel_config")
-    values["tp"] = int(tp or 1)
+    tp, o = r.integer("tensor_parallel_size", "parallel_config")
+    values["tp"] = tp or 1
     r.map(o, values["tp"], f"tp = {values['tp']} (all-reduce over the preset's link)")
-    dp, o = r.get("data_parallel_size", "parallel_config")
-    dp = int(dp or 1)
+    dp, o = r.integer("data_parallel_size", "parallel_config")
+    dp = dp or 1
     values["data_parallel_size"] = dp
     if dp > 1:
         values["router"] = "vllm_dp_lb"
@@ -131,27 +164,42 @@ def _parallel(r: _Reader, values: dict) -> None:
         r.skip(o + " (DP details)", dp, "not modelled: the CPU all-reduce agreeing on each "
                "step's token counts and the 32-step lag of a wave's end; the load balancer's "
                "counts are taken at the first arrival 100 ms after the last publication")
-    ep, o = r.get("enable_expert_parallel", "parallel_config")
+    ep, o = r.flag("enable_expert_parallel", "parallel_config")
     values["enable_expert_parallel"] = bool(ep)
     r.map(o, ep, "enable_expert_parallel = " + (
         f"true: E / {dp} experts per GPU, all-gather / reduce-scatter dispatch over the "
         "link (simulator.cost.features.expert_parallel)" if ep else "false"))
-    pp, o = r.get("pipeline_parallel_size", "parallel_config")
+    pp, o = r.integer("pipeline_parallel_size", "parallel_config")
     if pp not in (None, 1):
         r.skip(o, pp, "pipeline parallelism is not modelled")
     elif pp is not None:
         r.map(o, pp, "no pipeline parallelism")
 
 
+#: KV-cache dtypes (vLLM's ``--kv-cache-dtype``) -> the simulator's ``kv_cache_dtype``
+#: (simulator.cost.analytic.precision): a 16-bit cache is "auto" (the model's 2 bytes).
+KV_DTYPES = {"auto": "auto", "bfloat16": "auto", "float16": "auto", "fp8": "fp8",
+             "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+#: Weight formats (vLLM's ``--quantization`` and the resolved ``model_config.quantization``)
+#: -> the simulator's ``quantization``: awq_marlin and gptq_marlin are vLLM's Marlin kernels
+#: for the same AWQ / GPTQ checkpoints (vllm/model_executor/layers/quantization/awq_marlin.py,
+#: gptq_marlin.py: the same packed 4-bit weights, zero points and group scales).
+QUANTIZATIONS = {"fp8": "fp8", "awq": "awq", "awq_marlin": "awq", "gptq": "gptq",
+                 "gptq_marlin": "gptq", "mxfp4": "mxfp4"}
+
+
 def _kv(r: _Reader, values: dict) -> None:
-    bs, o = r.get("block_size", "cache_config")
-    values["block_size"] = int(bs)
+    bs, o = r.integer("block_size", "cache_config", required=True)
+    values["block_size"] = bs
     r.map(o, bs, f"block_size = {bs}")
-    blocks, o = r.get("num_gpu_blocks", "cache_config")
+    blocks, o = r.integer("num_gpu_blocks", "cache_config")
+    r.origins["kv_capacity"] = o
     util, ou = r.get("gpu_memory_utilization", "cache_config")
+    if not (isinstance(util, (int, float)) and not isinstance(util, bool) and 0 < util <= 1):
+        r._refuse(ou, "a fraction 0 < u <= 1", util)
     values["gpu_memory_utilization"] = float(util)
     if blocks:
-        values["kv_capacity"] = int(blocks) * int(bs)
+        values["kv_capacity"] = blocks * bs
         r.map(o, blocks, f"kv_capacity = {blocks} x {bs} = {values['kv_capacity']} tokens")
         r.map(ou, util, "superseded by num_gpu_blocks (what vLLM allocated)")
     else:
@@ -159,40 +207,51 @@ def _kv(r: _Reader, values: dict) -> None:
         r.skip("num_gpu_blocks (not recorded)", None, "vLLM also subtracts its activation "
                "peak and CUDA context, which the simulator does not: its KV pool is larger "
                "than vLLM's (matters only when the pool fills)")
-    pc, o = r.get("enable_prefix_caching", "cache_config")
+    pc, o = r.flag("enable_prefix_caching", "cache_config")
     values["enable_prefix_caching"] = bool(pc)
     r.map(o, pc, f"enable_prefix_caching = {bool(pc)}")
     if pc:
         r.skip(o + " (hits)", pc, "requests.jsonl records lengths, not token ids: no "
                "shared prefixes are known, so no cross-request cache hits are simulated")
     kvd, o = r.get("kv_cache_dtype", "cache_config")
-    if kvd not in (None, "auto", "bfloat16", "float16"):
-        raise SpecbatchError(f"{r.where}: field {o}: expected auto (16-bit KV, what the "
-                             f"roofline prices), got {kvd!r}")
-    r.map(o, kvd or "auto", "16-bit KV cache")
+    if o.endswith("(not recorded: vLLM default)"):  # vLLM's own name of it, when resolved
+        dtype = (r.resolved.get("cache_config") or {}).get("cache_dtype")
+        if dtype is not None:
+            kvd, o = dtype, "resolved_config.cache_config.cache_dtype"
+            r.read.add(o)
+    if kvd not in KV_DTYPES:
+        r._refuse(o, f"one of {', '.join(KV_DTYPES)} (the KV element types the simulator "
+                  "prices, simulator.cost.analytic.precision)", kvd)
+    if KV_DTYPES[kvd] != "auto":
+        values["kv_cache_dtype"] = KV_DTYPES[kvd]
+    r.map(o, kvd, f"kv_cache_dtype = {KV_DTYPES[kvd]}" + (
+        " (16-bit KV cache)" if KV_DTYPES[kvd] == "auto" else
+        " (1-byte KV: half the attention's KV bytes)"))
 
 
 def _scheduler(r: _Reader, values: dict) -> None:
     for key, field_ in (("max_num_seqs", "max_num_seqs"),
                         ("max_num_batched_tokens", "max_num_batched_tokens")):
-        v, o = r.get(key, "scheduler_config")
-        require(v is not None, f"{r.where}: field engine_kwargs.{key}: expected an integer, "
-                "got none")
-        values[field_] = int(v)
+        v, o = r.integer(key, "scheduler_config", required=True)
+        values[field_] = v
         r.map(o, v, f"{field_} = {v}")
-    mml, o = r.get("max_model_len", "model_config")
+    mml, o = r.integer("max_model_len", "model_config")
+    r.origins["max_model_len"] = o
     if mml:
-        values["max_model_len"] = int(mml)
+        values["max_model_len"] = mml
     r.map(o, mml, f"max_model_len = {mml or 'none (no cap)'}")
-    for key in ("enable_chunked_prefill", "long_prefill_token_threshold"):
-        v, o = r.get(key, "scheduler_config")
-        values[key] = bool(v) if key.startswith("enable") else int(v)
-        r.map(o, v, f"{key} = {values[key]}")
+    chunked, o = r.flag("enable_chunked_prefill", "scheduler_config")
+    values["enable_chunked_prefill"] = bool(chunked)
+    r.map(o, chunked, f"enable_chunked_prefill = {values['enable_chunked_prefill']}")
+    threshold, o = r.integer("long_prefill_token_threshold", "scheduler_config", minimum=0,
+                             required=True)
+    values["long_prefill_token_threshold"] = threshold
+    r.map(o, threshold, f"long_prefill_token_threshold = {threshold}")
     pol, o = r.get("policy", "scheduler_config")
     require(pol == "fcfs", f"{r.where}: field {o}: expected fcfs (the simulated order), got "
             f"{pol!r}")
     r.map(o, pol, "first come, first served (the V1 composer's order)")
-    asy, o = r.get("async_scheduling", "scheduler_config")
+    asy, o = r.flag("async_scheduling", "scheduler_config")
     values["async_scheduling"] = bool(asy)
     r.map(o, asy, "async_scheduling = " + ("true: the per-step CPU overhead overlaps the "
                                            "target pass (simulator.cost.features.async_overhead)"
@@ -205,7 +264,7 @@ def _scheduler(r: _Reader, values: dict) -> None:
 
 
 def _compilation(r: _Reader, values: dict) -> None:
-    eager, o = r.get("enforce_eager", "model_config")
+    eager, o = r.flag("enforce_eager", "model_config")
     require(not eager, f"{r.where}: field {o}: expected false (the roofline prices a "
             "CUDA-graph engine), got true")
     values["execution"] = "cuda_graph"
@@ -215,6 +274,9 @@ def _compilation(r: _Reader, values: dict) -> None:
                   ("cudagraph_capture_sizes", "cudagraph_mode", "max_cudagraph_capture_size"))
     sizes = comp.get("cudagraph_capture_sizes")
     origin = "resolved_config.compilation_config.cudagraph_capture_sizes"
+    if sizes is not None and not (isinstance(sizes, list) and all(
+            type(x) is int and x >= 1 for x in sizes)):
+        r._refuse(origin, "a list of integers >= 1", sizes)
     if not sizes:
         sizes = default_capture_sizes(values["max_num_seqs"])
         origin = "cudagraph_capture_sizes (not recorded: vLLM default)"
@@ -231,7 +293,17 @@ def _model(r: _Reader, values: dict) -> None:
     require(str(dt).replace("torch.", "") in ("bfloat16", "float16", "auto"),
             f"{r.where}: field {o}: expected bfloat16 or float16 (2-byte weights), got {dt!r}")
     r.map(o, dt, "2-byte weights and activations (roofline dtype_bytes)")
-    for key, section in (("quantization", "model_config"), ("speculative_config", None),
+    quant, o = r.get("quantization", "model_config")
+    if quant is not None:
+        if quant not in QUANTIZATIONS:
+            r._refuse(o, f"null or one of {', '.join(QUANTIZATIONS)} (the weight formats the "
+                      "simulator prices, simulator.cost.analytic.precision)", quant)
+        values["quantization"] = QUANTIZATIONS[quant]
+        r.map(o, quant, f"quantization = {QUANTIZATIONS[quant]} (weights held, streamed and "
+              "multiplied in that format)")
+    else:
+        r.map(o, None, "quantization = none (the checkpoint's own format, from config.json)")
+    for key, section in (("speculative_config", None),
                          ("kv_transfer_config", None), ("lora_config", None)):
         r.read.add(f"resolved_config.{section}.{key}" if section else f"resolved_config.{key}")
         v = (r.resolved.get(section) or {}).get(key) if section else r.resolved.get(key)
@@ -255,5 +327,7 @@ def engine_settings(meta: dict, where: str = "meta.json") -> Settings:
     _compilation(r, values)
     _model(r, values)
     r.read.update(f"engine_kwargs.{k}" for k in ("model",))  # the config.json names it
+    if meta.get("schema_version") is None:
+        r.skip("schema_version (not recorded)", None, "read as the recorder's schema 1")
     return Settings(values=values, mapped=tuple(r.mapped), unmodelled=tuple(r.unmodelled),
-                    other=r.unread())
+                    other=r.unread(), origins=dict(r.origins))

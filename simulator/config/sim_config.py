@@ -456,12 +456,23 @@ def load_config_given(path: str | Path | None = None, **overrides: Value
     return make_config(values, "config" if path is None else f"config {path}"), frozenset(values)
 
 
+def _applies(name: str, policy: str) -> bool:
+    """Whether ``policy`` reads the field ``name`` (to_toml writes only those)."""
+    if name == "num_speculative_tokens":  # dsd: a k given would set dsd_max_k on reading
+        return policy not in NO_K_POLICIES
+    return catalogue.KNOB_POLICY.get(name, policy) == policy
+
+
 def to_toml(config: SimConfig) -> str:
-    """The config as a flat TOML table (None fields are omitted), fields in declaration order."""
+    """The config as a flat TOML table, fields in declaration order. Omitted: None fields, and
+    the settings the run's policy ignores and ``simulate --config`` would refuse as given to
+    it (checks.check_settings_apply) or read differently: ``num_speculative_tokens`` for ar
+    and dsd (whose window is ``dsd_max_k``), an engine policy's knob for another policy. So a
+    written config re-runs as it ran."""
     lines = []
     for f in fields(SimConfig):
         value = getattr(config, f.name)
-        if value is None:
+        if value is None or not _applies(f.name, config.policy):
             continue
         if isinstance(value, bool):
             text = "true" if value else "false"

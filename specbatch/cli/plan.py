@@ -228,8 +228,12 @@ def workload_lengths(args: argparse.Namespace):
         require(not given, f"{given[0] if given else ''}: expected either --workload or length "
                 "distributions, got both")
         return None
-    prompt = parse_lengths(args.prompt_len or "trace", "--prompt-len")
-    output = parse_lengths(args.output_len or "trace", "--output-len")
+    # None (not given) is the trace's lengths; an empty string is a mistake, refused by
+    # parse_lengths, never read as "trace"
+    prompt = parse_lengths("trace" if args.prompt_len is None else args.prompt_len,
+                           "--prompt-len")
+    output = parse_lengths("trace" if args.output_len is None else args.output_len,
+                           "--output-len")
     if prompt.kind == output.kind == "trace":
         return None
     require(args.arrival != "trace", "--arrival trace: expected a workload file or the "

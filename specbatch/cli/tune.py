@@ -36,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "--json"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--out", required=True, help="output directory (new, empty, or an earlier "
-                   "tune's, which is overwritten)")
+    p.add_argument("--out", required=True, help="output directory: new, empty, or an earlier "
+                   "tune's (replaced whole); a directory holding anything else is refused")
     work = p.add_argument_group("workload")
     work.add_argument("--workload", metavar="FILE|example",
                       help="request lengths file, as simulate's --workload")
@@ -123,30 +123,48 @@ def runner(workers: int):
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from specbatch.analysis.tune.tuner import claim_tune_dir, tune, write_tune
+    """OUT is one result folder (specbatch.io.result_dir, kind ``tune``): written whole into a
+    temporary sibling that replaces OUT at the end. OUT may be new, empty or an earlier tune
+    result (its marker, or a pre-marker tune.json that reads as a tune report); anything else
+    is refused before any run, and nothing in it is touched."""
+    from dataclasses import replace
+
+    from specbatch.analysis.tune.tuner import TUNE_FILES, is_tune_result, tune, write_tune
     from specbatch.cli.plan import workload_lengths
-    from specbatch.io import check_output_dir, prepare_output_dir
+    from specbatch.io import check_result_dir, result_dir
 
     question = build_question(args)
     lengths = workload_lengths(args)
-    check_output_dir(args.out, allow_existing=True)
-    claim_tune_dir(Path(args.out))
-    prepare_output_dir(args.out, allow_existing=True)
-    workload = workload_field(args, question.base, lengths)
-    if workload is not None:
-        from dataclasses import replace
-
-        question = replace(question, base={**question.base, "workload": workload})
-    report = tune(question, runner(args.workers))
-    write_tune(report, Path(args.out))
+    legacy = TUNE_FILES if Path(args.out).is_dir() and is_tune_result(Path(args.out)) else ()
+    kept = {"kind": "tune", "identity": _identity(question), "force": True, "legacy": legacy}
+    final = check_result_dir(args.out, **kept)
+    with result_dir(args.out, **kept) as tmp:
+        workload = workload_field(args, question.base, lengths, tmp)
+        if workload is not None:
+            question = replace(question, base={**question.base, "workload": workload})
+        report = tune(question, runner(args.workers))
+        if args.workload is None and lengths is not None:  # where the drawn table ends up
+            report["question"]["workload"] = str(final / "workload.csv")
+        write_tune(report, tmp)
     emit(report, args.json, text=None if args.json else format_report(report))
     return 0
 
 
-def workload_field(args: argparse.Namespace, base: dict, lengths) -> str | None:
+def _identity(question) -> str:
+    """The question's hash, recorded in OUT's marker (any earlier tune result is replaced)."""
+    import hashlib
+
+    from specbatch.io import dumps
+
+    text = dumps({"base": question.base, "max_num_seqs": question.max_num_seqs,
+                  "k_max": question.k_max, "rates": question.rates, "tax": question.tax})
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def workload_field(args: argparse.Namespace, base: dict, lengths, folder: Path) -> str | None:
     """The runs' ``workload``: the file given, a table drawn from ``lengths`` written to
-    OUT/workload.csv (analysis.plan.planner.write_length_workload, as plan draws it), or None (the
-    trace's own requests)."""
+    ``folder``/workload.csv (analysis.plan.planner.write_length_workload, as plan draws it), or
+    None (the trace's own requests)."""
     if args.workload is not None:
         from specbatch.simulator.workload.arrivals import resolve_workload
 
@@ -155,7 +173,7 @@ def workload_field(args: argparse.Namespace, base: dict, lengths) -> str | None:
         return None
     from specbatch.analysis.plan.planner import write_length_workload
 
-    return str(write_length_workload(base, *lengths, Path(args.out).resolve() / "workload.csv"))
+    return str(write_length_workload(base, *lengths, Path(folder).resolve() / "workload.csv"))
 
 
 def format_report(report: dict) -> str:
@@ -179,4 +197,5 @@ def format_report(report: dict) -> str:
     for engine, v in report["engines_verdict"].items():
         state = "schedule wins" if v["wins"] else "use fixed K"
         lines.append(f"{engine} ({state}): {v['advice']}")
+    lines.extend(f"note: {note}" for note in report.get("notes", ()))
     return "\n".join(lines)

@@ -8,7 +8,7 @@ import contextlib
 
 from specbatch.cli.common import emit
 from specbatch.errors import require
-from specbatch.io import dumps, prepare_output_file, result_dir
+from specbatch.io import check_result_dir, dumps, prepare_output_file, result_dir
 
 #: The ``--vllm`` flags (argparse destinations).
 VLLM_FLAGS = ("vllm", "cost", "hardware", "model", "figure")
@@ -34,7 +34,9 @@ def add_vllm_flags(v: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default=None,
                    help="--vllm: the served model's config.json (default: the run folder's)")
     g.add_argument("--figure", default=None, metavar="PNG",
-                   help="--vllm: also write measured vs simulated per-request latency here")
+                   help="--vllm: also write measured vs simulated per-request latency here "
+                        "(an existing file is replaced only if an earlier validate --vllm "
+                        "wrote it, or with --force)")
 
 
 def validate_vllm_command(args) -> int:
@@ -59,13 +61,14 @@ def validate_vllm_command(args) -> int:
         emit({"runs": runs}, args.json, text)
         return 0
     if args.figure:
-        prepare_output_file(args.figure, "--figure", (".png",))
+        check_figure(args.figure, args.force)
     kept = {"kind": "validate-vllm", "identity": _identity(args), "force": args.force}
+    final = check_result_dir(args.out, **kept) if args.out else None
     with result_dir(args.out, **kept) if args.out else contextlib.nullcontext() as tmp:
         report, sim = validate_vllm(args.vllm, cost=args.cost, hardware=args.hardware,
-                                    model=args.model)
+                                    model=args.model, folder=tmp, final=final)
         if tmp is not None:
-            sim.write(tmp)
+            sim.write_files(tmp)
             (tmp / "validate_vllm.json").write_text(dumps(report, indent=2) + "\n")
     if args.figure:
         from specbatch.traces.public.vllm_runs import load_run
@@ -74,6 +77,20 @@ def validate_vllm_command(args) -> int:
         latency_figure(report["run"], load_run(args.vllm).requests, simulated, args.figure)
     emit(report, args.json, None if args.json else format_report(report))
     return 0
+
+
+def check_figure(path: str, force: bool) -> None:
+    """``--figure PATH``: a new file, an earlier figure of ``validate --vllm`` (its PNG mark,
+    analysis.validate.vllm_run.is_latency_figure) or, with ``--force``, any file is replaced;
+    anything else is refused before the replay runs (nothing written is lost)."""
+    from pathlib import Path
+
+    from specbatch.analysis.validate.vllm_run import is_latency_figure
+
+    prepare_output_file(path, "--figure", (".png",))
+    if Path(path).exists() and not force:
+        require(is_latency_figure(path), f"--figure {path}: exists and is not a figure "
+                "validate --vllm wrote (pass --force to replace it, or choose another name)")
 
 
 def _identity(args) -> str:

@@ -510,3 +510,256 @@ def test_a_conform_run_reports_or_refuses_in_one_line(capsys, monkeypatch, verif
         assert isinstance(json.loads(stdout), dict) and "Traceback" not in err
         return
     assert_contract(code, stdout, err, json_mode=True)
+
+
+# ------------------------------------------------------------------ validate --vllm (issue 46)
+
+#: The reproduction base: a bundled run, copied to tmp with one field changed.
+RUN = "rtx4090-llama-3.1-8b"
+
+
+def damaged_run(tmp_path: Path, meta: dict | None = None, kwargs: dict | None = None,
+                kv: dict | None = None, line=None, series: str | None = None) -> Path:
+    """A copy of RUN: meta.json with ``meta`` (top level), ``kwargs`` (engine_kwargs) and
+    ``kv`` (kv_cache) set; ``line(lines)`` rewrites requests.jsonl's lines (uncompressed);
+    ``series`` replaces timeseries.csv."""
+    import gzip
+
+    from specbatch.traces.public.vllm_runs import BUNDLED_DIR
+
+    run = tmp_path / "run"
+    shutil.copytree(BUNDLED_DIR / RUN, run)
+    data = json.loads((run / "meta.json").read_text())
+    data.update(meta or {})
+    data["engine_kwargs"].update(kwargs or {})
+    data["kv_cache"].update(kv or {})
+    (run / "meta.json").write_text(json.dumps(data))
+    if line is not None:
+        with gzip.open(run / "requests.jsonl.gz", "rt") as fh:
+            lines = fh.read().splitlines()
+        (run / "requests.jsonl.gz").unlink()
+        (run / "requests.jsonl").write_text("\n".join(line(lines)) + "\n")
+    if series is not None:
+        (run / "timeseries.csv").write_text(series)
+    return run
+
+
+def set_field(field: str, value, index: int = 5):
+    """A line rewriter setting ``field`` of line ``index + 1`` to ``value``."""
+    def rewrite(lines: list[str]) -> list[str]:
+        row = json.loads(lines[index])
+        row[field] = value
+        return [*lines[:index], json.dumps(row), *lines[index + 1:]]
+    return rewrite
+
+
+def every_stamp_at(value: float):
+    def rewrite(lines: list[str]) -> list[str]:
+        rows = [json.loads(text) for text in lines]
+        for row in rows:
+            row.update(queued_ts=value, scheduled_ts=value, first_token_ts=value,
+                       last_token_ts=value)
+        return [json.dumps(row) for row in rows]
+    return rewrite
+
+
+#: (id, damaged_run keywords, the words the one error line must hold: file and field).
+DAMAGED_RUNS = [
+    ("max_num_seqs true", {"kwargs": {"max_num_seqs": True}},
+     "meta.json: field engine_kwargs.max_num_seqs: expected an integer >= 1, got True"),
+    ("max_num_seqs 2.5", {"kwargs": {"max_num_seqs": 2.5}}, "max_num_seqs: expected an integer"),
+    ("max_num_seqs NaN", {"kwargs": {"max_num_seqs": math.nan}}, "got nan"),
+    ("max_num_batched_tokens x", {"kwargs": {"max_num_batched_tokens": "x"}},
+     "field engine_kwargs.max_num_batched_tokens: expected an integer >= 1, got 'x'"),
+    ("tensor_parallel_size 0", {"kwargs": {"tensor_parallel_size": 0}},
+     "field engine_kwargs.tensor_parallel_size: expected an integer >= 1 or null, got 0"),
+    ("data_parallel_size 0", {"kwargs": {"data_parallel_size": 0}},
+     "field engine_kwargs.data_parallel_size: expected an integer >= 1"),
+    ("enable_expert_parallel yes", {"kwargs": {"enable_expert_parallel": "yes"}},
+     "field engine_kwargs.enable_expert_parallel: expected true or false, got 'yes'"),
+    ("max_model_len 0", {"kwargs": {"max_model_len": 0}},
+     "field engine_kwargs.max_model_len: expected an integer >= 1 or null, got 0"),
+    ("num_gpu_blocks 0", {"kv": {"num_gpu_blocks": 0}}, "field kv_cache.num_gpu_blocks: "
+     "expected an integer >= 1 or null, got 0"),
+    ("num_gpu_blocks 1e15", {"kv": {"num_gpu_blocks": 1e15}}, "field kv_cache.num_gpu_blocks"),
+    ("num_gpu_blocks 10^15", {"kv": {"num_gpu_blocks": 10**15}},
+     "field kv_cache.num_gpu_blocks: expected at most"),
+    ("num_gpu_blocks string", {"kv": {"num_gpu_blocks": "2588"}}, "got '2588'"),
+    ("num_gpu_blocks 2588.5", {"kv": {"num_gpu_blocks": 2588.5}}, "got 2588.5"),
+    ("schema_version 99", {"meta": {"schema_version": 99}},
+     "meta.json: field schema_version: expected 1"),
+    ("quantization unknown", {"kwargs": {"quantization": "bitsandbytes"}},
+     "field engine_kwargs.quantization: expected null or one of fp8"),
+    ("kv_cache_dtype unknown", {"kwargs": {"kv_cache_dtype": "int8"}},
+     "field engine_kwargs.kv_cache_dtype: expected one of auto"),
+    ("started_at not a time", {"meta": {"started_at": "yesterday"}}, "field started_at"),
+    ("queued_ts -5", {"line": set_field("queued_ts", -5)},
+     "requests.jsonl line 6: field queued_ts: expected seconds"),
+    ("queued_ts before the run", {"line": set_field("queued_ts", 10.0)},
+     "requests.jsonl line 6: field queued_ts: expected a stamp within the run"),
+    ("last_token_ts 1e300", {"line": set_field("last_token_ts", 1e300)},
+     "requests.jsonl line 6: field last_token_ts: expected a stamp within the run"),
+    ("input_toks 1e300", {"line": set_field("input_toks", 1e300)},
+     "requests.jsonl line 6: field input_toks: expected an integer from 1"),
+    ("output_toks 1e300", {"line": set_field("output_toks", 1e300)},
+     "line 6: field output_toks"),
+    ("longer than max_model_len", {"line": set_field("input_toks", 40000)},
+     "line 6: field input_toks: expected input_toks + output_toks <= max_model_len 32768"),
+    ("scheduled before queued", {"line": set_field("scheduled_ts", 1.0)},
+     "line 6: field scheduled_ts: expected queued_ts <= scheduled_ts"),
+    ("every stamp equal", {"line": every_stamp_at(100.0)},
+     "requests.jsonl: field last_token_ts: expected the run to span a positive time"),
+    ("a duplicated line", {"line": lambda lines: [*lines, lines[7]]},
+     "requests.jsonl line 301: field request_id: expected each request once"),
+    ("header-only timeseries", {"series": "t,prompt_throughput,gen_throughput,running,"
+                                          "waiting,kv_cache_pct\n"},
+     "timeseries.csv: expected at least one tick row"),
+]
+
+
+@pytest.mark.parametrize("damage, words", [c[1:] for c in DAMAGED_RUNS],
+                         ids=[c[0] for c in DAMAGED_RUNS])
+def test_a_damaged_vllm_run_is_one_error_line_naming_file_and_field(tmp_path, damage, words):
+    run = damaged_run(tmp_path, **damage)
+    out = tmp_path / "res"
+    proc = run_cli(["validate", "--vllm", str(run), "--json", "--out", str(out)], tmp_path,
+                   timeout=60)
+    assert_one_line_error(proc.returncode, proc.stderr, words)
+    assert str(run) in proc.stderr  # the file is named
+    assert proc.stdout == "" and not out.exists()  # nothing printed, nothing written
+
+
+def test_quantization_and_kv_cache_dtype_reach_the_simulator(tmp_path, capsys):
+    """An fp8 run is simulated at fp8 (weights, then KV), not at bf16 with the gap reported
+    as simulator error; the recorded num_gpu_blocks still sizes the pool."""
+    base = json.loads(run_main(capsys, ["validate", "--vllm", RUN, "--json"])[1])
+    reports = {}
+    for name, kwargs in (("weights", {"quantization": "fp8"}),
+                         ("kv", {"kv_cache_dtype": "fp8"})):
+        run = damaged_run(tmp_path / name, kwargs=kwargs)
+        code, text, err = run_main(capsys, ["validate", "--vllm", str(run), "--json"])
+        assert code == 0, err
+        reports[name] = json.loads(text)
+    mapped = {row[0]: row[2] for row in reports["weights"]["settings"]["mapped"]}
+    assert mapped["engine_kwargs.quantization"].startswith("quantization = fp8")
+    mapped = {row[0]: row[2] for row in reports["kv"]["settings"]["mapped"]}
+    assert mapped["engine_kwargs.kv_cache_dtype"].startswith("kv_cache_dtype = fp8")
+    tpot = base["metrics"]["tpot_mean"]["simulated"]
+    for report in reports.values():
+        assert report["metrics"]["tpot_mean"]["simulated"] < tpot  # fewer bytes per pass
+        assert report["simulated_kv_capacity"] == base["simulated_kv_capacity"] == 2588 * 16
+
+
+def test_validate_out_config_reruns_with_simulate_config(tmp_path):
+    """--out D holds its workload and a config.toml that simulate --config re-runs to the same
+    request table (no k for policy ar, no workload in a deleted temporary folder)."""
+    import pandas as pd
+
+    done = run_cli(["validate", "--vllm", RUN, "--out", "d", "--json"], tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    config = (tmp_path / "d" / "config.toml").read_text()
+    assert f'workload = "{tmp_path / "d" / "workload.csv"}"' in config
+    assert "num_speculative_tokens" not in config and 'policy = "ar"' in config
+    again = run_cli(["simulate", "--config", "d/config.toml", "--out", "e"], tmp_path,
+                    timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    first = pd.read_parquet(tmp_path / "d" / "requests.parquet")
+    assert first.equals(pd.read_parquet(tmp_path / "e" / "requests.parquet"))
+
+
+def test_validate_figure_never_replaces_a_file_it_did_not_write(tmp_path):
+    notes = tmp_path / "notes.png"
+    notes.write_bytes(b"my own picture")
+    proc = run_cli(["validate", "--vllm", RUN, "--figure", str(notes), "--out", "d"], tmp_path,
+                   timeout=60)
+    assert_one_line_error(proc.returncode, proc.stderr, f"--figure {notes}: exists and is not "
+                          "a figure validate --vllm wrote (pass --force")
+    assert proc.stdout == "" and notes.read_bytes() == b"my own picture"
+    assert not (tmp_path / "d").exists()
+
+
+
+def test_validate_figure_replaces_its_own_figure_or_any_file_with_force(tmp_path, capsys):
+    """The PNG's text chunk, not its name, says an earlier validate --vllm wrote it."""
+    from specbatch.analysis.validate.vllm_run import is_latency_figure, latency_figure
+    from tests.analysis.validate.test_vllm_metrics import THREE
+
+    fig = latency_figure("three", THREE, THREE, tmp_path / "fig.png")
+    plain = tmp_path / "plain.png"  # a valid PNG without the mark: someone else's
+    from PIL import Image
+
+    Image.new("RGB", (2, 2)).save(plain)
+    assert is_latency_figure(fig) and not is_latency_figure(plain)
+    before = fig.read_bytes()
+    done = run_cli(["validate", "--vllm", RUN, "--figure", str(fig)], tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert fig.read_bytes() != before and is_latency_figure(fig)
+    code, _, err = run_main(capsys, ["validate", "--vllm", RUN, "--figure", str(plain)])
+    assert_one_line_error(code, err, "is not a figure validate --vllm wrote")
+    code, _, err = run_main(capsys, ["validate", "--vllm", RUN, "--figure", str(plain),
+                                     "--force"])
+    assert code == 0, err
+    assert is_latency_figure(plain)
+
+
+# ------------------------------------------------------------------ tune (issue 46)
+
+TUNE_TINY = ["--acceptance", "0.8", "--k-max", "1", "--rates", "0.5", "--prompt-len", "fixed:8",
+             "--output-len", "fixed:8", "--workers", "1"]
+
+
+def test_tune_out_refuses_a_folder_of_files_it_did_not_write(tmp_path):
+    """Files named like tune's are not tune's: the marker decides (docs/tune.md)."""
+    out = tmp_path / "d"
+    out.mkdir()
+    (out / "tune.json").write_text("my notes\n")
+    (out / "settings.txt").write_text("mine\n")
+    proc = run_cli(["tune", "--out", str(out), "--max-num-seqs", "2", "--requests", "4",
+                    *TUNE_TINY, "--json"], tmp_path, timeout=60)
+    assert_one_line_error(proc.returncode, proc.stderr, "holds files that are not a tune result")
+    assert proc.stdout == ""
+    assert (out / "tune.json").read_text() == "my notes\n"
+    assert (out / "settings.txt").read_text() == "mine\n"
+    assert sorted(p.name for p in out.iterdir()) == ["settings.txt", "tune.json"]
+
+
+def test_tune_out_replaces_an_earlier_tune_and_refuses_another_kind(tmp_path):
+    out = tmp_path / "d"
+    for cap in ("1", "2"):  # an earlier tune result (another question) is replaced
+        done = run_cli(["tune", "--out", str(out), "--max-num-seqs", cap, "--requests", "4",
+                        *TUNE_TINY, "--json"], tmp_path, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout)["question"]["max_num_seqs"] == int(cap)
+    assert json.loads((out / "tune.json").read_text())["question"]["workload"] == \
+        str(out / "workload.csv")
+    sim = tmp_path / "sim"
+    assert run_cli(["simulate", "--requests", "2", "--out", str(sim)], tmp_path,
+                   timeout=60).returncode == 0
+    before = sorted(p.name for p in sim.iterdir())
+    proc = run_cli(["tune", "--out", str(sim), "--max-num-seqs", "1", "--requests", "4",
+                    *TUNE_TINY], tmp_path, timeout=60)
+    assert_one_line_error(proc.returncode, proc.stderr, "holds a specbatch simulate result")
+    assert proc.stdout == "" and sorted(p.name for p in sim.iterdir()) == before
+
+
+def test_tune_names_the_buckets_its_burst_never_reaches(tmp_path):
+    done = run_cli(["tune", "--out", "d", "--max-num-seqs", "8", "--requests", "2",
+                    *TUNE_TINY, "--json"], tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["unreached"] == [[3, 4], [5, 8]]
+    assert report["notes"][0].startswith("batch sizes 3-8 were never reached")
+    text = run_cli(["tune", "--out", "d", "--max-num-seqs", "8", "--requests", "2",
+                    *TUNE_TINY], tmp_path, timeout=120)
+    assert "note: batch sizes 3-8 were never reached" in text.stdout
+
+
+@pytest.mark.parametrize("command", [
+    ["tune", "--out", "d", "--max-num-seqs", "2", "--requests", "4", "--acceptance", "0.8"],
+    ["plan", "--rate", "1", "--out", "d"],
+])
+@pytest.mark.parametrize("flag", ["--prompt-len", "--output-len"])
+def test_an_empty_length_distribution_is_not_the_trace(tmp_path, command, flag):
+    proc = run_cli([*command, flag, ""], tmp_path, timeout=60)
+    assert_one_line_error(proc.returncode, proc.stderr, f"{flag}: expected fixed:N")
+    assert proc.stdout == "" and not (tmp_path / "d").exists()

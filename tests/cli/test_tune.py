@@ -48,7 +48,7 @@ def test_json_is_one_object_in_a_subprocess_and_reruns_are_identical(tmp_path, c
 def test_a_folder_holding_something_else_is_refused(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
     code, _, err = run_main(capsys, ["tune", "--out", str(tmp_path), *TINY])
-    assert_one_line_error(code, err, "not tune's")
+    assert_one_line_error(code, err, "not a tune result")
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 

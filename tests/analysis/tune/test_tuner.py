@@ -154,7 +154,7 @@ def closed_form(fields_list, taxes=None):
         kk = float(k[0])
         rate = (1 - 0.6 ** (kk + 1)) / 0.4 / (1 + 0.1 * n * kk) / (1 + tax)
         out.append({"throughput": rate * n, "e2e_mean": 1 / rate, "tokens": 100 * n,
-                    "requests": n})
+                    "requests": n, "peak_batch": min(n, fields["requests"])})
     return out
 
 
@@ -209,3 +209,21 @@ def test_a_bad_question_names_its_argument(field, value):
     args = {"base": {"requests": 8}, "max_num_seqs": 4, "k_max": 2, field: value}
     with pytest.raises(SpecbatchError, match=f"TuneQuestion: {field}"):
         TuneQuestion(**args)
+
+
+def test_buckets_no_burst_reaches_take_the_last_reached_k_and_are_named():
+    """Four requests never decode five at once: buckets 5-8 and 9-16 were not measured (their
+    runs' peak batch is 4 < 5), so they take the K of bucket 3-4 (1), not one chosen from runs
+    that never reached them (closed_form's K = 0 there), and the report names them."""
+    q = TuneQuestion(base={"requests": 4, "trace": "default"}, max_num_seqs=16, k_max=4,
+                     rates=(1.0,))
+    report = tune(q, closed_form)
+    assert report["ranges"] == [[1, 1, 3], [2, 2, 2], [3, 16, 1]]
+    assert report["unreached"] == [[5, 8], [9, 16]]
+    assert [b["reached"] for b in report["buckets"]] == [True, True, True, False, False]
+    assert report["notes"] and report["notes"][0].startswith("batch sizes 5-16 were never "
+                                                             "reached (at most 4 requests")
+    assert report["engines_verdict"]["tensorrt-llm"]["ranges"][-1] == [3, 16, 1]
+    full = tune(TuneQuestion(**{**q.__dict__, "base": {"requests": 64, "trace": "default"}}),
+                closed_form)
+    assert full["unreached"] == [] and full["notes"] == []

@@ -70,7 +70,7 @@ def test_data_and_expert_parallel_settings_are_modelled_and_the_lockstep_is_list
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    ({"kv_cache_dtype": "fp8"}, "kv_cache_dtype: expected auto"),
+    ({"kv_cache_dtype": "fp8_inc"}, "kv_cache_dtype: expected one of auto, bfloat16"),
     ({"dtype": "float32"}, "dtype: expected bfloat16"),
     ({"max_num_seqs": None}, "max_num_seqs: expected an integer"),
     ({"enforce_eager": True}, "enforce_eager: expected false"),
@@ -81,3 +81,53 @@ def test_settings_the_roofline_cannot_price_are_refused(kwargs, needle):
                               "dtype": "bfloat16", **kwargs}}
     with pytest.raises(SpecbatchError, match=needle):
         engine_settings(meta, "meta.json")
+
+
+def _meta(**kwargs) -> dict:
+    return {"engine_kwargs": {"max_num_seqs": 8, "max_num_batched_tokens": 64,
+                              "dtype": "bfloat16", **kwargs}}
+
+
+@pytest.mark.parametrize("recorded, knob", [
+    ("fp8", "fp8"), ("awq", "awq"), ("awq_marlin", "awq"), ("gptq_marlin", "gptq"),
+    ("mxfp4", "mxfp4")])
+def test_quantization_maps_onto_the_simulator_s_knob(recorded, knob):
+    s = engine_settings(_meta(quantization=recorded))
+    assert s.values["quantization"] == knob
+    assert ("engine_kwargs.quantization", recorded) in {row[:2] for row in s.mapped}
+
+
+@pytest.mark.parametrize("recorded, knob", [("fp8", "fp8"), ("fp8_e5m2", "fp8_e5m2"),
+                                            ("bfloat16", None), ("auto", None)])
+def test_kv_cache_dtype_maps_onto_the_simulator_s_knob(recorded, knob):
+    assert engine_settings(_meta(kv_cache_dtype=recorded)).values.get("kv_cache_dtype") == knob
+
+
+def test_the_resolved_cache_dtype_is_read_when_engine_kwargs_has_none():
+    meta = {**_meta(), "resolved_config": {"cache_config": {"cache_dtype": "fp8_e4m3"}}}
+    s = engine_settings(meta)
+    assert s.values["kv_cache_dtype"] == "fp8_e4m3"
+    assert "resolved_config.cache_config.cache_dtype" in {row[0] for row in s.mapped}
+
+
+def test_an_unrecorded_schema_version_is_a_visible_note_and_the_bundled_runs_record_1():
+    notes = {row[0]: row[2] for row in engine_settings(_meta()).unmodelled}
+    assert notes["schema_version (not recorded)"] == "read as the recorder's schema 1"
+    assert load_run("rtx4090-llama-3.1-8b").meta["schema_version"] == 1
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"max_num_seqs": True}, "field engine_kwargs.max_num_seqs: expected an integer >= 1, "
+                             "got True"),
+    ({"max_num_seqs": 8.0}, "got 8.0"),  # a float is not a count, even an integral one
+    ({"long_prefill_token_threshold": -1}, "long_prefill_token_threshold: expected an "
+                                           "integer >= 0"),
+    ({"enable_prefix_caching": 1}, "enable_prefix_caching: expected true or false, got 1"),
+    ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization: expected a fraction"),
+    ({"block_size": 0}, "block_size: expected an integer >= 1, got 0"),
+    ({"pipeline_parallel_size": 0}, "pipeline_parallel_size: expected an integer >= 1"),
+    ({"quantization": "gguf"}, "quantization: expected null or one of fp8"),
+])
+def test_a_value_of_the_wrong_type_is_refused_never_coerced(kwargs, needle):
+    with pytest.raises(SpecbatchError, match=needle.replace("(", r"\(")):
+        engine_settings(_meta(**kwargs), "meta.json")

@@ -235,3 +235,25 @@ def test_a_config_built_in_python_stores_python_numbers():
     assert type(config.rate) is float and config.rate == 3.0
     assert config.speedup is True
     assert to_toml(config) == to_toml(SimConfig(requests=5, rate=3.0, speedup=True))
+
+
+@pytest.mark.parametrize("overrides", [{"policy": "ar"}, {"policy": "fixed", "k": 2},
+                                       {"policy": "dsd"}, {"policy": "entropy-stop", "k": 3,
+                                                           "entropy_threshold": 1.5}])
+def test_a_written_config_reads_back_as_simulate_reads_it(tmp_path, overrides):
+    """simulate --config refuses settings given to a policy that ignores them
+    (check_settings_apply, with every field of the file counted as given), so to_toml leaves
+    them out: k for ar and dsd (read back, a k would set dsd's dsd_max_k), an engine knob for
+    another policy; the policy's own knobs stay."""
+    from specbatch.simulator.config.checks import check_settings_apply
+    from specbatch.simulator.config.sim_config import load_config_given
+
+    config = load_config(None, requests=4, **overrides)
+    path = tmp_path / "back.toml"
+    path.write_text(to_toml(config))
+    again, given = load_config_given(path)
+    check_settings_apply(again, given, "config")
+    assert to_toml(again) == to_toml(config)
+    text = path.read_text()
+    assert ("num_speculative_tokens" in text) == (config.policy not in ("ar", "dsd"))
+    assert ("entropy_threshold" in text) == (config.policy == "entropy-stop")

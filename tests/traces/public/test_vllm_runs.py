@@ -69,12 +69,12 @@ def test_a_gzipped_folder_reads_like_a_plain_one(tmp_path):
     ("{not json", "line 2: expected a JSON object"),
     ("[1, 2]", "line 2: expected a JSON object, got list"),
     (json.dumps({**LINES[0], "output_toks": 0}), "line 2: field output_toks: expected an "
-                                                 "integer >= 1, got 0"),
+                                                 "integer from 1 to"),
     (json.dumps({**LINES[0], "input_toks": 2.5}), "field input_toks"),
     (json.dumps({k: v for k, v in LINES[0].items() if k != "last_token_ts"}),
      "line 2: field last_token_ts: expected seconds"),
     (json.dumps({**LINES[0], "first_token_ts": 999.0}), "line 2: field first_token_ts: "
-                                                        "expected queued_ts <= first_token_ts"),
+                                                        "expected queued_ts <= scheduled_ts"),
 ])
 def test_a_damaged_request_line_is_a_one_line_error_naming_file_line_and_field(
         tmp_path, line, needle):
@@ -162,3 +162,28 @@ def test_anchor_summary_rows_parse(tmp_path):
     assert read_anchor_summary(path) == {
         "ttft_mean": {"measured": 7097.2, "simulated": 6815.7, "error": -0.04},
         "tpot_p99": {"measured": 37.3, "simulated": 37.6, "error": 0.006}}
+
+
+def test_stamps_outside_the_run_s_length_or_a_request_twice_are_refused(tmp_path):
+    from specbatch.traces.public.vllm_runs import max_span
+
+    path = write_run(tmp_path / "r") / "requests.jsonl"  # the requests span 8 s
+    assert len(read_requests(path, max_span=8.0)) == 3
+    with pytest.raises(SpecbatchError, match="line 2: field last_token_ts: expected the "
+                                             "requests to span at most the run's 7 s"):
+        read_requests(path, max_span=7.0)
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*LINES, LINES[1]]))
+    with pytest.raises(SpecbatchError, match="line 4: field request_id: expected each request "
+                                             "once, got 'c' again \\(first on line 2\\)"):
+        read_requests(path)
+    # no started_at / finished_at: the stat logger's last tick (2 s) plus one tick, +10 s slack
+    assert max_span(META, read_timeseries(tmp_path / "r" / "timeseries.csv")) == 3.0 + 10.0
+
+
+def test_every_bundled_run_s_requests_lie_inside_its_recorded_length():
+    from specbatch.traces.public.vllm_runs import run_seconds
+
+    for name in bundled_runs():
+        run = load_run(name)
+        span = run.requests["finish"].max() - run.requests["arrival"].min()
+        assert 0.9 * run_seconds(run.meta) < span <= run_seconds(run.meta)
