@@ -60,13 +60,18 @@ class SwitchReport:
 
     def warning(self, engine: str = "vLLM") -> str | None:
         """One line when the answer sits on a threshold, else None."""
-        if not self.on_threshold:
-            return None
-        lo, hi = COLLAPSE_BRACKET
-        return (f"{engine} schedule sits on a threshold: K changes on "
-                f"{100 * self.switch_share:.1f} % of steps (thresholds at batch "
-                f"{', '.join(map(str, self.thresholds))}); vLLM #49548 measured "
-                f"{lo:.2f}-{hi:.2f}x the static throughput there (not priced here)")
+        return warn(self.switch_share, self.thresholds, engine)
+
+
+def warn(switch_share: float, cuts: tuple[int, ...] | list[int], engine: str = "vLLM"
+         ) -> str | None:
+    """The #49548 warning for a run whose K switches on ``switch_share`` of its steps."""
+    if switch_share < SWITCH_WARN:
+        return None
+    lo, hi = COLLAPSE_BRACKET
+    return (f"{engine} schedule sits on a threshold: K changes on {100 * switch_share:.1f} % "
+            f"of steps (thresholds at batch {', '.join(map(str, cuts))}); vLLM #49548 "
+            f"measured {lo:.2f}-{hi:.2f}x the static throughput there (not priced here)")
 
 
 def thresholds(ranges: list[tuple[int, int, int]]) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 ENGINE_VERSIONS: dict[str, dict[str, str]] = {
     "vllm": {
         "engine": "vLLM",
+        "short": "vLLM main @002e77c1 (config/speculative.py) + @14b450ca (dynamic/utils.py)",
         "checked_against": "vllm-project/vllm main @ 002e77c1f0ef (vllm/config/speculative.py "
                            "SpeculativeConfig: fields, __post_init__, _verify_args) and "
                            "@ 14b450ca590c (vllm/v1/spec_decode/dynamic/utils.py "
@@ -21,6 +22,7 @@ ENGINE_VERSIONS: dict[str, dict[str, str]] = {
     },
     "vllm-proposal": {
         "engine": "vLLM (not merged)",
+        "short": "vLLM RFC #48627 / PR #54801 5-item table @14b450ca (not merged)",
         "checked_against": "the 5-item (bs_lo, bs_hi, ctx_lo, ctx_hi, K) form of "
                            "validate_and_normalize_dynamic_sd_schedule @ 14b450ca590c, the "
                            "per-(batch, context) table of RFC #48627 / PR #54801",
@@ -29,6 +31,7 @@ ENGINE_VERSIONS: dict[str, dict[str, str]] = {
     },
     "tensorrt-llm-upper": {
         "engine": "TensorRT-LLM",
+        "short": "TensorRT-LLM after PR #10860 (upper-bound keys; #16888 open)",
         "checked_against": "NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py "
                            "DecodingBaseConfig.validate_draft_len_schedule_and_sort (smallest key "
                            "= max_draft_len) and tensorrt_llm/_torch/speculative/utils.py "
@@ -39,6 +42,7 @@ ENGINE_VERSIONS: dict[str, dict[str, str]] = {
     },
     "tensorrt-llm-lower": {
         "engine": "TensorRT-LLM",
+        "short": "TensorRT-LLM PR #8194 until PR #10860 (lower-bound keys)",
         "checked_against": "NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py "
                            "validate_draft_len_schedule_and_sort (key 1 required, schedule[1] = "
                            "max_draft_len) and tensorrt_llm/_torch/speculative/drafter.py "
@@ -48,6 +52,7 @@ ENGINE_VERSIONS: dict[str, dict[str, str]] = {
     },
     "sglang": {
         "engine": "SGLang",
+        "short": "SGLang @015c8726 (speculative/adaptive_spec_params.py)",
         "checked_against": "sgl-project/sglang @ 015c872628e3 python/sglang/srt/speculative/"
                            "adaptive_spec_params.py (_load_adaptive_config opens a path; "
                            "adaptive_unsupported_reason: EAGLE/EAGLE3 at topk 1 only; "
@@ -61,3 +66,8 @@ def checked_against(key: str) -> str:
     """One line: the engine code a setting was checked against."""
     v = ENGINE_VERSIONS[key]
     return f"{v['engine']}: {v['checked_against']}; {v['releases']}"
+
+
+def short(key: str) -> str:
+    """The engine version in a few words."""
+    return ENGINE_VERSIONS[key]["short"]

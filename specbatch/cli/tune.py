@@ -53,10 +53,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     work.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
     models = p.add_argument_group("models and engine")
     models.add_argument("--target", default="vicuna-33b",
-                        help="target: a shape name or a Hugging Face config.json path")
+                        help="target: a shape name, a Hugging Face id of the catalogue "
+                             "(meta-llama/Llama-3.1-8B-Instruct, ...) or a config.json path")
     models.add_argument("--draft", default="vicuna-68m",
-                        help="draft: a shape name, a config.json path, or ngram")
-    models.add_argument("--hardware", default="h100", help="hardware preset (default h100)")
+                        help="draft: a shape name, an id, a config.json path, ngram, or a "
+                             "head: eagle, eagle3, mtp")
+    models.add_argument("--draft-head", default=None, metavar="PATH",
+                        help="the EAGLE / EAGLE-3 head's config.json (draft eagle or eagle3)")
+    models.add_argument("--hardware", default="h100",
+                        help=f"hardware preset: {hardware_choices()} (default h100)")
     models.add_argument("--tp", type=positive_int, default=1, help="tensor parallel (default 1)")
     models.add_argument("--max-num-seqs", type=positive_int, default=64,
                         help="the engine's batch cap (default 64)")
@@ -73,6 +78,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="local processes (default min(4, cores))")
     add_json_flag(p)
     p.set_defaults(func=run_command, arrival="poisson")
+
+
+def hardware_choices() -> str:
+    """The hardware presets, comma-separated (for --help)."""
+    from specbatch.simulator.cost.hardware import HARDWARE
+
+    return ", ".join(HARDWARE)
 
 
 def parse_rates(text: str | None) -> tuple[float, ...] | None:
@@ -98,7 +110,8 @@ def build_question(args: argparse.Namespace):
     require(args.acceptance is None or 0 < args.acceptance <= 1,
             f"--acceptance: expected 0 < alpha <= 1, got {args.acceptance}")
     base = {"trace": args.trace, "requests": args.requests, "target": args.target,
-            "draft": args.draft, "hardware": args.hardware, "tp": args.tp, "seed": args.seed}
+            "draft": args.draft, "hardware": args.hardware, "tp": args.tp, "seed": args.seed,
+            **({"draft_head": args.draft_head} if args.draft_head else {})}
     if args.acceptance is not None:
         require(args.trace == "default", "--acceptance: expected no --trace with a constant "
                 f"acceptance, got --trace {args.trace}")
@@ -137,7 +150,7 @@ def run_command(args: argparse.Namespace) -> int:
         from dataclasses import replace
 
         question = replace(question, base={**question.base, "workload": workload})
-    report = tune(question, runner(args.workers))
+    report = tune(question, runner(args.workers), out=Path(args.out).resolve())
     write_tune(report, Path(args.out))
     emit(report, args.json, text=None if args.json else format_report(report))
     return 0
@@ -173,10 +186,19 @@ def format_report(report: dict) -> str:
                                    for x in report["loads"]),
              f"{'engine':<13} {'vs best fixed K at each load (%)':<40} {'default vs best (%)':<30}"]
     for engine, v in report["engines_verdict"].items():
+        if "vs_best_fixed_pct" not in v:
+            lines.append(f"{engine:<13} not simulated: {v.get('reason')}")
+            continue
         pct = " ".join(f"{x:+.1f}" for x in v["vs_best_fixed_pct"])
         dflt = " ".join(f"{x:+.1f}" for x in v["default_vs_best_fixed_pct"])
         lines.append(f"{engine:<13} {pct:<40} {dflt:<30}")
     for engine, v in report["engines_verdict"].items():
         state = "schedule wins" if v["wins"] else "use fixed K"
         lines.append(f"{engine} ({state}): {v['advice']}")
+        if engine == "tensorrt-llm" and v["wins"]:
+            lines.append(f"  releases before PR #10860 (lower-bound keys): "
+                         f"{v['lower_bound_release']}")
+        lines += [f"  warning: {w}" for w in v.get("warnings", [])]
+    lines.append("checked against: " + "; ".join(v["version"]
+                                                 for v in report["engines_verdict"].values()))
     return "\n".join(lines)
