@@ -7,8 +7,10 @@ it and ``json.load``s it; a digit key is a batch-size slot whose ``candidate_ste
 non-empty list of non-negative integers; at least one slot. ``adaptive_unsupported_reason``
 refuses the mode unless ``speculative_algorithm`` is EAGLE or EAGLE3 and
 ``speculative_eagle_topk`` is 1. A slot with one candidate is accepted by that parser but its
-EMA (``AdaptiveStepSlot``) has nowhere to move: it is fixed K in adaptive clothing, so the
-emitter writes at least two candidates per slot and the twin refuses fewer.
+EMA (``AdaptiveStepSlot``) has nowhere to move (SGLang's own default has one such slot,
+``"64": [0]``); a config whose slots all have the same single step is fixed K in adaptive
+clothing: the twin refuses fewer than two distinct steps over all slots, and the emitter
+writes two per slot.
 
 **Emit** (:func:`adaptive_setting`): per schedule range, a slot keyed by its smallest batch
 size (``AdaptiveStepRouter``: the largest slot key <= the batch size) whose candidates are
@@ -101,11 +103,12 @@ def load_adaptive_config(path: str | Path, *, draft: str, topk: int = 1) -> dict
                 or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                            for s in steps)):
             _fail(f"{key}.candidate_steps", "a list of non-negative ints", steps)
-        if len(set(steps)) < 2:
-            _fail(f"{key}.candidate_steps", "at least 2 distinct steps (one cannot adapt)",
-                  steps)
         out[int(key)] = {**shared, **entry}
     if not out:
         _fail("(keys)", 'at least one integer-string batch-size key, e.g. {"1": '
               '{"candidate_steps": [1, 3]}}', list(cfg))
+    union = sorted({s for entry in out.values() for s in entry["candidate_steps"]})
+    if len(union) < 2:
+        _fail("candidate_steps", "at least 2 distinct steps over the slots (with one, no "
+              "slot can adapt: fixed K)", union)
     return dict(sorted(out.items()))
