@@ -135,6 +135,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="replicas of the deployment with --max-rate (default 1)")
     cap.add_argument("--rate-tolerance", type=float, default=0.02,
                      help="relative width of the final bracket (default 0.02)")
+    cap.add_argument("--data-parallel-size", type=positive_int, default=1,
+                     help="vLLM's --data-parallel-size with --max-rate: DP ranks of one server "
+                          "(replicas must be 1; default 1)")
+    cap.add_argument("--enable-expert-parallel", action="store_true",
+                     help="vLLM's --enable-expert-parallel with --max-rate: an MoE target's "
+                          "experts split over the DP x tp GPUs (simulator.cost.expert_parallel)")
     run = p.add_argument_group("execution")
     run.add_argument("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
                      help="local processes (or LocalCluster workers); default min(4, cores)")
@@ -271,6 +277,9 @@ def run_command(args: argparse.Namespace) -> int:
 
     if args.max_rate:
         return run_max_rate(args)
+    require(args.data_parallel_size == 1 and not args.enable_expert_parallel,
+            "--data-parallel-size/--enable-expert-parallel: expected them with --max-rate "
+            "only (the deployment search does not enumerate DP + EP yet)")
     question = build_question(args)
     if args.scheduler is not None:
         from specbatch.analysis.sweep.executors import check_scheduler
@@ -414,6 +423,9 @@ def run_max_rate(args: argparse.Namespace) -> int:
               "draft": args.draft, "cost": args.cost, "max_num_seqs": args.max_num_seqs,
               "kv_mode": "paged", "gpu_memory_utilization": args.gpu_memory_utilization,
               "seed": args.seed, "hardware": hardware, "tp": tp, "replicas": args.replicas,
+              **({"data_parallel_size": args.data_parallel_size}
+                 if args.data_parallel_size > 1 else {}),
+              **({"enable_expert_parallel": True} if args.enable_expert_parallel else {}),
               **({"draft_head": args.draft_head} if args.draft_head else {}),
               **({"profile": args.profile} if args.profile else {}),
               **precision_fields(args), **spec.fields()}
@@ -441,9 +453,12 @@ def run_max_rate(args: argparse.Namespace) -> int:
         fields["workload"] = str(write_length_workload(fields, *lengths,
                                                        out.resolve() / "workload.csv"))
     result = search(simulate_probe(fields, slos), start=start, tolerance=args.rate_tolerance)
+    dp = args.data_parallel_size
+    shape = (f"DP {dp}{' + EP' if args.enable_expert_parallel else ''}" if dp > 1 else
+             f"{args.replicas} replica{'s' if args.replicas > 1 else ''}")
     report = {"question": {**fields, "slos": slos.describe()},
-              "deployment": f"{args.replicas * tp} x {hardware} (tp {tp}, {args.replicas} "
-                            f"replica{'s' if args.replicas > 1 else ''}), {spec.label}",
+              "deployment": f"{args.replicas * dp * tp} x {hardware} (tp {tp}, {shape}), "
+                            f"{spec.label}",
               **result}
     atomic_write(out / "max_rate.json", dumps(report, indent=1))
     emit(report, args.json, text=None if args.json else format_max_rate(report))

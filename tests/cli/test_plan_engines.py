@@ -45,3 +45,19 @@ def test_a_draft_head_needs_an_eagle_draft(tmp_path, capsys):
     code, _, err = run_main(capsys, ["plan", "--out", str(tmp_path / "x"), "--rate", "1",
                                      "--draft", "vicuna-68m", "--draft-head", "h.json"])
     assert_one_line_error(code, err, "--draft-head")
+
+
+def test_max_rate_of_a_dp_ep_moe_deployment(tmp_path, capsys):
+    code, report = run_json(capsys, [
+        "plan", "--max-rate", "--out", str(tmp_path / "m"), "--target", "Qwen/Qwen3-30B-A3B",
+        "--draft", "ngram", "--cost", "roofline", "--data-parallel-size", "2",
+        "--enable-expert-parallel", "--prompt-len", "fixed:64", "--output-len", "fixed:32",
+        "--requests", "16", "--slo-tpot", "0.05", "--tp", "1", "--k", "2", "--policies",
+        "fixed", "--verify", "token", "--rate-tolerance", "0.2"])
+    assert code == 0 and report["max_rate"] > 0
+    assert report["question"]["data_parallel_size"] == 2
+    assert report["question"]["enable_expert_parallel"] is True
+    assert "DP 2 + EP" in report["deployment"]
+    code, _, err = run_main(capsys, ["plan", "--out", str(tmp_path / "s"), "--rate", "1",
+                                     "--data-parallel-size", "2"])
+    assert_one_line_error(code, err, "--max-rate only")
