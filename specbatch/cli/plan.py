@@ -44,8 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     work.add_argument("--workload", metavar="FILE|example",
                       help="request lengths/arrivals file, as simulate's --workload")
     work.add_argument("--prompt-len", metavar="DIST",
-                      help="prompt lengths: fixed:N, uniform:A,B, lognormal:MEDIAN,SIGMA or "
-                           "trace (the trace's own)")
+                      help="prompt lengths: fixed:N, uniform:A,B, lognormal:MEDIAN,SIGMA, "
+                           "trace (the trace's own) or sharegpt (a preset fitted on public "
+                           "ShareGPT requests)")
     work.add_argument("--output-len", metavar="DIST", help="output lengths, as --prompt-len")
     work.add_argument("--rate", type=float, default=None,
                       help="offered load, requests/s (Poisson arrivals)")

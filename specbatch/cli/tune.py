@@ -42,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     work.add_argument("--workload", metavar="FILE|example",
                       help="request lengths file, as simulate's --workload")
     work.add_argument("--prompt-len", metavar="DIST",
-                      help="prompt lengths: fixed:N, uniform:A,B, lognormal:MEDIAN,SIGMA or trace")
+                      help="prompt lengths: fixed:N, uniform:A,B, lognormal:MEDIAN,SIGMA, trace "
+                           "or sharegpt (a preset fitted on public ShareGPT requests)")
     work.add_argument("--output-len", metavar="DIST", help="output lengths, as --prompt-len")
     work.add_argument("--requests", type=positive_int, default=256,
                       help="simulated requests per validation run (default 256)")
