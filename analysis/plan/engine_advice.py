@@ -14,14 +14,13 @@
 from __future__ import annotations
 
 from specbatch.analysis.engines import sglang, trtllm, vllm
+from specbatch.analysis.engines.models import draft_of, model_id
 from specbatch.analysis.engines.versions import short
 
 
 def engine_lines(base: dict, policy: str, k: int | None, verify: str, max_num_seqs: int
                  ) -> dict[str, str]:
     """engine -> the line that runs the answer, or a sentence why none does."""
-    from specbatch.analysis.tune.engine_lines import draft_of, model_id
-
     if policy == "ar":
         return {e: "no speculative decoding (the answer is ar)"
                 for e in ("vllm", "tensorrt-llm", "sglang")}

@@ -19,32 +19,13 @@ import json
 from pathlib import Path
 
 from specbatch.analysis.engines import sglang, trtllm, vllm
+from specbatch.analysis.engines.models import DEFAULT_DRAFT, draft_of, model_id
 from specbatch.analysis.engines.versions import checked_against, short
 from specbatch.errors import SpecbatchError
 
 ENGINES = ("vllm", "tensorrt-llm", "sglang")
 ONE_MODEL_DRAFTS = ("eagle", "eagle3", "mtp")
-DEFAULT_DRAFT = "vicuna-68m"
-
-
-def draft_of(base: dict) -> str:
-    return str(base.get("draft", DEFAULT_DRAFT))
-
-
-def model_id(base: dict) -> str | None:
-    """What the engines load as the draft: a head's checkpoint (``draft_head``, else the
-    target's published head from the catalogue, else a marked placeholder), a draft model's
-    Hugging Face id (catalogue) or path, None for ``mtp`` / ``ngram``."""
-    from specbatch.traces.models.catalogue import hf_id, published_head
-
-    draft = draft_of(base).lower()
-    if draft in ("mtp", "ngram"):
-        return None
-    if draft in ("eagle", "eagle3"):
-        target = str(base.get("target", "vicuna-33b"))
-        return (base.get("draft_head") or published_head(target, draft)
-                or f"<path to an {draft.upper()} head for {target}>")
-    return hf_id(draft_of(base))
+__all__ = ["draft_of", "model_id", "engine_ranges", "settings", "fixed_line", "sglang_fields"]
 
 
 def merge(ranges) -> list[tuple[int, int, int]]:
