@@ -75,6 +75,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     space.add_argument("--tax", type=float, default=0.0,
                        help="per-step cost of the dynamic path as a fraction of step time "
                             "(default 0; vLLM issue #49548 measured 0.066-0.216)")
+    space.add_argument("--vllm-context-buckets", default=None, metavar="C1,C2,...",
+                       help="also emit vLLM's PROPOSED per-(batch, context) table (RFC #48627 "
+                            "/ PR #54801, not merged: no released vLLM accepts it) with context "
+                            "ranges cut at these prompt lengths; not validated in simulation")
     p.add_argument("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
                    help="local processes (default min(4, cores))")
     add_json_flag(p)
@@ -86,6 +90,23 @@ def hardware_choices() -> str:
     from specbatch.simulator.cost.hardware import HARDWARE
 
     return ", ".join(HARDWARE)
+
+
+def parse_cuts(text: str | None, workload: str | None) -> tuple[int, ...] | None:
+    """--vllm-context-buckets as increasing prompt lengths (one-line errors)."""
+    if text is None:
+        return None
+    require(workload is None, "--vllm-context-buckets: expected length distributions or the "
+            "trace's lengths, not --workload (each context row draws its own prompts)")
+    try:
+        cuts = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise SpecbatchError(f"--vllm-context-buckets: expected comma-separated prompt "
+                             f"lengths, got {text!r}") from None
+    from specbatch.analysis.tune.context_table import context_ranges
+
+    context_ranges(cuts)  # its own one-line check
+    return cuts
 
 
 def parse_rates(text: str | None) -> tuple[float, ...] | None:
@@ -151,7 +172,14 @@ def run_command(args: argparse.Namespace) -> int:
         from dataclasses import replace
 
         question = replace(question, base={**question.base, "workload": workload})
+    cuts = parse_cuts(args.vllm_context_buckets, args.workload)
     report = tune(question, runner(args.workers), out=Path(args.out).resolve())
+    if cuts is not None:
+        from specbatch.analysis.tune.context_table import context_table
+        from specbatch.simulator.workload.lengths import parse_lengths
+
+        output = lengths[1] if lengths is not None else parse_lengths("trace", "--output-len")
+        report["vllm_proposal"] = context_table(question, runner(args.workers), cuts, output)
     write_tune(report, Path(args.out))
     emit(report, args.json, text=None if args.json else format_report(report))
     return 0
@@ -200,6 +228,10 @@ def format_report(report: dict) -> str:
             lines.append(f"  releases before PR #10860 (lower-bound keys): "
                          f"{v['lower_bound_release']}")
         lines += [f"  warning: {w}" for w in v.get("warnings", [])]
+    proposal = report.get("vllm_proposal")
+    if proposal:
+        lines.append(f"vllm proposal ({proposal['status']}; not validated): "
+                     f"{proposal['setting']}")
     lines.append("checked against: " + "; ".join(v["version"]
                                                  for v in report["engines_verdict"].values()))
     return "\n".join(lines)

@@ -69,3 +69,27 @@ def test_an_eagle3_tune_writes_the_sglang_file_its_flags_name(tmp_path, capsys):
         "decoding_type"] == "Eagle3"
     assert 0 not in json.loads(trt["setting"].removeprefix("speculative_config: ")).get(
         "draft_len_schedule", {}).values()  # #16888
+
+
+def test_the_unmerged_context_table_only_when_asked_and_marked(tmp_path, capsys):
+    base = ["tune", "--acceptance", "0.7", "--max-num-seqs", "2", "--k-max", "1",
+            "--requests", "8", "--rates", "0.5", "--prompt-len", "fixed:16", "--output-len",
+            "fixed:16", "--workers", "1"]
+    code, plain = run_json(capsys, [*base, "--out", str(tmp_path / "a")])
+    assert code == 0 and "vllm_proposal" not in plain
+    code, report = run_json(capsys, [*base, "--out", str(tmp_path / "b"),
+                                     "--vllm-context-buckets", "32"])
+    proposal = report["vllm_proposal"]
+    assert code == 0 and proposal["status"].startswith("NOT MERGED")
+    config = json.loads(_flag(proposal["setting"], "--speculative-config"))
+    table = config.pop("num_speculative_tokens_per_batch_size")
+    assert vllm.check_proposal_table(table)[0][:4] == (1, 1, 1, 32)
+    assert proposal["context_ranges"] == [[1, 32], [33, 2**31 - 1]]
+    vllm.check_speculative_config(config)
+    # the merged field refuses it
+    import pytest
+
+    from specbatch.errors import SpecbatchError
+
+    with pytest.raises(SpecbatchError, match="3-item"):
+        vllm.check_speculative_config({**config, "num_speculative_tokens_per_batch_size": table})
