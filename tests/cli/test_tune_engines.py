@@ -9,7 +9,10 @@ import json
 import shlex
 from pathlib import Path
 
+import pytest
+
 from specbatch.analysis.engines import sglang, trtllm, vllm
+from specbatch.errors import SpecbatchError
 from tests.cli.oneline import run_json
 
 SMALL = ["--max-num-seqs", "4", "--k-max", "2", "--requests", "8", "--rates", "0.5",
@@ -87,9 +90,5 @@ def test_the_unmerged_context_table_only_when_asked_and_marked(tmp_path, capsys)
     assert proposal["context_ranges"] == [[1, 32], [33, 2**31 - 1]]
     vllm.check_speculative_config(config)
     # the merged field refuses it
-    import pytest
-
-    from specbatch.errors import SpecbatchError
-
     with pytest.raises(SpecbatchError, match="3-item"):
         vllm.check_speculative_config({**config, "num_speculative_tokens_per_batch_size": table})
