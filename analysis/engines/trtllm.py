@@ -94,8 +94,8 @@ def speculative_config(*, draft: str, model: str | None, ranges: list[tuple[int,
     out: dict[str, Any] = {"decoding_type": dtype, "max_draft_len": int(ranges[0][2])}
     if dtype in NEEDS_MODEL:
         out["speculative_model"] = model
-    if dtype == "MTP":
-        out["num_nextn_predict_layers"] = 1
+    if dtype == "MTP":  # the MTP config's own draft length (llm_args.py MTPDecodingConfig);
+        out["num_nextn_predict_layers"] = int(ranges[0][2])  # equal to max_draft_len
     if len(ranges) > 1:
         out["draft_len_schedule"] = {str(k): v for k, v in schedule_keys(ranges, semantics).items()}
     check_speculative_config(out, semantics=semantics,

@@ -57,6 +57,7 @@ CATALOGUE: dict[str, str] = {
 #: (target id, drafter) -> a published head checkpoint.
 HEADS: dict[tuple[str, str], str] = {
     ("meta-llama/Llama-3.1-8B-Instruct", "eagle3"): "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+    ("Qwen/Qwen3-8B", "eagle3"): "AngelSlim/Qwen3-8B_eagle3",  # vLLM's speculative.py names it
     ("Qwen/Qwen3-30B-A3B", "eagle3"): "Tengyunw/qwen3_30b_moe_eagle3",
     ("Qwen/Qwen3-235B-A22B", "eagle3"): "lmsys/Qwen3-235B-A22B-EAGLE3",
 }
