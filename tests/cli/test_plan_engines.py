@@ -61,3 +61,15 @@ def test_max_rate_of_a_dp_ep_moe_deployment(tmp_path, capsys):
     code, _, err = run_main(capsys, ["plan", "--out", str(tmp_path / "s"), "--rate", "1",
                                      "--data-parallel-size", "2"])
     assert_one_line_error(code, err, "--max-rate only")
+
+
+def test_the_vllm_line_carries_the_plans_precision():
+    from specbatch.analysis.plan.engine_advice import engine_lines
+
+    lines = engine_lines({"draft": "eagle3", "target": "meta-llama/Llama-3.1-8B-Instruct",
+                          "quantization": "fp8", "kv_cache_dtype": "fp8"}, "fixed", 3,
+                         "token", 64)
+    words = shlex.split(lines["vllm"])
+    assert words[:4] == ["--quantization", "fp8", "--kv-cache-dtype", "fp8"]
+    assert vllm.check_speculative_config(words[5])["num_speculative_tokens"] == 3
+    assert engine_lines({}, "ar", None, "token", 8)["vllm"].startswith("no speculative")
