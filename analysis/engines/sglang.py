@@ -69,8 +69,9 @@ def flags(*, draft: str, model: str | None, steps: int, config_path: Path | None
     parts = [f"--speculative-algorithm {algorithm(draft)}"]
     if model:
         parts.append(f"--speculative-draft-model-path {model}")
-    parts += ["--speculative-eagle-topk 1", f"--speculative-num-steps {steps}",
-              f"--speculative-num-draft-tokens {steps + 1}"]
+    if algorithm(draft) != "NGRAM":  # NGRAM takes the draft tokens alone
+        parts += ["--speculative-eagle-topk 1", f"--speculative-num-steps {steps}"]
+    parts.append(f"--speculative-num-draft-tokens {steps + 1}")
     if config_path is not None:
         parts += ["--speculative-adaptive", f"--speculative-adaptive-config {config_path}"]
     return " ".join(parts)
