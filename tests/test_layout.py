@@ -90,7 +90,8 @@ FOLDER_ORDER = {
     "traces": ("corpus", "models", "format", "synth", "capture", "public"),
     "simulator": ("defaults", "replay", "cost", "policies", "config", "workload", "engine",
                   "metrics", "saturation", "step_stream", "run"),
-    "analysis": ("sensitivity", "sweep", "report", "plan", "validate", "tune", "config_docs", "optimum"),
+    "analysis": ("sensitivity", "sweep", "report", "engines", "plan", "validate", "tune",
+                 "config_docs", "optimum"),
 }
 
 

@@ -93,6 +93,12 @@ def run_plan(question: Question, out: str | Path | None = None, **executor: Any)
             atomic_write(toml, choice_toml(base, main.choice))
             report["choice"]["config"] = str(toml)
             report["choice"]["simulate"] = f"specbatch simulate --config {toml}"
+            from specbatch.analysis.plan.engine_advice import engine_lines, versions
+
+            spec = main.choice.speculation
+            report["choice"]["engines"] = engine_lines(base, spec.policy, spec.k, spec.verify,
+                                                       int(base["max_num_seqs"]))
+            report["choice"]["engines_checked_against"] = versions()
         report["out"] = str(out)
         from specbatch.analysis.plan.cost_source import plan_sources
 

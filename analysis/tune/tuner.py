@@ -5,19 +5,18 @@ by simulated goodput and kept only where they beat the best fixed K end to end.
    (1, 2, 3-4, 5-8, ...). For each bucket, a burst of requests capped at its largest size is
    simulated at every K = 0..``k_max`` (K = 0: ``ar``); the bucket takes the K of highest
    throughput (ties: the smaller K). Adjacent buckets with the same K merge.
-2. **Emit**, in each engine's own syntax and limits (parsed back in the tests by
-   simulator.policies.schedules, the re-implementation of each engine's parser):
-   vLLM ``--speculative-config`` with ``num_speculative_tokens`` = the largest K and
-   ``num_speculative_tokens_per_batch_size`` = inclusive ``[lo, hi, K]`` ranges from 1
-   (``vllm/v1/spec_decode/dynamic/utils.py``, ``validate_and_normalize_dynamic_sd_schedule``);
-   TensorRT-LLM ``draft_len_schedule`` ``{largest batch size: K}`` with ``max_draft_len``
-   (``tensorrt_llm/llmapi/llm_args.py`` ``DecodingBaseConfig``; lookup
-   ``tensorrt_llm/_torch/speculative/utils.py`` ``get_draft_len_for_batch_size``: the first
-   key >= the batch size, 0 past the last key), its K capped at the first bucket's
-   (:func:`engine_ranges`: the smallest key's length must be ``max_draft_len``);
-   SGLang ``--speculative-adaptive-config``, one slot per range keyed by its smallest batch
-   size (``AdaptiveStepRouter``: the largest key <= the batch size) with ``candidate_steps =
-   [K]`` (one candidate: the EMA has nothing to move, so the slot applies K as chosen).
+2. **Emit** complete settings, built and parser-checked in each engine's own syntax by
+   analysis.tune.engine_lines and analysis.engines (which name the engine code each was
+   checked against): vLLM's whole ``--speculative-config`` (``method``, ``model``,
+   ``num_speculative_tokens`` = the largest K, ``num_speculative_tokens_per_batch_size`` =
+   inclusive ``[lo, hi, K]`` ranges from 1); TensorRT-LLM ``speculative_config`` with
+   ``draft_len_schedule`` ``{largest batch size: K}`` (releases after PR #10860) and the
+   lower-bound form ``{smallest batch size: K}`` of earlier releases, its K capped at the
+   first bucket's (the smallest key's length must be ``max_draft_len``) and, for one-model
+   drafters, floored at 1 (TensorRT-LLM #16888); SGLang's adaptive config as a FILE
+   (``OUT/sglang_adaptive.json``) the flags point at, one slot per range keyed by its
+   smallest batch size with the range's two best K as ``candidate_steps``, only for EAGLE /
+   EAGLE-3 (any other draft: a one-line reason and the fixed-K flags).
 3. **Validate** each emitted setting the way its engine applies it (``batch-schedule`` with the
    vLLM or TensorRT-LLM table, ``ema-adaptive`` with the SGLang config) against every fixed K
    and the engine's default (vLLM and TensorRT-LLM without a schedule: fixed ``k_max``;
@@ -25,7 +24,10 @@ by simulated goodput and kept only where they beat the best fixed K end to end.
    a burst. Score: throughput (burst), 1 / mean end-to-end latency (rates). The best fixed K
    maximises the geometric mean of its scores over the loads. A setting is recommended only
    where it scores at least the best fixed K's at every load and more in geometric mean;
-   otherwise the answer is that fixed K.
+   otherwise the answer is that fixed K, except for SGLang, whose default adaptive config is
+   kept when it is never worse than the best fixed K. vLLM's schedule runs are read for
+   K switches at its thresholds (analysis.engines.graph_switch, vLLM #49548) and a warning
+   is added when the answer sits on one.
 
 ``tax``: the dynamic path's per-step cost, a fraction added to every step time of the
 schedule runs (default 0). vLLM issue vllm-project/vllm#49548 measured 6.56 % (concurrency 2)
@@ -49,7 +51,7 @@ from specbatch.io import atomic_write, dumps
 #: specbatch.io.RESULT_MARKER, kind "tune").
 MARKER = "tune.json"
 #: What a tune output directory holds.
-TUNE_FILES = (MARKER, "settings.txt", "workload.csv")
+TUNE_FILES = (MARKER, "settings.txt", "workload.csv", "sglang_adaptive.json")
 #: Default validation rates, as fractions of the best fixed K's burst request throughput.
 RATE_FRACTIONS = (0.25, 0.5, 0.75)
 ENGINES = ("vllm", "tensorrt-llm", "sglang")
@@ -159,55 +161,55 @@ def sglang_setting(ranges: list[tuple[int, int, int]]) -> dict:
     return {str(lo): {"candidate_steps": [k]} for lo, _, k in ranges}
 
 
-def engine_ranges(chosen: list[dict]) -> dict[str, list[tuple[int, int, int]]]:
-    """Each engine's schedule from the per-bucket choices, within its rules. vLLM and SGLang
-    take any K per range. TensorRT-LLM requires the smallest key's draft length to equal
-    ``max_draft_len`` and every other to be at most that (``validate_draft_len_schedule_and_sort``
-    in ``tensorrt_llm/llmapi/llm_args.py``), so its first bucket keeps its K and every later
-    bucket takes its best K at most that one."""
-    free = merge((b["lo"], b["hi"], b["k"]) for b in chosen)
-    first = chosen[0]["k"]
-    capped = []
-    for b in chosen:
-        if not b.get("reached", True) and capped:  # nothing measured there: the last K reached
-            capped.append((b["lo"], b["hi"], capped[-1][2]))
-            continue
-        by_k = {int(k): v for k, v in b["throughput"].items() if int(k) <= first}
-        capped.append((b["lo"], b["hi"], max(by_k, key=lambda k: (by_k[k], -k))))
-    return {"vllm": free, "tensorrt-llm": merge(capped), "sglang": free}
+def engine_ranges(chosen: list[dict], draft: str = "vicuna-68m"
+                  ) -> dict[str, list[tuple[int, int, int]]]:
+    """Each engine's schedule within its rules (analysis.tune.engine_lines.engine_ranges)."""
+    from specbatch.analysis.tune.engine_lines import engine_ranges as within_rules
+
+    return within_rules(chosen, draft)
 
 
-def paste_lines(ranges: dict[str, list[tuple[int, int, int]]]) -> dict[str, str]:
-    """The ready-to-paste settings of each engine, from its ranges."""
-    sglang = ranges["sglang"]
-    return {
-        "vllm": f"--speculative-config '{json.dumps(vllm_setting(ranges['vllm']))}'",
-        "tensorrt-llm": "speculative_config: " + json.dumps(trt_setting(ranges["tensorrt-llm"])),
-        "sglang": (f"--speculative-adaptive --speculative-num-steps {top_k(sglang)} "
-                   f"--speculative-adaptive-config '{json.dumps(sglang_setting(sglang))}'"),
-    }
+def engine_settings(ranges: dict[str, list[tuple[int, int, int]]], chosen: list[dict],
+                    base: dict, out: Path | None = None) -> dict[str, dict]:
+    """Each engine's complete, parser-checked setting (analysis.tune.engine_lines.settings)."""
+    from specbatch.analysis.tune.engine_lines import settings
+
+    return settings(ranges, chosen, base, out)
 
 
-def engine_runs(ranges: dict[str, list[tuple[int, int, int]]], k_max: int
-                ) -> dict[str, tuple[dict, dict]]:
+def paste_lines(ranges: dict[str, list[tuple[int, int, int]]], chosen: list[dict] | None = None,
+                base: dict | None = None, out: Path | None = None) -> dict[str, str | None]:
+    """The ready-to-paste line of each engine (None: the engine takes no such setting)."""
+    chosen = chosen or [{"lo": lo, "hi": hi, "k": k, "throughput": {str(k): 1.0}}
+                        for lo, hi, k in ranges["vllm"]]
+    return {e: v["setting"] for e, v in engine_settings(ranges, chosen, base or {}, out).items()}
+
+
+def engine_runs(ranges: dict[str, list[tuple[int, int, int]]], k_max: int,
+                emitted: dict[str, dict] | None = None) -> dict[str, tuple[dict, dict]]:
     """Each engine's (emitted setting, default) as simulator fields, applied as it applies
     them (module docstring, step 3); a one-range setting of K >= 1 runs as that fixed K (the
-    same steps: every batch size drafts K)."""
-    vllm, trt, sglang = ranges["vllm"], ranges["tensorrt-llm"], ranges["sglang"]
-    table = json.dumps(vllm_setting(vllm)["num_speculative_tokens_per_batch_size"])
+    same steps: every batch size drafts K). SGLang runs only where it emits a setting."""
+    from specbatch.analysis.tune.engine_lines import sglang_fields
+
+    vllm, trt = ranges["vllm"], ranges["tensorrt-llm"]
     runs = {
         "vllm": ({"policy": "batch-schedule", "num_speculative_tokens": top_k(vllm),
-                  "num_speculative_tokens_per_batch_size": table}, fixed_settings(k_max)),
+                  "num_speculative_tokens_per_batch_size": json.dumps(vllm_setting(vllm)[
+                      "num_speculative_tokens_per_batch_size"])}, fixed_settings(k_max)),
         "tensorrt-llm": ({"policy": "batch-schedule", "num_speculative_tokens": top_k(trt),
                           "draft_len_schedule": json.dumps(trt_setting(trt)["draft_len_schedule"])},
                          fixed_settings(k_max)),
-        "sglang": ({"policy": "ema-adaptive", "num_speculative_tokens": top_k(sglang),
-                    "speculative_adaptive_config": json.dumps(sglang_setting(sglang))},
-                   {"policy": "ema-adaptive", "num_speculative_tokens": k_max}),
     }
+    sglang = (emitted or {}).get("sglang")
+    if sglang is None or sglang["setting"] is not None:
+        fields = (sglang_fields(sglang) if sglang is not None else
+                  {"policy": "ema-adaptive", "num_speculative_tokens": top_k(ranges["sglang"]),
+                   "speculative_adaptive_config": json.dumps(sglang_setting(ranges["sglang"]))})
+        runs["sglang"] = (fields, {"policy": "ema-adaptive", "num_speculative_tokens": k_max})
     for engine, own in ranges.items():  # one range is one K at every batch size: fixed K
-        if len(own) == 1 and own[0][2] > 0:  # (K = 0 under a schedule still prefills the draft)
-            runs[engine] = (fixed_settings(own[0][2]), runs[engine][1])
+        if engine in runs and len(own) == 1 and own[0][2] > 0:  # (K = 0 under a schedule
+            runs[engine] = (fixed_settings(own[0][2]), runs[engine][1])  # still prefills)
     return runs
 
 
@@ -229,7 +231,16 @@ def simulate_fields(fields: dict, tax: float = 0.0) -> dict:
     cost = taxed(build_cost(config), tax) if tax else None
     result = simulate(config, _TRACES[key], cost_model=cost)
     batch = result.steps["batch"]
-    return {**result.summary, "peak_batch": int(batch.max()) if len(batch) else 0}
+    summary = {**result.summary, "peak_batch": int(batch.max()) if len(batch) else 0}
+    table = fields.get("num_speculative_tokens_per_batch_size")
+    if fields.get("policy") != "batch-schedule" or table is None:
+        return summary
+    from specbatch.analysis.engines.graph_switch import assess
+
+    report = assess([tuple(r) for r in json.loads(table)], result.steps)
+    return {**summary, "k_switch": {"switch_share": report.switch_share,
+                                    "thresholds": list(report.thresholds),
+                                    "near": report.near}}
 
 
 def score(summary: dict, load: Any) -> float:
@@ -281,8 +292,9 @@ def unreached_note(chosen: list[dict], requests: int) -> str | None:
 
 
 def validate(question: TuneQuestion, ranges: dict[str, list[tuple[int, int, int]]],
-             run: Callable) -> dict:
-    """Step 3: fixed K, each engine's setting (taxed) and default at every load."""
+             run: Callable, emitted: dict[str, dict] | None = None) -> dict:
+    """Step 3: fixed K, each engine's setting (taxed) and default at every load (``emitted``:
+    the engines' settings; an engine that emits none is not run)."""
     base = {**question.base, "max_num_seqs": question.max_num_seqs}
     ks = range(question.k_max + 1)
     burst = run([load_fields({**base, **fixed_settings(k)}, "burst") for k in ks])
@@ -299,15 +311,17 @@ def validate(question: TuneQuestion, ranges: dict[str, list[tuple[int, int, int]
     for i, k in enumerate(ks):
         fixed[k] = [score(s, r) for s, r in zip(rated[i * len(rates):], rates)] + fixed[k]
     best_k = max(ks, key=lambda k: (sum(math.log(v) for v in fixed[k]), -k))
-    arms = engine_runs(ranges, question.k_max)
-    jobs = [(engine, role, load) for engine in ENGINES for role in ("setting", "default")
-            for load in loads]
+    arms = engine_runs(ranges, question.k_max, emitted)
+    jobs = [(engine, role, load) for engine in ENGINES if engine in arms
+            for role in ("setting", "default") for load in loads]
     taxes = [question.tax if role == "setting" else 0.0 for _, role, _ in jobs]
     fields = [load_fields({**base, **arms[e][role == "default"]}, load) for e, role, load in jobs]
     summaries = run(fields, taxes)
-    engines: dict[str, dict] = {e: {} for e in ENGINES}
+    engines: dict[str, dict] = {e: {} for e in ENGINES if e in arms}
     for (engine, role, load), summary in zip(jobs, summaries):
         engines[engine].setdefault(role, []).append(score(summary, load))
+        if role == "setting" and "k_switch" in summary:
+            engines[engine].setdefault("k_switch", []).append(summary["k_switch"])
     return {"loads": [str(x) for x in loads], "rates": list(rates),
             "fixed": {str(k): v for k, v in fixed.items()}, "best_fixed_k": best_k,
             "engines": engines}
@@ -320,34 +334,80 @@ def verdict(setting: list[float], best: list[float]) -> bool:
             and sum(map(math.log, setting)) > sum(map(math.log, best)))
 
 
-def tune(question: TuneQuestion, run: Callable) -> dict:
-    """The report (module docstring): chosen buckets, emitted settings, validation, verdicts.
-    run(fields_list, taxes=None) -> summaries, in order."""
+def tune(question: TuneQuestion, run: Callable, out: Path | None = None) -> dict:
+    """The report (module docstring): chosen buckets, emitted settings, validation, verdicts,
+    warnings. run(fields_list, taxes=None) -> summaries, in order; ``out``: where the SGLang
+    config file will be written (its flags name it by path)."""
+    from specbatch.analysis.tune.engine_lines import draft_of, fixed_line
+
     run = deduplicated(run)
     chosen = choose(question, lambda fields: run(fields, None))
-    ranges = engine_ranges(chosen)
-    check = validate(question, ranges, run)
-    best = check["fixed"][str(check["best_fixed_k"])]
-    lines = paste_lines(ranges)
+    ranges = engine_ranges(chosen, draft_of(question.base))
+    emitted = engine_settings(ranges, chosen, question.base, out)
+    check = validate(question, ranges, run, emitted)
+    best_k = check["best_fixed_k"]
+    best = check["fixed"][str(best_k)]
     note = unreached_note(chosen, int(question.base["requests"]))
     engines = {}
     for engine in ENGINES:
-        scores, own = check["engines"][engine], ranges[engine]
+        own, setting = ranges[engine], emitted[engine]
+        fixed = fixed_line(engine, best_k, question.base, question.max_num_seqs)
+        entry = {"setting": setting["setting"], "ranges": [list(r) for r in own],
+                 "checked_against": setting["checked_against"], "version": setting["version"],
+                 **{k: setting[k] for k in ("lower_bound_release", "reason", "file")
+                    if k in setting}}
+        if engine not in check["engines"]:  # SGLang without its adaptive mode
+            engines[engine] = {**entry, "wins": False, "advice": f"{fixed}"}
+            continue
+        scores = check["engines"][engine]
         # a one-range schedule is a fixed K; an all-zero one is no speculation
-        wins = (any(k for *_, k in own) and len(own) > 1
-                and verdict(scores["setting"], best))
-        engines[engine] = {
-            "setting": lines[engine], "ranges": [list(r) for r in own], "wins": bool(wins),
-            "vs_best_fixed_pct": [100 * (s / b - 1) for s, b in zip(scores["setting"], best)],
-            "default_vs_best_fixed_pct": [100 * (s / b - 1)
-                                          for s, b in zip(scores["default"], best)],
-            "advice": lines[engine] if wins else fixed_advice(engine, check["best_fixed_k"])}
+        wins = bool(any(k for *_, k in own) and len(own) > 1
+                    and verdict(scores["setting"], best))
+        entry.update(wins=wins,
+                     vs_best_fixed_pct=[100 * (s / b - 1) for s, b in zip(scores["setting"], best)],
+                     default_vs_best_fixed_pct=[100 * (s / b - 1)
+                                                for s, b in zip(scores["default"], best)])
+        keep_default = (engine == "sglang" and not wins
+                        and all(d >= b for d, b in zip(scores["default"], best)))
+        entry["advice"] = (setting["setting"] if wins else
+                           default_adaptive_line(question, best_k) if keep_default else fixed)
+        entry["warnings"] = switch_warnings(scores.get("k_switch", []), check["loads"],
+                                            question.tax) if engine == "vllm" and wins else []
+        engines[engine] = entry
     return {"question": {**question.base, "max_num_seqs": question.max_num_seqs,
                          "k_max": question.k_max, "tax": question.tax},
             "buckets": chosen, "ranges": [list(r) for r in ranges["vllm"]], **check,
-            "engines_verdict": engines,
+            "engines_verdict": engines, "sglang_config": emitted["sglang"]["config"],
             "unreached": [[b["lo"], b["hi"]] for b in chosen if not b["reached"]],
             "notes": [note] if note else []}
+
+
+def default_adaptive_line(question: TuneQuestion, k: int) -> str:
+    """SGLang's default adaptive config kept (it was never worse than the best fixed K)."""
+    from specbatch.analysis.engines import sglang
+    from specbatch.analysis.tune.engine_lines import draft_of, model_id
+
+    flags = sglang.flags(draft=draft_of(question.base), model=model_id(question.base),
+                         steps=max(1, k), config_path=None)
+    return f"{flags} --speculative-adaptive (SGLang's default adaptive config: never worse " \
+           "than the best fixed K here)"
+
+
+def switch_warnings(stats: list[dict], loads: list[str], tax: float) -> list[str]:
+    """vLLM #49548 warnings of a schedule's runs: the loads where K switches on at least
+    SWITCH_WARN of the steps, and the PIECEWISE fallback when no tax prices it."""
+    from specbatch.analysis.engines.graph_switch import PIECEWISE_TAX, warn
+
+    out = []
+    for load, st in zip(loads, stats):
+        line = warn(st["switch_share"], st["thresholds"])
+        if line:
+            out.append(f"at {load}: {line}")
+    if stats and tax == 0:
+        out.append(f"vLLM's V1 runner serves a schedule with PIECEWISE CUDA graphs (#49548: "
+                   f"{1 + PIECEWISE_TAX:.3f}x per step single-stream); --tax "
+                   f"{PIECEWISE_TAX:.3f} prices it")
+    return out
 
 
 def deduplicated(run: Callable) -> Callable:
@@ -367,15 +427,6 @@ def deduplicated(run: Callable) -> Callable:
     return once
 
 
-def fixed_advice(engine: str, k: int) -> str:
-    """What to set instead of a schedule: fixed K (K = 0: speculation off)."""
-    if k == 0:
-        return "no speculative decoding (a fixed K = 0 wins)"
-    return {"vllm": f"--speculative-config '{{\"num_speculative_tokens\": {k}}}'",
-            "tensorrt-llm": f"speculative_config: {{\"max_draft_len\": {k}}}",
-            "sglang": f"--speculative-num-steps {k} (no --speculative-adaptive)"}[engine]
-
-
 def is_tune_result(out: Path) -> bool:
     """Whether ``out`` holds an earlier tune's files written before results carried a marker:
     its tune.json is a tune report (read, not guessed from the name). Such a folder may be
@@ -388,7 +439,10 @@ def is_tune_result(out: Path) -> bool:
 
 
 def write_tune(report: dict, out: Path) -> None:
-    """OUT/tune.json (the report) and OUT/settings.txt (one advice line per engine), atomic."""
+    """OUT/tune.json (the report), OUT/settings.txt (one advice line per engine) and, where
+    SGLang takes one, OUT/sglang_adaptive.json (the file its flags name), atomic."""
+    if report.get("sglang_config") is not None:
+        atomic_write(out / "sglang_adaptive.json", dumps(report["sglang_config"], indent=1))
     atomic_write(out / "settings.txt", "".join(
         f"{engine}: {v['advice']}\n" for engine, v in report["engines_verdict"].items()))
     atomic_write(out / MARKER, dumps(report, indent=1))

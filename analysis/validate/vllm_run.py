@@ -116,9 +116,9 @@ def check_plausible(run: VllmRun, settings, preset: str, target: str) -> None:
     simulator.cost.analytic.kv_groups) larger than the GPUs' memory (meta.json's
     ``hardware.device_total_memory_bytes``, else the preset's; per GPU: a pool block's bytes
     are split over tp, an MLA latent cache is held whole on each)."""
-    from specbatch.simulator.cost.gpus.hardware import get_hardware
     from specbatch.simulator.cost.analytic.kv_groups import kv_layout
     from specbatch.simulator.cost.analytic.precision import kv_element_bytes
+    from specbatch.simulator.cost.gpus.hardware import get_hardware
     from specbatch.traces.models.shapes import get_shape
 
     meta_file = run.path / "meta.json"

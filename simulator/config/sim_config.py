@@ -130,7 +130,9 @@ class SimConfig:
                       "synth_alpha and seed), or a trace directory")
     workload: str | None = knob(
         None, "request lengths/arrivals file (.csv/.parquet/.jsonl; columns prompt_len, "
-        "output_len, optional arrival or timestamp, category) or 'example' (bundled); each "
+        "output_len, optional arrival or timestamp, category; or .json: a ShareGPT "
+        "conversation list or a vLLM bench serve result, simulator.workload.imports) or "
+        "'example' (bundled); each "
         "request replays a seeded same-category trace request, wrapping positions past its "
         "end", none="the trace's own requests")
     requests: int = knob(512, "simulated requests N (at most the workload file's rows)",

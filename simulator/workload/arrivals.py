@@ -13,7 +13,10 @@ offset). Arrival times are non-decreasing in uid except for "trace", which the e
 Imported workloads (``config.workload``: a file path, or "example" for the bundled one)
 decouple request lengths and arrival times from the acceptance trace. The file is CSV
 (``.csv``), Parquet (``.parquet``/``.pq``) or JSON Lines (``.jsonl``/``.ndjson``), one row
-per request, in arrival order. Columns (header names match case-insensitively; the aliases in
+per request, in arrival order; or a ``.json`` a user already has: a ShareGPT conversation list
+or a vLLM ``bench serve`` result file, read into the same columns by
+:mod:`simulator.workload.imports` (lengths by the target's local tokenizer or a stated
+characters-per-token estimate; the bench file's arrivals as vLLM drew them). Columns (header names match case-insensitively; the aliases in
 :data:`COLUMN_ALIASES` cover the Azure LLM inference and BurstGPT exports):
 
   prompt_len   int >= 1, prompt tokens                                   (required)
@@ -73,7 +76,7 @@ COLUMN_ALIASES = {
     "prefix_len": ("prefix_len",),
 }
 #: File extensions read by :func:`read_workload_file`.
-WORKLOAD_FORMATS = (".csv", ".parquet", ".pq", ".jsonl", ".ndjson")
+WORKLOAD_FORMATS = (".csv", ".parquet", ".pq", ".jsonl", ".ndjson", ".json")
 
 
 @dataclass(frozen=True)
@@ -167,8 +170,11 @@ def resolve_workload(name: str) -> Path:
     return EXAMPLE_WORKLOAD if name == "example" else Path(name)
 
 
-def read_workload_file(path: str | Path) -> dict[str, np.ndarray]:
-    """Read and check a workload file (format: module docstring).
+def read_workload_file(path: str | Path, tokenizer: str | None = None,
+                       seed: int = 0) -> dict[str, np.ndarray]:
+    """Read and check a workload file (format: module docstring; a ``.json`` file is a
+    ShareGPT list or a vLLM bench serve result, simulator.workload.imports, whose token counts
+    use ``tokenizer``'s local tokenizer when it has one and whose arrivals use ``seed``).
 
     returns prompt_len, output_len # [N] int64; arrival # [N] float64 seconds from the first
     request (NaN when the file has no arrival/timestamp); category # [N] object (None when
@@ -186,8 +192,14 @@ def read_workload_file(path: str | Path) -> dict[str, np.ndarray]:
             frame = pd.read_csv(path, encoding="utf-8-sig")  # a byte-order mark is allowed
         elif suffix in (".parquet", ".pq"):
             frame = pd.read_parquet(path)
+        elif suffix == ".json":
+            from specbatch.simulator.workload.imports import read_json_workload
+
+            frame, _ = read_json_workload(path, tokenizer=tokenizer, seed=seed)
         else:
             frame = pd.read_json(path, lines=True)
+    except SpecbatchError:
+        raise
     except pd.errors.EmptyDataError:
         raise SpecbatchError(f"{where}: expected a header and at least one request, got an "
                              "empty file") from None
@@ -328,7 +340,7 @@ def wrap_lengths(trace: Trace, idx: np.ndarray, output_len: np.ndarray) -> np.nd
 def imported_workload(config: SimConfig, trace: Trace) -> Workload:
     """The workload of ``config.workload`` (a file) mapped onto ``trace`` (module docstring)."""
     path = resolve_workload(config.workload)
-    data = read_workload_file(path)
+    data = read_workload_file(path, tokenizer=str(config.target), seed=int(config.seed))
     total = data["prompt_len"].shape[0]
     n = min(int(config.requests), total)
     data = {name: arr[:n] for name, arr in data.items()}

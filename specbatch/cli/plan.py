@@ -44,8 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     work.add_argument("--workload", metavar="FILE|example",
                       help="request lengths/arrivals file, as simulate's --workload")
     work.add_argument("--prompt-len", metavar="DIST",
-                      help="prompt lengths: fixed:N, uniform:A,B, lognormal:MEDIAN,SIGMA or "
-                           "trace (the trace's own)")
+                      help="prompt lengths: fixed:N, uniform:A,B, lognormal:MEDIAN,SIGMA, "
+                           "trace (the trace's own) or sharegpt (a preset fitted on public "
+                           "ShareGPT requests)")
     work.add_argument("--output-len", metavar="DIST", help="output lengths, as --prompt-len")
     work.add_argument("--rate", type=float, default=None,
                       help="offered load, requests/s (Poisson arrivals)")
@@ -59,9 +60,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     work.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
     models = p.add_argument_group("models and engine")
     models.add_argument("--target", default="vicuna-33b",
-                        help="target: a shape name or a Hugging Face config.json path")
+                        help="target: a shape name, a Hugging Face id of the catalogue "
+                             "(meta-llama/Llama-3.1-8B-Instruct, ...) or a config.json path")
     models.add_argument("--draft", default="vicuna-68m",
-                        help="draft: a shape name, a config.json path, or ngram")
+                        help="draft: a shape name, an id, a config.json path, ngram, or a "
+                             "head drafter: eagle, eagle3, mtp (priced from the target's "
+                             "shape, simulator.cost.features.draft_head)")
+    models.add_argument("--draft-head", default=None, metavar="PATH",
+                        help="the EAGLE / EAGLE-3 head's config.json (draft eagle or eagle3)")
     models.add_argument("--cost", default="calibrated", choices=("calibrated", "roofline"),
                         help="step-time cost model (default calibrated: the bundled public GPU "
                              "profiles where they cover a pass, the calibrated roofline "
@@ -93,7 +99,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "a preemption rejects them for memory)")
     space = p.add_argument_group("search space")
     space.add_argument("--hardware", default="h100",
-                       help="hardware presets, comma-separated (default h100)")
+                       help=f"hardware presets, comma-separated: {hardware_choices()} "
+                            "(default h100)")
     space.add_argument("--tp", type=int_list(positive_int), default=(1, 2, 4, 8),
                        help="tensor-parallel degrees (default 1,2,4,8)")
     space.add_argument("--max-gpus", type=positive_int, default=8,
@@ -118,6 +125,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "skip settings a latency lower bound proves cannot pass or matter, "
                             "and stop runs once their verdict is certain; the answer is the "
                             "same)")
+    cap = p.add_argument_group("capacity (--max-rate)")
+    cap.add_argument("--max-rate", action="store_true",
+                     help="instead of the cheapest deployment: the largest Poisson rate ONE "
+                          "deployment (one --hardware, --tp, --replicas, --policies, --k, "
+                          "--verify) serves within the SLOs, by bracketing and bisection "
+                          "(analysis.plan.max_rate); --rate is the first probe (default 1); "
+                          "writes OUT/max_rate.json")
+    cap.add_argument("--replicas", type=positive_int, default=1,
+                     help="replicas of the deployment with --max-rate (default 1)")
+    cap.add_argument("--rate-tolerance", type=float, default=0.02,
+                     help="relative width of the final bracket (default 0.02)")
+    cap.add_argument("--data-parallel-size", type=positive_int, default=1,
+                     help="vLLM's --data-parallel-size with --max-rate: DP ranks of one server "
+                          "(replicas must be 1; default 1)")
+    cap.add_argument("--enable-expert-parallel", action="store_true",
+                     help="vLLM's --enable-expert-parallel with --max-rate: an MoE target's "
+                          "experts split over the DP x tp GPUs (simulator.cost.features.expert_parallel)")
     run = p.add_argument_group("execution")
     run.add_argument("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
                      help="local processes (or LocalCluster workers); default min(4, cores)")
@@ -126,6 +150,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_json_flag(p)
     p.set_defaults(func=run_command)
+
+
+def hardware_choices() -> str:
+    """The hardware presets (for --help)."""
+    from specbatch.simulator.cost.gpus.hardware import HARDWARE
+
+    return ", ".join(HARDWARE)
 
 
 def _names(text: str, flag: str, allowed: dict[str, str]) -> tuple[str, ...]:
@@ -150,6 +181,7 @@ def build_question(args: argparse.Namespace):
     from specbatch.analysis.plan.space import PLAN_POLICIES, Space, check_space, parse_prices
     from specbatch.simulator.config.sim_config import FREE_DRAFTS
     from specbatch.simulator.cost.gpus.hardware import HARDWARE, get_hardware
+    from specbatch.simulator.defaults import HEAD_DRAFTS
     from specbatch.traces.models.shapes import get_shape
 
     for flag, value in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot),
@@ -163,8 +195,11 @@ def build_question(args: argparse.Namespace):
     require(0 < args.gpu_memory_utilization <= 1, "--gpu-memory-utilization: expected a share "
             f"0 < u <= 1, got {args.gpu_memory_utilization}")
     for model in (args.target, args.draft):  # the roofline prices every shape it plans
-        if str(model).lower() not in FREE_DRAFTS:
+        if str(model).lower() not in FREE_DRAFTS + HEAD_DRAFTS:
             get_shape(model)
+    require(args.draft_head is None or str(args.draft).lower() in ("eagle", "eagle3"),
+            f"--draft-head: expected --draft eagle or eagle3 with a head's config.json, got "
+            f"--draft {args.draft}")
     hardware = tuple(dict.fromkeys(get_hardware(h.strip()).name
                                    for h in args.hardware.split(",") if h.strip()))
     require(bool(hardware), f"--hardware: expected presets ({', '.join(HARDWARE)}), got "
@@ -185,6 +220,7 @@ def build_question(args: argparse.Namespace):
     base = {"trace": args.trace, "requests": args.requests, "target": args.target,
             "draft": args.draft, "cost": args.cost, "max_num_seqs": args.max_num_seqs,
             "kv_mode": "paged", **({"profile": args.profile} if args.profile else {}),
+            **({"draft_head": args.draft_head} if args.draft_head else {}),
             "gpu_memory_utilization": args.gpu_memory_utilization, "seed": args.seed,
             **precision_fields(args), **arrival_fields(args)}
     if args.workload is not None:
@@ -244,6 +280,11 @@ def workload_lengths(args: argparse.Namespace):
 def run_command(args: argparse.Namespace) -> int:
     from specbatch.analysis.plan.planner import run_plan
 
+    if args.max_rate:
+        return run_max_rate(args)
+    require(args.data_parallel_size == 1 and not args.enable_expert_parallel,
+            "--data-parallel-size/--enable-expert-parallel: expected them with --max-rate "
+            "only (the deployment search does not enumerate DP + EP yet)")
     question = build_question(args)
     if args.scheduler is not None:
         from specbatch.analysis.sweep.executors import check_scheduler
@@ -294,6 +335,10 @@ def format_report(report: dict) -> str:
             lines.append(f"  cheapest ar that meets every limit: "
                          f"{gain['cheapest_ar'] or 'none within the searched levels'}")
         lines.append(f"  re-run it: {choice['simulate']}")
+        for engine, line in choice.get("engines", {}).items():
+            lines.append(f"  {engine}: {line}")
+        if choice.get("engines_checked_against"):
+            lines.append(f"  (checked against {choice['engines_checked_against']})")
     if report["pareto"]:
         lines.append("frontier (cost vs e2e at the percentile):")
         lines += [f"  {e['cost']:>6g}  {_seconds(e['latency']['e2e']):>9}  {e['label']}"
@@ -335,3 +380,108 @@ def _kv_note(mem: dict | None) -> str:
         return ""
     return (f" (KV needed ~{mem['kv_needed_tokens']:,} tokens = {mem['concurrency']} x "
             f"{mem['footprint_tokens']:g}, available {mem['kv_available_tokens']:,})")
+
+
+MAX_RATE_FILES = ("max_rate.json", "workload.csv")
+
+
+def _one(values, flag: str):
+    values = tuple(dict.fromkeys(values))
+    require(len(values) == 1, f"{flag}: expected exactly one value with --max-rate, got "
+            f"{', '.join(map(str, values))}")
+    return values[0]
+
+
+def run_max_rate(args: argparse.Namespace) -> int:
+    """``plan --max-rate``: one deployment's capacity within the SLOs (OUT/max_rate.json)."""
+    from pathlib import Path
+
+    from specbatch.analysis.plan.max_rate import search, simulate_probe
+    from specbatch.analysis.plan.slo import Slos
+    from specbatch.analysis.plan.space import Speculation
+    from specbatch.io import atomic_write, check_output_dir, dumps, prepare_output_dir
+    from specbatch.simulator.config.sim_config import make_config
+    from specbatch.simulator.cost.gpus.hardware import get_hardware
+
+    require(args.out is not None, "--out: expected a directory for --max-rate's "
+            "max_rate.json, got none")
+    require(args.arrival == "poisson", f"--arrival: expected poisson with --max-rate (the rate "
+            f"is searched), got {args.arrival}")
+    hardware = _one([get_hardware(h.strip()).name for h in args.hardware.split(",")
+                     if h.strip()], "--hardware")
+    tp = _one(args.tp, "--tp")
+    policy = _one(_names(args.policies, "--policies", {p: p for p in
+                                                       ("ar", "fixed", "tetris", "dsd")}),
+                  "--policies")
+    verify = _one(_names(args.verify, "--verify", {"token": "token", "tv": "token",
+                                                   "block": "block", "bv": "block"}), "--verify")
+    k = _one(args.k, "--k") if policy in ("fixed", "tetris") else None
+    extra = _one(args.extra, "--extra") if policy == "tetris" else 0
+    for flag, value in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot),
+                        ("--slo-e2e", args.slo_e2e)):
+        require(value is None or value > 0, f"{flag}: expected seconds > 0, got {value}")
+    slos = Slos(ttft=args.slo_ttft, tpot=args.slo_tpot, e2e=args.slo_e2e,
+                percentile=args.percentile, goodput=args.goodput,
+                allow_preemption=args.allow_preemption)
+    spec = Speculation(policy=policy, k=k, extra=extra, verify=verify)
+    fields = {"trace": args.trace, "requests": args.requests, "target": args.target,
+              "draft": args.draft, "cost": args.cost, "max_num_seqs": args.max_num_seqs,
+              "kv_mode": "paged", "gpu_memory_utilization": args.gpu_memory_utilization,
+              "seed": args.seed, "hardware": hardware, "tp": tp, "replicas": args.replicas,
+              **({"data_parallel_size": args.data_parallel_size}
+                 if args.data_parallel_size > 1 else {}),
+              **({"enable_expert_parallel": True} if args.enable_expert_parallel else {}),
+              **({"draft_head": args.draft_head} if args.draft_head else {}),
+              **({"profile": args.profile} if args.profile else {}),
+              **precision_fields(args), **spec.fields()}
+    if policy == "ar":
+        fields.pop("verify")
+    if not extra:
+        fields.pop("extra")
+    lengths = workload_lengths(args)
+    start = args.rate if args.rate is not None else 1.0
+    make_config({**fields, "arrival": "poisson", "rate": start})  # one-line errors first
+    out = Path(args.out)
+    check_output_dir(out, allow_existing=True)
+    if out.is_dir():
+        other = sorted(p.name for p in out.iterdir() if p.name not in MAX_RATE_FILES)
+        require(not other, f"--out {out}: holds files that are not plan --max-rate's "
+                f"({', '.join(other[:3])}); choose an empty or new directory")
+    prepare_output_dir(out, allow_existing=True)
+    if args.workload is not None:
+        from specbatch.simulator.workload.arrivals import resolve_workload
+
+        fields["workload"] = str(resolve_workload(args.workload).resolve())
+    elif lengths is not None:
+        from specbatch.analysis.plan.planner import write_length_workload
+
+        fields["workload"] = str(write_length_workload(fields, *lengths,
+                                                       out.resolve() / "workload.csv"))
+    result = search(simulate_probe(fields, slos), start=start, tolerance=args.rate_tolerance)
+    dp = args.data_parallel_size
+    shape = (f"DP {dp}{' + EP' if args.enable_expert_parallel else ''}" if dp > 1 else
+             f"{args.replicas} replica{'s' if args.replicas > 1 else ''}")
+    report = {"question": {**fields, "slos": slos.describe()},
+              "deployment": f"{args.replicas * dp * tp} x {hardware} (tp {tp}, {shape}), "
+                            f"{spec.label}",
+              **result}
+    atomic_write(out / "max_rate.json", dumps(report, indent=1))
+    emit(report, args.json, text=None if args.json else format_max_rate(report))
+    return 0
+
+
+def format_max_rate(report: dict) -> str:
+    lines = [f"deployment: {report['deployment']}; {report['question']['slos']}"]
+    if report["max_rate"] is None:
+        lines.append("max rate: none (every probed rate fails; see probes)")
+    elif not report["bounded"]:
+        lines.append(f"max rate: > {report['max_rate']:.4g} req/s (no failing rate found)")
+    else:
+        lines.append(f"max rate: {report['max_rate']:.4g} req/s (fails at "
+                     f"{report['first_failing']:.4g}: {'; '.join(report['limits_above'])})")
+    lines.append(f"how: {report['how']}")
+    lines += [f"  probe {p['rate']:.4g} req/s: {'pass' if p['passed'] else 'fail'}"
+              for p in report["probes"]]
+    if report["non_monotone"]:
+        lines.append(f"warning: non-monotone probes at {report['non_monotone']}")
+    return "\n".join(lines)

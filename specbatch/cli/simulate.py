@@ -115,9 +115,26 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def print_notes(result) -> None:
-    """The run's notes on stderr, one ``note:`` line each."""
+    """The run's notes on stderr, one ``note:`` line each, and the #49548 warning of a vLLM
+    batch-size schedule whose K switches at its thresholds (analysis.engines.graph_switch)."""
     for note in result.notes:
         sys.stderr.write(f"note: {note}\n")
+    warning = schedule_warning(result)
+    if warning:
+        sys.stderr.write(f"warning: {warning}\n")
+
+
+def schedule_warning(result) -> str | None:
+    """The threshold warning of a ``batch-schedule`` run with vLLM's table, else None."""
+    config = result.config
+    table = getattr(config, "num_speculative_tokens_per_batch_size", None)
+    if config.policy != "batch-schedule" or not table:
+        return None
+    from specbatch.analysis.engines.graph_switch import assess
+    from specbatch.simulator.policies.schedules import parse_vllm_table
+
+    ranges = parse_vllm_table(str(table), "config", "num_speculative_tokens_per_batch_size")
+    return assess(ranges, result.steps).warning()
 
 
 def run_sources(config: SimConfig) -> dict:

@@ -42,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     work.add_argument("--workload", metavar="FILE|example",
                       help="request lengths file, as simulate's --workload")
     work.add_argument("--prompt-len", metavar="DIST",
-                      help="prompt lengths: fixed:N, uniform:A,B, lognormal:MEDIAN,SIGMA or trace")
+                      help="prompt lengths: fixed:N, uniform:A,B, lognormal:MEDIAN,SIGMA, trace "
+                           "or sharegpt (a preset fitted on public ShareGPT requests)")
     work.add_argument("--output-len", metavar="DIST", help="output lengths, as --prompt-len")
     work.add_argument("--requests", type=positive_int, default=256,
                       help="simulated requests per validation run (default 256)")
@@ -53,10 +54,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     work.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
     models = p.add_argument_group("models and engine")
     models.add_argument("--target", default="vicuna-33b",
-                        help="target: a shape name or a Hugging Face config.json path")
+                        help="target: a shape name, a Hugging Face id of the catalogue "
+                             "(meta-llama/Llama-3.1-8B-Instruct, ...) or a config.json path")
     models.add_argument("--draft", default="vicuna-68m",
-                        help="draft: a shape name, a config.json path, or ngram")
-    models.add_argument("--hardware", default="h100", help="hardware preset (default h100)")
+                        help="draft: a shape name, an id, a config.json path, ngram, or a "
+                             "head: eagle, eagle3, mtp")
+    models.add_argument("--draft-head", default=None, metavar="PATH",
+                        help="the EAGLE / EAGLE-3 head's config.json (draft eagle or eagle3)")
+    models.add_argument("--hardware", default="h100",
+                        help=f"hardware preset: {hardware_choices()} (default h100)")
     models.add_argument("--tp", type=positive_int, default=1, help="tensor parallel (default 1)")
     models.add_argument("--max-num-seqs", type=positive_int, default=64,
                         help="the engine's batch cap (default 64)")
@@ -69,10 +75,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     space.add_argument("--tax", type=float, default=0.0,
                        help="per-step cost of the dynamic path as a fraction of step time "
                             "(default 0; vLLM issue #49548 measured 0.066-0.216)")
+    space.add_argument("--vllm-context-buckets", default=None, metavar="C1,C2,...",
+                       help="also emit vLLM's PROPOSED per-(batch, context) table (RFC #48627 "
+                            "/ PR #54801, not merged: no released vLLM accepts it) with context "
+                            "ranges cut at these prompt lengths; not validated in simulation")
     p.add_argument("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
                    help="local processes (default min(4, cores))")
     add_json_flag(p)
     p.set_defaults(func=run_command, arrival="poisson")
+
+
+def hardware_choices() -> str:
+    """The hardware presets, comma-separated (for --help)."""
+    from specbatch.simulator.cost.gpus.hardware import HARDWARE
+
+    return ", ".join(HARDWARE)
+
+
+def parse_cuts(text: str | None, workload: str | None) -> tuple[int, ...] | None:
+    """--vllm-context-buckets as increasing prompt lengths (one-line errors)."""
+    if text is None:
+        return None
+    require(workload is None, "--vllm-context-buckets: expected length distributions or the "
+            "trace's lengths, not --workload (each context row draws its own prompts)")
+    try:
+        cuts = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise SpecbatchError(f"--vllm-context-buckets: expected comma-separated prompt "
+                             f"lengths, got {text!r}") from None
+    from specbatch.analysis.tune.context_table import context_ranges
+
+    context_ranges(cuts)  # its own one-line check
+    return cuts
 
 
 def parse_rates(text: str | None) -> tuple[float, ...] | None:
@@ -98,7 +132,8 @@ def build_question(args: argparse.Namespace):
     require(args.acceptance is None or 0 < args.acceptance <= 1,
             f"--acceptance: expected 0 < alpha <= 1, got {args.acceptance}")
     base = {"trace": args.trace, "requests": args.requests, "target": args.target,
-            "draft": args.draft, "hardware": args.hardware, "tp": args.tp, "seed": args.seed}
+            "draft": args.draft, "hardware": args.hardware, "tp": args.tp, "seed": args.seed,
+            **({"draft_head": args.draft_head} if args.draft_head else {})}
     if args.acceptance is not None:
         require(args.trace == "default", "--acceptance: expected no --trace with a constant "
                 f"acceptance, got --trace {args.trace}")
@@ -138,13 +173,20 @@ def run_command(args: argparse.Namespace) -> int:
     legacy = TUNE_FILES if Path(args.out).is_dir() and is_tune_result(Path(args.out)) else ()
     kept = {"kind": "tune", "identity": _identity(question), "force": True, "legacy": legacy}
     final = check_result_dir(args.out, **kept)
+    cuts = parse_cuts(args.vllm_context_buckets, args.workload)
     with result_dir(args.out, **kept) as tmp:
         workload = workload_field(args, question.base, lengths, tmp)
         if workload is not None:
             question = replace(question, base={**question.base, "workload": workload})
-        report = tune(question, runner(args.workers))
+        report = tune(question, runner(args.workers), out=final.resolve())
         if args.workload is None and lengths is not None:  # where the drawn table ends up
             report["question"]["workload"] = str(final / "workload.csv")
+        if cuts is not None:
+            from specbatch.analysis.tune.context_table import context_table
+            from specbatch.simulator.workload.lengths import parse_lengths
+
+            output = lengths[1] if lengths is not None else parse_lengths("trace", "--output-len")
+            report["vllm_proposal"] = context_table(question, runner(args.workers), cuts, output)
         write_tune(report, tmp)
     emit(report, args.json, text=None if args.json else format_report(report))
     return 0
@@ -191,11 +233,24 @@ def format_report(report: dict) -> str:
                                    for x in report["loads"]),
              f"{'engine':<13} {'vs best fixed K at each load (%)':<40} {'default vs best (%)':<30}"]
     for engine, v in report["engines_verdict"].items():
+        if "vs_best_fixed_pct" not in v:
+            lines.append(f"{engine:<13} not simulated: {v.get('reason')}")
+            continue
         pct = " ".join(f"{x:+.1f}" for x in v["vs_best_fixed_pct"])
         dflt = " ".join(f"{x:+.1f}" for x in v["default_vs_best_fixed_pct"])
         lines.append(f"{engine:<13} {pct:<40} {dflt:<30}")
     for engine, v in report["engines_verdict"].items():
         state = "schedule wins" if v["wins"] else "use fixed K"
         lines.append(f"{engine} ({state}): {v['advice']}")
+        if engine == "tensorrt-llm" and v["wins"]:
+            lines.append(f"  releases before PR #10860 (lower-bound keys): "
+                         f"{v['lower_bound_release']}")
+        lines += [f"  warning: {w}" for w in v.get("warnings", [])]
+    proposal = report.get("vllm_proposal")
+    if proposal:
+        lines.append(f"vllm proposal ({proposal['status']}; not validated): "
+                     f"{proposal['setting']}")
+    lines.append("checked against: " + "; ".join(v["version"]
+                                                 for v in report["engines_verdict"].values()))
     lines.extend(f"note: {note}" for note in report.get("notes", ()))
     return "\n".join(lines)

@@ -235,16 +235,25 @@ def get_shape(name: str) -> ModelShape:
     path (traces.models.hf_config); a one-line error lists the known names."""
     shape = find_shape(name)
     if shape is None:
-        raise SpecbatchError(f"model shape {name!r}: expected one of {', '.join(sorted(SHAPES))} "
-                             "or a Hugging Face config.json path")
+        raise SpecbatchError(f"model shape {name!r}: expected one of {', '.join(sorted(SHAPES))}, "
+                             "a catalogued Hugging Face id (traces/models/catalogue.py) or "
+                             "a Hugging Face config.json path")
     return shape
 
 
 def find_shape(name: str) -> ModelShape | None:
-    """The shape ``name`` denotes (registry name or config.json path), None for any other
-    name (a host-side drafter such as ``ngram``, or a profile's model name)."""
+    """The shape ``name`` denotes (registry name, config.json path, or a Hugging Face id of
+    the catalogue, traces.models.catalogue), None for any other name (a host-side drafter
+    such as ``ngram``, or a profile's model name)."""
+    from dataclasses import replace
+
+    from specbatch.traces.models.catalogue import canonical, resolve
     from specbatch.traces.models.hf_config import is_config_path, read_hf_config
 
     if is_config_path(name):
         return read_hf_config(name)
+    where = resolve(name)
+    if where is not None:
+        shape = read_hf_config(where) if where.endswith(".json") else SHAPES[where]
+        return replace(shape, name=canonical(name))
     return SHAPES.get(str(name).lower())

@@ -86,16 +86,32 @@ def test_tensorrt_ranges_never_exceed_the_first_buckets_k():
     assert engine_ranges(chosen)["tensorrt-llm"] == [(1, 8, 1)]
 
 
-def test_sglang_setting_routes_every_batch_size_to_its_k():
-    """_load_adaptive_config's slots, AdaptiveStepRouter's largest key <= n, one candidate."""
-    line = LINES["sglang"]
-    text = flag_value(line, "--speculative-adaptive-config")
-    assert "--speculative-adaptive" in shlex.split(line)
-    slots = parse_sglang_config(text, "test", "speculative_adaptive_config")
+def test_sglang_setting_is_a_file_whose_slots_route_every_batch_size_to_its_k(tmp_path):
+    """EAGLE-3: _load_adaptive_config's slots (read from the file the flags name),
+    AdaptiveStepRouter's largest key <= n, each slot's candidates its range's two best K."""
+    from specbatch.analysis.engines.sglang import load_adaptive_config
+    from specbatch.analysis.tune.tuner import engine_settings
+
+    chosen = [{"lo": lo, "hi": hi, "k": k,
+               "throughput": {str(j): 2.0 if j == k else 1.0 if j == k + 1 else 0.5
+                              for j in range(6)}} for lo, hi, k in RANGES]
+    ranges = engine_ranges(chosen, "eagle3")  # TensorRT-LLM: no 0 for a one-model head
+    assert ranges["tensorrt-llm"][-1] == (5, 64, 1) and ranges["sglang"] == RANGES
+    setting = engine_settings(ranges, chosen, {"draft": "eagle3"}, tmp_path)["sglang"]
+    path = flag_value(setting["setting"], "--speculative-adaptive-config")
+    assert path == str(tmp_path / "sglang_adaptive.json") == setting["file"]
+    (tmp_path / "sglang_adaptive.json").write_text(json.dumps(setting["config"]))
+    slots = load_adaptive_config(path, draft="eagle3")
     policy = EmaAdaptive.__new__(EmaAdaptive)
     policy.keys = list(slots)
-    policy.slots = [AdaptiveSlot(4, s) for s in slots.values()]
-    assert {n: policy.route(n).steps for n in range(1, 65)} == WANT
+    policy.slots = [AdaptiveSlot(4, s) for s in
+                    parse_sglang_config(json.dumps(setting["config"]), "t", "c").values()]
+    for n in range(1, 65):
+        assert policy.route(n).candidates[0] == WANT[n]
+        assert len(policy.route(n).candidates) == 2
+    # a draft model gets no adaptive line: a reason, and tune falls back to fixed-K flags
+    other = engine_settings(ranges, chosen, {"draft": "vicuna-68m"}, tmp_path)["sglang"]
+    assert other["setting"] is None and "EAGLE" in other["reason"]
 
 
 def test_taxed_cost_scales_every_pass_and_the_overhead():
