@@ -75,7 +75,7 @@ def test_every_package_folder_installs_under_specbatch():
 FOLDER_ORDER = {
     "theory": ("verify", "exact", "allocate", "trees", "moe", "conform", "conform_ragged",
                "conform_samplers", "theorems"),
-    "traces": ("corpus", "models", "format", "synth", "capture", "public"),
+    "traces": ("corpus", "models", "format", "synth", "capture", "public", "acceptance"),
     "simulator": ("defaults", "replay", "cost", "policies", "config", "workload", "engine",
                   "metrics", "step_stream", "run"),
     "analysis": ("sweep", "report", "plan", "validate", "tune", "config_docs", "optimum"),
