@@ -30,21 +30,27 @@ def bundled_names() -> list[str]:
 
 def load_bundled(name: str) -> AcceptanceProfile:
     """The bundled profile ``name`` (one-line error listing the names otherwise)."""
-    path = LIBRARY_DIR / f"{name}.json"
-    require(path.is_file(), f"--acceptance-profile: expected a profile file or one of "
-            f"{', '.join(bundled_names())}, got {name!r}")
-    return read_profile(path)
+    require("/" not in name, f"--acceptance-profile: expected a bundled name, got {name!r}")
+    return read_profile(profile_path(name))
+
+
+def profile_path(text: str) -> Path:
+    """The file ``--acceptance-profile TEXT`` names: a path, or a bundled profile's name."""
+    path = Path(text)
+    if path.is_file():
+        return path
+    if path.suffix == ".json" or "/" in text:
+        raise SpecbatchError(f"--acceptance-profile: expected a profile file, got no such file "
+                             f"{text!r}")
+    bundled = LIBRARY_DIR / f"{text}.json"
+    require(bundled.is_file(), f"--acceptance-profile: expected a profile file or one of "
+            f"{', '.join(bundled_names())}, got {text!r}")
+    return bundled
 
 
 def resolve_profile(text: str) -> AcceptanceProfile:
     """A profile file's path, or a bundled profile's name."""
-    path = Path(text)
-    if path.is_file():
-        return read_profile(path)
-    if path.suffix == ".json" or "/" in text:
-        raise SpecbatchError(f"--acceptance-profile: expected a profile file, got no such file "
-                             f"{text!r}")
-    return load_bundled(text)
+    return read_profile(profile_path(text))
 
 
 def chain_mal(alpha: float, k: int) -> float:
