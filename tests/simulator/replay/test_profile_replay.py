@@ -92,3 +92,21 @@ def test_same_seed_same_run():
     a = run("ngram-llama3.1-8b-code-edit", num_speculative_tokens=5, requests=64)
     b = run("ngram-llama3.1-8b-code-edit", num_speculative_tokens=5, requests=64)
     assert a.summary == b.summary
+
+
+def test_the_source_says_whose_pair_it_is():
+    from specbatch.simulator.replay.acceptance_source import acceptance_source, canonical
+
+    assert canonical("meta-llama/Meta-Llama-3.1-8B-Instruct") == "llama-3.1-8b"
+    mine = acceptance_source(make_config({
+        "target": "llama-3.1-8b", "draft": "eagle3",
+        "acceptance_profile": "eagle3-llama3.1-8b-mtbench-t0"}))
+    assert mine["pair_matches"] is True and mine["kind"] == "profile"
+    borrowed = acceptance_source(make_config({"target": "llama-3.1-70b", "draft": "llama-3.2-1b"}))
+    assert borrowed["pair_matches"] is False and "smollm2" in borrowed["source"]
+    other_head = acceptance_source(make_config({
+        "target": "llama-3.1-8b", "draft": "mtp",
+        "acceptance_profile": "eagle3-llama3.1-8b-mtbench-t0"}))
+    assert other_head["pair_matches"] is False
+    assumed = acceptance_source(make_config({"trace": "synth", "synth_alpha": 0.8}))
+    assert assumed["pair_matches"] is None
