@@ -105,7 +105,7 @@ def test_the_source_says_whose_pair_it_is():
     borrowed = acceptance_source(make_config({"target": "llama-3.1-70b", "draft": "llama-3.2-1b"}))
     assert borrowed["pair_matches"] is False and "smollm2" in borrowed["source"]
     other_head = acceptance_source(make_config({
-        "target": "llama-3.1-8b", "draft": "mtp",
+        "target": "llama-3.1-8b", "draft": "eagle",
         "acceptance_profile": "eagle3-llama3.1-8b-mtbench-t0"}))
     assert other_head["pair_matches"] is False
     assumed = acceptance_source(make_config({"trace": "synth", "synth_alpha": 0.8}))
