@@ -70,9 +70,31 @@ def profile_columns(profile: AcceptanceProfile, rows: int, seed: int) -> dict[st
             "top1": ones.copy()}
 
 
+#: Profile traces built in this process: (trace object, profile, seed) -> Trace. A plan or
+#: tune replays one profile on one trace over many runs; the columns are built once per seed.
+_BUILT: dict[tuple, tuple[Trace, Trace]] = {}
+
+
 def profile_trace(trace: Trace, profile: AcceptanceProfile, seed: int) -> Trace:
     """``trace``'s requests with ``profile``'s acceptance (module docstring); the meta
-    records the profile (name, pair, source) for the run's notes and answers."""
+    records the profile (name, pair, source) for the run's notes and answers. Built once per
+    (trace, profile, seed) in a process (:data:`_BUILT`, the last 8 kept)."""
+    import json
+
+    from specbatch.traces.acceptance.profile import to_dict
+
+    key = (id(trace), json.dumps(to_dict(profile), sort_keys=True), int(seed))
+    hit = _BUILT.get(key)
+    if hit is not None and hit[0] is trace:  # the same object, not a reused id
+        return hit[1]
+    if len(_BUILT) >= 8:
+        _BUILT.pop(next(iter(_BUILT)))
+    built = _build_profile_trace(trace, profile, seed)
+    _BUILT[key] = (trace, built)
+    return built
+
+
+def _build_profile_trace(trace: Trace, profile: AcceptanceProfile, seed: int) -> Trace:
     require(trace.tree is None, "acceptance_profile: expected a chain trace for the requests, "
             "got a tree trace (a profile describes one chain per step)")
     columns = profile_columns(profile, trace.n_rows, seed)

@@ -56,7 +56,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="simulated requests per configuration (default 256)")
     work.add_argument("--trace", default="default",
                       help="acceptance trace: 'default', a trace directory, or 'synth'")
+    work.add_argument("--acceptance-profile", metavar="FILE|NAME", default=None,
+                      help="replay an acceptance profile (a file from `specbatch acceptance "
+                           "import-*`, or a bundled name: `specbatch acceptance list`) on the "
+                           "trace's requests instead of the trace's acceptance")
     work.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
+    work.add_argument("--seeds", type=positive_int, default=3,
+                      help="R: the chosen deployment's settings are compared on seeds SEED.."
+                           "SEED+R-1 with paired 95 %% intervals; settings whose difference "
+                           "includes 0 form the tie set (default 3; 1: one seed, no interval)")
+    work.add_argument("--no-breakeven", action="store_true",
+                      help="skip the break-even acceptance of the tied settings (a bisection "
+                           "of a scaled profile, a few runs each)")
     models = p.add_argument_group("models and engine")
     models.add_argument("--target", default="vicuna-33b",
                         help="target: a shape name or a Hugging Face config.json path")
@@ -187,12 +198,18 @@ def build_question(args: argparse.Namespace):
             "kv_mode": "paged", **({"profile": args.profile} if args.profile else {}),
             "gpu_memory_utilization": args.gpu_memory_utilization, "seed": args.seed,
             **precision_fields(args), **arrival_fields(args)}
+    if args.acceptance_profile is not None:
+        from specbatch.traces.acceptance.library import resolve_profile
+
+        resolve_profile(args.acceptance_profile)  # one-line errors before anything runs
+        base["acceptance_profile"] = args.acceptance_profile
     if args.workload is not None:
         from specbatch.simulator.workload.arrivals import resolve_workload
 
         base["workload"] = str(resolve_workload(args.workload).resolve())
     return Question(base=base, space=space, slos=slos, levels_after=args.levels_after,
-                    band=band, lengths=lengths, prune=not args.exhaustive)
+                    band=band, lengths=lengths, prune=not args.exhaustive, seeds=args.seeds,
+                    breakeven=not args.no_breakeven)
 
 
 def precision_fields(args: argparse.Namespace) -> dict:
@@ -262,7 +279,9 @@ def format_report(report: dict) -> str:
         f"{q.get('arrival')} arrivals"
     lines = [f"question: {q['target']} + draft {q['draft']}, {load}, {q['requests']} "
              f"requests; {q['slos']}"]
-    lines.append(f"acceptance: {acc['source']}; {acc['wrapped_positions']:,} of "
+    from specbatch.simulator.replay.acceptance_source import source_line
+
+    lines.append(f"{source_line(acc)}; {acc['wrapped_positions']:,} of "
                  f"{acc['output_positions']:,} output positions wrapped past the recorded "
                  f"outputs ({acc['wrapped_requests']} requests)")
     if choice is None:
@@ -290,6 +309,7 @@ def format_report(report: dict) -> str:
             lines.append(f"  cheapest ar that meets every limit: "
                          f"{gain['cheapest_ar'] or 'none within the searched levels'}")
         lines.append(f"  re-run it: {choice['simulate']}")
+        lines += uncertainty_lines(report)
     if report["pareto"]:
         lines.append("frontier (cost vs e2e at the percentile):")
         lines += [f"  {e['cost']:>6g}  {_seconds(e['latency']['e2e']):>9}  {e['label']}"
@@ -324,6 +344,41 @@ def format_report(report: dict) -> str:
                  f"computed, {s['reused']} reused{skipped}); written to {report['out']}"
                  + (f"; figure: {report['figure']}" if report["figure"] else "; no figure"))
     return "\n".join(lines)
+
+
+def uncertainty_lines(report: dict) -> list[str]:
+    """The answer over the seeds (analysis.plan.seeds) and the break-even acceptance."""
+    from specbatch.analysis.report.ties import Interval, tie_text
+
+    unc = report.get("uncertainty")
+    if not unc:
+        return []
+    lines = [f"  over seeds {', '.join(map(str, unc['seeds']))} on {unc['deployment']} "
+             f"({unc['metric']}):"]
+    if unc.get("best") is None:
+        return lines + [f"    {unc['reason']}"]
+    for c in sorted(unc["candidates"], key=lambda c: -sum(c["values"]) / len(c["values"])):
+        g = c["gain"] or c["vs_best"]
+        iv = Interval(g["mean"], g["ci_low"] if g["ci_low"] is not None else float("nan"),
+                      g["ci_high"] if g["ci_high"] is not None else float("nan"), g["seeds"])
+        mark = "=" if c["label"] == unc["answer"] else ("≈" if c["tied"] else " ")
+        lines.append(f"    {mark} {c['label']:<22} {iv.text()}")
+    lines.append(f"    tie set: {tie_text(unc['tie_set'])}")
+    if report["choice"].get("replaces"):
+        lines.append(f"    answer over the seeds: {unc['answer']} ({unc['reason']}; seed "
+                     f"{unc['seeds'][0]} alone chose {report['choice']['replaces']})")
+    be = report.get("breakeven") or {}
+    for s in be.get("settings", []):
+        if s["scale"] is None:
+            lines.append(f"    break-even {s['label']}: {s['note']}")
+        else:
+            lines.append(f"    break-even {s['label']}: stops beating ar between "
+                         f"{s['scale_low']:.3g} and {s['scale']:.3g} x the measured acceptance "
+                         f"(MAL {s['mal_at_k']:.2f} at k = {s['k']} vs measured "
+                         f"{s['mal_measured']:.2f}; a_1 {s['a1']:.2f})")
+    if be.get("note"):
+        lines.append(f"    break-even: {be['note']}")
+    return lines
 
 
 def _kv_note(mem: dict | None) -> str:
