@@ -3,8 +3,10 @@ by simulated goodput and kept only where they beat the best fixed K end to end.
 
 1. **Choose.** The batch sizes 1..``max_num_seqs`` fall into power-of-two buckets
    (1, 2, 3-4, 5-8, ...). For each bucket, a burst of requests capped at its largest size is
-   simulated at every K = 0..``k_max`` (K = 0: ``ar``); the bucket takes the K of highest
-   throughput (ties: the smaller K). Adjacent buckets with the same K merge.
+   simulated at every K = 0..``k_max`` (K = 0: ``ar``) on every seed; the bucket takes the K
+   of highest mean throughput (ties: the smaller K), except that it keeps the previous
+   bucket's K while that K is in its tie set (THEORY.md §10): K changes between buckets only
+   where the difference is resolved. Adjacent buckets with the same K merge.
 2. **Emit**, in each engine's own syntax and limits (parsed back in the tests by
    simulator.policies.schedules, the re-implementation of each engine's parser):
    vLLM ``--speculative-config`` with ``num_speculative_tokens`` = the largest K and
@@ -22,10 +24,15 @@ by simulated goodput and kept only where they beat the best fixed K end to end.
    vLLM or TensorRT-LLM table, ``ema-adaptive`` with the SGLang config) against every fixed K
    and the engine's default (vLLM and TensorRT-LLM without a schedule: fixed ``k_max``;
    SGLang: its ``DEFAULT_ADAPTIVE_CONFIG`` from ``k_max`` steps), at several Poisson rates and
-   a burst. Score: throughput (burst), 1 / mean end-to-end latency (rates). The best fixed K
-   maximises the geometric mean of its scores over the loads. A setting is recommended only
-   where it scores at least the best fixed K's at every load and more in geometric mean;
-   otherwise the answer is that fixed K.
+   a burst, on every seed. Score: throughput (burst), 1 / mean end-to-end latency (rates). The
+   best fixed K maximises the geometric mean of its scores over the loads (mean over seeds);
+   the Ks tied with it are named. A setting's gain is its geometric-mean score against the
+   best fixed K's, per seed, in percent, with a paired 95 % interval; it is recommended only
+   when that interval lies above 0 (with one seed: when it scores at least the best fixed K's
+   at every load and more in geometric mean); otherwise the answer is that fixed K.
+
+Seeds: every run is repeated on R seeds (``TuneQuestion.seeds``; ``specbatch tune`` asks 3),
+common random numbers across settings (the same arrivals and verifier uniforms per seed).
 
 ``tax``: the dynamic path's per-step cost, a fraction added to every step time of the
 schedule runs (default 0). vLLM issue vllm-project/vllm#49548 measured 6.56 % (concurrency 2)
@@ -59,13 +66,18 @@ class TuneQuestion:
     """base: the SimConfig fields every run shares (trace or constant acceptance, models,
     hardware, tp, workload, seed, requests); max_num_seqs: the engine's batch cap; k_max: the
     largest K considered; rates: validation rates in requests/s (None: RATE_FRACTIONS of the
-    best fixed K's capacity); tax: the dynamic path's per-step fraction."""
+    best fixed K's capacity); tax: the dynamic path's per-step fraction; seeds: R, every run
+    repeated on seeds ``base["seed"]`` .. + R − 1 (common random numbers; module docstring);
+    depth: the deepest draft the acceptance knows (an acceptance profile's K; None: the
+    trace's), below SGLang's default config's 7 steps that default is not compared."""
 
     base: dict
     max_num_seqs: int
     k_max: int
     rates: tuple[float, ...] | None = None
     tax: float = 0.0
+    seeds: int = 1
+    depth: int | None = None
 
     def __post_init__(self) -> None:
         require(int(self.max_num_seqs) >= 1, f"TuneQuestion: max_num_seqs: expected an integer "
@@ -78,6 +90,13 @@ class TuneQuestion:
             0 < r < math.inf for r in self.rates)), f"TuneQuestion: rates: expected requests/s "
             f"> 0, got {self.rates!r}")
         require("requests" in self.base, "TuneQuestion: base: expected a 'requests' field")
+        require(int(self.seeds) >= 1, f"TuneQuestion: seeds: expected an integer >= 1, got "
+                f"{self.seeds!r}")
+
+    @property
+    def seed_list(self) -> list[int]:
+        first = int(self.base.get("seed", 0))
+        return list(range(first, first + int(self.seeds)))
 
 
 class TaxedCost:
@@ -236,53 +255,116 @@ def load_fields(base: dict, load: Any) -> dict:
 
 
 def choose(question: TuneQuestion, run: Callable) -> list[dict]:
-    """Step 1: per bucket, every K's burst throughput and the chosen K."""
+    """Step 1: per bucket, every K's burst throughput on every seed and the chosen K: the
+    best mean, kept from the previous bucket while that K is in this bucket's tie set (a
+    change between buckets only where the difference is resolved, analysis.report.ties)."""
+    from specbatch.analysis.report.ties import tie_set
+
+    seeds = question.seed_list
     jobs = []
     for lo, hi in buckets(question.max_num_seqs):
         requests = min(int(question.base["requests"]), max(16, 4 * hi))
         for k in range(question.k_max + 1):
-            jobs.append(((lo, hi, k), {**question.base, "max_num_seqs": hi, "requests": requests,
-                                       "arrival": "burst", **fixed_settings(k)}))
+            for seed in seeds:
+                jobs.append(((lo, hi, k, seed), {**question.base, "seed": seed,
+                                                 "max_num_seqs": hi, "requests": requests,
+                                                 "arrival": "burst", **fixed_settings(k)}))
     summaries = run([fields for _, fields in jobs])
-    table: dict[tuple[int, int], dict[int, float]] = {}
-    for ((lo, hi, k), _), summary in zip(jobs, summaries):
-        table.setdefault((lo, hi), {})[k] = summary["throughput"]
-    return [{"lo": lo, "hi": hi, "throughput": {str(k): v for k, v in by_k.items()},
-             "k": max(by_k, key=lambda k: (by_k[k], -k))}
-            for (lo, hi), by_k in table.items()]
+    table: dict[tuple[int, int], dict[int, list[float]]] = {}
+    for ((lo, hi, k, _), _), summary in zip(jobs, summaries):
+        table.setdefault((lo, hi), {}).setdefault(k, []).append(summary["throughput"])
+    out, current = [], None
+    for (lo, hi), by_k in table.items():
+        best, ties = tie_set({str(k): v for k, v in by_k.items()})
+        ties_k = [int(k) for k in ties]
+        current = current if current in ties_k else int(best)
+        out.append({"lo": lo, "hi": hi,
+                    "throughput": {str(k): sum(v) / len(v) for k, v in by_k.items()},
+                    "throughput_by_seed": {str(k): v for k, v in by_k.items()},
+                    "best": int(best), "tie_set": ties_k, "k": current})
+    return out
 
 
 def validate(question: TuneQuestion, ranges: dict[str, list[tuple[int, int, int]]],
              run: Callable) -> dict:
-    """Step 3: fixed K, each engine's setting (taxed) and default at every load."""
+    """Step 3: fixed K, each engine's setting (taxed) and default at every load, on every
+    seed. Scores per load are means over the seeds; the best fixed K has the highest mean
+    log-score over loads and seeds (ties: the smaller K), its tie set is the Ks whose paired
+    interval against it contains 0."""
+    from specbatch.analysis.report.ties import tie_set
+
     base = {**question.base, "max_num_seqs": question.max_num_seqs}
     ks = range(question.k_max + 1)
-    burst = run([load_fields({**base, **fixed_settings(k)}, "burst") for k in ks])
+    seeds = question.seed_list
+    burst = run([load_fields({**base, "seed": r, **fixed_settings(k)}, "burst")
+                 for k in ks for r in seeds])  # [k][seed]
+    burst_at = {(k, r): burst[i * len(seeds) + j] for i, k in enumerate(ks)
+                for j, r in enumerate(seeds)}
     if question.rates is None:
-        best = max(ks, key=lambda k: burst[k]["throughput"])
-        per_request = burst[best]["tokens"] / burst[best]["requests"]
-        capacity = burst[best]["throughput"] / per_request
+        first = seeds[0]
+        best = max(ks, key=lambda k: burst_at[(k, first)]["throughput"])
+        per_request = burst_at[(best, first)]["tokens"] / burst_at[(best, first)]["requests"]
+        capacity = burst_at[(best, first)]["throughput"] / per_request
         rates = tuple(round(f * capacity, 4) for f in RATE_FRACTIONS)
     else:
         rates = question.rates
     loads: list[Any] = [*rates, "burst"]
-    fixed = {k: [score(s, "burst")] for k, s in zip(ks, burst)}
-    rated = run([load_fields({**base, **fixed_settings(k)}, r) for k in ks for r in rates])
-    for i, k in enumerate(ks):
-        fixed[k] = [score(s, r) for s, r in zip(rated[i * len(rates):], rates)] + fixed[k]
-    best_k = max(ks, key=lambda k: (sum(math.log(v) for v in fixed[k]), -k))
+    grid = [(k, r, x) for k in ks for r in seeds for x in rates]
+    rated = run([load_fields({**base, "seed": r, **fixed_settings(k)}, x) for k, r, x in grid])
+    rated_at = dict(zip(grid, rated))
+    by_seed = {r: {k: [score(rated_at[(k, r, x)], x) for x in rates]
+                   + [score(burst_at[(k, r)], "burst")] for k in ks} for r in seeds}
+    logs = {str(k): [100.0 * sum(map(math.log, by_seed[r][k])) / len(loads) for r in seeds]
+            for k in ks}
+    best_k, fixed_ties = tie_set(logs)
+    best_k = int(best_k)
     arms = engine_runs(ranges, question.k_max)
-    jobs = [(engine, role, load) for engine in ENGINES for role in ("setting", "default")
-            for load in loads]
-    taxes = [question.tax if role == "setting" else 0.0 for _, role, _ in jobs]
-    fields = [load_fields({**base, **arms[e][role == "default"]}, load) for e, role, load in jobs]
+    jobs = [(engine, role, load, r) for engine in ENGINES for role in ("setting", "default")
+            for load in loads for r in seeds if not skipped_default(question, engine, role)]
+    taxes = [question.tax if role == "setting" else 0.0 for _, role, _, _ in jobs]
+    fields = [load_fields({**base, "seed": r, **arms[e][role == "default"]}, load)
+              for e, role, load, r in jobs]
     summaries = run(fields, taxes)
     engines: dict[str, dict] = {e: {} for e in ENGINES}
-    for (engine, role, load), summary in zip(jobs, summaries):
-        engines[engine].setdefault(role, []).append(score(summary, load))
-    return {"loads": [str(x) for x in loads], "rates": list(rates),
-            "fixed": {str(k): v for k, v in fixed.items()}, "best_fixed_k": best_k,
+    for (engine, role, load, r), summary in zip(jobs, summaries):
+        engines[engine].setdefault(f"{role}_by_seed", {}).setdefault(str(r), []).append(
+            score(summary, load))
+    for e in engines.values():
+        for role in ("setting", "default"):
+            per = e.get(f"{role}_by_seed")
+            if per is None:  # not compared (skipped_default)
+                e[role] = None
+                continue
+            e[role] = [sum(per[str(r)][i] for r in seeds) / len(seeds)
+                       for i in range(len(loads))]
+    fixed = {str(k): [sum(by_seed[r][k][i] for r in seeds) / len(seeds)
+                      for i in range(len(loads))] for k in ks}
+    return {"loads": [str(x) for x in loads], "rates": list(rates), "seeds": seeds,
+            "fixed": fixed, "fixed_by_seed": {str(r): {str(k): v for k, v in by_seed[r].items()}
+                                              for r in seeds},
+            "best_fixed_k": best_k, "fixed_tie_set": [int(k) for k in fixed_ties],
             "engines": engines}
+
+
+def skipped_default(question: TuneQuestion, engine: str, role: str) -> bool:
+    """SGLang's default adaptive config drafts up to 7 tokens: not run when the acceptance
+    knows fewer positions (``question.depth``)."""
+    from specbatch.simulator.policies.schedules import SGLANG_DEFAULT
+
+    deepest = max(max(slot["candidate_steps"]) for slot in SGLANG_DEFAULT.values())
+    return (engine == "sglang" and role == "default" and question.depth is not None
+            and question.depth < deepest)
+
+
+def schedule_gain(setting_by_seed: dict, fixed_by_seed: dict, best_k: int) -> list[float]:
+    """Per seed, the setting's geometric-mean score over the loads against the best fixed
+    K's, in percent: ``100 (exp(mean_loads log(s / b)) − 1)``.  # [R]"""
+    out = []
+    for r, setting in setting_by_seed.items():  # keys: the seeds as strings (JSON)
+        best = fixed_by_seed[str(r)][str(best_k)]
+        logs = [math.log(a / b) for a, b in zip(setting, best)]
+        out.append(100.0 * (math.exp(sum(logs) / len(logs)) - 1.0))
+    return out
 
 
 def verdict(setting: list[float], best: list[float]) -> bool:
@@ -298,23 +380,31 @@ def tune(question: TuneQuestion, run: Callable) -> dict:
     run = deduplicated(run)
     chosen = choose(question, lambda fields: run(fields, None))
     ranges = engine_ranges(chosen)
+    from specbatch.analysis.report.ties import interval
+
     check = validate(question, ranges, run)
     best = check["fixed"][str(check["best_fixed_k"])]
     lines = paste_lines(ranges)
     engines = {}
     for engine in ENGINES:
         scores, own = check["engines"][engine], ranges[engine]
-        # a one-range schedule is a fixed K; an all-zero one is no speculation
-        wins = (any(k for *_, k in own) and len(own) > 1
-                and verdict(scores["setting"], best))
+        gain = interval(schedule_gain(scores["setting_by_seed"], check["fixed_by_seed"],
+                                      check["best_fixed_k"]))
+        # a one-range schedule is a fixed K; an all-zero one is no speculation; with one
+        # seed the per-load rule (verdict), else the interval above 0 (THEORY.md §10)
+        resolved = (verdict(scores["setting"], best) if question.seeds == 1
+                    else math.isfinite(gain.ci_low) and gain.ci_low > 0)
+        wins = any(k for *_, k in own) and len(own) > 1 and resolved
         engines[engine] = {
             "setting": lines[engine], "ranges": [list(r) for r in own], "wins": bool(wins),
+            "gain": gain.as_dict(),
             "vs_best_fixed_pct": [100 * (s / b - 1) for s, b in zip(scores["setting"], best)],
-            "default_vs_best_fixed_pct": [100 * (s / b - 1)
-                                          for s, b in zip(scores["default"], best)],
+            "default_vs_best_fixed_pct": None if scores["default"] is None else
+            [100 * (s / b - 1) for s, b in zip(scores["default"], best)],
             "advice": lines[engine] if wins else fixed_advice(engine, check["best_fixed_k"])}
     return {"question": {**question.base, "max_num_seqs": question.max_num_seqs,
-                         "k_max": question.k_max, "tax": question.tax},
+                         "k_max": question.k_max, "tax": question.tax,
+                         "seeds": question.seeds},
             "buckets": chosen, "ranges": [list(r) for r in ranges["vllm"]], **check,
             "engines_verdict": engines}
 
