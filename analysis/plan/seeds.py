@@ -1,4 +1,4 @@
-"""The planner's answer over several seeds: paired intervals and a tie set (THEORY.md §10).
+"""The planner's answer over several seeds: paired intervals and a tie set (THEORY.md §14).
 
 One seed's search picks the cheapest deployment meeting every SLO and, on it, the setting of
 lowest e2e at the percentile; on another seed the setting can differ (the workload's arrivals

@@ -1,4 +1,4 @@
-"""Paired intervals over seeds and tie sets (THEORY.md §10).
+"""Paired intervals over seeds and tie sets (THEORY.md §14).
 
 Settings are run on the same R seeds (common random numbers). For a metric m where higher is
 better (a gain over ``ar`` in percent), the paired difference of settings s and s' on seed r

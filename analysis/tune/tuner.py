@@ -5,7 +5,7 @@ by simulated goodput and kept only where they beat the best fixed K end to end.
    (1, 2, 3-4, 5-8, ...). For each bucket, a burst of requests capped at its largest size is
    simulated at every K = 0..``k_max`` (K = 0: ``ar``) on every seed; the bucket takes the K
    of highest mean throughput (ties: the smaller K), except that it keeps the previous
-   bucket's K while that K is in its tie set (THEORY.md §10): K changes between buckets only
+   bucket's K while that K is in its tie set (THEORY.md §14): K changes between buckets only
    where the difference is resolved. Adjacent buckets with the same K merge.
 2. **Emit**, in each engine's own syntax and limits (parsed back in the tests by
    simulator.policies.schedules, the re-implementation of each engine's parser):
@@ -391,7 +391,7 @@ def tune(question: TuneQuestion, run: Callable) -> dict:
         gain = interval(schedule_gain(scores["setting_by_seed"], check["fixed_by_seed"],
                                       check["best_fixed_k"]))
         # a one-range schedule is a fixed K; an all-zero one is no speculation; with one
-        # seed the per-load rule (verdict), else the interval above 0 (THEORY.md §10)
+        # seed the per-load rule (verdict), else the interval above 0 (THEORY.md §14)
         resolved = (verdict(scores["setting"], best) if question.seeds == 1
                     else math.isfinite(gain.ci_low) and gain.ci_low > 0)
         wins = any(k for *_, k in own) and len(own) > 1 and resolved

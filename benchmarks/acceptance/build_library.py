@@ -50,7 +50,7 @@ def entries() -> list[AcceptanceProfile]:
     # vLLM issue #26191: the earlier measurement it quotes (vLLM PR #17504 comment, confirmed
     # in PR #24322): spec_decode.py, --num_spec_tokens 7, philschmid/mt-bench, 80 prompts,
     # --temp 0.0; num_drafts 4816, num_draft_tokens 33712, num_accepted_tokens 12208.
-    mal = 1 + 12208 / 4816  # MAL = 1 + A / D (THEORY.md §9)
+    mal = 1 + 12208 / 4816  # MAL = 1 + A / D (THEORY.md §13)
     out.append(constant_profile(
         "eagle3-llama3.1-8b-mtbench-t0", round(mal, 6), 7, drafter="eagle3",
         target="meta-llama/Llama-3.1-8B-Instruct", draft="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",

@@ -41,7 +41,7 @@ def register(subparsers: Any) -> None:
         description="Read vllm:spec_decode_num_drafts_total, _num_draft_tokens_total, "
         "_num_accepted_tokens_total and _num_accepted_tokens_per_pos_total{position} from a "
         "saved /metrics scrape (curl http://HOST:PORT/metrics > after.prom); with --before, "
-        "the window between two scrapes. a_j = c_j / c_(j-1), MAL = 1 + A / D (THEORY.md §9).",
+        "the window between two scrapes. a_j = c_j / c_(j-1), MAL = 1 + A / D (THEORY.md §13).",
         epilog=example("specbatch acceptance import-vllm-metrics after.prom --out p.json"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     vm.add_argument("file", metavar="FILE", help="Prometheus text (the later scrape)")

@@ -2,7 +2,7 @@
 
 A profile is what a user has in hand when no trace is: per-position conditional acceptance
 ``a_j = P(τ ≥ j | τ ≥ j − 1)`` for draft positions j = 1..K (τ: accepted draft tokens of one
-drafting step, THEORY.md §9), optionally the accept-length histogram ``h_n = P(τ = n)`` for
+drafting step, THEORY.md §13), optionally the accept-length histogram ``h_n = P(τ = n)`` for
 n = 0..K (an n-gram drafter's acceptance is bimodal: a match accepts many tokens, a miss none,
 which no chain of per-position rates replayed independently reproduces), the drafter kind and
 its K, the conditions it was measured under and where it came from.
@@ -10,7 +10,7 @@ its K, the conditions it was measured under and where it came from.
 The chain and the histogram say the same survival function ``S_j = P(τ ≥ j) = Π_{l≤j} a_l``
 (:func:`survival`), so the mean accepted length at any k ≤ K, bonus token included, is
 
-    MAL(k) = 1 + Σ_{j≤k} S_j                                  (THEORY.md §9)
+    MAL(k) = 1 + Σ_{j≤k} S_j                                  (THEORY.md §13)
 
 (a step drafting k < K tokens accepts ``min(τ, k)``). What the histogram adds is the joint law
 of the positions, which matters only for replay (simulator.replay.profile_replay).

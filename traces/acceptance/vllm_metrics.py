@@ -1,4 +1,4 @@
-"""An acceptance profile from vLLM's Prometheus spec-decode counters (THEORY.md §9).
+"""An acceptance profile from vLLM's Prometheus spec-decode counters (THEORY.md §13).
 
 vLLM V1 exports, per engine and model (labels ``engine``, ``model_name``):
 
@@ -135,7 +135,7 @@ def counts_by_model(samples: dict, model: str | None, where: str) -> tuple[str, 
 def profile_from_counts(drafts: float, draft_tokens: float, accepted: float,
                         per_pos: list[float], where: str = "counters", **fields
                         ) -> AcceptanceProfile:
-    """The profile of counters D, T, A, c_0..c_{K−1} (module docstring, THEORY.md §9).
+    """The profile of counters D, T, A, c_0..c_{K−1} (module docstring, THEORY.md §13).
     fields: the profile's other fields (drafter, target, conditions, provenance, name)."""
     k = len(per_pos)
     require(drafts > 0, f"{where}: {PREFIX}{DRAFTS}_total: expected at least one draft in the "
@@ -156,7 +156,7 @@ def profile_from_counts(drafts: float, draft_tokens: float, accepted: float,
         notes.append(f"drafts proposed {draft_tokens / drafts:.4g} tokens on average, not K = "
                      f"{k}: the counters do not say how many drafts reached each position, so "
                      "the conditional rates past the shortest draft are not identified "
-                     "(THEORY.md §9); they are read as if every draft proposed K")
+                     "(THEORY.md §13); they are read as if every draft proposed K")
     provenance = {**fields.pop("provenance", {}),
                   "counters": {"drafts": drafts, "draft_tokens": draft_tokens,
                                "accepted_tokens": accepted, "accepted_per_position": per_pos,

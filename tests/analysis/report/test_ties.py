@@ -1,4 +1,4 @@
-"""Paired intervals and tie sets (THEORY.md §10, worked numbers)."""
+"""Paired intervals and tie sets (THEORY.md §14, worked numbers)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from specbatch.analysis.report.ties import interval, paired, tie_set, tie_text, wins
 
 
-def test_worked_example_of_theory_section_10():
+def test_worked_example_of_theory_section_14():
     # gains of a schedule over fixed K on three seeds +1.2 %, -0.4 %, +0.9 %:
     # mean 0.567 %, s_d 0.850 %, half-width 4.303 x 0.850 / sqrt(3) = 2.113 %,
     # interval (-1.55 %, +2.68 %): a tie, so the answer is the fixed K

@@ -1,4 +1,4 @@
-"""tune over several seeds (THEORY.md §10): a schedule wins only when its paired interval
+"""tune over several seeds (THEORY.md §14): a schedule wins only when its paired interval
 against the best fixed K lies above 0; K changes between buckets only where resolved."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ Q = TuneQuestion(base={"requests": 64, "trace": "default", "seed": 0}, max_num_s
 
 
 def test_theory_worked_numbers_are_a_tie_and_fixed_k_is_the_answer():
-    # the schedule's gain over fixed K on seeds 0, 1, 2: +1.2 %, -0.4 %, +0.9 % (§10)
+    # the schedule's gain over fixed K on seeds 0, 1, 2: +1.2 %, -0.4 %, +0.9 % (THEORY.md §14)
     report = tune(Q, seeded({0: 1.012, 1: 0.996, 2: 1.009}))
     v = report["engines_verdict"]["vllm"]
     assert v["gain"]["mean"] == pytest.approx(0.567, abs=1e-3)

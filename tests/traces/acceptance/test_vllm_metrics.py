@@ -1,4 +1,4 @@
-"""vLLM's Prometheus spec-decode counters -> profile (THEORY.md §9), on hand-made scrapes."""
+"""vLLM's Prometheus spec-decode counters -> profile (THEORY.md §13), on hand-made scrapes."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def scrape(drafts, tokens, accepted, per_pos, model="m", engine="0", extra=""):
     return "\n".join(lines) + "\n" + extra
 
 
-def test_worked_example_of_theory_section_9(tmp_path):
+def test_worked_example_of_theory_section_13(tmp_path):
     # D = 1000, T = 3000, c = (800, 560, 392): a = (0.8, 0.7, 0.7), A = 1752, MAL = 2.752,
     # vLLM's acceptance rate A / T = 0.584.
     path = tmp_path / "m.prom"
