@@ -258,6 +258,11 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     trace = acceptance_trace(trace, config.acceptance)  # trace replay, or a model fitted to it
     profile = applied_profile(config)
     if profile is not None:  # the trace's requests, the profile's acceptance
+        from specbatch.simulator.config.checks import policy_depth
+
+        depth = policy_depth(config)
+        require(depth <= profile.K, f"acceptance_profile: expected k + extra <= the profile's "
+                f"K = {profile.K} (it says nothing past position {profile.K}), got {depth}")
         trace = profile_trace(trace, profile, config.seed)
     streamed = steps_file is not None
     check_simulation("config", config.requests or trace.n_requests,

@@ -82,7 +82,7 @@ def test_signal_policies_are_told_they_lose_their_signal():
 
 
 def test_deeper_than_the_profile_is_refused():
-    with pytest.raises(SpecbatchError, match="K = 1"):
+    with pytest.raises(SpecbatchError, match="the profile.s K = 1"):
         run("mtp-deepseek-v3-k1", num_speculative_tokens=2)
     with pytest.raises(SpecbatchError, match="acceptance = trace"):
         run("mtp-deepseek-v3-k1", num_speculative_tokens=1, acceptance="constant")
