@@ -103,6 +103,14 @@ def check_profile(p: AcceptanceProfile, where: str) -> None:
             raise SpecbatchError(f"{where}: field rates: expected the chain of the histogram "
                                  f"(P(tau >= {bad[0] + 1}) = {hist[bad[0]]:.6g}), got "
                                  f"{chain[bad[0]]:.6g}")
+    for key in ("target", "draft", "name"):
+        value = getattr(p, key)
+        require(value is None or isinstance(value, str), f"{where}: field {key}: expected a "
+                f"string or null, got {value!r}")
+    require(isinstance(p.notes, tuple) and all(isinstance(n, str) for n in p.notes),
+            f"{where}: field notes: expected a list of strings, got {p.notes!r}")
+    require(isinstance(p.conditions, dict) and isinstance(p.provenance, dict),
+            f"{where}: fields conditions, provenance: expected objects")
     unknown = set(p.conditions) - set(CONDITION_KEYS)
     require(not unknown, f"{where}: field conditions: expected keys among "
             f"{', '.join(CONDITION_KEYS)}, got {sorted(unknown)}")
@@ -181,6 +189,9 @@ def from_dict(obj: Any, where: str) -> AcceptanceProfile:
             f"list or null, got {hist!r}")
     for key in ("conditions", "provenance"):
         require(isinstance(obj.get(key, {}), dict), f"{where}: field {key}: expected an object")
+    notes = obj.get("notes", [])
+    require(isinstance(notes, list), f"{where}: field notes: expected a list of strings, got "
+            f"{notes!r}")
     require("K" not in obj or obj["K"] == len(rates), f"{where}: field K: expected "
             f"len(rates) = {len(rates)}, got {obj.get('K')!r}")
     try:
@@ -188,7 +199,7 @@ def from_dict(obj: Any, where: str) -> AcceptanceProfile:
             rates=tuple(rates), drafter=obj.get("drafter", "unknown"), target=obj.get("target"),
             draft=obj.get("draft"), histogram=None if hist is None else tuple(hist),
             conditions=dict(obj.get("conditions", {})), provenance=dict(obj.get("provenance", {})),
-            notes=tuple(obj.get("notes", ())), name=obj.get("name"))
+            notes=tuple(notes), name=obj.get("name"))
     except SpecbatchError as err:
         raise SpecbatchError(str(err).replace("AcceptanceProfile", where)) from None
     return profile
