@@ -1,6 +1,7 @@
 """``specbatch acceptance``: acceptance profiles in and out (traces.acceptance).
 
-Verbs: ``import-vllm-metrics`` (a vLLM /metrics scrape, or the window between two),
+Verbs: ``import-vllm-metrics`` (a vLLM /metrics scrape, or the window between two), ``make``
+(a mean accepted length at K, or per-position rates),
 ``import-profile`` (Model-Optimizer's ``speculation_profile.json``), ``export-profile`` (a
 trace or a profile in Model-Optimizer's layout), ``show`` (per-position table, MAL at each k,
 where it came from), ``list`` (the bundled published profiles). Argument parsing and printing
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specbatch.cli.common import add_json_flag, emit, example, help_without_verb
-from specbatch.errors import require
+from specbatch.errors import SpecbatchError, require
 
 DRAFTER_HELP = ("drafter kind: draft-model, eagle, eagle3, mtp, ngram or unknown (the counters "
                 "do not say)")
@@ -93,6 +94,31 @@ def register(subparsers: Any) -> None:
     add_json_flag(show)
     show.set_defaults(func=run_show)
 
+    mk = verbs.add_parser(
+        "make", help="a profile from a mean accepted length at K, or per-position rates",
+        description="Write a profile from what you have: --mal M --k K (a published or "
+        "forced mean accepted length, bonus token included: vLLM synthetic_acceptance_length, "
+        "SGLANG_SIMULATE_ACC_LEN) as the constant chain 1 + sum_(j<=K) alpha^j = M, or "
+        "--rates a_1,...,a_K (conditional per-position rates, P(draft j accepted | the "
+        "earlier ones were)), or --survival S_1,...,S_K (P(the first j all accepted): the "
+        "marginal rates vLLM's synthetic rejection sampler takes, per NVIDIA Model-Optimizer "
+        "PR #2247).",
+        epilog=example("specbatch acceptance make --mal 3.2 --k 7 --drafter mtp --target "
+                       "deepseek-v3 --out mtp.json",
+                       "specbatch acceptance make --rates 0.8,0.7,0.6 --out p.json"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    mk.add_argument("--mal", type=float, default=None, help="mean accepted length at --k")
+    mk.add_argument("--k", type=int, default=None, help="K, the drafted tokens of --mal")
+    mk.add_argument("--rates", default=None, help="a_1,...,a_K: conditional rates")
+    mk.add_argument("--survival", default=None, help="S_1,...,S_K: marginal rates "
+                    "P(tau >= j), non-increasing")
+    mk.add_argument("--drafter", default="unknown", help=DRAFTER_HELP)
+    mk.add_argument("--draft", default=None, help="the drafter's name")
+    mk.add_argument("--citation", default=None, help="where the numbers come from")
+    _conditions_flags(mk)
+    _out_flags(mk)
+    mk.set_defaults(func=run_make)
+
     lst = verbs.add_parser("list", help="the bundled published profiles",
                            description="The bundled profiles: name, drafter, K, MAL at K, "
                            "pair, citation.")
@@ -138,6 +164,65 @@ def run_import_vllm(args: argparse.Namespace) -> int:
     if args.target:
         fields["target"] = args.target
     profile = read_metrics(args.file, args.before, args.model, **fields)
+    write_profile(profile, out)
+    return _report(profile, args, out)
+
+
+def run_make(args: argparse.Namespace) -> int:
+    from specbatch.traces.acceptance.library import constant_chain
+    from specbatch.traces.acceptance.profile import (
+        DRAFTERS,
+        AcceptanceProfile,
+        rates_from_survival,
+        write_profile,
+    )
+
+    require(args.drafter in DRAFTERS, f"--drafter: expected one of {', '.join(DRAFTERS)}, got "
+            f"{args.drafter!r}")
+    given = [f for f, v in (("--mal", args.mal), ("--rates", args.rates),
+                             ("--survival", args.survival)) if v is not None]
+    require(len(given) == 1, "--mal/--rates/--survival: expected one of them, got "
+            + (" and ".join(given) or "none"))
+    if args.mal is not None:
+        require(args.k is not None and args.k >= 1, f"--k: expected an integer >= 1 with "
+                f"--mal, got {args.k}")
+        require(1 <= args.mal <= args.k + 1, f"--mal: expected 1 <= MAL <= K + 1 = "
+                f"{args.k + 1} (the bonus token included), got {args.mal}")
+        alpha = constant_chain(args.mal, args.k)
+        rates, how = (alpha,) * args.k, (f"constant chain alpha = {alpha:.6f} solving MAL("
+                                         f"{args.k}) = {args.mal}")
+        notes = ("made from a mean accepted length at K only: the decay with position is "
+                 "not known",)
+    else:
+        flag, text = given[0], args.rates if args.rates is not None else args.survival
+        require(args.k is None, f"--k: expected no --k with {flag} (K is their number)")
+        try:
+            values = tuple(float(x) for x in text.split(","))
+        except ValueError:
+            raise SpecbatchError(f"{flag}: expected comma-separated probabilities, got "
+                                 f"{text!r}") from None
+        require(all(0 <= v <= 1 for v in values), f"{flag}: expected probabilities in [0, 1], "
+                f"got {text!r}")
+        if flag == "--survival":
+            require(all(a >= b for a, b in zip(values, values[1:])), "--survival: expected "
+                    f"non-increasing P(tau >= j), got {text!r}")
+            rates, how = rates_from_survival(values), "survival P(tau >= j) given"
+        else:
+            rates, how = values, "conditional rates given"
+        notes = ()
+    out = _claim_out(args)
+    conditions = {"dataset": args.dataset, "temperature": args.temperature,
+                  "engine_version": args.engine_version}
+    try:
+        profile = AcceptanceProfile(
+            rates=rates, drafter=args.drafter, target=args.target, draft=args.draft,
+            conditions={k: v for k, v in conditions.items() if v is not None},
+            provenance={"source": "user", "derivation": how,
+                        **({"citation": args.citation} if args.citation else {})},
+            notes=notes, name=args.name or out.stem)
+    except SpecbatchError as err:
+        raise SpecbatchError(str(err).replace("AcceptanceProfile: field rates", "--rates")
+                             ) from None
     write_profile(profile, out)
     return _report(profile, args, out)
 

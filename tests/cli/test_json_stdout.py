@@ -56,6 +56,7 @@ CASES = [
     ("models list", ["models", "list"]),
     ("conform", ["conform", "tv-numpy", "--samples", "200", "--only", "iid"]),
     ("acceptance list", ["acceptance", "list"]),
+    ("acceptance make", ["acceptance", "make", "--mal", "2.5", "--k", "3", "--out", "m.json"]),
     ("acceptance show", ["acceptance", "show", "mtp-deepseek-v3-k1"]),
     ("acceptance import-vllm-metrics", ["acceptance", "import-vllm-metrics", "metrics.prom",
                                         "--out", "acc.json"]),
