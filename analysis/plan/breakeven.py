@@ -13,6 +13,10 @@ Beating ar means meeting every limit with a lower e2e; each run stops as soon as
 not to (analysis.plan.slo.EarlyStop with ar's e2e as the bar), which is all the bisection
 reads. ar's run does not depend on acceptance. The scaled profiles are
 written under ``OUT/acceptance/`` (the runs' inputs, hashed into their keys).
+
+:func:`bundled_band` asks the same question across published acceptance: the tied settings
+and ar under the bundled profiles of the asked drafter kind (traces.acceptance.library) with
+the lowest and highest MAL at their K.
 """
 
 from __future__ import annotations
@@ -118,3 +122,51 @@ def _settings(question: Question) -> list[Speculation]:
     from specbatch.analysis.plan.space import speculations
 
     return speculations(question.space)
+
+
+def drafter_kind(draft: str) -> str:
+    """The bundled library's drafter kind of an asked draft: a head or ngram by name, else a
+    draft model."""
+    from specbatch.simulator.defaults import FREE_DRAFTS, HEAD_DRAFTS
+
+    name = str(draft).lower()
+    return name if name in HEAD_DRAFTS + FREE_DRAFTS else "draft-model"
+
+
+def bundled_band(base: dict, question: Question, main: Answer, out: Path,
+                 **executor: Any) -> dict:
+    """The chosen deployment's tied settings and ar under the bundled published profiles of
+    the asked drafter kind with the lowest and the highest MAL at their K (first seed, whole
+    runs; settings deeper than a profile's K are left out): which setting is best at each end
+    and its gain over ar. ``{"kind", "ends": [...]}``; no ends when none is bundled."""
+    from specbatch.traces.acceptance.library import bundled_names, load_bundled, profile_path
+    from specbatch.traces.acceptance.profile import mean_accepted_length
+
+    kind = drafter_kind(base["draft"])
+    found = [(mean_accepted_length(p), n, p) for n in bundled_names()
+             if (p := load_bundled(n)).drafter == kind]
+    report: dict = {"kind": kind, "ends": []}
+    if not found or base.get("trace") == "synth":
+        report["note"] = (f"no bundled {kind} profile" if not found
+                          else "not computed on a synthetic trace")
+        return report
+    found.sort(key=lambda t: (t[0], t[1]))
+    unc = main.report.get("uncertainty") or {}
+    labels = set(unc.get("tie_set") or [main.choice.speculation.label]) | {"ar"}
+    specs = [s for s in _settings(question) if s.label in labels]
+    deployment = main.choice.deployment
+    for mal, name, profile in [found[0]] + ([found[-1]] if len(found) > 1 else []):
+        fit = [s for s in specs if (s.k or 0) + s.extra <= profile.K]
+        runner = Runner({**base, "acceptance_profile": str(profile_path(name))},
+                        out / "runs" / "band", early=False, **executor)
+        with runner:
+            got = runner.run([(deployment, s) for s in fit], question.slos)
+        e2e = {s.label: got[(deployment, s)].verdict.latency["e2e"] for s in fit
+               if got[(deployment, s)].verdict.passed}
+        best = min(e2e, key=lambda k: (e2e[k], k)) if e2e else None
+        gain = (100.0 * (1 - e2e[best] / e2e["ar"]) if best is not None and "ar" in e2e
+                else None)
+        report["ends"].append({"profile": name, "mal": mal, "K": profile.K, "pair": profile.pair,
+                               "best": best, "gain_pct": gain,
+                               "compared": [s.label for s in fit]})
+    return report

@@ -94,9 +94,10 @@ def run_plan(question: Question, out: str | Path | None = None, **executor: Any)
 
             main = seed_check(base, question, main, out / "runs" / "trace", **executor)
         if main.choice is not None and question.breakeven:
-            from specbatch.analysis.plan.breakeven import breakeven_report
+            from specbatch.analysis.plan.breakeven import breakeven_report, bundled_band
 
             main.report["breakeven"] = breakeven_report(base, question, main, out, **executor)
+            main.report["bundled_band"] = bundled_band(base, question, main, out, **executor)
         report = main.report
         if question.band is not None:
             report["acceptance_band"] = [

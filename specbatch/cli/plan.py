@@ -371,6 +371,10 @@ def uncertainty_lines(report: dict) -> list[str]:
     for s in be.get("settings", []):
         if s["scale"] is None:
             lines.append(f"    break-even {s['label']}: {s['note']}")
+        elif not s["scale_low"]:
+            lines.append(f"    break-even {s['label']}: beats ar at every scale tried, down to "
+                         f"{s['scale']:.3g} x the measured acceptance (MAL {s['mal_at_k']:.2f}"
+                         f" at k = {s['k']} vs measured {s['mal_measured']:.2f})")
         else:
             lines.append(f"    break-even {s['label']}: stops beating ar between "
                          f"{s['scale_low']:.3g} and {s['scale']:.3g} x the measured acceptance "
@@ -378,6 +382,13 @@ def uncertainty_lines(report: dict) -> list[str]:
                          f"{s['mal_measured']:.2f}; a_1 {s['a1']:.2f})")
     if be.get("note"):
         lines.append(f"    break-even: {be['note']}")
+    band = report.get("bundled_band") or {}
+    for end in band.get("ends", []):
+        gain = "" if end["gain_pct"] is None else f", {end['gain_pct']:+.1f} % e2e vs ar"
+        lines.append(f"    bundled {band['kind']} profile {end['profile']} (MAL {end['mal']:.2f}"
+                     f" at K = {end['K']}): best {end['best'] or 'none passes'}{gain}")
+    if band.get("note"):
+        lines.append(f"    bundled band: {band['note']}")
     return lines
 
 

@@ -69,3 +69,11 @@ def test_break_even_brackets_a_lower_acceptance(ngram_plan):
     for s in be["settings"]:
         assert 0 <= s["scale_low"] < s["scale"] <= 1
         assert s["mal_at_k"] <= s["mal_measured"]
+
+
+def test_the_bundled_band_of_the_drafter_kind(ngram_plan):
+    band = ngram_plan["bundled_band"]
+    assert band["kind"] == "ngram"
+    (end,) = band["ends"]  # one bundled n-gram profile: both ends
+    assert end["profile"] == "ngram-llama3.1-8b-code-edit" and "ar" in end["compared"]
+    assert end["best"] is not None
