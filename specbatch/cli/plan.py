@@ -33,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "--hardware h100,h200 --price h100=2.5,h200=3.9 --out runs/plan2",
             "specbatch plan --target ./my-model/config.json --draft vicuna-68m --rate 2 "
             "--prompt-len lognormal:400,0.8 --output-len uniform:50,300 --slo-tpot 0.05 "
-            "--acceptance-band 0.6,0.9 --out runs/plan3 --json"),
+            "--acceptance-band 0.6,0.9 --out runs/plan3 --json",
+            "specbatch plan --target llama-3.1-8b --draft ngram --acceptance-profile "
+            "ngram-llama3.1-8b-code-edit --rate 4 --slo-tpot 0.05 --seeds 3 --out runs/plan4"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", default=None,

@@ -33,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "specbatch tune --target vicuna-33b --draft vicuna-68m --hardware h100 "
             "--max-num-seqs 64 --out runs/tune",
             "specbatch tune --acceptance 0.8 --max-num-seqs 128 --tax 0.066 --out runs/tune2 "
-            "--json"),
+            "--json",
+            "specbatch tune --target llama-3.1-8b --draft ngram --acceptance-profile "
+            "ngram-llama3.1-8b-code-edit --seeds 3 --out runs/tune3"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", required=True, help="output directory (new, empty, or an earlier "
