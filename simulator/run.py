@@ -66,6 +66,7 @@ from specbatch.simulator.policies.base import defines
 from specbatch.simulator.policies.calibration import calibrate_policy, split_trace
 from specbatch.simulator.policies.registry import Policy, make_policy
 from specbatch.simulator.replay.fitted_acceptance import acceptance_trace
+from specbatch.simulator.replay.profile_replay import profile_notes, profile_trace
 from specbatch.simulator.step_stream import DropSteps, StepWriter
 from specbatch.simulator.workload.arrivals import Workload, build_workload
 
@@ -256,6 +257,14 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     if trace is None:
         trace = load_trace(config, allow_partial)
     trace = acceptance_trace(trace, config.acceptance)  # trace replay, or a model fitted to it
+    profile = applied_profile(config)
+    if profile is not None:  # the trace's requests, the profile's acceptance
+        from specbatch.simulator.config.checks import policy_depth
+
+        depth = policy_depth(config)
+        require(depth <= profile.K, f"acceptance_profile: expected k + extra <= the profile's "
+                f"K = {profile.K} (it says nothing past position {profile.K}), got {depth}")
+        trace = profile_trace(trace, profile, config.seed)
     streamed = steps_file is not None
     check_simulation("config", config.requests or trace.n_requests,
                      trace.n_rows / max(1, trace.n_requests), config.max_num_seqs,
@@ -325,7 +334,8 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
     run_notes = policy.run_notes if defines(policy, "run_notes") else None
-    notes = (workload.notes + drafter_notes(config, trace) + weight_bits_notes(config, trace)
+    notes = (workload.notes + (() if profile is None else profile_notes(profile, config))
+             + drafter_notes(config, trace) + weight_bits_notes(config, trace)
              + verify_notes(config) + split_notes(config, held_out) + hybrid_notes(config))
     return SimResult(config=config, requests=requests, step_table=None if streamed else steps,
                      summary=summary, notes=notes + (run_notes(config, cost) if run_notes else ()),
@@ -378,6 +388,21 @@ def split_notes(config: SimConfig, held_out: tuple) -> tuple[str, ...]:
     return (f"{held} of the trace's {total} requests (calibration_split {split:g}, the default "
             f"for {who}) are held out of the replay to calibrate on; set calibration_split to "
             "choose the share",)
+
+
+def applied_profile(config: SimConfig):
+    """The acceptance profile ``config.acceptance_profile`` names (a file or a bundled name,
+    traces.acceptance.library), or None; one-line errors for a profile that cannot replace
+    the run's acceptance."""
+    if config.acceptance_profile is None:
+        return None
+    from specbatch.traces.acceptance.library import resolve_profile
+
+    require(config.acceptance == "trace", "acceptance_profile: expected acceptance = trace (a "
+            f"profile replaces the trace's acceptance), got acceptance = {config.acceptance}")
+    require(config.trace != "synth" or config.synth_alpha is None, "acceptance_profile: "
+            "expected no synth_alpha (a profile replaces the constant acceptance)")
+    return resolve_profile(config.acceptance_profile)
 
 
 def drafter_notes(config: SimConfig, trace: Trace) -> tuple[str, ...]:

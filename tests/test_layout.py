@@ -87,7 +87,7 @@ def test_every_sub_package_is_listed_for_the_wheel():
 FOLDER_ORDER = {
     "theory": ("verify", "exact", "allocate", "trees", "moe", "conform", "conform_ragged",
                "conform_samplers", "theorems"),
-    "traces": ("corpus", "models", "format", "synth", "capture", "public"),
+    "traces": ("corpus", "models", "format", "synth", "capture", "public", "acceptance"),
     "simulator": ("defaults", "replay", "cost", "policies", "config", "workload", "engine",
                   "metrics", "saturation", "step_stream", "run"),
     "analysis": ("sensitivity", "sweep", "report", "engines", "plan", "validate", "tune",

@@ -92,11 +92,15 @@ class BoundTables:
 
     def __init__(self, fields: dict, trace=None) -> None:
         from specbatch.simulator.config.sim_config import make_config
-        from specbatch.simulator.run import cap_workload, load_trace
+        from specbatch.simulator.replay.profile_replay import profile_trace
+        from specbatch.simulator.run import applied_profile, cap_workload, load_trace
         from specbatch.simulator.workload.arrivals import build_workload
 
         config = make_config(fields)
         self.trace = load_trace(config) if trace is None else trace
+        profile = applied_profile(config)
+        if profile is not None:  # the runs replay the profile's acceptance: so do the bounds
+            self.trace = profile_trace(self.trace, profile, config.seed)
         self.workload = cap_workload(config, build_workload(config, self.trace))
         self.seed = int(config.seed)
         self._steps: dict[tuple[int, str], np.ndarray] = {}

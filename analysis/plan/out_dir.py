@@ -17,7 +17,8 @@ written there:
 
 The identity hashes what the plan's files depend on: the question's shared run fields with
 a workload file's and a ``config.json`` model's *contents* (not their paths), the length
-distributions drawn, the search space, the SLOs, ``levels_after`` and the acceptance band.
+distributions drawn, the search space, the SLOs, ``levels_after``, the acceptance band, an
+acceptance profile's contents, the seeds compared and whether break-even is computed.
 Execution flags (workers, scheduler, progress) and ``--exhaustive`` (the same answer, more
 runs) are not part of it.
 
@@ -63,13 +64,21 @@ def identity_fields(question: Question) -> dict:
         base[key] = _model_identity(base.get(key))
     if base.get("workload"):
         base["workload"] = _file_identity("--workload", base["workload"])
+    if base.get("acceptance_profile"):  # its contents, wherever the file is
+        from specbatch.traces.acceptance.library import profile_path
+
+        base["acceptance_profile"] = _file_identity(
+            "--acceptance-profile", profile_path(base["acceptance_profile"]))
     lengths = None if question.lengths is None else [d.describe() for d in question.lengths]
-    return plain({
+    fields = {
         "base": base, "lengths": lengths,
         "space": {f.name: getattr(question.space, f.name)
                   for f in dataclasses.fields(question.space)},
         "slos": dataclasses.asdict(question.slos), "levels_after": question.levels_after,
-        "band": question.band})
+        "band": question.band}
+    if question.seeds != 1 or question.breakeven:  # a one-seed plan keeps its identity
+        fields.update(seeds=question.seeds, breakeven=question.breakeven)
+    return plain(fields)
 
 
 def _model_identity(model):

@@ -53,7 +53,10 @@ class Question:
     limits, trace, seed), the search space and the SLOs; ``lengths`` (prompt, output): length
     distributions to draw the workload from into ``OUT/workload.csv`` (None: ``base`` names
     the workload, or the trace's own requests); ``prune``: skip settings a lower bound proves
-    cannot matter (analysis.plan.bound; False: simulate every setting of every level)."""
+    cannot matter (analysis.plan.bound; False: simulate every setting of every level);
+    ``seeds``: R, the seeds the chosen deployment's settings are compared on (paired
+    intervals and a tie set, analysis.plan.seeds; ``specbatch plan`` asks 3); ``breakeven``:
+    the break-even acceptance of the tied settings (analysis.plan.breakeven; on in ``plan``)."""
 
     base: dict
     space: Space
@@ -62,6 +65,8 @@ class Question:
     band: tuple[float, float] | None = None
     lengths: tuple[Lengths, Lengths] | None = None
     prune: bool = True
+    seeds: int = 1
+    breakeven: bool = False
 
 
 def run_plan(question: Question, out: str | Path | None = None, **executor: Any) -> dict:
@@ -84,6 +89,15 @@ def run_plan(question: Question, out: str | Path | None = None, **executor: Any)
             workload = write_length_workload(base, *question.lengths, out / "workload.csv")
             base = {**base, "workload": str(workload)}
         main = answer(base, question, out / "runs" / "trace", **executor)
+        if main.choice is not None and question.seeds > 1:
+            from specbatch.analysis.plan.seeds import seed_check
+
+            main = seed_check(base, question, main, out / "runs" / "trace", **executor)
+        if main.choice is not None and question.breakeven:
+            from specbatch.analysis.plan.breakeven import breakeven_report, bundled_band
+
+            main.report["breakeven"] = breakeven_report(base, question, main, out, **executor)
+            main.report["bundled_band"] = bundled_band(base, question, main, out, **executor)
         report = main.report
         if question.band is not None:
             report["acceptance_band"] = [
@@ -126,10 +140,17 @@ def preflight(question: Question) -> None:
     shared fields (simulator.config.sim_config), and the deepest setting against the trace's K."""
     from specbatch.analysis.sweep.executors import _cached_trace as load_trace
     from specbatch.simulator.config.sim_config import make_config
+    from specbatch.simulator.run import applied_profile
 
     base = question.base
-    trace = load_trace(make_config(base))
+    config = make_config(base)
+    trace = load_trace(config)
+    profile = applied_profile(config)
     depth = max_depth(base, question.space)
+    if profile is not None:
+        require(depth <= profile.K, f"--k/--extra: expected k + e <= the acceptance profile's "
+                f"K = {profile.K} (it says nothing past it), got {depth}")
+        return
     require(depth <= trace.K, f"--k/--extra: expected k + e <= the trace's draft depth K = "
             f"{trace.K} (it recorded that many draft tokens per position), got {depth}")
 
@@ -150,8 +171,8 @@ def answer(base: dict, question: Question, runs_dir: Path, **executor: Any) -> A
     make_config(base)  # one-line errors before anything runs
     acceptance = acceptance_info(base)
     depth, trace_depth = max_depth(base, question.space), acceptance.pop("trace_depth")
-    require(depth <= trace_depth, f"--k/--extra: expected k + e <= the trace's draft depth K = "
-            f"{trace_depth} (it recorded that many draft tokens per position), got {depth}")
+    require(depth <= trace_depth, f"--k/--extra: expected k + e <= the acceptance's draft "
+            f"depth K = {trace_depth} (what the trace or profile says), got {depth}")
     largest = acceptance.pop("largest_request") + depth + 1
     kept, pruned = [], []
     for d in deployments(question.space, base.get("requests")):
@@ -190,6 +211,7 @@ def answer(base: dict, question: Question, runs_dir: Path, **executor: Any) -> A
 def band_answer(base: dict, question: Question, alpha: float, out: Path, **executor) -> dict:
     """The choice when acceptance is a constant ``alpha`` (the synth trace) instead."""
     fields = {**base, "trace": "synth", "synth_alpha": float(alpha)}
+    fields.pop("acceptance_profile", None)  # the band replaces the profile's acceptance too
     if base.get("workload") is None:
         fields["workload"] = str(trace_workload(base, out / TRACE_WORKLOAD))
     result = answer(fields, question, out / "runs" / f"alpha-{alpha:g}", **executor)
@@ -263,17 +285,19 @@ def acceptance_info(base: dict) -> dict:
     workload = build_workload(config, trace)
     recorded = np.asarray(trace.output_len, dtype=np.int64)[workload.trace_index]
     beyond = np.maximum(workload.output_len - recorded, 0)
-    source = (f"constant alpha {config.synth_alpha:g} (synthetic trace)"
-              if config.trace == "synth" and config.synth_alpha is not None
-              else f"trace {getattr(trace, 'path', None) or config.trace}")
+    from specbatch.simulator.replay.acceptance_source import acceptance_source
+    from specbatch.simulator.run import applied_profile
+
+    profile = applied_profile(config)
+    origin = acceptance_source(config)
     return {
-        "source": source,
+        **{k: origin[k] for k in ("source", "pair", "pair_matches", "asked")},
         "trace_requests": int(trace.n_requests),
         "output_positions": int(workload.output_len.sum()),
         "wrapped_positions": int(beyond.sum()),
         "wrapped_requests": int(np.count_nonzero(beyond)),
         "largest_request": int((workload.prompt_len + workload.output_len).max(initial=0)),
-        "trace_depth": int(trace.K),
+        "trace_depth": int(trace.K if profile is None else profile.K),
     }
 
 

@@ -102,7 +102,8 @@ def preflight(spec: SweepSpec, runs: list[dict]) -> dict[str, str]:
 def input_identity(config: dict, trace_ids: dict[str, str]) -> str | None:
     """What a run reads besides its config values: the trace's identity and a hash of the
     bytes of every file the config names (:func:`input_files`: an imported workload, a
-    config.json target or draft, a ``cost = "profiled"`` profile, a user policy's module), so
+    config.json target or draft, a ``cost = "profiled"`` profile, an acceptance profile, a user
+    policy's module), so
     a file edited in place under the same name gets new run keys and is recomputed, never
     reused stale. A run that names no file keeps the key it had (the trace's identity)."""
     trace_id = trace_ids.get(config.get("trace"))
@@ -125,6 +126,10 @@ def input_files(config: dict) -> list[tuple[str, Path]]:
             files.append((role, config_file(name)))
     if config.get("cost") == "profiled" and config.get("profile"):
         files.append(("profile", Path(config["profile"])))
+    if config.get("acceptance_profile"):  # a profile file, or a bundled one by name
+        from specbatch.traces.acceptance.library import profile_path
+
+        files.append(("acceptance_profile", profile_path(config["acceptance_profile"])))
     policy = config.get("policy")
     if isinstance(policy, str) and ":" in policy:
         files.append(("policy", _policy_file(policy)))

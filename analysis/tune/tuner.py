@@ -3,8 +3,10 @@ by simulated goodput and kept only where they beat the best fixed K end to end.
 
 1. **Choose.** The batch sizes 1..``max_num_seqs`` fall into power-of-two buckets
    (1, 2, 3-4, 5-8, ...). For each bucket, a burst of requests capped at its largest size is
-   simulated at every K = 0..``k_max`` (K = 0: ``ar``); the bucket takes the K of highest
-   throughput (ties: the smaller K). Adjacent buckets with the same K merge.
+   simulated at every K = 0..``k_max`` (K = 0: ``ar``) on every seed; the bucket takes the K
+   of highest mean throughput (ties: the smaller K), except that it keeps the previous
+   bucket's K while that K is in its tie set (THEORY.md §14): K changes between buckets only
+   where the difference is resolved. Adjacent buckets with the same K merge.
 2. **Emit** complete settings, built and parser-checked in each engine's own syntax by
    analysis.tune.engine_lines and analysis.engines (which name the engine code each was
    checked against): vLLM's whole ``--speculative-config`` (``method``, ``model``,
@@ -21,13 +23,19 @@ by simulated goodput and kept only where they beat the best fixed K end to end.
    vLLM or TensorRT-LLM table, ``ema-adaptive`` with the SGLang config) against every fixed K
    and the engine's default (vLLM and TensorRT-LLM without a schedule: fixed ``k_max``;
    SGLang: its ``DEFAULT_ADAPTIVE_CONFIG`` from ``k_max`` steps), at several Poisson rates and
-   a burst. Score: throughput (burst), 1 / mean end-to-end latency (rates). The best fixed K
-   maximises the geometric mean of its scores over the loads. A setting is recommended only
-   where it scores at least the best fixed K's at every load and more in geometric mean;
-   otherwise the answer is that fixed K, except for SGLang, whose default adaptive config is
-   kept when it is never worse than the best fixed K. vLLM's schedule runs are read for
-   K switches at its thresholds (analysis.engines.graph_switch, vLLM #49548) and a warning
-   is added when the answer sits on one.
+   a burst, on every seed. Score: throughput (burst), 1 / mean end-to-end latency (rates). The
+   best fixed K maximises the geometric mean of its scores over the loads (mean over seeds);
+   the Ks tied with it are named. A setting's gain is its geometric-mean score against the
+   best fixed K's, per seed, in percent, with a paired 95 % interval; it is recommended only
+   when that interval lies above 0 (with one seed: when it scores at least the best fixed K's
+   at every load and more in geometric mean); otherwise the answer is that fixed K, except
+   for SGLang, whose default adaptive config is kept when it is never worse than the best
+   fixed K. vLLM's schedule runs are read for K switches at its thresholds
+   (analysis.engines.graph_switch, vLLM #49548) and a warning is added when the answer sits
+   on one.
+
+Seeds: every run is repeated on R seeds (``TuneQuestion.seeds``; ``specbatch tune`` asks 3),
+common random numbers across settings (the same arrivals and verifier uniforms per seed).
 
 ``tax``: the dynamic path's per-step cost, a fraction added to every step time of the
 schedule runs (default 0). vLLM issue vllm-project/vllm#49548 measured 6.56 % (concurrency 2)
@@ -62,13 +70,18 @@ class TuneQuestion:
     """base: the SimConfig fields every run shares (trace or constant acceptance, models,
     hardware, tp, workload, seed, requests); max_num_seqs: the engine's batch cap; k_max: the
     largest K considered; rates: validation rates in requests/s (None: RATE_FRACTIONS of the
-    best fixed K's capacity); tax: the dynamic path's per-step fraction."""
+    best fixed K's capacity); tax: the dynamic path's per-step fraction; seeds: R, every run
+    repeated on seeds ``base["seed"]`` .. + R − 1 (common random numbers; module docstring);
+    depth: the deepest draft the acceptance knows (an acceptance profile's K; None: the
+    trace's), below SGLang's default config's 7 steps that default is not compared."""
 
     base: dict
     max_num_seqs: int
     k_max: int
     rates: tuple[float, ...] | None = None
     tax: float = 0.0
+    seeds: int = 1
+    depth: int | None = None
 
     def __post_init__(self) -> None:
         require(int(self.max_num_seqs) >= 1, f"TuneQuestion: max_num_seqs: expected an integer "
@@ -81,6 +94,13 @@ class TuneQuestion:
             0 < r < math.inf for r in self.rates)), f"TuneQuestion: rates: expected requests/s "
             f"> 0, got {self.rates!r}")
         require("requests" in self.base, "TuneQuestion: base: expected a 'requests' field")
+        require(int(self.seeds) >= 1, f"TuneQuestion: seeds: expected an integer >= 1, got "
+                f"{self.seeds!r}")
+
+    @property
+    def seed_list(self) -> list[int]:
+        first = int(self.base.get("seed", 0))
+        return list(range(first, first + int(self.seeds)))
 
 
 class TaxedCost:
@@ -254,28 +274,42 @@ def load_fields(base: dict, load: Any) -> dict:
 
 
 def choose(question: TuneQuestion, run: Callable) -> list[dict]:
-    """Step 1: per bucket, every K's burst throughput and the chosen K."""
+    """Step 1: per bucket, every K's burst throughput on every seed and the chosen K: the
+    best mean, kept from the previous bucket while that K is in this bucket's tie set (a
+    change between buckets only where the difference is resolved, analysis.report.ties)."""
+    from specbatch.analysis.report.ties import tie_set
+
+    seeds = question.seed_list
     jobs = []
     for lo, hi in buckets(question.max_num_seqs):
         requests = min(int(question.base["requests"]), max(16, 4 * hi))
         for k in range(question.k_max + 1):
-            jobs.append(((lo, hi, k), {**question.base, "max_num_seqs": hi, "requests": requests,
-                                       "arrival": "burst", **fixed_settings(k)}))
+            for seed in seeds:
+                jobs.append(((lo, hi, k, seed), {**question.base, "seed": seed,
+                                                 "max_num_seqs": hi, "requests": requests,
+                                                 "arrival": "burst", **fixed_settings(k)}))
     summaries = run([fields for _, fields in jobs])
-    table: dict[tuple[int, int], dict[int, float]] = {}
+    table: dict[tuple[int, int], dict[int, list[float]]] = {}
     peak: dict[tuple[int, int], int] = {}
-    for ((lo, hi, k), _), summary in zip(jobs, summaries):
-        table.setdefault((lo, hi), {})[k] = summary["throughput"]
+    for ((lo, hi, k, _), _), summary in zip(jobs, summaries):
+        table.setdefault((lo, hi), {}).setdefault(k, []).append(summary["throughput"])
         peak[(lo, hi)] = max(peak.get((lo, hi), 0), int(summary["peak_batch"]))
-    chosen: list[dict] = []
+    out: list[dict] = []
+    current = None
     for (lo, hi), by_k in table.items():
         reached = peak[(lo, hi)] >= lo
-        best = max(by_k, key=lambda k: (by_k[k], -k))
+        best, ties = tie_set({str(k): v for k, v in by_k.items()})
+        ties_k = [int(k) for k in ties]
         if not reached:  # no run decoded lo requests at once: nothing to choose from
-            best = chosen[-1]["k"] if chosen else 0
-        chosen.append({"lo": lo, "hi": hi, "throughput": {str(k): v for k, v in by_k.items()},
-                       "k": best, "reached": reached, "peak_batch": peak[(lo, hi)]})
-    return chosen
+            current = current if current is not None else 0
+        else:
+            current = current if current in ties_k else int(best)
+        out.append({"lo": lo, "hi": hi,
+                    "throughput": {str(k): sum(v) / len(v) for k, v in by_k.items()},
+                    "throughput_by_seed": {str(k): v for k, v in by_k.items()},
+                    "best": int(best), "tie_set": ties_k, "k": current, "reached": reached,
+                    "peak_batch": peak[(lo, hi)]})
+    return out
 
 
 def unreached_note(chosen: list[dict], requests: int) -> str | None:
@@ -293,38 +327,88 @@ def unreached_note(chosen: list[dict], requests: int) -> str | None:
 
 def validate(question: TuneQuestion, ranges: dict[str, list[tuple[int, int, int]]],
              run: Callable, emitted: dict[str, dict] | None = None) -> dict:
-    """Step 3: fixed K, each engine's setting (taxed) and default at every load (``emitted``:
-    the engines' settings; an engine that emits none is not run)."""
+    """Step 3: fixed K, each engine's setting (taxed) and default at every load, on every
+    seed (``emitted``: the engines' settings; an engine that emits none is not run). Scores
+    per load are means over the seeds; the best fixed K has the highest mean log-score over
+    loads and seeds (ties: the smaller K), its tie set is the Ks whose paired interval against
+    it contains 0."""
+    from specbatch.analysis.report.ties import tie_set
+
     base = {**question.base, "max_num_seqs": question.max_num_seqs}
     ks = range(question.k_max + 1)
-    burst = run([load_fields({**base, **fixed_settings(k)}, "burst") for k in ks])
+    seeds = question.seed_list
+    burst = run([load_fields({**base, "seed": r, **fixed_settings(k)}, "burst")
+                 for k in ks for r in seeds])  # [k][seed]
+    burst_at = {(k, r): burst[i * len(seeds) + j] for i, k in enumerate(ks)
+                for j, r in enumerate(seeds)}
     if question.rates is None:
-        best = max(ks, key=lambda k: burst[k]["throughput"])
-        per_request = burst[best]["tokens"] / burst[best]["requests"]
-        capacity = burst[best]["throughput"] / per_request
+        first = seeds[0]
+        best = max(ks, key=lambda k: burst_at[(k, first)]["throughput"])
+        per_request = burst_at[(best, first)]["tokens"] / burst_at[(best, first)]["requests"]
+        capacity = burst_at[(best, first)]["throughput"] / per_request
         rates = tuple(round(f * capacity, 4) for f in RATE_FRACTIONS)
     else:
         rates = question.rates
     loads: list[Any] = [*rates, "burst"]
-    fixed = {k: [score(s, "burst")] for k, s in zip(ks, burst)}
-    rated = run([load_fields({**base, **fixed_settings(k)}, r) for k in ks for r in rates])
-    for i, k in enumerate(ks):
-        fixed[k] = [score(s, r) for s, r in zip(rated[i * len(rates):], rates)] + fixed[k]
-    best_k = max(ks, key=lambda k: (sum(math.log(v) for v in fixed[k]), -k))
+    grid = [(k, r, x) for k in ks for r in seeds for x in rates]
+    rated = run([load_fields({**base, "seed": r, **fixed_settings(k)}, x) for k, r, x in grid])
+    rated_at = dict(zip(grid, rated))
+    by_seed = {r: {k: [score(rated_at[(k, r, x)], x) for x in rates]
+                   + [score(burst_at[(k, r)], "burst")] for k in ks} for r in seeds}
+    logs = {str(k): [100.0 * sum(map(math.log, by_seed[r][k])) / len(loads) for r in seeds]
+            for k in ks}
+    best_k, fixed_ties = tie_set(logs)
+    best_k = int(best_k)
     arms = engine_runs(ranges, question.k_max, emitted)
-    jobs = [(engine, role, load) for engine in ENGINES if engine in arms
-            for role in ("setting", "default") for load in loads]
-    taxes = [question.tax if role == "setting" else 0.0 for _, role, _ in jobs]
-    fields = [load_fields({**base, **arms[e][role == "default"]}, load) for e, role, load in jobs]
+    jobs = [(engine, role, load, r) for engine in ENGINES if engine in arms
+            for role in ("setting", "default")
+            for load in loads for r in seeds if not skipped_default(question, engine, role)]
+    taxes = [question.tax if role == "setting" else 0.0 for _, role, _, _ in jobs]
+    fields = [load_fields({**base, "seed": r, **arms[e][role == "default"]}, load)
+              for e, role, load, r in jobs]
     summaries = run(fields, taxes)
     engines: dict[str, dict] = {e: {} for e in ENGINES if e in arms}
-    for (engine, role, load), summary in zip(jobs, summaries):
-        engines[engine].setdefault(role, []).append(score(summary, load))
-        if role == "setting" and "k_switch" in summary:
+    for (engine, role, load, r), summary in zip(jobs, summaries):
+        engines[engine].setdefault(f"{role}_by_seed", {}).setdefault(str(r), []).append(
+            score(summary, load))
+        if role == "setting" and "k_switch" in summary and r == seeds[0]:  # one per load
             engines[engine].setdefault("k_switch", []).append(summary["k_switch"])
-    return {"loads": [str(x) for x in loads], "rates": list(rates),
-            "fixed": {str(k): v for k, v in fixed.items()}, "best_fixed_k": best_k,
+    for e in engines.values():
+        for role in ("setting", "default"):
+            per = e.get(f"{role}_by_seed")
+            if per is None:  # not compared (skipped_default)
+                e[role] = None
+                continue
+            e[role] = [sum(per[str(r)][i] for r in seeds) / len(seeds)
+                       for i in range(len(loads))]
+    fixed = {str(k): [sum(by_seed[r][k][i] for r in seeds) / len(seeds)
+                      for i in range(len(loads))] for k in ks}
+    return {"loads": [str(x) for x in loads], "rates": list(rates), "seeds": seeds,
+            "fixed": fixed, "fixed_by_seed": {str(r): {str(k): v for k, v in by_seed[r].items()}
+                                              for r in seeds},
+            "best_fixed_k": best_k, "fixed_tie_set": [int(k) for k in fixed_ties],
             "engines": engines}
+
+
+def skipped_default(question: TuneQuestion, engine: str, role: str) -> bool:
+    """SGLang's default adaptive config drafts up to 7 tokens: not run when the acceptance
+    knows fewer positions (``question.depth``)."""
+    from specbatch.simulator.policies.schedules import SGLANG_DEFAULT
+
+    deepest = max(max(slot["candidate_steps"]) for slot in SGLANG_DEFAULT.values())
+    return (engine == "sglang" and role == "default" and question.depth is not None
+            and question.depth < deepest)
+
+
+def schedule_gain(setting_by_seed: dict, fixed_by_seed: dict, best_k: int) -> list[float]:
+    """Per seed, the setting's geometric-mean score over the loads against the best fixed
+    K's, in percent: ``100 (exp(mean_loads log(s / b)) − 1)``.  # [R]"""
+    out = []
+    for r, setting in setting_by_seed.items():  # keys: the seeds as strings (JSON)
+        best = fixed_by_seed[str(r)][str(best_k)]
+        logs = [math.log(a / b) for a, b in zip(setting, best)]
+        out.append(100.0 * (math.exp(sum(logs) / len(logs)) - 1.0))
+    return out
 
 
 def verdict(setting: list[float], best: list[float]) -> bool:
@@ -343,6 +427,8 @@ def tune(question: TuneQuestion, run: Callable, out: Path | None = None) -> dict
     run = deduplicated(run)
     chosen = choose(question, lambda fields: run(fields, None))
     ranges = engine_ranges(chosen, draft_of(question.base))
+    from specbatch.analysis.report.ties import interval
+
     emitted = engine_settings(ranges, chosen, question.base, out)
     check = validate(question, ranges, run, emitted)
     best_k = check["best_fixed_k"]
@@ -357,25 +443,31 @@ def tune(question: TuneQuestion, run: Callable, out: Path | None = None) -> dict
                  **{k: setting[k] for k in ("lower_bound_release", "reason", "file")
                     if k in setting}}
         if engine not in check["engines"]:  # SGLang without its adaptive mode
-            engines[engine] = {**entry, "wins": False, "advice": f"{fixed}"}
+            engines[engine] = {**entry, "wins": False, "advice": f"{fixed}",
+                               "gain": {"mean": None, "ci_low": None, "ci_high": None}}
             continue
         scores = check["engines"][engine]
-        # a one-range schedule is a fixed K; an all-zero one is no speculation
-        wins = bool(any(k for *_, k in own) and len(own) > 1
-                    and verdict(scores["setting"], best))
-        entry.update(wins=wins,
+        gain = interval(schedule_gain(scores["setting_by_seed"], check["fixed_by_seed"], best_k))
+        # a one-range schedule is a fixed K; an all-zero one is no speculation; with one
+        # seed the per-load rule (verdict), else the interval above 0 (THEORY.md §14)
+        resolved = (verdict(scores["setting"], best) if question.seeds == 1
+                    else math.isfinite(gain.ci_low) and gain.ci_low > 0)
+        wins = bool(any(k for *_, k in own) and len(own) > 1 and resolved)
+        default = scores["default"]
+        entry.update(wins=wins, gain=gain.as_dict(),
                      vs_best_fixed_pct=[100 * (s / b - 1) for s, b in zip(scores["setting"], best)],
-                     default_vs_best_fixed_pct=[100 * (s / b - 1)
-                                                for s, b in zip(scores["default"], best)])
-        keep_default = (engine == "sglang" and not wins
-                        and all(d >= b for d, b in zip(scores["default"], best)))
+                     default_vs_best_fixed_pct=None if default is None else
+                     [100 * (s / b - 1) for s, b in zip(default, best)])
+        keep_default = (engine == "sglang" and not wins and default is not None
+                        and all(d >= b for d, b in zip(default, best)))
         entry["advice"] = (setting["setting"] if wins else
                            default_adaptive_line(question, best_k) if keep_default else fixed)
         entry["warnings"] = switch_warnings(scores.get("k_switch", []), check["loads"],
                                             question.tax) if engine == "vllm" and wins else []
         engines[engine] = entry
     return {"question": {**question.base, "max_num_seqs": question.max_num_seqs,
-                         "k_max": question.k_max, "tax": question.tax},
+                         "k_max": question.k_max, "tax": question.tax,
+                         "seeds": question.seeds},
             "buckets": chosen, "ranges": [list(r) for r in ranges["vllm"]], **check,
             "engines_verdict": engines, "sglang_config": emitted["sglang"]["config"],
             "unreached": [[b["lo"], b["hi"]] for b in chosen if not b["reached"]],

@@ -155,6 +155,11 @@ class SimConfig:
     synth_alpha: float | None = knob(
         None, "constant acceptance α of the synth trace",
         range=Range(0, 1, low_open=True, what="an acceptance probability"), none="off")
+    acceptance_profile: str | None = knob(
+        None, "an acceptance profile (a profile JSON file or a bundled name, specbatch "
+        "acceptance list) replayed position by position in place of the trace's acceptance; "
+        "the trace still gives the requests; simulator.replay.profile_replay",
+        none="the trace's acceptance")
     scheduler: str = knob("vllm-v1", "step composer: vllm-v1 (one token budget per step, "
                           "running requests first then waiting prompt chunks; vLLM V1's KV "
                           "slots in paged mode; simulator.engine.v1.compose) or vllm-v0 (prefill-only steps "

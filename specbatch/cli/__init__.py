@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("specbatch.cli.tune",
              "dynamic draft-length schedules for vLLM, TensorRT-LLM and SGLang, validated"),
     "trace": ("specbatch.cli.trace", "inspect, validate or synthesise a trace"),
+    "acceptance": ("specbatch.cli.acceptance", "import, export and show acceptance profiles"),
     "capture": ("specbatch.cli.capture", "capture a trace from a local draft/target model pair"),
     "profile": ("specbatch.cli.profile",
                 "measure forward-pass latency over batch x query x KV length"),

@@ -33,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "--hardware h100,h200 --price h100=2.5,h200=3.9 --out runs/plan2",
             "specbatch plan --target ./my-model/config.json --draft vicuna-68m --rate 2 "
             "--prompt-len lognormal:400,0.8 --output-len uniform:50,300 --slo-tpot 0.05 "
-            "--acceptance-band 0.6,0.9 --out runs/plan3 --json"),
+            "--acceptance-band 0.6,0.9 --out runs/plan3 --json",
+            "specbatch plan --target llama-3.1-8b --draft ngram --acceptance-profile "
+            "ngram-llama3.1-8b-code-edit --rate 4 --slo-tpot 0.05 --seeds 3 --out runs/plan4"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", default=None,
@@ -57,7 +59,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="simulated requests per configuration (default 256)")
     work.add_argument("--trace", default="default",
                       help="acceptance trace: 'default', a trace directory, or 'synth'")
+    work.add_argument("--acceptance-profile", metavar="FILE|NAME", default=None,
+                      help="replay an acceptance profile (a file from `specbatch acceptance "
+                           "import-*`, or a bundled name: `specbatch acceptance list`) on the "
+                           "trace's requests instead of the trace's acceptance")
     work.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
+    work.add_argument("--seeds", type=positive_int, default=3,
+                      help="R: the chosen deployment's settings are compared on seeds SEED.."
+                           "SEED+R-1 with paired 95 %% intervals; settings whose difference "
+                           "includes 0 form the tie set (default 3; 1: one seed, no interval)")
+    work.add_argument("--no-breakeven", action="store_true",
+                      help="skip the break-even acceptance of the tied settings (a bisection "
+                           "of a scaled profile, a few runs each)")
     models = p.add_argument_group("models and engine")
     models.add_argument("--target", default="vicuna-33b",
                         help="target: a shape name, a Hugging Face id of the catalogue "
@@ -223,12 +236,18 @@ def build_question(args: argparse.Namespace):
             **({"draft_head": args.draft_head} if args.draft_head else {}),
             "gpu_memory_utilization": args.gpu_memory_utilization, "seed": args.seed,
             **precision_fields(args), **arrival_fields(args)}
+    if args.acceptance_profile is not None:
+        from specbatch.traces.acceptance.library import resolve_profile
+
+        resolve_profile(args.acceptance_profile)  # one-line errors before anything runs
+        base["acceptance_profile"] = args.acceptance_profile
     if args.workload is not None:
         from specbatch.simulator.workload.arrivals import resolve_workload
 
         base["workload"] = str(resolve_workload(args.workload).resolve())
     return Question(base=base, space=space, slos=slos, levels_after=args.levels_after,
-                    band=band, lengths=lengths, prune=not args.exhaustive)
+                    band=band, lengths=lengths, prune=not args.exhaustive, seeds=args.seeds,
+                    breakeven=not args.no_breakeven)
 
 
 def precision_fields(args: argparse.Namespace) -> dict:
@@ -307,7 +326,9 @@ def format_report(report: dict) -> str:
         f"{q.get('arrival')} arrivals"
     lines = [f"question: {q['target']} + draft {q['draft']}, {load}, {q['requests']} "
              f"requests; {q['slos']}"]
-    lines.append(f"acceptance: {acc['source']}; {acc['wrapped_positions']:,} of "
+    from specbatch.simulator.replay.acceptance_source import source_line
+
+    lines.append(f"{source_line(acc)}; {acc['wrapped_positions']:,} of "
                  f"{acc['output_positions']:,} output positions wrapped past the recorded "
                  f"outputs ({acc['wrapped_requests']} requests)")
     if choice is None:
@@ -339,6 +360,7 @@ def format_report(report: dict) -> str:
             lines.append(f"  {engine}: {line}")
         if choice.get("engines_checked_against"):
             lines.append(f"  (checked against {choice['engines_checked_against']})")
+        lines += uncertainty_lines(report)
     if report["pareto"]:
         lines.append("frontier (cost vs e2e at the percentile):")
         lines += [f"  {e['cost']:>6g}  {_seconds(e['latency']['e2e']):>9}  {e['label']}"
@@ -373,6 +395,52 @@ def format_report(report: dict) -> str:
                  f"computed, {s['reused']} reused{skipped}); written to {report['out']}"
                  + (f"; figure: {report['figure']}" if report["figure"] else "; no figure"))
     return "\n".join(lines)
+
+
+def uncertainty_lines(report: dict) -> list[str]:
+    """The answer over the seeds (analysis.plan.seeds) and the break-even acceptance."""
+    from specbatch.analysis.report.ties import Interval, tie_text
+
+    unc = report.get("uncertainty")
+    if not unc:
+        return []
+    lines = [f"  over seeds {', '.join(map(str, unc['seeds']))} on {unc['deployment']} "
+             f"({unc['metric']}):"]
+    if unc.get("best") is None:
+        return lines + [f"    {unc['reason']}"]
+    for c in sorted(unc["candidates"], key=lambda c: -sum(c["values"]) / len(c["values"])):
+        g = c["gain"] or c["vs_best"]
+        iv = Interval(g["mean"], g["ci_low"] if g["ci_low"] is not None else float("nan"),
+                      g["ci_high"] if g["ci_high"] is not None else float("nan"), g["seeds"])
+        mark = "=" if c["label"] == unc["answer"] else ("≈" if c["tied"] else " ")
+        lines.append(f"    {mark} {c['label']:<22} {iv.text()}")
+    lines.append(f"    tie set: {tie_text(unc['tie_set'])}")
+    if report["choice"].get("replaces"):
+        lines.append(f"    answer over the seeds: {unc['answer']} ({unc['reason']}; seed "
+                     f"{unc['seeds'][0]} alone chose {report['choice']['replaces']})")
+    be = report.get("breakeven") or {}
+    for s in be.get("settings", []):
+        if s["scale"] is None:
+            lines.append(f"    break-even {s['label']}: {s['note']}")
+        elif not s["scale_low"]:
+            lines.append(f"    break-even {s['label']}: beats ar at every scale tried, down to "
+                         f"{s['scale']:.3g} x the measured acceptance (MAL {s['mal_at_k']:.2f}"
+                         f" at k = {s['k']} vs measured {s['mal_measured']:.2f})")
+        else:
+            lines.append(f"    break-even {s['label']}: stops beating ar between "
+                         f"{s['scale_low']:.3g} and {s['scale']:.3g} x the measured acceptance "
+                         f"(MAL {s['mal_at_k']:.2f} at k = {s['k']} vs measured "
+                         f"{s['mal_measured']:.2f}; a_1 {s['a1']:.2f})")
+    if be.get("note"):
+        lines.append(f"    break-even: {be['note']}")
+    band = report.get("bundled_band") or {}
+    for end in band.get("ends", []):
+        gain = "" if end["gain_pct"] is None else f", {end['gain_pct']:+.1f} % e2e vs ar"
+        lines.append(f"    bundled {band['kind']} profile {end['profile']} (MAL {end['mal']:.2f}"
+                     f" at K = {end['K']}): best {end['best'] or 'none passes'}{gain}")
+    if band.get("note"):
+        lines.append(f"    bundled band: {band['note']}")
+    return lines
 
 
 def _kv_note(mem: dict | None) -> str:

@@ -8,7 +8,8 @@ Prints a summary table, or one JSON object with ``--json`` (keys include the set
 policy, verify, k (null for ar and dsd, which have no fixed window), e; the KV cache:
 kv_mode, kv_capacity
 (tokens per replica used, null = unlimited), preemptions, recomputed_tokens; and the metrics:
-throughput, e2e_mean, e2e_p99, vsr, mal, tokens, requests). ``--out DIR``
+throughput, e2e_mean, e2e_p99, vsr, mal, tokens, requests; and ``acceptance``: {source, pair,
+pair_matches}, where acceptance came from and whether it is the asked pair's). ``--out DIR``
 writes requests.parquet, steps.parquet, summary.json and config.toml, all at once (a kill
 leaves the old result or the new one); DIR must be new, empty, or a simulate result of the
 same config (``--force``: of any config).
@@ -104,11 +105,13 @@ def run_command(args: argparse.Namespace) -> int:
         result = simulate(config, allow_partial=args.allow_partial, progress=not args.json)
         print_notes(result)
     from specbatch.analysis.sensitivity import capacity_check, capacity_lines
+    from specbatch.simulator.replay.acceptance_source import acceptance_source
 
     check = capacity_check(config, result, args.sensitivity)
     for line in capacity_lines(check):
         sys.stderr.write(line + "\n")
-    summary = jsonable(setting(config) | result.summary | {"cost_source": run_sources(config)}
+    summary = jsonable(setting(config) | result.summary | {"cost_source": run_sources(config),
+                                                           "acceptance": acceptance_source(config)}
                        | ({"capacity": check} if check is not None else {}))
     emit(summary, args.json, text=None if args.json else format_summary(summary, args.out))
     return 0
@@ -168,6 +171,10 @@ def format_summary(summary: dict, out: str | None = None) -> str:
         from specbatch.simulator.cost.report import source_line
 
         lines.append(f"cost source: {source_line(summary['cost_source'])}")
+    if summary.get("acceptance"):
+        from specbatch.simulator.replay.acceptance_source import source_line
+
+        lines.append(source_line(summary["acceptance"]))
     if out:
         lines.append(f"wrote {out}/ (requests.parquet, steps.parquet, summary.json, config.toml)")
     return "\n".join(lines)

@@ -33,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "specbatch tune --target vicuna-33b --draft vicuna-68m --hardware h100 "
             "--max-num-seqs 64 --out runs/tune",
             "specbatch tune --acceptance 0.8 --max-num-seqs 128 --tax 0.066 --out runs/tune2 "
-            "--json"),
+            "--json",
+            "specbatch tune --target llama-3.1-8b --draft ngram --acceptance-profile "
+            "ngram-llama3.1-8b-code-edit --seeds 3 --out runs/tune3"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", required=True, help="output directory: new, empty, or an earlier "
@@ -51,7 +53,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="acceptance trace: 'default' or a trace directory")
     work.add_argument("--acceptance", type=float, default=None, metavar="ALPHA",
                       help="a constant acceptance alpha instead of the trace (synth trace)")
+    work.add_argument("--acceptance-profile", metavar="FILE|NAME", default=None,
+                      help="replay an acceptance profile (a file from `specbatch acceptance "
+                           "import-*`, or a bundled name) on the trace's requests")
     work.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
+    work.add_argument("--seeds", type=positive_int, default=3,
+                      help="R: every run on seeds SEED..SEED+R-1; paired 95 %% intervals, "
+                           "tie sets, and a schedule wins only when its interval against "
+                           "the best fixed K is above 0 (default 3)")
     models = p.add_argument_group("models and engine")
     models.add_argument("--target", default="vicuna-33b",
                         help="target: a shape name, a Hugging Face id of the catalogue "
@@ -67,8 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     models.add_argument("--max-num-seqs", type=positive_int, default=64,
                         help="the engine's batch cap (default 64)")
     space = p.add_argument_group("schedule")
-    space.add_argument("--k-max", type=positive_int, default=6,
-                       help="largest K per batch size (default 6)")
+    space.add_argument("--k-max", type=positive_int, default=None,
+                       help="largest K per batch size (default 6, or an acceptance "
+                            "profile's K when smaller)")
     space.add_argument("--rates", default=None, metavar="R1,R2,...",
                        help="validation rates, requests/s (default 25/50/75 %% of the best "
                             "fixed K's burst capacity)")
@@ -137,10 +147,24 @@ def build_question(args: argparse.Namespace):
     if args.acceptance is not None:
         require(args.trace == "default", "--acceptance: expected no --trace with a constant "
                 f"acceptance, got --trace {args.trace}")
+        require(args.acceptance_profile is None, "--acceptance: expected no "
+                "--acceptance-profile with a constant acceptance, got both")
         base.update(trace="synth", synth_alpha=args.acceptance)
+    k_max = 6 if args.k_max is None else args.k_max
+    fields_depth = None
+    if args.acceptance_profile is not None:
+        from specbatch.traces.acceptance.library import resolve_profile
+
+        depth = resolve_profile(args.acceptance_profile).K
+        fields_depth = depth
+        k_max = min(k_max, depth) if args.k_max is None else k_max
+        require(k_max <= depth, f"--k-max: expected at most the acceptance profile's K = "
+                f"{depth} (it says nothing past it), got {k_max}")
+        base["acceptance_profile"] = args.acceptance_profile
     make_config({**base, "max_num_seqs": args.max_num_seqs})  # one-line errors first
-    return TuneQuestion(base=base, max_num_seqs=args.max_num_seqs, k_max=args.k_max,
-                        rates=parse_rates(args.rates), tax=args.tax)
+    return TuneQuestion(base=base, max_num_seqs=args.max_num_seqs, k_max=k_max,
+                        rates=parse_rates(args.rates), tax=args.tax, seeds=args.seeds,
+                        depth=fields_depth)
 
 
 def runner(workers: int):
@@ -187,6 +211,11 @@ def run_command(args: argparse.Namespace) -> int:
 
             output = lengths[1] if lengths is not None else parse_lengths("trace", "--output-len")
             report["vllm_proposal"] = context_table(question, runner(args.workers), cuts, output)
+        from specbatch.simulator.config.sim_config import make_config
+        from specbatch.simulator.replay.acceptance_source import acceptance_source
+
+        report["acceptance"] = acceptance_source(make_config(
+            {**question.base, "max_num_seqs": question.max_num_seqs}))
         write_tune(report, tmp)
     emit(report, args.json, text=None if args.json else format_report(report))
     return 0
@@ -220,15 +249,26 @@ def workload_field(args: argparse.Namespace, base: dict, lengths, folder: Path) 
 
 def format_report(report: dict) -> str:
     """The buckets, the validation table and each engine's advice."""
+    from specbatch.analysis.report.ties import Interval
+    from specbatch.simulator.replay.acceptance_source import source_line
+
     q = report["question"]
+    ties = [f"{b['lo']}-{b['hi']}: K = {' ≈ '.join(map(str, b['tie_set']))}"
+            for b in report["buckets"] if len(b.get("tie_set", [])) > 1]
     lines = [f"tune: {q['target']} + draft {q['draft']} on {q['hardware']} (tp {q['tp']}), "
-             f"max_num_seqs {q['max_num_seqs']}, K <= {q['k_max']}, tax {q['tax']:g}",
+             f"max_num_seqs {q['max_num_seqs']}, K <= {q['k_max']}, tax {q['tax']:g}, "
+             f"seeds {', '.join(map(str, report.get('seeds', [q.get('seed', 0)])))}",
+             *([source_line(report["acceptance"])] if report.get("acceptance") else []),
              "chosen K per batch size: " + ", ".join(f"{lo}-{hi}:{k}"
                                                      for lo, hi, k in report["ranges"]),
+             *([f"  ties (K kept from the bucket before where tied): {'; '.join(ties)}"]
+               if ties else []),
              *(f"{engine} within its rules: " + ", ".join(f"{lo}-{hi}:{k}" for lo, hi, k in v["ranges"])
                for engine, v in report["engines_verdict"].items()
                if v["ranges"] != report["ranges"]),
-             f"best fixed K over the loads: {report['best_fixed_k']}",
+             f"best fixed K over the loads: {report['best_fixed_k']}"
+             + (f" (tie set: K = {' ≈ '.join(map(str, report['fixed_tie_set']))})"
+                if len(report.get("fixed_tie_set", [])) > 1 else ""),
              "loads: " + ", ".join(f"{x} req/s" if x != "burst" else x
                                    for x in report["loads"]),
              f"{'engine':<13} {'vs best fixed K at each load (%)':<40} {'default vs best (%)':<30}"]
@@ -237,10 +277,18 @@ def format_report(report: dict) -> str:
             lines.append(f"{engine:<13} not simulated: {v.get('reason')}")
             continue
         pct = " ".join(f"{x:+.1f}" for x in v["vs_best_fixed_pct"])
-        dflt = " ".join(f"{x:+.1f}" for x in v["default_vs_best_fixed_pct"])
+        dflt = ("not compared (drafts past the acceptance's K)"
+                if v["default_vs_best_fixed_pct"] is None else
+                " ".join(f"{x:+.1f}" for x in v["default_vs_best_fixed_pct"]))
         lines.append(f"{engine:<13} {pct:<40} {dflt:<30}")
     for engine, v in report["engines_verdict"].items():
         state = "schedule wins" if v["wins"] else "use fixed K"
+        g = v.get("gain")
+        if g:
+            nan = float("nan")
+            iv = Interval(g["mean"], nan if g["ci_low"] is None else g["ci_low"],
+                          nan if g["ci_high"] is None else g["ci_high"], g["seeds"])
+            state += f"; schedule vs best fixed K {iv.text()}"
         lines.append(f"{engine} ({state}): {v['advice']}")
         if engine == "tensorrt-llm" and v["wins"]:
             lines.append(f"  releases before PR #10860 (lower-bound keys): "

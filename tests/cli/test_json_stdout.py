@@ -55,6 +55,15 @@ CASES = [
               "--policies", "ar", "--workers", "1"]),
     ("models list", ["models", "list"]),
     ("conform", ["conform", "tv-numpy", "--samples", "200", "--only", "iid"]),
+    ("acceptance list", ["acceptance", "list"]),
+    ("acceptance make", ["acceptance", "make", "--mal", "2.5", "--k", "3", "--out", "m.json"]),
+    ("acceptance show", ["acceptance", "show", "mtp-deepseek-v3-k1"]),
+    ("acceptance import-vllm-metrics", ["acceptance", "import-vllm-metrics", "metrics.prom",
+                                        "--out", "acc.json"]),
+    ("acceptance export-profile", ["acceptance", "export-profile", "acc.json", "--out",
+                                   "speculation_profile.json"]),
+    ("acceptance import-profile", ["acceptance", "import-profile",
+                                   "speculation_profile.json", "--out", "acc2.json"]),
 ]
 #: Seconds each (models load, or a grid runs): the slow selection.
 SLOW_CASES = [
@@ -84,6 +93,9 @@ def workdir(tmp_path_factory):
     (root / "pair.json").write_text(json.dumps(PAIR))
     np.savetxt(root / "values.csv", np.array([[0.9, 0.5], [0.8, 0.1]]), delimiter=",")
     synthetic_profile().to_csv(root / "profile.csv", index=False)
+    from tests.simulator.replay.test_profile_replay import COUNTERS
+
+    (root / "metrics.prom").write_text(COUNTERS)
     return root
 
 

@@ -1,0 +1,92 @@
+"""Paired intervals over seeds and tie sets (THEORY.md §14).
+
+Settings are run on the same R seeds (common random numbers). For a metric m where higher is
+better (a gain over ``ar`` in percent), the paired difference of settings s and s' on seed r
+is ``d_r = m_{s,r} − m_{s',r}``; its 95 % interval is ``d̄ ± t_{R−1,0.975} · s_d / √R``
+(analysis.report.compare.t_interval). The **best** setting has the highest mean (ties: the
+first listed, the simplest); its **tie set** is every setting whose interval against it
+contains 0 (``d̄ − half ≤ 0``), the best included. A setting **wins** over a reference only
+when its interval against it lies above 0.
+
+Each seed's own best is always in the tie set for R ≤ 4: its difference to the best is ≤ 0
+on that seed, and one value of a sample lies within ``s_d (R − 1) / √R`` of the mean, which is
+at most ``t_{R−1,0.975} · s_d / √R`` while ``t_{R−1,0.975} ≥ R − 1`` (12.71, 4.30, 3.18 for
+R = 2, 3, 4; not for R ≥ 5, where 2.78 < 4). So the seed-to-seed flips of a single-seed answer
+are all named in the tie set of the default R = 3.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from specbatch.analysis.report.compare import t_interval
+from specbatch.errors import require
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean over seeds and its 95 % Student-t interval (NaN bounds when R < 2)."""
+
+    mean: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+    def as_dict(self) -> dict:
+        return {"mean": self.mean, "ci_low": _finite(self.ci_low),
+                "ci_high": _finite(self.ci_high), "seeds": self.n}
+
+    def text(self, unit: str = " %") -> str:
+        """``+0.57 % [-1.55, +2.68]`` (no brackets for one seed)."""
+        if not math.isfinite(self.ci_low):
+            return f"{self.mean:+.2f}{unit} (one seed: no interval)"
+        return f"{self.mean:+.2f}{unit} [{self.ci_low:+.2f}, {self.ci_high:+.2f}]"
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def interval(values: Sequence[float]) -> Interval:
+    """The mean of per-seed values and its 95 % interval."""
+    mean, low, high = t_interval(values)
+    return Interval(mean, low, high, len(values))
+
+
+def paired(a: Sequence[float], b: Sequence[float]) -> Interval:
+    """The interval of ``a_r − b_r`` over the seeds (same order)."""
+    require(len(a) == len(b), f"paired: expected the same seeds, got {len(a)} and {len(b)}")
+    return interval([x - y for x, y in zip(a, b)])
+
+
+def best_of(values: Mapping[str, Sequence[float]]) -> str:
+    """The setting of highest mean (ties: the first listed)."""
+    require(bool(values), "best_of: expected at least one setting")
+    means = {k: sum(v) / len(v) for k, v in values.items()}
+    return max(means, key=lambda k: (means[k], -list(values).index(k)))
+
+
+def tie_set(values: Mapping[str, Sequence[float]]) -> tuple[str, list[str]]:
+    """(best, tie set in the listed order) of per-seed values, higher better (module
+    docstring). With one seed the tie set is the settings equal to the best."""
+    best = best_of(values)
+    ties = []
+    for name, v in values.items():
+        d = paired(values[best], v)
+        if name == best or (math.isfinite(d.ci_low) and d.ci_low <= 0) or (
+                not math.isfinite(d.ci_low) and d.mean <= 0):
+            ties.append(name)
+    return best, ties
+
+
+def wins(values: Sequence[float], reference: Sequence[float]) -> tuple[bool, Interval]:
+    """Whether ``values`` beat ``reference`` (interval of the paired difference above 0)."""
+    d = paired(values, reference)
+    return bool(math.isfinite(d.ci_low) and d.ci_low > 0), d
+
+
+def tie_text(ties: Sequence[str]) -> str:
+    """``fixed k=2 BV ≈ dsd BV ≈ fixed k=1 TV``."""
+    return " ≈ ".join(ties)

@@ -1,0 +1,52 @@
+"""Paired intervals and tie sets (THEORY.md §14, worked numbers)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specbatch.analysis.report.ties import interval, paired, tie_set, tie_text, wins
+
+
+def test_worked_example_of_theory_section_14():
+    # gains of a schedule over fixed K on three seeds +1.2 %, -0.4 %, +0.9 %:
+    # mean 0.567 %, s_d 0.850 %, half-width 4.303 x 0.850 / sqrt(3) = 2.113 %,
+    # interval (-1.55 %, +2.68 %): a tie, so the answer is the fixed K
+    d = interval([1.2, -0.4, 0.9])
+    assert d.mean == pytest.approx(0.5667, abs=1e-4)
+    assert (d.mean - d.ci_low) == pytest.approx(2.113, abs=1e-3)
+    assert (d.ci_low, d.ci_high) == pytest.approx((-1.546, 2.680), abs=1e-3)
+    won, _ = wins([101.2, 99.6, 100.9], [100.0, 100.0, 100.0])
+    assert not won
+    best, ties = tie_set({"fixed K": [0.0, 0.0, 0.0], "schedule": [1.2, -0.4, 0.9]})
+    assert best == "schedule" and ties == ["fixed K", "schedule"]
+
+
+def test_a_resolved_difference_is_not_a_tie():
+    best, ties = tie_set({"a": [10.0, 11.0, 10.5], "b": [1.0, 1.2, 0.9], "c": [10.2, 10.9, 10.4]})
+    assert best == "a" and ties == ["a", "c"]
+    assert tie_text(ties) == "a ≈ c"
+    won, d = wins([10.0, 11.0, 10.5], [1.0, 1.2, 0.9])
+    assert won and d.ci_low > 0
+
+
+def test_one_seed_has_no_interval():
+    d = paired([1.0], [0.5])
+    assert d.mean == 0.5 and math.isnan(d.ci_low)
+    assert "one seed" in d.text()
+    assert tie_set({"a": [1.0], "b": [0.5], "c": [1.0]}) == ("a", ["a", "c"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 4).flatmap(lambda r: st.lists(
+    st.lists(st.floats(-50, 50, allow_nan=False), min_size=r, max_size=r),
+    min_size=2, max_size=6)))
+def test_every_seeds_best_is_in_the_tie_set_for_up_to_four_seeds(rows):
+    values = {f"s{i}": row for i, row in enumerate(rows)}
+    _, ties = tie_set(values)
+    for r in range(len(rows[0])):
+        top = max(v[r] for v in values.values())
+        assert any(values[name][r] == top for name in ties)
