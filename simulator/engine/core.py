@@ -62,8 +62,7 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.interface import CostModel, sums_path
 from specbatch.simulator.cost.verify_cost import verify_cost_for
 from specbatch.simulator.defaults import one_hot_drafter
-from specbatch.simulator.engine.admission import Admission
-from specbatch.simulator.engine.composers import COMPOSERS, composer_for
+from specbatch.simulator.engine.admission import Admission, priority_rank, waiting_queue
 from specbatch.simulator.engine.decode import Decode
 from specbatch.simulator.engine.kv import BlockManager, hybrid_layout
 from specbatch.simulator.engine.prefix import PrefixCache, prefix_groups
@@ -77,7 +76,9 @@ from specbatch.simulator.engine.request_state import (
 )
 from specbatch.simulator.engine.steplog import StepLog
 from specbatch.simulator.engine.tree_decode import TreeDecode
+from specbatch.simulator.engine.v0 import V0Step
 from specbatch.simulator.engine.v1.compose import v1_lookahead
+from specbatch.simulator.engine.v1.step import V1Step
 from specbatch.simulator.policies.registry import Policy, is_builtin
 from specbatch.simulator.policies.view import TraceTables
 from specbatch.simulator.replay.chain import request_keys
@@ -98,13 +99,14 @@ except ImportError:  # pragma: no cover - numpy 1.x
     _count_nonzero = np.count_nonzero
 
 
-class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
+class Engine(Admission, Decode, TreeDecode, V1Step, V0Step):
     """Run one workload through ``config.replicas`` replicas with one policy and cost model.
 
     The engine is one object assembled from parts, each a module (the bases: admission,
     decode, tree_decode and every scheduler's step composer, simulator.engine.composers); they
     share the state simulator.engine.state declares, which ``__init__`` sets. ``step`` is
-    the configured scheduler's composer (``COMPOSERS[config.scheduler].step``, bound here).
+    the configured scheduler's composer (its catalogue row's class, simulator.config.
+    schedulers; bound here).
 
     policy:   the run's policy (simulator.policies.registry.make_policy; copied once per extra replica)
     capacity: KV-cache tokens per replica (simulator.engine.kv.kv_capacity; None = unlimited)
@@ -137,7 +139,8 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         self.max_seqs = int(config.max_num_seqs)
         self.max_batched = config.token_budget  # None = unlimited (vllm-v0 only)
         self.kv_capacity = capacity  # tokens per replica; None = unlimited
-        composer = composer_for(config.scheduler)
+        row = config.scheduler_row  # the scheduler's catalogue row (simulator.config.schedulers)
+        composer = row.load()
         self.step = MethodType(composer.step, self)  # the scheduler's composer
         self.threshold = int(config.long_prefill_token_threshold)
         # vllm-v1's KV lookahead slots: K for a draft model, 0 for n-gram or no speculation
@@ -190,7 +193,9 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         )
         # vLLM's data-parallel ranks are replicas too (simulator.cost.expert_parallel)
         ranks = int(config.replicas) * int(getattr(config, "data_parallel_size", 1))
-        self.replicas = [Replica(i) for i in range(ranks)]
+        rank = priority_rank(workload) if config.scheduling_policy != "fcfs" else None
+        self.replicas = [Replica(i, waiting_queue(config.scheduling_policy, rank))
+                         for i in range(ranks)]
         self.lockstep = None  # vLLM's DP ranks of an MoE model step together (lockstep.py)
         if (int(getattr(config, "data_parallel_size", 1)) > 1
                 and getattr(config, "enable_expert_parallel", False)):
@@ -200,7 +205,7 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
             self.cost = self.lockstep.recorder
             if self.from_sums is not None:
                 self.from_sums = self.lockstep.recorder.time_from_sums
-        caching = (composer.prefix_caching and self.blocks is not None
+        caching = (row.prefix_caching and self.blocks is not None
                    and config.enable_prefix_caching and self.blocks.tables is None)
         group, shared = prefix_groups(workload)
         for rep in self.replicas:

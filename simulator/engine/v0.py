@@ -1,6 +1,6 @@
 """The vllm-v0 step: prefill-only steps, or decode steps with chunked prompts behind them.
 
-:meth:`V0Step.step` (``COMPOSERS["vllm-v0"]``, simulator.engine.composers) first admits FCFS
+:meth:`V0Step.step` (the ``vllm-v0`` row of simulator.config.schedulers) first admits in queue order
 (simulator.engine.admission: a whole reservation in reserve mode, blocks and preemption in
 paged mode). Without chunked prefill, a step that admitted requests is then a prefill-only
 step over their whole prompts (:meth:`V0Step.prefill_step`); otherwise a decode step runs the
@@ -31,8 +31,6 @@ _EMPTY.flags.writeable = False
 class V0Step(EngineState):
     """The engine's vllm-v0 step composer (module docstring); a part of
     :class:`~simulator.engine.core.Engine`, whose declared state it reads."""
-
-    prefix_caching = False  # the prefix cache is vllm-v1's (enable_prefix_caching ignored)
 
     def step(self, rep: Replica, time: float) -> float | None:
         """Admit, then run one prefill-only or decode step; returns its duration (None:

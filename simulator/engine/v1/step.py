@@ -38,14 +38,12 @@ _tuple_new = tuple.__new__  # a NamedTuple from a tuple without its class call (
 
 
 class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
-    """The engine's vllm-v1 step composer (``COMPOSERS["vllm-v1"]``, simulator.engine.
-    composers; module docstring); a part of :class:`~simulator.engine.core.Engine`, with the
+    """The engine's vllm-v1 step composer (the ``vllm-v1`` row of simulator.config.
+    schedulers; module docstring); a part of :class:`~simulator.engine.core.Engine`, with the
     runs of identical decode steps of :class:`~simulator.engine.v1.runs.V1Run`, the step
     without the composer of :class:`~simulator.engine.v1.fast.V1Fast`, the composer
     :class:`~simulator.engine.v1.compose.V1Composer` and its reference twin
     :class:`~simulator.engine.v1.reference.V1Reference`."""
-
-    prefix_caching = True  # paged mode keeps vLLM V1's prefix cache (simulator.engine.prefix)
 
     def step(self, rep: Replica, time: float) -> float | None:
         """Compose and run one vllm-v1 step; returns its duration (None: nothing runs).
