@@ -9,8 +9,8 @@ The waiting queue's order is the admission hook (:func:`waiting_queue`, the conf
 ``request_id``; a preempted request is re-added by that order, never to the front). Every
 admission below reads the queue from its head, so both orders run through the same code.
 
-A part of :class:`~simulator.engine.core.Engine`: its methods read the engine's declared state
-(simulator.engine.state) and write the replica's state matrix.
+A part of the engine (simulator.engine.state.EnginePart): its methods read the engine's
+declared state and write the replica's state matrix.
 
 - Reserve mode (:meth:`Admission.admit`): head-of-line FCFS while ``max_num_seqs`` allows and,
   under a capacity, the whole footprint prompt + output + K + 1 fits.
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specbatch.simulator.engine.request_state import Replica, Row
-from specbatch.simulator.engine.state import EngineState
+from specbatch.simulator.engine.state import EnginePart
 
 if TYPE_CHECKING:
     from specbatch.simulator.workload.arrivals import Workload
@@ -94,7 +94,7 @@ def waiting_queue(policy: str, rank: np.ndarray | None) -> deque[int] | Priority
     return deque() if policy == "fcfs" else PriorityWaiting(rank)
 
 
-class Admission(EngineState):
+class Admission(EnginePart):
     """Admission verbs of the engine (module docstring)."""
 
     def admit(self, rep: Replica) -> int:

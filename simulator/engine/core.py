@@ -53,7 +53,6 @@ import copy
 import gc
 import heapq
 from collections.abc import Callable
-from types import MethodType
 from typing import Any
 
 import numpy as np
@@ -62,23 +61,13 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.interface import CostModel, sums_path
 from specbatch.simulator.cost.verify_cost import verify_cost_for
 from specbatch.simulator.defaults import one_hot_drafter
-from specbatch.simulator.engine.admission import Admission, priority_rank, waiting_queue
-from specbatch.simulator.engine.decode import Decode
+from specbatch.simulator.engine.admission import priority_rank, waiting_queue
 from specbatch.simulator.engine.kv import BlockManager, hybrid_layout
 from specbatch.simulator.engine.prefix import PrefixCache, prefix_groups
-from specbatch.simulator.engine.request_state import (
-    COMMITTED_ROWS,
-    RECORD_ROWS,
-    FreshColumns,
-    Records,
-    Replica,
-    Row,
-)
+from specbatch.simulator.engine.request_state import RECORD_ROWS, FreshColumns, Records, Replica
+from specbatch.simulator.engine.state import EngineState
 from specbatch.simulator.engine.steplog import StepLog
-from specbatch.simulator.engine.tree_decode import TreeDecode
-from specbatch.simulator.engine.v0 import V0Step
 from specbatch.simulator.engine.v1.compose import v1_lookahead
-from specbatch.simulator.engine.v1.step import V1Step
 from specbatch.simulator.policies.registry import Policy, is_builtin
 from specbatch.simulator.policies.view import TraceTables
 from specbatch.simulator.replay.chain import request_keys
@@ -90,23 +79,14 @@ DP_LB_INTERVAL = 0.1
 
 _I64 = np.int64
 
-# The rows the per-step hot path indexes, as plain ints: numpy indexes an int about twice as
-# fast as an IntEnum member looked up on its class (~0.1 µs, paid ~15 times per step).
-_UID, _OUT, _POS, _BLOCKS = int(Row.UID), int(Row.OUT), int(Row.POS), int(Row.BLOCKS)
-try:  # numpy >= 2: the C function without the array-function dispatch (~0.3 µs per call)
-    from numpy._core.multiarray import count_nonzero as _count_nonzero
-except ImportError:  # pragma: no cover - numpy 1.x
-    _count_nonzero = np.count_nonzero
 
-
-class Engine(Admission, Decode, TreeDecode, V1Step, V0Step):
+class Engine(EngineState):
     """Run one workload through ``config.replicas`` replicas with one policy and cost model.
 
-    The engine is one object assembled from parts, each a module (the bases: admission,
-    decode, tree_decode and every scheduler's step composer, simulator.engine.composers); they
-    share the state simulator.engine.state declares, which ``__init__`` sets. ``step`` is
-    the configured scheduler's composer (its catalogue row's class, simulator.config.
-    schedulers; bound here).
+    The engine is the event loop; it holds one step composer, ``composer``, built from the
+    configured scheduler's catalogue row (simulator.config.schedulers, the interface
+    simulator.engine.composers.StepComposer), a part that shares the state
+    simulator.engine.state declares, which ``__init__`` sets.
 
     policy:   the run's policy (simulator.policies.registry.make_policy; copied once per extra replica)
     capacity: KV-cache tokens per replica (simulator.engine.kv.kv_capacity; None = unlimited)
@@ -140,8 +120,6 @@ class Engine(Admission, Decode, TreeDecode, V1Step, V0Step):
         self.max_batched = config.token_budget  # None = unlimited (vllm-v0 only)
         self.kv_capacity = capacity  # tokens per replica; None = unlimited
         row = config.scheduler_row  # the scheduler's catalogue row (simulator.config.schedulers)
-        composer = row.load()
-        self.step = MethodType(composer.step, self)  # the scheduler's composer
         self.threshold = int(config.long_prefill_token_threshold)
         # vllm-v1's KV lookahead slots: K for a draft model, 0 for n-gram or no speculation
         self.lookahead = v1_lookahead(config, policy.speculates, self.depth)
@@ -221,6 +199,7 @@ class Engine(Admission, Decode, TreeDecode, V1Step, V0Step):
         self.routed = 0
         self.heap: list = []
         self.seq = 0
+        self.composer = row.load()(self)  # a part: it shares the state set above
 
     # ---------------------------------------------------------------- events
 
@@ -336,42 +315,7 @@ class Engine(Admission, Decode, TreeDecode, V1Step, V0Step):
         if self.lockstep is not None:
             self.lockstep.start(time)
             return
-        duration = self.step(rep, time)
+        duration = self.composer.step(rep, time)
         if duration is not None:
             rep.busy = True
             self.push(time + duration, STEP_END, rep.index)
-
-    def emit_first(self, rep: Replica, idx: np.ndarray | slice, end: float) -> int:
-        """Requests at ``idx`` (indices or a slice of the running batch) completed their
-        prefill: a fresh prompt's pass emits token 0, a recomputed one (position t > 0, paged
-        mode) emits nothing. Returns the tokens emitted."""
-        state = rep.state
-        uid = state[_UID, idx]
-        if self.blocks is None:  # reserve mode: every completed prefill is a fresh prompt
-            state[_POS, idx] = 1
-            self.rec.first_token[uid] = end
-            return int(uid.shape[0])
-        pos = state[_POS, idx]
-        fresh = pos == 0
-        state[_POS, idx] = pos + fresh
-        self.rec.first_token[uid[fresh]] = end
-        return int(_count_nonzero(fresh))
-
-    def finish(self, rep: Replica, end: float) -> None:
-        """Retire requests that reached their output length (times stamped ``end``)."""
-        state = rep.state
-        done = state[_POS] >= state[_OUT]
-        if not _count_nonzero(done):
-            return
-        gone = state.compress(done, axis=1)
-        u = gone[_UID]
-        self.rec.finish[u] = end
-        self.counts[:, u] = gone[COMMITTED_ROWS]  # tokens, steps, drafted, verified, accepted
-        if self.blocks is not None:
-            self.blocks.release(rep, gone)
-            if rep.prefix is not None:  # shared blocks stay held by other requests
-                rep.free_blocks = rep.prefix.release_finished(u, gone[_BLOCKS])
-        elif self.kv_capacity is not None:  # the reservation only matters under a capacity
-            rep.kv_reserved -= int(self.footprint.take(u).sum())
-        rep.finishing += int(u.shape[0])
-        rep.state = state.compress(~done, axis=1)

@@ -62,10 +62,10 @@ import numpy as np
 
 from specbatch.fields import fail
 from specbatch.simulator.config.sim_config import FREE_DRAFTS
+from specbatch.simulator.engine.admission import Admission
 from specbatch.simulator.engine.kv import preempted_columns
 from specbatch.simulator.engine.prefix import PrefixCache
 from specbatch.simulator.engine.request_state import Replica, Row
-from specbatch.simulator.engine.state import EngineState
 
 if TYPE_CHECKING:
     from specbatch.simulator.config.sim_config import SimConfig
@@ -144,10 +144,10 @@ class Composition(NamedTuple):
     cut: bool | None = None
 
 
-class V1Composer(EngineState):
-    """The engine's vllm-v1 composer (module docstring); a part of
-    :class:`~simulator.engine.core.Engine` (its state: simulator.engine.state; ``max_batched``
-    is the token budget)."""
+class V1Composer(Admission):
+    """vLLM V1's general composer (module docstring): the admission part's verbs (``park``)
+    plus V1's budget; the base of the vllm-v1 composer (simulator.engine.v1.step), a part of
+    the engine (its state: simulator.engine.state; ``max_batched`` is the token budget)."""
 
     # ------------------------------------------------------------- composition
 

@@ -13,21 +13,21 @@ import pytest
 
 from specbatch.simulator.config.schedulers import BY_NAME
 from specbatch.simulator.config.sim_config import SCHEDULERS
-from specbatch.simulator.engine.state import EngineState
+from specbatch.simulator.engine.state import EnginePart
 from specbatch.simulator.engine.v0 import V0Step
 from tests.simulator.engine.test_state import small_engine
 
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 def test_each_composer_is_an_engine_part(scheduler):
-    assert issubclass(BY_NAME[scheduler].load(), EngineState)
+    assert issubclass(BY_NAME[scheduler].load(), EnginePart)
 
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
-def test_the_engine_binds_its_scheduler_s_composer(scheduler):
+def test_the_engine_holds_its_scheduler_row_s_composer(scheduler):
     engine = small_engine(scheduler=scheduler)
-    assert engine.step.__func__ is BY_NAME[scheduler].load().step
-    assert engine.step.__self__ is engine
+    assert type(engine.composer) is BY_NAME[scheduler].load()
+    assert not hasattr(engine, "step")  # one composer object, no method bound per engine
 
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
