@@ -53,7 +53,7 @@ import copy
 import gc
 import heapq
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -72,6 +72,11 @@ from specbatch.simulator.policies.registry import Policy, is_builtin
 from specbatch.simulator.policies.view import TraceTables
 from specbatch.simulator.replay.chain import request_keys
 from specbatch.simulator.replay.rules import rule_entry, tables_for
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.simulator.workload.arrivals import Workload
+    from specbatch.traces.format.trace import Trace
 
 ARRIVAL, STEP_END, SCHEDULE = 0, 1, 2  # event kinds, in tie-break order at equal times
 #: vLLM's DP coordinator's ``stats_update_interval_ms`` (vllm/v1/engine/coordinator.py), s.
@@ -102,9 +107,11 @@ class Engine(EngineState):
     before the event being processed. Runs without it are unchanged (analysis.plan.slo)
     """
 
-    def __init__(self, config: Any, trace: Any, workload: Any, cost: CostModel, policy: Policy,
+    def __init__(self, config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
+                 policy: Policy,
                  *, capacity: int | None, reference: bool = False,
-                 progress: Callable[[int], object] | None = None, stop: Any = None) -> None:
+                 progress: Callable[[int], object] | None = None,
+                 stop: Callable[..., bool] | None = None) -> None:
         self.config = config
         self.progress = progress
         self.stop = stop
@@ -170,13 +177,12 @@ class Engine(EngineState):
             **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)},
         )
         # vLLM's data-parallel ranks are replicas too (simulator.cost.expert_parallel)
-        ranks = int(config.replicas) * int(getattr(config, "data_parallel_size", 1))
+        ranks = int(config.replicas) * int(config.data_parallel_size)
         rank = priority_rank(workload) if config.scheduling_policy != "fcfs" else None
         self.replicas = [Replica(i, waiting_queue(config.scheduling_policy, rank))
                          for i in range(ranks)]
         self.lockstep = None  # vLLM's DP ranks of an MoE model step together (lockstep.py)
-        if (int(getattr(config, "data_parallel_size", 1)) > 1
-                and getattr(config, "enable_expert_parallel", False)):
+        if int(config.data_parallel_size) > 1 and config.enable_expert_parallel:
             from specbatch.simulator.engine.lockstep import Lockstep
 
             self.lockstep = Lockstep(self, cost)

@@ -140,15 +140,16 @@ class Decode(EnginePart):
         if not depth and not self.check_plans and not self.observes:
             m[_M_DRAFTED] = 0
             m[_M_VERIFIED] = 0
-            return _tuple_new(PlannedDecode, (m, Plan(m[_M_DRAFTED], m[_M_VERIFIED], 0), None,
-                                              np.zeros((n, 0))))
+            plan = Plan(drafted=m[_M_DRAFTED], verified=m[_M_VERIFIED], depth=0)
+            return _tuple_new(PlannedDecode, (m, plan, None, np.zeros((n, 0))))
         kv, rows = m[_M_KV], m[_M_ROW]
         if self.wrap is not None:  # imported outputs past their trace request: row base + t mod L
             np.add(sub[_BASE], np.remainder(pos, self.wrap.take(sub[_UID])), out=rows)
         policy = self.policies[rep.index]
         eta = (uniforms(sub[_KEY].view(np.uint64), pos, self.eta_width) if depth
                else np.zeros((n, 0)))
-        view = StepView(self.trace, rows, kv, None, depth, eta, self.cost, self.view_tables)
+        view = StepView(self.trace, rows=rows, kv=kv, budget=None, depth=depth, eta=eta,
+                        cost=self.cost, tables=self.view_tables)
         plan = plan_step(policy, view, self.check_plans)
         m[_M_DRAFTED] = plan.drafted
         m[_M_VERIFIED] = plan.verified

@@ -21,11 +21,12 @@ policy's depth.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from specbatch.simulator.config.sim_config import SimConfig
     from specbatch.simulator.cost.interface import CostModel
     from specbatch.simulator.cost.verify_cost import VerifyCost
     from specbatch.simulator.engine.composers import StepComposer
@@ -39,15 +40,17 @@ if TYPE_CHECKING:
     from specbatch.simulator.policies.view import TraceTables
     from specbatch.simulator.replay.chain import VerifyTables
     from specbatch.simulator.replay.tree import TreeTables
+    from specbatch.simulator.workload.arrivals import Workload
+    from specbatch.traces.format.trace import Trace
 
 
 class EngineState:
     """The attributes the engine's parts share (module docstring); one line each."""
 
     # ------------------------------------------------ settings (fixed for the run)
-    config: Any  # the run's SimConfig (the router's name is read per arrival)
-    trace: Any  # the replayed Trace: the policies' views and the tree rules' recorded trees
-    w: Any  # the Workload: prompt_len, output_len, arrival, row_base # [N] each
+    config: SimConfig  # the run's config (the router's name is read per arrival)
+    trace: Trace  # the replayed trace: the policies' views and the tree rules' recorded trees
+    w: Workload  # the requests: prompt_len, output_len, arrival, row_base # [N] each
     cost: CostModel  # prices every pass: step_time(role, query, kv), overhead
     policy: Policy  # replica 0's policy (whether it speculates: the draft prefills too)
     policies: list[Policy]  # one policy per replica (stateful policies plan per replica)

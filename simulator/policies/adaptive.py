@@ -38,7 +38,7 @@ Ignores C; drafts K = ``num_speculative_tokens`` for every request, as vLLM does
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,6 +48,9 @@ from specbatch.simulator.policies.adaptive_tables import CostTables, build_table
 from specbatch.simulator.policies.papers import Tetris
 from specbatch.simulator.policies.view import StepView
 from specbatch.theory.allocate.budget import monotone_topc
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
 
 
 def budget_scan(scores: np.ndarray, n: int, cost: np.ndarray) -> int:
@@ -86,10 +89,10 @@ class VllmAdaptive(Tetris):
     budgeted = False
 
     @classmethod
-    def required_depth(cls, config: Any) -> int:
+    def required_depth(cls, config: SimConfig) -> int:
         return int(config.num_speculative_tokens)
 
-    def __init__(self, config: Any, trace_k: int) -> None:
+    def __init__(self, config: SimConfig, trace_k: int) -> None:
         super().__init__(config, trace_k)
         self.live = False
         self.speculates = self.k > 0

@@ -79,7 +79,7 @@ def plan_step(policy: Policy, view: StepView, check: bool = False) -> Plan:
                                                 view)
         else:
             drafted, verified, mask = policy.decide_tree(view)
-        return Plan(drafted, verified, view.depth, mask)
+        return Plan(drafted=drafted, verified=verified, depth=view.depth, tree=mask)
     if check:
         decided = call_user(type(policy), "decide", policy.decide, view)
         view.budget = budget  # checked against C as given, whatever decide did to the view
@@ -87,7 +87,7 @@ def plan_step(policy: Policy, view: StepView, check: bool = False) -> Plan:
     else:
         drafted, verified = policy.decide(view)
     drafted, verified = view.cap(drafted, verified)
-    return Plan(drafted, verified, view.depth)
+    return Plan(drafted=drafted, verified=verified, depth=view.depth)
 
 
 def policy_label(policy: Any) -> str:

@@ -148,7 +148,7 @@ def arrival_times(n: int, kind: str, rate: float, cv: float, rng: np.random.Gene
 
 def build_workload(config: SimConfig, trace: Trace) -> Workload:
     """The workload of ``config`` on ``trace`` (deterministic in ``config.seed``)."""
-    if getattr(config, "workload", None) is not None:
+    if config.workload is not None:
         return imported_workload(config, trace)
     select_seq, arrival_seq = np.random.SeedSequence([int(config.seed), 0x5EED]).spawn(2)
     idx = select_requests(int(config.requests), trace.n_requests, config.sampling,

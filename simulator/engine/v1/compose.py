@@ -144,6 +144,19 @@ class Composition(NamedTuple):
     cut: bool | None = None
 
 
+class Admitted(NamedTuple):
+    """The waiting requests :meth:`V1Composer.admit_v1` admits, before they join."""
+
+    joined: tuple[int, ...]  # their uids, in queue order
+    tokens: list[int]  # each one's prompt tokens scheduled this step (its chunk)
+    blocks: list[int]  # each one's KV blocks after allocation (paged mode; else 0)
+    cached: list[int]  # each one's tokens found in the prefix cache
+    free: int  # free blocks (paged) or reserved tokens (reserve) afterwards
+
+
+_tuple_new = tuple.__new__  # a NamedTuple from a tuple without its class call (hot path)
+
+
 class V1Composer(Admission):
     """vLLM V1's general composer (module docstring): the admission part's verbs (``park``)
     plus V1's budget; the base of the vllm-v1 composer (simulator.engine.v1.step), a part of
@@ -231,18 +244,22 @@ class V1Composer(Admission):
             if prefix is not None:
                 self.cache_scheduled(prefix, state[_UID, :kept], done, tokens, cut)
         if kept < state.shape[1]:  # a step that preempted admits nobody
-            return Composition(kept, (), tokens, blocks, free, (), True)
+            return Composition(kept=kept, joined=(), tokens=tokens, blocks=blocks, free=free,
+                               cut=True)
         if not rep.waiting or kept >= self.max_seqs:
-            return Composition(kept, (), tokens, blocks, free, (), cut)
+            return Composition(kept=kept, joined=(), tokens=tokens, blocks=blocks, free=free,
+                               cut=cut)
         if asked is None:
             asked = int(_sum(tokens))
         if asked >= budget:
-            return Composition(kept, (), tokens, blocks, free, (), cut)
+            return Composition(kept=kept, joined=(), tokens=tokens, blocks=blocks, free=free,
+                               cut=cut)
         joined, t_new, b_new, c_new, free = self.admit_v1(rep, budget - asked, free, kept)
         if joined:  # lists of Python ints: int64 like the arrays
             tokens = np.concatenate([tokens, t_new])
             blocks = np.concatenate([blocks, b_new])
-        return Composition(kept, joined, tokens, blocks, free, tuple(c_new), cut)
+        return Composition(kept=kept, joined=joined, tokens=tokens, blocks=blocks, free=free,
+                           cached=tuple(c_new), cut=cut)
 
     @staticmethod
     def cache_scheduled(prefix: PrefixCache, uid: np.ndarray, done: np.ndarray,
@@ -290,11 +307,10 @@ class V1Composer(Admission):
         tokens[i:] = 0
         return end, free
 
-    def admit_v1(self, rep: Replica, left: int, free: int, running: int
-                 ) -> tuple[tuple[int, ...], list[int], list[int], list[int], int]:
-        """FCFS admission of waiting requests into ``left`` budget tokens next to ``running``
-        requests: (uids, tokens, blocks each, tokens each found in the prefix cache, free
-        blocks or reserved tokens afterwards). The waiting queue is not changed
+    def admit_v1(self, rep: Replica, left: int, free: int, running: int) -> Admitted:
+        """Admission in queue order of waiting requests into ``left`` budget tokens next to
+        ``running`` requests (:class:`Admitted`: uids, tokens, blocks each, tokens each found
+        in the prefix cache, free blocks or reserved tokens afterwards). The waiting queue is not changed
         (:meth:`apply` pops them); the prefix cache is (its hits are touched and new blocks
         taken, as vLLM does)."""
         room = self.max_seqs - running
@@ -342,7 +358,7 @@ class V1Composer(Admission):
             blocks.append(need)
             cached.append(computed)
             left -= num_new
-        return tuple(joined), tokens, blocks, cached, free
+        return _tuple_new(Admitted, (tuple(joined), tokens, blocks, cached, free))
 
     def apply(self, rep: Replica, comp: Composition) -> None:
         """Make ``comp`` the replica's running batch: park the preempted (newest first, each

@@ -195,5 +195,6 @@ class V1Reference(EnginePart):
         kept = len(running) - len(joined)
         tokens = np.asarray([scheduled.get(r.uid, 0) for r in running], dtype=np.int64)
         blocks = np.asarray([r.blocks for r in running], dtype=np.int64)
-        return Composition(kept, tuple(r.uid for r in joined), tokens, blocks, free,
-                           tuple(r.num_computed_tokens for r in joined))
+        return Composition(kept=kept, joined=tuple(r.uid for r in joined), tokens=tokens,
+                           blocks=blocks, free=free,
+                           cached=tuple(r.num_computed_tokens for r in joined))

@@ -78,10 +78,11 @@ class V1Step(Decode, V1Composer):
         if not state.shape[1]:
             return self.composed_step(rep, time, _NOBODY)
         decoding = self.decoding(rep, state)
+        _, sub, planned, tail = decoding
         if self.all_decode(decoding):
-            duration = self.fast.fast_step(rep, time, decoding.planned, decoding.sub)
-        elif decoding.tail:
-            duration = self.fast.mixed_step(rep, time, decoding.planned, decoding.sub)
+            duration = self.fast.fast_step(rep, time, planned, sub)
+        elif tail:
+            duration = self.fast.mixed_step(rep, time, planned, sub)
         else:
             duration = None
         if duration is not None:
@@ -260,10 +261,12 @@ class V1Step(Decode, V1Composer):
         drafted = np.where(cut, np.minimum(drafted, verified), drafted)
         kept.verified[:] = verified
         kept.drafted[:] = drafted
-        view = StepView(self.trace, kept.trace_rows, kept.kv, None, self.depth, kept.eta,
-                        self.cost, self.view_tables)
+        view = StepView(self.trace, rows=kept.trace_rows, kv=kept.kv, budget=None,
+                        depth=self.depth, eta=kept.eta, cost=self.cost, tables=self.view_tables)
         tree = None if plan.tree is None else cut_mask(plan.tree[:keep], verified)
-        return PlannedDecode(kept.m, Plan(drafted, verified, plan.depth, tree), view, kept.eta)
+        return PlannedDecode(m=kept.m, view=view, eta=kept.eta,
+                             plan=Plan(drafted=drafted, verified=verified, depth=plan.depth,
+                                       tree=tree))
 
     def prefill_joined(self, rep: Replica, tokens: np.ndarray, n_joined: int) -> Prefilled:
         """Prefill the chunks of the ``n_joined`` requests admitted this step, the last
