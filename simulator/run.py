@@ -274,7 +274,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         workload = dataclasses.replace(workload, trace_index=replayed[workload.trace_index])
     workload = cap_workload(config, workload)
     policy = make_policy(config, trace.K)
-    calibrate_policy(policy, calibration)
+    calibrate_policy(policy, calibration, config)
     attach_verify_cost(policy, config, trace)
     footprint = int((workload.prompt_len + workload.output_len).max(initial=0))
     footprint += policy.depth + 1

@@ -51,9 +51,6 @@ class Policy:
     #: Whether Σ verified ≤ C holds at every step (checked for a user's policy; built-in
     #: policies that choose per-request lengths say False).
     budgeted = True
-    #: Whether the live loop can run it: it decides from draft-side signals after every
-    #: request drafted its full depth (live.loop).
-    live = False
     #: The :class:`StepView` fields ``decide`` reads besides n, budget and depth.
     reads: tuple[str, ...] = ()
     #: Whether the policy verifies subtrees of a tree trace (simulator.policies.trees): its
@@ -94,8 +91,10 @@ class Policy:
 
     def calibrate(self, trace: Any) -> None:
         """Fit the policy on the held-out calibration requests ``trace`` (a Trace) before the
-        replay starts (simulator.policies.calibration.calibrate_policy; the run fails without a split
-        when a policy defines it). Default: nothing to calibrate."""
+        replay starts (simulator.policies.calibration.calibrate_policy: a built-in policy is
+        calibrated when its catalogue row says so, or it reads a fitted predictor; a user's
+        when it defines this, and the run fails without a split). Default: nothing to
+        calibrate."""
 
     def price_verification(self, sampler: VerifyCost | None) -> None:
         """Receive the verification sampler cost the engine charges this run

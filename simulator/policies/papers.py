@@ -58,7 +58,6 @@ class Fixed(Policy):
 
     name = "fixed"
     budgeted = False
-    live = True
 
     @classmethod
     def required_depth(cls, config: SimConfig) -> int:
@@ -188,23 +187,25 @@ class Tetris(Policy):
     """
 
     name = "tetris"
-    live = True
-    reads = ("conf",)
 
     def __init__(self, config: SimConfig, trace_k: int) -> None:
         super().__init__(config, trace_k)
         # C = budget, or k per running request when unset: C = 0 never drafts (nor prefills)
         self.speculates = (self.k if config.budget is None else int(config.budget)) > 0
         self.kind = config.predictor
-        self.predictor = None  # the fitted AcceptancePredictor (fit)
-        if self.kind != "confidence":
-            # only a fitted predictor calibrates (simulator.policies.calibration.calibrate_policy looks
-            # ``calibrate`` up on the instance): the confidence surrogate needs no split
-            self.live, self.reads = False, ("conf", "entropy", "top1")
-            self.calibrate = self.fit
+        self.predictor = None  # the fitted AcceptancePredictor (calibrate)
 
-    def fit(self, trace: Any) -> None:
-        """Fit ``config.predictor`` on the calibration requests ``trace``."""
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """``conf``; a fitted predictor's features ``entropy`` and ``top1`` too."""
+        return ("conf",) if self.kind == "confidence" else ("conf", "entropy", "top1")
+
+    def calibrate(self, trace: Any) -> None:
+        """Fit ``config.predictor`` on the calibration requests ``trace`` (a run calls it only
+        with a fitted predictor: the catalogue row's ``predictor``,
+        simulator.policies.calibration); the confidence surrogate has nothing to fit."""
+        if self.kind == "confidence":
+            return
         from specbatch.simulator.replay.accept_predictor import fit_predictor
 
         self.predictor = fit_predictor(trace, self.kind)

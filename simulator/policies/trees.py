@@ -59,16 +59,18 @@ class TreePolicy(Policy):
     def __init__(self, config: SimConfig, trace_k: int) -> None:
         super().__init__(config, trace_k)
         self.kind = config.predictor
-        self.predictor = None  # the fitted TreePredictor (fit)
-        if self.kind != "confidence":
-            self.calibrate = self.fit  # simulator.policies.calibration looks it up on the instance
+        self.predictor = None  # the fitted TreePredictor (calibrate)
 
     @classmethod
     def required_depth(cls, config: SimConfig) -> int:
         return int(config.num_speculative_tokens)
 
-    def fit(self, trace: Any) -> None:
-        """Fit ``config.predictor`` on the tree nodes of the calibration requests ``trace``."""
+    def calibrate(self, trace: Any) -> None:
+        """Fit ``config.predictor`` on the tree nodes of the calibration requests ``trace`` (a
+        run calls it only with a fitted predictor: the catalogue row's ``predictor``,
+        simulator.policies.calibration); the confidence ranking has nothing to fit."""
+        if self.kind == "confidence":
+            return
         from specbatch.simulator.replay.tree_accept_predictor import fit_tree_predictor
 
         self.predictor = fit_tree_predictor(trace, self.kind)
