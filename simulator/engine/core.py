@@ -133,8 +133,9 @@ class Engine(EngineState):
         #: when a list, every vllm-v1 step's composition is appended (simulator.engine.v1.compose)
         self.compositions: list | None = None
         # paged KV (config.kv_mode "paged"): block accounting; None = reserve at admission
-        self.blocks = (BlockManager(self.kv_capacity, config.block_size, self.depth, reference,
-                                    hybrid_layout(config))
+        self.blocks = (BlockManager(capacity=self.kv_capacity, block_size=config.block_size,
+                                    depth=self.depth, reference=reference,
+                                    layout=hybrid_layout(config))
                        if config.kv_mode == "paged" else None)
         if self.blocks is not None and self.blocks.tables is not None:
             self.fast_paths = False  # hybrid KV groups: every step through the per-request walk
@@ -167,8 +168,8 @@ class Engine(EngineState):
         n = workload.n
         # every request's state column at admission (uid, prompt, out, base, key; zeros
         # else): # [len(Row), N], read from the workload's arrays rather than held
-        self.initial = FreshColumns(workload.prompt_len, workload.output_len, workload.row_base,
-                                    self.keys)
+        self.initial = FreshColumns(prompt=workload.prompt_len, out=workload.output_len,
+                                    base=workload.row_base, key=self.keys)
         self.counts = np.zeros((len(RECORD_ROWS), n), dtype=_I64)  # [5, N] RECORD_ROWS
         self.rec = Records(
             replica=np.full(n, -1, dtype=_I64), first_token=np.full(n, np.nan),
@@ -195,8 +196,8 @@ class Engine(EngineState):
         for rep in self.replicas:
             rep.free_blocks = self.blocks.pool if self.blocks is not None else 0
             if caching:
-                rep.prefix = PrefixCache(self.blocks.pool, self.blocks.block_size, group, shared,
-                                         lazy=not reference)
+                rep.prefix = PrefixCache(pool=self.blocks.pool, block_size=self.blocks.block_size,
+                                         group=group, shared=shared, lazy=not reference)
         # one policy instance per replica (stateful policies such as dsd plan per engine)
         self.policies = [policy] + [copy.deepcopy(policy) for _ in self.replicas[1:]]
         self.outstanding = [0] * len(self.replicas)
