@@ -180,7 +180,8 @@ class V1Composer(Admission):
 
     def compose(self, rep: Replica, want: np.ndarray, ctx: np.ndarray | None = None
                 ) -> Composition:
-        """The vectorised composer: the budget's cut by one cumulative sum, the running
+        """The vectorised composer (its :class:`Composition` built with ``tuple.__new__`` in
+        field order, as every per-step record: a keyword call costs ~0.4 µs more): the budget's cut by one cumulative sum, the running
         requests' new blocks in one allocation (a per-request walk only when the pool runs
         short and someone is preempted), then FCFS admission. ``ctx`` # [n]: prompt + t of
         every running request when all decode and the caller has it (the plan's KV row,
@@ -244,22 +245,18 @@ class V1Composer(Admission):
             if prefix is not None:
                 self.cache_scheduled(prefix, state[_UID, :kept], done, tokens, cut)
         if kept < state.shape[1]:  # a step that preempted admits nobody
-            return Composition(kept=kept, joined=(), tokens=tokens, blocks=blocks, free=free,
-                               cut=True)
+            return _tuple_new(Composition, (kept, (), tokens, blocks, free, (), True))
         if not rep.waiting or kept >= self.max_seqs:
-            return Composition(kept=kept, joined=(), tokens=tokens, blocks=blocks, free=free,
-                               cut=cut)
+            return _tuple_new(Composition, (kept, (), tokens, blocks, free, (), cut))
         if asked is None:
             asked = int(_sum(tokens))
         if asked >= budget:
-            return Composition(kept=kept, joined=(), tokens=tokens, blocks=blocks, free=free,
-                               cut=cut)
+            return _tuple_new(Composition, (kept, (), tokens, blocks, free, (), cut))
         joined, t_new, b_new, c_new, free = self.admit_v1(rep, budget - asked, free, kept)
         if joined:  # lists of Python ints: int64 like the arrays
             tokens = np.concatenate([tokens, t_new])
             blocks = np.concatenate([blocks, b_new])
-        return Composition(kept=kept, joined=joined, tokens=tokens, blocks=blocks, free=free,
-                           cached=tuple(c_new), cut=cut)
+        return _tuple_new(Composition, (kept, joined, tokens, blocks, free, tuple(c_new), cut))
 
     @staticmethod
     def cache_scheduled(prefix: PrefixCache, uid: np.ndarray, done: np.ndarray,
