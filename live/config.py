@@ -10,11 +10,10 @@ from functools import cached_property
 from specbatch.errors import require
 from specbatch.fields import FieldSpec, at_least, check_ranges, field_specs, knob, like
 from specbatch.limits import is_supported_device
-from specbatch.simulator.config.sim_config import (
-    V1_DEFAULT_BATCHED_TOKENS,
-    SimConfig,
-    make_config,
-)
+from specbatch.simulator.config.schedulers import names as scheduler_names
+from specbatch.simulator.config.schedulers import scheduler_entry
+from specbatch.simulator.config.sim_config import SimConfig, make_config
+from specbatch.simulator.defaults import V1_DEFAULT_BATCHED_TOKENS
 from specbatch.simulator.policies.catalogue import names as policy_names
 from specbatch.simulator.replay.rules import names as rule_names
 
@@ -32,9 +31,10 @@ NGRAM = "ngram"
 #: Drafters of a live run: a draft model, or prompt lookup (:mod:`specbatch.live.ngram`).
 DRAFTS = ("model", NGRAM)
 DTYPES = ("float32", "float16", "bfloat16")
-#: Step composers of a live run, named as the simulator's ``scheduler`` field: vLLM V1's one
-#: token budget per step with mixed decode + prefill steps, or V0's prefill-only steps.
-SCHEDULERS = ("vllm-v1", "vllm-v0")
+#: Step composers of a live run: the scheduler catalogue's rows with ``live``
+#: (simulator.config.schedulers): vLLM V1's one token budget per step with mixed decode +
+#: prefill steps, or V0's prefill-only steps.
+SCHEDULERS = scheduler_names(live=True)
 
 
 @dataclass(frozen=True)
@@ -118,11 +118,12 @@ class LiveConfig:
 
     @property
     def token_budget(self) -> int | None:
-        """Tokens one step may schedule: ``max_num_batched_tokens`` or its vllm-v1 default;
-        None (unlimited) under vllm-v0."""
-        if self.scheduler != "vllm-v1":
+        """Tokens one step may schedule: ``max_num_batched_tokens`` or the scheduler's default
+        budget under a scheduler with mixed steps (vllm-v1); None (unlimited) otherwise."""
+        row = scheduler_entry(self.scheduler)
+        if not row.mixed_steps:
             return None
-        return V1_DEFAULT_BATCHED_TOKENS if self.max_num_batched_tokens is None \
+        return row.default_budget if self.max_num_batched_tokens is None \
             else self.max_num_batched_tokens
 
     def sim_values(self, n_requests: int) -> dict:
@@ -172,7 +173,8 @@ class LiveConfig:
         """One-line errors naming the CLI flag for settings the loop cannot run."""
         require(self.scheduler in SCHEDULERS, f"--scheduler: expected one of "
                 f"{', '.join(SCHEDULERS)}, got {self.scheduler!r}")
-        require(self.scheduler == "vllm-v1" or self.max_num_batched_tokens is None,
+        require(scheduler_entry(self.scheduler).mixed_steps
+                or self.max_num_batched_tokens is None,
                 "--max-num-batched-tokens: expected only with --scheduler vllm-v1, got "
                 f"{self.max_num_batched_tokens} with {self.scheduler}")
         require(self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1,

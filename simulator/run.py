@@ -284,7 +284,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         workload = dataclasses.replace(workload, trace_index=replayed[workload.trace_index])
     workload = cap_workload(config, workload)
     policy = make_policy(config, trace.K)
-    calibrate_policy(policy, calibration)
+    calibrate_policy(policy, calibration, config)
     attach_verify_cost(policy, config, trace)
     footprint = int((workload.prompt_len + workload.output_len).max(initial=0))
     footprint += policy.depth + 1
@@ -292,7 +292,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     cost = cost_model if cost_model is not None else build_cost(config)
     cost = pad_to_graphs(cost, config.cuda_graph_sizes)
     capacity = kv_capacity(config, cost)
-    if config.scheduler == "vllm-v1":
+    if config.scheduler_row.mixed_steps:  # vLLM V1's checks: the budget and the block pool
         longest = int((workload.prompt_len + workload.output_len).max(initial=0))
         lookahead = v1_lookahead(config, policy.speculates, policy.depth)
         check_v1_workload(config, capacity, longest, policy.depth, lookahead)

@@ -149,14 +149,15 @@ class BoundTables:
 
     def bounds(self, fields: dict) -> Bounds | None:
         """The bounds of one configuration (the shared fields plus ``fields``), or None when
-        the bound does not apply (a scheduler other than vllm-v1, a cost model other than the
+        the bound does not apply (a scheduler without vLLM V1's mixed steps, its catalogue row's
+        ``mixed_steps``; a cost model other than the
         roofline and the calibrated one, a tree rule)."""
         from specbatch.simulator.config.sim_config import make_config
         from specbatch.simulator.policies.registry import make_policy
         from specbatch.simulator.replay.rules import rule_entry
 
         config = make_config(fields)
-        if config.scheduler != "vllm-v1" or rule_entry(config.verify).tree:
+        if not config.scheduler_row.mixed_steps or rule_entry(config.verify).tree:
             return None
         times = self.pass_times(config)
         if times is None:

@@ -248,17 +248,17 @@ def _is_handshake(payload: bytes) -> bool:
         return False
 
 
-def check_scheduler(scheduler: str) -> tuple[str, int] | None:
+def check_scheduler(address: str) -> tuple[str, int] | None:
     """Check a ``--scheduler`` before any work starts: ``None`` for "local", else the
     ``(host, port)`` of a reachable Dask scheduler (one-line error otherwise, within seconds)."""
-    if scheduler == "local":
+    if address == "local":
         return None
-    host, port = parse_scheduler_address(scheduler)
+    host, port = parse_scheduler_address(address)
     check_dask_scheduler(host, port)
     return host, port
 
 
-def _dask_client(scheduler: str, workers: int):
+def _dask_client(address: str, workers: int):
     try:
         import logging
 
@@ -268,17 +268,17 @@ def _dask_client(scheduler: str, workers: int):
         raise SpecbatchError(
             "--scheduler needs Dask distributed: pip install 'specbatch[dist]'"
         ) from None
-    if scheduler == "local":
+    if address == "local":
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                dashboard_address=None, silence_logs=logging.ERROR)
         return Client(cluster), cluster
-    host, port = check_scheduler(scheduler)
+    host, port = check_scheduler(address)
     timeout = f"{DASK_CONNECT_TIMEOUT_S:g}s"
     try:
         with dask.config.set({"distributed.comm.timeouts.connect": timeout}):
             return Client(f"tcp://{host}:{port}", timeout=timeout), None
     except (OSError, TimeoutError) as exc:
-        raise SpecbatchError(f"--scheduler {scheduler}: cannot connect: {exc}") from None
+        raise SpecbatchError(f"--scheduler {address}: cannot connect: {exc}") from None
 
 def _run_dask(runner: Runner, todo: list[tuple[str, dict]], done: Callable, client) -> None:
     from distributed import as_completed

@@ -60,10 +60,7 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
         if row.min_draft == "depth" and c.depth < 1:
             fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}",
                  c.depth)
-    if (c.scheduler == "vllm-v0" and c.enable_chunked_prefill
-            and c.max_num_batched_tokens is None):
-        fail(where, "max_num_batched_tokens", "a token budget when enable_chunked_prefill is set",
-             None)
+    check_scheduler_supports(c, where)
     if c.cost == "profiled" and c.profile is None:
         fail(where, "profile", "a latency profile path when cost = 'profiled'", None)
     if c.draft_weight_bits != FULL_WEIGHT_BITS and (c.cost == "profiled"
@@ -84,6 +81,34 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
     except SpecbatchError:
         fail(where, "hardware", f"one of {', '.join(sorted(HARDWARE))}", c.hardware)
     check_parallel(c, where)
+
+
+def check_scheduler_supports(c: SimConfig, where: str = "config") -> None:
+    """What the scheduler's catalogue row (simulator.config.schedulers) does not support is
+    refused, naming the field that asks for it; a chunked scheduler without a token budget has
+    nothing to fill. Priority admission runs in reserve KV mode only: under it vLLM also
+    preempts the lowest-priority running request (not the newest), which is not modelled."""
+    row = c.scheduler_row
+    if c.scheduling_policy not in row.admission:
+        fail(where, "scheduling_policy", f"one of {', '.join(row.admission)} under scheduler "
+             f"{row.name}", c.scheduling_policy)
+    if c.scheduling_policy != "fcfs" and c.kv_mode == "paged":
+        fail(where, "scheduling_policy", "fcfs with kv_mode paged (preemption by priority is "
+             "not modelled)", c.scheduling_policy)
+    if c.enable_chunked_prefill and not row.chunked_prefill:
+        fail(where, "enable_chunked_prefill", f"false under scheduler {row.name} (it does not "
+             "chunk prompts)", c.enable_chunked_prefill)
+    if c.kv_mode == "paged" and not row.paged_kv:
+        fail(where, "kv_mode", f"reserve under scheduler {row.name} (no paged KV)", c.kv_mode)
+    if rule_entry(c.verify).tree and not row.trees:
+        fail(where, "verify", f"a chain rule under scheduler {row.name} (no tree runs)",
+             c.verify)
+    if c.data_parallel_size > 1 and c.enable_expert_parallel and not row.dp_lockstep:
+        fail(where, "data_parallel_size", f"1 under scheduler {row.name} (its ranks cannot "
+             "step in lockstep)", c.data_parallel_size)
+    if c.chunked and c.token_budget is None:
+        fail(where, "max_num_batched_tokens", "a token budget when enable_chunked_prefill is set",
+             None)
 
 
 def check_parallel(c: SimConfig, where: str = "config") -> None:

@@ -41,6 +41,7 @@ from specbatch.fields import (
     markdown_table,
     resolve_aliases,
 )
+from specbatch.simulator.config import schedulers
 from specbatch.simulator.config.checks import (  # noqa: F401 - importable from here too
     NO_EXTRA_POLICIES,
     NO_K_POLICIES,
@@ -50,6 +51,7 @@ from specbatch.simulator.config.checks import (  # noqa: F401 - importable from 
     check_extra_applies,
     check_head_drafter,
     check_parallel,
+    check_scheduler_supports,
     check_settings_apply,
     policy_depth,
     validate_against_trace,
@@ -80,9 +82,9 @@ COSTS = ("roofline", "profiled", "calibrated")
 SAMPLINGS = ("auto", "in_order", "resample")
 THRESHOLD_MODES = ("cumulative", "per_token")
 KV_MODES = ("reserve", "paged")
-#: Step composers (simulator.engine.core): vLLM V1's unified token budget (simulator.engine.v1.compose), or V0's
-#: prefill-first steps (the papers' setting).
-SCHEDULERS = ("vllm-v1", "vllm-v0")
+#: Step composers (simulator.config.schedulers, one row each): vLLM V1's unified token budget
+#: (simulator.engine.v1.compose), or V0's prefill-first steps (the papers' setting).
+SCHEDULERS = schedulers.names()
 #: ``predictor``: TETRIS's estimate of P(τ ≥ j) (simulator.replay.accept_predictor.PREDICTORS).
 PREDICTORS = ("confidence", "learned", "logistic")
 #: ``acceptance``: replay the trace's acceptance, or a model fitted from it
@@ -164,6 +166,11 @@ class SimConfig:
                           "running requests first then waiting prompt chunks; vLLM V1's KV "
                           "slots in paged mode; simulator.engine.v1.compose) or vllm-v0 (prefill-only steps "
                           "without chunked prefill, the papers' setting)", choices=SCHEDULERS)
+    scheduling_policy: str = knob(
+        "fcfs", "admission order of the waiting queue, as vLLM's --scheduling-policy: fcfs "
+        "(arrival order) or priority (the workload's priority column, smaller first, then "
+        "arrival; reserve KV mode: vLLM's choice of whom to preempt by priority is not "
+        "modelled; simulator.engine.admission)", choices=schedulers.SCHEDULING_POLICIES)
     max_num_seqs: int = knob(64, "running requests per replica", range=at_least(1))
     max_num_batched_tokens: int | None = knob(
         None, "tokens scheduled per step: under vllm-v1 the one token budget of every step "
@@ -328,19 +335,25 @@ class SimConfig:
         return self.num_speculative_tokens
 
     @property
+    def scheduler_row(self) -> schedulers.SchedulerEntry:
+        """The ``scheduler``'s catalogue row (simulator.config.schedulers): what it supports
+        and its defaults."""
+        return schedulers.scheduler_entry(self.scheduler)
+
+    @property
     def chunked(self) -> bool:
         """Whether prompts are chunked: ``enable_chunked_prefill``, or the scheduler's
         default when unset (vllm-v1 chunks, vllm-v0 does not)."""
         if self.enable_chunked_prefill is None:
-            return self.scheduler == "vllm-v1"
+            return self.scheduler_row.chunks_prompts
         return self.enable_chunked_prefill
 
     @property
     def token_budget(self) -> int | None:
         """``max_num_batched_tokens``, or the scheduler's default when unset (None =
         unlimited, vllm-v0 only)."""
-        if self.max_num_batched_tokens is None and self.scheduler == "vllm-v1":
-            return V1_DEFAULT_BATCHED_TOKENS
+        if self.max_num_batched_tokens is None:
+            return self.scheduler_row.default_budget
         return self.max_num_batched_tokens
 
     @property

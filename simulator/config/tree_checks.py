@@ -4,12 +4,16 @@ the configuration modules stay light."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.policies.catalogue import names
 from specbatch.simulator.replay.rules import names as rule_names
 from specbatch.simulator.replay.rules import rule_entry
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.traces.format.trace import Trace
 
 #: The tree policies (simulator.policies.catalogue ``tree``), and the one that verifies the whole
 #: recorded tree (``whole_tree``: the only policy for traversal, gbv and path tries).
@@ -21,7 +25,7 @@ def _fail(where: str, field: str, expected: str, got: Any) -> None:
     raise SpecbatchError(f"{where}: field {field}: expected {expected}, got {got!r}")
 
 
-def check_tree_config(c: Any, tree_policy: bool, where: str = "config") -> None:
+def check_tree_config(c: SimConfig, tree_policy: bool, where: str = "config") -> None:
     """A tree policy (simulator.policies.trees) runs under a tree rule and a chain policy
     under a chain rule; a rule that replays no subtree (simulator.replay.rules ``subtree``:
     ``traversal``, ``gbv``) verifies only a whole tree (``static-tree``)."""
@@ -38,7 +42,7 @@ def check_tree_config(c: Any, tree_policy: bool, where: str = "config") -> None:
               "hold for the whole recorded tree only)", c.policy)
 
 
-def check_tree_trace(c: Any, trace: Any, depth: int) -> None:
+def check_tree_trace(c: SimConfig, trace: Trace, depth: int) -> None:
     """Trace checks of a tree run: the trace records trees, a request verifies at most its
     tree's N − 1 nodes, and a rule that replays no subtree (``traversal``, ``gbv``) verifies
     all of them."""

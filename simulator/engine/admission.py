@@ -1,7 +1,16 @@
-"""FCFS admission of waiting requests into a replica's running batch, in both KV modes.
+"""Admission of waiting requests into a replica's running batch, in both KV modes.
 
-A part of :class:`~simulator.engine.core.Engine`: its methods read the engine's declared state
-(simulator.engine.state) and write the replica's state matrix.
+The waiting queue's order is the admission hook (:func:`waiting_queue`, the config's
+``scheduling_policy``, vLLM's ``SchedulingPolicy`` in vllm/v1/core/sched/request_queue.py):
+"fcfs" a deque in arrival order (a preempted request goes back to the front:
+``FCFSRequestQueue.prepend_request``), "priority" a :class:`PriorityWaiting` ordered by
+(priority, arrival time, uid), smaller first (``PriorityRequestQueue``, ordered by
+``Request.__lt__`` of vllm/v1/request.py: priority, then ``arrival_time``, then
+``request_id``; a preempted request is re-added by that order, never to the front). Every
+admission below reads the queue from its head, so both orders run through the same code.
+
+A part of the engine (simulator.engine.state.EnginePart): its methods read the engine's
+declared state and write the replica's state matrix.
 
 - Reserve mode (:meth:`Admission.admit`): head-of-line FCFS while ``max_num_seqs`` allows and,
   under a capacity, the whole footprint prompt + output + K + 1 fits.
@@ -16,19 +25,81 @@ Without chunked prefill a step that admits requests prefills at most
 
 from __future__ import annotations
 
+from bisect import bisect
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from specbatch.simulator.engine.request_state import Replica, Row
-from specbatch.simulator.engine.state import EngineState
+from specbatch.simulator.engine.state import EnginePart
+
+if TYPE_CHECKING:
+    from specbatch.simulator.workload.arrivals import Workload
 
 _UID, _FILL = int(Row.UID), int(Row.FILL)
 
 
-class Admission(EngineState):
+class PriorityWaiting:
+    """A replica's waiting queue under ``scheduling_policy = "priority"``: uids sorted by
+    their ``rank`` # [N] (each request's place in (priority, arrival, uid) order), with the
+    deque operations admission uses. ``appendleft`` (a preempted request's return) inserts by
+    rank too, as vLLM's ``PriorityRequestQueue.prepend_request`` does."""
+
+    __slots__ = ("rank", "ranks", "uids")
+
+    def __init__(self, rank: np.ndarray) -> None:
+        self.rank = rank
+        self.ranks: list[int] = []  # ascending
+        self.uids: list[int] = []  # the uids in that order
+
+    def append(self, uid: int) -> None:
+        r = int(self.rank[uid])
+        i = bisect(self.ranks, r)
+        self.ranks.insert(i, r)
+        self.uids.insert(i, uid)
+
+    appendleft = append
+
+    def popleft(self) -> int:
+        del self.ranks[0]
+        return self.uids.pop(0)
+
+    def __getitem__(self, i: int) -> int:
+        return self.uids[i]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.uids)
+
+    def __len__(self) -> int:
+        return len(self.uids)
+
+
+def priority_rank(workload: Workload) -> np.ndarray:
+    """Each request's place in vLLM's priority order: (priority, arrival, uid) ascending,
+    priority 0 for a workload without the column. # [N] int64"""
+    n = workload.n
+    priority = (np.zeros(n, dtype=np.int64) if workload.priority is None
+                else workload.priority)
+    order = np.lexsort((np.arange(n), workload.arrival, priority))
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n, dtype=np.int64)
+    return rank
+
+
+def waiting_queue(policy: str, rank: np.ndarray | None) -> deque[int] | PriorityWaiting:
+    """A replica's empty waiting queue under ``scheduling_policy`` ``policy`` (module
+    docstring); ``rank`` is :func:`priority_rank`'s answer (None under "fcfs")."""
+    return deque() if policy == "fcfs" else PriorityWaiting(rank)
+
+
+class Admission(EnginePart):
     """Admission verbs of the engine (module docstring)."""
 
     def admit(self, rep: Replica) -> int:
-        """FCFS admission; returns how many requests joined (appended to the running arrays)."""
+        """Head-of-line admission from the waiting queue; returns how many requests joined
+        (appended to the running arrays)."""
         if not rep.waiting:  # the common cases: nobody waits, or the batch is full
             return 0
         room = self.max_seqs - rep.state.shape[1]
@@ -60,7 +131,7 @@ class Admission(EngineState):
         return len(take)
 
     def admit_paged(self, rep: Replica) -> int:
-        """Paged-mode FCFS admission (simulator.engine.kv, step 2): a request joins while
+        """Paged-mode head-of-line admission (simulator.engine.kv, step 2): a request joins while
         ``max_num_seqs`` allows and the free pool holds ⌈(fill + 1) / block_size⌉ blocks for
         it (allocated now without chunked prefill, per chunk with it); a preempted request
         rejoins with its parked column (position t, FILL = prompt + t)."""

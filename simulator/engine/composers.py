@@ -1,4 +1,4 @@
-"""The step composers, one per scheduler: what the event loop calls to run a replica's step.
+"""The step composers' one interface: what the event loop calls to run a replica's step.
 
 A composer decides which requests a replica's next step runs and with how many tokens, then
 runs it: ``vllm-v1`` (simulator.engine.v1.step: one token budget per step, mixed steps,
@@ -8,46 +8,20 @@ steps, vLLM V0's scheduler). The event loop (simulator.engine.core) knows only
 returns its duration in seconds, or None when nothing runs (the replica idles until an
 arrival wakes it).
 
-A composer is a part of the engine (a subclass of simulator.engine.state.EngineState whose
-methods run on the engine object, reading its declared state); ``Engine.__init__`` binds the
-configured scheduler's ``step`` from :data:`COMPOSERS`. A third scheduler is one module with
-its composer class plus one row here (and its name in
-simulator.config.sim_config.SCHEDULERS, which a test keeps equal to these rows).
+Which composer a scheduler uses, and what it supports, is its row of the scheduler catalogue
+(simulator.config.schedulers: ``SchedulerEntry.composer``, loaded by the engine). A third
+scheduler is one module with its composer class plus one row there.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from typing import Protocol
 
-from specbatch.fields import fail
 from specbatch.simulator.engine.request_state import Replica
-from specbatch.simulator.engine.state import EngineState
-from specbatch.simulator.engine.v0 import V0Step
-from specbatch.simulator.engine.v1.step import V1Step
 
 
 class StepComposer(Protocol):
-    """What the event loop calls (module docstring), and what the engine's ``__init__`` asks
-    its composer class."""
-
-    #: whether the scheduler keeps vLLM's prefix cache in paged mode (``enable_prefix_caching``)
-    prefix_caching: ClassVar[bool]
+    """What the event loop calls (module docstring)."""
 
     def step(self, rep: Replica, time: float) -> float | None:
         """Run ``rep``'s next step from ``time``; its duration, or None (nothing runs)."""
-
-
-#: ``config.scheduler`` -> its composer class (a part of the engine).
-COMPOSERS: dict[str, type[EngineState]] = {
-    "vllm-v1": V1Step,
-    "vllm-v0": V0Step,
-}
-
-
-def composer_for(scheduler: str) -> type[EngineState]:
-    """The composer class of ``scheduler``; one-line SpecbatchError naming ``scheduler``
-    when there is none."""
-    composer = COMPOSERS.get(scheduler)
-    if composer is None:
-        fail("config", "scheduler", f"one of {', '.join(COMPOSERS)}", scheduler)
-    return composer

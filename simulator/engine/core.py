@@ -53,8 +53,7 @@ import copy
 import gc
 import heapq
 from collections.abc import Callable
-from types import MethodType
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -62,49 +61,42 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.interface import CostModel, sums_path
 from specbatch.simulator.cost.verify_cost import verify_cost_for
 from specbatch.simulator.defaults import one_hot_drafter
-from specbatch.simulator.engine.admission import Admission
-from specbatch.simulator.engine.composers import COMPOSERS, composer_for
-from specbatch.simulator.engine.decode import Decode
+from specbatch.simulator.engine import v0 as _v0  # noqa: F401 - see below
+from specbatch.simulator.engine.admission import priority_rank, waiting_queue
 from specbatch.simulator.engine.kv import BlockManager, hybrid_layout
 from specbatch.simulator.engine.prefix import PrefixCache, prefix_groups
-from specbatch.simulator.engine.request_state import (
-    COMMITTED_ROWS,
-    RECORD_ROWS,
-    FreshColumns,
-    Records,
-    Replica,
-    Row,
-)
+from specbatch.simulator.engine.request_state import RECORD_ROWS, FreshColumns, Records, Replica
+from specbatch.simulator.engine.state import EngineState
 from specbatch.simulator.engine.steplog import StepLog
-from specbatch.simulator.engine.tree_decode import TreeDecode
+from specbatch.simulator.engine.v1 import step as _v1_step  # noqa: F401 - see below
 from specbatch.simulator.engine.v1.compose import v1_lookahead
 from specbatch.simulator.policies.registry import Policy, is_builtin
 from specbatch.simulator.policies.view import TraceTables
 from specbatch.simulator.replay.chain import request_keys
 from specbatch.simulator.replay.rules import rule_entry, tables_for
 
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.simulator.workload.arrivals import Workload
+    from specbatch.traces.format.trace import Trace
+
 ARRIVAL, STEP_END, SCHEDULE = 0, 1, 2  # event kinds, in tie-break order at equal times
 #: vLLM's DP coordinator's ``stats_update_interval_ms`` (vllm/v1/engine/coordinator.py), s.
 DP_LB_INTERVAL = 0.1
 
 _I64 = np.int64
-
-# The rows the per-step hot path indexes, as plain ints: numpy indexes an int about twice as
-# fast as an IntEnum member looked up on its class (~0.1 µs, paid ~15 times per step).
-_UID, _OUT, _POS, _BLOCKS = int(Row.UID), int(Row.OUT), int(Row.POS), int(Row.BLOCKS)
-try:  # numpy >= 2: the C function without the array-function dispatch (~0.3 µs per call)
-    from numpy._core.multiarray import count_nonzero as _count_nonzero
-except ImportError:  # pragma: no cover - numpy 1.x
-    _count_nonzero = np.count_nonzero
+# The built-in composers (v0, v1.step) are imported with the engine although it builds its
+# composer from the catalogue row's ``module:Class``: building a process's first engine then
+# imports nothing (~10 ms of a first simulate() call otherwise).
 
 
-class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
+class Engine(EngineState):
     """Run one workload through ``config.replicas`` replicas with one policy and cost model.
 
-    The engine is one object assembled from parts, each a module (the bases: admission,
-    decode, tree_decode and every scheduler's step composer, simulator.engine.composers); they
-    share the state simulator.engine.state declares, which ``__init__`` sets. ``step`` is
-    the configured scheduler's composer (``COMPOSERS[config.scheduler].step``, bound here).
+    The engine is the event loop; it holds one step composer, ``composer``, built from the
+    configured scheduler's catalogue row (simulator.config.schedulers, the interface
+    simulator.engine.composers.StepComposer), a part that shares the state
+    simulator.engine.state declares, which ``__init__`` sets.
 
     policy:   the run's policy (simulator.policies.registry.make_policy; copied once per extra replica)
     capacity: KV-cache tokens per replica (simulator.engine.kv.kv_capacity; None = unlimited)
@@ -120,9 +112,11 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
     before the event being processed. Runs without it are unchanged (analysis.plan.slo)
     """
 
-    def __init__(self, config: Any, trace: Any, workload: Any, cost: CostModel, policy: Policy,
+    def __init__(self, config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
+                 policy: Policy,
                  *, capacity: int | None, reference: bool = False,
-                 progress: Callable[[int], object] | None = None, stop: Any = None) -> None:
+                 progress: Callable[[int], object] | None = None,
+                 stop: Callable[..., bool] | None = None) -> None:
         self.config = config
         self.progress = progress
         self.stop = stop
@@ -137,16 +131,16 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         self.max_seqs = int(config.max_num_seqs)
         self.max_batched = config.token_budget  # None = unlimited (vllm-v0 only)
         self.kv_capacity = capacity  # tokens per replica; None = unlimited
-        composer = composer_for(config.scheduler)
-        self.step = MethodType(composer.step, self)  # the scheduler's composer
+        row = config.scheduler_row  # the scheduler's catalogue row (simulator.config.schedulers)
         self.threshold = int(config.long_prefill_token_threshold)
         # vllm-v1's KV lookahead slots: K for a draft model, 0 for n-gram or no speculation
         self.lookahead = v1_lookahead(config, policy.speculates, self.depth)
         #: when a list, every vllm-v1 step's composition is appended (simulator.engine.v1.compose)
         self.compositions: list | None = None
         # paged KV (config.kv_mode "paged"): block accounting; None = reserve at admission
-        self.blocks = (BlockManager(self.kv_capacity, config.block_size, self.depth, reference,
-                                    hybrid_layout(config))
+        self.blocks = (BlockManager(capacity=self.kv_capacity, block_size=config.block_size,
+                                    depth=self.depth, reference=reference,
+                                    layout=hybrid_layout(config))
                        if config.kv_mode == "paged" else None)
         if self.blocks is not None and self.blocks.tables is not None:
             self.fast_paths = False  # hybrid KV groups: every step through the per-request walk
@@ -180,8 +174,8 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         n = workload.n
         # every request's state column at admission (uid, prompt, out, base, key; zeros
         # else): # [len(Row), N], read from the workload's arrays rather than held
-        self.initial = FreshColumns(workload.prompt_len, workload.output_len, workload.row_base,
-                                    self.keys)
+        self.initial = FreshColumns(prompt=workload.prompt_len, out=workload.output_len,
+                                    base=workload.row_base, key=self.keys)
         self.counts = np.zeros((len(RECORD_ROWS), n), dtype=_I64)  # [5, N] RECORD_ROWS
         self.rec = Records(
             replica=np.full(n, -1, dtype=_I64), first_token=np.full(n, np.nan),
@@ -190,25 +184,26 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
             **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)},
         )
         # vLLM's data-parallel ranks are replicas too (simulator.cost.features.expert_parallel)
-        ranks = int(config.replicas) * int(getattr(config, "data_parallel_size", 1))
-        self.replicas = [Replica(i) for i in range(ranks)]
+        ranks = int(config.replicas) * int(config.data_parallel_size)
+        rank = priority_rank(workload) if config.scheduling_policy != "fcfs" else None
+        self.replicas = [Replica(i, waiting_queue(config.scheduling_policy, rank))
+                         for i in range(ranks)]
         self.lockstep = None  # vLLM's DP ranks of an MoE model step together (lockstep.py)
-        if (int(getattr(config, "data_parallel_size", 1)) > 1
-                and getattr(config, "enable_expert_parallel", False)):
+        if int(config.data_parallel_size) > 1 and config.enable_expert_parallel:
             from specbatch.simulator.engine.lockstep import Lockstep
 
             self.lockstep = Lockstep(self, cost)
             self.cost = self.lockstep.recorder
             if self.from_sums is not None:
                 self.from_sums = self.lockstep.recorder.time_from_sums
-        caching = (composer.prefix_caching and self.blocks is not None
+        caching = (row.prefix_caching and self.blocks is not None
                    and config.enable_prefix_caching and self.blocks.tables is None)
         group, shared = prefix_groups(workload)
         for rep in self.replicas:
             rep.free_blocks = self.blocks.pool if self.blocks is not None else 0
             if caching:
-                rep.prefix = PrefixCache(self.blocks.pool, self.blocks.block_size, group, shared,
-                                         lazy=not reference)
+                rep.prefix = PrefixCache(pool=self.blocks.pool, block_size=self.blocks.block_size,
+                                         group=group, shared=shared, lazy=not reference)
         # one policy instance per replica (stateful policies such as dsd plan per engine)
         self.policies = [policy] + [copy.deepcopy(policy) for _ in self.replicas[1:]]
         self.outstanding = [0] * len(self.replicas)
@@ -217,6 +212,7 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         self.routed = 0
         self.heap: list = []
         self.seq = 0
+        self.composer = row.load()(self)  # a part: it shares the state set above
 
     # ---------------------------------------------------------------- events
 
@@ -332,42 +328,7 @@ class Engine(Admission, Decode, TreeDecode, *COMPOSERS.values()):
         if self.lockstep is not None:
             self.lockstep.start(time)
             return
-        duration = self.step(rep, time)
+        duration = self.composer.step(rep, time)
         if duration is not None:
             rep.busy = True
             self.push(time + duration, STEP_END, rep.index)
-
-    def emit_first(self, rep: Replica, idx: np.ndarray | slice, end: float) -> int:
-        """Requests at ``idx`` (indices or a slice of the running batch) completed their
-        prefill: a fresh prompt's pass emits token 0, a recomputed one (position t > 0, paged
-        mode) emits nothing. Returns the tokens emitted."""
-        state = rep.state
-        uid = state[_UID, idx]
-        if self.blocks is None:  # reserve mode: every completed prefill is a fresh prompt
-            state[_POS, idx] = 1
-            self.rec.first_token[uid] = end
-            return int(uid.shape[0])
-        pos = state[_POS, idx]
-        fresh = pos == 0
-        state[_POS, idx] = pos + fresh
-        self.rec.first_token[uid[fresh]] = end
-        return int(_count_nonzero(fresh))
-
-    def finish(self, rep: Replica, end: float) -> None:
-        """Retire requests that reached their output length (times stamped ``end``)."""
-        state = rep.state
-        done = state[_POS] >= state[_OUT]
-        if not _count_nonzero(done):
-            return
-        gone = state.compress(done, axis=1)
-        u = gone[_UID]
-        self.rec.finish[u] = end
-        self.counts[:, u] = gone[COMMITTED_ROWS]  # tokens, steps, drafted, verified, accepted
-        if self.blocks is not None:
-            self.blocks.release(rep, gone)
-            if rep.prefix is not None:  # shared blocks stay held by other requests
-                rep.free_blocks = rep.prefix.release_finished(u, gone[_BLOCKS])
-        elif self.kv_capacity is not None:  # the reservation only matters under a capacity
-            rep.kv_reserved -= int(self.footprint.take(u).sum())
-        rep.finishing += int(u.shape[0])
-        rep.state = state.compress(~done, axis=1)

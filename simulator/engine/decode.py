@@ -1,7 +1,9 @@
 """One decode step's plan, verification, pricing and commit, over the decoding requests.
 
-A part of :class:`~simulator.engine.core.Engine`: its methods read the engine's declared state
-(simulator.engine.state) and write the outcome matrix # [len(Outcome), n]
+The verbs every step composer shares (:class:`Decode`, a part of the engine: simulator.engine.
+state), including the step's end: first tokens (:meth:`Decode.emit_first`) and retiring the
+requests that finished (:meth:`Decode.finish`). Its methods read the engine's declared state and
+write the outcome matrix # [len(Outcome), n]
 (simulator.engine.request_state) of the step's decoding requests. The matrix rows are sliced by
 the named ranges of simulator.engine.request_state, whose order ``check_layout`` asserts.
 
@@ -31,7 +33,8 @@ from specbatch.simulator.engine.request_state import (
     Row,
     step_record,
 )
-from specbatch.simulator.engine.state import EngineState
+from specbatch.simulator.engine.state import EnginePart
+from specbatch.simulator.engine.tree_decode import tree_draft_seconds, verify_tree_reference
 from specbatch.simulator.policies.registry import call_user, is_builtin
 from specbatch.simulator.policies.step_plan import Plan, plan_step
 from specbatch.simulator.policies.view import StepView
@@ -45,8 +48,13 @@ _UID, _KEY, _OUT, _BASE, _POS = (int(Row.UID), int(Row.KEY), int(Row.OUT), int(R
 _M_EMITTED, _M_ONE, _M_DRAFTED, _M_VERIFIED, _M_TAU, _M_KV, _M_ROW = (
     int(Outcome.EMITTED), int(Outcome.ONE), int(Outcome.DRAFTED), int(Outcome.VERIFIED),
     int(Outcome.ACCEPTED), int(Outcome.KV), int(Outcome.ROW))
+_BLOCKS = int(Row.BLOCKS)
 _N_OUTCOMES = len(Outcome)  # len() of an Enum class costs ~0.3 µs, paid once per step
 _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
+try:  # numpy >= 2: the C function without the array-function dispatch (~0.3 µs per call)
+    from numpy._core.multiarray import count_nonzero as _count_nonzero
+except ImportError:  # pragma: no cover - numpy 1.x
+    _count_nonzero = np.count_nonzero
 _tuple_new = tuple.__new__  # a NamedTuple from a tuple without its class call (hot path)
 
 
@@ -65,6 +73,26 @@ class PlannedDecode(NamedTuple):
     view: StepView | None
     eta: np.ndarray
 
+    @property
+    def kv(self) -> np.ndarray:
+        """The KV row c_i = prompt + t of the outcome matrix (a view). # [n]"""
+        return self.m[_M_KV]
+
+    @property
+    def trace_rows(self) -> np.ndarray:
+        """The ROW row: each request's trace row this step (a view). # [n]"""
+        return self.m[_M_ROW]
+
+    @property
+    def drafted(self) -> np.ndarray:
+        """The DRAFTED row d_i (a view). # [n]"""
+        return self.m[_M_DRAFTED]
+
+    @property
+    def verified(self) -> np.ndarray:
+        """The VERIFIED row s_i (a view). # [n]"""
+        return self.m[_M_VERIFIED]
+
 
 class PricedDecode(NamedTuple):
     """A decode step's totals and seconds (:meth:`Decode.price_decode`)."""
@@ -79,8 +107,8 @@ class PricedDecode(NamedTuple):
     verify_time: float  # the rejection sampler's seconds (0 without a verify cost)
 
 
-class Decode(EngineState):
-    """Decode-step verbs of the engine (module docstring)."""
+class Decode(EnginePart):
+    """Decode-step verbs of the engine, shared by the step composers (module docstring)."""
 
     def decide_and_verify(self, rep: Replica, sub: np.ndarray, d_idx: np.ndarray | None
                           ) -> tuple[np.ndarray, Plan]:
@@ -112,14 +140,15 @@ class Decode(EngineState):
         if not depth and not self.check_plans and not self.observes:
             m[_M_DRAFTED] = 0
             m[_M_VERIFIED] = 0
-            return _tuple_new(PlannedDecode, (m, Plan(m[_M_DRAFTED], m[_M_VERIFIED], 0), None,
-                                              np.zeros((n, 0))))
+            plan = _tuple_new(Plan, (m[_M_DRAFTED], m[_M_VERIFIED], 0, None))  # d, s, depth, tree
+            return _tuple_new(PlannedDecode, (m, plan, None, np.zeros((n, 0))))
         kv, rows = m[_M_KV], m[_M_ROW]
         if self.wrap is not None:  # imported outputs past their trace request: row base + t mod L
             np.add(sub[_BASE], np.remainder(pos, self.wrap.take(sub[_UID])), out=rows)
         policy = self.policies[rep.index]
         eta = (uniforms(sub[_KEY].view(np.uint64), pos, self.eta_width) if depth
                else np.zeros((n, 0)))
+        # positional: a keyword call costs ~0.3-0.6 µs more, paid every step
         view = StepView(self.trace, rows, kv, None, depth, eta, self.cost, self.view_tables)
         plan = plan_step(policy, view, self.check_plans)
         m[_M_DRAFTED] = plan.drafted
@@ -135,10 +164,10 @@ class Decode(EngineState):
         depth = self.depth
         if plan.tree is not None:  # a verified subtree per request (simulator.engine.tree_decode)
             if self.reference:
-                m[_M_TAU], m[_M_EMITTED] = self.verify_tree_reference(rep, d_idx, m[_M_ROW],
-                                                                      plan.tree)
+                m[_M_TAU], m[_M_EMITTED] = verify_tree_reference(
+                    self.trace, self.tree, self.rule, rep.state, d_idx, m[_M_ROW], plan.tree)
             else:
-                m[_M_TAU] = self.tree_tau(m[_M_ROW], plan.tree, eta)
+                m[_M_TAU] = self.tree.tau(self.rule, m[_M_ROW], plan.tree, eta)
                 np.minimum(m[_M_TAU] + 1, sub[_OUT] - sub[_POS], out=m[_M_EMITTED])
         elif self.reference:
             m[_M_TAU], m[_M_EMITTED] = self.verify_reference(rep, d_idx, view, verified)
@@ -195,7 +224,7 @@ class Decode(EngineState):
         passes, kv = plan.draft_passes(drafted_sum), m[_M_KV]
         if plan.tree is not None:  # D passes over the tree's levels (simulator.engine.tree_decode)
             passes = self.tree.max_depth
-            draft_t = self.tree_draft_seconds(kv)
+            draft_t = tree_draft_seconds(self.tree, self.cost, kv)
         elif self.head:  # passes 2..D of an EAGLE / MTP head; pass 1: head_first_pass
             draft_t = self.head_later_passes(m, plan.drafted, passes,
                                              skv + total[_M_TAU] + n, drafted_sum == n * passes)
@@ -276,3 +305,40 @@ class Decode(EngineState):
             state[_POS, j] = p + e
             tau[i], emitted[i] = t, e
         return tau, emitted
+
+    # ---------------------------------------------------------------- the step's end
+
+    def emit_first(self, rep: Replica, idx: np.ndarray | slice, end: float) -> int:
+        """Requests at ``idx`` (indices or a slice of the running batch) completed their
+        prefill: a fresh prompt's pass emits token 0, a recomputed one (position t > 0, paged
+        mode) emits nothing. Returns the tokens emitted."""
+        state = rep.state
+        uid = state[_UID, idx]
+        if self.blocks is None:  # reserve mode: every completed prefill is a fresh prompt
+            state[_POS, idx] = 1
+            self.rec.first_token[uid] = end
+            return int(uid.shape[0])
+        pos = state[_POS, idx]
+        fresh = pos == 0
+        state[_POS, idx] = pos + fresh
+        self.rec.first_token[uid[fresh]] = end
+        return int(_count_nonzero(fresh))
+
+    def finish(self, rep: Replica, end: float) -> None:
+        """Retire requests that reached their output length (times stamped ``end``)."""
+        state = rep.state
+        done = state[_POS] >= state[_OUT]
+        if not _count_nonzero(done):
+            return
+        gone = state.compress(done, axis=1)
+        u = gone[_UID]
+        self.rec.finish[u] = end
+        self.counts[:, u] = gone[COMMITTED_ROWS]  # tokens, steps, drafted, verified, accepted
+        if self.blocks is not None:
+            self.blocks.release(rep, gone)
+            if rep.prefix is not None:  # shared blocks stay held by other requests
+                rep.free_blocks = rep.prefix.release_finished(u, gone[_BLOCKS])
+        elif self.kv_capacity is not None:  # the reservation only matters under a capacity
+            rep.kv_reserved -= int(self.footprint.take(u).sum())
+        rep.finishing += int(u.shape[0])
+        rep.state = state.compress(~done, axis=1)

@@ -136,7 +136,7 @@ def hybrid_layout(config: SimConfig) -> KVLayout | None:
                        bool(config.disable_hybrid_kv_cache_manager))
     if not layout.hybrid:
         return None
-    if config.scheduler != "vllm-v1":
+    if not config.scheduler_row.hybrid_kv:
         raise SpecbatchError(
             f"config: field disable_hybrid_kv_cache_manager: expected true under scheduler "
             f"{config.scheduler} (vLLM V0 had no hybrid KV cache manager; {target.name} has "

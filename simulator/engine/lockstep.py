@@ -116,7 +116,7 @@ class Lockstep:
             self.recorder.passes = []
             rows0 = len(log)
             seen = np.concatenate([rep.state[_UID], np.fromiter(rep.waiting, np.int64)])
-            duration = e.step(rep, time)
+            duration = e.composer.step(rep, time)
             passes = self.recorder.passes if duration is not None else [(DUMMY_SUMS, None)]
             ranks.append((rep, duration, passes, seen, len(log) - rows0))
         if all(duration is None for _, duration, _, _, _ in ranks):

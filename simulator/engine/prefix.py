@@ -27,16 +27,20 @@ length (a shared block returns to it when its last holder lets go).
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from specbatch.simulator.workload.arrivals import Workload
 
-def prefix_groups(workload) -> tuple[np.ndarray, np.ndarray]:
+
+def prefix_groups(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
     """Each request's shared-prefix group (−1 = none) and that prefix's tokens, capped at its
     prompt: the workload's ``prefix_group`` / ``prefix_len`` columns, or none at all.
     # ([N], [N]) int64"""
     n = workload.n
-    group = getattr(workload, "prefix_group", None)
+    group = workload.prefix_group
     if group is None:
         return np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64)
     shared = np.minimum(np.asarray(workload.prefix_len, dtype=np.int64), workload.prompt_len)

@@ -245,9 +245,10 @@ class Replica:
     running request's position), so admission and retirement are a single concatenate /
     column selection."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, waiting: deque[int] | None = None) -> None:
         self.index = index
-        self.waiting: deque[int] = deque()
+        #: uids waiting, head first: a deque (FCFS) or simulator.engine.admission's priority queue
+        self.waiting: deque[int] = deque() if waiting is None else waiting
         self.state = np.zeros((len(Row), 0), dtype=np.int64)
         self.n_prefilling = 0
         self.kv_reserved = 0  # tokens reserved (reserve mode under a capacity)

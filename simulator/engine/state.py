@@ -1,12 +1,16 @@
 """The engine's shared state, declared in one place: what every part of the engine may read.
 
-:class:`~simulator.engine.core.Engine` is assembled from parts, one concept per module
-(admission, decode, tree_decode, the step composers v0 and v1/*), each a class whose methods
-run on the one engine object. Every part subclasses :class:`EngineState`, so the attributes
-below are the whole contract between them: ``Engine.__init__`` sets each one that has no
-class default (and nothing else), and a part reads ``self.<name>`` only for a name declared
-here or a method of a part (tests/simulator/engine/test_state.py walks the parts' syntax
-trees to keep it so).
+The engine is the event loop (:class:`~simulator.engine.core.Engine`) plus parts, one
+concept per module (decode, admission, the step composers v0 and v1/*), each an
+:class:`EnginePart`: an object built with the engine that is a view of its state (it shares the
+engine's instance dictionary, so ``self.depth`` in a part costs what it costs in the engine, and
+a part's write is the engine's). The engine holds one composer, the scheduler catalogue row's
+(``composer``), and the composer holds its own helpers; a part reaches another part only
+through the declared name that holds it (``self.composer.run_composed(...)``). The attributes
+below are the whole contract between them: ``Engine.__init__`` and the composer's
+``__init__`` set each one that has no class default (and nothing undeclared), and a part reads
+``self.<name>`` only for a name declared here or a method of its own class
+(tests/simulator/engine/test_state.py walks the parts' syntax trees to keep it so).
 
 Three groups: the run's settings (read from the config, the policy and the cost model, fixed
 for the run), the run's tables (built once, read-only afterwards), and the mutable state of
@@ -17,29 +21,36 @@ policy's depth.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from specbatch.simulator.config.sim_config import SimConfig
     from specbatch.simulator.cost.interface import CostModel
     from specbatch.simulator.cost.verify_cost import VerifyCost
+    from specbatch.simulator.engine.composers import StepComposer
     from specbatch.simulator.engine.kv import BlockManager
     from specbatch.simulator.engine.lockstep import Lockstep
     from specbatch.simulator.engine.request_state import FreshColumns, Records, Replica
+    from specbatch.simulator.engine.v1.fast import V1Fast
+    from specbatch.simulator.engine.v1.reference import V1Reference
+    from specbatch.simulator.engine.v1.runs import V1Run
     from specbatch.simulator.policies.registry import Policy
     from specbatch.simulator.policies.view import TraceTables
     from specbatch.simulator.replay.chain import VerifyTables
     from specbatch.simulator.replay.tree import TreeTables
+    from specbatch.simulator.workload.arrivals import Workload
+    from specbatch.traces.format.trace import Trace
 
 
 class EngineState:
     """The attributes the engine's parts share (module docstring); one line each."""
 
     # ------------------------------------------------ settings (fixed for the run)
-    config: Any  # the run's SimConfig (the router's name is read per arrival)
-    trace: Any  # the replayed Trace: the policies' views and the tree rules' recorded trees
-    w: Any  # the Workload: prompt_len, output_len, arrival, row_base # [N] each
+    config: SimConfig  # the run's config (the router's name is read per arrival)
+    trace: Trace  # the replayed trace: the policies' views and the tree rules' recorded trees
+    w: Workload  # the requests: prompt_len, output_len, arrival, row_base # [N] each
     cost: CostModel  # prices every pass: step_time(role, query, kv), overhead
     policy: Policy  # replica 0's policy (whether it speculates: the draft prefills too)
     policies: list[Policy]  # one policy per replica (stateful policies plan per replica)
@@ -66,7 +77,10 @@ class EngineState:
     pass_index: np.ndarray  # [max(K, 1)] 0..K−1: the draft passes' indices
     head: bool  # an EAGLE / MTP head drafts (simulator.cost.features.draft_head): pass 1 over the target's
     drafts_chunks: bool  # the draft prefills chunks in a pass of its own (a speculating draft model)
-    step: Callable[[Replica, float], float | None]  # the scheduler's composer, bound (composers)
+    composer: StepComposer  # the scheduler catalogue row's composer: step(rep, time) (composers)
+    runs: V1Run | None = None  # vllm-v1's runs of identical decode steps (None: another composer)
+    fast: V1Fast | None = None  # vllm-v1's steps without the general composer (None: another)
+    twin: V1Reference | None = None  # vllm-v1's per-request reference composer (None: another)
     fast_paths: bool = True  # vllm-v1's runs and composer-free steps (False: always compose)
     compositions: list | None  # when a list, every vllm-v1 composition is appended (parity tests)
 
@@ -89,6 +103,13 @@ class EngineState:
     lockstep: Lockstep | None  # an MoE model's DP ranks stepping together (None: independent)
     heap: list  # the event heap of (time, kind, seq, payload)
     seq: int  # the last event's insertion number (tie-break within a kind)
+
+
+class EnginePart(EngineState):
+    """A part of the engine: a view of its declared state (module docstring)."""
+
+    def __init__(self, engine: EngineState) -> None:
+        self.__dict__ = engine.__dict__  # one state: the engine's attributes are the part's
 
 
 def declared() -> frozenset[str]:

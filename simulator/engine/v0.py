@@ -1,14 +1,14 @@
 """The vllm-v0 step: prefill-only steps, or decode steps with chunked prompts behind them.
 
-:meth:`V0Step.step` (``COMPOSERS["vllm-v0"]``, simulator.engine.composers) first admits FCFS
+:meth:`V0Step.step` (the ``vllm-v0`` row of simulator.config.schedulers) first admits in queue order
 (simulator.engine.admission: a whole reservation in reserve mode, blocks and preemption in
 paged mode). Without chunked prefill, a step that admitted requests is then a prefill-only
 step over their whole prompts (:meth:`V0Step.prefill_step`); otherwise a decode step runs the
 decoding requests' plan (simulator.engine.decode) and, with ``enable_chunked_prefill``, FCFS
 prompt chunks fill the token budget the decode batch leaves (:meth:`V0Step.decode_step`,
-:meth:`V0Step.prefill_chunks`). A part of :class:`~simulator.engine.core.Engine` next to the
-vllm-v1 step (simulator.engine.v1.step); the helpers both steps share (``emit_first``,
-``finish``) stay on the engine.
+:meth:`V0Step.prefill_chunks`). The composer object the engine holds under vllm-v0, built from
+the shared decode verbs (simulator.engine.decode, with ``emit_first`` and ``finish``) and the
+admission part (simulator.engine.admission).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.engine.admission import Admission
+from specbatch.simulator.engine.decode import Decode
 from specbatch.simulator.engine.request_state import Outcome, Replica, Row
-from specbatch.simulator.engine.state import EngineState
 
 _I64 = np.int64
 # Rows as plain ints: numpy indexes an int about twice as fast as an IntEnum member.
@@ -28,11 +29,9 @@ _EMPTY = np.zeros(0, dtype=_I64)
 _EMPTY.flags.writeable = False
 
 
-class V0Step(EngineState):
-    """The engine's vllm-v0 step composer (module docstring); a part of
-    :class:`~simulator.engine.core.Engine`, whose declared state it reads."""
-
-    prefix_caching = False  # the prefix cache is vllm-v1's (enable_prefix_caching ignored)
+class V0Step(Decode, Admission):
+    """The engine's vllm-v0 step composer (module docstring): the shared decode verbs and the
+    head-of-line admission; a part of the engine (simulator.engine.state)."""
 
     def step(self, rep: Replica, time: float) -> float | None:
         """Admit, then run one prefill-only or decode step; returns its duration (None:

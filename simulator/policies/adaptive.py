@@ -38,7 +38,7 @@ Ignores C; drafts K = ``num_speculative_tokens`` for every request, as vLLM does
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,6 +48,9 @@ from specbatch.simulator.policies.adaptive_tables import CostTables, build_table
 from specbatch.simulator.policies.papers import Tetris
 from specbatch.simulator.policies.view import StepView
 from specbatch.theory.allocate.budget import monotone_topc
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
 
 
 def budget_scan(scores: np.ndarray, n: int, cost: np.ndarray) -> int:
@@ -82,16 +85,14 @@ class VllmAdaptive(Tetris):
     """``vllm-adaptive``: vLLM's adaptive verification (module docstring)."""
 
     name = "vllm-adaptive"
-    live = False
     budgeted = False
 
     @classmethod
-    def required_depth(cls, config: Any) -> int:
+    def required_depth(cls, config: SimConfig) -> int:
         return int(config.num_speculative_tokens)
 
-    def __init__(self, config: Any, trace_k: int) -> None:
+    def __init__(self, config: SimConfig, trace_k: int) -> None:
         super().__init__(config, trace_k)
-        self.live = False
         self.speculates = self.k > 0
         self.stale = config.adaptive_confidences == "stale"
         self.exact = config.adaptive_cost_tables == "exact"
@@ -99,7 +100,6 @@ class VllmAdaptive(Tetris):
         if self.truth and not self.rule_row.additive:
             raise SpecbatchError("policy vllm-adaptive: adaptive_survival = truth is the TV "
                                  "bound (top-B is not optimal under BV, THEORY.md §7)")
-        self.reads = (("accept_tv",) if self.truth else self.reads) + ("kv", "cost")
         self.max_reqs = int(config.max_num_seqs)
         self.max_tokens = max(int(config.max_num_batched_tokens or V1_DEFAULT_BATCHED_TOKENS),
                               self.max_reqs * (self.k + 1))
@@ -112,6 +112,12 @@ class VllmAdaptive(Tetris):
         self.last: np.ndarray | None = None
         #: B* of every step (inspection and tests)
         self.budgets: list[int] = []
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The true survival ``accept_tv`` (``adaptive_survival = truth``) or TETRIS's
+        signals, and ``kv``, ``cost`` (the step-time tables)."""
+        return (("accept_tv",) if self.truth else super().reads) + ("kv", "cost")
 
     def price_verification(self, sampler: Any) -> None:
         """The rejection sampler's cost (exact tables add it to every B's step time)."""

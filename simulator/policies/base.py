@@ -15,13 +15,18 @@ import it without a cycle.
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.policies.view import StepView
 from specbatch.simulator.replay.rules import rule_entry
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.simulator.cost.interface import CostModel
+    from specbatch.simulator.cost.verify_cost import VerifyCost
 
 
 class Policy:
@@ -46,16 +51,13 @@ class Policy:
     #: Whether Σ verified ≤ C holds at every step (checked for a user's policy; built-in
     #: policies that choose per-request lengths say False).
     budgeted = True
-    #: Whether the live loop can run it: it decides from draft-side signals after every
-    #: request drafted its full depth (live.loop).
-    live = False
     #: The :class:`StepView` fields ``decide`` reads besides n, budget and depth.
     reads: tuple[str, ...] = ()
     #: Whether the policy verifies subtrees of a tree trace (simulator.policies.trees): its
     #: ``decide_tree`` returns a node mask too, and it runs only under a tree rule.
     tree = False
 
-    def __init__(self, config: Any, trace_k: int) -> None:
+    def __init__(self, config: SimConfig, trace_k: int) -> None:
         self.k = int(config.num_speculative_tokens)
         self.depth = valid_depth(type(self), self.required_depth(config))
         self.rule = config.verify
@@ -63,7 +65,7 @@ class Policy:
         self.budget = None if config.budget is None else int(config.budget)
 
     @classmethod
-    def required_depth(cls, config: Any) -> int:
+    def required_depth(cls, config: SimConfig) -> int:
         """Draft tokens per request this policy may ask for under ``config`` (a
         :class:`simulator.config.sim_config.SimConfig`): the trace must hold at least this many columns
         and the live loop drafts this many. Default K = k + e (THEORY.md §5)."""
@@ -89,16 +91,18 @@ class Policy:
 
     def calibrate(self, trace: Any) -> None:
         """Fit the policy on the held-out calibration requests ``trace`` (a Trace) before the
-        replay starts (simulator.policies.calibration.calibrate_policy; the run fails without a split
-        when a policy defines it). Default: nothing to calibrate."""
+        replay starts (simulator.policies.calibration.calibrate_policy: a built-in policy is
+        calibrated when its catalogue row says so, or it reads a fitted predictor; a user's
+        when it defines this, and the run fails without a split). Default: nothing to
+        calibrate."""
 
-    def price_verification(self, sampler: Any) -> None:
+    def price_verification(self, sampler: VerifyCost | None) -> None:
         """Receive the verification sampler cost the engine charges this run
         (simulator.run.attach_verify_cost; None under ``verify_cost = "none"``), for a
         policy that prices its own steps (``dsd``, ``vllm-dynamic``, ``vllm-adaptive``).
         Default: the policy prices nothing."""
 
-    def run_notes(self, config: Any, cost: Any) -> tuple[str, ...]:
+    def run_notes(self, config: SimConfig, cost: CostModel) -> tuple[str, ...]:
         """Notes the run's output adds after the simulation (simulator.run; e.g. what a
         calibrated table assumed). Default: none."""
         return ()

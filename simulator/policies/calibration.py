@@ -19,13 +19,18 @@ probability ``min(1, r_j)``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.policies import knobs as pk
 from specbatch.simulator.policies.base import defines
+from specbatch.simulator.policies.catalogue import entry
 from specbatch.simulator.replay.chain import accept_column
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
 
 #: Mixed into the seed so the split's generator differs from every other stream of a run.
 SPLIT_STREAM = 0xCA11B
@@ -52,10 +57,21 @@ def split_trace(trace: Any, fraction: float, seed: int) -> tuple[Any, Any, np.nd
     return trace.subset(calibrate), trace.subset(replay), replay
 
 
-def calibrate_policy(policy: Any, calibration: Any | None) -> None:
-    """Hand the calibration trace to a policy that calibrates (has ``calibrate``); one that
-    needs it without a split is a one-line error naming the knob."""
-    if not defines(policy, "calibrate"):
+def calibrates(config: SimConfig, policy: Any) -> bool:
+    """Whether the run of ``config`` calibrates ``policy``: for a built-in, what its catalogue
+    row says (simulator.policies.knobs.calibrates: ``calibrates``, or a fitted predictor of a
+    row that reads one), never a per-object trait; for a user's class, whether it defines
+    ``calibrate``."""
+    if entry(config.policy) is not None:
+        return pk.calibrates(config)
+    return defines(policy, "calibrate")
+
+
+def calibrate_policy(policy: Any, calibration: Any | None, config: SimConfig) -> None:
+    """Hand the calibration trace to a policy the run of ``config`` calibrates
+    (:func:`calibrates`); one that needs it without a split is a one-line error naming the
+    knob."""
+    if not calibrates(config, policy):
         return
     calibrate = policy.calibrate
     if calibration is None:

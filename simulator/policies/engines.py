@@ -15,7 +15,7 @@ Per-request early stopping from draft-side signals lives in :mod:`simulator.poli
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,11 @@ from specbatch.simulator.policies.schedules import (
     vllm_lookup,
 )
 from specbatch.simulator.policies.view import StepView
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.simulator.cost.interface import CostModel
+    from specbatch.simulator.cost.verify_cost import VerifyCost
 
 
 def uniform(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -60,14 +65,14 @@ class VllmDynamic(Policy):
     reads = ("cost",)
 
     @classmethod
-    def required_depth(cls, config: Any) -> int:
+    def required_depth(cls, config: SimConfig) -> int:
         return int(config.num_speculative_tokens)
 
-    def __init__(self, config: Any, trace_k: int) -> None:
+    def __init__(self, config: SimConfig, trace_k: int) -> None:
         super().__init__(config, trace_k)
         self.rates: np.ndarray | None = None
         self.context = 0
-        self.sampler: Any = None
+        self.sampler: VerifyCost | None = None
         self.table: dict[int, int] = {}
 
     def calibrate(self, trace: Any) -> None:
@@ -77,14 +82,14 @@ class VllmDynamic(Policy):
         self.context = int(round(float(np.mean(trace.prompt_len[trace.row_request] + positions))))
         self.table = {}
 
-    def price_verification(self, sampler: Any) -> None:
+    def price_verification(self, sampler: VerifyCost | None) -> None:
         """Plan with the rejection sampler the engine charges this run (a
         :class:`simulator.cost.verify_cost.VerifyCost`, None: 0 s), handed over before it starts
         (:func:`simulator.run.attach_verify_cost`)."""
         self.sampler = sampler
         self.table = {}
 
-    def itl(self, n: int, k: int, cost: Any) -> float:
+    def itl(self, n: int, k: int, cost: CostModel) -> float:
         """Seconds of one step of n requests at window k and the calibration context: k draft
         passes, the verify pass, the rejection sampler, the overhead (what vLLM's measured
         ITL holds)."""
@@ -97,7 +102,7 @@ class VllmDynamic(Policy):
             t += self.sampler.seconds(n, n * k, ones * k)
         return float(t)
 
-    def best_k(self, n: int, cost: Any) -> int:
+    def best_k(self, n: int, cost: CostModel) -> int:
         """The goodput argmax for a batch of n (class docstring)."""
         if self.rates is None:
             raise RuntimeError("vllm-dynamic: calibrate() was not called")
@@ -115,7 +120,7 @@ class VllmDynamic(Policy):
             k = self.table[view.n] = self.best_k(view.n, view.cost)
         return uniform(view.n, k)
 
-    def schedule(self, max_batch: int, cost: Any) -> str:
+    def schedule(self, max_batch: int, cost: CostModel) -> str:
         """The choices for batch sizes 1..max_batch as vLLM's
         ``num_speculative_tokens_per_batch_size`` (``"lo-hi:K,..."``): the table vLLM's
         ``generate_config.py`` derives offline, for this trace and cost model."""
@@ -128,7 +133,7 @@ class VllmDynamic(Policy):
                 lo = n
         return ",".join(parts)
 
-    def run_notes(self, config: Any, cost: Any) -> tuple[str, ...]:
+    def run_notes(self, config: SimConfig, cost: CostModel) -> tuple[str, ...]:
         """What a run tells the user to set in vLLM."""
         table = self.schedule(int(config.max_num_seqs), cost)
         return (f"vllm-dynamic's choices as vLLM's batch-size table: "
@@ -156,10 +161,10 @@ class BatchSchedule(Policy):
     budgeted = False
 
     @classmethod
-    def required_depth(cls, config: Any) -> int:
+    def required_depth(cls, config: SimConfig) -> int:
         return int(config.num_speculative_tokens)
 
-    def __init__(self, config: Any, trace_k: int) -> None:
+    def __init__(self, config: SimConfig, trace_k: int) -> None:
         super().__init__(config, trace_k)
         check_batch_schedule(config, "config")
         vllm = config.num_speculative_tokens_per_batch_size
@@ -184,7 +189,7 @@ class BatchSchedule(Policy):
         return uniform(view.n, self.window(view.n))
 
 
-def check_batch_schedule(config: Any, where: str) -> None:
+def check_batch_schedule(config: SimConfig, where: str) -> None:
     """At most one table knob for ``batch-schedule`` (one-line error)."""
     from specbatch.fields import fail
 
@@ -274,12 +279,12 @@ class EmaAdaptive(Policy):
     budgeted = False
 
     @classmethod
-    def required_depth(cls, config: Any) -> int:
+    def required_depth(cls, config: SimConfig) -> int:
         slots = parse_sglang_config(config.speculative_adaptive_config, "config",
                                     "speculative_adaptive_config")
         return max(max(s["candidate_steps"]) for s in slots.values())
 
-    def __init__(self, config: Any, trace_k: int) -> None:
+    def __init__(self, config: SimConfig, trace_k: int) -> None:
         super().__init__(config, trace_k)
         slots = parse_sglang_config(config.speculative_adaptive_config, "config",
                                     "speculative_adaptive_config")

@@ -7,10 +7,13 @@ calibration split (simulator.policies.calibration) and CUDA-graph padding
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specbatch.fields import Range, fail, knob
 from specbatch.simulator.policies.catalogue import KNOB_POLICY, entry, names
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
 
 #: Policies that read the calibration split (they fail without one; simulator.policies.catalogue).
 CALIBRATING = names(calibrates=True)
@@ -66,13 +69,13 @@ CUDA_GRAPH_SIZES = knob(
     none="no padding")
 
 
-def calibrates(c: Any) -> bool:
+def calibrates(c: SimConfig) -> bool:
     """Whether a run of config ``c`` calibrates on held-out requests: a policy of
     :data:`CALIBRATING`, or a fitted predictor."""
     return c.policy in CALIBRATING or c.predictor != "confidence"
 
 
-def applied_split(c: Any) -> float:
+def applied_split(c: SimConfig) -> float:
     """The calibration split a run of ``c`` holds out: ``calibration_split``, or
     :data:`DEFAULT_CALIBRATION_SPLIT` where it is 0 and the run calibrates (a newcomer's
     ``--policy vllm-dynamic`` or ``--predictor learned`` runs without choosing a split)."""
@@ -81,7 +84,7 @@ def applied_split(c: Any) -> float:
     return DEFAULT_CALIBRATION_SPLIT
 
 
-def check_policy_knobs(c: Any, where: str) -> None:
+def check_policy_knobs(c: SimConfig, where: str) -> None:
     """The knobs' parses and the settings each engine policy needs (one-line errors)."""
     from specbatch.simulator.cost.features.graph_padding import capture_sizes
     from specbatch.simulator.policies.engines import EmaAdaptive, check_batch_schedule
@@ -109,7 +112,7 @@ def check_policy_knobs(c: Any, where: str) -> None:
                  c.depth)
 
 
-def check_knobs_apply(c: Any, given: Any, where: str) -> None:
+def check_knobs_apply(c: SimConfig, given: Any, where: str) -> None:
     """Refuse, for one run, an engine policy's knob the user gave to another policy (it would
     be silently ignored)."""
     for name, policy in KNOB_POLICY.items():

@@ -12,7 +12,7 @@ simulator.policies.engines and simulator.policies.stops.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,11 @@ from specbatch.theory.allocate.budget import (
     prefix_gains,
 )
 
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.simulator.cost.interface import CostModel
+    from specbatch.simulator.cost.verify_cost import VerifyCost
+
 
 class AutoRegressive(Policy):
     """``ar``: no speculation; one target token per request per step. Reads nothing."""
@@ -37,7 +42,7 @@ class AutoRegressive(Policy):
     speculates = False
 
     @classmethod
-    def required_depth(cls, config: Any) -> int:
+    def required_depth(cls, config: SimConfig) -> int:
         return 0
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
@@ -53,10 +58,9 @@ class Fixed(Policy):
 
     name = "fixed"
     budgeted = False
-    live = True
 
     @classmethod
-    def required_depth(cls, config: Any) -> int:
+    def required_depth(cls, config: SimConfig) -> int:
         return int(config.num_speculative_tokens)
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
@@ -96,32 +100,32 @@ class DynamicSD(Policy):
     #: The acceptance-rate estimate before any step is observed.
     INITIAL_ALPHA = 0.7
 
-    def __init__(self, config: Any, trace_k: int) -> None:
+    def __init__(self, config: SimConfig, trace_k: int) -> None:
         super().__init__(config, trace_k)
-        cap = getattr(config, "dsd_max_k", None)  # the user's k: the window's upper bound
+        cap = config.dsd_max_k  # the user's k: the window's upper bound
         self.k_max = min(self.MAX_K, int(trace_k), self.MAX_K if cap is None else int(cap))
         self.depth = self.k_max
         self.k_now = min(self.k, self.k_max)
         self.interval = int(config.dsd_interval)
         self.alpha = self.INITIAL_ALPHA
         self.steps = 0
-        self.sampler: Any = None  # the run's simulator.cost.verify_cost.VerifyCost, None: 0 s
+        self.sampler: VerifyCost | None = None  # the run's simulator.cost.verify_cost.VerifyCost, None: 0 s
 
-    def price_verification(self, sampler: Any) -> None:
+    def price_verification(self, sampler: VerifyCost | None) -> None:
         """Plan with ``sampler`` (a :class:`simulator.cost.verify_cost.VerifyCost`, or None for an
         unpriced sampler): the verification cost the engine charges this run, handed over
         before it starts (:func:`simulator.run.attach_verify_cost`)."""
         self.sampler = sampler
 
     @classmethod
-    def required_depth(cls, config: Any) -> int:
+    def required_depth(cls, config: SimConfig) -> int:
         """The starting window min(k, 6, dsd_max_k) must be in the trace; later plans scan
         k = 0..min(6, trace K, dsd_max_k), so a deeper trace only widens the scan."""
-        cap = getattr(config, "dsd_max_k", None)
+        cap = config.dsd_max_k
         return min(int(config.num_speculative_tokens), cls.MAX_K,
                    cls.MAX_K if cap is None else int(cap))
 
-    def goodput(self, k: int, kv: np.ndarray, cost: Any) -> float:
+    def goodput(self, k: int, kv: np.ndarray, cost: CostModel) -> float:
         """Expected tokens per second of window k on a batch with KV lengths ``kv`` # [n]."""
         n = kv.shape[0]
         a = self.alpha
@@ -134,7 +138,7 @@ class DynamicSD(Policy):
             t += self.sampler.seconds(n, n * k, ones * k)
         return tokens / t if t > 0 else float("inf")
 
-    def plan(self, kv: np.ndarray, cost: Any) -> int:
+    def plan(self, kv: np.ndarray, cost: CostModel) -> int:
         """The goodput scan (class docstring).  kv # [n]"""
         best_k, best = 0, -np.inf
         for k in range(self.k_max + 1):
@@ -183,23 +187,25 @@ class Tetris(Policy):
     """
 
     name = "tetris"
-    live = True
-    reads = ("conf",)
 
-    def __init__(self, config: Any, trace_k: int) -> None:
+    def __init__(self, config: SimConfig, trace_k: int) -> None:
         super().__init__(config, trace_k)
         # C = budget, or k per running request when unset: C = 0 never drafts (nor prefills)
         self.speculates = (self.k if config.budget is None else int(config.budget)) > 0
         self.kind = config.predictor
-        self.predictor = None  # the fitted AcceptancePredictor (fit)
-        if self.kind != "confidence":
-            # only a fitted predictor calibrates (simulator.policies.calibration.calibrate_policy looks
-            # ``calibrate`` up on the instance): the confidence surrogate needs no split
-            self.live, self.reads = False, ("conf", "entropy", "top1")
-            self.calibrate = self.fit
+        self.predictor = None  # the fitted AcceptancePredictor (calibrate)
 
-    def fit(self, trace: Any) -> None:
-        """Fit ``config.predictor`` on the calibration requests ``trace``."""
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """``conf``; a fitted predictor's features ``entropy`` and ``top1`` too."""
+        return ("conf",) if self.kind == "confidence" else ("conf", "entropy", "top1")
+
+    def calibrate(self, trace: Any) -> None:
+        """Fit ``config.predictor`` on the calibration requests ``trace`` (a run calls it only
+        with a fitted predictor: the catalogue row's ``predictor``,
+        simulator.policies.calibration); the confidence surrogate has nothing to fit."""
+        if self.kind == "confidence":
+            return
         from specbatch.simulator.replay.accept_predictor import fit_predictor
 
         self.predictor = fit_predictor(trace, self.kind)
@@ -238,7 +244,7 @@ class Threshold(Policy):
     budgeted = False
     reads = ("conf",)
 
-    def __init__(self, config: Any, trace_k: int) -> None:
+    def __init__(self, config: SimConfig, trace_k: int) -> None:
         super().__init__(config, trace_k)
         self.threshold = float(config.threshold)
         self.cumulative = config.threshold_mode == "cumulative"

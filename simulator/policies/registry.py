@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.policies.base import Policy, valid_depth
@@ -33,6 +33,9 @@ from specbatch.simulator.policies.papers import (
     Tetris,
     Threshold,
 )
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
 
 __all__ = [
     "POLICIES", "USER_POLICY_FORM", "AutoRegressive", "DynamicSD", "Fixed", "Hindsight",
@@ -129,7 +132,7 @@ def call_user(cls: type, hook: str, fn: Any, *args: Any) -> Any:
                              f"{hook} raised {type(exc).__name__}: {exc}") from exc
 
 
-def policy_depth_of(cls: type[Policy], config: Any) -> int:
+def policy_depth_of(cls: type[Policy], config: SimConfig) -> int:
     """``cls.required_depth(config)``, checked (:func:`simulator.policies.base.valid_depth`);
     a user's class's errors in one line (:func:`call_user`)."""
     if is_builtin(cls):
@@ -137,7 +140,7 @@ def policy_depth_of(cls: type[Policy], config: Any) -> int:
     return valid_depth(cls, call_user(cls, "required_depth", cls.required_depth, config))
 
 
-def make_policy(config: Any, trace_k: int) -> Policy:
+def make_policy(config: SimConfig, trace_k: int) -> Policy:
     """Instantiate ``config.policy`` (:func:`resolve_policy`) for a trace of depth ``trace_k``;
     a user's class that fails to build, or builds without the base attributes, is one line."""
     cls = resolve_policy(config.policy)

@@ -27,6 +27,8 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.policies.registry import Policy, call_user, is_builtin
 from specbatch.simulator.policies.view import StepView
 
+_tuple_new = tuple.__new__  # a NamedTuple from a tuple without its class call (per-step record)
+
 
 class Plan(NamedTuple):
     """One decode step's decision for the n decoding requests (batch order of the view).
@@ -79,7 +81,7 @@ def plan_step(policy: Policy, view: StepView, check: bool = False) -> Plan:
                                                 view)
         else:
             drafted, verified, mask = policy.decide_tree(view)
-        return Plan(drafted, verified, view.depth, mask)
+        return _tuple_new(Plan, (drafted, verified, view.depth, mask))  # hot path: no class call
     if check:
         decided = call_user(type(policy), "decide", policy.decide, view)
         view.budget = budget  # checked against C as given, whatever decide did to the view
@@ -87,7 +89,7 @@ def plan_step(policy: Policy, view: StepView, check: bool = False) -> Plan:
     else:
         drafted, verified = policy.decide(view)
     drafted, verified = view.cap(drafted, verified)
-    return Plan(drafted, verified, view.depth)
+    return _tuple_new(Plan, (drafted, verified, view.depth, None))  # d, s, depth, tree
 
 
 def policy_label(policy: Any) -> str:

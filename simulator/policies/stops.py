@@ -14,13 +14,16 @@ run (:meth:`simulator.policies.view.StepView.row_table`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specbatch.simulator.policies.base import Policy
 from specbatch.simulator.policies.calibration import confidence_acceptance
 from specbatch.simulator.policies.view import StepView
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
 
 
 def leading(ok: np.ndarray) -> np.ndarray:
@@ -46,7 +49,7 @@ class SpecDecPP(Policy):
     budgeted = False
     reads = ("conf",)
 
-    def __init__(self, config: Any, trace_k: int) -> None:
+    def __init__(self, config: SimConfig, trace_k: int) -> None:
         super().__init__(config, trace_k)
         self.threshold = float(config.specdec_threshold)
         self.edges: np.ndarray | None = None
@@ -89,7 +92,7 @@ class EntropyStop(Policy):
     budgeted = False
     reads = ("entropy",)
 
-    def __init__(self, config: Any, trace_k: int) -> None:
+    def __init__(self, config: SimConfig, trace_k: int) -> None:
         super().__init__(config, trace_k)
         self.threshold = float(config.entropy_threshold)
 

@@ -33,7 +33,7 @@ the batch's top-C of it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.policies.base import Policy
 from specbatch.simulator.policies.view import StepView
 from specbatch.theory.trees.alloc import optimal_subtrees
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
 
 _I64 = np.int64
 
@@ -53,19 +56,21 @@ class TreePolicy(Policy):
 
     tree = True
 
-    def __init__(self, config: Any, trace_k: int) -> None:
+    def __init__(self, config: SimConfig, trace_k: int) -> None:
         super().__init__(config, trace_k)
-        self.kind = getattr(config, "predictor", "confidence")
-        self.predictor = None  # the fitted TreePredictor (fit)
-        if self.kind != "confidence":
-            self.calibrate = self.fit  # simulator.policies.calibration looks it up on the instance
+        self.kind = config.predictor
+        self.predictor = None  # the fitted TreePredictor (calibrate)
 
     @classmethod
-    def required_depth(cls, config: Any) -> int:
+    def required_depth(cls, config: SimConfig) -> int:
         return int(config.num_speculative_tokens)
 
-    def fit(self, trace: Any) -> None:
-        """Fit ``config.predictor`` on the tree nodes of the calibration requests ``trace``."""
+    def calibrate(self, trace: Any) -> None:
+        """Fit ``config.predictor`` on the tree nodes of the calibration requests ``trace`` (a
+        run calls it only with a fitted predictor: the catalogue row's ``predictor``,
+        simulator.policies.calibration); the confidence ranking has nothing to fit."""
+        if self.kind == "confidence":
+            return
         from specbatch.simulator.replay.tree_accept_predictor import fit_tree_predictor
 
         self.predictor = fit_tree_predictor(trace, self.kind)
@@ -125,7 +130,7 @@ class TetrisTree(TreePolicy):
     name = "tetris-tree"
 
     @classmethod
-    def required_depth(cls, config: Any) -> int:
+    def required_depth(cls, config: SimConfig) -> int:
         return int(config.num_speculative_tokens) + int(config.extra)
 
     def decide_tree(self, view: StepView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

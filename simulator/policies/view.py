@@ -211,4 +211,4 @@ def make_view(trace: Any, rows: np.ndarray, budget: int, depth: int, cost: Any =
     n = rows.shape[0]
     kv = np.zeros(n, dtype=np.int64) if kv is None else np.asarray(kv, dtype=np.int64)
     eta = uniforms(request_keys(seed, np.arange(n)), rows, depth)
-    return StepView(trace, rows, kv, int(budget), depth, eta, cost)
+    return StepView(trace, rows=rows, kv=kv, budget=int(budget), depth=depth, eta=eta, cost=cost)

@@ -104,25 +104,28 @@ def _load(path: str) -> Any:
 
 #: The verification rules, chain rules first.
 CATALOGUE: tuple[RuleEntry, ...] = (
-    RuleEntry("token", "chain", (f"{_CHAIN}:VerifyTables",), "token", True,
-              f"{_VERIFY}:verify_token",
-              "token verification (TV, Leviathan et al. 2023): accept X_j while η_j < "
-              "min(1, Mb/Ms), THEORY.md §2", scan="leading", accept_column="accept_tv"),
-    RuleEntry("block", "chain", (f"{_CHAIN}:VerifyTables",), "block", True,
-              f"{_VERIFY}:verify_block",
-              "block verification (BV, Sun et al. 2025): τ = the last j with η_j < h_j, "
-              "THEORY.md §3", scan="last", accept_column="p"),
-    RuleEntry("specinfer", "tree", (f"{_TREE}:TreeTables", f"{_TRIE}:TrieTables"), "token",
-              True, f"{_TREES}:specinfer",
-              "recursive rejection sampling down the tree (SpecInfer, Miao et al. 2024); "
-              "any draw-prefix-closed subtree", subtree=True),
-    RuleEntry("traversal", "tree", (f"{_TREE}:TreeTables", f"{_TRIE}:TrieTables"), "token",
-              True, f"{_TREES}:traversal",
-              "Traversal Verification (Weng et al. 2025), leaf to root in post-order; the "
-              "whole recorded tree"),
-    RuleEntry("gbv", "tree", (f"{_TRIE}:TrieTables",), "token", True, f"{_TREES}:gbv",
-              "greedy multi-path block verification (Thomas & Pal 2026) on K i.i.d. paths "
-              "(capture --tree KxL); the whole trie", branching=False),
+    RuleEntry(name="token", kind="chain", replay=(f"{_CHAIN}:VerifyTables",),
+              sampler_cost="token", lossless=True, theory=f"{_VERIFY}:verify_token",
+              doc="token verification (TV, Leviathan et al. 2023): accept X_j while η_j < "
+                  "min(1, Mb/Ms), THEORY.md §2", scan="leading", accept_column="accept_tv"),
+    RuleEntry(name="block", kind="chain", replay=(f"{_CHAIN}:VerifyTables",),
+              sampler_cost="block", lossless=True, theory=f"{_VERIFY}:verify_block",
+              doc="block verification (BV, Sun et al. 2025): τ = the last j with η_j < h_j, "
+                  "THEORY.md §3", scan="last", accept_column="p"),
+    RuleEntry(name="specinfer", kind="tree",
+              replay=(f"{_TREE}:TreeTables", f"{_TRIE}:TrieTables"), sampler_cost="token",
+              lossless=True, theory=f"{_TREES}:specinfer",
+              doc="recursive rejection sampling down the tree (SpecInfer, Miao et al. 2024); "
+                  "any draw-prefix-closed subtree", subtree=True),
+    RuleEntry(name="traversal", kind="tree",
+              replay=(f"{_TREE}:TreeTables", f"{_TRIE}:TrieTables"), sampler_cost="token",
+              lossless=True, theory=f"{_TREES}:traversal",
+              doc="Traversal Verification (Weng et al. 2025), leaf to root in post-order; the "
+                  "whole recorded tree"),
+    RuleEntry(name="gbv", kind="tree", replay=(f"{_TRIE}:TrieTables",), sampler_cost="token",
+              lossless=True, theory=f"{_TREES}:gbv",
+              doc="greedy multi-path block verification (Thomas & Pal 2026) on K i.i.d. paths "
+                  "(capture --tree KxL); the whole trie", branching=False),
 )
 
 #: Each row by name.

@@ -28,6 +28,8 @@ characters-per-token estimate; the bench file's arrivals as vLLM drew them). Col
   prefix_group requests sharing a prompt prefix (any label; empty = none) (optional)
   prefix_len   int >= 0, tokens of that shared prefix (with prefix_group; vllm-v1 prefix
                caching finds its full blocks cached, simulator.engine.prefix)
+  priority     int, vLLM's request priority, smaller first (read under
+               ``scheduling_policy = "priority"``; simulator.engine.admission)     (optional)
 
 Other columns are ignored. The simulated requests are the file's first ``requests`` rows
 (all of them when the file is shorter; ``sampling`` does not apply). Mapping rule: request i
@@ -74,6 +76,7 @@ COLUMN_ALIASES = {
     "category": ("category",),
     "prefix_group": ("prefix_group",),
     "prefix_len": ("prefix_len",),
+    "priority": ("priority",),
 }
 #: File extensions read by :func:`read_workload_file`.
 WORKLOAD_FORMATS = (".csv", ".parquet", ".pq", ".jsonl", ".ndjson", ".json")
@@ -94,6 +97,7 @@ class Workload:
     notes: tuple[str, ...] = ()  # how an imported workload was mapped onto the trace
     prefix_group: np.ndarray | None = None  # int64 shared-prefix group (−1 none; simulator.engine.prefix)
     prefix_len: np.ndarray | None = None  # int64 tokens of that shared prefix
+    priority: np.ndarray | None = None  # int64 vLLM's request priority, smaller first (None: 0)
 
     @property
     def n(self) -> int:
@@ -147,7 +151,7 @@ def arrival_times(n: int, kind: str, rate: float, cv: float, rng: np.random.Gene
 
 def build_workload(config: SimConfig, trace: Trace) -> Workload:
     """The workload of ``config`` on ``trace`` (deterministic in ``config.seed``)."""
-    if getattr(config, "workload", None) is not None:
+    if config.workload is not None:
         return imported_workload(config, trace)
     select_seq, arrival_seq = np.random.SeedSequence([int(config.seed), 0x5EED]).spawn(2)
     idx = select_requests(int(config.requests), trace.n_requests, config.sampling,
@@ -235,7 +239,24 @@ def read_workload_file(path: str | Path, tokenizer: str | None = None,
         codes = pd.factorize(groups.astype(str).where(groups.notna()))[0]
         out["prefix_group"] = np.where(known, codes, -1).astype(np.int64)
         out["prefix_len"] = _prefix_lengths(frame[found["prefix_len"]], known, where)
+    if found["priority"] is not None:
+        out["priority"] = _priorities(frame[found["priority"]], where)
     return out
+
+
+def _priorities(col: pd.Series, where: str) -> np.ndarray:
+    """vLLM's request priorities: an integer in [-2^53, 2^53] on every row (integral floats
+    accepted; text, NaN and fractions refused naming the row).  returns # [N] int64"""
+    values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values) | (np.abs(values) > 2.0**53)
+    bad |= np.isfinite(values) & (values != np.floor(values))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        value = col.iloc[row]
+        value = value.item() if hasattr(value, "item") else value  # 0.5, not np.float64(0.5)
+        raise SpecbatchError(f"{where}: field priority: expected an integer (smaller is "
+                             f"served first), got {value!r} in row {row}")
+    return values.astype(np.int64)
 
 
 def _lengths(col: pd.Series, where: str, name: str) -> np.ndarray:
@@ -366,7 +387,8 @@ def imported_workload(config: SimConfig, trace: Trace) -> Workload:
         trace_index=idx, arrival=arrival.astype(np.float64), prompt_len=data["prompt_len"],
         output_len=output_len, row_base=np.asarray(trace.offsets, dtype=np.int64)[idx],
         wrap=wrap_lengths(trace, idx, output_len), notes=tuple(notes),
-        prefix_group=data.get("prefix_group"), prefix_len=data.get("prefix_len"))
+        prefix_group=data.get("prefix_group"), prefix_len=data.get("prefix_len"),
+        priority=data.get("priority"))
 
 
 def example_workload(n: int = 200, seed: int = 0, rate: float = 2.0) -> pd.DataFrame:

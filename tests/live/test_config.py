@@ -29,11 +29,11 @@ def test_bad_settings_are_one_line_errors_naming_the_flag(changes, flag):
         LiveConfig(**changes).check()
 
 
-def test_the_live_policies_are_the_registry_classes_marked_live():
+def test_the_live_policies_are_the_catalogue_rows_marked_live():
     from specbatch.live.config import LIVE_POLICIES
-    from specbatch.simulator.policies.registry import POLICIES
+    from specbatch.simulator.policies.catalogue import names
 
-    assert LIVE_POLICIES == tuple(name for name, cls in POLICIES.items() if cls.live)
+    assert LIVE_POLICIES == names(live=True) == ("fixed", "tetris")
 
 
 def test_depth_is_computed_once_per_config():

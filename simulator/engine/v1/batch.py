@@ -26,6 +26,17 @@ class DecodeBatch(NamedTuple):
     sub: np.ndarray | None  # [len(Row), keep] their state columns (None when nd = 0)
 
 
+class Decoding(NamedTuple):
+    """The running requests that decode this step, planned
+    (:meth:`~simulator.engine.v1.step.V1Step.decoding`), which the fast-path checks read."""
+
+    d_idx: np.ndarray | None  # [nd] their columns of the running batch; None = all of them
+    sub: np.ndarray | None  # [len(Row), nd] their state columns (None: nobody runs)
+    planned: PlannedDecode | None  # their plan (None when nd = 0)
+    tail: bool  # all decode but the newest, which prefills a chunked prompt's rest (d_idx a
+    # range, sub a view)
+
+
 class Admit(NamedTuple):
     """A fast path's admission, done once the decoding requests have committed
     (:meth:`~simulator.engine.v1.fast.V1Fast.admit_after`)."""

@@ -23,23 +23,22 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.simulator.engine.decode import PlannedDecode
-from specbatch.simulator.engine.request_state import Outcome, Replica, Row
-from specbatch.simulator.engine.state import EngineState
+from specbatch.simulator.engine.request_state import Replica, Row
+from specbatch.simulator.engine.state import EnginePart
 from specbatch.simulator.engine.v1.batch import Admit, Chunk, DecodeBatch, PrefillBatch, Prefilled
-from specbatch.simulator.policies.step_plan import Plan
 
 _I64 = np.int64
 _UID, _PREFILLED, _FILL, _BLOCKS = int(Row.UID), int(Row.PREFILLED), int(Row.FILL), int(Row.BLOCKS)
-_M_KV = int(Outcome.KV)
 _EMPTY = np.zeros(0, dtype=_I64)
 _EMPTY.flags.writeable = False
 _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
 _tuple_new = tuple.__new__  # a NamedTuple from a tuple without its class call (hot path)
 
 
-class V1Fast(EngineState):
-    """The vllm-v1 step without the composer (module docstring); mixed into
-    :class:`~simulator.engine.core.Engine` through :class:`~simulator.engine.v1.step.V1Step`."""
+class V1Fast(EnginePart):
+    """The vllm-v1 step without the general composer (module docstring); a part the vllm-v1
+    composer holds (``fast``, simulator.engine.v1.step), which runs the step it hands back
+    (``composer.run_composed``) and admits for it (``composer.admit_v1``)."""
 
     def fast_step(self, rep: Replica, time: float, planned: PlannedDecode, sub: np.ndarray
                   ) -> float | None:
@@ -61,10 +60,10 @@ class V1Fast(EngineState):
         else:
             if prefix is not None and (not prefix.lazy or (admits and prefix.parked)):
                 return None  # block identities, or a preempted request's hits: composer
-            free = self.grow_running(rep, planned.m, planned.plan, prefix)
+            free = self.grow_running(rep, planned, prefix)
             if free is None:  # someone is preempted: the composer
                 return None
-        return self.run_composed(
+        return self.composer.run_composed(
             rep, time, _tuple_new(DecodeBatch, (n, None, planned, sub)),
             _tuple_new(PrefillBatch, (_EMPTY, 0, _tuple_new(Admit, (budget - n, free))
                                       if admits else None, None)))
@@ -87,7 +86,7 @@ class V1Fast(EngineState):
         budget = self.max_batched
         if last * (self.depth + 1) > budget or self.from_sums is None:
             return None
-        m, plan = (None, None) if planned is None else (planned.m, planned.plan)
+        plan = None if planned is None else planned.plan
         asked = last + (int(_sum(plan.verified)) if last and plan.depth else 0)
         prefilled, fill = int(state[_PREFILLED, last]), int(state[_FILL, last])
         rest = fill - prefilled
@@ -106,7 +105,7 @@ class V1Fast(EngineState):
             if q:
                 grow = max(-(-(prefilled + q + self.lookahead) // bs) - int(blocks[last]), 0)
             if last:
-                need = m[_M_KV] + plan.verified  # computed + 1 + s_i
+                need = planned.kv + plan.verified  # computed + 1 + s_i
                 need += self.lookahead + bs - 1
                 need //= bs
                 need -= blocks[:last]
@@ -128,12 +127,12 @@ class V1Fast(EngineState):
             if prefix is not None:  # the composer's cache_scheduled: tokens computed
                 done = np.empty(last + 1, dtype=_I64)
                 if last:
-                    done[:last] = m[_M_KV]
+                    done[:last] = planned.kv
                 done[last] = prefilled + q
                 whole = q == rest  # nobody cut: every running request scheduled as asked
                 uid = state[_UID] if q else state[_UID, :last]
                 prefix.note_done(uid, done if q else done[:last], whole)
-        return self.run_composed(
+        return self.composer.run_composed(
             rep, time, _tuple_new(DecodeBatch, (last, None, planned, sub)),
             _tuple_new(PrefillBatch, (_EMPTY, 0, _tuple_new(Admit, (budget - last - q, free))
                                       if admits else None,
@@ -173,18 +172,19 @@ class V1Fast(EngineState):
         reserved tokens. Returns :meth:`join_prefilled`'s answer, or None: nobody joins."""
         if left <= 0:
             return None
-        joined, chunks, blocks, _, free = self.admit_v1(rep, left, free, rep.state.shape[1])
+        joined, chunks, blocks, _, free = self.composer.admit_v1(rep, left, free,
+                                                                rep.state.shape[1])
         return self.join_prefilled(rep, joined, chunks, blocks, free) if joined else None
 
-    def grow_running(self, rep: Replica, m: np.ndarray, plan: Plan, prefix) -> int | None:
+    def grow_running(self, rep: Replica, planned: PlannedDecode, prefix) -> int | None:
         """Paged mode: grow every running request's blocks for its 1 + s_i tokens (the
         plan's KV row is prompt + t = computed + 1) and note the tokens it has computed
         in a counting prefix cache; returns the free blocks left, or None (nothing changed)
         when the pool does not hold the growth."""
         state = rep.state
         bs = self.blocks.block_size
-        ctx = m[_M_KV]
-        need = ctx + plan.verified
+        ctx = planned.kv
+        need = ctx + planned.plan.verified
         need += self.lookahead + bs - 1
         need //= bs
         need -= state[_BLOCKS]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specbatch.simulator.engine.request_state import Replica, Row
-from specbatch.simulator.engine.state import EngineState
+from specbatch.simulator.engine.state import EnginePart
 from specbatch.simulator.engine.v1.compose import Composition
 
 
@@ -50,8 +50,9 @@ class Request:
         return self.num_computed_tokens if self.prefilling else self.num_tokens - 1
 
 
-class V1Reference(EngineState):
-    """The reference composer, mixed into the engine next to :class:`~simulator.engine.v1.compose.V1Composer`."""
+class V1Reference(EnginePart):
+    """The reference composer, a part the vllm-v1 composer holds (``twin``) next to its own
+    :meth:`~simulator.engine.v1.compose.V1Composer.compose`."""
 
     def compose_reference(self, rep: Replica, d_idx: np.ndarray | None,
                           verified: np.ndarray) -> Composition:
@@ -194,5 +195,6 @@ class V1Reference(EngineState):
         kept = len(running) - len(joined)
         tokens = np.asarray([scheduled.get(r.uid, 0) for r in running], dtype=np.int64)
         blocks = np.asarray([r.blocks for r in running], dtype=np.int64)
-        return Composition(kept, tuple(r.uid for r in joined), tokens, blocks, free,
-                           tuple(r.num_computed_tokens for r in joined))
+        return Composition(kept=kept, joined=tuple(r.uid for r in joined), tokens=tokens,
+                           blocks=blocks, free=free,
+                           cached=tuple(r.num_computed_tokens for r in joined))

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.simulator.engine.request_state import Replica, Row, step_record
-from specbatch.simulator.engine.state import EngineState
+from specbatch.simulator.engine.state import EnginePart
 
 _I64 = np.int64
 _UID, _BLOCKS, _OUT, _PROMPT, _POS, _N_STEPS = (
@@ -41,10 +41,10 @@ _UID, _BLOCKS, _OUT, _PROMPT, _POS, _N_STEPS = (
 _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
 
 
-class V1Run(EngineState):
-    """The engine's run of identical vllm-v1 decode steps (module docstring); mixed into
-    :class:`~simulator.engine.core.Engine` through :class:`~simulator.engine.v1.step.V1Step`.
-    ``fast_paths`` False (simulator.engine.state) turns it off, and the step without the
+class V1Run(EnginePart):
+    """The engine's run of identical vllm-v1 decode steps (module docstring); a part the
+    vllm-v1 composer holds (``runs``, simulator.engine.v1.step; it retires the finished through
+    the composer). ``fast_paths`` False (simulator.engine.state) turns it off, and the step without the
     composer of simulator.engine.v1.fast (every step through the composer, one at a time: the
     same results; the parity tests compare the two)."""
 
@@ -171,7 +171,7 @@ class V1Run(EngineState):
             prefix.note_done(state[_UID], state[_PROMPT] + state[_POS] + (steps - 1), True)
         state[_POS] += steps
         state[_N_STEPS] += steps
-        self.finish(rep, times[-1][1])
+        self.composer.finish(rep, times[-1][1])
 
     def log_run(self, rep: Replica, times: list[tuple[float, float, float]]) -> None:
         """Append each step's composition as :meth:`~simulator.engine.v1.step.V1Step.

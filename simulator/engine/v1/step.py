@@ -16,9 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.engine.decode import PlannedDecode
-from specbatch.simulator.engine.request_state import Outcome, Replica, Row
-from specbatch.simulator.engine.v1.batch import DecodeBatch, PrefillBatch, Prefilled
+from specbatch.simulator.engine.decode import Decode, PlannedDecode
+from specbatch.simulator.engine.request_state import Replica, Row
+from specbatch.simulator.engine.state import EngineState
+from specbatch.simulator.engine.v1.batch import DecodeBatch, Decoding, PrefillBatch, Prefilled
 from specbatch.simulator.engine.v1.compose import Composition, V1Composer, integer_sums
 from specbatch.simulator.engine.v1.fast import V1Fast
 from specbatch.simulator.engine.v1.reference import V1Reference
@@ -29,78 +30,111 @@ from specbatch.simulator.replay.tree import cut_mask
 
 _I64 = np.int64
 _UID, _PREFILLED, _FILL, _POS = int(Row.UID), int(Row.PREFILLED), int(Row.FILL), int(Row.POS)
-_M_KV, _M_DRAFTED, _M_VERIFIED = int(Outcome.KV), int(Outcome.DRAFTED), int(Outcome.VERIFIED)
 _EMPTY = np.zeros(0, dtype=_I64)
 _EMPTY.flags.writeable = False
+_NOBODY = Decoding(None, None, None, False)  # no running request: nobody decodes
 _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
 _count_nonzero = np.count_nonzero
 _tuple_new = tuple.__new__  # a NamedTuple from a tuple without its class call (hot path)
 
 
-class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
-    """The engine's vllm-v1 step composer (``COMPOSERS["vllm-v1"]``, simulator.engine.
-    composers; module docstring); a part of :class:`~simulator.engine.core.Engine`, with the
-    runs of identical decode steps of :class:`~simulator.engine.v1.runs.V1Run`, the step
-    without the composer of :class:`~simulator.engine.v1.fast.V1Fast`, the composer
-    :class:`~simulator.engine.v1.compose.V1Composer` and its reference twin
-    :class:`~simulator.engine.v1.reference.V1Reference`."""
+class V1Step(Decode, V1Composer):
+    """The engine's vllm-v1 step composer (the ``vllm-v1`` row of simulator.config.schedulers;
+    module docstring): the shared decode verbs and V1's general composer, holding three parts
+    of its own (each a view of the engine's state, simulator.engine.state): ``runs``
+    (simulator.engine.v1.runs: runs of identical decode steps), ``fast``
+    (simulator.engine.v1.fast: the step without the general composer) and ``twin``
+    (simulator.engine.v1.reference: the composer's per-request reference twin)."""
 
-    prefix_caching = True  # paged mode keeps vLLM V1's prefix cache (simulator.engine.prefix)
+    def __init__(self, engine: EngineState) -> None:
+        super().__init__(engine)
+        self.runs = V1Run(engine)
+        self.fast = V1Fast(engine)
+        self.twin = V1Reference(engine)
+
+    # ------------------------------------------------------------- the dispatcher
 
     def step(self, rep: Replica, time: float) -> float | None:
         """Compose and run one vllm-v1 step; returns its duration (None: nothing runs).
 
         The decoding requests' plan comes first (vLLM's drafts exist before ``schedule``);
-        the composition then decides who runs and with how many tokens. A run of identical
-        depth-0 decode steps is taken at once (simulator.engine.v1.runs), and a step whose
-        composition is known runs without the composer (simulator.engine.v1.fast)."""
-        if not self.depth:
-            duration = self.decode_run(rep, time)
+        the composition then decides who runs and with how many tokens. The fast paths are
+        tried in order, each a named check and the handler that takes the step without the
+        general composer when it applies (a handler may still decline, changing nothing):
+
+        - :meth:`may_run` → ``runs.decode_run``: a run of identical depth-0 decode steps at once;
+        - :meth:`all_decode` → ``fast.fast_step``: every running request decodes;
+        - ``Decoding.tail`` (:meth:`decoding`) → ``fast.mixed_step``: all decode but the newest,
+          which prefills the rest of its prompt;
+
+        and :meth:`composed_step`, the general path, runs the step none took."""
+        if self.may_run():
+            duration = self.runs.decode_run(rep, time)
             if duration is not None:
                 return duration
         state = rep.state
         if not state.flags.c_contiguous:  # a column selection (finish) left it column-major
             rep.state = state = np.ascontiguousarray(state)  # rows contiguous: faster rows
-        n = state.shape[1]
-        d_idx: np.ndarray | None = None
-        nd = 0
-        planned = sub = None
-        if n:
-            tail = False  # only the newest request prefills (a chunked prompt's rest)
-            if rep.n_prefilling:
-                last = n - 1
-                tail = (rep.n_prefilling == 1 and self.fast_paths and not self.reference
-                        and not self.threshold and self.compositions is None
-                        and state[_PREFILLED, last] < state[_FILL, last])
-                if tail:  # the decoding requests are the leading columns: a view
-                    d_idx = np.arange(last, dtype=_I64)
-                    sub = state[:, :last]
-                else:
-                    d_idx = np.flatnonzero(state[_PREFILLED] >= state[_FILL])
-                    sub = state[:, d_idx]
-            else:
-                sub = state
-            nd = sub.shape[1]
-            if nd:
-                planned = self.plan_decode(rep, sub)
-            verified = planned.plan.verified if nd else _EMPTY
-            if d_idx is None and not self.threshold:
-                duration = self.fast_step(rep, time, planned, sub)  # v1.fast
-                if duration is not None:
-                    return duration
-                want = verified + 1  # wants(), its common case inlined
-            else:
-                if tail:
-                    duration = self.mixed_step(rep, time, planned, sub)  # v1.fast
-                    if duration is not None:
-                        return duration
-                want = self.wants(state, d_idx, verified)
+        if not state.shape[1]:
+            return self.composed_step(rep, time, _NOBODY)
+        decoding = self.decoding(rep, state)
+        _, sub, planned, tail = decoding
+        if self.all_decode(decoding):
+            duration = self.fast.fast_step(rep, time, planned, sub)
+        elif tail:
+            duration = self.fast.mixed_step(rep, time, planned, sub)
         else:
-            want = verified = _EMPTY
+            duration = None
+        if duration is not None:
+            return duration
+        return self.composed_step(rep, time, decoding)
+
+    def may_run(self) -> bool:
+        """A policy of depth 0: the steps between two changes of the running batch may be
+        identical (``runs.decode_run`` checks the rest)."""
+        return not self.depth
+
+    def all_decode(self, decoding: Decoding) -> bool:
+        """Every running request decodes and no ``long_prefill_token_threshold`` caps them
+        (``fast.fast_step`` checks the budget, the pool and the prefix cache)."""
+        return decoding.d_idx is None and not self.threshold
+
+    def decoding(self, rep: Replica, state: np.ndarray) -> Decoding:
+        """The running requests that decode (``state`` # [len(Row), n], n ≥ 1), planned;
+        ``tail`` when only the newest prefills (the rest of a chunked prompt) and a fast
+        path may take the step: its decoding requests are then the leading columns."""
+        tail = False
+        if not rep.n_prefilling:
+            d_idx, sub = None, state
+        else:
+            last = state.shape[1] - 1
+            tail = (rep.n_prefilling == 1 and self.fast_paths and not self.reference
+                    and not self.threshold and self.compositions is None
+                    and state[_PREFILLED, last] < state[_FILL, last])
+            if tail:  # the decoding requests are the leading columns: a view
+                d_idx = np.arange(last, dtype=_I64)
+                sub = state[:, :last]
+            else:
+                d_idx = np.flatnonzero(state[_PREFILLED] >= state[_FILL])
+                sub = state[:, d_idx]
+        planned = self.plan_decode(rep, sub) if sub.shape[1] else None
+        return _tuple_new(Decoding, (d_idx, sub, planned, tail))
+
+    # ------------------------------------------------------------- the general path
+
+    def composed_step(self, rep: Replica, time: float, decoding: Decoding) -> float | None:
+        """The step through the general composer (or its reference twin): compose, apply the
+        composition (preempt, admit), cut the plan to what was scheduled, then run it."""
+        d_idx, sub, planned, _ = decoding
+        state = rep.state
+        n = state.shape[1]
+        nd = sub.shape[1] if n else 0
+        verified = planned.plan.verified if nd else _EMPTY
+        want = self.wants(state, d_idx, verified) if n else _EMPTY
         hybrid = self.blocks is not None and self.blocks.tables is not None  # engine.kv
-        comp = (self.compose_reference(rep, d_idx, verified) if self.reference or hybrid
+        comp = (self.twin.compose_reference(rep, d_idx, verified) if self.reference or hybrid
                 else self.compose(rep, want, None if d_idx is not None or planned is None
-                                  else planned.m[_M_KV]))
+                                  else planned.kv))
         if self.compositions is not None:
             self.log_composition(rep, time, comp)
         self.apply(rep, comp)
@@ -119,7 +153,7 @@ class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
                            else int(np.searchsorted(d_idx, scheduled)), nd)
                 cols = slice(0, keep) if d_idx is None else d_idx[:keep]
                 got = tokens[cols]
-                if keep < nd or bool((got < planned.m[_M_VERIFIED, :keep] + 1).any()):
+                if keep < nd or bool((got < planned.verified[:keep] + 1).any()):
                     planned = self.cut_plan(planned, keep, got)
                     sub = sub[:, :keep]
         return self.run_composed(rep, time, _tuple_new(DecodeBatch, (keep, d_idx, planned, sub)),
@@ -154,15 +188,15 @@ class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
              sums, verify_t) = self.price_decode(m, plan)
             self.commit(rep, m, cols)
             if self.from_sums is None:  # the verify pass's query and KV lengths
-                kv = m[_M_KV]
+                kv = planned.kv
                 q_len = plan.verified + 1
         prefill_tokens = 0
         completed: np.ndarray | slice | int = _EMPTY
         n_completed = 0
-        joined = (self.admit_after(rep, join.left - verified_sum, join.free)
+        joined = (self.fast.admit_after(rep, join.left - verified_sum, join.free)
                   if join is not None else None)
         if chunk is not None:
-            joined = self.prefill_running(rep, chunk, joined)
+            joined = self.fast.prefill_running(rep, chunk, joined)
         if joined is not None or (rep.n_prefilling == n_joined and n_joined
                                   and self.from_sums is not None):
             # only the admitted prompts prefill (the last columns): scalar sums
@@ -220,18 +254,19 @@ class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
         """The plan of the first ``keep`` decoding requests, the last one's drafts cut to the
         ``got`` # [keep] tokens the budget gave (verified = got − 1, drafted ≤ verified)."""
         m, plan, _, eta = planned
-        m = m[:, :keep].copy()
-        verified = np.minimum(m[_M_VERIFIED], got - 1)
-        drafted = m[_M_DRAFTED]
-        cut = verified < m[_M_VERIFIED]
+        kept = PlannedDecode(m[:, :keep].copy(), plan, None, eta[:keep])  # rows: views of the copy
+        verified = np.minimum(kept.verified, got - 1)
+        drafted = kept.drafted
+        cut = verified < kept.verified
         drafted = np.where(cut, np.minimum(drafted, verified), drafted)
-        m[_M_VERIFIED] = verified
-        m[_M_DRAFTED] = drafted
-        eta = eta[:keep]
-        view = StepView(self.trace, m[int(Outcome.ROW)], m[_M_KV], None, self.depth, eta,
-                        self.cost, self.view_tables)
+        kept.verified[:] = verified
+        kept.drafted[:] = drafted
+        view = StepView(self.trace, rows=kept.trace_rows, kv=kept.kv, budget=None,
+                        depth=self.depth, eta=kept.eta, cost=self.cost, tables=self.view_tables)
         tree = None if plan.tree is None else cut_mask(plan.tree[:keep], verified)
-        return PlannedDecode(m, Plan(drafted, verified, plan.depth, tree), view, eta)
+        return PlannedDecode(m=kept.m, view=view, eta=kept.eta,
+                             plan=Plan(drafted=drafted, verified=verified, depth=plan.depth,
+                                       tree=tree))
 
     def prefill_joined(self, rep: Replica, tokens: np.ndarray, n_joined: int) -> Prefilled:
         """Prefill the chunks of the ``n_joined`` requests admitted this step, the last

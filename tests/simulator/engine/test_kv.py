@@ -16,6 +16,7 @@ from specbatch.simulator.cost.registry import build_cost_model
 from specbatch.simulator.engine.core import Engine
 from specbatch.simulator.engine.kv import kv_capacity
 from specbatch.simulator.engine.request_state import Row
+from specbatch.simulator.engine.v0 import V0Step
 from specbatch.simulator.metrics import request_table, step_table, summarize
 from specbatch.simulator.policies.registry import make_policy
 from specbatch.simulator.run import cap_workload, simulate
@@ -26,13 +27,9 @@ COST = LinearCost()
 RECORDS = ["tokens", "steps", "drafted", "verified", "accepted"]
 
 
-class CheckedEngine(Engine):
-    """The engine with its block invariants asserted at every step start, and a log of every
-    preemption: (uid, prompt + t, its column index from the end of the running batch)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.log: list[tuple[int, int, int]] = []
+class CheckedV0(V0Step):
+    """The vllm-v0 composer with a log of every preemption: (uid, prompt + t, its column index
+    from the end of the running batch), and no admission in a step that preempted."""
 
     def schedule_paged(self, rep):
         before = rep.state.copy()
@@ -47,6 +44,16 @@ class CheckedEngine(Engine):
             gone = before[Row.UID, kept:][::-1].tolist()
             assert list(rep.waiting)[:len(gone)] == gone[::-1]  # older preempted in front
         return joined
+
+
+class CheckedEngine(Engine):
+    """The engine with its block invariants asserted at every step start, composing through
+    :class:`CheckedV0` (its log: ``log``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.log: list[tuple[int, int, int]] = []
+        self.composer = CheckedV0(self)
 
     def start_step(self, rep, time):
         super().start_step(rep, time)

@@ -42,13 +42,34 @@ def test_the_registry_is_the_catalogue_and_every_name_resolves_to_its_row_s_clas
 @pytest.mark.parametrize("row", ROWS)
 def test_a_row_s_traits_agree_with_its_class(row):
     cls = row.load()
-    assert row.tree == cls.tree and row.live == cls.live
+    assert row.tree == cls.tree and not hasattr(cls, "live")  # the row is live's one home
     assert row.verifies == cls.speculates  # ar alone neither drafts nor verifies
-    # a policy that always calibrates defines the hook on its class; tetris-like ones set it
-    # per instance, only with a fitted predictor (row.predictor)
-    assert row.calibrates == (cls.calibrate is not Policy.calibrate)
+    # a policy that calibrates, always (row.calibrates) or with a fitted predictor
+    # (row.predictor), defines the hook on its class; the row decides when it is called
+    # (tree-optimum inherits the tree policies' hook and reads no predictor: never called)
+    if row.calibrates or row.predictor:
+        assert cls.calibrate is not Policy.calibrate
     assert not row.whole_tree or row.tree
     assert row.min_draft in ("", "k", "depth")
+
+
+@pytest.mark.parametrize("row", ROWS)
+@pytest.mark.parametrize("predictor", ["confidence", "logistic"])
+def test_no_policy_object_rewrites_its_traits(row, predictor):
+    """Traits live on the row and the class: building a policy sets no instance attribute
+    named like a trait or a hook (TETRIS once set ``live``, ``reads`` and ``calibrate`` on
+    itself), and whether a run calibrates it is the row's answer."""
+    from specbatch.simulator.config.sim_config import load_config
+    from specbatch.simulator.policies.calibration import calibrates
+    from specbatch.simulator.policies.registry import make_policy
+
+    if predictor != "confidence" and not row.predictor:
+        pytest.skip("only a row that reads the predictor takes a fitted one")
+    settings = {"verify": "specinfer", "num_speculative_tokens": 3} if row.tree else {}
+    config = load_config(None, policy=row.name, predictor=predictor, extra=0, **settings)
+    policy = make_policy(config, 8)
+    assert not set(vars(policy)) & {"live", "reads", "calibrate", "tree", *HOOKS}
+    assert calibrates(config, policy) == (row.calibrates or predictor != "confidence")
 
 
 @pytest.mark.parametrize("row", ROWS)

@@ -246,7 +246,7 @@ def test_a_learned_static_tree_takes_the_k_first_of_each_rows_learned_order(iid,
     assert not plain.steps["accepted"].equals(fast.steps["accepted"])  # another ranking
     calibration, replay = split
     policy = make_policy(config, 3)
-    policy.fit(calibration)
+    policy.calibrate(calibration)
     view, (_, verified, mask) = decide(policy, replay, np.arange(40), 120)
     ranking = policy.learned_ranking(view)
     assert (verified == 3).all() and view.tree.check_closed(mask).all()

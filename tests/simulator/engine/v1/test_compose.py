@@ -72,20 +72,20 @@ def test_running_requests_first_then_waiting_chunks_under_one_budget():
     eng = make_engine(trace, kv_capacity=10_000, max_num_batched_tokens=10)
     rep = running(eng, [0, 1, 2], [5, 5, 5], blocks=[2, 2, 2])
     queued(eng, [3])
-    comp = eng.compose(rep, np.array([4, 4, 4]))
+    comp = eng.composer.compose(rep, np.array([4, 4, 4]))
     assert (comp.kept, comp.joined, comp.tokens.tolist()) == (3, (), [4, 4, 2])
 
     eng = make_engine(trace, kv_capacity=10_000, max_num_batched_tokens=16)
     rep = running(eng, [0, 1], [5, 5], blocks=[2, 2])
     queued(eng, [2, 3])
-    comp = eng.compose(rep, np.array([4, 4]))
+    comp = eng.composer.compose(rep, np.array([4, 4]))
     assert (comp.joined, comp.tokens.tolist()) == ((2,), [4, 4, 8])
 
     eng = make_engine(trace, kv_capacity=10_000, max_num_batched_tokens=16,
                       enable_chunked_prefill=False)
     rep = running(eng, [0, 1], [5, 5], blocks=[2, 2])
     queued(eng, [2, 3])
-    assert eng.compose(rep, np.array([4, 4])).joined == ()
+    assert eng.composer.compose(rep, np.array([4, 4])).joined == ()
 
 
 def test_a_budget_cut_request_verifies_only_the_drafts_that_fit():
@@ -135,7 +135,7 @@ def test_decode_slots_are_computed_plus_tokens_plus_lookahead(draft, lookahead):
         eng = make_engine(trace, kv_capacity=16 * 8, block_size=16, draft=draft, k=3)
         assert eng.lookahead == lookahead
         rep = running(eng, [0], [t], blocks=[1])
-        comp = eng.compose(rep, np.array([1 + drafts]))
+        comp = eng.composer.compose(rep, np.array([1 + drafts]))
         assert comp.tokens.tolist() == [1 + drafts]
         assert comp.blocks.tolist() == [-(-(slots + lookahead) // 16)], (t, drafts)
 
@@ -160,11 +160,11 @@ def test_admission_needs_only_the_blocks_of_the_tokens_scheduled():
     ⌈21/16⌉ = 2 blocks. A pool of 1 free block admits the 16-token prompt and no more."""
     trace = const_trace(n_requests=3, prompt_len=16, output_len=20)
     eng = make_engine(trace, kv_capacity=16 * 4, block_size=16)
-    comp = eng.compose(queued(eng, [0, 1, 2]), np.zeros(0, np.int64))
+    comp = eng.composer.compose(queued(eng, [0, 1, 2]), np.zeros(0, np.int64))
     assert comp.joined == (0, 1, 2) and comp.blocks.tolist() == [1, 1, 1]
 
     eng = make_engine(trace, kv_capacity=16 * 4, block_size=16, max_num_batched_tokens=8)
-    comp = eng.compose(queued(eng, [0, 1]), np.zeros(0, np.int64))
+    comp = eng.composer.compose(queued(eng, [0, 1]), np.zeros(0, np.int64))
     assert (comp.joined, comp.tokens.tolist(), comp.blocks.tolist()) == ((0,), [8], [1])
 
     eng = make_engine(trace, kv_capacity=16 * 4, block_size=16)
@@ -172,12 +172,12 @@ def test_admission_needs_only_the_blocks_of_the_tokens_scheduled():
     col = eng.initial[:, 0].copy()
     col[Row.POS], col[Row.FILL] = 5, 21
     eng.parked[0] = col
-    comp = eng.compose(rep, np.zeros(0, np.int64))
+    comp = eng.composer.compose(rep, np.zeros(0, np.int64))
     assert (comp.tokens.tolist(), comp.blocks.tolist()) == ([21], [2])
 
     eng = make_engine(trace, kv_capacity=16 * 4, block_size=16)
     rep = running(eng, [2], [3], blocks=[3])  # 1 block left
-    comp = eng.compose(queued(eng, [0, 1]), np.array([1]))
+    comp = eng.composer.compose(queued(eng, [0, 1]), np.array([1]))
     assert comp.joined == (0,)
 
 
@@ -193,10 +193,10 @@ def test_a_running_chunk_preempts_the_newest_instead_of_shrinking():
     eng = make_engine(trace, kv_capacity=24, block_size=4, policy="ar", k=0,
                       max_num_batched_tokens=9)
     rep = running(eng, [0, 1, 2], [0, 1, 1], prefilled=[8, 4, 4], blocks=[2, 2, 2])
-    comp = eng.compose(rep, np.array([8, 1, 1]))
+    comp = eng.composer.compose(rep, np.array([8, 1, 1]))
     assert comp.kept == 2 and comp.tokens.tolist() == [8, 1]
     assert comp.blocks.tolist() == [4, 2] and comp.free == 0
-    eng.apply(rep, comp)
+    eng.composer.apply(rep, comp)
     assert list(rep.waiting) == [2] and eng.rec.preemptions[2] == 1
     assert eng.parked[2][Row.FILL] == 4 + 1  # it recomputes prompt + t
 
@@ -212,7 +212,7 @@ def test_a_request_whose_only_victim_is_itself_stops_the_running_loop():
                                             ([3, 2], 1, [1], [3], 1)):
         eng = make_engine(trace, kv_capacity=8, block_size=2, policy="ar", k=0)
         rep = running(eng, [0, 1], pos, blocks=[2, 2])
-        comp = eng.compose(rep, np.array([1, 1]))
+        comp = eng.composer.compose(rep, np.array([1, 1]))
         assert (comp.kept, comp.tokens.tolist(), comp.blocks.tolist(), comp.free) == (
             kept, tokens, blocks, free), pos
 
@@ -273,7 +273,7 @@ def test_a_readmitted_request_finds_its_freed_blocks_unless_evicted():
     for pool, hits in ((8, 3), (4, 0)):
         eng = prefix_engine(trace, [-1, -1], [0, 0], kv_capacity=4 * pool, policy="ar", k=0)
         rep = queued(eng, [0])
-        eng.apply(rep, eng.compose(rep, np.zeros(0, np.int64)))
+        eng.composer.apply(rep, eng.composer.compose(rep, np.zeros(0, np.int64)))
         assert rep.state[Row.BLOCKS].tolist() == [4]
         rep.prefix.materialise(rep.state[Row.UID], rep.state[Row.BLOCKS])  # a preemption
         rep.prefix.release(0)  # preempted: its blocks back to the queue's tail
@@ -285,7 +285,7 @@ def test_a_readmitted_request_finds_its_freed_blocks_unless_evicted():
         if pool == 4:  # request 1 takes the whole pool first, evicting request 0's hashes
             rep.prefix.allocate(1, 4)
             rep.prefix.release(1)
-        comp = eng.compose(rep, np.zeros(0, np.int64))
+        comp = eng.composer.compose(rep, np.zeros(0, np.int64))
         assert comp.cached == (4 * hits,) and comp.tokens.tolist() == [16 - 4 * hits]
         assert comp.blocks.tolist() == [4]
 
@@ -296,7 +296,7 @@ def test_requests_of_one_prefix_group_share_its_full_blocks():
     the 2 shared blocks (8 tokens) and takes 2 new ones: 6 blocks of the pool in use."""
     trace = const_trace(n_requests=2, prompt_len=16, output_len=8, depth=2)
     eng = prefix_engine(trace, [0, 0], [10, 10], kv_capacity=4 * 10, policy="ar", k=0)
-    comp = eng.compose(queued(eng, [0, 1]), np.zeros(0, np.int64))
+    comp = eng.composer.compose(queued(eng, [0, 1]), np.zeros(0, np.int64))
     assert comp.joined == (0, 1) and comp.cached == (0, 8)
     assert comp.tokens.tolist() == [16, 8] and comp.blocks.tolist() == [4, 4]
     assert comp.free == 10 - 6

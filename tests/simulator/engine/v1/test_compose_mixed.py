@@ -87,7 +87,7 @@ def test_mixed_steps_without_the_composer_change_no_step_or_request(case):
     tables = []
     for fast in (True, False):
         eng = build(trace, cost, kw, fast=fast)
-        eng.mixed_step = counted(eng.mixed_step, taken := [])
+        eng.fast.mixed_step = counted(eng.fast.mixed_step, taken := [])
         rec = eng.run()
         tables.append((step_frame(rec.step_rows), request_table(rec, eng.w)))
         if fast:

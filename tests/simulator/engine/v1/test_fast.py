@@ -43,7 +43,7 @@ def test_an_admitted_prompt_joins_prefilled_and_emits_its_first_token():
     eng = engine(trace, ROOFLINE, max_num_seqs=4)
     rep = decoding(eng, [0, 1], [3, 3])
     rep.waiting.append(2)
-    duration = eng.step(rep, 10.0)
+    duration = eng.composer.step(rep, 10.0)
     row = eng.rec.step_rows[-1]
     assert (row.batch, row.prefill_tokens, row.emitted) == (2, 6, 3)
     assert rep.state[Row.UID].tolist() == [0, 1, 2] and not rep.waiting
@@ -62,9 +62,9 @@ def test_a_pool_short_of_the_growth_leaves_the_step_to_the_composer():
                  enable_prefix_caching=False)
     rep = decoding(eng, [0, 1], [5, 5], blocks=[2, 2])
     assert rep.free_blocks == 1
-    planned = eng.plan_decode(rep, rep.state)
+    planned = eng.composer.plan_decode(rep, rep.state)
     before = rep.state.copy()
-    assert eng.fast_step(rep, 0.0, planned, rep.state) is None
+    assert eng.fast.fast_step(rep, 0.0, planned, rep.state) is None
     assert np.array_equal(rep.state, before) and rep.free_blocks == 1
-    eng.step(rep, 0.0)
+    eng.composer.step(rep, 0.0)
     assert rep.state[Row.UID].tolist() == [0] and eng.rec.preemptions.tolist() == [0, 1]

@@ -81,7 +81,7 @@ def test_fast_paths_change_no_step_request_or_composition(case):
     tables, logs = [], []
     for fast in (True, False):
         eng = engine(trace, cost, fast, **kw)
-        eng.decode_run = counted(eng.decode_run, taken := [])
+        eng.runs.decode_run = counted(eng.runs.decode_run, taken := [])
         rec = eng.run()
         tables.append((step_frame(rec.step_rows), request_table(rec, eng.w)))
         if fast:
@@ -110,7 +110,7 @@ def test_a_run_lasts_until_the_first_request_finishes():
     state[Row.PREFILLED] = state[Row.FILL]
     state[Row.BLOCKS] = [2, 2]
     rep.state, rep.free_blocks = state, eng.blocks.pool - 4
-    duration = eng.decode_run(rep, 100.0)
+    duration = eng.runs.decode_run(rep, 100.0)
     rows = [eng.rec.step_rows[i] for i in range(len(eng.rec.step_rows))]
     assert len(rows) == 4 and {(r.batch, r.emitted) for r in rows} == {(2, 2)}
     assert [r.time for r in rows[1:]] == [r.end for r in rows[:-1]]
@@ -129,5 +129,5 @@ def test_no_run_while_a_waiting_request_has_room():
     state[Row.PREFILLED] = state[Row.FILL]
     rep.state = state
     rep.waiting.append(2)  # room for it: the next step admits it
-    assert eng.decode_run(rep, 0.0) is None
+    assert eng.runs.decode_run(rep, 0.0) is None
     assert len(eng.rec.step_rows) == 0
