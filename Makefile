@@ -9,7 +9,7 @@ STAMP := .venv/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,dist,kernels]"
+	$(PY) -m pip install -q -e ".[dev,dist,kernels,serve]"
 	touch $(STAMP)
 
 demo: $(STAMP)

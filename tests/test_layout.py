@@ -78,7 +78,8 @@ FOLDER_ORDER = {
     "traces": ("corpus", "models", "format", "synth", "capture", "public"),
     "simulator": ("defaults", "replay", "cost", "policies", "config", "workload", "engine",
                   "metrics", "step_stream", "run"),
-    "analysis": ("sweep", "report", "plan", "validate", "tune", "config_docs", "optimum"),
+    "analysis": ("sweep", "report", "plan", "validate", "tune", "config_docs", "optimum",
+                 "endpoint"),
 }
 
 

@@ -98,8 +98,17 @@ def chosen_command(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = chosen_command(argv)
-    parser = build_parser(load=() if command is None else (command,))
-    args = parser.parse_args(argv)
+    if command == "live" and chosen_command(argv[argv.index("live") + 1:]) == "serve":
+        from specbatch.cli.serve import serve_parser
+
+        rest = argv[argv.index("live") + 1:]
+        rest.remove("serve")
+        parser = serve_parser()
+        args = parser.parse_args(rest)
+        args.command = "live serve"
+    else:
+        parser = build_parser(load=() if command is None else (command,))
+        args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 0 if args.command is None else 2

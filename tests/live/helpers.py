@@ -15,9 +15,11 @@ PROMPTS = ["def add(a, b):", "The quick brown fox", "class Point:\n",
 IDS = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14], [20], [30, 31, 32, 33], [40, 41]]
 
 
-def save_pair(out: Path) -> tuple[str, str]:
+def save_pair(out: Path, scale: float = 8.0, noise: float = 0.02) -> tuple[str, str]:
     """Tiny random Llama target (2 layers, hidden 64) and a draft = the target with noise on
-    every weight, so the draft agrees with the target often but not always."""
+    every weight, so the draft agrees with the target often but not always. ``scale``
+    multiplies the target's output rows (larger: peaked rows), ``noise`` the draft's relative
+    perturbation (larger: lower acceptance)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -32,12 +34,12 @@ def save_pair(out: Path) -> tuple[str, str]:
                          pad_token_id=tok.eos_token_id)
     target = LlamaForCausalLM(config)
     with torch.no_grad():
-        target.get_output_embeddings().weight.mul_(8.0)  # peaked rows
+        target.get_output_embeddings().weight.mul_(scale)  # peaked rows
     draft = LlamaForCausalLM(config)
     draft.load_state_dict(target.state_dict())
     with torch.no_grad():
         for p in draft.parameters():
-            p.add_(0.02 * torch.randn_like(p) * p.abs().mean())
+            p.add_(noise * torch.randn_like(p) * p.abs().mean())
     paths = []
     for role, model in (("draft", draft), ("target", target)):
         model.save_pretrained(out / role)
