@@ -386,3 +386,24 @@ def _open_result(out, settings: EndpointSettings, force: bool) -> Path:
                 (path / name).unlink(missing_ok=True)
         write_json(marker, {"kind": KIND, "identity": identity})
     return path
+
+
+#: Completions per prompt and temperature tried, in order, by :func:`draws_needed`.
+LADDER = (25, 50, 100, 200, 400, 800)
+
+
+def draws_needed(settings: EndpointSettings, out: str | os.PathLike,
+                 ladder: tuple = LADDER) -> tuple[int | None, dict]:
+    """The smallest size on ``ladder`` at which the server is caught, and that report (None
+    and the last report when no size catches it). Each rung tops up the draws of the one
+    before it in ``out`` (resume), so the ladder costs what its last rung costs. A
+    measurement of how many draws a fault needs, not a test: looking at the data after every
+    rung is optional stopping, which the stated false-alarm rate does not cover."""
+    import dataclasses
+
+    report: dict = {}
+    for n in ladder:
+        report = conform_endpoint(dataclasses.replace(settings, samples=n), out)
+        if report["lossy"]:
+            return n, report
+    return None, report

@@ -105,3 +105,81 @@ class MeasuredSteps:
             return 0.0
         self.i += 1
         return float(self.durations[self.i - 1])
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on (bound and released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def served(*flags: str, wait: float = 90.0):
+    """``specbatch live serve FLAGS --port P`` on 127.0.0.1 in a subprocess: yields
+    ``(url, process)`` once ``/health`` answers; always terminated (then killed) on exit."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    import time
+    import urllib.request
+
+    port = free_port()
+    log = tempfile.TemporaryFile()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "specbatch", "live", "serve", *flags,
+                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                            env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                urllib.request.urlopen(url + "/health", timeout=2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise RuntimeError(f"server did not start: {log.read()[-2000:]!r}") from None
+                time.sleep(0.2)
+        proc.log = log
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def server_output(proc) -> str:
+    """What a :func:`served` process printed so far."""
+    proc.log.seek(0)
+    return proc.log.read().decode(errors="replace")
+
+
+def post(url: str, path: str, body, key: str | None = None, raw: bytes | None = None):
+    """(status, parsed JSON or text) of a POST (``raw``: the body's bytes as given)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    data = raw if raw is not None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as answer:
+            status, text = answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        status, text = exc.code, exc.read().decode()
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
