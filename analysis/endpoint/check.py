@@ -35,6 +35,7 @@ stopped when rerun with the same settings; a larger ``--samples`` tops the draws
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -190,9 +191,7 @@ class Run:
                     if settings.reference else None)
         self.model = self.tok = None
         if settings.target_model is not None:
-            from specbatch.traces.capture.chain import load_target
-
-            self.tok, self.model = load_target(settings.target_model)
+            self.tok, self.model = _load_target(settings.target_model)
         self.prompts = [self._prompt(p) for p in settings.prompts]
 
     def _prompt(self, text: str):
@@ -318,6 +317,14 @@ class Run:
                            f"differ from non-speculative greedy decoding (e.g. {list(bad[0])} "
                            f"vs {list(want)})")
         return out
+
+
+@functools.lru_cache(maxsize=2)
+def _load_target(path: str):
+    """(tokenizer, model) of the target directory, loaded once per process."""
+    from specbatch.traces.capture.chain import load_target
+
+    return load_target(path)
 
 
 def _empirical(outcomes: list) -> np.ndarray:
