@@ -266,6 +266,10 @@ class Run:
         for i in range(len(self.prompts)):
             for t in sampled:
                 got = [tuple(o) for o in self.store.draws[key("spec", i, t)][:s.samples]]
+                if self.model is not None and any(isinstance(x, str) for o in got for x in o):
+                    raise SpecbatchError("--target-model: the endpoint returns token strings, "
+                                         "not ids (vLLM: return_tokens_as_token_ids); compare "
+                                         "with a --reference server instead")
                 if self.model is not None:
                     from specbatch.analysis.endpoint.reference import cell_counts, prefix_laws
 
