@@ -293,6 +293,9 @@ def run_endpoint(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, timeout=args.timeout, retries=args.retries,
         budget=args.budget, api_key=args.api_key)
     settings.check()
+    if settings.concurrency <= 2:
+        sys.stderr.write("note: --concurrency <= 2 never batches more than two requests; "
+                         "faults that need a larger batch (1Cat-vLLM #656) cannot show\n")
     try:
         report = conform_endpoint(settings, args.out, progress=_progress, force=args.force)
     except BudgetSpent as exc:
