@@ -175,6 +175,18 @@ def serve_flags(name: str) -> list[str]:
     return next(r.serve for r in CATALOGUE if r.name == name).split()
 
 
+def test_one_served_bug_is_caught_in_the_fast_suite(pair):
+    """openvino.genai #4190 (the correction dropped, the next row's token kept) at 50
+    completions per prompt and temperature: the slow ladder caught it at 25."""
+    settings = EndpointSettings(endpoint="http://unset", target_model=pair[1], samples=50,
+                                temperatures=(1.0,), greedy=1)
+    with served("--draft", pair[0], "--target", pair[1],
+                *serve_flags("bug-openvino-4190")) as (url, _):
+        report = conform_endpoint(dataclasses.replace(settings, endpoint=url))
+    assert report["verdict"] == "LOSSY"
+    assert any("law of the first" in v for v in report["violations"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", BROKEN)
 def test_a_catalogued_2026_bug_served_over_http_is_caught(pair, tmp_path, name):
