@@ -49,9 +49,10 @@ def serve_parser() -> ArgumentParser:
                    help="chain verification rule of the rule catalogue: token (TV) or block "
                         "(BV) (default token)")
     p.add_argument("--sampler", default=None, metavar="SPEC",
-                   help="serve this sampler instead of the rule's: a `specbatch conform` "
-                        "built-in (e.g. vllm-v1... padded ones, bug-* from the 2026 catalogue) "
-                        "or package.module:callable with the padded engine signature")
+                   help="serve this sampler instead of the rule's: a padded `specbatch "
+                        "conform` built-in (tv-torch, vllm-standard, ...), a bug-* row of the "
+                        "2026 catalogue, or package.module:callable with the padded engine "
+                        "signature")
     p.add_argument("--draft-sample", choices=DRAFT_SAMPLES, default="probabilistic",
                    help="draft tokens sampled from Ms at the request's temperature "
                         "(probabilistic, default) or argmax of Ms, passed as draft_probs None "
