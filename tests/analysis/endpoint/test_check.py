@@ -25,7 +25,7 @@ pytest.importorskip("uvicorn")
 
 #: A reduced run for the fast suite: two prompts, greedy and T = 1, 60 completions each.
 SMALL = dict(prompts=("def add(a, b):", "The quick brown fox"), temperatures=(0.0, 1.0),
-             samples=60, greedy=3, greedy_tokens=6, alpha=0.01)
+             samples=60, greedy=3, greedy_tokens=6, alpha=1e-3)
 
 
 # ---------------------------------------------------------------- the statistics alone
@@ -96,6 +96,16 @@ def test_a_correct_server_passes_with_power_and_acceptance(server, pair, tmp_pat
     assert len(report["tests"]) == 2 * 3  # prompts x temperatures > 0 x m
     saved = json.loads((tmp_path / "out" / "report.json").read_text())
     assert saved["verdict"] == report["verdict"]
+
+
+def test_the_two_sample_path_runs_end_to_end(server):
+    """The server against itself as --reference (a null by construction): the permutation
+    test passes, the power is marked approximate, both acceptances are read."""
+    report = conform_endpoint(EndpointSettings(endpoint=server, reference=server,
+                                               **(SMALL | {"samples": 40})))
+    assert report["verdict"] == "no violation detected", report["violations"]
+    assert report["power"]["approximate"] and report["reference_acceptance"]["drafts"] > 0
+    assert report["requests_spent"] == 2 * (2 * 40 + 3 + 1)  # both sides; one greedy reference
 
 
 def test_a_partial_run_resumes_and_a_larger_size_tops_up(server, pair, tmp_path):

@@ -69,7 +69,8 @@ class Scripted(BaseHTTPRequestHandler):
     seen: list = []
 
     def do_POST(self):  # noqa: N802 - http.server's name
-        self.seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                         | {"auth": self.headers.get("Authorization")})
         status, body = self.script.pop(0) if self.script else (
             200, {"choices": [{"token_ids": [1, 2]}]})
         data = json.dumps(body).encode()
@@ -105,11 +106,12 @@ def scripted():
 def test_transient_failures_are_retried_and_counted(scripted):
     Scripted.script = [(503, {"error": {"message": "busy"}}), (429, {})]
     budget = Budget(10)
-    ep = Endpoint(scripted, retries=3, budget=budget)
+    ep = Endpoint(scripted, retries=3, budget=budget, api_key="sk-1")
     assert ep.complete([5, 6], 2, 1.0) == [1, 2]
     assert budget.spent == 3  # every try counts
     sent = Scripted.seen[-1]
     assert sent["model"] == "m" and sent["max_tokens"] == 2 and sent["ignore_eos"] is True
+    assert sent["auth"] == "Bearer sk-1" and sent["prompt"] == [5, 6]
 
 
 def test_a_refused_request_is_one_line_with_the_servers_message(scripted):
