@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from specbatch.live.http_api import load_engine, serve
     from specbatch.live.serving import ServeConfig
 
-    require(0 <= args.port <= 65535, f"--port: expected 0..65535, got {args.port}")
+    require(1 <= args.port <= 65535, f"--port: expected 1..65535, got {args.port}")
     cfg = ServeConfig(speculate=args.speculate, verify=args.verify, sampler=args.sampler,
                       draft_sample=args.draft_sample, max_num_seqs=args.max_num_seqs,
                       max_model_len=args.max_model_len, seed=args.seed)
