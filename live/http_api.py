@@ -358,15 +358,26 @@ def make_app(api: Api):
     async def _metrics():
         return PlainTextResponse(api.metrics(), media_type="text/plain; version=0.0.4")
 
+    async def answer(request: Request, chat: bool) -> dict:
+        """A generation route; an unexpected failure is a 500 body, logged without a
+        traceback (Starlette's own 500 handler would print one)."""
+        try:
+            p = api.params(await body_of(request), chat=chat)
+            reqs = await api.generate(p)
+            return api.chat(p, reqs) if chat else api.completion(p, reqs)
+        except ApiError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - never a traceback to the client or log
+            raise ApiError(500, f"internal error: {type(exc).__name__}: {exc}", None,
+                           "InternalServerError") from None
+
     @app.post("/v1/completions")
     async def _completions(request: Request):
-        p = api.params(await body_of(request), chat=False)
-        return api.completion(p, await api.generate(p))
+        return await answer(request, chat=False)
 
     @app.post("/v1/chat/completions")
     async def _chat(request: Request):
-        p = api.params(await body_of(request), chat=True)
-        return api.chat(p, await api.generate(p))
+        return await answer(request, chat=True)
 
     return app
 
