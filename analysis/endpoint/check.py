@@ -262,7 +262,7 @@ class Run:
         n_tests = len(self.prompts) * len(sampled) * s.tokens
         level = holm_threshold(n_tests, s.alpha)
         rng = np.random.default_rng([s.seed, 0xC0F])
-        tests, powers = [], []
+        tests = []
         for i in range(len(self.prompts)):
             for t in sampled:
                 got = [tuple(o) for o in self.store.draws[key("spec", i, t)][:s.samples]]
@@ -280,18 +280,19 @@ class Run:
                         tests.append({"prompt": i, "temperature": t, "m": j, "g": fit.g,
                                       "df": fit.df, "p_value": fit.p_value,
                                       "observed_tv": 0.5 * float(np.abs(counts / counts.sum()
-                                                                        - law).sum())})
-                    powers.append(detectable_tv_law(len(got), law, level))
+                                                                        - law).sum()),
+                                      "detectable_tv": detectable_tv_law(len(got), law,
+                                                                         level)})
                 else:
                     ref = [tuple(o) for o in self.store.draws[key("ref", i, t)][:s.samples]]
                     for j in range(1, s.tokens + 1):
                         a, b = [o[:j] for o in got], [o[:j] for o in ref]
                         fit = two_sample_test(a, b, level, rng)
+                        n_eff = len(got) * len(ref) / max(1, len(got) + len(ref))
                         tests.append({"prompt": i, "temperature": t, "m": j, **fit,
-                                      "observed_tv": _tv(a, b)})
-                    pooled = _empirical([o[:s.tokens] for o in got + ref])
-                    n_eff = len(got) * len(ref) / max(1, len(got) + len(ref))
-                    powers.append(detectable_tv_law(max(2, int(n_eff)), pooled, level))
+                                      "observed_tv": _tv(a, b), "detectable_tv":
+                                      detectable_tv_law(max(2, int(n_eff)), _empirical(a + b),
+                                                        level)})
         rejected = holm([x["p_value"] for x in tests], s.alpha) if tests else []
         for x, r in zip(tests, rejected):
             x["rejected"] = bool(r)
@@ -299,8 +300,10 @@ class Run:
                       f"{x['m']} tokens differs from the reference's (G = {x['g']:.1f}, df "
                       f"{x['df']}, p = {x['p_value']:.2g})" for x in tests if x["rejected"]]
         violations += self._greedy_violations()
-        detectable = max(powers) if powers else None
-        return {"tests": tests, "violations": violations, "detectable_tv": detectable,
+        by_m = [max((x["detectable_tv"] for x in tests if x["m"] == j), default=None)
+                for j in range(1, s.tokens + 1)]
+        return {"tests": tests, "violations": violations, "detectable_tv": by_m[-1],
+                "detectable_tv_by_m": by_m,
                 "holm_tests": n_tests, "power_approximate": self.model is None}
 
     def _greedy_violations(self) -> list[str]:
@@ -365,7 +368,8 @@ def conform_endpoint(settings: EndpointSettings, out: str | os.PathLike | None =
         "tokens": settings.tokens, "samples": settings.samples, "greedy": settings.greedy,
         "alpha": settings.alpha, "requests_spent": store.spent,
         "requests_this_run": run.budget.spent,
-        "power": {"detectable_tv": verdict["detectable_tv"], "draws": settings.samples,
+        "power": {"detectable_tv": verdict["detectable_tv"],
+                  "detectable_tv_by_m": verdict["detectable_tv_by_m"], "draws": settings.samples,
                   "false_alarm": settings.alpha, "holm_tests": verdict["holm_tests"],
                   "approximate": verdict["power_approximate"]},
         "acceptance": acceptance(before["spec"], after["spec"]),

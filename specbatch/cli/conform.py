@@ -327,7 +327,9 @@ def render_endpoint(r: dict) -> str:
                      f"first {r['tokens']} tokens is caught with probability 0.95 at "
                      f"{p['draws']} completions per prompt and temperature (false alarm <= "
                      f"{p['false_alarm']:g}, Holm over {p['holm_tests']} tests"
-                     + ("; two-sample: approximate" if p["approximate"] else "") + ")")
+                     + ("; two-sample: approximate" if p["approximate"] else "") + "); by m: "
+                     + ", ".join(f"{j + 1}: {x:.3f}" for j, x in
+                                 enumerate(p["detectable_tv_by_m"]) if x is not None))
     for name, acc in (("acceptance", r["acceptance"]),
                       ("reference acceptance", r.get("reference_acceptance"))):
         if acc and acc["mal"] is not None:
