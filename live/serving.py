@@ -424,20 +424,23 @@ class ServeEngine:
 
     def _verify(self, reqs, x, q, p):
         """The sampler's output # [n, K+1] (emitted tokens, then -1): seeded rows one by one
-        with their own generators, the others in one call with the engine's."""
+        with their own generators, the others in one call with the engine's. The sampler runs
+        on the host (its generator is a CPU ``torch.Generator``, as ``specbatch conform``
+        calls it), whatever the models' device."""
         import torch
 
         n = len(reqs)
-        out = torch.full((n, self.k + 1), -1, dtype=torch.long)
+        out = torch.full((n, self.k + 1), -1, dtype=torch.long, device=self.device)
         seeded = [i for i, r in enumerate(reqs) if r.generator is not None]
         shared = [i for i, r in enumerate(reqs) if r.generator is None]
         groups = [([i], reqs[i].generator) for i in seeded]
         if shared:
             groups.append((shared, self.gen))
         for rows, gen in groups:
-            idx = torch.tensor(rows)
-            got = self.sampler(x[idx], None if q is None else q[idx], p[idx], gen)
-            out[idx] = _checked(got, len(rows), self.k, self.vocab)
+            idx = torch.tensor(rows, device=self.device)
+            got = self.sampler(x[idx].cpu(), None if q is None else q[idx].cpu(),
+                               p[idx].cpu(), gen)
+            out[idx] = _checked(got, len(rows), self.k, self.vocab).to(self.device)
         return out
 
     def _commit(self, x, tau, y, start_t, start_d) -> None:
