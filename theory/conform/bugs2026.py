@@ -44,6 +44,12 @@ one faithful mechanism that produces that symptom.
 
 DeepSpec #31 (bf16 draft sampling against fp32 rejection) is not written: its deviation is
 the rounding of the draft law, well below the power of a black-box run at practical sizes.
+
+Threads read (GitHub): 1CatAI/1Cat-vLLM issue 656; vllm-project/vllm-ascend PRs 7603, 7839
+(the v0.18.0 backport), 7808 (the block-rule fix of issue 7807), 15673 and 6685;
+vllm-project/vllm PRs 32852 and 27077; z-lab/dflash issue 74 (fix PR 77);
+ml-explore/mlx-swift-lm PR 459; openvinotoolkit/openvino.genai issue 4190 (fix PR 4490);
+deepseek-ai/DeepSpec issue 31.
 """
 
 from __future__ import annotations
