@@ -26,5 +26,9 @@ Modules, one concept each:
   scheduler's rule;
 - :mod:`.record`: per-pass and per-step records, :class:`LiveResult`, the trace of the
   visited positions, writing and reading an output directory;
-- :mod:`.profile_grid`: timing both models on the run's (batch, query, KV) grid.
+- :mod:`.profile_grid`: timing both models on the run's (batch, query, KV) grid;
+- :mod:`.serving`: the engine as a server's core (``specbatch live serve``): a background
+  batching loop that requests join at any time, each with its own temperature and seed, the
+  verifier a sampler with ``specbatch conform``'s engine signature, vLLM's counters;
+- :mod:`.http_api`: its OpenAI-compatible HTTP face (FastAPI + uvicorn, the ``serve`` extra).
 """

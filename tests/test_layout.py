@@ -91,7 +91,7 @@ FOLDER_ORDER = {
     "simulator": ("defaults", "replay", "cost", "policies", "config", "workload", "engine",
                   "metrics", "saturation", "step_stream", "run"),
     "analysis": ("sensitivity", "sweep", "report", "engines", "plan", "validate", "tune",
-                 "config_docs", "optimum"),
+                 "config_docs", "optimum", "endpoint"),
 }
 
 

@@ -96,11 +96,27 @@ def chosen_command(argv: Sequence[str]) -> str | None:
     return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
+def parse_command(argv: Sequence[str]) -> tuple[ArgumentParser, argparse.Namespace]:
+    """(parser, parsed arguments) of a command line; ``live serve`` has a parser of its own
+    (:mod:`specbatch.cli.serve`: ``live`` itself takes a run's flags)."""
+    argv = list(argv)
+    command = chosen_command(argv)
+    if command == "live" and chosen_command(argv[argv.index("live") + 1:]) == "serve":
+        from specbatch.cli.serve import serve_parser
+
+        rest = argv[argv.index("live") + 1:]
+        rest.remove("serve")
+        parser = serve_parser()
+        args = parser.parse_args(rest)
+        args.command = "live serve"
+        return parser, args
+    parser = build_parser(load=() if command is None else (command,))
+    return parser, parser.parse_args(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = chosen_command(argv)
-    parser = build_parser(load=() if command is None else (command,))
-    args = parser.parse_args(argv)
+    parser, args = parse_command(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 0 if args.command is None else 2

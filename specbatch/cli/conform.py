@@ -48,12 +48,17 @@ def register(subparsers) -> None:
                        "specbatch conform mypkg.sampler:rejection_sample --draft greedy --json",
                        "specbatch conform bv-torch --samples 50000 --seed 3",
                        "specbatch conform vllm-v1 --detect 0.02",
-                       "specbatch conform catalogue --alpha 0.01"),
+                       "specbatch conform catalogue --alpha 0.01",
+                       "specbatch conform --endpoint http://127.0.0.1:8000 --reference "
+                       "http://127.0.0.1:8001 --out /tmp/conf",
+                       "specbatch conform --endpoint http://127.0.0.1:8000 --target-model "
+                       "/tmp/zoo/target --json"),
         formatter_class=RAW)
-    parser.add_argument("verifier", metavar="VERIFIER",
-                        help="built-in name or package.module:callable")
-    parser.add_argument("--samples", type=positive_int, default=DEFAULT_SAMPLES,
-                        help=f"samples per pair (default {DEFAULT_SAMPLES}; at most "
+    parser.add_argument("verifier", metavar="VERIFIER", nargs="?", default=None,
+                        help="built-in name or package.module:callable (not with --endpoint)")
+    parser.add_argument("--samples", type=positive_int, default=None,
+                        help=f"samples per pair (default {DEFAULT_SAMPLES}; with --endpoint: "
+                             "completions per prompt and temperature, default 300; at most "
                              f"{MAX_SAMPLES} unless SPECBATCH_ALLOW_LARGE=1)")
     parser.add_argument("--detect", type=float, default=None, metavar="TV",
                         help="choose the samples per pair so that a deviation of this total "
@@ -80,8 +85,59 @@ def register(subparsers) -> None:
                         choices=[*CLASSES, "ties"],
                         help="check only this pair class (repeatable; ties: tied target "
                              "maxima, greedy targets only)")
+    _add_endpoint_flags(parser)
     add_json_flag(parser)
     parser.set_defaults(func=run)
+
+
+def _add_endpoint_flags(parser) -> None:
+    """``--endpoint URL``: check a running OpenAI-compatible server instead of a sampler."""
+    from specbatch.analysis.endpoint.check import (
+        DEFAULT_GREEDY,
+        DEFAULT_SAMPLES,
+        DEFAULT_TEMPERATURES,
+        DEFAULT_TOKENS,
+    )
+
+    g = parser.add_argument_group(
+        "running server (--endpoint)",
+        "send the same prompts to a server with speculation (--endpoint) and to a reference "
+        "without it (--reference URL, or the exact target law from --target-model DIR), at "
+        "several temperatures with concurrent requests; test the joint law of the first m "
+        "tokens per prompt (Holm-corrected, power stated), greedy token for token, and read "
+        "acceptance from /metrics (docs/prove.md)")
+    g.add_argument("--endpoint", default=None, metavar="URL",
+                   help="base URL of the server under test (http://HOST:PORT)")
+    g.add_argument("--reference", default=None, metavar="URL",
+                   help="base URL of the same model served without speculation")
+    g.add_argument("--target-model", default=None, metavar="DIR",
+                   help="the target's local HF directory: the reference is its exact law "
+                        "(prompts are sent as token ids)")
+    g.add_argument("--prompts", default=None, metavar="FILE",
+                   help="prompts file (JSONL/JSON/text, as capture reads; default: 4 bundled "
+                        "prompts)")
+    g.add_argument("--temperatures", default=None, metavar="T,T,...",
+                   help="temperatures (default " + ",".join(f"{t:g}" for t in
+                                                             DEFAULT_TEMPERATURES)
+                        + "; 0: greedy, checked token for token)")
+    g.add_argument("--tokens", type=positive_int, default=DEFAULT_TOKENS, metavar="M",
+                   help=f"joint law of the first M tokens (default {DEFAULT_TOKENS})")
+    g.add_argument("--greedy-requests", type=positive_int, default=DEFAULT_GREEDY,
+                   metavar="N", help=f"greedy requests per prompt (default {DEFAULT_GREEDY})")
+    g.add_argument("--concurrency", type=positive_int, default=8,
+                   help="requests in flight at once (default 8; > 2 so the server batches)")
+    g.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds per request (default 60)")
+    g.add_argument("--retries", type=int, default=3,
+                   help="retries of a failed request (default 3)")
+    g.add_argument("--budget", type=positive_int, default=10**9,
+                   help="most requests this run sends (stops with exit 3; rerun resumes)")
+    g.add_argument("--api-key", default=None, help="Bearer token of both servers")
+    g.add_argument("--out", default=None,
+                   help="result folder: the draws (a rerun resumes them) and report.json")
+    g.add_argument("--force", action="store_true",
+                   help="--out may hold a conform-endpoint result of other settings")
+    parser.set_defaults(endpoint_samples=DEFAULT_SAMPLES)
 
 
 def _num(x, digits: int = 3) -> str:
@@ -142,9 +198,20 @@ def _progress(text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specbatch.errors import require
     from specbatch.theory.conform.check import conform
     from specbatch.theory.conform.samplers import load_sampler
 
+    if args.endpoint is not None:
+        require(args.verifier is None, f"VERIFIER: expected none with --endpoint, got "
+                f"{args.verifier!r}")
+        return run_endpoint(args)
+    require(args.verifier is not None, "VERIFIER: expected a sampler name, 'catalogue', or "
+            "--endpoint URL")
+    if args.samples is None:
+        from specbatch.theory.conform.check import DEFAULT_SAMPLES
+
+        args.samples = DEFAULT_SAMPLES
     if args.verifier == "catalogue":
         return run_catalogue(args)
     sampler = load_sampler(args.verifier, args.draft, args.interface, args.target)
@@ -191,3 +258,86 @@ def run_catalogue(args: argparse.Namespace) -> int:
                      "judged_right": r.correct} for r in results]}
     emit(obj, args.json, render_catalogue(results, args.alpha))
     return 0 if all(r.correct for r in results) else 1
+
+
+def _temperatures(text: str | None) -> tuple:
+    from specbatch.analysis.endpoint.check import DEFAULT_TEMPERATURES
+    from specbatch.errors import SpecbatchError
+
+    if text is None:
+        return DEFAULT_TEMPERATURES
+    try:
+        values = tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise SpecbatchError(f"--temperatures: expected numbers separated by commas, got "
+                             f"{text!r}") from None
+    return values
+
+
+def run_endpoint(args: argparse.Namespace) -> int:
+    """``specbatch conform --endpoint``: exit 0 no violation, 1 lossy, 2 bad input, 3 the
+    request budget ran out (draws kept in --out; rerun to resume)."""
+    from specbatch.analysis.endpoint.check import PROMPTS, EndpointSettings, conform_endpoint
+    from specbatch.analysis.endpoint.client import BudgetSpent
+
+    prompts = PROMPTS
+    if args.prompts is not None:
+        from specbatch.traces.capture.prompts import load_prompts
+
+        prompts = tuple(p.text for p in load_prompts(args.prompts, None))
+    settings = EndpointSettings(
+        endpoint=args.endpoint, reference=args.reference, target_model=args.target_model,
+        prompts=prompts, temperatures=_temperatures(args.temperatures),
+        samples=args.samples or args.endpoint_samples, tokens=args.tokens,
+        greedy=args.greedy_requests, alpha=args.alpha, seed=args.seed,
+        concurrency=args.concurrency, timeout=args.timeout, retries=args.retries,
+        budget=args.budget, api_key=args.api_key)
+    settings.check()
+    if settings.concurrency <= 2:
+        sys.stderr.write("note: --concurrency <= 2 never batches more than two requests; "
+                         "faults that need a larger batch (1Cat-vLLM #656) cannot show\n")
+    try:
+        report = conform_endpoint(settings, args.out, progress=_progress, force=args.force)
+    except BudgetSpent as exc:
+        sys.stderr.write(f"specbatch: {exc}; the draws are kept"
+                         + (f" in {args.out}: rerun the same command to resume\n" if args.out
+                            else " only with --out\n"))
+        return 3
+    emit(report, args.json, render_endpoint(report))
+    return report["exit_code"]
+
+
+def render_endpoint(r: dict) -> str:
+    """The text report: settings, violations, power, acceptance, verdict."""
+    lines = [f"conform --endpoint {r['endpoint']} ({r['model']}) against {r['reference']}: "
+             f"{r['prompts']} prompts, temperatures "
+             + ", ".join(f"{t:g}" for t in r["temperatures"])
+             + f"; first {r['tokens']} tokens, {r['samples']} completions per prompt and "
+             f"T > 0, {r['greedy']} greedy each; {r['requests_spent']} requests in all "
+             f"({r['requests_this_run']} this run)"]
+    worst = sorted((t for t in r["tests"]), key=lambda t: t["p_value"])[:3]
+    if worst:
+        lines.append("smallest p-values: " + "; ".join(
+            f"prompt {t['prompt']} T={t['temperature']:g} m={t['m']}: p = {t['p_value']:.2g} "
+            f"(obsTV {t['observed_tv']:.3f})" for t in worst))
+    lines += [f"  {v}" for v in r["violations"]]
+    p = r["power"]
+    if p["detectable_tv"] is not None:
+        lines.append(f"power: a deviation of TV >= {p['detectable_tv']:.4f} in the law of the "
+                     f"first {r['tokens']} tokens is caught with probability 0.95 at "
+                     f"{p['draws']} completions per prompt and temperature (false alarm <= "
+                     f"{p['false_alarm']:g}, Holm over {p['holm_tests']} tests"
+                     + ("; two-sample: approximate" if p["approximate"] else "") + "); by m: "
+                     + ", ".join(f"{j + 1}: {x:.3f}" for j, x in
+                                 enumerate(p["detectable_tv_by_m"]) if x is not None))
+    for name, acc in (("acceptance", r["acceptance"]),
+                      ("reference acceptance", r.get("reference_acceptance"))):
+        if acc and acc["mal"] is not None:
+            lines.append(f"{name} (/metrics): MAL {acc['mal']:.3f} (1 + A/D), acceptance rate "
+                         f"{acc['acceptance_rate']:.3f} (A/T), P(τ > j) "
+                         + " ".join(f"{x:.3f}" for x in acc["p_tau_at_least"])
+                         + f" over {acc['drafts']:.0f} drafts")
+    if r.get("acceptance_note"):
+        lines.append(f"acceptance: - ({r['acceptance_note']})")
+    lines.append(f"verdict: {r['verdict']}")
+    return "\n".join(lines)

@@ -45,7 +45,9 @@ def _register_live(subparsers) -> None:
                     "or BV; THEORY.md §2-§5); requests leave when done. The clock advances by "
                     "measured step times and jumps to the next arrival when idle. Writes the simulator's requests/steps tables, "
                     "summary.json, a manifest (live.json), a per-pass latency profile and a "
-                    "trace of the visited positions so `specbatch validate` can replay it.",
+                    "trace of the visited positions so `specbatch validate` can replay it. "
+                    "`specbatch live serve` puts the same engine behind an OpenAI-compatible "
+                    "HTTP server (`specbatch live serve --help`, docs/live.md).",
         epilog=example(
             "specbatch zoo train --out /tmp/zoo --size tiny",
             _LIVE_EXAMPLE,

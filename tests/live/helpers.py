@@ -15,9 +15,11 @@ PROMPTS = ["def add(a, b):", "The quick brown fox", "class Point:\n",
 IDS = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14], [20], [30, 31, 32, 33], [40, 41]]
 
 
-def save_pair(out: Path) -> tuple[str, str]:
+def save_pair(out: Path, scale: float = 8.0, noise: float = 0.02) -> tuple[str, str]:
     """Tiny random Llama target (2 layers, hidden 64) and a draft = the target with noise on
-    every weight, so the draft agrees with the target often but not always."""
+    every weight, so the draft agrees with the target often but not always. ``scale``
+    multiplies the target's output rows (larger: peaked rows), ``noise`` the draft's relative
+    perturbation (larger: lower acceptance)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -32,12 +34,12 @@ def save_pair(out: Path) -> tuple[str, str]:
                          pad_token_id=tok.eos_token_id)
     target = LlamaForCausalLM(config)
     with torch.no_grad():
-        target.get_output_embeddings().weight.mul_(8.0)  # peaked rows
+        target.get_output_embeddings().weight.mul_(scale)  # peaked rows
     draft = LlamaForCausalLM(config)
     draft.load_state_dict(target.state_dict())
     with torch.no_grad():
         for p in draft.parameters():
-            p.add_(0.02 * torch.randn_like(p) * p.abs().mean())
+            p.add_(noise * torch.randn_like(p) * p.abs().mean())
     paths = []
     for role, model in (("draft", draft), ("target", target)):
         model.save_pretrained(out / role)
@@ -103,3 +105,81 @@ class MeasuredSteps:
             return 0.0
         self.i += 1
         return float(self.durations[self.i - 1])
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on (bound and released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def served(*flags: str, wait: float = 90.0):
+    """``specbatch live serve FLAGS --port P`` on 127.0.0.1 in a subprocess: yields
+    ``(url, process)`` once ``/health`` answers; always terminated (then killed) on exit."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    import time
+    import urllib.request
+
+    port = free_port()
+    log = tempfile.TemporaryFile()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "specbatch", "live", "serve", *flags,
+                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                            env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                urllib.request.urlopen(url + "/health", timeout=2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise RuntimeError(f"server did not start: {log.read()[-2000:]!r}") from None
+                time.sleep(0.2)
+        proc.log = log
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def server_output(proc) -> str:
+    """What a :func:`served` process printed so far."""
+    proc.log.seek(0)
+    return proc.log.read().decode(errors="replace")
+
+
+def post(url: str, path: str, body, key: str | None = None, raw: bytes | None = None):
+    """(status, parsed JSON or text) of a POST (``raw``: the body's bytes as given)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    data = raw if raw is not None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as answer:
+            status, text = answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        status, text = exc.code, exc.read().decode()
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text

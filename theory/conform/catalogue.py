@@ -29,6 +29,8 @@ class Row:
     source: str
     expected: str  # "lossless", "lossy by design" or "broken"
     deviation: str  # the violation conform reports ("" for a lossless one)
+    reproduces: str = ""  # 2026 rows: "engine line" or "symptom" (bugs2026's module doc)
+    serve: str = ""  # 2026 rows: the `specbatch live serve` flags that serve it
 
     @property
     def should_pass(self) -> bool:
@@ -68,6 +70,35 @@ CATALOGUE = (
     Row("greedy-tie-accepts", "(bug class)", "greedy ≠ non-speculative greedy (vLLM #41758, "
         "mlx-lm #1423): a draft tying the target maximum accepted instead of x == argmax",
         "broken", "output differs from non-speculative greedy decoding token for token"),
+    *(Row(name, engine, source, expected, deviation, reproduces, serve)
+      for name, engine, source, expected, deviation, reproduces, serve in (
+        ("bug-1cat-656", "1Cat-vLLM", "issue #656 (probabilistic drafts, max_num_seqs > 2, "
+         "T > 0)", "broken", "draft laws read one request off above two rows: the law of "
+         "the first m tokens differs", "symptom", "--sampler bug-1cat-656"),
+        ("bug-ascend-7839", "vllm-ascend", "PR #7603/#7839 (block verify with draft_probs "
+         "None: q = 1 in the cumulative product, pre-#7808 rule)", "broken",
+         "the law of the first m tokens differs", "engine line",
+         "--sampler bug-ascend-7839 --draft-sample greedy"),
+        ("bug-ascend-15673", "vllm-ascend", "PR #15673 (\"block\" silently run token-wise "
+         "on NPU)", "lossless", "", "engine line", "--verify block --sampler "
+         "bug-ascend-15673"),
+        ("bug-vllm-32852", "vLLM/vllm-ascend", "vLLM PR #32852 (rejection_sample takes "
+         "logits), vllm-ascend PR #6685 (a caller still passing probabilities)", "broken",
+         "the target law becomes softmax(Mb): the law of the first m tokens differs",
+         "engine line", "--sampler bug-vllm-32852"),
+        ("bug-vllm-27077", "vLLM V1", "PR #27077 (greedy T = 0 vs the sentinel -1: division "
+         "by zero in the rejection sampler)", "broken", "greedy output differs from "
+         "non-speculative greedy decoding", "symptom", "--sampler bug-vllm-27077"),
+        ("bug-dflash-74", "z-lab/dflash", "issue #74 (draft ignores temperature; equality "
+         "matching)", "lossless", "", "engine line",
+         "--sampler bug-dflash-74 --draft-sample greedy"),
+        ("bug-mlx-swift-459", "mlx-swift-lm", "PR #459 (equality matching of sampled drafts "
+         "at T > 0)", "lossless", "", "engine line", "--sampler bug-mlx-swift-459"),
+        ("bug-openvino-4190", "openvino.genai", "issue #4190 (rejection handled one "
+         "iteration late)", "broken", "the correction is dropped and the next row's token "
+         "kept: the law of the first m tokens differs", "symptom",
+         "--sampler bug-openvino-4190"),
+      )),
 )
 
 

@@ -20,6 +20,11 @@ NAMED = {
     "ascend-block-unfixed": "law of the first",
     "ragged-misaligned": "differ from the draft",
     "greedy-tie-accepts": "differ from non-speculative greedy decoding",
+    "bug-1cat-656": "law of the first",
+    "bug-ascend-7839": "law of the first",
+    "bug-vllm-32852": "law of the first",
+    "bug-vllm-27077": "differ from non-speculative greedy decoding",
+    "bug-openvino-4190": "law of the first",
 }
 
 
