@@ -19,7 +19,7 @@ demo: $(STAMP)
 	.venv/bin/specbatch demo
 
 test: $(STAMP)
-	$(PY) -m pytest -n auto
+	$(PY) -m pytest -n auto --dist loadfile
 
 lint: $(STAMP)
 	.venv/bin/ruff check .
