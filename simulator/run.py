@@ -64,6 +64,7 @@ from specbatch.simulator.metrics import (
 from specbatch.simulator.policies import knobs as pk
 from specbatch.simulator.policies.base import defines
 from specbatch.simulator.policies.calibration import calibrate_policy, split_trace
+from specbatch.simulator.policies.catalogue import entry
 from specbatch.simulator.policies.registry import Policy, make_policy
 from specbatch.simulator.replay.fitted_acceptance import acceptance_trace
 from specbatch.simulator.replay.profile_replay import profile_notes, profile_trace
@@ -334,7 +335,8 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
     run_notes = policy.run_notes if defines(policy, "run_notes") else None
-    notes = (workload.notes + (() if profile is None else profile_notes(profile, config))
+    notes = (workload.notes + (() if profile is None else profile_notes(
+        profile, config, getattr(entry(config.policy), "confidence", False)))
              + drafter_notes(config, trace) + weight_bits_notes(config, trace)
              + verify_notes(config) + split_notes(config, held_out) + hybrid_notes(config))
     return SimResult(config=config, requests=requests, step_table=None if streamed else steps,

@@ -39,6 +39,8 @@ class PolicyEntry:
     engine:     whether it models a serving engine's rule (simulator.policies.engines and kin)
     live:       whether the live loop runs it (live.loop; its class says ``live = True``)
     min_draft:  what must be >= 1 for it to draft: "k", "depth" (k + e) or "" (nothing)
+    confidence: whether its choices read the draft's per-token confidences (an acceptance
+                profile has none: simulator.replay.profile_replay)
     """
 
     name: str
@@ -54,6 +56,7 @@ class PolicyEntry:
     engine: bool = False
     live: bool = False
     min_draft: str = ""
+    confidence: bool = False
 
     def load(self) -> type:
         """The policy class this row names (imports its module)."""
@@ -79,22 +82,22 @@ CATALOGUE: tuple[PolicyEntry, ...] = (
     PolicyEntry(name="ema-adaptive", path=f"{_ENGINE}:EmaAdaptive", knobs=("speculative_adaptive_config",),
                 uses_extra=False, engine=True),
     PolicyEntry(name="entropy-stop", path=f"{_STOP}:EntropyStop", knobs=("entropy_threshold",),
-                engine=True, min_draft="depth"),
+                engine=True, min_draft="depth", confidence=True),
     PolicyEntry(name="fixed", path=f"{_CORE}:Fixed", uses_extra=False, live=True, min_draft="k"),
     PolicyEntry(name="hindsight", path=f"{_CORE}:Hindsight", min_draft="depth"),
     PolicyEntry(name="oracle", path=f"{_CORE}:Oracle", min_draft="depth"),
     PolicyEntry(name="specdec++", path=f"{_STOP}:SpecDecPP", knobs=("specdec_threshold",),
-                calibrates=True, engine=True, min_draft="depth"),
+                calibrates=True, engine=True, min_draft="depth", confidence=True),
     PolicyEntry(name="static-tree", path=f"{_TREE}:StaticTree", predictor=True, tree=True,
                 whole_tree=True),
-    PolicyEntry(name="tetris", path=f"{_CORE}:Tetris", predictor=True, live=True, min_draft="depth"),
-    PolicyEntry(name="tetris-tree", path=f"{_TREE}:TetrisTree", predictor=True, tree=True),
-    PolicyEntry(name="threshold", path=f"{_CORE}:Threshold", min_draft="depth"),
+    PolicyEntry(name="tetris", path=f"{_CORE}:Tetris", predictor=True, live=True, min_draft="depth", confidence=True),
+    PolicyEntry(name="tetris-tree", path=f"{_TREE}:TetrisTree", predictor=True, tree=True, confidence=True),
+    PolicyEntry(name="threshold", path=f"{_CORE}:Threshold", min_draft="depth", confidence=True),
     PolicyEntry(name="tree-optimum", path=f"{_TREE}:TreeOptimum", tree=True),
     PolicyEntry(name="vllm-adaptive", path=f"{_ADAPTIVE}:VllmAdaptive",
                 knobs=("adaptive_confidences", "adaptive_cost_tables", "adaptive_survival",
                        "adaptive_profile_context_len"),
-                uses_extra=False, predictor=True, engine=True, min_draft="k"),
+                uses_extra=False, predictor=True, engine=True, min_draft="k", confidence=True),
     PolicyEntry(name="vllm-dynamic", path=f"{_ENGINE}:VllmDynamic", uses_extra=False, calibrates=True,
                 engine=True, min_draft="k"),
 )

@@ -21,7 +21,7 @@ outcomes come from its own uniforms, so runs agree in law, not path by path).
 
 What a profile cannot give: per-token draft confidences. The draft signals are those of a
 one-hot draft (``draft_conf = top1 = 1``, ``entropy = 0``), so the policies that read them
-(:data:`SIGNAL_POLICIES`: TETRIS's ranking, the confidence and threshold policies) see no
+(the catalogue rows with ``confidence``: TETRIS's ranking, the confidence and threshold policies) see no
 signal, and BV gains nothing over TV. A trace remains the richest source for those.
 """
 
@@ -38,9 +38,6 @@ if TYPE_CHECKING:
     from specbatch.traces.acceptance.profile import AcceptanceProfile
     from specbatch.traces.format.trace import Trace
 
-#: Policies whose choices read the draft's per-token confidences (none under a profile).
-SIGNAL_POLICIES = ("tetris", "tetris-tree", "threshold", "entropy-stop", "vllm-adaptive",
-                   "specdec++")
 #: Seed stream of the histogram's accept-length draws (apart from every other stream).
 _STREAM = 0x70F11E
 
@@ -108,14 +105,17 @@ def _build_profile_trace(trace: Trace, profile: AcceptanceProfile, seed: int) ->
     return make_trace(meta, trace.requests(), columns, path=trace.path)
 
 
-def profile_notes(profile: AcceptanceProfile, config) -> tuple[str, ...]:
-    """What a run on a profile should say: its source, its caveats, and lost signals."""
+def profile_notes(profile: AcceptanceProfile, config, reads_confidence: bool = False
+                  ) -> tuple[str, ...]:
+    """What a run on a profile should say: its source, its caveats, and lost signals
+    (``reads_confidence``: the policy's choices read per-token draft confidences, its
+    catalogue row's ``confidence``)."""
     policy = config.policy
     notes = [f"acceptance from profile {profile.source}, pair {profile.pair}"
              + (", accept lengths drawn from its histogram" if profile.histogram is not None
                 else ", conditional chain")]
     notes += [f"profile {profile.name}: {n}" for n in profile.notes]
-    if policy in SIGNAL_POLICIES:
+    if reads_confidence:
         notes.append(f"policy {policy} reads per-token draft confidences, which a profile does "
                      "not have (one-hot signals): its choices carry no acceptance signal here; "
                      "use a trace for it")

@@ -466,10 +466,11 @@ def run_max_rate(args: argparse.Namespace) -> int:
 
     from specbatch.analysis.plan.max_rate import search, simulate_probe
     from specbatch.analysis.plan.slo import Slos
-    from specbatch.analysis.plan.space import Speculation
+    from specbatch.analysis.plan.space import PLAN_POLICIES, Speculation
     from specbatch.io import atomic_write, check_output_dir, dumps, prepare_output_dir
     from specbatch.simulator.config.sim_config import make_config
     from specbatch.simulator.cost.gpus.hardware import get_hardware
+    from specbatch.simulator.policies.catalogue import entry
 
     require(args.out is not None, "--out: expected a directory for --max-rate's "
             "max_rate.json, got none")
@@ -478,13 +479,13 @@ def run_max_rate(args: argparse.Namespace) -> int:
     hardware = _one([get_hardware(h.strip()).name for h in args.hardware.split(",")
                      if h.strip()], "--hardware")
     tp = _one(args.tp, "--tp")
-    policy = _one(_names(args.policies, "--policies", {p: p for p in
-                                                       ("ar", "fixed", "tetris", "dsd")}),
+    policy = _one(_names(args.policies, "--policies", {p: p for p in PLAN_POLICIES}),
                   "--policies")
     verify = _one(_names(args.verify, "--verify", {"token": "token", "tv": "token",
                                                    "block": "block", "bv": "block"}), "--verify")
-    k = _one(args.k, "--k") if policy in ("fixed", "tetris") else None
-    extra = _one(args.extra, "--extra") if policy == "tetris" else 0
+    row = entry(policy)
+    k = _one(args.k, "--k") if row.uses_k else None
+    extra = _one(args.extra, "--extra") if row.uses_extra else 0
     for flag, value in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot),
                         ("--slo-e2e", args.slo_e2e)):
         require(value is None or value > 0, f"{flag}: expected seconds > 0, got {value}")

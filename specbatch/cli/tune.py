@@ -284,7 +284,7 @@ def format_report(report: dict) -> str:
     for engine, v in report["engines_verdict"].items():
         state = "schedule wins" if v["wins"] else "use fixed K"
         g = v.get("gain")
-        if g:
+        if g and g.get("mean") is not None:
             nan = float("nan")
             iv = Interval(g["mean"], nan if g["ci_low"] is None else g["ci_low"],
                           nan if g["ci_high"] is None else g["ci_high"], g["seeds"])
