@@ -160,11 +160,14 @@ def systems(root: str | Path) -> list[str]:
 
 
 def read_table(path: Path, family: str) -> pd.DataFrame:
-    """One table with its columns checked and renamed, ``latency_s`` in seconds."""
+    """One table with its columns checked and renamed, ``latency_s`` in seconds (older
+    attention tables have no ``window_size``: full attention, 0)."""
     try:
         frame = pd.read_parquet(path)
     except (OSError, ValueError) as exc:
         raise SpecbatchError(f"{path}: cannot read the table ({exc})") from None
+    if family.startswith("attention") and "window_size" not in frame.columns:
+        frame = frame.assign(window_size=0)
     for col in (*COLUMNS[family], "latency"):
         require(col in frame.columns, f"{path}: column {col!r} missing; expected "
                 f"AIConfigurator's {TABLES[family][1]} table")
