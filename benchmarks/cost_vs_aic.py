@@ -31,11 +31,29 @@ def table(laws: dict) -> list[str]:
     return out
 
 
+def summary(laws: dict, target: float = 0.08) -> list[str]:
+    """Markdown rows per (GPU, op family): groups, the range of each estimator's held-out
+    MAPE over the groups, and how many groups meet ``target``."""
+    out = ["| GPU | vLLM | op | groups | law LOSO MAPE | transfer LOSO MAPE | groups <= "
+           f"{100 * target:.0f} % (law / transfer) |", "|---|---|---|---|---|---|---|"]
+    for system, (version, fitted) in sorted(laws.items()):
+        for family in dict.fromkeys(law.family for law in fitted):
+            group = [law for law in fitted if law.family == family]
+            lo = [law.mape_loso for law in group]
+            tr = [law.mape_transfer for law in group]
+            out.append(f"| {system} | {version} | {family} | {len(group)} | "
+                       f"{100 * min(lo):.1f}-{100 * max(lo):.1f} % | "
+                       f"{100 * min(tr):.1f}-{100 * max(tr):.1f} % | "
+                       f"{sum(v <= target for v in lo)} / {sum(v <= target for v in tr)} |")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tables", help="AIConfigurator's systems/data folder (refit)")
     ap.add_argument("--system", nargs="+", default=[], help="systems to refit")
     ap.add_argument("--vllm-version", help="vLLM version (default: newest full set)")
+    ap.add_argument("--summary", action="store_true", help="one row per GPU and op family")
     args = ap.parse_args()
     if args.tables:
         result = import_laws(args.tables, tuple(args.system), args.vllm_version)
@@ -43,7 +61,7 @@ def main() -> int:
                 for name, s in result["systems"].items()}
     else:
         laws = load_laws(BUNDLED)
-    print("\n".join(table(laws)))
+    print("\n".join(summary(laws) if args.summary else table(laws)))
     return 0
 
 
