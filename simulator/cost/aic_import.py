@@ -21,6 +21,9 @@ from specbatch.traces.public.aiconfigurator import import_aiconfigurator, system
 
 RESULT_KIND = "specbatch-aic-laws"
 BUNDLED = (Path(__file__).resolve().parents[2] / "traces" / "data" / "aiconfigurator")
+#: AIConfigurator's system name -> this package's hardware preset (simulator.cost.hardware).
+AIC_PRESETS = {"h100_sxm": "h100", "h200_sxm": "h200", "a100_sxm": "a100", "l40s": "l40s",
+               "rtx_pro_6000_server": "rtxpro6000", "b200_sxm": "b200", "gb200": "gb200"}
 #: The GPUs whose laws are bundled (AIConfigurator's system names).
 COMMON_SYSTEMS = ("h100_sxm", "h200_sxm", "a100_sxm", "b200_sxm", "l40s",
                   "rtx_pro_6000_server")

@@ -237,6 +237,24 @@ HARDWARE: dict[str, Hardware] = {
     )
 }
 
+# --- begin: issue 42 (branch aic) presets for AIConfigurator's systems with vLLM tables that
+# had none here; one block, to be ported to the GPU catalogue. Peaks, bandwidth, memory and
+# NVLink from NVIDIA's HGX B200 / GB200 NVL72 datasheets (dense, without sparsity; NVLink 5:
+# 1.8 TB/s both directions, 900 GB/s each way; GB200 per GPU: 13.4 TB / 72). The efficiencies
+# are fitted (simulator.cost.gemm_fit.fit_efficiencies) to AIConfigurator's bf16 GEMM rows at
+# vLLM 0.24.0 (commit 095f58a; m <= 2048, 1024 <= n, k <= 32768, every ~12th row): B200
+# 0.63 / 0.57 (in-sample MAPE 23.8 % against 33.9 % at the default 0.7 / 0.8), GB200
+# 0.62 / 0.58 (24.7 %); latencies and overhead stay the defaults (assumptions).
+HARDWARE.update({h.name: h for h in (
+    Hardware("b200", "NVIDIA B200 SXM 180GB (HGX)", 2250 * TERA, 8.0 * TERA, 180 * GIGA,
+             900 * GIGA, compute_eff=0.63, memory_eff=0.57, compute_capability=100,
+             fp8_peak_flops=4500 * TERA),
+    Hardware("gb200", "NVIDIA GB200 (one Blackwell GPU of an NVL72) 186GB", 2500 * TERA,
+             8.0 * TERA, 186 * GIGA, 900 * GIGA, compute_eff=0.62, memory_eff=0.58,
+             compute_capability=100, fp8_peak_flops=5000 * TERA),
+)})
+# --- end: issue 42 presets
+
 @dataclass(frozen=True)
 class Execution:
     """How kernels reach the GPU: fixed latencies per role and how they meet the GPU time.
@@ -342,7 +360,8 @@ def get_sampler(name: str) -> Sampler:
 
 #: Accepted spellings that map onto a preset name.
 ALIASES = {"h100-sxm": "h100", "h100-sxm5": "h100", "a100-80gb": "a100", "a100-sxm": "a100",
-           "h200-sxm": "h200", "rtx-4090": "rtx4090", "rtx-pro-6000": "rtxpro6000"}
+           "h200-sxm": "h200", "rtx-4090": "rtx4090", "rtx-pro-6000": "rtxpro6000",
+           "b200-sxm": "b200"}  # b200-sxm: issue 42 (branch aic)
 
 
 def get_hardware(name: str) -> Hardware:
