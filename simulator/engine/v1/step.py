@@ -126,6 +126,14 @@ class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
                                  _tuple_new(PrefillBatch, (comp.tokens, len(comp.joined), None,
                                                            None)))
 
+    def draft_chunk_seconds(self, chunk_sums: tuple) -> float:
+        """A draft model's pass over the step's prefill chunks: its LM head at one row per
+        chunk when the cost model takes the rows (vLLM's proposer samples each request's last
+        token only), else at every chunk token."""
+        if self.logit_rows:
+            return float(self.from_sums("draft", *chunk_sums, rows=chunk_sums[0]))
+        return float(self.from_sums("draft", *chunk_sums))
+
     def run_composed(self, rep: Replica, time: float, decoding: DecodeBatch,
                      prefill: PrefillBatch) -> float:
         """Verify, price and commit the composed step: the ``decoding`` requests (the first
@@ -170,7 +178,7 @@ class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
             prefill_tokens, completed, n_completed, chunk_sums = (
                 joined if joined is not None else self.prefill_joined(rep, tokens, n_joined))
             if self.drafts_chunks:
-                draft_t += float(self.from_sums("draft", *chunk_sums))
+                draft_t += self.draft_chunk_seconds(chunk_sums)
             sums = chunk_sums if sums is None else (
                 sums[0] + chunk_sums[0], sums[1] + chunk_sums[1], sums[2] + chunk_sums[2],
                 sums[3] + chunk_sums[3], sums[4] + chunk_sums[4])
@@ -184,7 +192,7 @@ class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
                 if self.from_sums is not None:  # price from exact integer sums
                     chunk_sums = integer_sums(chunk, kv_before)
                     if self.drafts_chunks:
-                        draft_t += float(self.from_sums("draft", *chunk_sums))
+                        draft_t += self.draft_chunk_seconds(chunk_sums)
                     sums = chunk_sums if sums is None else (
                         sums[0] + chunk_sums[0], sums[1] + chunk_sums[1],
                         sums[2] + chunk_sums[2], sums[3] + chunk_sums[3],
@@ -192,7 +200,10 @@ class V1Step(V1Run, V1Fast, V1Composer, V1Reference):
                     unsampled += chunk_sums[1] - chunk_sums[0]
                 else:
                     if self.drafts_chunks:
-                        draft_t += float(self.cost.step_time("draft", chunk, kv_before))
+                        draft_t += (float(self.cost.step_time("draft", chunk, kv_before,
+                                                              rows=float(chunk.shape[0])))
+                                    if self.logit_rows else
+                                    float(self.cost.step_time("draft", chunk, kv_before)))
                     q_len = np.concatenate([q_len, chunk])
                     kv = np.concatenate([kv, kv_before])
                     unsampled += float(_sum(chunk)) - chunk.shape[0]
