@@ -54,3 +54,18 @@ def test_a_chunked_prompt_still_takes_one_row():
     assert row.prefill_tokens == 128
     assert row.target_time == pytest.approx(
         cost.step_time("target", np.array([128]), np.array([0]), rows=1), rel=1e-12)
+
+
+def test_a_verify_step_next_to_a_chunk_takes_s_plus_one_rows_and_one():
+    """Fixed k = 3, budget 2048: a 4-token prompt prefills with the first 2044 tokens of an
+    8192-token one; next step it verifies 3 drafts (query 4 over 5 cached tokens: prompt and
+    first token) next to the second 2044-token chunk: R = (3 + 1) + 1 = 5 logit rows, not
+    Σq = 2048 (compute-bound here, so the head's rows show)."""
+    trace = const_trace(n_requests=2, output_len=8, depth=3, prompt_lens=np.array([4, 8192]))
+    eng, cost = engine(trace, policy="fixed", k=3, max_num_batched_tokens=2048)
+    eng.run()
+    row = eng.rec.step_rows[1]
+    assert (row.batch, row.verified, row.prefill_tokens) == (1, 3, 2044)
+    q, kv = np.array([4, 2044]), np.array([5, 2044])
+    assert row.target_time == pytest.approx(cost.step_time("target", q, kv, rows=5), rel=1e-12)
+    assert row.target_time < cost.step_time("target", q, kv, rows=2048)
