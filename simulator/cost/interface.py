@@ -108,3 +108,10 @@ def for_role(by_role: Mapping[str, T], role: str) -> T:
     if item is None:
         raise SpecbatchError(f"cost role {role!r}: expected one of {', '.join(ROLES)}")
     return item
+
+
+def takes_logit_rows(cost) -> bool:
+    """Whether ``cost`` prices a pass's LM head at the logit rows the engine names (its class
+    declares ``logit_rows`` and it is true: simulator.cost.analytic.roofline's ``rows``). A wrapper
+    that does not declare it (``__getattr__`` forwarding only) takes none."""
+    return hasattr(type(cost), "logit_rows") and bool(cost.logit_rows)

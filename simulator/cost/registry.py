@@ -23,7 +23,7 @@ from specbatch.simulator.cost.gpus.hardware import (
     get_execution,
     get_hardware,
 )
-from specbatch.simulator.cost.interface import ROLES, CostModel
+from specbatch.simulator.cost.interface import ROLES, CostModel, takes_logit_rows
 from specbatch.simulator.cost.measured.profiled import (
     fit_profile,
 )
@@ -344,5 +344,9 @@ def pass_times(model: CostModel, batches, kv: int, k: int) -> list[dict]:
 
 
 def prefill_time(model: CostModel, prompt: int) -> float:
-    """Seconds of the target's prefill pass over one ``prompt``-token prompt (empty cache)."""
+    """Seconds of the target's prefill pass over one ``prompt``-token prompt (empty cache),
+    its LM head at the one row vLLM samples when the model takes logit rows
+    (simulator.cost.analytic.roofline)."""
+    if takes_logit_rows(model):
+        return model.step_time("target", np.array([prompt]), np.array([0]), rows=1.0)
     return model.step_time("target", np.array([prompt]), np.array([0]))

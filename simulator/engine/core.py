@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.cost.interface import CostModel, sums_path
+from specbatch.simulator.cost.interface import CostModel, sums_path, takes_logit_rows
 from specbatch.simulator.cost.verify_cost import verify_cost_for
 from specbatch.simulator.defaults import one_hot_drafter
 from specbatch.simulator.engine import v0 as _v0  # noqa: F401 - see below
@@ -196,6 +196,9 @@ class Engine(EngineState):
             self.cost = self.lockstep.recorder
             if self.from_sums is not None:
                 self.from_sums = self.lockstep.recorder.time_from_sums
+        # the target pass's LM head at the rows vLLM samples (simulator.cost.analytic.roofline),
+        # when the cost model takes them; the DP lockstep's repricing keeps every query token
+        self.logit_rows = takes_logit_rows(cost) and self.lockstep is None
         caching = (row.prefix_caching and self.blocks is not None
                    and config.enable_prefix_caching and self.blocks.tables is None)
         group, shared = prefix_groups(workload)

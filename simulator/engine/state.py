@@ -72,6 +72,7 @@ class EngineState:
     wrap: np.ndarray | None  # [N] trace rows L per request (row base + t mod L), or None
     keys: np.ndarray  # [N] uint64 the verifier's common-random-number stream key per request
     from_sums: Callable[..., float] | None  # the cost model's time_from_sums, or None
+    logit_rows: bool  # pass the target pass's logit rows n + S (vllm-v1; simulator.cost.analytic.roofline)
     overhead: float  # T_overhead: the cost model's fixed seconds per step
     verify_cost: VerifyCost | None  # the rejection sampler's seconds per step, or None
     pass_index: np.ndarray  # [max(K, 1)] 0..K−1: the draft passes' indices

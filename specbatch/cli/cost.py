@@ -112,6 +112,32 @@ def register(subparsers) -> None:
     add_json_flag(imp)
     imp.set_defaults(func=run_import)
 
+    aic = verbs.add_parser(
+        "import-aiconfigurator", help="fit per-op laws to AIConfigurator's measured vLLM tables",
+        description="Read AIConfigurator's measured vLLM op tables (DIR = its "
+                    "aic-core/src/aiconfigurator_core/systems/data: <system>/{gemm,attention,"
+                    "comm,moe}/vllm/<version>/*.parquet), fit per-op laws per GPU (attention "
+                    "decode and prefill, GEMMs by dtype, all-reduce, MoE; "
+                    "simulator/cost/measured/aic_laws.py) with their leave-one-shape-out errors, and "
+                    "write laws.json and PROVENANCE.json into OUT.",
+        epilog=example("specbatch cost import-aiconfigurator aiconfigurator/aic-core/src/"
+                       "aiconfigurator_core/systems/data --system h100_sxm --out my-laws",
+                       "specbatch cost import-aiconfigurator DATA --vllm-version 0.19.0 "
+                       "--out laws --json"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    aic.add_argument("folder", metavar="DIR", help="AIConfigurator's systems/data folder")
+    aic.add_argument("--out", required=True, help="output folder (new, empty, or an earlier "
+                     "import of the same tables)")
+    aic.add_argument("--system", nargs="+", default=[], metavar="SYSTEM",
+                     help="systems to fit (default: every system with vLLM tables)")
+    aic.add_argument("--vllm-version", help="vLLM version of the tables (default: each "
+                     "system's newest version with gemm, attention, comm and moe tables)")
+    aic.add_argument("--commit", help="AIConfigurator's commit (provenance)")
+    aic.add_argument("--force", action="store_true", help="replace an earlier import")
+    add_json_flag(aic)
+    aic.set_defaults(func=run_import_aic)
+
     show = verbs.add_parser(
         "show", help="print draft/target step times across batch sizes",
         description="Print the step time of one draft pass (1 token per request), one target "
@@ -205,6 +231,30 @@ def run_import(args) -> int:
     emit(out, args.json, f"wrote {args.out}/: {len(c)} compute rows ({', '.join(out['gpus'])}; "
                          f"{len(out['models'])} models), {len(n)} collective rows from "
                          f"{out['files']} files")
+    return 0
+
+
+def run_import_aic(args) -> int:
+    from specbatch.io import check_result_dir
+    from specbatch.simulator.cost.measured.aic_import import RESULT_KIND, import_laws, write_laws
+
+    if not args.force:
+        check_result_dir(args.out, RESULT_KIND, "", force=True)
+    result = import_laws(args.folder, tuple(args.system), args.vllm_version, args.commit)
+    write_laws(result, args.out, force=args.force)
+    table = {name: {"vllm_version": s["vllm_version"], "laws": len(s["laws"])}
+             for name, s in result["systems"].items()}
+    lines = [f"wrote {args.out}/: laws.json, PROVENANCE.json ({len(result['provenance']['files'])}"
+             " tables)"]
+    for name, s in result["systems"].items():
+        lines.append(f"{name} (vLLM {s['vllm_version']}):")
+        for law in s["laws"]:
+            group = " ".join(str(v) for v in law["group"].values())
+            lines.append(f"  {law['family']:<18} {group:<60} {law['rows']:>6} rows "
+                         f"{law['shapes']:>4} shapes  LOSO MAPE law {100 * law['mape_loso']:5.1f} %"
+                         f"  transfer {100 * law['mape_transfer']:5.1f} %")
+    emit({"out": str(args.out), "systems": table, "laws": result["systems"]}, args.json,
+         "\n".join(lines))
     return 0
 
 

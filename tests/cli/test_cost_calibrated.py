@@ -95,3 +95,32 @@ def test_plan_names_the_source_and_prices_a_user_profile_first(capsys, tmp_path)
     assert (src["cost"], src["hardware"], src["tp"]) == ("calibrated", "h100", 2)
     assert src["target"]["layers"]["source"] == "user profile cell"
     assert src["draft"]["summary"].startswith("calibrated roofline")
+
+
+AIC_SLICE = Path(__file__).parents[1] / "traces" / "data" / "aic_slice"
+
+
+def test_import_aiconfigurator_writes_laws_with_provenance(capsys, tmp_path):
+    from specbatch.simulator.cost.measured.aic_import import load_laws
+
+    out = tmp_path / "laws"
+    code, obj = run_json(capsys, ["cost", "import-aiconfigurator", str(AIC_SLICE), "--out",
+                                  str(out), "--commit", "abc"])
+    assert code == 0 and obj["systems"]["gpu"]["vllm_version"] == "0.10.0"
+    version, laws = load_laws(out)["gpu"]
+    assert version == "0.10.0"
+    gemm = next(law for law in laws if law.family == "gemm")
+    assert gemm.mape_loso < 1e-6  # the slice is made from the law itself
+
+
+def test_import_aiconfigurator_refuses_bad_input_in_one_line(capsys, tmp_path):
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "keep.txt").write_text("mine")
+    code, out, err = run_main(capsys, ["cost", "import-aiconfigurator", str(AIC_SLICE),
+                                       "--out", str(tmp_path / "other")])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert (tmp_path / "other" / "keep.txt").read_text() == "mine"
+    code, out, err = run_main(capsys, ["cost", "import-aiconfigurator", str(AIC_SLICE),
+                                       "--system", "nope", "--out", str(tmp_path / "o")])
+    assert code == 2 and "--system nope" in err and len(err.strip().splitlines()) == 1
+

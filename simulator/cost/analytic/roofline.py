@@ -9,10 +9,13 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
       F = 2 · (P_layers + h·V) · Q                       # every weight multiplies every token
         + 4 · L · h · Σ_i q_i · (c_i + (q_i + 1)/2)      # QK^T and AV, causal within the chunk
 
-  The LM head (2·h·V per token) is charged for *every* query token: speculative verification
-  needs logits at all k+1 positions, and for a prefill chunk (which needs only the last one)
-  the overcount is h·V / (P_layers + h·V) of the linear FLOPs (1.3 % for Vicuna-33B; large
-  only for the 68M draft, whose prefill is negligible anyway). Attention uses heads·head_dim = h
+  The LM head (2·h·V per row) is charged for every query token unless the caller names the
+  pass's logit rows R (``rows``): vLLM computes logits only where it samples,
+  ``logits_indices = query_start_loc[1:] - 1`` (one row per scheduled request, a partial
+  prefill chunk included, its token discarded) without speculation and s_i + 1 rows per
+  request verifying s_i drafts (``vllm/v1/worker/gpu_model_runner.py``, ``_prepare_inputs``
+  and ``_calc_spec_decode_metadata``), so R = n + S; with ``rows`` the FLOPs are
+  F − 2·h·V/tp · (Q − R). The vllm-v1 composer passes R (simulator.engine.v1.step). Attention uses heads·head_dim = h
   query channels (grouped-query attention changes the KV bytes, not these FLOPs).
 - Bytes (per GPU)::
 
@@ -180,6 +183,7 @@ class PassConstants:
     sliding_layers: int = 0  # L_s of the ``layers`` L slide (their share of attn/kv terms)
     ep_size: int = 1  # expert parallel: dp · tp ranks sharing the experts (1: split by tp)
     ep_dp: int = 1  # expert parallel: data-parallel ranks whose tokens reach each rank
+    head_flops: float = 0.0  # 2 h V / tp: the LM head's FLOPs per logit row (in flops_per_token)
 
     def experts_touched(self, tokens: float) -> float:
         """E_touched(Q) of a pass of Q = ``tokens`` query tokens (theory.moe); under expert
@@ -251,6 +255,7 @@ def unquantized_constants(shape: ModelShape, hw: Hardware, tp: int,
         tp=int(tp),
         layers=L,
         flops_per_token=2.0 * (p_layers + head) / tp,
+        head_flops=2.0 * head / tp,
         attn_flops=4.0 * L * shape.q_width / tp,
         weight_bytes=streamed_weight_bytes(shape, b, weight_bits) / tp,
         kv_bytes=float(shape.kv_bytes_per_token(kv_b)) * f_kv,
@@ -306,6 +311,7 @@ def sparse_pass_constants(shape: ModelShape, hw: Hardware, tp: int, weight_bits:
         tp=int(tp),
         layers=L,
         flops_per_token=2.0 * (shape.active_decoder_params + head) / tp,
+        head_flops=2.0 * head / tp,
         attn_flops=1.0 * L * pair / tp,
         weight_bytes=b * (shape.decoder_params - expert_total + head + h) / tp,
         kv_bytes=float(shape.kv_bytes_per_token(kv_b)) * f_kv,
@@ -381,21 +387,28 @@ class RooflineCost:
         prices them from arrays (:meth:`step_time`) instead of :meth:`time_from_sums`."""
         return any(c.sliding_layers for c in self.consts.values())
 
-    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
-        """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens per request."""
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray,
+                  rows: float | None = None) -> float:
+        """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens per request,
+        ``rows`` the logit rows (None: Σq; module docstring)."""
         c = self.consts.get(role)
         if c is not None and c.sliding_layers:
             *sums, window = batch_window_sums(query, kv, c.window)
-            return self.time_from_sums(role, *sums, window=window)
-        return self.time_from_sums(role, *batch_sums(query, kv))
+            return self.time_from_sums(role, *sums, window=window, rows=rows)
+        return self.time_from_sums(role, *batch_sums(query, kv), rows=rows)
+
+    #: The engine may pass a pass's logit rows (``rows``; module docstring).
+    logit_rows = True
 
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
-                       sqq: float, window: tuple[float, float] | None = None) -> float:
+                       sqq: float, window: tuple[float, float] | None = None,
+                       rows: float | None = None) -> float:
         """:meth:`step_time` from the batch sums (:func:`batch_sums`: n, Σq, Σc, Σq·c, Σq²),
         so a caller that knows the sums (e.g. d draft passes whose KV grows by one token each)
         pays scalar arithmetic only; bit-identical to :meth:`step_time` on the same sums.
         A role with sliding-window layers also needs ``window`` = (K^W, P^W)
-        (simulator.cost.analytic.window.window_sums)."""
+        (simulator.cost.analytic.window.window_sums). ``rows`` = the logit rows R the engine samples
+        (None: every query token, Σq; module docstring)."""
         try:
             c = self.consts[role]
         except KeyError:
@@ -409,6 +422,8 @@ class RooflineCost:
         else:
             flops = c.flops_per_token * sq + c.attn_flops * (sqkv + 0.5 * (sqq + sq))
             nbytes = c.weight_bytes + c.kv_bytes * (skv + 2.0 * sq) + c.act_bytes_per_token * sq
+        if rows is not None and rows < sq:  # the LM head only at the sampled rows
+            flops -= c.head_flops * (sq - rows)
         if c.experts:
             nbytes += c.expert_bytes * c.experts_touched(sq)
         compute = flops * c.inv_compute

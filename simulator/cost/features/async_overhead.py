@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from specbatch.simulator.cost.interface import takes_logit_rows
+
 
 @dataclass(frozen=True)
 class AsyncOverheadCost:
@@ -41,9 +43,15 @@ class AsyncOverheadCost:
         """T_o: the inner model's per-step CPU time, now hidden under the target pass."""
         return float(self.inner.overhead)
 
-    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
-        """Seconds of one pass; a non-empty target pass lasts at least T_o."""
-        t = float(self.inner.step_time(role, query, kv))
+    @property
+    def logit_rows(self) -> bool:
+        """Whether the inner model takes the logit rows (interface.takes_logit_rows)."""
+        return takes_logit_rows(self.inner)
+
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray, **rows) -> float:
+        """Seconds of one pass; a non-empty target pass lasts at least T_o (``rows``: the
+        logit rows, passed on)."""
+        t = float(self.inner.step_time(role, query, kv, **rows))
         return max(t, self.host_overhead) if role == "target" and t > 0.0 else t
 
     def __getattr__(self, name: str) -> Any:
@@ -56,8 +64,8 @@ class AsyncOverheadCost:
             return attr
 
         def time_from_sums(role: str, n: int, sq: float, skv: float, sqkv: float,
-                           sqq: float) -> float:
-            t = float(attr(role, n, sq, skv, sqkv, sqq))
+                           sqq: float, **rows) -> float:
+            t = float(attr(role, n, sq, skv, sqkv, sqq, **rows))
             return max(t, self.host_overhead) if role == "target" and t > 0.0 else t
 
         return time_from_sums

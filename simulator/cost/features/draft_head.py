@@ -62,7 +62,7 @@ from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost.analytic.precision import held_weight_bytes, kv_element_bytes
 from specbatch.simulator.cost.analytic.roofline import PassConstants, pass_constants
 from specbatch.simulator.cost.gpus.hardware import Execution, Hardware
-from specbatch.simulator.cost.interface import batch_sums
+from specbatch.simulator.cost.interface import batch_sums, takes_logit_rows
 from specbatch.simulator.defaults import HEAD_DRAFTS
 from specbatch.traces.models.shapes import ModelShape
 
@@ -298,18 +298,23 @@ class HeadDraftCost:
     def overhead(self) -> float:
         return float(self.inner.overhead)
 
-    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
+    @property
+    def logit_rows(self) -> bool:
+        """Whether the inner model takes the target's logit rows (interface.takes_logit_rows)."""
+        return takes_logit_rows(self.inner)
+
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray, **rows) -> float:
         """Seconds of one pass: a later head pass for the draft; ``query``, ``kv`` # [n]."""
         if role == "draft":
             return self.passes.seconds(*batch_sums(query, kv), first=False)
-        return float(self.inner.step_time(role, query, kv))
+        return float(self.inner.step_time(role, query, kv, **rows))
 
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
-                       sqq: float) -> float:
-        """:meth:`step_time` from the batch sums."""
+                       sqq: float, **rows) -> float:
+        """:meth:`step_time` from the batch sums (``rows``: the target's logit rows)."""
         if role == "draft":
             return self.passes.seconds(n, sq, skv, sqkv, sqq, first=False)
-        return float(self.inner.time_from_sums(role, n, sq, skv, sqkv, sqq))
+        return float(self.inner.time_from_sums(role, n, sq, skv, sqkv, sqq, **rows))
 
     def first_pass_time(self, n: int, sq: float, skv: float, sqkv: float, sqq: float) -> float:
         """Pass 1 from the target pass's sums (n requests, LM head over n rows)."""

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specbatch.simulator.cost.interface import takes_logit_rows
+
 if TYPE_CHECKING:
     from specbatch.simulator.cost.interface import SumsCostModel
 
@@ -31,16 +33,21 @@ class FreeDraftCost:
     def overhead(self) -> float:
         return float(self.inner.overhead)
 
-    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
+    @property
+    def logit_rows(self) -> bool:
+        """Whether the inner model takes the logit rows (interface.takes_logit_rows)."""
+        return takes_logit_rows(self.inner)
+
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray, **rows) -> float:
         """Seconds of one pass: 0 for the draft; ``query``, ``kv`` # [n]."""
-        return 0.0 if role == "draft" else float(self.inner.step_time(role, query, kv))
+        return 0.0 if role == "draft" else float(self.inner.step_time(role, query, kv, **rows))
 
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
-                       sqq: float) -> float:
+                       sqq: float, **rows) -> float:
         """:meth:`step_time` from the batch sums (the inner model's for the target)."""
         if role == "draft":
             return 0.0
-        return float(self.inner.time_from_sums(role, n, sq, skv, sqkv, sqq))
+        return float(self.inner.time_from_sums(role, n, sq, skv, sqkv, sqq, **rows))
 
     def __getattr__(self, name: str) -> Any:
         """Everything else (``breakdown``, ``fits``, ``hardware``, ...) is the inner model's;

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from specbatch.fields import fail
-from specbatch.simulator.cost.interface import SumsCostModel
+from specbatch.simulator.cost.interface import SumsCostModel, takes_logit_rows
 
 _SIZES = re.compile(r"^\s*\d+\s*(,\s*\d+\s*)*$")
 
@@ -68,13 +68,19 @@ class PaddedCost:
             return 0
         return self.sizes[bisect.bisect_left(self.sizes, t)] - t
 
-    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
+    @property
+    def logit_rows(self) -> bool:
+        """Whether the inner model takes the logit rows (interface.takes_logit_rows); padding
+        adds none: vLLM's logits_indices name real requests only."""
+        return takes_logit_rows(self.inner)
+
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray, **rows) -> float:
         query = np.asarray(query)
         pad = self.padding(float(query.sum()))
         if pad:
             query = np.concatenate([query, np.ones(pad, dtype=query.dtype)])
             kv = np.concatenate([np.asarray(kv), np.zeros(pad, dtype=np.asarray(kv).dtype)])
-        return self.inner.step_time(role, query, kv)
+        return self.inner.step_time(role, query, kv, **rows)
 
 
 class PaddedSumsCost(PaddedCost):
@@ -82,9 +88,9 @@ class PaddedSumsCost(PaddedCost):
     sums fast path: p padding requests of query 1 and KV 0 add p to n, Σq and Σq²."""
 
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
-                       sqq: float) -> float:
+                       sqq: float, **rows) -> float:
         pad = self.padding(sq)
-        return self.inner.time_from_sums(role, n + pad, sq + pad, skv, sqkv, sqq + pad)
+        return self.inner.time_from_sums(role, n + pad, sq + pad, skv, sqkv, sqq + pad, **rows)
 
 
 def pad_to_graphs(cost: Any, sizes_text: str | None) -> Any:

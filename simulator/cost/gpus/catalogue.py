@@ -172,6 +172,23 @@ ROWS: tuple[Gpu, ...] = (
         device_names=("NVIDIA RTX PRO 6000 Blackwell Server Edition",),
         aliases=("rtx-pro-6000",), profiles="llmservingsim", efficiencies_fitted=True,
         compute_eff=0.70, memory_eff=0.84, allreduce_latency=25e-6),
+    # B200 / GB200: peaks, bandwidth, memory and NVLink 5 (900 GB/s each way) from NVIDIA's
+    # HGX B200 / GB200 NVL72 datasheets (dense, without sparsity; GB200 per GPU: 13.4 TB / 72);
+    # SM count 148 (not confirmed on a device). Efficiencies fitted
+    # (simulator.cost.measured.gemm_fit.fit_efficiencies) to AIConfigurator's bf16 GEMM rows
+    # at vLLM 0.24.0 (ai-dynamo/aiconfigurator 095f58a; m <= 2048, 1024 <= n, k <= 32768):
+    # in-sample MAPE 23.8 % (B200) and 24.7 % (GB200); latencies and overhead are the
+    # defaults (assumptions). The calibrated laws are the H100's, scaled (proxy).
+    Gpu(name="b200", description="NVIDIA B200 SXM 180GB (HGX)",
+        peaks={"bf16": 2250 * TERA, "fp8": 4500 * TERA}, mem_bw=8.0 * TERA,
+        memory_bytes=180 * GIGA, link="NVLink5 (1.8 TB/s bidirectional)", link_bw=900 * GIGA,
+        sm_count=148, compute_capability=100, device_names=("NVIDIA B200",),
+        aliases=("b200-sxm",), proxy="h100", compute_eff=0.63, memory_eff=0.57),
+    Gpu(name="gb200", description="NVIDIA GB200 (one Blackwell GPU of an NVL72) 186GB",
+        peaks={"bf16": 2500 * TERA, "fp8": 5000 * TERA}, mem_bw=8.0 * TERA,
+        memory_bytes=186 * GIGA, link="NVLink5 (1.8 TB/s bidirectional)", link_bw=900 * GIGA,
+        sm_count=148, compute_capability=100, device_names=("NVIDIA GB200",),
+        proxy="h100", compute_eff=0.62, memory_eff=0.58),
     Gpu(name="a40", description="NVIDIA A40 48GB", peaks={"bf16": 149.7e12}, mem_bw=696e9,
         memory_bytes=48e9, link="NVLink bridge (112.5 GB/s bidirectional)", link_bw=56.25e9,
         sm_count=84, compute_capability=86, device_names=("NVIDIA A40",), profiles="vidur",

@@ -165,6 +165,7 @@ def preset(gpu: Gpu) -> Hardware:
 HARDWARE: dict[str, Hardware] = {g.name: preset(g) for g in ROWS if g.preset}
 
 
+
 @dataclass(frozen=True)
 class Execution:
     """How kernels reach the GPU: fixed latencies per role and how they meet the GPU time.

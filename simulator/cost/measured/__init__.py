@@ -5,6 +5,9 @@ role's law fitted to it), ``profiled`` (the profiled cost model); ``gemm_fit`` (
 efficiencies fitted to per-GEMM profiles), ``laws`` (the calibrated per-op laws fitted to
 Vidur-layout tables), ``sources`` (the stored laws, NCCL curves, table cells and validated
 errors they are priced from), ``transfer`` / ``lss`` (the RTX GPUs' per-layer profiles and a
-shape priced from its neighbour), ``calibrated`` (the calibrated cost model). ``data/`` holds
+shape priced from its neighbour), ``calibrated`` (the calibrated cost model); ``aic_laws``
+(per-op laws with the terms AIConfigurator's measured vLLM tables show, and their
+leave-one-shape-out errors) and ``aic_import`` (``cost import-aiconfigurator``: the laws of
+traces.public.aiconfigurator's rows, written or loaded from the bundle). ``data/`` holds
 the stored laws and their validation (benchmarks/cost_vs_public.py --write).
 """

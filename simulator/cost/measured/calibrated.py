@@ -221,24 +221,34 @@ class RolePricer:
         nbytes = c.kv_bytes * (skv + 2.0 * sq)
         return max(flops / law.flops, nbytes / law.bandwidth)
 
+    def sampled_head(self, sq: float, head: float, rows: float | None) -> float:
+        """The LM head at ``rows`` logit rows (None: ``head``, its price at every query token;
+        simulator.cost.analytic.roofline's docstring: vLLM computes logits where it samples)."""
+        if rows is None or rows >= sq:
+            return head
+        return self.monotone("lm_head", self.head, float(rows)) if rows > 0 else 0.0
+
     def total(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
-              window: tuple[float, float] | None = None) -> float:
+              window: tuple[float, float] | None = None, rows: float | None = None) -> float:
         """The pass time: :meth:`split`'s parts summed in its order (bit-identical), without
-        building the dict (the engine's hot path); ``n`` is not used here."""
+        building the dict (the engine's hot path); ``n`` is not used here; the LM head at
+        ``rows`` logit rows (None: every query token)."""
         if sq <= 0.0:
             return 0.0
         layers, head, comm = self.per_token_parts(sq)
+        head = self.sampled_head(sq, head, rows)
         attn = self.attention(sq, skv, sqkv, sqq, window)
         fixed, floor = self.launch
         launch = fixed + max(0.0, floor - (layers + attn + comm + head))
         return (((layers + attn) + comm) + head) + launch
 
     def split(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
-              window: tuple[float, float] | None = None) -> dict:
+              window: tuple[float, float] | None = None, rows: float | None = None) -> dict:
         """Seconds per part (module docstring); they sum to the pass time."""
         if sq <= 0.0:
             return dict.fromkeys(("layers", "attention", "allreduce", "lm_head", "launch"), 0.0)
         layers, head, comm = self.per_token_parts(sq)
+        head = self.sampled_head(sq, head, rows)
         attn = self.attention(sq, skv, sqkv, sqq, window)
         fixed, floor = self.launch
         gpu = layers + attn + comm + head
@@ -322,24 +332,31 @@ class CalibratedCost:
         """Whether a role has sliding-window layers (priced from arrays: RooflineCost.windowed)."""
         return any(r.consts.sliding_layers for r in self.roles.values())
 
-    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
-        """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens."""
+    #: The engine may pass a pass's logit rows (``rows``; simulator.cost.analytic.roofline).
+    logit_rows = True
+
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray,
+                  rows: float | None = None) -> float:
+        """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens, ``rows``
+        the logit rows (None: Σq)."""
         r = self.roles.get(role)
         if r is not None and r.consts.sliding_layers:
             *sums, window = batch_window_sums(query, kv, r.consts.window)
-            return self.time_from_sums(role, *sums, window=window)
-        return self.time_from_sums(role, *batch_sums(query, kv))
+            return self.time_from_sums(role, *sums, window=window, rows=rows)
+        return self.time_from_sums(role, *batch_sums(query, kv), rows=rows)
 
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
-                       sqq: float, window: tuple[float, float] | None = None) -> float:
+                       sqq: float, window: tuple[float, float] | None = None,
+                       rows: float | None = None) -> float:
         """:meth:`step_time` from the batch sums; bit-identical to it on the same sums (a
-        role with sliding-window layers also needs ``window`` = (K^W, P^W))."""
+        role with sliding-window layers also needs ``window`` = (K^W, P^W)); the LM head at
+        ``rows`` logit rows (None: every query token)."""
         r = self.roles.get(role)
         if r is None:
             r = self._role(role)  # raises the one-line error
-        if window is None:
+        if window is None and rows is None:
             return r.total(sq, skv, sqkv, sqq, n)
-        return r.total(sq, skv, sqkv, sqq, n, window)
+        return r.total(sq, skv, sqkv, sqq, n, window, rows)
 
     def breakdown(self, role: str, query: np.ndarray, kv: np.ndarray) -> dict:
         """Seconds per part of one pass (``layers``, ``attention``, ``allreduce``,

@@ -310,8 +310,9 @@ class LssPricer:
         return 2 * self.shape.layers * one
 
     def parts(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
-              window: tuple[float, float] | None = None) -> dict:
-        """Seconds per part of one pass (they sum to :meth:`total`)."""
+              window: tuple[float, float] | None = None, rows: float | None = None) -> dict:
+        """Seconds per part of one pass (they sum to :meth:`total`); the LM head at ``rows``
+        logit rows (None: Σq; simulator.cost.analytic.roofline's docstring)."""
         names = ("layers", "attention", "allreduce", "lm_head", "launch")
         if sq <= 0.0:
             return dict.fromkeys(names, 0.0)
@@ -323,7 +324,7 @@ class LssPricer:
         layers, comm = cached
         n = max(float(n), 1.0)
         attn = self.attention(n, sq, skv, sqkv, sqq, window)
-        head = self.head(sq, n)
+        head = self.head(sq if rows is None else min(float(rows), sq), n)
         fixed, floor = self.launch
         launch = fixed + max(0.0, floor - (layers + attn + comm + head))
         return dict(zip(names, (layers, attn, comm, head, launch)))
@@ -346,13 +347,13 @@ class LssPricer:
                                                              w_sqq))
 
     def total(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
-              window: tuple[float, float] | None = None) -> float:
-        p = self.parts(n, sq, skv, sqkv, sqq, window)
+              window: tuple[float, float] | None = None, rows: float | None = None) -> float:
+        p = self.parts(n, sq, skv, sqkv, sqq, window, rows)
         return (((p["layers"] + p["attention"]) + p["allreduce"]) + p["lm_head"]) + p["launch"]
 
     def split(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
-              window: tuple[float, float] | None = None) -> dict:
-        return self.parts(n, sq, skv, sqkv, sqq, window)
+              window: tuple[float, float] | None = None, rows: float | None = None) -> dict:
+        return self.parts(n, sq, skv, sqkv, sqq, window, rows)
 
     def cell_check(self) -> dict:
         """Error of the cell's interpolation in tokens: the layers(Q) sum at each interior

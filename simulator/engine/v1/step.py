@@ -160,6 +160,14 @@ class V1Step(Decode, V1Composer):
                                  _tuple_new(PrefillBatch, (comp.tokens, len(comp.joined), None,
                                                            None)))
 
+    def draft_chunk_seconds(self, chunk_sums: tuple) -> float:
+        """A draft model's pass over the step's prefill chunks: its LM head at one row per
+        chunk when the cost model takes the rows (vLLM's proposer samples each request's last
+        token only), else at every chunk token."""
+        if self.logit_rows:
+            return float(self.from_sums("draft", *chunk_sums, rows=chunk_sums[0]))
+        return float(self.from_sums("draft", *chunk_sums))
+
     def run_composed(self, rep: Replica, time: float, decoding: DecodeBatch,
                      prefill: PrefillBatch) -> float:
         """Verify, price and commit the composed step: the ``decoding`` requests (the first
@@ -177,6 +185,7 @@ class V1Step(Decode, V1Composer):
         state = rep.state
         emitted = drafted_sum = verified_sum = accepted_sum = passes = 0
         draft_t, verify_t, sums, q_len, kv = 0.0, 0.0, None, _EMPTY, _EMPTY
+        unsampled = 0.0  # Σ (chunk − 1) of the prefill chunks: query tokens vLLM takes no logits at
         if keep:
             if d_idx is None:
                 cols = None if keep == state.shape[1] else slice(0, keep)
@@ -203,10 +212,11 @@ class V1Step(Decode, V1Composer):
             prefill_tokens, completed, n_completed, chunk_sums = (
                 joined if joined is not None else self.prefill_joined(rep, tokens, n_joined))
             if self.drafts_chunks:
-                draft_t += float(self.from_sums("draft", *chunk_sums))
+                draft_t += self.draft_chunk_seconds(chunk_sums)
             sums = chunk_sums if sums is None else (
                 sums[0] + chunk_sums[0], sums[1] + chunk_sums[1], sums[2] + chunk_sums[2],
                 sums[3] + chunk_sums[3], sums[4] + chunk_sums[4])
+            unsampled += chunk_sums[1] - chunk_sums[0]
         elif rep.n_prefilling and tokens.shape[0]:  # the composer's tokens (not a fast path)
             prefilled, fill = state[_PREFILLED], state[_FILL]
             p_idx = np.flatnonzero((tokens > 0) & (prefilled < fill))
@@ -216,25 +226,34 @@ class V1Step(Decode, V1Composer):
                 if self.from_sums is not None:  # price from exact integer sums
                     chunk_sums = integer_sums(chunk, kv_before)
                     if self.drafts_chunks:
-                        draft_t += float(self.from_sums("draft", *chunk_sums))
+                        draft_t += self.draft_chunk_seconds(chunk_sums)
                     sums = chunk_sums if sums is None else (
                         sums[0] + chunk_sums[0], sums[1] + chunk_sums[1],
                         sums[2] + chunk_sums[2], sums[3] + chunk_sums[3],
                         sums[4] + chunk_sums[4])
+                    unsampled += chunk_sums[1] - chunk_sums[0]
                 else:
                     if self.drafts_chunks:
-                        draft_t += float(self.cost.step_time("draft", chunk, kv_before))
+                        draft_t += (float(self.cost.step_time("draft", chunk, kv_before,
+                                                              rows=float(chunk.shape[0])))
+                                    if self.logit_rows else
+                                    float(self.cost.step_time("draft", chunk, kv_before)))
                     q_len = np.concatenate([q_len, chunk])
                     kv = np.concatenate([kv, kv_before])
+                    unsampled += float(_sum(chunk)) - chunk.shape[0]
                 prefilled[p_idx] += chunk
                 completed = p_idx[prefilled[p_idx] >= fill[p_idx]]
                 n_completed = int(completed.shape[0])
                 rep.n_prefilling -= n_completed
                 prefill_tokens = int(_sum(chunk))
-        if self.from_sums is not None:
-            target_t = float(self.from_sums("target", *sums))
+        if not self.logit_rows:
+            target_t = (float(self.from_sums("target", *sums)) if self.from_sums is not None
+                        else float(self.cost.step_time("target", q_len, kv)))
+        elif self.from_sums is not None:  # logits at n + S rows: a chunk's last token only
+            target_t = float(self.from_sums("target", *sums, rows=sums[1] - unsampled))
         else:
-            target_t = float(self.cost.step_time("target", q_len, kv))
+            target_t = float(self.cost.step_time("target", q_len, kv,
+                                                 rows=float(_sum(q_len)) - unsampled))
         if self.head:  # an EAGLE / MTP head's pass 1 over the whole target pass
             draft_t += self.head_first_pass(sums, q_len, kv)
         overhead = self.overhead

@@ -151,8 +151,14 @@ class StepTimeOnly:
     def __init__(self, cost):
         self.cost, self.overhead = cost, cost.overhead
 
-    def step_time(self, role, query, kv):
-        return self.cost.step_time(role, query, kv)
+    @property
+    def logit_rows(self):  # the LM head's rows reach both paths (simulator.cost.analytic.roofline)
+        from specbatch.simulator.cost.interface import takes_logit_rows
+
+        return takes_logit_rows(self.cost)
+
+    def step_time(self, role, query, kv, **rows):
+        return self.cost.step_time(role, query, kv, **rows)
 
 
 @pytest.mark.parametrize("kw", [

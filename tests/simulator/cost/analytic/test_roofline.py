@@ -29,7 +29,8 @@ from tests.simulator.helpers import ones
 
 
 def test_presets_cover_the_six_gpus_with_datasheet_peaks():
-    assert set(HARDWARE) == {"h100", "h200", "a100", "l40s", "rtx4090", "rtxpro6000"}
+    assert set(HARDWARE) == {"h100", "h200", "a100", "l40s", "rtx4090", "rtxpro6000",
+                             "b200", "gb200"}
     assert get_hardware("H100").mem_bw == pytest.approx(3.35e12)
     assert get_hardware("h200").mem_bw == pytest.approx(4.8e12)
     assert get_hardware("a100").peak_flops == pytest.approx(312e12)

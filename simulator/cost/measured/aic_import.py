@@ -1,0 +1,98 @@
+"""`specbatch cost import-aiconfigurator`: AIConfigurator's vLLM tables -> fitted per-op laws.
+
+:func:`import_laws` reads each system's tables (traces.public.aiconfigurator) at one vLLM
+version (the knob; default each system's newest version with a full set), fits every family's
+laws and judges them by leaving one shape out (simulator.cost.measured.aic_laws). :func:`write_laws`
+writes ``laws.json`` (per system: the version, every law with its coefficients and held-out
+errors) and ``PROVENANCE.json`` (repository, commit, licence, every table read with its
+SHA-256) as one atomic result folder; :func:`load_laws` reads it back (default: the bundled
+copy, ``traces/data/aiconfigurator``: the common GPUs' laws, no measured rows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from specbatch.errors import SpecbatchError, require
+from specbatch.simulator.cost.measured.aic_laws import Law, fit_tables, law_from_dict
+from specbatch.traces.public.aiconfigurator import import_aiconfigurator, systems
+
+RESULT_KIND = "specbatch-aic-laws"
+BUNDLED = (Path(__file__).resolve().parents[2] / "traces" / "data" / "aiconfigurator")
+#: AIConfigurator's system name -> this package's hardware preset (simulator.cost.gpus.hardware).
+AIC_PRESETS = {"h100_sxm": "h100", "h200_sxm": "h200", "a100_sxm": "a100", "l40s": "l40s",
+               "rtx_pro_6000_server": "rtxpro6000", "b200_sxm": "b200", "gb200": "gb200"}
+#: The GPUs whose laws are bundled (AIConfigurator's system names).
+COMMON_SYSTEMS = ("h100_sxm", "h200_sxm", "a100_sxm", "b200_sxm", "l40s",
+                  "rtx_pro_6000_server")
+
+
+def import_laws(root: str | Path, only: tuple = (), version: str | None = None,
+                commit: str | None = None) -> dict:
+    """{"systems": {system: {"vllm_version", "laws": [Law dicts]}}, "provenance": {...}} of
+    every system under ``root`` (or those in ``only``) at ``version`` (None: each system's
+    newest full set)."""
+    found = systems(root)
+    names = list(only) if only else found
+    for name in names:
+        require(name in found, f"--system {name}: no vLLM tables under {root}; expected one "
+                f"of {', '.join(found) or 'none'}")
+    out, files, source = {}, [], {}
+    for name in names:
+        tables = import_aiconfigurator(root, name, version, commit)
+        out[name] = {"vllm_version": tables.version,
+                     "laws": [law.as_dict() for law in fit_tables(tables)]}
+        files.extend(tables.provenance["files"])
+        source = {k: v for k, v in tables.provenance.items()
+                  if k not in ("files", "system", "vllm_version")}
+    provenance = dict(source)
+    provenance.update({"format": RESULT_KIND, "files": files,
+                       "fitted": "simulator/cost/measured/aic_laws.py: non-negative least squares on "
+                                 "relative error per (system, family, group); judged by "
+                                 "leaving one shape out"})
+    return {"systems": out, "provenance": provenance}
+
+
+def identity(result: dict) -> str:
+    """The result folder's identity: a hash of the source tables' SHA-256 and the versions."""
+    digest = hashlib.sha256()
+    for f in result["provenance"]["files"]:
+        digest.update(f["sha256"].encode())
+    for name, s in sorted(result["systems"].items()):
+        digest.update(f"{name}@{s['vllm_version']}".encode())
+    return digest.hexdigest()[:16]
+
+
+def write_laws(result: dict, out: str | Path, force: bool = False) -> Path:
+    """Write ``laws.json`` and ``PROVENANCE.json`` into ``out`` atomically
+    (specbatch.io.result_dir: a folder holding anything else is refused)."""
+    from specbatch.io import dumps, result_dir
+
+    with result_dir(out, RESULT_KIND, identity(result), force=force) as tmp:
+        (tmp / "laws.json").write_text(dumps(result["systems"], indent=1) + "\n")
+        (tmp / "PROVENANCE.json").write_text(dumps(result["provenance"], indent=2) + "\n")
+    return Path(out)
+
+
+def load_laws(folder: str | Path = BUNDLED) -> dict[str, tuple[str, list[Law]]]:
+    """{system: (vLLM version, [Law])} of a folder :func:`write_laws` wrote (default: the
+    bundled laws); a missing or foreign file is a one-line error naming it."""
+    folder = Path(folder)
+    paths = {name: folder / name for name in ("laws.json", "PROVENANCE.json")}
+    for path in paths.values():
+        require(path.is_file(), f"{path}: missing; expected a folder written by "
+                "`specbatch cost import-aiconfigurator`")
+    try:
+        provenance = json.loads(paths["PROVENANCE.json"].read_text())
+        raw = json.loads(paths["laws.json"].read_text())
+    except (OSError, ValueError) as exc:
+        raise SpecbatchError(f"{folder}: cannot read the laws ({exc})") from None
+    require(isinstance(provenance, dict) and provenance.get("format") == RESULT_KIND,
+            f"{paths['PROVENANCE.json']}: expected format {RESULT_KIND!r}")
+    try:
+        return {name: (s["vllm_version"], [law_from_dict(d) for d in s["laws"]])
+                for name, s in raw.items()}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SpecbatchError(f"{paths['laws.json']}: malformed law ({exc!r})") from None

@@ -1,0 +1,208 @@
+"""AIConfigurator's measured vLLM op tables, read into normalised per-op rows with provenance.
+
+AIConfigurator (github.com/ai-dynamo/aiconfigurator, Apache-2.0) ships per-GPU tables of single
+ops timed inside vLLM, laid out as ``<DIR>/<system>/<family>/vllm/<version>/<table>.parquet``
+(``aic-core/src/aiconfigurator_core/systems/data`` in its repository). What each column means
+comes from its collectors (``collector/vllm/collect_attn.py``, ``collect_gemm.py``,
+``collect_moe.py``, ``collector/network/collect_all_reduce.py``): every op is timed with
+``benchmark_with_power`` (``collector/helper.py``: warm-up, CUDA-graph replay, the mean), and
+``latency`` is milliseconds per call of one layer's op on one GPU. The rows kept here:
+
+- ``gemm`` (``gemm_perf``): ``RowParallelLinear`` with input [m, k] and weight [n, k]:
+  m tokens, n output and k input features, ``gemm_dtype`` bfloat16 / fp8 (per-tensor W8A8) /
+  fp8_block (128-block scales) / 4-bit formats where present; ``kernel_source`` the kernel.
+- ``attention_decode`` (``generation_attention_perf``): ``batch_size`` requests of one query
+  token each over ``step`` cached tokens (vLLM's ``seq_lens`` = step + 1 include the query),
+  ``num_heads`` / ``num_key_value_heads`` per GPU, ``head_dim``, ``kv_cache_dtype``
+  bfloat16 / fp8, ``window_size`` 0 (full) or a sliding window.
+- ``attention_prefill`` (``context_attention_perf``): ``batch_size`` prompts of ``isl`` tokens
+  each, no cached prefix (``step`` 0).
+- ``allreduce`` (``custom_allreduce_perf``): vLLM's ``tensor_model_parallel_all_reduce`` of
+  ``message_size`` bf16 elements over ``num_gpus`` GPUs, ``backend`` vllm_graph (captured in
+  a CUDA graph, as serving runs it) or vllm_eager; vLLM picks custom all-reduce or NCCL inside.
+- ``moe`` (``moe_perf``): vLLM's ``FusedMoE`` layer over ``num_tokens`` tokens of width
+  ``hidden_size``, ``num_experts`` experts of width ``inter_size``, ``topk`` per token, split
+  ``moe_tp_size`` / ``moe_ep_size`` ways, router logits ``distribution`` balanced or a power law.
+
+A version folder may hold ``reuse.yaml`` instead of a table (``table: <name>``, ``from_version``):
+that table is the older version's, followed here. :func:`newest_full_version` picks the newest
+version whose gemm, attention, comm and moe tables all resolve (the default of the knob).
+
+:func:`import_aiconfigurator` reads one system at one version into :class:`AicTables`: one
+DataFrame per family with normalised columns, ``latency_s`` in seconds, and ``provenance``
+(repository, commit, licence, and every file read with its SHA-256 and row count).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from specbatch.errors import SpecbatchError, require
+
+AIC_SOURCE = {"repository": "https://github.com/ai-dynamo/aiconfigurator",
+              "licence": "Apache-2.0",
+              "copyright": "Copyright (c) 2026 NVIDIA CORPORATION & AFFILIATES",
+              "path": "aic-core/src/aiconfigurator_core/systems/data"}
+#: family -> (folder under <system>, table file stem) AIConfigurator writes.
+TABLES = {
+    "gemm": ("gemm", "gemm_perf"),
+    "attention_decode": ("attention", "generation_attention_perf"),
+    "attention_prefill": ("attention", "context_attention_perf"),
+    "allreduce": ("comm", "custom_allreduce_perf"),
+    "moe": ("moe", "moe_perf"),
+}
+#: The columns each family's table must carry (besides ``latency``, ms).
+COLUMNS = {
+    "gemm": ("kernel_source", "gemm_dtype", "m", "n", "k"),
+    "attention_decode": ("kernel_source", "batch_size", "step", "num_heads",
+                         "num_key_value_heads", "head_dim", "kv_cache_dtype", "window_size"),
+    "attention_prefill": ("kernel_source", "batch_size", "isl", "num_heads",
+                          "num_key_value_heads", "head_dim", "kv_cache_dtype", "window_size"),
+    "allreduce": ("kernel_source", "allreduce_dtype", "num_gpus", "message_size", "backend"),
+    "moe": ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk",
+            "num_experts", "moe_tp_size", "moe_ep_size", "distribution"),
+}
+#: Normalised names (the tables' own where they are clear).
+RENAME = {
+    "attention_decode": {"batch_size": "batch", "step": "context", "num_heads": "heads",
+                         "num_key_value_heads": "kv_heads", "kv_cache_dtype": "kv_dtype",
+                         "window_size": "window"},
+    "attention_prefill": {"batch_size": "batch", "isl": "prompt", "num_heads": "heads",
+                          "num_key_value_heads": "kv_heads", "kv_cache_dtype": "kv_dtype",
+                          "window_size": "window"},
+    "gemm": {"gemm_dtype": "dtype"},
+    "allreduce": {"allreduce_dtype": "dtype", "message_size": "elements"},
+    "moe": {"moe_dtype": "dtype", "num_tokens": "tokens", "hidden_size": "hidden",
+            "inter_size": "inter", "num_experts": "experts", "moe_tp_size": "tp",
+            "moe_ep_size": "ep"},
+}
+FAMILY_FOLDERS = ("gemm", "attention", "comm", "moe")
+_VERSION = re.compile(r"^\d+(\.\d+)*$")
+
+
+@dataclass(frozen=True)
+class AicTables:
+    """One system's tables at one vLLM version: ``frames`` family -> DataFrame (normalised
+    columns, ``latency_s``), ``provenance`` (source, commit, files with SHA-256)."""
+
+    system: str
+    version: str
+    frames: dict
+    provenance: dict
+
+
+def version_key(version: str) -> tuple:
+    """Sort key of a dotted version (0.9.0 < 0.14.0)."""
+    return tuple(int(x) for x in version.split("."))
+
+
+def table_path(root: Path, system: str, folder: str, stem: str, version: str,
+               seen: tuple = ()) -> Path | None:
+    """The parquet file of ``stem`` at ``version`` (following ``reuse.yaml``), or None."""
+    vdir = root / system / folder / "vllm" / version
+    path = vdir / f"{stem}.parquet"
+    if path.is_file():
+        return path
+    reuse = vdir / "reuse.yaml"
+    if not reuse.is_file() or version in seen:
+        return None
+    donor = reuse_donor(reuse, stem)
+    if donor is None:
+        return None
+    return table_path(root, system, folder, stem, donor, (*seen, version))
+
+
+def reuse_donor(reuse: Path, stem: str) -> str | None:
+    """``from_version`` of table ``stem`` in a reuse.yaml (a list of ``- table:`` entries)."""
+    current = None
+    for line in reuse.read_text().splitlines():
+        s = line.strip().lstrip("- ").strip()
+        if s.startswith("table:"):
+            current = s.split(":", 1)[1].strip()
+        elif s.startswith("from_version:") and current == stem:
+            return s.split(":", 1)[1].strip().strip("'\"")
+    return None
+
+
+def vllm_versions(root: Path, system: str) -> list[str]:
+    """Every vLLM version folder of ``system`` under any family, oldest first."""
+    found = set()
+    for folder in FAMILY_FOLDERS:
+        base = root / system / folder / "vllm"
+        if base.is_dir():
+            found.update(p.name for p in base.iterdir() if p.is_dir() and _VERSION.match(p.name))
+    return sorted(found, key=version_key)
+
+
+def newest_full_version(root: str | Path, system: str) -> str:
+    """The newest vLLM version of ``system`` whose gemm, attention (both phases), all-reduce
+    and MoE tables all resolve; a one-line error when none does."""
+    root = Path(root)
+    for version in reversed(vllm_versions(root, system)):
+        if all(table_path(root, system, folder, stem, version) is not None
+               for folder, stem in TABLES.values()):
+            return version
+    raise SpecbatchError(f"{root / system}: no vLLM version with gemm, attention, comm and moe "
+                         "tables; expected AIConfigurator's systems/data layout")
+
+
+def systems(root: str | Path) -> list[str]:
+    """The systems under ``root`` that hold vLLM tables."""
+    root = Path(root)
+    require(root.is_dir(), f"{root}: not a folder; expected AIConfigurator's systems/data")
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and vllm_versions(root, p.name))
+
+
+def read_table(path: Path, family: str) -> pd.DataFrame:
+    """One table with its columns checked and renamed, ``latency_s`` in seconds (older
+    attention tables have no ``window_size``: full attention, 0)."""
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError) as exc:
+        raise SpecbatchError(f"{path}: cannot read the table ({exc})") from None
+    if family.startswith("attention") and "window_size" not in frame.columns:
+        frame = frame.assign(window_size=0)
+    for col in (*COLUMNS[family], "latency"):
+        require(col in frame.columns, f"{path}: column {col!r} missing; expected "
+                f"AIConfigurator's {TABLES[family][1]} table")
+    keep = frame[list(COLUMNS[family])].rename(columns=RENAME.get(family, {}))
+    latency = pd.to_numeric(frame["latency"], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(latency) | (latency <= 0)
+    keep = keep.loc[~bad].reset_index(drop=True)
+    keep["latency_s"] = latency[~bad] * 1e-3
+    keep = keep.rename(columns={"kernel_source": "kernel"})
+    return keep
+
+
+def import_aiconfigurator(root: str | Path, system: str, version: str | None = None,
+                          commit: str | None = None) -> AicTables:
+    """Read ``system``'s tables at vLLM ``version`` (None: :func:`newest_full_version`) from an
+    AIConfigurator ``systems/data`` folder ``root``; ``commit`` is recorded as provenance."""
+    root = Path(root)
+    require((root / system).is_dir(), f"{root / system}: no such system folder; systems with "
+            f"vLLM tables here: {', '.join(systems(root)) or 'none'}")
+    if version is None:
+        version = newest_full_version(root, system)
+    require(version in vllm_versions(root, system),
+            f"version {version!r}: {system} has vLLM tables at "
+            f"{', '.join(vllm_versions(root, system)) or 'none'}")
+    frames, files = {}, []
+    for family, (folder, stem) in TABLES.items():
+        path = table_path(root, system, folder, stem, version)
+        if path is None:
+            continue
+        frame = read_table(path, family)
+        frames[family] = frame
+        files.append({"family": family, "path": str(path.relative_to(root)),
+                      "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                      "rows": int(len(frame))})
+    require(frames, f"{root / system}: no vLLM table at version {version}")
+    provenance = {**AIC_SOURCE, "commit": commit or "unknown", "system": system,
+                  "vllm_version": version, "files": files}
+    return AicTables(system, version, frames, provenance)
