@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from specbatch.errors import require
-from specbatch.simulator.cost.interface import SumsCostModel
+from specbatch.simulator.cost.interface import SumsCostModel, takes_logit_rows
 
 #: The step-time factors of the sensitivity runs.
 FACTORS = (0.95, 1.05)
@@ -58,17 +58,23 @@ class ScaledCost:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
+    @property
+    def logit_rows(self) -> bool:
+        """Whether the engine may name a pass's logit rows: as the wrapped model
+        (simulator.cost.interface.takes_logit_rows); ``rows`` and ``window`` pass through."""
+        return takes_logit_rows(self.inner)
+
     def _scaled(self, method):
         def scaled(*args, **kwargs):
             return self.factor * method(*args, **kwargs)
         return scaled
 
-    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
-        return self.factor * self.inner.step_time(role, query, kv)
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray, **kwargs) -> float:
+        return self.factor * self.inner.step_time(role, query, kv, **kwargs)
 
     def _time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
-                        sqq: float) -> float:
-        return self.factor * self.inner.time_from_sums(role, n, sq, skv, sqkv, sqq)
+                        sqq: float, **kwargs) -> float:
+        return self.factor * self.inner.time_from_sums(role, n, sq, skv, sqkv, sqq, **kwargs)
 
 
 @dataclass(frozen=True)

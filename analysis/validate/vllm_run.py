@@ -66,9 +66,11 @@ def cost_source(cost: str, preset: str) -> str:
     if cost != "roofline":
         return f"cost model {cost!r} (its own source; see docs/simulate.md)"
     if row is not None and row.efficiencies_fitted:
-        return ("roofline: datasheet peaks; compute/memory efficiencies fitted to "
-                "LLMServingSim's per-GEMM profiles of this GPU (simulator.cost.measured.gemm_fit); "
-                "per-step host overhead and all-reduce latency assumed")
+        fitted_on = ("LLMServingSim's per-GEMM profiles" if row.profiles == "llmservingsim"
+                     else "AIConfigurator's bf16 GEMM tables")
+        return (f"roofline: datasheet peaks; compute/memory efficiencies fitted to {fitted_on} "
+                "of this GPU (simulator.cost.measured.gemm_fit); per-step host overhead and "
+                "all-reduce latency assumed")
     return "roofline: datasheet peaks with assumed efficiencies (simulator.cost.gpus.hardware)"
 
 

@@ -62,6 +62,16 @@ def test_factor_one_is_the_same_run_bit_for_bit(synth_trace_natural):
     assert base.requests.equals(same.requests) and base.summary == same.summary
 
 
+def test_factor_one_under_the_roofline_prices_the_same_logit_rows(synth_trace_natural):
+    config = load_config(None, trace="synth", policy="fixed", k=2, requests=40,
+                         arrival="poisson", rate=50.0, max_num_batched_tokens=64, seed=1)
+    cost = build_cost(config)
+    assert ScaledCost(cost, 1.0).logit_rows  # the engine names the rows it samples
+    base = simulate(config, synth_trace_natural, cost_model=cost)
+    same = simulate(config, synth_trace_natural, cost_model=ScaledCost(cost, 1.0))
+    assert base.requests.equals(same.requests) and base.summary == same.summary
+
+
 def test_a_burst_of_fixed_k_runs_the_same_steps_each_one_f_times_longer(synth_trace_natural):
     config = load_config(None, trace="synth", policy="fixed", k=3, requests=40, seed=2)
     base = simulate(config, synth_trace_natural, cost_model=LinearCost())

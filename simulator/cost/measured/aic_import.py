@@ -20,7 +20,7 @@ from specbatch.simulator.cost.measured.aic_laws import Law, fit_tables, law_from
 from specbatch.traces.public.aiconfigurator import import_aiconfigurator, systems
 
 RESULT_KIND = "specbatch-aic-laws"
-BUNDLED = (Path(__file__).resolve().parents[2] / "traces" / "data" / "aiconfigurator")
+BUNDLED = (Path(__file__).resolve().parents[3] / "traces" / "data" / "aiconfigurator")
 #: AIConfigurator's system name -> this package's hardware preset (simulator.cost.gpus.hardware).
 AIC_PRESETS = {"h100_sxm": "h100", "h200_sxm": "h200", "a100_sxm": "a100", "l40s": "l40s",
                "rtx_pro_6000_server": "rtxpro6000", "b200_sxm": "b200", "gb200": "gb200"}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from specbatch.simulator.cost.measured.aic_import import BUNDLED, COMMON_SYSTEMS, load_laws
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_the_common_gpus_are_bundled_with_provenance():
