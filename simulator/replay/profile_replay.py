@@ -35,6 +35,7 @@ from specbatch.errors import require
 from specbatch.traces.format.trace import make_trace
 
 if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
     from specbatch.traces.acceptance.profile import AcceptanceProfile
     from specbatch.traces.format.trace import Trace
 
@@ -108,7 +109,7 @@ def _build_profile_trace(trace: Trace, profile: AcceptanceProfile, seed: int) ->
     return make_trace(meta, trace.requests(), columns, path=trace.path)
 
 
-def profile_notes(profile: AcceptanceProfile, config) -> tuple[str, ...]:
+def profile_notes(profile: AcceptanceProfile, config: SimConfig) -> tuple[str, ...]:
     """What a run on a profile should say: its source, its caveats, and lost signals."""
     policy = config.policy
     notes = [f"acceptance from profile {profile.source}, pair {profile.pair}"

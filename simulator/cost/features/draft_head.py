@@ -67,6 +67,7 @@ from specbatch.simulator.defaults import HEAD_DRAFTS
 from specbatch.traces.models.shapes import ModelShape
 
 if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
     from specbatch.simulator.cost.interface import SumsCostModel
 
 #: ``draft_vocab_size`` of the reference EAGLE-3 heads (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B).
@@ -331,7 +332,7 @@ class HeadDraftCost:
         return getattr(self.inner, name)
 
 
-def config_head(config) -> HeadShape | None:
+def config_head(config: SimConfig) -> HeadShape | None:
     """The head a run config prices (``draft`` in :data:`HEAD_DRAFTS`; ``draft_head``'s
     config.json, else derived from ``target``), None for any other draft."""
     from specbatch.simulator.cost.analytic.precision import resolve_quantization
