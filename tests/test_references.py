@@ -2,7 +2,7 @@
 code, tests and benchmarks, and the pages under docs/ (issue 47, item 7).
 
 A reference is a dotted name rooted at a package, with or without the ``specbatch.`` prefix
-(``simulator.cost.measured.calibrated``, ``specbatch.traces.models.shapes.ModelShape``,
+(``simulator.cost.measured.calibrated``, ``specbatch.traces.models.model_shape.ModelShape``,
 ``simulator.policies.view.StepView.cap``): its longest importable prefix is imported and the
 rest read as attributes (a dataclass field or an annotated class attribute counts). A module
 that needs an optional dependency absent here (``triton``) is read without importing it: its

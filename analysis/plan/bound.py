@@ -207,7 +207,7 @@ def advances(trace, workload, seed: int, depth: int, rule: str) -> np.ndarray:
     """``u[i, t] = 1 + max_{s ≤ depth} τ_s`` at every output position t < O_i (0 beyond),
     the most tokens a step at position t can emit (module docstring).  # [N, T] int64"""
     from specbatch.simulator.replay.chain import request_keys, uniforms
-    from specbatch.simulator.replay.rules import tables_for
+    from specbatch.simulator.replay.replay_tables import tables_for
 
     out = np.asarray(workload.output_len, dtype=np.int64)
     n, top = out.shape[0], int(out.max(initial=0))

@@ -58,7 +58,8 @@ from specbatch.simulator.cost.report import PARTS, cost_sources, row_breakdowns,
 from specbatch.simulator.cost.verify_cost import build_verify_cost
 from specbatch.simulator.replay.rules import names as rule_names
 from specbatch.simulator.replay.rules import rule_entry
-from specbatch.traces.models.shapes import SHAPES, ModelShape
+from specbatch.traces.models.model_shape import ModelShape
+from specbatch.traces.models.shapes import SHAPES
 
 DEFAULT_BATCHES = (1, 8, 32, 64, 128, 256)
 

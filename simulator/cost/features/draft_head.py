@@ -64,7 +64,7 @@ from specbatch.simulator.cost.analytic.roofline import PassConstants, pass_const
 from specbatch.simulator.cost.gpus.hardware import Execution, Hardware
 from specbatch.simulator.cost.interface import batch_sums
 from specbatch.simulator.defaults import HEAD_DRAFTS
-from specbatch.traces.models.shapes import ModelShape
+from specbatch.traces.models.model_shape import ModelShape
 
 if TYPE_CHECKING:
     from specbatch.simulator.config.sim_config import SimConfig

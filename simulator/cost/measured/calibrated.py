@@ -111,7 +111,7 @@ from specbatch.simulator.cost.measured.sources import (
     uses_custom_allreduce,
     validation,
 )
-from specbatch.traces.models.shapes import ModelShape
+from specbatch.traces.models.model_shape import ModelShape
 
 
 @dataclass(frozen=True)
