@@ -17,12 +17,15 @@ elasticity above 5): such an answer is reported with that range, never as one nu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specbatch.errors import require
 from specbatch.simulator.cost.interface import SumsCostModel, takes_logit_rows
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
 
 #: The step-time factors of the sensitivity runs.
 FACTORS = (0.95, 1.05)
@@ -96,7 +99,7 @@ class Sensitivity:
                 "ratios": {name: list(v) for name, v in self.ratios.items()}}
 
 
-def step_time_sensitivity(config, base_summary: dict, trace=None,
+def step_time_sensitivity(config: SimConfig, base_summary: dict, trace=None,
                           factors: tuple[float, ...] = FACTORS) -> Sensitivity:
     """Rerun ``config`` with step times scaled by each factor; ratios to ``base_summary`` (the
     unscaled run's summary, same config and seed)."""
@@ -124,7 +127,7 @@ MODES = ("auto", "on", "off")
 AUTO_MAX_REQUESTS = 20_000
 
 
-def capacity_check(config, result, mode: str = "auto", trace=None) -> dict | None:
+def capacity_check(config: SimConfig, result, mode: str = "auto", trace=None) -> dict | None:
     """The run's place against its capacity: the queue's growth
     (:mod:`specbatch.simulator.saturation`) and the ±5 % :class:`Sensitivity`.
 

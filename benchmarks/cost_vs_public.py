@@ -56,7 +56,7 @@ from specbatch.simulator.cost.measured.laws import (
     layer_seconds,
 )
 from specbatch.simulator.cost.measured.sources import LAWS, VALIDATION, allreduce_curve, gpu_peaks
-from specbatch.traces.models.shapes import ModelShape
+from specbatch.traces.models.model_shape import ModelShape
 from specbatch.traces.public.vidur_profiles import OPS, load_public_profiles
 
 #: Decoder layers of Vidur's profiled models (vidur/config/model_config.py at 7d47513).

@@ -61,10 +61,10 @@ def prompts(tok, n: int, length: int) -> list[list[int]]:
 
 
 def grid(models, names, slots: int, depth: int, ids, tokens: int, out: Path) -> Path:
-    from specbatch.live.profile_grid import grid_cells, profile_grid
+    from specbatch.live.profile_grid import profile_grid, visited_grid
     from specbatch.traces.capture.profile import write_profile
 
-    cells = grid_cells(slots, depth, float(np.mean([len(i) for i in ids])), tokens)
+    cells = visited_grid(slots, depth, float(np.mean([len(i) for i in ids])), tokens)
     frame = profile_grid(models[0], models[1], names, cells, "cpu", "float32", warmup=1,
                          repeats=3)
     path = out / f"grid-{slots}.csv"

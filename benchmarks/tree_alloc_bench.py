@@ -50,7 +50,7 @@ from specbatch.simulator.replay.tree_accept_predictor import fit_tree_predictor
 from specbatch.theory.trees import alloc as A
 from specbatch.theory.trees import reach as R
 from specbatch.traces.format.files import read_trace
-from specbatch.traces.format.trace import concat_ranges
+from specbatch.traces.format.ranges import concat_ranges
 
 #: Fitted kinds the learned columns report.
 KINDS = ("learned", "logistic")

@@ -64,13 +64,13 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.errors import require
-from specbatch.live.batch import Batch, empty_pending
 from specbatch.live.cache import SlotCache
 from specbatch.live.config import LiveConfig
 from specbatch.live.decide import plan_from_draft
 from specbatch.live.ngram import draft_ngram, fed_tokens, filler_signals
 from specbatch.live.pool import Pool, arrival_times
 from specbatch.live.record import LiveResult, Recorder
+from specbatch.live.running_batch import Batch, empty_pending
 from specbatch.live.state import Live, draw, step_end, step_start, stream_uniforms
 from specbatch.live.timeline import Timeline
 from specbatch.simulator.policies.registry import make_policy

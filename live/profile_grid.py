@@ -17,7 +17,7 @@ import pandas as pd
 MIXED_COLUMNS = ("prefill_batch", "prefill_tokens")
 
 
-def grid_cells(n: int, depth: int, prompt_mean: float, max_new: int) -> dict:
+def visited_grid(n: int, depth: int, prompt_mean: float, max_new: int) -> dict:
     """The (batch, query, kv) cells a live run's workload visits, as a profiling grid.
 
     n = the run's running slots (``max_num_seqs``). Batches n, ⌈n/2⌉, ⌈n/4⌉, ..., 1; KV lengths prompt, prompt + max_new/2, prompt + max_new
@@ -95,7 +95,7 @@ def time_masked_forward(model, batch: int, query: int, kv: int, warmup: int = 2,
 def profile_grid(draft, target, names: tuple[str, str], cells: dict, device: str, dtype: str,
                  warmup: int = 2, repeats: int = 5, progress: bool | None = None) -> pd.DataFrame:
     """Median forward-pass time of uniform batches and mixed passes on random KV caches
-    (:func:`time_masked_forward`) at every cell of :func:`grid_cells`; latency-profile columns
+    (:func:`time_masked_forward`) at every cell of :func:`visited_grid`; latency-profile columns
     (:data:`traces.capture.profile.PROFILE_COLUMNS`) and the mixed passes' prompts
     (:data:`MIXED_COLUMNS`, 0 on uniform rows). Measured separately from the live run, so a cost
     model fitted to it is out-of-sample for that run.

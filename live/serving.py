@@ -265,7 +265,7 @@ class ServeEngine:
                     self._fail(joined, f"{type(exc).__name__}: {exc}")
 
     def _empty(self) -> None:
-        from specbatch.live.batch import Batch, empty_pending
+        from specbatch.live.running_batch import Batch, empty_pending
 
         self.batch = Batch(np.zeros(0, dtype=np.int64), *empty_pending(self.device))
 
@@ -306,7 +306,7 @@ class ServeEngine:
         """The joiners' prompts into both caches; each draws its first token."""
         import torch
 
-        from specbatch.live.batch import Batch
+        from specbatch.live.running_batch import Batch
 
         prompts = [r.prompt_ids for r in joined]
         logits = self.tcache.prefill(self.target, prompts)  # [m, V]

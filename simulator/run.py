@@ -418,7 +418,7 @@ def drafter_notes(config: SimConfig, trace: Trace) -> tuple[str, ...]:
             f"{config.draft}'s; set draft = \"ngram\" to price them as free",)
 
 
-def attach_verify_cost(policy, config, trace) -> None:
+def attach_verify_cost(policy, config: SimConfig, trace: Trace) -> None:
     """Hand a policy that prices steps itself (a ``price_verification`` method, e.g. ``dsd``)
     the verification cost the engine charges this run: :func:`verify_cost_for` of the same
     config and replayed trace (None under ``verify_cost = "none"``), so its plan prices the

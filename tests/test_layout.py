@@ -183,3 +183,82 @@ def test_the_sub_package_orders_name_every_folder_and_module():
         assert units == set(order), f"{package}: {sorted(units ^ set(order))}"
         assert len([u for u in units if (base / f"{u}.py").is_file()]) <= 9, (
             f"{package}: more than 10 modules at its top (issue 47)")
+
+
+#: The shared helpers under specbatch/, from the bottom up: each imports specbatch.errors and
+#: the helpers before it, never a package (theory ... cli), so that every package may use them.
+HELPERS = ("limits", "lazy", "fields", "inputs", "io")
+
+
+def test_the_shared_helpers_are_listed():
+    units = {p.stem for p in (ROOT / "specbatch").glob("*.py")}
+    assert units - {"__init__", "__main__", "errors"} == set(HELPERS)
+
+
+@pytest.mark.parametrize("helper", HELPERS)
+def test_a_shared_helper_imports_only_errors_and_the_helpers_below_it(helper):
+    path = ROOT / "specbatch" / f"{helper}.py"
+    below = {"specbatch.errors"} | {f"specbatch.{h}" for h in HELPERS[:HELPERS.index(helper)]}
+    for module in _imported(path):  # function-level imports included
+        if module.split(".")[0] == "specbatch":
+            assert module in below, (f"specbatch/{helper}.py imports {module}: a shared helper "
+                                     f"imports only {sorted(below)}")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    parts = parts[1:] if parts[0] == "specbatch" else parts
+    return ".".join(("specbatch", *parts)).removesuffix(".__init__")
+
+
+def _import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(module -> modules it imports at module level when it runs, module -> modules it
+    imports inside functions), over every module of the tree (``if TYPE_CHECKING:`` excluded)."""
+    paths = [p for folder in FOLDERS.values() for p in (ROOT / folder).rglob("*.py")]
+    paths += list((ROOT / "specbatch").glob("*.py"))
+    names = {_module_name(p): p for p in paths}
+    top: dict[str, set[str]] = {}
+    inner: dict[str, set[str]] = {}
+    for name, path in names.items():
+        tree = ast.parse(path.read_text())
+        typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                       and "TYPE_CHECKING" in ast.unparse(node.test)
+                       for sub in node.body for n in ast.walk(sub)}
+        in_function = {id(n) for node in ast.walk(tree)
+                       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                       for n in ast.walk(node)}
+        top[name], inner[name] = set(), set()
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found = {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names
+                         else node.module for a in node.names}
+            elif isinstance(node, ast.Import):
+                found = {a.name for a in node.names}
+            else:
+                continue
+            found = {m for m in found if m in names and m != name}
+            (inner if id(node) in in_function else top)[name] |= found
+    return top, inner
+
+
+def _reaches(top: dict[str, set[str]], start: str) -> set[str]:
+    seen, stack = set(), [start]
+    while stack:
+        for module in top.get(stack.pop(), ()):
+            if module not in seen:
+                seen.add(module)
+                stack.append(module)
+    return seen
+
+
+def test_no_import_inside_a_function_dodges_a_cycle():
+    """A function-level import is for a heavy or optional dependency, never to dodge a cycle:
+    the module imported must not import (at module level, directly or not) the importer. A
+    cycle is fixed by moving the shared piece down (issue 47: e.g. analysis.plan.entry.choose,
+    traces.models.model_shape, simulator.replay.replay_tables)."""
+    top, inner = _import_graph()
+    dodges = [f"{a} -> {b}" for a in sorted(inner) for b in sorted(inner[a] - top[a])
+              if a in _reaches(top, b)]
+    assert not dodges, f"function-level imports that dodge a cycle: {dodges}"

@@ -271,7 +271,7 @@ class Run:
                                          "not ids (vLLM: return_tokens_as_token_ids); compare "
                                          "with a --reference server instead")
                 if self.model is not None:
-                    from specbatch.analysis.endpoint.reference import cell_counts, prefix_laws
+                    from specbatch.analysis.endpoint.target_law import cell_counts, prefix_laws
 
                     laws = prefix_laws(self.model, self.prompts[i], t, s.tokens, s.floor)
                     for j in range(1, s.tokens + 1):
@@ -313,7 +313,7 @@ class Run:
         for i in range(len(self.prompts)):
             got = self.store.draws[key("spec", i, 0.0)][:s.greedy]
             if self.model is not None:
-                from specbatch.analysis.endpoint.reference import greedy_tokens
+                from specbatch.analysis.endpoint.target_law import greedy_tokens
 
                 want = greedy_tokens(self.model, self.prompts[i], s.greedy_tokens)
             else:

@@ -62,8 +62,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
 
 #: Most (request, position) pairs the step bound tabulates; larger workloads get the
 #: advance bound u(t) ≤ D + 1 instead (still a bound, looser, in closed form).
@@ -114,7 +118,7 @@ class BoundTables:
             self._steps[key] = decode_steps(self.trace, self.workload, self.seed, *key)
         return self._steps[key]
 
-    def pass_times(self, config) -> tuple[np.ndarray, np.ndarray] | None:
+    def pass_times(self, config: SimConfig) -> tuple[np.ndarray, np.ndarray] | None:
         """(prefill, step) floors of :func:`pass_times` under ``config``'s cost model, or None
         where no floor is proven (a cost model other than the roofline and the calibrated
         one, a negative overhead). The calibrated floor tables are built once per target
@@ -203,7 +207,7 @@ def advances(trace, workload, seed: int, depth: int, rule: str) -> np.ndarray:
     """``u[i, t] = 1 + max_{s ≤ depth} τ_s`` at every output position t < O_i (0 beyond),
     the most tokens a step at position t can emit (module docstring).  # [N, T] int64"""
     from specbatch.simulator.replay.chain import request_keys, uniforms
-    from specbatch.simulator.replay.rules import tables_for
+    from specbatch.simulator.replay.replay_tables import tables_for
 
     out = np.asarray(workload.output_len, dtype=np.int64)
     n, top = out.shape[0], int(out.max(initial=0))
@@ -353,7 +357,7 @@ def per_token_table(role, q_max: int) -> np.ndarray:
     corr = next(iter((role.fit.corrections or {}).values()), None)
     edges = [float(corr.grid[-1])] if corr is not None else [0.0]
     if role.cell is not None:
-        edges.append(float(role.cell[1][-1]))
+        edges.append(float(role.cell.grid[-1]))
     vector = vectorised(role)
     last = int(math.ceil(max(edges))) if vector else q_max
     for q in range(1, min(last, q_max) + 1):
@@ -392,7 +396,7 @@ def law_layers(role, qs: np.ndarray) -> np.ndarray:
 
 def tail_layers(role, qs: np.ndarray, edges: list[float]) -> np.ndarray:
     """RolePricer.layers past every grid: its edge value times law(Q) / law(edge)."""
-    edge = float(role.cell[1][-1]) if role.cell is not None else edges[0]
+    edge = float(role.cell.grid[-1]) if role.cell is not None else edges[0]
     if role.cell is None and edge == 0.0:  # no correction grid: the law itself
         return law_layers(role, qs)
     return role.layers(edge) * law_layers(role, qs) / role.law_layers(edge)

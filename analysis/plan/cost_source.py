@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.simulator.cost.interface import CostModel
+
 
 def plan_sources(base: dict, report: dict, hardware: tuple[str, ...]) -> dict:
     """The cost model (``base["cost"]``, default roofline) and, for the chosen deployment
@@ -29,7 +35,7 @@ _COSTS: dict[tuple, object] = {}
 NOT_COST_FIELDS = ("policy", "num_speculative_tokens", "extra", "verify", "replicas")
 
 
-def cost_key(config) -> str:
+def cost_key(config: SimConfig) -> str:
     """Every SimConfig field but :data:`NOT_COST_FIELDS` (so a field simulator.run.build_cost
     reads, today's or a later one, can never be shared across)."""
     import dataclasses
@@ -39,7 +45,7 @@ def cost_key(config) -> str:
     return json.dumps(fields, sort_keys=True, default=str)
 
 
-def shared_cost(config):
+def shared_cost(config: SimConfig) -> CostModel:
     """``build_cost(config)``, built once per :func:`cost_key` in this process and warmed
     (:func:`warm`). A model's lazy tables only cache what it computes (the same numbers
     whoever asks first), so a run priced by the shared model is bit-identical to one that

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from specbatch.analysis.engines import sglang, trtllm, vllm
-from specbatch.analysis.engines.models import draft_of, model_id
+from specbatch.analysis.engines.draft_model import draft_of, model_id
 from specbatch.analysis.engines.versions import short
 
 

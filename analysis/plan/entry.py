@@ -127,3 +127,24 @@ def _hybrid_constants(config: dict, kv_b: int) -> tuple | None:
         return None
     bs = int(config.get("block_size", 16))
     return layout.block_bytes // bs, layout, bs
+
+
+def rank(e: Entry) -> tuple:
+    """Cheapest first; then fewest GPUs, lowest e2e at the percentile, simplest setting."""
+    return (e.deployment.cost, e.deployment.gpus, e.verdict.latency["e2e"], e.speculation.label)
+
+
+def choose(entries: tuple[Entry, ...]) -> Entry | None:
+    """The cheapest entry meeting every limit (ties: :func:`rank`), or None."""
+    passed = [e for e in entries if e.verdict.passed]
+    return min(passed, key=rank) if passed else None
+
+
+def pareto(entries: tuple[Entry, ...]) -> list[Entry]:
+    """Passing entries no other passing entry beats on both cost and e2e at the
+    percentile: the cost-latency frontier, cheapest first."""
+    frontier: list[Entry] = []
+    for e in sorted((e for e in entries if e.verdict.passed), key=rank):
+        if not frontier or e.verdict.latency["e2e"] < frontier[-1].verdict.latency["e2e"]:
+            frontier.append(e)
+    return frontier

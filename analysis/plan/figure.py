@@ -1,6 +1,6 @@
 """The planner's figure: every simulated configuration's cost against its e2e latency at the
 SLO percentile, those meeting every limit filled, the cost-latency frontier drawn through
-them (analysis.plan.planner.pareto)."""
+them (analysis.plan.entry.pareto)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def frontier_figure(entries: tuple[Entry, ...], slos: Slos, priced: bool, path: 
     """Write the figure to ``path`` (PNG); None when nothing was simulated."""
     if not entries:
         return None
-    from specbatch.analysis.plan.planner import pareto
+    from specbatch.analysis.plan.entry import pareto
 
     p = f"p{slos.percentile:g}"
     fig, ax = plt.subplots(figsize=(6.4, 4.2))

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specbatch.analysis.plan.entry import Entry
+from specbatch.analysis.plan.entry import Entry, choose, pareto, rank
 from specbatch.analysis.plan.rejected import configuration_dict, dominated, rejected
 from specbatch.analysis.plan.search import Search, search
 from specbatch.analysis.plan.slo import Slos
@@ -301,27 +301,6 @@ def acceptance_info(base: dict) -> dict:
     }
 
 
-def _rank(e: Entry) -> tuple:
-    """Cheapest first; then fewest GPUs, lowest e2e at the percentile, simplest setting."""
-    return (e.deployment.cost, e.deployment.gpus, e.verdict.latency["e2e"], e.speculation.label)
-
-
-def choose(entries: tuple[Entry, ...]) -> Entry | None:
-    """The cheapest entry meeting every limit (ties: :func:`_rank`), or None."""
-    passed = [e for e in entries if e.verdict.passed]
-    return min(passed, key=_rank) if passed else None
-
-
-def pareto(entries: tuple[Entry, ...]) -> list[Entry]:
-    """Passing entries no other passing entry beats on both cost and e2e at the
-    percentile: the cost-latency frontier, cheapest first."""
-    frontier: list[Entry] = []
-    for e in sorted((e for e in entries if e.verdict.passed), key=_rank):
-        if not frontier or e.verdict.latency["e2e"] < frontier[-1].verdict.latency["e2e"]:
-            frontier.append(e)
-    return frontier
-
-
 def gain_vs_ar(choice: Entry, entries: tuple[Entry, ...]) -> dict | None:
     """The choice against ``ar`` on the same deployment: latency ratios (ar / choice), ar's
     verdict there, and the cheapest deployment on which ar alone meets every limit."""
@@ -331,7 +310,7 @@ def gain_vs_ar(choice: Entry, entries: tuple[Entry, ...]) -> dict | None:
     same = [e for e in entries if e.deployment == choice.deployment
             and e.speculation.policy == "ar"]
     ar_ok = [e for e in entries if e.speculation.policy == "ar" and e.verdict.passed]
-    cheapest = min(ar_ok, key=_rank) if ar_ok else None
+    cheapest = min(ar_ok, key=rank) if ar_ok else None
     out: dict = {"cheapest_ar": None if cheapest is None else cheapest.deployment.label,
                  "cheapest_ar_cost": None if cheapest is None else cheapest.deployment.cost}
     if same:

@@ -10,7 +10,7 @@ per policy depth), then:
   target even at the bounds, proves the run would fail; it is not simulated;
 - **cannot matter**: its e2e bound exceeds the e2e of a passing configuration ranked before
   it (cost, then GPUs no more than its own), so it can be neither the choice nor a point of
-  the frontier (analysis.plan.planner.choose, pareto); it is not simulated. ``ar`` is not skipped
+  the frontier (analysis.plan.entry.choose, pareto); it is not simulated. ``ar`` is not skipped
   this way unless a passing ``ar`` is ranked strictly before it (:func:`needed_ar`: the
   cheapest ``ar`` that passes is part of the answer);
 - the rest run in rounds of :data:`ROUND` candidates in the order of their e2e bounds, the
@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from specbatch.analysis.plan.entry import Entry, Skipped
+from specbatch.analysis.plan.entry import Entry, Skipped, choose
 from specbatch.analysis.plan.runner import Runner
 from specbatch.analysis.plan.slo import Slos, StopRule
 from specbatch.analysis.plan.space import Deployment, Space, Speculation, cost_levels, speculations
@@ -219,8 +219,6 @@ def complete_gain(runner: Runner, entries: list[Entry], space: Space,
     """``ar`` on the choice's deployment when it was skipped or stopped early (the gain over
     ``ar`` on the same GPUs is part of the answer: its whole run), simulated now; None when
     not needed."""
-    from specbatch.analysis.plan.planner import choose
-
     choice = choose(tuple(entries))
     if choice is None or choice.speculation.policy == "ar" or "ar" not in space.policies:
         return None

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from specbatch.analysis.engines import vllm
-from specbatch.analysis.engines.models import draft_of, model_id
+from specbatch.analysis.engines.draft_model import draft_of, model_id
 from specbatch.analysis.engines.versions import short
 from specbatch.errors import require
 

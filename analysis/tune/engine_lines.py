@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from specbatch.analysis.engines import sglang, trtllm, vllm
-from specbatch.analysis.engines.models import DEFAULT_DRAFT, draft_of, model_id
+from specbatch.analysis.engines.draft_model import DEFAULT_DRAFT, draft_of, model_id
 from specbatch.analysis.engines.versions import checked_against, short
 from specbatch.errors import SpecbatchError
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from specbatch.errors import SpecbatchError
-from specbatch.fields import check_ranges, fail
+from specbatch.fields import check_ranges, fail, field_specs
 from specbatch.simulator.config.tree_checks import check_tree_config, check_tree_trace
 from specbatch.simulator.cost.gpus.hardware import FULL_WEIGHT_BITS, HARDWARE, get_hardware
+from specbatch.simulator.defaults import FREE_DRAFTS
 from specbatch.simulator.policies import knobs as pk
 from specbatch.simulator.policies.catalogue import entry, names
 from specbatch.simulator.replay.rules import rule_entry
@@ -42,16 +43,12 @@ PREDICTOR_POLICIES = names(predictor=True)
 
 def validate_config(c: SimConfig, where: str = "config") -> None:
     """Static checks (no trace needed); raises a one-line :class:`SpecbatchError`."""
-    from specbatch.simulator.config.sim_config import (  # local: config imports this
-        FREE_DRAFTS,
-        specs,
-    )
     from specbatch.simulator.policies.registry import resolve_policy  # local: no import cycle
 
-    check_ranges(c, specs(), where)
+    check_ranges(c, field_specs(type(c)), where)
     cls = resolve_policy(c.policy, f"{where}: field policy")
     check_tree_config(c, bool(getattr(cls, "tree", False)), where)
-    pk.check_policy_knobs(c, where)
+    check_policy_knobs(c, where)
     row = entry(c.policy)  # the engine policies' minimum is checked with their knobs
     if row is not None and not row.engine:
         if row.min_draft == "k" and c.num_speculative_tokens < 1:
@@ -81,6 +78,35 @@ def validate_config(c: SimConfig, where: str = "config") -> None:
     except SpecbatchError:
         fail(where, "hardware", f"one of {', '.join(sorted(HARDWARE))}", c.hardware)
     check_parallel(c, where)
+
+
+def check_policy_knobs(c: SimConfig, where: str) -> None:
+    """The knobs' parses and the settings each engine policy needs (one-line errors)."""
+    # local: the engine policies and the graph sizes load numpy; the config modules do not
+    from specbatch.simulator.cost.features.graph_padding import capture_sizes
+    from specbatch.simulator.policies.engines import EmaAdaptive, check_batch_schedule
+    from specbatch.simulator.policies.schedules import parse_trt_schedule, parse_vllm_table
+
+    if c.num_speculative_tokens_per_batch_size is not None:
+        parse_vllm_table(c.num_speculative_tokens_per_batch_size, where,
+                         "num_speculative_tokens_per_batch_size")
+    if c.draft_len_schedule is not None:
+        parse_trt_schedule(c.draft_len_schedule, where, "draft_len_schedule",
+                           c.num_speculative_tokens)
+    if c.cuda_graph_sizes is not None:
+        capture_sizes(c.cuda_graph_sizes, where)
+    if c.policy == "batch-schedule":
+        check_batch_schedule(c, where)
+    if c.speculative_adaptive_config is not None or c.policy == "ema-adaptive":
+        EmaAdaptive.required_depth(c)  # parses speculative_adaptive_config
+    row = entry(c.policy)
+    if row is not None and row.engine:
+        if row.min_draft == "k" and c.num_speculative_tokens < 1:
+            fail(where, "num_speculative_tokens", f"k >= 1 for policy {c.policy} (its largest "
+                 "window)", c.num_speculative_tokens)
+        if row.min_draft == "depth" and c.depth < 1:
+            fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}",
+                 c.depth)
 
 
 def check_scheduler_supports(c: SimConfig, where: str = "config") -> None:

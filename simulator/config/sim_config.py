@@ -51,6 +51,7 @@ from specbatch.simulator.config.checks import (  # noqa: F401 - importable from 
     check_extra_applies,
     check_head_drafter,
     check_parallel,
+    check_policy_knobs,
     check_scheduler_supports,
     check_settings_apply,
     policy_depth,

@@ -9,6 +9,8 @@ steps ``specbatch cost show`` prints; import each model's names from its own mod
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from specbatch.errors import SpecbatchError, require
@@ -30,6 +32,10 @@ from specbatch.simulator.cost.measured.profiled import (
 from specbatch.simulator.cost.verify_cost import VerifyCost
 from specbatch.simulator.defaults import FREE_DRAFTS, HEAD_DRAFTS
 from specbatch.traces.models.shapes import get_shape
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.traces.format.trace import Trace
 
 __all__ = [
     "COST_MODELS", "build_cost_model", "execution_info", "pass_times", "prefill_time",
@@ -237,7 +243,7 @@ def recorded_quantization(trace) -> dict | None:
     return quantized if isinstance(quantized, dict) else None
 
 
-def weight_bits_notes(config, trace) -> tuple[str, ...]:
+def weight_bits_notes(config: SimConfig, trace: Trace) -> tuple[str, ...]:
     """Notes when the draft's priced precision and the trace's recorded one disagree.
 
     The trace's acceptance and the cost model's step times are separate inputs (a trace says

@@ -47,12 +47,17 @@ the logits-to-probabilities softmax (temperature, top-k/p) an engine runs before
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.gpus.hardware import FUSED_FLOOR, get_hardware, get_sampler
 from specbatch.simulator.replay.rules import SAMPLER_COSTS, rule_entry
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.traces.format.trace import Trace
 
 #: Bytes of one probability (float32 rows, the serving case).
 PROB_BYTES = 4
@@ -166,7 +171,7 @@ def target_vocab(target: str, trace) -> int:
                          "or verify_cost = \"none\"")
 
 
-def verify_notes(config) -> tuple[str, ...]:
+def verify_notes(config: SimConfig) -> tuple[str, ...]:
     """A note when a profiled cost model runs with a priced verification: its latency profile
     measures forward passes only, so the verification time is this module's modelled term."""
     if config.cost != "profiled" or str(config.verify_cost).lower() == "none":
@@ -183,7 +188,7 @@ def greedy_trace(trace) -> bool:
     return isinstance(temperature, (int, float)) and float(temperature) == 0.0
 
 
-def verify_cost_for(config, trace, free_draft: bool) -> VerifyCost | None:
+def verify_cost_for(config: SimConfig, trace: Trace, free_draft: bool) -> VerifyCost | None:
     """The verification cost of a run: ``config.verify_cost`` (sampler preset or "none") under
     ``config.verify``'s sampler-cost key (priced as TV on a temperature-0 trace,
     :func:`greedy_trace`) on

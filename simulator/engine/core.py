@@ -73,7 +73,8 @@ from specbatch.simulator.engine.v1.compose import v1_lookahead
 from specbatch.simulator.policies.registry import Policy, is_builtin
 from specbatch.simulator.policies.view import TraceTables
 from specbatch.simulator.replay.chain import request_keys
-from specbatch.simulator.replay.rules import rule_entry, tables_for
+from specbatch.simulator.replay.replay_tables import tables_for
+from specbatch.simulator.replay.rules import rule_entry
 
 if TYPE_CHECKING:
     from specbatch.simulator.config.sim_config import SimConfig

@@ -2,7 +2,7 @@
 calibration split (simulator.policies.calibration) and CUDA-graph padding
 (simulator.cost.features.graph_padding), declared here and placed in
 :class:`simulator.config.sim_config.SimConfig`; and their cross-field checks
-(:func:`check_policy_knobs`, called by ``validate_config``). Names follow the engines' knobs.
+(:func:`simulator.config.checks.check_policy_knobs`, called by ``validate_config``). Names follow the engines' knobs.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from specbatch.fields import Range, fail, knob
-from specbatch.simulator.policies.catalogue import KNOB_POLICY, entry, names
+from specbatch.simulator.policies.catalogue import KNOB_POLICY, names
 
 if TYPE_CHECKING:
     from specbatch.simulator.config.sim_config import SimConfig
@@ -82,34 +82,6 @@ def applied_split(c: SimConfig) -> float:
     if c.calibration_split or not calibrates(c):
         return c.calibration_split
     return DEFAULT_CALIBRATION_SPLIT
-
-
-def check_policy_knobs(c: SimConfig, where: str) -> None:
-    """The knobs' parses and the settings each engine policy needs (one-line errors)."""
-    from specbatch.simulator.cost.features.graph_padding import capture_sizes
-    from specbatch.simulator.policies.engines import EmaAdaptive, check_batch_schedule
-    from specbatch.simulator.policies.schedules import parse_trt_schedule, parse_vllm_table
-
-    if c.num_speculative_tokens_per_batch_size is not None:
-        parse_vllm_table(c.num_speculative_tokens_per_batch_size, where,
-                         "num_speculative_tokens_per_batch_size")
-    if c.draft_len_schedule is not None:
-        parse_trt_schedule(c.draft_len_schedule, where, "draft_len_schedule",
-                           c.num_speculative_tokens)
-    if c.cuda_graph_sizes is not None:
-        capture_sizes(c.cuda_graph_sizes, where)
-    if c.policy == "batch-schedule":
-        check_batch_schedule(c, where)
-    if c.speculative_adaptive_config is not None or c.policy == "ema-adaptive":
-        EmaAdaptive.required_depth(c)  # parses speculative_adaptive_config
-    row = entry(c.policy)
-    if row is not None and row.engine:
-        if row.min_draft == "k" and c.num_speculative_tokens < 1:
-            fail(where, "num_speculative_tokens", f"k >= 1 for policy {c.policy} (its largest "
-                 "window)", c.num_speculative_tokens)
-        if row.min_draft == "depth" and c.depth < 1:
-            fail(where, "num_speculative_tokens", f"k + extra >= 1 for policy {c.policy}",
-                 c.depth)
 
 
 def check_knobs_apply(c: SimConfig, given: Any, where: str) -> None:

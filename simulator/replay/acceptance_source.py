@@ -14,6 +14,10 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
 
 #: Suffixes that name a variant of the same weights' family, not another model.
 _SUFFIXES = ("-instruct", "-chat", "-hf", "-it", "-base")
@@ -63,7 +67,7 @@ def trace_pair(trace_name: str) -> tuple[str, str | None, str | None, str]:
     return path, (models.get("target") or {}).get("name"), draft.get("name"), kind
 
 
-def acceptance_source(config) -> dict:
+def acceptance_source(config: SimConfig) -> dict:
     """``{source, pair, pair_matches, asked}`` of a SimConfig (module docstring)."""
     asked = f"{config.draft} -> {config.target}"
     if config.acceptance_profile is not None:

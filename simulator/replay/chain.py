@@ -276,7 +276,7 @@ _SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def shared_tables(trace, rule: str, cls=VerifyTables):
-    """``cls(trace, rule)`` (a chain rule's replay tables, simulator.replay.rules.tables_for),
+    """``cls(trace, rule)`` (a chain rule's replay tables, simulator.replay.replay_tables.tables_for),
     built once per trace object and rule, so the runs of a sweep or plan on one loaded trace
     share its thresholds (~0.1-0.3 s per run on the bundled trace) instead of building them
     per run. Runs are bit-identical either way: the tables are a function of the trace's

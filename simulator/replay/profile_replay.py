@@ -35,6 +35,7 @@ from specbatch.errors import require
 from specbatch.traces.format.trace import make_trace
 
 if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
     from specbatch.traces.acceptance.profile import AcceptanceProfile
     from specbatch.traces.format.trace import Trace
 
@@ -105,7 +106,7 @@ def _build_profile_trace(trace: Trace, profile: AcceptanceProfile, seed: int) ->
     return make_trace(meta, trace.requests(), columns, path=trace.path)
 
 
-def profile_notes(profile: AcceptanceProfile, config, reads_confidence: bool = False
+def profile_notes(profile: AcceptanceProfile, config: SimConfig, reads_confidence: bool = False
                   ) -> tuple[str, ...]:
     """What a run on a profile should say: its source, its caveats, and lost signals
     (``reads_confidence``: the policy's choices read per-token draft confidences, its

@@ -1,6 +1,6 @@
 """The replay interface: what the engine and the policies read from a rule's replay tables.
 
-:func:`simulator.replay.rules.tables_for` returns one of two kinds, by the rule's row
+:func:`simulator.replay.replay_tables.tables_for` returns one of two kinds, by the rule's row
 (:mod:`simulator.replay.rules`, ``kind``); every class a row names conforms to its kind's
 protocol (tests/simulator/replay/test_rules.py checks members and ``tau``'s parameters).
 

@@ -17,10 +17,11 @@ A new rule is one row here plus its replay: a tree rule a ``REPLAYS`` entry (and
 rule a ``scan`` :class:`~simulator.replay.chain.VerifyTables` implements (it refuses any
 other); and its theory verifier, against which the tests check ``lossless`` by enumeration.
 
-:func:`tables_for` returns the replay tables of any rule; an unknown rule is a one-line
-:class:`~specbatch.errors.SpecbatchError` naming the ``verify`` field and the known rules,
-never a fallback. Like the policy catalogue, the module imports no numpy and no replay class
-(they load on first use), so the configuration modules read it at no cost.
+:func:`simulator.replay.replay_tables.tables_for` returns the replay tables of any rule; an
+unknown rule is a one-line :class:`~specbatch.errors.SpecbatchError` naming the ``verify``
+field and the known rules, never a fallback. Like the policy catalogue, the module imports no
+numpy and no replay class (they load on first use), so the configuration modules read it at
+no cost.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class RuleEntry:
 
     name:          its public name (``verify`` field, ``--verify``)
     kind:          "chain" (one drafted path, γ = s_i) or "tree" (a recorded draft tree)
-    replay:        ``module:Class`` of each class that replays it (:func:`tables_for` picks
+    replay:        ``module:Class`` of each class that replays it (:func:`~simulator.replay.replay_tables.tables_for` picks
                    one by the trace: TreeTables for a branching tree, TrieTables for K paths)
     sampler_cost:  the :data:`SAMPLER_COSTS` key its verification is priced with
     lossless:      whether its output law is the target's (THEORY.md §4, residual exactly 0)
@@ -146,29 +147,3 @@ def rule_entry(rule: str) -> RuleEntry:
     if row is None:
         raise SpecbatchError(f"verify: expected one of {', '.join(BY_NAME)}, got {rule!r}")
     return row
-
-
-def tables_for(trace: Any, rule: str, cache: Any = None) -> Any:
-    """The replay tables of ``rule`` on ``trace``: a chain rule's
-    :class:`~simulator.replay.chain.VerifyTables` (a :class:`ChainReplay`), a tree rule's
-    :class:`~simulator.replay.tree.TreeTables` or :class:`~simulator.replay.trie.TrieTables`
-    (a :class:`TreeReplay`; the same object for every tree rule, taken from ``cache`` when
-    given: a ``get(key, build, *args)`` table cache such as the policies' ``TraceTables``).
-
-    Raises SpecbatchError for an unknown rule, a tree rule on a chain trace, or a rule the
-    trace's tree kind has no replay class for (gbv on a branching tree)."""
-    row = rule_entry(rule)
-    if not row.tree:
-        from specbatch.simulator.replay.chain import shared_tables
-
-        (cls,) = row.replay_classes()
-        return shared_tables(trace, rule, cls)  # one per loaded trace and rule
-    from specbatch.simulator.replay.trie import tree_tables_for
-
-    tables = (tree_tables_for(trace) if cache is None
-              else cache.get(("tree",), tree_tables_for, trace))
-    if type(tables) not in row.replay_classes():
-        fits = [r.name for r in CATALOGUE if r.tree and type(tables) in r.replay_classes()]
-        raise SpecbatchError(f"verify: expected a rule that replays on this trace's "
-                             f"{type(tables).__name__} ({', '.join(fits)}), got {rule!r}")
-    return tables

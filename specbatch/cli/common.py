@@ -11,9 +11,10 @@ import contextlib
 import io
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO
 
+from specbatch.cli.flags import Flag, add_flags, flag
 from specbatch.errors import require
 from specbatch.io import dumps
 from specbatch.limits import ALLOW_ENV, INT64_MAX, allowed, is_supported_device
@@ -36,9 +37,28 @@ def example(*lines: str) -> str:
     return "example:\n" + "\n".join(f"  {line}" for line in lines)
 
 
+def add_command(subparsers: argparse._SubParsersAction, name: str, *, help: str,
+                description: str, examples: Sequence[str], flags: Sequence[Flag],
+                run: Callable[[argparse.Namespace], int],
+                **defaults: object) -> argparse.ArgumentParser:
+    """A sub-command (or verb) declared in one call: its ``--help`` (one-line help, the
+    description, the ``example:`` epilog), its :class:`~specbatch.cli.flags.Flag` records and the
+    function that runs it (``args.func``); ``defaults`` are further namespace values."""
+    parser = subparsers.add_parser(name, help=help, description=description,
+                                   epilog=example(*examples),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_flags(parser, flags)
+    parser.set_defaults(func=run, **defaults)
+    return parser
+
+
+#: The shared ``--json`` flag: one JSON object on stdout and nothing else.
+JSON_FLAG = flag("--json", action="store_true", help="print one JSON object on stdout")
+
+
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
-    """The shared ``--json`` flag: one JSON object on stdout and nothing else."""
-    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    """The shared ``--json`` flag (:data:`JSON_FLAG`)."""
+    add_flags(parser, (JSON_FLAG,))
 
 #: ``--help`` of ``--prompts``: the text sources every command that runs models accepts.
 PROMPTS_HELP = ("a prompts file: JSONL ({\"prompt\": ...} per line), ShareGPT-style JSON or "
@@ -46,17 +66,23 @@ PROMPTS_HELP = ("a prompts file: JSONL ({\"prompt\": ...} per line), ShareGPT-st
                 "held-out stdlib text")
 
 
+#: ``--ngram-min``/``--ngram-max``: the prompt-lookup drafter's suffix n-gram bounds
+#: (``--draft ngram``; resolved by :func:`specbatch.traces.capture.ngram.ngram_bounds`).
+NGRAM_FLAGS = (
+    flag("--ngram-min", type=int, default=None,
+         help="--draft ngram: shortest suffix n-gram to look up, integer >= 1 "
+              "(vLLM prompt_lookup_min; default 5, or --ngram-max when only "
+              "that is given)"),
+    flag("--ngram-max", type=int, default=None,
+         help="--draft ngram: longest suffix n-gram to look up, >= --ngram-min "
+              "(vLLM prompt_lookup_max; default 5, or --ngram-min when only "
+              "that is given)"),
+)
+
+
 def add_ngram_flags(parser: argparse.ArgumentParser) -> None:
-    """``--ngram-min``/``--ngram-max``: the prompt-lookup drafter's suffix n-gram bounds
-    (``--draft ngram``; resolved by :func:`specbatch.traces.capture.ngram.ngram_bounds`)."""
-    parser.add_argument("--ngram-min", type=int, default=None,
-                        help="--draft ngram: shortest suffix n-gram to look up, integer >= 1 "
-                             "(vLLM prompt_lookup_min; default 5, or --ngram-max when only "
-                             "that is given)")
-    parser.add_argument("--ngram-max", type=int, default=None,
-                        help="--draft ngram: longest suffix n-gram to look up, >= --ngram-min "
-                             "(vLLM prompt_lookup_max; default 5, or --ngram-min when only "
-                             "that is given)")
+    """The prompt-lookup drafter's flags (:data:`NGRAM_FLAGS`)."""
+    add_flags(parser, NGRAM_FLAGS)
 
 
 def plural(n: int, word: str) -> str:
@@ -66,8 +92,7 @@ def plural(n: int, word: str) -> str:
 
 def add_threads_flag(parser: argparse.ArgumentParser) -> None:
     """The shared ``--threads N`` flag of the commands that run models (see :func:`set_threads`)."""
-    parser.add_argument("--threads", type=positive_int, default=None, metavar="N",
-                        help=THREADS_HELP)
+    add_flags(parser, (THREADS_FLAG,))
 
 
 def set_threads(threads: int | None, device: str) -> int:
@@ -155,6 +180,10 @@ def _integer(text: str, low: int, what: str) -> int:
 def positive_int(text: str) -> int:
     """An integer >= 1 that fits int64 (counts, sizes, thread numbers)."""
     return _integer(text, 1, "an integer >= 1")
+
+
+#: The shared ``--threads N`` flag of the commands that run models.
+THREADS_FLAG = flag("--threads", type=positive_int, default=None, metavar="N", help=THREADS_HELP)
 
 
 def nonneg_int(text: str) -> int:

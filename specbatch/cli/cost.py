@@ -19,13 +19,15 @@ import sys
 from types import SimpleNamespace
 
 from specbatch.cli.common import (
-    add_json_flag,
+    JSON_FLAG,
+    add_command,
     capped_int,
     emit,
     example,
     help_without_verb,
     positive_int,
 )
+from specbatch.cli.flags import flag
 from specbatch.errors import require
 from specbatch.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DEPTH
 from specbatch.simulator.cost.analytic.memory import weights_shortfall
@@ -56,9 +58,90 @@ from specbatch.simulator.cost.report import PARTS, cost_sources, row_breakdowns,
 from specbatch.simulator.cost.verify_cost import build_verify_cost
 from specbatch.simulator.replay.rules import names as rule_names
 from specbatch.simulator.replay.rules import rule_entry
-from specbatch.traces.models.shapes import SHAPES, ModelShape
+from specbatch.traces.models.model_shape import ModelShape
+from specbatch.traces.models.shapes import SHAPES
 
 DEFAULT_BATCHES = (1, 8, 32, 64, 128, 256)
+
+
+#: ``cost fit``'s flags in --help order.
+FIT_FLAGS = (
+    flag("profile", metavar="PROFILE", help="latency profile (.parquet or .csv)"),
+    flag("--target", help="target model to select when the profile holds several"),
+    flag("--draft", help="draft model to select when the profile holds several"),
+    flag("--device", help="device to select when the profile holds several"),
+    flag("--folds", type=positive_int, default=5, help="cross-validation folds (default 5)"),
+    JSON_FLAG,
+)
+
+
+#: ``cost import-vidur``'s flags in --help order.
+IMPORT_FLAGS = (
+    flag("folder", metavar="DIR", help="Vidur-layout profile folder"),
+    flag("--out", required=True, help="output folder (new, empty, or an earlier "
+                                      "import of the same files)"),
+    flag("--repository", help="where the profiles come from (provenance)"),
+    flag("--commit", help="the source's commit (provenance)"),
+    flag("--licence", help="the source's licence (provenance)"),
+    flag("--force", action="store_true", help="replace an earlier import"),
+    JSON_FLAG,
+)
+
+
+#: ``cost import-aiconfigurator``'s flags in --help order.
+AIC_FLAGS = (
+    flag("folder", metavar="DIR", help="AIConfigurator's systems/data folder"),
+    flag("--out", required=True, help="output folder (new, empty, or an earlier "
+                                      "import of the same tables)"),
+    flag("--system", nargs="+", default=[], metavar="SYSTEM",
+         help="systems to fit (default: every system with vLLM tables)"),
+    flag("--vllm-version", help="vLLM version of the tables (default: each system's newest "
+                                "version with gemm, attention, comm and moe tables)"),
+    flag("--commit", help="AIConfigurator's commit (provenance)"),
+    flag("--force", action="store_true", help="replace an earlier import"),
+    JSON_FLAG,
+)
+
+
+#: ``cost show``'s flags in --help order.
+SHOW_FLAGS = (
+    flag("--cost", default="roofline", choices=("roofline", "profiled", "calibrated"),
+         help="cost model (default %(default)s; calibrated: bundled public GPU "
+              "profiles + calibrated roofline, simulator/cost/measured/calibrated.py)"),
+    flag("--profile", help="latency profile for --cost profiled, or a "
+                           "`cost import-vidur` folder for --cost calibrated"),
+    flag("--hardware", default="h100", help=f"one of {', '.join(HARDWARE)}"),
+    flag("--target", default="vicuna-33b", help="target model shape"),
+    flag("--draft", default="vicuna-68m", help="draft model shape"),
+    flag("--tp", type=capped_int(MAX_BATCH), default=1, help="tensor-parallel degree of the target"),
+    flag("--draft-weight-bits", type=int, choices=range(2, 17), default=16,
+         metavar="BITS", help="bits per weight of the draft's decoder-layer "
+                              "projections, 2-16 (default 16 = bf16; below, a quantised draft at "
+                              "bits/8 + 4/128 bytes per weight, roofline only)"),
+    flag("--execution", default=DEFAULT_EXECUTION, choices=tuple(EXECUTIONS),
+         help="roofline launch-latency preset (default %(default)s; eager = "
+              "host-bound HF forward, fitted to the H100 profiles)"),
+    flag("--routing-skew", type=float, default=0.0, metavar="S",
+         help="Zipf exponent of a mixture-of-experts target's expert loads "
+              "(default 0 = uniform routing; theory.moe, roofline only)"),
+    flag("--quantization", default="none", choices=QUANTIZATIONS,
+         help="the target's weight format, vLLM's --quantization (default none = "
+              "the checkpoint's own; simulator.cost.analytic.precision)"),
+    flag("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+         help="KV-cache element type, vLLM's --kv-cache-dtype (default auto = "
+              "bf16; fp8*: 1 byte)"),
+    flag("--batch", type=capped_int(MAX_BATCH), nargs="+", default=list(DEFAULT_BATCHES),
+         help="batch sizes (requests per pass)"),
+    flag("--kv", type=capped_int(MAX_CONTEXT_TOKENS, low=0), default=512, help="cached tokens per request (default 512)"),
+    flag("--k", type=capped_int(MAX_DEPTH, low=0), default=3, help="speculative tokens per request (default 3)"),
+    flag("--prompt", type=capped_int(MAX_CONTEXT_TOKENS), default=512, help="prompt length for the prefill row"),
+    flag("--verify", default="token", choices=rule_names(),
+         help="verification rule the sampler runs (default %(default)s)"),
+    flag("--verify-cost", default=DEFAULT_SAMPLER, choices=VERIFY_COSTS,
+         help="rejection sampler preset priced in the step (default %(default)s; "
+              "none: 0 s; needs a target shape for its vocabulary)"),
+    JSON_FLAG,
+)
 
 
 def register(subparsers) -> None:
@@ -71,119 +154,49 @@ def register(subparsers) -> None:
     )
     verbs = cost.add_subparsers(dest="verb", metavar="VERB", parser_class=type(cost))
 
-    fit = verbs.add_parser(
-        "fit", help="fit a profiled cost model and report its cross-validated MAPE",
+    add_command(
+        verbs, "fit", help="fit a profiled cost model and report its cross-validated MAPE",
         description="Fit t = β·features (non-negative least squares) and an interpolated "
                     "(batch, query, kv) grid per role from a latency profile (Parquet/CSV: model, "
                     "role, device, dtype, batch_size, query_tokens, kv_tokens, latency_s), keep "
                     "the family with the lower k-fold cross-validated MAPE and report both.",
-        epilog=example("specbatch cost fit profile.parquet",
-                       "specbatch cost fit profile.csv --target vicuna-33b --folds 10 --json"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    fit.add_argument("profile", metavar="PROFILE", help="latency profile (.parquet or .csv)")
-    fit.add_argument("--target", help="target model to select when the profile holds several")
-    fit.add_argument("--draft", help="draft model to select when the profile holds several")
-    fit.add_argument("--device", help="device to select when the profile holds several")
-    fit.add_argument("--folds", type=positive_int, default=5, help="cross-validation folds (default 5)")
-    add_json_flag(fit)
-    fit.set_defaults(func=run_fit)
-
-    imp = verbs.add_parser(
-        "import-vidur", help="import GPU profiles in Vidur's layout for --cost calibrated",
+        examples=("specbatch cost fit profile.parquet",
+                  "specbatch cost fit profile.csv --target vicuna-33b --folds 10 --json"),
+        flags=FIT_FLAGS, run=run_fit)
+    add_command(
+        verbs, "import-vidur", help="import GPU profiles in Vidur's layout for --cost calibrated",
         description="Read Vidur-layout profiles (compute/<gpu>/<org>/<model>/mlp.csv, "
                     "network/<cluster>/{all_reduce,send_recv}.csv, e.g. Vidur's "
                     "data/profiling or your own profiler run) into compute.parquet, "
                     "network.parquet and PROVENANCE.json (medians and std per op and token "
                     "count); `cost show --cost calibrated --profile OUT` then prices the "
                     "cells it covers.",
-        epilog=example("specbatch cost import-vidur vidur/data/profiling --out my-profiles",
-                       "specbatch cost show --cost calibrated --profile my-profiles "
-                       "--target vicuna-7b"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    imp.add_argument("folder", metavar="DIR", help="Vidur-layout profile folder")
-    imp.add_argument("--out", required=True, help="output folder (new, empty, or an earlier "
-                     "import of the same files)")
-    imp.add_argument("--repository", help="where the profiles come from (provenance)")
-    imp.add_argument("--commit", help="the source's commit (provenance)")
-    imp.add_argument("--licence", help="the source's licence (provenance)")
-    imp.add_argument("--force", action="store_true", help="replace an earlier import")
-    add_json_flag(imp)
-    imp.set_defaults(func=run_import)
-
-    aic = verbs.add_parser(
-        "import-aiconfigurator", help="fit per-op laws to AIConfigurator's measured vLLM tables",
+        examples=("specbatch cost import-vidur vidur/data/profiling --out my-profiles",
+                  "specbatch cost show --cost calibrated --profile my-profiles "
+                  "--target vicuna-7b"),
+        flags=IMPORT_FLAGS, run=run_import)
+    add_command(
+        verbs, "import-aiconfigurator",
+        help="fit per-op laws to AIConfigurator's measured vLLM tables",
         description="Read AIConfigurator's measured vLLM op tables (DIR = its "
                     "aic-core/src/aiconfigurator_core/systems/data: <system>/{gemm,attention,"
                     "comm,moe}/vllm/<version>/*.parquet), fit per-op laws per GPU (attention "
                     "decode and prefill, GEMMs by dtype, all-reduce, MoE; "
-                    "simulator/cost/measured/aic_laws.py) with their leave-one-shape-out errors, and "
-                    "write laws.json and PROVENANCE.json into OUT.",
-        epilog=example("specbatch cost import-aiconfigurator aiconfigurator/aic-core/src/"
-                       "aiconfigurator_core/systems/data --system h100_sxm --out my-laws",
-                       "specbatch cost import-aiconfigurator DATA --vllm-version 0.19.0 "
-                       "--out laws --json"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    aic.add_argument("folder", metavar="DIR", help="AIConfigurator's systems/data folder")
-    aic.add_argument("--out", required=True, help="output folder (new, empty, or an earlier "
-                     "import of the same tables)")
-    aic.add_argument("--system", nargs="+", default=[], metavar="SYSTEM",
-                     help="systems to fit (default: every system with vLLM tables)")
-    aic.add_argument("--vllm-version", help="vLLM version of the tables (default: each "
-                     "system's newest version with gemm, attention, comm and moe tables)")
-    aic.add_argument("--commit", help="AIConfigurator's commit (provenance)")
-    aic.add_argument("--force", action="store_true", help="replace an earlier import")
-    add_json_flag(aic)
-    aic.set_defaults(func=run_import_aic)
-
-    show = verbs.add_parser(
-        "show", help="print draft/target step times across batch sizes",
+                    "simulator/cost/measured/aic_laws.py) with their leave-one-shape-out "
+                    "errors, and write laws.json and PROVENANCE.json into OUT.",
+        examples=("specbatch cost import-aiconfigurator aiconfigurator/aic-core/src/"
+                  "aiconfigurator_core/systems/data --system h100_sxm --out my-laws",
+                  "specbatch cost import-aiconfigurator DATA --vllm-version 0.19.0 "
+                  "--out laws --json"),
+        flags=AIC_FLAGS, run=run_import_aic)
+    add_command(
+        verbs, "show", help="print draft/target step times across batch sizes",
         description="Print the step time of one draft pass (1 token per request), one target "
                     "decode pass (1 token) and one target verification pass (k+1 tokens) per "
                     "batch size, each request holding --kv cached tokens.",
-        epilog=example("specbatch cost show --hardware h100 --target vicuna-33b --draft vicuna-68m",
-                       "specbatch cost show --hardware h200 --batch 64 --kv 512 --json"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    show.add_argument("--cost", default="roofline", choices=("roofline", "profiled", "calibrated"),
-                      help="cost model (default %(default)s; calibrated: bundled public GPU "
-                           "profiles + calibrated roofline, simulator/cost/measured/calibrated.py)")
-    show.add_argument("--profile", help="latency profile for --cost profiled, or a "
-                      "`cost import-vidur` folder for --cost calibrated")
-    show.add_argument("--hardware", default="h100", help=f"one of {', '.join(HARDWARE)}")
-    show.add_argument("--target", default="vicuna-33b", help="target model shape")
-    show.add_argument("--draft", default="vicuna-68m", help="draft model shape")
-    show.add_argument("--tp", type=capped_int(MAX_BATCH), default=1, help="tensor-parallel degree of the target")
-    show.add_argument("--draft-weight-bits", type=int, choices=range(2, 17), default=16,
-                      metavar="BITS", help="bits per weight of the draft's decoder-layer "
-                      "projections, 2-16 (default 16 = bf16; below, a quantised draft at "
-                      "bits/8 + 4/128 bytes per weight, roofline only)")
-    show.add_argument("--execution", default=DEFAULT_EXECUTION, choices=tuple(EXECUTIONS),
-                      help="roofline launch-latency preset (default %(default)s; eager = "
-                           "host-bound HF forward, fitted to the H100 profiles)")
-    show.add_argument("--routing-skew", type=float, default=0.0, metavar="S",
-                      help="Zipf exponent of a mixture-of-experts target's expert loads "
-                           "(default 0 = uniform routing; theory.moe, roofline only)")
-    show.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
-                      help="the target's weight format, vLLM's --quantization (default none = "
-                           "the checkpoint's own; simulator.cost.analytic.precision)")
-    show.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
-                      help="KV-cache element type, vLLM's --kv-cache-dtype (default auto = "
-                           "bf16; fp8*: 1 byte)")
-    show.add_argument("--batch", type=capped_int(MAX_BATCH), nargs="+", default=list(DEFAULT_BATCHES),
-                      help="batch sizes (requests per pass)")
-    show.add_argument("--kv", type=capped_int(MAX_CONTEXT_TOKENS, low=0), default=512, help="cached tokens per request (default 512)")
-    show.add_argument("--k", type=capped_int(MAX_DEPTH, low=0), default=3, help="speculative tokens per request (default 3)")
-    show.add_argument("--prompt", type=capped_int(MAX_CONTEXT_TOKENS), default=512, help="prompt length for the prefill row")
-    show.add_argument("--verify", default="token", choices=rule_names(),
-                      help="verification rule the sampler runs (default %(default)s)")
-    show.add_argument("--verify-cost", default=DEFAULT_SAMPLER, choices=VERIFY_COSTS,
-                      help="rejection sampler preset priced in the step (default %(default)s; "
-                           "none: 0 s; needs a target shape for its vocabulary)")
-    add_json_flag(show)
-    show.set_defaults(func=run_show)
+        examples=("specbatch cost show --hardware h100 --target vicuna-33b --draft vicuna-68m",
+                  "specbatch cost show --hardware h200 --batch 64 --kv 512 --json"),
+        flags=SHOW_FLAGS, run=run_show)
     help_without_verb(cost)
 
 

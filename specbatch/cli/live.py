@@ -183,7 +183,7 @@ def _register_validate(subparsers) -> None:
 
 def _live(args) -> int:
     from specbatch.live.loop import run_live
-    from specbatch.live.models import load_models
+    from specbatch.live.model_pair import load_live_pair
     from specbatch.live.record import LIVE_FILES, write_live
 
     cfg = _live_config(args)
@@ -198,9 +198,9 @@ def _live(args) -> int:
     identity = _flags_identity(args)
     check_result_dir(args.out, "live", identity, force=args.force,  # before loading models
                      legacy=LIVE_FILES)
-    tok, draft, target, identities = load_models(args.draft, args.target, args.device,
-                                                 args.dtype, args.seed, args.layers,
-                                                 cfg.ngram if cfg.draft == NGRAM else (5, 5))
+    tok, draft, target, identities = load_live_pair(args.draft, args.target, args.device,
+                                                      args.dtype, args.seed, args.layers,
+                                                      cfg.ngram if cfg.draft == NGRAM else (5, 5))
     ids, categories, source = _prompt_ids(args, prompts, tok, target)
     names = (identities["draft"]["name"], identities["target"]["name"])
     for _ in range(args.warmup):
@@ -211,7 +211,7 @@ def _live(args) -> int:
         "models": identities, "prompts": args.prompts, "prompt_source": source,
         "categories": categories, "warmup": args.warmup, "threads": threads,
         "layers_override": args.layers,
-        "profile_grid": {"cells": "specbatch.live.profile_grid.grid_cells", "warmup": 2,
+        "profile_grid": {"cells": "specbatch.live.profile_grid.visited_grid", "warmup": 2,
                          "repeats": args.grid_repeats} if args.profile_grid else None,
     }
     with result_dir(args.out, "live", identity, force=args.force, legacy=LIVE_FILES) as tmp:
@@ -294,7 +294,7 @@ def _text_prompts(args):
 def _prompt_ids(args, prompts, tok, target):
     """(token ids, categories, source): encoded text prompts, or ``random:N:LEN`` ids."""
     from specbatch.errors import require
-    from specbatch.live.models import random_prompts
+    from specbatch.live.model_pair import random_prompts
     from specbatch.traces.capture.chain import encode_prompt
 
     if prompts is None:
@@ -327,10 +327,10 @@ def _profile_grid(args, cfg, ids, draft, target, names, out) -> None:
     """Time both models on the run's (batch, query, KV) cells into OUT/profile_grid.csv."""
     import numpy as np
 
-    from specbatch.live.profile_grid import grid_cells, profile_grid
+    from specbatch.live.profile_grid import profile_grid, visited_grid
     from specbatch.traces.capture.profile import write_profile
 
-    cells = grid_cells(cfg.slots(len(ids)), cfg.depth, float(np.mean([len(i) for i in ids])),
+    cells = visited_grid(cfg.slots(len(ids)), cfg.depth, float(np.mean([len(i) for i in ids])),
                        cfg.max_new_tokens)
     frame = profile_grid(draft, target, names, cells, str(next(target.parameters()).device),
                          cfg.dtype, repeats=args.grid_repeats,

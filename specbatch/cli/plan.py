@@ -8,16 +8,165 @@ from __future__ import annotations
 import argparse
 import os
 
-from specbatch.cli.common import add_json_flag, emit, example, int_list, positive_int, seed_int
+from specbatch.cli.common import JSON_FLAG, add_command, emit, int_list, positive_int, seed_int
+from specbatch.cli.flags import flag, grouped
 from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost.analytic.precision import KV_CACHE_DTYPES, QUANTIZATIONS
 
 HELP = "find the cheapest deployment and speculation setting that meets latency SLOs"
 
 
+def hardware_choices() -> str:
+    """The hardware presets (for --help)."""
+    from specbatch.simulator.cost.gpus.hardware import HARDWARE
+
+    return ", ".join(HARDWARE)
+
+
+#: plan's flags in --help order (tune reuses the workload and model ones).
+PLAN_FLAGS = (
+    flag("--out", default=None,
+         help="output directory: new, empty, or this same question's earlier plan "
+              "(its stored runs are reused); default: a cache folder named by the "
+              "question ($SPECBATCH_CACHE or ~/.cache/specbatch, under plan/)"),
+    *grouped(
+        "workload",
+        flag("--workload", metavar="FILE|example",
+             help="request lengths/arrivals file, as simulate's --workload"),
+        flag("--prompt-len", metavar="DIST",
+             help="prompt lengths: fixed:N, uniform:A,B, lognormal:MEDIAN,SIGMA, "
+                  "trace (the trace's own) or sharegpt (a preset fitted on public "
+                  "ShareGPT requests)"),
+        flag("--output-len", metavar="DIST", help="output lengths, as --prompt-len"),
+        flag("--rate", type=float, default=None,
+             help="offered load, requests/s (Poisson arrivals)"),
+        flag("--arrival", choices=("poisson", "trace", "burst"), default="poisson",
+             help="arrivals: poisson at --rate (default), trace (the workload file's "
+                  "or the trace's recorded times) or burst (all at t = 0)"),
+        flag("--requests", type=positive_int, default=256,
+             help="simulated requests per configuration (default 256)"),
+        flag("--trace", default="default",
+             help="acceptance trace: 'default', a trace directory, or 'synth'"),
+        flag("--acceptance-profile", metavar="FILE|NAME", default=None,
+             help="replay an acceptance profile (a file from `specbatch acceptance "
+                  "import-*`, or a bundled name: `specbatch acceptance list`) on the "
+                  "trace's requests instead of the trace's acceptance"),
+        flag("--seed", type=seed_int, default=0, help="random seed (default 0)"),
+        flag("--seeds", type=positive_int, default=3,
+             help="R: the chosen deployment's settings are compared on seeds SEED.."
+                  "SEED+R-1 with paired 95 %% intervals; settings whose difference "
+                  "includes 0 form the tie set (default 3; 1: one seed, no interval)"),
+        flag("--no-breakeven", action="store_true",
+             help="skip the break-even acceptance of the tied settings (a bisection "
+                  "of a scaled profile, a few runs each)"),
+    ),
+    *grouped(
+        "models and engine",
+        flag("--target", default="vicuna-33b",
+             help="target: a shape name, a Hugging Face id of the catalogue "
+                  "(meta-llama/Llama-3.1-8B-Instruct, ...) or a config.json path"),
+        flag("--draft", default="vicuna-68m",
+             help="draft: a shape name, an id, a config.json path, ngram, or a "
+                  "head drafter: eagle, eagle3, mtp (priced from the target's "
+                  "shape, simulator.cost.features.draft_head)"),
+        flag("--draft-head", default=None, metavar="PATH",
+             help="the EAGLE / EAGLE-3 head's config.json (draft eagle or eagle3)"),
+        flag("--cost", default="calibrated", choices=("calibrated", "roofline"),
+             help="step-time cost model (default calibrated: the bundled public GPU "
+                  "profiles where they cover a pass, the calibrated roofline "
+                  "elsewhere; roofline reproduces earlier plans)"),
+        flag("--profile", metavar="DIR", default=None,
+             help="your GPU's profiles from `specbatch cost import-vidur`: with "
+                  "--cost calibrated, their cells price the passes they cover first"),
+        flag("--max-num-seqs", type=positive_int, default=64,
+             help="running requests per replica (default 64)"),
+        flag("--gpu-memory-utilization", type=float, default=0.9,
+             help="share of each GPU's memory for weights and KV (default 0.9)"),
+        flag("--quantization", default="none", choices=QUANTIZATIONS,
+             help="the target's weight format, vLLM's --quantization (default none "
+                  "= the checkpoint's own): prices its weights memory, KV room "
+                  "and pass times (simulator.cost.analytic.precision)"),
+        flag("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+             help="KV-cache element type, vLLM's --kv-cache-dtype (default auto; "
+                  "fp8*: 1 byte, twice the KV tokens)"),
+    ),
+    *grouped(
+        "SLOs",
+        flag("--slo-ttft", type=float, default=None, help="TTFT bound, seconds"),
+        flag("--slo-tpot", type=float, default=None, help="TPOT bound, seconds"),
+        flag("--slo-e2e", type=float, default=None, help="end-to-end bound, seconds"),
+        flag("--percentile", type=float, default=99.0,
+             help="percentile the bounds apply at (default 99)"),
+        flag("--goodput", type=float, default=0.99,
+             help="share of requests that must meet every bound (default 0.99)"),
+        flag("--allow-preemption", action="store_true",
+             help="accept configurations whose KV cache preempts requests (default: "
+                  "a preemption rejects them for memory)"),
+    ),
+    *grouped(
+        "search space",
+        flag("--hardware", default="h100",
+             help=f"hardware presets, comma-separated: {hardware_choices()} "
+                  "(default h100)"),
+        flag("--tp", type=int_list(positive_int), default=(1, 2, 4, 8),
+             help="tensor-parallel degrees (default 1,2,4,8)"),
+        flag("--max-gpus", type=positive_int, default=8,
+             help="most GPUs a deployment may use (default 8, at most 1024)"),
+        flag("--policies", default="ar,fixed,tetris,dsd",
+             help="speculation policies to search (default ar,fixed,tetris,dsd)"),
+        flag("--k", type=int_list(positive_int), default=(1, 2, 3, 4),
+             help="windows k of fixed and tetris (default 1,2,3,4)"),
+        flag("--extra", type=int_list(positive_int), default=(1, 2),
+             help="extra drafted tokens e of tetris (default 1,2)"),
+        flag("--verify", default="token,block",
+             help="verification rules: token (TV), block (BV) (default both)"),
+        flag("--price", default=None, metavar="HW=PRICE,...",
+             help="price per GPU-hour of each preset; cost is then money, not GPUs"),
+        flag("--levels-after", type=int, default=1,
+             help="cost levels meeting the SLOs to simulate beyond the cheapest "
+                  "one, for the runner-up table (default 1)"),
+        flag("--acceptance-band", metavar="A,B", default=None,
+             help="also plan with a constant acceptance alpha = A and = B"),
+        flag("--exhaustive", action="store_true",
+             help="simulate every setting of every searched level whole (default: "
+                  "skip settings a latency lower bound proves cannot pass or matter, "
+                  "and stop runs once their verdict is certain; the answer is the "
+                  "same)"),
+    ),
+    *grouped(
+        "capacity (--max-rate)",
+        flag("--max-rate", action="store_true",
+             help="instead of the cheapest deployment: the largest Poisson rate ONE "
+                  "deployment (one --hardware, --tp, --replicas, --policies, --k, "
+                  "--verify) serves within the SLOs, by bracketing and bisection "
+                  "(analysis.plan.max_rate); --rate is the first probe (default 1); "
+                  "writes OUT/max_rate.json"),
+        flag("--replicas", type=positive_int, default=1,
+             help="replicas of the deployment with --max-rate (default 1)"),
+        flag("--rate-tolerance", type=float, default=0.02,
+             help="relative width of the final bracket (default 0.02)"),
+        flag("--data-parallel-size", type=positive_int, default=1,
+             help="vLLM's --data-parallel-size with --max-rate: DP ranks of one server "
+                  "(replicas must be 1; default 1)"),
+        flag("--enable-expert-parallel", action="store_true",
+             help="vLLM's --enable-expert-parallel with --max-rate: an MoE target's "
+                  "experts split over the DP x tp GPUs (simulator.cost.features.expert_parallel)"),
+    ),
+    *grouped(
+        "execution",
+        flag("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
+             help="local processes (or LocalCluster workers); default min(4, cores)"),
+        flag("--scheduler", default=None, metavar="ADDRESS|local",
+             help="run on Dask distributed: a scheduler address, or 'local'"),
+        flag("--no-progress", action="store_true", help="hide the progress bar"),
+    ),
+    JSON_FLAG,
+)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "plan", help=HELP,
+    add_command(
+        subparsers, "plan", help=HELP,
         description=(
             "Search hardware x tensor parallel x replicas x speculation (ar; fixed k; tetris k, "
             "e; dsd; TV/BV) with the simulator's paged KV cache (preemption by recomputation), "
@@ -26,7 +175,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "frontier, and what limits each rejected configuration. Resumable: the runs are "
             "stored under OUT/runs (sweep machinery). The choice is written as OUT/plan.toml "
             "for `specbatch simulate --config`."),
-        epilog=example(
+        examples=(
             "specbatch plan --target vicuna-33b --draft vicuna-68m --hardware h100 --rate 4 "
             "--prompt-len fixed:500 --output-len fixed:200 --slo-tpot 0.1 --out runs/plan",
             "specbatch plan --workload example --arrival trace --slo-ttft 2 --slo-e2e 20 "
@@ -36,140 +185,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "--acceptance-band 0.6,0.9 --out runs/plan3 --json",
             "specbatch plan --target llama-3.1-8b --draft ngram --acceptance-profile "
             "ngram-llama3.1-8b-code-edit --rate 4 --slo-tpot 0.05 --seeds 3 --out runs/plan4"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--out", default=None,
-                   help="output directory: new, empty, or this same question's earlier plan "
-                        "(its stored runs are reused); default: a cache folder named by the "
-                        "question ($SPECBATCH_CACHE or ~/.cache/specbatch, under plan/)")
-    work = p.add_argument_group("workload")
-    work.add_argument("--workload", metavar="FILE|example",
-                      help="request lengths/arrivals file, as simulate's --workload")
-    work.add_argument("--prompt-len", metavar="DIST",
-                      help="prompt lengths: fixed:N, uniform:A,B, lognormal:MEDIAN,SIGMA, "
-                           "trace (the trace's own) or sharegpt (a preset fitted on public "
-                           "ShareGPT requests)")
-    work.add_argument("--output-len", metavar="DIST", help="output lengths, as --prompt-len")
-    work.add_argument("--rate", type=float, default=None,
-                      help="offered load, requests/s (Poisson arrivals)")
-    work.add_argument("--arrival", choices=("poisson", "trace", "burst"), default="poisson",
-                      help="arrivals: poisson at --rate (default), trace (the workload file's "
-                           "or the trace's recorded times) or burst (all at t = 0)")
-    work.add_argument("--requests", type=positive_int, default=256,
-                      help="simulated requests per configuration (default 256)")
-    work.add_argument("--trace", default="default",
-                      help="acceptance trace: 'default', a trace directory, or 'synth'")
-    work.add_argument("--acceptance-profile", metavar="FILE|NAME", default=None,
-                      help="replay an acceptance profile (a file from `specbatch acceptance "
-                           "import-*`, or a bundled name: `specbatch acceptance list`) on the "
-                           "trace's requests instead of the trace's acceptance")
-    work.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
-    work.add_argument("--seeds", type=positive_int, default=3,
-                      help="R: the chosen deployment's settings are compared on seeds SEED.."
-                           "SEED+R-1 with paired 95 %% intervals; settings whose difference "
-                           "includes 0 form the tie set (default 3; 1: one seed, no interval)")
-    work.add_argument("--no-breakeven", action="store_true",
-                      help="skip the break-even acceptance of the tied settings (a bisection "
-                           "of a scaled profile, a few runs each)")
-    models = p.add_argument_group("models and engine")
-    models.add_argument("--target", default="vicuna-33b",
-                        help="target: a shape name, a Hugging Face id of the catalogue "
-                             "(meta-llama/Llama-3.1-8B-Instruct, ...) or a config.json path")
-    models.add_argument("--draft", default="vicuna-68m",
-                        help="draft: a shape name, an id, a config.json path, ngram, or a "
-                             "head drafter: eagle, eagle3, mtp (priced from the target's "
-                             "shape, simulator.cost.features.draft_head)")
-    models.add_argument("--draft-head", default=None, metavar="PATH",
-                        help="the EAGLE / EAGLE-3 head's config.json (draft eagle or eagle3)")
-    models.add_argument("--cost", default="calibrated", choices=("calibrated", "roofline"),
-                        help="step-time cost model (default calibrated: the bundled public GPU "
-                             "profiles where they cover a pass, the calibrated roofline "
-                             "elsewhere; roofline reproduces earlier plans)")
-    models.add_argument("--profile", metavar="DIR", default=None,
-                        help="your GPU's profiles from `specbatch cost import-vidur`: with "
-                             "--cost calibrated, their cells price the passes they cover first")
-    models.add_argument("--max-num-seqs", type=positive_int, default=64,
-                        help="running requests per replica (default 64)")
-    models.add_argument("--gpu-memory-utilization", type=float, default=0.9,
-                        help="share of each GPU's memory for weights and KV (default 0.9)")
-    models.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
-                        help="the target's weight format, vLLM's --quantization (default none "
-                             "= the checkpoint's own): prices its weights memory, KV room "
-                             "and pass times (simulator.cost.analytic.precision)")
-    models.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
-                        help="KV-cache element type, vLLM's --kv-cache-dtype (default auto; "
-                             "fp8*: 1 byte, twice the KV tokens)")
-    slo = p.add_argument_group("SLOs")
-    slo.add_argument("--slo-ttft", type=float, default=None, help="TTFT bound, seconds")
-    slo.add_argument("--slo-tpot", type=float, default=None, help="TPOT bound, seconds")
-    slo.add_argument("--slo-e2e", type=float, default=None, help="end-to-end bound, seconds")
-    slo.add_argument("--percentile", type=float, default=99.0,
-                     help="percentile the bounds apply at (default 99)")
-    slo.add_argument("--goodput", type=float, default=0.99,
-                     help="share of requests that must meet every bound (default 0.99)")
-    slo.add_argument("--allow-preemption", action="store_true",
-                     help="accept configurations whose KV cache preempts requests (default: "
-                          "a preemption rejects them for memory)")
-    space = p.add_argument_group("search space")
-    space.add_argument("--hardware", default="h100",
-                       help=f"hardware presets, comma-separated: {hardware_choices()} "
-                            "(default h100)")
-    space.add_argument("--tp", type=int_list(positive_int), default=(1, 2, 4, 8),
-                       help="tensor-parallel degrees (default 1,2,4,8)")
-    space.add_argument("--max-gpus", type=positive_int, default=8,
-                       help="most GPUs a deployment may use (default 8, at most 1024)")
-    space.add_argument("--policies", default="ar,fixed,tetris,dsd",
-                       help="speculation policies to search (default ar,fixed,tetris,dsd)")
-    space.add_argument("--k", type=int_list(positive_int), default=(1, 2, 3, 4),
-                       help="windows k of fixed and tetris (default 1,2,3,4)")
-    space.add_argument("--extra", type=int_list(positive_int), default=(1, 2),
-                       help="extra drafted tokens e of tetris (default 1,2)")
-    space.add_argument("--verify", default="token,block",
-                       help="verification rules: token (TV), block (BV) (default both)")
-    space.add_argument("--price", default=None, metavar="HW=PRICE,...",
-                       help="price per GPU-hour of each preset; cost is then money, not GPUs")
-    space.add_argument("--levels-after", type=int, default=1,
-                       help="cost levels meeting the SLOs to simulate beyond the cheapest "
-                            "one, for the runner-up table (default 1)")
-    space.add_argument("--acceptance-band", metavar="A,B", default=None,
-                       help="also plan with a constant acceptance alpha = A and = B")
-    space.add_argument("--exhaustive", action="store_true",
-                       help="simulate every setting of every searched level whole (default: "
-                            "skip settings a latency lower bound proves cannot pass or matter, "
-                            "and stop runs once their verdict is certain; the answer is the "
-                            "same)")
-    cap = p.add_argument_group("capacity (--max-rate)")
-    cap.add_argument("--max-rate", action="store_true",
-                     help="instead of the cheapest deployment: the largest Poisson rate ONE "
-                          "deployment (one --hardware, --tp, --replicas, --policies, --k, "
-                          "--verify) serves within the SLOs, by bracketing and bisection "
-                          "(analysis.plan.max_rate); --rate is the first probe (default 1); "
-                          "writes OUT/max_rate.json")
-    cap.add_argument("--replicas", type=positive_int, default=1,
-                     help="replicas of the deployment with --max-rate (default 1)")
-    cap.add_argument("--rate-tolerance", type=float, default=0.02,
-                     help="relative width of the final bracket (default 0.02)")
-    cap.add_argument("--data-parallel-size", type=positive_int, default=1,
-                     help="vLLM's --data-parallel-size with --max-rate: DP ranks of one server "
-                          "(replicas must be 1; default 1)")
-    cap.add_argument("--enable-expert-parallel", action="store_true",
-                     help="vLLM's --enable-expert-parallel with --max-rate: an MoE target's "
-                          "experts split over the DP x tp GPUs (simulator.cost.features.expert_parallel)")
-    run = p.add_argument_group("execution")
-    run.add_argument("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
-                     help="local processes (or LocalCluster workers); default min(4, cores)")
-    run.add_argument("--scheduler", default=None, metavar="ADDRESS|local",
-                     help="run on Dask distributed: a scheduler address, or 'local'")
-    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_json_flag(p)
-    p.set_defaults(func=run_command)
-
-
-def hardware_choices() -> str:
-    """The hardware presets (for --help)."""
-    from specbatch.simulator.cost.gpus.hardware import HARDWARE
-
-    return ", ".join(HARDWARE)
+        flags=PLAN_FLAGS, run=run_command)
 
 
 def _names(text: str, flag: str, allowed: dict[str, str]) -> tuple[str, ...]:
@@ -186,6 +202,13 @@ def _names(text: str, flag: str, allowed: dict[str, str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def check_slo_bounds(args: argparse.Namespace) -> None:
+    """Each given SLO bound is seconds > 0 (one-line error naming its flag)."""
+    for option, value in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot),
+                          ("--slo-e2e", args.slo_e2e)):
+        require(value is None or value > 0, f"{option}: expected seconds > 0, got {value}")
+
+
 def build_question(args: argparse.Namespace):
     """The planner's :class:`~specbatch.analysis.plan.planner.Question` from the flags (one-line
     errors; nothing is written)."""
@@ -197,9 +220,7 @@ def build_question(args: argparse.Namespace):
     from specbatch.simulator.defaults import HEAD_DRAFTS
     from specbatch.traces.models.shapes import get_shape
 
-    for flag, value in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot),
-                        ("--slo-e2e", args.slo_e2e)):
-        require(value is None or value > 0, f"{flag}: expected seconds > 0, got {value}")
+    check_slo_bounds(args)
     require(0 < args.percentile <= 100, f"--percentile: expected 0 < P <= 100, got "
             f"{args.percentile}")
     require(0 < args.goodput <= 1, f"--goodput: expected a share 0 < G <= 1, got {args.goodput}")
@@ -486,9 +507,7 @@ def run_max_rate(args: argparse.Namespace) -> int:
     row = entry(policy)
     k = _one(args.k, "--k") if row.uses_k else None
     extra = _one(args.extra, "--extra") if row.uses_extra else 0
-    for flag, value in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot),
-                        ("--slo-e2e", args.slo_e2e)):
-        require(value is None or value > 0, f"{flag}: expected seconds > 0, got {value}")
+    check_slo_bounds(args)
     slos = Slos(ttft=args.slo_ttft, tpot=args.slo_tpot, e2e=args.slo_e2e,
                 percentile=args.percentile, goodput=args.goodput,
                 allow_preemption=args.allow_preemption)

@@ -12,15 +12,77 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from specbatch.cli.common import add_json_flag, emit, example, positive_int, seed_int
+from specbatch.cli.common import JSON_FLAG, add_command, emit, positive_int
+from specbatch.cli.flags import flag, grouped, pick
+from specbatch.cli.plan import PLAN_FLAGS, hardware_choices
 from specbatch.errors import SpecbatchError, require
 
 HELP = "dynamic draft-length schedules for vLLM, TensorRT-LLM and SGLang, validated"
 
 
+#: tune's flags in --help order: plan's workload and model flags (specbatch.cli.plan), each
+#: with the help that says what it means here, and tune's own.
+TUNE_FLAGS = (
+    flag("--out", required=True, help="output directory: new, empty, or an earlier "
+                                      "tune's (replaced whole); a directory holding anything "
+                                      "else is refused"),
+    *grouped(
+        "workload",
+        pick(PLAN_FLAGS, "--workload", help="request lengths file, as simulate's --workload"),
+        pick(PLAN_FLAGS, "--prompt-len",
+             help="prompt lengths: fixed:N, uniform:A,B, lognormal:MEDIAN,SIGMA, trace "
+                  "or sharegpt (a preset fitted on public ShareGPT requests)"),
+        pick(PLAN_FLAGS, "--output-len"),
+        pick(PLAN_FLAGS, "--requests", help="simulated requests per validation run (default 256)"),
+        pick(PLAN_FLAGS, "--trace", help="acceptance trace: 'default' or a trace directory"),
+        flag("--acceptance", type=float, default=None, metavar="ALPHA",
+             help="a constant acceptance alpha instead of the trace (synth trace)"),
+        pick(PLAN_FLAGS, "--acceptance-profile",
+             help="replay an acceptance profile (a file from `specbatch acceptance "
+                  "import-*`, or a bundled name) on the trace's requests"),
+        pick(PLAN_FLAGS, "--seed"),
+        pick(PLAN_FLAGS, "--seeds",
+             help="R: every run on seeds SEED..SEED+R-1; paired 95 %% intervals, "
+                  "tie sets, and a schedule wins only when its interval against "
+                  "the best fixed K is above 0 (default 3)"),
+    ),
+    *grouped(
+        "models and engine",
+        pick(PLAN_FLAGS, "--target"),
+        pick(PLAN_FLAGS, "--draft",
+             help="draft: a shape name, an id, a config.json path, ngram, or a "
+                  "head: eagle, eagle3, mtp"),
+        pick(PLAN_FLAGS, "--draft-head"),
+        pick(PLAN_FLAGS, "--hardware",
+             help=f"hardware preset: {hardware_choices()} (default h100)"),
+        flag("--tp", type=positive_int, default=1, help="tensor parallel (default 1)"),
+        pick(PLAN_FLAGS, "--max-num-seqs", help="the engine's batch cap (default 64)"),
+    ),
+    *grouped(
+        "schedule",
+        flag("--k-max", type=positive_int, default=None,
+             help="largest K per batch size (default 6, or an acceptance "
+                  "profile's K when smaller)"),
+        flag("--rates", default=None, metavar="R1,R2,...",
+             help="validation rates, requests/s (default 25/50/75 %% of the best "
+                  "fixed K's burst capacity)"),
+        flag("--tax", type=float, default=0.0,
+             help="per-step cost of the dynamic path as a fraction of step time "
+                  "(default 0; vLLM issue #49548 measured 0.066-0.216)"),
+        flag("--vllm-context-buckets", default=None, metavar="C1,C2,...",
+             help="also emit vLLM's PROPOSED per-(batch, context) table (RFC #48627 "
+                  "/ PR #54801, not merged: no released vLLM accepts it) with context "
+                  "ranges cut at these prompt lengths; not validated in simulation"),
+    ),
+    flag("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
+         help="local processes (default min(4, cores))"),
+    JSON_FLAG,
+)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "tune", help=HELP,
+    add_command(
+        subparsers, "tune", help=HELP,
         description=(
             "Choose K per batch-size bucket by simulated throughput, emit it as vLLM's "
             "num_speculative_tokens_per_batch_size, TensorRT-LLM's draft_len_schedule and "
@@ -29,77 +91,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "A setting is recommended only where it beats the best fixed K at every load; "
             "otherwise tune says which fixed K to use. Writes OUT/tune.json and "
             "OUT/settings.txt."),
-        epilog=example(
+        examples=(
             "specbatch tune --target vicuna-33b --draft vicuna-68m --hardware h100 "
             "--max-num-seqs 64 --out runs/tune",
             "specbatch tune --acceptance 0.8 --max-num-seqs 128 --tax 0.066 --out runs/tune2 "
             "--json",
             "specbatch tune --target llama-3.1-8b --draft ngram --acceptance-profile "
             "ngram-llama3.1-8b-code-edit --seeds 3 --out runs/tune3"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--out", required=True, help="output directory: new, empty, or an earlier "
-                   "tune's (replaced whole); a directory holding anything else is refused")
-    work = p.add_argument_group("workload")
-    work.add_argument("--workload", metavar="FILE|example",
-                      help="request lengths file, as simulate's --workload")
-    work.add_argument("--prompt-len", metavar="DIST",
-                      help="prompt lengths: fixed:N, uniform:A,B, lognormal:MEDIAN,SIGMA, trace "
-                           "or sharegpt (a preset fitted on public ShareGPT requests)")
-    work.add_argument("--output-len", metavar="DIST", help="output lengths, as --prompt-len")
-    work.add_argument("--requests", type=positive_int, default=256,
-                      help="simulated requests per validation run (default 256)")
-    work.add_argument("--trace", default="default",
-                      help="acceptance trace: 'default' or a trace directory")
-    work.add_argument("--acceptance", type=float, default=None, metavar="ALPHA",
-                      help="a constant acceptance alpha instead of the trace (synth trace)")
-    work.add_argument("--acceptance-profile", metavar="FILE|NAME", default=None,
-                      help="replay an acceptance profile (a file from `specbatch acceptance "
-                           "import-*`, or a bundled name) on the trace's requests")
-    work.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
-    work.add_argument("--seeds", type=positive_int, default=3,
-                      help="R: every run on seeds SEED..SEED+R-1; paired 95 %% intervals, "
-                           "tie sets, and a schedule wins only when its interval against "
-                           "the best fixed K is above 0 (default 3)")
-    models = p.add_argument_group("models and engine")
-    models.add_argument("--target", default="vicuna-33b",
-                        help="target: a shape name, a Hugging Face id of the catalogue "
-                             "(meta-llama/Llama-3.1-8B-Instruct, ...) or a config.json path")
-    models.add_argument("--draft", default="vicuna-68m",
-                        help="draft: a shape name, an id, a config.json path, ngram, or a "
-                             "head: eagle, eagle3, mtp")
-    models.add_argument("--draft-head", default=None, metavar="PATH",
-                        help="the EAGLE / EAGLE-3 head's config.json (draft eagle or eagle3)")
-    models.add_argument("--hardware", default="h100",
-                        help=f"hardware preset: {hardware_choices()} (default h100)")
-    models.add_argument("--tp", type=positive_int, default=1, help="tensor parallel (default 1)")
-    models.add_argument("--max-num-seqs", type=positive_int, default=64,
-                        help="the engine's batch cap (default 64)")
-    space = p.add_argument_group("schedule")
-    space.add_argument("--k-max", type=positive_int, default=None,
-                       help="largest K per batch size (default 6, or an acceptance "
-                            "profile's K when smaller)")
-    space.add_argument("--rates", default=None, metavar="R1,R2,...",
-                       help="validation rates, requests/s (default 25/50/75 %% of the best "
-                            "fixed K's burst capacity)")
-    space.add_argument("--tax", type=float, default=0.0,
-                       help="per-step cost of the dynamic path as a fraction of step time "
-                            "(default 0; vLLM issue #49548 measured 0.066-0.216)")
-    space.add_argument("--vllm-context-buckets", default=None, metavar="C1,C2,...",
-                       help="also emit vLLM's PROPOSED per-(batch, context) table (RFC #48627 "
-                            "/ PR #54801, not merged: no released vLLM accepts it) with context "
-                            "ranges cut at these prompt lengths; not validated in simulation")
-    p.add_argument("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
-                   help="local processes (default min(4, cores))")
-    add_json_flag(p)
-    p.set_defaults(func=run_command, arrival="poisson")
-
-
-def hardware_choices() -> str:
-    """The hardware presets, comma-separated (for --help)."""
-    from specbatch.simulator.cost.gpus.hardware import HARDWARE
-
-    return ", ".join(HARDWARE)
+        flags=TUNE_FLAGS, run=run_command, arrival="poisson")
 
 
 def parse_cuts(text: str | None, workload: str | None) -> tuple[int, ...] | None:

@@ -5,19 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specbatch.live.profile_grid import MIXED_COLUMNS, grid_cells, profile_grid
+from specbatch.live.profile_grid import MIXED_COLUMNS, profile_grid, visited_grid
 from specbatch.simulator.cost.measured import profiled
 
 
 def test_mixed_cells_fill_free_slots_with_one_or_all_joiners():
-    cells = grid_cells(8, 3, 20.0, 10)
+    cells = visited_grid(8, 3, 20.0, 10)
     mixed = [c for c in cells["target"] if len(c) == 5]
     assert mixed and all(len(c) == 3 for c in cells["draft"])
     for b, q, kv, m, p in mixed:
         assert b < 8 and q == 4 and kv in (20, 25, 30) and p == 20 and m in (1, 8 - b)
     assert {(b, m) for b, _, _, m, _ in mixed} == {(4, 1), (4, 4), (2, 1), (2, 6), (1, 1),
                                                    (1, 7)}
-    assert not [c for c in grid_cells(1, 3, 20.0, 10)["target"] if len(c) == 5]
+    assert not [c for c in visited_grid(1, 3, 20.0, 10)["target"] if len(c) == 5]
 
 
 def test_mixed_columns_are_the_ones_the_fit_reads():
@@ -52,7 +52,7 @@ def test_a_fit_with_mixed_cells_prices_mixed_passes(tmp_path):
                                       num_hidden_layers=2, num_attention_heads=4,
                                       num_key_value_heads=2, max_position_embeddings=512)
     model = transformers.LlamaForCausalLM(config).eval()
-    cells = grid_cells(8, 3, 48.0, 24)
+    cells = visited_grid(8, 3, 48.0, 24)
     cells["draft"] = []  # the draft has no mixed pass
     held = {"draft": [], "target": [(b, 4, kv, m, p) for b in (3, 5) for kv in (30, 60)
                                     for m in (1, 3) for p in (20, 64)]}

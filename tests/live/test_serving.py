@@ -130,7 +130,7 @@ def peaked(tmp_path_factory):
 def engine_caught(models, sampler, draft_sample="probabilistic", n=120) -> bool:
     """Serve ``sampler`` in-process; is the law of the first 3 tokens at T = 1 (or greedy
     output) of 4 concurrent-running prompts shown to differ from the target's at α = 0.001?"""
-    from specbatch.analysis.endpoint.reference import cell_counts, greedy_tokens, prefix_laws
+    from specbatch.analysis.endpoint.target_law import cell_counts, greedy_tokens, prefix_laws
     from specbatch.live.serving import ServeEngine
     from specbatch.theory.conform.power import holm, holm_threshold, law_test
     from tests.live.helpers import IDS

@@ -16,7 +16,7 @@ one faithful mechanism that produces that symptom.
 - ``ascend_7839`` (vllm-ascend #7603/#7839, engine line): block verification used for
   suffix/n-gram drafters, which have no draft probabilities: the fallback ``q = 1`` in the
   cumulative product, with the pre-#7808 block rule (``τ = max{i : Π η < Π min(1, r)}``,
-  :func:`.engines.ascend_block_unfixed`). Greedy (one-hot) drafts, ``draft_probs = None``.
+  :func:`.engine_samplers.ascend_block_unfixed`). Greedy (one-hot) drafts, ``draft_probs = None``.
 - ``ascend_15673`` (vllm-ascend #15673, engine line): ``rejection_sample_method = "block"``
   silently run as token-wise verification on NPU. Lossless: the law tests pass (rightly);
   the cost is acceptance, which ``/metrics`` shows beside the verdict.
@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import torch
 
-from specbatch.theory.conform.engines import ascend_block_unfixed
+from specbatch.theory.conform.engine_samplers import ascend_block_unfixed
 from specbatch.theory.conform.samplers import emit_tokens
 from specbatch.theory.conform.vllm_modes import drafted, race, vllm_standard
 

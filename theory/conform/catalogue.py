@@ -21,7 +21,7 @@ LADDER = (10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000
 
 
 @dataclass(frozen=True)
-class Row:
+class SamplerEntry:
     """One engine sampler: built-in name, engine, source, expectation, what goes wrong."""
 
     name: str
@@ -38,39 +38,39 @@ class Row:
 
 
 CATALOGUE = (
-    Row("vllm-standard", "vLLM MRV2", "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py"
+    SamplerEntry("vllm-standard", "vLLM MRV2", "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py"
         "::_rejection_kernel, _resample_kernel", "lossless", ""),
-    Row("vllm-v1", "vLLM V1", "vllm/v1/sample/rejection_sampler.py::"
+    SamplerEntry("vllm-v1", "vLLM V1", "vllm/v1/sample/rejection_sampler.py::"
         "rejection_random_sample_kernel, sample_recovered_tokens (ragged, cu_num_draft_tokens)",
         "lossless", ""),
-    Row("vllm-v1-ngram", "vLLM V1", "same, draft_probs None (n-gram drafter: greedy drafts)",
+    SamplerEntry("vllm-v1-ngram", "vLLM V1", "same, draft_probs None (n-gram drafter: greedy drafts)",
         "lossless", ""),
-    Row("vllm-block", "vLLM MRV2", "rejection_sampler_utils.py::_compute_cumulative_log_p_kernel,"
+    SamplerEntry("vllm-block", "vLLM MRV2", "rejection_sampler_utils.py::_compute_cumulative_log_p_kernel,"
         " _compute_local_residual_mass_kernel (PR #46781, block verification)", "lossless", ""),
-    Row("vllm-v1-greedy", "vLLM V1", "vllm/v1/sample/rejection_sampler.py::"
+    SamplerEntry("vllm-v1-greedy", "vLLM V1", "vllm/v1/sample/rejection_sampler.py::"
         "rejection_greedy_sample_kernel (temperature 0, ragged)", "lossless", ""),
-    Row("sglang-chain", "SGLang", "sgl-kernel csrc/speculative/speculative_sampling.cuh::"
+    SamplerEntry("sglang-chain", "SGLang", "sgl-kernel csrc/speculative/speculative_sampling.cuh::"
         "TreeSpeculativeSamplingTargetOnly on a chain, thresholds 1", "lossless", ""),
-    Row("sglang-single-0.5", "SGLang", "same, speculative_accept_threshold_single = 0.5 "
+    SamplerEntry("sglang-single-0.5", "SGLang", "same, speculative_accept_threshold_single = 0.5 "
         "(server_args.py)", "lossy by design",
         "accepts every draft with Mb(x) >= 0.5: the law of the first m tokens differs"),
-    Row("sglang-acc-0.5", "SGLang", "same, speculative_accept_threshold_acc = 0.5 "
+    SamplerEntry("sglang-acc-0.5", "SGLang", "same, speculative_accept_threshold_acc = 0.5 "
         "(server_args.py)", "lossy by design",
         "accepts with probability min(1, Mb(x)/0.5): the law of the first m tokens differs"),
-    Row("vllm-synthetic", "vLLM MRV2", "rejection_sample_method = synthetic "
+    SamplerEntry("vllm-synthetic", "vLLM MRV2", "rejection_sample_method = synthetic "
         "(vllm/v1/spec_decode/utils.py::unconditional_to_conditional_rates)", "lossy by design",
         "fixed acceptance rates: the law differs (its exact TV is printed)"),
-    Row("ascend-block-unfixed", "vllm-ascend", "issue #7807, fixed by PR #7808 "
+    SamplerEntry("ascend-block-unfixed", "vllm-ascend", "issue #7807, fixed by PR #7808 "
         "(sample/rejection_sampler.py::rejection_random_sample_block_verify_pytorch)",
         "broken", "compares Π η with Π min(1, r) and reuses TV's residual: the joint law "
         "differs and E[τ] can exceed LP B"),
-    Row("ragged-misaligned", "(bug class)", "arXiv 2510.22876: request b read at b·max_spec_len "
+    SamplerEntry("ragged-misaligned", "(bug class)", "arXiv 2510.22876: request b read at b·max_spec_len "
         "instead of cu_num_draft_tokens[b-1] in a ragged batch", "broken",
         "accepted tokens differ from the draft; the law differs"),
-    Row("greedy-tie-accepts", "(bug class)", "greedy ≠ non-speculative greedy (vLLM #41758, "
+    SamplerEntry("greedy-tie-accepts", "(bug class)", "greedy ≠ non-speculative greedy (vLLM #41758, "
         "mlx-lm #1423): a draft tying the target maximum accepted instead of x == argmax",
         "broken", "output differs from non-speculative greedy decoding token for token"),
-    *(Row(name, engine, source, expected, deviation, reproduces, serve)
+    *(SamplerEntry(name, engine, source, expected, deviation, reproduces, serve)
       for name, engine, source, expected, deviation, reproduces, serve in (
         ("bug-1cat-656", "1Cat-vLLM", "issue #656 (probabilistic drafts, max_num_seqs > 2, "
          "T > 0)", "broken", "draft laws read one request off above two rows: the law of "
@@ -107,7 +107,7 @@ class RowResult:
     """A row judged at one size: caught for how many seeds; the draws needed (None: not
     caught on the ladder, or a lossless row)."""
 
-    row: Row
+    row: SamplerEntry
     samples: int
     caught: int
     seeds: int
@@ -124,12 +124,12 @@ def _caught(name: str, samples: int, seed: int, alpha: float, kinds) -> bool:
                    kinds=kinds).lossy
 
 
-def judge_row(row: Row, samples: int, seeds: int, alpha: float, kinds=None) -> int:
+def judge_row(row: SamplerEntry, samples: int, seeds: int, alpha: float, kinds=None) -> int:
     """How many of seeds 0..seeds-1 flag the row at ``samples`` per pair."""
     return sum(_caught(row.name, samples, s, alpha, kinds) for s in range(seeds))
 
 
-def draws_needed(row: Row, seeds: int, alpha: float, kinds=None,
+def draws_needed(row: SamplerEntry, seeds: int, alpha: float, kinds=None,
                  ladder: tuple = LADDER) -> int | None:
     """Smallest size on the ladder at which every seed catches the row (None: none)."""
     for n in ladder:

@@ -13,7 +13,7 @@ Built-ins (:data:`BUILTINS`): the project's token (TV) and block (BV) verifiers 
 (:mod:`specbatch.theory.verify.triton_fused`, needs the ``kernels`` extra and a GPU, or
 ``TRITON_INTERPRET=1``), vLLM's modes (:mod:`specbatch.theory.conform.vllm_modes`; V1's ragged
 samplers in :mod:`specbatch.theory.conform.ragged`) and the engine catalogue's samplers,
-correct and broken (:mod:`specbatch.theory.conform.engines`,
+correct and broken (:mod:`specbatch.theory.conform.engine_samplers`,
 :mod:`specbatch.theory.conform.catalogue`). Each built-in states the draft law it expects:
 ``probabilistic`` (``X_i ~ Ms``) or ``greedy`` (``X_i = argmax Ms``, passed as ``draft_probs =
 None``); its interface (``padded``, the signature above, or ``ragged``, vLLM V1's flattened
@@ -176,15 +176,15 @@ BUILTINS = {
                              draft="greedy", interface="ragged"),
     "vllm-v1-greedy": Sampler("vllm-v1-greedy", _lazy("ragged", "vllm_v1_greedy"),
                               interface="ragged", target="greedy"),
-    "sglang-chain": Sampler("sglang-chain", _lazy("engines", "sglang_chain"),
+    "sglang-chain": Sampler("sglang-chain", _lazy("engine_samplers", "sglang_chain"),
                             draft="greedy"),
     "sglang-single-0.5": Sampler("sglang-single-0.5",
-                                 _lazy("engines", "sglang_single_half"),
+                                 _lazy("engine_samplers", "sglang_single_half"),
                                  draft="greedy", lossy_by_design=True),
-    "sglang-acc-0.5": Sampler("sglang-acc-0.5", _lazy("engines", "sglang_acc_half"),
+    "sglang-acc-0.5": Sampler("sglang-acc-0.5", _lazy("engine_samplers", "sglang_acc_half"),
                               draft="greedy", lossy_by_design=True),
     "ascend-block-unfixed": Sampler("ascend-block-unfixed",
-                                    _lazy("engines", "ascend_block_unfixed")),
+                                    _lazy("engine_samplers", "ascend_block_unfixed")),
     "ragged-misaligned": Sampler("ragged-misaligned",
                                  _lazy("ragged", "vllm_v1_random", misaligned=True),
                                  interface="ragged"),

@@ -42,7 +42,7 @@ from specbatch.inputs import loads_json, read_text
 from specbatch.io import atomic_write
 
 Number = Fraction | float
-Row = tuple  # tuple[Number, ...] of length V
+Probs = tuple  # tuple[Number, ...] of length V
 Prefix = tuple  # tuple[int, ...]
 
 #: Tolerance on row sums for float models.
@@ -55,13 +55,13 @@ FORMS = ("iid", "markov", "table")
 class IidModel:
     """Context-free model: ``M(x | s) = probs[x]`` for every prefix ``s``."""
 
-    probs: Row
+    probs: Probs
 
     @property
     def vocab(self) -> int:
         return len(self.probs)
 
-    def row(self, prefix: Prefix) -> Row:
+    def row(self, prefix: Prefix) -> Probs:
         return self.probs
 
     def to_json(self) -> dict:
@@ -72,14 +72,14 @@ class IidModel:
 class MarkovModel:
     """First-order model: ``initial`` for the empty prefix, ``transition[s[-1]]`` otherwise."""
 
-    initial: Row
-    transition: tuple  # tuple[Row, ...]  [V][V]
+    initial: Probs
+    transition: tuple  # tuple[Probs, ...]  [V][V]
 
     @property
     def vocab(self) -> int:
         return len(self.initial)
 
-    def row(self, prefix: Prefix) -> Row:
+    def row(self, prefix: Prefix) -> Probs:
         return self.transition[prefix[-1]] if prefix else self.initial
 
     def to_json(self) -> dict:
@@ -91,7 +91,7 @@ class MarkovModel:
 class TableModel:
     """Explicit table ``prefix -> row``, complete for every prefix of length ``0..depth``."""
 
-    rows: dict  # dict[Prefix, Row]
+    rows: dict  # dict[Prefix, Probs]
     depth: int
     name: str = "model"
 
@@ -99,7 +99,7 @@ class TableModel:
     def vocab(self) -> int:
         return len(self.rows[()])
 
-    def row(self, prefix: Prefix) -> Row:
+    def row(self, prefix: Prefix) -> Probs:
         try:
             return self.rows[prefix]
         except KeyError:
@@ -215,7 +215,7 @@ def _parse_number(raw: Any, exact: bool, where: str) -> Number:
     return value
 
 
-def parse_row(raw: Any, vocab: int, exact: bool, where: str) -> Row:
+def parse_row(raw: Any, vocab: int, exact: bool, where: str) -> Probs:
     """Validate one distribution: ``vocab`` non-negative entries summing to 1."""
     if isinstance(raw, np.ndarray):
         raw = raw.tolist()
@@ -313,7 +313,7 @@ def write_pair(pair: ModelPair, path: str) -> None:
 
 
 def _random_row(rng: np.random.Generator, vocab: int, concentration: float, exact: bool,
-                denominator: int) -> Row:
+                denominator: int) -> Probs:
     """Dirichlet row; exact rows are rounded to multiples of ``1/denominator`` (zeros allowed)."""
     probs = rng.dirichlet(np.full(vocab, concentration))
     if not exact:
@@ -327,7 +327,7 @@ def random_model(rng: np.random.Generator, vocab: int, form: str, depth: int = 0
                  concentration: float = 1.0, exact: bool = False, denominator: int = 12,
                  name: str = "model") -> Model:
     """A seeded random model; ``table`` models get every prefix of length ``0..depth``."""
-    def draw() -> Row:
+    def draw() -> Probs:
         return _random_row(rng, vocab, concentration, exact, denominator)
 
     if form == "iid":

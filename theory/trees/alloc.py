@@ -7,7 +7,7 @@ draw-prefix-closed subtree of its recorded tree, worth Σ r over its nodes
 - :func:`best_by_size`: per tree the best Σ r of closed sets of each size (tree knapsack over
   the predecessor forest, vectorised over trees of one structure); :func:`chosen_masks`
   recovers the sets.
-- :func:`allocate`: sizes per request maximising the batch's Σ under Σ sizes ≤ C (max-plus
+- :func:`allocate_sizes`: sizes per request maximising the batch's Σ under Σ sizes ≤ C (max-plus
   convolutions over a balanced tree of requests); :func:`optimal_subtrees` is the batch-level
   call a policy makes once per step, :func:`optimal_subtrees_milp` its cvxpy twin.
 - :func:`top_nodes`, :func:`frontier_greedy`, :func:`top_nodes_per_request`: the heuristics
@@ -140,7 +140,7 @@ def chosen_masks(table: SizeTable, sizes) -> np.ndarray:
 # ----------------------------------------------------------------------- batch allocation
 
 
-def allocate(values, budget: int) -> np.ndarray:
+def allocate_sizes(values, budget: int) -> np.ndarray:
     """Sizes ``k`` # [n] int64 maximising ``Σ_i values[i][k_i]`` s.t. ``Σ k_i ≤ C``.
 
     values: per request its best value by size # [k_i + 1] (a list, or # [n, W]), entry 0
@@ -206,7 +206,7 @@ def optimal_subtrees(pred, r, budget: int, limit: int | None = None) -> tuple:
 
     pred # [N] shared or # [n, N] per request (trees grouped by structure), r # [n, N] reach.
     Returns (masks # [n, N] bool, root column True; value = Σ r over the chosen nodes).
-    Deterministic: ties as in :func:`allocate` (fewer nodes, lower requests first), then as in
+    Deterministic: ties as in :func:`allocate_sizes` (fewer nodes, lower requests first), then as in
     :func:`best_by_size` within a tree.
     """
     r = np.atleast_2d(np.asarray(r, dtype=np.float64))
@@ -225,7 +225,7 @@ def optimal_subtrees(pred, r, budget: int, limit: int | None = None) -> tuple:
     value = np.empty((n, cmax + 1))
     for g, t in enumerate(tables):
         value[group == g] = t.value
-    counts = allocate(value, budget)
+    counts = allocate_sizes(value, budget)
     masks = np.empty((n, size), dtype=bool)
     for g, t in enumerate(tables):
         masks[group == g] = chosen_masks(t, counts[group == g])

@@ -41,7 +41,7 @@ from specbatch.errors import SpecbatchError, require
 from specbatch.limits import ALLOW_ENV, allowed
 from specbatch.theory.exact.lp import LinearProgram, solve_program
 
-Row = tuple
+Probs = tuple
 SAMPLINGS = ("iid", "distinct")
 
 #: Largest OT LP (V^n draft tuples times V outputs) an exact comparison may build: HiGHS
@@ -54,32 +54,32 @@ RHO_STEPS = 48
 
 
 @dataclass(frozen=True)
-class Outcome:
+class DraftOutcome:
     """One draft tuple's verifier outcome: mass per token reached by acceptance / by fallback."""
 
-    accepted: Row  # [V] P(Y = y, Y accepted as a draft | drafts)
-    fallback: Row  # [V] P(Y = y, all drafts rejected | drafts)
+    accepted: Probs  # [V] P(Y = y, Y accepted as a draft | drafts)
+    fallback: Probs  # [V] P(Y = y, all drafts rejected | drafts)
 
     def acceptance(self):
         return sum(self.accepted, self.accepted[0] * 0)
 
 
-def _zero(row: Row):
+def _zero(row: Probs):
     return row[0] * 0
 
 
-def _normalise(row: Row) -> Row:
+def _normalise(row: Probs) -> Probs:
     total = sum(row, _zero(row))
     return tuple(v / total for v in row)
 
 
-def residual(target: Row, draft: Row) -> Row:
+def residual(target: Probs, draft: Probs) -> Probs:
     """``max(target − draft, 0)`` normalised; ``target`` itself when the residual has no mass."""
     res = tuple(max(t - d, _zero(target)) for t, d in zip(target, draft))
     return _normalise(res) if sum(res, _zero(target)) > 0 else target
 
 
-def without(row: Row, token: int) -> Row:
+def without(row: Probs, token: int) -> Probs:
     """``row`` with ``token`` removed and renormalised (the next draw without replacement)."""
     out = tuple(_zero(row) if i == token else v for i, v in enumerate(row))
     return _normalise(out) if sum(out, _zero(row)) > 0 else out
@@ -88,7 +88,7 @@ def without(row: Row, token: int) -> Row:
 # --------------------------------------------------------------------------- draft laws
 
 
-def draft_law(q: Row, n: int, sampling: str = "iid") -> dict:
+def draft_law(q: Probs, n: int, sampling: str = "iid") -> dict:
     """``{drafts tuple: probability}`` of n drafts from q, i.i.d. or without replacement.
 
     Without replacement the tuple stops early when q has fewer than n tokens of positive mass.
@@ -116,7 +116,7 @@ def draft_law(q: Row, n: int, sampling: str = "iid") -> dict:
 # --------------------------------------------------------------------------- verifiers
 
 
-def rrs(p: Row, q: Row, drafts: tuple, sampling: str = "iid") -> Outcome:
+def rrs(p: Probs, q: Probs, drafts: tuple, sampling: str = "iid") -> DraftOutcome:
     """SpecInfer's recursive rejection sampling on one draft tuple (module docstring)."""
     zero = _zero(p)
     accepted = [zero] * len(p)
@@ -130,14 +130,14 @@ def rrs(p: Row, q: Row, drafts: tuple, sampling: str = "iid") -> Outcome:
         target = residual(target, proposal)
         if sampling == "distinct" and i + 1 < len(drafts):
             proposal = without(proposal, x)
-    return Outcome(tuple(accepted), tuple(reach * t for t in target))
+    return DraftOutcome(tuple(accepted), tuple(reach * t for t in target))
 
 
-def _beta(p: Row, q: Row, rho) -> object:
+def _beta(p: Probs, q: Probs, rho) -> object:
     return sum((min(qx, px / rho) for px, qx in zip(p, q)), _zero(p))
 
 
-def spectr_rho(p: Row, q: Row, n: int):
+def spectr_rho(p: Probs, q: Probs, n: int):
     """Smallest ρ in [1, n] with ``ρβ(ρ) ≥ 1 − (1 − β(ρ))^n`` (SpecTr's valid ρ), by bisection.
 
     The left side minus the right is non-decreasing in ρ and non-negative at ρ = n (Bernoulli's
@@ -158,7 +158,7 @@ def spectr_rho(p: Row, q: Row, n: int):
     return hi
 
 
-def spectr(p: Row, q: Row, drafts: tuple, rho=None) -> Outcome:
+def spectr(p: Probs, q: Probs, drafts: tuple, rho=None) -> DraftOutcome:
     """SpecTr's k-sequential selection on one i.i.d. draft tuple (module docstring)."""
     n = len(drafts)
     rho = spectr_rho(p, q, n) if rho is None else rho
@@ -172,10 +172,10 @@ def spectr(p: Row, q: Row, drafts: tuple, rho=None) -> Outcome:
     beta = _beta(p, q, rho)
     miss = (1 - beta) ** n
     if not miss > 0:
-        return Outcome(tuple(accepted), tuple(zero for _ in p))
+        return DraftOutcome(tuple(accepted), tuple(zero for _ in p))
     scale = sum(((1 - beta) ** j for j in range(n)), zero)  # (1 − (1 − β)^n) / β
     p_res = tuple((px - min(qx, px / rho) * scale) / miss for px, qx in zip(p, q))
-    return Outcome(tuple(accepted), tuple(reach * v for v in p_res))
+    return DraftOutcome(tuple(accepted), tuple(reach * v for v in p_res))
 
 
 #: Verifier name -> (function of (p, q, drafts), draft sampling it needs).
@@ -186,7 +186,7 @@ VERIFIERS: dict[str, tuple[Callable, str]] = {
 }
 
 
-def verifier_law(p: Row, q: Row, n: int, name: str) -> tuple:
+def verifier_law(p: Probs, q: Probs, n: int, name: str) -> tuple:
     """Exact ``(acceptance probability, law of Y)`` of a named verifier over all draft tuples."""
     require(name in VERIFIERS, f"verifier: expected one of {list(VERIFIERS)}, got {name!r}")
     fn, sampling = VERIFIERS[name]
@@ -204,7 +204,7 @@ def verifier_law(p: Row, q: Row, n: int, name: str) -> tuple:
     return accept, tuple(law)
 
 
-def law_residual(law: Row, p: Row):
+def law_residual(law: Probs, p: Probs):
     """``max_y |P(Y = y) − p(y)|``: exactly 0 for a lossless verifier on exact rows."""
     return max(abs(a - b) for a, b in zip(law, p))
 
@@ -212,7 +212,7 @@ def law_residual(law: Row, p: Row):
 # --------------------------------------------------------------------------- the optimum
 
 
-def alpha_star(p: Row, q: Row, n: int):
+def alpha_star(p: Probs, q: Probs, n: int):
     """``α* = min_H [p(H) + 1 − q(H)^n]`` over prefixes of the tokens sorted by p/q ascending.
 
     Tokens with q = 0 sort last (ratio ∞). O(V log V): one sort, then running sums.
@@ -228,7 +228,7 @@ def alpha_star(p: Row, q: Row, n: int):
     return best
 
 
-def alpha_star_bruteforce(p: Row, q: Row, n: int):
+def alpha_star_bruteforce(p: Probs, q: Probs, n: int):
     """The same minimum over all 2^V token sets (a check of :func:`alpha_star`, small V only)."""
     zero = _zero(p)
     best = zero + 1
@@ -238,7 +238,7 @@ def alpha_star_bruteforce(p: Row, q: Row, n: int):
     return best
 
 
-def ot_program(p: Row, drafts: dict) -> LinearProgram:
+def ot_program(p: Probs, drafts: dict) -> LinearProgram:
     """The optimal-transport LP over a draft law ``{tuple: probability}``.
 
     Variables ``π[d, y] ≥ 0`` (draft tuple d, output y) at index ``d_index · V + y``;
@@ -268,14 +268,14 @@ def solver_options(solver: str) -> dict:
     return {"presolve": "off"} if solver.upper() == "HIGHS" else {}
 
 
-def optimal_acceptance_lp(p: Row, q: Row, n: int, sampling: str = "iid",
+def optimal_acceptance_lp(p: Probs, q: Probs, n: int, sampling: str = "iid",
                           solver: str = "HIGHS") -> float:
     """The OT LP's optimum (the best valid verifier's acceptance) for the given draft law."""
     return solve_program(ot_program(p, draft_law(q, n, sampling)), solver,
                          solver_options(solver)).value
 
 
-def compare(p: Row, q: Row, n: int, solver: str = "HIGHS") -> dict:
+def compare(p: Probs, q: Probs, n: int, solver: str = "HIGHS") -> dict:
     """α*, the LPs and every verifier's acceptance and losslessness residual, for one pair."""
     require(n >= 1, f"--drafts: expected an integer >= 1, got {n}")
     if len(p) ** min(n + 1, 64) > MAX_LP_VARIABLES and not allowed():

@@ -171,7 +171,7 @@ def default_prompts(n_code: int, n_prose: int, seed: int = 0, min_chars: int = 2
 def resolve_prompts(spec: str, limit: int | None):
     """Prompts and a description of their source from ``--prompts``: ``default:N[:SEED]`` or a
     prompts file. ``random:N:LEN`` token ids need no tokenizer and are resolved by the live
-    run itself (:func:`specbatch.live.models.random_prompts`); here they are refused with the
+    run itself (:func:`specbatch.live.model_pair.random_prompts`); here they are refused with the
     sources that are text."""
     if spec.startswith("random:"):
         raise SpecbatchError(f"--prompts {spec}: random token ids are for `specbatch live`; "

@@ -44,6 +44,8 @@ from specbatch.traces.format.checks import (
     first_bad,
     row_locator,
 )
+from specbatch.traces.format.ranges import concat_ranges
+from specbatch.traces.format.tree_nodes import check_tree_meta
 
 FORMAT_NAME = "specbatch-trace"
 FORMAT_VERSION = 1
@@ -312,16 +314,6 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
     return view
 
 
-def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + l)`` for every (s, l), without a Python loop."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    block_start = np.cumsum(lengths) - lengths
-    return np.repeat(np.asarray(starts, dtype=np.int64) - block_start, lengths) + np.arange(total)
-
-
 def check_meta(meta: Any, where: str, depth: int | None = None) -> None:
     require(isinstance(meta, dict), f"file {where}: expected a JSON object, got {type(meta).__name__}")
     fmt = meta.get("format", FORMAT_NAME)
@@ -340,8 +332,6 @@ def check_meta(meta: Any, where: str, depth: int | None = None) -> None:
     if depth is not None:
         require(k == depth, f"file {where}: field depth: expected the list length {depth}, got {k}")
     if version == TREE_VERSION:
-        from specbatch.traces.format.tree_nodes import check_tree_meta
-
         check_tree_meta(meta, where)
     _check_provenance(meta, where)
 

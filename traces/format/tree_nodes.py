@@ -28,7 +28,7 @@ from specbatch.theory.trees.stats import TreeStats
 from specbatch.theory.trees.tree_shapes import Shape, parse_shape
 from specbatch.theory.trees.verifiers import verifiers_for
 from specbatch.traces.format.checks import SLACK
-from specbatch.traces.format.trace import concat_ranges
+from specbatch.traces.format.ranges import concat_ranges
 from specbatch.traces.format.tree_trie import check_gbv_path, check_trie_draws, check_trie_structure
 from specbatch.traces.format.tree_trie import fail_first as _fail
 

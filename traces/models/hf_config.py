@@ -1,7 +1,7 @@
 """Model shapes read from a Hugging Face ``config.json``, so any Llama-style model can be priced.
 
 The roofline cost model (simulator/cost/analytic/roofline.py) and the KV/weight accounting need only
-a model's shape (:class:`traces.models.shapes.ModelShape`). For a model outside the built-in
+a model's shape (:class:`traces.models.model_shape.ModelShape`). For a model outside the built-in
 registry a user points ``target`` / ``draft`` at its ``config.json`` (or the directory holding it)
 and the shape is read from the standard fields:
 
@@ -48,7 +48,7 @@ from specbatch.traces.models.hf_moe import (
     read_quantization,
 )
 from specbatch.traces.models.hf_window import window_fields
-from specbatch.traces.models.shapes import ModelShape
+from specbatch.traces.models.model_shape import ModelShape
 
 #: ModelShape field -> accepted config.json keys, first present wins.
 FIELD_KEYS = {

@@ -25,7 +25,7 @@ moe_layers                 layer i is MoE unless i is in mlp_only_layers or (i +
 
 Multi-head latent attention (DeepSeek-V2/V3, Moonlight, Kimi-K2: ``kv_lora_rank``,
 ``q_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``) is read into the
-shape's MLA fields (:class:`~specbatch.traces.models.shapes.ModelShape`).
+shape's MLA fields (:class:`~specbatch.traces.models.model_shape.ModelShape`).
 
 Quantised checkpoints (``quantization_config``, vLLM's ``ModelConfig._verify_quantization``
 reads the same field, vllm/config/model.py): ``quant_method`` fp8, awq, gptq or mxfp4 becomes
@@ -80,7 +80,7 @@ SPARSE_ATTENTION_KEYS = ("index_topk", "index_n_heads")
 
 
 def read_quantization(data: dict, where: str) -> dict:
-    """The checkpoint's weight format as :class:`~specbatch.traces.models.shapes.ModelShape`
+    """The checkpoint's weight format as :class:`~specbatch.traces.models.model_shape.ModelShape`
     fields (``quantization``, ``quant_bits``, ``quant_group_size``), {} for a 16-bit one
     (module docstring: the methods read, the refusals)."""
     quant = data.get("quantization_config")
@@ -149,7 +149,7 @@ def _check_kept_modules(quant: dict, method: str, where: str) -> None:
 
 
 def mla_fields(data: dict, where: str) -> dict:
-    """The multi-head latent attention fields of :class:`~specbatch.traces.models.shapes.ModelShape`
+    """The multi-head latent attention fields of :class:`~specbatch.traces.models.model_shape.ModelShape`
     (``kv_lora_rank``, ``q_lora_rank`` (null: none), ``qk_nope_head_dim``,
     ``qk_rope_head_dim``, ``v_head_dim``), {} without ``kv_lora_rank``. DeepSeek-V3.2's sparse
     attention indexer (``index_topk``) is refused: its top-k token selection is not priced."""
@@ -203,7 +203,7 @@ def check_unknown_moe_fields(data: dict, where: str, prefix: str = "", depth: in
 
 
 def moe_fields(data: dict, layers: int, intermediate: int | None, where: str) -> dict:
-    """The MoE fields of :class:`~specbatch.traces.models.shapes.ModelShape` (module docstring), {}
+    """The MoE fields of :class:`~specbatch.traces.models.model_shape.ModelShape` (module docstring), {}
     for a dense config. ``intermediate`` is the config's intermediate_size (None if absent)."""
     check_unknown_moe_fields(data, where)
     experts = _agreeing(data, EXPERT_KEYS, where, minimum=0)

@@ -48,7 +48,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from specbatch.errors import SpecbatchError
-from specbatch.traces.models.shapes import ModelShape
+from specbatch.traces.models.model_shape import ModelShape
 
 
 @dataclass(frozen=True)

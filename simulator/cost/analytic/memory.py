@@ -29,7 +29,8 @@ from specbatch.simulator.cost.gpus.hardware import (
     model_weight_bytes,
     weight_bytes,
 )
-from specbatch.traces.models.shapes import ModelShape, find_shape, get_shape
+from specbatch.traces.models.model_shape import ModelShape
+from specbatch.traces.models.shapes import find_shape, get_shape
 
 
 def kv_capacity_tokens(hardware: str = "h100", target: str = "vicuna-33b",

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost.gpus.hardware import Hardware
 from specbatch.traces.models.hf_moe import DEFAULT_QUANT_GROUP
-from specbatch.traces.models.shapes import ModelShape
+from specbatch.traces.models.model_shape import ModelShape
 
 #: ``quantization`` choices (vLLM's ``--quantization`` names; "none" = vLLM's None).
 QUANTIZATIONS = ("none", "fp8", "awq", "gptq", "mxfp4")

@@ -1,7 +1,7 @@
 """The roofline cost model: step time from FLOPs, bytes and fixed latencies of one GPU preset.
 
 Per forward pass of a model with L layers, hidden size h, vocabulary V, P_layers = L · (weights
-of one decoder layer) (``traces.models.shapes.ModelShape``), dtype width b bytes (bf16: 2), tensor
+of one decoder layer) (``traces.models.model_shape.ModelShape``), dtype width b bytes (bf16: 2), tensor
 parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
 
 - FLOPs (per GPU, divided by tp)::
@@ -153,7 +153,7 @@ from specbatch.simulator.cost.gpus.hardware import (
 )
 from specbatch.simulator.cost.interface import batch_sums, for_role
 from specbatch.theory.moe import uniform_touched, zipf_load
-from specbatch.traces.models.shapes import ModelShape
+from specbatch.traces.models.model_shape import ModelShape
 
 
 @dataclass(frozen=True)

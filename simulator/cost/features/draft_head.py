@@ -64,9 +64,10 @@ from specbatch.simulator.cost.analytic.roofline import PassConstants, pass_const
 from specbatch.simulator.cost.gpus.hardware import Execution, Hardware
 from specbatch.simulator.cost.interface import batch_sums, takes_logit_rows
 from specbatch.simulator.defaults import HEAD_DRAFTS
-from specbatch.traces.models.shapes import ModelShape
+from specbatch.traces.models.model_shape import ModelShape
 
 if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
     from specbatch.simulator.cost.interface import SumsCostModel
 
 #: ``draft_vocab_size`` of the reference EAGLE-3 heads (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B).
@@ -336,7 +337,7 @@ class HeadDraftCost:
         return getattr(self.inner, name)
 
 
-def config_head(config) -> HeadShape | None:
+def config_head(config: SimConfig) -> HeadShape | None:
     """The head a run config prices (``draft`` in :data:`HEAD_DRAFTS`; ``draft_head``'s
     config.json, else derived from ``target``), None for any other draft."""
     from specbatch.simulator.cost.analytic.precision import resolve_quantization

@@ -50,7 +50,7 @@ from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost.analytic.all2all import dispatch_bytes
 from specbatch.simulator.cost.analytic.roofline import PassConstants, RooflineCost
 from specbatch.theory.moe import ep_local_experts
-from specbatch.traces.models.shapes import ModelShape
+from specbatch.traces.models.model_shape import ModelShape
 
 
 def ep_constants(c: PassConstants, shape: ModelShape, dp: int) -> PassConstants:

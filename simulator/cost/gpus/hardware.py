@@ -227,7 +227,7 @@ def get_execution(name: str) -> Execution:
 
 
 @dataclass(frozen=True)
-class Sampler:
+class SamplerPreset:
     """A rejection sampler's fixed seconds per verify call (module docstring table).
 
     ``floor``: seconds per verify call (TV, and BV's least); ``floor_per_position``: BV's
@@ -244,16 +244,20 @@ class Sampler:
 #: The fused sampler's floor per verify call (module docstring table).
 FUSED_FLOOR = 50e-6
 
-SAMPLERS: dict[str, Sampler] = {
+SAMPLERS: dict[str, SamplerPreset] = {
     s.name: s
     for s in (
-        Sampler("fused", "one fused kernel per verify call (vLLM-style Triton sampler)",
-                "assumed: one Triton launch (8.7 us on GB200, vLLM PR 34838; 42-49 us on "
-                "2024 Triton) plus ~6 small torch ops of ~5 us: 50 us", FUSED_FLOOR),
-        Sampler("torch", "theory.verify.torch_batched's host-synchronised torch path",
-                "measured: benchmarks/gpu/results/verify_gpu.json (issue-16 H100, float32): "
-                "TV 2.28 ms per call, BV 1.96 ms per draft position, bytes term removed",
-                2.28e-3, 1.96e-3),
+        SamplerPreset(
+            name="fused",
+            description="one fused kernel per verify call (vLLM-style Triton sampler)",
+            source="assumed: one Triton launch (8.7 us on GB200, vLLM PR 34838; 42-49 us on "
+                   "2024 Triton) plus ~6 small torch ops of ~5 us: 50 us",
+            floor=FUSED_FLOOR),
+        SamplerPreset(
+            name="torch", description="theory.verify.torch_batched's host-synchronised torch path",
+            source="measured: benchmarks/gpu/results/verify_gpu.json (issue-16 H100, float32): "
+                   "TV 2.28 ms per call, BV 1.96 ms per draft position, bytes term removed",
+            floor=2.28e-3, floor_per_position=1.96e-3),
     )
 }
 #: The ``verify_cost`` choices: a sampler preset, or "none" (verification takes 0 s).
@@ -261,7 +265,7 @@ VERIFY_COSTS = (*SAMPLERS, "none")
 DEFAULT_SAMPLER = "fused"
 
 
-def get_sampler(name: str) -> Sampler:
+def get_sampler(name: str) -> SamplerPreset:
     """Look up a sampler preset (case-insensitive); a one-line error lists them."""
     s = SAMPLERS.get(str(name).lower())
     if s is None:

@@ -111,7 +111,18 @@ from specbatch.simulator.cost.measured.sources import (
     uses_custom_allreduce,
     validation,
 )
-from specbatch.traces.models.shapes import ModelShape
+from specbatch.traces.models.model_shape import ModelShape
+
+
+@dataclass(frozen=True)
+class TableCell:
+    """One measured table of a role's decoder layers: the public (or user) profile of one
+    (GPU, model, tp), as layers(Q) seconds on its token grid, made non-decreasing in Q."""
+
+    model: str  # the profile's model name
+    grid: np.ndarray  # [grid] token counts Q, increasing
+    seconds: np.ndarray  # [grid] embedding + L x layer seconds at each Q
+    folder: str | None  # the user's import-vidur folder it came from; None: the bundled one
 
 
 @dataclass
@@ -124,7 +135,7 @@ class RolePricer:
     fit: GpuFit
     weight_bits: int
     fmt: WeightFormat  # the target's weight format (simulator.cost.analytic.precision)
-    cell: tuple | None  # (model, q [grid], layers seconds [grid], folder) of a cell, or None
+    cell: TableCell | None  # the measured table of its layers, or None (the law)
     allreduce: tuple | None  # a measured all-reduce curve, or None
     launch: tuple[float, float]  # (fixed s, host floor s)
     consts: PassConstants  # the roofline's constants: attention FLOPs, KV bytes, experts
@@ -179,7 +190,7 @@ class RolePricer:
     def layers(self, q: float) -> float:
         if self.cell is None:
             return self.monotone("layers", self.law_layers, q)
-        _, grid, secs, _ = self.cell
+        grid, secs = self.cell.grid, self.cell.seconds
         if q <= grid[-1]:
             return float(np.interp(q, grid, secs))
         return float(secs[-1] * self.law_layers(q) / self.law_layers(grid[-1]))
@@ -297,11 +308,10 @@ class CalibratedCost:
                                 self.routing_skew if shape.is_moe else 0.0,  # + its checks
                                 kv_element_bytes(self.kv_cache_dtype, self.hardware))
         gpu = self.hardware.name
+        launch = launch_terms(ex, role, self.hardware, shape.layers)
         if lss_gpu(gpu):  # the GPUs of the measured vLLM runs (simulator.cost.measured.lss)
-            p, layer = ex.latencies(role, self.hardware)
-            launch = p + shape.layers * layer
-            return lss_pricer(shape, tp, self.hardware, (0.0, launch) if ex.overlap
-                              else (launch, 0.0), consts, bits, FULL_WEIGHT_BITS)
+            return lss_pricer(shape=shape, tp=tp, hw=self.hardware, launch=launch, consts=consts,
+                              weight_bits=bits, full_bits=FULL_WEIGHT_BITS)
         cell = None
         found, folder = None, None
         fmt = weight_format(shape, self.hardware)
@@ -317,12 +327,11 @@ class CalibratedCost:
             block = rows[[f"{op}_ms" for op in LAYER_OPS]].to_numpy(np.float64).sum(axis=1)
             secs = 1e-3 * (rows["emb_ms"].to_numpy(np.float64) + shape.layers * block)  # [grid]
             secs = np.maximum.accumulate(secs)  # more tokens never cost less (module docstring)
-            cell = (model, grid, secs, folder)
-        p, layer = ex.latencies(role, self.hardware)
-        launch = p + shape.layers * layer
-        return RolePricer(shape, int(tp), self.hardware, fitted_gpu(gpu), bits, fmt, cell,
-                          allreduce_curve(gpu, int(tp)) if tp > 1 else None,
-                          (0.0, launch) if ex.overlap else (launch, 0.0), consts)
+            cell = TableCell(model=model, grid=grid, seconds=secs, folder=folder)
+        return RolePricer(shape=shape, tp=int(tp), hw=self.hardware, fit=fitted_gpu(gpu),
+                          weight_bits=bits, fmt=fmt, cell=cell,
+                          allreduce=allreduce_curve(gpu, int(tp)) if tp > 1 else None,
+                          launch=launch, consts=consts)
 
     def _role(self, role: str) -> RolePricer:
         return for_role(self.roles, role)
@@ -432,16 +441,25 @@ def cell_check(grid: np.ndarray, secs: np.ndarray) -> dict | None:
             "check": "each token count left out, interpolated from its neighbours"}
 
 
+def launch_terms(ex, role: str, hw: Hardware, layers: int) -> tuple[float, float]:
+    """(fixed s, host floor s) of one pass under execution preset ``ex``: its launch time
+    p + L x per-layer latency, a floor the GPU work hides when the preset overlaps the host
+    (CUDA graphs), else a fixed cost added to it."""
+    p, layer = ex.latencies(role, hw)
+    launch = p + layers * layer
+    return (0.0, launch) if ex.overlap else (launch, 0.0)
+
+
 def role_source(r: RolePricer, gpu: str) -> dict:
     """The source record of one role (see :meth:`CalibratedCost.sources`)."""
     checks = validation()
     proxy = proxy_of(gpu)
     if r.cell is not None:
-        model, grid, secs, folder = r.cell
-        origin = "vidur" if folder is None else f"user profile {folder}:"
-        layers = {"source": "public profile cell" if folder is None else "user profile cell",
-                  "cell": f"{origin} {gpu} {model} tp {r.tp}",
-                  "validated": cell_check(grid, secs)}
+        cell = r.cell
+        origin = "vidur" if cell.folder is None else f"user profile {cell.folder}:"
+        layers = {"source": "public profile cell" if cell.folder is None else "user profile cell",
+                  "cell": f"{origin} {gpu} {cell.model} tp {r.tp}",
+                  "validated": cell_check(cell.grid, cell.seconds)}
     else:
         how = (f"calibrated roofline ({proxy} law scaled to {gpu}'s datasheet peaks; not "
                f"validated on {gpu})" if proxy else f"calibrated roofline ({gpu} law)")

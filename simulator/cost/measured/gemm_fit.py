@@ -4,7 +4,7 @@ LLMServingSim ships per-layer profiles taken with vLLM 0.19 on the GPUs of its m
 (``profiler/perf/<GPU>/<model>/bf16/tp1/dense.csv``: one row per layer and token count T,
 ``time_us``; bundled in ``traces/data/vllm_runs/profiles/`` with PROVENANCE.json). The four
 projection GEMMs of a decoder layer are read with their shapes (K inputs, N outputs) from the
-model's :class:`traces.models.shapes.ModelShape`::
+model's :class:`traces.models.model_shape.ModelShape`::
 
     qkv_proj      K = h,   N = heads · head_dim + 2 · kv_heads · head_dim
     o_proj        K = heads · head_dim,  N = h

@@ -56,13 +56,14 @@ import numpy as np
 from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost.analytic.all2all import dispatch_seconds
 from specbatch.simulator.cost.analytic.window import windowed_sums
+from specbatch.simulator.cost.gpus.hardware import get_hardware
 from specbatch.simulator.cost.measured.laws import scipy_optimize
 from specbatch.simulator.cost.measured.transfer import (
     nearest_profile,
-    transfer_check,
     transfer_curves,
 )
-from specbatch.traces.models.shapes import ModelShape, get_shape
+from specbatch.traces.models.model_shape import ModelShape
+from specbatch.traces.models.shapes import get_shape
 from specbatch.traces.public.llmservingsim_profiles import bundled_profiles, read_profile
 
 #: The anchor's configured PCIe link for its tp 2 run: (bytes/s, seconds per step).
@@ -420,3 +421,27 @@ def lss_gpu(gpu: str) -> bool:
     return any(g == gpu for g, _, _ in bundled_profiles())
 
 
+@functools.lru_cache(maxsize=4)
+def transfer_check(gpu: str) -> dict:
+    """Per other dense cell of ``gpu``: layers(Q) priced from its nearest neighbour against
+    its own measured modules, at every measured token count (MAPE, mean signed error)."""
+    out = {}
+    for (g, model, tp), ps in bundled_profiles().items():
+        if g != gpu or "moe" in ps.files:
+            continue
+        shape = get_shape(str(ps.config))
+        src = nearest_profile(gpu, shape, exclude=model)
+        if src is None:
+            continue
+        hw, law = get_hardware(gpu), fitted_attention(gpu)
+        own = LssPricer(shape, tp, hw, ps, law, (0.0, 0.0), None)
+        moved = LssPricer(shape, tp, hw, src, law, (0.0, 0.0), None)
+        grid = next(iter(own.modules.values()))[0]
+        want = np.array([own.layers(float(q)) for q in grid])  # [G]
+        got = np.array([moved.layers(float(q)) for q in grid])  # [G]
+        err = got / want - 1
+        out[f"{model}|tp{tp}"] = {"from": f"{src.model} tp {src.tp}",
+                                  "mape": round(float(np.abs(err).mean()), 4),
+                                  "mean_signed": round(float(err.mean()), 4),
+                                  "rows": int(err.size)}
+    return out

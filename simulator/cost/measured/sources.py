@@ -26,7 +26,7 @@ from specbatch.simulator.cost.measured.laws import (
     gemm_seconds,
     small_op_bytes,
 )
-from specbatch.traces.models.shapes import ModelShape
+from specbatch.traces.models.model_shape import ModelShape
 from specbatch.traces.public.vidur_profiles import OPS, load_public_profiles
 
 VALIDATION = Path(__file__).parent / "data" / "calibrated_validation.json"

@@ -15,21 +15,20 @@ shape S on tp GPUs, module by module at the same Q tokens:
 - the LM head by the roofline ratio of (K = h, N = V / tp).
 
 The neighbour is the GPU's tp 1 dense cell nearest in (log h, log I).
-:func:`transfer_check` prices every other profiled dense cell of the GPU this way from its
+:func:`simulator.cost.measured.lss.transfer_check` prices every other profiled dense cell of the GPU this way from its
 nearest neighbour and reports the error against that cell's own measured modules (RTX PRO
 6000: Qwen3-32B tp 1 and 2 from Llama-3.1-8B; the RTX 4090 has one cell, no check).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
-from specbatch.simulator.cost.gpus.hardware import get_hardware
 from specbatch.simulator.cost.measured.gemm_fit import gemm_dims
-from specbatch.traces.models.shapes import ModelShape, get_shape
+from specbatch.traces.models.model_shape import ModelShape
+from specbatch.traces.models.shapes import get_shape
 from specbatch.traces.public.llmservingsim_profiles import bundled_profiles
 
 GEMM_MODULES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -99,32 +98,4 @@ def nearest_profile(gpu: str, shape: ModelShape, exclude: str | None = None):
         if d < best_d:
             best, best_d = ps, d
     return best
-
-
-@functools.lru_cache(maxsize=4)
-def transfer_check(gpu: str) -> dict:
-    """Per other dense cell of ``gpu``: layers(Q) priced from its nearest neighbour against
-    its own measured modules, at every measured token count (MAPE, mean signed error)."""
-    from specbatch.simulator.cost.measured.lss import LssPricer, fitted_attention
-
-    out = {}
-    for (g, model, tp), ps in bundled_profiles().items():
-        if g != gpu or "moe" in ps.files:
-            continue
-        shape = get_shape(str(ps.config))
-        src = nearest_profile(gpu, shape, exclude=model)
-        if src is None:
-            continue
-        hw, law = get_hardware(gpu), fitted_attention(gpu)
-        own = LssPricer(shape, tp, hw, ps, law, (0.0, 0.0), None)
-        moved = LssPricer(shape, tp, hw, src, law, (0.0, 0.0), None)
-        grid = next(iter(own.modules.values()))[0]
-        want = np.array([own.layers(float(q)) for q in grid])  # [G]
-        got = np.array([moved.layers(float(q)) for q in grid])  # [G]
-        err = got / want - 1
-        out[f"{model}|tp{tp}"] = {"from": f"{src.model} tp {src.tp}",
-                                  "mape": round(float(np.abs(err).mean()), 4),
-                                  "mean_signed": round(float(err.mean()), 4),
-                                  "rows": int(err.size)}
-    return out
 

@@ -57,7 +57,7 @@ def test_the_exact_prefix_law_is_the_targets_by_enumeration(pair):
     equals Mb(a) Mb(b | a) computed one sequence at a time, and sums to 1."""
     import torch
 
-    from specbatch.analysis.endpoint.reference import REST, prefix_laws
+    from specbatch.analysis.endpoint.target_law import REST, prefix_laws
     from tests.live.helpers import load_saved_pair
 
     _, target = load_saved_pair(pair)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from specbatch.analysis.plan.entry import Entry
-from specbatch.analysis.plan.planner import check_band, choice_toml, choose, gain_vs_ar, pareto
+from specbatch.analysis.plan.entry import Entry, choose, pareto
+from specbatch.analysis.plan.planner import check_band, choice_toml, gain_vs_ar
 from specbatch.analysis.plan.slo import Verdict
 from specbatch.analysis.plan.space import Deployment, Speculation
 from specbatch.errors import SpecbatchError

@@ -18,7 +18,8 @@ from specbatch.simulator.engine.kv import hybrid_layout, hybrid_notes
 from specbatch.simulator.metrics import request_table, step_frame
 from specbatch.simulator.policies.registry import make_policy
 from specbatch.simulator.workload.arrivals import build_workload
-from specbatch.traces.models.shapes import SHAPES, ModelShape
+from specbatch.traces.models.model_shape import ModelShape
+from specbatch.traces.models.shapes import SHAPES
 from tests.simulator.engine.v1.test_compose_mixed import build as build_mixed
 from tests.simulator.engine.v1.test_compose_mixed import cases
 from tests.simulator.helpers import LinearCost, const_trace

@@ -115,12 +115,12 @@ def test_a_zero_threshold_never_accepts_even_at_eta_zero():
 
 
 def test_runs_sharing_a_traces_verify_tables_equal_runs_building_their_own():
-    # shared_tables (simulator.replay.rules.tables_for's chain rules): one VerifyTables per
+    # shared_tables (simulator.replay.replay_tables.tables_for's chain rules): one VerifyTables per
     # loaded trace and rule, its per-depth cache filled by whichever run asks first; a run
     # on tables other runs filled is bit-identical
     from specbatch.simulator.config.sim_config import make_config
     from specbatch.simulator.replay import chain as verify
-    from specbatch.simulator.replay.rules import tables_for
+    from specbatch.simulator.replay.replay_tables import tables_for
     from specbatch.simulator.run import load_trace, simulate
 
     fields = {"trace": "tiny", "requests": 12, "max_num_seqs": 4, "verify": "block"}

@@ -96,7 +96,7 @@ def test_allocate_matches_brute_force(gains, budget, data):
         holes = data.draw(st.lists(st.integers(1, max(1, v.size - 1)), max_size=2))
         v[[h for h in holes if h < v.size]] = -np.inf  # infeasible sizes
         values.append(v)
-    counts = A.allocate(values, budget)
+    counts = A.allocate_sizes(values, budget)
     got = sum(v[k] for v, k in zip(values, counts))
     assert counts.sum() <= budget and np.isfinite(got)
     assert abs(got - brute_allocate(values, budget)) < 1e-9
@@ -104,14 +104,14 @@ def test_allocate_matches_brute_force(gains, budget, data):
 
 def test_allocate_ties_prefer_fewer_nodes_then_lower_requests():
     flat_top = [np.array([0.0, 1.0, 1.0])] * 2
-    assert A.allocate(flat_top, 4).tolist() == [1, 1]  # 2 nodes reach what 4 do
+    assert A.allocate_sizes(flat_top, 4).tolist() == [1, 1]  # 2 nodes reach what 4 do
     linear = [np.array([0.0, 0.5, 1.0])] * 3
-    assert A.allocate(linear, 2).tolist() == [2, 0, 0]
-    assert A.allocate([np.array([0.0, 1.0])] * 3, 2).tolist() == [1, 1, 0]
+    assert A.allocate_sizes(linear, 2).tolist() == [2, 0, 0]
+    assert A.allocate_sizes([np.array([0.0, 1.0])] * 3, 2).tolist() == [1, 1, 0]
     holes = [np.array([0.0, -np.inf, 5.0]), np.array([0.0, 1.0, 2.0])]
-    assert A.allocate(holes, 2).tolist() == [2, 0]
-    assert A.allocate(holes, 1).tolist() == [0, 1]
-    assert A.allocate([], 3).tolist() == []
+    assert A.allocate_sizes(holes, 2).tolist() == [2, 0]
+    assert A.allocate_sizes(holes, 1).tolist() == [0, 1]
+    assert A.allocate_sizes([], 3).tolist() == []
 
 
 def test_optimal_subtrees_match_the_milp():
@@ -154,7 +154,7 @@ def test_bad_input_is_a_one_line_error():
     with pytest.raises(SpecbatchError, match="pre-order"):
         A.best_by_size(np.array([-1, 2, 0]), np.ones(3), 2)
     with pytest.raises(SpecbatchError, match="size 0"):
-        A.allocate([np.array([-np.inf, 1.0])], 1)
+        A.allocate_sizes([np.array([-np.inf, 1.0])], 1)
     with pytest.raises(SpecbatchError, match="feasible size"):
         A.chosen_masks(A.best_by_size(pred, np.ones(3), 1), [2])
     with pytest.raises(SpecbatchError, match="pred: expected"):

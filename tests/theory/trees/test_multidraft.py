@@ -120,7 +120,7 @@ def test_residual_check_catches_a_wrong_verifier():
             a = min(zero + 1, p[x] / q[x])
             accepted[x] += reach * a
             reach = reach * (1 - a)
-        return md.Outcome(tuple(accepted), tuple(reach * v for v in md.residual(p, q)))
+        return md.DraftOutcome(tuple(accepted), tuple(reach * v for v in md.residual(p, q)))
 
     law = [0, 0]
     for drafts, mass in md.draft_law(Q, 2).items():

@@ -9,7 +9,8 @@ import pytest
 
 from specbatch.errors import SpecbatchError
 from specbatch.traces.models.hf_window import window_fields
-from specbatch.traces.models.shapes import SHAPES, ModelShape, get_shape
+from specbatch.traces.models.model_shape import ModelShape
+from specbatch.traces.models.shapes import SHAPES, get_shape
 
 WHERE = "model config x"
 

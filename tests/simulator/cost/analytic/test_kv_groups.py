@@ -16,7 +16,8 @@ from specbatch.simulator.cost.analytic.memory import memory_kv_tokens
 from specbatch.simulator.cost.analytic.precision import held_weight_bytes
 from specbatch.simulator.cost.analytic.roofline import RooflineCost
 from specbatch.simulator.cost.gpus.hardware import get_hardware
-from specbatch.traces.models.shapes import ModelShape, get_shape
+from specbatch.traces.models.model_shape import ModelShape
+from specbatch.traces.models.shapes import get_shape
 from tests.traces.models.test_gpt_oss import GPT_OSS_20B
 
 H100 = get_hardware("h100")

@@ -32,7 +32,8 @@ from specbatch.simulator.cost.measured.calibrated import (
 )
 from specbatch.simulator.cost.measured.sources import layer_shape
 from specbatch.simulator.cost.registry import build_cost_model
-from specbatch.traces.models.shapes import SHAPES, ModelShape
+from specbatch.traces.models.model_shape import ModelShape
+from specbatch.traces.models.shapes import SHAPES
 
 H100, A100 = get_hardware("h100"), get_hardware("a100")
 # layer params 2·64·64 + 2·64·32 + 3·64·128 + 2·64 = 36992; embeddings 2·100·64 + 64 = 12864

@@ -16,7 +16,8 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.analytic.memory import kv_capacity_tokens
 from specbatch.simulator.cost.analytic.roofline import RooflineCost, pass_constants
 from specbatch.simulator.cost.gpus.hardware import get_hardware
-from specbatch.traces.models.shapes import SHAPES, ModelShape
+from specbatch.traces.models.model_shape import ModelShape
+from specbatch.traces.models.shapes import SHAPES
 
 H100 = get_hardware("h100")
 # 1 MoE layer, h = 8, 2 heads (head_dim 4), 4 experts of width 4, 2 per token, vocab 10

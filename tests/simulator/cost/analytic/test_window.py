@@ -25,7 +25,8 @@ from specbatch.simulator.cost.measured.calibrated import CalibratedCost
 from specbatch.simulator.cost.measured.lss import attention_features
 from specbatch.simulator.cost.report import roofline_split
 from specbatch.simulator.run import simulate
-from specbatch.traces.models.shapes import SHAPES, ModelShape
+from specbatch.traces.models.model_shape import ModelShape
+from specbatch.traces.models.shapes import SHAPES
 
 # 4 layers, 3 sliding with W = 4; h = 64, 4 heads of 16, 2 KV heads: 128 KV bytes per token-layer
 TINY = ModelShape("tiny", 4, 64, 4, 2, 128, 100, sliding_window=4, sliding_layers=3)

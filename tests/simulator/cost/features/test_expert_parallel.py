@@ -25,7 +25,8 @@ from specbatch.simulator.cost.measured.calibrated import CalibratedCost
 from specbatch.simulator.cost.measured.lss import PCIE_LINK
 from specbatch.simulator.run import build_cost
 from specbatch.theory.moe import ep_local_experts, ep_local_touched, ep_pairs
-from specbatch.traces.models.shapes import SHAPES, ModelShape
+from specbatch.traces.models.model_shape import ModelShape
+from specbatch.traces.models.shapes import SHAPES
 from specbatch.traces.public.vllm_runs import BUNDLED_DIR
 
 # 1 MoE layer, h = 8, 4 experts of width 4, 2 per token

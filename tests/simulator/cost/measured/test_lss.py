@@ -125,7 +125,7 @@ def test_a_dense_shape_without_a_cell_is_its_neighbour_s_cell_scaled():
 
 
 def test_the_transfer_reproduces_the_held_out_cells():
-    from specbatch.simulator.cost.measured.transfer import transfer_check
+    from specbatch.simulator.cost.measured.lss import transfer_check
 
     checks = transfer_check("rtxpro6000")
     assert checks["qwen3-32b|tp2"]["from"] == "llama-3.1-8b tp 1"

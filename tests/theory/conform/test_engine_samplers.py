@@ -1,4 +1,4 @@
-"""theory/conform/engines.py: the engines' rules, pinned by hand-computed cases."""
+"""theory/conform/engine_samplers.py: the engines' rules, pinned by hand-computed cases."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from specbatch.theory.conform.engines import ascend_block_unfixed, sglang_chain
+from specbatch.theory.conform.engine_samplers import ascend_block_unfixed, sglang_chain
 
 N = 20_000
 

@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from specbatch.errors import SpecbatchError  # noqa: E402
-from specbatch.live.models import random_prompts  # noqa: E402
+from specbatch.live.model_pair import random_prompts  # noqa: E402
 from tests.live.helpers import run_cli  # noqa: E402
 
 

@@ -10,8 +10,8 @@ import numpy as np
 from specbatch.errors import SpecbatchError, require
 
 
-def load_models(draft: str, target: str, device: str = "cpu", dtype: str = "float32",
-                seed: int = 0, layers: int | None = None, ngram: tuple[int, int] = (5, 5)):
+def load_live_pair(draft: str, target: str, device: str = "cpu", dtype: str = "float32",
+                     seed: int = 0, layers: int | None = None, ngram: tuple[int, int] = (5, 5)):
     """(tokenizer or None, draft, target, identities) from model directories or shape names.
 
     Two local HF model directories load as in ``specbatch capture`` (their tokenizer included).
