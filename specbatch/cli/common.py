@@ -185,6 +185,24 @@ def nonneg_float(text: str) -> float:
     return value
 
 
+def add_user_timeout_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--user-timeout SECONDS``: the limit on one call into user code (specbatch.deadline)."""
+    from specbatch.deadline import DEFAULT_SECONDS
+
+    parser.add_argument("--user-timeout", type=nonneg_float, default=DEFAULT_SECONDS,
+                        metavar="SECONDS",
+                        help=f"seconds one call into {what} may take before the command "
+                             f"stops with an error (default {DEFAULT_SECONDS:g}; 0: no limit; "
+                             "a SIGALRM watchdog in the main thread)")
+
+
+def apply_user_timeout(args: argparse.Namespace) -> None:
+    """Put ``--user-timeout`` in force for this command (specbatch.deadline.set_limit)."""
+    from specbatch.deadline import set_limit
+
+    set_limit(args.user_timeout)
+
+
 #: Seeds are non-negative and fit int64: numpy, torch and the Parquet/JSON outputs take them.
 seed_int = nonneg_int
 

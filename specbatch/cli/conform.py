@@ -12,7 +12,15 @@ import argparse
 import math
 import sys
 
-from specbatch.cli.common import add_json_flag, emit, example, positive_int, seed_int
+from specbatch.cli.common import (
+    add_json_flag,
+    add_user_timeout_flag,
+    apply_user_timeout,
+    emit,
+    example,
+    positive_int,
+    seed_int,
+)
 
 RAW = argparse.RawDescriptionHelpFormatter
 
@@ -71,6 +79,7 @@ def register(subparsers) -> None:
                         help="padded [B, γ] (default for a callable) or ragged (vLLM V1's "
                              "flattened drafts with cu_num_draft_tokens; each request drafts "
                              "0..γ tokens)")
+    add_user_timeout_flag(parser, "a user's sampler (one batch)")
     parser.add_argument("--target", choices=TARGETS, default=None,
                         help="sample (temperature > 0, default for a callable) or greedy "
                              "(temperature 0: output must equal greedy decoding)")
@@ -147,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.verifier == "catalogue":
         return run_catalogue(args)
+    apply_user_timeout(args)
     sampler = load_sampler(args.verifier, args.draft, args.interface, args.target)
     kinds = tuple(args.only) if args.only else None
     report = conform(sampler, samples=args.samples, seed=args.seed, alpha=args.alpha,

@@ -20,7 +20,13 @@ import argparse
 import math
 import sys
 
-from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.cli.common import (
+    add_json_flag,
+    add_user_timeout_flag,
+    apply_user_timeout,
+    emit,
+    example,
+)
 from specbatch.fields import flag_help
 from specbatch.io import check_result_dir, jsonable
 from specbatch.simulator.config.sim_config import (
@@ -67,6 +73,7 @@ def register(subparsers) -> None:
                         "other files are never replaced")
     p.add_argument("--allow-partial", action="store_true",
                    help="simulate a partial capture as it is (default: refuse it)")
+    add_user_timeout_flag(p, "a user's policy (module:Class)")
     add_json_flag(p)
     add_config_flags(p)
     p.set_defaults(func=run_command)
@@ -85,6 +92,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     from specbatch.simulator.run import RESULT_FILES, config_identity, simulate, simulate_to
 
+    apply_user_timeout(args)
     overrides = {name: getattr(args, name) for name in specs()
                  if getattr(args, name) is not None}
     config, given = load_config_given(args.config, **overrides)
