@@ -230,3 +230,20 @@ def test_json_without_out_answers_from_a_cache_folder(capsys, tmp_path, monkeypa
     assert main([*PLAN, "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["out"] == report["out"] and again["searched"]["computed"] == 0  # reused
+
+
+def test_a_sliding_window_target_with_the_default_draft_plans_and_reruns(tmp_path):
+    """Issue 46: plan on Mistral-7B-v0.1 with the default draft used to fail naming
+    disable_hybrid_kv_cache_manager, a flag plan lacked: it now sets it (a note on stderr),
+    writes it into plan.toml, and the printed config re-runs."""
+    out = tmp_path / "p"
+    proc = run_cli(["plan", "--out", str(out), *QUICK, "--target", "mistral-7b-v0.1",
+                    "--hardware", "h100", "--tp", "1", "--policies", "ar", "--rate", "1",
+                    "--requests", "8", "--slo-tpot", "0.5", "--json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)  # one JSON object
+    assert report["choice"] is not None
+    assert "note: disable_hybrid_kv_cache_manager set" in proc.stderr
+    assert "disable_hybrid_kv_cache_manager = true" in (out / "plan.toml").read_text()
+    rerun = run_cli(["simulate", "--config", str(out / "plan.toml"), "--json"], tmp_path)
+    assert rerun.returncode == 0, rerun.stderr
