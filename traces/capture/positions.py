@@ -43,7 +43,7 @@ from specbatch.theory.verify.torch_path_stats import (
     probs_at,
     sample_inverse_cdf,
 )
-from specbatch.traces.capture.cache_api import cache_kwargs, returned_cache
+from specbatch.traces.capture.cache_api import cache_kwargs, last_logits, returned_cache
 from specbatch.traces.capture.drafters import (
     Layout,
     as_drafter,
@@ -99,7 +99,7 @@ def generate_reference(target, prompt_ids: list[int], uniforms: np.ndarray, cfg:
     u = torch.from_numpy(uniforms).to(device)
     ids = torch.tensor([prompt_ids], device=device)
     out = target(input_ids=ids, **cache_kwargs(target, None if native_cache else full_cache()),
-                 use_cache=True)
+                 use_cache=True, **last_logits(target, 1))
     cache = returned_cache(out)
     logits = out.logits[0, -1]
     tokens, rows = [], []
@@ -141,7 +141,7 @@ def generate_reference_batch(target, prompts_ids: list[list[int]], uniforms: lis
     u = torch.from_numpy(np.stack(uniforms)).to(device)           # [b, max_new]
     # left padding shifts a row's slots and positions alike, so slot distances are real ones
     out = target(input_ids=ids, attention_mask=mask, position_ids=pos,
-                 **cache_kwargs(target, full_cache()), use_cache=True)
+                 **cache_kwargs(target, full_cache()), use_cache=True, **last_logits(target, 1))
     cache, logits = returned_cache(out), out.logits[:, -1]
     tokens, rows = [], []
     done = torch.zeros(b, dtype=torch.bool, device=device)
@@ -187,7 +187,7 @@ def score_paths(target, target_cache, target_row0, n_prompt: int, ts, x, width: 
     p, k = x.shape
     layout = Layout(n_prompt, ts, k)
     vocab = target_row0.shape[-1]
-    cache = shared_cache(target_cache, layout.prefix, p)
+    cache = shared_cache(target_cache, layout.prefix, p, keep=False)  # one pass, not reread
     out = target(input_ids=torch.where(x < vocab, x, 0), **cache_kwargs(target, cache),
                  use_cache=True,
                  attention_mask=layout.masks(target, layout.mask(k), k),
