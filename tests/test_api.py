@@ -109,3 +109,27 @@ def test_trace_subset_keeps_the_given_order():
 def test_the_sweep_calls_name_a_wrong_argument(call, expected):
     with pytest.raises(specbatch.SpecbatchError, match=expected):
         call()
+
+
+@pytest.mark.parametrize("argument", ["config", "trace"])
+def test_any_wrong_type_is_a_specbatch_error_naming_the_argument(argument):
+    """A fuzz of the two arguments' types: whatever is passed, the error names it."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    config = specbatch.load_config(requests=4)
+    junk = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8),
+                     st.binary(max_size=8), st.lists(st.integers(), max_size=3),
+                     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+    @settings(max_examples=40, deadline=None)
+    @given(junk)
+    def check(value):
+        call = (lambda: specbatch.simulate(value)) if argument == "config" else \
+            (lambda: specbatch.simulate(config, trace=value))
+        if argument == "trace" and value is None:
+            return  # None: the trace the config names
+        with pytest.raises(specbatch.SpecbatchError, match=f"argument {argument}: expected"):
+            call()
+
+    check()
