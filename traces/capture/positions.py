@@ -297,9 +297,11 @@ def append_path_stats(parts: dict, x, dl, tl, temperature: float, return_rows: b
     signal_logits: # [P, K, V'] logits of the draft-side signals when they are not ``dl``'s
     (a greedy draft records a one-hot ``Ms`` but keeps its model's real confidence).
     """
-    stats = path_stats_torch(x, dl, tl, temperature)
+    stats = by_rows(lambda r: path_stats_torch(x[r], dl[r], tl[r], temperature), x, tl)
     if signal_logits is not None:
-        stats |= {k: v.cpu().numpy() for k, v in draft_signals_torch(x, signal_logits).items()}
+        stats |= by_rows(lambda r: {k: v.cpu().numpy() for k, v in
+                                    draft_signals_torch(x[r], signal_logits[r]).items()},
+                         x, signal_logits)
     stats["draft_token"] = x.cpu().numpy().astype(np.int32)
     if proposed is not None:
         proposed = np.asarray(proposed, dtype=np.int64)
@@ -312,6 +314,26 @@ def append_path_stats(parts: dict, x, dl, tl, temperature: float, return_rows: b
         stats["target_rows"] = probs_at(tl, temperature).cpu().numpy()
     for name, v in stats.items():
         parts.setdefault(name, []).append(v)
+
+
+#: Bytes of one float64 ``[rows, K+1, V']`` table the path statistics may build at a time:
+#: they hold several (Ms, Mb, their residual and entropy terms), 0.6 GB at once for 32 rows
+#: of SmolLM2's V = 49,152 before rows were split.
+STATS_BYTES = 1 << 26
+
+
+def by_rows(stats_of, x, rows) -> dict:
+    """``stats_of(slice)`` over slices of the P rows of ``x`` # [P, K] small enough that a
+    float64 copy of ``rows`` # [P, ., V'] stays under :data:`STATS_BYTES`, concatenated. Every
+    statistic is a function of its own row, so the numbers are those of one call on all rows
+    (bit for bit: tests/traces/capture/test_memory.py)."""
+    p = x.shape[0]
+    per_row = 8 * max(1, rows[0].numel() if p else 1)
+    step = max(1, STATS_BYTES // per_row)
+    if step >= p:
+        return stats_of(slice(None))
+    parts = [stats_of(slice(a, a + step)) for a in range(0, p, step)]
+    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
 
 def capture_request_naive(tokenizer, draft, target, prompt_ids: list[int], index: int,

@@ -76,3 +76,27 @@ def test_a_prefill_computes_only_the_logits_it_reads(models):
         last = target(input_ids=ids, **last_logits(target, 4)).logits
     assert last.shape[1] == 4
     np.testing.assert_allclose(last.numpy(), whole[:, -4:].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_path_statistics_split_by_rows_are_those_of_one_call(monkeypatch):
+    """Capture computes the path statistics a few rows at a time (positions.by_rows) to bound
+    the float64 [rows, K+1, V] tables; each statistic is its row's own, bit for bit."""
+    from specbatch.theory.verify.torch_path_stats import path_stats_torch
+    from specbatch.traces.capture import positions
+
+    g = torch.Generator().manual_seed(0)
+    p, k, v = 12, 4, 5000
+    dl, tl = torch.randn(p, k, v, generator=g) * 4, torch.randn(p, k + 1, v, generator=g) * 4
+    x = torch.randint(0, v, (p, k), generator=g)
+    whole = path_stats_torch(x, dl, tl, 0.7)
+    monkeypatch.setattr(positions, "STATS_BYTES", 8 * (k + 1) * v * 5)  # 5 rows a call
+    calls = []
+
+    def stats_of(rows):
+        calls.append(rows)
+        return path_stats_torch(x[rows], dl[rows], tl[rows], 0.7)
+
+    split = positions.by_rows(stats_of, x, tl)
+    assert [(r.start, r.stop) for r in calls] == [(0, 5), (5, 10), (10, 15)]
+    for name, value in whole.items():
+        np.testing.assert_array_equal(split[name], value, err_msg=name)
