@@ -203,13 +203,6 @@ def add_user_timeout_flag(parser: argparse.ArgumentParser, what: str) -> None:
                              "a SIGALRM watchdog in the main thread)")
 
 
-def apply_user_timeout(args: argparse.Namespace) -> None:
-    """Put ``--user-timeout`` in force for this command (specbatch.deadline.set_limit)."""
-    from specbatch.deadline import set_limit
-
-    set_limit(args.user_timeout)
-
-
 #: Seeds are non-negative and fit int64: numpy, torch and the Parquet/JSON outputs take them.
 seed_int = nonneg_int
 

@@ -15,7 +15,6 @@ import sys
 from specbatch.cli.common import (
     add_json_flag,
     add_user_timeout_flag,
-    apply_user_timeout,
     emit,
     example,
     positive_int,
@@ -156,7 +155,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.verifier == "catalogue":
         return run_catalogue(args)
-    apply_user_timeout(args)
     sampler = load_sampler(args.verifier, args.draft, args.interface, args.target)
     kinds = tuple(args.only) if args.only else None
     report = conform(sampler, samples=args.samples, seed=args.seed, alpha=args.alpha,

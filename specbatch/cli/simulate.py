@@ -23,7 +23,6 @@ import sys
 from specbatch.cli.common import (
     add_json_flag,
     add_user_timeout_flag,
-    apply_user_timeout,
     emit,
     example,
 )
@@ -92,7 +91,6 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     from specbatch.simulator.run import RESULT_FILES, config_identity, simulate, simulate_to
 
-    apply_user_timeout(args)
     overrides = {name: getattr(args, name) for name in specs()
                  if getattr(args, name) is not None}
     config, given = load_config_given(args.config, **overrides)
