@@ -254,6 +254,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     holding it (simulator.step_stream; the result's ``steps_file``); a failed run leaves the
     file unfinished, so give a path in a folder that is discarded then (:func:`simulate_to`).
     """
+    check_arguments(config, trace)
     validate_config(config)  # a SimConfig built directly (not by load_config) is checked too
     if trace is None:
         trace = load_trace(config, allow_partial)
@@ -357,6 +358,7 @@ def simulate_to(out_dir: str | os.PathLike, config: SimConfig, trace: Trace | No
     on_result: called with the result before its folder is put in place (the CLI prints its
     notes there). Returns the result, its ``steps_file`` in ``out_dir``.
     """
+    check_arguments(config, trace)
     identity = config_identity(config)
     with result_dir(out_dir, "simulate", identity, flag, force=force,
                     legacy=RESULT_FILES) as tmp:
@@ -366,6 +368,22 @@ def simulate_to(out_dir: str | os.PathLike, config: SimConfig, trace: Trace | No
             on_result(result)
         result.write_files(tmp)
     return dataclasses.replace(result, steps_file=Path(out_dir) / "steps.parquet")
+
+
+def check_arguments(config: object, trace: object) -> None:
+    """A :class:`SpecbatchError` naming the argument unless ``config`` is a SimConfig and
+    ``trace`` a loaded Trace or None (a Python caller's slip, such as a trace's name where
+    the Trace belongs, gets the fix instead of an AttributeError deep in the run)."""
+    from specbatch.traces.format.trace import Trace
+
+    require(isinstance(config, SimConfig),
+            f"simulate: argument config: expected a SimConfig (specbatch.load_config(...)), "
+            f"got {type(config).__name__} {config!r:.60}")
+    hint = (f" (specbatch.read_trace({trace!r}), or config field trace)"
+            if isinstance(trace, (str, os.PathLike)) else "")
+    require(trace is None or isinstance(trace, Trace),
+            f"simulate: argument trace: expected a Trace or None{hint}, "
+            f"got {type(trace).__name__} {trace!r:.60}")
 
 
 def stopped_summary(requests: pd.DataFrame, steps: pd.DataFrame | StepTotals, time: float,

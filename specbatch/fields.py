@@ -146,8 +146,16 @@ def field_specs(cls: type) -> dict[str, FieldSpec]:
     return specs
 
 
+#: The most characters of a refused value an error line quotes (a 2,000-character JSON
+#: string stays one readable line).
+GOT_CHARS = 120
+
+
 def fail(where: str, name: str, expected: str, got: object) -> typing.NoReturn:
-    raise SpecbatchError(f"{where}: field {name}: expected {expected}, got {got!r}")
+    shown = repr(got)
+    if len(shown) > GOT_CHARS:
+        shown = f"{shown[:GOT_CHARS]}... ({len(shown)} characters)"
+    raise SpecbatchError(f"{where}: field {name}: expected {expected}, got {shown}")
 
 
 def _expected(spec: FieldSpec) -> str:

@@ -41,10 +41,32 @@ def frontier_figure(entries: tuple[Entry, ...], slos: Slos, priced: bool, path: 
         ax.axhline(slos.e2e, color="0.4", linestyle="--", linewidth=0.8, label="e2e SLO")
     ax.set_xlabel("cost ($ per hour)" if priced else "GPUs")
     ax.set_ylabel(f"e2e latency {p} (s)")
-    ax.set_yscale("log")
+    readable_ticks(ax, [e.verdict.latency["e2e"] for e in entries], priced)
     ax.legend(fontsize=8)
     ax.set_title("specbatch plan: cost vs latency", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return str(path)
+
+
+def readable_ticks(ax, latencies: list[float], priced: bool) -> None:
+    """Latency ticks written as plain numbers (0.5, 2, 20, never 2x10^1): a log axis with
+    ticks at 1, 2 and 5 per decade (every digit within one decade) when the latencies span
+    3x or more, else a linear axis; a GPU axis has whole-number ticks only."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    finite = [v for v in latencies if v is not None and 0 < v < float("inf")]
+    if finite and max(finite) / min(finite) >= 3:
+        ax.set_yscale("log")
+        decades = max(finite) / min(finite) >= 10
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades
+                                              else tuple(float(d) for d in range(1, 10))))
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=6))
+        ax.yaxis.set_major_formatter(plain)
+    if not priced:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -45,8 +45,11 @@ class Runner:
     def __enter__(self) -> Runner:
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=None, desc="plan", unit="run", file=sys.stderr, leave=False,
-                        disable=not self.progress, dynamic_ncols=True)
+        # runs settled (simulated or reused) out of those of the cost levels begun: each
+        # level adds its candidates (begin_level) and bounds drop the ones they skip, so the
+        # total and ETA are the current level's end (how many levels follow depends on them)
+        self.bar = tqdm(total=None, desc="plan", unit="run", file=sys.stderr,
+                        leave=False, disable=not self.progress, dynamic_ncols=True)
         if self.scheduler is not None:
             from specbatch.analysis.sweep.executors import _dask_client
 
@@ -69,6 +72,21 @@ class Runner:
             self._client.close()
         if self._cluster is not None:
             self._cluster.close()
+
+    def begin_level(self, index: int, levels: int, runs: int) -> None:
+        """Cost level ``index`` of at most ``levels`` starts with ``runs`` candidates."""
+        self.bar.set_description(f"plan: cost level {index}/{levels}", refresh=False)
+        self.expect((self.bar.total or 0) + runs)
+
+    def expect(self, runs: int) -> None:
+        """The progress bar's total: ``runs`` runs, counting those settled."""
+        self.bar.total = max(int(runs), self.bar.n)
+        self.bar.refresh()
+
+    def drop(self, runs: int) -> None:
+        """``runs`` candidates the search will not run (negative: adds them back)."""
+        if self.bar.total is not None and runs:
+            self.expect(self.bar.total - runs)
 
     def fields(self, d: Deployment, s: Speculation) -> dict:
         return {**self.base, **d.fields(), **s.fields()}
@@ -115,6 +133,7 @@ class Runner:
         self.runs += len(candidates)
         self.computed += len(todo)
         self.reused += len(candidates) - len(todo)
+        self.bar.update(len(candidates) - len(todo))  # the reused count as settled too
         out = {}
         for c in candidates:
             if records[c] is None:

@@ -85,10 +85,12 @@ def search(base: dict, space: Space, deployments: list[Deployment], slos: Slos,
     entries: list[Entry] = []
     skipped: list[Skipped] = []
     added, levels = 0, 0
+    all_levels = cost_levels(deployments)
     with runner:
-        for _, level in cost_levels(deployments):
+        for _, level in all_levels:
             if added > levels_after:
                 break
+            runner.begin_level(levels + 1, len(all_levels), len(level) * len(settings))
             before = _best_e2e(entries)
             new, gone = search_level(runner, tables, level, settings, slos, entries)
             levels += 1
@@ -126,6 +128,7 @@ def search_level(runner: Runner, tables, level: list[Deployment], settings: list
         why = None if b is None else cannot_pass(b, slos)
         if why is not None:
             skipped[c] = Skipped(*c, why, False)
+    runner.drop(len(skipped))
     order = sorted((c for c in candidates if c not in skipped),
                    key=lambda c: (_e2e_bound(bounds[c], slos), candidates.index(c)))
     found: dict = {}
@@ -138,6 +141,7 @@ def search_level(runner: Runner, tables, level: list[Deployment], settings: list
                 batch.append(c)
             else:
                 skipped[c] = Skipped(*c, why, None)
+                runner.drop(1)
         ahead = earlier + list(found.values())
         rules = {c: stop_rule(c, slos, ahead) for c in batch}
         for c, got in runner.run(batch, slos, rules).items():
@@ -226,4 +230,5 @@ def complete_gain(runner: Runner, entries: list[Entry], space: Space,
            and e.stopped_at is None for e in entries):
         return None
     c = (choice.deployment, Speculation("ar"))
+    runner.drop(-1)  # one run more than the levels left
     return runner.run([c], slos)[c]

@@ -171,9 +171,9 @@ def cost_levels(items: Iterable[Deployment]) -> list[tuple[float, list[Deploymen
     return sorted(levels.items())
 
 
-#: The question's precision fields (simulator.cost.analytic.precision), kept in ``base`` only when
-#: set.
-PRECISION_FIELDS = ("quantization", "kv_cache_dtype")
+#: The question's precision and KV-layout fields (simulator.cost.analytic.precision,
+#: simulator.cost.analytic.kv_groups), kept in ``base`` only when set.
+PRECISION_FIELDS = ("quantization", "kv_cache_dtype", "disable_hybrid_kv_cache_manager")
 
 
 def prune_reason(d: Deployment, target: str, draft: str, utilization: float,

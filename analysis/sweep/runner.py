@@ -169,6 +169,10 @@ def run_sweep(
     finished first), so the next call resumes. Refuses (one line) a directory that holds
     another spec's sweep or other files, or that another sweep is running on.
     """
+    require(isinstance(spec, SweepSpec), f"run_sweep: argument spec: expected a SweepSpec "
+            f"(specbatch.load_spec or parse_spec), got {type(spec).__name__} {spec!r:.60}")
+    require(isinstance(out, (str, os.PathLike)), f"run_sweep: argument out: expected a "
+            f"directory path, got {type(out).__name__} {out!r:.60}")
     if workers < 1:
         raise SpecbatchError(f"--workers: expected an integer >= 1, got {workers}")
     runner = runner or simulate_point
@@ -249,6 +253,8 @@ RESULT_COLUMNS = ("run", "setting", "seed", "policy", "verify", "num_speculative
 
 def read_results(out: str | os.PathLike) -> pd.DataFrame:
     """OUT/results.parquet, checked to be a sweep's results table (one-line errors)."""
+    require(isinstance(out, (str, os.PathLike)), f"read_results: argument out: expected a "
+            f"sweep directory path, got {type(out).__name__} {out!r:.60}")
     path = Path(out) / "results.parquet"
     if not path.exists():
         raise SpecbatchError(f"directory {out}: no results.parquet (run `specbatch sweep` first)")

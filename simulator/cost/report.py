@@ -1,14 +1,20 @@
 """Where a pass's time goes and which source priced it, for every cost model.
 
 :func:`pass_breakdown` splits one pass into the parts of simulator.cost.measured.calibrated
-(``layers``: the decoder layers' non-attention ops and the input embedding, as Vidur's mlp.csv
-measures them; ``attention``; ``allreduce``; ``lm_head``; ``launch``), summing to ``step_time``:
+(``layers``:
+the decoder layers' non-attention ops and the input embedding, as Vidur's mlp.csv measures
+them; ``attention``; ``experts``: a mixture of experts' routed experts, 0 for a dense model;
+``allreduce``; ``lm_head``; ``launch``), summing to ``step_time``:
 
-- calibrated: its own additive parts (:meth:`CalibratedCost.breakdown`).
+- calibrated: its own additive parts (:meth:`CalibratedCost.breakdown`), a mixture of
+  experts' routed experts moved from ``layers`` to ``experts``: the measured MoE block on the
+  LLMServingSim GPUs, the expert GEMMs' share of the law's layers(Q) elsewhere.
 - roofline: the roofline is one max(compute, memory, host) plus fixed terms, so the bound
-  term is apportioned by the winning resource's shares: FLOPs (layers 2 P_layers Q / tp,
-  LM head 2 h V Q / tp, attention) when compute-bound, bytes (layer weights and activations,
-  LM head and final-norm weights, KV) when memory-bound. ``allreduce`` = the ring term plus
+  term is apportioned by the winning resource's shares: compute seconds (layers 2 P_layers Q
+  / tp, the routed experts 2 M k 3 h I_e Q / tp, LM head 2 h V Q / tp, attention; W8A8 FP8
+  GEMMs at FP8's peak) when compute-bound, bytes (layer weights and activations, the experts
+  the pass touches b M 3 h I_e E_touched(Q) / tp, LM head and final-norm weights, KV) when
+  memory-bound. ``allreduce`` = the ring term plus
   the all-reduce latencies, ``launch`` = the launch floors (eager: what the host floor adds
   over the GPU time). The roofline's numbers are unchanged; this only reads them.
 - a drafter without a model: its draft passes are 0 s in every part.
@@ -27,7 +33,7 @@ import numpy as np
 from specbatch.simulator.cost.analytic.window import attention_work, window_sums
 from specbatch.simulator.cost.interface import ROLES, batch_sums
 
-PARTS = ("layers", "attention", "allreduce", "lm_head", "launch")
+PARTS = ("layers", "attention", "experts", "allreduce", "lm_head", "launch")
 #: What each pass of ``cost show``'s rows is: (role, query tokens per request, label).
 PASSES = (("target_decode", "target", 1), ("target_verify", "target", None),
           ("draft", "draft", 1))
@@ -44,18 +50,29 @@ def roofline_split(model, role: str, query, kv) -> dict:
     flops_head = 2.0 * shape.hidden * shape.vocab / c.tp * sq
     window = (window_sums(query, kv, c.window) if c.sliding_layers else None)
     attn_flops, attn_bytes = attention_work(c, sq, skv, sqkv, sqq, window)
-    flops = {"layers": c.flops_per_token * sq - flops_head, "lm_head": flops_head,
-             "attention": attn_flops}
+    # the routed experts: k of E per token on each of the M MoE layers (FLOPs), the experts
+    # the pass's tokens touch (bytes; theory.moe); W8A8 FP8 prices their GEMMs at FP8's peak
+    moe_layers = shape.moe_layers if c.experts else 0
+    expert_flops = 2.0 * moe_layers * c.top_k * shape.expert_params / c.tp * sq
+    expert_bytes = c.expert_bytes * c.experts_touched(sq) if c.experts else 0.0
+    fp8 = bool(c.fp8_flops_per_token)
+    compute = {  # seconds of each part's FLOPs at its peak
+        "layers": (c.flops_per_token * sq - flops_head - (0.0 if fp8 else expert_flops))
+        * c.inv_compute + (c.fp8_flops_per_token * sq - expert_flops) * c.inv_compute_fp8
+        * fp8,
+        "experts": expert_flops * (c.inv_compute_fp8 if fp8 else c.inv_compute),
+        "lm_head": flops_head * c.inv_compute, "attention": attn_flops * c.inv_compute}
     bytes_head = hw.dtype_bytes * (shape.hidden * shape.vocab + shape.hidden) / c.tp
-    nbytes = {"layers": c.weight_bytes - bytes_head + c.act_bytes_per_token * sq,
-              "lm_head": bytes_head, "attention": attn_bytes}
-    compute_s = sum(flops.values()) * c.inv_compute
-    memory_s = sum(nbytes.values()) * c.inv_memory
+    memory = {part: b * c.inv_memory for part, b in (
+        ("layers", c.weight_bytes - bytes_head + c.act_bytes_per_token * sq),
+        ("experts", expert_bytes), ("lm_head", bytes_head), ("attention", attn_bytes))}
+    compute_s, memory_s = sum(compute.values()), sum(memory.values())
     gpu = max(compute_s, memory_s)
-    shares = flops if compute_s > memory_s else nbytes
+    shares = compute if compute_s > memory_s else memory
     total = sum(shares.values())
     ar_latency = 2 * c.layers * hw.allreduce_latency if c.tp > 1 else 0.0
-    out = {part: gpu * shares[part] / total for part in ("layers", "attention", "lm_head")}
+    out = {part: gpu * shares[part] / total for part in ("layers", "attention", "experts",
+                                                          "lm_head")}
     out["allreduce"] = c.comm_per_token * sq + ar_latency
     out["launch"] = (c.fixed - ar_latency) + max(0.0, c.floor - gpu)
     return {part: out[part] for part in PARTS}
@@ -143,5 +160,7 @@ def source_line(sources: dict) -> str:
         checked = (s.get("layers") or {}).get("validated") or s.get("validated") or {}
         err = (f" (validated MAPE {100 * checked['mape']:.1f} %, mean {100 * checked['mean_signed']:+.1f} %)"
                if isinstance(checked, dict) and checked.get("mape") is not None else "")
-        parts.append(f"{role}: {s.get('summary', '?')}{err}")
+        unchecked = (s.get("layers") or {}).get("not_validated")  # outside that error
+        rest = f", {unchecked} (not validated)" if unchecked else ""
+        parts.append(f"{role}: {s.get('summary', '?')}{err}{rest}")
     return "; ".join(parts)

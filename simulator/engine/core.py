@@ -70,7 +70,7 @@ from specbatch.simulator.engine.state import EngineState
 from specbatch.simulator.engine.steplog import StepLog
 from specbatch.simulator.engine.v1 import step as _v1_step  # noqa: F401 - see below
 from specbatch.simulator.engine.v1.compose import v1_lookahead
-from specbatch.simulator.policies.registry import Policy, is_builtin
+from specbatch.simulator.policies.registry import Policy, is_builtin, user_file
 from specbatch.simulator.policies.view import TraceTables
 from specbatch.simulator.replay.chain import request_keys
 from specbatch.simulator.replay.replay_tables import tables_for
@@ -209,7 +209,8 @@ class Engine(EngineState):
                 rep.prefix = PrefixCache(pool=self.blocks.pool, block_size=self.blocks.block_size,
                                          group=group, shared=shared, lazy=not reference)
         # one policy instance per replica (stateful policies such as dsd plan per engine)
-        self.policies = [policy] + [copy.deepcopy(policy) for _ in self.replicas[1:]]
+        self.policies = [policy] + [copy_policy(policy, len(self.replicas))
+                                    for _ in self.replicas[1:]]
         self.outstanding = [0] * len(self.replicas)
         self.lb_counts: list | None = None  # vllm_dp_lb: the last published [waiting, running]
         self.lb_published = 0.0
@@ -336,3 +337,18 @@ class Engine(EngineState):
         if duration is not None:
             rep.busy = True
             self.push(time + duration, STEP_END, rep.index)
+
+
+def copy_policy(policy: Policy, replicas: int) -> Policy:
+    """``copy.deepcopy(policy)``: each replica (and data-parallel rank) plans with its own
+    instance. A user's policy that cannot be copied (it holds a lock, a file, a generator) is
+    a one-line error saying so, not the ``cannot pickle`` TypeError from deep in copy."""
+    try:
+        return copy.deepcopy(policy)
+    except Exception as exc:  # noqa: BLE001 - whatever its state's __reduce__ raises
+        cls = type(policy)
+        raise SpecbatchError(
+            f"policy {cls.__module__}:{cls.__qualname__} ({user_file(cls)}): {replicas} "
+            f"replicas need a copyable (picklable) policy, one instance each, and copy.deepcopy "
+            f"raised {type(exc).__name__}: {exc} (keep locks, files and threads out of the "
+            "instance, or define __deepcopy__)") from exc

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.cost.analytic.kv_groups import KVLayout, kv_layout
+from specbatch.simulator.cost.analytic.kv_groups import KVLayout, kv_layout, pages_unify
 from specbatch.simulator.cost.analytic.memory import check_weights_fit
 from specbatch.simulator.cost.gpus.hardware import get_hardware
 from specbatch.simulator.engine.group_tables import GroupTables, lone_peak_blocks
@@ -118,6 +118,14 @@ def windowed_shapes(config: SimConfig) -> tuple:
     if target is None or not (target.is_windowed or (draft is not None and draft.is_windowed)):
         return ()
     return target, draft
+
+
+def hybrid_refused(config: SimConfig) -> bool:
+    """Whether ``config``'s models have sliding-window layers whose pages vLLM's hybrid KV
+    cache manager cannot unify (simulator.cost.analytic.kv_groups.pages_unify): such a run needs
+    ``disable_hybrid_kv_cache_manager``, which ``cost show`` and ``plan`` then set."""
+    shapes = windowed_shapes(config)
+    return bool(shapes) and not pages_unify(*shapes)
 
 
 def hybrid_layout(config: SimConfig) -> KVLayout | None:

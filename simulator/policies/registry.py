@@ -21,6 +21,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from specbatch.deadline import UserCallTimeout, call_limited
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.policies.base import Policy, valid_depth
 from specbatch.simulator.policies.catalogue import CATALOGUE
@@ -122,11 +123,16 @@ def call_user(cls: type, hook: str, fn: Any, *args: Any) -> Any:
     """``fn(*args)``, one hook of a user's policy class ``cls``: anything it raises, also
     ``SystemExit`` (a ``sys.exit`` in the hook) and other :class:`BaseException` subclasses but
     ``KeyboardInterrupt``, becomes a one-line :class:`SpecbatchError` naming the class, its file
-    and the hook, so ``simulate --json`` never exits 0 with nothing printed."""
+    and the hook, so ``simulate --json`` never exits 0 with nothing printed. A call that runs
+    past the limit on user code (specbatch.deadline, default 60 s) is one such error."""
     try:
-        return fn(*args)
+        return call_limited(fn, *args)
     except (SpecbatchError, KeyboardInterrupt):
         raise
+    except UserCallTimeout as exc:  # specbatch.deadline: a hook that never returns
+        raise SpecbatchError(f"policy {cls.__module__}:{cls.__qualname__} ({user_file(cls)}): "
+                             f"{hook} {exc} (the limit on a call into user code: "
+                             "--user-timeout SECONDS, 0 for none)") from None
     except BaseException as exc:  # noqa: BLE001 - a user policy's bug, reported in one line
         raise SpecbatchError(f"policy {cls.__module__}:{cls.__qualname__} ({user_file(cls)}): "
                              f"{hook} raised {type(exc).__name__}: {exc}") from exc

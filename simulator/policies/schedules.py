@@ -64,7 +64,7 @@ def parse_vllm_table(text: str, where: str, name: str) -> list[tuple[int, int, i
             raw = json.loads(text, parse_constant=_refuse_constant)
             ok = all(isinstance(v, int) and not isinstance(v, bool) for e in raw for v in e)
             entries = [(int(a), int(b), int(k)) for a, b, k in raw] if ok else []
-        except (ValueError, TypeError, OverflowError):
+        except (ValueError, TypeError, OverflowError, RecursionError):  # nested too deep
             ok = False
     else:
         matches = [_RANGE.match(part) for part in text.split(",")]
@@ -119,7 +119,7 @@ def parse_trt_schedule(text: str, where: str, name: str, k_max: int) -> dict[int
             ok = isinstance(raw, dict) and all(isinstance(v, int) and not isinstance(v, bool)
                                                for v in raw.values())
             pairs = [(int(key), int(v)) for key, v in raw.items()] if ok else []
-        except (ValueError, TypeError, AttributeError, OverflowError):
+        except (ValueError, TypeError, AttributeError, OverflowError, RecursionError):
             ok = False
         if not ok and body.endswith("}"):  # the YAML / Python spelling: keys unquoted
             body = body[1:-1]
@@ -163,6 +163,9 @@ def parse_sglang_config(text: str | None, where: str, name: str) -> dict[int, di
             fail(where, name, expected, text)
         if not isinstance(cfg, dict):
             fail(where, name, expected, text)
+    for key in cfg:  # "²" and "٣" are str.isdigit() too, and int() refuses "²"
+        if key.isdigit() and not key.isascii():
+            fail(where, name, "batch-size slot keys written with the digits 0-9", key)
     shared = {key: value for key, value in cfg.items() if not key.isdigit()}
     slots: dict[int, dict] = {}
     for key, entry in cfg.items():

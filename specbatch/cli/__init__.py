@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 
 from specbatch import __version__
 from specbatch.cli.common import ArgumentParser, example, json_stdout
+from specbatch.deadline import DEFAULT_SECONDS, set_limit
 from specbatch.errors import SpecbatchError
 
 #: Sub-command -> (module that registers it, its one-line ``--help``), in ``--help`` order.
@@ -120,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 0 if args.command is None else 2
+    # the limit on a call into user code: the command's --user-timeout, else the default
+    set_limit(getattr(args, "user_timeout", DEFAULT_SECONDS))
     try:
         with json_stdout(bool(getattr(args, "json", False))):
             code = args.func(args)

@@ -115,31 +115,38 @@ _JSON_STREAM: list[IO[str]] = []
 
 @contextlib.contextmanager
 def json_stdout(enabled: bool = True) -> Iterator[None]:
-    """Keep stdout for :func:`emit`'s one JSON object while a ``--json`` command runs.
+    """Keep stdout for the command's own output while it runs.
 
-    Libraries that print at C level (HiGHS writes a banner when a solver object is created)
-    bypass ``sys.stdout``, so file descriptor 1 itself is pointed at stderr, and so is
-    ``sys.stdout``; :func:`emit` writes to the stdout the command started with. When
+    Libraries that print at C level (HiGHS writes its licence banner when a solver object is
+    created) bypass ``sys.stdout``, so file descriptor 1 itself is pointed at stderr for the
+    command's duration. With ``--json`` (``enabled``) ``sys.stdout`` is stderr too and only
+    :func:`emit`'s one JSON object reaches the stdout the command started with; in text mode
+    ``sys.stdout`` is that stdout, so the command's own lines reach it and nothing else. When
     ``sys.stdout`` is not descriptor 1 (a test capturing it), that object is used as is.
     """
-    if not enabled:
-        yield
-        return
     original = sys.stdout
     original.flush()
-    saved = os.dup(1)
     try:
         real = original.fileno() == 1
     except (AttributeError, OSError, io.UnsupportedOperation):
         real = False
-    stream = os.fdopen(os.dup(saved), "w", encoding="utf-8") if real else original
+    if not enabled and not real:
+        yield
+        return
+    saved = os.dup(1)
+    stream = (os.fdopen(os.dup(saved), "w", encoding=getattr(original, "encoding", "utf-8"),
+                        errors=getattr(original, "errors", None),
+                        buffering=1 if original.isatty() else -1)
+              if real else original)
     os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    _JSON_STREAM.append(stream)
+    sys.stdout = sys.stderr if enabled else stream
+    if enabled:
+        _JSON_STREAM.append(stream)
     try:
         yield
     finally:
-        _JSON_STREAM.pop()
+        if enabled:
+            _JSON_STREAM.pop()
         sys.stdout.flush()
         stream.flush()
         if real:
@@ -212,6 +219,17 @@ def nonneg_float(text: str) -> float:
     if not (value >= 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
     return value
+
+
+def add_user_timeout_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--user-timeout SECONDS``: the limit on one call into user code (specbatch.deadline)."""
+    from specbatch.deadline import DEFAULT_SECONDS
+
+    parser.add_argument("--user-timeout", type=nonneg_float, default=DEFAULT_SECONDS,
+                        metavar="SECONDS",
+                        help=f"seconds one call into {what} may take before the command "
+                             f"stops with an error (default {DEFAULT_SECONDS:g}; 0: no limit; "
+                             "a SIGALRM watchdog in the main thread)")
 
 
 #: Seeds are non-negative and fit int64: numpy, torch and the Parquet/JSON outputs take them.

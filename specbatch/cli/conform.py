@@ -12,7 +12,14 @@ import argparse
 import math
 import sys
 
-from specbatch.cli.common import add_json_flag, emit, example, positive_int, seed_int
+from specbatch.cli.common import (
+    add_json_flag,
+    add_user_timeout_flag,
+    emit,
+    example,
+    positive_int,
+    seed_int,
+)
 
 RAW = argparse.RawDescriptionHelpFormatter
 
@@ -76,6 +83,7 @@ def register(subparsers) -> None:
                         help="padded [B, γ] (default for a callable) or ragged (vLLM V1's "
                              "flattened drafts with cu_num_draft_tokens; each request drafts "
                              "0..γ tokens)")
+    add_user_timeout_flag(parser, "a user's sampler (one batch)")
     parser.add_argument("--target", choices=TARGETS, default=None,
                         help="sample (temperature > 0, default for a callable) or greedy "
                              "(temperature 0: output must equal greedy decoding)")

@@ -130,6 +130,10 @@ SHOW_FLAGS = (
     flag("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
          help="KV-cache element type, vLLM's --kv-cache-dtype (default auto = "
               "bf16; fp8*: 1 byte)"),
+    flag("--disable-hybrid-kv-cache-manager", action="store_true",
+         help="price the KV capacity without vLLM V1's hybrid KV cache manager (a "
+              "sliding-window model's layers all hold every token); set automatically, with a "
+              "note, when the models' page sizes cannot be unified"),
     flag("--batch", type=capped_int(MAX_BATCH), nargs="+", default=list(DEFAULT_BATCHES),
          help="batch sizes (requests per pass)"),
     flag("--kv", type=capped_int(MAX_CONTEXT_TOKENS, low=0), default=512, help="cached tokens per request (default 512)"),
@@ -285,12 +289,14 @@ def split_lines(row: dict, k: int) -> list[str]:
     split = row["breakdown"]
     if all(v is None for v in split.values()):
         return [f"batch {row['batch']}: no per-part split (a fitted law of the whole pass)"]
+    moe = any(parts is not None and parts["experts"] > 0 for parts in split.values())
+    shown = [p for p in PARTS if moe or p != "experts"]  # a dense model's experts are 0
     lines = [f"where the time goes at batch {row['batch']} (ms): "
-             + " + ".join(PARTS) + " = pass"]
+             + " + ".join(shown) + " = pass"]
     for name, parts in split.items():
         label = name if name != "target_verify" else f"target_verify (k+1={k + 1})"
         if parts is not None:
-            lines.append(f"  {label:<22} " + " + ".join(f"{1e3 * parts[p]:.3f}" for p in PARTS)
+            lines.append(f"  {label:<22} " + " + ".join(f"{1e3 * parts[p]:.3f}" for p in shown)
                          + f" = {1e3 * sum(parts.values()):.3f}")
     return lines
 
@@ -353,21 +359,22 @@ def run_show(args) -> int:
         for line in out["warnings"]:
             sys.stderr.write(f"warning: {line}\n")
     head = getattr(model, "head", None)
+    disable = hybrid_disabled(args, model, out)
     if getattr(model, "first_pass_time", None) is not None:  # simulator.cost.features.draft_head
         out["head"] = {"method": head.method, "held_params": head.held_params,
                        "layers": head.layer.layers, "lm_vocab": head.lm_vocab,
                        "own_lm_head": head.own_lm_head}
-        out["kv_capacity_tokens"] = model.kv_capacity_tokens(0.9)
+        out["kv_capacity_tokens"] = model.kv_capacity_tokens(0.9, 16, disable)
         out.update(hybrid_kv(SimpleNamespace(  # the head's layer among the KV cache groups
             target=model.target, draft=head.layer, hardware=model.hardware,
-            kv_capacity_tokens=model.kv_capacity_tokens), args.kv_cache_dtype))
+            kv_capacity_tokens=model.kv_capacity_tokens), args.kv_cache_dtype, disable))
     if isinstance(model, RooflineCost):
         out["ridge_flop_per_byte"] = model.hardware.ridge
         out["draft_weight_bits"] = args.draft_weight_bits
         out["quantization"] = model.target.quantization
         out["kv_cache_dtype"] = args.kv_cache_dtype
-        out["kv_capacity_tokens"] = model.kv_capacity_tokens(0.9)
-        out.update(hybrid_kv(model, args.kv_cache_dtype))
+        out["kv_capacity_tokens"] = model.kv_capacity_tokens(0.9, 16, disable)
+        out.update(hybrid_kv(model, args.kv_cache_dtype, disable))
         short = weights_shortfall(args.hardware, args.target, args.draft, args.tp, 0.9,
                                   args.draft_weight_bits, args.quantization)
         if short is not None:  # simulate refuses this pair; the pass times are hypothetical
@@ -424,11 +431,35 @@ def run_show(args) -> int:
             line += (f" of one KV cache group ({out['kv_groups']} groups share the pool; "
                      f"vLLM logs {out['vllm_kv_tokens']} tokens)")
         lines.append(line)
+    if "notes" in out:
+        lines += [f"note: {note}" for note in out["notes"]]
     emit(out, args.json, "\n".join(lines))
     return 0
 
 
-def hybrid_kv(model, kv_cache_dtype: str) -> dict:
+def hybrid_disabled(args, model, out: dict) -> bool:
+    """``--disable-hybrid-kv-cache-manager``, or True with a note in ``out`` when the models
+    have sliding-window layers whose pages vLLM's hybrid manager cannot unify
+    (simulator.cost.analytic.kv_groups.pages_unify: vLLM refuses the pair unless it is disabled)."""
+    from specbatch.simulator.cost.analytic.kv_groups import pages_unify
+
+    out["disable_hybrid_kv_cache_manager"] = bool(args.disable_hybrid_kv_cache_manager)
+    head = getattr(model, "head", None)
+    target = getattr(model, "target", None)
+    draft = head.layer if head is not None else getattr(model, "draft", None)
+    if (args.disable_hybrid_kv_cache_manager or not isinstance(target, ModelShape)
+            or not (target.is_windowed or getattr(draft, "is_windowed", False))
+            or pages_unify(target, draft)):
+        return bool(args.disable_hybrid_kv_cache_manager)
+    out["disable_hybrid_kv_cache_manager"] = True
+    out.setdefault("notes", []).append(
+        f"KV capacity priced with disable_hybrid_kv_cache_manager: the page sizes of "
+        f"{target.name}'s sliding-window layers and {getattr(draft, 'name', 'the draft')}'s "
+        "cannot be unified, and vLLM refuses the hybrid KV cache manager for them")
+    return True
+
+
+def hybrid_kv(model, kv_cache_dtype: str, disable: bool = False) -> dict:
     """For a sliding-window model under vLLM V1's hybrid KV cache manager: its number of KV
     cache groups and the token count vLLM logs (num_blocks // groups · block size,
     simulator.cost.analytic.kv_groups.KVLayout.vllm_tokens); {} otherwise. The capacity itself is
@@ -441,8 +472,8 @@ def hybrid_kv(model, kv_cache_dtype: str) -> dict:
         return {}
     block = 16  # vLLM's default block_size, as kv_capacity_tokens prices it
     layout = kv_layout(model.target, model.draft,
-                       kv_element_bytes(kv_cache_dtype, model.hardware), block)
+                       kv_element_bytes(kv_cache_dtype, model.hardware), block, disable)
     if not layout.hybrid:
         return {}
-    blocks = model.kv_capacity_tokens(0.9) // block
+    blocks = model.kv_capacity_tokens(0.9, block, disable) // block
     return {"kv_groups": len(layout.groups), "vllm_kv_tokens": layout.vllm_tokens(blocks, block)}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from specbatch.cli.common import JSON_FLAG, add_command, emit, int_list, positive_int, seed_int
 from specbatch.cli.flags import flag, grouped
@@ -89,6 +90,10 @@ PLAN_FLAGS = (
         flag("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
              help="KV-cache element type, vLLM's --kv-cache-dtype (default auto; "
                   "fp8*: 1 byte, twice the KV tokens)"),
+        flag("--disable-hybrid-kv-cache-manager", action="store_true",
+             help="vLLM's --disable-hybrid-kv-cache-manager: a sliding-window model's layers "
+                  "all hold every token; set automatically, with a note, when the models' "
+                  "page sizes cannot be unified"),
     ),
     *grouped(
         "SLOs",
@@ -279,7 +284,25 @@ def precision_fields(args: argparse.Namespace) -> dict:
         out["quantization"] = args.quantization
     if args.kv_cache_dtype != "auto":
         out["kv_cache_dtype"] = args.kv_cache_dtype
+    if args.disable_hybrid_kv_cache_manager or hybrid_needs_disabling(args, out):
+        out["disable_hybrid_kv_cache_manager"] = True
     return out
+
+
+def hybrid_needs_disabling(args: argparse.Namespace, precision: dict) -> bool:
+    """Whether the models have sliding-window layers whose pages vLLM's hybrid KV cache
+    manager cannot unify (simulator.engine.kv.hybrid_refused): vLLM refuses them unless
+    it is disabled, so the plan disables it and says so on stderr."""
+    from specbatch.simulator.config.sim_config import make_config
+    from specbatch.simulator.engine.kv import hybrid_refused
+
+    config = make_config({"target": args.target, "draft": args.draft, **precision})
+    if not hybrid_refused(config):
+        return False
+    sys.stderr.write(f"specbatch plan: note: disable_hybrid_kv_cache_manager set: the page "
+                     f"sizes of {args.target} and {args.draft} cannot be unified, and vLLM "
+                     "refuses the hybrid KV cache manager for them\n")
+    return True
 
 
 def arrival_fields(args: argparse.Namespace) -> dict:

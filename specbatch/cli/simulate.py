@@ -21,7 +21,12 @@ import argparse
 import math
 import sys
 
-from specbatch.cli.common import add_json_flag, emit, example
+from specbatch.cli.common import (
+    add_json_flag,
+    add_user_timeout_flag,
+    emit,
+    example,
+)
 from specbatch.fields import flag_help
 from specbatch.io import check_result_dir, jsonable
 from specbatch.simulator.config.sim_config import (
@@ -73,6 +78,7 @@ def register(subparsers) -> None:
                         "by more than 25 %% or the queue grows without bound: for open-loop "
                         "arrivals of <= 20,000 requests (auto), always (on), never (off); "
                         "--json carries it as 'capacity' (analysis.sensitivity)")
+    add_user_timeout_flag(p, "a user's policy (module:Class)")
     add_json_flag(p)
     add_config_flags(p)
     p.set_defaults(func=run_command)

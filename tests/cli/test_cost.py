@@ -243,3 +243,41 @@ def test_show_refuses_a_quantization_contradicting_the_checkpoint(tmp_path, caps
     (tmp_path / "config.json").write_text(json.dumps(FP8_CONFIG))
     code, _, err = run(capsys, "cost", "show", "--target", str(tmp_path), *argv)
     assert code == 2 and err.count("\n") == 1 and needle in err
+
+
+MISTRAL_CONFIG = {"architectures": ["MistralForCausalLM"], "model_type": "mistral",
+                  "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                  "num_key_value_heads": 8, "num_hidden_layers": 32, "sliding_window": 4096,
+                  "vocab_size": 32000, "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("target", ["mistral-7b-v0.1", "config.json"])
+def test_a_sliding_window_target_with_the_default_draft_is_priced_with_a_note(tmp_path, target):
+    """Issue 46: Mistral-7B-v0.1's sliding layers (64 KiB pages at 16 tokens) and
+    Vicuna-68M's (48 KiB) cannot be unified by vLLM's hybrid KV cache manager; cost show
+    prices the KV as vLLM must run them, with disable_hybrid_kv_cache_manager, and says so."""
+    from tests.cli.oneline import run_cli
+
+    if target == "config.json":
+        (tmp_path / "config.json").write_text(json.dumps(MISTRAL_CONFIG))
+        target = str(tmp_path / "config.json")
+    out = run_cli(["cost", "show", "--target", target, "--batch", "1", "--json"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    obj = json.loads(out.stdout)  # one JSON object
+    assert obj["disable_hybrid_kv_cache_manager"] is True
+    assert "cannot be unified" in obj["notes"][0]
+    flagged = run_cli(["cost", "show", "--target", target, "--batch", "1", "--json",
+                       "--disable-hybrid-kv-cache-manager"], tmp_path)
+    again = json.loads(flagged.stdout)
+    assert again["kv_capacity_tokens"] == obj["kv_capacity_tokens"] and "notes" not in again
+    text = run_cli(["cost", "show", "--target", target, "--batch", "1"], tmp_path)
+    assert text.returncode == 0 and "\nnote: KV capacity priced with " \
+        "disable_hybrid_kv_cache_manager" in text.stdout
+
+
+def test_a_window_whose_pages_unify_keeps_the_hybrid_manager(capsys):
+    code, out, _ = run(capsys, "cost", "show", "--target", "gemma-3-270m", "--batch", "1",
+                       "--json")
+    obj = json.loads(out)
+    assert code == 0 and obj["disable_hybrid_kv_cache_manager"] is False
+    assert obj["kv_groups"] > 1 and "notes" not in obj

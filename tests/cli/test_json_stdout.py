@@ -151,3 +151,13 @@ def test_every_json_command_is_in_the_list():
     # models get/convert/derive need published weights (a download): their JSON path is the
     # same emit() as models list
     assert missing <= {"models get", "models convert", "models derive"}, missing
+
+
+def test_a_solver_banner_stays_off_stdout_in_text_mode_too(workdir):
+    """Issue 46: text mode printed HiGHS's licence banner among prove's lines. Descriptor 1
+    is stderr while any command runs; the command's own lines still reach stdout, in order."""
+    proc = run_cli(["prove", "--instances", "2"], workdir)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "HiGHS" not in proc.stdout and "licence" not in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("verdict") and all(line.strip() for line in lines[1:3])

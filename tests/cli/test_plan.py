@@ -6,6 +6,7 @@ Small searches (tens of requests, one or two settings) keep every test a few sec
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -230,3 +231,39 @@ def test_json_without_out_answers_from_a_cache_folder(capsys, tmp_path, monkeypa
     assert main([*PLAN, "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["out"] == report["out"] and again["searched"]["computed"] == 0  # reused
+
+
+def test_a_sliding_window_target_with_the_default_draft_plans_and_reruns(tmp_path):
+    """Issue 46: plan on Mistral-7B-v0.1 with the default draft used to fail naming
+    disable_hybrid_kv_cache_manager, a flag plan lacked: it now sets it (a note on stderr),
+    writes it into plan.toml, and the printed config re-runs."""
+    out = tmp_path / "p"
+    proc = run_cli(["plan", "--out", str(out), *QUICK, "--target", "mistral-7b-v0.1",
+                    "--hardware", "h100", "--tp", "1", "--policies", "ar", "--rate", "1",
+                    "--requests", "8", "--slo-tpot", "0.5", "--json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)  # one JSON object
+    assert report["choice"] is not None
+    assert "note: disable_hybrid_kv_cache_manager set" in proc.stderr
+    assert "disable_hybrid_kv_cache_manager = true" in (out / "plan.toml").read_text()
+    rerun = run_cli(["simulate", "--config", str(out / "plan.toml"), "--json"], tmp_path)
+    assert rerun.returncode == 0, rerun.stderr
+
+
+def test_the_progress_bar_has_a_total_and_an_eta(tmp_path):
+    """Issue 46: the bar counted runs with no total. It now names the cost level it is in
+    (of how many) and counts that level's candidates (shrinking as bounds skip some), so
+    tqdm shows n/total and a remaining time."""
+    proc = run_cli(["plan", "--out", str(tmp_path / "p"), "--workers", "1", "--target",
+                    "vicuna-7b", "--draft", "vicuna-68m", "--hardware", "h100", "--tp", "1,2",
+                    "--max-gpus", "2", "--policies", "ar,fixed", "--k", "2", "--rate", "2",
+                    "--requests", "8", "--slo-tpot", "0.5"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    frames = [f for f in proc.stderr.replace("\r", "\n").splitlines()
+              if f.startswith("plan: cost level ")]
+    assert frames, proc.stderr
+    eta = re.compile(r"^plan: cost level (\d+)/(\d+): .* (\d+)/(\d+) \[\d\d:\d\d<\d\d:\d\d")
+    timed = [m for m in map(eta.match, frames) if m]
+    assert timed, frames  # n/total with a remaining time, not "?"
+    assert {m.group(1) for m in timed} >= {"1"}
+    assert all(int(m.group(3)) <= int(m.group(4)) for m in timed)

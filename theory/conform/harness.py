@@ -22,10 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from specbatch.deadline import UserCallTimeout, call_limited
 from specbatch.errors import SpecbatchError
 from specbatch.theory.conform.pairs import PairCase, PairTables
 from specbatch.theory.conform.ragged import call_ragged
-from specbatch.theory.conform.samplers import Sampler
+from specbatch.theory.conform.samplers import BUILTINS, Sampler
 from specbatch.theory.verify.reference import sample_rows
 
 
@@ -96,14 +97,22 @@ def complete(out: np.ndarray, length: np.ndarray, tables: PairTables, vocab: int
 
 def _call(sampler: Sampler, tokens, draft_rows, target_rows, gammas, generator, rng):
     """One batch through the sampler's interface; user code's every exception (SystemExit
-    included) is bad input told in one line. returns the output # [m, γ+1]"""
+    included) and a call past the limit on user code (specbatch.deadline) are bad input told
+    in one line. returns the output # [m, γ+1]"""
+    builtin = BUILTINS.get(sampler.name)
+    seconds = 0 if builtin is not None and builtin.fn is sampler.fn else None  # None: limit()
     try:
         if sampler.interface == "ragged":
-            return call_ragged(sampler.fn, tokens, draft_rows, target_rows, gammas,
-                               sampler.target == "greedy", generator, rng)
-        return sampler.fn(tokens, draft_rows, target_rows, generator)
+            return call_limited(call_ragged, sampler.fn, tokens, draft_rows, target_rows,
+                                gammas, sampler.target == "greedy", generator, rng,
+                                seconds=seconds)
+        return call_limited(sampler.fn, tokens, draft_rows, target_rows, generator,
+                            seconds=seconds)
     except (KeyboardInterrupt, SpecbatchError):
         raise
+    except UserCallTimeout as exc:  # specbatch.deadline: a sampler that never returns
+        raise SpecbatchError(f"VERIFIER {sampler.name}: {exc} on one batch (the limit on a "
+                             "call into user code: --user-timeout SECONDS, 0 for none)") from None
     except BaseException as exc:  # noqa: BLE001 - sys.exit() in user code is not a verdict
         message = " ".join(str(exc).split())[:300]
         raise SpecbatchError(f"VERIFIER {sampler.name}: raised {type(exc).__name__}: "

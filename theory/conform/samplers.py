@@ -239,8 +239,13 @@ def load_sampler(spec: str, draft: str | None = None, interface: str | None = No
         if value is not None and value not in allowed:
             raise SpecbatchError(f"{flag}: expected one of {list(allowed)}, got {value!r}")
     if spec in BUILTINS:
+        found = BUILTINS[spec]
+        if interface is not None and interface != found.interface:  # fixed by its code
+            raise SpecbatchError(f"--interface: the built-in {spec} has the {found.interface} "
+                                 f"interface, got {interface!r} (--interface is for a user's "
+                                 "package.module:callable)")
         _check_triton(spec)
-        return _override(BUILTINS[spec], draft, interface, target)
+        return _override(found, draft, interface, target)
     module_name, colon, attr = spec.partition(":")
     if not colon or not module_name or not attr:
         raise SpecbatchError(f"VERIFIER: expected a built-in ({', '.join(BUILTINS)}) or "

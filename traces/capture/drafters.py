@@ -27,10 +27,11 @@ on a sliding layer of window ``W``, ``i − j < W``. Models without sliding laye
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from specbatch.theory.verify.torch_path_stats import probs_at, sample_inverse_cdf
-from specbatch.traces.capture.cache_api import cache_kwargs, returned_cache
+from specbatch.traces.capture.cache_api import cache_kwargs, last_logits, returned_cache
 from specbatch.traces.format.identity import model_identity
 
 if TYPE_CHECKING:
@@ -83,16 +84,46 @@ def window_masks(model, q_pos, kv_pos, kv_valid, window: int):
     return sliding
 
 
-def shared_cache(cache, length: int, rows: int):
-    """A DynamicCache holding the first ``length`` entries of a batch-1 cache, for ``rows`` rows."""
+def shared_cache(cache, length: int, rows: int, keep: bool = True):
+    """A DynamicCache holding the first ``length`` entries of a batch-1 cache, for ``rows`` rows.
+
+    Each layer holds the prefix as a broadcast view (``expand``: no copy; building a
+    DynamicCache from data would concatenate, writing ``rows`` copies of the prefix at once:
+    0.9 GB for SmolLM2-135M's 30 layers at 32 rows of 640 tokens). A pass still concatenates
+    its new tokens per layer (what attention reads); ``keep`` False returns that without
+    storing it, so a single scoring pass holds one layer's copy at a time, not all of them
+    (the cache is not read after it). The numbers are those of the copied cache."""
     from transformers import DynamicCache
 
-    data = []
-    for layer in cache.layers:
-        k = layer.keys[:, :, :length].expand(rows, -1, -1, -1)
-        v = layer.values[:, :, :length].expand(rows, -1, -1, -1)
-        data.append((k, v))
-    return DynamicCache(data)
+    layer_class = prefix_layer_class()
+    out = DynamicCache()
+    out.layers = [layer_class(layer.keys[:, :, :length].expand(rows, -1, -1, -1),
+                              layer.values[:, :, :length].expand(rows, -1, -1, -1), keep)
+                  for layer in cache.layers]
+    return out
+
+
+@functools.cache
+def prefix_layer_class() -> type:
+    """transformers' DynamicLayer over a prefix view: :meth:`update` concatenates the new
+    keys and values to it and stores the result only when ``keep`` (:func:`shared_cache`)."""
+    import torch
+    from transformers.cache_utils import DynamicLayer
+
+    class PrefixLayer(DynamicLayer):
+        def __init__(self, keys, values, keep: bool) -> None:
+            super().__init__()
+            self.device, self.keys, self.values = keys.device, keys, values
+            self.is_initialized, self.keep = True, keep
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            k = torch.cat([self.keys, key_states], dim=-2)
+            v = torch.cat([self.values, value_states], dim=-2)
+            if self.keep:
+                self.keys, self.values = k, v
+            return k, v
+
+    return PrefixLayer
 
 
 class Drafter:
@@ -155,8 +186,9 @@ class ModelDrafter(Drafter):
         import torch
 
         full = torch.cat([torch.tensor(prompt_ids, device=y.device), y[:-1]])[None]
-        out = self.model(input_ids=full, **cache_kwargs(self.model, full_cache()), use_cache=True)
-        return returned_cache(out), out.logits[0, len(prompt_ids) - 1:]
+        out = self.model(input_ids=full, **cache_kwargs(self.model, full_cache()), use_cache=True,
+                         **last_logits(self.model, len(y)))  # rows n_prompt − 1 .. on
+        return returned_cache(out), out.logits[0, -len(y):]
 
     def draft(self, state, n_prompt: int, ts, uniforms, cfg: CaptureConfig) -> tuple:
         """K tokens per position as one batched decode over the shared prefix cache."""

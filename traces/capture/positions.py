@@ -43,7 +43,7 @@ from specbatch.theory.verify.torch_path_stats import (
     probs_at,
     sample_inverse_cdf,
 )
-from specbatch.traces.capture.cache_api import cache_kwargs, returned_cache
+from specbatch.traces.capture.cache_api import cache_kwargs, last_logits, returned_cache
 from specbatch.traces.capture.drafters import (
     Layout,
     as_drafter,
@@ -99,7 +99,7 @@ def generate_reference(target, prompt_ids: list[int], uniforms: np.ndarray, cfg:
     u = torch.from_numpy(uniforms).to(device)
     ids = torch.tensor([prompt_ids], device=device)
     out = target(input_ids=ids, **cache_kwargs(target, None if native_cache else full_cache()),
-                 use_cache=True)
+                 use_cache=True, **last_logits(target, 1))
     cache = returned_cache(out)
     logits = out.logits[0, -1]
     tokens, rows = [], []
@@ -141,7 +141,7 @@ def generate_reference_batch(target, prompts_ids: list[list[int]], uniforms: lis
     u = torch.from_numpy(np.stack(uniforms)).to(device)           # [b, max_new]
     # left padding shifts a row's slots and positions alike, so slot distances are real ones
     out = target(input_ids=ids, attention_mask=mask, position_ids=pos,
-                 **cache_kwargs(target, full_cache()), use_cache=True)
+                 **cache_kwargs(target, full_cache()), use_cache=True, **last_logits(target, 1))
     cache, logits = returned_cache(out), out.logits[:, -1]
     tokens, rows = [], []
     done = torch.zeros(b, dtype=torch.bool, device=device)
@@ -187,7 +187,7 @@ def score_paths(target, target_cache, target_row0, n_prompt: int, ts, x, width: 
     p, k = x.shape
     layout = Layout(n_prompt, ts, k)
     vocab = target_row0.shape[-1]
-    cache = shared_cache(target_cache, layout.prefix, p)
+    cache = shared_cache(target_cache, layout.prefix, p, keep=False)  # one pass, not reread
     out = target(input_ids=torch.where(x < vocab, x, 0), **cache_kwargs(target, cache),
                  use_cache=True,
                  attention_mask=layout.masks(target, layout.mask(k), k),
@@ -297,9 +297,11 @@ def append_path_stats(parts: dict, x, dl, tl, temperature: float, return_rows: b
     signal_logits: # [P, K, V'] logits of the draft-side signals when they are not ``dl``'s
     (a greedy draft records a one-hot ``Ms`` but keeps its model's real confidence).
     """
-    stats = path_stats_torch(x, dl, tl, temperature)
+    stats = by_rows(lambda r: path_stats_torch(x[r], dl[r], tl[r], temperature), x, tl)
     if signal_logits is not None:
-        stats |= {k: v.cpu().numpy() for k, v in draft_signals_torch(x, signal_logits).items()}
+        stats |= by_rows(lambda r: {k: v.cpu().numpy() for k, v in
+                                    draft_signals_torch(x[r], signal_logits[r]).items()},
+                         x, signal_logits)
     stats["draft_token"] = x.cpu().numpy().astype(np.int32)
     if proposed is not None:
         proposed = np.asarray(proposed, dtype=np.int64)
@@ -312,6 +314,26 @@ def append_path_stats(parts: dict, x, dl, tl, temperature: float, return_rows: b
         stats["target_rows"] = probs_at(tl, temperature).cpu().numpy()
     for name, v in stats.items():
         parts.setdefault(name, []).append(v)
+
+
+#: Bytes of one float64 ``[rows, K+1, V']`` table the path statistics may build at a time:
+#: they hold several (Ms, Mb, their residual and entropy terms), 0.6 GB at once for 32 rows
+#: of SmolLM2's V = 49,152 before rows were split.
+STATS_BYTES = 1 << 26
+
+
+def by_rows(stats_of, x, rows) -> dict:
+    """``stats_of(slice)`` over slices of the P rows of ``x`` # [P, K] small enough that a
+    float64 copy of ``rows`` # [P, ., V'] stays under :data:`STATS_BYTES`, concatenated. Every
+    statistic is a function of its own row, so the numbers are those of one call on all rows
+    (bit for bit: tests/traces/capture/test_memory.py)."""
+    p = x.shape[0]
+    per_row = 8 * max(1, rows[0].numel() if p else 1)
+    step = max(1, STATS_BYTES // per_row)
+    if step >= p:
+        return stats_of(slice(None))
+    parts = [stats_of(slice(a, a + step)) for a in range(0, p, step)]
+    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
 
 def capture_request_naive(tokenizer, draft, target, prompt_ids: list[int], index: int,

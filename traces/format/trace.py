@@ -146,14 +146,32 @@ class Trace:
     def subset(self, indices: np.ndarray) -> Trace:
         """A trace holding requests ``indices`` (request indices, in the given order).
 
-        indices:  # [R'] int
+        indices:  # [R'] int, each in [0, R), at least one (a repeat is refused: ids are unique)
         """
-        indices = np.asarray(indices, dtype=np.int64)
+        indices = check_indices(indices, self.n_requests)
         rows = concat_ranges(self.offsets[indices], self.output_len[indices])
         requests = {name: arr[indices] for name, arr in self.requests().items()}
         columns = {name: arr[rows] for name, arr in self.columns().items()}
         out = make_trace(dict(self.meta), requests, columns, path=self.path)
         return out if self.tree is None else replace(out, tree=self.tree.take(rows))
+
+
+def check_indices(indices: Any, n_requests: int, name: str = "indices") -> np.ndarray:
+    """``indices`` as an ``[R']`` int64 array of request indices in ``[0, n_requests)``, at
+    least one; otherwise a :class:`SpecbatchError` naming ``name`` (a negative index would
+    wrap around, and one past the end would read the CSR sentinel as a request)."""
+    arr = np.asarray(indices)
+    if arr.ndim != 1 or arr.size == 0:
+        raise SpecbatchError(f"Trace.subset: argument {name}: expected a non-empty 1-D "
+                             f"sequence of request indices, got shape {arr.shape}")
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise SpecbatchError(f"Trace.subset: argument {name}: expected integer request "
+                             f"indices, got dtype {arr.dtype}")
+    bad = arr[(arr < 0) | (arr >= n_requests)]
+    if bad.size:
+        raise SpecbatchError(f"Trace.subset: argument {name}: expected request indices in "
+                             f"[0, {n_requests}), got {int(bad[0])}")
+    return arr.astype(np.int64, copy=False)
 
 
 def default_meta(temperature: float, depth: int, **fields: Any) -> dict:

@@ -84,9 +84,13 @@ def read_quantization(data: dict, where: str) -> dict:
     fields (``quantization``, ``quant_bits``, ``quant_group_size``), {} for a 16-bit one
     (module docstring: the methods read, the refusals)."""
     quant = data.get("quantization_config")
-    if quant is None or quant == {}:
+    if quant is None:
         _check_legacy_bits(data, where)
         return {}
+    if quant == {}:  # neither a format nor its absence: refused rather than read as 16-bit
+        raise SpecbatchError(f"{where}: field quantization_config: expected an object with "
+                             f"quant_method (one of {', '.join(QUANT_METHODS)}), or no "
+                             "quantization_config for a 16-bit checkpoint, got {}")
     if not isinstance(quant, dict):
         raise SpecbatchError(f"{where}: field quantization_config: expected an object with "
                              f"quant_method, got {quant!r}")
@@ -208,6 +212,12 @@ def moe_fields(data: dict, layers: int, intermediate: int | None, where: str) ->
     check_unknown_moe_fields(data, where)
     experts = _agreeing(data, EXPERT_KEYS, where, minimum=0)
     if not experts:
+        routed = [k for k in (*TOP_K_KEYS, "moe_intermediate_size") if data.get(k) is not None]
+        if routed:  # MoE fields without experts: a damaged MoE config, not a dense one
+            key = next((k for k in EXPERT_KEYS if k in data), EXPERT_KEYS[0])
+            raise SpecbatchError(f"{where}: field {key}: expected an integer >= 1 (the routed "
+                                 f"experts {routed[0]} picks from), or no {routed[0]} for a "
+                                 f"dense model, got {data.get(key)!r}")
         return {}
     if experts > MAX_EXPERTS or layers > MAX_LAYERS:
         key, value, cap = ((_present(data, EXPERT_KEYS), experts, MAX_EXPERTS)

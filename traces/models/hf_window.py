@@ -4,8 +4,10 @@ of the L layers slide (``ModelShape.sliding_window``, ``ModelShape.sliding_layer
 The rules are the ones HF transformers' config classes and vLLM's model files apply, first
 match wins:
 
-1. No window: ``sliding_window`` absent, null or 0, or ``use_sliding_window`` false
+1. No window: ``sliding_window`` absent or null, or ``use_sliding_window`` false
    (transformers' ``Qwen2Config`` / ``Qwen3Config`` set ``sliding_window = None`` then).
+   ``sliding_window: 0`` and a ``layer_types`` naming sliding layers with no window are
+   refused (one line): neither says which layers attend to what.
 2. ``layer_types`` (transformers >= 4.53 writes it for Gemma-2/3, gpt-oss, Qwen2/3, Cohere2 and
    others): the layers whose type is ``"sliding_attention"`` slide; vLLM's model files test
    exactly that (vllm/model_executor/models/gemma3.py, gpt_oss.py, llama.py ``LlamaAttention``:
@@ -39,8 +41,18 @@ def window_fields(data: dict, layers: int, where: str) -> dict:
     """``{"sliding_window": W, "sliding_layers": L_s}`` of a config's key/value pairs (module
     docstring rules; ``{}`` when no layer slides); one-line errors name the field."""
     window = data.get("sliding_window")
-    if window is None or window is False or window == 0 or data.get("use_sliding_window") is False:
+    if data.get("use_sliding_window") is False:
         return {}
+    if window is None or window is False:
+        types = data.get("layer_types")
+        if isinstance(types, list) and "sliding_attention" in types:
+            raise SpecbatchError(f"{where}: field sliding_window: expected the window W (an "
+                                 "integer >= 1) of the layers layer_types names "
+                                 f"sliding_attention, got {window!r}")
+        return {}
+    if window == 0 and not isinstance(window, bool):  # HF writes null for no window
+        raise SpecbatchError(f"{where}: field sliding_window: expected an integer >= 1, or null "
+                             "for no window, got 0")
     window = _whole(window, "sliding_window", where)
     count = sliding_count(data, layers, where)
     return {"sliding_window": window, "sliding_layers": count} if count else {}

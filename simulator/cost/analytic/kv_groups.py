@@ -133,6 +133,20 @@ def kv_layout(target: ModelShape, draft: ModelShape | None, kv_b: int, block_siz
     return uniform_page_layout(specs, kv_b, block_size)
 
 
+def pages_unify(target: ModelShape, draft: ModelShape | None) -> bool:
+    """Whether vLLM's hybrid KV cache manager can hold ``target`` and ``draft`` together: one
+    attention type, or every layer's page size dividing the largest
+    (``unify_kv_cache_spec_page_size``; :func:`uniform_page_layout` refuses otherwise). Page
+    sizes scale alike with the element bytes and block size, so neither matters."""
+    specs = layer_specs(target, 2)
+    if draft is not None:
+        specs.update(layer_specs(draft, 2))
+    if len({s[3] for s in specs}) == 1:
+        return True
+    pages = {page_bytes(s, 2, 16) for s in specs}
+    return all(max(pages) % p == 0 for p in pages)
+
+
 def uniform_page_layout(specs: Counter, kv_b: int, block_size: int) -> KVLayout:
     """Step 3 of the module docstring: pages unified to the largest, layers split into groups
     of group_size, the pool block one page of group_size layers."""

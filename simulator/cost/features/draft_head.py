@@ -193,12 +193,23 @@ def read_head_config(path: str, method: str, target: ModelShape) -> HeadShape:
     if method == "eagle":
         return HeadShape("eagle", layer, fc_in=2 * h, fc_every_pass=True, qkv_extra=0,
                          extra_norms=0, lm_vocab=target.vocab, own_lm_head=False)
-    vocab = data.get("draft_vocab_size") or layer_shape.vocab
-    require(isinstance(vocab, int) and 1 <= vocab <= target.vocab,
+    vocab = data.get("draft_vocab_size")  # absent or null: vocab_size; 0 is not "absent"
+    vocab = layer_shape.vocab if vocab is None else vocab
+    require(isinstance(vocab, int) and not isinstance(vocab, bool)
+            and 1 <= vocab <= target.vocab,
             f"{where}: field draft_vocab_size: expected an integer in [1, {target.vocab}], "
             f"got {vocab!r}")
     aux = (data.get("eagle_config") or {}).get("use_aux_hidden_state", True)
-    fc_in = 3 * int(data.get("target_hidden_size") or h) if aux else 0
+    require(isinstance(aux, bool), f"{where}: field eagle_config.use_aux_hidden_state: "
+            f"expected true or false, got {aux!r}")
+    # the fc reads 3 of the target's hidden states (llama_eagle3.py): their width is the
+    # target's, whatever the head's own hidden_size
+    wide = data.get("target_hidden_size")
+    wide = target.hidden if wide is None else wide
+    require(isinstance(wide, int) and not isinstance(wide, bool) and wide == target.hidden,
+            f"{where}: field target_hidden_size: expected the target's hidden size "
+            f"{target.hidden} ({target.name}), got {wide!r}")
+    fc_in = 3 * wide if aux else 0
     qkv_extra = h * (layer.q_width + 2 * layer.kv_heads * layer.head_dim)
     return HeadShape("eagle3", layer, fc_in=fc_in, fc_every_pass=False, qkv_extra=qkv_extra,
                      extra_norms=(L + 1) * h, lm_vocab=int(vocab), own_lm_head=True)

@@ -107,6 +107,7 @@ from specbatch.simulator.cost.measured.sources import (
     layer_shape,
     scaled_gemm_seconds,
     sparse,
+    sparse_expert_seconds,
     sparse_layers,
     uses_custom_allreduce,
     validation,
@@ -165,6 +166,16 @@ class RolePricer:
                                                 self.hw)
         return float(embedding_seconds(self.fit, ls, self.tp, qa)[0]
                      + self.shape.layers * per_layer[0])
+
+    def expert_share(self, q: float) -> float:
+        """The routed experts' share of the law's layers(Q) (0 for a dense shape): ``cost
+        show`` splits :meth:`layers` by it into layers and experts."""
+        if not self.shape.is_moe or not self.consts.experts or q <= 0:
+            return 0.0
+        touched = self.consts.experts_touched(q)
+        scales = format_scales(self.fmt, self.hw) if self.fmt.quantized else None
+        experts = sparse_expert_seconds(self.fit, self.shape, self.tp, q, touched, scales)
+        return experts / self.law_layers(q)
 
     def monotone(self, name: str, fn, q: float) -> float:
         """``fn`` made non-decreasing in Q, the scalar twin of laws.envelope over
@@ -368,13 +379,25 @@ class CalibratedCost:
         return r.total(sq, skv, sqkv, sqq, n, window, rows)
 
     def breakdown(self, role: str, query: np.ndarray, kv: np.ndarray) -> dict:
-        """Seconds per part of one pass (``layers``, ``attention``, ``allreduce``,
-        ``lm_head``, ``launch``), summing to :meth:`step_time`."""
+        """Seconds per part of one pass (``layers``, ``attention``, ``experts``,
+        ``allreduce``, ``lm_head``, ``launch``), summing to :meth:`step_time`. ``experts``:
+        a mixture of experts' routed experts moved out of ``layers`` (the measured MoE
+        block on the LLMServingSim GPUs, else the expert GEMMs' share of the law's
+        layers(Q): :meth:`RolePricer.expert_share`); 0 for a dense model."""
         r = self._role(role)
         n, sq, skv, sqkv, sqq = batch_sums(np.asarray(query), np.asarray(kv))
         if r.consts.sliding_layers:
-            return r.split(sq, skv, sqkv, sqq, n, window_sums(query, kv, r.consts.window))
-        return r.split(sq, skv, sqkv, sqq, n)
+            parts = r.split(sq, skv, sqkv, sqq, n, window_sums(query, kv, r.consts.window))
+        else:
+            parts = r.split(sq, skv, sqkv, sqq, n)
+        experts = 0.0
+        if sq > 0 and r.shape.is_moe:
+            experts = (r.shape.moe_layers * r.moe_block(sq) if isinstance(r, LssPricer)
+                       else parts["layers"] * r.expert_share(sq))
+        layers = parts["layers"] - experts
+        return {"layers": layers, "attention": parts["attention"], "experts": experts,
+                "allreduce": parts["allreduce"], "lm_head": parts["lm_head"],
+                "launch": parts["launch"]}
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9, block_size: int = 16,
                            disable_hybrid_kv_cache_manager: bool = False) -> int:
@@ -468,12 +491,14 @@ def role_source(r: RolePricer, gpu: str) -> dict:
         if r.fmt.quantized:
             how += (f", {describe(r.shape, 'auto', r.hw)} (a roofline projection of the bf16 "
                     "laws, not fitted on quantised data)")
-        if r.shape.is_moe:
-            how += ", MoE experts touched as one grouped GEMM (not validated)"
-        if r.shape.is_mla:
-            how += ", MLA attention weights as one GEMM (not validated)"
+        # what the validated laws price no measured pass of: said after their error
+        unchecked = [text for flag, text in (
+            (r.shape.is_moe, "MoE experts touched as one grouped GEMM"),
+            (r.shape.is_mla, "MLA attention weights as one GEMM")) if flag]
         layers = {"source": how,
                   "validated": checks.get("lomo", {}).get(f"{proxy or gpu}|tp{r.tp}")}
+        if unchecked:
+            layers["not_validated"] = ", ".join(unchecked)
     if r.tp == 1:
         comm = {"source": "none (tp 1)"}
     elif r.allreduce is not None:

@@ -190,6 +190,21 @@ def sparse_layers(fit: GpuFit, shape: ModelShape, tp: int, q: float, touched: fl
     return float(embedding_seconds(fit, ls, tp, qa)[0]) + total
 
 
+def sparse_expert_seconds(fit: GpuFit, shape: ModelShape, tp: int, q: float, touched: float,
+                          scales: dict | None = None) -> float:
+    """The routed experts' share of :func:`sparse_layers`: its ``expert`` GEMMs alone (what
+    ``cost show`` names ``experts``)."""
+    total = 0.0
+    for op, rows, k, n, count, kind in sparse_gemms(shape, tp, q, touched):
+        if kind == "expert":
+            scale = None if scales is None else scales.get(kind)
+            ra = np.array([rows])
+            secs = (gemm_seconds(fit, op, ra, k, n) if scale is None
+                    else scaled_gemm_seconds(fit, op, ra, k, n, *scale))
+            total += count * float(secs[0])
+    return total
+
+
 def scaled_gemm_seconds(fit: GpuFit, op: str, qa: np.ndarray, k, n, ratio: float,
                         speed: float) -> np.ndarray:
     """The law's GEMM seconds re-priced for weights of ``ratio`` x the bf16 bytes (stream

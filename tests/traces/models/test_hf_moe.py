@@ -222,3 +222,27 @@ def test_any_mix_of_moe_fields_gives_a_shape_or_a_one_line_error(change):
         assert "\n" not in str(exc) and "field " in str(exc)
         return
     assert shape.params >= shape.active_params > 0 and shape.kv_bytes_per_token() > 0
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"num_experts": 0}, "field num_experts: expected an integer >= 1"),
+    ({"num_experts": None}, "field num_experts: expected an integer >= 1"),
+])
+def test_moe_fields_without_experts_are_refused_not_read_as_dense(tmp_path, change, field):
+    """Issue 46: Qwen3-30B-A3B's config.json with num_experts 0 or null still routes
+    num_experts_per_tok = 8 tokens to experts: a damaged MoE config, not a dense model."""
+    with pytest.raises(SpecbatchError, match=field) as err:
+        read(tmp_path, {**QWEN3, **change})
+    assert "num_experts_per_tok" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_dense_config_with_zero_experts_and_no_routing_stays_dense(tmp_path):
+    dense = {k: v for k, v in QWEN3.items()
+             if k not in ("num_experts_per_tok", "moe_intermediate_size")}
+    assert not read(tmp_path, {**dense, "num_experts": 0}).is_moe
+
+
+def test_an_empty_quantization_config_is_refused_not_read_as_16_bit(tmp_path):
+    with pytest.raises(SpecbatchError, match=r"field quantization_config: expected an object "
+                       r"with quant_method .* got \{\}"):
+        read(tmp_path, {**MIXTRAL, "quantization_config": {}})

@@ -88,3 +88,18 @@ def test_shape_rejects_more_sliding_layers_than_layers():
         ModelShape("x", 2, 64, 4, 4, 128, 100, sliding_window=8, sliding_layers=3)
     with pytest.raises(SpecbatchError, match="window >= 1"):
         ModelShape("x", 2, 64, 4, 4, 128, 100, sliding_layers=1)
+
+
+def test_a_zero_window_and_sliding_layers_without_a_window_are_refused():
+    """Issue 46: ``sliding_window: 0`` and a ``layer_types`` naming sliding layers with no
+    window were read as full attention everywhere; null stays "no window", and
+    ``use_sliding_window: false`` turns any window off."""
+    with pytest.raises(SpecbatchError, match=r"field sliding_window: expected an integer >= 1, "
+                       r"or null for no window, got 0"):
+        fields(32, model_type="mistral", sliding_window=0)
+    types = ["sliding_attention", "full_attention"] * 2
+    for window in (None, False):
+        with pytest.raises(SpecbatchError, match="field sliding_window: expected the window W"):
+            fields(4, layer_types=types, sliding_window=window)
+    assert fields(4, layer_types=["full_attention"] * 4) == {}
+    assert fields(32, sliding_window=0, use_sliding_window=False) == {}

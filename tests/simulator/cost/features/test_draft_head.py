@@ -168,12 +168,24 @@ def test_a_head_config_json_reads_to_the_derived_head_and_its_layers_count(tmp_p
     assert two.held_params == 424_689_664 + layer + H  # one more layer and its hidden_norm
     small = read_head_config(head_config(tmp_path, draft_vocab_size=16000), "eagle3", target)
     assert small.held_params == 424_689_664 - 16000 * H
+    same = read_head_config(head_config(tmp_path, target_hidden_size=4096), "eagle3", target)
+    assert same.held_params == 424_689_664  # the target's own width, written out
 
 
 @pytest.mark.parametrize("fields, draft, message", [
     (dict(architectures=["LlamaForCausalLM"]), "eagle3", "field architectures: expected one of"),
     (dict(architectures=["EagleLlamaForCausalLM"]), "eagle3", "is an eagle head"),
     (dict(draft_vocab_size=200000), "eagle3", "field draft_vocab_size"),
+    # issue 46: 0 is not "absent", a string is not coerced, the fc's width is the target's
+    (dict(draft_vocab_size=0), "eagle3", r"field draft_vocab_size: .*got 0$"),
+    (dict(draft_vocab_size=True), "eagle3", "field draft_vocab_size"),
+    (dict(draft_vocab_size="32000"), "eagle3", "field draft_vocab_size"),
+    (dict(target_hidden_size=8192), "eagle3",
+     r"field target_hidden_size: expected the target's hidden size 4096 \(llama-3.1-8b\), "
+     "got 8192"),
+    (dict(target_hidden_size="4096"), "eagle3", "field target_hidden_size: .*got '4096'"),
+    (dict(hidden_size="4096"), "eagle3", "field hidden_size"),
+    (dict(eagle_config={"use_aux_hidden_state": "no"}), "eagle3", "use_aux_hidden_state"),
 ])
 def test_a_head_config_json_that_does_not_fit_is_refused_naming_the_field(tmp_path, fields, draft,
                                                                           message):
