@@ -178,16 +178,21 @@ class BoundTables:
 def pass_times(cost, workload) -> tuple[np.ndarray, np.ndarray]:
     """(prefill pass of each prompt alone, a query-1 pass over each prompt alone), each plus
     the step overhead, seconds.  # ([N], [N])"""
+    from specbatch.simulator.cost.interface import takes_logit_rows
+
     query, prompt = pass_queries(workload)
     overhead = float(cost.overhead)
+    # a prefill's LM head at one logit row where the engine names them (its last token)
+    rows = {"rows": 1.0} if takes_logit_rows(cost) else {}
     if getattr(cost, "windowed", False):  # sliding-window layers: priced from arrays
         one = np.ones(1, dtype=np.int64)
-        prefill = np.array([cost.step_time("target", one * q, one * 0)
+        prefill = np.array([cost.step_time("target", one * q, one * 0, **rows)
                             for q in query.tolist()]) + overhead
         step = np.array([cost.step_time("target", one, one * c)
                          for c in prompt.tolist()]) + overhead
         return prefill, step
-    prefill = np.array([cost.time_from_sums("target", 1, float(q), 0.0, 0.0, float(q * q))
+    prefill = np.array([cost.time_from_sums("target", 1, float(q), 0.0, 0.0, float(q * q),
+                                            **rows)
                         for q in query.tolist()]) + overhead
     step = np.array([cost.time_from_sums("target", 1, 1.0, float(c), float(c), 1.0)
                      for c in prompt.tolist()]) + overhead
@@ -348,12 +353,15 @@ def split_floor(g: np.ndarray, top: int) -> np.ndarray:
 
 
 def per_token_table(role, q_max: int) -> np.ndarray:
-    """p[Q] = layers + lm_head + allreduce of the target pass at Q = 1..q_max tokens, exactly
-    as :meth:`simulator.cost.measured.calibrated.RolePricer.per_token_parts` prices them (p[0] =
-    inf). Dense full-precision shapes are priced in one vectorised call past the last grid point
-    where the pricer extrapolates (edge value times the law's growth); anything else calls
-    the pricer for every Q.  # [q_max + 1]"""
+    """p[Q] = layers + lm_head + allreduce of the target pass at Q = 1..q_max tokens, as
+    :meth:`simulator.cost.measured.calibrated.RolePricer.per_token_parts` prices them, with
+    the LM head at one logit row: the fewest a pass samples (vLLM takes logits at a prefill
+    chunk's last token only, simulator.cost.analytic.roofline), and the head is nondecreasing in
+    its rows (p[0] = inf). Dense full-precision shapes are priced in one vectorised call past
+    the last grid point where the pricer extrapolates (edge value times the law's growth);
+    anything else calls the pricer for every Q.  # [q_max + 1]"""
     p = np.full(q_max + 1, np.inf)
+    head1 = role.per_token_parts(1.0)[1]  # the LM head at one logit row
     corr = next(iter((role.fit.corrections or {}).values()), None)
     edges = [float(corr.grid[-1])] if corr is not None else [0.0]
     if role.cell is not None:
@@ -361,10 +369,11 @@ def per_token_table(role, q_max: int) -> np.ndarray:
     vector = vectorised(role)
     last = int(math.ceil(max(edges))) if vector else q_max
     for q in range(1, min(last, q_max) + 1):
-        p[q] = sum(role.per_token_parts(float(q)))
+        layers, _, comm = role.per_token_parts(float(q))
+        p[q] = layers + head1 + comm
     if last < q_max:
         qs = np.arange(last + 1, q_max + 1, dtype=np.float64)  # [tail]
-        p[last + 1:] = tail_layers(role, qs, edges) + tail_head(role, qs, corr) + np.array(
+        p[last + 1:] = tail_layers(role, qs, edges) + head1 + np.array(
             [tail_allreduce(role, q) for q in qs.tolist()])
     return p
 
@@ -400,15 +409,3 @@ def tail_layers(role, qs: np.ndarray, edges: list[float]) -> np.ndarray:
     if role.cell is None and edge == 0.0:  # no correction grid: the law itself
         return law_layers(role, qs)
     return role.layers(edge) * law_layers(role, qs) / role.law_layers(edge)
-
-
-def tail_head(role, qs: np.ndarray, corr) -> np.ndarray:
-    """RolePricer's monotone lm_head past the correction grid."""
-    from specbatch.simulator.cost.measured.laws import gemm_seconds
-
-    s = role.shape
-    head = gemm_seconds(role.fit, "mlp_up_proj", qs, s.hidden, s.vocab / role.tp)
-    if corr is None:
-        return head
-    edge = float(corr.grid[-1])
-    return role.monotone("lm_head", role.head, edge) * head / role.head(edge)

@@ -103,35 +103,12 @@ class TuneQuestion:
         return list(range(first, first + int(self.seeds)))
 
 
-class TaxedCost:
-    """A cost model whose every pass and step overhead take ``1 + tax`` times as long."""
+def taxed(cost: Any, tax: float) -> Any:
+    """``cost`` with every pass and step overhead ``1 + tax`` times as long
+    (analysis.sensitivity.ScaledCost: its sums fast path and logit rows kept)."""
+    from specbatch.analysis.sensitivity import ScaledCost
 
-    def __init__(self, inner: Any, tax: float) -> None:
-        self.inner, self.factor = inner, 1.0 + tax
-        self.overhead = inner.overhead * self.factor
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("inner", "time_from_sums"):  # no unscaled fast path through the wrapper
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    def step_time(self, role: str, query: Any, kv: Any) -> float:
-        return self.factor * self.inner.step_time(role, query, kv)
-
-
-class TaxedSumsCost(TaxedCost):
-    """:class:`TaxedCost` of a model with the batch-sums fast path, kept and scaled."""
-
-    def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
-                       sqq: float) -> float:
-        return self.factor * self.inner.time_from_sums(role, n, sq, skv, sqkv, sqq)
-
-
-def taxed(cost: Any, tax: float) -> TaxedCost:
-    """``cost`` with every step ``1 + tax`` times as long (keeping its sums fast path)."""
-    from specbatch.simulator.cost.interface import SumsCostModel
-
-    return (TaxedSumsCost if isinstance(cost, SumsCostModel) else TaxedCost)(cost, tax)
+    return ScaledCost(cost, 1.0 + tax)
 
 
 def buckets(max_num_seqs: int) -> list[tuple[int, int]]:
@@ -240,7 +217,7 @@ _TRACES: dict[tuple, Any] = {}
 
 def simulate_fields(fields: dict, tax: float = 0.0) -> dict:
     """One run's summary (a worker process's job) with ``peak_batch``, the most requests one
-    step decoded; ``tax`` > 0 prices it with TaxedCost."""
+    step decoded; ``tax`` > 0 prices it with :func:`taxed`."""
     from specbatch.simulator.config.sim_config import load_config
     from specbatch.simulator.run import build_cost, load_trace, simulate
 

@@ -42,13 +42,20 @@ class LinearCost:
 
 class StepTimeOnly:
     """A cost model that only answers ``step_time`` (the wrapped model's batch-sums fast path
-    hidden), so the engine prices every pass with its own call."""
+    hidden), so the engine prices every pass with its own call: the twin of the sums fast
+    path. The LM head's logit rows reach both paths (simulator.cost.analytic.roofline)."""
 
     def __init__(self, cost):
         self.cost, self.overhead = cost, cost.overhead
 
-    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
-        return self.cost.step_time(role, query, kv)
+    @property
+    def logit_rows(self) -> bool:
+        from specbatch.simulator.cost.interface import takes_logit_rows
+
+        return takes_logit_rows(self.cost)
+
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray, **rows) -> float:
+        return self.cost.step_time(role, query, kv, **rows)
 
 
 def const_trace(n_requests: int = 8, output_len: int = 20, prompt_len: int = 4, depth: int = 4,

@@ -187,13 +187,16 @@ def test_the_floor_tables_are_brute_force_minima():
                                             ("llama-3.1-70b", 4)])
 def test_the_calibrated_floor_table_prices_as_the_pricer(target, tp):
     # the law past its grid, a Vidur cell past its last count, a measured all-reduce curve
-    # (priced vectorised) equal the pricer's own per-token parts Q by Q
+    # (priced vectorised) equal the pricer's own per-token parts Q by Q, the LM head at the
+    # one logit row a prefill chunk samples
     cfg = {"target": target, "draft": "vicuna-68m", "hardware": "h100", "tp": tp,
            "cost": "calibrated"}
     table = per_token_table(build_cost(make_config(cfg)).roles["target"], 8192)
     role = build_cost(make_config(cfg)).roles["target"]
     qs = list(range(1, 8193, 97)) + [4095, 4096, 4097, 8192]
-    assert table[qs].tolist() == [sum(role.per_token_parts(float(q))) for q in qs]
+    head1 = role.per_token_parts(1.0)[1]
+    assert table[qs].tolist() == [role.per_token_parts(float(q))[0] + head1
+                                  + role.per_token_parts(float(q))[2] for q in qs]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from specbatch.analysis.tune.tuner import (
-    TaxedCost,
     TuneQuestion,
     buckets,
     engine_ranges,
@@ -115,10 +114,10 @@ def test_sglang_setting_is_a_file_whose_slots_route_every_batch_size_to_its_k(tm
 
 
 def test_taxed_cost_scales_every_pass_and_the_overhead():
-    taxed = TaxedCost(LinearCost(), 0.25)
+    taxed_cost = taxed(LinearCost(), 0.25)
     q, kv = np.array([2, 3]), np.array([0, 0])
-    assert taxed.step_time("target", q, kv) == 1.25 * LinearCost().step_time("target", q, kv)
-    assert taxed.overhead == 0.625
+    assert taxed_cost.step_time("target", q, kv) == 1.25 * LinearCost().step_time("target", q, kv)
+    assert taxed_cost.overhead == 0.625
 
 
 def test_taxed_roofline_keeps_and_scales_its_sums_fast_path():
@@ -127,7 +126,7 @@ def test_taxed_roofline_keeps_and_scales_its_sums_fast_path():
     assert isinstance(cost, SumsCostModel)
     sums = ("target", 4, 8.0, 400.0, 800.0, 16.0)
     assert cost.time_from_sums(*sums) == 1.5 * h100.time_from_sums(*sums)
-    assert not isinstance(TaxedCost(LinearCost(), 0.5), SumsCostModel)
+    assert not isinstance(taxed(LinearCost(), 0.5), SumsCostModel)
 
 
 def test_a_taxed_run_takes_exactly_one_plus_tax_times_as_long_per_pass():

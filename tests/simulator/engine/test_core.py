@@ -13,7 +13,13 @@ from specbatch.simulator.engine import request_state as state
 from specbatch.simulator.engine.request_state import RECORD_ROWS, Outcome, Row
 from specbatch.simulator.metrics import SCHEDULE_STEP_COLUMNS
 from specbatch.simulator.run import simulate
-from tests.simulator.helpers import CHAIN_POLICIES, LinearCost, const_trace, policy_settings
+from tests.simulator.helpers import (
+    CHAIN_POLICIES,
+    LinearCost,
+    StepTimeOnly,
+    const_trace,
+    policy_settings,
+)
 
 COST = LinearCost()
 
@@ -142,23 +148,6 @@ def test_conservation_property(synth_trace_natural, policy, verify, k, extra, ma
     if chunk is not None:
         kw.update(enable_chunked_prefill=True, max_num_batched_tokens=chunk)
     check_conservation(run(trace, **kw), trace.output_len)
-
-
-class StepTimeOnly:
-    """A cost model exposing only ``step_time`` (no ``time_from_sums``): the engine's per-pass
-    loop, the twin of the sums fast path."""
-
-    def __init__(self, cost):
-        self.cost, self.overhead = cost, cost.overhead
-
-    @property
-    def logit_rows(self):  # the LM head's rows reach both paths (simulator.cost.analytic.roofline)
-        from specbatch.simulator.cost.interface import takes_logit_rows
-
-        return takes_logit_rows(self.cost)
-
-    def step_time(self, role, query, kv, **rows):
-        return self.cost.step_time(role, query, kv, **rows)
 
 
 @pytest.mark.parametrize("kw", [

@@ -286,16 +286,17 @@ def test_every_policy_drafts_its_required_depth_and_config_asks_the_class(synth_
 def test_dsd_k_caps_the_window_and_the_default_is_unchanged():
     """A k given to dsd is its upper bound (dsd_max_k): every plan stays within it. Without
     one DSD scans k = 0..min(6, K) exactly as before (the hashes of this run's tables were
-    recorded before dsd accepted a k)."""
+    recorded before dsd accepted a k, re-recorded when the LM head came to be priced at the
+    rows vLLM samples only)."""
     import hashlib
 
     base = load_config(None, trace="default", policy="dsd", requests=64, seed=1)
     default = simulate(base)
     assert base.dsd_max_k is None and default.steps["depth"].max() == 5
-    assert repr(default.summary["throughput"]) == "1789.956558121412"
-    assert hashlib.sha256(default.steps.to_csv().encode()).hexdigest()[:16] == "4b105119f76f4f55"
+    assert repr(default.summary["throughput"]) == "1792.6216259936864"
+    assert hashlib.sha256(default.steps.to_csv().encode()).hexdigest()[:16] == "02b356d80fbf45e6"
     assert hashlib.sha256(default.requests.to_csv().encode()).hexdigest()[:16] == \
-        "e9d4507fe6bf4297"
+        "04870cd432a73909"
     for cap in (1, 2, 4):
         capped = simulate(load_config(None, trace="default", policy="dsd", requests=64, seed=1,
                                       k=cap))
