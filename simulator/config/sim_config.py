@@ -300,6 +300,11 @@ class SimConfig:
                                   "overhead overlaps the target pass (a step takes max(pass, "
                                   "overhead), not their sum; "
                                   "simulator.cost.features.async_overhead)")
+    host: str = knob("vllm", "the engine's host time (simulator.cost.features.host): vllm = "
+                     "scheduler + input preparation a + b n per step (fitted on Vidur's A100 "
+                     "CPU profile), the proposer loop's per-pass floor and the n-gram "
+                     "proposer's CPU time; fixed = the hardware preset's flat per-step "
+                     "overhead (1 ms) and free n-gram drafts", choices=("vllm", "fixed"))
     verify_cost: str = knob(DEFAULT_SAMPLER, "verification time per decode step "
                             "(simulator.cost.verify_cost): fused (probability bytes over bandwidth + "
                             "50 us per call), torch (+ this repo's torch path as measured on an "

@@ -111,6 +111,14 @@ def cost_sources(model) -> dict:
     from specbatch.simulator.cost.features.free_draft import FreeDraftCost
     from specbatch.simulator.cost.measured.profiled import ProfiledCost
 
+    host = sys.modules.get("specbatch.simulator.cost.features.host")
+    if host is not None and isinstance(model, host.HostCost):  # vLLM's host share
+        out = cost_sources(model.inner)
+        out["host"] = model.sources()
+        if model.ngram:
+            out["draft"] = {"summary": "n-gram proposer on the host (numba KMP over each "
+                                       "context, once per step; assumed, not fitted)"}
+        return out
     # a calibrated model's module is loaded already; importing it for the check alone cost
     # every roofline `simulate` its fitting stack at start-up (issue 35)
     calibrated = sys.modules.get("specbatch.simulator.cost.measured.calibrated")

@@ -156,6 +156,14 @@ def register(subparsers) -> None:
     show.add_argument("--verify-cost", default=DEFAULT_SAMPLER, choices=VERIFY_COSTS,
                       help="rejection sampler preset priced in the step (default %(default)s; "
                            "none: 0 s; needs a target shape for its vocabulary)")
+    show.add_argument("--host", default="vllm", choices=("vllm", "fixed"),
+                      help="host time (default %(default)s: vLLM's scheduler + input "
+                           "preparation per step and request, the proposer loop's per-pass "
+                           "floor, the n-gram proposer's CPU time; "
+                           "simulator.cost.features.host; fixed: the preset's 1 ms per step)")
+    show.add_argument("--async-scheduling", action="store_true",
+                      help="vLLM's --async-scheduling: the host time hides under the target "
+                           "pass (max of the two)")
     add_json_flag(show)
     show.set_defaults(func=run_show)
     help_without_verb(cost)
@@ -270,17 +278,22 @@ def run_show(args) -> int:
                              draft_weight_bits=args.draft_weight_bits,
                              routing_skew=args.routing_skew, quantization=args.quantization,
                              kv_cache_dtype=args.kv_cache_dtype)
-    rows = pass_times(model, args.batch, args.kv, args.k)
+    priced = model  # with vLLM's host share (simulator.cost.features.host) unless --host fixed
+    if args.host == "vllm":
+        from specbatch.simulator.cost.features.host import with_host
+
+        priced = with_host(model, args.draft, overlap=args.async_scheduling)
+    rows = pass_times(priced, args.batch, args.kv, args.k)
     for row in rows:
         row["breakdown"] = row_breakdowns(model, row["batch"], args.kv, args.k)
-    sources = cost_sources(model)
+    sources = cost_sources(priced)
     sampler = show_sampler(args)
-    split = [step_split(model, b, args.kv, args.k, sampler) for b in args.batch]
+    split = [step_split(priced, b, args.kv, args.k, sampler) for b in args.batch]
     execution = execution_info(model)
-    prefill = prefill_time(model, args.prompt)
+    prefill = prefill_time(priced, args.prompt)
     out = {"cost": args.cost, "hardware": args.hardware, "target": args.target,
-           "draft": args.draft, "tp": args.tp, "kv": args.kv, "k": args.k,
-           "overhead_s": model.overhead, "prefill_s": prefill, "prompt": args.prompt,
+           "draft": args.draft, "tp": args.tp, "kv": args.kv, "k": args.k, "host": args.host,
+           "overhead_s": priced.overhead, "prefill_s": prefill, "prompt": args.prompt,
            "rows": rows, "step_split": split, "execution": execution, "verify": args.verify,
            "verify_cost": args.verify_cost if sampler is not None else "none",
            "sources": sources}
@@ -290,7 +303,7 @@ def run_show(args) -> int:
         for line in out["warnings"]:
             sys.stderr.write(f"warning: {line}\n")
     head = getattr(model, "head", None)
-    if getattr(model, "first_pass_time", None) is not None:  # simulator.cost.features.draft_head
+    if head is not None and getattr(model, "first_pass_time", None) is not None:  # simulator.cost.features.draft_head
         out["head"] = {"method": head.method, "held_params": head.held_params,
                        "layers": head.layer.layers, "lm_vocab": head.lm_vocab,
                        "own_lm_head": head.own_lm_head}
@@ -314,7 +327,7 @@ def run_show(args) -> int:
     precision = target_precision(model, args)
     lines = [f"{args.cost} cost: {args.target}{precision} (tp={args.tp}) + draft {args.draft}{bits} on "
              f"{args.hardware}; kv={args.kv} per request, k={args.k}; "
-             f"step overhead {1e3 * model.overhead:.2f} ms"]
+             f"step overhead {1e3 * priced.overhead:.2f} ms"]
     header = f"{'batch':>6} {'draft ms':>10} {'decode ms':>10} {'verify(k+1) ms':>15}"
     lines.append(header + ("  bound" if isinstance(model, RooflineCost) else ""))
     for r in rows:
