@@ -2,7 +2,8 @@
 
 :func:`pass_breakdown` splits one pass into the parts of simulator.cost.measured.calibrated
 (``layers``: the decoder layers' non-attention ops and the input embedding, as Vidur's mlp.csv
-measures them; ``attention``; ``allreduce``; ``lm_head``; ``launch``), summing to ``step_time``:
+measures them; ``attention``; ``allreduce``; ``lm_head``; ``launch``) plus ``host`` (vLLM's host
+share, simulator.cost.features.host), summing to ``step_time``:
 
 - calibrated: its own additive parts (:meth:`CalibratedCost.breakdown`).
 - roofline: the roofline is one max(compute, memory, host) plus fixed terms, so the bound
@@ -28,6 +29,8 @@ from specbatch.simulator.cost.analytic.window import attention_work, window_sums
 from specbatch.simulator.cost.interface import ROLES, batch_sums
 
 PARTS = ("layers", "attention", "allreduce", "lm_head", "launch")
+#: The parts ``cost show`` prints: the device's, then vLLM's host share.
+SHOWN_PARTS = PARTS + ("host",)
 #: What each pass of ``cost show``'s rows is: (role, query tokens per request, label).
 PASSES = (("target_decode", "target", 1), ("target_verify", "target", None),
           ("draft", "draft", 1))
@@ -62,7 +65,22 @@ def roofline_split(model, role: str, query, kv) -> dict:
 
 
 def pass_breakdown(model, role: str, query, kv) -> dict | None:
-    """Seconds per part of one pass of ``role`` (module docstring), or None."""
+    """Seconds per part of one pass of ``role`` (:data:`SHOWN_PARTS`), or None. ``host``: what
+    vLLM's host share (simulator.cost.features.host) adds to the pass (its b·n or async floor
+    on a target pass, the proposer loop's floor on a draft pass), 0 for any other model."""
+    host = sys.modules.get("specbatch.simulator.cost.features.host")
+    if host is not None and isinstance(model, host.HostCost):
+        parts = pass_breakdown(model.inner, role, query, kv)
+        if parts is not None:
+            parts["host"] = (float(model.step_time(role, query, kv))
+                             - float(model.inner.step_time(role, query, kv)))
+        return parts
+    parts = device_breakdown(model, role, query, kv)
+    return None if parts is None else {**parts, "host": 0.0}
+
+
+def device_breakdown(model, role: str, query, kv) -> dict | None:
+    """:func:`pass_breakdown` of a model without the host share (its parts but ``host``)."""
     from specbatch.simulator.cost.analytic.roofline import RooflineCost
     from specbatch.simulator.cost.features.free_draft import FreeDraftCost
     from specbatch.simulator.cost.measured.calibrated import CalibratedCost

@@ -52,7 +52,12 @@ from specbatch.simulator.cost.registry import (
     prefill_time,
     step_split,
 )
-from specbatch.simulator.cost.report import PARTS, cost_sources, row_breakdowns, source_line
+from specbatch.simulator.cost.report import (
+    SHOWN_PARTS,
+    cost_sources,
+    row_breakdowns,
+    source_line,
+)
 from specbatch.simulator.cost.verify_cost import build_verify_cost
 from specbatch.simulator.replay.rules import names as rule_names
 from specbatch.simulator.replay.rules import rule_entry
@@ -231,11 +236,11 @@ def split_lines(row: dict, k: int) -> list[str]:
     if all(v is None for v in split.values()):
         return [f"batch {row['batch']}: no per-part split (a fitted law of the whole pass)"]
     lines = [f"where the time goes at batch {row['batch']} (ms): "
-             + " + ".join(PARTS) + " = pass"]
+             + " + ".join(SHOWN_PARTS) + " = pass"]
     for name, parts in split.items():
         label = name if name != "target_verify" else f"target_verify (k+1={k + 1})"
         if parts is not None:
-            lines.append(f"  {label:<22} " + " + ".join(f"{1e3 * parts[p]:.3f}" for p in PARTS)
+            lines.append(f"  {label:<22} " + " + ".join(f"{1e3 * parts[p]:.3f}" for p in SHOWN_PARTS)
                          + f" = {1e3 * sum(parts.values()):.3f}")
     return lines
 
@@ -285,7 +290,7 @@ def run_show(args) -> int:
         priced = with_host(model, args.draft, overlap=args.async_scheduling)
     rows = pass_times(priced, args.batch, args.kv, args.k)
     for row in rows:
-        row["breakdown"] = row_breakdowns(model, row["batch"], args.kv, args.k)
+        row["breakdown"] = row_breakdowns(priced, row["batch"], args.kv, args.k)
     sources = cost_sources(priced)
     sampler = show_sampler(args)
     split = [step_split(priced, b, args.kv, args.k, sampler) for b in args.batch]
