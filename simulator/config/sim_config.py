@@ -258,8 +258,9 @@ class SimConfig:
     target: str = knob("vicuna-33b", "target model: a shape name (roofline) or the profile's "
                        "model name", names=_model_names)
     draft: str = knob("vicuna-68m", "draft model: a shape name (roofline) or the profile's "
-                      "model name; ngram: a host-side prompt-lookup drafter whose passes cost "
-                      "0 s (simulator.cost.features.free_draft); eagle, eagle3, mtp (vLLM's "
+                      "model name; ngram: a host-side prompt-lookup drafter with no GPU pass "
+                      "(simulator.cost.features.free_draft), its CPU time once per step under "
+                      "host = vllm (simulator.cost.features.host); eagle, eagle3, mtp (vLLM's "
                       "speculative method names): a head on the target's hidden states, its "
                       "shape derived from the target's, pass 1 over the target's whole pass "
                       "then k - 1 one-token passes (simulator.cost.features.draft_head)",
