@@ -133,3 +133,15 @@ def test_the_small_kernel_floor_is_vidurs_h100_one_token_median():
     t = d[(d.gpu == "h100") & (d.num_tokens == 1) & (d.tp == 1)]
     g = float(np.median(np.concatenate([t.add_ms, t.emb_ms]))) * 1e-3
     assert g == pytest.approx(host.SMALL_KERNEL_S)
+
+
+def test_graph_padding_goes_inside_the_host_share():
+    """simulate pads the GPU passes to the captured sizes (graph_padding.pad_to_graphs); the
+    host's b n counts the scheduled requests, not the padding slots."""
+    from specbatch.simulator.cost.features.graph_padding import pad_to_graphs
+
+    cost = pad_to_graphs(HostCost(Flat()), "8")
+    assert isinstance(cost, HostCost) and type(cost.inner).__name__ == "PaddedSumsCost"
+    # 3 requests padded to 8 on the GPU: the pass is Flat's t, the host adds 3 b
+    assert cost.time_from_sums("target", 3, 3.0, 0.0, 0.0, 3.0) == pytest.approx(
+        5e-3 + 3 * host.REQUEST_S)
