@@ -145,3 +145,18 @@ def test_graph_padding_goes_inside_the_host_share():
     # 3 requests padded to 8 on the GPU: the pass is Flat's t, the host adds 3 b
     assert cost.time_from_sums("target", 3, 3.0, 0.0, 0.0, 3.0) == pytest.approx(
         5e-3 + 3 * host.REQUEST_S)
+
+
+def test_the_bundled_cpu_profile_is_vidurs_file_byte_for_byte():
+    """traces/data/profiles/vidur_cpu/PROVENANCE.json names the source file's git blob; the
+    bundled bytes hash to it (git's blob hash: sha1 of 'blob <size>\\0' + content)."""
+    import hashlib
+    import json
+    from importlib.resources import files
+
+    folder = files("specbatch.traces") / "data" / "profiles" / "vidur_cpu"
+    prov = json.loads((folder / "PROVENANCE.json").read_text())
+    for entry in prov["files"]:
+        data = (folder / entry["path"]).read_bytes()
+        blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        assert blob == entry["git_blob"]
