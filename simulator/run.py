@@ -174,6 +174,10 @@ def build_cost(config: SimConfig) -> CostModel:
         from specbatch.simulator.cost.features.expert_parallel import with_expert_parallel
 
         model = with_expert_parallel(model, int(config.data_parallel_size), int(config.tp))
+    if config.host == "vllm":  # vLLM's host terms (simulator.cost.features.host)
+        from specbatch.simulator.cost.features.host import with_host
+
+        return with_host(model, config.draft, overlap=bool(config.async_scheduling))
     if config.async_scheduling:
         from specbatch.simulator.cost.features.async_overhead import AsyncOverheadCost
 

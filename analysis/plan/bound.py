@@ -126,18 +126,23 @@ class BoundTables:
         from specbatch.analysis.plan.cost_source import shared_cost
         from specbatch.simulator.cost.analytic.roofline import RooflineCost
         from specbatch.simulator.cost.features.graph_padding import capture_sizes
+        from specbatch.simulator.cost.features.host import HostCost
         from specbatch.simulator.cost.measured.calibrated import CalibratedCost, RolePricer
 
         key = (config.cost, config.hardware, config.target, config.draft, config.tp,
                config.profile, config.execution, config.draft_weight_bits,
                config.routing_skew, config.token_budget, config.cuda_graph_sizes,
-               config.async_scheduling, config.quantization, config.kv_cache_dtype)
+               config.async_scheduling, config.quantization, config.kv_cache_dtype,
+               config.host)
         if key not in self._costs:
             cost = shared_cost(config)
-            if isinstance(cost, RooflineCost) and cost.overhead >= 0:
+            # vLLM's host share (simulator.cost.features.host) only adds to the inner passes,
+            # and its own overhead is the one the floors add: they stay lower bounds
+            base = cost.inner if isinstance(cost, HostCost) else cost
+            if isinstance(base, RooflineCost) and cost.overhead >= 0:
                 self._costs[key] = pass_times(cost, self.workload)
-            elif (isinstance(cost, CalibratedCost) and cost.overhead >= 0
-                  and isinstance(cost.roles["target"], RolePricer)):  # not an RTX profile cell
+            elif (isinstance(base, CalibratedCost) and cost.overhead >= 0
+                  and isinstance(base.roles["target"], RolePricer)):  # not an RTX profile cell
                 sizes = config.cuda_graph_sizes
                 q_max = max(int(config.token_budget),  # the token budget, or a padded pass
                             capture_sizes(sizes)[-1] if sizes is not None else 0)

@@ -184,8 +184,10 @@ KV_DTYPES = {"auto": "auto", "bfloat16": "auto", "float16": "auto", "fp8": "fp8"
 #: -> the simulator's ``quantization``: awq_marlin and gptq_marlin are vLLM's Marlin kernels
 #: for the same AWQ / GPTQ checkpoints (vllm/model_executor/layers/quantization/awq_marlin.py,
 #: gptq_marlin.py: the same packed 4-bit weights, zero points and group scales).
+#: ``compressed-tensors`` is the checkpoint's own format (vLLM resolves it from config.json):
+#: "none" here, the shape's format from its ``quantization_config`` (traces.models.hf_moe).
 QUANTIZATIONS = {"fp8": "fp8", "awq": "awq", "awq_marlin": "awq", "gptq": "gptq",
-                 "gptq_marlin": "gptq", "mxfp4": "mxfp4"}
+                 "gptq_marlin": "gptq", "mxfp4": "mxfp4", "compressed-tensors": "none"}
 
 
 def _kv(r: _Reader, values: dict) -> None:
@@ -299,8 +301,12 @@ def _model(r: _Reader, values: dict) -> None:
             r._refuse(o, f"null or one of {', '.join(QUANTIZATIONS)} (the weight formats the "
                       "simulator prices, simulator.cost.analytic.precision)", quant)
         values["quantization"] = QUANTIZATIONS[quant]
-        r.map(o, quant, f"quantization = {QUANTIZATIONS[quant]} (weights held, streamed and "
-              "multiplied in that format)")
+        if QUANTIZATIONS[quant] == "none":
+            r.map(o, quant, "quantization = none (the checkpoint's own format, from "
+                  "config.json's quantization_config: fp8 for 8-bit float weights)")
+        else:
+            r.map(o, quant, f"quantization = {QUANTIZATIONS[quant]} (weights held, streamed "
+                  "and multiplied in that format)")
     else:
         r.map(o, None, "quantization = none (the checkpoint's own format, from config.json)")
     for key, section in (("speculative_config", None),

@@ -271,8 +271,9 @@ class SimConfig:
     target: str = knob("vicuna-33b", "target model: a shape name (roofline) or the profile's "
                        "model name", names=_model_names)
     draft: str = knob("vicuna-68m", "draft model: a shape name (roofline) or the profile's "
-                      "model name; ngram: a host-side prompt-lookup drafter whose passes cost "
-                      "0 s (simulator.cost.features.free_draft); eagle, eagle3, mtp (vLLM's "
+                      "model name; ngram: a host-side prompt-lookup drafter with no GPU pass "
+                      "(simulator.cost.features.free_draft), its CPU time once per step under "
+                      "host = vllm (simulator.cost.features.host); eagle, eagle3, mtp (vLLM's "
                       "speculative method names): a head on the target's hidden states, its "
                       "shape derived from the target's, pass 1 over the target's whole pass "
                       "then k - 1 one-token passes (simulator.cost.features.draft_head)",
@@ -313,6 +314,11 @@ class SimConfig:
                                   "overhead overlaps the target pass (a step takes max(pass, "
                                   "overhead), not their sum; "
                                   "simulator.cost.features.async_overhead)")
+    host: str = knob("vllm", "the engine's host time (simulator.cost.features.host): vllm = "
+                     "scheduler + input preparation a + b n per step (fitted on Vidur's A100 "
+                     "CPU profile), the proposer loop's per-pass floor and the n-gram "
+                     "proposer's CPU time; fixed = the hardware preset's flat per-step "
+                     "overhead (1 ms) and free n-gram drafts", choices=("vllm", "fixed"))
     verify_cost: str = knob(DEFAULT_SAMPLER, "verification time per decode step "
                             "(simulator.cost.verify_cost): fused (probability bytes over bandwidth + "
                             "50 us per call), torch (+ this repo's torch path as measured on an "

@@ -329,6 +329,7 @@ def pass_times(model: CostModel, batches, kv: int, k: int) -> list[dict]:
     ``kv`` cached tokens; a roofline model adds whether the verify pass is compute- or
     memory-bound, and for a mixture-of-experts target the experts each pass touches per MoE
     layer (E_touched of its b and b (k + 1) tokens)."""
+    base = getattr(model, "inner", model) if type(model).__name__ == "HostCost" else model
     rows = []
     for b in batches:
         kv_b = np.full(b, kv, dtype=np.int64)  # [b]
@@ -339,10 +340,10 @@ def pass_times(model: CostModel, batches, kv: int, k: int) -> list[dict]:
             "target_decode_s": model.step_time("target", one, kv_b),
             "target_verify_s": model.step_time("target", one * (k + 1), kv_b),
         }
-        if isinstance(model, RooflineCost):
-            row["verify_bound"] = model.breakdown("target", one * (k + 1), kv_b)["bound"]
-            if model.target.is_moe:  # THEORY.md §8: distinct experts read per MoE layer
-                touched = model.consts["target"].experts_touched
+        if isinstance(base, RooflineCost):
+            row["verify_bound"] = base.breakdown("target", one * (k + 1), kv_b)["bound"]
+            if base.target.is_moe:  # THEORY.md §8: distinct experts read per MoE layer
+                touched = base.consts["target"].experts_touched
                 row["experts_touched_decode"] = touched(float(b))
                 row["experts_touched_verify"] = touched(float(b * (k + 1)))
         rows.append(row)

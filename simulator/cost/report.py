@@ -4,7 +4,8 @@
 (``layers``:
 the decoder layers' non-attention ops and the input embedding, as Vidur's mlp.csv measures
 them; ``attention``; ``experts``: a mixture of experts' routed experts, 0 for a dense model;
-``allreduce``; ``lm_head``; ``launch``), summing to ``step_time``:
+``allreduce``; ``lm_head``; ``launch``) plus ``host`` (vLLM's host share,
+simulator.cost.features.host), summing to ``step_time``:
 
 - calibrated: its own additive parts (:meth:`CalibratedCost.breakdown`), a mixture of
   experts' routed experts moved from ``layers`` to ``experts``: the measured MoE block on the
@@ -34,6 +35,8 @@ from specbatch.simulator.cost.analytic.window import attention_work, window_sums
 from specbatch.simulator.cost.interface import ROLES, batch_sums
 
 PARTS = ("layers", "attention", "experts", "allreduce", "lm_head", "launch")
+#: The parts ``cost show`` prints: the device's, then vLLM's host share.
+SHOWN_PARTS = PARTS + ("host",)
 #: What each pass of ``cost show``'s rows is: (role, query tokens per request, label).
 PASSES = (("target_decode", "target", 1), ("target_verify", "target", None),
           ("draft", "draft", 1))
@@ -79,7 +82,22 @@ def roofline_split(model, role: str, query, kv) -> dict:
 
 
 def pass_breakdown(model, role: str, query, kv) -> dict | None:
-    """Seconds per part of one pass of ``role`` (module docstring), or None."""
+    """Seconds per part of one pass of ``role`` (:data:`SHOWN_PARTS`), or None. ``host``: what
+    vLLM's host share (simulator.cost.features.host) adds to the pass (its b·n or async floor
+    on a target pass, the proposer loop's floor on a draft pass), 0 for any other model."""
+    host = sys.modules.get("specbatch.simulator.cost.features.host")
+    if host is not None and isinstance(model, host.HostCost):
+        parts = pass_breakdown(model.inner, role, query, kv)
+        if parts is not None:
+            parts["host"] = (float(model.step_time(role, query, kv))
+                             - float(model.inner.step_time(role, query, kv)))
+        return parts
+    parts = device_breakdown(model, role, query, kv)
+    return None if parts is None else {**parts, "host": 0.0}
+
+
+def device_breakdown(model, role: str, query, kv) -> dict | None:
+    """:func:`pass_breakdown` of a model without the host share (its parts but ``host``)."""
     from specbatch.simulator.cost.analytic.roofline import RooflineCost
     from specbatch.simulator.cost.features.free_draft import FreeDraftCost
     from specbatch.simulator.cost.measured.calibrated import CalibratedCost
@@ -128,6 +146,14 @@ def cost_sources(model) -> dict:
     from specbatch.simulator.cost.features.free_draft import FreeDraftCost
     from specbatch.simulator.cost.measured.profiled import ProfiledCost
 
+    host = sys.modules.get("specbatch.simulator.cost.features.host")
+    if host is not None and isinstance(model, host.HostCost):  # vLLM's host share
+        out = cost_sources(model.inner)
+        out["host"] = model.sources()
+        if model.ngram:
+            out["draft"] = {"summary": "n-gram proposer on the host (numba KMP over each "
+                                       "context, once per step; assumed, not fitted)"}
+        return out
     # a calibrated model's module is loaded already; importing it for the check alone cost
     # every roofline `simulate` its fitting stack at start-up (issue 35)
     calibrated = sys.modules.get("specbatch.simulator.cost.measured.calibrated")

@@ -54,7 +54,12 @@ from specbatch.simulator.cost.registry import (
     prefill_time,
     step_split,
 )
-from specbatch.simulator.cost.report import PARTS, cost_sources, row_breakdowns, source_line
+from specbatch.simulator.cost.report import (
+    SHOWN_PARTS,
+    cost_sources,
+    row_breakdowns,
+    source_line,
+)
 from specbatch.simulator.cost.verify_cost import build_verify_cost
 from specbatch.simulator.replay.rules import names as rule_names
 from specbatch.simulator.replay.rules import rule_entry
@@ -134,6 +139,13 @@ SHOW_FLAGS = (
          help="price the KV capacity without vLLM V1's hybrid KV cache manager (a "
               "sliding-window model's layers all hold every token); set automatically, with a "
               "note, when the models' page sizes cannot be unified"),
+    flag("--host", default="vllm", choices=("vllm", "fixed"),
+         help="host time (default %(default)s: vLLM's scheduler + input preparation per step "
+              "and request, the proposer loop's per-pass floor, the n-gram proposer's CPU "
+              "time; simulator.cost.features.host; fixed: the preset's 1 ms per step)"),
+    flag("--async-scheduling", action="store_true",
+         help="vLLM's --async-scheduling: the host time hides under the target pass (max of "
+              "the two)"),
     flag("--batch", type=capped_int(MAX_BATCH), nargs="+", default=list(DEFAULT_BATCHES),
          help="batch sizes (requests per pass)"),
     flag("--kv", type=capped_int(MAX_CONTEXT_TOKENS, low=0), default=512, help="cached tokens per request (default 512)"),
@@ -290,7 +302,7 @@ def split_lines(row: dict, k: int) -> list[str]:
     if all(v is None for v in split.values()):
         return [f"batch {row['batch']}: no per-part split (a fitted law of the whole pass)"]
     moe = any(parts is not None and parts["experts"] > 0 for parts in split.values())
-    shown = [p for p in PARTS if moe or p != "experts"]  # a dense model's experts are 0
+    shown = [p for p in SHOWN_PARTS if moe or p != "experts"]  # a dense model's experts are 0
     lines = [f"where the time goes at batch {row['batch']} (ms): "
              + " + ".join(shown) + " = pass"]
     for name, parts in split.items():
@@ -339,17 +351,22 @@ def run_show(args) -> int:
                              draft_weight_bits=args.draft_weight_bits,
                              routing_skew=args.routing_skew, quantization=args.quantization,
                              kv_cache_dtype=args.kv_cache_dtype)
-    rows = pass_times(model, args.batch, args.kv, args.k)
+    priced = model  # with vLLM's host share (simulator.cost.features.host) unless --host fixed
+    if args.host == "vllm":
+        from specbatch.simulator.cost.features.host import with_host
+
+        priced = with_host(model, args.draft, overlap=args.async_scheduling)
+    rows = pass_times(priced, args.batch, args.kv, args.k)
     for row in rows:
-        row["breakdown"] = row_breakdowns(model, row["batch"], args.kv, args.k)
-    sources = cost_sources(model)
+        row["breakdown"] = row_breakdowns(priced, row["batch"], args.kv, args.k)
+    sources = cost_sources(priced)
     sampler = show_sampler(args)
-    split = [step_split(model, b, args.kv, args.k, sampler) for b in args.batch]
+    split = [step_split(priced, b, args.kv, args.k, sampler) for b in args.batch]
     execution = execution_info(model)
-    prefill = prefill_time(model, args.prompt)
+    prefill = prefill_time(priced, args.prompt)
     out = {"cost": args.cost, "hardware": args.hardware, "target": args.target,
-           "draft": args.draft, "tp": args.tp, "kv": args.kv, "k": args.k,
-           "overhead_s": model.overhead, "prefill_s": prefill, "prompt": args.prompt,
+           "draft": args.draft, "tp": args.tp, "kv": args.kv, "k": args.k, "host": args.host,
+           "overhead_s": priced.overhead, "prefill_s": prefill, "prompt": args.prompt,
            "rows": rows, "step_split": split, "execution": execution, "verify": args.verify,
            "verify_cost": args.verify_cost if sampler is not None else "none",
            "sources": sources}
@@ -360,7 +377,7 @@ def run_show(args) -> int:
             sys.stderr.write(f"warning: {line}\n")
     head = getattr(model, "head", None)
     disable = hybrid_disabled(args, model, out)
-    if getattr(model, "first_pass_time", None) is not None:  # simulator.cost.features.draft_head
+    if head is not None and getattr(model, "first_pass_time", None) is not None:  # simulator.cost.features.draft_head
         out["head"] = {"method": head.method, "held_params": head.held_params,
                        "layers": head.layer.layers, "lm_vocab": head.lm_vocab,
                        "own_lm_head": head.own_lm_head}
@@ -384,7 +401,7 @@ def run_show(args) -> int:
     precision = target_precision(model, args)
     lines = [f"{args.cost} cost: {args.target}{precision} (tp={args.tp}) + draft {args.draft}{bits} on "
              f"{args.hardware}; kv={args.kv} per request, k={args.k}; "
-             f"step overhead {1e3 * model.overhead:.2f} ms"]
+             f"step overhead {1e3 * priced.overhead:.2f} ms"]
     header = f"{'batch':>6} {'draft ms':>10} {'decode ms':>10} {'verify(k+1) ms':>15}"
     lines.append(header + ("  bound" if isinstance(model, RooflineCost) else ""))
     for r in rows:

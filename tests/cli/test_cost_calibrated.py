@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specbatch.simulator.cost.report import PARTS
+from specbatch.simulator.cost.report import SHOWN_PARTS
 from tests.cli.oneline import run_json, run_main
 
 SLICE = Path(__file__).parents[1] / "traces" / "data" / "vidur_slice"
@@ -45,7 +45,7 @@ def test_every_row_splits_each_pass_into_parts_that_sum_to_it(capsys, cost, flag
                           ("target_verify", "target_verify_s"), ("draft", "draft_s")):
             if split[name] is None:  # a head's draft pass: its own pricing, no parts
                 continue
-            assert set(split[name]) == set(PARTS)
+            assert set(split[name]) == set(SHOWN_PARTS)  # the device's parts and the host's
             assert all(v >= 0 for v in split[name].values()), split[name]
             assert sum(split[name].values()) == pytest.approx(row[key], rel=1e-12)
         # the routed experts are a named part of a MoE target's passes, 0 for a dense one

@@ -84,7 +84,8 @@ def run_dsd(monkeypatch, hooked: bool, **settings):
     if not hooked:
         monkeypatch.setattr(run_module, "attach_verify_cost", lambda *args: None)
     config = load_config(None, policy="dsd", trace="smollm2-q4", target="smollm2-135m",
-                         draft="smollm2-135m", requests=16, **settings)
+                         draft="smollm2-135m", requests=16, host="fixed",  # GPU passes
+                         **settings)
     result = simulate(config)
     monkeypatch.undo()
     return result

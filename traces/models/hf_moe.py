@@ -34,8 +34,11 @@ gptq: 2, 3, 4, 8, vLLM's ``GPTQConfig``) and ``group_size`` (default 128; -1 = p
 awq/gptq), priced by simulator.cost.analytic.precision. ``modules_to_not_convert`` /
 ``ignored_layers`` may name only modules priced at 16 bits anyway (lm_head, embeddings, norms,
 routers, vision towers; for mxfp4, anything but the experts); naming a decoder projection is
-refused, since the pricing would count it quantised. Refused, naming the field: any other method
-(bitsandbytes, compressed-tensors, fbgemm_fp8, modelopt, ...), a top-level ``bits`` below 16,
+refused, since the pricing would count it quantised. ``compressed-tensors`` whose every
+``config_groups`` entry has 8-bit float weights (RedHatAI's FP8 checkpoints, e.g.
+Llama-4-Scout FP8) is priced as fp8 (:func:`_compressed_tensors`). Refused, naming the field:
+any other method or compressed-tensors scheme (bitsandbytes, int8 / 4-bit compressed-tensors,
+fbgemm_fp8, modelopt, ...), a top-level ``bits`` below 16,
 ``load_in_4bit`` / ``load_in_8bit``;
 DeepSeek-V3.2's sparse attention indexer (``index_topk``); any other field whose name mentions
 experts or MoE with a value that could change the shape (an integer > 1, a numeric string, a
@@ -48,6 +51,7 @@ shared-expert gate (h weights per layer), Qwen3's per-head q/k norms (2 x head_d
 from __future__ import annotations
 
 import math
+import re
 
 from specbatch.errors import SpecbatchError
 
@@ -60,6 +64,8 @@ KNOWN_KEYS = frozenset(EXPERT_KEYS + TOP_K_KEYS + (
 QUANT_FLAGS = ("load_in_4bit", "load_in_8bit")
 #: ``quantization_config.quant_method`` values priced (vLLM's ``--quantization`` names).
 QUANT_METHODS = ("fp8", "awq", "gptq", "mxfp4")
+#: llm-compressor's format; its 8-bit float weight schemes are priced as fp8.
+COMPRESSED_TENSORS = "compressed-tensors"
 #: The integer weight-only methods, which carry ``bits`` and ``group_size``.
 INT_METHODS = ("awq", "gptq")
 #: Bit widths vLLM's GPTQConfig accepts (``GPTQConfig.__init__``); AWQ is 4-bit only.
@@ -95,6 +101,8 @@ def read_quantization(data: dict, where: str) -> dict:
         raise SpecbatchError(f"{where}: field quantization_config: expected an object with "
                              f"quant_method, got {quant!r}")
     method = str(quant.get("quant_method", "")).lower()
+    if method == COMPRESSED_TENSORS:
+        return _compressed_tensors(quant, where)
     if method not in QUANT_METHODS:
         raise SpecbatchError(f"{where}: field quantization_config.quant_method: expected one of "
                              f"{', '.join(QUANT_METHODS)} (the formats priced), got "
@@ -115,6 +123,37 @@ def read_quantization(data: dict, where: str) -> dict:
     return {"quantization": method, "quant_bits": int(bits), "quant_group_size": int(group)}
 
 
+def _compressed_tensors(quant: dict, where: str) -> dict:
+    """A ``compressed-tensors`` checkpoint (llm-compressor's format; vLLM's
+    ``CompressedTensorsConfig``, model_executor/layers/quantization/compressed_tensors/):
+    priced as ``fp8`` when every ``config_groups`` entry quantises its weights to 8-bit
+    floats (vLLM's ``CompressedTensorsW8A8Fp8`` scheme, or ``CompressedTensorsW8A16Fp8``
+    without ``input_activations``: the same 1-byte weights; the weight-only kernel's bf16
+    compute is not told apart). Any other scheme (int8, 4-bit packs, sparsity) is refused, and
+    the ``ignore`` list (regexes ``re:...`` or module names) may name only modules priced at 16
+    bits anyway, as for ``modules_to_not_convert``."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        raise SpecbatchError(f"{where}: field quantization_config.config_groups: expected an "
+                             f"object of quantisation groups, got {groups!r}")
+    for name, group in groups.items():
+        weights = group.get("weights") if isinstance(group, dict) else None
+        if not (isinstance(weights, dict) and weights.get("type") == "float"
+                and weights.get("num_bits") == 8):
+            raise SpecbatchError(
+                f"{where}: field quantization_config.config_groups.{name}.weights: expected "
+                "8-bit float weights (type float, num_bits 8: the compressed-tensors scheme "
+                f"priced, as fp8), got {weights!r}")
+    ignore = quant.get("ignore") or []
+    if not isinstance(ignore, list) or not all(isinstance(e, str) for e in ignore):
+        raise SpecbatchError(f"{where}: field quantization_config.ignore: expected a list of "
+                             f"module names or re: patterns, got {ignore!r}")
+    kept = [e[3:] if e.startswith("re:") else e for e in ignore]
+    _check_kept_modules({"ignore": [re.sub(r"[\\^$()?+\[\]|]", "", e) for e in kept]},
+                        "fp8", where, keys=("ignore",))
+    return {"quantization": "fp8"}
+
+
 def _check_legacy_bits(data: dict, where: str) -> None:
     """Refuse the quantisation spellings outside ``quantization_config`` (a top-level
     ``bits`` below 16, bitsandbytes' ``load_in_4bit`` / ``load_in_8bit``)."""
@@ -129,11 +168,12 @@ def _check_legacy_bits(data: dict, where: str) -> None:
                                  f"{data[key]!r}")
 
 
-def _check_kept_modules(quant: dict, method: str, where: str) -> None:
+def _check_kept_modules(quant: dict, method: str, where: str,
+                        keys: tuple[str, ...] = KEPT_MODULE_KEYS) -> None:
     """Refuse a ``modules_to_not_convert`` / ``ignored_layers`` entry that would keep at 16
     bits a weight the pricing quantises (a decoder-layer projection; for mxfp4 an expert).
     Entries naming what is 16-bit anyway (module docstring) pass."""
-    for key in KEPT_MODULE_KEYS:
+    for key in keys:
         entries = quant.get(key) or []
         if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
             raise SpecbatchError(f"{where}: field quantization_config.{key}: expected a list of "

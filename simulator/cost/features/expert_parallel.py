@@ -125,6 +125,11 @@ def rank_pass_seconds(cost, sums: tuple, total: float, pad_to: float | None = No
         n, sq, skv, sqkv, sqq = sums
         pad = cost.padding(sq) if pad_to is None else max(0.0, pad_to - sq)
         return rank_pass_seconds(cost.inner, (n + pad, sq + pad, skv, sqkv, sqq + pad), total)
+    from specbatch.simulator.cost.features.host import HostCost
+
+    if isinstance(cost, HostCost):  # vLLM's host share: b n on the pass, or its async floor
+        return cost.target_seconds(rank_pass_seconds(cost.inner, sums, total, pad_to),
+                                   int(sums[0]))
     if isinstance(cost, AsyncOverheadCost):
         t = rank_pass_seconds(cost.inner, sums, total, pad_to)
         return max(t, cost.host_overhead) if t > 0.0 else t

@@ -21,7 +21,9 @@ wrapped model's.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import re
+import sys
 from typing import Any
 
 import numpy as np
@@ -97,5 +99,9 @@ def pad_to_graphs(cost: Any, sizes_text: str | None) -> Any:
     """``cost`` padded to the captured sizes of ``cuda_graph_sizes`` (None: unchanged)."""
     if sizes_text is None:
         return cost
+    host = sys.modules.get("specbatch.simulator.cost.features.host")
+    if host is not None and isinstance(cost, host.HostCost):  # pad the GPU passes only: the
+        # host's b n counts the scheduled requests, not the graph's padding slots
+        return dataclasses.replace(cost, inner=pad_to_graphs(cost.inner, sizes_text))
     cls = PaddedSumsCost if isinstance(cost, SumsCostModel) else PaddedCost
     return cls(cost, capture_sizes(sizes_text))

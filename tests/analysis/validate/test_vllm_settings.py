@@ -90,7 +90,8 @@ def _meta(**kwargs) -> dict:
 
 @pytest.mark.parametrize("recorded, knob", [
     ("fp8", "fp8"), ("awq", "awq"), ("awq_marlin", "awq"), ("gptq_marlin", "gptq"),
-    ("mxfp4", "mxfp4")])
+    ("mxfp4", "mxfp4"),
+    ("compressed-tensors", "none")])  # the checkpoint's own format, from config.json
 def test_quantization_maps_onto_the_simulator_s_knob(recorded, knob):
     s = engine_settings(_meta(quantization=recorded))
     assert s.values["quantization"] == knob

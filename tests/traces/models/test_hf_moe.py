@@ -85,7 +85,13 @@ def test_deepseek_style_dense_prefix_layer_frequency_and_shared_experts(tmp_path
     ({"mlp_only_layers": list(range(48))}, "decoder_sparse_step"),
     ({"quantization_config": {"quant_method": "bitsandbytes"}}, "quantization_config.quant_method"),
     ({"quantization_config": {"quant_method": "compressed-tensors"}},
-     "quantization_config.quant_method"),
+     "quantization_config.config_groups"),
+    ({"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
+        "group_0": {"weights": {"num_bits": 4, "type": "int", "group_size": 128}}}}},
+     "quantization_config.config_groups.group_0.weights"),
+    ({"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
+        "group_0": {"weights": {"num_bits": 8, "type": "float"}}},
+        "ignore": ["re:.*self_attn.*"]}}, "quantization_config.ignore"),
     ({"quantization_config": {"bits": 3, "quant_method": "awq"}}, "quantization_config.bits"),
     ({"quantization_config": {"quant_method": "gptq", "group_size": 0}},
      "quantization_config.group_size"),
@@ -120,6 +126,15 @@ DENSE = {"hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 
     ({"quant_method": "GPTQ"}, ("gptq", 4, 128)),  # vLLM's defaults, any case
     ({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128],
       "ignored_layers": ["lm_head"]}, ("fp8", 0, 0)),
+    # RedHatAI's FP8-dynamic checkpoints (llm-compressor): W8A8 float, lm_head and the MoE
+    # router kept at 16 bits; vLLM's CompressedTensorsW8A8Fp8 scheme
+    ({"quant_method": "compressed-tensors", "format": "float-quantized",
+      "config_groups": {"group_0": {
+          "targets": ["Linear"],
+          "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "dynamic": False},
+          "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
+                                "dynamic": True}}},
+      "ignore": ["re:.*lm_head", "re:.*router$", "re:.*mlp.gate$"]}, ("fp8", 0, 0)),
 ])
 def test_a_priced_quantisation_block_becomes_the_shapes_format(tmp_path, quant, fields):
     shape = read(tmp_path, {**DENSE, "quantization_config": quant})

@@ -221,9 +221,11 @@ def test_a_config_json_target_with_mtp_layers_takes_an_mtp_head(tmp_path):
 
 def test_the_docs_eagle3_versus_1b_table_is_what_cost_show_prints():
     """docs/simulate.md's table: `specbatch cost show --target llama-3.1-8b --draft D --batch
-    1 32 128 --kv 1024 --k 3` (fused sampler, token rule), draft and step ms per row."""
+    1 32 128 --kv 1024 --k 3 [--host fixed]` (fused sampler, token rule), draft and step ms
+    per row; host vllm wraps the model in vLLM's host share (simulator.cost.features.host)."""
     from pathlib import Path
 
+    from specbatch.simulator.cost.features.host import with_host
     from specbatch.simulator.cost.verify_cost import build_verify_cost
     from specbatch.simulator.replay.rules import rule_entry
 
@@ -232,12 +234,14 @@ def test_the_docs_eagle3_versus_1b_table_is_what_cost_show_prints():
     section = page.split("### EAGLE, EAGLE-3 and MTP drafters")[1].split("\n## ")[0]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
             if line.startswith("| roofline") or line.startswith("| calibrated")]
-    assert len(rows) == 6
+    assert len(rows) == 12
     sampler = build_verify_cost("fused", rule_entry("token").sampler_cost, "h100", 128256)
-    for cost, batch, *cells in rows:
+    for cost, host, batch, *cells in rows:
         got = []
         for draft in ("eagle3", "llama-3.2-1b"):
             model = build_cost_model(cost, "h100", "llama-3.1-8b", draft)
+            if host == "vllm":
+                model = with_host(model, draft, overlap=False)
             split = step_split(model, int(batch), 1024, 3, sampler)
             got += [f"{1e3 * split['draft_s']:.2f}", f"{1e3 * split['step_s']:.2f}"]
         assert cells == got

@@ -51,7 +51,8 @@ def test_profiled_target_with_ngram_draft_fits_the_target_rows_only(tmp_path):
 def test_a_simulation_with_free_drafts_charges_no_draft_time(synth_trace_natural):
     """Under a burst and policy fixed the schedule does not depend on step times, so the free
     draft's run takes the same steps with the same target time and zero draft time."""
-    base = load_config(None, trace="synth", requests=48, max_num_seqs=16, policy="fixed", k=3)
+    base = load_config(None, trace="synth", requests=48, max_num_seqs=16, policy="fixed", k=3,
+                       host="fixed")  # no n-gram CPU time (simulator.cost.features.host)
     model = simulate(base, synth_trace_natural)
     free = simulate(base.replace(draft="ngram"), synth_trace_natural)
     assert free.summary["draft_time"] == 0.0 < model.summary["draft_time"]
@@ -59,6 +60,19 @@ def test_a_simulation_with_free_drafts_charges_no_draft_time(synth_trace_natural
     np.testing.assert_array_equal(free.steps["target_time"], model.steps["target_time"])
     np.testing.assert_array_equal(free.requests["accepted"], model.requests["accepted"])
     assert free.summary["makespan"] < model.summary["makespan"]
+
+
+def test_with_vllm_host_terms_ngram_costs_its_cpu_time_once_per_step(synth_trace_natural):
+    """host = vllm: each speculative step carries the n-gram proposer's CPU seconds
+    (simulator.cost.features.host.ngram_seconds: 20 us + 1 us per request + 2 ns per context
+    token), within the bounds of 1-16 requests of at most 4096 tokens each."""
+    base = load_config(None, trace="synth", requests=48, max_num_seqs=16, policy="fixed", k=3,
+                       draft="ngram")
+    vllm = simulate(base, synth_trace_natural)
+    fixed = simulate(base.replace(host="fixed"), synth_trace_natural)
+    drafts = vllm.steps["draft_time"].to_numpy()  # [steps]
+    assert (drafts >= 20e-6 + 1e-6).all() and (drafts < 20e-6 + 16e-6 + 16 * 4096 * 2e-9).all()
+    assert fixed.summary["draft_time"] == 0.0
 
 
 @pytest.mark.parametrize("draft, noted", [("vicuna-68m", True), ("ngram", False)])
