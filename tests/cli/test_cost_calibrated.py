@@ -83,13 +83,13 @@ def test_the_moe_source_line_keeps_the_laws_error_apart_from_what_is_not_validat
     assert "(not validated) (validated" not in source
     assert ("calibrated roofline (h100 law) (validated MAPE 4.2 %, mean +0.6 %), MoE experts "
             "touched as one grouped GEMM (not validated); draft:") in source
-    assert "layers + attention + experts + allreduce + lm_head + launch = pass" in out
+    assert "layers + attention + experts + allreduce + lm_head + launch + host = pass" in out
 
 
 def test_a_dense_models_text_split_leaves_the_zero_experts_out(capsys):
     code, out, _ = run_main(capsys, ["cost", "show", "--target", "vicuna-33b", "--batch", "1"])
     assert code == 0
-    assert "layers + attention + allreduce + lm_head + launch = pass" in out
+    assert "layers + attention + allreduce + lm_head + launch + host = pass" in out
 
 
 def test_calibrated_show_names_the_profile_cell_and_prints_the_split(capsys):

@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from specbatch.simulator.cost.gpus.hardware import EAGER_LAYER_LATENCY
+from specbatch.simulator.cost.interface import takes_logit_rows
 
 #: Per engine step (s): the intercept of the Vidur A100 scheduler + input-preparation law.
 STEP_S = 2.8665156e-4
@@ -193,9 +194,16 @@ class HostCost:
             return 0.0
         return draft_pass_floor(t, self.draft_layers, self.d2t) if self.draft_layers else t
 
-    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray) -> float:
-        """Seconds of one pass with its host share; ``query``, ``kv`` # [n]."""
-        t = float(self.inner.step_time(role, query, kv))
+    @property
+    def logit_rows(self) -> bool:
+        """Whether the engine may name a pass's logit rows: as the inner model
+        (simulator.cost.interface.takes_logit_rows); ``rows`` passes through."""
+        return takes_logit_rows(self.inner)
+
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray, **kw) -> float:
+        """Seconds of one pass with its host share; ``query``, ``kv`` # [n]; ``kw`` (the
+        logit ``rows``) reach the inner model."""
+        t = float(self.inner.step_time(role, query, kv, **kw))
         n = int(np.size(query))
         return self.target_seconds(t, n) if role == "target" else self._draft(t)
 
@@ -208,8 +216,8 @@ class HostCost:
             return getattr(self, "_ngram_" + name)
         attr = getattr(self.inner, name)
         if name == "time_from_sums":
-            def time_from_sums(role, n, sq, skv, sqkv, sqq):
-                t = float(attr(role, n, sq, skv, sqkv, sqq))
+            def time_from_sums(role, n, sq, skv, sqkv, sqq, **kw):
+                t = float(attr(role, n, sq, skv, sqkv, sqq, **kw))
                 return self.target_seconds(t, int(n)) if role == "target" else self._draft(t)
             return time_from_sums
         if name in ("first_pass_time", "first_pass_step"):

@@ -160,3 +160,20 @@ def test_the_bundled_cpu_profile_is_vidurs_file_byte_for_byte():
         data = (folder / entry["path"]).read_bytes()
         blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
         assert blob == entry["git_blob"]
+
+
+def test_the_host_share_keeps_the_lm_head_at_the_rows_vllm_samples():
+    """The default cost (host = vllm around the roofline) still takes the engine's logit rows
+    (simulator.cost.analytic.roofline): the wrapper declares them and passes them through."""
+    import numpy as np
+
+    from specbatch.simulator.config.sim_config import load_config
+    from specbatch.simulator.cost.interface import takes_logit_rows
+    from specbatch.simulator.run import build_cost
+
+    cost = build_cost(load_config(None))
+    assert takes_logit_rows(cost)
+    q, kv = np.array([512]), np.array([0])
+    assert cost.step_time("target", q, kv, rows=1.0) < cost.step_time("target", q, kv)
+    sums = ("target", 1, 512.0, 0.0, 0.0, 512.0 ** 2)
+    assert cost.time_from_sums(*sums, rows=1.0) == cost.step_time("target", q, kv, rows=1.0)
