@@ -84,10 +84,10 @@ class Policy:
     # predictor); the defaults below do nothing, so a policy without them runs as before.
 
     def decide_tree(self, view: StepView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """A tree policy's (``tree = True``) decision: ``(drafted, verified, mask)``, the node mask
-        # [n, nodes] bool choosing each request's draw-prefix-closed subtree
-        (simulator.policies.trees; called by :func:`simulator.policies.step_plan.plan_step` instead
-        of :meth:`decide`). A chain policy has none."""
+        """A tree policy's (``tree = True``) decision: ``(drafted, verified, mask)``, the node
+        mask (``[n, nodes]`` bool) choosing each request's draw-prefix-closed subtree
+        (simulator.policies.trees; called by :func:`simulator.policies.step_plan.plan_step`
+        instead of :meth:`decide`). A chain policy has none."""
         raise NotImplementedError(f"policy {self.name} is not a tree policy (tree = False)")
 
     def calibrate(self, trace: Any) -> None:
