@@ -70,7 +70,8 @@ def rules_table() -> str:
 
 
 def _short(path: str) -> str:
-    """``specbatch.simulator.replay.chain:VerifyTables`` -> ``simulator.replay.chain.VerifyTables``."""
+    """``specbatch.simulator.replay.chain:VerifyTables`` ->
+    ``simulator.replay.chain.VerifyTables``."""
     return path.removeprefix("specbatch.").replace(":", ".")
 
 

@@ -44,7 +44,8 @@ class ScaledCost:
     """
 
     def __init__(self, inner: Any, factor: float) -> None:
-        require(factor > 0 and np.isfinite(factor), f"factor: expected a positive number, got {factor!r}")
+        require(factor > 0 and np.isfinite(factor), "factor: expected a positive number, got "
+                                                    f"{factor!r}")
         self.inner = inner
         self.factor = float(factor)
         self.overhead = self.factor * float(inner.overhead)
@@ -167,7 +168,8 @@ def capacity_lines(check: dict | None) -> list[str]:
     growth = check.get("queue_growth")
     if growth and growth["growing"]:
         lines.append(
-            f"warning: the queue grows without bound: waiting requests {growth['waiting_start']:.0f}"
+            "warning: the queue grows without bound: waiting requests "
+            f"{growth['waiting_start']:.0f}"
             f" -> {growth['waiting_end']:.0f} over the last {growth['window']} arrivals "
             f"(g = {growth['growth']:.2f}); latencies measure the run's length, not the setting")
     sens = check.get("sensitivity")

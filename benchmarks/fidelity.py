@@ -1,21 +1,21 @@
 """Measured fidelity of the simulator against the live engine, out of sample, on CPU.
 
 For every configuration of a small matrix (policy fixed k = 3 / tetris k = 2, e = 1; TV / BV;
-max_num_seqs 4 / 8; Poisson arrivals; T = 1) it runs the live engine twice on the same
-prompts (``--scheduler``: vLLM V1's mixed steps, the default, and/or V0's prefill-only
-steps, interleaved; the simulator replays the same rule), run A with seed 0 and run B with seed 1 (other arrival times, draws and uniforms),
-fits the cost model on A (the latency grid of A's batch size, measured once per batch size
-with the engine's own slot-cache calls, and A's mean overhead per step) and predicts B
+max_num_seqs 4 / 8; Poisson arrivals; T = 1) it runs the live engine twice on the same prompts
+(``--scheduler``: vLLM V1's mixed steps, the default, and/or V0's prefill-only steps, interleaved;
+the simulator replays the same rule), run A with seed 0 and run B with seed 1 (other arrival times,
+draws and uniforms), fits the cost model on A (the latency grid of A's batch size, measured once per
+batch size with the engine's own slot-cache calls, and A's mean overhead per step) and predicts B
 (:func:`specbatch.analysis.validate.live.validate` with ``fit_dir``). It prints B's out-of-sample
 errors: per-step latency MAPE (each measured step priced on its own passes), throughput,
 e2e mean and p99, TPOT, and whether the simulated schedule took B's exact steps.
 
-Models: SmolLM2-135M-Instruct as the target (``--target``, default ``models/smollm2`` of
-this checkout, which ``make models`` writes) and a draft made of its layers 0 and 29 (derived once into
-``--work``, sharing the target's embeddings and head). Skips with a message when the target
-is absent. ``--micro`` instead times one target decode pass against the running batch size:
-the slot cache over n rows vs. a static batch of 8 shrunk to n rows by row selection (the
-engine before continuous batching), to show that a pass costs what the running set costs.
+Models: SmolLM2-135M-Instruct as the target (``--target``, default ``models/smollm2`` of this
+checkout, which ``make models`` writes) and a draft made of its layers 0 and 29 (derived once into
+``--work``, sharing the target's embeddings and head). Skips with a message when the target is
+absent. ``--micro`` instead times one target decode pass against the running batch size: the slot
+cache over n rows vs. a static batch of 8 shrunk to n rows by row selection (the engine before
+continuous batching), to show that a pass costs what the running set costs.
 
 One torch thread; run it under ``nice -n 19``:
 

@@ -4,7 +4,8 @@ Per instance size, on seeded random Markov pairs: the time to build the sparse L
 (:func:`theory.exact.lp.lp_b_program`), to solve it with ``scipy.optimize.linprog(method="highs")``
 directly on those arrays, and through cvxpy (:func:`theory.exact.lp.solve_program`: HiGHS, the
 default, and CLARABEL), plus the largest deviation of each optimum from the exact E[τ_BV]
-(:func:`theory.exact.enumeration.expected_tau`; "err HiGHS" is the worse of linprog and cvxpy+HiGHS). Times are the median over ``--repeats`` solves.
+(:func:`theory.exact.enumeration.expected_tau`; "err HiGHS" is the worse of linprog and
+cvxpy+HiGHS). Times are the median over ``--repeats`` solves.
 
     .venv/bin/python benchmarks/lp_bench.py [--repeats 5] [--json]
 """

@@ -1,15 +1,16 @@
 """Verification cost: torch BV vs torch TV (and the numpy reference) on one batch.
 
-Serving-sized batch (default B = 256 requests, γ = 8 draft tokens, V = 32000, float32 rows on
-CPU). Target rows are softmax(logits), draft rows softmax(logits + noise) so per-token
-acceptance is realistic (noise 0.5: E[τ_TV] ≈ 3.6 of 8, like the block paper's PaLM-2 runs). Times are the best of ``--repeats`` runs (the machine is
-shared); ratios are taken within the same run.
+Serving-sized batch (default B = 256 requests, γ = 8 draft tokens, V = 32000, float32 rows on CPU).
+Target rows are softmax(logits), draft rows softmax(logits + noise) so per-token acceptance is
+realistic (noise 0.5: E[τ_TV] ≈ 3.6 of 8, like the block paper's PaLM-2 runs). Times are the best of
+``--repeats`` runs (the machine is shared); ratios are taken within the same run.
 
 TV touches the vocabulary once per request (the residual or bonus row at τ); BV also computes
 ``Z_{i+1}`` for positions γ-1 down to τ (lazy backward scan, theory/verify/torch_batched.py), so its
-cost grows with γ − E[τ]. The "dense BV" line computes every Z (theory.verify.path_stats.position_stats,
-numpy float64, one position at a time) for comparison, and "softmax of both rows" is what producing the rows from
-logits costs (both rules pay it in a real verifier).
+cost grows with γ − E[τ]. The "dense BV" line computes every Z
+(theory.verify.path_stats.position_stats, numpy float64, one position at a time) for comparison, and
+"softmax of both rows" is what producing the rows from logits costs (both rules pay it in a real
+verifier).
 
     .venv/bin/python benchmarks/verify_bench.py [--batch 256] [--gamma 8] [--vocab 32000]
         [--repeats 5] [--noise 0.5] [--threads N] [--skip-numpy] [--json]
@@ -103,7 +104,8 @@ def time_numpy(tokens, draft, target, uniforms) -> list[dict]:
     dr, tr = draft.double().numpy(), target.double().numpy()  # converted once, untimed
     rng = np.random.default_rng(2)
     rows = []
-    for name, fn in (("numpy TV (reference)", verify_token), ("numpy BV (reference)", verify_block)):
+    for name, fn in (("numpy TV (reference)", verify_token),
+                     ("numpy BV (reference)", verify_block)):
         seconds, (tau, _) = best_time(lambda fn=fn: fn(tk, dr, tr, u, rng), 1)
         rows.append({"impl": name, "seconds": seconds, "mean_tau": float(tau.mean())})
     seconds, _ = best_time(lambda: position_stats(tk, dr, tr), 1)

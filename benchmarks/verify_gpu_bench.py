@@ -1,10 +1,10 @@
 """Verification kernels at memory bandwidth: batched torch TV and BV on a GPU (issue 7 §1).
 
-Times :func:`theory.verify.torch_batched.verify_torch` with rule "token" (TV, THEORY.md §2) and "block"
-(BV, THEORY.md §3) on the padded layout for every B x γ x V x input dtype of the grid
-(default B in {64, 256}, γ in {4, 8}, V in {49152, 128256}: the SmolLM2 and Llama-3
-vocabularies; float32 and bfloat16), and compares the achieved bandwidth with the device's
-copy bandwidth measured in the same run.
+Times :func:`theory.verify.torch_batched.verify_torch` with rule "token" (TV, THEORY.md §2) and
+"block" (BV, THEORY.md §3) on the padded layout for every B x γ x V x input dtype of the grid
+(default B in {64, 256}, γ in {4, 8}, V in {49152, 128256}: the SmolLM2 and Llama-3 vocabularies;
+float32 and bfloat16), and compares the achieved bandwidth with the device's copy bandwidth measured
+in the same run.
 
 Bytes counted per call (the inputs a verifier over full distributions must read: the draft
 row ``Ms(·|X^{i-1})`` and the target row ``Mb(·|X^{i-1})`` at every drafted position i = 1..γ,
@@ -172,7 +172,8 @@ def bench_config(batch, gamma, vocab, dtypes, device, copy_gbps, warmup, repeats
         bv_gbps = nbytes / result["block_s"] / 1e9
         bv_over_tv = result["block_s"] / result["token_s"]
         rows.append({
-            "device": str(device), "impl": impl, "dtype": name, "batch": batch, "gamma": gamma, "vocab": vocab,
+            "device": str(device), "impl": impl, "dtype": name, "batch": batch, "gamma": gamma,
+            "vocab": vocab,
             "itemsize": itemsize, "bytes": nbytes, "upcast": dtype != torch.float32 and
             dtype != torch.float64,
             "tv_ms": 1e3 * result["token_s"], "bv_ms": 1e3 * result["block_s"],
@@ -209,7 +210,8 @@ def format_table(rows: list[dict], copy_gbps: float) -> str:
     lines = [f"copy bandwidth {copy_gbps:.1f} GB/s (read + write)", head]
     for r in rows:
         lines.append(
-            f"{r['impl']:<16}{r['dtype']:<9}{r['batch']:>5}{r['gamma']:>3}{r['vocab']:>8}{r['bytes'] / 1e6:>9.1f}"
+            f"{r['impl']:<16}{r['dtype']:<9}{r['batch']:>5}{r['gamma']:>3}{r['vocab']:>8}"
+            f"{r['bytes'] / 1e6:>9.1f}"
             f"{r['tv_ms']:>9.3f}{r['bv_ms']:>9.3f}{r['bv_over_tv']:>7.2f}{r['tv_gbps']:>9.1f}"
             f"{r['bv_gbps']:>9.1f}{r['tv_frac_copy']:>8.2f}{r['bv_frac_copy']:>8.2f}"
             f"{r['mean_tau_tv']:>6.2f}{r['mean_tau_bv']:>6.2f}  {'yes' if r['goal_met'] else 'no'}")
@@ -264,7 +266,11 @@ def main(argv=None) -> dict:
                                  repeats, impl)
         if device.type == "cuda":  # the config's rows are freed: give the cache back
             torch.cuda.empty_cache()
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
+    gpu = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else (platform.processor() or platform.machine())
+    )
     report = {"device": str(device), "device_name": gpu, "torch": torch.__version__,
               "quick": quick, "warmup": warmup, "repeats": repeats, "copy_mib": copy_mib,
               "copy_gbps": copy_gbps, "goal_frac_copy": GOAL_FRAC_COPY,
@@ -275,7 +281,8 @@ def main(argv=None) -> dict:
           f"warm-up{' (quick grid)' if quick else ''}")
     print(format_table(rows, copy_gbps))
     for impl, f in report["sampler_floors"].items():
-        print(f"simulator.cost.verify_cost floors of {impl} (float32 cells): TV {1e3 * f['tv_s']:.3f} "
+        print(f"simulator.cost.verify_cost floors of {impl} (float32 cells): TV "
+              f"{1e3 * f['tv_s']:.3f} "
               f"ms per call, BV {1e3 * f['bv_per_position_s']:.3f} ms per draft position")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

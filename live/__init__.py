@@ -1,12 +1,13 @@
 """Live batched speculative decoding on Hugging Face causal LMs, measured like the simulator.
 
-:func:`specbatch.live.loop.run_live` runs N requests through a real draft/target engine with
-the simulator's scheduling (iteration-level continuous batching: arrivals, FCFS admission into
-``max_num_seqs`` slots, steps composed by vLLM V1's rule, one token budget per step with
-joiners prefilled in the decode step, or V0's prefill-only steps; requests leaving when done) and records exactly the tables :mod:`specbatch.simulator.metrics`
-defines, so a live run and its simulation compare column by column (``specbatch validate``,
-:mod:`specbatch.analysis.validate.live`). The policy is the simulator's own
-(:meth:`specbatch.simulator.policies.registry.Policy.decide` on a view of the live draft's signals).
+:func:`specbatch.live.loop.run_live` runs N requests through a real draft/target engine with the
+simulator's scheduling (iteration-level continuous batching: arrivals, FCFS admission into
+``max_num_seqs`` slots, steps composed by vLLM V1's rule, one token budget per step with joiners
+prefilled in the decode step, or V0's prefill-only steps; requests leaving when done) and records
+exactly the tables :mod:`specbatch.simulator.metrics` defines, so a live run and its simulation
+compare column by column (``specbatch validate``, :mod:`specbatch.analysis.validate.live`). The
+policy is the simulator's own (:meth:`specbatch.simulator.policies.registry.Policy.decide` on a view
+of the live draft's signals).
 
 Modules, one concept each:
 

@@ -17,10 +17,10 @@ from specbatch.simulator.defaults import V1_DEFAULT_BATCHED_TOKENS
 from specbatch.simulator.policies.catalogue import names as policy_names
 from specbatch.simulator.replay.rules import names as rule_names
 
-#: Policies the live loop runs: the catalogue's rows with ``live`` (simulator.policies.catalogue; a test
-#: keeps them equal to the classes with ``live = True``), those that decide from
-#: draft-side signals after a full-depth draft (``threshold`` would stop drafting early,
-#: ``dsd`` needs a cost model, ``oracle`` and ``hindsight`` read the truth).
+#: Policies the live loop runs: the catalogue's rows with ``live`` (simulator.policies.catalogue; a
+#: test keeps them equal to the classes with ``live = True``), those that decide from draft-side
+#: signals after a full-depth draft (``threshold`` would stop drafting early, ``dsd`` needs a cost
+#: model, ``oracle`` and ``hindsight`` read the truth).
 LIVE_POLICIES = policy_names(live=True)
 VERIFIERS = ("theory", "local")
 #: Arrival processes of a live run (the simulator's, but "trace": live prompts carry no times).
@@ -45,8 +45,8 @@ class LiveConfig:
     ``num_speculative_tokens``, ``extra``, ``verify``; the budget is C = k·n.
     verifier: "theory" decides τ and the extra token with
     :func:`theory.verify.torch_batched.accept_and_residual`; "local" with
-    :func:`theory.verify.path_stats.accept_from_stats` on the recorded statistics (the simulator's own τ
-    function) and :func:`theory.verify.torch_batched.extra_token_law_torch`.
+    :func:`theory.verify.path_stats.accept_from_stats` on the recorded statistics (the simulator's
+    own τ function) and :func:`theory.verify.torch_batched.extra_token_law_torch`.
     max_num_seqs: running slots (None = every request: one static batch when they all
     arrive at once). arrival, rate, cv: the arrival process, as the simulator's ("burst" all at
     t = 0, "poisson" at ``rate`` req/s, "gamma" with mean gap 1/rate and CV ``cv``), drawn by

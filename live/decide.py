@@ -1,11 +1,11 @@
-"""The live loop's side of the decode-step contract: a :class:`~simulator.policies.step_plan.Plan` from the
-draft it just ran.
+"""The live loop's side of the decode-step contract: a :class:`~simulator.policies.step_plan.Plan`
+from the draft it just ran.
 
-The policy sees the draft's own signals (``conf``: the draft's temperature-1 probability of
-each drafted token, or 1/0 for an n-gram draft's real/filler tokens) through an array
+The policy sees the draft's own signals (``conf``: the draft's temperature-1 probability of each
+drafted token, or 1/0 for an n-gram draft's real/filler tokens) through an array
 :class:`~simulator.policies.view.StepView`, the requests in the simulator's batch order (admission
-order), and :func:`simulator.policies.step_plan.plan_step` applies the budget C = k·n, the proposal cap
-and the contract checks exactly as the simulator does.
+order), and :func:`simulator.policies.step_plan.plan_step` applies the budget C = k·n, the proposal
+cap and the contract checks exactly as the simulator does.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from specbatch.simulator.policies.view import StepView
 
 def draft_confidence(draft_logits, draft_tokens) -> np.ndarray:
     """The draft's temperature-1 probability of each drafted token, computed exactly as
-    :func:`theory.verify.torch_path_stats.path_stats_torch` computes ``draft_conf`` (so the trace records
-    what the policy read).  draft_logits # [n, K, V], draft_tokens # [n, K] -> # [n, K]"""
+    :func:`theory.verify.torch_path_stats.path_stats_torch` computes ``draft_conf`` (so the trace
+    records what the policy read).  draft_logits # [n, K, V], draft_tokens # [n, K] -> # [n, K]"""
     import torch
 
     p1 = torch.log_softmax(draft_logits.double(), dim=-1).exp()
@@ -31,10 +31,11 @@ def draft_confidence(draft_logits, draft_tokens) -> np.ndarray:
 
 def plan_from_draft(policy: Policy, rank: np.ndarray, kv: np.ndarray, x, draft_logits,
                     proposed: np.ndarray | None) -> Plan:
-    """The step's :class:`simulator.policies.step_plan.Plan` (:func:`simulator.policies.step_plan.plan_step`, checked) from
-    the simulator's policy on the draft's signals, the rows handed over in the simulator's
-    batch order (admission order) and the plan returned in the batch's row order. With
-    ``proposed`` # [n] (n-gram drafts) the plan caps every request at its proposed count. The
+    """The step's :class:`simulator.policies.step_plan.Plan`
+    (:func:`simulator.policies.step_plan.plan_step`, checked) from the simulator's policy on the
+    draft's signals, the rows handed over in the simulator's batch order (admission order) and the
+    plan returned in the batch's row order. With ``proposed`` # [n] (n-gram drafts) the plan caps
+    every request at its proposed count. The
     draft already ran: a plan that drafts anything but that (every request's full depth, or
     its proposed count) is a one-line error.
 

@@ -33,15 +33,16 @@ The verbs:
   - :func:`draft`: K sequential draft passes, each sampling ``X_j ~ Ms(·|c, X^{j-1})``;
     with ``draft = "ngram"`` (:mod:`.ngram`) the prompt-lookup proposer instead: up to K
     one-hot tokens per request, no draft model or cache, its CPU time the draft time;
-  - :func:`decide`: the step's :class:`~simulator.policies.step_plan.Plan` from the simulator's policy on
+  - :func:`decide`: the step's :class:`~simulator.policies.step_plan.Plan` from the simulator's
+    policy on
     the draft's signals (:mod:`.decide`: the same ``plan_step`` as the simulator, budget
     C = k·n, rows in the simulator's batch order);
   - :func:`target_pass`: one pass over the pending token and ``X_1..X_{s_i}``;
   - :func:`verify`: τ with γ = s_i and the simulator's counter-based uniforms
     (:func:`simulator.replay.chain.uniforms` keyed by (seed, request, output position)); the extra
     token from the exact law of THEORY.md §2-§3 (bonus from ``Mb(·|X^γ)`` when τ = γ, else a
-    correction from ``max(p_τ Mb(·|X^τ) − Ms(·|X^τ), 0)``, p = 1 for TV). The path statistics
-    q, pt, Z of the verified prefix are recorded (:func:`theory.verify.torch_path_stats.path_stats_torch`)
+    correction from ``max(p_τ Mb(·|X^τ) − Ms(·|X^τ), 0)``, p = 1 for TV). The path statistics q, pt,
+    Z of the verified prefix are recorded (:func:`theory.verify.torch_path_stats.path_stats_torch`)
     so the simulator replaying them draws the same τ;
   - :func:`commit`: each request emits ``min(τ + 1, remaining)`` tokens, its cache rows keep
     the accepted prefix (the rest is overwritten next step), and the tokens not yet in a cache
@@ -52,10 +53,10 @@ by (seed, stream, request, output position), so a request's tokens do not depend
 other requests share its batch (for ``fixed``, the same outputs under any arrivals and
 ``max_num_seqs``).
 
-Timing (:mod:`.timeline`): a step's duration runs from the end of the previous step (or the
-idle jump) to its own end, so admission and retirement bookkeeping are inside a step.
-``draft_time`` is the sum of the draft model calls (the n-gram proposer's CPU time), ``target_time`` the target model call,
-``overhead_time`` the rest (masks and position ids, sampling, policy, verification, cache
+Timing (:mod:`.timeline`): a step's duration runs from the end of the previous step (or the idle
+jump) to its own end, so admission and retirement bookkeeping are inside a step. ``draft_time`` is
+the sum of the draft model calls (the n-gram proposer's CPU time), ``target_time`` the target model
+call, ``overhead_time`` the rest (masks and position ids, sampling, policy, verification, cache
 moves). Statistics computed only to record the run are paused on the timeline.
 """
 
@@ -214,13 +215,13 @@ def verify(live: Live, batch: Batch, x, draft_logits, target_logits, s: np.ndarr
     """τ (numpy and torch, # [n]), the extra token y # [n] and the path statistics (numpy
     dict, :func:`theory.verify.torch_path_stats.path_stats_torch`) of one step.
 
-    Uniforms: the simulator's, keyed by (seed, request, output position). ``verifier =
-    "theory"``: :func:`theory.verify.torch_batched.accept_and_residual` decides and the statistics
-    are recorded off the timeline; ``"local"``: :func:`theory.verify.path_stats.accept_from_stats` on
-    the statistics (the simulator's τ function) and
+    Uniforms: the simulator's, keyed by (seed, request, output position). ``verifier = "theory"``:
+    :func:`theory.verify.torch_batched.accept_and_residual` decides and the statistics are recorded
+    off the timeline; ``"local"``: :func:`theory.verify.path_stats.accept_from_stats` on the
+    statistics (the simulator's τ function) and
     :func:`theory.verify.torch_batched.extra_token_law_torch`. N-gram drafts (``proposed`` # [n]):
-    fillers enter as token 0 (s ≤ proposed, so none is verified) and their recorded draft
-    signals are 0 (:func:`.ngram.filler_signals`).
+    fillers enter as token 0 (s ≤ proposed, so none is verified) and their recorded draft signals
+    are 0 (:func:`.ngram.filler_signals`).
     """
     import torch
 

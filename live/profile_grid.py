@@ -20,12 +20,12 @@ MIXED_COLUMNS = ("prefill_batch", "prefill_tokens")
 def visited_grid(n: int, depth: int, prompt_mean: float, max_new: int) -> dict:
     """The (batch, query, kv) cells a live run's workload visits, as a profiling grid.
 
-    n = the run's running slots (``max_num_seqs``). Batches n, ⌈n/2⌉, ⌈n/4⌉, ..., 1; KV lengths prompt, prompt + max_new/2, prompt + max_new
-    (prompt = mean prompt length); queries 1 (draft) and 1..K+1 (target); plus the prefill
-    cell (query = mean prompt length, KV 0) at every batch size. The target also gets mixed
-    cells (batch, K + 1, kv, m, prompt): every batch b < n at every KV length with m = 1 and
-    m = n − b joiners' prompts in the same pass (a V1 step admitting one or filling the slots).
-    returns role -> list of cells (3-tuples, mixed cells 5-tuples).
+    n = the run's running slots (``max_num_seqs``). Batches n, ⌈n/2⌉, ⌈n/4⌉, ..., 1; KV lengths
+    prompt, prompt + max_new/2, prompt + max_new (prompt = mean prompt length); queries 1 (draft)
+    and 1..K+1 (target); plus the prefill cell (query = mean prompt length, KV 0) at every batch
+    size. The target also gets mixed cells (batch, K + 1, kv, m, prompt): every batch b < n at every
+    KV length with m = 1 and m = n − b joiners' prompts in the same pass (a V1 step admitting one or
+    filling the slots). returns role -> list of cells (3-tuples, mixed cells 5-tuples).
     """
     batches, b = [], int(n)
     while True:

@@ -1,12 +1,12 @@
 """What a live run records, and its output directory.
 
-:class:`Recorder` collects, as the loop runs, one row per forward pass (the latency-profile
-columns of :mod:`specbatch.simulator.cost.registry`, query/KV tokens counted as the simulator counts
-them, plus the padded ``cache_slots`` actually attended), one row per step
+:class:`Recorder` collects, as the loop runs, one row per forward pass (the latency-profile columns
+of :mod:`specbatch.simulator.cost.registry`, query/KV tokens counted as the simulator counts them,
+plus the padded ``cache_slots`` actually attended), one row per step
 (:class:`specbatch.simulator.engine.request_state.StepRecord`), the per-request counters of
 :mod:`specbatch.simulator.metrics`, the generated tokens, and the drafted path's statistics
-(THEORY.md §3: q, pt, Z, and the draft's temperature-1 signals) at every visited output
-position. Times are on the live clock (:mod:`specbatch.live.pool`: arrivals' axis); ``throughput`` = output
+(THEORY.md §3: q, pt, Z, and the draft's temperature-1 signals) at every visited output position.
+Times are on the live clock (:mod:`specbatch.live.pool`: arrivals' axis); ``throughput`` = output
 tokens / makespan as in :func:`specbatch.simulator.metrics.summarize`.
 
 :func:`write_live` writes ``OUT/``: ``requests.parquet``, ``steps.parquet``, ``summary.json``

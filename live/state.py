@@ -1,5 +1,5 @@
-"""What the live loop's verbs share (:class:`Live`) and its small helpers: counter-based
-draws, and closing a step as one :class:`simulator.engine.request_state.StepRecord` on the measured clock."""
+"""What the live loop's verbs share (:class:`Live`) and its small helpers: counter-based draws, and
+closing a step as one :class:`simulator.engine.request_state.StepRecord` on the measured clock."""
 
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ def step_start(live: Live) -> float:
 
 def step_end(live: Live, start: float, **counts: Any) -> float:
     """Close a step: its duration is the timeline since ``mark``; record it as one
-    :class:`simulator.engine.request_state.StepRecord` (``counts``: its fields but replica, time, end,
-    verify_time = 0 (the live verification is not timed apart: it is in the overhead) and
+    :class:`simulator.engine.request_state.StepRecord` (``counts``: its fields but replica, time,
+    end, verify_time = 0 (the live verification is not timed apart: it is in the overhead) and
     overhead_time = duration − draft_time − target_time)."""
     wall = live.clock.now()
     duration = wall - live.mark

@@ -92,8 +92,9 @@ def add_schedule_columns(steps):
 
 
 def step_frame(step_rows: list | StepLog) -> pd.DataFrame:
-    """The step table of recorded :class:`~simulator.engine.request_state.StepRecord` rows (the simulator's
-    :class:`~simulator.engine.steplog.StepLog`, the live loop's list), float and int columns typed."""
+    """The step table of recorded :class:`~simulator.engine.request_state.StepRecord` rows (the
+    simulator's :class:`~simulator.engine.steplog.StepLog`, the live loop's list), float and int
+    columns typed."""
     if not len(step_rows):
         return pd.DataFrame({c: np.zeros(0) for c in STEP_COLUMNS})
     if isinstance(step_rows, StepLog):

@@ -1,4 +1,5 @@
-"""Is the simulated engine keeping up with its arrivals? The queue's growth and the GPU's busy share.
+"""Is the simulated engine keeping up with its arrivals? The queue's growth and the GPU's busy
+share.
 
 Near an engine's capacity a serving answer is fragile: with offered load λ and service rate μ,
 the mean wait of a stable queue grows like ρ / (1 − ρ) (ρ = λ / μ), so a few percent of step
@@ -11,10 +12,11 @@ capacity too.
 
 **Queue growth** g. W_i = the requests waiting for their first token when request i arrives
   (arrived at or before it, first token after it, request i included). Over the last 75 % of
-  arrivals (the first quarter is warm-up), ΔW = mean W over that window's last tenth − mean W
-  over its first tenth, and g = ΔW / (arrivals between the two tenths' centres, 0.9 of the
-  window). Admissions there are arrivals − ΔW, so g estimates 1 − μ/λ when the queue grows, and is ≈ 0 (either sign) when it
-  is stationary. The run is flagged as *growing without bound* when g ≥ 0.1 and ΔW ≥ 10
+  arrivals (the first quarter is warm-up), ΔW = mean W over that window's last tenth − mean W over
+  its first tenth, and g = ΔW / (arrivals between the two tenths' centres, 0.9 of the window).
+  Admissions there are arrivals − ΔW, so g estimates 1 − μ/λ when the queue grows, and is ≈ 0
+  (either sign) when it is stationary. The run is flagged as *growing without bound* when g ≥ 0.1
+  and ΔW ≥ 10
   requests: at least a tenth of the arrivals pile up, beyond a stationary queue's fluctuation
   at the run sizes simulate uses (its W has s.d. ≈ √(ρ)/(1 − ρ) for M/M/1).
 

@@ -1,7 +1,7 @@
 """The one error type for user mistakes (bad file, bad field, bad value).
 
-It sits at the bottom of the dependency graph (``cli -> analysis -> {live, simulator} ->
-traces -> theory -> errors``) because every package may raise it. The CLI root prints it as a single line
+It sits at the bottom of the dependency graph (``cli -> analysis -> {live, simulator} -> traces ->
+theory -> errors``) because every package may raise it. The CLI root prints it as a single line
 ``specbatch: error: <message>`` and exits with code 2; it never shows a traceback.
 """
 

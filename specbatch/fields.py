@@ -74,10 +74,10 @@ def knob(default: object, help: str, choices: tuple[str, ...] | Callable[[], tup
     help: what the field means (one sentence, no default: that is added where shown).
     choices: the allowed strings (or a function returning them, looked up when needed).
     range: the allowed numbers. names: known values listed in help, not checked here (model
-    shape names: a profile may name others); every_name: they are all the allowed values
-    (checked by the config's own lookup, e.g. case-insensitive hardware presets). flags: extra command-line spellings
-    (``--k``). none: what None means, for an optional field. flag: whether the command line
-    offers this field as a flag.
+    shape names: a profile may name others); every_name: they are all the allowed values (checked by
+    the config's own lookup, e.g. case-insensitive hardware presets). flags: extra command-line
+    spellings (``--k``). none: what None means, for an optional field. flag: whether the command
+    line offers this field as a flag.
     """
     meta = {"help": help, "choices": choices, "range": range, "names": names,
             "every_name": every_name, "flags": flags, "none": none, "flag": flag}

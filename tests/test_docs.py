@@ -104,7 +104,8 @@ DOC_COMMANDS = sorted({(p.relative_to(ROOT).as_posix(), c) for p in PAGES
 
 
 def test_the_shell_extractor_joins_lines_and_drops_comments_and_heredocs():
-    text = ("```bash\nspecbatch a --x 1 \\\n    --y 2   # note\ncat > f <<'EOF'\nspecbatch no\nEOF\n"
+    text = ("```bash\nspecbatch a --x 1 \\\n    --y 2   # note\ncat > f <<'EOF'\nspecbatch "
+            "no\nEOF\n"
             "specbatch b && specbatch c | tail\n```\n")
     assert shell_commands(text) == ["specbatch a --x 1      --y 2", "specbatch b", "specbatch c"]
 

@@ -88,7 +88,8 @@ def test_ranges_and_choices_are_checked_naming_the_field_or_the_flag():
 
 def test_a_field_may_have_one_spelling_only():
     assert resolve_aliases({"n": 3}, {"n": "size"}, "toy:") == {"size": 3}
-    with pytest.raises(SpecbatchError, match="toy: field 'size': given twice \\(as 'n' and 'size'\\)"):
+    with pytest.raises(SpecbatchError, match="toy: field 'size': given twice \\(as 'n' and "
+                                             "'size'\\)"):
         resolve_aliases({"n": 3, "size": 4}, {"n": "size"}, "toy:")
 
 

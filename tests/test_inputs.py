@@ -42,7 +42,8 @@ def test_the_wrong_kind_of_file_is_refused(tmp_path, make, message):
 def test_a_file_over_the_size_cap_is_refused_before_reading(tmp_path):
     path = tmp_path / "big.json"
     path.write_text("[" + "0," * 1000 + "0]")
-    with pytest.raises(SpecbatchError, match="expected a regular file of at most 100 bytes, got 2,003"):
+    with pytest.raises(SpecbatchError, match="expected a regular file of at most 100 bytes, got "
+                                             "2,003"):
         read_text(path, "pair", max_bytes=100)
 
 

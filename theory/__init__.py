@@ -3,8 +3,8 @@
 See docs/THEORY.md for every formula.
 Imports only numpy, scipy, cvxpy and torch.
 
-The names are loaded on first use, so a caller of one light submodule (the simulator's hot
-path uses ``theory.allocate.budget`` and ``theory.verify.path_stats``) does not import scipy's LP stack.
+The names are loaded on first use, so a caller of one light submodule (the simulator's hot path uses
+``theory.allocate.budget`` and ``theory.verify.path_stats``) does not import scipy's LP stack.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ if TYPE_CHECKING:
 
 #: Submodule -> the names it exports.
 _MODULES = {
-    "allocate.budget": ("allocation_value", "gains_value", "greedy_heap", "greedy_topc", "optimal_dp",
-                 "optimal_dp_gains", "optimal_milp", "prefix_gains"),
+    "allocate.budget": ("allocation_value", "gains_value", "greedy_heap", "greedy_topc",
+                        "optimal_dp", "optimal_dp_gains", "optimal_milp", "prefix_gains"),
     "exact.enumerate": ("expected_tau", "iteration_law", "loop_law", "validity_residual"),
     "exact.lp": ("solve_lp_a", "solve_lp_b"),
     "exact.small_models": ("ModelPair", "pair_from_dict", "random_pair", "read_pair"),

@@ -23,9 +23,10 @@ if TYPE_CHECKING:
     from specbatch.traces.synth import SynthConfig, synth_trace
 
 #: Exported name -> the submodule that defines it.
-_EXPORTS = {"FORMAT_NAME": "format.trace", "FORMAT_VERSION": "format.trace", "Trace": "format.trace",
-            "default_meta": "format.trace", "make_trace": "format.trace", "read_trace": "format.files",
-            "resolve_trace": "format.files", "validate_trace": "format.files", "write_trace": "format.files",
+_EXPORTS = {"FORMAT_NAME": "format.trace", "FORMAT_VERSION": "format.trace",
+            "Trace": "format.trace", "default_meta": "format.trace", "make_trace": "format.trace",
+            "read_trace": "format.files", "resolve_trace": "format.files",
+            "validate_trace": "format.files", "write_trace": "format.files",
             "SynthConfig": "synth", "synth_trace": "synth"}
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "SynthConfig", "Trace", "default_meta", "make_trace",

@@ -6,16 +6,16 @@ picked from a shared pool of ``tables`` tables. At temperature 1 the draft is th
 
     Ms(·|x) = λ · Mb(·|x) + (1 − λ) · N(·|x),
 
-with a similarity λ per request (easy requests around ``similarity``, a ``hard_fraction``
-around ``hard_similarity``) jittered per draft position (``similarity_spread`` on the logit
-scale). At temperature T both rows are tempered, ``M_T ∝ M^{1/T}``; at T = 0 they are one-hot
-at their argmax (greedy), exactly as a capture records them (the temperature-0 rule of ``traces/format/trace.py``).
+with a similarity λ per request (easy requests around ``similarity``, a ``hard_fraction`` around
+``hard_similarity``) jittered per draft position (``similarity_spread`` on the logit scale). At
+temperature T both rows are tempered, ``M_T ∝ M^{1/T}``; at T = 0 they are one-hot at their argmax
+(greedy), exactly as a capture records them (the temperature-0 rule of ``traces/format/trace.py``).
 
-For each request the target's reference output ``y`` is sampled from ``Mb`` at T; row t drafts
-K tokens from the context ``y_{t−1}`` by sampling the draft at T, and ``q, pt, z`` come from
-:func:`theory.verify.path_stats.position_stats` on the full draft/target rows along the drafted path, so r,
-p, Z and the draft signals are mutually consistent. ``draft_conf``, ``entropy`` and ``top1``
-are read from the draft's temperature-1 row.
+For each request the target's reference output ``y`` is sampled from ``Mb`` at T; row t drafts K
+tokens from the context ``y_{t−1}`` by sampling the draft at T, and ``q, pt, z`` come from
+:func:`theory.verify.path_stats.position_stats` on the full draft/target rows along the drafted
+path, so r, p, Z and the draft signals are mutually consistent. ``draft_conf``, ``entropy`` and
+``top1`` are read from the draft's temperature-1 row.
 
 Surrogate quality (how well ``draft_conf`` predicts acceptance, for TETRIS):
 - ``natural``: the draft's own temperature-1 probability of the drafted token (a capture);
@@ -101,17 +101,20 @@ class SynthConfig:
             value = getattr(self, name)
             require(0 <= value <= 1, f"synth: {name}: expected a value in [0, 1], got {value}")
         require(self.surrogate in SURROGATES,
-                f"synth: surrogate: expected one of {', '.join(SURROGATES)}, got {self.surrogate!r}")
+                f"synth: surrogate: expected one of {', '.join(SURROGATES)}, got "
+                f"{self.surrogate!r}")
         if self.surrogate_noise is not None:
             require(0 <= self.surrogate_noise <= 1,
-                    f"synth: surrogate_noise: expected a value in [0, 1], got {self.surrogate_noise}")
+                    "synth: surrogate_noise: expected a value in [0, 1], got "
+                    f"{self.surrogate_noise}")
         if self.constant_alpha is not None:
             require(0 < self.constant_alpha <= 1,
                     f"synth: constant_alpha: expected a value in (0, 1], got {self.constant_alpha}")
             require(self.temperature > 0, "synth: constant_alpha: expected temperature > 0 "
                     "(at temperature 0 acceptance is 0 or 1), got 0")
         if self.arrival_rate is not None:
-            require(self.arrival_rate > 0, f"synth: arrival_rate: expected > 0, got {self.arrival_rate}")
+            require(self.arrival_rate > 0, "synth: arrival_rate: expected > 0, got "
+                                           f"{self.arrival_rate}")
         require(self.tables >= 1, f"synth: tables: expected >= 1, got {self.tables}")
 
 
@@ -120,8 +123,12 @@ def synth_trace(config: SynthConfig) -> Trace:
     config.check()
     rng = np.random.default_rng(config.seed)
     n, k, v = config.requests, config.depth, config.vocab
-    prompt_len = _lognormal_lengths(rng, n, config.prompt_mean, config.prompt_sigma, config.prompt_max)
-    output_len = _lognormal_lengths(rng, n, config.output_mean, config.output_sigma, config.output_max)
+    prompt_len = _lognormal_lengths(
+        rng, n, config.prompt_mean, config.prompt_sigma, config.prompt_max
+    )
+    output_len = _lognormal_lengths(
+        rng, n, config.output_mean, config.output_sigma, config.output_max
+    )
     hard = rng.random(n) < config.hard_fraction
     lam = np.where(hard, config.hard_similarity, config.similarity)  # [n]
     target_tab = _tables(rng, config.tables, v, config.concentration)  # [P, V, V]
@@ -144,7 +151,9 @@ def synth_trace(config: SynthConfig) -> Trace:
 
     out = {name: np.empty((rows, k)) for name in ("q", "pt", "z", "draft_conf", "entropy", "top1")}
     out["draft_token"] = np.empty((rows, k), dtype=np.int32)
-    tables = None if config.constant_alpha is not None else _draft_tables(config, target_tab, noise_tab)
+    tables = (
+        None if config.constant_alpha is not None else _draft_tables(config, target_tab, noise_tab)
+    )
     chunk = max(1, 250_000 // ((k + 1) * v))
     for start in range(0, rows, chunk):
         sl = slice(start, min(rows, start + chunk))
@@ -187,7 +196,8 @@ def _synth_meta(config: SynthConfig) -> dict:
     )
 
 
-def _lognormal_lengths(rng: np.random.Generator, n: int, mean: float, sigma: float, cap: int) -> np.ndarray:
+def _lognormal_lengths(rng: np.random.Generator, n: int, mean: float, sigma: float,
+                       cap: int) -> np.ndarray:
     """Integer lengths, lognormal with the given mean, clipped to [1, cap].  returns # [n]"""
     mu = np.log(mean) - sigma**2 / 2
     return np.clip(np.rint(rng.lognormal(mu, sigma, size=n)), 1, cap).astype(np.int64)
@@ -285,7 +295,8 @@ def _chunk_markov(config, tables, pair, context, level, uniforms) -> dict:
             x = tables["argmax"][c]
         else:
             cdf = np.take(tables["cdf"], c, axis=0)  # [B, V]
-            threshold = (1.0 - uniforms[:, i]) * cdf[:, -1]  # in (0, total]: never a zero-mass token
+            # in (0, total]: never a zero-mass token
+            threshold = (1.0 - uniforms[:, i]) * cdf[:, -1]
             x = np.minimum(np.count_nonzero(cdf < threshold[:, None], axis=1), v - 1)
         tokens[:, i], combo[:, i] = x, c
         draft_rows[:, i] = np.take(tables["draft_t"], c, axis=0)
@@ -331,7 +342,11 @@ def _apply_surrogate(config: SynthConfig, rng: np.random.Generator, out: dict) -
     if config.surrogate == "perfect":
         conf = accept
     else:
-        w = config.surrogate_noise if config.surrogate_noise is not None else DEFAULT_NOISE[config.surrogate]
+        w = (
+            config.surrogate_noise
+            if config.surrogate_noise is not None
+            else DEFAULT_NOISE[config.surrogate]
+        )
         conf = (1 - w) * accept + w * rng.random(accept.shape)
     out["draft_conf"] = conf
     out["top1"] = np.maximum(out["top1"], conf)

@@ -17,8 +17,9 @@ vllm-project/vllm@002e77c1f0ef (vllm/config/speculative.py):
   ``num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None``);
 - ``__post_init__``: ``method`` None becomes ``draft_model`` (``ngram`` when ``model`` is
   "ngram"); ``model`` None with ``num_speculative_tokens`` set is allowed only for ``mtp``,
-  ``dspark``, ``ngram``, ``ngram_gpu``, ``suffix``, ``extract_hidden_states`` (else "num_speculative_tokens was provided but without speculative model");
-  ``prompt_lookup_min <= prompt_lookup_max``; the legacy MTP method names become ``mtp``;
+  ``dspark``, ``ngram``, ``ngram_gpu``, ``suffix``, ``extract_hidden_states`` (else
+  "num_speculative_tokens was provided but without speculative model"); ``prompt_lookup_min <=
+  prompt_lookup_max``; the legacy MTP method names become ``mtp``;
 - ``_verify_args``: ``tensor_parallel_size`` refused; ``synthetic`` needs exactly one of
   ``synthetic_acceptance_rates`` / ``synthetic_acceptance_length``, and both are refused
   otherwise;

@@ -384,8 +384,9 @@ def per_token_table(role, q_max: int) -> np.ndarray:
 
 
 def vectorised(role) -> bool:
-    """Whether :func:`per_token_table` prices the tail in one call (a dense full-precision
-    shape, the target's weights unquantised); otherwise every Q costs one pricer call (~1 ms for a MoE target)."""
+    """Whether :func:`per_token_table` prices the tail in one call (a dense full-precision shape,
+    the target's weights unquantised); otherwise every Q costs one pricer call (~1 ms for a MoE
+    target)."""
     from specbatch.simulator.cost.measured.sources import sparse
 
     return not sparse(role.shape) and role.weight_bits >= 16 and not role.fmt.quantized

@@ -373,6 +373,8 @@ def check_band(text: str | None) -> tuple[float, float] | None:
     try:
         low, high = (float(v) for v in text.split(","))
     except ValueError:
-        raise SpecbatchError(f"--acceptance-band: expected A,B (two numbers), got {text!r}") from None
+        raise SpecbatchError(
+            f"--acceptance-band: expected A,B (two numbers), got {text!r}"
+        ) from None
     require(0 < low <= high <= 1, f"--acceptance-band: expected 0 < A <= B <= 1, got {text!r}")
     return low, high

@@ -1,7 +1,8 @@
 """Acceptance models against trace replay: how far does modelling acceptance move the answer?
 
 Two views, both for the report of a sweep whose ``acceptance`` axis ran ``trace`` beside
-``constant`` and ``per-position`` (simulator.replay.fitted_acceptance; analysis/specs/acceptance.toml):
+``constant`` and ``per-position`` (simulator.replay.fitted_acceptance;
+analysis/specs/acceptance.toml):
 
 - :func:`formula_table` (from the trace alone): the mean accepted length ``E[τ + 1]`` at a
   fixed window γ as trace replay gives it (TV: ``1 + Σ_{j≤γ} mean P(τ ≥ j)``), as each fitted

@@ -272,9 +272,12 @@ def _served(df: pd.DataFrame, setting: Mapping) -> float:
     """Mean over seeds of throughput / offered tokens per second (open-loop runs only)."""
     rows = select(df, setting)
     need = {"rate", "tokens", "requests_result", "throughput", "arrival"}
-    if rows.empty or not need <= set(rows.columns) or not rows.arrival.isin(("poisson", "gamma")).all():
+    if (rows.empty or not need <= set(rows.columns)
+            or not rows.arrival.isin(("poisson", "gamma")).all()):
         return math.nan
-    offered = rows.rate.astype(float) * rows.tokens.astype(float) / rows.requests_result.astype(float)
+    offered = (
+        rows.rate.astype(float) * rows.tokens.astype(float) / rows.requests_result.astype(float)
+    )
     return float((rows.throughput.astype(float) / offered).mean())
 
 
@@ -318,7 +321,9 @@ def same_budget(df: pd.DataFrame, a: Mapping, b: Mapping, metric: str = "through
     comparison. One row per k present on both sides, with the paired relative difference.
     """
     rows = []
-    ks = sorted(set(select(df, a).num_speculative_tokens) & set(select(df, b).num_speculative_tokens))
+    ks = sorted(
+        set(select(df, a).num_speculative_tokens) & set(select(df, b).num_speculative_tokens)
+    )
     for k in ks:
         sa = best_setting_selector(df, {**a, "num_speculative_tokens": k}, metric)
         sb = best_setting_selector(df, {**b, "num_speculative_tokens": k}, metric)

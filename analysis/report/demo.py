@@ -87,7 +87,8 @@ class DemoPlan:
 
 @dataclass(frozen=True)
 class DemoResult:
-    """What a demo run did (analysis.sweep.runner.SweepOutcome), its headline table and report path."""
+    """What a demo run did (analysis.sweep.runner.SweepOutcome), its headline table and report
+    path."""
 
     outcome: SweepOutcome
     headline: pd.DataFrame

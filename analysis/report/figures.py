@@ -60,7 +60,9 @@ def figure_vs_k(df: pd.DataFrame, metric: str, path: Path, context: str = "") ->
     if lines.empty:
         return None
     lines = lines.assign(e=lines.extra.astype(int).map(lambda e: f"e={e}"))
-    verifies = [v for v in ("token", "block") if v in set(lines.verify)] or sorted(set(lines.verify))
+    verifies = [v for v in ("token", "block") if v in set(lines.verify)] or sorted(
+        set(lines.verify)
+    )
     fig, axes = plt.subplots(1, len(verifies), figsize=(6.2 * len(verifies), 4.6), sharey=True,
                              squeeze=False)
     policies = list(dict.fromkeys(lines.policy))
@@ -80,7 +82,8 @@ def figure_vs_k(df: pd.DataFrame, metric: str, path: Path, context: str = "") ->
             elif policy != "ar":
                 continue
             ax.axhline(rows[metric].mean(), color=next(shades, "0.5"), linestyle="--",
-                       linewidth=1.2, label=f"{policy} (k = {int(rows.num_speculative_tokens.iloc[0])})"
+                       linewidth=1.2, label=f"{policy} (k = "
+                                            f"{int(rows.num_speculative_tokens.iloc[0])})"
                        if policy != "ar" else "ar")
         name = {"token": "token verification (TV)", "block": "block verification (BV)"}
         ax.set_title(name.get(verify, verify), fontsize=10)

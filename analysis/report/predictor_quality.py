@@ -1,10 +1,10 @@
 """The learned acceptance predictor judged: out-of-sample quality, and what it buys TETRIS.
 
-:func:`predictor_quality` splits a trace by request exactly as a simulation with
-``calibration_split = f`` and seed s does (simulator.policies.calibration), fits each predictor on the
-calibration requests and scores it on the others, against the draft's own confidence (the
-official TETRIS surrogate) on the same tokens. Scores (each token weighted by its true
-acceptance probability, no sampled labels; filler slots of n-gram traces left out):
+:func:`predictor_quality` splits a trace by request exactly as a simulation with ``calibration_split
+= f`` and seed s does (simulator.policies.calibration), fits each predictor on the calibration
+requests and scores it on the others, against the draft's own confidence (the official TETRIS
+surrogate) on the same tokens. Scores (each token weighted by its true acceptance probability, no
+sampled labels; filler slots of n-gram traces left out):
 
 - ``token AUC``: expected ROC AUC (traces.format.describe.weighted_auc) of the predicted
   acceptance of token j given tokens < j accepted, against ``a_j = min(1, r_j)``;
@@ -78,8 +78,8 @@ def reliability(estimate: np.ndarray, a: np.ndarray, bins: int = BINS) -> pd.Dat
 
 def predictor_quality(trace, fraction: float = 0.5, seeds: tuple[int, ...] = (0, 1, 2),
                       kinds: tuple[str, ...] = ("learned", "logistic")) -> pd.DataFrame:
-    """Out-of-sample scores per predictor and seed (the split of a run with
-    ``calibration_split = fraction`` and that seed): one row per (predictor, seed), ``confidence`` first."""
+    """Out-of-sample scores per predictor and seed (the split of a run with ``calibration_split =
+    fraction`` and that seed): one row per (predictor, seed), ``confidence`` first."""
     rows = []
     for seed in seeds:
         calibration, held_out, _ = split_trace(trace, fraction, seed)

@@ -40,7 +40,10 @@ def context_note(ctx: dict) -> str:
 
 
 def table_rows(table: pd.DataFrame) -> list[list[str]]:
-    return [[fmt_cell(v, c) for c, v in zip(table.columns, row)] for row in table.itertuples(index=False)]
+    return [
+        [fmt_cell(v, c) for c, v in zip(table.columns, row)]
+        for row in table.itertuples(index=False)
+    ]
 
 
 def md_table(table: pd.DataFrame) -> str:
@@ -91,7 +94,8 @@ def render(blocks: Sequence[tuple], fmt: str) -> str:
             elif kind == "table":
                 parts.append(html_table(rest[0]))
             elif kind == "img":
-                parts.append(f'<figure><img src="{html.escape(rest[0])}" alt="{html.escape(rest[1])}">'
+                parts.append(f'<figure><img src="{html.escape(rest[0])}" '
+                             f'alt="{html.escape(rest[1])}">'
                              f"<figcaption>{html.escape(rest[1])}</figcaption></figure>")
     if fmt == "md":
         return "\n\n".join(parts) + "\n"

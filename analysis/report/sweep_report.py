@@ -15,11 +15,11 @@ varied:
 - throughput vs latency across load, when ``rate``, ``max_num_seqs`` or ``requests`` varies;
 - BV over TV gain vs γ (the block paper's figure), when both verifiers ran at several k.
 
-A spec's ``[report] replicate = "tetris" | "block"`` adds our numbers beside the papers'
-(THEORY.md §4-5) and a note on how the settings differ. A sweep that ran TETRIS with a fitted
-predictor adds its out-of-sample quality and gains (analysis.report.predictor_quality); one over
-``acceptance`` adds how far each acceptance model moves the results (analysis.report.acceptance_vs_replay). Metric definitions: THEORY.md §6,
-repeated at the end of every report.
+A spec's ``[report] replicate = "tetris" | "block"`` adds our numbers beside the papers' (THEORY.md
+§4-5) and a note on how the settings differ. A sweep that ran TETRIS with a fitted predictor adds
+its out-of-sample quality and gains (analysis.report.predictor_quality); one over ``acceptance``
+adds how far each acceptance model moves the results (analysis.report.acceptance_vs_replay). Metric
+definitions: THEORY.md §6, repeated at the end of every report.
 """
 
 from __future__ import annotations

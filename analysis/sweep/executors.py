@@ -46,7 +46,11 @@ def _cached_trace(config: SimConfig) -> Trace:
     """
     from specbatch.simulator.run import load_trace
 
-    key = (config.trace, config.seed, config.synth_alpha) if config.trace == "synth" else (config.trace,)
+    key = (
+        (config.trace, config.seed, config.synth_alpha)
+        if config.trace == "synth"
+        else (config.trace,)
+    )
     if key not in _TRACE_CACHE:
         if len(_TRACE_CACHE) >= 8:
             _TRACE_CACHE.pop(next(iter(_TRACE_CACHE)))

@@ -1,12 +1,12 @@
 """Sweep storage: run keys, one stored result per run, and the manifest.
 
-Every run (point x seed) is a fully resolved :class:`simulator.config.sim_config.SimConfig`; its result
-is stored as ``OUT/points/<key>.json`` (plus ``<key>.requests.parquet``) where ``key`` hashes
+Every run (point x seed) is a fully resolved :class:`simulator.config.sim_config.SimConfig`; its
+result is stored as ``OUT/points/<key>.json`` (plus ``<key>.requests.parquet``) where ``key`` hashes
 the resolved config, the package version and the trace's identity (:func:`trace_fingerprint`),
-written atomically. A rerun after a crash or Ctrl-C therefore computes only the missing runs;
-a point file that is unreadable or not a record of its run is recomputed.
-``OUT/sweep.json`` (the manifest) records the spec, its identity (:func:`spec_identity`) and
-the ordered run keys; a sweep directory belongs to that one spec (:func:`claim_sweep_dir`).
+written atomically. A rerun after a crash or Ctrl-C therefore computes only the missing runs; a
+point file that is unreadable or not a record of its run is recomputed. ``OUT/sweep.json`` (the
+manifest) records the spec, its identity (:func:`spec_identity`) and the ordered run keys; a sweep
+directory belongs to that one spec (:func:`claim_sweep_dir`).
 """
 
 from __future__ import annotations

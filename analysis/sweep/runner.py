@@ -2,10 +2,11 @@
 
 A sweep is three steps, each its own module: :mod:`analysis.sweep.spec` parses and validates the
 spec file (``[base]``, ``[axes]`` or ``[[axes]]``, ``seeds``, ``[report]``) and expands it into
-fully resolved :class:`simulator.config.sim_config.SimConfig` runs; :mod:`analysis.sweep.executors` computes
-the runs (in process, a local process pool, or Dask distributed); :mod:`analysis.sweep.points`
-stores each run's result under a key that hashes its config, the package version and the
-trace's identity, so a rerun after a crash or Ctrl-C computes only the missing runs.
+fully resolved :class:`simulator.config.sim_config.SimConfig` runs; :mod:`analysis.sweep.executors`
+computes the runs (in process, a local process pool, or Dask distributed);
+:mod:`analysis.sweep.points` stores each run's result under a key that hashes its config, the
+package version and the trace's identity, so a rerun after a crash or Ctrl-C computes only the
+missing runs.
 
 This module ties them together (:func:`run_sweep`: one run at a time per directory, which
 belongs to one spec) and owns the results table
@@ -89,7 +90,8 @@ def preflight(spec: SweepSpec, runs: list[dict]) -> dict[str, str]:
                                      f"{name!r}: {exc}") from None
         need = policy_depth(SimConfig(**config))
         limit, what = depths[name], "draft depth K"
-        if config.get("verify") in rule_names(kind="tree"):  # a tree run verifies up to the tree's nodes
+        # a tree run verifies up to the tree's nodes
+        if config.get("verify") in rule_names(kind="tree"):
             limit, what = tree_nodes(name), "tree's non-root nodes"
         if need > limit:
             raise SpecbatchError(
@@ -228,7 +230,8 @@ def collect_results(out: str | os.PathLike, keys: Iterable[str] | None = None) -
     for key in keys:
         record = load_point(out, key)
         if record is None:
-            raise SpecbatchError(f"directory {out}: run {key} has no stored result (rerun the sweep)")
+            raise SpecbatchError(f"directory {out}: run {key} has no stored result (rerun the "
+                                 "sweep)")
         config = record["config"]
         row = {name: _cell(value) for name, value in config.items()}
         for name, value in record["summary"].items():

@@ -162,10 +162,12 @@ def _parse_name_and_store(data: Mapping, path: str) -> tuple[str, bool]:
     """The sweep's name (default: the file's stem) and whether runs keep request tables."""
     name = data.get("name", Path(path).stem)
     if not isinstance(name, str) or not name:
-        raise SpecbatchError(f"spec {path}: field 'name': expected a non-empty string, got {name!r}")
+        raise SpecbatchError(f"spec {path}: field 'name': expected a non-empty string, got "
+                             f"{name!r}")
     store = data.get("store_requests", True)
     if not isinstance(store, bool):
-        raise SpecbatchError(f"spec {path}: field 'store_requests': expected true/false, got {store!r}")
+        raise SpecbatchError(f"spec {path}: field 'store_requests': expected true/false, got "
+                             f"{store!r}")
     return name, store
 
 
@@ -178,7 +180,8 @@ def _parse_base(data: Mapping, path: str, hints: dict, aliases: dict) -> dict:
     for key, value in base.items():
         _check_field(path, "base", key, value, hints)
     if "seed" in base and "seeds" in data:
-        raise SpecbatchError(f"spec {path}: [base] field 'seed': give either base.seed or seeds, not both")
+        raise SpecbatchError(f"spec {path}: [base] field 'seed': give either base.seed or seeds, "
+                             "not both")
     return base
 
 
@@ -196,7 +199,8 @@ def _parse_seeds(data: Mapping, base: Mapping, path: str) -> list:
         or not seeds
         or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
     ):
-        raise SpecbatchError(f"spec {path}: field 'seeds': expected a non-empty list of integers >= 0, got {seeds!r}")
+        raise SpecbatchError(f"spec {path}: field 'seeds': expected a non-empty list of integers "
+                             f">= 0, got {seeds!r}")
     if len(set(seeds)) != len(seeds):
         raise SpecbatchError(f"spec {path}: field 'seeds': duplicate seeds in {seeds!r}")
     return seeds
@@ -228,9 +232,11 @@ def _parse_grid(grid: Mapping, path: str, hints: dict, aliases: dict) -> dict:
         if key == "seed":
             raise SpecbatchError(f"spec {path}: [axes] field 'seed': use the top-level seeds list")
         if not isinstance(values, list):
-            raise SpecbatchError(f"spec {path}: [axes] field '{key}': expected a list of values, got {values!r}")
+            raise SpecbatchError(f"spec {path}: [axes] field '{key}': expected a list of values, "
+                                 f"got {values!r}")
         if not values:
-            raise SpecbatchError(f"spec {path}: [axes] field '{key}': empty axis (expected at least one value)")
+            raise SpecbatchError(f"spec {path}: [axes] field '{key}': empty axis (expected at "
+                                 "least one value)")
         for value in values:
             _check_field(path, "axes", key, value, hints)
         checked[key] = tuple(values)
@@ -244,7 +250,8 @@ def _parse_report(data: Mapping, path: str) -> Mapping:
         raise SpecbatchError(f"spec {path}: field 'report': expected a table, got {report!r}")
     bad = sorted(set(report) - REPORT_KEYS)
     if bad:
-        raise SpecbatchError(f"spec {path}: [report] field '{bad[0]}': unknown (expected replicate, title)")
+        raise SpecbatchError(f"spec {path}: [report] field '{bad[0]}': unknown (expected "
+                             "replicate, title)")
     if "replicate" in report and report["replicate"] not in REPLICATIONS:
         raise SpecbatchError(
             f"spec {path}: [report] field 'replicate': expected one of {', '.join(REPLICATIONS)}, "

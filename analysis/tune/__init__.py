@@ -1,4 +1,5 @@
-"""``specbatch tune``: draft-length schedules for the engines, and how far vLLM's rule is from optimal.
+"""``specbatch tune``: draft-length schedules for the engines, and how far vLLM's rule is from
+optimal.
 
 Reading order: ``tuner`` (schedules for vLLM, TensorRT-LLM and SGLang), ``engine_lines`` (each
 engine's complete, parser-checked setting: analysis.engines), ``context_table`` (vLLM's

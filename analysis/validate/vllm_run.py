@@ -2,13 +2,13 @@
 (``specbatch validate --vllm DIR|NAME``; docs/fidelity.md).
 
 The run (traces.public.vllm_runs: requests.jsonl, meta.json, timeseries.csv, config.json) gives the
-workload (each request's arrival, prompt and output length, in file order), the engine
-settings (analysis.validate.vllm_settings: mapped to SimConfig fields or listed as not modelled), the
-GPU (a hardware preset: meta.json's ``hardware.device_name``, a bundled run's provenance, or
-``hardware=``) and the model (its config.json). It is simulated with ``ar`` under the vllm-v1
-composer with the cost model ``cost`` (default the roofline) and compared metric by metric
-(analysis.validate.vllm_metrics). Nothing of the measured timing enters the simulation: the run is an
-out-of-sample test of the cost model and the scheduler.
+workload (each request's arrival, prompt and output length, in file order), the engine settings
+(analysis.validate.vllm_settings: mapped to SimConfig fields or listed as not modelled), the GPU (a
+hardware preset: meta.json's ``hardware.device_name``, a bundled run's provenance, or ``hardware=``)
+and the model (its config.json). It is simulated with ``ar`` under the vllm-v1 composer with the
+cost model ``cost`` (default the roofline) and compared metric by metric
+(analysis.validate.vllm_metrics). Nothing of the measured timing enters the simulation: the run is
+an out-of-sample test of the cost model and the scheduler.
 """
 
 from __future__ import annotations

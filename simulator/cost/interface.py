@@ -39,8 +39,9 @@ T = TypeVar("T")
 
 @runtime_checkable
 class CostModel(Protocol):
-    """Step time of one forward pass plus a fixed per-step overhead (seconds): everything the
-    engine (simulator.engine.core) and the policies (simulator.policies.registry, DSD) call on a cost model."""
+    """Step time of one forward pass plus a fixed per-step overhead (seconds): everything the engine
+    (simulator.engine.core) and the policies (simulator.policies.registry, DSD) call on a cost
+    model."""
 
     overhead: float
 

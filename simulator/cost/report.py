@@ -184,7 +184,8 @@ def source_line(sources: dict) -> str:
     for role in ("target", "draft"):
         s = sources.get(role, {})
         checked = (s.get("layers") or {}).get("validated") or s.get("validated") or {}
-        err = (f" (validated MAPE {100 * checked['mape']:.1f} %, mean {100 * checked['mean_signed']:+.1f} %)"
+        err = (f" (validated MAPE {100 * checked['mape']:.1f} %, mean "
+               f"{100 * checked['mean_signed']:+.1f} %)"
                if isinstance(checked, dict) and checked.get("mape") is not None else "")
         unchecked = (s.get("layers") or {}).get("not_validated")  # outside that error
         rest = f", {unchecked} (not validated)" if unchecked else ""

@@ -1,15 +1,15 @@
 """The policy base class: what every draft/verify policy, built-in or a user's, implements.
 
 A policy sees a :class:`~simulator.policies.view.StepView` of the decode batch and returns
-``(drafted, verified)``, both # [n] int64 with ``0 ≤ verified_i ≤ drafted_i ≤ depth``: the
-draft model runs ``max(drafted)`` sequential passes over the batch and the target verifies the
-prefix of length ``s_i = verified_i`` (query ``s_i + 1``). :func:`simulator.policies.step_plan.plan_step`
-turns that into the step's :class:`~simulator.policies.step_plan.Plan` (budget, proposal cap, draft passes)
-for the simulator and the live loop alike.
+``(drafted, verified)``, both # [n] int64 with ``0 ≤ verified_i ≤ drafted_i ≤ depth``: the draft
+model runs ``max(drafted)`` sequential passes over the batch and the target verifies the prefix of
+length ``s_i = verified_i`` (query ``s_i + 1``). :func:`simulator.policies.step_plan.plan_step`
+turns that into the step's :class:`~simulator.policies.step_plan.Plan` (budget, proposal cap, draft
+passes) for the simulator and the live loop alike.
 
-Users import it as ``specbatch.simulator.policies.registry.Policy`` (docs/policies.md); it lives here
-so the built-in policies (simulator.policies.papers) and the registry (simulator.policies.registry)
-import it without a cycle.
+Users import it as ``specbatch.simulator.policies.registry.Policy`` (docs/policies.md); it lives
+here so the built-in policies (simulator.policies.papers) and the registry
+(simulator.policies.registry) import it without a cycle.
 """
 
 from __future__ import annotations
@@ -33,16 +33,17 @@ class Policy:
     """Base class of every policy, the built-in ones and a user's (docs/policies.md).
 
     ``Policy(config, trace_k)`` is built once per run (and copied per replica) from the run's
-    :class:`simulator.config.sim_config.SimConfig` and the trace's draft depth K. At every decode step
-    :func:`simulator.policies.step_plan.plan_step` calls :meth:`decide` on a :class:`StepView` of the
-    decoding requests, then :meth:`observe` with what the verifier accepted.
+    :class:`simulator.config.sim_config.SimConfig` and the trace's draft depth K. At every decode
+    step :func:`simulator.policies.step_plan.plan_step` calls :meth:`decide` on a :class:`StepView`
+    of the decoding requests, then :meth:`observe` with what the verifier accepted.
 
     k:      ``config.num_speculative_tokens``
     depth:  the most draft tokens this policy may ask of a request (:meth:`required_depth`)
     rule:   ``config.verify`` ("token" TV | "block" BV | a tree rule)
     rule_row: its :class:`simulator.replay.rules.RuleEntry`: which kind of rule it is
             (``additive``, ``scan``, ``accept_column``, ``tree``) is asked of the row
-    budget: ``config.budget`` (None: C = k per decoding request; :func:`simulator.policies.step_plan.step_budget`)
+    budget: ``config.budget`` (None: C = k per decoding request;
+    :func:`simulator.policies.step_plan.step_budget`)
     """
 
     name = "base"
@@ -67,8 +68,8 @@ class Policy:
     @classmethod
     def required_depth(cls, config: SimConfig) -> int:
         """Draft tokens per request this policy may ask for under ``config`` (a
-        :class:`simulator.config.sim_config.SimConfig`): the trace must hold at least this many columns
-        and the live loop drafts this many. Default K = k + e (THEORY.md §5)."""
+        :class:`simulator.config.sim_config.SimConfig`): the trace must hold at least this many
+        columns and the live loop drafts this many. Default K = k + e (THEORY.md §5)."""
         return int(config.num_speculative_tokens) + int(config.extra)
 
     def decide(self, view: StepView) -> tuple[np.ndarray, np.ndarray]:
@@ -84,9 +85,9 @@ class Policy:
 
     def decide_tree(self, view: StepView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A tree policy's (``tree = True``) decision: ``(drafted, verified, mask)``, the node
-        mask # [n, nodes] bool choosing each request's draw-prefix-closed subtree
-        (simulator.policies.trees; called by :func:`simulator.policies.step_plan.plan_step` instead of
-        :meth:`decide`). A chain policy has none."""
+        mask (``[n, nodes]`` bool) choosing each request's draw-prefix-closed subtree
+        (simulator.policies.trees; called by :func:`simulator.policies.step_plan.plan_step`
+        instead of :meth:`decide`). A chain policy has none."""
         raise NotImplementedError(f"policy {self.name} is not a tree policy (tree = False)")
 
     def calibrate(self, trace: Any) -> None:

@@ -2,12 +2,12 @@
 
 Every former name list is derived from :data:`CATALOGUE`: the registry
 (simulator.policies.registry.POLICIES, classes loaded from each row's ``path``), ``--help``'s list
-(simulator.config.sim_config.POLICY_NAMES), the settings a policy would ignore (``extra``, k, verify,
-``predictor``, an engine knob; simulator.config.checks, simulator.policies.knobs), the policies
-that calibrate, the tree policies and the live loop's (live.config.LIVE_POLICIES). A new
+(simulator.config.sim_config.POLICY_NAMES), the settings a policy would ignore (``extra``, k,
+verify, ``predictor``, an engine knob; simulator.config.checks, simulator.policies.knobs), the
+policies that calibrate, the tree policies and the live loop's (live.config.LIVE_POLICIES). A new
 built-in is one class plus one row here. The module imports nothing of the simulator, so the
-configuration modules read it without loading numpy or any policy (no import cycle: the
-policy modules import simulator.policies.base, never the registry).
+configuration modules read it without loading numpy or any policy (no import cycle: the policy
+modules import simulator.policies.base, never the registry).
 
 A user's ``package.module:Class`` (docs/policies.md) has no row: the checks that need a row
 treat it as using k and e, verifying, reading no predictor and no engine knob, as before.
@@ -79,8 +79,8 @@ CATALOGUE: tuple[PolicyEntry, ...] = (
                 uses_extra=False, engine=True, min_draft="k"),
     PolicyEntry(name="dsd", path=f"{_CORE}:DynamicSD", knobs=("dsd_max_k",), uses_k=False,
                 uses_extra=False),
-    PolicyEntry(name="ema-adaptive", path=f"{_ENGINE}:EmaAdaptive", knobs=("speculative_adaptive_config",),
-                uses_extra=False, engine=True),
+    PolicyEntry(name="ema-adaptive", path=f"{_ENGINE}:EmaAdaptive",
+                knobs=("speculative_adaptive_config",), uses_extra=False, engine=True),
     PolicyEntry(name="entropy-stop", path=f"{_STOP}:EntropyStop", knobs=("entropy_threshold",),
                 engine=True, min_draft="depth", confidence=True),
     PolicyEntry(name="fixed", path=f"{_CORE}:Fixed", uses_extra=False, live=True, min_draft="k"),
@@ -90,16 +90,18 @@ CATALOGUE: tuple[PolicyEntry, ...] = (
                 calibrates=True, engine=True, min_draft="depth", confidence=True),
     PolicyEntry(name="static-tree", path=f"{_TREE}:StaticTree", predictor=True, tree=True,
                 whole_tree=True),
-    PolicyEntry(name="tetris", path=f"{_CORE}:Tetris", predictor=True, live=True, min_draft="depth", confidence=True),
-    PolicyEntry(name="tetris-tree", path=f"{_TREE}:TetrisTree", predictor=True, tree=True, confidence=True),
+    PolicyEntry(name="tetris", path=f"{_CORE}:Tetris", predictor=True, live=True,
+                min_draft="depth", confidence=True),
+    PolicyEntry(name="tetris-tree", path=f"{_TREE}:TetrisTree", predictor=True, tree=True,
+                confidence=True),
     PolicyEntry(name="threshold", path=f"{_CORE}:Threshold", min_draft="depth", confidence=True),
     PolicyEntry(name="tree-optimum", path=f"{_TREE}:TreeOptimum", tree=True),
     PolicyEntry(name="vllm-adaptive", path=f"{_ADAPTIVE}:VllmAdaptive",
                 knobs=("adaptive_confidences", "adaptive_cost_tables", "adaptive_survival",
                        "adaptive_profile_context_len"),
                 uses_extra=False, predictor=True, engine=True, min_draft="k", confidence=True),
-    PolicyEntry(name="vllm-dynamic", path=f"{_ENGINE}:VllmDynamic", uses_extra=False, calibrates=True,
-                engine=True, min_draft="k"),
+    PolicyEntry(name="vllm-dynamic", path=f"{_ENGINE}:VllmDynamic", uses_extra=False,
+                calibrates=True, engine=True, min_draft="k"),
 )
 
 #: Each row by name.

@@ -47,17 +47,16 @@ class VllmDynamic(Policy):
     ``vllm/v1/spec_decode/dynamic/manager.py``
     ``DynamicSpeculativeDecodingManager._compute_optimal_num_speculative_tokens``.
 
-    For a batch of n requests, K = argmax over K = 0..k of
-    ``goodput(K) = (1 + Σ_{i<K} a_i) / ITL(n, K)`` (the first maximum: ties go to the smaller
-    K), with ``a_i`` the per-position acceptance rates (``acceptance_rate_per_pos``) and
-    ITL the step time. vLLM measures both offline (``generate_config.py``: an offline
-    spec-decode pass for a_i, ``vllm bench sweep serve`` for the median ITL per batch size and
-    K); here a_i is :func:`simulator.policies.calibration.position_acceptance` on the calibration split
-    (``calibrate``) and ITL the active cost model's step (K draft passes, one verify pass of
-    query K + 1, the rejection sampler, the overhead) at the calibration split's mean context
-    length, one table entry per batch size, computed on first use. The online refresh of a_i
-    (``is_online``) is not modelled. Reads: ``cost`` and the calibration split. Ignores the
-    budget.
+    For a batch of n requests, K = argmax over K = 0..k of ``goodput(K) = (1 + Σ_{i<K} a_i) / ITL(n,
+    K)`` (the first maximum: ties go to the smaller K), with ``a_i`` the per-position acceptance
+    rates (``acceptance_rate_per_pos``) and ITL the step time. vLLM measures both offline
+    (``generate_config.py``: an offline spec-decode pass for a_i, ``vllm bench sweep serve`` for the
+    median ITL per batch size and K); here a_i is
+    :func:`simulator.policies.calibration.position_acceptance` on the calibration split
+    (``calibrate``) and ITL the active cost model's step (K draft passes, one verify pass of query K
+    + 1, the rejection sampler, the overhead) at the calibration split's mean context length, one
+    table entry per batch size, computed on first use. The online refresh of a_i (``is_online``) is
+    not modelled. Reads: ``cost`` and the calibration split. Ignores the budget.
     """
 
     name = "vllm-dynamic"

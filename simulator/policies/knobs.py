@@ -1,8 +1,9 @@
-"""The config fields of the engines' policies (simulator.policies.engines, .stops), the
-calibration split (simulator.policies.calibration) and CUDA-graph padding
+"""The config fields of the engines' policies (simulator.policies.engines, .stops), the calibration
+split (simulator.policies.calibration) and CUDA-graph padding
 (simulator.cost.features.graph_padding), declared here and placed in
 :class:`simulator.config.sim_config.SimConfig`; and their cross-field checks
-(:func:`simulator.config.checks.check_policy_knobs`, called by ``validate_config``). Names follow the engines' knobs.
+(:func:`simulator.config.checks.check_policy_knobs`, called by ``validate_config``). Names follow
+the engines' knobs.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ if TYPE_CHECKING:
 
 #: Policies that read the calibration split (they fail without one; simulator.policies.catalogue).
 CALIBRATING = names(calibrates=True)
-#: The engine policies' names (simulator.policies.catalogue; simulator.policies.registry.POLICIES holds their
-#: classes).
+#: The engine policies' names (simulator.policies.catalogue; simulator.policies.registry.POLICIES
+#: holds their classes).
 ENGINE_POLICY_NAMES = names(engine=True)
-#: Each engine-policy knob and the policy that reads it: :data:`simulator.policies.catalogue.KNOB_POLICY`.
+#: Each engine-policy knob and the policy that reads it:
+#: :data:`simulator.policies.catalogue.KNOB_POLICY`.
 
 #: The split a run that calibrates uses when ``calibration_split`` is left at 0 (policies
 #: vllm-dynamic and specdec++, predictors learned and logistic): a quarter of the trace's

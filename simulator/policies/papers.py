@@ -1,13 +1,13 @@
 """The project's own draft/verify policies: ``ar``, ``fixed``, ``dsd``, ``tetris``,
 ``threshold``, ``oracle`` and ``hindsight``.
 
-Each class documents which signals of the :class:`~simulator.policies.view.StepView` it reads *before*
-verification; only ``oracle`` and ``hindsight`` read the truth (they are bounds). Budget:
-``view.budget`` is C (``config.budget``, default ``k × n``, THEORY.md §5). ``tetris`` and
-``oracle`` allocate exactly under C (``budgeted``); ``fixed``, ``dsd``, ``threshold`` and
-``hindsight`` choose per-request lengths and ignore C (documented below). The registry
-(simulator.policies.registry) names them; the serving engines' policies live in
-simulator.policies.engines and simulator.policies.stops.
+Each class documents which signals of the :class:`~simulator.policies.view.StepView` it reads
+*before* verification; only ``oracle`` and ``hindsight`` read the truth (they are bounds). Budget:
+``view.budget`` is C (``config.budget``, default ``k × n``, THEORY.md §5). ``tetris`` and ``oracle``
+allocate exactly under C (``budgeted``); ``fixed``, ``dsd``, ``threshold`` and ``hindsight`` choose
+per-request lengths and ignore C (documented below). The registry (simulator.policies.registry)
+names them; the serving engines' policies live in simulator.policies.engines and
+simulator.policies.stops.
 """
 
 from __future__ import annotations
@@ -71,13 +71,13 @@ class Fixed(Policy):
 class DynamicSD(Policy):
     """``dsd``: the goodput policy of Liu et al. 2024 (SmartSpec) as in THEORY.md §5.
 
-    One k for the whole batch, re-planned every ``dsd_interval`` steps by scanning
-    k = 0..min(6, trace K, ``dsd_max_k``) for ``goodput(k) = n (1 − α^{k+1}) / (1 − α) / (T_draft(k) +
-    T_target(k) + T_verify(k) + T_overhead)``, stopping at the first drop, k = 0 favoured
-    ×1.1. Step times come from the active cost model on the current batch's KV lengths;
-    ``T_verify(k)`` is the rejection sampler's seconds for n requests verifying k each, the
-    term the engine adds to every decode step (simulator.cost.verify_cost; handed over by
-    :meth:`price_verification`, 0 s without it or under ``verify_cost = "none"``).
+    One k for the whole batch, re-planned every ``dsd_interval`` steps by scanning k = 0..min(6,
+    trace K, ``dsd_max_k``) for ``goodput(k) = n (1 − α^{k+1}) / (1 − α) / (T_draft(k) + T_target(k)
+    + T_verify(k) + T_overhead)``, stopping at the first drop, k = 0 favoured ×1.1. Step times come
+    from the active cost model on the current batch's KV lengths; ``T_verify(k)`` is the rejection
+    sampler's seconds for n requests verifying k each, the term the engine adds to every decode step
+    (simulator.cost.verify_cost; handed over by :meth:`price_verification`, 0 s without it or under
+    ``verify_cost = "none"``).
 
     α is the per-token acceptance rate of the i.i.d. model behind that formula, an EMA
     ``0.85 α + 0.15 α̂`` started at 0.7. Each step's α̂ is the maximum-likelihood estimate
@@ -109,7 +109,8 @@ class DynamicSD(Policy):
         self.interval = int(config.dsd_interval)
         self.alpha = self.INITIAL_ALPHA
         self.steps = 0
-        self.sampler: VerifyCost | None = None  # the run's simulator.cost.verify_cost.VerifyCost, None: 0 s
+        # the run's simulator.cost.verify_cost.VerifyCost, None: 0 s
+        self.sampler: VerifyCost | None = None
 
     def price_verification(self, sampler: VerifyCost | None) -> None:
         """Plan with ``sampler`` (a :class:`simulator.cost.verify_cost.VerifyCost`, or None for an
@@ -180,10 +181,10 @@ class Tetris(Policy):
     Reads: ``conf`` (known before verification). With C = 0 nothing is drafted, so the run
     does the work of autoregressive decoding.
 
-    ``config.predictor = "learned" | "logistic"`` replaces the surrogate by a model of each
-    token's acceptance fitted on the calibration_split requests (:meth:`fit`,
-    simulator.replay.accept_predictor); its estimate of P_{i,j} is non-increasing too, so the allocators
-    are the same. Reads then ``conf``, ``entropy`` and ``top1``; not a live policy.
+    ``config.predictor = "learned" | "logistic"`` replaces the surrogate by a model of each token's
+    acceptance fitted on the calibration_split requests (:meth:`fit`,
+    simulator.replay.accept_predictor); its estimate of P_{i,j} is non-increasing too, so the
+    allocators are the same. Reads then ``conf``, ``entropy`` and ``top1``; not a live policy.
     """
 
     name = "tetris"
@@ -271,9 +272,9 @@ class Oracle(Policy):
     TV: ``E[τ | X^s] = Σ_{j≤s} Π_{l≤j} min(1, r_l)`` is additive with non-increasing terms,
     so greedy top-C is optimal. BV: ``E[τ | X^s] = s − (1 − p_s) T_s`` is neither additive nor
     monotone in s (theory.allocate.budget.prefix_gains), so the exact optimum over the per-request
-    gain tables is used: :func:`theory.allocate.budget.optimal_tree_gains` (the value of the reference
-    DP :func:`theory.allocate.budget.optimal_dp_gains`, ~5-10x faster at n = 64; ties: smaller total,
-    then smaller left-subtree shares). Every request drafts K = k + e.
+    gain tables is used: :func:`theory.allocate.budget.optimal_tree_gains` (the value of the
+    reference DP :func:`theory.allocate.budget.optimal_dp_gains`, ~5-10x faster at n = 64; ties:
+    smaller total, then smaller left-subtree shares). Every request drafts K = k + e.
     Reads: ``accept_tv`` (TV) or ``q``, ``pt``, ``z`` (BV) of the drafted path (the truth,
     not the coins).
     """

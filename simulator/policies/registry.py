@@ -6,10 +6,10 @@ policies (``ar``, ``fixed``, ``dsd``, ``tetris``, ``threshold``, ``oracle``, ``h
 in simulator.policies.papers, the serving engines' in simulator.policies.engines and
 simulator.policies.stops; all are importable from here.
 
-Registry: :data:`POLICIES` maps a built-in name to its class, loaded from the policy
-catalogue (simulator.policies.catalogue: one row per built-in, its class path, knobs and traits);
-:func:`resolve_policy` also accepts ``package.module:Class``, a :class:`Policy` subclass in a user's module
-(docs/policies.md). A class is built with ``cls(config, trace_k)`` and states the draft depth
+Registry: :data:`POLICIES` maps a built-in name to its class, loaded from the policy catalogue
+(simulator.policies.catalogue: one row per built-in, its class path, knobs and traits);
+:func:`resolve_policy` also accepts ``package.module:Class``, a :class:`Policy` subclass in a user's
+module (docs/policies.md). A class is built with ``cls(config, trace_k)`` and states the draft depth
 it needs with :meth:`Policy.required_depth`. Budget: ``view.budget`` is C (``config.budget``,
 default ``k × n``, THEORY.md §5); each class says whether it allocates under C (``budgeted``).
 """

@@ -189,7 +189,8 @@ def parse_sglang_config(text: str | None, where: str, name: str) -> dict[int, di
             fail(where, name, "ceiling_coeff >= 0 (0: no ceiling)", settings["ceiling_coeff"])
         for count in ("update_interval", "warmup_batches"):
             value = settings[count]
-            if not isinstance(value, int) or isinstance(value, bool) or value < (count == "update_interval"):
+            low = 1 if count == "update_interval" else 0
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 fail(where, name, f"{count} a non-negative integer (update_interval >= 1)", value)
         slots[int(key)] = settings
     if not slots:

@@ -25,10 +25,10 @@ s_i + 1 query tokens per request (root included) and the verifier (``verify = sp
   reads the acceptance numbers, which no engine has before verifying.
 
 ``static-tree`` and ``tetris-tree`` read only draft-side signals. With ``--predictor
-learned|logistic`` both rank by a model of each draw's acceptance fitted on held-out
-calibration requests (:mod:`simulator.replay.tree_accept_predictor`): ``static-tree`` then takes the first k
-nodes of each request's own frontier-greedy order on the predicted reach, ``tetris-tree``
-the batch's top-C of it.
+learned|logistic`` both rank by a model of each draw's acceptance fitted on held-out calibration
+requests (:mod:`simulator.replay.tree_accept_predictor`): ``static-tree`` then takes the first k
+nodes of each request's own frontier-greedy order on the predicted reach, ``tetris-tree`` the
+batch's top-C of it.
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ class TreePolicy(Policy):
         self.predictor = fit_tree_predictor(trace, self.kind)
 
     def learned_ranking(self, view: StepView) -> Any:
-        """The fitted predictor's :class:`~simulator.replay.tree_accept_predictor.NodeRanking` of every
-        trace row (built once per run), or a one-line error before calibration."""
+        """The fitted predictor's :class:`~simulator.replay.tree_accept_predictor.NodeRanking` of
+        every trace row (built once per run), or a one-line error before calibration."""
         if self.predictor is None:
             raise SpecbatchError(f"policy {self.name}: predictor {self.kind} needs calibration "
                                  "requests to fit on (set calibration_split > 0)")

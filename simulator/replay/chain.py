@@ -7,17 +7,19 @@ draft token at position t does not depend on the policy, the batch it sits in, t
 events or how many tokens anyone drafted. Every policy therefore faces the same acceptance
 landscape (common random numbers), and a run is bit-reproducible.
 
-τ itself is :func:`theory.verify.path_stats.accept_from_stats` on the gathered rows with ``γ = s_i`` (the
-verified prefix length): TV accepts while ``η_i < min(1, r_i)``; BV takes
-``max{i ≤ γ : η_i < h_i}`` (half-open, so a threshold of 0 never accepts). Both read only the drafted path, so any γ ≤ K reuses the row.
+τ itself is :func:`theory.verify.path_stats.accept_from_stats` on the gathered rows with ``γ = s_i``
+(the verified prefix length): TV accepts while ``η_i < min(1, r_i)``; BV takes ``max{i ≤ γ : η_i <
+h_i}`` (half-open, so a threshold of 0 never accepts). Both read only the drafted path, so any γ ≤ K
+reuses the row.
 
 :func:`true_accept_probs` gives ``P_{i,j} = P(τ_i ≥ j | X^j)`` from the trace (TV: token
-weights, BV: p). :func:`true_gains` gives ``G[i, s] = E[τ_i | X^s]``, the expected accepted
-tokens when the first s drafted tokens of the *recorded path* are verified
+weights, BV: p). :func:`true_gains` gives ``G[i, s] = E[τ_i | X^s]``, the expected accepted tokens
+when the first s drafted tokens of the *recorded path* are verified
 (:func:`theory.allocate.budget.prefix_gains`), and :func:`expected_accepted` sums it over an
-allocation — what this replay realises and what the oracle maximises. For TV G is the prefix
-sum of P_{i,j}; for BV it is not (Σ_{j≤s} p_j is E[τ | X^s] only on average over the tokens
-drafted after j), so the BV oracle allocates with :func:`theory.allocate.budget.optimal_tree_gains` (twin of ``optimal_dp_gains``).
+allocation — what this replay realises and what the oracle maximises. For TV G is the prefix sum of
+P_{i,j}; for BV it is not (Σ_{j≤s} p_j is E[τ | X^s] only on average over the tokens drafted after
+j), so the BV oracle allocates with :func:`theory.allocate.budget.optimal_tree_gains` (twin of
+``optimal_dp_gains``).
 """
 
 from __future__ import annotations
@@ -127,7 +129,8 @@ class VerifyTables:
     def __init__(self, trace, rule: str) -> None:
         row = rule_entry(rule)
         if row.kind != "chain" or row.scan not in ("leading", "last"):
-            raise SpecbatchError(f"verify: expected a chain rule ({', '.join(names(kind='chain'))}) "
+            raise SpecbatchError("verify: expected a chain rule "
+                                 f"({', '.join(names(kind='chain'))}) "
                                  f"for VerifyTables, got {rule!r}")
         self.rule = rule
         self.leading = row.scan == "leading"  # TV: leading successes; BV: the last success
@@ -276,12 +279,12 @@ _SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def shared_tables(trace, rule: str, cls=VerifyTables):
-    """``cls(trace, rule)`` (a chain rule's replay tables, simulator.replay.replay_tables.tables_for),
-    built once per trace object and rule, so the runs of a sweep or plan on one loaded trace
-    share its thresholds (~0.1-0.3 s per run on the bundled trace) instead of building them
-    per run. Runs are bit-identical either way: the tables are a function of the trace's
-    read-only arrays, and their per-depth cache fills with the same values whichever run
-    asks first."""
+    """``cls(trace, rule)`` (a chain rule's replay tables,
+    simulator.replay.replay_tables.tables_for), built once per trace object and rule, so the runs of
+    a sweep or plan on one loaded trace share its thresholds (~0.1-0.3 s per run on the bundled
+    trace) instead of building them per run. Runs are bit-identical either way: the tables are a
+    function of the trace's read-only arrays, and their per-depth cache fills with the same values
+    whichever run asks first."""
     try:
         by_rule = _SHARED.setdefault(trace, {})
     except TypeError:  # a trace object without weak references: built per run

@@ -19,10 +19,10 @@ a request's last steps accept less when its output ends first, as in any replay.
 has the law of token verification on a profile (it knows only per-position rates; its
 outcomes come from its own uniforms, so runs agree in law, not path by path).
 
-What a profile cannot give: per-token draft confidences. The draft signals are those of a
-one-hot draft (``draft_conf = top1 = 1``, ``entropy = 0``), so the policies that read them
-(the catalogue rows with ``confidence``: TETRIS's ranking, the confidence and threshold policies) see no
-signal, and BV gains nothing over TV. A trace remains the richest source for those.
+What a profile cannot give: per-token draft confidences. The draft signals are those of a one-hot
+draft (``draft_conf = top1 = 1``, ``entropy = 0``), so the policies that read them (the catalogue
+rows with ``confidence``: TETRIS's ranking, the confidence and threshold policies) see no signal,
+and BV gains nothing over TV. A trace remains the richest source for those.
 """
 
 from __future__ import annotations

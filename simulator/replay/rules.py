@@ -49,8 +49,9 @@ class RuleEntry:
 
     name:          its public name (``verify`` field, ``--verify``)
     kind:          "chain" (one drafted path, γ = s_i) or "tree" (a recorded draft tree)
-    replay:        ``module:Class`` of each class that replays it (:func:`~simulator.replay.replay_tables.tables_for` picks
-                   one by the trace: TreeTables for a branching tree, TrieTables for K paths)
+    replay:        ``module:Class`` of each class that replays it
+                   (:func:`~simulator.replay.replay_tables.tables_for` picks one by the trace:
+                   TreeTables for a branching tree, TrieTables for K paths)
     sampler_cost:  the :data:`SAMPLER_COSTS` key its verification is priced with
     lossless:      whether its output law is the target's (THEORY.md §4, residual exactly 0)
     theory:        ``module:function`` of the theory verifier the replay reproduces

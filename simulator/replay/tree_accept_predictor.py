@@ -15,12 +15,12 @@ its node were rejected) from signals the draft has before verification (:data:`F
   ``draft_conf`` (how much of the draft's mass the node's earlier draws already covered);
 - the tree's sampling (1 for i.i.d. children, 0 for top-k): constant within one trace.
 
-Never q, pt, the replay numbers or the reach. The label is a probability, so it is used as a
-*soft* label, as the chain predictor does (:mod:`simulator.replay.accept_predictor`): each node is one
-accepted example of weight a and one rejected example of weight 1 − a, and the classifier's
-log loss is the cross-entropy against a, a proper scoring rule whose minimiser is E[a | x]
-(a regressor on a would need clipping into [0, 1]; the classifier's output is a probability).
-The models are :func:`simulator.replay.accept_predictor.make_model`'s (``learned``: gradient-boosted trees,
+Never q, pt, the replay numbers or the reach. The label is a probability, so it is used as a *soft*
+label, as the chain predictor does (:mod:`simulator.replay.accept_predictor`): each node is one
+accepted example of weight a and one rejected example of weight 1 − a, and the classifier's log loss
+is the cross-entropy against a, a proper scoring rule whose minimiser is E[a | x] (a regressor on a
+would need clipping into [0, 1]; the classifier's output is a probability). The models are
+:func:`simulator.replay.accept_predictor.make_model`'s (``learned``: gradient-boosted trees,
 ``logistic``: standardised logistic regression; deterministic). A repeated sibling token is
 predicted 0 outright: RRS never accepts it (after x is rejected the residual has no mass at x).
 

@@ -14,10 +14,10 @@ the draws, so no per-node selection replays):
   h_0 = 1, h_1..h_L, τ = max{d : η_d < h_d}; uniform d.
 
 :class:`TrieTables` has the interface the engine and the tree policies read from
-:class:`~simulator.replay.tree.TreeTables` (``tau``, ``uniforms_needed``, ``widths``,
-``max_depth``, ``drafted``, ``nodes``, ``prefix_mask``: :class:`simulator.replay.protocols.TreeReplay`),
-with per-row structure; its twin is :func:`simulator.replay.tree.tau_reference`.
-:func:`tree_tables_for` picks the class of a trace.
+:class:`~simulator.replay.tree.TreeTables` (``tau``, ``uniforms_needed``, ``widths``, ``max_depth``,
+``drafted``, ``nodes``, ``prefix_mask``: :class:`simulator.replay.protocols.TreeReplay`), with
+per-row structure; its twin is :func:`simulator.replay.tree.tau_reference`. :func:`tree_tables_for`
+picks the class of a trace.
 """
 
 from __future__ import annotations

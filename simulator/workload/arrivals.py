@@ -10,13 +10,13 @@ gaps with mean 1/rate and coefficient of variation ``cv`` (shape 1/cv², cv = 1 
 offset). Arrival times are non-decreasing in uid except for "trace", which the engine sorts
 (stable, ties by uid). Selection and arrivals use independent streams of ``seed``.
 
-Imported workloads (``config.workload``: a file path, or "example" for the bundled one)
-decouple request lengths and arrival times from the acceptance trace. The file is CSV
-(``.csv``), Parquet (``.parquet``/``.pq``) or JSON Lines (``.jsonl``/``.ndjson``), one row
-per request, in arrival order; or a ``.json`` a user already has: a ShareGPT conversation list
-or a vLLM ``bench serve`` result file, read into the same columns by
-:mod:`simulator.workload.imports` (lengths by the target's local tokenizer or a stated
-characters-per-token estimate; the bench file's arrivals as vLLM drew them). Columns (header names match case-insensitively; the aliases in
+Imported workloads (``config.workload``: a file path, or "example" for the bundled one) decouple
+request lengths and arrival times from the acceptance trace. The file is CSV (``.csv``), Parquet
+(``.parquet``/``.pq``) or JSON Lines (``.jsonl``/``.ndjson``), one row per request, in arrival
+order; or a ``.json`` a user already has: a ShareGPT conversation list or a vLLM ``bench serve``
+result file, read into the same columns by :mod:`simulator.workload.imports` (lengths by the
+target's local tokenizer or a stated characters-per-token estimate; the bench file's arrivals as
+vLLM drew them). Columns (header names match case-insensitively; the aliases in
 :data:`COLUMN_ALIASES` cover the Azure LLM inference and BurstGPT exports):
 
   prompt_len   int >= 1, prompt tokens                                   (required)
@@ -95,7 +95,8 @@ class Workload:
     #: None when every output fits its trace request (position t reads row_base + t)
     wrap: np.ndarray | None = None
     notes: tuple[str, ...] = ()  # how an imported workload was mapped onto the trace
-    prefix_group: np.ndarray | None = None  # int64 shared-prefix group (−1 none; simulator.engine.prefix)
+    # int64 shared-prefix group (−1 none; simulator.engine.prefix)
+    prefix_group: np.ndarray | None = None
     prefix_len: np.ndarray | None = None  # int64 tokens of that shared prefix
     priority: np.ndarray | None = None  # int64 vLLM's request priority, smaller first (None: 0)
 
@@ -156,7 +157,9 @@ def build_workload(config: SimConfig, trace: Trace) -> Workload:
     select_seq, arrival_seq = np.random.SeedSequence([int(config.seed), 0x5EED]).spawn(2)
     idx = select_requests(int(config.requests), trace.n_requests, config.sampling,
                           np.random.default_rng(select_seq))
-    offsets = np.asarray(trace.arrival, dtype=np.float64)[idx] if config.arrival == "trace" else None
+    offsets = (
+        np.asarray(trace.arrival, dtype=np.float64)[idx] if config.arrival == "trace" else None
+    )
     arrival = arrival_times(idx.shape[0], config.arrival, float(config.rate), float(config.cv),
                             np.random.default_rng(arrival_seq), offsets)
     return Workload(
@@ -205,11 +208,14 @@ def read_workload_file(path: str | Path, tokenizer: str | None = None,
     except SpecbatchError:
         raise
     except pd.errors.EmptyDataError:
-        raise SpecbatchError(f"{where}: expected a header and at least one request, got an "
-                             "empty file") from None
+        raise SpecbatchError(
+            f"{where}: expected a header and at least one request, got an empty file"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - any reader failure is bad input
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SpecbatchError(f"{where}: expected a readable {suffix[1:]} file, got {text}") from None
+        raise SpecbatchError(
+            f"{where}: expected a readable {suffix[1:]} file, got {text}"
+        ) from None
     require(len(frame) > 0, f"{where}: expected at least one request row, got none")
     lower = {str(c).strip().lower(): c for c in frame.columns}
     found = {name: next((lower[a] for a in aliases if a in lower), None)

@@ -1,4 +1,5 @@
-"""``specbatch capture``: record a trace from a live draft/target pair (see :mod:`traces.capture.chain`)."""
+"""``specbatch capture``: record a trace from a live draft/target pair (see
+:mod:`traces.capture.chain`)."""
 
 from __future__ import annotations
 

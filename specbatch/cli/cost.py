@@ -5,11 +5,11 @@
 reports both families' MAPE and the choice, warning on stderr (and in ``--json``'s ``warnings``) for
 a role whose held-out MAPE exceeds 10 %; ``cost show`` prints the draft pass, target decode pass and
 target verification pass (k+1 query tokens per request) across batch sizes, so the memory-bound
-floor and the compute knee of the active cost model are visible, then the draft/target split
-of one speculative step (k draft passes, the verify pass, the rejection sampler of
-``--verify`` under ``--verify-cost`` (simulator.cost.verify_cost), the engine overhead, the draft's
-and the sampler's shares) and, for the roofline, which execution preset (``--execution``) set the launch floors
-and where its numbers come from.
+floor and the compute knee of the active cost model are visible, then the draft/target split of one
+speculative step (k draft passes, the verify pass, the rejection sampler of ``--verify`` under
+``--verify-cost`` (simulator.cost.verify_cost), the engine overhead, the draft's and the sampler's
+shares) and, for the roofline, which execution preset (``--execution``) set the launch floors and
+where its numbers come from.
 """
 
 from __future__ import annotations
@@ -118,7 +118,8 @@ SHOW_FLAGS = (
     flag("--hardware", default="h100", help=f"one of {', '.join(HARDWARE)}"),
     flag("--target", default="vicuna-33b", help="target model shape"),
     flag("--draft", default="vicuna-68m", help="draft model shape"),
-    flag("--tp", type=capped_int(MAX_BATCH), default=1, help="tensor-parallel degree of the target"),
+    flag("--tp", type=capped_int(MAX_BATCH), default=1,
+         help="tensor-parallel degree of the target"),
     flag("--draft-weight-bits", type=int, choices=range(2, 17), default=16,
          metavar="BITS", help="bits per weight of the draft's decoder-layer "
                               "projections, 2-16 (default 16 = bf16; below, a quantised draft at "
@@ -148,9 +149,13 @@ SHOW_FLAGS = (
               "the two)"),
     flag("--batch", type=capped_int(MAX_BATCH), nargs="+", default=list(DEFAULT_BATCHES),
          help="batch sizes (requests per pass)"),
-    flag("--kv", type=capped_int(MAX_CONTEXT_TOKENS, low=0), default=512, help="cached tokens per request (default 512)"),
-    flag("--k", type=capped_int(MAX_DEPTH, low=0), default=3, help="speculative tokens per request (default 3)"),
-    flag("--prompt", type=capped_int(MAX_CONTEXT_TOKENS), default=512, help="prompt length for the prefill row"),
+    flag("--kv", type=capped_int(MAX_CONTEXT_TOKENS, low=0), default=512, help="cached tokens per "
+                                                                               "request (default "
+                                                                               "512)"),
+    flag("--k", type=capped_int(MAX_DEPTH, low=0), default=3, help="speculative tokens per request "
+                                                                   "(default 3)"),
+    flag("--prompt", type=capped_int(MAX_CONTEXT_TOKENS), default=512, help="prompt length for the "
+                                                                            "prefill row"),
     flag("--verify", default="token", choices=rule_names(),
          help="verification rule the sampler runs (default %(default)s)"),
     flag("--verify-cost", default=DEFAULT_SAMPLER, choices=VERIFY_COSTS,
@@ -377,7 +382,8 @@ def run_show(args) -> int:
             sys.stderr.write(f"warning: {line}\n")
     head = getattr(model, "head", None)
     disable = hybrid_disabled(args, model, out)
-    if head is not None and getattr(model, "first_pass_time", None) is not None:  # simulator.cost.features.draft_head
+    # simulator.cost.features.draft_head
+    if head is not None and getattr(model, "first_pass_time", None) is not None:
         out["head"] = {"method": head.method, "held_params": head.held_params,
                        "layers": head.layer.layers, "lm_vocab": head.lm_vocab,
                        "own_lm_head": head.own_lm_head}
@@ -399,7 +405,8 @@ def run_show(args) -> int:
             sys.stderr.write(f"warning: {out['warnings'][0]}\n")
     bits = "" if args.draft_weight_bits == 16 else f" ({args.draft_weight_bits}-bit weights)"
     precision = target_precision(model, args)
-    lines = [f"{args.cost} cost: {args.target}{precision} (tp={args.tp}) + draft {args.draft}{bits} on "
+    lines = [f"{args.cost} cost: {args.target}{precision} (tp={args.tp}) + draft "
+             f"{args.draft}{bits} on "
              f"{args.hardware}; kv={args.kv} per request, k={args.k}; "
              f"step overhead {1e3 * priced.overhead:.2f} ms"]
     header = f"{'batch':>6} {'draft ms':>10} {'decode ms':>10} {'verify(k+1) ms':>15}"
@@ -422,7 +429,8 @@ def run_show(args) -> int:
                      f"= {1e3 * r['draft_s']:.3f} + {1e3 * r['target_verify_s']:.3f} + "
                      f"{1e3 * r['sampler_s']:.3f} + "
                      f"{1e3 * r['overhead_s']:.3f} = {1e3 * r['step_s']:.3f}, "
-                     f"draft {100 * r['draft_share']:.1f} %, sampler {100 * r['sampler_share']:.2f} %")
+                     f"draft {100 * r['draft_share']:.1f} %, sampler "
+                     f"{100 * r['sampler_share']:.2f} %")
     if execution is not None:
         floors = ", ".join(f"{role} {1e3 * v['floor_s']:.3f} ms ({v['layers']} layers)"
                            for role, v in execution["roles"].items())

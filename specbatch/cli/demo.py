@@ -108,7 +108,8 @@ def run_demo_command(args: argparse.Namespace) -> int:
     }
     text = (
         f"Best setting of each policy and verifier (by throughput; mean over "
-        f"{plural(len(plan.spec.seeds), 'seed')}; latency in seconds):\n\n{headline_text(table)}\n\n"
+        f"{plural(len(plan.spec.seeds), 'seed')}; latency in "
+        f"seconds):\n\n{headline_text(table)}\n\n"
         f"trace: {plan.trace}\n"
         f"{plural(outcome.total, 'run')} ({outcome.computed} computed, {outcome.reused} reused) in "
         f"{elapsed:.1f} s\nreport: {done.report}\ntable:  {Path(args.out) / 'results.parquet'}"

@@ -43,7 +43,8 @@ def _register_live(subparsers) -> None:
                     "joiners, otherwise a decode step over the running set (K draft passes, a "
                     "fixed or TETRIS allocation with budget C = k*running, one target pass, TV "
                     "or BV; THEORY.md §2-§5); requests leave when done. The clock advances by "
-                    "measured step times and jumps to the next arrival when idle. Writes the simulator's requests/steps tables, "
+                    "measured step times and jumps to the next arrival when idle. Writes the "
+                    "simulator's requests/steps tables, "
                     "summary.json, a manifest (live.json), a per-pass latency profile and a "
                     "trace of the visited positions so `specbatch validate` can replay it. "
                     "`specbatch live serve` puts the same engine behind an OpenAI-compatible "
@@ -62,7 +63,8 @@ def _register_live(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--draft", required=True,
                    help="local HF model directory of the draft Ms, a shape name "
-                        "(traces.models.shapes, random weights), or 'ngram': prompt-lookup drafts as "
+                        "(traces.models.shapes, random weights), or 'ngram': prompt-lookup drafts "
+                        "as "
                         "vLLM's ngram method (no draft model or draft cache; one-hot drafts, so "
                         "BV = TV; the proposer's CPU time is the draft time; a directory named "
                         "ngram must be written ./ngram)")
@@ -239,7 +241,8 @@ def format_live(row: dict) -> str:
         ("requests", f"{row['requests']:,} ({row['tokens']:,} output tokens)"),
         ("throughput", num("throughput", ",.1f", "tok/s")),
         ("makespan", num("makespan", ",.3f", "s")),
-        ("steps", f"{row['steps']:,} (mean decode step {num('decode_step_latency_mean', ',.2f', 'ms', 1e3)})"),
+        ("steps", f"{row['steps']:,} (mean decode step "
+                  f"{num('decode_step_latency_mean', ',.2f', 'ms', 1e3)})"),
         ("MAL", num("mal", ".3f", "tokens per request-step")),
         ("VSR", num("vsr", ".3f", "accepted / verified draft tokens")),
         ("time split", f"draft {num('draft_time', ',.3f', 's')}, target "

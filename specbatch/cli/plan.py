@@ -199,7 +199,8 @@ def _names(text: str, flag: str, allowed: dict[str, str]) -> tuple[str, ...]:
     for item in text.split(","):
         key = item.strip().lower()
         if key not in allowed:
-            raise SpecbatchError(f"{flag}: expected some of {', '.join(sorted(set(allowed.values())))}"
+            raise SpecbatchError(f"{flag}: expected some of "
+                                 f"{', '.join(sorted(set(allowed.values())))}"
                                  f", got {item.strip()!r}")
         if allowed[key] not in out:
             out.append(allowed[key])

@@ -36,15 +36,18 @@ def register(subparsers) -> None:
             "specbatch profile --model llama-3.1-8b --device cuda --batch 1,64,256 "
             "--kv 512,2048 --max-cell-tokens 262144 --out h100-8b.parquet"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="model directory or shape name (traces.models.shapes)")
+    p.add_argument("--model", required=True, help="model directory or shape name "
+                                                  "(traces.models.shapes)")
     p.add_argument("--device", type=device_arg, default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default=None, help="float32 (default on CPU), bfloat16 (default on "
                    "CUDA) or float16")
     p.add_argument("--out", required=True, help="output file: .parquet or .csv")
     p.add_argument("--role", default="target", choices=["draft", "target"])
     p.add_argument("--layers", type=positive_int, default=None, help="override the layer count")
-    p.add_argument("--batch", type=int_list(positive_int), default=(1, 4, 16), help="batch sizes, e.g. 1,4,16")
-    p.add_argument("--query", type=int_list(positive_int), default=(1, 4, 8), help="query tokens per request")
+    p.add_argument("--batch", type=int_list(positive_int), default=(1, 4, 16), help="batch sizes, "
+                                                                                    "e.g. 1,4,16")
+    p.add_argument("--query", type=int_list(positive_int), default=(1, 4, 8), help="query tokens "
+                                                                                   "per request")
     p.add_argument("--kv", type=int_list(nonneg_int), default=(128, 512), help="KV-cache lengths")
     p.add_argument("--warmup", type=nonneg_int, default=2)
     p.add_argument("--repeats", type=positive_int, default=5)
@@ -84,7 +87,8 @@ def _profile(args) -> int:
         sys.stderr.write(f"profile: skipped {len(skipped)} of {len(skipped) + len(frame)} cells "
                          f"with batch x (kv + query) > {args.max_cell_tokens} tokens\n")
     summary = {"out": args.out, "model": frame["model"].iloc[0], "device": args.device,
-               "dtype": dtype, "threads": threads, "cells": len(frame), "cells_skipped": len(skipped),
+               "dtype": dtype, "threads": threads, "cells": len(frame),
+               "cells_skipped": len(skipped),
                "max_cell_tokens": args.max_cell_tokens,
                "latency_min_s": float(frame["latency_s"].min()),
                "latency_max_s": float(frame["latency_s"].max())}

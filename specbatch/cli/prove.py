@@ -67,8 +67,12 @@ def add_prove(subparsers) -> None:
                     "print statement, instances, worst margin and verdict. Exit 1 if any fails.",
         epilog=example("specbatch prove", "specbatch prove --instances 50 --seed 3 --json"),
         formatter_class=RAW)
-    prove.add_argument("--instances", type=capped_int(MAX_PROVE_INSTANCES), default=DEFAULT_INSTANCES,
-                       help=f"random instances per theorem (default {DEFAULT_INSTANCES})")
+    prove.add_argument(
+        "--instances",
+        type=capped_int(MAX_PROVE_INSTANCES),
+        default=DEFAULT_INSTANCES,
+        help=f"random instances per theorem (default {DEFAULT_INSTANCES})",
+    )
     prove.add_argument("--seed", type=seed_int, default=0, help="seed (default 0)")
     prove.add_argument("--only", action="append", metavar="NAME",
                        help="run only this theorem (repeatable)")
@@ -217,7 +221,8 @@ def run_verify(args: argparse.Namespace) -> int:
         f"E[τ] token verification   {show('token')}",
         f"E[τ] block verification   {show('block')}",
         f"LP B (best valid)         {out['lp_valid']:.10g}  ({out['solver']})",
-        f"LP A (joint coupling)     {out['lp_joint']:.10g}  (closed form {show('joint_closed_form')})",
+        f"LP A (joint coupling)     {out['lp_joint']:.10g}  (closed form "
+        f"{show('joint_closed_form')})",
         f"validity residual token   {show('residual_token')}",
         f"validity residual block   {show('residual_block')}",
     ])

@@ -1,18 +1,16 @@
 """``specbatch simulate``: run one simulation from a TOML config and/or flags.
 
 Every :class:`~simulator.config.sim_config.SimConfig` field is a flag generated from the field's own
-declaration (``max_num_seqs`` -> ``--max-num-seqs``; ``--k`` aliases
-``--num-speculative-tokens``, ``--extra`` is e); flags override the config file. A setting
-the run's policy would ignore is refused (:func:`~simulator.config.sim_config.check_settings_apply`).
-Prints a summary table, or one JSON object with ``--json`` (keys include the setting: trace,
-policy, verify, k (null for ar and dsd, which have no fixed window), e; the KV cache:
-kv_mode, kv_capacity
-(tokens per replica used, null = unlimited), preemptions, recomputed_tokens; and the metrics:
-throughput, e2e_mean, e2e_p99, vsr, mal, tokens, requests; and ``acceptance``: {source, pair,
-pair_matches}, where acceptance came from and whether it is the asked pair's). ``--out DIR``
-writes requests.parquet, steps.parquet, summary.json and config.toml, all at once (a kill
-leaves the old result or the new one); DIR must be new, empty, or a simulate result of the
-same config (``--force``: of any config).
+declaration (``max_num_seqs`` -> ``--max-num-seqs``; ``--k`` aliases ``--num-speculative-tokens``,
+``--extra`` is e); flags override the config file. A setting the run's policy would ignore is
+refused (:func:`~simulator.config.sim_config.check_settings_apply`). Prints a summary table, or one
+JSON object with ``--json`` (keys include the setting: trace, policy, verify, k (null for ar and
+dsd, which have no fixed window), e; the KV cache: kv_mode, kv_capacity (tokens per replica used,
+null = unlimited), preemptions, recomputed_tokens; and the metrics: throughput, e2e_mean, e2e_p99,
+vsr, mal, tokens, requests; and ``acceptance``: {source, pair, pair_matches}, where acceptance came
+from and whether it is the asked pair's). ``--out DIR`` writes requests.parquet, steps.parquet,
+summary.json and config.toml, all at once (a kill leaves the old result or the new one); DIR must be
+new, empty, or a simulate result of the same config (``--force``: of any config).
 """
 
 from __future__ import annotations
@@ -39,7 +37,8 @@ from specbatch.simulator.config.sim_config import (
 
 #: Summary keys printed in the text table, with units.
 TEXT_KEYS = (
-    ("trace", ""), ("policy", ""), ("verify", ""), ("k", ""), ("e", ""), ("requests", ""), ("held_out_requests", ""), ("tokens", ""), ("makespan", "s"),
+    ("trace", ""), ("policy", ""), ("verify", ""), ("k", ""), ("e", ""), ("requests", ""),
+    ("held_out_requests", ""), ("tokens", ""), ("makespan", "s"),
     ("throughput", "tok/s"), ("speedup_vs_ar", "x"), ("e2e_mean", "s"), ("e2e_p50", "s"),
     ("e2e_p99", "s"), ("ttft_mean", "s"), ("tpot_mean", "s"), ("mal", "tok/step"),
     ("vsr", ""), ("draft_efficiency", ""), ("target_efficiency", "tok/s"),

@@ -36,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sweep.add_argument("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
                        help="local processes (or LocalCluster workers); default: min(4, cores)")
     sweep.add_argument("--scheduler", default=None, metavar="ADDRESS|local",
-                       help="run on Dask distributed: a scheduler address, or 'local' for a LocalCluster")
+                       help="run on Dask distributed: a scheduler address, or 'local' for a "
+                            "LocalCluster")
     sweep.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                        help="set a config field for every run (replaces any axis over it, whether "
                             "spelled by its name or an alias: k, e, n); every run is then "

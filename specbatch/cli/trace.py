@@ -145,13 +145,15 @@ def _format_info(s: dict) -> str:
         f"models       {_format_models(s)}",
         *(f"  {role:<10} {text}" for role, text in s.get("identity", {}).items()),
         f"categories   {', '.join(f'{k}: {v}' for k, v in s['categories'].items())}",
-        f"lengths      prompt mean {s['prompt_len_mean']:.1f}, output mean {s['output_len_mean']:.1f}",
+        f"lengths      prompt mean {s['prompt_len_mean']:.1f}, output mean "
+        f"{s['output_len_mean']:.1f}",
         "",
         "per draft position i (means over all rows; TV reach = Π_{j≤i} min(1, r_j)):",
         f"{'i':>3} {'r':>10} {'min(1,r)':>10} {'p_i (BV)':>10} {'TV reach':>10}",
     ]
     pp = s["per_position"]
-    for i, r, a, p, t in zip(pp["i"], pp["r_mean"], pp["accept_mean"], pp["p_mean"], pp["tv_reach_mean"]):
+    for i, r, a, p, t in zip(pp["i"], pp["r_mean"], pp["accept_mean"], pp["p_mean"],
+                             pp["tv_reach_mean"]):
         lines.append(f"{i:>3} {r:>10.4f} {a:>10.4f} {p:>10.4f} {t:>10.4f}")
     lines += ["", "implied mean accepted length E[τ+1] per step at draft length γ:",
               f"{'γ':>3} {'TV':>8} {'BV':>8} {'BV/TV':>7}"]

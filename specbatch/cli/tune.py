@@ -262,7 +262,8 @@ def format_report(report: dict) -> str:
                                                      for lo, hi, k in report["ranges"]),
              *([f"  ties (K kept from the bucket before where tied): {'; '.join(ties)}"]
                if ties else []),
-             *(f"{engine} within its rules: " + ", ".join(f"{lo}-{hi}:{k}" for lo, hi, k in v["ranges"])
+             *(f"{engine} within its rules: "
+               + ", ".join(f"{lo}-{hi}:{k}" for lo, hi, k in v["ranges"])
                for engine, v in report["engines_verdict"].items()
                if v["ranges"] != report["ranges"]),
              f"best fixed K over the loads: {report['best_fixed_k']}"

@@ -1,4 +1,5 @@
-"""``specbatch zoo train``: a draft/target pair trained on local text (see :mod:`traces.models.zoo`)."""
+"""``specbatch zoo train``: a draft/target pair trained on local text (see
+:mod:`traces.models.zoo`)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def register(subparsers) -> None:
     train.add_argument("--steps", type=int, default=None, help="override the size's step count")
     train.add_argument("--threads", type=positive_int, default=None,
                        help="torch CPU threads (default 1: robust on a shared machine)")
-    train.add_argument("--device", type=device_arg, default="cpu", help="cpu, cuda or cuda:N (base is for a GPU)")
+    train.add_argument("--device", type=device_arg, default="cpu", help="cpu, cuda or cuda:N (base "
+                                                                        "is for a GPU)")
     train.add_argument("--max-seconds", type=float, default=None, metavar="S",
                        help="wall-clock budget for the training loop: a 2-step probe shortens the "
                             "schedule to what fits, the loop stops between steps once S seconds "

@@ -109,8 +109,8 @@ def test_triton_on_cpu_is_refused_up_front(capsys, monkeypatch):
 
 def test_the_catalogue_command_prints_one_object(capsys):
     code, out, _ = run_main(capsys, ["conform", "catalogue", "--samples", "300", "--seeds", "1",
-                                     "--alpha", "0.01", "--only", "paper", "--only", "markov", "--only", "ties",
-                                     "--json"])
+                                     "--alpha", "0.01", "--only", "paper", "--only", "markov",
+                                     "--only", "ties", "--json"])
     obj = json.loads(out)
     assert code == 0, [r for r in obj["rows"] if not r["judged_right"]]
     assert {r["sampler"] for r in obj["rows"]} >= {"vllm-v1", "ascend-block-unfixed"}

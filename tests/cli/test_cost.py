@@ -141,7 +141,12 @@ def test_show_prints_the_split_and_source(capsys):
     code, out, _ = run(capsys, "cost", "show", "--execution", "eager", "--batch", "1",
                        "--host", "fixed")
     assert code == 0
-    assert "draft %" in out and "batch    1: 2.140 x 3" in out and "source:" in out and "h100-*.parquet" in out
+    assert (
+        "draft %" in out
+        and "batch    1: 2.140 x 3" in out
+        and "source:" in out
+        and "h100-*.parquet" in out
+    )
 
 
 def test_fit_warns_when_held_out_mape_exceeds_ten_percent(capsys):

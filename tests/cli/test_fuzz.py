@@ -367,9 +367,18 @@ HOOK_RETURNS = {"depth": ["3", "2", "0", "2.5", "float('nan')", "-1", "True", "'
                           "2**70", "numpy.int64(2)"],
                 "lengths": ["d, d", "d, d + 1", "d * 1.0, d", "d", "None", "(d, d, d)",
                             "d[:-1], d[:-1]", "d * 0, d * 0", "d * 99, d * 99"]}
-HOOK_RAISES = ["ValueError('boom')", "SystemExit(0)", "SystemExit('bye')", "SystemExit(3)",
-               "GeneratorExit()", "RecursionError()", "MemoryError()", "StopIteration()",
-               "ZeroDivisionError()", "__import__('specbatch.errors').errors.SpecbatchError('mine')"]
+HOOK_RAISES = [
+    "ValueError('boom')",
+    "SystemExit(0)",
+    "SystemExit('bye')",
+    "SystemExit(3)",
+    "GeneratorExit()",
+    "RecursionError()",
+    "MemoryError()",
+    "StopIteration()",
+    "ZeroDivisionError()",
+    "__import__('specbatch.errors').errors.SpecbatchError('mine')",
+]
 hook_action = st.one_of(st.tuples(st.just("return"), st.integers(0, 99)),
                         st.tuples(st.just("raise"), st.sampled_from(HOOK_RAISES)))
 

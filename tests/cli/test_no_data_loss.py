@@ -1,7 +1,7 @@
 """Nothing already on disk is lost: ``simulate --out``, ``live --out`` and ``validate --out``
-replace only a result of their own kind and config (``--force``: of any config), refuse anything else naming what is
-there, and write the result folder whole, so a kill -9 at any moment leaves the old complete
-result or the new complete one."""
+replace only a result of their own kind and config (``--force``: of any config), refuse anything
+else naming what is there, and write the result folder whole, so a kill -9 at any moment leaves the
+old complete result or the new complete one."""
 
 from __future__ import annotations
 

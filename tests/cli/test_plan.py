@@ -55,7 +55,9 @@ def test_a_kv_need_of_between_one_and_two_pools_forces_exactly_two_replicas(caps
     choice = report["choice"]
     assert (choice["tp"], choice["replicas"], choice["gpus"]) == (1, 2, 2)
     assert choice["memory"]["preemptions"] == 0
-    assert choice["memory"]["kv_needed_tokens"] == 32 * 84 <= choice["memory"]["kv_available_tokens"]
+    assert (
+        choice["memory"]["kv_needed_tokens"] == 32 * 84 <= choice["memory"]["kv_available_tokens"]
+    )
     (one,) = report["rejected"]
     assert one["gpus"] == 1 and one["limits"][0].startswith("memory:")
     assert one["memory"]["kv_needed_tokens"] == 64 * 84

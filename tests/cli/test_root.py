@@ -15,7 +15,9 @@ from specbatch.cli import COMMANDS, build_parser, chosen_command, main
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specbatch", *args], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "specbatch", *args], capture_output=True, text=True
+    )
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

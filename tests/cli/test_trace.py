@@ -117,7 +117,10 @@ def test_validate_bad_trace_is_one_line_exit_2(synth_dir, tmp_path, capsys):
     capsys.readouterr()
     code, out, err = run(capsys, "trace", "validate", str(bad))
     assert code == 2 and out == ""
-    assert err.count("\n") == 1 and "meta.json: field version: expected 1 (chains) or 2 (trees), got 99" in err
+    assert (
+        err.count("\n") == 1
+        and "meta.json: field version: expected 1 (chains) or 2 (trees), got 99" in err
+    )
 
 
 def test_default_resolves_to_the_bundled_trace(synth_dir, tmp_path, monkeypatch, capsys):

@@ -1,5 +1,5 @@
-"""The live loop is exact: TV and BV at temperature 0 reproduce the target's own greedy
-decoding, whatever the policy, arrivals and number of running slots; the policy is the simulator's (TETRIS
+"""The live loop is exact: TV and BV at temperature 0 reproduce the target's own greedy decoding,
+whatever the policy, arrivals and number of running slots; the policy is the simulator's (TETRIS
 verifies exactly its budget); the torch verifier and the replay path agree."""
 
 from __future__ import annotations

@@ -183,7 +183,9 @@ def test_200_concurrent_requests_are_batched_and_counted(server):
     per_pos = [a - b for a, b in zip(after["per_pos"], before["per_pos"])]
     assert sum(per_pos) == delta["vllm:spec_decode_num_accepted_tokens_total"]
     assert per_pos == sorted(per_pos, reverse=True)  # position j accepted implies j - 1
-    assert after["vllm:num_requests_running"] == 0 and after["specbatch:request_failures_total"] == 0
+    assert (
+        after["vllm:num_requests_running"] == 0 and after["specbatch:request_failures_total"] == 0
+    )
     assert "Traceback" not in server_output(proc)
 
 

@@ -58,19 +58,19 @@ VERIFY_STEP_COLUMNS = STEP_COLUMNS + ("verify_time",)
 VERIFY_SUMMARY_KEYS = SUMMARY_KEYS + ("verify_time", "verify_share")
 
 GOLDEN = {
-'dsd-poisson-chunked': {'requests': '6845663a58d82a7c6fb15436', 'steps': '06910a2fcd5877e27db81697', 'summary': 'aa6274c528811459e1e89caf'},
-    'fixed-burst-linear': {'requests': 'a003b6f16127516c31871a9c', 'steps': '835e629a56493f20f0e41771', 'summary': '9d92359cda0bc5c00e165514'},
-    'fixed-poisson-replicas-prefill-budget': {'requests': '5fea5085ddc8055393cfd1f3', 'steps': '0b3433de5f1b4b8dc4627454', 'summary': '58e430ecd108abdb7a1fcbb0'},
-    'tetris-burst-roofline-kv': {'requests': '61fd2cc05fe66eefe23e5509', 'steps': '47d6ea85e76da5192376d137', 'summary': 'bdd9314d8604a5a6871dc754'},
-    'tetris-gamma-replicas-kv-chunked': {'requests': '2e2c3a02a33d74939b5c5698', 'steps': 'a8a64567ed8beda04eb38e88', 'summary': '65bb0b6f0950d59561e50565'},
+    'dsd-poisson-chunked': {'requests': '6845663a58d82a7c6fb15436', 'steps': '06910a2fcd5877e27db81697', 'summary': 'aa6274c528811459e1e89caf'},  # noqa: E501
+    'fixed-burst-linear': {'requests': 'a003b6f16127516c31871a9c', 'steps': '835e629a56493f20f0e41771', 'summary': '9d92359cda0bc5c00e165514'},  # noqa: E501
+    'fixed-poisson-replicas-prefill-budget': {'requests': '5fea5085ddc8055393cfd1f3', 'steps': '0b3433de5f1b4b8dc4627454', 'summary': '58e430ecd108abdb7a1fcbb0'},  # noqa: E501
+    'tetris-burst-roofline-kv': {'requests': '61fd2cc05fe66eefe23e5509', 'steps': '47d6ea85e76da5192376d137', 'summary': 'bdd9314d8604a5a6871dc754'},  # noqa: E501
+    'tetris-gamma-replicas-kv-chunked': {'requests': '2e2c3a02a33d74939b5c5698', 'steps': 'a8a64567ed8beda04eb38e88', 'summary': '65bb0b6f0950d59561e50565'},  # noqa: E501
 }
 
 GOLDEN_VERIFY = {
-    'dsd-poisson-chunked': {'requests': '594f16f955a626534b9b66c0', 'steps': '435cda3ca44aa279924a3af6', 'summary': '3ecb91eeeb9359ea6c36cc04'},
-    'fixed-burst-linear': {'requests': '9688a651107200a05c0df020', 'steps': '3555da7ed686952632f8dd1b', 'summary': '22a87322775822361eb83a7f'},
-    'fixed-poisson-replicas-prefill-budget': {'requests': 'd6061b3f91848074f696c1b8', 'steps': '1933b7534c70c3356a1a5e29', 'summary': '148c135aacb2acd6cd2c895c'},
-    'tetris-burst-roofline-kv': {'requests': 'd7b956bb5796c955277dbef1', 'steps': 'd42d4894f640435bc1b2c568', 'summary': '8d5ac3b1c5e96a902bba4746'},
-    'tetris-gamma-replicas-kv-chunked': {'requests': 'f9a217201f30508b174d851b', 'steps': '720b522274390f8c0831a31f', 'summary': 'a2a1ac710e921dfda54ff4b5'},
+    'dsd-poisson-chunked': {'requests': '594f16f955a626534b9b66c0', 'steps': '435cda3ca44aa279924a3af6', 'summary': '3ecb91eeeb9359ea6c36cc04'},  # noqa: E501
+    'fixed-burst-linear': {'requests': '9688a651107200a05c0df020', 'steps': '3555da7ed686952632f8dd1b', 'summary': '22a87322775822361eb83a7f'},  # noqa: E501
+    'fixed-poisson-replicas-prefill-budget': {'requests': 'd6061b3f91848074f696c1b8', 'steps': '1933b7534c70c3356a1a5e29', 'summary': '148c135aacb2acd6cd2c895c'},  # noqa: E501
+    'tetris-burst-roofline-kv': {'requests': 'd7b956bb5796c955277dbef1', 'steps': 'd42d4894f640435bc1b2c568', 'summary': '8d5ac3b1c5e96a902bba4746'},  # noqa: E501
+    'tetris-gamma-replicas-kv-chunked': {'requests': 'f9a217201f30508b174d851b', 'steps': '720b522274390f8c0831a31f', 'summary': 'a2a1ac710e921dfda54ff4b5'},  # noqa: E501
 }
 
 

@@ -37,8 +37,12 @@ def test_summary_definitions(synth_trace_natural):
     s, req = result.summary, result.requests
     assert set(KEYS) <= set(s)
     e2e = req["finish"] - req["arrival"]
-    assert np.isclose(s["throughput"], req["tokens"].sum() / (req["finish"].max() - req["arrival"].min()))
-    assert np.isclose(s["e2e_mean"], e2e.mean()) and np.isclose(s["e2e_p99"], np.percentile(e2e, 99))
+    assert np.isclose(
+        s["throughput"], req["tokens"].sum() / (req["finish"].max() - req["arrival"].min())
+    )
+    assert np.isclose(s["e2e_mean"], e2e.mean()) and np.isclose(
+        s["e2e_p99"], np.percentile(e2e, 99)
+    )
     assert np.isclose(s["vsr"], req["accepted"].sum() / req["verified"].sum())
     assert np.isclose(s["mal"], (req["accepted"].sum() + req["steps"].sum()) / req["steps"].sum())
     assert np.isclose(s["goodput"], (e2e <= 10.0).sum() / s["makespan"])

@@ -1,4 +1,5 @@
-"""simulator/saturation.py: the waiting count at each arrival, and when a queue grows without bound."""
+"""simulator/saturation.py: the waiting count at each arrival, and when a queue grows without
+bound."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ def test_the_order_of_the_requests_does_not_matter():
     arrival = np.sort(rng.uniform(0, 10, 50))
     first = arrival + rng.uniform(0, 2, 50)
     perm = rng.permutation(50)
-    assert (waiting_at_arrival(arrival, first) == waiting_at_arrival(arrival[perm], first[perm])).all()
+    assert (
+        waiting_at_arrival(arrival, first) == waiting_at_arrival(arrival[perm], first[perm])
+    ).all()
 
 
 def test_an_overloaded_server_is_flagged_and_its_growth_estimates_one_minus_mu_over_lambda():

@@ -1,4 +1,5 @@
-"""Distinct experts a pass touches (theory.moe): THEORY.md §8's numbers, exact and Monte-Carlo twins."""
+"""Distinct experts a pass touches (theory.moe): THEORY.md §8's numbers, exact and Monte-Carlo
+twins."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""prefix_gains: E[τ | X^s] for every verified prefix s, what an allocator that saw the draft maximises."""
+"""prefix_gains: E[τ | X^s] for every verified prefix s, what an allocator that saw the draft
+maximises."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def paper_paths():
 
 
 def brute_force_block(q, pt, z, s):
-    """Enumerate the 2^s accept/reject patterns of independent events η_j ≤ h_j; τ = last success."""
+    """Enumerate the 2^s accept/reject patterns of independent events η_j ≤ h_j; τ = last
+    success."""
     h = block_thresholds(block_weights(q, pt), z, np.full(q.shape[0], s))
     out = np.zeros(q.shape[0])
     for pattern in itertools.product([0, 1], repeat=s):

@@ -139,7 +139,9 @@ def test_constant_alpha_mode_gives_exact_acceptance():
 
 def test_hard_requests_accept_less_than_easy_ones():
     trace = synth_trace(SynthConfig(requests=80, output_mean=40, hard_fraction=0.5, seed=4))
-    per_request = np.add.reduceat(trace.accept_tv.sum(axis=1), trace.offsets[:-1]) / trace.output_len
+    per_request = (
+        np.add.reduceat(trace.accept_tv.sum(axis=1), trace.offsets[:-1]) / trace.output_len
+    )
     hard = trace.category == "synthetic-hard"
     assert 0 < hard.sum() < trace.n_requests
     assert per_request[hard].mean() < per_request[~hard].mean() - 0.3

@@ -220,15 +220,15 @@ def prefix_gains(q: np.ndarray, pt: np.ndarray, z: np.ndarray, rule: str) -> np.
     """Exact ``G[i, s] = E[τ_i | X^s]``, s = 0..K: expected accepted tokens when request i
     verifies its first s drafted tokens, given the drafted path (trace statistics, THEORY §3).
 
-    TV: ``Σ_{j≤s} Π_{l≤j} min(1, r_l)``, the prefix sums of :func:`theory.verify.path_stats.token_weights`
-    (additive, so top-C on those values is optimal). BV with draft length s: thresholds
-    ``h_1..h_{s-1}`` and ``h_s = p_s``, so ``P(τ ≥ j | X^s) = 1 − (1 − p_s) Π_{l=j}^{s-1} (1 − h_l)``
-    and ``E[τ | X^s] = s − (1 − p_s) T_s`` with ``T_1 = 1``, ``T_{s+1} = 1 + (1 − h_s) T_s``.
-    This is **not** ``Σ_{j≤s} p_j``: that sum is the mean of E[τ | X^s] over the later draft
-    tokens (``P(τ ≥ j | X^j) = p_j``), the right value for an allocator that has not seen them,
-    while a replay that samples τ from the path (theory.verify.path_stats.accept_from_stats) realises these
-    gains. They need not even grow with s (a drafted token the target rules out lowers h_s).
-    Use with :func:`optimal_dp_gains`.
+    TV: ``Σ_{j≤s} Π_{l≤j} min(1, r_l)``, the prefix sums of
+    :func:`theory.verify.path_stats.token_weights` (additive, so top-C on those values is optimal).
+    BV with draft length s: thresholds ``h_1..h_{s-1}`` and ``h_s = p_s``, so ``P(τ ≥ j | X^s) = 1 −
+    (1 − p_s) Π_{l=j}^{s-1} (1 − h_l)`` and ``E[τ | X^s] = s − (1 − p_s) T_s`` with ``T_1 = 1``,
+    ``T_{s+1} = 1 + (1 − h_s) T_s``. This is **not** ``Σ_{j≤s} p_j``: that sum is the mean of E[τ |
+    X^s] over the later draft tokens (``P(τ ≥ j | X^j) = p_j``), the right value for an allocator
+    that has not seen them, while a replay that samples τ from the path
+    (theory.verify.path_stats.accept_from_stats) realises these gains. They need not even grow with
+    s (a drafted token the target rules out lowers h_s). Use with :func:`optimal_dp_gains`.
 
     q, pt, z: # [N, K] recorded statistics (z[:, j] holds Z_{j+1})
     returns   # [N, K+1] float64, column 0 is 0

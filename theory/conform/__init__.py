@@ -2,10 +2,10 @@
 target's acceptance does it keep (THEORY.md §4)?
 
 Reading order: ``pairs`` (the model pairs drawn, with exact tables), ``vllm_modes`` and
-``synthetic`` (vLLM's sampling modes), ``ragged`` (the batched ragged interface, vLLM V1's
-layout), ``samplers`` (samplers with the engine signature, loading a user's), ``harness``
-(drawing samples), ``power`` (calibrated tests with a stated power), ``check`` (the verdict:
-:func:`conform`), ``engine_samplers`` and ``catalogue`` (other engines' samplers, correct and broken).
+``synthetic`` (vLLM's sampling modes), ``ragged`` (the batched ragged interface, vLLM V1's layout),
+``samplers`` (samplers with the engine signature, loading a user's), ``harness`` (drawing samples),
+``power`` (calibrated tests with a stated power), ``check`` (the verdict: :func:`conform`),
+``engine_samplers`` and ``catalogue`` (other engines' samplers, correct and broken).
 
 ``from specbatch.theory.conform import conform`` is the public path (docs/api.md); the name
 loads on first use, so importing a submodule does not import torch.

@@ -38,15 +38,17 @@ class SamplerEntry:
 
 
 CATALOGUE = (
-    SamplerEntry("vllm-standard", "vLLM MRV2", "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py"
-        "::_rejection_kernel, _resample_kernel", "lossless", ""),
+    SamplerEntry("vllm-standard", "vLLM MRV2", "vllm/v1/worker/gpu/spec_decode/"
+        "rejection_sampler_utils.py::_rejection_kernel, _resample_kernel", "lossless", ""),
     SamplerEntry("vllm-v1", "vLLM V1", "vllm/v1/sample/rejection_sampler.py::"
         "rejection_random_sample_kernel, sample_recovered_tokens (ragged, cu_num_draft_tokens)",
         "lossless", ""),
-    SamplerEntry("vllm-v1-ngram", "vLLM V1", "same, draft_probs None (n-gram drafter: greedy drafts)",
+    SamplerEntry("vllm-v1-ngram", "vLLM V1", "same, draft_probs None (n-gram drafter: greedy "
+                                             "drafts)",
         "lossless", ""),
-    SamplerEntry("vllm-block", "vLLM MRV2", "rejection_sampler_utils.py::_compute_cumulative_log_p_kernel,"
-        " _compute_local_residual_mass_kernel (PR #46781, block verification)", "lossless", ""),
+    SamplerEntry("vllm-block", "vLLM MRV2", "rejection_sampler_utils.py::"
+        "_compute_cumulative_log_p_kernel, _compute_local_residual_mass_kernel (PR #46781, "
+        "block verification)", "lossless", ""),
     SamplerEntry("vllm-v1-greedy", "vLLM V1", "vllm/v1/sample/rejection_sampler.py::"
         "rejection_greedy_sample_kernel (temperature 0, ragged)", "lossless", ""),
     SamplerEntry("sglang-chain", "SGLang", "sgl-kernel csrc/speculative/speculative_sampling.cuh::"
@@ -64,10 +66,12 @@ CATALOGUE = (
         "(sample/rejection_sampler.py::rejection_random_sample_block_verify_pytorch)",
         "broken", "compares Π η with Π min(1, r) and reuses TV's residual: the joint law "
         "differs and E[τ] can exceed LP B"),
-    SamplerEntry("ragged-misaligned", "(bug class)", "arXiv 2510.22876: request b read at b·max_spec_len "
+    SamplerEntry("ragged-misaligned", "(bug class)", "arXiv 2510.22876: request b read at "
+                                                     "b·max_spec_len "
         "instead of cu_num_draft_tokens[b-1] in a ragged batch", "broken",
         "accepted tokens differ from the draft; the law differs"),
-    SamplerEntry("greedy-tie-accepts", "(bug class)", "greedy ≠ non-speculative greedy (vLLM #41758, "
+    SamplerEntry("greedy-tie-accepts", "(bug class)", "greedy ≠ non-speculative greedy (vLLM "
+                                                      "#41758, "
         "mlx-lm #1423): a draft tying the target maximum accepted instead of x == argmax",
         "broken", "output differs from non-speculative greedy decoding token for token"),
     *(SamplerEntry(name, engine, source, expected, deviation, reproduces, serve)

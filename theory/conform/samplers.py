@@ -9,17 +9,16 @@ The engine signature (vLLM's placeholder convention)::
     ) -> output_token_ids  # [B, γ+1] int64: X^τ, the extra token, then -1
 
 Built-ins (:data:`BUILTINS`): the project's token (TV) and block (BV) verifiers in numpy
-(:mod:`specbatch.theory.verify.reference`), torch (:mod:`specbatch.theory.verify.torch_batched`) and Triton
-(:mod:`specbatch.theory.verify.triton_fused`, needs the ``kernels`` extra and a GPU, or
+(:mod:`specbatch.theory.verify.reference`), torch (:mod:`specbatch.theory.verify.torch_batched`) and
+Triton (:mod:`specbatch.theory.verify.triton_fused`, needs the ``kernels`` extra and a GPU, or
 ``TRITON_INTERPRET=1``), vLLM's modes (:mod:`specbatch.theory.conform.vllm_modes`; V1's ragged
-samplers in :mod:`specbatch.theory.conform.ragged`) and the engine catalogue's samplers,
-correct and broken (:mod:`specbatch.theory.conform.engine_samplers`,
-:mod:`specbatch.theory.conform.catalogue`). Each built-in states the draft law it expects:
-``probabilistic`` (``X_i ~ Ms``) or ``greedy`` (``X_i = argmax Ms``, passed as ``draft_probs =
-None``); its interface (``padded``, the signature above, or ``ragged``, vLLM V1's flattened
-batch); and its target (``sample``, or ``greedy`` for temperature 0, where the output must be
-greedy decoding token for token). ``synthetic`` and SGLang's thresholds below 1 are lossy by
-design.
+samplers in :mod:`specbatch.theory.conform.ragged`) and the engine catalogue's samplers, correct and
+broken (:mod:`specbatch.theory.conform.engine_samplers`, :mod:`specbatch.theory.conform.catalogue`).
+Each built-in states the draft law it expects: ``probabilistic`` (``X_i ~ Ms``) or ``greedy`` (``X_i
+= argmax Ms``, passed as ``draft_probs = None``); its interface (``padded``, the signature above, or
+``ragged``, vLLM V1's flattened batch); and its target (``sample``, or ``greedy`` for temperature 0,
+where the output must be greedy decoding token for token). ``synthetic`` and SGLang's thresholds
+below 1 are lossy by design.
 """
 
 from __future__ import annotations
@@ -130,7 +129,9 @@ def _triton(rule: str):
                                           generator=generator)
         return emit_tokens(draft_token_ids, tau.cpu(), extra.cpu())
 
-    sample.__doc__ = f"theory.verify.triton_fused rule {rule!r} (fused kernel) with the engine signature."
+    sample.__doc__ = (
+        f"theory.verify.triton_fused rule {rule!r} (fused kernel) with the engine signature."
+    )
     return sample
 
 

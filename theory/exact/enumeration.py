@@ -1,7 +1,7 @@
 """Exact enumeration of one speculative iteration and of the whole loop (THEORY.md §2-4).
 
-Everything here enumerates every draft ``x ∈ V^γ`` (and every output) of an explicit model
-pair (:mod:`theory.exact.small_models`), so the laws are exact: Fractions when the pair is exact, float64
+Everything here enumerates every draft ``x ∈ V^γ`` (and every output) of an explicit model pair
+(:mod:`theory.exact.small_models`), so the laws are exact: Fractions when the pair is exact, float64
 otherwise. Nothing is sampled.
 
 One iteration from context ``c`` (THEORY.md §1): the draft ``X^γ ~ Ms(·|c)``, a rule returns
@@ -20,12 +20,12 @@ general (the paper's example: draft ``aa`` has ``Σ p_i = 3/4`` but ``E[τ | X^2
 
 Tiers: the path statistics here — :func:`block_weights_exact` (``p_i`` by the recursion),
 :func:`residual_mass_exact` (``Z_{i+1}``), :func:`block_thresholds_exact` (``h_i``),
-:func:`path_stats_exact`, :func:`draft_signals_exact` — and :func:`extra_token_law_exact` are
-the exact twins of the numpy reference (:mod:`specbatch.theory.verify.path_stats`,
+:func:`path_stats_exact`, :func:`draft_signals_exact` — and :func:`extra_token_law_exact` are the
+exact twins of the numpy reference (:mod:`specbatch.theory.verify.path_stats`,
 :func:`specbatch.theory.verify.reference.extra_token_law`) and of the torch fast path
-(:mod:`specbatch.theory.verify.torch_path_stats`, :func:`specbatch.theory.verify.torch_batched.extra_token_law_torch`).
-They compute in the inputs' number type: Fractions give exact values, floats a readable
-reference for float tests.
+(:mod:`specbatch.theory.verify.torch_path_stats`,
+:func:`specbatch.theory.verify.torch_batched.extra_token_law_torch`). They compute in the inputs'
+number type: Fractions give exact values, floats a readable reference for float tests.
 """
 
 from __future__ import annotations
@@ -174,7 +174,8 @@ def draft_signals_exact(draft, draft_rows) -> dict:
 
 
 def _tau_law_token(accept) -> tuple:
-    """TV: ``P(τ = k | X^γ) = Π_{j≤k} a_j · (1 − a_{k+1})`` (``a_{γ+1} := 0``), a_j = min(1, r_j)."""
+    """TV: ``P(τ = k | X^γ) = Π_{j≤k} a_j · (1 − a_{k+1})`` (``a_{γ+1} := 0``), a_j = min(1,
+    r_j)."""
     gamma = len(accept)
     law, survive = [], _one_like(accept[0]) if accept else 1
     for k in range(gamma + 1):

@@ -220,8 +220,8 @@ def solve_lp_b(pair: ModelPair, gamma: int, solver: str = DEFAULT_SOLVER, contex
 
 def verify_pair(pair, gamma: int, solver: str = "HIGHS", max_variables: int | None = None
                 ) -> dict:
-    """E[τ] under TV and BV (exact enumeration), LP A and LP B optima and the validity residuals
-    of THEORY.md §4 for one pair at draft length γ, as floats, plus exact strings for exact pairs."""
+    """E[τ] under TV and BV (exact enumeration), LP A and LP B optima and the validity residuals of
+    THEORY.md §4 for one pair at draft length γ, as floats, plus exact strings for exact pairs."""
     require(gamma >= 1, f"--gamma: expected an integer >= 1, got {gamma}")
     limit = DEFAULT_MAX_VARIABLES if max_variables is None else max_variables
     # refuse before any enumeration: the exact laws below walk all V^γ drafts, and LP A,

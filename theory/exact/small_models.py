@@ -110,8 +110,12 @@ class TableModel:
             ) from None
 
     def to_json(self) -> dict:
-        return {"table": {_prefix_key(k): [_num_json(v) for v in r]
-                          for k, r in sorted(self.rows.items(), key=lambda kv: (len(kv[0]), kv[0]))}}
+        return {
+            "table": {
+                _prefix_key(k): [_num_json(v) for v in r]
+                for k, r in sorted(self.rows.items(), key=lambda kv: (len(kv[0]), kv[0]))
+            }
+        }
 
 
 Model = IidModel | MarkovModel | TableModel
@@ -197,14 +201,19 @@ def _check_exact_size(text: str, where: str) -> None:
 
 def _parse_number(raw: Any, exact: bool, where: str) -> Number:
     if isinstance(raw, bool) or not isinstance(raw, (int, float, str, Fraction)):
-        raise SpecbatchError(f"{where}: expected a probability (number or 'a/b' string), got {raw!r}")
+        raise SpecbatchError(f"{where}: expected a probability (number or 'a/b' string), got "
+                             f"{raw!r}")
     if exact:
         if not isinstance(raw, Fraction):
             _check_exact_size(str(raw), where)
         try:
-            value = Fraction(raw) if isinstance(raw, (int, Fraction)) else Fraction(str(raw).strip())
+            value = (
+                Fraction(raw) if isinstance(raw, (int, Fraction)) else Fraction(str(raw).strip())
+            )
         except (ValueError, ZeroDivisionError):
-            raise SpecbatchError(f"{where}: expected a probability like '1/3', got {raw!r}") from None
+            raise SpecbatchError(
+                f"{where}: expected a probability like '1/3', got {raw!r}"
+            ) from None
         require(value >= 0, f"{where}: expected non-negative probabilities, got {raw!r}")
         return value
     if isinstance(raw, str):  # unreachable by construction (strings switch to exact)

@@ -14,11 +14,11 @@ computable at capture time from the full rows:
 - ``gbv_h[u]``: on greedy multi-path BV's chosen path, block verification's threshold h at u
   (``τ = max{depth(u) : η_u < h_u}``, the root h = 1); ``None`` off the path.
 
-:func:`tree_stats` computes them exactly from a model pair; :func:`tree_stats_numpy` is its
-float64 twin from full rows per node (what a capture has; parity test to 1e-12).
-:func:`tau_law_from_stats` turns them into the exact law of τ (the parity test against
-:mod:`theory.trees.verifiers` is exact) and :func:`replay_tau` draws τ with uniforms, as a simulator would.
-Nodes are numbered in pre-order (root 0).
+:func:`tree_stats` computes them exactly from a model pair; :func:`tree_stats_numpy` is its float64
+twin from full rows per node (what a capture has; parity test to 1e-12). :func:`tau_law_from_stats`
+turns them into the exact law of τ (the parity test against :mod:`theory.trees.verifiers` is exact)
+and :func:`replay_tau` draws τ with uniforms, as a simulator would. Nodes are numbered in pre-order
+(root 0).
 """
 
 from __future__ import annotations

@@ -13,11 +13,11 @@ verification rule needs to sample τ is a handful of numbers per position:
 These are what a trace stores per position (``Z[:, j]`` holds ``Z_{j+1}``), and they serve
 every draft length γ ≤ K: h_i for i < γ uses ``Z_{i+1}`` and ``p_i``, h_γ = p_γ.
 
-One implementation per quantity and tier: this module is the numpy reference
-(:func:`block_weights`, :func:`residual_masses`, :func:`draft_signals`,
-:func:`position_stats`, :func:`block_thresholds`); :mod:`specbatch.theory.exact.enumeration` holds the
-exact twins (``*_exact``, Fractions or floats, the recursion of the definition) and
-:mod:`specbatch.theory.verify.torch_path_stats` the torch fast path (``*_torch``).
+One implementation per quantity and tier: this module is the numpy reference (:func:`block_weights`,
+:func:`residual_masses`, :func:`draft_signals`, :func:`position_stats`, :func:`block_thresholds`);
+:mod:`specbatch.theory.exact.enumeration` holds the exact twins (``*_exact``, Fractions or floats,
+the recursion of the definition) and :mod:`specbatch.theory.verify.torch_path_stats` the torch fast
+path (``*_torch``).
 
 Shapes: ``B`` paths, ``K`` drafted tokens, ``V`` vocabulary.
 """

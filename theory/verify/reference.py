@@ -11,16 +11,16 @@ One verification step of B drafted paths at once. Inputs (0-based position i hol
 Output: τ # [B] (accepted draft tokens) and the extra token # [B] (a *correction* drawn from
 the residual when τ < γ, a *bonus* drawn from ``Mb(·|X^γ)`` when τ = γ).
 
-The path statistics (``p_i``, ``Z_{i+1}``, ``h_i``, TV's ``Π min(1, r_j)``) come from the numpy
-tier :mod:`specbatch.theory.verify.path_stats`; this module adds the rules' sampling loops written as in
-THEORY.md (a loop over the γ positions, vectorised over B) and the laws of τ and of the
-extra token. The torch verifier :mod:`specbatch.theory.verify.torch_batched` is tested against it and
-both against exact enumeration (:mod:`specbatch.theory.exact.enumeration`).
+The path statistics (``p_i``, ``Z_{i+1}``, ``h_i``, TV's ``Π min(1, r_j)``) come from the numpy tier
+:mod:`specbatch.theory.verify.path_stats`; this module adds the rules' sampling loops written as in
+THEORY.md (a loop over the γ positions, vectorised over B) and the laws of τ and of the extra token.
+The torch verifier :mod:`specbatch.theory.verify.torch_batched` is tested against it and both
+against exact enumeration (:mod:`specbatch.theory.exact.enumeration`).
 
 Extra-token law, one function per tier with one argument order ``(rows, τ, rule, γ, p)``:
 :func:`extra_token_law` (numpy), :func:`specbatch.theory.verify.torch_batched.extra_token_law_torch`
-(torch), :func:`specbatch.theory.exact.enumeration.extra_token_law_exact` (exact; the model pair and the
-path stand for the rows and p).
+(torch), :func:`specbatch.theory.exact.enumeration.extra_token_law_exact` (exact; the model pair and
+the path stand for the rows and p).
 
 A residual with zero mass (only possible when τ < γ has probability 0, reached through float
 rounding) falls back to the target row ``Mb(·|X^τ)``.

@@ -1,7 +1,7 @@
 """Batched token and block verification in torch (CPU or CUDA), THEORY.md §2-3.
 
-The serving-side twin of the numpy reference :mod:`theory.verify.reference`: same inputs, same τ for the
-same uniforms, same extra-token law (tests/theory/verify/test_torch_batched.py checks both).
+The serving-side twin of the numpy reference :mod:`theory.verify.reference`: same inputs, same τ for
+the same uniforms, same extra-token law (tests/theory/verify/test_torch_batched.py checks both).
 
 Two layouts:
 
@@ -176,8 +176,8 @@ def _accept_token(lay, log_r) -> torch.Tensor:
 def _accept_block(lay, log_r, q, pt, weights):
     """BV's τ, with the residual rows already written at accepting positions.
 
-    ``p_i`` from :func:`specbatch.theory.verify.torch_path_stats.log_block_weights_torch` (log space), the
-    backward scan from :func:`specbatch.theory.verify.torch_residual.scan_block`.
+    ``p_i`` from :func:`specbatch.theory.verify.torch_path_stats.log_block_weights_torch` (log
+    space), the backward scan from :func:`specbatch.theory.verify.torch_residual.scan_block`.
     returns (τ # [B] int64, p_full # [B, K+1] float64 ``p_0..p_K``, done # [B] bool)
     """
     b = log_r.shape[0]
@@ -335,11 +335,10 @@ def verify_block_torch(draft_tokens, draft_rows, target_rows, uniforms, **kwargs
 def extra_token_law_torch(draft_rows, target_rows, tau, rule: str, *, gamma=None, p=None):
     """Law of the extra token (THEORY.md §2-§3), normalised, in float64 torch.
 
-    τ = γ: the bonus law ``Mb(·|X^γ)``; τ < γ: ``max(w Mb(·|X^τ) − Ms(·|X^τ), 0)`` with w = 1
-    (TV) or ``p_τ`` (BV, p_0 = 1), of mass ``Z_{τ+1}``; a zero-mass residual (rounding) falls
-    back to ``Mb(·|X^τ)``. The torch tier of :func:`specbatch.theory.verify.reference.extra_token_law`
-    (same arguments; parity test) for ragged γ and precomputed BV weights, as the live loop
-    has them.
+    τ = γ: the bonus law ``Mb(·|X^γ)``; τ < γ: ``max(w Mb(·|X^τ) − Ms(·|X^τ), 0)`` with w = 1 (TV)
+    or ``p_τ`` (BV, p_0 = 1), of mass ``Z_{τ+1}``; a zero-mass residual (rounding) falls back to
+    ``Mb(·|X^τ)``. The torch tier of :func:`specbatch.theory.verify.reference.extra_token_law` (same
+    arguments; parity test) for ragged γ and precomputed BV weights, as the live loop has them.
 
     draft_rows:  # [n, K, V]   Ms(·|X^i), i = 0..K-1 (K ≥ max γ)
     target_rows: # [n, G+1, V] Mb(·|X^i), i = 0..G (G ≥ max γ)

@@ -1,8 +1,9 @@
 """Path statistics of drafted paths in torch: the fast tier, on the models' device, float64.
 
 One function per quantity of THEORY.md §3, the torch twin of the numpy reference in
-:mod:`specbatch.theory.verify.path_stats` (and of the exact tier in :mod:`specbatch.theory.exact.enumeration`; parity
-tests in tests/theory/verify/test_torch_path_stats.py):
+:mod:`specbatch.theory.verify.path_stats` (and of the exact tier in
+:mod:`specbatch.theory.exact.enumeration`; parity tests in
+tests/theory/verify/test_torch_path_stats.py):
 
 - :func:`log_block_weights_torch` — ``log p_i = S_i − max(0, max_{j≤i} S_j)``,
   ``S_i = Σ_{k≤i} log r_k``: one cumsum and one cummax, no product of many ratios is formed;
@@ -126,13 +127,12 @@ def path_stats_torch(draft_tokens, draft_logits, target_logits, temperature: flo
     """THEORY.md §3 statistics of P drafted paths at temperature T, plus the draft's signals.
 
     The torch tier of :func:`specbatch.theory.verify.path_stats.position_stats` followed by
-    :func:`specbatch.theory.verify.path_stats.draft_signals`. Capture calls it on whole drafted paths; the
-    live loop on paths of which the target scored only the first γ_b tokens (``gamma``): there
-    ``pt = 0`` past γ_b and ``Z_{i+1} = p_i`` (so ``p_γ_b`` at the first unscored position and
-    0 after it), the statistics of a target that puts no mass on the unscored tokens nor
-    anywhere the draft does, which keeps every row inside the bounds the trace reader checks;
-    no draft length s ≤ γ_b reads these entries (h_i for i < s uses ``Z_{i+1}`` and ``p_i``;
-    h_s = p_s).
+    :func:`specbatch.theory.verify.path_stats.draft_signals`. Capture calls it on whole drafted
+    paths; the live loop on paths of which the target scored only the first γ_b tokens (``gamma``):
+    there ``pt = 0`` past γ_b and ``Z_{i+1} = p_i`` (so ``p_γ_b`` at the first unscored position and
+    0 after it), the statistics of a target that puts no mass on the unscored tokens nor anywhere
+    the draft does, which keeps every row inside the bounds the trace reader checks; no draft length
+    s ≤ γ_b reads these entries (h_i for i < s uses ``Z_{i+1}`` and ``p_i``; h_s = p_s).
 
     draft_tokens:  # [P, K]       int64
     draft_logits:  # [P, K, V]    Ms logits at X^i, i = 0..K-1

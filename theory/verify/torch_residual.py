@@ -1,10 +1,11 @@
 """Lazy residual passes of the torch verifier (THEORY.md §3): ``Z_{i+1}`` and residual rows.
 
-The vocabulary work of :mod:`specbatch.theory.verify.torch_batched`, for selected (request, position)
-pairs only: the residual ``r = max(w Mb(·|X^i) − Ms(·|X^i), 0)`` (w = 1 for TV, ``p_i`` for BV)
-and its mass ``Z = Σ_x r(x)``, the same quantity as
-:func:`specbatch.theory.verify.torch_path_stats.residual_masses_torch` (dense, every position) but computed
-only where BV's backward scan or the extra token needs it, straight into the extra-token
+The vocabulary work of :mod:`specbatch.theory.verify.torch_batched`, for selected (request,
+position)
+pairs only: the residual ``r = max(w Mb(·|X^i) − Ms(·|X^i), 0)`` (w = 1 for TV, ``p_i`` for BV) and
+its mass ``Z = Σ_x r(x)``, the same quantity as
+:func:`specbatch.theory.verify.torch_path_stats.residual_masses_torch` (dense, every position) but
+computed only where BV's backward scan or the extra token needs it, straight into the extra-token
 weights table.
 
 On CPU both the residual rows and the BV scan run one request at a time (``CPU_ROW_LOOP``):

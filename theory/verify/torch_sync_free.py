@@ -17,9 +17,10 @@ Acceptance is half-open, ``η < threshold``, for both rules: a threshold of 0 (a
 the target gives probability 0) is never accepted, even at ``η = 0``.
 
 Work: TV reads the drafted tokens' probabilities and one row pair at τ; BV computes every
-``Z_{i+1}`` (i = 1..K−1) densely, ``max(p_i Mb − Ms, 0)`` summed over the vocabulary one
-position at a time (temporaries of [B, V], not [B, K, V]), i.e. one pass over both tables — the work the lazy path's backward scan skips where a bound decides
-is done here unconditionally, in exchange for no data-dependent control flow.
+``Z_{i+1}`` (i = 1..K−1) densely, ``max(p_i Mb − Ms, 0)`` summed over the vocabulary one position at
+a time (temporaries of [B, V], not [B, K, V]), i.e. one pass over both tables — the work the lazy
+path's backward scan skips where a bound decides is done here unconditionally, in exchange for no
+data-dependent control flow.
 """
 
 from __future__ import annotations

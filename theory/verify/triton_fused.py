@@ -192,9 +192,10 @@ def verify_triton(rule: str, draft_tokens, draft_rows, target_rows, uniforms, of
 def verify_triton_padded(rule: str, draft_tokens, draft_rows, target_rows, uniforms=None, *,
                          lengths=None, generator=None, **launch
                          ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Padded layout (as :func:`specbatch.theory.verify.torch_batched.verify_torch`): ``draft_tokens``
-    # [B, K], ``draft_rows`` # [B, K, V], ``target_rows`` # [B, K+1, V], ``uniforms`` # [B, K]
-    (drawn from ``generator`` when None), ``lengths`` # [B] (default K). No copies of the rows.
+    """Padded layout (as :func:`specbatch.theory.verify.torch_batched.verify_torch`):
+    ``draft_tokens`` # [B, K], ``draft_rows`` # [B, K, V], ``target_rows`` # [B, K+1, V],
+    ``uniforms`` # [B, K] (drawn from ``generator`` when None), ``lengths`` # [B] (default K). No
+    copies of the rows.
 
     returns (τ # [B] int64, extra token # [B] int64)
     """

@@ -104,7 +104,8 @@ def counter_delta(after: dict, before: dict, where: str) -> dict:
 def counts_by_model(samples: dict, model: str | None, where: str) -> tuple[str, dict]:
     """(model_name, {counter: value, per_pos: [c_0..c_{K−1}]}) of one served model."""
     models = sorted({m for _, m, _ in samples})
-    require(bool(models), f"{where}: expected the counters {', '.join(PREFIX + c + '_total' for c in COUNTERS)}, "
+    require(bool(models), f"{where}: expected the counters "
+                          f"{', '.join(PREFIX + c + '_total' for c in COUNTERS)}, "
             "got none (is speculative decoding on, and is this vLLM's /metrics?)")
     if model is None:
         require(len(models) == 1, f"--model: expected one of {', '.join(models)} (the scrape "

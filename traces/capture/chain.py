@@ -1,20 +1,20 @@
 """Capture a trace from a live draft/target pair of Hugging Face causal LMs.
 
-:func:`capture` loads the pair (:func:`load_pair`), encodes the prompts and records each
-request's position rows with :mod:`specbatch.traces.capture.positions` (the target's reference output,
-then K drafted tokens per output position and their THEORY.md §3 statistics), one positions
-file per chunk of requests. After every chunk the directory is a valid trace of the completed
-requests, and ``meta.json`` records enough (content fingerprint, per-request status, chunking)
-for ``--resume`` to finish an interrupted run with the same numbers.
+:func:`capture` loads the pair (:func:`load_pair`), encodes the prompts and records each request's
+position rows with :mod:`specbatch.traces.capture.positions` (the target's reference output, then K
+drafted tokens per output position and their THEORY.md §3 statistics), one positions file per chunk
+of requests. After every chunk the directory is a valid trace of the completed requests, and
+``meta.json`` records enough (content fingerprint, per-request status, chunking) for ``--resume`` to
+finish an interrupted run with the same numbers.
 
-The drafter is a draft model directory, or :data:`~specbatch.traces.capture.ngram.NGRAM`
-(``--draft ngram``): prompt-lookup drafting (:mod:`specbatch.traces.capture.ngram`), no draft model
-loaded, bounds ``ngram_min``/``ngram_max`` in the config (vLLM's defaults), its identity in
-``meta.json``'s ``models.draft`` and its settings in the fingerprint. A draft model samples its
-K tokens (``draft_sample_method = "probabilistic"``, the default) or proposes its argmax chain
-(``"greedy"``, vLLM's default: one-hot rows, :class:`~specbatch.traces.capture.drafters.ModelDrafter`);
-the method is recorded in ``meta.json`` (``draft_sample_method`` and ``capture``) and, when
-greedy, in the fingerprint.
+The drafter is a draft model directory, or :data:`~specbatch.traces.capture.ngram.NGRAM` (``--draft
+ngram``): prompt-lookup drafting (:mod:`specbatch.traces.capture.ngram`), no draft model loaded,
+bounds ``ngram_min``/``ngram_max`` in the config (vLLM's defaults), its identity in ``meta.json``'s
+``models.draft`` and its settings in the fingerprint. A draft model samples its K tokens
+(``draft_sample_method = "probabilistic"``, the default) or proposes its argmax chain (``"greedy"``,
+vLLM's default: one-hot rows, :class:`~specbatch.traces.capture.drafters.ModelDrafter`); the method
+is recorded in ``meta.json`` (``draft_sample_method`` and ``capture``) and, when greedy, in the
+fingerprint.
 
 Model loading lives in :mod:`specbatch.traces.capture.loading`, the resumable run state (status,
 chunking, the files rewritten after each chunk) in :mod:`specbatch.traces.capture.resume`.
@@ -238,7 +238,8 @@ def _drafter_config(cfg: CaptureConfig, draft_path: str) -> CaptureConfig:
         n_min, n_max = ngram_bounds(cfg.ngram_min, cfg.ngram_max)
         return CaptureConfig(**{**asdict(cfg), "ngram_min": n_min, "ngram_max": n_max})
     require(cfg.ngram_min is None and cfg.ngram_max is None,
-            f"--ngram-min/--ngram-max: expected only with --draft {NGRAM}, got --draft {draft_path}")
+            f"--ngram-min/--ngram-max: expected only with --draft {NGRAM}, got --draft "
+            f"{draft_path}")
     from specbatch.traces.capture.tree import tree_config
 
     return tree_config(cfg)
@@ -255,8 +256,8 @@ def _check_config(cfg: CaptureConfig, prompts: list[Prompt]) -> None:
 def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, device: str,
                   dtype: str, prompt_source: str | None, command: str | None,
                   extra_meta: dict | None) -> dict:
-    """meta.json of a capture: models, tokenizer, seeds, versions, command, zoo provenance,
-    with identities and commands free of machine-local paths (:mod:`specbatch.traces.format.identity`).
+    """meta.json of a capture: models, tokenizer, seeds, versions, command, zoo provenance, with
+    identities and commands free of machine-local paths (:mod:`specbatch.traces.format.identity`).
 
     draft: ``(drafter, path)``;  target: ``(model, path)``.
     """
@@ -292,7 +293,8 @@ def _capture_meta(cfg: CaptureConfig, tokenizer, draft: tuple, target: tuple, de
         tokenizer={"class": type(tokenizer).__name__, "vocab": len(tokenizer),
                    "eos_token_id": tokenizer.eos_token_id, "from": "target"},
         prompt_source=prompt_source, seeds={"seed": cfg.seed,
-                                            "request_rng": "numpy.random.default_rng([seed, request_index])"},
+                                            "request_rng": "numpy.random.default_rng([seed, "
+                                                           "request_index])"},
         device=device, library_versions=_library_versions(),
         command=command, capture=settings,
         **(extra_meta or {}))

@@ -21,7 +21,10 @@ def load_pair(draft_path: str, target_path: str, device: str = "cpu", dtype: str
     """
     loaded = load_models((("draft", draft_path), ("target", target_path)), device, dtype)
     (draft, dtok), (target, ttok) = loaded["draft"], loaded["target"]
-    dv, tv = draft.get_output_embeddings().weight.shape[0], target.get_output_embeddings().weight.shape[0]
+    dv, tv = (
+        draft.get_output_embeddings().weight.shape[0],
+        target.get_output_embeddings().weight.shape[0],
+    )
     require(dv == tv, f"models {draft_path} and {target_path}: expected the same vocabulary, "
             f"got {dv} and {tv} output logits")
     require(dtok.get_vocab() == ttok.get_vocab(),

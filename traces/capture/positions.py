@@ -7,9 +7,9 @@ For a prompt ``c`` (draft ``Ms``, target ``Mb``):
 2. for every output position t the draft proposes ``X_1..X_K`` from ``c + y_<t`` (sampled at
    T from ``Ms``) and the target scores the K + 1 positions ``Mb(·|c, y_<t, X^i)``, i = 0..K;
 3. the row of position t records ``q = Ms(X_i|·)``, ``pt = Mb(X_i|·)``, ``z[:, j] = Z_{j+1}``
-   and the draft-side signals ``draft_conf``, ``entropy``, ``top1`` of the draft's
-   temperature-1 softmax, all from :func:`specbatch.theory.verify.torch_path_stats.path_stats_torch` (the
-   torch tier of :func:`specbatch.theory.verify.path_stats.position_stats`). At T = 0 the rows are one-hot
+   and the draft-side signals ``draft_conf``, ``entropy``, ``top1`` of the draft's temperature-1
+   softmax, all from :func:`specbatch.theory.verify.torch_path_stats.path_stats_torch` (the torch
+   tier of :func:`specbatch.theory.verify.path_stats.position_stats`). At T = 0 the rows are one-hot
    at the argmax (the format's temperature-0 rule: ``q = 1``, ``pt = 1[target argmax = X_i]``).
 
 Speed (the fast path): the prefix ``c + y`` is run once per model; its KV cache is shared by
@@ -19,9 +19,9 @@ and its position ids continue at ``|c| + t``), and the target scores the P draft
 one pass of K query tokens. The rows ``i = 0`` of both models come from the prefix pass itself.
 :func:`capture_request_naive` is the reference twin that recomputes every prefix.
 
-Drafting (:mod:`specbatch.traces.capture.drafters`): a :class:`Drafter` proposes each batch's K tokens
-(a draft model, or the n-gram drafter of :mod:`specbatch.traces.capture.ngram`, whose one-hot rows
-may end in virtual filler tokens, recorded with the row's ``proposed`` count); the target's
+Drafting (:mod:`specbatch.traces.capture.drafters`): a :class:`Drafter` proposes each batch's K
+tokens (a draft model, or the n-gram drafter of :mod:`specbatch.traces.capture.ngram`, whose one-hot
+rows may end in virtual filler tokens, recorded with the row's ``proposed`` count); the target's
 scoring pass (:func:`score_paths`) and the statistics are the same for every drafter.
 
 Random numbers: request ``n`` draws all its uniforms from
@@ -261,7 +261,9 @@ def append_one_hot_stats(parts: dict, target, scoring: tuple, x, proposed: np.nd
 
     cache, row0, n_prompt, ts = scoring
     (p_count, k), vocab = x.shape, row0.shape[-1]
-    real = torch.arange(k, device=x.device)[None, :] < torch.from_numpy(proposed).to(x.device)[:, None]
+    real = (
+        torch.arange(k, device=x.device)[None, :] < torch.from_numpy(proposed).to(x.device)[:, None]
+    )
     pt = torch.zeros(p_count, k, dtype=torch.float64, device=x.device)
     scored = torch.from_numpy(np.flatnonzero(proposed > 0)).to(x.device)
     tl = widen(row0, vocab + 1)[:, None].repeat(1, k + 1, 1) if return_rows else None

@@ -186,5 +186,6 @@ def resolve_prompts(spec: str, limit: int | None):
                                  "got a non-integer") from None
         check_size(f"--prompts {spec}", n, MAX_PROMPTS, "prompts", "ask for fewer prompts")
         prompts = default_prompts(n - n // 2, n // 2, seed=seed)
-        return prompts[:limit], f"stdlib held-out text: {n - n // 2} code + {n // 2} prose prompts, seed {seed}"
+        source = f"stdlib held-out text: {n - n // 2} code + {n // 2} prose prompts, seed {seed}"
+        return prompts[:limit], source
     return load_prompts(spec, limit), spec

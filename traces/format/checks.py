@@ -61,7 +61,8 @@ def check_columns(cols: dict, temperature: float, where: str, locate) -> None:
     if bad.any():
         row, col = first_bad(bad)
         raise SpecbatchError(f"file {where}: field draft_conf: expected <= top1, got "
-                             f"{float(cols['draft_conf'][row, col])!r} > {float(cols['top1'][row, col])!r} "
+                             f"{float(cols['draft_conf'][row, col])!r} > "
+                             f"{float(cols['top1'][row, col])!r} "
                              f"{locate(row, col)}")
     if temperature == 0:
         bad = np.abs(q - 1) > SLACK

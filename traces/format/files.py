@@ -7,10 +7,10 @@ A trace is a directory ``NAME/`` (field-by-field documentation: ``traces/FORMAT.
   category, arrival``;
 - ``positions-*.parquet``  one or more files (capture writes one per chunk of requests so
   ``--resume`` can append), one row per (request, output position t) with ``request_id``,
-  ``position`` and fixed-size-K list columns ``draft_token, q, pt, z, draft_conf, entropy,
-  top1``, and optionally an integer column ``proposed`` (real draft tokens of the row, 0..K;
-  see :mod:`specbatch.traces.format.trace`). The reader concatenates the files and orders rows by (request order of
-  ``requests.parquet``, position), whatever order the files hold them in.
+  ``position`` and fixed-size-K list columns ``draft_token, q, pt, z, draft_conf, entropy, top1``,
+  and optionally an integer column ``proposed`` (real draft tokens of the row, 0..K; see
+  :mod:`specbatch.traces.format.trace`). The reader concatenates the files and orders rows by
+  (request order of ``requests.parquet``, position), whatever order the files hold them in.
 
 Row t of a request holds the K tokens the draft proposes from ``prompt + y_<t`` (``y`` the
 target's reference output) and the THEORY.md §3 statistics of that drafted path: ``q`` =
@@ -118,7 +118,9 @@ def write_positions(
     """
     require(float_dtype in ("float64", "float32"),
             f"float_dtype: expected 'float64' or 'float32', got {float_dtype!r}")
-    name = f"positions-{chunk:05d}.parquet" if isinstance(chunk, int) else f"positions-{chunk}.parquet"
+    name = (
+        f"positions-{chunk:05d}.parquet" if isinstance(chunk, int) else f"positions-{chunk}.parquet"
+    )
     k = np.asarray(columns["draft_token"]).shape[1]
     data: dict[str, pa.Array] = {
         "request_id": pa.array(np.asarray(request_id, dtype=np.int64)),
@@ -155,7 +157,9 @@ def write_trace(trace: Trace, path: str | os.PathLike, float_dtype: str = "float
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     write_requests(directory, trace.requests())
-    position = np.arange(trace.n_rows, dtype=np.int64) - np.repeat(trace.offsets[:-1], trace.output_len)
+    position = np.arange(trace.n_rows, dtype=np.int64) - np.repeat(
+        trace.offsets[:-1], trace.output_len
+    )
     request_id = np.repeat(trace.request_id, trace.output_len)
     kept = [write_positions(directory, 0, request_id, position, trace.columns(), float_dtype)]
     if trace.tree is not None:
@@ -277,9 +281,11 @@ def read_meta(path: str | os.PathLike) -> dict:
 
 def _read_meta(path: Path) -> dict:
     meta = load_json_file(path, "the trace's meta.json")
-    require(isinstance(meta, dict), f"file {path}: expected a JSON object, got {type(meta).__name__}")
+    require(isinstance(meta, dict), f"file {path}: expected a JSON object, got "
+                                    f"{type(meta).__name__}")
     require("format" in meta, f"file {path}: field format: expected {FORMAT_NAME!r}, got no field")
-    require("version" in meta, f"file {path}: field version: expected {FORMAT_VERSION}, got no field")
+    require("version" in meta, f"file {path}: field version: expected {FORMAT_VERSION}, got no "
+                               "field")
     check_meta(meta, str(path))
     return meta
 
@@ -291,7 +297,8 @@ def _read_requests(path: Path) -> dict:
         "prompt_len": _int64_column(table, path, "prompt_len"),
         "output_len": _int64_column(table, path, "output_len"),
         "category": np.asarray(column(table, path, "category", "string").to_pylist(), dtype=object),
-        "arrival": column(table, path, "arrival", "float").to_numpy(zero_copy_only=False).astype(np.float64),
+        "arrival": column(table, path, "arrival", "float").to_numpy(zero_copy_only=False)
+                   .astype(np.float64),
     }
     check_requests(req, str(path))
     return req
@@ -310,7 +317,9 @@ def _read_positions(path: Path, k: int) -> dict:
         col = table.column(name)
         arr = col.combine_chunks() if col.num_chunks else pa.array([], type=col.type)
         typ = arr.type
-        is_list = pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ)
+        is_list = (
+            pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ)
+        )
         require(is_list, f"file {path}: field {name}: expected a list column of length K = {k}, "
                 f"got type {typ}")
         value_kind = pa.types.is_integer if name == "draft_token" else pa.types.is_floating
@@ -326,7 +335,8 @@ def _read_positions(path: Path, k: int) -> dict:
             lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
             bad = np.flatnonzero(lengths != k)
             require(bad.size == 0, f"file {path}: field {name}: expected lists of length K = {k} "
-                    f"(meta depth), got {int(lengths[bad[0]]) if bad.size else 0} at row {int(bad[0]) if bad.size else 0}")
+                    f"(meta depth), got {int(lengths[bad[0]]) if bad.size else 0} at row "
+                    f"{int(bad[0]) if bad.size else 0}")
         values = arr.flatten()
         require(values.null_count == 0, f"file {path}: field {name}: expected no null "
                 f"entries, got {values.null_count}")
@@ -355,7 +365,11 @@ def _order_rows(request_id: np.ndarray, position: np.ndarray, req: dict, where: 
     sorted_ids = ids[sorter]
     loc = np.searchsorted(sorted_ids, request_id)
     loc_clip = np.minimum(loc, max(ids.size - 1, 0))
-    known = (loc < ids.size) & (sorted_ids[loc_clip] == request_id) if ids.size else np.zeros(request_id.size, bool)
+    known = (
+        (loc < ids.size) & (sorted_ids[loc_clip] == request_id)
+        if ids.size
+        else np.zeros(request_id.size, bool)
+    )
     if not known.all():
         bad = int(request_id[np.flatnonzero(~known)[0]])
         raise SpecbatchError(f"file {where}: field request_id: expected ids listed in "
@@ -367,7 +381,8 @@ def _order_rows(request_id: np.ndarray, position: np.ndarray, req: dict, where: 
     if dup.any():
         i = int(np.flatnonzero(dup)[0])
         raise SpecbatchError(f"file {where}: field position: expected each (request, position) "
-                             f"once, got request {int(ids[r_sorted[i]])} position {int(t_sorted[i])} twice")
+                             f"once, got request {int(ids[r_sorted[i]])} position "
+                             f"{int(t_sorted[i])} twice")
     counts = np.bincount(req_index, minlength=ids.size)
     out_len = req["output_len"]
     bad = np.flatnonzero(counts != out_len)
@@ -382,6 +397,7 @@ def _order_rows(request_id: np.ndarray, position: np.ndarray, req: dict, where: 
     if bad.size:
         r = int(bad[0])
         raise SpecbatchError(f"file {where.rsplit('/', 1)[0]}/{REQUESTS_FILE}: field output_len: "
-                             f"expected the {int(counts[r])} position rows of request {int(ids[r])}, "
+                             f"expected the {int(counts[r])} position rows of request "
+                             f"{int(ids[r])}, "
                              f"got {int(out_len[r])}")
     return order

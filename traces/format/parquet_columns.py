@@ -20,8 +20,10 @@ def read_table(path: Path) -> pa.Table:
     try:
         return pq.read_table(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as exc:
-        raise SpecbatchError(f"file {path}: expected a Parquet file, got an unreadable one "
-                             f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+        raise SpecbatchError(
+            f"file {path}: expected a Parquet file, got an unreadable one "
+            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        ) from None
 
 
 _KINDS = {

@@ -49,7 +49,8 @@ from specbatch.traces.format.tree_nodes import check_tree_meta
 
 FORMAT_NAME = "specbatch-trace"
 FORMAT_VERSION = 1
-#: Version of a tree trace: the chain columns plus ``nodes-*.parquet`` (:mod:`traces.format.tree_nodes`).
+#: Version of a tree trace: the chain columns plus ``nodes-*.parquet``
+#: (:mod:`traces.format.tree_nodes`).
 TREE_VERSION = 2
 #: [rows, K] list columns in file order; draft_token is integer, the rest float64.
 LIST_COLUMNS = ("draft_token", *FLOAT_COLUMNS)
@@ -235,27 +236,32 @@ def _request_arrays(requests: dict, where: str) -> dict:
         "arrival": np.asarray(requests.get("arrival", np.full(n, np.nan)), dtype=np.float64),
     }
     for name, arr in req.items():
-        require(arr.shape == (n,), f"file {where}: field {name}: expected shape ({n},), got {arr.shape}")
+        require(arr.shape == (n,), f"file {where}: field {name}: expected shape ({n},), got "
+                                   f"{arr.shape}")
     return req
 
 
 def _column_arrays(columns: dict, where: str) -> dict:
     """The seven :data:`LIST_COLUMNS` # [rows, K]: int32 tokens, float64 rest, one shape."""
     for name in LIST_COLUMNS:
-        require(name in columns, f"file {where}: field {name}: expected a [rows, K] array, got none")
+        require(name in columns, f"file {where}: field {name}: expected a [rows, K] array, got "
+                                 "none")
     cols = {}
     for name in LIST_COLUMNS:
         arr = np.asarray(columns[name])
-        require(arr.ndim == 2, f"file {where}: field {name}: expected a [rows, K] array, got shape {arr.shape}")
+        require(arr.ndim == 2, f"file {where}: field {name}: expected a [rows, K] array, got shape "
+                               f"{arr.shape}")
         if name == "draft_token":
-            require(arr.dtype.kind in "iu", f"file {where}: field {name}: expected integers, got {arr.dtype}")
+            require(arr.dtype.kind in "iu", f"file {where}: field {name}: expected integers, got "
+                                            f"{arr.dtype}")
             require(arr.size == 0 or int(arr.max()) < 2**31, f"file {where}: field {name}: "
                     f"expected token ids < 2^31 (int32), got {int(arr.max()) if arr.size else 0}")
             require(arr.size == 0 or int(arr.min()) >= 0, f"file {where}: field {name}: "
                     f"expected token ids >= 0, got {int(arr.min()) if arr.size else 0}")
             cols[name] = np.ascontiguousarray(arr, dtype=np.int32)
         else:
-            require(arr.dtype.kind in "fiu", f"file {where}: field {name}: expected floats, got {arr.dtype}")
+            require(arr.dtype.kind in "fiu", f"file {where}: field {name}: expected floats, got "
+                                             f"{arr.dtype}")
             cols[name] = np.ascontiguousarray(arr, dtype=np.float64)
     rows, k = cols["draft_token"].shape
     for name, arr in cols.items():
@@ -280,7 +286,8 @@ def _proposed_array(values, cols: dict, where: str) -> np.ndarray:
         row, col = first_bad(wrong)
         raise SpecbatchError(f"file {where}: field {PROPOSED}: expected q = 1 and pt = 0 on the "
                              f"filler past {int(arr[row])} proposed tokens, got q = "
-                             f"{float(cols['q'][row, col])!r}, pt = {float(cols['pt'][row, col])!r} "
+                             f"{float(cols['q'][row, col])!r}, pt = "
+                             f"{float(cols['pt'][row, col])!r} "
                              f"at row {row}, draft position {col + 1}")
     return arr
 
@@ -305,7 +312,8 @@ def as_int(values: Any, where: str, name: str) -> np.ndarray:
     """``values`` as contiguous int64 (whole floats converted); non-integers and uint64 values
     int64 cannot hold are one-line errors naming ``where`` and ``name``."""
     arr = np.asarray(values)
-    if arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+    if (arr.dtype.kind == "f" and arr.size and np.all(np.isfinite(arr))
+            and np.all(arr == np.round(arr))):
         arr = arr.astype(np.int64)
     require(arr.dtype.kind in "iu" or arr.size == 0,
             f"file {where}: field {name}: expected integers, got {arr.dtype}")
@@ -333,9 +341,11 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
 
 
 def check_meta(meta: Any, where: str, depth: int | None = None) -> None:
-    require(isinstance(meta, dict), f"file {where}: expected a JSON object, got {type(meta).__name__}")
+    require(isinstance(meta, dict), f"file {where}: expected a JSON object, got "
+                                    f"{type(meta).__name__}")
     fmt = meta.get("format", FORMAT_NAME)
-    require(fmt == FORMAT_NAME, f"file {where}: field format: expected {FORMAT_NAME!r}, got {fmt!r}")
+    require(fmt == FORMAT_NAME, f"file {where}: field format: expected {FORMAT_NAME!r}, got "
+                                f"{fmt!r}")
     version = meta.get("version", FORMAT_VERSION)
     require(version in (FORMAT_VERSION, TREE_VERSION) and not isinstance(version, bool),
             f"file {where}: field version: expected {FORMAT_VERSION} (chains) or "
@@ -386,7 +396,8 @@ def check_requests(req: dict, where: str) -> None:
         arr = req[name]
         bad = np.flatnonzero(arr < low)
         require(bad.size == 0, f"file {where}: field {name}: expected integers >= {low}, "
-                f"got {int(arr[bad[0]]) if bad.size else 0} for request {int(ids[bad[0]]) if bad.size else 0}")
+                f"got {int(arr[bad[0]]) if bad.size else 0} for request "
+                f"{int(ids[bad[0]]) if bad.size else 0}")
     cat = req["category"]
     is_str = np.fromiter((isinstance(c, str) for c in cat), dtype=bool, count=cat.size)
     if not is_str.all():

@@ -84,7 +84,9 @@ def check_tree_meta(meta: dict, where: str) -> Shape:
     try:
         shape = parse_shape(str(tree.get("shape")), sampling)
     except SpecbatchError as exc:
-        raise SpecbatchError(f"file {where}: field tree.shape: {str(exc).split(': ', 1)[-1]}") from None
+        raise SpecbatchError(
+            f"file {where}: field tree.shape: {str(exc).split(': ', 1)[-1]}"
+        ) from None
     require(shape.kind == "branching" or sampling == "iid", f"file {where}: field "
             f"tree.sampling: expected 'iid' for a trie of paths {tree.get('shape')!r:.20}, got "
             f"{sampling!r}")
@@ -158,7 +160,8 @@ class TreeNodes:
         return TreeStats(tuple(int(v) for v in self.parent[a:b]),
                          tuple(int(v) for v in self.depth[a:b]),
                          tuple(int(v) for v in self.token[a:b]),
-                         tuple(float(v) for v in self.q[a:b]), tuple(float(v) for v in self.pt[a:b]),
+                         tuple(float(v) for v in self.q[a:b]),
+                         tuple(float(v) for v in self.pt[a:b]),
                          draws, rrs, tuple(float(v) for v in self.trv_accept[a:b]), gbv)
 
 
@@ -216,9 +219,9 @@ def make_tree_nodes(shape: Shape, node_offsets: np.ndarray, cols: dict, where: s
 
 def check_structure(shape: Shape, ints: dict, base: np.ndarray, where: str, locate,
                     vocab: int | None) -> None:
-    """Node ids 0..n−1 per position, ``parent < node`` (−1 only at the root), depths that
-    follow the parents, token ids in the vocabulary (−1 at the root); on a branching tree each
-    node's child count equals the shape's width at its depth (a trie: :mod:`traces.format.tree_trie`).
+    """Node ids 0..n−1 per position, ``parent < node`` (−1 only at the root), depths that follow the
+    parents, token ids in the vocabulary (−1 at the root); on a branching tree each node's child
+    count equals the shape's width at its depth (a trie: :mod:`traces.format.tree_trie`).
 
     base: # [N] flat index of each node's root."""
     node, parent, depth, token = (ints[k] for k in NODE_INT_COLUMNS)

@@ -63,7 +63,9 @@ def format_tree_summary(s: dict) -> list[str]:
     if s["nodes_per_position"] == s.get("mean_nodes", s["nodes_per_position"]):
         size = f"{s['nodes_per_position']} nodes with the root"
     else:  # a trie of paths: fewer nodes where paths share a prefix
-        size = f"mean {s['mean_nodes']:.2f} of at most {s['nodes_per_position']} nodes with the root"
+        size = (
+            f"mean {s['mean_nodes']:.2f} of at most {s['nodes_per_position']} nodes with the root"
+        )
     lines = ["", f"draft tree {s['shape']} ({s['sampling']}, {size}), per verifier (means over "
              "all rows):",
              f"{'verifier':<11}" + "".join(f"{f'P(τ≥{i})':>9}" for i in range(1, d + 1))

@@ -82,7 +82,9 @@ def read_hf_config(name: str) -> ModelShape:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise SpecbatchError(f"{where}: expected an existing config.json, got no such file") from None
+        raise SpecbatchError(
+            f"{where}: expected an existing config.json, got no such file"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecbatchError(f"{where}: expected a readable UTF-8 file, got {exc}") from None
     except (ValueError, RecursionError) as exc:

@@ -193,10 +193,11 @@ def _check_kept_modules(quant: dict, method: str, where: str,
 
 
 def mla_fields(data: dict, where: str) -> dict:
-    """The multi-head latent attention fields of :class:`~specbatch.traces.models.model_shape.ModelShape`
-    (``kv_lora_rank``, ``q_lora_rank`` (null: none), ``qk_nope_head_dim``,
-    ``qk_rope_head_dim``, ``v_head_dim``), {} without ``kv_lora_rank``. DeepSeek-V3.2's sparse
-    attention indexer (``index_topk``) is refused: its top-k token selection is not priced."""
+    """The multi-head latent attention fields of
+    :class:`~specbatch.traces.models.model_shape.ModelShape` (``kv_lora_rank``, ``q_lora_rank``
+    (null: none), ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``), {} without
+    ``kv_lora_rank``. DeepSeek-V3.2's sparse attention indexer (``index_topk``) is refused: its
+    top-k token selection is not priced."""
     for key in SPARSE_ATTENTION_KEYS:
         if data.get(key) is not None:
             raise SpecbatchError(f"{where}: field {key}: expected dense attention (a sparse "
@@ -247,8 +248,9 @@ def check_unknown_moe_fields(data: dict, where: str, prefix: str = "", depth: in
 
 
 def moe_fields(data: dict, layers: int, intermediate: int | None, where: str) -> dict:
-    """The MoE fields of :class:`~specbatch.traces.models.model_shape.ModelShape` (module docstring), {}
-    for a dense config. ``intermediate`` is the config's intermediate_size (None if absent)."""
+    """The MoE fields of :class:`~specbatch.traces.models.model_shape.ModelShape` (module
+    docstring), {} for a dense config. ``intermediate`` is the config's intermediate_size (None if
+    absent)."""
     check_unknown_moe_fields(data, where)
     experts = _agreeing(data, EXPERT_KEYS, where, minimum=0)
     if not experts:

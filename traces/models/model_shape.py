@@ -80,7 +80,8 @@ class ModelShape:
 
     @property
     def q_width(self) -> int:
-        """Query/output channels of attention, heads · head_dim (= h unless head_dim is explicit)."""
+        """Query/output channels of attention, heads · head_dim (= h unless head_dim is
+        explicit)."""
         return self.heads * self.head_dim if self.attention_head_dim else self.hidden
 
     @property
@@ -123,7 +124,12 @@ class ModelShape:
         if self.is_mla:
             return self.attention_params + 3 * self.hidden * self.intermediate + 2 * self.hidden
         kv = self.kv_heads * self.head_dim
-        return 2 * self.hidden * self.q_width + 2 * self.hidden * kv + 3 * self.hidden * self.intermediate + 2 * self.hidden
+        return (
+            2 * self.hidden * self.q_width
+            + 2 * self.hidden * kv
+            + 3 * self.hidden * self.intermediate
+            + 2 * self.hidden
+        )
 
     @property
     def expert_params(self) -> int:

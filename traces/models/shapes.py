@@ -40,7 +40,8 @@ SHAPES: dict[str, ModelShape] = {
         ModelShape("qwen2.5-0.5b", 24, 896, 14, 2, 4864, 151936, tie_embeddings=True),
         ModelShape("smollm2-135m", 30, 576, 9, 3, 1536, 49152, tie_embeddings=True),
         ModelShape("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064),
-        # mixture of experts (config.json fields: traces/models/hf_config.py, traces/models/hf_moe.py)
+        # mixture of experts (config.json fields: traces/models/hf_config.py,
+        # traces/models/hf_moe.py)
         ModelShape("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, attention_head_dim=128,
                    experts=128, top_k=8, expert_intermediate=768, moe_layers=48),
         ModelShape("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, experts=8, top_k=2,

@@ -7,14 +7,14 @@ nothing about speculative decoding. :func:`train_zoo` trains
 - two Hugging Face ``LlamaForCausalLM`` models that share it: a draft ``Ms`` and a target
   ``Mb`` with roughly 10x the draft's parameters,
 
-(the draft trains on the first ``draft_fraction`` of the target's batches, a cheaper model
-as deployed drafts are) on text every machine has: the Python standard library's source (``code``) and its bundled
-English prose (help topics, licence, docstrings; see :mod:`traces.capture.prompts`) plus optional
-``--corpus`` files. Both models see the same batches in the same order. Held-out loss
+(the draft trains on the first ``draft_fraction`` of the target's batches, a cheaper model as
+deployed drafts are) on text every machine has: the Python standard library's source (``code``) and
+its bundled English prose (help topics, licence, docstrings; see :mod:`traces.capture.prompts`) plus
+optional ``--corpus`` files. Both models see the same batches in the same order. Held-out loss
 (nats/token on the held-out stdlib files) of both is reported. Output: ``OUT/draft`` and
 ``OUT/target`` are ordinary HF model directories (``save_pretrained`` plus a
-``PreTrainedTokenizerFast``) that ``specbatch capture`` loads; ``OUT/zoo.json`` records the
-sizes, losses, seed and timings.
+``PreTrainedTokenizerFast``) that ``specbatch capture`` loads; ``OUT/zoo.json`` records the sizes,
+losses, seed and timings.
 
 Deterministic for a seed on one machine: ``torch.manual_seed``, a fixed thread count, a sorted
 file list and a seeded batch order. A wall-clock budget (``--max-seconds``) makes the number of
@@ -127,8 +127,12 @@ def plan_steps(models: dict, cfg: ZooSize, batch, steps: int, seconds: float, au
     per_step = per["target"] + cfg.draft_fraction * per["draft"]
     remaining = seconds - (time.perf_counter() - t0)
     planned = max(1, min(steps, int(remaining / per_step)))
-    return planned, {"draft_step_s": round(per["draft"], 5), "target_step_s": round(per["target"], 5),
-                     "probe_s": round(time.perf_counter() - t0, 3), "planned_steps": planned}
+    return planned, {
+        "draft_step_s": round(per["draft"], 5),
+        "target_step_s": round(per["target"], 5),
+        "probe_s": round(time.perf_counter() - t0, 3),
+        "planned_steps": planned,
+    }
 
 
 def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[str] | None = None,
@@ -142,18 +146,18 @@ def train_zoo(out: str | Path, size: str = "tiny", seed: int = 0, corpus: list[s
 
     ``steps`` is the schedule length: the cosine learning rate decays over ``steps`` and the
     draft trains on the first ``draft_fraction * steps``. ``max_seconds`` is a wall-clock budget
-    for the training loop: a probe (:func:`plan_steps`) first shortens the schedule to what
-    fits, then the loop also stops between optimizer steps once the budget is spent; held-out
-    loss is still evaluated and both models saved. ``max_steps`` stops after that many steps
-    without changing the schedule. Determinism: the weights are a function of (seed, schedule
-    ``steps``, ``steps_done``, dtype, tf32) on one machine; with a time budget the planned
-    schedule and ``steps_done`` depend on the machine's speed, so ``zoo.json`` records both
-    and ``--steps STEPS --max-steps STEPS_DONE`` (without ``--max-seconds``) replays the run
-    (just ``--steps STEPS`` when the loop ran the whole planned schedule; the report's
-    ``reproduce`` field holds these options). ``stopped_early`` is true when fewer than the
-    requested steps ran (the probe shortened the schedule or the loop hit the budget). ``dtype="bfloat16"`` trains under
-    ``torch.autocast`` (CUDA only; float32 master weights, float32 held-out loss); ``tf32``
-    allows TF32 matmuls on CUDA during training (no effect on CPU).
+    for the training loop: a probe (:func:`plan_steps`) first shortens the schedule to what fits,
+    then the loop also stops between optimizer steps once the budget is spent; held-out loss is
+    still evaluated and both models saved. ``max_steps`` stops after that many steps without
+    changing the schedule. Determinism: the weights are a function of (seed, schedule ``steps``,
+    ``steps_done``, dtype, tf32) on one machine; with a time budget the planned schedule and
+    ``steps_done`` depend on the machine's speed, so ``zoo.json`` records both and ``--steps STEPS
+    --max-steps STEPS_DONE`` (without ``--max-seconds``) replays the run (just ``--steps STEPS``
+    when the loop ran the whole planned schedule; the report's ``reproduce`` field holds these
+    options). ``stopped_early`` is true when fewer than the requested steps ran (the probe shortened
+    the schedule or the loop hit the budget). ``dtype="bfloat16"`` trains under ``torch.autocast``
+    (CUDA only; float32 master weights, float32 held-out loss); ``tf32`` allows TF32 matmuls on CUDA
+    during training (no effect on CPU).
     """
     import torch
 

@@ -1,12 +1,12 @@
 """The zoo's ingredients: named sizes, the local-text corpus, the tokenizer and the models.
 
-A zoo size (:data:`ZOO_SIZES`) fixes the tokenizer's vocabulary, the draft and target
-decoder shapes and the training budget; :func:`build_corpus` gathers the standard library's
-code and prose (plus optional files) into train and held-out documents,
-:func:`train_tokenizer` fits a byte-level BPE on them and :func:`make_model` builds an
-untrained ``LlamaForCausalLM`` of a shape. Training both models (:func:`traces.models.zoo.train_zoo`)
-lives in :mod:`traces.models.zoo`, which re-exports every name here; the tests and benchmarks that
-only need a tokenizer or a small model import these without the training loop.
+A zoo size (:data:`ZOO_SIZES`) fixes the tokenizer's vocabulary, the draft and target decoder shapes
+and the training budget; :func:`build_corpus` gathers the standard library's code and prose (plus
+optional files) into train and held-out documents, :func:`train_tokenizer` fits a byte-level BPE on
+them and :func:`make_model` builds an untrained ``LlamaForCausalLM`` of a shape. Training both
+models (:func:`traces.models.zoo.train_zoo`) lives in :mod:`traces.models.zoo`, which re-exports
+every name here; the tests and benchmarks that only need a tokenizer or a small model import these
+without the training loop.
 """
 
 from __future__ import annotations

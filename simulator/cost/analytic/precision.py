@@ -11,31 +11,43 @@ with ``quant_config=None`` in vLLM's qwen*_moe.py / mixtral.py / gpt_oss.py) sta
 preset's ``dtype_bytes`` b. Per weight (P_lin = projection weights, P_exp = routed-expert
 weights, :func:`weight_split`)::
 
-    method  P_lin bytes               P_exp bytes         GEMM compute   vLLM (model_executor/layers/quantization/)
-    none    b                         b                   bf16 peak      (unquantised)
-    fp8     1                         1                   FP8 peak if    fp8.py Fp8Config.get_quant_method:
-                                                          capability     Fp8LinearMethod / Fp8MoEMethod; W8A8 on
-                                                          >= 8.9, else   capability >= 8.9, else weight-only
-                                                          bf16           Marlin (Fp8LinearMethod.__init__ use_marlin)
-    awq     bits/8 + (2 + bits/8)/g   as P_lin            bf16 peak      awq.py AWQLinearMethod.create_weights:
-                                                                         qweight (bits), qzeros (bits) and fp16
-                                                                         scales per group of g input weights
-    gptq    bits/8 + (2 + bits/8)/g   as P_lin            bf16 peak      gptq.py GPTQLinearMethod.create_weights
-                                                                         (the same three; g_idx's 4 bytes per input
-                                                                         row, < 0.1 %, not counted)
-    mxfp4   b                         1/2 + 1/32          bf16 peak      mxfp4.py Mxfp4Config.get_quant_method:
-                                      (4.25 bits)                        LinearBase -> UnquantizedLinearMethod,
-                                                                         FusedMoE -> Mxfp4MoEMethod (uint8 pairs of
-                                                                         e2m1 + one e8m0 scale per 32 weights)
+    method  P_lin bytes              P_exp bytes   GEMM compute  vLLM (model_executor/layers/
+                                                                 quantization/)
+    none    b                        b             bf16 peak     (unquantised)
+    fp8     1                        1             FP8 peak if   fp8.py Fp8Config.get_quant_method:
+                                                   capability    Fp8LinearMethod / Fp8MoEMethod;
+                                                   >= 8.9, else  W8A8 on capability >= 8.9, else
+                                                   bf16          weight-only Marlin
+                                                                 (Fp8LinearMethod.__init__
+                                                                 use_marlin)
+    awq     bits/8 + (2 + bits/8)/g  as P_lin      bf16 peak     awq.py
+                                                                 AWQLinearMethod.create_weights:
+                                                                 qweight (bits), qzeros (bits) and
+                                                                 fp16 scales per group of g input
+                                                                 weights
+    gptq    bits/8 + (2 + bits/8)/g  as P_lin      bf16 peak     gptq.py
+                                                                 GPTQLinearMethod.create_weights
+                                                                 (the same three; g_idx's 4 bytes
+                                                                 per input row, < 0.1 %, not
+                                                                 counted)
+    mxfp4   b                        1/2 + 1/32    bf16 peak     mxfp4.py
+                                     (4.25 bits)                 Mxfp4Config.get_quant_method:
+                                                                 LinearBase ->
+                                                                 UnquantizedLinearMethod, FusedMoE
+                                                                 -> Mxfp4MoEMethod (uint8 pairs of
+                                                                 e2m1 + one e8m0 scale per 32
+                                                                 weights)
 
 with bits = 4, g = 128 by default (0.51953125 bytes per weight; g = -1, one group per input row:
-bits/8; a symmetric checkpoint's zero points, 0.4 % at g = 128, are counted anyway). FP8's per-tensor / per-channel / 128 x 128 block scales (<= 4 / 16384 bytes per weight
-for blocks) are not counted. Weight-only kernels (Marlin, AWQ/GPTQ, MXFP4 on Hopper) dequantise
-on the fly, so their FLOPs run at the bf16 peak and their dequantisation time is not priced;
-W8A8 FP8 runs every quantised GEMM's FLOPs at the preset's ``fp8_peak_flops`` (datasheet) while
-attention and the LM head stay at the bf16 peak::
+bits/8; a symmetric checkpoint's zero points, 0.4 % at g = 128, are counted anyway). FP8's
+per-tensor / per-channel / 128 x 128 block scales (<= 4 / 16384 bytes per weight for blocks) are not
+counted. Weight-only kernels (Marlin, AWQ/GPTQ, MXFP4 on Hopper) dequantise on the fly, so their
+FLOPs run at the bf16 peak and their dequantisation time is not priced; W8A8 FP8 runs every
+quantised GEMM's FLOPs at the preset's ``fp8_peak_flops`` (datasheet) while attention and the LM
+head stay at the bf16 peak::
 
-    t_compute = F_16 / (peak · eff_c) + F_8 / (peak_fp8 · eff_c),   F_8 = 2 (P_lin + M k 3 h I_e) Q / tp
+    t_compute = F_16 / (peak · eff_c) + F_8 / (peak_fp8 · eff_c),
+    F_8 = 2 (P_lin + M k 3 h I_e) Q / tp
 
 ``quantization = "none"`` (the default, vLLM's ``quantization=None``) takes the checkpoint's own
 method (``ModelShape.quantization``, read from config.json by traces.models.hf_moe; "none" for

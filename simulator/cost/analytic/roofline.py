@@ -1,7 +1,7 @@
 """The roofline cost model: step time from FLOPs, bytes and fixed latencies of one GPU preset.
 
-Per forward pass of a model with L layers, hidden size h, vocabulary V, P_layers = L · (weights
-of one decoder layer) (``traces.models.model_shape.ModelShape``), dtype width b bytes (bf16: 2), tensor
+Per forward pass of a model with L layers, hidden size h, vocabulary V, P_layers = L · (weights of
+one decoder layer) (``traces.models.model_shape.ModelShape``), dtype width b bytes (bf16: 2), tensor
 parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
 
 - FLOPs (per GPU, divided by tp)::
@@ -9,14 +9,14 @@ parallel degree tp, query vector q [n] and KV vector c [n] (Q = Σ q_i):
       F = 2 · (P_layers + h·V) · Q                       # every weight multiplies every token
         + 4 · L · h · Σ_i q_i · (c_i + (q_i + 1)/2)      # QK^T and AV, causal within the chunk
 
-  The LM head (2·h·V per row) is charged for every query token unless the caller names the
-  pass's logit rows R (``rows``): vLLM computes logits only where it samples,
-  ``logits_indices = query_start_loc[1:] - 1`` (one row per scheduled request, a partial
-  prefill chunk included, its token discarded) without speculation and s_i + 1 rows per
-  request verifying s_i drafts (``vllm/v1/worker/gpu_model_runner.py``, ``_prepare_inputs``
-  and ``_calc_spec_decode_metadata``), so R = n + S; with ``rows`` the FLOPs are
-  F − 2·h·V/tp · (Q − R). The vllm-v1 composer passes R (simulator.engine.v1.step). Attention uses heads·head_dim = h
-  query channels (grouped-query attention changes the KV bytes, not these FLOPs).
+  The LM head (2·h·V per row) is charged for every query token unless the caller names the pass's
+  logit rows R (``rows``): vLLM computes logits only where it samples, ``logits_indices =
+  query_start_loc[1:] - 1`` (one row per scheduled request, a partial prefill chunk included, its
+  token discarded) without speculation and s_i + 1 rows per request verifying s_i drafts
+  (``vllm/v1/worker/gpu_model_runner.py``, ``_prepare_inputs`` and ``_calc_spec_decode_metadata``),
+  so R = n + S; with ``rows`` the FLOPs are F − 2·h·V/tp · (Q − R). The vllm-v1 composer passes R
+  (simulator.engine.v1.step). Attention uses heads·head_dim = h query channels (grouped-query
+  attention changes the KV bytes, not these FLOPs).
 - Bytes (per GPU)::
 
       B = b · (P_layers + h·V + h) / tp                  # weights, streamed once per pass

@@ -1,11 +1,12 @@
 """A cost model whose draft role is free: drafters that run no model on the GPU.
 
 vLLM's ``ngram`` method (prompt lookup, :mod:`specbatch.traces.capture.ngram`) proposes draft tokens
-by matching the context's last n tokens against earlier text on the host: microseconds per
-request, no forward pass, no weights and no KV cache. :class:`FreeDraftCost` prices such a
-drafter as zero seconds per draft pass and leaves the target's passes, the per-step overhead
-and the KV memory (the target's alone) to the wrapped cost model. ``draft = "ngram"`` in a
-:class:`~simulator.config.sim_config.SimConfig` selects it (:func:`simulator.cost.registry.build_cost_model`).
+by matching the context's last n tokens against earlier text on the host: microseconds per request,
+no forward pass, no weights and no KV cache. :class:`FreeDraftCost` prices such a drafter as zero
+seconds per draft pass and leaves the target's passes, the per-step overhead and the KV memory (the
+target's alone) to the wrapped cost model. ``draft = "ngram"`` in a
+:class:`~simulator.config.sim_config.SimConfig` selects it
+(:func:`simulator.cost.registry.build_cost_model`).
 """
 
 from __future__ import annotations

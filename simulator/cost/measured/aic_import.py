@@ -49,7 +49,8 @@ def import_laws(root: str | Path, only: tuple = (), version: str | None = None,
                   if k not in ("files", "system", "vllm_version")}
     provenance = dict(source)
     provenance.update({"format": RESULT_KIND, "files": files,
-                       "fitted": "simulator/cost/measured/aic_laws.py: non-negative least squares on "
+                       "fitted": "simulator/cost/measured/aic_laws.py: non-negative least squares "
+                                 "on "
                                  "relative error per (system, family, group); judged by "
                                  "leaving one shape out"})
     return {"systems": out, "provenance": provenance}

@@ -45,11 +45,11 @@ rest of this docstring is the path of every other GPU:
   reaches; no per-kernel floor beyond the launch term. No measured attention source is
   bundled (Vidur's attention.csv files are absent from its snapshot).
 - ``allreduce`` (tp > 1): two all-reduces of the b·h·Q-byte hidden state per layer. Up to
-  8 MiB on 2/4/6/8 GPUs vLLM runs its custom all-reduce (:data:`CUSTOM_AR_MAX_BYTES`), priced
-  by the roofline's latency + ring formula (ASSUMED: no measurement of it is bundled); above,
-  NCCL, read from Vidur's measured curve of the GPU's DGX cluster (h100_dgx, a100_dgx; the
-  median over half-octave size bins, made non-decreasing, interpolated log-log) for that world size; elsewhere the
-  roofline's formula.
+  8 MiB on 2/4/6/8 GPUs vLLM runs its custom all-reduce (:data:`CUSTOM_AR_MAX_BYTES`), priced by the
+  roofline's latency + ring formula (ASSUMED: no measurement of it is bundled); above, NCCL, read
+  from Vidur's measured curve of the GPU's DGX cluster (h100_dgx, a100_dgx; the median over
+  half-octave size bins, made non-decreasing, interpolated log-log) for that world size; elsewhere
+  the roofline's formula.
 - ``lm_head``: the fitted GEMM law (the MLP-up law: both are N >> K) for K = h, N = V/tp over
   all Q tokens (as the roofline: verification needs logits at every position).
 - ``launch``: the execution preset's floors (hardware.EXECUTIONS): ``cuda_graph`` adds

@@ -14,11 +14,12 @@ message size and world size. Three laws, each fitted per GPU type:
 
   β and π are the achieved bandwidth and FLOP/s, t₀ a per-kernel floor. The compute bound
   counts *whole waves* of t_m x t_n output tiles over the GPU's S SMs (tile and wave
-  quantisation: a narrow tp 8 shard leaves most of a wave idle, the reason tp 8 is the
-  roofline's worst case; the tile height t_m is the power of two >= Q between 16 and the
-  fitted maximum, :func:`tile_rows`), n₀ a bandwidth ramp for narrow outputs, and k₀ extra K per tile (prologue/epilogue; short K, as in a tp 8
-  down projection, runs further from peak). p > 1 makes the knee smooth: near the ridge a
-  GEMM is neither bound (measured: ~60 % of both at Q = 256 on H100). Fitted per GEMM (QKV, O,
+  quantisation: a narrow tp 8 shard leaves most of a wave idle, the reason tp 8 is the roofline's
+  worst case; the tile height t_m is the power of two >= Q between 16 and the fitted maximum,
+  :func:`tile_rows`), n₀ a bandwidth ramp for narrow outputs, and k₀ extra K per tile
+  (prologue/epilogue; short K, as in a tp 8 down projection, runs further from peak). p > 1 makes
+  the knee smooth: near the ridge a GEMM is neither bound (measured: ~60 % of both at Q = 256 on
+  H100). Fitted per GEMM (QKV, O,
   up, down: their K/N aspect differs) by ``scipy.optimize.least_squares`` on the error
   relative to the measured *layer* time of each (model, tp, Q) row (so each op weighs what
   it weighs in a pass); the maximum t_m is chosen from (64, 128) by the same loss, t_n = 128.
@@ -273,7 +274,9 @@ def fit_gemm(compute: pd.DataFrame, gpu: str, peaks: tuple[float, float],
         lo = [x0[0] - 3, x0[1] - 3, math.log(1e-8), math.log(0.05), math.log(1.0), math.log(1.0)]
         hi = [x0[0] + 1, x0[1] + 1, math.log(1e-4), math.log(20.0), math.log(4096.0),
               math.log(65536.0)]
-        res = scipy_optimize().least_squares(residual, x0, method="trf", bounds=(lo, hi), max_nfev=400)
+        res = scipy_optimize().least_squares(
+            residual, x0, method="trf", bounds=(lo, hi), max_nfev=400
+        )
         if best is None or res.cost < best[0]:
             best = (res.cost, law(res.x))
     return best[1]

@@ -24,12 +24,12 @@ as::
   tiles over its request's whole cache, t = a' + u'·n + F/π + B_H/β', with
   B_kv = 2b·(H_kv/tp)·d·(Σc + Σq) the KV bytes, F = 4 (H/tp) d (Σqc + (Σq² + Σq)/2) the causal
   FLOPs and B_H = 2b·(H/tp)·d·(Σc + Σq) the same cache traversed once per *query* head.
-  Measured: a 16-token chunk next to 128 decodes of 1024 cached tokens takes 672 µs against
-  405 µs for the decodes alone (RTX PRO 6000, Llama-3.1-8B). Non-negative least squares
-  per regime (:func:`fit_attention`), fitted on the GPU's Llama-3.1-8B tp 1 table only (a
-  verification batch, every request k+1 tokens, falls in the chunked regime; the tables hold
-  no such batch, so it is not validated); :func:`attention_check` reports the error on the other bundled tables (Qwen3-32B tp
-  1 and 2, Qwen3-30B-A3B: held-out models).
+  Measured: a 16-token chunk next to 128 decodes of 1024 cached tokens takes 672 µs against 405 µs
+  for the decodes alone (RTX PRO 6000, Llama-3.1-8B). Non-negative least squares per regime
+  (:func:`fit_attention`), fitted on the GPU's Llama-3.1-8B tp 1 table only (a verification batch,
+  every request k+1 tokens, falls in the chunked regime; the tables hold no such batch, so it is not
+  validated); :func:`attention_check` reports the error on the other bundled tables (Qwen3-32B tp 1
+  and 2, Qwen3-30B-A3B: held-out models).
 - ``allreduce`` (tp > 1): 2 L ring all-reduces of b·h·Q bytes over the PCIe link the anchor
   configured for these runs (bench/examples/RTXPRO6000/Qwen3-32B/config.json: ``link_bw``
   16 GB/s, ``link_latency`` 20 µs; a configuration, not a measurement — no public all-reduce

@@ -41,7 +41,8 @@ def read_profile(path: str | Path):
         values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64)
         bad = np.flatnonzero(~np.isfinite(values))
         require(bad.size == 0, f"profile {path}: column {col}: expected finite numbers, "
-                f"got {df[col].iloc[bad[0]] if bad.size else ''!r} in row {bad[0] if bad.size else 0}")
+                f"got {df[col].iloc[bad[0]] if bad.size else ''!r} in row "
+                f"{bad[0] if bad.size else 0}")
         df[col] = values
     present = [col for col in MIXED_COLUMNS if col in df.columns]
     absent = [col for col in MIXED_COLUMNS if col not in present]
@@ -63,7 +64,8 @@ def read_profile(path: str | Path):
                 f"in row {bad[0] if bad.size else 0}")
     roles = df["role"].astype(str).str.lower()
     unknown = sorted(set(roles) - set(ROLES))
-    require(not unknown, f"profile {path}: column role: expected draft or target, got {unknown[0]!r}"
+    require(not unknown, f"profile {path}: column role: expected draft or target, got "
+                         f"{unknown[0]!r}"
             if unknown else "")
     df["role"] = roles
     require(len(df) > 0, f"profile {path}: column latency_s: no rows")

@@ -11,26 +11,27 @@ linear in physically meaningful features with non-negative coefficients
 
     t = β0 + β1·n + β2·Q + β3·Σc_i + β4·Σq_i·c_i + β5·Σq_i² + Σ_k γ_k · max(0, Q − κ_k)
 
-(fixed latency, per-request cost, per-token weight/compute cost, KV reads, attention over
-the cache, attention within the chunk, and convex hinges at knots κ_k — the 25/50/75 %
-quantiles of the distinct Q values when there are ≥ 8 of them — that let the fit bend from the
-memory-bound floor to the compute-bound slope, as the roofline does). Rows are weighted by
-1/latency, so the fit minimises relative error; its k-fold (default 5, shuffled with seed 0,
-knots re-chosen per fold) cross-validated mean absolute percentage error is stored per role
-(``cv_mape``); above ``MAPE_WARN`` = 10 % :func:`mape_warnings` says so (``specbatch cost
-fit`` prints it on stderr and in its JSON ``warnings``). The profile measures forward passes only, so ``overhead`` (the engine's CPU
-time per step) comes from the hardware preset.
+(fixed latency, per-request cost, per-token weight/compute cost, KV reads, attention over the cache,
+attention within the chunk, and convex hinges at knots κ_k — the 25/50/75 % quantiles of the
+distinct Q values when there are ≥ 8 of them — that let the fit bend from the memory-bound floor to
+the compute-bound slope, as the roofline does). Rows are weighted by 1/latency, so the fit minimises
+relative error; its k-fold (default 5, shuffled with seed 0, knots re-chosen per fold)
+cross-validated mean absolute percentage error is stored per role (``cv_mape``); above ``MAPE_WARN``
+= 10 % :func:`mape_warnings` says so (``specbatch cost fit`` prints it on stderr and in its JSON
+``warnings``). The profile measures forward passes only, so ``overhead`` (the engine's CPU time per
+step) comes from the hardware preset.
 
-Model family chosen by cross-validation (``FAMILIES``): next to the NNLS law above (``nnls``),
-each role also gets a floored law (``floor``, below) and an interpolated grid (``grid``, as Vidur and LLMServingSim do):
-piecewise-linear interpolation of log2 latency over the measured (log2 batch, log2 query,
-log2(1 + kv)) points (duplicates averaged; Delaunay ``LinearNDInterpolator`` on the axes that
-vary, nearest measured point outside their hull), with queries clamped to the grid's edges (no
-extrapolation of its own: beyond an edge the edge's value is scaled by the NNLS law's growth
-from the edge to the point, so long prefill chunks still cost more). Both families get
-the same k-fold held-out MAPE (same fixed fold assignment, seed 0); the role uses the one with
-the lowest, the simpler on a tie within ``FAMILY_TIE`` (2 % relative), and all are recorded (``RoleFit.family_cv``, ``fit_report``). A non-uniform batch
-is priced by the grid as the uniform batch with its n, mean query Σq/n and mean cache Σc/n.
+Model family chosen by cross-validation (``FAMILIES``): next to the NNLS law above (``nnls``), each
+role also gets a floored law (``floor``, below) and an interpolated grid (``grid``, as Vidur and
+LLMServingSim do): piecewise-linear interpolation of log2 latency over the measured (log2 batch,
+log2 query, log2(1 + kv)) points (duplicates averaged; Delaunay ``LinearNDInterpolator`` on the axes
+that vary, nearest measured point outside their hull), with queries clamped to the grid's edges (no
+extrapolation of its own: beyond an edge the edge's value is scaled by the NNLS law's growth from
+the edge to the point, so long prefill chunks still cost more). Both families get the same k-fold
+held-out MAPE (same fixed fold assignment, seed 0); the role uses the one with the lowest, the
+simpler on a tie within ``FAMILY_TIE`` (2 % relative), and all are recorded (``RoleFit.family_cv``,
+``fit_report``). A non-uniform batch is priced by the grid as the uniform batch with its n, mean
+query Σq/n and mean cache Σc/n.
 
 The third family, ``floor``, is max(φ, NNLS law): a per-pass floor φ (an eager pass's
 per-layer launch and sync latency times its L layers, the host-bound regime the H100 profiles

@@ -15,9 +15,9 @@ shape S on tp GPUs, module by module at the same Q tokens:
 - the LM head by the roofline ratio of (K = h, N = V / tp).
 
 The neighbour is the GPU's tp 1 dense cell nearest in (log h, log I).
-:func:`simulator.cost.measured.lss.transfer_check` prices every other profiled dense cell of the GPU this way from its
-nearest neighbour and reports the error against that cell's own measured modules (RTX PRO
-6000: Qwen3-32B tp 1 and 2 from Llama-3.1-8B; the RTX 4090 has one cell, no check).
+:func:`simulator.cost.measured.lss.transfer_check` prices every other profiled dense cell of the GPU
+this way from its nearest neighbour and reports the error against that cell's own measured modules
+(RTX PRO 6000: Qwen3-32B tp 1 and 2 from Llama-3.1-8B; the RTX 4090 has one cell, no check).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Acceptance models against trace replay (analysis.report.acceptance_vs_replay), as specifications."""
+"""Acceptance models against trace replay (analysis.report.acceptance_vs_replay), as
+specifications."""
 
 from __future__ import annotations
 

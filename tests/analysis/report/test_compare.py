@@ -97,7 +97,9 @@ def test_best_settings_pick_the_best_mean_per_policy_and_verifier():
                            ("tetris", "token"), ("tetris", "block"), ("dsd", "token")}
     assert (best.n_seeds == 5).all()
     latency = best_settings(make_table(SETTINGS), "e2e_mean")  # lower is better
-    assert latency.set_index(["policy", "verify"]).loc[("fixed", "token")].num_speculative_tokens == 2
+    assert (
+        latency.set_index(["policy", "verify"]).loc[("fixed", "token")].num_speculative_tokens == 2
+    )
 
 
 def test_headline_speedup_is_the_paired_throughput_ratio_to_ar():
@@ -107,8 +109,12 @@ def test_headline_speedup_is_the_paired_throughput_ratio_to_ar():
     ar = table[table.policy == "ar"].iloc[0]
     assert ar.speedup == pytest.approx(1.0)
     row = table[(table.policy == "fixed") & (table.verify == "token")].iloc[0]
-    expected = np.mean([throughput_of("fixed", 2, 0, "token", s) / throughput_of("ar", 0, 0, "token", s)
-                        for s in SEEDS])
+    expected = np.mean(
+        [
+            throughput_of("fixed", 2, 0, "token", s) / throughput_of("ar", 0, 0, "token", s)
+            for s in SEEDS
+        ]
+    )
     assert row.speedup == pytest.approx(expected)
     assert row.speedup_low < row.speedup < row.speedup_high
     assert {"e2e_mean", "e2e_p99", "vsr", "mal", "k", "e"} <= set(table.columns)

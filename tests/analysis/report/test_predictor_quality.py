@@ -1,4 +1,5 @@
-"""Judging the learned acceptance predictor (analysis.report.predictor_quality), as specifications."""
+"""Judging the learned acceptance predictor (analysis.report.predictor_quality), as
+specifications."""
 
 from __future__ import annotations
 
@@ -59,7 +60,9 @@ def test_the_table_picks_each_best_setting_and_pairs_it_with_the_best_fixed_wind
               + [("tetris", "learned", 2, 1, s, 121.0 + 12 * s, 1.0) for s in (0, 1)]
               + [("oracle", "confidence", 2, 1, s, 132.0 + 13 * s, 1.0) for s in (0, 1)])
     table = predictor_table(df).set_index("policy")
-    assert table.loc["fixed", "k"] == 2 and table.loc["fixed", "throughput vs best fixed (%)"] == "-"
+    assert (
+        table.loc["fixed", "k"] == 2 and table.loc["fixed", "throughput vs best fixed (%)"] == "-"
+    )
     # learned: 121/110 and 133/111, a +10 % and +19.8 % paired change
     assert table.loc["tetris (learned)", "throughput"] == pytest.approx(127.0)
     assert table.loc["tetris (learned)", "throughput vs best fixed (%)"].startswith("+14.91%")

@@ -203,7 +203,9 @@ def test_closed_load_report_names_the_context_of_its_single_context_tables(md_re
 def paged_runner(config: dict):
     """shaped_runner under a paged KV cache: tp 1 preempts (more at larger k), tp 2 does not."""
     summary, requests = shaped_runner(config)
-    pressure = 0 if config["tp"] > 1 else 100 + 10 * config["num_speculative_tokens"] + config["seed"]
+    pressure = (
+        0 if config["tp"] > 1 else 100 + 10 * config["num_speculative_tokens"] + config["seed"]
+    )
     return {**summary, "kv_mode": "paged", "kv_capacity": 4244 if config["tp"] == 1 else 49143,
             "preemptions": pressure, "recomputed_tokens": 180 * pressure}, requests
 

@@ -97,8 +97,10 @@ def spec(**changes):
     [
         ({"axes": {"polcy": ["fixed"]}}, "field 'polcy': unknown config field"),
         ({"axes": {"policy": []}}, "field 'policy': empty axis"),
-        ({"axes": {"num_speculative_tokens": ["two"]}}, "field 'num_speculative_tokens': expected int"),
-        ({"axes": {"num_speculative_tokens": [True]}}, "field 'num_speculative_tokens': expected int"),
+        ({"axes": {"num_speculative_tokens": ["two"]}}, "field 'num_speculative_tokens': expected "
+                                                        "int"),
+        ({"axes": {"num_speculative_tokens": [True]}}, "field 'num_speculative_tokens': expected "
+                                                       "int"),
         ({"axes": {"policy": "fixed"}}, "field 'policy': expected a list"),
         ({"base": {"rate": "fast"}}, "[base] field 'rate': expected float"),
         ({"base": {"nope": 1}}, "[base] field 'nope': unknown config field"),
@@ -193,7 +195,9 @@ def test_interrupted_serial_sweep_resumes_with_only_missing_runs(tmp_path, monke
     assert (outcome.computed, outcome.reused) == (7, 5)
     assert len(list(marks.iterdir())) == 7
     # a third run computes nothing
-    again = run_sweep(spec(), tmp_path, runner=counting_runner, config_cls=FakeConfig, progress=False)
+    again = run_sweep(
+        spec(), tmp_path, runner=counting_runner, config_cls=FakeConfig, progress=False
+    )
     assert again.computed == 0 and len(list(marks.iterdir())) == 7
     fresh = run_sweep(spec(), tmp_path / "fresh", runner=fake_runner, config_cls=FakeConfig,
                       progress=False)
@@ -259,14 +263,17 @@ def test_workers_below_one_is_a_user_error(tmp_path):
 
 
 def test_specs_are_validated_against_simconfig_fields():
-    with pytest.raises(SpecbatchError, match="field 'num_speculative_tokenz': unknown config field"):
+    with pytest.raises(SpecbatchError,
+                       match="field 'num_speculative_tokenz': unknown config field"):
         parse_spec({"axes": {"num_speculative_tokenz": [1]}}, "x.toml", config.SimConfig)
     s = parse_spec({"axes": {"num_speculative_tokens": [1, 2]}}, "x.toml", config.SimConfig)
     assert len(expand(s, config.SimConfig)) == 2
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specbatch", *args], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "specbatch", *args], capture_output=True, text=True
+    )
 
 
 @pytest.mark.parametrize("body, field", [
@@ -289,7 +296,8 @@ def test_preflight_rejects_a_draft_deeper_than_the_trace_before_running(tmp_path
     deep = parse_spec({"base": {"trace": "synth", "policy": "tetris"},
                        "axes": {"num_speculative_tokens": [6], "extra": [3]}}, "deep.toml",
                       config.SimConfig)
-    with pytest.raises(SpecbatchError, match=r"spec deep\.toml: field 'num_speculative_tokens'.*K = 8"):
+    with pytest.raises(SpecbatchError, match=r"spec deep\.toml: field 'num_speculative_tokens'.*K "
+                                             r"= 8"):
         run_sweep(deep, tmp_path / "out", progress=False)
     missing = parse_spec({"base": {"trace": str(tmp_path / "nope")}}, "m.toml", config.SimConfig)
     with pytest.raises(SpecbatchError, match=r"spec m\.toml: field 'trace'"):

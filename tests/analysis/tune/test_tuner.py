@@ -1,6 +1,6 @@
 """analysis.tune.tuner: buckets, the emitted settings parsed back by each engine's parser rules
-(simulator.policies.schedules re-implements vLLM's, TensorRT-LLM's and SGLang's), the tax, the verdict,
-and the tuner's logic on a closed-form runner (no simulation)."""
+(simulator.policies.schedules re-implements vLLM's, TensorRT-LLM's and SGLang's), the tax, the
+verdict, and the tuner's logic on a closed-form runner (no simulation)."""
 
 from __future__ import annotations
 

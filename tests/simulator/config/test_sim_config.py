@@ -153,8 +153,8 @@ def test_every_field_declares_its_help_and_its_type_comes_from_the_annotation():
         assert spec.default is None or isinstance(spec.default, spec.kind), name
         assert (spec.default is None) <= spec.optional, name
     assert FIELD_TYPES["max_num_seqs"] is int and FIELD_TYPES["rate"] is float
-    assert OPTIONAL == {"workload", "acceptance_profile", "synth_alpha", "max_num_batched_tokens", "kv_capacity",
-                        "enable_chunked_prefill",
+    assert OPTIONAL == {"workload", "acceptance_profile", "synth_alpha", "max_num_batched_tokens",
+                        "kv_capacity", "enable_chunked_prefill",
                         "max_model_len", "budget", "profile", "slo",
                         "num_speculative_tokens_per_batch_size", "draft_len_schedule",
                         "speculative_adaptive_config", "cuda_graph_sizes", "dsd_max_k",

@@ -1,4 +1,5 @@
-"""Verification time (simulator.cost.verify_cost): the rejection sampler's bytes and floor per step."""
+"""Verification time (simulator.cost.verify_cost): the rejection sampler's bytes and floor per
+step."""
 
 from __future__ import annotations
 

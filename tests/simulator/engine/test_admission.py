@@ -3,10 +3,10 @@
 
 "fcfs" admits in arrival order; "priority" by (priority, arrival, uid), smaller first, as
 ``PriorityRequestQueue`` orders requests by ``Request.__lt__`` (vllm/v1/request.py). The
-hand-computed runs use the exact LinearCost (tests/simulator/helpers.py, no sampler time): one request at a time
-(max_num_seqs 1), ``ar`` (one token a step), prompts of 4 and outputs of 2, so a request's
-prefill step lasts 0.25·4 + 0.5 = 1.5 s and its decode step 0.25·1 + 0.5 = 0.75 s: the k-th
-request served emits its first token at 2.25·k − 0.75 and finishes at 2.25·k.
+hand-computed runs use the exact LinearCost (tests/simulator/helpers.py, no sampler time): one
+request at a time (max_num_seqs 1), ``ar`` (one token a step), prompts of 4 and outputs of 2, so a
+request's prefill step lasts 0.25·4 + 0.5 = 1.5 s and its decode step 0.25·1 + 0.5 = 0.75 s: the
+k-th request served emits its first token at 2.25·k − 0.75 and finishes at 2.25·k.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Paged KV specification under the vllm-v0 composer (simulator.engine.kv; vllm-v1: test_v1.py): blocks are conserved, the newest request is preempted
-first, preemption by recomputation changes no request's tokens or τ sequence, and the
-capacity comes from the cost model's memory."""
+"""Paged KV specification under the vllm-v0 composer (simulator.engine.kv; vllm-v1: test_v1.py):
+blocks are conserved, the newest request is preempted first, preemption by recomputation changes no
+request's tokens or τ sequence, and the capacity comes from the cost model's memory."""
 
 from __future__ import annotations
 
@@ -145,7 +145,9 @@ def test_fixed_policy_records_equal_the_reserve_run(synth_trace_natural, kw):
 def test_vectorised_paged_engine_matches_per_request_reference(synth_trace_natural, kw):
     """Preemption-heavy paged runs: the vectorised engine (block growth, verify) and its
     per-request twin give identical request and step tables."""
-    config = load_config(None, scheduler="vllm-v0", trace="synth", requests=32, kv_mode="paged", **kw)
+    config = load_config(
+        None, scheduler="vllm-v0", trace="synth", requests=32, kv_mode="paged", **kw
+    )
     fast = simulate(config, synth_trace_natural, cost_model=COST)
     slow = simulate(config, synth_trace_natural, cost_model=COST, reference=True)
     assert fast.summary["preemptions"] > 5
@@ -157,9 +159,14 @@ def test_a_large_pool_never_preempts_and_matches_reserve_timing(synth_trace_natu
     """With room for every request the paged run preempts nothing; its admission then differs
     from reserve only in what it checks, so under an unlimited reserve run the tables agree."""
     kw = dict(trace="synth", requests=30, policy="tetris", extra=1)
-    paged = simulate(load_config(None, scheduler="vllm-v0", kv_mode="paged", kv_capacity=10**6, **kw),
-                     synth_trace_natural, cost_model=COST)
-    reserve = simulate(load_config(None, scheduler="vllm-v0", **kw), synth_trace_natural, cost_model=COST)
+    paged = simulate(
+        load_config(None, scheduler="vllm-v0", kv_mode="paged", kv_capacity=10**6, **kw),
+        synth_trace_natural,
+        cost_model=COST,
+    )
+    reserve = simulate(
+        load_config(None, scheduler="vllm-v0", **kw), synth_trace_natural, cost_model=COST
+    )
     assert paged.summary["preemptions"] == 0 and paged.summary["recomputed_tokens"] == 0
     pd.testing.assert_frame_equal(paged.requests, reserve.requests)
     pd.testing.assert_frame_equal(paged.steps, reserve.steps)
@@ -235,21 +242,46 @@ def test_one_line_errors(synth_trace_natural):
             load_config(None, scheduler="vllm-v0", **kw)
     with pytest.raises(SpecbatchError, match=r"field kv_capacity: .*blocks of 16\), got 100 "
                                              r"tokens = 6 blocks"):
-        simulate(load_config(None, scheduler="vllm-v0", trace="synth", requests=8, kv_mode="paged", kv_capacity=100),
-                 trace, cost_model=COST)
+        simulate(
+            load_config(
+                None,
+                scheduler="vllm-v0",
+                trace="synth",
+                requests=8,
+                kv_mode="paged",
+                kv_capacity=100,
+            ),
+            trace,
+            cost_model=COST,
+        )
     shortest = int(trace.prompt_len.min())
     with pytest.raises(SpecbatchError, match=r"field max_model_len: .*\(\d+ of 8 requests"):
-        simulate(load_config(None, scheduler="vllm-v0", trace="synth", requests=8, max_model_len=shortest), trace,
-                 cost_model=COST)
+        simulate(
+            load_config(
+                None, scheduler="vllm-v0", trace="synth", requests=8, max_model_len=shortest
+            ),
+            trace,
+            cost_model=COST,
+        )
 
 
 def test_max_model_len_caps_outputs_and_says_so(synth_trace_natural):
     trace = synth_trace_natural
     limit = int((trace.prompt_len + trace.output_len)[:20].max()) - 10
     for mode in ("reserve", "paged"):
-        result = simulate(load_config(None, scheduler="vllm-v0", trace="synth", requests=20, kv_mode=mode,
-                                      kv_capacity=2000, max_model_len=limit),
-                          trace, cost_model=COST)
+        result = simulate(
+            load_config(
+                None,
+                scheduler="vllm-v0",
+                trace="synth",
+                requests=20,
+                kv_mode=mode,
+                kv_capacity=2000,
+                max_model_len=limit,
+            ),
+            trace,
+            cost_model=COST,
+        )
         req = result.requests
         full = trace.output_len[req["trace_index"]]
         expected = np.minimum(full, limit - req["prompt_len"])
@@ -259,10 +291,10 @@ def test_max_model_len_caps_outputs_and_says_so(synth_trace_natural):
 
 
 def test_chunk_allocation_is_fcfs_and_shrinks_the_first_chunk_that_does_not_fit():
-    """block_size 4, 3 free blocks; request a (prefilled 2 of 20, holding 1 block) asks for
-    6 tokens -> ⌈8 / 4⌉ − 1 = 1 more block; b (0 of 9) asks for its 9 tokens and first token
-    -> 3 blocks: only 2 are left, so b gets 8 tokens; c gets nothing. A chunk completing its prefill also needs its first token's
-    slot, so one ending exactly at a block boundary gives up its last token."""
+    """block_size 4, 3 free blocks; request a (prefilled 2 of 20, holding 1 block) asks for 6 tokens
+    -> ⌈8 / 4⌉ − 1 = 1 more block; b (0 of 9) asks for its 9 tokens and first token -> 3 blocks:
+    only 2 are left, so b gets 8 tokens; c gets nothing. A chunk completing its prefill also needs
+    its first token's slot, so one ending exactly at a block boundary gives up its last token."""
     from specbatch.simulator.engine.kv import BlockManager
     from specbatch.simulator.engine.request_state import Replica
 
@@ -285,7 +317,9 @@ def test_chunk_allocation_is_fcfs_and_shrinks_the_first_chunk_that_does_not_fit(
 def test_models_whose_weights_do_not_fit_are_refused_in_every_kv_mode(kv):
     """Llama-3.1-70B + Llama-3.2-1B in bf16 hold 143.6 GB: more than one H100 gives the engine
     at gpu_memory_utilization 0.9 (72 GB), whatever the KV mode or capacity."""
-    config = load_config(None, scheduler="vllm-v0", target="llama-3.1-70b", draft="llama-3.2-1b", **kv)
+    config = load_config(
+        None, scheduler="vllm-v0", target="llama-3.1-70b", draft="llama-3.2-1b", **kv
+    )
     cost = build_cost_model("roofline", "h100", "llama-3.1-70b", "llama-3.2-1b")
     with pytest.raises(SpecbatchError, match=r"field gpu_memory_utilization: expected room for "
                        r"the weights of llama-3\.1-70b \+ llama-3\.2-1b \(143\.6 GB.*got 0\.9 of "
@@ -322,6 +356,8 @@ def test_paged_capacity_follows_the_targets_precision():
     per_element = 2 * 32 * 8 * 128 + 2 * 16 * 8 * 64  # K and V of both models' layers
     assert (base, fp8_kv) == (int(free // (2 * per_element)), int(free // per_element))
     assert (base, fp8_kv) == (326_341, 652_683)
-    assert pool(quantization="fp8") > base and pool(cost="calibrated", kv_cache_dtype="fp8") == fp8_kv
+    assert (
+        pool(quantization="fp8") > base and pool(cost="calibrated", kv_cache_dtype="fp8") == fp8_kv
+    )
     with pytest.raises(SpecbatchError, match="field quantization: expected none"):
         load_config(None, cost="profiled", profile="p.parquet", quantization="fp8")

@@ -1,5 +1,5 @@
-"""The prefix cache's counting mode (simulator.engine.prefix): without shared-prefix groups it counts
-blocks instead of numbering them until a preemption, and a run is identical to the one the
+"""The prefix cache's counting mode (simulator.engine.prefix): without shared-prefix groups it
+counts blocks instead of numbering them until a preemption, and a run is identical to the one the
 exact per-block pool gives."""
 
 from __future__ import annotations

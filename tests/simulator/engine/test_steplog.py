@@ -18,7 +18,8 @@ def records(n: int, seed: int = 0) -> list:
     for i in range(n):
         t = float(rng.random() * 1e4)  # non-dyadic seconds
         rows.append(step_record(
-            replica=int(rng.integers(0, 5)), time=t, end=t + 0.1 / 3, batch=int(rng.integers(0, 512)),
+            replica=int(rng.integers(0, 5)), time=t, end=t + 0.1 / 3,
+            batch=int(rng.integers(0, 512)),
             prefill_tokens=int(rng.integers(0, 2**40)), drafted=i, verified=2**52 - i,
             accepted=int(rng.integers(0, 99)), emitted=int(rng.integers(0, 99)),
             depth=int(rng.integers(0, 9)), draft_time=float(rng.random()) * 1e-3,

@@ -1,4 +1,5 @@
-"""The policy catalogue (simulator/policies/catalogue.py) is the single source of a built-in policy's
+"""The policy catalogue (simulator/policies/catalogue.py) is the single source of a built-in
+policy's
 identity: every row names a real class and real config fields, its traits agree with the
 class, the CLI and every derived list read it, and no other module spells a list of names."""
 
@@ -22,8 +23,10 @@ ROWS = [pytest.param(row, id=row.name) for row in CATALOGUE]
 #: (not a policy's identity): the file and the names, so a new list is caught.
 ARMS = {("analysis/report/demo.py", ("tetris", "oracle", "hindsight")),
         ("analysis/plan/space.py", ("ar", "fixed", "tetris", "dsd")),
-        ("analysis/report/predictor_quality.py", ("tetris", "fixed")), ("analysis/report/predictor_quality.py", ("fixed", "oracle")),
-        ("analysis/report/replication.py", ("tetris", "fixed")), ("analysis/report/sweep_report.py", ("tetris", "fixed"))}
+        ("analysis/report/predictor_quality.py", ("tetris", "fixed")),
+        ("analysis/report/predictor_quality.py", ("fixed", "oracle")),
+        ("analysis/report/replication.py", ("tetris", "fixed")),
+        ("analysis/report/sweep_report.py", ("tetris", "fixed"))}
 
 
 def test_rows_are_frozen_unique_and_sorted():

@@ -216,7 +216,8 @@ def test_toml_config_and_sweep_spec_name_a_user_policy(user_dir):
     ("no_such_module_xyz:Policy", "cannot import module no_such_module_xyz"),
     ("bad module:X", "expected a dotted module name"),
     ("my_policy:Missing", "has no class 'Missing'"),
-    ("broken_policies:NotAPolicy", "expected a subclass of specbatch.simulator.policies.registry.Policy"),
+    ("broken_policies:NotAPolicy", "expected a subclass of "
+                                   "specbatch.simulator.policies.registry.Policy"),
     ("my_policy:Policy", "expected a subclass"),
     ("json:JSONDecoder", "expected a subclass of specbatch.simulator.policies.registry.Policy, got "
                          "class json.decoder.JSONDecoder"),

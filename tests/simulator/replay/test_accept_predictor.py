@@ -1,4 +1,5 @@
-"""The learned acceptance predictor (simulator.replay.accept_predictor) and TETRIS allocating by it."""
+"""The learned acceptance predictor (simulator.replay.accept_predictor) and TETRIS allocating by
+it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""tetris-tree's learned per-node acceptance predictor (simulator/replay/tree_accept_predictor.py): fitted on
-held-out calibration trees from draft-side signals only, ranked as a capped frontier greedy on
-the predicted reach."""
+"""tetris-tree's learned per-node acceptance predictor (simulator/replay/tree_accept_predictor.py):
+fitted on held-out calibration trees from draft-side signals only, ranked as a capped frontier
+greedy on the predicted reach."""
 
 from __future__ import annotations
 

@@ -256,4 +256,6 @@ def test_bundled_example_is_the_documented_generator_output(tmp_path):
     assert write_example(tmp_path / "x.csv").read_text() == EXAMPLE_WORKLOAD.read_text()
     table = example_workload()
     assert len(table) == 200 and (np.diff(table["arrival"]) >= 0).all()
-    assert read_workload_file(EXAMPLE_WORKLOAD)["prompt_len"].tolist() == table["prompt_len"].tolist()
+    assert (
+        read_workload_file(EXAMPLE_WORKLOAD)["prompt_len"].tolist() == table["prompt_len"].tolist()
+    )

@@ -1,4 +1,5 @@
-"""Request-length distributions (simulator.workload.lengths): parsing, drawing, the workload table."""
+"""Request-length distributions (simulator.workload.lengths): parsing, drawing, the workload
+table."""
 
 from __future__ import annotations
 

@@ -103,7 +103,9 @@ def test_tail_identities_and_closed_forms(case):
     pair, gamma = case
     for rule in ("token", "block"):
         assert exact.tail_residual(pair, gamma, rule) == 0
-        assert exact.expected_tau(pair, gamma, rule) == exact.expected_tau_formula(pair, gamma, rule)
+        assert exact.expected_tau(pair, gamma, rule) == exact.expected_tau_formula(
+            pair, gamma, rule
+        )
 
 
 @settings(max_examples=40)

@@ -1,4 +1,5 @@
-"""theory/trees/tree_shapes.py, tree.py and tree_lp.py: draft-tree laws, verifiers, the best valid one."""
+"""theory/trees/tree_shapes.py, tree.py and tree_lp.py: draft-tree laws, verifiers, the best valid
+one."""
 
 from __future__ import annotations
 

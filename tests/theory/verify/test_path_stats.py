@@ -1,4 +1,5 @@
-"""theory/verify/path_stats.py: per-position statistics and τ from statistics (THEORY.md §3 identities)."""
+"""theory/verify/path_stats.py: per-position statistics and τ from statistics (THEORY.md §3
+identities)."""
 
 from __future__ import annotations
 

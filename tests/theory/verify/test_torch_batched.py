@@ -1,4 +1,5 @@
-"""theory/verify/torch_batched.py: batched torch TV/BV against the numpy reference (THEORY.md §2-3)."""
+"""theory/verify/torch_batched.py: batched torch TV/BV against the numpy reference (THEORY.md
+§2-3)."""
 
 from __future__ import annotations
 

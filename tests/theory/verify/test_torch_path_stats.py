@@ -1,4 +1,5 @@
-"""theory/verify/torch_path_stats.py: the torch tier of the path statistics against the numpy reference.
+"""theory/verify/torch_path_stats.py: the torch tier of the path statistics against the numpy
+reference.
 
 ``p_i`` (THEORY.md §3's cumsum/cummax identity in log space), ``Z_{i+1}``, the draft's
 temperature-1 signals and :func:`path_stats_torch` as capture and the live loop call it:

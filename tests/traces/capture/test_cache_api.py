@@ -1,5 +1,5 @@
-"""``traces.capture.cache_api``: the KV cache goes to and comes from a forward pass under the name the
-installed transformers declares, so no deprecation warning is raised and nothing changes."""
+"""``traces.capture.cache_api``: the KV cache goes to and comes from a forward pass under the name
+the installed transformers declares, so no deprecation warning is raised and nothing changes."""
 
 from __future__ import annotations
 

@@ -38,7 +38,8 @@ TEXT = ("def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the 
         "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n") * 8
 
 
-def _save_pair(out: Path, vocab: int = 300, seed: int = 0, target_hidden: int = 48) -> tuple[str, str]:
+def _save_pair(out: Path, vocab: int = 300, seed: int = 0,
+               target_hidden: int = 48) -> tuple[str, str]:
     from specbatch.traces.models.zoo import ModelSize, make_model, train_tokenizer
 
     tok = train_tokenizer([TEXT], vocab)
@@ -437,7 +438,8 @@ def test_meta_names_models_by_identity_without_local_paths(pair, tmp_path):
     from specbatch.traces.format.identity import local_paths
 
     meta = capture(*pair, PROMPTS[:1], tmp_path / "t", _cfg(), progress=False,
-                   command=f"specbatch capture --draft {pair[0]} --target {pair[1]} --out {tmp_path}")
+                   command=f"specbatch capture --draft {pair[0]} --target {pair[1]} --out "
+                           f"{tmp_path}")
     assert local_paths(json.loads((tmp_path / "t" / "meta.json").read_text())) == []
     for role, path in zip(("draft", "target"), pair):
         model = meta["models"][role]

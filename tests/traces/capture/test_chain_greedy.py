@@ -198,7 +198,9 @@ def test_the_bundled_greedy_trace_shares_the_drop2_traces_outputs_and_signals():
     same_prompts = prob.subset(np.arange(greedy.n_requests))
     np.testing.assert_array_equal(greedy.output_len, same_prompts.output_len)
     for name in ("top1", "entropy"):
-        np.testing.assert_array_equal(getattr(greedy, name)[:, 0], getattr(same_prompts, name)[:, 0])
+        np.testing.assert_array_equal(
+            getattr(greedy, name)[:, 0], getattr(same_prompts, name)[:, 0]
+        )
     same = greedy.draft_token[:, 0] == same_prompts.draft_token[:, 0]
     assert 0 < same.mean() < 1
     np.testing.assert_array_equal(greedy.pt[same, 0], same_prompts.pt[same, 0])

@@ -1,5 +1,6 @@
-"""Latency profiles (traces/capture/profile.py): the grid is measured, the columns are docs/DESIGN.md's
-profile, named shapes and model dirs both work, and bad input is a one-line error."""
+"""Latency profiles (traces/capture/profile.py): the grid is measured, the columns are
+docs/DESIGN.md's profile, named shapes and model dirs both work, and bad input is a one-line
+error."""
 
 from __future__ import annotations
 

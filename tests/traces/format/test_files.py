@@ -105,7 +105,9 @@ def test_properties_use_theory_weights(small):
 
 
 def test_rewrite_removes_stale_position_files(small, written):
-    (written / "positions-99999.parquet").write_bytes((written / "positions-00000.parquet").read_bytes())
+    (written / "positions-99999.parquet").write_bytes(
+        (written / "positions-00000.parquet").read_bytes()
+    )
     write_trace(small, written)
     assert sorted(p.name for p in written.glob("positions-*")) == ["positions-00000.parquet"]
 
@@ -127,7 +129,8 @@ def _split_into_chunks(trace: Trace, directory: Path, order: list[list[int]]) ->
     for f in directory.glob("positions-*.parquet"):
         f.unlink()
     for chunk, reqs in enumerate(order):
-        rows = np.concatenate([np.arange(trace.offsets[r], trace.offsets[r + 1]) for r in reqs])[::-1]
+        rows = np.concatenate([np.arange(trace.offsets[r], trace.offsets[r + 1])
+                               for r in reqs])[::-1]
         rid = trace.row_request[rows]
         pos = rows - trace.offsets[rid]
         write_positions(directory, chunk, trace.request_id[rid], pos,
@@ -231,7 +234,8 @@ def test_bad_meta(written, change, field):
 
 def test_meta_not_json(written):
     (written / "meta.json").write_text("{not json")
-    with pytest.raises(SpecbatchError, match=r"meta\.json: expected the trace's meta\.json, got invalid JSON"):
+    with pytest.raises(SpecbatchError, match=r"meta\.json: expected the trace's meta\.json, got "
+                                             r"invalid JSON"):
         validate_trace(written)
 
 
@@ -262,7 +266,8 @@ def test_missing_position_column(written, name):
 def test_mistyped_columns(written, small):
     n = small.n_requests
     _rewrite_table(written / "requests.parquet", "prompt_len", pa.array(["x"] * n))
-    with pytest.raises(SpecbatchError, match=r"requests\.parquet: field prompt_len: expected integer"):
+    with pytest.raises(SpecbatchError, match=r"requests\.parquet: field prompt_len: expected "
+                                             r"integer"):
         validate_trace(written)
 
 
@@ -285,7 +290,8 @@ def test_variable_lists_of_wrong_length(written, small):
     lists = [values[i * k:(i + 1) * k] for i in range(small.n_rows)]
     lists[3] = lists[3][:-1]
     _rewrite_table(written / POS, "z", pa.array(lists, type=pa.list_(pa.float64())))
-    with pytest.raises(SpecbatchError, match=r"field z: expected lists of length K = 4 .*got 3 at row 3"):
+    with pytest.raises(SpecbatchError, match=r"field z: expected lists of length K = 4 .*got 3 at "
+                                             r"row 3"):
         validate_trace(written)
 
 
@@ -300,15 +306,22 @@ def test_variable_lists_of_right_length_are_accepted(written, small):
 def test_null_entries(written, small):
     values = small.q.ravel().tolist()
     values[5] = None
-    _rewrite_table(written / POS, "q", pa.FixedSizeListArray.from_arrays(pa.array(values, pa.float64()), small.K))
+    _rewrite_table(
+        written / POS,
+        "q",
+        pa.FixedSizeListArray.from_arrays(pa.array(values, pa.float64()), small.K),
+    )
     with pytest.raises(SpecbatchError, match=r"field q: expected no null"):
         validate_trace(written)
 
 
-def _set_value(written: Path, small: Trace, name: str, value: float, row: int = 2, col: int = 1) -> None:
+def _set_value(written: Path, small: Trace, name: str, value: float, row: int = 2,
+               col: int = 1) -> None:
     arr = np.array(getattr(small, name), dtype=np.float64)
     arr[row, col] = value
-    _rewrite_table(written / POS, name, pa.FixedSizeListArray.from_arrays(pa.array(arr.ravel()), small.K))
+    _rewrite_table(
+        written / POS, name, pa.FixedSizeListArray.from_arrays(pa.array(arr.ravel()), small.K)
+    )
 
 
 @pytest.mark.parametrize("name", ["q", "pt", "z", "draft_conf", "entropy", "top1"])
@@ -359,7 +372,11 @@ def test_draft_conf_above_top1(written, small):
 def test_negative_token(written, small):
     arr = np.array(small.draft_token)
     arr[0, 0] = -1
-    _rewrite_table(written / POS, "draft_token", pa.FixedSizeListArray.from_arrays(pa.array(arr.ravel()), small.K))
+    _rewrite_table(
+        written / POS,
+        "draft_token",
+        pa.FixedSizeListArray.from_arrays(pa.array(arr.ravel()), small.K),
+    )
     with pytest.raises(SpecbatchError, match=r"field draft_token: expected token ids >= 0"):
         validate_trace(written)
 
@@ -371,14 +388,17 @@ def test_output_len_disagrees_with_rows(written, small):
     with pytest.raises(SpecbatchError) as exc:
         validate_trace(written)
     msg = _one_line(exc)
-    assert "requests.parquet: field output_len" in msg and f"request {int(small.request_id[1])}" in msg
+    assert (
+        "requests.parquet: field output_len" in msg and f"request {int(small.request_id[1])}" in msg
+    )
 
 
 def test_duplicate_position(written, small):
     pos = np.arange(small.n_rows) - np.repeat(small.offsets[:-1], small.output_len)
     pos[1] = pos[0]
     _rewrite_table(written / POS, "position", pa.array(pos))
-    with pytest.raises(SpecbatchError, match=r"field position: expected each \(request, position\) once"):
+    with pytest.raises(SpecbatchError, match=r"field position: expected each \(request, position\) "
+                                             r"once"):
         validate_trace(written)
 
 
@@ -401,7 +421,8 @@ def test_unknown_request_in_positions(written, small):
     rid = np.repeat(small.request_id, small.output_len)
     rid[0] = 999
     _rewrite_table(written / POS, "request_id", pa.array(rid))
-    with pytest.raises(SpecbatchError, match=r"field request_id: expected ids listed in requests.parquet, got 999"):
+    with pytest.raises(SpecbatchError, match=r"field request_id: expected ids listed in "
+                                             r"requests.parquet, got 999"):
         validate_trace(written)
 
 
@@ -409,7 +430,8 @@ def test_duplicate_request_id(written, small):
     ids = np.array(small.request_id)
     ids[1] = ids[0]
     _rewrite_table(written / "requests.parquet", "request_id", pa.array(ids))
-    with pytest.raises(SpecbatchError, match=r"requests\.parquet: field request_id: expected unique"):
+    with pytest.raises(SpecbatchError, match=r"requests\.parquet: field request_id: expected "
+                                             r"unique"):
         validate_trace(written)
 
 
@@ -462,7 +484,9 @@ def arbitrary_traces(draw):
     special = np.array([0.0, 1.0, 5e-324, 0.5, 1 - 2**-53])
 
     def column(low_zero: bool) -> np.ndarray:
-        values = np.where(rng.random((rows, k)) < 0.3, rng.choice(special, (rows, k)), rng.random((rows, k)))
+        values = np.where(
+            rng.random((rows, k)) < 0.3, rng.choice(special, (rows, k)), rng.random((rows, k))
+        )
         return values if low_zero else np.where(values == 0, 1.0, values)
 
     top1 = column(True)
@@ -478,11 +502,14 @@ def arbitrary_traces(draw):
     requests = {
         "request_id": np.array(ids), "prompt_len": rng.integers(0, 10**6, n),
         "output_len": np.array(lengths),
-        "category": np.array(draw(st.lists(st.text(max_size=8), min_size=n, max_size=n)), dtype=object),
+        "category": np.array(draw(st.lists(st.text(max_size=8), min_size=n, max_size=n)),
+                             dtype=object),
         "arrival": arrival,
     }
     temperature = draw(st.sampled_from([0.5, 1.0, 2.0]))
-    return make_trace({"temperature": temperature, "note": draw(st.text(max_size=5))}, requests, cols)
+    return make_trace(
+        {"temperature": temperature, "note": draw(st.text(max_size=5))}, requests, cols
+    )
 
 
 @settings(max_examples=25)
@@ -529,4 +556,8 @@ def test_make_trace_leaves_caller_arrays_writeable_and_rejects_huge_tokens(small
     trace = make_trace(small.meta, small.requests(), cols)
     assert cols["q"].flags.writeable and not trace.q.flags.writeable
     with pytest.raises(SpecbatchError, match=r"field draft_token: expected token ids < 2\^31"):
-        make_trace(small.meta, small.requests(), {**cols, "draft_token": cols["draft_token"].astype(np.int64) + 2**31})
+        make_trace(
+            small.meta,
+            small.requests(),
+            {**cols, "draft_token": cols["draft_token"].astype(np.int64) + 2**31},
+        )

@@ -1,5 +1,5 @@
-"""Model identity (traces/format/identity.py): bundled traces and profiles name their real models and
-carry no machine-local path; capture records identities and commands that way going forward."""
+"""Model identity (traces/format/identity.py): bundled traces and profiles name their real models
+and carry no machine-local path; capture records identities and commands that way going forward."""
 
 from __future__ import annotations
 
@@ -99,7 +99,9 @@ def test_every_bundled_profile_has_its_provenance():
     assert sorted(doc["profiles"]) == files
     for file, entry in doc["profiles"].items():
         frame = pd.read_parquet(PROFILES / file)
-        assert set(frame["model"]) == {entry["model"]["shape"]} and entry["model"]["shape"] in SHAPES
+        assert (
+            set(frame["model"]) == {entry["model"]["shape"]} and entry["model"]["shape"] in SHAPES
+        )
         assert set(frame["role"]) == {entry["model"]["role"]}
         assert set(frame["dtype"]) == {entry["dtype"]}
         assert "random" in entry["weights"]

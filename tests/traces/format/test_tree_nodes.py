@@ -1,5 +1,6 @@
-"""The checks of a version-2 trace's nodes files (traces/format/tree_nodes.py, traces/format/tree_files.py):
-every damaged structure, probability or replay number is a one-line error naming the field."""
+"""The checks of a version-2 trace's nodes files (traces/format/tree_nodes.py,
+traces/format/tree_files.py): every damaged structure, probability or replay number is a one-line
+error naming the field."""
 
 from __future__ import annotations
 

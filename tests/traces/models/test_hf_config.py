@@ -1,4 +1,5 @@
-"""Model shapes from a Hugging Face config.json (traces.models.hf_config) price like registry shapes."""
+"""Model shapes from a Hugging Face config.json (traces.models.hf_config) price like registry
+shapes."""
 
 from __future__ import annotations
 

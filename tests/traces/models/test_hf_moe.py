@@ -1,5 +1,5 @@
-"""Mixture-of-experts config.json targets (traces.models.hf_moe): every common spelling is read, every
-spelling the roofline cannot price is a one-line error naming the field."""
+"""Mixture-of-experts config.json targets (traces.models.hf_moe): every common spelling is read,
+every spelling the roofline cannot price is a one-line error naming the field."""
 
 from __future__ import annotations
 

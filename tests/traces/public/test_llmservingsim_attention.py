@@ -1,5 +1,5 @@
-"""traces.public.llmservingsim_attention: LLMServingSim's attention.csv rows, on a bundled slice of the
-public file (tests/traces/data/llmservingsim_slice/PROVENANCE.md)."""
+"""traces.public.llmservingsim_attention: LLMServingSim's attention.csv rows, on a bundled slice of
+the public file (tests/traces/data/llmservingsim_slice/PROVENANCE.md)."""
 
 from __future__ import annotations
 

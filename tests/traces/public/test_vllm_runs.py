@@ -1,4 +1,5 @@
-"""The importer of measured vLLM runs (traces.public.vllm_runs) and the bundled suite's provenance."""
+"""The importer of measured vLLM runs (traces.public.vllm_runs) and the bundled suite's
+provenance."""
 
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ LINES = [
 ]
 META = {"model": "m", "vllm_version": "0.19.0",
         "engine_kwargs": {"max_num_seqs": 4, "max_num_batched_tokens": 64}}
-SERIES = "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1,0,0,1,0,0\n2,0,0,2,1,0\n"
+SERIES = (
+    "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1,0,0,1,0,0\n2,0,0,2,1,0\n"
+)
 
 
 def write_run(folder, lines=LINES, meta=META, series=SERIES, gz=False):

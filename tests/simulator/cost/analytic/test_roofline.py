@@ -86,7 +86,9 @@ def test_large_prefill_is_compute_bound(h100):
     b = h100.breakdown("target", [4096], [0])
     assert b["bound"] == "compute"
     hw = get_hardware("h100")
-    assert b["step_time_s"] == pytest.approx(b["flops"] / (hw.peak_flops * hw.compute_eff), rel=0.01)
+    assert b["step_time_s"] == pytest.approx(
+        b["flops"] / (hw.peak_flops * hw.compute_eff), rel=0.01
+    )
 
 
 def test_kv_reads_make_long_contexts_slower(h100):

@@ -135,10 +135,16 @@ def test_the_docs_dense_versus_moe_table_is_what_the_cost_model_prints():
                   for name in ("qwen3-30b-a3b", "qwen3-30b-a3b-dense-twin"))
     for line, m, d in zip(table, moe, dense):
         cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells[1:3] == [f"{1e3 * m['target_decode_s']:.3f}", f"{1e3 * m['target_verify_s']:.3f}"]
+        assert cells[1:3] == [
+            f"{1e3 * m['target_decode_s']:.3f}",
+            f"{1e3 * m['target_verify_s']:.3f}",
+        ]
         assert cells[4] == (f"{m['experts_touched_decode']:.1f} → "
                             f"{m['experts_touched_verify']:.1f}")
-        assert cells[5:7] == [f"{1e3 * d['target_decode_s']:.3f}", f"{1e3 * d['target_verify_s']:.3f}"]
+        assert cells[5:7] == [
+            f"{1e3 * d['target_decode_s']:.3f}",
+            f"{1e3 * d['target_verify_s']:.3f}",
+        ]
     assert len(table) == 6
 
 

@@ -70,7 +70,8 @@ def test_knee_law_chooses_the_grid_and_reproduces_grid_points(knee_csv):
         rows = df[df.role == role]
         pred = fit.predict(rows.batch_size, rows.query_tokens, rows.kv_tokens)
         np.testing.assert_allclose(pred, rows.latency_s, rtol=1e-9)
-        for b, q, c, t in rows[["batch_size", "query_tokens", "kv_tokens", "latency_s"]].values[::7]:
+        cells = rows[["batch_size", "query_tokens", "kv_tokens", "latency_s"]].values[::7]
+        for b, q, c, t in cells:
             qa, ca = np.full(int(b), int(q)), np.full(int(b), int(c))
             assert cost.step_time(role, qa, ca) == pytest.approx(t, rel=1e-9)
 
