@@ -16,6 +16,7 @@ simulator fields that apply the setting the way the engine does.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 from specbatch.analysis.engines import sglang, trtllm, vllm
@@ -28,7 +29,8 @@ ONE_MODEL_DRAFTS = ("eagle", "eagle3", "mtp")
 __all__ = ["draft_of", "model_id", "engine_ranges", "settings", "fixed_line", "sglang_fields"]
 
 
-def merge(ranges) -> list[tuple[int, int, int]]:
+def merge(ranges: Iterable[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Adjacent (lo, hi, K) ranges with the same K joined."""
     out: list[tuple[int, int, int]] = []
     for lo, hi, k in ranges:
         if out and out[-1][2] == k:

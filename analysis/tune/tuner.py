@@ -47,11 +47,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specbatch.analysis.tune.engine_lines import merge  # noqa: F401 - public here too
 from specbatch.errors import require
 from specbatch.io import atomic_write, dumps
 
@@ -118,17 +119,6 @@ def buckets(max_num_seqs: int) -> list[tuple[int, int]]:
         hi = min(max(1, 2 * (lo - 1)), max_num_seqs) if lo > 2 else lo
         out.append((lo, hi))
         lo = hi + 1
-    return out
-
-
-def merge(ranges: Iterable[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    """Adjacent (lo, hi, K) ranges with the same K joined."""
-    out: list[tuple[int, int, int]] = []
-    for lo, hi, k in ranges:
-        if out and out[-1][2] == k:
-            out[-1] = (out[-1][0], hi, k)
-        else:
-            out.append((lo, hi, k))
     return out
 
 
