@@ -1,0 +1,276 @@
+"""Which engine runs a simulation (``engine = "auto" | "compiled" | "numpy"``), and the
+compiled vllm-v1 loop's driver.
+
+The numpy engine (simulator.engine.core.Engine) runs everything; the compiled loop
+(simulator.engine.v1.kernel, numba) runs the configurations :func:`compiled_gap` accepts, with
+request and step tables bit-identical to the numpy engine's (its reference twin; parity:
+tests/simulator/engine/v1/test_compiled.py). ``auto`` takes the compiled loop where it applies
+and numba is installed; ``compiled`` refuses the rest with a one-line reason naming what is not
+covered; ``numpy`` always takes the numpy engine.
+
+Covered today: scheduler vllm-v1, one replica (no data parallelism), FCFS, ``kv_mode =
+"reserve"`` (any ``kv_capacity``), no ``long_prefill_token_threshold``, chunked prefill on or
+off, policies ``ar`` and ``fixed``, chain rules TV and BV on replayed acceptance (trace,
+fitted or profile), the roofline cost model of dense models without sliding windows, FP8
+GEMMs or a draft head, with or without the rejection sampler's cost, any arrivals, no early
+stop. Everything else (tetris, dsd, paged KV, prefix caching, trees, calibrated and profiled
+costs, several replicas, user policies) runs on numpy.
+
+Kernels are cached under ``$SPECBATCH_CACHE/numba`` (``~/.cache/specbatch/numba``): numba's
+``cache=True`` writes next to the source by default, so ``NUMBA_CACHE_DIR`` is set before numba
+is imported (unless the user set it). A cold compile (no cached kernel yet) prints one line on
+stderr.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.config.sim_config import ENGINES  # noqa: F401 - the field's values
+from specbatch.simulator.engine.request_state import RECORD_ROWS, STEP_COLUMNS, Records
+from specbatch.simulator.engine.steplog import CHUNK, StepLog
+
+if TYPE_CHECKING:
+    from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.simulator.cost.interface import CostModel
+    from specbatch.simulator.policies.registry import Policy
+    from specbatch.simulator.workload.arrivals import Workload
+    from specbatch.traces.format.trace import Trace
+
+#: Steps a kernel call records before handing its rows back (a multiple of StepLog's CHUNK).
+STEP_BUFFER = 16 * CHUNK
+_PASS_CONSTANTS = ("flops_per_token", "attn_flops", "weight_bytes", "kv_bytes",
+                   "act_bytes_per_token", "inv_compute", "inv_memory", "floor", "fixed",
+                   "comm_per_token")
+_NOTED: set[str] = set()
+
+
+def numba_installed() -> bool:
+    """Whether numba can be imported (the ``fast`` extra), without importing it."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels are cached: ``$SPECBATCH_CACHE/numba`` (default
+    ``~/.cache/specbatch/numba``)."""
+    root = os.environ.get("SPECBATCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                             "specbatch")
+    return Path(root) / "numba"
+
+
+def load_kernel():
+    """The kernel module, numba's cache pointed at :func:`cache_dir` first (unless
+    ``NUMBA_CACHE_DIR`` is set); one stderr line when no cached kernel exists yet."""
+    if "numba" not in sys.modules and not os.environ.get("NUMBA_CACHE_DIR"):
+        os.environ["NUMBA_CACHE_DIR"] = str(cache_dir())
+    from specbatch.simulator.engine.v1 import kernel
+
+    where = Path(os.environ.get("NUMBA_CACHE_DIR") or cache_dir())
+    if not any(where.rglob("kernel.run_steps-*.nbi")) and "cold" not in _NOTED:
+        _NOTED.add("cold")
+        print(f"specbatch: compiling the vllm-v1 kernel (first run, ~10 s; cached under {where})",
+              file=sys.stderr)
+    return kernel
+
+
+def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
+                 reference: bool = False, stop=None) -> str | None:
+    """Why the compiled loop cannot run this simulation (one phrase), or None when it can."""
+    from specbatch.simulator.cost.analytic.roofline import RooflineCost
+    from specbatch.simulator.policies.papers import AutoRegressive, Fixed
+    from specbatch.simulator.replay.rules import rule_entry
+
+    if reference:
+        return "the reference twin runs on numpy"
+    if stop is not None:
+        return "an early stop (plan's SLO search) runs on numpy"
+    if config.scheduler != "vllm-v1":
+        return f"scheduler {config.scheduler} (compiled: vllm-v1)"
+    if int(config.replicas) * int(config.data_parallel_size) != 1:
+        return "several replicas or data-parallel ranks (compiled: one)"
+    if config.scheduling_policy != "fcfs":
+        return f"scheduling_policy {config.scheduling_policy} (compiled: fcfs)"
+    if config.kv_mode != "reserve":
+        return f"kv_mode {config.kv_mode} (compiled: reserve)"
+    if int(config.long_prefill_token_threshold):
+        return "long_prefill_token_threshold (compiled: 0)"
+    if type(policy) not in (AutoRegressive, Fixed):
+        return f"policy {config.policy} (compiled: ar, fixed)"
+    if type(policy).observe is not Fixed.observe:  # pragma: no cover - built-ins do not observe
+        return f"policy {config.policy} observes its steps"
+    row = rule_entry(config.verify)
+    if policy.depth and (row.kind != "chain" or row.scan not in ("leading", "last")):
+        return f"verify {config.verify} (compiled: chain rules tv, block)"
+    if type(cost) is not RooflineCost:
+        return f"cost model {type(cost).__name__} (compiled: the plain roofline)"
+    for role, c in cost.consts.items():
+        if c.sliding_layers or c.experts or c.fp8_flops_per_token:
+            return (f"the {role}'s sliding windows, experts or FP8 GEMMs (compiled: dense "
+                    "roofline)")
+    if hasattr(cost, "first_pass_time"):  # pragma: no cover - a head is another class
+        return "a draft head"
+    return None
+
+
+def choose_engine(config: SimConfig, policy: Policy, cost: CostModel, *,
+                  reference: bool = False, stop=None) -> str:
+    """"compiled" or "numpy" for this run under ``config.engine``; ``compiled`` that cannot
+    run raises a one-line SpecbatchError naming the field; ``auto`` without numba notes
+    once on stderr that everything runs on numpy."""
+    want = getattr(config, "engine", "auto")
+    if want == "numpy":
+        return "numpy"
+    gap = compiled_gap(config, policy, cost, reference=reference, stop=stop)
+    if want == "compiled":
+        if not numba_installed():
+            raise SpecbatchError("config: engine: expected numba installed for \"compiled\" "
+                                 "(pip install 'specbatch[fast]'), got none")
+        if gap is not None:
+            raise SpecbatchError(f"config: engine: \"compiled\" does not cover {gap}; "
+                                 "use auto or numpy")
+        return "compiled"
+    if gap is not None:
+        return "numpy"
+    if not numba_installed():
+        if "numba" not in _NOTED:
+            _NOTED.add("numba")
+            print("specbatch: numba not installed: the numpy engine runs (pip install "
+                  "'specbatch[fast]' for the compiled loop)", file=sys.stderr)
+        return "numpy"
+    return "compiled"
+
+
+class CompiledEngine:
+    """The compiled vllm-v1 loop with :class:`~simulator.engine.core.Engine`'s outer
+    interface (``rec``, :meth:`run`): built with the same arguments, run only where
+    :func:`compiled_gap` said it applies."""
+
+    def __init__(self, config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
+                 policy: Policy, *, capacity: int | None, progress=None) -> None:
+        from specbatch.simulator.cost.verify_cost import verify_cost_for
+        from specbatch.simulator.defaults import one_hot_drafter
+        from specbatch.simulator.engine.v1.compose import v1_lookahead  # noqa: F401
+        from specbatch.simulator.replay.chain import request_keys
+        from specbatch.simulator.replay.rules import tables_for
+
+        self.kernel = load_kernel()
+        kn = self.kernel
+        self.w = workload
+        self.progress = progress
+        n = workload.n
+        depth = int(policy.depth)
+        ints = np.zeros(kn.N_INTS, dtype=np.int64)
+        ints[kn.I_DEPTH] = depth
+        ints[kn.I_K] = int(getattr(policy, "k", 0)) if depth else 0
+        ints[kn.I_BUDGET] = int(config.token_budget)
+        ints[kn.I_MAX_SEQS] = int(config.max_num_seqs)
+        ints[kn.I_CHUNKED] = int(bool(config.chunked))
+        ints[kn.I_CAPACITY] = -1 if capacity is None else int(capacity)
+        ints[kn.I_DRAFTS_CHUNKS] = int(bool(policy.speculates))
+        floats = np.zeros(kn.N_FLOATS)
+        for off, role in ((0, "target"), (10, "draft")):
+            c = cost.consts[role]
+            floats[off:off + 10] = [float(getattr(c, name)) for name in _PASS_CONSTANTS]
+        floats[kn.F_OVERHEAD] = float(cost.overhead)
+        vc = verify_cost_for(config, trace, one_hot_drafter(config.draft))
+        if vc is not None:
+            from specbatch.simulator.cost.gpus.hardware import FUSED_FLOOR
+
+            ints[kn.I_VERIFY] = 1
+            ints[kn.I_VOCAB] = int(vc.vocab)
+            ints[kn.I_DRAFT_ROWS] = int(bool(vc.draft_rows))
+            ints[kn.I_BLOCK] = int(vc.rule == "block")
+            floats[kn.F_BANDWIDTH] = float(vc.bandwidth)
+            floats[kn.F_VFLOOR] = float(vc.floor)
+            floats[kn.F_PER_POSITION] = float(vc.floor_per_position)
+            floats[kn.F_FUSED_FLOOR] = float(FUSED_FLOOR)
+        thr = thr2 = np.zeros((1, 1))
+        if depth:
+            tables = tables_for(trace, config.verify)
+            ints[kn.I_LEADING] = int(tables.leading)
+            if tables.leading:
+                thr = thr2 = np.ascontiguousarray(tables.a, dtype=np.float64)
+            else:
+                thr = np.ascontiguousarray(tables.h, dtype=np.float64)
+                thr2 = np.ascontiguousarray(tables.p, dtype=np.float64)
+        proposed = getattr(trace, "proposed", None)
+        if proposed is not None and depth:
+            ints[kn.I_PROPOSED] = 1
+            proposed = np.ascontiguousarray(proposed, dtype=np.int64)
+        else:
+            proposed = np.zeros(1, dtype=np.int64)
+        wrap = workload.wrap
+        if wrap is not None:
+            ints[kn.I_WRAP] = 1
+            wrap = np.ascontiguousarray(wrap, dtype=np.int64)
+        else:
+            wrap = np.ones(1, dtype=np.int64)
+        self.ints, self.floats = ints, floats
+        self.tables = (thr, thr2, proposed, wrap)
+        self.keys = request_keys(int(config.seed), np.arange(n))  # [N] uint64
+        i64 = np.int64
+        self.prompt = np.ascontiguousarray(workload.prompt_len, dtype=i64)
+        self.out = np.ascontiguousarray(workload.output_len, dtype=i64)
+        self.base = np.ascontiguousarray(workload.row_base, dtype=i64)
+        self.footprint = self.prompt + self.out + depth + 1  # [N] reserve mode's reservation
+        self.arrival = np.ascontiguousarray(workload.arrival, dtype=np.float64)
+        self.order = np.argsort(self.arrival, kind="stable").astype(i64)
+        self.counts = np.zeros((len(RECORD_ROWS), n), dtype=i64)  # [5, N] RECORD_ROWS
+        self.rec = Records(
+            replica=np.zeros(n, dtype=i64), first_token=np.full(n, np.nan),
+            finish=np.full(n, np.nan), step_rows=StepLog(), preemptions=np.zeros(n, dtype=i64),
+            recomputed=np.zeros(n, dtype=i64),
+            **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)})
+
+    def run(self) -> Records:
+        """Run the kernel until every request finished, handing its step rows to the log in
+        blocks of StepLog's CHUNK rows (as the numpy engine's log packs them)."""
+        kn = self.kernel
+        rec = self.rec
+        thr, thr2, proposed, wrap = self.tables
+        st = np.zeros((kn.N_ST, max(int(self.ints[kn.I_MAX_SEQS]), 1)), dtype=np.int64)
+        regs = np.zeros(kn.N_REGS, dtype=np.int64)
+        clock = np.zeros(1)
+        steps = np.zeros((len(STEP_COLUMNS), STEP_BUFFER))  # [14, rows] float64
+        log = rec.step_rows
+        while True:
+            code = kn.run_steps(self.arrival, self.order, self.prompt, self.out, self.base,
+                                self.keys, wrap, self.footprint, proposed, thr, thr2, self.ints,
+                                self.floats, st, regs, clock, rec.first_token, rec.finish,
+                                self.counts, steps)
+            if code == kn.STUCK:  # pragma: no cover - engine invariant
+                raise SpecbatchError("simulator: a compiled vllm-v1 step with nothing "
+                                     "scheduled (engine invariant broken)")
+            rows = int(regs[kn.R_ROWS])
+            whole = rows if code == kn.DONE else rows - rows % CHUNK
+            for start in range(0, whole, CHUNK):
+                add_block(log, steps[:, start:min(start + CHUNK, whole)].copy())
+            if code == kn.DONE:
+                break
+            rest = rows - whole
+            steps[:, :rest] = steps[:, whole:rows]
+            regs[kn.R_ROWS] = rest
+        if not np.all(np.isfinite(rec.finish)):  # pragma: no cover - engine invariant
+            raise SpecbatchError("simulator: a request never finished (engine invariant broken)")
+        if self.progress is not None:
+            self.progress(self.w.n)
+        return rec
+
+
+def add_block(log: StepLog, block: np.ndarray) -> None:
+    """Append a packed block # [len(STEP_COLUMNS), rows] of step rows to ``log`` (its sink's,
+    when it streams), as :meth:`StepLog.pack` would."""
+    if not block.shape[1]:
+        return
+    if log.sink is not None:
+        log.sink.add(block)
+    else:
+        log.blocks.append(block)
+    log.packed += block.shape[1]

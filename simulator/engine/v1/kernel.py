@@ -1,0 +1,353 @@
+"""The vllm-v1 event loop compiled with numba: one call runs many steps of one replica.
+
+The numpy engine (simulator.engine.core with simulator.engine.v1.step) is this kernel's
+reference twin; :mod:`simulator.engine.v1.compiled` says where the kernel applies and drives it.
+It covers one replica, FCFS, ``kv_mode = "reserve"``, no ``long_prefill_token_threshold``, a
+chain policy planning d_i = s_i = min(k, proposed) (``fixed``; ``ar`` is k = 0), a chain rule
+scanning its thresholds (TV: leading successes, BV: the last success; simulator.replay.chain),
+the roofline's dense sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums)
+and the rejection sampler's seconds (simulator.cost.verify_cost.VerifyCost.seconds). Every
+float is computed by the numpy path's expressions in the same order, on the same exact integer
+sums, so the step and request tables are bit-identical (tests/simulator/engine/v1/test_compiled.py).
+
+The step, as :meth:`~simulator.engine.v1.step.V1Step.composed_step` composes it (vLLM's
+``Scheduler.schedule``): running requests in admission order take min(ask, budget left) tokens
+(ask = 1 + s_i decoding, the rest of the prompt prefilling), then waiting prompts FCFS into
+what is left (chunked, or stopping at the first that does not fit without chunked prefill);
+a decoding request cut by the budget verifies got − 1 drafts. η comes from the request's key
+and position (SplitMix64, simulator.replay.chain.uniforms). Arrivals at or before a step's
+start are queued before it (the engine's tie-break: arrivals, then step ends, then starts).
+
+The module imports numba; import it only where numba is installed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# int parameters (``ints``)
+I_DEPTH, I_K, I_BUDGET, I_MAX_SEQS, I_CHUNKED, I_CAPACITY, I_DRAFTS_CHUNKS = range(7)
+I_VERIFY, I_VOCAB, I_DRAFT_ROWS, I_BLOCK, I_LEADING, I_WRAP, I_PROPOSED = range(7, 14)
+N_INTS = 14
+# float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
+F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
+N_FLOATS = 25
+# the replica's registers (``regs``)
+R_ARRIVED, R_ADMITTED, R_RUNNING, R_RESERVED, R_ROWS = range(5)
+N_REGS = 5
+# running state rows (``st``)
+S_UID, S_PREFILLED, S_FILL, S_POS, S_STEPS, S_DRAFTED, S_VERIFIED, S_ACCEPTED = range(8)
+N_ST = 8
+# return codes
+DONE, FULL, STUCK = 0, 1, 2
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_POSMUL = np.uint64(0xD1B54A32D192ED03)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+_UNIT = 1.0 / 9007199254740992.0  # 2**-53
+
+
+@njit(cache=True)
+def pass_time(c, off, sq, skv, sqkv, sqq):
+    """RooflineCost.time_from_sums of a dense role (constants ``c[off:off + 10]``:
+    flops_per_token, attn_flops, weight_bytes, kv_bytes, act_bytes_per_token, inv_compute,
+    inv_memory, floor, fixed, comm_per_token), the same expressions in the same order."""
+    if sq <= 0.0:
+        return 0.0
+    flops = c[off] * sq + c[off + 1] * (sqkv + 0.5 * (sqq + sq))
+    nbytes = c[off + 2] + c[off + 3] * (skv + 2.0 * sq) + c[off + 4] * sq
+    compute = flops * c[off + 5]
+    top = compute
+    memory = nbytes * c[off + 6]
+    if memory > top:
+        top = memory
+    if c[off + 7] > top:
+        top = c[off + 7]
+    return top + c[off + 8] + c[off + 9] * sq
+
+
+@njit(cache=True)
+def eta(key, pos, j):
+    """η_j of the request with stream ``key`` at output position ``pos`` (uniforms)."""
+    seed = key ^ (np.uint64(pos) * _POSMUL)
+    x = seed + np.uint64(j + 1) * _GOLDEN
+    x ^= x >> _S30
+    x *= _M1
+    x ^= x >> _S27
+    x *= _M2
+    x ^= x >> _S31
+    x >>= _S11
+    return np.float64(x) * _UNIT
+
+
+@njit(cache=True)
+def verify_seconds(floats, ints, n, vsum, smax, snonzero):
+    """VerifyCost.seconds(n, Σ s, s) from its counts (max s_i, #{s_i > 0})."""
+    if n == 0:
+        return 0.0
+    if vsum == 0:
+        floor = floats[F_FUSED_FLOOR]
+    elif ints[I_BLOCK] and floats[F_PER_POSITION] != 0.0:
+        floor = floats[F_VFLOOR]
+        per = floats[F_PER_POSITION] * smax
+        if per > floor:
+            floor = per
+    else:
+        floor = floats[F_VFLOOR]
+    draft_rows = ints[I_DRAFT_ROWS]
+    rows = n + vsum * (2 if draft_rows else 1)
+    if ints[I_BLOCK] and vsum:
+        rows += 2 * (1 + draft_rows) * snonzero
+    nbytes = np.float64(4 * ints[I_VOCAB] * rows)
+    return nbytes / floats[F_BANDWIDTH] + floor
+
+
+@njit(cache=True)
+def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed, thr, thr2,
+              ints, floats, st, regs, clock, first_token, finish, counts, steps):
+    """Run steps until every request finished (returns DONE) or ``steps`` # [14, cap] is
+    full (FULL: call again after taking its rows); STUCK when a step would schedule nothing.
+
+    arrival # [N] float64, order # [N] its stable argsort; prompt, out, base, footprint,
+    wrap # [N] int64; keys # [N] uint64; proposed # [rows] int64 (unread without I_PROPOSED);
+    thr # [rows, K] TV's min(1, r) or BV's h, thr2 BV's p; st # [8, max_seqs] the running
+    batch; regs # [5]; clock # [1] the replica's time; first_token, finish # [N];
+    counts # [5, N] RECORD_ROWS."""
+    n_req = arrival.shape[0]
+    depth, k, budget, max_seqs = ints[I_DEPTH], ints[I_K], ints[I_BUDGET], ints[I_MAX_SEQS]
+    chunked, capacity, drafts_chunks = ints[I_CHUNKED], ints[I_CAPACITY], ints[I_DRAFTS_CHUNKS]
+    has_verify, leading = ints[I_VERIFY], ints[I_LEADING]
+    has_wrap, has_proposed = ints[I_WRAP], ints[I_PROPOSED]
+    overhead = floats[F_OVERHEAD]
+    arrived, admitted, n, reserved, nrows = (regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING],
+                                             regs[R_RESERVED], regs[R_ROWS])
+    t = clock[0]
+    cap = steps.shape[1]
+    tokens = np.zeros(max_seqs, dtype=np.int64)
+    plan_s = np.zeros(max_seqs, dtype=np.int64)
+    kept_d = np.zeros(max_seqs, dtype=np.int64)
+    kept_kv = np.zeros(max_seqs, dtype=np.int64)
+    decoding = np.zeros(max_seqs, dtype=np.bool_)
+    code = DONE
+    while True:
+        if nrows >= cap:
+            code = FULL
+            break
+        if n == 0 and admitted == arrived:
+            if arrived == n_req:
+                code = DONE
+                break
+            a = arrival[order[arrived]]
+            if a > t:
+                t = a
+        while arrived < n_req and arrival[order[arrived]] <= t:
+            arrived += 1
+        # ---- compose: the running requests first, in admission order
+        left = budget
+        for i in range(n):
+            u = st[S_UID, i]
+            if st[S_PREFILLED, i] >= st[S_FILL, i]:
+                decoding[i] = True
+                pos = st[S_POS, i]
+                s = k
+                if has_proposed:
+                    row = base[u] + (pos % wrap[u] if has_wrap else pos)
+                    if proposed[row] < s:
+                        s = proposed[row]
+                plan_s[i] = s
+                want = 1 + s
+            else:
+                decoding[i] = False
+                want = st[S_FILL, i] - st[S_PREFILLED, i]
+            tok = want if want < left else left
+            tokens[i] = tok
+            left -= tok
+        # ---- admission: waiting prompts FCFS into what the budget has left
+        total = n
+        if left > 0 and n < max_seqs:
+            room = max_seqs - n
+            joined = 0
+            while admitted < arrived:
+                if left <= 0 or joined >= room:
+                    break
+                u = order[admitted]
+                num = prompt[u]
+                if num > left:
+                    if not chunked:
+                        break
+                    num = left
+                if capacity >= 0:
+                    fp = footprint[u]
+                    if reserved + fp > capacity:
+                        break
+                    reserved += fp
+                st[S_UID, total] = u
+                st[S_PREFILLED, total] = 0
+                st[S_FILL, total] = prompt[u]
+                for r in range(S_POS, N_ST):
+                    st[r, total] = 0
+                decoding[total] = False
+                tokens[total] = num
+                total += 1
+                joined += 1
+                admitted += 1
+                left -= num
+        if total == 0:
+            code = STUCK
+            break
+        # ---- decode: verify, commit
+        keep = 0
+        dsum = vsum = asum = emitted = skv = svkv = svv = maxd = snz = smax = 0
+        for i in range(n):
+            if not decoding[i] or tokens[i] == 0:
+                continue
+            u = st[S_UID, i]
+            pos = st[S_POS, i]
+            s = plan_s[i]
+            d = s  # the plan drafts what it verifies (d_i = s_i)
+            if tokens[i] - 1 < s:  # cut by the budget
+                s = tokens[i] - 1
+                if s < d:
+                    d = s
+            kv = prompt[u] + pos
+            tau = 0
+            if s:
+                row = base[u] + (pos % wrap[u] if has_wrap else pos)
+                key = keys[u]
+                if leading:
+                    for j in range(s):
+                        if eta(key, pos, j) < thr[row, j]:
+                            tau += 1
+                        else:
+                            break
+                else:
+                    for j in range(s):
+                        h = thr2[row, j] if j == s - 1 else thr[row, j]
+                        if eta(key, pos, j) < h:
+                            tau = j + 1
+            e = tau + 1
+            if out[u] - pos < e:
+                e = out[u] - pos
+            st[S_POS, i] = pos + e
+            st[S_STEPS, i] += 1
+            st[S_DRAFTED, i] += d
+            st[S_VERIFIED, i] += s
+            st[S_ACCEPTED, i] += tau
+            kept_d[keep] = d
+            kept_kv[keep] = kv
+            keep += 1
+            dsum += d
+            vsum += s
+            asum += tau
+            emitted += e
+            skv += kv
+            svkv += s * kv
+            svv += s * s
+            if d > maxd:
+                maxd = d
+            if s > smax:
+                smax = s
+            if s:
+                snz += 1
+        draft_t = 0.0
+        verify_t = 0.0
+        passes = 0
+        sq = sc = sqc = sqq = 0
+        if keep:
+            sq = vsum + keep
+            sc = skv
+            sqc = svkv + skv
+            sqq = svv + 2 * vsum + keep
+            if depth:
+                passes = depth if dsum == keep * depth else maxd
+                if passes:
+                    if dsum == keep * passes:
+                        fn = np.float64(keep)
+                        for dd in range(passes):
+                            c = np.float64(skv + keep * dd)
+                            draft_t += pass_time(floats, 10, fn, c, c, fn)
+                    else:
+                        for dd in range(passes):
+                            m = 0
+                            ks = 0
+                            for i in range(keep):
+                                if kept_d[i] > dd:
+                                    m += 1
+                                    ks += kept_kv[i]
+                            c = np.float64(ks + m * dd)
+                            fm = np.float64(m)
+                            draft_t += pass_time(floats, 10, fm, c, c, fm)
+            if has_verify:
+                verify_t = verify_seconds(floats, ints, keep, vsum, smax, snz)
+        # ---- prefill: the running requests' chunks, then the admitted ones'
+        pn = pq = pc = pqc = pqq = 0
+        completed = 0
+        for i in range(total):
+            if decoding[i] and i < n:
+                continue
+            q = tokens[i]
+            if q == 0:
+                continue
+            c0 = st[S_PREFILLED, i]
+            pn += 1
+            pq += q
+            pc += c0
+            pqc += q * c0
+            pqq += q * q
+            st[S_PREFILLED, i] = c0 + q
+        if pn and drafts_chunks:
+            draft_t += pass_time(floats, 10, np.float64(pq), np.float64(pc), np.float64(pqc),
+                                 np.float64(pqq))
+        target_t = pass_time(floats, 0, np.float64(sq + pq), np.float64(sc + pc),
+                             np.float64(sqc + pqc), np.float64(sqq + pqq))
+        end = t + draft_t + target_t + verify_t + overhead
+        if keep == 0 and pq == 0:
+            code = STUCK
+            break
+        for i in range(total):
+            if (i >= n or not decoding[i]) and tokens[i] > 0 and st[S_PREFILLED, i] >= st[S_FILL, i]:
+                if st[S_POS, i] == 0:
+                    first_token[st[S_UID, i]] = end
+                st[S_POS, i] += 1
+                completed += 1
+        emitted += completed
+        row_out = steps[:, nrows]
+        row_out[0] = 0.0
+        row_out[1] = t
+        row_out[2] = end
+        row_out[3] = keep
+        row_out[4] = pq
+        row_out[5] = dsum
+        row_out[6] = vsum
+        row_out[7] = asum
+        row_out[8] = emitted
+        row_out[9] = passes
+        row_out[10] = draft_t
+        row_out[11] = target_t
+        row_out[12] = verify_t
+        row_out[13] = overhead
+        nrows += 1
+        # ---- retire the finished requests (the others keep their order)
+        j = 0
+        for i in range(total):
+            u = st[S_UID, i]
+            if st[S_POS, i] >= out[u]:
+                finish[u] = end
+                for r in range(5):
+                    counts[r, u] = st[S_POS + r, i]
+                if capacity >= 0:
+                    reserved -= footprint[u]
+            else:
+                if j != i:
+                    for r in range(N_ST):
+                        st[r, j] = st[r, i]
+                j += 1
+        n = j
+        t = end
+    regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING] = arrived, admitted, n
+    regs[R_RESERVED], regs[R_ROWS] = reserved, nrows
+    clock[0] = t
+    return code
