@@ -54,7 +54,10 @@ _NOTED: set[str] = set()
 
 def numba_installed() -> bool:
     """Whether numba can be imported (the ``fast`` extra), without importing it."""
-    return importlib.util.find_spec("numba") is not None
+    try:
+        return importlib.util.find_spec("numba") is not None
+    except (ImportError, ValueError):  # a None entry in sys.modules: treated as absent
+        return False
 
 
 def cache_dir() -> Path:
@@ -129,12 +132,12 @@ def choose_engine(config: SimConfig, policy: Policy, cost: CostModel, *,
         return "numpy"
     gap = compiled_gap(config, policy, cost, reference=reference, stop=stop)
     if want == "compiled":
-        if not numba_installed():
-            raise SpecbatchError("config: engine: expected numba installed for \"compiled\" "
-                                 "(pip install 'specbatch[fast]'), got none")
         if gap is not None:
             raise SpecbatchError(f"config: engine: \"compiled\" does not cover {gap}; "
                                  "use auto or numpy")
+        if not numba_installed():
+            raise SpecbatchError("config: engine: expected numba installed for \"compiled\" "
+                                 "(pip install 'specbatch[fast]'), got none")
         return "compiled"
     if gap is not None:
         return "numpy"

@@ -1,0 +1,247 @@
+"""The compiled vllm-v1 loop (simulator.engine.v1.kernel) against its reference twin, the numpy
+engine, and the choice between them (simulator.engine.v1.compiled).
+
+Parity: on every configuration the compiled loop covers, its request and step tables equal the
+numpy engine's bit for bit (float columns compared as their bits), on fixed configurations
+(the golden ones it covers) and under hypothesis (random workloads, knobs and seeds). The
+parity tests skip without numba; the choice and refusal tests run everywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.config.sim_config import load_config
+from specbatch.simulator.engine.v1 import compiled
+from specbatch.simulator.policies.registry import make_policy
+from specbatch.simulator.run import build_cost, load_trace, simulate
+
+HAS_NUMBA = compiled.numba_installed()
+needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="numba not installed (the fast extra)")
+
+
+@functools.cache
+def default_trace():
+    return load_trace(load_config(None))
+
+
+def tables(engine: str, **knobs):
+    config = load_config(None, engine=engine, **knobs)
+    result = simulate(config, trace=default_trace())
+    return result.requests, result.steps, result.summary
+
+
+def assert_bit_identical(a, b) -> None:
+    """Same columns, dtypes and values; floats compared as their bit patterns."""
+    assert list(a.columns) == list(b.columns)
+    for name in a.columns:
+        x, y = a[name].to_numpy(), b[name].to_numpy()
+        assert x.dtype == y.dtype, name
+        if x.dtype.kind == "f":
+            x, y = x.view(np.int64), y.view(np.int64)
+        diff = np.flatnonzero(x != y)
+        assert not diff.shape[0], f"{name}: first difference at row {diff[:1]}"
+
+
+def assert_parity(**knobs) -> None:
+    req_n, steps_n, sum_n = tables("numpy", **knobs)
+    req_c, steps_c, sum_c = tables("compiled", **knobs)
+    assert (sum_n["engine_ran"], sum_c["engine_ran"]) == ("numpy", "compiled")
+    assert_bit_identical(req_n, req_c)
+    assert_bit_identical(steps_n, steps_c)
+
+
+# ------------------------------------------------------------------ the choice
+
+
+def parts(**knobs):
+    config = load_config(None, **knobs)
+    policy = make_policy(config, default_trace().K)
+    return config, policy, build_cost(config)
+
+
+def test_the_default_run_is_covered():
+    assert compiled.compiled_gap(*parts()) is None
+    assert compiled.compiled_gap(*parts(policy="fixed", k=3, verify="block")) is None
+
+
+@pytest.mark.parametrize("knobs, named", [
+    ({"kv_mode": "paged", "kv_capacity": 6000}, "kv_mode paged"),
+    ({"policy": "tetris", "k": 3, "extra": 1}, "policy tetris"),
+    ({"scheduler": "vllm-v0"}, "scheduler vllm-v0"),
+    ({"replicas": 2}, "replicas"),
+    ({"long_prefill_token_threshold": 64}, "long_prefill_token_threshold"),
+    ({"cost": "calibrated"}, "cost model"),
+])
+def test_what_is_not_covered_is_named(knobs, named):
+    gap = compiled.compiled_gap(*parts(**knobs))
+    assert gap is not None and named in gap
+
+
+def test_engine_compiled_refuses_an_uncovered_run_in_one_line():
+    config, policy, cost = parts(engine="compiled", kv_mode="paged", kv_capacity=6000)
+    with pytest.raises(SpecbatchError, match=r"^config: engine: .*kv_mode paged") as err:
+        compiled.choose_engine(config, policy, cost)
+    assert "\n" not in str(err.value)
+
+
+def test_engine_numpy_and_uncovered_auto_run_on_numpy():
+    assert compiled.choose_engine(*parts(engine="numpy")) == "numpy"
+    assert compiled.choose_engine(*parts(engine="auto", policy="tetris", k=3)) == "numpy"
+
+
+def test_auto_without_numba_runs_on_numpy_with_one_note(monkeypatch, capsys):
+    monkeypatch.setattr(compiled, "numba_installed", lambda: False)
+    monkeypatch.setattr(compiled, "_NOTED", set())
+    assert compiled.choose_engine(*parts()) == "numpy"
+    assert compiled.choose_engine(*parts()) == "numpy"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "numba not installed" in err[0]
+    with pytest.raises(SpecbatchError, match="^config: engine: expected numba installed"):
+        compiled.choose_engine(*parts(engine="compiled"))
+
+
+def test_the_kernel_cache_lives_under_specbatch_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECBATCH_CACHE", str(tmp_path))
+    assert compiled.cache_dir() == tmp_path / "numba"
+
+
+# ------------------------------------------------------------------ the kernel's pieces
+
+
+@needs_numba
+def test_pass_time_is_the_roofline_sums_formula_bit_for_bit():
+    """kernel.pass_time on the constants the driver packs equals RooflineCost.time_from_sums
+    (the same expressions in the same order) on random exact-integer sums."""
+    kernel = compiled.load_kernel()
+    _, _, cost = parts()
+    rng = np.random.default_rng(0)
+    for off, role in ((0, "target"), (10, "draft")):
+        c = cost.consts[role]
+        packed = np.array([float(getattr(c, name)) for name in compiled._PASS_CONSTANTS])
+        consts = np.zeros(kernel.N_FLOATS)
+        consts[off:off + 10] = packed
+        for _ in range(200):
+            n = int(rng.integers(0, 300))
+            q = rng.integers(1, 600, n)
+            kv = rng.integers(0, 9000, n)
+            sums = (float(q.sum()), float(kv.sum()), float(q @ kv), float(q @ q))
+            want = cost.time_from_sums(role, n, *sums)
+            got = kernel.pass_time(consts, off, *sums)
+            assert np.float64(got).view(np.int64) == np.float64(want).view(np.int64)
+
+
+@needs_numba
+def test_eta_is_the_replays_uniform_stream():
+    """kernel.eta(key, t, j) equals simulator.replay.chain.uniforms bit for bit."""
+    from specbatch.simulator.replay.chain import request_keys, uniforms
+
+    kernel = compiled.load_kernel()
+    keys = request_keys(7, np.arange(50))
+    pos = np.arange(50) * 37
+    want = uniforms(keys, pos, 6)
+    for i in range(50):
+        for j in range(6):
+            assert kernel.eta(keys[i], int(pos[i]), j) == want[i, j]
+
+
+# ------------------------------------------------------------------ parity
+
+
+#: The golden configurations the compiled loop covers (/work/tools/golden.sh: v1default,
+#: fixedbv, chunked, example), plus budget cuts, a KV capacity and prefill without chunks.
+COVERED = [
+    {"requests": 96, "seed": 3},
+    {"requests": 96, "seed": 3, "policy": "fixed", "k": 3, "verify": "block"},
+    {"requests": 96, "seed": 3, "arrival": "poisson", "rate": 20.0,
+     "max_num_batched_tokens": 256, "policy": "fixed", "k": 2},
+    {"requests": 96, "seed": 3, "workload": "example", "arrival": "trace", "policy": "fixed",
+     "k": 2},
+    {"requests": 60, "seed": 5, "policy": "fixed", "k": 4, "max_num_batched_tokens": 64,
+     "max_num_seqs": 8},
+    {"requests": 60, "seed": 5, "policy": "fixed", "k": 4, "kv_capacity": 20000,
+     "arrival": "poisson", "rate": 50.0},
+    {"requests": 40, "seed": 1, "policy": "fixed", "k": 3, "enable_chunked_prefill": False,
+     "max_num_batched_tokens": 4096},
+    {"requests": 40, "seed": 1, "policy": "ar", "max_num_batched_tokens": 100,
+     "max_num_seqs": 5},
+    {"requests": 40, "seed": 2, "policy": "fixed", "k": 2, "verify_cost": "torch",
+     "verify": "block"},
+]
+
+
+@needs_numba
+@pytest.mark.parametrize("knobs", COVERED, ids=[str(i) for i in range(len(COVERED))])
+def test_compiled_tables_equal_the_numpy_engines(knobs):
+    assert_parity(**knobs)
+
+
+@needs_numba
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests=st.integers(1, 40), seed=st.integers(0, 2**31 - 1),
+       policy=st.sampled_from(["ar", "fixed"]), k=st.integers(1, 5),
+       verify=st.sampled_from(["tv", "block"]), budget=st.integers(8, 600),
+       seqs=st.integers(1, 24), chunked=st.booleans(),
+       arrival=st.sampled_from(["burst", "poisson"]), rate=st.floats(1.0, 200.0),
+       capacity=st.sampled_from([None, 12000, 40000]))
+def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
+        requests, seed, policy, k, verify, budget, seqs, chunked, arrival, rate, capacity):
+    knobs = dict(requests=requests, seed=seed, policy=policy, verify=verify,
+                 max_num_batched_tokens=budget, max_num_seqs=seqs,
+                 enable_chunked_prefill=chunked, arrival=arrival, kv_capacity=capacity)
+    if policy == "fixed":
+        knobs["k"] = k
+    if arrival == "poisson":
+        knobs["rate"] = rate
+    try:
+        req_n, steps_n, _ = tables("numpy", **knobs)
+    except SpecbatchError:  # a budget or capacity the workload cannot run: refused by both
+        assume(False)
+    req_c, steps_c, summary = tables("compiled", **knobs)
+    assert summary["engine_ran"] == "compiled"
+    assert_bit_identical(req_n, req_c)
+    assert_bit_identical(steps_n, steps_c)
+
+
+@needs_numba
+def test_streamed_steps_equal_the_held_table(tmp_path):
+    """simulate_to streams the step table while the kernel runs (blocks of StepLog's CHUNK
+    rows): the file equals the numpy engine's."""
+    import pandas as pd
+
+    from specbatch.simulator.run import simulate_to
+
+    for engine in ("numpy", "compiled"):
+        simulate_to(tmp_path / engine, load_config(None, engine=engine, requests=300,
+                                                   max_num_seqs=4, seed=4),
+                    trace=default_trace())
+    assert_bit_identical(pd.read_parquet(tmp_path / "numpy" / "steps.parquet"),
+                         pd.read_parquet(tmp_path / "compiled" / "steps.parquet"))
+
+
+def test_cli_engine_compiled_on_paged_kv_is_one_line_exit_2(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "specbatch", "simulate", "--requests", "4", "--engine",
+         "compiled", "--kv-mode", "paged", "--kv-capacity", "6000", "--json"],
+        capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "engine" in lines[0]
+
+
+@needs_numba
+def test_cli_json_says_which_engine_ran(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "specbatch", "simulate", "--requests", "4", "--json"],
+        capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["engine_ran"] == "compiled"
