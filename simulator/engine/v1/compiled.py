@@ -10,10 +10,10 @@ covered; ``numpy`` always takes the numpy engine.
 
 Covered today: scheduler vllm-v1, one replica (no data parallelism), FCFS, ``kv_mode =
 "reserve"`` (any ``kv_capacity``), no ``long_prefill_token_threshold``, chunked prefill on or
-off, policies ``ar`` and ``fixed``, chain rules TV and BV on replayed acceptance (trace,
+off, policies ``ar``, ``fixed`` and ``tetris`` (TV, confidence surrogate), chain rules TV and BV on replayed acceptance (trace,
 fitted or profile), the roofline cost model of dense models without sliding windows, FP8
 GEMMs or a draft head, with or without the rejection sampler's cost, any arrivals, no early
-stop. Everything else (tetris, dsd, paged KV, prefix caching, trees, calibrated and profiled
+stop. Everything else (tetris under BV or with a fitted predictor, dsd, paged KV, prefix caching, trees, calibrated and profiled
 costs, several replicas, user policies) runs on numpy.
 
 Kernels are cached under ``$SPECBATCH_CACHE/numba`` (``~/.cache/specbatch/numba``): numba's
@@ -87,7 +87,8 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
                  reference: bool = False, stop=None) -> str | None:
     """Why the compiled loop cannot run this simulation (one phrase), or None when it can."""
     from specbatch.simulator.cost.analytic.roofline import RooflineCost
-    from specbatch.simulator.policies.papers import AutoRegressive, Fixed
+    from specbatch.simulator.policies.base import Policy
+    from specbatch.simulator.policies.papers import AutoRegressive, Fixed, Tetris
     from specbatch.simulator.replay.rules import rule_entry
 
     if reference:
@@ -104,10 +105,12 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
         return f"kv_mode {config.kv_mode} (compiled: reserve)"
     if int(config.long_prefill_token_threshold):
         return "long_prefill_token_threshold (compiled: 0)"
-    if type(policy) not in (AutoRegressive, Fixed):
-        return f"policy {config.policy} (compiled: ar, fixed)"
-    if type(policy).observe is not Fixed.observe:  # pragma: no cover - built-ins do not observe
+    if type(policy) not in (AutoRegressive, Fixed, Tetris):
+        return f"policy {config.policy} (compiled: ar, fixed, tetris)"
+    if type(policy).observe is not Policy.observe:  # pragma: no cover - built-ins do not observe
         return f"policy {config.policy} observes its steps"
+    if type(policy) is Tetris and (policy.kind != "confidence" or not policy.rule_row.additive):
+        return "tetris with a fitted predictor or under BV (compiled: confidence, TV)"
     row = rule_entry(config.verify)
     if policy.depth and (row.kind != "chain" or row.scan not in ("leading", "last")):
         return f"verify {config.verify} (compiled: chain rules tv, block)"
@@ -203,6 +206,13 @@ class CompiledEngine:
             else:
                 thr = np.ascontiguousarray(tables.h, dtype=np.float64)
                 thr2 = np.ascontiguousarray(tables.p, dtype=np.float64)
+        conf = np.zeros((1, 1))
+        if policy.name == "tetris":
+            from specbatch.simulator.policies.view import TraceTables
+
+            ints[kn.I_TETRIS] = 1
+            ints[kn.I_C] = -1 if policy.budget is None else int(policy.budget)
+            conf = np.ascontiguousarray(TraceTables(trace).confidence(depth), dtype=np.float64)
         proposed = getattr(trace, "proposed", None)
         if proposed is not None and depth:
             ints[kn.I_PROPOSED] = 1
@@ -216,7 +226,7 @@ class CompiledEngine:
         else:
             wrap = np.ones(1, dtype=np.int64)
         self.ints, self.floats = ints, floats
-        self.tables = (thr, thr2, proposed, wrap)
+        self.tables = (thr, thr2, conf, proposed, wrap)
         self.keys = request_keys(int(config.seed), np.arange(n))  # [N] uint64
         i64 = np.int64
         self.prompt = np.ascontiguousarray(workload.prompt_len, dtype=i64)
@@ -237,7 +247,7 @@ class CompiledEngine:
         blocks of StepLog's CHUNK rows (as the numpy engine's log packs them)."""
         kn = self.kernel
         rec = self.rec
-        thr, thr2, proposed, wrap = self.tables
+        thr, thr2, conf, proposed, wrap = self.tables
         st = np.zeros((kn.N_ST, max(int(self.ints[kn.I_MAX_SEQS]), 1)), dtype=np.int64)
         regs = np.zeros(kn.N_REGS, dtype=np.int64)
         clock = np.zeros(1)
@@ -245,7 +255,7 @@ class CompiledEngine:
         log = rec.step_rows
         while True:
             code = kn.run_steps(self.arrival, self.order, self.prompt, self.out, self.base,
-                                self.keys, wrap, self.footprint, proposed, thr, thr2, self.ints,
+                                self.keys, wrap, self.footprint, proposed, thr, thr2, conf, self.ints,
                                 self.floats, st, regs, clock, rec.first_token, rec.finish,
                                 self.counts, steps)
             if code == kn.STUCK:  # pragma: no cover - engine invariant

@@ -3,7 +3,9 @@
 The numpy engine (simulator.engine.core with simulator.engine.v1.step) is this kernel's
 reference twin; :mod:`simulator.engine.v1.compiled` says where the kernel applies and drives it.
 It covers one replica, FCFS, ``kv_mode = "reserve"``, no ``long_prefill_token_threshold``, a
-chain policy planning d_i = s_i = min(k, proposed) (``fixed``; ``ar`` is k = 0), a chain rule
+chain policy planning d_i = s_i = min(k, proposed) (``fixed``; ``ar`` is k = 0) or TETRIS's
+top-C of the cumulative draft confidence under TV (``tetris``, d_i = K; simulator.policies.papers.
+Tetris with :func:`monotone_topc`, theory.allocate.budget's tie order), a chain rule
 scanning its thresholds (TV: leading successes, BV: the last success; simulator.replay.chain),
 the roofline's dense sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums)
 and the rejection sampler's seconds (simulator.cost.verify_cost.VerifyCost.seconds). Every
@@ -29,7 +31,8 @@ from numba import njit
 # int parameters (``ints``)
 I_DEPTH, I_K, I_BUDGET, I_MAX_SEQS, I_CHUNKED, I_CAPACITY, I_DRAFTS_CHUNKS = range(7)
 I_VERIFY, I_VOCAB, I_DRAFT_ROWS, I_BLOCK, I_LEADING, I_WRAP, I_PROPOSED = range(7, 14)
-N_INTS = 14
+I_TETRIS, I_C = 14, 15  # the policy is tetris (TV, confidence surrogate); its C (-1: k per request)
+N_INTS = 16
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
 N_FLOATS = 25
@@ -106,8 +109,44 @@ def verify_seconds(floats, ints, n, vsum, smax, snonzero):
 
 
 @njit(cache=True)
+def monotone_topc(values, n, k, budget, flat, s):
+    """theory.allocate.budget.monotone_topc of ``values[:n, :k]`` (non-increasing rows) into
+    ``s[:n]``: the entries ≥ the C-th largest value, surplus ties dropped from the end of
+    the (j, row) order."""
+    total = n * k
+    c = budget if budget < total else total
+    for i in range(n):
+        s[i] = 0
+    if c <= 0:
+        return
+    m = 0
+    for i in range(n):
+        for j in range(k):
+            flat[m] = values[i, j]
+            m += 1
+    ordered = np.sort(flat[:total])
+    threshold = ordered[total - c]
+    selected = 0
+    for i in range(n):
+        for j in range(k):
+            if values[i, j] >= threshold:
+                s[i] += 1
+                selected += 1
+    excess = selected - c
+    j = k - 1
+    while excess > 0 and j >= 0:
+        i = n - 1
+        while excess > 0 and i >= 0:
+            if values[i, j] == threshold:
+                s[i] -= 1
+                excess -= 1
+            i -= 1
+        j -= 1
+
+
+@njit(cache=True)
 def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed, thr, thr2,
-              ints, floats, st, regs, clock, first_token, finish, counts, steps):
+              conf, ints, floats, st, regs, clock, first_token, finish, counts, steps):
     """Run steps until every request finished (returns DONE) or ``steps`` # [14, cap] is
     full (FULL: call again after taking its rows); STUCK when a step would schedule nothing.
 
@@ -121,6 +160,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     chunked, capacity, drafts_chunks = ints[I_CHUNKED], ints[I_CAPACITY], ints[I_DRAFTS_CHUNKS]
     has_verify, leading = ints[I_VERIFY], ints[I_LEADING]
     has_wrap, has_proposed = ints[I_WRAP], ints[I_PROPOSED]
+    tetris, c_budget = ints[I_TETRIS], ints[I_C]
     overhead = floats[F_OVERHEAD]
     arrived, admitted, n, reserved, nrows = (regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING],
                                              regs[R_RESERVED], regs[R_ROWS])
@@ -131,6 +171,12 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     kept_d = np.zeros(max_seqs, dtype=np.int64)
     kept_kv = np.zeros(max_seqs, dtype=np.int64)
     decoding = np.zeros(max_seqs, dtype=np.bool_)
+    plan_d = np.zeros(max_seqs, dtype=np.int64)
+    dec_idx = np.zeros(max_seqs, dtype=np.int64)
+    dec_row = np.zeros(max_seqs, dtype=np.int64)
+    values = np.zeros((max_seqs, max(depth, 1)))
+    flat = np.zeros(max_seqs * max(depth, 1))
+    topc = np.zeros(max_seqs, dtype=np.int64)
     code = DONE
     while True:
         if nrows >= cap:
@@ -145,22 +191,46 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 t = a
         while arrived < n_req and arrival[order[arrived]] <= t:
             arrived += 1
+        # ---- plan: every decoding request's (d_i, s_i), before the composition
+        nd = 0
+        d_all = 0
+        for i in range(n):
+            decoding[i] = st[S_PREFILLED, i] >= st[S_FILL, i]
+            if decoding[i]:
+                u = st[S_UID, i]
+                pos = st[S_POS, i]
+                dec_idx[nd] = i
+                dec_row[nd] = base[u] + (pos % wrap[u] if has_wrap else pos)
+                nd += 1
+        if tetris and nd:
+            for m in range(nd):
+                for j in range(depth):
+                    values[m, j] = conf[dec_row[m], j]
+            c_step = k * nd if c_budget < 0 else c_budget
+            monotone_topc(values, nd, depth, c_step, flat, topc)
+            d_all = depth if c_step > 0 else 0
+        for m in range(nd):
+            i = dec_idx[m]
+            if tetris:
+                s = topc[m]
+                d = d_all
+            else:
+                s = k
+                d = k
+            if has_proposed:
+                p = proposed[dec_row[m]]
+                if p < d:
+                    d = p
+                if p < s:
+                    s = p
+            plan_s[i] = s
+            plan_d[i] = d
         # ---- compose: the running requests first, in admission order
         left = budget
         for i in range(n):
-            u = st[S_UID, i]
-            if st[S_PREFILLED, i] >= st[S_FILL, i]:
-                decoding[i] = True
-                pos = st[S_POS, i]
-                s = k
-                if has_proposed:
-                    row = base[u] + (pos % wrap[u] if has_wrap else pos)
-                    if proposed[row] < s:
-                        s = proposed[row]
-                plan_s[i] = s
-                want = 1 + s
+            if decoding[i]:
+                want = 1 + plan_s[i]
             else:
-                decoding[i] = False
                 want = st[S_FILL, i] - st[S_PREFILLED, i]
             tok = want if want < left else left
             tokens[i] = tok
@@ -207,7 +277,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             u = st[S_UID, i]
             pos = st[S_POS, i]
             s = plan_s[i]
-            d = s  # the plan drafts what it verifies (d_i = s_i)
+            d = plan_d[i]
             if tokens[i] - 1 < s:  # cut by the budget
                 s = tokens[i] - 1
                 if s < d:

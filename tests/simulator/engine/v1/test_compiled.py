@@ -76,7 +76,8 @@ def test_the_default_run_is_covered():
 
 @pytest.mark.parametrize("knobs, named", [
     ({"kv_mode": "paged", "kv_capacity": 6000}, "kv_mode paged"),
-    ({"policy": "tetris", "k": 3, "extra": 1}, "policy tetris"),
+    ({"policy": "dsd"}, "policy dsd"),
+    ({"policy": "tetris", "k": 3, "extra": 1, "verify": "block"}, "tetris"),
     ({"scheduler": "vllm-v0"}, "scheduler vllm-v0"),
     ({"replicas": 2}, "replicas"),
     ({"long_prefill_token_threshold": 64}, "long_prefill_token_threshold"),
@@ -96,7 +97,7 @@ def test_engine_compiled_refuses_an_uncovered_run_in_one_line():
 
 def test_engine_numpy_and_uncovered_auto_run_on_numpy():
     assert compiled.choose_engine(*parts(engine="numpy")) == "numpy"
-    assert compiled.choose_engine(*parts(engine="auto", policy="tetris", k=3)) == "numpy"
+    assert compiled.choose_engine(*parts(engine="auto", policy="dsd")) == "numpy"
 
 
 def test_auto_without_numba_runs_on_numpy_with_one_note(monkeypatch, capsys):
@@ -158,7 +159,8 @@ def test_eta_is_the_replays_uniform_stream():
 
 
 #: The golden configurations the compiled loop covers (/work/tools/golden.sh: v1default,
-#: fixedbv, chunked, example), plus budget cuts, a KV capacity and prefill without chunks.
+#: fixedbv, tetris, chunked, example, ngram), plus budget cuts, a KV capacity, prefill
+#: without chunks, the torch sampler's floors and TETRIS's budget C (0 included).
 COVERED = [
     {"requests": 96, "seed": 3},
     {"requests": 96, "seed": 3, "policy": "fixed", "k": 3, "verify": "block"},
@@ -176,6 +178,12 @@ COVERED = [
      "max_num_seqs": 5},
     {"requests": 40, "seed": 2, "policy": "fixed", "k": 2, "verify_cost": "torch",
      "verify": "block"},
+    {"requests": 96, "seed": 3, "policy": "tetris", "k": 3, "extra": 1},
+    {"requests": 60, "seed": 3, "policy": "tetris", "k": 2, "extra": 2, "budget": 5,
+     "max_num_batched_tokens": 128, "max_num_seqs": 16},
+    {"requests": 40, "seed": 4, "policy": "tetris", "k": 3, "extra": 1, "budget": 0},
+    {"requests": 60, "seed": 3, "policy": "tetris", "k": 3, "extra": 1,
+     "trace": "traces/data/smollm2-ngram"},
 ]
 
 
@@ -188,18 +196,22 @@ def test_compiled_tables_equal_the_numpy_engines(knobs):
 @needs_numba
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests=st.integers(1, 40), seed=st.integers(0, 2**31 - 1),
-       policy=st.sampled_from(["ar", "fixed"]), k=st.integers(1, 5),
+       policy=st.sampled_from(["ar", "fixed", "tetris"]), k=st.integers(1, 5),
+       extra=st.integers(0, 2), budget_c=st.one_of(st.none(), st.integers(0, 40)),
        verify=st.sampled_from(["tv", "block"]), budget=st.integers(8, 600),
        seqs=st.integers(1, 24), chunked=st.booleans(),
        arrival=st.sampled_from(["burst", "poisson"]), rate=st.floats(1.0, 200.0),
        capacity=st.sampled_from([None, 12000, 40000]))
 def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
-        requests, seed, policy, k, verify, budget, seqs, chunked, arrival, rate, capacity):
+        requests, seed, policy, k, extra, budget_c, verify, budget, seqs, chunked, arrival,
+        rate, capacity):
     knobs = dict(requests=requests, seed=seed, policy=policy, verify=verify,
                  max_num_batched_tokens=budget, max_num_seqs=seqs,
                  enable_chunked_prefill=chunked, arrival=arrival, kv_capacity=capacity)
     if policy == "fixed":
         knobs["k"] = k
+    if policy == "tetris":  # TETRIS under TV (BV runs on numpy)
+        knobs.update(k=k, extra=extra, budget=budget_c, verify="tv")
     if arrival == "poisson":
         knobs["rate"] = rate
     try:
