@@ -214,7 +214,8 @@ def run_engine(config: SimConfig, trace: Trace, workload: Workload, cost: CostMo
     with finished_bar(progress if workload.n >= PROGRESS_MIN_REQUESTS else None,
                       workload.n) as bar:
         progress_to = bar.update if bar is not None else None
-        ran = choose_engine(config, policy, cost, reference=reference, stop=stop)
+        ran = choose_engine(config, policy, cost, reference=reference, stop=stop,
+                            workload=workload)
         if ran == "compiled":
             engine = CompiledEngine(config, trace, workload, cost, policy, capacity=capacity,
                                     progress=progress_to)

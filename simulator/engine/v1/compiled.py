@@ -84,7 +84,8 @@ def load_kernel():
 
 
 def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
-                 reference: bool = False, stop=None) -> str | None:
+                 reference: bool = False, stop=None, workload: Workload | None = None
+                 ) -> str | None:
     """Why the compiled loop cannot run this simulation (one phrase), or None when it can."""
     from specbatch.simulator.cost.analytic.roofline import RooflineCost
     from specbatch.simulator.policies.base import Policy
@@ -101,8 +102,15 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
         return "several replicas or data-parallel ranks (compiled: one)"
     if config.scheduling_policy != "fcfs":
         return f"scheduling_policy {config.scheduling_policy} (compiled: fcfs)"
-    if config.kv_mode != "reserve":
-        return f"kv_mode {config.kv_mode} (compiled: reserve)"
+    if config.kv_mode == "paged":
+        from specbatch.simulator.engine.kv import hybrid_layout
+
+        if hybrid_layout(config) is not None:
+            return "the hybrid KV cache manager's sliding-window groups"
+        if (config.enable_prefix_caching and workload is not None
+                and workload.prefix_group is not None
+                and bool((np.asarray(workload.prefix_group) >= 0).any())):
+            return "shared-prefix groups in the prefix cache (compiled: its counting path)"
     if int(config.long_prefill_token_threshold):
         return "long_prefill_token_threshold (compiled: 0)"
     if type(policy) not in (AutoRegressive, Fixed, Tetris):
@@ -126,14 +134,14 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
 
 
 def choose_engine(config: SimConfig, policy: Policy, cost: CostModel, *,
-                  reference: bool = False, stop=None) -> str:
+                  reference: bool = False, stop=None, workload: Workload | None = None) -> str:
     """"compiled" or "numpy" for this run under ``config.engine``; ``compiled`` that cannot
     run raises a one-line SpecbatchError naming the field; ``auto`` without numba notes
     once on stderr that everything runs on numpy."""
     want = getattr(config, "engine", "auto")
     if want == "numpy":
         return "numpy"
-    gap = compiled_gap(config, policy, cost, reference=reference, stop=stop)
+    gap = compiled_gap(config, policy, cost, reference=reference, stop=stop, workload=workload)
     if want == "compiled":
         if gap is not None:
             raise SpecbatchError(f"config: engine: \"compiled\" does not cover {gap}; "
@@ -162,7 +170,7 @@ class CompiledEngine:
                  policy: Policy, *, capacity: int | None, progress=None) -> None:
         from specbatch.simulator.cost.verify_cost import verify_cost_for
         from specbatch.simulator.defaults import one_hot_drafter
-        from specbatch.simulator.engine.v1.compose import v1_lookahead  # noqa: F401
+        from specbatch.simulator.engine.v1.compose import v1_lookahead
         from specbatch.simulator.replay.chain import request_keys
         from specbatch.simulator.replay.rules import tables_for
 
@@ -180,6 +188,12 @@ class CompiledEngine:
         ints[kn.I_CHUNKED] = int(bool(config.chunked))
         ints[kn.I_CAPACITY] = -1 if capacity is None else int(capacity)
         ints[kn.I_DRAFTS_CHUNKS] = int(bool(policy.speculates))
+        if config.kv_mode == "paged":
+            ints[kn.I_PAGED] = 1
+            ints[kn.I_BLOCK_SIZE] = int(config.block_size)
+            ints[kn.I_LOOKAHEAD] = v1_lookahead(config, policy.speculates, depth)
+            ints[kn.I_POOL] = int(capacity) // int(config.block_size)
+            ints[kn.I_PREFIX] = int(bool(config.enable_prefix_caching))
         floats = np.zeros(kn.N_FLOATS)
         for off, role in ((0, "target"), (10, "draft")):
             c = cost.consts[role]
@@ -247,20 +261,33 @@ class CompiledEngine:
         blocks of StepLog's CHUNK rows (as the numpy engine's log packs them)."""
         kn = self.kernel
         rec = self.rec
+        n = self.w.n
+        i64 = np.int64
         thr, thr2, conf, proposed, wrap = self.tables
-        st = np.zeros((kn.N_ST, max(int(self.ints[kn.I_MAX_SEQS]), 1)), dtype=np.int64)
-        regs = np.zeros(kn.N_REGS, dtype=np.int64)
+        st = np.zeros((kn.N_ST, max(int(self.ints[kn.I_MAX_SEQS]), 1)), dtype=i64)
+        regs = np.zeros(kn.N_REGS, dtype=i64)
+        regs[kn.R_FREE] = self.ints[kn.I_POOL]  # free blocks (paged); reserved tokens: 0
         clock = np.zeros(1)
         steps = np.zeros((len(STEP_COLUMNS), STEP_BUFFER))  # [14, rows] float64
+        front = np.zeros(n, dtype=i64)  # preempted uids waiting in front of the arrivals
+        hashed, done_tok = np.zeros(n, dtype=i64), np.zeros(n, dtype=i64)
+        parked_seg = np.full(n, -1, dtype=i64)
+        segments = [np.zeros(4 * int(self.ints[kn.I_MAX_SEQS]) + 64, dtype=i64)
+                    for _ in range(3)]  # uid, blocks, hashed per segment
         log = rec.step_rows
         while True:
             code = kn.run_steps(self.arrival, self.order, self.prompt, self.out, self.base,
-                                self.keys, wrap, self.footprint, proposed, thr, thr2, conf, self.ints,
-                                self.floats, st, regs, clock, rec.first_token, rec.finish,
-                                self.counts, steps)
+                                self.keys, wrap, self.footprint, proposed, thr, thr2, conf,
+                                self.ints, self.floats, st, regs, clock, rec.first_token,
+                                rec.finish, self.counts, steps, rec.preemptions,
+                                rec.recomputed, front, hashed, done_tok, parked_seg,
+                                *segments)
             if code == kn.STUCK:  # pragma: no cover - engine invariant
                 raise SpecbatchError("simulator: a compiled vllm-v1 step with nothing "
                                      "scheduled (engine invariant broken)")
+            if code == kn.GROW:  # more live prefix-cache segments than the arrays hold
+                segments = [np.concatenate([a, np.zeros_like(a)]) for a in segments]
+                continue
             rows = int(regs[kn.R_ROWS])
             whole = rows if code == kn.DONE else rows - rows % CHUNK
             for start in range(0, whole, CHUNK):
@@ -273,7 +300,7 @@ class CompiledEngine:
         if not np.all(np.isfinite(rec.finish)):  # pragma: no cover - engine invariant
             raise SpecbatchError("simulator: a request never finished (engine invariant broken)")
         if self.progress is not None:
-            self.progress(self.w.n)
+            self.progress(n)
         return rec
 
 

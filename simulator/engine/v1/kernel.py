@@ -32,18 +32,22 @@ from numba import njit
 I_DEPTH, I_K, I_BUDGET, I_MAX_SEQS, I_CHUNKED, I_CAPACITY, I_DRAFTS_CHUNKS = range(7)
 I_VERIFY, I_VOCAB, I_DRAFT_ROWS, I_BLOCK, I_LEADING, I_WRAP, I_PROPOSED = range(7, 14)
 I_TETRIS, I_C = 14, 15  # the policy is tetris (TV, confidence surrogate); its C (-1: k per request)
-N_INTS = 16
+I_PAGED, I_BLOCK_SIZE, I_LOOKAHEAD, I_POOL, I_PREFIX = range(16, 21)  # paged KV, counting cache
+N_INTS = 21
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
 N_FLOATS = 25
-# the replica's registers (``regs``)
-R_ARRIVED, R_ADMITTED, R_RUNNING, R_RESERVED, R_ROWS = range(5)
-N_REGS = 5
-# running state rows (``st``)
-S_UID, S_PREFILLED, S_FILL, S_POS, S_STEPS, S_DRAFTED, S_VERIFIED, S_ACCEPTED = range(8)
-N_ST = 8
+# the replica's registers (``regs``): arrivals queued, arrivals admitted, running requests,
+# reserved tokens (reserve) or free blocks (paged), step rows, preempted requests waiting in
+# front, the prefix cache's segment queue (head, tail) and its named segments
+R_ARRIVED, R_ADMITTED, R_RUNNING, R_FREE, R_ROWS, R_FRONT, R_HEAD, R_TAIL, R_NAMED = range(9)
+N_REGS = 9
+# running state rows (``st``); a request's position and counters live in ``counts`` # [5, N]
+S_UID, S_PREFILLED, S_FILL, S_BLOCKS = range(4)
+N_ST = 4
+C_POS, C_STEPS, C_DRAFTED, C_VERIFIED, C_ACCEPTED = range(5)  # RECORD_ROWS
 # return codes
-DONE, FULL, STUCK = 0, 1, 2
+DONE, FULL, STUCK, GROW = 0, 1, 2, 3
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -144,34 +148,130 @@ def monotone_topc(values, n, k, budget, flat, s):
         j -= 1
 
 
+
+# ---------------------------------------------------------------- the counting prefix cache
+# simulator.engine.prefix.PrefixCache in counting mode (``lazy``): the free queue as segments
+# [uid, blocks r, hashed H] (uid −1: anonymous), kept only while a named one is in it.
+
+
+@njit(cache=True)
+def seg_take(n, regs, seg_uid, seg_r, parked_seg):
+    """PrefixCache.take: ``n`` blocks off the queue's head (the free count is the caller's)."""
+    if regs[R_NAMED] == 0:
+        return
+    head = regs[R_HEAD]
+    while n:
+        if seg_r[head] > n:
+            seg_r[head] -= n
+            break
+        n -= seg_r[head]
+        u = seg_uid[head]
+        head += 1
+        if u >= 0:
+            parked_seg[u] = -1
+            regs[R_NAMED] -= 1
+    regs[R_HEAD] = head
+    if regs[R_NAMED] == 0:
+        regs[R_HEAD] = regs[R_TAIL] = 0
+
+
+@njit(cache=True)
+def seg_give(n, regs, seg_uid, seg_r, seg_h):
+    """PrefixCache.give: ``n`` anonymous blocks join the queue's tail."""
+    if regs[R_NAMED] and n:
+        tail = regs[R_TAIL]
+        if seg_uid[tail - 1] < 0:
+            seg_r[tail - 1] += n
+        else:
+            seg_uid[tail], seg_r[tail], seg_h[tail] = -1, n, 0
+            regs[R_TAIL] = tail + 1
+
+
+@njit(cache=True)
+def seg_park(u, held, hashed, free, regs, seg_uid, seg_r, seg_h, parked_seg):
+    """PrefixCache.park of a preempted request holding ``held`` blocks, ``hashed`` hashed,
+    with ``free`` blocks in the queue before it."""
+    if not held or not hashed:
+        seg_give(held, regs, seg_uid, seg_r, seg_h)
+        return
+    tail = regs[R_TAIL]
+    if regs[R_NAMED] == 0 and free:
+        seg_uid[tail], seg_r[tail], seg_h[tail] = -1, free, 0
+        tail += 1
+    seg_uid[tail], seg_r[tail], seg_h[tail] = u, held, hashed
+    parked_seg[u] = tail
+    regs[R_TAIL] = tail + 1
+    regs[R_NAMED] += 1
+
+
+@njit(cache=True)
+def seg_touch(u, hits, regs, seg_uid, seg_r, parked_seg):
+    """PrefixCache.touch in counting mode: the hits leave ``u``'s segment, the rest turns
+    anonymous (the free count is the caller's)."""
+    at = parked_seg[u]
+    if at >= 0:
+        seg_uid[at] = -1
+        seg_r[at] -= hits
+        parked_seg[u] = -1
+        regs[R_NAMED] -= 1
+        if regs[R_NAMED] == 0:
+            regs[R_HEAD] = regs[R_TAIL] = 0
+
+
+@njit(cache=True)
+def seg_room(regs, seg_uid, seg_r, seg_h, parked_seg, want):
+    """Move the live segments to the front when fewer than ``want`` slots are left at the
+    tail; False when the arrays are too small even then (the caller grows them)."""
+    cap = seg_uid.shape[0]
+    if cap - regs[R_TAIL] >= want:
+        return True
+    head, tail = regs[R_HEAD], regs[R_TAIL]
+    for j in range(head, tail):
+        seg_uid[j - head], seg_r[j - head], seg_h[j - head] = seg_uid[j], seg_r[j], seg_h[j]
+        if seg_uid[j] >= 0:
+            parked_seg[seg_uid[j]] = j - head
+    regs[R_HEAD], regs[R_TAIL] = 0, tail - head
+    return cap - regs[R_TAIL] >= want
+
+
 @njit(cache=True)
 def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed, thr, thr2,
-              conf, ints, floats, st, regs, clock, first_token, finish, counts, steps):
+              conf, ints, floats, st, regs, clock, first_token, finish, counts, steps,
+              preemptions, recomputed, front, hashed, done_tok, parked_seg, seg_uid, seg_r,
+              seg_h):
     """Run steps until every request finished (returns DONE) or ``steps`` # [14, cap] is
-    full (FULL: call again after taking its rows); STUCK when a step would schedule nothing.
+    full (FULL: call again after taking its rows); GROW when the segment arrays need room;
+    STUCK when a step would schedule nothing.
 
     arrival # [N] float64, order # [N] its stable argsort; prompt, out, base, footprint,
     wrap # [N] int64; keys # [N] uint64; proposed # [rows] int64 (unread without I_PROPOSED);
-    thr # [rows, K] TV's min(1, r) or BV's h, thr2 BV's p; st # [8, max_seqs] the running
-    batch; regs # [5]; clock # [1] the replica's time; first_token, finish # [N];
-    counts # [5, N] RECORD_ROWS."""
+    thr # [rows, K] TV's min(1, r) or BV's h, thr2 BV's p; conf # [rows, K] tetris's
+    cumulative confidence; st # [4, max_seqs] the running batch; regs # [9]; clock # [1];
+    first_token, finish # [N]; counts # [5, N] RECORD_ROWS (position t and counters, live);
+    preemptions, recomputed # [N]; front # [N] preempted uids waiting before the arrivals
+    (top = head of the queue); hashed, done_tok, parked_seg # [N] the counting prefix
+    cache's per-request numbers; seg_uid, seg_r, seg_h # [cap] its segments."""
     n_req = arrival.shape[0]
     depth, k, budget, max_seqs = ints[I_DEPTH], ints[I_K], ints[I_BUDGET], ints[I_MAX_SEQS]
     chunked, capacity, drafts_chunks = ints[I_CHUNKED], ints[I_CAPACITY], ints[I_DRAFTS_CHUNKS]
     has_verify, leading = ints[I_VERIFY], ints[I_LEADING]
     has_wrap, has_proposed = ints[I_WRAP], ints[I_PROPOSED]
     tetris, c_budget = ints[I_TETRIS], ints[I_C]
+    paged, bs, lookahead, prefix = ints[I_PAGED], ints[I_BLOCK_SIZE], ints[I_LOOKAHEAD], ints[I_PREFIX]
     overhead = floats[F_OVERHEAD]
-    arrived, admitted, n, reserved, nrows = (regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING],
-                                             regs[R_RESERVED], regs[R_ROWS])
+    arrived, admitted, n, free, nrows = (regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING],
+                                         regs[R_FREE], regs[R_ROWS])
+    nfront = regs[R_FRONT]
     t = clock[0]
     cap = steps.shape[1]
     tokens = np.zeros(max_seqs, dtype=np.int64)
+    need = np.zeros(max_seqs, dtype=np.int64)
+    done_now = np.zeros(max_seqs, dtype=np.int64)
     plan_s = np.zeros(max_seqs, dtype=np.int64)
+    plan_d = np.zeros(max_seqs, dtype=np.int64)
     kept_d = np.zeros(max_seqs, dtype=np.int64)
     kept_kv = np.zeros(max_seqs, dtype=np.int64)
     decoding = np.zeros(max_seqs, dtype=np.bool_)
-    plan_d = np.zeros(max_seqs, dtype=np.int64)
     dec_idx = np.zeros(max_seqs, dtype=np.int64)
     dec_row = np.zeros(max_seqs, dtype=np.int64)
     values = np.zeros((max_seqs, max(depth, 1)))
@@ -182,7 +282,10 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         if nrows >= cap:
             code = FULL
             break
-        if n == 0 and admitted == arrived:
+        if prefix and not seg_room(regs, seg_uid, seg_r, seg_h, parked_seg, 2 * max_seqs + 8):
+            code = GROW
+            break
+        if n == 0 and admitted == arrived and nfront == 0:
             if arrived == n_req:
                 code = DONE
                 break
@@ -198,7 +301,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             decoding[i] = st[S_PREFILLED, i] >= st[S_FILL, i]
             if decoding[i]:
                 u = st[S_UID, i]
-                pos = st[S_POS, i]
+                pos = counts[C_POS, u]
                 dec_idx[nd] = i
                 dec_row[nd] = base[u] + (pos % wrap[u] if has_wrap else pos)
                 nd += 1
@@ -235,47 +338,146 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             tok = want if want < left else left
             tokens[i] = tok
             left -= tok
+        kept = n
+        if paged and n:  # KVCacheManager.allocate_slots, preempting the newest when short
+            total_need = 0
+            for i in range(n):
+                u = st[S_UID, i]
+                tok = tokens[i]
+                if decoding[i]:
+                    ctx = prompt[u] + counts[C_POS, u]
+                    computed = ctx - 1
+                    done_now[i] = ctx
+                else:
+                    computed = st[S_PREFILLED, i]
+                    done_now[i] = computed + tok
+                    if st[S_FILL, i] < done_now[i]:
+                        done_now[i] = st[S_FILL, i]
+                g = -(-(computed + tok + lookahead) // bs) - st[S_BLOCKS, i]
+                if g < 0 or tok == 0:
+                    g = 0
+                need[i] = g
+                total_need += g
+            if total_need <= free:
+                for i in range(n):
+                    st[S_BLOCKS, i] += need[i]
+                free -= total_need
+                if prefix and total_need:
+                    seg_take(total_need, regs, seg_uid, seg_r, parked_seg)
+            else:  # V1Composer.preempt_walk
+                i = 0
+                acc = 0
+                while acc + need[i] <= free:
+                    acc += need[i]
+                    i += 1
+                for j in range(i):
+                    st[S_BLOCKS, j] += need[j]
+                free -= acc
+                if prefix and acc:
+                    seg_take(acc, regs, seg_uid, seg_r, parked_seg)
+                end = n
+                while i < end and tokens[i] > 0:
+                    while need[i] > free and end > i:
+                        end -= 1
+                        held = st[S_BLOCKS, end]
+                        if prefix:
+                            ue = st[S_UID, end]
+                            h = done_tok[ue] // bs
+                            if hashed[ue] > h:
+                                h = hashed[ue]
+                            hashed[ue] = 0
+                            done_tok[ue] = 0
+                            seg_park(ue, held, h, free, regs, seg_uid, seg_r, seg_h,
+                                     parked_seg)
+                        free += held
+                    if end == i:
+                        break
+                    free -= need[i]
+                    st[S_BLOCKS, i] += need[i]
+                    if prefix and need[i]:
+                        seg_take(need[i], regs, seg_uid, seg_r, parked_seg)
+                    i += 1
+                for j in range(i, end):
+                    tokens[j] = 0
+                kept = end
+            if prefix:  # cache_scheduled: the tokens each scheduled request has computed
+                for i in range(kept):
+                    if tokens[i] > 0:
+                        done_tok[st[S_UID, i]] = done_now[i]
+            for j in range(n - 1, kept - 1, -1):  # park the preempted, newest first
+                u = st[S_UID, j]
+                front[nfront] = u
+                nfront += 1
+                preemptions[u] += 1
+                recomputed[u] += prompt[u] + counts[C_POS, u]
+        total = kept
         # ---- admission: waiting prompts FCFS into what the budget has left
-        total = n
-        if left > 0 and n < max_seqs:
+        if kept == n and left > 0 and n < max_seqs:
             room = max_seqs - n
             joined = 0
-            while admitted < arrived:
+            while nfront or admitted < arrived:
                 if left <= 0 or joined >= room:
                     break
-                u = order[admitted]
-                num = prompt[u]
+                resumed = nfront > 0
+                u = front[nfront - 1] if resumed else order[admitted]
+                num_tokens = prompt[u] + counts[C_POS, u] if resumed else prompt[u]
+                hits = 0
+                if prefix and parked_seg[u] >= 0:
+                    at = parked_seg[u]
+                    hits = min(seg_r[at], seg_h[at], (num_tokens - 1) // bs)
+                computed = hits * bs
+                num = num_tokens - computed
                 if num > left:
                     if not chunked:
                         break
                     num = left
-                if capacity >= 0:
-                    fp = footprint[u]
-                    if reserved + fp > capacity:
+                held = 0
+                if paged:
+                    fresh = -(-(computed + num) // bs) - hits
+                    if fresh + hits > free:
                         break
-                    reserved += fp
+                    free -= fresh + hits
+                    held = fresh + hits
+                    if prefix:
+                        if regs[R_NAMED]:
+                            seg_touch(u, hits, regs, seg_uid, seg_r, parked_seg)
+                        seg_take(fresh, regs, seg_uid, seg_r, parked_seg)
+                        full = computed + num
+                        if num_tokens < full:
+                            full = num_tokens
+                        hashed[u] = full // bs
+                elif capacity >= 0:
+                    fp = footprint[u]
+                    if free + fp > capacity:
+                        break
+                    free += fp
+                if resumed:
+                    nfront -= 1
+                    recomputed[u] -= computed
+                else:
+                    admitted += 1
                 st[S_UID, total] = u
-                st[S_PREFILLED, total] = 0
-                st[S_FILL, total] = prompt[u]
-                for r in range(S_POS, N_ST):
-                    st[r, total] = 0
+                st[S_PREFILLED, total] = computed
+                st[S_FILL, total] = num_tokens
+                st[S_BLOCKS, total] = held
                 decoding[total] = False
                 tokens[total] = num
                 total += 1
                 joined += 1
-                admitted += 1
                 left -= num
         if total == 0:
-            code = STUCK
-            break
+            if nfront or admitted < arrived or n:  # pragma: no cover - engine invariant
+                code = STUCK
+                break
+            continue  # nothing runs: wait for the next arrival
         # ---- decode: verify, commit
         keep = 0
         dsum = vsum = asum = emitted = skv = svkv = svv = maxd = snz = smax = 0
-        for i in range(n):
+        for i in range(kept):
             if not decoding[i] or tokens[i] == 0:
                 continue
             u = st[S_UID, i]
-            pos = st[S_POS, i]
+            pos = counts[C_POS, u]
             s = plan_s[i]
             d = plan_d[i]
             if tokens[i] - 1 < s:  # cut by the budget
@@ -301,11 +503,11 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             e = tau + 1
             if out[u] - pos < e:
                 e = out[u] - pos
-            st[S_POS, i] = pos + e
-            st[S_STEPS, i] += 1
-            st[S_DRAFTED, i] += d
-            st[S_VERIFIED, i] += s
-            st[S_ACCEPTED, i] += tau
+            counts[C_POS, u] = pos + e
+            counts[C_STEPS, u] += 1
+            counts[C_DRAFTED, u] += d
+            counts[C_VERIFIED, u] += s
+            counts[C_ACCEPTED, u] += tau
             kept_d[keep] = d
             kept_kv[keep] = kv
             keep += 1
@@ -354,9 +556,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 verify_t = verify_seconds(floats, ints, keep, vsum, smax, snz)
         # ---- prefill: the running requests' chunks, then the admitted ones'
         pn = pq = pc = pqc = pqq = 0
-        completed = 0
         for i in range(total):
-            if decoding[i] and i < n:
+            if i < kept and decoding[i]:
                 continue
             q = tokens[i]
             if q == 0:
@@ -373,21 +574,24 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                                  np.float64(pqq))
         target_t = pass_time(floats, 0, np.float64(sq + pq), np.float64(sc + pc),
                              np.float64(sqc + pqc), np.float64(sqq + pqq))
-        end = t + draft_t + target_t + verify_t + overhead
+        end_t = t + draft_t + target_t + verify_t + overhead
         if keep == 0 and pq == 0:
             code = STUCK
             break
+        completed = 0
         for i in range(total):
-            if (i >= n or not decoding[i]) and tokens[i] > 0 and st[S_PREFILLED, i] >= st[S_FILL, i]:
-                if st[S_POS, i] == 0:
-                    first_token[st[S_UID, i]] = end
-                st[S_POS, i] += 1
+            if ((i >= kept or not decoding[i]) and tokens[i] > 0
+                    and st[S_PREFILLED, i] >= st[S_FILL, i]):
+                u = st[S_UID, i]
+                if counts[C_POS, u] == 0:
+                    first_token[u] = end_t
+                counts[C_POS, u] += 1
                 completed += 1
         emitted += completed
         row_out = steps[:, nrows]
         row_out[0] = 0.0
         row_out[1] = t
-        row_out[2] = end
+        row_out[2] = end_t
         row_out[3] = keep
         row_out[4] = pq
         row_out[5] = dsum
@@ -402,22 +606,27 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         nrows += 1
         # ---- retire the finished requests (the others keep their order)
         j = 0
+        released = 0
         for i in range(total):
             u = st[S_UID, i]
-            if st[S_POS, i] >= out[u]:
-                finish[u] = end
-                for r in range(5):
-                    counts[r, u] = st[S_POS + r, i]
-                if capacity >= 0:
-                    reserved -= footprint[u]
+            if counts[C_POS, u] >= out[u]:
+                finish[u] = end_t
+                if paged:
+                    released += st[S_BLOCKS, i]
+                elif capacity >= 0:
+                    free -= footprint[u]
             else:
                 if j != i:
                     for r in range(N_ST):
                         st[r, j] = st[r, i]
                 j += 1
+        if released:
+            free += released
+            if prefix:
+                seg_give(released, regs, seg_uid, seg_r, seg_h)
         n = j
-        t = end
+        t = t + (end_t - t)  # the engine's STEP_END event: time + duration, not ``end``
     regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING] = arrived, admitted, n
-    regs[R_RESERVED], regs[R_ROWS] = reserved, nrows
+    regs[R_FREE], regs[R_ROWS], regs[R_FRONT] = free, nrows, nfront
     clock[0] = t
     return code

@@ -75,7 +75,6 @@ def test_the_default_run_is_covered():
 
 
 @pytest.mark.parametrize("knobs, named", [
-    ({"kv_mode": "paged", "kv_capacity": 6000}, "kv_mode paged"),
     ({"policy": "dsd"}, "policy dsd"),
     ({"policy": "tetris", "k": 3, "extra": 1, "verify": "block"}, "tetris"),
     ({"scheduler": "vllm-v0"}, "scheduler vllm-v0"),
@@ -89,8 +88,8 @@ def test_what_is_not_covered_is_named(knobs, named):
 
 
 def test_engine_compiled_refuses_an_uncovered_run_in_one_line():
-    config, policy, cost = parts(engine="compiled", kv_mode="paged", kv_capacity=6000)
-    with pytest.raises(SpecbatchError, match=r"^config: engine: .*kv_mode paged") as err:
+    config, policy, cost = parts(engine="compiled", replicas=2)
+    with pytest.raises(SpecbatchError, match=r"^config: engine: .*several replicas") as err:
         compiled.choose_engine(config, policy, cost)
     assert "\n" not in str(err.value)
 
@@ -160,7 +159,7 @@ def test_eta_is_the_replays_uniform_stream():
 
 #: The golden configurations the compiled loop covers (/work/tools/golden.sh: v1default,
 #: fixedbv, tetris, chunked, example, ngram), plus budget cuts, a KV capacity, prefill
-#: without chunks, the torch sampler's floors and TETRIS's budget C (0 included).
+#: without chunks, the torch sampler's floors, TETRIS's budget C (0 included) and paged KV.
 COVERED = [
     {"requests": 96, "seed": 3},
     {"requests": 96, "seed": 3, "policy": "fixed", "k": 3, "verify": "block"},
@@ -184,6 +183,17 @@ COVERED = [
     {"requests": 40, "seed": 4, "policy": "tetris", "k": 3, "extra": 1, "budget": 0},
     {"requests": 60, "seed": 3, "policy": "tetris", "k": 3, "extra": 1,
      "trace": "traces/data/smollm2-ngram"},
+    # paged KV (golden "paged"): preemption by recompute, the counting prefix cache's hits
+    {"requests": 96, "seed": 3, "kv_mode": "paged", "kv_capacity": 6000, "policy": "fixed",
+     "k": 2},
+    {"requests": 96, "seed": 3, "kv_mode": "paged", "kv_capacity": 6000, "policy": "fixed",
+     "k": 2, "enable_prefix_caching": False},
+    {"requests": 100, "seed": 4, "kv_mode": "paged", "kv_capacity": 3000, "policy": "tetris",
+     "k": 3, "extra": 1, "max_num_batched_tokens": 512, "max_num_seqs": 64},
+    {"requests": 100, "seed": 5, "kv_mode": "paged", "kv_capacity": 2500, "policy": "fixed",
+     "k": 4, "block_size": 8, "enable_chunked_prefill": False},
+    {"requests": 60, "seed": 3, "kv_mode": "paged", "workload": "example", "arrival": "trace",
+     "kv_capacity": 4000, "policy": "ar"},
 ]
 
 
@@ -201,13 +211,17 @@ def test_compiled_tables_equal_the_numpy_engines(knobs):
        verify=st.sampled_from(["tv", "block"]), budget=st.integers(8, 600),
        seqs=st.integers(1, 24), chunked=st.booleans(),
        arrival=st.sampled_from(["burst", "poisson"]), rate=st.floats(1.0, 200.0),
-       capacity=st.sampled_from([None, 12000, 40000]))
+       capacity=st.sampled_from([None, 2500, 6000, 40000]), paged=st.booleans(),
+       block_size=st.sampled_from([4, 16]), prefix=st.booleans())
 def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
         requests, seed, policy, k, extra, budget_c, verify, budget, seqs, chunked, arrival,
-        rate, capacity):
+        rate, capacity, paged, block_size, prefix):
     knobs = dict(requests=requests, seed=seed, policy=policy, verify=verify,
                  max_num_batched_tokens=budget, max_num_seqs=seqs,
                  enable_chunked_prefill=chunked, arrival=arrival, kv_capacity=capacity)
+    if paged:  # a small pool preempts; the prefix cache counts and finds parked blocks
+        knobs.update(kv_mode="paged", kv_capacity=capacity or 3000, block_size=block_size,
+                     enable_prefix_caching=prefix)
     if policy == "fixed":
         knobs["k"] = k
     if policy == "tetris":  # TETRIS under TV (BV runs on numpy)
@@ -240,10 +254,10 @@ def test_streamed_steps_equal_the_held_table(tmp_path):
                          pd.read_parquet(tmp_path / "compiled" / "steps.parquet"))
 
 
-def test_cli_engine_compiled_on_paged_kv_is_one_line_exit_2(tmp_path):
+def test_cli_engine_compiled_on_two_replicas_is_one_line_exit_2(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "specbatch", "simulate", "--requests", "4", "--engine",
-         "compiled", "--kv-mode", "paged", "--kv-capacity", "6000", "--json"],
+         "compiled", "--replicas", "2", "--json"],
         capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
