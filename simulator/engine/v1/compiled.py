@@ -4,8 +4,9 @@ compiled vllm-v1 loop's driver.
 The numpy engine (simulator.engine.core.Engine) runs everything; the compiled loop
 (simulator.engine.v1.kernel, numba) runs the configurations :func:`compiled_gap` accepts, with
 request and step tables bit-identical to the numpy engine's (its reference twin; parity:
-tests/simulator/engine/v1/test_compiled.py). ``auto`` takes the compiled loop where it applies
-and numba is installed; ``compiled`` refuses the rest with a one-line reason naming what is not
+tests/simulator/engine/v1/test_compiled.py). ``auto`` takes the compiled loop where it applies,
+numba is installed and the run has at least :data:`AUTO_MIN_REQUESTS` requests (below, the
+kernel's load costs more than it saves); ``compiled`` refuses the rest with a one-line reason naming what is not
 covered; ``numpy`` always takes the numpy engine.
 
 Covered today: scheduler vllm-v1, one replica (no data parallelism), FCFS, ``kv_mode =
@@ -44,6 +45,11 @@ if TYPE_CHECKING:
     from specbatch.simulator.workload.arrivals import Workload
     from specbatch.traces.format.trace import Trace
 
+#: ``auto`` takes the compiled loop from this many requests on: loading the cached kernel
+#: costs ~0.5 CPU-s a process (numba's import and its cache index; measured with
+#: benchmarks/compiled_bench.py), which the loop saves back at ~20-80 µs a step only after
+#: some 10^4 steps; smaller runs stay on numpy (``engine = "compiled"`` forces it).
+AUTO_MIN_REQUESTS = 2000
 #: Steps a kernel call records before handing its rows back (a multiple of StepLog's CHUNK).
 STEP_BUFFER = 16 * CHUNK
 _PASS_CONSTANTS = ("flops_per_token", "attn_flops", "weight_bytes", "kv_bytes",
@@ -150,7 +156,7 @@ def choose_engine(config: SimConfig, policy: Policy, cost: CostModel, *,
             raise SpecbatchError("config: engine: expected numba installed for \"compiled\" "
                                  "(pip install 'specbatch[fast]'), got none")
         return "compiled"
-    if gap is not None:
+    if gap is not None or (workload is not None and workload.n < AUTO_MIN_REQUESTS):
         return "numpy"
     if not numba_installed():
         if "numba" not in _NOTED:
