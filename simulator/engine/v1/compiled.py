@@ -128,15 +128,25 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     row = rule_entry(config.verify)
     if policy.depth and (row.kind != "chain" or row.scan not in ("leading", "last")):
         return f"verify {config.verify} (compiled: chain rules tv, block)"
-    if type(cost) is not RooflineCost:
+    _, base = cost_scale(cost)
+    if type(base) is not RooflineCost:
         return f"cost model {type(cost).__name__} (compiled: the plain roofline)"
-    for role, c in cost.consts.items():
+    for role, c in base.consts.items():
         if c.sliding_layers or c.experts or c.fp8_flops_per_token:
             return (f"the {role}'s sliding windows, experts or FP8 GEMMs (compiled: dense "
                     "roofline)")
     if hasattr(cost, "first_pass_time"):  # pragma: no cover - a head is another class
         return "a draft head"
     return None
+
+
+def cost_scale(cost: CostModel) -> tuple[float, CostModel]:
+    """(factor, model): analysis.sensitivity's ScaledCost (every pass and the overhead times
+    a factor; matched by name, as the simulator imports nothing of analysis) as its factor
+    and wrapped model, any other model as (1.0, itself)."""
+    if type(cost).__name__ == "ScaledCost" and hasattr(cost, "inner"):
+        return float(cost.factor), cost.inner
+    return 1.0, cost
 
 
 def choose_engine(config: SimConfig, policy: Policy, cost: CostModel, *,
@@ -201,8 +211,9 @@ class CompiledEngine:
             ints[kn.I_POOL] = int(capacity) // int(config.block_size)
             ints[kn.I_PREFIX] = int(bool(config.enable_prefix_caching))
         floats = np.zeros(kn.N_FLOATS)
+        floats[kn.F_SCALE], base = cost_scale(cost)
         for off, role in ((0, "target"), (10, "draft")):
-            c = cost.consts[role]
+            c = base.consts[role]
             floats[off:off + 10] = [float(getattr(c, name)) for name in _PASS_CONSTANTS]
         floats[kn.F_OVERHEAD] = float(cost.overhead)
         vc = verify_cost_for(config, trace, one_hot_drafter(config.draft))

@@ -36,7 +36,8 @@ I_PAGED, I_BLOCK_SIZE, I_LOOKAHEAD, I_POOL, I_PREFIX = range(16, 21)  # paged KV
 N_INTS = 21
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
-N_FLOATS = 25
+F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the model itself)
+N_FLOATS = 26
 # the replica's registers (``regs``): arrivals queued, arrivals admitted, running requests,
 # reserved tokens (reserve) or free blocks (paged), step rows, preempted requests waiting in
 # front, the prefix cache's segment queue (head, tail) and its named segments
@@ -61,9 +62,10 @@ _UNIT = 1.0 / 9007199254740992.0  # 2**-53
 def pass_time(c, off, sq, skv, sqkv, sqq):
     """RooflineCost.time_from_sums of a dense role (constants ``c[off:off + 10]``:
     flops_per_token, attn_flops, weight_bytes, kv_bytes, act_bytes_per_token, inv_compute,
-    inv_memory, floor, fixed, comm_per_token), the same expressions in the same order."""
+    inv_memory, floor, fixed, comm_per_token), the same expressions in the same order,
+    times ``c[F_SCALE]`` (ScaledCost's factor · time; × 1.0 is exact)."""
     if sq <= 0.0:
-        return 0.0
+        return c[F_SCALE] * 0.0
     flops = c[off] * sq + c[off + 1] * (sqkv + 0.5 * (sqq + sq))
     nbytes = c[off + 2] + c[off + 3] * (skv + 2.0 * sq) + c[off + 4] * sq
     compute = flops * c[off + 5]
@@ -73,7 +75,7 @@ def pass_time(c, off, sq, skv, sqkv, sqq):
         top = memory
     if c[off + 7] > top:
         top = c[off + 7]
-    return top + c[off + 8] + c[off + 9] * sq
+    return c[F_SCALE] * (top + c[off + 8] + c[off + 9] * sq)
 
 
 @njit(cache=True)

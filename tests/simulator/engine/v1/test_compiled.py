@@ -140,6 +140,7 @@ def test_pass_time_is_the_roofline_sums_formula_bit_for_bit():
         packed = np.array([float(getattr(c, name)) for name in compiled._PASS_CONSTANTS])
         consts = np.zeros(kernel.N_FLOATS)
         consts[off:off + 10] = packed
+        consts[kernel.F_SCALE] = 1.0
         for _ in range(200):
             n = int(rng.integers(0, 300))
             q = rng.integers(1, 600, n)
@@ -148,6 +149,23 @@ def test_pass_time_is_the_roofline_sums_formula_bit_for_bit():
             want = cost.time_from_sums(role, n, *sums)
             got = kernel.pass_time(consts, off, *sums)
             assert np.float64(got).view(np.int64) == np.float64(want).view(np.int64)
+
+
+@needs_numba
+def test_a_scaled_cost_runs_compiled_with_the_same_tables():
+    """analysis.sensitivity's ScaledCost (the CLI's ±5 % step-time runs of an open-loop
+    workload) prices factor · time: the compiled loop multiplies the same way."""
+    from specbatch.analysis.sensitivity import ScaledCost
+
+    runs = {}
+    for engine in ("numpy", "compiled"):
+        config = load_config(None, engine=engine, requests=40, seed=2, policy="fixed", k=2,
+                             arrival="poisson", rate=20.0)
+        runs[engine] = simulate(config, trace=default_trace(),
+                                cost_model=ScaledCost(build_cost(config), 1.05))
+    assert runs["compiled"].summary["engine_ran"] == "compiled"
+    assert_bit_identical(runs["numpy"].requests, runs["compiled"].requests)
+    assert_bit_identical(runs["numpy"].steps, runs["compiled"].steps)
 
 
 @needs_numba
