@@ -115,6 +115,32 @@ def verify_seconds(floats, ints, n, vsum, smax, snonzero):
 
 
 @njit(cache=True)
+def select(a, m, kth):
+    """The value of rank ``kth`` (0-based, ascending) among ``a[:m]`` — ``np.partition(a[:m],
+    kth)[kth]`` — by quickselect in place (finite values: the cumulative confidences)."""
+    lo, hi = 0, m - 1
+    while lo < hi:
+        pivot = a[(lo + hi) // 2]
+        i, j = lo, hi
+        while i <= j:
+            while a[i] < pivot:
+                i += 1
+            while a[j] > pivot:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if kth <= j:
+            hi = j
+        elif kth >= i:
+            lo = i
+        else:
+            return a[kth]
+    return a[kth]
+
+
+@njit(cache=True)
 def monotone_topc(values, n, k, budget, flat, s):
     """theory.allocate.budget.monotone_topc of ``values[:n, :k]`` (non-increasing rows) into
     ``s[:n]``: the entries ≥ the C-th largest value, surplus ties dropped from the end of
@@ -130,8 +156,7 @@ def monotone_topc(values, n, k, budget, flat, s):
         for j in range(k):
             flat[m] = values[i, j]
             m += 1
-    ordered = np.sort(flat[:total])
-    threshold = ordered[total - c]
+    threshold = select(flat, total, total - c)
     selected = 0
     for i in range(n):
         for j in range(k):

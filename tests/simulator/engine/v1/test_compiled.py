@@ -169,6 +169,27 @@ def test_a_scaled_cost_runs_compiled_with_the_same_tables():
 
 
 @needs_numba
+def test_select_and_topc_are_numpys_partition_and_monotone_topc():
+    """kernel.select is np.partition's k-th value; kernel.monotone_topc equals
+    theory.allocate.budget.monotone_topc, ties included (values drawn from a few levels)."""
+    from specbatch.theory.allocate.budget import monotone_topc
+
+    kernel = compiled.load_kernel()
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n, k = int(rng.integers(1, 12)), int(rng.integers(1, 6))
+        levels = rng.choice([0.1, 0.25, 0.5, 0.9, 1.0], size=(n, k))
+        values = np.sort(levels, axis=1)[:, ::-1].copy()  # non-increasing rows, many ties
+        flat = values.ravel().copy()
+        kth = int(rng.integers(0, n * k))
+        assert kernel.select(flat.copy(), n * k, kth) == np.partition(flat, kth)[kth]
+        budget = int(rng.integers(0, n * k + 3))
+        got = np.zeros(n, dtype=np.int64)
+        kernel.monotone_topc(values, n, k, budget, np.zeros(n * k), got)
+        assert got.tolist() == monotone_topc(values, budget).tolist()
+
+
+@needs_numba
 def test_eta_is_the_replays_uniform_stream():
     """kernel.eta(key, t, j) equals simulator.replay.chain.uniforms bit for bit."""
     from specbatch.simulator.replay.chain import request_keys, uniforms
