@@ -180,7 +180,8 @@ def choose_engine(config: SimConfig, policy: Policy, cost: CostModel, *,
 class CompiledEngine:
     """The compiled vllm-v1 loop with :class:`~simulator.engine.core.Engine`'s outer
     interface (``rec``, :meth:`run`): built with the same arguments, run only where
-    :func:`compiled_gap` said it applies."""
+    :func:`compiled_gap` said it applies. ``progress`` is told the requests finished after
+    each kernel call (every :data:`STEP_BUFFER` steps), not after each step."""
 
     def __init__(self, config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
                  policy: Policy, *, capacity: int | None, progress=None) -> None:
@@ -292,6 +293,7 @@ class CompiledEngine:
         segments = [np.zeros(4 * int(self.ints[kn.I_MAX_SEQS]) + 64, dtype=i64)
                     for _ in range(3)]  # uid, blocks, hashed per segment
         log = rec.step_rows
+        reported = 0  # finished requests told to ``progress``
         while True:
             code = kn.run_steps(self.arrival, self.order, self.prompt, self.out, self.base,
                                 self.keys, wrap, self.footprint, proposed, thr, thr2, conf,
@@ -305,6 +307,9 @@ class CompiledEngine:
             if code == kn.GROW:  # more live prefix-cache segments than the arrays hold
                 segments = [np.concatenate([a, np.zeros_like(a)]) for a in segments]
                 continue
+            if self.progress is not None and regs[kn.R_FINISHED] > reported:
+                self.progress(int(regs[kn.R_FINISHED]) - reported)
+                reported = int(regs[kn.R_FINISHED])
             rows = int(regs[kn.R_ROWS])
             whole = rows if code == kn.DONE else rows - rows % CHUNK
             for start in range(0, whole, CHUNK):
@@ -316,8 +321,6 @@ class CompiledEngine:
             regs[kn.R_ROWS] = rest
         if not np.all(np.isfinite(rec.finish)):  # pragma: no cover - engine invariant
             raise SpecbatchError("simulator: a request never finished (engine invariant broken)")
-        if self.progress is not None:
-            self.progress(n)
         return rec
 
 

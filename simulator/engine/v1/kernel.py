@@ -42,7 +42,8 @@ N_FLOATS = 26
 # reserved tokens (reserve) or free blocks (paged), step rows, preempted requests waiting in
 # front, the prefix cache's segment queue (head, tail) and its named segments
 R_ARRIVED, R_ADMITTED, R_RUNNING, R_FREE, R_ROWS, R_FRONT, R_HEAD, R_TAIL, R_NAMED = range(9)
-N_REGS = 9
+R_FINISHED = 9  # requests finished so far (the caller's progress bar)
+N_REGS = 10
 # running state rows (``st``); a request's position and counters live in ``counts`` # [5, N]
 S_UID, S_PREFILLED, S_FILL, S_BLOCKS = range(4)
 N_ST = 4
@@ -638,6 +639,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             u = st[S_UID, i]
             if counts[C_POS, u] >= out[u]:
                 finish[u] = end_t
+                regs[R_FINISHED] += 1
                 if paged:
                     released += st[S_BLOCKS, i]
                 elif capacity >= 0:

@@ -290,6 +290,20 @@ def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
 
 
 @needs_numba
+def test_progress_is_told_every_finished_request_once():
+    from specbatch.simulator.workload.arrivals import build_workload
+
+    config = load_config(None, engine="compiled", requests=300, max_num_seqs=4, seed=6)
+    trace = default_trace()
+    seen: list[int] = []
+    engine = compiled.CompiledEngine(config, trace, build_workload(config, trace),
+                                     build_cost(config), make_policy(config, trace.K),
+                                     capacity=None, progress=seen.append)
+    rec = engine.run()
+    assert sum(seen) == 300 and np.isfinite(rec.finish).all()
+
+
+@needs_numba
 def test_streamed_steps_equal_the_held_table(tmp_path):
     """simulate_to streams the step table while the kernel runs (blocks of StepLog's CHUNK
     rows): the file equals the numpy engine's."""
