@@ -15,8 +15,13 @@ Then the start-up of a 10-request ``specbatch simulate --json`` process (CPU sec
 ``--repeat``), under ``--engine numpy``, ``auto`` (numpy at this size) and ``compiled`` (the
 kernel loaded from its cache).
 
+With ``--processes``, whole ``specbatch simulate`` processes as
+benchmarks/vidur_side_by_side.py runs them (Vidur's flags; lean ``--json`` and written
+``--out DIR``), ``--engine numpy`` against ``--engine auto``, CPU seconds from ``os.wait4``:
+the specbatch side of the Vidur pairings under both engines, in the same run.
+
 Usage: .venv/bin/python benchmarks/compiled_bench.py [--requests N] [--repeat R] [--json]
-       [--pairings vllm,sarathi] [--policies ar,fixed,tetris]
+       [--pairings vllm,sarathi] [--policies ar,fixed,tetris] [--processes]
 """
 
 from __future__ import annotations
@@ -108,6 +113,46 @@ def startup_cpu(engine: str, repeat: int) -> float:
     return best
 
 
+def process_cpu(argv: list[str]) -> float:
+    """CPU seconds (user + system, os.wait4) of one ``specbatch`` process."""
+    proc = subprocess.Popen([sys.executable, "-m", "specbatch", *argv],
+                            cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status:
+        raise RuntimeError(f"specbatch {' '.join(argv)} failed ({status})")
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_rows(sim_bench, workload: Path, requests: int, pairings: list[str],
+                 policies: list[str], repeat: int) -> list[dict]:
+    """Whole ``specbatch simulate`` processes as vidur_side_by_side.py runs them (Vidur's
+    flags, each pairing and policy, lean: ``--json``; written: ``--out DIR``), under
+    ``--engine numpy`` and ``--engine auto`` alternately; best CPU of ``repeat`` each."""
+    rows = []
+    out = Path(tempfile.mkdtemp(prefix="compiled_bench_"))
+    for pairing in pairings:
+        for policy in policies:
+            for mode in ("lean", "written"):
+                best: dict = {}
+                for _ in range(repeat):
+                    for engine in ("numpy", "auto"):
+                        argv = ["simulate", "--workload", str(workload), "--requests",
+                                str(requests), *sim_bench.VIDUR_FLAGS,
+                                *sim_bench.flags(sim_bench.SETTINGS[pairing]),
+                                *sim_bench.flags(POLICIES[policy]), "--engine", engine,
+                                "--json"]
+                        if mode == "written":
+                            argv += ["--out", str(out / f"{pairing}-{policy}-{engine}"),
+                                     "--force"]
+                        cpu = process_cpu(argv)
+                        best[engine] = min(cpu, best.get(engine, cpu))
+                rows.append({"pairing": pairing, "policy": policy, "mode": mode,
+                             "numpy_cpu_s": best["numpy"], "compiled_cpu_s": best["auto"],
+                             "ratio": best["numpy"] / best["auto"]})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sim_bench = load_sim_bench()
@@ -116,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--pairings", default="vllm,sarathi")
     parser.add_argument("--policies", default="ar,fixed,tetris")
+    parser.add_argument("--processes", action="store_true",
+                        help="also time whole simulate processes, lean and written")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if not args.workload.exists():
@@ -141,8 +188,19 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
     startup = {engine: startup_cpu(engine, args.repeat)
                for engine in ("numpy", "auto", "compiled")}
+    processes = []
+    if args.processes:
+        processes = process_rows(sim_bench, args.workload, args.requests,
+                                 args.pairings.split(","), args.policies.split(","),
+                                 args.repeat)
+        if not args.json:
+            for row in processes:
+                print(f"process {row['pairing']:>8} {row['policy']:>7} {row['mode']:>7}: "
+                      f"numpy {row['numpy_cpu_s']:6.2f} CPU s, auto (compiled) "
+                      f"{row['compiled_cpu_s']:5.2f} CPU s, ratio {row['ratio']:5.1f}x",
+                      flush=True)
     out = {"requests": args.requests, "repeat": args.repeat, "rows": rows,
-           "startup_cpu_s": startup}
+           "startup_cpu_s": startup, "processes": processes}
     if args.json:
         print(json.dumps(out))
     else:

@@ -10,12 +10,16 @@ kernel's load costs more than it saves); ``compiled`` refuses the rest with a on
 covered; ``numpy`` always takes the numpy engine.
 
 Covered today: scheduler vllm-v1, one replica (no data parallelism), FCFS, ``kv_mode =
-"reserve"`` (any ``kv_capacity``), no ``long_prefill_token_threshold``, chunked prefill on or
-off, policies ``ar``, ``fixed`` and ``tetris`` (TV, confidence surrogate), chain rules TV and BV on replayed acceptance (trace,
-fitted or profile), the roofline cost model of dense models without sliding windows, FP8
-GEMMs or a draft head, with or without the rejection sampler's cost, any arrivals, no early
-stop. Everything else (tetris under BV or with a fitted predictor, dsd, paged KV, prefix caching, trees, calibrated and profiled
-costs, several replicas, user policies) runs on numpy.
+"reserve"`` (any ``kv_capacity``) or ``"paged"`` (preemption by recompute, the prefix cache's
+counting path; not the hybrid manager's groups nor shared-prefix groups), any
+``long_prefill_token_threshold``, chunked prefill on or off, policies ``ar``, ``fixed`` and
+``tetris`` (TV, confidence surrogate), chain rules TV and BV on replayed acceptance (trace,
+fitted or profile), the roofline cost model of dense models (no sliding windows, experts,
+FP8 GEMMs, draft head or CUDA-graph padding; analysis.sensitivity's scaled roofline too),
+with or without the rejection sampler's cost, any arrivals, no early stop. Everything else
+(tetris under BV or with a fitted predictor, dsd and the other adaptive policies, trees,
+calibrated and profiled costs, vllm-v0, several replicas, priority admission, user policies)
+runs on numpy.
 
 Kernels are cached under ``$SPECBATCH_CACHE/numba`` (``~/.cache/specbatch/numba``): numba's
 ``cache=True`` writes next to the source by default, so ``NUMBA_CACHE_DIR`` is set before numba
@@ -117,8 +121,6 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
                 and workload.prefix_group is not None
                 and bool((np.asarray(workload.prefix_group) >= 0).any())):
             return "shared-prefix groups in the prefix cache (compiled: its counting path)"
-    if int(config.long_prefill_token_threshold):
-        return "long_prefill_token_threshold (compiled: 0)"
     if type(policy) not in (AutoRegressive, Fixed, Tetris):
         return f"policy {config.policy} (compiled: ar, fixed, tetris)"
     if type(policy).observe is not Policy.observe:  # pragma: no cover - built-ins do not observe
@@ -211,6 +213,7 @@ class CompiledEngine:
             ints[kn.I_LOOKAHEAD] = v1_lookahead(config, policy.speculates, depth)
             ints[kn.I_POOL] = int(capacity) // int(config.block_size)
             ints[kn.I_PREFIX] = int(bool(config.enable_prefix_caching))
+        ints[kn.I_THRESHOLD] = int(config.long_prefill_token_threshold)
         floats = np.zeros(kn.N_FLOATS)
         floats[kn.F_SCALE], base = cost_scale(cost)
         for off, role in ((0, "target"), (10, "draft")):
@@ -287,9 +290,11 @@ class CompiledEngine:
         regs[kn.R_FREE] = self.ints[kn.I_POOL]  # free blocks (paged); reserved tokens: 0
         clock = np.zeros(1)
         steps = np.zeros((len(STEP_COLUMNS), STEP_BUFFER))  # [14, rows] float64
-        front = np.zeros(n, dtype=i64)  # preempted uids waiting in front of the arrivals
-        hashed, done_tok = np.zeros(n, dtype=i64), np.zeros(n, dtype=i64)
-        parked_seg = np.full(n, -1, dtype=i64)
+        # per-request arrays only where read: paged KV's preempted queue, the prefix cache's
+        paged, prefix = bool(self.ints[kn.I_PAGED]), bool(self.ints[kn.I_PREFIX])
+        front = np.zeros(n if paged else 1, dtype=i64)  # preempted uids before the arrivals
+        hashed, done_tok = (np.zeros(n if prefix else 1, dtype=i64) for _ in range(2))
+        parked_seg = np.full(n if prefix else 1, -1, dtype=i64)
         segments = [np.zeros(4 * int(self.ints[kn.I_MAX_SEQS]) + 64, dtype=i64)
                     for _ in range(3)]  # uid, blocks, hashed per segment
         log = rec.step_rows

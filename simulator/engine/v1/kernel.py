@@ -2,7 +2,8 @@
 
 The numpy engine (simulator.engine.core with simulator.engine.v1.step) is this kernel's
 reference twin; :mod:`simulator.engine.v1.compiled` says where the kernel applies and drives it.
-It covers one replica, FCFS, ``kv_mode = "reserve"``, no ``long_prefill_token_threshold``, a
+It covers one replica, FCFS, reserve or paged KV (preemption by recompute, the prefix cache's
+counting path), ``long_prefill_token_threshold``, a
 chain policy planning d_i = s_i = min(k, proposed) (``fixed``; ``ar`` is k = 0) or TETRIS's
 top-C of the cumulative draft confidence under TV (``tetris``, d_i = K; simulator.policies.papers.
 Tetris with :func:`monotone_topc`, theory.allocate.budget's tie order), a chain rule
@@ -33,7 +34,8 @@ I_DEPTH, I_K, I_BUDGET, I_MAX_SEQS, I_CHUNKED, I_CAPACITY, I_DRAFTS_CHUNKS = ran
 I_VERIFY, I_VOCAB, I_DRAFT_ROWS, I_BLOCK, I_LEADING, I_WRAP, I_PROPOSED = range(7, 14)
 I_TETRIS, I_C = 14, 15  # the policy is tetris (TV, confidence surrogate); its C (-1: k per request)
 I_PAGED, I_BLOCK_SIZE, I_LOOKAHEAD, I_POOL, I_PREFIX = range(16, 21)  # paged KV, counting cache
-N_INTS = 21
+I_THRESHOLD = 21  # long_prefill_token_threshold (0: none)
+N_INTS = 22
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
 F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the model itself)
@@ -286,6 +288,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     has_wrap, has_proposed = ints[I_WRAP], ints[I_PROPOSED]
     tetris, c_budget = ints[I_TETRIS], ints[I_C]
     paged, bs, lookahead, prefix = ints[I_PAGED], ints[I_BLOCK_SIZE], ints[I_LOOKAHEAD], ints[I_PREFIX]
+    threshold = ints[I_THRESHOLD]
     overhead = floats[F_OVERHEAD]
     arrived, admitted, n, free, nrows = (regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING],
                                          regs[R_FREE], regs[R_ROWS])
@@ -363,6 +366,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 want = 1 + plan_s[i]
             else:
                 want = st[S_FILL, i] - st[S_PREFILLED, i]
+            if threshold and want > threshold:  # vLLM caps every running request
+                want = threshold
             tok = want if want < left else left
             tokens[i] = tok
             left -= tok
@@ -455,6 +460,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                     hits = min(seg_r[at], seg_h[at], (num_tokens - 1) // bs)
                 computed = hits * bs
                 num = num_tokens - computed
+                if threshold and num > threshold:
+                    num = threshold
                 if num > left:
                     if not chunked:
                         break

@@ -80,7 +80,7 @@ def test_the_default_run_is_covered():
     ({"policy": "tetris", "k": 3, "extra": 1, "verify": "block"}, "tetris"),
     ({"scheduler": "vllm-v0"}, "scheduler vllm-v0"),
     ({"replicas": 2}, "replicas"),
-    ({"long_prefill_token_threshold": 64}, "long_prefill_token_threshold"),
+    ({"scheduling_policy": "priority"}, "scheduling_policy priority"),
     ({"cost": "calibrated"}, "cost model"),
 ])
 def test_what_is_not_covered_is_named(knobs, named):
@@ -243,6 +243,10 @@ COVERED = [
      "k": 4, "block_size": 8, "enable_chunked_prefill": False},
     {"requests": 60, "seed": 3, "kv_mode": "paged", "workload": "example", "arrival": "trace",
      "kv_capacity": 4000, "policy": "ar"},
+    # long_prefill_token_threshold caps every running request, decoding ones too
+    {"requests": 60, "seed": 7, "policy": "fixed", "k": 4, "long_prefill_token_threshold": 3},
+    {"requests": 60, "seed": 7, "kv_mode": "paged", "kv_capacity": 3000, "policy": "tetris",
+     "k": 3, "extra": 1, "long_prefill_token_threshold": 48},
 ]
 
 
@@ -262,14 +266,16 @@ def test_compiled_tables_equal_the_numpy_engines(knobs):
        seqs=st.integers(1, 24), chunked=st.booleans(),
        arrival=st.sampled_from(["burst", "poisson"]), rate=st.floats(1.0, 200.0),
        capacity=st.sampled_from([None, 2500, 6000, 40000]), paged=st.booleans(),
-       block_size=st.sampled_from([4, 16]), prefix=st.booleans())
+       block_size=st.sampled_from([4, 16]), prefix=st.booleans(),
+       threshold=st.sampled_from([0, 0, 2, 40]))
 def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
         requests, seed, policy, k, extra, budget_c, verify, budget, seqs, chunked, arrival,
-        rate, capacity, paged, block_size, prefix):
+        rate, capacity, paged, block_size, prefix, threshold):
     knobs = dict(requests=requests, seed=seed, policy=policy, verify=verify,
                  max_num_batched_tokens=budget if chunked else budget + 4096,
                  max_num_seqs=seqs, enable_chunked_prefill=chunked, arrival=arrival,
-                 kv_capacity=None if capacity is None else 4 * capacity)
+                 kv_capacity=None if capacity is None else 4 * capacity,
+                 long_prefill_token_threshold=threshold)
     if paged:  # a small pool preempts; the prefix cache counts and finds parked blocks
         knobs.update(kv_mode="paged", kv_capacity=capacity or 3000, block_size=block_size,
                      enable_prefix_caching=prefix)
