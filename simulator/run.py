@@ -128,9 +128,12 @@ RESULT_FILES = ("requests.parquet", "steps.parquet", "summary.json", "config.tom
 
 
 def config_identity(config: SimConfig) -> str:
-    """The hash of a run's resolved config: reruns of it may replace each other's results."""
+    """The hash of a run's resolved config: reruns of it may replace each other's results.
+    The ``engine`` that runs it is left out: both engines' results are bit-identical."""
     import hashlib
 
+    if config.engine != "auto":
+        config = config.replace(engine="auto")
     return hashlib.sha256(to_toml(config).encode()).hexdigest()[:20]
 
 

@@ -120,6 +120,15 @@ def test_auto_without_numba_runs_on_numpy_with_one_note(monkeypatch, capsys):
         compiled.choose_engine(*parts(engine="compiled"))
 
 
+def test_the_engine_is_not_part_of_a_runs_identity():
+    """Both engines' results are bit-identical: a rerun under the other may replace them."""
+    from specbatch.simulator.run import config_identity
+
+    ids = {config_identity(load_config(None, engine=e)) for e in ("auto", "numpy", "compiled")}
+    assert len(ids) == 1
+    assert config_identity(load_config(None, seed=1)) not in ids
+
+
 def test_the_kernel_cache_lives_under_specbatch_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECBATCH_CACHE", str(tmp_path))
     assert compiled.cache_dir() == tmp_path / "numba"
@@ -201,6 +210,28 @@ def test_eta_is_the_replays_uniform_stream():
     for i in range(50):
         for j in range(6):
             assert kernel.eta(keys[i], int(pos[i]), j) == want[i, j]
+
+
+# ------------------------------------------------------------------ a hand-checked run
+
+
+@needs_numba
+def test_a_lone_request_prefills_then_decodes_one_token_a_step():
+    """One request under ``ar`` (simulator.engine.v1.step.V1Step.run_composed with
+    emit_completed): step 0 prefills the whole prompt (budget 8192) and emits the first token
+    at its end; each later step decodes one token; L steps for L output tokens; each step
+    starts when the last ended (time + duration, the engine's STEP_END event)."""
+    req, steps, summary = tables("compiled", requests=1, seed=9, policy="ar")
+    assert summary["engine_ran"] == "compiled"
+    out, prompt = int(req.output_len[0]), int(req.prompt_len[0])
+    assert len(steps) == out
+    assert (steps.prefill_tokens[0], steps.batch[0], steps.emitted[0]) == (prompt, 0, 1)
+    assert (steps.prefill_tokens[1:] == 0).all() and (steps.batch[1:] == 1).all()
+    assert (steps.emitted[1:] == 1).all() and (steps.depth == 0).all()
+    assert req.first_token[0] == steps.end[0] and req.finish[0] == steps.end.iloc[-1]
+    time, end = steps.time.to_numpy(), steps.end.to_numpy()
+    assert (time[1:] == time[:-1] + (end[:-1] - time[:-1])).all()
+    assert int(req.tokens[0]) == out and int(req.steps[0]) == out - 1
 
 
 # ------------------------------------------------------------------ parity
