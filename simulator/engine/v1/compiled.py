@@ -12,12 +12,12 @@ covered; ``numpy`` always takes the numpy engine.
 Covered today: scheduler vllm-v1, one replica (no data parallelism), FCFS, ``kv_mode =
 "reserve"`` (any ``kv_capacity``) or ``"paged"`` (preemption by recompute, the prefix cache's
 counting path; not the hybrid manager's groups nor shared-prefix groups), any
-``long_prefill_token_threshold``, chunked prefill on or off, policies ``ar``, ``fixed`` and
-``tetris`` (TV, confidence surrogate), chain rules TV and BV on replayed acceptance (trace,
+``long_prefill_token_threshold``, chunked prefill on or off, policies ``ar``, ``fixed``,
+``tetris`` (TV, confidence surrogate) and ``dsd`` (its goodput plans and α), chain rules TV and BV on replayed acceptance (trace,
 fitted or profile), the roofline cost model of dense models (no sliding windows, experts,
 FP8 GEMMs, draft head or CUDA-graph padding; analysis.sensitivity's scaled roofline too),
 with or without the rejection sampler's cost, any arrivals, no early stop. Everything else
-(tetris under BV or with a fitted predictor, dsd and the other adaptive policies, trees,
+(tetris under BV or with a fitted predictor, the other adaptive policies and schedules, trees,
 calibrated and profiled costs, vllm-v0, several replicas, priority admission, user policies)
 runs on numpy.
 
@@ -99,7 +99,7 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     """Why the compiled loop cannot run this simulation (one phrase), or None when it can."""
     from specbatch.simulator.cost.analytic.roofline import RooflineCost
     from specbatch.simulator.policies.base import Policy
-    from specbatch.simulator.policies.papers import AutoRegressive, Fixed, Tetris
+    from specbatch.simulator.policies.papers import AutoRegressive, DynamicSD, Fixed, Tetris
     from specbatch.simulator.replay.rules import rule_entry
 
     if reference:
@@ -121,9 +121,9 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
                 and workload.prefix_group is not None
                 and bool((np.asarray(workload.prefix_group) >= 0).any())):
             return "shared-prefix groups in the prefix cache (compiled: its counting path)"
-    if type(policy) not in (AutoRegressive, Fixed, Tetris):
-        return f"policy {config.policy} (compiled: ar, fixed, tetris)"
-    if type(policy).observe is not Policy.observe:  # pragma: no cover - built-ins do not observe
+    if type(policy) not in (AutoRegressive, Fixed, Tetris, DynamicSD):
+        return f"policy {config.policy} (compiled: ar, fixed, tetris, dsd)"
+    if type(policy).observe not in (Policy.observe, DynamicSD.observe):  # pragma: no cover
         return f"policy {config.policy} observes its steps"
     if type(policy) is Tetris and (policy.kind != "confidence" or not policy.rule_row.additive):
         return "tetris with a fitted predictor or under BV (compiled: confidence, TV)"
@@ -241,6 +241,15 @@ class CompiledEngine:
             else:
                 thr = np.ascontiguousarray(tables.h, dtype=np.float64)
                 thr2 = np.ascontiguousarray(tables.p, dtype=np.float64)
+        self.dsd = None
+        if policy.name == "dsd":  # its plan's state: k_now, steps, α (DynamicSD)
+            if policy.sampler != vc:
+                raise SpecbatchError("simulator: dsd's sampler cost is not the engine's "
+                                     "(simulator.run.attach_verify_cost was not called)")
+            ints[kn.I_DSD] = 1
+            ints[kn.I_KMAX] = int(policy.k_max)
+            ints[kn.I_INTERVAL] = int(policy.interval)
+            self.dsd = (int(policy.k_now), int(policy.steps), float(policy.alpha))
         conf = np.zeros((1, 1))
         if policy.name == "tetris":
             from specbatch.simulator.policies.view import TraceTables
@@ -288,7 +297,9 @@ class CompiledEngine:
         st = np.zeros((kn.N_ST, max(int(self.ints[kn.I_MAX_SEQS]), 1)), dtype=i64)
         regs = np.zeros(kn.N_REGS, dtype=i64)
         regs[kn.R_FREE] = self.ints[kn.I_POOL]  # free blocks (paged); reserved tokens: 0
-        clock = np.zeros(1)
+        clock = np.zeros(2)  # the replica's time; dsd's α
+        if self.dsd is not None:
+            regs[kn.R_KNOW], regs[kn.R_DSTEPS], clock[1] = self.dsd
         steps = np.zeros((len(STEP_COLUMNS), STEP_BUFFER))  # [14, rows] float64
         # per-request arrays only where read: paged KV's preempted queue, the prefix cache's
         paged, prefix = bool(self.ints[kn.I_PAGED]), bool(self.ints[kn.I_PREFIX])

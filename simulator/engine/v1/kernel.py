@@ -4,7 +4,8 @@ The numpy engine (simulator.engine.core with simulator.engine.v1.step) is this k
 reference twin; :mod:`simulator.engine.v1.compiled` says where the kernel applies and drives it.
 It covers one replica, FCFS, reserve or paged KV (preemption by recompute, the prefix cache's
 counting path), ``long_prefill_token_threshold``, a
-chain policy planning d_i = s_i = min(k, proposed) (``fixed``; ``ar`` is k = 0) or TETRIS's
+chain policy planning d_i = s_i = min(k, proposed) (``fixed``; ``ar`` is k = 0; ``dsd``'s k
+from its goodput scan every interval, α updated from each step's τ) or TETRIS's
 top-C of the cumulative draft confidence under TV (``tetris``, d_i = K; simulator.policies.papers.
 Tetris with :func:`monotone_topc`, theory.allocate.budget's tie order), a chain rule
 scanning its thresholds (TV: leading successes, BV: the last success; simulator.replay.chain),
@@ -35,7 +36,8 @@ I_VERIFY, I_VOCAB, I_DRAFT_ROWS, I_BLOCK, I_LEADING, I_WRAP, I_PROPOSED = range(
 I_TETRIS, I_C = 14, 15  # the policy is tetris (TV, confidence surrogate); its C (-1: k per request)
 I_PAGED, I_BLOCK_SIZE, I_LOOKAHEAD, I_POOL, I_PREFIX = range(16, 21)  # paged KV, counting cache
 I_THRESHOLD = 21  # long_prefill_token_threshold (0: none)
-N_INTS = 22
+I_DSD, I_KMAX, I_INTERVAL = 22, 23, 24  # the policy is dsd: its window's bound, its interval
+N_INTS = 25
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
 F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the model itself)
@@ -45,7 +47,8 @@ N_FLOATS = 26
 # front, the prefix cache's segment queue (head, tail) and its named segments
 R_ARRIVED, R_ADMITTED, R_RUNNING, R_FREE, R_ROWS, R_FRONT, R_HEAD, R_TAIL, R_NAMED = range(9)
 R_FINISHED = 9  # requests finished so far (the caller's progress bar)
-N_REGS = 10
+R_KNOW, R_DSTEPS = 10, 11  # dsd's window k_now and its steps planned (α: clock[1])
+N_REGS = 12
 # running state rows (``st``); a request's position and counters live in ``counts`` # [5, N]
 S_UID, S_PREFILLED, S_FILL, S_BLOCKS = range(4)
 N_ST = 4
@@ -115,6 +118,28 @@ def verify_seconds(floats, ints, n, vsum, smax, snonzero):
         rows += 2 * (1 + draft_rows) * snonzero
     nbytes = np.float64(4 * ints[I_VOCAB] * rows)
     return nbytes / floats[F_BANDWIDTH] + floor
+
+
+@njit(cache=True)
+def dsd_goodput(k, n, skv, alpha, floats, ints):
+    """DynamicSD.goodput(k) of a batch of ``n`` requests with Σ KV ``skv`` (the cost model's
+    step_time on those arrays is the roofline of their exact sums), the same operations in
+    the same order (simulator.policies.papers.DynamicSD)."""
+    a = alpha
+    if a >= 1.0:
+        tokens = n * (k + 1.0)
+    else:
+        tokens = n * ((1.0 - a ** np.float64(k + 1)) / (1.0 - a))
+    q = k + 1
+    t = floats[F_OVERHEAD] + pass_time(floats, 0, np.float64(n * q), np.float64(skv),
+                                       np.float64(q * skv), np.float64(n * q * q))
+    fn = np.float64(n)
+    for d in range(k):
+        c = np.float64(skv + n * d)
+        t += pass_time(floats, 10, fn, c, c, fn)
+    if ints[I_VERIFY]:
+        t += verify_seconds(floats, ints, n, n * k, k, n if k else 0)
+    return tokens / t if t > 0 else np.inf
 
 
 @njit(cache=True)
@@ -289,6 +314,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     tetris, c_budget = ints[I_TETRIS], ints[I_C]
     paged, bs, lookahead, prefix = ints[I_PAGED], ints[I_BLOCK_SIZE], ints[I_LOOKAHEAD], ints[I_PREFIX]
     threshold = ints[I_THRESHOLD]
+    dsd, k_max, interval = ints[I_DSD], ints[I_KMAX], ints[I_INTERVAL]
     overhead = floats[F_OVERHEAD]
     arrived, admitted, n, free, nrows = (regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING],
                                          regs[R_FREE], regs[R_ROWS])
@@ -308,6 +334,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     values = np.zeros((max_seqs, max(depth, 1)))
     flat = np.zeros(max_seqs * max(depth, 1))
     topc = np.zeros(max_seqs, dtype=np.int64)
+    last_tau = np.zeros(max_seqs, dtype=np.int64)
     code = DONE
     while True:
         if nrows >= cap:
@@ -343,14 +370,33 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             c_step = k * nd if c_budget < 0 else c_budget
             monotone_topc(values, nd, depth, c_step, flat, topc)
             d_all = depth if c_step > 0 else 0
+        k_step = k
+        if dsd and nd:  # DynamicSD.decide: re-plan every ``interval`` steps, probe at k = 0
+            k_step = regs[R_KNOW]
+            if regs[R_DSTEPS] % interval == 0:
+                skv_plan = 0
+                for m in range(nd):
+                    u = st[S_UID, dec_idx[m]]
+                    skv_plan += prompt[u] + counts[C_POS, u]
+                best_k, best = 0, -np.inf
+                for kk in range(k_max + 1):
+                    g = dsd_goodput(kk, nd, skv_plan, clock[1], floats, ints) * (
+                        1.1 if kk == 0 else 1.0)
+                    if g < best:
+                        break
+                    best_k, best = kk, g
+                regs[R_KNOW] = k_step = best_k
+                if k_step == 0 and k_max >= 1:
+                    k_step = 1
+            regs[R_DSTEPS] += 1
         for m in range(nd):
             i = dec_idx[m]
             if tetris:
                 s = topc[m]
                 d = d_all
             else:
-                s = k
-                d = k
+                s = k_step
+                d = k_step
             if has_proposed:
                 p = proposed[dec_row[m]]
                 if p < d:
@@ -543,6 +589,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             counts[C_DRAFTED, u] += d
             counts[C_VERIFIED, u] += s
             counts[C_ACCEPTED, u] += tau
+            last_tau[i] = tau
             kept_d[keep] = d
             kept_kv[keep] = kv
             keep += 1
@@ -559,6 +606,19 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 smax = s
             if s:
                 snz += 1
+        if dsd and keep:  # DynamicSD.observe: α ← 0.85 α + 0.15 Σ τ / (Σ τ + #{τ < s})
+            successes = 0
+            misses = 0
+            for i in range(kept):
+                if decoding[i] and tokens[i] > 0:
+                    s = plan_s[i] if plan_s[i] < tokens[i] - 1 else tokens[i] - 1
+                    if s > 0:
+                        successes += last_tau[i]
+                        if last_tau[i] < s:
+                            misses += 1
+            trials = successes + misses
+            if trials > 0:
+                clock[1] = 0.85 * clock[1] + 0.15 * successes / trials
         draft_t = 0.0
         verify_t = 0.0
         passes = 0

@@ -76,7 +76,7 @@ def test_the_default_run_is_covered():
 
 
 @pytest.mark.parametrize("knobs, named", [
-    ({"policy": "dsd"}, "policy dsd"),
+    ({"policy": "oracle", "k": 4, "extra": 1}, "policy oracle"),
     ({"policy": "tetris", "k": 3, "extra": 1, "verify": "block"}, "tetris"),
     ({"scheduler": "vllm-v0"}, "scheduler vllm-v0"),
     ({"replicas": 2}, "replicas"),
@@ -97,7 +97,7 @@ def test_engine_compiled_refuses_an_uncovered_run_in_one_line():
 
 def test_engine_numpy_and_uncovered_auto_run_on_numpy():
     assert compiled.choose_engine(*parts(engine="numpy")) == "numpy"
-    assert compiled.choose_engine(*parts(engine="auto", policy="dsd")) == "numpy"
+    assert compiled.choose_engine(*parts(engine="auto", policy="oracle", k=4)) == "numpy"
 
 
 def test_auto_runs_small_workloads_on_numpy():
@@ -239,7 +239,8 @@ def test_a_lone_request_prefills_then_decodes_one_token_a_step():
 
 #: The golden configurations the compiled loop covers (/work/tools/golden.sh: v1default,
 #: fixedbv, tetris, chunked, example, ngram), plus budget cuts, a KV capacity, prefill
-#: without chunks, the torch sampler's floors, TETRIS's budget C (0 included) and paged KV.
+#: without chunks, the torch sampler's floors, TETRIS's budget C (0 included), paged KV, dsd
+#: and long_prefill_token_threshold.
 COVERED = [
     {"requests": 96, "seed": 3},
     {"requests": 96, "seed": 3, "policy": "fixed", "k": 3, "verify": "block"},
@@ -274,6 +275,13 @@ COVERED = [
      "k": 4, "block_size": 8, "enable_chunked_prefill": False},
     {"requests": 60, "seed": 3, "kv_mode": "paged", "workload": "example", "arrival": "trace",
      "kv_capacity": 4000, "policy": "ar"},
+    # dsd (golden "dsd"): its goodput scan every interval, the k = 0 probe, α from each τ
+    {"requests": 96, "seed": 3, "policy": "dsd"},
+    {"requests": 96, "seed": 3, "policy": "dsd", "dsd_interval": 1, "verify": "block"},
+    {"requests": 100, "seed": 4, "policy": "dsd", "kv_mode": "paged", "kv_capacity": 3000,
+     "max_num_batched_tokens": 256, "max_num_seqs": 32},
+    {"requests": 60, "seed": 5, "policy": "dsd", "verify_cost": "torch",
+     "max_num_batched_tokens": 40},
     # long_prefill_token_threshold caps every running request, decoding ones too
     {"requests": 60, "seed": 7, "policy": "fixed", "k": 4, "long_prefill_token_threshold": 3},
     {"requests": 60, "seed": 7, "kv_mode": "paged", "kv_capacity": 3000, "policy": "tetris",
@@ -291,7 +299,7 @@ def test_compiled_tables_equal_the_numpy_engines(knobs):
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(requests=st.integers(1, 40), seed=st.integers(0, 2**31 - 1),
-       policy=st.sampled_from(["ar", "fixed", "tetris"]), k=st.integers(1, 5),
+       policy=st.sampled_from(["ar", "fixed", "tetris", "dsd"]), k=st.integers(1, 5),
        extra=st.integers(0, 2), budget_c=st.one_of(st.none(), st.integers(0, 40)),
        verify=st.sampled_from(["tv", "block"]), budget=st.integers(8, 600),
        seqs=st.integers(1, 24), chunked=st.booleans(),
@@ -314,6 +322,8 @@ def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
         knobs["k"] = k
     if policy == "tetris":  # TETRIS under TV (BV runs on numpy)
         knobs.update(k=k, extra=extra, budget=budget_c, verify="tv")
+    if policy == "dsd":  # its re-planning interval from the same draw
+        knobs.update(k=k, dsd_interval=1 + extra * 3)
     if arrival == "poisson":
         knobs["rate"] = rate
     try:
