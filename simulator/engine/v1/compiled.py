@@ -243,13 +243,15 @@ class CompiledEngine:
                 thr2 = np.ascontiguousarray(tables.p, dtype=np.float64)
         self.dsd = None
         if policy.name == "dsd":  # its plan's state: k_now, steps, α (DynamicSD)
-            if policy.sampler != vc:
+            if policy.sampler is not None and policy.sampler != vc:  # pragma: no cover
                 raise SpecbatchError("simulator: dsd's sampler cost is not the engine's "
-                                     "(simulator.run.attach_verify_cost was not called)")
+                                     "(simulator.run.attach_verify_cost hands it the same)")
             ints[kn.I_DSD] = 1
+            ints[kn.I_DSD_VERIFY] = int(policy.sampler is not None)
             ints[kn.I_KMAX] = int(policy.k_max)
             ints[kn.I_INTERVAL] = int(policy.interval)
             self.dsd = (int(policy.k_now), int(policy.steps), float(policy.alpha))
+        self.policy = policy
         conf = np.zeros((1, 1))
         if policy.name == "tetris":
             from specbatch.simulator.policies.view import TraceTables
@@ -337,6 +339,9 @@ class CompiledEngine:
             regs[kn.R_ROWS] = rest
         if not np.all(np.isfinite(rec.finish)):  # pragma: no cover - engine invariant
             raise SpecbatchError("simulator: a request never finished (engine invariant broken)")
+        if self.dsd is not None:  # the policy ends where the numpy engine leaves it
+            p = self.policy
+            p.k_now, p.steps, p.alpha = int(regs[kn.R_KNOW]), int(regs[kn.R_DSTEPS]), float(clock[1])
         return rec
 
 

@@ -37,7 +37,8 @@ I_TETRIS, I_C = 14, 15  # the policy is tetris (TV, confidence surrogate); its C
 I_PAGED, I_BLOCK_SIZE, I_LOOKAHEAD, I_POOL, I_PREFIX = range(16, 21)  # paged KV, counting cache
 I_THRESHOLD = 21  # long_prefill_token_threshold (0: none)
 I_DSD, I_KMAX, I_INTERVAL = 22, 23, 24  # the policy is dsd: its window's bound, its interval
-N_INTS = 25
+I_DSD_VERIFY = 25  # dsd plans with the sampler's seconds (its price_verification was called)
+N_INTS = 26
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
 F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the model itself)
@@ -137,7 +138,7 @@ def dsd_goodput(k, n, skv, alpha, floats, ints):
     for d in range(k):
         c = np.float64(skv + n * d)
         t += pass_time(floats, 10, fn, c, c, fn)
-    if ints[I_VERIFY]:
+    if ints[I_DSD_VERIFY]:
         t += verify_seconds(floats, ints, n, n * k, k, n if k else 0)
     return tokens / t if t > 0 else np.inf
 

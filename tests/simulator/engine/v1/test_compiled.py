@@ -351,6 +351,24 @@ def test_progress_is_told_every_finished_request_once():
 
 
 @needs_numba
+def test_dsd_ends_in_the_state_the_numpy_engine_leaves_it():
+    """DynamicSD's k_now, steps and α after a run: the same under both engines."""
+    from specbatch.simulator.run import run_engine
+    from specbatch.simulator.workload.arrivals import build_workload
+
+    trace = default_trace()
+    states = []
+    for engine in ("numpy", "compiled"):
+        config = load_config(None, engine=engine, requests=60, seed=8, policy="dsd",
+                             dsd_interval=3)
+        policy = make_policy(config, trace.K)
+        run_engine(config, trace, build_workload(config, trace), build_cost(config), policy,
+                   None)
+        states.append((policy.k_now, policy.steps, policy.alpha))
+    assert states[0] == states[1] and states[0][1] > 0
+
+
+@needs_numba
 def test_streamed_steps_equal_the_held_table(tmp_path):
     """simulate_to streams the step table while the kernel runs (blocks of StepLog's CHUNK
     rows): the file equals the numpy engine's."""
