@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -404,3 +405,21 @@ def test_cli_json_says_which_engine_ran(tmp_path):
              engine, "--json"], capture_output=True, text=True, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["engine_ran"] == ran
+
+
+@needs_numba
+def test_a_cold_compile_says_so_once_and_the_cache_is_under_specbatch_cache(tmp_path):
+    """An empty $SPECBATCH_CACHE: the first run compiles (one stderr line naming the cache)
+    and writes the kernel there; the second loads it and says nothing."""
+    env = {**os.environ, "SPECBATCH_CACHE": str(tmp_path / "cache")}
+    env.pop("NUMBA_CACHE_DIR", None)
+    argv = [sys.executable, "-m", "specbatch", "simulate", "--requests", "3", "--engine",
+            "compiled", "--json"]
+    first = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
+    second = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert first.returncode == second.returncode == 0, first.stderr
+    cold = [line for line in first.stderr.splitlines() if "compiling the vllm-v1 kernel" in line]
+    assert len(cold) == 1 and str(tmp_path / "cache" / "numba") in cold[0]
+    assert "compiling" not in second.stderr
+    assert any((tmp_path / "cache" / "numba").rglob("*.nbi"))
+    assert json.loads(first.stdout) == json.loads(second.stdout)
