@@ -9,7 +9,8 @@ numba is installed and the run has at least :data:`AUTO_MIN_REQUESTS` requests (
 kernel's load costs more than it saves); ``compiled`` refuses the rest with a one-line reason naming what is not
 covered; ``numpy`` always takes the numpy engine.
 
-Covered today: scheduler vllm-v1, one replica (no data parallelism), FCFS, ``kv_mode =
+Covered today: scheduler vllm-v1, one replica (no data parallelism), FCFS (priority
+admission in reserve mode), ``kv_mode =
 "reserve"`` (any ``kv_capacity``) or ``"paged"`` (preemption by recompute, the prefix cache's
 counting path; not the hybrid manager's groups nor shared-prefix groups), any
 ``long_prefill_token_threshold``, chunked prefill on or off, policies ``ar``, ``fixed``,
@@ -18,7 +19,8 @@ fitted or profile), the roofline cost model of dense models (no sliding windows,
 FP8 GEMMs, draft head or CUDA-graph padding; analysis.sensitivity's scaled roofline too),
 with or without the rejection sampler's cost, any arrivals, no early stop. Everything else
 (tetris under BV or with a fitted predictor, the other adaptive policies and schedules, trees,
-calibrated and profiled costs, vllm-v0, several replicas, priority admission, user policies)
+calibrated and profiled costs, vllm-v0, several replicas, priority admission in paged mode,
+user policies)
 runs on numpy.
 
 Kernels are cached under ``$SPECBATCH_CACHE/numba`` (``~/.cache/specbatch/numba``): numba's
@@ -114,8 +116,9 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
         return f"scheduler {config.scheduler} (compiled: vllm-v1)"
     if int(config.replicas) * int(config.data_parallel_size) != 1:
         return "several replicas or data-parallel ranks (compiled: one)"
-    if config.scheduling_policy != "fcfs":
-        return f"scheduling_policy {config.scheduling_policy} (compiled: fcfs)"
+    if config.scheduling_policy != "fcfs" and config.kv_mode != "reserve":
+        return (f"scheduling_policy {config.scheduling_policy} under kv_mode "
+                f"{config.kv_mode} (compiled: fcfs, or priority in reserve mode)")
     if config.kv_mode == "paged":
         from specbatch.simulator.engine.kv import hybrid_layout
 
@@ -275,6 +278,16 @@ class CompiledEngine:
             wrap = np.ascontiguousarray(wrap, dtype=np.int64)
         else:
             wrap = np.ones(1, dtype=np.int64)
+        if config.scheduling_policy == "priority":  # the waiting queue by rank
+            from specbatch.simulator.engine.admission import priority_rank
+
+            ints[kn.I_PRIORITY] = 1
+            rank = priority_rank(workload)  # [N] each request's place
+            by_rank = np.empty_like(rank)
+            by_rank[rank] = np.arange(workload.n, dtype=np.int64)
+            self.ranks = (rank, by_rank, np.zeros(workload.n, dtype=np.int64))
+        else:
+            self.ranks = tuple(np.zeros(1, dtype=np.int64) for _ in range(3))
         self.ints, self.floats = ints, floats
         self.tables = (thr, thr2, conf, proposed, wrap)
         self.keys = request_keys(int(config.seed), np.arange(n))  # [N] uint64
@@ -322,7 +335,7 @@ class CompiledEngine:
                                 self.ints, self.floats, st, regs, clock, rec.first_token,
                                 rec.finish, self.counts, steps, rec.preemptions,
                                 rec.recomputed, front, hashed, done_tok, parked_seg,
-                                *segments)
+                                *segments, *self.ranks)
             if code == kn.STUCK:  # pragma: no cover - engine invariant
                 raise SpecbatchError("simulator: a compiled vllm-v1 step with nothing "
                                      "scheduled (engine invariant broken)")

@@ -38,7 +38,8 @@ I_PAGED, I_BLOCK_SIZE, I_LOOKAHEAD, I_POOL, I_PREFIX = range(16, 21)  # paged KV
 I_THRESHOLD = 21  # long_prefill_token_threshold (0: none)
 I_DSD, I_KMAX, I_INTERVAL = 22, 23, 24  # the policy is dsd: its window's bound, its interval
 I_DSD_VERIFY = 25  # dsd plans with the sampler's seconds (its price_verification was called)
-N_INTS = 26
+I_PRIORITY = 26  # scheduling_policy "priority": the waiting queue is a heap of ranks
+N_INTS = 27
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
 F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the model itself)
@@ -49,7 +50,8 @@ N_FLOATS = 26
 R_ARRIVED, R_ADMITTED, R_RUNNING, R_FREE, R_ROWS, R_FRONT, R_HEAD, R_TAIL, R_NAMED = range(9)
 R_FINISHED = 9  # requests finished so far (the caller's progress bar)
 R_KNOW, R_DSTEPS = 10, 11  # dsd's window k_now and its steps planned (α: clock[1])
-N_REGS = 12
+R_HEAPN = 12  # waiting requests in the priority heap
+N_REGS = 13
 # running state rows (``st``); a request's position and counters live in ``counts`` # [5, N]
 S_UID, S_PREFILLED, S_FILL, S_BLOCKS = range(4)
 N_ST = 4
@@ -141,6 +143,39 @@ def dsd_goodput(k, n, skv, alpha, floats, ints):
     if ints[I_DSD_VERIFY]:
         t += verify_seconds(floats, ints, n, n * k, k, n if k else 0)
     return tokens / t if t > 0 else np.inf
+
+
+@njit(cache=True)
+def heap_push(heap, size, value):
+    """Push ``value`` onto the min-heap ``heap[:size]``; returns the new size."""
+    i = size
+    heap[i] = value
+    while i > 0:
+        parent = (i - 1) // 2
+        if heap[parent] <= heap[i]:
+            break
+        heap[parent], heap[i] = heap[i], heap[parent]
+        i = parent
+    return size + 1
+
+
+@njit(cache=True)
+def heap_pop(heap, size):
+    """Remove the smallest of the min-heap ``heap[:size]``; returns the new size."""
+    size -= 1
+    heap[0] = heap[size]
+    i = 0
+    while True:
+        left, right, low = 2 * i + 1, 2 * i + 2, i
+        if left < size and heap[left] < heap[low]:
+            low = left
+        if right < size and heap[right] < heap[low]:
+            low = right
+        if low == i:
+            break
+        heap[low], heap[i] = heap[i], heap[low]
+        i = low
+    return size
 
 
 @njit(cache=True)
@@ -294,7 +329,7 @@ def seg_room(regs, seg_uid, seg_r, seg_h, parked_seg, want):
 def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed, thr, thr2,
               conf, ints, floats, st, regs, clock, first_token, finish, counts, steps,
               preemptions, recomputed, front, hashed, done_tok, parked_seg, seg_uid, seg_r,
-              seg_h):
+              seg_h, rank, by_rank, heap):
     """Run steps until every request finished (returns DONE) or ``steps`` # [14, cap] is
     full (FULL: call again after taking its rows); GROW when the segment arrays need room;
     STUCK when a step would schedule nothing.
@@ -306,7 +341,9 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     first_token, finish # [N]; counts # [5, N] RECORD_ROWS (position t and counters, live);
     preemptions, recomputed # [N]; front # [N] preempted uids waiting before the arrivals
     (top = head of the queue); hashed, done_tok, parked_seg # [N] the counting prefix
-    cache's per-request numbers; seg_uid, seg_r, seg_h # [cap] its segments."""
+    cache's per-request numbers; seg_uid, seg_r, seg_h # [cap] its segments; rank, by_rank,
+    heap # [N] under priority admission: each request's (priority, arrival, uid) rank, the
+    uid of each rank, the waiting ranks' min-heap (simulator.engine.admission)."""
     n_req = arrival.shape[0]
     depth, k, budget, max_seqs = ints[I_DEPTH], ints[I_K], ints[I_BUDGET], ints[I_MAX_SEQS]
     chunked, capacity, drafts_chunks = ints[I_CHUNKED], ints[I_CAPACITY], ints[I_DRAFTS_CHUNKS]
@@ -316,6 +353,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     paged, bs, lookahead, prefix = ints[I_PAGED], ints[I_BLOCK_SIZE], ints[I_LOOKAHEAD], ints[I_PREFIX]
     threshold = ints[I_THRESHOLD]
     dsd, k_max, interval = ints[I_DSD], ints[I_KMAX], ints[I_INTERVAL]
+    priority = ints[I_PRIORITY]
+    heapn = regs[R_HEAPN]
     overhead = floats[F_OVERHEAD]
     arrived, admitted, n, free, nrows = (regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING],
                                          regs[R_FREE], regs[R_ROWS])
@@ -344,7 +383,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         if prefix and not seg_room(regs, seg_uid, seg_r, seg_h, parked_seg, 2 * max_seqs + 8):
             code = GROW
             break
-        if n == 0 and admitted == arrived and nfront == 0:
+        if n == 0 and admitted == arrived and nfront == 0 and heapn == 0:
             if arrived == n_req:
                 code = DONE
                 break
@@ -352,6 +391,9 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             if a > t:
                 t = a
         while arrived < n_req and arrival[order[arrived]] <= t:
+            if priority:  # queued by rank (PriorityWaiting); ``admitted`` follows ``arrived``
+                heapn = heap_push(heap, heapn, rank[order[arrived]])
+                admitted += 1
             arrived += 1
         # ---- plan: every decoding request's (d_i, s_i), before the composition
         nd = 0
@@ -495,11 +537,14 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         if kept == n and left > 0 and n < max_seqs:
             room = max_seqs - n
             joined = 0
-            while nfront or admitted < arrived:
+            while nfront or admitted < arrived or heapn:
                 if left <= 0 or joined >= room:
                     break
                 resumed = nfront > 0
-                u = front[nfront - 1] if resumed else order[admitted]
+                if priority:
+                    u = by_rank[heap[0]]
+                else:
+                    u = front[nfront - 1] if resumed else order[admitted]
                 num_tokens = prompt[u] + counts[C_POS, u] if resumed else prompt[u]
                 hits = 0
                 if prefix and parked_seg[u] >= 0:
@@ -533,7 +578,9 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                     if free + fp > capacity:
                         break
                     free += fp
-                if resumed:
+                if priority:
+                    heapn = heap_pop(heap, heapn)
+                elif resumed:
                     nfront -= 1
                     recomputed[u] -= computed
                 else:
@@ -548,7 +595,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 joined += 1
                 left -= num
         if total == 0:
-            if nfront or admitted < arrived or n:  # pragma: no cover - engine invariant
+            if nfront or admitted < arrived or heapn or n:  # pragma: no cover - invariant
                 code = STUCK
                 break
             continue  # nothing runs: wait for the next arrival
@@ -725,5 +772,6 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         t = t + (end_t - t)  # the engine's STEP_END event: time + duration, not ``end``
     regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING] = arrived, admitted, n
     regs[R_FREE], regs[R_ROWS], regs[R_FRONT] = free, nrows, nfront
+    regs[R_HEAPN] = heapn
     clock[0] = t
     return code

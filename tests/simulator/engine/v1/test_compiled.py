@@ -81,7 +81,6 @@ def test_the_default_run_is_covered():
     ({"policy": "tetris", "k": 3, "extra": 1, "verify": "block"}, "tetris"),
     ({"scheduler": "vllm-v0"}, "scheduler vllm-v0"),
     ({"replicas": 2}, "replicas"),
-    ({"scheduling_policy": "priority"}, "scheduling_policy priority"),
     ({"cost": "calibrated"}, "cost model"),
 ])
 def test_what_is_not_covered_is_named(knobs, named):
@@ -349,6 +348,26 @@ def test_progress_is_told_every_finished_request_once():
                                      capacity=None, progress=seen.append)
     rec = engine.run()
     assert sum(seen) == 300 and np.isfinite(rec.finish).all()
+
+
+@needs_numba
+@pytest.mark.parametrize("policy, seqs", [("fixed", 4), ("tetris", 16), ("ar", 2)])
+def test_priority_admission_is_bit_identical(tmp_path, policy, seqs):
+    """scheduling_policy = "priority" (reserve mode): the waiting queue by (priority,
+    arrival, uid), simulator.engine.admission.PriorityWaiting, as a heap in the kernel."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seqs)
+    n = 80
+    path = tmp_path / "workload.csv"
+    pd.DataFrame({"prompt_len": rng.integers(4, 300, n), "output_len": rng.integers(1, 90, n),
+                  "arrival": np.round(np.sort(rng.exponential(0.02, n).cumsum()), 3),
+                  "priority": rng.integers(0, 4, n)}).to_csv(path, index=False)
+    knobs = dict(requests=n, workload=str(path), arrival="trace", policy=policy,
+                 scheduling_policy="priority", max_num_seqs=seqs, max_num_batched_tokens=256)
+    if policy != "ar":
+        knobs["k"] = 3
+    assert_parity(**knobs)
 
 
 @needs_numba
