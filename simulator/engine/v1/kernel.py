@@ -2,25 +2,30 @@
 
 The numpy engine (simulator.engine.core with simulator.engine.v1.step) is this kernel's
 reference twin; :mod:`simulator.engine.v1.compiled` says where the kernel applies and drives it.
-It covers one replica, FCFS, reserve or paged KV (preemption by recompute, the prefix cache's
-counting path), ``long_prefill_token_threshold``, a
-chain policy planning d_i = s_i = min(k, proposed) (``fixed``; ``ar`` is k = 0; ``dsd``'s k
-from its goodput scan every interval, α updated from each step's τ) or TETRIS's
-top-C of the cumulative draft confidence under TV (``tetris``, d_i = K; simulator.policies.papers.
-Tetris with :func:`monotone_topc`, theory.allocate.budget's tie order), a chain rule
-scanning its thresholds (TV: leading successes, BV: the last success; simulator.replay.chain),
-the roofline's dense sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums)
+It covers one replica; FCFS or priority admission (a min-heap of simulator.engine.admission's
+ranks); reserve or paged KV (the growth of simulator.engine.v1.compose.V1Composer.compose,
+preemption of the newest by recompute as its ``preempt_walk``, and the prefix cache's counting
+path, simulator.engine.prefix.PrefixCache with ``lazy``); ``long_prefill_token_threshold``;
+chain policies planning d_i = s_i = min(k, proposed) (``fixed``; ``ar`` is k = 0; ``dsd``'s k
+from its goodput scan every interval, α updated from each step's τ) or TETRIS's top-C of the
+cumulative draft confidence under TV (``tetris``, d_i = K; simulator.policies.papers.Tetris
+with :func:`monotone_topc`, theory.allocate.budget's tie order); a chain rule scanning its
+thresholds (TV: leading successes, BV: the last success; simulator.replay.chain); the
+roofline's dense sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums)
 and the rejection sampler's seconds (simulator.cost.verify_cost.VerifyCost.seconds). Every
 float is computed by the numpy path's expressions in the same order, on the same exact integer
 sums, so the step and request tables are bit-identical (tests/simulator/engine/v1/test_compiled.py).
 
 The step, as :meth:`~simulator.engine.v1.step.V1Step.composed_step` composes it (vLLM's
-``Scheduler.schedule``): running requests in admission order take min(ask, budget left) tokens
-(ask = 1 + s_i decoding, the rest of the prompt prefilling), then waiting prompts FCFS into
-what is left (chunked, or stopping at the first that does not fit without chunked prefill);
-a decoding request cut by the budget verifies got − 1 drafts. η comes from the request's key
-and position (SplitMix64, simulator.replay.chain.uniforms). Arrivals at or before a step's
-start are queued before it (the engine's tie-break: arrivals, then step ends, then starts).
+``Scheduler.schedule``): the decoding requests are planned first; running requests in
+admission order take min(ask, budget left) tokens (ask = 1 + s_i decoding, the rest of the
+prompt prefilling, both capped by the threshold), then, in a step that preempted nobody,
+waiting prompts in queue order into what is left (chunked, or stopping at the first that
+does not fit without chunked prefill); a decoding request cut by the budget verifies got − 1
+drafts. η comes from the request's key and position (SplitMix64,
+simulator.replay.chain.uniforms). Arrivals at or before a step's start are queued before it
+(the engine's tie-break: arrivals, then step ends, then starts), and the next step starts at
+time + duration, the engine's STEP_END event time.
 
 The module imports numba; import it only where numba is installed.
 """
