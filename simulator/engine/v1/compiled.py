@@ -114,8 +114,10 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
         return "an early stop (plan's SLO search) runs on numpy"
     if config.scheduler != "vllm-v1":
         return f"scheduler {config.scheduler} (compiled: vllm-v1)"
-    if int(config.replicas) * int(config.data_parallel_size) != 1:
-        return "several replicas or data-parallel ranks (compiled: one)"
+    if int(config.data_parallel_size) != 1:
+        return "data-parallel ranks (compiled: replicas behind a round_robin router)"
+    if int(config.replicas) > 1 and config.router != "round_robin":
+        return f"router {config.router} (compiled: round_robin, whose replicas are independent)"
     if config.scheduling_policy != "fcfs" and config.kv_mode != "reserve":
         return (f"scheduling_policy {config.scheduling_policy} under kv_mode "
                 f"{config.kv_mode} (compiled: fcfs, or priority in reserve mode)")
@@ -259,6 +261,7 @@ class CompiledEngine:
             ints[kn.I_INTERVAL] = int(policy.interval)
             self.dsd = (int(policy.k_now), int(policy.steps), float(policy.alpha))
         self.policy = policy
+        self.replicas = int(config.replicas)  # round-robin: independent replicas
         conf = np.zeros((1, 1))
         if policy.name == "tetris":
             from specbatch.simulator.policies.view import TraceTables
@@ -306,33 +309,57 @@ class CompiledEngine:
             **{name: self.counts[i] for i, name in enumerate(RECORD_ROWS)})
 
     def run(self) -> Records:
-        """Run the kernel until every request finished, handing its step rows to the log in
-        blocks of StepLog's CHUNK rows (as the numpy engine's log packs them)."""
+        """Run every replica's requests (round-robin: the r-th of every ``replicas``
+        arrivals) through the kernel, handing the step rows to the log in blocks of
+        StepLog's CHUNK rows in the numpy engine's event order (one replica: as they come)."""
+        rec = self.rec
+        replicas = self.replicas
+        orders = [self.order[r::replicas] for r in range(replicas)]
+        kept = []
+        for r, order in enumerate(orders):
+            rec.replica[order] = r
+            kept.append(self.run_replica(r, order, stream=replicas == 1))
+        if replicas > 1:
+            rows = np.concatenate(kept, axis=1)  # [16, rows] every replica's, in turn
+            rows = rows[:, event_order(kept, replicas)]
+            for start in range(0, rows.shape[1], CHUNK):
+                add_block(rec.step_rows, rows[:len(STEP_COLUMNS), start:start + CHUNK].copy())
+        if not np.all(np.isfinite(rec.finish)):  # pragma: no cover - engine invariant
+            raise SpecbatchError("simulator: a request never finished (engine invariant broken)")
+        return rec
+
+    def run_replica(self, r: int, order: np.ndarray, stream: bool) -> np.ndarray | None:
+        """Run replica ``r``'s requests ``order`` (in arrival order) to the end; its step rows
+        go to the log (``stream``) or come back # [16, rows] (STEP_COLUMNS, then the kernel's
+        W_WOKEN and W_BY: how the step started, for :func:`event_order`)."""
         kn = self.kernel
         rec = self.rec
         n = self.w.n
         i64 = np.int64
         thr, thr2, conf, proposed, wrap = self.tables
-        st = np.zeros((kn.N_ST, max(int(self.ints[kn.I_MAX_SEQS]), 1)), dtype=i64)
+        ints = self.ints.copy()
+        ints[kn.I_REPLICA] = r
+        st = np.zeros((kn.N_ST, max(int(ints[kn.I_MAX_SEQS]), 1)), dtype=i64)
         regs = np.zeros(kn.N_REGS, dtype=i64)
-        regs[kn.R_FREE] = self.ints[kn.I_POOL]  # free blocks (paged); reserved tokens: 0
+        regs[kn.R_FREE] = ints[kn.I_POOL]  # free blocks (paged); reserved tokens: 0
         clock = np.zeros(2)  # the replica's time; dsd's α
-        if self.dsd is not None:
+        if self.dsd is not None:  # each replica's own copy of the policy, as it starts
             regs[kn.R_KNOW], regs[kn.R_DSTEPS], clock[1] = self.dsd
-        steps = np.zeros((len(STEP_COLUMNS), STEP_BUFFER))  # [14, rows] float64
+        steps = np.zeros((kn.N_STEP_ROWS, STEP_BUFFER))  # [16, rows] float64
         # per-request arrays only where read: paged KV's preempted queue, the prefix cache's
-        paged, prefix = bool(self.ints[kn.I_PAGED]), bool(self.ints[kn.I_PREFIX])
+        paged, prefix = bool(ints[kn.I_PAGED]), bool(ints[kn.I_PREFIX])
         front = np.zeros(n if paged else 1, dtype=i64)  # preempted uids before the arrivals
         hashed, done_tok = (np.zeros(n if prefix else 1, dtype=i64) for _ in range(2))
         parked_seg = np.full(n if prefix else 1, -1, dtype=i64)
-        segments = [np.zeros(4 * int(self.ints[kn.I_MAX_SEQS]) + 64, dtype=i64)
+        segments = [np.zeros(4 * int(ints[kn.I_MAX_SEQS]) + 64, dtype=i64)
                     for _ in range(3)]  # uid, blocks, hashed per segment
         log = rec.step_rows
-        reported = 0  # finished requests told to ``progress``
+        kept: list[np.ndarray] = []
+        told = 0  # finished requests told to ``progress``
         while True:
-            code = kn.run_steps(self.arrival, self.order, self.prompt, self.out, self.base,
+            code = kn.run_steps(self.arrival, order, self.prompt, self.out, self.base,
                                 self.keys, wrap, self.footprint, proposed, thr, thr2, conf,
-                                self.ints, self.floats, st, regs, clock, rec.first_token,
+                                ints, self.floats, st, regs, clock, rec.first_token,
                                 rec.finish, self.counts, steps, rec.preemptions,
                                 rec.recomputed, front, hashed, done_tok, parked_seg,
                                 *segments, *self.ranks)
@@ -342,24 +369,61 @@ class CompiledEngine:
             if code == kn.GROW:  # more live prefix-cache segments than the arrays hold
                 segments = [np.concatenate([a, np.zeros_like(a)]) for a in segments]
                 continue
-            if self.progress is not None and regs[kn.R_FINISHED] > reported:
-                self.progress(int(regs[kn.R_FINISHED]) - reported)
-                reported = int(regs[kn.R_FINISHED])
+            finished = int(regs[kn.R_FINISHED])
+            if self.progress is not None and finished > told:
+                self.progress(finished - told)
+                told = finished
             rows = int(regs[kn.R_ROWS])
+            if not stream:
+                kept.append(steps[:, :rows].copy())
+                regs[kn.R_ROWS] = 0
+                if code == kn.DONE:
+                    break
+                continue
             whole = rows if code == kn.DONE else rows - rows % CHUNK
             for start in range(0, whole, CHUNK):
-                add_block(log, steps[:, start:min(start + CHUNK, whole)].copy())
+                add_block(log, steps[:len(STEP_COLUMNS), start:min(start + CHUNK, whole)].copy())
             if code == kn.DONE:
                 break
             rest = rows - whole
             steps[:, :rest] = steps[:, whole:rows]
             regs[kn.R_ROWS] = rest
-        if not np.all(np.isfinite(rec.finish)):  # pragma: no cover - engine invariant
-            raise SpecbatchError("simulator: a request never finished (engine invariant broken)")
-        if self.dsd is not None:  # the policy ends where the numpy engine leaves it
+        if self.dsd is not None and r == 0:  # the run's policy is replica 0's (the engine's)
             p = self.policy
             p.k_now, p.steps, p.alpha = int(regs[kn.R_KNOW]), int(regs[kn.R_DSTEPS]), float(clock[1])
-        return rec
+        if stream:
+            return None
+        return np.concatenate(kept, axis=1) if kept else np.zeros((kn.N_STEP_ROWS, 0))
+
+
+def event_order(rows: list[np.ndarray], replicas: int) -> np.ndarray:
+    """The order in which the numpy engine starts the replicas' steps, as indices into the
+    concatenation of ``rows`` (each replica's # [16, m_r] in its own order): by start time;
+    at one time, the replicas an arrival woke (their SCHEDULE events, pushed as the arrivals
+    come, in arrival order) before those whose last step ended then (SCHEDULE events pushed
+    at their STEP_END events, in the order those steps started): simulator.engine.core's
+    (time, kind, seq) heap. An arrival's place is local · replicas + r (round-robin)."""
+    import heapq
+
+    offsets = np.cumsum([0] + [m.shape[1] for m in rows])
+    start = [m[1].tolist() for m in rows]
+    woken = [m[14].tolist() for m in rows]
+    by = [m[15].tolist() for m in rows]
+
+    def key(r: int, j: int, before: int) -> tuple:
+        if woken[r][j]:
+            return (start[r][j], 0, int(by[r][j]) * replicas + r)
+        return (start[r][j], 1, before)
+
+    heap = [(key(r, 0, -1), r, 0) for r in range(len(rows)) if start[r]]
+    heapq.heapify(heap)
+    out: list[int] = []
+    while heap:
+        _, r, j = heapq.heappop(heap)
+        out.append(int(offsets[r]) + j)
+        if j + 1 < len(start[r]):
+            heapq.heappush(heap, (key(r, j + 1, len(out) - 1), r, j + 1))
+    return np.asarray(out, dtype=np.int64)
 
 
 def add_block(log: StepLog, block: np.ndarray) -> None:

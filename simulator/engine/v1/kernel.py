@@ -44,7 +44,8 @@ I_THRESHOLD = 21  # long_prefill_token_threshold (0: none)
 I_DSD, I_KMAX, I_INTERVAL = 22, 23, 24  # the policy is dsd: its window's bound, its interval
 I_DSD_VERIFY = 25  # dsd plans with the sampler's seconds (its price_verification was called)
 I_PRIORITY = 26  # scheduling_policy "priority": the waiting queue is a heap of ranks
-N_INTS = 27
+I_REPLICA = 27  # the replica's index (the step rows' first column)
+N_INTS = 28
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
 F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the model itself)
@@ -56,7 +57,13 @@ R_ARRIVED, R_ADMITTED, R_RUNNING, R_FREE, R_ROWS, R_FRONT, R_HEAD, R_TAIL, R_NAM
 R_FINISHED = 9  # requests finished so far (the caller's progress bar)
 R_KNOW, R_DSTEPS = 10, 11  # dsd's window k_now and its steps planned (α: clock[1])
 R_HEAPN = 12  # waiting requests in the priority heap
-N_REGS = 13
+R_STEPPED = 13  # whether a step ran (the first step is woken by an arrival)
+N_REGS = 14
+# the step rows' two columns after STEP_COLUMNS: whether the step started on an arrival
+# (the replica was idle) and that arrival's place in ``order``; the caller merges several
+# replicas' rows into the engine's event order with them
+W_WOKEN, W_BY = 14, 15
+N_STEP_ROWS = 16
 # running state rows (``st``); a request's position and counters live in ``counts`` # [5, N]
 S_UID, S_PREFILLED, S_FILL, S_BLOCKS = range(4)
 N_ST = 4
@@ -349,7 +356,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     cache's per-request numbers; seg_uid, seg_r, seg_h # [cap] its segments; rank, by_rank,
     heap # [N] under priority admission: each request's (priority, arrival, uid) rank, the
     uid of each rank, the waiting ranks' min-heap (simulator.engine.admission)."""
-    n_req = arrival.shape[0]
+    n_req = order.shape[0]  # this replica's requests (round-robin: every R-th arrival)
     depth, k, budget, max_seqs = ints[I_DEPTH], ints[I_K], ints[I_BUDGET], ints[I_MAX_SEQS]
     chunked, capacity, drafts_chunks = ints[I_CHUNKED], ints[I_CAPACITY], ints[I_DRAFTS_CHUNKS]
     has_verify, leading = ints[I_VERIFY], ints[I_LEADING]
@@ -388,11 +395,14 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         if prefix and not seg_room(regs, seg_uid, seg_r, seg_h, parked_seg, 2 * max_seqs + 8):
             code = GROW
             break
+        woken = -1  # the arrival that wakes an idle replica (its place in ``order``)
         if n == 0 and admitted == arrived and nfront == 0 and heapn == 0:
             if arrived == n_req:
                 code = DONE
                 break
             a = arrival[order[arrived]]
+            if a > t or not regs[R_STEPPED]:
+                woken = arrived
             if a > t:
                 t = a
         while arrived < n_req and arrival[order[arrived]] <= t:
@@ -737,7 +747,10 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 completed += 1
         emitted += completed
         row_out = steps[:, nrows]
-        row_out[0] = 0.0
+        row_out[0] = ints[I_REPLICA]
+        row_out[W_WOKEN] = 1.0 if woken >= 0 else 0.0
+        row_out[W_BY] = woken
+        regs[R_STEPPED] = 1
         row_out[1] = t
         row_out[2] = end_t
         row_out[3] = keep

@@ -80,7 +80,7 @@ def test_the_default_run_is_covered():
     ({"policy": "oracle", "k": 4, "extra": 1}, "policy oracle"),
     ({"policy": "tetris", "k": 3, "extra": 1, "verify": "block"}, "tetris"),
     ({"scheduler": "vllm-v0"}, "scheduler vllm-v0"),
-    ({"replicas": 2}, "replicas"),
+    ({"replicas": 2, "router": "least_outstanding"}, "router least_outstanding"),
     ({"cost": "calibrated"}, "cost model"),
 ])
 def test_what_is_not_covered_is_named(knobs, named):
@@ -89,8 +89,8 @@ def test_what_is_not_covered_is_named(knobs, named):
 
 
 def test_engine_compiled_refuses_an_uncovered_run_in_one_line():
-    config, policy, cost = parts(engine="compiled", replicas=2)
-    with pytest.raises(SpecbatchError, match=r"^config: engine: .*several replicas") as err:
+    config, policy, cost = parts(engine="compiled", replicas=2, router="least_outstanding")
+    with pytest.raises(SpecbatchError, match=r"^config: engine: .*router least_outst") as err:
         compiled.choose_engine(config, policy, cost)
     assert "\n" not in str(err.value)
 
@@ -239,8 +239,8 @@ def test_a_lone_request_prefills_then_decodes_one_token_a_step():
 
 #: The golden configurations the compiled loop covers (/work/tools/golden.sh: v1default,
 #: fixedbv, tetris, chunked, example, ngram), plus budget cuts, a KV capacity, prefill
-#: without chunks, the torch sampler's floors, TETRIS's budget C (0 included), paged KV, dsd
-#: and long_prefill_token_threshold.
+#: without chunks, the torch sampler's floors, TETRIS's budget C (0 included), paged KV,
+#: replicas, dsd and long_prefill_token_threshold.
 COVERED = [
     {"requests": 96, "seed": 3},
     {"requests": 96, "seed": 3, "policy": "fixed", "k": 3, "verify": "block"},
@@ -275,6 +275,14 @@ COVERED = [
      "k": 4, "block_size": 8, "enable_chunked_prefill": False},
     {"requests": 60, "seed": 3, "kv_mode": "paged", "workload": "example", "arrival": "trace",
      "kv_capacity": 4000, "policy": "ar"},
+    # replicas behind round_robin (golden "replicas"): independent runs merged in event order
+    {"requests": 96, "seed": 3, "replicas": 2, "arrival": "poisson", "rate": 30.0,
+     "policy": "fixed", "k": 2},
+    {"requests": 96, "seed": 3, "replicas": 3},
+    {"requests": 100, "seed": 4, "replicas": 2, "policy": "dsd", "kv_mode": "paged",
+     "kv_capacity": 3000},
+    {"requests": 100, "seed": 4, "replicas": 4, "policy": "tetris", "k": 3, "extra": 1,
+     "max_num_seqs": 4},
     # dsd (golden "dsd"): its goodput scan every interval, the k = 0 probe, α from each τ
     {"requests": 96, "seed": 3, "policy": "dsd"},
     {"requests": 96, "seed": 3, "policy": "dsd", "dsd_interval": 1, "verify": "block"},
@@ -306,15 +314,15 @@ def test_compiled_tables_equal_the_numpy_engines(knobs):
        arrival=st.sampled_from(["burst", "poisson"]), rate=st.floats(1.0, 200.0),
        capacity=st.sampled_from([None, 2500, 6000, 40000]), paged=st.booleans(),
        block_size=st.sampled_from([4, 16]), prefix=st.booleans(),
-       threshold=st.sampled_from([0, 0, 2, 40]))
+       threshold=st.sampled_from([0, 0, 2, 40]), replicas=st.sampled_from([1, 1, 2, 3]))
 def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
         requests, seed, policy, k, extra, budget_c, verify, budget, seqs, chunked, arrival,
-        rate, capacity, paged, block_size, prefix, threshold):
+        rate, capacity, paged, block_size, prefix, threshold, replicas):
     knobs = dict(requests=requests, seed=seed, policy=policy, verify=verify,
                  max_num_batched_tokens=budget if chunked else budget + 4096,
                  max_num_seqs=seqs, enable_chunked_prefill=chunked, arrival=arrival,
                  kv_capacity=None if capacity is None else 4 * capacity,
-                 long_prefill_token_threshold=threshold)
+                 long_prefill_token_threshold=threshold, replicas=replicas)
     if paged:  # a small pool preempts; the prefix cache counts and finds parked blocks
         knobs.update(kv_mode="paged", kv_capacity=capacity or 3000, block_size=block_size,
                      enable_prefix_caching=prefix)
@@ -404,10 +412,10 @@ def test_streamed_steps_equal_the_held_table(tmp_path):
                          pd.read_parquet(tmp_path / "compiled" / "steps.parquet"))
 
 
-def test_cli_engine_compiled_on_two_replicas_is_one_line_exit_2(tmp_path):
+def test_cli_engine_compiled_behind_least_outstanding_is_one_line_exit_2(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "specbatch", "simulate", "--requests", "4", "--engine",
-         "compiled", "--replicas", "2", "--json"],
+         "compiled", "--replicas", "2", "--router", "least_outstanding", "--json"],
         capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
