@@ -9,19 +9,19 @@ numba is installed and the run has at least :data:`AUTO_MIN_REQUESTS` requests (
 kernel's load costs more than it saves); ``compiled`` refuses the rest with a one-line reason naming what is not
 covered; ``numpy`` always takes the numpy engine.
 
-Covered today: scheduler vllm-v1, one replica (no data parallelism), FCFS (priority
-admission in reserve mode), ``kv_mode =
-"reserve"`` (any ``kv_capacity``) or ``"paged"`` (preemption by recompute, the prefix cache's
-counting path; not the hybrid manager's groups nor shared-prefix groups), any
-``long_prefill_token_threshold``, chunked prefill on or off, policies ``ar``, ``fixed``,
-``tetris`` (TV, confidence surrogate) and ``dsd`` (its goodput plans and α), chain rules TV and BV on replayed acceptance (trace,
-fitted or profile), the roofline cost model of dense models (no sliding windows, experts,
-FP8 GEMMs, draft head or CUDA-graph padding; analysis.sensitivity's scaled roofline too),
-with or without the rejection sampler's cost, any arrivals, no early stop. Everything else
-(tetris under BV or with a fitted predictor, the other adaptive policies and schedules, trees,
-calibrated and profiled costs, vllm-v0, several replicas, priority admission in paged mode,
-user policies)
-runs on numpy.
+Covered today: scheduler vllm-v1; any number of replicas behind the round_robin router
+(independent replicas: :meth:`CompiledEngine.run` and :func:`event_order`; no data
+parallelism); FCFS, or priority admission in reserve mode; ``kv_mode = "reserve"`` (any
+``kv_capacity``) or ``"paged"`` (preemption by recompute, the prefix cache's counting path;
+not the hybrid manager's groups nor shared-prefix groups); any
+``long_prefill_token_threshold``; chunked prefill on or off; policies ``ar``, ``fixed``,
+``tetris`` (TV, confidence surrogate) and ``dsd`` (its goodput plans and α); chain rules TV
+and BV on replayed acceptance (trace, fitted or profile); the roofline cost model of dense
+models (no sliding windows, experts, FP8 GEMMs, draft head or CUDA-graph padding;
+analysis.sensitivity's scaled roofline too), with or without the rejection sampler's cost;
+any arrivals; no early stop. Everything else (tetris under BV or with a fitted predictor,
+the other adaptive policies and schedules, trees, calibrated and profiled costs, vllm-v0, the
+least_outstanding and vllm_dp_lb routers, user policies) runs on numpy.
 
 Kernels are cached under ``$SPECBATCH_CACHE/numba`` (``~/.cache/specbatch/numba``): numba's
 ``cache=True`` writes next to the source by default, so ``NUMBA_CACHE_DIR`` is set before numba
