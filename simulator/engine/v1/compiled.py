@@ -15,11 +15,11 @@ parallelism); FCFS, or priority admission in reserve mode; ``kv_mode = "reserve"
 ``kv_capacity``) or ``"paged"`` (preemption by recompute, the prefix cache's counting path;
 not the hybrid manager's groups nor shared-prefix groups); any
 ``long_prefill_token_threshold``; chunked prefill on or off; policies ``ar``, ``fixed``,
-``tetris`` (TV, confidence surrogate) and ``dsd`` (its goodput plans and α); chain rules TV
+``tetris`` (confidence surrogate, TV and BV) and ``dsd`` (its goodput plans and α); chain rules TV
 and BV on replayed acceptance (trace, fitted or profile); the roofline cost model of dense
 models (no sliding windows, experts, FP8 GEMMs, draft head or CUDA-graph padding;
 analysis.sensitivity's scaled roofline too), with or without the rejection sampler's cost;
-any arrivals; no early stop. Everything else (tetris under BV or with a fitted predictor,
+any arrivals; no early stop. Everything else (tetris with a fitted predictor,
 the other adaptive policies and schedules, trees, calibrated and profiled costs, vllm-v0, the
 least_outstanding and vllm_dp_lb routers, user policies) runs on numpy.
 
@@ -134,8 +134,8 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
         return f"policy {config.policy} (compiled: ar, fixed, tetris, dsd)"
     if type(policy).observe not in (Policy.observe, DynamicSD.observe):  # pragma: no cover
         return f"policy {config.policy} observes its steps"
-    if type(policy) is Tetris and (policy.kind != "confidence" or not policy.rule_row.additive):
-        return "tetris with a fitted predictor or under BV (compiled: confidence, TV)"
+    if type(policy) is Tetris and policy.kind != "confidence":
+        return f"tetris with predictor {policy.kind} (compiled: confidence)"
     row = rule_entry(config.verify)
     if policy.depth and (row.kind != "chain" or row.scan not in ("leading", "last")):
         return f"verify {config.verify} (compiled: chain rules tv, block)"
@@ -267,6 +267,7 @@ class CompiledEngine:
             from specbatch.simulator.policies.view import TraceTables
 
             ints[kn.I_TETRIS] = 1
+            ints[kn.I_POSITIVE] = int(not policy.rule_row.additive)  # BV: monotone_optimum
             ints[kn.I_C] = -1 if policy.budget is None else int(policy.budget)
             conf = np.ascontiguousarray(TraceTables(trace).confidence(depth), dtype=np.float64)
         proposed = getattr(trace, "proposed", None)

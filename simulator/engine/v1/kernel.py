@@ -8,8 +8,8 @@ preemption of the newest by recompute as its ``preempt_walk``, and the prefix ca
 path, simulator.engine.prefix.PrefixCache with ``lazy``); ``long_prefill_token_threshold``;
 chain policies planning d_i = s_i = min(k, proposed) (``fixed``; ``ar`` is k = 0; ``dsd``'s k
 from its goodput scan every interval, α updated from each step's τ) or TETRIS's top-C of the
-cumulative draft confidence under TV (``tetris``, d_i = K; simulator.policies.papers.Tetris
-with :func:`monotone_topc`, theory.allocate.budget's tie order); a chain rule scanning its
+cumulative draft confidence (``tetris``, d_i = K; simulator.policies.papers.Tetris with
+:func:`monotone_topc`, theory.allocate.budget's tie order; under BV its monotone_optimum); a chain rule scanning its
 thresholds (TV: leading successes, BV: the last success; simulator.replay.chain); the
 roofline's dense sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums)
 and the rejection sampler's seconds (simulator.cost.verify_cost.VerifyCost.seconds). Every
@@ -45,7 +45,8 @@ I_DSD, I_KMAX, I_INTERVAL = 22, 23, 24  # the policy is dsd: its window's bound,
 I_DSD_VERIFY = 25  # dsd plans with the sampler's seconds (its price_verification was called)
 I_PRIORITY = 26  # scheduling_policy "priority": the waiting queue is a heap of ranks
 I_REPLICA = 27  # the replica's index (the step rows' first column)
-N_INTS = 28
+I_POSITIVE = 28  # tetris under BV: monotone_optimum (top-C of the positive entries only)
+N_INTS = 29
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
 F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the model itself)
@@ -217,10 +218,11 @@ def select(a, m, kth):
 
 
 @njit(cache=True)
-def monotone_topc(values, n, k, budget, flat, s):
+def monotone_topc(values, n, k, budget, flat, s, positive_only=False):
     """theory.allocate.budget.monotone_topc of ``values[:n, :k]`` (non-increasing rows) into
     ``s[:n]``: the entries ≥ the C-th largest value, surplus ties dropped from the end of
-    the (j, row) order."""
+    the (j, row) order; ``positive_only``: its monotone_optimum (C capped at the positive
+    entries: all of them when the C-th largest is not positive)."""
     total = n * k
     c = budget if budget < total else total
     for i in range(n):
@@ -233,6 +235,12 @@ def monotone_topc(values, n, k, budget, flat, s):
             flat[m] = values[i, j]
             m += 1
     threshold = select(flat, total, total - c)
+    if positive_only and not threshold > 0.0:  # fewer than C positive entries: all of them
+        for i in range(n):
+            for j in range(k):
+                if values[i, j] > 0.0:
+                    s[i] += 1
+        return
     selected = 0
     for i in range(n):
         for j in range(k):
@@ -426,7 +434,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 for j in range(depth):
                     values[m, j] = conf[dec_row[m], j]
             c_step = k * nd if c_budget < 0 else c_budget
-            monotone_topc(values, nd, depth, c_step, flat, topc)
+            monotone_topc(values, nd, depth, c_step, flat, topc, ints[I_POSITIVE] != 0)
             d_all = depth if c_step > 0 else 0
         k_step = k
         if dsd and nd:  # DynamicSD.decide: re-plan every ``interval`` steps, probe at k = 0

@@ -78,7 +78,6 @@ def test_the_default_run_is_covered():
 
 @pytest.mark.parametrize("knobs, named", [
     ({"policy": "oracle", "k": 4, "extra": 1}, "policy oracle"),
-    ({"policy": "tetris", "k": 3, "extra": 1, "verify": "block"}, "tetris"),
     ({"scheduler": "vllm-v0"}, "scheduler vllm-v0"),
     ({"replicas": 2, "router": "least_outstanding"}, "router least_outstanding"),
     ({"cost": "calibrated"}, "cost model"),
@@ -180,8 +179,9 @@ def test_a_scaled_cost_runs_compiled_with_the_same_tables():
 @needs_numba
 def test_select_and_topc_are_numpys_partition_and_monotone_topc():
     """kernel.select is np.partition's k-th value; kernel.monotone_topc equals
-    theory.allocate.budget.monotone_topc, ties included (values drawn from a few levels)."""
-    from specbatch.theory.allocate.budget import monotone_topc
+    theory.allocate.budget.monotone_topc, ties included (values drawn from a few levels), and
+    with ``positive_only`` its monotone_optimum (TETRIS under BV)."""
+    from specbatch.theory.allocate.budget import monotone_optimum, monotone_topc
 
     kernel = compiled.load_kernel()
     rng = np.random.default_rng(1)
@@ -196,6 +196,9 @@ def test_select_and_topc_are_numpys_partition_and_monotone_topc():
         got = np.zeros(n, dtype=np.int64)
         kernel.monotone_topc(values, n, k, budget, np.zeros(n * k), got)
         assert got.tolist() == monotone_topc(values, budget).tolist()
+        zeroed = np.where(rng.random((n, 1)) < 0.3, 0.0, values)  # rows of zeros: BV's cap
+        kernel.monotone_topc(zeroed, n, k, budget, np.zeros(n * k), got, True)
+        assert got.tolist() == monotone_optimum(zeroed, budget).tolist()
 
 
 @needs_numba
@@ -262,6 +265,9 @@ COVERED = [
     {"requests": 60, "seed": 3, "policy": "tetris", "k": 2, "extra": 2, "budget": 5,
      "max_num_batched_tokens": 128, "max_num_seqs": 16},
     {"requests": 40, "seed": 4, "policy": "tetris", "k": 3, "extra": 1, "budget": 0},
+    {"requests": 96, "seed": 3, "policy": "tetris", "k": 3, "extra": 1, "verify": "block"},
+    {"requests": 60, "seed": 5, "policy": "tetris", "k": 2, "extra": 2, "budget": 50,
+     "verify": "block", "max_num_batched_tokens": 128},
     {"requests": 60, "seed": 3, "policy": "tetris", "k": 3, "extra": 1,
      "trace": "traces/data/smollm2-ngram"},
     # paged KV (golden "paged"): preemption by recompute, the counting prefix cache's hits
@@ -328,8 +334,8 @@ def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
                      enable_prefix_caching=prefix)
     if policy == "fixed":
         knobs["k"] = k
-    if policy == "tetris":  # TETRIS under TV (BV runs on numpy)
-        knobs.update(k=k, extra=extra, budget=budget_c, verify="tv")
+    if policy == "tetris":  # TETRIS: top-C under TV, monotone_optimum under BV
+        knobs.update(k=k, extra=extra, budget=budget_c)
     if policy == "dsd":  # its re-planning interval from the same draw
         knobs.update(k=k, dsd_interval=1 + extra * 3)
     if arrival == "poisson":
