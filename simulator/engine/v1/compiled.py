@@ -17,7 +17,7 @@ not the hybrid manager's groups nor shared-prefix groups); any
 ``long_prefill_token_threshold``; chunked prefill on or off; policies ``ar``, ``fixed``,
 ``tetris`` (confidence surrogate, TV and BV) and ``dsd`` (its goodput plans and α); chain rules TV
 and BV on replayed acceptance (trace, fitted or profile); the roofline cost model of dense
-models (no sliding windows, experts, FP8 GEMMs, draft head or CUDA-graph padding;
+models (no sliding windows, experts, FP8 GEMMs or draft head; CUDA-graph padding and
 analysis.sensitivity's scaled roofline too), with or without the rejection sampler's cost;
 any arrivals; no early stop. Everything else (tetris with a fitted predictor,
 the other adaptive policies and schedules, trees, calibrated and profiled costs, vllm-v0, the
@@ -139,7 +139,7 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     row = rule_entry(config.verify)
     if policy.depth and (row.kind != "chain" or row.scan not in ("leading", "last")):
         return f"verify {config.verify} (compiled: chain rules tv, block)"
-    _, base = cost_scale(cost)
+    _, _, base = cost_layers(cost)
     if type(base) is not RooflineCost:
         return f"cost model {type(cost).__name__} (compiled: the plain roofline)"
     for role, c in base.consts.items():
@@ -151,13 +151,19 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     return None
 
 
-def cost_scale(cost: CostModel) -> tuple[float, CostModel]:
-    """(factor, model): analysis.sensitivity's ScaledCost (every pass and the overhead times
-    a factor; matched by name, as the simulator imports nothing of analysis) as its factor
-    and wrapped model, any other model as (1.0, itself)."""
+def cost_layers(cost: CostModel) -> tuple[tuple[int, ...], float, CostModel]:
+    """(CUDA-graph sizes, factor, model) of ``cost``: simulator.cost.features.graph_padding's
+    PaddedSumsCost (the sizes it pads each pass to; () without) around analysis.sensitivity's
+    ScaledCost (every pass and the overhead times a factor; matched by name, as the simulator
+    imports nothing of analysis; 1.0 without) around the model."""
+    from specbatch.simulator.cost.features.graph_padding import PaddedSumsCost
+
+    sizes: tuple[int, ...] = ()
+    if type(cost) is PaddedSumsCost:
+        sizes, cost = tuple(int(v) for v in cost.sizes), cost.inner
     if type(cost).__name__ == "ScaledCost" and hasattr(cost, "inner"):
-        return float(cost.factor), cost.inner
-    return 1.0, cost
+        return sizes, float(cost.factor), cost.inner
+    return sizes, 1.0, cost
 
 
 def choose_engine(config: SimConfig, policy: Policy, cost: CostModel, *,
@@ -223,8 +229,11 @@ class CompiledEngine:
             ints[kn.I_POOL] = int(capacity) // int(config.block_size)
             ints[kn.I_PREFIX] = int(bool(config.enable_prefix_caching))
         ints[kn.I_THRESHOLD] = int(config.long_prefill_token_threshold)
-        floats = np.zeros(kn.N_FLOATS)
-        floats[kn.F_SCALE], base = cost_scale(cost)
+        sizes, scale, base = cost_layers(cost)
+        floats = np.zeros(kn.N_FLOATS + len(sizes))
+        floats[kn.F_SCALE] = scale
+        floats[kn.F_NSIZES] = len(sizes)
+        floats[kn.F_SIZES:] = sizes
         for off, role in ((0, "target"), (10, "draft")):
             c = base.consts[role]
             floats[off:off + 10] = [float(getattr(c, name)) for name in _PASS_CONSTANTS]

@@ -50,7 +50,9 @@ N_INTS = 29
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
 F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the model itself)
-N_FLOATS = 26
+F_NSIZES = 26  # CUDA-graph capture sizes (0: no padding), listed from F_SIZES on, ascending
+F_SIZES = 27
+N_FLOATS = 27  # without sizes
 # the replica's registers (``regs``): arrivals queued, arrivals admitted, running requests,
 # reserved tokens (reserve) or free blocks (paged), step rows, preempted requests waiting in
 # front, the prefix cache's segment queue (head, tail) and its named segments
@@ -85,7 +87,23 @@ def pass_time(c, off, sq, skv, sqkv, sqq):
     """RooflineCost.time_from_sums of a dense role (constants ``c[off:off + 10]``:
     flops_per_token, attn_flops, weight_bytes, kv_bytes, act_bytes_per_token, inv_compute,
     inv_memory, floor, fixed, comm_per_token), the same expressions in the same order,
-    times ``c[F_SCALE]`` (ScaledCost's factor · time; × 1.0 is exact)."""
+    times ``c[F_SCALE]`` (ScaledCost's factor · time; × 1.0 is exact), after padding the pass
+    to the next CUDA-graph size as simulator.cost.features.graph_padding.PaddedSumsCost does
+    (p requests of query 1 and KV 0: Σq and Σq² grow by p)."""
+    m = int(c[F_NSIZES])
+    if m:
+        tokens = int(sq)
+        if tokens != 0 and tokens <= c[F_SIZES + m - 1]:
+            lo, hi = 0, m
+            while lo < hi:  # bisect_left
+                mid = (lo + hi) // 2
+                if c[F_SIZES + mid] < tokens:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            pad = c[F_SIZES + lo] - tokens
+            sq = sq + pad
+            sqq = sqq + pad
     if sq <= 0.0:
         return c[F_SCALE] * 0.0
     flops = c[off] * sq + c[off + 1] * (sqkv + 0.5 * (sqq + sq))

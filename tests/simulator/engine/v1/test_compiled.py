@@ -243,7 +243,7 @@ def test_a_lone_request_prefills_then_decodes_one_token_a_step():
 #: The golden configurations the compiled loop covers (/work/tools/golden.sh: v1default,
 #: fixedbv, tetris, chunked, example, ngram), plus budget cuts, a KV capacity, prefill
 #: without chunks, the torch sampler's floors, TETRIS's budget C (0 included), paged KV,
-#: replicas, dsd and long_prefill_token_threshold.
+#: replicas, CUDA-graph padding, dsd and long_prefill_token_threshold.
 COVERED = [
     {"requests": 96, "seed": 3},
     {"requests": 96, "seed": 3, "policy": "fixed", "k": 3, "verify": "block"},
@@ -289,6 +289,11 @@ COVERED = [
      "kv_capacity": 3000},
     {"requests": 100, "seed": 4, "replicas": 4, "policy": "tetris", "k": 3, "extra": 1,
      "max_num_seqs": 4},
+    # CUDA-graph padding (simulator.cost.features.graph_padding.PaddedSumsCost)
+    {"requests": 60, "seed": 3, "cuda_graph_sizes": "64"},
+    {"requests": 60, "seed": 3, "cuda_graph_sizes": "3,17,100", "policy": "tetris", "k": 3,
+     "extra": 1, "arrival": "poisson", "rate": 20.0},
+    {"requests": 60, "seed": 3, "cuda_graph_sizes": "256", "policy": "dsd", "replicas": 2},
     # dsd (golden "dsd"): its goodput scan every interval, the k = 0 probe, α from each τ
     {"requests": 96, "seed": 3, "policy": "dsd"},
     {"requests": 96, "seed": 3, "policy": "dsd", "dsd_interval": 1, "verify": "block"},
@@ -320,15 +325,17 @@ def test_compiled_tables_equal_the_numpy_engines(knobs):
        arrival=st.sampled_from(["burst", "poisson"]), rate=st.floats(1.0, 200.0),
        capacity=st.sampled_from([None, 2500, 6000, 40000]), paged=st.booleans(),
        block_size=st.sampled_from([4, 16]), prefix=st.booleans(),
-       threshold=st.sampled_from([0, 0, 2, 40]), replicas=st.sampled_from([1, 1, 2, 3]))
+       threshold=st.sampled_from([0, 0, 2, 40]), replicas=st.sampled_from([1, 1, 2, 3]),
+       graphs=st.sampled_from([None, None, "64", "3,17,100"]))
 def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
         requests, seed, policy, k, extra, budget_c, verify, budget, seqs, chunked, arrival,
-        rate, capacity, paged, block_size, prefix, threshold, replicas):
+        rate, capacity, paged, block_size, prefix, threshold, replicas, graphs):
     knobs = dict(requests=requests, seed=seed, policy=policy, verify=verify,
                  max_num_batched_tokens=budget if chunked else budget + 4096,
                  max_num_seqs=seqs, enable_chunked_prefill=chunked, arrival=arrival,
                  kv_capacity=None if capacity is None else 4 * capacity,
-                 long_prefill_token_threshold=threshold, replicas=replicas)
+                 long_prefill_token_threshold=threshold, replicas=replicas,
+                 cuda_graph_sizes=graphs)
     if paged:  # a small pool preempts; the prefix cache counts and finds parked blocks
         knobs.update(kv_mode="paged", kv_capacity=capacity or 3000, block_size=block_size,
                      enable_prefix_caching=prefix)
