@@ -9,7 +9,7 @@ STAMP := .venv/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,dist,serve]"
+	$(PY) -m pip install -q -e ".[dev,dist,serve,fast]"
 	# Triton (1 GB) only where a GPU can run its kernels; on a CPU its interpreter is for
 	# kernel parity tests, installed by hand: pip install -e ".[kernels]"
 	if command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q -e ".[kernels]"; fi

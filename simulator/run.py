@@ -53,6 +53,7 @@ from specbatch.simulator.engine.kv import (
     hybrid_notes,
     kv_capacity,
 )
+from specbatch.simulator.engine.v1.compiled import CompiledEngine, choose_engine
 from specbatch.simulator.engine.v1.compose import check_v1_workload, v1_lookahead
 from specbatch.simulator.metrics import (
     StepTotals,
@@ -128,9 +129,12 @@ RESULT_FILES = ("requests.parquet", "steps.parquet", "summary.json", "config.tom
 
 
 def config_identity(config: SimConfig) -> str:
-    """The hash of a run's resolved config: reruns of it may replace each other's results."""
+    """The hash of a run's resolved config: reruns of it may replace each other's results.
+    The ``engine`` that runs it is left out: both engines' results are bit-identical."""
     import hashlib
 
+    if config.engine != "auto":
+        config = config.replace(engine="auto")
     return hashlib.sha256(to_toml(config).encode()).hexdigest()[:20]
 
 
@@ -202,8 +206,8 @@ PROGRESS_MIN_REQUESTS = 100_000
 def run_engine(config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
                policy: Policy, capacity: int | None, reference: bool = False,
                progress: str | None = None, stop=None,
-               steps_to: StepWriter | DropSteps | None = None
-               ) -> tuple[pd.DataFrame, pd.DataFrame | StepTotals | None]:
+               steps_to: StepWriter | DropSteps | None = None,
+               engines_ran: list | None = None) -> tuple[pd.DataFrame, pd.DataFrame | StepTotals | None]:
     """Run ``policy`` (built from ``config``) on a prepared workload with ``capacity`` KV
     tokens per replica; returns the request and step tables.
 
@@ -212,12 +216,22 @@ def run_engine(config: SimConfig, trace: Trace, workload: Workload, cost: CostMo
     steps_to: stream the step table to this writer as the run goes (simulator.step_stream);
     the second result is then the table's :class:`~simulator.metrics.StepTotals` (None for
     a :class:`~simulator.step_stream.DropSteps`, which keeps no step).
+    engines_ran: when a list, the engine that ran ("compiled" or "numpy",
+    simulator.engine.v1.compiled.choose_engine under ``config.engine``) is appended.
     """
     with finished_bar(progress if workload.n >= PROGRESS_MIN_REQUESTS else None,
                       workload.n) as bar:
-        engine = Engine(config, trace, workload, cost, policy, capacity=capacity,
-                        reference=reference, progress=bar.update if bar is not None else None,
-                        stop=stop)
+        progress_to = bar.update if bar is not None else None
+        ran = choose_engine(config, policy, cost, reference=reference, stop=stop,
+                            workload=workload)
+        if ran == "compiled":
+            engine = CompiledEngine(config, trace, workload, cost, policy, capacity=capacity,
+                                    progress=progress_to)
+        else:
+            engine = Engine(config, trace, workload, cost, policy, capacity=capacity,
+                            reference=reference, progress=progress_to, stop=stop)
+        if engines_ran is not None:
+            engines_ran.append(ran)
         if steps_to is not None:
             engine.rec.step_rows.stream_to(steps_to)
         rec = engine.run()
@@ -309,10 +323,11 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     else:
         check_fits(config, capacity, footprint)
     writer = StepWriter(steps_file) if steps_file is not None else None
+    ran: list[str] = []
     try:
         requests, steps = run_engine(config, trace, workload, cost, policy, capacity, reference,
                                      progress="simulate" if progress else None, stop=stop,
-                                     steps_to=writer)
+                                     steps_to=writer, engines_ran=ran)
     except BaseException:
         if writer is not None:
             writer.abort()
@@ -328,6 +343,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     summary["verify"] = config.verify
     summary["kv_mode"] = config.kv_mode
     summary["kv_capacity"] = capacity
+    summary["engine_ran"] = ran[0]  # compiled or numpy (config.engine; bit-identical tables)
     if held_out:
         summary["calibration_split"], summary["held_out_requests"] = held_out[0], held_out[1]
     if config.speedup:

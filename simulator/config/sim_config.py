@@ -80,6 +80,8 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 ARRIVALS = ("burst", "poisson", "gamma", "trace")
 ROUTERS = ("round_robin", "least_outstanding", "vllm_dp_lb")
 COSTS = ("roofline", "profiled", "calibrated")
+#: The ``engine`` field's values (simulator.engine.v1.compiled).
+ENGINES = ("auto", "compiled", "numpy")
 SAMPLINGS = ("auto", "in_order", "resample")
 THRESHOLD_MODES = ("cumulative", "per_token")
 KV_MODES = ("reserve", "paged")
@@ -195,6 +197,12 @@ class SimConfig:
         None, "KV-cache tokens per replica", range=at_least(1),
         none="unlimited in reserve mode; in paged mode what the cost model's memory leaves "
              "next to the weights at gpu_memory_utilization")
+    engine: str = knob(
+        "auto", "which engine runs the simulation: compiled (the vllm-v1 loop compiled with "
+        "numba, the fast extra; refused with a one-line reason where it does not apply), numpy "
+        "(the reference engine, every configuration) or auto (compiled where it applies and "
+        "numba is installed, else numpy); the tables are bit-identical either way "
+        "(simulator.engine.v1.compiled)", choices=ENGINES)
     kv_mode: str = knob("reserve", "KV-cache management: reserve (prompt + output + K + 1 "
                         "tokens reserved at admission, never preempted) or paged (vLLM-style "
                         "blocks grown per step, the newest request preempted by "

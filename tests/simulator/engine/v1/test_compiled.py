@@ -1,0 +1,465 @@
+"""The compiled vllm-v1 loop (simulator.engine.v1.kernel) against its reference twin, the numpy
+engine, and the choice between them (simulator.engine.v1.compiled).
+
+Parity: on every configuration the compiled loop covers, its request and step tables equal the
+numpy engine's bit for bit (float columns compared as their bits), on fixed configurations
+(the golden ones it covers) and under hypothesis (random workloads, knobs and seeds). The
+parity tests skip without numba; the choice and refusal tests run everywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.config.sim_config import load_config
+from specbatch.simulator.engine.v1 import compiled
+from specbatch.simulator.policies.registry import make_policy
+from specbatch.simulator.run import build_cost, load_trace, simulate
+
+HAS_NUMBA = compiled.numba_installed()
+needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="numba not installed (the fast extra)")
+
+
+@functools.cache
+def default_trace():
+    return load_trace(load_config(None))
+
+
+def tables(engine: str, **knobs):
+    config = load_config(None, engine=engine, **knobs)
+    result = simulate(config, trace=default_trace())
+    return result.requests, result.steps, result.summary
+
+
+def assert_bit_identical(a, b) -> None:
+    """Same columns, dtypes and values; floats compared as their bit patterns."""
+    assert list(a.columns) == list(b.columns)
+    for name in a.columns:
+        x, y = a[name].to_numpy(), b[name].to_numpy()
+        assert x.dtype == y.dtype, name
+        if x.dtype.kind == "f":
+            x, y = x.view(np.int64), y.view(np.int64)
+        diff = np.flatnonzero(x != y)
+        assert not diff.shape[0], f"{name}: first difference at row {diff[:1]}"
+
+
+def assert_parity(**knobs) -> None:
+    req_n, steps_n, sum_n = tables("numpy", **knobs)
+    req_c, steps_c, sum_c = tables("compiled", **knobs)
+    assert (sum_n["engine_ran"], sum_c["engine_ran"]) == ("numpy", "compiled")
+    assert_bit_identical(req_n, req_c)
+    assert_bit_identical(steps_n, steps_c)
+
+
+# ------------------------------------------------------------------ the choice
+
+
+def parts(**knobs):
+    config = load_config(None, **knobs)
+    policy = make_policy(config, default_trace().K)
+    return config, policy, build_cost(config)
+
+
+def test_the_default_run_is_covered():
+    assert compiled.compiled_gap(*parts()) is None
+    assert compiled.compiled_gap(*parts(policy="fixed", k=3, verify="block")) is None
+
+
+@pytest.mark.parametrize("knobs, named", [
+    ({"policy": "oracle", "k": 4, "extra": 1}, "policy oracle"),
+    ({"scheduler": "vllm-v0"}, "scheduler vllm-v0"),
+    ({"replicas": 2, "router": "least_outstanding"}, "router least_outstanding"),
+    ({"cost": "calibrated"}, "cost model"),
+])
+def test_what_is_not_covered_is_named(knobs, named):
+    gap = compiled.compiled_gap(*parts(**knobs))
+    assert gap is not None and named in gap
+
+
+def test_engine_compiled_refuses_an_uncovered_run_in_one_line():
+    config, policy, cost = parts(engine="compiled", replicas=2, router="least_outstanding")
+    with pytest.raises(SpecbatchError, match=r"^config: engine: .*router least_outst") as err:
+        compiled.choose_engine(config, policy, cost)
+    assert "\n" not in str(err.value)
+
+
+def test_engine_numpy_and_uncovered_auto_run_on_numpy():
+    assert compiled.choose_engine(*parts(engine="numpy")) == "numpy"
+    assert compiled.choose_engine(*parts(engine="auto", policy="oracle", k=4)) == "numpy"
+
+
+def test_auto_runs_small_workloads_on_numpy():
+    config, policy, cost = parts()
+    small = SimpleNamespace(n=compiled.AUTO_MIN_REQUESTS - 1, prefix_group=None)
+    large = SimpleNamespace(n=compiled.AUTO_MIN_REQUESTS, prefix_group=None)
+    assert compiled.choose_engine(config, policy, cost, workload=small) == "numpy"
+    want = "compiled" if HAS_NUMBA else "numpy"
+    assert compiled.choose_engine(config, policy, cost, workload=large) == want
+
+
+def test_auto_without_numba_runs_on_numpy_with_one_note(monkeypatch, capsys):
+    monkeypatch.setattr(compiled, "numba_installed", lambda: False)
+    monkeypatch.setattr(compiled, "_NOTED", set())
+    assert compiled.choose_engine(*parts()) == "numpy"
+    assert compiled.choose_engine(*parts()) == "numpy"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "numba not installed" in err[0]
+    with pytest.raises(SpecbatchError, match="^config: engine: expected numba installed"):
+        compiled.choose_engine(*parts(engine="compiled"))
+
+
+def test_the_engine_is_not_part_of_a_runs_identity():
+    """Both engines' results are bit-identical: a rerun under the other may replace them."""
+    from specbatch.simulator.run import config_identity
+
+    ids = {config_identity(load_config(None, engine=e)) for e in ("auto", "numpy", "compiled")}
+    assert len(ids) == 1
+    assert config_identity(load_config(None, seed=1)) not in ids
+
+
+def test_the_kernel_cache_lives_under_specbatch_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECBATCH_CACHE", str(tmp_path))
+    assert compiled.cache_dir() == tmp_path / "numba"
+
+
+# ------------------------------------------------------------------ the kernel's pieces
+
+
+@needs_numba
+def test_pass_time_is_the_roofline_sums_formula_bit_for_bit():
+    """kernel.pass_time on the constants the driver packs equals RooflineCost.time_from_sums
+    (the same expressions in the same order) on random exact-integer sums."""
+    kernel = compiled.load_kernel()
+    _, _, cost = parts()
+    rng = np.random.default_rng(0)
+    for off, role in ((0, "target"), (10, "draft")):
+        c = cost.consts[role]
+        packed = np.array([float(getattr(c, name)) for name in compiled._PASS_CONSTANTS])
+        consts = np.zeros(kernel.N_FLOATS)
+        consts[off:off + 10] = packed
+        consts[kernel.F_SCALE] = 1.0
+        for _ in range(200):
+            n = int(rng.integers(0, 300))
+            q = rng.integers(1, 600, n)
+            kv = rng.integers(0, 9000, n)
+            sums = (float(q.sum()), float(kv.sum()), float(q @ kv), float(q @ q))
+            want = cost.time_from_sums(role, n, *sums)
+            got = kernel.pass_time(consts, off, *sums)
+            assert np.float64(got).view(np.int64) == np.float64(want).view(np.int64)
+
+
+@needs_numba
+def test_a_scaled_cost_runs_compiled_with_the_same_tables():
+    """analysis.sensitivity's ScaledCost (the CLI's ±5 % step-time runs of an open-loop
+    workload) prices factor · time: the compiled loop multiplies the same way."""
+    from specbatch.analysis.sensitivity import ScaledCost
+
+    runs = {}
+    for engine in ("numpy", "compiled"):
+        config = load_config(None, engine=engine, requests=40, seed=2, policy="fixed", k=2,
+                             arrival="poisson", rate=20.0)
+        runs[engine] = simulate(config, trace=default_trace(),
+                                cost_model=ScaledCost(build_cost(config), 1.05))
+    assert runs["compiled"].summary["engine_ran"] == "compiled"
+    assert_bit_identical(runs["numpy"].requests, runs["compiled"].requests)
+    assert_bit_identical(runs["numpy"].steps, runs["compiled"].steps)
+
+
+@needs_numba
+def test_select_and_topc_are_numpys_partition_and_monotone_topc():
+    """kernel.select is np.partition's k-th value; kernel.monotone_topc equals
+    theory.allocate.budget.monotone_topc, ties included (values drawn from a few levels), and
+    with ``positive_only`` its monotone_optimum (TETRIS under BV)."""
+    from specbatch.theory.allocate.budget import monotone_optimum, monotone_topc
+
+    kernel = compiled.load_kernel()
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n, k = int(rng.integers(1, 12)), int(rng.integers(1, 6))
+        levels = rng.choice([0.1, 0.25, 0.5, 0.9, 1.0], size=(n, k))
+        values = np.sort(levels, axis=1)[:, ::-1].copy()  # non-increasing rows, many ties
+        flat = values.ravel().copy()
+        kth = int(rng.integers(0, n * k))
+        assert kernel.select(flat.copy(), n * k, kth) == np.partition(flat, kth)[kth]
+        budget = int(rng.integers(0, n * k + 3))
+        got = np.zeros(n, dtype=np.int64)
+        kernel.monotone_topc(values, n, k, budget, np.zeros(n * k), got)
+        assert got.tolist() == monotone_topc(values, budget).tolist()
+        zeroed = np.where(rng.random((n, 1)) < 0.3, 0.0, values)  # rows of zeros: BV's cap
+        kernel.monotone_topc(zeroed, n, k, budget, np.zeros(n * k), got, True)
+        assert got.tolist() == monotone_optimum(zeroed, budget).tolist()
+
+
+@needs_numba
+def test_eta_is_the_replays_uniform_stream():
+    """kernel.eta(key, t, j) equals simulator.replay.chain.uniforms bit for bit."""
+    from specbatch.simulator.replay.chain import request_keys, uniforms
+
+    kernel = compiled.load_kernel()
+    keys = request_keys(7, np.arange(50))
+    pos = np.arange(50) * 37
+    want = uniforms(keys, pos, 6)
+    for i in range(50):
+        for j in range(6):
+            assert kernel.eta(keys[i], int(pos[i]), j) == want[i, j]
+
+
+# ------------------------------------------------------------------ a hand-checked run
+
+
+@needs_numba
+def test_a_lone_request_prefills_then_decodes_one_token_a_step():
+    """One request under ``ar`` (simulator.engine.v1.step.V1Step.run_composed with
+    emit_completed): step 0 prefills the whole prompt (budget 8192) and emits the first token
+    at its end; each later step decodes one token; L steps for L output tokens; each step
+    starts when the last ended (time + duration, the engine's STEP_END event)."""
+    req, steps, summary = tables("compiled", requests=1, seed=9, policy="ar")
+    assert summary["engine_ran"] == "compiled"
+    out, prompt = int(req.output_len[0]), int(req.prompt_len[0])
+    assert len(steps) == out
+    assert (steps.prefill_tokens[0], steps.batch[0], steps.emitted[0]) == (prompt, 0, 1)
+    assert (steps.prefill_tokens[1:] == 0).all() and (steps.batch[1:] == 1).all()
+    assert (steps.emitted[1:] == 1).all() and (steps.depth == 0).all()
+    assert req.first_token[0] == steps.end[0] and req.finish[0] == steps.end.iloc[-1]
+    time, end = steps.time.to_numpy(), steps.end.to_numpy()
+    assert (time[1:] == time[:-1] + (end[:-1] - time[:-1])).all()
+    assert int(req.tokens[0]) == out and int(req.steps[0]) == out - 1
+
+
+# ------------------------------------------------------------------ parity
+
+
+#: The golden configurations the compiled loop covers (/work/tools/golden.sh: v1default,
+#: fixedbv, tetris, chunked, example, ngram), plus budget cuts, a KV capacity, prefill
+#: without chunks, the torch sampler's floors, TETRIS's budget C (0 included), paged KV,
+#: replicas, CUDA-graph padding, dsd and long_prefill_token_threshold.
+COVERED = [
+    {"requests": 96, "seed": 3},
+    {"requests": 96, "seed": 3, "policy": "fixed", "k": 3, "verify": "block"},
+    {"requests": 96, "seed": 3, "arrival": "poisson", "rate": 20.0,
+     "max_num_batched_tokens": 256, "policy": "fixed", "k": 2},
+    {"requests": 96, "seed": 3, "workload": "example", "arrival": "trace", "policy": "fixed",
+     "k": 2},
+    {"requests": 60, "seed": 5, "policy": "fixed", "k": 4, "max_num_batched_tokens": 64,
+     "max_num_seqs": 8},
+    {"requests": 60, "seed": 5, "policy": "fixed", "k": 4, "kv_capacity": 20000,
+     "arrival": "poisson", "rate": 50.0},
+    {"requests": 40, "seed": 1, "policy": "fixed", "k": 3, "enable_chunked_prefill": False,
+     "max_num_batched_tokens": 4096},
+    {"requests": 40, "seed": 1, "policy": "ar", "max_num_batched_tokens": 100,
+     "max_num_seqs": 5},
+    {"requests": 40, "seed": 2, "policy": "fixed", "k": 2, "verify_cost": "torch",
+     "verify": "block"},
+    {"requests": 96, "seed": 3, "policy": "tetris", "k": 3, "extra": 1},
+    {"requests": 60, "seed": 3, "policy": "tetris", "k": 2, "extra": 2, "budget": 5,
+     "max_num_batched_tokens": 128, "max_num_seqs": 16},
+    {"requests": 40, "seed": 4, "policy": "tetris", "k": 3, "extra": 1, "budget": 0},
+    {"requests": 96, "seed": 3, "policy": "tetris", "k": 3, "extra": 1, "verify": "block"},
+    {"requests": 60, "seed": 5, "policy": "tetris", "k": 2, "extra": 2, "budget": 50,
+     "verify": "block", "max_num_batched_tokens": 128},
+    {"requests": 60, "seed": 3, "policy": "tetris", "k": 3, "extra": 1,
+     "trace": "traces/data/smollm2-ngram"},
+    # paged KV (golden "paged"): preemption by recompute, the counting prefix cache's hits
+    {"requests": 96, "seed": 3, "kv_mode": "paged", "kv_capacity": 6000, "policy": "fixed",
+     "k": 2},
+    {"requests": 96, "seed": 3, "kv_mode": "paged", "kv_capacity": 6000, "policy": "fixed",
+     "k": 2, "enable_prefix_caching": False},
+    {"requests": 100, "seed": 4, "kv_mode": "paged", "kv_capacity": 3000, "policy": "tetris",
+     "k": 3, "extra": 1, "max_num_batched_tokens": 512, "max_num_seqs": 64},
+    {"requests": 100, "seed": 5, "kv_mode": "paged", "kv_capacity": 2500, "policy": "fixed",
+     "k": 4, "block_size": 8, "enable_chunked_prefill": False},
+    {"requests": 60, "seed": 3, "kv_mode": "paged", "workload": "example", "arrival": "trace",
+     "kv_capacity": 4000, "policy": "ar"},
+    # replicas behind round_robin (golden "replicas"): independent runs merged in event order
+    {"requests": 96, "seed": 3, "replicas": 2, "arrival": "poisson", "rate": 30.0,
+     "policy": "fixed", "k": 2},
+    {"requests": 96, "seed": 3, "replicas": 3},
+    {"requests": 100, "seed": 4, "replicas": 2, "policy": "dsd", "kv_mode": "paged",
+     "kv_capacity": 3000},
+    {"requests": 100, "seed": 4, "replicas": 4, "policy": "tetris", "k": 3, "extra": 1,
+     "max_num_seqs": 4},
+    # CUDA-graph padding (simulator.cost.features.graph_padding.PaddedSumsCost)
+    {"requests": 60, "seed": 3, "cuda_graph_sizes": "64"},
+    {"requests": 60, "seed": 3, "cuda_graph_sizes": "3,17,100", "policy": "tetris", "k": 3,
+     "extra": 1, "arrival": "poisson", "rate": 20.0},
+    {"requests": 60, "seed": 3, "cuda_graph_sizes": "256", "policy": "dsd", "replicas": 2},
+    # dsd (golden "dsd"): its goodput scan every interval, the k = 0 probe, α from each τ
+    {"requests": 96, "seed": 3, "policy": "dsd"},
+    {"requests": 96, "seed": 3, "policy": "dsd", "dsd_interval": 1, "verify": "block"},
+    {"requests": 100, "seed": 4, "policy": "dsd", "kv_mode": "paged", "kv_capacity": 3000,
+     "max_num_batched_tokens": 256, "max_num_seqs": 32},
+    {"requests": 60, "seed": 5, "policy": "dsd", "verify_cost": "torch",
+     "max_num_batched_tokens": 40},
+    # long_prefill_token_threshold caps every running request, decoding ones too
+    {"requests": 60, "seed": 7, "policy": "fixed", "k": 4, "long_prefill_token_threshold": 3},
+    {"requests": 60, "seed": 7, "kv_mode": "paged", "kv_capacity": 3000, "policy": "tetris",
+     "k": 3, "extra": 1, "long_prefill_token_threshold": 48},
+]
+
+
+@needs_numba
+@pytest.mark.parametrize("knobs", COVERED, ids=[str(i) for i in range(len(COVERED))])
+def test_compiled_tables_equal_the_numpy_engines(knobs):
+    assert_parity(**knobs)
+
+
+@needs_numba
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(requests=st.integers(1, 40), seed=st.integers(0, 2**31 - 1),
+       policy=st.sampled_from(["ar", "fixed", "tetris", "dsd"]), k=st.integers(1, 5),
+       extra=st.integers(0, 2), budget_c=st.one_of(st.none(), st.integers(0, 40)),
+       verify=st.sampled_from(["tv", "block"]), budget=st.integers(8, 600),
+       seqs=st.integers(1, 24), chunked=st.booleans(),
+       arrival=st.sampled_from(["burst", "poisson"]), rate=st.floats(1.0, 200.0),
+       capacity=st.sampled_from([None, 2500, 6000, 40000]), paged=st.booleans(),
+       block_size=st.sampled_from([4, 16]), prefix=st.booleans(),
+       threshold=st.sampled_from([0, 0, 2, 40]), replicas=st.sampled_from([1, 1, 2, 3]),
+       graphs=st.sampled_from([None, None, "64", "3,17,100"]))
+def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
+        requests, seed, policy, k, extra, budget_c, verify, budget, seqs, chunked, arrival,
+        rate, capacity, paged, block_size, prefix, threshold, replicas, graphs):
+    knobs = dict(requests=requests, seed=seed, policy=policy, verify=verify,
+                 max_num_batched_tokens=budget if chunked else budget + 4096,
+                 max_num_seqs=seqs, enable_chunked_prefill=chunked, arrival=arrival,
+                 kv_capacity=None if capacity is None else 4 * capacity,
+                 long_prefill_token_threshold=threshold, replicas=replicas,
+                 cuda_graph_sizes=graphs)
+    if paged:  # a small pool preempts; the prefix cache counts and finds parked blocks
+        knobs.update(kv_mode="paged", kv_capacity=capacity or 3000, block_size=block_size,
+                     enable_prefix_caching=prefix)
+    if policy == "fixed":
+        knobs["k"] = k
+    if policy == "tetris":  # TETRIS: top-C under TV, monotone_optimum under BV
+        knobs.update(k=k, extra=extra, budget=budget_c)
+    if policy == "dsd":  # its re-planning interval from the same draw
+        knobs.update(k=k, dsd_interval=1 + extra * 3)
+    if arrival == "poisson":
+        knobs["rate"] = rate
+    try:
+        req_n, steps_n, _ = tables("numpy", **knobs)
+    except SpecbatchError:  # a pool the workload's largest request cannot run in alone
+        assume(False)
+    req_c, steps_c, summary = tables("compiled", **knobs)
+    assert summary["engine_ran"] == "compiled"
+    assert_bit_identical(req_n, req_c)
+    assert_bit_identical(steps_n, steps_c)
+
+
+@needs_numba
+def test_progress_is_told_every_finished_request_once():
+    from specbatch.simulator.workload.arrivals import build_workload
+
+    config = load_config(None, engine="compiled", requests=300, max_num_seqs=4, seed=6)
+    trace = default_trace()
+    seen: list[int] = []
+    engine = compiled.CompiledEngine(config, trace, build_workload(config, trace),
+                                     build_cost(config), make_policy(config, trace.K),
+                                     capacity=None, progress=seen.append)
+    rec = engine.run()
+    assert sum(seen) == 300 and np.isfinite(rec.finish).all()
+
+
+@needs_numba
+@pytest.mark.parametrize("policy, seqs", [("fixed", 4), ("tetris", 16), ("ar", 2)])
+def test_priority_admission_is_bit_identical(tmp_path, policy, seqs):
+    """scheduling_policy = "priority" (reserve mode): the waiting queue by (priority,
+    arrival, uid), simulator.engine.admission.PriorityWaiting, as a heap in the kernel."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seqs)
+    n = 80
+    path = tmp_path / "workload.csv"
+    pd.DataFrame({"prompt_len": rng.integers(4, 300, n), "output_len": rng.integers(1, 90, n),
+                  "arrival": np.round(np.sort(rng.exponential(0.02, n).cumsum()), 3),
+                  "priority": rng.integers(0, 4, n)}).to_csv(path, index=False)
+    knobs = dict(requests=n, workload=str(path), arrival="trace", policy=policy,
+                 scheduling_policy="priority", max_num_seqs=seqs, max_num_batched_tokens=256)
+    if policy != "ar":
+        knobs["k"] = 3
+    assert_parity(**knobs)
+
+
+@needs_numba
+def test_dsd_ends_in_the_state_the_numpy_engine_leaves_it():
+    """DynamicSD's k_now, steps and α after a run: the same under both engines."""
+    from specbatch.simulator.run import run_engine
+    from specbatch.simulator.workload.arrivals import build_workload
+
+    trace = default_trace()
+    states = []
+    for engine in ("numpy", "compiled"):
+        config = load_config(None, engine=engine, requests=60, seed=8, policy="dsd",
+                             dsd_interval=3)
+        policy = make_policy(config, trace.K)
+        run_engine(config, trace, build_workload(config, trace), build_cost(config), policy,
+                   None)
+        states.append((policy.k_now, policy.steps, policy.alpha))
+    assert states[0] == states[1] and states[0][1] > 0
+
+
+@needs_numba
+def test_streamed_steps_equal_the_held_table(tmp_path):
+    """simulate_to streams the step table while the kernel runs (blocks of StepLog's CHUNK
+    rows): the file equals the numpy engine's."""
+    import pandas as pd
+
+    from specbatch.simulator.run import simulate_to
+
+    for engine in ("numpy", "compiled"):
+        simulate_to(tmp_path / engine, load_config(None, engine=engine, requests=300,
+                                                   max_num_seqs=4, seed=4),
+                    trace=default_trace())
+    assert_bit_identical(pd.read_parquet(tmp_path / "numpy" / "steps.parquet"),
+                         pd.read_parquet(tmp_path / "compiled" / "steps.parquet"))
+
+
+def test_cli_engine_compiled_behind_least_outstanding_is_one_line_exit_2(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "specbatch", "simulate", "--requests", "4", "--engine",
+         "compiled", "--replicas", "2", "--router", "least_outstanding", "--json"],
+        capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "engine" in lines[0]
+
+
+@needs_numba
+def test_cli_json_says_which_engine_ran(tmp_path):
+    """``--engine compiled`` runs the kernel; ``auto`` leaves a run of fewer than
+    AUTO_MIN_REQUESTS requests on numpy (the kernel's load would cost more than it saves)."""
+    for engine, ran in (("compiled", "compiled"), ("auto", "numpy")):
+        proc = subprocess.run(
+            [sys.executable, "-m", "specbatch", "simulate", "--requests", "4", "--engine",
+             engine, "--json"], capture_output=True, text=True, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["engine_ran"] == ran
+
+
+@needs_numba
+def test_a_cold_compile_says_so_once_and_the_cache_is_under_specbatch_cache(tmp_path):
+    """An empty $SPECBATCH_CACHE: the first run compiles (one stderr line naming the cache)
+    and writes the kernel there; the second loads it and says nothing."""
+    env = {**os.environ, "SPECBATCH_CACHE": str(tmp_path / "cache")}
+    env.pop("NUMBA_CACHE_DIR", None)
+    argv = [sys.executable, "-m", "specbatch", "simulate", "--requests", "3", "--engine",
+            "compiled", "--json"]
+    first = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
+    second = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert first.returncode == second.returncode == 0, first.stderr
+    cold = [line for line in first.stderr.splitlines() if "compiling the vllm-v1 kernel" in line]
+    assert len(cold) == 1 and str(tmp_path / "cache" / "numba") in cold[0]
+    assert "compiling" not in second.stderr
+    assert any((tmp_path / "cache" / "numba").rglob("*.nbi"))
+    assert json.loads(first.stdout) == json.loads(second.stdout)
