@@ -41,6 +41,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import ENGINES  # noqa: F401 - the field's values
+from specbatch.simulator.cost.interface import takes_logit_rows
 from specbatch.simulator.engine.request_state import RECORD_ROWS, STEP_COLUMNS, Records
 from specbatch.simulator.engine.steplog import CHUNK, StepLog
 
@@ -206,7 +207,7 @@ class CompiledEngine:
         from specbatch.simulator.defaults import one_hot_drafter
         from specbatch.simulator.engine.v1.compose import v1_lookahead
         from specbatch.simulator.replay.chain import request_keys
-        from specbatch.simulator.replay.rules import tables_for
+        from specbatch.simulator.replay.replay_tables import tables_for
 
         self.kernel = load_kernel()
         kn = self.kernel
@@ -237,6 +238,9 @@ class CompiledEngine:
         for off, role in ((0, "target"), (10, "draft")):
             c = base.consts[role]
             floats[off:off + 10] = [float(getattr(c, name)) for name in _PASS_CONSTANTS]
+        floats[kn.F_HEAD_T] = float(base.consts["target"].head_flops)
+        floats[kn.F_HEAD_D] = float(base.consts["draft"].head_flops)
+        floats[kn.F_ROWS] = float(takes_logit_rows(cost))  # as the numpy engine (core.py)
         floats[kn.F_OVERHEAD] = float(cost.overhead)
         vc = verify_cost_for(config, trace, one_hot_drafter(config.draft))
         if vc is not None:

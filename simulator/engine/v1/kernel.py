@@ -50,9 +50,12 @@ N_INTS = 29
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
 F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the model itself)
-F_NSIZES = 26  # CUDA-graph capture sizes (0: no padding), listed from F_SIZES on, ascending
-F_SIZES = 27
-N_FLOATS = 27  # without sizes
+# the LM head's FLOPs per logit row of the target and the draft (PassConstants.head_flops), and
+# whether the engine names a pass's logit rows (simulator.cost.interface.takes_logit_rows)
+F_HEAD_T, F_HEAD_D, F_ROWS = 26, 27, 28
+F_NSIZES = 29  # CUDA-graph capture sizes (0: no padding), listed from F_SIZES on, ascending
+F_SIZES = 30
+N_FLOATS = 30  # without sizes
 # the replica's registers (``regs``): arrivals queued, arrivals admitted, running requests,
 # reserved tokens (reserve) or free blocks (paged), step rows, preempted requests waiting in
 # front, the prefix cache's segment queue (head, tail) and its named segments
@@ -83,10 +86,12 @@ _UNIT = 1.0 / 9007199254740992.0  # 2**-53
 
 
 @njit(cache=True)
-def pass_time(c, off, sq, skv, sqkv, sqq):
+def pass_time(c, off, sq, skv, sqkv, sqq, rows):
     """RooflineCost.time_from_sums of a dense role (constants ``c[off:off + 10]``:
     flops_per_token, attn_flops, weight_bytes, kv_bytes, act_bytes_per_token, inv_compute,
-    inv_memory, floor, fixed, comm_per_token), the same expressions in the same order,
+    inv_memory, floor, fixed, comm_per_token; the LM head's FLOPs per row at F_HEAD_T /
+    F_HEAD_D), its LM head at ``rows`` logit rows (< 0: every query token, ``rows=None``),
+    the same expressions in the same order,
     times ``c[F_SCALE]`` (ScaledCost's factor · time; × 1.0 is exact), after padding the pass
     to the next CUDA-graph size as simulator.cost.features.graph_padding.PaddedSumsCost does
     (p requests of query 1 and KV 0: Σq and Σq² grow by p)."""
@@ -108,6 +113,8 @@ def pass_time(c, off, sq, skv, sqkv, sqq):
         return c[F_SCALE] * 0.0
     flops = c[off] * sq + c[off + 1] * (sqkv + 0.5 * (sqq + sq))
     nbytes = c[off + 2] + c[off + 3] * (skv + 2.0 * sq) + c[off + 4] * sq
+    if rows >= 0.0 and rows < sq:  # the LM head only at the sampled rows
+        flops -= c[F_HEAD_T if off == 0 else F_HEAD_D] * (sq - rows)
     compute = flops * c[off + 5]
     top = compute
     memory = nbytes * c[off + 6]
@@ -166,11 +173,11 @@ def dsd_goodput(k, n, skv, alpha, floats, ints):
         tokens = n * ((1.0 - a ** np.float64(k + 1)) / (1.0 - a))
     q = k + 1
     t = floats[F_OVERHEAD] + pass_time(floats, 0, np.float64(n * q), np.float64(skv),
-                                       np.float64(q * skv), np.float64(n * q * q))
+                                       np.float64(q * skv), np.float64(n * q * q), -1.0)
     fn = np.float64(n)
     for d in range(k):
         c = np.float64(skv + n * d)
-        t += pass_time(floats, 10, fn, c, c, fn)
+        t += pass_time(floats, 10, fn, c, c, fn, -1.0)
     if ints[I_DSD_VERIFY]:
         t += verify_seconds(floats, ints, n, n * k, k, n if k else 0)
     return tokens / t if t > 0 else np.inf
@@ -724,7 +731,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                         fn = np.float64(keep)
                         for dd in range(passes):
                             c = np.float64(skv + keep * dd)
-                            draft_t += pass_time(floats, 10, fn, c, c, fn)
+                            draft_t += pass_time(floats, 10, fn, c, c, fn, -1.0)
                     else:
                         for dd in range(passes):
                             m = 0
@@ -735,7 +742,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                                     ks += kept_kv[i]
                             c = np.float64(ks + m * dd)
                             fm = np.float64(m)
-                            draft_t += pass_time(floats, 10, fm, c, c, fm)
+                            draft_t += pass_time(floats, 10, fm, c, c, fm, -1.0)
             if has_verify:
                 verify_t = verify_seconds(floats, ints, keep, vsum, smax, snz)
         # ---- prefill: the running requests' chunks, then the admitted ones'
@@ -755,9 +762,11 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             st[S_PREFILLED, i] = c0 + q
         if pn and drafts_chunks:
             draft_t += pass_time(floats, 10, np.float64(pq), np.float64(pc), np.float64(pqc),
-                                 np.float64(pqq))
+                                 np.float64(pqq), np.float64(pn) if floats[F_ROWS] else -1.0)
+        # logit rows n + S: a prefill chunk's last token only (V1Step.run_composed)
+        rows = np.float64(sq + pq) - np.float64(pq - pn) if floats[F_ROWS] else -1.0
         target_t = pass_time(floats, 0, np.float64(sq + pq), np.float64(sc + pc),
-                             np.float64(sqc + pqc), np.float64(sqq + pqq))
+                             np.float64(sqc + pqc), np.float64(sqq + pqq), rows)
         end_t = t + draft_t + target_t + verify_t + overhead
         if keep == 0 and pq == 0:
             code = STUCK

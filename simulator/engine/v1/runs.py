@@ -117,14 +117,16 @@ class V1Run(EnginePart):
         fn = float(n)
         skv = int(_sum(ctx))
         ones = np.ones(n, dtype=_I64) if from_sums is None else None
+        # one logit row per request, as V1Step.run_composed names them (n + S, S = 0 here)
+        rows = {"rows": fn} if self.logit_rows else {}
         times: list[tuple[float, float, float]] = []
         start = time
         for j in range(steps):
             if from_sums is not None:
                 s = float(skv + j * n)
-                target_t = float(from_sums("target", n, fn, s, s, fn))
+                target_t = float(from_sums("target", n, fn, s, s, fn, **rows))
             else:
-                target_t = float(self.cost.step_time("target", ones, ctx + j))
+                target_t = float(self.cost.step_time("target", ones, ctx + j, **rows))
             end = start + draft_t + target_t + verify_t + overhead
             times.append((start, end, target_t))
             start = start + (end - start)  # the engine's push of the step's end

@@ -37,9 +37,14 @@ def default_trace():
 
 
 def tables(engine: str, **knobs):
-    config = load_config(None, engine=engine, **knobs)
+    config = load_config(None, engine=engine, **{**FIXED_HOST, **knobs})
     result = simulate(config, trace=default_trace())
     return result.requests, result.steps, result.summary
+
+
+#: The kernel prices the roofline with the preset's flat host overhead (host = "fixed");
+#: vLLM's host share (simulator.cost.features.host, the default) runs on numpy.
+FIXED_HOST = {"host": "fixed"}
 
 
 def assert_bit_identical(a, b) -> None:
@@ -66,7 +71,7 @@ def assert_parity(**knobs) -> None:
 
 
 def parts(**knobs):
-    config = load_config(None, **knobs)
+    config = load_config(None, **{**FIXED_HOST, **knobs})
     policy = make_policy(config, default_trace().K)
     return config, policy, build_cost(config)
 
@@ -149,13 +154,18 @@ def test_pass_time_is_the_roofline_sums_formula_bit_for_bit():
         consts = np.zeros(kernel.N_FLOATS)
         consts[off:off + 10] = packed
         consts[kernel.F_SCALE] = 1.0
+        consts[kernel.F_HEAD_T if off == 0 else kernel.F_HEAD_D] = c.head_flops
         for _ in range(200):
             n = int(rng.integers(0, 300))
             q = rng.integers(1, 600, n)
             kv = rng.integers(0, 9000, n)
             sums = (float(q.sum()), float(kv.sum()), float(q @ kv), float(q @ q))
             want = cost.time_from_sums(role, n, *sums)
-            got = kernel.pass_time(consts, off, *sums)
+            got = kernel.pass_time(consts, off, *sums, -1.0)
+            assert np.float64(got).view(np.int64) == np.float64(want).view(np.int64)
+            rows = float(rng.integers(0, n + 1))  # the LM head at the sampled rows only
+            want = cost.time_from_sums(role, n, *sums, rows=rows)
+            got = kernel.pass_time(consts, off, *sums, rows)
             assert np.float64(got).view(np.int64) == np.float64(want).view(np.int64)
 
 
@@ -167,7 +177,8 @@ def test_a_scaled_cost_runs_compiled_with_the_same_tables():
 
     runs = {}
     for engine in ("numpy", "compiled"):
-        config = load_config(None, engine=engine, requests=40, seed=2, policy="fixed", k=2,
+        config = load_config(None, host="fixed", engine=engine, requests=40, seed=2,
+                             policy="fixed", k=2,
                              arrival="poisson", rate=20.0)
         runs[engine] = simulate(config, trace=default_trace(),
                                 cost_model=ScaledCost(build_cost(config), 1.05))
@@ -361,7 +372,8 @@ def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
 def test_progress_is_told_every_finished_request_once():
     from specbatch.simulator.workload.arrivals import build_workload
 
-    config = load_config(None, engine="compiled", requests=300, max_num_seqs=4, seed=6)
+    config = load_config(None, host="fixed", engine="compiled", requests=300, max_num_seqs=4,
+                         seed=6)
     trace = default_trace()
     seen: list[int] = []
     engine = compiled.CompiledEngine(config, trace, build_workload(config, trace),
@@ -400,7 +412,7 @@ def test_dsd_ends_in_the_state_the_numpy_engine_leaves_it():
     trace = default_trace()
     states = []
     for engine in ("numpy", "compiled"):
-        config = load_config(None, engine=engine, requests=60, seed=8, policy="dsd",
+        config = load_config(None, host="fixed", engine=engine, requests=60, seed=8, policy="dsd",
                              dsd_interval=3)
         policy = make_policy(config, trace.K)
         run_engine(config, trace, build_workload(config, trace), build_cost(config), policy,
@@ -418,7 +430,7 @@ def test_streamed_steps_equal_the_held_table(tmp_path):
     from specbatch.simulator.run import simulate_to
 
     for engine in ("numpy", "compiled"):
-        simulate_to(tmp_path / engine, load_config(None, engine=engine, requests=300,
+        simulate_to(tmp_path / engine, load_config(None, host="fixed", engine=engine, requests=300,
                                                    max_num_seqs=4, seed=4),
                     trace=default_trace())
     assert_bit_identical(pd.read_parquet(tmp_path / "numpy" / "steps.parquet"),
@@ -427,7 +439,8 @@ def test_streamed_steps_equal_the_held_table(tmp_path):
 
 def test_cli_engine_compiled_behind_least_outstanding_is_one_line_exit_2(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "specbatch", "simulate", "--requests", "4", "--engine",
+        [sys.executable, "-m", "specbatch", "simulate", "--host", "fixed", "--requests", "4",
+         "--engine",
          "compiled", "--replicas", "2", "--router", "least_outstanding", "--json"],
         capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
@@ -441,7 +454,8 @@ def test_cli_json_says_which_engine_ran(tmp_path):
     AUTO_MIN_REQUESTS requests on numpy (the kernel's load would cost more than it saves)."""
     for engine, ran in (("compiled", "compiled"), ("auto", "numpy")):
         proc = subprocess.run(
-            [sys.executable, "-m", "specbatch", "simulate", "--requests", "4", "--engine",
+            [sys.executable, "-m", "specbatch", "simulate", "--host", "fixed", "--requests", "4",
+         "--engine",
              engine, "--json"], capture_output=True, text=True, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["engine_ran"] == ran
@@ -453,7 +467,8 @@ def test_a_cold_compile_says_so_once_and_the_cache_is_under_specbatch_cache(tmp_
     and writes the kernel there; the second loads it and says nothing."""
     env = {**os.environ, "SPECBATCH_CACHE": str(tmp_path / "cache")}
     env.pop("NUMBA_CACHE_DIR", None)
-    argv = [sys.executable, "-m", "specbatch", "simulate", "--requests", "3", "--engine",
+    argv = [sys.executable, "-m", "specbatch", "simulate", "--host", "fixed", "--requests", "3",
+            "--engine",
             "compiled", "--json"]
     first = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
     second = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env)
