@@ -313,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     h = out["headline"]
     print(f"\nheadline: {h['requests']} requests, max_num_seqs 64: {h['tokens_per_s']:,.0f} "
           f"simulated tokens per wall second ({h['cpu_tokens_per_s']:,.0f} per CPU second; "
-          f"{h['tokens']} tokens, {h['steps']} steps, {h['wall_s']:.2f} s wall; goal >= 2,500,000 per CPU second)")
+          f"{h['tokens']} tokens, {h['steps']} steps, {h['wall_s']:.2f} s wall; "
+          "goal >= 2,500,000 per CPU second)")
     v0 = out["headline_v0"]
     print(f"same workload under vllm-v0 ({v0['steps']} steps): {v0['cpu_tokens_per_s']:,.0f} "
           f"per CPU second; vllm-v1 / vllm-v0 = {v0['v1_over_v0']:.2f} (best of {args.repeat} "

@@ -34,7 +34,8 @@ script writes one of its own in Vidur's layout (:func:`write_attention_csv`): on
 Vidur's profiler's (full and chunked prefills of 32-4,096 tokens; decode batches 1-128 at
 caches of 32-4,064 tokens), one layer's attention time from specbatch's roofline terms for the
 A100 preset (FLOPs 4 h Σ q (c + (q+1)/2), KV bytes Σ (c + 2q) per layer; the larger of the two
-times), and passes it with ``--random_forrest_execution_time_predictor_config_attention_input_file``.
+times), and passes it with
+``--random_forrest_execution_time_predictor_config_attention_input_file``.
 Vidur then trains its own random forests on it as it would on a measured file; the table says
 which file was used. Vidur's non-attention timings (``mlp.csv``) are its own measured ones.
 Vidur trains and caches its models and prediction tables on first use (``--work``/cache):

@@ -1,15 +1,16 @@
 """``simulate(config, trace=None) -> SimResult``: one run, end to end.
 
 Loads the trace (``config.trace``: "default", a directory, or "synth"), builds the workload
-(simulator.workload.arrivals), the cost model (simulator.cost.registry.build_cost_model) and the policy
-(simulator.policies.registry), runs the engine and computes the tables and summary
+(simulator.workload.arrivals), the cost model (simulator.cost.registry.build_cost_model) and the
+policy (simulator.policies.registry), runs the engine and computes the tables and summary
 (simulator.metrics). ``max_model_len`` caps the workload's outputs (simulator.engine.kv); the
 summary says which KV mode ran and the capacity it used (``kv_mode``, ``kv_capacity`` in
-tokens per replica, None = unlimited). With ``config.speedup`` it also runs ``ar`` on the same workload and
-cost model and adds ``speedup_vs_ar``. ``acceptance`` replaces the trace's acceptance by a model fitted
-from it (simulator.replay.fitted_acceptance). ``calibration_split`` holds a seeded share of the
-trace's requests out of replay for the policies that calibrate on them (simulator.policies.calibration);
-``cuda_graph_sizes`` pads the cost model's passes to captured sizes
+tokens per replica, None = unlimited). With ``config.speedup`` it also runs ``ar`` on the same
+workload and cost model and adds ``speedup_vs_ar``. ``acceptance`` replaces the trace's
+acceptance by a model fitted from it (simulator.replay.fitted_acceptance). ``calibration_split``
+holds a seeded share of the trace's requests out of replay for the policies that calibrate on
+them (simulator.policies.calibration); ``cuda_graph_sizes`` pads the cost model's passes to
+captured sizes
 (simulator.cost.features.graph_padding). Same config ⇒ byte-identical :meth:`SimResult.write` files.
 :func:`simulate_to` runs one into a result folder, streaming the step table to its steps.parquet
 while the engine runs (simulator.step_stream: the same bytes, without holding the table; ``simulate
@@ -207,7 +208,8 @@ def run_engine(config: SimConfig, trace: Trace, workload: Workload, cost: CostMo
                policy: Policy, capacity: int | None, reference: bool = False,
                progress: str | None = None, stop=None,
                steps_to: StepWriter | DropSteps | None = None,
-               engines_ran: list | None = None) -> tuple[pd.DataFrame, pd.DataFrame | StepTotals | None]:
+               engines_ran: list | None = None
+               ) -> tuple[pd.DataFrame, pd.DataFrame | StepTotals | None]:
     """Run ``policy`` (built from ``config``) on a prepared workload with ``capacity`` KV
     tokens per replica; returns the request and step tables.
 

@@ -5,8 +5,8 @@
 :func:`check_settings_apply` refuses, for one run, a setting its policy would silently
 ignore (a sweep may pair them). :func:`validate_against_trace` needs the trace: draft depth
 against the trace's K, KV capacity against the largest request. They live apart from the
-field declarations so ``simulator.config.sim_config`` reads as the list of knobs; ``simulator.config.sim_config``
-re-exports every name here. Every failure is one line,
+field declarations so ``simulator.config.sim_config`` reads as the list of knobs;
+``simulator.config.sim_config`` re-exports every name here. Every failure is one line,
 ``config FILE: field X: expected Y, got Z`` (exit code 2 through the CLI).
 """
 

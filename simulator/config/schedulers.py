@@ -8,8 +8,9 @@ pass (simulator.config.checks, simulator.run), the composer object the engine ho
 vLLM's hybrid KV cache manager exist under it (simulator.engine.core, simulator.engine.kv), the
 planner's closed-form bound (analysis.plan.bound) and the live loop's schedulers
 (live.config). A new scheduler (a compiled vllm-v1 loop, say) is one composer class plus one
-row here; what it does not support is refused by :func:`simulator.config.checks.check_scheduler_supports`
-with a one-line error naming the field, never run wrong.
+row here; what it does not support is refused by
+:func:`simulator.config.checks.check_scheduler_supports` with a one-line error naming the field,
+never run wrong.
 
 The module imports nothing of the engine (a row names its composer as ``module:Class``,
 imported when the engine is built), so the configuration modules and ``--help`` read it

@@ -93,8 +93,8 @@ PREDICTORS = ("confidence", "learned", "logistic")
 #: ``acceptance``: replay the trace's acceptance, or a model fitted from it
 #: (simulator.replay.fitted_acceptance.ACCEPTANCE_MODELS).
 ACCEPTANCE_MODELS = ("trace", "constant", "per-position")
-#: The built-in policies (simulator.policies.catalogue, which simulator.policies.registry.POLICIES loads), named
-#: from the catalogue so a ``--help`` lists them without importing the engine.
+#: The built-in policies (simulator.policies.catalogue, which simulator.policies.registry.POLICIES
+#: loads), named from the catalogue so a ``--help`` lists them without importing the engine.
 POLICY_NAMES = catalogue.names()
 #: Override/TOML spellings that map onto a field name.
 ALIASES = {"k": "num_speculative_tokens", "e": "extra", "n": "requests"}
@@ -123,12 +123,11 @@ class SimConfig:
     (simulator.engine.kv, vLLM's names: kv_mode, kv_capacity, block_size, gpu_memory_utilization,
     max_model_len), speculation (policy, num_speculative_tokens = k, extra = e with
     K = k + e drafted by budgeted policies, budget = C, verify, threshold, threshold_mode,
-    predictor, dsd_interval), the cost model (simulator.cost.registry.build_cost_model: cost, hardware,
-    target, draft, draft_weight_bits, tp, routing_skew, quantization, kv_cache_dtype, profile,
-    execution; simulator.cost.verify_cost:
-    verify_cost) and the metrics
-    (seed, slo, speedup). Each field's
-    meaning, type, default and allowed values are declared on it (docs/config.md).
+    predictor, dsd_interval), the cost model (simulator.cost.registry.build_cost_model: cost,
+    hardware, target, draft, draft_weight_bits, tp, routing_skew, quantization, kv_cache_dtype,
+    profile, execution; simulator.cost.verify_cost: verify_cost) and the metrics (seed, slo,
+    speedup). Each field's meaning, type, default and allowed values are declared on it
+    (docs/config.md).
     """
 
     trace: str = knob("default", "'default' (the bundled trace), 'synth' (traces.synth with "
@@ -156,7 +155,8 @@ class SimConfig:
     acceptance: str = knob(
         "trace", "acceptance replayed: trace (each row's recorded probabilities), constant "
         "(one rate alpha fitted from the trace) or per-position (one conditional rate per draft "
-        "index, fitted from the trace); simulator.replay.fitted_acceptance", choices=ACCEPTANCE_MODELS)
+        "index, fitted from the trace); simulator.replay.fitted_acceptance",
+        choices=ACCEPTANCE_MODELS)
     synth_alpha: float | None = knob(
         None, "constant acceptance α of the synth trace",
         range=Range(0, 1, low_open=True, what="an acceptance probability"), none="off")
@@ -167,8 +167,9 @@ class SimConfig:
         none="the trace's acceptance")
     scheduler: str = knob("vllm-v1", "step composer: vllm-v1 (one token budget per step, "
                           "running requests first then waiting prompt chunks; vLLM V1's KV "
-                          "slots in paged mode; simulator.engine.v1.compose) or vllm-v0 (prefill-only steps "
-                          "without chunked prefill, the papers' setting)", choices=SCHEDULERS)
+                          "slots in paged mode; simulator.engine.v1.compose) or vllm-v0 "
+                          "(prefill-only steps without chunked prefill, the papers' setting)",
+                          choices=SCHEDULERS)
     scheduling_policy: str = knob(
         "fcfs", "admission order of the waiting queue, as vLLM's --scheduling-policy: fcfs "
         "(arrival order) or priority (the workload's priority column, smaller first, then "
@@ -255,7 +256,8 @@ class SimConfig:
         "confidence", "tetris's estimate of P(tau >= j) (tetris-tree's of each node's "
         "acceptance): confidence (the draft's cumulative confidence, the official code's), "
         "learned (gradient-boosted trees) or logistic, fitted on the calibration_split "
-        "requests (simulator.replay.accept_predictor, simulator.replay.tree_accept_predictor)", choices=PREDICTORS)
+        "requests (simulator.replay.accept_predictor, simulator.replay.tree_accept_predictor)",
+        choices=PREDICTORS)
     dsd_interval: int = knob(20, "steps between DSD re-plans", range=at_least(1))
     dsd_max_k: int | None = knob(
         None, "DSD's largest window: its goodput scan covers k = 0..min(dsd_max_k, 6, K); "
@@ -328,9 +330,9 @@ class SimConfig:
                      "proposer's CPU time; fixed = the hardware preset's flat per-step "
                      "overhead (1 ms) and free n-gram drafts", choices=("vllm", "fixed"))
     verify_cost: str = knob(DEFAULT_SAMPLER, "verification time per decode step "
-                            "(simulator.cost.verify_cost): fused (probability bytes over bandwidth + "
-                            "50 us per call), torch (+ this repo's torch path as measured on an "
-                            "H100), none (0 s)", choices=VERIFY_COSTS)
+                            "(simulator.cost.verify_cost): fused (probability bytes over "
+                            "bandwidth + 50 us per call), torch (+ this repo's torch path as "
+                            "measured on an H100), none (0 s)", choices=VERIFY_COSTS)
     seed: int = knob(0, "random seed", range=at_least(0))
     slo: float | None = knob(None, "e2e latency SLO in seconds for goodput",
                              range=above(0, "seconds"), none="not computed")
@@ -458,7 +460,8 @@ def _parse_toml(path: Path, where: str) -> dict:
     except FileNotFoundError:
         raise SpecbatchError(f"{where}: expected an existing TOML file, got no such file") from None
     except OSError as exc:
-        raise SpecbatchError(f"{where}: expected a readable TOML file, got {exc.strerror}") from None
+        raise SpecbatchError(
+            f"{where}: expected a readable TOML file, got {exc.strerror}") from None
     if not stat.S_ISREG(mode):
         kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
         raise SpecbatchError(f"{where}: expected a TOML file, got {kind}")
@@ -466,7 +469,8 @@ def _parse_toml(path: Path, where: str) -> dict:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
     except OSError as exc:
-        raise SpecbatchError(f"{where}: expected a readable TOML file, got {exc.strerror}") from None
+        raise SpecbatchError(
+            f"{where}: expected a readable TOML file, got {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SpecbatchError(f"{where}: expected valid TOML, got {exc}") from None
     except RecursionError:

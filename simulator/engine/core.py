@@ -31,9 +31,10 @@ composer, kept byte-identical:
   Completing a prompt emits the request's first token (TTFT) at the step's end (a
   recomputed prefill emits none: its tokens were emitted before the preemption).
 - Decode step (THEORY.md §5, simulator.engine.decode): the policy's plan
-  (:func:`simulator.policies.step_plan.plan_step`, shared with the live loop) gives drafted and verified
-  lengths; the draft runs ``max(drafted)`` sequential passes over the requests still drafting (query 1 each,
-  KV ``kv + d``); the target runs one verify pass with query ``s_i + 1``; the rejection
+  (:func:`simulator.policies.step_plan.plan_step`, shared with the live loop) gives drafted and
+  verified lengths; the draft runs ``max(drafted)`` sequential passes over the requests still
+  drafting (query 1 each, KV ``kv + d``); the target runs one verify pass with query ``s_i + 1``;
+  the rejection
   sampler reads its probability rows (``verify_cost``, simulator.cost.verify_cost); plus the cost
   model's fixed overhead. τ is sampled from the trace (simulator.replay.chain, common random
   numbers). A request emits ``min(τ + 1, remaining)`` and moves to position ``t + τ + 1``;
@@ -99,7 +100,8 @@ class Engine(EngineState):
     simulator.engine.composers.StepComposer), a part that shares the state
     simulator.engine.state declares, which ``__init__`` sets.
 
-    policy:   the run's policy (simulator.policies.registry.make_policy; copied once per extra replica)
+    policy:   the run's policy (simulator.policies.registry.make_policy; copied once per extra
+              replica)
     capacity: KV-cache tokens per replica (simulator.engine.kv.kv_capacity; None = unlimited)
     reference: use the per-request reference twin of verification, and check every plan
     against the policy contract (a user's policy is always checked)

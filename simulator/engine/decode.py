@@ -204,8 +204,9 @@ class Decode(EnginePart):
         ``time_from_sums``, the rejection sampler's seconds (``verify_cost``,
         simulator.cost.verify_cost; 0 without)).
 
-        One Gram product (simulator.engine.request_state.WEIGHT_OUTCOMES) gives Σ X and Σ s·X of every outcome
-        row X from EMITTED to KV. The verify pass has query q_i = s_i + 1, so its batch sums are
+        One Gram product (simulator.engine.request_state.WEIGHT_OUTCOMES) gives Σ X and Σ s·X of
+        every outcome row X from EMITTED to KV. The verify pass has query q_i = s_i + 1, so its
+        batch sums are
         Σq = Σs + n, Σq·c = Σs·c + Σc and Σq² = Σs² + 2Σs + n (exact integers below 2^53).
         """
         n = m.shape[1]

@@ -239,9 +239,9 @@ def preempted_columns(tail: np.ndarray) -> np.ndarray:
 class BlockManager:
     """Paged-mode block accounting of every replica (module docstring, steps 1-4).
 
-    Works on a replica's state matrix (simulator.engine.request_state.Row: PREFILLED, FILL, BLOCKS, PROMPT,
-    POS) and its ``free_blocks``; ``reference`` swaps :meth:`growth` for a per-request loop
-    twin (parity tests).
+    Works on a replica's state matrix (simulator.engine.request_state.Row: PREFILLED, FILL,
+    BLOCKS, PROMPT, POS) and its ``free_blocks``; ``reference`` swaps :meth:`growth` for a
+    per-request loop twin (parity tests).
     """
 
     def __init__(self, capacity: int, block_size: int, depth: int, reference: bool = False,

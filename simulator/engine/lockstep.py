@@ -25,8 +25,9 @@ step then ends at::
     T + max_r (d_r − t_sym,r + t_r(T_tok))       (d_r: the rank's composed step seconds)
 
 Times the composer stamped in the step (first tokens, finishes, the step row's end: all
-after T, every earlier stamp at most T) are moved to that common end; the step row's target time takes the wait. The dummy pass is not a step
-row (no request runs in it). Not modelled: the 32-step lag of the wave's end and the CPU
+after T, every earlier stamp at most T) are moved to that common end; the step row's target
+time takes the wait. The dummy pass is not a step row (no request runs in it). Not modelled:
+the 32-step lag of the wave's end and the CPU
 all-reduce that agrees on each step's token counts. Requests reach the ranks by the
 configured ``router`` (``vllm_dp_lb``: vLLM's DP load balancer, simulator.engine.core).
 """

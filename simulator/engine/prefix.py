@@ -260,8 +260,9 @@ class PrefixCache:
         (prompt and output, never drafts), ⌊done / block_size⌋ full blocks to hash; the
         hashing waits for a preemption (:meth:`release`) or :meth:`materialise`. The arrays
         are kept as they are (never written later) until a step that does not schedule
-        ``every`` running request, a preemption or :meth:`materialise` writes them down: a step that schedules every one of them
-        supersedes the last step's numbers for all that still run."""
+        ``every`` running request, a preemption or :meth:`materialise` writes them down: a step
+        that schedules every one of them supersedes the last step's numbers for all that still
+        run."""
         if not every:
             self.flush()
         self.pending = (uids, done)

@@ -253,7 +253,8 @@ class Replica:
         self.n_prefilling = 0
         self.kv_reserved = 0  # tokens reserved (reserve mode under a capacity)
         self.free_blocks = 0  # free KV blocks (paged mode)
-        self.prefix = None  # the prefix cache's blocks (simulator.engine.prefix; vllm-v1 paged mode)
+        # the prefix cache's blocks (simulator.engine.prefix; vllm-v1 paged mode)
+        self.prefix = None
         self.busy = False
         self.scheduled = False
         self.finishing = 0

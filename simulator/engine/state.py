@@ -58,7 +58,7 @@ class EngineState:
     check_plans: bool  # check every plan against the policy contract (reference or a user's policy)
     observes: bool  # the policy overrides observe(): feed it (s_i, τ_i) after each verify
     progress: Callable[[int], object] | None  # called with the requests each step finished
-    stop: Callable[..., bool] | None  # an early stop: stop(time, records, workload) (analysis.plan.slo)
+    stop: Callable[..., bool] | None  # early stop: stop(time, records, workload); analysis.plan.slo
     rule: str  # the verification rule (config.verify)
     depth: int  # K: the policy's draft depth (0 = no speculation)
     chunked: bool  # prompts are chunked (enable_chunked_prefill, or the scheduler's default)
@@ -72,12 +72,12 @@ class EngineState:
     wrap: np.ndarray | None  # [N] trace rows L per request (row base + t mod L), or None
     keys: np.ndarray  # [N] uint64 the verifier's common-random-number stream key per request
     from_sums: Callable[..., float] | None  # the cost model's time_from_sums, or None
-    logit_rows: bool  # pass the target pass's logit rows n + S (vllm-v1; simulator.cost.analytic.roofline)
+    logit_rows: bool  # price logit rows n + S (vllm-v1; simulator.cost.analytic.roofline)
     overhead: float  # T_overhead: the cost model's fixed seconds per step
     verify_cost: VerifyCost | None  # the rejection sampler's seconds per step, or None
     pass_index: np.ndarray  # [max(K, 1)] 0..K−1: the draft passes' indices
-    head: bool  # an EAGLE / MTP head drafts (simulator.cost.features.draft_head): pass 1 over the target's
-    drafts_chunks: bool  # the draft prefills chunks in a pass of its own (a speculating draft model)
+    head: bool  # an EAGLE / MTP head drafts (simulator.cost.features), pass 1 over the target pass
+    drafts_chunks: bool  # draft prefills chunks in a pass of its own (a speculating draft model)
     composer: StepComposer  # the scheduler catalogue row's composer: step(rep, time) (composers)
     runs: V1Run | None = None  # vllm-v1's runs of identical decode steps (None: another composer)
     fast: V1Fast | None = None  # vllm-v1's steps without the general composer (None: another)

@@ -1,7 +1,7 @@
 """The engine's per-step record log, stored as numbers rather than Python tuples.
 
-A run records one :class:`~simulator.engine.request_state.StepRecord` per engine step, a few steps per
-request: kept as tuples of Python ints and floats that is ~300 bytes a step, the largest
+A run records one :class:`~simulator.engine.request_state.StepRecord` per engine step, a few
+steps per request: kept as tuples of Python ints and floats that is ~300 bytes a step, the largest
 allocation of a run of 10^6 requests. :class:`StepLog` takes the same rows (``append``) and
 packs every :data:`CHUNK` of them into one float64 block of ``8 · len(STEP_COLUMNS)`` bytes a
 row. Every step column holds seconds or counts far below 2^53, so the float64 cells keep each

@@ -4,5 +4,6 @@ Reading order: ``compose`` (the general composer: which requests run and how man
 ``reference`` (its reference twin, one request at a time as vLLM's ``schedule()`` reads),
 ``fast`` (the composer's answer where it is known without composing), ``runs`` (runs of
 identical decode steps taken at once), ``batch`` (the named records a composed step runs),
-``step`` (one V1 step end to end: the composer of the catalogue's ``vllm-v1`` row, simulator.config.schedulers).
+``step`` (one V1 step end to end: the composer of the catalogue's ``vllm-v1`` row,
+simulator.config.schedulers).
 """

@@ -65,7 +65,8 @@ class Prefilled(NamedTuple):
     """The prompt chunks a step prefilled, as the prefill helpers report them."""
 
     tokens: int  # prompt tokens prefilled
-    completed: np.ndarray | slice | int  # columns whose (re)prefill completed (slice: all; int: one)
+    # columns whose (re)prefill completed (slice: all; int: one)
+    completed: np.ndarray | slice | int
     n_completed: int  # how many completed
     sums: tuple  # the chunks' pass sums (n, Σq, Σc, Σq·c, Σq²), exact integers as floats
 

@@ -6,8 +6,8 @@ The numpy engine (simulator.engine.core.Engine) runs everything; the compiled lo
 request and step tables bit-identical to the numpy engine's (its reference twin; parity:
 tests/simulator/engine/v1/test_compiled.py). ``auto`` takes the compiled loop where it applies,
 numba is installed and the run has at least :data:`AUTO_MIN_REQUESTS` requests (below, the
-kernel's load costs more than it saves); ``compiled`` refuses the rest with a one-line reason naming what is not
-covered; ``numpy`` always takes the numpy engine.
+kernel's load costs more than it saves); ``compiled`` refuses the rest with a one-line reason
+naming what is not covered; ``numpy`` always takes the numpy engine.
 
 Covered today: scheduler vllm-v1; any number of replicas behind the round_robin router
 (independent replicas: :meth:`CompiledEngine.run` and :func:`event_order`; no data
@@ -404,7 +404,8 @@ class CompiledEngine:
             regs[kn.R_ROWS] = rest
         if self.dsd is not None and r == 0:  # the run's policy is replica 0's (the engine's)
             p = self.policy
-            p.k_now, p.steps, p.alpha = int(regs[kn.R_KNOW]), int(regs[kn.R_DSTEPS]), float(clock[1])
+            p.k_now, p.steps, p.alpha = (
+                int(regs[kn.R_KNOW]), int(regs[kn.R_DSTEPS]), float(clock[1]))
         if stream:
             return None
         return np.concatenate(kept, axis=1) if kept else np.zeros((kn.N_STEP_ROWS, 0))

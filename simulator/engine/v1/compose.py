@@ -3,15 +3,17 @@
 Rules, read from vLLM's source (vllm-project/vllm):
 
 - ``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``: every step spends one token
-  budget B = ``max_num_batched_tokens`` (:data:`simulator.config.sim_config.V1_DEFAULT_BATCHED_TOKENS`
-  when unset). RUNNING requests go first, in running order (admission order): each asks
+  budget B = ``max_num_batched_tokens``
+  (:data:`simulator.config.sim_config.V1_DEFAULT_BATCHED_TOKENS` when unset). RUNNING requests
+  go first, in running order (admission order): each asks
   ``num_tokens_with_spec − num_computed_tokens`` tokens, i.e. 1 + s_i (its pending token and
   the s_i drafts it verifies) when decoding, its remaining prompt (prompt + t after a
   preemption) when still prefilling, capped at ``long_prefill_token_threshold`` (> 0; a
   decoding request too) and at what is left of B; scheduling running requests stops once B
   is spent. A request cut by the budget or the threshold verifies only the drafts that fit
-  (``spec_token_ids[:num_scheduled_spec_tokens]``), and drafts no more than it verifies. Then, only in a step that preempted nobody, WAITING
-  requests FCFS while B is left and ``max_num_seqs`` allows: a request asks its whole
+  (``spec_token_ids[:num_scheduled_spec_tokens]``), and drafts no more than it verifies. Then,
+  only in a step that preempted nobody, WAITING requests FCFS while B is left and
+  ``max_num_seqs`` allows: a request asks its whole
   prompt (prompt + t when resumed), chunked to what B has left; with
   ``enable_chunked_prefill = false`` a prompt that does not fit what is left stops
   admission (``break``), as vLLM does.
@@ -181,8 +183,9 @@ class V1Composer(Admission):
     def compose(self, rep: Replica, want: np.ndarray, ctx: np.ndarray | None = None
                 ) -> Composition:
         """The vectorised composer (its :class:`Composition` built with ``tuple.__new__`` in
-        field order, as every per-step record: a keyword call costs ~0.4 µs more): the budget's cut by one cumulative sum, the running
-        requests' new blocks in one allocation (a per-request walk only when the pool runs
+        field order, as every per-step record: a keyword call costs ~0.4 µs more): the budget's
+        cut by one cumulative sum, the running requests' new blocks in one allocation (a
+        per-request walk only when the pool runs
         short and someone is preempted), then FCFS admission. ``ctx`` # [n]: prompt + t of
         every running request when all decode and the caller has it (the plan's KV row,
         never written afterwards), else None."""
@@ -307,8 +310,8 @@ class V1Composer(Admission):
     def admit_v1(self, rep: Replica, left: int, free: int, running: int) -> Admitted:
         """Admission in queue order of waiting requests into ``left`` budget tokens next to
         ``running`` requests (:class:`Admitted`: uids, tokens, blocks each, tokens each found
-        in the prefix cache, free blocks or reserved tokens afterwards). The waiting queue is not changed
-        (:meth:`apply` pops them); the prefix cache is (its hits are touched and new blocks
+        in the prefix cache, free blocks or reserved tokens afterwards). The waiting queue is not
+        changed (:meth:`apply` pops them); the prefix cache is (its hits are touched and new blocks
         taken, as vLLM does)."""
         room = self.max_seqs - running
         joined: list[int] = []

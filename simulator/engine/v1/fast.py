@@ -3,11 +3,12 @@
 With every running request decoding, no ``long_prefill_token_threshold``, a token budget no
 step's asks can exceed (n · (1 + K) ≤ ``max_num_batched_tokens``) and, in paged mode, no
 prefix cache keeping block identities (none, or one still counting: simulator.engine.prefix),
-:meth:`V1Composer.compose <simulator.engine.v1.compose.V1Composer.compose>` schedules every running request
-as asked, grows its blocks to ⌈(prompt + t − 1 + 1 + s_i + lookahead) / block_size⌉ in one
-allocation when the free pool holds them all, and admits waiting prompts FCFS into what the
-budget has left (:meth:`~simulator.engine.v1.compose.V1Composer.admit_v1`); :meth:`~simulator.engine.v1.compose.
-V1Composer.apply` then appends the admitted columns. :meth:`V1Fast.fast_step` does exactly
+:meth:`V1Composer.compose <simulator.engine.v1.compose.V1Composer.compose>` schedules every
+running request as asked, grows its blocks to ⌈(prompt + t − 1 + 1 + s_i + lookahead) /
+block_size⌉ in one allocation when the free pool holds them all, and admits waiting prompts FCFS
+into what the budget has left (:meth:`~simulator.engine.v1.compose.V1Composer.admit_v1`);
+:meth:`~simulator.engine.v1.compose.V1Composer.apply` then appends the admitted columns.
+:meth:`V1Fast.fast_step` does exactly
 that without the composition's arrays: the growth in place, the admitted requests' columns
 appended once the running requests have committed (a contiguous commit), each with its
 chunk prefilled and its blocks (none is found in a prefix cache here), and the chunks' pass

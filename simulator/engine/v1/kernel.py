@@ -9,8 +9,9 @@ path, simulator.engine.prefix.PrefixCache with ``lazy``); ``long_prefill_token_t
 chain policies planning d_i = s_i = min(k, proposed) (``fixed``; ``ar`` is k = 0; ``dsd``'s k
 from its goodput scan every interval, α updated from each step's τ) or TETRIS's top-C of the
 cumulative draft confidence (``tetris``, d_i = K; simulator.policies.papers.Tetris with
-:func:`monotone_topc`, theory.allocate.budget's tie order; under BV its monotone_optimum); a chain rule scanning its
-thresholds (TV: leading successes, BV: the last success; simulator.replay.chain); the
+:func:`monotone_topc`, theory.allocate.budget's tie order; under BV its monotone_optimum); a
+chain rule scanning its thresholds (TV: leading successes, BV: the last success;
+simulator.replay.chain); the
 roofline's dense sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums)
 and the rejection sampler's seconds (simulator.cost.verify_cost.VerifyCost.seconds). Every
 float is computed by the numpy path's expressions in the same order, on the same exact integer
@@ -395,7 +396,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     has_verify, leading = ints[I_VERIFY], ints[I_LEADING]
     has_wrap, has_proposed = ints[I_WRAP], ints[I_PROPOSED]
     tetris, c_budget = ints[I_TETRIS], ints[I_C]
-    paged, bs, lookahead, prefix = ints[I_PAGED], ints[I_BLOCK_SIZE], ints[I_LOOKAHEAD], ints[I_PREFIX]
+    paged, bs, lookahead, prefix = (
+        ints[I_PAGED], ints[I_BLOCK_SIZE], ints[I_LOOKAHEAD], ints[I_PREFIX])
     threshold = ints[I_THRESHOLD]
     dsd, k_max, interval = ints[I_DSD], ints[I_KMAX], ints[I_INTERVAL]
     priority = ints[I_PRIORITY]

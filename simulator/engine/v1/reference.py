@@ -2,10 +2,12 @@
 
 Written straight from ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``) and
 ``vllm/v1/core/kv_cache_manager.py`` (``KVCacheManager.allocate_slots``), with plain Python
-integers and lists instead of the vectorised composer's arrays (simulator.engine.v1.compose states the
-rules). Under vLLM's hybrid KV cache manager (sliding-window groups, simulator.engine.kv) it is
-the only composer: it charges each KV cache group's table (simulator.engine.group_tables). The engine runs it with ``reference=True``; a parity test checks it gives the same
-:class:`~simulator.engine.v1.compose.Composition` as :meth:`simulator.engine.v1.compose.V1Composer.compose` at every step.
+integers and lists instead of the vectorised composer's arrays (simulator.engine.v1.compose
+states the rules). Under vLLM's hybrid KV cache manager (sliding-window groups,
+simulator.engine.kv) it is the only composer: it charges each KV cache group's table
+(simulator.engine.group_tables). The engine runs it with ``reference=True``; a parity test checks
+it gives the same :class:`~simulator.engine.v1.compose.Composition` as
+:meth:`simulator.engine.v1.compose.V1Composer.compose` at every step.
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ engine's ``finish`` then retires it as after a single step), cut short
   (floating point), so the next step starts at the same instant it would step by step.
 
 Each step of the run is priced and recorded exactly as a single step is (the same sums to
-the same cost-model call, the same float additions, one :class:`~simulator.engine.request_state.StepRecord`
-each, one logged composition each when the engine logs them), and the state ends where J
+the same cost-model call, the same float additions, one
+:class:`~simulator.engine.request_state.StepRecord` each, one logged composition each when the
+engine logs them), and the state ends where J
 single steps leave it: positions and step counts + J, blocks grown to the last step's
 slots, the pool and the lazy prefix cache's free count and computed tokens (whose
 ``note_done`` keeps only the last step's numbers). Not taken (a single step runs): with
@@ -44,8 +45,9 @@ _sum = np.add.reduce  # ndarray.sum without its Python-level wrapper
 class V1Run(EnginePart):
     """The engine's run of identical vllm-v1 decode steps (module docstring); a part the
     vllm-v1 composer holds (``runs``, simulator.engine.v1.step; it retires the finished through
-    the composer). ``fast_paths`` False (simulator.engine.state) turns it off, and the step without the
-    composer of simulator.engine.v1.fast (every step through the composer, one at a time: the
+    the composer). ``fast_paths`` False (simulator.engine.state) turns it off, and the step
+    without the composer of simulator.engine.v1.fast (every step through the composer, one at a
+    time: the
     same results; the parity tests compare the two)."""
 
     def decode_run(self, rep: Replica, time: float) -> float | None:

@@ -1,9 +1,11 @@
-"""The vllm-v1 step: plan the decoding requests, compose (simulator.engine.v1.compose), then run the batch.
+"""The vllm-v1 step: plan the decoding requests, compose (simulator.engine.v1.compose), then run
+the batch.
 
 vLLM's drafts exist before ``Scheduler.schedule`` runs, so the policy plans every decoding
-request first (:meth:`~simulator.engine.decode.Decode.plan_decode`); the composer then decides who
-runs with how many tokens (simulator.engine.v1.compose), and the scheduled decoding requests, a prefix of
-the planned ones whose last may be cut to the budget, are verified, priced and committed with
+request first (:meth:`~simulator.engine.decode.Decode.plan_decode`); the composer then decides
+who runs with how many tokens (simulator.engine.v1.compose), and the scheduled decoding
+requests, a prefix of the planned ones whose last may be cut to the budget, are verified, priced
+and committed with
 the prompt chunks in one target pass: query 1 + s_i per decoding request plus each chunk,
 priced from exact integer sums when the cost model takes them, plus the rejection sampler's
 time over the decoding requests (simulator.cost.verify_cost). The draft, when the policy
@@ -291,8 +293,9 @@ class V1Step(Decode, V1Composer):
         """Prefill the chunks of the ``n_joined`` requests admitted this step, the last
         columns, when no other request prefills: (prompt tokens prefilled, the columns whose
         (re)prefill completed (a slice when all did, the column when it is one), how many,
-        the chunks' pass sums (n, Σq, Σc, Σq·c, Σq²) as :func:`~simulator.engine.v1.compose.integer_sums`
-        gives them, summed in Python integers: a few requests' chunks cost less so than as
+        the chunks' pass sums (n, Σq, Σc, Σq·c, Σq²) as
+        :func:`~simulator.engine.v1.compose.integer_sums` gives them, summed in Python integers: a
+        few requests' chunks cost less so than as
         arrays)."""
         state = rep.state
         start = state.shape[1] - n_joined
