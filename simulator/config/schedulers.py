@@ -55,6 +55,8 @@ class SchedulerEntry:
     dp_lockstep:     whether an MoE model's data-parallel ranks can step in lockstep under it
                      (simulator.engine.lockstep)
     live:            whether the live loop composes its steps this way (live.loop)
+    compiled:        whether the numba loop (simulator.engine.v1.compiled) runs its steps, for
+                     the runs it covers (its ``compiled_gap`` names the rest)
     """
 
     name: str
@@ -70,6 +72,7 @@ class SchedulerEntry:
     trees: bool = True
     dp_lockstep: bool = True
     live: bool = False
+    compiled: bool = False
 
     def load(self) -> type:
         """The composer class this row names (imports its module)."""
@@ -83,7 +86,7 @@ CATALOGUE: tuple[SchedulerEntry, ...] = (
         name="vllm-v1", composer="specbatch.simulator.engine.v1.step:V1Step",
         admission=SCHEDULING_POLICIES, mixed_steps=True, chunks_prompts=True,
         default_budget=V1_DEFAULT_BATCHED_TOKENS, prefix_caching=True, hybrid_kv=True,
-        live=True),
+        live=True, compiled=True),
     SchedulerEntry(
         name="vllm-v0", composer="specbatch.simulator.engine.v0:V0Step",
         admission=SCHEDULING_POLICIES, live=True),

@@ -104,6 +104,7 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
                  reference: bool = False, stop=None, workload: Workload | None = None
                  ) -> str | None:
     """Why the compiled loop cannot run this simulation (one phrase), or None when it can."""
+    from specbatch.simulator.config.schedulers import names, scheduler_entry
     from specbatch.simulator.cost.analytic.roofline import RooflineCost
     from specbatch.simulator.policies.base import Policy
     from specbatch.simulator.policies.papers import AutoRegressive, DynamicSD, Fixed, Tetris
@@ -113,8 +114,8 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
         return "the reference twin runs on numpy"
     if stop is not None:
         return "an early stop (plan's SLO search) runs on numpy"
-    if config.scheduler != "vllm-v1":
-        return f"scheduler {config.scheduler} (compiled: vllm-v1)"
+    if not scheduler_entry(config.scheduler).compiled:
+        return f"scheduler {config.scheduler} (compiled: {', '.join(names(compiled=True))})"
     if int(config.data_parallel_size) != 1:
         return "data-parallel ranks (compiled: replicas behind a round_robin router)"
     if int(config.replicas) > 1 and config.router != "round_robin":
