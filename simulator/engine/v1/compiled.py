@@ -18,7 +18,9 @@ not the hybrid manager's groups nor shared-prefix groups); any
 ``tetris`` (confidence surrogate, TV and BV) and ``dsd`` (its goodput plans and α); chain rules TV
 and BV on replayed acceptance (trace, fitted or profile); the roofline cost model of dense
 models (no sliding windows, experts, FP8 GEMMs or draft head; CUDA-graph padding and
-analysis.sensitivity's scaled roofline too), with or without the rejection sampler's cost;
+analysis.sensitivity's scaled roofline too), with or without vLLM's host terms (the default
+``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async scheduling;
+not the n-gram proposer's, nor a scaled cost around them) and the rejection sampler's cost;
 any arrivals; no early stop. Everything else (tetris with a fitted predictor,
 the other adaptive policies and schedules, trees, calibrated and profiled costs, vllm-v0, the
 least_outstanding and vllm_dp_lb routers, user policies) runs on numpy.
@@ -47,6 +49,7 @@ from specbatch.simulator.engine.steplog import CHUNK, StepLog
 
 if TYPE_CHECKING:
     from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.simulator.cost.features.host import HostCost
     from specbatch.simulator.cost.interface import CostModel
     from specbatch.simulator.policies.registry import Policy
     from specbatch.simulator.workload.arrivals import Workload
@@ -106,6 +109,7 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     """Why the compiled loop cannot run this simulation (one phrase), or None when it can."""
     from specbatch.simulator.config.schedulers import names, scheduler_entry
     from specbatch.simulator.cost.analytic.roofline import RooflineCost
+    from specbatch.simulator.cost.features.host import HostCost
     from specbatch.simulator.policies.base import Policy
     from specbatch.simulator.policies.papers import AutoRegressive, DynamicSD, Fixed, Tetris
     from specbatch.simulator.replay.rules import rule_entry
@@ -141,6 +145,11 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     row = rule_entry(config.verify)
     if policy.depth and (row.kind != "chain" or row.scan not in ("leading", "last")):
         return f"verify {config.verify} (compiled: chain rules tv, block)"
+    host, rest = host_layer(cost)
+    if host is not None and host.ngram:
+        return "the n-gram proposer's host time (compiled: vLLM's host terms of model drafters)"
+    if type(rest).__name__ == "ScaledCost" and type(getattr(rest, "inner", None)) is HostCost:
+        return "a scaled cost around vLLM's host terms (compiled: the host terms outermost)"
     _, _, base = cost_layers(cost)
     if type(base) is not RooflineCost:
         return f"cost model {type(cost).__name__} (compiled: the plain roofline)"
@@ -153,13 +162,27 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     return None
 
 
+def host_layer(cost: CostModel) -> tuple[HostCost | None, CostModel]:
+    """(host terms, the rest) of ``cost``: simulator.cost.features.host's HostCost when it is
+    the outermost layer (build_cost puts it there and pad_to_graphs pads inside it, so the
+    host's n counts scheduled requests, not padding slots), else (None, ``cost``)."""
+    from specbatch.simulator.cost.features.host import HostCost
+
+    if type(cost) is HostCost:
+        return cost, cost.inner
+    return None, cost
+
+
 def cost_layers(cost: CostModel) -> tuple[tuple[int, ...], float, CostModel]:
-    """(CUDA-graph sizes, factor, model) of ``cost``: simulator.cost.features.graph_padding's
-    PaddedSumsCost (the sizes it pads each pass to; () without) around analysis.sensitivity's
-    ScaledCost (every pass and the overhead times a factor; matched by name, as the simulator
-    imports nothing of analysis; 1.0 without) around the model."""
+    """(CUDA-graph sizes, factor, model) of ``cost``: the host terms (:func:`host_layer`,
+    priced by the kernel's host_target / host_draft after each pass) around
+    simulator.cost.features.graph_padding's PaddedSumsCost (the sizes it pads each pass to;
+    () without) around analysis.sensitivity's ScaledCost (every pass and the overhead times a
+    factor; matched by name, as the simulator imports nothing of analysis; 1.0 without)
+    around the model."""
     from specbatch.simulator.cost.features.graph_padding import PaddedSumsCost
 
+    _, cost = host_layer(cost)
     sizes: tuple[int, ...] = ()
     if type(cost) is PaddedSumsCost:
         sizes, cost = tuple(int(v) for v in cost.sizes), cost.inner
@@ -242,7 +265,21 @@ class CompiledEngine:
         floats[kn.F_HEAD_T] = float(base.consts["target"].head_flops)
         floats[kn.F_HEAD_D] = float(base.consts["draft"].head_flops)
         floats[kn.F_ROWS] = float(takes_logit_rows(cost))  # as the numpy engine (core.py)
-        floats[kn.F_OVERHEAD] = float(cost.overhead)
+        floats[kn.F_OVERHEAD] = float(cost.overhead)  # HostCost's: a, or 0 under overlap
+        host, _ = host_layer(cost)
+        if host is not None:  # simulator.cost.features.host's constants, as HostCost uses them
+            from specbatch.simulator.cost.features import host as hostmod
+
+            floats[kn.F_HOST] = 1.0
+            floats[kn.F_OVERLAP] = float(bool(host.overlap))
+            floats[kn.F_STEP_S] = hostmod.STEP_S
+            floats[kn.F_REQUEST_S] = hostmod.REQUEST_S
+            if host.draft_layers:
+                floats[kn.F_FLOOR] = 1.0
+                floats[kn.F_KERNELS_S] = (hostmod.proposer_kernels(host.d2t)
+                                          * hostmod.SMALL_KERNEL_S)
+                floats[kn.F_OPS_S] = (hostmod.proposer_ops(host.draft_layers, host.d2t)
+                                      * hostmod.OP_S)
         vc = verify_cost_for(config, trace, one_hot_drafter(config.draft))
         if vc is not None:
             from specbatch.simulator.cost.gpus.hardware import FUSED_FLOOR

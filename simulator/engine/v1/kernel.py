@@ -12,10 +12,12 @@ cumulative draft confidence (``tetris``, d_i = K; simulator.policies.papers.Tetr
 :func:`monotone_topc`, theory.allocate.budget's tie order; under BV its monotone_optimum); a
 chain rule scanning its thresholds (TV: leading successes, BV: the last success;
 simulator.replay.chain); the
-roofline's dense sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums)
-and the rejection sampler's seconds (simulator.cost.verify_cost.VerifyCost.seconds). Every
-float is computed by the numpy path's expressions in the same order, on the same exact integer
-sums, so the step and request tables are bit-identical (tests/simulator/engine/v1/test_compiled.py).
+roofline's dense sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums),
+vLLM's host terms around it (simulator.cost.features.host.HostCost: :func:`host_target`,
+:func:`host_draft`) and the rejection sampler's seconds
+(simulator.cost.verify_cost.VerifyCost.seconds). Every float is computed by the numpy path's
+expressions in the same order, on the same exact integer sums, so the step and request tables
+are bit-identical (tests/simulator/engine/v1/test_compiled.py).
 
 The step, as :meth:`~simulator.engine.v1.step.V1Step.composed_step` composes it (vLLM's
 ``Scheduler.schedule``): the decoding requests are planned first; running requests in
@@ -54,9 +56,13 @@ F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the 
 # the LM head's FLOPs per logit row of the target and the draft (PassConstants.head_flops), and
 # whether the engine names a pass's logit rows (simulator.cost.interface.takes_logit_rows)
 F_HEAD_T, F_HEAD_D, F_ROWS = 26, 27, 28
-F_NSIZES = 29  # CUDA-graph capture sizes (0: no padding), listed from F_SIZES on, ascending
-F_SIZES = 30
-N_FLOATS = 30  # without sizes
+# vLLM's host terms (simulator.cost.features.host.HostCost around the padded roofline):
+# whether they apply, async scheduling (max(t, a + b n) instead of t + b n), a = STEP_S,
+# b = REQUEST_S, whether draft passes take the proposer floor, its k_small · g and N_ops · t_op
+F_HOST, F_OVERLAP, F_STEP_S, F_REQUEST_S, F_FLOOR, F_KERNELS_S, F_OPS_S = range(29, 36)
+F_NSIZES = 36  # CUDA-graph capture sizes (0: no padding), listed from F_SIZES on, ascending
+F_SIZES = 37
+N_FLOATS = 37  # without sizes
 # the replica's registers (``regs``): arrivals queued, arrivals admitted, running requests,
 # reserved tokens (reserve) or free blocks (paged), step rows, preempted requests waiting in
 # front, the prefix cache's segment queue (head, tail) and its named segments
@@ -127,6 +133,30 @@ def pass_time(c, off, sq, skv, sqkv, sqq, rows):
 
 
 @njit(cache=True)
+def host_target(c, t, n):
+    """HostCost.target_seconds(t, n) of a target pass over ``n`` scheduled requests (t itself
+    without the host terms): t if t <= 0 or n <= 0; max(t, a + b·n) under async scheduling
+    (Python's max: t unless a + b·n > t); else t + b·n."""
+    if c[F_HOST] == 0.0 or t <= 0.0 or n <= 0:
+        return t
+    if c[F_OVERLAP] != 0.0:
+        h = c[F_STEP_S] + c[F_REQUEST_S] * np.float64(n)
+        return h if h > t else t
+    return t + c[F_REQUEST_S] * np.float64(n)
+
+
+@njit(cache=True)
+def host_draft(c, t):
+    """HostCost's draft pass: host.draft_pass_floor(t, layers, d2t) = max(t + k_small · g,
+    N_ops · t_op) where the drafter has layers (0 stays 0), else t."""
+    if c[F_FLOOR] == 0.0 or t <= 0.0:
+        return t
+    a = t + c[F_KERNELS_S]
+    b = c[F_OPS_S]
+    return b if b > a else a
+
+
+@njit(cache=True)
 def eta(key, pos, j):
     """η_j of the request with stream ``key`` at output position ``pos`` (uniforms)."""
     seed = key ^ (np.uint64(pos) * _POSMUL)
@@ -173,12 +203,13 @@ def dsd_goodput(k, n, skv, alpha, floats, ints):
     else:
         tokens = n * ((1.0 - a ** np.float64(k + 1)) / (1.0 - a))
     q = k + 1
-    t = floats[F_OVERHEAD] + pass_time(floats, 0, np.float64(n * q), np.float64(skv),
-                                       np.float64(q * skv), np.float64(n * q * q), -1.0)
+    t = floats[F_OVERHEAD] + host_target(
+        floats, pass_time(floats, 0, np.float64(n * q), np.float64(skv), np.float64(q * skv),
+                          np.float64(n * q * q), -1.0), n)
     fn = np.float64(n)
     for d in range(k):
         c = np.float64(skv + n * d)
-        t += pass_time(floats, 10, fn, c, c, fn, -1.0)
+        t += host_draft(floats, pass_time(floats, 10, fn, c, c, fn, -1.0))
     if ints[I_DSD_VERIFY]:
         t += verify_seconds(floats, ints, n, n * k, k, n if k else 0)
     return tokens / t if t > 0 else np.inf
@@ -733,7 +764,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                         fn = np.float64(keep)
                         for dd in range(passes):
                             c = np.float64(skv + keep * dd)
-                            draft_t += pass_time(floats, 10, fn, c, c, fn, -1.0)
+                            draft_t += host_draft(floats,
+                                                  pass_time(floats, 10, fn, c, c, fn, -1.0))
                     else:
                         for dd in range(passes):
                             m = 0
@@ -744,7 +776,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                                     ks += kept_kv[i]
                             c = np.float64(ks + m * dd)
                             fm = np.float64(m)
-                            draft_t += pass_time(floats, 10, fm, c, c, fm, -1.0)
+                            draft_t += host_draft(floats,
+                                                  pass_time(floats, 10, fm, c, c, fm, -1.0))
             if has_verify:
                 verify_t = verify_seconds(floats, ints, keep, vsum, smax, snz)
         # ---- prefill: the running requests' chunks, then the admitted ones'
@@ -763,12 +796,14 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             pqq += q * q
             st[S_PREFILLED, i] = c0 + q
         if pn and drafts_chunks:
-            draft_t += pass_time(floats, 10, np.float64(pq), np.float64(pc), np.float64(pqc),
-                                 np.float64(pqq), np.float64(pn) if floats[F_ROWS] else -1.0)
+            draft_t += host_draft(floats, pass_time(
+                floats, 10, np.float64(pq), np.float64(pc), np.float64(pqc), np.float64(pqq),
+                np.float64(pn) if floats[F_ROWS] else -1.0))
         # logit rows n + S: a prefill chunk's last token only (V1Step.run_composed)
         rows = np.float64(sq + pq) - np.float64(pq - pn) if floats[F_ROWS] else -1.0
-        target_t = pass_time(floats, 0, np.float64(sq + pq), np.float64(sc + pc),
-                             np.float64(sqc + pqc), np.float64(sqq + pqq), rows)
+        target_t = host_target(floats, pass_time(
+            floats, 0, np.float64(sq + pq), np.float64(sc + pc), np.float64(sqc + pqc),
+            np.float64(sqq + pqq), rows), keep + pn)  # n: the decoding requests + the chunks
         end_t = t + draft_t + target_t + verify_t + overhead
         if keep == 0 and pq == 0:
             code = STUCK

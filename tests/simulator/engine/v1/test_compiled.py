@@ -42,8 +42,9 @@ def tables(engine: str, **knobs):
     return result.requests, result.steps, result.summary
 
 
-#: The kernel prices the roofline with the preset's flat host overhead (host = "fixed");
-#: vLLM's host share (simulator.cost.features.host, the default) runs on numpy.
+#: Most cases price the roofline with the preset's flat host overhead (host = "fixed");
+#: HOST_COVERED and the hypothesis run add vLLM's host share (the default host = "vllm",
+#: simulator.cost.features.host.HostCost), with and without async scheduling.
 FIXED_HOST = {"host": "fixed"}
 
 
@@ -79,6 +80,52 @@ def parts(**knobs):
 def test_the_default_run_is_covered():
     assert compiled.compiled_gap(*parts()) is None
     assert compiled.compiled_gap(*parts(policy="fixed", k=3, verify="block")) is None
+
+
+def test_vllms_host_terms_are_covered_but_not_the_ngram_proposers():
+    assert compiled.compiled_gap(*parts(host="vllm")) is None
+    assert compiled.compiled_gap(*parts(host="vllm", async_scheduling=True)) is None
+    gap = compiled.compiled_gap(*parts(host="vllm", trace="traces/data/smollm2-ngram",
+                                       draft="ngram", policy="fixed", k=2))
+    assert gap is not None and "n-gram" in gap
+
+
+def test_a_scaled_cost_around_the_host_terms_is_named():
+    from specbatch.analysis.sensitivity import ScaledCost
+
+    config, policy, cost = parts(host="vllm")
+    gap = compiled.compiled_gap(config, policy, ScaledCost(cost, 1.5))
+    assert gap is not None and "scaled cost around vLLM's host terms" in gap
+
+
+@needs_numba
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("layers, d2t", [(0, False), (2, False), (1, True), (32, False)])
+def test_host_terms_are_host_costs_bit_for_bit(overlap, layers, d2t):
+    """kernel.host_target / host_draft on the packed constants equal HostCost.target_seconds
+    and its draft pass (simulator.cost.features.host) on the same inner seconds and n."""
+    from specbatch.simulator.cost.features import host as hostmod
+
+    kernel = compiled.load_kernel()
+    model = hostmod.HostCost(None, overlap=overlap, draft_layers=layers, d2t=d2t)
+    c = np.zeros(kernel.N_FLOATS)
+    c[kernel.F_HOST], c[kernel.F_OVERLAP] = 1.0, float(overlap)
+    c[kernel.F_STEP_S], c[kernel.F_REQUEST_S] = hostmod.STEP_S, hostmod.REQUEST_S
+    if layers:
+        c[kernel.F_FLOOR] = 1.0
+        c[kernel.F_KERNELS_S] = hostmod.proposer_kernels(d2t) * hostmod.SMALL_KERNEL_S
+        c[kernel.F_OPS_S] = hostmod.proposer_ops(layers, d2t) * hostmod.OP_S
+    rng = np.random.default_rng(layers + 7 * overlap)
+    seconds = np.concatenate([[0.0, 1e-9, 1e-4, 3e-4, 1e-3, 0.05],
+                              rng.uniform(0.0, 2e-3, 200)])
+    for t in seconds:
+        for n in (0, 1, 2, 7, 64, 513):
+            want = model.target_seconds(float(t), n)
+            got = kernel.host_target(c, float(t), n)
+            assert np.float64(got).view(np.int64) == np.float64(want).view(np.int64)
+        got = kernel.host_draft(c, float(t))
+        assert np.float64(got).view(np.int64) == np.float64(model._draft(float(t))).view(
+            np.int64)
 
 
 @pytest.mark.parametrize("knobs, named", [
@@ -325,6 +372,35 @@ def test_compiled_tables_equal_the_numpy_engines(knobs):
     assert_parity(**knobs)
 
 
+#: vLLM's host terms (host = "vllm", the default; simulator.cost.features.host.HostCost):
+#: a + b·n per step (async scheduling: max(target pass, a + b·n)) and the proposer loop's
+#: floor on every draft pass, across the policies, chunked prefill, paged KV, padding and
+#: replicas (each run with and without async scheduling).
+HOST_COVERED = [
+    {"requests": 60, "seed": 3},
+    {"requests": 60, "seed": 3, "policy": "fixed", "k": 3, "verify": "block"},
+    {"requests": 60, "seed": 5, "policy": "tetris", "k": 3, "extra": 1,
+     "max_num_batched_tokens": 128},
+    {"requests": 60, "seed": 3, "policy": "dsd"},
+    {"requests": 60, "seed": 5, "policy": "dsd", "dsd_interval": 1, "verify_cost": "torch",
+     "max_num_batched_tokens": 40},
+    {"requests": 60, "seed": 4, "policy": "fixed", "k": 2, "enable_chunked_prefill": False},
+    {"requests": 96, "seed": 3, "kv_mode": "paged", "kv_capacity": 3000, "policy": "tetris",
+     "k": 3, "extra": 1, "max_num_batched_tokens": 512},
+    {"requests": 60, "seed": 3, "cuda_graph_sizes": "3,17,100", "policy": "fixed", "k": 4},
+    {"requests": 96, "seed": 4, "replicas": 2, "policy": "dsd", "kv_mode": "paged",
+     "kv_capacity": 3000, "arrival": "poisson", "rate": 30.0},
+    {"requests": 60, "seed": 7, "policy": "ar", "long_prefill_token_threshold": 3},
+]
+
+
+@needs_numba
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("knobs", HOST_COVERED, ids=[str(i) for i in range(len(HOST_COVERED))])
+def test_compiled_tables_equal_the_numpy_engines_with_vllms_host_terms(knobs, overlap):
+    assert_parity(host="vllm", async_scheduling=overlap, **knobs)
+
+
 @needs_numba
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -337,16 +413,19 @@ def test_compiled_tables_equal_the_numpy_engines(knobs):
        capacity=st.sampled_from([None, 2500, 6000, 40000]), paged=st.booleans(),
        block_size=st.sampled_from([4, 16]), prefix=st.booleans(),
        threshold=st.sampled_from([0, 0, 2, 40]), replicas=st.sampled_from([1, 1, 2, 3]),
-       graphs=st.sampled_from([None, None, "64", "3,17,100"]))
+       graphs=st.sampled_from([None, None, "64", "3,17,100"]),
+       host=st.sampled_from(["fixed", "vllm"]), overlap=st.booleans())
 def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
         requests, seed, policy, k, extra, budget_c, verify, budget, seqs, chunked, arrival,
-        rate, capacity, paged, block_size, prefix, threshold, replicas, graphs):
+        rate, capacity, paged, block_size, prefix, threshold, replicas, graphs, host,
+        overlap):
     knobs = dict(requests=requests, seed=seed, policy=policy, verify=verify,
                  max_num_batched_tokens=budget if chunked else budget + 4096,
                  max_num_seqs=seqs, enable_chunked_prefill=chunked, arrival=arrival,
                  kv_capacity=None if capacity is None else 4 * capacity,
                  long_prefill_token_threshold=threshold, replicas=replicas,
-                 cuda_graph_sizes=graphs)
+                 cuda_graph_sizes=graphs, host=host,
+                 async_scheduling=overlap and host == "vllm")
     if paged:  # a small pool preempts; the prefix cache counts and finds parked blocks
         knobs.update(kv_mode="paged", kv_capacity=capacity or 3000, block_size=block_size,
                      enable_prefix_caching=prefix)
