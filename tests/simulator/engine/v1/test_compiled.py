@@ -391,6 +391,14 @@ HOST_COVERED = [
     {"requests": 96, "seed": 4, "replicas": 2, "policy": "dsd", "kv_mode": "paged",
      "kv_capacity": 3000, "arrival": "poisson", "rate": 30.0},
     {"requests": 60, "seed": 7, "policy": "ar", "long_prefill_token_threshold": 3},
+    # a 1B drafter: its pass over a prefill chunk outlasts the proposer floor (t + k_small g)
+    {"requests": 60, "seed": 3, "policy": "fixed", "k": 3, "target": "llama-3.1-8b",
+     "draft": "llama-3.2-1b"},
+    # small targets: under async scheduling most steps are host-bound (a + b n > the pass)
+    {"requests": 60, "seed": 3, "policy": "fixed", "k": 2, "target": "smollm2-135m",
+     "draft": "vicuna-68m"},
+    {"requests": 60, "seed": 3, "policy": "dsd", "target": "qwen2.5-0.5b",
+     "draft": "smollm2-135m"},
 ]
 
 
