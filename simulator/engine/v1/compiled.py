@@ -20,7 +20,8 @@ and BV on replayed acceptance (trace, fitted or profile); the roofline cost mode
 models (no sliding windows, experts, FP8 GEMMs or draft head; CUDA-graph padding and
 analysis.sensitivity's scaled roofline too), with or without vLLM's host terms (the default
 ``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async scheduling;
-not the n-gram proposer's, nor a scaled cost around them) and the rejection sampler's cost;
+also inside the sensitivity runs' scaled cost; not the n-gram proposer's) and the rejection
+sampler's cost;
 any arrivals; no early stop. Everything else (tetris with a fitted predictor,
 the other adaptive policies and schedules, trees, calibrated and profiled costs, vllm-v0, the
 least_outstanding and vllm_dp_lb routers, user policies) runs on numpy.
@@ -145,12 +146,13 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     row = rule_entry(config.verify)
     if policy.depth and (row.kind != "chain" or row.scan not in ("leading", "last")):
         return f"verify {config.verify} (compiled: chain rules tv, block)"
-    host, rest = host_layer(cost)
+    host, _, _ = host_layer(cost)
     if host is not None and host.ngram:
         return "the n-gram proposer's host time (compiled: vLLM's host terms of model drafters)"
-    if type(rest).__name__ == "ScaledCost" and type(getattr(rest, "inner", None)) is HostCost:
-        return "a scaled cost around vLLM's host terms (compiled: the host terms outermost)"
     _, _, base = cost_layers(cost)
+    if type(base) is HostCost:  # PaddedSumsCost(ScaledCost(HostCost)): b·n would count pads
+        return ("CUDA-graph padding outside vLLM's host terms (compiled: padding inside "
+                "them, as build_cost and pad_to_graphs order them)")
     if type(base) is not RooflineCost:
         return f"cost model {type(cost).__name__} (compiled: the plain roofline)"
     for role, c in base.consts.items():
@@ -162,27 +164,34 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     return None
 
 
-def host_layer(cost: CostModel) -> tuple[HostCost | None, CostModel]:
-    """(host terms, the rest) of ``cost``: simulator.cost.features.host's HostCost when it is
-    the outermost layer (build_cost puts it there and pad_to_graphs pads inside it, so the
-    host's n counts scheduled requests, not padding slots), else (None, ``cost``)."""
+def host_layer(cost: CostModel) -> tuple[HostCost | None, float, CostModel]:
+    """(host terms, outer factor, the rest) of ``cost``: simulator.cost.features.host's
+    HostCost when it is the outermost layer (build_cost puts it there and pad_to_graphs pads
+    inside it, so the host's n counts scheduled requests, not padding slots) or inside only
+    analysis.sensitivity's ScaledCost (the CLI's ±5 % runs: factor · the host-adjusted pass,
+    the factor returned), else (None, 1.0, ``cost``)."""
     from specbatch.simulator.cost.features.host import HostCost
 
+    if type(cost).__name__ == "ScaledCost" and type(getattr(cost, "inner", None)) is HostCost:
+        return cost.inner, float(cost.factor), cost.inner.inner
     if type(cost) is HostCost:
-        return cost, cost.inner
-    return None, cost
+        return cost, 1.0, cost.inner
+    return None, 1.0, cost
 
 
 def cost_layers(cost: CostModel) -> tuple[tuple[int, ...], float, CostModel]:
     """(CUDA-graph sizes, factor, model) of ``cost``: the host terms (:func:`host_layer`,
-    priced by the kernel's host_target / host_draft after each pass) around
+    priced by the kernel's host_target / host_draft after each pass, with its outer factor)
+    around
     simulator.cost.features.graph_padding's PaddedSumsCost (the sizes it pads each pass to;
     () without) around analysis.sensitivity's ScaledCost (every pass and the overhead times a
     factor; matched by name, as the simulator imports nothing of analysis; 1.0 without)
     around the model."""
     from specbatch.simulator.cost.features.graph_padding import PaddedSumsCost
 
-    _, cost = host_layer(cost)
+    host, _, inner = host_layer(cost)
+    if host is not None:
+        cost = inner
     sizes: tuple[int, ...] = ()
     if type(cost) is PaddedSumsCost:
         sizes, cost = tuple(int(v) for v in cost.sizes), cost.inner
@@ -266,7 +275,8 @@ class CompiledEngine:
         floats[kn.F_HEAD_D] = float(base.consts["draft"].head_flops)
         floats[kn.F_ROWS] = float(takes_logit_rows(cost))  # as the numpy engine (core.py)
         floats[kn.F_OVERHEAD] = float(cost.overhead)  # HostCost's: a, or 0 under overlap
-        host, _ = host_layer(cost)
+        host, outer, _ = host_layer(cost)
+        floats[kn.F_OUTER] = outer
         if host is not None:  # simulator.cost.features.host's constants, as HostCost uses them
             from specbatch.simulator.cost.features import host as hostmod
 

@@ -60,9 +60,10 @@ F_HEAD_T, F_HEAD_D, F_ROWS = 26, 27, 28
 # whether they apply, async scheduling (max(t, a + b n) instead of t + b n), a = STEP_S,
 # b = REQUEST_S, whether draft passes take the proposer floor, its k_small · g and N_ops · t_op
 F_HOST, F_OVERLAP, F_STEP_S, F_REQUEST_S, F_FLOOR, F_KERNELS_S, F_OPS_S = range(29, 36)
-F_NSIZES = 36  # CUDA-graph capture sizes (0: no padding), listed from F_SIZES on, ascending
-F_SIZES = 37
-N_FLOATS = 37  # without sizes
+F_OUTER = 36  # a ScaledCost's factor around the host terms (factor · host-adjusted pass; 1.0)
+F_NSIZES = 37  # CUDA-graph capture sizes (0: no padding), listed from F_SIZES on, ascending
+F_SIZES = 38
+N_FLOATS = 38  # without sizes
 # the replica's registers (``regs``): arrivals queued, arrivals admitted, running requests,
 # reserved tokens (reserve) or free blocks (paged), step rows, preempted requests waiting in
 # front, the prefix cache's segment queue (head, tail) and its named segments
@@ -136,24 +137,25 @@ def pass_time(c, off, sq, skv, sqkv, sqq, rows):
 def host_target(c, t, n):
     """HostCost.target_seconds(t, n) of a target pass over ``n`` scheduled requests (t itself
     without the host terms): t if t <= 0 or n <= 0; max(t, a + b·n) under async scheduling
-    (Python's max: t unless a + b·n > t); else t + b·n."""
+    (Python's max: t unless a + b·n > t); else t + b·n; times ``c[F_OUTER]`` (a ScaledCost
+    around HostCost; × 1.0 is exact)."""
     if c[F_HOST] == 0.0 or t <= 0.0 or n <= 0:
-        return t
+        return c[F_OUTER] * t
     if c[F_OVERLAP] != 0.0:
         h = c[F_STEP_S] + c[F_REQUEST_S] * np.float64(n)
-        return h if h > t else t
-    return t + c[F_REQUEST_S] * np.float64(n)
+        return c[F_OUTER] * (h if h > t else t)
+    return c[F_OUTER] * (t + c[F_REQUEST_S] * np.float64(n))
 
 
 @njit(cache=True)
 def host_draft(c, t):
     """HostCost's draft pass: host.draft_pass_floor(t, layers, d2t) = max(t + k_small · g,
-    N_ops · t_op) where the drafter has layers (0 stays 0), else t."""
+    N_ops · t_op) where the drafter has layers (0 stays 0), else t; times ``c[F_OUTER]``."""
     if c[F_FLOOR] == 0.0 or t <= 0.0:
-        return t
+        return c[F_OUTER] * t
     a = t + c[F_KERNELS_S]
     b = c[F_OPS_S]
-    return b if b > a else a
+    return c[F_OUTER] * (b if b > a else a)
 
 
 @njit(cache=True)

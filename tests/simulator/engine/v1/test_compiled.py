@@ -90,12 +90,16 @@ def test_vllms_host_terms_are_covered_but_not_the_ngram_proposers():
     assert gap is not None and "n-gram" in gap
 
 
-def test_a_scaled_cost_around_the_host_terms_is_named():
+def test_padding_outside_the_host_terms_is_named():
+    """simulate pads a ScaledCost(HostCost) from outside (graph_padding.pad_to_graphs looks
+    for HostCost outermost only), so b·n would count the padding slots: not compiled."""
     from specbatch.analysis.sensitivity import ScaledCost
+    from specbatch.simulator.cost.features.graph_padding import pad_to_graphs
 
     config, policy, cost = parts(host="vllm")
-    gap = compiled.compiled_gap(config, policy, ScaledCost(cost, 1.5))
-    assert gap is not None and "scaled cost around vLLM's host terms" in gap
+    assert compiled.compiled_gap(config, policy, ScaledCost(cost, 1.5)) is None
+    gap = compiled.compiled_gap(config, policy, pad_to_graphs(ScaledCost(cost, 1.5), "64"))
+    assert gap is not None and "padding outside vLLM's host terms" in gap
 
 
 @needs_numba
@@ -109,7 +113,7 @@ def test_host_terms_are_host_costs_bit_for_bit(overlap, layers, d2t):
     kernel = compiled.load_kernel()
     model = hostmod.HostCost(None, overlap=overlap, draft_layers=layers, d2t=d2t)
     c = np.zeros(kernel.N_FLOATS)
-    c[kernel.F_HOST], c[kernel.F_OVERLAP] = 1.0, float(overlap)
+    c[kernel.F_HOST], c[kernel.F_OVERLAP], c[kernel.F_OUTER] = 1.0, float(overlap), 1.0
     c[kernel.F_STEP_S], c[kernel.F_REQUEST_S] = hostmod.STEP_S, hostmod.REQUEST_S
     if layers:
         c[kernel.F_FLOOR] = 1.0
@@ -217,15 +221,18 @@ def test_pass_time_is_the_roofline_sums_formula_bit_for_bit():
 
 
 @needs_numba
-def test_a_scaled_cost_runs_compiled_with_the_same_tables():
+@pytest.mark.parametrize("host, overlap", [("fixed", False), ("vllm", False),
+                                           ("vllm", True)])
+def test_a_scaled_cost_runs_compiled_with_the_same_tables(host, overlap):
     """analysis.sensitivity's ScaledCost (the CLI's ±5 % step-time runs of an open-loop
-    workload) prices factor · time: the compiled loop multiplies the same way."""
+    workload) prices factor · time, around vLLM's host terms too (factor · the host-adjusted
+    pass): the compiled loop multiplies the same way."""
     from specbatch.analysis.sensitivity import ScaledCost
 
     runs = {}
     for engine in ("numpy", "compiled"):
-        config = load_config(None, host="fixed", engine=engine, requests=40, seed=2,
-                             policy="fixed", k=2,
+        config = load_config(None, host=host, async_scheduling=overlap, engine=engine,
+                             requests=40, seed=2, policy="fixed", k=2,
                              arrival="poisson", rate=20.0)
         runs[engine] = simulate(config, trace=default_trace(),
                                 cost_model=ScaledCost(build_cost(config), 1.05))
