@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specbatch.analysis.engines.twin_input import twin_fail
 from specbatch.errors import SpecbatchError
 
 WHERE = "sglang --speculative-adaptive-config"
@@ -78,7 +79,7 @@ def flags(*, draft: str, model: str | None, steps: int, config_path: Path | None
 
 
 def _fail(field: str, expected: str, got: Any) -> None:
-    raise SpecbatchError(f"{WHERE}: field {field}: expected {expected}, got {got!r}")
+    twin_fail(WHERE, field, expected, got)
 
 
 def load_adaptive_config(path: str | Path, *, draft: str, topk: int = 1) -> dict[int, dict]:

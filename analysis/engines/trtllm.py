@@ -34,7 +34,7 @@ import bisect
 import json
 from typing import Any
 
-from specbatch.errors import SpecbatchError
+from specbatch.analysis.engines.twin_input import json_object, twin_fail
 
 WHERE = "tensorrt-llm speculative_config"
 SEMANTICS = ("upper", "lower")
@@ -47,7 +47,7 @@ ONE_MODEL = ("Eagle3", "Eagle", "MTP")
 
 
 def _fail(field: str, expected: str, got: Any) -> None:
-    raise SpecbatchError(f"{WHERE}: field {field}: expected {expected}, got {got!r}")
+    twin_fail(WHERE, field, expected, got)
 
 
 def decoding_type(draft: str) -> str:
@@ -112,13 +112,7 @@ def check_speculative_config(config: dict | str, *, semantics: str,
                              max_batch_size: int | None = None) -> dict:
     """The twin: ``config`` with its schedule as ``{int key: draft_len}`` sorted, or a
     one-line :class:`SpecbatchError` naming the field."""
-    if isinstance(config, str):
-        try:
-            config = json.loads(config)
-        except ValueError:
-            _fail("(json)", "a JSON object", config)
-    if not isinstance(config, dict):
-        _fail("(json)", "a JSON object", config)
+    config = json_object(config, WHERE)
     if semantics not in SEMANTICS:
         _fail("semantics", "upper or lower", semantics)
     out = dict(config)

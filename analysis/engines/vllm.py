@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from specbatch.errors import SpecbatchError
+from specbatch.analysis.engines.twin_input import json_object, twin_fail
 
 WHERE = "vllm --speculative-config"
 #: vLLM's SpeculativeMethod literal @002e77c1 (the MTP model types fold into "mtp").
@@ -68,7 +68,7 @@ FIELDS: dict[str, tuple[type, ...]] = {
 
 
 def _fail(field: str, expected: str, got: Any) -> None:
-    raise SpecbatchError(f"{WHERE}: field {field}: expected {expected}, got {got!r}")
+    twin_fail(WHERE, field, expected, got)
 
 
 def _is_int(v: Any) -> bool:
@@ -108,13 +108,7 @@ def flag(config: dict) -> str:
 def check_speculative_config(config: dict | str) -> dict:
     """The twin (module docstring): the config as vLLM resolves it (``method`` and ``model``
     filled in), or a one-line :class:`SpecbatchError` naming the field."""
-    if isinstance(config, str):
-        try:
-            config = json.loads(config)
-        except ValueError:
-            _fail("(json)", "a JSON object", config)
-    if not isinstance(config, dict):
-        _fail("(json)", "a JSON object", config)
+    config = json_object(config, WHERE)
     out = dict(config)
     for key, value in out.items():
         if key not in FIELDS:
