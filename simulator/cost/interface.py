@@ -116,3 +116,20 @@ def takes_logit_rows(cost) -> bool:
     declares ``logit_rows`` and it is true: simulator.cost.analytic.roofline's ``rows``). A wrapper
     that does not declare it (``__getattr__`` forwarding only) takes none."""
     return hasattr(type(cost), "logit_rows") and bool(cost.logit_rows)
+
+
+class WrappedCost:
+    """Base of a cost model around ``inner`` (a head or free drafter's cost): the per-step
+    overhead and whether it takes the engine's logit rows (:func:`takes_logit_rows`) are the
+    inner model's."""
+
+    inner: CostModel
+
+    @property
+    def overhead(self) -> float:
+        return float(self.inner.overhead)
+
+    @property
+    def logit_rows(self) -> bool:
+        """Whether the inner model takes the target's logit rows."""
+        return takes_logit_rows(self.inner)

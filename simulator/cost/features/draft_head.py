@@ -62,7 +62,7 @@ from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost.analytic.precision import held_weight_bytes, kv_element_bytes
 from specbatch.simulator.cost.analytic.roofline import PassConstants, pass_constants
 from specbatch.simulator.cost.gpus.hardware import Execution, Hardware
-from specbatch.simulator.cost.interface import batch_sums, takes_logit_rows
+from specbatch.simulator.cost.interface import WrappedCost, batch_sums
 from specbatch.simulator.defaults import HEAD_DRAFTS
 from specbatch.traces.models.model_shape import ModelShape
 
@@ -295,7 +295,7 @@ def head_kv_tokens(hw: Hardware, target: ModelShape, head: HeadShape, tp: int,
 
 
 @dataclass(frozen=True)
-class HeadDraftCost:
+class HeadDraftCost(WrappedCost):
     """``inner``'s target passes and overhead; the draft role is the head's passes after the
     first (:meth:`step_time`, :meth:`time_from_sums`: query 1 per request, no ``fc`` for
     EAGLE-3), and :meth:`first_pass_time` / :meth:`first_pass_step` price pass 1 over the
@@ -305,15 +305,6 @@ class HeadDraftCost:
     head: HeadShape
     passes: HeadPass
     kv_tokens: Callable[[float], int] | None = None
-
-    @property
-    def overhead(self) -> float:
-        return float(self.inner.overhead)
-
-    @property
-    def logit_rows(self) -> bool:
-        """Whether the inner model takes the target's logit rows (interface.takes_logit_rows)."""
-        return takes_logit_rows(self.inner)
 
     def step_time(self, role: str, query: np.ndarray, kv: np.ndarray, **rows) -> float:
         """Seconds of one pass: a later head pass for the draft; ``query``, ``kv`` # [n]."""

@@ -17,27 +17,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specbatch.simulator.cost.interface import takes_logit_rows
+from specbatch.simulator.cost.interface import WrappedCost
 
 if TYPE_CHECKING:
     from specbatch.simulator.cost.interface import SumsCostModel
 
 @dataclass(frozen=True)
-class FreeDraftCost:
+class FreeDraftCost(WrappedCost):
     """``inner``'s target passes and overhead; every draft pass takes 0 s. ``kv_tokens`` is the
     KV capacity function of the target alone (None when ``inner`` has no memory model)."""
 
     inner: SumsCostModel
     kv_tokens: Callable[[float], int] | None = None
-
-    @property
-    def overhead(self) -> float:
-        return float(self.inner.overhead)
-
-    @property
-    def logit_rows(self) -> bool:
-        """Whether the inner model takes the logit rows (interface.takes_logit_rows)."""
-        return takes_logit_rows(self.inner)
 
     def step_time(self, role: str, query: np.ndarray, kv: np.ndarray, **rows) -> float:
         """Seconds of one pass: 0 for the draft; ``query``, ``kv`` # [n]."""
