@@ -98,7 +98,7 @@ FOLDER_ORDER = {
 #: Inside a sub-package, its folders and modules from the bottom up, as FOLDER_ORDER does for
 #: the packages (docs/DESIGN.md, Layout; each folder's __init__ gives its reading order).
 SUBFOLDER_ORDER = {
-    "simulator.cost": ("interface", "gpus", "analytic", "measured", "features", "draft_cost",
+    "simulator.cost": ("interface", "tabulated", "gpus", "analytic", "measured", "features", "draft_cost",
                        "verify_cost", "registry", "report"),
 }
 

@@ -1,0 +1,111 @@
+"""A sums cost model in tabulated form: the shape of a pass time the compiled loop evaluates.
+
+A measured cost model prices one forward pass of a role from the batch sums (n requests,
+Σq query tokens, Σc cached tokens, Σq·c, Σq²) and the r logit rows the engine samples
+(simulator.cost.interface). Most of a pass depends on Q = Σq alone (the decoder's GEMMs,
+norms, all-reduces and MoE blocks run once per query token) and only attention on the other
+sums, so such a model is exactly::
+
+    gpu    = ((L[Q] + A(n, Σq, Σc, Σq·c, Σq²)) + C[Q]) + H[r]
+    t      = gpu + (fixed + max(0, floor − gpu))
+
+with L[Q] the layers (everything per token but the all-reduce and the LM head), C[Q] the
+all-reduces, H[r] the LM head at r rows (r = Q when the engine names none or r ≥ Q; H[0] = 0)
+and A the attention law of :class:`AttentionLaw`. The tables hold integer Q = 0..Q_max: the
+engine's token counts are integers, so a table lookup is the model's own value at that Q,
+bit for bit, and :func:`table_time` (the Python twin of the compiled loop's evaluation, the
+same expressions in the same order) reproduces the model's ``time_from_sums`` exactly.
+
+A cost model opts in with ``pass_table(role, max_tokens) -> PassTable | None`` (None: the role's
+pass does not have this form, e.g. sliding-window layers); the compiled loop
+(simulator.engine.v1) runs tabulated models, and a parity test pins each implementation's
+``time_from_sums`` against :func:`table_time` at random sums.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class AttentionLaw:
+    """Seconds of one pass's attention from the batch sums::
+
+        P = Σq·c + (Σq² + Σq)/2      (query-key pairs under the causal mask)
+        K = Σc + 2Σq                 (KV tokens read, and written, per layer)
+        compute = flops · P / flops_rate
+        memory  = kv · K / kv_rate
+        body    = max(compute, memory) if overlap else compute + memory
+        A       = (floor + per_request · n) + body       (0 when Σq = 0)
+
+    ``flops`` are the FLOPs per pair over all layers (4·H·d·L per GPU), ``kv`` the bytes per
+    KV token over all layers; ``flops_rate`` π and ``kv_rate`` β the achieved FLOP/s and
+    bytes/s. ``floor`` and ``per_request`` are a kernel's launch floor and per-sequence cost
+    over all layers (0 for an analytic law)."""
+
+    flops: float
+    flops_rate: float
+    kv: float
+    kv_rate: float
+    overlap: bool = True
+    floor: float = 0.0
+    per_request: float = 0.0
+
+    def seconds(self, n: float, sq: float, skv: float, sqkv: float, sqq: float) -> float:
+        """A of the class docstring (the expressions the compiled loop mirrors)."""
+        compute = self.flops * (sqkv + 0.5 * (sqq + sq)) / self.flops_rate
+        memory = self.kv * (skv + 2.0 * sq) / self.kv_rate
+        if self.overlap:
+            body = compute if compute >= memory else memory
+        else:
+            body = compute + memory
+        return (self.floor + self.per_request * n) + body
+
+
+@dataclass(frozen=True)
+class PassTable:
+    """One role's pass in tabulated form (module docstring); arrays indexed by token count."""
+
+    layers: np.ndarray  # [Q_max + 1] L[Q] seconds, L[0] = 0
+    allreduce: np.ndarray  # [Q_max + 1] C[Q] seconds
+    head: np.ndarray  # [Q_max + 1] H[r] seconds of the LM head at r rows, H[0] = 0
+    attention: AttentionLaw
+    fixed: float = 0.0  # launch seconds added to every pass
+    floor: float = 0.0  # host floor: a pass is never shorter (eager execution)
+
+    @property
+    def max_tokens(self) -> int:
+        """Q_max: the largest token count the table prices."""
+        return int(self.layers.shape[0]) - 1
+
+
+def table_time(table: PassTable, n: float, sq: float, skv: float, sqkv: float, sqq: float,
+               rows: float | None = None) -> float:
+    """The pass time of the module docstring from ``table``: the reference twin of the compiled
+    loop's evaluation. ``rows`` None (or ≥ Σq) prices the LM head at every query token."""
+    if sq <= 0.0:
+        return 0.0
+    q = int(sq)
+    if q > table.max_tokens:
+        raise ValueError(f"Σq = {q} is past the table's {table.max_tokens} tokens")
+    r = q if rows is None or rows >= sq else max(int(rows), 0)
+    attn = table.attention.seconds(n, sq, skv, sqkv, sqq)
+    gpu = ((table.layers[q] + attn) + table.allreduce[q]) + table.head[r]
+    return float(gpu + (table.fixed + max(0.0, table.floor - gpu)))
+
+
+def tabulate(fn, max_tokens: int) -> np.ndarray:
+    """``fn(Q)`` at Q = 0..max_tokens as a float64 array # [max_tokens + 1] (fn(0) taken as 0:
+    an empty pass costs nothing)."""
+    out = np.zeros(max_tokens + 1)
+    for q in range(1, max_tokens + 1):
+        out[q] = fn(float(q))
+    return out
+
+
+def finite_rates(law: AttentionLaw) -> bool:
+    """Whether the law's rates are positive and finite (a table the compiled loop can take)."""
+    return all(math.isfinite(x) and x > 0 for x in (law.flops_rate, law.kv_rate))
