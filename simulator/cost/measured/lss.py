@@ -20,16 +20,25 @@ as::
   FlashAttention backend runs them (vllm/v1/attention/backends/flash_attn.py,
   ``FlashAttentionImpl.forward``: one varlen call over the batch; split-KV decode only
   when every request has one query token): a pure-decode batch (Σq² = Σq) reads each KV
-  head once, t = a + u·n + B_kv/β; a batch with any chunk (Σq² > Σq) runs each query head's
-  tiles over its request's whole cache, t = a' + u'·n + F/π + B_H/β', with
+  head once, t = a + u·n + B_kv/β; a batch with any chunk (Σq² > Σq) runs FlashAttention-2's
+  split-KV kernel with one split: one CTA per (request, query head, 64 query rows) walking its
+  request's whole cache, so t = a' + u'·n + e·E + ω·(F/π + B_H/β′) + B_miss/β_m, with
   B_kv = 2b·(H_kv/tp)·d·(Σc + Σq) the KV bytes, F = 4 (H/tp) d (Σqc + (Σq² + Σq)/2) the causal
-  FLOPs and B_H = 2b·(H/tp)·d·(Σc + Σq) the same cache traversed once per *query* head.
-  Measured: a 16-token chunk next to 128 decodes of 1024 cached tokens takes 672 µs against 405 µs
-  for the decodes alone (RTX PRO 6000, Llama-3.1-8B). Non-negative least squares per regime
-  (:func:`fit_attention`), fitted on the GPU's Llama-3.1-8B tp 1 table only (a verification batch,
-  every request k+1 tokens, falls in the chunked regime; the tables hold no such batch, so it is not
-  validated); :func:`attention_check` reports the error on the other bundled tables (Qwen3-32B tp 1
-  and 2, Qwen3-30B-A3B: held-out models).
+  FLOPs, B_H = 2b·(H/tp)·d·(Σc + Σq) the same cache traversed once per *query* head (a decode's
+  CTA pays a whole 64-row tile per KV block), E the empty CTAs of the grid (sized for the longest
+  request: H/tp · (n · ceil(q̂_max/64) − Σ ceil(q_i/64)), q̂_max :func:`longest_query`),
+  ω = S / min(S, CTAs) the occupancy (fewer CTAs than the S SMs: the longest CTA sets the time)
+  and B_miss the re-reads of the H − H_kv other query heads that miss the L2 (the fraction of one
+  KV head's slab 2b·d·(Σc + Σq) past :data:`L2_BYTES`). Measured: a 16-token chunk next to 128
+  decodes of 1024 cached tokens takes 672 µs against 405 µs for the decodes alone (RTX PRO 6000,
+  Llama-3.1-8B); each 64 query rows of a chunk add ~1.7 ns per other request and head.
+  Non-negative least squares per regime, relative to t (:func:`fit_attention`), fitted on the
+  GPU's Llama-3.1-8B tp 1 table only (a verification batch, every request k+1 tokens, falls in
+  the chunked regime with E = 0; the tables hold no such batch, so it is not validated);
+  :func:`attention_check` reports the error on the other bundled tables (Qwen3-32B tp 1 and 2,
+  Qwen3-30B-A3B: held-out models). Not functions of the sums, so not priced: the longest
+  request's own CTA when the CTAs fill the SMs, wave quantisation, and the L2 reuse that
+  co-resident query heads of one group get (docs/fidelity.md).
 - ``allreduce`` (tp > 1): 2 L ring all-reduces of b·h·Q bytes over the PCIe link the anchor
   configured for these runs (bench/examples/RTXPRO6000/Qwen3-32B/config.json: ``link_bw``
   16 GB/s, ``link_latency`` 20 µs; a configuration, not a measurement — no public all-reduce
@@ -56,6 +65,7 @@ import numpy as np
 from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost.analytic.all2all import dispatch_seconds
 from specbatch.simulator.cost.analytic.window import windowed_sums
+from specbatch.simulator.cost.gpus.catalogue import GPUS
 from specbatch.simulator.cost.gpus.hardware import get_hardware
 from specbatch.simulator.cost.measured.laws import scipy_optimize
 from specbatch.simulator.cost.measured.transfer import (
@@ -78,9 +88,32 @@ ATTENTION_FIT_MODEL = "llama-3.1-8b"
 DTYPE_BYTES = 2
 
 
-def attention_features(shape: ModelShape, tp: int, n, sq, skv, sqkv, sqq) -> np.ndarray:
-    """[rows, 5] features (1, n, B_kv GB, F TFLOP, B_H GB) of one layer's attention (module
-    docstring); arguments scalars or [rows]."""
+#: FlashAttention-2's split-KV kernel, which vLLM's varlen call runs over a paged cache
+#: (``flash_fwd_splitkv_kernel``, one split when some request has more than one query token):
+#: query rows per CTA (kBlockM, 64 for every head size), so a request of q tokens is
+#: ceil(q / 64) CTAs per query head and the grid is sized for the longest request.
+TILE_ROWS = 64
+#: L2 cache bytes per GPU (Ada whitepaper: AD102 72 MB in the RTX 4090; Blackwell GB202
+#: 128 MB in the RTX PRO 6000): the KV of one head over the batch that stays resident while
+#: the other query heads of its group re-read it.
+L2_BYTES = {"rtx4090": 72e6, "rtxpro6000": 128e6}
+
+
+def longest_query(n, sq, sqq):
+    """The largest query length q_max the sums allow (Samuelson's bound: mean +
+    sqrt((n − 1)/n · Σ(q − mean)²)): exact for one chunk among single-token requests and for
+    equal lengths (a verification batch); arrays or scalars."""
+    n = np.maximum(n, 1.0)
+    spread = np.maximum(sqq - sq * sq / n, 0.0) * (n - 1.0) / n
+    return sq / n + np.sqrt(spread)
+
+
+def attention_features(shape: ModelShape, tp: int, n, sq, skv, sqkv, sqq,
+                       gpu: str | None = None) -> np.ndarray:
+    """[rows, 7] features of one layer's attention (module docstring): 1, n, B_kv GB, F TFLOP,
+    B_H GB, E (millions of empty CTAs), B_miss GB; F and B_H are scaled by the occupancy
+    ω = S / min(S, CTAs) when ``gpu`` names S and L2 (else ω = 1, B_miss = 0); arguments
+    scalars or [rows]."""
     h_q = shape.heads / tp
     h_kv = max(shape.kv_heads / tp, 1.0)
     d = shape.head_dim
@@ -88,23 +121,37 @@ def attention_features(shape: ModelShape, tp: int, n, sq, skv, sqkv, sqq) -> np.
     kv = 2 * DTYPE_BYTES * h_kv * d * (skv + sq) * 1e-9
     flops = 4 * h_q * d * (sqkv + 0.5 * (sqq + sq)) * 1e-12
     trav = 2 * DTYPE_BYTES * h_q * d * (skv + sq) * 1e-9
-    return np.stack(np.broadcast_arrays(np.ones_like(sq), n, kv, flops, trav), axis=-1)
+    m_blocks = np.ceil(np.round(longest_query(n, sq, sqq), 6) / TILE_ROWS)
+    tiles = np.maximum(n - 1.0 + m_blocks, np.ceil(sq / TILE_ROWS))  # <= Σ ceil(q_i / 64)
+    empty = h_q * np.maximum(n * m_blocks - tiles, 0.0) * 1e-6
+    miss = np.zeros_like(kv)
+    if gpu is not None:
+        sms = float(GPUS[gpu].sm_count)
+        occupancy = sms / np.minimum(sms, np.maximum(h_q * tiles, 1.0))
+        flops, trav = flops * occupancy, trav * occupancy
+        slab = 2 * DTYPE_BYTES * d * (skv + sq)  # one KV head's K and V over the batch
+        resident = np.clip(L2_BYTES[gpu] / np.maximum(slab, 1.0), 0.0, 1.0)
+        miss = 2 * DTYPE_BYTES * (h_q - h_kv) * d * (skv + sq) * (1.0 - resident) * 1e-9
+    return np.stack(np.broadcast_arrays(np.ones_like(sq), n, kv, flops, trav, empty, miss),
+                    axis=-1)
 
 
-#: Feature columns of each regime: decode (1, n, B_kv), chunked (1, n, F, B_H).
-REGIME_COLUMNS = {"decode": (0, 1, 2), "chunked": (0, 1, 3, 4)}
+#: Feature columns of each regime: decode (1, n, B_kv), chunked (1, n, F, B_H, E, B_miss).
+REGIME_COLUMNS = {"decode": (0, 1, 2), "chunked": (0, 1, 3, 4, 5, 6)}
 
 
 @dataclass(frozen=True)
 class AttentionLaw:
-    """Seconds of one layer's attention call: coefficient vectors [5] per regime."""
+    """Seconds of one layer's attention call: coefficient vectors [7] per regime, on
+    :func:`attention_features` of ``gpu``."""
 
     decode: tuple
     chunked: tuple
     fitted_on: str
+    gpu: str | None = None
 
     def seconds(self, shape: ModelShape, tp: int, n, sq, skv, sqkv, sqq) -> np.ndarray:
-        x = attention_features(shape, tp, n, sq, skv, sqkv, sqq)  # [rows, 5]
+        x = attention_features(shape, tp, n, sq, skv, sqkv, sqq, self.gpu)  # [rows, 7]
         chunked = np.asarray(sqq) > np.asarray(sq)
         return np.where(chunked, x @ np.array(self.chunked), x @ np.array(self.decode))
 
@@ -126,23 +173,23 @@ def attention_rows(gpu: str, model: str, tp: int):
 
 
 def fit_attention(shape: ModelShape, tp: int, sums: tuple, seconds: np.ndarray,
-                  fitted_on: str) -> AttentionLaw:
+                  fitted_on: str, gpu: str | None = None) -> AttentionLaw:
     """NNLS of the :class:`AttentionLaw` per regime to measured calls: ``sums`` the (n, Σq,
     Σc, Σqc, Σq²) # [rows] of each call, ``seconds`` # [rows]; residuals relative to t.
-    (Weights t^(-1/2) fit the table's long rows better, 9 % against 24 % under the total time
-    of the RTX PRO 6000's fitted table, but over-price the :data:`SERVING` region by 11 %
-    against 8 % under: relative weights were kept, on that in-sample criterion.)"""
-    x = attention_features(shape, tp, *sums)  # [rows, 5]
+    (Relative weights were kept from the two-term law, where t^(-1/2) weights fit the table's
+    long rows better but over-priced the :data:`SERVING` region.) ``gpu`` names the SM count
+    and L2 of the occupancy and miss features (None: ω = 1, no misses)."""
+    x = attention_features(shape, tp, *sums, gpu)  # [rows, 7]
     t = np.asarray(seconds, dtype=np.float64)  # [rows]
     chunked = np.asarray(sums[4]) > np.asarray(sums[1])
     coef = {}
     for regime, mask in (("decode", ~chunked), ("chunked", chunked)):
         cols = list(REGIME_COLUMNS[regime])
         sol, _ = scipy_optimize().nnls(x[mask][:, cols] / t[mask, None], np.ones(int(mask.sum())))
-        full = np.zeros(5)
+        full = np.zeros(x.shape[1])
         full[cols] = sol
         coef[regime] = tuple(float(v) for v in full)
-    return AttentionLaw(coef["decode"], coef["chunked"], fitted_on)
+    return AttentionLaw(coef["decode"], coef["chunked"], fitted_on, gpu)
 
 
 @functools.lru_cache(maxsize=4)
@@ -151,7 +198,7 @@ def fitted_attention(gpu: str) -> AttentionLaw:
     :data:`ATTENTION_FIT_MODEL` tp 1 table."""
     rows, sums, shape = attention_rows(gpu, ATTENTION_FIT_MODEL, 1)
     return fit_attention(shape, 1, sums, rows["time_us"].to_numpy() * 1e-6,
-                         f"{gpu} {ATTENTION_FIT_MODEL} tp 1")
+                         f"{gpu} {ATTENTION_FIT_MODEL} tp 1", gpu)
 
 
 #: The rows a serving step of the bundled runs reaches (2048-token budget, ShareGPT lengths):
