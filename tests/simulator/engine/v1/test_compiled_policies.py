@@ -1,0 +1,186 @@
+"""The engines' chain policies in the compiled vllm-v1 loop (simulator.engine.v1.kernel with
+simulator.engine.v1.policy_arrays) against the numpy engine, their reference twin.
+
+batch-schedule (vLLM's ``num_speculative_tokens_per_batch_size``, TensorRT-LLM's
+``draft_len_schedule``), vllm-dynamic, ema-adaptive (SGLang's ``--speculative-adaptive-config``)
+and vllm-adaptive (profiled tables, stale or fresh confidences): request and step tables
+bit-identical, under vLLM's host terms (the default ``host = "vllm"``) with and without async
+scheduling, with chunked prefill cut by small budgets and paged KV that preempts; the policies'
+state after a run; what stays on numpy is named. Skips the parity tests without numba.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from specbatch.simulator.config.sim_config import load_config
+from specbatch.simulator.engine.v1 import compiled
+from specbatch.simulator.policies.registry import make_policy
+from specbatch.simulator.run import build_cost, load_trace, simulate
+
+needs_numba = pytest.mark.skipif(not compiled.numba_installed(),
+                                 reason="numba not installed (the fast extra)")
+
+
+@functools.cache
+def default_trace():
+    return load_trace(load_config(None))
+
+
+def assert_bit_identical(a, b) -> None:
+    """Same columns, dtypes and values; floats compared as their bit patterns."""
+    assert list(a.columns) == list(b.columns)
+    for name in a.columns:
+        x, y = a[name].to_numpy(), b[name].to_numpy()
+        assert x.dtype == y.dtype, name
+        if x.dtype.kind == "f":
+            x, y = x.view(np.int64), y.view(np.int64)
+        diff = np.flatnonzero(x != y)
+        assert not diff.shape[0], f"{name}: first difference at row {diff[:1]}"
+
+
+def run(engine: str, **knobs):
+    return simulate(load_config(None, engine=engine, **knobs), trace=default_trace())
+
+
+#: SGLang slots that move within a short run: no warm-up, a re-plan every batch or two, a
+#: ceiling, and a slot from 6 requests on (the default config's first re-plan comes after 15).
+SGLANG_FAST = ('{"1": {"candidate_steps": [0, 1, 2, 4], "warmup_batches": 1, '
+               '"update_interval": 1, "ceiling_coeff": 1.5}, '
+               '"6": {"candidate_steps": [0, 2, 3], "warmup_batches": 0, "update_interval": 2, '
+               '"down_hysteresis": 0.3, "up_hysteresis": -0.2, "ema_alpha": 0.5}}')
+#: Small budgets cut decoding requests' drafts and chunk prompts; a small paged pool preempts.
+CHUNKED = {"max_num_batched_tokens": 64, "max_num_seqs": 12}
+PAGED = {"kv_mode": "paged", "kv_capacity": 3000, "max_num_batched_tokens": 256,
+         "max_num_seqs": 32}
+
+POLICY_COVERED = [
+    # batch-schedule: vLLM's ranges (a gap inherits), TensorRT-LLM's keys (0 past the last)
+    {"policy": "batch-schedule", "k": 4,
+     "num_speculative_tokens_per_batch_size": "1-3:4,6-12:2,20-4096:1"},
+    {"policy": "batch-schedule", "k": 4,
+     "num_speculative_tokens_per_batch_size": "1-2:3,3-4096:1", **CHUNKED},
+    {"policy": "batch-schedule", "k": 3, "draft_len_schedule": "2:3,8:2,16:1", **PAGED},
+    {"policy": "batch-schedule", "k": 3, "draft_len_schedule": "4:3,40:1", "verify": "block",
+     **CHUNKED},
+    {"policy": "batch-schedule", "k": 2, "replicas": 2, "arrival": "poisson", "rate": 30.0},
+    # vllm-dynamic: the goodput argmax of every batch size (calibration split 0.25)
+    {"policy": "vllm-dynamic", "k": 4},
+    {"policy": "vllm-dynamic", "k": 3, "verify_cost": "torch", **PAGED},
+    # ema-adaptive: SGLang's default slots, and fast-moving ones
+    {"policy": "ema-adaptive", "k": 3},
+    {"policy": "ema-adaptive", "k": 2, "speculative_adaptive_config": SGLANG_FAST, **CHUNKED},
+    {"policy": "ema-adaptive", "k": 1, "speculative_adaptive_config": SGLANG_FAST, **PAGED},
+    {"policy": "ema-adaptive", "k": 2, "speculative_adaptive_config": SGLANG_FAST,
+     "replicas": 2, "verify": "block"},
+    # vllm-adaptive: profiled tables on stale (default) or fresh confidences
+    {"policy": "vllm-adaptive", "k": 4},
+    {"policy": "vllm-adaptive", "k": 3, "adaptive_confidences": "fresh", **CHUNKED},
+    {"policy": "vllm-adaptive", "k": 3, "verify": "block", **PAGED},
+    {"policy": "vllm-adaptive", "k": 4, "cuda_graph_sizes": "3,17,100", **CHUNKED},
+    {"policy": "vllm-adaptive", "k": 3, "trace": "traces/data/smollm2-ngram"},
+    {"policy": "vllm-adaptive", "k": 2, "replicas": 3, "arrival": "poisson", "rate": 40.0,
+     "long_prefill_token_threshold": 48},
+]
+
+
+@needs_numba
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("knobs", POLICY_COVERED,
+                         ids=[str(i) for i in range(len(POLICY_COVERED))])
+def test_engine_policies_compiled_equal_the_numpy_engines(knobs, overlap):
+    knobs = {"requests": 80, "seed": 3, "host": "vllm", "async_scheduling": overlap, **knobs}
+    numpy_run, compiled_run = run("numpy", **knobs), run("compiled", **knobs)
+    assert compiled_run.summary["engine_ran"] == "compiled"
+    assert_bit_identical(numpy_run.requests, compiled_run.requests)
+    assert_bit_identical(numpy_run.steps, compiled_run.steps)
+
+
+@needs_numba
+def test_the_batch_size_tables_change_k_with_the_batch():
+    """A table that drafts 4 at one request and 1 from two on: the steps of one decoding
+    request draft 4 each, the larger ones 1 each (the cases above would pass with any K)."""
+    knobs = {"requests": 30, "seed": 2, "host": "vllm", "policy": "batch-schedule", "k": 4,
+             "num_speculative_tokens_per_batch_size": "1-1:4,2-4096:1", "arrival": "poisson",
+             "rate": 3.0}
+    steps = run("compiled", **knobs).steps
+    decode = steps[steps.batch > 0]
+    one = decode.batch == 1
+    assert one.any() and (~one).any()
+    assert (decode.drafted[one] == 4).all()
+    assert (decode.drafted[~one] == decode.batch[~one]).all()
+
+
+@needs_numba
+def test_ema_adaptive_ends_in_the_state_the_numpy_engine_leaves_it():
+    """Each slot's steps, EMA and batch count, and the slot routed to last: the same after
+    either engine's run (replica 0's copy is the run's policy)."""
+    from specbatch.simulator.run import run_engine
+    from specbatch.simulator.workload.arrivals import build_workload
+
+    trace = default_trace()
+    states = []
+    for engine in ("numpy", "compiled"):
+        config = load_config(None, engine=engine, requests=60, seed=8, policy="ema-adaptive",
+                             num_speculative_tokens=2, speculative_adaptive_config=SGLANG_FAST,
+                             max_num_seqs=12)
+        policy = make_policy(config, trace.K)
+        run_engine(config, trace, build_workload(config, trace), build_cost(config), policy,
+                   None)
+        states.append(([(s.steps, s.ema, s.batches) for s in policy.slots],
+                       policy.slots.index(policy.current)))
+    assert states[0] == states[1]
+    assert all(batches > 0 for _, _, batches in states[0][0])
+
+
+@needs_numba
+def test_vllm_dynamic_table_is_filled_as_decide_would():
+    """The compiled run asks best_k of every batch size up front: the entries the numpy run
+    filled lazily are the same numbers."""
+    from specbatch.simulator.policies.calibration import calibrate_policy
+    from specbatch.simulator.run import attach_verify_cost, run_engine
+    from specbatch.simulator.workload.arrivals import build_workload
+
+    trace = default_trace()
+    tables = []
+    for engine in ("numpy", "compiled"):
+        config = load_config(None, engine=engine, requests=30, seed=4, policy="vllm-dynamic",
+                             num_speculative_tokens=3, max_num_seqs=8)
+        policy = make_policy(config, trace.K)
+        calibrate_policy(policy, trace, config)
+        attach_verify_cost(policy, config, trace)
+        run_engine(config, trace, build_workload(config, trace), build_cost(config), policy,
+                   None)
+        tables.append(dict(policy.table))
+    assert tables[0] and all(tables[1][n] == k for n, k in tables[0].items())
+    assert sorted(tables[1]) == list(range(1, 9))
+
+
+@pytest.mark.parametrize("knobs, named", [
+    ({"policy": "vllm-adaptive", "k": 3, "adaptive_cost_tables": "exact"}, "exact"),
+    ({"policy": "vllm-adaptive", "k": 3, "adaptive_survival": "truth"}, "truth"),
+    ({"policy": "vllm-adaptive", "k": 3, "predictor": "logistic"},
+     "vllm-adaptive with predictor logistic"),
+    ({"policy": "specdec++", "k": 3}, "policy specdec++"),
+    ({"policy": "threshold", "k": 3}, "ema-adaptive, fixed, tetris, vllm-adaptive"),
+])
+def test_what_stays_on_numpy_is_named(knobs, named):
+    config = load_config(None, **knobs)
+    gap = compiled.compiled_gap(config, make_policy(config, default_trace().K),
+                                build_cost(config))
+    assert gap is not None and named in gap
+
+
+@pytest.mark.parametrize("knobs", [
+    {"policy": "batch-schedule", "k": 3, "draft_len_schedule": "4:3,8:1"},
+    {"policy": "vllm-dynamic", "k": 3},
+    {"policy": "ema-adaptive", "k": 3},
+    {"policy": "vllm-adaptive", "k": 3, "adaptive_confidences": "fresh"},
+])
+def test_the_engine_policies_are_covered(knobs):
+    config = load_config(None, **knobs)
+    policy = make_policy(config, default_trace().K)
+    assert compiled.compiled_gap(config, policy, build_cost(config)) is None
