@@ -18,6 +18,7 @@ import pytest
 
 from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.engine.v1 import compiled
+from specbatch.simulator.policies.catalogue import CATALOGUE, entry
 from specbatch.simulator.policies.registry import make_policy
 from specbatch.simulator.run import build_cost, load_trace, simulate
 
@@ -184,3 +185,17 @@ def test_the_engine_policies_are_covered(knobs):
     config = load_config(None, **knobs)
     policy = make_policy(config, default_trace().K)
     assert compiled.compiled_gap(config, policy, build_cost(config)) is None
+
+
+@pytest.mark.parametrize("name", [row.name for row in CATALOGUE if not row.tree])
+def test_the_catalogues_compiled_trait_is_what_compiled_gap_covers(name):
+    """A chain policy's ``compiled`` trait (simulator.policies.catalogue) says whether
+    compiled_gap lets its default run (k = 3) through; a refusal names the policy."""
+    knobs = {"policy": name} if name in ("ar", "dsd") else {"policy": name, "k": 3}
+    config = load_config(None, **knobs)
+    gap = compiled.compiled_gap(config, make_policy(config, default_trace().K),
+                                build_cost(config))
+    if entry(name).compiled:
+        assert gap is None
+    else:
+        assert gap is not None and f"policy {name}" in gap
