@@ -23,7 +23,8 @@ the specbatch side of the Vidur pairings under both engines, in the same run.
 ``--policies`` may also name the engines' chain policies of :data:`POLICIES`: vLLM's and
 TensorRT-LLM's batch-size tables (``vllm-schedule``, ``trt-schedule``: K = 3 / 2 / 1 as the
 batch grows), ``vllm-dynamic``, ``ema-adaptive`` (SGLang's default slots) and ``vllm-adaptive``
-(profiled tables, stale confidences), each at k = 3.
+(profiled tables, stale confidences), each at k = 3, and the row-wise ``threshold``,
+``specdec++`` and ``entropy-stop`` (k = 3, e = 1).
 
 Usage: .venv/bin/python benchmarks/compiled_bench.py [--requests N] [--repeat R] [--json]
        [--pairings vllm,sarathi] [--policies ar,fixed,tetris] [--processes]
@@ -56,7 +57,11 @@ POLICIES = {"ar": {"policy": "ar"},
                              "draft_len_schedule": "16:3,48:2,256:1"},
             "vllm-dynamic": {"policy": "vllm-dynamic", "num_speculative_tokens": 3},
             "ema-adaptive": {"policy": "ema-adaptive", "num_speculative_tokens": 3},
-            "vllm-adaptive": {"policy": "vllm-adaptive", "num_speculative_tokens": 3}}
+            "vllm-adaptive": {"policy": "vllm-adaptive", "num_speculative_tokens": 3},
+            # the row-wise policies: each request's lengths a table of its trace row
+            "threshold": {"policy": "threshold", "num_speculative_tokens": 3, "extra": 1},
+            "specdec++": {"policy": "specdec++", "num_speculative_tokens": 3, "extra": 1},
+            "entropy-stop": {"policy": "entropy-stop", "num_speculative_tokens": 3, "extra": 1}}
 
 
 def load_sim_bench():

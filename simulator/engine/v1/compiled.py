@@ -18,8 +18,9 @@ not the hybrid manager's groups nor shared-prefix groups); any
 ``tetris`` (confidence surrogate, TV and BV), ``dsd`` (its goodput plans and α) and the engines'
 (simulator.engine.v1.policy_arrays: ``batch-schedule`` with vLLM's or TensorRT-LLM's batch-size
 table, ``vllm-dynamic``, ``ema-adaptive`` with SGLang's slots, ``vllm-adaptive`` with the
-confidence surrogate, profiled tables, stale or fresh confidences; the catalogue's
-``compiled`` trait, simulator.policies.catalogue); chain rules TV
+confidence surrogate, profiled tables, stale or fresh confidences; the row-wise
+``threshold``, ``specdec++``, ``entropy-stop``; the catalogue's ``compiled`` trait,
+simulator.policies.catalogue); chain rules TV
 and BV on replayed acceptance (trace, fitted or profile); the roofline cost model of dense
 models (no sliding windows, experts, FP8 GEMMs or draft head; CUDA-graph padding and
 analysis.sensitivity's scaled roofline too), with or without vLLM's host terms (the default
@@ -27,9 +28,9 @@ analysis.sensitivity's scaled roofline too), with or without vLLM's host terms (
 also inside the sensitivity runs' scaled cost; not the n-gram proposer's) and the rejection
 sampler's cost;
 any arrivals; no early stop. Everything else (tetris and vllm-adaptive with a fitted
-predictor, vllm-adaptive's exact tables or true survival, the stopping policies (specdec++,
-entropy-stop, threshold), oracle, hindsight, trees, calibrated and profiled costs, vllm-v0, the
-least_outstanding and vllm_dp_lb routers, user policies) runs on numpy.
+predictor, vllm-adaptive's exact tables or true survival, oracle, hindsight, trees,
+calibrated and profiled costs, vllm-v0, the least_outstanding and vllm_dp_lb routers, user
+policies) runs on numpy.
 
 Kernels are cached under ``$SPECBATCH_CACHE/numba`` (``~/.cache/specbatch/numba``): numba's
 ``cache=True`` writes next to the source by default, so ``NUMBA_CACHE_DIR`` is set before numba

@@ -15,9 +15,10 @@ table of the decoding batch size (``batch-schedule``: vLLM's
 ``num_speculative_tokens_per_batch_size`` and TensorRT-LLM's ``draft_len_schedule``;
 ``vllm-dynamic``'s goodput argmax), from SGLang's adaptive slots (``ema-adaptive``:
 :func:`ema_observe`, :func:`ema_recompute`) or vLLM's adaptive verification (``vllm-adaptive``:
-d_i = K, s_i the top B* slots, :func:`adaptive_plan`, its stale survival map per trace row); a
-chain rule scanning its thresholds (TV: leading successes, BV: the last success;
-simulator.replay.chain); the
+d_i = K, s_i the top B* slots, :func:`adaptive_plan`, its stale survival map per trace row)
+and the row-wise ones, (d_i, s_i) a table of the trace row (``threshold``, ``specdec++``,
+``entropy-stop``); a chain rule scanning its thresholds (TV: leading successes, BV: the last
+success; simulator.replay.chain); the
 roofline's dense sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums),
 vLLM's host terms around it (simulator.cost.features.host.HostCost: :func:`host_target`,
 :func:`host_draft`) and the rejection sampler's seconds
@@ -59,6 +60,7 @@ I_POSITIVE = 28  # tetris under BV: monotone_optimum (top-C of the positive entr
 I_WINDOW = 35  # K from the batch-size table ``window`` (batch-schedule, vllm-dynamic; 0: off)
 I_SLOTS = 36  # ema-adaptive: its SGLang slots, rows of ``slot_i`` / ``slot_f`` (0: not it)
 I_ADAPTIVE = 37  # vllm-adaptive: 1 sizing B on stale confidences, 2 on fresh ones (0: not it)
+I_ROWS = 38  # (d_i, s_i) by trace row from ``row_d`` / ``row_s`` (threshold and the stops)
 N_INTS = 40
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
@@ -535,7 +537,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
               preemptions, recomputed, front, hashed, done_tok, parked_seg, seg_uid, seg_r,
               seg_h, rank, by_rank, heap,
               # kernelpol: the engines' chain policies
-              window, slot_i, slot_f, pstate, prev_src, prev_stamp, d_table, v_table):
+              window, slot_i, slot_f, pstate, prev_src, prev_stamp, d_table, v_table, row_d,
+              row_s):
     """Run steps until every request finished (returns DONE) or ``steps`` # [14, cap] is
     full (FULL: call again after taking its rows); GROW when the segment arrays need room;
     STUCK when a step would schedule nothing.
@@ -557,7 +560,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     updated in place); pstate # [N_PSTATE] int64 (P_GEN, P_CURRENT); prev_src, prev_stamp #
     [trace rows + K + 2] int64 vllm-adaptive's stale survival map (the row whose survival the
     entry holds, the generation that wrote it); d_table # [max_seqs + 1], v_table #
-    [max_tokens + 1] float64 its profiled D(n) and V(t) in ms."""
+    [max_tokens + 1] float64 its profiled D(n) and V(t) in ms; row_d, row_s # [trace rows]
+    int64 a row-wise policy's drafted and verified lengths of every trace row."""
     n_req = order.shape[0]  # this replica's requests (round-robin: every R-th arrival)
     depth, k, budget, max_seqs = ints[I_DEPTH], ints[I_K], ints[I_BUDGET], ints[I_MAX_SEQS]
     chunked, capacity, drafts_chunks = ints[I_CHUNKED], ints[I_CAPACITY], ints[I_DRAFTS_CHUNKS]
@@ -592,6 +596,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     last_tau = np.zeros(max_seqs, dtype=np.int64)
     # kernelpol: the engines' chain policies
     n_window, n_slots, adaptive = ints[I_WINDOW], ints[I_SLOTS], ints[I_ADAPTIVE]
+    by_row = ints[I_ROWS]
     scores = np.zeros(max_seqs * max(depth, 1) if adaptive else 1)
     code = DONE
     while True:
@@ -672,6 +677,9 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             if tetris or adaptive:
                 s = topc[m]
                 d = d_all
+            elif by_row:  # kernelpol: a row-wise policy's lengths (StepView.row_table)
+                s = row_s[dec_row[m]]
+                d = row_d[dec_row[m]]
             else:
                 s = k_step
                 d = k_step

@@ -19,7 +19,11 @@ policy object itself (parity: tests/simulator/engine/v1/test_compiled_policies.p
   (simulator.policies.adaptive_tables.build_tables on the run's cost model, what
   VllmAdaptive.table_cost builds on first use) and its stale-survival map keyed by trace row
   (``prev_src`` the trace row whose survival the entry holds, ``prev_stamp`` the map's
-  generation that wrote it; # [trace rows + K + 2], a request's next row may pass the trace).
+  generation that wrote it; # [trace rows + K + 2], a request's next row may pass the trace);
+- the row-wise policies ``threshold``, ``specdec++`` and ``entropy-stop`` (each request's
+  lengths a function of its trace row's signals, StepView.row_table): ``row_d``, ``row_s`` #
+  [trace rows] the policy's own ``decide`` on a view of every trace row (the drafter's
+  ``proposed`` cap is the kernel's, as plan_step's).
 
 Every other policy gets one-element placeholders (the kernel reads none of them).
 """
@@ -29,6 +33,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+#: The policies whose (d_i, s_i) depend on the request's trace row alone (StepView.row_table).
+ROW_WISE = ("threshold", "specdec++", "entropy-stop")
 
 if TYPE_CHECKING:
     from specbatch.simulator.config.sim_config import SimConfig
@@ -40,8 +47,9 @@ if TYPE_CHECKING:
 def policy_arrays(kn: Any, config: SimConfig, policy: Policy, cost: CostModel, trace: Trace,
                   ints: np.ndarray, requests: int) -> list[np.ndarray]:
     """The kernel's policy arrays (module docstring) for ``policy``, in run_steps' order
-    (window, slot_i, slot_f, pstate, prev_src, prev_stamp, d_table, v_table), its int
-    parameters set in ``ints`` (I_WINDOW, I_SLOTS, I_ADAPTIVE). Each replica runs a copy.
+    (window, slot_i, slot_f, pstate, prev_src, prev_stamp, d_table, v_table, row_d, row_s),
+    its int parameters set in ``ints`` (I_WINDOW, I_SLOTS, I_ADAPTIVE, I_ROWS). Each replica
+    runs a copy.
     The batch-size table stops at the largest batch the run can hold (``max_num_seqs``, or
     its ``requests`` when fewer): vllm-dynamic prices each entry."""
     i64 = np.int64
@@ -53,6 +61,7 @@ def policy_arrays(kn: Any, config: SimConfig, policy: Policy, cost: CostModel, t
     prev_src = np.zeros(1, dtype=i64)
     prev_stamp = np.full(1, -1, dtype=i64)
     d_table = v_table = np.ones(1)
+    row_d = row_s = np.zeros(1, dtype=i64)
     seqs = max(1, min(int(config.max_num_seqs), int(requests)))
     if policy.name == "batch-schedule":
         window = np.array([0] + [policy.window(n) for n in range(1, seqs + 1)], dtype=i64)
@@ -86,9 +95,19 @@ def policy_arrays(kn: Any, config: SimConfig, policy: Policy, cost: CostModel, t
             rows = int(trace.n_rows) + policy.depth + 2
             prev_src = np.zeros(rows, dtype=i64)
             prev_stamp = np.full(rows, -1, dtype=i64)
+    elif policy.name in ROW_WISE:
+        from specbatch.simulator.policies.view import StepView
+
+        rows = np.arange(int(trace.n_rows), dtype=i64)
+        view = StepView(trace, rows, np.zeros_like(rows), None, policy.depth, None, cost)
+        drafted, verified = policy.decide(view)
+        row_d = np.ascontiguousarray(drafted, dtype=i64)
+        row_s = np.ascontiguousarray(verified, dtype=i64)
+        ints[kn.I_ROWS] = 1
     if window.shape[0] > 1:
         ints[kn.I_WINDOW] = window.shape[0]
-    return [window, slot_i, slot_f, pstate, prev_src, prev_stamp, d_table, v_table]
+    return [window, slot_i, slot_f, pstate, prev_src, prev_stamp, d_table, v_table, row_d,
+            row_s]
 
 
 def policy_state_back(kn: Any, policy: Policy, arrays: list[np.ndarray]) -> None:

@@ -421,7 +421,8 @@ def test_compiled_tables_equal_the_numpy_engines_with_vllms_host_terms(knobs, ov
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(requests=st.integers(1, 40), seed=st.integers(0, 2**31 - 1),
        policy=st.sampled_from(["ar", "fixed", "tetris", "dsd", "batch-schedule",
-                               "vllm-dynamic", "ema-adaptive", "vllm-adaptive"]),
+                               "vllm-dynamic", "ema-adaptive", "vllm-adaptive", "threshold",
+                               "specdec++", "entropy-stop"]),
        k=st.integers(1, 5),
        extra=st.integers(0, 2), budget_c=st.one_of(st.none(), st.integers(0, 40)),
        verify=st.sampled_from(["tv", "block"]), budget=st.integers(8, 600),
@@ -468,6 +469,8 @@ def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
                  "4": {"candidate_steps": [1, k]}})
     if policy == "vllm-adaptive":  # profiled tables on stale or fresh confidences
         knobs.update(k=k, adaptive_confidences="fresh" if extra == 2 else "stale")
+    if policy in ("threshold", "specdec++", "entropy-stop"):  # lengths by trace row
+        knobs.update(k=k, extra=extra)
     if arrival == "poisson":
         knobs["rate"] = rate
     try:

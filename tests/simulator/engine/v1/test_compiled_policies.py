@@ -77,6 +77,15 @@ POLICY_COVERED = [
     {"policy": "ema-adaptive", "k": 1, "speculative_adaptive_config": SGLANG_FAST, **PAGED},
     {"policy": "ema-adaptive", "k": 2, "speculative_adaptive_config": SGLANG_FAST,
      "replicas": 2, "verify": "block"},
+    # the row-wise policies: each request's lengths a table of its trace row
+    {"policy": "threshold", "k": 3, "extra": 1, **CHUNKED},
+    {"policy": "threshold", "k": 2, "extra": 2, "threshold": 0.6, "threshold_mode": "per_token",
+     "verify": "block", **PAGED},
+    {"policy": "specdec++", "k": 3, "extra": 1},
+    {"policy": "specdec++", "k": 4, "specdec_threshold": 0.3, **PAGED},
+    {"policy": "entropy-stop", "k": 3, "extra": 1, **CHUNKED},
+    {"policy": "entropy-stop", "k": 4, "entropy_threshold": 1.0, "replicas": 2},
+    {"policy": "threshold", "k": 4, "trace": "traces/data/smollm2-ngram"},
     # vllm-adaptive: profiled tables on stale (default) or fresh confidences
     {"policy": "vllm-adaptive", "k": 4},
     {"policy": "vllm-adaptive", "k": 3, "adaptive_confidences": "fresh", **CHUNKED},
@@ -165,8 +174,8 @@ def test_vllm_dynamic_table_is_filled_as_decide_would():
     ({"policy": "vllm-adaptive", "k": 3, "adaptive_survival": "truth"}, "truth"),
     ({"policy": "vllm-adaptive", "k": 3, "predictor": "logistic"},
      "vllm-adaptive with predictor logistic"),
-    ({"policy": "specdec++", "k": 3}, "policy specdec++"),
-    ({"policy": "threshold", "k": 3}, "ema-adaptive, fixed, tetris, vllm-adaptive"),
+    ({"policy": "oracle", "k": 3}, "policy oracle"),
+    ({"policy": "hindsight", "k": 3}, "entropy-stop, fixed, specdec++, tetris, threshold"),
 ])
 def test_what_stays_on_numpy_is_named(knobs, named):
     config = load_config(None, **knobs)
