@@ -19,8 +19,8 @@ not the hybrid manager's groups nor shared-prefix groups); any
 (simulator.engine.v1.policy_arrays: ``batch-schedule`` with vLLM's or TensorRT-LLM's batch-size
 table, ``vllm-dynamic``, ``ema-adaptive`` with SGLang's slots, ``vllm-adaptive`` with the
 confidence surrogate, profiled tables, stale or fresh confidences; the row-wise
-``threshold``, ``specdec++``, ``entropy-stop``; the catalogue's ``compiled`` trait,
-simulator.policies.catalogue); chain rules TV
+``threshold``, ``specdec++``, ``entropy-stop``; the bounds ``hindsight`` and ``oracle`` under TV;
+the catalogue's ``compiled`` trait, simulator.policies.catalogue); chain rules TV
 and BV on replayed acceptance (trace, fitted or profile); the roofline cost model of dense
 models (no sliding windows, experts, FP8 GEMMs or draft head; CUDA-graph padding and
 analysis.sensitivity's scaled roofline too), with or without vLLM's host terms (the default
@@ -28,7 +28,7 @@ analysis.sensitivity's scaled roofline too), with or without vLLM's host terms (
 also inside the sensitivity runs' scaled cost; not the n-gram proposer's) and the rejection
 sampler's cost;
 any arrivals; no early stop. Everything else (tetris and vllm-adaptive with a fitted
-predictor, vllm-adaptive's exact tables or true survival, oracle, hindsight, trees,
+predictor, vllm-adaptive's exact tables or true survival, oracle under BV, trees,
 calibrated and profiled costs, vllm-v0, the least_outstanding and vllm_dp_lb routers, user
 policies) runs on numpy.
 
@@ -155,6 +155,8 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
         return f"policy {config.policy} observes its steps"
     if isinstance(policy, Tetris) and policy.kind != "confidence":
         return f"{policy.name} with predictor {policy.kind} (compiled: confidence)"
+    if policy.name == "oracle" and not policy.rule_row.additive:
+        return "oracle under BV (compiled: TV, its top-C; BV's optimum over the gains is not)"
     if type(policy) is VllmAdaptive and (policy.exact or policy.truth):
         return ("vllm-adaptive with adaptive_cost_tables = exact or adaptive_survival = truth "
                 "(compiled: profiled tables, estimated survival)")
@@ -351,6 +353,10 @@ class CompiledEngine:
             from specbatch.simulator.policies.view import TraceTables
 
             conf = np.ascontiguousarray(TraceTables(trace).confidence(depth), dtype=np.float64)
+        if policy.name == "oracle":  # TV: top-C of the path's true Π min(1, r), K drafted
+            ints[kn.I_TETRIS] = 2
+            ints[kn.I_C] = -1 if policy.budget is None else int(policy.budget)
+            conf = np.ascontiguousarray(trace.accept_tv[:, :depth], dtype=np.float64)
         proposed = getattr(trace, "proposed", None)
         if proposed is not None and depth:
             ints[kn.I_PROPOSED] = 1

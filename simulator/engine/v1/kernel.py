@@ -15,10 +15,11 @@ table of the decoding batch size (``batch-schedule``: vLLM's
 ``num_speculative_tokens_per_batch_size`` and TensorRT-LLM's ``draft_len_schedule``;
 ``vllm-dynamic``'s goodput argmax), from SGLang's adaptive slots (``ema-adaptive``:
 :func:`ema_observe`, :func:`ema_recompute`) or vLLM's adaptive verification (``vllm-adaptive``:
-d_i = K, s_i the top B* slots, :func:`adaptive_plan`, its stale survival map per trace row)
-and the row-wise ones, (d_i, s_i) a table of the trace row (``threshold``, ``specdec++``,
-``entropy-stop``); a chain rule scanning its thresholds (TV: leading successes, BV: the last
-success; simulator.replay.chain); the
+d_i = K, s_i the top B* slots, :func:`adaptive_plan`, its stale survival map per trace row),
+the row-wise ones, (d_i, s_i) a table of the trace row (``threshold``, ``specdec++``,
+``entropy-stop``), and the bounds ``hindsight`` (the prefix that accepts the most under the
+step's η) and ``oracle`` under TV (top-C of the path's true survival); a chain rule scanning
+its thresholds (TV: leading successes, BV: the last success; simulator.replay.chain); the
 roofline's dense sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums),
 vLLM's host terms around it (simulator.cost.features.host.HostCost: :func:`host_target`,
 :func:`host_draft`) and the rejection sampler's seconds
@@ -60,7 +61,10 @@ I_POSITIVE = 28  # tetris under BV: monotone_optimum (top-C of the positive entr
 I_WINDOW = 35  # K from the batch-size table ``window`` (batch-schedule, vllm-dynamic; 0: off)
 I_SLOTS = 36  # ema-adaptive: its SGLang slots, rows of ``slot_i`` / ``slot_f`` (0: not it)
 I_ADAPTIVE = 37  # vllm-adaptive: 1 sizing B on stale confidences, 2 on fresh ones (0: not it)
-I_ROWS = 38  # (d_i, s_i) by trace row from ``row_d`` / ``row_s`` (threshold and the stops)
+I_ROWS = 38  # 1: (d_i, s_i) by trace row from ``row_d`` / ``row_s`` (threshold and the
+# stops); 2: hindsight's s_i, the prefix that accepts the most under the step's η (d_i = K)
+# (and I_TETRIS = 2: oracle under TV, tetris's top-C on ``conf`` = the path's true Π min(1, r),
+# drafting K even at C = 0)
 N_INTS = 40
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
@@ -638,7 +642,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                     values[m, j] = conf[dec_row[m], j]
             c_step = k * nd if c_budget < 0 else c_budget
             monotone_topc(values, nd, depth, c_step, flat, topc, ints[I_POSITIVE] != 0)
-            d_all = depth if c_step > 0 else 0
+            d_all = depth if c_step > 0 or tetris == 2 else 0  # kernelpol: oracle drafts K
         if adaptive and nd:  # kernelpol: VllmAdaptive.decide: d_i = K, s_i the top B* slots
             adaptive_plan(nd, depth, dec_row, conf, proposed, has_proposed, adaptive == 1,
                           prev_src, prev_stamp, pstate[P_GEN], d_table, v_table, values,
@@ -677,9 +681,21 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             if tetris or adaptive:
                 s = topc[m]
                 d = d_all
-            elif by_row:  # kernelpol: a row-wise policy's lengths (StepView.row_table)
+            elif by_row == 1:  # kernelpol: a row-wise policy's lengths (StepView.row_table)
                 s = row_s[dec_row[m]]
                 d = row_d[dec_row[m]]
+            elif by_row == 2:  # kernelpol: Hindsight.decide, under TV τ of s = K, under BV
+                u = st[S_UID, i]  # the last m with η_m < p_m
+                s = 0
+                for j in range(depth):
+                    if leading:
+                        if eta(keys[u], counts[C_POS, u], j) < thr[dec_row[m], j]:
+                            s += 1
+                        else:
+                            break
+                    elif eta(keys[u], counts[C_POS, u], j) < thr2[dec_row[m], j]:
+                        s = j + 1
+                d = depth
             else:
                 s = k_step
                 d = k_step

@@ -104,6 +104,8 @@ def policy_arrays(kn: Any, config: SimConfig, policy: Policy, cost: CostModel, t
         row_d = np.ascontiguousarray(drafted, dtype=i64)
         row_s = np.ascontiguousarray(verified, dtype=i64)
         ints[kn.I_ROWS] = 1
+    elif policy.name == "hindsight":  # s_i from the step's η: the kernel's
+        ints[kn.I_ROWS] = 2
     if window.shape[0] > 1:
         ints[kn.I_WINDOW] = window.shape[0]
     return [window, slot_i, slot_f, pstate, prev_src, prev_stamp, d_table, v_table, row_d,

@@ -1,12 +1,15 @@
-"""The engines' chain policies in the compiled vllm-v1 loop (simulator.engine.v1.kernel with
-simulator.engine.v1.policy_arrays) against the numpy engine, their reference twin.
+"""The chain policies beyond ar, fixed, tetris and dsd in the compiled vllm-v1 loop
+(simulator.engine.v1.kernel with simulator.engine.v1.policy_arrays) against the numpy engine,
+their reference twin.
 
 batch-schedule (vLLM's ``num_speculative_tokens_per_batch_size``, TensorRT-LLM's
-``draft_len_schedule``), vllm-dynamic, ema-adaptive (SGLang's ``--speculative-adaptive-config``)
-and vllm-adaptive (profiled tables, stale or fresh confidences): request and step tables
+``draft_len_schedule``), vllm-dynamic, ema-adaptive (SGLang's ``--speculative-adaptive-config``),
+vllm-adaptive (profiled tables, stale or fresh confidences), the row-wise threshold, specdec++
+and entropy-stop, and the bounds hindsight and oracle (TV): request and step tables
 bit-identical, under vLLM's host terms (the default ``host = "vllm"``) with and without async
 scheduling, with chunked prefill cut by small budgets and paged KV that preempts; the policies'
-state after a run; what stays on numpy is named. Skips the parity tests without numba.
+state after a run; the catalogue's ``compiled`` trait; what stays on numpy is named. Skips the
+parity tests without numba.
 """
 
 from __future__ import annotations
@@ -86,6 +89,13 @@ POLICY_COVERED = [
     {"policy": "entropy-stop", "k": 3, "extra": 1, **CHUNKED},
     {"policy": "entropy-stop", "k": 4, "entropy_threshold": 1.0, "replicas": 2},
     {"policy": "threshold", "k": 4, "trace": "traces/data/smollm2-ngram"},
+    # the bounds: hindsight (TV and BV), oracle under TV (top-C of the true survival)
+    {"policy": "hindsight", "k": 3, "extra": 1, **CHUNKED},
+    {"policy": "hindsight", "k": 3, "extra": 1, "verify": "block", **PAGED},
+    {"policy": "hindsight", "k": 4, "trace": "traces/data/smollm2-ngram"},
+    {"policy": "oracle", "k": 3, "extra": 1},
+    {"policy": "oracle", "k": 2, "extra": 2, "budget": 0, **CHUNKED},
+    {"policy": "oracle", "k": 3, "extra": 1, "budget": 7, **PAGED},
     # vllm-adaptive: profiled tables on stale (default) or fresh confidences
     {"policy": "vllm-adaptive", "k": 4},
     {"policy": "vllm-adaptive", "k": 3, "adaptive_confidences": "fresh", **CHUNKED},
@@ -174,8 +184,7 @@ def test_vllm_dynamic_table_is_filled_as_decide_would():
     ({"policy": "vllm-adaptive", "k": 3, "adaptive_survival": "truth"}, "truth"),
     ({"policy": "vllm-adaptive", "k": 3, "predictor": "logistic"},
      "vllm-adaptive with predictor logistic"),
-    ({"policy": "oracle", "k": 3}, "policy oracle"),
-    ({"policy": "hindsight", "k": 3}, "entropy-stop, fixed, specdec++, tetris, threshold"),
+    ({"policy": "oracle", "k": 3, "verify": "block"}, "oracle under BV"),
 ])
 def test_what_stays_on_numpy_is_named(knobs, named):
     config = load_config(None, **knobs)
