@@ -24,7 +24,8 @@ the specbatch side of the Vidur pairings under both engines, in the same run.
 TensorRT-LLM's batch-size tables (``vllm-schedule``, ``trt-schedule``: K = 3 / 2 / 1 as the
 batch grows), ``vllm-dynamic``, ``ema-adaptive`` (SGLang's default slots) and ``vllm-adaptive``
 (profiled tables, stale confidences), each at k = 3, and the row-wise ``threshold``,
-``specdec++`` and ``entropy-stop`` (k = 3, e = 1).
+``specdec++`` and ``entropy-stop`` and the bounds ``hindsight`` and ``oracle`` (TV) (k = 3,
+e = 1).
 
 Usage: .venv/bin/python benchmarks/compiled_bench.py [--requests N] [--repeat R] [--json]
        [--pairings vllm,sarathi] [--policies ar,fixed,tetris] [--processes]
@@ -61,7 +62,10 @@ POLICIES = {"ar": {"policy": "ar"},
             # the row-wise policies: each request's lengths a table of its trace row
             "threshold": {"policy": "threshold", "num_speculative_tokens": 3, "extra": 1},
             "specdec++": {"policy": "specdec++", "num_speculative_tokens": 3, "extra": 1},
-            "entropy-stop": {"policy": "entropy-stop", "num_speculative_tokens": 3, "extra": 1}}
+            "entropy-stop": {"policy": "entropy-stop", "num_speculative_tokens": 3, "extra": 1},
+            # the bounds (TV)
+            "hindsight": {"policy": "hindsight", "num_speculative_tokens": 3, "extra": 1},
+            "oracle": {"policy": "oracle", "num_speculative_tokens": 3, "extra": 1}}
 
 
 def load_sim_bench():
