@@ -34,9 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-#: The policies whose (d_i, s_i) depend on the request's trace row alone (StepView.row_table).
-ROW_WISE = ("threshold", "specdec++", "entropy-stop")
-
 if TYPE_CHECKING:
     from specbatch.simulator.config.sim_config import SimConfig
     from specbatch.simulator.cost.interface import CostModel
@@ -95,7 +92,7 @@ def policy_arrays(kn: Any, config: SimConfig, policy: Policy, cost: CostModel, t
             rows = int(trace.n_rows) + policy.depth + 2
             prev_src = np.zeros(rows, dtype=i64)
             prev_stamp = np.full(rows, -1, dtype=i64)
-    elif policy.name in ROW_WISE:
+    elif row_wise(policy):
         from specbatch.simulator.policies.view import StepView
 
         rows = np.arange(int(trace.n_rows), dtype=i64)
@@ -125,3 +122,10 @@ def policy_state_back(kn: Any, policy: Policy, arrays: list[np.ndarray]) -> None
         slot.ema = float(slot_f[r, kn.SF_EMA])
     current = int(pstate[kn.P_CURRENT])
     policy.current = policy.slots[current] if current >= 0 else None
+
+
+def row_wise(policy: Policy) -> bool:
+    """Whether ``policy``'s (d_i, s_i) depend on the request's trace row alone: a built-in
+    whose ``lengths`` method builds them row by row for StepView.row_table (threshold,
+    specdec++, entropy-stop)."""
+    return callable(getattr(policy, "lengths", None))
