@@ -217,3 +217,66 @@ def test_the_catalogues_compiled_trait_is_what_compiled_gap_covers(name):
         assert gap is None
     else:
         assert gap is not None and f"policy {name}" in gap
+
+
+@needs_numba
+def test_ema_observe_is_adaptive_slots_update_bit_for_bit():
+    """kernel.ema_observe on the packed slot equals AdaptiveSlot.update (EMA, batch count,
+    re-plans with hysteresis and ceiling) over random batches of accepted lengths."""
+    from specbatch.simulator.policies.engines import AdaptiveSlot
+
+    kernel = compiled.load_kernel()
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        cands = sorted({int(c) for c in rng.integers(0, 7, int(rng.integers(1, 5)))})
+        settings = {"candidate_steps": cands, "ema_alpha": float(rng.uniform(0.05, 1.0)),
+                    "update_interval": int(rng.integers(1, 4)),
+                    "warmup_batches": int(rng.integers(0, 3)),
+                    "down_hysteresis": float(rng.uniform(-0.5, 0.5)),
+                    "up_hysteresis": float(rng.uniform(-0.5, 0.5)),
+                    "ceiling_coeff": float(rng.choice([0.0, 0.7, 1.5]))}
+        slot = AdaptiveSlot(int(rng.integers(0, 7)), settings)
+        slot_i = np.zeros((1, kernel.SL_CANDS + len(cands)), dtype=np.int64)
+        slot_i[0, :kernel.SL_CANDS] = (1, slot.interval, slot.warmup, len(cands), slot.steps, 0)
+        slot_i[0, kernel.SL_CANDS:] = cands
+        slot_f = np.array([[slot.alpha, slot.down, slot.up, slot.ceiling_coeff, slot.ema]])
+        for _ in range(40):
+            accepted = rng.integers(0, slot.steps + 1, int(rng.integers(1, 9)))
+            slot.update(accepted)
+            kernel.ema_observe(slot_i, slot_f, 0, int(accepted.sum()), accepted.shape[0])
+            assert (int(slot_i[0, kernel.SL_STEPS]), int(slot_i[0, kernel.SL_BATCHES])) == (
+                slot.steps, slot.batches), trial
+            assert slot_f[0, kernel.SF_EMA] == slot.ema, trial
+
+
+@needs_numba
+def test_adaptive_plan_is_budget_scan_then_split_budget():
+    """kernel.adaptive_plan (fresh survival) equals VllmAdaptive's B* (budget_scan on the
+    ranked slots, D(n) + V(n + B) from the tables) and its split (split_budget), drafter caps
+    and ties included."""
+    from specbatch.simulator.policies.adaptive import budget_scan, ranked_slots, split_budget
+    from specbatch.simulator.policies.adaptive_tables import CostTables
+
+    kernel = compiled.load_kernel()
+    rng = np.random.default_rng(9)
+    for _ in range(200):
+        n, k = int(rng.integers(1, 10)), int(rng.integers(1, 6))
+        levels = rng.choice([0.05, 0.3, 0.5, 0.8, 1.0], size=(n, k))
+        conf = np.sort(levels, axis=1)[:, ::-1].copy()  # non-increasing survival, ties
+        caps = rng.integers(0, k + 1, n)
+        draft = np.sort(rng.uniform(0.1, 2.0, 12))
+        verify = np.sort(rng.uniform(1.0, 9.0, int(rng.integers(2, 60))))
+        tables = CostTables(draft, verify)
+        rows, positions = ranked_slots(conf, caps)
+        scores = conf[rows, positions]
+        cost = tables.draft[min(n, draft.shape[0] - 1)] + tables.verify_at(
+            np.arange(n, n + scores.shape[0] + 1))
+        want_b = budget_scan(scores, n, cost)
+        want = split_budget(conf, caps, want_b)
+        topc = np.zeros(n, dtype=np.int64)
+        got_b = kernel.adaptive_plan(
+            n, k, np.arange(n), conf, caps, 1, False, np.zeros(1, dtype=np.int64),
+            np.full(1, -1, dtype=np.int64), 0, draft, verify, np.zeros((n, k)),
+            np.zeros(n * k), np.zeros(n * k), topc)
+        assert got_b == want_b
+        assert topc.tolist() == want.tolist()
