@@ -20,6 +20,13 @@ benchmarks/vidur_side_by_side.py runs them (Vidur's flags; lean ``--json`` and w
 ``--out DIR``), ``--engine numpy`` against ``--engine auto``, CPU seconds from ``os.wait4``:
 the specbatch side of the Vidur pairings under both engines, in the same run.
 
+``--policies`` may also name the engines' chain policies of :data:`POLICIES`: vLLM's and
+TensorRT-LLM's batch-size tables (``vllm-schedule``, ``trt-schedule``: K = 3 / 2 / 1 as the
+batch grows), ``vllm-dynamic``, ``ema-adaptive`` (SGLang's default slots) and ``vllm-adaptive``
+(profiled tables, stale confidences), each at k = 3, and the row-wise ``threshold``,
+``specdec++`` and ``entropy-stop`` and the bounds ``hindsight`` and ``oracle`` (TV) (k = 3,
+e = 1).
+
 Usage: .venv/bin/python benchmarks/compiled_bench.py [--requests N] [--repeat R] [--json]
        [--pairings vllm,sarathi] [--policies ar,fixed,tetris] [--processes]
 """
@@ -43,7 +50,22 @@ from specbatch.simulator.run import build_cost, load_trace, simulate
 
 POLICIES = {"ar": {"policy": "ar"},
             "fixed": {"policy": "fixed", "num_speculative_tokens": 3},
-            "tetris": {"policy": "tetris", "num_speculative_tokens": 3, "extra": 1}}
+            "tetris": {"policy": "tetris", "num_speculative_tokens": 3, "extra": 1},
+            # the engines' chain policies (``--policies`` names them; not in the default set)
+            "vllm-schedule": {"policy": "batch-schedule", "num_speculative_tokens": 3,
+                              "num_speculative_tokens_per_batch_size": "1-16:3,17-48:2,49-4096:1"},
+            "trt-schedule": {"policy": "batch-schedule", "num_speculative_tokens": 3,
+                             "draft_len_schedule": "16:3,48:2,256:1"},
+            "vllm-dynamic": {"policy": "vllm-dynamic", "num_speculative_tokens": 3},
+            "ema-adaptive": {"policy": "ema-adaptive", "num_speculative_tokens": 3},
+            "vllm-adaptive": {"policy": "vllm-adaptive", "num_speculative_tokens": 3},
+            # the row-wise policies: each request's lengths a table of its trace row
+            "threshold": {"policy": "threshold", "num_speculative_tokens": 3, "extra": 1},
+            "specdec++": {"policy": "specdec++", "num_speculative_tokens": 3, "extra": 1},
+            "entropy-stop": {"policy": "entropy-stop", "num_speculative_tokens": 3, "extra": 1},
+            # the bounds (TV)
+            "hindsight": {"policy": "hindsight", "num_speculative_tokens": 3, "extra": 1},
+            "oracle": {"policy": "oracle", "num_speculative_tokens": 3, "extra": 1}}
 
 
 def load_sim_bench():

@@ -41,6 +41,8 @@ class PolicyEntry:
     min_draft:  what must be >= 1 for it to draft: "k", "depth" (k + e) or "" (nothing)
     confidence: whether its choices read the draft's per-token confidences (an acceptance
                 profile has none: simulator.replay.profile_replay)
+    compiled:   whether the compiled vllm-v1 loop (simulator.engine.v1.compiled) runs it, for
+                the runs it covers (its ``compiled_gap`` names the settings it leaves to numpy)
     """
 
     name: str
@@ -57,6 +59,7 @@ class PolicyEntry:
     live: bool = False
     min_draft: str = ""
     confidence: bool = False
+    compiled: bool = False
 
     def load(self) -> type:
         """The policy class this row names (imports its module)."""
@@ -73,35 +76,40 @@ _ADAPTIVE = "specbatch.simulator.policies.adaptive"
 #: The built-in policies, sorted by name.
 CATALOGUE: tuple[PolicyEntry, ...] = (
     PolicyEntry(name="ar", path=f"{_CORE}:AutoRegressive", uses_k=False, uses_extra=False,
-                verifies=False),
+                verifies=False, compiled=True),
     PolicyEntry(name="batch-schedule", path=f"{_ENGINE}:BatchSchedule",
                 knobs=("num_speculative_tokens_per_batch_size", "draft_len_schedule"),
-                uses_extra=False, engine=True, min_draft="k"),
+                uses_extra=False, engine=True, min_draft="k", compiled=True),
     PolicyEntry(name="dsd", path=f"{_CORE}:DynamicSD", knobs=("dsd_max_k",), uses_k=False,
-                uses_extra=False),
+                uses_extra=False, compiled=True),
     PolicyEntry(name="ema-adaptive", path=f"{_ENGINE}:EmaAdaptive",
-                knobs=("speculative_adaptive_config",), uses_extra=False, engine=True),
+                knobs=("speculative_adaptive_config",), uses_extra=False, engine=True,
+                compiled=True),
     PolicyEntry(name="entropy-stop", path=f"{_STOP}:EntropyStop", knobs=("entropy_threshold",),
-                engine=True, min_draft="depth", confidence=True),
-    PolicyEntry(name="fixed", path=f"{_CORE}:Fixed", uses_extra=False, live=True, min_draft="k"),
-    PolicyEntry(name="hindsight", path=f"{_CORE}:Hindsight", min_draft="depth"),
-    PolicyEntry(name="oracle", path=f"{_CORE}:Oracle", min_draft="depth"),
+                engine=True, min_draft="depth", confidence=True, compiled=True),
+    PolicyEntry(name="fixed", path=f"{_CORE}:Fixed", uses_extra=False, live=True, min_draft="k",
+                compiled=True),
+    PolicyEntry(name="hindsight", path=f"{_CORE}:Hindsight", min_draft="depth", compiled=True),
+    PolicyEntry(name="oracle", path=f"{_CORE}:Oracle", min_draft="depth", compiled=True),
     PolicyEntry(name="specdec++", path=f"{_STOP}:SpecDecPP", knobs=("specdec_threshold",),
-                calibrates=True, engine=True, min_draft="depth", confidence=True),
+                calibrates=True, engine=True, min_draft="depth", confidence=True,
+                compiled=True),
     PolicyEntry(name="static-tree", path=f"{_TREE}:StaticTree", predictor=True, tree=True,
                 whole_tree=True),
     PolicyEntry(name="tetris", path=f"{_CORE}:Tetris", predictor=True, live=True,
-                min_draft="depth", confidence=True),
+                min_draft="depth", confidence=True, compiled=True),
     PolicyEntry(name="tetris-tree", path=f"{_TREE}:TetrisTree", predictor=True, tree=True,
                 confidence=True),
-    PolicyEntry(name="threshold", path=f"{_CORE}:Threshold", min_draft="depth", confidence=True),
+    PolicyEntry(name="threshold", path=f"{_CORE}:Threshold", min_draft="depth", confidence=True,
+                compiled=True),
     PolicyEntry(name="tree-optimum", path=f"{_TREE}:TreeOptimum", tree=True),
     PolicyEntry(name="vllm-adaptive", path=f"{_ADAPTIVE}:VllmAdaptive",
                 knobs=("adaptive_confidences", "adaptive_cost_tables", "adaptive_survival",
                        "adaptive_profile_context_len"),
-                uses_extra=False, predictor=True, engine=True, min_draft="k", confidence=True),
+                uses_extra=False, predictor=True, engine=True, min_draft="k", confidence=True,
+                compiled=True),
     PolicyEntry(name="vllm-dynamic", path=f"{_ENGINE}:VllmDynamic", uses_extra=False,
-                calibrates=True, engine=True, min_draft="k"),
+                calibrates=True, engine=True, min_draft="k", compiled=True),
 )
 
 #: Each row by name.

@@ -15,16 +15,22 @@ parallelism); FCFS, or priority admission in reserve mode; ``kv_mode = "reserve"
 ``kv_capacity``) or ``"paged"`` (preemption by recompute, the prefix cache's counting path;
 not the hybrid manager's groups nor shared-prefix groups); any
 ``long_prefill_token_threshold``; chunked prefill on or off; policies ``ar``, ``fixed``,
-``tetris`` (confidence surrogate, TV and BV) and ``dsd`` (its goodput plans and α); chain rules TV
+``tetris`` (confidence surrogate, TV and BV), ``dsd`` (its goodput plans and α) and the engines'
+(simulator.engine.v1.policy_arrays: ``batch-schedule`` with vLLM's or TensorRT-LLM's batch-size
+table, ``vllm-dynamic``, ``ema-adaptive`` with SGLang's slots, ``vllm-adaptive`` with the
+confidence surrogate, profiled tables, stale or fresh confidences; the row-wise
+``threshold``, ``specdec++``, ``entropy-stop``; the bounds ``hindsight`` and ``oracle`` under TV;
+the catalogue's ``compiled`` trait, simulator.policies.catalogue); chain rules TV
 and BV on replayed acceptance (trace, fitted or profile); the roofline cost model of dense
 models (no sliding windows, experts, FP8 GEMMs or draft head; CUDA-graph padding and
 analysis.sensitivity's scaled roofline too), with or without vLLM's host terms (the default
 ``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async scheduling;
 also inside the sensitivity runs' scaled cost; not the n-gram proposer's) and the rejection
 sampler's cost;
-any arrivals; no early stop. Everything else (tetris with a fitted predictor,
-the other adaptive policies and schedules, trees, calibrated and profiled costs, vllm-v0, the
-least_outstanding and vllm_dp_lb routers, user policies) runs on numpy.
+any arrivals; no early stop. Everything else (tetris and vllm-adaptive with a fitted
+predictor, vllm-adaptive's exact tables or true survival, oracle under BV, trees,
+calibrated and profiled costs, vllm-v0, the least_outstanding and vllm_dp_lb routers, user
+policies) runs on numpy.
 
 Kernels are cached under ``$SPECBATCH_CACHE/numba`` (``~/.cache/specbatch/numba``): numba's
 ``cache=True`` writes next to the source by default, so ``NUMBA_CACHE_DIR`` is set before numba
@@ -47,6 +53,7 @@ from specbatch.simulator.config.sim_config import ENGINES  # noqa: F401 - the fi
 from specbatch.simulator.cost.interface import takes_logit_rows
 from specbatch.simulator.engine.request_state import RECORD_ROWS, STEP_COLUMNS, Records
 from specbatch.simulator.engine.steplog import CHUNK, StepLog
+from specbatch.simulator.engine.v1.policy_arrays import policy_arrays, policy_state_back
 
 if TYPE_CHECKING:
     from specbatch.simulator.config.sim_config import SimConfig
@@ -111,8 +118,11 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     from specbatch.simulator.config.schedulers import names, scheduler_entry
     from specbatch.simulator.cost.analytic.roofline import RooflineCost
     from specbatch.simulator.cost.features.host import HostCost
+    from specbatch.simulator.policies import catalogue
+    from specbatch.simulator.policies.adaptive import VllmAdaptive
     from specbatch.simulator.policies.base import Policy
-    from specbatch.simulator.policies.papers import AutoRegressive, DynamicSD, Fixed, Tetris
+    from specbatch.simulator.policies.engines import EmaAdaptive
+    from specbatch.simulator.policies.papers import DynamicSD, Tetris
     from specbatch.simulator.replay.rules import rule_entry
 
     if reference:
@@ -137,12 +147,19 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
                 and workload.prefix_group is not None
                 and bool((np.asarray(workload.prefix_group) >= 0).any())):
             return "shared-prefix groups in the prefix cache (compiled: its counting path)"
-    if type(policy) not in (AutoRegressive, Fixed, Tetris, DynamicSD):
-        return f"policy {config.policy} (compiled: ar, fixed, tetris, dsd)"
-    if type(policy).observe not in (Policy.observe, DynamicSD.observe):  # pragma: no cover
+    listed = catalogue.entry(config.policy)
+    if listed is None or not listed.compiled or type(policy) is not listed.load():
+        return f"policy {config.policy} (compiled: {', '.join(catalogue.names(compiled=True))})"
+    if type(policy).observe not in (Policy.observe, DynamicSD.observe, EmaAdaptive.observe,
+                                    VllmAdaptive.observe):  # pragma: no cover
         return f"policy {config.policy} observes its steps"
-    if type(policy) is Tetris and policy.kind != "confidence":
-        return f"tetris with predictor {policy.kind} (compiled: confidence)"
+    if isinstance(policy, Tetris) and policy.kind != "confidence":
+        return f"{policy.name} with predictor {policy.kind} (compiled: confidence)"
+    if policy.name == "oracle" and not policy.rule_row.additive:
+        return "oracle under BV (compiled: TV, its top-C; BV's optimum over the gains is not)"
+    if type(policy) is VllmAdaptive and (policy.exact or policy.truth):
+        return ("vllm-adaptive with adaptive_cost_tables = exact or adaptive_survival = truth "
+                "(compiled: profiled tables, estimated survival)")
     row = rule_entry(config.verify)
     if policy.depth and (row.kind != "chain" or row.scan not in ("leading", "last")):
         return f"verify {config.verify} (compiled: chain rules tv, block)"
@@ -331,6 +348,15 @@ class CompiledEngine:
             ints[kn.I_POSITIVE] = int(not policy.rule_row.additive)  # BV: monotone_optimum
             ints[kn.I_C] = -1 if policy.budget is None else int(policy.budget)
             conf = np.ascontiguousarray(TraceTables(trace).confidence(depth), dtype=np.float64)
+        self.policy_arrays = policy_arrays(kn, config, policy, cost, trace, ints, n)
+        if policy.name == "vllm-adaptive":  # TETRIS's surrogate: the survival S_ij
+            from specbatch.simulator.policies.view import TraceTables
+
+            conf = np.ascontiguousarray(TraceTables(trace).confidence(depth), dtype=np.float64)
+        if policy.name == "oracle":  # TV: top-C of the path's true Π min(1, r), K drafted
+            ints[kn.I_TETRIS] = 2
+            ints[kn.I_C] = -1 if policy.budget is None else int(policy.budget)
+            conf = np.ascontiguousarray(trace.accept_tv[:, :depth], dtype=np.float64)
         proposed = getattr(trace, "proposed", None)
         if proposed is not None and depth:
             ints[kn.I_PROPOSED] = 1
@@ -407,6 +433,7 @@ class CompiledEngine:
         clock = np.zeros(2)  # the replica's time; dsd's α
         if self.dsd is not None:  # each replica's own copy of the policy, as it starts
             regs[kn.R_KNOW], regs[kn.R_DSTEPS], clock[1] = self.dsd
+        arrays = [a.copy() for a in self.policy_arrays]  # kernelpol: each replica's own state
         steps = np.zeros((kn.N_STEP_ROWS, STEP_BUFFER))  # [16, rows] float64
         # per-request arrays only where read: paged KV's preempted queue, the prefix cache's
         paged, prefix = bool(ints[kn.I_PAGED]), bool(ints[kn.I_PREFIX])
@@ -424,7 +451,7 @@ class CompiledEngine:
                                 ints, self.floats, st, regs, clock, rec.first_token,
                                 rec.finish, self.counts, steps, rec.preemptions,
                                 rec.recomputed, front, hashed, done_tok, parked_seg,
-                                *segments, *self.ranks)
+                                *segments, *self.ranks, *arrays)
             if code == kn.STUCK:  # pragma: no cover - engine invariant
                 raise SpecbatchError("simulator: a compiled vllm-v1 step with nothing "
                                      "scheduled (engine invariant broken)")
@@ -454,6 +481,8 @@ class CompiledEngine:
             p = self.policy
             p.k_now, p.steps, p.alpha = (
                 int(regs[kn.R_KNOW]), int(regs[kn.R_DSTEPS]), float(clock[1]))
+        if r == 0:
+            policy_state_back(kn, self.policy, arrays)
         if stream:
             return None
         return np.concatenate(kept, axis=1) if kept else np.zeros((kn.N_STEP_ROWS, 0))

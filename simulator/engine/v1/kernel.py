@@ -9,9 +9,17 @@ path, simulator.engine.prefix.PrefixCache with ``lazy``); ``long_prefill_token_t
 chain policies planning d_i = s_i = min(k, proposed) (``fixed``; ``ar`` is k = 0; ``dsd``'s k
 from its goodput scan every interval, α updated from each step's τ) or TETRIS's top-C of the
 cumulative draft confidence (``tetris``, d_i = K; simulator.policies.papers.Tetris with
-:func:`monotone_topc`, theory.allocate.budget's tie order; under BV its monotone_optimum); a
-chain rule scanning its thresholds (TV: leading successes, BV: the last success;
-simulator.replay.chain); the
+:func:`monotone_topc`, theory.allocate.budget's tie order; under BV its monotone_optimum); the
+engines' policies (simulator.engine.v1.policy_arrays packs them): one K for the batch from a
+table of the decoding batch size (``batch-schedule``: vLLM's
+``num_speculative_tokens_per_batch_size`` and TensorRT-LLM's ``draft_len_schedule``;
+``vllm-dynamic``'s goodput argmax), from SGLang's adaptive slots (``ema-adaptive``:
+:func:`ema_observe`, :func:`ema_recompute`) or vLLM's adaptive verification (``vllm-adaptive``:
+d_i = K, s_i the top B* slots, :func:`adaptive_plan`, its stale survival map per trace row),
+the row-wise ones, (d_i, s_i) a table of the trace row (``threshold``, ``specdec++``,
+``entropy-stop``), and the bounds ``hindsight`` (the prefix that accepts the most under the
+step's η) and ``oracle`` under TV (top-C of the path's true survival); a chain rule scanning
+its thresholds (TV: leading successes, BV: the last success; simulator.replay.chain); the
 roofline's dense sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums),
 vLLM's host terms around it (simulator.cost.features.host.HostCost: :func:`host_target`,
 :func:`host_draft`) and the rejection sampler's seconds
@@ -49,7 +57,15 @@ I_DSD_VERIFY = 25  # dsd plans with the sampler's seconds (its price_verificatio
 I_PRIORITY = 26  # scheduling_policy "priority": the waiting queue is a heap of ranks
 I_REPLICA = 27  # the replica's index (the step rows' first column)
 I_POSITIVE = 28  # tetris under BV: monotone_optimum (top-C of the positive entries only)
-N_INTS = 29
+# kernelpol: the engines' chain policies (simulator.policies.engines, simulator.policies.adaptive)
+I_WINDOW = 35  # K from the batch-size table ``window`` (batch-schedule, vllm-dynamic; 0: off)
+I_SLOTS = 36  # ema-adaptive: its SGLang slots, rows of ``slot_i`` / ``slot_f`` (0: not it)
+I_ADAPTIVE = 37  # vllm-adaptive: 1 sizing B on stale confidences, 2 on fresh ones (0: not it)
+I_ROWS = 38  # 1: (d_i, s_i) by trace row from ``row_d`` / ``row_s`` (threshold and the
+# stops); 2: hindsight's s_i, the prefix that accepts the most under the step's η (d_i = K)
+# (and I_TETRIS = 2: oracle under TV, tetris's top-C on ``conf`` = the path's true Π min(1, r),
+# drafting K even at C = 0)
+N_INTS = 40
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
 F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the model itself)
@@ -78,6 +94,16 @@ N_REGS = 14
 # replicas' rows into the engine's event order with them
 W_WOKEN, W_BY = 14, 15
 N_STEP_ROWS = 16
+# kernelpol: ema-adaptive's slots (simulator.policies.engines.AdaptiveSlot), one row each:
+# ``slot_i`` its batch-size key, update_interval, warmup_batches, the number of candidates, the
+# current steps, the batches seen, then the candidates ascending; ``slot_f`` ema_alpha,
+# down_hysteresis, up_hysteresis, ceiling_coeff and the EMA
+SL_KEY, SL_INTERVAL, SL_WARMUP, SL_NC, SL_STEPS, SL_BATCHES, SL_CANDS = range(7)
+SF_ALPHA, SF_DOWN, SF_UP, SF_COEFF, SF_EMA = range(5)
+# ``pstate``: vllm-adaptive's generation of its stale-survival map (the rows stamped with it
+# are in the map), ema-adaptive's slot of the last planned step (-1: none yet)
+P_GEN, P_CURRENT = 0, 1
+N_PSTATE = 2
 # running state rows (``st``); a request's position and counters live in ``counts`` # [5, N]
 S_UID, S_PREFILLED, S_FILL, S_BLOCKS = range(4)
 N_ST = 4
@@ -319,6 +345,111 @@ def monotone_topc(values, n, k, budget, flat, s, positive_only=False):
 
 
 
+
+# ---------------------------------------------------------------- kernelpol: engine policies
+
+
+@njit(cache=True)
+def ema_recompute(slot_i, slot_f, r):
+    """AdaptiveSlot.recompute of slot ``r`` (simulator.policies.engines): from 0 steps probe
+    the next candidate; else walk down while ema <= (0.5 if prev == 0 else prev − 0.5) +
+    down, up (if it did not move down) while ema > current − 0.5 + up, then the ceiling."""
+    nc = slot_i[r, SL_NC]
+    old = slot_i[r, SL_STEPS]
+    i = 0
+    while slot_i[r, SL_CANDS + i] != old:
+        i += 1
+    ema = slot_f[r, SF_EMA]
+    if old == 0:
+        i = i + 1 if i + 1 < nc else nc - 1
+        c = slot_i[r, SL_CANDS + i]
+        if c > 0 and ema < 0:
+            slot_f[r, SF_EMA] = np.float64(c - 1)
+        slot_i[r, SL_STEPS] = c
+        return
+    start = i
+    while i > 0:
+        prev = slot_i[r, SL_CANDS + i - 1]
+        if ema <= (0.5 if prev == 0 else prev - 0.5) + slot_f[r, SF_DOWN]:
+            i -= 1
+        else:
+            break
+    if i == start:
+        while i < nc - 1 and ema > slot_i[r, SL_CANDS + i] - 0.5 + slot_f[r, SF_UP]:
+            i += 1
+    if slot_f[r, SF_COEFF] > 0:
+        ceiling = int(np.ceil(ema * slot_f[r, SF_COEFF]))
+        if ceiling < 1:
+            ceiling = 1
+        if ceiling < slot_i[r, SL_CANDS + i] <= old:
+            while i > 0 and slot_i[r, SL_CANDS + i] > ceiling:
+                i -= 1
+    slot_i[r, SL_STEPS] = slot_i[r, SL_CANDS + i]
+
+
+@njit(cache=True)
+def ema_observe(slot_i, slot_f, r, accepted, count):
+    """AdaptiveSlot.update of slot ``r`` with ``count`` > 0 requests that accepted
+    ``accepted`` draft tokens in all: the EMA of their mean (when the slot drafts), the batch
+    count, and a re-plan every update_interval batches after the warm-up."""
+    if slot_i[r, SL_STEPS] > 0:
+        alpha = slot_f[r, SF_ALPHA]
+        slot_f[r, SF_EMA] = ((1 - alpha) * slot_f[r, SF_EMA]
+                             + alpha * (np.float64(accepted) / count))
+    slot_i[r, SL_BATCHES] += 1
+    b, warm = slot_i[r, SL_BATCHES], slot_i[r, SL_WARMUP]
+    if b > warm and (b - warm) % slot_i[r, SL_INTERVAL] == 0:
+        ema_recompute(slot_i, slot_f, r)
+
+
+@njit(cache=True)
+def adaptive_plan(nd, depth, dec_row, conf, proposed, has_proposed, stale, prev_src,
+                  prev_stamp, gen, d_table, v_table, values, flat, scores, topc):
+    """VllmAdaptive.decide (simulator.policies.adaptive) for the ``nd`` decoding requests at
+    trace rows ``dec_row``: B* = the first argmax over B of (n + Σ_{j≤B} S_(j)) / (D(n) +
+    V(n + B)) on the sizing survival (the previous step's, ``prev_src`` of the rows stamped
+    ``gen``, else ones; or the current one), the slots past a request's cap (K, or what the
+    drafter proposed) left out; then the B best slots of the current survival into
+    ``topc[:nd]`` (monotone_topc of the masked rows). Returns B*."""
+    m = 0
+    for i in range(nd):
+        row = dec_row[i]
+        cap = depth
+        if has_proposed and proposed[row] < cap:
+            cap = proposed[row]
+        src = -1
+        if stale and prev_stamp[row] == gen:
+            src = prev_src[row]
+        for j in range(depth):
+            if j < cap:
+                values[i, j] = conf[row, j]
+                if not stale:
+                    scores[m] = conf[row, j]
+                elif src >= 0:
+                    scores[m] = conf[src, j]
+                else:
+                    scores[m] = 1.0
+                m += 1
+            else:
+                values[i, j] = -1.0
+    ranked = np.sort(scores[:m])  # ascending: the j-th best is ranked[m - j]
+    draft = d_table[nd if nd < d_table.shape[0] else d_table.shape[0] - 1]
+    last = v_table.shape[0] - 1
+    slope = v_table[last] - v_table[last - 1] if last >= 1 else 0.0
+    best_b = 0
+    best = -np.inf
+    acc = 0.0
+    for b in range(m + 1):
+        if b:
+            acc += ranked[m - b]
+        tok = nd + b
+        v = v_table[last] + slope * (tok - last) if tok > last else v_table[tok]
+        g = (nd + acc) / (draft + v)
+        if g > best:
+            best_b, best = b, g
+    monotone_topc(values, nd, depth, best_b, flat, topc)
+    return best_b
+
 # ---------------------------------------------------------------- the counting prefix cache
 # simulator.engine.prefix.PrefixCache in counting mode (``lazy``): the free queue as segments
 # [uid, blocks r, hashed H] (uid −1: anonymous), kept only while a named one is in it.
@@ -408,7 +539,10 @@ def seg_room(regs, seg_uid, seg_r, seg_h, parked_seg, want):
 def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed, thr, thr2,
               conf, ints, floats, st, regs, clock, first_token, finish, counts, steps,
               preemptions, recomputed, front, hashed, done_tok, parked_seg, seg_uid, seg_r,
-              seg_h, rank, by_rank, heap):
+              seg_h, rank, by_rank, heap,
+              # kernelpol: the engines' chain policies
+              window, slot_i, slot_f, pstate, prev_src, prev_stamp, d_table, v_table, row_d,
+              row_s):
     """Run steps until every request finished (returns DONE) or ``steps`` # [14, cap] is
     full (FULL: call again after taking its rows); GROW when the segment arrays need room;
     STUCK when a step would schedule nothing.
@@ -422,7 +556,16 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     (top = head of the queue); hashed, done_tok, parked_seg # [N] the counting prefix
     cache's per-request numbers; seg_uid, seg_r, seg_h # [cap] its segments; rank, by_rank,
     heap # [N] under priority admission: each request's (priority, arrival, uid) rank, the
-    uid of each rank, the waiting ranks' min-heap (simulator.engine.admission)."""
+    uid of each rank, the waiting ranks' min-heap (simulator.engine.admission).
+
+    The engines' policies (simulator.engine.v1.policy_arrays; placeholders for the others):
+    window # [max_seqs + 1] int64 K by decoding batch size (I_WINDOW its length); slot_i #
+    [slots, 6 + candidates] int64, slot_f # [slots, 5] ema-adaptive's slots (SL_*, SF_*; state
+    updated in place); pstate # [N_PSTATE] int64 (P_GEN, P_CURRENT); prev_src, prev_stamp #
+    [trace rows + K + 2] int64 vllm-adaptive's stale survival map (the row whose survival the
+    entry holds, the generation that wrote it); d_table # [max_seqs + 1], v_table #
+    [max_tokens + 1] float64 its profiled D(n) and V(t) in ms; row_d, row_s # [trace rows]
+    int64 a row-wise policy's drafted and verified lengths of every trace row."""
     n_req = order.shape[0]  # this replica's requests (round-robin: every R-th arrival)
     depth, k, budget, max_seqs = ints[I_DEPTH], ints[I_K], ints[I_BUDGET], ints[I_MAX_SEQS]
     chunked, capacity, drafts_chunks = ints[I_CHUNKED], ints[I_CAPACITY], ints[I_DRAFTS_CHUNKS]
@@ -455,6 +598,10 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     flat = np.zeros(max_seqs * max(depth, 1))
     topc = np.zeros(max_seqs, dtype=np.int64)
     last_tau = np.zeros(max_seqs, dtype=np.int64)
+    # kernelpol: the engines' chain policies
+    n_window, n_slots, adaptive = ints[I_WINDOW], ints[I_SLOTS], ints[I_ADAPTIVE]
+    by_row = ints[I_ROWS]
+    scores = np.zeros(max_seqs * max(depth, 1) if adaptive else 1)
     code = DONE
     while True:
         if nrows >= cap:
@@ -495,8 +642,22 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                     values[m, j] = conf[dec_row[m], j]
             c_step = k * nd if c_budget < 0 else c_budget
             monotone_topc(values, nd, depth, c_step, flat, topc, ints[I_POSITIVE] != 0)
-            d_all = depth if c_step > 0 else 0
+            d_all = depth if c_step > 0 or tetris == 2 else 0  # kernelpol: oracle drafts K
+        if adaptive and nd:  # kernelpol: VllmAdaptive.decide: d_i = K, s_i the top B* slots
+            adaptive_plan(nd, depth, dec_row, conf, proposed, has_proposed, adaptive == 1,
+                          prev_src, prev_stamp, pstate[P_GEN], d_table, v_table, values,
+                          flat, scores, topc)
+            d_all = depth
         k_step = k
+        if n_window and nd:  # kernelpol: BatchSchedule.window / VllmDynamic's table of n
+            k_step = window[nd if nd < n_window else n_window - 1]
+        if n_slots and nd:  # kernelpol: EmaAdaptive.route: the slot of the largest key <= n
+            cur = 0
+            for r in range(n_slots):
+                if slot_i[r, SL_KEY] <= nd:
+                    cur = r
+            pstate[P_CURRENT] = cur
+            k_step = slot_i[cur, SL_STEPS]
         if dsd and nd:  # DynamicSD.decide: re-plan every ``interval`` steps, probe at k = 0
             k_step = regs[R_KNOW]
             if regs[R_DSTEPS] % interval == 0:
@@ -517,9 +678,24 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             regs[R_DSTEPS] += 1
         for m in range(nd):
             i = dec_idx[m]
-            if tetris:
+            if tetris or adaptive:
                 s = topc[m]
                 d = d_all
+            elif by_row == 1:  # kernelpol: a row-wise policy's lengths (StepView.row_table)
+                s = row_s[dec_row[m]]
+                d = row_d[dec_row[m]]
+            elif by_row == 2:  # kernelpol: Hindsight.decide, under TV τ of s = K, under BV
+                u = st[S_UID, i]  # the last m with η_m < p_m
+                s = 0
+                for j in range(depth):
+                    if leading:
+                        if eta(keys[u], counts[C_POS, u], j) < thr[dec_row[m], j]:
+                            s += 1
+                        else:
+                            break
+                    elif eta(keys[u], counts[C_POS, u], j) < thr2[dec_row[m], j]:
+                        s = j + 1
+                d = depth
             else:
                 s = k_step
                 d = k_step
@@ -750,6 +926,20 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             trials = successes + misses
             if trials > 0:
                 clock[1] = 0.85 * clock[1] + 0.15 * successes / trials
+        if n_slots and keep:  # kernelpol: EmaAdaptive.observe: the routed slot's update
+            ema_observe(slot_i, slot_f, pstate[P_CURRENT], asum, keep)
+        if adaptive == 1 and keep:  # kernelpol: VllmAdaptive.observe (stale confidences)
+            old_gen = pstate[P_GEN]
+            new_gen = old_gen + 1
+            for m in range(keep, nd):  # planned, not run: they keep their entry and row
+                row = dec_row[m]
+                if prev_stamp[row] == old_gen:
+                    prev_stamp[row] = new_gen
+            for m in range(keep):  # the ones that ran: their survival under the next row
+                row = dec_row[m] + last_tau[dec_idx[m]] + 1
+                prev_src[row] = dec_row[m]
+                prev_stamp[row] = new_gen
+            pstate[P_GEN] = new_gen
         draft_t = 0.0
         verify_t = 0.0
         passes = 0

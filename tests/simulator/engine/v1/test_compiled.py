@@ -133,7 +133,7 @@ def test_host_terms_are_host_costs_bit_for_bit(overlap, layers, d2t):
 
 
 @pytest.mark.parametrize("knobs, named", [
-    ({"policy": "oracle", "k": 4, "extra": 1}, "policy oracle"),
+    ({"policy": "oracle", "k": 4, "extra": 1, "verify": "block"}, "oracle under BV"),
     ({"scheduler": "vllm-v0"}, "scheduler vllm-v0"),
     ({"replicas": 2, "router": "least_outstanding"}, "router least_outstanding"),
     ({"cost": "calibrated"}, "cost model"),
@@ -152,7 +152,8 @@ def test_engine_compiled_refuses_an_uncovered_run_in_one_line():
 
 def test_engine_numpy_and_uncovered_auto_run_on_numpy():
     assert compiled.choose_engine(*parts(engine="numpy")) == "numpy"
-    assert compiled.choose_engine(*parts(engine="auto", policy="oracle", k=4)) == "numpy"
+    assert compiled.choose_engine(*parts(engine="auto", policy="oracle", k=4,
+                                         verify="block")) == "numpy"
 
 
 def test_auto_runs_small_workloads_on_numpy():
@@ -420,9 +421,12 @@ def test_compiled_tables_equal_the_numpy_engines_with_vllms_host_terms(knobs, ov
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(requests=st.integers(1, 40), seed=st.integers(0, 2**31 - 1),
-       policy=st.sampled_from(["ar", "fixed", "tetris", "dsd"]), k=st.integers(1, 5),
+       policy=st.sampled_from(["ar", "fixed", "tetris", "dsd", "batch-schedule",
+                               "vllm-dynamic", "ema-adaptive", "vllm-adaptive", "threshold",
+                               "specdec++", "entropy-stop", "oracle", "hindsight"]),
+       k=st.integers(1, 5),
        extra=st.integers(0, 2), budget_c=st.one_of(st.none(), st.integers(0, 40)),
-       verify=st.sampled_from(["tv", "block"]), budget=st.integers(8, 600),
+       verify=st.sampled_from(["token", "block"]), budget=st.integers(8, 600),
        seqs=st.integers(1, 24), chunked=st.booleans(),
        arrival=st.sampled_from(["burst", "poisson"]), rate=st.floats(1.0, 200.0),
        capacity=st.sampled_from([None, 2500, 6000, 40000]), paged=st.booleans(),
@@ -450,6 +454,26 @@ def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
         knobs.update(k=k, extra=extra, budget=budget_c)
     if policy == "dsd":  # its re-planning interval from the same draw
         knobs.update(k=k, dsd_interval=1 + extra * 3)
+    if policy == "batch-schedule":  # K = k, vLLM's ranges or TensorRT-LLM's keys
+        half = max(1, seqs // 2)
+        knobs.update(k=k, **({}, {"num_speculative_tokens_per_batch_size":
+                                  f"1-{half}:{k},{half + 1}-4096:{k // 2}"},
+                             {"draft_len_schedule": f"2:{k},{half + 2}:1"})[extra])
+    if policy == "vllm-dynamic":
+        knobs["k"] = k
+    if policy == "ema-adaptive":  # SGLang's default slots, or ones that re-plan every batch
+        knobs["k"] = k
+        if extra:
+            knobs["speculative_adaptive_config"] = json.dumps(
+                {"1": {"candidate_steps": sorted({0, 1, k}), "warmup_batches": 1,
+                       "update_interval": extra, "ceiling_coeff": 0.5 * extra},
+                 "4": {"candidate_steps": [1, k]}})
+    if policy == "vllm-adaptive":  # profiled tables on stale or fresh confidences
+        knobs.update(k=k, adaptive_confidences="fresh" if extra == 2 else "stale")
+    if policy in ("threshold", "specdec++", "entropy-stop", "hindsight"):  # K = k + e
+        knobs.update(k=k, extra=extra)
+    if policy == "oracle":  # top-C of the true survival: TV only
+        knobs.update(k=k, extra=extra, budget=budget_c, verify="token")
     if arrival == "poisson":
         knobs["rate"] = rate
     try:
