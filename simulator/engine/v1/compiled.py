@@ -17,14 +17,18 @@ not the hybrid manager's groups nor shared-prefix groups); any
 ``long_prefill_token_threshold``; chunked prefill on or off; policies ``ar``, ``fixed``,
 ``tetris`` (confidence surrogate, TV and BV) and ``dsd`` (its goodput plans and α); chain rules TV
 and BV on replayed acceptance (trace, fitted or profile); the roofline cost model of dense
-models (no sliding windows, experts, FP8 GEMMs or draft head; CUDA-graph padding and
-analysis.sensitivity's scaled roofline too), with or without vLLM's host terms (the default
-``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async scheduling;
-also inside the sensitivity runs' scaled cost; not the n-gram proposer's) and the rejection
-sampler's cost;
-any arrivals; no early stop. Everything else (tetris with a fitted predictor,
-the other adaptive policies and schedules, trees, calibrated and profiled costs, vllm-v0, the
-least_outstanding and vllm_dp_lb routers, user policies) runs on numpy.
+models (no sliding windows, experts, FP8 GEMMs or draft head) and the calibrated model
+(simulator.cost.measured.calibrated, ``cost = "calibrated"``) as its PassTables
+(simulator.cost.tabulated, :func:`pass_tables`: dense, MoE, MLA and quantised roles, table
+cells, measured all-reduce curves; both roles; not sliding-window layers nor the
+LLMServingSim GPUs' pricer, simulator.cost.measured.calibrated_table), each with CUDA-graph
+padding and analysis.sensitivity's scaled cost too, with or without vLLM's host terms (the
+default ``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async
+scheduling; also inside the sensitivity runs' scaled cost; not the n-gram proposer's) and the
+rejection sampler's cost; any arrivals; no early stop. Everything else (tetris with a fitted
+predictor, the other adaptive policies and schedules, trees, draft heads (EAGLE, EAGLE-3,
+MTP), n-gram and profiled costs, vllm-v0, the least_outstanding and vllm_dp_lb routers, user
+policies, plan's early-stopped runs) runs on numpy.
 
 Kernels are cached under ``$SPECBATCH_CACHE/numba`` (``~/.cache/specbatch/numba``): numba's
 ``cache=True`` writes next to the source by default, so ``NUMBA_CACHE_DIR`` is set before numba
@@ -61,6 +65,9 @@ if TYPE_CHECKING:
 #: benchmarks/compiled_bench.py), which the loop saves back at ~20-80 µs a step only after
 #: some 10^4 steps; smaller runs stay on numpy (``engine = "compiled"`` forces it).
 AUTO_MIN_REQUESTS = 2000
+#: The largest Q_max (:func:`max_pass_tokens`) the compiled loop tabulates a calibrated model
+#: for (each table: Q_max + 1 float64 values per part and role).
+MAX_TABLE_TOKENS = 1 << 17
 #: Steps a kernel call records before handing its rows back (a multiple of StepLog's CHUNK).
 STEP_BUFFER = 16 * CHUNK
 _PASS_CONSTANTS = ("flops_per_token", "attn_flops", "weight_bytes", "kv_bytes",
@@ -153,15 +160,86 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     if type(base) is HostCost:  # PaddedSumsCost(ScaledCost(HostCost)): b·n would count pads
         return ("CUDA-graph padding outside vLLM's host terms (compiled: padding inside "
                 "them, as build_cost and pad_to_graphs order them)")
-    if type(base) is not RooflineCost:
-        return f"cost model {type(cost).__name__} (compiled: the plain roofline)"
-    for role, c in base.consts.items():
-        if c.sliding_layers or c.experts or c.fp8_flops_per_token:
-            return (f"the {role}'s sliding windows, experts or FP8 GEMMs (compiled: dense "
-                    "roofline)")
+    if tabulated(base):
+        if config.token_budget is None:  # pragma: no cover - vllm-v1 always has one
+            return "an unlimited token budget (compiled cost tables need max_num_batched_tokens)"
+        q_max = max_pass_tokens(config, policy, cost_layers(cost)[0])
+        if q_max > MAX_TABLE_TOKENS:
+            return (f"passes of up to {q_max} tokens (compiled cost tables: up to "
+                    f"{MAX_TABLE_TOKENS})")
+        for role in priced_roles(policy):
+            why = base.table_gap(role)
+            if why is not None:
+                return (f"{why} (compiled: the calibrated model's dense passes on the "
+                        "Vidur-profiled GPUs)")
+    elif type(base) is not RooflineCost:
+        return (f"cost model {type(cost).__name__} (compiled: the plain roofline and the "
+                "calibrated model)")
+    else:
+        for role, c in base.consts.items():
+            if c.sliding_layers or c.experts or c.fp8_flops_per_token:
+                return (f"the {role}'s sliding windows, experts or FP8 GEMMs (compiled: dense "
+                        "roofline)")
     if hasattr(cost, "first_pass_time"):  # pragma: no cover - a head is another class
         return "a draft head"
     return None
+
+
+def tabulated(model) -> bool:
+    """Whether the innermost cost model prices passes from PassTables
+    (simulator.cost.tabulated: the calibrated model's ``pass_table``), matched by name so a
+    roofline run never imports the calibrated model."""
+    return type(model).__name__ == "CalibratedCost" and hasattr(model, "pass_table")
+
+
+def priced_roles(policy: Policy) -> tuple[str, ...]:
+    """The roles whose passes a run prices: the draft only when the policy speculates."""
+    return ("target", "draft") if policy.speculates else ("target",)
+
+
+def max_pass_tokens(config: SimConfig, policy: Policy, sizes: tuple[int, ...]) -> int:
+    """Q_max: the most query tokens one pass of the compiled loop can price. A step's target
+    pass holds at most the token budget (decodes' 1 + s_i and prompt chunks share it; without
+    chunked prefill a prompt that does not fit waits), a draft pass at most the budget (a
+    prefill chunk pass) or max_num_seqs (one token per request); dsd's goodput scan prices
+    max_num_seqs · (k_max + 1) tokens; CUDA-graph padding reaches at most the largest size."""
+    q = max(int(config.token_budget), int(config.max_num_seqs))
+    if sizes:
+        q = max(q, int(max(sizes)))
+    if policy.name == "dsd":
+        q = max(q, int(config.max_num_seqs) * (int(policy.k_max) + 1))
+    return q
+
+
+def pass_tables(config: SimConfig, policy: Policy, base, sizes: tuple[int, ...]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's ``tab`` # [6, Q_max + 1] and ``tlaw`` # [2, N_TLAW] of cost model
+    ``base`` under CUDA-graph ``sizes`` (simulator.engine.v1.kernel.role_time): each priced
+    role's PassTable where the model is :func:`tabulated`, else T_MODE 0 (the roofline
+    constants in ``floats``)."""
+    from specbatch.simulator.engine.v1 import kernel as kn
+
+    tlaw = np.zeros((2, kn.N_TLAW))
+    if not tabulated(base):
+        return np.zeros((6, 1)), tlaw
+    q_max = max_pass_tokens(config, policy, sizes)
+    tab = np.zeros((6, q_max + 1))
+    for i, role in enumerate(("target", "draft")):
+        if role not in priced_roles(policy):
+            continue
+        table = base.pass_table(role, q_max)
+        law = table.attention
+        tab[3 * i] = table.layers[:q_max + 1]
+        tab[3 * i + 1] = table.allreduce[:q_max + 1]
+        tab[3 * i + 2] = table.head[:q_max + 1]
+        tlaw[i] = 0.0
+        tlaw[i, kn.T_MODE] = 1.0
+        tlaw[i, kn.T_FLOPS], tlaw[i, kn.T_FLOPS_RATE] = law.flops, law.flops_rate
+        tlaw[i, kn.T_KV], tlaw[i, kn.T_KV_RATE] = law.kv, law.kv_rate
+        tlaw[i, kn.T_OVERLAP] = float(bool(law.overlap))
+        tlaw[i, kn.T_AFLOOR], tlaw[i, kn.T_PER_REQUEST] = law.floor, law.per_request
+        tlaw[i, kn.T_FIXED], tlaw[i, kn.T_FLOOR] = table.fixed, table.floor
+    return tab, tlaw
 
 
 def host_layer(cost: CostModel) -> tuple[HostCost | None, float, CostModel]:
@@ -200,6 +278,12 @@ def cost_layers(cost: CostModel) -> tuple[tuple[int, ...], float, CostModel]:
     return sizes, 1.0, cost
 
 
+class NotCovered(SpecbatchError):
+    """``engine = "compiled"`` asked of a run :func:`compiled_gap` does not cover (a caller
+    that asks for the compiled loop where it applies, such as analysis.plan's runner, takes
+    auto's engine instead)."""
+
+
 def choose_engine(config: SimConfig, policy: Policy, cost: CostModel, *,
                   reference: bool = False, stop=None, workload: Workload | None = None) -> str:
     """"compiled" or "numpy" for this run under ``config.engine``; ``compiled`` that cannot
@@ -211,8 +295,8 @@ def choose_engine(config: SimConfig, policy: Policy, cost: CostModel, *,
     gap = compiled_gap(config, policy, cost, reference=reference, stop=stop, workload=workload)
     if want == "compiled":
         if gap is not None:
-            raise SpecbatchError(f"config: engine: \"compiled\" does not cover {gap}; "
-                                 "use auto or numpy")
+            raise NotCovered(f"config: engine: \"compiled\" does not cover {gap}; "
+                             "use auto or numpy")
         if not numba_installed():
             raise SpecbatchError("config: engine: expected numba installed for \"compiled\" "
                                  "(pip install 'specbatch[fast]'), got none")
@@ -268,11 +352,13 @@ class CompiledEngine:
         floats[kn.F_SCALE] = scale
         floats[kn.F_NSIZES] = len(sizes)
         floats[kn.F_SIZES:] = sizes
-        for off, role in ((0, "target"), (10, "draft")):
-            c = base.consts[role]
-            floats[off:off + 10] = [float(getattr(c, name)) for name in _PASS_CONSTANTS]
-        floats[kn.F_HEAD_T] = float(base.consts["target"].head_flops)
-        floats[kn.F_HEAD_D] = float(base.consts["draft"].head_flops)
+        self.passes = pass_tables(config, policy, base, sizes)  # tab, tlaw (kernel.role_time)
+        if not tabulated(base):
+            for off, role in ((0, "target"), (10, "draft")):
+                c = base.consts[role]
+                floats[off:off + 10] = [float(getattr(c, name)) for name in _PASS_CONSTANTS]
+            floats[kn.F_HEAD_T] = float(base.consts["target"].head_flops)
+            floats[kn.F_HEAD_D] = float(base.consts["draft"].head_flops)
         floats[kn.F_ROWS] = float(takes_logit_rows(cost))  # as the numpy engine (core.py)
         floats[kn.F_OVERHEAD] = float(cost.overhead)  # HostCost's: a, or 0 under overlap
         host, outer, _ = host_layer(cost)
@@ -424,7 +510,7 @@ class CompiledEngine:
                                 ints, self.floats, st, regs, clock, rec.first_token,
                                 rec.finish, self.counts, steps, rec.preemptions,
                                 rec.recomputed, front, hashed, done_tok, parked_seg,
-                                *segments, *self.ranks)
+                                *segments, *self.ranks, *self.passes)
             if code == kn.STUCK:  # pragma: no cover - engine invariant
                 raise SpecbatchError("simulator: a compiled vllm-v1 step with nothing "
                                      "scheduled (engine invariant broken)")
