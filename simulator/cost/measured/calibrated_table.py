@@ -14,8 +14,8 @@ and KV bytes per token (PassConstants.attn_flops, kv_bytes) and the fitted MLP-u
 
 The layers and head tables are computed for every Q at once through the pricer's own array
 expressions (RolePricer.law_layers_at, head_at: the scalar path is their one-row call), and
-the running-maximum envelope and table cell by the same ``np.interp``; the all-reduce, a MoE /
-MLA law and the law's value at the envelope's last grid point by the scalar path itself. A
+the running-maximum envelope, table cell and all-reduce curve by the same ``np.interp``; a MoE
+/ MLA law and the law's value at the envelope's last grid point by the scalar path itself. A
 spot check against the scalar path (:data:`SPOT_POINTS` token counts, the envelope's edges
 among them) falls back to the scalar path at every Q if any value differs, so a table is the
 model's own value bit for bit (parity: tests/simulator/cost/measured/test_calibrated_table.py).
@@ -70,10 +70,8 @@ def role_table(r, max_tokens: int) -> PassTable:
         layers[1:] = many_layers(r, qs)
         head[1:] = monotone_many(r, "lm_head", r.head, r.head_at, qs)
     comm = np.zeros(max_tokens + 1)
-    if r.tp > 1:
-        for q in range(1, max_tokens + 1):  # RolePricer.per_token_parts' expressions
-            comm[q] = 2 * r.shape.layers * r.one_allreduce(r.hw.dtype_bytes * r.shape.hidden
-                                                           * float(q))
+    if r.tp > 1 and max_tokens:
+        comm[1:] = allreduce_many(r, qs)
     if not spot_check(r, layers, head, comm):  # pragma: no cover - a platform's array math
         layers = tabulate(lambda q: r.per_token_parts(q)[0], max_tokens)
         head = tabulate(lambda q: r.per_token_parts(q)[1], max_tokens)
@@ -81,6 +79,29 @@ def role_table(r, max_tokens: int) -> PassTable:
     fixed, floor = r.launch
     return PassTable(layers=layers, allreduce=comm, head=head, attention=attention_law(r),
                      fixed=float(fixed), floor=float(floor))
+
+
+def allreduce_many(r, qs: np.ndarray) -> np.ndarray:
+    """RolePricer.per_token_parts' all-reduce term 2 L · one_allreduce(b h Q) at every qs
+    # [rows]: vLLM's custom all-reduce (the roofline formula) and the measured curve inside
+    its sizes and past its edges as arrays, the same expressions (sources.curve_seconds)."""
+    from specbatch.simulator.cost.measured.laws import fit_allreduce
+    from specbatch.simulator.cost.measured.sources import uses_custom_allreduce
+
+    s, hw = r.shape, r.hw
+    nbytes = hw.dtype_bytes * s.hidden * qs  # [rows]
+    one = hw.allreduce_latency + 2 * (r.tp - 1) / r.tp * nbytes / hw.link_bw
+    if r.allreduce is not None:
+        sizes, times = r.allreduce
+        curve = np.array([not uses_custom_allreduce(r.tp, b) for b in nbytes])  # [rows]
+        low, high = curve & (nbytes <= sizes[0]), curve & (nbytes >= sizes[-1])
+        inside = curve & ~low & ~high
+        one[low] = float(times[0])
+        one[inside] = np.exp(np.interp(np.log(nbytes[inside]), np.log(sizes), np.log(times)))
+        if high.any():  # sources.curve_seconds past its last size: the edges' fitted law
+            law = fit_allreduce(sizes[-4:], times[-4:])
+            one[high] = times[-1] + (nbytes[high] - sizes[-1]) / law.bandwidth
+    return 2 * s.layers * one
 
 
 def dense_law(r) -> bool:
