@@ -19,8 +19,8 @@ not the hybrid manager's groups nor shared-prefix groups); any
 and BV on replayed acceptance (trace, fitted or profile); the roofline cost model of dense
 models (no sliding windows, experts, FP8 GEMMs or draft head) and the calibrated model
 (simulator.cost.measured.calibrated, ``cost = "calibrated"``) as its PassTables
-(simulator.cost.tabulated, :func:`pass_tables`: dense, MoE, MLA and quantised roles, table
-cells, measured all-reduce curves; both roles; not sliding-window layers nor the
+(simulator.cost.tabulated, simulator.engine.v1.pass_tables: dense, MoE, MLA and quantised
+roles, table cells, measured all-reduce curves; both roles; not sliding-window layers nor the
 LLMServingSim GPUs' pricer, simulator.cost.measured.calibrated_table), each with CUDA-graph
 padding and analysis.sensitivity's scaled cost too, with or without vLLM's host terms (the
 default ``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async
@@ -51,6 +51,13 @@ from specbatch.simulator.config.sim_config import ENGINES  # noqa: F401 - the fi
 from specbatch.simulator.cost.interface import takes_logit_rows
 from specbatch.simulator.engine.request_state import RECORD_ROWS, STEP_COLUMNS, Records
 from specbatch.simulator.engine.steplog import CHUNK, StepLog
+from specbatch.simulator.engine.v1.pass_tables import (  # noqa: F401 - MAX_TABLE_TOKENS: tests
+    MAX_TABLE_TOKENS,
+    max_pass_tokens,
+    pass_tables,
+    priced_roles,
+    tabulated,
+)
 
 if TYPE_CHECKING:
     from specbatch.simulator.config.sim_config import SimConfig
@@ -65,9 +72,6 @@ if TYPE_CHECKING:
 #: benchmarks/compiled_bench.py), which the loop saves back at ~20-80 µs a step only after
 #: some 10^4 steps; smaller runs stay on numpy (``engine = "compiled"`` forces it).
 AUTO_MIN_REQUESTS = 2000
-#: The largest Q_max (:func:`max_pass_tokens`) the compiled loop tabulates a calibrated model
-#: for (each table: Q_max + 1 float64 values per part and role).
-MAX_TABLE_TOKENS = 1 << 17
 #: Steps a kernel call records before handing its rows back (a multiple of StepLog's CHUNK).
 STEP_BUFFER = 16 * CHUNK
 _PASS_CONSTANTS = ("flops_per_token", "attn_flops", "weight_bytes", "kv_bytes",
@@ -183,63 +187,6 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     if hasattr(cost, "first_pass_time"):  # pragma: no cover - a head is another class
         return "a draft head"
     return None
-
-
-def tabulated(model) -> bool:
-    """Whether the innermost cost model prices passes from PassTables
-    (simulator.cost.tabulated: the calibrated model's ``pass_table``), matched by name so a
-    roofline run never imports the calibrated model."""
-    return type(model).__name__ == "CalibratedCost" and hasattr(model, "pass_table")
-
-
-def priced_roles(policy: Policy) -> tuple[str, ...]:
-    """The roles whose passes a run prices: the draft only when the policy speculates."""
-    return ("target", "draft") if policy.speculates else ("target",)
-
-
-def max_pass_tokens(config: SimConfig, policy: Policy, sizes: tuple[int, ...]) -> int:
-    """Q_max: the most query tokens one pass of the compiled loop can price. A step's target
-    pass holds at most the token budget (decodes' 1 + s_i and prompt chunks share it; without
-    chunked prefill a prompt that does not fit waits), a draft pass at most the budget (a
-    prefill chunk pass) or max_num_seqs (one token per request); dsd's goodput scan prices
-    max_num_seqs · (k_max + 1) tokens; CUDA-graph padding reaches at most the largest size."""
-    q = max(int(config.token_budget), int(config.max_num_seqs))
-    if sizes:
-        q = max(q, int(max(sizes)))
-    if policy.name == "dsd":
-        q = max(q, int(config.max_num_seqs) * (int(policy.k_max) + 1))
-    return q
-
-
-def pass_tables(config: SimConfig, policy: Policy, base, sizes: tuple[int, ...]
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """The kernel's ``tab`` # [6, Q_max + 1] and ``tlaw`` # [2, N_TLAW] of cost model
-    ``base`` under CUDA-graph ``sizes`` (simulator.engine.v1.kernel.role_time): each priced
-    role's PassTable where the model is :func:`tabulated`, else T_MODE 0 (the roofline
-    constants in ``floats``)."""
-    from specbatch.simulator.engine.v1 import kernel as kn
-
-    tlaw = np.zeros((2, kn.N_TLAW))
-    if not tabulated(base):
-        return np.zeros((6, 1)), tlaw
-    q_max = max_pass_tokens(config, policy, sizes)
-    tab = np.zeros((6, q_max + 1))
-    for i, role in enumerate(("target", "draft")):
-        if role not in priced_roles(policy):
-            continue
-        table = base.pass_table(role, q_max)
-        law = table.attention
-        tab[3 * i] = table.layers[:q_max + 1]
-        tab[3 * i + 1] = table.allreduce[:q_max + 1]
-        tab[3 * i + 2] = table.head[:q_max + 1]
-        tlaw[i] = 0.0
-        tlaw[i, kn.T_MODE] = 1.0
-        tlaw[i, kn.T_FLOPS], tlaw[i, kn.T_FLOPS_RATE] = law.flops, law.flops_rate
-        tlaw[i, kn.T_KV], tlaw[i, kn.T_KV_RATE] = law.kv, law.kv_rate
-        tlaw[i, kn.T_OVERLAP] = float(bool(law.overlap))
-        tlaw[i, kn.T_AFLOOR], tlaw[i, kn.T_PER_REQUEST] = law.floor, law.per_request
-        tlaw[i, kn.T_FIXED], tlaw[i, kn.T_FLOOR] = table.fixed, table.floor
-    return tab, tlaw
 
 
 def host_layer(cost: CostModel) -> tuple[HostCost | None, float, CostModel]:
