@@ -27,8 +27,11 @@ batch grows), ``vllm-dynamic``, ``ema-adaptive`` (SGLang's default slots) and ``
 ``specdec++`` and ``entropy-stop`` and the bounds ``hindsight`` and ``oracle`` (TV) (k = 3,
 e = 1).
 
+``--cost calibrated`` prices the pairings with the calibrated model (on the A100 / Llama-2-7B
+shape: Vidur's table cell; the kernel evaluates its PassTables, simulator.cost.tabulated).
+
 Usage: .venv/bin/python benchmarks/compiled_bench.py [--requests N] [--repeat R] [--json]
-       [--pairings vllm,sarathi] [--policies ar,fixed,tetris] [--processes]
+       [--pairings vllm,sarathi] [--policies ar,fixed,tetris] [--cost C] [--processes]
 """
 
 from __future__ import annotations
@@ -185,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default="ar,fixed,tetris")
     parser.add_argument("--processes", action="store_true",
                         help="also time whole simulate processes, lean and written")
+    parser.add_argument("--cost", default="roofline",
+                        help="cost model of the pairings: roofline (default) or calibrated "
+                             "(its PassTables in the kernel)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if not args.workload.exists():
@@ -198,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         for policy in args.policies.split(","):
             fields = dict(workload=str(args.workload), requests=args.requests,
                           arrival="trace", kv_mode="paged", hardware="a100",
-                          target="vicuna-7b", **sim_bench.SETTINGS[pairing], **POLICIES[policy])
+                          target="vicuna-7b", cost=args.cost, **sim_bench.SETTINGS[pairing],
+                          **POLICIES[policy])
             row = {"pairing": pairing, "policy": policy, **pairing_row(fields, trace, args.repeat)}
             rows.append(row)
             if not args.json:

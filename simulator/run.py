@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from specbatch.errors import require
+from specbatch.errors import SpecbatchError, require
 from specbatch.io import result_dir, write_json
 from specbatch.limits import check_memory, check_simulation, simulation_bytes
 from specbatch.simulator.config.sim_config import (
@@ -398,14 +398,15 @@ def check_arguments(config: object, trace: object) -> None:
     the Trace belongs, gets the fix instead of an AttributeError deep in the run)."""
     from specbatch.traces.format.trace import Trace
 
-    require(isinstance(config, SimConfig),
-            f"simulate: argument config: expected a SimConfig (specbatch.load_config(...)), "
-            f"got {type(config).__name__} {config!r:.60}")
-    hint = (f" (specbatch.read_trace({trace!r}), or config field trace)"
-            if isinstance(trace, (str, os.PathLike)) else "")
-    require(trace is None or isinstance(trace, Trace),
-            f"simulate: argument trace: expected a Trace or None{hint}, "
-            f"got {type(trace).__name__} {trace!r:.60}")
+    if not isinstance(config, SimConfig):  # the message only on failure: a repr is not free
+        raise SpecbatchError(f"simulate: argument config: expected a SimConfig "
+                             f"(specbatch.load_config(...)), got {type(config).__name__} "
+                             f"{config!r:.60}")
+    if not (trace is None or isinstance(trace, Trace)):  # (a Trace's repr prints its arrays)
+        hint = (f" (specbatch.read_trace({trace!r}), or config field trace)"
+                if isinstance(trace, (str, os.PathLike)) else "")
+        raise SpecbatchError(f"simulate: argument trace: expected a Trace or None{hint}, "
+                             f"got {type(trace).__name__} {trace!r:.60}")
 
 
 def stopped_summary(requests: pd.DataFrame, steps: pd.DataFrame | StepTotals, time: float,

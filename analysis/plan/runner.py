@@ -191,6 +191,18 @@ def stop_key(key: str, rule: StopRule) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+def compiled_first(config) -> bool:
+    """Whether a whole (not early-stopped) run tries the compiled loop first: under
+    ``engine = "auto"`` with numba installed, at any size. The planner runs many small runs in
+    one process, so the kernel's load (auto's reason to keep runs under
+    simulator.engine.v1.compiled.AUTO_MIN_REQUESTS on numpy) is paid once; the tables are
+    bit-identical either way, so the answer is too (docs/benchmarks.md: the README's plan
+    question in fewer CPU seconds)."""
+    from specbatch.simulator.engine.v1.compiled import numba_installed
+
+    return getattr(config, "engine", "auto") == "auto" and numba_installed()
+
+
 def simulate_point(config: dict):
     """The runner: one simulation (as analysis.sweep.executors.simulate_point), priced by the
     deployment's shared cost model (analysis.plan.cost_source.shared_cost) and ended early by the
@@ -203,8 +215,18 @@ def simulate_point(config: dict):
     from specbatch.simulator.run import simulate
 
     rule = config.get(STOP_FIELD)
-    cfg = make_config({k: v for k, v in config.items() if k != STOP_FIELD})
-    result = simulate(cfg, trace=_cached_trace(cfg), cost_model=shared_cost(cfg),
-                      stop=None if rule is None else EarlyStop(rule))
+    fields = {k: v for k, v in config.items() if k != STOP_FIELD}
+    cfg = make_config(fields)
+    kw = dict(trace=_cached_trace(cfg), cost_model=shared_cost(cfg),
+              stop=None if rule is None else EarlyStop(rule))
+    if rule is None and compiled_first(cfg):
+        from specbatch.simulator.engine.v1.compiled import NotCovered
+
+        try:
+            result = simulate(make_config({**fields, "engine": "compiled"}), **kw)
+        except NotCovered:
+            result = simulate(cfg, **kw)
+    else:
+        result = simulate(cfg, **kw)
     summary = {k: v for k, v in result.summary.items() if k not in ("policy", "verify")}
     return summary, result.requests

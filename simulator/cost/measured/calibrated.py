@@ -148,8 +148,13 @@ class RolePricer:
             touched = self.consts.experts_touched(q) if self.consts.experts else 0.0
             scales = format_scales(self.fmt, self.hw) if self.fmt.quantized else None
             return sparse_layers(self.fit, self.shape, self.tp, q, touched, scales)
+        return float(self.law_layers_at(np.array([q]))[0])
+
+    def law_layers_at(self, qa: np.ndarray) -> np.ndarray:
+        """:meth:`law_layers` of a dense shape at every token count of qa # [rows], the same
+        array expressions (:meth:`law_layers` is its one-row call; the PassTable builder,
+        simulator.cost.measured.calibrated_table, takes every Q at once)."""
         ls = layer_shape(self.shape)
-        qa = np.array([q])
         per_layer = layer_seconds(self.fit, ls, self.tp, qa)
         if self.weight_bits < FULL_WEIGHT_BITS:  # fewer weight bytes: the GEMMs' stream term
             dims = ls.gemm_dims(self.tp)
@@ -164,8 +169,7 @@ class RolePricer:
         elif self.fmt.quantized:
             per_layer = quantized_layer_seconds(self.fit, ls, self.tp, qa, per_layer, self.fmt,
                                                 self.hw)
-        return float(embedding_seconds(self.fit, ls, self.tp, qa)[0]
-                     + self.shape.layers * per_layer[0])
+        return embedding_seconds(self.fit, ls, self.tp, qa) + self.shape.layers * per_layer
 
     def expert_share(self, q: float) -> float:
         """The routed experts' share of the law's layers(Q) (0 for a dense shape): ``cost
@@ -194,9 +198,12 @@ class RolePricer:
         return float(vals[-1] * fn(q) / fn(float(grid[-1])))
 
     def head(self, q: float) -> float:
+        return float(self.head_at(np.array([q]))[0])
+
+    def head_at(self, qa: np.ndarray) -> np.ndarray:
+        """The LM head's GEMM law at every token count of qa # [rows] (:meth:`head`'s)."""
         s = self.shape
-        return float(gemm_seconds(self.fit, "mlp_up_proj", np.array([q]), s.hidden,
-                                  s.vocab / self.tp)[0])
+        return gemm_seconds(self.fit, "mlp_up_proj", qa, s.hidden, s.vocab / self.tp)
 
     def layers(self, q: float) -> float:
         if self.cell is None:
@@ -398,6 +405,28 @@ class CalibratedCost:
         return {"layers": layers, "attention": parts["attention"], "experts": experts,
                 "allreduce": parts["allreduce"], "lm_head": parts["lm_head"],
                 "launch": parts["launch"]}
+
+    def table_gap(self, role: str) -> str | None:
+        """Why ``role``'s pass has no :meth:`pass_table` (one phrase), or None
+        (simulator.cost.measured.calibrated_table)."""
+        from specbatch.simulator.cost.measured.calibrated_table import table_gap
+
+        return table_gap(self._role(role))
+
+    def pass_table(self, role: str, max_tokens: int):
+        """``role``'s pass as a simulator.cost.tabulated.PassTable for Σq = 0..``max_tokens``,
+        or None where it has no such form (:meth:`table_gap`); built once per role and reused
+        for any ``max_tokens`` up to the largest built (a shared model's runs)."""
+        from specbatch.simulator.cost.measured.calibrated_table import role_table, table_gap
+
+        r = self._role(role)
+        if table_gap(r) is not None:
+            return None
+        table = r.memo.get(("pass_table",))
+        if table is None or table.max_tokens < max_tokens:
+            table = role_table(r, int(max_tokens))
+            r.memo[("pass_table",)] = table
+        return table
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9, block_size: int = 16,
                            disable_hybrid_kv_cache_manager: bool = False) -> int:

@@ -22,15 +22,19 @@ confidence surrogate, profiled tables, stale or fresh confidences; the row-wise
 ``threshold``, ``specdec++``, ``entropy-stop``; the bounds ``hindsight`` and ``oracle`` under TV;
 the catalogue's ``compiled`` trait, simulator.policies.catalogue); chain rules TV
 and BV on replayed acceptance (trace, fitted or profile); the roofline cost model of dense
-models (no sliding windows, experts, FP8 GEMMs or draft head; CUDA-graph padding and
-analysis.sensitivity's scaled roofline too), with or without vLLM's host terms (the default
-``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async scheduling;
-also inside the sensitivity runs' scaled cost; not the n-gram proposer's) and the rejection
-sampler's cost;
-any arrivals; no early stop. Everything else (tetris and vllm-adaptive with a fitted
-predictor, vllm-adaptive's exact tables or true survival, oracle under BV, trees,
-calibrated and profiled costs, vllm-v0, the least_outstanding and vllm_dp_lb routers, user
-policies) runs on numpy.
+models (no sliding windows, experts, FP8 GEMMs or draft head) and the calibrated model
+(simulator.cost.measured.calibrated, ``cost = "calibrated"``) as its PassTables
+(simulator.cost.tabulated, simulator.engine.v1.pass_tables: dense, MoE, MLA and quantised
+roles, table cells, measured all-reduce curves; both roles; not sliding-window layers nor the
+LLMServingSim GPUs' pricer, simulator.cost.measured.calibrated_table), each with CUDA-graph
+padding and analysis.sensitivity's scaled cost too, with or without vLLM's host terms (the
+default ``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async
+scheduling; also inside the sensitivity runs' scaled cost; not the n-gram proposer's) and the
+rejection sampler's cost; any arrivals; no early stop. Everything else (tetris and
+vllm-adaptive with a fitted predictor, vllm-adaptive's exact tables or true survival, oracle
+under BV, trees, draft heads (EAGLE, EAGLE-3, MTP), n-gram and profiled costs, vllm-v0, the
+least_outstanding and vllm_dp_lb routers, user policies, plan's early-stopped runs) runs on
+numpy.
 
 Kernels are cached under ``$SPECBATCH_CACHE/numba`` (``~/.cache/specbatch/numba``): numba's
 ``cache=True`` writes next to the source by default, so ``NUMBA_CACHE_DIR`` is set before numba
@@ -53,6 +57,13 @@ from specbatch.simulator.config.sim_config import ENGINES  # noqa: F401 - the fi
 from specbatch.simulator.cost.interface import takes_logit_rows
 from specbatch.simulator.engine.request_state import RECORD_ROWS, STEP_COLUMNS, Records
 from specbatch.simulator.engine.steplog import CHUNK, StepLog
+from specbatch.simulator.engine.v1.pass_tables import (  # noqa: F401 - MAX_TABLE_TOKENS: tests
+    MAX_TABLE_TOKENS,
+    max_pass_tokens,
+    pass_tables,
+    priced_roles,
+    tabulated,
+)
 from specbatch.simulator.engine.v1.policy_arrays import policy_arrays, policy_state_back
 
 if TYPE_CHECKING:
@@ -170,12 +181,26 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     if type(base) is HostCost:  # PaddedSumsCost(ScaledCost(HostCost)): b·n would count pads
         return ("CUDA-graph padding outside vLLM's host terms (compiled: padding inside "
                 "them, as build_cost and pad_to_graphs order them)")
-    if type(base) is not RooflineCost:
-        return f"cost model {type(cost).__name__} (compiled: the plain roofline)"
-    for role, c in base.consts.items():
-        if c.sliding_layers or c.experts or c.fp8_flops_per_token:
-            return (f"the {role}'s sliding windows, experts or FP8 GEMMs (compiled: dense "
-                    "roofline)")
+    if tabulated(base):
+        if config.token_budget is None:  # pragma: no cover - vllm-v1 always has one
+            return "an unlimited token budget (compiled cost tables need max_num_batched_tokens)"
+        q_max = max_pass_tokens(config, policy, cost_layers(cost)[0])
+        if q_max > MAX_TABLE_TOKENS:
+            return (f"passes of up to {q_max} tokens (compiled cost tables: up to "
+                    f"{MAX_TABLE_TOKENS})")
+        for role in priced_roles(policy):
+            why = base.table_gap(role)
+            if why is not None:
+                return (f"{why} (compiled: the calibrated model's dense passes on the "
+                        "Vidur-profiled GPUs)")
+    elif type(base) is not RooflineCost:
+        return (f"cost model {type(cost).__name__} (compiled: the plain roofline and the "
+                "calibrated model)")
+    else:
+        for role, c in base.consts.items():
+            if c.sliding_layers or c.experts or c.fp8_flops_per_token:
+                return (f"the {role}'s sliding windows, experts or FP8 GEMMs (compiled: dense "
+                        "roofline)")
     if hasattr(cost, "first_pass_time"):  # pragma: no cover - a head is another class
         return "a draft head"
     return None
@@ -217,6 +242,12 @@ def cost_layers(cost: CostModel) -> tuple[tuple[int, ...], float, CostModel]:
     return sizes, 1.0, cost
 
 
+class NotCovered(SpecbatchError):
+    """``engine = "compiled"`` asked of a run :func:`compiled_gap` does not cover (a caller
+    that asks for the compiled loop where it applies, such as analysis.plan's runner, takes
+    auto's engine instead)."""
+
+
 def choose_engine(config: SimConfig, policy: Policy, cost: CostModel, *,
                   reference: bool = False, stop=None, workload: Workload | None = None) -> str:
     """"compiled" or "numpy" for this run under ``config.engine``; ``compiled`` that cannot
@@ -228,8 +259,8 @@ def choose_engine(config: SimConfig, policy: Policy, cost: CostModel, *,
     gap = compiled_gap(config, policy, cost, reference=reference, stop=stop, workload=workload)
     if want == "compiled":
         if gap is not None:
-            raise SpecbatchError(f"config: engine: \"compiled\" does not cover {gap}; "
-                                 "use auto or numpy")
+            raise NotCovered(f"config: engine: \"compiled\" does not cover {gap}; "
+                             "use auto or numpy")
         if not numba_installed():
             raise SpecbatchError("config: engine: expected numba installed for \"compiled\" "
                                  "(pip install 'specbatch[fast]'), got none")
@@ -285,11 +316,13 @@ class CompiledEngine:
         floats[kn.F_SCALE] = scale
         floats[kn.F_NSIZES] = len(sizes)
         floats[kn.F_SIZES:] = sizes
-        for off, role in ((0, "target"), (10, "draft")):
-            c = base.consts[role]
-            floats[off:off + 10] = [float(getattr(c, name)) for name in _PASS_CONSTANTS]
-        floats[kn.F_HEAD_T] = float(base.consts["target"].head_flops)
-        floats[kn.F_HEAD_D] = float(base.consts["draft"].head_flops)
+        self.passes = pass_tables(config, policy, base, sizes)  # tab, tlaw (kernel.role_time)
+        if not tabulated(base):
+            for off, role in ((0, "target"), (10, "draft")):
+                c = base.consts[role]
+                floats[off:off + 10] = [float(getattr(c, name)) for name in _PASS_CONSTANTS]
+            floats[kn.F_HEAD_T] = float(base.consts["target"].head_flops)
+            floats[kn.F_HEAD_D] = float(base.consts["draft"].head_flops)
         floats[kn.F_ROWS] = float(takes_logit_rows(cost))  # as the numpy engine (core.py)
         floats[kn.F_OVERHEAD] = float(cost.overhead)  # HostCost's: a, or 0 under overlap
         host, outer, _ = host_layer(cost)
@@ -451,7 +484,7 @@ class CompiledEngine:
                                 ints, self.floats, st, regs, clock, rec.first_token,
                                 rec.finish, self.counts, steps, rec.preemptions,
                                 rec.recomputed, front, hashed, done_tok, parked_seg,
-                                *segments, *self.ranks, *arrays)
+                                *segments, *self.ranks, *self.passes, *arrays)
             if code == kn.STUCK:  # pragma: no cover - engine invariant
                 raise SpecbatchError("simulator: a compiled vllm-v1 step with nothing "
                                      "scheduled (engine invariant broken)")

@@ -20,9 +20,10 @@ the row-wise ones, (d_i, s_i) a table of the trace row (``threshold``, ``specdec
 ``entropy-stop``), and the bounds ``hindsight`` (the prefix that accepts the most under the
 step's η) and ``oracle`` under TV (top-C of the path's true survival); a chain rule scanning
 its thresholds (TV: leading successes, BV: the last success; simulator.replay.chain); the
-roofline's dense sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums),
-vLLM's host terms around it (simulator.cost.features.host.HostCost: :func:`host_target`,
-:func:`host_draft`) and the rejection sampler's seconds
+roofline's dense sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums)
+or a role's PassTable (simulator.cost.tabulated.table_time: the calibrated model's passes,
+:func:`role_time`), vLLM's host terms around it (simulator.cost.features.host.HostCost:
+:func:`host_target`, :func:`host_draft`) and the rejection sampler's seconds
 (simulator.cost.verify_cost.VerifyCost.seconds). Every float is computed by the numpy path's
 expressions in the same order, on the same exact integer sums, so the step and request tables
 are bit-identical (tests/simulator/engine/v1/test_compiled.py).
@@ -159,6 +160,72 @@ def pass_time(c, off, sq, skv, sqkv, sqq, rows):
     return c[F_SCALE] * (top + c[off + 8] + c[off + 9] * sq)
 
 
+# A role's tabulated pass (simulator.cost.tabulated.PassTable), in two arrays appended to
+# run_steps' arguments: ``tab`` # [6, Q_max + 1] the target's L[Q], C[Q], H[r] rows, then the
+# draft's; ``tlaw`` # [2, N_TLAW] per role (target, draft) these columns:
+T_MODE = 0  # 1.0: the role is priced from its tables (role_time), 0.0: pass_time's roofline
+T_FLOPS, T_FLOPS_RATE, T_KV, T_KV_RATE, T_OVERLAP, T_AFLOOR, T_PER_REQUEST = range(1, 8)
+T_FIXED, T_FLOOR = 8, 9  # the launch: seconds added to every pass, the host floor
+N_TLAW = 10
+
+
+@njit(cache=True)
+def graph_pad(c, sq):
+    """The CUDA-graph padding tokens of a pass of ``sq`` tokens (PaddedSumsCost.padding: the
+    next captured size − Σq; 0 without sizes, for an empty pass or above the largest)."""
+    m = int(c[F_NSIZES])
+    if m:
+        tokens = int(sq)
+        if tokens != 0 and tokens <= c[F_SIZES + m - 1]:
+            lo, hi = 0, m
+            while lo < hi:  # bisect_left
+                mid = (lo + hi) // 2
+                if c[F_SIZES + mid] < tokens:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return c[F_SIZES + lo] - tokens
+    return 0.0
+
+
+@njit(cache=True)
+def role_time(c, off, n, sq, skv, sqkv, sqq, rows, tab, tlaw):
+    """One pass of the role at ``off`` (0 target, 10 draft) over ``n`` requests: pass_time's
+    roofline, or where ``tlaw[role, T_MODE]`` is set the role's PassTable as
+    simulator.cost.tabulated.table_time evaluates it (the same expressions in the same order:
+    gpu = ((L[Q] + A) + C[Q]) + H[r], t = gpu + (fixed + max(0, floor − gpu)); H at r = Q
+    unless 0 <= ``rows`` < Σq), after PaddedSumsCost's padding (p requests of query 1, KV 0:
+    n, Σq and Σq² grow by p), times ``c[F_SCALE]``."""
+    role = 0 if off == 0 else 1
+    if tlaw[role, T_MODE] == 0.0:
+        return pass_time(c, off, sq, skv, sqkv, sqq, rows)
+    pad = graph_pad(c, sq)
+    if pad:
+        n = n + pad
+        sq = sq + pad
+        sqq = sqq + pad
+    if sq <= 0.0:
+        return c[F_SCALE] * 0.0
+    q = int(sq)
+    if q >= tab.shape[1]:
+        raise ValueError("a pass past the compiled cost tables' tokens (compiled_gap's bound)")
+    r = q
+    if rows >= 0.0 and rows < sq:
+        r = int(rows) if rows > 0.0 else 0
+    law = tlaw[role]
+    compute = law[T_FLOPS] * (sqkv + 0.5 * (sqq + sq)) / law[T_FLOPS_RATE]
+    memory = law[T_KV] * (skv + 2.0 * sq) / law[T_KV_RATE]
+    if law[T_OVERLAP] != 0.0:
+        body = compute if compute >= memory else memory
+    else:
+        body = compute + memory
+    attn = (law[T_AFLOOR] + law[T_PER_REQUEST] * n) + body
+    row = 3 * role
+    gpu = ((tab[row, q] + attn) + tab[row + 1, q]) + tab[row + 2, r]
+    short = law[T_FLOOR] - gpu
+    return c[F_SCALE] * (gpu + (law[T_FIXED] + (short if short > 0.0 else 0.0)))
+
+
 @njit(cache=True)
 def host_target(c, t, n):
     """HostCost.target_seconds(t, n) of a target pass over ``n`` scheduled requests (t itself
@@ -221,7 +288,7 @@ def verify_seconds(floats, ints, n, vsum, smax, snonzero):
 
 
 @njit(cache=True)
-def dsd_goodput(k, n, skv, alpha, floats, ints):
+def dsd_goodput(k, n, skv, alpha, floats, ints, tab, tlaw):
     """DynamicSD.goodput(k) of a batch of ``n`` requests with Σ KV ``skv`` (the cost model's
     step_time on those arrays is the roofline of their exact sums), the same operations in
     the same order (simulator.policies.papers.DynamicSD)."""
@@ -231,13 +298,13 @@ def dsd_goodput(k, n, skv, alpha, floats, ints):
     else:
         tokens = n * ((1.0 - a ** np.float64(k + 1)) / (1.0 - a))
     q = k + 1
-    t = floats[F_OVERHEAD] + host_target(
-        floats, pass_time(floats, 0, np.float64(n * q), np.float64(skv), np.float64(q * skv),
-                          np.float64(n * q * q), -1.0), n)
     fn = np.float64(n)
+    t = floats[F_OVERHEAD] + host_target(
+        floats, role_time(floats, 0, fn, np.float64(n * q), np.float64(skv),
+                          np.float64(q * skv), np.float64(n * q * q), -1.0, tab, tlaw), n)
     for d in range(k):
         c = np.float64(skv + n * d)
-        t += host_draft(floats, pass_time(floats, 10, fn, c, c, fn, -1.0))
+        t += host_draft(floats, role_time(floats, 10, fn, fn, c, c, fn, -1.0, tab, tlaw))
     if ints[I_DSD_VERIFY]:
         t += verify_seconds(floats, ints, n, n * k, k, n if k else 0)
     return tokens / t if t > 0 else np.inf
@@ -539,7 +606,7 @@ def seg_room(regs, seg_uid, seg_r, seg_h, parked_seg, want):
 def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed, thr, thr2,
               conf, ints, floats, st, regs, clock, first_token, finish, counts, steps,
               preemptions, recomputed, front, hashed, done_tok, parked_seg, seg_uid, seg_r,
-              seg_h, rank, by_rank, heap,
+              seg_h, rank, by_rank, heap, tab, tlaw,
               # kernelpol: the engines' chain policies
               window, slot_i, slot_f, pstate, prev_src, prev_stamp, d_table, v_table, row_d,
               row_s):
@@ -556,7 +623,9 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     (top = head of the queue); hashed, done_tok, parked_seg # [N] the counting prefix
     cache's per-request numbers; seg_uid, seg_r, seg_h # [cap] its segments; rank, by_rank,
     heap # [N] under priority admission: each request's (priority, arrival, uid) rank, the
-    uid of each rank, the waiting ranks' min-heap (simulator.engine.admission).
+    uid of each rank, the waiting ranks' min-heap (simulator.engine.admission); tab # [6,
+    Q_max + 1] and tlaw # [2, N_TLAW] the roles' PassTables (:func:`role_time`; T_MODE 0:
+    the roofline of ``floats``).
 
     The engines' policies (simulator.engine.v1.policy_arrays; placeholders for the others):
     window # [max_seqs + 1] int64 K by decoding batch size (I_WINDOW its length); slot_i #
@@ -667,7 +736,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                     skv_plan += prompt[u] + counts[C_POS, u]
                 best_k, best = 0, -np.inf
                 for kk in range(k_max + 1):
-                    g = dsd_goodput(kk, nd, skv_plan, clock[1], floats, ints) * (
+                    g = dsd_goodput(kk, nd, skv_plan, clock[1], floats, ints, tab, tlaw) * (
                         1.1 if kk == 0 else 1.0)
                     if g < best:
                         break
@@ -956,8 +1025,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                         fn = np.float64(keep)
                         for dd in range(passes):
                             c = np.float64(skv + keep * dd)
-                            draft_t += host_draft(floats,
-                                                  pass_time(floats, 10, fn, c, c, fn, -1.0))
+                            draft_t += host_draft(floats, role_time(
+                                floats, 10, fn, fn, c, c, fn, -1.0, tab, tlaw))
                     else:
                         for dd in range(passes):
                             m = 0
@@ -968,8 +1037,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                                     ks += kept_kv[i]
                             c = np.float64(ks + m * dd)
                             fm = np.float64(m)
-                            draft_t += host_draft(floats,
-                                                  pass_time(floats, 10, fm, c, c, fm, -1.0))
+                            draft_t += host_draft(floats, role_time(
+                                floats, 10, fm, fm, c, c, fm, -1.0, tab, tlaw))
             if has_verify:
                 verify_t = verify_seconds(floats, ints, keep, vsum, smax, snz)
         # ---- prefill: the running requests' chunks, then the admitted ones'
@@ -988,14 +1057,14 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             pqq += q * q
             st[S_PREFILLED, i] = c0 + q
         if pn and drafts_chunks:
-            draft_t += host_draft(floats, pass_time(
-                floats, 10, np.float64(pq), np.float64(pc), np.float64(pqc), np.float64(pqq),
-                np.float64(pn) if floats[F_ROWS] else -1.0))
+            draft_t += host_draft(floats, role_time(
+                floats, 10, np.float64(pn), np.float64(pq), np.float64(pc), np.float64(pqc),
+                np.float64(pqq), np.float64(pn) if floats[F_ROWS] else -1.0, tab, tlaw))
         # logit rows n + S: a prefill chunk's last token only (V1Step.run_composed)
         rows = np.float64(sq + pq) - np.float64(pq - pn) if floats[F_ROWS] else -1.0
-        target_t = host_target(floats, pass_time(
-            floats, 0, np.float64(sq + pq), np.float64(sc + pc), np.float64(sqc + pqc),
-            np.float64(sqq + pqq), rows), keep + pn)  # n: the decoding requests + the chunks
+        target_t = host_target(floats, role_time(  # n: the decoding requests + the chunks
+            floats, 0, np.float64(keep + pn), np.float64(sq + pq), np.float64(sc + pc),
+            np.float64(sqc + pqc), np.float64(sqq + pqq), rows, tab, tlaw), keep + pn)
         end_t = t + draft_t + target_t + verify_t + overhead
         if keep == 0 and pq == 0:
             code = STUCK

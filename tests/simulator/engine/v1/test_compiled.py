@@ -136,11 +136,40 @@ def test_host_terms_are_host_costs_bit_for_bit(overlap, layers, d2t):
     ({"policy": "oracle", "k": 4, "extra": 1, "verify": "block"}, "oracle under BV"),
     ({"scheduler": "vllm-v0"}, "scheduler vllm-v0"),
     ({"replicas": 2, "router": "least_outstanding"}, "router least_outstanding"),
-    ({"cost": "calibrated"}, "cost model"),
+    ({"cost": "calibrated", "target": "gemma-3-270m", "draft": "gemma-3-270m"},
+     "sliding-window"),
+    ({"cost": "calibrated", "hardware": "rtx-pro-6000", "target": "llama-3.1-8b",
+      "draft": "llama-3.2-1b"}, "LLMServingSim"),
+    ({"cost": "calibrated", "target": "llama-3.1-8b", "draft": "eagle3"}, "cost model"),
 ])
 def test_what_is_not_covered_is_named(knobs, named):
     gap = compiled.compiled_gap(*parts(**knobs))
     assert gap is not None and named in gap
+
+
+def test_calibrated_runs_are_covered_and_auto_compiles_large_ones():
+    """The calibrated model's dense passes run compiled from its PassTables
+    (simulator.cost.measured.calibrated_table); auto takes them from AUTO_MIN_REQUESTS on."""
+    assert compiled.compiled_gap(*parts(cost="calibrated")) is None
+    assert compiled.compiled_gap(*parts(cost="calibrated", hardware="a100", tp=2,
+                                        host="vllm", policy="dsd")) is None
+    large = SimpleNamespace(n=compiled.AUTO_MIN_REQUESTS, prefix_group=None)
+    want = "compiled" if HAS_NUMBA else "numpy"
+    assert compiled.choose_engine(*parts(cost="calibrated"), workload=large) == want
+
+
+def test_q_max_covers_the_budget_the_batch_dsds_scan_and_the_graph_sizes():
+    """max_pass_tokens: the token budget (a step's target pass), max_num_seqs (a draft pass
+    of one token per request), dsd's goodput scan at max_num_seqs · (k_max + 1), the largest
+    CUDA-graph size; the calibrated tables are refused past MAX_TABLE_TOKENS."""
+    config, policy, _ = parts(max_num_batched_tokens=300, max_num_seqs=400)
+    assert compiled.max_pass_tokens(config, policy, ()) == 400
+    assert compiled.max_pass_tokens(config, policy, (8, 512)) == 512
+    config, policy, _ = parts(policy="dsd", max_num_batched_tokens=300, max_num_seqs=64)
+    assert compiled.max_pass_tokens(config, policy, ()) == 64 * (policy.k_max + 1)
+    config, policy, cost = parts(cost="calibrated", max_num_batched_tokens=(1 << 17) + 1)
+    gap = compiled.compiled_gap(config, policy, cost)
+    assert gap is not None and "compiled cost tables: up to 131072" in gap
 
 
 def test_engine_compiled_refuses_an_uncovered_run_in_one_line():
@@ -219,6 +248,37 @@ def test_pass_time_is_the_roofline_sums_formula_bit_for_bit():
             want = cost.time_from_sums(role, n, *sums, rows=rows)
             got = kernel.pass_time(consts, off, *sums, rows)
             assert np.float64(got).view(np.int64) == np.float64(want).view(np.int64)
+
+
+@needs_numba
+@pytest.mark.parametrize("sizes", [(), (8, 24, 64)])
+def test_role_time_is_table_time_bit_for_bit(sizes):
+    """kernel.role_time on the packed PassTables (compiled.pass_tables) equals
+    simulator.cost.tabulated.table_time, and so CalibratedCost.time_from_sums, on random
+    exact-integer sums, rows None / 0 / fewer than Σq, after CUDA-graph padding as
+    PaddedSumsCost pads (n, Σq and Σq² grow by the padding)."""
+    from specbatch.simulator.cost.features.graph_padding import PaddedSumsCost
+
+    kernel = compiled.load_kernel()
+    config, policy, cost = parts(cost="calibrated", policy="fixed", k=3, hardware="a100",
+                                 tp=2, max_num_batched_tokens=700)
+    tab, tlaw = compiled.pass_tables(config, policy, cost, sizes)
+    model = PaddedSumsCost(cost, sizes) if sizes else cost
+    c = np.zeros(kernel.N_FLOATS + len(sizes))
+    c[kernel.F_SCALE], c[kernel.F_NSIZES] = 1.0, len(sizes)
+    c[kernel.F_SIZES:] = sizes
+    rng = np.random.default_rng(len(sizes))
+    for off, role in ((0, "target"), (10, "draft")):
+        for _ in range(300):
+            n = int(rng.integers(1, 40))
+            q = rng.integers(1, int(rng.choice([2, 4, 30])), n)
+            kv = rng.integers(0, 9000, n)
+            sums = (float(q.sum()), float(kv.sum()), float(q @ kv), float(q @ q))
+            for rows in (None, 0.0, float(rng.integers(0, q.sum() + 1))):
+                want = model.time_from_sums(role, n, *sums, rows=rows)
+                got = kernel.role_time(c, off, float(n), *sums, -1.0 if rows is None else rows,
+                                       tab, tlaw)
+                assert np.float64(got).view(np.int64) == np.float64(want).view(np.int64)
 
 
 @needs_numba
@@ -417,6 +477,38 @@ def test_compiled_tables_equal_the_numpy_engines_with_vllms_host_terms(knobs, ov
     assert_parity(host="vllm", async_scheduling=overlap, **knobs)
 
 
+#: The calibrated model (cost = "calibrated": PassTables of both roles, kernel.role_time) with
+#: vLLM's host terms (the default host): h100 vicuna-33b / vicuna-68m (the default shapes;
+#: law-priced), a100 tp 2 (a table cell and the measured NCCL curve), a MoE target, a
+#: quantised target, paged KV with the prefix cache, async scheduling, CUDA-graph padding,
+#: the eager preset's host floor, and the policies fixed, tetris, dsd and ar.
+CALIBRATED_COVERED = [
+    {"requests": 60, "seed": 3, "policy": "fixed", "k": 2},
+    {"requests": 60, "seed": 3, "policy": "fixed", "k": 2, "hardware": "a100", "tp": 2},
+    {"requests": 60, "seed": 4, "policy": "fixed", "k": 3, "target": "qwen3-30b-a3b",
+     "draft": "qwen2.5-0.5b", "max_num_batched_tokens": 512},
+    {"requests": 60, "seed": 4, "policy": "fixed", "k": 3, "target": "llama-3.1-8b",
+     "draft": "llama-3.2-1b", "quantization": "fp8", "max_num_batched_tokens": 1024},
+    {"requests": 96, "seed": 3, "kv_mode": "paged", "kv_capacity": 3000, "policy": "tetris",
+     "k": 3, "extra": 1, "enable_prefix_caching": True, "max_num_batched_tokens": 512},
+    {"requests": 60, "seed": 5, "policy": "fixed", "k": 3, "async_scheduling": True,
+     "arrival": "poisson", "rate": 20.0},
+    {"requests": 60, "seed": 3, "policy": "dsd", "hardware": "a100", "tp": 2},
+    {"requests": 60, "seed": 3, "policy": "dsd", "cuda_graph_sizes": "64",
+     "max_num_batched_tokens": 256},
+    {"requests": 60, "seed": 7, "policy": "ar", "execution": "eager"},
+    {"requests": 60, "seed": 7, "policy": "tetris", "k": 2, "extra": 2,
+     "cuda_graph_sizes": "3,17,100", "verify": "block"},
+]
+
+
+@needs_numba
+@pytest.mark.parametrize("knobs", CALIBRATED_COVERED,
+                         ids=[str(i) for i in range(len(CALIBRATED_COVERED))])
+def test_compiled_tables_equal_the_numpy_engines_under_the_calibrated_cost(knobs):
+    assert_parity(cost="calibrated", host="vllm", **knobs)
+
+
 @needs_numba
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -433,18 +525,19 @@ def test_compiled_tables_equal_the_numpy_engines_with_vllms_host_terms(knobs, ov
        block_size=st.sampled_from([4, 16]), prefix=st.booleans(),
        threshold=st.sampled_from([0, 0, 2, 40]), replicas=st.sampled_from([1, 1, 2, 3]),
        graphs=st.sampled_from([None, None, "64", "3,17,100"]),
-       host=st.sampled_from(["fixed", "vllm"]), overlap=st.booleans())
+       host=st.sampled_from(["fixed", "vllm"]), overlap=st.booleans(),
+       cost=st.sampled_from(["roofline", "roofline", "calibrated"]))
 def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
         requests, seed, policy, k, extra, budget_c, verify, budget, seqs, chunked, arrival,
         rate, capacity, paged, block_size, prefix, threshold, replicas, graphs, host,
-        overlap):
+        overlap, cost):
     knobs = dict(requests=requests, seed=seed, policy=policy, verify=verify,
                  max_num_batched_tokens=budget if chunked else budget + 4096,
                  max_num_seqs=seqs, enable_chunked_prefill=chunked, arrival=arrival,
                  kv_capacity=None if capacity is None else 4 * capacity,
                  long_prefill_token_threshold=threshold, replicas=replicas,
                  cuda_graph_sizes=graphs, host=host,
-                 async_scheduling=overlap and host == "vllm")
+                 async_scheduling=overlap and host == "vllm", cost=cost)
     if paged:  # a small pool preempts; the prefix cache counts and finds parked blocks
         knobs.update(kv_mode="paged", kv_capacity=capacity or 3000, block_size=block_size,
                      enable_prefix_caching=prefix)

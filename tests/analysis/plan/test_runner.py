@@ -1,0 +1,38 @@
+"""The planner's runner (analysis.plan.runner): a whole run under ``engine = "auto"`` tries the
+compiled loop first at any size (the kernel's load is paid once per process), falls back to
+auto's engine where the loop does not cover the run, and returns what the numpy engine
+would, bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+
+from specbatch.analysis.plan.runner import compiled_first, simulate_point
+from specbatch.simulator.config.sim_config import make_config
+from specbatch.simulator.engine.v1.compiled import numba_installed
+
+BASE = {"trace": "default", "requests": 12, "arrival": "poisson", "rate": 4.0,
+        "target": "vicuna-33b", "draft": "vicuna-68m", "max_num_seqs": 64, "kv_mode": "paged",
+        "cost": "calibrated", "policy": "fixed", "num_speculative_tokens": 2, "seed": 0}
+
+
+def test_only_auto_with_numba_tries_the_compiled_loop_first():
+    assert compiled_first(make_config(BASE)) == numba_installed()
+    assert not compiled_first(make_config({**BASE, "engine": "numpy"}))
+
+
+@pytest.mark.skipif(not numba_installed(), reason="numba not installed (the fast extra)")
+def test_a_whole_run_is_compiled_and_equals_the_numpy_run():
+    summary, requests = simulate_point(dict(BASE))
+    numpy_summary, numpy_requests = simulate_point({**BASE, "engine": "numpy"})
+    assert (summary["engine_ran"], numpy_summary["engine_ran"]) == ("compiled", "numpy")
+    assert requests.equals(numpy_requests)
+    assert {k: v for k, v in summary.items() if k != "engine_ran"} == {
+        k: v for k, v in numpy_summary.items() if k != "engine_ran"}
+
+
+@pytest.mark.skipif(not numba_installed(), reason="numba not installed (the fast extra)")
+def test_a_run_the_loop_does_not_cover_falls_back_to_numpy():
+    # sliding-window layers: the calibrated model has no PassTable for them
+    summary, _ = simulate_point({**BASE, "target": "gemma-3-270m", "draft": "gemma-3-270m"})
+    assert summary["engine_ran"] == "numpy"
