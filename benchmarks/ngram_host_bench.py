@@ -33,6 +33,10 @@ mixed context lengths (log-uniform 128-32k), and the time against random and rep
 token streams. This is a measurement of our twin, not of vLLM.
 
     .venv/bin/python benchmarks/ngram_host_bench.py [--quick] [--json]
+    .venv/bin/python benchmarks/ngram_host_bench.py --refit a.json b.json   # cell-wise least
+
+On a shared machine a cell's least over several ``--json`` runs (``--refit``) is the closest
+to the unloaded time; simulator.cost.features.host's constants are the refit of two runs.
 """
 
 from __future__ import annotations
@@ -206,6 +210,23 @@ def predict(coef, n, tokens) -> float:
     return float(design(n, tokens, len(coef) == 4) @ coef)
 
 
+def refit(paths: list[str]) -> None:
+    """Print the fit over the cell-wise least time of several ``--json`` outputs, and its
+    error on their held-out batches (each batch's least time)."""
+    runs = [json.load(open(p)) for p in paths]
+    grid = [{**r, "t": min(run["grid"][i]["t"] for run in runs)}
+            for i, r in enumerate(runs[0]["grid"])]
+    coef, mape, worst = fit(grid)
+    lin, lin_mape, _ = fit(grid, pairs=False)
+    print(f"refit of {len(runs)} runs: NGRAM_CALL_S = {coef[0]:.4g}, NGRAM_REQUEST_S = "
+          f"{coef[1]:.4g}, NGRAM_TOKEN_S = {coef[2]:.4g}, NGRAM_PAIR_S = {coef[3]:.4g}  "
+          f"(MAPE {mape:.1%}, max {worst:.1%}; without n² MAPE {lin_mape:.1%})")
+    for i, h in enumerate(runs[0]["held_out"]):
+        t = min(run["held_out"][i]["t"] for run in runs)
+        print(f"held out (mixed L): n {h['n']:>3} Σ {h['tokens']:>8} t {t * 1e6:9.1f} µs "
+              f"fit {predict(coef, h['n'], h['tokens']) / t - 1.0:+.1%}")
+
+
 def check_parity(streams: dict, rng: np.random.Generator) -> int:
     """Proposals of the twin against specbatch's vectorised n-gram rule on real contexts."""
     from specbatch.traces.capture.ngram import propose_ngram
@@ -237,7 +258,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--budget", type=float, default=0.08, help="CPU s per measurement")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--refit", nargs="+", metavar="JSON", help="refit saved --json runs")
     args = ap.parse_args()
+    if args.refit:
+        refit(args.refit)
+        return
     warnings.simplefilter("ignore", NumbaPendingDeprecationWarning)
     set_num_threads(1)
     rng = np.random.default_rng(0)

@@ -58,8 +58,9 @@ model (roofline or calibrated), each naming the data it was fitted on (:data:`HO
   complexity, its proposals equal to traces.capture.ngram.propose_ngram's) on this repo's
   CPU (``/proc/cpuinfo``: "AMD EPYC", 2.6 GHz, virtualised), 1 numba thread, k = 4,
   prompt_lookup_min = max = 5, on held-out stdlib code and prose tokenised by a byte-level
-  BPE; least squares on relative error over 45 cells (n 1-256, context 128-32k tokens), MAPE
-  6.2 % in sample, -8 to +6 % on held-out batches of mixed context lengths; random and
+  BPE; least squares on relative error over 45 cells (n 1-256, context 128-32k tokens, each
+  cell its least CPU time over two runs of 5 repeats: ``--refit``), MAPE 2.7 % (max 6.2 %)
+  in sample, -7.6 to +3.2 % on held-out batches of mixed context lengths; random and
   repeated token streams within -10 / +4 % of text. **Not a measurement of vLLM itself**
   (nor of vLLM's host CPU); Σ counts a partial prefill's context, which vLLM skips.
 - **Client side of TTFT** (API server, tokenisation, HTTP): :data:`CLIENT_TTFT_S`, a stated
@@ -95,10 +96,10 @@ LOOP_KERNELS = 15
 D2T_OPS = 3
 #: n-gram proposer per step, per kept request, per context token and per request pair
 #: (n²): measured on our numba twin (benchmarks/ngram_host_bench.py; module docstring).
-NGRAM_CALL_S = 9.86e-6
-NGRAM_REQUEST_S = 1.42e-6
-NGRAM_TOKEN_S = 1.373e-9
-NGRAM_PAIR_S = 4.47e-9
+NGRAM_CALL_S = 1.012e-5
+NGRAM_REQUEST_S = 1.306e-6
+NGRAM_TOKEN_S = 1.309e-9
+NGRAM_PAIR_S = 5.214e-9
 #: Where the four n-gram constants come from (HOST_TERMS and the tests pin it).
 NGRAM_SOURCE = ("measured on our numba twin of vLLM's NgramProposer "
                 "(benchmarks/ngram_host_bench.py) on this repo's AMD EPYC CPU, 1 numba thread; "

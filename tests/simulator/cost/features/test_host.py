@@ -100,9 +100,9 @@ def test_ngram_is_priced_once_per_step_on_the_context():
     model = build_cost_model("roofline", "h100", "llama-3.1-8b", "ngram")
     cost = with_host(model, "ngram", overlap=True)
     assert cost.ngram
-    # 4 requests, Σc = 4000 cached + Σq = 4: 9.86 µs + 4 x 1.42 µs + 4004 x 1.373 ns
-    # + 16 x 4.47 ns = 9.86 + 5.68 + 5.497492 + 0.07152 µs
-    assert cost.first_pass_time(4, 4.0, 4000.0, 4000.0, 4.0) == pytest.approx(21.109012e-6)
+    # 4 requests, Σc = 4000 cached + Σq = 4: 10.12 µs + 4 x 1.306 µs + 4004 x 1.309 ns
+    # + 16 x 5.214 ns = 10.12 + 5.224 + 5.241236 + 0.083424 µs
+    assert cost.first_pass_time(4, 4.0, 4000.0, 4000.0, 4.0) == pytest.approx(20.66866e-6)
     q = np.ones(4, dtype=np.int64)
     kv = np.full(4, 1000, dtype=np.int64)
     assert cost.first_pass_step(q, kv) == cost.first_pass_time(4, 4.0, 4000.0, 4000.0, 4.0)
@@ -188,6 +188,6 @@ def test_the_ngram_constants_are_our_twins_measurement_and_say_so():
                                          "EPYC CPU, 1 numba thread"), name
         assert "not a measurement of vLLM itself" in term["source"], name
     assert set(HostCost(Flat(), ngram=True).sources()) >= {"ngram_pair_s", "ngram_token_s"}
-    # 256 requests of 2048 tokens: 9.86 µs + 256 x 1.42 µs + 524288 x 1.373 ns
-    # + 65536 x 4.47 ns = 9.86 + 363.52 + 719.847424 + 292.94592 µs
-    assert host.ngram_seconds(256, 524288.0) == pytest.approx(1386.173344e-6)
+    # 256 requests of 2048 tokens: 10.12 µs + 256 x 1.306 µs + 524288 x 1.309 ns
+    # + 65536 x 5.214 ns = 10.12 + 334.336 + 686.292992 + 341.704704 µs
+    assert host.ngram_seconds(256, 524288.0) == pytest.approx(1372.453696e-6)
