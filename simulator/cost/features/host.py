@@ -62,7 +62,10 @@ model (roofline or calibrated), each naming the data it was fitted on (:data:`HO
   cell its least CPU time over two runs of 5 repeats: ``--refit``), MAPE 2.7 % (max 6.2 %)
   in sample, -7.6 to +3.2 % on held-out batches of mixed context lengths; random and
   repeated token streams within -10 / +4 % of text. **Not a measurement of vLLM itself**
-  (nor of vLLM's host CPU); Σ counts a partial prefill's context, which vLLM skips.
+  (nor of vLLM's host CPU); Σ counts a partial prefill's context, which vLLM skips. The
+  thread cap is the stored version of ngram_proposer.py at vLLM commit adce4e9; an earlier
+  one (016e8ed) ran the ``prange`` on up to ``cpu_count // 2 // tp`` threads for any batch,
+  which would divide the c₂ term by up to that count on large batches.
 - **Client side of TTFT** (API server, tokenisation, HTTP): :data:`CLIENT_TTFT_S`, a stated
   default reported in :data:`HOST_TERMS`; not applied to the engine's step times.
 """
