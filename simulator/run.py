@@ -163,8 +163,20 @@ def load_trace(config: SimConfig, allow_partial: bool = False) -> Trace:
 
 
 
+def async_overlaps(config: SimConfig) -> bool:
+    """Whether ``config``'s steps overlap the host under vLLM's rule: ``async_scheduling`` and
+    not a speculative policy drafting with the CPU n-gram proposer, which vLLM never runs
+    asynchronously (simulator.cost.features.async_overhead.async_applies). A policy that
+    verifies nothing (``ar``) is a deployment without a speculative config."""
+    from specbatch.simulator.cost.features.async_overhead import async_applies
+
+    row = entry(config.policy)
+    speculative = row is None or row.verifies
+    return bool(config.async_scheduling) and async_applies(config.draft, speculative)
+
+
 def build_cost(config: SimConfig) -> CostModel:
-    """The active cost model for ``config``."""
+    """The active cost model for ``config`` (async scheduling as :func:`async_overlaps`)."""
     from specbatch.simulator.cost.registry import build_cost_model
 
     model = build_cost_model(cost=config.cost, hardware=config.hardware, target=config.target,
@@ -182,8 +194,8 @@ def build_cost(config: SimConfig) -> CostModel:
     if config.host == "vllm":  # vLLM's host terms (simulator.cost.features.host)
         from specbatch.simulator.cost.features.host import with_host
 
-        return with_host(model, config.draft, overlap=bool(config.async_scheduling))
-    if config.async_scheduling:
+        return with_host(model, config.draft, overlap=async_overlaps(config))
+    if async_overlaps(config):
         from specbatch.simulator.cost.features.async_overhead import AsyncOverheadCost
 
         return AsyncOverheadCost(model)
@@ -350,7 +362,10 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         summary["calibration_split"], summary["held_out_requests"] = held_out[0], held_out[1]
     if config.speedup:
         ar_config = config.replace(policy="ar", speedup=False)
-        ar_requests, _ = run_engine(ar_config, trace, workload, cost,
+        ar_cost = cost
+        if cost_model is None and async_overlaps(ar_config) != async_overlaps(config):
+            ar_cost = pad_to_graphs(build_cost(ar_config), config.cuda_graph_sizes)
+        ar_requests, _ = run_engine(ar_config, trace, workload, ar_cost,
                                     make_policy(ar_config, trace.K), capacity,
                                     progress="simulate ar (speedup)" if progress else None,
                                     steps_to=DropSteps())  # only its makespan is needed
@@ -450,13 +465,19 @@ def applied_profile(config: SimConfig):
 
 def drafter_notes(config: SimConfig, trace: Trace) -> tuple[str, ...]:
     """A note when the trace was drafted without a model (its meta.json names a ``drafter``,
-    e.g. ngram) but the cost model prices draft passes of a model (``config.draft``)."""
+    e.g. ngram) but the cost model prices draft passes of a model (``config.draft``), and one
+    when async scheduling was asked for but vLLM would not run it (:func:`async_overlaps`)."""
+    notes: tuple[str, ...] = ()
+    if config.async_scheduling and not async_overlaps(config):
+        notes = (f"async_scheduling: off for draft {config.draft} (vLLM runs the CPU n-gram "
+                 "proposer only synchronously: an explicit --async-scheduling is refused, the "
+                 "default turns it off); the speedup's AR arm keeps it",)
     draft = ((getattr(trace, "meta", None) or {}).get("models") or {}).get("draft") or {}
     drafter = draft.get("drafter") if isinstance(draft, dict) else None
     if drafter is None or str(config.draft).lower() in FREE_DRAFTS:
-        return ()
-    return (f"trace drafted by {drafter} (no draft model), but draft passes are priced as "
-            f"{config.draft}'s; set draft = \"ngram\" to price them as free",)
+        return notes
+    return notes + (f"trace drafted by {drafter} (no draft model), but draft passes are priced "
+                    f"as {config.draft}'s; set draft = \"ngram\" to price them as free",)
 
 
 def attach_verify_cost(policy, config: SimConfig, trace: Trace) -> None:

@@ -128,11 +128,12 @@ class BoundTables:
         from specbatch.simulator.cost.features.graph_padding import capture_sizes
         from specbatch.simulator.cost.features.host import HostCost
         from specbatch.simulator.cost.measured.calibrated import CalibratedCost, RolePricer
+        from specbatch.simulator.run import async_overlaps
 
         key = (config.cost, config.hardware, config.target, config.draft, config.tp,
                config.profile, config.execution, config.draft_weight_bits,
                config.routing_skew, config.token_budget, config.cuda_graph_sizes,
-               config.async_scheduling, config.quantization, config.kv_cache_dtype,
+               async_overlaps(config), config.quantization, config.kv_cache_dtype,
                config.host)
         if key not in self._costs:
             cost = shared_cost(config)

@@ -41,7 +41,10 @@ def cost_key(config: SimConfig) -> str:
     import dataclasses
     import json
 
+    from specbatch.simulator.run import async_overlaps
+
     fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in NOT_COST_FIELDS}
+    fields["async_scheduling"] = async_overlaps(config)  # the policy decides it for n-gram
     return json.dumps(fields, sort_keys=True, default=str)
 
 

@@ -323,7 +323,9 @@ class SimConfig:
     async_scheduling: bool = knob(False, "vLLM's --async-scheduling: the per-step CPU "
                                   "overhead overlaps the target pass (a step takes max(pass, "
                                   "overhead), not their sum; "
-                                  "simulator.cost.features.async_overhead)")
+                                  "simulator.cost.features.async_overhead); dropped for a "
+                                  "speculative run with draft = ngram, which vLLM runs "
+                                  "synchronously (its AR arm keeps it)")
     host: str = knob("vllm", "the engine's host time (simulator.cost.features.host): vllm = "
                      "scheduler + input preparation a + b n per step (fitted on Vidur's A100 "
                      "CPU profile), the proposer loop's per-pass floor and the n-gram "

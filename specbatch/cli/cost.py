@@ -358,9 +358,12 @@ def run_show(args) -> int:
                              kv_cache_dtype=args.kv_cache_dtype)
     priced = model  # with vLLM's host share (simulator.cost.features.host) unless --host fixed
     if args.host == "vllm":
+        from specbatch.simulator.cost.features.async_overhead import async_applies
         from specbatch.simulator.cost.features.host import with_host
 
-        priced = with_host(model, args.draft, overlap=args.async_scheduling)
+        # vLLM never overlaps the CPU n-gram proposer's steps (async_overhead.async_applies)
+        priced = with_host(model, args.draft,
+                           overlap=args.async_scheduling and async_applies(args.draft, args.k > 0))
     rows = pass_times(priced, args.batch, args.kv, args.k)
     for row in rows:
         row["breakdown"] = row_breakdowns(priced, row["batch"], args.kv, args.k)

@@ -67,3 +67,53 @@ def test_with_vllm_host_terms_async_scheduling_hides_a_plus_b_n():
     n = (a["target_time"] - b["target_time"]).to_numpy() / REQUEST_S  # [steps]
     assert np.allclose(n, np.round(n), atol=1e-6) and n.min() > 0.5 and n.max() < 4.5
     assert (np.round(n) >= a["batch"].to_numpy()).all()  # decodes, plus any prefill joining
+
+
+def test_vllm_overlaps_every_drafter_but_the_cpu_ngram_proposer():
+    """vllm/config/vllm.py VllmConfig.__post_init__: EAGLE / EAGLE-3 / MTP and draft models
+    may run with async scheduling; the CPU n-gram proposer never (an explicit flag is a
+    ValueError, the default turns it off); a deployment with no speculative config always."""
+    from specbatch.simulator.cost.features.async_overhead import async_applies
+
+    assert not async_applies("ngram", True) and not async_applies("NGRAM", True)
+    assert async_applies("ngram", False)
+    for draft in ("eagle3", "eagle", "mtp", "vicuna-68m", "llama-3.2-1b"):
+        assert async_applies(draft, True), draft
+
+
+NGRAM_RUN = {"trace": "synth", "draft": "ngram", "policy": "fixed", "num_speculative_tokens": 2,
+             "requests": 8, "max_num_seqs": 4, "seed": 0, "async_scheduling": True}
+
+
+def test_an_ngram_speculative_run_keeps_the_host_serial_under_async_scheduling():
+    """With draft = ngram vLLM runs the speculative steps synchronously: the target pass
+    carries b n on top of the inner model's time and the step pays a, as with no flag; the AR
+    run of the same deployment (no speculative config in vLLM) overlaps them."""
+    from specbatch.simulator.cost.features.host import REQUEST_S, STEP_S, HostCost
+    from specbatch.simulator.run import async_overlaps
+
+    spec = make_config(NGRAM_RUN, "test")
+    ar = spec.replace(policy="ar")
+    assert not async_overlaps(spec) and async_overlaps(ar)
+    cost, ar_cost = build_cost(spec), build_cost(ar)
+    assert isinstance(cost, HostCost) and cost.ngram and not cost.overlap and ar_cost.overlap
+    assert cost.overhead == STEP_S and ar_cost.overhead == 0.0
+    q, kv = np.ones(3, dtype=np.int64), np.array([100, 200, 300])
+    inner = cost.inner.step_time("target", q, kv)
+    assert cost.step_time("target", q, kv) == pytest.approx(inner + 3 * REQUEST_S, rel=1e-12)
+    assert ar_cost.step_time("target", q, kv) == max(inner, STEP_S + 3 * REQUEST_S)
+    fixed = make_config({**NGRAM_RUN, "host": "fixed"}, "test")
+    assert not isinstance(build_cost(fixed), AsyncOverheadCost)  # the preset's 1 ms, serial
+    assert isinstance(build_cost(fixed.replace(policy="ar")), AsyncOverheadCost)
+
+
+def test_the_ngram_speedup_is_against_an_ar_run_with_async_scheduling():
+    """speedup_vs_ar = makespan of the AR run as its own config prices it (async on) / the
+    n-gram run's (async off), and the run says why."""
+    spec = make_config({**NGRAM_RUN, "speedup": True}, "test")
+    result = simulate(spec)
+    ar = simulate(spec.replace(policy="ar", speedup=False))
+    assert result.summary["speedup_vs_ar"] == ar.summary["makespan"] / result.summary["makespan"]
+    assert (ar.steps["overhead_time"] == 0.0).all()
+    assert (result.steps["overhead_time"] > 0.0).all()
+    assert any(n.startswith("async_scheduling: off for draft ngram") for n in result.notes)

@@ -100,9 +100,9 @@ def test_ngram_is_priced_once_per_step_on_the_context():
     model = build_cost_model("roofline", "h100", "llama-3.1-8b", "ngram")
     cost = with_host(model, "ngram", overlap=True)
     assert cost.ngram
-    # 4 requests, Σc = 4000 cached + Σq = 4: 20 us + 4 x 1 us + 4004 x 2 ns
-    assert cost.first_pass_time(4, 4.0, 4000.0, 4000.0, 4.0) == pytest.approx(
-        20e-6 + 4e-6 + 4004 * 2e-9)
+    # 4 requests, Σc = 4000 cached + Σq = 4: 10.12 µs + 4 x 1.306 µs + 4004 x 1.309 ns
+    # + 16 x 5.214 ns = 10.12 + 5.224 + 5.241236 + 0.083424 µs
+    assert cost.first_pass_time(4, 4.0, 4000.0, 4000.0, 4.0) == pytest.approx(20.66866e-6)
     q = np.ones(4, dtype=np.int64)
     kv = np.full(4, 1000, dtype=np.int64)
     assert cost.first_pass_step(q, kv) == cost.first_pass_time(4, 4.0, 4000.0, 4000.0, 4.0)
@@ -177,3 +177,17 @@ def test_the_host_share_keeps_the_lm_head_at_the_rows_vllm_samples():
     assert cost.step_time("target", q, kv, rows=1.0) < cost.step_time("target", q, kv)
     sums = ("target", 1, 512.0, 0.0, 0.0, 512.0 ** 2)
     assert cost.time_from_sums(*sums, rows=1.0) == cost.step_time("target", q, kv, rows=1.0)
+
+
+def test_the_ngram_constants_are_our_twins_measurement_and_say_so():
+    for name in ("ngram_call_s", "ngram_request_s", "ngram_token_s", "ngram_pair_s"):
+        term = host.HOST_TERMS[name]
+        assert term["fitted"] is True
+        assert term["source"].startswith("measured on our numba twin of vLLM's NgramProposer "
+                                         "(benchmarks/ngram_host_bench.py) on this repo's AMD "
+                                         "EPYC CPU, 1 numba thread"), name
+        assert "not a measurement of vLLM itself" in term["source"], name
+    assert set(HostCost(Flat(), ngram=True).sources()) >= {"ngram_pair_s", "ngram_token_s"}
+    # 256 requests of 2048 tokens: 10.12 µs + 256 x 1.306 µs + 524288 x 1.309 ns
+    # + 65536 x 5.214 ns = 10.12 + 334.336 + 686.292992 + 341.704704 µs
+    assert host.ngram_seconds(256, 524288.0) == pytest.approx(1372.453696e-6)
