@@ -81,10 +81,12 @@ def aic_covers(ask: CostAsk) -> str | None:
     """AIConfigurator's tables cover the GPU, the models' structure and precisions
     (simulator.cost.measured.aic_cost.aic_covers)."""
     from specbatch.simulator.cost.measured.aic_cost import aic_covers as covers
+    from specbatch.simulator.defaults import FREE_DRAFTS, HEAD_DRAFTS
     from specbatch.traces.models.shapes import get_shape
 
-    return covers(ask.hardware, get_shape(ask.target), get_shape(ask.draft), ask.tp,
-                  ask.quantization, ask.kv_cache_dtype)
+    drafter = str(ask.draft).lower() in FREE_DRAFTS + HEAD_DRAFTS  # no draft model to price
+    return covers(ask.hardware, get_shape(ask.target), None if drafter else get_shape(ask.draft),
+                  ask.tp, ask.quantization, ask.kv_cache_dtype)
 
 
 def calibrated_covers(ask: CostAsk) -> str | None:
