@@ -137,7 +137,7 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
     """
     if str(cost).lower() == AUTO:  # the best validated source covering the request
         cost = resolve_cost(cost, CostAsk(hardware, target, draft, tp, quantization,
-                                          kv_cache_dtype)).name
+                                          kv_cache_dtype, draft_weight_bits)).name
     builder = COST_MODELS.get(str(cost).lower())
     if builder is None:
         raise SpecbatchError(f"cost {cost!r}: expected one of {', '.join(COST_NAMES)}")
@@ -371,4 +371,4 @@ def run_cost(config: SimConfig) -> CostChoice:
     to its source, with the reasons it passed the better ones over)."""
     return resolve_cost(config.cost, CostAsk(config.hardware, config.target, config.draft,
                                              config.tp, config.quantization,
-                                             config.kv_cache_dtype))
+                                             config.kv_cache_dtype, config.draft_weight_bits))

@@ -38,6 +38,7 @@ class CostAsk:
     tp: int = 1
     quantization: str = "none"
     kv_cache_dtype: str = "auto"
+    draft_weight_bits: int = 16
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ def aic_covers(ask: CostAsk) -> str | None:
 
     drafter = str(ask.draft).lower() in FREE_DRAFTS + HEAD_DRAFTS  # no draft model to price
     return covers(ask.hardware, get_shape(ask.target), None if drafter else get_shape(ask.draft),
-                  ask.tp, ask.quantization, ask.kv_cache_dtype)
+                  ask.tp, ask.quantization, ask.kv_cache_dtype,
+                  draft_weight_bits=ask.draft_weight_bits)
 
 
 def calibrated_covers(ask: CostAsk) -> str | None:
