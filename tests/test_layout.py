@@ -98,8 +98,8 @@ FOLDER_ORDER = {
 #: Inside a sub-package, its folders and modules from the bottom up, as FOLDER_ORDER does for
 #: the packages (docs/DESIGN.md, Layout; each folder's __init__ gives its reading order).
 SUBFOLDER_ORDER = {
-    "simulator.cost": ("interface", "tabulated", "gpus", "analytic", "measured", "features", "draft_cost",
-                       "verify_cost", "registry", "report"),
+    "simulator.cost": ("interface", "tabulated", "gpus", "analytic", "measured", "features",
+                       "resolve", "draft_cost", "verify_cost", "registry", "report"),
 }
 
 

@@ -29,6 +29,7 @@ from specbatch.simulator.cost.interface import ROLES, CostModel, takes_logit_row
 from specbatch.simulator.cost.measured.profiled import (
     fit_profile,
 )
+from specbatch.simulator.cost.resolve import AUTO, CostAsk, CostChoice, resolve_cost
 from specbatch.simulator.cost.verify_cost import VerifyCost
 from specbatch.simulator.defaults import FREE_DRAFTS, HEAD_DRAFTS
 from specbatch.traces.models.shapes import get_shape
@@ -38,8 +39,8 @@ if TYPE_CHECKING:
     from specbatch.traces.format.trace import Trace
 
 __all__ = [
-    "COST_MODELS", "build_cost_model", "execution_info", "pass_times", "prefill_time",
-    "recorded_quantization", "step_split", "weight_bits_notes",
+    "COST_MODELS", "COST_NAMES", "build_cost_model", "execution_info", "pass_times", "prefill_time",
+    "recorded_quantization", "run_cost", "step_split", "weight_bits_notes",
 ]
 
 
@@ -106,6 +107,8 @@ def check_profiled_precision(quantization: str, kv_cache_dtype: str) -> None:
 
 COST_MODELS = {"roofline": build_roofline, "profiled": build_profiled,
                "calibrated": build_calibrated}
+#: Every name ``cost`` takes: ``auto`` (simulator.cost.resolve) and the models.
+COST_NAMES = (AUTO, *COST_MODELS)
 
 
 def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str = "vicuna-33b",
@@ -117,7 +120,8 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
                      kv_cache_dtype: str = "auto", draft_head: str | None = None) -> CostModel:
     """Build a cost model by name (``COST_MODELS``): "roofline", "profiled" (needs ``profile``)
     or "calibrated" (simulator.cost.measured.calibrated: bundled public profiles + calibrated
-    roofline).
+    roofline); "auto" builds the one simulator.cost.resolve picks (the best validated source
+    covering the GPU and models, the roofline as the fallback).
 
     ``execution`` picks the roofline's launch-latency preset (``hardware.EXECUTIONS``: the
     default "cuda_graph", or "eager"); it is validated for both models, used by the roofline.
@@ -131,9 +135,12 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
     The profiled model's per-step ``overhead`` is the hardware preset's (the profile measures
     forward passes only, not the engine's CPU work).
     """
+    if str(cost).lower() == AUTO:  # the best validated source covering the request
+        cost = resolve_cost(cost, CostAsk(hardware, target, draft, tp, quantization,
+                                          kv_cache_dtype, draft_weight_bits)).name
     builder = COST_MODELS.get(str(cost).lower())
     if builder is None:
-        raise SpecbatchError(f"cost {cost!r}: expected one of {', '.join(COST_MODELS)}")
+        raise SpecbatchError(f"cost {cost!r}: expected one of {', '.join(COST_NAMES)}")
     get_execution(execution)  # one-line error for an unknown preset, whatever the model
     if str(draft).lower() in FREE_DRAFTS:
         require(draft_weight_bits >= FULL_WEIGHT_BITS,
@@ -252,7 +259,7 @@ def weight_bits_notes(config: SimConfig, trace: Trace) -> tuple[str, ...]:
     the note names the knob. A quantised price on a trace whose draft is recorded at full
     precision (a model identity in meta.json without ``quantized``) is noted too: its
     acceptance is that draft's, not a quantised one's."""
-    if (config.cost not in ("roofline", "calibrated")
+    if (run_cost(config).name not in ("roofline", "calibrated", "aic")
             or str(config.draft).lower() in FREE_DRAFTS + HEAD_DRAFTS):
         return ()
     bits = int(config.draft_weight_bits)
@@ -357,3 +364,11 @@ def prefill_time(model: CostModel, prompt: int) -> float:
     if takes_logit_rows(model):
         return model.step_time("target", np.array([prompt]), np.array([0]), rows=1.0)
     return model.step_time("target", np.array([prompt]), np.array([0]))
+
+
+def run_cost(config: SimConfig) -> CostChoice:
+    """Which registry model prices ``config``'s run (simulator.cost.resolve: ``auto`` resolved
+    to its source, with the reasons it passed the better ones over)."""
+    return resolve_cost(config.cost, CostAsk(config.hardware, config.target, config.draft,
+                                             config.tp, config.quantization,
+                                             config.kv_cache_dtype, config.draft_weight_bits))

@@ -179,8 +179,15 @@ def cost_sources(model) -> dict:
 
 
 def source_line(sources: dict) -> str:
-    """``target: ...; draft: ...`` with each role's validated MAPE where known."""
+    """``target: ...; draft: ...`` with each role's validated MAPE where known, after the
+    model ``auto`` resolved to (simulator.cost.resolve) when the run asked for it."""
     parts = []
+    choice = sources.get("cost")
+    if isinstance(choice, dict) and choice.get("asked") == "auto":
+        from specbatch.simulator.cost.resolve import CostChoice
+
+        parts.append(CostChoice(choice["asked"], choice["ran"],
+                                tuple(choice.get("passed_over", ()))).line())
     for role in ("target", "draft"):
         s = sources.get(role, {})
         checked = (s.get("layers") or {}).get("validated") or s.get("validated") or {}

@@ -430,7 +430,7 @@ def format_report(report: dict) -> str:
         from specbatch.simulator.cost.report import source_line
 
         src = report["cost_source"]
-        lines.append(f"cost model {src['cost']} on {src['hardware']} tp {src['tp']}: "
+        lines.append(f"cost model {src['cost']['ran']} on {src['hardware']} tp {src['tp']}: "
                      f"{source_line(src)}")
     s = report["searched"]
     skipped = f", {s['skipped']} skipped by lower bounds" if s.get("skipped") else ""

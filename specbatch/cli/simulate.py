@@ -147,10 +147,11 @@ def schedule_warning(result) -> str | None:
 
 def run_sources(config: SimConfig) -> dict:
     """Which source priced the target's and the draft's passes (simulator.cost.report)."""
+    from specbatch.simulator.cost.registry import run_cost
     from specbatch.simulator.cost.report import cost_sources
     from specbatch.simulator.run import build_cost
 
-    return cost_sources(build_cost(config))
+    return {"cost": run_cost(config).to_dict(), **cost_sources(build_cost(config))}
 
 
 def setting(config: SimConfig) -> dict:

@@ -1,0 +1,126 @@
+"""The default cost model, ``cost = "auto"``: the best source validated out of sample that
+covers the asked GPU and models, with the roofline as the named fallback.
+
+:data:`SOURCES` is the catalogue, one row per measured source, best first (docs/fidelity.md
+gives each row's evidence):
+
+1. ``aic``: AIConfigurator's per-op vLLM kernel tables of the GPU
+   (simulator.cost.measured.aic_cost), for the GPUs and model structures those tables hold;
+2. ``calibrated``: the GPU's own measured profiles: LLMServingSim's per-layer vLLM 0.19
+   profiles (RTX 4090, RTX PRO 6000: the bundled measured runs replay within 3 % TPOT) or
+   Vidur's per-op tables (A100, H100, A40); a GPU that only borrows another's laws (``proxy``
+   in the GPU catalogue) is not covered;
+3. ``roofline``: datasheet peaks times assumed efficiencies; covers everything.
+
+:func:`resolve_cost` walks the rows and returns the first that covers the request, with the
+reason each earlier row passed, so a run says which source priced it and, when it fell back,
+why. Any other ``cost`` name is taken as asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specbatch.simulator.cost.gpus.catalogue import find_gpu
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class CostAsk:
+    """What a run asks the cost model to price (the SimConfig fields a source's coverage
+    depends on)."""
+
+    hardware: str
+    target: str
+    draft: str
+    tp: int = 1
+    quantization: str = "none"
+    kv_cache_dtype: str = "auto"
+    draft_weight_bits: int = 16
+
+
+@dataclass(frozen=True)
+class CostChoice:
+    """Which registry model prices a run: ``name``; ``asked`` the config's ``cost``;
+    ``passed`` one ``"source: reason"`` per catalogue row passed over (empty when the first
+    row covered the request, or when the name was asked for)."""
+
+    asked: str
+    name: str
+    passed: tuple[str, ...] = ()
+
+    @property
+    def fallback(self) -> bool:
+        """Whether ``auto`` fell back to the roofline."""
+        return self.asked == AUTO and self.name == "roofline"
+
+    def line(self) -> str:
+        """One line for a run's output: ``auto -> aic`` or ``auto -> roofline (fallback:
+        aic: ...; calibrated: ...)``; the bare name when it was asked for."""
+        if self.asked != AUTO:
+            return self.name
+        why = f" ({'fallback: ' if self.fallback else ''}{'; '.join(self.passed)})"
+        return f"auto -> {self.name}{why if self.passed else ''}"
+
+    def to_dict(self) -> dict:
+        return {"asked": self.asked, "ran": self.name, "passed_over": list(self.passed)}
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    """One measured source: the registry name it builds, what validated it, and
+    ``covers(ask)``: None when it covers the request, else the reason it does not."""
+
+    name: str
+    validated: str
+    covers: Callable[[CostAsk], str | None]
+
+
+def aic_covers(ask: CostAsk) -> str | None:
+    """AIConfigurator's tables cover the GPU, the models' structure and precisions
+    (simulator.cost.measured.aic_cost.aic_covers)."""
+    from specbatch.simulator.cost.measured.aic_cost import aic_covers as covers
+    from specbatch.simulator.defaults import FREE_DRAFTS, HEAD_DRAFTS
+    from specbatch.traces.models.shapes import get_shape
+
+    drafter = str(ask.draft).lower() in FREE_DRAFTS + HEAD_DRAFTS  # no draft model to price
+    return covers(ask.hardware, get_shape(ask.target), None if drafter else get_shape(ask.draft),
+                  ask.tp, ask.quantization, ask.kv_cache_dtype,
+                  draft_weight_bits=ask.draft_weight_bits)
+
+
+def calibrated_covers(ask: CostAsk) -> str | None:
+    """The GPU has measured profiles of its own (catalogue ``profiles``), not a proxy's."""
+    row = find_gpu(ask.hardware)
+    if row is None:
+        return f"no catalogue row for GPU {ask.hardware!r}"
+    if row.profiles is None:
+        borrowed = f" (it borrows {row.proxy}'s laws)" if row.proxy else ""
+        return f"no measured profile of {row.name}{borrowed}"
+    return None
+
+
+SOURCES: tuple[SourceRow, ...] = (
+    SourceRow("aic", "per-op leave-one-shape-out on AIConfigurator's vLLM tables; whole "
+              "passes against LLMServingSim's and Vidur's profiles (docs/fidelity.md)",
+              aic_covers),
+    SourceRow("calibrated", "leave-one-shape-out on the GPU's profiles; the bundled measured "
+              "vLLM runs (docs/fidelity.md)", calibrated_covers),
+    SourceRow("roofline", "not fitted: the named fallback", lambda ask: None),
+)
+
+
+def resolve_cost(cost: str, ask: CostAsk) -> CostChoice:
+    """The registry model that prices ``ask`` under ``cost`` (module docstring)."""
+    name = str(cost).lower()
+    if name != AUTO:
+        return CostChoice(asked=name, name=name)
+    passed: list[str] = []
+    for row in SOURCES:
+        reason = row.covers(ask)
+        if reason is None:
+            return CostChoice(asked=AUTO, name=row.name, passed=tuple(passed))
+        passed.append(f"{row.name}: {reason}")
+    raise AssertionError("the roofline row covers every request")  # pragma: no cover
