@@ -38,7 +38,13 @@ import pyarrow.parquet as pq
 from specbatch.errors import SpecbatchError, require
 from specbatch.inputs import load_json_file
 from specbatch.io import atomic_write, write_json
-from specbatch.traces.format.parquet_columns import column, read_table
+from specbatch.traces.format.parquet_columns import (
+    column,
+    list_lengths,
+    list_values,
+    numbers,
+    read_table,
+)
 from specbatch.traces.format.trace import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -297,8 +303,7 @@ def _read_requests(path: Path) -> dict:
         "prompt_len": _int64_column(table, path, "prompt_len"),
         "output_len": _int64_column(table, path, "output_len"),
         "category": np.asarray(column(table, path, "category", "string").to_pylist(), dtype=object),
-        "arrival": column(table, path, "arrival", "float").to_numpy(zero_copy_only=False)
-                   .astype(np.float64),
+        "arrival": numbers(column(table, path, "arrival", "float")).astype(np.float64),
     }
     check_requests(req, str(path))
     return req
@@ -332,15 +337,15 @@ def _read_positions(path: Path, k: int) -> dict:
             require(typ.list_size == k, f"file {path}: field {name}: expected lists of length "
                     f"K = {k} (meta depth), got fixed length {typ.list_size}")
         else:
-            lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
+            lengths = list_lengths(arr)
             bad = np.flatnonzero(lengths != k)
             require(bad.size == 0, f"file {path}: field {name}: expected lists of length K = {k} "
                     f"(meta depth), got {int(lengths[bad[0]]) if bad.size else 0} at row "
                     f"{int(bad[0]) if bad.size else 0}")
-        values = arr.flatten()
+        values = list_values(arr)
         require(values.null_count == 0, f"file {path}: field {name}: expected no null "
                 f"entries, got {values.null_count}")
-        flat = values.to_numpy(zero_copy_only=False)
+        flat = numbers(values)
         if name == "draft_token":  # range-checked by make_trace before narrowing to int32
             out[name] = as_int(flat, str(path), name).reshape(n, k)
         else:
@@ -352,7 +357,7 @@ def _read_positions(path: Path, k: int) -> dict:
 
 def _int64_column(table: pa.Table, path: Path, name: str) -> np.ndarray:
     """Integer column ``name`` as int64, refusing unsigned values that int64 cannot hold."""
-    return as_int(column(table, path, name, "integer").to_numpy(), str(path), name)
+    return as_int(numbers(column(table, path, name, "integer")), str(path), name)
 
 
 def _order_rows(request_id: np.ndarray, position: np.ndarray, req: dict, where: str) -> np.ndarray:
