@@ -30,21 +30,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.inputs import load_json_file
 from specbatch.io import atomic_write, write_json
-from specbatch.traces.format.parquet_columns import (
-    column,
-    list_lengths,
-    list_values,
-    numbers,
-    read_table,
-)
+from specbatch.traces.format import trace_cache
 from specbatch.traces.format.trace import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -58,6 +51,9 @@ from specbatch.traces.format.trace import (
     check_requests,
     make_trace,
 )
+
+if TYPE_CHECKING:  # pyarrow loads where Parquet is read or written, not for a cached trace
+    import pyarrow as pa
 
 #: The names of the trace files and their readers and writers (the in-memory trace and its
 #: checks: :mod:`specbatch.traces.format.trace`).
@@ -91,6 +87,9 @@ def write_meta(directory: str | os.PathLike, meta: dict) -> None:
 
 def write_requests(directory: str | os.PathLike, requests: dict) -> None:
     """Write ``requests.parquet`` atomically.  requests: the five request arrays # [R] each."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     n = len(requests["request_id"])
     arrival = requests.get("arrival")
     table = pa.table({
@@ -122,6 +121,9 @@ def write_positions(
     float_dtype: "float64" (default, round trip is bit-identical) or "float32" (half the
                  size; the reader widens to float64)
     """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     require(float_dtype in ("float64", "float32"),
             f"float_dtype: expected 'float64' or 'float32', got {float_dtype!r}")
     name = (
@@ -214,9 +216,18 @@ def read_trace(path: str | os.PathLike) -> Trace:
     """Load a trace directory (``"default"`` and bundled names are resolved), fully validated.
 
     Files are read with pyarrow into contiguous numpy arrays (``[rows, K]`` from the flattened
-    list values, no per-row Python loop); rows are ordered by request then position.
+    list values, no per-row Python loop); rows are ordered by request then position. The
+    checked trace is kept in the cache folder and read back from there while the folder's
+    files and the reader stay as they were (:mod:`specbatch.traces.format.trace_cache`: the
+    same arrays, without pyarrow).
     """
-    return validate_trace(path)
+    directory = Path(resolve_trace(path))
+    at = trace_cache.entry(directory)
+    trace = trace_cache.load(at)
+    if trace is None:
+        trace = validate_trace(directory)
+        trace_cache.store(at, trace)
+    return trace
 
 
 def validate_trace(path: str | os.PathLike) -> Trace:
@@ -297,6 +308,8 @@ def _read_meta(path: Path) -> dict:
 
 
 def _read_requests(path: Path) -> dict:
+    from specbatch.traces.format.parquet_columns import column, numbers, read_table
+
     table = read_table(path)
     req = {
         "request_id": _int64_column(table, path, "request_id"),
@@ -310,6 +323,15 @@ def _read_requests(path: Path) -> dict:
 
 
 def _read_positions(path: Path, k: int) -> dict:
+    import pyarrow as pa
+
+    from specbatch.traces.format.parquet_columns import (
+        list_lengths,
+        list_values,
+        numbers,
+        read_table,
+    )
+
     table = read_table(path)
     out = {
         "request_id": _int64_column(table, path, "request_id"),
@@ -357,6 +379,8 @@ def _read_positions(path: Path, k: int) -> dict:
 
 def _int64_column(table: pa.Table, path: Path, name: str) -> np.ndarray:
     """Integer column ``name`` as int64, refusing unsigned values that int64 cannot hold."""
+    from specbatch.traces.format.parquet_columns import column, numbers
+
     return as_int(numbers(column(table, path, name, "integer")), str(path), name)
 
 
