@@ -378,9 +378,10 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     if config.speedup:
         ar_config = config.replace(policy="ar", speedup=False)
         ar_requests, _ = run_engine_columns(ar_config, trace, workload, cost,
-                                    make_policy(ar_config, trace.K), capacity,
-                                    progress="simulate ar (speedup)" if progress else None,
-                                    steps_to=DropSteps())  # only its makespan is needed
+                                            make_policy(ar_config, trace.K), capacity,
+                                            progress="simulate ar (speedup)" if progress
+                                            else None,
+                                            steps_to=DropSteps())  # only its makespan
         ar_makespan = makespan(ar_requests)
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
