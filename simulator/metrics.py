@@ -36,17 +36,27 @@ Summary:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from specbatch.simulator.engine.request_state import FLOAT_STEP_COLUMNS, STEP_COLUMNS, Records
 from specbatch.simulator.engine.steplog import StepLog
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from specbatch.simulator.workload.arrivals import Workload
+
+    #: A table the summary functions read: a DataFrame or its :data:`Columns`.
+    Table = pd.DataFrame | Mapping[str, np.ndarray]
+
+#: A table as its columns, name -> array # [rows], in the table's column order: what a run
+#: holds until a DataFrame is asked for (pandas costs ~0.3 s of start-up, more than a small
+#: run), and what :func:`summarize` reads as well as a DataFrame.
+Columns = dict[str, np.ndarray]
 
 #: The columns of every per-request table (the simulator's and a live run's, live.record).
 REQUEST_COLUMNS = ("uid", "trace_index", "replica", "prompt_len", "output_len", "arrival",
@@ -55,10 +65,50 @@ REQUEST_COLUMNS = ("uid", "trace_index", "replica", "prompt_len", "output_len", 
 KV_REQUEST_COLUMNS = ("preemptions", "recomputed_tokens")
 
 
+def frame(columns: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """The DataFrame of a table's :data:`Columns`: the same arrays, not a consolidated copy
+    (the run's arrays are never written after it)."""
+    import pandas as pd
+
+    return pd.DataFrame(columns, copy=False)
+
+
+class FrameField:
+    """A dataclass field that holds a table as a DataFrame or as its :data:`Columns` and reads
+    as a DataFrame, built from the columns (the same arrays) on the first read and kept: a run
+    asked only for its summary (``simulate --json``) never imports pandas. ``None`` stays None.
+    A field without a default (class access raises AttributeError, which dataclasses read as
+    "required")."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.slot = name, f"_{name}_table"
+
+    def __get__(self, obj: object, owner: type | None = None) -> pd.DataFrame | None:
+        if obj is None:
+            raise AttributeError(self.name)
+        value = obj.__dict__[self.slot]
+        if isinstance(value, dict):
+            value = frame(value)
+            obj.__dict__[self.slot] = value
+        return value
+
+    def __set__(self, obj: object, value: pd.DataFrame | Columns | None) -> None:
+        obj.__dict__[self.slot] = value
+
+    def held(self, obj: object) -> pd.DataFrame | Columns | None:
+        """What ``obj`` holds: the DataFrame once built, else the columns (no pandas)."""
+        return obj.__dict__[self.slot]
+
+
 def request_table(rec: Records, workload: Workload) -> pd.DataFrame:
     """One row per simulated request (REQUEST_COLUMNS, then KV_REQUEST_COLUMNS)."""
+    return frame(request_columns(rec, workload))
+
+
+def request_columns(rec: Records, workload: Workload) -> Columns:
+    """:func:`request_table`'s columns # [requests], without pandas."""
     n = workload.n
-    return pd.DataFrame({
+    return {
         "uid": np.arange(n, dtype=np.int64), "trace_index": workload.trace_index,
         "replica": rec.replica, "prompt_len": workload.prompt_len,
         "output_len": workload.output_len, "arrival": workload.arrival,
@@ -66,7 +116,7 @@ def request_table(rec: Records, workload: Workload) -> pd.DataFrame:
         "steps": rec.steps, "drafted": rec.drafted, "verified": rec.verified,
         "accepted": rec.accepted, "preemptions": rec.preemptions,
         "recomputed_tokens": rec.recomputed,
-    }, copy=False)  # the run's arrays (never written after it), not a consolidated copy
+    }
 
 
 #: The simulator's step-table columns after STEP_COLUMNS, vLLM's view of a step:
@@ -78,7 +128,12 @@ SCHEDULE_STEP_COLUMNS = ("scheduled_tokens", "decode_requests")
 def step_table(rec: Records) -> pd.DataFrame:
     """One row per engine step: STEP_COLUMNS (the fields of state.StepRecord), then
     SCHEDULE_STEP_COLUMNS."""
-    return add_schedule_columns(step_frame(rec.step_rows))
+    return frame(step_columns(rec))
+
+
+def step_columns(rec: Records) -> Columns:
+    """:func:`step_table`'s columns # [steps], without pandas."""
+    return add_schedule_columns(step_frame_columns(rec.step_rows))
 
 
 def add_schedule_columns(steps):
@@ -95,13 +150,39 @@ def step_frame(step_rows: list | StepLog) -> pd.DataFrame:
     """The step table of recorded :class:`~simulator.engine.request_state.StepRecord` rows (the
     simulator's :class:`~simulator.engine.steplog.StepLog`, the live loop's list), float and int
     columns typed."""
+    return frame(step_frame_columns(step_rows))
+
+
+def step_frame_columns(step_rows: list | StepLog) -> Columns:
+    """:func:`step_frame`'s columns # [rows] (an empty table's are float64)."""
     if not len(step_rows):
-        return pd.DataFrame({c: np.zeros(0) for c in STEP_COLUMNS})
+        return {c: np.zeros(0) for c in STEP_COLUMNS}
     if isinstance(step_rows, StepLog):
-        return pd.DataFrame(step_rows.columns(), copy=False)  # the columns, not a copy
-    return pd.DataFrame({
-        name: np.asarray(values, dtype=np.float64 if name in FLOAT_STEP_COLUMNS else np.int64)
-        for name, values in zip(STEP_COLUMNS, zip(*step_rows))})
+        return step_rows.columns()  # the log's columns, not a copy
+    return {name: np.asarray(values, dtype=np.float64 if name in FLOAT_STEP_COLUMNS else np.int64)
+            for name, values in zip(STEP_COLUMNS, zip(*step_rows))}
+
+
+def column(table: Table, name: str) -> np.ndarray:
+    """Column ``name`` of a DataFrame or of its :data:`Columns` as a numpy array # [rows]."""
+    return np.asarray(table[name])
+
+
+def rows(table: Table) -> int:
+    """The rows of a DataFrame or of its :data:`Columns` (0 for a table without columns)."""
+    if hasattr(table, "shape"):
+        return int(table.shape[0])
+    return int(next((np.shape(values)[0] for values in table.values()), 0))
+
+
+def column_sum(values: np.ndarray) -> float | int:
+    """The sum pandas' ``Series.sum`` gives of a numpy column # [rows] (NaN counted as 0,
+    then numpy's pairwise sum of the contiguous values: the same float), without pandas."""
+    if values.dtype.kind == "f":
+        nan = np.isnan(values)
+        if nan.any():
+            values = np.where(nan, 0.0, values)
+    return values.sum()
 
 
 def _ratio(a: float, b: float) -> float:
@@ -123,31 +204,36 @@ class StepTotals:
     overhead_time: float
 
 
-def step_totals(steps: pd.DataFrame) -> StepTotals:
-    """The step table's :class:`StepTotals` (a column's sum is pandas' ``Series.sum``, so a
-    column read back whole from a file sums to the same float; simulator.step_stream)."""
+def step_totals(steps: Table) -> StepTotals:
+    """The step table's :class:`StepTotals` (a column's sum is pandas' ``Series.sum``,
+    :func:`column_sum`, so a column read back whole from a file sums to the same float;
+    simulator.step_stream)."""
+
+    def total(name: str) -> float:
+        return float(column_sum(column(steps, name)))
+
     return StepTotals(
-        steps=int(steps.shape[0]), draft_time=float(steps["draft_time"].sum()),
-        target_time=float(steps["target_time"].sum()),
-        verify_time=float(steps["verify_time"].sum()) if "verify_time" in steps else 0.0,
-        overhead_time=float(steps["overhead_time"].sum()))
+        steps=rows(steps), draft_time=total("draft_time"), target_time=total("target_time"),
+        verify_time=total("verify_time") if "verify_time" in steps else 0.0,
+        overhead_time=total("overhead_time"))
 
 
-def makespan(requests: pd.DataFrame) -> float:
+def makespan(requests: Table) -> float:
     """Last finish − first arrival, seconds (0 without requests)."""
-    arrival = requests["arrival"].to_numpy()
-    return float(requests["finish"].to_numpy().max() - arrival.min()) if arrival.shape[0] else 0.0
+    arrival = column(requests, "arrival")
+    return float(column(requests, "finish").max() - arrival.min()) if arrival.shape[0] else 0.0
 
 
-def summarize(requests: pd.DataFrame, steps: pd.DataFrame | StepTotals,
+def summarize(requests: Table, steps: Table | StepTotals,
               slo: float | None = None) -> dict[str, Any]:
     """The summary dict (definitions in the module docstring) of the request table and the
-    step table (or its :class:`StepTotals`, when the table was streamed to a file)."""
+    step table (or its :class:`StepTotals`, when the table was streamed to a file); each
+    table a DataFrame or its :data:`Columns` (the same numbers)."""
     totals = steps if isinstance(steps, StepTotals) else step_totals(steps)
-    arrival = requests["arrival"].to_numpy()
-    finish = requests["finish"].to_numpy()
-    first = requests["first_token"].to_numpy()
-    tokens = requests["tokens"].to_numpy()
+    arrival = column(requests, "arrival")
+    finish = column(requests, "finish")
+    first = column(requests, "first_token")
+    tokens = column(requests, "tokens")
     n = int(arrival.shape[0])
     span = makespan(requests)
     total = int(tokens.sum())
@@ -155,10 +241,10 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame | StepTotals,
     ttft = first - arrival
     multi = tokens > 1
     tpot = (e2e[multi] - ttft[multi]) / (tokens[multi] - 1)
-    accepted = int(requests["accepted"].sum())
-    verified = int(requests["verified"].sum())
-    drafted = int(requests["drafted"].sum())
-    request_steps = int(requests["steps"].sum())
+    accepted = int(column_sum(column(requests, "accepted")))
+    verified = int(column_sum(column(requests, "verified")))
+    drafted = int(column_sum(column(requests, "drafted")))
+    request_steps = int(column_sum(column(requests, "steps")))
     draft_time, target_time = totals.draft_time, totals.target_time
     verify_time, overhead_time = totals.verify_time, totals.overhead_time
     summary: dict[str, Any] = {
@@ -188,8 +274,9 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame | StepTotals,
         "overhead_time": overhead_time,
         "verify_share": _ratio(verify_time, draft_time + target_time + verify_time
                                + overhead_time),
-        "preemptions": int(requests["preemptions"].sum()) if "preemptions" in requests else 0,
-        "recomputed_tokens": (int(requests["recomputed_tokens"].sum())
+        "preemptions": (int(column_sum(column(requests, "preemptions")))
+                        if "preemptions" in requests else 0),
+        "recomputed_tokens": (int(column_sum(column(requests, "recomputed_tokens")))
                               if "recomputed_tokens" in requests else 0),
     }
     if slo is not None and n:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pandas as pd
+import numpy as np
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import result_dir, write_json
@@ -57,10 +57,15 @@ from specbatch.simulator.engine.kv import (
 from specbatch.simulator.engine.v1.compiled import CompiledEngine, choose_engine
 from specbatch.simulator.engine.v1.compose import check_v1_workload, v1_lookahead
 from specbatch.simulator.metrics import (
+    Columns,
+    FrameField,
     StepTotals,
+    column,
+    frame,
     makespan,
-    request_table,
-    step_table,
+    request_columns,
+    rows,
+    step_columns,
     summarize,
 )
 from specbatch.simulator.policies import knobs as pk
@@ -74,6 +79,8 @@ from specbatch.simulator.step_stream import DropSteps, StepWriter
 from specbatch.simulator.workload.arrivals import Workload, build_workload
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from specbatch.simulator.cost.interface import CostModel
     from specbatch.traces.format.trace import Trace
 
@@ -82,11 +89,14 @@ if TYPE_CHECKING:
 class SimResult:
     """Tables and summary of one run (definitions: simulator.metrics). The step table is
     held (``step_table``) or, for a run streamed to a folder (:func:`simulate_to`), in
-    ``steps_file``; :attr:`steps` gives it either way."""
+    ``steps_file``; :attr:`steps` gives it either way. The run hands its tables over as
+    columns (simulator.metrics.Columns); ``requests`` and ``step_table`` read as DataFrames,
+    built on first read (simulator.metrics.FrameField), so a caller of the summary alone
+    never imports pandas."""
 
     config: SimConfig
-    requests: pd.DataFrame
-    step_table: pd.DataFrame | None  # None: streamed to steps_file
+    requests: pd.DataFrame = FrameField()
+    step_table: pd.DataFrame | None = FrameField()  # None: streamed to steps_file
     summary: dict
     notes: tuple[str, ...] = ()  # what the run did that the config alone does not show
     steps_file: Path | None = None  # the streamed step table's Parquet file
@@ -96,6 +106,8 @@ class SimResult:
         """The step table (read from :attr:`steps_file` on each access when streamed)."""
         if self.step_table is not None:
             return self.step_table
+        import pandas as pd
+
         return pd.read_parquet(self.steps_file)
 
     def write(self, out_dir: str | os.PathLike, force: bool = False) -> Path:
@@ -223,7 +235,21 @@ def run_engine(config: SimConfig, trace: Trace, workload: Workload, cost: CostMo
                engines_ran: list | None = None
                ) -> tuple[pd.DataFrame, pd.DataFrame | StepTotals | None]:
     """Run ``policy`` (built from ``config``) on a prepared workload with ``capacity`` KV
-    tokens per replica; returns the request and step tables.
+    tokens per replica; returns the request and step tables (DataFrames; the arguments are
+    :func:`run_engine_columns`')."""
+    requests, steps = run_engine_columns(config, trace, workload, cost, policy, capacity,
+                                         reference, progress, stop, steps_to, engines_ran)
+    return frame(requests), (frame(steps) if isinstance(steps, dict) else steps)
+
+
+def run_engine_columns(config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
+                       policy: Policy, capacity: int | None, reference: bool = False,
+                       progress: str | None = None, stop=None,
+                       steps_to: StepWriter | DropSteps | None = None,
+                       engines_ran: list | None = None
+                       ) -> tuple[Columns, Columns | StepTotals | None]:
+    """:func:`run_engine` with the tables as their columns (simulator.metrics.Columns: no
+    pandas).
 
     progress: a label to show a bar of finished requests on stderr under (large runs only:
     :data:`PROGRESS_MIN_REQUESTS`), or None. stop: the engine's early stop (simulator.engine.core).
@@ -251,9 +277,9 @@ def run_engine(config: SimConfig, trace: Trace, workload: Workload, cost: CostMo
         rec = engine.run()
         del engine  # its per-request state: the tables below need only the records
     if steps_to is None:
-        return request_table(rec, workload), step_table(rec)
+        return request_columns(rec, workload), step_columns(rec)
     rec.step_rows.pack()  # the last rows to the writer
-    return request_table(rec, workload), steps_to.close()
+    return request_columns(rec, workload), steps_to.close()
 
 
 @contextlib.contextmanager
@@ -339,9 +365,10 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     writer = StepWriter(steps_file) if steps_file is not None else None
     ran: list[str] = []
     try:
-        requests, steps = run_engine(config, trace, workload, cost, policy, capacity, reference,
-                                     progress="simulate" if progress else None, stop=stop,
-                                     steps_to=writer, engines_ran=ran)
+        requests, steps = run_engine_columns(
+            config, trace, workload, cost, policy, capacity, reference,
+            progress="simulate" if progress else None, stop=stop, steps_to=writer,
+            engines_ran=ran)
     except BaseException:
         if writer is not None:
             writer.abort()
@@ -365,10 +392,11 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         ar_cost = cost
         if cost_model is None and async_overlaps(ar_config) != async_overlaps(config):
             ar_cost = pad_to_graphs(build_cost(ar_config), config.cuda_graph_sizes)
-        ar_requests, _ = run_engine(ar_config, trace, workload, ar_cost,
-                                    make_policy(ar_config, trace.K), capacity,
-                                    progress="simulate ar (speedup)" if progress else None,
-                                    steps_to=DropSteps())  # only its makespan is needed
+        ar_requests, _ = run_engine_columns(ar_config, trace, workload, ar_cost,
+                                            make_policy(ar_config, trace.K), capacity,
+                                            progress="simulate ar (speedup)" if progress
+                                            else None,
+                                            steps_to=DropSteps())  # only its makespan
         ar_makespan = makespan(ar_requests)
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
@@ -424,14 +452,16 @@ def check_arguments(config: object, trace: object) -> None:
                              f"got {type(trace).__name__} {trace!r:.60}")
 
 
-def stopped_summary(requests: pd.DataFrame, steps: pd.DataFrame | StepTotals, time: float,
+def stopped_summary(requests: Columns, steps: Columns | StepTotals, time: float,
                     capacity: int | None) -> dict:
-    """What a run an early stop ended at ``time`` can say: counts so far, no latencies."""
-    n_steps = steps.steps if isinstance(steps, StepTotals) else len(steps)
-    return {"stopped_at": float(time), "requests": int(len(requests)),
-            "finished": int(requests["finish"].notna().sum()), "steps": int(n_steps),
-            "preemptions": int(requests["preemptions"].sum()),
-            "recomputed_tokens": int(requests["recomputed_tokens"].sum()),
+    """What a run an early stop ended at ``time`` can say: counts so far, no latencies
+    (each table a DataFrame or its columns)."""
+    n_steps = steps.steps if isinstance(steps, StepTotals) else rows(steps)
+    return {"stopped_at": float(time), "requests": rows(requests),
+            "finished": int((~np.isnan(column(requests, "finish"))).sum()),
+            "steps": int(n_steps),
+            "preemptions": int(column(requests, "preemptions").sum()),
+            "recomputed_tokens": int(column(requests, "recomputed_tokens").sum()),
             "kv_capacity": capacity}
 
 

@@ -23,13 +23,14 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from specbatch.simulator.engine.request_state import FLOAT_STEP_COLUMNS, STEP_COLUMNS
 from specbatch.simulator.metrics import (
     SUMMED_STEP_COLUMNS,
     StepTotals,
     add_schedule_columns,
+    column_sum,
+    frame,
     step_frame,
     step_totals,
 )
@@ -71,8 +72,8 @@ class StepWriter:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        frame = pd.DataFrame(add_schedule_columns(self.take_columns(rows)), copy=False)
-        table = pa.Table.from_pandas(frame, preserve_index=False)  # the frame's arrays
+        group = frame(add_schedule_columns(self.take_columns(rows)))
+        table = pa.Table.from_pandas(group, preserve_index=False)  # the frame's arrays
         if self.writer is None:
             self.writer = pq.ParquetWriter(self.path, table.schema, compression=COMPRESSION)
         self.writer.write_table(table, row_group_size=rows)
@@ -123,8 +124,8 @@ class StepWriter:
 def file_step_totals(path: str | os.PathLike) -> StepTotals:
     """:class:`StepTotals` of a written step table: each summed column is read whole into one
     array # [rows], row group by row group (no second copy of it), and summed as the
-    in-memory table's column is (pandas' ``Series.sum``: numpy's pairwise sum of the same
-    contiguous float64 values, so the same float)."""
+    in-memory table's column is (simulator.metrics.column_sum, pandas' ``Series.sum``: numpy's
+    pairwise sum of the same contiguous float64 values, so the same float)."""
     import pyarrow.parquet as pq
 
     file = pq.ParquetFile(path)
@@ -137,7 +138,7 @@ def file_step_totals(path: str | os.PathLike) -> StepTotals:
             part = file.read_row_group(group, columns=[name]).column(0).to_numpy()
             column[start:start + part.shape[0]] = part
             start += part.shape[0]
-        sums[name] = float(pd.Series(column, copy=False).sum())
+        sums[name] = float(column_sum(column))
         del column
     return StepTotals(steps=int(rows), **sums)
 

@@ -20,15 +20,9 @@ Packages, in dependency order (each imports only those to its right):
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from specbatch.lazy import lazy_attributes
-
-try:
-    __version__ = version("specbatch")
-except PackageNotFoundError:  # running from a source tree without install
-    __version__ = "0.0.0+unknown"
 
 #: Public name -> the module that defines it (loaded on first attribute access).
 _EXPORTS = {
@@ -63,8 +57,23 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real objects
     from specbatch.traces.format.trace import Trace
 
 
-__getattr__ = lazy_attributes(__name__, _EXPORTS, globals())
+_lazy_getattr = lazy_attributes(__name__, _EXPORTS, globals())
+
+
+def __getattr__(name: str) -> object:
+    """``__version__``, read from the installed metadata on first use (importlib.metadata
+    costs ~40 ms of every command's start-up), else the lazy exports."""
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("specbatch")
+        except PackageNotFoundError:  # running from a source tree without install
+            value = "0.0.0+unknown"
+        globals()["__version__"] = value
+        return value
+    return _lazy_getattr(name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | {"__version__"})

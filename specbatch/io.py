@@ -51,6 +51,16 @@ def _read_umask() -> int:
 _UMASK = _read_umask()
 _FILE_MODE = 0o666 & ~_UMASK
 
+#: The environment variable naming specbatch's cache folder (weights, kernels, traces).
+CACHE_ENV = "SPECBATCH_CACHE"
+
+
+def cache_dir(cache: str | os.PathLike | None = None) -> Path:
+    """``cache``, else ``$SPECBATCH_CACHE``, else ``~/.cache/specbatch``."""
+    if cache is None:
+        cache = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specbatch"
+    return Path(cache)
+
 
 def atomic_write(path: str | os.PathLike, data: bytes | str | Callable[[str], None]) -> Path:
     """Write ``data`` to ``path`` atomically and return the path.

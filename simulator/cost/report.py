@@ -129,7 +129,7 @@ def row_breakdowns(model, batch: int, kv: int, k: int) -> dict:
 
 
 def roofline_source(model, role: str) -> dict:
-    from specbatch.simulator.cost.measured.sources import validation
+    from specbatch.simulator.cost.measured.validated import validation
 
     c = model._consts(role)
     checked = validation().get("roofline", {}).get(f"{model.hardware.name}|tp{c.tp}")

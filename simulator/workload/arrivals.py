@@ -55,12 +55,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.limits import MAX_CONTEXT_TOKENS
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pandas loads with a workload file's reader, not for a trace's requests
+    import pandas as pd
+
     from specbatch.simulator.config.sim_config import SimConfig
     from specbatch.traces.format.trace import Trace
 
@@ -188,6 +189,8 @@ def read_workload_file(path: str | Path, tokenizer: str | None = None,
     the file has no category column). Raises a one-line :class:`SpecbatchError` naming the
     file and field.
     """
+    import pandas as pd
+
     path = Path(path)
     where = f"workload {path}"
     suffix = path.suffix.lower()
@@ -253,6 +256,8 @@ def read_workload_file(path: str | Path, tokenizer: str | None = None,
 def _priorities(col: pd.Series, where: str) -> np.ndarray:
     """vLLM's request priorities: an integer in [-2^53, 2^53] on every row (integral floats
     accepted; text, NaN and fractions refused naming the row).  returns # [N] int64"""
+    import pandas as pd
+
     values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values) | (np.abs(values) > 2.0**53)
     bad |= np.isfinite(values) & (values != np.floor(values))
@@ -268,6 +273,8 @@ def _priorities(col: pd.Series, where: str) -> np.ndarray:
 def _lengths(col: pd.Series, where: str, name: str) -> np.ndarray:
     """Integer lengths in [1, MAX_CONTEXT_TOKENS] (integral floats accepted): longer than any
     model's window, a 10^12-token output would simulate for days.  returns # [N] int64"""
+    import pandas as pd
+
     values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values) | (values < 1) | (values != np.floor(values))
     bad |= values > MAX_CONTEXT_TOKENS
@@ -284,6 +291,8 @@ def _prefix_lengths(col: pd.Series, grouped: np.ndarray, where: str) -> np.ndarr
     """Shared-prefix tokens: an integer in [0, 2^53] on every row of a prefix group (a row
     outside every group may leave it empty: 0). Text, NaN, infinities and 1e30 are refused
     naming the row, never read as 0 or INT64_MIN.  returns # [N] int64"""
+    import pandas as pd
+
     numeric = pd.to_numeric(col, errors="coerce")
     values = numeric.to_numpy(dtype=np.float64)
     empty = col.isna().to_numpy()
@@ -299,6 +308,8 @@ def _prefix_lengths(col: pd.Series, grouped: np.ndarray, where: str) -> np.ndarr
 def _times(col: pd.Series, where: str, name: str, datetimes: bool) -> np.ndarray:
     """Seconds, finite, >= 0 (``arrival``), non-decreasing; relative to the first for
     ``timestamp``.  returns # [N] float64"""
+    import pandas as pd
+
     numeric = pd.to_numeric(col, errors="coerce")
     if datetimes and numeric.isna().all() and not col.isna().any():
         try:
@@ -407,6 +418,8 @@ def example_workload(n: int = 200, seed: int = 0, rate: float = 2.0) -> pd.DataF
     Regenerate: ``python -c "from specbatch.simulator.workload.arrivals import write_example;
     write_example()"``.
     """
+    import pandas as pd
+
     rng = np.random.default_rng(seed)
     prompt = np.clip(np.rint(rng.lognormal(np.log(200), 0.8, n)), 8, 2048).astype(np.int64)
     output = np.clip(np.rint(rng.lognormal(np.log(120), 0.7, n)), 4, 1024).astype(np.int64)

@@ -27,7 +27,7 @@ import importlib
 import sys
 from collections.abc import Iterable, Sequence
 
-from specbatch import __version__
+import specbatch
 from specbatch.cli.common import ArgumentParser, example, json_stdout
 from specbatch.deadline import DEFAULT_SECONDS, set_limit
 from specbatch.errors import SpecbatchError
@@ -67,6 +67,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class VersionAction(argparse.Action):
+    """``--version``: prints ``specbatch <version>`` and exits, reading the version only then
+    (``specbatch.__version__`` is looked up on first use)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="show program's version number and exit"):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0,
+                         help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(f"specbatch {specbatch.__version__}\n", sys.stdout)
+        parser.exit()
+
+
 def build_parser(load: Iterable[str] | None = None) -> ArgumentParser:
     """The root parser. ``load``: the commands whose modules are imported and registered in
     full (None = every command); the others get a placeholder parser carrying their help."""
@@ -77,7 +91,7 @@ def build_parser(load: Iterable[str] | None = None) -> ArgumentParser:
                        "specbatch simulate --policy tetris --k 3 --extra 1 --verify block"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"specbatch {__version__}")
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     modules = {COMMANDS[name][0] for name in (COMMANDS if load is None else load)
                if name in COMMANDS}

@@ -30,15 +30,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.inputs import load_json_file
 from specbatch.io import atomic_write, write_json
-from specbatch.traces.format.parquet_columns import column, read_table
+from specbatch.traces.format import trace_cache
 from specbatch.traces.format.trace import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -52,6 +51,9 @@ from specbatch.traces.format.trace import (
     check_requests,
     make_trace,
 )
+
+if TYPE_CHECKING:  # pyarrow loads where Parquet is read or written, not for a cached trace
+    import pyarrow as pa
 
 #: The names of the trace files and their readers and writers (the in-memory trace and its
 #: checks: :mod:`specbatch.traces.format.trace`).
@@ -85,6 +87,9 @@ def write_meta(directory: str | os.PathLike, meta: dict) -> None:
 
 def write_requests(directory: str | os.PathLike, requests: dict) -> None:
     """Write ``requests.parquet`` atomically.  requests: the five request arrays # [R] each."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     n = len(requests["request_id"])
     arrival = requests.get("arrival")
     table = pa.table({
@@ -116,6 +121,9 @@ def write_positions(
     float_dtype: "float64" (default, round trip is bit-identical) or "float32" (half the
                  size; the reader widens to float64)
     """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     require(float_dtype in ("float64", "float32"),
             f"float_dtype: expected 'float64' or 'float32', got {float_dtype!r}")
     name = (
@@ -208,9 +216,18 @@ def read_trace(path: str | os.PathLike) -> Trace:
     """Load a trace directory (``"default"`` and bundled names are resolved), fully validated.
 
     Files are read with pyarrow into contiguous numpy arrays (``[rows, K]`` from the flattened
-    list values, no per-row Python loop); rows are ordered by request then position.
+    list values, no per-row Python loop); rows are ordered by request then position. The
+    checked trace is kept in the cache folder and read back from there while the folder's
+    files and the reader stay as they were (:mod:`specbatch.traces.format.trace_cache`: the
+    same arrays, without pyarrow).
     """
-    return validate_trace(path)
+    directory = Path(resolve_trace(path))
+    at = trace_cache.entry(directory)
+    trace = trace_cache.load(at)
+    if trace is None:
+        trace = validate_trace(directory)
+        trace_cache.store(at, trace)
+    return trace
 
 
 def validate_trace(path: str | os.PathLike) -> Trace:
@@ -291,20 +308,30 @@ def _read_meta(path: Path) -> dict:
 
 
 def _read_requests(path: Path) -> dict:
+    from specbatch.traces.format.parquet_columns import column, numbers, read_table
+
     table = read_table(path)
     req = {
         "request_id": _int64_column(table, path, "request_id"),
         "prompt_len": _int64_column(table, path, "prompt_len"),
         "output_len": _int64_column(table, path, "output_len"),
         "category": np.asarray(column(table, path, "category", "string").to_pylist(), dtype=object),
-        "arrival": column(table, path, "arrival", "float").to_numpy(zero_copy_only=False)
-                   .astype(np.float64),
+        "arrival": numbers(column(table, path, "arrival", "float")).astype(np.float64),
     }
     check_requests(req, str(path))
     return req
 
 
 def _read_positions(path: Path, k: int) -> dict:
+    import pyarrow as pa
+
+    from specbatch.traces.format.parquet_columns import (
+        list_lengths,
+        list_values,
+        numbers,
+        read_table,
+    )
+
     table = read_table(path)
     out = {
         "request_id": _int64_column(table, path, "request_id"),
@@ -332,15 +359,15 @@ def _read_positions(path: Path, k: int) -> dict:
             require(typ.list_size == k, f"file {path}: field {name}: expected lists of length "
                     f"K = {k} (meta depth), got fixed length {typ.list_size}")
         else:
-            lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
+            lengths = list_lengths(arr)
             bad = np.flatnonzero(lengths != k)
             require(bad.size == 0, f"file {path}: field {name}: expected lists of length K = {k} "
                     f"(meta depth), got {int(lengths[bad[0]]) if bad.size else 0} at row "
                     f"{int(bad[0]) if bad.size else 0}")
-        values = arr.flatten()
+        values = list_values(arr)
         require(values.null_count == 0, f"file {path}: field {name}: expected no null "
                 f"entries, got {values.null_count}")
-        flat = values.to_numpy(zero_copy_only=False)
+        flat = numbers(values)
         if name == "draft_token":  # range-checked by make_trace before narrowing to int32
             out[name] = as_int(flat, str(path), name).reshape(n, k)
         else:
@@ -352,7 +379,9 @@ def _read_positions(path: Path, k: int) -> dict:
 
 def _int64_column(table: pa.Table, path: Path, name: str) -> np.ndarray:
     """Integer column ``name`` as int64, refusing unsigned values that int64 cannot hold."""
-    return as_int(column(table, path, name, "integer").to_numpy(), str(path), name)
+    from specbatch.traces.format.parquet_columns import column, numbers
+
+    return as_int(numbers(column(table, path, name, "integer")), str(path), name)
 
 
 def _order_rows(request_id: np.ndarray, position: np.ndarray, req: dict, where: str) -> np.ndarray:

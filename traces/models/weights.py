@@ -33,9 +33,14 @@ from pathlib import Path
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.inputs import check_regular_file, load_json_file
-from specbatch.io import atomic_write, prepare_output_dir, write_json
+from specbatch.io import (  # noqa: F401 (CACHE_ENV, cache_dir: this module's names too)
+    CACHE_ENV,
+    atomic_write,
+    cache_dir,
+    prepare_output_dir,
+    write_json,
+)
 
-CACHE_ENV = "SPECBATCH_CACHE"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja",
                    "generation_config.json")
@@ -80,13 +85,6 @@ RECIPES: dict[str, WeightsRecipe] = {
         upstream="google/gemma-3-270m",
     ),
 }
-
-
-def cache_dir(cache: str | os.PathLike | None = None) -> Path:
-    """``cache``, else ``$SPECBATCH_CACHE``, else ``~/.cache/specbatch``."""
-    if cache is None:
-        cache = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "specbatch"
-    return Path(cache)
 
 
 def recipe(name: str) -> WeightsRecipe:

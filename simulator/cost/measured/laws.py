@@ -48,11 +48,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from specbatch.simulator.cost.gpus.catalogue import GPUS
+
+if TYPE_CHECKING:  # the laws are fitted on DataFrames; evaluating them needs no pandas
+    import pandas as pd
 
 GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 SMALL_OPS = ("emb", "input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")

@@ -26,10 +26,10 @@ from specbatch.simulator.cost.measured.laws import (
     gemm_seconds,
     small_op_bytes,
 )
+from specbatch.simulator.cost.measured.validated import VALIDATION, validation  # noqa: F401
 from specbatch.traces.models.model_shape import ModelShape
 from specbatch.traces.public.vidur_profiles import OPS, load_public_profiles
 
-VALIDATION = Path(__file__).parent / "data" / "calibrated_validation.json"
 #: The laws fitted on every bundled model per GPU (benchmarks/cost_vs_public.py --write).
 LAWS = Path(__file__).parent / "data" / "calibrated_laws.json"
 #: vLLM's custom all-reduce (vllm/distributed/device_communicators/custom_all_reduce.py,
@@ -112,15 +112,6 @@ def curve_seconds(curve: tuple[np.ndarray, np.ndarray], nbytes: float) -> float:
         law = fit_allreduce(sizes[-4:], times[-4:])
         return float(times[-1] + (nbytes - sizes[-1]) / law.bandwidth)
     return float(np.exp(np.interp(np.log(nbytes), np.log(sizes), np.log(times))))
-
-
-@functools.lru_cache(maxsize=1)
-def validation() -> dict:
-    """The validated errors benchmarks/cost_vs_public.py wrote ({} when absent)."""
-    try:
-        return json.loads(VALIDATION.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def sparse(shape: ModelShape) -> bool:
