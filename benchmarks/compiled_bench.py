@@ -16,9 +16,10 @@ Then the start-up of a 10-request ``specbatch simulate --json`` process (CPU sec
 kernel loaded from its cache).
 
 With ``--processes``, whole ``specbatch simulate`` processes as
-benchmarks/vidur_side_by_side.py runs them (Vidur's flags; lean ``--json`` and written
-``--out DIR``), ``--engine numpy`` against ``--engine auto``, CPU seconds from ``os.wait4``:
-the specbatch side of the Vidur pairings under both engines, in the same run.
+benchmarks/vidur_side_by_side.py runs them (Vidur's flags; one simulation each,
+``--sensitivity off``; lean ``--json`` and written ``--out DIR``), ``--engine numpy`` against
+``--engine auto``, CPU seconds from ``os.wait4``: the specbatch side of the Vidur pairings under
+both engines, in the same run.
 
 ``--policies`` may also name the engines' chain policies of :data:`POLICIES`: vLLM's and
 TensorRT-LLM's batch-size tables (``vllm-schedule``, ``trt-schedule``: K = 3 / 2 / 1 as the
@@ -152,8 +153,8 @@ def process_cpu(argv: list[str]) -> float:
 def process_rows(sim_bench, workload: Path, requests: int, pairings: list[str],
                  policies: list[str], repeat: int) -> list[dict]:
     """Whole ``specbatch simulate`` processes as vidur_side_by_side.py runs them (Vidur's
-    flags, each pairing and policy, lean: ``--json``; written: ``--out DIR``), under
-    ``--engine numpy`` and ``--engine auto`` alternately; best CPU of ``repeat`` each."""
+    flags, one simulation, each pairing and policy, lean: ``--json``; written: ``--out DIR``),
+    under ``--engine numpy`` and ``--engine auto`` alternately; best CPU of ``repeat`` each."""
     rows = []
     out = Path(tempfile.mkdtemp(prefix="compiled_bench_"))
     for pairing in pairings:
@@ -165,8 +166,8 @@ def process_rows(sim_bench, workload: Path, requests: int, pairings: list[str],
                         argv = ["simulate", "--workload", str(workload), "--requests",
                                 str(requests), *sim_bench.VIDUR_FLAGS,
                                 *sim_bench.flags(sim_bench.SETTINGS[pairing]),
-                                *sim_bench.flags(POLICIES[policy]), "--engine", engine,
-                                "--json"]
+                                *sim_bench.flags(POLICIES[policy]), "--sensitivity", "off",
+                                "--engine", engine, "--json"]
                         if mode == "written":
                             argv += ["--out", str(out / f"{pairing}-{policy}-{engine}"),
                                      "--force"]

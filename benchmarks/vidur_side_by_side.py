@@ -10,15 +10,22 @@ two schedulers' settings (issue 35, item 2):
   ``--max-num-seqs 64 --max-num-batched-tokens 4096`` with ``ar``, ``fixed k=3`` and
   ``tetris k=3 e=1``;
 - ``sarathi``: Vidur's default (Sarathi, batch cap 128, 512-token chunks); specbatch
-  ``--max-num-seqs 128 --max-num-batched-tokens 512`` with ``ar`` and ``tetris k=3 e=1``.
+  ``--max-num-seqs 128 --max-num-batched-tokens 512`` with the same three policies.
+
+Every specbatch run passes ``--sensitivity off``: under ``auto`` the CLI reruns an open-loop
+workload of <= 20,000 requests at step times x0.95 and x1.05 (three simulations, not one),
+and Vidur runs one. ``--engines`` picks specbatch's engine per run (``auto``, the default,
+runs the compiled vllm-v1 loop where it applies and numba is installed; ``numpy`` the
+reference engine; ``auto,numpy`` both, in the same rounds); the table shows which engine ran
+(``engine_ran`` of the ``--json`` summary) and a failed run if it was not the one asked for.
 
 Each in two modes: ``written`` (Vidur's default metrics: CSVs, plots, Chrome trace;
 specbatch ``--out DIR``) and ``lean`` (Vidur ``--no-metrics_config_write_metrics
 --no-metrics_config_store_plots --no-metrics_config_enable_chrome_trace``; specbatch without
 ``--out``). Every run is its own process, started from this script; its wall time, CPU
 seconds (user + system) and peak RSS come from ``os.wait4``. Rounds interleave the two sides
-(Vidur, then each specbatch policy, per pairing and mode; ``--repeat`` rounds, >= 3 by
-default) so that load drifts on a shared machine hit both alike; the table gives the median of
+(Vidur, then each specbatch policy and engine, per pairing and mode; ``--repeat`` rounds, 3
+by default) so that load drifts on a shared machine hit both alike; the table gives the median of
 the rounds and the same-run ratio Vidur / specbatch of those medians.
 
 Vidur is not a dependency of specbatch: point ``--vidur-root`` at a checkout of
@@ -40,12 +47,15 @@ Vidur then trains its own random forests on it as it would on a measured file; t
 which file was used. Vidur's non-attention timings (``mlp.csv``) are its own measured ones.
 Vidur trains and caches its models and prediction tables on first use (``--work``/cache):
 one untimed warm-up run per pairing precedes the timed rounds, so the rounds time the
-simulation, not the one-off training. ``--fast-training`` narrows Vidur's hyper-parameter
+simulation, not the one-off training. Likewise one untimed lean specbatch run per pairing,
+policy and engine loads (on first use compiles) the numba kernel into its cache
+(``SPECBATCH_CACHE``). ``--fast-training`` narrows Vidur's hyper-parameter
 search (one forest setting, 2-fold) so that the warm-up takes minutes instead of the default
 grid's tens of minutes on 2 cores; it changes the fitted forests, not the simulator's loop.
 
 Usage: .venv/bin/python benchmarks/vidur_side_by_side.py [--vidur-root DIR] [--vidur-python PY]
-       [--repeat 3] [--requests N] [--pairings vllm,sarathi] [--modes written,lean] [--json]
+       [--repeat 3] [--requests N] [--pairings vllm,sarathi] [--modes written,lean]
+       [--engines auto,numpy] [--fast-training] [--work DIR] [--json]
 """
 
 from __future__ import annotations
@@ -83,7 +93,9 @@ VIDUR_SCHEDULERS = {
 }
 #: specbatch policies per pairing (names of sim_bench.POLICIES).
 PAIRING_POLICIES = {"vllm": ["ar", "fixed k=3", "tetris k=3 e=1"],
-                    "sarathi": ["ar", "tetris k=3 e=1"]}
+                    "sarathi": ["ar", "fixed k=3", "tetris k=3 e=1"]}
+#: specbatch's engines (``--engine``): auto = compiled where it applies, numpy the reference.
+ENGINES = ("auto", "compiled", "numpy")
 #: Vidur's flags that write nothing (MetricsConfig booleans, argparse BooleanOptionalAction).
 VIDUR_LEAN = ["--no-metrics_config_write_metrics", "--no-metrics_config_store_plots",
               "--no-metrics_config_enable_chrome_trace"]
@@ -205,15 +217,16 @@ def vidur_args(root: Path, trace: Path, pairing: str, mode: str, work: Path,
 
 
 def specbatch_args(sim_bench, workload: Path, requests: int, pairing: str, policy: str,
-                   mode: str, work: Path) -> list[str]:
-    """One ``specbatch simulate`` command line (after ``python -m specbatch``)."""
+                   mode: str, work: Path, engine: str = "auto") -> list[str]:
+    """One ``specbatch simulate`` command line (after ``python -m specbatch``): one
+    simulation (``--sensitivity off``) on ``engine``."""
     setting = sim_bench.SETTINGS[pairing]
     fields = sim_bench.POLICIES[policy]
     args = ["simulate", "--workload", str(workload), "--requests", str(requests),
             *sim_bench.VIDUR_FLAGS, *sim_bench.flags(setting), *sim_bench.flags(fields),
-            "--json"]
+            "--sensitivity", "off", "--engine", engine, "--json"]
     if mode == "written":
-        label = f"{pairing}-{policy}".replace(" ", "_").replace("=", "")
+        label = f"{pairing}-{policy}-{engine}".replace(" ", "_").replace("=", "")
         args += ["--out", str(work / "specbatch-out" / label), "--force"]
     return args
 
@@ -269,6 +282,13 @@ def measure(args, sim_bench, work: Path, trace: Path, requests: int,
         runs[(pairing, "warm-up")] = warm
         log(args, f"{pairing}: Vidur warm-up (trains and caches its models) "
             f"{warm['wall_s']:.1f} s wall, rc {warm['rc']} {warm.get('error', '')}")
+        for policy in PAIRING_POLICIES[pairing]:
+            for engine in args.engines:
+                warm = spec_run(spec_cmd + specbatch_args(
+                    sim_bench, args.workload, requests, pairing, policy, "lean", work, engine),
+                    work, spec_env, engine)
+                log(args, f"{pairing} {policy} {engine}: specbatch warm-up (loads the kernel) "
+                    f"{brief(warm)}")
     for round_ in range(args.repeat):
         for pairing in args.pairings:
             for mode in args.modes:
@@ -278,34 +298,48 @@ def measure(args, sim_bench, work: Path, trace: Path, requests: int,
                 runs.setdefault((pairing, mode, "vidur"), []).append(row)
                 log(args, f"round {round_ + 1} {pairing} {mode} vidur: {brief(row)}")
                 for policy in PAIRING_POLICIES[pairing]:
-                    row = run_process(spec_cmd + specbatch_args(
-                        sim_bench, args.workload, requests, pairing, policy, mode, work),
-                        work, spec_env)
-                    if row["rc"] == 0:
-                        summary = json.loads(row["stdout"])
-                        row.update(steps=summary.get("steps"), tokens=summary.get("tokens"),
-                                   preemptions=summary.get("preemptions"),
-                                   makespan_s=summary.get("makespan"))
-                    runs.setdefault((pairing, mode, policy), []).append(row)
-                    log(args, f"round {round_ + 1} {pairing} {mode} {policy}: {brief(row)}")
+                    for engine in args.engines:
+                        row = spec_run(spec_cmd + specbatch_args(
+                            sim_bench, args.workload, requests, pairing, policy, mode, work,
+                            engine), work, spec_env, engine)
+                        runs.setdefault((pairing, mode, policy, engine), []).append(row)
+                        log(args, f"round {round_ + 1} {pairing} {mode} {policy} {engine}: "
+                            f"{brief(row)}")
     return table(args, runs)
 
 
+def spec_run(argv: list[str], cwd: Path, env: dict, engine: str) -> dict:
+    """One specbatch process (:func:`run_process`) with its summary's steps, tokens,
+    preemptions, makespan and ``engine_ran``; a failure when ``engine`` is ``compiled`` or
+    ``numpy`` and another engine ran."""
+    row = run_process(argv, cwd, env)
+    if row["rc"] == 0:
+        summary = json.loads(row["stdout"])
+        row.update(steps=summary.get("steps"), tokens=summary.get("tokens"),
+                   preemptions=summary.get("preemptions"), makespan_s=summary.get("makespan"),
+                   engine_ran=summary.get("engine_ran"))
+        if engine != "auto" and row["engine_ran"] != engine:
+            row.update(rc=1, error=f"--engine {engine} ran {row['engine_ran']}")
+    return row
+
+
 def table(args, runs: dict) -> list[dict]:
-    """One row per (pairing, mode, policy): both sides' medians and Vidur / specbatch."""
+    """One row per (pairing, mode, policy, engine): both sides' medians and Vidur / specbatch."""
     rows = []
     for pairing in args.pairings:
         for mode in args.modes:
-            vidur = median_row(runs[(pairing, mode, "vidur")])
-            for policy in PAIRING_POLICIES[pairing]:
-                spec_runs = runs[(pairing, mode, policy)]
+            vidur_runs = runs[(pairing, mode, "vidur")]
+            vidur = median_row(vidur_runs)
+            cases = [(p, e) for p in PAIRING_POLICIES[pairing] for e in args.engines]
+            for policy, engine in cases:
+                spec_runs = runs[(pairing, mode, policy, engine)]
                 spec = median_row(spec_runs)
-                row = {"pairing": pairing, "mode": mode, "policy": policy, "vidur": vidur,
-                       "specbatch": spec,
-                       "steps": spec_runs[-1].get("steps"),
+                row = {"pairing": pairing, "mode": mode, "policy": policy, "engine": engine,
+                       "engine_ran": spec_runs[-1].get("engine_ran"), "vidur": vidur,
+                       "specbatch": spec, "steps": spec_runs[-1].get("steps"),
                        "preemptions": spec_runs[-1].get("preemptions"),
-                       "makespan_s": {"vidur": runs[(pairing, mode, "vidur")][-1].get(
-                           "makespan_s"), "specbatch": spec_runs[-1].get("makespan_s")}}
+                       "makespan_s": {"vidur": vidur_runs[-1].get("makespan_s"),
+                                      "specbatch": spec_runs[-1].get("makespan_s")}}
                 if vidur["rc"] == 0 and spec["rc"] == 0:
                     row["ratio"] = {key: vidur[key] / spec[key]
                                     for key in ("wall_s", "cpu_s", "rss_mib")}
@@ -341,19 +375,21 @@ def print_table(out: dict) -> None:
     m = out["machine_before"]
     print(f"machine: {m['cpus']} CPUs, load {m['load_1_5_15'][0]:.1f} before and "
           f"{out['machine_after']['load_1_5_15'][0]:.1f} after; threads {m['threads']}")
-    print(f"{'pairing':>8} {'mode':>7} {'policy':>15} | {'Vidur wall':>10} {'CPU s':>6} "
-          f"{'RSS MiB':>7} | {'spec wall':>9} {'CPU s':>6} {'RSS MiB':>7} | "
+    print(f"{'pairing':>8} {'mode':>7} {'policy':>15} {'engine':>8} | {'Vidur wall':>10} "
+          f"{'CPU s':>6} {'RSS MiB':>7} | {'spec wall':>9} {'CPU s':>6} {'RSS MiB':>7} | "
           f"{'wall x':>6} {'CPU x':>6} {'RSS x':>6} | {'steps':>6} {'preempt':>7} | "
           f"simulated makespan s (Vidur / specbatch)")
     for row in out["rows"]:
         v, s = row["vidur"], row["specbatch"]
         if "ratio" not in row:
-            print(f"{row['pairing']:>8} {row['mode']:>7} {row['policy']:>15} | failed: "
+            print(f"{row['pairing']:>8} {row['mode']:>7} {row['policy']:>15} "
+                  f"{row['engine']:>8} | failed: "
                   f"Vidur {v.get('error', 'ok')}; specbatch {s.get('error', 'ok')}")
             continue
         r = row["ratio"]
-        print(f"{row['pairing']:>8} {row['mode']:>7} {row['policy']:>15} | "
-              f"{v['wall_s']:>10.2f} {v['cpu_s']:>6.2f} {v['rss_mib']:>7.0f} | "
+        print(f"{row['pairing']:>8} {row['mode']:>7} {row['policy']:>15} "
+              f"{row['engine_ran']!s:>8} | {v['wall_s']:>10.2f} {v['cpu_s']:>6.2f} "
+              f"{v['rss_mib']:>7.0f} | "
               f"{s['wall_s']:>9.2f} {s['cpu_s']:>6.2f} {s['rss_mib']:>7.0f} | "
               f"{r['wall_s']:>5.1f}x {r['cpu_s']:>5.1f}x {r['rss_mib']:>5.1f}x | "
               f"{row['steps']!s:>6} {row['preemptions']!s:>7} | "
@@ -375,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds (median)")
     parser.add_argument("--pairings", default="vllm,sarathi")
     parser.add_argument("--modes", default="written,lean")
+    parser.add_argument("--engines", default="auto",
+                        help="specbatch --engine per run, comma-separated: auto, compiled, numpy")
     parser.add_argument("--fast-training", action="store_true",
                         help="narrow Vidur's one-off forest search (module docstring)")
     parser.add_argument("--work", type=Path, default=None,
@@ -384,12 +422,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.pairings = [p for p in args.pairings.split(",") if p]
     args.modes = [m for m in args.modes.split(",") if m]
+    args.engines = [e for e in args.engines.split(",") if e]
     for p in args.pairings:
         if p not in VIDUR_SCHEDULERS:
             parser.error(f"--pairings {p!r}: expected vllm or sarathi")
     for m in args.modes:
         if m not in ("written", "lean"):
             parser.error(f"--modes {m!r}: expected written or lean")
+    for e in args.engines:
+        if e not in ENGINES:
+            parser.error(f"--engines {e!r}: expected one of {', '.join(ENGINES)}")
     if not args.workload.is_file():
         print(f"workload {args.workload} not found: skipped")
         return 0
@@ -412,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fast_training:
         described += "; forests trained with --fast-training"
     out = {"workload": str(args.workload), "requests": requests, "repeat": args.repeat,
+           "engines": args.engines,
            "attention": described, "machine_before": machine()}
     out["rows"] = measure(args, sim_bench, work, trace, requests, attention)
     out["machine_after"] = machine()

@@ -1,10 +1,13 @@
 """benchmarks/vidur_side_by_side.py's own pieces (Vidur itself never runs in the suite): the
 attention file that replaces Vidur's missing profile prices hand-computed cells, the workload
-reaches Vidur row for row, and without Vidur the script says so and exits 0."""
+reaches Vidur row for row, specbatch's command lines parse and time one simulation on the engine
+asked for, and without Vidur the script says so and exits 0."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -56,6 +59,32 @@ def test_the_workload_reaches_vidur_row_for_row(bench, tmp_path):
     assert pd.read_csv(out).to_dict("list") == {
         "arrived_at": [0.1, 0.2], "num_prefill_tokens": [395, 1030],
         "num_decode_tokens": [112, 403]}
+
+
+def test_specbatch_runs_one_simulation_on_the_engine_asked(bench, tmp_path):
+    from specbatch.cli import parse_command
+
+    sim_bench = bench.load_sim_bench()
+    workload = tmp_path / "w.csv"
+    workload.write_text("prompt_len,output_len,arrival\n40,6,0.0\n25,9,0.01\n60,4,0.02\n")
+    # all six pairings: vLLM's and Sarathi's settings x ar, fixed k=3, tetris k=3 e=1
+    assert bench.PAIRING_POLICIES == {p: ["ar", "fixed k=3", "tetris k=3 e=1"]
+                                      for p in ("vllm", "sarathi")}
+    for pairing, policies in bench.PAIRING_POLICIES.items():
+        for policy in policies:
+            for mode in ("lean", "written"):
+                argv = bench.specbatch_args(sim_bench, workload, 3, pairing, policy, mode,
+                                            tmp_path, "numpy")
+                _, args = parse_command(argv)  # the current CLI takes every flag
+                assert args.sensitivity == "off" and args.engine == "numpy"
+                assert (args.out is not None) == (mode == "written")
+    argv = bench.specbatch_args(sim_bench, workload, 3, "sarathi", "tetris k=3 e=1", "written",
+                                tmp_path, "numpy")
+    row = bench.spec_run([sys.executable, "-m", "specbatch", *argv], tmp_path,
+                         dict(os.environ), "numpy")
+    assert row["rc"] == 0 and row["engine_ran"] == "numpy" and row["steps"] > 0
+    assert row["cpu_s"] > 0 and row["rss_mib"] > 0
+    assert (tmp_path / "specbatch-out" / "sarathi-tetris_k3_e1-numpy").is_dir()
 
 
 def test_without_vidur_it_says_so_and_exits_0(bench, tmp_path, capsys):
