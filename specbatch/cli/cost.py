@@ -110,7 +110,7 @@ AIC_FLAGS = (
 
 #: ``cost show``'s flags in --help order.
 SHOW_FLAGS = (
-    flag("--cost", default="roofline", choices=("roofline", "profiled", "calibrated"),
+    flag("--cost", default="roofline", choices=("roofline", "profiled", "calibrated", "aic"),
          help="cost model (default %(default)s; calibrated: bundled public GPU "
               "profiles + calibrated roofline, simulator/cost/measured/calibrated.py)"),
     flag("--profile", help="latency profile for --cost profiled, or a "
@@ -278,8 +278,9 @@ def run_import_aic(args) -> int:
     write_laws(result, args.out, force=args.force)
     table = {name: {"vllm_version": s["vllm_version"], "laws": len(s["laws"])}
              for name, s in result["systems"].items()}
-    lines = [f"wrote {args.out}/: laws.json, PROVENANCE.json ({len(result['provenance']['files'])}"
-             " tables)"]
+    curves = sum(len(c) for c in result.get("curves", {}).values())
+    lines = [f"wrote {args.out}/: laws.json, {curves} curves, PROVENANCE.json "
+             f"({len(result['provenance']['files'])} tables)"]
     for name, s in result["systems"].items():
         lines.append(f"{name} (vLLM {s['vllm_version']}):")
         for law in s["laws"]:
