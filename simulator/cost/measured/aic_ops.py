@@ -4,7 +4,7 @@ An op of a fixed shape (a GEMM's (n, k), a MoE block's (h, I, E, k, tp, ep), an 
 GPU count) has a measured curve over its row coordinate x (GEMM rows m, MoE tokens, all-reduce
 elements): :class:`Curve`. Where the tables timed that exact shape, the curve is its measured
 points; otherwise the **transfer** estimator builds one (simulator.cost.measured.aic_laws): the
-fitted law of the op's family at the shape, times the mean measured/law ratio of the
+fitted law of the op's family at the shape, times the geometric-mean measured/law ratio of the
 :data:`~simulator.cost.measured.aic_laws.NEIGHBOURS` nearest timed shapes (Euclidean in log2
 of the shape columns) at each grid point (the neighbour's ratio interpolated in log x).
 
@@ -51,8 +51,16 @@ class Curve:
         if x <= g[0]:
             return float(s[0])
         if x >= g[-1]:
-            return float(s[-1]) if x == g[-1] else float(s[-1] * self.law(x) / self.law(g[-1]))
-        return interp(g, s, x, self.how)
+            if x == g[-1]:
+                return float(s[-1])
+            if self.law is None:  # no law: linear growth beyond the grid
+                return float(s[-1] * x / g[-1])
+            return float(s[-1] * self.law(x) / self.law(g[-1]))
+        i = int(np.searchsorted(g, x))
+        if g[i] == x:  # a measured point is itself
+            return float(s[i])
+        # within its bracket: exp(log) rounding never breaks the curve's monotonicity
+        return min(max(interp(g, s, x, self.how), float(s[i - 1])), float(s[i]))
 
 
 def interp(grid: np.ndarray, secs: np.ndarray, x: float, how: str = "loglog") -> float:
@@ -123,6 +131,9 @@ class ShapeCurves:
 
         def law(x: float, key=key, coef=coef) -> float:
             return float(self.law_seconds(key, np.array([x]), coef)[0])
+
+        if self.law is None:
+            law = None
 
         if key in self.points and not exclude:
             grid, secs = self.points[key]
