@@ -41,6 +41,8 @@ from specbatch.simulator.cost.measured.aic_laws import element_bytes
 from specbatch.simulator.cost.tabulated import AttentionLaw
 
 SHAPE = ("heads", "kv_heads", "head_dim")
+#: Whether the FLOPs and KV-byte terms overlap (max) or add (module docstring).
+OVERLAP = False
 #: Starting point of the fit: floor s, per request s, per request-head s, FLOP/s, bytes/s.
 START = (8e-6, 5e-8, 5e-9, 3e14, 2e12)
 
@@ -63,7 +65,7 @@ class AttnFit:
         return AttentionLaw(
             flops=4.0 * heads * head_dim * layers, flops_rate=self.flops_rate,
             kv=2.0 * kv_heads * head_dim * kv_bytes * layers, kv_rate=self.kv_rate,
-            overlap=True, floor=self.floor * layers,
+            overlap=OVERLAP, floor=self.floor * layers,
             per_request=(self.per_request + self.per_request_head * heads * head_dim / 128.0)
             * layers)
 
@@ -91,7 +93,8 @@ def predict(theta: np.ndarray, cols: tuple) -> np.ndarray:
     a, u, uh, inv_pi, inv_beta = theta
     compute = 4.0 * h * d * (sqkv + 0.5 * (sqq + sq)) * inv_pi
     memory = 2.0 * hkv * d * e * (skv + 2.0 * sq) * inv_beta
-    return a + n * (u + uh * h * d / 128.0) + np.maximum(compute, memory)
+    body = compute + memory if not OVERLAP else np.maximum(compute, memory)
+    return a + n * (u + uh * h * d / 128.0) + body
 
 
 def fit_attention(decode: pd.DataFrame, prefill: pd.DataFrame) -> AttnFit:

@@ -122,12 +122,13 @@ class ShapeCurves:
         x = features(self.family, rows.assign(**self.extra))
         return fit_relative(x, rows["latency_s"].to_numpy(dtype=np.float64))
 
-    def curve(self, key: tuple, exclude: bool = False, how: str = "loglog") -> Curve:
+    def curve(self, key: tuple, exclude: bool = False, how: str = "loglog",
+              refit: bool = False) -> Curve:
         """The curve of shape ``key``: measured where timed (unless ``exclude``: the held-out
-        check prices a timed shape as if it were not, with the law refitted without it), else
-        the transfer (module docstring)."""
+        check prices a timed shape as if it were not, its own rows out of the neighbours and,
+        with ``refit``, out of the law too), else the transfer (module docstring)."""
         key = tuple(int(v) for v in key)
-        coef = self.refit(key) if exclude and self.law is not None else None
+        coef = self.refit(key) if exclude and refit and self.law is not None else None
 
         def law(x: float, key=key, coef=coef) -> float:
             return float(self.law_seconds(key, np.array([x]), coef)[0])
