@@ -42,10 +42,13 @@ TARGET = 0.08
 SHAPE = ["heads", "kv_heads", "head_dim"]
 
 
-def record(err: np.ndarray, check: str, **extra) -> dict:
-    err = np.asarray(err, dtype=np.float64)
-    return {"mape": round(float(err.mean()), 4), "p90": round(float(np.percentile(err, 90)), 4),
-            "rows": int(err.size), "check": check, **extra}
+def record(signed: np.ndarray, check: str, **extra) -> dict:
+    """MAPE, mean signed error, p90 of |error| of signed relative errors # [rows]."""
+    signed = np.asarray(signed, dtype=np.float64)
+    err = np.abs(signed)
+    return {"mape": round(float(err.mean()), 4), "mean_signed": round(float(signed.mean()), 4),
+            "p90": round(float(np.percentile(err, 90)), 4), "rows": int(err.size),
+            "check": check, **extra}
 
 
 def curve_checks(system: str, family: str, dtype: str) -> dict:
@@ -58,10 +61,10 @@ def curve_checks(system: str, family: str, dtype: str) -> dict:
         lins.append(interp_check(grid, mono, "linear"))
         curve = sc.curve(key, exclude=True)
         pred = np.array([curve.at(float(x)) for x in grid])
-        trans.append(np.abs(pred / secs - 1.0))
+        trans.append(pred / secs - 1.0)
     log, lin = np.concatenate(logs), np.concatenate(lins)
     return {"measured": record(log, "each interior grid point left out, log-log from its "
-                                    "neighbours", linear_mape=round(float(lin.mean()), 4),
+                                    "neighbours", linear_mape=round(float(np.abs(lin).mean()), 4),
                                shapes=len(sc.points)),
             "transfer": record(np.concatenate(trans), "each timed shape left out, priced from "
                                                       "its 2 nearest (law x ratio)",
@@ -82,7 +85,7 @@ def attention_checks(system: str, kv: str, head_dim: int = 128) -> dict | None:
         fit = fit_attention(d[md], p[mp])
         t = np.concatenate([d["latency_s"].to_numpy()[md], p["latency_s"].to_numpy()[mp]])
         pred = seconds(fit, d[md], p[mp])
-        e = np.abs(pred / t - 1.0)
+        e = pred / t - 1.0
         abs_err, total = abs_err + float(np.abs(pred - t).sum()), total + float(t.sum())
         own_d.append(e[:int(md.sum())])
         own_p.append(e[int(md.sum()):])
@@ -91,8 +94,8 @@ def attention_checks(system: str, kv: str, head_dim: int = 128) -> dict | None:
     both = np.concatenate([own_d, own_p])
     return record(both, "one law over the sums fitted on the head shape's own decode + "
                         f"prefill rows (head width {head_dim}, serving range)",
-                  decode_mape=round(float(own_d.mean()), 4),
-                  prefill_mape=round(float(own_p.mean()), 4),
+                  decode_mape=round(float(np.abs(own_d).mean()), 4),
+                  prefill_mape=round(float(np.abs(own_p).mean()), 4),
                   time_weighted=round(abs_err / total, 4),
                   loso_decode_mape=round(float(loso["decode"].mean()), 4),
                   loso_prefill_mape=round(float(loso["prefill"].mean()), 4),

@@ -190,8 +190,9 @@ def source_line(sources: dict) -> str:
     for role in ("target", "draft"):
         s = sources.get(role, {})
         checked = (s.get("layers") or {}).get("validated") or s.get("validated") or {}
-        err = (f" (validated MAPE {100 * checked['mape']:.1f} %, mean "
-               f"{100 * checked['mean_signed']:+.1f} %)"
+        signed = checked.get("mean_signed") if isinstance(checked, dict) else None
+        err = (f" (validated MAPE {100 * checked['mape']:.1f} %"
+               + (f", mean {100 * signed:+.1f} %" if signed is not None else "") + ")"
                if isinstance(checked, dict) and checked.get("mape") is not None else "")
         unchecked = (s.get("layers") or {}).get("not_validated")  # outside that error
         rest = f", {unchecked} (not validated)" if unchecked else ""

@@ -71,12 +71,12 @@ def interp(grid: np.ndarray, secs: np.ndarray, x: float, how: str = "loglog") ->
 
 
 def interp_check(grid: np.ndarray, secs: np.ndarray, how: str) -> np.ndarray:
-    """|relative error| of each interior point left out and interpolated from its two
+    """Signed relative error of each interior point left out and interpolated from its two
     neighbours # [G - 2] (twice the spacing the cost interpolates over)."""
     out = np.empty(max(len(grid) - 2, 0))
     for i in range(1, len(grid) - 1):
         keep = np.r_[0:i, i + 1:len(grid)]
-        out[i - 1] = abs(interp(grid[keep], secs[keep], float(grid[i]), how) / secs[i] - 1.0)
+        out[i - 1] = interp(grid[keep], secs[keep], float(grid[i]), how) / secs[i] - 1.0
     return out
 
 
