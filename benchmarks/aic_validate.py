@@ -6,6 +6,9 @@
 Data: the bundled compact AIConfigurator curves (traces/data/aiconfigurator/curves; fitted and
 judged on them only). Per estimator (simulator.cost.measured.aic_ops, aic_attention):
 
+Every curve is judged against its cleaned points (aic_ops.monotone: non-decreasing by the
+suffix minimum, isolated upward spikes removed), the values the cost interpolates.
+
 - GEMM, MoE, **measured**: an op whose shape is timed is its measured curve interpolated in
   the row coordinate; judged by leaving each interior grid point out and interpolating it from
   its two neighbours (twice the spacing the cost interpolates over), log-log and linear (the
@@ -35,7 +38,7 @@ from specbatch.simulator.cost.measured.aic_attention import fit_attention, held_
 from specbatch.simulator.cost.measured.aic_cost import VALIDATION
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import COMMON_SYSTEMS, load_laws
-from specbatch.simulator.cost.measured.aic_ops import interp_check
+from specbatch.simulator.cost.measured.aic_ops import interp_check, monotone
 from specbatch.simulator.cost.measured.aic_pricer import attention_rows, shape_curves
 
 TARGET = 0.08
@@ -56,12 +59,12 @@ def curve_checks(system: str, family: str, dtype: str) -> dict:
     sc = shape_curves(system, family, dtype)
     logs, lins, trans = [], [], []
     for key, (grid, secs) in sc.points.items():
-        mono = np.maximum.accumulate(secs)
+        mono = monotone(secs)  # the cleaned curve: the truth of both checks
         logs.append(interp_check(grid, mono, "loglog"))
         lins.append(interp_check(grid, mono, "linear"))
         curve = sc.curve(key, exclude=True)
         pred = np.array([curve.at(float(x)) for x in grid])
-        trans.append(pred / secs - 1.0)
+        trans.append(pred / mono - 1.0)
     log, lin = np.concatenate(logs), np.concatenate(lins)
     return {"measured": record(log, "each interior grid point left out, log-log from its "
                                     "neighbours", linear_mape=round(float(np.abs(lin).mean()), 4),
@@ -104,7 +107,7 @@ def attention_checks(system: str, kv: str, head_dim: int = 128) -> dict | None:
 
 def allreduce_checks(system: str) -> dict | None:
     sc = shape_curves(system, "allreduce", "")
-    errs = [interp_check(g, np.maximum.accumulate(s), "loglog") for g, s in sc.points.values()]
+    errs = [interp_check(g, monotone(s), "loglog") for g, s in sc.points.values()]
     return record(np.concatenate(errs), "each message size left out, log-log from its "
                                         "neighbours", worlds=[k[0] for k in sc.points])
 

@@ -10,9 +10,9 @@ of the shape columns) at each grid point (the neighbour's ratio interpolated in 
 
 Between grid points a curve is interpolated **log-log** (linear in log x, log t), chosen over
 linear interpolation by the leave-one-point-out check of :func:`interp_check`
-(benchmarks/cost_vs_aic.py reports both); the measured seconds are first made non-decreasing
-(running maximum: a kernel switch can make m + 1 rows a few % cheaper than m; a pass with more
-tokens is never priced cheaper). Below the first grid point the first point's time (a floor);
+(benchmarks/aic_validate.py reports both); the measured seconds are first made non-decreasing
+(:func:`monotone`, the suffix minimum: a pass with more tokens is never priced cheaper, and an
+isolated slow outlier does not spread). Below the first grid point the first point's time (a floor);
 beyond the last, its time times the law's growth law(x) / law(x_last).
 """
 
@@ -61,6 +61,14 @@ class Curve:
             return float(s[i])
         # within its bracket: exp(log) rounding never breaks the curve's monotonicity
         return min(max(interp(g, s, x, self.how), float(s[i - 1])), float(s[i]))
+
+
+def monotone(secs: np.ndarray) -> np.ndarray:
+    """``secs`` # [G] made non-decreasing by the suffix minimum (t_i = min over j >= i of t_j):
+    a point slower than a later one is lowered to it. Chosen over the running maximum because
+    the tables hold isolated upward spikes (B200 fp8 GEMM (3072, 65536): 375 µs at m = 9
+    between 65 µs neighbours), which a running maximum would carry to every larger m."""
+    return np.minimum.accumulate(np.asarray(secs, dtype=np.float64)[::-1])[::-1]
 
 
 def interp(grid: np.ndarray, secs: np.ndarray, x: float, how: str = "loglog") -> float:
@@ -138,7 +146,7 @@ class ShapeCurves:
 
         if key in self.points and not exclude:
             grid, secs = self.points[key]
-            return Curve(grid, np.maximum.accumulate(secs), law,
+            return Curve(grid, monotone(secs), law,
                          f"measured {self.family} {dict(zip(self.shape_cols, key))}", how)
         if self.law is None:
             raise SpecbatchError(f"{self.family} {dict(zip(self.shape_cols, key))}: not timed "
@@ -151,9 +159,9 @@ class ShapeCurves:
         ratios = []
         for k in near:
             g, s = self.points[k]
-            r = np.log(s / self.law_seconds(k, g, coef))
+            r = np.log(monotone(s) / self.law_seconds(k, g, coef))
             ratios.append(np.interp(np.log(grid), np.log(g), r))  # held at the edges
         secs = self.law_seconds(key, grid, coef) * np.exp(np.mean(ratios, axis=0))
-        return Curve(grid, np.maximum.accumulate(secs), law,
+        return Curve(grid, monotone(secs), law,
                      f"transfer to {self.family} {dict(zip(self.shape_cols, key))} from "
                      f"{', '.join(str(k) for k in near)}", how)
