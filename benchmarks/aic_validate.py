@@ -29,7 +29,6 @@ part) and prints the markdown table docs/fidelity.md carries.
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 

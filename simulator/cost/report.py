@@ -7,7 +7,8 @@ them; ``attention``; ``experts``: a mixture of experts' routed experts, 0 for a 
 ``allreduce``; ``lm_head``; ``launch``) plus ``host`` (vLLM's host share,
 simulator.cost.features.host), summing to ``step_time``:
 
-- calibrated and aic (simulator.cost.measured.aic_cost): their own additive parts (:meth:`CalibratedCost.breakdown`), a mixture of
+- calibrated and aic (simulator.cost.measured.aic_cost): their own additive parts
+  (:meth:`CalibratedCost.breakdown`, :meth:`AicCost.breakdown`), a mixture of
   experts' routed experts moved from ``layers`` to ``experts``: the measured MoE block on the
   LLMServingSim GPUs, the expert GEMMs' share of the law's layers(Q) elsewhere.
 - roofline: the roofline is one max(compute, memory, host) plus fixed terms, so the bound

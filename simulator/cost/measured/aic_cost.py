@@ -83,8 +83,9 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
     (one line naming what is missing): the lead's default resolver falls back on it."""
     system = SYSTEM_OF.get(str(hardware_name).lower())
     if system is None:
+        covered = sorted(p for s, p in AIC_PRESETS.items() if load_curves(s))
         return (f"hardware {hardware_name!r} has no AIConfigurator vLLM tables bundled "
-                f"(covered: {', '.join(sorted(p for s, p in AIC_PRESETS.items() if load_curves(s)))})")
+                f"(covered: {', '.join(covered)})")
     curves = load_curves(system)
     if not curves or system not in load_laws():
         return f"hardware {hardware_name!r}: no curves of {system} bundled"
@@ -123,7 +124,8 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
             if ar is None or role_tp not in set(ar["num_gpus"]):
                 return f"{what}: no all-reduce curve of {role_tp} GPUs on {system}"
         if shape.heads % role_tp or (shape.kv_heads >= role_tp and shape.kv_heads % role_tp):
-            return f"{what}: {shape.heads} heads / {shape.kv_heads} KV heads do not split {role_tp} ways"
+            return (f"{what}: {shape.heads} heads / {shape.kv_heads} KV heads do not split "
+                    f"{role_tp} ways")
     return None
 
 
@@ -246,6 +248,8 @@ def role_sources(r: AicPricer, gpu: str, version: str) -> dict:
         gemms[name] = {"per_pass": count, "source": curve.source}
     measured = sum(1 for c in r.curves.values() if c[1].source.startswith("measured"))
     fam = f"{r.system}|gemm|{r.gemm_dtype}"
+    fitted_on = ("this head shape" if r.attention_how == "shape"
+                 else "every shape of this head width")
     small_src = ("calibrated small-op laws (Vidur profiles, "
                  f"{'own or proxy' if r.small_scale == 1.0 else 'H100 scaled by bandwidth'})")
     out = {"model": r.shape.name, "tp": r.tp,
@@ -257,8 +261,7 @@ def role_sources(r: AicPricer, gpu: str, version: str) -> dict:
                       or checked(fam),
                       "small_ops": {"source": small_src, "not_validated": "against AIC"}},
            "attention": {"source": f"{sysv} decode + prefill tables, one law over the batch "
-                                   f"sums ({r.kv_dtype} KV; fitted on "
-                                   f"{'this head shape' if r.attention_how == 'shape' else 'every shape of this head width'})",
+                                   f"sums ({r.kv_dtype} KV; fitted on {fitted_on})",
                          "validated": checked(f"{r.system}|attention|{r.kv_dtype}")},
            "lm_head": {"source": f"{sysv} bf16 GEMM, {r.head_curve.source}",
                        "validated": checked(f"{r.system}|gemm|bfloat16|transfer")},

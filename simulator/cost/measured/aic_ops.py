@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.cost.measured.aic_laws import NEIGHBOURS, Law, fit_relative, features
+from specbatch.simulator.cost.measured.aic_laws import NEIGHBOURS, Law, features, fit_relative
 
 #: family -> (the shape columns, the row coordinate).
 SHAPES = {"gemm": (("n", "k"), "m"),

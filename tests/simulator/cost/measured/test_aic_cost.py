@@ -52,7 +52,8 @@ def test_a_timed_shape_is_its_measured_curve_and_an_untimed_one_the_transfer():
                                    & (frame.m == 16)]["latency_s"].iloc[0]
     moved = curves.curve((768, 512))  # not timed: law x neighbours' ratio (1 here)
     assert moved.source.startswith("transfer")
-    by_hand = 1e-6 + 2 * 16 * 768 * 512 * 1e-14 + (2 * (16 * 512 + 768 * 512) + 2 * 16 * 768) * 1e-12
+    by_hand = (1e-6 + 2 * 16 * 768 * 512 * 1e-14
+               + (2 * (16 * 512 + 768 * 512) + 2 * 16 * 768) * 1e-12)
     assert moved.at(16.0) == pytest.approx(by_hand, rel=1e-12)
 
 
