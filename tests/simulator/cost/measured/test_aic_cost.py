@@ -16,7 +16,7 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.measured.aic_attention import AttnFit
 from specbatch.simulator.cost.measured.aic_cost import aic_covers
 from specbatch.simulator.cost.measured.aic_laws import Law
-from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves
+from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, monotone
 from specbatch.simulator.cost.registry import build_cost_model
 from specbatch.simulator.cost.tabulated import table_time
 from specbatch.traces.models.shapes import get_shape
@@ -28,6 +28,12 @@ def test_a_curve_interpolates_log_log_between_measured_points():
     assert curve.at(8.0) == pytest.approx(4e-5 * math.sqrt(2.0), rel=1e-12)  # t ∝ √m
     assert curve.at(32.0) == pytest.approx(8e-5 * 2.0, rel=1e-12)  # beyond: × law growth
     assert curve.at(0.5) == 1e-5  # below the grid: its floor
+
+
+def test_an_isolated_slow_outlier_does_not_spread():
+    # B200 fp8 GEMM (3072, 65536) has 375 µs at m = 9 between 65 µs neighbours
+    got = monotone(np.array([76.0, 65.5, 66.1, 375.1, 66.3, 66.1, 72.3]))
+    assert got.tolist() == [65.5, 65.5, 66.1, 66.1, 66.1, 66.1, 72.3]
 
 
 def synthetic_gemms() -> tuple[pd.DataFrame, Law]:
