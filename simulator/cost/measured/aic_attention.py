@@ -33,9 +33,10 @@ its long calls. With it, a fit's β no longer exceeds the GPU's DRAM bandwidth (
 The terms add (``overlap`` False): LLMServingSim's RTX PRO 6000 attention profile (mixed
 batches) is priced closer by the sum than by the max (benchmarks/aic_passes.py).
 :func:`held_out` judges it by leaving one head shape (H, H_kv, d) out: the law fitted on
-the other shapes predicts every row of the left-out one, decode and prefill reported apart. Decode row: B requests at one query token over c
-cached tokens (the table's ``step``): n = Σq = B, Σc = Σq·c = B·c, Σq² = B. Prefill row: B
-prompts of s tokens, nothing cached: n = B, Σq = B·s, Σc = Σq·c = 0, Σq² = B·s².
+the other shapes predicts every row of the left-out one, decode and prefill reported apart.
+Decode row: B requests at one query token over c cached tokens (the table's ``step``):
+n = Σq = B, Σc = Σq·c = B·c, Σq² = B. Prefill row: B prompts of s tokens, nothing cached:
+n = B, Σq = B·s, Σc = Σq·c = 0, Σq² = B·s².
 """
 
 from __future__ import annotations
