@@ -204,7 +204,8 @@ def register(subparsers) -> None:
                     "comm,moe}/vllm/<version>/*.parquet), fit per-op laws per GPU (attention "
                     "decode and prefill, GEMMs by dtype, all-reduce, MoE; "
                     "simulator/cost/measured/aic_laws.py) with their leave-one-shape-out "
-                    "errors, and write laws.json and PROVENANCE.json into OUT.",
+                    "errors, and write laws.json, the compact measured curves cost = \"aic\" "
+                    "reads (curves/<system>/<family>.parquet) and PROVENANCE.json into OUT.",
         examples=("specbatch cost import-aiconfigurator aiconfigurator/aic-core/src/"
                   "aiconfigurator_core/systems/data --system h100_sxm --out my-laws",
                   "specbatch cost import-aiconfigurator DATA --vllm-version 0.19.0 "
