@@ -80,7 +80,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 ARRIVALS = ("burst", "poisson", "gamma", "trace")
 ROUTERS = ("round_robin", "least_outstanding", "vllm_dp_lb")
 #: The ``cost`` field's names (simulator.cost.registry.COST_NAMES; "auto": simulator.cost.resolve).
-COSTS = ("auto", "roofline", "profiled", "calibrated")
+COSTS = ("auto", "roofline", "profiled", "calibrated", "aic")
 #: The ``engine`` field's values (simulator.engine.v1.compiled).
 ENGINES = ("auto", "compiled", "numpy")
 SAMPLINGS = ("auto", "in_order", "resample")

@@ -95,6 +95,25 @@ def build_calibrated(hardware: str, target: str, draft: str, tp: int, profile: s
                           quantization=quantization, kv_cache_dtype=kv_cache_dtype)
 
 
+def build_aic(hardware: str, target: str, draft: str, tp: int, profile: str | None,
+              execution: str = DEFAULT_EXECUTION, draft_weight_bits: int = FULL_WEIGHT_BITS,
+              routing_skew: float = 0.0, quantization: str = "none",
+              kv_cache_dtype: str = "auto"):
+    """The AIConfigurator model (simulator.cost.measured.aic_cost): every op from the bundled
+    measured vLLM op tables of the GPU; a one-line error naming what they do not cover (a GPU
+    without tables, MLA, sliding windows, other weight formats, ``routing_skew``, a
+    ``profile``)."""
+    from specbatch.simulator.cost.measured.aic_cost import AicCost
+
+    require(profile is None, f"cost 'aic': profile {profile!r} is read by the calibrated "
+            "model only; expected none")
+    require(routing_skew == 0, f"cost 'aic': routing_skew {routing_skew!r}: the MoE curves "
+            "bundled are balanced routing; expected 0")
+    return AicCost(get_hardware(hardware), get_shape(target), get_shape(draft), tp=tp,
+                   execution=execution, draft_weight_bits=draft_weight_bits,
+                   quantization=quantization, kv_cache_dtype=kv_cache_dtype)
+
+
 def check_profiled_precision(quantization: str, kv_cache_dtype: str) -> None:
     """The profiled model measured the precision it ran: refuse another one, naming it."""
     require(str(quantization).lower() == "none",
@@ -106,7 +125,7 @@ def check_profiled_precision(quantization: str, kv_cache_dtype: str) -> None:
 
 
 COST_MODELS = {"roofline": build_roofline, "profiled": build_profiled,
-               "calibrated": build_calibrated}
+               "calibrated": build_calibrated, "aic": build_aic}
 #: Every name ``cost`` takes: ``auto`` (simulator.cost.resolve) and the models.
 COST_NAMES = (AUTO, *COST_MODELS)
 
@@ -118,10 +137,11 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
                      draft_weight_bits: int = FULL_WEIGHT_BITS,
                      routing_skew: float = 0.0, quantization: str = "none",
                      kv_cache_dtype: str = "auto", draft_head: str | None = None) -> CostModel:
-    """Build a cost model by name (``COST_MODELS``): "roofline", "profiled" (needs ``profile``)
-    or "calibrated" (simulator.cost.measured.calibrated: bundled public profiles + calibrated
-    roofline); "auto" builds the one simulator.cost.resolve picks (the best validated source
-    covering the GPU and models, the roofline as the fallback).
+    """Build a cost model by name (``COST_MODELS``): "roofline", "profiled" (needs ``profile``),
+    "calibrated" (simulator.cost.measured.calibrated: bundled public profiles + calibrated
+    roofline) or "aic" (simulator.cost.measured.aic_cost: AIConfigurator's measured vLLM op
+    tables of the GPU); "auto" builds the one simulator.cost.resolve picks (the best validated
+    source covering the GPU and models, the roofline as the fallback).
 
     ``execution`` picks the roofline's launch-latency preset (``hardware.EXECUTIONS``: the
     default "cuda_graph", or "eager"); it is validated for both models, used by the roofline.
@@ -194,10 +214,10 @@ def target_passes(builder, hardware: str, target: str, shape, tp: int, profile: 
     """The target's passes for a drafter that is not a model of its own (n-gram, a head):
     ``builder``'s model (calibrated or roofline) built with the target's shape in the draft's
     place, whose draft role is never priced (``shape``: the target in its resolved format)."""
-    if builder is build_calibrated:
-        return build_calibrated(hardware, target, target, tp, profile, execution,
-                                routing_skew=routing_skew, quantization=quantization,
-                                kv_cache_dtype=kv_cache_dtype)
+    if builder in (build_calibrated, build_aic):
+        return builder(hardware, target, target, tp, profile, execution,
+                       routing_skew=routing_skew, quantization=quantization,
+                       kv_cache_dtype=kv_cache_dtype)
     return RooflineCost(get_hardware(hardware), shape, get_shape(target), tp=tp,
                         execution=execution, routing_skew=routing_skew,
                         quantization=quantization, kv_cache_dtype=kv_cache_dtype)

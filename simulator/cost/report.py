@@ -7,7 +7,8 @@ them; ``attention``; ``experts``: a mixture of experts' routed experts, 0 for a 
 ``allreduce``; ``lm_head``; ``launch``) plus ``host`` (vLLM's host share,
 simulator.cost.features.host), summing to ``step_time``:
 
-- calibrated: its own additive parts (:meth:`CalibratedCost.breakdown`), a mixture of
+- calibrated and aic (simulator.cost.measured.aic_cost): their own additive parts
+  (:meth:`CalibratedCost.breakdown`, :meth:`AicCost.breakdown`), a mixture of
   experts' routed experts moved from ``layers`` to ``experts``: the measured MoE block on the
   LLMServingSim GPUs, the expert GEMMs' share of the law's layers(Q) elsewhere.
 - roofline: the roofline is one max(compute, memory, host) plus fixed terms, so the bound
@@ -112,6 +113,9 @@ def device_breakdown(model, role: str, query, kv) -> dict | None:
         model = model.inner
     if isinstance(model, CalibratedCost):
         return model.breakdown(role, query, kv)
+    aic = sys.modules.get("specbatch.simulator.cost.measured.aic_cost")
+    if aic is not None and isinstance(model, aic.AicCost):
+        return model.breakdown(role, query, kv)
     if isinstance(model, RooflineCost):
         return roofline_split(model, role, query, kv)
     return None
@@ -160,7 +164,10 @@ def cost_sources(model) -> dict:
     draft_free = isinstance(model, FreeDraftCost)
     head = getattr(model, "first_pass_time", None) is not None  # simulator.cost.features.draft_head
     inner = model.inner if draft_free or head else model
+    aic = sys.modules.get("specbatch.simulator.cost.measured.aic_cost")
     if calibrated is not None and isinstance(inner, calibrated.CalibratedCost):
+        out = inner.sources()
+    elif aic is not None and isinstance(inner, aic.AicCost):
         out = inner.sources()
     elif isinstance(inner, RooflineCost):
         out = {role: roofline_source(inner, role) for role in ROLES}
@@ -191,8 +198,9 @@ def source_line(sources: dict) -> str:
     for role in ("target", "draft"):
         s = sources.get(role, {})
         checked = (s.get("layers") or {}).get("validated") or s.get("validated") or {}
-        err = (f" (validated MAPE {100 * checked['mape']:.1f} %, mean "
-               f"{100 * checked['mean_signed']:+.1f} %)"
+        signed = checked.get("mean_signed") if isinstance(checked, dict) else None
+        err = (f" (validated MAPE {100 * checked['mape']:.1f} %"
+               + (f", mean {100 * signed:+.1f} %" if signed is not None else "") + ")"
                if isinstance(checked, dict) and checked.get("mape") is not None else "")
         unchecked = (s.get("layers") or {}).get("not_validated")  # outside that error
         rest = f", {unchecked} (not validated)" if unchecked else ""

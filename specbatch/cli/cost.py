@@ -110,7 +110,7 @@ AIC_FLAGS = (
 
 #: ``cost show``'s flags in --help order.
 SHOW_FLAGS = (
-    flag("--cost", default="roofline", choices=("roofline", "profiled", "calibrated"),
+    flag("--cost", default="roofline", choices=("roofline", "profiled", "calibrated", "aic"),
          help="cost model (default %(default)s; calibrated: bundled public GPU "
               "profiles + calibrated roofline, simulator/cost/measured/calibrated.py)"),
     flag("--profile", help="latency profile for --cost profiled, or a "
@@ -204,7 +204,8 @@ def register(subparsers) -> None:
                     "comm,moe}/vllm/<version>/*.parquet), fit per-op laws per GPU (attention "
                     "decode and prefill, GEMMs by dtype, all-reduce, MoE; "
                     "simulator/cost/measured/aic_laws.py) with their leave-one-shape-out "
-                    "errors, and write laws.json and PROVENANCE.json into OUT.",
+                    "errors, and write laws.json, the compact measured curves cost = \"aic\" "
+                    "reads (curves/<system>/<family>.parquet) and PROVENANCE.json into OUT.",
         examples=("specbatch cost import-aiconfigurator aiconfigurator/aic-core/src/"
                   "aiconfigurator_core/systems/data --system h100_sxm --out my-laws",
                   "specbatch cost import-aiconfigurator DATA --vllm-version 0.19.0 "
@@ -278,8 +279,9 @@ def run_import_aic(args) -> int:
     write_laws(result, args.out, force=args.force)
     table = {name: {"vllm_version": s["vllm_version"], "laws": len(s["laws"])}
              for name, s in result["systems"].items()}
-    lines = [f"wrote {args.out}/: laws.json, PROVENANCE.json ({len(result['provenance']['files'])}"
-             " tables)"]
+    curves = sum(len(c) for c in result.get("curves", {}).values())
+    lines = [f"wrote {args.out}/: laws.json, {curves} curves, PROVENANCE.json "
+             f"({len(result['provenance']['files'])} tables)"]
     for name, s in result["systems"].items():
         lines.append(f"{name} (vLLM {s['vllm_version']}):")
         for law in s["laws"]:

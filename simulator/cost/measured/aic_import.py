@@ -4,9 +4,11 @@
 version (the knob; default each system's newest version with a full set), fits every family's
 laws and judges them by leaving one shape out (simulator.cost.measured.aic_laws). :func:`write_laws`
 writes ``laws.json`` (per system: the version, every law with its coefficients and held-out
-errors) and ``PROVENANCE.json`` (repository, commit, licence, every table read with its
-SHA-256) as one atomic result folder; :func:`load_laws` reads it back (default: the bundled
-copy, ``traces/data/aiconfigurator``: the common GPUs' laws, no measured rows).
+errors), ``curves/<system>/<family>.parquet`` (the measured rows a vLLM default deployment
+needs, compacted: simulator.cost.measured.aic_curves) and ``PROVENANCE.json`` (repository,
+commit, licence, every table read with its SHA-256, every curve file with its own and its
+source's SHA-256) as one atomic result folder; :func:`load_laws` reads the laws back and
+aic_curves.load_curves the curves (default: the bundled copy, ``traces/data/aiconfigurator``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 from pathlib import Path
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.simulator.cost.measured.aic_curves import compact, write_curves
 from specbatch.simulator.cost.measured.aic_laws import Law, fit_tables, law_from_dict
 from specbatch.traces.public.aiconfigurator import import_aiconfigurator, systems
 
@@ -39,12 +42,13 @@ def import_laws(root: str | Path, only: tuple = (), version: str | None = None,
     for name in names:
         require(name in found, f"--system {name}: no vLLM tables under {root}; expected one "
                 f"of {', '.join(found) or 'none'}")
-    out, files, source = {}, [], {}
+    out, files, source, curves = {}, [], {}, {}
     for name in names:
         tables = import_aiconfigurator(root, name, version, commit)
         out[name] = {"vllm_version": tables.version,
                      "laws": [law.as_dict() for law in fit_tables(tables)]}
-        files.extend(tables.provenance["files"])
+        curves[name] = compact(tables)
+        files.extend({**f, "system": name} for f in tables.provenance["files"])
         source = {k: v for k, v in tables.provenance.items()
                   if k not in ("files", "system", "vllm_version")}
     provenance = dict(source)
@@ -53,7 +57,7 @@ def import_laws(root: str | Path, only: tuple = (), version: str | None = None,
                                  "on "
                                  "relative error per (system, family, group); judged by "
                                  "leaving one shape out"})
-    return {"systems": out, "provenance": provenance}
+    return {"systems": out, "provenance": provenance, "curves": curves}
 
 
 def identity(result: dict) -> str:
@@ -73,7 +77,11 @@ def write_laws(result: dict, out: str | Path, force: bool = False) -> Path:
 
     with result_dir(out, RESULT_KIND, identity(result), force=force) as tmp:
         (tmp / "laws.json").write_text(dumps(result["systems"], indent=1) + "\n")
-        (tmp / "PROVENANCE.json").write_text(dumps(result["provenance"], indent=2) + "\n")
+        sources = {(f["system"], f["family"]): f for f in result["provenance"]["files"]
+                   if "system" in f}
+        provenance = dict(result["provenance"])
+        provenance["curves"] = write_curves(result.get("curves", {}), tmp, sources)
+        (tmp / "PROVENANCE.json").write_text(dumps(provenance, indent=2) + "\n")
     return Path(out)
 
 

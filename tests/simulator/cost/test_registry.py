@@ -76,7 +76,7 @@ def test_unknown_role_cost_or_model_are_one_line_errors(h100):
         build_cost_model(target="gpt-5")
     with pytest.raises(SpecbatchError, match="profile"):
         build_cost_model("profiled")
-    assert set(COST_MODELS) == {"roofline", "profiled", "calibrated"}
+    assert set(COST_MODELS) == {"roofline", "profiled", "calibrated", "aic"}
 
 
 def test_batch_sums_agree_with_numpy():

@@ -35,3 +35,16 @@ def test_the_docs_table_is_the_benchmark_output():
     page = (ROOT / "docs" / "fidelity.md").read_text()
     for line in summary(load_laws()):
         assert line in page, line
+
+
+def test_the_docs_aic_table_is_the_validation_output():
+    from specbatch.simulator.cost.measured.aic_cost import validation
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from aic_validate import table
+    finally:
+        sys.path.pop(0)
+    page = (ROOT / "docs" / "fidelity.md").read_text()
+    for line in table(validation()):
+        assert line in page, line

@@ -1,0 +1,154 @@
+"""One attention law over the batch sums, fitted to AIConfigurator's decode and prefill tables.
+
+vLLM V1 runs one attention call per layer over the whole batch: decodes, verifications and
+prefill chunks together (FlashAttention's varlen kernel; FlashInfer / TRT-LLM split it in a
+decode and a prefill launch). The simulator sees a batch only through its sums (n requests,
+Σq, Σc, Σq·c, Σq²; simulator.cost.interface), so the law is the tabulated form's
+:class:`~simulator.cost.tabulated.AttentionLaw`, per layer on one GPU (H query and H_kv KV
+heads of width d per GPU, e bytes per KV element)::
+
+    P = Σq·c + (Σq² + Σq)/2            query-key pairs under the causal mask
+    K = Σc + 2Σq                       KV tokens read (and written)
+    t = a + n·(u + u_h·H·d/128) + 4·H·d·P/π + 2·H_kv·d·e·K/β
+
+a per-call floor, a per-request term (grows with the heads a request's query spans), the FLOPs
+at the achieved rate π and the KV bytes at the achieved bandwidth β (a decode's time is its KV
+bytes, a long prefill's its FLOPs; their sum, not their max: see below). The same five numbers
+price a decode-only, a prefill-only and a mixed batch: the composition is that of the sums,
+one floor per call however the batch mixes, a mixed batch's FLOPs and bytes summed over its
+requests. The tables time no mixed batch; LLMServingSim's RTX PRO 6000 profile does
+(benchmarks/aic_passes.py): vLLM's one varlen call over a chunk and decodes is slower than
+the sum of its parts (a long-context decode loses its split-KV path next to a prefill), and
+the law under-prices those rows (docs/fidelity.md gives the number).
+
+:func:`fit_attention` fits (a, u, u_h, π, β) by least squares on the relative error over the
+decode and the prefill rows of one (GPU, KV dtype, kernel) together (each table weighted
+equally, each row's relative error by √(t / median t)), in log space (every term positive).
+The √t weight sits between a relative fit (every call counts alike, however short) and an
+absolute one (only the longest count): chosen over the relative fit by the time-weighted
+error Σ|t̂ − t| / Σt on the tables (RTX PRO 6000 Llama-3.1-8B shape: 10.7 % -> 2.4 %, MAPE
+18.9 -> 19.7 %; H100: 9.0 % -> 4.2 %, decode MAPE 9.4 -> 13.6 %): a step's time is dominated by
+its long calls. With it, a fit's β no longer exceeds the GPU's DRAM bandwidth (RTX PRO 6000:
+2.23 -> 1.62 TB/s against 1.60; the short, L2-resident calls had pulled it up).
+The terms add (``overlap`` False): LLMServingSim's RTX PRO 6000 attention profile (mixed
+batches) is priced closer by the sum than by the max (benchmarks/aic_passes.py).
+:func:`held_out` judges it by leaving one head shape (H, H_kv, d) out: the law fitted on
+the other shapes predicts every row of the left-out one, decode and prefill reported apart.
+Decode row: B requests at one query token over c cached tokens (the table's ``step``):
+n = Σq = B, Σc = Σq·c = B·c, Σq² = B. Prefill row: B prompts of s tokens, nothing cached:
+n = B, Σq = B·s, Σc = Σq·c = 0, Σq² = B·s².
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from specbatch.simulator.cost.measured.aic_laws import element_bytes
+from specbatch.simulator.cost.tabulated import AttentionLaw
+
+SHAPE = ("heads", "kv_heads", "head_dim")
+#: Whether the FLOPs and KV-byte terms overlap (max) or add (module docstring).
+OVERLAP = False
+#: Starting point of the fit: floor s, per request s, per request-head s, FLOP/s, bytes/s.
+START = (8e-6, 5e-8, 5e-9, 3e14, 2e12)
+
+
+@dataclass(frozen=True)
+class AttnFit:
+    """The five numbers of one GPU's law (module docstring) and how they were judged."""
+
+    floor: float  # a, s per call per layer
+    per_request: float  # u, s per request per layer
+    per_request_head: float  # u_h, s per request per layer per 128 query-head widths
+    flops_rate: float  # π, FLOP/s
+    kv_rate: float  # β, bytes/s
+    mape_decode: float = float("nan")  # in-sample MAPE on the decode rows
+    mape_prefill: float = float("nan")
+
+    def law(self, heads: float, kv_heads: float, head_dim: float, kv_bytes: float,
+            layers: int) -> AttentionLaw:
+        """The :class:`AttentionLaw` of ``layers`` layers with these per-GPU heads."""
+        return AttentionLaw(
+            flops=4.0 * heads * head_dim * layers, flops_rate=self.flops_rate,
+            kv=2.0 * kv_heads * head_dim * kv_bytes * layers, kv_rate=self.kv_rate,
+            overlap=OVERLAP, floor=self.floor * layers,
+            per_request=(self.per_request + self.per_request_head * heads * head_dim / 128.0)
+            * layers)
+
+
+def sums(decode: pd.DataFrame, prefill: pd.DataFrame) -> tuple[np.ndarray, ...]:
+    """(n, Σq, Σc, Σq·c, Σq², H, H_kv, d, e, seconds) of the rows # each [rows]."""
+    b_d = decode["batch"].to_numpy(np.float64)
+    c = decode["context"].to_numpy(np.float64)
+    b_p = prefill["batch"].to_numpy(np.float64)
+    s = prefill["prompt"].to_numpy(np.float64)
+    n = np.concatenate([b_d, b_p])
+    sq = np.concatenate([b_d, b_p * s])
+    skv = np.concatenate([b_d * c, np.zeros_like(s)])
+    sqq = np.concatenate([b_d, b_p * s * s])
+    both = pd.concat([decode[[*SHAPE, "kv_dtype", "latency_s"]],
+                      prefill[[*SHAPE, "kv_dtype", "latency_s"]]])
+    h, hkv, d = (both[col].to_numpy(np.float64) for col in SHAPE)
+    e = element_bytes(both["kv_dtype"].to_numpy())
+    return n, sq, skv, skv.copy(), sqq, h, hkv, d, e, both["latency_s"].to_numpy(np.float64)
+
+
+def predict(theta: np.ndarray, cols: tuple) -> np.ndarray:
+    """Per-layer seconds of rows ``cols`` (:func:`sums`) under θ = (a, u, u_h, 1/π, 1/β)."""
+    n, sq, skv, sqkv, sqq, h, hkv, d, e, _ = cols
+    a, u, uh, inv_pi, inv_beta = theta
+    compute = 4.0 * h * d * (sqkv + 0.5 * (sqq + sq)) * inv_pi
+    memory = 2.0 * hkv * d * e * (skv + 2.0 * sq) * inv_beta
+    body = compute + memory if not OVERLAP else np.maximum(compute, memory)
+    return a + n * (u + uh * h * d / 128.0) + body
+
+
+def fit_attention(decode: pd.DataFrame, prefill: pd.DataFrame) -> AttnFit:
+    """(a, u, u_h, π, β) minimising the relative error over both tables (module docstring)."""
+    from scipy.optimize import least_squares
+
+    cols = sums(decode, prefill)
+    t = cols[-1]
+    nd = len(decode)
+    w = np.concatenate([np.full(nd, 1.0 / np.sqrt(max(nd, 1))),
+                        np.full(len(t) - nd, 1.0 / np.sqrt(max(len(t) - nd, 1)))])
+    w = w * np.sqrt(t / np.median(t))  # a row's relative error weighted by √t (docstring)
+    start = np.log([START[0], START[1], START[2], 1.0 / START[3], 1.0 / START[4]])
+
+    def resid(z):
+        return w * (predict(np.exp(z), cols) / t - 1.0)
+
+    z = least_squares(resid, start, method="trf", x_scale=1.0, max_nfev=400).x
+    theta = np.exp(z)
+    err = np.abs(predict(theta, cols) / t - 1.0)
+    return AttnFit(float(theta[0]), float(theta[1]), float(theta[2]), float(1.0 / theta[3]),
+                   float(1.0 / theta[4]), float(err[:nd].mean()) if nd else float("nan"),
+                   float(err[nd:].mean()) if len(t) > nd else float("nan"))
+
+
+def seconds(fit: AttnFit, decode: pd.DataFrame, prefill: pd.DataFrame) -> np.ndarray:
+    """Per-layer seconds of the decode then the prefill rows under ``fit`` # [rows]."""
+    theta = np.array([fit.floor, fit.per_request, fit.per_request_head, 1.0 / fit.flops_rate,
+                      1.0 / fit.kv_rate])
+    return predict(theta, sums(decode, prefill))
+
+
+def held_out(decode: pd.DataFrame, prefill: pd.DataFrame) -> dict:
+    """Leave-one-head-shape-out |relative error|: {"decode": [rows], "prefill": [rows]}."""
+    keys = sorted(set(map(tuple, decode[list(SHAPE)].to_numpy().tolist()))
+                  | set(map(tuple, prefill[list(SHAPE)].to_numpy().tolist())))
+    err = {"decode": [], "prefill": []}
+    for key in keys:
+        in_d = (decode[list(SHAPE)].to_numpy() == np.array(key)).all(axis=1)
+        in_p = (prefill[list(SHAPE)].to_numpy() == np.array(key)).all(axis=1)
+        fit = fit_attention(decode[~in_d], prefill[~in_p])
+        pred = seconds(fit, decode[in_d], prefill[in_p])
+        t = np.concatenate([decode["latency_s"].to_numpy()[in_d],
+                            prefill["latency_s"].to_numpy()[in_p]])
+        e = np.abs(pred / t - 1.0)
+        err["decode"].extend(e[:int(in_d.sum())])
+        err["prefill"].extend(e[int(in_d.sum()):])
+    return {k: np.array(v) for k, v in err.items()}

@@ -1,0 +1,279 @@
+"""The AIConfigurator cost model (``cost = "aic"``): every op from measured vLLM kernel tables.
+
+AIConfigurator (github ai-dynamo/aiconfigurator, Apache-2.0, commit 095f58a) times single ops
+inside vLLM per GPU and vLLM version; the rows a default deployment needs are bundled
+(traces/data/aiconfigurator/curves, simulator.cost.measured.aic_curves). One forward pass of
+a role is priced as calibrated composes it (simulator.cost.measured.calibrated)::
+
+    t = ((layers(Q) + attention(sums)) + allreduce(Q)) + lm_head(r) + launch
+
+- ``layers``: the per-layer GEMMs of the role's shard from the measured curve of that exact
+  (n, k) where timed, else the transfer from the nearest timed shapes; a mixture of experts'
+  routed experts from the measured ``FusedMoE`` table; the small ops (norms, rotary,
+  activation, embedding, residual add) from the calibrated small-op laws
+  (simulator.cost.measured.aic_pricer);
+- ``attention``: one :class:`~simulator.cost.tabulated.AttentionLaw` over the batch sums
+  fitted to the decode and prefill tables together (simulator.cost.measured.aic_attention);
+- ``allreduce`` (tp > 1): two per layer from the measured CUDA-graph all-reduce curve;
+- ``lm_head``: the bf16 GEMM n = V / tp, k = h at the r logit rows the engine names;
+- ``launch``: the execution preset's floors, as calibrated (CUDA graphs: a host floor the GPU
+  work hides; eager: a fixed cost).
+
+:func:`aic_covers` says whether the bundled tables cover a deployment (None) or what is missing
+(a GPU without tables, MLA, sliding windows, weight formats other than bf16 and fp8, a tp
+without an all-reduce curve, a quantised draft); :class:`AicCost` refuses the same with a
+one-line error. Validated errors (held out, benchmarks/cost_vs_aic.py ``--validate``) are read
+from ``simulator/cost/measured/data/aic_validation.json`` and reported by :meth:`sources`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.cost.analytic.memory import memory_kv_tokens
+from specbatch.simulator.cost.analytic.precision import (
+    KV_CACHE_DTYPES,
+    resolve_quantization,
+)
+from specbatch.simulator.cost.gpus.catalogue import GPUS
+from specbatch.simulator.cost.gpus.hardware import (
+    DEFAULT_EXECUTION,
+    FULL_WEIGHT_BITS,
+    Hardware,
+    get_execution,
+)
+from specbatch.simulator.cost.interface import ROLES, batch_sums, for_role
+from specbatch.simulator.cost.measured.aic_curves import HEAD_DIMS, load_curves
+from specbatch.simulator.cost.measured.aic_import import AIC_PRESETS, load_laws
+from specbatch.simulator.cost.measured.aic_pricer import AicPricer
+from specbatch.simulator.cost.measured.calibrated import launch_terms
+from specbatch.simulator.cost.measured.sources import fitted_gpu
+from specbatch.simulator.cost.tabulated import PassTable
+from specbatch.traces.models.model_shape import ModelShape
+
+VALIDATION = Path(__file__).parent / "data" / "aic_validation.json"
+#: This package's hardware preset -> AIConfigurator's system name.
+SYSTEM_OF = {preset: system for system, preset in AIC_PRESETS.items()}
+#: The weight formats priced (the target's ``--quantization``) -> the GEMM / MoE table dtype.
+GEMM_DTYPE = {"none": "bfloat16", "fp8": "fp8"}
+#: Where a GPU has no calibrated small-op laws of its own or a proxy's: H100's, byte term
+#: scaled by the bandwidth ratio.
+SMALL_OP_PROXY = "h100"
+
+
+def kv_table_dtype(kv_cache_dtype: str) -> str | None:
+    """The attention tables' KV dtype of vLLM's ``--kv-cache-dtype`` (None: unknown)."""
+    name = str(kv_cache_dtype).lower()
+    if name not in KV_CACHE_DTYPES:
+        return None
+    return "bfloat16" if name == "auto" else "fp8"
+
+
+def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelShape | None,
+               tp: int, quantization: str = "none", kv_cache_dtype: str = "auto",
+               draft_tp: int = 1, draft_weight_bits: int = FULL_WEIGHT_BITS) -> str | None:
+    """None when the bundled AIConfigurator tables cover this deployment, else the reason
+    (one line naming what is missing): the lead's default resolver falls back on it."""
+    system = SYSTEM_OF.get(str(hardware_name).lower())
+    if system is None:
+        covered = sorted(p for s, p in AIC_PRESETS.items() if load_curves(s))
+        return (f"hardware {hardware_name!r} has no AIConfigurator vLLM tables bundled "
+                f"(covered: {', '.join(covered)})")
+    curves = load_curves(system)
+    if not curves or system not in load_laws():
+        return f"hardware {hardware_name!r}: no curves of {system} bundled"
+    if int(draft_weight_bits) < FULL_WEIGHT_BITS:
+        return f"draft_weight_bits {draft_weight_bits}: no table of int-quantised weights"
+    kv = kv_table_dtype(kv_cache_dtype)
+    if kv is None:
+        return f"kv_cache_dtype {kv_cache_dtype!r}: expected one of {', '.join(KV_CACHE_DTYPES)}"
+    roles = [("target", target_shape, tp, str(quantization).lower())]
+    if draft_shape is not None:
+        roles.append(("draft", draft_shape, draft_tp, "none"))
+    for role, shape, role_tp, quant in roles:
+        what = f"{role} {shape.name}"
+        if shape.is_mla:
+            return f"{what}: MLA attention is not priced from the tables"
+        if shape.is_windowed:
+            return f"{what}: sliding-window layers are not priced from the tables"
+        quant = shape.quantization if shape.quantization != "none" else quant
+        dtype = GEMM_DTYPE.get(quant)
+        if dtype is None:
+            return f"{what}: weight format {quant!r} has no bundled table (bf16 and fp8 only)"
+        if dtype not in set(curves["gemm"]["dtype"]):
+            return f"{what}: no {dtype} GEMM table on {system}"
+        if shape.is_moe:
+            moe = curves.get("moe")
+            if moe is None or dtype not in set(moe["dtype"]):
+                return f"{what}: no {dtype} MoE table on {system}"
+        if shape.head_dim not in HEAD_DIMS:
+            return f"{what}: head width {shape.head_dim} not in the attention tables"
+        for fam in ("attention_decode", "attention_prefill"):
+            frame = curves.get(fam)
+            if frame is None or kv not in set(frame["kv_dtype"]):
+                return f"{what}: no {kv} KV {fam} table on {system}"
+        if role_tp > 1:
+            ar = curves.get("allreduce")
+            if ar is None or role_tp not in set(ar["num_gpus"]):
+                return f"{what}: no all-reduce curve of {role_tp} GPUs on {system}"
+        if shape.heads % role_tp or (shape.kv_heads >= role_tp and shape.kv_heads % role_tp):
+            return (f"{what}: {shape.heads} heads / {shape.kv_heads} KV heads do not split "
+                    f"{role_tp} ways")
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def validation() -> dict:
+    """The held-out errors benchmarks/cost_vs_aic.py --validate wrote ({} when absent)."""
+    try:
+        return json.loads(VALIDATION.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+@dataclass(frozen=True)
+class AicCost:
+    """Step times from AIConfigurator's measured vLLM op tables (module docstring); a
+    :class:`~simulator.cost.interface.SumsCostModel` with a tabulated form."""
+
+    hardware: Hardware
+    target: ModelShape
+    draft: ModelShape
+    tp: int = 1
+    draft_tp: int = 1
+    overhead: float = field(default=math.nan)
+    execution: str = DEFAULT_EXECUTION
+    quantization: str = "none"
+    kv_cache_dtype: str = "auto"
+    draft_weight_bits: int = FULL_WEIGHT_BITS
+    roles: dict = field(default=None, repr=False, compare=False)  # role -> AicPricer
+
+    #: The engine may pass a pass's logit rows (simulator.cost.analytic.roofline).
+    logit_rows = True
+    #: No sliding-window layers (refused): the sums price every pass.
+    windowed = False
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.overhead):
+            object.__setattr__(self, "overhead", float(self.hardware.overhead))
+        ex = get_execution(self.execution)
+        object.__setattr__(self, "execution", ex.name)
+        reason = aic_covers(self.hardware.name, self.target, self.draft, self.tp,
+                            self.quantization, self.kv_cache_dtype, self.draft_tp,
+                            self.draft_weight_bits)
+        if reason is not None:
+            raise SpecbatchError(f"cost 'aic': {reason}")
+        object.__setattr__(self, "target", resolve_quantization(self.quantization, self.target))
+        system = SYSTEM_OF[self.hardware.name]
+        small, scale = small_op_laws(self.hardware)
+        kv = kv_table_dtype(self.kv_cache_dtype)
+        roles = {}
+        for role, shape, tp in (("target", self.target, self.tp),
+                                ("draft", self.draft, self.draft_tp)):
+            quant = shape.quantization if role == "target" else "none"
+            roles[role] = AicPricer(shape=shape, tp=int(tp), hw=self.hardware, system=system,
+                                    gemm_dtype=GEMM_DTYPE[quant], kv_dtype=kv, small=small,
+                                    small_scale=scale,
+                                    launch=launch_terms(ex, role, self.hardware, shape.layers))
+        object.__setattr__(self, "roles", roles)
+
+    @property
+    def system(self) -> str:
+        return SYSTEM_OF[self.hardware.name]
+
+    def step_time(self, role: str, query: np.ndarray, kv: np.ndarray,
+                  rows: float | None = None) -> float:
+        """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens, ``rows``
+        the logit rows (None: Σq)."""
+        return self.time_from_sums(role, *batch_sums(query, kv), rows=rows)
+
+    def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
+                       sqq: float, rows: float | None = None) -> float:
+        """:meth:`step_time` from the batch sums: simulator.cost.tabulated.table_time's
+        expressions on the role's memoised parts (bit-identical to its :meth:`pass_table`)."""
+        r = self.roles.get(role)
+        if r is None:
+            r = for_role(self.roles, role)
+        return r.total(n, sq, skv, sqkv, sqq, rows)
+
+    def pass_table(self, role: str, max_tokens: int) -> PassTable:
+        """The role's pass in tabulated form for Q = 0..``max_tokens``."""
+        return for_role(self.roles, role).pass_table(int(max_tokens))
+
+    def breakdown(self, role: str, query: np.ndarray, kv: np.ndarray,
+                  rows: float | None = None) -> dict:
+        """Seconds per part (``layers``, ``attention``, ``experts``, ``allreduce``,
+        ``lm_head``, ``launch``), summing to :meth:`step_time`."""
+        n, sq, skv, sqkv, sqq = batch_sums(np.asarray(query), np.asarray(kv))
+        return for_role(self.roles, role).split(n, sq, skv, sqkv, sqq, rows)
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9, block_size: int = 16,
+                           disable_hybrid_kv_cache_manager: bool = False) -> int:
+        """KV-cache tokens next to both models' weights (the roofline's accounting)."""
+        return memory_kv_tokens(self.hardware, self.target, self.draft, self.tp,
+                                gpu_memory_utilization, self.draft_weight_bits,
+                                self.kv_cache_dtype, block_size, disable_hybrid_kv_cache_manager)
+
+    def sources(self) -> dict:
+        """Per role: which source priced each part and its validated (held-out) error."""
+        return {role: role_sources(self.roles[role], self.hardware.name, load_laws()[
+            self.system][0]) for role in ROLES}
+
+
+def small_op_laws(hw: Hardware):
+    """(calibrated fit whose small-op laws price the ops the tables do not time, byte-term
+    scale): the GPU's own or its proxy's; else H100's scaled by the bandwidth ratio."""
+    try:
+        return fitted_gpu(hw.name), 1.0
+    except SpecbatchError:
+        return fitted_gpu(SMALL_OP_PROXY), GPUS[SMALL_OP_PROXY].mem_bw / GPUS[hw.name].mem_bw
+
+
+def checked(key: str) -> dict | None:
+    return validation().get(key)
+
+
+def role_sources(r: AicPricer, gpu: str, version: str) -> dict:
+    """The source record of one role (:meth:`AicCost.sources`)."""
+    sysv = f"AIConfigurator {r.system} vLLM {version}"
+    gemms = {}
+    for name, (count, curve) in r.curves.items():
+        gemms[name] = {"per_pass": count, "source": curve.source}
+    measured = sum(1 for c in r.curves.values() if c[1].source.startswith("measured"))
+    fam = f"{r.system}|gemm|{r.gemm_dtype}"
+    estimator = "measured" if measured == len(r.curves) else "transfer"
+    fitted_on = ("this head shape" if r.attention_how == "shape"
+                 else "every shape of this head width")
+    small_src = ("calibrated small-op laws (Vidur profiles, "
+                 f"{'own or proxy' if r.small_scale == 1.0 else 'H100 scaled by bandwidth'})")
+    out = {"model": r.shape.name, "tp": r.tp,
+           "summary": f"{sysv} measured op tables ({measured} of {len(r.curves)} layer ops "
+                      "timed at their exact shape, the rest transferred)",
+           "layers": {"source": f"{sysv} GEMM curves ({r.gemm_dtype}) + {small_src}",
+                      "ops": gemms,
+                      # the worse estimator the layer ops use: transfer where any op is moved
+                      "validated": checked(f"{fam}|{estimator}") or checked(fam),
+                      "small_ops": {"source": small_src, "not_validated": "against AIC"}},
+           "attention": {"source": f"{sysv} decode + prefill tables, one law over the batch "
+                                   f"sums ({r.kv_dtype} KV; fitted on {fitted_on})",
+                         "validated": checked(f"{r.system}|attention|{r.kv_dtype}")},
+           "lm_head": {"source": f"{sysv} bf16 GEMM, {r.head_curve.source}",
+                       "validated": checked(f"{r.system}|gemm|bfloat16|transfer")},
+           "launch": {"source": "execution preset (hardware.EXECUTIONS; as calibrated)"}}
+    if r.shape.is_moe:
+        out["experts"] = {"source": f"{sysv} {r.curves['experts'][1].source}",
+                          "validated": checked(f"{r.system}|moe|{r.gemm_dtype}")}
+    if r.allreduce_curve is not None:
+        out["allreduce"] = {"source": f"{sysv} CUDA-graph all-reduce curve, {r.tp} GPUs "
+                                      "(log-log in bytes)",
+                            "validated": checked(f"{r.system}|allreduce")}
+    else:
+        out["allreduce"] = {"source": "none (tp 1)"}
+    return out

@@ -1,0 +1,152 @@
+"""The measured AIConfigurator rows a vLLM default deployment needs, compacted for bundling.
+
+``cost = "aic"`` (simulator.cost.measured.aic_cost) prices each op from the measured curve of
+its exact shape where AIConfigurator timed it, else by the transfer estimator from the nearest
+timed shapes (simulator.cost.measured.aic_ops); both need the rows, not only the fitted laws.
+:func:`compact` keeps, per system, only the groups a vLLM default deployment runs:
+
+- ``gemm``: ``bfloat16`` (torch ``F.linear``: cuBLAS) and ``fp8`` (per-tensor W8A8, the
+  ``--quantization fp8`` kernel) at n, k >= :data:`MIN_GEMM_DIM` (smaller per-GPU widths
+  are no model's projection; the 128-block and 4-bit formats are left out: not priced);
+- ``attention_decode`` / ``attention_prefill``: full attention (no window), head widths in
+  :data:`HEAD_DIMS`, per KV dtype (bf16 and fp8) the kernel with the most rows (the backend
+  vLLM picks by default on that GPU: FA3 on Hopper, FA2 on Ada/RTX PRO bf16, FlashInfer
+  TRT-LLM on Blackwell, ...);
+- ``allreduce``: the CUDA-graph backend (``vllm_graph``: custom all-reduce up to its 8 MiB
+  ``max_size``, NCCL above, as a served model runs it);
+- ``moe``: balanced routing, per dtype (bf16, fp8) the kernel with the most rows.
+
+Columns: the shape and row coordinates as int32, the kernel / dtype names as categories,
+``latency_s`` as float32 (a 1e-7 relative rounding, far below the tables' run-to-run noise).
+:func:`write_curves` stores one zstd parquet per (system, family) and returns each file's
+provenance (its SHA-256 and rows, and the source table's path and SHA-256);
+:func:`load_curves` reads a system's back (default: the bundled copy).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from specbatch.errors import SpecbatchError, require
+
+BUNDLED = (Path(__file__).resolve().parents[3] / "traces" / "data" / "aiconfigurator")
+CURVES = "curves"
+#: Smallest per-GPU GEMM width kept (n and k).
+MIN_GEMM_DIM = 256
+#: Attention head widths kept.
+HEAD_DIMS = (64, 128, 256)
+#: GEMM dtypes kept (the default kernel of each is the table's only one at these dtypes).
+GEMM_DTYPES = ("bfloat16", "fp8")
+MOE_DTYPES = ("bfloat16", "fp8")
+KV_DTYPES = ("bfloat16", "fp8")
+FAMILIES = ("gemm", "attention_decode", "attention_prefill", "allreduce", "moe")
+#: Columns kept per family (``latency_s`` besides).
+KEEP = {
+    "gemm": ("dtype", "kernel", "m", "n", "k"),
+    "attention_decode": ("kv_dtype", "kernel", "batch", "context", "heads", "kv_heads",
+                         "head_dim"),
+    "attention_prefill": ("kv_dtype", "kernel", "batch", "prompt", "heads", "kv_heads",
+                          "head_dim"),
+    "allreduce": ("num_gpus", "elements"),
+    "moe": ("dtype", "kernel", "tokens", "hidden", "inter", "experts", "topk", "tp", "ep"),
+}
+
+
+def most_rows(frame: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Per value of ``by``, the rows of the kernel with the most rows (the default one)."""
+    keep = []
+    for _, sub in frame.groupby(by, sort=True, observed=True):
+        counts = sub["kernel"].value_counts()
+        keep.append(sub[sub["kernel"] == counts.index[0]])
+    return pd.concat(keep) if keep else frame.iloc[:0]
+
+
+def select_default(family: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``family`` a vLLM default deployment runs (module docstring)."""
+    f = frame
+    if family == "gemm":
+        f = f[f["dtype"].isin(GEMM_DTYPES) & (f["n"] >= MIN_GEMM_DIM) & (f["k"] >= MIN_GEMM_DIM)]
+    elif family.startswith("attention"):
+        f = f[(f["window"] == 0) & f["head_dim"].isin(HEAD_DIMS) & f["kv_dtype"].isin(KV_DTYPES)]
+        f = most_rows(f, "kv_dtype")
+    elif family == "allreduce":
+        f = f[(f["backend"] == "vllm_graph") & (f["dtype"] == "bfloat16")]
+    elif family == "moe":
+        f = most_rows(f[(f["distribution"] == "balanced") & f["dtype"].isin(MOE_DTYPES)], "dtype")
+    return f
+
+
+def compact_frame(family: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame``'s default rows, its kept columns narrowed (module docstring), sorted."""
+    cols = list(KEEP[family])
+    f = select_default(family, frame)[[*cols, "latency_s"]].copy()
+    for c in cols:
+        if f[c].dtype.kind in "iuf":
+            f[c] = f[c].astype(np.int32)
+        else:
+            f[c] = f[c].astype(str).astype("category")
+    f["latency_s"] = f["latency_s"].astype(np.float32)
+    return f.sort_values(cols, kind="stable").reset_index(drop=True)
+
+
+def compact(tables) -> dict:
+    """family -> compacted DataFrame of one system's
+    :class:`~traces.public.aiconfigurator.AicTables` (families without rows left out)."""
+    out = {}
+    for family in FAMILIES:
+        if family in tables.frames:
+            frame = compact_frame(family, tables.frames[family])
+            if len(frame):
+                out[family] = frame
+    return out
+
+
+def write_curves(curves: dict, folder: Path, sources: dict) -> list[dict]:
+    """Write ``curves`` {system: {family: DataFrame}} under ``folder``/curves/ and return
+    each file's provenance record; ``sources`` {(system, family): source file record}."""
+    records = []
+    for system, families in sorted(curves.items()):
+        (folder / CURVES / system).mkdir(parents=True, exist_ok=True)
+        for family, frame in families.items():
+            path = folder / CURVES / system / f"{family}.parquet"
+            frame.to_parquet(path, compression="zstd", index=False)
+            src = sources.get((system, family), {})
+            records.append({"system": system, "family": family,
+                            "path": f"{CURVES}/{system}/{family}.parquet",
+                            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                            "rows": int(len(frame)), "bytes": path.stat().st_size,
+                            "source_path": src.get("path"), "source_sha256": src.get("sha256"),
+                            "selection": "simulator/cost/measured/aic_curves.py select_default"})
+    return records
+
+
+@functools.lru_cache(maxsize=16)
+def load_curves(system: str, folder: str | Path = BUNDLED) -> dict:
+    """family -> DataFrame of ``system``'s compacted curves (``latency_s`` as float64); {}
+    when none are stored for it; a file that cannot be read is a one-line error naming it."""
+    base = Path(folder) / CURVES / system
+    out = {}
+    if not base.is_dir():
+        return out
+    for family in FAMILIES:
+        path = base / f"{family}.parquet"
+        if not path.is_file():
+            continue
+        try:
+            frame = pd.read_parquet(path)
+        except (OSError, ValueError) as exc:
+            raise SpecbatchError(f"{path}: cannot read the curve ({exc})") from None
+        for col in (*KEEP[family], "latency_s"):
+            require(col in frame.columns, f"{path}: column {col!r} missing; expected a file "
+                    "written by `specbatch cost import-aiconfigurator`")
+        for col in KEEP[family]:
+            if frame[col].dtype.kind not in "iuf":
+                frame[col] = frame[col].astype(str)
+        frame["latency_s"] = frame["latency_s"].astype(np.float64)
+        out[family] = frame
+    return out

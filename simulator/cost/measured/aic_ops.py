@@ -1,0 +1,167 @@
+"""One op's time as a function of its token count, from AIConfigurator's measured curves.
+
+An op of a fixed shape (a GEMM's (n, k), a MoE block's (h, I, E, k, tp, ep), an all-reduce's
+GPU count) has a measured curve over its row coordinate x (GEMM rows m, MoE tokens, all-reduce
+elements): :class:`Curve`. Where the tables timed that exact shape, the curve is its measured
+points; otherwise the **transfer** estimator builds one (simulator.cost.measured.aic_laws): the
+fitted law of the op's family at the shape, times the geometric-mean measured/law ratio of the
+:data:`~simulator.cost.measured.aic_laws.NEIGHBOURS` nearest timed shapes (Euclidean in log2
+of the shape columns) at each grid point (the neighbour's ratio interpolated in log x).
+
+Between grid points a curve is interpolated **log-log** (linear in log x, log t), chosen over
+linear interpolation by the leave-one-point-out check of :func:`interp_check`
+(benchmarks/aic_validate.py reports both); the measured seconds are first made non-decreasing
+(:func:`monotone`, the suffix minimum: a pass with more tokens is never priced cheaper, and an
+isolated slow outlier does not spread). Below the first grid point the first point's time (a floor);
+beyond the last, its time times the law's growth law(x) / law(x_last).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.cost.measured.aic_laws import NEIGHBOURS, Law, features, fit_relative
+
+#: family -> (the shape columns, the row coordinate).
+SHAPES = {"gemm": (("n", "k"), "m"),
+          "moe": (("hidden", "inter", "experts", "topk", "tp", "ep"), "tokens"),
+          "allreduce": (("num_gpus",), "elements")}
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One op's seconds over its row coordinate: ``grid`` [G] increasing, ``seconds`` [G]
+    non-decreasing; ``law`` prices rows beyond the grid (a fitted law of the family with the
+    op's shape columns fixed); ``source`` says where the points came from."""
+
+    grid: np.ndarray  # [G]
+    seconds: np.ndarray  # [G]
+    law: object  # callable: x (float) -> law seconds at the op's shape
+    source: str
+    how: str = "loglog"
+
+    def at(self, x: float) -> float:
+        """Seconds at row coordinate ``x`` (module docstring)."""
+        g, s = self.grid, self.seconds
+        if x <= g[0]:
+            return float(s[0])
+        if x >= g[-1]:
+            if x == g[-1]:
+                return float(s[-1])
+            if self.law is None:  # no law: linear growth beyond the grid
+                return float(s[-1] * x / g[-1])
+            return float(s[-1] * self.law(x) / self.law(g[-1]))
+        i = int(np.searchsorted(g, x))
+        if g[i] == x:  # a measured point is itself
+            return float(s[i])
+        # within its bracket: exp(log) rounding never breaks the curve's monotonicity
+        return min(max(interp(g, s, x, self.how), float(s[i - 1])), float(s[i]))
+
+
+def monotone(secs: np.ndarray) -> np.ndarray:
+    """``secs`` # [G] made non-decreasing by the suffix minimum (t_i = min over j >= i of t_j):
+    a point slower than a later one is lowered to it. Chosen over the running maximum because
+    the tables hold isolated upward spikes (B200 fp8 GEMM (3072, 65536): 375 µs at m = 9
+    between 65 µs neighbours), which a running maximum would carry to every larger m."""
+    return np.minimum.accumulate(np.asarray(secs, dtype=np.float64)[::-1])[::-1]
+
+
+def interp(grid: np.ndarray, secs: np.ndarray, x: float, how: str = "loglog") -> float:
+    """``secs`` at ``x`` between ``grid`` points: log-log or linear."""
+    if how == "linear":
+        return float(np.interp(x, grid, secs))
+    return float(math.exp(np.interp(math.log(x), np.log(grid), np.log(secs))))
+
+
+def interp_check(grid: np.ndarray, secs: np.ndarray, how: str) -> np.ndarray:
+    """Signed relative error of each interior point left out and interpolated from its two
+    neighbours # [G - 2] (twice the spacing the cost interpolates over)."""
+    out = np.empty(max(len(grid) - 2, 0))
+    for i in range(1, len(grid) - 1):
+        keep = np.r_[0:i, i + 1:len(grid)]
+        out[i - 1] = interp(grid[keep], secs[keep], float(grid[i]), how) / secs[i] - 1.0
+    return out
+
+
+class ShapeCurves:
+    """The measured curves of one family's group (one dtype and kernel, or one all-reduce
+    backend) and the law its transfer uses: :meth:`curve` of any shape."""
+
+    def __init__(self, family: str, frame: pd.DataFrame, law: Law | None, extra: dict):
+        self.family = family
+        self.shape_cols, self.row_col = SHAPES[family]
+        self.frame = frame.reset_index(drop=True)
+        self.law = law
+        self.extra = dict(extra)  # columns the law's features need besides the shape (dtype)
+        keys = self.frame[list(self.shape_cols)].to_numpy(dtype=np.int64)  # [rows, dims]
+        self.points = {}
+        for key in np.unique(keys, axis=0):
+            rows = self.frame[(keys == key).all(axis=1)].sort_values(self.row_col)
+            rows = rows.drop_duplicates(self.row_col)
+            self.points[tuple(int(v) for v in key)] = (
+                rows[self.row_col].to_numpy(dtype=np.float64),
+                rows["latency_s"].to_numpy(dtype=np.float64))
+        self.coords = {k: np.log2(np.maximum(np.array(k, dtype=np.float64), 1e-9))
+                       for k in self.points}
+
+    def law_rows(self, key: tuple, x: np.ndarray) -> pd.DataFrame:
+        rows = pd.DataFrame({c: np.full(len(x), v) for c, v in zip(self.shape_cols, key)})
+        rows[self.row_col] = x
+        for c, v in self.extra.items():
+            rows[c] = v
+        return rows
+
+    def law_seconds(self, key: tuple, x: np.ndarray, coef=None) -> np.ndarray:
+        """The family law at shape ``key`` over ``x`` # [x] (``coef``: other coefficients)."""
+        if self.law is None:
+            raise SpecbatchError(f"{self.family} {self.extra}: no fitted law to transfer with")
+        f = features(self.family, self.law_rows(key, np.asarray(x, dtype=np.float64)))
+        return f @ np.asarray(self.law.coef if coef is None else coef)
+
+    def refit(self, exclude: tuple) -> np.ndarray:
+        """The law's coefficients refitted without shape ``exclude`` (held-out checks)."""
+        keys = self.frame[list(self.shape_cols)].to_numpy(dtype=np.int64)
+        rows = self.frame[~(keys == np.array(exclude)).all(axis=1)]
+        x = features(self.family, rows.assign(**self.extra))
+        return fit_relative(x, rows["latency_s"].to_numpy(dtype=np.float64))
+
+    def curve(self, key: tuple, exclude: bool = False, how: str = "loglog",
+              refit: bool = False) -> Curve:
+        """The curve of shape ``key``: measured where timed (unless ``exclude``: the held-out
+        check prices a timed shape as if it were not, its own rows out of the neighbours and,
+        with ``refit``, out of the law too), else the transfer (module docstring)."""
+        key = tuple(int(v) for v in key)
+        coef = self.refit(key) if exclude and refit and self.law is not None else None
+
+        def law(x: float, key=key, coef=coef) -> float:
+            return float(self.law_seconds(key, np.array([x]), coef)[0])
+
+        if self.law is None:
+            law = None
+
+        if key in self.points and not exclude:
+            grid, secs = self.points[key]
+            return Curve(grid, monotone(secs), law,
+                         f"measured {self.family} {dict(zip(self.shape_cols, key))}", how)
+        if self.law is None:
+            raise SpecbatchError(f"{self.family} {dict(zip(self.shape_cols, key))}: not timed "
+                                 "and no law to transfer with")
+        me = np.log2(np.maximum(np.array(key, dtype=np.float64), 1e-9))
+        others = [k for k in self.points if k != key]
+        dist = np.array([((self.coords[k] - me) ** 2).sum() for k in others])
+        near = [others[i] for i in np.argsort(dist, kind="stable")[:NEIGHBOURS]]
+        grid = np.unique(np.concatenate([self.points[k][0] for k in near]))  # [G]
+        ratios = []
+        for k in near:
+            g, s = self.points[k]
+            r = np.log(monotone(s) / self.law_seconds(k, g, coef))
+            ratios.append(np.interp(np.log(grid), np.log(g), r))  # held at the edges
+        secs = self.law_seconds(key, grid, coef) * np.exp(np.mean(ratios, axis=0))
+        return Curve(grid, monotone(secs), law,
+                     f"transfer to {self.family} {dict(zip(self.shape_cols, key))} from "
+                     f"{', '.join(str(k) for k in near)}", how)

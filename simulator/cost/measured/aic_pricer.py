@@ -1,0 +1,268 @@
+"""One role's forward pass priced op by op from AIConfigurator's measured vLLM curves.
+
+A role (one model shape on one GPU at tensor parallel tp) runs, per decoder layer, the GEMMs
+of its per-GPU shard (input [Q, k], weight [n, k]; h hidden, H / H_kv query / KV heads of width
+d, I the MLP width, all split tp ways)::
+
+    qkv      n = (H + 2 H_kv) d / tp    k = h
+    o        n = h                      k = H d / tp
+    gate_up  n = 2 I / tp               k = h
+    down     n = h                      k = I / tp
+
+each priced by :class:`~simulator.cost.measured.aic_ops.Curve` of its (n, k) in the weight
+dtype's table (bf16, or fp8 W8A8 under ``--quantization fp8``): the measured curve where
+timed, else the transfer from the nearest timed shapes. On a mixture of experts' M MoE
+layers the MLP is the router (a bf16 GEMM n = E, k = h), the shared MLP (two GEMMs of width
+I_s) and the routed experts: the measured ``FusedMoE`` block of (h, I_e, E, k, tp, ep = 1)
+(vLLM's default: experts tensor-parallel) at Q tokens. The small ops AIConfigurator does not
+time (embedding, the two RMSNorms, rotary, the gated activation, the residual add) come from
+the calibrated model's small-op laws (simulator.cost.measured.laws, fitted on Vidur's
+profiles of this GPU or its catalogue proxy; on a GPU with neither, H100's laws with their
+byte term scaled by the bandwidth ratio). The all-reduce (tp > 1): two per layer of the
+Q·h-element hidden state from the measured CUDA-graph all-reduce curve of tp GPUs. The LM head:
+the GEMM n = V / tp, k = h at the logit rows r (bf16: vLLM does not quantise it).
+
+:class:`AicPricer` holds one role's curves and memoises its per-Q parts; its
+:meth:`AicPricer.total` is the tabulated form's expression (simulator.cost.tabulated), so a
+:class:`~simulator.cost.tabulated.PassTable` built from the same memo evaluates to it bit for
+bit.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.cost.gpus.hardware import Hardware
+from specbatch.simulator.cost.measured.aic_attention import fit_attention
+from specbatch.simulator.cost.measured.aic_curves import load_curves
+from specbatch.simulator.cost.measured.aic_import import load_laws
+from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves
+from specbatch.simulator.cost.measured.laws import (
+    SMALL_OPS,
+    GpuFit,
+    LayerShape,
+    small_op_bytes,
+)
+from specbatch.simulator.cost.tabulated import AttentionLaw, PassTable, tabulate
+from specbatch.traces.models.model_shape import ModelShape
+
+#: Attention rows the law is fitted on (the serving range; module aic_attention): decode
+#: batches up to this many requests, contexts below 32k; prefill batches of few prompts.
+DECODE_MAX_BATCH, DECODE_MAX_CONTEXT, PREFILL_MAX_BATCH = 512, 32767, 16
+MEMO_LIMIT = 65536
+
+
+@functools.lru_cache(maxsize=32)
+def shape_curves(system: str, family: str, dtype: str) -> ShapeCurves:
+    """The measured curves of ``family`` at ``dtype`` on ``system`` and the law of the same
+    (dtype, kernel) group its transfer uses (a one-line error when none is bundled)."""
+    frames = load_curves(system)
+    frame = frames.get(family)
+    if family == "allreduce":
+        if frame is None:
+            raise SpecbatchError(f"aic {system}: no all-reduce curve bundled")
+        return ShapeCurves(family, frame, None, {})
+    rows = None if frame is None else frame[frame["dtype"] == dtype]
+    if rows is None or rows.empty:
+        raise SpecbatchError(f"aic {system}: no {dtype} {family} curve bundled")
+    kernel = str(rows["kernel"].iloc[0])
+    laws = load_laws().get(system, (None, []))[1]
+    law = next((w for w in laws if w.family == family and w.group.get("dtype") == dtype
+                and w.group.get("kernel") == kernel), None)
+    return ShapeCurves(family, rows, law, {"dtype": dtype})
+
+
+def attention_rows(system: str, kv_dtype: str):
+    """(decode, prefill) rows of ``system`` at ``kv_dtype`` within the serving range."""
+    frames = load_curves(system)
+    d, p = frames.get("attention_decode"), frames.get("attention_prefill")
+    if d is None or p is None:
+        raise SpecbatchError(f"aic {system}: no attention curves bundled")
+    d = d[(d["kv_dtype"] == kv_dtype) & (d["batch"] <= DECODE_MAX_BATCH)
+          & (d["context"] <= DECODE_MAX_CONTEXT)]
+    p = p[(p["kv_dtype"] == kv_dtype) & (p["batch"] <= PREFILL_MAX_BATCH)]
+    return d, p
+
+
+@functools.lru_cache(maxsize=64)
+def attention_fit(system: str, kv_dtype: str, heads: int, kv_heads: int, head_dim: int):
+    """(fit, how): the attention law of this per-GPU head shape: fitted on its own rows where
+    both tables time it, else on every timed shape of the same head width."""
+    d, p = attention_rows(system, kv_dtype)
+    mine_d = d[(d["heads"] == heads) & (d["kv_heads"] == kv_heads) & (d["head_dim"] == head_dim)]
+    mine_p = p[(p["heads"] == heads) & (p["kv_heads"] == kv_heads) & (p["head_dim"] == head_dim)]
+    if len(mine_d) >= 8 and len(mine_p) >= 8:
+        return fit_attention(mine_d, mine_p), "shape"
+    d, p = d[d["head_dim"] == head_dim], p[p["head_dim"] == head_dim]
+    if d.empty or p.empty:
+        raise SpecbatchError(f"aic {system}: no {kv_dtype} attention rows at head width "
+                             f"{head_dim}")
+    return fit_attention(d, p), "width"
+
+
+def gemm_dims(shape: ModelShape, tp: int) -> dict:
+    """GEMM name -> (n, k) of one dense layer's per-GPU shard (module docstring)."""
+    h, d = shape.hidden, shape.head_dim
+    return {"qkv": ((shape.heads + 2 * shape.kv_heads) * d // tp, h),
+            "o": (h, shape.heads * d // tp),
+            "gate_up": (2 * shape.intermediate // tp, h),
+            "down": (h, shape.intermediate // tp)}
+
+
+@dataclass
+class AicPricer:
+    """One role's curves (module docstring) and its memoised per-Q parts."""
+
+    shape: ModelShape
+    tp: int
+    hw: Hardware
+    system: str
+    gemm_dtype: str  # "bfloat16" or "fp8"
+    kv_dtype: str  # "bfloat16" or "fp8"
+    small: GpuFit  # the calibrated small-op laws
+    small_scale: float  # byte-term scale of a proxy's small-op laws (1: the GPU's own)
+    launch: tuple[float, float]  # (fixed s, host floor s)
+    curves: dict = field(default_factory=dict)  # part name -> (count per pass, Curve)
+    head_curve: Curve | None = None
+    allreduce_curve: Curve | None = None
+    attention: AttentionLaw | None = None
+    attention_how: str = ""
+    memo: dict = field(default_factory=dict)  # Q -> (layers, experts, allreduce)
+    head_memo: dict = field(default_factory=dict)  # r -> LM head seconds
+
+    def __post_init__(self) -> None:
+        s, tp = self.shape, self.tp
+        gemm = shape_curves(self.system, "gemm", self.gemm_dtype)
+        bf16 = shape_curves(self.system, "gemm", "bfloat16")
+        dense = s.layers - (s.moe_layers if s.is_moe else 0)
+        dims = gemm_dims(s, tp)
+        for name in ("qkv", "o"):
+            self.curves[name] = (s.layers, gemm.curve(dims[name]))
+        if dense:
+            for name in ("gate_up", "down"):
+                self.curves[name] = (dense, gemm.curve(dims[name]))
+        if s.is_moe:
+            m = s.moe_layers
+            self.curves["router"] = (m, bf16.curve((s.experts, s.hidden)))
+            if s.shared_intermediate:
+                self.curves["shared_gate_up"] = (m, gemm.curve((2 * s.shared_intermediate // tp,
+                                                                s.hidden)))
+                self.curves["shared_down"] = (m, gemm.curve((s.hidden,
+                                                             s.shared_intermediate // tp)))
+            moe = shape_curves(self.system, "moe", self.gemm_dtype)
+            self.curves["experts"] = (m, moe.curve((s.hidden, s.expert_intermediate, s.experts,
+                                                    s.top_k, tp, 1)))
+        self.head_curve = bf16.curve((s.vocab // tp, s.hidden))
+        if tp > 1:
+            self.allreduce_curve = shape_curves(self.system, "allreduce", "").curve((tp,))
+        fit, how = attention_fit(self.system, self.kv_dtype, s.heads // tp,
+                                 max(s.kv_heads // tp, 1), s.head_dim)
+        kv_bytes = 1.0 if self.kv_dtype == "fp8" else 2.0
+        self.attention = fit.law(s.heads // tp, max(s.kv_heads // tp, 1), s.head_dim,
+                                 kv_bytes, s.layers)
+        self.attention_how = how
+
+    def small_ops(self, q: float) -> float:
+        """Seconds of the pass's small ops: the embedding once, the norms, rotary, residual
+        add and gated activation per layer (the activation over k I_e + I_s per token on
+        MoE layers)."""
+        s = self.shape
+        qa = np.array([q])
+        ls = LayerShape(s.hidden, s.heads, s.kv_heads, s.intermediate, s.vocab, True)
+        moe = LayerShape(s.hidden, s.heads, s.kv_heads, s.top_k * s.expert_intermediate
+                         + s.shared_intermediate, s.vocab, True)
+        dense = s.layers - (s.moe_layers if s.is_moe else 0)
+
+        def one(op: str, shape: LayerShape) -> float:
+            law = self.small.small[op]
+            nbytes = float(small_op_bytes(op, shape, self.tp, qa)[0])
+            return (law.intercept + law.per_width * nbytes / max(q, 1.0)
+                    + law.slope * self.small_scale * nbytes)
+
+        total = 0.0
+        for op in SMALL_OPS:
+            if op == "emb":
+                total += one(op, ls)
+            elif op == "mlp_act" and s.is_moe:
+                total += dense * one(op, ls) + s.moe_layers * one(op, moe)
+            else:
+                total += s.layers * one(op, ls)
+        return total
+
+    def parts(self, q: float) -> tuple[float, float, float]:
+        """(layers, experts, allreduce) seconds of a pass with Q = ``q`` (memoised): layers
+        holds every per-token op but the all-reduce and the LM head, the routed experts
+        included (``experts`` is their share, for ``cost show``)."""
+        got = self.memo.get(q)
+        if got is None:
+            experts = 0.0
+            layers = self.small_ops(q)
+            for name, (count, curve) in self.curves.items():
+                t = count * curve.at(q)
+                layers += t
+                if name == "experts":
+                    experts = t
+            comm = 0.0
+            if self.allreduce_curve is not None:
+                comm = 2 * self.shape.layers * self.allreduce_curve.at(q * self.shape.hidden)
+            got = (layers, experts, comm)
+            if len(self.memo) < MEMO_LIMIT:
+                self.memo[q] = got
+        return got
+
+    def layers_at(self, q: float) -> float:
+        return self.parts(q)[0]
+
+    def allreduce_at(self, q: float) -> float:
+        return self.parts(q)[2]
+
+    def head_at(self, r: float) -> float:
+        """The LM head at ``r`` logit rows (0 at none)."""
+        if r <= 0.0:
+            return 0.0
+        got = self.head_memo.get(r)
+        if got is None:
+            got = self.head_curve.at(r)
+            if len(self.head_memo) < MEMO_LIMIT:
+                self.head_memo[r] = got
+        return got
+
+    def total(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
+              rows: float | None = None) -> float:
+        """The pass time in simulator.cost.tabulated.table_time's expressions and order."""
+        if sq <= 0.0:
+            return 0.0
+        layers, _, comm = self.parts(sq)
+        r = sq if rows is None or rows >= sq else float(max(int(rows), 0))
+        attn = self.attention.seconds(n, sq, skv, sqkv, sqq)
+        gpu = ((layers + attn) + comm) + self.head_at(r)
+        fixed, floor = self.launch
+        return float(gpu + (fixed + max(0.0, floor - gpu)))
+
+    def split(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
+              rows: float | None = None) -> dict:
+        """Seconds per part (``layers`` without the experts, ``attention``, ``experts``,
+        ``allreduce``, ``lm_head``, ``launch``); they sum to :meth:`total`."""
+        names = ("layers", "attention", "experts", "allreduce", "lm_head", "launch")
+        if sq <= 0.0:
+            return dict.fromkeys(names, 0.0)
+        layers, experts, comm = self.parts(sq)
+        r = sq if rows is None or rows >= sq else float(max(int(rows), 0))
+        attn = self.attention.seconds(n, sq, skv, sqkv, sqq)
+        head = self.head_at(r)
+        gpu = ((layers + attn) + comm) + head
+        fixed, floor = self.launch
+        return {"layers": layers - experts, "attention": attn, "experts": experts,
+                "allreduce": comm, "lm_head": head, "launch": fixed + max(0.0, floor - gpu)}
+
+    def pass_table(self, max_tokens: int) -> PassTable:
+        """The role's :class:`PassTable` for Q = 0..``max_tokens`` (from the same memo)."""
+        fixed, floor = self.launch
+        return PassTable(layers=tabulate(self.layers_at, max_tokens),
+                         allreduce=tabulate(self.allreduce_at, max_tokens),
+                         head=tabulate(self.head_at, max_tokens),
+                         attention=self.attention, fixed=fixed, floor=floor)

@@ -1,0 +1,152 @@
+"""cost = "aic": AIConfigurator's measured vLLM curves as a cost source. Pins of one GEMM
+interpolation and one attention law by hand, the parts summing to the pass, the tabulated
+form's parity, monotonicity in tokens, and the one-line refusals of what the tables do not
+cover."""
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.cost.measured.aic_attention import AttnFit
+from specbatch.simulator.cost.measured.aic_cost import aic_covers
+from specbatch.simulator.cost.measured.aic_laws import Law
+from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, monotone
+from specbatch.simulator.cost.registry import build_cost_model
+from specbatch.simulator.cost.tabulated import table_time
+from specbatch.traces.models.shapes import get_shape
+
+
+def test_a_curve_interpolates_log_log_between_measured_points():
+    curve = Curve(np.array([1.0, 4.0, 16.0]), np.array([1e-5, 4e-5, 8e-5]), lambda x: x, "t")
+    assert curve.at(2.0) == pytest.approx(2e-5, rel=1e-12)  # t ∝ m between 1 and 4
+    assert curve.at(8.0) == pytest.approx(4e-5 * math.sqrt(2.0), rel=1e-12)  # t ∝ √m
+    assert curve.at(32.0) == pytest.approx(8e-5 * 2.0, rel=1e-12)  # beyond: × law growth
+    assert curve.at(0.5) == 1e-5  # below the grid: its floor
+
+
+def test_an_isolated_slow_outlier_does_not_spread():
+    # B200 fp8 GEMM (3072, 65536) has 375 µs at m = 9 between 65 µs neighbours
+    got = monotone(np.array([76.0, 65.5, 66.1, 375.1, 66.3, 66.1, 72.3]))
+    assert got.tolist() == [65.5, 65.5, 66.1, 66.1, 66.1, 66.1, 72.3]
+
+
+def synthetic_gemms() -> tuple[pd.DataFrame, Law]:
+    """Rows made from the law a + 2mnk/π + (2(mk + nk) + 2mn)/β, π = 1e14, β = 1e12."""
+    coef = (1e-6, 1e-14, 1e-12)
+    law = Law("gemm", {"dtype": "bfloat16", "kernel": "t"}, ("floor", "flops", "bytes"), coef,
+              0, 0, 0.0, 0.0, 0.0)
+    rows = [(m, n, k) for n in (256, 512, 1024) for k in (256, 512, 1024) for m in (1, 16, 64)]
+    m, n, k = (np.array(c, dtype=np.float64) for c in zip(*rows))
+    t = coef[0] + 2 * m * n * k * coef[1] + (2 * (m * k + n * k) + 2 * m * n) * coef[2]
+    frame = pd.DataFrame({"m": m.astype(int), "n": n.astype(int), "k": k.astype(int),
+                          "dtype": "bfloat16", "kernel": "t", "latency_s": t})
+    return frame, law
+
+
+def test_a_timed_shape_is_its_measured_curve_and_an_untimed_one_the_transfer():
+    frame, law = synthetic_gemms()
+    curves = ShapeCurves("gemm", frame, law, {"dtype": "bfloat16"})
+    timed = curves.curve((512, 1024))
+    assert timed.source.startswith("measured")
+    assert timed.at(16.0) == frame[(frame.n == 512) & (frame.k == 1024)
+                                   & (frame.m == 16)]["latency_s"].iloc[0]
+    moved = curves.curve((768, 512))  # not timed: law x neighbours' ratio (1 here)
+    assert moved.source.startswith("transfer")
+    by_hand = (1e-6 + 2 * 16 * 768 * 512 * 1e-14
+               + (2 * (16 * 512 + 768 * 512) + 2 * 16 * 768) * 1e-12)
+    assert moved.at(16.0) == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_one_attention_law_evaluated_by_hand():
+    fit = AttnFit(floor=1e-5, per_request=1e-7, per_request_head=0.0, flops_rate=1e14,
+                  kv_rate=1e12)
+    law = fit.law(heads=32, kv_heads=8, head_dim=128, kv_bytes=2.0, layers=2)
+    # 4 decodes over 1000 cached tokens each: P = 4000 + 4, K = 4000 + 8 tokens
+    compute = 4 * 32 * 128 * 2 * 4004 / 1e14
+    memory = 2 * 8 * 128 * 2 * 2 * 4008 / 1e12
+    want = (2 * 1e-5 + 4 * 2 * 1e-7) + (compute + memory)  # the terms add (aic_attention)
+    assert law.seconds(4, 4, 4000, 4000, 4) == pytest.approx(want, rel=1e-12)
+    assert want == pytest.approx(5.494556672e-05, rel=1e-9)
+
+
+@pytest.fixture(scope="module")
+def dense():
+    return build_cost_model("aic", "h100", "llama-3.1-8b", "llama-3.2-1b")
+
+
+@pytest.fixture(scope="module")
+def moe():
+    return build_cost_model("aic", "h100", "mixtral-8x7b", "vicuna-68m", tp=2)
+
+
+def test_the_parts_sum_to_the_pass(dense, moe):
+    for model in (dense, moe):
+        for q, kv in (([1] * 8, [300] * 8), ([4] * 3 + [512], [900, 20, 0, 0])):
+            parts = model.breakdown("target", np.array(q), np.array(kv))
+            assert sum(parts.values()) == pytest.approx(
+                model.step_time("target", np.array(q), np.array(kv)), rel=1e-12)
+    parts = moe.breakdown("target", np.ones(16, dtype=int), np.full(16, 100))
+    assert parts["experts"] > 0 and parts["allreduce"] > 0
+
+
+def test_the_pass_table_is_bit_identical_to_time_from_sums(dense, moe):
+    rng = np.random.default_rng(7)
+    for model in (dense, moe):
+        for role in ("target", "draft"):
+            table = model.pass_table(role, 600)
+            for _ in range(200):
+                n = int(rng.integers(1, 40))
+                q = rng.integers(1, 16, n)
+                c = rng.integers(0, 3000, n)
+                sums = (n, float(q.sum()), float(c.sum()), float((q * c).sum()),
+                        float((q * q).sum()))
+                rows = None if rng.random() < 0.5 else float(rng.integers(0, q.sum() + 2))
+                got = model.time_from_sums(role, *sums, rows=rows)
+                assert got == table_time(table, *sums, rows=rows)
+
+
+def test_more_tokens_never_cost_less(dense, moe):
+    for model in (dense, moe):
+        table = model.pass_table("target", 4096)
+        assert np.all(np.diff(table.layers) >= 0) and np.all(np.diff(table.head) >= 0)
+        assert np.all(np.diff(table.allreduce) >= 0)
+        decode = [model.step_time("target", np.ones(b, dtype=int), np.full(b, 512))
+                  for b in (1, 2, 8, 32, 128, 256)]
+        assert decode == sorted(decode)
+        prefill = [model.step_time("target", np.array([s]), np.array([0]), rows=1.0)
+                   for s in (16, 128, 512, 2048, 8192)]
+        assert prefill == sorted(prefill)
+
+
+def test_what_the_tables_do_not_cover_is_refused_in_one_line():
+    llama = get_shape("llama-3.1-8b")
+    assert aic_covers("h100", llama, get_shape("llama-3.2-1b"), 1) is None
+    assert "rtx4090" in aic_covers("rtx4090", llama, None, 1)
+    assert "MLA" in aic_covers("h100", get_shape("deepseek-v2-lite"), None, 1)
+    assert "sliding" in aic_covers("h100", get_shape("gemma-3-270m"), None, 1)
+    assert "awq" in aic_covers("h100", llama, None, 1, quantization="awq")
+    assert "3 GPUs" in aic_covers("h100", llama, None, 3) or "split" in aic_covers(
+        "h100", llama, None, 3)
+    assert "fp8" in aic_covers("a100", llama, None, 1, kv_cache_dtype="fp8")
+    with pytest.raises(SpecbatchError, match="cost 'aic': hardware 'rtx4090'") as err:
+        build_cost_model("aic", "rtx4090", "llama-3.1-8b", "llama-3.2-1b")
+    assert "\n" not in str(err.value)
+
+
+def test_cost_show_json_names_each_parts_source():
+    out = subprocess.run([sys.executable, "-m", "specbatch", "cost", "show", "--cost", "aic",
+                          "--hardware", "h100", "--target", "llama-3.1-70b", "--draft",
+                          "llama-3.2-1b", "--tp", "4", "--json"],
+                         capture_output=True, text=True, check=True)
+    obj = json.loads(out.stdout)
+    assert isinstance(obj, dict) and obj["cost"] == "aic"
+    target = obj["sources"]["target"]
+    for part in ("layers", "attention", "allreduce", "lm_head", "launch"):
+        assert target[part]["source"], part
+    assert target["attention"]["validated"]["mape"] > 0
