@@ -119,6 +119,10 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
             frame = curves.get(fam)
             if frame is None or kv not in set(frame["kv_dtype"]):
                 return f"{what}: no {kv} KV {fam} table on {system}"
+            widths = set(frame["head_dim"][frame["kv_dtype"] == kv])
+            if shape.head_dim not in widths:
+                return (f"{what}: no {kv} KV {fam} rows at head width {shape.head_dim} on "
+                        f"{system}")
         if role_tp > 1:
             ar = curves.get("allreduce")
             if ar is None or role_tp not in set(ar["num_gpus"]):
@@ -202,6 +206,12 @@ class AicCost:
         if r is None:
             r = for_role(self.roles, role)
         return r.total(n, sq, skv, sqkv, sqq, rows)
+
+    def table_gap(self, role: str) -> str | None:
+        """Why the role's pass has no tabulated form: never (every aic pass is
+        simulator.cost.tabulated's form; the compiled loop asks)."""
+        for_role(self.roles, role)
+        return None
 
     def pass_table(self, role: str, max_tokens: int) -> PassTable:
         """The role's pass in tabulated form for Q = 0..``max_tokens``."""

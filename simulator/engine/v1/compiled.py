@@ -192,10 +192,10 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
             why = base.table_gap(role)
             if why is not None:
                 return (f"{why} (compiled: the calibrated model's dense passes on the "
-                        "Vidur-profiled GPUs)")
+                        "Vidur-profiled GPUs, and the aic model)")
     elif type(base) is not RooflineCost:
-        return (f"cost model {type(cost).__name__} (compiled: the plain roofline and the "
-                "calibrated model)")
+        return (f"cost model {type(cost).__name__} (compiled: the plain roofline, the "
+                "calibrated and the aic models)")
     else:
         for role, c in base.consts.items():
             if c.sliding_layers or c.experts or c.fp8_flops_per_token:

@@ -24,9 +24,10 @@ MAX_TABLE_TOKENS = 1 << 17
 
 def tabulated(model) -> bool:
     """Whether the innermost cost model prices passes from PassTables
-    (simulator.cost.tabulated: the calibrated model's ``pass_table``), matched by name so a
-    roofline run never imports the calibrated model."""
-    return type(model).__name__ == "CalibratedCost" and hasattr(model, "pass_table")
+    (simulator.cost.tabulated: the calibrated and aic models' ``pass_table``), matched by name
+    so a roofline run never imports them."""
+    return (type(model).__name__ in ("CalibratedCost", "AicCost")
+            and hasattr(model, "pass_table"))
 
 
 def priced_roles(policy: Policy) -> tuple[str, ...]:

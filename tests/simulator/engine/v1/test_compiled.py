@@ -509,6 +509,33 @@ def test_compiled_tables_equal_the_numpy_engines_under_the_calibrated_cost(knobs
     assert_parity(cost="calibrated", host="vllm", **knobs)
 
 
+#: The aic model (cost = "aic": AIConfigurator's measured curves as PassTables of both roles,
+#: an attention law with a floor and a per-request term, compute and KV bytes added): the
+#: h100 default shapes, a100 tp 2 (the measured all-reduce curve), a MoE target on h200, fp8
+#: KV, paged KV with the prefix cache, async scheduling, CUDA-graph padding, dsd and tetris.
+AIC_COVERED = [
+    {"requests": 60, "seed": 3, "policy": "fixed", "k": 2},
+    {"requests": 60, "seed": 3, "policy": "ar", "hardware": "a100", "tp": 2,
+     "target": "llama-3.1-8b", "draft": "llama-3.1-8b"},
+    {"requests": 60, "seed": 4, "policy": "fixed", "k": 3, "hardware": "h200",
+     "target": "qwen3-30b-a3b", "draft": "qwen2.5-0.5b", "max_num_batched_tokens": 512},
+    {"requests": 60, "seed": 4, "policy": "fixed", "k": 3, "target": "llama-3.1-8b",
+     "draft": "llama-3.2-1b", "kv_cache_dtype": "fp8", "max_num_batched_tokens": 1024},
+    {"requests": 96, "seed": 3, "kv_mode": "paged", "kv_capacity": 3000, "policy": "tetris",
+     "k": 3, "extra": 1, "enable_prefix_caching": True, "max_num_batched_tokens": 512},
+    {"requests": 60, "seed": 5, "policy": "fixed", "k": 3, "async_scheduling": True,
+     "arrival": "poisson", "rate": 20.0},
+    {"requests": 60, "seed": 3, "policy": "dsd", "cuda_graph_sizes": "64",
+     "max_num_batched_tokens": 256},
+]
+
+
+@needs_numba
+@pytest.mark.parametrize("knobs", AIC_COVERED, ids=[str(i) for i in range(len(AIC_COVERED))])
+def test_compiled_tables_equal_the_numpy_engines_under_the_aic_cost(knobs):
+    assert_parity(cost="aic", host="vllm", **knobs)
+
+
 @needs_numba
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -526,7 +553,7 @@ def test_compiled_tables_equal_the_numpy_engines_under_the_calibrated_cost(knobs
        threshold=st.sampled_from([0, 0, 2, 40]), replicas=st.sampled_from([1, 1, 2, 3]),
        graphs=st.sampled_from([None, None, "64", "3,17,100"]),
        host=st.sampled_from(["fixed", "vllm"]), overlap=st.booleans(),
-       cost=st.sampled_from(["roofline", "roofline", "calibrated"]))
+       cost=st.sampled_from(["roofline", "roofline", "calibrated", "aic"]))
 def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
         requests, seed, policy, k, extra, budget_c, verify, budget, seqs, chunked, arrival,
         rate, capacity, paged, block_size, prefix, threshold, replicas, graphs, host,
