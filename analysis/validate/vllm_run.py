@@ -153,7 +153,7 @@ def check_plausible(run: VllmRun, settings, preset: str, target: str) -> None:
             f"the GPU holds {memory:.4g} bytes), got {blocks}")
 
 
-def validate_vllm(name_or_dir: str, cost: str = "roofline", hardware: str | None = None,
+def validate_vllm(name_or_dir: str, cost: str = "auto", hardware: str | None = None,
                   model: str | None = None, folder: str | Path | None = None,
                   final: str | Path | None = None) -> tuple[dict, object]:
     """Replay one run (module docstring); returns (report, SimResult). A model or setting the
@@ -167,7 +167,13 @@ def validate_vllm(name_or_dir: str, cost: str = "roofline", hardware: str | None
     if Path(target).is_file():  # a config.json: absolute, so the written config re-runs anywhere
         target = str(Path(target).resolve())
     check_plausible(run, settings, preset, target)
-    sim = simulate_run(run, sim_values(run, settings, preset, target, cost), folder, final)
+    values = sim_values(run, settings, preset, target, cost)
+    sim = simulate_run(run, values, folder, final)
+    from specbatch.simulator.config.sim_config import make_config
+    from specbatch.simulator.cost.registry import run_cost
+
+    choice = run_cost(make_config(values, "validate")).to_dict()  # auto -> its source
+    ran = choice["ran"]
     unmodelled = [list(r) for r in settings.unmodelled] + moe_rows(target)
     measured = run.requests
     simulated = sim.requests.assign(output_len=sim.requests["tokens"])
@@ -175,8 +181,8 @@ def validate_vllm(name_or_dir: str, cost: str = "roofline", hardware: str | None
     report = {
         "run": run.name, "path": str(run.path), "model": run.meta.get("model"),
         "vllm_version": run.meta.get("vllm_version"), "kind": run.kind,
-        "hardware": preset, "hardware_from": hw_origin, "model_config": target, "cost": cost,
-        "cost_source": cost_source(cost, preset),
+        "hardware": preset, "hardware_from": hw_origin, "model_config": target, "cost": ran,
+        "cost_choice": choice, "cost_source": cost_source(ran, preset),
         "requests": int(len(measured)),
         "metrics": {key: cmp["metrics"][key] for key in HEADLINE},
         "all_metrics": cmp["metrics"], "tests": cmp["tests"],

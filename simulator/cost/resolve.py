@@ -4,14 +4,20 @@ covers the asked GPU and models, with the roofline as the named fallback.
 :data:`SOURCES` is the catalogue, one row per measured source, best first (docs/fidelity.md
 gives each row's evidence):
 
-1. ``aic``: AIConfigurator's per-op vLLM kernel tables of the GPU
-   (simulator.cost.measured.aic_cost), for the GPUs and model structures those tables hold;
-2. ``calibrated``: the GPU's own measured profiles: LLMServingSim's per-layer vLLM 0.19
-   profiles (RTX 4090, RTX PRO 6000: the bundled measured runs replay within 3 % TPOT) or
-   Vidur's per-op tables (A100, H100, A40); a GPU that only borrows another's laws (``proxy``
-   in the GPU catalogue) is not covered;
-3. ``roofline``: datasheet peaks times assumed efficiencies; covers everything.
+1. ``calibrated`` on a GPU with LLMServingSim's per-layer vLLM 0.19 profiles of its own (RTX
+   4090, RTX PRO 6000): whole decoder layers measured inside vLLM, and the bundled measured
+   vLLM runs on those GPUs replay within 3 % TPOT and e2e with it (aic: -8 to -25 % TPOT);
+2. ``aic``: AIConfigurator's per-op vLLM 0.24 kernel tables of the GPU
+   (simulator.cost.measured.aic_cost), for the GPUs, model structures, precisions and head
+   widths those tables hold: today's kernels (Vidur's 2024 H100 GEMMs are 17 % slower);
+   GEMMs, MoE and all-reduce within 8 % held out, attention 13-25 % per call;
+3. ``calibrated`` on a GPU with Vidur's per-op profiles of its own (A100, H100, A40): where
+   the tables above do not reach (e.g. a head width AIConfigurator did not time);
+4. ``roofline``: datasheet peaks times assumed efficiencies; covers everything.
 
+A GPU that only borrows another's laws (``proxy`` in the GPU catalogue) is covered by no
+``calibrated`` row, and a model the calibrated pricer refuses (a MoE or MLA shape without its
+own profile cell on an LLMServingSim GPU) passes to the next row.
 :func:`resolve_cost` walks the rows and returns the first that covers the request, with the
 reason each earlier row passed, so a run says which source priced it and, when it fell back,
 why. Any other ``cost`` name is taken as asked.
@@ -91,23 +97,47 @@ def aic_covers(ask: CostAsk) -> str | None:
                   draft_weight_bits=ask.draft_weight_bits)
 
 
-def calibrated_covers(ask: CostAsk) -> str | None:
-    """The GPU has measured profiles of its own (catalogue ``profiles``), not a proxy's."""
+def own_profiles(ask: CostAsk, source: str) -> str | None:
+    """None when the GPU's catalogue row is calibrated by the measured ``source`` of its own
+    (not a proxy's) and the calibrated model prices both roles, else the reason."""
     row = find_gpu(ask.hardware)
     if row is None:
         return f"no catalogue row for GPU {ask.hardware!r}"
-    if row.profiles is None:
+    if row.profiles != source:
         borrowed = f" (it borrows {row.proxy}'s laws)" if row.proxy else ""
-        return f"no measured profile of {row.name}{borrowed}"
+        return f"no {source} profile of {row.name}{borrowed}"
+    return calibrated_refusal(ask)
+
+
+def calibrated_refusal(ask: CostAsk) -> str | None:
+    """The calibrated model's one-line refusal of ``ask`` (None: it prices it), built as
+    simulator.cost.registry builds it (a drafter without a model: the target in its place)."""
+    from specbatch.errors import SpecbatchError
+    from specbatch.simulator.cost.gpus.hardware import get_hardware
+    from specbatch.simulator.cost.measured.calibrated import CalibratedCost
+    from specbatch.simulator.defaults import FREE_DRAFTS, HEAD_DRAFTS
+    from specbatch.traces.models.shapes import get_shape
+
+    drafter = str(ask.draft).lower() in FREE_DRAFTS + HEAD_DRAFTS
+    try:
+        CalibratedCost(get_hardware(ask.hardware), get_shape(ask.target),
+                       get_shape(ask.target if drafter else ask.draft), tp=ask.tp,
+                       draft_weight_bits=ask.draft_weight_bits,
+                       quantization=ask.quantization, kv_cache_dtype=ask.kv_cache_dtype)
+    except SpecbatchError as e:
+        return str(e)
     return None
 
 
 SOURCES: tuple[SourceRow, ...] = (
+    SourceRow("calibrated", "the GPU's LLMServingSim per-layer vLLM profiles; the bundled "
+              "measured vLLM runs replay within 3 % TPOT and e2e (docs/fidelity.md)",
+              lambda ask: own_profiles(ask, "llmservingsim")),
     SourceRow("aic", "per-op leave-one-shape-out on AIConfigurator's vLLM tables; whole "
               "passes against LLMServingSim's and Vidur's profiles (docs/fidelity.md)",
               aic_covers),
-    SourceRow("calibrated", "leave-one-shape-out on the GPU's profiles; the bundled measured "
-              "vLLM runs (docs/fidelity.md)", calibrated_covers),
+    SourceRow("calibrated", "leave-one-shape-out on the GPU's Vidur profiles "
+              "(docs/simulate.md)", lambda ask: own_profiles(ask, "vidur")),
     SourceRow("roofline", "not fitted: the named fallback", lambda ask: None),
 )
 

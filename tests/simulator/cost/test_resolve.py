@@ -20,21 +20,36 @@ def test_a_named_cost_is_taken_as_asked():
 
 def test_auto_walks_the_catalogue_and_says_why_it_passed_rows(monkeypatch):
     rows = (resolve.SourceRow("first", "-", lambda ask: "no table of " + ask.hardware),
-            resolve.SourceRow("calibrated", "-", resolve.calibrated_covers),
+            resolve.SourceRow("calibrated", "-", lambda ask: resolve.own_profiles(ask, "vidur")),
             resolve.SourceRow("roofline", "-", lambda ask: None))
     monkeypatch.setattr(resolve, "SOURCES", rows)
-    own = resolve_cost("auto", CostAsk("rtx4090", "llama-3.1-8b", "vicuna-68m"))
-    assert own == CostChoice("auto", "calibrated", ("first: no table of rtx4090",))
-    assert own.line() == "auto -> calibrated (first: no table of rtx4090)"
+    own = resolve_cost("auto", CostAsk("a100", "vicuna-7b", "vicuna-68m"))
+    assert own == CostChoice("auto", "calibrated", ("first: no table of a100",))
+    assert own.line() == "auto -> calibrated (first: no table of a100)"
     # l40s has no profile of its own: it borrows the a40's laws, so the roofline prices it
     borrowed = resolve_cost("auto", CostAsk("l40s", "llama-3.1-8b", "vicuna-68m"))
     assert borrowed.name == "roofline" and borrowed.fallback
-    assert borrowed.passed[1] == "calibrated: no measured profile of l40s (it borrows a40's laws)"
+    assert borrowed.passed[1] == "calibrated: no vidur profile of l40s (it borrows a40's laws)"
     assert borrowed.line().startswith("auto -> roofline (fallback: first: no table of l40s; ")
 
 
-def test_auto_builds_the_model_it_resolves_to(monkeypatch):
-    monkeypatch.setattr(resolve, "SOURCES", (resolve.SOURCES[-2], resolve.SOURCES[-1]))
+@pytest.mark.parametrize("hardware, target, draft, ran", [
+    ("rtxpro6000", "llama-3.1-8b", "eagle3", "calibrated"),  # its own vLLM layer profiles
+    ("rtx4090", "llama-3.1-8b", "llama-3.2-1b", "calibrated"),
+    ("h100", "vicuna-33b", "vicuna-68m", "aic"),  # AIConfigurator's H100 tables
+    ("b200", "llama-3.1-70b", "llama-3.2-1b", "aic"),
+    ("a100", "vicuna-7b", "vicuna-68m", "calibrated"),  # no A100 attention rows at width 64
+    ("h100", "gemma-3-270m", "gemma-3-270m", "calibrated"),  # sliding windows: not in aic
+    ("l40s", "vicuna-7b", "vicuna-68m", "roofline"),  # no table at width 64, a40's laws
+    ("rtxpro6000", "deepseek-v3", "mtp", "roofline"),  # MLA: no cell, not in aic
+])
+def test_the_catalogue_picks_the_best_validated_source(hardware, target, draft, ran):
+    choice = resolve_cost("auto", CostAsk(hardware, target, draft))
+    assert choice.name == ran
+    assert choice.fallback == (ran == "roofline")
+
+
+def test_auto_builds_the_model_it_resolves_to():
     auto = build_cost_model("auto", "rtx4090", "llama-3.1-8b", "vicuna-68m")
     named = build_cost_model("calibrated", "rtx4090", "llama-3.1-8b", "vicuna-68m")
     assert type(auto) is type(named) and auto == named
