@@ -28,8 +28,6 @@ from ``simulator/cost/measured/data/aic_validation.json`` and reported by :meth:
 
 from __future__ import annotations
 
-import functools
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,13 +131,11 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
     return None
 
 
-@functools.lru_cache(maxsize=1)
 def validation() -> dict:
     """The held-out errors benchmarks/cost_vs_aic.py --validate wrote ({} when absent)."""
-    try:
-        return json.loads(VALIDATION.read_text())
-    except (OSError, ValueError):
-        return {}
+    from specbatch.simulator.cost.measured.validated import read_errors
+
+    return read_errors(VALIDATION)
 
 
 @dataclass(frozen=True)

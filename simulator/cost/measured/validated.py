@@ -14,10 +14,15 @@ from pathlib import Path
 VALIDATION = Path(__file__).parent / "data" / "calibrated_validation.json"
 
 
-@functools.lru_cache(maxsize=1)
-def validation() -> dict:
-    """The validated errors benchmarks/cost_vs_public.py wrote ({} when absent)."""
+@functools.lru_cache(maxsize=8)
+def read_errors(path: Path) -> dict:
+    """The validated errors a benchmark wrote to ``path`` ({} when absent or unreadable)."""
     try:
-        return json.loads(VALIDATION.read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+
+
+def validation() -> dict:
+    """The validated errors benchmarks/cost_vs_public.py wrote ({} when absent)."""
+    return read_errors(VALIDATION)

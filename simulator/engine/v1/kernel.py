@@ -121,15 +121,9 @@ _UNIT = 1.0 / 9007199254740992.0  # 2**-53
 
 
 @njit(cache=True)
-def pass_time(c, off, sq, skv, sqkv, sqq, rows):
-    """RooflineCost.time_from_sums of a dense role (constants ``c[off:off + 10]``:
-    flops_per_token, attn_flops, weight_bytes, kv_bytes, act_bytes_per_token, inv_compute,
-    inv_memory, floor, fixed, comm_per_token; the LM head's FLOPs per row at F_HEAD_T /
-    F_HEAD_D), its LM head at ``rows`` logit rows (< 0: every query token, ``rows=None``),
-    the same expressions in the same order,
-    times ``c[F_SCALE]`` (ScaledCost's factor · time; × 1.0 is exact), after padding the pass
-    to the next CUDA-graph size as simulator.cost.features.graph_padding.PaddedSumsCost does
-    (p requests of query 1 and KV 0: Σq and Σq² grow by p)."""
+def graph_pad(c, sq):
+    """The CUDA-graph padding tokens of a pass of ``sq`` tokens (PaddedSumsCost.padding: the
+    next captured size − Σq; 0 without sizes, for an empty pass or above the largest)."""
     m = int(c[F_NSIZES])
     if m:
         tokens = int(sq)
@@ -141,9 +135,24 @@ def pass_time(c, off, sq, skv, sqkv, sqq, rows):
                     lo = mid + 1
                 else:
                     hi = mid
-            pad = c[F_SIZES + lo] - tokens
-            sq = sq + pad
-            sqq = sqq + pad
+            return c[F_SIZES + lo] - tokens
+    return 0.0
+
+
+@njit(cache=True)
+def pass_time(c, off, sq, skv, sqkv, sqq, rows):
+    """RooflineCost.time_from_sums of a dense role (constants ``c[off:off + 10]``:
+    flops_per_token, attn_flops, weight_bytes, kv_bytes, act_bytes_per_token, inv_compute,
+    inv_memory, floor, fixed, comm_per_token; the LM head's FLOPs per row at F_HEAD_T /
+    F_HEAD_D), its LM head at ``rows`` logit rows (< 0: every query token, ``rows=None``),
+    the same expressions in the same order,
+    times ``c[F_SCALE]`` (ScaledCost's factor · time; × 1.0 is exact), after padding the pass
+    to the next CUDA-graph size as simulator.cost.features.graph_padding.PaddedSumsCost does
+    (p requests of query 1 and KV 0: Σq and Σq² grow by p; :func:`graph_pad`)."""
+    pad = graph_pad(c, sq)
+    if pad:
+        sq = sq + pad
+        sqq = sqq + pad
     if sq <= 0.0:
         return c[F_SCALE] * 0.0
     flops = c[off] * sq + c[off + 1] * (sqkv + 0.5 * (sqq + sq))
@@ -167,25 +176,6 @@ T_MODE = 0  # 1.0: the role is priced from its tables (role_time), 0.0: pass_tim
 T_FLOPS, T_FLOPS_RATE, T_KV, T_KV_RATE, T_OVERLAP, T_AFLOOR, T_PER_REQUEST = range(1, 8)
 T_FIXED, T_FLOOR = 8, 9  # the launch: seconds added to every pass, the host floor
 N_TLAW = 10
-
-
-@njit(cache=True)
-def graph_pad(c, sq):
-    """The CUDA-graph padding tokens of a pass of ``sq`` tokens (PaddedSumsCost.padding: the
-    next captured size − Σq; 0 without sizes, for an empty pass or above the largest)."""
-    m = int(c[F_NSIZES])
-    if m:
-        tokens = int(sq)
-        if tokens != 0 and tokens <= c[F_SIZES + m - 1]:
-            lo, hi = 0, m
-            while lo < hi:  # bisect_left
-                mid = (lo + hi) // 2
-                if c[F_SIZES + mid] < tokens:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            return c[F_SIZES + lo] - tokens
-    return 0.0
 
 
 @njit(cache=True)

@@ -42,10 +42,11 @@ def tables(engine: str, **knobs):
     return result.requests, result.steps, result.summary
 
 
-#: Most cases price the roofline with the preset's flat host overhead (host = "fixed");
-#: HOST_COVERED and the hypothesis run add vLLM's host share (the default host = "vllm",
-#: simulator.cost.features.host.HostCost), with and without async scheduling.
-FIXED_HOST = {"host": "fixed"}
+#: Most cases price the roofline (named: the default cost is auto) with the preset's flat
+#: host overhead (host = "fixed"); HOST_COVERED and the hypothesis run add vLLM's host share
+#: (the default host = "vllm", simulator.cost.features.host.HostCost), with and without async
+#: scheduling; the calibrated and aic cases name their cost.
+FIXED_HOST = {"host": "fixed", "cost": "roofline"}
 
 
 def assert_bit_identical(a, b) -> None:
