@@ -544,7 +544,9 @@ class CompiledEngine:
                    order: np.ndarray) -> bool:
         """Walk the events the kernel stopped before (:func:`step_events`), calling the early
         stop where simulator.engine.core would (``tick`` reaching ``stop.every``, before the
-        event, with the records as they stand then: every step before started). True: the
+        event, with the records as they stand then: every step before started; the times and
+        ``preemptions`` the rule reads are the numpy engine's, while ``replica`` and the
+        counters of requests not yet finished settle only when the run ends). True: the
         run ends before that event, as the numpy engine leaves it (requests not yet arrived
         have replica -1, unfinished ones zero counts, :meth:`Engine.process_events`); False:
         the kernel goes on past these events."""
