@@ -106,12 +106,17 @@ def test_a_burst_counts_every_arrival_and_the_schedule_event():
     assert_same_calls(sa, sb)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from([{"policy": "fixed", "num_speculative_tokens": 1},
+                        {"policy": "dsd", "num_speculative_tokens": 4},
                         {"policy": "fixed", "num_speculative_tokens": 3, "verify": "block"},
                         {"policy": "tetris", "num_speculative_tokens": 2, "extra": 1}]),
        st.sampled_from([{}, {"kv_mode": "reserve"}, {"enable_chunked_prefill": False},
-                        {"arrival": "burst"}, {"tp": 1, "requests": 32}]),
+                        {"arrival": "burst"}, {"tp": 1, "requests": 32},
+                        {"tp": 1, "requests": 32, "enable_prefix_caching": True},
+                        {"long_prefill_token_threshold": 64},
+                        {"scheduling_policy": "priority", "kv_mode": "reserve",
+                         "kv_capacity": 4000}]),
        st.sampled_from([1.0, 8.0, 40.0]), st.integers(0, 3), st.integers(1, 20),
        st.one_of(st.none(), st.integers(1, 40)), st.one_of(st.none(), st.integers(1, 9)))
 def test_a_stopped_run_is_the_numpy_engines_bit_for_bit(policy, knobs, rate, seed, every, at,
