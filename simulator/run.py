@@ -266,7 +266,7 @@ def run_engine_columns(config: SimConfig, trace: Trace, workload: Workload, cost
                             workload=workload)
         if ran == "compiled":
             engine = CompiledEngine(config, trace, workload, cost, policy, capacity=capacity,
-                                    progress=progress_to)
+                                    progress=progress_to, stop=stop)
         else:
             engine = Engine(config, trace, workload, cost, policy, capacity=capacity,
                             reference=reference, progress=progress_to, stop=stop)

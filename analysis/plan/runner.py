@@ -192,7 +192,7 @@ def stop_key(key: str, rule: StopRule) -> str:
 
 
 def compiled_first(config) -> bool:
-    """Whether a whole (not early-stopped) run tries the compiled loop first: under
+    """Whether a run, whole or early-stopped, tries the compiled loop first: under
     ``engine = "auto"`` with numba installed, at any size. The planner runs many small runs in
     one process, so the kernel's load (auto's reason to keep runs under
     simulator.engine.v1.compiled.AUTO_MIN_REQUESTS on numpy) is paid once; the tables are
@@ -219,7 +219,7 @@ def simulate_point(config: dict):
     cfg = make_config(fields)
     kw = dict(trace=_cached_trace(cfg), cost_model=shared_cost(cfg),
               stop=None if rule is None else EarlyStop(rule))
-    if rule is None and compiled_first(cfg):
+    if compiled_first(cfg):  # an early stop too: the kernel stops at the numpy engine's events
         from specbatch.simulator.engine.v1.compiled import NotCovered
 
         try:

@@ -30,11 +30,17 @@ LLMServingSim GPUs' pricer, simulator.cost.measured.calibrated_table), each with
 padding and analysis.sensitivity's scaled cost too, with or without vLLM's host terms (the
 default ``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async
 scheduling; also inside the sensitivity runs' scaled cost; not the n-gram proposer's) and the
-rejection sampler's cost; any arrivals; no early stop. Everything else (tetris and
+rejection sampler's cost; any arrivals; an early stop (simulator.engine.core's ``stop``, the
+planner's analysis.plan.slo.EarlyStop) on one replica of a speculating policy: the kernel
+returns before a step whose events reach a check (kernel.step_events counts the numpy
+engine's arrivals, STEP_END and SCHEDULE events), :meth:`CompiledEngine.check_stop` calls the
+rule at the numpy engine's events and ends the run there or goes on (parity:
+tests/simulator/engine/v1/test_compiled_stop.py). Everything else (tetris and
 vllm-adaptive with a fitted predictor, vllm-adaptive's exact tables or true survival, oracle
 under BV, trees, draft heads (EAGLE, EAGLE-3, MTP), n-gram and profiled costs, vllm-v0, the
-least_outstanding and vllm_dp_lb routers, user policies, plan's early-stopped runs) runs on
-numpy.
+least_outstanding and vllm_dp_lb routers, user policies, an early stop with several
+replicas or without speculation: the numpy engine takes ``ar``'s runs of identical decode
+steps as one event, simulator.engine.v1.runs) runs on numpy.
 
 Kernels are cached under ``$SPECBATCH_CACHE/numba`` (``~/.cache/specbatch/numba``): numba's
 ``cache=True`` writes next to the source by default, so ``NUMBA_CACHE_DIR`` is set before numba
@@ -138,8 +144,12 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
 
     if reference:
         return "the reference twin runs on numpy"
-    if stop is not None:
-        return "an early stop (plan's SLO search) runs on numpy"
+    if stop is not None and int(config.replicas) > 1:
+        return ("an early stop with several replicas (compiled: one replica, whose events "
+                "the kernel counts)")
+    if stop is not None and not int(policy.depth):
+        return ("an early stop without speculation (the numpy engine takes runs of identical "
+                "decode steps as one event, simulator.engine.v1.runs; compiled: depth >= 1)")
     if not scheduler_entry(config.scheduler).compiled:
         return f"scheduler {config.scheduler} (compiled: {', '.join(names(compiled=True))})"
     if int(config.data_parallel_size) != 1:
@@ -283,7 +293,7 @@ class CompiledEngine:
     each kernel call (every :data:`STEP_BUFFER` steps), not after each step."""
 
     def __init__(self, config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
-                 policy: Policy, *, capacity: int | None, progress=None) -> None:
+                 policy: Policy, *, capacity: int | None, progress=None, stop=None) -> None:
         from specbatch.simulator.cost.verify_cost import verify_cost_for
         from specbatch.simulator.defaults import one_hot_drafter
         from specbatch.simulator.engine.v1.compose import v1_lookahead
@@ -294,6 +304,7 @@ class CompiledEngine:
         kn = self.kernel
         self.w = workload
         self.progress = progress
+        self.stop = stop  # simulator.engine.core's early stop (one replica: compiled_gap)
         n = workload.n
         depth = int(policy.depth)
         ints = np.zeros(kn.N_INTS, dtype=np.int64)
@@ -311,6 +322,8 @@ class CompiledEngine:
             ints[kn.I_POOL] = int(capacity) // int(config.block_size)
             ints[kn.I_PREFIX] = int(bool(config.enable_prefix_caching))
         ints[kn.I_THRESHOLD] = int(config.long_prefill_token_threshold)
+        if stop is not None:
+            ints[kn.I_EVERY] = max(int(stop.every), 1)
         sizes, scale, base = cost_layers(cost)
         floats = np.zeros(kn.N_FLOATS + len(sizes))
         floats[kn.F_SCALE] = scale
@@ -440,6 +453,8 @@ class CompiledEngine:
         for r, order in enumerate(orders):
             rec.replica[order] = r
             kept.append(self.run_replica(r, order, stream=replicas == 1))
+        if self.stop is not None and self.stop.stopped_at is not None:
+            return rec
         if replicas > 1:
             rows = np.concatenate(kept, axis=1)  # [16, rows] every replica's, in turn
             rows = rows[:, event_order(kept, replicas)]
@@ -488,6 +503,10 @@ class CompiledEngine:
             if code == kn.STUCK:  # pragma: no cover - engine invariant
                 raise SpecbatchError("simulator: a compiled vllm-v1 step with nothing "
                                      "scheduled (engine invariant broken)")
+            if code == kn.STOP:  # an early stop's check falls before the next step
+                if not self.check_stop(regs, clock, ints, order):
+                    continue
+                code = kn.DONE  # stopped: hand back the rows so far
             if code == kn.GROW:  # more live prefix-cache segments than the arrays hold
                 segments = [np.concatenate([a, np.zeros_like(a)]) for a in segments]
                 continue
@@ -519,6 +538,62 @@ class CompiledEngine:
         if stream:
             return None
         return np.concatenate(kept, axis=1) if kept else np.zeros((kn.N_STEP_ROWS, 0))
+
+
+    def check_stop(self, regs: np.ndarray, clock: np.ndarray, ints: np.ndarray,
+                   order: np.ndarray) -> bool:
+        """Walk the events the kernel stopped before (:func:`step_events`), calling the early
+        stop where simulator.engine.core would (``tick`` reaching ``stop.every``, before the
+        event, with the records as they stand then: every step before started; the times and
+        ``preemptions`` the rule reads are the numpy engine's, while ``replica`` and the
+        counters of requests not yet finished settle only when the run ends). True: the
+        run ends before that event, as the numpy engine leaves it (requests not yet arrived
+        have replica -1, unfinished ones zero counts, :meth:`Engine.process_events`); False:
+        the kernel goes on past these events."""
+        kn = self.kernel
+        stop, rec = self.stop, self.rec
+        tick = int(regs[kn.R_TICK])
+        for time, popped in step_events(self.arrival, order, int(regs[kn.R_ARRIVED]),
+                                        float(clock[0]), bool(regs[kn.R_STEPPED]),
+                                        idle=not (regs[kn.R_RUNNING] or regs[kn.R_FRONT]
+                                                  or regs[kn.R_HEAPN]
+                                                  or regs[kn.R_ADMITTED] != regs[kn.R_ARRIVED])):
+            tick += 1
+            if tick >= stop.every:
+                tick = 0
+                if stop(time, rec, self.w):
+                    stop.stopped_at = time
+                    rec.replica[order[popped:]] = -1
+                    self.counts[:, ~np.isfinite(rec.finish)] = 0  # numpy's: set at finish
+                    return True
+        regs[kn.R_TICK] = tick
+        regs[kn.R_SKIP] = 1
+        ints[kn.I_EVERY] = max(int(stop.every), 1)
+        return False
+
+
+def step_events(arrival: np.ndarray, order: np.ndarray, arrived: int, t: float,
+                stepped: bool, idle: bool) -> list[tuple[float, int]]:
+    """The events simulator.engine.core pops between one replica's last step start and its
+    next (the kernel's :func:`~simulator.engine.v1.kernel.step_events` counts them), each as
+    (its time, the arrivals in ``order`` popped before it): the arrivals while the last step
+    ran (``t`` its end), its STEP_END at ``t``; then, when the replica is ``idle`` (nothing
+    running or queued after them), the arrivals at the next arrival's time and their
+    SCHEDULE event at that time (the first step: those alone)."""
+    events = []
+    i, n = arrived, order.shape[0]
+    if stepped:
+        while i < n and arrival[order[i]] <= t:
+            events.append((float(arrival[order[i]]), i))
+            i += 1
+        events.append((t, i))
+    if idle and i == arrived and arrived < n:
+        a = float(arrival[order[i]])
+        while i < n and arrival[order[i]] <= a:
+            events.append((float(arrival[order[i]]), i))
+            i += 1
+        events.append((a, i))
+    return events
 
 
 def event_order(rows: list[np.ndarray], replicas: int) -> np.ndarray:

@@ -66,6 +66,8 @@ I_ROWS = 38  # 1: (d_i, s_i) by trace row from ``row_d`` / ``row_s`` (threshold 
 # stops); 2: hindsight's s_i, the prefix that accepts the most under the step's η (d_i = K)
 # (and I_TETRIS = 2: oracle under TV, tetris's top-C on ``conf`` = the path's true Π min(1, r),
 # drafting K even at C = 0)
+I_EVERY = 39  # an early stop's check interval in events (simulator.engine.core ``stop.every``;
+# 0: no early stop): :func:`run_steps` returns STOP before a step whose events reach a check
 N_INTS = 40
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
@@ -89,7 +91,9 @@ R_FINISHED = 9  # requests finished so far (the caller's progress bar)
 R_KNOW, R_DSTEPS = 10, 11  # dsd's window k_now and its steps planned (α: clock[1])
 R_HEAPN = 12  # waiting requests in the priority heap
 R_STEPPED = 13  # whether a step ran (the first step is woken by an arrival)
-N_REGS = 14
+R_TICK = 14  # an early stop's events since its last check (simulator.engine.core's ``tick``)
+R_SKIP = 15  # 1: the caller checked the events before the next step (STOP), go on past them
+N_REGS = 16
 # the step rows' two columns after STEP_COLUMNS: whether the step started on an arrival
 # (the replica was idle) and that arrival's place in ``order``; the caller merges several
 # replicas' rows into the engine's event order with them
@@ -110,7 +114,7 @@ S_UID, S_PREFILLED, S_FILL, S_BLOCKS = range(4)
 N_ST = 4
 C_POS, C_STEPS, C_DRAFTED, C_VERIFIED, C_ACCEPTED = range(5)  # RECORD_ROWS
 # return codes
-DONE, FULL, STUCK, GROW = 0, 1, 2, 3
+DONE, FULL, STUCK, GROW, STOP = 0, 1, 2, 3, 4
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -593,6 +597,28 @@ def seg_room(regs, seg_uid, seg_r, seg_h, parked_seg, want):
 
 
 @njit(cache=True)
+def step_events(arrival, order, arrived, n_req, t, stepped, idle):
+    """How many events the numpy engine (simulator.engine.core) pops between the start of
+    the replica's last step and the start of its next one (or the run's end), one replica
+    behind it: the arrivals while the last step ran (``t`` its end; at equal times arrivals
+    pop first), its STEP_END, then, when that leaves it ``idle`` (nothing running or
+    queued), the arrivals at the next arrival's time and their SCHEDULE event (the first
+    step: those alone). simulator.engine.v1.compiled.step_events lists the same events."""
+    i = arrived
+    events = 0
+    if stepped:
+        while i < n_req and arrival[order[i]] <= t:
+            i += 1
+        events = i - arrived + 1
+    if idle and i == arrived and arrived < n_req:
+        a = arrival[order[i]]
+        while i < n_req and arrival[order[i]] <= a:
+            i += 1
+        events += i - arrived + 1
+    return events
+
+
+@njit(cache=True)
 def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed, thr, thr2,
               conf, ints, floats, st, regs, clock, first_token, finish, counts, steps,
               preemptions, recomputed, front, hashed, done_tok, parked_seg, seg_uid, seg_r,
@@ -602,7 +628,10 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
               row_s):
     """Run steps until every request finished (returns DONE) or ``steps`` # [14, cap] is
     full (FULL: call again after taking its rows); GROW when the segment arrays need room;
-    STUCK when a step would schedule nothing.
+    STUCK when a step would schedule nothing; STOP (``ints[I_EVERY]`` > 0, an early stop)
+    before the next step when its events (:func:`step_events`) would bring ``regs[R_TICK]``
+    to the check interval: the caller walks them, calling the rule, and calls again with
+    ``regs[R_SKIP]`` = 1 (and the events' ticks in R_TICK) to go on.
 
     arrival # [N] float64, order # [N] its stable argsort; prompt, out, base, footprint,
     wrap # [N] int64; keys # [N] uint64; proposed # [rows] int64 (unread without I_PROPOSED);
@@ -669,6 +698,17 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         if prefix and not seg_room(regs, seg_uid, seg_r, seg_h, parked_seg, 2 * max_seqs + 8):
             code = GROW
             break
+        if ints[I_EVERY] > 0:  # an early stop: count the engine's events before this step
+            if regs[R_SKIP]:
+                regs[R_SKIP] = 0
+            else:
+                events = step_events(arrival, order, arrived, n_req, t, regs[R_STEPPED],
+                                     n == 0 and admitted == arrived and nfront == 0
+                                     and heapn == 0)
+                if regs[R_TICK] + events >= ints[I_EVERY]:
+                    code = STOP  # a check falls among them: the caller walks them
+                    break
+                regs[R_TICK] += events
         woken = -1  # the arrival that wakes an idle replica (its place in ``order``)
         if n == 0 and admitted == arrived and nfront == 0 and heapn == 0:
             if arrived == n_req:

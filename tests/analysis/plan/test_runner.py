@@ -1,7 +1,7 @@
-"""The planner's runner (analysis.plan.runner): a whole run under ``engine = "auto"`` tries the
-compiled loop first at any size (the kernel's load is paid once per process), falls back to
-auto's engine where the loop does not cover the run, and returns what the numpy engine
-would, bit for bit."""
+"""The planner's runner (analysis.plan.runner): a run, whole or early-stopped, under ``engine =
+"auto"`` tries the compiled loop first at any size (the kernel's load is paid once per
+process), falls back to auto's engine where the loop does not cover the run, and returns what
+the numpy engine would, bit for bit."""
 
 from __future__ import annotations
 
@@ -36,3 +36,24 @@ def test_a_run_the_loop_does_not_cover_falls_back_to_numpy():
     # sliding-window layers: the calibrated model has no PassTable for them
     summary, _ = simulate_point({**BASE, "target": "gemma-3-270m", "draft": "gemma-3-270m"})
     assert summary["engine_ran"] == "numpy"
+
+
+@pytest.mark.skipif(not numba_installed(), reason="numba not installed (the fast extra)")
+@pytest.mark.parametrize("tpot", [0.001, 10.0])  # a rule that stops, one that never does
+def test_an_early_stopped_run_is_compiled_and_equals_the_numpy_run(monkeypatch, tpot):
+    from specbatch.analysis.plan.runner import STOP_FIELD
+    from specbatch.analysis.plan.slo import Slos, StopRule
+    from specbatch.simulator.engine.v1 import compiled
+
+    ran = []
+    real = compiled.CompiledEngine.run
+    monkeypatch.setattr(compiled.CompiledEngine, "run", lambda self: ran.append(1) or real(self))
+    rule = StopRule(Slos(tpot=tpot))
+    summary, requests = simulate_point({**BASE, STOP_FIELD: rule})
+    assert ran == [1]
+    numpy_summary, numpy_requests = simulate_point({**BASE, "engine": "numpy", STOP_FIELD: rule})
+    assert ran == [1]
+    assert ("stopped_at" in summary) == (tpot < 1.0)
+    assert requests.equals(numpy_requests)
+    assert {k: v for k, v in summary.items() if k != "engine_ran"} == {
+        k: v for k, v in numpy_summary.items() if k != "engine_ran"}
