@@ -24,6 +24,7 @@ from specbatch.simulator.engine.v1 import compiled
 from specbatch.simulator.policies.catalogue import CATALOGUE, entry
 from specbatch.simulator.policies.registry import make_policy
 from specbatch.simulator.run import build_cost, load_trace, simulate
+from tests.simulator.engine.v1.test_compiled import assert_bit_identical
 
 needs_numba = pytest.mark.skipif(not compiled.numba_installed(),
                                  reason="numba not installed (the fast extra)")
@@ -32,18 +33,6 @@ needs_numba = pytest.mark.skipif(not compiled.numba_installed(),
 @functools.cache
 def default_trace():
     return load_trace(load_config(None))
-
-
-def assert_bit_identical(a, b) -> None:
-    """Same columns, dtypes and values; floats compared as their bit patterns."""
-    assert list(a.columns) == list(b.columns)
-    for name in a.columns:
-        x, y = a[name].to_numpy(), b[name].to_numpy()
-        assert x.dtype == y.dtype, name
-        if x.dtype.kind == "f":
-            x, y = x.view(np.int64), y.view(np.int64)
-        diff = np.flatnonzero(x != y)
-        assert not diff.shape[0], f"{name}: first difference at row {diff[:1]}"
 
 
 def run(engine: str, **knobs):

@@ -15,6 +15,7 @@ from specbatch.analysis.sweep.executors import _cached_trace
 from specbatch.simulator.config.sim_config import make_config
 from specbatch.simulator.engine.v1 import compiled
 from specbatch.simulator.run import simulate
+from tests.simulator.engine.v1.test_compiled import assert_bit_identical
 
 pytestmark = pytest.mark.skipif(not compiled.numba_installed(),
                                 reason="numba not installed (the fast extra)")
@@ -39,17 +40,6 @@ class Probe:
         if self.grow is not None:
             self.every = self.grow
         return self.at is not None and len(self.calls) >= self.at
-
-
-def assert_bit_identical(a, b) -> None:
-    """Same columns, dtypes and values; floats compared as their bit patterns."""
-    assert list(a.columns) == list(b.columns)
-    for name in a.columns:
-        x, y = a[name].to_numpy(), b[name].to_numpy()
-        assert x.dtype == y.dtype, name
-        if x.dtype.kind == "f":
-            x, y = x.view(np.int64), y.view(np.int64)
-        assert np.array_equal(x, y), name
 
 
 def both(fields: dict, make_stop):
