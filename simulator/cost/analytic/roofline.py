@@ -146,10 +146,12 @@ from specbatch.simulator.cost.gpus.hardware import (
     FULL_WEIGHT_BITS,
     Execution,
     Hardware,
+    check_routing_skew,
     check_weight_bits,
     get_execution,
     linear_params,
     quantized_weight_bytes,
+    settle_execution,
 )
 from specbatch.simulator.cost.interface import batch_sums, for_role
 from specbatch.theory.moe import uniform_touched, zipf_load
@@ -358,14 +360,9 @@ class RooflineCost:
     consts: dict = field(default=None, repr=False, compare=False)  # role -> PassConstants
 
     def __post_init__(self) -> None:
-        if math.isnan(self.overhead):
-            object.__setattr__(self, "overhead", float(self.hardware.overhead))
-        ex = get_execution(self.execution)
-        object.__setattr__(self, "execution", ex.name)
+        ex = settle_execution(self)
         bits = check_weight_bits(self.draft_weight_bits)
-        require(self.routing_skew == 0 or self.target.is_moe or self.draft.is_moe,
-                f"routing_skew {self.routing_skew!r}: expected 0 (neither {self.target.name} "
-                f"nor {self.draft.name} is a mixture-of-experts model)")
+        check_routing_skew(self.routing_skew, self.target, self.draft)
         object.__setattr__(self, "quantization", check_quantization(self.quantization))
         object.__setattr__(self, "target", resolve_quantization(self.quantization, self.target))
         kv_b = kv_element_bytes(self.kv_cache_dtype, self.hardware)

@@ -108,6 +108,7 @@ kernels, which reach near-ideal speedup up to batch ~16-32) is not modelled.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from numbers import Integral  # numpy integers included
 
@@ -293,6 +294,24 @@ QUANT_GROUP_BYTES = 4
 def quantized_weight_bytes(bits: int) -> float:
     """Bytes one quantised weight takes: ``bits / 8 + QUANT_GROUP_BYTES / QUANT_GROUP``."""
     return bits / 8 + QUANT_GROUP_BYTES / QUANT_GROUP
+
+
+def settle_execution(model) -> Execution:
+    """A cost model's launch settings, as each model's ``__post_init__`` settles them: the
+    preset's per-step ``overhead`` where none was given (NaN), the ``execution`` preset's
+    canonical name; returns the preset (a frozen dataclass's fields are set in place)."""
+    if math.isnan(model.overhead):
+        object.__setattr__(model, "overhead", float(model.hardware.overhead))
+    ex = get_execution(model.execution)
+    object.__setattr__(model, "execution", ex.name)
+    return ex
+
+
+def check_routing_skew(skew: float, target, draft) -> None:
+    """A Zipf ``routing_skew`` only where a role is a mixture-of-experts model (theory.moe)."""
+    require(skew == 0 or target.is_moe or draft.is_moe,
+            f"routing_skew {skew!r}: expected 0 (neither {target.name} nor {draft.name} is a "
+            "mixture-of-experts model)")
 
 
 def check_weight_bits(bits: int) -> int:

@@ -45,7 +45,7 @@ from specbatch.simulator.cost.gpus.hardware import (
     DEFAULT_EXECUTION,
     FULL_WEIGHT_BITS,
     Hardware,
-    get_execution,
+    settle_execution,
 )
 from specbatch.simulator.cost.interface import ROLES, batch_sums, for_role
 from specbatch.simulator.cost.measured.aic_curves import HEAD_DIMS, load_curves
@@ -161,10 +161,7 @@ class AicCost:
     windowed = False
 
     def __post_init__(self) -> None:
-        if math.isnan(self.overhead):
-            object.__setattr__(self, "overhead", float(self.hardware.overhead))
-        ex = get_execution(self.execution)
-        object.__setattr__(self, "execution", ex.name)
+        ex = settle_execution(self)
         reason = aic_covers(self.hardware.name, self.target, self.draft, self.tp,
                             self.quantization, self.kv_cache_dtype, self.draft_tp,
                             self.draft_weight_bits)

@@ -84,9 +84,10 @@ from specbatch.simulator.cost.gpus.hardware import (
     DEFAULT_EXECUTION,
     FULL_WEIGHT_BITS,
     Hardware,
+    check_routing_skew,
     check_weight_bits,
-    get_execution,
     quantized_weight_bytes,
+    settle_execution,
 )
 from specbatch.simulator.cost.interface import ROLES, batch_sums, for_role
 from specbatch.simulator.cost.measured.laws import (
@@ -306,15 +307,9 @@ class CalibratedCost:
     roles: dict = field(default=None, repr=False, compare=False)  # role -> RolePricer
 
     def __post_init__(self) -> None:
-        if math.isnan(self.overhead):
-            object.__setattr__(self, "overhead", float(self.hardware.overhead))
-        ex = get_execution(self.execution)
-        object.__setattr__(self, "execution", ex.name)
+        ex = settle_execution(self)
         bits = check_weight_bits(self.draft_weight_bits)
-        if self.routing_skew and not (self.target.is_moe or self.draft.is_moe):
-            raise SpecbatchError(f"routing_skew {self.routing_skew!r}: expected 0 (neither "
-                                 f"{self.target.name} nor {self.draft.name} is a "
-                                 "mixture-of-experts model)")
+        check_routing_skew(self.routing_skew, self.target, self.draft)
         object.__setattr__(self, "target", resolve_quantization(self.quantization, self.target))
         check_calibrated_precision(self.hardware, (self.target, self.draft), self.kv_cache_dtype)
         roles = {"target": self.pricer(self.target, self.tp, ex, "target", FULL_WEIGHT_BITS),
