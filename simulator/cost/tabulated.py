@@ -16,10 +16,10 @@ engine's token counts are integers, so a table lookup is the model's own value a
 bit for bit, and :func:`table_time` (the Python twin of the compiled loop's evaluation, the
 same expressions in the same order) reproduces the model's ``time_from_sums`` exactly.
 
-A cost model opts in with ``pass_table(role, max_tokens) -> PassTable | None`` (None: the role's
-pass does not have this form, e.g. sliding-window layers); the compiled loop
-(simulator.engine.v1) runs tabulated models, and a parity test pins each implementation's
-``time_from_sums`` against :func:`table_time` at random sums.
+A cost model opts in with ``pass_table(role, max_tokens) -> PassTable`` and
+``table_gap(role) -> str | None`` (why the role's pass has no such form, e.g. sliding-window
+layers); the compiled loop (simulator.engine.v1) runs tabulated models, and a parity test pins
+each implementation's ``time_from_sums`` against :func:`table_time` at random sums.
 """
 
 from __future__ import annotations

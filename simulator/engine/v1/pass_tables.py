@@ -23,11 +23,11 @@ MAX_TABLE_TOKENS = 1 << 17
 
 
 def tabulated(model) -> bool:
-    """Whether the innermost cost model prices passes from PassTables
-    (simulator.cost.tabulated: the calibrated and aic models' ``pass_table``), matched by name
-    so a roofline run never imports them."""
-    return (type(model).__name__ in ("CalibratedCost", "AicCost")
-            and hasattr(model, "pass_table"))
+    """Whether the innermost cost model prices passes from PassTables: its class offers
+    simulator.cost.tabulated's ``pass_table`` and ``table_gap`` (the calibrated and aic
+    models; read off the class, so a wrapper's attribute forwarding does not count)."""
+    cls = type(model)
+    return callable(getattr(cls, "pass_table", None)) and callable(getattr(cls, "table_gap", None))
 
 
 def priced_roles(policy: Policy) -> tuple[str, ...]:
