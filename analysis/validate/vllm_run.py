@@ -20,6 +20,7 @@ from specbatch.analysis.validate.vllm_metrics import METRICS, STATS, compare, ti
 from specbatch.analysis.validate.vllm_settings import engine_settings
 from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost.gpus.catalogue import DEVICE_NAMES, GPUS
+from specbatch.simulator.cost.registry import run_cost
 from specbatch.traces.public.vllm_runs import VllmRun, bundled_runs, load_run
 
 #: The metrics ``--json`` always carries under ``metrics`` (issue 33).
@@ -167,12 +168,8 @@ def validate_vllm(name_or_dir: str, cost: str = "roofline", hardware: str | None
     if Path(target).is_file():  # a config.json: absolute, so the written config re-runs anywhere
         target = str(Path(target).resolve())
     check_plausible(run, settings, preset, target)
-    values = sim_values(run, settings, preset, target, cost)
-    sim = simulate_run(run, values, folder, final)
-    from specbatch.simulator.config.sim_config import make_config
-    from specbatch.simulator.cost.registry import run_cost
-
-    choice = run_cost(make_config(values, "validate")).to_dict()  # auto -> its source
+    sim = simulate_run(run, sim_values(run, settings, preset, target, cost), folder, final)
+    choice = run_cost(sim.config).to_dict()  # auto -> the source it resolved to
     ran = choice["ran"]
     unmodelled = [list(r) for r in settings.unmodelled] + moe_rows(target)
     measured = run.requests
