@@ -45,11 +45,13 @@ steps as one event, simulator.engine.v1.runs) runs on numpy.
 Kernels are cached under ``$SPECBATCH_CACHE/numba`` (``~/.cache/specbatch/numba``): numba's
 ``cache=True`` writes next to the source by default, so ``NUMBA_CACHE_DIR`` is set before numba
 is imported (unless the user set it). A cold compile (no cached kernel yet) prints one line on
-stderr.
+stderr. Numba checks a cached function against its own file only, so a change in any of the
+kernel package's modules drops every cached kernel of the package (:func:`load_kernel`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
@@ -91,6 +93,8 @@ _PASS_CONSTANTS = ("flops_per_token", "attn_flops", "weight_bytes", "kv_bytes",
                    "act_bytes_per_token", "inv_compute", "inv_memory", "floor", "fixed",
                    "comm_per_token")
 _NOTED: set[str] = set()
+#: The compiled loop's modules (simulator.engine.v1.kernel), hashed by :func:`kernel_stamp`.
+KERNEL_SOURCES = Path(__file__).with_name("kernel")
 
 
 def numba_installed() -> bool:
@@ -109,18 +113,44 @@ def cache_dir() -> Path:
     return Path(root) / "numba"
 
 
+def kernel_stamp() -> str:
+    """sha256 of the kernel package's sources (simulator.engine.v1.kernel, every module): numba
+    checks only a cached function's own file, so a change in a function it calls (another
+    module of the package) must drop the cached kernels itself (:func:`load_kernel`)."""
+    digest = hashlib.sha256()
+    for path in sorted(KERNEL_SOURCES.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def kernel_cache(where: Path) -> Path:
+    """The folder numba caches the kernel package's functions in under ``where``
+    (numba.core.caching's cache subpath: the source folder's name, then the sha1 of its
+    absolute path)."""
+    folder = os.path.abspath(KERNEL_SOURCES)
+    return where / f"{os.path.basename(folder)}_{hashlib.sha1(folder.encode()).hexdigest()}"
+
+
 def load_kernel():
-    """The kernel module, numba's cache pointed at :func:`cache_dir` first (unless
-    ``NUMBA_CACHE_DIR`` is set); one stderr line when no cached kernel exists yet."""
+    """The kernel package, numba's cache pointed at :func:`cache_dir` first (unless
+    ``NUMBA_CACHE_DIR`` is set), its cached kernels dropped when :func:`kernel_stamp` differs
+    from the one they were compiled from; one stderr line when no cached kernel exists yet."""
     if "numba" not in sys.modules and not os.environ.get("NUMBA_CACHE_DIR"):
         os.environ["NUMBA_CACHE_DIR"] = str(cache_dir())
     from specbatch.simulator.engine.v1 import kernel
 
     where = Path(os.environ.get("NUMBA_CACHE_DIR") or cache_dir())
-    source = Path(kernel.__file__).stat().st_mtime
-    warm = any(index.stat().st_mtime >= source
-               for index in where.rglob("kernel.run_steps-*.nbi"))
-    if not warm and "cold" not in _NOTED:
+    here = kernel_cache(where)
+    stamp, mark = kernel_stamp(), here / "sources.sha256"
+    try:
+        if not mark.is_file() or mark.read_text() != stamp:
+            for index in here.glob("*.nbi"):  # numba recompiles what has no index
+                index.unlink(missing_ok=True)
+            here.mkdir(parents=True, exist_ok=True)
+            mark.write_text(stamp)
+    except OSError:  # pragma: no cover - an unwritable cache: numba does not cache either
+        pass
+    if not any(here.glob("loop.run_steps-*.nbi")) and "cold" not in _NOTED:
         _NOTED.add("cold")
         print(f"specbatch: compiling the vllm-v1 kernel (first run, ~7 CPU s; cached under "
               f"{where})",

@@ -220,6 +220,30 @@ def test_the_kernel_cache_lives_under_specbatch_cache(monkeypatch, tmp_path):
     assert compiled.cache_dir() == tmp_path / "numba"
 
 
+@needs_numba
+def test_a_changed_kernel_module_drops_every_cached_kernel(monkeypatch, tmp_path, capsys):
+    """numba checks a cached function against its own file only: when any module of the kernel
+    package changed since its kernels were cached (kernel_stamp differs), load_kernel drops the
+    package's cache indexes, so run_steps is compiled again with its callees, and says so; an
+    unchanged stamp keeps them and says nothing."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compiled, "_NOTED", set())
+    here = compiled.kernel_cache(tmp_path)
+    here.mkdir(parents=True)
+    loop, callee = here / "loop.run_steps-100.py311.nbi", here / "pricing.role_time-50.py311.nbi"
+    for index in (loop, callee):
+        index.write_bytes(b"")
+    (here / "sources.sha256").write_text("the package before an edit")
+    compiled.load_kernel()
+    assert not loop.exists() and not callee.exists()
+    assert (here / "sources.sha256").read_text() == compiled.kernel_stamp()
+    assert "compiling the vllm-v1 kernel" in capsys.readouterr().err
+    loop.write_bytes(b"")
+    monkeypatch.setattr(compiled, "_NOTED", set())
+    compiled.load_kernel()
+    assert loop.exists() and capsys.readouterr().err == ""
+
+
 # ------------------------------------------------------------------ the kernel's pieces
 
 
