@@ -54,8 +54,9 @@ from specbatch.simulator.engine.kv import (
     hybrid_notes,
     kv_capacity,
 )
-from specbatch.simulator.engine.v1.compiled import CompiledEngine, choose_engine
+from specbatch.simulator.engine.v1.compiled import choose_engine
 from specbatch.simulator.engine.v1.compose import check_v1_workload, v1_lookahead
+from specbatch.simulator.engine.v1.driver import CompiledEngine
 from specbatch.simulator.metrics import (
     Columns,
     FrameField,

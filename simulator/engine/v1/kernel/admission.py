@@ -49,7 +49,7 @@ def step_events(arrival, order, arrived, n_req, t, stepped, idle):
     behind it: the arrivals while the last step ran (``t`` its end; at equal times arrivals
     pop first), its STEP_END, then, when that leaves it ``idle`` (nothing running or
     queued), the arrivals at the next arrival's time and their SCHEDULE event (the first
-    step: those alone). simulator.engine.v1.compiled.step_events lists the same events."""
+    step: those alone). simulator.engine.v1.driver.step_events lists the same events."""
     i = arrived
     events = 0
     if stepped:

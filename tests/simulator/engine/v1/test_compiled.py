@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import load_config
-from specbatch.simulator.engine.v1 import compiled
+from specbatch.simulator.engine.v1 import compiled, driver
 from specbatch.simulator.policies.registry import make_policy
 from specbatch.simulator.run import build_cost, load_trace, simulate
 
@@ -256,7 +256,7 @@ def test_pass_time_is_the_roofline_sums_formula_bit_for_bit():
     rng = np.random.default_rng(0)
     for off, role in ((0, "target"), (10, "draft")):
         c = cost.consts[role]
-        packed = np.array([float(getattr(c, name)) for name in compiled._PASS_CONSTANTS])
+        packed = np.array([float(getattr(c, name)) for name in driver._PASS_CONSTANTS])
         consts = np.zeros(kernel.N_FLOATS)
         consts[off:off + 10] = packed
         consts[kernel.F_SCALE] = 1.0
@@ -639,9 +639,9 @@ def test_progress_is_told_every_finished_request_once():
                          seed=6)
     trace = default_trace()
     seen: list[int] = []
-    engine = compiled.CompiledEngine(config, trace, build_workload(config, trace),
-                                     build_cost(config), make_policy(config, trace.K),
-                                     capacity=None, progress=seen.append)
+    engine = driver.CompiledEngine(config, trace, build_workload(config, trace),
+                                   build_cost(config), make_policy(config, trace.K),
+                                   capacity=None, progress=seen.append)
     rec = engine.run()
     assert sum(seen) == 300 and np.isfinite(rec.finish).all()
 
