@@ -40,7 +40,7 @@ _PASS_CONSTANTS = ("flops_per_token", "attn_flops", "weight_bytes", "kv_bytes",
 class CompiledEngine:
     """The compiled vllm-v1 loop with :class:`~simulator.engine.core.Engine`'s outer
     interface (``rec``, :meth:`run`): built with the same arguments, run only where
-    :func:`compiled_gap` said it applies. ``progress`` is told the requests finished after
+    compiled.compiled_gap said it applies. ``progress`` is told the requests finished after
     each kernel call (every :data:`STEP_BUFFER` steps), not after each step."""
 
     def __init__(self, config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
