@@ -57,7 +57,7 @@ def demo_spec(trace: str, depth: int, quick: bool, seeds: int | None) -> dict:
     extras = (1,) if quick else EXTRAS
     n_seeds = seeds if seeds is not None else (1 if quick else 3)
     base = {"trace": trace, "requests": 32 if quick else 512, "max_num_seqs": 8 if quick else 64,
-            "arrival": "burst", "cost": "roofline", "hardware": "h100", "target": "vicuna-33b",
+            "arrival": "burst", "cost": "auto", "hardware": "h100", "target": "vicuna-33b",
             "draft": "vicuna-68m"}
     verify = ["token", "block"]
     fixed_ks = [k for k in ks if k <= depth]

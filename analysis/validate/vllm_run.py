@@ -154,7 +154,7 @@ def check_plausible(run: VllmRun, settings, preset: str, target: str) -> None:
             f"the GPU holds {memory:.4g} bytes), got {blocks}")
 
 
-def validate_vllm(name_or_dir: str, cost: str = "roofline", hardware: str | None = None,
+def validate_vllm(name_or_dir: str, cost: str = "auto", hardware: str | None = None,
                   model: str | None = None, folder: str | Path | None = None,
                   final: str | Path | None = None) -> tuple[dict, object]:
     """Replay one run (module docstring); returns (report, SimResult). A model or setting the

@@ -276,9 +276,9 @@ class SimConfig:
     adaptive_cost_tables: str = pk.ADAPTIVE_COST_TABLES
     adaptive_survival: str = pk.ADAPTIVE_SURVIVAL
     adaptive_profile_context_len: int = pk.ADAPTIVE_PROFILE_CONTEXT_LEN
-    cost: str = knob("roofline", "step-time cost model; auto = the best source validated out "
+    cost: str = knob("auto", "step-time cost model; auto = the best source validated out "
                      "of sample that covers the GPU and models, the roofline as the named "
-                     "fallback (simulator.cost.resolve; not yet the default)", choices=COSTS)
+                     "fallback (simulator.cost.resolve)", choices=COSTS)
     hardware: str = knob("h100", "roofline hardware preset (any case)",
                          names=lambda: tuple(sorted(HARDWARE)), every_name=True)
     target: str = knob("vicuna-33b", "target model: a shape name (roofline) or the profile's "

@@ -110,8 +110,8 @@ AIC_FLAGS = (
 
 #: ``cost show``'s flags in --help order.
 SHOW_FLAGS = (
-    flag("--cost", default="roofline",
-         choices=("roofline", "auto", "profiled", "calibrated", "aic"),
+    flag("--cost", default="auto",
+         choices=("auto", "roofline", "profiled", "calibrated", "aic"),
          help="cost model (default %(default)s; auto: the best validated source covering the "
               "GPU and models, simulator/cost/resolve.py; calibrated: bundled public GPU "
               "profiles + calibrated roofline; aic: AIConfigurator's vLLM op tables)"),

@@ -72,11 +72,12 @@ PLAN_FLAGS = (
                   "shape, simulator.cost.features.draft_head)"),
         flag("--draft-head", default=None, metavar="PATH",
              help="the EAGLE / EAGLE-3 head's config.json (draft eagle or eagle3)"),
-        flag("--cost", default="calibrated", choices=("calibrated", "auto", "aic", "roofline"),
-             help="step-time cost model (default calibrated: the bundled public GPU "
-                  "profiles where they cover a pass, the calibrated roofline elsewhere; "
-                  "auto: per GPU and model the best source validated out of sample, "
-                  "simulator/cost/resolve.py; roofline reproduces earlier plans)"),
+        flag("--cost", default="auto", choices=("auto", "calibrated", "aic", "roofline"),
+             help="step-time cost model (default auto: per GPU and model the best source "
+                  "validated out of sample, simulator/cost/resolve.py, the roofline as the "
+                  "named fallback; calibrated: the bundled public GPU profiles where they "
+                  "cover a pass, the calibrated roofline elsewhere; roofline reproduces "
+                  "earlier plans)"),
         flag("--profile", metavar="DIR", default=None,
              help="your GPU's profiles from `specbatch cost import-vidur`: with "
                   "--cost calibrated, their cells price the passes they cover first"),

@@ -25,9 +25,9 @@ def add_vllm_flags(v: argparse.ArgumentParser) -> None:
                         "timeseries.csv, config.json, or a bundled run's name; 'list' lists "
                         "them) with ar under vllm-v1 and print measured vs simulated TTFT, "
                         "TPOT, e2e, throughput with KS and +-10 %% TOST tests")
-    g.add_argument("--cost", default="roofline",
+    g.add_argument("--cost", default="auto",
                    help="--vllm: the simulator's cost model (a SimConfig cost name; default "
-                        "roofline; auto: the best validated source covering the GPU, "
+                        "auto: the best validated source covering the GPU, "
                         "simulator/cost/resolve.py)")
     g.add_argument("--hardware", default=None,
                    help="--vllm: hardware preset (default: meta.json's device name, or the "
