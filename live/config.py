@@ -140,6 +140,7 @@ class LiveConfig:
                   "verify_cost": "none", "seed": self.seed}
         values.update(scheduler=self.scheduler, enable_chunked_prefill=False,
                       max_num_batched_tokens=self.token_budget)
+        values["client_ttft_s"] = 0.0  # the loop times its requests in process: no client side
         return values
 
     def check_budget(self, prompt_len, n_requests: int) -> None:
