@@ -59,6 +59,7 @@ from specbatch.simulator.config.checks import (  # noqa: F401 - importable from 
     validate_config,
 )
 from specbatch.simulator.cost.analytic.precision import KV_CACHE_DTYPES, QUANTIZATIONS
+from specbatch.simulator.cost.features.host import CLIENT_TTFT_S
 from specbatch.simulator.cost.gpus.hardware import (
     DEFAULT_EXECUTION,
     DEFAULT_SAMPLER,
@@ -334,6 +335,13 @@ class SimConfig:
                      "CPU profile), the proposer loop's per-pass floor and the n-gram "
                      "proposer's CPU time; fixed = the hardware preset's flat per-step "
                      "overhead (1 ms) and free n-gram drafts", choices=("vllm", "fixed"))
+    client_ttft_s: float = knob(
+        CLIENT_TTFT_S, "seconds a client sees outside the engine (vLLM's API server, "
+        "tokenisation, the trip into the engine core, the streamed chunk back; no vLLM knob): "
+        "added to each request's first token and finish (simulator.metrics.client_view), so "
+        "TTFT and e2e grow by it and TPOT does not; assumed, not fitted "
+        "(simulator.cost.features.host); validate (a live run, --vllm) replays with 0, "
+        "their measured stamps being the engine's", range=at_least(0, "seconds"))
     verify_cost: str = knob(DEFAULT_SAMPLER, "verification time per decode step "
                             "(simulator.cost.verify_cost): fused (probability bytes over "
                             "bandwidth + 50 us per call), torch (+ this repo's torch path as "

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import load_config
+from specbatch.simulator.cost.features.host import CLIENT_TTFT_S
 from specbatch.simulator.engine.v1 import compiled, driver
 from specbatch.simulator.policies.registry import make_policy
 from specbatch.simulator.run import build_cost, load_trace, simulate
@@ -382,7 +383,8 @@ def test_a_lone_request_prefills_then_decodes_one_token_a_step():
     assert (steps.prefill_tokens[0], steps.batch[0], steps.emitted[0]) == (prompt, 0, 1)
     assert (steps.prefill_tokens[1:] == 0).all() and (steps.batch[1:] == 1).all()
     assert (steps.emitted[1:] == 1).all() and (steps.depth == 0).all()
-    assert req.first_token[0] == steps.end[0] and req.finish[0] == steps.end.iloc[-1]
+    c = CLIENT_TTFT_S  # the client sees each stamp c after the step's end (the default)
+    assert req.first_token[0] == steps.end[0] + c and req.finish[0] == steps.end.iloc[-1] + c
     time, end = steps.time.to_numpy(), steps.end.to_numpy()
     assert (time[1:] == time[:-1] + (end[:-1] - time[:-1])).all()
     assert int(req.tokens[0]) == out and int(req.steps[0]) == out - 1
