@@ -82,6 +82,19 @@ def test_the_pruned_plan_is_the_exhaustive_plan_under_the_calibrated_cost(tmp_pa
     assert_same_answer(pruned, full)
 
 
+@pytest.mark.parametrize("cost", ["aic", pytest.param("auto", marks=pytest.mark.slow)])
+def test_the_pruned_plan_is_the_exhaustive_plan_under_the_aic_cost(tmp_path, cost):
+    # AIConfigurator's measured curves (auto picks them on h100): the bound is the floor of
+    # their PassTable (analysis.plan.pass_floor), and it skips runs here too
+    pruned, full = both(tmp_path, base={**BASE, "cost": cost}, slos=Slos(tpot=0.02),
+                        space=Space(tp=(1, 2), max_gpus=3, k=(2,), extra=(1,)),
+                        lengths=(parse_lengths("fixed:200", "p"), parse_lengths("fixed:20", "o")))
+    reasons = [s["reason"] for s in pruned["skipped"]]
+    assert any(r.startswith("cannot pass") for r in reasons)
+    assert pruned["searched"]["runs"] < full["searched"]["runs"]
+    assert_same_answer(pruned, full)
+
+
 @pytest.mark.slow
 def test_the_pruned_plan_is_the_exhaustive_plan_on_four_gpus_and_a_band(tmp_path):
     pruned, full = both(tmp_path, base={**BASE, "requests": 24}, slos=Slos(tpot=0.02),
