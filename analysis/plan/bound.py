@@ -103,7 +103,10 @@ class BoundTables:
             out = np.asarray(self.workload.output_len, dtype=np.int64)
             top = int(self.trace.K)
             cells = out.shape[0] * int(out.max(initial=0))
-            if 0 < depth <= top and cells <= MAX_CELLS and top * cells <= BATCH_CELLS:
+            if depth == 0 and cells <= MAX_CELLS:  # one token a step: reach layers
+                u = advances(self.trace, self.workload, self.seed, 0, "")
+                self._steps[key] = np.maximum(np.minimum(*first_steps(u, out)) - 1, 0)
+            elif 0 < depth <= top and cells <= MAX_CELLS and top * cells <= BATCH_CELLS:
                 steps = depth_steps(self.trace, self.workload, self.seed, rule, top)
                 self._steps.update({(d, rule): v for d, v in steps.items()})
             else:
@@ -292,8 +295,7 @@ def depth_steps(trace, workload, seed: int, rule: str, top: int) -> dict[int, np
                    out=best)
         u[s - 1, req, pos] = best + 1
     flat, ends = u.reshape(top * n, last), np.tile(out, top)
-    steps = np.minimum(reach_steps(flat, ends, 0), reach_steps(flat, ends, 1))
-    steps = np.maximum(steps - 1, 0).reshape(top, n)
+    steps = np.maximum(np.minimum(*first_steps(flat, ends)) - 1, 0).reshape(top, n)
     return {d: steps[d - 1] for d in range(1, top + 1)}
 
 
@@ -302,14 +304,29 @@ def reach_steps(u: np.ndarray, out: np.ndarray, start: int) -> np.ndarray:
     ``start`` are an interval [start, R_k] (every advance may be cut short), and
     R_{k+1} = max_{start ≤ t ≤ R_k} t + u[i, t], a running maximum read once per step.
     u # [N, T] (≥ 1 below O_i);  out # [N];  returns # [N] int64 (0 where start ≥ O_i)"""
+    return first_steps(u, out)[start]
+
+
+def first_steps(u: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`reach_steps` from position 0 and from position 1, in one loop over the steps.
+    # ([N], [N]) int64"""
     n, last = u.shape
     t = np.arange(last)
-    far = np.maximum.accumulate(np.where(t >= start, t + u, 0), axis=1)  # [N, T]
-    reach = np.full(n, start, dtype=np.int64)
-    steps = np.zeros(n, dtype=np.int64)
-    live = np.nonzero(reach < out)[0]
+    far = np.maximum.accumulate(t + u, axis=1)  # [N, T] farthest reach from 0..t
+    late = np.maximum.accumulate(np.where(t >= 1, t + u, 0), axis=1)  # from 1..t
+    far = np.concatenate([far, late]).reshape(2 * n * last)  # [2N · T]
+    ends = np.concatenate([out, out])  # [2N]
+    reach = np.repeat(np.array([0, 1], dtype=np.int64), n)  # [2N]
+    steps = np.zeros(2 * n, dtype=np.int64)
+    live = np.nonzero(reach < ends)[0]
+    base = live * last
+    k = 0
     while live.size:
-        reach[live] = far[live, reach[live]]
-        steps[live] += 1
-        live = live[reach[live] < out[live]]
-    return steps
+        k += 1
+        got = far[base + reach[live]]
+        reach[live] = got
+        done = got >= ends[live]
+        steps[live[done]] = k
+        keep = ~done
+        live, base = live[keep], base[keep]
+    return steps[:n], steps[n:]

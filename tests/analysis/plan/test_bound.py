@@ -130,6 +130,10 @@ def test_every_depth_at_once_is_each_depth_alone(tables, source):
         for depth in range(1, t.trace.K + 1):
             want = decode_steps(t.trace, t.workload, t.seed, depth, rule)
             assert fast[depth].tolist() == want.tolist(), (rule, depth)
+    fresh = BoundTables.__new__(BoundTables)  # no speculation: one token a step
+    fresh.__dict__.update(t.__dict__, _steps={})
+    assert fresh.steps(0, "token").tolist() == decode_steps(t.trace, t.workload, t.seed, 0,
+                                                            "").tolist()
 
 
 def test_no_bound_where_the_proof_does_not_hold(tables):
