@@ -71,7 +71,7 @@ def test_the_pruned_plan_is_the_exhaustive_plan(tmp_path):
 
 
 def test_the_pruned_plan_is_the_exhaustive_plan_under_the_calibrated_cost(tmp_path):
-    # the planner's default cost model: its bound is the calibrated floor (analysis.plan.bound)
+    # the planner's default cost model: its floor is its PassTable's (analysis.plan.pass_floor)
     pruned, full = both(tmp_path, base={**BASE, "cost": "calibrated"}, slos=Slos(tpot=0.02),
                         space=Space(tp=(1, 2), max_gpus=3, k=(2,), extra=(1,)),
                         lengths=(parse_lengths("fixed:200", "p"), parse_lengths("fixed:20", "o")))
