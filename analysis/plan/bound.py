@@ -124,7 +124,8 @@ class BoundTables:
                config.profile, config.execution, config.draft_weight_bits,
                config.routing_skew, config.token_budget, config.cuda_graph_sizes,
                async_overlaps(config), config.quantization, config.kv_cache_dtype,
-               config.host)
+               config.host, config.draft_head, config.enable_expert_parallel,
+               config.data_parallel_size)  # every field simulator.run.build_cost reads
         if key not in self._costs:
             self._costs[key] = target_floor(config, self.workload)
         return self._costs[key]
