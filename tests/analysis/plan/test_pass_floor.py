@@ -183,3 +183,12 @@ def test_no_floor_for_a_table_the_proof_does_not_cover():
     assert table_floor(PassTable(table.layers, table.allreduce, table.head, law), 0.0, 8,
                        8) is None
     assert table_floor(table, 0.0, 9, 8) is None  # passes past the table
+
+
+def test_no_floor_where_a_model_has_no_pass_table():
+    # the calibrated model on the LLMServingSim GPUs (two attention regimes, a sampler at n
+    # requests: no PassTable) and the roofline (its own floor, analysis.plan.bound.pass_times)
+    for cost_name, hardware in (("calibrated", "rtx4090"), ("roofline", "h100")):
+        cost = build_cost(make_config({"target": "vicuna-7b", "draft": "vicuna-68m",
+                                       "hardware": hardware, "cost": cost_name}))
+        assert target_floor(cost.inner, float(cost.overhead), 2048, 500) is None
