@@ -28,8 +28,10 @@ gets no bound):
   length for the verified prefix s ≤ D (the policy's depth) under common random numbers
   keyed by (seed, request, position) (simulator.replay.chain). ``u(t) = 1 + max_{s ≤ D} τ_s(t)``
   bounds every advance, so the fewest steps from position 0 or 1 to O_i along advances
-  ``1..u(t)`` (a shortest path, :func:`fewest_steps`) is at most the steps any policy takes,
-  minus one step for where the first token falls (prefill or first decode step);
+  ``1..u(t)`` (a shortest path, :func:`fewest_steps`; its fast twin :func:`reach_steps`
+  reads it off the running maximum of t + u(t), the farthest k steps reach) is at most the
+  steps any policy takes, minus one step for where the first token falls (prefill or first
+  decode step);
 - e2e ≥ TTFT bound + steps × step time; TPOT = (e2e − TTFT) / (O_i − 1) ≥ steps × step time /
   (O_i − 1).
 
@@ -96,7 +98,9 @@ class BoundTables:
         self._costs: dict[tuple, tuple[np.ndarray, np.ndarray] | None] = {}
 
     def steps(self, depth: int, rule: str) -> np.ndarray:
-        """Fewest decode steps after the first token of every request (module docstring).
+        """Fewest decode steps after the first token of every request (module docstring):
+        every depth of ``rule`` up to the trace's K at once (:func:`depth_steps`, the fast twin
+        of the per-depth reference :func:`decode_steps`, which larger workloads take).
         # [N] int64"""
         key = (int(depth), rule if depth else "")
         if key not in self._steps:
