@@ -85,3 +85,27 @@ def test_the_ngram_drafters_speculative_run_keeps_the_synchronous_rule():
     ngram = load_config(None, async_scheduling=True, draft="ngram")
     assert not lags(ngram, True) and lags(ngram, False)
     assert not lags(load_config(None, async_scheduling=True, scheduler="vllm-v0"), False)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(policy="ar", max_num_seqs=4),  # runs of identical decode steps (simulator.engine.v1.runs)
+    dict(policy="ar", kv_mode="paged", kv_capacity=300, block_size=8, max_num_seqs=6,
+         enable_prefix_caching=True),
+    dict(policy="tetris", k=2, extra=1, kv_mode="paged", kv_capacity=250, block_size=8),
+    dict(policy="dsd", k=4, kv_mode="paged", kv_capacity=240, block_size=16, max_num_seqs=10,
+         replicas=2, max_num_batched_tokens=64),
+    dict(policy="fixed", k=3, kv_capacity=400, max_num_seqs=5, scheduling_policy="priority"),
+])
+def test_the_lagged_engine_matches_its_per_request_reference(synth_trace_natural, kw):
+    """Open arrivals into few slots and a small pool (preemptions), lagged: the vectorised
+    vllm-v1 engine, its fast paths and runs, equal the composer's per-request twin."""
+    config = load_config(None, trace="synth", requests=32, arrival="poisson", rate=40.0,
+                         async_scheduling=True, **kw)
+    cost = LinearCost(overhead=0.0, fixed=0.03125, per_token=0.0009765625)
+    fast = simulate(config, synth_trace_natural, cost_model=cost)
+    slow = simulate(config, synth_trace_natural, cost_model=cost, reference=True)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    sync = simulate(config.replace(async_scheduling=False), synth_trace_natural,
+                    cost_model=cost)
+    assert not fast.requests["first_token"].equals(sync.requests["first_token"])
