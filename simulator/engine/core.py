@@ -5,6 +5,9 @@ arrivals (kind 0) are processed first, then step completions (kind 1), then step
 (kind 2); within a kind, insertion order (``seq``). So every request arriving at t — a burst
 at t = 0 included — is routed and queued before any replica whose step ends at t composes
 its next step, and that next step may admit it. A replica composes a step only when idle.
+Under vLLM's async scheduling (vllm-v1) an arrival while the replica is busy waits in
+``Replica.pending`` until the step after next, and the requests a step finished keep their
+slots and blocks while the next step is composed (simulator.engine.async_lag).
 
 Per replica (one per data-parallel copy; a router sends each arrival to one), a step is
 composed by ``config.scheduler``'s composer (simulator.engine.composers: the event loop calls

@@ -10,7 +10,11 @@ does not fit without chunked prefill); a decoding request cut by the budget veri
 drafts. η comes from the request's key and position (SplitMix64,
 simulator.replay.chain.uniforms). Arrivals at or before a step's start are queued before it
 (the engine's tie-break: arrivals, then step ends, then starts), and the next step starts at
-time + duration, the engine's STEP_END event time.
+time + duration, the engine's STEP_END event time. Under vLLM's async scheduling (``I_LAG``,
+simulator.engine.async_lag) a step that follows a step sees only the arrivals up to that
+step's start (``clock[2]``; ``R_SEEN`` of them), and that step's finished requests keep their
+slots and blocks (``R_GHOST_N``, ``R_GHOST_FREE``) until it is composed; an empty lagged
+composition is made again with everything known (``R_FULL``).
 
 The module imports numba; import it only where numba is installed.
 """
