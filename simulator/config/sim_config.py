@@ -327,7 +327,11 @@ class SimConfig:
     async_scheduling: bool = knob(False, "vLLM's --async-scheduling: the per-step CPU "
                                   "overhead overlaps the target pass (a step takes max(pass, "
                                   "overhead), not their sum; "
-                                  "simulator.cost.features.async_overhead); dropped for a "
+                                  "simulator.cost.features.async_overhead), and under "
+                                  "vllm-v1 a step is composed one step ahead: with the "
+                                  "arrivals up to the last step's start, the last step's "
+                                  "finished requests still holding their slots and blocks "
+                                  "(simulator.engine.async_lag); dropped for a "
                                   "speculative run with draft = ngram, which vLLM runs "
                                   "synchronously (its AR arm keeps it)")
     host: str = knob("vllm", "the engine's host time (simulator.cost.features.host): vllm = "

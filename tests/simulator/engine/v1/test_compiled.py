@@ -504,6 +504,35 @@ def test_compiled_tables_equal_the_numpy_engines_with_vllms_host_terms(knobs, ov
     assert_parity(host="vllm", async_scheduling=overlap, **knobs)
 
 
+#: vLLM's async scheduling lag (simulator.engine.async_lag: arrivals seen at the last step's
+#: start, finished requests freed one step late, an empty lagged schedule made again): open
+#: arrivals into a few slots, paged KV with the prefix cache and preemption, reserve mode under
+#: a capacity, priority admission, prefill-first steps, replicas, each policy family.
+LAG_COVERED = [
+    {"requests": 80, "seed": 3, "max_num_seqs": 4, "arrival": "poisson", "rate": 40.0},
+    {"requests": 80, "seed": 4, "policy": "fixed", "k": 3, "kv_mode": "paged",
+     "kv_capacity": 2000, "enable_prefix_caching": True, "max_num_seqs": 8,
+     "arrival": "poisson", "rate": 30.0},
+    {"requests": 80, "seed": 5, "policy": "fixed", "k": 2, "scheduling_policy": "priority",
+     "kv_capacity": 6000, "max_num_seqs": 6, "arrival": "poisson", "rate": 25.0},
+    {"requests": 60, "seed": 6, "policy": "ar", "kv_capacity": 3000, "max_num_seqs": 5},
+    {"requests": 90, "seed": 7, "policy": "dsd", "replicas": 3, "max_num_seqs": 3,
+     "arrival": "poisson", "rate": 50.0},
+    {"requests": 60, "seed": 8, "policy": "tetris", "k": 3, "extra": 1, "max_num_seqs": 4,
+     "enable_chunked_prefill": False, "arrival": "poisson", "rate": 30.0},
+    {"requests": 60, "seed": 9, "policy": "vllm-adaptive", "k": 4, "max_num_seqs": 6,
+     "max_num_batched_tokens": 64, "arrival": "poisson", "rate": 60.0},
+    {"requests": 40, "seed": 2, "policy": "ar", "max_num_seqs": 2, "arrival": "poisson",
+     "rate": 2.0},
+]
+
+
+@needs_numba
+@pytest.mark.parametrize("knobs", LAG_COVERED, ids=[str(i) for i in range(len(LAG_COVERED))])
+def test_compiled_tables_equal_the_numpy_engines_under_the_async_scheduling_lag(knobs):
+    assert_parity(host="vllm", async_scheduling=True, **knobs)
+
+
 #: The calibrated model (cost = "calibrated": PassTables of both roles, kernel.role_time) with
 #: vLLM's host terms (the default host): h100 vicuna-33b / vicuna-68m (the default shapes;
 #: law-priced), a100 tp 2 (a table cell and the measured NCCL curve), a MoE target, a
