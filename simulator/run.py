@@ -281,9 +281,9 @@ def run_engine_columns(config: SimConfig, trace: Trace, workload: Workload, cost
         rec = engine.run()
         del engine  # its per-request state: the tables below need only the records
     if steps_to is None:
-        return request_columns(rec, workload), step_columns(rec)
+        return request_columns(rec, workload, config.client_ttft_s), step_columns(rec)
     rec.step_rows.pack()  # the last rows to the writer
-    return request_columns(rec, workload), steps_to.close()
+    return request_columns(rec, workload, config.client_ttft_s), steps_to.close()
 
 
 @contextlib.contextmanager

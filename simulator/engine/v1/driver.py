@@ -17,6 +17,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.interface import takes_logit_rows
+from specbatch.simulator.engine.async_lag import lags
 from specbatch.simulator.engine.request_state import RECORD_ROWS, STEP_COLUMNS, Records
 from specbatch.simulator.engine.steplog import CHUNK, StepLog
 from specbatch.simulator.engine.v1.compiled import cost_layers, host_layer, load_kernel
@@ -73,6 +74,7 @@ class CompiledEngine:
             ints[kn.I_POOL] = int(capacity) // int(config.block_size)
             ints[kn.I_PREFIX] = int(bool(config.enable_prefix_caching))
         ints[kn.I_THRESHOLD] = int(config.long_prefill_token_threshold)
+        ints[kn.I_LAG] = int(lags(config, policy.speculates))  # simulator.engine.async_lag
         if stop is not None:
             ints[kn.I_EVERY] = max(int(stop.every), 1)
         sizes, scale, base = cost_layers(cost)
@@ -229,7 +231,7 @@ class CompiledEngine:
         st = np.zeros((kn.N_ST, max(int(ints[kn.I_MAX_SEQS]), 1)), dtype=i64)
         regs = np.zeros(kn.N_REGS, dtype=i64)
         regs[kn.R_FREE] = ints[kn.I_POOL]  # free blocks (paged); reserved tokens: 0
-        clock = np.zeros(2)  # the replica's time; dsd's α
+        clock = np.zeros(3)  # the replica's time; dsd's α; the last step's start (async_lag)
         if self.dsd is not None:  # each replica's own copy of the policy, as it starts
             regs[kn.R_KNOW], regs[kn.R_DSTEPS], clock[1] = self.dsd
         arrays = [a.copy() for a in self.policy_arrays]  # kernelpol: each replica's own state

@@ -95,6 +95,7 @@ from specbatch.simulator.engine.v1.kernel.layout import (  # noqa: F401 - kernel
     I_INTERVAL,
     I_K,
     I_KMAX,
+    I_LAG,
     I_LEADING,
     I_LOOKAHEAD,
     I_MAX_SEQS,

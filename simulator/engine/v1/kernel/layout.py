@@ -29,7 +29,9 @@ I_ROWS = 38  # 1: (d_i, s_i) by trace row from ``row_d`` / ``row_s`` (threshold 
 # drafting K even at C = 0)
 I_EVERY = 39  # an early stop's check interval in events (simulator.engine.core ``stop.every``;
 # 0: no early stop): :func:`run_steps` returns STOP before a step whose events reach a check
-N_INTS = 40
+I_LAG = 40  # vLLM's async scheduling lag: steps scheduled one step ahead
+# (simulator.engine.async_lag; 0: off)
+N_INTS = 41
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
 F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the model itself)
@@ -54,7 +56,12 @@ R_HEAPN = 12  # waiting requests in the priority heap
 R_STEPPED = 13  # whether a step ran (the first step is woken by an arrival)
 R_TICK = 14  # an early stop's events since its last check (simulator.engine.core's ``tick``)
 R_SKIP = 15  # 1: the caller checked the events before the next step (STOP), go on past them
-N_REGS = 16
+# async_lag (I_LAG): arrivals the scheduler has seen (at or before the last step's start,
+# clock[2]); the last step's finished requests still holding their slots, and the blocks they
+# hold (paged; added to R_FREE when freed) or minus the tokens they reserve (reserve mode);
+# 1: the last lagged composition was empty, compose again with everything known
+R_SEEN, R_GHOST_N, R_GHOST_FREE, R_FULL = 16, 17, 18, 19
+N_REGS = 20
 # the step rows' two columns after STEP_COLUMNS: whether the step started on an arrival
 # (the replica was idle) and that arrival's place in ``order``; the caller merges several
 # replicas' rows into the engine's event order with them

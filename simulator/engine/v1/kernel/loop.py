@@ -10,7 +10,11 @@ does not fit without chunked prefill); a decoding request cut by the budget veri
 drafts. η comes from the request's key and position (SplitMix64,
 simulator.replay.chain.uniforms). Arrivals at or before a step's start are queued before it
 (the engine's tie-break: arrivals, then step ends, then starts), and the next step starts at
-time + duration, the engine's STEP_END event time.
+time + duration, the engine's STEP_END event time. Under vLLM's async scheduling (``I_LAG``,
+simulator.engine.async_lag) a step that follows a step sees only the arrivals up to that
+step's start (``clock[2]``; ``R_SEEN`` of them), and that step's finished requests keep their
+slots and blocks (``R_GHOST_N``, ``R_GHOST_FREE``) until it is composed; an empty lagged
+composition is made again with everything known (``R_FULL``).
 
 The module imports numba; import it only where numba is installed.
 """
@@ -46,6 +50,7 @@ from specbatch.simulator.engine.v1.kernel.layout import (
     I_INTERVAL,
     I_K,
     I_KMAX,
+    I_LAG,
     I_LEADING,
     I_LOOKAHEAD,
     I_MAX_SEQS,
@@ -71,11 +76,15 @@ from specbatch.simulator.engine.v1.kernel.layout import (
     R_FINISHED,
     R_FREE,
     R_FRONT,
+    R_FULL,
+    R_GHOST_FREE,
+    R_GHOST_N,
     R_HEAPN,
     R_KNOW,
     R_NAMED,
     R_ROWS,
     R_RUNNING,
+    R_SEEN,
     R_SKIP,
     R_STEPPED,
     R_TICK,
@@ -163,6 +172,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     arrived, admitted, n, free, nrows = (regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING],
                                          regs[R_FREE], regs[R_ROWS])
     nfront = regs[R_FRONT]
+    seen = regs[R_SEEN]  # async_lag: arrivals the scheduler has seen (all of them without it)
+    lag = ints[I_LAG] != 0
     t = clock[0]
     cap = steps.shape[1]
     tokens = np.zeros(max_seqs, dtype=np.int64)
@@ -203,7 +214,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                     break
                 regs[R_TICK] += events
         woken = -1  # the arrival that wakes an idle replica (its place in ``order``)
-        if n == 0 and admitted == arrived and nfront == 0 and heapn == 0:
+        idle = n == 0 and admitted == arrived and nfront == 0 and heapn == 0
+        if idle:
             if arrived == n_req:
                 code = DONE
                 break
@@ -213,10 +225,28 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             if a > t:
                 t = a
         while arrived < n_req and arrival[order[arrived]] <= t:
-            if priority:  # queued by rank (PriorityWaiting); ``admitted`` follows ``arrived``
-                heapn = heap_push(heap, heapn, rank[order[arrived]])
-                admitted += 1
             arrived += 1
+        # ---- what the scheduler sees (simulator.engine.async_lag.lagged_step): a step after
+        # a step was scheduled at that step's start, before its finished requests were freed
+        lagged = lag and regs[R_STEPPED] != 0 and not idle and regs[R_FULL] == 0
+        regs[R_FULL] = 0
+        ghost_n = 0
+        cutoff = t
+        if lagged:
+            ghost_n = regs[R_GHOST_N]
+            cutoff = clock[2]  # the last step's start
+        elif regs[R_GHOST_N]:  # everything known: the last step's finished requests freed
+            g = regs[R_GHOST_FREE]
+            free += g
+            if prefix and g > 0:
+                seg_give(g, regs, seg_uid, seg_r, seg_h)
+            regs[R_GHOST_N] = 0
+            regs[R_GHOST_FREE] = 0
+        while seen < arrived and (not lagged or arrival[order[seen]] <= cutoff):
+            if priority:  # queued by rank (PriorityWaiting); ``admitted`` follows ``seen``
+                heapn = heap_push(heap, heapn, rank[order[seen]])
+                admitted += 1
+            seen += 1
         # ---- plan: every decoding request's (d_i, s_i), before the composition
         nd = 0
         d_all = 0
@@ -385,10 +415,10 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 recomputed[u] += prompt[u] + counts[C_POS, u]
         total = kept
         # ---- admission: waiting prompts FCFS into what the budget has left
-        if kept == n and left > 0 and n < max_seqs:
-            room = max_seqs - n
+        if kept == n and left > 0 and n < max_seqs - ghost_n:
+            room = max_seqs - ghost_n - n
             joined = 0
-            while nfront or admitted < arrived or heapn:
+            while nfront or admitted < seen or heapn:
                 if left <= 0 or joined >= room:
                     break
                 resumed = nfront > 0
@@ -446,6 +476,10 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 joined += 1
                 left -= num
         if total == 0:
+            if lagged:  # an empty schedule: vLLM schedules again once the last step's output
+                regs[R_FULL] = 1  # is processed (async_lag), with everything known
+                regs[R_SKIP] = 1 if ints[I_EVERY] > 0 else 0  # the same step's events
+                continue
             if nfront or admitted < arrived or heapn or n:  # pragma: no cover - invariant
                 code = STUCK
                 break
@@ -607,6 +641,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         row_out[W_WOKEN] = 1.0 if woken >= 0 else 0.0
         row_out[W_BY] = woken
         regs[R_STEPPED] = 1
+        clock[2] = t
         row_out[1] = t
         row_out[2] = end_t
         row_out[3] = keep
@@ -624,6 +659,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         # ---- retire the finished requests (the others keep their order)
         j = 0
         released = 0
+        reserved = 0
         for i in range(total):
             u = st[S_UID, i]
             if counts[C_POS, u] >= out[u]:
@@ -632,12 +668,22 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 if paged:
                     released += st[S_BLOCKS, i]
                 elif capacity >= 0:
-                    free -= footprint[u]
+                    reserved += footprint[u]
             else:
                 if j != i:
                     for r in range(N_ST):
                         st[r, j] = st[r, i]
                 j += 1
+        if lag:  # async_lag: the last step's finished requests freed, this step's held
+            if regs[R_GHOST_N]:
+                g = regs[R_GHOST_FREE]
+                free += g
+                if prefix and g > 0:
+                    seg_give(g, regs, seg_uid, seg_r, seg_h)
+            regs[R_GHOST_N] = total - j
+            regs[R_GHOST_FREE] = released - reserved
+            released = reserved = 0
+        free -= reserved
         if released:
             free += released
             if prefix:
@@ -646,6 +692,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         t = t + (end_t - t)  # the engine's STEP_END event: time + duration, not ``end``
     regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING] = arrived, admitted, n
     regs[R_FREE], regs[R_ROWS], regs[R_FRONT] = free, nrows, nfront
+    regs[R_SEEN] = seen
     regs[R_HEAPN] = heapn
     clock[0] = t
     return code

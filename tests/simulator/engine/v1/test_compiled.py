@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import load_config
+from specbatch.simulator.cost.features.host import CLIENT_TTFT_S
 from specbatch.simulator.engine.v1 import compiled, driver
 from specbatch.simulator.policies.registry import make_policy
 from specbatch.simulator.run import build_cost, load_trace, simulate
@@ -382,7 +383,8 @@ def test_a_lone_request_prefills_then_decodes_one_token_a_step():
     assert (steps.prefill_tokens[0], steps.batch[0], steps.emitted[0]) == (prompt, 0, 1)
     assert (steps.prefill_tokens[1:] == 0).all() and (steps.batch[1:] == 1).all()
     assert (steps.emitted[1:] == 1).all() and (steps.depth == 0).all()
-    assert req.first_token[0] == steps.end[0] and req.finish[0] == steps.end.iloc[-1]
+    c = CLIENT_TTFT_S  # the client sees each stamp c after the step's end (the default)
+    assert req.first_token[0] == steps.end[0] + c and req.finish[0] == steps.end.iloc[-1] + c
     time, end = steps.time.to_numpy(), steps.end.to_numpy()
     assert (time[1:] == time[:-1] + (end[:-1] - time[:-1])).all()
     assert int(req.tokens[0]) == out and int(req.steps[0]) == out - 1
@@ -500,6 +502,35 @@ HOST_COVERED = [
 @pytest.mark.parametrize("knobs", HOST_COVERED, ids=[str(i) for i in range(len(HOST_COVERED))])
 def test_compiled_tables_equal_the_numpy_engines_with_vllms_host_terms(knobs, overlap):
     assert_parity(host="vllm", async_scheduling=overlap, **knobs)
+
+
+#: vLLM's async scheduling lag (simulator.engine.async_lag: arrivals seen at the last step's
+#: start, finished requests freed one step late, an empty lagged schedule made again): open
+#: arrivals into a few slots, paged KV with the prefix cache and preemption, reserve mode under
+#: a capacity, priority admission, prefill-first steps, replicas, each policy family.
+LAG_COVERED = [
+    {"requests": 80, "seed": 3, "max_num_seqs": 4, "arrival": "poisson", "rate": 40.0},
+    {"requests": 80, "seed": 4, "policy": "fixed", "k": 3, "kv_mode": "paged",
+     "kv_capacity": 2000, "enable_prefix_caching": True, "max_num_seqs": 8,
+     "arrival": "poisson", "rate": 30.0},
+    {"requests": 80, "seed": 5, "policy": "fixed", "k": 2, "scheduling_policy": "priority",
+     "kv_capacity": 6000, "max_num_seqs": 6, "arrival": "poisson", "rate": 25.0},
+    {"requests": 60, "seed": 6, "policy": "ar", "kv_capacity": 3000, "max_num_seqs": 5},
+    {"requests": 90, "seed": 7, "policy": "dsd", "replicas": 3, "max_num_seqs": 3,
+     "arrival": "poisson", "rate": 50.0},
+    {"requests": 60, "seed": 8, "policy": "tetris", "k": 3, "extra": 1, "max_num_seqs": 4,
+     "enable_chunked_prefill": False, "arrival": "poisson", "rate": 30.0},
+    {"requests": 60, "seed": 9, "policy": "vllm-adaptive", "k": 4, "max_num_seqs": 6,
+     "max_num_batched_tokens": 64, "arrival": "poisson", "rate": 60.0},
+    {"requests": 40, "seed": 2, "policy": "ar", "max_num_seqs": 2, "arrival": "poisson",
+     "rate": 2.0},
+]
+
+
+@needs_numba
+@pytest.mark.parametrize("knobs", LAG_COVERED, ids=[str(i) for i in range(len(LAG_COVERED))])
+def test_compiled_tables_equal_the_numpy_engines_under_the_async_scheduling_lag(knobs):
+    assert_parity(host="vllm", async_scheduling=True, **knobs)
 
 
 #: The calibrated model (cost = "calibrated": PassTables of both roles, kernel.role_time) with
