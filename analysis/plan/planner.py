@@ -20,6 +20,7 @@ The choice is written as a ``simulate`` config (``OUT/plan.toml``): ``specbatch 
 from __future__ import annotations
 
 import dataclasses
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,10 +80,15 @@ def run_plan(question: Question, out: str | Path | None = None, **executor: Any)
     before the figure, and a figure that fails costs only the figure.
     """
     from specbatch.analysis.plan.out_dir import claimed_plan_dir, default_out
+    from specbatch.analysis.plan.runner import PlanPool
 
     preflight(question)
     out = Path(out) if out is not None else default_out(question)
-    with claimed_plan_dir(out, question) as out:
+    pool = None  # one pool for the whole plan (analysis.plan.runner.PlanPool)
+    if executor.get("scheduler") is None and int(executor.get("workers", 1)) > 1:
+        executor = {**executor, "pool": PlanPool(int(executor["workers"]))}
+        pool = executor["pool"]
+    with claimed_plan_dir(out, question) as out, pool or nullcontext():
         out = out.resolve()
         base = question.base
         if question.lengths is not None:
