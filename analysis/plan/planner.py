@@ -77,8 +77,16 @@ def run_plan(question: Question, out: str | Path | None = None, **executor: Any)
 
     The folder is claimed before anything is written (analysis.plan.out_dir: refused when it
     holds anything but this question's plan; one plan at a time). ``plan.json`` is written
-    before the figure, and a figure that fails costs only the figure.
+    before the figure, and a figure that fails costs only the figure. Configs are memoised
+    meanwhile (simulator.config.sim_config.remembered_configs).
     """
+    from specbatch.simulator.config.sim_config import remembered_configs
+
+    with remembered_configs():  # the catalogues do not change while a plan runs
+        return _run_plan(question, out, **executor)
+
+
+def _run_plan(question: Question, out: str | Path | None, **executor: Any) -> dict:
     from specbatch.analysis.plan.out_dir import claimed_plan_dir, default_out
     from specbatch.analysis.plan.runner import PlanPool
 
