@@ -204,13 +204,14 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     row = rule_entry(config.verify)
     if policy.depth and (row.kind != "chain" or row.scan not in ("leading", "last")):
         return f"verify {config.verify} (compiled: chain rules tv, block)"
-    host, _, _ = host_layer(cost)
-    if host is not None and host.ngram:
-        return "the n-gram proposer's host time (compiled: vLLM's host terms of model drafters)"
     _, _, base = cost_layers(cost)
     if type(base) is HostCost:  # PaddedSumsCost(ScaledCost(HostCost)): b·n would count pads
         return ("CUDA-graph padding outside vLLM's host terms (compiled: padding inside "
                 "them, as build_cost and pad_to_graphs order them)")
+    kind, head, base = drafter_layer(base)
+    if head is not None and head.passes.layer.experts:
+        return "an MTP head's experts (compiled: dense EAGLE, EAGLE-3 and MTP heads)"
+    roles = priced_roles(policy) if kind == "model" else ("target",)
     if tabulated(base):
         if config.token_budget is None:  # pragma: no cover - vllm-v1 always has one
             return "an unlimited token budget (compiled cost tables need max_num_batched_tokens)"
@@ -218,7 +219,7 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
         if q_max > MAX_TABLE_TOKENS:
             return (f"passes of up to {q_max} tokens (compiled cost tables: up to "
                     f"{MAX_TABLE_TOKENS})")
-        for role in priced_roles(policy):
+        for role in roles:
             why = base.table_gap(role)
             if why is not None:
                 return (f"{why} (compiled: the calibrated model's dense passes on the "
@@ -227,13 +228,28 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
         return (f"cost model {type(cost).__name__} (compiled: the plain roofline, the "
                 "calibrated and the aic models)")
     else:
-        for role, c in base.consts.items():
+        for role in roles:
+            c = base.consts[role]
             if c.sliding_layers or c.experts or c.fp8_flops_per_token:
                 return (f"the {role}'s sliding windows, experts or FP8 GEMMs (compiled: dense "
                         "roofline)")
-    if hasattr(cost, "first_pass_time"):  # pragma: no cover - a head is another class
-        return "a draft head"
     return None
+
+
+def drafter_layer(model: CostModel) -> tuple[str, object | None, CostModel]:
+    """(kind, head, inner) of the model under the host, padding and scale layers
+    (:func:`cost_layers`): an EAGLE / EAGLE-3 / MTP head (simulator.cost.features.draft_head.
+    HeadDraftCost: "head", the head's cost, its target model), a host-side drafter
+    (simulator.cost.features.free_draft.FreeDraftCost, the n-gram proposer: "free", None, its
+    target model), else ("model", None, ``model``): a draft model priced as the draft role."""
+    from specbatch.simulator.cost.features.draft_head import HeadDraftCost
+    from specbatch.simulator.cost.features.free_draft import FreeDraftCost
+
+    if type(model) is HeadDraftCost:
+        return "head", model, model.inner
+    if type(model) is FreeDraftCost:
+        return "free", None, model.inner
+    return "model", None, model
 
 
 def host_layer(cost: CostModel) -> tuple[HostCost | None, float, CostModel]:

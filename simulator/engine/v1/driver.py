@@ -19,7 +19,12 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.interface import takes_logit_rows
 from specbatch.simulator.engine.request_state import RECORD_ROWS, STEP_COLUMNS, Records
 from specbatch.simulator.engine.steplog import CHUNK, StepLog
-from specbatch.simulator.engine.v1.compiled import cost_layers, host_layer, load_kernel
+from specbatch.simulator.engine.v1.compiled import (
+    cost_layers,
+    drafter_layer,
+    host_layer,
+    load_kernel,
+)
 from specbatch.simulator.engine.v1.pass_tables import pass_tables, tabulated
 from specbatch.simulator.engine.v1.policy_arrays import policy_arrays, policy_state_back
 
@@ -76,11 +81,25 @@ class CompiledEngine:
         if stop is not None:
             ints[kn.I_EVERY] = max(int(stop.every), 1)
         sizes, scale, base = cost_layers(cost)
+        kind, head, base = drafter_layer(base)  # a head's or a free drafter's target model
         floats = np.zeros(kn.N_FLOATS + len(sizes))
         floats[kn.F_SCALE] = scale
         floats[kn.F_NSIZES] = len(sizes)
         floats[kn.F_SIZES:] = sizes
-        self.passes = pass_tables(config, policy, base, sizes)  # tab, tlaw (kernel.role_time)
+        self.passes = pass_tables(config, policy, base, sizes,  # tab, tlaw (kernel.role_time)
+                                  roles=None if kind == "model" else ("target",))
+        host, outer, _ = host_layer(cost)
+        if policy.speculates and kind != "model":  # simulator.engine.core's ``head``
+            ints[kn.I_DRAFTS_CHUNKS] = int(head is None and host is None)  # free: 0 s chunks
+            floats[kn.F_DRAFTER] = (kn.DRAFT_HEAD if head is not None else
+                                    kn.DRAFT_NGRAM if host is not None else kn.DRAFT_FREE)
+        if head is not None:
+            pack_head(kn, floats, head.passes)
+        if host is not None and host.ngram:
+            from specbatch.simulator.cost.features import host as hostmod
+
+            floats[kn.F_NGRAM:kn.F_NGRAM + 4] = (hostmod.NGRAM_CALL_S, hostmod.NGRAM_REQUEST_S,
+                                                 hostmod.NGRAM_TOKEN_S, hostmod.NGRAM_PAIR_S)
         if not tabulated(base):
             for off, role in ((0, "target"), (10, "draft")):
                 c = base.consts[role]
@@ -89,7 +108,6 @@ class CompiledEngine:
             floats[kn.F_HEAD_D] = float(base.consts["draft"].head_flops)
         floats[kn.F_ROWS] = float(takes_logit_rows(cost))  # as the numpy engine (core.py)
         floats[kn.F_OVERHEAD] = float(cost.overhead)  # HostCost's: a, or 0 under overlap
-        host, outer, _ = host_layer(cost)
         floats[kn.F_OUTER] = outer
         if host is not None:  # simulator.cost.features.host's constants, as HostCost uses them
             from specbatch.simulator.cost.features import host as hostmod
@@ -321,6 +339,25 @@ class CompiledEngine:
         regs[kn.R_SKIP] = 1
         ints[kn.I_EVERY] = max(int(stop.every), 1)
         return False
+
+
+def pack_head(kn, floats: np.ndarray, p) -> None:
+    """A head's pass constants (simulator.cost.features.draft_head.HeadPass ``p``) into
+    ``floats`` from F_HP (kernel.head_time): the per-token FLOPs and the fixed bytes of pass 1
+    and of the later passes summed in HeadPass.seconds's order (x + 0.0 = x: a pass without
+    ``fc`` adds 0.0 there), the rest as they are."""
+    c = p.layer
+    every = bool(p.fc_every_pass)
+    hp = np.zeros(13)
+    hp[kn.HP_FLOPS1] = c.flops_per_token + p.qkv_flops + p.fc_flops
+    hp[kn.HP_FLOPS] = c.flops_per_token + p.qkv_flops + (p.fc_flops if every else 0.0)
+    hp[kn.HP_ATTN], hp[kn.HP_LM] = c.attn_flops, p.lm_flops
+    hp[kn.HP_BYTES1] = c.weight_bytes + p.qkv_bytes + p.fc_bytes + p.lm_bytes
+    hp[kn.HP_BYTES] = c.weight_bytes + p.qkv_bytes + (p.fc_bytes if every else 0.0) + p.lm_bytes
+    hp[kn.HP_KV], hp[kn.HP_ACT] = c.kv_bytes, c.act_bytes_per_token
+    hp[kn.HP_INV_C], hp[kn.HP_INV_M] = c.inv_compute, c.inv_memory
+    hp[kn.HP_FLOOR], hp[kn.HP_FIXED], hp[kn.HP_COMM] = c.floor, c.fixed, c.comm_per_token
+    floats[kn.F_HP:kn.F_HP + 13] = hp
 
 
 def step_events(arrival: np.ndarray, order: np.ndarray, arrived: int, t: float,
