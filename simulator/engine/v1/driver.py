@@ -81,25 +81,15 @@ class CompiledEngine:
         if stop is not None:
             ints[kn.I_EVERY] = max(int(stop.every), 1)
         sizes, scale, base = cost_layers(cost)
-        kind, head, base = drafter_layer(base)  # a head's or a free drafter's target model
+        kind, _, base = drafter_layer(base)  # a head's or a free drafter's target model
         floats = np.zeros(kn.N_FLOATS + len(sizes))
         floats[kn.F_SCALE] = scale
         floats[kn.F_NSIZES] = len(sizes)
         floats[kn.F_SIZES:] = sizes
         self.passes = pass_tables(config, policy, base, sizes,  # tab, tlaw (kernel.role_time)
                                   roles=None if kind == "model" else ("target",))
+        pack_drafter(kn, ints, floats, cost, bool(policy.speculates))
         host, outer, _ = host_layer(cost)
-        if policy.speculates and kind != "model":  # simulator.engine.core's ``head``
-            ints[kn.I_DRAFTS_CHUNKS] = int(head is None and host is None)  # free: 0 s chunks
-            floats[kn.F_DRAFTER] = (kn.DRAFT_HEAD if head is not None else
-                                    kn.DRAFT_NGRAM if host is not None else kn.DRAFT_FREE)
-        if head is not None:
-            pack_head(kn, floats, head.passes)
-        if host is not None and host.ngram:
-            from specbatch.simulator.cost.features import host as hostmod
-
-            floats[kn.F_NGRAM:kn.F_NGRAM + 4] = (hostmod.NGRAM_CALL_S, hostmod.NGRAM_REQUEST_S,
-                                                 hostmod.NGRAM_TOKEN_S, hostmod.NGRAM_PAIR_S)
         if not tabulated(base):
             for off, role in ((0, "target"), (10, "draft")):
                 c = base.consts[role]
@@ -339,6 +329,29 @@ class CompiledEngine:
         regs[kn.R_SKIP] = 1
         ints[kn.I_EVERY] = max(int(stop.every), 1)
         return False
+
+
+def pack_drafter(kn, ints: np.ndarray, floats: np.ndarray, cost: CostModel,
+                 speculates: bool) -> None:
+    """The drafter's slots (kernel.F_DRAFTER; a head's constants from F_HP, the n-gram
+    proposer's from F_NGRAM) and I_DRAFTS_CHUNKS: a head (EAGLE, EAGLE-3, MTP) or the n-gram
+    proposer under vLLM's host terms has a first pass on the target pass (simulator.engine.
+    core's ``head``: a speculating policy and a ``first_pass_time``) and no chunk pass; a free
+    drafter without host terms drafts chunks at 0 s."""
+    _, _, base = cost_layers(cost)
+    kind, head, _ = drafter_layer(base)
+    host, _, _ = host_layer(cost)
+    if speculates and kind != "model":
+        ints[kn.I_DRAFTS_CHUNKS] = int(head is None and host is None)
+        floats[kn.F_DRAFTER] = (kn.DRAFT_HEAD if head is not None else
+                                kn.DRAFT_NGRAM if host is not None else kn.DRAFT_FREE)
+    if head is not None:
+        pack_head(kn, floats, head.passes)
+    if host is not None and host.ngram:
+        from specbatch.simulator.cost.features import host as hostmod
+
+        floats[kn.F_NGRAM:kn.F_NGRAM + 4] = (hostmod.NGRAM_CALL_S, hostmod.NGRAM_REQUEST_S,
+                                             hostmod.NGRAM_TOKEN_S, hostmod.NGRAM_PAIR_S)
 
 
 def pack_head(kn, floats: np.ndarray, p) -> None:
