@@ -91,11 +91,7 @@ class CompiledEngine:
         pack_drafter(kn, ints, floats, cost, bool(policy.speculates))
         host, outer, _ = host_layer(cost)
         if not tabulated(base):
-            for off, role in ((0, "target"), (10, "draft")):
-                c = base.consts[role]
-                floats[off:off + 10] = [float(getattr(c, name)) for name in _PASS_CONSTANTS]
-            floats[kn.F_HEAD_T] = float(base.consts["target"].head_flops)
-            floats[kn.F_HEAD_D] = float(base.consts["draft"].head_flops)
+            pack_roofline(kn, floats, base)
         floats[kn.F_ROWS] = float(takes_logit_rows(cost))  # as the numpy engine (core.py)
         floats[kn.F_OVERHEAD] = float(cost.overhead)  # HostCost's: a, or 0 under overlap
         floats[kn.F_OUTER] = outer
@@ -331,6 +327,22 @@ class CompiledEngine:
         return False
 
 
+def pack_roofline(kn, floats: np.ndarray, model) -> None:
+    """A RooflineCost's pass constants of both roles into ``floats`` (kernel.pass_time): the
+    10 of each role, the LM head's FLOPs per row, the W8A8 FP8 GEMMs and the uniform-routing
+    experts (F_MOE; 1 − k/E computed as theory.moe.uniform_touched computes it)."""
+    for off, m, role in ((0, kn.F_MOE, "target"), (10, kn.F_MOE + 5, "draft")):
+        c = model.consts[role]
+        floats[off:off + 10] = [float(getattr(c, name)) for name in _PASS_CONSTANTS]
+        floats[kn.F_HEAD_T if off == 0 else kn.F_HEAD_D] = float(c.head_flops)
+        floats[m + kn.M_FP8] = float(c.fp8_flops_per_token)
+        floats[m + kn.M_INV_FP8] = float(c.inv_compute_fp8)
+        if c.experts:  # uniform routing on one rank (compiled_gap)
+            floats[m + kn.M_EXPERT_BYTES] = float(c.expert_bytes)
+            floats[m + kn.M_EXPERTS] = float(c.experts)
+            floats[m + kn.M_MISS] = 1.0 - c.top_k / c.experts
+
+
 def pack_drafter(kn, ints: np.ndarray, floats: np.ndarray, cost: CostModel,
                  speculates: bool) -> None:
     """The drafter's slots (kernel.F_DRAFTER; a head's constants from F_HP, the n-gram
@@ -361,7 +373,7 @@ def pack_head(kn, floats: np.ndarray, p) -> None:
     ``fc`` adds 0.0 there), the rest as they are."""
     c = p.layer
     every = bool(p.fc_every_pass)
-    hp = np.zeros(13)
+    hp = np.zeros(16)
     hp[kn.HP_FLOPS1] = c.flops_per_token + p.qkv_flops + p.fc_flops
     hp[kn.HP_FLOPS] = c.flops_per_token + p.qkv_flops + (p.fc_flops if every else 0.0)
     hp[kn.HP_ATTN], hp[kn.HP_LM] = c.attn_flops, p.lm_flops
@@ -370,7 +382,10 @@ def pack_head(kn, floats: np.ndarray, p) -> None:
     hp[kn.HP_KV], hp[kn.HP_ACT] = c.kv_bytes, c.act_bytes_per_token
     hp[kn.HP_INV_C], hp[kn.HP_INV_M] = c.inv_compute, c.inv_memory
     hp[kn.HP_FLOOR], hp[kn.HP_FIXED], hp[kn.HP_COMM] = c.floor, c.fixed, c.comm_per_token
-    floats[kn.F_HP:kn.F_HP + 13] = hp
+    if c.experts:  # an MTP layer's (uniform routing, one rank: compiled_gap)
+        hp[kn.HP_EXPERT_BYTES], hp[kn.HP_EXPERTS] = c.expert_bytes, float(c.experts)
+        hp[kn.HP_MISS] = 1.0 - c.top_k / c.experts
+    floats[kn.F_HP:kn.F_HP + 16] = hp
 
 
 def step_events(arrival: np.ndarray, order: np.ndarray, arrived: int, t: float,

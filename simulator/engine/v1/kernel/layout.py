@@ -56,10 +56,16 @@ DRAFT_MODEL, DRAFT_HEAD, DRAFT_NGRAM, DRAFT_FREE = 0.0, 1.0, 2.0, 3.0
 F_HP = 38
 HP_FLOPS1, HP_FLOPS, HP_ATTN, HP_LM, HP_BYTES1, HP_BYTES, HP_KV, HP_ACT = range(8)
 HP_INV_C, HP_INV_M, HP_FLOOR, HP_FIXED, HP_COMM = range(8, 13)
-F_NGRAM = 51  # the n-gram proposer's c0, c1, c2, c3 (host.NGRAM_CALL_S .. NGRAM_PAIR_S)
-F_NSIZES = 55  # CUDA-graph capture sizes (0: no padding), listed from F_SIZES on, ascending
-F_SIZES = 56
-N_FLOATS = 56  # without sizes
+HP_EXPERT_BYTES, HP_EXPERTS, HP_MISS = 13, 14, 15  # an MTP layer's experts (as F_MOE's)
+F_NGRAM = 54  # the n-gram proposer's c0, c1, c2, c3 (host.NGRAM_CALL_S .. NGRAM_PAIR_S)
+# a roofline role's W8A8 FP8 GEMMs and uniform-routing experts (PassConstants), from F_MOE on,
+# the target's 5 then the draft's: fp8_flops_per_token, inv_compute_fp8, expert_bytes, E, and
+# 1 − k/E (uniform_touched's base, computed as Python computes it; E = 0: dense)
+F_MOE = 58
+M_FP8, M_INV_FP8, M_EXPERT_BYTES, M_EXPERTS, M_MISS = range(5)
+F_NSIZES = 68  # CUDA-graph capture sizes (0: no padding), listed from F_SIZES on, ascending
+F_SIZES = 69
+N_FLOATS = 69  # without sizes
 # the replica's registers (``regs``): arrivals queued, arrivals admitted, running requests,
 # reserved tokens (reserve) or free blocks (paged), step rows, preempted requests waiting in
 # front, the prefix cache's segment queue (head, tail) and its named segments

@@ -29,6 +29,7 @@ from specbatch.simulator.engine.v1.kernel.layout import (
     F_HOST,
     F_HP,
     F_KERNELS_S,
+    F_MOE,
     F_NGRAM,
     F_NSIZES,
     F_OPS_S,
@@ -45,6 +46,8 @@ from specbatch.simulator.engine.v1.kernel.layout import (
     HP_BYTES,
     HP_BYTES1,
     HP_COMM,
+    HP_EXPERT_BYTES,
+    HP_EXPERTS,
     HP_FIXED,
     HP_FLOOR,
     HP_FLOPS,
@@ -53,9 +56,15 @@ from specbatch.simulator.engine.v1.kernel.layout import (
     HP_INV_M,
     HP_KV,
     HP_LM,
+    HP_MISS,
     I_BLOCK,
     I_DRAFT_ROWS,
     I_VOCAB,
+    M_EXPERT_BYTES,
+    M_EXPERTS,
+    M_FP8,
+    M_INV_FP8,
+    M_MISS,
 )
 
 
@@ -80,10 +89,12 @@ def graph_pad(c, sq):
 
 @njit(cache=True)
 def pass_time(c, off, sq, skv, sqkv, sqq, rows):
-    """RooflineCost.time_from_sums of a dense role (constants ``c[off:off + 10]``:
+    """RooflineCost.time_from_sums of a role without sliding windows (constants
+    ``c[off:off + 10]``:
     flops_per_token, attn_flops, weight_bytes, kv_bytes, act_bytes_per_token, inv_compute,
     inv_memory, floor, fixed, comm_per_token; the LM head's FLOPs per row at F_HEAD_T /
     F_HEAD_D), its LM head at ``rows`` logit rows (< 0: every query token, ``rows=None``),
+    its W8A8 FP8 GEMMs and uniform-routing experts from F_MOE (5 a role),
     the same expressions in the same order,
     times ``c[F_SCALE]`` (ScaledCost's factor · time; × 1.0 is exact), after padding the pass
     to the next CUDA-graph size as simulator.cost.features.graph_padding.PaddedSumsCost does
@@ -98,7 +109,12 @@ def pass_time(c, off, sq, skv, sqkv, sqq, rows):
     nbytes = c[off + 2] + c[off + 3] * (skv + 2.0 * sq) + c[off + 4] * sq
     if rows >= 0.0 and rows < sq:  # the LM head only at the sampled rows
         flops -= c[F_HEAD_T if off == 0 else F_HEAD_D] * (sq - rows)
+    m = F_MOE + (0 if off == 0 else 5)
+    if c[m + M_EXPERTS] != 0.0:  # E_touched(Σq) = E (1 − (1 − k/E)^Σq), theory.moe
+        nbytes += c[m + M_EXPERT_BYTES] * (c[m + M_EXPERTS] * (1.0 - c[m + M_MISS] ** sq))
     compute = flops * c[off + 5]
+    if c[m + M_FP8] != 0.0:  # W8A8 FP8: the quantised GEMMs at the FP8 peak
+        compute += c[m + M_FP8] * sq * c[m + M_INV_FP8]
     top = compute
     memory = nbytes * c[off + 6]
     if memory > top:
@@ -205,9 +221,9 @@ def verify_seconds(floats, ints, n, vsum, smax, snonzero):
 @njit(cache=True)
 def head_time(c, first, n, sq, skv, sqkv, sqq):
     """simulator.cost.features.draft_head.HeadPass.seconds(n, Σq, Σc, Σq·c, Σq², first) of a
-    dense head (no experts: compiled_gap) from the F_HP constants, the same expressions in the
-    same order (its per-token FLOPs and fixed bytes summed beforehand as it sums them), times
-    ``c[F_SCALE]``; 0 for an empty pass."""
+    head (an MTP layer's experts under uniform routing: compiled_gap) from the F_HP constants,
+    the same expressions in the same order (its per-token FLOPs and fixed bytes summed
+    beforehand as it sums them), times ``c[F_SCALE]``; 0 for an empty pass."""
     if sq <= 0.0:
         return c[F_SCALE] * 0.0
     o = F_HP
@@ -216,6 +232,8 @@ def head_time(c, first, n, sq, skv, sqkv, sqq):
     flops = (per_token * sq + c[o + HP_ATTN] * (sqkv + 0.5 * (sqq + sq))
              + c[o + HP_LM] * n)
     nbytes = fixed_bytes + c[o + HP_KV] * (skv + 2.0 * sq) + c[o + HP_ACT] * sq
+    if c[o + HP_EXPERTS] != 0.0:  # an MTP layer's experts: E (1 − (1 − k/E)^Σq) touched
+        nbytes += c[o + HP_EXPERT_BYTES] * (c[o + HP_EXPERTS] * (1.0 - c[o + HP_MISS] ** sq))
     top = flops * c[o + HP_INV_C]
     memory = nbytes * c[o + HP_INV_M]
     if memory > top:
