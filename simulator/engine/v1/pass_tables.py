@@ -49,11 +49,12 @@ def max_pass_tokens(config: SimConfig, policy: Policy, sizes: tuple[int, ...]) -
     return q
 
 
-def pass_tables(config: SimConfig, policy: Policy, base, sizes: tuple[int, ...]
-                ) -> tuple[np.ndarray, np.ndarray]:
+def pass_tables(config: SimConfig, policy: Policy, base, sizes: tuple[int, ...],
+                roles: tuple[str, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The kernel's ``tab`` # [6, Q_max + 1] and ``tlaw`` # [2, N_TLAW] of cost model
     ``base`` under CUDA-graph ``sizes`` (simulator.engine.v1.kernel.role_time): each priced
-    role's PassTable where the model is :func:`tabulated`, else T_MODE 0 (the roofline
+    role's PassTable (``roles``, default :func:`priced_roles`; a head or a free drafter prices
+    the target's only) where the model is :func:`tabulated`, else T_MODE 0 (the roofline
     constants in ``floats``)."""
     from specbatch.simulator.engine.v1 import kernel as kn
 
@@ -63,7 +64,7 @@ def pass_tables(config: SimConfig, policy: Policy, base, sizes: tuple[int, ...]
     q_max = max_pass_tokens(config, policy, sizes)
     tab = np.zeros((6, q_max + 1))
     for i, role in enumerate(("target", "draft")):
-        if role not in priced_roles(policy):
+        if role not in (priced_roles(policy) if roles is None else roles):
             continue
         table = base.pass_table(role, q_max)
         law = table.attention
