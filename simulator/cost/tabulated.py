@@ -30,6 +30,80 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) -> float:
+    """Seconds of one attention call (all layers) from the packed grid law ``g``
+    (:class:`AttentionLaw` ``grid``, written by :func:`pack_grid`)::
+
+        D(B, c)    the decode grid: B requests of one query token over c cached tokens each
+        ΔP(B, s)   the prefill grid less its s = 1 column: B prompts of s tokens, none cached
+        s_p = (Σq² − n)/(Σq − n) − 1,  B_p = (Σq − n)/(s_p − 1)    (the multi-token queries)
+        A = D(n, Σc/n) + ΔP(B_p, s_p) + x · (Σq·c − Σc)
+
+    each grid read bilinearly (linear in B and in c or s between the measured points, linear
+    past the last, clamped below the first). Exact at every cell of either table: a decode row
+    has Σq = n (no ΔP), a prefill row Σc = 0 (D(B, 0) is the s = 1 column ΔP is taken
+    against); a request of one query token adds nothing to (s_p, B_p), so a chunk next to
+    decodes is priced as the chunk alone in ΔP (vLLM's one varlen call: one floor). ``x``
+    prices the query tokens past a request's first against its cached tokens (a chunk's
+    prefix, a verification's drafted tokens), which neither table holds, per query-key pair.
+    One function without calls and with plain indexing and float arithmetic: the compiled
+    loop compiles this same source (simulator.engine.v1.kernel)."""
+    if sq <= 0.0:
+        return 0.0
+    nn = n if n > 1.0 else 1.0
+    extra = sq - n
+    s_p = 0.0
+    if extra > 0.0:
+        s_p = (sqq - n) / extra - 1.0
+    o = 0
+    t = 0.0
+    for part in range(2):
+        nx = int(g[o])
+        ny = int(g[o + 1])
+        ax = o + 2
+        ay = ax + nx
+        v = ay + ny
+        if part == 0:
+            x = nn
+            y = skv / nn
+        else:
+            x = extra / (s_p - 1.0) if s_p > 1.0 else 0.0
+            y = s_p * s_p
+        if part == 0 or s_p > 1.0:
+            i = 0
+            while i < nx - 2 and x >= g[ax + i + 1]:
+                i += 1
+            j = 0
+            while j < ny - 2 and y >= g[ay + j + 1]:
+                j += 1
+            fx = (x - g[ax + i]) / (g[ax + i + 1] - g[ax + i])
+            fy = (y - g[ay + j]) / (g[ay + j + 1] - g[ay + j])
+            if fx < 0.0:
+                fx = 0.0
+            if fy < 0.0:
+                fy = 0.0
+            k = v + i * ny + j
+            near = g[k] + (g[k + 1] - g[k]) * fy
+            far = g[k + ny] + (g[k + ny + 1] - g[k + ny]) * fy
+            t = t + (near + (far - near) * fx)
+        o = v + nx * ny
+    return t + g[o] * (sqkv - skv)
+
+
+def pack_grid(decode: tuple, prefill: tuple, extra: float) -> np.ndarray:
+    """The packed grid law :func:`grid_attention` reads # [length]: ``decode`` = (B axis,
+    c axis, seconds [B, c]), ``prefill`` = (B axis, s axis starting at 1, seconds [B, s] with
+    the s = 1 column 0), ``extra`` seconds per query-key pair past each request's first query
+    token."""
+    parts = []
+    for bx, cy, val in (decode, prefill):
+        bx, cy, val = (np.asarray(a, dtype=np.float64) for a in (bx, cy, val))
+        if val.shape != (bx.size, cy.size) or bx.size < 2 or cy.size < 2:
+            raise ValueError(f"a grid of {val.shape} over axes {bx.size} x {cy.size}")
+        parts.append(np.concatenate([[bx.size, cy.size], bx, cy, val.ravel()]))
+    return np.concatenate([*parts, [extra]])
+
+
 @dataclass(frozen=True)
 class AttentionLaw:
     """Seconds of one pass's attention from the batch sums::
@@ -53,9 +127,12 @@ class AttentionLaw:
     overlap: bool = True
     floor: float = 0.0
     per_request: float = 0.0
+    grid: tuple = ()  # a packed grid law (pack_grid); non-empty: A is grid_attention's
 
     def seconds(self, n: float, sq: float, skv: float, sqkv: float, sqq: float) -> float:
         """A of the class docstring (the expressions the compiled loop mirrors)."""
+        if self.grid:
+            return grid_attention(self.grid, n, sq, skv, sqkv, sqq)
         compute = self.flops * (sqkv + 0.5 * (sqq + sq)) / self.flops_rate
         memory = self.kv * (skv + 2.0 * sq) / self.kv_rate
         if self.overlap:

@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from specbatch.simulator.cost.measured.aic_laws import element_bytes
-from specbatch.simulator.cost.tabulated import AttentionLaw
+from specbatch.simulator.cost.tabulated import AttentionLaw, pack_grid
 
 SHAPE = ("heads", "kv_heads", "head_dim")
 #: Whether the FLOPs and KV-byte terms overlap (max) or add (module docstring).
@@ -152,3 +152,99 @@ def held_out(decode: pd.DataFrame, prefill: pd.DataFrame) -> dict:
         err["decode"].extend(e[:int(in_d.sum())])
         err["prefill"].extend(e[int(in_d.sum()):])
     return {k: np.array(v) for k, v in err.items()}
+
+
+def _filled(val: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """``val`` # [rows, cols] with each row's missing cells filled linearly in ``xs`` # [cols]
+    (between its measured cells, and past them along its last / first two), then each column's
+    still-missing cells along the rows the same way (a row with < 2 measured cells)."""
+    out = val.copy()
+    for r in range(out.shape[0]):
+        ok = np.isfinite(out[r])
+        if ok.sum() >= 2 and not ok.all():
+            x, y = xs[ok], out[r, ok]
+            f = np.interp(xs, x, y)
+            hi, lo = xs > x[-1], xs < x[0]
+            f[hi] = y[-1] + (y[-1] - y[-2]) / (x[-1] - x[-2]) * (xs[hi] - x[-1])
+            f[lo] = y[0]
+            out[r] = np.where(ok, out[r], f)
+    return out
+
+
+def _cleaned(val: np.ndarray) -> np.ndarray:
+    """``val`` made non-decreasing along both axes by the suffix minimum (the kernel's time
+    never falls with more requests or more tokens; this lowers the tables' isolated spikes)."""
+    out = np.minimum.accumulate(val[:, ::-1], axis=1)[:, ::-1]
+    return np.minimum.accumulate(out[::-1], axis=0)[::-1]
+
+
+def cells(decode: pd.DataFrame, prefill: pd.DataFrame) -> tuple[tuple, tuple]:
+    """The measured cells of one head shape: ((B [nb], c [nc], seconds [nb, nc]), (B, s,
+    seconds)), the mean latency per (batch, context) and (batch, prompt) cell, NaN where the
+    table has none; prompts of one token dropped (the decode grid's first context stands for
+    them: :func:`grid_tables`)."""
+    dp = decode.pivot_table(index="batch", columns="context", values="latency_s")
+    pp = prefill.pivot_table(index="batch", columns="prompt", values="latency_s")
+    pp = pp.loc[:, pp.columns > 1]
+    return ((dp.index.to_numpy(np.float64), dp.columns.to_numpy(np.float64),
+             dp.to_numpy(np.float64)),
+            (pp.index.to_numpy(np.float64), pp.columns.to_numpy(np.float64),
+             pp.to_numpy(np.float64)))
+
+
+def grid_tables(measured: tuple[tuple, tuple]) -> tuple[tuple, tuple]:
+    """((B, c, D), (B, s, ΔP)), seconds per layer (simulator.cost.tabulated.grid_attention),
+    from :func:`cells`: missing cells filled (:func:`_filled`, along the context / prompt
+    axis, then along the batch axis), made non-decreasing (:func:`_cleaned`); the prefill
+    grid's s = 1 column is the decode grid's first context (one token, nothing cached) and
+    ΔP the prefill grid less it."""
+    (bd, cd, dv), (bp, sp, pv) = measured
+    dv = _cleaned(_filled(_filled(dv, cd).T, bd).T)
+    pv = _filled(_filled(pv, sp).T, bp).T
+    first = np.interp(bp, bd, dv[:, 0])  # D(B, c_min) # [B]
+    pv = _cleaned(np.column_stack([first, pv]))
+    return (bd, cd, dv), (bp, np.concatenate([[1.0], sp]) ** 2, pv - pv[:, :1])
+
+
+def grid_law(tables: tuple, fit: AttnFit, heads: float, head_dim: float, kv_bytes: float,
+             kv_heads: float, layers: int) -> AttentionLaw:
+    """The :class:`AttentionLaw` of ``layers`` layers from :func:`grid_tables`' per-layer
+    grids (the packed grid law) with ``fit``'s FLOP rate pricing the query tokens past each
+    request's first against its cached tokens (simulator.cost.tabulated.grid_attention)."""
+    (bd, cd, dv), (bp, sp, pv) = tables
+    g = pack_grid((bd, cd, dv * layers), (bp, sp, pv * layers),
+                  4.0 * heads * head_dim * layers / fit.flops_rate)
+    base = fit.law(heads, kv_heads, head_dim, kv_bytes, layers)
+    return AttentionLaw(flops=base.flops, flops_rate=base.flops_rate, kv=base.kv,
+                        kv_rate=base.kv_rate, overlap=base.overlap, floor=base.floor,
+                        per_request=base.per_request, grid=tuple(float(x) for x in g))
+
+
+def law_cells(fit: AttnFit, heads: float, kv_heads: float, head_dim: float,
+              kv_bytes: float) -> tuple:
+    """The decode cells (B [2], c [2], seconds [2, 2]) of ``fit``'s law at B = 1, 512 and
+    c = 1, 32767: the law is affine in B, c and B·c on decode rows, so the bilinear grid over
+    these four corners is the law itself (a table without a decode grid: L40S)."""
+    b, c = np.array([1.0, 512.0]), np.array([1.0, 32767.0])
+    bb, cc = np.meshgrid(b, c, indexing="ij")
+    theta = np.array([fit.floor, fit.per_request, fit.per_request_head, 1.0 / fit.flops_rate,
+                      1.0 / fit.kv_rate])
+    n = bb.ravel()
+    cols = (n, n, n * cc.ravel(), n * cc.ravel(), n, np.full(4, heads), np.full(4, kv_heads),
+            np.full(4, head_dim), np.full(4, kv_bytes), None)
+    return b, c, predict(theta, cols).reshape(2, 2)
+
+
+def has_grid(measured: tuple) -> bool:
+    """Whether :func:`cells` of a shape span a decode and a prefill grid (>= 2 batches and 2
+    contexts / prompts measured)."""
+    return all(v.shape[0] >= 2 and v.shape[1] >= 2 for _, _, v in measured)
+
+
+def moved(measured: tuple, kv_heads: float, to_kv_heads: float) -> tuple:
+    """:func:`cells` of a shape carried to one of the same query-head group and head width
+    with ``to_kv_heads`` KV heads: the kernels' grids run B x KV heads (decode) and B x heads
+    (prefill) CTAs over the same per-head work, so B requests of the new shape time as
+    B · to_kv_heads / kv_heads of the measured one (the batch axes rescaled)."""
+    k = kv_heads / to_kv_heads
+    return tuple(None if m is None else (m[0] * k, m[1], m[2]) for m in measured)

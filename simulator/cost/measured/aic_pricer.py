@@ -37,7 +37,16 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.gpus.hardware import Hardware
-from specbatch.simulator.cost.measured.aic_attention import fit_attention
+from specbatch.simulator.cost.measured.aic_attention import (
+    SHAPE,
+    cells,
+    fit_attention,
+    grid_law,
+    grid_tables,
+    has_grid,
+    law_cells,
+    moved,
+)
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import load_laws
 from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves
@@ -90,8 +99,10 @@ def attention_rows(system: str, kv_dtype: str):
 
 @functools.lru_cache(maxsize=64)
 def attention_fit(system: str, kv_dtype: str, heads: int, kv_heads: int, head_dim: int):
-    """(fit, how): the attention law of this per-GPU head shape: fitted on its own rows where
-    both tables time it, else on every timed shape of the same head width."""
+    """(fit, how): the linear attention law of this per-GPU head shape (aic_attention): fitted
+    on its own rows where both tables time it, else on every timed shape of the same head
+    width. Its FLOP rate prices the grid law's cached-prefix term; alone, it prices a shape
+    no grid reaches (:func:`attention_cells`)."""
     d, p = attention_rows(system, kv_dtype)
     mine_d = d[(d["heads"] == heads) & (d["kv_heads"] == kv_heads) & (d["head_dim"] == head_dim)]
     mine_p = p[(p["heads"] == heads) & (p["kv_heads"] == kv_heads) & (p["head_dim"] == head_dim)]
@@ -102,6 +113,39 @@ def attention_fit(system: str, kv_dtype: str, heads: int, kv_heads: int, head_di
         raise SpecbatchError(f"aic {system}: no {kv_dtype} attention rows at head width "
                              f"{head_dim}")
     return fit_attention(d, p), "width"
+
+
+@functools.lru_cache(maxsize=8)
+def shape_cells(system: str, kv_dtype: str) -> dict:
+    """Head shape (H, H_kv, d) -> its measured cells (aic_attention.cells) where the prefill
+    table spans a grid (aic_attention.has_grid); the decode cells None where its table does
+    not (L40S: a few contexts per shape; the law's decode cells stand in, AicPricer)."""
+    d, p = attention_rows(system, kv_dtype)
+    gd, gp = d.groupby(list(SHAPE)), p.groupby(list(SHAPE))
+    out = {}
+    for key in sorted(set(gd.groups) & set(gp.groups)):
+        dec, pre = cells(gd.get_group(key), gp.get_group(key))
+        if has_grid((pre,)):
+            out[tuple(int(x) for x in key)] = (dec if has_grid((dec,)) else None, pre)
+    return out
+
+
+def attention_cells(system: str, kv_dtype: str, heads: int, kv_heads: int, head_dim: int,
+                    exclude: bool = False):
+    """(cells, how) of the grid law of this head shape (aic_attention.cells: plain arrays):
+    its own where timed ("shape"; not with ``exclude``, the held-out check), else those of the
+    timed shape of the same query-head group H/H_kv and width d nearest in KV heads, its batch
+    axes rescaled (aic_attention.moved; "moved from (H', H_kv', d)"); (None, "law") where no
+    shape of the group is timed (the linear law alone prices it)."""
+    grids = shape_cells(system, kv_dtype)
+    key = (heads, kv_heads, head_dim)
+    if key in grids and not exclude:
+        return grids[key], "shape"
+    same = [k for k in grids if k != key and k[2] == head_dim and k[0] * kv_heads == heads * k[1]]
+    if not same:
+        return None, "law"
+    near = min(same, key=lambda k: (abs(np.log(k[1] / kv_heads)), k))
+    return moved(grids[near], near[1], kv_heads), f"moved from {near}"
 
 
 def gemm_dims(shape: ModelShape, tp: int) -> dict:
@@ -159,11 +203,19 @@ class AicPricer:
         self.head_curve = bf16.curve((s.vocab // tp, s.hidden))
         if tp > 1:
             self.allreduce_curve = shape_curves(self.system, "allreduce", "").curve((tp,))
-        fit, how = attention_fit(self.system, self.kv_dtype, s.heads // tp,
-                                 max(s.kv_heads // tp, 1), s.head_dim)
+        heads, kv_heads = s.heads // tp, max(s.kv_heads // tp, 1)
+        fit, fit_how = attention_fit(self.system, self.kv_dtype, heads, kv_heads, s.head_dim)
         kv_bytes = 1.0 if self.kv_dtype == "fp8" else 2.0
-        self.attention = fit.law(s.heads // tp, max(s.kv_heads // tp, 1), s.head_dim,
-                                 kv_bytes, s.layers)
+        got, how = attention_cells(self.system, self.kv_dtype, heads, kv_heads, s.head_dim)
+        if got is None:
+            self.attention = fit.law(heads, kv_heads, s.head_dim, kv_bytes, s.layers)
+            how = f"law ({fit_how})"
+        else:
+            if got[0] is None:
+                got = (law_cells(fit, heads, kv_heads, s.head_dim, kv_bytes), got[1])
+                how = f"{how}; decode by the law ({fit_how})"
+            self.attention = grid_law(grid_tables(got), fit, heads, s.head_dim, kv_bytes,
+                                      kv_heads, s.layers)
         self.attention_how = how
 
     def small_ops(self, q: float) -> float:

@@ -47,6 +47,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from specbatch.simulator.cost.tabulated import grid_attention as _grid_attention
+
 # int parameters (``ints``)
 I_DEPTH, I_K, I_BUDGET, I_MAX_SEQS, I_CHUNKED, I_CAPACITY, I_DRAFTS_CHUNKS = range(7)
 I_VERIFY, I_VOCAB, I_DRAFT_ROWS, I_BLOCK, I_LEADING, I_WRAP, I_PROPOSED = range(7, 14)
@@ -179,7 +181,9 @@ def pass_time(c, off, sq, skv, sqkv, sqq, rows):
 T_MODE = 0  # 1.0: the role is priced from its tables (role_time), 0.0: pass_time's roofline
 T_FLOPS, T_FLOPS_RATE, T_KV, T_KV_RATE, T_OVERLAP, T_AFLOOR, T_PER_REQUEST = range(1, 8)
 T_FIXED, T_FLOOR = 8, 9  # the launch: seconds added to every pass, the host floor
-N_TLAW = 10
+T_GRID = 10  # 1: a packed grid law (simulator.cost.tabulated.grid_attention) from N_TLAW on
+N_TLAW = 11
+grid_attention = njit(cache=True)(_grid_attention)
 
 
 @njit(cache=True)
@@ -207,13 +211,16 @@ def role_time(c, off, n, sq, skv, sqkv, sqq, rows, tab, tlaw):
     if rows >= 0.0 and rows < sq:
         r = int(rows) if rows > 0.0 else 0
     law = tlaw[role]
-    compute = law[T_FLOPS] * (sqkv + 0.5 * (sqq + sq)) / law[T_FLOPS_RATE]
-    memory = law[T_KV] * (skv + 2.0 * sq) / law[T_KV_RATE]
-    if law[T_OVERLAP] != 0.0:
-        body = compute if compute >= memory else memory
+    if law[T_GRID] != 0.0:
+        attn = grid_attention(law[N_TLAW:], n, sq, skv, sqkv, sqq)
     else:
-        body = compute + memory
-    attn = (law[T_AFLOOR] + law[T_PER_REQUEST] * n) + body
+        compute = law[T_FLOPS] * (sqkv + 0.5 * (sqq + sq)) / law[T_FLOPS_RATE]
+        memory = law[T_KV] * (skv + 2.0 * sq) / law[T_KV_RATE]
+        if law[T_OVERLAP] != 0.0:
+            body = compute if compute >= memory else memory
+        else:
+            body = compute + memory
+        attn = (law[T_AFLOOR] + law[T_PER_REQUEST] * n) + body
     row = 3 * role
     gpu = ((tab[row, q] + attn) + tab[row + 1, q]) + tab[row + 2, r]
     short = law[T_FLOOR] - gpu
