@@ -37,15 +37,16 @@ def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) 
         D(B, c)    the decode grid: B requests of one query token over c cached tokens each
         ΔP(B, s)   the prefill grid less its s = 1 column: B prompts of s tokens, none cached
         s_p = (Σq² − n)/(Σq − n) − 1,  B_p = (Σq − n)/(s_p − 1)    (the multi-token queries)
-        A = D(n, Σc/n) + ΔP(B_p, s_p) + x · (Σq·c − Σc)
+        A = D(n, Σc/n) + ΔP(B_p, s_p²) + x · (Σq·c − Σc)
 
-    each grid read bilinearly (linear in B and in c or s between the measured points, linear
-    past the last, clamped below the first). Exact at every cell of either table: a decode row
-    has Σq = n (no ΔP), a prefill row Σc = 0 (D(B, 0) is the s = 1 column ΔP is taken
-    against); a request of one query token adds nothing to (s_p, B_p), so a chunk next to
-    decodes is priced as the chunk alone in ΔP (vLLM's one varlen call: one floor). ``x``
-    prices the query tokens past a request's first against its cached tokens (a chunk's
-    prefix, a verification's drafted tokens), which neither table holds, per query-key pair.
+    each grid read bilinearly (linear in B and in c, or in s², between the measured points,
+    linear past the last, clamped below the first; the prefill axis holds s²). Exact at
+    every cell of either table: a decode row has Σq = n (no ΔP), a prefill row Σc = 0
+    (D(B, 0) is what ΔP is taken against); a request of one query token adds nothing to
+    (s_p, B_p), so a chunk next to decodes is priced as the chunk alone in ΔP (vLLM's one
+    varlen call: one floor). ``x`` prices the query tokens past a request's first against
+    its cached tokens (a chunk's prefix, a verification's drafted tokens), which neither
+    table holds, per query-key pair.
     One function without calls and with plain indexing and float arithmetic: the compiled
     loop compiles this same source (simulator.engine.v1.kernel)."""
     if sq <= 0.0:
@@ -92,7 +93,7 @@ def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) 
 
 def pack_grid(decode: tuple, prefill: tuple, extra: float) -> np.ndarray:
     """The packed grid law :func:`grid_attention` reads # [length]: ``decode`` = (B axis,
-    c axis, seconds [B, c]), ``prefill`` = (B axis, s axis starting at 1, seconds [B, s] with
+    c axis, seconds [B, c]), ``prefill`` = (B axis, s² axis starting at 1, seconds [B, s] with
     the s = 1 column 0), ``extra`` seconds per query-key pair past each request's first query
     token."""
     parts = []

@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from specbatch.simulator.cost.measured.aic_laws import element_bytes
-from specbatch.simulator.cost.tabulated import AttentionLaw, pack_grid
+from specbatch.simulator.cost.tabulated import AttentionLaw, grid_attention, pack_grid
 
 SHAPE = ("heads", "kv_heads", "head_dim")
 #: Whether the FLOPs and KV-byte terms overlap (max) or add (module docstring).
@@ -156,7 +156,8 @@ def held_out(decode: pd.DataFrame, prefill: pd.DataFrame) -> dict:
 
 def _filled(val: np.ndarray, xs: np.ndarray) -> np.ndarray:
     """``val`` # [rows, cols] with each row's missing cells filled linearly in ``xs`` # [cols]
-    (between its measured cells, and past them along its last / first two), then each column's
+    (between its measured cells, past the last along its last two, non-decreasing; before the
+    first at it), then each column's
     still-missing cells along the rows the same way (a row with < 2 measured cells)."""
     out = val.copy()
     for r in range(out.shape[0]):
@@ -165,7 +166,8 @@ def _filled(val: np.ndarray, xs: np.ndarray) -> np.ndarray:
             x, y = xs[ok], out[r, ok]
             f = np.interp(xs, x, y)
             hi, lo = xs > x[-1], xs < x[0]
-            f[hi] = y[-1] + (y[-1] - y[-2]) / (x[-1] - x[-2]) * (xs[hi] - x[-1])
+            slope = max((y[-1] - y[-2]) / (x[-1] - x[-2]), 0.0)  # never falling past them
+            f[hi] = y[-1] + slope * (xs[hi] - x[-1])
             f[lo] = y[0]
             out[r] = np.where(ok, out[r], f)
     return out
@@ -195,15 +197,18 @@ def cells(decode: pd.DataFrame, prefill: pd.DataFrame) -> tuple[tuple, tuple]:
 def grid_tables(measured: tuple[tuple, tuple]) -> tuple[tuple, tuple]:
     """((B, c, D), (B, s, ΔP)), seconds per layer (simulator.cost.tabulated.grid_attention),
     from :func:`cells`: missing cells filled (:func:`_filled`, along the context / prompt
-    axis, then along the batch axis), made non-decreasing (:func:`_cleaned`); the prefill
-    grid's s = 1 column is the decode grid's first context (one token, nothing cached) and
-    ΔP the prefill grid less it."""
+    axis, then along the batch axis), made non-decreasing (:func:`_cleaned`); ΔP is the
+    prefill grid less the decode grid's first context D(B, c_min) (one token, nothing cached;
+    its s = 1 column, 0), so a prefill row is priced at its own cells whatever the decode
+    floor (ΔP < 0 where the decode kernel's floor is the higher: L40S). The s axis is held
+    as s²: a prompt's causal work; linear in s² is exact for its FLOPs term and, left out
+    at twice the spacing, 1.5-6 pt better than linear in s."""
     (bd, cd, dv), (bp, sp, pv) = measured
     dv = _cleaned(_filled(_filled(dv, cd).T, bd).T)
     pv = _filled(_filled(pv, sp).T, bp).T
     first = np.interp(bp, bd, dv[:, 0])  # D(B, c_min) # [B]
-    pv = _cleaned(np.column_stack([first, pv]))
-    return (bd, cd, dv), (bp, np.concatenate([[1.0], sp]) ** 2, pv - pv[:, :1])
+    pv = np.column_stack([first, _cleaned(pv)]) - first[:, None]
+    return (bd, cd, dv), (bp, np.concatenate([[1.0], sp]) ** 2, pv)
 
 
 def grid_law(tables: tuple, fit: AttnFit, heads: float, head_dim: float, kv_bytes: float,
@@ -236,9 +241,14 @@ def law_cells(fit: AttnFit, heads: float, kv_heads: float, head_dim: float,
 
 
 def has_grid(measured: tuple) -> bool:
-    """Whether :func:`cells` of a shape span a decode and a prefill grid (>= 2 batches and 2
-    contexts / prompts measured)."""
-    return all(v.shape[0] >= 2 and v.shape[1] >= 2 for _, _, v in measured)
+    """Whether each of :func:`cells`' tables spans a grid: >= 3 batches and 3 contexts /
+    prompts, every batch measured at >= 2 of them and half the cells or more measured (L40S's
+    decode table, a few contexts per shape, does not)."""
+    for _, _, v in measured:
+        ok = np.isfinite(v)
+        if min(v.shape) < 3 or ok.sum(axis=1).min() < 2 or ok.mean() < 0.5:
+            return False
+    return True
 
 
 def moved(measured: tuple, kv_heads: float, to_kv_heads: float) -> tuple:
@@ -248,3 +258,41 @@ def moved(measured: tuple, kv_heads: float, to_kv_heads: float) -> tuple:
     B · to_kv_heads / kv_heads of the measured one (the batch axes rescaled)."""
     k = kv_heads / to_kv_heads
     return tuple(None if m is None else (m[0] * k, m[1], m[2]) for m in measured)
+
+
+def grid_seconds(measured: tuple, batch: np.ndarray, length: np.ndarray,
+                 decode: bool) -> np.ndarray:
+    """Per-layer seconds of decode rows (``length`` the context) or prefill rows (the prompt)
+    under the grid law of :func:`cells` ``measured`` (no cached-prefix term: neither table
+    has one) # [rows]."""
+    (bd, cd, dv), (bp, sp, pv) = grid_tables(measured)
+    g = pack_grid((bd, cd, dv), (bp, sp, pv), 0.0)
+    if decode:
+        return np.array([grid_attention(g, b, b, b * c, b * c, b)
+                         for b, c in zip(batch.tolist(), length.tolist())])
+    return np.array([grid_attention(g, b, b * s, 0.0, 0.0, b * s * s)
+                     for b, s in zip(batch.tolist(), length.tolist())])
+
+
+def cell_check(measured: tuple) -> dict:
+    """Signed errors of the grid law with measured cells left out, twice the spacing the law
+    interpolates over: each interior context / prompt column and each interior batch row of
+    either table left out in turn and priced from the rest, against the measured cell means.
+    {"decode": [cells], "prefill": [cells], "decode_context": [cells] (the columns' contexts,
+    for the short-context split)}."""
+    dec, pre = measured
+    out = {"decode": [], "prefill": [], "decode_context": []}
+    for which, (b, x, v) in (("decode", dec), ("prefill", pre)):
+        for axis in (1, 0):
+            for k in range(1, v.shape[axis] - 1):
+                cut = (b, np.delete(x, k), np.delete(v, k, 1)) if axis else \
+                    (np.delete(b, k), x, np.delete(v, k, 0))
+                rest = (cut, pre) if which == "decode" else (dec, cut)
+                t = v[:, k] if axis else v[k]
+                ok = np.isfinite(t)
+                bb = b[ok] if axis else np.full(int(ok.sum()), b[k])
+                xx = np.full(int(ok.sum()), x[k]) if axis else x[ok]
+                out[which].append(grid_seconds(rest, bb, xx, which == "decode") / t[ok] - 1.0)
+                if which == "decode":
+                    out["decode_context"].append(xx)
+    return {k: np.concatenate(v) if v else np.zeros(0) for k, v in out.items()}
