@@ -3,7 +3,14 @@
 import numpy as np
 import pytest
 
-from specbatch.simulator.cost.tabulated import AttentionLaw, PassTable, table_time, tabulate
+from specbatch.simulator.cost.tabulated import (
+    AttentionLaw,
+    PassTable,
+    grid_attention,
+    pack_grid,
+    table_time,
+    tabulate,
+)
 
 
 def test_attention_law_overlaps_or_adds_compute_and_memory():
@@ -30,3 +37,37 @@ def test_table_time_sums_layers_attention_allreduce_head_then_launch():
     assert table_time(table, 0, 0, 0, 0, 0) == 0.0
     with pytest.raises(ValueError, match="past the table"):
         table_time(table, 1, 9, 0, 0, 81)
+
+
+def hand_grid() -> tuple:
+    # decode D over B in (1, 3), c in (1, 11); prefill ΔP over B in (1, 2), s² in (1, 9)
+    return pack_grid(((1.0, 3.0), (1.0, 11.0), ((2.0, 4.0), (6.0, 10.0))),
+                     ((1.0, 2.0), (1.0, 9.0), ((0.0, 5.0), (0.0, 8.0))), 0.5)
+
+
+def test_the_grid_law_by_hand():
+    g = tuple(hand_grid())
+    # 2 decodes over 6 cached tokens: D(2, 6) = bilinear at fx = fy = 1/2 -> (3 + 8) / 2
+    assert grid_attention(g, 2, 2, 12, 12, 2) == 5.5
+    # one prompt of 3 tokens: D(1, 0 -> clamped to c = 1) = 2, s_p = (9 - 1)/2 - 1 = 3,
+    # B_p = 2 / 2 = 1: ΔP(1, 9) = 5
+    assert grid_attention(g, 1, 3, 0, 0, 9) == 7.0
+    # both in one call, the chunk with 2 cached tokens: n = 3, Σq = 5, Σc = 14, Σq·c = 18,
+    # Σq² = 11: D(3, 14/3) = 6 + 4 (11/3)/10, ΔP(1, 9) = 5 (the decodes drop out of s_p, B_p),
+    # the chunk's 2 further query tokens x 2 cached at x = 0.5: 2
+    assert grid_attention(g, 3, 5, 14, 18, 11) == pytest.approx(6 + 4 * 11 / 30 + 5 + 2)
+    law = AttentionLaw(flops=1.0, flops_rate=1.0, kv=1.0, kv_rate=1.0, grid=g)
+    assert law.seconds(2, 2, 12, 12, 2) == 5.5 and law.seconds(0, 0, 0, 0, 0) == 0.0
+
+
+def test_the_compiled_grid_law_is_the_same_function_bit_for_bit():
+    pytest.importorskip("numba")
+    from specbatch.simulator.engine.v1.kernel import grid_attention as compiled
+
+    g = hand_grid()
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        q = rng.integers(1, 40, size=rng.integers(1, 9)).astype(float)
+        c = rng.integers(0, 30, size=q.size).astype(float)
+        sums = (float(q.size), q.sum(), c.sum(), float(q @ c), float(q @ q))
+        assert compiled(g, *sums) == grid_attention(tuple(g), *sums)
