@@ -7,7 +7,7 @@ Data: the bundled compact AIConfigurator curves (traces/data/aiconfigurator/curv
 judged on them only). Per estimator (simulator.cost.measured.aic_ops, aic_attention):
 
 Every curve is judged against its cleaned points (aic_ops.monotone: non-decreasing by the
-suffix minimum, isolated upward spikes removed), the values the cost interpolates.
+suffix minimum, isolated upward spikes recarry), the values the cost interpolates.
 
 - GEMM, MoE, **measured**: an op whose shape is timed is its measured curve interpolated in
   the row coordinate; judged by leaving each interior grid point out and interpolating it from
@@ -88,10 +88,11 @@ def flat(pre: tuple) -> tuple:
 def attention_checks(system: str, kv: str) -> dict | None:
     """The grid law (aic_attention.grid_tables) judged two ways, decode and prefill apart,
     decode at short context (< 256 cached tokens) also alone: ``shape``, each timed head shape
-    left out and priced from the nearest timed shape of its query-head group and width
-    (aic_pricer.attention_cells, exclude: what a model whose shape is untimed gets), against
-    its measured rows; ``cells``, each interior column / row of a shape's own grid left out
-    (aic_attention.cell_check), against the measured cell means."""
+    left out and carried from the two nearest timed shapes of its width by the width law's
+    ratio (aic_pricer.attention_cells, exclude: what a model whose shape is untimed gets; the
+    width law is fitted on every shape, the left-out one too: a mild optimism, as the GEMM
+    transfer's), against its measured rows; ``cells``, each interior column / row of a
+    shape's own grid left out (aic_attention.cell_check), against the measured cell means."""
     grids = shape_cells(system, kv)
     if not grids:
         return None
@@ -106,20 +107,20 @@ def attention_checks(system: str, kv: str) -> dict | None:
             cell["decode"].append(got["decode"])
             cell["short"].append(got["decode"][got["decode_context"] < SHORT])
         cell["prefill"].append(got["prefill"])
-        moved, how = attention_cells(system, kv, *key, exclude=True)
-        if moved is None:
+        carry, how = attention_cells(system, kv, *key, exclude=True)
+        if carry is None:
             continue
         reached += 1
         rows_p = gp.get_group(key)
         rows_p = rows_p[rows_p["prompt"] > 1]
-        stand = (moved[0] if moved[0] is not None else flat(moved[1]), moved[1])
+        stand = (carry[0] if carry[0] is not None else flat(carry[1]), carry[1])
         loso["prefill"].append(grid_seconds(
             stand, rows_p["batch"].to_numpy(np.float64), rows_p["prompt"].to_numpy(np.float64),
             False) / rows_p["latency_s"].to_numpy() - 1)
-        if dec is not None and moved[0] is not None:
+        if dec is not None and carry[0] is not None:
             rows_d = gd.get_group(key)
             ctx = rows_d["context"].to_numpy(np.float64)
-            e = grid_seconds(moved, rows_d["batch"].to_numpy(np.float64), ctx,
+            e = grid_seconds(carry, rows_d["batch"].to_numpy(np.float64), ctx,
                              True) / rows_d["latency_s"].to_numpy() - 1
             loso["decode"].append(e)
             loso["short"].append(e[ctx < SHORT])
@@ -129,9 +130,9 @@ def attention_checks(system: str, kv: str) -> dict | None:
 
     both = np.concatenate(loso["decode"] + loso["prefill"])
     worst = max(v for v in (mape(x) for x in (*loso.values(), *cell.values())) if v is not None)
-    return record(both, "grid law: each timed head shape left out, priced from the nearest "
-                        "timed shape of its query-head group (batch axes rescaled); and each "
-                        "interior grid column / row left out",
+    return record(both, "grid law: each timed head shape left out, carried from the 2 "
+                        "nearest timed shapes (law ratio); and each interior grid column / "
+                        "row left out",
                   shapes=len(grids), shapes_reached=reached, worst=worst,
                   **{f"shape_{k}_mape": mape(v) for k, v in loso.items()},
                   **{f"cells_{k}_mape": mape(v) for k, v in cell.items()})

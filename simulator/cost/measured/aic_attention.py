@@ -251,13 +251,42 @@ def has_grid(measured: tuple) -> bool:
     return True
 
 
-def moved(measured: tuple, kv_heads: float, to_kv_heads: float) -> tuple:
-    """:func:`cells` of a shape carried to one of the same query-head group and head width
-    with ``to_kv_heads`` KV heads: the kernels' grids run B x KV heads (decode) and B x heads
-    (prefill) CTAs over the same per-head work, so B requests of the new shape time as
-    B · to_kv_heads / kv_heads of the measured one (the batch axes rescaled)."""
-    k = kv_heads / to_kv_heads
-    return tuple(None if m is None else (m[0] * k, m[1], m[2]) for m in measured)
+def law_grid(fit: AttnFit, shape: tuple, kv_bytes: float, batch: np.ndarray,
+             length: np.ndarray, decode: bool) -> np.ndarray:
+    """Per-layer seconds of ``fit``'s law for head shape (H, H_kv, d) over the grid
+    batch x length (decode: the context; prefill: the prompt) # [batch, length]."""
+    bb, xx = np.meshgrid(batch, length, indexing="ij")
+    n, x = bb.ravel(), xx.ravel()
+    zero = np.zeros_like(n)
+    cols = (n, n, n * x, n * x, n) if decode else (n, n * x, zero, zero, n * x * x)
+    theta = np.array([fit.floor, fit.per_request, fit.per_request_head, 1.0 / fit.flops_rate,
+                      1.0 / fit.kv_rate])
+    full = (*cols, *(np.full(n.size, float(v)) for v in shape), np.full(n.size, kv_bytes), None)
+    return predict(theta, full).reshape(bb.shape)
+
+
+def carried(sources: list, fit: AttnFit, to: tuple, kv_bytes: float) -> tuple:
+    """:func:`cells` of head shape ``to`` from those of timed shapes ``sources`` [(shape,
+    cells)], as the GEMM transfer does (aic_ops): each source's cells times the width law's
+    ratio law(to) / law(source) at the same cell, then the geometric mean over the sources
+    that share the first one's axes. A table a source lacks (None) stays None."""
+    out = []
+    for part, decode in ((0, True), (1, False)):
+        first = sources[0][1][part]
+        if first is None:
+            out.append(None)
+            continue
+        b, x = first[0], first[1]
+        logs = []
+        for shape, got in sources:
+            m = got[part]
+            if m is None or not (np.array_equal(m[0], b) and np.array_equal(m[1], x)):
+                continue
+            ratio = (law_grid(fit, to, kv_bytes, b, x, decode)
+                     / law_grid(fit, shape, kv_bytes, b, x, decode))
+            logs.append(np.log(m[2] * ratio))
+        out.append((b, x, np.exp(np.mean(logs, axis=0))))
+    return tuple(out)
 
 
 def grid_seconds(measured: tuple, batch: np.ndarray, length: np.ndarray,

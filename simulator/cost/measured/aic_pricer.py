@@ -39,13 +39,13 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.gpus.hardware import Hardware
 from specbatch.simulator.cost.measured.aic_attention import (
     SHAPE,
+    carried,
     cells,
     fit_attention,
     grid_law,
     grid_tables,
     has_grid,
     law_cells,
-    moved,
 )
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import load_laws
@@ -63,6 +63,8 @@ from specbatch.traces.models.model_shape import ModelShape
 #: batches up to this many requests, contexts below 32k; prefill batches of few prompts.
 DECODE_MAX_BATCH, DECODE_MAX_CONTEXT, PREFILL_MAX_BATCH = 512, 32767, 16
 MEMO_LIMIT = 65536
+#: Timed head shapes an untimed one's attention grid is carried from (attention_cells).
+NEAREST = 2
 
 
 @functools.lru_cache(maxsize=32)
@@ -130,22 +132,38 @@ def shape_cells(system: str, kv_dtype: str) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=16)
+def width_fit(system: str, kv_dtype: str, head_dim: int):
+    """The linear attention law fitted on every timed shape of head width ``head_dim``: the
+    ratio :func:`attention_cells` carries a timed shape's grid to an untimed one with."""
+    d, p = attention_rows(system, kv_dtype)
+    d, p = d[d["head_dim"] == head_dim], p[p["head_dim"] == head_dim]
+    if d.empty or p.empty:
+        raise SpecbatchError(f"aic {system}: no {kv_dtype} attention rows at head width "
+                             f"{head_dim}")
+    return fit_attention(d, p)
+
+
 def attention_cells(system: str, kv_dtype: str, heads: int, kv_heads: int, head_dim: int,
                     exclude: bool = False):
     """(cells, how) of the grid law of this head shape (aic_attention.cells: plain arrays):
-    its own where timed ("shape"; not with ``exclude``, the held-out check), else those of the
-    timed shape of the same query-head group H/H_kv and width d nearest in KV heads, its batch
-    axes rescaled (aic_attention.moved; "moved from (H', H_kv', d)"); (None, "law") where no
-    shape of the group is timed (the linear law alone prices it)."""
+    its own where timed ("shape"; not with ``exclude``, the held-out check), else carried
+    from the :data:`NEAREST` timed shapes of its head width nearest in log heads + log KV
+    heads by the width law's ratio (aic_attention.carried; "transfer from ..."); (None, "law")
+    where no shape of the width is timed."""
     grids = shape_cells(system, kv_dtype)
     key = (heads, kv_heads, head_dim)
     if key in grids and not exclude:
         return grids[key], "shape"
-    same = [k for k in grids if k != key and k[2] == head_dim and k[0] * kv_heads == heads * k[1]]
+    same = [k for k in grids if k != key and k[2] == head_dim]
     if not same:
         return None, "law"
-    near = min(same, key=lambda k: (abs(np.log(k[1] / kv_heads)), k))
-    return moved(grids[near], near[1], kv_heads), f"moved from {near}"
+    near = sorted(same, key=lambda k: (abs(np.log(k[0] / heads)) + abs(np.log(k[1] / kv_heads)),
+                                       k))[:NEAREST]
+    kv_bytes = 1.0 if kv_dtype == "fp8" else 2.0
+    got = carried([(k, grids[k]) for k in near], width_fit(system, kv_dtype, head_dim), key,
+                  kv_bytes)
+    return got, "transfer from " + ", ".join(map(str, near))
 
 
 def gemm_dims(shape: ModelShape, tp: int) -> dict:

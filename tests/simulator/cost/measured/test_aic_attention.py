@@ -4,7 +4,12 @@ error on the bundled H100 rows (issue 42's 8 % per op)."""
 import numpy as np
 import pytest
 
-from specbatch.simulator.cost.measured.aic_attention import cell_check, grid_tables, moved
+from specbatch.simulator.cost.measured.aic_attention import (
+    AttnFit,
+    carried,
+    cell_check,
+    grid_tables,
+)
 from specbatch.simulator.cost.measured.aic_pricer import attention_cells, shape_cells
 
 
@@ -19,14 +24,26 @@ def test_the_prefill_grid_is_taken_against_the_decode_floor():
     assert dv[0, 2] == 3.0
     assert list(s2) == [1.0, 256.0, 1024.0, 4096.0]  # the prompt axis is held as s²
     assert list(dp[1]) == [0.0, 4.0, 5.0, 8.0]  # P(2, s) - D(2, 1) = P - 2
-    moved_cells = moved((dec, pre), kv_heads=8, to_kv_heads=2)
-    assert list(moved_cells[0][0]) == [4.0, 8.0, 16.0]  # B of 2 KV heads = 4 B of 8
+
+
+def test_an_untimed_shape_is_carried_by_the_law_ratio():
+    # a law of KV bytes alone (no floor, FLOPs free): twice the KV heads, twice every cell
+    fit = AttnFit(floor=0.0, per_request=0.0, per_request_head=0.0, flops_rate=1e300,
+                  kv_rate=1.0)
+    dec = (np.array([1.0, 2.0, 4.0]), np.array([1.0, 3.0, 7.0]), np.arange(9.0).reshape(3, 3))
+    pre = (np.array([1.0, 2.0, 4.0]), np.array([16.0, 32.0, 64.0]), np.ones((3, 3)))
+    got = carried([((16, 4, 128), (dec, pre))], fit, (32, 8, 128), 2.0)
+    assert np.allclose(got[0][2], 2 * dec[2], rtol=1e-12)
+    assert np.allclose(got[1][2], 2.0, rtol=1e-12)
+    both = carried([((16, 4, 128), (dec, pre)), ((32, 2, 128), (dec, pre))], fit,
+                   (32, 8, 128), 2.0)  # geometric mean of x2 and x4
+    assert np.allclose(both[1][2], np.sqrt(8.0), rtol=1e-12)
 
 
 def test_llama_8b_on_h100_is_its_own_grid_and_its_tp2_shape_is_timed_too():
     assert attention_cells("h100_sxm", "bfloat16", 32, 8, 128)[1] == "shape"
     got, how = attention_cells("h100_sxm", "bfloat16", 32, 8, 128, exclude=True)
-    assert how == "moved from (16, 4, 128)" and got is not None
+    assert how == "transfer from (16, 8, 128), (32, 4, 128)" and got is not None
 
 
 @pytest.mark.parametrize("kv", ["bfloat16", "fp8"])
