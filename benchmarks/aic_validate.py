@@ -33,7 +33,7 @@ import argparse
 import numpy as np
 
 from specbatch.io import dumps
-from specbatch.simulator.cost.measured.aic_attention import cell_check, grid_seconds
+from specbatch.simulator.cost.measured.aic_attention import cell_check, grid_seconds, held_out
 from specbatch.simulator.cost.measured.aic_cost import VALIDATION
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import COMMON_SYSTEMS, load_laws
@@ -125,6 +125,16 @@ def attention_checks(system: str, kv: str) -> dict | None:
             loso["decode"].append(e)
             loso["short"].append(e[ctx < SHORT])
 
+    decode_by = "grid"
+    if not loso["decode"]:  # no decode grid (L40S): the linear law prices decode, held out
+        decode_by = "law"
+        loso["decode"] = [held_out(d, p)["decode"]]
+        keys = sorted(set(map(tuple, d[SHAPE].to_numpy().tolist()))
+                      | set(map(tuple, p[SHAPE].to_numpy().tolist())))  # held_out's order
+        ctx = np.concatenate([d["context"].to_numpy()[(d[SHAPE].to_numpy() == k).all(axis=1)]
+                              for k in map(np.array, keys)])
+        loso["short"] = [loso["decode"][0][ctx < SHORT]]
+
     def mape(parts):
         return round(float(np.abs(np.concatenate(parts)).mean()), 4) if parts else None
 
@@ -133,7 +143,7 @@ def attention_checks(system: str, kv: str) -> dict | None:
     return record(both, "grid law: each timed head shape left out, carried from the 2 "
                         "nearest timed shapes (law ratio); and each interior grid column / "
                         "row left out",
-                  shapes=len(grids), shapes_reached=reached, worst=worst,
+                  shapes=len(grids), shapes_reached=reached, worst=worst, decode_by=decode_by,
                   **{f"shape_{k}_mape": mape(v) for k, v in loso.items()},
                   **{f"cells_{k}_mape": mape(v) for k, v in cell.items()})
 
@@ -177,8 +187,9 @@ def table(checks: dict, target: float = TARGET) -> list[str]:
         if parts[1] == "attention":
             def pct(x):
                 return "-" if x is None else f"{100 * x:.1f} %"
+            law = " (linear law)" if rec["decode_by"] == "law" else ""
             est = (f"grid law; shape left out ({rec['shapes_reached']} of {rec['shapes']}): "
-                   f"decode {pct(rec['shape_decode_mape'])} (short context "
+                   f"decode{law} {pct(rec['shape_decode_mape'])} (short context "
                    f"{pct(rec['shape_short_mape'])}), prefill {pct(rec['shape_prefill_mape'])}; "
                    f"cells left out: decode {pct(rec['cells_decode_mape'])} (short "
                    f"{pct(rec['cells_short_mape'])}), prefill {pct(rec['cells_prefill_mape'])}")
