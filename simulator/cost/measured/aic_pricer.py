@@ -117,6 +117,27 @@ def attention_fit(system: str, kv_dtype: str, heads: int, kv_heads: int, head_di
     return fit_attention(d, p), "width"
 
 
+def grid_cells(decode, prefill) -> tuple | None:
+    """(decode cells or None, prefill cells) of one shape's rows where its prefill table spans
+    a grid, else None (:func:`shape_cells`)."""
+    if decode.empty or prefill.empty:
+        return None
+    dec, pre = cells(decode, prefill)
+    if not has_grid((pre,)):
+        return None
+    return (dec if has_grid((dec,)) else None), pre
+
+
+@functools.lru_cache(maxsize=32)
+def own_cells(system: str, kv_dtype: str, key: tuple) -> tuple | None:
+    """:func:`grid_cells` of head shape ``key`` alone (a timed model's start-up reads only its
+    own rows)."""
+    d, p = attention_rows(system, kv_dtype)
+    md = (d["heads"] == key[0]) & (d["kv_heads"] == key[1]) & (d["head_dim"] == key[2])
+    mp = (p["heads"] == key[0]) & (p["kv_heads"] == key[1]) & (p["head_dim"] == key[2])
+    return grid_cells(d[md], p[mp])
+
+
 @functools.lru_cache(maxsize=8)
 def shape_cells(system: str, kv_dtype: str) -> dict:
     """Head shape (H, H_kv, d) -> its measured cells (aic_attention.cells) where the prefill
@@ -126,9 +147,9 @@ def shape_cells(system: str, kv_dtype: str) -> dict:
     gd, gp = d.groupby(list(SHAPE)), p.groupby(list(SHAPE))
     out = {}
     for key in sorted(set(gd.groups) & set(gp.groups)):
-        dec, pre = cells(gd.get_group(key), gp.get_group(key))
-        if has_grid((pre,)):
-            out[tuple(int(x) for x in key)] = (dec if has_grid((dec,)) else None, pre)
+        got = grid_cells(gd.get_group(key), gp.get_group(key))
+        if got is not None:
+            out[tuple(int(x) for x in key)] = got
     return out
 
 
@@ -151,10 +172,12 @@ def attention_cells(system: str, kv_dtype: str, heads: int, kv_heads: int, head_
     from the :data:`NEAREST` timed shapes of its head width nearest in log heads + log KV
     heads by the width law's ratio (aic_attention.carried; "transfer from ..."); (None, "law")
     where no shape of the width is timed."""
-    grids = shape_cells(system, kv_dtype)
     key = (heads, kv_heads, head_dim)
-    if key in grids and not exclude:
-        return grids[key], "shape"
+    if not exclude:
+        own = own_cells(system, kv_dtype, key)
+        if own is not None:
+            return own, "shape"
+    grids = shape_cells(system, kv_dtype)
     same = [k for k in grids if k != key and k[2] == head_dim]
     if not same:
         return None, "law"
