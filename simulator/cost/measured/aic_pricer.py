@@ -63,8 +63,13 @@ from specbatch.traces.models.model_shape import ModelShape
 #: batches up to this many requests, contexts below 32k; prefill batches of few prompts.
 DECODE_MAX_BATCH, DECODE_MAX_CONTEXT, PREFILL_MAX_BATCH = 512, 32767, 16
 MEMO_LIMIT = 65536
-#: Timed head shapes an untimed one's attention grid is carried from (attention_cells).
+#: Timed head shapes an untimed one's attention grid is carried from (attention_cells), and
+#: the weight of log H_kv against log H in choosing them, (decode, prefill): a decode's time is
+#: its KV bytes and its B x H_kv CTAs; weighted 2 on decode, 1 on prefill (chosen on
+#: benchmarks/aic_validate.py's shape-left-out errors: decode 7.7-7.8 % on A100 / RTX PRO 6000
+#: bf16 against 8.6-9.5 % at 1; 0.5 and 4 worse or equal).
 NEAREST = 2
+KV_WEIGHT = (2.0, 1.0)
 
 
 @functools.lru_cache(maxsize=32)
@@ -169,9 +174,10 @@ def attention_cells(system: str, kv_dtype: str, heads: int, kv_heads: int, head_
                     exclude: bool = False):
     """(cells, how) of the grid law of this head shape (aic_attention.cells: plain arrays):
     its own where timed ("shape"; not with ``exclude``, the held-out check), else carried
-    from the :data:`NEAREST` timed shapes of its head width nearest in log heads + log KV
-    heads by the width law's ratio (aic_attention.carried; "transfer from ..."); (None, "law")
-    where no shape of the width is timed."""
+    from the :data:`NEAREST` timed shapes of its head width nearest in log heads + w log KV
+    heads (w :data:`KV_WEIGHT`, decode and prefill apart) by the width law's ratio
+    (aic_attention.carried; "transfer from ..."); (None, "law") where no shape of the width is
+    timed."""
     key = (heads, kv_heads, head_dim)
     if not exclude:
         own = own_cells(system, kv_dtype, key)
@@ -181,12 +187,16 @@ def attention_cells(system: str, kv_dtype: str, heads: int, kv_heads: int, head_
     same = [k for k in grids if k != key and k[2] == head_dim]
     if not same:
         return None, "law"
-    near = sorted(same, key=lambda k: (abs(np.log(k[0] / heads)) + abs(np.log(k[1] / kv_heads)),
-                                       k))[:NEAREST]
     kv_bytes = 1.0 if kv_dtype == "fp8" else 2.0
-    got = carried([(k, grids[k]) for k in near], width_fit(system, kv_dtype, head_dim), key,
-                  kv_bytes)
-    return got, "transfer from " + ", ".join(map(str, near))
+    fit = width_fit(system, kv_dtype, head_dim)
+    got, how = [], []
+    for part, weight in enumerate(KV_WEIGHT):
+        near = sorted(same, key=lambda k, w=weight: (abs(np.log(k[0] / heads))
+                                                     + w * abs(np.log(k[1] / kv_heads)), k))
+        near = near[:NEAREST]
+        got.append(carried([(k, grids[k]) for k in near], fit, key, kv_bytes)[part])
+        how.append(", ".join(map(str, near)))
+    return tuple(got), f"transfer from {how[0]} (decode); {how[1]} (prefill)"
 
 
 def gemm_dims(shape: ModelShape, tp: int) -> dict:

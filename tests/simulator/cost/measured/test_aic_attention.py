@@ -43,7 +43,8 @@ def test_an_untimed_shape_is_carried_by_the_law_ratio():
 def test_llama_8b_on_h100_is_its_own_grid_and_its_tp2_shape_is_timed_too():
     assert attention_cells("h100_sxm", "bfloat16", 32, 8, 128)[1] == "shape"
     got, how = attention_cells("h100_sxm", "bfloat16", 32, 8, 128, exclude=True)
-    assert how == "transfer from (40, 8, 128), (24, 8, 128)" and got is not None
+    assert how == ("transfer from (40, 8, 128), (24, 8, 128) (decode); (40, 8, 128), "
+                   "(24, 8, 128) (prefill)") and got is not None
 
 
 @pytest.mark.parametrize("kv", ["bfloat16", "fp8"])
