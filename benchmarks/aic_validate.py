@@ -33,7 +33,12 @@ import argparse
 import numpy as np
 
 from specbatch.io import dumps
-from specbatch.simulator.cost.measured.aic_attention import cell_check, grid_seconds, held_out
+from specbatch.simulator.cost.measured.aic_attention import (
+    cell_check,
+    grid_seconds,
+    held_out,
+    law_cells,
+)
 from specbatch.simulator.cost.measured.aic_cost import VALIDATION
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import COMMON_SYSTEMS, load_laws
@@ -43,6 +48,7 @@ from specbatch.simulator.cost.measured.aic_pricer import (
     attention_rows,
     shape_cells,
     shape_curves,
+    width_fit,
 )
 
 TARGET = 0.08
@@ -79,10 +85,11 @@ def curve_checks(system: str, family: str, dtype: str) -> dict:
                                shapes=len(sc.points))}
 
 
-def flat(pre: tuple) -> tuple:
-    """Decode cells that stand in where a table has none (L40S), flat at the prefill grid's
-    first prompt: the prefill check alone (a prefill row reads only their first column)."""
-    return pre[0], np.array([1.0, 2.0]), np.repeat(pre[2][:, :1], 2, axis=1)
+def stand_in(system: str, kv: str, key: tuple) -> tuple:
+    """The decode cells the cost uses where a table spans no decode grid (L40S): the decode-only
+    law of the width's (aic_pricer.AicPricer), at this head shape."""
+    fit = width_fit(system, kv, key[2], decode_only=True)
+    return law_cells(fit, key[0], key[1], key[2], 1.0 if kv == "fp8" else 2.0)
 
 
 def attention_checks(system: str, kv: str) -> dict | None:
@@ -102,7 +109,7 @@ def attention_checks(system: str, kv: str) -> dict | None:
     cell = {"decode": [], "prefill": [], "short": []}
     reached = 0
     for key, (dec, pre) in grids.items():
-        got = cell_check((dec if dec is not None else flat(pre), pre))
+        got = cell_check((dec if dec is not None else stand_in(system, kv, key), pre))
         if dec is not None:
             cell["decode"].append(got["decode"])
             cell["short"].append(got["decode"][got["decode_context"] < SHORT])
@@ -113,7 +120,7 @@ def attention_checks(system: str, kv: str) -> dict | None:
         reached += 1
         rows_p = gp.get_group(key)
         rows_p = rows_p[rows_p["prompt"] > 1]
-        stand = (carry[0] if carry[0] is not None else flat(carry[1]), carry[1])
+        stand = (carry[0] if carry[0] is not None else stand_in(system, kv, key), carry[1])
         loso["prefill"].append(grid_seconds(
             stand, rows_p["batch"].to_numpy(np.float64), rows_p["prompt"].to_numpy(np.float64),
             False) / rows_p["latency_s"].to_numpy() - 1)

@@ -37,16 +37,22 @@ def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) 
         D(B, c)    the decode grid: B requests of one query token over c cached tokens each
         ΔP(B, s)   the prefill grid less its s = 1 column: B prompts of s tokens, none cached
         s_p = (Σq² − n)/(Σq − n) − 1,  B_p = (Σq − n)/(s_p − 1)    (the multi-token queries)
-        A = D(n, Σc/n) + ΔP(B_p, s_p²) + x · (Σq·c − Σc)
+        n_d = n − B_p where that is >= 1 (one-token requests beside the chunks), else n
+        A = D(n_d, Σc/n_d) + ΔP(B_p, s_p²) + x · (Σq·c − Σc)
 
     each grid read bilinearly (linear in B and in c, or in s², between the measured points,
     linear past the last, clamped below the first; the prefill axis holds s²). Exact at
     every cell of either table: a decode row has Σq = n (no ΔP), a prefill row Σc = 0
     (D(B, 0) is what ΔP is taken against); a request of one query token adds nothing to
-    (s_p, B_p), so a chunk next to decodes is priced as the chunk alone in ΔP (vLLM's one
-    varlen call: one floor). ``x`` prices the query tokens past a request's first against
-    its cached tokens (a chunk's prefix, a verification's drafted tokens), which neither
-    table holds, per query-key pair.
+    (s_p, B_p), so a chunk next to decodes is priced as the chunk alone in ΔP and the decodes
+    (its cached prefix folded into their KV) in D (vLLM's one varlen call: one floor; a
+    verification, every request multi-token, reads D at all n). ΔP < 0 where the decode
+    table's floor exceeds a short prompt's cell (A100, RTX PRO 6000, L40S: up to ~5 µs); it
+    is taken as 0 once any token is cached (Σc > 0), so adding a chunk to decodes, or drafts
+    to a verification, never lowers the price, while a batch of fresh prompts (Σc = 0) keeps
+    its own cells. ``x`` prices the
+    query tokens past a request's first against its cached tokens (a chunk's prefix, a
+    verification's drafted tokens), which neither table holds, per query-key pair.
     One function without calls and with plain indexing and float arithmetic: the compiled
     loop compiles this same source (simulator.engine.v1.kernel)."""
     if sq <= 0.0:
@@ -56,6 +62,8 @@ def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) 
     s_p = 0.0
     if extra > 0.0:
         s_p = (sqq - n) / extra - 1.0
+        if s_p > 1.0 and n - extra / (s_p - 1.0) >= 1.0:
+            nn = n - extra / (s_p - 1.0)  # the one-token requests: n − B_p
     o = 0
     t = 0.0
     for part in range(2):
@@ -86,7 +94,10 @@ def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) 
             k = v + i * ny + j
             near = g[k] + (g[k + 1] - g[k]) * fy
             far = g[k + ny] + (g[k + ny + 1] - g[k + ny]) * fy
-            t = t + (near + (far - near) * fx)
+            value = near + (far - near) * fx
+            if part == 1 and skv > 0.0 and value < 0.0:
+                value = 0.0  # a chunk or drafts next to cached tokens never cost less
+            t = t + value
         o = v + nx * ny
     return t + g[o] * (sqkv - skv)
 

@@ -53,11 +53,22 @@ def test_the_grid_law_by_hand():
     # B_p = 2 / 2 = 1: ΔP(1, 9) = 5
     assert grid_attention(g, 1, 3, 0, 0, 9) == 7.0
     # both in one call, the chunk with 2 cached tokens: n = 3, Σq = 5, Σc = 14, Σq·c = 18,
-    # Σq² = 11: D(3, 14/3) = 6 + 4 (11/3)/10, ΔP(1, 9) = 5 (the decodes drop out of s_p, B_p),
-    # the chunk's 2 further query tokens x 2 cached at x = 0.5: 2
-    assert grid_attention(g, 3, 5, 14, 18, 11) == pytest.approx(6 + 4 * 11 / 30 + 5 + 2)
+    # Σq² = 11: s_p = (11 - 3)/2 - 1 = 3, B_p = 1 (the decodes drop out), n_d = 3 - 1 = 2:
+    # D(2, 14/2) = 3.2 + (8.4 - 3.2)/2 = 5.8 (fy = 6/10), ΔP(1, 9) = 5, and the chunk's 2
+    # further query tokens x 2 cached at x = 0.5: 2
+    assert grid_attention(g, 3, 5, 14, 18, 11) == pytest.approx(5.8 + 5 + 2, rel=1e-15)
     law = AttentionLaw(flops=1.0, flops_rate=1.0, kv=1.0, kv_rate=1.0, grid=g)
     assert law.seconds(2, 2, 12, 12, 2) == 5.5 and law.seconds(0, 0, 0, 0, 0) == 0.0
+
+
+def test_a_negative_prefill_step_counts_only_for_fresh_prompts():
+    # the decode floor (2) above a short prompt's cell: ΔP(1, s = 3) = -1
+    g = tuple(pack_grid(((1.0, 3.0), (1.0, 11.0), ((2.0, 4.0), (6.0, 10.0))),
+                        ((1.0, 2.0), (1.0, 9.0), ((0.0, -1.0), (0.0, -1.0))), 0.0))
+    assert grid_attention(g, 1, 3, 0, 0, 9) == 1.0  # a fresh prompt: its own cell, 2 - 1
+    # the same prompt next to a decode of 1 cached token: n_d = 1, D(1, 1) = 2, ΔP taken as 0
+    # (not -1): the decode alone's price, never below it
+    assert grid_attention(g, 2, 4, 1, 1, 10) == grid_attention(g, 1, 1, 1, 1, 1) == 2.0
 
 
 def test_the_compiled_grid_law_is_the_same_function_bit_for_bit():
@@ -65,6 +76,7 @@ def test_the_compiled_grid_law_is_the_same_function_bit_for_bit():
     from specbatch.simulator.engine.v1.kernel import grid_attention as compiled
 
     g = hand_grid()
+    g[-4] = g[-2] = -1.0  # ΔP(B, s = 3) < 0 too (the clamp's branch)
     rng = np.random.default_rng(3)
     for _ in range(200):
         q = rng.integers(1, 40, size=rng.integers(1, 9)).astype(float)
