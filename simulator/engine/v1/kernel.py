@@ -184,6 +184,10 @@ T_FIXED, T_FLOOR = 8, 9  # the launch: seconds added to every pass, the host flo
 T_GRID = 10  # 1: a packed grid law (simulator.cost.tabulated.grid_attention) from N_TLAW on
 N_TLAW = 11
 grid_attention = njit(cache=True)(_grid_attention)
+#: SHA-256 (16 hex) of simulator.cost.tabulated.grid_attention's source: numba's cache of the
+#: kernels that call it is keyed on this file alone, so a change there must change this line
+#: (a test pins the hash) or a cached kernel keeps the old law.
+GRID_SOURCE = "cc14cc241eeed8b1"
 
 
 @njit(cache=True)

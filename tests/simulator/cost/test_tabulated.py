@@ -71,6 +71,19 @@ def test_a_negative_prefill_step_counts_only_for_fresh_prompts():
     assert grid_attention(g, 2, 4, 1, 1, 10) == grid_attention(g, 1, 1, 1, 1, 1) == 2.0
 
 
+def test_the_kernel_names_the_grid_law_source_it_was_cached_with():
+    pytest.importorskip("numba")
+    import hashlib
+    import inspect
+
+    from specbatch.simulator.engine.v1 import kernel
+
+    # numba caches the kernel keyed on kernel.py alone: editing grid_attention must edit
+    # kernel.GRID_SOURCE too, or a cached kernel keeps pricing the old law
+    source = inspect.getsource(grid_attention).encode()
+    assert kernel.GRID_SOURCE == hashlib.sha256(source).hexdigest()[:16]
+
+
 def test_the_compiled_grid_law_is_the_same_function_bit_for_bit():
     pytest.importorskip("numba")
     from specbatch.simulator.engine.v1.kernel import grid_attention as compiled
