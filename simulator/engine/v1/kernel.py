@@ -215,16 +215,15 @@ def role_time(c, off, n, sq, skv, sqkv, sqq, rows, tab, tlaw):
     if rows >= 0.0 and rows < sq:
         r = int(rows) if rows > 0.0 else 0
     law = tlaw[role]
-    if law[T_GRID] != 0.0:
-        attn = grid_attention(law[N_TLAW:], n, sq, skv, sqkv, sqq)
+    compute = law[T_FLOPS] * (sqkv + 0.5 * (sqq + sq)) / law[T_FLOPS_RATE]
+    memory = law[T_KV] * (skv + 2.0 * sq) / law[T_KV_RATE]
+    if law[T_OVERLAP] != 0.0:
+        body = compute if compute >= memory else memory
     else:
-        compute = law[T_FLOPS] * (sqkv + 0.5 * (sqq + sq)) / law[T_FLOPS_RATE]
-        memory = law[T_KV] * (skv + 2.0 * sq) / law[T_KV_RATE]
-        if law[T_OVERLAP] != 0.0:
-            body = compute if compute >= memory else memory
-        else:
-            body = compute + memory
-        attn = (law[T_AFLOOR] + law[T_PER_REQUEST] * n) + body
+        body = compute + memory
+    attn = (law[T_AFLOOR] + law[T_PER_REQUEST] * n) + body
+    if law[T_GRID] != 0.0:  # AttentionLaw.grid: the grid law replaces the linear one
+        attn = grid_attention(law[N_TLAW:], n, sq, skv, sqkv, sqq)
     row = 3 * role
     gpu = ((tab[row, q] + attn) + tab[row + 1, q]) + tab[row + 2, r]
     short = law[T_FLOOR] - gpu
