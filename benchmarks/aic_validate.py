@@ -16,10 +16,13 @@ suffix minimum, isolated upward spikes recarry), the values the cost interpolate
 - GEMM, MoE, **transfer**: a shape left out and priced from its two nearest timed shapes x the
   family law (bundled laws.json; fitted on every shape, a mild optimism, benchmarks/
   cost_vs_aic.py refits without it and reports the same to within ~0.1 pt);
-- attention: the one law over the sums fitted on a head shape's own decode and prefill rows
-  (what the cost uses where the shape is timed; ``shape``), and leaving that shape out of a
-  fit on every other shape of its head width (``loso``), decode and prefill apart, within the
-  serving range of aic_pricer (decode batch <= 512, context < 32k; prefill batch <= 16);
+- attention: the grid law (aic_attention.grid_tables, tabulated.grid_attention) with each
+  timed head shape left out and carried from its two nearest timed shapes (``shape``: what an
+  untimed model gets; the leave-one-model-out of issue 42), and with each interior column /
+  row of a shape's own grid left out (``cells``), decode and prefill apart and decode at
+  short context (< 256 cached tokens) alone, within the serving range of aic_pricer (decode
+  batch <= 512, context < 32k; prefill batch <= 16); L40S's decode (no grid) by its
+  decode-only linear law with the shape left out;
 - all-reduce: each message size left out and interpolated log-log from its neighbours.
 
 Writes simulator/cost/measured/data/aic_validation.json (what ``cost show --json`` reports per

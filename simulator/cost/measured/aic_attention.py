@@ -1,4 +1,15 @@
-"""One attention law over the batch sums, fitted to AIConfigurator's decode and prefill tables.
+"""Attention over the batch sums from AIConfigurator's decode and prefill tables: a grid law of
+the measured cells (what ``cost = "aic"`` prices with), and the linear law below (its FLOP
+rate, the ratio that carries a grid to an untimed head shape, L40S's decode).
+
+The grid law (:func:`cells` -> :func:`grid_tables` -> :func:`grid_law`; evaluated by
+simulator.cost.tabulated.grid_attention, where its composition of a mixed batch is stated):
+a head shape's decode cells D(B, c) and prefill cells ΔP(B, s) = P(B, s) − D(B, c_min),
+missing cells filled, made non-decreasing; an untimed shape's cells are :func:`carried` from
+timed ones by the linear law's ratio. Judged by :func:`cell_check` (cells left out) and in
+benchmarks/aic_validate.py (shapes left out).
+
+The linear law:
 
 vLLM V1 runs one attention call per layer over the whole batch: decodes, verifications and
 prefill chunks together (FlashAttention's varlen kernel; FlashInfer / TRT-LLM split it in a
