@@ -59,6 +59,7 @@ from specbatch.simulator.config.checks import (  # noqa: F401 - importable from 
     validate_config,
 )
 from specbatch.simulator.cost.analytic.precision import KV_CACHE_DTYPES, QUANTIZATIONS
+from specbatch.simulator.cost.features.host import CLIENT_TTFT_S
 from specbatch.simulator.cost.gpus.hardware import (
     DEFAULT_EXECUTION,
     DEFAULT_SAMPLER,
@@ -326,7 +327,11 @@ class SimConfig:
     async_scheduling: bool = knob(False, "vLLM's --async-scheduling: the per-step CPU "
                                   "overhead overlaps the target pass (a step takes max(pass, "
                                   "overhead), not their sum; "
-                                  "simulator.cost.features.async_overhead); dropped for a "
+                                  "simulator.cost.features.async_overhead), and under "
+                                  "vllm-v1 a step is composed one step ahead: with the "
+                                  "arrivals up to the last step's start, the last step's "
+                                  "finished requests still holding their slots and blocks "
+                                  "(simulator.engine.async_lag); dropped for a "
                                   "speculative run with draft = ngram, which vLLM runs "
                                   "synchronously (its AR arm keeps it)")
     host: str = knob("vllm", "the engine's host time (simulator.cost.features.host): vllm = "
@@ -334,6 +339,13 @@ class SimConfig:
                      "CPU profile), the proposer loop's per-pass floor and the n-gram "
                      "proposer's CPU time; fixed = the hardware preset's flat per-step "
                      "overhead (1 ms) and free n-gram drafts", choices=("vllm", "fixed"))
+    client_ttft_s: float = knob(
+        CLIENT_TTFT_S, "seconds a client sees outside the engine (vLLM's API server, "
+        "tokenisation, the trip into the engine core, the streamed chunk back; no vLLM knob): "
+        "added to each request's first token and finish (simulator.metrics.client_view), so "
+        "TTFT and e2e grow by it and TPOT does not; assumed, not fitted "
+        "(simulator.cost.features.host); validate (a live run, --vllm) replays with 0, "
+        "their measured stamps being the engine's", range=at_least(0, "seconds"))
     verify_cost: str = knob(DEFAULT_SAMPLER, "verification time per decode step "
                             "(simulator.cost.verify_cost): fused (probability bytes over "
                             "bandwidth + 50 us per call), torch (+ this repo's torch path as "

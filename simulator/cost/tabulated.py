@@ -102,6 +102,20 @@ def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) 
     return t + g[o] * (sqkv - skv)
 
 
+def grid_least(g) -> float:
+    """A lower bound of :func:`grid_attention` over every non-empty batch: the least decode
+    cell plus the least prefill step where negative, for grids as aic_attention.grid_tables
+    builds them (cells non-decreasing in B and c, ΔP in B and past its s = 1 column, so read
+    past their ends at non-negative slopes: no batch reads less; the cached-prefix term is
+    >= 0). analysis.plan.pass_floor's attention floor of a grid law."""
+    nd = int(g[0]) * int(g[1])
+    op = 2 + int(g[0]) + int(g[1]) + nd
+    npf = int(g[op]) * int(g[op + 1])
+    dec = min(g[2 + int(g[0]) + int(g[1]):op])
+    pre = min(g[op + 2 + int(g[op]) + int(g[op + 1]):op + 2 + int(g[op]) + int(g[op + 1]) + npf])
+    return float(dec + min(pre, 0.0))
+
+
 def pack_grid(decode: tuple, prefill: tuple, extra: float) -> np.ndarray:
     """The packed grid law :func:`grid_attention` reads # [length]: ``decode`` = (B axis,
     c axis, seconds [B, c]), ``prefill`` = (B axis, s² axis starting at 1, seconds [B, s] with

@@ -30,6 +30,7 @@ bit.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 
@@ -37,19 +38,10 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.gpus.hardware import Hardware
-from specbatch.simulator.cost.measured.aic_attention import (
-    SHAPE,
-    carried,
-    cells,
-    fit_attention,
-    grid_law,
-    grid_tables,
-    has_grid,
-    law_cells,
-)
+from specbatch.simulator.cost.measured import aic_cache
 from specbatch.simulator.cost.measured.aic_curves import load_curves
-from specbatch.simulator.cost.measured.aic_import import load_laws
-from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves
+from specbatch.simulator.cost.measured.aic_import import bundled_laws
+from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, ShapeLaw
 from specbatch.simulator.cost.measured.laws import (
     SMALL_OPS,
     GpuFit,
@@ -86,7 +78,7 @@ def shape_curves(system: str, family: str, dtype: str) -> ShapeCurves:
     if rows is None or rows.empty:
         raise SpecbatchError(f"aic {system}: no {dtype} {family} curve bundled")
     kernel = str(rows["kernel"].iloc[0])
-    laws = load_laws().get(system, (None, []))[1]
+    laws = bundled_laws().get(system, (None, []))[1]
     law = next((w for w in laws if w.family == family and w.group.get("dtype") == dtype
                 and w.group.get("kernel") == kernel), None)
     return ShapeCurves(family, rows, law, {"dtype": dtype})
@@ -113,6 +105,8 @@ def attention_fit(system: str, kv_dtype: str, heads: int, kv_heads: int, head_di
     d, p = attention_rows(system, kv_dtype)
     mine_d = d[(d["heads"] == heads) & (d["kv_heads"] == kv_heads) & (d["head_dim"] == head_dim)]
     mine_p = p[(p["heads"] == heads) & (p["kv_heads"] == kv_heads) & (p["head_dim"] == head_dim)]
+    from specbatch.simulator.cost.measured.aic_attention import fit_attention  # scipy
+
     if len(mine_d) >= 8 and len(mine_p) >= 8:
         return fit_attention(mine_d, mine_p), "shape"
     d, p = d[d["head_dim"] == head_dim], p[p["head_dim"] == head_dim]
@@ -125,6 +119,8 @@ def attention_fit(system: str, kv_dtype: str, heads: int, kv_heads: int, head_di
 def grid_cells(decode, prefill) -> tuple | None:
     """(decode cells or None, prefill cells) of one shape's rows where its prefill table spans
     a grid, else None (:func:`shape_cells`)."""
+    from specbatch.simulator.cost.measured.aic_attention import cells, has_grid  # pandas
+
     if decode.empty or prefill.empty:
         return None
     dec, pre = cells(decode, prefill)
@@ -148,6 +144,8 @@ def shape_cells(system: str, kv_dtype: str) -> dict:
     """Head shape (H, H_kv, d) -> its measured cells (aic_attention.cells) where the prefill
     table spans a grid (aic_attention.has_grid); the decode cells None where its table does
     not (L40S: a few contexts per shape; the law's decode cells stand in, AicPricer)."""
+    from specbatch.simulator.cost.measured.aic_attention import SHAPE
+
     d, p = attention_rows(system, kv_dtype)
     gd, gp = d.groupby(list(SHAPE)), p.groupby(list(SHAPE))
     out = {}
@@ -165,6 +163,8 @@ def width_fit(system: str, kv_dtype: str, head_dim: int, decode_only: bool = Fal
     ``decode_only``: on the decode rows alone, the decode cells of a GPU whose decode table
     spans no grid (L40S: its decode kernel's floor is not its prefill's, 10.6 against 5.6 µs;
     held out by shape, 5.6 % against the joint law's 7.0 %)."""
+    from specbatch.simulator.cost.measured.aic_attention import fit_attention  # scipy
+
     d, p = attention_rows(system, kv_dtype)
     d, p = d[d["head_dim"] == head_dim], p[p["head_dim"] == head_dim]
     if d.empty or p.empty:
@@ -190,6 +190,8 @@ def attention_cells(system: str, kv_dtype: str, heads: int, kv_heads: int, head_
     same = [k for k in grids if k != key and k[2] == head_dim]
     if not same:
         return None, "law"
+    from specbatch.simulator.cost.measured.aic_attention import carried
+
     kv_bytes = 1.0 if kv_dtype == "fp8" else 2.0
     fit = width_fit(system, kv_dtype, head_dim)
     got, how = [], []
@@ -200,6 +202,70 @@ def attention_cells(system: str, kv_dtype: str, heads: int, kv_heads: int, head_
         got.append(carried([(k, grids[k]) for k in near], fit, key, kv_bytes)[part])
         how.append(", ".join(map(str, near)))
     return tuple(got), f"transfer from {how[0]} (decode); {how[1]} (prefill)"
+def curve_json(curve: Curve) -> dict:
+    """A built :class:`Curve` as JSON (aic_cache: floats kept exactly)."""
+    law = None if curve.law is None else dataclasses.asdict(curve.law)
+    return {"grid": curve.grid.tolist(), "seconds": curve.seconds.tolist(),
+            "source": curve.source, "how": curve.how, "law": law}
+
+
+def curve_from_json(d: dict) -> Curve:
+    """The :class:`Curve` :func:`curve_json` stored."""
+    law = d["law"]
+    if law is not None:
+        law = ShapeLaw(str(law["family"]), tuple(law["columns"]), str(law["row_col"]),
+                       tuple(int(v) for v in law["key"]), tuple(tuple(e) for e in law["extra"]),
+                       tuple(float(c) for c in law["coef"]))
+    return Curve(np.asarray(d["grid"], dtype=np.float64),
+                 np.asarray(d["seconds"], dtype=np.float64), law, str(d["source"]),
+                 str(d["how"]))
+
+
+@functools.lru_cache(maxsize=256)
+def op_curve(system: str, family: str, dtype: str, key: tuple) -> Curve:
+    """``shape_curves(system, family, dtype).curve(key)``, kept in the cache folder
+    (simulator.cost.measured.aic_cache): a warm process reads no curve file."""
+    key = tuple(int(v) for v in key)
+    return aic_cache.entry("curve", system, (family, dtype, list(key)),
+                           lambda: shape_curves(system, family, dtype).curve(key),
+                           curve_json, curve_from_json)
+
+
+@functools.lru_cache(maxsize=64)
+def attention_law(system: str, kv_dtype: str, heads: int, kv_heads: int, head_dim: int,
+                  kv_bytes: float, layers: int) -> tuple[AttentionLaw, str]:
+    """(law of ``layers`` layers, how it was built) at this per-GPU head shape: the grid law of
+    :func:`attention_cells` (its own cells, or carried; L40S's decode by the width's decode
+    law) with :func:`attention_fit`'s FLOP rate, or that linear law alone where no grid
+    reaches; kept in the cache folder as the law's own dataclass fields (aic_cache)."""
+
+    def build():
+        from specbatch.simulator.cost.measured.aic_attention import (  # pandas, scipy
+            grid_law,
+            grid_tables,
+            law_cells,
+        )
+
+        fit, fit_how = attention_fit(system, kv_dtype, heads, kv_heads, head_dim)
+        got, how = attention_cells(system, kv_dtype, heads, kv_heads, head_dim)
+        if got is None:
+            return fit.law(heads, kv_heads, head_dim, kv_bytes, layers), f"law ({fit_how})"
+        if got[0] is None:
+            dec = width_fit(system, kv_dtype, head_dim, decode_only=True)
+            got = (law_cells(dec, heads, kv_heads, head_dim, kv_bytes), got[1])
+            how = f"{how}; decode by the width's decode law"
+        return grid_law(grid_tables(got), fit, heads, head_dim, kv_bytes, kv_heads,
+                        layers), how
+
+    def encode(built):
+        return {"law": aic_cache.dataclass_fields(built[0]), "how": built[1]}
+
+    def decode(d):
+        return aic_cache.from_fields(d["law"]), str(d["how"])
+
+    return aic_cache.entry("attention", system,
+                           (kv_dtype, heads, kv_heads, head_dim, kv_bytes, layers),
+                           build, encode, decode)
 
 
 def gemm_dims(shape: ModelShape, tp: int) -> dict:
@@ -233,45 +299,36 @@ class AicPricer:
     head_memo: dict = field(default_factory=dict)  # r -> LM head seconds
 
     def __post_init__(self) -> None:
-        s, tp = self.shape, self.tp
-        gemm = shape_curves(self.system, "gemm", self.gemm_dtype)
-        bf16 = shape_curves(self.system, "gemm", "bfloat16")
+        s, tp, system = self.shape, self.tp, self.system
+
+        def gemm(key: tuple) -> Curve:
+            return op_curve(system, "gemm", self.gemm_dtype, key)
+
         dense = s.layers - (s.moe_layers if s.is_moe else 0)
         dims = gemm_dims(s, tp)
         for name in ("qkv", "o"):
-            self.curves[name] = (s.layers, gemm.curve(dims[name]))
+            self.curves[name] = (s.layers, gemm(dims[name]))
         if dense:
             for name in ("gate_up", "down"):
-                self.curves[name] = (dense, gemm.curve(dims[name]))
+                self.curves[name] = (dense, gemm(dims[name]))
         if s.is_moe:
             m = s.moe_layers
-            self.curves["router"] = (m, bf16.curve((s.experts, s.hidden)))
+            self.curves["router"] = (m, op_curve(system, "gemm", "bfloat16",
+                                                 (s.experts, s.hidden)))
             if s.shared_intermediate:
-                self.curves["shared_gate_up"] = (m, gemm.curve((2 * s.shared_intermediate // tp,
-                                                                s.hidden)))
-                self.curves["shared_down"] = (m, gemm.curve((s.hidden,
-                                                             s.shared_intermediate // tp)))
-            moe = shape_curves(self.system, "moe", self.gemm_dtype)
-            self.curves["experts"] = (m, moe.curve((s.hidden, s.expert_intermediate, s.experts,
-                                                    s.top_k, tp, 1)))
-        self.head_curve = bf16.curve((s.vocab // tp, s.hidden))
+                self.curves["shared_gate_up"] = (m, gemm((2 * s.shared_intermediate // tp,
+                                                          s.hidden)))
+                self.curves["shared_down"] = (m, gemm((s.hidden, s.shared_intermediate // tp)))
+            self.curves["experts"] = (m, op_curve(system, "moe", self.gemm_dtype,
+                                                  (s.hidden, s.expert_intermediate, s.experts,
+                                                   s.top_k, tp, 1)))
+        self.head_curve = op_curve(system, "gemm", "bfloat16", (s.vocab // tp, s.hidden))
         if tp > 1:
-            self.allreduce_curve = shape_curves(self.system, "allreduce", "").curve((tp,))
-        heads, kv_heads = s.heads // tp, max(s.kv_heads // tp, 1)
-        fit, fit_how = attention_fit(self.system, self.kv_dtype, heads, kv_heads, s.head_dim)
+            self.allreduce_curve = op_curve(system, "allreduce", "", (tp,))
         kv_bytes = 1.0 if self.kv_dtype == "fp8" else 2.0
-        got, how = attention_cells(self.system, self.kv_dtype, heads, kv_heads, s.head_dim)
-        if got is None:
-            self.attention = fit.law(heads, kv_heads, s.head_dim, kv_bytes, s.layers)
-            how = f"law ({fit_how})"
-        else:
-            if got[0] is None:
-                dec = width_fit(self.system, self.kv_dtype, s.head_dim, decode_only=True)
-                got = (law_cells(dec, heads, kv_heads, s.head_dim, kv_bytes), got[1])
-                how = f"{how}; decode by the width's decode law"
-            self.attention = grid_law(grid_tables(got), fit, heads, s.head_dim, kv_bytes,
-                                      kv_heads, s.layers)
-        self.attention_how = how
+        self.attention, self.attention_how = attention_law(
+            system, self.kv_dtype, s.heads // tp, max(s.kv_heads // tp, 1), s.head_dim,
+            kv_bytes, s.layers)
 
     def small_ops(self, q: float) -> float:
         """Seconds of the pass's small ops: the embedding once, the norms, rotary, residual

@@ -6,4 +6,9 @@ Reading order: ``compose`` (the general composer: which requests run and how man
 identical decode steps taken at once), ``batch`` (the named records a composed step runs),
 ``step`` (one V1 step end to end: the composer of the catalogue's ``vllm-v1`` row,
 simulator.config.schedulers).
+
+The same loop compiled with numba (``engine = "compiled"``): ``compiled`` (which engine runs a
+simulation; loading the kernel), ``pass_tables`` and ``policy_arrays`` (the cost model's and
+the policy's arrays), ``driver`` (a run packed into the kernel's arrays, its tables collected)
+and ``kernel`` (the numba loop itself, a package).
 """

@@ -43,11 +43,11 @@ def test_a_run_the_loop_does_not_cover_falls_back_to_numpy():
 def test_an_early_stopped_run_is_compiled_and_equals_the_numpy_run(monkeypatch, tpot):
     from specbatch.analysis.plan.runner import STOP_FIELD
     from specbatch.analysis.plan.slo import Slos, StopRule
-    from specbatch.simulator.engine.v1 import compiled
+    from specbatch.simulator.engine.v1 import driver
 
     ran = []
-    real = compiled.CompiledEngine.run
-    monkeypatch.setattr(compiled.CompiledEngine, "run", lambda self: ran.append(1) or real(self))
+    real = driver.CompiledEngine.run
+    monkeypatch.setattr(driver.CompiledEngine, "run", lambda self: ran.append(1) or real(self))
     rule = StopRule(Slos(tpot=tpot))
     summary, requests = simulate_point({**BASE, STOP_FIELD: rule})
     assert ran == [1]

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import load_config
-from specbatch.simulator.engine.v1 import compiled
+from specbatch.simulator.cost.features.host import CLIENT_TTFT_S
+from specbatch.simulator.engine.v1 import compiled, driver
 from specbatch.simulator.policies.registry import make_policy
 from specbatch.simulator.run import build_cost, load_trace, simulate
 
@@ -220,6 +221,30 @@ def test_the_kernel_cache_lives_under_specbatch_cache(monkeypatch, tmp_path):
     assert compiled.cache_dir() == tmp_path / "numba"
 
 
+@needs_numba
+def test_a_changed_kernel_module_drops_every_cached_kernel(monkeypatch, tmp_path, capsys):
+    """numba checks a cached function against its own file only: when any module of the kernel
+    package changed since its kernels were cached (kernel_stamp differs), load_kernel drops the
+    package's cache indexes, so run_steps is compiled again with its callees, and says so; an
+    unchanged stamp keeps them and says nothing."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compiled, "_NOTED", set())
+    here = compiled.kernel_cache(tmp_path)
+    here.mkdir(parents=True)
+    loop, callee = here / "loop.run_steps-100.py311.nbi", here / "pricing.role_time-50.py311.nbi"
+    for index in (loop, callee):
+        index.write_bytes(b"")
+    (here / "sources.sha256").write_text("the package before an edit")
+    compiled.load_kernel()
+    assert not loop.exists() and not callee.exists()
+    assert (here / "sources.sha256").read_text() == compiled.kernel_stamp()
+    assert "compiling the vllm-v1 kernel" in capsys.readouterr().err
+    loop.write_bytes(b"")
+    monkeypatch.setattr(compiled, "_NOTED", set())
+    compiled.load_kernel()
+    assert loop.exists() and capsys.readouterr().err == ""
+
+
 # ------------------------------------------------------------------ the kernel's pieces
 
 
@@ -232,7 +257,7 @@ def test_pass_time_is_the_roofline_sums_formula_bit_for_bit():
     rng = np.random.default_rng(0)
     for off, role in ((0, "target"), (10, "draft")):
         c = cost.consts[role]
-        packed = np.array([float(getattr(c, name)) for name in compiled._PASS_CONSTANTS])
+        packed = np.array([float(getattr(c, name)) for name in driver._PASS_CONSTANTS])
         consts = np.zeros(kernel.N_FLOATS)
         consts[off:off + 10] = packed
         consts[kernel.F_SCALE] = 1.0
@@ -358,7 +383,8 @@ def test_a_lone_request_prefills_then_decodes_one_token_a_step():
     assert (steps.prefill_tokens[0], steps.batch[0], steps.emitted[0]) == (prompt, 0, 1)
     assert (steps.prefill_tokens[1:] == 0).all() and (steps.batch[1:] == 1).all()
     assert (steps.emitted[1:] == 1).all() and (steps.depth == 0).all()
-    assert req.first_token[0] == steps.end[0] and req.finish[0] == steps.end.iloc[-1]
+    c = CLIENT_TTFT_S  # the client sees each stamp c after the step's end (the default)
+    assert req.first_token[0] == steps.end[0] + c and req.finish[0] == steps.end.iloc[-1] + c
     time, end = steps.time.to_numpy(), steps.end.to_numpy()
     assert (time[1:] == time[:-1] + (end[:-1] - time[:-1])).all()
     assert int(req.tokens[0]) == out and int(req.steps[0]) == out - 1
@@ -476,6 +502,35 @@ HOST_COVERED = [
 @pytest.mark.parametrize("knobs", HOST_COVERED, ids=[str(i) for i in range(len(HOST_COVERED))])
 def test_compiled_tables_equal_the_numpy_engines_with_vllms_host_terms(knobs, overlap):
     assert_parity(host="vllm", async_scheduling=overlap, **knobs)
+
+
+#: vLLM's async scheduling lag (simulator.engine.async_lag: arrivals seen at the last step's
+#: start, finished requests freed one step late, an empty lagged schedule made again): open
+#: arrivals into a few slots, paged KV with the prefix cache and preemption, reserve mode under
+#: a capacity, priority admission, prefill-first steps, replicas, each policy family.
+LAG_COVERED = [
+    {"requests": 80, "seed": 3, "max_num_seqs": 4, "arrival": "poisson", "rate": 40.0},
+    {"requests": 80, "seed": 4, "policy": "fixed", "k": 3, "kv_mode": "paged",
+     "kv_capacity": 2000, "enable_prefix_caching": True, "max_num_seqs": 8,
+     "arrival": "poisson", "rate": 30.0},
+    {"requests": 80, "seed": 5, "policy": "fixed", "k": 2, "scheduling_policy": "priority",
+     "kv_capacity": 6000, "max_num_seqs": 6, "arrival": "poisson", "rate": 25.0},
+    {"requests": 60, "seed": 6, "policy": "ar", "kv_capacity": 3000, "max_num_seqs": 5},
+    {"requests": 90, "seed": 7, "policy": "dsd", "replicas": 3, "max_num_seqs": 3,
+     "arrival": "poisson", "rate": 50.0},
+    {"requests": 60, "seed": 8, "policy": "tetris", "k": 3, "extra": 1, "max_num_seqs": 4,
+     "enable_chunked_prefill": False, "arrival": "poisson", "rate": 30.0},
+    {"requests": 60, "seed": 9, "policy": "vllm-adaptive", "k": 4, "max_num_seqs": 6,
+     "max_num_batched_tokens": 64, "arrival": "poisson", "rate": 60.0},
+    {"requests": 40, "seed": 2, "policy": "ar", "max_num_seqs": 2, "arrival": "poisson",
+     "rate": 2.0},
+]
+
+
+@needs_numba
+@pytest.mark.parametrize("knobs", LAG_COVERED, ids=[str(i) for i in range(len(LAG_COVERED))])
+def test_compiled_tables_equal_the_numpy_engines_under_the_async_scheduling_lag(knobs):
+    assert_parity(host="vllm", async_scheduling=True, **knobs)
 
 
 #: The calibrated model (cost = "calibrated": PassTables of both roles, kernel.role_time) with
@@ -615,9 +670,9 @@ def test_progress_is_told_every_finished_request_once():
                          seed=6)
     trace = default_trace()
     seen: list[int] = []
-    engine = compiled.CompiledEngine(config, trace, build_workload(config, trace),
-                                     build_cost(config), make_policy(config, trace.K),
-                                     capacity=None, progress=seen.append)
+    engine = driver.CompiledEngine(config, trace, build_workload(config, trace),
+                                   build_cost(config), make_policy(config, trace.K),
+                                   capacity=None, progress=seen.append)
     rec = engine.run()
     assert sum(seen) == 300 and np.isfinite(rec.finish).all()
 

@@ -1,0 +1,187 @@
+"""A step's seconds in the compiled loop: the roofline's dense sums formula
+(simulator.cost.analytic.roofline.RooflineCost.time_from_sums, :func:`pass_time`) or a role's
+PassTable (simulator.cost.tabulated.table_time: the calibrated model's passes,
+:func:`role_time`), both after CUDA-graph padding (:func:`graph_pad`); vLLM's host terms around
+them (simulator.cost.features.host.HostCost: :func:`host_target`, :func:`host_draft`) and the
+rejection sampler's seconds (simulator.cost.verify_cost.VerifyCost.seconds,
+:func:`verify_seconds`). Each is the numpy path's expressions in the same order on the same
+exact integer sums, so the step times are bit-identical.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from specbatch.simulator.cost.tabulated import grid_attention as _grid_attention
+from specbatch.simulator.engine.v1.kernel.layout import (
+    F_BANDWIDTH,
+    F_FLOOR,
+    F_FUSED_FLOOR,
+    F_HEAD_D,
+    F_HEAD_T,
+    F_HOST,
+    F_KERNELS_S,
+    F_NSIZES,
+    F_OPS_S,
+    F_OUTER,
+    F_OVERLAP,
+    F_PER_POSITION,
+    F_REQUEST_S,
+    F_SCALE,
+    F_SIZES,
+    F_STEP_S,
+    F_VFLOOR,
+    I_BLOCK,
+    I_DRAFT_ROWS,
+    I_VOCAB,
+)
+
+
+@njit(cache=True)
+def graph_pad(c, sq):
+    """The CUDA-graph padding tokens of a pass of ``sq`` tokens (PaddedSumsCost.padding: the
+    next captured size − Σq; 0 without sizes, for an empty pass or above the largest)."""
+    m = int(c[F_NSIZES])
+    if m:
+        tokens = int(sq)
+        if tokens != 0 and tokens <= c[F_SIZES + m - 1]:
+            lo, hi = 0, m
+            while lo < hi:  # bisect_left
+                mid = (lo + hi) // 2
+                if c[F_SIZES + mid] < tokens:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return c[F_SIZES + lo] - tokens
+    return 0.0
+
+
+@njit(cache=True)
+def pass_time(c, off, sq, skv, sqkv, sqq, rows):
+    """RooflineCost.time_from_sums of a dense role (constants ``c[off:off + 10]``:
+    flops_per_token, attn_flops, weight_bytes, kv_bytes, act_bytes_per_token, inv_compute,
+    inv_memory, floor, fixed, comm_per_token; the LM head's FLOPs per row at F_HEAD_T /
+    F_HEAD_D), its LM head at ``rows`` logit rows (< 0: every query token, ``rows=None``),
+    the same expressions in the same order,
+    times ``c[F_SCALE]`` (ScaledCost's factor · time; × 1.0 is exact), after padding the pass
+    to the next CUDA-graph size as simulator.cost.features.graph_padding.PaddedSumsCost does
+    (p requests of query 1 and KV 0: Σq and Σq² grow by p; :func:`graph_pad`)."""
+    pad = graph_pad(c, sq)
+    if pad:
+        sq = sq + pad
+        sqq = sqq + pad
+    if sq <= 0.0:
+        return c[F_SCALE] * 0.0
+    flops = c[off] * sq + c[off + 1] * (sqkv + 0.5 * (sqq + sq))
+    nbytes = c[off + 2] + c[off + 3] * (skv + 2.0 * sq) + c[off + 4] * sq
+    if rows >= 0.0 and rows < sq:  # the LM head only at the sampled rows
+        flops -= c[F_HEAD_T if off == 0 else F_HEAD_D] * (sq - rows)
+    compute = flops * c[off + 5]
+    top = compute
+    memory = nbytes * c[off + 6]
+    if memory > top:
+        top = memory
+    if c[off + 7] > top:
+        top = c[off + 7]
+    return c[F_SCALE] * (top + c[off + 8] + c[off + 9] * sq)
+
+
+# A role's tabulated pass (simulator.cost.tabulated.PassTable), in two arrays appended to
+# run_steps' arguments: ``tab`` # [6, Q_max + 1] the target's L[Q], C[Q], H[r] rows, then the
+# draft's; ``tlaw`` # [2, N_TLAW] per role (target, draft) these columns:
+T_MODE = 0  # 1.0: the role is priced from its tables (role_time), 0.0: pass_time's roofline
+T_FLOPS, T_FLOPS_RATE, T_KV, T_KV_RATE, T_OVERLAP, T_AFLOOR, T_PER_REQUEST = range(1, 8)
+T_FIXED, T_FLOOR = 8, 9  # the launch: seconds added to every pass, the host floor
+T_GRID = 10  # 1: a packed grid law (simulator.cost.tabulated.grid_attention) from N_TLAW on
+N_TLAW = 11
+#: The grid law compiled from its one source (simulator.cost.tabulated; compiled.kernel_stamp
+#: digests that file too, so a cached kernel never keeps an old law).
+grid_attention = njit(cache=True)(_grid_attention)
+
+
+@njit(cache=True)
+def role_time(c, off, n, sq, skv, sqkv, sqq, rows, tab, tlaw):
+    """One pass of the role at ``off`` (0 target, 10 draft) over ``n`` requests: pass_time's
+    roofline, or where ``tlaw[role, T_MODE]`` is set the role's PassTable as
+    simulator.cost.tabulated.table_time evaluates it (the same expressions in the same order:
+    gpu = ((L[Q] + A) + C[Q]) + H[r], t = gpu + (fixed + max(0, floor − gpu)); H at r = Q
+    unless 0 <= ``rows`` < Σq), after PaddedSumsCost's padding (p requests of query 1, KV 0:
+    n, Σq and Σq² grow by p), times ``c[F_SCALE]``."""
+    role = 0 if off == 0 else 1
+    if tlaw[role, T_MODE] == 0.0:
+        return pass_time(c, off, sq, skv, sqkv, sqq, rows)
+    pad = graph_pad(c, sq)
+    if pad:
+        n = n + pad
+        sq = sq + pad
+        sqq = sqq + pad
+    if sq <= 0.0:
+        return c[F_SCALE] * 0.0
+    q = int(sq)
+    if q >= tab.shape[1]:
+        raise ValueError("a pass past the compiled cost tables' tokens (compiled_gap's bound)")
+    r = q
+    if rows >= 0.0 and rows < sq:
+        r = int(rows) if rows > 0.0 else 0
+    law = tlaw[role]
+    compute = law[T_FLOPS] * (sqkv + 0.5 * (sqq + sq)) / law[T_FLOPS_RATE]
+    memory = law[T_KV] * (skv + 2.0 * sq) / law[T_KV_RATE]
+    if law[T_OVERLAP] != 0.0:
+        body = compute if compute >= memory else memory
+    else:
+        body = compute + memory
+    attn = (law[T_AFLOOR] + law[T_PER_REQUEST] * n) + body
+    if law[T_GRID] != 0.0:  # AttentionLaw.grid: the grid law replaces the linear one
+        attn = grid_attention(law[N_TLAW:], n, sq, skv, sqkv, sqq)
+    row = 3 * role
+    gpu = ((tab[row, q] + attn) + tab[row + 1, q]) + tab[row + 2, r]
+    short = law[T_FLOOR] - gpu
+    return c[F_SCALE] * (gpu + (law[T_FIXED] + (short if short > 0.0 else 0.0)))
+
+
+@njit(cache=True)
+def host_target(c, t, n):
+    """HostCost.target_seconds(t, n) of a target pass over ``n`` scheduled requests (t itself
+    without the host terms): t if t <= 0 or n <= 0; max(t, a + b·n) under async scheduling
+    (Python's max: t unless a + b·n > t); else t + b·n; times ``c[F_OUTER]`` (a ScaledCost
+    around HostCost; × 1.0 is exact)."""
+    if c[F_HOST] == 0.0 or t <= 0.0 or n <= 0:
+        return c[F_OUTER] * t
+    if c[F_OVERLAP] != 0.0:
+        h = c[F_STEP_S] + c[F_REQUEST_S] * np.float64(n)
+        return c[F_OUTER] * (h if h > t else t)
+    return c[F_OUTER] * (t + c[F_REQUEST_S] * np.float64(n))
+
+
+@njit(cache=True)
+def host_draft(c, t):
+    """HostCost's draft pass: host.draft_pass_floor(t, layers, d2t) = max(t + k_small · g,
+    N_ops · t_op) where the drafter has layers (0 stays 0), else t; times ``c[F_OUTER]``."""
+    if c[F_FLOOR] == 0.0 or t <= 0.0:
+        return c[F_OUTER] * t
+    a = t + c[F_KERNELS_S]
+    b = c[F_OPS_S]
+    return c[F_OUTER] * (b if b > a else a)
+
+
+@njit(cache=True)
+def verify_seconds(floats, ints, n, vsum, smax, snonzero):
+    """VerifyCost.seconds(n, Σ s, s) from its counts (max s_i, #{s_i > 0})."""
+    if n == 0:
+        return 0.0
+    if vsum == 0:
+        floor = floats[F_FUSED_FLOOR]
+    elif ints[I_BLOCK] and floats[F_PER_POSITION] != 0.0:
+        floor = floats[F_VFLOOR]
+        per = floats[F_PER_POSITION] * smax
+        if per > floor:
+            floor = per
+    else:
+        floor = floats[F_VFLOOR]
+    draft_rows = ints[I_DRAFT_ROWS]
+    rows = n + vsum * (2 if draft_rows else 1)
+    if ints[I_BLOCK] and vsum:
+        rows += 2 * (1 + draft_rows) * snonzero
+    nbytes = np.float64(4 * ints[I_VOCAB] * rows)
+    return nbytes / floats[F_BANDWIDTH] + floor
