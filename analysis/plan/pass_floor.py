@@ -24,7 +24,9 @@ a negative or non-finite entry or such a law gets no floor (:func:`check_table`)
   at least x tokens ≥ ``g[x]`` = min_{x ≤ Q ≤ Q_max} p(Q) (a suffix minimum, exactly the
   table's numbers);
 - **attention**: n ≥ 1, so A ≥ a0 + body with a0 = a + u; i's own query q ≥ 1 over a cache c
-  bounds body from below (the sums only grow with other requests and padding);
+  bounds body from below (the sums only grow with other requests and padding); a grid law
+  (aic: simulator.cost.tabulated.grid_attention) has a0 its least value over every batch
+  (tabulated.grid_least) and body 0;
 - **a step** emitting i's tokens has q ≥ 1 and q + c ≥ P_i + 1 (a decode, or a recompute's
   last chunk), so its F and B are at least those of (q, c) = (1, P_i) and it costs at least
   ``fixed + max(g[1] + a0 + body(1, P_i), floor)`` plus the step overhead o;

@@ -105,9 +105,10 @@ def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) 
 def grid_least(g) -> float:
     """A lower bound of :func:`grid_attention` over every non-empty batch: the least decode
     cell plus the least prefill step where negative, for grids as aic_attention.grid_tables
-    builds them (cells non-decreasing in B and c, ΔP in B and past its s = 1 column, so read
-    past their ends at non-negative slopes: no batch reads less; the cached-prefix term is
-    >= 0). analysis.plan.pass_floor's attention floor of a grid law."""
+    builds them (D non-decreasing in B and c, ΔP in s past its s = 1 column and between its
+    last two batches, so every grid is read past its ends at non-negative slopes and inside
+    them between its cells: no batch reads less; the cached-prefix term is >= 0).
+    analysis.plan.pass_floor's attention floor of a grid law."""
     nd = int(g[0]) * int(g[1])
     op = 2 + int(g[0]) + int(g[1]) + nd
     npf = int(g[op]) * int(g[op + 1])

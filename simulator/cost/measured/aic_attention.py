@@ -219,7 +219,7 @@ def grid_tables(measured: tuple[tuple, tuple]) -> tuple[tuple, tuple]:
     pv = _filled(_filled(pv, sp).T, bp).T
     first = np.interp(bp, bd, dv[:, 0])  # D(B, c_min) # [B]
     pv = np.column_stack([first, _cleaned(pv)]) - first[:, None]
-    pv = np.maximum.accumulate(pv, axis=0)  # ΔP non-decreasing in B too: bounded below
+    pv[-1] = np.maximum(pv[-1], pv[-2])  # read past the last batch at slopes >= 0: bounded
     return (bd, cd, dv), (bp, np.concatenate([[1.0], sp]) ** 2, pv)
 
 
