@@ -21,7 +21,12 @@ from specbatch.simulator.engine.async_lag import lags
 from specbatch.simulator.engine.request_state import RECORD_ROWS, STEP_COLUMNS, Records
 from specbatch.simulator.engine.steplog import CHUNK, StepLog
 from specbatch.simulator.engine.v1.compiled import cost_layers, host_layer, load_kernel
-from specbatch.simulator.engine.v1.pass_tables import pass_tables, tabulated
+from specbatch.simulator.engine.v1.pass_tables import (
+    max_pass_tokens,
+    pass_tables,
+    priced_roles,
+    tabulated,
+)
 from specbatch.simulator.engine.v1.policy_arrays import policy_arrays, policy_state_back
 
 if TYPE_CHECKING:
@@ -36,6 +41,38 @@ STEP_BUFFER = 16 * CHUNK
 _PASS_CONSTANTS = ("flops_per_token", "attn_flops", "weight_bytes", "kv_bytes",
                    "act_bytes_per_token", "inv_compute", "inv_memory", "floor", "fixed",
                    "comm_per_token")
+
+
+#: Set-up arrays that depend only on a shared object (a deployment's cost model, a trace) and
+#: a few integers, kept across runs in a process (the planner runs many runs per deployment):
+#: key -> (the object, so its id is not reused, the arrays). The kernel only reads them.
+_SETUP: dict[tuple, tuple] = {}
+_SETUP_MAX = 64
+
+
+def _remembered(key: tuple, owner: object, build):
+    hit = _SETUP.get(key)
+    if hit is not None and hit[0] is owner:
+        return hit[1]
+    value = build()
+    if len(_SETUP) >= _SETUP_MAX:
+        _SETUP.pop(next(iter(_SETUP)))
+    _SETUP[key] = (owner, value)
+    return value
+
+
+def _pass_tables(config: SimConfig, policy: Policy, base, sizes: tuple[int, ...]):
+    """:func:`pass_tables`, once per cost model, Q_max and priced roles (all it reads)."""
+    if not tabulated(base):
+        return pass_tables(config, policy, base, sizes)
+    key = ("pass", id(base), max_pass_tokens(config, policy, sizes), priced_roles(policy))
+    return _remembered(key, base, lambda: pass_tables(config, policy, base, sizes))
+
+
+def _confidence(tables_cls, trace: Trace, depth: int) -> np.ndarray:
+    """The trace's confidence surrogate up to ``depth`` # [rows, depth], once per trace."""
+    return _remembered(("conf", id(trace), int(depth)), trace, lambda: np.ascontiguousarray(
+        tables_cls(trace).confidence(depth), dtype=np.float64))
 
 
 class CompiledEngine:
@@ -82,7 +119,7 @@ class CompiledEngine:
         floats[kn.F_SCALE] = scale
         floats[kn.F_NSIZES] = len(sizes)
         floats[kn.F_SIZES:] = sizes
-        self.passes = pass_tables(config, policy, base, sizes)  # tab, tlaw (kernel.role_time)
+        self.passes = _pass_tables(config, policy, base, sizes)  # tab, tlaw (kernel.role_time)
         if not tabulated(base):
             for off, role in ((0, "target"), (10, "draft")):
                 c = base.consts[role]
@@ -146,12 +183,12 @@ class CompiledEngine:
             ints[kn.I_TETRIS] = 1
             ints[kn.I_POSITIVE] = int(not policy.rule_row.additive)  # BV: monotone_optimum
             ints[kn.I_C] = -1 if policy.budget is None else int(policy.budget)
-            conf = np.ascontiguousarray(TraceTables(trace).confidence(depth), dtype=np.float64)
+            conf = _confidence(TraceTables, trace, depth)
         self.policy_arrays = policy_arrays(kn, config, policy, cost, trace, ints, n)
         if policy.name == "vllm-adaptive":  # TETRIS's surrogate: the survival S_ij
             from specbatch.simulator.policies.view import TraceTables
 
-            conf = np.ascontiguousarray(TraceTables(trace).confidence(depth), dtype=np.float64)
+            conf = _confidence(TraceTables, trace, depth)
         if policy.name == "oracle":  # TV: top-C of the path's true Π min(1, r), K drafted
             ints[kn.I_TETRIS] = 2
             ints[kn.I_C] = -1 if policy.budget is None else int(policy.budget)
