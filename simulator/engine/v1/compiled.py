@@ -88,6 +88,8 @@ AUTO_MIN_REQUESTS = 2000
 _NOTED: set[str] = set()
 #: The compiled loop's modules (simulator.engine.v1.kernel), hashed by :func:`kernel_stamp`.
 KERNEL_SOURCES = Path(__file__).with_name("kernel")
+#: simulator.cost.tabulated: the grid attention law the kernel compiles (kernel.pricing).
+TABULATED_SOURCE = Path(__file__).parents[2] / "cost" / "tabulated.py"
 
 
 def numba_installed() -> bool:
@@ -107,11 +109,12 @@ def cache_dir() -> Path:
 
 
 def kernel_stamp() -> str:
-    """sha256 of the kernel package's sources (simulator.engine.v1.kernel, every module): numba
+    """sha256 of the kernel package's sources (simulator.engine.v1.kernel, every module, and
+    simulator.cost.tabulated whose grid_attention it compiles): numba
     checks only a cached function's own file, so a change in a function it calls (another
     module of the package) must drop the cached kernels itself (:func:`load_kernel`)."""
     digest = hashlib.sha256()
-    for path in sorted(KERNEL_SOURCES.glob("*.py")):
+    for path in [*sorted(KERNEL_SOURCES.glob("*.py")), TABULATED_SOURCE]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from specbatch.simulator.cost.tabulated import grid_attention as _grid_attention
 from specbatch.simulator.engine.v1.kernel.layout import (
     DRAFT_HEAD,
     DRAFT_MODEL,
@@ -130,7 +131,11 @@ def pass_time(c, off, sq, skv, sqkv, sqq, rows):
 T_MODE = 0  # 1.0: the role is priced from its tables (role_time), 0.0: pass_time's roofline
 T_FLOPS, T_FLOPS_RATE, T_KV, T_KV_RATE, T_OVERLAP, T_AFLOOR, T_PER_REQUEST = range(1, 8)
 T_FIXED, T_FLOOR = 8, 9  # the launch: seconds added to every pass, the host floor
-N_TLAW = 10
+T_GRID = 10  # 1: a packed grid law (simulator.cost.tabulated.grid_attention) from N_TLAW on
+N_TLAW = 11
+#: The grid law compiled from its one source (simulator.cost.tabulated; compiled.kernel_stamp
+#: digests that file too, so a cached kernel never keeps an old law).
+grid_attention = njit(cache=True)(_grid_attention)
 
 
 @njit(cache=True)
@@ -165,6 +170,8 @@ def role_time(c, off, n, sq, skv, sqkv, sqq, rows, tab, tlaw):
     else:
         body = compute + memory
     attn = (law[T_AFLOOR] + law[T_PER_REQUEST] * n) + body
+    if law[T_GRID] != 0.0:  # AttentionLaw.grid: the grid law replaces the linear one
+        attn = grid_attention(law[N_TLAW:], n, sq, skv, sqkv, sqq)
     row = 3 * role
     gpu = ((tab[row, q] + attn) + tab[row + 1, q]) + tab[row + 2, r]
     short = law[T_FLOOR] - gpu
