@@ -24,7 +24,9 @@ a negative or non-finite entry or such a law gets no floor (:func:`check_table`)
   at least x tokens ≥ ``g[x]`` = min_{x ≤ Q ≤ Q_max} p(Q) (a suffix minimum, exactly the
   table's numbers);
 - **attention**: n ≥ 1, so A ≥ a0 + body with a0 = a + u; i's own query q ≥ 1 over a cache c
-  bounds body from below (the sums only grow with other requests and padding);
+  bounds body from below (the sums only grow with other requests and padding); a grid law
+  (aic: simulator.cost.tabulated.grid_attention) has a0 its least value over every batch
+  (tabulated.grid_least) and body 0;
 - **a step** emitting i's tokens has q ≥ 1 and q + c ≥ P_i + 1 (a decode, or a recompute's
   last chunk), so its F and B are at least those of (q, c) = (1, P_i) and it costs at least
   ``fixed + max(g[1] + a0 + body(1, P_i), floor)`` plus the step overhead o;
@@ -155,7 +157,8 @@ def law_body(law) -> Callable:
 
 def check_table(table) -> bool:
     """Whether the module docstring's proof holds for ``table``: finite nonnegative entries,
-    an attention law with nonnegative coefficients and positive finite rates."""
+    an attention law with nonnegative coefficients and positive finite rates (a grid law,
+    simulator.cost.tabulated.grid_attention, is bounded by its cells instead: table_floor)."""
     law = table.attention
     arrays = (table.layers, table.allreduce, table.head)
     scalars = (law.flops, law.kv, law.floor, law.per_request, table.fixed, table.floor)
@@ -172,9 +175,18 @@ def table_floor(table, overhead: float, q_max: int, longest: int) -> PassFloor |
     law = table.attention
     g = per_token_floor(table.layers[:q_max + 1], table.allreduce[:q_max + 1],
                         table.head[:q_max + 1])
-    return PassFloor(g=g, a0=float(law.floor + law.per_request), fixed=float(table.fixed),
-                     floor=float(table.floor), overhead=float(overhead), body=law_body(law),
-                     longest=int(longest))
+    a0, body = float(law.floor + law.per_request), law_body(law)
+    if getattr(law, "grid", ()):  # aic's grid law: its least value, no per-request body
+        from specbatch.simulator.cost.tabulated import grid_least
+
+        a0 = grid_least(law.grid)
+        if not (math.isfinite(a0) and a0 >= 0.0):
+            return None
+
+        def body(q, c):
+            return np.zeros(np.broadcast(np.asarray(q), np.asarray(c)).shape)
+    return PassFloor(g=g, a0=a0, fixed=float(table.fixed), floor=float(table.floor),
+                     overhead=float(overhead), body=body, longest=int(longest))
 
 
 def window_floor(role, overhead: float, q_max: int, longest: int) -> PassFloor | None:

@@ -135,12 +135,15 @@ def entry(kind: str, system: str, args: tuple, build: Callable[[], object],
 
 
 def dataclass_fields(obj) -> dict:
-    """A flat dataclass as {"class": "module:Name", "fields": {...}} (scalar fields only; a
-    TypeError for anything else, so :func:`entry` stores nothing rather than a lossy copy)."""
+    """A flat dataclass as {"class": "module:Name", "fields": {...}} (scalar fields and tuples
+    of floats, as {"floats": [...]}; a TypeError for anything else, so :func:`entry` stores
+    nothing rather than a lossy copy)."""
     fields = {}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        if not (value is None or isinstance(value, (bool, int, float, str))):
+        if isinstance(value, tuple) and all(isinstance(v, float) for v in value):
+            value = {"floats": list(value)}  # a packed array (AttentionLaw.grid)
+        elif not (value is None or isinstance(value, (bool, int, float, str))):
             raise TypeError(f"{type(obj).__name__}.{f.name}: {type(value).__name__} not stored")
         fields[f.name] = value
     cls = type(obj)
@@ -155,4 +158,6 @@ def from_fields(stored: dict):
     cls = getattr(importlib.import_module(module), name)
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{stored['class']}: not a dataclass")
-    return cls(**stored["fields"])
+    fields = {k: tuple(float(x) for x in v["floats"]) if isinstance(v, dict) else v
+              for k, v in stored["fields"].items()}
+    return cls(**fields)

@@ -278,8 +278,8 @@ def role_sources(r: AicPricer, gpu: str, version: str) -> dict:
     measured = sum(1 for c in r.curves.values() if c[1].source.startswith("measured"))
     fam = f"{r.system}|gemm|{r.gemm_dtype}"
     estimator = "measured" if measured == len(r.curves) else "transfer"
-    fitted_on = ("this head shape" if r.attention_how == "shape"
-                 else "every shape of this head width")
+    fitted_on = ("this head shape's measured cells" if r.attention_how == "shape"
+                 else r.attention_how)
     small_src = ("calibrated small-op laws (Vidur profiles, "
                  f"{'own or proxy' if r.small_scale == 1.0 else 'H100 scaled by bandwidth'})")
     out = {"model": r.shape.name, "tp": r.tp,
@@ -290,8 +290,8 @@ def role_sources(r: AicPricer, gpu: str, version: str) -> dict:
                       # the worse estimator the layer ops use: transfer where any op is moved
                       "validated": checked(f"{fam}|{estimator}") or checked(fam),
                       "small_ops": {"source": small_src, "not_validated": "against AIC"}},
-           "attention": {"source": f"{sysv} decode + prefill tables, one law over the batch "
-                                   f"sums ({r.kv_dtype} KV; fitted on {fitted_on})",
+           "attention": {"source": f"{sysv} decode + prefill tables, a grid law over the "
+                                   f"batch sums ({r.kv_dtype} KV; {fitted_on})",
                          "validated": checked(f"{r.system}|attention|{r.kv_dtype}")},
            "lm_head": {"source": f"{sysv} bf16 GEMM, {r.head_curve.source}",
                        "validated": checked(f"{r.system}|gemm|bfloat16|transfer")},

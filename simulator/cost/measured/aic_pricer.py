@@ -55,6 +55,13 @@ from specbatch.traces.models.model_shape import ModelShape
 #: batches up to this many requests, contexts below 32k; prefill batches of few prompts.
 DECODE_MAX_BATCH, DECODE_MAX_CONTEXT, PREFILL_MAX_BATCH = 512, 32767, 16
 MEMO_LIMIT = 65536
+#: Timed head shapes an untimed one's attention grid is carried from (attention_cells), and
+#: the weight of log H_kv against log H in choosing them, (decode, prefill): a decode's time is
+#: its KV bytes and its B x H_kv CTAs; weighted 2 on decode, 1 on prefill (chosen on
+#: benchmarks/aic_validate.py's shape-left-out errors: decode 7.7-7.8 % on A100 / RTX PRO 6000
+#: bf16 against 8.6-9.5 % at 1; 0.5 and 4 worse or equal).
+NEAREST = 2
+KV_WEIGHT = (2.0, 1.0)
 
 
 @functools.lru_cache(maxsize=32)
@@ -91,8 +98,10 @@ def attention_rows(system: str, kv_dtype: str):
 
 @functools.lru_cache(maxsize=64)
 def attention_fit(system: str, kv_dtype: str, heads: int, kv_heads: int, head_dim: int):
-    """(fit, how): the attention law of this per-GPU head shape: fitted on its own rows where
-    both tables time it, else on every timed shape of the same head width."""
+    """(fit, how): the linear attention law of this per-GPU head shape (aic_attention): fitted
+    on its own rows where both tables time it, else on every timed shape of the same head
+    width. Its FLOP rate prices the grid law's cached-prefix term; alone, it prices a shape
+    no grid reaches (:func:`attention_cells`)."""
     d, p = attention_rows(system, kv_dtype)
     mine_d = d[(d["heads"] == heads) & (d["kv_heads"] == kv_heads) & (d["head_dim"] == head_dim)]
     mine_p = p[(p["heads"] == heads) & (p["kv_heads"] == kv_heads) & (p["head_dim"] == head_dim)]
@@ -107,6 +116,92 @@ def attention_fit(system: str, kv_dtype: str, heads: int, kv_heads: int, head_di
     return fit_attention(d, p), "width"
 
 
+def grid_cells(decode, prefill) -> tuple | None:
+    """(decode cells or None, prefill cells) of one shape's rows where its prefill table spans
+    a grid, else None (:func:`shape_cells`)."""
+    from specbatch.simulator.cost.measured.aic_attention import cells, has_grid  # pandas
+
+    if decode.empty or prefill.empty:
+        return None
+    dec, pre = cells(decode, prefill)
+    if not has_grid((pre,)):
+        return None
+    return (dec if has_grid((dec,)) else None), pre
+
+
+@functools.lru_cache(maxsize=32)
+def own_cells(system: str, kv_dtype: str, key: tuple) -> tuple | None:
+    """:func:`grid_cells` of head shape ``key`` alone (a timed model's start-up reads only its
+    own rows)."""
+    d, p = attention_rows(system, kv_dtype)
+    md = (d["heads"] == key[0]) & (d["kv_heads"] == key[1]) & (d["head_dim"] == key[2])
+    mp = (p["heads"] == key[0]) & (p["kv_heads"] == key[1]) & (p["head_dim"] == key[2])
+    return grid_cells(d[md], p[mp])
+
+
+@functools.lru_cache(maxsize=8)
+def shape_cells(system: str, kv_dtype: str) -> dict:
+    """Head shape (H, H_kv, d) -> its measured cells (aic_attention.cells) where the prefill
+    table spans a grid (aic_attention.has_grid); the decode cells None where its table does
+    not (L40S: a few contexts per shape; the law's decode cells stand in, AicPricer)."""
+    from specbatch.simulator.cost.measured.aic_attention import SHAPE
+
+    d, p = attention_rows(system, kv_dtype)
+    gd, gp = d.groupby(list(SHAPE)), p.groupby(list(SHAPE))
+    out = {}
+    for key in sorted(set(gd.groups) & set(gp.groups)):
+        got = grid_cells(gd.get_group(key), gp.get_group(key))
+        if got is not None:
+            out[tuple(int(x) for x in key)] = got
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def width_fit(system: str, kv_dtype: str, head_dim: int, decode_only: bool = False):
+    """The linear attention law fitted on every timed shape of head width ``head_dim``: the
+    ratio :func:`attention_cells` carries a timed shape's grid to an untimed one with.
+    ``decode_only``: on the decode rows alone, the decode cells of a GPU whose decode table
+    spans no grid (L40S: its decode kernel's floor is not its prefill's, 10.6 against 5.6 µs;
+    held out by shape, 5.6 % against the joint law's 7.0 %)."""
+    from specbatch.simulator.cost.measured.aic_attention import fit_attention  # scipy
+
+    d, p = attention_rows(system, kv_dtype)
+    d, p = d[d["head_dim"] == head_dim], p[p["head_dim"] == head_dim]
+    if d.empty or p.empty:
+        raise SpecbatchError(f"aic {system}: no {kv_dtype} attention rows at head width "
+                             f"{head_dim}")
+    return fit_attention(d, p.iloc[:0] if decode_only else p)
+
+
+def attention_cells(system: str, kv_dtype: str, heads: int, kv_heads: int, head_dim: int,
+                    exclude: bool = False):
+    """(cells, how) of the grid law of this head shape (aic_attention.cells: plain arrays):
+    its own where timed ("shape"; not with ``exclude``, the held-out check), else carried
+    from the :data:`NEAREST` timed shapes of its head width nearest in log heads + w log KV
+    heads (w :data:`KV_WEIGHT`, decode and prefill apart) by the width law's ratio
+    (aic_attention.carried; "transfer from ..."); (None, "law") where no shape of the width is
+    timed."""
+    key = (heads, kv_heads, head_dim)
+    if not exclude:
+        own = own_cells(system, kv_dtype, key)
+        if own is not None:
+            return own, "shape"
+    grids = shape_cells(system, kv_dtype)
+    same = [k for k in grids if k != key and k[2] == head_dim]
+    if not same:
+        return None, "law"
+    from specbatch.simulator.cost.measured.aic_attention import carried
+
+    kv_bytes = 1.0 if kv_dtype == "fp8" else 2.0
+    fit = width_fit(system, kv_dtype, head_dim)
+    got, how = [], []
+    for part, weight in enumerate(KV_WEIGHT):
+        near = sorted(same, key=lambda k, w=weight: (abs(np.log(k[0] / heads))
+                                                     + w * abs(np.log(k[1] / kv_heads)), k))
+        near = near[:NEAREST]
+        got.append(carried([(k, grids[k]) for k in near], fit, key, kv_bytes)[part])
+        how.append(", ".join(map(str, near)))
+    return tuple(got), f"transfer from {how[0]} (decode); {how[1]} (prefill)"
 def curve_json(curve: Curve) -> dict:
     """A built :class:`Curve` as JSON (aic_cache: floats kept exactly)."""
     law = None if curve.law is None else dataclasses.asdict(curve.law)
@@ -139,12 +234,28 @@ def op_curve(system: str, family: str, dtype: str, key: tuple) -> Curve:
 @functools.lru_cache(maxsize=64)
 def attention_law(system: str, kv_dtype: str, heads: int, kv_heads: int, head_dim: int,
                   kv_bytes: float, layers: int) -> tuple[AttentionLaw, str]:
-    """(law of ``layers`` layers, how it was fitted) of :func:`attention_fit` at this per-GPU
-    head shape, kept in the cache folder as the law's own dataclass fields (aic_cache)."""
+    """(law of ``layers`` layers, how it was built) at this per-GPU head shape: the grid law of
+    :func:`attention_cells` (its own cells, or carried; L40S's decode by the width's decode
+    law) with :func:`attention_fit`'s FLOP rate, or that linear law alone where no grid
+    reaches; kept in the cache folder as the law's own dataclass fields (aic_cache)."""
 
     def build():
-        fit, how = attention_fit(system, kv_dtype, heads, kv_heads, head_dim)
-        return fit.law(heads, kv_heads, head_dim, kv_bytes, layers), how
+        from specbatch.simulator.cost.measured.aic_attention import (  # pandas, scipy
+            grid_law,
+            grid_tables,
+            law_cells,
+        )
+
+        fit, fit_how = attention_fit(system, kv_dtype, heads, kv_heads, head_dim)
+        got, how = attention_cells(system, kv_dtype, heads, kv_heads, head_dim)
+        if got is None:
+            return fit.law(heads, kv_heads, head_dim, kv_bytes, layers), f"law ({fit_how})"
+        if got[0] is None:
+            dec = width_fit(system, kv_dtype, head_dim, decode_only=True)
+            got = (law_cells(dec, heads, kv_heads, head_dim, kv_bytes), got[1])
+            how = f"{how}; decode by the width's decode law"
+        return grid_law(grid_tables(got), fit, heads, head_dim, kv_bytes, kv_heads,
+                        layers), how
 
     def encode(built):
         return {"law": aic_cache.dataclass_fields(built[0]), "how": built[1]}

@@ -43,9 +43,31 @@ F_HEAD_T, F_HEAD_D, F_ROWS = 26, 27, 28
 # b = REQUEST_S, whether draft passes take the proposer floor, its k_small · g and N_ops · t_op
 F_HOST, F_OVERLAP, F_STEP_S, F_REQUEST_S, F_FLOOR, F_KERNELS_S, F_OPS_S = range(29, 36)
 F_OUTER = 36  # a ScaledCost's factor around the host terms (factor · host-adjusted pass; 1.0)
-F_NSIZES = 37  # CUDA-graph capture sizes (0: no padding), listed from F_SIZES on, ascending
-F_SIZES = 38
-N_FLOATS = 38  # without sizes
+# the drafter (simulator.cost.features.draft_head, free_draft, host): 0 a draft model (the
+# draft role's constants or PassTable, role_time); 1 a head on the target's hidden states
+# (HeadDraftCost: its passes from the F_HP constants, head_time; pass 1 over the target pass);
+# 2 vLLM's n-gram proposer under HostCost (draft passes 0 s; its host seconds once per step on
+# the target pass's n and Σ(c + q), ngram_time); 3 a free drafter without host terms (0 s)
+F_DRAFTER = 37
+DRAFT_MODEL, DRAFT_HEAD, DRAFT_NGRAM, DRAFT_FREE = 0.0, 1.0, 2.0, 3.0
+# a head pass's constants (HeadPass.seconds, summed as it sums them), from F_HP on: the FLOPs
+# per token of pass 1 and of the later passes ((layer + qkv) + fc, fc on later passes only for
+# fc_every_pass), the attention FLOPs, the LM head's FLOPs per row, the fixed bytes of pass 1
+# and of later passes (((weights + qkv) + fc) + LM head), KV and activation bytes per token,
+# 1 / compute, 1 / memory, the floor, the launch seconds and the all-reduce seconds per token
+F_HP = 38
+HP_FLOPS1, HP_FLOPS, HP_ATTN, HP_LM, HP_BYTES1, HP_BYTES, HP_KV, HP_ACT = range(8)
+HP_INV_C, HP_INV_M, HP_FLOOR, HP_FIXED, HP_COMM = range(8, 13)
+HP_EXPERT_BYTES, HP_EXPERTS, HP_MISS = 13, 14, 15  # an MTP layer's experts (as F_MOE's)
+F_NGRAM = 54  # the n-gram proposer's c0, c1, c2, c3 (host.NGRAM_CALL_S .. NGRAM_PAIR_S)
+# a roofline role's W8A8 FP8 GEMMs and uniform-routing experts (PassConstants), from F_MOE on,
+# the target's 5 then the draft's: fp8_flops_per_token, inv_compute_fp8, expert_bytes, E, and
+# 1 − k/E (uniform_touched's base, computed as Python computes it; E = 0: dense)
+F_MOE = 58
+M_FP8, M_INV_FP8, M_EXPERT_BYTES, M_EXPERTS, M_MISS = range(5)
+F_NSIZES = 68  # CUDA-graph capture sizes (0: no padding), listed from F_SIZES on, ascending
+F_SIZES = 69
+N_FLOATS = 69  # without sizes
 # the replica's registers (``regs``): arrivals queued, arrivals admitted, running requests,
 # reserved tokens (reserve) or free blocks (paged), step rows, preempted requests waiting in
 # front, the prefix cache's segment queue (head, tail) and its named segments

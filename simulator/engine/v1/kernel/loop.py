@@ -33,6 +33,9 @@ from specbatch.simulator.engine.v1.kernel.layout import (
     C_STEPS,
     C_VERIFIED,
     DONE,
+    DRAFT_HEAD,
+    DRAFT_NGRAM,
+    F_DRAFTER,
     F_OVERHEAD,
     F_ROWS,
     FULL,
@@ -113,7 +116,9 @@ from specbatch.simulator.engine.v1.kernel.prefix import (
     seg_touch,
 )
 from specbatch.simulator.engine.v1.kernel.pricing import (
-    host_draft,
+    decode_draft_seconds,
+    draft_time,
+    first_pass,
     host_target,
     role_time,
     verify_seconds,
@@ -183,6 +188,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     plan_d = np.zeros(max_seqs, dtype=np.int64)
     kept_d = np.zeros(max_seqs, dtype=np.int64)
     kept_kv = np.zeros(max_seqs, dtype=np.int64)
+    kept_tau = np.zeros(max_seqs, dtype=np.int64)
+    first = floats[F_DRAFTER] == DRAFT_HEAD or floats[F_DRAFTER] == DRAFT_NGRAM
     decoding = np.zeros(max_seqs, dtype=np.bool_)
     dec_idx = np.zeros(max_seqs, dtype=np.int64)
     dec_row = np.zeros(max_seqs, dtype=np.int64)
@@ -525,6 +532,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             last_tau[i] = tau
             kept_d[keep] = d
             kept_kv[keep] = kv
+            kept_tau[keep] = tau
             keep += 1
             dsum += d
             vsum += s
@@ -578,24 +586,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             if depth:
                 passes = depth if dsum == keep * depth else maxd
                 if passes:
-                    if dsum == keep * passes:
-                        fn = np.float64(keep)
-                        for dd in range(passes):
-                            c = np.float64(skv + keep * dd)
-                            draft_t += host_draft(floats, role_time(
-                                floats, 10, fn, fn, c, c, fn, -1.0, tab, tlaw))
-                    else:
-                        for dd in range(passes):
-                            m = 0
-                            ks = 0
-                            for i in range(keep):
-                                if kept_d[i] > dd:
-                                    m += 1
-                                    ks += kept_kv[i]
-                            c = np.float64(ks + m * dd)
-                            fm = np.float64(m)
-                            draft_t += host_draft(floats, role_time(
-                                floats, 10, fm, fm, c, c, fm, -1.0, tab, tlaw))
+                    draft_t = decode_draft_seconds(floats, keep, passes, dsum, asum, skv,
+                                                   kept_d, kept_kv, kept_tau, tab, tlaw)
             if has_verify:
                 verify_t = verify_seconds(floats, ints, keep, vsum, smax, snz)
         # ---- prefill: the running requests' chunks, then the admitted ones'
@@ -614,14 +606,18 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             pqq += q * q
             st[S_PREFILLED, i] = c0 + q
         if pn and drafts_chunks:
-            draft_t += host_draft(floats, role_time(
-                floats, 10, np.float64(pn), np.float64(pq), np.float64(pc), np.float64(pqc),
-                np.float64(pqq), np.float64(pn) if floats[F_ROWS] else -1.0, tab, tlaw))
+            draft_t += draft_time(
+                floats, np.float64(pn), np.float64(pq), np.float64(pc), np.float64(pqc),
+                np.float64(pqq), np.float64(pn) if floats[F_ROWS] else -1.0, tab, tlaw)
         # logit rows n + S: a prefill chunk's last token only (V1Step.run_composed)
         rows = np.float64(sq + pq) - np.float64(pq - pn) if floats[F_ROWS] else -1.0
         target_t = host_target(floats, role_time(  # n: the decoding requests + the chunks
             floats, 0, np.float64(keep + pn), np.float64(sq + pq), np.float64(sc + pc),
             np.float64(sqc + pqc), np.float64(sqq + pqq), rows, tab, tlaw), keep + pn)
+        if first:  # a head's pass 1 or the n-gram proposer, on the target pass's sums
+            draft_t += first_pass(floats, np.float64(keep + pn), np.float64(sq + pq),
+                                  np.float64(sc + pc), np.float64(sqc + pqc),
+                                  np.float64(sqq + pqq))
         end_t = t + draft_t + target_t + verify_t + overhead
         if keep == 0 and pq == 0:
             code = STUCK
