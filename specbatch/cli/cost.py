@@ -400,6 +400,8 @@ def run_show(args) -> int:
             kv_capacity_tokens=model.kv_capacity_tokens), args.kv_cache_dtype, disable))
     if isinstance(model, RooflineCost):
         out["ridge_flop_per_byte"] = model.hardware.ridge
+    if hasattr(model, "kv_capacity_tokens") and hasattr(model, "target"):
+        # memory is the shapes' and the GPU's, whichever source prices the passes
         out["draft_weight_bits"] = args.draft_weight_bits
         out["quantization"] = model.target.quantization
         out["kv_cache_dtype"] = args.kv_cache_dtype

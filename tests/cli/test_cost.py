@@ -11,8 +11,13 @@ from tests.simulator.cost.test_registry import synthetic_profile
 
 
 def run(capsys, *argv):
+    """``specbatch *argv``; ``cost show`` without ``--cost`` prices with the roofline, whose
+    numbers these tests pin (the default, ``auto``, has its own test below)."""
+    argv = list(argv)
+    if argv[:2] == ["cost", "show"] and "--cost" not in argv:
+        argv += ["--cost", "roofline"]
     try:
-        code = main(list(argv))
+        code = main(argv)
     except SystemExit as exc:  # argparse refuses a malformed flag value
         code = exc.code
     out, err = capsys.readouterr()
@@ -205,7 +210,7 @@ def test_show_prices_the_rejection_sampler_in_the_step(capsys):
 
 
 def test_show_prices_a_quantised_draft_and_its_kv_capacity(capsys):
-    argv = ["cost", "show", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--batch",
+    argv = ["cost", "show", "--cost", "roofline", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--batch",
             "1", "--json", "--host", "fixed"]  # GPU passes (vLLM's loop floor hides the saving)
     assert main(argv) == 0
     full = json.loads(capsys.readouterr().out)
@@ -233,7 +238,7 @@ FP8_CONFIG = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_he
 
 def test_show_prices_a_fp8_checkpoint_and_fp8_kv(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps(FP8_CONFIG))
-    argv = ["cost", "show", "--draft", "llama-3.2-1b", "--batch", "1", "--json"]
+    argv = ["cost", "show", "--cost", "roofline", "--draft", "llama-3.2-1b", "--batch", "1", "--json"]
     assert main([*argv, "--target", "llama-3.1-8b"]) == 0
     bf16 = json.loads(capsys.readouterr().out)
     # the checkpoint's own method (quantization none = vLLM's None) and the knob naming it
@@ -292,3 +297,14 @@ def test_a_window_whose_pages_unify_keeps_the_hybrid_manager(capsys):
     obj = json.loads(out)
     assert code == 0 and obj["disable_hybrid_kv_cache_manager"] is False
     assert obj["kv_groups"] > 1 and "notes" not in obj
+
+
+def test_show_defaults_to_auto_and_names_its_choice(capsys):
+    """The default cost is ``auto``: on an H100 with a Llama-shaped pair it picks AIConfigurator's
+    measured tables and says so; where no measured data covers the GPU, the roofline, named."""
+    code, out, _ = run(capsys, "cost", "show", "--cost", "auto", "--json")
+    assert code == 0
+    assert json.loads(out)["cost"] == "auto"
+    assert main(["cost", "show", "--json"]) == 0  # no --cost: the default
+    default = json.loads(capsys.readouterr().out)
+    assert default == json.loads(out)
