@@ -64,6 +64,10 @@ def cost_source(cost: str, preset: str) -> str:
                 "LM head, sampler, MoE block; simulator.cost.measured.lss) and an attention law "
                 "fitted on its Llama-3.1-8B attention table; PCIe all-reduce at the anchor's "
                 "configured link; per-step host overhead assumed")
+    if cost == "aic":
+        return ("aic: AIConfigurator's measured vLLM op tables of this GPU (GEMMs, attention, "
+                "all-reduce, MoE; simulator.cost.measured.aic_*), held out per op in "
+                "docs/fidelity.md; the host's share as the run's host setting prices it")
     if cost != "roofline":
         return f"cost model {cost!r} (its own source; see docs/simulate.md)"
     if row is not None and row.efficiencies_fitted:

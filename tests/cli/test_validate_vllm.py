@@ -23,7 +23,8 @@ def test_one_bundled_run_json_stdout_is_one_object_and_out_keeps_it(tmp_path):
     for row in report["metrics"].values():
         assert row["error"] == pytest.approx(row["simulated"] / row["measured"] - 1)
     assert report["metrics"]["ttft_mean"]["measured"] == pytest.approx(7.0972, abs=1e-4)
-    assert report["hardware"] == "rtxpro6000" and report["cost"] == "roofline"
+    # the default cost is auto; on this GPU it picks the calibrated model of its own profiles
+    assert report["hardware"] == "rtxpro6000" and report["cost"] == "calibrated"
     assert set(report["tests"]) == {"ttft", "tpot", "e2e"}
     assert json.loads((out / "validate_vllm.json").read_text())["metrics"] == report["metrics"]
     assert (out / "requests.parquet").is_file()
@@ -101,6 +102,6 @@ def test_a_hand_made_folder_replays_with_hardware_and_model_given(tmp_path, caps
     report = json.loads(text)
     assert report["requests"] == 3 and report["hardware_from"] == "--hardware"
     assert report["metrics"]["ttft_mean"]["measured"] == pytest.approx((0.5 + 0.5 + 2.0) / 3)
-    assert "assumed efficiencies" in report["cost_source"]
+    assert report["cost"] == "aic" and "AIConfigurator" in report["cost_source"]  # auto's pick
     defaults = [row[0] for row in report["settings"]["mapped"] if "not recorded" in row[0]]
     assert any(d.startswith("block_size") for d in defaults)
