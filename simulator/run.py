@@ -193,10 +193,11 @@ def async_overlaps(config: SimConfig) -> bool:
 
 def build_cost(config: SimConfig) -> CostModel:
     """The active cost model for ``config`` (async scheduling as :func:`async_overlaps`)."""
-    from specbatch.simulator.cost.registry import build_cost_model
+    from specbatch.simulator.cost.registry import build_cost_model, run_cost
 
-    model = build_cost_model(cost=config.cost, hardware=config.hardware, target=config.target,
-                             draft=config.draft, tp=config.tp, profile=config.profile,
+    model = build_cost_model(cost=run_cost(config).name, hardware=config.hardware,
+                             target=config.target, draft=config.draft, tp=config.tp,
+                             profile=config.profile,
                              execution=config.execution,
                              draft_weight_bits=config.draft_weight_bits,
                              routing_skew=config.routing_skew,

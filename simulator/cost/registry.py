@@ -157,7 +157,7 @@ def build_cost_model(cost: str = "roofline", hardware: str = "h100", target: str
     """
     if str(cost).lower() == AUTO:  # the best validated source covering the request
         cost = resolve_cost(cost, CostAsk(hardware, target, draft, tp, quantization,
-                                          kv_cache_dtype, draft_weight_bits)).name
+                                          kv_cache_dtype, draft_weight_bits, routing_skew)).name
     builder = COST_MODELS.get(str(cost).lower())
     if builder is None:
         raise SpecbatchError(f"cost {cost!r}: expected one of {', '.join(COST_NAMES)}")
@@ -391,4 +391,6 @@ def run_cost(config: SimConfig) -> CostChoice:
     to its source, with the reasons it passed the better ones over)."""
     return resolve_cost(config.cost, CostAsk(config.hardware, config.target, config.draft,
                                              config.tp, config.quantization,
-                                             config.kv_cache_dtype, config.draft_weight_bits))
+                                             config.kv_cache_dtype, config.draft_weight_bits,
+                                             config.routing_skew,
+                                             bool(config.enable_expert_parallel)))

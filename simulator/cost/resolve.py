@@ -45,6 +45,8 @@ class CostAsk:
     quantization: str = "none"
     kv_cache_dtype: str = "auto"
     draft_weight_bits: int = 16
+    routing_skew: float = 0.0  # a MoE target's Zipf expert loads (theory.moe; 0: uniform)
+    expert_parallel: bool = False  # enable_expert_parallel (cost.features.expert_parallel)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,11 @@ def aic_covers(ask: CostAsk) -> str | None:
     from specbatch.simulator.defaults import FREE_DRAFTS, HEAD_DRAFTS
     from specbatch.traces.models.shapes import get_shape
 
+    if ask.routing_skew:
+        return (f"routing_skew {ask.routing_skew:g}: the bundled MoE curves time balanced "
+                "routing only")
+    if ask.expert_parallel:
+        return "enable_expert_parallel: the tables time one rank's experts, not DP + EP"
     drafter = str(ask.draft).lower() in FREE_DRAFTS + HEAD_DRAFTS  # no draft model to price
     return covers(ask.hardware, get_shape(ask.target), None if drafter else get_shape(ask.draft),
                   ask.tp, ask.quantization, ask.kv_cache_dtype,
@@ -106,6 +113,9 @@ def own_profiles(ask: CostAsk, source: str) -> str | None:
     if row.profiles != source:
         borrowed = f" (it borrows {row.proxy}'s laws)" if row.proxy else ""
         return f"no {source} profile of {row.name}{borrowed}"
+    if ask.expert_parallel and source != "llmservingsim":  # expert_parallel.with_expert_parallel
+        return ("enable_expert_parallel: the calibrated model prices it from LLMServingSim's "
+                "profiles only")
     return calibrated_refusal(ask)
 
 

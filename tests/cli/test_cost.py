@@ -210,8 +210,9 @@ def test_show_prices_the_rejection_sampler_in_the_step(capsys):
 
 
 def test_show_prices_a_quantised_draft_and_its_kv_capacity(capsys):
-    argv = ["cost", "show", "--cost", "roofline", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--batch",
-            "1", "--json", "--host", "fixed"]  # GPU passes (vLLM's loop floor hides the saving)
+    argv = ["cost", "show", "--cost", "roofline", "--target", "llama-3.1-8b", "--draft",
+            "llama-3.2-1b", "--batch", "1", "--json",
+            "--host", "fixed"]  # GPU passes (vLLM's loop floor hides the saving)
     assert main(argv) == 0
     full = json.loads(capsys.readouterr().out)
     assert main([*argv, "--draft-weight-bits", "4"]) == 0
@@ -238,7 +239,8 @@ FP8_CONFIG = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_he
 
 def test_show_prices_a_fp8_checkpoint_and_fp8_kv(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps(FP8_CONFIG))
-    argv = ["cost", "show", "--cost", "roofline", "--draft", "llama-3.2-1b", "--batch", "1", "--json"]
+    argv = ["cost", "show", "--cost", "roofline", "--draft", "llama-3.2-1b", "--batch", "1",
+            "--json"]
     assert main([*argv, "--target", "llama-3.1-8b"]) == 0
     bf16 = json.loads(capsys.readouterr().out)
     # the checkpoint's own method (quantization none = vLLM's None) and the knob naming it

@@ -136,7 +136,7 @@ def test_the_builders_refuse_bits_they_cannot_price():
 
 def q4_config(bits: int):
     return load_config(None, trace="smollm2-q4", target="smollm2-135m", draft="smollm2-135m",
-                       draft_weight_bits=bits, requests=4,
+                       draft_weight_bits=bits, requests=4, cost="roofline",  # both runs one model
                        host="fixed")  # GPU passes: vLLM's loop floor would hide the saving
 
 

@@ -85,6 +85,7 @@ def run_dsd(monkeypatch, hooked: bool, **settings):
         monkeypatch.setattr(run_module, "attach_verify_cost", lambda *args: None)
     config = load_config(None, policy="dsd", trace="smollm2-q4", target="smollm2-135m",
                          draft="smollm2-135m", requests=16, host="fixed",  # GPU passes
+                         cost="roofline",  # the 135M pair's passes as the docstring prices them
                          **settings)
     result = simulate(config)
     monkeypatch.undo()

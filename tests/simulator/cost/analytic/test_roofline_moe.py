@@ -101,6 +101,7 @@ def test_a_quantised_moe_draft_is_refused():
 def test_cost_show_json_names_the_routing_in_a_subprocess():
     out = subprocess.run([sys.executable, "-m", "specbatch", "cost", "show", "--target",
                           "qwen3-30b-a3b", "--draft", "qwen2.5-0.5b", "--batch", "1", "16",
+                          "--cost", "roofline",
                           "--json"], capture_output=True, text=True, check=True).stdout
     data = json.loads(out)
     assert data["moe"]["experts"] == 128 and data["moe"]["top_k"] == 8

@@ -104,7 +104,8 @@ def test_a_cost_model_without_ep_pricing_is_refused():
 
 
 BASE = {"trace": "synth", "target": "qwen3-30b-a3b", "draft": "ngram", "policy": "ar",
-        "requests": 4, "num_speculative_tokens": 0}
+        "requests": 4, "num_speculative_tokens": 0,
+        "cost": "roofline"}  # the model docs/simulate.md's rank-pass table is priced with
 
 
 @pytest.mark.parametrize("changes, needle", [
