@@ -21,7 +21,7 @@ def test_full_demo_grid_is_the_tetris_paper_comparison():
     base = data["base"]
     assert (base["requests"], base["max_num_seqs"], base["arrival"]) == (512, 64, "burst")
     assert (base["cost"], base["hardware"], base["target"], base["draft"]) == (
-        "roofline", "h100", "vicuna-33b", "vicuna-68m")
+        "auto", "h100", "vicuna-33b", "vicuna-68m")  # auto: aic on this H100 pair
     grid = settings(data)
     both = ("token", "block")
     expected = {("ar", 3, 0, "token")}  # ar: SimConfig's default k, unused
