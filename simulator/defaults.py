@@ -27,3 +27,8 @@ def one_hot_drafter(draft: str) -> bool:
     a host-side drafter, or vLLM's EAGLE/MTP heads (vllm/v1/spec_decode/eagle.py,
     ``EagleProposer.propose``: ``logits.argmax(dim=-1)``; no draft probabilities kept)."""
     return str(draft).lower() in FREE_DRAFTS + HEAD_DRAFTS
+
+
+#: Client side of TTFT and e2e: API server, tokenisation, HTTP on localhost (ASSUMED, stated;
+#: SimConfig ``client_ttft_s``'s default; simulator.cost.features.host reports it).
+CLIENT_TTFT_S = 2e-3

@@ -56,11 +56,11 @@ from specbatch.simulator.config.checks import (  # noqa: F401 - importable from 
     check_scheduler_supports,
     check_settings_apply,
     policy_depth,
+    remember_valid,
     validate_against_trace,
     validate_config,
 )
 from specbatch.simulator.cost.analytic.precision import KV_CACHE_DTYPES, QUANTIZATIONS
-from specbatch.simulator.cost.features.host import CLIENT_TTFT_S
 from specbatch.simulator.cost.gpus.hardware import (
     DEFAULT_EXECUTION,
     DEFAULT_SAMPLER,
@@ -69,7 +69,12 @@ from specbatch.simulator.cost.gpus.hardware import (
     HARDWARE,
     VERIFY_COSTS,
 )
-from specbatch.simulator.defaults import FREE_DRAFTS, HEAD_DRAFTS, V1_DEFAULT_BATCHED_TOKENS
+from specbatch.simulator.defaults import (
+    CLIENT_TTFT_S,
+    FREE_DRAFTS,
+    HEAD_DRAFTS,
+    V1_DEFAULT_BATCHED_TOKENS,
+)
 from specbatch.simulator.policies import catalogue
 from specbatch.simulator.policies import knobs as pk
 from specbatch.simulator.replay.rules import names as rule_names

@@ -84,6 +84,7 @@ import numpy as np
 
 from specbatch.simulator.cost.gpus.hardware import EAGER_LAYER_LATENCY
 from specbatch.simulator.cost.interface import takes_logit_rows
+from specbatch.simulator.defaults import CLIENT_TTFT_S
 
 #: Per engine step (s): the intercept of the Vidur A100 scheduler + input-preparation law.
 STEP_S = 2.8665156e-4
@@ -112,9 +113,6 @@ NGRAM_PAIR_S = 5.214e-9
 NGRAM_SOURCE = ("measured on our numba twin of vLLM's NgramProposer "
                 "(benchmarks/ngram_host_bench.py) on this repo's AMD EPYC CPU, 1 numba thread; "
                 "not a measurement of vLLM itself")
-#: Client side of TTFT and e2e: API server, tokenisation, HTTP on localhost (ASSUMED, stated;
-#: SimConfig ``client_ttft_s``'s default).
-CLIENT_TTFT_S = 2e-3
 #: ``host`` knob choices: vLLM's terms (this module) or the preset's fixed step overhead.
 HOSTS = ("vllm", "fixed")
 
