@@ -3,7 +3,8 @@
 On the bundled default trace (or a synthetic one when it is absent, which the output says):
 ``ar``; fixed k = 1..6; DSD (scanning k ≤ 6); TETRIS, oracle and hindsight with k = 1..6 and
 e = 1, 2 (k + e capped at the trace's draft depth K); every speculative policy with token (TV)
-and block (BV) verification. 512 requests arriving at once, 64 running, roofline cost model
+and block (BV) verification. 512 requests arriving at once, 64 running, the default cost model
+(``auto``: AIConfigurator's measured vLLM op tables on this H100 pair, simulator.cost.resolve)
 of one H100 with a Vicuna-33B-shaped target and the 68M draft (the TETRIS paper's setting),
 3 seeds. Runs on the local process pool, stores every run (a rerun is instant), prints the
 headline table (best setting of each policy and verifier) and writes the full report.
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Run the main comparison on the bundled default trace (synthetic when absent): "
             "ar; fixed k = 1..6; DSD; TETRIS, oracle and hindsight with k = 1..6, e = 1, 2; "
             "each speculative policy with token and block verification; 512 requests at "
-            "once, 64 running, roofline H100 cost model, Vicuna-33B-shaped target, 68M "
+            "once, 64 running, the default (auto) H100 cost model, Vicuna-33B-shaped target, 68M "
             "draft. Prints the best setting of each policy and writes a report to --out."),
         epilog=example("specbatch demo", "specbatch demo --out /tmp/demo --workers 4",
                        "specbatch demo --quick --json"),
@@ -90,11 +91,15 @@ def run_demo_command(args: argparse.Namespace) -> int:
     check_output_dir(args.out, allow_existing=True)  # reused on rerun: runs are stored
     claim_sweep_dir(args.out, plan.spec)  # ... but only this demo's: before any output
     if not args.json:
+        from specbatch.simulator.config.sim_config import make_config
+        from specbatch.simulator.cost.registry import run_cost
+
         base = plan.base
+        cost = run_cost(make_config({k: v for k, v in base.items() if k != "trace"})).line()
         sys.stderr.write(
             f"specbatch demo: trace {plan.trace}\n"
-            f"  {base['requests']} requests at once, {base['max_num_seqs']} running, roofline "
-            f"H100, target {base['target']}, draft {base['draft']}, "
+            f"  {base['requests']} requests at once, {base['max_num_seqs']} running, "
+            f"{base['hardware']} cost {cost}, target {base['target']}, draft {base['draft']}, "
             f"{plural(len(plan.spec.seeds), 'seed')}, {plural(args.workers, 'worker')} -> "
             f"{args.out}/\n")
     done = run_demo(plan, args.out, workers=args.workers, fmt=args.format,
