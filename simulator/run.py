@@ -204,6 +204,11 @@ def build_cost(config: SimConfig) -> CostModel:
         from specbatch.simulator.cost.features.expert_parallel import with_expert_parallel
 
         model = with_expert_parallel(model, int(config.data_parallel_size), int(config.tp))
+    # vLLM V1's draft-model proposer: pass 1 over the target's pass + one token per request
+    # (simulator.cost.features.draft_model_pass)
+    from specbatch.simulator.cost.features.draft_model_pass import with_draft_model_passes
+
+    model = with_draft_model_passes(model, config)
     if config.host == "vllm":  # vLLM's host terms (simulator.cost.features.host)
         from specbatch.simulator.cost.features.host import with_host
 

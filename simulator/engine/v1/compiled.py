@@ -29,7 +29,9 @@ roles, table cells, measured all-reduce curves; both roles; not sliding-window l
 LLMServingSim GPUs' pricer, simulator.cost.measured.calibrated_table), each with CUDA-graph
 padding and analysis.sensitivity's scaled cost too, with or without vLLM's host terms (the
 default ``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async
-scheduling; also inside the sensitivity runs' scaled cost; not the n-gram proposer's) and the
+scheduling; also inside the sensitivity runs' scaled cost; not the n-gram proposer's), a
+separate draft model's passes as vLLM V1's proposer runs them (pass 1 over the target's pass
+plus one token per request, simulator.cost.features.draft_model_pass) and the
 rejection sampler's cost; any arrivals; an early stop (simulator.engine.core's ``stop``, the
 planner's analysis.plan.slo.EarlyStop) on one replica of a speculating policy: the kernel
 returns before a step whose events reach a check (kernel.step_events counts the numpy
@@ -231,8 +233,25 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
             if c.sliding_layers or c.experts or c.fp8_flops_per_token:
                 return (f"the {role}'s sliding windows, experts or FP8 GEMMs (compiled: dense "
                         "roofline)")
+    if draft_model_layer(cost) is not None:  # vLLM V1's draft-model pass 1: I_DRAFTS_CHUNKS
+        return None
     if hasattr(cost, "first_pass_time"):  # pragma: no cover - a head is another class
         return "a draft head"
+    return None
+
+
+def draft_model_layer(cost: CostModel):
+    """simulator.cost.features.draft_model_pass's DraftModelPasses inside ``cost``'s layers
+    (host terms, CUDA-graph padding, a ScaledCost; build_cost puts it around the model), or
+    None: the kernel prices its pass 1 over the target's pass (I_DRAFTS_CHUNKS = 2)."""
+    from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
+
+    for _ in range(8):  # the layers' own ``inner`` fields, not __getattr__'s forwarding
+        if type(cost) is DraftModelPasses:
+            return cost
+        cost = getattr(cost, "__dict__", {}).get("inner")
+        if cost is None:
+            return None
     return None
 
 
@@ -254,22 +273,29 @@ def host_layer(cost: CostModel) -> tuple[HostCost | None, float, CostModel]:
 def cost_layers(cost: CostModel) -> tuple[tuple[int, ...], float, CostModel]:
     """(CUDA-graph sizes, factor, model) of ``cost``: the host terms (:func:`host_layer`,
     priced by the kernel's host_target / host_draft after each pass, with its outer factor)
-    around
+    around simulator.cost.features.draft_model_pass's DraftModelPasses (a vLLM V1 draft
+    model's pass 1, which the kernel prices itself: :func:`draft_model_layer`) around
     simulator.cost.features.graph_padding's PaddedSumsCost (the sizes it pads each pass to;
     () without) around analysis.sensitivity's ScaledCost (every pass and the overhead times a
     factor; matched by name, as the simulator imports nothing of analysis; 1.0 without)
     around the model."""
+    from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
     from specbatch.simulator.cost.features.graph_padding import PaddedSumsCost
 
     host, _, inner = host_layer(cost)
     if host is not None:
         cost = inner
+    if type(cost) is DraftModelPasses:  # its passes are the model's (kernel: I_DRAFTS_CHUNKS),
+        cost = cost.inner  # pad_to_graphs pads inside it
     sizes: tuple[int, ...] = ()
     if type(cost) is PaddedSumsCost:
         sizes, cost = tuple(int(v) for v in cost.sizes), cost.inner
+    factor = 1.0
     if type(cost).__name__ == "ScaledCost" and hasattr(cost, "inner"):
-        return sizes, float(cost.factor), cost.inner
-    return sizes, 1.0, cost
+        factor, cost = float(cost.factor), cost.inner
+    if type(cost) is DraftModelPasses:  # built around a scaled model
+        cost = cost.inner
+    return sizes, factor, cost
 
 
 class NotCovered(SpecbatchError):

@@ -19,7 +19,12 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.interface import takes_logit_rows
 from specbatch.simulator.engine.request_state import RECORD_ROWS, STEP_COLUMNS, Records
 from specbatch.simulator.engine.steplog import CHUNK, StepLog
-from specbatch.simulator.engine.v1.compiled import cost_layers, host_layer, load_kernel
+from specbatch.simulator.engine.v1.compiled import (
+    cost_layers,
+    draft_model_layer,
+    host_layer,
+    load_kernel,
+)
 from specbatch.simulator.engine.v1.pass_tables import pass_tables, tabulated
 from specbatch.simulator.engine.v1.policy_arrays import policy_arrays, policy_state_back
 
@@ -65,7 +70,10 @@ class CompiledEngine:
         ints[kn.I_MAX_SEQS] = int(config.max_num_seqs)
         ints[kn.I_CHUNKED] = int(bool(config.chunked))
         ints[kn.I_CAPACITY] = -1 if capacity is None else int(capacity)
-        ints[kn.I_DRAFTS_CHUNKS] = int(bool(policy.speculates))
+        # 1: a draft pass over the prefill chunks; 2: vLLM V1's draft-model pass 1 over the
+        # target's pass (simulator.cost.features.draft_model_pass), no chunk pass
+        ints[kn.I_DRAFTS_CHUNKS] = (0 if not policy.speculates
+                                    else 2 if draft_model_layer(cost) is not None else 1)
         if config.kv_mode == "paged":
             ints[kn.I_PAGED] = 1
             ints[kn.I_BLOCK_SIZE] = int(config.block_size)

@@ -9,6 +9,9 @@ them by these names. Plain integers: importing this module loads no numba.
 from __future__ import annotations
 
 # int parameters (``ints``)
+# I_DRAFTS_CHUNKS: 0 no draft; 1 a draft pass over the prefill chunks and k one-token passes
+# (vllm-v0's draft worker); 2 vLLM V1's draft-model proposer: pass 1 over the target's pass + n
+# tokens, then k - 1 one-token passes (simulator.cost.features.draft_model_pass)
 I_DEPTH, I_K, I_BUDGET, I_MAX_SEQS, I_CHUNKED, I_CAPACITY, I_DRAFTS_CHUNKS = range(7)
 I_VERIFY, I_VOCAB, I_DRAFT_ROWS, I_BLOCK, I_LEADING, I_WRAP, I_PROPOSED = range(7, 14)
 I_TETRIS, I_C = 14, 15  # the policy is tetris (TV, confidence surrogate); its C (-1: k per request)

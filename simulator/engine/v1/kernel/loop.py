@@ -172,6 +172,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     plan_d = np.zeros(max_seqs, dtype=np.int64)
     kept_d = np.zeros(max_seqs, dtype=np.int64)
     kept_kv = np.zeros(max_seqs, dtype=np.int64)
+    kept_tau = np.zeros(max_seqs, dtype=np.int64)
     decoding = np.zeros(max_seqs, dtype=np.bool_)
     dec_idx = np.zeros(max_seqs, dtype=np.int64)
     dec_row = np.zeros(max_seqs, dtype=np.int64)
@@ -491,6 +492,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             last_tau[i] = tau
             kept_d[keep] = d
             kept_kv[keep] = kv
+            kept_tau[keep] = tau
             keep += 1
             dsum += d
             vsum += s
@@ -543,7 +545,26 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             sqq = svv + 2 * vsum + keep
             if depth:
                 passes = depth if dsum == keep * depth else maxd
-                if passes:
+                if passes and drafts_chunks == 2:  # draft_model_pass: passes 2..D at c + τ + j
+                    fn = np.float64(keep)
+                    if dsum == keep * passes:
+                        for dd in range(passes - 1):
+                            c = np.float64(skv + asum + keep + keep * dd)
+                            draft_t += host_draft(floats, role_time(
+                                floats, 10, fn, fn, c, c, fn, -1.0, tab, tlaw))
+                    else:
+                        for dd in range(passes - 1):
+                            m = 0
+                            ks = 0
+                            for i in range(keep):
+                                if kept_d[i] - 1 > dd:
+                                    m += 1
+                                    ks += kept_kv[i] + kept_tau[i] + 1
+                            c = np.float64(ks + m * dd)
+                            fm = np.float64(m)
+                            draft_t += host_draft(floats, role_time(
+                                floats, 10, fm, fm, c, c, fm, -1.0, tab, tlaw))
+                elif passes:
                     if dsum == keep * passes:
                         fn = np.float64(keep)
                         for dd in range(passes):
@@ -579,7 +600,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             pqc += q * c0
             pqq += q * q
             st[S_PREFILLED, i] = c0 + q
-        if pn and drafts_chunks:
+        if pn and drafts_chunks == 1:
             draft_t += host_draft(floats, role_time(
                 floats, 10, np.float64(pn), np.float64(pq), np.float64(pc), np.float64(pqc),
                 np.float64(pqq), np.float64(pn) if floats[F_ROWS] else -1.0, tab, tlaw))
@@ -588,6 +609,14 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         target_t = host_target(floats, role_time(  # n: the decoding requests + the chunks
             floats, 0, np.float64(keep + pn), np.float64(sq + pq), np.float64(sc + pc),
             np.float64(sqc + pqc), np.float64(sqq + pqq), rows, tab, tlaw), keep + pn)
+        if drafts_chunks == 2 and keep + pn:  # draft_model_pass: pass 1 over the target's
+            # pass, one more token per request: Σq + n, Σq·c + Σc, Σq² + 2Σq + n; n logit rows
+            fn = np.float64(keep + pn)
+            q1 = np.float64(sq + pq)
+            c1 = np.float64(sc + pc)
+            draft_t += host_draft(floats, role_time(
+                floats, 10, fn, q1 + fn, c1, np.float64(sqc + pqc) + c1,
+                np.float64(sqq + pqq) + 2.0 * q1 + fn, fn if floats[F_ROWS] else -1.0, tab, tlaw))
         end_t = t + draft_t + target_t + verify_t + overhead
         if keep == 0 and pq == 0:
             code = STUCK
