@@ -125,6 +125,7 @@ class BoundTables:
         pricing (they do not depend on the speculation setting)."""
         from specbatch.analysis.plan.cost_source import shared_cost
         from specbatch.simulator.cost.analytic.roofline import RooflineCost
+        from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
         from specbatch.simulator.cost.features.graph_padding import capture_sizes
         from specbatch.simulator.cost.features.host import HostCost
         from specbatch.simulator.cost.measured.calibrated import CalibratedCost, RolePricer
@@ -140,6 +141,8 @@ class BoundTables:
             # vLLM's host share (simulator.cost.features.host) only adds to the inner passes,
             # and its own overhead is the one the floors add: they stay lower bounds
             base = cost.inner if isinstance(cost, HostCost) else cost
+            if isinstance(base, DraftModelPasses):  # a vLLM V1 draft model's pass 1: drafts
+                base = base.inner  # only add to the target's passes the floors take
             if isinstance(base, RooflineCost) and cost.overhead >= 0:
                 self._costs[key] = pass_times(cost, self.workload)
             elif (isinstance(base, CalibratedCost) and cost.overhead >= 0
