@@ -21,7 +21,8 @@ With the target pass's sums (n, Σq, Σc, Σq·c, Σq²), pass 1's are exact int
 ``first_pass_time`` / ``first_pass_step`` (simulator.cost.interface.HeadCostModel), so the
 engine prices it as it prices a head's pass 1; every other pass is the inner model's
 (vllm/v1/spec_decode/draft_model.py at vLLM commit 9b849b1, as stored in the code index).
-:func:`draft_model_passes_apply` says when: scheduler ``vllm-v1``, a draft model (not
+:func:`draft_model_passes_apply` says when: scheduler ``vllm-v1`` (the catalogue's
+mixed-step composer), a draft model (not
 ``ngram``, not a head), a chain rule. Under ``vllm-v0`` the draft worker's k one-token passes
 and its separate prompt pass stay (simulator.cost.draft_cost).
 
@@ -92,7 +93,9 @@ def draft_model_passes_apply(config: SimConfig) -> bool:
     from specbatch.simulator.replay.rules import rule_entry
 
     draft = str(config.draft).lower()
-    if config.scheduler != "vllm-v1" or draft in FREE_DRAFTS or draft in HEAD_DRAFTS:
+    # vLLM V1's engine: the scheduler catalogue's mixed-step composer (vLLM V0's is the draft
+    # worker's)
+    if not config.scheduler_row.mixed_steps or draft in FREE_DRAFTS or draft in HEAD_DRAFTS:
         return False
     row = rule_entry(config.verify)
     return row is not None and not row.tree
