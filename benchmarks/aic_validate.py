@@ -7,7 +7,7 @@ Data: the bundled compact AIConfigurator curves (traces/data/aiconfigurator/curv
 judged on them only). Per estimator (simulator.cost.measured.aic_ops, aic_attention):
 
 Every curve is judged against its cleaned points (aic_ops.monotone: non-decreasing by the
-suffix minimum, isolated upward spikes removed), the values the cost interpolates.
+suffix minimum, isolated upward spikes recarry), the values the cost interpolates.
 
 - GEMM, MoE, **measured**: an op whose shape is timed is its measured curve interpolated in
   the row coordinate; judged by leaving each interior grid point out and interpolating it from
@@ -16,10 +16,13 @@ suffix minimum, isolated upward spikes removed), the values the cost interpolate
 - GEMM, MoE, **transfer**: a shape left out and priced from its two nearest timed shapes x the
   family law (bundled laws.json; fitted on every shape, a mild optimism, benchmarks/
   cost_vs_aic.py refits without it and reports the same to within ~0.1 pt);
-- attention: the one law over the sums fitted on a head shape's own decode and prefill rows
-  (what the cost uses where the shape is timed; ``shape``), and leaving that shape out of a
-  fit on every other shape of its head width (``loso``), decode and prefill apart, within the
-  serving range of aic_pricer (decode batch <= 512, context < 32k; prefill batch <= 16);
+- attention: the grid law (aic_attention.grid_tables, tabulated.grid_attention) with each
+  timed head shape left out and carried from its two nearest timed shapes (``shape``: what an
+  untimed model gets; the leave-one-model-out of issue 42), and with each interior column /
+  row of a shape's own grid left out (``cells``), decode and prefill apart and decode at
+  short context (< 256 cached tokens) alone, within the serving range of aic_pricer (decode
+  batch <= 512, context < 32k; prefill batch <= 16); L40S's decode (no grid) by its
+  decode-only linear law with the shape left out;
 - all-reduce: each message size left out and interpolated log-log from its neighbours.
 
 Writes simulator/cost/measured/data/aic_validation.json (what ``cost show --json`` reports per
@@ -33,15 +36,27 @@ import argparse
 import numpy as np
 
 from specbatch.io import dumps
-from specbatch.simulator.cost.measured.aic_attention import fit_attention, held_out, seconds
+from specbatch.simulator.cost.measured.aic_attention import (
+    cell_check,
+    grid_seconds,
+    held_out,
+    law_cells,
+)
 from specbatch.simulator.cost.measured.aic_cost import VALIDATION
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import COMMON_SYSTEMS, load_laws
 from specbatch.simulator.cost.measured.aic_ops import interp_check, monotone
-from specbatch.simulator.cost.measured.aic_pricer import attention_rows, shape_curves
+from specbatch.simulator.cost.measured.aic_pricer import (
+    attention_cells,
+    attention_rows,
+    shape_cells,
+    shape_curves,
+    width_fit,
+)
 
 TARGET = 0.08
 SHAPE = ["heads", "kv_heads", "head_dim"]
+SHORT = 256  # decode "at short context": fewer cached tokens than this
 
 
 def record(signed: np.ndarray, check: str, **extra) -> dict:
@@ -73,35 +88,73 @@ def curve_checks(system: str, family: str, dtype: str) -> dict:
                                shapes=len(sc.points))}
 
 
-def attention_checks(system: str, kv: str, head_dim: int = 128) -> dict | None:
-    d, p = attention_rows(system, kv)
-    d, p = d[d["head_dim"] == head_dim], p[p["head_dim"] == head_dim]
-    if d.empty or p.empty:
+def stand_in(system: str, kv: str, key: tuple) -> tuple:
+    """The decode cells the cost uses where a table spans no decode grid (L40S): the decode-only
+    law of the width's (aic_pricer.AicPricer), at this head shape."""
+    fit = width_fit(system, kv, key[2], decode_only=True)
+    return law_cells(fit, key[0], key[1], key[2], 1.0 if kv == "fp8" else 2.0)
+
+
+def attention_checks(system: str, kv: str) -> dict | None:
+    """The grid law (aic_attention.grid_tables) judged two ways, decode and prefill apart,
+    decode at short context (< 256 cached tokens) also alone: ``shape``, each timed head shape
+    left out and carried from the two nearest timed shapes of its width by the width law's
+    ratio (aic_pricer.attention_cells, exclude: what a model whose shape is untimed gets; the
+    width law is fitted on every shape, the left-out one too: a mild optimism, as the GEMM
+    transfer's), against its measured rows; ``cells``, each interior column / row of a
+    shape's own grid left out (aic_attention.cell_check), against the measured cell means."""
+    grids = shape_cells(system, kv)
+    if not grids:
         return None
-    keys = sorted(set(map(tuple, d[SHAPE].to_numpy().tolist()))
-                  & set(map(tuple, p[SHAPE].to_numpy().tolist())))
-    own_d, own_p, abs_err, total = [], [], 0.0, 0.0
-    for key in keys:
-        md = (d[SHAPE].to_numpy() == np.array(key)).all(axis=1)
-        mp = (p[SHAPE].to_numpy() == np.array(key)).all(axis=1)
-        fit = fit_attention(d[md], p[mp])
-        t = np.concatenate([d["latency_s"].to_numpy()[md], p["latency_s"].to_numpy()[mp]])
-        pred = seconds(fit, d[md], p[mp])
-        e = pred / t - 1.0
-        abs_err, total = abs_err + float(np.abs(pred - t).sum()), total + float(t.sum())
-        own_d.append(e[:int(md.sum())])
-        own_p.append(e[int(md.sum()):])
-    loso = held_out(d, p)
-    own_d, own_p = np.concatenate(own_d), np.concatenate(own_p)
-    both = np.concatenate([own_d, own_p])
-    return record(both, "one law over the sums fitted on the head shape's own decode + "
-                        f"prefill rows (head width {head_dim}, serving range)",
-                  decode_mape=round(float(np.abs(own_d).mean()), 4),
-                  prefill_mape=round(float(np.abs(own_p).mean()), 4),
-                  time_weighted=round(abs_err / total, 4),
-                  loso_decode_mape=round(float(loso["decode"].mean()), 4),
-                  loso_prefill_mape=round(float(loso["prefill"].mean()), 4),
-                  shapes=len(keys))
+    d, p = attention_rows(system, kv)
+    gd, gp = d.groupby(SHAPE), p.groupby(SHAPE)
+    loso = {"decode": [], "prefill": [], "short": []}
+    cell = {"decode": [], "prefill": [], "short": []}
+    reached = 0
+    for key, (dec, pre) in grids.items():
+        got = cell_check((dec if dec is not None else stand_in(system, kv, key), pre))
+        if dec is not None:
+            cell["decode"].append(got["decode"])
+            cell["short"].append(got["decode"][got["decode_context"] < SHORT])
+        cell["prefill"].append(got["prefill"])
+        carry, how = attention_cells(system, kv, *key, exclude=True)
+        if carry is None:
+            continue
+        reached += 1
+        rows_p = gp.get_group(key)
+        rows_p = rows_p[rows_p["prompt"] > 1]
+        stand = (carry[0] if carry[0] is not None else stand_in(system, kv, key), carry[1])
+        loso["prefill"].append(grid_seconds(
+            stand, rows_p["batch"].to_numpy(np.float64), rows_p["prompt"].to_numpy(np.float64),
+            False) / rows_p["latency_s"].to_numpy() - 1)
+        if dec is not None and carry[0] is not None:
+            rows_d = gd.get_group(key)
+            ctx = rows_d["context"].to_numpy(np.float64)
+            e = grid_seconds(carry, rows_d["batch"].to_numpy(np.float64), ctx,
+                             True) / rows_d["latency_s"].to_numpy() - 1
+            loso["decode"].append(e)
+            loso["short"].append(e[ctx < SHORT])
+
+    decode_by = "grid"
+    if not loso["decode"]:  # no decode grid (L40S): the decode-only law, held out by shape
+        decode_by = "law"
+        loso["decode"] = [held_out(d, p.iloc[:0])["decode"]]
+        keys = sorted(set(map(tuple, d[SHAPE].to_numpy().tolist())))  # held_out's order
+        ctx = np.concatenate([d["context"].to_numpy()[(d[SHAPE].to_numpy() == k).all(axis=1)]
+                              for k in map(np.array, keys)])
+        loso["short"] = [loso["decode"][0][ctx < SHORT]]
+
+    def mape(parts):
+        return round(float(np.abs(np.concatenate(parts)).mean()), 4) if parts else None
+
+    both = np.concatenate(loso["decode"] + loso["prefill"])
+    worst = max(v for v in (mape(x) for x in (*loso.values(), *cell.values())) if v is not None)
+    return record(both, "grid law: each timed head shape left out, carried from the 2 "
+                        "nearest timed shapes (law ratio); and each interior grid column / "
+                        "row left out",
+                  shapes=len(grids), shapes_reached=reached, worst=worst, decode_by=decode_by,
+                  **{f"shape_{k}_mape": mape(v) for k, v in loso.items()},
+                  **{f"cells_{k}_mape": mape(v) for k, v in cell.items()})
 
 
 def allreduce_checks(system: str) -> dict | None:
@@ -141,11 +194,18 @@ def table(checks: dict, target: float = TARGET) -> list[str]:
         if parts[1] in ("gemm", "moe") and len(parts) == 3:
             continue  # the alias of the transfer row
         if parts[1] == "attention":
-            est = (f"one law, own shape: time-weighted {100 * rec['time_weighted']:.1f} %, "
-                   f"decode {100 * rec['decode_mape']:.1f} %, prefill "
-                   f"{100 * rec['prefill_mape']:.1f} %; shape left out: decode "
-                   f"{100 * rec['loso_decode_mape']:.1f} %, prefill "
-                   f"{100 * rec['loso_prefill_mape']:.1f} %")
+            def pct(x):
+                return "-" if x is None else f"{100 * x:.1f} %"
+            law = " (decode-only linear law)" if rec["decode_by"] == "law" else ""
+            est = (f"grid law; shape left out ({rec['shapes_reached']} of {rec['shapes']}): "
+                   f"decode{law} {pct(rec['shape_decode_mape'])} (short context "
+                   f"{pct(rec['shape_short_mape'])}), prefill {pct(rec['shape_prefill_mape'])}; "
+                   f"cells left out: decode {pct(rec['cells_decode_mape'])} (short "
+                   f"{pct(rec['cells_short_mape'])}), prefill {pct(rec['cells_prefill_mape'])}")
+            ok = "yes" if rec["worst"] <= target else "**no**"
+            out.append(f"| {system} | {versions.get(system, '?')} | {op} | {est} | "
+                       f"{100 * rec['mape']:.1f} % ({100 * rec['p90']:.0f} %) | {ok} |")
+            continue
         elif parts[1] == "allreduce":
             est = "measured curve, log-log in bytes"
         elif parts[3] == "measured":

@@ -28,6 +28,9 @@ batch grows), ``vllm-dynamic``, ``ema-adaptive`` (SGLang's default slots) and ``
 ``specdec++`` and ``entropy-stop`` and the bounds ``hindsight`` and ``oracle`` (TV) (k = 3,
 e = 1).
 
+``--policies eagle3,ngram``: ``fixed`` k = 3 with an EAGLE-3 head or vLLM's n-gram proposer
+as the drafter (:data:`POLICIES`).
+
 ``--cost calibrated`` prices the pairings with the calibrated model (on the A100 / Llama-2-7B
 shape: Vidur's table cell; the kernel evaluates its PassTables, simulator.cost.tabulated).
 
@@ -69,7 +72,12 @@ POLICIES = {"ar": {"policy": "ar"},
             "entropy-stop": {"policy": "entropy-stop", "num_speculative_tokens": 3, "extra": 1},
             # the bounds (TV)
             "hindsight": {"policy": "hindsight", "num_speculative_tokens": 3, "extra": 1},
-            "oracle": {"policy": "oracle", "num_speculative_tokens": 3, "extra": 1}}
+            "oracle": {"policy": "oracle", "num_speculative_tokens": 3, "extra": 1},
+            # drafters other than a draft model (``fixed`` k = 3): an EAGLE-3 head derived
+            # from the target (pass 1 over the target's pass), vLLM's n-gram proposer (its host
+            # seconds once per step; the default trace's acceptance, not an n-gram trace's)
+            "eagle3": {"policy": "fixed", "num_speculative_tokens": 3, "draft": "eagle3"},
+            "ngram": {"policy": "fixed", "num_speculative_tokens": 3, "draft": "ngram"}}
 
 
 def load_sim_bench():

@@ -131,7 +131,8 @@ class LiveConfig:
         process and seed, ``max_num_seqs`` running slots (vLLM-style continuous batching,
         non-chunked prefill), the same step composer and token budget, the same policy,
         window and verification rule; verification is not priced apart (``verify_cost =
-        "none"``): a live step's measured overhead holds it."""
+        "none"``): a live step's measured overhead holds it; no client side of TTFT
+        (``client_ttft_s = 0``): the loop stamps a token at its step's end, in process."""
         values = {"requests": n_requests, "sampling": "in_order", "arrival": self.arrival,
                   "rate": self.rate, "cv": self.cv,
                   "max_num_seqs": self.slots(n_requests), "policy": self.policy,
@@ -140,6 +141,7 @@ class LiveConfig:
                   "verify_cost": "none", "seed": self.seed}
         values.update(scheduler=self.scheduler, enable_chunked_prefill=False,
                       max_num_batched_tokens=self.token_budget)
+        values["client_ttft_s"] = 0.0
         return values
 
     def check_budget(self, prompt_len, n_requests: int) -> None:

@@ -1,7 +1,8 @@
 """Result tables and the summary (metric definitions: THEORY.md §6).
 
 Per-request table (one row per simulated request ``uid``): arrival, first_token, finish
-(seconds), tokens (emitted output tokens), steps (decode steps taken part in), drafted,
+(seconds, as the client sees them: the engine's times + ``client_ttft_s``, :func:`client_view`),
+tokens (emitted output tokens), steps (decode steps taken part in), drafted,
 verified, accepted (draft tokens), plus replica, trace_index, prompt_len, output_len,
 preemptions (times preempted, paged KV mode) and recomputed_tokens (Σ prompt + t over its
 preemptions: the tokens its re-admissions prefilled again; simulator.engine.kv).
@@ -100,19 +101,34 @@ class FrameField:
         return obj.__dict__[self.slot]
 
 
-def request_table(rec: Records, workload: Workload) -> pd.DataFrame:
-    """One row per simulated request (REQUEST_COLUMNS, then KV_REQUEST_COLUMNS)."""
-    return frame(request_columns(rec, workload))
+def client_view(engine_s: np.ndarray, client_s: float) -> np.ndarray:
+    """A request's first-token or finish time as its client sees it: the engine's time +
+    ``client_s`` (SimConfig ``client_ttft_s``: the API server, tokenisation, the trip into
+    the engine core and the streamed chunk back, which vLLM's serving benchmark times from the
+    client; simulator.cost.features.host.CLIENT_TTFT_S). Added to both stamps, so TTFT and
+    e2e grow by ``client_s`` and TPOT = (e2e − TTFT) / (tokens − 1) does not change; NaN (a
+    request a stopped run never reached) stays NaN; 0 returns the engine's array itself.
+    The one place the term is applied: every reporter (summary, plan's SLO judgement,
+    ``validate``) reads the request table. # [requests]"""
+    return engine_s if client_s == 0.0 else engine_s + client_s
 
 
-def request_columns(rec: Records, workload: Workload) -> Columns:
+def request_table(rec: Records, workload: Workload, client_s: float = 0.0) -> pd.DataFrame:
+    """One row per simulated request (REQUEST_COLUMNS, then KV_REQUEST_COLUMNS); first_token
+    and finish as the client sees them (:func:`client_view`; 0: the engine's own stamps, as
+    the engine-level tests compare them)."""
+    return frame(request_columns(rec, workload, client_s))
+
+
+def request_columns(rec: Records, workload: Workload, client_s: float = 0.0) -> Columns:
     """:func:`request_table`'s columns # [requests], without pandas."""
     n = workload.n
     return {
         "uid": np.arange(n, dtype=np.int64), "trace_index": workload.trace_index,
         "replica": rec.replica, "prompt_len": workload.prompt_len,
         "output_len": workload.output_len, "arrival": workload.arrival,
-        "first_token": rec.first_token, "finish": rec.finish, "tokens": rec.tokens,
+        "first_token": client_view(rec.first_token, client_s),
+        "finish": client_view(rec.finish, client_s), "tokens": rec.tokens,
         "steps": rec.steps, "drafted": rec.drafted, "verified": rec.verified,
         "accepted": rec.accepted, "preemptions": rec.preemptions,
         "recomputed_tokens": rec.recomputed,

@@ -101,6 +101,9 @@ class SimResult:
     summary: dict
     notes: tuple[str, ...] = ()  # what the run did that the config alone does not show
     steps_file: Path | None = None  # the streamed step table's Parquet file
+    #: The cost model that priced the run (before CUDA-graph padding), so a caller reporting
+    #: its sources (``specbatch simulate``) does not build it a second time.
+    cost_model: CostModel | None = dataclasses.field(default=None, repr=False)
 
     @property
     def steps(self) -> pd.DataFrame:
@@ -298,9 +301,9 @@ def run_engine_columns(config: SimConfig, trace: Trace, workload: Workload, cost
         rec = engine.run()
         del engine  # its per-request state: the tables below need only the records
     if steps_to is None:
-        return request_columns(rec, workload), step_columns(rec)
+        return request_columns(rec, workload, config.client_ttft_s), step_columns(rec)
     rec.step_rows.pack()  # the last rows to the writer
-    return request_columns(rec, workload), steps_to.close()
+    return request_columns(rec, workload, config.client_ttft_s), steps_to.close()
 
 
 @contextlib.contextmanager
@@ -370,8 +373,8 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     footprint = int((workload.prompt_len + workload.output_len).max(initial=0))
     footprint += policy.depth + 1
     validate_against_trace(config, trace, footprint)
-    cost = cost_model if cost_model is not None else build_cost(config)
-    cost = pad_to_graphs(cost, config.cuda_graph_sizes)
+    priced = cost_model if cost_model is not None else build_cost(config)
+    cost = pad_to_graphs(priced, config.cuda_graph_sizes)
     capacity = run_kv_capacity(config, cost, policy.speculates)
     if config.scheduler_row.mixed_steps:  # vLLM V1's checks: the budget and the block pool
         longest = int((workload.prompt_len + workload.output_len).max(initial=0))
@@ -398,7 +401,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         return SimResult(config=config, requests=requests,
                          step_table=None if streamed else steps,
                          summary=stopped_summary(requests, steps, stop.stopped_at, capacity),
-                         steps_file=Path(steps_file) if streamed else None)
+                         steps_file=Path(steps_file) if streamed else None, cost_model=priced)
     summary = summarize(requests, steps, config.slo)
     summary["scheduler"] = config.scheduler
     summary["policy"] = config.policy
@@ -429,7 +432,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
              + verify_notes(config) + split_notes(config, held_out) + hybrid_notes(config))
     return SimResult(config=config, requests=requests, step_table=None if streamed else steps,
                      summary=summary, notes=notes + (run_notes(config, cost) if run_notes else ()),
-                     steps_file=Path(steps_file) if streamed else None)
+                     steps_file=Path(steps_file) if streamed else None, cost_model=priced)
 
 
 def simulate_to(out_dir: str | os.PathLike, config: SimConfig, trace: Trace | None = None, *,

@@ -3,6 +3,7 @@ missing name is an AttributeError, never a half-imported package."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -65,3 +66,30 @@ def test_a_small_simulation_loads_only_what_it_uses(tmp_path):
                             timeout=120, check=True, env=env).stderr.strip().splitlines()[-1]
              for _ in range(2)]  # the first run keeps the trace in the cache folder
     assert lines[0] == "0 ['pyarrow']" and lines[1] == "0 []", lines
+
+
+def test_an_aic_or_auto_simulation_with_a_warm_cache_loads_only_what_it_uses(tmp_path):
+    """Issue 42 item 6: with the built aic model in the cache folder
+    (simulator.cost.measured.aic_cache), ``--cost aic`` and ``--cost auto`` (which resolves to
+    aic on the default H100) read no curve file and fit nothing: none of pandas, pyarrow,
+    scipy, ... is imported, as for the roofline. The cold run builds the model and prints
+    nothing but the one JSON object on stdout."""
+    heavy = ("pandas", "pyarrow", "scipy", "sklearn", "torch", "matplotlib", "numba")
+
+    def run(cost: str) -> tuple[dict, str]:
+        code = ("import sys; from specbatch.cli import main; "
+                f"rc = main(['simulate', '--requests', '10', '--json', '--cost', {cost!r}]); "
+                f"print(rc, sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=180, check=True,
+                              env=dict(os.environ, SPECBATCH_CACHE=str(tmp_path)))
+        return json.loads(proc.stdout), proc.stderr.strip().splitlines()[-1]
+
+    cold, loaded = run("aic")  # stdout is exactly one JSON object
+    assert "pandas" in loaded and cold["cost_source"]["cost"]["ran"] == "aic"
+    for cost in ("aic", "auto"):
+        warm, loaded = run(cost)
+        assert loaded == "0 []", (cost, loaded)
+        assert warm["cost_source"]["cost"]["ran"] == "aic"
+        assert {k: v for k, v in warm.items() if k != "cost_source"} == {
+            k: v for k, v in cold.items() if k != "cost_source"}

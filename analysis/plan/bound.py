@@ -8,15 +8,18 @@ monotone in every sample, ``percentile_p(L) ≤ percentile_p(X)``; since a reque
 every SLO in the run meets it under its bound too, the goodput share under L bounds the run's
 from above.
 
-Why it holds (vLLM V1 step composer, roofline or calibrated cost model; anything else gets
-no bound):
+Why it holds (vLLM V1 step composer; the roofline or any tabulated cost model, anything else
+gets no bound):
 
 - **step time**: the roofline pass time
   (simulator.cost.analytic.roofline.RooflineCost.time_from_sums) is nondecreasing in every
   batch sum (n, Σq, Σc, Σq·c, Σq²), so a step that carries request i takes at least
   the target's pass over i alone with query 1 and its prompt as cache, plus the per-step
   overhead the V1 step adds (simulator.engine.v1.step). Draft passes, the rejection sampler, CUDA
-  graph padding and other requests only add to it;
+  graph padding and other requests only add to it. A tabulated cost model (the calibrated
+  and the aic ones: simulator.cost.tabulated's ``pass_table``) is not monotone in the pass's
+  tokens; its floors (analysis.plan.pass_floor) take the least per-token parts over every
+  token count such a pass could have and its attention law at i alone;
 - **TTFT**: the first token needs i's prompt prefilled, at least one pass of
   ``max(1, P_i − shared prefix)`` query tokens on an empty cache (chunking a prompt into
   several passes only adds: the attention flops Σ q(c + (q+1)/2) of the chunks sum to the
@@ -25,42 +28,22 @@ no bound):
   length for the verified prefix s ≤ D (the policy's depth) under common random numbers
   keyed by (seed, request, position) (simulator.replay.chain). ``u(t) = 1 + max_{s ≤ D} τ_s(t)``
   bounds every advance, so the fewest steps from position 0 or 1 to O_i along advances
-  ``1..u(t)`` (a shortest path, :func:`fewest_steps`) is at most the steps any policy takes,
-  minus one step for where the first token falls (prefill or first decode step);
+  ``1..u(t)`` (a shortest path, :func:`fewest_steps`; its fast twin :func:`reach_steps`
+  reads it off the running maximum of t + u(t), the farthest k steps reach) is at most the
+  steps any policy takes, minus one step for where the first token falls (prefill or first
+  decode step);
 - e2e ≥ TTFT bound + steps × step time; TPOT = (e2e − TTFT) / (O_i − 1) ≥ steps × step time /
   (O_i − 1).
 
-**The calibrated cost model** (simulator.cost.measured.calibrated) is *not* monotone in the pass's
-tokens Q (a MoE target's grouped-expert GEMMs get cheaper as Q grows past tile boundaries; the laws'
-tile and wave rounding can too), so its floor assumes no monotonicity in Q. Its pass is
-``t = fixed + max(G, floor)``, ``G = P(Q) + A``: P = layers + lm_head + all-reduce depends on
-Q alone, the attention A = max(F / π, B / β) with F ∝ Σq·c + (Σq² + Σq)/2 and B ∝ Σc + 2Σq,
-nonnegative coefficients, so A is nondecreasing in every batch sum; t is nondecreasing in G.
-With ``g(x) = min_{x ≤ Q ≤ Q_max} P(Q)`` evaluated at every integer Q (a suffix minimum:
-:func:`per_token_table`, exactly the pricer's numbers), Q_max the token budget (vLLM V1 never
-schedules more; a CUDA-graph-padded pass is at most the largest captured size):
-
-- a step emitting i's tokens has Q ≥ 1 and i's query q ≥ 1 over a cache c with
-  q + c ≥ P_i + 1 (a decode step, or a recompute's last chunk), so F and B are at least
-  those of (1, P_i) (qc + (q² + q)/2 ≥ c + q, c + 2q ≥ P_i + 2), and the step costs at
-  least ``fixed + max(g(1) + A(1, P_i), floor)`` plus the overhead;
-- i's prefill in passes j = 1..k of x_j ≥ 1 of its tokens (Σ x_j = q_i, each pass's Q ≥ x_j)
-  costs Σ_j fixed + max(G_j, floor) ≥ fixed + max(Σ_j G_j, floor); Σ_j P(Q_j) ≥ Σ_j g(x_j)
-  ≥ h(q_i), the least such sum over every split of q_i (a shortest path,
-  :func:`split_floor`); Σ_j A_j ≥ A(q_i alone) since max is subadditive and the chunks'
-  F and B sum to at least the whole prompt's on an empty cache.
-
-The calibrated floors are shrunk by :data:`SLACK` (their parts are added in another order).
-
 tests/analysis/plan/test_bound.py checks ``L_i ≤ X_i`` request by request against the
 simulator on many settings (policies, verifiers, tp, loads, wrapped outputs, preemption,
-both cost models, a MoE target), and hypothesis tests the two calibrated lemmas above on
-random batches and chunkings.
+the roofline, calibrated and aic cost models, a MoE target), and hypothesis on random
+workloads and settings; tests/analysis/plan/test_pass_floor.py the pass floors against the
+models' own pass times.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -72,6 +55,10 @@ if TYPE_CHECKING:
 #: Most (request, position) pairs the step bound tabulates; larger workloads get the
 #: advance bound u(t) ≤ D + 1 instead (still a bound, looser, in closed form).
 MAX_CELLS = 20_000_000
+
+#: Most (depth, request, position) cells :func:`depth_steps` holds at once (every depth of a
+#: rule in one pass); beyond, each depth is computed alone (:func:`decode_steps`).
+BATCH_CELLS = 8_000_000
 
 
 @dataclass(frozen=True)
@@ -111,60 +98,46 @@ class BoundTables:
         self._costs: dict[tuple, tuple[np.ndarray, np.ndarray] | None] = {}
 
     def steps(self, depth: int, rule: str) -> np.ndarray:
-        """Fewest decode steps after the first token of every request (module docstring).
+        """Fewest decode steps after the first token of every request (module docstring):
+        every depth of ``rule`` up to the trace's K at once (:func:`depth_steps`, the fast twin
+        of the per-depth reference :func:`decode_steps`, which larger workloads take).
         # [N] int64"""
         key = (int(depth), rule if depth else "")
         if key not in self._steps:
-            self._steps[key] = decode_steps(self.trace, self.workload, self.seed, *key)
+            out = np.asarray(self.workload.output_len, dtype=np.int64)
+            top = int(self.trace.K)
+            cells = out.shape[0] * int(out.max(initial=0))
+            if depth == 0 and cells <= MAX_CELLS:  # one token a step: reach layers
+                u = advances(self.trace, self.workload, self.seed, 0, "")
+                self._steps[key] = np.maximum(np.minimum(*first_steps(u, out)) - 1, 0)
+            elif 0 < depth <= top and cells <= MAX_CELLS and top * cells <= BATCH_CELLS:
+                steps = depth_steps(self.trace, self.workload, self.seed, rule, top)
+                self._steps.update({(d, rule): v for d, v in steps.items()})
+            else:
+                self._steps[key] = decode_steps(self.trace, self.workload, self.seed, *key)
         return self._steps[key]
 
     def pass_times(self, config: SimConfig) -> tuple[np.ndarray, np.ndarray] | None:
         """(prefill, step) floors of :func:`pass_times` under ``config``'s cost model, or None
-        where no floor is proven (a cost model other than the roofline and the calibrated
-        one, a negative overhead). The calibrated floor tables are built once per target
-        pricing (they do not depend on the speculation setting)."""
-        from specbatch.analysis.plan.cost_source import shared_cost
-        from specbatch.simulator.cost.analytic.roofline import RooflineCost
-        from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
-        from specbatch.simulator.cost.features.graph_padding import capture_sizes
-        from specbatch.simulator.cost.features.host import HostCost
-        from specbatch.simulator.cost.measured.calibrated import CalibratedCost, RolePricer
+        where no floor is proven (:func:`target_floor`). A tabulated model's floor
+        (analysis.plan.pass_floor) is built once per target pricing: it does not depend on
+        the speculation setting."""
         from specbatch.simulator.run import async_overlaps
 
         key = (config.cost, config.hardware, config.target, config.draft, config.tp,
                config.profile, config.execution, config.draft_weight_bits,
                config.routing_skew, config.token_budget, config.cuda_graph_sizes,
                async_overlaps(config), config.quantization, config.kv_cache_dtype,
-               config.host)
+               config.host, config.draft_head, config.enable_expert_parallel,
+               config.data_parallel_size)  # every field simulator.run.build_cost reads
         if key not in self._costs:
-            cost = shared_cost(config)
-            # vLLM's host share (simulator.cost.features.host) only adds to the inner passes,
-            # and its own overhead is the one the floors add: they stay lower bounds
-            base = cost.inner if isinstance(cost, HostCost) else cost
-            if isinstance(base, DraftModelPasses):  # a vLLM V1 draft model's pass 1: drafts
-                base = base.inner  # only add to the target's passes the floors take
-            if isinstance(base, RooflineCost) and cost.overhead >= 0:
-                self._costs[key] = pass_times(cost, self.workload)
-            elif (isinstance(base, CalibratedCost) and cost.overhead >= 0
-                  and isinstance(base.roles["target"], RolePricer)):  # not an RTX profile cell
-                sizes = config.cuda_graph_sizes
-                q_max = max(int(config.token_budget),  # the token budget, or a padded pass
-                            capture_sizes(sizes)[-1] if sizes is not None else 0)
-                if q_max > SCALAR_MAX and not vectorised(cost.roles["target"]):
-                    self._costs[key] = None
-                    return None
-                query, prompt = pass_queries(self.workload)
-                floor = CalibratedFloor(cost, q_max, int(query.max(initial=1)))
-                self._costs[key] = floor.times(query, prompt)
-            else:
-                self._costs[key] = None
+            self._costs[key] = target_floor(config, self.workload)
         return self._costs[key]
 
     def bounds(self, fields: dict) -> Bounds | None:
         """The bounds of one configuration (the shared fields plus ``fields``), or None when
         the bound does not apply (a scheduler without vLLM V1's mixed steps, its catalogue row's
-        ``mixed_steps``; a cost model other than the
-        roofline and the calibrated one, a tree rule)."""
+        ``mixed_steps``; a cost model with no floor, :func:`target_floor`; a tree rule)."""
         from specbatch.simulator.config.sim_config import make_config
         from specbatch.simulator.policies.registry import make_policy
         from specbatch.simulator.replay.rules import rule_entry
@@ -182,6 +155,38 @@ class BoundTables:
         out = self.workload.output_len
         tpot = np.where(out > 1, decode / np.maximum(out - 1, 1), 0.0)
         return Bounds(ttft=prefill, tpot=tpot, e2e=prefill + decode)
+
+
+def target_floor(config: SimConfig, workload) -> tuple[np.ndarray, np.ndarray] | None:
+    """(prefill, step) floors of every request under ``config``'s cost model: the roofline's
+    own passes (:func:`pass_times`), a tabulated model's :class:`PassFloor`
+    (analysis.plan.pass_floor: the calibrated and the aic models), else None (a profiled
+    model, the LLMServingSim GPUs' calibrated pricer, a negative overhead)."""
+    from specbatch.analysis.plan.cost_source import shared_cost
+    from specbatch.analysis.plan.pass_floor import target_floor as table_floor
+    from specbatch.simulator.cost.analytic.roofline import RooflineCost
+    from specbatch.simulator.cost.features.async_overhead import AsyncOverheadCost
+    from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
+    from specbatch.simulator.cost.features.graph_padding import capture_sizes
+    from specbatch.simulator.cost.features.host import HostCost
+
+    cost = shared_cost(config)
+    if cost.overhead < 0:
+        return None
+    # vLLM's host share (simulator.cost.features.host) and async scheduling's overlap
+    # (simulator.cost.features.async_overhead) only add to the inner passes, and their own
+    # per-step overhead is the one the floors add: they stay lower bounds
+    base = cost.inner if type(cost) in (HostCost, AsyncOverheadCost) else cost
+    if type(base) is DraftModelPasses:  # a vLLM V1 draft model's pass 1: the drafts only
+        base = base.inner  # add to the target's passes the floors take
+    if isinstance(base, RooflineCost):
+        return pass_times(cost, workload)
+    sizes = config.cuda_graph_sizes
+    q_max = max(int(config.token_budget),  # the token budget, or a padded pass
+                capture_sizes(sizes)[-1] if sizes is not None else 0)
+    query, prompt = pass_queries(workload)
+    floor = table_floor(base, float(cost.overhead), q_max, int(query.max(initial=1)))
+    return None if floor is None else floor.times(query, prompt)
 
 
 def pass_times(cost, workload) -> tuple[np.ndarray, np.ndarray]:
@@ -274,148 +279,62 @@ def decode_steps(trace, workload, seed: int, depth: int, rule: str) -> np.ndarra
     return np.maximum(steps - 1, 0)
 
 
-#: Relative slack under the calibrated bounds: they re-add the pass's parts in another order
-#: than simulator.cost.measured.calibrated does (a few ulps), so they are shrunk by far more than
-#: that.
-SLACK = 1e-9
+def depth_steps(trace, workload, seed: int, rule: str, top: int) -> dict[int, np.ndarray]:
+    """:func:`decode_steps` of every depth D = 1..``top`` (≤ the trace's K) at once, its fast
+    twin: τ_s of every (request, position) for s = 1..top read once (a chain rule's τ_s reads
+    the uniforms of draft indices j < s alone, and they do not depend on how many are
+    drawn), u_D the running maximum over s ≤ D, and the fewest steps of every depth by
+    :func:`reach_steps`.  # {D: [N] int64}"""
+    from specbatch.simulator.replay.chain import request_keys, uniforms
+    from specbatch.simulator.replay.replay_tables import tables_for
+
+    out = np.asarray(workload.output_len, dtype=np.int64)
+    n, last = out.shape[0], int(out.max(initial=0))
+    req, pos = np.nonzero(np.arange(last)[None, :] < out[:, None])  # every (i, t), t < O_i
+    base = np.asarray(workload.row_base, dtype=np.int64)[req]
+    wrap = workload.wrap
+    rows = base + (pos if wrap is None else np.remainder(pos, np.asarray(wrap)[req]))
+    eta = uniforms(request_keys(seed, np.arange(n))[req], pos, top)  # [cells, top]
+    tables = tables_for(trace, rule)
+    u = np.zeros((top, n, last), dtype=np.int64)  # [D, N, T]
+    best = np.zeros(req.shape[0], dtype=np.int64)
+    for s in range(1, top + 1):
+        np.maximum(best, tables.tau(rows, np.full(req.shape[0], s, dtype=np.int64), eta),
+                   out=best)
+        u[s - 1, req, pos] = best + 1
+    flat, ends = u.reshape(top * n, last), np.tile(out, top)
+    steps = np.maximum(np.minimum(*first_steps(flat, ends)) - 1, 0).reshape(top, n)
+    return {d: steps[d - 1] for d in range(1, top + 1)}
 
 
-class CalibratedFloor:
-    """The calibrated target pass priced from below (module docstring).
-
-    ``g[x]`` = min over x ≤ Q ≤ Q_max of the per-token parts layers + lm_head + allreduce
-    (their suffix minimum: no monotonicity assumed), ``h[q]`` = the least Σ_j g[x_j] over the
-    ways to split q prompt tokens into passes of x_j ≥ 1 tokens (a shortest path);
-    attention and launch are added in closed form."""
-
-    def __init__(self, cost, q_max: int, longest: int) -> None:
-        self.role = cost.roles["target"]
-        self.overhead = float(cost.overhead)
-        self.g = suffix_min(per_token_table(self.role, q_max))  # [Q_max + 1]
-        self.h = split_floor(self.g, min(max(longest, 1), SPLIT_MAX))  # [top + 1]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            self.rate = float(np.min(self.g[1:] / np.arange(1, q_max + 1)))
-
-    def split(self, q: int) -> float:
-        """h(q); beyond the table max(h(top), q · min_x g[x] / x) (h is nondecreasing and
-        every part costs at least its tokens times that rate)."""
-        top = self.h.shape[0] - 1
-        return float(self.h[q]) if q <= top else max(float(self.h[top]), q * self.rate)
-
-    def pass_floor(self, per_token: float, sums: tuple[float, float, float, float],
-                   window: tuple[float, float] | None = None) -> float:
-        """fixed + max(per-token parts + attention, host floor) + the step overhead (a
-        sliding-window target's attention at its ``window`` sums,
-        simulator.cost.analytic.window)."""
-        fixed, floor = self.role.launch
-        gpu = per_token + (self.role.attention(*sums) if window is None
-                           else self.role.attention(*sums, window))
-        return (fixed + max(gpu, floor) + self.overhead) * (1.0 - SLACK)
-
-    def times(self, query: np.ndarray, prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(TTFT floor of a prefill of ``query`` tokens, floor of a step over a ``prompt``
-        cache), as :func:`pass_times`.  # ([N], [N])"""
-        g1 = float(self.g[1])
-        w = self.role.consts.window if self.role.consts.sliding_layers else 0
-        prefill = np.array([self.pass_floor(self.split(q), (float(q), 0.0, 0.0, float(q * q)),
-                                            windowed_pass(w, q, 0))
-                            for q in query.tolist()])
-        step = np.array([self.pass_floor(g1, (1.0, float(c), float(c), 1.0),
-                                         windowed_pass(w, 1, c))
-                         for c in prompt.tolist()])
-        return prefill, step
+def reach_steps(u: np.ndarray, out: np.ndarray, start: int) -> np.ndarray:
+    """:func:`fewest_steps` by reach layers, its fast twin: the positions k steps reach from
+    ``start`` are an interval [start, R_k] (every advance may be cut short), and
+    R_{k+1} = max_{start ≤ t ≤ R_k} t + u[i, t], a running maximum read once per step.
+    u # [N, T] (≥ 1 below O_i);  out # [N];  returns # [N] int64 (0 where start ≥ O_i)"""
+    return first_steps(u, out)[start]
 
 
-def windowed_pass(window: int, q: int, c: int) -> tuple[float, float] | None:
-    """The window sums (K^W, P^W) of one request's pass of ``q`` tokens over ``c`` cached
-    (None without a window). The floors hold with windows too: a request's window work is
-    nondecreasing in q and c, and a prompt's chunks do at least its one-pass work (each
-    query's keys depend on its position alone; each chunk reads its own q keys)."""
-    from specbatch.simulator.cost.analytic.window import window_sums
-
-    return None if not window else window_sums([q], [c], window)
-
-
-#: Largest token budget a pricer without the vectorised tail (:func:`vectorised`) is
-#: tabulated to; beyond, no bound (pricing every Q would cost more than skipping saves).
-SCALAR_MAX = 16384
-
-#: Longest prompt the split table h is tabulated to (O(top · Q_max) work); beyond, the
-#: linear floor of :meth:`CalibratedFloor.split`.
-SPLIT_MAX = 8192
-
-
-def suffix_min(p: np.ndarray) -> np.ndarray:
-    """g[x] = min_{Q ≥ x} p[Q].  # [Q_max + 1]"""
-    return np.minimum.accumulate(p[::-1])[::-1].copy()
-
-
-def split_floor(g: np.ndarray, top: int) -> np.ndarray:
-    """h[q] = min over splits of q into parts 1 ≤ x_j ≤ Q_max of Σ g[x_j] (h[0] = 0): the
-    shortest path h[q] = min_x h[q − x] + g[x].  # [top + 1]"""
-    q_max = g.shape[0] - 1
-    h = np.zeros(top + 1)
-    for q in range(1, top + 1):
-        w = min(q, q_max)
-        h[q] = np.min(h[q - w:q][::-1] + g[1:w + 1])
-    return h
-
-
-def per_token_table(role, q_max: int) -> np.ndarray:
-    """p[Q] = layers + lm_head + allreduce of the target pass at Q = 1..q_max tokens, as
-    :meth:`simulator.cost.measured.calibrated.RolePricer.per_token_parts` prices them, with
-    the LM head at one logit row: the fewest a pass samples (vLLM takes logits at a prefill
-    chunk's last token only, simulator.cost.analytic.roofline), and the head is nondecreasing in
-    its rows (p[0] = inf). Dense full-precision shapes are priced in one vectorised call past
-    the last grid point where the pricer extrapolates (edge value times the law's growth);
-    anything else calls the pricer for every Q.  # [q_max + 1]"""
-    p = np.full(q_max + 1, np.inf)
-    head1 = role.per_token_parts(1.0)[1]  # the LM head at one logit row
-    corr = next(iter((role.fit.corrections or {}).values()), None)
-    edges = [float(corr.grid[-1])] if corr is not None else [0.0]
-    if role.cell is not None:
-        edges.append(float(role.cell.grid[-1]))
-    vector = vectorised(role)
-    last = int(math.ceil(max(edges))) if vector else q_max
-    for q in range(1, min(last, q_max) + 1):
-        layers, _, comm = role.per_token_parts(float(q))
-        p[q] = layers + head1 + comm
-    if last < q_max:
-        qs = np.arange(last + 1, q_max + 1, dtype=np.float64)  # [tail]
-        p[last + 1:] = tail_layers(role, qs, edges) + head1 + np.array(
-            [tail_allreduce(role, q) for q in qs.tolist()])
-    return p
-
-
-def vectorised(role) -> bool:
-    """Whether :func:`per_token_table` prices the tail in one call (a dense full-precision shape,
-    the target's weights unquantised); otherwise every Q costs one pricer call (~1 ms for a MoE
-    target)."""
-    from specbatch.simulator.cost.measured.sources import sparse
-
-    return not sparse(role.shape) and role.weight_bits >= 16 and not role.fmt.quantized
-
-
-def tail_allreduce(role, q: float) -> float:
-    """RolePricer.per_token_parts' all-reduce term (0 on one GPU)."""
-    if role.tp <= 1:
-        return 0.0
-    return 2 * role.shape.layers * role.one_allreduce(role.hw.dtype_bytes * role.shape.hidden * q)
-
-
-def law_layers(role, qs: np.ndarray) -> np.ndarray:
-    """RolePricer.law_layers of a dense full-precision shape at every Q of qs.  # [tail]"""
-    from specbatch.simulator.cost.measured.laws import embedding_seconds, layer_seconds
-    from specbatch.simulator.cost.measured.sources import layer_shape
-
-    ls = layer_shape(role.shape)
-    return (embedding_seconds(role.fit, ls, role.tp, qs)
-            + role.shape.layers * layer_seconds(role.fit, ls, role.tp, qs))
-
-
-def tail_layers(role, qs: np.ndarray, edges: list[float]) -> np.ndarray:
-    """RolePricer.layers past every grid: its edge value times law(Q) / law(edge)."""
-    edge = float(role.cell.grid[-1]) if role.cell is not None else edges[0]
-    if role.cell is None and edge == 0.0:  # no correction grid: the law itself
-        return law_layers(role, qs)
-    return role.layers(edge) * law_layers(role, qs) / role.law_layers(edge)
+def first_steps(u: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`reach_steps` from position 0 and from position 1, in one loop over the steps.
+    # ([N], [N]) int64"""
+    n, last = u.shape
+    t = np.arange(last)
+    far = np.maximum.accumulate(t + u, axis=1)  # [N, T] farthest reach from 0..t
+    late = np.maximum.accumulate(np.where(t >= 1, t + u, 0), axis=1)  # from 1..t
+    far = np.concatenate([far, late]).reshape(2 * n * last)  # [2N · T]
+    ends = np.concatenate([out, out])  # [2N]
+    reach = np.repeat(np.array([0, 1], dtype=np.int64), n)  # [2N]
+    steps = np.zeros(2 * n, dtype=np.int64)
+    live = np.nonzero(reach < ends)[0]
+    base = live * last
+    k = 0
+    while live.size:
+        k += 1
+        got = far[base + reach[live]]
+        reach[live] = got
+        done = got >= ends[live]
+        steps[live[done]] = k
+        keep = ~done
+        live, base = live[keep], base[keep]
+    return steps[:n], steps[n:]

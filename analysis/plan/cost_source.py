@@ -32,8 +32,11 @@ _COSTS: dict[tuple, object] = {}
 
 
 #: SimConfig fields the planner varies within a deployment that no cost model reads (the
-#: speculation setting and the data-parallel copies): runs differing only in them share one.
-NOT_COST_FIELDS = ("policy", "num_speculative_tokens", "extra", "verify", "replicas")
+#: speculation setting, the data-parallel copies, and the seeds and acceptance profiles of
+#: analysis.plan.seeds and analysis.plan.breakeven; simulator.run.build_cost reads none of
+#: them): runs differing only in them share one.
+NOT_COST_FIELDS = ("policy", "num_speculative_tokens", "extra", "verify", "replicas", "seed",
+                   "acceptance_profile")
 
 
 def cost_key(config: SimConfig) -> str:

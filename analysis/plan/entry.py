@@ -8,6 +8,7 @@ fails or cannot matter, or its early stop ended it once it could not beat the fr
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -92,7 +93,20 @@ def _depth(row: dict) -> int:
     return policy_depth(make_config(fields))
 
 
+#: The run config fields :func:`_memory_constants` reads (with the deployment's hardware).
+MEMORY_FIELDS = ("target", "draft", "quantization", "kv_cache_dtype", "kv_mode", "block_size",
+                 "hardware", "scheduler", "disable_hybrid_kv_cache_manager")
+
+
 def _memory_constants(d: Deployment, config: dict) -> tuple:
+    """:func:`memory_constants` of the fields it reads, once per process for each (a plan
+    judges hundreds of runs on a few deployments)."""
+    return memory_constants(d.hardware, tuple((k, config[k]) for k in MEMORY_FIELDS
+                                              if k in config))
+
+
+@functools.lru_cache(maxsize=256)
+def memory_constants(hardware: str, fields: tuple) -> tuple:
     """(weights of target + draft in GB per replica, KV bytes per cached token), the target's
     weights in the run's ``quantization`` and the KV at its ``kv_cache_dtype``
     (simulator.cost.analytic.precision); for a sliding-window model under vLLM's hybrid KV cache
@@ -102,8 +116,9 @@ def _memory_constants(d: Deployment, config: dict) -> tuple:
     from specbatch.simulator.cost.gpus.hardware import get_hardware, weight_bytes
     from specbatch.traces.models.shapes import find_shape
 
+    config = dict(fields)
     target, draft = config["target"], config["draft"]
-    hw = get_hardware(d.hardware)
+    hw = get_hardware(hardware)
     shapes = [s for s in (find_shape(target), find_shape(draft)) if s is not None]
     quantized = quantized_weights(hw, target, draft, 16, config.get("quantization", "none"))
     kv_b = kv_element_bytes(config.get("kv_cache_dtype", "auto"), hw)

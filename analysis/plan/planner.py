@@ -20,6 +20,7 @@ The choice is written as a ``simulate`` config (``OUT/plan.toml``): ``specbatch 
 from __future__ import annotations
 
 import dataclasses
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,13 +77,26 @@ def run_plan(question: Question, out: str | Path | None = None, **executor: Any)
 
     The folder is claimed before anything is written (analysis.plan.out_dir: refused when it
     holds anything but this question's plan; one plan at a time). ``plan.json`` is written
-    before the figure, and a figure that fails costs only the figure.
+    before the figure, and a figure that fails costs only the figure. Configs are memoised
+    meanwhile (simulator.config.sim_config.remembered_configs).
     """
+    from specbatch.simulator.config.sim_config import remembered_configs
+
+    with remembered_configs():  # the catalogues do not change while a plan runs
+        return _run_plan(question, out, **executor)
+
+
+def _run_plan(question: Question, out: str | Path | None, **executor: Any) -> dict:
     from specbatch.analysis.plan.out_dir import claimed_plan_dir, default_out
+    from specbatch.analysis.plan.runner import PlanPool
 
     preflight(question)
     out = Path(out) if out is not None else default_out(question)
-    with claimed_plan_dir(out, question) as out:
+    pool = None  # one pool for the whole plan (analysis.plan.runner.PlanPool)
+    if executor.get("scheduler") is None and int(executor.get("workers", 1)) > 1:
+        executor = {**executor, "pool": PlanPool(int(executor["workers"]))}
+        pool = executor["pool"]
+    with claimed_plan_dir(out, question) as out, pool or nullcontext():
         out = out.resolve()
         base = question.base
         if question.lengths is not None:

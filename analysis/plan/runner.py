@@ -21,14 +21,73 @@ from specbatch.analysis.plan.entry import judge_entry
 from specbatch.analysis.plan.slo import Slos, StopRule
 from specbatch.analysis.plan.space import Deployment, Speculation
 
+#: A round's pending runs below which the pool is not used (they run in the parent): handing
+#: a few runs to workers saves less wall than it costs (pickling, a worker's first run).
+POOL_MIN_RUNS = 4
+
+
+def default_workers(cores: int | None = None) -> int:
+    """``--workers``' default: ``min(4, cores)`` on more than 2 cores, else 1. On 2 cores a pool
+    of 2 costs more CPU than it saves wall (the README's question: 17.0 CPU-s and 11.3 s wall
+    with 2 workers, 9.5 CPU-s and 9.3 s in one process; docs/benchmarks.md)."""
+    cores = (os.cpu_count() or 1) if cores is None else cores
+    return min(4, cores) if cores > 2 else 1
+
+
+class PlanPool:
+    """The plan's one local pool of ``workers`` processes, shared by every :class:`Runner` of a
+    plan (search, seeds, break-even, band). It is forked lazily, the first time a round has at
+    least :data:`POOL_MIN_RUNS` runs pending (:meth:`pays`), and only after this process has
+    computed a run (:meth:`Runner.run` runs one first), so the workers inherit the loaded
+    kernel, the trace and the cost models instead of loading them each. Which runs go where
+    never changes a result (each run is a pure function of its config)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = int(workers)
+        self._pool = None
+        self.parent_runs = 0  # runs computed in this process
+
+    def pays(self, pending: int) -> bool:
+        """Whether ``pending`` runs go to the pool."""
+        return self.workers > 1 and pending >= POOL_MIN_RUNS
+
+    @property
+    def started(self) -> bool:
+        return self._pool is not None
+
+    def executor(self):
+        """The pool, forked now if it is not yet (fork where the platform has it)."""
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            from specbatch.analysis.sweep.executors import _init_worker
+
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("fork" if "fork" in methods else None)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context,
+                                             initializer=_init_worker, initargs=(os.getpid(),))
+        return self._pool
+
+    def close(self, failed: bool = False) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=not failed, cancel_futures=failed)
+            self._pool = None
+
+    def __enter__(self) -> PlanPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close(failed=exc[0] is not None)
+
 
 class Runner:
     """Simulates candidates into one point store, reusing stored runs, on one executor
-    (a local pool forked per round from a parent that holds the trace, or one Dask client)."""
+    (the plan's :class:`PlanPool`, or one Dask client)."""
 
     def __init__(self, base: dict, runs_dir: Path, workers: int = 1,
                  scheduler: str | None = None, progress: bool = False,
-                 early: bool = False) -> None:
+                 early: bool = False, pool: PlanPool | None = None) -> None:
         from specbatch.analysis.sweep.executors import _cached_trace
         from specbatch.analysis.sweep.points import trace_fingerprint
         from specbatch.simulator.config.sim_config import make_config
@@ -40,7 +99,10 @@ class Runner:
         self.trace_ids = {config.trace: trace_fingerprint(config.trace)[0]}
         self.early = early  # apply the candidates' stop rules (else every run is whole)
         self.runs = self.computed = self.reused = self.stopped = 0
-        self._client = self._cluster = self._pool = None
+        self._client = self._cluster = None
+        # the plan's pool when given (run_plan's), else one of this runner's own
+        self._own = pool is None and scheduler is None and workers > 1
+        self.pool = PlanPool(workers) if self._own else pool
 
     def __enter__(self) -> Runner:
         from tqdm.auto import tqdm
@@ -54,20 +116,12 @@ class Runner:
             from specbatch.analysis.sweep.executors import _dask_client
 
             self._client, self._cluster = _dask_client(self.scheduler, self.workers)
-        elif self.workers > 1:  # one pool for the whole search: each worker imports the
-            # simulator and builds a deployment's cost tables once, not once per round
-            from concurrent.futures import ProcessPoolExecutor
-
-            from specbatch.analysis.sweep.executors import _init_worker
-
-            self._pool = ProcessPoolExecutor(max_workers=self.workers,
-                                             initializer=_init_worker, initargs=(os.getpid(),))
         return self
 
     def __exit__(self, *exc) -> None:
         self.bar.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=exc[0] is None, cancel_futures=exc[0] is not None)
+        if self._own:
+            self.pool.close(failed=exc[0] is not None)
         if self._client is not None:
             self._client.close()
         if self._cluster is not None:
@@ -99,7 +153,7 @@ class Runner:
 
         A run with a rule is stored under its key and the rule's; one the rule did not stop
         is also stored under the plain key (an exhaustive rerun reuses it)."""
-        from specbatch.analysis.sweep.executors import execute
+        from specbatch.analysis.sweep.executors import _call, execute
         from specbatch.analysis.sweep.points import load_point, run_key, store_point
         from specbatch.analysis.sweep.runner import input_identity, read_requests
         from specbatch.analysis.sweep.spec import resolve_config
@@ -125,11 +179,18 @@ class Runner:
             fresh[key] = (summary, requests)
             self.bar.update(1)
 
-        if self._pool is not None and len(todo) > 1:
-            run_on_pool(self._pool, todo, done)
+        if self._client is not None:
+            execute(simulate_point, todo, done, client=self._client)
+        elif self.pool is not None and self.pool.pays(len(todo)):
+            first = 0 if self.pool.started or self.pool.parent_runs else 1
+            for key, config in todo[:first]:  # the kernel loaded here: the workers inherit it
+                done(key, config, *_call(simulate_point, config))
+                self.pool.parent_runs += 1
+            run_on_pool(self.pool.executor(), todo[first:], done)
         else:
-            execute(simulate_point, todo, done, **({"client": self._client}
-                                                   if self._client is not None else {}))
+            execute(simulate_point, todo, done)
+            if self.pool is not None:
+                self.pool.parent_runs += len(todo)
         self.runs += len(candidates)
         self.computed += len(todo)
         self.reused += len(candidates) - len(todo)

@@ -25,8 +25,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from specbatch.analysis.report.ties import t_interval  # noqa: F401 - re-exported
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import SimConfig
 
@@ -106,18 +106,6 @@ def select(df: pd.DataFrame, where: Mapping | None = None) -> pd.DataFrame:
         else:
             mask &= (df[col] == value).to_numpy()
     return df[mask]
-
-
-def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """Mean and Student-t interval of i.i.d. values; (mean, NaN, NaN) when n < 2."""
-    x = np.asarray(values, dtype=float)  # [n]
-    if x.size == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(x.mean())
-    if x.size < 2:
-        return mean, math.nan, math.nan
-    half = float(stats.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
-    return mean, mean - half, mean + half
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from specbatch import __version__
@@ -119,18 +120,36 @@ def store_point(out: str | os.PathLike, config: dict, summary: dict, requests: p
     points = Path(out) / "points"
     points.mkdir(parents=True, exist_ok=True)
     if requests is not None:
-        requests = requests.copy()
-        if "e2e" not in requests and {"finish", "arrival"} <= set(requests.columns):
-            requests["e2e"] = requests["finish"] - requests["arrival"]
-        if "ttft" not in requests and {"first_token", "arrival"} <= set(requests.columns):
-            requests["ttft"] = requests["first_token"] - requests["arrival"]
-        cols = [c for c in REQUEST_COLUMNS if c in requests.columns]
-        frame = requests[cols].reset_index(drop=True)
-        atomic_write(requests_path(out, key), lambda tmp: frame.to_parquet(tmp, index=False))
+        atomic_write(requests_path(out, key), request_writer(requests))
     record = {"key": key, "version": __version__, "config": config,
               "summary": plain(summary), "elapsed_s": round(elapsed_s, 6)}
     atomic_write(point_path(out, key), json.dumps(record, indent=1, allow_nan=True).encode())
     return key
+
+def request_writer(requests: pd.DataFrame):
+    """A function writing a run's kept per-request columns (:data:`REQUEST_COLUMNS`, ``e2e``
+    and ``ttft`` derived when absent) as Parquet to a path. All-numeric columns (the
+    simulator's tables) are handed to pyarrow as arrays, skipping pandas' conversion (~1.5 ms
+    a run; read back as the same frame: numeric columns, a default index); any other column
+    goes through ``DataFrame.to_parquet``."""
+    have = set(requests.columns)
+    extra = {}
+    if "e2e" not in have and {"finish", "arrival"} <= have:
+        extra["e2e"] = requests["finish"].to_numpy() - requests["arrival"].to_numpy()
+    if "ttft" not in have and {"first_token", "arrival"} <= have:
+        extra["ttft"] = requests["first_token"].to_numpy() - requests["arrival"].to_numpy()
+    columns = {c: extra[c] if c in extra else requests[c].to_numpy()
+               for c in REQUEST_COLUMNS if c in have or c in extra}  # [N] each
+    if all(isinstance(v, np.ndarray) and v.dtype.kind in "biuf" for v in columns.values()):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.table(columns) if columns else pa.table({})
+        return lambda tmp: pq.write_table(table, tmp)
+    frame = pd.DataFrame({c: requests[c] if c not in extra else extra[c]
+                          for c in columns}).reset_index(drop=True)
+    return lambda tmp: frame.to_parquet(tmp, index=False)
+
 
 def load_point(out: str | os.PathLike, key: str) -> dict | None:
     """A stored run's record, or None when it is missing, unreadable (truncated, binary) or

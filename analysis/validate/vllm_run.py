@@ -75,13 +75,24 @@ def cost_source(cost: str, preset: str) -> str:
     return "roofline: datasheet peaks with assumed efficiencies (simulator.cost.gpus.hardware)"
 
 
+#: The replay's ``client_ttft_s`` and why (a row of the report's mapped settings): the
+#: recorder's stamps are the engine core's, so no client-side share is in the measured TTFT.
+CLIENT_ROW = ("client side of TTFT and e2e (not in the stamps)", 0.0,
+              "client_ttft_s = 0: TTFT = first_token_ts - queued_ts and e2e = last_token_ts - "
+              "queued_ts are vLLM's RequestStateStats stamps, both taken in the engine core "
+              "(the scheduler's QUEUED event, the EngineCoreOutputs timestamp); LLMServingSim's "
+              "bench drives AsyncLLM in process with pre-tokenised prompts (no HTTP server, no "
+              "tokenisation), and queued_ts is after the input's trip into the engine core")
+
+
 def sim_values(run: VllmRun, settings, hardware: str, model: str, cost: str) -> dict:
     """SimConfig values of the replay: the mapped settings, the run's arrivals (the workload
-    file :func:`simulate_run` writes), the GPU and model, ``cost``. ``ar`` drafts nothing, so
-    the acceptance trace is never read: the synthetic one stands in."""
+    file :func:`simulate_run` writes), the GPU and model, ``cost``, no client-side share of
+    TTFT (:data:`CLIENT_ROW`). ``ar`` drafts nothing, so the acceptance trace is never read:
+    the synthetic one stands in."""
     return {**settings.values, "arrival": "trace",
             "requests": int(len(run.requests)), "trace": "synth", "hardware": hardware,
-            "target": model, "cost": cost, "seed": 0}
+            "target": model, "cost": cost, "seed": 0, "client_ttft_s": CLIENT_ROW[1]}
 
 
 #: The workload file of a replay kept in a result folder (``validate --vllm --out``).
@@ -184,7 +195,7 @@ def validate_vllm(name_or_dir: str, cost: str = "roofline", hardware: str | None
         "metrics": {key: cmp["metrics"][key] for key in HEADLINE},
         "all_metrics": cmp["metrics"], "tests": cmp["tests"],
         "timeseries": timeseries(run.timeseries, simulated),
-        "settings": {"mapped": [list(r) for r in settings.mapped],
+        "settings": {"mapped": [list(r) for r in settings.mapped] + [list(CLIENT_ROW)],
                      "not_modelled": unmodelled,
                      "not_read": list(settings.other)},
         "simulated_kv_capacity": sim.summary.get("kv_capacity"),

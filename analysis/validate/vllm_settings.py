@@ -257,6 +257,8 @@ def _scheduler(r: _Reader, values: dict) -> None:
     values["async_scheduling"] = bool(asy)
     r.map(o, asy, "async_scheduling = " + ("true: the per-step CPU overhead overlaps the "
                                            "target pass (simulator.cost.features.async_overhead)"
+                                           " and each step is scheduled one step ahead "
+                                           "(simulator.engine.async_lag)"
                                            if asy else "false"))
     sched = r.resolved.get("scheduler_config") or {}
     for key, why in SCHEDULER_UNMODELLED.items():

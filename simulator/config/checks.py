@@ -41,11 +41,53 @@ NO_VERIFY_POLICIES = names(verifies=False)
 PREDICTOR_POLICIES = names(predictor=True)
 
 
+#: Configs :func:`validate_config` passed while remembering is on (None: off;
+#: simulator.config.sim_config.remembered_configs): simulate validates the config
+#: make_config already did. Frozen configs, and what the checks look up does not change then.
+_VALID: set | None = None
+
+
+_SPECS: dict[type, dict] = {}  # a config class's field_specs while remembering
+
+
+def remember_valid(on: bool) -> None:
+    """Start (a fresh memo) or stop remembering the configs :func:`validate_config` passed
+    (and each config class's field_specs, ~1.5 ms to build: its choices are asked each time
+    outside, as a catalogue may grow)."""
+    global _VALID
+    _VALID = set() if on else None
+    _SPECS.clear()
+
+
+def _field_specs(cls: type) -> dict:
+    if _VALID is None:
+        return field_specs(cls)
+    if cls not in _SPECS:
+        _SPECS[cls] = field_specs(cls)
+    return _SPECS[cls]
+
+
 def validate_config(c: SimConfig, where: str = "config") -> None:
     """Static checks (no trace needed); raises a one-line :class:`SpecbatchError`."""
+    if _VALID is None:
+        _check_config(c, where)
+        return
+    try:
+        if c in _VALID:
+            return
+    except TypeError:  # an unhashable config: checked every time
+        _check_config(c, where)
+        return
+    _check_config(c, where)
+    if len(_VALID) >= 4096:
+        _VALID.clear()
+    _VALID.add(c)
+
+
+def _check_config(c: SimConfig, where: str) -> None:
     from specbatch.simulator.policies.registry import resolve_policy  # local: no import cycle
 
-    check_ranges(c, field_specs(type(c)), where)
+    check_ranges(c, _field_specs(type(c)), where)
     cls = resolve_policy(c.policy, f"{where}: field policy")
     check_tree_config(c, bool(getattr(cls, "tree", False)), where)
     check_policy_knobs(c, where)

@@ -18,6 +18,7 @@ largest request) in :func:`validate_against_trace`. Every failure is one line,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import stat
@@ -41,7 +42,7 @@ from specbatch.fields import (
     markdown_table,
     resolve_aliases,
 )
-from specbatch.simulator.config import schedulers
+from specbatch.simulator.config import checks, schedulers
 from specbatch.simulator.config.checks import (  # noqa: F401 - importable from here too
     NO_EXTRA_POLICIES,
     NO_K_POLICIES,
@@ -59,6 +60,7 @@ from specbatch.simulator.config.checks import (  # noqa: F401 - importable from 
     validate_config,
 )
 from specbatch.simulator.cost.analytic.precision import KV_CACHE_DTYPES, QUANTIZATIONS
+from specbatch.simulator.cost.features.host import CLIENT_TTFT_S
 from specbatch.simulator.cost.gpus.hardware import (
     DEFAULT_EXECUTION,
     DEFAULT_SAMPLER,
@@ -326,7 +328,11 @@ class SimConfig:
     async_scheduling: bool = knob(False, "vLLM's --async-scheduling: the per-step CPU "
                                   "overhead overlaps the target pass (a step takes max(pass, "
                                   "overhead), not their sum; "
-                                  "simulator.cost.features.async_overhead); dropped for a "
+                                  "simulator.cost.features.async_overhead), and under "
+                                  "vllm-v1 a step is composed one step ahead: with the "
+                                  "arrivals up to the last step's start, the last step's "
+                                  "finished requests still holding their slots and blocks "
+                                  "(simulator.engine.async_lag); dropped for a "
                                   "speculative run with draft = ngram, which vLLM runs "
                                   "synchronously (its AR arm keeps it)")
     host: str = knob("vllm", "the engine's host time (simulator.cost.features.host): vllm = "
@@ -334,6 +340,13 @@ class SimConfig:
                      "CPU profile), the proposer loop's per-pass floor and the n-gram "
                      "proposer's CPU time; fixed = the hardware preset's flat per-step "
                      "overhead (1 ms) and free n-gram drafts", choices=("vllm", "fixed"))
+    client_ttft_s: float = knob(
+        CLIENT_TTFT_S, "seconds a client sees outside the engine (vLLM's API server, "
+        "tokenisation, the trip into the engine core, the streamed chunk back; no vLLM knob): "
+        "added to each request's first token and finish (simulator.metrics.client_view), so "
+        "TTFT and e2e grow by it and TPOT does not; assumed, not fitted "
+        "(simulator.cost.features.host); validate (a live run, --vllm) replays with 0, "
+        "their measured stamps being the engine's", range=at_least(0, "seconds"))
     verify_cost: str = knob(DEFAULT_SAMPLER, "verification time per decode step "
                             "(simulator.cost.verify_cost): fused (probability bytes over "
                             "bandwidth + 50 us per call), torch (+ this repo's torch path as "
@@ -430,9 +443,60 @@ def _canonical(values: Mapping[str, Value], where: str) -> dict[str, Value]:
     return out
 
 
+#: make_config's configs by their input values (:func:`_made_key`) while
+#: :func:`remembered_configs` is on (None: off): a plan builds the same config hundreds of
+#: times (~1 ms each: coercion, two field checks, validate_config). Only configs that passed
+#: are kept; ``where`` only words errors; SimConfig is frozen, so callers may share one.
+_MADE: dict[tuple, SimConfig] | None = None
+_MADE_MAX = 4096
+
+
+@contextlib.contextmanager
+def remembered_configs():
+    """Memoise :func:`make_config` and checks.validate_config inside the block (a plan: what
+    validation looks up, the hardware, models, policies and scheduler rows, does not change
+    while it runs; outside, a test may change them). Nested blocks share the outer memo."""
+    global _MADE
+    if _MADE is not None:
+        yield
+        return
+    _MADE = {}
+    checks.remember_valid(True)
+    try:
+        yield
+    finally:
+        _MADE = None
+        checks.remember_valid(False)
+
+
+def _made_key(values: Mapping[str, Value]) -> tuple | None:
+    """``values`` as a memo key (each value with its type, a float by its repr: ``True``,
+    ``1`` and ``1.0``, or ``0.0`` and ``-0.0``, are different inputs), None when unhashable."""
+    try:
+        key = tuple((k, type(v), repr(v) if isinstance(v, float) else v)
+                    for k, v in values.items())
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def make_config(values: Mapping[str, Value], where: str = "config") -> SimConfig:
     """Build and validate a :class:`SimConfig` from a dict (aliases allowed, values coerced:
-    command-line strings, integral floats and numpy numbers are converted)."""
+    command-line strings, integral floats and numpy numbers are converted). Memoised on the
+    values inside :func:`remembered_configs`."""
+    key = None if _MADE is None else _made_key(values)
+    if key is not None and key in _MADE:
+        return _MADE[key]
+    config = _make_config(values, where)
+    if key is not None:
+        if len(_MADE) >= _MADE_MAX:
+            _MADE.pop(next(iter(_MADE)))
+        _MADE[key] = config
+    return config
+
+
+def _make_config(values: Mapping[str, Value], where: str) -> SimConfig:
     values = _canonical(values, where)
     if (values.get("policy") == "dsd" and "num_speculative_tokens" in values
             and "dsd_max_k" not in values):  # the k a user gives dsd caps its window

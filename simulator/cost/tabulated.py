@@ -30,6 +30,107 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) -> float:
+    """Seconds of one attention call (all layers) from the packed grid law ``g``
+    (:class:`AttentionLaw` ``grid``, written by :func:`pack_grid`)::
+
+        D(B, c)    the decode grid: B requests of one query token over c cached tokens each
+        ΔP(B, s)   the prefill grid less its s = 1 column: B prompts of s tokens, none cached
+        s_p = (Σq² − n)/(Σq − n) − 1,  B_p = (Σq − n)/(s_p − 1)    (the multi-token queries)
+        n_d = n − B_p where that is >= 1 (one-token requests beside the chunks), else n
+        A = D(n_d, Σc/n_d) + ΔP(B_p, s_p²) + x · (Σq·c − Σc)
+
+    each grid read bilinearly (linear in B and in c, or in s², between the measured points,
+    linear past the last, clamped below the first; the prefill axis holds s²). Exact at
+    every cell of either table: a decode row has Σq = n (no ΔP), a prefill row Σc = 0
+    (D(B, 0) is what ΔP is taken against); a request of one query token adds nothing to
+    (s_p, B_p), so a chunk next to decodes is priced as the chunk alone in ΔP and the decodes
+    (its cached prefix folded into their KV) in D (vLLM's one varlen call: one floor; a
+    verification, every request multi-token, reads D at all n). ΔP < 0 where the decode
+    table's floor exceeds a short prompt's cell (A100, RTX PRO 6000, L40S: up to ~5 µs); it
+    is taken as 0 once any token is cached (Σc > 0), so adding a chunk to decodes, or drafts
+    to a verification, never lowers the price, while a batch of fresh prompts (Σc = 0) keeps
+    its own cells. ``x`` prices the
+    query tokens past a request's first against its cached tokens (a chunk's prefix, a
+    verification's drafted tokens), which neither table holds, per query-key pair.
+    One function without calls and with plain indexing and float arithmetic: the compiled
+    loop compiles this same source (simulator.engine.v1.kernel)."""
+    if sq <= 0.0:
+        return 0.0
+    nn = n if n > 1.0 else 1.0
+    extra = sq - n
+    s_p = 0.0
+    if extra > 0.0:
+        s_p = (sqq - n) / extra - 1.0
+        if s_p > 1.0 and n - extra / (s_p - 1.0) >= 1.0:
+            nn = n - extra / (s_p - 1.0)  # the one-token requests: n − B_p
+    o = 0
+    t = 0.0
+    for part in range(2):
+        nx = int(g[o])
+        ny = int(g[o + 1])
+        ax = o + 2
+        ay = ax + nx
+        v = ay + ny
+        if part == 0:
+            x = nn
+            y = skv / nn
+        else:
+            x = extra / (s_p - 1.0) if s_p > 1.0 else 0.0
+            y = s_p * s_p
+        if part == 0 or s_p > 1.0:
+            i = 0
+            while i < nx - 2 and x >= g[ax + i + 1]:
+                i += 1
+            j = 0
+            while j < ny - 2 and y >= g[ay + j + 1]:
+                j += 1
+            fx = (x - g[ax + i]) / (g[ax + i + 1] - g[ax + i])
+            fy = (y - g[ay + j]) / (g[ay + j + 1] - g[ay + j])
+            if fx < 0.0:
+                fx = 0.0
+            if fy < 0.0:
+                fy = 0.0
+            k = v + i * ny + j
+            near = g[k] + (g[k + 1] - g[k]) * fy
+            far = g[k + ny] + (g[k + ny + 1] - g[k + ny]) * fy
+            value = near + (far - near) * fx
+            if part == 1 and skv > 0.0 and value < 0.0:
+                value = 0.0  # a chunk or drafts next to cached tokens never cost less
+            t = t + value
+        o = v + nx * ny
+    return t + g[o] * (sqkv - skv)
+
+
+def grid_least(g) -> float:
+    """A lower bound of :func:`grid_attention` over every non-empty batch: the least decode
+    cell plus the least prefill step where negative, for grids as aic_attention.grid_tables
+    builds them (D non-decreasing in B and c, ΔP in s past its s = 1 column and between its
+    last two batches, so every grid is read past its ends at non-negative slopes and inside
+    them between its cells: no batch reads less; the cached-prefix term is >= 0).
+    analysis.plan.pass_floor's attention floor of a grid law."""
+    nd = int(g[0]) * int(g[1])
+    op = 2 + int(g[0]) + int(g[1]) + nd
+    npf = int(g[op]) * int(g[op + 1])
+    dec = min(g[2 + int(g[0]) + int(g[1]):op])
+    pre = min(g[op + 2 + int(g[op]) + int(g[op + 1]):op + 2 + int(g[op]) + int(g[op + 1]) + npf])
+    return float(dec + min(pre, 0.0))
+
+
+def pack_grid(decode: tuple, prefill: tuple, extra: float) -> np.ndarray:
+    """The packed grid law :func:`grid_attention` reads # [length]: ``decode`` = (B axis,
+    c axis, seconds [B, c]), ``prefill`` = (B axis, s² axis starting at 1, seconds [B, s] with
+    the s = 1 column 0), ``extra`` seconds per query-key pair past each request's first query
+    token."""
+    parts = []
+    for bx, cy, val in (decode, prefill):
+        bx, cy, val = (np.asarray(a, dtype=np.float64) for a in (bx, cy, val))
+        if val.shape != (bx.size, cy.size) or bx.size < 2 or cy.size < 2:
+            raise ValueError(f"a grid of {val.shape} over axes {bx.size} x {cy.size}")
+        parts.append(np.concatenate([[bx.size, cy.size], bx, cy, val.ravel()]))
+    return np.concatenate([*parts, [extra]])
+
+
 @dataclass(frozen=True)
 class AttentionLaw:
     """Seconds of one pass's attention from the batch sums::
@@ -53,9 +154,12 @@ class AttentionLaw:
     overlap: bool = True
     floor: float = 0.0
     per_request: float = 0.0
+    grid: tuple = ()  # a packed grid law (pack_grid); non-empty: A is grid_attention's
 
     def seconds(self, n: float, sq: float, skv: float, sqkv: float, sqq: float) -> float:
         """A of the class docstring (the expressions the compiled loop mirrors)."""
+        if self.grid:
+            return grid_attention(self.grid, n, sq, skv, sqkv, sqq)
         compute = self.flops * (sqkv + 0.5 * (sqq + sq)) / self.flops_rate
         memory = self.kv * (skv + 2.0 * sq) / self.kv_rate
         if self.overlap:

@@ -5,6 +5,9 @@ arrivals (kind 0) are processed first, then step completions (kind 1), then step
 (kind 2); within a kind, insertion order (``seq``). So every request arriving at t — a burst
 at t = 0 included — is routed and queued before any replica whose step ends at t composes
 its next step, and that next step may admit it. A replica composes a step only when idle.
+Under vLLM's async scheduling (vllm-v1) an arrival while the replica is busy waits in
+``Replica.pending`` until the step after next, and the requests a step finished keep their
+slots and blocks while the next step is composed (simulator.engine.async_lag).
 
 Per replica (one per data-parallel copy; a router sends each arrival to one), a step is
 composed by ``config.scheduler``'s composer (simulator.engine.composers: the event loop calls
@@ -64,6 +67,7 @@ from specbatch.simulator.cost.verify_cost import verify_cost_for
 from specbatch.simulator.defaults import one_hot_drafter
 from specbatch.simulator.engine import v0 as _v0  # noqa: F401 - see below
 from specbatch.simulator.engine.admission import priority_rank, waiting_queue
+from specbatch.simulator.engine.async_lag import lagged_step, lags
 from specbatch.simulator.engine.kv import BlockManager, hybrid_layout
 from specbatch.simulator.engine.prefix import PrefixCache, prefix_groups
 from specbatch.simulator.engine.request_state import RECORD_ROWS, FreshColumns, Records, Replica
@@ -217,6 +221,9 @@ class Engine(EngineState):
         self.lb_counts: list | None = None  # vllm_dp_lb: the last published [waiting, running]
         self.lb_published = 0.0
         self.routed = 0
+        # vLLM's async scheduling lag (simulator.engine.async_lag); DP ranks in lockstep keep
+        # the synchronous rule
+        self.lag = lags(config, policy.speculates) and self.lockstep is None
         self.heap: list = []
         self.seq = 0
         self.composer = row.load()(self)  # a part: it shares the state set above
@@ -249,7 +256,7 @@ class Engine(EngineState):
         the last publication, from the ranks' queues at that moment."""
         counts = self.lb_counts
         if counts is None or time >= self.lb_published + DP_LB_INTERVAL:
-            counts = self.lb_counts = [[len(rep.waiting), rep.n_running]
+            counts = self.lb_counts = [[len(rep.waiting) + len(rep.pending), rep.n_running]
                                        for rep in self.replicas]
             self.lb_published = time
         r = min(range(len(counts)), key=lambda i: (counts[i][0] * 4 + counts[i][1], i))
@@ -261,7 +268,7 @@ class Engine(EngineState):
             self.lockstep.wake(time)
             return
         rep = self.replicas[r]
-        if not rep.busy and not rep.scheduled and (rep.waiting or rep.n_running):
+        if not rep.busy and not rep.scheduled and (rep.waiting or rep.n_running or rep.pending):
             rep.scheduled = True
             self.push(time, SCHEDULE, r)
 
@@ -298,7 +305,11 @@ class Engine(EngineState):
                 uid = int(order[cursor])
                 cursor += 1
                 r = self.route(time)
-                self.replicas[r].waiting.append(uid)
+                rep = self.replicas[r]
+                if rep.busy and self.lag:  # seen by the schedule after the next (async_lag)
+                    rep.pending.append(uid)
+                else:
+                    rep.waiting.append(uid)
                 self.rec.replica[uid] = r
                 self.outstanding[r] += 1
                 if cursor < n:
@@ -312,7 +323,7 @@ class Engine(EngineState):
                 self.outstanding[payload] -= rep.finishing
                 rep.finishing = 0
                 heap = self.heap
-                if (not rep.scheduled and (rep.waiting or rep.state.shape[1])
+                if (not rep.scheduled and (rep.waiting or rep.state.shape[1] or rep.pending)
                         and (not heap or heap[0][0] > time)):
                     # the SCHEDULE event wake() would push is the next one popped (every
                     # queued event is later): start the step now, same order, no heap trip
@@ -335,7 +346,8 @@ class Engine(EngineState):
         if self.lockstep is not None:
             self.lockstep.start(time)
             return
-        duration = self.composer.step(rep, time)
+        duration = (lagged_step(self, rep, time) if self.lag
+                    else self.composer.step(rep, time))
         if duration is not None:
             rep.busy = True
             self.push(time + duration, STEP_END, rep.index)

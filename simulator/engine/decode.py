@@ -194,6 +194,7 @@ class Decode(EnginePart):
         self.rec.step_rows.append(step_record(
             replica=rep.index, time=time, end=end, draft_time=draft_t, target_time=target_t,
             verify_time=verify_t, overhead_time=self.overhead, **counts))
+        rep.last_start = time
         self.finish(rep, end)
         return end - time
 
@@ -335,11 +336,19 @@ class Decode(EnginePart):
         u = gone[_UID]
         self.rec.finish[u] = end
         self.counts[:, u] = gone[COMMITTED_ROWS]  # tokens, steps, drafted, verified, accepted
+        if self.lag:  # freed when vLLM processes this step's output: after the next schedule
+            rep.deferred = gone  # (simulator.engine.async_lag)
+        else:
+            self.release(rep, gone)
+        rep.finishing += int(u.shape[0])
+        rep.state = state.compress(~done, axis=1)
+
+    def release(self, rep: Replica, gone: np.ndarray) -> None:
+        """Free the KV blocks (or the reservation) of the finished requests ``gone`` (their
+        state columns # [len(Row), f])."""
         if self.blocks is not None:
             self.blocks.release(rep, gone)
             if rep.prefix is not None:  # shared blocks stay held by other requests
-                rep.free_blocks = rep.prefix.release_finished(u, gone[_BLOCKS])
+                rep.free_blocks = rep.prefix.release_finished(gone[_UID], gone[_BLOCKS])
         elif self.kv_capacity is not None:  # the reservation only matters under a capacity
-            rep.kv_reserved -= int(self.footprint.take(u).sum())
-        rep.finishing += int(u.shape[0])
-        rep.state = state.compress(~done, axis=1)
+            rep.kv_reserved -= int(self.footprint.take(gone[_UID]).sum())

@@ -258,6 +258,13 @@ class Replica:
         self.busy = False
         self.scheduled = False
         self.finishing = 0
+        # vLLM's async scheduling lag (simulator.engine.async_lag): arrivals while a step ran,
+        # not yet seen by the scheduler; the last step's finished columns, not yet freed; the
+        # last step's start and end (nan: none yet)
+        self.pending: deque[int] = deque()
+        self.deferred: np.ndarray | None = None
+        self.last_start = float("nan")
+        self.last_end = float("nan")
 
     @property
     def n_running(self) -> int:

@@ -102,6 +102,7 @@ class EngineState:
     lb_counts: list | None  # vllm_dp_lb: the [waiting, running] per rank it last published
     lb_published: float  # vllm_dp_lb: when it last published them
     lockstep: Lockstep | None  # an MoE model's DP ranks stepping together (None: independent)
+    lag: bool  # vLLM's async scheduling: steps scheduled one ahead (simulator.engine.async_lag)
     heap: list  # the event heap of (time, kind, seq, payload)
     seq: int  # the last event's insertion number (tie-break within a kind)
 

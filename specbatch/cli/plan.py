@@ -6,7 +6,6 @@ Argument parsing and printing only; the planner is :mod:`specbatch.analysis.plan
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from specbatch.cli.common import JSON_FLAG, add_command, emit, int_list, positive_int, seed_int
@@ -160,8 +159,10 @@ PLAN_FLAGS = (
     ),
     *grouped(
         "execution",
-        flag("--workers", type=positive_int, default=max(1, min(4, os.cpu_count() or 1)),
-             help="local processes (or LocalCluster workers); default min(4, cores)"),
+        flag("--workers", type=positive_int, default=None,
+             help="local processes (or LocalCluster workers); default min(4, cores) on more "
+                  "than 2 cores, else 1. One pool serves the whole plan; a round of fewer "
+                  "than 4 pending runs runs in the main process"),
         flag("--scheduler", default=None, metavar="ADDRESS|local",
              help="run on Dask distributed: a scheduler address, or 'local'"),
         flag("--no-progress", action="store_true", help="hide the progress bar"),
@@ -355,7 +356,10 @@ def run_command(args: argparse.Namespace) -> int:
         from specbatch.analysis.sweep.executors import check_scheduler
 
         check_scheduler(args.scheduler)
-    report = run_plan(question, args.out, workers=args.workers, scheduler=args.scheduler,
+    from specbatch.analysis.plan.runner import default_workers
+
+    workers = args.workers if args.workers is not None else default_workers()
+    report = run_plan(question, args.out, workers=workers, scheduler=args.scheduler,
                       progress=not (args.no_progress or args.json))
     emit(report, args.json, text=None if args.json else format_report(report))
     return 0

@@ -115,7 +115,8 @@ def run_command(args: argparse.Namespace) -> int:
     check = capacity_check(config, result, args.sensitivity)
     for line in capacity_lines(check):
         sys.stderr.write(line + "\n")
-    summary = jsonable(setting(config) | result.summary | {"cost_source": run_sources(config),
+    summary = jsonable(setting(config) | result.summary | {"cost_source": run_sources(
+        config, result.cost_model),
                                                            "acceptance": acceptance_source(config)}
                        | ({"capacity": check} if check is not None else {}))
     emit(summary, args.json, text=None if args.json else format_summary(summary, args.out))
@@ -145,13 +146,15 @@ def schedule_warning(result) -> str | None:
     return assess(ranges, result.steps).warning()
 
 
-def run_sources(config: SimConfig) -> dict:
-    """Which source priced the target's and the draft's passes (simulator.cost.report)."""
+def run_sources(config: SimConfig, model=None) -> dict:
+    """Which source priced the target's and the draft's passes (simulator.cost.report):
+    ``model``'s, the run's own cost model (None: built from ``config``)."""
     from specbatch.simulator.cost.registry import run_cost
     from specbatch.simulator.cost.report import cost_sources
     from specbatch.simulator.run import build_cost
 
-    return {"cost": run_cost(config).to_dict(), **cost_sources(build_cost(config))}
+    model = build_cost(config) if model is None else model
+    return {"cost": run_cost(config).to_dict(), **cost_sources(model)}
 
 
 def setting(config: SimConfig) -> dict:

@@ -60,7 +60,8 @@ def test_no_workload_keeps_the_pre_workload_results(capsys):
     verification unpriced, as the engine then was)."""
     code = main(["simulate", "--trace", "synth", "--requests", "16", "--policy", "tetris",
                  "--extra", "1", "--arrival", "poisson", "--verify-cost", "none",
-                 "--scheduler", "vllm-v0", "--host", "fixed", "--json"])  # the flat 1 ms
+                 "--scheduler", "vllm-v0", "--host", "fixed",  # the flat 1 ms
+                 "--client-ttft-s", "0", "--json"])  # the engine's stamps, as then
     summary = json.loads(capsys.readouterr().out)
     assert code == 0
     assert {k: summary[k] for k in ("tokens", "steps", "drafted", "verified", "accepted")} == {

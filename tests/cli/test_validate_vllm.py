@@ -27,6 +27,12 @@ def test_one_bundled_run_json_stdout_is_one_object_and_out_keeps_it(tmp_path):
     assert set(report["tests"]) == {"ttft", "tpot", "e2e"}
     assert json.loads((out / "validate_vllm.json").read_text())["metrics"] == report["metrics"]
     assert (out / "requests.parquet").is_file()
+    # the run's stamps are the engine core's (queued_ts to first/last_token_ts, in process):
+    # no client side, so the replay adds none and says so among the mapped settings
+    mapped = {row[0]: row for row in report["settings"]["mapped"]}
+    row = mapped["client side of TTFT and e2e (not in the stamps)"]
+    assert row[1] == 0.0 and "client_ttft_s = 0" in row[2]
+    assert "client_ttft_s = 0.0" in (out / "config.toml").read_text()
 
 
 @pytest.mark.slow

@@ -53,3 +53,4 @@ def test_the_simulator_gets_the_same_composer_and_budget(scheduler, budget, expe
     sim = cfg.sim_config(4)
     assert (values["scheduler"], sim.scheduler) == (scheduler, scheduler)
     assert sim.chunked is False and sim.token_budget == expected
+    assert sim.client_ttft_s == 0.0  # the loop stamps tokens in process: no client side

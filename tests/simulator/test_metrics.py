@@ -11,7 +11,9 @@ import pandas as pd
 import pytest
 
 from specbatch.simulator.config.sim_config import load_config
+from specbatch.simulator.cost.features.host import CLIENT_TTFT_S
 from specbatch.simulator.metrics import (
+    client_view,
     column_sum,
     rows,
     step_totals,
@@ -76,3 +78,35 @@ def test_a_frame_field_is_required_and_keeps_none():
     result = SimResult(config=None, requests={"uid": np.arange(3)}, step_table=None,
                        summary={})
     assert result.step_table is None and result.requests["uid"].tolist() == [0, 1, 2]
+
+
+def test_client_view_adds_the_client_share_and_keeps_nan():
+    engine = np.array([0.5, np.nan, 2.0])  # [requests]; NaN: never reached by a stopped run
+    got = client_view(engine, 0.002)
+    assert got[0] == 0.502 and np.isnan(got[1]) and got[2] == 2.002
+    assert client_view(engine, 0.0) is engine  # 0: the engine's stamps themselves
+
+
+@pytest.mark.parametrize("client", [None, 0.05])  # None: the default, 2 ms (assumed)
+def test_the_client_share_moves_ttft_and_e2e_by_itself_and_nothing_else(synth_trace_natural,
+                                                                         client):
+    base = dict(trace="synth", policy="fixed", requests=20, arrival="poisson", rate=8.0,
+                seed=4)
+    engine = simulate(load_config(None, client_ttft_s=0.0, **base), synth_trace_natural,
+                      cost_model=COST)
+    extra = {} if client is None else {"client_ttft_s": client}
+    result = simulate(load_config(None, **base, **extra), synth_trace_natural, cost_model=COST)
+    c = CLIENT_TTFT_S if client is None else client
+    assert CLIENT_TTFT_S == 0.002
+    pd.testing.assert_frame_equal(result.step_table, engine.step_table, check_exact=True)
+    for name in ("first_token", "finish"):  # the client sees each stamp c later
+        assert (result.requests[name] == engine.requests[name] + c).all()
+    rest = [n for n in engine.requests.columns if n not in ("first_token", "finish")]
+    pd.testing.assert_frame_equal(result.requests[rest], engine.requests[rest], check_exact=True)
+    got, want = result.summary, engine.summary
+    # TTFT_new = TTFT_old + c, e2e likewise; TPOT = (e2e - TTFT) / (tokens - 1) unchanged
+    for key in ("ttft_mean", "e2e_mean", "e2e_p50", "e2e_p99", "makespan"):
+        assert got[key] == pytest.approx(want[key] + c, rel=1e-12), key
+    assert got["tpot_mean"] == pytest.approx(want["tpot_mean"], rel=1e-9)
+    assert got["throughput"] == pytest.approx(want["tokens"] / (want["makespan"] + c),
+                                              rel=1e-12)

@@ -30,12 +30,15 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from specbatch.errors import SpecbatchError, require
 from specbatch.traces.public.vllm_runs import BUNDLED_DIR, bundled_runs
+
+if TYPE_CHECKING:  # read where a profile is read, not at import
+    import pandas as pd
 
 PROFILE_DIR = BUNDLED_DIR / "profiles"
 #: Columns of each kind of file (the key columns, then ``time_us``).
@@ -49,6 +52,8 @@ NAME = re.compile(r"^(?P<gpu>[a-z0-9]+)-(?P<model>.+)-tp(?P<tp>\d+)-(?P<kind>"
 def read_profile(path: str | Path, kind: str) -> pd.DataFrame:
     """One LLMServingSim profile file of ``kind`` (module docstring), rows sorted by its key
     columns; a repeated header line (the writer appends per run) is dropped."""
+    import pandas as pd
+
     path = Path(path)
     require(kind in KINDS, f"profile kind {kind!r}: expected one of {', '.join(KINDS)}")
     try:

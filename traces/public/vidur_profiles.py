@@ -32,11 +32,14 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from specbatch.errors import SpecbatchError, require
+
+if TYPE_CHECKING:  # read where a profile is read, not at import
+    import pandas as pd
 
 #: Vidur's per-layer operations (mlp.csv ``time_stats.<op>``), in execution order.
 OPS = ("emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
@@ -75,6 +78,8 @@ def keep_tokens(n: np.ndarray) -> np.ndarray:
 
 def read_csv(path: Path) -> pd.DataFrame:
     """One CSV, or a one-line error naming it."""
+    import pandas as pd
+
     try:
         return pd.read_csv(path)
     except (OSError, ValueError, pd.errors.ParserError) as exc:
@@ -83,6 +88,8 @@ def read_csv(path: Path) -> pd.DataFrame:
 
 def numeric(frame: pd.DataFrame, path: Path, column: str, positive: bool = False) -> np.ndarray:
     """``frame[column]`` as float64, or a one-line error naming the file, column and row."""
+    import pandas as pd
+
     require(column in frame.columns,
             f"{path}: column {column!r} missing; expected Vidur's layout "
             f"(time_stats.<op>.median/std, {', '.join(SHAPE_COLUMNS)}, num_tokens, ...)")
@@ -99,6 +106,8 @@ def numeric(frame: pd.DataFrame, path: Path, column: str, positive: bool = False
 def read_vidur_compute(path: Path, gpu: str, model: str) -> pd.DataFrame:
     """One mlp.csv as rows (gpu, model, tp, num_tokens, shape, gated, <op>_ms, <op>_std_ms)
     on the :func:`keep_tokens` grid, repeated cells merged by the median."""
+    import pandas as pd
+
     raw = read_csv(path)
     require(len(raw) > 0, f"{path}: no rows; expected Vidur's mlp.csv")
     out = {"num_tokens": numeric(raw, path, "num_tokens", positive=True),
@@ -138,6 +147,8 @@ def read_vidur_compute(path: Path, gpu: str, model: str) -> pd.DataFrame:
 def read_vidur_network(path: Path, cluster: str) -> pd.DataFrame:
     """One all_reduce.csv / send_recv.csv as rows (cluster, collective, world, size_bytes,
     median_ms, std_ms), single-node rows only (``devices_per_node == num_workers``)."""
+    import pandas as pd
+
     raw = read_csv(path)
     require(len(raw) > 0, f"{path}: no rows; expected Vidur's collective profile")
     require("collective" in raw.columns, f"{path}: column 'collective' missing; expected "
@@ -171,6 +182,8 @@ def import_vidur(root: str | Path, source: dict | None = None) -> PublicProfiles
     """Read every ``compute/<gpu>/<org>/<model>/mlp.csv`` and ``network/<cluster>/*.csv``
     under ``root`` (module docstring); ``source``: repository/commit/licence fields recorded
     in the provenance (None: a user's own profiles, recorded as such)."""
+    import pandas as pd
+
     root = Path(root)
     require(root.is_dir(), f"import-vidur {root}: expected a folder holding Vidur's "
             "compute/<gpu>/<org>/<model>/mlp.csv (and network/<cluster>/all_reduce.csv)")
@@ -240,6 +253,8 @@ def compact(frame: pd.DataFrame) -> pd.DataFrame:
 def load_public_profiles(folder: str | Path = BUNDLED) -> PublicProfiles:
     """Read a folder written by :func:`write_public_profiles` (default: the bundled Vidur
     table); a missing or foreign file is a one-line error naming it."""
+    import pandas as pd
+
     folder = Path(folder)
     paths = {name: folder / name for name in ("compute.parquet", "network.parquet",
                                               "PROVENANCE.json")}

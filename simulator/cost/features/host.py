@@ -66,8 +66,13 @@ model (roofline or calibrated), each naming the data it was fitted on (:data:`HO
   thread cap is the stored version of ngram_proposer.py at vLLM commit adce4e9; an earlier
   one (016e8ed) ran the ``prange`` on up to ``cpu_count // 2 // tp`` threads for any batch,
   which would divide the c₂ term by up to that count on large batches.
-- **Client side of TTFT** (API server, tokenisation, HTTP): :data:`CLIENT_TTFT_S`, a stated
-  default reported in :data:`HOST_TERMS`; not applied to the engine's step times.
+- **Client side of TTFT** (API server, tokenisation, HTTP): :data:`CLIENT_TTFT_S`, the default
+  of SimConfig's ``client_ttft_s`` (vLLM has no such knob), ASSUMED, not fitted: the bundled
+  measured runs cannot fit it, their stamps being the engine core's (``queued_ts`` to
+  ``first_token_ts``, recorded through an in-process AsyncLLM with pre-tokenised prompts).
+  Not a step time: :func:`simulator.metrics.client_view` adds it to each request's first token
+  and finish (TTFT and e2e as vLLM's serving benchmark times them from the client; TPOT
+  unchanged); ``validate`` (a live run, ``--vllm``) replays with 0.
 """
 
 from __future__ import annotations
@@ -107,7 +112,8 @@ NGRAM_PAIR_S = 5.214e-9
 NGRAM_SOURCE = ("measured on our numba twin of vLLM's NgramProposer "
                 "(benchmarks/ngram_host_bench.py) on this repo's AMD EPYC CPU, 1 numba thread; "
                 "not a measurement of vLLM itself")
-#: Client side of TTFT: API server, tokenisation, HTTP on localhost (ASSUMED, stated).
+#: Client side of TTFT and e2e: API server, tokenisation, HTTP on localhost (ASSUMED, stated;
+#: SimConfig ``client_ttft_s``'s default).
 CLIENT_TTFT_S = 2e-3
 #: ``host`` knob choices: vLLM's terms (this module) or the preset's fixed step overhead.
 HOSTS = ("vllm", "fixed")
@@ -184,9 +190,12 @@ HOST_TERMS = {
                       "source": NGRAM_SOURCE + ": per context token (the KMP scan)"},
     "ngram_pair_s": {"value": NGRAM_PAIR_S, "per": "request pair (n²)", "fitted": True,
                      "source": NGRAM_SOURCE + ": per n² (`i in valid_ngram_requests` on a list)"},
-    "client_ttft_s": {"value": CLIENT_TTFT_S, "per": "request (TTFT only)", "fitted": False,
-                      "source": "assumed: API server, tokenisation and HTTP; reported, not "
-                                "added to simulated TTFT"},
+    "client_ttft_s": {"value": CLIENT_TTFT_S, "per": "request (TTFT and e2e, not TPOT)",
+                      "fitted": False,
+                      "source": "assumed: API server, tokenisation and HTTP (no vLLM knob); "
+                                "the default of the client_ttft_s knob, added to each "
+                                "simulated request's first token and finish; not fitted (the "
+                                "bundled vLLM runs' stamps are engine-side: replayed with 0)"},
 }
 
 

@@ -307,6 +307,15 @@ def settle_execution(model) -> Execution:
     return ex
 
 
+def launch_terms(ex, role: str, hw: Hardware, layers: int) -> tuple[float, float]:
+    """(fixed s, host floor s) of one pass under execution preset ``ex``: its launch time
+    p + L x per-layer latency, a floor the GPU work hides when the preset overlaps the host
+    (CUDA graphs), else a fixed cost added to it."""
+    p, layer = ex.latencies(role, hw)
+    launch = p + layers * layer
+    return (0.0, launch) if ex.overlap else (launch, 0.0)
+
+
 def check_routing_skew(skew: float, target, draft) -> None:
     """A Zipf ``routing_skew`` only where a role is a mixture-of-experts model (theory.moe)."""
     require(skew == 0 or target.is_moe or draft.is_moe,

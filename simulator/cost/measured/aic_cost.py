@@ -28,6 +28,7 @@ from ``simulator/cost/measured/data/aic_validation.json`` and reported by :meth:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,13 +46,14 @@ from specbatch.simulator.cost.gpus.hardware import (
     DEFAULT_EXECUTION,
     FULL_WEIGHT_BITS,
     Hardware,
+    launch_terms,
     settle_execution,
 )
 from specbatch.simulator.cost.interface import ROLES, batch_sums, for_role
-from specbatch.simulator.cost.measured.aic_curves import HEAD_DIMS, load_curves
-from specbatch.simulator.cost.measured.aic_import import AIC_PRESETS, load_laws
+from specbatch.simulator.cost.measured import aic_cache
+from specbatch.simulator.cost.measured.aic_curves import HEAD_DIMS, curve_files, load_curves
+from specbatch.simulator.cost.measured.aic_import import AIC_PRESETS, bundled_laws
 from specbatch.simulator.cost.measured.aic_pricer import AicPricer
-from specbatch.simulator.cost.measured.calibrated import launch_terms
 from specbatch.simulator.cost.measured.sources import fitted_gpu
 from specbatch.simulator.cost.tabulated import PassTable
 from specbatch.traces.models.model_shape import ModelShape
@@ -74,6 +76,34 @@ def kv_table_dtype(kv_cache_dtype: str) -> str | None:
     return "bfloat16" if name == "auto" else "fp8"
 
 
+def coverage_of(curves: dict) -> dict:
+    """What a system's curves (family -> DataFrame) hold, as plain lists: the families, the
+    GEMM and MoE dtypes, per attention family each KV dtype's head widths, the all-reduce GPU
+    counts (what :func:`aic_covers` asks)."""
+    out = {"families": sorted(curves)}
+    for fam in ("gemm", "moe"):
+        if fam in curves:
+            out[fam] = sorted({str(v) for v in curves[fam]["dtype"].unique()})
+    for fam in ("attention_decode", "attention_prefill"):
+        if fam in curves:
+            frame = curves[fam]
+            out[fam] = {str(kv): sorted({int(w) for w in frame["head_dim"][
+                frame["kv_dtype"] == kv].unique()}) for kv in frame["kv_dtype"].unique()}
+    if "allreduce" in curves:
+        out["allreduce"] = sorted({int(v) for v in curves["allreduce"]["num_gpus"].unique()})
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def curve_coverage(system: str) -> dict:
+    """:func:`coverage_of` the bundled curves of ``system`` ({} when none), kept in the cache
+    folder (simulator.cost.measured.aic_cache): ``auto``'s check reads no curve file."""
+    if not curve_files(system):
+        return {}
+    return aic_cache.entry("coverage", system, (), lambda: coverage_of(load_curves(system)),
+                           lambda d: d, dict)
+
+
 def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelShape | None,
                tp: int, quantization: str = "none", kv_cache_dtype: str = "auto",
                draft_tp: int = 1, draft_weight_bits: int = FULL_WEIGHT_BITS) -> str | None:
@@ -81,11 +111,11 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
     (one line naming what is missing): the lead's default resolver falls back on it."""
     system = SYSTEM_OF.get(str(hardware_name).lower())
     if system is None:
-        covered = sorted(p for s, p in AIC_PRESETS.items() if load_curves(s))
+        covered = sorted(p for s, p in AIC_PRESETS.items() if curve_files(s))
         return (f"hardware {hardware_name!r} has no AIConfigurator vLLM tables bundled "
                 f"(covered: {', '.join(covered)})")
-    curves = load_curves(system)
-    if not curves or system not in load_laws():
+    curves = curve_coverage(system)
+    if not curves or system not in bundled_laws():
         return f"hardware {hardware_name!r}: no curves of {system} bundled"
     if int(draft_weight_bits) < FULL_WEIGHT_BITS:
         return f"draft_weight_bits {draft_weight_bits}: no table of int-quantised weights"
@@ -105,25 +135,21 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
         dtype = GEMM_DTYPE.get(quant)
         if dtype is None:
             return f"{what}: weight format {quant!r} has no bundled table (bf16 and fp8 only)"
-        if dtype not in set(curves["gemm"]["dtype"]):
+        if dtype not in curves.get("gemm", ()):
             return f"{what}: no {dtype} GEMM table on {system}"
-        if shape.is_moe:
-            moe = curves.get("moe")
-            if moe is None or dtype not in set(moe["dtype"]):
-                return f"{what}: no {dtype} MoE table on {system}"
+        if shape.is_moe and dtype not in curves.get("moe", ()):
+            return f"{what}: no {dtype} MoE table on {system}"
         if shape.head_dim not in HEAD_DIMS:
             return f"{what}: head width {shape.head_dim} not in the attention tables"
         for fam in ("attention_decode", "attention_prefill"):
-            frame = curves.get(fam)
-            if frame is None or kv not in set(frame["kv_dtype"]):
+            widths = curves.get(fam, {})
+            if kv not in widths:
                 return f"{what}: no {kv} KV {fam} table on {system}"
-            widths = set(frame["head_dim"][frame["kv_dtype"] == kv])
-            if shape.head_dim not in widths:
+            if shape.head_dim not in widths[kv]:
                 return (f"{what}: no {kv} KV {fam} rows at head width {shape.head_dim} on "
                         f"{system}")
         if role_tp > 1:
-            ar = curves.get("allreduce")
-            if ar is None or role_tp not in set(ar["num_gpus"]):
+            if role_tp not in curves.get("allreduce", ()):
                 return f"{what}: no all-reduce curve of {role_tp} GPUs on {system}"
         if shape.heads % role_tp or (shape.kv_heads >= role_tp and shape.kv_heads % role_tp):
             return (f"{what}: {shape.heads} heads / {shape.kv_heads} KV heads do not split "
@@ -226,7 +252,7 @@ class AicCost:
 
     def sources(self) -> dict:
         """Per role: which source priced each part and its validated (held-out) error."""
-        return {role: role_sources(self.roles[role], self.hardware.name, load_laws()[
+        return {role: role_sources(self.roles[role], self.hardware.name, bundled_laws()[
             self.system][0]) for role in ROLES}
 
 
@@ -252,8 +278,8 @@ def role_sources(r: AicPricer, gpu: str, version: str) -> dict:
     measured = sum(1 for c in r.curves.values() if c[1].source.startswith("measured"))
     fam = f"{r.system}|gemm|{r.gemm_dtype}"
     estimator = "measured" if measured == len(r.curves) else "transfer"
-    fitted_on = ("this head shape" if r.attention_how == "shape"
-                 else "every shape of this head width")
+    fitted_on = ("this head shape's measured cells" if r.attention_how == "shape"
+                 else r.attention_how)
     small_src = ("calibrated small-op laws (Vidur profiles, "
                  f"{'own or proxy' if r.small_scale == 1.0 else 'H100 scaled by bandwidth'})")
     out = {"model": r.shape.name, "tp": r.tp,
@@ -264,8 +290,8 @@ def role_sources(r: AicPricer, gpu: str, version: str) -> dict:
                       # the worse estimator the layer ops use: transfer where any op is moved
                       "validated": checked(f"{fam}|{estimator}") or checked(fam),
                       "small_ops": {"source": small_src, "not_validated": "against AIC"}},
-           "attention": {"source": f"{sysv} decode + prefill tables, one law over the batch "
-                                   f"sums ({r.kv_dtype} KV; fitted on {fitted_on})",
+           "attention": {"source": f"{sysv} decode + prefill tables, a grid law over the "
+                                   f"batch sums ({r.kv_dtype} KV; {fitted_on})",
                          "validated": checked(f"{r.system}|attention|{r.kv_dtype}")},
            "lm_head": {"source": f"{sysv} bf16 GEMM, {r.head_curve.source}",
                        "validated": checked(f"{r.system}|gemm|bfloat16|transfer")},

@@ -28,11 +28,14 @@ from __future__ import annotations
 import functools
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from specbatch.errors import SpecbatchError, require
+
+if TYPE_CHECKING:  # read where the curves are (a cold aic cache: aic_cache), not at import
+    import pandas as pd
 
 BUNDLED = (Path(__file__).resolve().parents[3] / "traces" / "data" / "aiconfigurator")
 CURVES = "curves"
@@ -59,6 +62,8 @@ KEEP = {
 
 def most_rows(frame: pd.DataFrame, by: str) -> pd.DataFrame:
     """Per value of ``by``, the rows of the kernel with the most rows (the default one)."""
+    import pandas as pd
+
     keep = []
     for _, sub in frame.groupby(by, sort=True, observed=True):
         counts = sub["kernel"].value_counts()
@@ -125,10 +130,20 @@ def write_curves(curves: dict, folder: Path, sources: dict) -> list[dict]:
     return records
 
 
+def curve_files(system: str, folder: str | Path = BUNDLED) -> list[Path]:
+    """The curve files stored for ``system`` (family order; [] when none): what
+    :func:`load_curves` reads, without reading them."""
+    base = Path(folder) / CURVES / system
+    return [base / f"{family}.parquet" for family in FAMILIES
+            if (base / f"{family}.parquet").is_file()]
+
+
 @functools.lru_cache(maxsize=16)
 def load_curves(system: str, folder: str | Path = BUNDLED) -> dict:
     """family -> DataFrame of ``system``'s compacted curves (``latency_s`` as float64); {}
     when none are stored for it; a file that cannot be read is a one-line error naming it."""
+    import pandas as pd
+
     base = Path(folder) / CURVES / system
     out = {}
     if not base.is_dir():

@@ -13,14 +13,13 @@ aic_curves.load_curves the curves (default: the bundled copy, ``traces/data/aico
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.simulator.cost.measured.aic_curves import compact, write_curves
-from specbatch.simulator.cost.measured.aic_laws import Law, fit_tables, law_from_dict
-from specbatch.traces.public.aiconfigurator import import_aiconfigurator, systems
+from specbatch.simulator.cost.measured.aic_laws import Law, law_from_dict
 
 RESULT_KIND = "specbatch-aic-laws"
 BUNDLED = (Path(__file__).resolve().parents[3] / "traces" / "data" / "aiconfigurator")
@@ -37,6 +36,12 @@ def import_laws(root: str | Path, only: tuple = (), version: str | None = None,
     """{"systems": {system: {"vllm_version", "laws": [Law dicts]}}, "provenance": {...}} of
     every system under ``root`` (or those in ``only``) at ``version`` (None: each system's
     newest full set)."""
+    # the tables' reader and the fits need pandas and scipy: loaded here, not by a run that
+    # only reads the bundled laws back
+    from specbatch.simulator.cost.measured.aic_curves import compact
+    from specbatch.simulator.cost.measured.aic_laws import fit_tables
+    from specbatch.traces.public.aiconfigurator import import_aiconfigurator, systems
+
     found = systems(root)
     names = list(only) if only else found
     for name in names:
@@ -74,6 +79,7 @@ def write_laws(result: dict, out: str | Path, force: bool = False) -> Path:
     """Write ``laws.json`` and ``PROVENANCE.json`` into ``out`` atomically
     (specbatch.io.result_dir: a folder holding anything else is refused)."""
     from specbatch.io import dumps, result_dir
+    from specbatch.simulator.cost.measured.aic_curves import write_curves
 
     with result_dir(out, RESULT_KIND, identity(result), force=force) as tmp:
         (tmp / "laws.json").write_text(dumps(result["systems"], indent=1) + "\n")
@@ -105,3 +111,10 @@ def load_laws(folder: str | Path = BUNDLED) -> dict[str, tuple[str, list[Law]]]:
                 for name, s in raw.items()}
     except (KeyError, TypeError, ValueError) as exc:
         raise SpecbatchError(f"{paths['laws.json']}: malformed law ({exc!r})") from None
+
+
+@functools.lru_cache(maxsize=1)
+def bundled_laws() -> dict[str, tuple[str, list[Law]]]:
+    """:func:`load_laws` of the bundled folder, read once per process (every aic cost and
+    ``auto``'s coverage check ask it)."""
+    return load_laws(BUNDLED)

@@ -42,12 +42,14 @@ with a fitted law.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from scipy.optimize import nnls
 
 from specbatch.errors import SpecbatchError
+
+if TYPE_CHECKING:  # the laws are fitted on DataFrames; evaluating one needs no pandas
+    import pandas as pd
 
 #: Bytes per element of the tables' dtypes (4-bit formats at half a byte, scales not counted).
 DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_block": 1.0,
@@ -89,10 +91,12 @@ def element_bytes(dtype) -> np.ndarray:
     return out
 
 
-def features(family: str, rows: pd.DataFrame) -> np.ndarray:
-    """The law's terms of ``rows`` # [rows, features] (module docstring)."""
-    f = {c: rows[c].to_numpy() for c in rows.columns}
-    one = np.ones(len(rows))
+def features(family: str, rows) -> np.ndarray:
+    """The law's terms of ``rows`` # [rows, features] (module docstring): a DataFrame or a
+    mapping of column name -> array (a cached curve's law prices without pandas)."""
+    f = {c: (rows[c].to_numpy() if hasattr(rows[c], "to_numpy") else np.asarray(rows[c]))
+         for c in rows}
+    one = np.ones(len(next(iter(f.values()))))
     if family == "attention_decode":
         b = f["batch"].astype(np.float64)
         kv = 2.0 * b * (f["context"] + 1.0) * f["kv_heads"] * f["head_dim"] * element_bytes(
@@ -143,6 +147,8 @@ def fit_relative(x: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Non-negative coefficients minimising Σ (x·β / t − 1)² (relative least squares)."""
     scale = np.abs(x).max(axis=0)
     scale[scale == 0] = 1.0
+    from scipy.optimize import nnls  # ~0.5 CPU s to import: only where a law is fitted
+
     coef, _ = nnls((x / scale) / t[:, None], np.ones_like(t))
     return coef / scale
 

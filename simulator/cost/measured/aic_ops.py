@@ -20,17 +20,45 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.measured.aic_laws import NEIGHBOURS, Law, features, fit_relative
+
+if TYPE_CHECKING:  # a ShapeCurves is built from the read curves; a built Curve needs no pandas
+    import pandas as pd
 
 #: family -> (the shape columns, the row coordinate).
 SHAPES = {"gemm": (("n", "k"), "m"),
           "moe": (("hidden", "inter", "experts", "topk", "tp", "ep"), "tokens"),
           "allreduce": (("num_gpus",), "elements")}
+
+
+@dataclass(frozen=True)
+class ShapeLaw:
+    """A family's fitted law with the op's shape columns fixed: row coordinate x -> seconds
+    (what a :class:`Curve` prices beyond its grid by). Plain numbers, so a built curve is
+    stored and read back without pandas (simulator.cost.measured.aic_cache)."""
+
+    family: str
+    columns: tuple  # the shape columns (aic_ops.SHAPES)
+    row_col: str  # the row coordinate's column
+    key: tuple  # the shape's values, one per column
+    extra: tuple  # ((column, value), ...) the features need besides the shape (dtype)
+    coef: tuple  # the law's coefficients
+
+    def seconds(self, x) -> np.ndarray:
+        """The law at this shape over ``x`` # [x]."""
+        x = np.asarray(x, dtype=np.float64)
+        rows = {c: np.full(len(x), v) for c, v in zip(self.columns, self.key)}
+        rows[self.row_col] = x
+        rows.update((c, np.full(len(x), v)) for c, v in self.extra)
+        return features(self.family, rows) @ np.asarray(self.coef)
+
+    def __call__(self, x: float) -> float:
+        return float(self.seconds(np.array([x]))[0])
 
 
 @dataclass(frozen=True)
@@ -41,7 +69,7 @@ class Curve:
 
     grid: np.ndarray  # [G]
     seconds: np.ndarray  # [G]
-    law: object  # callable: x (float) -> law seconds at the op's shape
+    law: ShapeLaw | None  # x (float) -> law seconds at the op's shape
     source: str
     how: str = "loglog"
 
@@ -109,19 +137,17 @@ class ShapeCurves:
         self.coords = {k: np.log2(np.maximum(np.array(k, dtype=np.float64), 1e-9))
                        for k in self.points}
 
-    def law_rows(self, key: tuple, x: np.ndarray) -> pd.DataFrame:
-        rows = pd.DataFrame({c: np.full(len(x), v) for c, v in zip(self.shape_cols, key)})
-        rows[self.row_col] = x
-        for c, v in self.extra.items():
-            rows[c] = v
-        return rows
+    def shape_law(self, key: tuple, coef=None) -> ShapeLaw:
+        """The family law at shape ``key`` (``coef``: other coefficients than the fit's)."""
+        if self.law is None:
+            raise SpecbatchError(f"{self.family} {self.extra}: no fitted law to transfer with")
+        return ShapeLaw(self.family, tuple(self.shape_cols), self.row_col,
+                        tuple(int(v) for v in key), tuple(self.extra.items()),
+                        tuple(float(c) for c in (self.law.coef if coef is None else coef)))
 
     def law_seconds(self, key: tuple, x: np.ndarray, coef=None) -> np.ndarray:
         """The family law at shape ``key`` over ``x`` # [x] (``coef``: other coefficients)."""
-        if self.law is None:
-            raise SpecbatchError(f"{self.family} {self.extra}: no fitted law to transfer with")
-        f = features(self.family, self.law_rows(key, np.asarray(x, dtype=np.float64)))
-        return f @ np.asarray(self.law.coef if coef is None else coef)
+        return self.shape_law(key, coef).seconds(x)
 
     def refit(self, exclude: tuple) -> np.ndarray:
         """The law's coefficients refitted without shape ``exclude`` (held-out checks)."""
@@ -137,12 +163,7 @@ class ShapeCurves:
         with ``refit``, out of the law too), else the transfer (module docstring)."""
         key = tuple(int(v) for v in key)
         coef = self.refit(key) if exclude and refit and self.law is not None else None
-
-        def law(x: float, key=key, coef=coef) -> float:
-            return float(self.law_seconds(key, np.array([x]), coef)[0])
-
-        if self.law is None:
-            law = None
+        law = None if self.law is None else self.shape_law(key, coef)
 
         if key in self.points and not exclude:
             grid, secs = self.points[key]

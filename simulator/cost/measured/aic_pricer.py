@@ -30,6 +30,7 @@ bit.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 
@@ -37,10 +38,10 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.gpus.hardware import Hardware
-from specbatch.simulator.cost.measured.aic_attention import fit_attention
+from specbatch.simulator.cost.measured import aic_cache
 from specbatch.simulator.cost.measured.aic_curves import load_curves
-from specbatch.simulator.cost.measured.aic_import import load_laws
-from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves
+from specbatch.simulator.cost.measured.aic_import import bundled_laws
+from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, ShapeLaw
 from specbatch.simulator.cost.measured.laws import (
     SMALL_OPS,
     GpuFit,
@@ -54,6 +55,13 @@ from specbatch.traces.models.model_shape import ModelShape
 #: batches up to this many requests, contexts below 32k; prefill batches of few prompts.
 DECODE_MAX_BATCH, DECODE_MAX_CONTEXT, PREFILL_MAX_BATCH = 512, 32767, 16
 MEMO_LIMIT = 65536
+#: Timed head shapes an untimed one's attention grid is carried from (attention_cells), and
+#: the weight of log H_kv against log H in choosing them, (decode, prefill): a decode's time is
+#: its KV bytes and its B x H_kv CTAs; weighted 2 on decode, 1 on prefill (chosen on
+#: benchmarks/aic_validate.py's shape-left-out errors: decode 7.7-7.8 % on A100 / RTX PRO 6000
+#: bf16 against 8.6-9.5 % at 1; 0.5 and 4 worse or equal).
+NEAREST = 2
+KV_WEIGHT = (2.0, 1.0)
 
 
 @functools.lru_cache(maxsize=32)
@@ -70,7 +78,7 @@ def shape_curves(system: str, family: str, dtype: str) -> ShapeCurves:
     if rows is None or rows.empty:
         raise SpecbatchError(f"aic {system}: no {dtype} {family} curve bundled")
     kernel = str(rows["kernel"].iloc[0])
-    laws = load_laws().get(system, (None, []))[1]
+    laws = bundled_laws().get(system, (None, []))[1]
     law = next((w for w in laws if w.family == family and w.group.get("dtype") == dtype
                 and w.group.get("kernel") == kernel), None)
     return ShapeCurves(family, rows, law, {"dtype": dtype})
@@ -90,11 +98,15 @@ def attention_rows(system: str, kv_dtype: str):
 
 @functools.lru_cache(maxsize=64)
 def attention_fit(system: str, kv_dtype: str, heads: int, kv_heads: int, head_dim: int):
-    """(fit, how): the attention law of this per-GPU head shape: fitted on its own rows where
-    both tables time it, else on every timed shape of the same head width."""
+    """(fit, how): the linear attention law of this per-GPU head shape (aic_attention): fitted
+    on its own rows where both tables time it, else on every timed shape of the same head
+    width. Its FLOP rate prices the grid law's cached-prefix term; alone, it prices a shape
+    no grid reaches (:func:`attention_cells`)."""
     d, p = attention_rows(system, kv_dtype)
     mine_d = d[(d["heads"] == heads) & (d["kv_heads"] == kv_heads) & (d["head_dim"] == head_dim)]
     mine_p = p[(p["heads"] == heads) & (p["kv_heads"] == kv_heads) & (p["head_dim"] == head_dim)]
+    from specbatch.simulator.cost.measured.aic_attention import fit_attention  # scipy
+
     if len(mine_d) >= 8 and len(mine_p) >= 8:
         return fit_attention(mine_d, mine_p), "shape"
     d, p = d[d["head_dim"] == head_dim], p[p["head_dim"] == head_dim]
@@ -102,6 +114,158 @@ def attention_fit(system: str, kv_dtype: str, heads: int, kv_heads: int, head_di
         raise SpecbatchError(f"aic {system}: no {kv_dtype} attention rows at head width "
                              f"{head_dim}")
     return fit_attention(d, p), "width"
+
+
+def grid_cells(decode, prefill) -> tuple | None:
+    """(decode cells or None, prefill cells) of one shape's rows where its prefill table spans
+    a grid, else None (:func:`shape_cells`)."""
+    from specbatch.simulator.cost.measured.aic_attention import cells, has_grid  # pandas
+
+    if decode.empty or prefill.empty:
+        return None
+    dec, pre = cells(decode, prefill)
+    if not has_grid((pre,)):
+        return None
+    return (dec if has_grid((dec,)) else None), pre
+
+
+@functools.lru_cache(maxsize=32)
+def own_cells(system: str, kv_dtype: str, key: tuple) -> tuple | None:
+    """:func:`grid_cells` of head shape ``key`` alone (a timed model's start-up reads only its
+    own rows)."""
+    d, p = attention_rows(system, kv_dtype)
+    md = (d["heads"] == key[0]) & (d["kv_heads"] == key[1]) & (d["head_dim"] == key[2])
+    mp = (p["heads"] == key[0]) & (p["kv_heads"] == key[1]) & (p["head_dim"] == key[2])
+    return grid_cells(d[md], p[mp])
+
+
+@functools.lru_cache(maxsize=8)
+def shape_cells(system: str, kv_dtype: str) -> dict:
+    """Head shape (H, H_kv, d) -> its measured cells (aic_attention.cells) where the prefill
+    table spans a grid (aic_attention.has_grid); the decode cells None where its table does
+    not (L40S: a few contexts per shape; the law's decode cells stand in, AicPricer)."""
+    from specbatch.simulator.cost.measured.aic_attention import SHAPE
+
+    d, p = attention_rows(system, kv_dtype)
+    gd, gp = d.groupby(list(SHAPE)), p.groupby(list(SHAPE))
+    out = {}
+    for key in sorted(set(gd.groups) & set(gp.groups)):
+        got = grid_cells(gd.get_group(key), gp.get_group(key))
+        if got is not None:
+            out[tuple(int(x) for x in key)] = got
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def width_fit(system: str, kv_dtype: str, head_dim: int, decode_only: bool = False):
+    """The linear attention law fitted on every timed shape of head width ``head_dim``: the
+    ratio :func:`attention_cells` carries a timed shape's grid to an untimed one with.
+    ``decode_only``: on the decode rows alone, the decode cells of a GPU whose decode table
+    spans no grid (L40S: its decode kernel's floor is not its prefill's, 10.6 against 5.6 µs;
+    held out by shape, 5.6 % against the joint law's 7.0 %)."""
+    from specbatch.simulator.cost.measured.aic_attention import fit_attention  # scipy
+
+    d, p = attention_rows(system, kv_dtype)
+    d, p = d[d["head_dim"] == head_dim], p[p["head_dim"] == head_dim]
+    if d.empty or p.empty:
+        raise SpecbatchError(f"aic {system}: no {kv_dtype} attention rows at head width "
+                             f"{head_dim}")
+    return fit_attention(d, p.iloc[:0] if decode_only else p)
+
+
+def attention_cells(system: str, kv_dtype: str, heads: int, kv_heads: int, head_dim: int,
+                    exclude: bool = False):
+    """(cells, how) of the grid law of this head shape (aic_attention.cells: plain arrays):
+    its own where timed ("shape"; not with ``exclude``, the held-out check), else carried
+    from the :data:`NEAREST` timed shapes of its head width nearest in log heads + w log KV
+    heads (w :data:`KV_WEIGHT`, decode and prefill apart) by the width law's ratio
+    (aic_attention.carried; "transfer from ..."); (None, "law") where no shape of the width is
+    timed."""
+    key = (heads, kv_heads, head_dim)
+    if not exclude:
+        own = own_cells(system, kv_dtype, key)
+        if own is not None:
+            return own, "shape"
+    grids = shape_cells(system, kv_dtype)
+    same = [k for k in grids if k != key and k[2] == head_dim]
+    if not same:
+        return None, "law"
+    from specbatch.simulator.cost.measured.aic_attention import carried
+
+    kv_bytes = 1.0 if kv_dtype == "fp8" else 2.0
+    fit = width_fit(system, kv_dtype, head_dim)
+    got, how = [], []
+    for part, weight in enumerate(KV_WEIGHT):
+        near = sorted(same, key=lambda k, w=weight: (abs(np.log(k[0] / heads))
+                                                     + w * abs(np.log(k[1] / kv_heads)), k))
+        near = near[:NEAREST]
+        got.append(carried([(k, grids[k]) for k in near], fit, key, kv_bytes)[part])
+        how.append(", ".join(map(str, near)))
+    return tuple(got), f"transfer from {how[0]} (decode); {how[1]} (prefill)"
+def curve_json(curve: Curve) -> dict:
+    """A built :class:`Curve` as JSON (aic_cache: floats kept exactly)."""
+    law = None if curve.law is None else dataclasses.asdict(curve.law)
+    return {"grid": curve.grid.tolist(), "seconds": curve.seconds.tolist(),
+            "source": curve.source, "how": curve.how, "law": law}
+
+
+def curve_from_json(d: dict) -> Curve:
+    """The :class:`Curve` :func:`curve_json` stored."""
+    law = d["law"]
+    if law is not None:
+        law = ShapeLaw(str(law["family"]), tuple(law["columns"]), str(law["row_col"]),
+                       tuple(int(v) for v in law["key"]), tuple(tuple(e) for e in law["extra"]),
+                       tuple(float(c) for c in law["coef"]))
+    return Curve(np.asarray(d["grid"], dtype=np.float64),
+                 np.asarray(d["seconds"], dtype=np.float64), law, str(d["source"]),
+                 str(d["how"]))
+
+
+@functools.lru_cache(maxsize=256)
+def op_curve(system: str, family: str, dtype: str, key: tuple) -> Curve:
+    """``shape_curves(system, family, dtype).curve(key)``, kept in the cache folder
+    (simulator.cost.measured.aic_cache): a warm process reads no curve file."""
+    key = tuple(int(v) for v in key)
+    return aic_cache.entry("curve", system, (family, dtype, list(key)),
+                           lambda: shape_curves(system, family, dtype).curve(key),
+                           curve_json, curve_from_json)
+
+
+@functools.lru_cache(maxsize=64)
+def attention_law(system: str, kv_dtype: str, heads: int, kv_heads: int, head_dim: int,
+                  kv_bytes: float, layers: int) -> tuple[AttentionLaw, str]:
+    """(law of ``layers`` layers, how it was built) at this per-GPU head shape: the grid law of
+    :func:`attention_cells` (its own cells, or carried; L40S's decode by the width's decode
+    law) with :func:`attention_fit`'s FLOP rate, or that linear law alone where no grid
+    reaches; kept in the cache folder as the law's own dataclass fields (aic_cache)."""
+
+    def build():
+        from specbatch.simulator.cost.measured.aic_attention import (  # pandas, scipy
+            grid_law,
+            grid_tables,
+            law_cells,
+        )
+
+        fit, fit_how = attention_fit(system, kv_dtype, heads, kv_heads, head_dim)
+        got, how = attention_cells(system, kv_dtype, heads, kv_heads, head_dim)
+        if got is None:
+            return fit.law(heads, kv_heads, head_dim, kv_bytes, layers), f"law ({fit_how})"
+        if got[0] is None:
+            dec = width_fit(system, kv_dtype, head_dim, decode_only=True)
+            got = (law_cells(dec, heads, kv_heads, head_dim, kv_bytes), got[1])
+            how = f"{how}; decode by the width's decode law"
+        return grid_law(grid_tables(got), fit, heads, head_dim, kv_bytes, kv_heads,
+                        layers), how
+
+    def encode(built):
+        return {"law": aic_cache.dataclass_fields(built[0]), "how": built[1]}
+
+    def decode(d):
+        return aic_cache.from_fields(d["law"]), str(d["how"])
+
+    return aic_cache.entry("attention", system,
+                           (kv_dtype, heads, kv_heads, head_dim, kv_bytes, layers),
+                           build, encode, decode)
 
 
 def gemm_dims(shape: ModelShape, tp: int) -> dict:
@@ -135,36 +299,36 @@ class AicPricer:
     head_memo: dict = field(default_factory=dict)  # r -> LM head seconds
 
     def __post_init__(self) -> None:
-        s, tp = self.shape, self.tp
-        gemm = shape_curves(self.system, "gemm", self.gemm_dtype)
-        bf16 = shape_curves(self.system, "gemm", "bfloat16")
+        s, tp, system = self.shape, self.tp, self.system
+
+        def gemm(key: tuple) -> Curve:
+            return op_curve(system, "gemm", self.gemm_dtype, key)
+
         dense = s.layers - (s.moe_layers if s.is_moe else 0)
         dims = gemm_dims(s, tp)
         for name in ("qkv", "o"):
-            self.curves[name] = (s.layers, gemm.curve(dims[name]))
+            self.curves[name] = (s.layers, gemm(dims[name]))
         if dense:
             for name in ("gate_up", "down"):
-                self.curves[name] = (dense, gemm.curve(dims[name]))
+                self.curves[name] = (dense, gemm(dims[name]))
         if s.is_moe:
             m = s.moe_layers
-            self.curves["router"] = (m, bf16.curve((s.experts, s.hidden)))
+            self.curves["router"] = (m, op_curve(system, "gemm", "bfloat16",
+                                                 (s.experts, s.hidden)))
             if s.shared_intermediate:
-                self.curves["shared_gate_up"] = (m, gemm.curve((2 * s.shared_intermediate // tp,
-                                                                s.hidden)))
-                self.curves["shared_down"] = (m, gemm.curve((s.hidden,
-                                                             s.shared_intermediate // tp)))
-            moe = shape_curves(self.system, "moe", self.gemm_dtype)
-            self.curves["experts"] = (m, moe.curve((s.hidden, s.expert_intermediate, s.experts,
-                                                    s.top_k, tp, 1)))
-        self.head_curve = bf16.curve((s.vocab // tp, s.hidden))
+                self.curves["shared_gate_up"] = (m, gemm((2 * s.shared_intermediate // tp,
+                                                          s.hidden)))
+                self.curves["shared_down"] = (m, gemm((s.hidden, s.shared_intermediate // tp)))
+            self.curves["experts"] = (m, op_curve(system, "moe", self.gemm_dtype,
+                                                  (s.hidden, s.expert_intermediate, s.experts,
+                                                   s.top_k, tp, 1)))
+        self.head_curve = op_curve(system, "gemm", "bfloat16", (s.vocab // tp, s.hidden))
         if tp > 1:
-            self.allreduce_curve = shape_curves(self.system, "allreduce", "").curve((tp,))
-        fit, how = attention_fit(self.system, self.kv_dtype, s.heads // tp,
-                                 max(s.kv_heads // tp, 1), s.head_dim)
+            self.allreduce_curve = op_curve(system, "allreduce", "", (tp,))
         kv_bytes = 1.0 if self.kv_dtype == "fp8" else 2.0
-        self.attention = fit.law(s.heads // tp, max(s.kv_heads // tp, 1), s.head_dim,
-                                 kv_bytes, s.layers)
-        self.attention_how = how
+        self.attention, self.attention_how = attention_law(
+            system, self.kv_dtype, s.heads // tp, max(s.kv_heads // tp, 1), s.head_dim,
+            kv_bytes, s.layers)
 
     def small_ops(self, q: float) -> float:
         """Seconds of the pass's small ops: the embedding once, the norms, rotary, residual

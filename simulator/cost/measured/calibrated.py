@@ -86,6 +86,7 @@ from specbatch.simulator.cost.gpus.hardware import (
     Hardware,
     check_routing_skew,
     check_weight_bits,
+    launch_terms,
     quantized_weight_bytes,
     settle_execution,
 )
@@ -486,15 +487,6 @@ def cell_check(grid: np.ndarray, secs: np.ndarray) -> dict | None:
     return {"mape": round(float(np.abs(err).mean()), 4),
             "mean_signed": round(float(err.mean()), 4), "rows": int(err.size),
             "check": "each token count left out, interpolated from its neighbours"}
-
-
-def launch_terms(ex, role: str, hw: Hardware, layers: int) -> tuple[float, float]:
-    """(fixed s, host floor s) of one pass under execution preset ``ex``: its launch time
-    p + L x per-layer latency, a floor the GPU work hides when the preset overlaps the host
-    (CUDA graphs), else a fixed cost added to it."""
-    p, layer = ex.latencies(role, hw)
-    launch = p + layers * layer
-    return (0.0, launch) if ex.overlap else (launch, 0.0)
 
 
 def role_source(r: RolePricer, gpu: str) -> dict:

@@ -24,11 +24,14 @@ the measured serving runs.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from specbatch.errors import require
+
+if TYPE_CHECKING:  # read where a profile is read, not at import
+    import pandas as pd
 
 #: The profiles' GEMM layer names.
 GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -43,6 +46,8 @@ def gemm_dims(shape) -> dict[str, tuple[int, int]]:
 
 def gemm_rows(path: str | Path, shape, dtype_bytes: int = 2) -> pd.DataFrame:
     """The GEMM rows of a dense.csv profile with their FLOPs F, bytes B and seconds t."""
+    import pandas as pd
+
     df = pd.read_csv(path)
     for col in ("layer", "tokens", "time_us"):
         require(col in df.columns, f"profile {path}: column {col}: expected it")

@@ -10,39 +10,42 @@ kernel's load costs more than it saves); ``compiled`` refuses the rest with a on
 naming what is not covered; ``numpy`` always takes the numpy engine.
 
 Covered today: scheduler vllm-v1; any number of replicas behind the round_robin router
-(independent replicas: driver.CompiledEngine.run and driver.event_order; no data
-parallelism); FCFS, or priority admission in reserve mode; ``kv_mode = "reserve"`` (any
-``kv_capacity``) or ``"paged"`` (preemption by recompute, the prefix cache's counting path;
-not the hybrid manager's groups nor shared-prefix groups); any
-``long_prefill_token_threshold``; chunked prefill on or off; policies ``ar``, ``fixed``,
-``tetris`` (confidence surrogate, TV and BV), ``dsd`` (its goodput plans and α) and the engines'
-(simulator.engine.v1.policy_arrays: ``batch-schedule`` with vLLM's or TensorRT-LLM's batch-size
-table, ``vllm-dynamic``, ``ema-adaptive`` with SGLang's slots, ``vllm-adaptive`` with the
-confidence surrogate, profiled tables, stale or fresh confidences; the row-wise
-``threshold``, ``specdec++``, ``entropy-stop``; the bounds ``hindsight`` and ``oracle`` under TV;
-the catalogue's ``compiled`` trait, simulator.policies.catalogue); chain rules TV
-and BV on replayed acceptance (trace, fitted or profile); the roofline cost model of dense
-models (no sliding windows, experts, FP8 GEMMs or draft head) and the calibrated model
-(simulator.cost.measured.calibrated, ``cost = "calibrated"``) as its PassTables
-(simulator.cost.tabulated, simulator.engine.v1.pass_tables: dense, MoE, MLA and quantised
-roles, table cells, measured all-reduce curves; both roles; not sliding-window layers nor the
-LLMServingSim GPUs' pricer, simulator.cost.measured.calibrated_table), each with CUDA-graph
-padding and analysis.sensitivity's scaled cost too, with or without vLLM's host terms (the
-default ``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async
-scheduling; also inside the sensitivity runs' scaled cost; not the n-gram proposer's), a
-separate draft model's passes as vLLM V1's proposer runs them (pass 1 over the target's pass
-plus one token per request, simulator.cost.features.draft_model_pass) and the
-rejection sampler's cost; any arrivals; an early stop (simulator.engine.core's ``stop``, the
-planner's analysis.plan.slo.EarlyStop) on one replica of a speculating policy: the kernel
-returns before a step whose events reach a check (kernel.step_events counts the numpy
-engine's arrivals, STEP_END and SCHEDULE events), driver.CompiledEngine.check_stop calls the
-rule at the numpy engine's events and ends the run there or goes on (parity:
-tests/simulator/engine/v1/test_compiled_stop.py). Everything else (tetris and
-vllm-adaptive with a fitted predictor, vllm-adaptive's exact tables or true survival, oracle
-under BV, trees, draft heads (EAGLE, EAGLE-3, MTP), n-gram and profiled costs, vllm-v0, the
-least_outstanding and vllm_dp_lb routers, user policies, an early stop with several
-replicas or without speculation: the numpy engine takes ``ar``'s runs of identical decode
-steps as one event, simulator.engine.v1.runs) runs on numpy.
+(independent replicas: driver.CompiledEngine.run and driver.event_order; no data parallelism);
+FCFS, or priority admission in reserve mode; ``kv_mode = "reserve"`` (any ``kv_capacity``) or
+``"paged"`` (preemption by recompute, the prefix cache's counting path; not the hybrid manager's
+groups nor shared-prefix groups); any ``long_prefill_token_threshold``; chunked prefill on or
+off; policies ``ar``, ``fixed``, ``tetris`` (confidence surrogate, TV and BV), ``dsd`` (its
+goodput plans and α) and the engines' (simulator.engine.v1.policy_arrays: ``batch-schedule``
+with vLLM's or TensorRT-LLM's batch-size table, ``vllm-dynamic``, ``ema-adaptive`` with SGLang's
+slots, ``vllm-adaptive`` with the confidence surrogate, profiled tables, stale or fresh
+confidences; the row-wise ``threshold``, ``specdec++``, ``entropy-stop``; the bounds
+``hindsight`` and ``oracle`` under TV; the catalogue's ``compiled`` trait,
+simulator.policies.catalogue); chain rules TV and BV on replayed acceptance (trace, fitted or
+profile); the drafters: a draft model (as vLLM V1's proposer runs it, simulator.cost.features.
+draft_model_pass: pass 1 over the target's pass plus one token per request, kernel.first_pass;
+the later passes at c_i + τ_i + j), a head on the target's hidden states (EAGLE, EAGLE-3,
+MTP; simulator.cost.features.draft_head: pass 1 over the target's pass, kernel.first_pass; the
+later passes at c_i + τ_i + j), vLLM's n-gram proposer (its host seconds once per step,
+simulator.cost.features.host.ngram_seconds) and a free drafter without host terms (0 s passes);
+the roofline cost model (no sliding windows; experts under uniform routing on one rank, W8A8 FP8
+GEMMs) and the calibrated model (simulator.cost.measured.calibrated, ``cost = "calibrated"``) as
+its PassTables (simulator.cost.tabulated, simulator.engine.v1.pass_tables: dense, MoE, MLA and
+quantised roles, table cells, measured all-reduce curves; both roles; not sliding-window layers
+nor the LLMServingSim GPUs' pricer, simulator.cost.measured.calibrated_table), each with
+CUDA-graph padding and analysis.sensitivity's scaled cost too, with or without vLLM's host terms
+(the default ``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async
+scheduling; also inside the sensitivity runs' scaled cost) and the rejection sampler's cost; any
+arrivals; an early stop (simulator.engine.core's ``stop``, the planner's
+analysis.plan.slo.EarlyStop) on one replica of a speculating policy: the kernel returns before a
+step whose events reach a check (kernel.step_events counts the numpy engine's arrivals, STEP_END
+and SCHEDULE events), driver.CompiledEngine.check_stop calls the rule at the numpy engine's
+events and ends the run there or goes on (parity:
+tests/simulator/engine/v1/test_compiled_stop.py). Everything else (tetris and vllm-adaptive with
+a fitted predictor, vllm-adaptive's exact tables or true survival, oracle under BV, trees,
+sliding-window layers, skewed expert routing or expert parallelism in the roofline, profiled
+costs, vllm-v0, the least_outstanding and vllm_dp_lb routers, user policies, an early stop with
+several replicas or without speculation: the numpy engine takes ``ar``'s runs of identical
+decode steps as one event, simulator.engine.v1.runs) runs on numpy.
 
 Kernels are cached under ``$SPECBATCH_CACHE/numba`` (``~/.cache/specbatch/numba``): numba's
 ``cache=True`` writes next to the source by default, so ``NUMBA_CACHE_DIR`` is set before numba
@@ -87,6 +90,8 @@ AUTO_MIN_REQUESTS = 2000
 _NOTED: set[str] = set()
 #: The compiled loop's modules (simulator.engine.v1.kernel), hashed by :func:`kernel_stamp`.
 KERNEL_SOURCES = Path(__file__).with_name("kernel")
+#: simulator.cost.tabulated: the grid attention law the kernel compiles (kernel.pricing).
+TABULATED_SOURCE = Path(__file__).parents[2] / "cost" / "tabulated.py"
 
 
 def numba_installed() -> bool:
@@ -106,11 +111,12 @@ def cache_dir() -> Path:
 
 
 def kernel_stamp() -> str:
-    """sha256 of the kernel package's sources (simulator.engine.v1.kernel, every module): numba
+    """sha256 of the kernel package's sources (simulator.engine.v1.kernel, every module, and
+    simulator.cost.tabulated whose grid_attention it compiles): numba
     checks only a cached function's own file, so a change in a function it calls (another
     module of the package) must drop the cached kernels itself (:func:`load_kernel`)."""
     digest = hashlib.sha256()
-    for path in sorted(KERNEL_SOURCES.glob("*.py")):
+    for path in [*sorted(KERNEL_SOURCES.glob("*.py")), TABULATED_SOURCE]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
@@ -206,13 +212,19 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     row = rule_entry(config.verify)
     if policy.depth and (row.kind != "chain" or row.scan not in ("leading", "last")):
         return f"verify {config.verify} (compiled: chain rules tv, block)"
-    host, _, _ = host_layer(cost)
-    if host is not None and host.ngram:
-        return "the n-gram proposer's host time (compiled: vLLM's host terms of model drafters)"
     _, _, base = cost_layers(cost)
     if type(base) is HostCost:  # PaddedSumsCost(ScaledCost(HostCost)): b·n would count pads
         return ("CUDA-graph padding outside vLLM's host terms (compiled: padding inside "
                 "them, as build_cost and pad_to_graphs order them)")
+    kind, head, base = drafter_layer(base)
+    if kind == "model-v1" and pass_one_unpadded(cost):
+        return ("a draft model's pass 1 outside CUDA-graph padding (compiled: padding inside "
+                "DraftModelPasses, as pad_to_graphs orders it)")
+    layer = head.passes.layer if head is not None else None
+    if layer is not None and layer.experts and (layer.expert_load or layer.ep_size != 1):
+        return ("an MTP head's skewed routing or expert parallelism (compiled: uniform "
+                "routing on one rank's experts)")
+    roles = drafted_roles(kind, policy)
     if tabulated(base):
         if config.token_budget is None:  # pragma: no cover - vllm-v1 always has one
             return "an unlimited token budget (compiled cost tables need max_num_batched_tokens)"
@@ -220,7 +232,7 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
         if q_max > MAX_TABLE_TOKENS:
             return (f"passes of up to {q_max} tokens (compiled cost tables: up to "
                     f"{MAX_TABLE_TOKENS})")
-        for role in priced_roles(policy):
+        for role in roles:
             why = base.table_gap(role)
             if why is not None:
                 return (f"{why} (compiled: the calibrated model's dense passes on the "
@@ -229,30 +241,44 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
         return (f"cost model {type(cost).__name__} (compiled: the plain roofline, the "
                 "calibrated and the aic models)")
     else:
-        for role, c in base.consts.items():
-            if c.sliding_layers or c.experts or c.fp8_flops_per_token:
-                return (f"the {role}'s sliding windows, experts or FP8 GEMMs (compiled: dense "
-                        "roofline)")
-    if draft_model_layer(cost) is not None:  # vLLM V1's draft-model pass 1: I_DRAFTS_CHUNKS
-        return None
-    if hasattr(cost, "first_pass_time"):  # pragma: no cover - a head is another class
-        return "a draft head"
+        for role in roles:
+            c = base.consts[role]
+            if c.sliding_layers:
+                return f"the {role}'s sliding windows (compiled: full-attention roofline)"
+            if c.experts and (c.expert_load or c.ep_size != 1):
+                return (f"the {role}'s skewed routing or expert parallelism (compiled: "
+                        "uniform routing on one rank's experts)")
     return None
 
 
-def draft_model_layer(cost: CostModel):
-    """simulator.cost.features.draft_model_pass's DraftModelPasses inside ``cost``'s layers
-    (host terms, CUDA-graph padding, a ScaledCost; build_cost puts it around the model), or
-    None: the kernel prices its pass 1 over the target's pass (I_DRAFTS_CHUNKS = 2)."""
+def drafter_layer(model: CostModel) -> tuple[str, object | None, CostModel]:
+    """(kind, head, inner) of the model under the host, padding and scale layers
+    (:func:`cost_layers`): an EAGLE / EAGLE-3 / MTP head (simulator.cost.features.draft_head.
+    HeadDraftCost: "head", the head's cost, its target model), a host-side drafter
+    (simulator.cost.features.free_draft.FreeDraftCost, the n-gram proposer: "free", None, its
+    target model), a draft model under vLLM V1's proposer (simulator.cost.features.
+    draft_model_pass.DraftModelPasses: "model-v1", None, the model; its pass 1 over the target
+    pass, kernel.first_pass), else ("model", None, ``model``): a draft model priced as the
+    draft role with a chunk pass (vllm-v0's draft worker). "model" and "model-v1" price both
+    roles (:func:`drafted_roles`)."""
+    from specbatch.simulator.cost.features.draft_head import HeadDraftCost
     from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
+    from specbatch.simulator.cost.features.free_draft import FreeDraftCost
 
-    for _ in range(8):  # the layers' own ``inner`` fields, not __getattr__'s forwarding
-        if type(cost) is DraftModelPasses:
-            return cost
-        cost = getattr(cost, "__dict__", {}).get("inner")
-        if cost is None:
-            return None
-    return None
+    if type(model) is HeadDraftCost:
+        return "head", model, model.inner
+    if type(model) is FreeDraftCost:
+        return "free", None, model.inner
+    if type(model) is DraftModelPasses:
+        return "model-v1", None, model.inner
+    return "model", None, model
+
+
+def drafted_roles(kind: str, policy: Policy) -> tuple[str, ...]:
+    """The roles whose PassTables a run of drafter ``kind`` (:func:`drafter_layer`) prices: a
+    draft model's both (pass_tables.priced_roles), a head's or a host-side drafter's the
+    target's only."""
+    return priced_roles(policy) if kind in ("model", "model-v1") else ("target",)
 
 
 def host_layer(cost: CostModel) -> tuple[HostCost | None, float, CostModel]:
@@ -274,28 +300,49 @@ def cost_layers(cost: CostModel) -> tuple[tuple[int, ...], float, CostModel]:
     """(CUDA-graph sizes, factor, model) of ``cost``: the host terms (:func:`host_layer`,
     priced by the kernel's host_target / host_draft after each pass, with its outer factor)
     around simulator.cost.features.draft_model_pass's DraftModelPasses (a vLLM V1 draft
-    model's pass 1, which the kernel prices itself: :func:`draft_model_layer`) around
-    simulator.cost.features.graph_padding's PaddedSumsCost (the sizes it pads each pass to;
-    () without) around analysis.sensitivity's ScaledCost (every pass and the overhead times a
-    factor; matched by name, as the simulator imports nothing of analysis; 1.0 without)
-    around the model."""
+    model's pass 1: build_cost puts it inside the host terms, pad_to_graphs pads inside it)
+    around simulator.cost.features.graph_padding's PaddedSumsCost (the sizes it pads each pass
+    to; () without) around analysis.sensitivity's ScaledCost (every pass and the overhead times
+    a factor; matched by name, as the simulator imports nothing of analysis; 1.0 without;
+    around build_cost's whole model, DraftModelPasses inside it) around the model. A
+    DraftModelPasses met at either place comes back around the model itself (the kernel pads
+    and scales its pass 1 as it pads and scales every pass), so :func:`drafter_layer` takes it
+    off as it takes off a head."""
     from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
     from specbatch.simulator.cost.features.graph_padding import PaddedSumsCost
 
     host, _, inner = host_layer(cost)
     if host is not None:
         cost = inner
-    if type(cost) is DraftModelPasses:  # its passes are the model's (kernel: I_DRAFTS_CHUNKS),
-        cost = cost.inner  # pad_to_graphs pads inside it
+    passes = type(cost) is DraftModelPasses
+    if passes:
+        cost = cost.inner
     sizes: tuple[int, ...] = ()
     if type(cost) is PaddedSumsCost:
         sizes, cost = tuple(int(v) for v in cost.sizes), cost.inner
     factor = 1.0
     if type(cost).__name__ == "ScaledCost" and hasattr(cost, "inner"):
         factor, cost = float(cost.factor), cost.inner
-    if type(cost) is DraftModelPasses:  # built around a scaled model
-        cost = cost.inner
+    if passes and type(cost) is not DraftModelPasses:
+        cost = DraftModelPasses(cost)
     return sizes, factor, cost
+
+
+def pass_one_unpadded(cost: CostModel) -> bool:
+    """Whether a DraftModelPasses sits inside CUDA-graph padding (PaddedSumsCost(ScaledCost(
+    DraftModelPasses)): analysis.sensitivity's scaled cost, padded by simulate), where its
+    pass 1 reaches the model unpadded through the padding's forwarding while the kernel pads
+    every draft-model pass."""
+    from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
+    from specbatch.simulator.cost.features.graph_padding import PaddedSumsCost
+
+    _, _, cost = host_layer(cost)
+    if type(cost) is not PaddedSumsCost:
+        return False
+    cost = cost.inner
+    if type(cost).__name__ == "ScaledCost" and hasattr(cost, "inner"):
+        cost = cost.inner
+    return type(cost) is DraftModelPasses
 
 
 class NotCovered(SpecbatchError):

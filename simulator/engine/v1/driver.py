@@ -17,15 +17,22 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.interface import takes_logit_rows
+from specbatch.simulator.engine.async_lag import lags
 from specbatch.simulator.engine.request_state import RECORD_ROWS, STEP_COLUMNS, Records
 from specbatch.simulator.engine.steplog import CHUNK, StepLog
 from specbatch.simulator.engine.v1.compiled import (
     cost_layers,
-    draft_model_layer,
+    drafted_roles,
+    drafter_layer,
     host_layer,
     load_kernel,
 )
-from specbatch.simulator.engine.v1.pass_tables import pass_tables, tabulated
+from specbatch.simulator.engine.v1.pass_tables import (
+    max_pass_tokens,
+    pass_tables,
+    priced_roles,
+    tabulated,
+)
 from specbatch.simulator.engine.v1.policy_arrays import policy_arrays, policy_state_back
 
 if TYPE_CHECKING:
@@ -40,6 +47,40 @@ STEP_BUFFER = 16 * CHUNK
 _PASS_CONSTANTS = ("flops_per_token", "attn_flops", "weight_bytes", "kv_bytes",
                    "act_bytes_per_token", "inv_compute", "inv_memory", "floor", "fixed",
                    "comm_per_token")
+
+
+#: Set-up arrays that depend only on a shared object (a deployment's cost model, a trace) and
+#: a few integers, kept across runs in a process (the planner runs many runs per deployment):
+#: key -> (the object, so its id is not reused, the arrays). The kernel only reads them.
+_SETUP: dict[tuple, tuple] = {}
+_SETUP_MAX = 64
+
+
+def _remembered(key: tuple, owner: object, build):
+    hit = _SETUP.get(key)
+    if hit is not None and hit[0] is owner:
+        return hit[1]
+    value = build()
+    if len(_SETUP) >= _SETUP_MAX:
+        _SETUP.pop(next(iter(_SETUP)))
+    _SETUP[key] = (owner, value)
+    return value
+
+
+def _pass_tables(config: SimConfig, policy: Policy, base, sizes: tuple[int, ...],
+                 roles: tuple[str, ...] | None = None):
+    """:func:`pass_tables`, once per cost model, Q_max and priced roles (all it reads)."""
+    if not tabulated(base):
+        return pass_tables(config, policy, base, sizes, roles=roles)
+    key = ("pass", id(base), max_pass_tokens(config, policy, sizes),
+           roles if roles is not None else priced_roles(policy))
+    return _remembered(key, base, lambda: pass_tables(config, policy, base, sizes, roles=roles))
+
+
+def _confidence(tables_cls, trace: Trace, depth: int) -> np.ndarray:
+    """The trace's confidence surrogate up to ``depth`` # [rows, depth], once per trace."""
+    return _remembered(("conf", id(trace), int(depth)), trace, lambda: np.ascontiguousarray(
+        tables_cls(trace).confidence(depth), dtype=np.float64))
 
 
 class CompiledEngine:
@@ -70,10 +111,7 @@ class CompiledEngine:
         ints[kn.I_MAX_SEQS] = int(config.max_num_seqs)
         ints[kn.I_CHUNKED] = int(bool(config.chunked))
         ints[kn.I_CAPACITY] = -1 if capacity is None else int(capacity)
-        # 1: a draft pass over the prefill chunks; 2: vLLM V1's draft-model pass 1 over the
-        # target's pass (simulator.cost.features.draft_model_pass), no chunk pass
-        ints[kn.I_DRAFTS_CHUNKS] = (0 if not policy.speculates
-                                    else 2 if draft_model_layer(cost) is not None else 1)
+        ints[kn.I_DRAFTS_CHUNKS] = int(bool(policy.speculates))
         if config.kv_mode == "paged":
             ints[kn.I_PAGED] = 1
             ints[kn.I_BLOCK_SIZE] = int(config.block_size)
@@ -81,23 +119,24 @@ class CompiledEngine:
             ints[kn.I_POOL] = int(capacity) // int(config.block_size)
             ints[kn.I_PREFIX] = int(bool(config.enable_prefix_caching))
         ints[kn.I_THRESHOLD] = int(config.long_prefill_token_threshold)
+        ints[kn.I_LAG] = int(lags(config, policy.speculates))  # simulator.engine.async_lag
         if stop is not None:
             ints[kn.I_EVERY] = max(int(stop.every), 1)
         sizes, scale, base = cost_layers(cost)
+        kind, _, base = drafter_layer(base)  # a head's, a free drafter's or a V1 draft
+        # model's target model
         floats = np.zeros(kn.N_FLOATS + len(sizes))
         floats[kn.F_SCALE] = scale
         floats[kn.F_NSIZES] = len(sizes)
         floats[kn.F_SIZES:] = sizes
-        self.passes = pass_tables(config, policy, base, sizes)  # tab, tlaw (kernel.role_time)
+        self.passes = _pass_tables(config, policy, base, sizes,  # tab, tlaw (kernel.role_time)
+                                  roles=drafted_roles(kind, policy))
+        pack_drafter(kn, ints, floats, cost, bool(policy.speculates))
+        host, outer, _ = host_layer(cost)
         if not tabulated(base):
-            for off, role in ((0, "target"), (10, "draft")):
-                c = base.consts[role]
-                floats[off:off + 10] = [float(getattr(c, name)) for name in _PASS_CONSTANTS]
-            floats[kn.F_HEAD_T] = float(base.consts["target"].head_flops)
-            floats[kn.F_HEAD_D] = float(base.consts["draft"].head_flops)
+            pack_roofline(kn, floats, base)
         floats[kn.F_ROWS] = float(takes_logit_rows(cost))  # as the numpy engine (core.py)
         floats[kn.F_OVERHEAD] = float(cost.overhead)  # HostCost's: a, or 0 under overlap
-        host, outer, _ = host_layer(cost)
         floats[kn.F_OUTER] = outer
         if host is not None:  # simulator.cost.features.host's constants, as HostCost uses them
             from specbatch.simulator.cost.features import host as hostmod
@@ -152,12 +191,12 @@ class CompiledEngine:
             ints[kn.I_TETRIS] = 1
             ints[kn.I_POSITIVE] = int(not policy.rule_row.additive)  # BV: monotone_optimum
             ints[kn.I_C] = -1 if policy.budget is None else int(policy.budget)
-            conf = np.ascontiguousarray(TraceTables(trace).confidence(depth), dtype=np.float64)
+            conf = _confidence(TraceTables, trace, depth)
         self.policy_arrays = policy_arrays(kn, config, policy, cost, trace, ints, n)
         if policy.name == "vllm-adaptive":  # TETRIS's surrogate: the survival S_ij
             from specbatch.simulator.policies.view import TraceTables
 
-            conf = np.ascontiguousarray(TraceTables(trace).confidence(depth), dtype=np.float64)
+            conf = _confidence(TraceTables, trace, depth)
         if policy.name == "oracle":  # TV: top-C of the path's true Π min(1, r), K drafted
             ints[kn.I_TETRIS] = 2
             ints[kn.I_C] = -1 if policy.budget is None else int(policy.budget)
@@ -237,7 +276,7 @@ class CompiledEngine:
         st = np.zeros((kn.N_ST, max(int(ints[kn.I_MAX_SEQS]), 1)), dtype=i64)
         regs = np.zeros(kn.N_REGS, dtype=i64)
         regs[kn.R_FREE] = ints[kn.I_POOL]  # free blocks (paged); reserved tokens: 0
-        clock = np.zeros(2)  # the replica's time; dsd's α
+        clock = np.zeros(3)  # the replica's time; dsd's α; the last step's start (async_lag)
         if self.dsd is not None:  # each replica's own copy of the policy, as it starts
             regs[kn.R_KNOW], regs[kn.R_DSTEPS], clock[1] = self.dsd
         arrays = [a.copy() for a in self.policy_arrays]  # kernelpol: each replica's own state
@@ -329,6 +368,71 @@ class CompiledEngine:
         regs[kn.R_SKIP] = 1
         ints[kn.I_EVERY] = max(int(stop.every), 1)
         return False
+
+
+def pack_roofline(kn, floats: np.ndarray, model) -> None:
+    """A RooflineCost's pass constants of both roles into ``floats`` (kernel.pass_time): the
+    10 of each role, the LM head's FLOPs per row, the W8A8 FP8 GEMMs and the uniform-routing
+    experts (F_MOE; 1 − k/E computed as theory.moe.uniform_touched computes it)."""
+    for off, m, role in ((0, kn.F_MOE, "target"), (10, kn.F_MOE + 5, "draft")):
+        c = model.consts[role]
+        floats[off:off + 10] = [float(getattr(c, name)) for name in _PASS_CONSTANTS]
+        floats[kn.F_HEAD_T if off == 0 else kn.F_HEAD_D] = float(c.head_flops)
+        floats[m + kn.M_FP8] = float(c.fp8_flops_per_token)
+        floats[m + kn.M_INV_FP8] = float(c.inv_compute_fp8)
+        if c.experts:  # uniform routing on one rank (compiled_gap)
+            floats[m + kn.M_EXPERT_BYTES] = float(c.expert_bytes)
+            floats[m + kn.M_EXPERTS] = float(c.experts)
+            floats[m + kn.M_MISS] = 1.0 - c.top_k / c.experts
+
+
+def pack_drafter(kn, ints: np.ndarray, floats: np.ndarray, cost: CostModel,
+                 speculates: bool) -> None:
+    """The drafter's slots (kernel.F_DRAFTER; a head's constants from F_HP, the n-gram
+    proposer's from F_NGRAM) and I_DRAFTS_CHUNKS: a head (EAGLE, EAGLE-3, MTP), a draft model
+    under vLLM V1's proposer (simulator.cost.features.draft_model_pass) or the n-gram proposer
+    under vLLM's host terms has a first pass on the target pass (simulator.engine.core's
+    ``head``: a speculating policy and a ``first_pass_time``) and no chunk pass; a free
+    drafter without host terms drafts chunks at 0 s."""
+    _, _, base = cost_layers(cost)
+    kind, head, _ = drafter_layer(base)
+    host, _, _ = host_layer(cost)
+    if speculates and kind == "model-v1":
+        ints[kn.I_DRAFTS_CHUNKS] = 0
+        floats[kn.F_DRAFTER] = kn.DRAFT_MODEL_V1
+    elif speculates and kind != "model":
+        ints[kn.I_DRAFTS_CHUNKS] = int(head is None and host is None)
+        floats[kn.F_DRAFTER] = (kn.DRAFT_HEAD if head is not None else
+                                kn.DRAFT_NGRAM if host is not None else kn.DRAFT_FREE)
+    if head is not None:
+        pack_head(kn, floats, head.passes)
+    if host is not None and host.ngram:
+        from specbatch.simulator.cost.features import host as hostmod
+
+        floats[kn.F_NGRAM:kn.F_NGRAM + 4] = (hostmod.NGRAM_CALL_S, hostmod.NGRAM_REQUEST_S,
+                                             hostmod.NGRAM_TOKEN_S, hostmod.NGRAM_PAIR_S)
+
+
+def pack_head(kn, floats: np.ndarray, p) -> None:
+    """A head's pass constants (simulator.cost.features.draft_head.HeadPass ``p``) into
+    ``floats`` from F_HP (kernel.head_time): the per-token FLOPs and the fixed bytes of pass 1
+    and of the later passes summed in HeadPass.seconds's order (x + 0.0 = x: a pass without
+    ``fc`` adds 0.0 there), the rest as they are."""
+    c = p.layer
+    every = bool(p.fc_every_pass)
+    hp = np.zeros(16)
+    hp[kn.HP_FLOPS1] = c.flops_per_token + p.qkv_flops + p.fc_flops
+    hp[kn.HP_FLOPS] = c.flops_per_token + p.qkv_flops + (p.fc_flops if every else 0.0)
+    hp[kn.HP_ATTN], hp[kn.HP_LM] = c.attn_flops, p.lm_flops
+    hp[kn.HP_BYTES1] = c.weight_bytes + p.qkv_bytes + p.fc_bytes + p.lm_bytes
+    hp[kn.HP_BYTES] = c.weight_bytes + p.qkv_bytes + (p.fc_bytes if every else 0.0) + p.lm_bytes
+    hp[kn.HP_KV], hp[kn.HP_ACT] = c.kv_bytes, c.act_bytes_per_token
+    hp[kn.HP_INV_C], hp[kn.HP_INV_M] = c.inv_compute, c.inv_memory
+    hp[kn.HP_FLOOR], hp[kn.HP_FIXED], hp[kn.HP_COMM] = c.floor, c.fixed, c.comm_per_token
+    if c.experts:  # an MTP layer's (uniform routing, one rank: compiled_gap)
+        hp[kn.HP_EXPERT_BYTES], hp[kn.HP_EXPERTS] = c.expert_bytes, float(c.experts)
+        hp[kn.HP_MISS] = 1.0 - c.top_k / c.experts
+    floats[kn.F_HP:kn.F_HP + 16] = hp
 
 
 def step_events(arrival: np.ndarray, order: np.ndarray, arrived: int, t: float,

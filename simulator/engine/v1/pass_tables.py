@@ -55,23 +55,27 @@ def max_pass_tokens(config: SimConfig, policy: Policy, sizes: tuple[int, ...]) -
     return q
 
 
-def pass_tables(config: SimConfig, policy: Policy, base, sizes: tuple[int, ...]
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """The kernel's ``tab`` # [6, Q_max + 1] and ``tlaw`` # [2, N_TLAW] of cost model
+def pass_tables(config: SimConfig, policy: Policy, base, sizes: tuple[int, ...],
+                roles: tuple[str, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's ``tab`` # [6, Q_max + 1] and ``tlaw`` # [2, N_TLAW + grid] of cost model
     ``base`` under CUDA-graph ``sizes`` (simulator.engine.v1.kernel.role_time): each priced
-    role's PassTable where the model is :func:`tabulated`, else T_MODE 0 (the roofline
+    role's PassTable (``roles``, default :func:`priced_roles`; a head or a free drafter prices
+    the target's only) where the model is :func:`tabulated`, else T_MODE 0 (the roofline
     constants in ``floats``)."""
     from specbatch.simulator.engine.v1 import kernel as kn
 
-    tlaw = np.zeros((2, kn.N_TLAW))
     if not tabulated(base):
-        return np.zeros((6, 1)), tlaw
+        return np.zeros((6, 1)), np.zeros((2, kn.N_TLAW))
     q_max = max_pass_tokens(config, policy, sizes)
     tab = np.zeros((6, q_max + 1))
+    tables = {role: base.pass_table(role, q_max)
+              for role in (priced_roles(policy) if roles is None else roles)}
+    width = max([len(t.attention.grid) for t in tables.values()] + [0])
+    tlaw = np.zeros((2, kn.N_TLAW + width))
     for i, role in enumerate(("target", "draft")):
-        if role not in priced_roles(policy):
+        if role not in tables:
             continue
-        table = base.pass_table(role, q_max)
+        table = tables[role]
         law = table.attention
         tab[3 * i] = table.layers[:q_max + 1]
         tab[3 * i + 1] = table.allreduce[:q_max + 1]
@@ -83,4 +87,7 @@ def pass_tables(config: SimConfig, policy: Policy, base, sizes: tuple[int, ...]
         tlaw[i, kn.T_OVERLAP] = float(bool(law.overlap))
         tlaw[i, kn.T_AFLOOR], tlaw[i, kn.T_PER_REQUEST] = law.floor, law.per_request
         tlaw[i, kn.T_FIXED], tlaw[i, kn.T_FLOOR] = table.fixed, table.floor
+        if law.grid:  # the packed grid law after the scalars (kernel.T_GRID)
+            tlaw[i, kn.T_GRID] = 1.0
+            tlaw[i, kn.N_TLAW:kn.N_TLAW + len(law.grid)] = law.grid
     return tab, tlaw

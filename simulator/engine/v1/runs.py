@@ -57,7 +57,8 @@ class V1Run(EnginePart):
         state = rep.state
         n = state.shape[1]
         if (not n or rep.n_prefilling or self.depth or not self.fast_paths or self.reference
-                or self.check_plans or self.observes or len(self.replicas) != 1):
+                or self.check_plans or self.observes or len(self.replicas) != 1
+                or rep.pending or rep.deferred is not None):  # async_lag: the next step differs
             return None
         prefix = rep.prefix
         if prefix is not None and not prefix.lazy:
@@ -81,6 +82,7 @@ class V1Run(EnginePart):
             return None
         self.commit_run(rep, times, verify_t)
         start, end, _ = times[-1]
+        rep.last_start = start
         return start + (end - start) - time
 
     def run_slots(self, rep: Replica, steps: int) -> np.ndarray:

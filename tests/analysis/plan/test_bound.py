@@ -9,20 +9,19 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specbatch.analysis.plan.bound import (
     BoundTables,
-    CalibratedFloor,
+    decode_steps,
+    depth_steps,
     fewest_steps,
-    per_token_table,
-    split_floor,
-    suffix_min,
+    reach_steps,
 )
 from specbatch.analysis.plan.slo import per_request
 from specbatch.simulator.config.sim_config import make_config
-from specbatch.simulator.run import build_cost, simulate
+from specbatch.simulator.run import simulate
 
 BASE = {"requests": 12, "target": "vicuna-33b", "draft": "vicuna-68m", "max_num_seqs": 64,
         "kv_mode": "paged", "gpu_memory_utilization": 0.9, "seed": 3, "arrival": "poisson"}
@@ -60,7 +59,7 @@ def by_uid(requests) -> dict[str, np.ndarray]:
     return per_request(requests.sort_values("uid", kind="stable"))
 
 
-COSTS = ("roofline", "calibrated")
+COSTS = ("roofline", "calibrated", "aic")
 
 
 def cases() -> list:
@@ -118,6 +117,23 @@ def test_fewest_steps_is_the_brute_force_minimum():
         for start in (0, 1):
             want = [brute_steps(list(u[i]), int(out[i]), start) for i in range(n)]
             assert fewest_steps(u, out, start).tolist() == want
+            assert reach_steps(u, out, start).tolist() == want  # the fast twin
+
+
+@pytest.mark.parametrize("source", ["file", "synth"])
+def test_every_depth_at_once_is_each_depth_alone(tables, source):
+    # the fast twin (one τ table, every depth's running maximum, reach layers) equals the
+    # reference (per depth: its own uniforms, τ tables and shortest path) request by request
+    t, _ = tables[source]
+    for rule in ("token", "block"):
+        fast = depth_steps(t.trace, t.workload, t.seed, rule, t.trace.K)
+        for depth in range(1, t.trace.K + 1):
+            want = decode_steps(t.trace, t.workload, t.seed, depth, rule)
+            assert fast[depth].tolist() == want.tolist(), (rule, depth)
+    fresh = BoundTables.__new__(BoundTables)  # no speculation: one token a step
+    fresh.__dict__.update(t.__dict__, _steps={})
+    assert fresh.steps(0, "token").tolist() == decode_steps(t.trace, t.workload, t.seed, 0,
+                                                            "").tolist()
 
 
 def test_no_bound_where_the_proof_does_not_hold(tables):
@@ -128,8 +144,8 @@ def test_no_bound_where_the_proof_does_not_hold(tables):
 @pytest.mark.parametrize("cost", COSTS)
 def test_a_mixture_of_experts_target_is_bounded_too(tables, cost):
     # roofline: its expert traffic grows with the pass's tokens, concavely: still monotone,
-    # and a chunked prefill reads at least what the whole prompt's pass reads; calibrated:
-    # its pass is not monotone in the tokens (the floor takes the suffix minimum)
+    # and a chunked prefill reads at least what the whole prompt's pass reads; calibrated and
+    # aic: the pass is not monotone in the tokens (the floor takes the suffix minimum)
     t, shared = tables["synth"]
     fields = {**shared, "target": "qwen3-30b-a3b", "hardware": "h100", "tp": 1, "replicas": 1,
               "rate": 20.0, "policy": "fixed", "num_speculative_tokens": 2, "verify": "block",
@@ -156,97 +172,27 @@ def test_the_closed_form_for_huge_workloads_is_the_shortest_path_at_full_advance
         assert bound.decode_steps(None, work, 0, depth, "token").tolist() == want.tolist()
 
 
-def test_the_calibrated_bound_is_not_vacuous_for_a_request_alone(tables):
+@pytest.mark.parametrize("cost", ["calibrated", "aic"])
+def test_a_tabulated_bound_is_not_vacuous_for_a_request_alone(tables, cost):
     t, shared = tables["synth"]
     fields = {**shared, "hardware": "h100", "tp": 4, "replicas": 1, "rate": 0.05,
               "policy": "fixed", "num_speculative_tokens": 3, "verify": "token",
-              "cost": "calibrated"}
+              "cost": cost}
     bounds = t.bounds(fields)
     seen = by_uid(simulate(make_config(fields), trace=t.trace).requests)
     assert np.median(bounds.e2e / seen["e2e"]) > 0.67
 
 
-def brute_split(g: list[float], q: int) -> float:
-    """The least Σ g[x_j] over every split of q into parts 1 <= x_j < len(g)."""
-    if q == 0:
-        return 0.0
-    return min(g[x] + brute_split(g, q - x) for x in range(1, min(q, len(g) - 1) + 1))
-
-
-def test_the_floor_tables_are_brute_force_minima():
-    rng = np.random.default_rng(2)
-    for _ in range(30):
-        p = np.concatenate([[np.inf], rng.uniform(0.5, 3.0, int(rng.integers(1, 8)))])
-        g = suffix_min(p)
-        assert g.tolist() == [min(p[x:]) for x in range(p.shape[0])]
-        h = split_floor(g, 9)
-        assert np.allclose(h, [brute_split(g.tolist(), q) for q in range(10)], rtol=0, atol=0)
-
-
-@pytest.mark.parametrize(("target", "tp"), [("vicuna-33b", 1), ("vicuna-7b", 1),
-                                            ("llama-3.1-70b", 4)])
-def test_the_calibrated_floor_table_prices_as_the_pricer(target, tp):
-    # the law past its grid, a Vidur cell past its last count, a measured all-reduce curve
-    # (priced vectorised) equal the pricer's own per-token parts Q by Q, the LM head at the
-    # one logit row a prefill chunk samples
-    cfg = {"target": target, "draft": "vicuna-68m", "hardware": "h100", "tp": tp,
-           "cost": "calibrated"}
-    table = per_token_table(build_cost(make_config(cfg)).roles["target"], 8192)
-    role = build_cost(make_config(cfg)).roles["target"]
-    qs = list(range(1, 8193, 97)) + [4095, 4096, 4097, 8192]
-    head1 = role.per_token_parts(1.0)[1]
-    assert table[qs].tolist() == [role.per_token_parts(float(q))[0] + head1
-                                  + role.per_token_parts(float(q))[2] for q in qs]
-
-
-@pytest.fixture(scope="module")
-def calibrated():
-    fields = {"target": "vicuna-33b", "draft": "vicuna-68m", "hardware": "h100", "tp": 2,
-              "cost": "calibrated", "execution": "eager"}
-    cost = build_cost(make_config(fields))
-    return cost, CalibratedFloor(cost, 8192, 600)
-
-
-@settings(max_examples=60, deadline=None)
-@given(c=st.integers(1, 4000), others=st.lists(st.tuples(st.integers(1, 600),
-                                                           st.integers(0, 4000)), max_size=6))
-def test_a_calibrated_step_carrying_a_request_costs_at_least_its_floor(calibrated, c, others):
-    # any batch holding request i (query >= 1 over a cache >= its prompt c)
-    cost, floor = calibrated
-    q = np.array([1] + [a for a, _ in others])  # [n]
-    kv = np.array([c] + [b for _, b in others])  # [n]
-    _, step = floor.times(np.array([1]), np.array([c]))
-    assert cost.step_time("target", q, kv) + cost.overhead >= step[0]
-
-
-@settings(max_examples=60, deadline=None)
-@given(prompt=st.integers(1, 600), cuts=st.lists(st.integers(1, 599), max_size=5),
-       others=st.lists(st.tuples(st.integers(1, 600), st.integers(0, 4000)), max_size=3))
-def test_a_calibrated_chunked_prefill_costs_at_least_its_floor(calibrated, prompt, cuts,
-                                                               others):
-    # the prompt cut into chunks, each pass shared with other requests
-    cost, floor = calibrated
-    edges = sorted({0, prompt, *[x for x in cuts if x < prompt]})
-    total = 0.0
-    for a, b in zip(edges, edges[1:]):
-        q = np.array([b - a] + [x for x, _ in others])  # [n]
-        kv = np.array([a] + [y for _, y in others])  # [n]
-        total += cost.step_time("target", q, kv) + cost.overhead
-    prefill, _ = floor.times(np.array([prompt]), np.array([prompt]))
-    assert total >= prefill[0]
-
-
-def test_no_calibrated_bound_for_a_moe_target_past_the_scalar_budget(tables):
-    import specbatch.analysis.plan.bound as bound
+def test_no_tabulated_bound_past_the_compiled_loops_largest_table(tables):
+    from specbatch.simulator.engine.v1.pass_tables import MAX_TABLE_TOKENS
 
     t, shared = tables["synth"]
-    fields = {**shared, "target": "qwen3-30b-a3b", "hardware": "h100", "tp": 1,
-              "policy": "ar", "cost": "calibrated",
-              "max_num_batched_tokens": bound.SCALAR_MAX + 1}
+    fields = {**shared, "hardware": "h100", "tp": 1, "policy": "ar", "cost": "calibrated",
+              "max_num_batched_tokens": MAX_TABLE_TOKENS + 1}
     assert t.bounds(fields) is None
 
 
-@pytest.mark.parametrize("cost", COSTS)
+@pytest.mark.parametrize("cost", ["roofline", "calibrated"])  # aic refuses windows
 def test_a_sliding_window_target_is_bounded_too(tables, cost, tmp_path):
     # a request's window work is nondecreasing in its query and cache, and a chunked
     # prefill does at least the whole prompt's: the floors hold, priced with the window
@@ -267,3 +213,47 @@ def test_a_sliding_window_target_is_bounded_too(tables, cost, tmp_path):
     seen = by_uid(simulate(make_config(fields), trace=t.trace).requests)
     for name in ("ttft", "tpot", "e2e"):
         assert np.all(seen[name] >= getattr(bounds, name) * (1 - 1e-12)), name
+
+
+@pytest.fixture(scope="module")
+def random_tables(tmp_path_factory):
+    """One workload file the property test rewrites (one path: the shared cost models, keyed
+    by every field, are built once per deployment) and the trace it replays."""
+    from specbatch.simulator.run import load_trace
+
+    path = tmp_path_factory.mktemp("random") / "w.csv"
+    return path, load_trace(make_config({**BASE, "trace": "default"}))
+
+
+DEPLOYMENTS = [{"tp": 1}, {"tp": 2}, {"tp": 4}, {"tp": 2, "replicas": 2}]
+ARRIVALS = [{"rate": 0.5}, {"rate": 8.0}, {"rate": 80.0}, {"arrival": "burst"}]
+
+
+@pytest.mark.parametrize("cost", COSTS)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lengths=st.lists(st.tuples(st.integers(1, 900), st.integers(1, 60)), min_size=1,
+                        max_size=8),
+       setting=st.sampled_from(SETTINGS), deployment=st.sampled_from(DEPLOYMENTS),
+       arrival=st.sampled_from(ARRIVALS), budget=st.sampled_from([64, 256, 2048]),
+       execution=st.sampled_from(["cuda_graph", "eager"]), overlap=st.booleans(),
+       seed=st.integers(0, 3))
+def test_random_workloads_never_beat_their_bound(random_tables, cost, lengths, setting,
+                                                  deployment, arrival, budget, execution,
+                                                  overlap, seed):
+    # any workload (prompts past the token budget: chunked), any setting, load, tp, launch
+    # preset and async scheduling: request by request the simulated TTFT, TPOT and e2e are
+    # at least their bounds
+    path, trace = random_tables
+    path.write_text("prompt_len,output_len\n" + "".join(f"{p},{o}\n" for p, o in lengths))
+    fields = {**BASE, "trace": "default", "workload": str(path), "requests": len(lengths),
+              "hardware": "h100", "replicas": 1, **deployment, **arrival, **setting,
+              "cost": cost, "max_num_batched_tokens": budget, "execution": execution,
+              "async_scheduling": overlap, "seed": seed}
+    t = BoundTables(fields, trace)
+    bounds = t.bounds(fields)
+    assert bounds is not None
+    run = simulate(make_config(fields), trace=trace)
+    seen = by_uid(run.requests)
+    for name in ("ttft", "tpot", "e2e"):
+        lower = getattr(bounds, name)
+        assert np.all(seen[name] >= lower * (1 - 1e-12)), (name, np.min(seen[name] - lower))

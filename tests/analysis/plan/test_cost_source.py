@@ -16,3 +16,26 @@ def test_an_ngram_run_and_its_ar_run_share_a_model_unless_async_scheduling_split
     assert cost_key(spec) != cost_key(spec.replace(policy="ar"))
     eagle = make_config({**base, "draft": "vicuna-68m", "async_scheduling": True}, "test")
     assert cost_key(eagle) == cost_key(eagle.replace(policy="ar"))  # a model drafter overlaps
+
+
+def test_the_fields_left_out_of_the_key_are_never_read_by_build_cost():
+    """Seeds and break-even profiles share a deployment's model: build_cost never reads the
+    seed or the acceptance profile (every attribute it asks of the config is recorded; the
+    policy it reads for async scheduling is in the key as ``async_scheduling``)."""
+    from specbatch.analysis.plan.cost_source import NOT_COST_FIELDS
+    from specbatch.simulator.run import build_cost
+
+    assert {"seed", "acceptance_profile"} <= set(NOT_COST_FIELDS)
+    class Recording:
+        def __init__(self, config):
+            self._config, self.read = config, set()
+
+        def __getattr__(self, name):
+            self.read.add(name)
+            return getattr(self._config, name)
+
+    for cost in ("calibrated", "roofline"):
+        config = Recording(make_config({"cost": cost, "target": "vicuna-33b",
+                                        "draft": "vicuna-68m", "tp": 2, "seed": 3}))
+        build_cost(config)
+        assert "cost" in config.read and not config.read & {"seed", "acceptance_profile"}

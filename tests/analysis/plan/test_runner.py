@@ -57,3 +57,38 @@ def test_an_early_stopped_run_is_compiled_and_equals_the_numpy_run(monkeypatch, 
     assert requests.equals(numpy_requests)
     assert {k: v for k, v in summary.items() if k != "engine_ran"} == {
         k: v for k, v in numpy_summary.items() if k != "engine_ran"}
+
+
+def test_the_default_workers_are_one_on_two_cores_or_fewer():
+    from specbatch.analysis.plan.runner import default_workers
+
+    assert [default_workers(c) for c in (1, 2, 3, 4, 16)] == [1, 1, 3, 4, 4]
+
+
+def test_the_pool_takes_only_rounds_of_enough_runs():
+    from specbatch.analysis.plan.runner import POOL_MIN_RUNS, PlanPool
+
+    assert not PlanPool(1).pays(100)
+    assert not PlanPool(2).pays(POOL_MIN_RUNS - 1)
+    assert PlanPool(2).pays(POOL_MIN_RUNS)
+
+
+def test_one_shared_pool_forked_after_a_run_here_gives_the_serial_entries(tmp_path):
+    from specbatch.analysis.plan.runner import POOL_MIN_RUNS, PlanPool, Runner
+    from specbatch.analysis.plan.slo import Slos
+    from specbatch.analysis.plan.space import Deployment, Speculation
+
+    base = {k: v for k, v in BASE.items() if k not in ("policy", "num_speculative_tokens")}
+    cands = [(Deployment("h100", 2, 1), Speculation("fixed", k, 0, v))
+             for k in (1, 2, 3) for v in ("token", "block")][:POOL_MIN_RUNS + 1]
+    slos = Slos(tpot=0.1)
+    with Runner(base, tmp_path / "serial") as serial:
+        want = serial.run(cands, slos)
+    with PlanPool(2) as pool:
+        with Runner(base, tmp_path / "a", workers=2, pool=pool) as first:
+            got = first.run(cands, slos)
+            assert pool.started and pool.parent_runs == 1  # one run here, then the fork
+        with Runner({**base, "seed": 1}, tmp_path / "b", workers=2, pool=pool) as second:
+            second.run(cands, slos)  # the same pool: nothing more runs here
+            assert pool.parent_runs == 1
+    assert got == want

@@ -71,13 +71,26 @@ def test_the_pruned_plan_is_the_exhaustive_plan(tmp_path):
 
 
 def test_the_pruned_plan_is_the_exhaustive_plan_under_the_calibrated_cost(tmp_path):
-    # the planner's default cost model: its bound is the calibrated floor (analysis.plan.bound)
+    # the planner's default cost model: its floor is its PassTable's (analysis.plan.pass_floor)
     pruned, full = both(tmp_path, base={**BASE, "cost": "calibrated"}, slos=Slos(tpot=0.02),
                         space=Space(tp=(1, 2), max_gpus=3, k=(2,), extra=(1,)),
                         lengths=(parse_lengths("fixed:200", "p"), parse_lengths("fixed:20", "o")))
     reasons = [s["reason"] for s in pruned["skipped"]]
     assert any(r.startswith("cannot pass") for r in reasons)
     assert any(r.startswith("cannot beat the frontier") for r in reasons)
+    assert pruned["searched"]["runs"] < full["searched"]["runs"]
+    assert_same_answer(pruned, full)
+
+
+@pytest.mark.parametrize("cost", ["aic", pytest.param("auto", marks=pytest.mark.slow)])
+def test_the_pruned_plan_is_the_exhaustive_plan_under_the_aic_cost(tmp_path, cost):
+    # AIConfigurator's measured curves (auto picks them on h100): the bound is the floor of
+    # their PassTable (analysis.plan.pass_floor), and it skips runs here too
+    pruned, full = both(tmp_path, base={**BASE, "cost": cost}, slos=Slos(tpot=0.02),
+                        space=Space(tp=(1, 2), max_gpus=3, k=(2,), extra=(1,)),
+                        lengths=(parse_lengths("fixed:200", "p"), parse_lengths("fixed:20", "o")))
+    reasons = [s["reason"] for s in pruned["skipped"]]
+    assert any(r.startswith("cannot pass") for r in reasons)
     assert pruned["searched"]["runs"] < full["searched"]["runs"]
     assert_same_answer(pruned, full)
 

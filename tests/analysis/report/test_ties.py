@@ -50,3 +50,24 @@ def test_every_seeds_best_is_in_the_tie_set_for_up_to_four_seeds(rows):
     for r in range(len(rows[0])):
         top = max(v[r] for v in values.values())
         assert any(values[name][r] == top for name in ties)
+
+
+@pytest.mark.parametrize("q", [0.9, 0.95, 0.975, 0.995])
+def test_the_t_quantile_is_scipy_stats_own_float(q):
+    from scipy import stats
+
+    from specbatch.analysis.report.ties import t_quantile
+
+    for df in range(1, 41):
+        assert t_quantile(q, df) == float(stats.t.ppf(q, df))
+    assert t_quantile(0.975, 2) == pytest.approx(4.302653, abs=1e-6)  # the tables' t_{2,0.975}
+
+
+def test_the_tie_set_does_not_import_scipy_stats():
+    import subprocess
+    import sys
+
+    code = ("import sys; from specbatch.analysis.report.ties import interval; "
+            "interval([1.0, 2.0, 4.0]); print('scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -257,3 +257,20 @@ def test_a_written_config_reads_back_as_simulate_reads_it(tmp_path, overrides):
     text = path.read_text()
     assert ("num_speculative_tokens" in text) == (config.policy not in ("ar", "dsd"))
     assert ("entropy_threshold" in text) == (config.policy == "entropy-stop")
+
+
+def test_configs_are_remembered_only_inside_the_block_and_by_value_and_type():
+    from specbatch.simulator.config.sim_config import make_config, remembered_configs
+
+    fields = {"requests": 8, "rate": 4.0, "policy": "fixed"}
+    assert make_config(fields) is not make_config(fields)  # outside: built each time
+    with remembered_configs():
+        first = make_config(fields)
+        assert make_config(dict(fields), "elsewhere") is first
+        assert make_config({**fields, "rate": 4}) is not first  # 4 and 4.0: other inputs
+        assert make_config({**fields, "rate": 4}) == first
+        with pytest.raises(SpecbatchError):
+            make_config({**fields, "requests": True})  # bool is not an integer, memo or not
+        with pytest.raises(SpecbatchError):
+            make_config({**fields, "requests": True})
+    assert make_config(fields) is not first

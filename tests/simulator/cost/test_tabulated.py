@@ -3,7 +3,15 @@
 import numpy as np
 import pytest
 
-from specbatch.simulator.cost.tabulated import AttentionLaw, PassTable, table_time, tabulate
+from specbatch.simulator.cost.tabulated import (
+    AttentionLaw,
+    PassTable,
+    grid_attention,
+    grid_least,
+    pack_grid,
+    table_time,
+    tabulate,
+)
 
 
 def test_attention_law_overlaps_or_adds_compute_and_memory():
@@ -30,3 +38,73 @@ def test_table_time_sums_layers_attention_allreduce_head_then_launch():
     assert table_time(table, 0, 0, 0, 0, 0) == 0.0
     with pytest.raises(ValueError, match="past the table"):
         table_time(table, 1, 9, 0, 0, 81)
+
+
+def hand_grid() -> tuple:
+    # decode D over B in (1, 3), c in (1, 11); prefill ΔP over B in (1, 2), s² in (1, 9)
+    return pack_grid(((1.0, 3.0), (1.0, 11.0), ((2.0, 4.0), (6.0, 10.0))),
+                     ((1.0, 2.0), (1.0, 9.0), ((0.0, 5.0), (0.0, 8.0))), 0.5)
+
+
+def test_the_grid_law_by_hand():
+    g = tuple(hand_grid())
+    # 2 decodes over 6 cached tokens: D(2, 6) = bilinear at fx = fy = 1/2 -> (3 + 8) / 2
+    assert grid_attention(g, 2, 2, 12, 12, 2) == 5.5
+    # one prompt of 3 tokens: D(1, 0 -> clamped to c = 1) = 2, s_p = (9 - 1)/2 - 1 = 3,
+    # B_p = 2 / 2 = 1: ΔP(1, 9) = 5
+    assert grid_attention(g, 1, 3, 0, 0, 9) == 7.0
+    # both in one call, the chunk with 2 cached tokens: n = 3, Σq = 5, Σc = 14, Σq·c = 18,
+    # Σq² = 11: s_p = (11 - 3)/2 - 1 = 3, B_p = 1 (the decodes drop out), n_d = 3 - 1 = 2:
+    # D(2, 14/2) = 3.2 + (8.4 - 3.2)/2 = 5.8 (fy = 6/10), ΔP(1, 9) = 5, and the chunk's 2
+    # further query tokens x 2 cached at x = 0.5: 2
+    assert grid_attention(g, 3, 5, 14, 18, 11) == pytest.approx(5.8 + 5 + 2, rel=1e-15)
+    law = AttentionLaw(flops=1.0, flops_rate=1.0, kv=1.0, kv_rate=1.0, grid=g)
+    assert law.seconds(2, 2, 12, 12, 2) == 5.5 and law.seconds(0, 0, 0, 0, 0) == 0.0
+
+
+def test_a_negative_prefill_step_counts_only_for_fresh_prompts():
+    # the decode floor (2) above a short prompt's cell: ΔP(1, s = 3) = -1
+    g = tuple(pack_grid(((1.0, 3.0), (1.0, 11.0), ((2.0, 4.0), (6.0, 10.0))),
+                        ((1.0, 2.0), (1.0, 9.0), ((0.0, -1.0), (0.0, -1.0))), 0.0))
+    assert grid_attention(g, 1, 3, 0, 0, 9) == 1.0  # a fresh prompt: its own cell, 2 - 1
+    # the same prompt next to a decode of 1 cached token: n_d = 1, D(1, 1) = 2, ΔP taken as 0
+    # (not -1): the decode alone's price, never below it
+    assert grid_attention(g, 2, 4, 1, 1, 10) == grid_attention(g, 1, 1, 1, 1, 1) == 2.0
+
+
+def test_the_grid_laws_least_value_bounds_every_batch():
+    g = tuple(hand_grid())
+    assert grid_least(g) == 2.0  # the least decode cell; no prefill step below 0
+    # ΔP dips below 0 at s = 3 and rises after (as grid_tables' rows: P less a constant)
+    neg = tuple(pack_grid(((1.0, 3.0), (1.0, 11.0), ((2.0, 4.0), (6.0, 10.0))),
+                          ((1.0, 2.0), (1.0, 9.0, 25.0), ((0.0, -1.0, 2.0), (0.0, -1.0, 3.0))),
+                          0.0))
+    assert grid_least(neg) == 1.0  # 2 + (-1): a fresh prompt of 3 tokens reads exactly it
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        q = rng.integers(1, 40, size=rng.integers(1, 9)).astype(float)
+        c = rng.integers(0, 30, size=q.size).astype(float) * rng.integers(0, 2)
+        sums = (float(q.size), q.sum(), c.sum(), float(q @ c), float(q @ q))
+        assert grid_attention(neg, *sums) >= grid_least(neg)
+
+
+def test_the_kernel_cache_stamp_covers_the_grid_law_source():
+    # numba checks a cached kernel's own file only: the kernel's stamp must digest this one
+    from specbatch.simulator.cost import tabulated
+    from specbatch.simulator.engine.v1 import compiled
+
+    assert compiled.TABULATED_SOURCE.samefile(tabulated.__file__)
+
+
+def test_the_compiled_grid_law_is_the_same_function_bit_for_bit():
+    pytest.importorskip("numba")
+    from specbatch.simulator.engine.v1.kernel import grid_attention as compiled
+
+    g = hand_grid()
+    g[-4] = g[-2] = -1.0  # ΔP(B, s = 3) < 0 too (the clamp's branch)
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        q = rng.integers(1, 40, size=rng.integers(1, 9)).astype(float)
+        c = rng.integers(0, 30, size=q.size).astype(float)
+        sums = (float(q.size), q.sum(), c.sum(), float(q @ c), float(q @ q))
+        assert compiled(g, *sums) == grid_attention(tuple(g), *sums)

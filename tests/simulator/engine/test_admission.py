@@ -6,7 +6,8 @@
 hand-computed runs use the exact LinearCost (tests/simulator/helpers.py, no sampler time): one
 request at a time (max_num_seqs 1), ``ar`` (one token a step), prompts of 4 and outputs of 2, so a
 request's prefill step lasts 0.25·4 + 0.5 = 1.5 s and its decode step 0.25·1 + 0.5 = 0.75 s: the
-k-th request served emits its first token at 2.25·k − 0.75 and finishes at 2.25·k.
+k-th request served emits its first token at 2.25·k − 0.75 and finishes at 2.25·k; its client
+sees both C = ``client_ttft_s`` (the default, 2 ms) later.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import load_config
+from specbatch.simulator.cost.features.host import CLIENT_TTFT_S as C
 from specbatch.simulator.engine.admission import PriorityWaiting, priority_rank
 from specbatch.simulator.run import simulate
 from specbatch.simulator.workload.arrivals import Workload
@@ -44,8 +46,8 @@ def test_burst_is_served_in_the_policy_s_order(tmp_path, scheduler, policy, serv
             "priority": [2, 0, 1]}
     req = run_file(tmp_path, rows, scheduler=scheduler, scheduling_policy=policy).requests
     finish = {uid: 2.25 * (k + 1) for k, uid in enumerate(served)}
-    assert req["finish"].tolist() == [finish[u] for u in range(3)]
-    assert req["first_token"].tolist() == [finish[u] - 0.75 for u in range(3)]
+    assert req["finish"].tolist() == [finish[u] + C for u in range(3)]
+    assert req["first_token"].tolist() == [finish[u] - 0.75 + C for u in range(3)]
 
 
 def test_a_later_arrival_of_better_priority_overtakes_the_waiting_not_the_running(tmp_path):
@@ -54,9 +56,9 @@ def test_a_later_arrival_of_better_priority_overtakes_the_waiting_not_the_runnin
     rows = {"prompt_len": [4, 4, 4], "output_len": [2, 2, 2], "arrival": [0.0, 0.0, 0.1],
             "priority": [0, 5, 1]}
     req = run_file(tmp_path, rows, scheduling_policy="priority").requests
-    assert req["finish"].tolist() == [2.25, 6.75, 4.5]
+    assert req["finish"].tolist() == [2.25 + C, 6.75 + C, 4.5 + C]
     fcfs = run_file(tmp_path, rows, scheduling_policy="fcfs").requests
-    assert fcfs["finish"].tolist() == [2.25, 4.5, 6.75]
+    assert fcfs["finish"].tolist() == [2.25 + C, 4.5 + C, 6.75 + C]
 
 
 def test_equal_priorities_fall_back_to_arrival_then_uid(tmp_path):
@@ -65,7 +67,7 @@ def test_equal_priorities_fall_back_to_arrival_then_uid(tmp_path):
     rows = {"prompt_len": [4, 4, 4], "output_len": [2, 2, 2], "arrival": [0.0, 0.0, 0.2],
             "priority": [7, 7, 7]}
     prio = run_file(tmp_path, rows, scheduling_policy="priority").requests
-    assert prio["finish"].tolist() == [2.25, 4.5, 6.75]
+    assert prio["finish"].tolist() == [2.25 + C, 4.5 + C, 6.75 + C]
     fcfs = run_file(tmp_path, rows, scheduling_policy="fcfs").requests
     pd.testing.assert_frame_equal(prio, fcfs)
 

@@ -37,7 +37,8 @@ def test_two_rank_prefill_step_ends_with_the_slower_rank(tmp_path, cost):
     steps = res.steps
     assert list(steps["replica"]) == [0, 1] and (steps["time"] == 0.0).all()
     assert steps["end"].tolist() == pytest.approx([t1, t1], rel=1e-12)
-    assert res.requests["first_token"].tolist() == pytest.approx([t1, t1], rel=1e-12)
+    c = config.client_ttft_s  # the client sees the step's token c later
+    assert res.requests["first_token"].tolist() == pytest.approx([t1 + c, t1 + c], rel=1e-12)
     # the faster rank's row carries the wait in its target time: its parts still sum to end
     parts = steps[["draft_time", "target_time", "verify_time", "overhead_time"]].sum(axis=1)
     assert parts.tolist() == pytest.approx(steps["end"].tolist(), rel=1e-12)
@@ -90,8 +91,8 @@ def test_every_request_gets_its_stamps_at_a_common_step_end(tmp_path):
     """Stamps land on step ends (never on a faster rank's own, unshifted end)."""
     rows = [(int(p), int(o), 0.013 * i) for i, (p, o) in
             enumerate(zip([37, 150, 9, 260, 71, 18, 99, 5], [4, 9, 2, 7, 3, 12, 5, 6]))]
-    _, res = run(tmp_path, rows, cost="roofline", router="vllm_dp_lb")
-    ends = set(res.steps["end"].tolist())
+    config, res = run(tmp_path, rows, cost="roofline", router="vllm_dp_lb")
+    ends = {end + config.client_ttft_s for end in res.steps["end"].tolist()}  # as clients see
     assert set(res.requests["first_token"].tolist()) <= ends
     assert set(res.requests["finish"].tolist()) <= ends
 

@@ -15,18 +15,21 @@ table of the decoding batch size (``batch-schedule``: vLLM's
 ``num_speculative_tokens_per_batch_size`` and TensorRT-LLM's ``draft_len_schedule``;
 ``vllm-dynamic``'s goodput argmax), from SGLang's adaptive slots (``ema-adaptive``:
 :func:`ema_observe`, :func:`ema_recompute`) or vLLM's adaptive verification (``vllm-adaptive``:
-d_i = K, s_i the top B* slots, :func:`adaptive_plan`, its stale survival map per trace row),
-the row-wise ones, (d_i, s_i) a table of the trace row (``threshold``, ``specdec++``,
+d_i = K, s_i the top B* slots, :func:`adaptive_plan`, its stale survival map per trace row), the
+row-wise ones, (d_i, s_i) a table of the trace row (``threshold``, ``specdec++``,
 ``entropy-stop``), and the bounds ``hindsight`` (the prefix that accepts the most under the
-step's η) and ``oracle`` under TV (top-C of the path's true survival); a chain rule scanning
-its thresholds (TV: leading successes, BV: the last success; simulator.replay.chain); the
-roofline's dense sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums)
-or a role's PassTable (simulator.cost.tabulated.table_time: the calibrated model's passes,
-:func:`role_time`), vLLM's host terms around it (simulator.cost.features.host.HostCost:
-:func:`host_target`, :func:`host_draft`) and the rejection sampler's seconds
-(simulator.cost.verify_cost.VerifyCost.seconds). Every float is computed by the numpy path's
-expressions in the same order, on the same exact integer sums, so the step and request tables
-are bit-identical (tests/simulator/engine/v1/test_compiled.py).
+step's η) and ``oracle`` under TV (top-C of the path's true survival); a chain rule scanning its
+thresholds (TV: leading successes, BV: the last success; simulator.replay.chain); the roofline's
+sums formula (simulator.cost.analytic.roofline.RooflineCost.time_from_sums; uniform experts and
+FP8 GEMMs too) or a role's PassTable (simulator.cost.tabulated.table_time: the calibrated
+model's passes, :func:`role_time`), vLLM's host terms around it
+(simulator.cost.features.host.HostCost: :func:`host_target`, :func:`host_draft`) and the
+rejection sampler's seconds (simulator.cost.verify_cost.VerifyCost.seconds); a draft model, an
+EAGLE / EAGLE-3 / MTP head (:func:`head_time`, its pass 1 on the target pass:
+:func:`first_pass`), vLLM's n-gram proposer's host seconds (:func:`ngram_time`) or a free
+drafter. Every float is computed by the numpy path's expressions in the same order, on the same
+exact integer sums, so the step and request tables are bit-identical
+(tests/simulator/engine/v1/test_compiled.py).
 
 Modules, in reading order: ``layout`` (the arrays' slots and the return codes), ``acceptance``
 (η, the replay's uniforms), ``pricing`` (a pass's seconds: roofline or PassTable, host terms,
@@ -58,13 +61,22 @@ from specbatch.simulator.engine.v1.kernel.layout import (  # noqa: F401 - kernel
     C_STEPS,
     C_VERIFIED,
     DONE,
+    DRAFT_FREE,
+    DRAFT_HEAD,
+    DRAFT_MODEL,
+    DRAFT_MODEL_V1,
+    DRAFT_NGRAM,
     F_BANDWIDTH,
+    F_DRAFTER,
     F_FLOOR,
     F_FUSED_FLOOR,
     F_HEAD_D,
     F_HEAD_T,
     F_HOST,
+    F_HP,
     F_KERNELS_S,
+    F_MOE,
+    F_NGRAM,
     F_NSIZES,
     F_OPS_S,
     F_OUTER,
@@ -79,6 +91,22 @@ from specbatch.simulator.engine.v1.kernel.layout import (  # noqa: F401 - kernel
     F_VFLOOR,
     FULL,
     GROW,
+    HP_ACT,
+    HP_ATTN,
+    HP_BYTES,
+    HP_BYTES1,
+    HP_COMM,
+    HP_EXPERT_BYTES,
+    HP_EXPERTS,
+    HP_FIXED,
+    HP_FLOOR,
+    HP_FLOPS,
+    HP_FLOPS1,
+    HP_INV_C,
+    HP_INV_M,
+    HP_KV,
+    HP_LM,
+    HP_MISS,
     I_ADAPTIVE,
     I_BLOCK,
     I_BLOCK_SIZE,
@@ -95,6 +123,7 @@ from specbatch.simulator.engine.v1.kernel.layout import (  # noqa: F401 - kernel
     I_INTERVAL,
     I_K,
     I_KMAX,
+    I_LAG,
     I_LEADING,
     I_LOOKAHEAD,
     I_MAX_SEQS,
@@ -113,6 +142,11 @@ from specbatch.simulator.engine.v1.kernel.layout import (  # noqa: F401 - kernel
     I_VOCAB,
     I_WINDOW,
     I_WRAP,
+    M_EXPERT_BYTES,
+    M_EXPERTS,
+    M_FP8,
+    M_INV_FP8,
+    M_MISS,
     N_FLOATS,
     N_INTS,
     N_PSTATE,
@@ -183,14 +217,21 @@ from specbatch.simulator.engine.v1.kernel.pricing import (  # noqa: F401 - kerne
     T_FLOOR,
     T_FLOPS,
     T_FLOPS_RATE,
+    T_GRID,
     T_KV,
     T_KV_RATE,
     T_MODE,
     T_OVERLAP,
     T_PER_REQUEST,
+    decode_draft_seconds,
+    draft_time,
+    first_pass,
     graph_pad,
+    grid_attention,
+    head_time,
     host_draft,
     host_target,
+    ngram_time,
     pass_time,
     role_time,
     verify_seconds,

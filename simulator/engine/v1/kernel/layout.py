@@ -9,9 +9,6 @@ them by these names. Plain integers: importing this module loads no numba.
 from __future__ import annotations
 
 # int parameters (``ints``)
-# I_DRAFTS_CHUNKS: 0 no draft; 1 a draft pass over the prefill chunks and k one-token passes
-# (vllm-v0's draft worker); 2 vLLM V1's draft-model proposer: pass 1 over the target's pass + n
-# tokens, then k - 1 one-token passes (simulator.cost.features.draft_model_pass)
 I_DEPTH, I_K, I_BUDGET, I_MAX_SEQS, I_CHUNKED, I_CAPACITY, I_DRAFTS_CHUNKS = range(7)
 I_VERIFY, I_VOCAB, I_DRAFT_ROWS, I_BLOCK, I_LEADING, I_WRAP, I_PROPOSED = range(7, 14)
 I_TETRIS, I_C = 14, 15  # the policy is tetris (TV, confidence surrogate); its C (-1: k per request)
@@ -32,7 +29,9 @@ I_ROWS = 38  # 1: (d_i, s_i) by trace row from ``row_d`` / ``row_s`` (threshold 
 # drafting K even at C = 0)
 I_EVERY = 39  # an early stop's check interval in events (simulator.engine.core ``stop.every``;
 # 0: no early stop): :func:`run_steps` returns STOP before a step whose events reach a check
-N_INTS = 40
+I_LAG = 40  # vLLM's async scheduling lag: steps scheduled one step ahead
+# (simulator.engine.async_lag; 0: off)
+N_INTS = 41
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
 F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the model itself)
@@ -44,9 +43,34 @@ F_HEAD_T, F_HEAD_D, F_ROWS = 26, 27, 28
 # b = REQUEST_S, whether draft passes take the proposer floor, its k_small · g and N_ops · t_op
 F_HOST, F_OVERLAP, F_STEP_S, F_REQUEST_S, F_FLOOR, F_KERNELS_S, F_OPS_S = range(29, 36)
 F_OUTER = 36  # a ScaledCost's factor around the host terms (factor · host-adjusted pass; 1.0)
-F_NSIZES = 37  # CUDA-graph capture sizes (0: no padding), listed from F_SIZES on, ascending
-F_SIZES = 38
-N_FLOATS = 38  # without sizes
+# the drafter (simulator.cost.features.draft_head, free_draft, host, draft_model_pass): 0 a
+# draft model (the draft role's constants or PassTable, role_time: a chunk pass and k one-token
+# passes, vllm-v0's draft worker); 1 a head on the target's hidden states (HeadDraftCost: its
+# passes from the F_HP constants, head_time; pass 1 over the target pass); 2 vLLM's n-gram
+# proposer under HostCost (draft passes 0 s; its host seconds once per step on the target
+# pass's n and Σ(c + q), ngram_time); 3 a free drafter without host terms (0 s); 4 a draft
+# model under vLLM V1's proposer (DraftModelPasses: the draft role's role_time, pass 1 over the
+# target pass + one token per request as a head's, no chunk pass)
+F_DRAFTER = 37
+DRAFT_MODEL, DRAFT_HEAD, DRAFT_NGRAM, DRAFT_FREE, DRAFT_MODEL_V1 = 0.0, 1.0, 2.0, 3.0, 4.0
+# a head pass's constants (HeadPass.seconds, summed as it sums them), from F_HP on: the FLOPs
+# per token of pass 1 and of the later passes ((layer + qkv) + fc, fc on later passes only for
+# fc_every_pass), the attention FLOPs, the LM head's FLOPs per row, the fixed bytes of pass 1
+# and of later passes (((weights + qkv) + fc) + LM head), KV and activation bytes per token,
+# 1 / compute, 1 / memory, the floor, the launch seconds and the all-reduce seconds per token
+F_HP = 38
+HP_FLOPS1, HP_FLOPS, HP_ATTN, HP_LM, HP_BYTES1, HP_BYTES, HP_KV, HP_ACT = range(8)
+HP_INV_C, HP_INV_M, HP_FLOOR, HP_FIXED, HP_COMM = range(8, 13)
+HP_EXPERT_BYTES, HP_EXPERTS, HP_MISS = 13, 14, 15  # an MTP layer's experts (as F_MOE's)
+F_NGRAM = 54  # the n-gram proposer's c0, c1, c2, c3 (host.NGRAM_CALL_S .. NGRAM_PAIR_S)
+# a roofline role's W8A8 FP8 GEMMs and uniform-routing experts (PassConstants), from F_MOE on,
+# the target's 5 then the draft's: fp8_flops_per_token, inv_compute_fp8, expert_bytes, E, and
+# 1 − k/E (uniform_touched's base, computed as Python computes it; E = 0: dense)
+F_MOE = 58
+M_FP8, M_INV_FP8, M_EXPERT_BYTES, M_EXPERTS, M_MISS = range(5)
+F_NSIZES = 68  # CUDA-graph capture sizes (0: no padding), listed from F_SIZES on, ascending
+F_SIZES = 69
+N_FLOATS = 69  # without sizes
 # the replica's registers (``regs``): arrivals queued, arrivals admitted, running requests,
 # reserved tokens (reserve) or free blocks (paged), step rows, preempted requests waiting in
 # front, the prefix cache's segment queue (head, tail) and its named segments
@@ -57,7 +81,12 @@ R_HEAPN = 12  # waiting requests in the priority heap
 R_STEPPED = 13  # whether a step ran (the first step is woken by an arrival)
 R_TICK = 14  # an early stop's events since its last check (simulator.engine.core's ``tick``)
 R_SKIP = 15  # 1: the caller checked the events before the next step (STOP), go on past them
-N_REGS = 16
+# async_lag (I_LAG): arrivals the scheduler has seen (at or before the last step's start,
+# clock[2]); the last step's finished requests still holding their slots, and the blocks they
+# hold (paged; added to R_FREE when freed) or minus the tokens they reserve (reserve mode);
+# 1: the last lagged composition was empty, compose again with everything known
+R_SEEN, R_GHOST_N, R_GHOST_FREE, R_FULL = 16, 17, 18, 19
+N_REGS = 20
 # the step rows' two columns after STEP_COLUMNS: whether the step started on an arrival
 # (the replica was idle) and that arrival's place in ``order``; the caller merges several
 # replicas' rows into the engine's event order with them

@@ -10,7 +10,11 @@ does not fit without chunked prefill); a decoding request cut by the budget veri
 drafts. η comes from the request's key and position (SplitMix64,
 simulator.replay.chain.uniforms). Arrivals at or before a step's start are queued before it
 (the engine's tie-break: arrivals, then step ends, then starts), and the next step starts at
-time + duration, the engine's STEP_END event time.
+time + duration, the engine's STEP_END event time. Under vLLM's async scheduling (``I_LAG``,
+simulator.engine.async_lag) a step that follows a step sees only the arrivals up to that
+step's start (``clock[2]``; ``R_SEEN`` of them), and that step's finished requests keep their
+slots and blocks (``R_GHOST_N``, ``R_GHOST_FREE``) until it is composed; an empty lagged
+composition is made again with everything known (``R_FULL``).
 
 The module imports numba; import it only where numba is installed.
 """
@@ -29,6 +33,10 @@ from specbatch.simulator.engine.v1.kernel.layout import (
     C_STEPS,
     C_VERIFIED,
     DONE,
+    DRAFT_HEAD,
+    DRAFT_MODEL_V1,
+    DRAFT_NGRAM,
+    F_DRAFTER,
     F_OVERHEAD,
     F_ROWS,
     FULL,
@@ -46,6 +54,7 @@ from specbatch.simulator.engine.v1.kernel.layout import (
     I_INTERVAL,
     I_K,
     I_KMAX,
+    I_LAG,
     I_LEADING,
     I_LOOKAHEAD,
     I_MAX_SEQS,
@@ -71,11 +80,15 @@ from specbatch.simulator.engine.v1.kernel.layout import (
     R_FINISHED,
     R_FREE,
     R_FRONT,
+    R_FULL,
+    R_GHOST_FREE,
+    R_GHOST_N,
     R_HEAPN,
     R_KNOW,
     R_NAMED,
     R_ROWS,
     R_RUNNING,
+    R_SEEN,
     R_SKIP,
     R_STEPPED,
     R_TICK,
@@ -104,7 +117,9 @@ from specbatch.simulator.engine.v1.kernel.prefix import (
     seg_touch,
 )
 from specbatch.simulator.engine.v1.kernel.pricing import (
-    host_draft,
+    decode_draft_seconds,
+    draft_time,
+    first_pass,
     host_target,
     role_time,
     verify_seconds,
@@ -163,6 +178,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     arrived, admitted, n, free, nrows = (regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING],
                                          regs[R_FREE], regs[R_ROWS])
     nfront = regs[R_FRONT]
+    seen = regs[R_SEEN]  # async_lag: arrivals the scheduler has seen (all of them without it)
+    lag = ints[I_LAG] != 0
     t = clock[0]
     cap = steps.shape[1]
     tokens = np.zeros(max_seqs, dtype=np.int64)
@@ -173,6 +190,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     kept_d = np.zeros(max_seqs, dtype=np.int64)
     kept_kv = np.zeros(max_seqs, dtype=np.int64)
     kept_tau = np.zeros(max_seqs, dtype=np.int64)
+    first = (floats[F_DRAFTER] == DRAFT_HEAD or floats[F_DRAFTER] == DRAFT_NGRAM
+             or floats[F_DRAFTER] == DRAFT_MODEL_V1)
     decoding = np.zeros(max_seqs, dtype=np.bool_)
     dec_idx = np.zeros(max_seqs, dtype=np.int64)
     dec_row = np.zeros(max_seqs, dtype=np.int64)
@@ -204,7 +223,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                     break
                 regs[R_TICK] += events
         woken = -1  # the arrival that wakes an idle replica (its place in ``order``)
-        if n == 0 and admitted == arrived and nfront == 0 and heapn == 0:
+        idle = n == 0 and admitted == arrived and nfront == 0 and heapn == 0
+        if idle:
             if arrived == n_req:
                 code = DONE
                 break
@@ -214,10 +234,28 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             if a > t:
                 t = a
         while arrived < n_req and arrival[order[arrived]] <= t:
-            if priority:  # queued by rank (PriorityWaiting); ``admitted`` follows ``arrived``
-                heapn = heap_push(heap, heapn, rank[order[arrived]])
-                admitted += 1
             arrived += 1
+        # ---- what the scheduler sees (simulator.engine.async_lag.lagged_step): a step after
+        # a step was scheduled at that step's start, before its finished requests were freed
+        lagged = lag and regs[R_STEPPED] != 0 and not idle and regs[R_FULL] == 0
+        regs[R_FULL] = 0
+        ghost_n = 0
+        cutoff = t
+        if lagged:
+            ghost_n = regs[R_GHOST_N]
+            cutoff = clock[2]  # the last step's start
+        elif regs[R_GHOST_N]:  # everything known: the last step's finished requests freed
+            g = regs[R_GHOST_FREE]
+            free += g
+            if prefix and g > 0:
+                seg_give(g, regs, seg_uid, seg_r, seg_h)
+            regs[R_GHOST_N] = 0
+            regs[R_GHOST_FREE] = 0
+        while seen < arrived and (not lagged or arrival[order[seen]] <= cutoff):
+            if priority:  # queued by rank (PriorityWaiting); ``admitted`` follows ``seen``
+                heapn = heap_push(heap, heapn, rank[order[seen]])
+                admitted += 1
+            seen += 1
         # ---- plan: every decoding request's (d_i, s_i), before the composition
         nd = 0
         d_all = 0
@@ -386,10 +424,10 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 recomputed[u] += prompt[u] + counts[C_POS, u]
         total = kept
         # ---- admission: waiting prompts FCFS into what the budget has left
-        if kept == n and left > 0 and n < max_seqs:
-            room = max_seqs - n
+        if kept == n and left > 0 and n < max_seqs - ghost_n:
+            room = max_seqs - ghost_n - n
             joined = 0
-            while nfront or admitted < arrived or heapn:
+            while nfront or admitted < seen or heapn:
                 if left <= 0 or joined >= room:
                     break
                 resumed = nfront > 0
@@ -447,6 +485,10 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 joined += 1
                 left -= num
         if total == 0:
+            if lagged:  # an empty schedule: vLLM schedules again once the last step's output
+                regs[R_FULL] = 1  # is processed (async_lag), with everything known
+                regs[R_SKIP] = 1 if ints[I_EVERY] > 0 else 0  # the same step's events
+                continue
             if nfront or admitted < arrived or heapn or n:  # pragma: no cover - invariant
                 code = STUCK
                 break
@@ -545,44 +587,9 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             sqq = svv + 2 * vsum + keep
             if depth:
                 passes = depth if dsum == keep * depth else maxd
-                if passes and drafts_chunks == 2:  # draft_model_pass: passes 2..D at c + τ + j
-                    fn = np.float64(keep)
-                    if dsum == keep * passes:
-                        for dd in range(passes - 1):
-                            c = np.float64(skv + asum + keep + keep * dd)
-                            draft_t += host_draft(floats, role_time(
-                                floats, 10, fn, fn, c, c, fn, -1.0, tab, tlaw))
-                    else:
-                        for dd in range(passes - 1):
-                            m = 0
-                            ks = 0
-                            for i in range(keep):
-                                if kept_d[i] - 1 > dd:
-                                    m += 1
-                                    ks += kept_kv[i] + kept_tau[i] + 1
-                            c = np.float64(ks + m * dd)
-                            fm = np.float64(m)
-                            draft_t += host_draft(floats, role_time(
-                                floats, 10, fm, fm, c, c, fm, -1.0, tab, tlaw))
-                elif passes:
-                    if dsum == keep * passes:
-                        fn = np.float64(keep)
-                        for dd in range(passes):
-                            c = np.float64(skv + keep * dd)
-                            draft_t += host_draft(floats, role_time(
-                                floats, 10, fn, fn, c, c, fn, -1.0, tab, tlaw))
-                    else:
-                        for dd in range(passes):
-                            m = 0
-                            ks = 0
-                            for i in range(keep):
-                                if kept_d[i] > dd:
-                                    m += 1
-                                    ks += kept_kv[i]
-                            c = np.float64(ks + m * dd)
-                            fm = np.float64(m)
-                            draft_t += host_draft(floats, role_time(
-                                floats, 10, fm, fm, c, c, fm, -1.0, tab, tlaw))
+                if passes:
+                    draft_t = decode_draft_seconds(floats, keep, passes, dsum, asum, skv,
+                                                   kept_d, kept_kv, kept_tau, tab, tlaw)
             if has_verify:
                 verify_t = verify_seconds(floats, ints, keep, vsum, smax, snz)
         # ---- prefill: the running requests' chunks, then the admitted ones'
@@ -600,23 +607,20 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
             pqc += q * c0
             pqq += q * q
             st[S_PREFILLED, i] = c0 + q
-        if pn and drafts_chunks == 1:
-            draft_t += host_draft(floats, role_time(
-                floats, 10, np.float64(pn), np.float64(pq), np.float64(pc), np.float64(pqc),
-                np.float64(pqq), np.float64(pn) if floats[F_ROWS] else -1.0, tab, tlaw))
+        if pn and drafts_chunks:
+            draft_t += draft_time(
+                floats, np.float64(pn), np.float64(pq), np.float64(pc), np.float64(pqc),
+                np.float64(pqq), np.float64(pn) if floats[F_ROWS] else -1.0, tab, tlaw)
         # logit rows n + S: a prefill chunk's last token only (V1Step.run_composed)
         rows = np.float64(sq + pq) - np.float64(pq - pn) if floats[F_ROWS] else -1.0
         target_t = host_target(floats, role_time(  # n: the decoding requests + the chunks
             floats, 0, np.float64(keep + pn), np.float64(sq + pq), np.float64(sc + pc),
             np.float64(sqc + pqc), np.float64(sqq + pqq), rows, tab, tlaw), keep + pn)
-        if drafts_chunks == 2 and keep + pn:  # draft_model_pass: pass 1 over the target's
-            # pass, one more token per request: Σq + n, Σq·c + Σc, Σq² + 2Σq + n; n logit rows
-            fn = np.float64(keep + pn)
-            q1 = np.float64(sq + pq)
-            c1 = np.float64(sc + pc)
-            draft_t += host_draft(floats, role_time(
-                floats, 10, fn, q1 + fn, c1, np.float64(sqc + pqc) + c1,
-                np.float64(sqq + pqq) + 2.0 * q1 + fn, fn if floats[F_ROWS] else -1.0, tab, tlaw))
+        if first:  # a head's or a vLLM V1 draft model's pass 1 or the n-gram proposer, on
+            # the target pass's sums
+            draft_t += first_pass(floats, np.float64(keep + pn), np.float64(sq + pq),
+                                  np.float64(sc + pc), np.float64(sqc + pqc),
+                                  np.float64(sqq + pqq), tab, tlaw)
         end_t = t + draft_t + target_t + verify_t + overhead
         if keep == 0 and pq == 0:
             code = STUCK
@@ -636,6 +640,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         row_out[W_WOKEN] = 1.0 if woken >= 0 else 0.0
         row_out[W_BY] = woken
         regs[R_STEPPED] = 1
+        clock[2] = t
         row_out[1] = t
         row_out[2] = end_t
         row_out[3] = keep
@@ -653,6 +658,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         # ---- retire the finished requests (the others keep their order)
         j = 0
         released = 0
+        reserved = 0
         for i in range(total):
             u = st[S_UID, i]
             if counts[C_POS, u] >= out[u]:
@@ -661,12 +667,22 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 if paged:
                     released += st[S_BLOCKS, i]
                 elif capacity >= 0:
-                    free -= footprint[u]
+                    reserved += footprint[u]
             else:
                 if j != i:
                     for r in range(N_ST):
                         st[r, j] = st[r, i]
                 j += 1
+        if lag:  # async_lag: the last step's finished requests freed, this step's held
+            if regs[R_GHOST_N]:
+                g = regs[R_GHOST_FREE]
+                free += g
+                if prefix and g > 0:
+                    seg_give(g, regs, seg_uid, seg_r, seg_h)
+            regs[R_GHOST_N] = total - j
+            regs[R_GHOST_FREE] = released - reserved
+            released = reserved = 0
+        free -= reserved
         if released:
             free += released
             if prefix:
@@ -675,6 +691,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         t = t + (end_t - t)  # the engine's STEP_END event: time + duration, not ``end``
     regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING] = arrived, admitted, n
     regs[R_FREE], regs[R_ROWS], regs[R_FRONT] = free, nrows, nfront
+    regs[R_SEEN] = seen
     regs[R_HEAPN] = heapn
     clock[0] = t
     return code

@@ -28,7 +28,7 @@ from specbatch.simulator.engine.v1.kernel.layout import (
     SL_WARMUP,
 )
 from specbatch.simulator.engine.v1.kernel.pricing import (
-    host_draft,
+    draft_time,
     host_target,
     role_time,
     verify_seconds,
@@ -52,7 +52,7 @@ def dsd_goodput(k, n, skv, alpha, floats, ints, tab, tlaw):
                           np.float64(q * skv), np.float64(n * q * q), -1.0, tab, tlaw), n)
     for d in range(k):
         c = np.float64(skv + n * d)
-        t += host_draft(floats, role_time(floats, 10, fn, fn, c, c, fn, -1.0, tab, tlaw))
+        t += draft_time(floats, fn, fn, c, c, fn, -1.0, tab, tlaw)
     if ints[I_DSD_VERIFY]:
         t += verify_seconds(floats, ints, n, n * k, k, n if k else 0)
     return tokens / t if t > 0 else np.inf

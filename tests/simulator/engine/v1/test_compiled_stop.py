@@ -106,7 +106,10 @@ def test_a_burst_counts_every_arrival_and_the_schedule_event():
                         {"tp": 1, "requests": 32, "enable_prefix_caching": True},
                         {"long_prefill_token_threshold": 64},
                         {"scheduling_policy": "priority", "kv_mode": "reserve",
-                         "kv_capacity": 4000}]),
+                         "kv_capacity": 4000},
+                        {"async_scheduling": True, "host": "vllm"},  # engine.async_lag
+                        {"async_scheduling": True, "host": "vllm", "max_num_seqs": 4,
+                         "kv_mode": "reserve", "kv_capacity": 4000}]),
        st.sampled_from([1.0, 8.0, 40.0]), st.integers(0, 3), st.integers(1, 20),
        st.one_of(st.none(), st.integers(1, 40)), st.one_of(st.none(), st.integers(1, 9)))
 def test_a_stopped_run_is_the_numpy_engines_bit_for_bit(policy, knobs, rate, seed, every, at,

@@ -1,0 +1,111 @@
+"""vLLM's async scheduling lag (simulator.engine.async_lag), pinned by hand: every step takes
+exactly 1 s (LinearCost: a 1 s pass whatever it holds, no overhead, no sampler), so step j runs
+from j to j + 1 while the engine stays busy. With the lag, the step starting at j was scheduled
+at j − 1: it sees the arrivals up to j − 1, and the slots of the requests that finished in the
+step ending at j are still held."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from specbatch.simulator.config.sim_config import load_config
+from specbatch.simulator.cost.features.host import CLIENT_TTFT_S as C
+from specbatch.simulator.run import simulate
+from tests.simulator.helpers import LinearCost, const_trace
+
+ONE_SECOND = LinearCost(overhead=0.0, fixed=1.0, per_token=0.0)
+
+
+def run(tmp_path, rows: dict, lag: bool, **kw):
+    """The workload ``rows`` (prompt 4 tokens each) under policy ar; returns (first token,
+    finish) per request, engine times (the client's constant C taken off, to 1 ns)."""
+    path = tmp_path / "workload.csv"
+    n = len(rows["output_len"])
+    pd.DataFrame({"prompt_len": [4] * n, **rows}).to_csv(path, index=False)
+    trace = const_trace(n_requests=n, output_len=8, prompt_len=4)
+    config = load_config(None, trace="synth", requests=n, workload=str(path), arrival="trace",
+                         policy="ar", verify_cost="none", async_scheduling=lag, **kw)
+    req = simulate(config, trace, cost_model=ONE_SECOND).requests
+    return ([round(t - C, 9) for t in req["first_token"].tolist()],
+            [round(t - C, 9) for t in req["finish"].tolist()])
+
+
+@pytest.mark.parametrize("arrival", [0.5, 1.0])
+def test_an_arrival_while_a_step_runs_joins_the_second_step_after_it(tmp_path, arrival):
+    """uid 0 prefills in step 0 (0-1) and decodes on; uid 1 arrives at 0.5 (while step 0
+    runs) or at 1.0 (as step 1 starts, scheduled at 0). Without the lag step 1 admits it
+    (first token at 2); with it step 1 was scheduled at 0, so step 2, scheduled at 1, admits
+    it: first token at 3, and its 4 tokens end at 6 instead of 5."""
+    rows = {"output_len": [4, 4], "arrival": [0.0, arrival]}
+    assert run(tmp_path, rows, lag=False, max_num_seqs=2) == ([1.0, 2.0], [4.0, 5.0])
+    assert run(tmp_path, rows, lag=True, max_num_seqs=2) == ([1.0, 3.0], [4.0, 6.0])
+
+
+def test_a_slot_freed_in_a_step_is_reused_one_step_later(tmp_path):
+    """max_num_seqs = 2: uids 0 and 1 prefill in step 0; uid 0's second token ends step 1
+    (at 2); uid 2 waits from 0. Without the lag step 2 (2-3) admits it; with it step 2 was
+    scheduled at 1, while uid 0 still held its slot, so uid 2 joins step 3: first token at 4,
+    finish at 5. uid 1 decodes throughout, unchanged."""
+    rows = {"output_len": [2, 6, 2], "arrival": [0.0, 0.0, 0.0]}
+    assert run(tmp_path, rows, lag=False, max_num_seqs=2) == ([1.0, 1.0, 3.0],
+                                                              [2.0, 6.0, 4.0])
+    assert run(tmp_path, rows, lag=True, max_num_seqs=2) == ([1.0, 1.0, 4.0],
+                                                             [2.0, 6.0, 5.0])
+
+
+def test_an_empty_lagged_schedule_is_made_again_with_everything_known(tmp_path):
+    """max_num_seqs = 1: uid 0 finishes in step 1 (at 2) and nothing else runs, so the
+    schedule made at 1 for step 2 is empty (uid 1 has no slot yet); vLLM then waits for step
+    1's output and schedules uid 1 at 2, as without the lag."""
+    rows = {"output_len": [2, 2], "arrival": [0.0, 0.0]}
+    want = ([1.0, 3.0], [2.0, 4.0])
+    assert run(tmp_path, rows, lag=False, max_num_seqs=1) == want
+    assert run(tmp_path, rows, lag=True, max_num_seqs=1) == want
+
+
+def test_an_idle_engine_schedules_an_arrival_at_once(tmp_path):
+    """uid 0 finishes at 2; uid 1 arrives at 5 to an idle engine (and uid 2 at 5.5, while
+    uid 1's prefill runs): uid 1 runs at once under both rules; uid 2, arriving at a busy
+    engine, waits one more step with the lag (step 6-7 was scheduled at 5)."""
+    rows = {"output_len": [2, 3, 2], "arrival": [0.0, 5.0, 5.5]}
+    assert run(tmp_path, rows, lag=False, max_num_seqs=4) == ([1.0, 6.0, 7.0],
+                                                              [2.0, 8.0, 8.0])
+    assert run(tmp_path, rows, lag=True, max_num_seqs=4) == ([1.0, 6.0, 8.0],
+                                                             [2.0, 8.0, 9.0])
+
+
+def test_the_ngram_drafters_speculative_run_keeps_the_synchronous_rule():
+    """vLLM turns async scheduling off for the CPU n-gram proposer (async_overhead)."""
+    from specbatch.simulator.engine.async_lag import lags
+
+    on = load_config(None, async_scheduling=True)
+    assert lags(on, True) and lags(on, False)
+    assert not lags(load_config(None), False)
+    ngram = load_config(None, async_scheduling=True, draft="ngram")
+    assert not lags(ngram, True) and lags(ngram, False)
+    assert not lags(load_config(None, async_scheduling=True, scheduler="vllm-v0"), False)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(policy="ar", max_num_seqs=4),  # runs of identical decode steps (simulator.engine.v1.runs)
+    dict(policy="ar", kv_mode="paged", kv_capacity=300, block_size=8, max_num_seqs=6,
+         enable_prefix_caching=True),
+    dict(policy="tetris", k=2, extra=1, kv_mode="paged", kv_capacity=250, block_size=8),
+    dict(policy="dsd", k=4, kv_mode="paged", kv_capacity=240, block_size=16, max_num_seqs=10,
+         replicas=2, max_num_batched_tokens=64),
+    dict(policy="fixed", k=3, kv_capacity=400, max_num_seqs=5, scheduling_policy="priority"),
+])
+def test_the_lagged_engine_matches_its_per_request_reference(synth_trace_natural, kw):
+    """Open arrivals into few slots and a small pool (preemptions), lagged: the vectorised
+    vllm-v1 engine, its fast paths and runs, equal the composer's per-request twin."""
+    config = load_config(None, trace="synth", requests=32, arrival="poisson", rate=40.0,
+                         async_scheduling=True, **kw)
+    cost = LinearCost(overhead=0.0, fixed=0.03125, per_token=0.0009765625)
+    fast = simulate(config, synth_trace_natural, cost_model=cost)
+    slow = simulate(config, synth_trace_natural, cost_model=cost, reference=True)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps, check_exact=True)
+    sync = simulate(config.replace(async_scheduling=False), synth_trace_natural,
+                    cost_model=cost)
+    assert not fast.requests["first_token"].equals(sync.requests["first_token"])
