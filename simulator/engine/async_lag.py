@@ -65,10 +65,10 @@ def lags(config: SimConfig, speculative: bool) -> bool:
     """Whether ``config``'s steps are scheduled one step ahead (module docstring): vLLM's
     async scheduling is on for the deployment (``async_scheduling``, not the CPU n-gram
     drafter's speculative steps: simulator.cost.features.async_overhead.async_applies) and
-    the composer is vllm-v1's."""
+    the composer is vllm-v1's (the scheduler catalogue's mixed-step row)."""
     from specbatch.simulator.cost.features.async_overhead import async_applies
 
-    return (bool(config.async_scheduling) and config.scheduler == "vllm-v1"
+    return (bool(config.async_scheduling) and config.scheduler_row.mixed_steps
             and async_applies(config.draft, speculative))
 
 
