@@ -208,6 +208,11 @@ def build_cost(config: SimConfig) -> CostModel:
         from specbatch.simulator.cost.features.expert_parallel import with_expert_parallel
 
         model = with_expert_parallel(model, int(config.data_parallel_size), int(config.tp))
+    # vLLM V1's draft-model proposer: pass 1 over the target's pass + one token per request
+    # (simulator.cost.features.draft_model_pass)
+    from specbatch.simulator.cost.features.draft_model_pass import with_draft_model_passes
+
+    model = with_draft_model_passes(model, config)
     if config.host == "vllm":  # vLLM's host terms (simulator.cost.features.host)
         from specbatch.simulator.cost.features.host import with_host
 
@@ -217,6 +222,21 @@ def build_cost(config: SimConfig) -> CostModel:
 
         return AsyncOverheadCost(model)
     return model
+
+
+def run_kv_capacity(config: SimConfig, cost: CostModel, speculates: bool) -> int | None:
+    """KV-cache tokens per replica of a run (simulator.engine.kv.kv_capacity). A run that does
+    not speculate (``ar``, the AR arm of ``speedup_vs_ar``) is a vLLM deployment without a
+    speculative config: no draft weights and no draft KV share its memory, so its pool is the
+    target's alone (the capacity of the same config with the host-side n-gram drafter)."""
+    from specbatch.simulator.defaults import FREE_DRAFTS
+
+    if (speculates or str(config.draft).lower() in FREE_DRAFTS or config.kv_mode == "reserve"
+            or config.kv_capacity is not None):
+        return kv_capacity(config, cost)
+    bare = dataclasses.replace(config, draft=FREE_DRAFTS[0], draft_head=None,
+                               draft_weight_bits=SimConfig.draft_weight_bits)
+    return kv_capacity(bare, build_cost(bare))
 
 
 def cap_workload(config: SimConfig, workload: Workload) -> Workload:
@@ -356,7 +376,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     validate_against_trace(config, trace, footprint)
     priced = cost_model if cost_model is not None else build_cost(config)
     cost = pad_to_graphs(priced, config.cuda_graph_sizes)
-    capacity = kv_capacity(config, cost)
+    capacity = run_kv_capacity(config, cost, policy.speculates)
     if config.scheduler_row.mixed_steps:  # vLLM V1's checks: the budget and the block pool
         longest = int((workload.prompt_len + workload.output_len).max(initial=0))
         lookahead = v1_lookahead(config, policy.speculates, policy.depth)
@@ -397,8 +417,9 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
         ar_cost = cost
         if cost_model is None and async_overlaps(ar_config) != async_overlaps(config):
             ar_cost = pad_to_graphs(build_cost(ar_config), config.cuda_graph_sizes)
+        ar_capacity = run_kv_capacity(ar_config, ar_cost, False)
         ar_requests, _ = run_engine_columns(ar_config, trace, workload, ar_cost,
-                                            make_policy(ar_config, trace.K), capacity,
+                                            make_policy(ar_config, trace.K), ar_capacity,
                                             progress="simulate ar (speedup)" if progress
                                             else None,
                                             steps_to=DropSteps())  # only its makespan

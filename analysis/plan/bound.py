@@ -166,6 +166,7 @@ def target_floor(config: SimConfig, workload) -> tuple[np.ndarray, np.ndarray] |
     from specbatch.analysis.plan.pass_floor import target_floor as table_floor
     from specbatch.simulator.cost.analytic.roofline import RooflineCost
     from specbatch.simulator.cost.features.async_overhead import AsyncOverheadCost
+    from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
     from specbatch.simulator.cost.features.graph_padding import capture_sizes
     from specbatch.simulator.cost.features.host import HostCost
 
@@ -176,6 +177,8 @@ def target_floor(config: SimConfig, workload) -> tuple[np.ndarray, np.ndarray] |
     # (simulator.cost.features.async_overhead) only add to the inner passes, and their own
     # per-step overhead is the one the floors add: they stay lower bounds
     base = cost.inner if type(cost) in (HostCost, AsyncOverheadCost) else cost
+    if type(base) is DraftModelPasses:  # a vLLM V1 draft model's pass 1: the drafts only
+        base = base.inner  # add to the target's passes the floors take
     if isinstance(base, RooflineCost):
         return pass_times(cost, workload)
     sizes = config.cuda_graph_sizes

@@ -107,6 +107,7 @@ def device_breakdown(model, role: str, query, kv) -> dict | None:
         if role == "draft":
             return dict.fromkeys(PARTS, 0.0)
         model = model.inner
+    model = without_draft_model_passes(model)
     if getattr(model, "first_pass_time", None) is not None:  # a head: its target's parts only
         if role == "draft":
             return None
@@ -161,6 +162,7 @@ def cost_sources(model) -> dict:
     # a calibrated model's module is loaded already; importing it for the check alone cost
     # every roofline `simulate` its fitting stack at start-up (issue 35)
     calibrated = sys.modules.get("specbatch.simulator.cost.measured.calibrated")
+    model = without_draft_model_passes(model)
     draft_free = isinstance(model, FreeDraftCost)
     head = getattr(model, "first_pass_time", None) is not None  # simulator.cost.features.draft_head
     inner = model.inner if draft_free or head else model
@@ -183,6 +185,14 @@ def cost_sources(model) -> dict:
         out["draft"] = {"summary": f"{model.head.method} head on the target's hidden states "
                                    "(roofline of its layer, fc and LM head; not fitted)"}
     return out
+
+
+def without_draft_model_passes(model):
+    """``model`` without simulator.cost.features.draft_model_pass's wrapper (its passes are the
+    inner model's; it is no head)."""
+    from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
+
+    return model.inner if isinstance(model, DraftModelPasses) else model
 
 
 def source_line(sources: dict) -> str:

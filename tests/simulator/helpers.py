@@ -57,6 +57,13 @@ class StepTimeOnly:
     def step_time(self, role: str, query: np.ndarray, kv: np.ndarray, **rows) -> float:
         return self.cost.step_time(role, query, kv, **rows)
 
+    def __getattr__(self, name: str):
+        """A head's or a vLLM V1 draft model's pass-1 hooks, which the engine prices on
+        arrays (``first_pass_step``) when the sums path is hidden."""
+        if name in ("first_pass_time", "first_pass_step") and "cost" in vars(self):
+            return getattr(self.cost, name)
+        raise AttributeError(name)
+
 
 def const_trace(n_requests: int = 8, output_len: int = 20, prompt_len: int = 4, depth: int = 4,
                 alpha: float = 0.5, arrival: np.ndarray | None = None,

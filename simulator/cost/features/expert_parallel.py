@@ -133,7 +133,9 @@ def rank_pass_seconds(cost, sums: tuple, total: float, pad_to: float | None = No
     if isinstance(cost, AsyncOverheadCost):
         t = rank_pass_seconds(cost.inner, sums, total, pad_to)
         return max(t, cost.host_overhead) if t > 0.0 else t
-    if isinstance(cost, FreeDraftCost):
+    from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
+
+    if isinstance(cost, (FreeDraftCost, DraftModelPasses)):  # the target is the inner model's
         return rank_pass_seconds(cost.inner, sums, total, pad_to)
     if isinstance(cost, RooflineCost):
         return roofline_rank_seconds(cost, sums, total)

@@ -103,5 +103,9 @@ def pad_to_graphs(cost: Any, sizes_text: str | None) -> Any:
     if host is not None and isinstance(cost, host.HostCost):  # pad the GPU passes only: the
         # host's b n counts the scheduled requests, not the graph's padding slots
         return dataclasses.replace(cost, inner=pad_to_graphs(cost.inner, sizes_text))
+    passes = sys.modules.get("specbatch.simulator.cost.features.draft_model_pass")
+    if passes is not None and isinstance(cost, passes.DraftModelPasses):  # pad inside it: a
+        # draft model's pass 1 is padded as its other passes (EagleProposer.propose)
+        return dataclasses.replace(cost, inner=pad_to_graphs(cost.inner, sizes_text))
     cls = PaddedSumsCost if isinstance(cost, SumsCostModel) else PaddedCost
     return cls(cost, capture_sizes(sizes_text))

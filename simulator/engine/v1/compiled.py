@@ -21,7 +21,9 @@ slots, ``vllm-adaptive`` with the confidence surrogate, profiled tables, stale o
 confidences; the row-wise ``threshold``, ``specdec++``, ``entropy-stop``; the bounds
 ``hindsight`` and ``oracle`` under TV; the catalogue's ``compiled`` trait,
 simulator.policies.catalogue); chain rules TV and BV on replayed acceptance (trace, fitted or
-profile); the drafters: a draft model, a head on the target's hidden states (EAGLE, EAGLE-3,
+profile); the drafters: a draft model (as vLLM V1's proposer runs it, simulator.cost.features.
+draft_model_pass: pass 1 over the target's pass plus one token per request, kernel.first_pass;
+the later passes at c_i + τ_i + j), a head on the target's hidden states (EAGLE, EAGLE-3,
 MTP; simulator.cost.features.draft_head: pass 1 over the target's pass, kernel.first_pass; the
 later passes at c_i + τ_i + j), vLLM's n-gram proposer (its host seconds once per step,
 simulator.cost.features.host.ngram_seconds) and a free drafter without host terms (0 s passes);
@@ -215,11 +217,14 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
         return ("CUDA-graph padding outside vLLM's host terms (compiled: padding inside "
                 "them, as build_cost and pad_to_graphs order them)")
     kind, head, base = drafter_layer(base)
+    if kind == "model-v1" and pass_one_unpadded(cost):
+        return ("a draft model's pass 1 outside CUDA-graph padding (compiled: padding inside "
+                "DraftModelPasses, as pad_to_graphs orders it)")
     layer = head.passes.layer if head is not None else None
     if layer is not None and layer.experts and (layer.expert_load or layer.ep_size != 1):
         return ("an MTP head's skewed routing or expert parallelism (compiled: uniform "
                 "routing on one rank's experts)")
-    roles = priced_roles(policy) if kind == "model" else ("target",)
+    roles = drafted_roles(kind, policy)
     if tabulated(base):
         if config.token_budget is None:  # pragma: no cover - vllm-v1 always has one
             return "an unlimited token budget (compiled cost tables need max_num_batched_tokens)"
@@ -251,15 +256,29 @@ def drafter_layer(model: CostModel) -> tuple[str, object | None, CostModel]:
     (:func:`cost_layers`): an EAGLE / EAGLE-3 / MTP head (simulator.cost.features.draft_head.
     HeadDraftCost: "head", the head's cost, its target model), a host-side drafter
     (simulator.cost.features.free_draft.FreeDraftCost, the n-gram proposer: "free", None, its
-    target model), else ("model", None, ``model``): a draft model priced as the draft role."""
+    target model), a draft model under vLLM V1's proposer (simulator.cost.features.
+    draft_model_pass.DraftModelPasses: "model-v1", None, the model; its pass 1 over the target
+    pass, kernel.first_pass), else ("model", None, ``model``): a draft model priced as the
+    draft role with a chunk pass (vllm-v0's draft worker). "model" and "model-v1" price both
+    roles (:func:`drafted_roles`)."""
     from specbatch.simulator.cost.features.draft_head import HeadDraftCost
+    from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
     from specbatch.simulator.cost.features.free_draft import FreeDraftCost
 
     if type(model) is HeadDraftCost:
         return "head", model, model.inner
     if type(model) is FreeDraftCost:
         return "free", None, model.inner
+    if type(model) is DraftModelPasses:
+        return "model-v1", None, model.inner
     return "model", None, model
+
+
+def drafted_roles(kind: str, policy: Policy) -> tuple[str, ...]:
+    """The roles whose PassTables a run of drafter ``kind`` (:func:`drafter_layer`) prices: a
+    draft model's both (pass_tables.priced_roles), a head's or a host-side drafter's the
+    target's only."""
+    return priced_roles(policy) if kind in ("model", "model-v1") else ("target",)
 
 
 def host_layer(cost: CostModel) -> tuple[HostCost | None, float, CostModel]:
@@ -280,22 +299,50 @@ def host_layer(cost: CostModel) -> tuple[HostCost | None, float, CostModel]:
 def cost_layers(cost: CostModel) -> tuple[tuple[int, ...], float, CostModel]:
     """(CUDA-graph sizes, factor, model) of ``cost``: the host terms (:func:`host_layer`,
     priced by the kernel's host_target / host_draft after each pass, with its outer factor)
-    around
-    simulator.cost.features.graph_padding's PaddedSumsCost (the sizes it pads each pass to;
-    () without) around analysis.sensitivity's ScaledCost (every pass and the overhead times a
-    factor; matched by name, as the simulator imports nothing of analysis; 1.0 without)
-    around the model."""
+    around simulator.cost.features.draft_model_pass's DraftModelPasses (a vLLM V1 draft
+    model's pass 1: build_cost puts it inside the host terms, pad_to_graphs pads inside it)
+    around simulator.cost.features.graph_padding's PaddedSumsCost (the sizes it pads each pass
+    to; () without) around analysis.sensitivity's ScaledCost (every pass and the overhead times
+    a factor; matched by name, as the simulator imports nothing of analysis; 1.0 without;
+    around build_cost's whole model, DraftModelPasses inside it) around the model. A
+    DraftModelPasses met at either place comes back around the model itself (the kernel pads
+    and scales its pass 1 as it pads and scales every pass), so :func:`drafter_layer` takes it
+    off as it takes off a head."""
+    from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
     from specbatch.simulator.cost.features.graph_padding import PaddedSumsCost
 
     host, _, inner = host_layer(cost)
     if host is not None:
         cost = inner
+    passes = type(cost) is DraftModelPasses
+    if passes:
+        cost = cost.inner
     sizes: tuple[int, ...] = ()
     if type(cost) is PaddedSumsCost:
         sizes, cost = tuple(int(v) for v in cost.sizes), cost.inner
+    factor = 1.0
     if type(cost).__name__ == "ScaledCost" and hasattr(cost, "inner"):
-        return sizes, float(cost.factor), cost.inner
-    return sizes, 1.0, cost
+        factor, cost = float(cost.factor), cost.inner
+    if passes and type(cost) is not DraftModelPasses:
+        cost = DraftModelPasses(cost)
+    return sizes, factor, cost
+
+
+def pass_one_unpadded(cost: CostModel) -> bool:
+    """Whether a DraftModelPasses sits inside CUDA-graph padding (PaddedSumsCost(ScaledCost(
+    DraftModelPasses)): analysis.sensitivity's scaled cost, padded by simulate), where its
+    pass 1 reaches the model unpadded through the padding's forwarding while the kernel pads
+    every draft-model pass."""
+    from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
+    from specbatch.simulator.cost.features.graph_padding import PaddedSumsCost
+
+    _, _, cost = host_layer(cost)
+    if type(cost) is not PaddedSumsCost:
+        return False
+    cost = cost.inner
+    if type(cost).__name__ == "ScaledCost" and hasattr(cost, "inner"):
+        cost = cost.inner
+    return type(cost) is DraftModelPasses
 
 
 class NotCovered(SpecbatchError):

@@ -22,6 +22,7 @@ from specbatch.simulator.engine.request_state import RECORD_ROWS, STEP_COLUMNS, 
 from specbatch.simulator.engine.steplog import CHUNK, StepLog
 from specbatch.simulator.engine.v1.compiled import (
     cost_layers,
+    drafted_roles,
     drafter_layer,
     host_layer,
     load_kernel,
@@ -122,13 +123,14 @@ class CompiledEngine:
         if stop is not None:
             ints[kn.I_EVERY] = max(int(stop.every), 1)
         sizes, scale, base = cost_layers(cost)
-        kind, _, base = drafter_layer(base)  # a head's or a free drafter's target model
+        kind, _, base = drafter_layer(base)  # a head's, a free drafter's or a V1 draft
+        # model's target model
         floats = np.zeros(kn.N_FLOATS + len(sizes))
         floats[kn.F_SCALE] = scale
         floats[kn.F_NSIZES] = len(sizes)
         floats[kn.F_SIZES:] = sizes
         self.passes = _pass_tables(config, policy, base, sizes,  # tab, tlaw (kernel.role_time)
-                                  roles=None if kind == "model" else ("target",))
+                                  roles=drafted_roles(kind, policy))
         pack_drafter(kn, ints, floats, cost, bool(policy.speculates))
         host, outer, _ = host_layer(cost)
         if not tabulated(base):
@@ -387,14 +389,18 @@ def pack_roofline(kn, floats: np.ndarray, model) -> None:
 def pack_drafter(kn, ints: np.ndarray, floats: np.ndarray, cost: CostModel,
                  speculates: bool) -> None:
     """The drafter's slots (kernel.F_DRAFTER; a head's constants from F_HP, the n-gram
-    proposer's from F_NGRAM) and I_DRAFTS_CHUNKS: a head (EAGLE, EAGLE-3, MTP) or the n-gram
-    proposer under vLLM's host terms has a first pass on the target pass (simulator.engine.
-    core's ``head``: a speculating policy and a ``first_pass_time``) and no chunk pass; a free
+    proposer's from F_NGRAM) and I_DRAFTS_CHUNKS: a head (EAGLE, EAGLE-3, MTP), a draft model
+    under vLLM V1's proposer (simulator.cost.features.draft_model_pass) or the n-gram proposer
+    under vLLM's host terms has a first pass on the target pass (simulator.engine.core's
+    ``head``: a speculating policy and a ``first_pass_time``) and no chunk pass; a free
     drafter without host terms drafts chunks at 0 s."""
     _, _, base = cost_layers(cost)
     kind, head, _ = drafter_layer(base)
     host, _, _ = host_layer(cost)
-    if speculates and kind != "model":
+    if speculates and kind == "model-v1":
+        ints[kn.I_DRAFTS_CHUNKS] = 0
+        floats[kn.F_DRAFTER] = kn.DRAFT_MODEL_V1
+    elif speculates and kind != "model":
         ints[kn.I_DRAFTS_CHUNKS] = int(head is None and host is None)
         floats[kn.F_DRAFTER] = (kn.DRAFT_HEAD if head is not None else
                                 kn.DRAFT_NGRAM if host is not None else kn.DRAFT_FREE)

@@ -39,9 +39,15 @@ def max_pass_tokens(config: SimConfig, policy: Policy, sizes: tuple[int, ...]) -
     """Q_max: the most query tokens one pass of the compiled loop can price. A step's target
     pass holds at most the token budget (decodes' 1 + s_i and prompt chunks share it; without
     chunked prefill a prompt that does not fit waits), a draft pass at most the budget (a
-    prefill chunk pass) or max_num_seqs (one token per request); dsd's goodput scan prices
+    prefill chunk pass) or max_num_seqs (one token per request), a vLLM V1 draft model's pass 1
+    the budget + max_num_seqs (simulator.cost.features.draft_model_pass); dsd's goodput scan prices
     max_num_seqs · (k_max + 1) tokens; CUDA-graph padding reaches at most the largest size."""
     q = max(int(config.token_budget), int(config.max_num_seqs))
+    if policy.speculates:  # a draft model's pass 1 under vllm-v1: the target's pass + n tokens
+        from specbatch.simulator.cost.features.draft_model_pass import draft_model_passes_apply
+
+        if draft_model_passes_apply(config):
+            q = int(config.token_budget) + int(config.max_num_seqs)
     if sizes:
         q = max(q, int(max(sizes)))
     if policy.name == "dsd":

@@ -19,6 +19,7 @@ from specbatch.analysis.plan.pass_floor import (
     target_floor,
 )
 from specbatch.simulator.config.sim_config import make_config
+from specbatch.simulator.cost.features.draft_model_pass import DraftModelPasses
 from specbatch.simulator.cost.tabulated import AttentionLaw, PassTable, table_time
 from specbatch.simulator.run import build_cost
 
@@ -132,7 +133,8 @@ def model(request):
     cost_name, target, tp, execution = request.param
     cost = build_cost(make_config({"target": target, "draft": "vicuna-68m", "hardware": "h100",
                                    "tp": tp, "cost": cost_name, "execution": execution}))
-    base = cost.inner
+    base = cost.inner  # under vLLM's host terms, vLLM V1's draft-model passes (the target's)
+    base = base.inner if isinstance(base, DraftModelPasses) else base
     floor = target_floor(base, float(cost.overhead), Q_MAX, 600)
     assert floor is not None
     return cost, floor

@@ -64,6 +64,7 @@ from specbatch.simulator.engine.v1.kernel.layout import (  # noqa: F401 - kernel
     DRAFT_FREE,
     DRAFT_HEAD,
     DRAFT_MODEL,
+    DRAFT_MODEL_V1,
     DRAFT_NGRAM,
     F_BANDWIDTH,
     F_DRAFTER,

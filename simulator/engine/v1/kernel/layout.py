@@ -43,13 +43,16 @@ F_HEAD_T, F_HEAD_D, F_ROWS = 26, 27, 28
 # b = REQUEST_S, whether draft passes take the proposer floor, its k_small · g and N_ops · t_op
 F_HOST, F_OVERLAP, F_STEP_S, F_REQUEST_S, F_FLOOR, F_KERNELS_S, F_OPS_S = range(29, 36)
 F_OUTER = 36  # a ScaledCost's factor around the host terms (factor · host-adjusted pass; 1.0)
-# the drafter (simulator.cost.features.draft_head, free_draft, host): 0 a draft model (the
-# draft role's constants or PassTable, role_time); 1 a head on the target's hidden states
-# (HeadDraftCost: its passes from the F_HP constants, head_time; pass 1 over the target pass);
-# 2 vLLM's n-gram proposer under HostCost (draft passes 0 s; its host seconds once per step on
-# the target pass's n and Σ(c + q), ngram_time); 3 a free drafter without host terms (0 s)
+# the drafter (simulator.cost.features.draft_head, free_draft, host, draft_model_pass): 0 a
+# draft model (the draft role's constants or PassTable, role_time: a chunk pass and k one-token
+# passes, vllm-v0's draft worker); 1 a head on the target's hidden states (HeadDraftCost: its
+# passes from the F_HP constants, head_time; pass 1 over the target pass); 2 vLLM's n-gram
+# proposer under HostCost (draft passes 0 s; its host seconds once per step on the target
+# pass's n and Σ(c + q), ngram_time); 3 a free drafter without host terms (0 s); 4 a draft
+# model under vLLM V1's proposer (DraftModelPasses: the draft role's role_time, pass 1 over the
+# target pass + one token per request as a head's, no chunk pass)
 F_DRAFTER = 37
-DRAFT_MODEL, DRAFT_HEAD, DRAFT_NGRAM, DRAFT_FREE = 0.0, 1.0, 2.0, 3.0
+DRAFT_MODEL, DRAFT_HEAD, DRAFT_NGRAM, DRAFT_FREE, DRAFT_MODEL_V1 = 0.0, 1.0, 2.0, 3.0, 4.0
 # a head pass's constants (HeadPass.seconds, summed as it sums them), from F_HP on: the FLOPs
 # per token of pass 1 and of the later passes ((layer + qkv) + fc, fc on later passes only for
 # fc_every_pass), the attention FLOPs, the LM head's FLOPs per row, the fixed bytes of pass 1

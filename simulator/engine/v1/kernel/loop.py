@@ -34,6 +34,7 @@ from specbatch.simulator.engine.v1.kernel.layout import (
     C_VERIFIED,
     DONE,
     DRAFT_HEAD,
+    DRAFT_MODEL_V1,
     DRAFT_NGRAM,
     F_DRAFTER,
     F_OVERHEAD,
@@ -189,7 +190,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     kept_d = np.zeros(max_seqs, dtype=np.int64)
     kept_kv = np.zeros(max_seqs, dtype=np.int64)
     kept_tau = np.zeros(max_seqs, dtype=np.int64)
-    first = floats[F_DRAFTER] == DRAFT_HEAD or floats[F_DRAFTER] == DRAFT_NGRAM
+    first = (floats[F_DRAFTER] == DRAFT_HEAD or floats[F_DRAFTER] == DRAFT_NGRAM
+             or floats[F_DRAFTER] == DRAFT_MODEL_V1)
     decoding = np.zeros(max_seqs, dtype=np.bool_)
     dec_idx = np.zeros(max_seqs, dtype=np.int64)
     dec_row = np.zeros(max_seqs, dtype=np.int64)
@@ -614,10 +616,11 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         target_t = host_target(floats, role_time(  # n: the decoding requests + the chunks
             floats, 0, np.float64(keep + pn), np.float64(sq + pq), np.float64(sc + pc),
             np.float64(sqc + pqc), np.float64(sqq + pqq), rows, tab, tlaw), keep + pn)
-        if first:  # a head's pass 1 or the n-gram proposer, on the target pass's sums
+        if first:  # a head's or a vLLM V1 draft model's pass 1 or the n-gram proposer, on
+            # the target pass's sums
             draft_t += first_pass(floats, np.float64(keep + pn), np.float64(sq + pq),
                                   np.float64(sc + pc), np.float64(sqc + pqc),
-                                  np.float64(sqq + pqq))
+                                  np.float64(sqq + pqq), tab, tlaw)
         end_t = t + draft_t + target_t + verify_t + overhead
         if keep == 0 and pq == 0:
             code = STUCK

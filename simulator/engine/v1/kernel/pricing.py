@@ -6,9 +6,10 @@ them (simulator.cost.features.host.HostCost: :func:`host_target`, :func:`host_dr
 rejection sampler's seconds (simulator.cost.verify_cost.VerifyCost.seconds,
 :func:`verify_seconds`); the drafter's passes (:func:`draft_time`: a draft model's role, a
 head's later passes, 0 s for the n-gram proposer or a free drafter; :func:`first_pass`: a
-head's pass 1 or the n-gram proposer's host seconds, once per step on the target pass's sums;
-:func:`decode_draft_seconds`: a step's draft passes). Each is the numpy path's expressions in
-the same order on the same exact integer sums, so the step times are bit-identical.
+head's pass 1, a vLLM V1 draft model's pass 1 or the n-gram proposer's host seconds, once per
+step on the target pass's sums; :func:`decode_draft_seconds`: a step's draft passes). Each is
+the numpy path's expressions in the same order on the same exact integer sums, so the step
+times are bit-identical.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from specbatch.simulator.cost.tabulated import grid_attention as _grid_attention
 from specbatch.simulator.engine.v1.kernel.layout import (
     DRAFT_HEAD,
     DRAFT_MODEL,
+    DRAFT_MODEL_V1,
     DRAFT_NGRAM,
     F_BANDWIDTH,
     F_DRAFTER,
@@ -38,6 +40,7 @@ from specbatch.simulator.engine.v1.kernel.layout import (
     F_OVERLAP,
     F_PER_POSITION,
     F_REQUEST_S,
+    F_ROWS,
     F_SCALE,
     F_SIZES,
     F_STEP_S,
@@ -264,11 +267,12 @@ def ngram_time(c, n, sq, skv):
 @njit(cache=True)
 def draft_time(c, n, sq, skv, sqkv, sqq, rows, tab, tlaw):
     """One draft pass (a draft model's, or a head's after its first) with the host's draft
-    floor: the draft role's :func:`role_time` for a draft model; :func:`head_time` after
-    PaddedSumsCost's padding (n, Σq, Σq² grow by p) for a head; 0 s for the n-gram proposer
-    (HostCost prices its passes 0) or a free drafter (FreeDraftCost)."""
+    floor: the draft role's :func:`role_time` for a draft model (vllm-v0's draft worker or
+    vLLM V1's proposer); :func:`head_time` after PaddedSumsCost's padding (n, Σq, Σq² grow by
+    p) for a head; 0 s for the n-gram proposer (HostCost prices its passes 0) or a free
+    drafter (FreeDraftCost)."""
     mode = c[F_DRAFTER]
-    if mode == DRAFT_MODEL:
+    if mode == DRAFT_MODEL or mode == DRAFT_MODEL_V1:
         return host_draft(c, role_time(c, 10, n, sq, skv, sqkv, sqq, rows, tab, tlaw))
     if mode == DRAFT_HEAD:
         pad = graph_pad(c, sq)
@@ -281,14 +285,20 @@ def draft_time(c, n, sq, skv, sqkv, sqq, rows, tab, tlaw):
 
 
 @njit(cache=True)
-def first_pass(c, n, sq, skv, sqkv, sqq):
+def first_pass(c, n, sq, skv, sqkv, sqq, tab, tlaw):
     """The drafter's once-per-step term on the target pass's sums (simulator.engine.decode.
     Decode.head_first_pass, the cost's ``first_pass_time``): a head's pass 1 (unpadded: the
-    padding wraps time_from_sums only) with the host's draft floor, the n-gram proposer's host
-    seconds; 0 for a draft model or a free drafter (no first pass)."""
+    padding wraps time_from_sums only) with the host's draft floor; a vLLM V1 draft model's
+    pass 1 (simulator.cost.features.draft_model_pass.DraftModelPasses.first_pass_time: the
+    draft role over q_i + 1 at c_i, n' = n, Σq + n, Σc, Σq·c + Σc, Σq² + 2Σq + n, n logit rows;
+    padded, as pad_to_graphs pads inside that wrapper) with the draft floor; the n-gram
+    proposer's host seconds; 0 for vllm-v0's draft model or a free drafter (no first pass)."""
     mode = c[F_DRAFTER]
     if mode == DRAFT_HEAD:
         return host_draft(c, head_time(c, True, n, sq, skv, sqkv, sqq))
+    if mode == DRAFT_MODEL_V1:
+        return host_draft(c, role_time(c, 10, n, sq + n, skv, sqkv + skv, sqq + 2.0 * sq + n,
+                                       n if c[F_ROWS] else -1.0, tab, tlaw))
     if mode == DRAFT_NGRAM:
         return ngram_time(c, int(n), sq, skv)
     return 0.0
@@ -301,9 +311,11 @@ def decode_draft_seconds(c, keep, passes, dsum, asum, skv, kept_d, kept_kv, kept
     (Σ d = ``dsum``, Σ τ = ``asum``, Σ c = ``skv``; kept_d, kept_kv, kept_tau # [>= keep] each
     request's d_i, c_i, τ_i), summed in pass order: a draft model's pass j over the n_j
     requests with d_i > j at c_i + j (simulator.cost.draft_cost.draft_seconds_from_sums); a
-    head's (or the n-gram proposer's) passes after its first, pass j = 1..D−1 over those with
-    d_i > j at c_i + τ_i + j (simulator.engine.decode.Decode.head_later_passes)."""
-    head = c[F_DRAFTER] == DRAFT_HEAD or c[F_DRAFTER] == DRAFT_NGRAM
+    head's (the n-gram proposer's, a vLLM V1 draft model's) passes after its first, pass
+    j = 1..D−1 over those with d_i > j at c_i + τ_i + j (simulator.engine.decode.Decode.
+    head_later_passes)."""
+    head = (c[F_DRAFTER] == DRAFT_HEAD or c[F_DRAFTER] == DRAFT_NGRAM
+            or c[F_DRAFTER] == DRAFT_MODEL_V1)
     shift = 1 if head else 0
     later = passes - shift
     draft_t = 0.0

@@ -163,11 +163,19 @@ def test_calibrated_runs_are_covered_and_auto_compiles_large_ones():
 
 def test_q_max_covers_the_budget_the_batch_dsds_scan_and_the_graph_sizes():
     """max_pass_tokens: the token budget (a step's target pass), max_num_seqs (a draft pass
-    of one token per request), dsd's goodput scan at max_num_seqs · (k_max + 1), the largest
-    CUDA-graph size; the calibrated tables are refused past MAX_TABLE_TOKENS."""
-    config, policy, _ = parts(max_num_batched_tokens=300, max_num_seqs=400)
+    of one token per request), a vLLM V1 draft model's pass 1 over the target's pass plus one
+    token per request (budget + max_num_seqs), dsd's goodput scan at max_num_seqs ·
+    (k_max + 1), the largest CUDA-graph size; the calibrated tables are refused past
+    MAX_TABLE_TOKENS."""
+    config, policy, _ = parts(policy="ar", max_num_batched_tokens=300, max_num_seqs=400)
     assert compiled.max_pass_tokens(config, policy, ()) == 400
     assert compiled.max_pass_tokens(config, policy, (8, 512)) == 512
+    config, policy, _ = parts(max_num_batched_tokens=300, max_num_seqs=400)
+    assert compiled.max_pass_tokens(config, policy, ()) == 700
+    assert compiled.max_pass_tokens(config, policy, (8, 1024)) == 1024
+    config, policy, _ = parts(max_num_batched_tokens=300, max_num_seqs=400,
+                              scheduler="vllm-v0")
+    assert compiled.max_pass_tokens(config, policy, ()) == 400
     config, policy, _ = parts(policy="dsd", max_num_batched_tokens=300, max_num_seqs=64)
     assert compiled.max_pass_tokens(config, policy, ()) == 64 * (policy.k_max + 1)
     config, policy, cost = parts(cost="calibrated", max_num_batched_tokens=(1 << 17) + 1)
@@ -291,6 +299,9 @@ def test_role_time_is_table_time_bit_for_bit(sizes):
     kernel = compiled.load_kernel()
     config, policy, cost = parts(cost="calibrated", policy="fixed", k=3, hardware="a100",
                                  tp=2, max_num_batched_tokens=700)
+    # the model (build_cost wraps it in the vLLM V1 draft model's pass 1, drafter_layer
+    # takes that off)
+    cost = compiled.drafter_layer(compiled.cost_layers(cost)[2])[2]
     tab, tlaw = compiled.pass_tables(config, policy, cost, sizes)
     model = PaddedSumsCost(cost, sizes) if sizes else cost
     c = np.zeros(kernel.N_FLOATS + len(sizes))

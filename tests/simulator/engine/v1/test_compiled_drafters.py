@@ -1,8 +1,10 @@
-"""The compiled vllm-v1 loop with drafters that are not a separate draft model: EAGLE /
+"""The compiled vllm-v1 loop with drafters that have a pass on the target's pass: EAGLE /
 EAGLE-3 heads (simulator.cost.features.draft_head: pass 1 over the target's pass, later passes
-at c_i + τ_i + j), vLLM's n-gram proposer under vLLM's host terms (its host seconds once per
-step on the target pass, simulator.cost.features.host.ngram_seconds) and a free drafter
-without them (every draft pass 0 s). The kernel's pricing equals the cost models' bit for bit
+at c_i + τ_i + j), a draft model as vLLM V1's proposer runs it (simulator.cost.features.
+draft_model_pass: pass 1 over the target's pass + one token per request), vLLM's n-gram
+proposer under vLLM's host terms (its host seconds once per step on the target pass,
+simulator.cost.features.host.ngram_seconds) and a free drafter without them (every draft
+pass 0 s). The kernel's pricing equals the cost models' bit for bit
 (kernel.head_time, ngram_time, draft_time, first_pass, on the constants driver.pack_drafter
 packs), and whole runs' request and step tables equal the numpy engine's (its reference
 twin) on fixed configurations; the hypothesis run of test_compiled.py draws these drafters too.
@@ -16,7 +18,7 @@ import pytest
 from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.engine.v1 import compiled, driver
 from specbatch.simulator.run import build_cost, load_trace, simulate
-from tests.simulator.engine.v1.test_compiled import assert_bit_identical
+from tests.simulator.engine.v1.test_compiled import assert_bit_identical, parts
 
 needs_numba = pytest.mark.skipif(not compiled.numba_installed(),
                                  reason="numba not installed (the fast extra)")
@@ -74,9 +76,10 @@ def test_head_passes_are_the_heads_cost_bit_for_bit(draft, host, sizes):
         n, sums = random_sums(rng, int(rng.choice([1, 4, 600])))
         want = cost.time_from_sums("draft", n, *sums)
         assert same(kn.draft_time(floats, float(n), *sums, -1.0, tab, tlaw), want)
-        assert same(kn.first_pass(floats, float(n), *sums), cost.first_pass_time(n, *sums))
-    assert kn.first_pass(floats, 0.0, 0.0, 0.0, 0.0, 0.0) == cost.first_pass_time(0, 0., 0.,
-                                                                                   0., 0.)
+        assert same(kn.first_pass(floats, float(n), *sums, tab, tlaw),
+                    cost.first_pass_time(n, *sums))
+    assert kn.first_pass(floats, 0.0, 0.0, 0.0, 0.0, 0.0, tab, tlaw) == cost.first_pass_time(
+        0, 0., 0., 0., 0.)
 
 
 @needs_numba
@@ -96,17 +99,75 @@ def test_the_ngram_proposers_host_seconds_are_ngram_seconds_bit_for_bit():
     rng = np.random.default_rng(5)
     for _ in range(200):
         n, sums = random_sums(rng, 600)
-        assert same(kn.first_pass(floats, float(n), *sums), cost.first_pass_time(n, *sums))
+        assert same(kn.first_pass(floats, float(n), *sums, tab, tlaw),
+                    cost.first_pass_time(n, *sums))
         assert kn.draft_time(floats, float(n), *sums, -1.0, tab, tlaw) == 0.0
     by_hand = (hostmod.NGRAM_CALL_S + 2 * hostmod.NGRAM_REQUEST_S + 100 * hostmod.NGRAM_TOKEN_S
                + 4 * hostmod.NGRAM_PAIR_S)
-    assert same(kn.first_pass(floats, 2.0, 3.0, 97.0, 0.0, 0.0), by_hand)
+    assert same(kn.first_pass(floats, 2.0, 3.0, 97.0, 0.0, 0.0, tab, tlaw), by_hand)
     assert abs(by_hand - 12.883756e-6) < 1e-15  # 10.12 + 2.612 + 0.1309 + 0.020856 µs
     free = build_cost(load_config(None, host="fixed", draft="ngram", cost="roofline",
                                   policy="fixed", k=2))
     floats, ints = packed(kn, free)
     assert floats[kn.F_DRAFTER] == kn.DRAFT_FREE and ints[kn.I_DRAFTS_CHUNKS] == 1
-    assert kn.first_pass(floats, 5.0, 9.0, 900.0, 0.0, 0.0) == 0.0
+    assert kn.first_pass(floats, 5.0, 9.0, 900.0, 0.0, 0.0, tab, tlaw) == 0.0
+
+
+@needs_numba
+@pytest.mark.parametrize("cost_name", ["roofline", "calibrated"])
+@pytest.mark.parametrize("host, sizes", [("fixed", ()), ("vllm", (8, 24, 64))])
+def test_a_vllm_v1_draft_models_pass_one_is_its_cost_bit_for_bit(cost_name, host, sizes):
+    """A draft model under vllm-v1 is packed as DRAFT_MODEL_V1 without a chunk pass;
+    kernel.first_pass (pass 1 over the target pass + one token per request, padded, with the
+    host's draft floor) and kernel.draft_time (a one-token pass) equal DraftModelPasses'
+    first_pass_time and time_from_sums("draft", ...) on random exact-integer sums; pass 1 of
+    the target pass n = 3, Σq = 58, Σc = 300, Σq·c = 1,200, Σq² = 2,532 is the draft role's
+    pass at Σq' = 61, Σq'·c = 1,500, Σq'² = 2,651 and 3 logit rows."""
+    from specbatch.simulator.cost.features.graph_padding import pad_to_graphs
+    from specbatch.simulator.cost.interface import takes_logit_rows
+    from specbatch.simulator.engine.v1.pass_tables import tabulated
+
+    kn = compiled.load_kernel()
+    config, policy, cost = parts(host=host, cost=cost_name, hardware="a100", tp=2,
+                                 policy="fixed", k=3, max_num_batched_tokens=700)
+    if sizes:
+        cost = pad_to_graphs(cost, ",".join(str(v) for v in sizes))
+    floats, ints = packed(kn, cost, sizes)
+    assert floats[kn.F_DRAFTER] == kn.DRAFT_MODEL_V1 and not ints[kn.I_DRAFTS_CHUNKS]
+    kind, _, base = compiled.drafter_layer(compiled.cost_layers(cost)[2])
+    assert kind == "model-v1" and compiled.compiled_gap(config, policy, cost) is None
+    tab, tlaw = compiled.pass_tables(config, policy, base, sizes)
+    if not tabulated(base):
+        driver.pack_roofline(kn, floats, base)
+    floats[kn.F_ROWS] = float(takes_logit_rows(cost))
+    rng = np.random.default_rng(len(sizes) + 3 * (host == "vllm"))
+    for _ in range(150):
+        n = int(rng.integers(1, 40))
+        q = rng.integers(1, int(rng.choice([2, 5, 17])), n)
+        kv = rng.integers(0, 9000, n)
+        sums = (float(q.sum()), float(kv.sum()), float(q @ kv), float(q @ q))
+        assert same(kn.first_pass(floats, float(n), *sums, tab, tlaw),
+                    cost.first_pass_time(n, *sums))
+        assert same(kn.draft_time(floats, float(n), *sums, -1.0, tab, tlaw),
+                    cost.time_from_sums("draft", n, *sums))
+    rows = 3.0 if floats[kn.F_ROWS] else -1.0
+    by_hand = kn.host_draft(floats, kn.role_time(floats, 10, 3.0, 61.0, 300.0, 1500.0, 2651.0,
+                                                 rows, tab, tlaw))
+    assert same(kn.first_pass(floats, 3.0, 58.0, 300.0, 1200.0, 2532.0, tab, tlaw), by_hand)
+
+
+def test_a_draft_models_pass_one_outside_the_padding_runs_on_numpy():
+    """analysis.sensitivity's ScaledCost around build_cost's model, padded by simulate, leaves
+    DraftModelPasses inside the padding, whose forwarding prices pass 1 unpadded: the compiled
+    loop (which pads every draft-model pass) refuses it; inside the padding it runs."""
+    from specbatch.analysis.sensitivity import ScaledCost
+    from specbatch.simulator.cost.features.graph_padding import pad_to_graphs
+
+    config, policy, cost = parts(cuda_graph_sizes="8,64")
+    scaled = pad_to_graphs(ScaledCost(cost, 1.05), config.cuda_graph_sizes)
+    assert "pass 1 outside CUDA-graph padding" in compiled.compiled_gap(config, policy, scaled)
+    padded = pad_to_graphs(cost, config.cuda_graph_sizes)
+    assert compiled.compiled_gap(config, policy, padded) is None
 
 
 def run_tables(engine: str, **knobs):
