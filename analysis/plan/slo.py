@@ -128,10 +128,12 @@ def peak_concurrency(requests: pd.DataFrame, max_num_seqs: int) -> int:
     capped at ``max_num_seqs``: the batch the replica would run if memory allowed."""
     best = 0
     replica = requests["replica"].to_numpy() if "replica" in requests else np.zeros(len(requests))
+    arrival, finish = requests["arrival"].to_numpy(), requests["finish"].to_numpy()  # [N]
     for r in np.unique(replica):
-        sub = requests[replica == r]
-        times = np.concatenate([sub["arrival"].to_numpy(), sub["finish"].to_numpy()])
-        steps = np.concatenate([np.ones(len(sub)), -np.ones(len(sub))])
+        mine = replica == r
+        times = np.concatenate([arrival[mine], finish[mine]])
+        k = int(np.count_nonzero(mine))
+        steps = np.concatenate([np.ones(k), -np.ones(k)])
         order = np.lexsort((steps, times))  # at equal times, finishes (-1) first
         best = max(best, int(np.cumsum(steps[order]).max(initial=0)))
     return min(best, int(max_num_seqs))
