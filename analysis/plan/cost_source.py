@@ -47,7 +47,8 @@ def cost_key(config: SimConfig) -> str:
 
     from specbatch.simulator.run import async_overlaps
 
-    fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in NOT_COST_FIELDS}
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+              if f.name not in NOT_COST_FIELDS}  # flat values: no asdict deep copy
     fields["async_scheduling"] = async_overlaps(config)  # the policy decides it for n-gram
     return json.dumps(fields, sort_keys=True, default=str)
 

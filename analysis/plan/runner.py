@@ -269,6 +269,8 @@ def simulate_point(config: dict):
     deployment's shared cost model (analysis.plan.cost_source.shared_cost) and ended early by the
     candidate's stop rule when it carries one (analysis.plan.slo.EarlyStop). Module level,
     so a pool can pickle it."""
+    import dataclasses
+
     from specbatch.analysis.plan.cost_source import shared_cost
     from specbatch.analysis.plan.slo import EarlyStop
     from specbatch.analysis.sweep.executors import _cached_trace
@@ -284,7 +286,9 @@ def simulate_point(config: dict):
         from specbatch.simulator.engine.v1.compiled import NotCovered
 
         try:
-            result = simulate(make_config({**fields, "engine": "compiled"}), **kw)
+            # the validated config with only its engine changed (checks.validate_config does
+            # not read the engine; __post_init__ checks the field's choices)
+            result = simulate(dataclasses.replace(cfg, engine="compiled"), **kw)
         except NotCovered:
             result = simulate(cfg, **kw)
     else:

@@ -178,8 +178,36 @@ def resolve_workload(name: str) -> Path:
     return EXAMPLE_WORKLOAD if name == "example" else Path(name)
 
 
+#: Checked workload files kept in this process: (path, suffix, blake2b of the bytes) -> the
+#: columns. Keyed on the contents, so an edited file is read again; a ``.json`` file is not
+#: kept (its token counts depend on a tokenizer's files besides its own bytes).
+_READ: dict[tuple, dict[str, np.ndarray]] = {}
+_READ_MAX = 8
+
+
 def read_workload_file(path: str | Path, tokenizer: str | None = None,
                        seed: int = 0) -> dict[str, np.ndarray]:
+    """:func:`read_workload_file_uncached`, once per file contents in a process (the planner
+    maps the same file onto every run; a test pins the parity). Returns fresh copies."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in WORKLOAD_FORMATS or suffix == ".json" or not path.is_file():
+        return read_workload_file_uncached(path, tokenizer, seed)
+    import hashlib
+
+    data = path.read_bytes()
+    key = (str(path), suffix, hashlib.blake2b(data, digest_size=20).hexdigest())
+    got = _READ.get(key)
+    if got is None:
+        got = read_workload_file_uncached(path, tokenizer, seed)
+        if len(_READ) >= _READ_MAX:
+            _READ.pop(next(iter(_READ)))
+        _READ[key] = got
+    return {name: arr.copy() for name, arr in got.items()}
+
+
+def read_workload_file_uncached(path: str | Path, tokenizer: str | None = None,
+                                seed: int = 0) -> dict[str, np.ndarray]:
     """Read and check a workload file (format: module docstring; a ``.json`` file is a
     ShareGPT list or a vLLM bench serve result, simulator.workload.imports, whose token counts
     use ``tokenizer``'s local tokenizer when it has one and whose arrivals use ``seed``).

@@ -90,6 +90,32 @@ class Curve:
         # within its bracket: exp(log) rounding never breaks the curve's monotonicity
         return min(max(interp(g, s, x, self.how), float(s[i - 1])), float(s[i]))
 
+    def at_many(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`at` over ``x`` # [X], bit for bit (tests/simulator/cost pin the parity): the
+        in-grid points in one :func:`numpy.interp` call, the logs and exps per point with
+        :mod:`math` as :meth:`at` takes them, the few points past the grid through :meth:`at`
+        itself. Why: tabulating a pass (simulator.cost.tabulated) prices every Q up to Q_max."""
+        x = np.asarray(x, dtype=np.float64)  # [X]
+        g, s = self.grid, self.seconds
+        out = np.empty(x.shape)  # [X]
+        low, high = x <= g[0], x >= g[-1]
+        out[low] = float(s[0])
+        for j in np.flatnonzero(high & ~low):
+            out[j] = self.at(float(x[j]))
+        mid = np.flatnonzero(~(low | high))
+        if mid.size:
+            xm = x[mid]
+            i = np.searchsorted(g, xm)
+            if self.how == "linear":
+                v = np.interp(xm, g, s)
+            else:
+                logs = np.array([math.log(v) for v in xm.tolist()])
+                v = np.interp(logs, np.log(g), np.log(s))
+                v = np.array([math.exp(t) for t in v.tolist()])
+            v = np.minimum(np.maximum(v, s[i - 1]), s[i])
+            out[mid] = np.where(g[i] == xm, s[i], v)
+        return out
+
 
 def monotone(secs: np.ndarray) -> np.ndarray:
     """``secs`` # [G] made non-decreasing by the suffix minimum (t_i = min over j >= i of t_j):

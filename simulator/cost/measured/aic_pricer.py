@@ -297,6 +297,7 @@ class AicPricer:
     attention_how: str = ""
     memo: dict = field(default_factory=dict)  # Q -> (layers, experts, allreduce)
     head_memo: dict = field(default_factory=dict)  # r -> LM head seconds
+    tables: dict = field(default_factory=dict)  # Q_max -> PassTable (pass_table)
 
     def __post_init__(self) -> None:
         s, tp, system = self.shape, self.tp, self.system
@@ -356,6 +357,45 @@ class AicPricer:
             else:
                 total += s.layers * one(op, ls)
         return total
+
+    def small_ops_many(self, q: np.ndarray) -> np.ndarray:
+        """:meth:`small_ops` over ``q`` # [Q], the same expressions in the same order (bit for
+        bit; the tabulated pass's fast path)."""
+        s = self.shape
+        q = np.asarray(q, dtype=np.float64)  # [Q]
+        ls = LayerShape(s.hidden, s.heads, s.kv_heads, s.intermediate, s.vocab, True)
+        moe = LayerShape(s.hidden, s.heads, s.kv_heads, s.top_k * s.expert_intermediate
+                         + s.shared_intermediate, s.vocab, True)
+        dense = s.layers - (s.moe_layers if s.is_moe else 0)
+        per_q = np.maximum(q, 1.0)  # [Q]
+
+        def one(op: str, shape: LayerShape) -> np.ndarray:
+            law = self.small.small[op]
+            nbytes = small_op_bytes(op, shape, self.tp, q)  # [Q]
+            return (law.intercept + law.per_width * nbytes / per_q
+                    + law.slope * self.small_scale * nbytes)
+
+        total = np.zeros(q.shape)  # [Q]
+        for op in SMALL_OPS:
+            if op == "emb":
+                total += one(op, ls)
+            elif op == "mlp_act" and s.is_moe:
+                total += dense * one(op, ls) + s.moe_layers * one(op, moe)
+            else:
+                total += s.layers * one(op, ls)
+        return total
+
+    def parts_many(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(layers, allreduce) # [Q] of :meth:`parts` over ``q``, bit for bit (the same sums
+        in the same order on :meth:`Curve.at_many`); the memo is neither read nor filled."""
+        q = np.asarray(q, dtype=np.float64)  # [Q]
+        layers = self.small_ops_many(q)
+        for _, (count, curve) in self.curves.items():
+            layers = layers + count * curve.at_many(q)
+        comm = np.zeros(q.shape)
+        if self.allreduce_curve is not None:
+            comm = 2 * self.shape.layers * self.allreduce_curve.at_many(q * self.shape.hidden)
+        return layers, comm
 
     def parts(self, q: float) -> tuple[float, float, float]:
         """(layers, experts, allreduce) seconds of a pass with Q = ``q`` (memoised): layers
@@ -423,10 +463,37 @@ class AicPricer:
         return {"layers": layers - experts, "attention": attn, "experts": experts,
                 "allreduce": comm, "lm_head": head, "launch": fixed + max(0.0, floor - gpu)}
 
-    def pass_table(self, max_tokens: int) -> PassTable:
-        """The role's :class:`PassTable` for Q = 0..``max_tokens`` (from the same memo)."""
+    def pass_table_slow(self, max_tokens: int) -> PassTable:
+        """The role's :class:`PassTable` for Q = 0..``max_tokens`` point by point from the
+        memo: the reference twin of :meth:`pass_table`."""
         fixed, floor = self.launch
         return PassTable(layers=tabulate(self.layers_at, max_tokens),
                          allreduce=tabulate(self.allreduce_at, max_tokens),
                          head=tabulate(self.head_at, max_tokens),
                          attention=self.attention, fixed=fixed, floor=floor)
+
+    def pass_table(self, max_tokens: int) -> PassTable:
+        """The role's :class:`PassTable` for Q = 0..``max_tokens``: :meth:`pass_table_slow`'s
+        values bit for bit, priced over all Q at once and kept per ``max_tokens`` (a pricer's
+        curves never change after it is built; the planner asks for the same table once per
+        run of a deployment)."""
+        big = min((m for m in self.tables if m >= max_tokens), default=None)
+        if big is not None and big > max_tokens:  # a prefix: each Q is priced on its own
+            t, n = self.tables[big], max_tokens + 1
+            return dataclasses.replace(t, layers=t.layers[:n], allreduce=t.allreduce[:n],
+                                       head=t.head[:n])
+        got = None if big is None else self.tables[big]
+        if got is None:
+            fixed, floor = self.launch
+            q = np.arange(1, max_tokens + 1, dtype=np.float64)  # [Q_max]
+            layers, comm = self.parts_many(q)
+            zero = np.zeros(1)
+            got = PassTable(layers=np.concatenate([zero, layers]),
+                            allreduce=np.concatenate([zero, comm]),
+                            head=np.concatenate([zero, self.head_curve.at_many(q)]),
+                            attention=self.attention, fixed=fixed, floor=floor)
+            for a in (got.layers, got.allreduce, got.head):
+                a.flags.writeable = False
+            if len(self.tables) < 8:
+                self.tables[max_tokens] = got
+        return got

@@ -39,3 +39,19 @@ def test_the_fields_left_out_of_the_key_are_never_read_by_build_cost():
                                         "draft": "vicuna-68m", "tp": 2, "seed": 3}))
         build_cost(config)
         assert "cost" in config.read and not config.read & {"seed", "acceptance_profile"}
+
+
+def test_the_cost_key_is_the_asdict_key_of_the_cost_fields():
+    """SimConfig's fields are flat scalars, so reading them is dataclasses.asdict's copy."""
+    import dataclasses
+    import json
+
+    from specbatch.analysis.plan.cost_source import NOT_COST_FIELDS, cost_key
+    from specbatch.simulator.config.sim_config import make_config
+    from specbatch.simulator.run import async_overlaps
+
+    config = make_config({"target": "vicuna-33b", "draft": "vicuna-68m", "hardware": "h100",
+                          "tp": 2, "cost": "aic", "seed": 3})
+    want = {k: v for k, v in dataclasses.asdict(config).items() if k not in NOT_COST_FIELDS}
+    want["async_scheduling"] = async_overlaps(config)
+    assert cost_key(config) == json.dumps(want, sort_keys=True, default=str)

@@ -92,3 +92,16 @@ def test_one_shared_pool_forked_after_a_run_here_gives_the_serial_entries(tmp_pa
             second.run(cands, slos)  # the same pool: nothing more runs here
             assert pool.parent_runs == 1
     assert got == want
+
+
+def test_the_compiled_config_is_the_made_one_with_its_engine_changed():
+    import dataclasses
+
+    from specbatch.simulator.config.sim_config import make_config
+
+    for fields in ({"target": "vicuna-33b", "draft": "vicuna-68m", "hardware": "h100",
+                    "policy": "fixed", "num_speculative_tokens": 2, "tp": 2},
+                   {"target": "llama-3.1-8b", "draft": "llama-3.2-1b", "policy": "dsd",
+                    "num_speculative_tokens": 4, "cost": "aic"}):
+        made = make_config({**fields, "engine": "compiled"})
+        assert dataclasses.replace(make_config(fields), engine="compiled") == made

@@ -193,3 +193,33 @@ def test_a_preemption_stops_the_run_as_a_memory_failure():
     assert kind == "fails" and verdict.limits[0].startswith("memory: KV cache ran out")
     allowed = EarlyStop(StopRule(Slos(tpot=10.0, allow_preemption=True)))
     assert simulate(config, trace, stop=allowed).requests.equals(whole.requests)
+
+
+def test_the_fast_early_stop_check_is_the_stop_reason_on_the_floors():
+    from types import SimpleNamespace
+
+    from specbatch.analysis.plan.slo import latency_floors, stop_reason
+
+    rng = np.random.default_rng(11)
+    rules = [StopRule(Slos(tpot=0.05)), StopRule(Slos(ttft=0.5, tpot=0.08, e2e=3.0)),
+             StopRule(Slos(e2e=2.0, percentile=50, goodput=0.9), beat=1.5, beat_label="x"),
+             StopRule(Slos(), beat=2.0), StopRule(Slos(tpot=0.05, allow_preemption=True))]
+    seen = set()
+    for trial in range(400):
+        n = int(rng.integers(0, 40))
+        arrival = np.sort(rng.uniform(0.0, 5.0, n))
+        w = SimpleNamespace(n=n, arrival=arrival, output_len=rng.integers(1, 60, n))
+        time = float(rng.uniform(0.0, 10.0))
+        started = rng.random(n) < 0.7
+        first = np.where(started, arrival + rng.uniform(0.0, 1.0, n), np.nan)
+        finish = np.where(started & (rng.random(n) < 0.6), first + rng.uniform(0, 4, n), np.nan)
+        preempted = bool(rng.random() < 0.1)
+        for rule in rules:
+            stop = EarlyStop(rule)
+            for _ in range(2):  # the second call reuses the per-workload constants
+                got = stop.stops(time, first, finish, preempted, w)
+                want = stop_reason(rule, latency_floors(time, arrival, first, finish,
+                                                        w.output_len), preempted, time)
+                assert got == (want is not None), (trial, rule)
+                seen.add(got)
+    assert seen == {True, False}

@@ -259,3 +259,20 @@ def test_bundled_example_is_the_documented_generator_output(tmp_path):
     assert (
         read_workload_file(EXAMPLE_WORKLOAD)["prompt_len"].tolist() == table["prompt_len"].tolist()
     )
+
+
+def test_a_workload_file_is_read_once_per_contents_and_equals_the_uncached_read(tmp_path):
+    from specbatch.simulator.workload import arrivals
+
+    path = tmp_path / "w.csv"
+    path.write_text("prompt_len,output_len,arrival,category\n10,5,0.0,code\n20,7,0.5,prose\n")
+    first = arrivals.read_workload_file(path)
+    slow = arrivals.read_workload_file_uncached(path)
+    assert first.keys() == slow.keys()
+    for name in slow:
+        assert np.array_equal(first[name], slow[name]) and first[name].dtype == slow[name].dtype
+    first["prompt_len"][0] = 999  # a caller's edit does not reach the kept copy
+    assert arrivals.read_workload_file(path)["prompt_len"].tolist() == [10, 20]
+    path.write_text("prompt_len,output_len\n30,9\n")  # same path, new contents: read again
+    again = arrivals.read_workload_file(path)
+    assert again["prompt_len"].tolist() == [30] and np.isnan(again["arrival"]).all()

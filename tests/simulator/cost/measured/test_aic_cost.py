@@ -150,3 +150,32 @@ def test_cost_show_json_names_each_parts_source():
     for part in ("layers", "attention", "allreduce", "lm_head", "launch"):
         assert target[part]["source"], part
     assert target["attention"]["validated"]["mape"] > 0
+
+
+def test_a_curve_over_many_points_is_its_point_by_point_value_bit_for_bit():
+    grid = np.array([1.0, 4.0, 16.0, 64.0])
+    secs = np.array([1e-5, 4e-5, 8e-5, 3e-4])
+    rng = np.random.default_rng(3)
+    x = np.concatenate([grid, [0.25, 1.0, 64.0, 65.0, 1e4], rng.uniform(0.5, 200.0, 500),
+                        np.arange(1.0, 80.0)])
+    for how in ("loglog", "linear"):
+        for law in (None, lambda v: 2.0 * v + 1.0):
+            curve = Curve(grid, secs, law, "t", how)
+            want = np.array([curve.at(float(v)) for v in x])
+            assert np.array_equal(curve.at_many(x), want)
+
+
+def test_the_fast_pass_table_is_the_point_by_point_one_bit_for_bit(dense, moe):
+    for model, q_max in ((dense, 700), (moe, 9000)):  # 9000: past the GEMM grids' end
+        for role in ("target", "draft"):
+            pricer = model.roles[role]
+            fast, slow = pricer.pass_table(q_max), pricer.pass_table_slow(q_max)
+            for part in ("layers", "allreduce", "head"):
+                assert np.array_equal(getattr(fast, part), getattr(slow, part)), (role, part)
+            assert (fast.attention, fast.fixed, fast.floor) == (
+                slow.attention, slow.fixed, slow.floor)
+            again = pricer.pass_table(q_max)  # kept per cost model, not priced again
+            assert np.shares_memory(again.layers, fast.layers)
+            short = pricer.pass_table(100)  # a prefix of a kept table
+            assert short.max_tokens == 100 and short.layers.base is not None
+            assert np.array_equal(short.layers, slow.layers[:101])

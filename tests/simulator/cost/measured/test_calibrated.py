@@ -235,3 +235,16 @@ def test_stored_laws_are_the_fit_of_the_bundled_table():
                 assert corr[key] == pytest.approx(kept["corrections"][op][key])
             assert np.array(corr["log_ratio"]) == pytest.approx(
                 np.array(kept["corrections"][op]["log_ratio"]), abs=2e-5)
+
+
+def test_the_kept_allreduce_fit_is_the_fit_and_follows_the_points():
+    from specbatch.simulator.cost.measured.laws import fit_allreduce_uncached
+
+    sizes = np.array([1e6, 4e6, 16e6, 64e6])
+    times = 20e-6 + sizes / 2e11
+    first = fit_allreduce(sizes, times)
+    assert first == fit_allreduce_uncached(sizes, times)
+    assert fit_allreduce(sizes.copy(), times.copy()) is first  # kept: keyed on the values
+    slower = fit_allreduce(sizes, 20e-6 + sizes / 1e11)  # other points: fitted again
+    assert slower == fit_allreduce_uncached(sizes, 20e-6 + sizes / 1e11)
+    assert slower.bandwidth == pytest.approx(1e11, rel=1e-6)

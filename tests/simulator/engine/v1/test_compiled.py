@@ -254,6 +254,24 @@ def test_a_changed_kernel_module_drops_every_cached_kernel(monkeypatch, tmp_path
     assert loop.exists() and capsys.readouterr().err == ""
 
 
+@needs_numba
+def test_the_kernel_stamp_is_checked_once_per_cache_folder_in_a_process(monkeypatch, tmp_path):
+    """numba reads a cached kernel once per process, so load_kernel compares the sources'
+    stamp once per cache folder; a folder not yet checked is checked."""
+    monkeypatch.setattr(compiled, "_STAMPED", set())
+    stamp = compiled.kernel_stamp
+    for name in ("a", "b"):
+        monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / name))
+        monkeypatch.setattr(compiled, "kernel_stamp", stamp)
+        compiled.load_kernel()
+        mark = compiled.kernel_cache(tmp_path / name) / "sources.sha256"
+        assert mark.read_text() == stamp()
+        mark.write_text("edited after the check")
+        monkeypatch.setattr(compiled, "kernel_stamp", lambda: pytest.fail("checked again"))
+        compiled.load_kernel()
+        assert mark.read_text() == "edited after the check"
+
+
 # ------------------------------------------------------------------ the kernel's pieces
 
 
