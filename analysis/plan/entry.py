@@ -10,12 +10,23 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-from specbatch.analysis.plan.slo import Slos, StopRule, Verdict, judge, judge_stopped, memory_plan
+from specbatch.analysis.plan.slo import (
+    Slos,
+    StopRule,
+    Verdict,
+    column,
+    judge,
+    judge_stopped,
+    memory_plan,
+)
 from specbatch.analysis.plan.space import Deployment, Speculation
+
+if TYPE_CHECKING:
+    from specbatch.simulator.metrics import Table
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,7 @@ class Skipped:
 
 
 def judge_entry(d: Deployment, s: Speculation, config: dict, summary: dict,
-                requests: pd.DataFrame, slos: Slos, rule: StopRule | None = None
+                requests: Table, slos: Slos, rule: StopRule | None = None
                 ) -> Entry | Skipped:
     """An :class:`Entry` from one run's summary and per-request table; a run its stop rule
     ended is judged on what it ran (analysis.plan.slo.judge_stopped): a failing entry, or
@@ -70,8 +81,9 @@ def judge_entry(d: Deployment, s: Speculation, config: dict, summary: dict,
         kind, verdict = judge_stopped(requests, summary, rule or StopRule(slos))
         if kind == "cannot beat":
             return Skipped(d, s, verdict.limits[0], None, stopped=True)
-        arrived = requests[requests["arrival"] <= summary["stopped_at"]]
-        arrived = arrived.assign(finish=arrived["finish"].fillna(np.inf))
+        mask = column(requests, "arrival") <= summary["stopped_at"]  # [N]
+        arrived = {c: column(requests, c)[mask] for c in requests}  # [arrived] each
+        arrived["finish"] = np.where(np.isnan(arrived["finish"]), np.inf, arrived["finish"])
         memory = memory_plan(arrived, summary, seqs, depth, *constants)
         return Entry(d, s, verdict, memory, summary, config)
     verdict = judge(requests, int(summary["preemptions"]), slos)

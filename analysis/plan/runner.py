@@ -294,4 +294,6 @@ def simulate_point(config: dict):
     else:
         result = simulate(cfg, **kw)
     summary = {k: v for k, v in result.summary.items() if k not in ("policy", "verify")}
-    return summary, result.requests
+    # the request table as the run holds it (its columns, no DataFrame built: the store and
+    # the judge read columns; simulator.metrics.FrameField)
+    return summary, vars(type(result))["requests"].held(result)

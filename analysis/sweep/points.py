@@ -126,19 +126,20 @@ def store_point(out: str | os.PathLike, config: dict, summary: dict, requests: p
     atomic_write(point_path(out, key), json.dumps(record, indent=1, allow_nan=True).encode())
     return key
 
-def request_writer(requests: pd.DataFrame):
+def request_writer(requests: pd.DataFrame | Mapping[str, np.ndarray]):
     """A function writing a run's kept per-request columns (:data:`REQUEST_COLUMNS`, ``e2e``
-    and ``ttft`` derived when absent) as Parquet to a path. All-numeric columns (the
-    simulator's tables) are handed to pyarrow as arrays, skipping pandas' conversion (~1.5 ms
-    a run; read back as the same frame: numeric columns, a default index); any other column
-    goes through ``DataFrame.to_parquet``."""
-    have = set(requests.columns)
+    and ``ttft`` derived when absent) as Parquet to a path; ``requests`` is a DataFrame or
+    its columns (simulator.metrics.Columns, as analysis.plan's runs hand them over).
+    All-numeric columns (the simulator's tables) are handed to pyarrow as arrays, skipping
+    pandas' conversion (~1.5 ms a run; read back as the same frame: numeric columns, a default
+    index); any other column goes through ``DataFrame.to_parquet``."""
+    have = set(requests)  # a DataFrame's column names, or the keys of its columns
     extra = {}
     if "e2e" not in have and {"finish", "arrival"} <= have:
-        extra["e2e"] = requests["finish"].to_numpy() - requests["arrival"].to_numpy()
+        extra["e2e"] = np.asarray(requests["finish"]) - np.asarray(requests["arrival"])
     if "ttft" not in have and {"first_token", "arrival"} <= have:
-        extra["ttft"] = requests["first_token"].to_numpy() - requests["arrival"].to_numpy()
-    columns = {c: extra[c] if c in extra else requests[c].to_numpy()
+        extra["ttft"] = np.asarray(requests["first_token"]) - np.asarray(requests["arrival"])
+    columns = {c: extra[c] if c in extra else np.asarray(requests[c])
                for c in REQUEST_COLUMNS if c in have or c in extra}  # [N] each
     if all(isinstance(v, np.ndarray) and v.dtype.kind in "biuf" for v in columns.values()):
         import pyarrow as pa
