@@ -14,12 +14,14 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from specbatch.analysis.plan.entry import judge_entry
 from specbatch.analysis.plan.slo import Slos, StopRule
 from specbatch.analysis.plan.space import Deployment, Speculation
+
+if TYPE_CHECKING:
+    from specbatch.simulator.metrics import Table
 
 #: A round's pending runs below which the pool is not used (they run in the parent): handing
 #: a few runs to workers saves less wall than it costs (pickling, a worker's first run).
@@ -169,7 +171,7 @@ class Runner:
         todo = [(keys[c], {**configs[c], STOP_FIELD: rules[c]} if c in rules else configs[c])
                 for c in candidates if records[c] is None]
         also = {keys[c]: plain[c] for c in rules}
-        fresh: dict[str, tuple[dict, pd.DataFrame]] = {}
+        fresh: dict[str, tuple[dict, Table]] = {}
 
         def done(key, config, summary, requests, elapsed):
             config = {k: v for k, v in config.items() if k != STOP_FIELD}
