@@ -71,17 +71,20 @@ def atomic_write(path: str | os.PathLike, data: bytes | str | Callable[[str], No
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    os.chmod(tmp, _FILE_MODE)  # mkstemp makes 0600; give the file the usual mode
     try:
-        if isinstance(data, bytes):
-            Path(tmp).write_bytes(data)
-        elif isinstance(data, str):
-            Path(tmp).write_text(data, encoding="utf-8")
+        os.fchmod(fd, _FILE_MODE)  # mkstemp makes 0600; give the file the usual mode
+        if isinstance(data, (bytes, str)):  # through mkstemp's descriptor: one open, not two
+            with os.fdopen(fd, "wb") as f:
+                fd = -1
+                f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
         else:
+            os.close(fd)
+            fd = -1
             data(tmp)
         os.replace(tmp, path)
     except BaseException:
+        if fd != -1:
+            os.close(fd)
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise

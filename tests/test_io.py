@@ -342,3 +342,29 @@ def test_kill_9_at_any_moment_leaves_the_old_or_the_new_result_whole(tmp_path):
     assert outcomes == {True, False}
     recover_result_dir(out)
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_atomic_write_writes_bytes_text_and_a_writer_with_the_usual_mode(tmp_path):
+    from pathlib import Path
+
+    from specbatch.io import _FILE_MODE, atomic_write
+
+    atomic_write(tmp_path / "a" / "b.bin", b"\x00\xff")
+    atomic_write(tmp_path / "c.txt", "é\n")
+    atomic_write(tmp_path / "d.txt", lambda tmp: Path(tmp).write_bytes(b"by path"))
+    assert (tmp_path / "a" / "b.bin").read_bytes() == b"\x00\xff"
+    assert (tmp_path / "c.txt").read_bytes() == "é\n".encode()
+    assert (tmp_path / "d.txt").read_bytes() == b"by path"
+    for p in (tmp_path / "a" / "b.bin", tmp_path / "c.txt", tmp_path / "d.txt"):
+        assert p.stat().st_mode & 0o777 == _FILE_MODE
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "c.txt", "d.txt"]  # no temp
+
+
+def test_atomic_write_that_fails_leaves_the_old_file_and_no_temp(tmp_path):
+    from specbatch.io import atomic_write
+
+    atomic_write(tmp_path / "x", b"old")
+    with pytest.raises(ZeroDivisionError):
+        atomic_write(tmp_path / "x", lambda tmp: 1 / 0)
+    assert [p.name for p in tmp_path.iterdir()] == ["x"]
+    assert (tmp_path / "x").read_bytes() == b"old"
