@@ -36,7 +36,8 @@ def test_an_untimed_shape_is_carried_by_the_law_ratio():
     # a law of KV bytes alone (no floor, FLOPs free): twice the KV heads, twice every cell
     fit = AttnFit(floor=0.0, per_request=0.0, per_request_head=0.0, flops_rate=1e300,
                   kv_rate=1.0)
-    dec = (np.array([1.0, 2.0, 4.0]), np.array([1.0, 3.0, 7.0]), np.arange(9.0).reshape(3, 3))
+    dec = (np.array([1.0, 2.0, 4.0]), np.array([1.0, 3.0, 7.0]),
+           np.arange(1.0, 10.0).reshape(3, 3))  # measured cells are > 0
     pre = (np.array([1.0, 2.0, 4.0]), np.array([16.0, 32.0, 64.0]), np.ones((3, 3)))
     got = carried([((16, 4, 128), (dec, pre))], fit, (32, 8, 128), 2.0)
     assert np.allclose(got[0][2], 2 * dec[2], rtol=1e-12)
