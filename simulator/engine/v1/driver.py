@@ -27,13 +27,9 @@ from specbatch.simulator.engine.v1.compiled import (
     host_layer,
     load_kernel,
 )
-from specbatch.simulator.engine.v1.pass_tables import (
-    max_pass_tokens,
-    pass_tables,
-    priced_roles,
-    tabulated,
-)
+from specbatch.simulator.engine.v1.pass_tables import tabulated
 from specbatch.simulator.engine.v1.policy_arrays import policy_arrays, policy_state_back
+from specbatch.simulator.engine.v1.setup_cache import shared_confidence, shared_pass_tables
 
 if TYPE_CHECKING:
     from specbatch.simulator.config.sim_config import SimConfig
@@ -47,40 +43,6 @@ STEP_BUFFER = 16 * CHUNK
 _PASS_CONSTANTS = ("flops_per_token", "attn_flops", "weight_bytes", "kv_bytes",
                    "act_bytes_per_token", "inv_compute", "inv_memory", "floor", "fixed",
                    "comm_per_token")
-
-
-#: Set-up arrays that depend only on a shared object (a deployment's cost model, a trace) and
-#: a few integers, kept across runs in a process (the planner runs many runs per deployment):
-#: key -> (the object, so its id is not reused, the arrays). The kernel only reads them.
-_SETUP: dict[tuple, tuple] = {}
-_SETUP_MAX = 64
-
-
-def _remembered(key: tuple, owner: object, build):
-    hit = _SETUP.get(key)
-    if hit is not None and hit[0] is owner:
-        return hit[1]
-    value = build()
-    if len(_SETUP) >= _SETUP_MAX:
-        _SETUP.pop(next(iter(_SETUP)))
-    _SETUP[key] = (owner, value)
-    return value
-
-
-def _pass_tables(config: SimConfig, policy: Policy, base, sizes: tuple[int, ...],
-                 roles: tuple[str, ...] | None = None):
-    """:func:`pass_tables`, once per cost model, Q_max and priced roles (all it reads)."""
-    if not tabulated(base):
-        return pass_tables(config, policy, base, sizes, roles=roles)
-    key = ("pass", id(base), max_pass_tokens(config, policy, sizes),
-           roles if roles is not None else priced_roles(policy))
-    return _remembered(key, base, lambda: pass_tables(config, policy, base, sizes, roles=roles))
-
-
-def _confidence(tables_cls, trace: Trace, depth: int) -> np.ndarray:
-    """The trace's confidence surrogate up to ``depth`` # [rows, depth], once per trace."""
-    return _remembered(("conf", id(trace), int(depth)), trace, lambda: np.ascontiguousarray(
-        tables_cls(trace).confidence(depth), dtype=np.float64))
 
 
 class CompiledEngine:
@@ -129,8 +91,8 @@ class CompiledEngine:
         floats[kn.F_SCALE] = scale
         floats[kn.F_NSIZES] = len(sizes)
         floats[kn.F_SIZES:] = sizes
-        self.passes = _pass_tables(config, policy, base, sizes,  # tab, tlaw (kernel.role_time)
-                                  roles=drafted_roles(kind, policy))
+        self.passes = shared_pass_tables(  # tab, tlaw (kernel.role_time)
+            config, policy, base, sizes, roles=drafted_roles(kind, policy))
         pack_drafter(kn, ints, floats, cost, bool(policy.speculates))
         host, outer, _ = host_layer(cost)
         if not tabulated(base):
@@ -191,12 +153,12 @@ class CompiledEngine:
             ints[kn.I_TETRIS] = 1
             ints[kn.I_POSITIVE] = int(not policy.rule_row.additive)  # BV: monotone_optimum
             ints[kn.I_C] = -1 if policy.budget is None else int(policy.budget)
-            conf = _confidence(TraceTables, trace, depth)
+            conf = shared_confidence(TraceTables, trace, depth)
         self.policy_arrays = policy_arrays(kn, config, policy, cost, trace, ints, n)
         if policy.name == "vllm-adaptive":  # TETRIS's surrogate: the survival S_ij
             from specbatch.simulator.policies.view import TraceTables
 
-            conf = _confidence(TraceTables, trace, depth)
+            conf = shared_confidence(TraceTables, trace, depth)
         if policy.name == "oracle":  # TV: top-C of the path's true Π min(1, r), K drafted
             ints[kn.I_TETRIS] = 2
             ints[kn.I_C] = -1 if policy.budget is None else int(policy.budget)
