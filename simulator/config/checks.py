@@ -42,7 +42,7 @@ PREDICTOR_POLICIES = names(predictor=True)
 
 
 #: Configs :func:`validate_config` passed while remembering is on (None: off;
-#: simulator.config.sim_config.remembered_configs): simulate validates the config
+#: simulator.config.config_memo.remembered_configs): simulate validates the config
 #: make_config already did. Frozen configs, and what the checks look up does not change then.
 _VALID: set | None = None
 

@@ -18,7 +18,6 @@ largest request) in :func:`validate_against_trace`. Every failure is one line,
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import stat
@@ -42,7 +41,7 @@ from specbatch.fields import (
     markdown_table,
     resolve_aliases,
 )
-from specbatch.simulator.config import checks, schedulers
+from specbatch.simulator.config import config_memo, schedulers
 from specbatch.simulator.config.checks import (  # noqa: F401 - importable from here too
     NO_EXTRA_POLICIES,
     NO_K_POLICIES,
@@ -60,6 +59,7 @@ from specbatch.simulator.config.checks import (  # noqa: F401 - importable from 
     validate_against_trace,
     validate_config,
 )
+from specbatch.simulator.config.config_memo import remembered_configs  # noqa: F401 - importable here
 from specbatch.simulator.cost.analytic.precision import KV_CACHE_DTYPES, QUANTIZATIONS
 from specbatch.simulator.cost.gpus.hardware import (
     DEFAULT_EXECUTION,
@@ -448,56 +448,14 @@ def _canonical(values: Mapping[str, Value], where: str) -> dict[str, Value]:
     return out
 
 
-#: make_config's configs by their input values (:func:`_made_key`) while
-#: :func:`remembered_configs` is on (None: off): a plan builds the same config hundreds of
-#: times (~1 ms each: coercion, two field checks, validate_config). Only configs that passed
-#: are kept; ``where`` only words errors; SimConfig is frozen, so callers may share one.
-_MADE: dict[tuple, SimConfig] | None = None
-_MADE_MAX = 4096
-
-
-@contextlib.contextmanager
-def remembered_configs():
-    """Memoise :func:`make_config` and checks.validate_config inside the block (a plan: what
-    validation looks up, the hardware, models, policies and scheduler rows, does not change
-    while it runs; outside, a test may change them). Nested blocks share the outer memo."""
-    global _MADE
-    if _MADE is not None:
-        yield
-        return
-    _MADE = {}
-    checks.remember_valid(True)
-    try:
-        yield
-    finally:
-        _MADE = None
-        checks.remember_valid(False)
-
-
-def _made_key(values: Mapping[str, Value]) -> tuple | None:
-    """``values`` as a memo key (each value with its type, a float by its repr: ``True``,
-    ``1`` and ``1.0``, or ``0.0`` and ``-0.0``, are different inputs), None when unhashable."""
-    try:
-        key = tuple((k, type(v), repr(v) if isinstance(v, float) else v)
-                    for k, v in values.items())
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
 def make_config(values: Mapping[str, Value], where: str = "config") -> SimConfig:
     """Build and validate a :class:`SimConfig` from a dict (aliases allowed, values coerced:
     command-line strings, integral floats and numpy numbers are converted). Memoised on the
     values inside :func:`remembered_configs`."""
-    key = None if _MADE is None else _made_key(values)
-    if key is not None and key in _MADE:
-        return _MADE[key]
-    config = _make_config(values, where)
-    if key is not None:
-        if len(_MADE) >= _MADE_MAX:
-            _MADE.pop(next(iter(_MADE)))
-        _MADE[key] = config
+    key = config_memo.key_of(values)
+    config = config_memo.recall(key)
+    if config is None:
+        config = config_memo.keep(key, _make_config(values, where))
     return config
 
 
