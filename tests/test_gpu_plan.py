@@ -5,7 +5,6 @@ choices, speed-up estimate) do what they say."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -15,16 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.benchmark_module import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks" / "verify_gpu_bench.py"
 PLAN = ROOT / "benchmarks" / "gpu" / "run_h200.sh"
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("verify_gpu_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(BENCH.name)
 
 
 def test_quick_cpu_run_writes_documented_rows(tmp_path):
@@ -109,11 +107,7 @@ def test_cpu_smoke_run_of_every_step_fits_the_device_return_limits(tmp_path):
 
 
 def load_smollm2():
-    spec = importlib.util.spec_from_file_location(
-        "smollm2", ROOT / "benchmarks" / "gpu" / "smollm2.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu/smollm2.py")
 
 
 def test_smollm2_shape_matches_the_converted_model():

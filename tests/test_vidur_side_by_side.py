@@ -5,7 +5,6 @@ asked for, and without Vidur the script says so and exits 0."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -13,15 +12,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.benchmark_module import load_benchmark
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "vidur_side_by_side.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("vidur_side_by_side", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(SCRIPT.name)
 
 
 def cell(frame: pd.DataFrame, chunk: int, cache: int, batch: int) -> pd.Series:

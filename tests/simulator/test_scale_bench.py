@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from tests.benchmark_module import load_benchmark
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "scale_bench.py"
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("scale_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(BENCH.name)
 
 
 def test_generated_workload_has_the_documented_shape(tmp_path):

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from tests.benchmark_module import load_benchmark
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "sim_bench.py"
 
 
 @pytest.mark.slow
 def test_sim_bench_quick_json(capsys):
-    spec = importlib.util.spec_from_file_location("sim_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark(BENCH.name)
     assert module.main(["--quick", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["headline"]["tokens_per_s"] > 0 and out["reference"]["ratio"] > 1

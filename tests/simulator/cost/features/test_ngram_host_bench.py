@@ -4,7 +4,6 @@ skips what vLLM skips, and its fit recovers known coefficients."""
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
 from pathlib import Path
 
@@ -13,14 +12,14 @@ import pytest
 
 pytest.importorskip("numba")
 
+from tests.benchmark_module import load_benchmark
+
 BENCH = Path(__file__).resolve().parents[4] / "benchmarks" / "ngram_host_bench.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("ngram_host_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark(BENCH.name)
     warnings.simplefilter("ignore", module.NumbaPendingDeprecationWarning)
     return module
 
