@@ -8,7 +8,8 @@ other profilers, other vLLM versions and other runs:
 - LLMServingSim's RTX PRO 6000 per-layer profiles (traces.public.llmservingsim_profiles; vLLM
   0.19, eager, one layer): the four projection GEMMs of a layer summed (qkv, o, gate_up, down)
   at each token count; one attention call at every (prefill chunk, cached, decodes, cached)
-  row (decode-only, prefill-only and *mixed* batches: the check of the one-law composition);
+  row (decode-only, prefill-only and *mixed* batches: the check of how a mixed call is priced,
+  FlashAttention 2's unpacked call on this GPU, simulator.cost.measured.aic_mixed);
   the LM head at each row count; the whole non-attention layers(Q) (GEMMs + small ops,
   embedding and final norm; the small ops priced by the calibrated laws, not fitted on these).
 - Vidur's H100 / A100 mlp.csv (traces.public.vidur_profiles, Vidur commit 7d47513, 2024

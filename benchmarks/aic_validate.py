@@ -21,8 +21,10 @@ suffix minimum, isolated upward spikes recarry), the values the cost interpolate
   untimed model gets; the leave-one-model-out of issue 42), and with each interior column /
   row of a shape's own grid left out (``cells``), decode and prefill apart and decode at
   short context (< 256 cached tokens) alone, within the serving range of aic_pricer (decode
-  batch <= 512, context < 32k; prefill batch <= 16); L40S's decode (no grid) by its
-  decode-only linear law with the shape left out;
+  batch <= 512, context < 32k; prefill batch <= 16); the decode cells and rows read cold as
+  the law reads them (aic_mixed.cold_rate: no faster than their KV at the fastest rate the
+  GPU's decode cells reach over >= 1 GiB; this moves only RTX PRO 6000's); L40S's decode
+  (no grid) by its decode-only linear law with the shape left out;
 - all-reduce: each message size left out and interpolated log-log from its neighbours.
 
 Writes simulator/cost/measured/data/aic_validation.json (what ``cost show --json`` reports per
@@ -45,6 +47,7 @@ from specbatch.simulator.cost.measured.aic_attention import (
 from specbatch.simulator.cost.measured.aic_cost import VALIDATION
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import COMMON_SYSTEMS, load_laws
+from specbatch.simulator.cost.measured.aic_mixed import cold_args, cold_rate
 from specbatch.simulator.cost.measured.aic_ops import interp_check, monotone
 from specbatch.simulator.cost.measured.aic_pricer import (
     attention_cells,
@@ -106,13 +109,15 @@ def attention_checks(system: str, kv: str) -> dict | None:
     grids = shape_cells(system, kv)
     if not grids:
         return None
+    rate = cold_rate(system, kv)
     d, p = attention_rows(system, kv)
     gd, gp = d.groupby(SHAPE), p.groupby(SHAPE)
     loso = {"decode": [], "prefill": [], "short": []}
     cell = {"decode": [], "prefill": [], "short": []}
     reached = 0
     for key, (dec, pre) in grids.items():
-        got = cell_check((dec if dec is not None else stand_in(system, kv, key), pre))
+        cold = cold_args(system, kv, key[1], key[2]) if dec is not None else None
+        got = cell_check((dec if dec is not None else stand_in(system, kv, key), pre), cold)
         if dec is not None:
             cell["decode"].append(got["decode"])
             cell["short"].append(got["decode"][got["decode_context"] < SHORT])
@@ -130,8 +135,11 @@ def attention_checks(system: str, kv: str) -> dict | None:
         if dec is not None and carry[0] is not None:
             rows_d = gd.get_group(key)
             ctx = rows_d["context"].to_numpy(np.float64)
-            e = grid_seconds(carry, rows_d["batch"].to_numpy(np.float64), ctx,
-                             True) / rows_d["latency_s"].to_numpy() - 1
+            batch = rows_d["batch"].to_numpy(np.float64)
+            truth = rows_d["latency_s"].to_numpy()
+            if cold is not None:  # each row read cold, as the law reads its cells
+                truth = np.maximum(truth, batch * (ctx + 1.0) * (cold[0] / cold[1]))
+            e = grid_seconds(carry, batch, ctx, True, cold) / truth - 1
             loso["decode"].append(e)
             loso["short"].append(e[ctx < SHORT])
 
@@ -151,8 +159,9 @@ def attention_checks(system: str, kv: str) -> dict | None:
     worst = max(v for v in (mape(x) for x in (*loso.values(), *cell.values())) if v is not None)
     return record(both, "grid law: each timed head shape left out, carried from the 2 "
                         "nearest timed shapes (law ratio); and each interior grid column / "
-                        "row left out",
+                        "row left out; decode cells read cold (aic_mixed.cold_rate)",
                   shapes=len(grids), shapes_reached=reached, worst=worst, decode_by=decode_by,
+                  cold_rate=None if rate is None else round(rate / 1e12, 3),
                   **{f"shape_{k}_mape": mape(v) for k, v in loso.items()},
                   **{f"cells_{k}_mape": mape(v) for k, v in cell.items()})
 

@@ -38,7 +38,8 @@ def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) 
         ΔP(B, s)   the prefill grid less its s = 1 column: B prompts of s tokens, none cached
         s_p = (Σq² − n)/(Σq − n) − 1,  B_p = (Σq − n)/(s_p − 1)    (the multi-token queries)
         n_d = n − B_p where that is >= 1 (one-token requests beside the chunks), else n
-        A = D(n_d, Σc/n_d) + ΔP(B_p, s_p²) + x · (Σq·c − Σc)
+        c̄ = Σc / n_d
+        A = D(n_d, c̄) + ΔP(B_p, s_p²) + x · (Σq·c − Σc)                   (one call, packed)
 
     each grid read bilinearly (linear in B and in c, or in s², between the measured points,
     linear past the last, clamped below the first; the prefill axis holds s²). Exact at
@@ -50,9 +51,33 @@ def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) 
     table's floor exceeds a short prompt's cell (A100, RTX PRO 6000, L40S: up to ~5 µs); it
     is taken as 0 once any token is cached (Σc > 0), so adding a chunk to decodes, or drafts
     to a verification, never lowers the price, while a batch of fresh prompts (Σc = 0) keeps
-    its own cells. ``x`` prices the
-    query tokens past a request's first against its cached tokens (a chunk's prefix, a
-    verification's drafted tokens), which neither table holds, per query-key pair.
+    its own cells. ``x`` prices the query tokens past a request's first against its cached
+    tokens (a chunk's prefix, a verification's drafted tokens), which neither table holds,
+    per query-key pair.
+
+    How the call mixes is the attention backend's (the mode after ``x``, :func:`pack_grid`;
+    simulator.cost.measured.aic_mixed says which vLLM picks and why):
+
+    - 0, one call that keeps its decode path (FlashAttention 3): A as above.
+    - 1, two launches (FlashInfer: a prefill and a decode call): a chunk beside one-token
+      requests adds its own launch, A + D(B_p, c_min) (the chunk at its own prefill cell).
+    - 2, FlashAttention 2's varlen call: with any query longer than one token (Σq > n) and a
+      cache (Σc > 0) the call runs unpacked and unsplit, one CTA per (request, query head)
+      walking its whole cache; with U(N, c) the unpacked cells (N such CTAs over c cached
+      tokens, L2 cold), τ = U(N_0, c̄) one CTA's walk (the first row), S resident CTA slots,
+      L2 the cache bytes, b the KV bytes per token and KV head, G query heads per KV head,
+      H query heads, m query rows per CTA::
+
+        N = n_d · H,  W = (N / S) · τ                     (waves of whole walks)
+        miss = max(0, 1 − L2 / (b Σc)) · (1 − min(1, max(0, F − 1) / (G − 1)))
+        F = S / (n_d + B_p s_p / m if the chunks stand beside one-token requests, else n_d)
+        R = D + miss · (U(N, c̄) − D)                      (re-reads of the G heads that miss)
+        A = max(max(D, R, W) + ΔP + x · (Σq·c − Σc), τ)
+
+      (F: the query heads of one KV head resident at once; the grid runs head by head, so
+      a head's re-read of a KV block hits the L2 where the heads share the SMs or one KV
+      head's cache over the batch, b Σc, fits it).
+
     One function without calls and with plain indexing and float arithmetic: the compiled
     loop compiles this same source (simulator.engine.v1.kernel)."""
     if sq <= 0.0:
@@ -60,25 +85,55 @@ def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) 
     nn = n if n > 1.0 else 1.0
     extra = sq - n
     s_p = 0.0
+    b_p = 0.0
+    beside = False
     if extra > 0.0:
         s_p = (sqq - n) / extra - 1.0
-        if s_p > 1.0 and n - extra / (s_p - 1.0) >= 1.0:
-            nn = n - extra / (s_p - 1.0)  # the one-token requests: n − B_p
-    o = 0
-    t = 0.0
-    for part in range(2):
-        nx = int(g[o])
-        ny = int(g[o + 1])
-        ax = o + 2
-        ay = ax + nx
-        v = ay + ny
-        if part == 0:
-            x = nn
-            y = skv / nn
-        else:
-            x = extra / (s_p - 1.0) if s_p > 1.0 else 0.0
+        if s_p > 1.0:
+            b_p = extra / (s_p - 1.0)
+            if n - b_p >= 1.0:
+                nn = n - b_p  # the one-token requests: n − B_p
+                beside = True
+    o_pre = 2 + int(g[0]) + int(g[1]) + int(g[0]) * int(g[1])
+    o_x = o_pre + 2 + int(g[o_pre]) + int(g[o_pre + 1]) + int(g[o_pre]) * int(g[o_pre + 1])
+    mode = g[o_x + 1]
+    fa2 = mode == 2.0 and extra > 0.0 and skv > 0.0
+    o_u = o_x + 8  # the unpacked grid U after mode, S, L2, b, G, H, m
+    own = 0.0
+    dp = 0.0
+    lone = 0.0
+    u_n = 0.0
+    tau = 0.0
+    for part in range(5):
+        o = 0
+        x = nn
+        y = skv / nn
+        on = True
+        if part == 1:
+            o = o_pre
+            x = b_p
             y = s_p * s_p
-        if part == 0 or s_p > 1.0:
+            on = s_p > 1.0
+        elif part == 2:
+            x = b_p
+            y = g[2 + int(g[0])]  # the decode grid's first context
+            on = mode == 1.0 and beside
+        elif part == 3:
+            on = fa2
+            if fa2:
+                o = o_u
+                x = nn * g[o_x + 6]  # N = n_d · H unpacked CTAs
+        elif part == 4:
+            on = fa2
+            if fa2:
+                o = o_u
+                x = g[o_u + 2]  # the first row: one walk per SM
+        if on:
+            nx = int(g[o])
+            ny = int(g[o + 1])
+            ax = o + 2
+            ay = ax + nx
+            v = ay + ny
             i = 0
             while i < nx - 2 and x >= g[ax + i + 1]:
                 i += 1
@@ -95,11 +150,41 @@ def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) 
             near = g[k] + (g[k + 1] - g[k]) * fy
             far = g[k + ny] + (g[k + ny + 1] - g[k + ny]) * fy
             value = near + (far - near) * fx
-            if part == 1 and skv > 0.0 and value < 0.0:
-                value = 0.0  # a chunk or drafts next to cached tokens never cost less
-            t = t + value
-        o = v + nx * ny
-    return t + g[o] * (sqkv - skv)
+            if part == 0:
+                own = value
+            elif part == 1:
+                if skv > 0.0 and value < 0.0:
+                    value = 0.0  # a chunk or drafts next to cached tokens never cost less
+                dp = value
+            elif part == 2:
+                lone = value
+            elif part == 3:
+                u_n = value
+            else:
+                tau = value
+    cached = g[o_x] * (sqkv - skv)
+    if not fa2:
+        return ((own + dp) + lone) + cached
+    slots = g[o_x + 2]
+    slab = skv * g[o_x + 4]  # one KV head's cache over the batch, bytes
+    miss = 0.0
+    if slab > g[o_x + 3]:
+        ctas = nn + (b_p * s_p / g[o_x + 7] if beside else 0.0)
+        cover = (slots / ctas - 1.0) / (g[o_x + 5] - 1.0)
+        if cover < 0.0:
+            cover = 0.0
+        if cover > 1.0:
+            cover = 1.0
+        miss = (1.0 - g[o_x + 3] / slab) * (1.0 - cover)
+    dec = own
+    reread = own + miss * (u_n - own)
+    if reread > dec:
+        dec = reread
+    waves = nn * g[o_x + 6] / slots * tau
+    if waves > dec:
+        dec = waves
+    t = (dec + dp) + cached
+    return t if t >= tau else tau
 
 
 def grid_least(g) -> float:
@@ -117,18 +202,42 @@ def grid_least(g) -> float:
     return float(dec + min(pre, 0.0))
 
 
-def pack_grid(decode: tuple, prefill: tuple, extra: float) -> np.ndarray:
+#: How a call that mixes one-token and longer queries runs (grid_attention's modes).
+ONE_CALL, TWO_LAUNCHES, FA2_VARLEN = 0.0, 1.0, 2.0
+
+
+def pack_grid(decode: tuple, prefill: tuple, extra: float, mixed: tuple = (ONE_CALL,)
+              ) -> np.ndarray:
     """The packed grid law :func:`grid_attention` reads # [length]: ``decode`` = (B axis,
     c axis, seconds [B, c]), ``prefill`` = (B axis, s² axis starting at 1, seconds [B, s] with
     the s = 1 column 0), ``extra`` seconds per query-key pair past each request's first query
-    token."""
+    token, then ``mixed``: the mode alone (:data:`ONE_CALL`, :data:`TWO_LAUNCHES`) or
+    :func:`fa2_mixed`'s numbers."""
     parts = []
     for bx, cy, val in (decode, prefill):
-        bx, cy, val = (np.asarray(a, dtype=np.float64) for a in (bx, cy, val))
-        if val.shape != (bx.size, cy.size) or bx.size < 2 or cy.size < 2:
-            raise ValueError(f"a grid of {val.shape} over axes {bx.size} x {cy.size}")
-        parts.append(np.concatenate([[bx.size, cy.size], bx, cy, val.ravel()]))
-    return np.concatenate([*parts, [extra]])
+        parts.append(grid_part(bx, cy, val))
+    return np.concatenate([*parts, [extra], np.asarray(mixed, dtype=np.float64)])
+
+
+def grid_part(bx, cy, val) -> np.ndarray:
+    """One grid as :func:`grid_attention` reads it: [len x, len y, x axis, y axis, values
+    row by row] # [2 + nx + ny + nx·ny]."""
+    bx, cy, val = (np.asarray(a, dtype=np.float64) for a in (bx, cy, val))
+    if val.shape != (bx.size, cy.size) or bx.size < 2 or cy.size < 2:
+        raise ValueError(f"a grid of {val.shape} over axes {bx.size} x {cy.size}")
+    return np.concatenate([[bx.size, cy.size], bx, cy, val.ravel()])
+
+
+def fa2_mixed(slots: float, l2_bytes: float, kv_bytes: float, groups: float, heads: float,
+              rows: float, unpacked: tuple) -> tuple:
+    """:func:`pack_grid`'s ``mixed`` of FlashAttention 2's varlen call (:func:`grid_attention`,
+    mode 2): S resident CTA slots, the L2 bytes, the KV bytes per token and KV head, G query
+    heads per KV head (> 1), H query heads, m query rows per CTA, and the unpacked grid U =
+    (CTAs axis, c axis, seconds [CTAs, c])."""
+    if not groups > 1.0 or not slots > 0.0 or not rows > 0.0:
+        raise ValueError(f"fa2_mixed: groups {groups} (> 1), slots {slots}, rows {rows} (> 0)")
+    return (FA2_VARLEN, float(slots), float(l2_bytes), float(kv_bytes), float(groups),
+            float(heads), float(rows), *grid_part(*unpacked).tolist())
 
 
 @dataclass(frozen=True)

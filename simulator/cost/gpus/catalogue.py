@@ -72,6 +72,13 @@ defaults of :class:`simulator.cost.gpus.hardware.Hardware` (0.75 memory efficien
 profiles of it calibrate the laws that ``l40s`` borrows, and benchmarks/cost_vs_public.py
 prices its roofline from this row.
 
+L2 cache (``l2_bytes``, where an architecture whitepaper states it for the part): H100 SXM5
+50 MB (NVIDIA H100 Tensor Core GPU Architecture), A100 40 MB (NVIDIA A100 Tensor Core GPU
+Architecture), RTX 4090 72 MB (Ada whitepaper, AD102 as shipped), RTX PRO 6000 128 MB (RTX
+Blackwell whitepaper, GB202), A40 6 MB (Ampere GA102 whitepaper); None elsewhere (not
+sourced). Used where a kernel's reuse of KV blocks depends on whether they stay in L2
+(simulator.cost.measured.lss's L2-missing re-reads, aic_mixed's FlashAttention 2 law).
+
 Device names (``device_names``: what ``torch.cuda.get_device_name`` and nvidia-smi report,
 and vLLM logs in a run's ``hardware.device_name``): "NVIDIA H100 80GB HBM3", "NVIDIA GeForce
 RTX 4090" and "NVIDIA RTX PRO 6000 Blackwell Server Edition" are seen in this repository's
@@ -119,6 +126,7 @@ class Gpu:
     link_bw: float  # GPU-to-GPU bytes/s per direction (datasheet)
     sm_count: int  # streaming multiprocessors (datasheet)
     compute_capability: int  # CUDA compute capability x 10
+    l2_bytes: float | None = None  # L2 cache bytes (whitepapers; None: not sourced)
     device_names: tuple[str, ...] = ()  # what engines log (torch.cuda.get_device_name)
     aliases: tuple[str, ...] = ()  # other spellings ``hardware =`` accepts
     profiles: str | None = None  # a key of SOURCES: the measured data that calibrate it
@@ -142,7 +150,7 @@ ROWS: tuple[Gpu, ...] = (
     Gpu(name="h100", description="NVIDIA H100 SXM5 80GB",
         peaks={"bf16": 989.4 * TERA, "fp8": 1978.9 * TERA}, mem_bw=3.35 * TERA,
         memory_bytes=80 * GIGA, link=NVLINK4, link_bw=450 * GIGA, sm_count=132,
-        compute_capability=90, device_names=("NVIDIA H100 80GB HBM3",),
+        compute_capability=90, l2_bytes=50e6, device_names=("NVIDIA H100 80GB HBM3",),
         aliases=("h100-sxm", "h100-sxm5"), profiles="vidur", allreduce_cluster="h100_dgx"),
     Gpu(name="h200", description="NVIDIA H200 SXM 141GB",
         peaks={"bf16": 989.4 * TERA, "fp8": 1978.9 * TERA}, mem_bw=4.8 * TERA,
@@ -152,7 +160,7 @@ ROWS: tuple[Gpu, ...] = (
     Gpu(name="a100", description="NVIDIA A100 SXM4 80GB", peaks={"bf16": 312 * TERA},
         mem_bw=2.039 * TERA, memory_bytes=80 * GIGA,
         link="NVLink3 (600 GB/s bidirectional)", link_bw=300 * GIGA, sm_count=108,
-        compute_capability=80, device_names=("NVIDIA A100-SXM4-80GB",),
+        compute_capability=80, l2_bytes=40e6, device_names=("NVIDIA A100-SXM4-80GB",),
         aliases=("a100-80gb", "a100-sxm"), profiles="vidur", allreduce_cluster="a100_dgx"),
     Gpu(name="l40s", description="NVIDIA L40S 48GB (PCIe)",
         peaks={"bf16": 362.05 * TERA, "fp8": 733 * TERA}, mem_bw=864 * GIGA,
@@ -162,13 +170,13 @@ ROWS: tuple[Gpu, ...] = (
     Gpu(name="rtx4090", description="NVIDIA GeForce RTX 4090 24GB (PCIe)",
         peaks={"bf16": 165.2 * TERA, "fp8": 330.3 * TERA}, mem_bw=1.008 * TERA,
         memory_bytes=24 * GIGA, link=PCIE4 + ", no NVLink", link_bw=32 * GIGA, sm_count=128,
-        compute_capability=89, device_names=("NVIDIA GeForce RTX 4090",),
+        compute_capability=89, l2_bytes=72e6, device_names=("NVIDIA GeForce RTX 4090",),
         aliases=("rtx-4090",), profiles="llmservingsim", efficiencies_fitted=True,
         compute_eff=0.94, memory_eff=0.85, allreduce_latency=25e-6),
     Gpu(name="rtxpro6000", description="NVIDIA RTX PRO 6000 Blackwell Server Edition 96GB (PCIe)",
         peaks={"bf16": 503.8 * TERA, "fp8": 1007.6 * TERA}, mem_bw=1.597 * TERA,
         memory_bytes=96 * GIGA, link="PCIe Gen5 x16 (128 GB/s bidirectional), no NVLink",
-        link_bw=64 * GIGA, sm_count=188, compute_capability=120,
+        link_bw=64 * GIGA, sm_count=188, compute_capability=120, l2_bytes=128e6,
         device_names=("NVIDIA RTX PRO 6000 Blackwell Server Edition",),
         aliases=("rtx-pro-6000",), profiles="llmservingsim", efficiencies_fitted=True,
         compute_eff=0.70, memory_eff=0.84, allreduce_latency=25e-6),
@@ -192,8 +200,8 @@ ROWS: tuple[Gpu, ...] = (
         proxy="h100", efficiencies_fitted=True, compute_eff=0.62, memory_eff=0.58),
     Gpu(name="a40", description="NVIDIA A40 48GB", peaks={"bf16": 149.7e12}, mem_bw=696e9,
         memory_bytes=48e9, link="NVLink bridge (112.5 GB/s bidirectional)", link_bw=56.25e9,
-        sm_count=84, compute_capability=86, device_names=("NVIDIA A40",), profiles="vidur",
-        memory_eff=0.75, preset=False),
+        sm_count=84, compute_capability=86, l2_bytes=6e6, device_names=("NVIDIA A40",),
+        profiles="vidur", memory_eff=0.75, preset=False),
 )
 
 #: name -> row, in catalogue order.

@@ -5,9 +5,11 @@ rate, the ratio that carries a grid to an untimed head shape, L40S's decode).
 The grid law (:func:`cells` -> :func:`grid_tables` -> :func:`grid_law`; evaluated by
 simulator.cost.tabulated.grid_attention, where its composition of a mixed batch is stated):
 a head shape's decode cells D(B, c) and prefill cells ΔP(B, s) = P(B, s) − D(B, c_min),
-missing cells filled, made non-decreasing; an untimed shape's cells are :func:`carried` from
-timed ones by the linear law's ratio. Judged by :func:`cell_check` (cells left out) and in
-benchmarks/aic_validate.py (shapes left out).
+missing cells filled, the decode cells read cold (:func:`cold_cells`: the collector times
+them over a warm KV cache), made non-decreasing; an untimed shape's cells are
+:func:`carried` from timed ones by the linear law's ratio; how the backend runs a batch that
+mixes decodes with longer queries is aic_mixed's (the mode :func:`grid_law` packs). Judged by
+:func:`cell_check` (cells left out) and in benchmarks/aic_validate.py (shapes left out).
 
 The linear law:
 
@@ -27,10 +29,8 @@ at the achieved rate π and the KV bytes at the achieved bandwidth β (a decode'
 bytes, a long prefill's its FLOPs; their sum, not their max: see below). The same five numbers
 price a decode-only, a prefill-only and a mixed batch: the composition is that of the sums,
 one floor per call however the batch mixes, a mixed batch's FLOPs and bytes summed over its
-requests. The tables time no mixed batch; LLMServingSim's RTX PRO 6000 profile does
-(benchmarks/aic_passes.py): vLLM's one varlen call over a chunk and decodes is slower than
-the sum of its parts (a long-context decode loses its split-KV path next to a prefill), and
-the law under-prices those rows (docs/fidelity.md gives the number).
+requests. The tables time no mixed batch; the grid law prices one through how the backend
+runs it (aic_mixed), which this linear law does not.
 
 :func:`fit_attention` fits (a, u, u_h, π, β) by least squares on the relative error over the
 decode and the prefill rows of one (GPU, KV dtype, kernel) together (each table weighted
@@ -58,7 +58,12 @@ import numpy as np
 import pandas as pd
 
 from specbatch.simulator.cost.measured.aic_laws import element_bytes
-from specbatch.simulator.cost.tabulated import AttentionLaw, grid_attention, pack_grid
+from specbatch.simulator.cost.tabulated import (
+    ONE_CALL,
+    AttentionLaw,
+    grid_attention,
+    pack_grid,
+)
 
 SHAPE = ("heads", "kv_heads", "head_dim")
 #: Whether the FLOPs and KV-byte terms overlap (max) or add (module docstring).
@@ -205,17 +210,28 @@ def cells(decode: pd.DataFrame, prefill: pd.DataFrame) -> tuple[tuple, tuple]:
              pp.to_numpy(np.float64)))
 
 
-def grid_tables(measured: tuple[tuple, tuple]) -> tuple[tuple, tuple]:
+def cold_cells(b: np.ndarray, c: np.ndarray, v: np.ndarray, cold: tuple | None) -> np.ndarray:
+    """Decode cells v # [B, c] no faster than reading their KV cold: max(v, B (c + 1) k / r)
+    with ``cold`` = (k KV bytes per token over the KV heads, r bytes/s; aic_mixed.cold_args:
+    the collector re-reads one warm KV cache, a serving pass reads it once); None: v."""
+    if cold is None:
+        return v
+    return np.maximum(v, b[:, None] * (c[None, :] + 1.0) * (cold[0] / cold[1]))
+
+
+def grid_tables(measured: tuple[tuple, tuple], cold: tuple | None = None
+                ) -> tuple[tuple, tuple]:
     """((B, c, D), (B, s, ΔP)), seconds per layer (simulator.cost.tabulated.grid_attention),
     from :func:`cells`: missing cells filled (:func:`_filled`, along the context / prompt
-    axis, then along the batch axis), made non-decreasing (:func:`_cleaned`); ΔP is the
+    axis, then along the batch axis), the decode cells read cold (:func:`cold_cells`),
+    made non-decreasing (:func:`_cleaned`); ΔP is the
     prefill grid less the decode grid's first context D(B, c_min) (one token, nothing cached;
     its s = 1 column, 0), so a prefill row is priced at its own cells whatever the decode
     floor (ΔP < 0 where the decode kernel's floor is the higher: L40S). The s axis is held
     as s²: a prompt's causal work; linear in s² is exact for its FLOPs term and, left out
     at twice the spacing, 1.5-6 pt better than linear in s."""
     (bd, cd, dv), (bp, sp, pv) = measured
-    dv = _cleaned(_filled(_filled(dv, cd).T, bd).T)
+    dv = _cleaned(cold_cells(bd, cd, _filled(_filled(dv, cd).T, bd).T, cold))
     pv = _filled(_filled(pv, sp).T, bp).T
     first = np.interp(bp, bd, dv[:, 0])  # D(B, c_min) # [B]
     pv = np.column_stack([first, _cleaned(pv)]) - first[:, None]
@@ -224,13 +240,14 @@ def grid_tables(measured: tuple[tuple, tuple]) -> tuple[tuple, tuple]:
 
 
 def grid_law(tables: tuple, fit: AttnFit, heads: float, head_dim: float, kv_bytes: float,
-             kv_heads: float, layers: int) -> AttentionLaw:
+             kv_heads: float, layers: int, mixed: tuple = (ONE_CALL,)) -> AttentionLaw:
     """The :class:`AttentionLaw` of ``layers`` layers from :func:`grid_tables`' per-layer
     grids (the packed grid law) with ``fit``'s FLOP rate pricing the query tokens past each
-    request's first against its cached tokens (simulator.cost.tabulated.grid_attention)."""
+    request's first against its cached tokens and ``mixed`` how the backend runs a mixed
+    call (aic_mixed.mixed_mode, over the same layers; simulator.cost.tabulated.grid_attention)."""
     (bd, cd, dv), (bp, sp, pv) = tables
     g = pack_grid((bd, cd, dv * layers), (bp, sp, pv * layers),
-                  4.0 * heads * head_dim * layers / fit.flops_rate)
+                  4.0 * heads * head_dim * layers / fit.flops_rate, mixed)
     base = fit.law(heads, kv_heads, head_dim, kv_bytes, layers)
     return AttentionLaw(flops=base.flops, flops_rate=base.flops_rate, kv=base.kv,
                         kv_rate=base.kv_rate, overlap=base.overlap, floor=base.floor,
@@ -302,11 +319,11 @@ def carried(sources: list, fit: AttnFit, to: tuple, kv_bytes: float) -> tuple:
 
 
 def grid_seconds(measured: tuple, batch: np.ndarray, length: np.ndarray,
-                 decode: bool) -> np.ndarray:
+                 decode: bool, cold: tuple | None = None) -> np.ndarray:
     """Per-layer seconds of decode rows (``length`` the context) or prefill rows (the prompt)
-    under the grid law of :func:`cells` ``measured`` (no cached-prefix term: neither table
-    has one) # [rows]."""
-    (bd, cd, dv), (bp, sp, pv) = grid_tables(measured)
+    under the grid law of :func:`cells` ``measured`` read ``cold`` (:func:`grid_tables`; no
+    cached-prefix term: neither table has one) # [rows]."""
+    (bd, cd, dv), (bp, sp, pv) = grid_tables(measured, cold)
     g = pack_grid((bd, cd, dv), (bp, sp, pv), 0.0)
     if decode:
         return np.array([grid_attention(g, b, b, b * c, b * c, b)
@@ -315,13 +332,15 @@ def grid_seconds(measured: tuple, batch: np.ndarray, length: np.ndarray,
                      for b, s in zip(batch.tolist(), length.tolist())])
 
 
-def cell_check(measured: tuple) -> dict:
+def cell_check(measured: tuple, cold: tuple | None = None) -> dict:
     """Signed errors of the grid law with measured cells left out, twice the spacing the law
     interpolates over: each interior context / prompt column and each interior batch row of
-    either table left out in turn and priced from the rest, against the measured cell means.
+    either table left out in turn and priced from the rest, against the measured cell means
+    (the decode cells read ``cold`` as the law reads them, :func:`cold_cells`).
     {"decode": [cells], "prefill": [cells], "decode_context": [cells] (the columns' contexts,
     for the short-context split)}."""
     dec, pre = measured
+    dec = (dec[0], dec[1], cold_cells(dec[0], dec[1], dec[2], cold))
     out = {"decode": [], "prefill": [], "decode_context": []}
     for which, (b, x, v) in (("decode", dec), ("prefill", pre)):
         for axis in (1, 0):
@@ -333,7 +352,8 @@ def cell_check(measured: tuple) -> dict:
                 ok = np.isfinite(t)
                 bb = b[ok] if axis else np.full(int(ok.sum()), b[k])
                 xx = np.full(int(ok.sum()), x[k]) if axis else x[ok]
-                out[which].append(grid_seconds(rest, bb, xx, which == "decode") / t[ok] - 1.0)
+                out[which].append(grid_seconds(rest, bb, xx, which == "decode", cold)
+                                  / t[ok] - 1.0)
                 if which == "decode":
                     out["decode_context"].append(xx)
     return {k: np.concatenate(v) if v else np.zeros(0) for k, v in out.items()}

@@ -41,6 +41,7 @@ from specbatch.simulator.cost.gpus.hardware import Hardware
 from specbatch.simulator.cost.measured import aic_cache
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import bundled_laws
+from specbatch.simulator.cost.measured.aic_mixed import cold_args, gpu_of, mixed_mode
 from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, ShapeLaw
 from specbatch.simulator.cost.measured.laws import (
     SMALL_OPS,
@@ -250,12 +251,15 @@ def attention_law(system: str, kv_dtype: str, heads: int, kv_heads: int, head_di
         got, how = attention_cells(system, kv_dtype, heads, kv_heads, head_dim)
         if got is None:
             return fit.law(heads, kv_heads, head_dim, kv_bytes, layers), f"law ({fit_how})"
+        cold = cold_args(system, kv_dtype, kv_heads, head_dim)
         if got[0] is None:
             dec = width_fit(system, kv_dtype, head_dim, decode_only=True)
             got = (law_cells(dec, heads, kv_heads, head_dim, kv_bytes), got[1])
             how = f"{how}; decode by the width's decode law"
-        return grid_law(grid_tables(got), fit, heads, head_dim, kv_bytes, kv_heads,
-                        layers), how
+            cold = None  # a law, not cells timed over a warm cache
+        mixed, mixed_how = mixed_mode(system, kv_dtype, heads, kv_heads, head_dim, layers)
+        return grid_law(grid_tables(got, cold), fit, heads, head_dim, kv_bytes, kv_heads,
+                        layers, mixed), f"{how}; {mixed_how}"
 
     def encode(built):
         return {"law": aic_cache.dataclass_fields(built[0]), "how": built[1]}
@@ -263,8 +267,10 @@ def attention_law(system: str, kv_dtype: str, heads: int, kv_heads: int, head_di
     def decode(d):
         return aic_cache.from_fields(d["law"]), str(d["how"])
 
+    gpu = gpu_of(system)  # the catalogue numbers the mixed-call law reads (aic_mixed)
     return aic_cache.entry("attention", system,
-                           (kv_dtype, heads, kv_heads, head_dim, kv_bytes, layers),
+                           (kv_dtype, heads, kv_heads, head_dim, kv_bytes, layers,
+                            gpu.compute_capability, gpu.sm_count, gpu.l2_bytes),
                            build, encode, decode)
 
 

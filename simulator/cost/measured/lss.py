@@ -93,10 +93,10 @@ DTYPE_BYTES = 2
 #: query rows per CTA (kBlockM, 64 for every head size), so a request of q tokens is
 #: ceil(q / 64) CTAs per query head and the grid is sized for the longest request.
 TILE_ROWS = 64
-#: L2 cache bytes per GPU (Ada whitepaper: AD102 72 MB in the RTX 4090; Blackwell GB202
-#: 128 MB in the RTX PRO 6000): the KV of one head over the batch that stays resident while
-#: the other query heads of its group re-read it.
-L2_BYTES = {"rtx4090": 72e6, "rtxpro6000": 128e6}
+#: L2 cache bytes per GPU (the catalogue's ``l2_bytes``: 72 MB in the RTX 4090, 128 MB in the
+#: RTX PRO 6000): the KV of one head over the batch that stays resident while the other
+#: query heads of its group re-read it.
+L2_BYTES = {name: GPUS[name].l2_bytes for name in ("rtx4090", "rtxpro6000")}
 
 
 def longest_query(n, sq, sqq):

@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 
 from specbatch.simulator.cost.tabulated import (
+    TWO_LAUNCHES,
     AttentionLaw,
     PassTable,
+    fa2_mixed,
     grid_attention,
     grid_least,
     pack_grid,
@@ -40,10 +42,20 @@ def test_table_time_sums_layers_attention_allreduce_head_then_launch():
         table_time(table, 1, 9, 0, 0, 81)
 
 
-def hand_grid() -> tuple:
+DECODE = ((1.0, 3.0), (1.0, 11.0), ((2.0, 4.0), (6.0, 10.0)))
+PREFILL = ((1.0, 2.0), (1.0, 9.0), ((0.0, 5.0), (0.0, 8.0)))
+
+
+def hand_grid(mixed: tuple = (0.0,)) -> tuple:
     # decode D over B in (1, 3), c in (1, 11); prefill ΔP over B in (1, 2), s² in (1, 9)
-    return pack_grid(((1.0, 3.0), (1.0, 11.0), ((2.0, 4.0), (6.0, 10.0))),
-                     ((1.0, 2.0), (1.0, 9.0), ((0.0, 5.0), (0.0, 8.0))), 0.5)
+    return pack_grid(DECODE, PREFILL, 0.5, mixed)
+
+
+def fa2_grid(slots: float = 4.0, u_first: tuple = (3.0, 8.0)) -> tuple:
+    # U over CTAs in (2, 6), c in (1, 11); S slots, L2 100 bytes, 10 bytes per token and KV
+    # head, G = 2 query heads per KV head, H = 2 query heads, m = 4 query rows per CTA
+    return hand_grid(fa2_mixed(slots, 100.0, 10.0, 2.0, 2.0, 4.0,
+                               ((2.0, 6.0), (1.0, 11.0), (u_first, (9.0, 20.0)))))
 
 
 def test_the_grid_law_by_hand():
@@ -88,6 +100,61 @@ def test_the_grid_laws_least_value_bounds_every_batch():
         assert grid_attention(neg, *sums) >= grid_least(neg)
 
 
+def test_two_launches_add_the_chunks_own_launch_beside_decodes():
+    g = tuple(hand_grid((TWO_LAUNCHES,)))
+    # the chunk beside 2 decodes (test_the_grid_law_by_hand's batch): 5.8 + 5 + 2, and the
+    # prefill launch's floor D(B_p = 1, c = 1) = 2: the chunk at its own prefill cell
+    assert grid_attention(g, 3, 5, 14, 18, 11) == pytest.approx(5.8 + 5 + 2 + 2, rel=1e-15)
+    # alone, a decode batch, a fresh prompt and a verification (every request multi-token)
+    # are one launch each: as one call
+    one = tuple(hand_grid())
+    for sums in ((2, 2, 12, 12, 2), (1, 3, 0, 0, 9), (2, 6, 10, 30, 18)):
+        assert grid_attention(g, *sums) == grid_attention(one, *sums)
+
+
+def test_fa2_prices_a_mixed_call_unpacked_by_hand():
+    g = tuple(fa2_grid())
+    # 2 decodes (c̄ = 7) beside a 3-token chunk with 2 cached: D = 5.8, ΔP = 5, x-term 2 (as
+    # one call); N = n_d H = 4 CTAs, U(4, 7) = 6 + (15.6 - 6) / 2 = 10.8, τ = U(2, 7) = 6,
+    # W = N / S τ = 6; one KV head's cache 14 x 10 = 140 > L2 100: CTAs per head
+    # 2 + 1 x 3 / 4 = 2.75, F = 4 / 2.75, cover (F - 1) / (G - 1) = 5/11, miss =
+    # (1 - 100/140)(1 - 5/11) = 12/77; R = 5.8 + 12/77 (10.8 - 5.8); A = R + 5 + 2
+    assert grid_attention(g, 3, 5, 14, 18, 11) == pytest.approx(5.8 + 60 / 77 + 7, rel=1e-13)
+    # the same call with the decodes' cache inside the L2 (two decodes of 4, a fresh chunk):
+    # no miss, D(2, 4) = 4.9 >= W = τ = U(2, 4) = 4.5: 4.9 + 5
+    assert grid_attention(g, 3, 5, 8, 8, 11) == pytest.approx(4.9 + 5.0, rel=1e-13)
+    # eight slots and a slow first row: every head of a KV head resident (F >= G: no miss),
+    # W = 4/8 τ = 18 with τ = U(2, 7) = 36, so 18 + 5 + 2 = 25: one CTA's walk, τ, bounds it
+    slow = tuple(fa2_grid(slots=8.0, u_first=(30.0, 40.0)))
+    assert grid_attention(slow, 3, 5, 14, 18, 11) == pytest.approx(36.0, rel=1e-15)
+    # with four slots the same walks take a whole wave each: W = τ = 36 + ΔP + x
+    slow4 = tuple(fa2_grid(u_first=(30.0, 40.0)))
+    assert grid_attention(slow4, 3, 5, 14, 18, 11) == pytest.approx(36.0 + 7.0, rel=1e-15)
+    # decodes alone keep their packed, split path; a fresh prompt has no cache to walk
+    one = tuple(hand_grid())
+    for sums in ((2, 2, 12, 12, 2), (1, 3, 0, 0, 9)):
+        assert grid_attention(g, *sums) == grid_attention(one, *sums)
+
+
+def test_fa2_mixed_refuses_a_law_with_nothing_to_unpack():
+    with pytest.raises(ValueError, match="groups"):
+        fa2_mixed(4.0, 100.0, 10.0, 1.0, 2.0, 4.0, ((2.0, 6.0), (1.0, 11.0),
+                                                    ((3.0, 8.0), (9.0, 20.0))))
+
+
+def test_every_mode_prices_a_batch_no_lower_than_one_call():
+    one = tuple(hand_grid())
+    rng = np.random.default_rng(11)
+    for g in (tuple(hand_grid((TWO_LAUNCHES,))), tuple(fa2_grid()),
+              tuple(fa2_grid(slots=8.0, u_first=(30.0, 40.0)))):
+        assert grid_least(g) == grid_least(one)
+        for _ in range(300):
+            q = rng.integers(1, 40, size=rng.integers(1, 9)).astype(float)
+            c = rng.integers(0, 30, size=q.size).astype(float) * rng.integers(0, 2)
+            sums = (float(q.size), q.sum(), c.sum(), float(q @ c), float(q @ q))
+            assert grid_attention(g, *sums) >= grid_attention(one, *sums) >= grid_least(g)
+
+
 def test_the_kernel_cache_stamp_covers_the_grid_law_source():
     # numba checks a cached kernel's own file only: the kernel's stamp must digest this one
     from specbatch.simulator.cost import tabulated
@@ -100,11 +167,14 @@ def test_the_compiled_grid_law_is_the_same_function_bit_for_bit():
     pytest.importorskip("numba")
     from specbatch.simulator.engine.v1.kernel import grid_attention as compiled
 
-    g = hand_grid()
-    g[-4] = g[-2] = -1.0  # ΔP(B, s = 3) < 0 too (the clamp's branch)
+    dip = ((1.0, 2.0), (1.0, 9.0), ((0.0, -1.0), (0.0, -1.0)))  # ΔP(B, s = 3) < 0 (the clamp)
+    grids = [pack_grid(DECODE, dip, 0.5, mixed) for mixed in
+             ((0.0,), (TWO_LAUNCHES,), fa2_grid()[len(hand_grid()) - 1:],
+              fa2_grid(slots=8.0, u_first=(30.0, 40.0))[len(hand_grid()) - 1:])]
     rng = np.random.default_rng(3)
-    for _ in range(200):
-        q = rng.integers(1, 40, size=rng.integers(1, 9)).astype(float)
-        c = rng.integers(0, 30, size=q.size).astype(float)
-        sums = (float(q.size), q.sum(), c.sum(), float(q @ c), float(q @ q))
-        assert compiled(g, *sums) == grid_attention(tuple(g), *sums)
+    for g in grids:
+        for _ in range(200):
+            q = rng.integers(1, 40, size=rng.integers(1, 9)).astype(float)
+            c = rng.integers(0, 30, size=q.size).astype(float) * rng.integers(0, 2)
+            sums = (float(q.size), q.sum(), c.sum(), float(q @ c), float(q @ q))
+            assert compiled(g, *sums) == grid_attention(tuple(g), *sums)

@@ -605,9 +605,10 @@ def test_compiled_tables_equal_the_numpy_engines_under_the_calibrated_cost(knobs
 
 
 #: The aic model (cost = "aic": AIConfigurator's measured curves as PassTables of both roles,
-#: an attention law with a floor and a per-request term, compute and KV bytes added): the
-#: h100 default shapes, a100 tp 2 (the measured all-reduce curve), a MoE target on h200, fp8
-#: KV, paged KV with the prefix cache, async scheduling, CUDA-graph padding, dsd and tetris.
+#: the grid attention law): the h100 default shapes, a100 tp 2 (the measured all-reduce curve;
+#: FA2's unpacked mixed calls), a MoE target on h200, fp8 KV, paged KV with the prefix cache,
+#: async scheduling, CUDA-graph padding, dsd and tetris; RTX PRO 6000 bf16 (FA2's mixed calls)
+#: and fp8 KV and B200 (FlashInfer's two launches) with chunks beside decodes and drafts.
 AIC_COVERED = [
     {"requests": 60, "seed": 3, "policy": "fixed", "k": 2},
     {"requests": 60, "seed": 3, "policy": "ar", "hardware": "a100", "tp": 2,
@@ -622,6 +623,13 @@ AIC_COVERED = [
      "arrival": "poisson", "rate": 20.0},
     {"requests": 60, "seed": 3, "policy": "dsd", "cuda_graph_sizes": "64",
      "max_num_batched_tokens": 256},
+    {"requests": 60, "seed": 6, "policy": "fixed", "k": 3, "hardware": "rtx-pro-6000",
+     "target": "llama-3.1-8b", "draft": "llama-3.2-1b", "max_num_batched_tokens": 512},
+    {"requests": 60, "seed": 7, "policy": "fixed", "k": 2, "hardware": "rtx-pro-6000",
+     "target": "llama-3.1-8b", "draft": "llama-3.2-1b", "kv_cache_dtype": "fp8",
+     "max_num_batched_tokens": 384},
+    {"requests": 60, "seed": 8, "policy": "ar", "hardware": "b200", "target": "llama-3.1-8b",
+     "draft": "llama-3.2-1b", "max_num_batched_tokens": 256},
 ]
 
 
