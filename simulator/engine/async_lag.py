@@ -61,15 +61,15 @@ if TYPE_CHECKING:
     from specbatch.simulator.engine.request_state import Replica
 
 
-def lags(config: SimConfig, speculative: bool) -> bool:
+def lags(config: SimConfig) -> bool:
     """Whether ``config``'s steps are scheduled one step ahead (module docstring): vLLM's
-    async scheduling is on for the deployment (``async_scheduling``, not the CPU n-gram
-    drafter's speculative steps: simulator.cost.features.async_overhead.async_applies) and
-    the composer is vllm-v1's (the scheduler catalogue's mixed-step row)."""
-    from specbatch.simulator.cost.features.async_overhead import async_applies
+    async scheduling is on for the deployment (``async_scheduling`` as resolved by
+    simulator.cost.features.async_overhead.async_setting, the one rule the cost model's
+    overlap follows too) and the composer is vllm-v1's (the scheduler catalogue's mixed-step
+    row)."""
+    from specbatch.simulator.cost.features.async_overhead import async_setting
 
-    return (bool(config.async_scheduling) and config.scheduler_row.mixed_steps
-            and async_applies(config.draft, speculative))
+    return config.scheduler_row.mixed_steps and async_setting(config).on
 
 
 def promote(rep: Replica, arrival, cutoff: float) -> None:

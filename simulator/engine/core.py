@@ -223,7 +223,7 @@ class Engine(EngineState):
         self.routed = 0
         # vLLM's async scheduling lag (simulator.engine.async_lag); DP ranks in lockstep keep
         # the synchronous rule
-        self.lag = lags(config, policy.speculates) and self.lockstep is None
+        self.lag = lags(config) and self.lockstep is None
         self.heap: list = []
         self.seq = 0
         self.composer = row.load()(self)  # a part: it shares the state set above

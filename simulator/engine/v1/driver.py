@@ -81,7 +81,7 @@ class CompiledEngine:
             ints[kn.I_POOL] = int(capacity) // int(config.block_size)
             ints[kn.I_PREFIX] = int(bool(config.enable_prefix_caching))
         ints[kn.I_THRESHOLD] = int(config.long_prefill_token_threshold)
-        ints[kn.I_LAG] = int(lags(config, policy.speculates))  # simulator.engine.async_lag
+        ints[kn.I_LAG] = int(lags(config))  # simulator.engine.async_lag
         if stop is not None:
             ints[kn.I_EVERY] = max(int(stop.every), 1)
         sizes, scale, base = cost_layers(cost)
