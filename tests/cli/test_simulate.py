@@ -139,13 +139,15 @@ def test_toml_string_for_an_integer_field_is_a_one_line_error(tmp_path, capsys):
 
 
 def test_every_field_is_a_flag_with_its_type_and_default(capsys):
+    from specbatch.fields import metavar
     from specbatch.simulator.config.sim_config import specs
 
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     for spec in specs().values():
-        assert f"{spec.option} {spec.kind.__name__.upper()}" in text, spec.option
+        assert f"{spec.option} {metavar(spec)}" in text, spec.option
+    assert "--async-scheduling AUTO|BOOL" in text and "(default: auto)" in text
     assert "--num-speculative-tokens INT, --k INT" in text
     assert "(default: k x running requests)" in text and "(default: 64)" in text
 
