@@ -41,7 +41,6 @@ from specbatch.simulator.config.sim_config import (
     validate_against_trace,
     validate_config,
 )
-from specbatch.simulator.cost.features.async_overhead import async_setting
 from specbatch.simulator.cost.features.graph_padding import pad_to_graphs
 from specbatch.simulator.cost.registry import weight_bits_notes
 from specbatch.simulator.cost.verify_cost import verify_cost_for, verify_notes
@@ -182,10 +181,11 @@ def load_trace(config: SimConfig, allow_partial: bool = False) -> Trace:
 
 def async_overlaps(config: SimConfig) -> bool:
     """Whether ``config``'s steps overlap the host: its ``async_scheduling`` resolved as vLLM
-    resolves the flag for this deployment (simulator.cost.features.async_overhead.
-    async_setting: "auto" is vLLM's default, off for the CPU n-gram proposer's speculative
-    steps and under vllm-v0; an explicit true is dropped for the n-gram proposer)."""
-    return async_setting(config).on
+    resolves the flag for this deployment (SimConfig.async_setting, simulator.cost.features.
+    async_overhead.resolve_async: "auto" is vLLM's default, off for the CPU n-gram proposer's
+    speculative steps and under vllm-v0; an explicit true is dropped for the n-gram
+    proposer)."""
+    return config.async_setting.on
 
 
 def build_cost(config: SimConfig) -> CostModel:
@@ -407,7 +407,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     summary["kv_mode"] = config.kv_mode
     summary["kv_capacity"] = capacity
     summary["engine_ran"] = ran[0]  # compiled or numpy (config.engine; bit-identical tables)
-    summary["async_scheduling"] = str(async_setting(config))  # as resolved, and why
+    summary["async_scheduling"] = str(config.async_setting)  # as resolved, and why
     if held_out:
         summary["calibration_split"], summary["held_out_requests"] = held_out[0], held_out[1]
     if config.speedup:
@@ -422,7 +422,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
                                             else None,
                                             steps_to=DropSteps())  # only its makespan
         ar_makespan = makespan(ar_requests)
-        summary["async_scheduling_ar"] = str(async_setting(ar_config))  # its own resolution
+        summary["async_scheduling_ar"] = str(ar_config.async_setting)  # its own resolution
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
     run_notes = policy.run_notes if defines(policy, "run_notes") else None
@@ -522,10 +522,10 @@ def drafter_notes(config: SimConfig, trace: Trace) -> tuple[str, ...]:
     """A note when the trace was drafted without a model (its meta.json names a ``drafter``,
     e.g. ngram) but the cost model prices draft passes of a model (``config.draft``), and one
     when async scheduling was asked for (``true``) but vLLM would not run it
-    (simulator.cost.features.async_overhead.async_setting)."""
+    (SimConfig.async_setting)."""
     notes: tuple[str, ...] = ()
     if config.async_scheduling is True and not async_overlaps(config):
-        notes = (f"async_scheduling: {async_setting(config).why} (vLLM's default turns it off "
+        notes = (f"async_scheduling: {config.async_setting.why} (vLLM's default turns it off "
                  "there); the speedup's AR arm keeps it",)
     draft = ((getattr(trace, "meta", None) or {}).get("models") or {}).get("draft") or {}
     drafter = draft.get("drafter") if isinstance(draft, dict) else None

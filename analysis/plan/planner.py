@@ -121,11 +121,10 @@ def _run_plan(question: Question, out: str | Path | None, **executor: Any) -> di
             atomic_write(toml, choice_toml(base, main.choice))
             report["choice"]["config"] = str(toml)
             from specbatch.simulator.config.sim_config import make_config
-            from specbatch.simulator.cost.features.async_overhead import async_setting
 
-            # as the answer's runs resolved it (its ar baseline: speedup_vs_ar's own arm)
-            report["choice"]["async_scheduling"] = str(async_setting(make_config(
-                choice_fields(base, main.choice))))
+            # as the answer's runs resolved it (SimConfig.async_setting)
+            report["choice"]["async_scheduling"] = str(make_config(
+                choice_fields(base, main.choice)).async_setting)
             report["choice"]["simulate"] = f"specbatch simulate --config {toml}"
             from specbatch.analysis.plan.engine_advice import engine_lines, versions
 

@@ -383,6 +383,19 @@ class SimConfig:
         return schedulers.scheduler_entry(self.scheduler)
 
     @property
+    def async_setting(self):
+        """How ``async_scheduling`` resolves for this run (simulator.cost.features.
+        async_overhead.resolve_async, vLLM's rule; an AsyncSetting): speculative unless the
+        policy verifies nothing (``ar``: no speculative config; a user's ``module:Class``
+        policy counts as speculative), on an engine with vLLM V1's async scheduler or not
+        (the scheduler catalogue's ``async_engine``)."""
+        from specbatch.simulator.cost.features.async_overhead import resolve_async
+
+        row = catalogue.entry(self.policy)
+        return resolve_async(self.async_scheduling, self.draft, row is None or row.verifies,
+                             self.scheduler_row.async_engine)
+
+    @property
     def chunked(self) -> bool:
         """Whether prompts are chunked: ``enable_chunked_prefill``, or the scheduler's
         default when unset (vllm-v1 chunks, vllm-v0 does not)."""

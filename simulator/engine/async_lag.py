@@ -64,12 +64,11 @@ if TYPE_CHECKING:
 def lags(config: SimConfig) -> bool:
     """Whether ``config``'s steps are scheduled one step ahead (module docstring): vLLM's
     async scheduling is on for the deployment (``async_scheduling`` as resolved by
-    simulator.cost.features.async_overhead.async_setting, the one rule the cost model's
+    SimConfig.async_setting, simulator.cost.features.async_overhead's rule, which the cost
+    model's
     overlap follows too) and the composer is vllm-v1's (the scheduler catalogue's mixed-step
     row)."""
-    from specbatch.simulator.cost.features.async_overhead import async_setting
-
-    return config.scheduler_row.mixed_steps and async_setting(config).on
+    return config.scheduler_row.mixed_steps and config.async_setting.on
 
 
 def promote(rep: Replica, arrival, cutoff: float) -> None:

@@ -406,7 +406,7 @@ def format_report(report: dict) -> str:
                              f"{'; '.join(gain['ar_limits']) or 'meets every limit too'}")
             lines.append(f"  cheapest ar that meets every limit: "
                          f"{gain['cheapest_ar'] or 'none within the searched levels'}")
-        if choice.get("async_scheduling"):  # as resolved (async_overhead.async_setting)
+        if choice.get("async_scheduling"):  # as resolved (SimConfig.async_setting)
             lines.append(f"  async scheduling: {choice['async_scheduling']}")
         lines.append(f"  re-run it: {choice['simulate']}")
         for engine, line in choice.get("engines", {}).items():

@@ -17,15 +17,15 @@ preset's assumption (1 ms on the presets; no public measurement of it is known):
 only when a pass is shorter.
 
 **The setting** (``async_scheduling``: "auto", true or false; :func:`resolve_async`, the one
-place it is resolved). vLLM's flag is ``None`` when not given, and ``VllmConfig.__post_init__``
-(vllm/config/vllm.py) resolves it. Its rule for ``None`` (vLLM main at commit ``000fc94b``):
-off for a pooling model; off for a speculative config whose ``method`` is none of
-``EagleModelTypes`` (eagle, eagle3 and the MTP kinds; vllm/config/speculative.py),
-``NgramGPUTypes`` (``ngram_gpu``), ``"draft_model"`` and ``"dspark"`` (it warns "Async
-scheduling not supported with %s-based speculative decoding and will be disabled"); off for
-``disable_padded_drafter_batch = True``, for an executor backend without async support and
-for ROCm DeepEP high-throughput DBO; on otherwise. ``"auto"`` here is that rule on what a
-SimConfig can say:
+place it is resolved; a run's is ``SimConfig.async_setting``). vLLM's flag is ``None`` when
+not given, and ``VllmConfig.__post_init__`` (vllm/config/vllm.py) resolves it. Its rule for
+``None`` (vLLM main at commit ``000fc94b``): off for a pooling model; off for a speculative
+config whose ``method`` is none of ``EagleModelTypes`` (eagle, eagle3 and the MTP kinds;
+vllm/config/speculative.py), ``NgramGPUTypes`` (``ngram_gpu``), ``"draft_model"`` and
+``"dspark"`` (it warns "Async scheduling not supported with %s-based speculative decoding
+and will be disabled"); off for ``disable_padded_drafter_batch = True``, for an executor
+backend without async support and for ROCm DeepEP high-throughput DBO; on otherwise.
+``"auto"`` here is that rule on what a SimConfig can say:
 
 - on without a speculative config (``ar``; each arm of ``speedup_vs_ar`` resolves on its
   own, as two deployments with the flag unset would);
@@ -129,17 +129,6 @@ def resolve_async(asked: bool | str, draft: str, speculative: bool,
     if str(draft).lower() in HEAD_DRAFTS:
         return AsyncSetting(AUTO, True, "vLLM default for an EAGLE/MTP head since vLLM 0.14")
     return AsyncSetting(AUTO, True, "vLLM default for a draft model since vLLM PR 48341")
-
-
-def async_setting(config: Any) -> AsyncSetting:
-    """:func:`resolve_async` of a SimConfig: speculative unless its policy verifies nothing
-    (``ar``: no speculative config; a user's ``module:Class`` policy counts as speculative),
-    on vllm-v1's async-capable engine or not (the scheduler catalogue's ``async_engine``)."""
-    from specbatch.simulator.policies.catalogue import entry
-
-    row = entry(config.policy)
-    return resolve_async(config.async_scheduling, config.draft, row is None or row.verifies,
-                         config.scheduler_row.async_engine)
 
 
 @dataclass(frozen=True)

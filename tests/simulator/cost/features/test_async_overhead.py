@@ -152,7 +152,6 @@ RESOLUTION = [
 @pytest.mark.parametrize("policy,draft,scheduler,asked,on,why", RESOLUTION)
 def test_async_scheduling_resolves_as_vllm_resolves_its_flag(policy, draft, scheduler, asked,
                                                              on, why):
-    from specbatch.simulator.cost.features.async_overhead import async_setting
     from specbatch.simulator.engine.async_lag import lags
     from specbatch.simulator.run import async_overlaps
 
@@ -163,7 +162,7 @@ def test_async_scheduling_resolves_as_vllm_resolves_its_flag(policy, draft, sche
     if draft == "mtp":  # a target with MTP layers
         values["target"] = "deepseek-v3"
     config = make_config(values, "test")
-    setting = async_setting(config)
+    setting = config.async_setting
     assert setting.on is on and setting.why.startswith(why), setting
     assert setting.asked == {True: "true", False: "false"}.get(asked, asked)
     assert str(setting) == f"{setting.asked} -> {'on' if on else 'off'} ({setting.why})"
