@@ -132,7 +132,9 @@ class LiveConfig:
         non-chunked prefill), the same step composer and token budget, the same policy,
         window and verification rule; verification is not priced apart (``verify_cost =
         "none"``): a live step's measured overhead holds it; no client side of TTFT
-        (``client_ttft_s = 0``): the loop stamps a token at its step's end, in process."""
+        (``client_ttft_s = 0``): the loop stamps a token at its step's end, in process; no
+        async scheduling (``async_scheduling = false``): the loop schedules a step after the
+        last one's output is on the host."""
         values = {"requests": n_requests, "sampling": "in_order", "arrival": self.arrival,
                   "rate": self.rate, "cv": self.cv,
                   "max_num_seqs": self.slots(n_requests), "policy": self.policy,
@@ -142,6 +144,7 @@ class LiveConfig:
         values.update(scheduler=self.scheduler, enable_chunked_prefill=False,
                       max_num_batched_tokens=self.token_budget)
         values["client_ttft_s"] = 0.0
+        values["async_scheduling"] = False  # the loop runs each step to its end, then the next
         return values
 
     def check_budget(self, prompt_len, n_requests: int) -> None:

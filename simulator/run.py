@@ -180,15 +180,12 @@ def load_trace(config: SimConfig, allow_partial: bool = False) -> Trace:
 
 
 def async_overlaps(config: SimConfig) -> bool:
-    """Whether ``config``'s steps overlap the host under vLLM's rule: ``async_scheduling`` and
-    not a speculative policy drafting with the CPU n-gram proposer, which vLLM never runs
-    asynchronously (simulator.cost.features.async_overhead.async_applies). A policy that
-    verifies nothing (``ar``) is a deployment without a speculative config."""
-    from specbatch.simulator.cost.features.async_overhead import async_applies
-
-    row = entry(config.policy)
-    speculative = row is None or row.verifies
-    return bool(config.async_scheduling) and async_applies(config.draft, speculative)
+    """Whether ``config``'s steps overlap the host: its ``async_scheduling`` resolved as vLLM
+    resolves the flag for this deployment (SimConfig.async_setting, simulator.cost.features.
+    async_overhead.resolve_async: "auto" is vLLM's default, off for the CPU n-gram proposer's
+    speculative steps and under vllm-v0; an explicit true is dropped for the n-gram
+    proposer)."""
+    return config.async_setting.on
 
 
 def build_cost(config: SimConfig) -> CostModel:
@@ -410,6 +407,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
     summary["kv_mode"] = config.kv_mode
     summary["kv_capacity"] = capacity
     summary["engine_ran"] = ran[0]  # compiled or numpy (config.engine; bit-identical tables)
+    summary["async_scheduling"] = str(config.async_setting)  # as resolved, and why
     if held_out:
         summary["calibration_split"], summary["held_out_requests"] = held_out[0], held_out[1]
     if config.speedup:
@@ -424,6 +422,7 @@ def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostMode
                                             else None,
                                             steps_to=DropSteps())  # only its makespan
         ar_makespan = makespan(ar_requests)
+        summary["async_scheduling_ar"] = str(ar_config.async_setting)  # its own resolution
         summary["speedup_vs_ar"] = (ar_makespan / summary["makespan"]
                                     if summary["makespan"] else float("nan"))
     run_notes = policy.run_notes if defines(policy, "run_notes") else None
@@ -522,12 +521,12 @@ def applied_profile(config: SimConfig):
 def drafter_notes(config: SimConfig, trace: Trace) -> tuple[str, ...]:
     """A note when the trace was drafted without a model (its meta.json names a ``drafter``,
     e.g. ngram) but the cost model prices draft passes of a model (``config.draft``), and one
-    when async scheduling was asked for but vLLM would not run it (:func:`async_overlaps`)."""
+    when async scheduling was asked for (``true``) but vLLM would not run it
+    (SimConfig.async_setting)."""
     notes: tuple[str, ...] = ()
-    if config.async_scheduling and not async_overlaps(config):
-        notes = (f"async_scheduling: off for draft {config.draft} (vLLM runs the CPU n-gram "
-                 "proposer only synchronously: an explicit --async-scheduling is refused, the "
-                 "default turns it off); the speedup's AR arm keeps it",)
+    if config.async_scheduling is True and not async_overlaps(config):
+        notes = (f"async_scheduling: {config.async_setting.why} (vLLM's default turns it off "
+                 "there); the speedup's AR arm keeps it",)
     draft = ((getattr(trace, "meta", None) or {}).get("models") or {}).get("draft") or {}
     drafter = draft.get("drafter") if isinstance(draft, dict) else None
     if drafter is None or str(config.draft).lower() in FREE_DRAFTS:

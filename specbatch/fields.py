@@ -27,8 +27,22 @@ from specbatch.limits import INT64_MAX
 #: The range of a 64-bit signed integer: every integer field is stored in int64 columns.
 INT64_MIN = -INT64_MAX - 1
 INT64_WORDS = "an integer within the int64 range (|n| < 2^63)"
+
+
+class AutoBool:
+    """The kind of a switch a user may leave to the engine: ``"auto"``, true or false (a field
+    annotated ``bool | Literal["auto"]``). "auto" is the engine's own rule for the unset flag,
+    resolved per run by the code that reads the field (vLLM's ``--async-scheduling``:
+    simulator.cost.features.async_overhead.resolve_async)."""
+
+
+#: The string an :class:`AutoBool` field holds for "left to the engine".
+AUTO = "auto"
 #: How an error message names the value a field of each type expects.
-KIND_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+KIND_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+              AutoBool: "auto, true or false"}
+#: How the docs' table and a flag's metavar name each type.
+KIND_NAMES = {AutoBool: "auto or bool"}
 #: Command-line spellings of booleans.
 TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes"), ("false", "0", "no")
 
@@ -117,9 +131,12 @@ def like(cls: type, name: str, default: object, **changes: object) -> typing.Any
 
 
 def field_kind(hint: object) -> tuple[type, bool]:
-    """(base type, whether None is allowed) of a field annotation such as ``int | None``."""
+    """(base type, whether None is allowed) of a field annotation such as ``int | None``;
+    ``bool | Literal["auto"]`` is :class:`AutoBool`."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if set(args) == {bool, typing.Literal[AUTO]}:
+            return AutoBool, len(args) < len(typing.get_args(hint))
         if len(args) != 1:
             raise TypeError(f"unsupported config annotation {hint!r}")
         return args[0], True
@@ -188,6 +205,8 @@ def check_toml_value(spec: FieldSpec, value: object, where: str) -> object:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif kind is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif kind is AutoBool:
+        ok = isinstance(value, bool) or (isinstance(value, str) and value == AUTO)
     else:
         ok = isinstance(value, str)
     if not ok:
@@ -208,8 +227,9 @@ def coerce(spec: FieldSpec, value: object, where: str) -> object:
 
 def convert(spec: FieldSpec, value: object) -> object:
     """``value`` as the field's type: ``"none"`` for an optional field, ``"true"``/``"false"``
-    for a flag, integral floats and numpy integers for an integer. Raises ValueError
-    ``expected WHAT, got VALUE`` (the argparse ``type=`` of generated flags uses it)."""
+    for a flag (and ``"auto"`` for an :class:`AutoBool` one), integral floats and numpy
+    integers for an integer. Raises ValueError ``expected WHAT, got VALUE`` (the argparse
+    ``type=`` of generated flags uses it)."""
     if value is None or (spec.optional and isinstance(value, str) and value.lower() == "none"):
         if spec.optional:
             return None
@@ -225,6 +245,10 @@ def convert(spec: FieldSpec, value: object) -> object:
 
 
 def _convert(kind: type, value: object) -> object:
+    if kind is AutoBool:
+        if isinstance(value, str) and value.lower() == AUTO:
+            return AUTO
+        return _convert(bool, value)
     if kind is bool:
         if isinstance(value, str):
             low = value.lower()
@@ -253,8 +277,9 @@ def exact_value(spec: FieldSpec, value: object, where: str) -> object:
     """``value`` as stored in a config built from Python (``SimConfig(requests=2.5)``): of the
     field's type exactly, never converted with a loss. An integer field takes an integral
     number that is not a bool (numpy integers become ``int``); a float field a finite real
-    that is not a bool (becomes ``float``); a bool field a bool (numpy's too); a string field a
-    string; None only where optional. Anything else is ``WHERE: field NAME: expected ..., got
+    that is not a bool (becomes ``float``); a bool field a bool (numpy's too); an
+    :class:`AutoBool` field a bool or ``"auto"``; a string field a string; None only where
+    optional. Anything else is ``WHERE: field NAME: expected ..., got
     ...``."""
     import numbers
 
@@ -266,8 +291,10 @@ def exact_value(spec: FieldSpec, value: object, where: str) -> object:
         fail(where, spec.name, KIND_WORDS[spec.kind], value)
     boolean = isinstance(value, (bool, np.bool_))
     kind = spec.kind
-    if kind is bool and boolean:
+    if kind in (bool, AutoBool) and boolean:
         return bool(value)
+    if kind is AutoBool and isinstance(value, str) and value == AUTO:
+        return AUTO
     if kind is int and isinstance(value, numbers.Integral) and not boolean:
         return _int64(spec, int(value), where)
     if kind is float and isinstance(value, numbers.Real) and not boolean:
@@ -319,6 +346,16 @@ def resolve_aliases(values: Mapping[str, object], aliases: Mapping[str, str],
     return out
 
 
+def kind_name(spec: FieldSpec) -> str:
+    """The field's type as the docs' table names it: ``int``, ``bool``, ``auto or bool``."""
+    return KIND_NAMES.get(spec.kind, spec.kind.__name__)
+
+
+def metavar(spec: FieldSpec) -> str:
+    """The field's command-line metavar: ``INT``, ``BOOL``, ``AUTO|BOOL``."""
+    return kind_name(spec).replace(" or ", "|").upper()
+
+
 def show_default(spec: FieldSpec) -> str:
     """The default as a user writes it: ``64``, ``fixed``, ``false``, ``none``."""
     if spec.default is None:
@@ -366,7 +403,7 @@ def markdown_table(cls: type, aliases: Mapping[str, str] | None = None) -> str:
     rows = ["| field | type | default | allowed | meaning |", "|---|---|---|---|---|"]
     for spec in field_specs(cls).values():
         name = f"`{spec.name}`" + "".join(f" (`{a}`)" for a in spelled.get(spec.name, ()))
-        kind = spec.kind.__name__ + (" or none" if spec.optional else "")
+        kind = kind_name(spec) + (" or none" if spec.optional else "")
         meaning = spec.help + (f" (none: {spec.none})" if spec.none else "")
         cells = (name, kind, f"`{show_default(spec)}`", allowed(spec), meaning)
         rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")

@@ -4,22 +4,27 @@ and docs (specbatch/fields.py), for any frozen config dataclass."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import pytest
 
 from specbatch.errors import SpecbatchError
 from specbatch.fields import (
+    AUTO,
+    AutoBool,
     Range,
     above,
     at_least,
     check_ranges,
     check_toml_value,
     coerce,
+    exact_value,
     field_specs,
     flag_help,
     knob,
     like,
     markdown_table,
+    metavar,
     resolve_aliases,
 )
 
@@ -106,3 +111,33 @@ def test_help_and_docs_come_from_the_declaration():
 def test_a_shared_field_keeps_its_description_with_its_own_default():
     spec = field_specs(Other)["size"]
     assert (spec.default, spec.help, spec.range) == (8, "how many others", at_least(1))
+
+
+@dataclass(frozen=True)
+class Switch:
+    overlap: bool | Literal["auto"] = knob("auto", "left to the engine unless given")
+
+
+def test_a_switch_the_engine_may_resolve_takes_auto_true_or_false():
+    """``bool | Literal["auto"]`` is the AutoBool kind: "auto", True or False from Python,
+    TOML (exact types: the string "auto", a boolean) and the command line (auto, true/false
+    spellings); anything else names the field."""
+    spec = field_specs(Switch)["overlap"]
+    assert (spec.kind, spec.optional, spec.default) == (AutoBool, False, AUTO)
+    for value in (AUTO, True, False):
+        assert exact_value(spec, value, "T") is value or exact_value(spec, value, "T") == value
+        assert check_toml_value(spec, value, "T") == value
+    for text, want in (("auto", AUTO), ("AUTO", AUTO), ("true", True), ("no", False),
+                       ("1", True)):
+        assert coerce(spec, text, "T") == want
+    for bad in ("on", 1, None, 0.5):
+        with pytest.raises(SpecbatchError, match="field overlap: expected auto, true or false"):
+            exact_value(spec, bad, "T")
+        with pytest.raises(SpecbatchError, match="field overlap: expected auto, true or false"):
+            check_toml_value(spec, bad, "T")
+    with pytest.raises(SpecbatchError, match="T: field overlap: expected auto, true or false, "
+                                             "got 'maybe'"):
+        coerce(spec, "maybe", "T")
+    assert metavar(spec) == "AUTO|BOOL"
+    assert "| `overlap` | auto or bool | `auto` | auto, true or false |" in markdown_table(Switch)
+    assert flag_help(spec).endswith("(default: auto)")

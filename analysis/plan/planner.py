@@ -120,6 +120,11 @@ def _run_plan(question: Question, out: str | Path | None, **executor: Any) -> di
             toml = out / "plan.toml"
             atomic_write(toml, choice_toml(base, main.choice))
             report["choice"]["config"] = str(toml)
+            from specbatch.simulator.config.sim_config import make_config
+
+            # as the answer's runs resolved it (SimConfig.async_setting)
+            report["choice"]["async_scheduling"] = str(make_config(
+                choice_fields(base, main.choice)).async_setting)
             report["choice"]["simulate"] = f"specbatch simulate --config {toml}"
             from specbatch.analysis.plan.engine_advice import engine_lines, versions
 
@@ -364,16 +369,23 @@ def describe_question(base: dict, question: Question) -> dict:
                       "cost": "price per GPU-hour" if space.priced else "GPUs"}}
 
 
-def choice_toml(base: dict, choice: Entry) -> str:
-    """The chosen configuration as a ``simulate`` TOML config (only the fields it sets; k,
-    e and verify only where its policy uses them, so ``simulate`` accepts it)."""
-    from specbatch.simulator.config.sim_config import make_config, to_toml
-
+def choice_fields(base: dict, choice: Entry) -> dict:
+    """The fields the chosen configuration sets (k, e and verify only where its policy uses
+    them, so ``simulate`` accepts it)."""
     fields = {**base, **choice.deployment.fields(), **choice.speculation.fields()}
     if choice.speculation.policy == "ar":
         fields.pop("verify", None)
     if not choice.speculation.extra:
         fields.pop("extra", None)
+    return fields
+
+
+def choice_toml(base: dict, choice: Entry) -> str:
+    """The chosen configuration as a ``simulate`` TOML config (only the fields it sets:
+    :func:`choice_fields`)."""
+    from specbatch.simulator.config.sim_config import make_config, to_toml
+
+    fields = choice_fields(base, choice)
     config = make_config(fields)
     keep = set(fields)
     lines = [line for line in to_toml(config).splitlines() if line.split(" = ")[0] in keep]

@@ -218,14 +218,31 @@ def _cell(value: Any) -> Any:
     return value
 
 
+def _switch_names() -> frozenset[str]:
+    """SimConfig fields of kind AutoBool ("auto", true or false: ``async_scheduling``)."""
+    from specbatch.fields import AutoBool
+    from specbatch.simulator.config.sim_config import specs
+
+    return frozenset(name for name, spec in specs().items() if spec.kind is AutoBool)
+
+
+def _switch_cell(value: Any) -> Any:
+    """An AutoBool field's value as a user writes it (auto, true, false): one string column
+    whatever the runs hold (a column of True and "auto" is no Parquet type)."""
+    return ("true" if value else "false") if isinstance(value, bool) else value
+
+
 def collect_results(out: str | os.PathLike, keys: Iterable[str] | None = None) -> pd.DataFrame:
     """The tidy table: one row per run (config fields, then metrics), in manifest order.
 
-    Summary keys that clash with a config field (``requests``: the number completed) get a
-    ``_result`` suffix. Extra columns: ``run`` (the run key) and ``setting`` (the key without
-    the seed, to pair seeds across settings).
+    Summary keys that clash with a config field (``requests``: the number completed;
+    ``async_scheduling``: as resolved, the config's as asked) get a ``_result`` suffix. A switch
+    the engine may resolve (``async_scheduling``) is spelled auto / true / false. Extra
+    columns: ``run`` (the run key) and ``setting`` (the key without the seed, to pair seeds
+    across settings).
     """
     keys = list(keys) if keys is not None else read_manifest(out)["runs"]
+    switches = _switch_names()
     rows = []
     for key in keys:
         record = load_point(out, key)
@@ -233,7 +250,8 @@ def collect_results(out: str | os.PathLike, keys: Iterable[str] | None = None) -
             raise SpecbatchError(f"directory {out}: run {key} has no stored result (rerun the "
                                  "sweep)")
         config = record["config"]
-        row = {name: _cell(value) for name, value in config.items()}
+        row = {name: _switch_cell(value) if name in switches else _cell(value)
+               for name, value in config.items()}
         for name, value in record["summary"].items():
             row[f"{name}_result" if name in config else name] = _cell(value)
         row["run"] = key

@@ -39,6 +39,9 @@ from dataclasses import dataclass, field
 from specbatch.errors import SpecbatchError, require
 
 #: vLLM defaults assumed when a run's meta.json does not record the setting (vLLM 0.19).
+#: ``async_scheduling``: what vLLM resolves the unset flag to for the replayed deployment (no
+#: speculative config: on; simulator.cost.features.async_overhead.resolve_async), passed as
+#: an explicit true, as a recorded value is.
 VLLM_DEFAULTS = {"block_size": 16, "enable_prefix_caching": True, "gpu_memory_utilization": 0.9,
                  "enable_chunked_prefill": True, "long_prefill_token_threshold": 0,
                  "async_scheduling": True, "enforce_eager": False, "policy": "fcfs",

@@ -57,6 +57,9 @@ class SchedulerEntry:
     live:            whether the live loop composes its steps this way (live.loop)
     compiled:        whether the numba loop (simulator.engine.v1.compiled) runs its steps, for
                      the runs it covers (its ``compiled_gap`` names the rest)
+    async_engine:    whether the engine it models has vLLM V1's async scheduler
+                     (vllm/v1/core/sched/async_scheduler.py), which ``async_scheduling =
+                     "auto"`` turns on as vLLM does (simulator.cost.features.async_overhead)
     """
 
     name: str
@@ -73,6 +76,7 @@ class SchedulerEntry:
     dp_lockstep: bool = True
     live: bool = False
     compiled: bool = False
+    async_engine: bool = False
 
     def load(self) -> type:
         """The composer class this row names (imports its module)."""
@@ -86,7 +90,7 @@ CATALOGUE: tuple[SchedulerEntry, ...] = (
         name="vllm-v1", composer="specbatch.simulator.engine.v1.step:V1Step",
         admission=SCHEDULING_POLICIES, mixed_steps=True, chunks_prompts=True,
         default_budget=V1_DEFAULT_BATCHED_TOKENS, prefix_caching=True, hybrid_kv=True,
-        live=True, compiled=True),
+        live=True, compiled=True, async_engine=True),
     SchedulerEntry(
         name="vllm-v0", composer="specbatch.simulator.engine.v0:V0Step",
         admission=SCHEDULING_POLICIES, live=True),

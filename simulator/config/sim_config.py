@@ -25,6 +25,7 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Literal
 
 from specbatch.errors import SpecbatchError
 from specbatch.fields import (
@@ -330,16 +331,17 @@ class SimConfig:
     execution: str = knob(DEFAULT_EXECUTION, "roofline launch-latency preset (cuda_graph: a "
                           "serving engine; eager: ~1.07 ms per decoder layer, fitted to H100 "
                           "profiles)", choices=tuple(sorted(EXECUTIONS)))
-    async_scheduling: bool = knob(False, "vLLM's --async-scheduling: the per-step CPU "
-                                  "overhead overlaps the target pass (a step takes max(pass, "
-                                  "overhead), not their sum; "
-                                  "simulator.cost.features.async_overhead), and under "
-                                  "vllm-v1 a step is composed one step ahead: with the "
-                                  "arrivals up to the last step's start, the last step's "
-                                  "finished requests still holding their slots and blocks "
-                                  "(simulator.engine.async_lag); dropped for a "
-                                  "speculative run with draft = ngram, which vLLM runs "
-                                  "synchronously (its AR arm keeps it)")
+    async_scheduling: bool | Literal["auto"] = knob(
+        "auto", "vLLM's --async-scheduling: the per-step CPU overhead overlaps the target "
+        "pass (a step takes max(pass, overhead), not their sum; "
+        "simulator.cost.features.async_overhead), and under vllm-v1 a step is composed one "
+        "step ahead: with the arrivals up to the last step's start, the last step's finished "
+        "requests still holding their slots and blocks (simulator.engine.async_lag). auto = "
+        "vLLM's rule for the flag unset, per run: on without speculation and for a draft "
+        "model or an EAGLE/MTP head, off for draft = ngram's speculative steps and under "
+        "vllm-v0; true = the flag given (dropped for ngram's speculative steps, which vLLM runs "
+        "synchronously); false = --no-async-scheduling. Each arm of --speedup resolves on its "
+        "own; the summary records the result")
     host: str = knob("vllm", "the engine's host time (simulator.cost.features.host): vllm = "
                      "scheduler + input preparation a + b n per step (fitted on Vidur's A100 "
                      "CPU profile), the proposer loop's per-pass floor and the n-gram "
@@ -379,6 +381,19 @@ class SimConfig:
         """The ``scheduler``'s catalogue row (simulator.config.schedulers): what it supports
         and its defaults."""
         return schedulers.scheduler_entry(self.scheduler)
+
+    @property
+    def async_setting(self):
+        """How ``async_scheduling`` resolves for this run (simulator.cost.features.
+        async_overhead.resolve_async, vLLM's rule; an AsyncSetting): speculative unless the
+        policy verifies nothing (``ar``: no speculative config; a user's ``module:Class``
+        policy counts as speculative), on an engine with vLLM V1's async scheduler or not
+        (the scheduler catalogue's ``async_engine``)."""
+        from specbatch.simulator.cost.features.async_overhead import resolve_async
+
+        row = catalogue.entry(self.policy)
+        return resolve_async(self.async_scheduling, self.draft, row is None or row.verifies,
+                             self.scheduler_row.async_engine)
 
     @property
     def chunked(self) -> bool:

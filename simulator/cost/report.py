@@ -85,9 +85,10 @@ def roofline_split(model, role: str, query, kv) -> dict:
 def pass_breakdown(model, role: str, query, kv) -> dict | None:
     """Seconds per part of one pass of ``role`` (:data:`SHOWN_PARTS`), or None. ``host``: what
     vLLM's host share (simulator.cost.features.host) adds to the pass (its b·n or async floor
-    on a target pass, the proposer loop's floor on a draft pass), 0 for any other model."""
-    host = sys.modules.get("specbatch.simulator.cost.features.host")
-    if host is not None and isinstance(model, host.HostCost):
+    on a target pass, the proposer loop's floor on a draft pass), or async scheduling's floor
+    T_o under ``host = "fixed"`` (simulator.cost.features.async_overhead), 0 for any other
+    model."""
+    if host_wrapper(model):
         parts = pass_breakdown(model.inner, role, query, kv)
         if parts is not None:
             parts["host"] = (float(model.step_time(role, query, kv))
@@ -95,6 +96,16 @@ def pass_breakdown(model, role: str, query, kv) -> dict | None:
         return parts
     parts = device_breakdown(model, role, query, kv)
     return None if parts is None else {**parts, "host": 0.0}
+
+
+def host_wrapper(model) -> bool:
+    """Whether ``model`` is a host layer around the passes: vLLM's host share
+    (simulator.cost.features.host.HostCost) or async scheduling's floor under the preset's flat
+    overhead (simulator.cost.features.async_overhead.AsyncOverheadCost)."""
+    host = sys.modules.get("specbatch.simulator.cost.features.host")
+    overlap = sys.modules.get("specbatch.simulator.cost.features.async_overhead")
+    return ((host is not None and isinstance(model, host.HostCost))
+            or (overlap is not None and isinstance(model, overlap.AsyncOverheadCost)))
 
 
 def device_breakdown(model, role: str, query, kv) -> dict | None:
@@ -151,6 +162,14 @@ def cost_sources(model) -> dict:
     from specbatch.simulator.cost.features.free_draft import FreeDraftCost
     from specbatch.simulator.cost.measured.profiled import ProfiledCost
 
+    overlap = sys.modules.get("specbatch.simulator.cost.features.async_overhead")
+    if overlap is not None and isinstance(model, overlap.AsyncOverheadCost):  # host = fixed
+        out = cost_sources(model.inner)
+        out["host"] = {"step_s": {"value": model.host_overhead, "per": "engine step",
+                                  "fitted": False, "source": "the hardware preset's flat "
+                                  "overhead (assumed)"},
+                       "combine": "max(target pass, overhead) (async scheduling)"}
+        return out
     host = sys.modules.get("specbatch.simulator.cost.features.host")
     if host is not None and isinstance(model, host.HostCost):  # vLLM's host share
         out = cost_sources(model.inner)

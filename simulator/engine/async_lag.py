@@ -61,15 +61,14 @@ if TYPE_CHECKING:
     from specbatch.simulator.engine.request_state import Replica
 
 
-def lags(config: SimConfig, speculative: bool) -> bool:
+def lags(config: SimConfig) -> bool:
     """Whether ``config``'s steps are scheduled one step ahead (module docstring): vLLM's
-    async scheduling is on for the deployment (``async_scheduling``, not the CPU n-gram
-    drafter's speculative steps: simulator.cost.features.async_overhead.async_applies) and
-    the composer is vllm-v1's (the scheduler catalogue's mixed-step row)."""
-    from specbatch.simulator.cost.features.async_overhead import async_applies
-
-    return (bool(config.async_scheduling) and config.scheduler_row.mixed_steps
-            and async_applies(config.draft, speculative))
+    async scheduling is on for the deployment (``async_scheduling`` as resolved by
+    SimConfig.async_setting, simulator.cost.features.async_overhead's rule, which the cost
+    model's
+    overlap follows too) and the composer is vllm-v1's (the scheduler catalogue's mixed-step
+    row)."""
+    return config.scheduler_row.mixed_steps and config.async_setting.on
 
 
 def promote(rep: Replica, arrival, cutoff: float) -> None:

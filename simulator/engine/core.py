@@ -223,7 +223,7 @@ class Engine(EngineState):
         self.routed = 0
         # vLLM's async scheduling lag (simulator.engine.async_lag); DP ranks in lockstep keep
         # the synchronous rule
-        self.lag = lags(config, policy.speculates) and self.lockstep is None
+        self.lag = lags(config) and self.lockstep is None
         self.heap: list = []
         self.seq = 0
         self.composer = row.load()(self)  # a part: it shares the state set above
@@ -336,6 +336,10 @@ class Engine(EngineState):
                 self.start_step(rep, time)
         if not np.all(np.isfinite(self.rec.finish)):  # pragma: no cover - engine invariant
             raise SpecbatchError("simulator: a request never finished (engine invariant broken)")
+        for rep in self.replicas:  # async_lag: the last step's output is processed, its
+            if rep.deferred is not None:  # finished requests' slots and blocks freed
+                held, rep.deferred = rep.deferred, None
+                self.composer.release(rep, held)
         return self.rec
 
     # ---------------------------------------------------------------- steps

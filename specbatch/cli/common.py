@@ -193,6 +193,18 @@ def positive_int(text: str) -> int:
 THREADS_FLAG = flag("--threads", type=positive_int, default=None, metavar="N", help=THREADS_HELP)
 
 
+def auto_bool(text: str) -> bool | str:
+    """"auto", or a boolean spelled as a config flag is (true/false, yes/no, 1/0): a switch the
+    engine resolves itself when auto (specbatch.fields.AutoBool)."""
+    from specbatch.fields import AutoBool, FieldSpec, convert
+
+    spec = FieldSpec("", AutoBool, False, None, "", (), None, (), False, (), "", True)
+    try:
+        return convert(spec, text)  # type: ignore[return-value]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def nonneg_int(text: str) -> int:
     """An integer >= 0 that fits int64 (budgets, lengths, seeds)."""
     return _integer(text, 0, "an integer >= 0")

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from specbatch.cli.common import (
     JSON_FLAG,
     add_command,
+    auto_bool,
     capped_int,
     emit,
     example,
@@ -29,10 +30,12 @@ from specbatch.cli.common import (
 )
 from specbatch.cli.flags import flag
 from specbatch.errors import require
+from specbatch.fields import AUTO
 from specbatch.limits import MAX_BATCH, MAX_CONTEXT_TOKENS, MAX_DEPTH
 from specbatch.simulator.cost.analytic.memory import weights_shortfall
 from specbatch.simulator.cost.analytic.precision import KV_CACHE_DTYPES, QUANTIZATIONS, describe
 from specbatch.simulator.cost.analytic.roofline import RooflineCost
+from specbatch.simulator.cost.features.async_overhead import AsyncOverheadCost, resolve_async
 from specbatch.simulator.cost.gpus.hardware import (
     DEFAULT_EXECUTION,
     DEFAULT_SAMPLER,
@@ -146,9 +149,12 @@ SHOW_FLAGS = (
          help="host time (default %(default)s: vLLM's scheduler + input preparation per step "
               "and request, the proposer loop's per-pass floor, the n-gram proposer's CPU "
               "time; simulator.cost.features.host; fixed: the preset's 1 ms per step)"),
-    flag("--async-scheduling", action="store_true",
+    flag("--async-scheduling", nargs="?", const=True, default=AUTO, type=auto_bool,
+         metavar="AUTO|BOOL",
          help="vLLM's --async-scheduling: the host time hides under the target pass (max of "
-              "the two)"),
+              "the two); auto (default) = vLLM's rule for the flag unset: on, off for --draft "
+              "ngram with --k > 0; given alone = true (dropped for ngram); false = synchronous "
+              "(simulator.cost.features.async_overhead.resolve_async)"),
     flag("--batch", type=capped_int(MAX_BATCH), nargs="+", default=list(DEFAULT_BATCHES),
          help="batch sizes (requests per pass)"),
     flag("--kv", type=capped_int(MAX_CONTEXT_TOKENS, low=0), default=512, help="cached tokens per "
@@ -361,13 +367,14 @@ def run_show(args) -> int:
                              routing_skew=args.routing_skew, quantization=args.quantization,
                              kv_cache_dtype=args.kv_cache_dtype)
     priced = model  # with vLLM's host share (simulator.cost.features.host) unless --host fixed
+    # vLLM's rule for the flag, as a simulated run resolves it (async_overhead.resolve_async)
+    setting = resolve_async(args.async_scheduling, args.draft, args.k > 0)
     if args.host == "vllm":
-        from specbatch.simulator.cost.features.async_overhead import async_applies
         from specbatch.simulator.cost.features.host import with_host
 
-        # vLLM never overlaps the CPU n-gram proposer's steps (async_overhead.async_applies)
-        priced = with_host(model, args.draft,
-                           overlap=args.async_scheduling and async_applies(args.draft, args.k > 0))
+        priced = with_host(model, args.draft, overlap=setting.on)
+    elif setting.on:  # the preset's flat overhead under the pass, as simulate prices it
+        priced = AsyncOverheadCost(model)
     rows = pass_times(priced, args.batch, args.kv, args.k)
     for row in rows:
         row["breakdown"] = row_breakdowns(priced, row["batch"], args.kv, args.k)
@@ -381,6 +388,7 @@ def run_show(args) -> int:
            "overhead_s": priced.overhead, "prefill_s": prefill, "prompt": args.prompt,
            "rows": rows, "step_split": split, "execution": execution, "verify": args.verify,
            "verify_cost": args.verify_cost if sampler is not None else "none",
+           "async_scheduling": str(setting),
            "sources": sources}
     if isinstance(model, ProfiledCost):
         out["cv_mape"] = model.cv_mape
@@ -417,7 +425,8 @@ def run_show(args) -> int:
     lines = [f"{args.cost} cost: {args.target}{precision} (tp={args.tp}) + draft "
              f"{args.draft}{bits} on "
              f"{args.hardware}; kv={args.kv} per request, k={args.k}; "
-             f"step overhead {1e3 * priced.overhead:.2f} ms"]
+             f"step overhead {1e3 * priced.overhead:.2f} ms; async scheduling "
+             f"{out['async_scheduling']}"]
     header = f"{'batch':>6} {'draft ms':>10} {'decode ms':>10} {'verify(k+1) ms':>15}"
     lines.append(header + ("  bound" if isinstance(model, RooflineCost) else ""))
     for r in rows:

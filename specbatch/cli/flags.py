@@ -45,12 +45,14 @@ class Flag:
     metavar: str | None = None
     action: str | None = None
     nargs: str | int | None = None
+    const: object = None
     required: bool = False
 
     def keywords(self) -> dict[str, object]:
         """The argparse keywords this flag sets, and only those."""
         given = {"help": self.help, "type": self.type, "choices": self.choices,
-                 "metavar": self.metavar, "action": self.action, "nargs": self.nargs}
+                 "metavar": self.metavar, "action": self.action, "nargs": self.nargs,
+                 "const": self.const}
         out = {key: value for key, value in given.items() if value is not None}
         if self.default is not NOT_GIVEN:
             out["default"] = self.default

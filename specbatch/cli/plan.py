@@ -8,7 +8,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specbatch.cli.common import JSON_FLAG, add_command, emit, int_list, positive_int, seed_int
+from specbatch.cli.common import (
+    JSON_FLAG,
+    add_command,
+    auto_bool,
+    emit,
+    int_list,
+    positive_int,
+    seed_int,
+)
 from specbatch.cli.flags import flag, grouped
 from specbatch.errors import SpecbatchError, require
 from specbatch.simulator.cost.analytic.precision import KV_CACHE_DTYPES, QUANTIZATIONS
@@ -95,6 +103,11 @@ PLAN_FLAGS = (
              help="vLLM's --disable-hybrid-kv-cache-manager: a sliding-window model's layers "
                   "all hold every token; set automatically, with a note, when the models' "
                   "page sizes cannot be unified"),
+        flag("--async-scheduling", type=auto_bool, default="auto", metavar="AUTO|BOOL",
+             help="vLLM's --async-scheduling (default auto: vLLM's rule for the flag unset, "
+                  "per run: on for ar and model or head drafters, off for ngram; true / "
+                  "false: the flag given, or --no-async-scheduling; "
+                  "simulator.cost.features.async_overhead)"),
     ),
     *grouped(
         "SLOs",
@@ -281,13 +294,15 @@ def build_question(args: argparse.Namespace):
 
 
 def precision_fields(args: argparse.Namespace) -> dict:
-    """``quantization`` / ``kv_cache_dtype`` when set away from their defaults (a question
-    without them stays the one it was)."""
+    """``quantization`` / ``kv_cache_dtype`` / ``async_scheduling`` when set away from their
+    defaults (a question without them stays the one it was)."""
     out = {}
     if args.quantization != "none":
         out["quantization"] = args.quantization
     if args.kv_cache_dtype != "auto":
         out["kv_cache_dtype"] = args.kv_cache_dtype
+    if args.async_scheduling != "auto":  # given: the runs and vLLM's line carry it
+        out["async_scheduling"] = args.async_scheduling
     if args.disable_hybrid_kv_cache_manager or hybrid_needs_disabling(args, out):
         out["disable_hybrid_kv_cache_manager"] = True
     return out
@@ -406,6 +421,8 @@ def format_report(report: dict) -> str:
                              f"{'; '.join(gain['ar_limits']) or 'meets every limit too'}")
             lines.append(f"  cheapest ar that meets every limit: "
                          f"{gain['cheapest_ar'] or 'none within the searched levels'}")
+        if choice.get("async_scheduling"):  # as resolved (SimConfig.async_setting)
+            lines.append(f"  async scheduling: {choice['async_scheduling']}")
         lines.append(f"  re-run it: {choice['simulate']}")
         for engine, line in choice.get("engines", {}).items():
             lines.append(f"  {engine}: {line}")

@@ -25,7 +25,7 @@ from specbatch.cli.common import (
     emit,
     example,
 )
-from specbatch.fields import flag_help
+from specbatch.fields import flag_help, metavar
 from specbatch.io import check_result_dir, jsonable
 from specbatch.simulator.config.sim_config import (
     SimConfig,
@@ -90,7 +90,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("config overrides (SimConfig fields)")
     for spec in specs().values():
         group.add_argument(spec.option, *spec.flags, dest=spec.name, default=None,
-                           metavar=spec.kind.__name__.upper(), help=flag_help(spec))
+                           metavar=metavar(spec), help=flag_help(spec))
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -180,6 +180,10 @@ def format_summary(summary: dict, out: str | None = None) -> str:
         from specbatch.simulator.cost.report import source_line
 
         lines.append(f"cost source: {source_line(summary['cost_source'])}")
+    if summary.get("async_scheduling"):  # as resolved (simulator.cost.features.async_overhead)
+        arm = summary.get("async_scheduling_ar")
+        lines.append(f"async scheduling: {summary['async_scheduling']}"
+                     + (f"; ar arm: {arm}" if arm else ""))
     if summary.get("acceptance"):
         from specbatch.simulator.replay.acceptance_source import source_line
 

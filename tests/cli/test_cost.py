@@ -91,7 +91,52 @@ def test_show_json_is_monotone_in_batch(capsys):
     assert rows[0]["draft_s"] == rows[1]["draft_s"] == pytest.approx(27 * 1.07e-3 / 41)
     assert obj["sources"]["host"]["draft_pass"]["ops"] == 27
     assert 0.018 < rows[0]["target_decode_s"] < 0.030
-    assert obj["overhead_s"] > 0 and obj["prefill_s"] > rows[0]["target_decode_s"]
+    # vLLM's default async scheduling for a draft model hides a under the pass
+    assert obj["overhead_s"] == 0 and obj["prefill_s"] > rows[0]["target_decode_s"]
+    assert obj["async_scheduling"].startswith("auto -> on (vLLM default for a draft model")
+
+
+@pytest.mark.parametrize("flag, draft, k, on", [
+    ((), "vicuna-68m", "3", True),  # auto: vLLM's default
+    ((), "ngram", "3", False),  # auto: off for the CPU n-gram proposer
+    ((), "ngram", "0", True),  # no speculative config
+    (("--async-scheduling",), "vicuna-68m", "3", True),  # the flag alone: true
+    (("--async-scheduling",), "ngram", "3", False),  # true, dropped for n-gram
+    (("--async-scheduling", "false"), "vicuna-68m", "3", False),
+    (("--async-scheduling", "auto"), "eagle3", "3", True),
+])
+def test_show_resolves_async_scheduling_as_simulate_does(capsys, flag, draft, k, on):
+    """cost show's host terms follow the same rule as a simulated run's
+    (async_overhead.resolve_async): a + b n hidden under the pass when on (overhead 0), a per
+    step when off; the JSON and the header line say how it resolved."""
+    from specbatch.simulator.cost.features.host import STEP_S
+
+    argv = ["cost", "show", "--draft", draft, "--k", k, "--batch", "8", *flag]
+    code, out, _ = run(capsys, *argv, "--json")
+    assert code == 0
+    obj = json.loads(out)
+    assert obj["overhead_s"] == (0.0 if on else STEP_S)
+    assert obj["async_scheduling"].split(" (")[0].endswith("on" if on else "off")
+    code, out, _ = run(capsys, *argv)
+    assert f"async scheduling {obj['async_scheduling']}" in out.splitlines()[0]
+
+
+def test_show_fixed_host_overlaps_the_presets_overhead_under_async_scheduling(capsys):
+    code, out, _ = run(capsys, "cost", "show", "--host", "fixed", "--batch", "1", "--json")
+    on = json.loads(out)
+    code2, out, _ = run(capsys, "cost", "show", "--host", "fixed", "--batch", "1", "--json",
+                        "--async-scheduling", "false")
+    off = json.loads(out)
+    assert code == code2 == 0
+    assert on["overhead_s"] == 0.0 and off["overhead_s"] == 1e-3  # the preset's 1 ms
+    assert on["sources"]["host"]["combine"].startswith("max(target pass, overhead)")
+
+
+def test_show_refuses_a_bad_async_scheduling_in_one_line(capsys):
+    code, out, err = run(capsys, "cost", "show", "--async-scheduling", "maybe")
+    assert code == 2 and out == ""
+    assert "--async-scheduling: expected auto, true or false, got 'maybe'" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_show_with_a_profiled_model(tmp_path, capsys):

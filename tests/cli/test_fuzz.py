@@ -201,6 +201,8 @@ def field_value(name: str) -> st.SearchStrategy:
         good = st.one_of(st.floats(0.01, 1), edge_floats)
     elif name in ("enable_chunked_prefill", "speedup"):
         good = st.booleans()
+    elif name == "async_scheduling":
+        good = st.sampled_from(["auto", True, False])
     else:
         good = toml_values
     # one draw in ten is any TOML value (hypothesis favours 0 and the bounds, so 5 marks it)
@@ -442,7 +444,8 @@ def test_a_misbehaving_user_policy_is_run_or_refused_in_one_line(trace_dir, tmp_
 api_values = st.one_of(
     st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True,
                                                                     allow_infinity=True),
-    st.text(max_size=8), st.sampled_from(["fixed", "token", "burst", "h100", "none", "3"]),
+    st.text(max_size=8), st.sampled_from(["fixed", "token", "burst", "h100", "none", "3",
+                                          "auto", "AUTO"]),
     st.lists(st.integers(0, 3), max_size=2), st.builds(lambda v: __import__("numpy").int64(v),
                                                        st.integers(-5, 5)),
     st.builds(lambda v: __import__("numpy").float64(v), st.floats(allow_nan=True)))
@@ -458,6 +461,7 @@ def test_the_python_api_builds_exact_configs_or_raises_a_clear_error(values):
     import dataclasses
 
     from specbatch.errors import SpecbatchError
+    from specbatch.fields import AUTO, AutoBool
     from specbatch.simulator.config.sim_config import SimConfig, specs
 
     try:
@@ -471,7 +475,10 @@ def test_the_python_api_builds_exact_configs_or_raises_a_clear_error(values):
         if value is None:
             assert spec.optional
             continue
-        assert type(value) is spec.kind, (name, value)
+        if spec.kind is AutoBool:  # "auto", true or false (specbatch.fields.AutoBool)
+            assert value == AUTO or type(value) is bool, (name, value)
+        else:
+            assert type(value) is spec.kind, (name, value)
         if spec.kind is float:
             assert math.isfinite(value)
         if name in values:

@@ -269,3 +269,25 @@ def test_the_progress_bar_has_a_total_and_an_eta(tmp_path):
     assert timed, frames  # n/total with a remaining time, not "?"
     assert {m.group(1) for m in timed} >= {"1"}
     assert all(int(m.group(3)) <= int(m.group(4)) for m in timed)
+
+
+def test_a_bad_async_scheduling_is_one_line_error(capsys, tmp_path):
+    from tests.cli.oneline import run_main
+
+    code, _, err = run_main(capsys, ["plan", "--out", str(tmp_path / "p"), *QUICK, "--rate", "1",
+                                     "--async-scheduling", "maybe"])
+    assert_one_line_error(code, err, "--async-scheduling: expected auto, true or false")
+    assert not (tmp_path / "p").exists()
+
+
+def test_async_scheduling_is_in_the_question_only_when_given():
+    """--async-scheduling auto (the default) leaves the question as it was (each run resolves
+    vLLM's default: SimConfig.async_setting); true / false go into every run's config."""
+    from specbatch.cli import parse_command
+    from specbatch.cli.plan import build_question
+
+    argv = ["plan", "--out", "x", "--rate", "1"]
+    assert "async_scheduling" not in build_question(parse_command(argv)[1]).base
+    for text, value in (("false", False), ("true", True), ("auto", None)):
+        base = build_question(parse_command([*argv, "--async-scheduling", text])[1]).base
+        assert base.get("async_scheduling") is value, text

@@ -73,3 +73,21 @@ def test_the_vllm_line_carries_the_plans_precision():
     assert words[:4] == ["--quantization", "fp8", "--kv-cache-dtype", "fp8"]
     assert vllm.check_speculative_config(words[5])["num_speculative_tokens"] == 3
     assert engine_lines({}, "ar", None, "token", 8)["vllm"].startswith("no speculative")
+
+
+def test_the_vllm_line_carries_an_async_scheduling_the_plan_set():
+    """auto is vLLM's default (no flag); false is --no-async-scheduling; true is
+    --async-scheduling where vLLM takes it (not with the CPU n-gram proposer, where it is a
+    ValueError and the simulator dropped it: simulator.cost.features.async_overhead)."""
+    from specbatch.analysis.plan.engine_advice import vllm_serve_flags
+
+    for draft in ("vicuna-68m", "eagle3", "ngram"):
+        assert vllm_serve_flags({"draft": draft}, True) == ""
+        assert vllm_serve_flags({"draft": draft, "async_scheduling": "auto"}, True) == ""
+        assert vllm_serve_flags({"draft": draft, "async_scheduling": False},
+                                True) == "--no-async-scheduling"
+    assert vllm_serve_flags({"draft": "vicuna-68m", "async_scheduling": True},
+                            True) == "--async-scheduling"
+    assert vllm_serve_flags({"draft": "ngram", "async_scheduling": True}, True) == ""
+    assert vllm_serve_flags({"draft": "ngram", "async_scheduling": True},
+                            False) == "--async-scheduling"  # ar: no speculative config

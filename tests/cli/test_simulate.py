@@ -55,12 +55,36 @@ def test_text_table(capsys):
     (["--hardware", "abacus"], "hardware"),
     (["--k", "9"], "num_speculative_tokens"),  # synth trace K = 8
     (["--kv-capacity", "50"], "kv_capacity"),
+    (["--async-scheduling", "maybe"], "async_scheduling"),
+    (["--async-scheduling", "on"], "async_scheduling"),
 ])
 def test_bad_configs_exit_2_with_one_line(argv, field, capsys):
     code = main(["simulate", "--trace", "synth", "--requests", "8", *argv])
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("specbatch: error:") and field in err
+
+
+def test_async_scheduling_bad_values_name_the_field_and_what_it_takes(tmp_path, capsys):
+    """--async-scheduling and the TOML field take auto, true or false (specbatch.fields.
+    AutoBool): anything else is one line naming the field, exit 2."""
+    code = main(["simulate", "--trace", "synth", "--requests", "8",
+                 "--async-scheduling", "maybe"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "field async_scheduling: expected auto, true or false, got 'maybe'" in err
+    for value, good in (('"auto"', True), ("true", True), ("false", True), ('"on"', False),
+                        ("1", False), ('"true"', False)):  # TOML's own types: "true" is text
+        path = tmp_path / "sim.toml"
+        path.write_text(f'trace = "synth"\nrequests = 4\nasync_scheduling = {value}\n')
+        code = main(["simulate", "--config", str(path), "--json", "--sensitivity", "off"])
+        out, err = capsys.readouterr()
+        if good:
+            want = value.strip('"') + (" -> off" if value == "false" else " -> on")
+            assert code == 0 and json.loads(out)["async_scheduling"].startswith(want), value
+        else:
+            assert code == 2 and err.count("\n") == 1, value
+            assert "field async_scheduling: expected auto, true or false" in err, value
 
 
 def test_json_names_the_setting_that_was_simulated(capsys):
@@ -139,13 +163,15 @@ def test_toml_string_for_an_integer_field_is_a_one_line_error(tmp_path, capsys):
 
 
 def test_every_field_is_a_flag_with_its_type_and_default(capsys):
+    from specbatch.fields import metavar
     from specbatch.simulator.config.sim_config import specs
 
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     for spec in specs().values():
-        assert f"{spec.option} {spec.kind.__name__.upper()}" in text, spec.option
+        assert f"{spec.option} {metavar(spec)}" in text, spec.option
+    assert "--async-scheduling AUTO|BOOL" in text and "(default: auto)" in text
     assert "--num-speculative-tokens INT, --k INT" in text
     assert "(default: k x running requests)" in text and "(default: 64)" in text
 

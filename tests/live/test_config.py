@@ -54,3 +54,4 @@ def test_the_simulator_gets_the_same_composer_and_budget(scheduler, budget, expe
     assert (values["scheduler"], sim.scheduler) == (scheduler, scheduler)
     assert sim.chunked is False and sim.token_budget == expected
     assert sim.client_ttft_s == 0.0  # the loop stamps tokens in process: no client side
+    assert sim.async_scheduling is False  # nor schedules a step before the last one's output

@@ -100,8 +100,11 @@ def pad_to_graphs(cost: Any, sizes_text: str | None) -> Any:
     if sizes_text is None:
         return cost
     host = sys.modules.get("specbatch.simulator.cost.features.host")
-    if host is not None and isinstance(cost, host.HostCost):  # pad the GPU passes only: the
-        # host's b n counts the scheduled requests, not the graph's padding slots
+    overlap = sys.modules.get("specbatch.simulator.cost.features.async_overhead")
+    if ((host is not None and isinstance(cost, host.HostCost))  # pad the GPU passes only: the
+            # host's b n counts the scheduled requests, not the graph's padding slots
+            or (overlap is not None and isinstance(cost, overlap.AsyncOverheadCost))):
+        # (max(pass, T_o) of the padded pass either way; inside, as the compiled loop reads it)
         return dataclasses.replace(cost, inner=pad_to_graphs(cost.inner, sizes_text))
     passes = sys.modules.get("specbatch.simulator.cost.features.draft_model_pass")
     if passes is not None and isinstance(cost, passes.DraftModelPasses):  # pad inside it: a

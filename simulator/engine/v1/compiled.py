@@ -34,7 +34,9 @@ quantised roles, table cells, measured all-reduce curves; both roles; not slidin
 nor the LLMServingSim GPUs' pricer, simulator.cost.measured.calibrated_table), each with
 CUDA-graph padding and analysis.sensitivity's scaled cost too, with or without vLLM's host terms
 (the default ``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async
-scheduling; also inside the sensitivity runs' scaled cost) and the rejection sampler's cost; any
+scheduling; ``host = "fixed"`` with async scheduling: simulator.cost.features.async_overhead.
+AsyncOverheadCost; also inside the sensitivity runs' scaled cost) and the rejection sampler's
+cost; any
 arrivals; an early stop (simulator.engine.core's ``stop``, the planner's
 analysis.plan.slo.EarlyStop) on one replica of a speculating policy: the kernel returns before a
 step whose events reach a check (kernel.step_events counts the numpy engine's arrivals, STEP_END
@@ -77,6 +79,7 @@ from specbatch.simulator.engine.v1.pass_tables import (  # noqa: F401 - pass_tab
 
 if TYPE_CHECKING:
     from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.simulator.cost.features.async_overhead import AsyncOverheadCost
     from specbatch.simulator.cost.features.host import HostCost
     from specbatch.simulator.cost.interface import CostModel
     from specbatch.simulator.policies.registry import Policy
@@ -168,6 +171,7 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     """Why the compiled loop cannot run this simulation (one phrase), or None when it can."""
     from specbatch.simulator.config.schedulers import names, scheduler_entry
     from specbatch.simulator.cost.analytic.roofline import RooflineCost
+    from specbatch.simulator.cost.features.async_overhead import AsyncOverheadCost
     from specbatch.simulator.cost.features.host import HostCost
     from specbatch.simulator.policies import catalogue
     from specbatch.simulator.policies.adaptive import VllmAdaptive
@@ -219,7 +223,8 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     if policy.depth and (row.kind != "chain" or row.scan not in ("leading", "last")):
         return f"verify {config.verify} (compiled: chain rules tv, block)"
     _, _, base = cost_layers(cost)
-    if type(base) is HostCost:  # PaddedSumsCost(ScaledCost(HostCost)): b·n would count pads
+    if type(base) in (HostCost, AsyncOverheadCost):  # PaddedSumsCost(ScaledCost(HostCost)):
+        # b·n would count pads
         return ("CUDA-graph padding outside vLLM's host terms (compiled: padding inside "
                 "them, as build_cost and pad_to_graphs order them)")
     kind, head, base = drafter_layer(base)
@@ -287,17 +292,21 @@ def drafted_roles(kind: str, policy: Policy) -> tuple[str, ...]:
     return priced_roles(policy) if kind in ("model", "model-v1") else ("target",)
 
 
-def host_layer(cost: CostModel) -> tuple[HostCost | None, float, CostModel]:
+def host_layer(cost: CostModel) -> tuple[HostCost | AsyncOverheadCost | None, float, CostModel]:
     """(host terms, outer factor, the rest) of ``cost``: simulator.cost.features.host's
-    HostCost when it is the outermost layer (build_cost puts it there and pad_to_graphs pads
-    inside it, so the host's n counts scheduled requests, not padding slots) or inside only
-    analysis.sensitivity's ScaledCost (the CLI's ±5 % runs: factor · the host-adjusted pass,
-    the factor returned), else (None, 1.0, ``cost``)."""
+    HostCost, or (``host = "fixed"`` under async scheduling) simulator.cost.features.
+    async_overhead's AsyncOverheadCost (max(pass, T_o): the kernel's host terms with a = T_o,
+    b = 0, overlapped, no proposer floor), when it is the outermost layer (build_cost puts it
+    there and pad_to_graphs pads inside it, so the host's n counts scheduled requests, not
+    padding slots) or inside only analysis.sensitivity's ScaledCost (the CLI's ±5 % runs:
+    factor · the host-adjusted pass, the factor returned), else (None, 1.0, ``cost``)."""
+    from specbatch.simulator.cost.features.async_overhead import AsyncOverheadCost
     from specbatch.simulator.cost.features.host import HostCost
 
-    if type(cost).__name__ == "ScaledCost" and type(getattr(cost, "inner", None)) is HostCost:
+    layers = (HostCost, AsyncOverheadCost)
+    if type(cost).__name__ == "ScaledCost" and type(getattr(cost, "inner", None)) in layers:
         return cost.inner, float(cost.factor), cost.inner.inner
-    if type(cost) is HostCost:
+    if type(cost) in layers:
         return cost, 1.0, cost.inner
     return None, 1.0, cost
 

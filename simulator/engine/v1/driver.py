@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.cost.features.async_overhead import AsyncOverheadCost
 from specbatch.simulator.cost.interface import takes_logit_rows
 from specbatch.simulator.engine.async_lag import lags
 from specbatch.simulator.engine.request_state import RECORD_ROWS, STEP_COLUMNS, Records
@@ -81,7 +82,7 @@ class CompiledEngine:
             ints[kn.I_POOL] = int(capacity) // int(config.block_size)
             ints[kn.I_PREFIX] = int(bool(config.enable_prefix_caching))
         ints[kn.I_THRESHOLD] = int(config.long_prefill_token_threshold)
-        ints[kn.I_LAG] = int(lags(config, policy.speculates))  # simulator.engine.async_lag
+        ints[kn.I_LAG] = int(lags(config))  # simulator.engine.async_lag
         if stop is not None:
             ints[kn.I_EVERY] = max(int(stop.every), 1)
         sizes, scale, base = cost_layers(cost)
@@ -100,19 +101,7 @@ class CompiledEngine:
         floats[kn.F_ROWS] = float(takes_logit_rows(cost))  # as the numpy engine (core.py)
         floats[kn.F_OVERHEAD] = float(cost.overhead)  # HostCost's: a, or 0 under overlap
         floats[kn.F_OUTER] = outer
-        if host is not None:  # simulator.cost.features.host's constants, as HostCost uses them
-            from specbatch.simulator.cost.features import host as hostmod
-
-            floats[kn.F_HOST] = 1.0
-            floats[kn.F_OVERLAP] = float(bool(host.overlap))
-            floats[kn.F_STEP_S] = hostmod.STEP_S
-            floats[kn.F_REQUEST_S] = hostmod.REQUEST_S
-            if host.draft_layers:
-                floats[kn.F_FLOOR] = 1.0
-                floats[kn.F_KERNELS_S] = (hostmod.proposer_kernels(host.d2t)
-                                          * hostmod.SMALL_KERNEL_S)
-                floats[kn.F_OPS_S] = (hostmod.proposer_ops(host.draft_layers, host.d2t)
-                                      * hostmod.OP_S)
+        pack_host(kn, floats, host)
         vc = verify_cost_for(config, trace, one_hot_drafter(config.draft))
         if vc is not None:
             from specbatch.simulator.cost.gpus.hardware import FUSED_FLOOR
@@ -348,6 +337,29 @@ def pack_roofline(kn, floats: np.ndarray, model) -> None:
             floats[m + kn.M_MISS] = 1.0 - c.top_k / c.experts
 
 
+def pack_host(kn, floats: np.ndarray, host) -> None:
+    """The host terms' slots (kernel.host_target, kernel.host_draft) of ``host``, the layer
+    compiled.host_layer found (None: none): simulator.cost.features.host's constants as
+    HostCost uses them, or async scheduling's floor under ``host = "fixed"``
+    (AsyncOverheadCost: max(pass, T_o), the same terms with a = T_o, b = 0, no floor)."""
+    if type(host) is AsyncOverheadCost:
+        floats[kn.F_HOST] = floats[kn.F_OVERLAP] = 1.0
+        floats[kn.F_STEP_S] = host.host_overhead
+        return
+    if host is None:
+        return
+    from specbatch.simulator.cost.features import host as hostmod
+
+    floats[kn.F_HOST] = 1.0
+    floats[kn.F_OVERLAP] = float(bool(host.overlap))
+    floats[kn.F_STEP_S] = hostmod.STEP_S
+    floats[kn.F_REQUEST_S] = hostmod.REQUEST_S
+    if host.draft_layers:
+        floats[kn.F_FLOOR] = 1.0
+        floats[kn.F_KERNELS_S] = hostmod.proposer_kernels(host.d2t) * hostmod.SMALL_KERNEL_S
+        floats[kn.F_OPS_S] = hostmod.proposer_ops(host.draft_layers, host.d2t) * hostmod.OP_S
+
+
 def pack_drafter(kn, ints: np.ndarray, floats: np.ndarray, cost: CostModel,
                  speculates: bool) -> None:
     """The drafter's slots (kernel.F_DRAFTER; a head's constants from F_HP, the n-gram
@@ -359,6 +371,8 @@ def pack_drafter(kn, ints: np.ndarray, floats: np.ndarray, cost: CostModel,
     _, _, base = cost_layers(cost)
     kind, head, _ = drafter_layer(base)
     host, _, _ = host_layer(cost)
+    if type(host) is AsyncOverheadCost:  # host = fixed: no proposer terms, free drafts 0 s
+        host = None
     if speculates and kind == "model-v1":
         ints[kn.I_DRAFTS_CHUNKS] = 0
         floats[kn.F_DRAFTER] = kn.DRAFT_MODEL_V1

@@ -8,14 +8,19 @@ from specbatch.simulator.config.sim_config import make_config
 
 def test_an_ngram_run_and_its_ar_run_share_a_model_unless_async_scheduling_splits_them():
     """vLLM overlaps the host for the AR deployment but never for the CPU n-gram proposer's
-    (simulator.run.async_overlaps), so with async scheduling the two need their own models."""
+    (simulator.run.async_overlaps), so with async scheduling (asked, or vLLM's default) the
+    two need their own models; synchronous, they share one. The key holds the resolved
+    setting: auto and true that resolve alike share a model."""
     base = {"trace": "synth", "draft": "ngram", "policy": "fixed", "num_speculative_tokens": 2}
-    spec = make_config(base, "test")
+    spec = make_config({**base, "async_scheduling": False}, "test")
     assert cost_key(spec) == cost_key(spec.replace(policy="ar"))
-    spec = spec.replace(async_scheduling=True)
-    assert cost_key(spec) != cost_key(spec.replace(policy="ar"))
-    eagle = make_config({**base, "draft": "vicuna-68m", "async_scheduling": True}, "test")
-    assert cost_key(eagle) == cost_key(eagle.replace(policy="ar"))  # a model drafter overlaps
+    for asked in (True, "auto"):
+        spec = spec.replace(async_scheduling=asked)
+        assert cost_key(spec) != cost_key(spec.replace(policy="ar"))
+        eagle = make_config({**base, "draft": "vicuna-68m", "async_scheduling": asked}, "test")
+        assert cost_key(eagle) == cost_key(eagle.replace(policy="ar"))  # a model drafter overlaps
+    auto = make_config({**base, "draft": "vicuna-68m"}, "test")
+    assert cost_key(auto) == cost_key(auto.replace(async_scheduling=True))
 
 
 def test_the_fields_left_out_of_the_key_are_never_read_by_build_cost():

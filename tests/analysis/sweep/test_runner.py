@@ -490,3 +490,19 @@ def test_empty_axes_are_refused_not_run_as_the_base(axes, needle):
     only_base = parse_spec({"base": {"trace": "synth"}, "seeds": [0, 1]}, "b.toml",
                            config.SimConfig)
     assert len(expand(only_base)) == 2  # no [axes] at all: [base] once per seed, as documented
+
+
+def test_an_async_scheduling_axis_is_one_text_column_and_its_resolution_another(tmp_path):
+    """async_scheduling holds "auto", True or False (specbatch.fields.AutoBool): the tidy
+    table spells it as written (auto / true / false, one string column Parquet can store);
+    the run's resolution (simulator.run's summary) comes as async_scheduling_result."""
+    s = parse_spec({"name": "a", "seeds": [0], "base": {"trace": "synth", "requests": 8},
+                    "axes": {"policy": ["fixed"], "async_scheduling": [True, False, "auto"]}},
+                   "a.toml", config.SimConfig)
+    outcome = run_sweep(s, tmp_path, progress=False)
+    table = pd.read_parquet(tmp_path / "results.parquet")
+    assert table["async_scheduling"].tolist() == ["true", "false", "auto"]
+    assert [v.split(" (")[0] for v in table["async_scheduling_result"]] == [
+        "true -> on", "false -> off", "auto -> on"]
+    assert table["throughput"].iloc[0] == table["throughput"].iloc[2]  # the same resolution
+    assert len(outcome.table) == 3

@@ -132,3 +132,24 @@ def test_an_unrecorded_schema_version_is_a_visible_note_and_the_bundled_runs_rec
 def test_a_value_of_the_wrong_type_is_refused_never_coerced(kwargs, needle):
     with pytest.raises(SpecbatchError, match=needle.replace("(", r"\(")):
         engine_settings(_meta(**kwargs), "meta.json")
+
+
+@pytest.mark.parametrize("recorded, want", [(True, True), (False, False), (None, True)])
+def test_a_replay_gives_the_runs_own_async_scheduling_explicitly(recorded, want):
+    """validate --vllm replays with the run's resolved setting as an explicit true/false
+    (never the simulator's "auto"): recorded, or vLLM's unset default for the replay's
+    deployment (ar: no speculative config, so on); the replayed config resolves the same."""
+    import copy
+
+    from specbatch.simulator.config.sim_config import make_config
+
+    meta = copy.deepcopy(load_run("rtx4090-llama-3.1-8b").meta)
+    sched = meta["resolved_config"]["scheduler_config"]
+    if recorded is None:
+        del sched["async_scheduling"]
+    else:
+        sched["async_scheduling"] = recorded
+    s = engine_settings(meta)
+    assert s.values["async_scheduling"] is want
+    config = make_config({**s.values, "trace": "synth"})
+    assert config.async_setting.on is want and config.async_setting.asked == str(want).lower()

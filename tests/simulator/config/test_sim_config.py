@@ -146,11 +146,12 @@ def test_a_field_given_under_two_spellings_is_refused(tmp_path, text):
 
 
 def test_every_field_declares_its_help_and_its_type_comes_from_the_annotation():
+    from specbatch.fields import exact_value
     from specbatch.simulator.config.sim_config import FIELD_TYPES, OPTIONAL, specs
 
     for name, spec in specs().items():
         assert spec.help and not spec.help.endswith("."), name
-        assert spec.default is None or isinstance(spec.default, spec.kind), name
+        assert spec.default is None or exact_value(spec, spec.default, "t") == spec.default, name
         assert (spec.default is None) <= spec.optional, name
     assert FIELD_TYPES["max_num_seqs"] is int and FIELD_TYPES["rate"] is float
     assert OPTIONAL == {"workload", "acceptance_profile", "synth_alpha", "max_num_batched_tokens",

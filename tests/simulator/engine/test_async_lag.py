@@ -76,15 +76,17 @@ def test_an_idle_engine_schedules_an_arrival_at_once(tmp_path):
 
 
 def test_the_ngram_drafters_speculative_run_keeps_the_synchronous_rule():
-    """vLLM turns async scheduling off for the CPU n-gram proposer (async_overhead)."""
+    """vLLM turns async scheduling off for the CPU n-gram proposer (async_overhead), asked
+    for or by default; its AR arm, and every run under auto but n-gram's and vllm-v0's, lag."""
     from specbatch.simulator.engine.async_lag import lags
 
-    on = load_config(None, async_scheduling=True)
-    assert lags(on, True) and lags(on, False)
-    assert not lags(load_config(None), False)
-    ngram = load_config(None, async_scheduling=True, draft="ngram")
-    assert not lags(ngram, True) and lags(ngram, False)
-    assert not lags(load_config(None, async_scheduling=True, scheduler="vllm-v0"), False)
+    for asked in (True, "auto"):
+        on = load_config(None, async_scheduling=asked)
+        assert lags(on) and lags(on.replace(policy="ar"))
+        ngram = load_config(None, async_scheduling=asked, draft="ngram")
+        assert not lags(ngram) and lags(ngram.replace(policy="ar"))
+        assert not lags(load_config(None, async_scheduling=asked, scheduler="vllm-v0"))
+    assert not lags(load_config(None, async_scheduling=False, policy="ar"))
 
 
 @pytest.mark.parametrize("kw", [

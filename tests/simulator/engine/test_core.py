@@ -31,15 +31,16 @@ def run(trace, **kw):
 def test_arrival_at_step_end_joins_the_next_step():
     """Tie-break: an arrival at t is queued before the replica ending a step at t composes the
     next one. A's prefill ends at 0.25·4 + 0.5 = 1.5 exactly; B arrives at 1.5 and is prefilled
-    in the step starting at 1.5 (prefill first)."""
+    in the step starting at 1.5 (prefill first). Synchronous scheduling: under vLLM's async
+    scheduling the step at 1.5 was composed at 0 (tests/simulator/engine/test_async_lag.py)."""
     trace = const_trace(n_requests=2, output_len=3, prompt_len=4, arrival=np.array([0.0, 1.5]))
-    steps = run(trace, policy="ar", requests=2, arrival="trace").steps
+    steps = run(trace, policy="ar", requests=2, arrival="trace", async_scheduling=False).steps
     assert steps["end"].iloc[0] == 1.5
     assert steps["time"].iloc[1] == 1.5
     assert steps["prefill_tokens"].iloc[1] == 4
     late = const_trace(n_requests=2, output_len=3, prompt_len=4,
                        arrival=np.array([0.0, 1.5 + 2**-20]))
-    steps = run(late, policy="ar", requests=2, arrival="trace").steps
+    steps = run(late, policy="ar", requests=2, arrival="trace", async_scheduling=False).steps
     assert steps["prefill_tokens"].iloc[1] == 0  # B missed the boundary: A decodes first
 
 

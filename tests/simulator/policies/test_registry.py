@@ -292,7 +292,7 @@ def test_dsd_k_caps_the_window_and_the_default_is_unchanged():
     import hashlib
 
     base = load_config(None, trace="default", policy="dsd", requests=64, seed=1,
-                       host="fixed", client_ttft_s=0.0,
+                       host="fixed", client_ttft_s=0.0, async_scheduling=False,
                        cost="roofline")  # as the hashes were recorded
     default = simulate(base)
     assert base.dsd_max_k is None and default.steps["depth"].max() == 5

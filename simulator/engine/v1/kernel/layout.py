@@ -40,7 +40,9 @@ F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the 
 F_HEAD_T, F_HEAD_D, F_ROWS = 26, 27, 28
 # vLLM's host terms (simulator.cost.features.host.HostCost around the padded roofline):
 # whether they apply, async scheduling (max(t, a + b n) instead of t + b n), a = STEP_S,
-# b = REQUEST_S, whether draft passes take the proposer floor, its k_small · g and N_ops · t_op
+# b = REQUEST_S, whether draft passes take the proposer floor, its k_small · g and N_ops · t_op;
+# host = "fixed" under async scheduling (simulator.cost.features.async_overhead.
+# AsyncOverheadCost: max(t, T_o)) is the same terms with a = T_o, b = 0 and no floor
 F_HOST, F_OVERLAP, F_STEP_S, F_REQUEST_S, F_FLOOR, F_KERNELS_S, F_OPS_S = range(29, 36)
 F_OUTER = 36  # a ScaledCost's factor around the host terms (factor · host-adjusted pass; 1.0)
 # the drafter (simulator.cost.features.draft_head, free_draft, host, draft_model_pass): 0 a

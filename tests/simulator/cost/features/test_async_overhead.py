@@ -41,7 +41,7 @@ def test_the_knob_wraps_the_cost_model_and_shortens_a_run_by_its_hidden_overhead
     scheduling lag (simulator.engine.async_lag) changes no step: only the overhead hides."""
     base = {"policy": "ar", "num_speculative_tokens": 0, "requests": 8, "trace": "synth",
             "max_num_seqs": 8, "seed": 0, "host": "fixed"}  # the preset's flat 1 ms
-    serial = make_config(base, "test")
+    serial = make_config({**base, "async_scheduling": False}, "test")
     overlap = make_config({**base, "async_scheduling": True}, "test")
     assert isinstance(build_cost(overlap), AsyncOverheadCost)
     assert not isinstance(build_cost(serial), AsyncOverheadCost)
@@ -62,7 +62,7 @@ def test_with_vllm_host_terms_async_scheduling_hides_a_plus_b_n():
 
     base = {"policy": "ar", "num_speculative_tokens": 0, "requests": 8, "trace": "synth",
             "max_num_seqs": 8, "seed": 0}
-    a = simulate(make_config(base, "test")).steps
+    a = simulate(make_config({**base, "async_scheduling": False}, "test")).steps
     b = simulate(make_config({**base, "async_scheduling": True}, "test")).steps
     assert (a["overhead_time"] == STEP_S).all() and (b["overhead_time"] == 0.0).all()
     assert len(a) == len(b)
@@ -119,4 +119,108 @@ def test_the_ngram_speedup_is_against_an_ar_run_with_async_scheduling():
     assert result.summary["speedup_vs_ar"] == ar.summary["makespan"] / result.summary["makespan"]
     assert (ar.steps["overhead_time"] == 0.0).all()
     assert (result.steps["overhead_time"] > 0.0).all()
-    assert any(n.startswith("async_scheduling: off for draft ngram") for n in result.notes)
+    assert any(n.startswith("async_scheduling: dropped for draft ngram") for n in result.notes)
+
+
+#: (policy, draft, scheduler, asked) -> whether the host overlaps, and the start of why:
+#: vLLM's VllmConfig.__post_init__ for the flag unset (auto), given (true) and
+#: --no-async-scheduling (false), written out by hand (module docstring of async_overhead).
+RESOLUTION = [
+    ("ar", "vicuna-68m", "vllm-v1", "auto", True, "vLLM default without a speculative config"),
+    ("ar", "ngram", "vllm-v1", "auto", True, "vLLM default without a speculative config"),
+    ("fixed", "vicuna-68m", "vllm-v1", "auto", True, "vLLM default for a draft model"),
+    ("fixed", "llama-3.2-1b", "vllm-v1", "auto", True, "vLLM default for a draft model"),
+    ("fixed", "eagle3", "vllm-v1", "auto", True, "vLLM default for an EAGLE/MTP head"),
+    ("fixed", "eagle", "vllm-v1", "auto", True, "vLLM default for an EAGLE/MTP head"),
+    ("fixed", "mtp", "vllm-v1", "auto", True, "vLLM default for an EAGLE/MTP head"),
+    ("fixed", "ngram", "vllm-v1", "auto", False, "vLLM default for draft ngram: off"),
+    ("ar", "vicuna-68m", "vllm-v0", "auto", False, "vllm-v0"),
+    ("fixed", "vicuna-68m", "vllm-v0", "auto", False, "vllm-v0"),
+    ("ar", "vicuna-68m", "vllm-v1", True, True, "set true"),
+    ("fixed", "vicuna-68m", "vllm-v1", True, True, "set true"),
+    ("fixed", "eagle3", "vllm-v1", True, True, "set true"),
+    ("fixed", "ngram", "vllm-v1", True, False, "dropped for draft ngram"),
+    ("ar", "ngram", "vllm-v1", True, True, "set true"),
+    ("fixed", "vicuna-68m", "vllm-v0", True, True, "set true"),  # the flag given: as before
+    ("ar", "vicuna-68m", "vllm-v1", False, False, "set false"),
+    ("fixed", "vicuna-68m", "vllm-v1", False, False, "set false"),
+    ("fixed", "eagle3", "vllm-v1", False, False, "set false"),
+    ("fixed", "ngram", "vllm-v1", False, False, "set false"),
+]
+
+
+@pytest.mark.parametrize("policy,draft,scheduler,asked,on,why", RESOLUTION)
+def test_async_scheduling_resolves_as_vllm_resolves_its_flag(policy, draft, scheduler, asked,
+                                                             on, why):
+    from specbatch.simulator.engine.async_lag import lags
+    from specbatch.simulator.run import async_overlaps
+
+    values = {"policy": policy, "draft": draft, "scheduler": scheduler,
+              "async_scheduling": asked, "trace": "synth"}
+    if policy == "ar":
+        values["num_speculative_tokens"] = 0
+    if draft == "mtp":  # a target with MTP layers
+        values["target"] = "deepseek-v3"
+    config = make_config(values, "test")
+    setting = config.async_setting
+    assert setting.on is on and setting.why.startswith(why), setting
+    assert setting.asked == {True: "true", False: "false"}.get(asked, asked)
+    assert str(setting) == f"{setting.asked} -> {'on' if on else 'off'} ({setting.why})"
+    assert async_overlaps(config) is on  # the cost model's overlap and the lag: one rule
+    assert lags(config) is (on and scheduler == "vllm-v1")
+
+
+def test_auto_is_the_default_and_every_draft_free_drafter_has_a_device():
+    from specbatch.simulator.config.sim_config import SimConfig
+    from specbatch.simulator.cost.features.async_overhead import (
+        FREE_DRAFT_DEVICE,
+        HOST_DRAFTS,
+        resolve_async,
+    )
+    from specbatch.simulator.defaults import FREE_DRAFTS
+
+    assert SimConfig().async_scheduling == "auto"
+    assert set(FREE_DRAFT_DEVICE) == set(FREE_DRAFTS)  # a new one must say where vLLM runs it
+    assert HOST_DRAFTS == ("ngram",)
+    assert not resolve_async("auto", "NGRAM", True).on  # names are case-insensitive
+    with pytest.raises(ValueError, match="expected auto, true or false"):
+        resolve_async("on", "ngram", True)
+
+
+def test_under_auto_the_speedup_arms_resolve_apart_ar_async_and_ngram_synchronous():
+    """--speedup with the flag unset: the AR arm is a vLLM deployment without a speculative
+    config (async on: host hidden, steps lagged), the n-gram arm one with the CPU proposer
+    (synchronous); the summary says how each resolved, and no note is due (nothing asked
+    was dropped)."""
+    from specbatch.simulator.engine.async_lag import lags
+
+    values = {k: v for k, v in NGRAM_RUN.items() if k != "async_scheduling"}
+    spec = make_config({**values, "speedup": True}, "test")
+    assert spec.async_scheduling == "auto"
+    ar_config = spec.replace(policy="ar", speedup=False)
+    assert lags(ar_config) and not lags(spec)
+    result = simulate(spec)
+    ar = simulate(ar_config)
+    assert result.summary["speedup_vs_ar"] == ar.summary["makespan"] / result.summary["makespan"]
+    assert (ar.steps["overhead_time"] == 0.0).all()  # a hidden under the pass
+    assert (result.steps["overhead_time"] > 0.0).all()  # paid serially
+    assert result.summary["async_scheduling"] == (
+        "auto -> off (vLLM default for draft ngram: off for the CPU n-gram proposer)")
+    assert result.summary["async_scheduling_ar"] == (
+        "auto -> on (vLLM default without a speculative config)")
+    assert ar.summary["async_scheduling"] == result.summary["async_scheduling_ar"]
+    assert not any("async" in n for n in result.notes)
+    # an explicit false makes both arms synchronous: the same speculative run, a slower ar
+    sync = simulate(spec.replace(async_scheduling=False))
+    assert sync.summary["makespan"] == result.summary["makespan"]
+    assert sync.summary["speedup_vs_ar"] > result.summary["speedup_vs_ar"]
+    assert sync.summary["async_scheduling_ar"] == "false -> off (set false: synchronous steps)"
+
+
+def test_under_auto_a_draft_model_and_its_ar_arm_both_overlap():
+    values = {**{k: v for k, v in NGRAM_RUN.items() if k != "async_scheduling"},
+              "draft": "vicuna-68m", "speedup": True}
+    result = simulate(make_config(values, "test"))
+    assert result.summary["async_scheduling"].startswith("auto -> on (vLLM default for a draft")
+    assert result.summary["async_scheduling_ar"].startswith("auto -> on")
+    assert (result.steps["overhead_time"] == 0.0).all()

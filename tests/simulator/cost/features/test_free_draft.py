@@ -50,9 +50,11 @@ def test_profiled_target_with_ngram_draft_fits_the_target_rows_only(tmp_path):
 
 def test_a_simulation_with_free_drafts_charges_no_draft_time(synth_trace_natural):
     """Under a burst and policy fixed the schedule does not depend on step times, so the free
-    draft's run takes the same steps with the same target time and zero draft time."""
+    draft's run takes the same steps with the same target time and zero draft time (both
+    synchronous: vLLM's default runs the n-gram drafter so, a model drafter async)."""
     base = load_config(None, trace="synth", requests=48, max_num_seqs=16, policy="fixed", k=3,
-                       host="fixed")  # no n-gram CPU time (simulator.cost.features.host)
+                       host="fixed",  # no n-gram CPU time (simulator.cost.features.host)
+                       async_scheduling=False)
     model = simulate(base, synth_trace_natural)
     free = simulate(base.replace(draft="ngram"), synth_trace_natural)
     assert free.summary["draft_time"] == 0.0 < model.summary["draft_time"]

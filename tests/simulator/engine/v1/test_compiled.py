@@ -44,9 +44,10 @@ def tables(engine: str, **knobs):
 
 
 #: Most cases price the roofline (named: the default cost is auto) with the preset's flat
-#: host overhead (host = "fixed"); HOST_COVERED and the hypothesis run add vLLM's host share
-#: (the default host = "vllm", simulator.cost.features.host.HostCost), with and without async
-#: scheduling; the calibrated and aic cases name their cost.
+#: host overhead (host = "fixed"; under the default async_scheduling = auto overlapped by
+#: AsyncOverheadCost, but for the n-gram drafter); HOST_COVERED and the hypothesis run add
+#: vLLM's host share (the default host = "vllm", simulator.cost.features.host.HostCost), with
+#: and without async scheduling; the calibrated and aic cases name their cost.
 FIXED_HOST = {"host": "fixed", "cost": "roofline"}
 
 
@@ -101,6 +102,39 @@ def test_padding_outside_the_host_terms_is_named():
     assert compiled.compiled_gap(config, policy, ScaledCost(cost, 1.5)) is None
     gap = compiled.compiled_gap(config, policy, pad_to_graphs(ScaledCost(cost, 1.5), "64"))
     assert gap is not None and "padding outside vLLM's host terms" in gap
+
+
+@needs_numba
+def test_async_scheduling_under_the_fixed_host_is_the_host_terms_with_a_at_the_overhead():
+    """host = "fixed" under async scheduling (AsyncOverheadCost: max(t, T_o) on a target
+    pass, draft passes as they are), packed as driver.pack_host packs it, is kernel.host_target
+    / host_draft bit for bit: a = T_o, b = 0, overlapped, no proposer floor."""
+    from specbatch.simulator.cost.features.async_overhead import AsyncOverheadCost
+
+    class Seconds:  # an inner model whose every pass lasts ``t``
+        overhead, t = 1e-3, 0.0
+
+        def step_time(self, role, query, kv):
+            return self.t
+
+    kernel = compiled.load_kernel()
+    inner = Seconds()
+    cost = AsyncOverheadCost(inner)
+    c = np.zeros(kernel.N_FLOATS)
+    c[kernel.F_OUTER] = 1.0
+    driver.pack_host(kernel, c, cost)
+    assert (c[kernel.F_HOST], c[kernel.F_OVERLAP], c[kernel.F_STEP_S]) == (1.0, 1.0, 1e-3)
+    assert c[kernel.F_REQUEST_S] == c[kernel.F_FLOOR] == 0.0
+    rng = np.random.default_rng(11)
+    q, kv = np.ones(3, dtype=np.int64), np.full(3, 100)
+    for t in np.concatenate([[0.0, 1e-9, 1e-3, np.nextafter(1e-3, 1.0), 0.05],
+                             rng.uniform(0.0, 2e-3, 200)]):
+        inner.t = float(t)
+        for n in (1, 2, 64, 513):
+            want = cost.step_time("target", q, kv)
+            got = kernel.host_target(c, float(t), n)
+            assert np.float64(got).view(np.int64) == np.float64(want).view(np.int64)
+        assert kernel.host_draft(c, float(t)) == cost.step_time("draft", q, kv) == t
 
 
 @needs_numba
@@ -340,8 +374,8 @@ def test_role_time_is_table_time_bit_for_bit(sizes):
 
 
 @needs_numba
-@pytest.mark.parametrize("host, overlap", [("fixed", False), ("vllm", False),
-                                           ("vllm", True)])
+@pytest.mark.parametrize("host, overlap", [("fixed", False), ("fixed", True),
+                                           ("vllm", False), ("vllm", True)])
 def test_a_scaled_cost_runs_compiled_with_the_same_tables(host, overlap):
     """analysis.sensitivity's ScaledCost (the CLI's ±5 % step-time runs of an open-loop
     workload) prices factor · time, around vLLM's host terms too (factor · the host-adjusted
@@ -501,9 +535,12 @@ COVERED = [
 
 
 @needs_numba
+@pytest.mark.parametrize("asked", ["auto", False], ids=["auto", "sync"])
 @pytest.mark.parametrize("knobs", COVERED, ids=[str(i) for i in range(len(COVERED))])
-def test_compiled_tables_equal_the_numpy_engines(knobs):
-    assert_parity(**knobs)
+def test_compiled_tables_equal_the_numpy_engines(knobs, asked):
+    """Under the default async_scheduling (auto: overlapped and lagged but for the n-gram
+    drafter, AsyncOverheadCost around the preset's flat overhead) and synchronous."""
+    assert_parity(async_scheduling=asked, **knobs)
 
 
 #: vLLM's host terms (host = "vllm", the default; simulator.cost.features.host.HostCost):
@@ -669,7 +706,7 @@ def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
                  kv_capacity=None if capacity is None else 4 * capacity,
                  long_prefill_token_threshold=threshold, replicas=replicas,
                  cuda_graph_sizes=graphs, host=host,
-                 async_scheduling=overlap and host == "vllm", cost=cost)
+                 async_scheduling=overlap, cost=cost)
     if drafter != "model":  # a head on llama-3.1-8b (its pass 1 over the target pass) or
         # the n-gram proposer (0 s passes; with host = vllm its host seconds once per step)
         knobs.update(draft=drafter, target="llama-3.1-8b")

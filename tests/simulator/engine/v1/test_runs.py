@@ -100,10 +100,12 @@ def test_a_run_lasts_until_the_first_request_finishes():
     nothing waiting, no arrival due): one call takes 4 steps (the first request's 4 tokens
     left), each recorded with batch 2 and 2 tokens emitted. Both hold 2 blocks; the last step
     (t = 5 and 8) needs prompt + t − 1 + 1 slots: 9 and 12, 3 blocks each. The first request
-    finishes and frees its 3: of the 16 blocks 3 are held, the second request's, at t = 9."""
+    finishes and frees its 3: of the 16 blocks 3 are held, the second request's, at t = 9
+    (synchronously: under async scheduling vLLM frees them a step later, simulator.engine.
+    async_lag)."""
     trace = const_trace(n_requests=2, prompt_len=4, output_lens=[6, 20])
     eng = engine(trace, LinearCost(), True, kv_mode="paged", kv_capacity=64, block_size=4,
-                 enable_prefix_caching=False)
+                 enable_prefix_caching=False, async_scheduling=False)
     rep = eng.replicas[0]
     state = eng.initial.take([0, 1], axis=1)
     state[Row.POS] = [2, 5]
