@@ -45,8 +45,19 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
     mean = float(x.mean())
     if x.size < 2:
         return mean, math.nan, math.nan
-    half = t_quantile(0.5 + confidence / 2, x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    half = t_quantile(0.5 + confidence / 2, x.size - 1) * sample_sd(x) / math.sqrt(x.size)
     return mean, mean - half, mean + half
+
+
+def sample_sd(x: np.ndarray) -> float:
+    """The sample standard deviation (ddof 1) of ``x`` # [n], computed on deviations scaled
+    by their largest magnitude so that tiny ones (below ~1e-154, whose squares underflow to 0)
+    keep a positive spread instead of a zero-width interval."""
+    dev = x - x.mean()  # [n]
+    scale = float(np.abs(dev).max())
+    if scale == 0.0 or not math.isfinite(scale):
+        return float(x.std(ddof=1))
+    return scale * float((dev / scale).std(ddof=1))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specbatch.analysis.report.ties import interval, paired, tie_set, tie_text, wins
+from specbatch.analysis.report.ties import (
+    interval,
+    paired,
+    t_interval,
+    tie_set,
+    tie_text,
+    wins,
+)
 
 
 def test_worked_example_of_theory_section_14():
@@ -71,3 +78,14 @@ def test_the_tie_set_does_not_import_scipy_stats():
             "interval([1.0, 2.0, 4.0]); print('scipy.stats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_tiny_spread_keeps_a_positive_interval_instead_of_underflowing():
+    # differences of ~1e-173: their squares underflow to 0 in a plain variance, which gave a
+    # zero-width interval and dropped a seed's best from the tie set (hypothesis found it)
+    mean, low, high = t_interval([-2.5528930424261377e-173, 1.7241857081040383e-264])
+    assert low < 0 < high
+    assert mean == pytest.approx(-1.2764465212130689e-173, rel=1e-12)
+    # same spread as the values scaled by 1e170, scaled back
+    _, low_big, _ = t_interval([-2.5528930424261377e-3, 1.7241857081040383e-94])
+    assert low == pytest.approx(low_big * 1e-170, rel=1e-12)
