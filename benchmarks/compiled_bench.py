@@ -33,9 +33,13 @@ as the drafter (:data:`POLICIES`).
 
 ``--cost calibrated`` prices the pairings with the calibrated model (on the A100 / Llama-2-7B
 shape: Vidur's table cell; the kernel evaluates its PassTables, simulator.cost.tabulated).
+``--hardware`` / ``--target`` move the pairings to another deployment (e.g. ``rtxpro6000`` /
+``llama-3.1-8b``: the calibrated model's LLMServingSim pricer, its regime law and sampler in
+the kernel, simulator.cost.measured.lss_table).
 
 Usage: .venv/bin/python benchmarks/compiled_bench.py [--requests N] [--repeat R] [--json]
        [--pairings vllm,sarathi] [--policies ar,fixed,tetris] [--cost C] [--processes]
+       [--hardware H --target T]
 """
 
 from __future__ import annotations
@@ -200,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cost", default="roofline",
                         help="cost model of the pairings: roofline (default) or calibrated "
                              "(its PassTables in the kernel)")
+    parser.add_argument("--hardware", default="a100", help="GPU of the pairings (default a100)")
+    parser.add_argument("--target", default="vicuna-7b",
+                        help="target model of the pairings (default vicuna-7b)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if not args.workload.exists():
@@ -212,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     for pairing in args.pairings.split(","):
         for policy in args.policies.split(","):
             fields = dict(workload=str(args.workload), requests=args.requests,
-                          arrival="trace", kv_mode="paged", hardware="a100",
-                          target="vicuna-7b", cost=args.cost, **sim_bench.SETTINGS[pairing],
+                          arrival="trace", kv_mode="paged", hardware=args.hardware,
+                          target=args.target, cost=args.cost, **sim_bench.SETTINGS[pairing],
                           **POLICIES[policy])
             row = {"pairing": pairing, "policy": policy, **pairing_row(fields, trace, args.repeat)}
             rows.append(row)

@@ -26,7 +26,9 @@ a negative or non-finite entry or such a law gets no floor (:func:`check_table`)
 - **attention**: n ≥ 1, so A ≥ a0 + body with a0 = a + u; i's own query q ≥ 1 over a cache c
   bounds body from below (the sums only grow with other requests and padding); a grid law
   (aic: simulator.cost.tabulated.grid_attention) has a0 its least value over every batch
-  (tabulated.grid_least) and body 0;
+  (tabulated.grid_least) and body 0, a regime law (the LLMServingSim GPUs:
+  tabulated.regime_attention) L · min(c_0 + c_1) over its regimes (tabulated.regime_least)
+  and body 0; a sampler term S[n] >= 0 beside the LM head is left out (a floor without it);
 - **a step** emitting i's tokens has q ≥ 1 and q + c ≥ P_i + 1 (a decode, or a recompute's
   last chunk), so its F and B are at least those of (q, c) = (1, P_i) and it costs at least
   ``fixed + max(g[1] + a0 + body(1, P_i), floor)`` plus the step overhead o;
@@ -160,7 +162,8 @@ def check_table(table) -> bool:
     an attention law with nonnegative coefficients and positive finite rates (a grid law,
     simulator.cost.tabulated.grid_attention, is bounded by its cells instead: table_floor)."""
     law = table.attention
-    arrays = (table.layers, table.allreduce, table.head)
+    arrays = (table.layers, table.allreduce, table.head,
+              *(() if getattr(table, "sampler", None) is None else (table.sampler,)))
     scalars = (law.flops, law.kv, law.floor, law.per_request, table.fixed, table.floor)
     return (all(bool(np.all(np.isfinite(a)) and np.all(a >= 0)) for a in arrays)
             and all(math.isfinite(x) and x >= 0 for x in scalars)
@@ -180,6 +183,15 @@ def table_floor(table, overhead: float, q_max: int, longest: int) -> PassFloor |
         from specbatch.simulator.cost.tabulated import grid_least
 
         a0 = grid_least(law.grid)
+        if not (math.isfinite(a0) and a0 >= 0.0):
+            return None
+
+        def body(q, c):
+            return np.zeros(np.broadcast(np.asarray(q), np.asarray(c)).shape)
+    elif getattr(law, "regimes", ()):  # a regime law: its least value, no body either
+        from specbatch.simulator.cost.tabulated import regime_least
+
+        a0 = regime_least(law.regimes)
         if not (math.isfinite(a0) and a0 >= 0.0):
             return None
 

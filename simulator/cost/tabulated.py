@@ -6,15 +6,19 @@ A measured cost model prices one forward pass of a role from the batch sums (n r
 norms, all-reduces and MoE blocks run once per query token) and only attention on the other
 sums, so such a model is exactly::
 
-    gpu    = ((L[Q] + A(n, Σq, Σc, Σq·c, Σq²)) + C[Q]) + H[r]
+    gpu    = ((L[Q] + A(n, Σq, Σc, Σq·c, Σq²)) + C[Q]) + (H[r] + S[n])
     t      = gpu + (fixed + max(0, floor − gpu))
 
 with L[Q] the layers (everything per token but the all-reduce and the LM head), C[Q] the
-all-reduces, H[r] the LM head at r rows (r = Q when the engine names none or r ≥ Q; H[0] = 0)
-and A the attention law of :class:`AttentionLaw`. The tables hold integer Q = 0..Q_max: the
-engine's token counts are integers, so a table lookup is the model's own value at that Q,
-bit for bit, and :func:`table_time` (the Python twin of the compiled loop's evaluation, the
-same expressions in the same order) reproduces the model's ``time_from_sums`` exactly.
+all-reduces, H[r] the LM head at r rows (r = Q when the engine names none or r ≥ Q; H[0] = 0
+unless the model prices an empty head otherwise), S[n] a sampler at n requests where the model
+prices one (the LLMServingSim GPUs' measured sampler; else no term: H[r] alone) and A the
+attention law of :class:`AttentionLaw` (linear in the sums, the aic grid law
+:func:`grid_attention` or the two-regime law :func:`regime_attention`). The tables hold integer
+Q, r, n = 0..Q_max: the engine's counts are integers, so a table lookup is the model's own
+value there, bit for bit, and :func:`table_time` (the Python twin of the compiled loop's
+evaluation, the same expressions in the same order) reproduces the model's ``time_from_sums``
+exactly.
 
 A cost model opts in with ``pass_table(role, max_tokens) -> PassTable`` and
 ``table_gap(role) -> str | None`` (why the role's pass has no such form, e.g. sliding-window
@@ -240,6 +244,139 @@ def fa2_mixed(slots: float, l2_bytes: float, kv_bytes: float, groups: float, hea
             float(heads), float(rows), *grid_part(*unpacked).tolist())
 
 
+#: Slots of a packed regime law (:func:`pack_regimes`, read by :func:`regime_attention`).
+R_LAYERS, R_HQ, R_KV, R_FLOPS, R_TRAV, R_SMS, R_L2, R_SLAB, R_MISS, R_ROWS = range(10)
+R_DECODE, R_CHUNKED, R_LENGTH = 10, 17, 24
+
+
+def regime_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) -> float:
+    """Seconds of one pass's attention from the packed regime law ``g`` (:func:`pack_regimes`:
+    simulator.cost.measured.lss.AttentionLaw over L layers, the LLMServingSim GPUs' attention)::
+
+        n' = max(n, 1)                                 (LssPricer.parts)
+        x  = (1, n', B_kv, ω·F, ω·B_H, E, B_miss)      (lss.attention_features at n')
+        A  = L · (x · c_chunked if Σq² > Σq else x · c_decode)
+
+    each feature by attention_features' expressions in its order (its np.round(·, 6) being
+    numpy's rint(1e6 ·) / 1e6), the dot product as the chain of fused multiply-adds
+    acc ← fma(x_i, c_i, acc), i = 0..6 from acc = 0, that numpy's ``x @ c`` computes where its
+    BLAS (OpenBLAS's ddot on AVX2 / AVX-512 CPUs) fuses: each fma emulated exactly in double
+    arithmetic (Dekker's product, Knuth's two-sum, the low parts added rounded to odd, then
+    one rounding to nearest: Boldo & Melquiond, IEEE Trans. Computers 57(4), 2008), so the
+    numpy engine and the compiled loop compute the same bits on any CPU. A term with c_i = 0
+    or x_i = 0 leaves acc as it is (fma(0, c, acc) = acc).
+
+    One function without calls (numpy's rint and nextafter, math's ceil and sqrt aside) and
+    with plain indexing and float arithmetic: the compiled loop compiles this same source."""
+    if sq <= 0.0:
+        return 0.0
+    nn = n if n > 1.0 else 1.0
+    kv = g[R_KV] * (skv + sq) * 1e-9
+    flops = g[R_FLOPS] * (sqkv + 0.5 * (sqq + sq)) * 1e-12
+    trav = g[R_TRAV] * (skv + sq) * 1e-9
+    spread = sqq - sq * sq / nn  # lss.longest_query: the longest request's query tokens
+    if spread < 0.0:
+        spread = 0.0
+    spread = spread * (nn - 1.0) / nn
+    longest = float(np.rint((sq / nn + math.sqrt(spread)) * 1e6)) / 1e6
+    m_blocks = float(math.ceil(longest / g[R_ROWS]))
+    tiles = nn - 1.0 + m_blocks
+    fewest = float(math.ceil(sq / g[R_ROWS]))
+    if fewest > tiles:
+        tiles = fewest
+    empty = nn * m_blocks - tiles
+    if empty < 0.0:
+        empty = 0.0
+    empty = g[R_HQ] * empty * 1e-6
+    miss = 0.0
+    if g[R_SMS] > 0.0:  # the GPU's SMs and L2: occupancy ω and the L2 misses
+        sms = g[R_SMS]
+        ctas = g[R_HQ] * tiles
+        if ctas < 1.0:
+            ctas = 1.0
+        if ctas > sms:
+            ctas = sms
+        occupancy = sms / ctas
+        flops = flops * occupancy
+        trav = trav * occupancy
+        slab = g[R_SLAB] * (skv + sq)
+        resident = g[R_L2] / (slab if slab > 1.0 else 1.0)
+        if resident > 1.0:
+            resident = 1.0
+        if resident < 0.0:
+            resident = 0.0
+        miss = g[R_MISS] * (skv + sq) * (1.0 - resident) * 1e-9
+    o = R_CHUNKED if sqq > sq else R_DECODE
+    acc = 0.0
+    for i in range(7):
+        c = g[o + i]
+        x = 1.0
+        if i == 1:
+            x = nn
+        elif i == 2:
+            x = kv
+        elif i == 3:
+            x = flops
+        elif i == 4:
+            x = trav
+        elif i == 5:
+            x = empty
+        elif i == 6:
+            x = miss
+        if c != 0.0 and x != 0.0:  # acc = fma(x, c, acc), emulated exactly
+            p = x * c
+            t = 134217729.0 * x  # Dekker's split (2^27 + 1): x = xh + xl, c = ch + cl
+            xh = t - (t - x)
+            xl = x - xh
+            t = 134217729.0 * c
+            ch = t - (t - c)
+            cl = c - ch
+            low = xl * cl - (((p - xh * ch) - xl * ch) - xh * cl)  # x·c = p + low exactly
+            high = acc + p  # two-sum: acc + p = high + rest exactly
+            back = high - acc
+            rest = (acc - (high - back)) + (p - back)
+            v = rest + low  # rest + low rounded to odd
+            back = v - rest
+            lost = (rest - (v - back)) + (low - back)
+            if lost != 0.0:
+                mag = abs(v)
+                ulp = float(np.nextafter(mag, np.inf)) - mag
+                if (mag / ulp) % 2.0 == 0.0:  # an even last bit: step toward the lost part
+                    v = float(np.nextafter(v, np.inf if lost > 0.0 else -np.inf))
+            acc = high + v
+    return g[R_LAYERS] * acc
+
+
+def pack_regimes(layers: float, heads: float, kv_heads: float, head_dim: float,
+                 dtype_bytes: float, tile_rows: float, sms: float, l2_bytes: float,
+                 decode: tuple, chunked: tuple) -> tuple:
+    """The packed regime law :func:`regime_attention` reads # [R_LENGTH]: L layers, per GPU
+    H/tp query heads and H_kv/tp KV heads (max 1), head_dim d, the KV dtype's bytes b, the
+    split-KV kernel's query rows per CTA, the GPU's SMs S and L2 bytes (S = 0: ω = 1 and no
+    misses), the coefficients [7] per regime; each feature's constant factor multiplied out
+    in lss.attention_features' order (2b·H_kv·d, 4·H·d, 2b·H·d, 2b·d, 2b·(H − H_kv)·d)."""
+    if len(decode) != 7 or len(chunked) != 7 or not tile_rows > 0:
+        raise ValueError(f"pack_regimes: 7 coefficients per regime and tile_rows > 0, got "
+                         f"{len(decode)}, {len(chunked)}, {tile_rows}")
+    return (float(layers), float(heads), float(2 * dtype_bytes * kv_heads * head_dim),
+            float(4 * heads * head_dim), float(2 * dtype_bytes * heads * head_dim),
+            float(sms), float(l2_bytes), float(2 * dtype_bytes * head_dim),
+            float(2 * dtype_bytes * (heads - kv_heads) * head_dim), float(tile_rows),
+            *(float(c) for c in decode), *(float(c) for c in chunked))
+
+
+def regime_least(g) -> float:
+    """A lower bound of :func:`regime_attention` over every non-empty batch: L · the least
+    of c_0 + c_1 over the regimes (n' >= 1 and every feature >= 0; coefficients >= 0, as
+    non-negative least squares fits them; a negative one gives -inf)."""
+    low = math.inf
+    for o in (R_DECODE, R_CHUNKED):
+        if min(g[o:o + 7]) < 0.0:
+            return -math.inf
+        low = min(low, g[o] + g[o + 1])
+    return float(g[R_LAYERS] * low)
+
+
 @dataclass(frozen=True)
 class AttentionLaw:
     """Seconds of one pass's attention from the batch sums::
@@ -264,11 +401,14 @@ class AttentionLaw:
     floor: float = 0.0
     per_request: float = 0.0
     grid: tuple = ()  # a packed grid law (pack_grid); non-empty: A is grid_attention's
+    regimes: tuple = ()  # a packed regime law (pack_regimes); non-empty: regime_attention's
 
     def seconds(self, n: float, sq: float, skv: float, sqkv: float, sqq: float) -> float:
         """A of the class docstring (the expressions the compiled loop mirrors)."""
         if self.grid:
             return grid_attention(self.grid, n, sq, skv, sqkv, sqq)
+        if self.regimes:
+            return regime_attention(self.regimes, n, sq, skv, sqkv, sqq)
         compute = self.flops * (sqkv + 0.5 * (sqq + sq)) / self.flops_rate
         memory = self.kv * (skv + 2.0 * sq) / self.kv_rate
         if self.overlap:
@@ -288,6 +428,7 @@ class PassTable:
     attention: AttentionLaw
     fixed: float = 0.0  # launch seconds added to every pass
     floor: float = 0.0  # host floor: a pass is never shorter (eager execution)
+    sampler: np.ndarray | None = None  # [Q_max + 1] S[n] seconds at n requests, or none
 
     @property
     def max_tokens(self) -> int:
@@ -306,7 +447,13 @@ def table_time(table: PassTable, n: float, sq: float, skv: float, sqkv: float, s
         raise ValueError(f"Σq = {q} is past the table's {table.max_tokens} tokens")
     r = q if rows is None or rows >= sq else max(int(rows), 0)
     attn = table.attention.seconds(n, sq, skv, sqkv, sqq)
-    gpu = ((table.layers[q] + attn) + table.allreduce[q]) + table.head[r]
+    head = table.head[r]
+    if table.sampler is not None:  # the sampler at n requests beside the LM head's rows
+        s = int(n)
+        if s >= table.sampler.shape[0]:
+            raise ValueError(f"n = {s} requests is past the table's {table.max_tokens}")
+        head = head + table.sampler[s]
+    gpu = ((table.layers[q] + attn) + table.allreduce[q]) + head
     return float(gpu + (table.fixed + max(0.0, table.floor - gpu)))
 
 

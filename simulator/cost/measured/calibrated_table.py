@@ -20,11 +20,11 @@ spot check against the scalar path (:data:`SPOT_POINTS` token counts, the envelo
 among them) falls back to the scalar path at every Q if any value differs, so a table is the
 model's own value bit for bit (parity: tests/simulator/cost/measured/test_calibrated_table.py).
 
-Not tabulated (:func:`table_gap` says why; those runs stay on the numpy engine): a role with
-sliding-window layers (its attention needs the window sums K^W, P^W) and the LLMServingSim
-GPUs' pricer (simulator.cost.measured.lss.LssPricer: two attention regimes chosen by
-Σq² > Σq, each a dot product over five features, and a sampler priced at the pass's n
-requests inside the LM head — neither is the one-law, rows-only form above).
+The LLMServingSim GPUs' pricer (simulator.cost.measured.lss.LssPricer: two attention regimes
+and a sampler at the pass's n requests) has its own tables (simulator.cost.measured.lss_table,
+:func:`role_table` hands it over). Not tabulated (:func:`table_gap` says why; those runs stay on
+the numpy engine): a role with sliding-window layers (its attention needs the window sums K^W,
+P^W).
 """
 
 from __future__ import annotations
@@ -42,11 +42,10 @@ def table_gap(r) -> str | None:
     """Why role pricer ``r`` has no PassTable (one phrase), or None."""
     from specbatch.simulator.cost.measured.lss import LssPricer
 
-    if isinstance(r, LssPricer):
-        return (f"the calibrated cost on {r.hw.name} (LLMServingSim's profiles: two attention "
-                "regimes and a sampler at n requests; compiled: the Vidur-profiled GPUs)")
     if r.consts.sliding_layers:
         return f"{r.shape.name}'s sliding-window layers"
+    if isinstance(r, LssPricer):  # lss_table: the regime law and the sampler
+        return None
     law = attention_law(r)
     if not finite_rates(law):  # pragma: no cover - fitted laws are positive
         return f"{r.shape.name}'s attention rates"
@@ -62,7 +61,13 @@ def attention_law(r) -> AttentionLaw:
 
 def role_table(r, max_tokens: int) -> PassTable:
     """The :class:`PassTable` of RolePricer ``r`` for Q = 0..``max_tokens`` (module docstring;
-    :func:`table_gap` must be None)."""
+    :func:`table_gap` must be None); an LssPricer's from simulator.cost.measured.lss_table."""
+    from specbatch.simulator.cost.measured.lss import LssPricer
+
+    if isinstance(r, LssPricer):
+        from specbatch.simulator.cost.measured.lss_table import lss_table
+
+        return lss_table(r, max_tokens)
     qs = np.arange(1, max_tokens + 1, dtype=np.float64)  # [Q_max]
     layers = np.zeros(max_tokens + 1)  # [Q_max + 1]
     head = np.zeros(max_tokens + 1)

@@ -53,6 +53,11 @@ as::
 A dense role whose (GPU, tp, shape) has no bundled cell is priced from the GPU's nearest cell
 (:mod:`simulator.cost.measured.transfer`); a MoE or MLA role without its own cell, or a quantised
 draft, is refused with a one-line error.
+
+A pass's attention is evaluated by simulator.cost.tabulated.regime_attention on the law packed
+over the role's layers (:attr:`LssPricer.packed`; the same bits as :meth:`AttentionLaw.seconds`'s
+``x @ c`` where numpy's BLAS fuses its dot product, on any CPU), the function the compiled
+vllm-v1 loop compiles; simulator.cost.measured.lss_table gives a role's PassTable.
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ from specbatch.simulator.cost.measured.transfer import (
     nearest_profile,
     transfer_curves,
 )
+from specbatch.simulator.cost.tabulated import pack_regimes, regime_attention
 from specbatch.traces.models.model_shape import ModelShape
 from specbatch.traces.models.shapes import get_shape
 from specbatch.traces.public.llmservingsim_profiles import bundled_profiles, read_profile
@@ -154,6 +160,18 @@ class AttentionLaw:
         x = attention_features(shape, tp, n, sq, skv, sqkv, sqq, self.gpu)  # [rows, 7]
         chunked = np.asarray(sqq) > np.asarray(sq)
         return np.where(chunked, x @ np.array(self.chunked), x @ np.array(self.decode))
+
+    def packed(self, shape: ModelShape, tp: int, layers: float) -> tuple:
+        """This law over ``layers`` layers of ``shape`` on ``tp`` GPUs as
+        simulator.cost.tabulated.pack_regimes packs it: regime_attention prices one pass from
+        it, the numpy engine's and the compiled loop's one source (:meth:`seconds` at n ≥ 1
+        times ``layers``, bit for bit where numpy's BLAS fuses its dot product)."""
+        h_q = shape.heads / tp
+        h_kv = max(shape.kv_heads / tp, 1.0)
+        sms, l2 = (0.0, 0.0) if self.gpu is None else (GPUS[self.gpu].sm_count,
+                                                       L2_BYTES[self.gpu])
+        return pack_regimes(layers, h_q, h_kv, shape.head_dim, DTYPE_BYTES, TILE_ROWS, sms, l2,
+                            self.decode, self.chunked)
 
 
 def table_sums(rows) -> tuple[np.ndarray, ...]:
@@ -300,6 +318,9 @@ class LssPricer:
             moe = read_profile(self.profile.files["moe"], "moe")
             self.moe = {int(e): curve(rows, "tokens")
                         for e, rows in moe.groupby("activated_experts")}
+        #: the attention law packed over all layers and over one (sliding windows' share)
+        self.packed = self.law.packed(self.shape, self.tp, self.shape.layers)
+        self.packed_one = self.law.packed(self.shape, self.tp, 1)
 
     def moe_block(self, q: float) -> float:
         """The MoE block at (Q, E_touched(Q)): linear in tokens, then in activated experts;
@@ -328,13 +349,23 @@ class LssPricer:
         return total + sum(interp(self.modules[m], q) for m in PASS_MODULES if m in self.modules)
 
     def head(self, q: float, n: float) -> float:
+        """The LM head at ``q`` logit rows and the sampler at ``n`` sequences."""
+        return self.logits(q) + self.sampler_at(n)
+
+    def logits(self, q: float) -> float:
+        """The measured LogitsProcessor at ``q`` rows (clamped below its first row), past its
+        last row the preset's fitted GEMM rate (module docstring)."""
         grid, secs = self.per_seq["lm_head"]
         lm = float(np.interp(q, grid, secs))
-        if q > grid[-1]:  # further rows at the preset's fitted GEMM rate (module docstring)
+        if q > grid[-1]:
             per_row = 2 * self.shape.hidden * self.shape.vocab / self.tp
             lm += (q - grid[-1]) * per_row / (self.hw.peak_flops * self.hw.compute_eff)
+        return lm
+
+    def sampler_at(self, n: float) -> float:
+        """The measured sampler at max(n, 1) sequences (0 where the profile has none)."""
         sampler = self.per_seq.get("sampler")
-        return lm + (interp(sampler, max(n, 1.0)) if sampler is not None else 0.0)
+        return interp(sampler, max(n, 1.0)) if sampler is not None else 0.0
 
     def allreduce(self, q: float) -> float:
         if self.consts.ep_size > 1:  # + the experts' dispatch/combine (expert_parallel)
@@ -379,20 +410,21 @@ class LssPricer:
 
     def attention(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
                   window: tuple[float, float] | None) -> float:
-        """L layers of the fitted per-layer attention law; with sliding-window layers, L − L_s
-        at the full sums and L_s at the sums a sliding layer presents
-        (simulator.cost.analytic.window .windowed_sums: the law was fitted on full attention and is
-        applied per layer)."""
-        s, law = self.shape, self.law
+        """L layers of the fitted per-layer attention law at n ≥ 1 (simulator.cost.tabulated.
+        regime_attention on :attr:`packed`: the compiled loop's source too); with
+        sliding-window layers, L − L_s at the full sums and L_s at the sums a sliding layer
+        presents (simulator.cost.analytic.window .windowed_sums: the law was fitted on full
+        attention and is applied per layer)."""
+        s = self.shape
         if not s.is_windowed:
-            return s.layers * float(law.seconds(s, self.tp, n, sq, skv, sqkv, sqq))
+            return regime_attention(self.packed, n, sq, skv, sqkv, sqq)
         require(window is not None, f"model {s.name}: has sliding-window layers, so a pass is "
                                     "priced with its window sums (K^W, P^W)")
-        full = (s.layers - s.sliding_layers) * float(law.seconds(s, self.tp, n, sq, skv, sqkv,
-                                                                  sqq))
+        full = (s.layers - s.sliding_layers) * regime_attention(self.packed_one, n, sq, skv,
+                                                                sqkv, sqq)
         w_sq, w_skv, w_sqkv, w_sqq = windowed_sums(sq, skv, sqkv, sqq, window)
-        return full + s.sliding_layers * float(law.seconds(s, self.tp, n, w_sq, w_skv, w_sqkv,
-                                                             w_sqq))
+        return full + s.sliding_layers * regime_attention(self.packed_one, n, w_sq, w_skv,
+                                                          w_sqkv, w_sqq)
 
     def total(self, sq: float, skv: float, sqkv: float, sqq: float, n: float = 0.0,
               window: tuple[float, float] | None = None, rows: float | None = None) -> float:

@@ -30,8 +30,9 @@ simulator.cost.features.host.ngram_seconds) and a free drafter without host term
 the roofline cost model (no sliding windows; experts under uniform routing on one rank, W8A8 FP8
 GEMMs) and the calibrated model (simulator.cost.measured.calibrated, ``cost = "calibrated"``) as
 its PassTables (simulator.cost.tabulated, simulator.engine.v1.pass_tables: dense, MoE, MLA and
-quantised roles, table cells, measured all-reduce curves; both roles; not sliding-window layers
-nor the LLMServingSim GPUs' pricer, simulator.cost.measured.calibrated_table), each with
+quantised roles, table cells, measured all-reduce curves; the LLMServingSim GPUs' pricer with
+its two attention regimes and its sampler at n requests, simulator.cost.measured.lss_table;
+both roles; not sliding-window layers, simulator.cost.measured.calibrated_table), each with
 CUDA-graph padding and analysis.sensitivity's scaled cost too, with or without vLLM's host terms
 (the default ``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async
 scheduling; ``host = "fixed"`` with async scheduling: simulator.cost.features.async_overhead.
@@ -246,8 +247,8 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
         for role in roles:
             why = base.table_gap(role)
             if why is not None:
-                return (f"{why} (compiled: the calibrated model's dense passes on the "
-                        "Vidur-profiled GPUs, and the aic model)")
+                return (f"{why} (compiled: the calibrated and aic models' full-attention "
+                        "passes)")
     elif type(base) is not RooflineCost:
         return (f"cost model {type(cost).__name__} (compiled: the plain roofline, the "
                 "calibrated and the aic models)")

@@ -57,20 +57,22 @@ def max_pass_tokens(config: SimConfig, policy: Policy, sizes: tuple[int, ...]) -
 
 def pass_tables(config: SimConfig, policy: Policy, base, sizes: tuple[int, ...],
                 roles: tuple[str, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The kernel's ``tab`` # [6, Q_max + 1] and ``tlaw`` # [2, N_TLAW + grid] of cost model
+    """The kernel's ``tab`` # [8, Q_max + 1] and ``tlaw`` # [2, N_TLAW + law] of cost model
     ``base`` under CUDA-graph ``sizes`` (simulator.engine.v1.kernel.role_time): each priced
     role's PassTable (``roles``, default :func:`priced_roles`; a head or a free drafter prices
     the target's only) where the model is :func:`tabulated`, else T_MODE 0 (the roofline
-    constants in ``floats``)."""
+    constants in ``floats``); a grid or regime law packed after N_TLAW (kernel.T_GRID 1 or 2),
+    a sampler S[n] in tab row TAB_SAMPLER + role (kernel.T_SAMPLER)."""
     from specbatch.simulator.engine.v1 import kernel as kn
 
     if not tabulated(base):
-        return np.zeros((6, 1)), np.zeros((2, kn.N_TLAW))
+        return np.zeros((8, 1)), np.zeros((2, kn.N_TLAW))
     q_max = max_pass_tokens(config, policy, sizes)
-    tab = np.zeros((6, q_max + 1))
+    tab = np.zeros((8, q_max + 1))
     tables = {role: base.pass_table(role, q_max)
               for role in (priced_roles(policy) if roles is None else roles)}
-    width = max([len(t.attention.grid) for t in tables.values()] + [0])
+    width = max([len(t.attention.grid) + len(t.attention.regimes) for t in tables.values()]
+                + [0])
     tlaw = np.zeros((2, kn.N_TLAW + width))
     for i, role in enumerate(("target", "draft")):
         if role not in tables:
@@ -90,4 +92,10 @@ def pass_tables(config: SimConfig, policy: Policy, base, sizes: tuple[int, ...],
         if law.grid:  # the packed grid law after the scalars (kernel.T_GRID)
             tlaw[i, kn.T_GRID] = 1.0
             tlaw[i, kn.N_TLAW:kn.N_TLAW + len(law.grid)] = law.grid
+        elif law.regimes:  # the packed regime law there instead
+            tlaw[i, kn.T_GRID] = 2.0
+            tlaw[i, kn.N_TLAW:kn.N_TLAW + len(law.regimes)] = law.regimes
+        if table.sampler is not None:  # S[n] (kernel.TAB_SAMPLER)
+            tlaw[i, kn.T_SAMPLER] = 1.0
+            tab[kn.TAB_SAMPLER + i] = table.sampler[:q_max + 1]
     return tab, tlaw

@@ -117,21 +117,25 @@ def test_a_chunked_prefill_of_a_random_table_costs_at_least_its_floor(seed, prom
     assert total >= prefill[0]
 
 
-MODELS = [  # (cost, target, tp, execution): dense, MoE (not monotone in Q), both launch presets
-    ("calibrated", "vicuna-33b", 2, "eager"),
-    ("calibrated", "vicuna-33b", 2, "cuda_graph"),
-    ("calibrated", "qwen3-30b-a3b", 1, "cuda_graph"),
-    ("aic", "vicuna-33b", 2, "cuda_graph"),
-    ("aic", "vicuna-33b", 1, "eager"),
-    ("aic", "qwen3-30b-a3b", 1, "cuda_graph"),
+MODELS = [  # (cost, target, tp, execution, hardware): dense, MoE (not monotone in Q), both
+    # launch presets; the LLMServingSim GPUs' regime law and sampler (lss_table)
+    ("calibrated", "vicuna-33b", 2, "eager", "h100"),
+    ("calibrated", "vicuna-33b", 2, "cuda_graph", "h100"),
+    ("calibrated", "qwen3-30b-a3b", 1, "cuda_graph", "h100"),
+    ("aic", "vicuna-33b", 2, "cuda_graph", "h100"),
+    ("aic", "vicuna-33b", 1, "eager", "h100"),
+    ("aic", "qwen3-30b-a3b", 1, "cuda_graph", "h100"),
+    ("calibrated", "llama-3.1-8b", 1, "cuda_graph", "rtxpro6000"),
+    ("calibrated", "qwen3-30b-a3b", 1, "eager", "rtxpro6000"),
+    ("calibrated", "Qwen/Qwen3-32B", 4, "cuda_graph", "rtx4090"),
 ]
 Q_MAX = 1024
 
 
 @pytest.fixture(scope="module", params=MODELS, ids=lambda m: "-".join(map(str, m)))
 def model(request):
-    cost_name, target, tp, execution = request.param
-    cost = build_cost(make_config({"target": target, "draft": "vicuna-68m", "hardware": "h100",
+    cost_name, target, tp, execution, hardware = request.param
+    cost = build_cost(make_config({"target": target, "draft": "vicuna-68m", "hardware": hardware,
                                    "tp": tp, "cost": cost_name, "execution": execution}))
     base = cost.inner  # under vLLM's host terms, vLLM V1's draft-model passes (the target's)
     base = base.inner if isinstance(base, DraftModelPasses) else base
@@ -188,9 +192,10 @@ def test_no_floor_for_a_table_the_proof_does_not_cover():
 
 
 def test_no_floor_where_a_model_has_no_pass_table():
-    # the calibrated model on the LLMServingSim GPUs (two attention regimes, a sampler at n
-    # requests: no PassTable) and the roofline (its own floor, analysis.plan.bound.pass_times)
-    for cost_name, hardware in (("calibrated", "rtx4090"), ("roofline", "h100")):
-        cost = build_cost(make_config({"target": "vicuna-7b", "draft": "vicuna-68m",
+    # sliding-window layers on the LLMServingSim GPUs (no PassTable; window_floor takes the
+    # Vidur-profiled GPUs' roles) and the roofline (its own floor, analysis.plan.bound)
+    for cost_name, hardware, target in (("calibrated", "rtx4090", "mistral-7b-v0.1"),
+                                        ("roofline", "h100", "vicuna-7b")):
+        cost = build_cost(make_config({"target": target, "draft": "vicuna-68m",
                                        "hardware": hardware, "cost": cost_name}))
         assert target_floor(cost.inner, float(cost.overhead), 2048, 500) is None

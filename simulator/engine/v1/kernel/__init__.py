@@ -223,6 +223,8 @@ from specbatch.simulator.engine.v1.kernel.pricing import (  # noqa: F401 - kerne
     T_MODE,
     T_OVERLAP,
     T_PER_REQUEST,
+    T_SAMPLER,
+    TAB_SAMPLER,
     decode_draft_seconds,
     draft_time,
     first_pass,
@@ -233,6 +235,7 @@ from specbatch.simulator.engine.v1.kernel.pricing import (  # noqa: F401 - kerne
     host_target,
     ngram_time,
     pass_time,
+    regime_attention,
     role_time,
     verify_seconds,
 )

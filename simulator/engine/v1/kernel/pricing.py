@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from specbatch.simulator.cost.tabulated import grid_attention as _grid_attention
+from specbatch.simulator.cost.tabulated import regime_attention as _regime_attention
 from specbatch.simulator.engine.v1.kernel.layout import (
     DRAFT_HEAD,
     DRAFT_MODEL,
@@ -129,16 +130,22 @@ def pass_time(c, off, sq, skv, sqkv, sqq, rows):
 
 
 # A role's tabulated pass (simulator.cost.tabulated.PassTable), in two arrays appended to
-# run_steps' arguments: ``tab`` # [6, Q_max + 1] the target's L[Q], C[Q], H[r] rows, then the
-# draft's; ``tlaw`` # [2, N_TLAW] per role (target, draft) these columns:
+# run_steps' arguments: ``tab`` # [8, Q_max + 1] the target's L[Q], C[Q], H[r] rows, then the
+# draft's, then the target's and the draft's S[n] (TAB_SAMPLER + role); ``tlaw`` # [2, N_TLAW]
+# per role (target, draft) these columns:
 T_MODE = 0  # 1.0: the role is priced from its tables (role_time), 0.0: pass_time's roofline
 T_FLOPS, T_FLOPS_RATE, T_KV, T_KV_RATE, T_OVERLAP, T_AFLOOR, T_PER_REQUEST = range(1, 8)
 T_FIXED, T_FLOOR = 8, 9  # the launch: seconds added to every pass, the host floor
-T_GRID = 10  # 1: a packed grid law (simulator.cost.tabulated.grid_attention) from N_TLAW on
-N_TLAW = 11
-#: The grid law compiled from its one source (simulator.cost.tabulated; compiled.kernel_stamp
-#: digests that file too, so a cached kernel never keeps an old law).
+#: 1: a packed grid law (simulator.cost.tabulated.grid_attention) from N_TLAW on; 2: a packed
+#: regime law (simulator.cost.tabulated.regime_attention) from N_TLAW on
+T_GRID = 10
+T_SAMPLER = 11  # 1: the role's PassTable has a sampler S[n] (tab row TAB_SAMPLER + role)
+N_TLAW = 12
+TAB_SAMPLER = 6
+#: The grid and regime laws compiled from their one source (simulator.cost.tabulated;
+#: compiled.kernel_stamp digests that file too, so a cached kernel never keeps an old law).
 grid_attention = njit(cache=True)(_grid_attention)
+regime_attention = njit(cache=True)(_regime_attention)
 
 
 @njit(cache=True)
@@ -146,9 +153,10 @@ def role_time(c, off, n, sq, skv, sqkv, sqq, rows, tab, tlaw):
     """One pass of the role at ``off`` (0 target, 10 draft) over ``n`` requests: pass_time's
     roofline, or where ``tlaw[role, T_MODE]`` is set the role's PassTable as
     simulator.cost.tabulated.table_time evaluates it (the same expressions in the same order:
-    gpu = ((L[Q] + A) + C[Q]) + H[r], t = gpu + (fixed + max(0, floor − gpu)); H at r = Q
-    unless 0 <= ``rows`` < Σq), after PaddedSumsCost's padding (p requests of query 1, KV 0:
-    n, Σq and Σq² grow by p), times ``c[F_SCALE]``."""
+    gpu = ((L[Q] + A) + C[Q]) + (H[r] + S[n]), t = gpu + (fixed + max(0, floor − gpu)); H at
+    r = Q unless 0 <= ``rows`` < Σq; S only where the table has a sampler), after
+    PaddedSumsCost's padding (p requests of query 1, KV 0: n, Σq and Σq² grow by p), times
+    ``c[F_SCALE]``."""
     role = 0 if off == 0 else 1
     if tlaw[role, T_MODE] == 0.0:
         return pass_time(c, off, sq, skv, sqkv, sqq, rows)
@@ -173,10 +181,18 @@ def role_time(c, off, n, sq, skv, sqkv, sqq, rows, tab, tlaw):
     else:
         body = compute + memory
     attn = (law[T_AFLOOR] + law[T_PER_REQUEST] * n) + body
-    if law[T_GRID] != 0.0:  # AttentionLaw.grid: the grid law replaces the linear one
+    if law[T_GRID] == 1.0:  # AttentionLaw.grid: the grid law replaces the linear one
         attn = grid_attention(law[N_TLAW:], n, sq, skv, sqkv, sqq)
+    elif law[T_GRID] == 2.0:  # AttentionLaw.regimes: the regime law replaces it
+        attn = regime_attention(law[N_TLAW:], n, sq, skv, sqkv, sqq)
     row = 3 * role
-    gpu = ((tab[row, q] + attn) + tab[row + 1, q]) + tab[row + 2, r]
+    head = tab[row + 2, r]
+    if law[T_SAMPLER] != 0.0:  # PassTable.sampler: S[n] beside the LM head's rows
+        s = int(n)
+        if s >= tab.shape[1]:
+            raise ValueError("a pass of more requests than the compiled cost tables' tokens")
+        head = head + tab[TAB_SAMPLER + role, s]
+    gpu = ((tab[row, q] + attn) + tab[row + 1, q]) + head
     short = law[T_FLOOR] - gpu
     return c[F_SCALE] * (gpu + (law[T_FIXED] + (short if short > 0.0 else 0.0)))
 

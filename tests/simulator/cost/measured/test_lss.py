@@ -188,3 +188,70 @@ def test_more_tokens_never_cost_less(qs):
     heads = [pricer.head(q, 8.0) for q in qs]
     assert all(a <= b for a, b in zip(layers, layers[1:]))
     assert all(a <= b for a, b in zip(heads, heads[1:]))
+
+
+def fused_chain(x: np.ndarray, c: tuple) -> float:
+    """acc ← RN(x_i c_i + acc), i = 0..6 from 0, in exact rationals."""
+    from fractions import Fraction
+
+    acc = 0.0
+    for xi, ci in zip(x.tolist(), c):
+        acc = float(Fraction(xi) * Fraction(ci) + Fraction(acc))
+    return acc
+
+
+def random_sums(rng) -> tuple:
+    n = int(rng.integers(1, 300))
+    q = rng.integers(1, int(rng.choice([2, 3, 16, 600, 3000])), n)
+    if rng.random() < 0.3:  # a verification: every request k + 1 tokens
+        q[:] = int(rng.integers(2, 8))
+    kv = rng.integers(0, int(rng.choice([10, 2000, 40000])), n)
+    return n, (float(q.sum()), float(kv.sum()), float(q @ kv), float(q @ q))
+
+
+@pytest.mark.parametrize("gpu", ["rtxpro6000", "rtx4090"])
+def test_the_pricers_attention_is_the_features_fused_dot_product(gpu):
+    """LssPricer's attention (tabulated.regime_attention on the packed law) is L · the fitted
+    law's features (attention_features: numpy's elementwise arithmetic) dotted with the
+    regime's coefficients as a chain of fused multiply-adds, on any CPU."""
+    law = fitted_attention(gpu)
+    rng = np.random.default_rng(2)
+    shapes = {"rtxpro6000": (("llama-3.1-8b", 1), ("Qwen/Qwen3-32B", 2), ("qwen3-30b-a3b", 1)),
+              "rtx4090": (("llama-3.1-8b", 1), ("Qwen/Qwen3-32B", 4), ("vicuna-68m", 1))}
+    for name, tp in shapes[gpu]:
+        pricer = cost(gpu, get_shape(name), tp).roles["target"]
+        s = pricer.shape
+        for _ in range(200):
+            n, sums = random_sums(rng)
+            x = attention_features(s, tp, float(n), *sums, gpu)  # [7]
+            coef = law.chunked if sums[3] > sums[0] else law.decode
+            want = s.layers * fused_chain(x, coef)
+            assert pricer.attention(float(n), *sums, None) == want
+
+
+def blas_fuses() -> bool:
+    """Whether numpy's dot product here is the fused chain (OpenBLAS's ddot on FMA CPUs)."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        x, c = rng.random(7), rng.random(7)
+        if float(x @ c) != fused_chain(x, tuple(c.tolist())):
+            return False
+    return True
+
+
+@pytest.mark.skipif(not blas_fuses(), reason="numpy's BLAS does not fuse its dot product here")
+def test_the_packed_law_is_the_fitted_laws_array_path_bit_for_bit():
+    """Where numpy's BLAS fuses (the machines the bundled runs' numbers were made on), the
+    packed law equals AttentionLaw.seconds (x @ c) times L at n ≥ 1, bit for bit."""
+    from specbatch.simulator.cost.tabulated import regime_attention
+
+    rng = np.random.default_rng(4)
+    for gpu in ("rtxpro6000", "rtx4090"):
+        law = fitted_attention(gpu)
+        for name, tp in (("llama-3.1-8b", 1), ("Qwen/Qwen3-32B", 4), ("vicuna-68m", 1)):
+            s = get_shape(name)
+            g = law.packed(s, tp, s.layers)
+            for _ in range(300):
+                n, sums = random_sums(rng)
+                want = s.layers * float(law.seconds(s, tp, float(n), *sums))
+                assert regime_attention(g, float(n), *sums) == want

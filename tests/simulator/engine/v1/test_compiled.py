@@ -173,8 +173,8 @@ def test_host_terms_are_host_costs_bit_for_bit(overlap, layers, d2t):
     ({"replicas": 2, "router": "least_outstanding"}, "router least_outstanding"),
     ({"cost": "calibrated", "target": "gemma-3-270m", "draft": "gemma-3-270m"},
      "sliding-window"),
-    ({"cost": "calibrated", "hardware": "rtx-pro-6000", "target": "llama-3.1-8b",
-      "draft": "llama-3.2-1b"}, "LLMServingSim"),
+    ({"cost": "calibrated", "hardware": "rtx-pro-6000", "target": "mistral-7b-v0.1",
+      "draft": "llama-3.2-1b"}, "sliding-window"),
     ({"target": "qwen3-30b-a3b", "draft": "qwen2.5-0.5b", "routing_skew": 0.5},
      "skewed routing"),
     ({"target": "gemma-3-270m", "draft": "gemma-3-270m"}, "sliding windows"),
@@ -185,9 +185,12 @@ def test_what_is_not_covered_is_named(knobs, named):
 
 
 def test_calibrated_runs_are_covered_and_auto_compiles_large_ones():
-    """The calibrated model's dense passes run compiled from its PassTables
-    (simulator.cost.measured.calibrated_table); auto takes them from AUTO_MIN_REQUESTS on."""
+    """The calibrated model's passes run compiled from its PassTables on the Vidur-profiled
+    GPUs (simulator.cost.measured.calibrated_table) and on the LLMServingSim ones (lss_table:
+    the default cost there); auto takes them from AUTO_MIN_REQUESTS on."""
     assert compiled.compiled_gap(*parts(cost="calibrated")) is None
+    assert compiled.compiled_gap(*parts(cost="auto", hardware="rtxpro6000",
+                                        target="llama-3.1-8b", draft="llama-3.2-1b")) is None
     assert compiled.compiled_gap(*parts(cost="calibrated", hardware="a100", tp=2,
                                         host="vllm", policy="dsd")) is None
     large = SimpleNamespace(n=compiled.AUTO_MIN_REQUESTS, prefix_group=None)
@@ -339,9 +342,21 @@ def test_pass_time_is_the_roofline_sums_formula_bit_for_bit(shape):
             assert np.float64(got).view(np.int64) == np.float64(want).view(np.int64)
 
 
+#: Deployments of role_time's parity: a Vidur-profiled GPU at tp 2 (a table cell, the NCCL
+#: curve), the LLMServingSim GPUs (the regime law and the sampler): a dense and a MoE cell.
+ROLE_DEPLOYMENTS = [
+    {"hardware": "a100", "tp": 2},
+    {"hardware": "rtx-pro-6000", "target": "llama-3.1-8b", "draft": "llama-3.2-1b"},
+    {"hardware": "rtx-pro-6000", "target": "qwen3-30b-a3b", "draft": "qwen2.5-0.5b"},
+]
+
+
 @needs_numba
 @pytest.mark.parametrize("sizes", [(), (8, 24, 64)])
-def test_role_time_is_table_time_bit_for_bit(sizes):
+@pytest.mark.parametrize("deployment", ROLE_DEPLOYMENTS,
+                         ids=[d["hardware"] + "-" + d.get("target", "default")
+                              for d in ROLE_DEPLOYMENTS])
+def test_role_time_is_table_time_bit_for_bit(sizes, deployment):
     """kernel.role_time on the packed PassTables (compiled.pass_tables) equals
     simulator.cost.tabulated.table_time, and so CalibratedCost.time_from_sums, on random
     exact-integer sums, rows None / 0 / fewer than Σq, after CUDA-graph padding as
@@ -349,8 +364,8 @@ def test_role_time_is_table_time_bit_for_bit(sizes):
     from specbatch.simulator.cost.features.graph_padding import PaddedSumsCost
 
     kernel = compiled.load_kernel()
-    config, policy, cost = parts(cost="calibrated", policy="fixed", k=3, hardware="a100",
-                                 tp=2, max_num_batched_tokens=700)
+    config, policy, cost = parts(cost="calibrated", policy="fixed", k=3,
+                                 max_num_batched_tokens=700, **deployment)
     # the model (build_cost wraps it in the vLLM V1 draft model's pass 1, drafter_layer
     # takes that off)
     cost = compiled.drafter_layer(compiled.cost_layers(cost)[2])[2]
@@ -641,6 +656,42 @@ def test_compiled_tables_equal_the_numpy_engines_under_the_calibrated_cost(knobs
     assert_parity(cost="calibrated", host="vllm", **knobs)
 
 
+#: The calibrated model on the LLMServingSim-profiled GPUs (the default cost there:
+#: simulator.cost.measured.lss_table, the two-regime attention law and the sampler at n
+#: requests): RTX PRO 6000 Llama-3.1-8B with chunks beside decodes and drafts, the MoE cell,
+#: Qwen3-32B tp 2 (the PCIe all-reduce) under dsd's scan, RTX 4090 with paged KV that preempts,
+#: a transferred tp 4 cell, an EAGLE-3 head, the n-gram proposer, CUDA-graph padding, BV and
+#: the eager preset's host floor, async scheduling.
+LSS_COVERED = [
+    {"requests": 60, "seed": 3, "policy": "fixed", "k": 3, "hardware": "rtx-pro-6000",
+     "target": "llama-3.1-8b", "draft": "llama-3.2-1b", "max_num_batched_tokens": 512},
+    {"requests": 60, "seed": 4, "policy": "tetris", "k": 3, "extra": 1,
+     "hardware": "rtx-pro-6000", "target": "qwen3-30b-a3b", "draft": "qwen2.5-0.5b",
+     "max_num_batched_tokens": 256},
+    {"requests": 60, "seed": 5, "policy": "dsd", "hardware": "rtx-pro-6000",
+     "target": "Qwen/Qwen3-32B", "draft": "llama-3.2-1b", "tp": 2},
+    {"requests": 96, "seed": 3, "policy": "ar", "hardware": "rtx4090", "target": "llama-3.1-8b",
+     "draft": "llama-3.2-1b", "kv_mode": "paged", "kv_capacity": 3000,
+     "enable_prefix_caching": True, "max_num_batched_tokens": 512},
+    {"requests": 60, "seed": 6, "policy": "fixed", "k": 2, "hardware": "rtx4090",
+     "target": "Qwen/Qwen3-32B", "draft": "vicuna-68m", "tp": 4, "async_scheduling": True,
+     "arrival": "poisson", "rate": 20.0},
+    {"requests": 60, "seed": 7, "policy": "fixed", "k": 3, "hardware": "rtx-pro-6000",
+     "target": "llama-3.1-8b", "draft": "eagle3", "cuda_graph_sizes": "3,17,100"},
+    {"requests": 60, "seed": 8, "policy": "threshold", "k": 3, "hardware": "rtx4090",
+     "target": "llama-3.1-8b", "draft": "ngram"},
+    {"requests": 60, "seed": 9, "policy": "tetris", "k": 2, "extra": 2, "verify": "block",
+     "hardware": "rtx4090", "target": "llama-3.1-8b", "draft": "llama-3.2-1b",
+     "execution": "eager", "max_num_batched_tokens": 128},
+]
+
+
+@needs_numba
+@pytest.mark.parametrize("knobs", LSS_COVERED, ids=[str(i) for i in range(len(LSS_COVERED))])
+def test_compiled_tables_equal_the_numpy_engines_on_the_llmservingsim_gpus(knobs):
+    assert_parity(cost="calibrated", host="vllm", **knobs)
+
+
 #: The aic model (cost = "aic": AIConfigurator's measured curves as PassTables of both roles,
 #: the grid attention law): the h100 default shapes, a100 tp 2 (the measured all-reduce curve;
 #: FA2's unpacked mixed calls), a MoE target on h200, fp8 KV, paged KV with the prefix cache,
@@ -693,7 +744,7 @@ def test_compiled_tables_equal_the_numpy_engines_under_the_aic_cost(knobs):
        threshold=st.sampled_from([0, 0, 2, 40]), replicas=st.sampled_from([1, 1, 2, 3]),
        graphs=st.sampled_from([None, None, "64", "3,17,100"]),
        host=st.sampled_from(["fixed", "vllm"]), overlap=st.booleans(),
-       cost=st.sampled_from(["roofline", "roofline", "calibrated", "aic"]),
+       cost=st.sampled_from(["roofline", "roofline", "calibrated", "calibrated-rtx", "aic"]),
        drafter=st.sampled_from(["model", "model", "model", "eagle3", "eagle", "ngram"]),
        shape=st.sampled_from(["default", "default", "moe", "fp8"]))
 def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
@@ -714,6 +765,14 @@ def test_compiled_tables_equal_the_numpy_engines_on_random_runs(
         knobs.update({"moe": {"target": "qwen3-30b-a3b", "draft": "qwen2.5-0.5b"},
                       "fp8": {"target": "llama-3.1-8b", "draft": "llama-3.2-1b",
                               "quantization": "fp8"}}[shape])
+    if cost == "calibrated-rtx":  # the LLMServingSim GPUs (lss_table): a draft model on the
+        # 8B, or the MoE cell, or the head / n-gram proposer drawn above on the 8B
+        knobs.update(cost="calibrated", hardware=("rtx-pro-6000", "rtx4090")[seed % 2],
+                     **({"target": "llama-3.1-8b"} if drafter != "model" else
+                        {"target": "llama-3.1-8b", "draft": "llama-3.2-1b"}))
+        if drafter == "model" and shape == "moe":
+            knobs.update(hardware="rtx-pro-6000", target="qwen3-30b-a3b",
+                         draft="qwen2.5-0.5b")
     if paged:  # a small pool preempts; the prefix cache counts and finds parked blocks
         knobs.update(kv_mode="paged", kv_capacity=capacity or 3000, block_size=block_size,
                      enable_prefix_caching=prefix)
