@@ -44,6 +44,7 @@ from specbatch.simulator.cost.measured.aic_attention import (
     held_out,
     law_cells,
 )
+from specbatch.simulator.cost.measured.aic_cells import attention_rows, shape_cells
 from specbatch.simulator.cost.measured.aic_cost import VALIDATION
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import COMMON_SYSTEMS, load_laws
@@ -51,8 +52,6 @@ from specbatch.simulator.cost.measured.aic_mixed import cold_args, cold_rate
 from specbatch.simulator.cost.measured.aic_ops import interp_check, monotone
 from specbatch.simulator.cost.measured.aic_pricer import (
     attention_cells,
-    attention_rows,
-    shape_cells,
     shape_curves,
     width_fit,
 )

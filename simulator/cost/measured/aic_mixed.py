@@ -58,6 +58,7 @@ import functools
 import numpy as np
 
 from specbatch.simulator.cost.gpus.catalogue import GPUS, Gpu
+from specbatch.simulator.cost.measured.aic_cells import attention_rows, shape_cells
 from specbatch.simulator.cost.tabulated import ONE_CALL, TWO_LAUNCHES, fa2_mixed
 
 #: Shared memory per SM by compute capability x 10 (CUDA C++ Programming Guide, technical
@@ -114,8 +115,6 @@ def cold_rate(system: str, kv_dtype: str) -> float | None:
     """Bytes/s: the fastest KV read of ``system``'s decode cells over >= :data:`COLD_BYTES`
     of KV (B H_kv (c + 1) 2 d e bytes per cell; all head shapes), or None where no cell
     reaches that size (L40S)."""
-    from specbatch.simulator.cost.measured.aic_pricer import attention_rows  # pandas
-
     d, _ = attention_rows(system, kv_dtype)
     e = 1.0 if kv_dtype == "fp8" else 2.0
     kv = (d["batch"].to_numpy(np.float64) * d["kv_heads"].to_numpy(np.float64)
@@ -133,7 +132,6 @@ def unpacked_cells(system: str, kv_dtype: str, head_dim: int) -> tuple | None:
     and head), filled, cold and non-decreasing as aic_attention.grid_tables makes a decode
     grid; None where no MHA shape of the width spans a decode grid."""
     from specbatch.simulator.cost.measured.aic_attention import grid_tables
-    from specbatch.simulator.cost.measured.aic_pricer import shape_cells
 
     mha = [k for k, v in shape_cells(system, kv_dtype).items()
            if k[0] == k[1] and k[2] == head_dim and v[0] is not None]

@@ -39,6 +39,7 @@ import numpy as np
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.gpus.hardware import Hardware
 from specbatch.simulator.cost.measured import aic_cache
+from specbatch.simulator.cost.measured.aic_cells import attention_rows, own_cells, shape_cells
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import bundled_laws
 from specbatch.simulator.cost.measured.aic_mixed import cold_args, gpu_of, mixed_mode
@@ -52,9 +53,6 @@ from specbatch.simulator.cost.measured.laws import (
 from specbatch.simulator.cost.tabulated import AttentionLaw, PassTable, tabulate
 from specbatch.traces.models.model_shape import ModelShape
 
-#: Attention rows the law is fitted on (the serving range; module aic_attention): decode
-#: batches up to this many requests, contexts below 32k; prefill batches of few prompts.
-DECODE_MAX_BATCH, DECODE_MAX_CONTEXT, PREFILL_MAX_BATCH = 512, 32767, 16
 MEMO_LIMIT = 65536
 #: Timed head shapes an untimed one's attention grid is carried from (attention_cells), and
 #: the weight of log H_kv against log H in choosing them, (decode, prefill): a decode's time is
@@ -85,18 +83,6 @@ def shape_curves(system: str, family: str, dtype: str) -> ShapeCurves:
     return ShapeCurves(family, rows, law, {"dtype": dtype})
 
 
-def attention_rows(system: str, kv_dtype: str):
-    """(decode, prefill) rows of ``system`` at ``kv_dtype`` within the serving range."""
-    frames = load_curves(system)
-    d, p = frames.get("attention_decode"), frames.get("attention_prefill")
-    if d is None or p is None:
-        raise SpecbatchError(f"aic {system}: no attention curves bundled")
-    d = d[(d["kv_dtype"] == kv_dtype) & (d["batch"] <= DECODE_MAX_BATCH)
-          & (d["context"] <= DECODE_MAX_CONTEXT)]
-    p = p[(p["kv_dtype"] == kv_dtype) & (p["batch"] <= PREFILL_MAX_BATCH)]
-    return d, p
-
-
 @functools.lru_cache(maxsize=64)
 def attention_fit(system: str, kv_dtype: str, heads: int, kv_heads: int, head_dim: int):
     """(fit, how): the linear attention law of this per-GPU head shape (aic_attention): fitted
@@ -115,46 +101,6 @@ def attention_fit(system: str, kv_dtype: str, heads: int, kv_heads: int, head_di
         raise SpecbatchError(f"aic {system}: no {kv_dtype} attention rows at head width "
                              f"{head_dim}")
     return fit_attention(d, p), "width"
-
-
-def grid_cells(decode, prefill) -> tuple | None:
-    """(decode cells or None, prefill cells) of one shape's rows where its prefill table spans
-    a grid, else None (:func:`shape_cells`)."""
-    from specbatch.simulator.cost.measured.aic_attention import cells, has_grid  # pandas
-
-    if decode.empty or prefill.empty:
-        return None
-    dec, pre = cells(decode, prefill)
-    if not has_grid((pre,)):
-        return None
-    return (dec if has_grid((dec,)) else None), pre
-
-
-@functools.lru_cache(maxsize=32)
-def own_cells(system: str, kv_dtype: str, key: tuple) -> tuple | None:
-    """:func:`grid_cells` of head shape ``key`` alone (a timed model's start-up reads only its
-    own rows)."""
-    d, p = attention_rows(system, kv_dtype)
-    md = (d["heads"] == key[0]) & (d["kv_heads"] == key[1]) & (d["head_dim"] == key[2])
-    mp = (p["heads"] == key[0]) & (p["kv_heads"] == key[1]) & (p["head_dim"] == key[2])
-    return grid_cells(d[md], p[mp])
-
-
-@functools.lru_cache(maxsize=8)
-def shape_cells(system: str, kv_dtype: str) -> dict:
-    """Head shape (H, H_kv, d) -> its measured cells (aic_attention.cells) where the prefill
-    table spans a grid (aic_attention.has_grid); the decode cells None where its table does
-    not (L40S: a few contexts per shape; the law's decode cells stand in, AicPricer)."""
-    from specbatch.simulator.cost.measured.aic_attention import SHAPE
-
-    d, p = attention_rows(system, kv_dtype)
-    gd, gp = d.groupby(list(SHAPE)), p.groupby(list(SHAPE))
-    out = {}
-    for key in sorted(set(gd.groups) & set(gp.groups)):
-        got = grid_cells(gd.get_group(key), gp.get_group(key))
-        if got is not None:
-            out[tuple(int(x) for x in key)] = got
-    return out
 
 
 @functools.lru_cache(maxsize=16)

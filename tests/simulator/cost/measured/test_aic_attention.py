@@ -12,12 +12,9 @@ from specbatch.simulator.cost.measured.aic_attention import (
     grid_seconds,
     grid_tables,
 )
+from specbatch.simulator.cost.measured.aic_cells import attention_rows, shape_cells
 from specbatch.simulator.cost.measured.aic_mixed import cold_args
-from specbatch.simulator.cost.measured.aic_pricer import (
-    attention_cells,
-    attention_rows,
-    shape_cells,
-)
+from specbatch.simulator.cost.measured.aic_pricer import attention_cells
 
 
 def test_the_prefill_grid_is_taken_against_the_decode_floor():

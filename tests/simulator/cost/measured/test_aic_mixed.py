@@ -6,6 +6,7 @@ import pytest
 
 from specbatch.simulator.cost.gpus.catalogue import GPUS
 from specbatch.simulator.cost.measured.aic_attention import cold_cells, grid_tables
+from specbatch.simulator.cost.measured.aic_cells import attention_rows, shape_cells
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import COMMON_SYSTEMS
 from specbatch.simulator.cost.measured.aic_mixed import (
@@ -17,7 +18,6 @@ from specbatch.simulator.cost.measured.aic_mixed import (
     mixed_mode,
     unpacked_cells,
 )
-from specbatch.simulator.cost.measured.aic_pricer import attention_rows, shape_cells
 from specbatch.simulator.cost.tabulated import ONE_CALL, TWO_LAUNCHES
 
 
