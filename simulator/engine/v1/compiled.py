@@ -36,16 +36,16 @@ CUDA-graph padding and analysis.sensitivity's scaled cost too, with or without v
 (the default ``host = "vllm"``: simulator.cost.features.host.HostCost, with or without async
 scheduling; also inside the sensitivity runs' scaled cost) and the rejection sampler's cost; any
 arrivals; an early stop (simulator.engine.core's ``stop``, the planner's
-analysis.plan.slo.EarlyStop) on one replica of a speculating policy: the kernel returns before a
-step whose events reach a check (kernel.step_events counts the numpy engine's arrivals, STEP_END
-and SCHEDULE events), driver.CompiledEngine.check_stop calls the rule at the numpy engine's
-events and ends the run there or goes on (parity:
-tests/simulator/engine/v1/test_compiled_stop.py). Everything else (tetris and vllm-adaptive with
-a fitted predictor, vllm-adaptive's exact tables or true survival, oracle under BV, trees,
-sliding-window layers, skewed expert routing or expert parallelism in the roofline, profiled
-costs, vllm-v0, the least_outstanding and vllm_dp_lb routers, user policies, an early stop with
-several replicas or without speculation: the numpy engine takes ``ar``'s runs of identical
-decode steps as one event, simulator.engine.v1.runs) runs on numpy.
+analysis.plan.slo.EarlyStop) on one replica: the kernel returns before a step whose events
+reach a check (kernel.step_events counts the numpy engine's arrivals, STEP_END and SCHEDULE
+events; ``ar``'s runs of identical decode steps, which the numpy engine takes as one event,
+simulator.engine.v1.runs, are one event there too: kernel.runs),
+driver.CompiledEngine.check_stop calls the rule at the numpy engine's events and ends the run
+there or goes on (parity: tests/simulator/engine/v1/test_compiled_stop.py). Everything else
+(tetris and vllm-adaptive with a fitted predictor, vllm-adaptive's exact tables or true
+survival, oracle under BV, trees, sliding-window layers, skewed expert routing or expert
+parallelism in the roofline, profiled costs, vllm-v0, the least_outstanding and vllm_dp_lb
+routers, user policies, an early stop with several replicas) runs on numpy.
 
 Kernels are cached under ``$SPECBATCH_CACHE/numba`` (``~/.cache/specbatch/numba``): numba's
 ``cache=True`` writes next to the source by default, so ``NUMBA_CACHE_DIR`` is set before numba
@@ -181,9 +181,6 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     if stop is not None and int(config.replicas) > 1:
         return ("an early stop with several replicas (compiled: one replica, whose events "
                 "the kernel counts)")
-    if stop is not None and not int(policy.depth):
-        return ("an early stop without speculation (the numpy engine takes runs of identical "
-                "decode steps as one event, simulator.engine.v1.runs; compiled: depth >= 1)")
     if not scheduler_entry(config.scheduler).compiled:
         return f"scheduler {config.scheduler} (compiled: {', '.join(names(compiled=True))})"
     if int(config.data_parallel_size) != 1:

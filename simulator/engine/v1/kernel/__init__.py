@@ -34,7 +34,8 @@ exact integer sums, so the step and request tables are bit-identical
 Modules, in reading order: ``layout`` (the arrays' slots and the return codes), ``acceptance``
 (η, the replay's uniforms), ``pricing`` (a pass's seconds: roofline or PassTable, host terms,
 the sampler), ``policy`` (the draft-length rules), ``admission`` (the priority heap, the
-engine's events between steps), ``prefix`` (the prefix cache's counting path), ``loop``
+engine's events between steps), ``prefix`` (the prefix cache's counting path), ``runs`` (an
+early stop's runs of identical ``ar`` decode steps, one event each), ``loop``
 (:func:`~simulator.engine.v1.kernel.loop.run_steps`, the step itself). The package re-exports
 every name, so ``kernel.X`` reads as one module (simulator.engine.v1.compiled.load_kernel
 returns it). Numba's cache (``cache=True``) checks only a function's own file, not the files of
@@ -166,6 +167,7 @@ from specbatch.simulator.engine.v1.kernel.layout import (  # noqa: F401 - kernel
     R_KNOW,
     R_NAMED,
     R_ROWS,
+    R_RUN,
     R_RUNNING,
     R_SKIP,
     R_STEPPED,
@@ -235,4 +237,8 @@ from specbatch.simulator.engine.v1.kernel.pricing import (  # noqa: F401 - kerne
     pass_time,
     role_time,
     verify_seconds,
+)
+from specbatch.simulator.engine.v1.kernel.runs import (  # noqa: F401 - kernel.X
+    run_blocks,
+    run_length,
 )

@@ -86,7 +86,10 @@ R_SKIP = 15  # 1: the caller checked the events before the next step (STOP), go 
 # hold (paged; added to R_FREE when freed) or minus the tokens they reserve (reserve mode);
 # 1: the last lagged composition was empty, compose again with everything known
 R_SEEN, R_GHOST_N, R_GHOST_FREE, R_FULL = 16, 17, 18, 19
-N_REGS = 20
+# an early stop of a depth-0 policy: the steps left of the run of identical decode steps the
+# numpy engine takes as one event (kernel.runs.run_length; 0: none under way)
+R_RUN = 20
+N_REGS = 21
 # the step rows' two columns after STEP_COLUMNS: whether the step started on an arrival
 # (the replica was idle) and that arrival's place in ``order``; the caller merges several
 # replicas' rows into the engine's event order with them

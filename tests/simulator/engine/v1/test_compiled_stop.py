@@ -98,6 +98,7 @@ def test_a_burst_counts_every_arrival_and_the_schedule_event():
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from([{"policy": "fixed", "num_speculative_tokens": 1},
+                        {"policy": "ar"},
                         {"policy": "dsd", "num_speculative_tokens": 4},
                         {"policy": "fixed", "num_speculative_tokens": 3, "verify": "block"},
                         {"policy": "tetris", "num_speculative_tokens": 2, "extra": 1}]),
@@ -145,12 +146,33 @@ def test_a_preemption_stops_both_engines_as_a_memory_failure():
     assert sa.stopped_at is not None and a.summary["preemptions"] > 0
 
 
-@pytest.mark.parametrize("knobs, why", [
-    ({"replicas": 2, "policy": "fixed"}, "early stop with several replicas"),
-    # ar's runs of identical decode steps are one event of the numpy engine's
-    ({"policy": "ar"}, "early stop without speculation"),
-])
-def test_early_stops_the_kernel_does_not_count_stay_on_numpy(knobs, why):
-    config = make_config({**RUN, **knobs, "engine": "compiled"})
-    with pytest.raises(compiled.NotCovered, match=why):
+def test_early_stops_with_several_replicas_stay_on_numpy():
+    config = make_config({**RUN, "replicas": 2, "policy": "fixed", "engine": "compiled"})
+    with pytest.raises(compiled.NotCovered, match="early stop with several replicas"):
         simulate(config, _cached_trace(config), stop=Probe(1, None))
+
+
+AR_RUNS = [{},  # runs end at each finish and at the arrival a free slot would admit
+           {"max_num_seqs": 4},  # a full batch: arrivals pop while a run goes on
+           {"tp": 1, "requests": 32, "rate": 40.0},  # a short pool: runs cut to its blocks
+           {"enable_prefix_caching": True, "tp": 1, "requests": 32},
+           {"async_scheduling": True, "host": "vllm"},  # pending arrivals and held slots
+           {"async_scheduling": True, "host": "vllm", "max_num_seqs": 4},
+           {"kv_mode": "reserve", "scheduling_policy": "priority", "kv_capacity": 4000},
+           {"max_num_batched_tokens": 6, "enable_chunked_prefill": True}]
+
+
+@pytest.mark.parametrize("knobs", AR_RUNS, ids=[str(i) for i in range(len(AR_RUNS))])
+def test_ars_runs_of_identical_steps_are_one_event_as_in_the_numpy_engine(knobs):
+    # every event checked: the numpy engine takes runs of several decode steps as one event
+    # (fewer calls than arrivals + steps), and the kernel calls the rule at the same events
+    # with the same records (a run's later steps, finishes included, committed at its start)
+    fields = {**RUN, "policy": "ar", "rate": 8.0, **knobs}
+    (a, sa), (b, sb) = assert_same_run(fields, lambda: Probe(every=1, at=None))
+    assert_same_calls(sa, sb)
+    assert sb.stopped_at is None
+    assert len(sa.calls) < len(a.steps) + fields["requests"]  # runs were taken
+    # stopped at every 7th event in turn: the same stop, rows and records
+    for at in range(1, len(sa.calls) + 1, 7):
+        (_, sa2), (_, sb2) = assert_same_run(fields, lambda: Probe(every=1, at=at))
+        assert sa2.stopped_at == sb2.stopped_at == sa.calls[at - 1][0]
