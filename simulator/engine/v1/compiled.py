@@ -41,7 +41,9 @@ reach a check (kernel.step_events counts the numpy engine's arrivals, STEP_END a
 events; ``ar``'s runs of identical decode steps, which the numpy engine takes as one event,
 simulator.engine.v1.runs, are one event there too: kernel.runs),
 driver.CompiledEngine.check_stop calls the rule at the numpy engine's events and ends the run
-there or goes on (parity: tests/simulator/engine/v1/test_compiled_stop.py). Everything else
+there or goes on; a stop that gives its rule's limits (simulator.engine.stop_limits, the
+planner's does) is checked by the kernel itself at those events, with no return to Python
+(kernel.stop; parity: tests/simulator/engine/v1/test_compiled_stop.py). Everything else
 (tetris and vllm-adaptive with a fitted predictor, vllm-adaptive's exact tables or true
 survival, oracle under BV, trees, sliding-window layers, skewed expert routing or expert
 parallelism in the roofline, profiled costs, vllm-v0, the least_outstanding and vllm_dp_lb
@@ -93,8 +95,10 @@ _NOTED: set[str] = set()
 _STAMPED: set[Path] = set()
 #: The compiled loop's modules (simulator.engine.v1.kernel), hashed by :func:`kernel_stamp`.
 KERNEL_SOURCES = Path(__file__).with_name("kernel")
-#: simulator.cost.tabulated: the grid attention law the kernel compiles (kernel.pricing).
+#: simulator.cost.tabulated: the grid attention law the kernel compiles (kernel.pricing);
+#: simulator.engine.stop_limits: the early stop's limits slots (kernel.stop).
 TABULATED_SOURCE = Path(__file__).parents[2] / "cost" / "tabulated.py"
+STOP_LIMITS_SOURCE = Path(__file__).parents[1] / "stop_limits.py"
 
 
 def numba_installed() -> bool:
@@ -114,12 +118,13 @@ def cache_dir() -> Path:
 
 
 def kernel_stamp() -> str:
-    """sha256 of the kernel package's sources (simulator.engine.v1.kernel, every module, and
-    simulator.cost.tabulated whose grid_attention it compiles): numba
+    """sha256 of the kernel package's sources (simulator.engine.v1.kernel, every module,
+    simulator.cost.tabulated whose grid_attention it compiles and simulator.engine.stop_limits
+    whose slots it reads): numba
     checks only a cached function's own file, so a change in a function it calls (another
     module of the package) must drop the cached kernels itself (:func:`load_kernel`)."""
     digest = hashlib.sha256()
-    for path in [*sorted(KERNEL_SOURCES.glob("*.py")), TABULATED_SOURCE]:
+    for path in [*sorted(KERNEL_SOURCES.glob("*.py")), TABULATED_SOURCE, STOP_LIMITS_SOURCE]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
