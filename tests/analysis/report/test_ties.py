@@ -71,3 +71,16 @@ def test_the_tie_set_does_not_import_scipy_stats():
             "interval([1.0, 2.0, 4.0]); print('scipy.stats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_95_percent_interval_of_a_few_seeds_imports_no_scipy_special():
+    import subprocess
+    import sys
+
+    from specbatch.analysis.report.ties import T_975
+
+    code = ("import sys; from specbatch.analysis.report.ties import interval; "
+            "interval([1.0, 2.0, 4.0]); print('scipy.special' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert len(T_975) == 32  # df 1..32, each pinned to scipy's float above
