@@ -80,7 +80,7 @@ def assert_same(a, b):
 def test_the_plain_path_reads_what_pandas_reads(tmp_path, text, plain):
     fast, slow = both(tmp_path, text)
     assert_same(fast, slow)
-    is_plain = arrivals.plain_lengths((tmp_path / "w.csv")) is not None
+    is_plain = arrivals.plain_lengths(tmp_path / "w.csv") is not None
     assert is_plain == plain
 
 

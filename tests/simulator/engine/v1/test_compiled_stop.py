@@ -199,7 +199,7 @@ def test_the_kernels_stop_rule_is_the_early_stops_call():
         time = float(rng.uniform(0.0, 10.0))
         floors = latency_floors(time, arrival, first, finish, w.output_len)
 
-        def at(name):  # a floor of some request, or a nearby value
+        def at(name, floors=floors, n=n):  # a floor of some request, or a nearby value
             if not n:
                 return 1.0
             v = float(floors[name][rng.integers(0, n)])
