@@ -188,6 +188,8 @@ def request_columns(out: str | os.PathLike, key: str) -> dict[str, np.ndarray] |
         return None
     columns = {}
     for name in table.column_names:
+        if name.startswith("__index_level_"):  # a stored pandas index: pandas reads it as one
+            return None
         values = numeric_values(table.column(name))
         if values is None:
             return None

@@ -87,3 +87,5 @@ def test_stored_requests_read_back_as_columns_are_read_requests_arrays(tmp_path)
     assert request_columns(tmp_path, "t") is None and read_requests(tmp_path, "t") is not None
     store_point(tmp_path, {"seed": 2}, {"n": 5}, None, 0.1, "none")
     assert request_columns(tmp_path, "none") is None
+    table(n=4).to_parquet(tmp_path / "points" / "idx.requests.parquet")  # its index stored
+    assert request_columns(tmp_path, "idx") is None
