@@ -44,7 +44,7 @@ models' own pass times.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -68,12 +68,16 @@ class Bounds:
     ttft: np.ndarray
     tpot: np.ndarray
     e2e: np.ndarray
+    _at: dict = field(default_factory=dict, repr=False, compare=False)
 
     def at(self, percentile: float) -> dict[str, float]:
         """The bounds of each metric's percentile (np.percentile's linear interpolation,
-        as analysis.plan.slo.judge reads the run)."""
-        return {n: float(np.percentile(getattr(self, n), percentile))
-                for n in ("ttft", "tpot", "e2e")}
+        as analysis.plan.slo.judge reads the run), computed once per percentile (the search
+        asks each candidate's three times)."""
+        if percentile not in self._at:
+            self._at[percentile] = {n: float(np.percentile(getattr(self, n), percentile))
+                                    for n in ("ttft", "tpot", "e2e")}
+        return dict(self._at[percentile])
 
 
 class BoundTables:

@@ -271,16 +271,23 @@ def trace_workload(base: dict, path: Path) -> Path:
 def write_length_workload(base: dict, prompt: Lengths, output: Lengths, path: Path) -> Path:
     """Draw ``base["requests"]`` requests' lengths from the distributions (seeded by
     ``base["seed"]``; ``trace`` sides from the trace ``base`` names) and write them as a
-    workload file (simulator.workload.lengths)."""
+    workload file (simulator.workload.lengths; integer columns without pandas,
+    simulator.workload.plain_csv, the same bytes)."""
     from specbatch.analysis.sweep.executors import _cached_trace as load_trace
     from specbatch.simulator.config.sim_config import make_config
-    from specbatch.simulator.workload.lengths import length_table
+    from specbatch.simulator.workload.lengths import length_columns
+    from specbatch.simulator.workload.plain_csv import int_csv
 
     trace = load_trace(make_config(base))
-    table = length_table(prompt, output, int(base["requests"]), int(base.get("seed", 0)),
-                         trace.prompt_len, trace.output_len,
-                         np.asarray(trace.category, dtype=object))
-    atomic_write(path, table.to_csv(index=False))
+    columns = length_columns(prompt, output, int(base["requests"]), int(base.get("seed", 0)),
+                             trace.prompt_len, trace.output_len,
+                             np.asarray(trace.category, dtype=object))
+    text = int_csv(columns)
+    if text is None:  # a category column: pandas' quoting
+        import pandas as pd
+
+        text = pd.DataFrame(columns).to_csv(index=False)
+    atomic_write(path, text)
     return path
 
 

@@ -156,7 +156,12 @@ class Runner:
         A run with a rule is stored under its key and the rule's; one the rule did not stop
         is also stored under the plain key (an exhaustive rerun reuses it)."""
         from specbatch.analysis.sweep.executors import _call, execute
-        from specbatch.analysis.sweep.points import load_point, run_key, store_point
+        from specbatch.analysis.sweep.points import (
+            load_point,
+            request_columns,
+            run_key,
+            store_point,
+        )
         from specbatch.analysis.sweep.runner import input_identity, read_requests
         from specbatch.analysis.sweep.spec import resolve_config
         from specbatch.simulator.config.sim_config import SimConfig
@@ -202,7 +207,10 @@ class Runner:
             if records[c] is None:
                 summary, requests = fresh[keys[c]]
             else:
-                summary, requests = records[c]["summary"], read_requests(self.store, keys[c])
+                summary = records[c]["summary"]
+                requests = request_columns(self.store, keys[c])  # no pandas
+                if requests is None:
+                    requests = read_requests(self.store, keys[c])
             self.stopped += summary.get("stopped_at") is not None
             out[c] = judge_entry(*c, configs[c], summary, requests, slos, rules.get(c))
         return out

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from specbatch.simulator.engine.stop_limits import StopLimits
 from specbatch.simulator.metrics import column as table_column
 from specbatch.simulator.metrics import rows
 
@@ -282,16 +283,34 @@ class EarlyStop:
     """The engine's early stop for one planner run (simulator.engine.core ``stop``): ends the run
     as soon as :func:`stop_reason` proves its verdict (it fails), or that it cannot beat the
     frontier, from what happened so far. Checked every :attr:`every` events (a later check
-    only stops later). A run it never stops is the full run, bit for bit."""
+    only stops later). A run it never stops is the full run, bit for bit. :meth:`limits`
+    gives the same rule as numbers, which the compiled loop checks itself (this class's
+    ``__call__`` is its reference twin)."""
 
     def __init__(self, rule: StopRule) -> None:
         self.rule = rule
         self.every = 16
         self.stopped_at: float | None = None
 
+    def every_after(self, workload) -> int:
+        """The check interval from the first check on: N // 64 events for N > 1024 requests
+        (each check is O(N)), else as it is."""
+        return workload.n // 64 if self.every == 16 and workload.n > 1024 else self.every
+
+    def limits(self, workload) -> StopLimits:
+        """This rule for ``workload`` as simulator.engine.stop_limits states it (what
+        :meth:`__call__` decides, evaluated by the compiled loop at the same events)."""
+        slos = self.rule.slos
+        n = workload.n
+        return StopLimits(every_after=self.every_after(workload),
+                          first_due=self.first_due(workload),
+                          allow_preemption=slos.allow_preemption,
+                          need=over_needed(n, slos.percentile) if n else 0,
+                          ttft=slos.ttft, tpot=slos.tpot, e2e=slos.e2e, goodput=slos.goodput,
+                          beat=self.rule.beat)
+
     def __call__(self, time: float, rec, workload) -> bool:
-        if self.every == 16 and workload.n > 1024:  # each check is O(N)
-            self.every = workload.n // 64
+        self.every = self.every_after(workload)
         preempted = bool(np.count_nonzero(rec.preemptions))
         if not preempted and time <= self.first_due(workload):
             return False

@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
 from specbatch.errors import SpecbatchError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from specbatch.simulator.config.sim_config import SimConfig
     from specbatch.traces.format.trace import Trace
 

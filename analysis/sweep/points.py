@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from specbatch import __version__
 from specbatch.errors import SpecbatchError, require
@@ -27,6 +26,8 @@ from specbatch.io import atomic_write, dumps, jsonable
 from specbatch.traces.models.weights import sha256_file
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from specbatch.analysis.sweep.spec import SweepSpec
 
 #: Per-request columns kept for latency CDFs and the planner's per-replica concurrency and
@@ -132,7 +133,9 @@ def request_writer(requests: pd.DataFrame | Mapping[str, np.ndarray]):
     its columns (simulator.metrics.Columns, as analysis.plan's runs hand them over).
     All-numeric columns (the simulator's tables) are handed to pyarrow as arrays, skipping
     pandas' conversion (~1.5 ms a run; read back as the same frame: numeric columns, a default
-    index); any other column goes through ``DataFrame.to_parquet``."""
+    index; :func:`arrow_column`: the same file bytes as ``pa.table(columns)``, without
+    pyarrow's conversion importing pandas); any other column goes through
+    ``DataFrame.to_parquet``."""
     have = set(requests)  # a DataFrame's column names, or the keys of its columns
     extra = {}
     if "e2e" not in have and {"finish", "arrival"} <= have:
@@ -145,11 +148,67 @@ def request_writer(requests: pd.DataFrame | Mapping[str, np.ndarray]):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.table(columns) if columns else pa.table({})
+        table = (pa.Table.from_arrays([arrow_column(v) for v in columns.values()],
+                                      names=list(columns)) if columns else pa.table({}))
         return lambda tmp: pq.write_table(table, tmp)
+    import pandas as pd
+
     frame = pd.DataFrame({c: requests[c] if c not in extra else extra[c]
                           for c in columns}).reset_index(drop=True)
     return lambda tmp: frame.to_parquet(tmp, index=False)
+
+
+def arrow_column(values: np.ndarray):
+    """``pa.array(values)`` of a numeric array # [N] (int, uint, float: its buffer wrapped, no
+    nulls, NaN kept as NaN, as ``pa.array`` keeps it), without the conversion that imports
+    pandas (~0.3 CPU-s of a plan that needs nothing else of it); bools through ``pa.array``
+    (bit-packed in Arrow)."""
+    import pyarrow as pa
+
+    if values.dtype.kind not in "iuf" or values.ndim != 1:
+        return pa.array(values)
+    values = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), values.shape[0],
+                                 [None, pa.py_buffer(values)])
+
+
+def request_columns(out: str | os.PathLike, key: str) -> dict[str, np.ndarray] | None:
+    """A run's stored per-request table as its columns # [N] each (analysis.sweep.runner.
+    read_requests' DataFrame's arrays, read without pandas: a file of numeric columns without
+    nulls, as :func:`request_writer` writes a simulator's table), or None when the run kept
+    none or the file is anything else (read it with read_requests)."""
+    path = requests_path(out, key)
+    if not path.is_file():
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.ParquetFile(path).read()
+    except Exception:  # noqa: BLE001 - unreadable: read_requests names the file
+        return None
+    columns = {}
+    for name in table.column_names:
+        if name.startswith("__index_level_"):  # a stored pandas index: pandas reads it as one
+            return None
+        values = numeric_values(table.column(name))
+        if values is None:
+            return None
+        columns[name] = values
+    return columns
+
+
+def numeric_values(column) -> np.ndarray | None:
+    """A pyarrow ChunkedArray of ints or floats without nulls as a numpy array # [N] (its
+    buffers copied; pyarrow's own ``to_numpy`` imports pandas), else None."""
+    import pyarrow as pa
+
+    kind = column.type
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)) or column.null_count:
+        return None
+    dtype = np.dtype(kind.to_pandas_dtype())
+    parts = [np.frombuffer(chunk.buffers()[1], dtype=dtype)[chunk.offset:chunk.offset + len(chunk)]
+             for chunk in column.chunks]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
 def load_point(out: str | os.PathLike, key: str) -> dict | None:

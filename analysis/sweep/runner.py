@@ -24,9 +24,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from specbatch.analysis.sweep.executors import Runner, execute, progress_bar, simulate_point
 from specbatch.analysis.sweep.points import (
@@ -48,6 +46,9 @@ from specbatch.analysis.sweep.spec import (
 )
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import atomic_write, dir_lock, prepare_output_dir
+
+if TYPE_CHECKING:  # pandas loads where a results table is built or read
+    import pandas as pd
 
 __all__ = [
     "RESULT_COLUMNS", "SweepOutcome", "collect_results", "preflight", "read_requests",
@@ -257,6 +258,8 @@ def collect_results(out: str | os.PathLike, keys: Iterable[str] | None = None) -
         row["run"] = key
         row["setting"] = setting_key(config)
         rows.append(row)
+    import pandas as pd
+
     return pd.DataFrame(rows)
 
 
@@ -284,6 +287,8 @@ def read_results(out: str | os.PathLike) -> pd.DataFrame:
     require(not missing, f"file {path}: expected a sweep results table, missing column(s) "
             f"{', '.join(missing)}")
     require(len(table) > 0, f"file {path}: expected a sweep results table, got no rows")
+    import pandas as pd
+
     require(pd.api.types.is_numeric_dtype(table["throughput"]),
             f"file {path}: column 'throughput': expected numbers, got {table['throughput'].dtype}")
     return table
@@ -297,6 +302,8 @@ def read_requests(out: str | os.PathLike, key: str) -> pd.DataFrame | None:
 
 def _read_parquet(path: Path, what: str) -> pd.DataFrame:
     """A Parquet file, or a one-line error naming it (garbage, truncated, empty, a folder)."""
+    import pandas as pd
+
     try:
         return pd.read_parquet(path)
     except Exception as exc:  # noqa: BLE001 - whatever the reader raises, the file is bad

@@ -215,16 +215,54 @@ def read_workload_file_uncached(path: str | Path, tokenizer: str | None = None,
     returns prompt_len, output_len # [N] int64; arrival # [N] float64 seconds from the first
     request (NaN when the file has no arrival/timestamp); category # [N] object (None when
     the file has no category column). Raises a one-line :class:`SpecbatchError` naming the
-    file and field.
+    file and field. A plain CSV of the two length columns (the planner's) is read without
+    pandas (:func:`plain_lengths`), the same arrays.
     """
-    import pandas as pd
-
     path = Path(path)
     where = f"workload {path}"
     suffix = path.suffix.lower()
     require(suffix in WORKLOAD_FORMATS, f"{where}: expected a file ending in "
             f"{', '.join(WORKLOAD_FORMATS)}, got {suffix or 'no extension'!r}")
     require(path.is_file(), f"{where}: expected an existing file, got no such file")
+    plain = plain_lengths(path) if suffix == ".csv" else None
+    if plain is not None:
+        return plain
+    return read_with_pandas(path, tokenizer, seed)
+
+
+def plain_lengths(path: Path) -> dict[str, np.ndarray] | None:
+    """:func:`read_with_pandas`'s arrays of a CSV file holding only a prompt and an output
+    length column of valid lengths as a plain integer table (simulator.workload.plain_csv),
+    read without pandas; None for any other file (pandas reads it, and names what is wrong)."""
+    from specbatch.simulator.workload.plain_csv import int_columns
+
+    table = int_columns(path.read_bytes())
+    if table is None:
+        return None
+    names = {str(c).strip().lower(): c for c in table}
+    found = {name: [names[a] for a in aliases if a in names]
+             for name, aliases in COLUMN_ALIASES.items()}
+    if (len(found["prompt_len"]) != 1 or len(found["output_len"]) != 1
+            or len(names) != 2 or len(table) != 2):
+        return None
+    out: dict[str, np.ndarray] = {}
+    for name in ("prompt_len", "output_len"):
+        values = table[found[name][0]].astype(np.float64)
+        if ((values < 1) | (values > MAX_CONTEXT_TOKENS)).any():
+            return None
+        out[name] = values.astype(np.int64)
+    n = out["prompt_len"].shape[0]
+    out["arrival"] = np.full(n, np.nan)
+    out["category"] = np.full(n, None, dtype=object)
+    return out
+
+
+def read_with_pandas(path: Path, tokenizer: str | None, seed: int) -> dict[str, np.ndarray]:
+    """:func:`read_workload_file_uncached` with pandas' readers (any format and layout)."""
+    import pandas as pd
+
+    where = f"workload {path}"
+    suffix = path.suffix.lower()
     try:
         if suffix == ".csv":
             frame = pd.read_csv(path, encoding="utf-8-sig")  # a byte-order mark is allowed

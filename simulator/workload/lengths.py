@@ -15,22 +15,26 @@ A distribution is written ``KIND:PARAMS`` (:func:`parse_lengths`):
   requests under Qwen3's tokenizer (the Qwen3 runs); outputs 0.152 / 0.171: those runs capped
   outputs near 1024 tokens, so the output side is a rough shape, not a fit to trust.
 
-:func:`length_table` draws prompt and output lengths for N requests from one seed (prompt and
-output from independent streams; two ``trace`` sides draw the same trace request, so its
-prompt and output stay paired) and returns the table a workload file holds (columns
-``prompt_len``, ``output_len``, and ``category`` when a side came from the trace, so the
-request replays acceptance from a trace request of its own category).
+:func:`length_columns` draws prompt and output lengths for N requests from one seed (prompt
+and output from independent streams; two ``trace`` sides draw the same trace request, so its
+prompt and output stay paired) and returns the columns a workload file holds (``prompt_len``,
+``output_len``, and ``category`` when a side came from the trace, so the request replays
+acceptance from a trace request of its own category); :func:`length_table` is their
+DataFrame.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from specbatch.errors import SpecbatchError
+
+if TYPE_CHECKING:  # pandas loads with length_table only (the planner writes the columns)
+    import pandas as pd
 
 KINDS = ("fixed", "uniform", "lognormal", "trace")
 #: Named presets: side ("prompt" / "output") -> lognormal (median, sigma) (module docstring).
@@ -124,19 +128,30 @@ def draw_lengths(dist: Lengths, n: int, rng: np.random.Generator,
     return np.clip(out, 1, MAX_LENGTH).astype(np.int64)
 
 
-def length_table(prompt: Lengths, output: Lengths, n: int, seed: int,
-                 trace_prompt: np.ndarray, trace_output: np.ndarray,
-                 trace_category: np.ndarray) -> pd.DataFrame:
-    """A workload table of ``n`` requests (module docstring); ``trace_*`` # [R] the trace's
-    recorded request lengths and categories (used by ``trace`` sides only)."""
+def length_columns(prompt: Lengths, output: Lengths, n: int, seed: int,
+                   trace_prompt: np.ndarray, trace_output: np.ndarray,
+                   trace_category: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns of a workload table of ``n`` requests (module docstring), each # [n];
+    ``trace_*`` # [R] the trace's recorded request lengths and categories (used by ``trace``
+    sides only)."""
     pick_seq, prompt_seq, output_seq = np.random.SeedSequence([int(seed), 0x1E9]).spawn(3)
     idx = np.random.default_rng(pick_seq).integers(0, len(trace_prompt), size=n)
-    table = pd.DataFrame({
+    columns = {
         "prompt_len": draw_lengths(prompt, n, np.random.default_rng(prompt_seq),
                                    np.asarray(trace_prompt)[idx]),
         "output_len": draw_lengths(output, n, np.random.default_rng(output_seq),
                                    np.asarray(trace_output)[idx]),
-    })
+    }
     if "trace" in (prompt.kind, output.kind):
-        table["category"] = np.asarray(trace_category, dtype=object)[idx].astype(str)
-    return table
+        columns["category"] = np.asarray(trace_category, dtype=object)[idx].astype(str)
+    return columns
+
+
+def length_table(prompt: Lengths, output: Lengths, n: int, seed: int,
+                 trace_prompt: np.ndarray, trace_output: np.ndarray,
+                 trace_category: np.ndarray) -> pd.DataFrame:
+    """:func:`length_columns` as a DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame(length_columns(prompt, output, n, seed, trace_prompt, trace_output,
+                                       trace_category))

@@ -109,12 +109,32 @@ class Curve:
             if self.how == "linear":
                 v = np.interp(xm, g, s)
             else:
-                logs = np.array([math.log(v) for v in xm.tolist()])
-                v = np.interp(logs, np.log(g), np.log(s))
+                v = np.interp(point_logs(xm), np.log(g), np.log(s))
                 v = np.array([math.exp(t) for t in v.tolist()])
             v = np.minimum(np.maximum(v, s[i - 1]), s[i])
             out[mid] = np.where(g[i] == xm, s[i], v)
         return out
+
+
+#: :func:`point_logs`' last results: blake2b of the points' bytes -> their logs # [X].
+_LOGS: dict[bytes, np.ndarray] = {}
+
+
+def point_logs(x: np.ndarray) -> np.ndarray:
+    """``math.log`` of each point of ``x`` # [X] float64 (math's, as :meth:`Curve.at` takes
+    them, not numpy's), kept for the last 8 arrays: every op of a pass table is priced at
+    the same Q points (simulator.cost.measured.aic_pricer), ~8,000 logs a curve."""
+    import hashlib
+
+    key = hashlib.blake2b(x.tobytes(), digest_size=16).digest()
+    logs = _LOGS.get(key)
+    if logs is None:
+        logs = np.array([math.log(v) for v in x.tolist()])
+        logs.flags.writeable = False
+        if len(_LOGS) >= 8:
+            _LOGS.pop(next(iter(_LOGS)))
+        _LOGS[key] = logs
+    return logs
 
 
 def monotone(secs: np.ndarray) -> np.ndarray:

@@ -39,16 +39,18 @@ scheduling; ``host = "fixed"`` with async scheduling: simulator.cost.features.as
 AsyncOverheadCost; also inside the sensitivity runs' scaled cost) and the rejection sampler's
 cost; any
 arrivals; an early stop (simulator.engine.core's ``stop``, the planner's
-analysis.plan.slo.EarlyStop) on one replica of a speculating policy: the kernel returns before a
-step whose events reach a check (kernel.step_events counts the numpy engine's arrivals, STEP_END
-and SCHEDULE events), driver.CompiledEngine.check_stop calls the rule at the numpy engine's
-events and ends the run there or goes on (parity:
-tests/simulator/engine/v1/test_compiled_stop.py). Everything else (tetris and vllm-adaptive with
-a fitted predictor, vllm-adaptive's exact tables or true survival, oracle under BV, trees,
-sliding-window layers, skewed expert routing or expert parallelism in the roofline, profiled
-costs, vllm-v0, the least_outstanding and vllm_dp_lb routers, user policies, an early stop with
-several replicas or without speculation: the numpy engine takes ``ar``'s runs of identical
-decode steps as one event, simulator.engine.v1.runs) runs on numpy.
+analysis.plan.slo.EarlyStop) on one replica: the kernel returns before a step whose events
+reach a check (kernel.step_events counts the numpy engine's arrivals, STEP_END and SCHEDULE
+events; ``ar``'s runs of identical decode steps, which the numpy engine takes as one event,
+simulator.engine.v1.runs, are one event there too: kernel.runs),
+driver.CompiledEngine.check_stop calls the rule at the numpy engine's events and ends the run
+there or goes on; a stop that gives its rule's limits (simulator.engine.stop_limits, the
+planner's does) is checked by the kernel itself at those events, with no return to Python
+(kernel.stop; parity: tests/simulator/engine/v1/test_compiled_stop.py). Everything else
+(tetris and vllm-adaptive with a fitted predictor, vllm-adaptive's exact tables or true
+survival, oracle under BV, trees, sliding-window layers, skewed expert routing or expert
+parallelism in the roofline, profiled costs, vllm-v0, the least_outstanding and vllm_dp_lb
+routers, user policies, an early stop with several replicas) runs on numpy.
 
 Kernels are cached under ``$SPECBATCH_CACHE/numba`` (``~/.cache/specbatch/numba``): numba's
 ``cache=True`` writes next to the source by default, so ``NUMBA_CACHE_DIR`` is set before numba
@@ -97,8 +99,10 @@ _NOTED: set[str] = set()
 _STAMPED: set[Path] = set()
 #: The compiled loop's modules (simulator.engine.v1.kernel), hashed by :func:`kernel_stamp`.
 KERNEL_SOURCES = Path(__file__).with_name("kernel")
-#: simulator.cost.tabulated: the grid attention law the kernel compiles (kernel.pricing).
+#: simulator.cost.tabulated: the grid attention law the kernel compiles (kernel.pricing);
+#: simulator.engine.stop_limits: the early stop's limits slots (kernel.stop).
 TABULATED_SOURCE = Path(__file__).parents[2] / "cost" / "tabulated.py"
+STOP_LIMITS_SOURCE = Path(__file__).parents[1] / "stop_limits.py"
 
 
 def numba_installed() -> bool:
@@ -118,12 +122,13 @@ def cache_dir() -> Path:
 
 
 def kernel_stamp() -> str:
-    """sha256 of the kernel package's sources (simulator.engine.v1.kernel, every module, and
-    simulator.cost.tabulated whose grid_attention it compiles): numba
+    """sha256 of the kernel package's sources (simulator.engine.v1.kernel, every module,
+    simulator.cost.tabulated whose grid_attention it compiles and simulator.engine.stop_limits
+    whose slots it reads): numba
     checks only a cached function's own file, so a change in a function it calls (another
     module of the package) must drop the cached kernels itself (:func:`load_kernel`)."""
     digest = hashlib.sha256()
-    for path in [*sorted(KERNEL_SOURCES.glob("*.py")), TABULATED_SOURCE]:
+    for path in [*sorted(KERNEL_SOURCES.glob("*.py")), TABULATED_SOURCE, STOP_LIMITS_SOURCE]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
@@ -186,9 +191,6 @@ def compiled_gap(config: SimConfig, policy: Policy, cost: CostModel, *,
     if stop is not None and int(config.replicas) > 1:
         return ("an early stop with several replicas (compiled: one replica, whose events "
                 "the kernel counts)")
-    if stop is not None and not int(policy.depth):
-        return ("an early stop without speculation (the numpy engine takes runs of identical "
-                "decode steps as one event, simulator.engine.v1.runs; compiled: depth >= 1)")
     if not scheduler_entry(config.scheduler).compiled:
         return f"scheduler {config.scheduler} (compiled: {', '.join(names(compiled=True))})"
     if int(config.data_parallel_size) != 1:

@@ -3,7 +3,8 @@ kernel's arrays (simulator.engine.v1.kernel.layout names their slots), runs each
 requests through :func:`~simulator.engine.v1.kernel.loop.run_steps` a buffer of steps at a time,
 and collects the request records and the step table, merged into the numpy engine's event order
 (:func:`event_order`) and, under an early stop, calling the rule at the numpy engine's events
-(:meth:`CompiledEngine.check_stop`, :func:`step_events`).
+(:meth:`CompiledEngine.check_stop`, :func:`step_events`), or, where the stop gives its rule's
+limits (simulator.engine.stop_limits), letting the kernel check them itself (kernel.stop).
 
 Which simulations it runs, and the kernel's loading, are simulator.engine.v1.compiled's; it
 runs only where compiled.compiled_gap said it applies.
@@ -83,8 +84,16 @@ class CompiledEngine:
             ints[kn.I_PREFIX] = int(bool(config.enable_prefix_caching))
         ints[kn.I_THRESHOLD] = int(config.long_prefill_token_threshold)
         ints[kn.I_LAG] = int(lags(config))  # simulator.engine.async_lag
+        self.limits = np.zeros(1)  # the stop's rule for the kernel (kernel.stop; I_RULE)
         if stop is not None:
             ints[kn.I_EVERY] = max(int(stop.every), 1)
+            limits = getattr(stop, "limits", None)
+            limits = limits(workload) if callable(limits) else None
+            if limits is not None:
+                from specbatch.simulator.engine.stop_limits import pack_limits
+
+                ints[kn.I_RULE] = 1
+                self.limits = pack_limits(limits)
         sizes, scale, base = cost_layers(cost)
         kind, _, base = drafter_layer(base)  # a head's, a free drafter's or a V1 draft
         # model's target model
@@ -227,7 +236,8 @@ class CompiledEngine:
         st = np.zeros((kn.N_ST, max(int(ints[kn.I_MAX_SEQS]), 1)), dtype=i64)
         regs = np.zeros(kn.N_REGS, dtype=i64)
         regs[kn.R_FREE] = ints[kn.I_POOL]  # free blocks (paged); reserved tokens: 0
-        clock = np.zeros(3)  # the replica's time; dsd's α; the last step's start (async_lag)
+        clock = np.zeros(4)  # the replica's time; dsd's α; the last step's start (async_lag);
+        # the time an early stop ended the run at (STOPPED)
         if self.dsd is not None:  # each replica's own copy of the policy, as it starts
             regs[kn.R_KNOW], regs[kn.R_DSTEPS], clock[1] = self.dsd
         arrays = [a.copy() for a in self.policy_arrays]  # kernelpol: each replica's own state
@@ -245,7 +255,7 @@ class CompiledEngine:
         while True:
             code = kn.run_steps(self.arrival, order, self.prompt, self.out, self.base,
                                 self.keys, wrap, self.footprint, proposed, thr, thr2, conf,
-                                ints, self.floats, st, regs, clock, rec.first_token,
+                                ints, self.floats, self.limits, st, regs, clock, rec.first_token,
                                 rec.finish, self.counts, steps, rec.preemptions,
                                 rec.recomputed, front, hashed, done_tok, parked_seg,
                                 *segments, *self.ranks, *self.passes, *arrays)
@@ -256,6 +266,9 @@ class CompiledEngine:
                 if not self.check_stop(regs, clock, ints, order):
                     continue
                 code = kn.DONE  # stopped: hand back the rows so far
+            if code == kn.STOPPED:  # the kernel checked the rule's limits: it ends here
+                self.end_at(float(clock[3]), int(regs[kn.R_POPPED]), order)
+                code = kn.DONE
             if code == kn.GROW:  # more live prefix-cache segments than the arrays hold
                 segments = [np.concatenate([a, np.zeros_like(a)]) for a in segments]
                 continue
@@ -278,6 +291,8 @@ class CompiledEngine:
             rest = rows - whole
             steps[:, :rest] = steps[:, whole:rows]
             regs[kn.R_ROWS] = rest
+        if ints[kn.I_RULE]:  # the stop's interval as its calls leave it (StopLimits)
+            self.stop.every = int(ints[kn.I_EVERY])
         if self.dsd is not None and r == 0:  # the run's policy is replica 0's (the engine's)
             p = self.policy
             p.k_now, p.steps, p.alpha = (
@@ -311,14 +326,20 @@ class CompiledEngine:
             if tick >= stop.every:
                 tick = 0
                 if stop(time, rec, self.w):
-                    stop.stopped_at = time
-                    rec.replica[order[popped:]] = -1
-                    self.counts[:, ~np.isfinite(rec.finish)] = 0  # numpy's: set at finish
+                    self.end_at(time, popped, order)
                     return True
         regs[kn.R_TICK] = tick
         regs[kn.R_SKIP] = 1
         ints[kn.I_EVERY] = max(int(stop.every), 1)
         return False
+
+    def end_at(self, time: float, popped: int, order: np.ndarray) -> None:
+        """The early stop ended the run at ``time``, before the event after ``popped``
+        arrivals of ``order``: the records as the numpy engine leaves them (requests not yet
+        arrived have replica -1, unfinished ones zero counts, set at finish)."""
+        self.stop.stopped_at = time
+        self.rec.replica[order[popped:]] = -1
+        self.counts[:, ~np.isfinite(self.rec.finish)] = 0
 
 
 def pack_roofline(kn, floats: np.ndarray, model) -> None:

@@ -257,3 +257,16 @@ def test_random_workloads_never_beat_their_bound(random_tables, cost, lengths, s
     for name in ("ttft", "tpot", "e2e"):
         lower = getattr(bounds, name)
         assert np.all(seen[name] >= lower * (1 - 1e-12)), (name, np.min(seen[name] - lower))
+
+
+def test_a_bounds_percentiles_are_computed_once_and_are_numpys():
+    from specbatch.analysis.plan.bound import Bounds
+
+    rng = np.random.default_rng(2)
+    b = Bounds(ttft=rng.random(50), tpot=rng.random(50), e2e=rng.random(50))
+    first = b.at(99.0)
+    assert first == {n: float(np.percentile(getattr(b, n), 99.0)) for n in ("ttft", "tpot", "e2e")}
+    first["e2e"] = -1.0  # the caller's copy
+    assert b.at(99.0)["e2e"] == float(np.percentile(b.e2e, 99.0))
+    assert b.at(50.0)["ttft"] == float(np.percentile(b.ttft, 50.0))
+    assert list(b.__dict__["_at"]) == [99.0, 50.0]

@@ -89,3 +89,16 @@ def test_a_tiny_spread_keeps_a_positive_interval_instead_of_underflowing():
     # same spread as the values scaled by 1e170, scaled back
     _, low_big, _ = t_interval([-2.5528930424261377e-3, 1.7241857081040383e-94])
     assert low == pytest.approx(low_big * 1e-170, rel=1e-12)
+
+
+def test_a_95_percent_interval_of_a_few_seeds_imports_no_scipy_special():
+    import subprocess
+    import sys
+
+    from specbatch.analysis.report.ties import T_975
+
+    code = ("import sys; from specbatch.analysis.report.ties import interval; "
+            "interval([1.0, 2.0, 4.0]); print('scipy.special' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert len(T_975) == 32  # df 1..32, each pinned to scipy's float above

@@ -45,3 +45,47 @@ def test_a_text_column_goes_through_pandas(tmp_path):
     path = tmp_path / "t.parquet"
     request_writer(requests)(str(path))
     pd.testing.assert_frame_equal(pd.read_parquet(path), reference(requests))
+
+
+def test_numeric_columns_make_the_same_file_bytes_as_pa_table(tmp_path):
+    # arrow_column wraps the buffers (no pandas): byte for byte pa.table's file, NaN, other
+    # widths and a strided view included
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from specbatch.analysis.sweep.points import arrow_column
+
+    rng = np.random.default_rng(1)
+    f = rng.random(11)
+    f[3] = np.nan
+    columns = {"a": np.arange(11), "b": f, "c": rng.integers(0, 9, 11).astype(np.int32),
+               "d": rng.random(22)[::2], "g": rng.integers(0, 200, 11).astype(np.uint8)}
+    ours = pa.Table.from_arrays([arrow_column(v) for v in columns.values()], names=list(columns))
+    pq.write_table(ours, tmp_path / "ours.parquet")
+    pq.write_table(pa.table(columns), tmp_path / "theirs.parquet")
+    assert (tmp_path / "ours.parquet").read_bytes() == (tmp_path / "theirs.parquet").read_bytes()
+    empty = pa.Table.from_arrays([arrow_column(np.zeros(0))], names=["z"])
+    assert empty.equals(pa.table({"z": np.zeros(0)}))
+
+
+def test_stored_requests_read_back_as_columns_are_read_requests_arrays(tmp_path):
+    from specbatch.analysis.sweep.points import request_columns
+
+    requests = table(n=9)
+    store_point(tmp_path, {"seed": 0}, {"n": 9}, requests, 0.1, "k")
+    frame = read_requests(tmp_path, "k")
+    columns = request_columns(tmp_path, "k")
+    assert list(columns) == list(frame.columns)
+    for name in frame.columns:
+        want = frame[name].to_numpy()
+        assert columns[name].dtype == want.dtype
+        assert np.array_equal(columns[name].view(np.int64) if want.dtype.kind == "f" else
+                              columns[name], want.view(np.int64) if want.dtype.kind == "f"
+                              else want)
+    # a text column, a missing table: None (read_requests reads them)
+    store_point(tmp_path, {"seed": 1}, {"n": 5}, table(text=True), 0.1, "t")
+    assert request_columns(tmp_path, "t") is None and read_requests(tmp_path, "t") is not None
+    store_point(tmp_path, {"seed": 2}, {"n": 5}, None, 0.1, "none")
+    assert request_columns(tmp_path, "none") is None
+    table(n=4).to_parquet(tmp_path / "points" / "idx.requests.parquet")  # its index stored
+    assert request_columns(tmp_path, "idx") is None

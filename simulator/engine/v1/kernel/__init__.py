@@ -34,7 +34,9 @@ exact integer sums, so the step and request tables are bit-identical
 Modules, in reading order: ``layout`` (the arrays' slots and the return codes), ``acceptance``
 (η, the replay's uniforms), ``pricing`` (a pass's seconds: roofline or PassTable, host terms,
 the sampler), ``policy`` (the draft-length rules), ``admission`` (the priority heap, the
-engine's events between steps), ``prefix`` (the prefix cache's counting path), ``loop``
+engine's events between steps), ``prefix`` (the prefix cache's counting path), ``runs`` (an
+early stop's runs of identical ``ar`` decode steps, one event each), ``stop`` (an early stop's
+rule checked in the loop), ``loop``
 (:func:`~simulator.engine.v1.kernel.loop.run_steps`, the step itself). The package re-exports
 every name, so ``kernel.X`` reads as one module (simulator.engine.v1.compiled.load_kernel
 returns it). Numba's cache (``cache=True``) checks only a function's own file, not the files of
@@ -135,6 +137,7 @@ from specbatch.simulator.engine.v1.kernel.layout import (  # noqa: F401 - kernel
     I_PROPOSED,
     I_REPLICA,
     I_ROWS,
+    I_RULE,
     I_SLOTS,
     I_TETRIS,
     I_THRESHOLD,
@@ -165,7 +168,9 @@ from specbatch.simulator.engine.v1.kernel.layout import (  # noqa: F401 - kernel
     R_HEAPN,
     R_KNOW,
     R_NAMED,
+    R_POPPED,
     R_ROWS,
+    R_RUN,
     R_RUNNING,
     R_SKIP,
     R_STEPPED,
@@ -188,6 +193,7 @@ from specbatch.simulator.engine.v1.kernel.layout import (  # noqa: F401 - kernel
     SL_STEPS,
     SL_WARMUP,
     STOP,
+    STOPPED,
     STUCK,
     W_BY,
     W_WOKEN,
@@ -238,4 +244,14 @@ from specbatch.simulator.engine.v1.kernel.pricing import (  # noqa: F401 - kerne
     regime_attention,
     role_time,
     verify_seconds,
+)
+from specbatch.simulator.engine.v1.kernel.runs import (  # noqa: F401 - kernel.X
+    run_blocks,
+    run_length,
+)
+from specbatch.simulator.engine.v1.kernel.stop import (  # noqa: F401 - kernel.X
+    checked_events,
+    events_before,
+    stop_rule,
+    tick,
 )

@@ -31,7 +31,9 @@ I_EVERY = 39  # an early stop's check interval in events (simulator.engine.core 
 # 0: no early stop): :func:`run_steps` returns STOP before a step whose events reach a check
 I_LAG = 40  # vLLM's async scheduling lag: steps scheduled one step ahead
 # (simulator.engine.async_lag; 0: off)
-N_INTS = 41
+I_RULE = 41  # 1: the early stop gave its limits (simulator.engine.stop_limits) and the kernel
+# checks them itself (kernel.stop), returning STOPPED where they stop the run; 0: STOP
+N_INTS = 42
 # float parameters (``floats``): the target's 10 pass constants, the draft's 10, then these
 F_OVERHEAD, F_BANDWIDTH, F_VFLOOR, F_PER_POSITION, F_FUSED_FLOOR = range(20, 25)
 F_SCALE = 25  # every pass's factor (analysis.sensitivity.ScaledCost; 1.0 = the model itself)
@@ -88,7 +90,12 @@ R_SKIP = 15  # 1: the caller checked the events before the next step (STOP), go 
 # hold (paged; added to R_FREE when freed) or minus the tokens they reserve (reserve mode);
 # 1: the last lagged composition was empty, compose again with everything known
 R_SEEN, R_GHOST_N, R_GHOST_FREE, R_FULL = 16, 17, 18, 19
-N_REGS = 20
+# an early stop of a depth-0 policy: the steps left of the run of identical decode steps the
+# numpy engine takes as one event (kernel.runs.run_length; 0: none under way)
+R_RUN = 20
+# STOPPED: the arrivals popped before the event the run stopped at (its time: clock[3])
+R_POPPED = 21
+N_REGS = 22
 # the step rows' two columns after STEP_COLUMNS: whether the step started on an arrival
 # (the replica was idle) and that arrival's place in ``order``; the caller merges several
 # replicas' rows into the engine's event order with them
@@ -109,4 +116,4 @@ S_UID, S_PREFILLED, S_FILL, S_BLOCKS = range(4)
 N_ST = 4
 C_POS, C_STEPS, C_DRAFTED, C_VERIFIED, C_ACCEPTED = range(5)  # RECORD_ROWS
 # return codes
-DONE, FULL, STUCK, GROW, STOP = 0, 1, 2, 3, 4
+DONE, FULL, STUCK, GROW, STOP, STOPPED = 0, 1, 2, 3, 4, 5

@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit
 
 from specbatch.simulator.engine.v1.kernel.acceptance import eta
-from specbatch.simulator.engine.v1.kernel.admission import heap_pop, heap_push, step_events
+from specbatch.simulator.engine.v1.kernel.admission import heap_pop, heap_push
 from specbatch.simulator.engine.v1.kernel.layout import (
     C_ACCEPTED,
     C_DRAFTED,
@@ -87,18 +87,17 @@ from specbatch.simulator.engine.v1.kernel.layout import (
     R_KNOW,
     R_NAMED,
     R_ROWS,
+    R_RUN,
     R_RUNNING,
     R_SEEN,
     R_SKIP,
     R_STEPPED,
-    R_TICK,
     S_BLOCKS,
     S_FILL,
     S_PREFILLED,
     S_UID,
     SL_KEY,
     SL_STEPS,
-    STOP,
     STUCK,
     W_BY,
     W_WOKEN,
@@ -124,11 +123,13 @@ from specbatch.simulator.engine.v1.kernel.pricing import (
     role_time,
     verify_seconds,
 )
+from specbatch.simulator.engine.v1.kernel.runs import run_length
+from specbatch.simulator.engine.v1.kernel.stop import events_before
 
 
 @njit(cache=True)
 def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed, thr, thr2,
-              conf, ints, floats, st, regs, clock, first_token, finish, counts, steps,
+              conf, ints, floats, limits, st, regs, clock, first_token, finish, counts, steps,
               preemptions, recomputed, front, hashed, done_tok, parked_seg, seg_uid, seg_r,
               seg_h, rank, by_rank, heap, tab, tlaw,
               # kernelpol: the engines' chain policies
@@ -139,12 +140,18 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     STUCK when a step would schedule nothing; STOP (``ints[I_EVERY]`` > 0, an early stop)
     before the next step when its events (:func:`step_events`) would bring ``regs[R_TICK]``
     to the check interval: the caller walks them, calling the rule, and calls again with
-    ``regs[R_SKIP]`` = 1 (and the events' ticks in R_TICK) to go on.
+    ``regs[R_SKIP]`` = 1 (and the events' ticks in R_TICK) to go on; with ``ints[I_RULE]``
+    the loop walks them itself with the rule's ``limits`` (kernel.stop.checked_events) and
+    returns only STOPPED, when the rule ends the run at one of them. Under an early stop a
+    depth-0 policy's run of identical decode steps (kernel.runs.run_length) is one event unit,
+    as the numpy engine's: no event is counted and no arrival queued between its steps.
 
     arrival # [N] float64, order # [N] its stable argsort; prompt, out, base, footprint,
     wrap # [N] int64; keys # [N] uint64; proposed # [rows] int64 (unread without I_PROPOSED);
     thr # [rows, K] TV's min(1, r) or BV's h, thr2 BV's p; conf # [rows, K] tetris's
-    cumulative confidence; st # [4, max_seqs] the running batch; regs # [9]; clock # [1];
+    cumulative confidence; limits # [N_LIMITS] an early stop's rule (simulator.engine.
+    stop_limits; read under I_RULE); st # [4, max_seqs] the running batch; regs # [N_REGS];
+    clock # [4] the replica's time, dsd's α, the last step's start, a stop's time;
     first_token, finish # [N]; counts # [5, N] RECORD_ROWS (position t and counters, live);
     preemptions, recomputed # [N]; front # [N] preempted uids waiting before the arrivals
     (top = head of the queue); hashed, done_tok, parked_seg # [N] the counting prefix
@@ -204,6 +211,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
     by_row = ints[I_ROWS]
     scores = np.zeros(max_seqs * max(depth, 1) if adaptive else 1)
     code = DONE
+    runs = depth == 0 and ints[I_EVERY] > 0  # ar under an early stop: its runs are events
     while True:
         if nrows >= cap:
             code = FULL
@@ -211,17 +219,14 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
         if prefix and not seg_room(regs, seg_uid, seg_r, seg_h, parked_seg, 2 * max_seqs + 8):
             code = GROW
             break
-        if ints[I_EVERY] > 0:  # an early stop: count the engine's events before this step
-            if regs[R_SKIP]:
-                regs[R_SKIP] = 0
-            else:
-                events = step_events(arrival, order, arrived, n_req, t, regs[R_STEPPED],
-                                     n == 0 and admitted == arrived and nfront == 0
-                                     and heapn == 0)
-                if regs[R_TICK] + events >= ints[I_EVERY]:
-                    code = STOP  # a check falls among them: the caller walks them
-                    break
-                regs[R_TICK] += events
+        in_run = regs[R_RUN] > 0  # inside a run (kernel.runs): no event before this step
+        if ints[I_EVERY] > 0 and not in_run:  # an early stop: the events before this step
+            code = events_before(arrival, order, arrived, n_req, t, regs[R_STEPPED],
+                                 n == 0 and admitted == arrived and nfront == 0 and heapn == 0,
+                                 ints, regs, clock, limits, out, first_token, finish,
+                                 preemptions)
+            if code:  # STOP (the caller walks them) or STOPPED (the rule ended the run)
+                break
         woken = -1  # the arrival that wakes an idle replica (its place in ``order``)
         idle = n == 0 and admitted == arrived and nfront == 0 and heapn == 0
         if idle:
@@ -233,7 +238,7 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 woken = arrived
             if a > t:
                 t = a
-        while arrived < n_req and arrival[order[arrived]] <= t:
+        while not in_run and arrived < n_req and arrival[order[arrived]] <= t:
             arrived += 1
         # ---- what the scheduler sees (simulator.engine.async_lag.lagged_step): a step after
         # a step was scheduled at that step's start, before its finished requests were freed
@@ -256,6 +261,10 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 heapn = heap_push(heap, heapn, rank[order[seen]])
                 admitted += 1
             seen += 1
+        if runs and not in_run:  # the run the numpy engine takes from here (1 step: none)
+            regs[R_RUN] = run_length(arrival, order, arrived, n_req, prompt, out, counts, st, n,
+                                     free, nfront > 0 or admitted < seen or heapn > 0,
+                                     seen < arrived, ghost_n > 0, t, ints, floats, tab, tlaw)
         # ---- plan: every decoding request's (d_i, s_i), before the composition
         nd = 0
         d_all = 0
@@ -689,6 +698,8 @@ def run_steps(arrival, order, prompt, out, base, keys, wrap, footprint, proposed
                 seg_give(released, regs, seg_uid, seg_r, seg_h)
         n = j
         t = t + (end_t - t)  # the engine's STEP_END event: time + duration, not ``end``
+        if regs[R_RUN] > 0:
+            regs[R_RUN] -= 1
     regs[R_ARRIVED], regs[R_ADMITTED], regs[R_RUNNING] = arrived, admitted, n
     regs[R_FREE], regs[R_ROWS], regs[R_FRONT] = free, nrows, nfront
     regs[R_SEEN] = seen

@@ -163,6 +163,19 @@ def test_a_curve_over_many_points_is_its_point_by_point_value_bit_for_bit():
             curve = Curve(grid, secs, law, "t", how)
             want = np.array([curve.at(float(v)) for v in x])
             assert np.array_equal(curve.at_many(x), want)
+            assert np.array_equal(curve.at_many(x), want)  # the points' logs kept: the same
+
+
+def test_point_logs_are_maths_logs_kept_per_array():
+    import math
+
+    from specbatch.simulator.cost.measured.aic_ops import _LOGS, point_logs
+
+    x = np.arange(1.0, 3000.0) * 1.37
+    first = point_logs(x)
+    assert first.tolist() == [math.log(v) for v in x.tolist()]
+    assert point_logs(x.copy()) is first  # the same points: kept
+    assert point_logs(x + 1.0) is not first and len(_LOGS) <= 8
 
 
 def test_the_fast_pass_table_is_the_point_by_point_one_bit_for_bit(dense, moe):

@@ -98,6 +98,7 @@ def test_a_burst_counts_every_arrival_and_the_schedule_event():
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from([{"policy": "fixed", "num_speculative_tokens": 1},
+                        {"policy": "ar"},
                         {"policy": "dsd", "num_speculative_tokens": 4},
                         {"policy": "fixed", "num_speculative_tokens": 3, "verify": "block"},
                         {"policy": "tetris", "num_speculative_tokens": 2, "extra": 1}]),
@@ -121,36 +122,105 @@ def test_a_stopped_run_is_the_numpy_engines_bit_for_bit(policy, knobs, rate, see
         assert a.summary["stopped_at"] == b.summary["stopped_at"] == sa.stopped_at
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from([{"policy": "dsd", "num_speculative_tokens": 4},
-                        {"policy": "fixed", "num_speculative_tokens": 3}]),
-       st.sampled_from([2.0, 8.0, 40.0]), st.integers(0, 3),
-       st.lists(st.floats(0.3, 1.3), min_size=2, max_size=2), st.booleans())
-def test_the_planners_early_stop_ends_both_engines_at_the_same_event(policy, rate, seed, scale,
-                                                                     beat):
-    fields = {**RUN, **policy, "rate": rate, "seed": seed}
+class CalledStop(EarlyStop):
+    """The planner's early stop without its limits: the kernel hands control back at each
+    check and the driver calls it (the in-kernel rule's reference twin)."""
+
+    limits = None
+
+
+def assert_three_ways(fields: dict, rule: StopRule):
+    """The numpy engine, the compiled loop calling the rule from Python and the compiled loop
+    checking the rule's limits itself: the same stop, tables and summary."""
+    (a, sa), (b, sb) = assert_same_run(fields, lambda: EarlyStop(rule))
+    (_, sc), (c, _) = both(fields, lambda: CalledStop(rule))
+    assert sc.stopped_at == sb.stopped_at
+    assert_bit_identical(c.requests, b.requests)
+    assert_bit_identical(c.steps, b.steps)
+    assert sa.every == sb.every
+    return (a, sa), (b, sb)
+
+
+def rule_near(fields: dict, scale: tuple[float, float], beat: bool, tpot: bool = True,
+              p: float = 90.0) -> StopRule:
+    """A rule with bounds at ``scale`` times the whole run's p90 TPOT and e2e."""
     config = make_config(fields)
-    whole = simulate(config, _cached_trace(config))
-    values = per_request(whole.requests)
-    at = {n: float(np.percentile(values[n], 90)) for n in ("tpot", "e2e")}
-    rule = StopRule(Slos(tpot=at["tpot"] * scale[0], percentile=90),
-                    at["e2e"] * scale[1] if beat else None, "a run")
-    assert_same_run(fields, lambda: EarlyStop(rule))
+    values = per_request(simulate(config, _cached_trace(config)).requests)
+    at = {n: float(np.percentile(values[n], p)) for n in ("tpot", "e2e")}
+    slos = (Slos(tpot=at["tpot"] * scale[0], percentile=p) if tpot
+            else Slos(e2e=at["e2e"] * scale[0], percentile=p, goodput=0.8))
+    return StopRule(slos, at["e2e"] * scale[1] if beat else None, "a run")
 
 
-def test_a_preemption_stops_both_engines_as_a_memory_failure():
-    # ~4k KV tokens: preempts
-    fields = {**RUN, "tp": 1, "rate": 40.0, "policy": "fixed", "num_speculative_tokens": 2}
-    (a, sa), _ = assert_same_run(fields, lambda: EarlyStop(StopRule(Slos(tpot=10.0))))
-    assert sa.stopped_at is not None and a.summary["preemptions"] > 0
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([{"policy": "dsd", "num_speculative_tokens": 4},
+                        {"policy": "fixed", "num_speculative_tokens": 3},
+                        {"policy": "ar"},
+                        {"policy": "ar", "tp": 1, "requests": 32, "rate": 40.0},
+                        {"policy": "fixed", "num_speculative_tokens": 2,
+                         "async_scheduling": True, "host": "vllm"}]),
+       st.sampled_from([2.0, 8.0, 40.0]), st.integers(0, 3),
+       st.lists(st.floats(0.3, 1.3), min_size=2, max_size=2), st.booleans(), st.booleans())
+def test_the_planners_early_stop_ends_both_engines_at_the_same_event(policy, rate, seed, scale,
+                                                                     beat, tpot):
+    fields = {**RUN, "rate": rate, **policy, "seed": seed}
+    assert_three_ways(fields, rule_near(fields, scale, beat, tpot))
 
 
-@pytest.mark.parametrize("knobs, why", [
-    ({"replicas": 2, "policy": "fixed"}, "early stop with several replicas"),
-    # ar's runs of identical decode steps are one event of the numpy engine's
-    ({"policy": "ar"}, "early stop without speculation"),
-])
-def test_early_stops_the_kernel_does_not_count_stay_on_numpy(knobs, why):
-    config = make_config({**RUN, **knobs, "engine": "compiled"})
-    with pytest.raises(compiled.NotCovered, match=why):
-        simulate(config, _cached_trace(config), stop=Probe(1, None))
+def test_over_1024_requests_the_checks_space_out_alike_in_the_kernel():
+    # N = 1100: the first check at event 16, the later ones every 1100 // 64 = 17 events
+    fields = {**RUN, "requests": 1100, "rate": 40.0, "policy": "fixed",
+              "num_speculative_tokens": 2}
+    rule = rule_near(fields, (0.9, 1.0), False)
+    (a, sa), (b, sb) = assert_three_ways(fields, rule)
+    assert sb.stopped_at is not None and sb.every == 17
+
+
+def test_the_kernels_stop_rule_is_the_early_stops_call():
+    # bounds drawn from the records' own floors at the check's time (some floors exactly at
+    # a bound, counts over it near the percentile's need), so every comparison matters
+    from types import SimpleNamespace
+
+    from specbatch.analysis.plan.slo import latency_floors
+    from specbatch.simulator.engine.stop_limits import pack_limits
+
+    kernel = compiled.load_kernel()
+    rng = np.random.default_rng(5)
+    seen = set()
+    for trial in range(300):
+        n = int(rng.integers(0, 40))
+        arrival = np.sort(rng.uniform(0.0, 5.0, n))
+        w = SimpleNamespace(n=n, arrival=arrival, output_len=rng.integers(1, 60, n))
+        started = rng.random(n) < 0.7
+        first = np.where(started, arrival + rng.uniform(0.0, 1.0, n), np.nan)
+        finish = np.where(started & (rng.random(n) < 0.6), first + rng.uniform(0, 4, n), np.nan)
+        preemptions = (rng.random(n) < (0.1 if rng.random() < 0.3 else 0.0)).astype(np.int64)
+        rec = SimpleNamespace(first_token=first, finish=finish, preemptions=preemptions)
+        time = float(rng.uniform(0.0, 10.0))
+        floors = latency_floors(time, arrival, first, finish, w.output_len)
+
+        def at(name, floors=floors, n=n):  # a floor of some request, or a nearby value
+            if not n:
+                return 1.0
+            v = float(floors[name][rng.integers(0, n)])
+            return v if rng.random() < 0.5 else v * float(rng.uniform(0.8, 1.2))
+
+        p = float(rng.choice([50.0, 90.0, 99.0]))
+        g = float(rng.choice([0.5, 0.9, 0.99]))
+        rules = [StopRule(Slos(tpot=at("tpot"), percentile=p, goodput=g)),
+                 StopRule(Slos(ttft=at("ttft"), tpot=at("tpot"), e2e=at("e2e"), percentile=p,
+                               goodput=g)),
+                 StopRule(Slos(e2e=at("e2e"), percentile=p, goodput=g), beat=at("e2e"),
+                          beat_label="x"),
+                 StopRule(Slos(percentile=p), beat=at("e2e")), StopRule(Slos()),
+                 StopRule(Slos(ttft=at("ttft"), goodput=g)),
+                 StopRule(Slos(tpot=at("tpot"), allow_preemption=True))]
+        for rule in rules:
+            stop = EarlyStop(rule)
+            limits = pack_limits(stop.limits(w))
+            for t in (time, stop.first_due(w)):
+                got = kernel.stop_rule(t, limits, arrival, w.output_len.astype(np.int64),
+                                       first, finish, preemptions)
+                assert got == stop(t, rec, w), (trial, rule, t)
+                seen.add(got)
+    assert seen == {True, False}
