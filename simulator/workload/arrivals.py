@@ -232,27 +232,38 @@ def read_workload_file_uncached(path: str | Path, tokenizer: str | None = None,
 
 def plain_lengths(path: Path) -> dict[str, np.ndarray] | None:
     """:func:`read_with_pandas`'s arrays of a CSV file holding only a prompt and an output
-    length column of valid lengths as a plain integer table (simulator.workload.plain_csv),
-    read without pandas; None for any other file (pandas reads it, and names what is wrong)."""
-    from specbatch.simulator.workload.plain_csv import int_columns
+    length column of valid lengths, and optionally an ``arrival`` column of non-decreasing
+    plain decimals (seconds), as a plain table (simulator.workload.plain_csv: the integers
+    and decimals pandas' parser gives), read without pandas; None for any other file (pandas
+    reads it, and names what is wrong)."""
+    from specbatch.simulator.workload.plain_csv import decimal_column, integer_column, text_columns
 
-    table = int_columns(path.read_bytes())
+    table = text_columns(path.read_bytes())
     if table is None:
         return None
     names = {str(c).strip().lower(): c for c in table}
     found = {name: [names[a] for a in aliases if a in names]
              for name, aliases in COLUMN_ALIASES.items()}
-    if (len(found["prompt_len"]) != 1 or len(found["output_len"]) != 1
-            or len(names) != 2 or len(table) != 2):
+    arrival = found["arrival"]
+    if (len(found["prompt_len"]) != 1 or len(found["output_len"]) != 1 or len(arrival) > 1
+            or len(names) != len(table) or len(table) != 2 + len(arrival)):
         return None
     out: dict[str, np.ndarray] = {}
     for name in ("prompt_len", "output_len"):
-        values = table[found[name][0]].astype(np.float64)
+        ints = integer_column(table[found[name][0]])
+        if ints is None:
+            return None
+        values = ints.astype(np.float64)
         if ((values < 1) | (values > MAX_CONTEXT_TOKENS)).any():
             return None
-        out[name] = values.astype(np.int64)
+        out[name] = ints
     n = out["prompt_len"].shape[0]
     out["arrival"] = np.full(n, np.nan)
+    if arrival:
+        times = decimal_column(table[arrival[0]])  # [N] seconds >= 0 (no sign is read)
+        if times is None or (np.diff(times) < 0).any():
+            return None
+        out["arrival"] = times
     out["category"] = np.full(n, None, dtype=object)
     return out
 

@@ -7,6 +7,14 @@ of a process that needs nothing else of it. :func:`int_columns` reads such a tab
 (``pd.read_csv(..., encoding="utf-8-sig")``, ``DataFrame.to_csv(index=False)``); anything else
 returns None and the caller uses pandas (simulator.workload.arrivals,
 analysis.plan.planner; parity: tests/simulator/workload/test_plain_csv.py).
+
+:func:`decimal_column` reads a column of plain decimals (``0.127508``: digits, at most one
+point, no sign or exponent) the way pandas' default C parser does where that is certain: with
+at most :data:`MAX_DIGITS` significant digits and at most :data:`MAX_FRACTION` after the
+point, the digits form an integer N < 2^53 and 10^f is exact in float64, so N / 10^f is one
+correctly rounded IEEE division, the correctly rounded value of the decimal, which pandas'
+``precise_xstrtod`` (digits accumulated exactly, then one division by its exact power of
+ten) and Python's ``float`` both return.
 """
 
 from __future__ import annotations
@@ -15,7 +23,12 @@ import numpy as np
 
 #: Longest integer cell read here (10^15 < 2^53: exact as int64 and as float64).
 MAX_DIGITS = 15
+#: Most digits after a decimal point read here (10^22 is the largest power of ten exact in
+#: float64).
+MAX_FRACTION = 22
 _BOM = b"\xef\xbb\xbf"
+#: 10^f for f = 0..MAX_FRACTION, each exact (float of an exact integer below 2^53 · 2^k).
+_POW10 = tuple(float(10 ** f) for f in range(MAX_FRACTION + 1))
 
 
 def int_columns(data: bytes) -> dict[str, np.ndarray] | None:
@@ -24,6 +37,36 @@ def int_columns(data: bytes) -> dict[str, np.ndarray] | None:
     ``\\r\\n``, a header of distinct non-empty names without quotes, then at least one row of
     as many cells, each 1 to :data:`MAX_DIGITS` decimal digits, no blank line but a last
     line end."""
+    table = text_columns(data)
+    if table is None:
+        return None
+    out = {}
+    for name, cells in table.items():
+        column = integer_column(cells)
+        if column is None:
+            return None
+        out[name] = column
+    return out
+
+
+def int_csv(columns: dict[str, np.ndarray]) -> str | None:
+    """``pd.DataFrame(columns).to_csv(index=False)`` for integer columns of one length under
+    plain names (no comma, quote or line end), or None for anything else."""
+    names = list(columns)
+    if not names or any(not name or any(c in name for c in ',"\r\n') for name in names):
+        return None
+    arrays = [np.asarray(columns[name]) for name in names]
+    if any(a.ndim != 1 or a.dtype.kind not in "iu" for a in arrays):
+        return None
+    if len({a.shape[0] for a in arrays}) != 1:
+        return None
+    rows = zip(*(a.tolist() for a in arrays))
+    return ",".join(names) + "\n" + "".join(",".join(map(str, row)) + "\n" for row in rows)
+
+
+def text_columns(data: bytes) -> dict[str, list[str]] | None:
+    """The cells of ``data`` by header name, or None unless it is a plain table as
+    :func:`int_columns` requires (any cell text without quotes, commas or line ends)."""
     if data.startswith(_BOM):
         data = data[len(_BOM):]
     try:
@@ -43,23 +86,27 @@ def int_columns(data: bytes) -> dict[str, np.ndarray] | None:
     rows = [line.split(",") for line in lines[1:]]
     if any(len(row) != len(names) for row in rows):  # a row of another width, a blank line
         return None
-    cells = [cell for row in rows for cell in row]
+    return {name: [row[j] for row in rows] for j, name in enumerate(names)}
+
+
+def integer_column(cells: list[str]) -> np.ndarray | None:
+    """``cells`` as int64 # [N] when every cell is 1 to :data:`MAX_DIGITS` digits, else None."""
     if not all(cell.isdigit() and len(cell) <= MAX_DIGITS for cell in cells):
         return None
-    table = np.array([int(cell) for cell in cells], dtype=np.int64).reshape(-1, len(names))
-    return {name: table[:, j].copy() for j, name in enumerate(names)}
+    return np.array([int(cell) for cell in cells], dtype=np.int64)
 
 
-def int_csv(columns: dict[str, np.ndarray]) -> str | None:
-    """``pd.DataFrame(columns).to_csv(index=False)`` for integer columns of one length under
-    plain names (no comma, quote or line end), or None for anything else."""
-    names = list(columns)
-    if not names or any(not name or any(c in name for c in ',"\r\n') for name in names):
-        return None
-    arrays = [np.asarray(columns[name]) for name in names]
-    if any(a.ndim != 1 or a.dtype.kind not in "iu" for a in arrays):
-        return None
-    if len({a.shape[0] for a in arrays}) != 1:
-        return None
-    rows = zip(*(a.tolist() for a in arrays))
-    return ",".join(names) + "\n" + "".join(",".join(map(str, row)) + "\n" for row in rows)
+def decimal_column(cells: list[str]) -> np.ndarray | None:
+    """``cells`` as float64 # [N] (module docstring: N / 10^f, pandas' own values) when every
+    cell is a plain decimal within :data:`MAX_DIGITS` significant digits and
+    :data:`MAX_FRACTION` fraction digits, else None."""
+    out = np.empty(len(cells), dtype=np.float64)  # [N]
+    for i, cell in enumerate(cells):
+        whole, dot, frac = cell.partition(".")
+        digits = whole + frac
+        if not digits.isdigit() or (dot and not frac) or len(frac) > MAX_FRACTION:
+            return None
+        if len(digits.lstrip("0")) > MAX_DIGITS:
+            return None
+        out[i] = float(int(digits)) / _POW10[len(frac)]
+    return out

@@ -71,7 +71,16 @@ def assert_same(a, b):
     (b"prompt_len,output_len\n5,\n", False),
     (b"prompt_len,output_len\n5,6,7\n", False),
     (b"prompt_len,output_len,category\n5,6,a\n", False),
-    (b"prompt_len,output_len,arrival\n5,6,0\n", False),
+    (b"prompt_len,output_len,arrival\n5,6,0\n", True),  # an integer arrival: float64 0.0
+    (b"prompt_len,output_len,arrival\n5,6,0.127508\n7,8,0.130674\n", True),
+    (b"arrival,prompt_len,output_len\n.5,5,6\n", True),
+    (b"prompt_len,output_len,arrival\n5,6,2.5\n7,8,1.5\n", False),  # decreasing: pandas names it
+    (b"prompt_len,output_len,arrival\n5,6,-1\n", False),
+    (b"prompt_len,output_len,arrival\n5,6,1e3\n", False),
+    (b"prompt_len,output_len,arrival\n5,6,5.\n", False),
+    (b"prompt_len,output_len,arrival\n5,6,1.234567890123456\n", False),  # 16 digits
+    (b"prompt_len,output_len,arrival\n5,6,\n", False),
+    (b"prompt_len,output_len,timestamp\n5,6,1.5\n", False),
     (b"prompt_len,input_len,output_len\n5,6,7\n", False),
     (b"prompt_len,output_len\n", False),
     (b"prompt_len,output_len\r5,6\r", False),
@@ -94,3 +103,37 @@ def test_random_plain_tables_read_as_pandas_reads_them(tmp_path_factory, rows, c
     assert int_columns(data) is not None
     fast, slow = both(tmp_path_factory.mktemp("w"), data)
     assert_same(fast, slow)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 14)), min_size=1, max_size=40),
+       st.integers(0, 2**31))
+def test_random_decimal_arrivals_read_as_pandas_reads_them(tmp_path_factory, cells, seed):
+    # each arrival: a random digit string with a point placed f digits from its end (at most
+    # 15 significant digits), sorted so that the column is non-decreasing
+    rng = np.random.default_rng(seed)
+    texts = []
+    for whole, f in cells:
+        frac = "".join(str(d) for d in rng.integers(0, 10, f)) if f else ""
+        whole = str(whole)[: max(1, 15 - f)]
+        texts.append(whole + ("." + frac if frac else ""))
+    texts.sort(key=lambda t: (float(t), t))
+    data = ("prompt_len,output_len,arrival\n"
+            + "".join(f"{i + 1},{i + 2},{t}\n" for i, t in enumerate(texts))).encode()
+    path = tmp_path_factory.mktemp("w") / "w.csv"
+    path.write_bytes(data)
+    assert arrivals.plain_lengths(path) is not None
+    fast, slow = both(path.parent, data)
+    assert_same(fast, slow)
+
+
+def test_the_vidur_workload_reads_as_pandas_reads_it(tmp_path):
+    from pathlib import Path
+
+    shared = Path(__file__).resolve().parents[4] / "shared" / "workloads"
+    path = shared / "vidur-splitwise-conv-19200.csv"
+    if not path.is_file():
+        pytest.skip("shared/workloads is not beside this checkout")
+    fast = arrivals.plain_lengths(path)
+    assert fast is not None  # 19,200 rows of integers and six-decimal arrivals
+    assert_same(fast, arrivals.read_with_pandas(path, None, 0))
