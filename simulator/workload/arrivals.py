@@ -231,41 +231,11 @@ def read_workload_file_uncached(path: str | Path, tokenizer: str | None = None,
 
 
 def plain_lengths(path: Path) -> dict[str, np.ndarray] | None:
-    """:func:`read_with_pandas`'s arrays of a CSV file holding only a prompt and an output
-    length column of valid lengths, and optionally an ``arrival`` column of non-decreasing
-    plain decimals (seconds), as a plain table (simulator.workload.plain_csv: the integers
-    and decimals pandas' parser gives), read without pandas; None for any other file (pandas
-    reads it, and names what is wrong)."""
-    from specbatch.simulator.workload.plain_csv import decimal_column, integer_column, text_columns
+    """:func:`read_with_pandas`'s arrays of a plain lengths-and-arrivals CSV read without
+    pandas (simulator.workload.plain_csv.lengths_table), or None for any other file."""
+    from specbatch.simulator.workload.plain_csv import lengths_table
 
-    table = text_columns(path.read_bytes())
-    if table is None:
-        return None
-    names = {str(c).strip().lower(): c for c in table}
-    found = {name: [names[a] for a in aliases if a in names]
-             for name, aliases in COLUMN_ALIASES.items()}
-    arrival = found["arrival"]
-    if (len(found["prompt_len"]) != 1 or len(found["output_len"]) != 1 or len(arrival) > 1
-            or len(names) != len(table) or len(table) != 2 + len(arrival)):
-        return None
-    out: dict[str, np.ndarray] = {}
-    for name in ("prompt_len", "output_len"):
-        ints = integer_column(table[found[name][0]])
-        if ints is None:
-            return None
-        values = ints.astype(np.float64)
-        if ((values < 1) | (values > MAX_CONTEXT_TOKENS)).any():
-            return None
-        out[name] = ints
-    n = out["prompt_len"].shape[0]
-    out["arrival"] = np.full(n, np.nan)
-    if arrival:
-        times = decimal_column(table[arrival[0]])  # [N] seconds >= 0 (no sign is read)
-        if times is None or (np.diff(times) < 0).any():
-            return None
-        out["arrival"] = times
-    out["category"] = np.full(n, None, dtype=object)
-    return out
+    return lengths_table(path.read_bytes(), COLUMN_ALIASES, MAX_CONTEXT_TOKENS)
 
 
 def read_with_pandas(path: Path, tokenizer: str | None, seed: int) -> dict[str, np.ndarray]:

@@ -110,3 +110,36 @@ def decimal_column(cells: list[str]) -> np.ndarray | None:
             return None
         out[i] = float(int(digits)) / _POW10[len(frac)]
     return out
+
+
+def lengths_table(data: bytes, aliases: dict, max_tokens: int) -> dict[str, np.ndarray] | None:
+    """A workload's arrays (simulator.workload.arrivals.read_with_pandas's: prompt_len,
+    output_len # [N] int64, arrival # [N] float64 or NaN, category # [N] None) of a plain table
+    holding only a prompt and an output length column (names by ``aliases``) of lengths in
+    [1, ``max_tokens``] and optionally an ``arrival`` column of non-decreasing plain
+    decimals (seconds); None for anything else (pandas reads it, and names what is wrong)."""
+    table = text_columns(data)
+    if table is None:
+        return None
+    names = {str(c).strip().lower(): c for c in table}
+    found = {name: [names[a] for a in names_of if a in names]
+             for name, names_of in aliases.items()}
+    arrival = found["arrival"]
+    if (len(found["prompt_len"]) != 1 or len(found["output_len"]) != 1 or len(arrival) > 1
+            or len(names) != len(table) or len(table) != 2 + len(arrival)):
+        return None
+    out: dict[str, np.ndarray] = {}
+    for name in ("prompt_len", "output_len"):
+        ints = integer_column(table[found[name][0]])
+        if ints is None or ((ints < 1) | (ints > max_tokens)).any():
+            return None
+        out[name] = ints
+    n = out["prompt_len"].shape[0]
+    out["arrival"] = np.full(n, np.nan)
+    if arrival:
+        times = decimal_column(table[arrival[0]])  # [N] seconds >= 0 (no sign is read)
+        if times is None or (np.diff(times) < 0).any():
+            return None
+        out["arrival"] = times
+    out["category"] = np.full(n, None, dtype=object)
+    return out
