@@ -43,7 +43,8 @@ def test_a_roofline_simulation_never_imports_scipy():
     LPs) load where a fit or a program is built, not in every ``specbatch simulate``'s
     start-up (issue 35: a whole process is what users time against Vidur)."""
     code = ("import sys; from specbatch.cli import main; "
-            "rc = main(['simulate', '--requests', '4', '--kv-mode', 'paged', '--json']); "
+            "rc = main(['simulate', '--requests', '4', '--kv-mode', 'paged', "
+            "'--cost', 'roofline', '--json']); "
             "print(rc, sorted(m for m in sys.modules if m.split('.')[0] == 'scipy')[:3], "
             "file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -94,3 +95,21 @@ def test_an_aic_or_auto_simulation_with_a_warm_cache_loads_only_what_it_uses(tmp
         assert warm["cost_source"]["cost"]["ran"] == "aic"
         assert {k: v for k, v in warm.items() if k != "cost_source"} == {
             k: v for k, v in cold.items() if k != "cost_source"}
+
+
+
+def test_a_calibrated_a100_simulation_never_imports_pandas(tmp_path):
+    """Issue 45: the calibrated cost reads its Vidur cell (A100, a Llama-2-7B shape: Vidur's
+    own setting in benchmarks/vidur_side_by_side.py) through pyarrow's columns, not pandas
+    (~0.35 CPU s of a lean run's start-up); the second run, with the bundled trace kept in
+    the cache folder by the first, imports no pandas at all."""
+    code = ("import sys; from specbatch.cli import main; "
+            "rc = main(['simulate', '--requests', '4', '--hardware', 'a100', '--target', "
+            "'vicuna-7b', '--kv-mode', 'paged', '--engine', 'numpy', '--json']); "
+            "print(rc, 'pandas' in sys.modules, file=sys.stderr)")
+    env = dict(os.environ, SPECBATCH_CACHE=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120, check=True, env=env) for _ in range(2)]
+    target = json.loads(runs[1].stdout)["cost_source"]["target"]
+    assert target["summary"] == "vidur a100 meta-llama/Llama-2-7b-hf tp 1"
+    assert runs[1].stderr.strip().splitlines()[-1] == "0 False"

@@ -250,30 +250,78 @@ def compact(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+#: The columns each table of a result folder must hold.
+REQUIRED = {"compute.parquet": (*(f"{op}_ms" for op in OPS), "gpu", "model", "tp", "num_tokens",
+                                *SHAPE_COLUMNS, "gated"),
+            "network.parquet": ("cluster", "collective", "world", "size_bytes", "median_ms")}
+
+
+def result_paths(folder: Path) -> dict[str, Path]:
+    """The three files of a result folder, checked present and stamped with our format."""
+    paths = {name: folder / name for name in (*REQUIRED, "PROVENANCE.json")}
+    for path in paths.values():
+        require(path.is_file(), f"{path}: missing; expected a folder written by "
+                "`specbatch cost import-vidur`")
+    return paths
+
+
+def check_result(paths: dict[str, Path], provenance: object,
+                 columns: dict[str, list[str]]) -> None:
+    """A one-line error when the provenance is not ours or a table lacks a column."""
+    require(isinstance(provenance, dict) and provenance.get("format") == RESULT_KIND,
+            f"{paths['PROVENANCE.json']}: expected format {RESULT_KIND!r}")
+    for name, required in REQUIRED.items():
+        for col in required:
+            require(col in columns[name], f"{paths[name]}: column {col!r} missing")
+
+
 def load_public_profiles(folder: str | Path = BUNDLED) -> PublicProfiles:
     """Read a folder written by :func:`write_public_profiles` (default: the bundled Vidur
     table); a missing or foreign file is a one-line error naming it."""
     import pandas as pd
 
     folder = Path(folder)
-    paths = {name: folder / name for name in ("compute.parquet", "network.parquet",
-                                              "PROVENANCE.json")}
-    for path in paths.values():
-        require(path.is_file(), f"{path}: missing; expected a folder written by "
-                "`specbatch cost import-vidur`")
+    paths = result_paths(folder)
     try:
         provenance = json.loads(paths["PROVENANCE.json"].read_text())
         compute = pd.read_parquet(paths["compute.parquet"])
         network = pd.read_parquet(paths["network.parquet"])
     except (OSError, ValueError) as exc:
         raise SpecbatchError(f"{folder}: cannot read the public profiles ({exc})") from None
-    require(isinstance(provenance, dict) and provenance.get("format") == RESULT_KIND,
-            f"{paths['PROVENANCE.json']}: expected format {RESULT_KIND!r}")
-    for op in OPS:
-        require(f"{op}_ms" in compute.columns,
-                f"{paths['compute.parquet']}: column {op + '_ms'!r} missing")
-    for col in ("gpu", "model", "tp", "num_tokens", *SHAPE_COLUMNS, "gated"):
-        require(col in compute.columns, f"{paths['compute.parquet']}: column {col!r} missing")
-    for col in ("cluster", "collective", "world", "size_bytes", "median_ms"):
-        require(col in network.columns, f"{paths['network.parquet']}: column {col!r} missing")
+    check_result(paths, provenance, {"compute.parquet": list(compute.columns),
+                                     "network.parquet": list(network.columns)})
     return PublicProfiles(compute, network, provenance)
+
+
+def load_profile_columns(folder: str | Path = BUNDLED) -> dict[str, dict[str, np.ndarray]]:
+    """:func:`load_public_profiles` as plain columns, read by pyarrow without pandas (the
+    cost resolver's path: a simulate run prices from one cell of these tables and should not
+    pay pandas' import): table name (``compute`` / ``network``) -> column -> values [rows],
+    equal to the DataFrame's ``to_numpy()`` of each column (strings as object arrays)."""
+    from specbatch.traces.format.parquet_columns import read_table  # pyarrow, where read
+
+    folder = Path(folder)
+    paths = result_paths(folder)
+    try:
+        provenance = json.loads(paths["PROVENANCE.json"].read_text())
+    except (OSError, ValueError) as exc:
+        raise SpecbatchError(f"{folder}: cannot read the public profiles ({exc})") from None
+    tables = {name: read_table(paths[name]) for name in REQUIRED}
+    check_result(paths, provenance, {name: t.column_names for name, t in tables.items()})
+    return {name.removesuffix(".parquet"): {col: column_values(t.column(col))
+                                           for col in t.column_names}
+            for name, t in tables.items()}
+
+
+def column_values(column) -> np.ndarray:
+    """One Arrow column without nulls as numpy: numbers as their dtype (a copy of the data
+    buffer), booleans and strings from Python values; pyarrow's own ``to_numpy`` goes
+    through its pandas layer."""
+    import pyarrow as pa
+
+    from specbatch.traces.format.parquet_columns import numbers
+
+    arr = column.combine_chunks()
+    if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type):
+        return numbers(arr).copy()
+    return np.array(arr.to_pylist(), dtype=bool if pa.types.is_boolean(arr.type) else object)

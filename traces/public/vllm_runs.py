@@ -40,11 +40,14 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from specbatch.errors import SpecbatchError, require
+
+if TYPE_CHECKING:  # read where a run is read, not at import (the cost resolver imports this)
+    import pandas as pd
 
 #: Where the bundled runs live.
 BUNDLED_DIR = Path(__file__).resolve().parents[1] / "data" / "vllm_runs"
@@ -181,6 +184,8 @@ def read_requests(path: str | Path, max_span: float | None = None) -> pd.DataFra
     first ``queued_ts``, with each request's ``line`` in the file; a damaged line, a request
     recorded twice or (given the run's length ``max_span`` in seconds) a stamp outside the run
     is a one-line error naming the file, line and field."""
+    import pandas as pd
+
     path = Path(path)
     numbered = [(i + 1, text) for i, text in enumerate(_request_lines(path)) if text.strip()]
     rows = [_request_row(text, path, line) for line, text in numbered]
@@ -252,6 +257,8 @@ def run_seconds(meta: dict, where: str = "meta.json") -> float | None:
 
 def read_timeseries(path: str | Path) -> pd.DataFrame:
     """``timeseries.csv``: columns t, running, waiting (numbers >= 0), t increasing."""
+    import pandas as pd
+
     path = Path(path)
     where = _where(path)
     try:

@@ -337,9 +337,11 @@ class CalibratedCost:
                     break
         if found is not None:
             model, rows = found
-            grid = rows["num_tokens"].to_numpy(dtype=np.float64)  # [grid]
-            block = rows[[f"{op}_ms" for op in LAYER_OPS]].to_numpy(np.float64).sum(axis=1)
-            secs = 1e-3 * (rows["emb_ms"].to_numpy(np.float64) + shape.layers * block)  # [grid]
+            grid = rows["num_tokens"].astype(np.float64)  # [grid]
+            block = np.zeros(len(grid))  # [grid] one layer's ms, summed op by op in order
+            for op in LAYER_OPS:
+                block = block + rows[f"{op}_ms"].astype(np.float64)
+            secs = 1e-3 * (rows["emb_ms"].astype(np.float64) + shape.layers * block)  # [grid]
             secs = np.maximum.accumulate(secs)  # more tokens never cost less (module docstring)
             cell = TableCell(model=model, grid=grid, seconds=secs, folder=folder)
         return RolePricer(shape=shape, tp=int(tp), hw=self.hardware, fit=fitted_gpu(gpu),

@@ -28,7 +28,12 @@ from specbatch.simulator.cost.measured.laws import (
 )
 from specbatch.simulator.cost.measured.validated import VALIDATION, validation  # noqa: F401
 from specbatch.traces.models.model_shape import ModelShape
-from specbatch.traces.public.vidur_profiles import OPS, load_public_profiles
+from specbatch.traces.public.vidur_profiles import (
+    BUNDLED,
+    OPS,
+    load_profile_columns,
+    load_public_profiles,
+)
 
 #: The laws fitted on every bundled model per GPU (benchmarks/cost_vs_public.py --write).
 LAWS = Path(__file__).parent / "data" / "calibrated_laws.json"
@@ -87,14 +92,14 @@ def fitted_gpu(gpu: str) -> GpuFit:
 def allreduce_curve(gpu: str, world: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(half-octave size bins' median bytes [bins], median seconds [bins]) of the measured NCCL
     all-reduce of ``world`` GPUs in ``gpu``'s DGX cluster, or None where not measured."""
-    net = load_public_profiles().network
+    net = load_profile_columns()["network"]
     cluster = allreduce_cluster(gpu)
-    rows = net[(net["cluster"] == cluster) & (net["collective"] == "all_reduce")
-               & (net["world"] == world)]
-    if cluster is None or rows.empty:
+    keep = ((net["cluster"] == cluster) & (net["collective"] == "all_reduce")
+            & (net["world"] == world))  # [rows]
+    if cluster is None or not keep.any():
         return None
-    size = rows["size_bytes"].to_numpy(dtype=np.float64)
-    secs = 1e-3 * rows["median_ms"].to_numpy(dtype=np.float64)
+    size = net["size_bytes"][keep].astype(np.float64)
+    secs = 1e-3 * net["median_ms"][keep].astype(np.float64)
     bins = np.floor(2 * np.log2(size)).astype(int)  # half-octave bins
     keys = np.unique(bins)
     sizes = np.array([np.median(size[bins == b]) for b in keys])  # [bins]
@@ -220,21 +225,25 @@ def layer_shape(shape: ModelShape) -> LayerShape:
 
 
 @functools.lru_cache(maxsize=4)
-def profile_table(folder: str | None):
+def profile_table(folder: str | None) -> dict[str, np.ndarray]:
     """The compute table of a folder written by ``specbatch cost import-vidur`` (None: the
-    bundled Vidur table)."""
-    return (load_public_profiles() if folder is None else load_public_profiles(folder)).compute
+    bundled Vidur table), column -> values [rows]."""
+    return load_profile_columns(BUNDLED if folder is None else folder)["compute"]
 
 
-def find_cell(gpu: str, shape: ModelShape, tp: int, folder: str | None = None):
-    """(model name, rows sorted by num_tokens) of the cell pricing ``shape`` on ``tp``
-    ``gpu`` GPUs in ``folder``'s table (None: the bundled one), or None (the cell must match
-    hidden, heads, KV heads and MLP width, and the GPU folder name the hardware preset's)."""
+def find_cell(gpu: str, shape: ModelShape, tp: int, folder: str | None = None
+              ) -> tuple[str, dict[str, np.ndarray]] | None:
+    """(model name, its rows as columns [rows] sorted by num_tokens) of the cell pricing
+    ``shape`` on ``tp`` ``gpu`` GPUs in ``folder``'s table (None: the bundled one), or None
+    (the cell must match hidden, heads, KV heads and MLP width, and the GPU folder name the
+    hardware preset's)."""
     c = profile_table(folder)
-    rows = c[(c["gpu"] == gpu) & (c["tp"] == tp) & (c["n_embd"] == shape.hidden)
-             & (c["n_head"] == shape.heads) & (c["n_kv_head"] == shape.kv_heads)
-             & (c["n_expanded_embd"] == shape.intermediate) & c["gated"]]
-    if rows.empty:
+    keep = ((c["gpu"] == gpu) & (c["tp"] == tp) & (c["n_embd"] == shape.hidden)
+            & (c["n_head"] == shape.heads) & (c["n_kv_head"] == shape.kv_heads)
+            & (c["n_expanded_embd"] == shape.intermediate) & c["gated"])  # [rows]
+    if not keep.any():
         return None
-    model = sorted(rows["model"].unique())[0]
-    return model, rows[rows["model"] == model].sort_values("num_tokens")
+    model = sorted(set(c["model"][keep]))[0]
+    rows = np.flatnonzero(keep & (c["model"] == model))
+    rows = rows[np.argsort(c["num_tokens"][rows], kind="stable")]
+    return model, {col: values[rows] for col, values in c.items()}

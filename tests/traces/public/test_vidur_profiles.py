@@ -4,6 +4,8 @@ slice of the public CSVs (tests/traces/data/vidur_slice/PROVENANCE.md)."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,7 @@ from specbatch.traces.public.vidur_profiles import (
     VIDUR_SOURCE,
     import_vidur,
     keep_tokens,
+    load_profile_columns,
     load_public_profiles,
     write_public_profiles,
 )
@@ -134,3 +137,37 @@ def test_bundled_table_is_small_and_covers_the_public_cells():
     assert set(p.compute["tp"]) == {1, 2, 4, 8}
     assert p.provenance["source"]["repository"] == "https://github.com/microsoft/vidur"
     assert {"h100_dgx", "a100_dgx"} <= set(p.network["cluster"])
+
+
+@pytest.mark.parametrize("folder", ["bundled", "slice"])
+def test_columns_without_pandas_equal_the_dataframes(tmp_path, folder):
+    """load_profile_columns (pyarrow only) is the DataFrame reader's twin: same columns in the
+    same order, same dtypes, same values, on the bundled table and on a fresh import."""
+    where = BUNDLED if folder == "bundled" else write_public_profiles(
+        import_vidur(SLICE, VIDUR_SOURCE), tmp_path / "prof")
+    frames, columns = load_public_profiles(where), load_profile_columns(where)
+    for name, frame in (("compute", frames.compute), ("network", frames.network)):
+        assert list(columns[name]) == list(frame.columns)
+        for col in frame.columns:
+            want, got = frame[col].to_numpy(), columns[name][col]
+            assert got.dtype == want.dtype, col
+            assert np.array_equal(got, want), col
+
+
+def test_columns_reader_refuses_what_the_dataframe_reader_refuses(tmp_path):
+    with pytest.raises(SpecbatchError, match="compute.parquet: missing"):
+        load_profile_columns(tmp_path)
+    out = write_public_profiles(import_vidur(SLICE, VIDUR_SOURCE), tmp_path / "prof")
+    (out / "network.parquet").write_bytes(b"not parquet")
+    with pytest.raises(SpecbatchError, match="network.parquet"):
+        load_profile_columns(out)
+
+
+def test_reading_the_columns_does_not_import_pandas():
+    code = ("import sys\n"
+            "from specbatch.traces.public.vidur_profiles import load_profile_columns\n"
+            "c = load_profile_columns()\n"
+            "print(len(c['compute']['gpu']) > 0, 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["True", "False"]
