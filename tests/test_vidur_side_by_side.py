@@ -93,3 +93,12 @@ def test_without_vidur_it_says_so_and_exits_0(bench, tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("Vidur is not installed here (no Vidur checkout at ")
     assert out.rstrip().endswith("skipped") and not work.exists()
+
+
+def test_timed_processes_write_bytecode_caches(bench, monkeypatch):
+    """Both tools run as a user's Python runs them: bytecode caches written, so neither pays
+    for compiling its sources again in every timed round."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    assert "PYTHONDONTWRITEBYTECODE" not in bench.process_env()
+    env = bench.vidur_env(Path("/somewhere"))
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPATH"] == "/somewhere"
