@@ -25,6 +25,12 @@ suffix minimum, isolated upward spikes recarry), the values the cost interpolate
   the law reads them (aic_mixed.cold_rate: no faster than their KV at the fastest rate the
   GPU's decode cells reach over >= 1 GiB; this moves only RTX PRO 6000's); L40S's decode
   (no grid) by its decode-only linear law with the shape left out;
+- MLA (simulator.cost.measured.aic_mla): the core's grid law (the module row less
+  DeepSeek-V3's projections on the bf16 GEMM curves) with each timed head count left out and
+  carried from its two nearest by the core's linear law refitted without it, the projections
+  added back, against the measured module rows (A100: kernel rows); and each interior column
+  / row of a head count's core grid left out, against the core cells (a harder measure: the
+  projections' share is not in its denominator). The target is judged on the first;
 - all-reduce: each message size left out and interpolated log-log from its neighbours.
 
 Writes simulator/cost/measured/data/aic_validation.json (what ``cost show --json`` reports per
@@ -49,9 +55,11 @@ from specbatch.simulator.cost.measured.aic_cost import VALIDATION
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import COMMON_SYSTEMS, load_laws
 from specbatch.simulator.cost.measured.aic_mixed import cold_args, cold_rate
+from specbatch.simulator.cost.measured.aic_mla import carried_cells, core_rows, fit, head_cells
 from specbatch.simulator.cost.measured.aic_ops import interp_check, monotone
 from specbatch.simulator.cost.measured.aic_pricer import (
     attention_cells,
+    mla_gemm,
     shape_curves,
     width_fit,
 )
@@ -165,6 +173,53 @@ def attention_checks(system: str, kv: str) -> dict | None:
                   **{f"cells_{k}_mape": mape(v) for k, v in cell.items()})
 
 
+def mla_checks(system: str, kv: str) -> dict | None:
+    """The MLA core's grid law (simulator.cost.measured.aic_mla) judged as the attention's:
+    ``shape``, each timed head count left out and carried from the two nearest by the linear
+    law's ratio (the law refitted without it), plus the module's projections, against the
+    measured module rows (kernel rows on A100); ``cells``, each interior column / row of a
+    head count's own core grid left out (aic_attention.cell_check), against the core cells
+    (the harder measure: the core is the module less its projections)."""
+    gemm = mla_gemm(system)
+    d, p = core_rows(system, kv, gemm)
+    grids = head_cells(d, p)
+    if len(grids) < 3:
+        return None
+    kv_bytes = 1.0 if kv == "fp8" else 2.0
+    loso = {"decode": [], "prefill": [], "short": []}
+    cell = {"decode": [], "prefill": [], "short": []}
+    for h, got in grids.items():
+        c = cell_check(got)
+        cell["decode"].append(c["decode"])
+        cell["short"].append(c["decode"][c["decode_context"] < SHORT])
+        cell["prefill"].append(c["prefill"])
+        law = fit(d[d["heads"] != h], p[p["heads"] != h])
+        carry, _ = carried_cells(grids, law, h, kv_bytes, exclude=True)
+        for part, rows, col in ((0, d, "context"), (1, p, "prompt")):
+            r = rows[rows["heads"] == h]
+            if part:
+                r = r[r["prompt"] > 1]
+            pred = grid_seconds(carry, r["batch"].to_numpy(np.float64),
+                                r[col].to_numpy(np.float64), part == 0)
+            e = (pred + r["projections_s"].to_numpy()) / r["module_s"].to_numpy() - 1
+            loso["prefill" if part else "decode"].append(e)
+            if not part:
+                loso["short"].append(e[r["context"].to_numpy() < SHORT])
+
+    def mape(parts):
+        return round(float(np.abs(np.concatenate(parts)).mean()), 4) if parts else None
+
+    both = np.concatenate(loso["decode"] + loso["prefill"])
+    worst = max(mape(loso["decode"]), mape(loso["prefill"]))
+    scope = "module" if (d["scope"] == "module").any() else "kernel"
+    return record(both, "MLA core grid law: each timed head count left out, carried from the "
+                        "2 nearest (law refitted without it) + the projections, against the "
+                        f"{scope} rows; and each interior core grid column / row left out",
+                  shapes=len(grids), shapes_reached=len(grids), worst=worst, decode_by="grid",
+                  scope=scope, **{f"shape_{k}_mape": mape(v) for k, v in loso.items()},
+                  **{f"cells_{k}_mape": mape(v) for k, v in cell.items()})
+
+
 def allreduce_checks(system: str) -> dict | None:
     sc = shape_curves(system, "allreduce", "")
     errs = [interp_check(g, monotone(s), "loglog") for g, s in sc.points.values()]
@@ -186,6 +241,11 @@ def validate(system: str) -> dict:
         rec = attention_checks(system, kv)
         if rec is not None:
             out[f"{system}|attention|{kv}"] = rec
+    if "mla_decode" in curves:
+        for kv in sorted(set(curves["mla_decode"]["kv_dtype"])):
+            rec = mla_checks(system, kv)
+            if rec is not None:
+                out[f"{system}|mla|{kv}"] = rec
     if "allreduce" in curves:
         out[f"{system}|allreduce"] = allreduce_checks(system)
     return out
@@ -210,6 +270,17 @@ def table(checks: dict, target: float = TARGET) -> list[str]:
                    f"{pct(rec['shape_short_mape'])}), prefill {pct(rec['shape_prefill_mape'])}; "
                    f"cells left out: decode {pct(rec['cells_decode_mape'])} (short "
                    f"{pct(rec['cells_short_mape'])}), prefill {pct(rec['cells_prefill_mape'])}")
+            ok = "yes" if rec["worst"] <= target else "**no**"
+            out.append(f"| {system} | {versions.get(system, '?')} | {op} | {est} | "
+                       f"{100 * rec['mape']:.1f} % ({100 * rec['p90']:.0f} %) | {ok} |")
+            continue
+        if parts[1] == "mla":
+            est = (f"MLA core grid law ({rec['scope']} rows); head count left out "
+                   f"({rec['shapes']}): decode {100 * rec['shape_decode_mape']:.1f} % (short "
+                   f"context {100 * rec['shape_short_mape']:.1f} %), prefill "
+                   f"{100 * rec['shape_prefill_mape']:.1f} %; core cells left out: decode "
+                   f"{100 * rec['cells_decode_mape']:.1f} %, prefill "
+                   f"{100 * rec['cells_prefill_mape']:.1f} %")
             ok = "yes" if rec["worst"] <= target else "**no**"
             out.append(f"| {system} | {versions.get(system, '?')} | {op} | {est} | "
                        f"{100 * rec['mape']:.1f} % ({100 * rec['p90']:.0f} %) | {ok} |")

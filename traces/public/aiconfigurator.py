@@ -24,6 +24,22 @@ comes from its collectors (``collector/vllm/collect_attn.py``, ``collect_gemm.py
   ``hidden_size``, ``num_experts`` experts of width ``inter_size``, ``topk`` per token, split
   ``moe_tp_size`` / ``moe_ep_size`` ways, router logits ``distribution`` balanced or a power law.
 
+- ``mla_decode`` / ``mla_prefill`` (multi-head latent attention, DeepSeek-V2/V3): from vLLM
+  0.19 ``mla_generation_module_perf`` / ``mla_context_module_perf``
+  (``collector/vllm/collect_mla_module.py``): vLLM's whole ``DeepseekV2MLAAttention`` forward
+  of DeepSeek-V3 (``model``; 7168 hidden, q_lora_rank 1536, kv_lora_rank 512, rope 64, nope and
+  v heads 128) with ``num_heads`` query heads on one GPU (tp 1, the heads a tp shard holds):
+  the fused q_a / kv_a projection, the q_a and kv_a RMSNorms, q_b_proj, rotary, the MLA
+  backend (prefill: kv_b_proj's up-projection and the prefill kernel; decode: the absorbed
+  W_UK / W_UV bmm around the latent-KV kernel) and o_proj, no all-reduce (``scope``
+  "module"); ``gemm_type`` the projections' format, ``mla_dtype`` the prefill query's.
+  Before (0.14.0, ``generation_mla_perf`` / ``context_mla_perf``,
+  ``collector/vllm/collect_mla.py`` of that version): the backend's ``impl.forward`` alone,
+  no projections, norms or rotary (``scope`` "kernel"). Decode rows: ``batch_size`` requests
+  of one token at ``step`` tokens with the query (``context`` = step − 1 cached); prefill
+  rows: ``batch_size`` prompts of ``isl`` tokens over a ``step``-token cached prefix. A
+  system's MLA table is the module one where it resolves at the version, else the kernel one.
+
 A version folder may hold ``reuse.yaml`` instead of a table (``table: <name>``, ``from_version``):
 that table is the older version's, followed here. :func:`newest_full_version` picks the newest
 version whose gemm, attention, comm and moe tables all resolve (the default of the knob).
@@ -83,6 +99,16 @@ RENAME = {
             "moe_ep_size": "ep"},
 }
 FAMILY_FOLDERS = ("gemm", "attention", "comm", "moe")
+#: MLA family -> (folder, table stems in preference order: module, then the kernel-only one).
+MLA_TABLES = {
+    "mla_decode": ("mla", ("mla_generation_module_perf", "generation_mla_perf")),
+    "mla_prefill": ("mla", ("mla_context_module_perf", "context_mla_perf")),
+}
+#: The columns every MLA table carries (besides ``latency``); module tables also ``model``
+#: and ``gemm_type``.
+MLA_COLUMNS = ("kernel_source", "mla_dtype", "kv_cache_dtype", "num_heads", "batch_size", "isl",
+               "step")
+MLA_MODULE_COLUMNS = ("model", "gemm_type")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
 
 
@@ -180,6 +206,60 @@ def read_table(path: Path, family: str) -> pd.DataFrame:
     return keep
 
 
+def mla_table(root: Path, system: str, version: str, family: str) -> tuple[Path, str] | None:
+    """(parquet file, scope "module" or "kernel") of ``family``'s MLA table at ``version``
+    (following ``reuse.yaml``; the module table preferred), or None."""
+    folder, stems = MLA_TABLES[family]
+    for stem, scope in zip(stems, ("module", "kernel")):
+        path = table_path(root, system, folder, stem, version)
+        if path is not None:
+            return path, scope
+    return None
+
+
+def read_mla_table(path: Path, family: str, scope: str) -> pd.DataFrame:
+    """One MLA table, its columns checked and normalised (module docstring): ``kernel``,
+    ``scope``, ``model``, ``gemm_dtype`` ("none" for a kernel table), ``compute_dtype``,
+    ``kv_dtype``, ``heads``, ``batch``, then ``context`` (decode) or ``prompt`` and ``prefix``
+    (prefill), ``latency_s`` in seconds; rows without a finite positive latency dropped."""
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError) as exc:
+        raise SpecbatchError(f"{path}: cannot read the table ({exc})") from None
+    need = (*MLA_COLUMNS, *(MLA_MODULE_COLUMNS if scope == "module" else ()), "latency")
+    for col in need:
+        require(col in frame.columns, f"{path}: column {col!r} missing; expected "
+                f"AIConfigurator's {scope} MLA table")
+    ints = {}
+    for col in ("num_heads", "batch_size", "isl", "step"):
+        v = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=np.float64)
+        require(bool(np.isfinite(v).all()) and bool((v == np.round(v)).all()),
+                f"{path}: column {col!r} holds a value that is not a whole number")
+        ints[col] = v.astype(np.int64)
+    require(bool((ints["num_heads"] >= 1).all() & (ints["batch_size"] >= 1).all()),
+            f"{path}: column 'num_heads' / 'batch_size' holds a value below 1")
+    out = pd.DataFrame({
+        "kernel": frame["kernel_source"].astype(str), "scope": scope,
+        "model": frame["model"].astype(str) if scope == "module" else "",
+        "gemm_dtype": frame["gemm_type"].astype(str) if scope == "module" else "none",
+        "compute_dtype": frame["mla_dtype"].astype(str),
+        "kv_dtype": frame["kv_cache_dtype"].astype(str), "heads": ints["num_heads"],
+        "batch": ints["batch_size"]})
+    if family == "mla_decode":
+        require(bool((ints["step"] >= 1).all()), f"{path}: column 'step' holds a value below 1"
+                " (a decode row's step counts its query token)")
+        out["context"] = ints["step"] - 1
+    else:
+        require(bool((ints["isl"] >= 1).all() & (ints["step"] >= 0).all()),
+                f"{path}: column 'isl' below 1 or 'step' below 0")
+        out["prompt"], out["prefix"] = ints["isl"], ints["step"]
+    latency = pd.to_numeric(frame["latency"], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(latency) | (latency <= 0)
+    out = out.loc[~bad].reset_index(drop=True)
+    out["latency_s"] = latency[~bad] * 1e-3
+    return out
+
+
 def import_aiconfigurator(root: str | Path, system: str, version: str | None = None,
                           commit: str | None = None) -> AicTables:
     """Read ``system``'s tables at vLLM ``version`` (None: :func:`newest_full_version`) from an
@@ -202,6 +282,15 @@ def import_aiconfigurator(root: str | Path, system: str, version: str | None = N
         files.append({"family": family, "path": str(path.relative_to(root)),
                       "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                       "rows": int(len(frame))})
+    for family in MLA_TABLES:
+        found = mla_table(root, system, version, family)
+        if found is None:
+            continue
+        path, scope = found
+        frames[family] = read_mla_table(path, family, scope)
+        files.append({"family": family, "path": str(path.relative_to(root)),
+                      "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                      "rows": int(len(frames[family])), "scope": scope})
     require(frames, f"{root / system}: no vLLM table at version {version}")
     provenance = {**AIC_SOURCE, "commit": commit or "unknown", "system": system,
                   "vllm_version": version, "files": files}

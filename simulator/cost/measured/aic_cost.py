@@ -20,10 +20,12 @@ a role is priced as calibrated composes it (simulator.cost.measured.calibrated):
   work hides; eager: a fixed cost).
 
 :func:`aic_covers` says whether the bundled tables cover a deployment (None) or what is missing
-(a GPU without tables, MLA, sliding windows, weight formats other than bf16 and fp8, a tp
-without an all-reduce curve, a quantised draft); :class:`AicCost` refuses the same with a
-one-line error. Validated errors (held out, benchmarks/cost_vs_aic.py ``--validate``) are read
-from ``simulator/cost/measured/data/aic_validation.json`` and reported by :meth:`sources`.
+(a GPU without tables, MLA of other widths than the tables' or a KV dtype or head count they
+lack, sliding windows, weight formats other than bf16 and fp8, a tp without an all-reduce
+curve, a quantised draft; MLA's attention: simulator.cost.measured.aic_mla);
+:class:`AicCost` refuses the same with a one-line error. Validated errors (held out,
+benchmarks/cost_vs_aic.py ``--validate``) are read from
+``simulator/cost/measured/data/aic_validation.json`` and reported by :meth:`sources`.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ from specbatch.simulator.cost.interface import ROLES, batch_sums, for_role
 from specbatch.simulator.cost.measured import aic_cache
 from specbatch.simulator.cost.measured.aic_curves import HEAD_DIMS, curve_files, load_curves
 from specbatch.simulator.cost.measured.aic_import import AIC_PRESETS, bundled_laws
+from specbatch.simulator.cost.measured.aic_mla import CORE_DIMS
+from specbatch.simulator.cost.measured.aic_mla import coverage as mla_coverage
 from specbatch.simulator.cost.measured.aic_pricer import AicPricer
 from specbatch.simulator.cost.measured.sources import fitted_gpu
 from specbatch.simulator.cost.tabulated import PassTable
@@ -128,7 +132,9 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
     for role, shape, role_tp, quant in roles:
         what = f"{role} {shape.name}"
         if shape.is_mla:
-            return f"{what}: MLA attention is not priced from the tables"
+            reason = mla_covers(system, shape, kv, role_tp)
+            if reason is not None:
+                return f"{what}: {reason}"
         if shape.is_windowed:
             return f"{what}: sliding-window layers are not priced from the tables"
         quant = shape.quantization if shape.quantization != "none" else quant
@@ -139,9 +145,9 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
             return f"{what}: no {dtype} GEMM table on {system}"
         if shape.is_moe and dtype not in curves.get("moe", ()):
             return f"{what}: no {dtype} MoE table on {system}"
-        if shape.head_dim not in HEAD_DIMS:
+        if not shape.is_mla and shape.head_dim not in HEAD_DIMS:
             return f"{what}: head width {shape.head_dim} not in the attention tables"
-        for fam in ("attention_decode", "attention_prefill"):
+        for fam in () if shape.is_mla else ("attention_decode", "attention_prefill"):
             widths = curves.get(fam, {})
             if kv not in widths:
                 return f"{what}: no {kv} KV {fam} table on {system}"
@@ -154,6 +160,24 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
         if shape.heads % role_tp or (shape.kv_heads >= role_tp and shape.kv_heads % role_tp):
             return (f"{what}: {shape.heads} heads / {shape.kv_heads} KV heads do not split "
                     f"{role_tp} ways")
+    return None
+
+
+def mla_covers(system: str, shape: ModelShape, kv: str, tp: int) -> str | None:
+    """None when ``system``'s MLA tables price ``shape``'s latent attention at ``tp`` (its
+    core widths are the tables' DeepSeek-V3 ones, aic_mla.CORE_DIMS; the KV dtype's cells span
+    a grid at some head count, between 1 and twice the widest timed one per GPU), else why."""
+    dims = (shape.kv_lora_rank, shape.qk_rope_head_dim, shape.qk_nope_head_dim,
+            shape.v_head_dim)
+    if dims != CORE_DIMS:
+        return (f"MLA widths (kv_lora_rank, rope, nope, v) {dims}: the tables time "
+                f"{CORE_DIMS} only")
+    heads = mla_coverage(system).get(kv)
+    if not heads:
+        return f"no {kv} KV MLA table on {system}"
+    per_gpu = shape.heads // tp
+    if shape.heads % tp or not 1 <= per_gpu <= 2 * max(heads):
+        return f"{shape.heads} MLA heads over tp {tp}: the {kv} tables time {heads} per GPU"
     return None
 
 
@@ -296,6 +320,11 @@ def role_sources(r: AicPricer, gpu: str, version: str) -> dict:
            "lm_head": {"source": f"{sysv} bf16 GEMM, {r.head_curve.source}",
                        "validated": checked(f"{r.system}|gemm|bfloat16|transfer")},
            "launch": {"source": "execution preset (hardware.EXECUTIONS; as calibrated)"}}
+    if r.shape.is_mla:
+        out["attention"] = {"source": f"{sysv} MLA module tables less DeepSeek-V3's "
+                                      f"projections, a grid law over the batch sums "
+                                      f"({r.kv_dtype} KV; {r.attention_how})",
+                            "validated": checked(f"{r.system}|mla|{r.kv_dtype}")}
     if r.shape.is_moe:
         out["experts"] = {"source": f"{sysv} {r.curves['experts'][1].source}",
                           "validated": checked(f"{r.system}|moe|{r.gemm_dtype}")}

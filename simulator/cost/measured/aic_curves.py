@@ -14,7 +14,11 @@ timed shapes (simulator.cost.measured.aic_ops); both need the rows, not only the
   TRT-LLM on Blackwell, ...);
 - ``allreduce``: the CUDA-graph backend (``vllm_graph``: custom all-reduce up to its 8 MiB
   ``max_size``, NCCL above, as a served model runs it);
-- ``moe``: balanced routing, per dtype (bf16, fp8) the kernel with the most rows.
+- ``moe``: balanced routing, per dtype (bf16, fp8) the kernel with the most rows;
+- ``mla_decode`` / ``mla_prefill``: bf16 projections (``gemm_dtype`` bfloat16; a kernel-only
+  table has none) and a bf16 prefill query, bf16 / fp8 KV, prefill prompts of > 1 token with
+  no cached prefix; every kernel kept: vLLM picks the backend per call (H100 runs a short
+  prompt through its decode kernel), and each row is the one vLLM ran.
 
 Columns: the shape and row coordinates as int32, the kernel / dtype names as categories,
 ``latency_s`` as float32 (a 1e-7 relative rounding, far below the tables' run-to-run noise).
@@ -47,7 +51,10 @@ HEAD_DIMS = (64, 128, 256)
 GEMM_DTYPES = ("bfloat16", "fp8")
 MOE_DTYPES = ("bfloat16", "fp8")
 KV_DTYPES = ("bfloat16", "fp8")
-FAMILIES = ("gemm", "attention_decode", "attention_prefill", "allreduce", "moe")
+#: The one model AIConfigurator's vLLM MLA module tables time (a kernel-only table names none).
+MLA_MODEL = "deepseek-ai/DeepSeek-V3"
+FAMILIES = ("gemm", "attention_decode", "attention_prefill", "allreduce", "moe", "mla_decode",
+            "mla_prefill")
 #: Columns kept per family (``latency_s`` besides).
 KEEP = {
     "gemm": ("dtype", "kernel", "m", "n", "k"),
@@ -57,6 +64,8 @@ KEEP = {
                           "head_dim"),
     "allreduce": ("num_gpus", "elements"),
     "moe": ("dtype", "kernel", "tokens", "hidden", "inter", "experts", "topk", "tp", "ep"),
+    "mla_decode": ("kv_dtype", "scope", "kernel", "heads", "batch", "context"),
+    "mla_prefill": ("kv_dtype", "scope", "kernel", "heads", "batch", "prompt"),
 }
 
 
@@ -83,6 +92,11 @@ def select_default(family: str, frame: pd.DataFrame) -> pd.DataFrame:
         f = f[(f["backend"] == "vllm_graph") & (f["dtype"] == "bfloat16")]
     elif family == "moe":
         f = most_rows(f[(f["distribution"] == "balanced") & f["dtype"].isin(MOE_DTYPES)], "dtype")
+    elif family.startswith("mla"):
+        f = f[f["gemm_dtype"].isin(("bfloat16", "none")) & (f["compute_dtype"] == "bfloat16")
+              & f["kv_dtype"].isin(KV_DTYPES) & f["model"].isin((MLA_MODEL, ""))]
+        if family == "mla_prefill":
+            f = f[(f["prompt"] > 1) & (f["prefix"] == 0)]
     return f
 
 

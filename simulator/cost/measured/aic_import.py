@@ -65,6 +65,40 @@ def import_laws(root: str | Path, only: tuple = (), version: str | None = None,
     return {"systems": out, "provenance": provenance, "curves": curves}
 
 
+def bundle_families(root: str | Path, families: tuple, folder: str | Path = BUNDLED,
+                    commit: str | None = None) -> list[dict]:
+    """Write the curves of ``families`` (aic_curves.FAMILIES) of every system bundled in
+    ``folder`` at its bundled vLLM version into ``folder`` and replace those families'
+    records in its PROVENANCE.json (the source tables and the curve files); every other file
+    is left as it is. Why: a family added later (MLA) is bundled without refitting the laws
+    (the full ``cost import-aiconfigurator`` writes the same curves, and refits everything).
+    Returns the new curve records."""
+    from specbatch.io import dumps
+    from specbatch.simulator.cost.measured.aic_curves import compact, write_curves
+    from specbatch.traces.public.aiconfigurator import import_aiconfigurator
+
+    folder = Path(folder)
+    laws = load_laws(folder)
+    prov_path = folder / "PROVENANCE.json"
+    provenance = json.loads(prov_path.read_text())
+    require(commit is None or commit == provenance.get("commit"),
+            f"--commit {commit}: the bundle was imported from {provenance.get('commit')}")
+    curves, files = {}, []
+    for name, (version, _) in sorted(laws.items()):
+        tables = import_aiconfigurator(root, name, version, provenance.get("commit"))
+        got = compact(tables)
+        curves[name] = {f: got[f] for f in families if f in got}
+        files.extend({**f, "system": name} for f in tables.provenance["files"]
+                     if f["family"] in families)
+    sources = {(f["system"], f["family"]): f for f in files}
+    records = write_curves(curves, folder, sources)
+    provenance["files"] = [f for f in provenance["files"] if f["family"] not in families] + files
+    provenance["curves"] = ([c for c in provenance["curves"] if c["family"] not in families]
+                            + records)
+    prov_path.write_text(dumps(provenance, indent=2) + "\n")
+    return records
+
+
 def identity(result: dict) -> str:
     """The result folder's identity: a hash of the source tables' SHA-256 and the versions."""
     digest = hashlib.sha256()

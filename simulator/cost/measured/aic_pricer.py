@@ -43,6 +43,7 @@ from specbatch.simulator.cost.measured.aic_cells import attention_rows, own_cell
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import bundled_laws
 from specbatch.simulator.cost.measured.aic_mixed import cold_args, gpu_of, mixed_mode
+from specbatch.simulator.cost.measured.aic_mla import projections
 from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, ShapeLaw
 from specbatch.simulator.cost.measured.laws import (
     SMALL_OPS,
@@ -50,7 +51,7 @@ from specbatch.simulator.cost.measured.laws import (
     LayerShape,
     small_op_bytes,
 )
-from specbatch.simulator.cost.tabulated import AttentionLaw, PassTable, tabulate
+from specbatch.simulator.cost.tabulated import TWO_LAUNCHES, AttentionLaw, PassTable, tabulate
 from specbatch.traces.models.model_shape import ModelShape
 
 MEMO_LIMIT = 65536
@@ -178,6 +179,37 @@ def op_curve(system: str, family: str, dtype: str, key: tuple) -> Curve:
                            curve_json, curve_from_json)
 
 
+def mla_gemm(system: str):
+    """(n, k) -> the bf16 GEMM :class:`Curve` of ``system`` (what aic_mla takes V3's
+    projections off its module rows with)."""
+    return lambda key: op_curve(system, "gemm", "bfloat16", key)
+
+
+@functools.lru_cache(maxsize=16)
+def mla_core(system: str, kv_dtype: str):
+    """(core cells by head count, linear law) of the MLA core on ``system`` (aic_mla)."""
+    from specbatch.simulator.cost.measured.aic_mla import core_rows, fit, head_cells  # pandas
+
+    d, p = core_rows(system, kv_dtype, mla_gemm(system))
+    return head_cells(d, p), fit(d, p)
+
+
+@functools.lru_cache(maxsize=64)
+def mla_attention_law(system: str, kv_dtype: str, heads: int, layers: int
+                      ) -> tuple[AttentionLaw, str]:
+    """(law of ``layers`` layers, how) of the MLA core at ``heads`` per-GPU heads: the grid
+    law of its cells (timed, or carried: aic_mla.carried_cells) with the core's linear law's
+    FLOP rate, decode and prefill tokens in two launches (vLLM's MLACommonImpl)."""
+    from specbatch.simulator.cost.measured.aic_attention import grid_law, grid_tables
+    from specbatch.simulator.cost.measured.aic_mla import WIDTH, carried_cells
+
+    grids, law = mla_core(system, kv_dtype)
+    kv_bytes = 1.0 if kv_dtype == "fp8" else 2.0
+    got, how = carried_cells(grids, law, heads, kv_bytes)
+    return (grid_law(grid_tables(got, None), law, heads, WIDTH, kv_bytes, 1, layers,
+                     (TWO_LAUNCHES,)), f"MLA core, {how}")
+
+
 @functools.lru_cache(maxsize=64)
 def attention_law(system: str, kv_dtype: str, heads: int, kv_heads: int, head_dim: int,
                   kv_bytes: float, layers: int) -> tuple[AttentionLaw, str]:
@@ -259,8 +291,15 @@ class AicPricer:
 
         dense = s.layers - (s.moe_layers if s.is_moe else 0)
         dims = gemm_dims(s, tp)
-        for name in ("qkv", "o"):
-            self.curves[name] = (s.layers, gemm(dims[name]))
+        if s.is_mla:  # the MLA projections (aic_mla); the core is the attention law's
+            dims = projections(s.hidden, s.q_lora_rank, s.kv_lora_rank, s.qk_rope_head_dim,
+                               s.qk_nope_head_dim, s.v_head_dim, s.heads // tp)
+            for name, key in dims.items():
+                self.curves[name] = (s.layers, gemm(key))
+        else:
+            for name in ("qkv", "o"):
+                self.curves[name] = (s.layers, gemm(dims[name]))
+        dims = gemm_dims(s, tp)
         if dense:
             for name in ("gate_up", "down"):
                 self.curves[name] = (dense, gemm(dims[name]))
@@ -279,6 +318,10 @@ class AicPricer:
         if tp > 1:
             self.allreduce_curve = op_curve(system, "allreduce", "", (tp,))
         kv_bytes = 1.0 if self.kv_dtype == "fp8" else 2.0
+        if s.is_mla:
+            self.attention, self.attention_how = mla_attention_law(
+                system, self.kv_dtype, s.heads // tp, s.layers)
+            return
         self.attention, self.attention_how = attention_law(
             system, self.kv_dtype, s.heads // tp, max(s.kv_heads // tp, 1), s.head_dim,
             kv_bytes, s.layers)

@@ -101,3 +101,50 @@ def test_fitted_rows_positive(tables):
     t = import_aiconfigurator(tables, "gpu", "0.1.0")
     assert (t.frames["gemm"]["latency_s"] > 0).all()
     assert np.isfinite(t.frames["attention_decode"]["latency_s"]).all()
+
+
+def mla_rows(module: bool, decode: bool) -> pd.DataFrame:
+    f = pd.DataFrame({"kernel_source": "FLASH_ATTN_MLA", "mla_dtype": "bfloat16",
+                      "kv_cache_dtype": "bfloat16", "num_heads": [16, 16, 128],
+                      "batch_size": [1, 4, 8], "isl": [1, 1, 1] if decode else [16, 64, 256],
+                      "step": [2, 1024, 4096] if decode else [0, 0, 0],
+                      "latency": [0.2, 0.3, -1.0]})
+    if module:
+        f = f.assign(model="deepseek-ai/DeepSeek-V3", gemm_type="bfloat16")
+    return f
+
+
+def test_mla_tables_prefer_the_module_table_and_follow_reuse(tables):
+    # 0.1.0 holds the kernel-only tables; 0.10.0 a module decode table of its own and a
+    # reuse.yaml sending the kernel-only prefill table back to 0.1.0
+    write(tables, "gpu", "mla", "0.1.0", "generation_mla_perf", mla_rows(False, True))
+    write(tables, "gpu", "mla", "0.1.0", "context_mla_perf", mla_rows(False, False))
+    write(tables, "gpu", "mla", "0.10.0", "mla_generation_module_perf", mla_rows(True, True))
+    (tables / "gpu" / "mla" / "vllm" / "0.10.0" / "reuse.yaml").write_text(
+        "reuse:\n- table: context_mla_perf\n  from_version: 0.1.0\n")
+    t = import_aiconfigurator(tables, "gpu")
+    dec, pre = t.frames["mla_decode"], t.frames["mla_prefill"]
+    assert set(dec["scope"]) == {"module"} and set(pre["scope"]) == {"kernel"}
+    # a decode row's step counts its query token: 2 and 1024 -> 1 and 1023 cached tokens;
+    # the row of negative latency is dropped
+    assert dec["context"].tolist() == [1, 1023] and dec["heads"].tolist() == [16, 16]
+    assert dec["latency_s"].tolist() == pytest.approx([2e-4, 3e-4])
+    assert pre["prompt"].tolist() == [16, 64] and set(pre["gemm_dtype"]) == {"none"}
+    paths = {f["family"]: (f["path"], f.get("scope")) for f in t.provenance["files"]}
+    assert paths["mla_prefill"] == ("gpu/mla/vllm/0.1.0/context_mla_perf.parquet", "kernel")
+    # the MLA tables do not decide the newest full version
+    assert newest_full_version(tables, "gpu") == "0.10.0"
+
+
+@pytest.mark.parametrize("bad, says", [
+    (lambda f: f.drop(columns="gemm_type"), "column 'gemm_type' missing"),
+    (lambda f: f.assign(num_heads=[16.5, 16, 128]), "column 'num_heads' holds a value that"),
+    (lambda f: f.assign(step=[0, 1024, 4096]), "column 'step' holds a value below 1"),
+])
+def test_a_malformed_mla_table_is_refused_in_one_line_naming_file_and_field(tables, bad, says):
+    write(tables, "gpu", "mla", "0.1.0", "mla_generation_module_perf",
+          bad(mla_rows(True, True)))
+    with pytest.raises(SpecbatchError) as err:
+        import_aiconfigurator(tables, "gpu", "0.1.0")
+    msg = str(err.value)
+    assert "mla_generation_module_perf.parquet" in msg and says in msg and "\n" not in msg

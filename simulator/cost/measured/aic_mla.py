@@ -1,0 +1,169 @@
+"""Multi-head latent attention (DeepSeek-V2/V3) from AIConfigurator's measured vLLM MLA tables.
+
+What the rows time (traces.public.aiconfigurator): on H100 / H200 / B200 / L40S / RTX PRO 6000
+(vLLM 0.24.0 tables, scope "module") the whole ``DeepseekV2MLAAttention`` forward of
+DeepSeek-V3 at H query heads on one GPU; on A100 (0.14.0, scope "kernel") the MLA backend's
+``impl.forward`` alone. vLLM's module is, per layer on one GPU (h hidden, r_q / r_kv the
+query / KV latent ranks, d_n, d_r, d_v the nope, rope and value widths)::
+
+    projections  fused q_a + kv_a  n = r_q + r_kv + d_r, k = h     (replicated)
+                 q_b               n = H (d_n + d_r),    k = r_q
+                 (no q latent: q_proj n = H (d_n + d_r), k = h; kv_a n = r_kv + d_r, k = h)
+                 o_proj            n = h,                k = H d_v
+    core         the q_a / kv_a RMSNorms, rotary, and the backend: prefill tokens through
+                 kv_b_proj's up-projection and the prefill kernel, decode tokens through the
+                 absorbed W_UK / W_UV bmm around the latent-KV kernel (two launches)
+
+The projections are GEMMs of the model's own widths and the step's token count Q, priced like
+every other GEMM from AIConfigurator's GEMM curves (the role pricer's layer ops); the core
+depends on H, r_kv, d_r, d_n, d_v (DeepSeek-V2-Lite's equal V3's: :data:`CORE_DIMS`) and on
+the batch's composition. So a module row's core is its time less DeepSeek-V3's projections at
+the row's Q = B (decode) or B·s (prefill) on the same GPU's bf16 GEMM curves
+(:func:`core_rows`; no less than :data:`MIN_CORE`: the GEMM curves, timed alone, exceed a few
+module rows by up to 11 %, B200 prefill and L40S decode); a kernel row is its core less the
+norms and rotary (A100: the small-op laws price those, as for every model).
+
+The core is priced by the attention grid law (aic_attention.grid_tables,
+simulator.cost.tabulated.grid_attention) over per-head-count cells, as an attention shape of
+one KV head of width :data:`WIDTH` (the latent cache's r_kv + d_r numbers per token are two
+"K/V" halves of it): decode cells D(B, c), prefill ΔP(B, s), the FLOP rate of the linear law
+(aic_attention.fit_attention, fitted on every timed head count of the GPU and KV dtype) for the
+cached-prefix term, and vLLM's MLA mixing (``MLACommonImpl.forward``: decode and prefill tokens
+in separate launches, TWO_LAUNCHES). A head count the tables do not time is carried from the
+two nearest timed ones by the linear law's ratio (aic_attention.carried), as an untimed
+attention shape is; the decode cells are taken as timed (no cold-KV correction: not
+analysed for the latent cache).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.cost.measured.aic_cells import (
+    DECODE_MAX_BATCH,
+    DECODE_MAX_CONTEXT,
+    PREFILL_MAX_BATCH,
+)
+from specbatch.simulator.cost.measured.aic_curves import load_curves
+
+#: DeepSeek-V3, the model of the module tables: (h, r_q, r_kv, d_r, d_n, d_v).
+V3 = (7168, 1536, 512, 64, 128, 128)
+#: The core's widths (r_kv, d_r, d_n, d_v) a model must share with the tables to be priced.
+CORE_DIMS = V3[2:]
+#: The latent cache as one KV head: 2 · WIDTH = r_kv + d_r numbers per token.
+WIDTH = (V3[2] + V3[3]) // 2
+#: Smallest core seconds a module row is taken to hold (module docstring).
+MIN_CORE = 1e-6
+#: Timed head counts an untimed one is carried from.
+NEAREST = 2
+
+
+def projections(hidden: int, q_lora_rank: int, kv_lora_rank: int, rope: int, nope: int,
+                v_head: int, heads: int) -> dict:
+    """GEMM name -> (n, k) of vLLM's MLA projections at ``heads`` query heads on one GPU
+    (module docstring)."""
+    out = {}
+    if q_lora_rank:
+        out["q_a"] = (q_lora_rank + kv_lora_rank + rope, hidden)
+        out["q_b"] = (heads * (nope + rope), q_lora_rank)
+    else:
+        out["q"] = (heads * (nope + rope), hidden)
+        out["kv_a"] = (kv_lora_rank + rope, hidden)
+    out["o"] = (hidden, heads * v_head)
+    return out
+
+
+def v3_projection_seconds(gemm, heads: int, q: np.ndarray) -> np.ndarray:
+    """Seconds of DeepSeek-V3's projections at ``heads`` heads over token counts ``q`` # [Q];
+    ``gemm(n, k)`` -> the bf16 GEMM :class:`~simulator.cost.measured.aic_ops.Curve`."""
+    total = np.zeros(len(q))
+    for n, k in projections(*V3, heads).values():
+        total = total + gemm((n, k)).at_many(np.asarray(q, dtype=np.float64))
+    return total
+
+
+def core_rows(system: str, kv_dtype: str, gemm):
+    """(decode, prefill) MLA rows of ``system`` at ``kv_dtype`` in the serving range
+    (aic_cells' limits) with ``module_s`` (the row's time), ``projections_s`` (V3's
+    projections, 0 on a kernel-only row) and ``latency_s`` the core (module docstring), as
+    attention rows of one KV head of width :data:`WIDTH` (aic_attention's columns)."""
+    frames = load_curves(system)
+    d, p = frames.get("mla_decode"), frames.get("mla_prefill")
+    if d is None or p is None:
+        raise SpecbatchError(f"aic {system}: no MLA curves bundled")
+    d = d[(d["kv_dtype"] == kv_dtype) & (d["batch"] <= DECODE_MAX_BATCH)
+          & (d["context"] <= DECODE_MAX_CONTEXT)]
+    p = p[(p["kv_dtype"] == kv_dtype) & (p["batch"] <= PREFILL_MAX_BATCH)]
+    out = []
+    for rows, q in ((d, d["batch"]), (p, p["batch"] * p["prompt"])):
+        rows = rows.assign(kv_heads=1, head_dim=WIDTH, module_s=rows["latency_s"])
+        proj = np.zeros(len(rows))
+        module = (rows["scope"] == "module").to_numpy()
+        heads = rows["heads"].to_numpy()
+        qq = q.to_numpy(dtype=np.float64)
+        for h in np.unique(heads[module]):
+            at = module & (heads == h)
+            proj[at] = v3_projection_seconds(gemm, int(h), qq[at])
+        rows = rows.assign(projections_s=proj)
+        rows["latency_s"] = np.maximum(rows["module_s"].to_numpy() - proj, MIN_CORE)
+        out.append(rows.reset_index(drop=True))
+    return out[0], out[1]
+
+
+def head_cells(decode, prefill) -> dict:
+    """Head count -> its core cells (aic_attention.cells) where both tables span a grid."""
+    from specbatch.simulator.cost.measured.aic_attention import cells, has_grid
+
+    out = {}
+    for h in sorted(set(decode["heads"]) & set(prefill["heads"])):
+        got = cells(decode[decode["heads"] == h], prefill[prefill["heads"] == h])
+        if has_grid(got):
+            out[int(h)] = got
+    return out
+
+
+def fit(decode, prefill):
+    """The linear law (aic_attention.AttnFit) of the core over every timed head count."""
+    from specbatch.simulator.cost.measured.aic_attention import fit_attention
+
+    return fit_attention(decode, prefill)
+
+
+def carried_cells(grids: dict, law, heads: int, kv_bytes: float, exclude: bool = False):
+    """(cells, how) of the core at ``heads``: its own where timed (not with ``exclude``: the
+    held-out check), else carried from the :data:`NEAREST` timed head counts nearest in
+    log H by ``law``'s ratio (aic_attention.carried)."""
+    from specbatch.simulator.cost.measured.aic_attention import carried
+
+    if heads in grids and not exclude:
+        return grids[heads], "shape"
+    others = sorted((h for h in grids if h != heads),
+                    key=lambda h: (abs(np.log(h / heads)), h))[:NEAREST]
+    if not others:
+        raise SpecbatchError(f"MLA at {heads} heads: no timed head count to carry from")
+    got = carried([((h, 1, WIDTH), grids[h]) for h in others], law, (heads, 1, WIDTH),
+                  kv_bytes)
+    return got, f"transfer from {', '.join(map(str, others))} heads"
+
+
+@functools.lru_cache(maxsize=16)
+def coverage(system: str) -> dict:
+    """KV dtype -> the head counts whose decode and prefill rows both span a grid (what
+    ``aic_covers`` asks; read from the bundled curves, no GEMM curve needed)."""
+    from specbatch.simulator.cost.measured.aic_attention import cells, has_grid
+
+    frames = load_curves(system)
+    d, p = frames.get("mla_decode"), frames.get("mla_prefill")
+    if d is None or p is None:
+        return {}
+    out = {}
+    for kv in sorted(set(d["kv_dtype"]) & set(p["kv_dtype"])):
+        dk, pk = d[d["kv_dtype"] == kv], p[p["kv_dtype"] == kv]
+        heads = [int(h) for h in sorted(set(dk["heads"]) & set(pk["heads"]))
+                 if has_grid(cells(dk[dk["heads"] == h], pk[pk["heads"] == h]))]
+        if heads:
+            out[str(kv)] = heads
+    return out

@@ -1,0 +1,79 @@
+"""cost = "aic" on multi-head latent attention (simulator.cost.measured.aic_mla): one priced MLA
+pass pinned by hand against the table rows it reads, the parts summing to the pass, the
+tabulated form's parity, and what the MLA tables do not cover refused in one line."""
+
+import numpy as np
+import pytest
+
+from specbatch.simulator.cost.measured.aic_cost import aic_covers
+from specbatch.simulator.cost.measured.aic_curves import load_curves
+from specbatch.simulator.cost.measured.aic_mla import V3, projections
+from specbatch.simulator.cost.measured.aic_pricer import op_curve
+from specbatch.simulator.cost.registry import build_cost_model
+from specbatch.simulator.cost.tabulated import table_time
+from specbatch.traces.models.shapes import get_shape
+
+
+@pytest.fixture(scope="module")
+def lite():
+    return build_cost_model("aic", "h100", "deepseek-v2-lite", "llama-3.2-1b")
+
+
+def test_projections_are_vllms_mla_gemms():
+    assert projections(*V3, 16) == {"q_a": (1536 + 512 + 64, 7168), "q_b": (16 * 192, 1536),
+                                    "o": (7168, 16 * 128)}
+    lite = get_shape("deepseek-v2-lite")
+    assert projections(lite.hidden, lite.q_lora_rank, lite.kv_lora_rank, lite.qk_rope_head_dim,
+                       lite.qk_nope_head_dim, lite.v_head_dim, 16) == {
+        "q": (16 * 192, 2048), "kv_a": (576, 2048), "o": (2048, 16 * 128)}
+
+
+def test_one_mla_decode_pass_by_hand(lite):
+    # 8 requests of one token over 1023 cached tokens each on H100 at 16 heads (V2-Lite, tp 1):
+    # the attention is the measured module row (DeepSeek-V3's module at 16 heads, B = 8,
+    # step 1024) less V3's projections at Q = 8 on the bf16 GEMM curves, per layer
+    d = load_curves("h100_sxm")["mla_decode"]
+    row = d[(d["kv_dtype"] == "bfloat16") & (d["heads"] == 16) & (d["batch"] == 8)
+            & (d["context"] == 1023)]
+    assert len(row) == 1
+    proj = sum(op_curve("h100_sxm", "gemm", "bfloat16", key).at(8.0)
+               for key in projections(*V3, 16).values())
+    core = float(row["latency_s"].iloc[0]) - proj
+    parts = lite.breakdown("target", np.ones(8, dtype=int), np.full(8, 1023))
+    assert parts["attention"] == pytest.approx(27 * core, rel=1e-9)
+    # and the layer ops hold V2-Lite's own projections, not a dense qkv / o
+    pricer = lite.roles["target"]
+    assert {"q", "kv_a", "o"} <= set(pricer.curves) and "qkv" not in pricer.curves
+    assert sum(parts.values()) == pytest.approx(
+        lite.step_time("target", np.ones(8, dtype=int), np.full(8, 1023)), rel=1e-12)
+
+
+def test_the_mla_pass_table_is_bit_identical_to_time_from_sums(lite):
+    rng = np.random.default_rng(3)
+    table = lite.pass_table("target", 600)
+    fast, slow = lite.roles["target"].pass_table(700), lite.roles["target"].pass_table_slow(700)
+    for part in ("layers", "allreduce", "head"):
+        assert np.array_equal(getattr(fast, part), getattr(slow, part))
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        q = rng.integers(1, 16, n)
+        c = rng.integers(0, 3000, n)
+        sums = (n, float(q.sum()), float(c.sum()), float((q * c).sum()), float((q * q).sum()))
+        assert lite.time_from_sums("target", *sums) == table_time(table, *sums)
+
+
+def test_what_the_mla_tables_do_not_cover_is_refused_in_one_line():
+    v3, lite = get_shape("deepseek-v3"), get_shape("deepseek-v2-lite")
+    assert aic_covers("h100", lite, None, 1) is None
+    assert aic_covers("h200", v3, None, 8, kv_cache_dtype="fp8") is None
+    for reason in (aic_covers("a100", v3, None, 8, kv_cache_dtype="fp8"),
+                   aic_covers("rtxpro6000", v3, None, 8, kv_cache_dtype="fp8")):
+        assert "MLA" in reason and "\n" not in reason
+    other = type(lite)(**{**lite.__dict__, "kv_lora_rank": 256})
+    assert "MLA widths" in aic_covers("h100", other, None, 1)
+
+
+def test_an_mla_roles_attention_names_its_tables_and_held_out_error(lite):
+    src = lite.sources()["target"]["attention"]
+    assert "MLA module tables" in src["source"] and "shape" in src["source"]
+    assert src["validated"]["mape"] <= 0.08
