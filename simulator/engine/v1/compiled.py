@@ -72,6 +72,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import ENGINES  # noqa: F401 - the field's values
+from specbatch.simulator.engine.v1.numba_start import import_arraymath
 from specbatch.simulator.engine.v1.pass_tables import (  # noqa: F401 - pass_tables: tests
     MAX_TABLE_TOKENS,
     max_pass_tokens,
@@ -148,6 +149,8 @@ def load_kernel():
     if "numba" not in sys.modules and not os.environ.get("NUMBA_CACHE_DIR"):
         os.environ["NUMBA_CACHE_DIR"] = str(cache_dir())
     from specbatch.simulator.engine.v1 import kernel
+
+    import_arraymath()  # before the first call refreshes numba's target (numba_start)
 
     where = Path(os.environ.get("NUMBA_CACHE_DIR") or cache_dir())
     here = kernel_cache(where)
