@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from specbatch.array_cache import cached_arrays, content_digest
 from specbatch.errors import SpecbatchError, require
 from specbatch.limits import MAX_CONTEXT_TOKENS
 
@@ -193,17 +194,36 @@ def read_workload_file(path: str | Path, tokenizer: str | None = None,
     suffix = path.suffix.lower()
     if suffix not in WORKLOAD_FORMATS or suffix == ".json" or not path.is_file():
         return read_workload_file_uncached(path, tokenizer, seed)
-    import hashlib
-
     data = path.read_bytes()
-    key = (str(path), suffix, hashlib.blake2b(data, digest_size=20).hexdigest())
+    key = (str(path), suffix, content_digest(data))
     got = _READ.get(key)
+    if got is None and suffix == ".csv":
+        got = kept_plain_lengths(data, key[2])
     if got is None:
         got = read_workload_file_uncached(path, tokenizer, seed)
         if len(_READ) >= _READ_MAX:
             _READ.pop(next(iter(_READ)))
         _READ[key] = got
     return {name: arr.copy() for name, arr in got.items()}
+
+
+def kept_plain_lengths(data: bytes, digest: str) -> dict[str, np.ndarray] | None:
+    """:func:`plain_lengths` of a CSV's bytes (``digest``: their content digest), kept in the
+    cache folder so the next process reads the arrays back instead of parsing the text
+    (specbatch.array_cache; keyed by the bytes' digest and the parser's modules); None when
+    the file is not a plain lengths table."""
+    from specbatch.simulator.workload.plain_csv import lengths_table
+
+    def build() -> dict[str, np.ndarray] | None:
+        table = lengths_table(data, COLUMN_ALIASES, MAX_CONTEXT_TOKENS)
+        return None if table is None else {name: table[name] for name in
+                                           ("prompt_len", "output_len", "arrival")}
+
+    kept = cached_arrays("workloads", (digest, repr(COLUMN_ALIASES), MAX_CONTEXT_TOKENS),
+                         (Path(__file__), Path(__file__).with_name("plain_csv.py")), build)
+    if kept is None:
+        return None
+    return {**kept, "category": np.full(kept["prompt_len"].shape[0], None, dtype=object)}
 
 
 def read_workload_file_uncached(path: str | Path, tokenizer: str | None = None,

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from specbatch.array_cache import cached_arrays, content_digest
 from specbatch.errors import SpecbatchError, require
 
 if TYPE_CHECKING:  # read where a profile is read, not at import
@@ -294,23 +295,58 @@ def load_public_profiles(folder: str | Path = BUNDLED) -> PublicProfiles:
 
 
 def load_profile_columns(folder: str | Path = BUNDLED) -> dict[str, dict[str, np.ndarray]]:
-    """:func:`load_public_profiles` as plain columns, read by pyarrow without pandas (the
-    cost resolver's path: a simulate run prices from one cell of these tables and should not
-    pay pandas' import): table name (``compute`` / ``network``) -> column -> values [rows],
-    equal to the DataFrame's ``to_numpy()`` of each column (strings as object arrays)."""
-    from specbatch.traces.format.parquet_columns import read_table  # pyarrow, where read
-
+    """:func:`load_public_profiles` as plain columns, read without pandas (the cost
+    resolver's path: a simulate run prices from one cell of these tables and should not pay
+    pandas' import): table name (``compute`` / ``network``) -> column -> values [rows], equal
+    to the DataFrame's ``to_numpy()`` of each column (strings as object arrays). Read by
+    pyarrow from the files' bytes once, then kept in the cache folder by those bytes' digests
+    (specbatch.array_cache), so the next process needs no pyarrow either."""
     folder = Path(folder)
     paths = result_paths(folder)
     try:
-        provenance = json.loads(paths["PROVENANCE.json"].read_text())
-    except (OSError, ValueError) as exc:
+        data = {name: path.read_bytes() for name, path in paths.items()}
+    except OSError as exc:
         raise SpecbatchError(f"{folder}: cannot read the public profiles ({exc})") from None
-    tables = {name: read_table(paths[name]) for name in REQUIRED}
+    kept = cached_arrays("profiles", tuple(content_digest(b) for b in data.values()),
+                         (Path(__file__),), lambda: flat_columns(paths, data))
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for key, values in kept.items():
+        table, col = key.split(":", 1)
+        out.setdefault(table, {})[col] = (values.astype(object) if values.dtype.kind == "U"
+                                          else values)
+    return out
+
+
+def flat_columns(paths: dict[str, Path], data: dict[str, bytes]) -> dict[str, np.ndarray]:
+    """The two tables of a result folder's bytes, checked (:func:`check_result`), as
+    ``<table>:<column>`` -> values [rows], text as fixed-width strings (storable without
+    pickle)."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        provenance = json.loads(data["PROVENANCE.json"])
+    except ValueError as exc:
+        raise SpecbatchError(f"{paths['PROVENANCE.json']}: cannot read as JSON ({exc})") from None
+    tables = {}
+    for name in REQUIRED:
+        try:
+            with pq.ParquetFile(io.BytesIO(data[name])) as file:
+                tables[name] = file.read()
+        except (pa.ArrowException, OSError) as exc:
+            raise SpecbatchError(f"{paths[name]}: expected a Parquet file, got an unreadable "
+                                 f"one ({str(exc).splitlines()[0] if str(exc) else exc!r})"
+                                 ) from None
     check_result(paths, provenance, {name: t.column_names for name, t in tables.items()})
-    return {name.removesuffix(".parquet"): {col: column_values(t.column(col))
-                                           for col in t.column_names}
-            for name, t in tables.items()}
+    out = {}
+    for name, table in tables.items():
+        for col in table.column_names:
+            values = column_values(table.column(col))
+            out[f"{name.removesuffix('.parquet')}:{col}"] = (
+                values.astype(str) if values.dtype == object else values)
+    return out
 
 
 def column_values(column) -> np.ndarray:

@@ -276,3 +276,32 @@ def test_a_workload_file_is_read_once_per_contents_and_equals_the_uncached_read(
     path.write_text("prompt_len,output_len\n30,9\n")  # same path, new contents: read again
     again = arrivals.read_workload_file(path)
     assert again["prompt_len"].tolist() == [30] and np.isnan(again["arrival"]).all()
+
+
+def test_a_plain_csv_is_parsed_once_then_read_back_from_the_cache_folder(tmp_path, monkeypatch):
+    """A plain lengths-and-arrivals CSV's arrays are kept in the cache folder by the bytes'
+    digest (specbatch.array_cache): a later process (here: this one with its in-process
+    memo cleared) reads them back without parsing, the same arrays; edited bytes parse again."""
+    from specbatch.simulator.workload import arrivals, plain_csv
+
+    monkeypatch.setenv("SPECBATCH_CACHE", str(tmp_path / "cache"))
+    path = write(TABLE[["prompt_len", "output_len", "arrival"]], tmp_path / "w.csv")
+    arrivals._READ.clear()
+    parsed = read_workload_file(path)
+    arrivals._READ.clear()
+
+    def no_parse(*args):
+        raise AssertionError("parsed again")
+
+    real = plain_csv.lengths_table
+    monkeypatch.setattr(plain_csv, "lengths_table", no_parse)
+    kept = read_workload_file(path)
+    assert list(kept) == list(parsed)
+    for name in ("prompt_len", "output_len", "arrival"):
+        assert kept[name].dtype == parsed[name].dtype
+        assert kept[name].tobytes() == parsed[name].tobytes()
+    assert kept["category"].tolist() == [None, None, None]
+    monkeypatch.setattr(plain_csv, "lengths_table", real)
+    write(TABLE[["prompt_len", "output_len"]].assign(output_len=[4, 4, 4]), path)
+    arrivals._READ.clear()
+    assert read_workload_file(path)["output_len"].tolist() == [4, 4, 4]

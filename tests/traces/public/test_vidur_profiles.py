@@ -3,6 +3,7 @@ slice of the public CSVs (tests/traces/data/vidur_slice/PROVENANCE.md)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -163,11 +164,24 @@ def test_columns_reader_refuses_what_the_dataframe_reader_refuses(tmp_path):
         load_profile_columns(out)
 
 
-def test_reading_the_columns_does_not_import_pandas():
+def test_reading_the_columns_imports_no_pandas_and_once_kept_no_pyarrow(tmp_path):
+    """The first process reads the tables with pyarrow alone; the next reads the columns
+    kept in the cache folder (specbatch.array_cache), the same values, without pyarrow."""
     code = ("import sys\n"
             "from specbatch.traces.public.vidur_profiles import load_profile_columns\n"
             "c = load_profile_columns()\n"
-            "print(len(c['compute']['gpu']) > 0, 'pandas' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.split()
-    assert out == ["True", "False"]
+            "print(sum(len(v) for t in c.values() for v in t.values()),"
+            " 'pandas' in sys.modules, 'pyarrow' in sys.modules)")
+    env = dict(os.environ, SPECBATCH_CACHE=str(tmp_path))
+    out = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, env=env).stdout.split() for _ in range(2)]
+    assert out[0][1:] == ["False", "True"] and out[1][1:] == ["False", "False"]
+    assert out[0][0] == out[1][0]
+
+
+def test_kept_columns_equal_freshly_read_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECBATCH_CACHE", str(tmp_path / "cache"))
+    fresh, kept = load_profile_columns(), load_profile_columns()
+    for name in fresh:
+        for col, values in fresh[name].items():
+            assert kept[name][col].dtype == values.dtype and np.array_equal(kept[name][col], values)
