@@ -41,7 +41,7 @@ def test_auto_walks_the_catalogue_and_says_why_it_passed_rows(monkeypatch):
     ("a100", "vicuna-7b", "vicuna-68m", "calibrated"),  # no A100 attention rows at width 64
     ("h100", "gemma-3-270m", "gemma-3-270m", "calibrated"),  # sliding windows: not in aic
     ("l40s", "vicuna-7b", "vicuna-68m", "roofline"),  # no table at width 64, a40's laws
-    ("rtxpro6000", "deepseek-v3", "mtp", "roofline"),  # MLA: no cell, not in aic
+    ("rtxpro6000", "deepseek-v3", "mtp", "aic"),  # MLA: AIConfigurator's module rows (aic_mla)
 ])
 def test_the_catalogue_picks_the_best_validated_source(hardware, target, draft, ran):
     choice = resolve_cost("auto", CostAsk(hardware, target, draft))
