@@ -254,4 +254,5 @@ from specbatch.simulator.engine.v1.kernel.stop import (  # noqa: F401 - kernel.X
     events_before,
     stop_rule,
     tick,
+    tick_through,
 )
