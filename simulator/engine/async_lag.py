@@ -83,20 +83,16 @@ def lagged_step(engine: Engine, rep: Replica, time: float) -> float | None:
     """Run ``rep``'s step at ``time`` under the lag (module docstring); returns its duration
     (None: nothing runs). A step that starts when the last one ended is composed with the
     arrivals up to the last step's start and the last step's finished requests still
-    holding their slots and blocks; when that composes nothing it is composed again with
-    everything known. Any other step sees everything."""
+    holding their slots (the composer is told how many: vllm-v1's
+    ``V1Step.step(rep, time, held)``, the only composer that lags, :func:`lags`) and blocks;
+    when that composes nothing it is composed again with everything known. Any other step
+    sees everything."""
     arrival = engine.w.arrival
     composer = engine.composer
     if rep.last_end == time:  # the engine stayed busy: scheduled at the last step's start
         promote(rep, arrival, rep.last_start)
         held = rep.deferred  # kept there while composing: no run of steps (v1.runs)
-        seqs = engine.max_seqs
-        if held is not None:
-            engine.max_seqs = seqs - int(held.shape[1])
-        try:
-            duration = composer.step(rep, time)
-        finally:
-            engine.max_seqs = seqs
+        duration = composer.step(rep, time, 0 if held is None else int(held.shape[1]))
         if held is not None:
             if rep.deferred is held:  # this step finished nobody
                 rep.deferred = None

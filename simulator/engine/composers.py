@@ -6,7 +6,9 @@ vLLM V1's ``Scheduler.schedule``) and ``vllm-v0`` (simulator.engine.v0: prefill-
 steps, vLLM V0's scheduler). The event loop (simulator.engine.core) knows only
 :class:`StepComposer`: ``step(rep, time)`` runs replica ``rep``'s step starting at ``time`` and
 returns its duration in seconds, or None when nothing runs (the replica idles until an
-arrival wakes it).
+arrival wakes it). Under vLLM's async scheduling (simulator.engine.async_lag, vllm-v1 only)
+the lag calls vllm-v1's ``step(rep, time, held)``: ``held`` slots of ``max_num_seqs`` are
+still taken by the requests the step in flight finished.
 
 Which composer a scheduler uses, and what it supports, is its row of the scheduler catalogue
 (simulator.config.schedulers: ``SchedulerEntry.composer``, loaded by the engine). A third

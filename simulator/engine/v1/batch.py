@@ -43,6 +43,7 @@ class Admit(NamedTuple):
 
     left: int  # budget tokens left after the running requests' base of one token each
     free: int  # free KV blocks (paged) or reserved tokens (reserve) before admission
+    held: int  # max_num_seqs slots the step in flight's finished requests hold (async lag)
 
 
 class Chunk(NamedTuple):

@@ -180,15 +180,17 @@ class V1Composer(Admission):
             np.minimum(want, self.threshold, out=want)
         return want
 
-    def compose(self, rep: Replica, want: np.ndarray, ctx: np.ndarray | None = None
-                ) -> Composition:
+    def compose(self, rep: Replica, want: np.ndarray, ctx: np.ndarray | None = None,
+                held: int = 0) -> Composition:
         """The vectorised composer (its :class:`Composition` built with ``tuple.__new__`` in
         field order, as every per-step record: a keyword call costs ~0.4 µs more): the budget's
         cut by one cumulative sum, the running requests' new blocks in one allocation (a
         per-request walk only when the pool runs
         short and someone is preempted), then FCFS admission. ``ctx`` # [n]: prompt + t of
         every running request when all decode and the caller has it (the plan's KV row,
-        never written afterwards), else None."""
+        never written afterwards), else None. ``held``: ``max_num_seqs`` slots the step in
+        flight's finished requests still hold (vLLM's async scheduling,
+        simulator.engine.async_lag; 0 otherwise), not open to admission."""
         state = rep.state
         budget = self.max_batched
         kept = state.shape[1]
@@ -249,13 +251,14 @@ class V1Composer(Admission):
                 self.cache_scheduled(prefix, state[_UID, :kept], done, tokens, cut)
         if kept < state.shape[1]:  # a step that preempted admits nobody
             return _tuple_new(Composition, (kept, (), tokens, blocks, free, (), True))
-        if not rep.waiting or kept >= self.max_seqs:
+        if not rep.waiting or kept >= self.max_seqs - held:
             return _tuple_new(Composition, (kept, (), tokens, blocks, free, (), cut))
         if asked is None:
             asked = int(_sum(tokens))
         if asked >= budget:
             return _tuple_new(Composition, (kept, (), tokens, blocks, free, (), cut))
-        joined, t_new, b_new, c_new, free = self.admit_v1(rep, budget - asked, free, kept)
+        joined, t_new, b_new, c_new, free = self.admit_v1(rep, budget - asked, free,
+                                                          kept + held)
         if joined:  # lists of Python ints: int64 like the arrays
             tokens = np.concatenate([tokens, t_new])
             blocks = np.concatenate([blocks, b_new])
@@ -307,13 +310,14 @@ class V1Composer(Admission):
         tokens[i:] = 0
         return end, free
 
-    def admit_v1(self, rep: Replica, left: int, free: int, running: int) -> Admitted:
-        """Admission in queue order of waiting requests into ``left`` budget tokens next to
-        ``running`` requests (:class:`Admitted`: uids, tokens, blocks each, tokens each found
-        in the prefix cache, free blocks or reserved tokens afterwards). The waiting queue is not
-        changed (:meth:`apply` pops them); the prefix cache is (its hits are touched and new blocks
-        taken, as vLLM does)."""
-        room = self.max_seqs - running
+    def admit_v1(self, rep: Replica, left: int, free: int, seated: int) -> Admitted:
+        """Admission in queue order of waiting requests into ``left`` budget tokens and the
+        ``max_num_seqs`` slots ``seated`` leaves (the running requests, plus the slots held
+        under the async lag: :meth:`compose`'s ``held``); returns :class:`Admitted`: uids,
+        tokens, blocks each, tokens each found in the prefix cache, free blocks or reserved
+        tokens afterwards. The waiting queue is not changed (:meth:`apply` pops them); the
+        prefix cache is (its hits are touched and new blocks taken, as vLLM does)."""
+        room = self.max_seqs - seated
         joined: list[int] = []
         tokens: list[int] = []
         blocks: list[int] = []

@@ -41,18 +41,20 @@ class V1Fast(EnginePart):
     composer holds (``fast``, simulator.engine.v1.step), which runs the step it hands back
     (``composer.run_composed``) and admits for it (``composer.admit_v1``)."""
 
-    def fast_step(self, rep: Replica, time: float, planned: PlannedDecode, sub: np.ndarray
-                  ) -> float | None:
+    def fast_step(self, rep: Replica, time: float, planned: PlannedDecode, sub: np.ndarray,
+                  held: int = 0) -> float | None:
         """Run the step of ``rep``'s ``n`` decoding requests (their plan ``planned``; ``sub`` =
         the state) without the composer when the module
         docstring's conditions hold; returns its duration, or None (nothing changed: the
-        caller composes). The caller checked that all decode and there is no threshold."""
+        caller composes). The caller checked that all decode and there is no threshold.
+        ``held``: slots of ``max_num_seqs`` held by the step in flight's finished requests
+        (V1Step.step)."""
         n = sub.shape[1]
         budget = self.max_batched
         if (n * (self.depth + 1) > budget or not self.fast_paths
                 or self.compositions is not None or self.reference):
             return None
-        admits = bool(rep.waiting) and n < self.max_seqs
+        admits = bool(rep.waiting) and n < self.max_seqs - held
         if admits and self.from_sums is None:  # chunks join the pass as arrays: composer
             return None
         prefix = rep.prefix
@@ -66,11 +68,11 @@ class V1Fast(EnginePart):
                 return None
         return self.composer.run_composed(
             rep, time, _tuple_new(DecodeBatch, (n, None, planned, sub)),
-            _tuple_new(PrefillBatch, (_EMPTY, 0, _tuple_new(Admit, (budget - n, free))
+            _tuple_new(PrefillBatch, (_EMPTY, 0, _tuple_new(Admit, (budget - n, free, held))
                                       if admits else None, None)))
 
     def mixed_step(self, rep: Replica, time: float, planned: PlannedDecode | None,
-                   sub: np.ndarray) -> float | None:
+                   sub: np.ndarray, held: int = 0) -> float | None:
         """Run the step of ``rep``'s requests when all decode but the newest, the last
         column, which prefills the rest of a chunked prompt (``sub``: the leading decoding
         columns, ``planned`` their plan, None when there are none),
@@ -80,8 +82,9 @@ class V1Fast(EnginePart):
         budget), the prefilling one q = min(its rest, what the budget has left), grow every
         scheduled request's blocks to ⌈(computed + tokens + lookahead) / block_size⌉ in one
         allocation, and admit waiting prompts FCFS into what is left when q is its whole
-        rest; this does the same in place. Returns the duration, or None (nothing changed:
-        the caller composes with the same plan)."""
+        rest; this does the same in place (``held`` slots taken, as in :meth:`fast_step`).
+        Returns the duration, or None (nothing changed: the caller composes with the same
+        plan)."""
         state = rep.state
         last = sub.shape[1]
         budget = self.max_batched
@@ -93,7 +96,7 @@ class V1Fast(EnginePart):
         rest = fill - prefilled
         q = min(rest, budget - asked)
         admits = (asked + q < budget and bool(rep.waiting)
-                  and state.shape[1] < self.max_seqs)
+                  and state.shape[1] < self.max_seqs - held)
         prefix = rep.prefix
         if prefix is not None and (not prefix.lazy or (admits and prefix.parked)):
             return None
@@ -135,7 +138,8 @@ class V1Fast(EnginePart):
                 prefix.note_done(uid, done if q else done[:last], whole)
         return self.composer.run_composed(
             rep, time, _tuple_new(DecodeBatch, (last, None, planned, sub)),
-            _tuple_new(PrefillBatch, (_EMPTY, 0, _tuple_new(Admit, (budget - last - q, free))
+            _tuple_new(PrefillBatch, (_EMPTY, 0,
+                                      _tuple_new(Admit, (budget - last - q, free, held))
                                       if admits else None,
                                       _tuple_new(Chunk, (last, q)) if q else None)))
 
@@ -167,14 +171,16 @@ class V1Fast(EnginePart):
         return _tuple_new(Prefilled, (tokens + q, completed, n_completed, (
             sums[0] + 1, sums[1] + q, sums[2] + c, sums[3] + q * c, sums[4] + q * q)))
 
-    def admit_after(self, rep: Replica, left: int, free: int) -> Prefilled | None:
+    def admit_after(self, rep: Replica, left: int, free: int, held: int = 0
+                    ) -> Prefilled | None:
         """FCFS admission into the ``left`` budget tokens the running requests left (their
-        Σ (1 + s_i) taken off), next to them (they have committed); ``free`` blocks or
-        reserved tokens. Returns :meth:`join_prefilled`'s answer, or None: nobody joins."""
+        Σ (1 + s_i) taken off), next to them (they have committed) and the ``held`` slots
+        (:meth:`fast_step`); ``free`` blocks or reserved tokens. Returns
+        :meth:`join_prefilled`'s answer, or None: nobody joins."""
         if left <= 0:
             return None
         joined, chunks, blocks, _, free = self.composer.admit_v1(rep, left, free,
-                                                                rep.state.shape[1])
+                                                                rep.state.shape[1] + held)
         return self.join_prefilled(rep, joined, chunks, blocks, free) if joined else None
 
     def grow_running(self, rep: Replica, planned: PlannedDecode, prefix) -> int | None:

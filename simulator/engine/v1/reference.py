@@ -57,8 +57,9 @@ class V1Reference(EnginePart):
     :meth:`~simulator.engine.v1.compose.V1Composer.compose`."""
 
     def compose_reference(self, rep: Replica, d_idx: np.ndarray | None,
-                          verified: np.ndarray) -> Composition:
-        """:meth:`~simulator.engine.v1.compose.V1Composer.compose`, one request at a time."""
+                          verified: np.ndarray, held: int = 0) -> Composition:
+        """:meth:`~simulator.engine.v1.compose.V1Composer.compose`, one request at a time
+        (``held``: its ``max_num_seqs`` slots held under the async lag)."""
         state = rep.state
         spec = dict.fromkeys(range(state.shape[1]), 0)
         for j, s in zip(range(state.shape[1]) if d_idx is None else d_idx.tolist(),
@@ -150,7 +151,7 @@ class V1Reference(EnginePart):
         joined: list[Request] = []
         if not preempted:
             for uid in rep.waiting:
-                if token_budget <= 0 or len(running) == self.max_seqs:
+                if token_budget <= 0 or len(running) == self.max_seqs - held:
                     break
                 parked = self.parked.get(uid)
                 prompt = int(self.w.prompt_len[uid])

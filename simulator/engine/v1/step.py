@@ -56,8 +56,13 @@ class V1Step(Decode, V1Composer):
 
     # ------------------------------------------------------------- the dispatcher
 
-    def step(self, rep: Replica, time: float) -> float | None:
+    def step(self, rep: Replica, time: float, held: int = 0) -> float | None:
         """Compose and run one vllm-v1 step; returns its duration (None: nothing runs).
+        ``held``: the ``max_num_seqs`` slots still held by the requests the step in flight
+        finished (vLLM's async scheduling: simulator.engine.async_lag.lagged_step; 0
+        otherwise): admission seats at most max_num_seqs − held running requests. No run of
+        steps starts while slots are held (``runs.decode_run`` declines while
+        ``rep.deferred`` holds them).
 
         The decoding requests' plan comes first (vLLM's drafts exist before ``schedule``);
         the composition then decides who runs and with how many tokens. The fast paths are
@@ -78,18 +83,18 @@ class V1Step(Decode, V1Composer):
         if not state.flags.c_contiguous:  # a column selection (finish) left it column-major
             rep.state = state = np.ascontiguousarray(state)  # rows contiguous: faster rows
         if not state.shape[1]:
-            return self.composed_step(rep, time, _NOBODY)
+            return self.composed_step(rep, time, _NOBODY, held)
         decoding = self.decoding(rep, state)
         _, sub, planned, tail = decoding
         if self.all_decode(decoding):
-            duration = self.fast.fast_step(rep, time, planned, sub)
+            duration = self.fast.fast_step(rep, time, planned, sub, held)
         elif tail:
-            duration = self.fast.mixed_step(rep, time, planned, sub)
+            duration = self.fast.mixed_step(rep, time, planned, sub, held)
         else:
             duration = None
         if duration is not None:
             return duration
-        return self.composed_step(rep, time, decoding)
+        return self.composed_step(rep, time, decoding, held)
 
     def may_run(self) -> bool:
         """A policy of depth 0: the steps between two changes of the running batch may be
@@ -124,9 +129,11 @@ class V1Step(Decode, V1Composer):
 
     # ------------------------------------------------------------- the general path
 
-    def composed_step(self, rep: Replica, time: float, decoding: Decoding) -> float | None:
+    def composed_step(self, rep: Replica, time: float, decoding: Decoding, held: int = 0
+                      ) -> float | None:
         """The step through the general composer (or its reference twin): compose, apply the
-        composition (preempt, admit), cut the plan to what was scheduled, then run it."""
+        composition (preempt, admit; ``held`` slots taken, :meth:`step`), cut the plan to what
+        was scheduled, then run it."""
         d_idx, sub, planned, _ = decoding
         state = rep.state
         n = state.shape[1]
@@ -134,9 +141,10 @@ class V1Step(Decode, V1Composer):
         verified = planned.plan.verified if nd else _EMPTY
         want = self.wants(state, d_idx, verified) if n else _EMPTY
         hybrid = self.blocks is not None and self.blocks.tables is not None  # engine.kv
-        comp = (self.twin.compose_reference(rep, d_idx, verified) if self.reference or hybrid
+        comp = (self.twin.compose_reference(rep, d_idx, verified, held)
+                if self.reference or hybrid
                 else self.compose(rep, want, None if d_idx is not None or planned is None
-                                  else planned.kv))
+                                  else planned.kv, held))
         if self.compositions is not None:
             self.log_composition(rep, time, comp)
         self.apply(rep, comp)
@@ -204,7 +212,7 @@ class V1Step(Decode, V1Composer):
         prefill_tokens = 0
         completed: np.ndarray | slice | int = _EMPTY
         n_completed = 0
-        joined = (self.fast.admit_after(rep, join.left - verified_sum, join.free)
+        joined = (self.fast.admit_after(rep, join.left - verified_sum, join.free, join.held)
                   if join is not None else None)
         if chunk is not None:
             joined = self.fast.prefill_running(rep, chunk, joined)

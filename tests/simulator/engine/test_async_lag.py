@@ -6,12 +6,21 @@ step ending at j are still held."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import pandas as pd
 import pytest
 
 from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.cost.features.host import CLIENT_TTFT_S as C
+from specbatch.simulator.engine.core import Engine
+from specbatch.simulator.engine.request_state import Row
+from specbatch.simulator.engine.v1.fast import V1Fast
+from specbatch.simulator.engine.v1.step import V1Step
+from specbatch.simulator.policies.registry import make_policy
 from specbatch.simulator.run import simulate
+from specbatch.simulator.workload.arrivals import build_workload
 from tests.simulator.helpers import LinearCost, const_trace
 
 ONE_SECOND = LinearCost(overhead=0.0, fixed=1.0, per_token=0.0)
@@ -73,6 +82,67 @@ def test_an_idle_engine_schedules_an_arrival_at_once(tmp_path):
                                                               [2.0, 8.0, 8.0])
     assert run(tmp_path, rows, lag=True, max_num_seqs=4) == ([1.0, 6.0, 8.0],
                                                              [2.0, 8.0, 9.0])
+
+
+@dataclass(frozen=True)
+class OneSecondSums(LinearCost):
+    """ONE_SECOND priced from the batch sums too (simulator.cost.interface.SumsCostModel),
+    so the steps without the general composer (simulator.engine.v1.fast) take what they
+    cover."""
+
+    def time_from_sums(self, role, n, sq, skv, sqkv, sqq) -> float:
+        return self.step_time(role, np.array([sq]), np.array([skv]))
+
+
+@pytest.mark.parametrize("path", ["fast", "composer", "reference"])
+def test_slots_held_by_the_finished_are_passed_to_the_composer_not_written(
+        tmp_path, monkeypatch, path):
+    """max_num_seqs = 4: uids 0-2 prefill in step 0 (0-1), uids 3-5 arrive at 0.5; uids 0
+    and 1 finish in step 1 (1-2). Step 2, scheduled at 1, sees uids 3-5 waiting while uids 0
+    and 1 still hold their slots: the composer is told held = 2 and seats uid 3 only (4 − 2
+    held − 1 running); step 3 (held = 0) seats uids 4 and 5. At no step does the running
+    batch (those finishing in it included) pass max_num_seqs − held, and the engine's
+    ``max_seqs`` reads 4 before, during and after every step: nothing writes it. Through the
+    step without the general composer (its admission after the decoding requests commit),
+    the general composer, and its per-request reference twin."""
+    csv = tmp_path / "workload.csv"
+    pd.DataFrame({"prompt_len": [4] * 6, "output_len": [2, 2, 6, 6, 6, 6],
+                  "arrival": [0.0] * 3 + [0.5] * 3}).to_csv(csv, index=False)
+    trace = const_trace(n_requests=6, output_len=8, prompt_len=4)
+    config = load_config(None, trace="synth", requests=6, workload=str(csv), arrival="trace",
+                         policy="ar", verify_cost="none", async_scheduling=True,
+                         max_num_seqs=4, engine="numpy")
+    cost = OneSecondSums(**vars(ONE_SECOND)) if path == "fast" else ONE_SECOND
+    engine = Engine(config, trace, build_workload(config, trace), cost,
+                    make_policy(config, trace.K), capacity=config.kv_capacity,
+                    reference=path == "reference")
+    engine.fast_paths = path == "fast"
+    seqs = engine.max_seqs
+    seen, fast_admissions = [], []
+    step, admit_after = V1Step.step, V1Fast.admit_after
+
+    def step_spy(composer, rep, time, held=0):
+        assert engine.max_seqs == seqs  # during: the engine's field as it was built
+        deferred = rep.deferred
+        duration = step(composer, rep, time, held)
+        finished = (0 if rep.deferred is None or rep.deferred is deferred
+                    else rep.deferred.shape[1])
+        seen.append((round(time, 9), held, sorted(rep.state[Row.UID].tolist()), finished))
+        assert rep.state.shape[1] + finished <= seqs - held
+        return duration
+
+    def admit_spy(fast, rep, left, free, held=0):
+        fast_admissions.append(held)
+        return admit_after(fast, rep, left, free, held)
+
+    monkeypatch.setattr(V1Step, "step", step_spy)
+    monkeypatch.setattr(V1Fast, "admit_after", admit_spy)
+    assert engine.lag and engine.max_seqs == 4
+    engine.run()
+    assert engine.max_seqs == seqs
+    assert seen[:4] == [(0.0, 0, [0, 1, 2], 0), (1.0, 0, [2], 2), (2.0, 2, [2, 3], 0),
+                        (3.0, 0, [2, 3, 4, 5], 0)]
+    assert (2 in fast_admissions) == (path == "fast")
 
 
 def test_the_ngram_drafters_speculative_run_keeps_the_synchronous_rule():

@@ -36,8 +36,13 @@ Modules, in reading order: ``layout`` (the arrays' slots and the return codes), 
 the sampler), ``policy`` (the draft-length rules), ``admission`` (the priority heap, the
 engine's events between steps), ``prefix`` (the prefix cache's counting path), ``runs`` (an
 early stop's runs of identical ``ar`` decode steps, one event each), ``stop`` (an early stop's
-rule checked in the loop), ``loop``
-(:func:`~simulator.engine.v1.kernel.loop.run_steps`, the step itself). The package re-exports
+rule checked in the loop), then a step's pieces in the order it runs them: ``plan`` (the
+decoding requests' (d_i, s_i), and what the policies observe of the outcome), ``compose`` (who
+runs with how many tokens: the running requests, preemption, admission), ``verify`` (the
+decoding requests verified and committed), ``passes`` (the step's passes priced, its chunks
+prefilled), ``record`` (first tokens, the finished retired), and ``loop``
+(:func:`~simulator.engine.v1.kernel.loop.run_steps`, the driver: events, the async lag's view,
+the step's pieces, its row of the step log). The package re-exports
 every name, so ``kernel.X`` reads as one module (simulator.engine.v1.compiled.load_kernel
 returns it). Numba's cache (``cache=True``) checks only a function's own file, not the files of
 the functions it calls, so compiled.load_kernel drops the cached kernels when any of these files
@@ -55,6 +60,10 @@ from specbatch.simulator.engine.v1.kernel.admission import (  # noqa: F401 - ker
     heap_pop,
     heap_push,
     step_events,
+)
+from specbatch.simulator.engine.v1.kernel.compose import (  # noqa: F401 - kernel.X
+    admit_waiting,
+    schedule_running,
 )
 from specbatch.simulator.engine.v1.kernel.layout import (  # noqa: F401 - kernel.X
     C_ACCEPTED,
@@ -201,6 +210,13 @@ from specbatch.simulator.engine.v1.kernel.layout import (  # noqa: F401 - kernel
 from specbatch.simulator.engine.v1.kernel.loop import (  # noqa: F401 - kernel.X
     run_steps,
 )
+from specbatch.simulator.engine.v1.kernel.passes import (  # noqa: F401 - kernel.X
+    step_passes,
+)
+from specbatch.simulator.engine.v1.kernel.plan import (  # noqa: F401 - kernel.X
+    observe_outcome,
+    plan_decoding,
+)
 from specbatch.simulator.engine.v1.kernel.policy import (  # noqa: F401 - kernel.X
     adaptive_plan,
     dsd_goodput,
@@ -245,6 +261,10 @@ from specbatch.simulator.engine.v1.kernel.pricing import (  # noqa: F401 - kerne
     role_time,
     verify_seconds,
 )
+from specbatch.simulator.engine.v1.kernel.record import (  # noqa: F401 - kernel.X
+    emit_completed,
+    retire,
+)
 from specbatch.simulator.engine.v1.kernel.runs import (  # noqa: F401 - kernel.X
     run_blocks,
     run_length,
@@ -254,4 +274,8 @@ from specbatch.simulator.engine.v1.kernel.stop import (  # noqa: F401 - kernel.X
     events_before,
     stop_rule,
     tick,
+    tick_through,
+)
+from specbatch.simulator.engine.v1.kernel.verify import (  # noqa: F401 - kernel.X
+    verify_commit,
 )

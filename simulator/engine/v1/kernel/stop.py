@@ -122,25 +122,32 @@ def checked_events(arrival, order, arrived, n_req, t, stepped, idle, ints, regs,
     it in ``regs[R_POPPED]``); False: go on to the step."""
     i = arrived
     if stepped:
-        while i < n_req and arrival[order[i]] <= t:
-            if tick(arrival[order[i]], i, ints, regs, clock, limits, arrival, out, first_token,
-                    finish, preemptions):
-                return True
-            i += 1
-        if tick(t, i, ints, regs, clock, limits, arrival, out, first_token, finish,
-                preemptions):
+        stopped, i = tick_through(t, i, n_req, arrival, order, ints, regs, clock, limits, out,
+                                  first_token, finish, preemptions)
+        if stopped:
             return True
     if idle and i == arrived and arrived < n_req:
-        a = arrival[order[i]]
-        while i < n_req and arrival[order[i]] <= a:
-            if tick(arrival[order[i]], i, ints, regs, clock, limits, arrival, out, first_token,
-                    finish, preemptions):
-                return True
-            i += 1
-        if tick(a, i, ints, regs, clock, limits, arrival, out, first_token, finish,
-                preemptions):
-            return True
+        stopped, _ = tick_through(arrival[order[i]], i, n_req, arrival, order, ints, regs,
+                                  clock, limits, out, first_token, finish, preemptions)
+        return stopped
     return False
+
+
+@njit(cache=True)
+def tick_through(bound, i, n_req, arrival, order, ints, regs, clock, limits, out, first_token,
+                 finish, preemptions):
+    """Walk the arrivals at or before ``bound`` from the ``i``-th in arrival order (``order``),
+    each one event ticked at its own arrival time, then the event at ``bound`` itself (the
+    last step's STEP_END, or an idle replica's SCHEDULE at its next arrival), ticked there
+    with every one of them popped: :func:`checked_events`' two walks. Returns (whether the
+    run stops at one of these events, the arrivals popped so far)."""
+    while i < n_req and arrival[order[i]] <= bound:
+        if tick(arrival[order[i]], i, ints, regs, clock, limits, arrival, out, first_token,
+                finish, preemptions):
+            return True, i
+        i += 1
+    return tick(bound, i, ints, regs, clock, limits, arrival, out, first_token, finish,
+                preemptions), i
 
 
 @njit(cache=True)
