@@ -168,7 +168,7 @@ def load_kernel():
     _STAMPED.add(here)
     if not any(here.glob("loop.run_steps-*.nbi")) and "cold" not in _NOTED:
         _NOTED.add("cold")
-        print(f"specbatch: compiling the vllm-v1 kernel (first run, ~7 CPU s; cached under "
+        print(f"specbatch: compiling the vllm-v1 kernel (first run, ~1 CPU-minute; cached under "
               f"{where})",
               file=sys.stderr)
     return kernel
