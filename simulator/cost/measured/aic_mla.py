@@ -21,7 +21,10 @@ the batch's composition. So a module row's core is its time less DeepSeek-V3's p
 the row's Q = B (decode) or B·s (prefill) on the same GPU's bf16 GEMM curves
 (:func:`core_rows`; no less than :data:`MIN_CORE`: the GEMM curves, timed alone, exceed a few
 module rows by up to 11 %, B200 prefill and L40S decode); a kernel row is its core less the
-norms and rotary (A100: the small-op laws price those, as for every model).
+norms and rotary (A100: the small-op laws price those, as for every model). A module row's core
+holds rotary, which the small-op laws also price per layer: a role priced from module rows
+leaves it out of its small ops (:func:`core_holds`; the latent norms are not among the
+small-op laws' ops, so nothing else is counted twice).
 
 The core is priced by the attention grid law (aic_attention.grid_tables,
 simulator.cost.tabulated.grid_attention) over per-head-count cells, as an attention shape of
@@ -147,6 +150,25 @@ def carried_cells(grids: dict, law, heads: int, kv_bytes: float, exclude: bool =
     got = carried([((h, 1, WIDTH), grids[h]) for h in others], law, (heads, 1, WIDTH),
                   kv_bytes)
     return got, f"transfer from {', '.join(map(str, others))} heads"
+
+
+#: The small ops (simulator.cost.measured.laws.SMALL_OPS) a module row's core already holds:
+#: rotary (``DeepseekV2MLAAttention`` applies it inside the module). The latent RMSNorms
+#: (q_a / kv_a) are in the core too, but the small-op laws price only the decoder layer's two
+#: hidden-state norms, outside the module, so nothing of theirs is held twice.
+MODULE_HOLDS = ("attn_rope",)
+
+
+@functools.lru_cache(maxsize=32)
+def core_holds(system: str, kv_dtype: str) -> tuple[str, ...]:
+    """The small ops an MLA role on ``system`` at ``kv_dtype`` must not price again:
+    :data:`MODULE_HOLDS` where its MLA rows time the whole module, () where they time the
+    backend's kernel alone (A100: the small-op laws price rotary, as for every model)."""
+    rows = load_curves(system).get("mla_decode")
+    if rows is None:
+        return ()
+    scope = set(rows.loc[rows["kv_dtype"] == kv_dtype, "scope"])
+    return MODULE_HOLDS if scope == {"module"} else ()
 
 
 @functools.lru_cache(maxsize=16)

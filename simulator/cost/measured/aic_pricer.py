@@ -43,7 +43,7 @@ from specbatch.simulator.cost.measured.aic_cells import attention_rows, own_cell
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import bundled_laws
 from specbatch.simulator.cost.measured.aic_mixed import cold_args, gpu_of, mixed_mode
-from specbatch.simulator.cost.measured.aic_mla import projections
+from specbatch.simulator.cost.measured.aic_mla import core_holds, projections
 from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, ShapeLaw
 from specbatch.simulator.cost.measured.laws import (
     SMALL_OPS,
@@ -282,6 +282,7 @@ class AicPricer:
     memo: dict = field(default_factory=dict)  # Q -> (layers, experts, allreduce)
     head_memo: dict = field(default_factory=dict)  # r -> LM head seconds
     tables: dict = field(default_factory=dict)  # Q_max -> PassTable (pass_table)
+    held: tuple = ()  # small ops the attention law already holds (MLA module rows: rotary)
 
     def __post_init__(self) -> None:
         s, tp, system = self.shape, self.tp, self.system
@@ -321,6 +322,7 @@ class AicPricer:
         if s.is_mla:
             self.attention, self.attention_how = mla_attention_law(
                 system, self.kv_dtype, s.heads // tp, s.layers)
+            self.held = core_holds(system, self.kv_dtype)
             return
         self.attention, self.attention_how = attention_law(
             system, self.kv_dtype, s.heads // tp, max(s.kv_heads // tp, 1), s.head_dim,
@@ -329,7 +331,8 @@ class AicPricer:
     def small_ops(self, q: float) -> float:
         """Seconds of the pass's small ops: the embedding once, the norms, rotary, residual
         add and gated activation per layer (the activation over k I_e + I_s per token on
-        MoE layers)."""
+        MoE layers); those the attention law holds (``held``: an MLA module row's rotary,
+        aic_mla.core_holds) left out."""
         s = self.shape
         qa = np.array([q])
         ls = LayerShape(s.hidden, s.heads, s.kv_heads, s.intermediate, s.vocab, True)
@@ -345,6 +348,8 @@ class AicPricer:
 
         total = 0.0
         for op in SMALL_OPS:
+            if op in self.held:
+                continue
             if op == "emb":
                 total += one(op, ls)
             elif op == "mlp_act" and s.is_moe:
@@ -372,6 +377,8 @@ class AicPricer:
 
         total = np.zeros(q.shape)  # [Q]
         for op in SMALL_OPS:
+            if op in self.held:
+                continue
             if op == "emb":
                 total += one(op, ls)
             elif op == "mlp_act" and s.is_moe:

@@ -1,14 +1,18 @@
 """cost = "aic" on multi-head latent attention (simulator.cost.measured.aic_mla): one priced MLA
 pass pinned by hand against the table rows it reads, the parts summing to the pass, the
-tabulated form's parity, and what the MLA tables do not cover refused in one line."""
+tabulated form's parity, rotary priced once (the module rows hold it), and what the MLA tables
+do not cover refused in one line."""
+
+import copy
 
 import numpy as np
 import pytest
 
 from specbatch.simulator.cost.measured.aic_cost import aic_covers
 from specbatch.simulator.cost.measured.aic_curves import load_curves
-from specbatch.simulator.cost.measured.aic_mla import V3, projections
+from specbatch.simulator.cost.measured.aic_mla import V3, core_holds, projections
 from specbatch.simulator.cost.measured.aic_pricer import op_curve
+from specbatch.simulator.cost.measured.laws import LayerShape, small_op_bytes
 from specbatch.simulator.cost.registry import build_cost_model
 from specbatch.simulator.cost.tabulated import table_time
 from specbatch.traces.models.shapes import get_shape
@@ -77,3 +81,36 @@ def test_an_mla_roles_attention_names_its_tables_and_held_out_error(lite):
     src = lite.sources()["target"]["attention"]
     assert "MLA module tables" in src["source"] and "shape" in src["source"]
     assert src["validated"]["mape"] <= 0.08
+
+
+
+def _rope(pricer, q):
+    """The small-op law of rotary of ``pricer`` at Q = ``q``, per layer, written out by hand."""
+    s = pricer.shape
+    law = pricer.small.small["attn_rope"]
+    shape = LayerShape(s.hidden, s.heads, s.kv_heads, s.intermediate, s.vocab, True)
+    nbytes = float(small_op_bytes("attn_rope", shape, pricer.tp, np.array([q]))[0])
+    return law.intercept + law.per_width * nbytes / q + law.slope * pricer.small_scale * nbytes
+
+
+def test_a_module_rows_core_is_not_charged_rotary_again(lite):
+    # the module rows time DeepseekV2MLAAttention, rotary inside: the H100 role's small ops
+    # lose exactly the rotary law's 27 layers at each Q (the latent norms are no small op)
+    pricer = lite.roles["target"]
+    assert pricer.held == ("attn_rope",)
+    charged = copy.copy(pricer)
+    charged.held = ()
+    for q in (1.0, 8.0, 300.0):
+        assert charged.small_ops(q) - pricer.small_ops(q) == pytest.approx(
+            27 * _rope(pricer, q), rel=1e-9)
+        assert pricer.small_ops_many(np.array([q]))[0] == pricer.small_ops(q)
+    parts = lite.breakdown("target", np.ones(8, dtype=int), np.full(8, 1023))
+    assert parts["layers"] == pytest.approx(
+        pricer.small_ops(8.0) + sum(n * c.at(8.0) for name, (n, c) in pricer.curves.items()
+                                    if name != "experts"), rel=1e-12)
+
+
+def test_a100s_kernel_rows_keep_rotary_in_the_small_ops():
+    # A100's rows time the backend's impl.forward alone: no rotary in its core
+    assert core_holds("a100_sxm", "bfloat16") == ()
+    assert core_holds("h200_sxm", "fp8") == core_holds("l40s", "bfloat16") == ("attn_rope",)
