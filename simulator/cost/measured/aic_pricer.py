@@ -51,7 +51,7 @@ from specbatch.simulator.cost.measured.laws import (
     LayerShape,
     small_op_bytes,
 )
-from specbatch.simulator.cost.tabulated import TWO_LAUNCHES, AttentionLaw, PassTable, tabulate
+from specbatch.simulator.cost.tabulated import AttentionLaw, PassTable, tabulate
 from specbatch.traces.models.model_shape import ModelShape
 
 MEMO_LIMIT = 65536
@@ -199,15 +199,17 @@ def mla_attention_law(system: str, kv_dtype: str, heads: int, layers: int
                       ) -> tuple[AttentionLaw, str]:
     """(law of ``layers`` layers, how) of the MLA core at ``heads`` per-GPU heads: the grid
     law of its cells (timed, or carried: aic_mla.carried_cells) with the core's linear law's
-    FLOP rate, decode and prefill tokens in two launches (vLLM's MLACommonImpl)."""
+    FLOP rate, decode and prefill requests in two launches or short queries in the decode
+    launch, as the backend runs them (vLLM's MLACommonImpl; aic_mla.mixed_mode)."""
     from specbatch.simulator.cost.measured.aic_attention import grid_law, grid_tables
-    from specbatch.simulator.cost.measured.aic_mla import WIDTH, carried_cells
+    from specbatch.simulator.cost.measured.aic_mla import WIDTH, carried_cells, mixed_mode
 
     grids, law = mla_core(system, kv_dtype)
     kv_bytes = 1.0 if kv_dtype == "fp8" else 2.0
     got, how = carried_cells(grids, law, heads, kv_bytes)
-    return (grid_law(grid_tables(got, None), law, heads, WIDTH, kv_bytes, 1, layers,
-                     (TWO_LAUNCHES,)), f"MLA core, {how}")
+    mixed, mixed_how = mixed_mode(system, kv_dtype)
+    return (grid_law(grid_tables(got, None), law, heads, WIDTH, kv_bytes, 1, layers, mixed),
+            f"MLA core, {how}; {mixed_how}")
 
 
 @functools.lru_cache(maxsize=64)
