@@ -169,3 +169,22 @@ def test_the_other_mla_backends_keep_two_launches():
         assert mixed_mode(system, "bfloat16")[0] == (TWO_LAUNCHES,)
     assert mixed_mode("h200_sxm", "bfloat16")[0] == (DECODE_PATH, 512.0)
 
+
+@pytest.mark.parametrize("hardware", ["h100", "h200"])
+def test_deepseek_v3_at_tp_8_prices_a_decode_and_a_prefill_pass(hardware):
+    # the serving deployment (16 heads per GPU, its own timed cells) against tp 1 (128 heads
+    # per GPU): finite, positive, a prefill of 2048 tokens above a decode of 32 requests, and
+    # tp 8 below tp 1 in the attention and the whole pass, decode and prefill alike
+    tp8, tp1 = (build_cost_model("aic", hardware, "deepseek-v3", "llama-3.2-1b", tp=tp)
+                for tp in (8, 1))
+    assert tp8.roles["target"].attention_how.startswith("MLA core, shape")  # timed cells
+    assert tp8.roles["target"].shape.heads // tp8.roles["target"].tp == 16
+    decode = (np.ones(32, dtype=int), np.full(32, 2047))
+    prefill = (np.array([2048]), np.array([0]))
+    for batch in (decode, prefill):
+        t8, t1 = (c.step_time("target", *batch) for c in (tp8, tp1))
+        assert np.isfinite(t8) and 0.0 < t8 < t1
+        a8, a1 = (c.breakdown("target", *batch)["attention"] for c in (tp8, tp1))
+        assert 0.0 < a8 < a1
+        assert tp8.breakdown("target", *batch)["allreduce"] > 0.0
+    assert tp8.step_time("target", *prefill) > tp8.step_time("target", *decode)
