@@ -65,6 +65,12 @@ def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) 
     - 0, one call that keeps its decode path (FlashAttention 3): A as above.
     - 1, two launches (FlashInfer: a prefill and a decode call): a chunk beside one-token
       requests adds its own launch, A + D(B_p, c_min) (the chunk at its own prefill cell).
+    - 3, a decode path that takes short queries of any length (vLLM's MLA backends with
+      ``QueryLenSupport.VARLEN``: every request of q <= T query tokens, T the builder's
+      ``reorder_batch_threshold``, runs in the one decode launch): with s_p <= T, A as in
+      mode 0 (one launch; ΔP is then the decode path's own extra for s_p query rows per
+      request where the table timed it through the decode kernel); past T, mode 1. The law
+      packs (3, T).
     - 2, FlashAttention 2's varlen call: with any query longer than one token (Σq > n) and a
       cache (Σc > 0) the call runs unpacked and unsplit, one CTA per (request, query head)
       walking its whole cache; with U(N, c) the unpacked cells (N such CTAs over c cached
@@ -121,7 +127,7 @@ def grid_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) 
         elif part == 2:
             x = b_p
             y = g[2 + int(g[0])]  # the decode grid's first context
-            on = mode == 1.0 and beside
+            on = (mode == 1.0 or (mode == 3.0 and s_p > g[o_x + 2])) and beside
         elif part == 3:
             on = fa2
             if fa2:
@@ -207,7 +213,7 @@ def grid_least(g) -> float:
 
 
 #: How a call that mixes one-token and longer queries runs (grid_attention's modes).
-ONE_CALL, TWO_LAUNCHES, FA2_VARLEN = 0.0, 1.0, 2.0
+ONE_CALL, TWO_LAUNCHES, FA2_VARLEN, DECODE_PATH = 0.0, 1.0, 2.0, 3.0
 
 
 def pack_grid(decode: tuple, prefill: tuple, extra: float, mixed: tuple = (ONE_CALL,)
@@ -215,8 +221,8 @@ def pack_grid(decode: tuple, prefill: tuple, extra: float, mixed: tuple = (ONE_C
     """The packed grid law :func:`grid_attention` reads # [length]: ``decode`` = (B axis,
     c axis, seconds [B, c]), ``prefill`` = (B axis, s² axis starting at 1, seconds [B, s] with
     the s = 1 column 0), ``extra`` seconds per query-key pair past each request's first query
-    token, then ``mixed``: the mode alone (:data:`ONE_CALL`, :data:`TWO_LAUNCHES`) or
-    :func:`fa2_mixed`'s numbers."""
+    token, then ``mixed``: the mode alone (:data:`ONE_CALL`, :data:`TWO_LAUNCHES`),
+    (:data:`DECODE_PATH`, T) or :func:`fa2_mixed`'s numbers."""
     parts = []
     for bx, cy, val in (decode, prefill):
         parts.append(grid_part(bx, cy, val))

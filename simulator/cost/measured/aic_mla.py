@@ -21,7 +21,10 @@ the batch's composition. So a module row's core is its time less DeepSeek-V3's p
 the row's Q = B (decode) or B·s (prefill) on the same GPU's bf16 GEMM curves
 (:func:`core_rows`; no less than :data:`MIN_CORE`: the GEMM curves, timed alone, exceed a few
 module rows by up to 11 %, B200 prefill and L40S decode); a kernel row is its core less the
-norms and rotary (A100: the small-op laws price those, as for every model).
+norms and rotary (A100: the small-op laws price those, as for every model). A module row's core
+holds rotary, which the small-op laws also price per layer: a role priced from module rows
+leaves it out of its small ops (:func:`core_holds`; the latent norms are not among the
+small-op laws' ops, so nothing else is counted twice).
 
 The core is priced by the attention grid law (aic_attention.grid_tables,
 simulator.cost.tabulated.grid_attention) over per-head-count cells, as an attention shape of
@@ -29,10 +32,10 @@ one KV head of width :data:`WIDTH` (the latent cache's r_kv + d_r numbers per to
 "K/V" halves of it): decode cells D(B, c), prefill ΔP(B, s), the FLOP rate of the linear law
 (aic_attention.fit_attention, fitted on every timed head count of the GPU and KV dtype) for the
 cached-prefix term, and vLLM's MLA mixing (``MLACommonImpl.forward``: decode and prefill tokens
-in separate launches, TWO_LAUNCHES). A head count the tables do not time is carried from the
-two nearest timed ones by the linear law's ratio (aic_attention.carried), as an untimed
-attention shape is; the decode cells are taken as timed (no cold-KV correction: not
-analysed for the latent cache).
+in separate launches; :func:`mixed_mode` says which requests are decode). A head count the
+tables do not time is carried from the two nearest timed ones by the linear law's ratio
+(aic_attention.carried), as an untimed attention shape is; the decode cells are taken as timed
+(no cold-KV correction: not analysed for the latent cache).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from specbatch.simulator.cost.measured.aic_cells import (
     PREFILL_MAX_BATCH,
 )
 from specbatch.simulator.cost.measured.aic_curves import load_curves
+from specbatch.simulator.cost.tabulated import DECODE_PATH, TWO_LAUNCHES
 
 #: DeepSeek-V3, the model of the module tables: (h, r_q, r_kv, d_r, d_n, d_v).
 V3 = (7168, 1536, 512, 64, 128, 128)
@@ -147,6 +151,76 @@ def carried_cells(grids: dict, law, heads: int, kv_bytes: float, exclude: bool =
     got = carried([((h, 1, WIDTH), grids[h]) for h in others], law, (heads, 1, WIDTH),
                   kv_bytes)
     return got, f"transfer from {', '.join(map(str, others))} heads"
+
+
+#: The small ops (simulator.cost.measured.laws.SMALL_OPS) a module row's core already holds:
+#: rotary (``DeepseekV2MLAAttention`` applies it inside the module). The latent RMSNorms
+#: (q_a / kv_a) are in the core too, but the small-op laws price only the decoder layer's two
+#: hidden-state norms, outside the module, so nothing of theirs is held twice.
+MODULE_HOLDS = ("attn_rope",)
+
+
+#: Decode kernels (the tables' ``kernel`` column) whose vLLM metadata builder declares
+#: ``QueryLenSupport.VARLEN`` and a ``reorder_batch_threshold`` above 1, so a request of up to
+#: that many query tokens runs in the decode launch beside one-token requests, whatever their
+#: lengths (vllm/v1/attention/backends/mla/flashattn_mla.py ``FlashAttnMLAMetadataBuilder``:
+#: VARLEN, threshold 512; MLACommonMetadataBuilder.build splits by
+#: ``split_decodes_and_prefills(decode_threshold=reorder_batch_threshold)``). Not here:
+#: FLASHMLA (flashmla.py ``FlashMLAMetadataBuilder``: UNIFORM, threshold 128: one decode
+#: launch only when every request has the same length), FLASHINFER_MLA (UNIFORM, threshold 1,
+#: raised to 1 + k under speculative decoding), TRITON_MLA (triton_mla.py keeps the common
+#: builder: SINGLE_ONLY, threshold 1: a verification runs the prefill path) and A100's kernel
+#: rows (Triton MLA).
+VARLEN_DECODE = {"FLASH_ATTN_MLA": 512}
+
+
+def mixed_mode(system: str, kv_dtype: str) -> tuple[tuple, str]:
+    """(pack_grid's ``mixed``, how) of ``system``'s MLA backend at ``kv_dtype``
+    (simulator.cost.tabulated.grid_attention).
+
+    A VARLEN decode kernel (:data:`VARLEN_DECODE`) runs every request of q <= T query tokens
+    (a verification of k + 1 <= T tokens, a short chunk) in its decode launch: (DECODE_PATH,
+    T), T the builder's threshold, which the tables confirm (H100 / H200 bf16: the prefill
+    table's prompts of 16-512 tokens were timed through FLASH_ATTN_MLA, 1024 and longer
+    through FLASH_ATTN). Such a batch is priced as the decode cell of its requests at their
+    mean context, D(n_d, c̄), plus ΔP(B_p, s_p²), the decode kernel's own measured extra for
+    s_p query rows per request (those prefill cells ran through it), plus the FLOP-rate term
+    of the extra query rows against the cached tokens, in one launch. Not assumed: the
+    kernel's folding of q query tokens into q·H query rows per latent head (FlashMLA's
+    ``get_mla_metadata(seq_lens, q_len · H, 1)``) read as the decode cell at q·H heads: on
+    H100 / H200 bf16 the core of a prefill row timed through the decode kernel exceeds the
+    decode cell at q·H heads by a median 18-21 % (p10-p90 2-30 %, 50 rows each, where q·H <=
+    128 is timed); it misses the per-token work (the latent cache write, the norms).
+
+    Every other backend: TWO_LAUNCHES (decode and prefill requests in two launches; a
+    verification on a SINGLE_ONLY backend runs the prefill path, priced as before: the decode
+    cells stand for its cached context, ΔP for the new tokens). A UNIFORM backend (FlashMLA,
+    FlashInfer-MLA) runs a uniform verification as one decode launch, which TWO_LAUNCHES
+    prices the same (no request stands beside it); a batch of unequal multi-token lengths is
+    one launch in the sums either way (they cannot tell its lengths apart)."""
+    frames = load_curves(system)
+    d, p = frames.get("mla_decode"), frames.get("mla_prefill")
+    kernels = set() if d is None else set(d.loc[d["kv_dtype"] == kv_dtype, "kernel"])
+    if len(kernels) == 1 and (kernel := kernels.pop()) in VARLEN_DECODE:
+        timed = p[(p["kv_dtype"] == kv_dtype) & (p["kernel"] == kernel)]["prompt"]
+        t = float(VARLEN_DECODE[kernel])
+        return ((DECODE_PATH, t), f"{kernel}: queries of <= {int(t)} tokens in the decode "
+                                  f"launch ({len(timed)} prefill rows of <= "
+                                  f"{int(timed.max()) if len(timed) else 0} tokens timed "
+                                  f"through it)")
+    return (TWO_LAUNCHES,), "decode and prefill requests in two launches"
+
+
+@functools.lru_cache(maxsize=32)
+def core_holds(system: str, kv_dtype: str) -> tuple[str, ...]:
+    """The small ops an MLA role on ``system`` at ``kv_dtype`` must not price again:
+    :data:`MODULE_HOLDS` where its MLA rows time the whole module, () where they time the
+    backend's kernel alone (A100: the small-op laws price rotary, as for every model)."""
+    rows = load_curves(system).get("mla_decode")
+    if rows is None:
+        return ()
+    scope = set(rows.loc[rows["kv_dtype"] == kv_dtype, "scope"])
+    return MODULE_HOLDS if scope == {"module"} else ()
 
 
 @functools.lru_cache(maxsize=16)

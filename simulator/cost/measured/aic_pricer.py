@@ -43,7 +43,7 @@ from specbatch.simulator.cost.measured.aic_cells import attention_rows, own_cell
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import bundled_laws
 from specbatch.simulator.cost.measured.aic_mixed import cold_args, gpu_of, mixed_mode
-from specbatch.simulator.cost.measured.aic_mla import projections
+from specbatch.simulator.cost.measured.aic_mla import core_holds, projections
 from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, ShapeLaw
 from specbatch.simulator.cost.measured.laws import (
     SMALL_OPS,
@@ -51,7 +51,7 @@ from specbatch.simulator.cost.measured.laws import (
     LayerShape,
     small_op_bytes,
 )
-from specbatch.simulator.cost.tabulated import TWO_LAUNCHES, AttentionLaw, PassTable, tabulate
+from specbatch.simulator.cost.tabulated import AttentionLaw, PassTable, tabulate
 from specbatch.traces.models.model_shape import ModelShape
 
 MEMO_LIMIT = 65536
@@ -199,15 +199,17 @@ def mla_attention_law(system: str, kv_dtype: str, heads: int, layers: int
                       ) -> tuple[AttentionLaw, str]:
     """(law of ``layers`` layers, how) of the MLA core at ``heads`` per-GPU heads: the grid
     law of its cells (timed, or carried: aic_mla.carried_cells) with the core's linear law's
-    FLOP rate, decode and prefill tokens in two launches (vLLM's MLACommonImpl)."""
+    FLOP rate, decode and prefill requests in two launches or short queries in the decode
+    launch, as the backend runs them (vLLM's MLACommonImpl; aic_mla.mixed_mode)."""
     from specbatch.simulator.cost.measured.aic_attention import grid_law, grid_tables
-    from specbatch.simulator.cost.measured.aic_mla import WIDTH, carried_cells
+    from specbatch.simulator.cost.measured.aic_mla import WIDTH, carried_cells, mixed_mode
 
     grids, law = mla_core(system, kv_dtype)
     kv_bytes = 1.0 if kv_dtype == "fp8" else 2.0
     got, how = carried_cells(grids, law, heads, kv_bytes)
-    return (grid_law(grid_tables(got, None), law, heads, WIDTH, kv_bytes, 1, layers,
-                     (TWO_LAUNCHES,)), f"MLA core, {how}")
+    mixed, mixed_how = mixed_mode(system, kv_dtype)
+    return (grid_law(grid_tables(got, None), law, heads, WIDTH, kv_bytes, 1, layers, mixed),
+            f"MLA core, {how}; {mixed_how}")
 
 
 @functools.lru_cache(maxsize=64)
@@ -282,6 +284,7 @@ class AicPricer:
     memo: dict = field(default_factory=dict)  # Q -> (layers, experts, allreduce)
     head_memo: dict = field(default_factory=dict)  # r -> LM head seconds
     tables: dict = field(default_factory=dict)  # Q_max -> PassTable (pass_table)
+    held: tuple = ()  # small ops the attention law already holds (MLA module rows: rotary)
 
     def __post_init__(self) -> None:
         s, tp, system = self.shape, self.tp, self.system
@@ -321,6 +324,7 @@ class AicPricer:
         if s.is_mla:
             self.attention, self.attention_how = mla_attention_law(
                 system, self.kv_dtype, s.heads // tp, s.layers)
+            self.held = core_holds(system, self.kv_dtype)
             return
         self.attention, self.attention_how = attention_law(
             system, self.kv_dtype, s.heads // tp, max(s.kv_heads // tp, 1), s.head_dim,
@@ -329,7 +333,8 @@ class AicPricer:
     def small_ops(self, q: float) -> float:
         """Seconds of the pass's small ops: the embedding once, the norms, rotary, residual
         add and gated activation per layer (the activation over k I_e + I_s per token on
-        MoE layers)."""
+        MoE layers); those the attention law holds (``held``: an MLA module row's rotary,
+        aic_mla.core_holds) left out."""
         s = self.shape
         qa = np.array([q])
         ls = LayerShape(s.hidden, s.heads, s.kv_heads, s.intermediate, s.vocab, True)
@@ -345,6 +350,8 @@ class AicPricer:
 
         total = 0.0
         for op in SMALL_OPS:
+            if op in self.held:
+                continue
             if op == "emb":
                 total += one(op, ls)
             elif op == "mlp_act" and s.is_moe:
@@ -372,6 +379,8 @@ class AicPricer:
 
         total = np.zeros(q.shape)  # [Q]
         for op in SMALL_OPS:
+            if op in self.held:
+                continue
             if op == "emb":
                 total += one(op, ls)
             elif op == "mlp_act" and s.is_moe:

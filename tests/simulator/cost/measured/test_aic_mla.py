@@ -1,16 +1,21 @@
 """cost = "aic" on multi-head latent attention (simulator.cost.measured.aic_mla): one priced MLA
 pass pinned by hand against the table rows it reads, the parts summing to the pass, the
-tabulated form's parity, and what the MLA tables do not cover refused in one line."""
+tabulated form's parity, rotary priced once (the module rows hold it), and what the MLA tables
+do not cover refused in one line."""
+
+import copy
+import dataclasses
 
 import numpy as np
 import pytest
 
 from specbatch.simulator.cost.measured.aic_cost import aic_covers
 from specbatch.simulator.cost.measured.aic_curves import load_curves
-from specbatch.simulator.cost.measured.aic_mla import V3, projections
+from specbatch.simulator.cost.measured.aic_mla import V3, core_holds, mixed_mode, projections
 from specbatch.simulator.cost.measured.aic_pricer import op_curve
+from specbatch.simulator.cost.measured.laws import LayerShape, small_op_bytes
 from specbatch.simulator.cost.registry import build_cost_model
-from specbatch.simulator.cost.tabulated import table_time
+from specbatch.simulator.cost.tabulated import DECODE_PATH, TWO_LAUNCHES, table_time
 from specbatch.traces.models.shapes import get_shape
 
 
@@ -77,3 +82,109 @@ def test_an_mla_roles_attention_names_its_tables_and_held_out_error(lite):
     src = lite.sources()["target"]["attention"]
     assert "MLA module tables" in src["source"] and "shape" in src["source"]
     assert src["validated"]["mape"] <= 0.08
+
+
+
+def _rope(pricer, q):
+    """The small-op law of rotary of ``pricer`` at Q = ``q``, per layer, written out by hand."""
+    s = pricer.shape
+    law = pricer.small.small["attn_rope"]
+    shape = LayerShape(s.hidden, s.heads, s.kv_heads, s.intermediate, s.vocab, True)
+    nbytes = float(small_op_bytes("attn_rope", shape, pricer.tp, np.array([q]))[0])
+    return law.intercept + law.per_width * nbytes / q + law.slope * pricer.small_scale * nbytes
+
+
+def test_a_module_rows_core_is_not_charged_rotary_again(lite):
+    # the module rows time DeepseekV2MLAAttention, rotary inside: the H100 role's small ops
+    # lose exactly the rotary law's 27 layers at each Q (the latent norms are no small op)
+    pricer = lite.roles["target"]
+    assert pricer.held == ("attn_rope",)
+    charged = copy.copy(pricer)
+    charged.held = ()
+    for q in (1.0, 8.0, 300.0):
+        assert charged.small_ops(q) - pricer.small_ops(q) == pytest.approx(
+            27 * _rope(pricer, q), rel=1e-9)
+        assert pricer.small_ops_many(np.array([q]))[0] == pricer.small_ops(q)
+    parts = lite.breakdown("target", np.ones(8, dtype=int), np.full(8, 1023))
+    assert parts["layers"] == pytest.approx(
+        pricer.small_ops(8.0) + sum(n * c.at(8.0) for name, (n, c) in pricer.curves.items()
+                                    if name != "experts"), rel=1e-12)
+
+
+def test_a100s_kernel_rows_keep_rotary_in_the_small_ops():
+    # A100's rows time the backend's impl.forward alone: no rotary in its core
+    assert core_holds("a100_sxm", "bfloat16") == ()
+    assert core_holds("h200_sxm", "fp8") == core_holds("l40s", "bfloat16") == ("attn_rope",)
+
+
+def _core_law(system, kv):
+    return build_cost_model("aic", system, "deepseek-v2-lite", "llama-3.2-1b",
+                            kv_cache_dtype=kv).roles["target"].attention
+
+
+def test_short_queries_beside_decodes_run_in_h100_bf16s_one_decode_launch():
+    # vLLM's FlashAttnMLAMetadataBuilder (VARLEN, reorder_batch_threshold 512): 4 decodes and
+    # 4 verifications of 4 tokens, all at 1023 cached tokens, are one decode launch:
+    # D(4, Σc / 4) + ΔP(4, 4²) + x·(Σq·c − Σc), no second launch; the same grid under
+    # TWO_LAUNCHES (a SINGLE_ONLY / UNIFORM backend: the verifications a launch of their own)
+    # adds D(4, c_min)
+    law = _core_law("h100", "auto")
+    g = np.asarray(law.grid)
+    assert "FLASH_ATTN_MLA: queries of <= 512 tokens" in \
+        build_cost_model("aic", "h100", "deepseek-v2-lite", "llama-3.2-1b").roles[
+            "target"].attention_how
+    q = np.array([1] * 4 + [4] * 4)
+    c = np.full(8, 1023)
+    sums = (8.0, float(q.sum()), float(c.sum()), float((q * c).sum()), float((q * q).sum()))
+    nd, nc = int(g[0]), int(g[1])
+    bd, cd = g[2:2 + nd], g[2 + nd:2 + nd + nc]
+    dv = g[2 + nd + nc:2 + nd + nc + nd * nc].reshape(nd, nc)
+    o = 2 + nd + nc + nd * nc
+    npb, nps = int(g[o]), int(g[o + 1])
+    bp, sp = g[o + 2:o + 2 + npb], g[o + 2 + npb:o + 2 + npb + nps]
+    pv = g[o + 2 + npb + nps:o + 2 + npb + nps + npb * nps].reshape(npb, nps)
+    x = g[o + 2 + npb + nps + npb * nps]
+    i4 = list(bd).index(4.0)
+    # the 4 one-token requests carry the batch's cached tokens, c̄ = Σc / 4 = 2046 (the
+    # verifications' prefixes folded into their KV): linear between c = 1023 and 2047
+    j = list(cd).index(1023.0)
+    decode = dv[i4, j] + (dv[i4, j + 1] - dv[i4, j]) * (2046.0 - cd[j]) / (cd[j + 1] - cd[j])
+    k = list(bp).index(4.0)  # ΔP(4, 16): linear in s² between s = 1 (0) and s = 16
+    extra = pv[k, 0] + (pv[k, 1] - pv[k, 0]) * (16.0 - sp[0]) / (sp[1] - sp[0])
+    one = decode + extra + x * (sums[3] - sums[2])
+    assert law.seconds(*sums) == pytest.approx(one, rel=1e-12)
+    two = dataclasses.replace(law, grid=(*law.grid[:-2], TWO_LAUNCHES))
+    assert two.seconds(*sums) == pytest.approx(one + dv[i4, 0], rel=1e-12)
+    # a chunk past the threshold (600 tokens) beside the decodes takes its own launch again
+    q = np.array([1] * 4 + [600])
+    c = np.array([1023] * 4 + [0])
+    long = (5.0, float(q.sum()), float(c.sum()), float((q * c).sum()), float((q * q).sum()))
+    assert law.seconds(*long) == two.seconds(*long)
+
+
+def test_the_other_mla_backends_keep_two_launches():
+    # FlashMLA (fp8 on Hopper) and FlashInfer-MLA are UNIFORM, Triton-MLA SINGLE_ONLY
+    assert _core_law("h100", "fp8").grid[-1] == TWO_LAUNCHES
+    for system in ("b200_sxm", "l40s", "rtx_pro_6000_server", "a100_sxm"):
+        assert mixed_mode(system, "bfloat16")[0] == (TWO_LAUNCHES,)
+    assert mixed_mode("h200_sxm", "bfloat16")[0] == (DECODE_PATH, 512.0)
+
+
+@pytest.mark.parametrize("hardware", ["h100", "h200"])
+def test_deepseek_v3_at_tp_8_prices_a_decode_and_a_prefill_pass(hardware):
+    # the serving deployment (16 heads per GPU, its own timed cells) against tp 1 (128 heads
+    # per GPU): finite, positive, a prefill of 2048 tokens above a decode of 32 requests, and
+    # tp 8 below tp 1 in the attention and the whole pass, decode and prefill alike
+    tp8, tp1 = (build_cost_model("aic", hardware, "deepseek-v3", "llama-3.2-1b", tp=tp)
+                for tp in (8, 1))
+    assert tp8.roles["target"].attention_how.startswith("MLA core, shape")  # timed cells
+    assert tp8.roles["target"].shape.heads // tp8.roles["target"].tp == 16
+    decode = (np.ones(32, dtype=int), np.full(32, 2047))
+    prefill = (np.array([2048]), np.array([0]))
+    for batch in (decode, prefill):
+        t8, t1 = (c.step_time("target", *batch) for c in (tp8, tp1))
+        assert np.isfinite(t8) and 0.0 < t8 < t1
+        a8, a1 = (c.breakdown("target", *batch)["attention"] for c in (tp8, tp1))
+        assert 0.0 < a8 < a1
+        assert tp8.breakdown("target", *batch)["allreduce"] > 0.0
+    assert tp8.step_time("target", *prefill) > tp8.step_time("target", *decode)

@@ -696,7 +696,8 @@ def test_compiled_tables_equal_the_numpy_engines_on_the_llmservingsim_gpus(knobs
 #: the grid attention law): the h100 default shapes, a100 tp 2 (the measured all-reduce curve;
 #: FA2's unpacked mixed calls), a MoE target on h200, fp8 KV, paged KV with the prefix cache,
 #: async scheduling, CUDA-graph padding, dsd and tetris; RTX PRO 6000 bf16 (FA2's mixed calls)
-#: and fp8 KV and B200 (FlashInfer's two launches) with chunks beside decodes and drafts.
+#: and fp8 KV and B200 (FlashInfer's two launches) with chunks beside decodes and drafts; MLA
+#: (DeepSeek-V2-Lite on H100 bf16: FLASH_ATTN_MLA's decode launch for queries <= 512 tokens).
 AIC_COVERED = [
     {"requests": 60, "seed": 3, "policy": "fixed", "k": 2},
     {"requests": 60, "seed": 3, "policy": "ar", "hardware": "a100", "tp": 2,
@@ -718,6 +719,8 @@ AIC_COVERED = [
      "max_num_batched_tokens": 384},
     {"requests": 60, "seed": 8, "policy": "ar", "hardware": "b200", "target": "llama-3.1-8b",
      "draft": "llama-3.2-1b", "max_num_batched_tokens": 256},
+    {"requests": 60, "seed": 9, "policy": "tetris", "k": 3, "extra": 1,
+     "target": "deepseek-v2-lite", "draft": "llama-3.2-1b", "max_num_batched_tokens": 512},
 ]
 
 
