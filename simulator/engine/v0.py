@@ -33,9 +33,10 @@ class V0Step(Decode, Admission):
     """The engine's vllm-v0 step composer (module docstring): the shared decode verbs and the
     head-of-line admission; a part of the engine (simulator.engine.state)."""
 
-    def step(self, rep: Replica, time: float) -> float | None:
+    def step(self, rep: Replica, time: float, held: int = 0) -> float | None:
         """Admit, then run one prefill-only or decode step; returns its duration (None:
-        nothing runs)."""
+        nothing runs). ``held`` is always 0 here: vllm-v0 has no async scheduling (the
+        interface's argument, simulator.engine.composers)."""
         joined = self.admit(rep) if self.blocks is None else self.schedule_paged(rep)
         if not rep.state.shape[1]:  # nothing runs (n_running, without the property call)
             return None
