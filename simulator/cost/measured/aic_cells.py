@@ -20,12 +20,14 @@ from specbatch.simulator.cost.measured.aic_curves import load_curves
 DECODE_MAX_BATCH, DECODE_MAX_CONTEXT, PREFILL_MAX_BATCH = 512, 32767, 16
 
 
-def attention_rows(system: str, kv_dtype: str):
-    """(decode, prefill) rows of ``system`` at ``kv_dtype`` within the serving range."""
+def attention_rows(system: str, kv_dtype: str, kind: str = "attention"):
+    """(decode, prefill) rows of ``system`` at ``kv_dtype`` within the serving range, of the
+    bundled families ``<kind>_decode`` and ``<kind>_prefill`` (full attention, or ``mla``)."""
     frames = load_curves(system)
-    d, p = frames.get("attention_decode"), frames.get("attention_prefill")
+    d, p = frames.get(f"{kind}_decode"), frames.get(f"{kind}_prefill")
     if d is None or p is None:
-        raise SpecbatchError(f"aic {system}: no attention curves bundled")
+        raise SpecbatchError(f"aic {system}: no {'MLA' if kind == 'mla' else kind} curves "
+                             "bundled")
     d = d[(d["kv_dtype"] == kv_dtype) & (d["batch"] <= DECODE_MAX_BATCH)
           & (d["context"] <= DECODE_MAX_CONTEXT)]
     p = p[(p["kv_dtype"] == kv_dtype) & (p["batch"] <= PREFILL_MAX_BATCH)]

@@ -45,11 +45,7 @@ import functools
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.cost.measured.aic_cells import (
-    DECODE_MAX_BATCH,
-    DECODE_MAX_CONTEXT,
-    PREFILL_MAX_BATCH,
-)
+from specbatch.simulator.cost.measured.aic_cells import attention_rows
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.tabulated import DECODE_PATH, TWO_LAUNCHES
 
@@ -94,13 +90,7 @@ def core_rows(system: str, kv_dtype: str, gemm):
     (aic_cells' limits) with ``module_s`` (the row's time), ``projections_s`` (V3's
     projections, 0 on a kernel-only row) and ``latency_s`` the core (module docstring), as
     attention rows of one KV head of width :data:`WIDTH` (aic_attention's columns)."""
-    frames = load_curves(system)
-    d, p = frames.get("mla_decode"), frames.get("mla_prefill")
-    if d is None or p is None:
-        raise SpecbatchError(f"aic {system}: no MLA curves bundled")
-    d = d[(d["kv_dtype"] == kv_dtype) & (d["batch"] <= DECODE_MAX_BATCH)
-          & (d["context"] <= DECODE_MAX_CONTEXT)]
-    p = p[(p["kv_dtype"] == kv_dtype) & (p["batch"] <= PREFILL_MAX_BATCH)]
+    d, p = attention_rows(system, kv_dtype, "mla")
     out = []
     for rows, q in ((d, d["batch"]), (p, p["batch"] * p["prompt"])):
         rows = rows.assign(kv_heads=1, head_dim=WIDTH, module_s=rows["latency_s"])
