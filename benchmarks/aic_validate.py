@@ -55,7 +55,13 @@ from specbatch.simulator.cost.measured.aic_cost import VALIDATION
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import COMMON_SYSTEMS, load_laws
 from specbatch.simulator.cost.measured.aic_mixed import cold_args, cold_rate
-from specbatch.simulator.cost.measured.aic_mla import carried_cells, core_rows, fit, head_cells
+from specbatch.simulator.cost.measured.aic_mla import (
+    carried_cells,
+    core_rows,
+    fit,
+    head_cells,
+    triton_decode,
+)
 from specbatch.simulator.cost.measured.aic_ops import interp_check, monotone
 from specbatch.simulator.cost.measured.aic_pricer import (
     attention_cells,
@@ -194,7 +200,8 @@ def mla_checks(system: str, kv: str) -> dict | None:
         cell["short"].append(c["decode"][c["decode_context"] < SHORT])
         cell["prefill"].append(c["prefill"])
         law = fit(d[d["heads"] != h], p[p["heads"] != h])
-        carry, _ = carried_cells(grids, law, h, kv_bytes, exclude=True)
+        carry, _ = carried_cells(grids, law, h, kv_bytes, exclude=True,
+                                 triton=triton_decode(system, kv))
         for part, rows, col in ((0, d, "context"), (1, p, "prompt")):
             r = rows[rows["heads"] == h]
             if part:

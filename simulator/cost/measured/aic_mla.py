@@ -36,6 +36,17 @@ in separate launches; :func:`mixed_mode` says which requests are decode). A head
 tables do not time is carried from the two nearest timed ones by the linear law's ratio
 (aic_attention.carried), as an untimed attention shape is; the decode cells are taken as timed
 (no cold-KV correction: not analysed for the latent cache).
+
+On the GPUs whose decode rows ran vLLM's Triton MLA kernel (:data:`TRITON_KERNELS`: A100,
+L40S, RTX PRO 6000) the core's decode KV term counts head blocks, not one latent head
+(:func:`head_blocks`): ``_decode_grouped_att_m_fwd`` (vllm/attention/ops/
+triton_decode_attention.py) launches ``(batch, cdiv(H, min(BLOCK_H, H)), NUM_KV_SPLITS)``
+programs with ``BLOCK_H = 16``, each reading its requests' whole latent KV, so the KV read grows
+as ceil(H / 16) while the FLOPs grow as H; and ``decode_attention_fwd`` sends one head
+(``kv_group_num == 1``) to another kernel (``decode_attention_fwd_normal``), so 1 head is no
+source for the decode cells of another head count (:func:`carried_cells`). The tables agree:
+at batch 256 and 8k cached tokens the RTX PRO 6000 core reads 1.86-2.04 ms at 1-16 heads and
+3.7 / 7.1 / 13.8 ms at 32 / 64 / 128. The block size is the kernel's, not fitted.
 """
 
 from __future__ import annotations
@@ -59,6 +70,29 @@ WIDTH = (V3[2] + V3[3]) // 2
 MIN_CORE = 1e-6
 #: Timed head counts an untimed one is carried from.
 NEAREST = 2
+#: The tables' decode ``kernel`` names of vLLM's Triton MLA backend (triton_mla.py, whose
+#: decode is triton_decode_attention.decode_attention_fwd): vLLM 0.22 / 0.24 module rows,
+#: vLLM 0.14 kernel rows (A100).
+TRITON_KERNELS = frozenset({"TRITON_MLA", "vllm_triton_mla"})
+#: Query heads per program of that kernel (``BLOCK_H`` in ``_decode_grouped_att_m_fwd``).
+BLOCK_H = 16
+
+
+def head_blocks(heads: int, triton: bool) -> int:
+    """Times the decode kernel reads the latent KV at ``heads`` query heads: ceil(H /
+    :data:`BLOCK_H`) head blocks on the Triton kernel, once elsewhere (module docstring)."""
+    return -(-int(heads) // BLOCK_H) if triton else 1
+
+
+@functools.lru_cache(maxsize=32)
+def triton_decode(system: str, kv_dtype: str) -> bool:
+    """Whether ``system``'s MLA decode rows at ``kv_dtype`` ran the Triton kernel
+    (:data:`TRITON_KERNELS`)."""
+    rows = load_curves(system).get("mla_decode")
+    if rows is None:
+        return False
+    kernels = set(rows.loc[rows["kv_dtype"] == kv_dtype, "kernel"])
+    return bool(kernels) and kernels <= TRITON_KERNELS
 
 
 def projections(hidden: int, q_lora_rank: int, kv_lora_rank: int, rope: int, nope: int,
@@ -89,11 +123,15 @@ def core_rows(system: str, kv_dtype: str, gemm):
     """(decode, prefill) MLA rows of ``system`` at ``kv_dtype`` in the serving range
     (aic_cells' limits) with ``module_s`` (the row's time), ``projections_s`` (V3's
     projections, 0 on a kernel-only row) and ``latency_s`` the core (module docstring), as
-    attention rows of one KV head of width :data:`WIDTH` (aic_attention's columns)."""
+    attention rows of width :data:`WIDTH` (aic_attention's columns) whose KV heads are the
+    decode kernel's :func:`head_blocks` (1 but on the Triton kernel's decode rows: the
+    prefill rows write each new token's latent KV once)."""
     d, p = attention_rows(system, kv_dtype, "mla")
+    triton = triton_decode(system, kv_dtype)
     out = []
     for rows, q in ((d, d["batch"]), (p, p["batch"] * p["prompt"])):
-        rows = rows.assign(kv_heads=1, head_dim=WIDTH, module_s=rows["latency_s"])
+        blocks = [head_blocks(h, triton and rows is d) for h in rows["heads"]]
+        rows = rows.assign(kv_heads=blocks, head_dim=WIDTH, module_s=rows["latency_s"])
         proj = np.zeros(len(rows))
         module = (rows["scope"] == "module").to_numpy()
         heads = rows["heads"].to_numpy()
@@ -126,21 +164,39 @@ def fit(decode, prefill):
     return fit_attention(decode, prefill)
 
 
-def carried_cells(grids: dict, law, heads: int, kv_bytes: float, exclude: bool = False):
+def carried_cells(grids: dict, law, heads: int, kv_bytes: float, exclude: bool = False,
+                  triton: bool = False):
     """(cells, how) of the core at ``heads``: its own where timed (not with ``exclude``: the
     held-out check), else carried from the :data:`NEAREST` timed head counts nearest in
-    log H by ``law``'s ratio (aic_attention.carried)."""
+    log H by ``law``'s ratio (aic_attention.carried), each an attention shape of
+    one KV head. On the Triton kernel (``triton``) the decode cells are carried as shapes of
+    :func:`head_blocks` KV heads, those of H >= 2 heads from the nearest of H >= 2 only (1
+    head runs another kernel: module docstring); the prefill cells as before."""
     from specbatch.simulator.cost.measured.aic_attention import carried
 
     if heads in grids and not exclude:
         return grids[heads], "shape"
-    others = sorted((h for h in grids if h != heads),
-                    key=lambda h: (abs(np.log(h / heads)), h))[:NEAREST]
+
+    def nearest(skip_one: bool) -> list:
+        return sorted((h for h in grids if h != heads and not (skip_one and h == 1)),
+                      key=lambda h: (abs(np.log(h / heads)), h))[:NEAREST]
+
+    def carry(sources: list, decode: bool) -> tuple:
+        def shape(h: int) -> tuple:
+            return h, head_blocks(h, triton and decode), WIDTH
+        return carried([(shape(h), grids[h]) for h in sources], law, shape(heads), kv_bytes)
+
+    others = nearest(False)
     if not others:
         raise SpecbatchError(f"MLA at {heads} heads: no timed head count to carry from")
-    got = carried([((h, 1, WIDTH), grids[h]) for h in others], law, (heads, 1, WIDTH),
-                  kv_bytes)
-    return got, f"transfer from {', '.join(map(str, others))} heads"
+    if not triton:
+        return carry(others, True), f"transfer from {', '.join(map(str, others))} heads"
+    decode_from = nearest(heads > 1) or others
+    got = (carry(decode_from, True)[0], carry(others, False)[1])
+    how = (f"decode transferred from {', '.join(map(str, decode_from))} heads (Triton MLA: the "
+           f"latent KV read once per {BLOCK_H}-head block), prefill from "
+           f"{', '.join(map(str, others))}")
+    return got, how
 
 
 #: The small ops (simulator.cost.measured.laws.SMALL_OPS) a module row's core already holds:

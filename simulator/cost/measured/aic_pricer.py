@@ -202,11 +202,17 @@ def mla_attention_law(system: str, kv_dtype: str, heads: int, layers: int
     FLOP rate, decode and prefill requests in two launches or short queries in the decode
     launch, as the backend runs them (vLLM's MLACommonImpl; aic_mla.mixed_mode)."""
     from specbatch.simulator.cost.measured.aic_attention import grid_law, grid_tables
-    from specbatch.simulator.cost.measured.aic_mla import WIDTH, carried_cells, mixed_mode
+    from specbatch.simulator.cost.measured.aic_mla import (
+        WIDTH,
+        carried_cells,
+        mixed_mode,
+        triton_decode,
+    )
 
     grids, law = mla_core(system, kv_dtype)
     kv_bytes = 1.0 if kv_dtype == "fp8" else 2.0
-    got, how = carried_cells(grids, law, heads, kv_bytes)
+    got, how = carried_cells(grids, law, heads, kv_bytes,
+                             triton=triton_decode(system, kv_dtype))
     mixed, mixed_how = mixed_mode(system, kv_dtype)
     return (grid_law(grid_tables(got, None), law, heads, WIDTH, kv_bytes, 1, layers, mixed),
             f"MLA core, {how}; {mixed_how}")

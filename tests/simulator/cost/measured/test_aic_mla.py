@@ -188,3 +188,44 @@ def test_deepseek_v3_at_tp_8_prices_a_decode_and_a_prefill_pass(hardware):
         assert 0.0 < a8 < a1
         assert tp8.breakdown("target", *batch)["allreduce"] > 0.0
     assert tp8.step_time("target", *prefill) > tp8.step_time("target", *decode)
+
+
+def test_triton_mla_carries_decode_by_the_kernels_head_blocks():
+    # vLLM's Triton MLA decode (triton_decode_attention._decode_grouped_att_m_fwd, BLOCK_H =
+    # 16) reads the latent KV once per 16-head block: under a law of the KV read alone, 128
+    # heads' decode cells are 32 heads' x 8 / 2 and 64 heads' x 8 / 4 (geometric mean); under
+    # a law of the FLOPs alone they are 32 heads' x 4 and 64 heads' x 2, as before the rule
+    from specbatch.simulator.cost.measured.aic_attention import AttnFit
+    from specbatch.simulator.cost.measured.aic_mla import (
+        carried_cells,
+        core_rows,
+        head_blocks,
+        head_cells,
+        triton_decode,
+    )
+    from specbatch.simulator.cost.measured.aic_pricer import mla_gemm
+
+    assert [head_blocks(h, True) for h in (1, 2, 16, 17, 32, 128)] == [1, 1, 1, 2, 2, 8]
+    assert head_blocks(128, False) == 1
+    assert [triton_decode(s, "bfloat16") for s in
+            ("a100_sxm", "l40s", "rtx_pro_6000_server", "h100_sxm", "b200_sxm")] == [
+        True, True, True, False, False]
+    grids = head_cells(*core_rows("rtx_pro_6000_server", "bfloat16",
+                                  mla_gemm("rtx_pro_6000_server")))
+    kv_only = AttnFit(floor=0.0, per_request=0.0, per_request_head=0.0, flops_rate=np.inf,
+                      kv_rate=1e12)
+    flops_only = dataclasses.replace(kv_only, flops_rate=1e14, kv_rate=np.inf)
+    d32, d64 = grids[32][0][2], grids[64][0][2]
+    got, how = carried_cells(grids, kv_only, 128, 2.0, exclude=True, triton=True)
+    np.testing.assert_allclose(got[0][2], np.sqrt(d64 * 2.0 * d32 * 4.0))
+    assert how.startswith("decode transferred from 64, 32 heads (Triton MLA")
+    untriton, _ = carried_cells(grids, kv_only, 128, 2.0, exclude=True, triton=False)
+    np.testing.assert_allclose(untriton[0][2], np.sqrt(d64 * d32))
+    got, _ = carried_cells(grids, flops_only, 128, 2.0, exclude=True, triton=True)
+    np.testing.assert_allclose(got[0][2], np.sqrt(d64 * 2.0 * d32 * 4.0))
+    # one head runs decode_attention_fwd_normal, another kernel: no decode source for two
+    # heads (4 and 8 instead), still a prefill source (the prefill kernel is not Triton's)
+    got, how = carried_cells(grids, kv_only, 2, 2.0, exclude=True, triton=True)
+    np.testing.assert_allclose(got[0][2], np.sqrt(grids[4][0][2] * grids[8][0][2]))
+    np.testing.assert_allclose(got[1][2], np.sqrt(grids[1][1][2] * grids[4][1][2]))
+    assert how.startswith("decode transferred from 4, 8 heads") and how.endswith("from 1, 4")
