@@ -56,9 +56,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specbatch.array_cache import cached_arrays, content_digest
+from specbatch.array_cache import content_digest
 from specbatch.errors import SpecbatchError, require
 from specbatch.limits import MAX_CONTEXT_TOKENS
+from specbatch.simulator.workload.plain_csv import kept_lengths_table, lengths_table
 
 if TYPE_CHECKING:  # pandas loads with a workload file's reader, not for a trace's requests
     import pandas as pd
@@ -198,32 +199,13 @@ def read_workload_file(path: str | Path, tokenizer: str | None = None,
     key = (str(path), suffix, content_digest(data))
     got = _READ.get(key)
     if got is None and suffix == ".csv":
-        got = kept_plain_lengths(data, key[2])
+        got = kept_lengths_table(data, key[2], COLUMN_ALIASES, MAX_CONTEXT_TOKENS)
     if got is None:
         got = read_workload_file_uncached(path, tokenizer, seed)
         if len(_READ) >= _READ_MAX:
             _READ.pop(next(iter(_READ)))
         _READ[key] = got
     return {name: arr.copy() for name, arr in got.items()}
-
-
-def kept_plain_lengths(data: bytes, digest: str) -> dict[str, np.ndarray] | None:
-    """:func:`plain_lengths` of a CSV's bytes (``digest``: their content digest), kept in the
-    cache folder so the next process reads the arrays back instead of parsing the text
-    (specbatch.array_cache; keyed by the bytes' digest and the parser's modules); None when
-    the file is not a plain lengths table."""
-    from specbatch.simulator.workload.plain_csv import lengths_table
-
-    def build() -> dict[str, np.ndarray] | None:
-        table = lengths_table(data, COLUMN_ALIASES, MAX_CONTEXT_TOKENS)
-        return None if table is None else {name: table[name] for name in
-                                           ("prompt_len", "output_len", "arrival")}
-
-    kept = cached_arrays("workloads", (digest, repr(COLUMN_ALIASES), MAX_CONTEXT_TOKENS),
-                         (Path(__file__), Path(__file__).with_name("plain_csv.py")), build)
-    if kept is None:
-        return None
-    return {**kept, "category": np.full(kept["prompt_len"].shape[0], None, dtype=object)}
 
 
 def read_workload_file_uncached(path: str | Path, tokenizer: str | None = None,
@@ -253,8 +235,6 @@ def read_workload_file_uncached(path: str | Path, tokenizer: str | None = None,
 def plain_lengths(path: Path) -> dict[str, np.ndarray] | None:
     """:func:`read_with_pandas`'s arrays of a plain lengths-and-arrivals CSV read without
     pandas (simulator.workload.plain_csv.lengths_table), or None for any other file."""
-    from specbatch.simulator.workload.plain_csv import lengths_table
-
     return lengths_table(path.read_bytes(), COLUMN_ALIASES, MAX_CONTEXT_TOKENS)
 
 

@@ -19,7 +19,11 @@ ten) and Python's ``float`` both return.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+
+from specbatch.array_cache import cached_arrays
 
 #: Longest integer cell read here (10^15 < 2^53: exact as int64 and as float64).
 MAX_DIGITS = 15
@@ -143,3 +147,22 @@ def lengths_table(data: bytes, aliases: dict, max_tokens: int) -> dict[str, np.n
         out["arrival"] = times
     out["category"] = np.full(n, None, dtype=object)
     return out
+
+
+def kept_lengths_table(data: bytes, digest: str, aliases: dict, max_tokens: int
+                       ) -> dict[str, np.ndarray] | None:
+    """:func:`lengths_table` of a CSV's bytes (``digest``: their content digest), kept in the
+    cache folder so the next process reads the arrays back instead of parsing the text
+    (specbatch.array_cache; keyed by the bytes' digest, the aliases, the length limit and this
+    module's code); None when the file is not a plain lengths table."""
+
+    def build() -> dict[str, np.ndarray] | None:
+        table = lengths_table(data, aliases, max_tokens)
+        return None if table is None else {name: table[name] for name in
+                                           ("prompt_len", "output_len", "arrival")}
+
+    kept = cached_arrays("workloads", (digest, repr(aliases), max_tokens), (Path(__file__),),
+                         build)
+    if kept is None:
+        return None
+    return {**kept, "category": np.full(kept["prompt_len"].shape[0], None, dtype=object)}
