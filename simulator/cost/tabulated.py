@@ -313,22 +313,11 @@ def regime_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float
             resident = 0.0
         miss = g[R_MISS] * (skv + sq) * (1.0 - resident) * 1e-9
     o = R_CHUNKED if sqq > sq else R_DECODE
+    xs = (1.0, nn, kv, flops, trav, empty, miss)  # [7] the features x
     acc = 0.0
     for i in range(7):
         c = g[o + i]
-        x = 1.0
-        if i == 1:
-            x = nn
-        elif i == 2:
-            x = kv
-        elif i == 3:
-            x = flops
-        elif i == 4:
-            x = trav
-        elif i == 5:
-            x = empty
-        elif i == 6:
-            x = miss
+        x = xs[i]
         if c != 0.0 and x != 0.0:  # acc = fma(x, c, acc), emulated exactly
             p = x * c
             t = 134217729.0 * x  # Dekker's split (2^27 + 1): x = xh + xl, c = ch + cl
