@@ -58,6 +58,7 @@ from specbatch.simulator.cost.measured.aic_mixed import cold_args, cold_rate
 from specbatch.simulator.cost.measured.aic_mla import (
     carried_cells,
     core_rows,
+    coverage,
     fit,
     head_cells,
     triton_decode,
@@ -186,6 +187,8 @@ def mla_checks(system: str, kv: str) -> dict | None:
     measured module rows (kernel rows on A100); ``cells``, each interior column / row of a
     head count's own core grid left out (aic_attention.cell_check), against the core cells
     (the harder measure: the core is the module less its projections)."""
+    if not coverage(system).get(kv):  # refused: eager kernel rows (aic_mla.GRAPHED_SCOPE)
+        return None
     gemm = mla_gemm(system)
     d, p = core_rows(system, kv, gemm)
     grids = head_cells(d, p)

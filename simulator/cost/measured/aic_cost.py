@@ -55,7 +55,7 @@ from specbatch.simulator.cost.interface import ROLES, batch_sums, for_role
 from specbatch.simulator.cost.measured import aic_cache
 from specbatch.simulator.cost.measured.aic_curves import HEAD_DIMS, curve_files, load_curves
 from specbatch.simulator.cost.measured.aic_import import AIC_PRESETS, bundled_laws
-from specbatch.simulator.cost.measured.aic_mla import CORE_DIMS
+from specbatch.simulator.cost.measured.aic_mla import CORE_DIMS, eager_mla
 from specbatch.simulator.cost.measured.aic_mla import coverage as mla_coverage
 from specbatch.simulator.cost.measured.aic_pricer import AicPricer
 from specbatch.simulator.cost.measured.sources import fitted_gpu
@@ -174,6 +174,10 @@ def mla_covers(system: str, shape: ModelShape, kv: str, tp: int) -> str | None:
                 f"{CORE_DIMS} only")
     heads = mla_coverage(system).get(kv)
     if not heads:
+        if eager_mla(system, kv):
+            return (f"{system}'s {kv} KV MLA rows are eager kernel timings (AIConfigurator's "
+                    f"legacy collect_mla.py, no CUDA graph: a ~0.3 ms host floor), not a "
+                    f"CUDA-graph forward")
         return f"no {kv} KV MLA table on {system}"
     per_gpu = shape.heads // tp
     if shape.heads % tp or not 1 <= per_gpu <= 2 * max(heads):

@@ -3,8 +3,9 @@
 What the rows time (traces.public.aiconfigurator): on H100 / H200 / B200 / L40S / RTX PRO 6000
 (vLLM 0.24.0 tables, scope "module") the whole ``DeepseekV2MLAAttention`` forward of
 DeepSeek-V3 at H query heads on one GPU; on A100 (0.14.0, scope "kernel") the MLA backend's
-``impl.forward`` alone. vLLM's module is, per layer on one GPU (h hidden, r_q / r_kv the
-query / KV latent ranks, d_n, d_r, d_v the nope, rope and value widths)::
+``impl.forward`` alone, timed eagerly, which prices nothing (:data:`GRAPHED_SCOPE`). vLLM's
+module is, per layer on one GPU (h hidden, r_q / r_kv the query / KV latent ranks, d_n, d_r,
+d_v the nope, rope and value widths)::
 
     projections  fused q_a + kv_a  n = r_q + r_kv + d_r, k = h     (replicated)
                  q_b               n = H (d_n + d_r),    k = r_q
@@ -269,16 +270,31 @@ def core_holds(system: str, kv_dtype: str) -> tuple[str, ...]:
     return MODULE_HOLDS if scope == {"module"} else ()
 
 
+#: The rows' ``scope`` that times a CUDA-graph forward (traces.public.aiconfigurator: the
+#: module tables, ``collect_mla_module.py`` through ``helper.benchmark_with_power``, graph
+#: capture on). The other scope, "kernel" (vLLM 0.14 ``{generation,context}_mla_perf``, A100),
+#: came from AIConfigurator's legacy ``collector/vllm/collect_mla.py`` (last at 5ef50c9b,
+#: ``run_attention_torch``): three warm-up and six timed eager calls of ``impl.forward``
+#: between two CUDA events, so a row is the larger of the host's launch time and the GPU's.
+#: The host's ~0.3 ms floors every A100 row up to 0.5-2 ms of GPU work (1-128 heads, decode
+#: and prefill alike), with isolated rows 2-7x above it (host jitter over six calls); vLLM
+#: replays decode in a CUDA graph and pays none of it, and no row below the floor says what
+#: the GPU took. Such rows price nothing (:func:`coverage`).
+GRAPHED_SCOPE = "module"
+
+
 @functools.lru_cache(maxsize=16)
 def coverage(system: str) -> dict:
-    """KV dtype -> the head counts whose decode and prefill rows both span a grid (what
-    ``aic_covers`` asks; read from the bundled curves, no GEMM curve needed)."""
+    """KV dtype -> the head counts whose decode and prefill rows, timed in a CUDA graph
+    (:data:`GRAPHED_SCOPE`), both span a grid (what ``aic_covers`` asks; read from the
+    bundled curves, no GEMM curve needed)."""
     from specbatch.simulator.cost.measured.aic_attention import cells, has_grid
 
     frames = load_curves(system)
     d, p = frames.get("mla_decode"), frames.get("mla_prefill")
     if d is None or p is None:
         return {}
+    d, p = d[d["scope"] == GRAPHED_SCOPE], p[p["scope"] == GRAPHED_SCOPE]
     out = {}
     for kv in sorted(set(d["kv_dtype"]) & set(p["kv_dtype"])):
         dk, pk = d[d["kv_dtype"] == kv], p[p["kv_dtype"] == kv]
@@ -287,3 +303,13 @@ def coverage(system: str) -> dict:
         if heads:
             out[str(kv)] = heads
     return out
+
+
+def eager_mla(system: str, kv_dtype: str) -> bool:
+    """Whether ``system``'s MLA rows at ``kv_dtype`` exist but were all timed eagerly (no
+    :data:`GRAPHED_SCOPE` row): the reason :func:`coverage` leaves them out."""
+    rows = load_curves(system).get("mla_decode")
+    if rows is None:
+        return False
+    scopes = set(rows.loc[rows["kv_dtype"] == kv_dtype, "scope"])
+    return bool(scopes) and GRAPHED_SCOPE not in scopes

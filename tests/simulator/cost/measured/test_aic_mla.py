@@ -9,9 +9,11 @@ import dataclasses
 import numpy as np
 import pytest
 
+from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.measured.aic_cost import aic_covers
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_mla import V3, core_holds, mixed_mode, projections
+from specbatch.simulator.cost.measured.aic_mla import coverage as mla_coverage
 from specbatch.simulator.cost.measured.aic_pricer import op_curve
 from specbatch.simulator.cost.measured.laws import LayerShape, small_op_bytes
 from specbatch.simulator.cost.registry import build_cost_model
@@ -111,10 +113,24 @@ def test_a_module_rows_core_is_not_charged_rotary_again(lite):
                                     if name != "experts"), rel=1e-12)
 
 
-def test_a100s_kernel_rows_keep_rotary_in_the_small_ops():
-    # A100's rows time the backend's impl.forward alone: no rotary in its core
+def test_a100s_eager_kernel_rows_price_nothing():
+    # vLLM 0.14's A100 rows were timed as eager impl.forward calls (AIConfigurator's legacy
+    # collect_mla.py): every row at 1-16 heads, batch <= 32 and <= 510 cached tokens sits on
+    # the host's ~0.3 ms, which a CUDA-graph decode does not pay; they are refused by name
+    d = load_curves("a100_sxm")["mla_decode"]
+    small = d[(d["heads"] <= 16) & (d["batch"] <= 32) & (d["context"] <= 510)]["latency_s"]
+    assert set(d["scope"]) == {"kernel"} and small.min() > 2.5e-4
+    assert mla_coverage("a100_sxm") == {}
+    reason = aic_covers("a100", get_shape("deepseek-v2-lite"), None, 1)
+    assert "eager" in reason and "collect_mla.py" in reason and "\n" not in reason
+    with pytest.raises(SpecbatchError, match="eager"):
+        build_cost_model("aic", "a100", "deepseek-v2-lite", "llama-3.2-1b")
+    # every other GPU's MLA rows time the CUDA-graph module, and its core holds rotary
+    for system in ("h100_sxm", "h200_sxm", "b200_sxm", "l40s", "rtx_pro_6000_server"):
+        assert set(load_curves(system)["mla_decode"]["scope"]) == {"module"}
+        assert mla_coverage(system)["bfloat16"]
+        assert core_holds(system, "bfloat16") == ("attn_rope",)
     assert core_holds("a100_sxm", "bfloat16") == ()
-    assert core_holds("h200_sxm", "fp8") == core_holds("l40s", "bfloat16") == ("attn_rope",)
 
 
 def _core_law(system, kv):
