@@ -7,9 +7,17 @@ provenance in traces/data/configs/provenance.json: repository, how it was writte
 was judged against). Ids match case-insensitively. Instruct and base checkpoints of one
 architecture share a shape (the fields the cost model reads are the same).
 
-Not here, on purpose: Llama-4 (its config.json nests the text model under ``text_config`` and
-interleaves MoE layers with a shared expert, which traces.models.hf_config does not read) and
-Gemma-3 4B and larger (multimodal configs, ``text_config`` nested likewise).
+Llama-4-Scout (base and Instruct share the text model's fields) is its bundled config.json's
+text model (traces.models.hf_llama4: 48 MoE layers of 16 experts, top-1, with a shared expert;
+36 of the 48 layers attend in 8192-token chunks, priced as an 8192 window, exact up to 8192
+tokens of context and an upper bound beyond); the vision tower is not priced. Its FP8
+checkpoint (RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic, compressed-tensors) is not
+catalogued: its config.json was not found to bundle; the Instruct id with ``quantization =
+"fp8"`` prices the same 1-byte weights (a config.json path of that checkpoint reads its
+``quantization_config`` as fp8 too: traces.models.hf_moe).
+
+Not here, on purpose: Gemma-3 4B and larger (multimodal configs with ``text_config``, whose
+fields have not been bundled and checked).
 
 :data:`HEADS` names published EAGLE-3 heads (the ids engines' own docs and sources use) so that
 tune and plan can write a complete engine line; a target without one gets a marked
@@ -32,6 +40,8 @@ CATALOGUE: dict[str, str] = {
     "meta-llama/Llama-3.2-1B-Instruct": "llama-3.2-1b",
     "meta-llama/Llama-3.2-3B-Instruct": "configs/llama-3.2-3b-instruct",
     "meta-llama/Llama-3.3-70B-Instruct": "llama-3.1-70b",  # the same architecture fields
+    "meta-llama/Llama-4-Scout-17B-16E": "configs/llama-4-scout-17b-16e-instruct",
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": "configs/llama-4-scout-17b-16e-instruct",
     "Qwen/Qwen3-8B": "configs/qwen3-8b",
     "Qwen/Qwen3-32B": "configs/qwen3-32b",
     "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b",

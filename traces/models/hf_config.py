@@ -19,8 +19,14 @@ attention_head_dim          head_dim, when it differs from hidden / heads (Qwen3
 experts, top_k, ...         mixture-of-experts fields: traces.models.hf_moe
 kv_lora_rank, ...           multi-head latent attention fields: traces.models.hf_moe
 sliding_window, ...         sliding-window layers (layer_types, ...): traces.models.hf_window
+Llama-4 (llama4_text)       its MoE layers, shared expert, dense MLP and chunked local
+                            attention: traces.models.hf_llama4
 mtp_layers                  num_nextn_predict_layers (default 0: no MTP module)
 ==========================  =====================================================
+
+A multimodal config (Llama-4, Gemma-3 >= 4B) is read for its text model: ``text_config``'s
+fields, with the top level's where the text model has none (:func:`text_model`); the vision
+tower and projector are not priced (text-only serving).
 
 ``torch_dtype`` (or ``dtype``) is checked against what the roofline prices: 2-byte weights
 and KV. ``bfloat16`` and ``float16`` are served as they are; ``float32`` checkpoints are
@@ -41,7 +47,9 @@ from pathlib import Path
 
 from specbatch.errors import SpecbatchError
 from specbatch.limits import INT64_MAX
+from specbatch.traces.models.hf_llama4 import LLAMA4_MOE_KEYS, is_llama4, llama4_fields
 from specbatch.traces.models.hf_moe import (
+    KNOWN_KEYS,
     check_unknown_moe_fields,
     mla_fields,
     moe_fields,
@@ -91,9 +99,18 @@ def read_hf_config(name: str) -> ModelShape:
         raise SpecbatchError(f"{where}: expected JSON, got {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise SpecbatchError(f"{where}: expected a JSON object, got {type(data).__name__}")
-    data = {**data.get("text_config", {}), **data} if isinstance(data.get("text_config"), dict) \
-        else data
-    return shape_from_fields(data, str(name), where)
+    return shape_from_fields(text_model(data), str(name), where)
+
+
+def text_model(data: dict) -> dict:
+    """A multimodal config's text model as one flat config: ``text_config``'s fields, with the
+    top level's (``quantization_config``, ``torch_dtype``, ``tie_word_embeddings``,
+    ``architectures``, ``vision_config``, ...) where the text model has none; a config without
+    ``text_config`` as it is."""
+    text = data.get("text_config")
+    if not isinstance(text, dict):
+        return data
+    return {**{k: v for k, v in data.items() if k != "text_config"}, **text}
 
 
 def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
@@ -101,7 +118,9 @@ def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
     mixture-of-experts fields and the refusals: :mod:`traces.models.hf_moe`)."""
     quant = read_quantization(data, where)
     mla = mla_fields(data, where)
-    check_unknown_moe_fields(data, where)
+    llama4 = is_llama4(data)
+    check_unknown_moe_fields(data, where, known=KNOWN_KEYS | LLAMA4_MOE_KEYS if llama4
+                             else KNOWN_KEYS)
     values = {name_: _field(data, keys, where) for name_, keys in FIELD_KEYS.items()}
     kv = data.get("num_key_value_heads")
     values["kv_heads"] = values["heads"] if kv is None else _positive(kv, "num_key_value_heads",
@@ -110,12 +129,16 @@ def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
                   if data.get(k) is not None), None)
     values["intermediate"] = (4 * values["hidden"] if inter is None
                               else _positive(inter, "intermediate_size", where))
-    values.update(moe_fields(data, values["layers"], None if inter is None
-                             else values["intermediate"], where))
+    if llama4:  # its dense MLP, experts, shared expert and chunked layers: hf_llama4
+        values.update(llama4_fields(data, values["layers"], where))
+    else:
+        values.update(moe_fields(data, values["layers"], None if inter is None
+                                 else values["intermediate"], where))
     values["attention_head_dim"] = _check_heads(data, values, where)
     values.update(mla)
     values.update(quant)
-    values.update(window_fields(data, values["layers"], where))
+    if not llama4:
+        values.update(window_fields(data, values["layers"], where))
     mtp = data.get("num_nextn_predict_layers")  # DeepSeek-V3 / GLM-4.5 / MiMo MTP modules
     values["mtp_layers"] = 0 if mtp in (None, 0) else _positive(mtp, "num_nextn_predict_layers",
                                                                 where)

@@ -219,12 +219,13 @@ def mla_fields(data: dict, where: str) -> dict:
     return out
 
 
-def check_unknown_moe_fields(data: dict, where: str, prefix: str = "", depth: int = 0) -> None:
+def check_unknown_moe_fields(data: dict, where: str, prefix: str = "", depth: int = 0,
+                             known: frozenset = KNOWN_KEYS) -> None:
     """Refuse any expert/MoE-named field this module does not read (also inside nested
     objects: DBRX's ``ffn_config.moe_num_experts``) whose value could change the shape: an
     integer > 1, a numeric string, a list or an object. Coefficients (floats such as
     ``router_aux_loss_coef``), flags, names (``"moe_router_dtype": "float32"``) and zeros
-    pass."""
+    pass. ``known``: the top-level fields read (Llama-4 adds its own: traces.models.hf_llama4)."""
     if depth > MAX_NESTING:
         raise SpecbatchError(f"{where}: field {prefix.rstrip('.')}: expected at most "
                              f"{MAX_NESTING} nested objects, got more")
@@ -233,10 +234,9 @@ def check_unknown_moe_fields(data: dict, where: str, prefix: str = "", depth: in
         if key == "quantization_config":
             continue
         if isinstance(value, dict):
-            check_unknown_moe_fields(value, where, f"{name}.", depth + 1)
+            check_unknown_moe_fields(value, where, f"{name}.", depth + 1, known)
         lowered = str(key).lower()
-        if ("expert" not in lowered and "moe" not in lowered) or (not prefix
-                                                                     and key in KNOWN_KEYS):
+        if ("expert" not in lowered and "moe" not in lowered) or (not prefix and key in known):
             continue
         shaping = (isinstance(value, (list, dict)) and bool(value)) or (
             isinstance(value, str) and value.strip().lstrip("-").isdigit()) or (

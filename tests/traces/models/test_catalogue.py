@@ -24,6 +24,8 @@ PUBLISHED = {
     "openai/gpt-oss-20b": (21.0, None),
     "openai/gpt-oss-120b": (117.0, None),
     "google/gemma-3-1b-it": (1.0, None),
+    # 109 B with the vision tower, which the text model's shape does not count (107.8 B)
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": (109.0, 17.0),
 }
 
 
