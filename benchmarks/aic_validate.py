@@ -6,8 +6,10 @@
 Data: the bundled compact AIConfigurator curves (traces/data/aiconfigurator/curves; fitted and
 judged on them only). Per estimator (simulator.cost.measured.aic_ops, aic_attention):
 
-Every curve is judged against its cleaned points (aic_ops.monotone: non-decreasing by the
-suffix minimum, isolated upward spikes recarry), the values the cost interpolates.
+Every curve is judged against its cleaned raw points (aic_ops.monotone: non-decreasing by the
+suffix minimum, isolated upward spikes recarry); the cost interpolates the GEMM cells read
+cold (aic_cold.cold_gemm), so a GEMM row also gives the error on the cells the cold floor
+leaves unchanged, and an MLA row the error on the module rows its cold floors leave.
 
 - GEMM, MoE, **measured**: an op whose shape is timed is its measured curve interpolated in
   the row coordinate; judged by leaving each interior grid point out and interpolating it from
