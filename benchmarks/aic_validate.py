@@ -6,8 +6,10 @@
 Data: the bundled compact AIConfigurator curves (traces/data/aiconfigurator/curves; fitted and
 judged on them only). Per estimator (simulator.cost.measured.aic_ops, aic_attention):
 
-Every curve is judged against its cleaned points (aic_ops.monotone: non-decreasing by the
-suffix minimum, isolated upward spikes recarry), the values the cost interpolates.
+Every curve is judged against its cleaned raw points (aic_ops.monotone: non-decreasing by the
+suffix minimum, isolated upward spikes recarry); the cost interpolates the GEMM cells read
+cold (aic_cold.cold_gemm), so a GEMM row also gives the error on the cells the cold floor
+leaves unchanged, and an MLA row the error on the module rows its cold floors leave.
 
 - GEMM, MoE, **measured**: an op whose shape is timed is its measured curve interpolated in
   the row coordinate; judged by leaving each interior grid point out and interpolating it from
@@ -63,7 +65,7 @@ from specbatch.simulator.cost.measured.aic_mla import (
     head_cells,
     triton_decode,
 )
-from specbatch.simulator.cost.measured.aic_ops import interp_check, monotone
+from specbatch.simulator.cost.measured.aic_ops import ShapeCurves, interp_check, monotone
 from specbatch.simulator.cost.measured.aic_pricer import (
     attention_cells,
     mla_gemm,
@@ -86,23 +88,41 @@ def record(signed: np.ndarray, check: str, **extra) -> dict:
 
 
 def curve_checks(system: str, family: str, dtype: str) -> dict:
-    """{"measured": ..., "transfer": ...} of one GEMM / MoE group."""
+    """{"measured": ..., "transfer": ...} of one GEMM / MoE group: the curves as the cost reads
+    them (GEMM cells read cold, aic_cold.cold_gemm) judged against the raw rows (cleaned:
+    monotone), and against the raw rows the cold floor leaves unchanged (``unchanged_mape``)."""
     sc = shape_curves(system, family, dtype)
-    logs, lins, trans = [], [], []
+    frame = load_curves(system)[family]
+    raw = ShapeCurves(family, frame[frame["dtype"] == dtype], None, {}).points
+    logs, lins, trans, same = [], [], [], []
     for key, (grid, secs) in sc.points.items():
-        mono = monotone(secs)  # the cleaned curve: the truth of both checks
-        logs.append(interp_check(grid, mono, "loglog"))
-        lins.append(interp_check(grid, mono, "linear"))
+        mono = monotone(secs)  # the cleaned curve the cost interpolates
+        truth = monotone(raw[key][1])  # the cleaned raw rows: the truth of both checks
+        keep = mono == truth  # the cells the cold floor leaves as timed
+        inner = np.arange(1, len(grid) - 1)
+        logs.append(interp_check(grid, mono, "loglog") * mono[inner] / truth[inner]
+                    + mono[inner] / truth[inner] - 1.0)
+        lins.append(interp_check(grid, mono, "linear") * mono[inner] / truth[inner]
+                    + mono[inner] / truth[inner] - 1.0)
         curve = sc.curve(key, exclude=True)
         pred = np.array([curve.at(float(x)) for x in grid])
-        trans.append(pred / mono - 1.0)
-    log, lin = np.concatenate(logs), np.concatenate(lins)
+        trans.append(pred / truth - 1.0)
+        same.append((keep[inner], keep))
+    log, lin, tr = np.concatenate(logs), np.concatenate(lins), np.concatenate(trans)
+    keep_in = np.concatenate([k[0] for k in same])
+    keep_all = np.concatenate([k[1] for k in same])
+
+    def kept(err, mask):
+        return round(float(np.abs(err[mask]).mean()), 4) if mask.any() else None
+
+    moved = int((~keep_all).sum())
     return {"measured": record(log, "each interior grid point left out, log-log from its "
                                     "neighbours", linear_mape=round(float(np.abs(lin).mean()), 4),
-                               shapes=len(sc.points)),
-            "transfer": record(np.concatenate(trans), "each timed shape left out, priced from "
-                                                      "its 2 nearest (law x ratio)",
-                               shapes=len(sc.points))}
+                               shapes=len(sc.points), cold_moved=moved,
+                               unchanged_mape=kept(log, keep_in)),
+            "transfer": record(tr, "each timed shape left out, priced from its 2 nearest "
+                                   "(law x ratio)", shapes=len(sc.points), cold_moved=moved,
+                               unchanged_mape=kept(tr, keep_all))}
 
 
 def stand_in(system: str, kv: str, key: tuple) -> tuple:
@@ -196,6 +216,7 @@ def mla_checks(system: str, kv: str) -> dict | None:
         return None
     kv_bytes = 1.0 if kv == "fp8" else 2.0
     loso = {"decode": [], "prefill": [], "short": []}
+    same = {"decode": [], "prefill": []}  # the rows the cold floors leave as timed
     cell = {"decode": [], "prefill": [], "short": []}
     for h, got in grids.items():
         c = cell_check(got)
@@ -213,6 +234,9 @@ def mla_checks(system: str, kv: str) -> dict | None:
                                 r[col].to_numpy(np.float64), part == 0)
             e = (pred + r["projections_s"].to_numpy()) / r["module_s"].to_numpy() - 1
             loso["prefill" if part else "decode"].append(e)
+            keep = np.isclose(r["cold_s"].to_numpy(), r["module_s"].to_numpy(), rtol=1e-9,
+                              atol=0.0)
+            same["prefill" if part else "decode"].append(e[keep])
             if not part:
                 loso["short"].append(e[r["context"].to_numpy() < SHORT])
 
@@ -227,7 +251,10 @@ def mla_checks(system: str, kv: str) -> dict | None:
                         f"{scope} rows; and each interior core grid column / row left out",
                   shapes=len(grids), shapes_reached=len(grids), worst=worst, decode_by="grid",
                   scope=scope, **{f"shape_{k}_mape": mape(v) for k, v in loso.items()},
-                  **{f"cells_{k}_mape": mape(v) for k, v in cell.items()})
+                  **{f"cells_{k}_mape": mape(v) for k, v in cell.items()},
+                  **{f"unchanged_{k}_mape": mape(v) for k, v in same.items()},
+                  cold_moved={k: int(sum(len(a) for a in loso[k]) - sum(len(a) for a in v))
+                              for k, v in same.items()})
 
 
 def allreduce_checks(system: str) -> dict | None:
@@ -291,6 +318,11 @@ def table(checks: dict, target: float = TARGET) -> list[str]:
                    f"{100 * rec['shape_prefill_mape']:.1f} %; core cells left out: decode "
                    f"{100 * rec['cells_decode_mape']:.1f} %, prefill "
                    f"{100 * rec['cells_prefill_mape']:.1f} %")
+            if any(rec.get("cold_moved", {}).values()):
+                est += (f"; rows read cold moved (decode / prefill) {rec['cold_moved']['decode']}"
+                        f" / {rec['cold_moved']['prefill']}, the others: decode "
+                        f"{100 * rec['unchanged_decode_mape']:.1f} %, prefill "
+                        f"{100 * rec['unchanged_prefill_mape']:.1f} %")
             ok = "yes" if rec["worst"] <= target else "**no**"
             out.append(f"| {system} | {versions.get(system, '?')} | {op} | {est} | "
                        f"{100 * rec['mape']:.1f} % ({100 * rec['p90']:.0f} %) | {ok} |")
@@ -301,6 +333,9 @@ def table(checks: dict, target: float = TARGET) -> list[str]:
             est = f"measured curve, log-log in rows (linear: {100 * rec['linear_mape']:.1f} %)"
         else:
             est = "transfer from the 2 nearest timed shapes"
+        if rec.get("cold_moved"):
+            est += (f"; {rec['cold_moved']} cells read cold, the others "
+                    f"{100 * rec['unchanged_mape']:.1f} %")
         ok = "yes" if rec["mape"] <= target else "**no**"
         out.append(f"| {system} | {versions.get(system, '?')} | {op} | {est} | "
                    f"{100 * rec['mape']:.1f} % ({100 * rec['p90']:.0f} %) | {ok} |")

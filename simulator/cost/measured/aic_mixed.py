@@ -41,7 +41,8 @@ FlashInfer on RTX PRO 6000 fp8 (tests pin the agreement).
   shape of the head width, on a CTA axis, are the unpacked cells U: FA2_VARLEN
   (grid_attention states the law).
 
-**Cold KV** (:func:`cold_rate`, aic_attention.grid_tables): the collector times each decode
+**Cold KV** (:func:`cold_rate`, aic_attention.grid_tables; the GEMM cells' like rule:
+aic_cold): the collector times each decode
 cell over the same KV cache it warmed on (``run_attention_torch``: 3 warm-up and 6 timed
 runs of one ``kv_cache``), so a cell whose KV fits the L2 is read from the L2; in a serving
 pass a layer's KV is read once, after the other layers' weights went through the L2. A
@@ -59,6 +60,7 @@ import numpy as np
 
 from specbatch.simulator.cost.gpus.catalogue import GPUS, Gpu
 from specbatch.simulator.cost.measured.aic_cells import attention_rows, shape_cells
+from specbatch.simulator.cost.measured.aic_cold import COLD_BYTES, read_rate
 from specbatch.simulator.cost.tabulated import ONE_CALL, TWO_LAUNCHES, fa2_mixed
 
 #: Shared memory per SM by compute capability x 10 (CUDA C++ Programming Guide, technical
@@ -69,8 +71,6 @@ SMEM_PER_SM = {80: 164 * 1024, 86: 100 * 1024, 87: 164 * 1024, 89: 100 * 1024,
 #: 64 query rows per CTA, 4 warps; at most 2 CTAs per SM (flash_api.cpp
 #: ``set_params_splitkv``: "multiply number of SMs by 2 ... 128 threads per block").
 FA2_ROWS, FA2_MAX_CTAS_PER_SM = 64, 2
-#: KV bytes past which no bundled GPU's L2 (<= 128 MB) holds a decode cell's KV.
-COLD_BYTES = 2.0 ** 30
 
 
 def fa2_block_n(head_dim: int) -> int:
@@ -120,10 +120,7 @@ def cold_rate(system: str, kv_dtype: str) -> float | None:
     kv = (d["batch"].to_numpy(np.float64) * d["kv_heads"].to_numpy(np.float64)
           * (d["context"].to_numpy(np.float64) + 1.0) * 2.0
           * d["head_dim"].to_numpy(np.float64) * e)
-    big = kv >= COLD_BYTES
-    if not big.any():
-        return None
-    return float(np.max(kv[big] / d["latency_s"].to_numpy(np.float64)[big]))
+    return read_rate(kv, d["latency_s"].to_numpy(np.float64), COLD_BYTES)
 
 
 def unpacked_cells(system: str, kv_dtype: str, head_dim: int) -> tuple | None:

@@ -58,6 +58,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.measured.aic_cells import attention_rows
+from specbatch.simulator.cost.measured.aic_cold import floored, gemm_rate
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.tabulated import DECODE_PATH, TWO_LAUNCHES
 
@@ -120,28 +121,57 @@ def v3_projection_seconds(gemm, heads: int, q: np.ndarray) -> np.ndarray:
     return total
 
 
+def core_bytes(heads: np.ndarray, tokens: np.ndarray, kv_bytes: float) -> np.ndarray:
+    """Bytes the core reads at least once per call # [rows]: the absorbed kv_b weights
+    (W_UK / W_UV, bf16 n = H (d_n + d_v), k = r_kv) and the latent KV of ``tokens`` # [rows]
+    (r_kv + d_r numbers each, ``kv_bytes`` a number)."""
+    heads = np.asarray(heads, dtype=np.float64)
+    return (heads * (V3[4] + V3[5]) * V3[2] * 2.0
+            + np.asarray(tokens, dtype=np.float64) * 2 * WIDTH * kv_bytes)
+
+
+def v3_projection_bytes(heads: int) -> float:
+    """Weight bytes of DeepSeek-V3's bf16 projections at ``heads`` heads."""
+    return float(sum(n * k * 2.0 for n, k in projections(*V3, heads).values()))
+
+
 def core_rows(system: str, kv_dtype: str, gemm):
     """(decode, prefill) MLA rows of ``system`` at ``kv_dtype`` in the serving range
     (aic_cells' limits) with ``module_s`` (the row's time), ``projections_s`` (V3's
-    projections, 0 on a kernel-only row) and ``latency_s`` the core (module docstring), as
-    attention rows of width :data:`WIDTH` (aic_attention's columns) whose KV heads are the
-    decode kernel's :func:`head_blocks` (1 but on the Triton kernel's decode rows: the
-    prefill rows write each new token's latent KV once)."""
+    projections, 0 on a kernel-only row), ``latency_s`` the core and ``cold_s`` the row as
+    the core and projections price it (module docstring), as attention rows of width
+    :data:`WIDTH` (aic_attention's columns) whose KV heads are the decode kernel's
+    :func:`head_blocks` (1 but on the Triton kernel's decode rows: the prefill rows write each
+    new token's latent KV once).
+
+    Read cold (aic_cold; the collector replays one module over one KV cache, and a module of
+    <= 16 heads, 52-73 MB of bf16 weights, fits a 96-128 MB L2): a row no faster than its
+    weights (projections and the core's kv_b) and its latent KV (decode B (c + 1) tokens,
+    prefill B s) at the GPU's cold bf16 weight read (aic_cold.gemm_rate), and the core no
+    faster than its own bytes (:func:`core_bytes`) at that rate (nor than :data:`MIN_CORE`);
+    ``gemm`` gives the projections as the GEMM curves read them (cold)."""
     d, p = attention_rows(system, kv_dtype, "mla")
     triton = triton_decode(system, kv_dtype)
+    rate = gemm_rate(system, "bfloat16")
+    e = 1.0 if kv_dtype == "fp8" else 2.0
     out = []
-    for rows, q in ((d, d["batch"]), (p, p["batch"] * p["prompt"])):
+    for rows, q, kv in ((d, d["batch"], d["batch"] * (d["context"] + 1)),
+                        (p, p["batch"] * p["prompt"], p["batch"] * p["prompt"])):
         blocks = [head_blocks(h, triton and rows is d) for h in rows["heads"]]
         rows = rows.assign(kv_heads=blocks, head_dim=WIDTH, module_s=rows["latency_s"])
         proj = np.zeros(len(rows))
+        weights = np.zeros(len(rows))
         module = (rows["scope"] == "module").to_numpy()
         heads = rows["heads"].to_numpy()
         qq = q.to_numpy(dtype=np.float64)
         for h in np.unique(heads[module]):
             at = module & (heads == h)
             proj[at] = v3_projection_seconds(gemm, int(h), qq[at])
-        rows = rows.assign(projections_s=proj)
-        rows["latency_s"] = np.maximum(rows["module_s"].to_numpy() - proj, MIN_CORE)
+            weights[at] = v3_projection_bytes(int(h))
+        own = core_bytes(heads, kv.to_numpy(dtype=np.float64), e)
+        cold = floored(rows["module_s"].to_numpy(), weights + own, rate)
+        core = floored(np.maximum(cold - proj, MIN_CORE), own, rate)
+        rows = rows.assign(projections_s=proj, latency_s=core, cold_s=proj + core)
         out.append(rows.reset_index(drop=True))
     return out[0], out[1]
 

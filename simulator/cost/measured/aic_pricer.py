@@ -40,6 +40,7 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.gpus.hardware import Hardware
 from specbatch.simulator.cost.measured import aic_cache
 from specbatch.simulator.cost.measured.aic_cells import attention_rows, own_cells, shape_cells
+from specbatch.simulator.cost.measured.aic_cold import cold_gemm, gemm_rate
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import bundled_laws
 from specbatch.simulator.cost.measured.aic_mixed import cold_args, gpu_of, mixed_mode
@@ -67,7 +68,9 @@ KV_WEIGHT = (2.0, 1.0)
 @functools.lru_cache(maxsize=32)
 def shape_curves(system: str, family: str, dtype: str) -> ShapeCurves:
     """The measured curves of ``family`` at ``dtype`` on ``system`` and the law of the same
-    (dtype, kernel) group its transfer uses (a one-line error when none is bundled)."""
+    (dtype, kernel) group its transfer uses (a one-line error when none is bundled); a GEMM
+    cell no faster than its weights read cold (aic_cold.cold_gemm: the collector replays
+    L2-resident weights; numpy and compiled passes read the same curves)."""
     frames = load_curves(system)
     frame = frames.get(family)
     if family == "allreduce":
@@ -77,6 +80,8 @@ def shape_curves(system: str, family: str, dtype: str) -> ShapeCurves:
     rows = None if frame is None else frame[frame["dtype"] == dtype]
     if rows is None or rows.empty:
         raise SpecbatchError(f"aic {system}: no {dtype} {family} curve bundled")
+    if family == "gemm":  # the weights read cold (aic_cold)
+        rows = cold_gemm(rows, gemm_rate(system, dtype), dtype)
     kernel = str(rows["kernel"].iloc[0])
     laws = bundled_laws().get(system, (None, []))[1]
     law = next((w for w in laws if w.family == family and w.group.get("dtype") == dtype
