@@ -26,8 +26,8 @@ as::
   its last measured count, then 2 h V / tp FLOPs per further row at the preset's fitted GEMM
   efficiency: logits at every query position, the package's convention), plus the measured
   sampler at n sequences.
-- ``launch``: the execution preset's floors, as :mod:`simulator.cost.measured.calibrated` (the
-  profiles ran eager and time kernels, not launch gaps).
+- ``launch``: the execution preset's floors, as :mod:`simulator.cost.measured.calibrated_role`
+  (the profiles ran eager and time kernels, not launch gaps).
 
 A dense role whose (GPU, tp, shape) has no bundled cell is priced from the GPU's nearest cell
 (:mod:`simulator.cost.measured.transfer`); a MoE or MLA role without its own cell, or a quantised
