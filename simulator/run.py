@@ -35,16 +35,15 @@ from specbatch.errors import SpecbatchError, require
 from specbatch.io import result_dir, write_json
 from specbatch.limits import check_memory, check_simulation, simulation_bytes
 from specbatch.simulator.config.sim_config import (
-    FREE_DRAFTS,
     SimConfig,
-    to_toml,
     validate_against_trace,
     validate_config,
 )
+from specbatch.simulator.config.toml_writer import to_toml
 from specbatch.simulator.cost.features.graph_padding import pad_to_graphs
 from specbatch.simulator.cost.registry import weight_bits_notes
 from specbatch.simulator.cost.verify_cost import verify_cost_for, verify_notes
-from specbatch.simulator.defaults import one_hot_drafter
+from specbatch.simulator.defaults import FREE_DRAFTS, one_hot_drafter
 from specbatch.simulator.engine.core import Engine
 from specbatch.simulator.engine.kv import (
     cap_to_model_len,

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from specbatch.simulator.config.sim_config import load_config, make_config, to_toml
+from specbatch.simulator.config.sim_config import load_config, make_config
+from specbatch.simulator.config.toml_writer import to_toml
 from specbatch.simulator.run import simulate
 from tests.simulator.helpers import LinearCost
 
