@@ -1,5 +1,5 @@
 """A config written back as TOML (:func:`to_toml`): the config.toml of a result folder, the
-identity a result is keyed by (simulator.run.config_identity), a plan's point files.
+identity a result is keyed by (simulator.sim_result.config_identity), a plan's point files.
 
 Apart from the field declarations (simulator.config.sim_config) because it is what a run keeps
 of its config: the settings that re-run it as it ran, in declaration order, and no others.
