@@ -193,7 +193,8 @@ def write_live(result: LiveResult, out: str | Path, manifest: dict,
     ``final``: where the folder will be once complete when ``out`` is a temporary folder
     (:func:`specbatch.io.result_dir`); ``config.toml`` names the trace and profile there.
     """
-    from specbatch.simulator.config.sim_config import make_config, to_toml
+    from specbatch.simulator.config.sim_config import make_config
+    from specbatch.simulator.config.toml_writer import to_toml
     from specbatch.traces.format.files import write_trace
 
     out = Path(out)

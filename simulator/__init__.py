@@ -1,7 +1,7 @@
 """specbatch simulator: discrete-event replay of batch speculative decoding.
 
 Entry points: :class:`SimConfig` / :func:`load_config` (simulator.config.sim_config),
-:func:`simulate` -> :class:`SimResult` (simulator.run), the policy registry
+:func:`simulate` -> :class:`SimResult` (simulator.run, simulator.sim_result), the policy registry
 :data:`POLICIES` (simulator.policies.registry) and the cost models (simulator.cost.registry).
 
 The names are loaded on first use, so importing one light submodule (``simulator.config.sim_config``
@@ -17,11 +17,12 @@ from specbatch.lazy import lazy_attributes
 if TYPE_CHECKING:
     from specbatch.simulator.config.sim_config import SimConfig, load_config
     from specbatch.simulator.policies.registry import POLICIES
-    from specbatch.simulator.run import SimResult, simulate
+    from specbatch.simulator.run import simulate
+    from specbatch.simulator.sim_result import SimResult
 
 #: Exported name -> the submodule that defines it.
 _EXPORTS = {"SimConfig": "config.sim_config", "load_config": "config.sim_config",
-            "POLICIES": "policies.registry", "SimResult": "run", "simulate": "run"}
+            "POLICIES": "policies.registry", "SimResult": "sim_result", "simulate": "run"}
 
 __all__ = ["POLICIES", "SimConfig", "SimResult", "load_config", "simulate"]
 

@@ -12,6 +12,8 @@ holds a seeded share of the trace's requests out of replay for the policies that
 them (simulator.policies.calibration); ``cuda_graph_sizes`` pads the cost model's passes to
 captured sizes
 (simulator.cost.features.graph_padding). Same config ⇒ byte-identical :meth:`SimResult.write` files.
+The result and its folder are :mod:`simulator.sim_result`'s; the engine's side of a run, once
+its inputs are prepared here, is :mod:`simulator.engine_run`'s.
 :func:`simulate_to` runs one into a result folder, streaming the step table to its steps.parquet
 while the engine runs (simulator.step_stream: the same bytes, without holding the table; ``simulate
 --out``).
@@ -19,33 +21,26 @@ while the engine runs (simulator.step_stream: the same bytes, without holding th
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import shutil
-import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from specbatch.errors import SpecbatchError, require
-from specbatch.io import result_dir, write_json
+from specbatch.io import result_dir
 from specbatch.limits import check_memory, check_simulation, simulation_bytes
 from specbatch.simulator.config.sim_config import (
-    FREE_DRAFTS,
     SimConfig,
-    to_toml,
     validate_against_trace,
     validate_config,
 )
 from specbatch.simulator.cost.features.graph_padding import pad_to_graphs
 from specbatch.simulator.cost.registry import weight_bits_notes
 from specbatch.simulator.cost.verify_cost import verify_cost_for, verify_notes
-from specbatch.simulator.defaults import one_hot_drafter
-from specbatch.simulator.engine.core import Engine
+from specbatch.simulator.defaults import FREE_DRAFTS, one_hot_drafter
 from specbatch.simulator.engine.kv import (
     cap_to_model_len,
     check_fits,
@@ -54,106 +49,30 @@ from specbatch.simulator.engine.kv import (
     hybrid_notes,
     kv_capacity,
 )
-from specbatch.simulator.engine.v1.compiled import choose_engine
 from specbatch.simulator.engine.v1.compose import check_v1_workload, v1_lookahead
-from specbatch.simulator.engine.v1.driver import CompiledEngine
+from specbatch.simulator.engine_run import run_engine_columns
 from specbatch.simulator.metrics import (
     Columns,
-    FrameField,
     StepTotals,
     column,
-    frame,
     makespan,
-    request_columns,
     rows,
-    step_columns,
     summarize,
 )
 from specbatch.simulator.policies import knobs as pk
 from specbatch.simulator.policies.base import defines
 from specbatch.simulator.policies.calibration import calibrate_policy, split_trace
 from specbatch.simulator.policies.catalogue import entry
-from specbatch.simulator.policies.registry import Policy, make_policy
+from specbatch.simulator.policies.registry import make_policy
 from specbatch.simulator.replay.fitted_acceptance import acceptance_trace
 from specbatch.simulator.replay.profile_replay import profile_notes, profile_trace
+from specbatch.simulator.sim_result import RESULT_FILES, SimResult, config_identity
 from specbatch.simulator.step_stream import DropSteps, StepWriter
 from specbatch.simulator.workload.arrivals import Workload, build_workload
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from specbatch.simulator.cost.interface import CostModel
     from specbatch.traces.format.trace import Trace
-
-
-@dataclass(frozen=True, eq=False)
-class SimResult:
-    """Tables and summary of one run (definitions: simulator.metrics). The step table is
-    held (``step_table``) or, for a run streamed to a folder (:func:`simulate_to`), in
-    ``steps_file``; :attr:`steps` gives it either way. The run hands its tables over as
-    columns (simulator.metrics.Columns); ``requests`` and ``step_table`` read as DataFrames,
-    built on first read (simulator.metrics.FrameField), so a caller of the summary alone
-    never imports pandas."""
-
-    config: SimConfig
-    requests: pd.DataFrame = FrameField()
-    step_table: pd.DataFrame | None = FrameField()  # None: streamed to steps_file
-    summary: dict
-    notes: tuple[str, ...] = ()  # what the run did that the config alone does not show
-    steps_file: Path | None = None  # the streamed step table's Parquet file
-    #: The cost model that priced the run (before CUDA-graph padding), so a caller reporting
-    #: its sources (``specbatch simulate``) does not build it a second time.
-    cost_model: CostModel | None = dataclasses.field(default=None, repr=False)
-
-    @property
-    def steps(self) -> pd.DataFrame:
-        """The step table (read from :attr:`steps_file` on each access when streamed)."""
-        if self.step_table is not None:
-            return self.step_table
-        import pandas as pd
-
-        return pd.read_parquet(self.steps_file)
-
-    def write(self, out_dir: str | os.PathLike, force: bool = False) -> Path:
-        """Write requests.parquet, steps.parquet, summary.json, config.toml as the result
-        folder ``out_dir``, with the checks ``simulate --out`` applies
-        (specbatch.io.result_dir): ``out_dir`` may be new, empty, or a simulate result of the
-        same config (``force``: of any config), and is replaced whole; a trace, another kind
-        of result or other files raise :class:`SpecbatchError` naming ``out_dir``."""
-        identity = config_identity(self.config)
-        with result_dir(out_dir, "simulate", identity, "out_dir", force=force,
-                        legacy=RESULT_FILES) as tmp:
-            self.write_files(tmp)
-        return Path(out_dir)
-
-    def write_files(self, out_dir: str | os.PathLike) -> Path:
-        """The four files into the folder ``out_dir`` (created), next to whatever is there:
-        for a caller that owns the folder (a result_dir's temporary folder, validate's)."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        self.requests.to_parquet(out / "requests.parquet", index=False)
-        if self.step_table is not None:
-            self.step_table.to_parquet(out / "steps.parquet", index=False)
-        elif Path(self.steps_file).resolve() != (out / "steps.parquet").resolve():
-            shutil.copyfile(self.steps_file, out / "steps.parquet")
-        write_json(out / "summary.json", self.summary)
-        (out / "config.toml").write_text(to_toml(self.config))
-        return out
-
-
-#: The files of a simulate result (an older result without a marker holds only these).
-RESULT_FILES = ("requests.parquet", "steps.parquet", "summary.json", "config.toml")
-
-
-def config_identity(config: SimConfig) -> str:
-    """The hash of a run's resolved config: reruns of it may replace each other's results.
-    The ``engine`` that runs it is left out: both engines' results are bit-identical."""
-    import hashlib
-
-    if config.engine != "auto":
-        config = config.replace(engine="auto")
-    return hashlib.sha256(to_toml(config).encode()).hexdigest()[:20]
-
 
 
 def load_trace(config: SimConfig, allow_partial: bool = False) -> Trace:
@@ -243,78 +162,6 @@ def cap_workload(config: SimConfig, workload: Workload) -> Workload:
     if not notes:
         return workload
     return dataclasses.replace(workload, output_len=output_len, notes=workload.notes + notes)
-
-
-#: Simulations of at least this many requests show a progress bar when asked to (a run
-#: takes ~0.1 ms per request, so smaller ones finish in seconds).
-PROGRESS_MIN_REQUESTS = 100_000
-
-
-def run_engine(config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
-               policy: Policy, capacity: int | None, reference: bool = False,
-               progress: str | None = None, stop=None,
-               steps_to: StepWriter | DropSteps | None = None,
-               engines_ran: list | None = None
-               ) -> tuple[pd.DataFrame, pd.DataFrame | StepTotals | None]:
-    """Run ``policy`` (built from ``config``) on a prepared workload with ``capacity`` KV
-    tokens per replica; returns the request and step tables (DataFrames; the arguments are
-    :func:`run_engine_columns`')."""
-    requests, steps = run_engine_columns(config, trace, workload, cost, policy, capacity,
-                                         reference, progress, stop, steps_to, engines_ran)
-    return frame(requests), (frame(steps) if isinstance(steps, dict) else steps)
-
-
-def run_engine_columns(config: SimConfig, trace: Trace, workload: Workload, cost: CostModel,
-                       policy: Policy, capacity: int | None, reference: bool = False,
-                       progress: str | None = None, stop=None,
-                       steps_to: StepWriter | DropSteps | None = None,
-                       engines_ran: list | None = None
-                       ) -> tuple[Columns, Columns | StepTotals | None]:
-    """:func:`run_engine` with the tables as their columns (simulator.metrics.Columns: no
-    pandas).
-
-    progress: a label to show a bar of finished requests on stderr under (large runs only:
-    :data:`PROGRESS_MIN_REQUESTS`), or None. stop: the engine's early stop (simulator.engine.core).
-    steps_to: stream the step table to this writer as the run goes (simulator.step_stream);
-    the second result is then the table's :class:`~simulator.metrics.StepTotals` (None for
-    a :class:`~simulator.step_stream.DropSteps`, which keeps no step).
-    engines_ran: when a list, the engine that ran ("compiled" or "numpy",
-    simulator.engine.v1.compiled.choose_engine under ``config.engine``) is appended.
-    """
-    with finished_bar(progress if workload.n >= PROGRESS_MIN_REQUESTS else None,
-                      workload.n) as bar:
-        progress_to = bar.update if bar is not None else None
-        ran = choose_engine(config, policy, cost, reference=reference, stop=stop,
-                            workload=workload)
-        if ran == "compiled":
-            engine = CompiledEngine(config, trace, workload, cost, policy, capacity=capacity,
-                                    progress=progress_to, stop=stop)
-        else:
-            engine = Engine(config, trace, workload, cost, policy, capacity=capacity,
-                            reference=reference, progress=progress_to, stop=stop)
-        if engines_ran is not None:
-            engines_ran.append(ran)
-        if steps_to is not None:
-            engine.rec.step_rows.stream_to(steps_to)
-        rec = engine.run()
-        del engine  # its per-request state: the tables below need only the records
-    if steps_to is None:
-        return request_columns(rec, workload, config.client_ttft_s), step_columns(rec)
-    rec.step_rows.pack()  # the last rows to the writer
-    return request_columns(rec, workload, config.client_ttft_s), steps_to.close()
-
-
-@contextlib.contextmanager
-def finished_bar(label: str | None, total: int) -> Iterator:
-    """A tqdm bar on stderr counting finished requests, or None when ``label`` is None."""
-    if label is None:
-        yield None
-        return
-    from tqdm.auto import tqdm
-
-    with tqdm(total=total, desc=label, unit="req", file=sys.stderr, dynamic_ncols=True,
-              leave=False) as bar:
-        yield bar
 
 
 def simulate(config: SimConfig, trace: Trace | None = None, cost_model: CostModel | None = None,

@@ -28,7 +28,7 @@ from specbatch.lazy import lazy_attributes
 _EXPORTS = {
     "SimConfig": "specbatch.simulator.config.sim_config",
     "load_config": "specbatch.simulator.config.sim_config",
-    "SimResult": "specbatch.simulator.run",
+    "SimResult": "specbatch.simulator.sim_result",
     "simulate": "specbatch.simulator.run",
     "Trace": "specbatch.traces.format.trace",
     "read_trace": "specbatch.traces.format.files",
@@ -52,7 +52,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real objects
     from specbatch.analysis.sweep.spec import SweepSpec, load_spec, parse_spec
     from specbatch.errors import SpecbatchError
     from specbatch.simulator.config.sim_config import SimConfig, load_config
-    from specbatch.simulator.run import SimResult, simulate
+    from specbatch.simulator.run import simulate
+    from specbatch.simulator.sim_result import SimResult
     from specbatch.traces.format.files import read_trace
     from specbatch.traces.format.trace import Trace
 

@@ -89,7 +89,7 @@ FOLDER_ORDER = {
                "conform_samplers", "theorems"),
     "traces": ("corpus", "models", "format", "synth", "capture", "public", "acceptance"),
     "simulator": ("defaults", "replay", "cost", "policies", "config", "workload", "engine",
-                  "metrics", "saturation", "step_stream", "run"),
+                  "metrics", "saturation", "step_stream", "sim_result", "engine_run", "run"),
     "analysis": ("sensitivity", "sweep", "report", "engines", "plan", "validate", "tune",
                  "config_docs", "optimum", "endpoint"),
 }

@@ -70,7 +70,7 @@ def shared_cost(config: SimConfig) -> CostModel:
 
 def warm(cost):
     """Fill a calibrated model's per-role envelopes (the running maxima of the laws over the
-    correction grid, simulator.cost.measured.calibrated.RolePricer.monotone) by pricing one
+    correction grid, simulator.cost.measured.calibrated_role.RolePricer.monotone) by pricing one
     token."""
     for role in (getattr(cost, "roles", None) or {}).values():
         if hasattr(role, "per_token_parts"):

@@ -245,6 +245,6 @@ def target_floor(base, overhead: float, q_max: int, longest: int) -> PassFloor |
 
 def windowed_role(role) -> bool:
     """Whether ``role`` is a calibrated pricer whose only gap is its sliding-window layers."""
-    from specbatch.simulator.cost.measured.calibrated import RolePricer
+    from specbatch.simulator.cost.measured.calibrated_role import RolePricer
 
     return type(role) is RolePricer and bool(role.consts.sliding_layers)

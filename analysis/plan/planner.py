@@ -390,7 +390,8 @@ def choice_fields(base: dict, choice: Entry) -> dict:
 def choice_toml(base: dict, choice: Entry) -> str:
     """The chosen configuration as a ``simulate`` TOML config (only the fields it sets:
     :func:`choice_fields`)."""
-    from specbatch.simulator.config.sim_config import make_config, to_toml
+    from specbatch.simulator.config.sim_config import make_config
+    from specbatch.simulator.config.toml_writer import to_toml
 
     fields = choice_fields(base, choice)
     config = make_config(fields)

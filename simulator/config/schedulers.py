@@ -1,7 +1,7 @@
 """The scheduler catalogue: one row per step composer, the single place its identity is written.
 
 Every former name list and ``scheduler == "vllm-v1"`` test is derived from :data:`CATALOGUE`:
-the ``scheduler`` field's choices (simulator.config.sim_config.SCHEDULERS), its defaults
+the ``scheduler`` field's choices (simulator.config.field_values.SCHEDULERS), its defaults
 (``enable_chunked_prefill``, ``max_num_batched_tokens``), the checks a configuration must
 pass (simulator.config.checks, simulator.run), the composer object the engine holds
 (simulator.engine.core builds :meth:`SchedulerEntry.load`'s class), whether the prefix cache and

@@ -14,16 +14,19 @@ The checks live in :mod:`simulator.config.checks` (re-exported here): the static
 those that need the trace (draft depth against the trace's K, KV capacity against the
 largest request) in :func:`validate_against_trace`. Every failure is one line,
 ``config FILE: field X: expected Y, got Z`` (exit code 2 through the CLI).
+
+The values the fields choose from are named in :mod:`simulator.config.field_values`, a config
+file's TOML table is read by :mod:`simulator.config.toml_reader`, and a config is written back
+as TOML by :mod:`simulator.config.toml_writer`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import stat
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -61,6 +64,24 @@ from specbatch.simulator.config.checks import (  # noqa: F401 - importable from 
     validate_config,
 )
 from specbatch.simulator.config.config_memo import remembered_configs  # noqa: F401 - importable here
+from specbatch.simulator.config.field_values import (
+    ACCEPTANCE_MODELS,
+    ALIASES,
+    ARRIVALS,
+    COSTS,
+    ENGINES,
+    KV_MODES,
+    POLICY_NAMES,
+    PREDICTORS,
+    ROUTERS,
+    SAMPLINGS,
+    SCHEDULERS,
+    THRESHOLD_MODES,
+    Value,
+    draft_names,
+    model_names,
+)
+from specbatch.simulator.config.toml_reader import parse_toml
 from specbatch.simulator.cost.analytic.precision import KV_CACHE_DTYPES, QUANTIZATIONS
 from specbatch.simulator.cost.gpus.hardware import (
     DEFAULT_EXECUTION,
@@ -70,55 +91,10 @@ from specbatch.simulator.cost.gpus.hardware import (
     HARDWARE,
     VERIFY_COSTS,
 )
-from specbatch.simulator.defaults import (
-    CLIENT_TTFT_S,
-    FREE_DRAFTS,
-    HEAD_DRAFTS,
-    V1_DEFAULT_BATCHED_TOKENS,
-)
+from specbatch.simulator.defaults import CLIENT_TTFT_S, V1_DEFAULT_BATCHED_TOKENS
 from specbatch.simulator.policies import catalogue
 from specbatch.simulator.policies import knobs as pk
 from specbatch.simulator.replay.rules import names as rule_names
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
-ARRIVALS = ("burst", "poisson", "gamma", "trace")
-ROUTERS = ("round_robin", "least_outstanding", "vllm_dp_lb")
-#: The ``cost`` field's names (simulator.cost.registry.COST_NAMES; "auto": simulator.cost.resolve).
-COSTS = ("auto", "roofline", "profiled", "calibrated", "aic")
-#: The ``engine`` field's values (simulator.engine.v1.compiled).
-ENGINES = ("auto", "compiled", "numpy")
-SAMPLINGS = ("auto", "in_order", "resample")
-THRESHOLD_MODES = ("cumulative", "per_token")
-KV_MODES = ("reserve", "paged")
-#: Step composers (simulator.config.schedulers, one row each): vLLM V1's unified token budget
-#: (simulator.engine.v1.compose), or V0's prefill-first steps (the papers' setting).
-SCHEDULERS = schedulers.names()
-#: ``predictor``: TETRIS's estimate of P(τ ≥ j) (simulator.replay.accept_predictor.PREDICTORS).
-PREDICTORS = ("confidence", "learned", "logistic")
-#: ``acceptance``: replay the trace's acceptance, or a model fitted from it
-#: (simulator.replay.fitted_acceptance.ACCEPTANCE_MODELS).
-ACCEPTANCE_MODELS = ("trace", "constant", "per-position")
-#: The built-in policies (simulator.policies.catalogue, which simulator.policies.registry.POLICIES
-#: loads), named from the catalogue so a ``--help`` lists them without importing the engine.
-POLICY_NAMES = catalogue.names()
-#: Override/TOML spellings that map onto a field name.
-ALIASES = {"k": "num_speculative_tokens", "e": "extra", "n": "requests"}
-#: A TOML or config value: what a field may hold.
-Value = str | int | float | bool | None
-
-
-def _model_names() -> tuple[str, ...]:
-    from specbatch.traces.models.shapes import SHAPES
-
-    return tuple(sorted(SHAPES))
-
-
-def _draft_names() -> tuple[str, ...]:
-    return _model_names() + FREE_DRAFTS + HEAD_DRAFTS
 
 
 @dataclass(frozen=True)
@@ -290,7 +266,7 @@ class SimConfig:
     hardware: str = knob("h100", "roofline hardware preset (any case)",
                          names=lambda: tuple(sorted(HARDWARE)), every_name=True)
     target: str = knob("vicuna-33b", "target model: a shape name (roofline) or the profile's "
-                       "model name", names=_model_names)
+                       "model name", names=model_names)
     draft: str = knob("vicuna-68m", "draft model: a shape name (roofline) or the profile's "
                       "model name; ngram: a host-side prompt-lookup drafter with no GPU pass "
                       "(simulator.cost.features.free_draft), its CPU time once per step under "
@@ -298,7 +274,7 @@ class SimConfig:
                       "speculative method names): a head on the target's hidden states, its "
                       "shape derived from the target's, pass 1 over the target's whole pass "
                       "then k - 1 one-token passes (simulator.cost.features.draft_head)",
-                      names=_draft_names)
+                      names=draft_names)
     draft_head: str | None = knob(
         None, "the head's config.json (vLLM's speculative_config model) for draft eagle / "
         "eagle3: LlamaForCausalLMEagle3 or EagleLlamaForCausalLM, its num_hidden_layers, "
@@ -489,7 +465,7 @@ def read_toml(path: str | Path) -> dict[str, Value]:
     """A config file's fields (flat, or one ``[simulate]`` table), aliases resolved and each
     value of its field's exact TOML type (``max_num_seqs = "64"`` is refused)."""
     where = f"config {path}"
-    data = _parse_toml(Path(path), where)
+    data = parse_toml(Path(path), where)
     if "simulate" in data and isinstance(data["simulate"], dict):
         data = {**{k: v for k, v in data.items() if k != "simulate"}, **data["simulate"]}
     for key, value in data.items():
@@ -499,30 +475,6 @@ def read_toml(path: str | Path) -> dict[str, Value]:
     return {name: check_toml_value(specs()[name], value, where) for name, value in values.items()}
 
 
-def _parse_toml(path: Path, where: str) -> dict:
-    """The TOML table of a regular file (never opens a FIFO or a device, which could block);
-    binary, deeply nested or unreadable files are one-line errors."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise SpecbatchError(f"{where}: expected an existing TOML file, got no such file") from None
-    except OSError as exc:
-        raise SpecbatchError(
-            f"{where}: expected a readable TOML file, got {exc.strerror}") from None
-    if not stat.S_ISREG(mode):
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise SpecbatchError(f"{where}: expected a TOML file, got {kind}")
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except OSError as exc:
-        raise SpecbatchError(
-            f"{where}: expected a readable TOML file, got {exc.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise SpecbatchError(f"{where}: expected valid TOML, got {exc}") from None
-    except RecursionError:
-        raise SpecbatchError(f"{where}: expected a flat TOML table, got values nested too "
-                             "deeply to read") from None
 
 
 def load_config(path: str | Path | None = None, **overrides: Value) -> SimConfig:
@@ -540,31 +492,3 @@ def load_config_given(path: str | Path | None = None, **overrides: Value
     values = read_toml(path) if path is not None else {}
     values.update(_canonical(overrides, "overrides"))
     return make_config(values, "config" if path is None else f"config {path}"), frozenset(values)
-
-
-def _applies(name: str, policy: str) -> bool:
-    """Whether ``policy`` reads the field ``name`` (to_toml writes only those)."""
-    if name == "num_speculative_tokens":  # dsd: a k given would set dsd_max_k on reading
-        return policy not in NO_K_POLICIES
-    return catalogue.KNOB_POLICY.get(name, policy) == policy
-
-
-def to_toml(config: SimConfig) -> str:
-    """The config as a flat TOML table, fields in declaration order. Omitted: None fields, and
-    the settings the run's policy ignores and ``simulate --config`` would refuse as given to
-    it (checks.check_settings_apply) or read differently: ``num_speculative_tokens`` for ar
-    and dsd (whose window is ``dsd_max_k``), an engine policy's knob for another policy. So a
-    written config re-runs as it ran."""
-    lines = []
-    for f in fields(SimConfig):
-        value = getattr(config, f.name)
-        if value is None or not _applies(f.name, config.policy):
-            continue
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, (int, float)):
-            text = repr(value)
-        else:
-            text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-        lines.append(f"{f.name} = {text}")
-    return "\n".join(lines) + "\n"

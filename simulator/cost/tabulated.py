@@ -257,10 +257,11 @@ R_DECODE, R_CHUNKED, R_LENGTH = 10, 17, 24
 
 def regime_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float) -> float:
     """Seconds of one pass's attention from the packed regime law ``g`` (:func:`pack_regimes`:
-    simulator.cost.measured.lss.AttentionLaw over L layers, the LLMServingSim GPUs' attention)::
+    simulator.cost.measured.lss_attention.AttentionLaw over L layers, the LLMServingSim GPUs'
+    attention)::
 
         n' = max(n, 1)                                 (LssPricer.parts)
-        x  = (1, n', B_kv, ω·F, ω·B_H, E, B_miss)      (lss.attention_features at n')
+        x  = (1, n', B_kv, ω·F, ω·B_H, E, B_miss)      (lss_attention.attention_features at n')
         A  = L · (x · c_chunked if Σq² > Σq else x · c_decode)
 
     each feature by attention_features' expressions in its order (its np.round(·, 6) being
@@ -280,7 +281,7 @@ def regime_attention(g, n: float, sq: float, skv: float, sqkv: float, sqq: float
     kv = g[R_KV] * (skv + sq) * 1e-9
     flops = g[R_FLOPS] * (sqkv + 0.5 * (sqq + sq)) * 1e-12
     trav = g[R_TRAV] * (skv + sq) * 1e-9
-    spread = sqq - sq * sq / nn  # lss.longest_query: the longest request's query tokens
+    spread = sqq - sq * sq / nn  # lss_attention.longest_query: longest request's query tokens
     if spread < 0.0:
         spread = 0.0
     spread = spread * (nn - 1.0) / nn
@@ -349,7 +350,8 @@ def pack_regimes(layers: float, heads: float, kv_heads: float, head_dim: float,
     H/tp query heads and H_kv/tp KV heads (max 1), head_dim d, the KV dtype's bytes b, the
     split-KV kernel's query rows per CTA, the GPU's SMs S and L2 bytes (S = 0: ω = 1 and no
     misses), the coefficients [7] per regime; each feature's constant factor multiplied out
-    in lss.attention_features' order (2b·H_kv·d, 4·H·d, 2b·H·d, 2b·d, 2b·(H − H_kv)·d)."""
+    in lss_attention.attention_features' order (2b·H_kv·d, 4·H·d, 2b·H·d, 2b·d,
+    2b·(H − H_kv)·d)."""
     if len(decode) != 7 or len(chunked) != 7 or not tile_rows > 0:
         raise ValueError(f"pack_regimes: 7 coefficients per regime and tile_rows > 0, got "
                          f"{len(decode)}, {len(chunked)}, {tile_rows}")

@@ -107,8 +107,8 @@ def kv_capacity(config: SimConfig, cost: CostModel) -> int | None:
 def windowed_shapes(config: SimConfig) -> tuple:
     """(target, draft) shapes of a run where one has sliding-window layers (the draft None
     for a host-side drafter), else ()."""
-    from specbatch.simulator.config.sim_config import FREE_DRAFTS
     from specbatch.simulator.cost.features.draft_head import config_head
+    from specbatch.simulator.defaults import FREE_DRAFTS
     from specbatch.traces.models.shapes import find_shape
 
     target = find_shape(str(config.target))

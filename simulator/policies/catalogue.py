@@ -2,7 +2,7 @@
 
 Every former name list is derived from :data:`CATALOGUE`: the registry
 (simulator.policies.registry.POLICIES, classes loaded from each row's ``path``), ``--help``'s list
-(simulator.config.sim_config.POLICY_NAMES), the settings a policy would ignore (``extra``, k,
+(simulator.config.field_values.POLICY_NAMES), the settings a policy would ignore (``extra``, k,
 verify, ``predictor``, an engine knob; simulator.config.checks, simulator.policies.knobs), the
 policies that calibrate, the tree policies and the live loop's (live.config.LIVE_POLICIES). A new
 built-in is one class plus one row here. The module imports nothing of the simulator, so the

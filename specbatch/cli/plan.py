@@ -237,9 +237,8 @@ def build_question(args: argparse.Namespace):
     from specbatch.analysis.plan.planner import Question, check_band
     from specbatch.analysis.plan.slo import Slos
     from specbatch.analysis.plan.space import PLAN_POLICIES, Space, check_space, parse_prices
-    from specbatch.simulator.config.sim_config import FREE_DRAFTS
     from specbatch.simulator.cost.gpus.hardware import HARDWARE, get_hardware
-    from specbatch.simulator.defaults import HEAD_DRAFTS
+    from specbatch.simulator.defaults import FREE_DRAFTS, HEAD_DRAFTS
     from specbatch.traces.models.shapes import get_shape
 
     check_slo_bounds(args)

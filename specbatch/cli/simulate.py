@@ -94,7 +94,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from specbatch.simulator.run import RESULT_FILES, config_identity, simulate, simulate_to
+    from specbatch.simulator.run import simulate, simulate_to
+    from specbatch.simulator.sim_result import RESULT_FILES, config_identity
 
     overrides = {name: getattr(args, name) for name in specs()
                  if getattr(args, name) is not None}

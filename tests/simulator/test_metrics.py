@@ -12,6 +12,7 @@ import pytest
 
 from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.cost.features.host import CLIENT_TTFT_S
+from specbatch.simulator.engine_run import run_engine
 from specbatch.simulator.metrics import (
     client_view,
     column_sum,
@@ -20,7 +21,8 @@ from specbatch.simulator.metrics import (
     summarize,
 )
 from specbatch.simulator.policies.registry import make_policy
-from specbatch.simulator.run import SimResult, run_engine, simulate
+from specbatch.simulator.run import simulate
+from specbatch.simulator.sim_result import SimResult
 from specbatch.simulator.workload.arrivals import build_workload
 from tests.simulator.helpers import LinearCost
 

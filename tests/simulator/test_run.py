@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from specbatch.simulator.config.sim_config import load_config, make_config, to_toml
+from specbatch.simulator.config.sim_config import load_config, make_config
+from specbatch.simulator.config.toml_writer import to_toml
 from specbatch.simulator.run import simulate
 from tests.simulator.helpers import LinearCost
 
@@ -105,7 +106,7 @@ def test_progress_counts_every_finished_request_once_and_changes_nothing(
         synth_trace_natural, monkeypatch, capsys):
     import contextlib
 
-    import specbatch.simulator.run as run
+    import specbatch.simulator.engine_run as engine_run
 
     config = load_config(None, trace="synth", policy="tetris", extra=1, requests=40,
                          replicas=2, arrival="poisson", rate=8.0, speedup=True)
@@ -125,8 +126,8 @@ def test_progress_counts_every_finished_request_once_and_changes_nothing(
         assert total == 40
         yield None if label is None else Bar(label)
 
-    monkeypatch.setattr(run, "PROGRESS_MIN_REQUESTS", 1)
-    monkeypatch.setattr(run, "finished_bar", fake_bar)
+    monkeypatch.setattr(engine_run, "PROGRESS_MIN_REQUESTS", 1)
+    monkeypatch.setattr(engine_run, "finished_bar", fake_bar)
     loud = simulate(config, synth_trace_natural, cost_model=COST, progress=True)
     assert set(updates) == {"simulate", "simulate ar (speedup)"}
     assert all(sum(n) == 40 and min(n) >= 1 for n in updates.values())

@@ -1,7 +1,7 @@
 """The calibrated cost model's passes as PassTables (simulator.cost.tabulated): the form the
 compiled vllm-v1 loop evaluates (simulator.engine.v1.kernel).
 
-:class:`~simulator.cost.measured.calibrated.RolePricer.total` is exactly the tabulated form::
+:class:`~simulator.cost.measured.calibrated_role.RolePricer.total` is exactly the tabulated form::
 
     gpu = ((L[Q] + A(Σq, Σc, Σq·c, Σq²)) + C[Q]) + H[r]
     t   = gpu + (fixed + max(0, floor − gpu))

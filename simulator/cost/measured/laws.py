@@ -37,8 +37,8 @@ message size and world size. Three laws, each fitted per GPU type:
   (:class:`SmallOpLaw`); non-negative least squares relative to the layer time, per op.
   Fitted on gated (SwiGLU) models only: the shapes traces.models.shapes describes.
 - **All-reduce** of s bytes on a world of n GPUs: t = α_n + s / γ_n, fitted per (cluster,
-  n) with 1/t weights; :mod:`simulator.cost.measured.calibrated` prefers interpolating the measured
-  curve where one exists and uses this law elsewhere.
+  n) with 1/t weights; :mod:`simulator.cost.measured.calibrated_role` prefers interpolating the
+  measured curve where one exists and uses this law elsewhere.
 
 Shapes are :class:`LayerShape` (one decoder layer's per-model dimensions), so a fit can be
 validated on a model it never saw (leave-one-shape-out, benchmarks/cost_vs_public.py).
@@ -396,7 +396,8 @@ def fit_from_dict(d: dict) -> GpuFit:
 def envelope(fn, q: np.ndarray, grid: np.ndarray) -> np.ndarray:
     """``fn`` (vectorised over token counts) made non-decreasing: the running maximum of
     fn(grid) interpolated linearly at q # [rows]; beyond the grid the last value times fn's
-    own growth (simulator.cost.measured.calibrated prices every corrected law through this)."""
+    own growth (simulator.cost.measured.calibrated_role prices every corrected law through
+    this)."""
     q = np.asarray(q, dtype=np.float64)
     vals = np.maximum.accumulate(fn(grid))  # [G]
     inside = np.interp(np.minimum(q, grid[-1]), grid, vals)

@@ -27,12 +27,12 @@ from __future__ import annotations
 import numpy as np
 
 from specbatch.simulator.cost.measured.lss import (
-    DTYPE_BYTES,
     LAYER_MODULES,
     MLP_MODULES,
     PASS_MODULES,
     PCIE_LINK,
 )
+from specbatch.simulator.cost.measured.lss_attention import DTYPE_BYTES
 from specbatch.simulator.cost.tabulated import AttentionLaw, PassTable, tabulate
 
 #: Token counts (besides Q = 0, 1, Q_max and each curve's last grid point ± 1) at which a

@@ -1,8 +1,8 @@
 """Where the calibrated cost model's numbers come from: the stored laws fitted on Vidur's
 public profiles (:mod:`simulator.cost.measured.laws`), the measured NCCL all-reduce curves, the
 validated errors, the bundled per-layer table cells, and how an MoE / MLA layer's GEMMs are laid
-out for the laws. :mod:`simulator.cost.measured.calibrated` prices a pass from these (its docstring
-states the model and its assumptions)."""
+out for the laws. :mod:`simulator.cost.measured.calibrated_role` prices a pass from these (its
+docstring states the model and its assumptions)."""
 
 from __future__ import annotations
 

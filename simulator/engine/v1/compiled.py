@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.config.sim_config import ENGINES  # noqa: F401 - the field's values
+from specbatch.simulator.config.field_values import ENGINES  # noqa: F401 - the field's values
 from specbatch.simulator.engine.v1.numba_start import import_arraymath
 from specbatch.simulator.engine.v1.pass_tables import (  # noqa: F401 - pass_tables: tests
     MAX_TABLE_TOKENS,

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from specbatch.fields import fail
-from specbatch.simulator.config.sim_config import FREE_DRAFTS
+from specbatch.simulator.defaults import FREE_DRAFTS
 from specbatch.simulator.engine.admission import Admission
 from specbatch.simulator.engine.kv import preempted_columns
 from specbatch.simulator.engine.prefix import PrefixCache

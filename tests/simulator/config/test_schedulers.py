@@ -17,6 +17,7 @@ import pytest
 from specbatch.errors import SpecbatchError
 from specbatch.live.config import SCHEDULERS as LIVE_SCHEDULERS
 from specbatch.simulator.config import schedulers
+from specbatch.simulator.config.field_values import SCHEDULERS
 from specbatch.simulator.config.schedulers import (
     BY_NAME,
     CATALOGUE,
@@ -24,7 +25,7 @@ from specbatch.simulator.config.schedulers import (
     names,
     scheduler_entry,
 )
-from specbatch.simulator.config.sim_config import SCHEDULERS, load_config
+from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.defaults import V1_DEFAULT_BATCHED_TOKENS
 from specbatch.simulator.engine.composers import StepComposer
 

@@ -13,9 +13,9 @@ from specbatch.simulator.config.sim_config import (
     SimConfig,
     check_extra_applies,
     load_config,
-    to_toml,
     validate_against_trace,
 )
+from specbatch.simulator.config.toml_writer import to_toml
 from tests.simulator.helpers import const_trace
 
 
@@ -163,7 +163,7 @@ def test_every_field_declares_its_help_and_its_type_comes_from_the_annotation():
 
 
 def test_the_policy_choices_are_the_policy_registry():
-    from specbatch.simulator.config.sim_config import POLICY_NAMES
+    from specbatch.simulator.config.field_values import POLICY_NAMES
     from specbatch.simulator.policies.registry import POLICIES
 
     assert POLICY_NAMES == tuple(sorted(POLICIES))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specbatch.simulator.config.sim_config import COSTS
+from specbatch.simulator.config.field_values import COSTS
 from specbatch.simulator.cost import resolve
 from specbatch.simulator.cost.registry import COST_NAMES, build_cost_model
 from specbatch.simulator.cost.resolve import CostAsk, CostChoice, resolve_cost

@@ -11,8 +11,8 @@ import dataclasses
 
 import pytest
 
+from specbatch.simulator.config.field_values import SCHEDULERS
 from specbatch.simulator.config.schedulers import BY_NAME
-from specbatch.simulator.config.sim_config import SCHEDULERS
 from specbatch.simulator.engine.state import EnginePart
 from specbatch.simulator.engine.v0 import V0Step
 from tests.simulator.engine.test_state import small_engine

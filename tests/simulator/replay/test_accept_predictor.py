@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from specbatch.errors import SpecbatchError
-from specbatch.simulator.config.sim_config import PREDICTORS
+from specbatch.simulator.config.field_values import PREDICTORS
 from specbatch.simulator.policies.calibration import split_trace
 from specbatch.simulator.replay import accept_predictor as pred
 from specbatch.traces.format.describe import weighted_auc

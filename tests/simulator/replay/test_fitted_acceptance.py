@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specbatch.simulator.config.sim_config import ACCEPTANCE_MODELS, load_config
+from specbatch.simulator.config.field_values import ACCEPTANCE_MODELS
+from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.replay import fitted_acceptance as acc
 from specbatch.simulator.run import simulate
 from specbatch.traces.format.trace import make_trace

@@ -210,8 +210,8 @@ def materialised(trace, workload):
 def test_wrapped_positions_replay_the_rows_a_copy_would(tmp_path, policy, verify, kv_mode):
     """Reading row base + t mod L on the fly gives the run that materialised copies of the
     wrapped rows give, table for table (the engine never copies positions)."""
+    from specbatch.simulator.engine_run import run_engine
     from specbatch.simulator.policies.registry import make_policy
-    from specbatch.simulator.run import run_engine
     from specbatch.traces.synth import SynthConfig, synth_trace
     from tests.simulator.helpers import LinearCost
 

@@ -25,8 +25,8 @@ from specbatch.simulator.cost.analytic.precision import (
 )
 from specbatch.simulator.cost.analytic.roofline import RooflineCost, pass_constants
 from specbatch.simulator.cost.gpus.hardware import HARDWARE, get_hardware
-from specbatch.simulator.cost.measured.calibrated import (
-    CalibratedCost,
+from specbatch.simulator.cost.measured.calibrated import CalibratedCost
+from specbatch.simulator.cost.measured.calibrated_role import (
     format_scales,
     quantized_layer_seconds,
 )

@@ -22,7 +22,7 @@ from specbatch.simulator.cost.analytic.window import (
 from specbatch.simulator.cost.gpus.hardware import get_hardware
 from specbatch.simulator.cost.interface import batch_sums
 from specbatch.simulator.cost.measured.calibrated import CalibratedCost
-from specbatch.simulator.cost.measured.lss import attention_features
+from specbatch.simulator.cost.measured.lss_attention import attention_features
 from specbatch.simulator.cost.report import roofline_split
 from specbatch.simulator.run import simulate
 from specbatch.traces.models.model_shape import ModelShape

@@ -255,7 +255,7 @@ def test_auto_without_numba_runs_on_numpy_with_one_note(monkeypatch, capsys):
 
 def test_the_engine_is_not_part_of_a_runs_identity():
     """Both engines' results are bit-identical: a rerun under the other may replace them."""
-    from specbatch.simulator.run import config_identity
+    from specbatch.simulator.sim_result import config_identity
 
     ids = {config_identity(load_config(None, engine=e)) for e in ("auto", "numpy", "compiled")}
     assert len(ids) == 1
@@ -855,7 +855,7 @@ def test_priority_admission_is_bit_identical(tmp_path, policy, seqs):
 @needs_numba
 def test_dsd_ends_in_the_state_the_numpy_engine_leaves_it():
     """DynamicSD's k_now, steps and α after a run: the same under both engines."""
-    from specbatch.simulator.run import run_engine
+    from specbatch.simulator.engine_run import run_engine
     from specbatch.simulator.workload.arrivals import build_workload
 
     trace = default_trace()

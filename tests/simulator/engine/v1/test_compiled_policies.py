@@ -127,7 +127,7 @@ def test_the_batch_size_tables_change_k_with_the_batch():
 def test_ema_adaptive_ends_in_the_state_the_numpy_engine_leaves_it():
     """Each slot's steps, EMA and batch count, and the slot routed to last: the same after
     either engine's run (replica 0's copy is the run's policy)."""
-    from specbatch.simulator.run import run_engine
+    from specbatch.simulator.engine_run import run_engine
     from specbatch.simulator.workload.arrivals import build_workload
 
     trace = default_trace()
@@ -149,8 +149,9 @@ def test_ema_adaptive_ends_in_the_state_the_numpy_engine_leaves_it():
 def test_vllm_dynamic_table_is_filled_as_decide_would():
     """The compiled run asks best_k of every batch size up front: the entries the numpy run
     filled lazily are the same numbers."""
+    from specbatch.simulator.engine_run import run_engine
     from specbatch.simulator.policies.calibration import calibrate_policy
-    from specbatch.simulator.run import attach_verify_cost, run_engine
+    from specbatch.simulator.run import attach_verify_cost
     from specbatch.simulator.workload.arrivals import build_workload
 
     trace = default_trace()
