@@ -10,7 +10,9 @@ gives each row's evidence):
 2. ``aic``: AIConfigurator's per-op vLLM 0.24 kernel tables of the GPU
    (simulator.cost.measured.aic_cost), for the GPUs, model structures, precisions and head
    widths those tables hold: today's kernels (Vidur's 2024 H100 GEMMs are 17 % slower);
-   GEMMs, MoE and all-reduce within 8 % held out, attention 13-25 % per call;
+   GEMMs, MoE, all-reduce and attention (its grid law) within 8 % of the tables' rows held
+   out, but for L40S's GEMMs (9-10 %: its L2-warm cells are read cold, as a serving pass reads
+   its weights) and its MLA (10.7 %); A100's eager MLA rows price nothing;
 3. ``calibrated`` on a GPU with Vidur's per-op profiles of its own (A100, H100, A40): where
    the tables above do not reach (e.g. a head width AIConfigurator did not time);
 4. ``roofline``: datasheet peaks times assumed efficiencies; covers everything.
