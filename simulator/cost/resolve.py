@@ -8,8 +8,9 @@ gives each row's evidence):
    4090, RTX PRO 6000): whole decoder layers measured inside vLLM, and the bundled measured
    vLLM runs on those GPUs replay within 3 % TPOT and e2e with it (aic: -8 to -25 % TPOT);
 2. ``aic``: AIConfigurator's per-op vLLM 0.24 kernel tables of the GPU
-   (simulator.cost.measured.aic_cost), for the GPUs, model structures, precisions and head
-   widths those tables hold: today's kernels (Vidur's 2024 H100 GEMMs are 17 % slower);
+   (simulator.cost.measured.aic_cost), for the GPUs, model structures (sliding-window layers
+   included: the full-attention law at the windowed sums), precisions and head widths those
+   tables hold: today's kernels (Vidur's 2024 H100 GEMMs are 17 % slower);
    GEMMs, MoE and all-reduce within 8 % held out, attention 13-25 % per call;
 3. ``calibrated`` on a GPU with Vidur's per-op profiles of its own (A100, H100, A40): where
    the tables above do not reach (e.g. a head width AIConfigurator did not time);
