@@ -32,7 +32,10 @@ share is per layer. Assumed: a sliding layer costs what a full layer costs at th
 windowed mean context K^W / n (flash-attn skips the KV blocks wholly before a window; a
 partial block's masked keys taken as free), the query tokens past a request's first at the
 windowed pairs; nothing is fitted on windowed rows (the bundled tables hold none: aic_curves
-keeps ``window = 0``) and no windowed run checks it.
+keeps ``window = 0``). Judged on AIConfigurator's H100 windowed rows (benchmarks/aic_window.py,
+docs/fidelity.md): low where the window binds (decode -8 to -28 %, prefill -3 to -33 % mean,
+most at W = 128: the partial KV tiles the sums leave out), against +30 to +357 % with the
+window ignored.
 Chunked local attention (hf_llama4) priced as a window: exact while every c + q <= W, an upper
 bound beyond. A sliding role's attention needs the window sums, so such a model has no
 tabulated form (:meth:`AicCost.table_gap`: the numpy engine prices it from arrays).
