@@ -42,7 +42,8 @@ tabulated form (:meth:`AicCost.table_gap`: the numpy engine prices it from array
 
 :func:`aic_covers` says whether the bundled tables cover a deployment (None) or what is missing
 (a GPU without tables, MLA of other widths than the tables' or a KV dtype or head count they
-lack, weight formats other than bf16 and fp8, a tp without an all-reduce curve, a quantised
+lack, weight formats other than bf16 and fp8, an fp8 MoE of another scale scheme than the
+fp8 MoE rows timed (:data:`FP8_MOE_TIMED`), a tp without an all-reduce curve, a quantised
 draft; MLA's attention: simulator.cost.measured.aic_mla);
 :class:`AicCost` refuses the same with a one-line error. Validated errors (held out,
 benchmarks/cost_vs_aic.py ``--validate``) are read from
@@ -89,6 +90,25 @@ VALIDATION = Path(__file__).parent / "data" / "aic_validation.json"
 SYSTEM_OF = {preset: system for system, preset in AIC_PRESETS.items()}
 #: The weight formats priced (the target's ``--quantization``) -> the GEMM / MoE table dtype.
 GEMM_DTYPE = {"none": "bfloat16", "fp8": "fp8"}
+#: What a bundled fp8 MoE table's kernel timed, by a fragment of its ``kernel`` name -> the
+#: :class:`ModelShape` ``quant_scheme`` it prices. "modelopt": AIConfigurator times vLLM's
+#: ``ModelOptFp8MoEMethod``, which asks ``select_fp8_moe_backend``
+#: (vllm/model_executor/layers/fused_moe/oracle/fp8.py) for per-tensor weights and static
+#: per-tensor activations (``kFp8StaticTensorSym`` both); on Hopper only that pair (and
+#: 128-block) passes ``FlashInferExperts._supports_quant_scheme`` (fused_moe/experts/
+#: flashinfer_cutlass_moe.py). Dynamic activations (``Fp8Config``'s default and the online
+#: ``--quantization fp8``: ``kFp8DynamicTensorSym``) and ptpc (``kFp8StaticChannelSym``,
+#: ``kFp8DynamicTokenSym``: ``CompressedTensorsW8A8Fp8MoEMethod``; FlashInfer's ptpc wiring is
+#: vllm PR 40957, open) fall to Triton / vLLM CUTLASS, and Hopper's block fp8 under TP is moved
+#: to Triton (``_get_priority_backends``; vllm issue 34249): kernels these rows never time.
+#: A kernel named here by no fragment (L40S's generic ``vllm_fused_moe``) is not told apart.
+FP8_MOE_TIMED = {"modelopt": "static"}
+#: ``quant_scheme`` -> the words a refusal names it by.
+FP8_SCHEMES = {"": "per-tensor weights with dynamic activation scales (vLLM's Fp8Config "
+                   "default, the --quantization fp8 knob)",
+               "static": "per-tensor weights and static per-tensor activation scales",
+               "channel": "per-channel weights (ptpc)", "block": "block-quantised weights",
+               "mixed": "compressed-tensors groups of different schemes"}
 #: Where a GPU has no calibrated small-op laws of its own or a proxy's: H100's, byte term
 #: scaled by the bandwidth ratio.
 SMALL_OP_PROXY = "h100"
@@ -115,6 +135,9 @@ def coverage_of(curves: dict) -> dict:
             frame = curves[fam]
             out[fam] = {str(kv): sorted({int(w) for w in frame["head_dim"][
                 frame["kv_dtype"] == kv].unique()}) for kv in frame["kv_dtype"].unique()}
+    if "moe" in curves:
+        kinds = curves["moe"][["dtype", "kernel"]].astype(str).drop_duplicates()
+        out["moe_kernels"] = dict(zip(kinds["dtype"], kinds["kernel"], strict=True))
     if "allreduce" in curves:
         out["allreduce"] = sorted({int(v) for v in curves["allreduce"]["num_gpus"].unique()})
     return out
@@ -165,6 +188,11 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
             return f"{what}: no {dtype} GEMM table on {system}"
         if shape.is_moe and dtype not in curves.get("moe", ()):
             return f"{what}: no {dtype} MoE table on {system}"
+        if shape.is_moe and dtype == "fp8":
+            scheme = shape.quant_scheme if shape.quantization == "fp8" else ""
+            reason = fp8_moe_gap(curves.get("moe_kernels", {}).get("fp8", ""), scheme)
+            if reason is not None:
+                return f"{what}: {reason} on {system}"
         if not shape.is_mla and shape.head_dim not in HEAD_DIMS:
             return f"{what}: head width {shape.head_dim} not in the attention tables"
         for fam in () if shape.is_mla else ("attention_decode", "attention_prefill"):
@@ -181,6 +209,17 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
             return (f"{what}: {shape.heads} heads / {shape.kv_heads} KV heads do not split "
                     f"{role_tp} ways")
     return None
+
+
+def fp8_moe_gap(kernel: str, scheme: str) -> str | None:
+    """None when the fp8 MoE rows of ``kernel`` time an fp8 checkpoint of ``scheme``
+    (:data:`FP8_MOE_TIMED`; a kernel it does not name is not told apart), else why not."""
+    timed = next((s for frag, s in FP8_MOE_TIMED.items() if frag in kernel), None)
+    if timed is None or timed == scheme:
+        return None
+    return (f"fp8 MoE experts of {FP8_SCHEMES.get(scheme, f'scheme {scheme!r}')}: the fp8 "
+            f"MoE rows time {kernel} ({FP8_SCHEMES[timed]}), a backend vLLM's "
+            "select_fp8_moe_backend picks only for that scheme")
 
 
 def mla_covers(system: str, shape: ModelShape, kv: str, tp: int) -> str | None:
