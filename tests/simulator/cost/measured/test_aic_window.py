@@ -91,7 +91,9 @@ def test_coverage_admits_sliding_windows_and_keeps_the_other_refusals():
         assert aic_covers("h100", get_shape(name), DRAFT, 1) is None
     scout = get_shape("meta-llama/Llama-4-Scout-17B-16E-Instruct")
     assert aic_covers("h100", scout, DRAFT, 4) is None
-    assert aic_covers("h100", scout, DRAFT, 2, quantization="fp8") is None
+    static_fp8 = type(scout)(**{**scout.__dict__, "quantization": "fp8",
+                                "quant_scheme": "static"})  # the fp8 MoE rows' scheme
+    assert aic_covers("h100", static_fp8, DRAFT, 2) is None
     assert "awq" in aic_covers("h100", get_shape("mistral-7b-v0.1"), None, 1,
                                quantization="awq")
 
