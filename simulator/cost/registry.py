@@ -101,7 +101,7 @@ def build_aic(hardware: str, target: str, draft: str, tp: int, profile: str | No
               kv_cache_dtype: str = "auto"):
     """The AIConfigurator model (simulator.cost.measured.aic_cost): every op from the bundled
     measured vLLM op tables of the GPU; a one-line error naming what they do not cover (a GPU
-    without tables, MLA, sliding windows, other weight formats, ``routing_skew``, a
+    without tables, MLA of other widths, other weight formats, ``routing_skew``, a
     ``profile``)."""
     from specbatch.simulator.cost.measured.aic_cost import AicCost
 

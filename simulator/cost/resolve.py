@@ -8,8 +8,9 @@ gives each row's evidence):
    4090, RTX PRO 6000): whole decoder layers measured inside vLLM, and the bundled measured
    vLLM runs on those GPUs replay within 3 % TPOT and e2e with it (aic: -8 to -25 % TPOT);
 2. ``aic``: AIConfigurator's per-op vLLM 0.24 kernel tables of the GPU
-   (simulator.cost.measured.aic_cost), for the GPUs, model structures, precisions and head
-   widths those tables hold: today's kernels (Vidur's 2024 H100 GEMMs are 17 % slower);
+   (simulator.cost.measured.aic_cost), for the GPUs, model structures (sliding-window layers
+   included: the full-attention law at the windowed sums), precisions and head widths those
+   tables hold: today's kernels (Vidur's 2024 H100 GEMMs are 17 % slower);
    GEMMs, MoE, all-reduce and attention (its grid law) within 8 % of the tables' rows held
    out, but for L40S's GEMMs (9-10 %: its L2-warm cells are read cold, as a serving pass reads
    its weights) and its MLA (10.7 %); A100's eager MLA rows price nothing;

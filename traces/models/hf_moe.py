@@ -36,7 +36,10 @@ awq/gptq), priced by simulator.cost.analytic.precision. ``modules_to_not_convert
 routers, vision towers; for mxfp4, anything but the experts); naming a decoder projection is
 refused, since the pricing would count it quantised. ``compressed-tensors`` whose every
 ``config_groups`` entry has 8-bit float weights (RedHatAI's FP8 checkpoints, e.g.
-Llama-4-Scout FP8) is priced as fp8 (:func:`_compressed_tensors`). Refused, naming the field:
+Llama-4-Scout FP8) is priced as fp8 (:func:`_compressed_tensors`). An fp8 checkpoint's scale
+granularity becomes the shape's ``quant_scheme`` (:func:`fp8_scheme`, :func:`_ct_scheme`:
+"block", "channel", "static" or "" for per-tensor weights with dynamic activations), which
+picks vLLM's fp8 MoE backend. Refused, naming the field:
 any other method or compressed-tensors scheme (bitsandbytes, int8 / 4-bit compressed-tensors,
 fbgemm_fp8, modelopt, ...), a top-level ``bits`` below 16,
 ``load_in_4bit`` / ``load_in_8bit``;
@@ -108,6 +111,8 @@ def read_quantization(data: dict, where: str) -> dict:
                              f"{', '.join(QUANT_METHODS)} (the formats priced), got "
                              f"{quant.get('quant_method')!r}")
     _check_kept_modules(quant, method, where)
+    if method == "fp8":
+        return {"quantization": "fp8", **_scheme_field(fp8_scheme(quant))}
     if method not in INT_METHODS:
         return {"quantization": method}
     # AutoAWQ's older spellings w_bit / q_group_size, as vLLM's AWQConfig.from_config reads
@@ -151,7 +156,39 @@ def _compressed_tensors(quant: dict, where: str) -> dict:
     kept = [e[3:] if e.startswith("re:") else e for e in ignore]
     _check_kept_modules({"ignore": [re.sub(r"[\\^$()?+\[\]|]", "", e) for e in kept]},
                         "fp8", where, keys=("ignore",))
-    return {"quantization": "fp8"}
+    schemes = {_ct_scheme(group) for group in groups.values()}
+    return {"quantization": "fp8", **_scheme_field(schemes.pop() if len(schemes) == 1
+                                                   else "mixed")}
+
+
+def fp8_scheme(quant: dict) -> str:
+    """The ``quant_scheme`` of a ``quant_method`` fp8 block (vLLM's ``Fp8Config``): "block"
+    with ``weight_block_size``, else per-tensor weights: "static" when ``activation_scheme``
+    is static, "" for Fp8Config's default dynamic activation scales."""
+    if quant.get("weight_block_size") is not None:
+        return "block"
+    return "static" if str(quant.get("activation_scheme", "")).lower() == "static" else ""
+
+
+def _ct_scheme(group: dict) -> str:
+    """The ``quant_scheme`` of one compressed-tensors fp8 group (vLLM's
+    ``CompressedTensorsW8A8Fp8MoEMethod`` maps ``weights.strategy`` channel / tensor / block
+    and ``input_activations`` to its fp8 MoE keys): "block", "channel" (per-channel weights,
+    "ptpc" with dynamic per-token activations), "static" (per-tensor weights, static per-tensor
+    activations), "" (per-tensor weights, dynamic or no activation quantisation); any other
+    weight strategy by its name."""
+    strategy = str(group["weights"].get("strategy") or "tensor").lower()
+    if strategy != "tensor":
+        return strategy
+    act = group.get("input_activations")
+    static = (isinstance(act, dict) and str(act.get("strategy") or "").lower() == "tensor"
+              and act.get("dynamic") is False)
+    return "static" if static else ""
+
+
+def _scheme_field(scheme: str) -> dict:
+    """``{"quant_scheme": scheme}``, {} for "" (the field's default: a shape reads as before)."""
+    return {"quant_scheme": scheme} if scheme else {}
 
 
 def _check_legacy_bits(data: dict, where: str) -> None:

@@ -33,6 +33,14 @@ class ModelShape:
     ``quantization_config.quant_method``: "none", "fp8", "awq", "gptq" or "mxfp4";
     traces.models.hf_moe), with ``quant_bits`` and ``quant_group_size`` for awq/gptq (0
     otherwise; group -1: one group per input row); simulator.cost.analytic.precision prices it.
+    ``quant_scheme`` is an fp8 checkpoint's scale granularity (traces.models.hf_moe
+    ``fp8_scheme``), which picks vLLM's fp8 MoE backend: "" per-tensor weights with dynamic
+    activation scales or not stated (vLLM's ``Fp8Config`` default, also the
+    ``--quantization fp8`` knob), "static" per-tensor weights and static per-tensor activation
+    scales, "channel" per-channel weights (dynamic per-token activations: "ptpc"), "block"
+    block-quantised weights, "mixed" compressed-tensors groups of different schemes; the
+    roofline prices all alike, ``cost = "aic"`` admits an fp8 MoE only at the scheme its
+    rows timed (simulator.cost.measured.aic_cost).
     """
 
     name: str
@@ -57,6 +65,7 @@ class ModelShape:
     quantization: str = "none"
     quant_bits: int = 0
     quant_group_size: int = 0
+    quant_scheme: str = ""
     sliding_window: int = 0
     sliding_layers: int = 0
     mtp_layers: int = 0  # config.json num_nextn_predict_layers: MTP modules beyond ``layers``

@@ -136,7 +136,8 @@ def head_shape(method: str, target: ModelShape) -> HeadShape:
                 "num_nextn_predict_layers = 0); expected a target with them (e.g. deepseek-v3)")
         layer = replace(bare(target), name=f"{target.name}-mtp", layers=1,
                         moe_layers=1 if target.is_moe else 0, quantization=target.quantization,
-                        quant_bits=target.quant_bits, quant_group_size=target.quant_group_size)
+                        quant_bits=target.quant_bits, quant_group_size=target.quant_group_size,
+                        quant_scheme=target.quant_scheme)
         return HeadShape("mtp", layer, fc_in=2 * h, fc_every_pass=True, qkv_extra=0,
                          extra_norms=3 * h, lm_vocab=target.vocab, own_lm_head=False)
     require(not target.is_moe and not target.is_mla,
@@ -220,7 +221,8 @@ def bare(target: ModelShape) -> ModelShape:
     EAGLE head is priced at the preset's dtype, full attention; MTP puts the target's format
     back: its layer is the target checkpoint's)."""
     return replace(target, vocab=0, tie_embeddings=True, sliding_window=0, sliding_layers=0,
-                   quantization="none", quant_bits=0, quant_group_size=0, mtp_layers=0)
+                   quantization="none", quant_bits=0, quant_group_size=0, quant_scheme="",
+                   mtp_layers=0)
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,37 @@ a role is priced as calibrated composes it (simulator.cost.measured.calibrated):
   (simulator.cost.measured.aic_pricer);
 - ``attention``: one :class:`~simulator.cost.tabulated.AttentionLaw` over the batch sums
   fitted to the decode and prefill tables together (simulator.cost.measured.aic_attention);
+  a model with L_s of L layers sliding over a W-token window pays the law's (L − L_s)/L share
+  at the full sums and its L_s/L share at the sums a sliding layer presents (below);
 - ``allreduce`` (tp > 1): two per layer from the measured CUDA-graph all-reduce curve;
 - ``lm_head``: the bf16 GEMM n = V / tp, k = h at the r logit rows the engine names;
 - ``launch``: the execution preset's floors, as calibrated (CUDA graphs: a host floor the GPU
   work hides; eager: a fixed cost).
 
+Sliding-window layers (Mistral-7B-v0.1, Gemma-3, gpt-oss, Llama-4's chunked local attention)
+are priced from the full-attention tables, as the calibrated and roofline models price them
+(simulator.cost.analytic.window). Exact: which keys a sliding layer's query reads (vLLM's
+FlashAttention backend passes a layer's ``sliding_window`` as flash-attn ``window_size =
+(W − 1, 0)``, FlashAttentionImpl.__init__: keys (p − W, p]), so its cached keys
+K^W = Σ min(c, W − 1) and query-key pairs P^W; the law is its per-layer cells times L, so the
+share is per layer. Assumed: a sliding layer costs what a full layer costs at those sums
+(:func:`~simulator.cost.analytic.window.windowed_sums`): a decode is the decode cell at the
+windowed mean context K^W / n (flash-attn skips the KV blocks wholly before a window; a
+partial block's masked keys taken as free), the query tokens past a request's first at the
+windowed pairs; nothing is fitted on windowed rows (the bundled tables hold none: aic_curves
+keeps ``window = 0``). Judged on AIConfigurator's H100 windowed rows (benchmarks/aic_window.py,
+docs/fidelity.md): low where the window binds (decode -8 to -28 %, prefill -3 to -33 % mean,
+most at W = 128: the partial KV tiles the sums leave out), against +30 to +357 % with the
+window ignored.
+Chunked local attention (hf_llama4) priced as a window: exact while every c + q <= W, an upper
+bound beyond. A sliding role's attention needs the window sums, so such a model has no
+tabulated form (:meth:`AicCost.table_gap`: the numpy engine prices it from arrays).
+
 :func:`aic_covers` says whether the bundled tables cover a deployment (None) or what is missing
 (a GPU without tables, MLA of other widths than the tables' or a KV dtype or head count they
-lack, sliding windows, weight formats other than bf16 and fp8, a tp without an all-reduce
-curve, a quantised draft; MLA's attention: simulator.cost.measured.aic_mla);
+lack, weight formats other than bf16 and fp8, an fp8 MoE of another scale scheme than the
+fp8 MoE rows timed (:data:`FP8_MOE_TIMED`), a tp without an all-reduce curve, a quantised
+draft; MLA's attention: simulator.cost.measured.aic_mla);
 :class:`AicCost` refuses the same with a one-line error. Validated errors (held out,
 benchmarks/cost_vs_aic.py ``--validate``) are read from
 ``simulator/cost/measured/data/aic_validation.json`` and reported by :meth:`sources`.
@@ -43,6 +65,7 @@ from specbatch.simulator.cost.analytic.precision import (
     KV_CACHE_DTYPES,
     resolve_quantization,
 )
+from specbatch.simulator.cost.analytic.window import batch_window_sums
 from specbatch.simulator.cost.gpus.catalogue import GPUS
 from specbatch.simulator.cost.gpus.hardware import (
     DEFAULT_EXECUTION,
@@ -67,6 +90,25 @@ VALIDATION = Path(__file__).parent / "data" / "aic_validation.json"
 SYSTEM_OF = {preset: system for system, preset in AIC_PRESETS.items()}
 #: The weight formats priced (the target's ``--quantization``) -> the GEMM / MoE table dtype.
 GEMM_DTYPE = {"none": "bfloat16", "fp8": "fp8"}
+#: What a bundled fp8 MoE table's kernel timed, by a fragment of its ``kernel`` name -> the
+#: :class:`ModelShape` ``quant_scheme`` it prices. "modelopt": AIConfigurator times vLLM's
+#: ``ModelOptFp8MoEMethod``, which asks ``select_fp8_moe_backend``
+#: (vllm/model_executor/layers/fused_moe/oracle/fp8.py) for per-tensor weights and static
+#: per-tensor activations (``kFp8StaticTensorSym`` both); on Hopper only that pair (and
+#: 128-block) passes ``FlashInferExperts._supports_quant_scheme`` (fused_moe/experts/
+#: flashinfer_cutlass_moe.py). Dynamic activations (``Fp8Config``'s default and the online
+#: ``--quantization fp8``: ``kFp8DynamicTensorSym``) and ptpc (``kFp8StaticChannelSym``,
+#: ``kFp8DynamicTokenSym``: ``CompressedTensorsW8A8Fp8MoEMethod``; FlashInfer's ptpc wiring is
+#: vllm PR 40957, open) fall to Triton / vLLM CUTLASS, and Hopper's block fp8 under TP is moved
+#: to Triton (``_get_priority_backends``; vllm issue 34249): kernels these rows never time.
+#: A kernel named here by no fragment (L40S's generic ``vllm_fused_moe``) is not told apart.
+FP8_MOE_TIMED = {"modelopt": "static"}
+#: ``quant_scheme`` -> the words a refusal names it by.
+FP8_SCHEMES = {"": "per-tensor weights with dynamic activation scales (vLLM's Fp8Config "
+                   "default, the --quantization fp8 knob)",
+               "static": "per-tensor weights and static per-tensor activation scales",
+               "channel": "per-channel weights (ptpc)", "block": "block-quantised weights",
+               "mixed": "compressed-tensors groups of different schemes"}
 #: Where a GPU has no calibrated small-op laws of its own or a proxy's: H100's, byte term
 #: scaled by the bandwidth ratio.
 SMALL_OP_PROXY = "h100"
@@ -93,6 +135,9 @@ def coverage_of(curves: dict) -> dict:
             frame = curves[fam]
             out[fam] = {str(kv): sorted({int(w) for w in frame["head_dim"][
                 frame["kv_dtype"] == kv].unique()}) for kv in frame["kv_dtype"].unique()}
+    if "moe" in curves:
+        kinds = curves["moe"][["dtype", "kernel"]].astype(str).drop_duplicates()
+        out["moe_kernels"] = dict(zip(kinds["dtype"], kinds["kernel"], strict=True))
     if "allreduce" in curves:
         out["allreduce"] = sorted({int(v) for v in curves["allreduce"]["num_gpus"].unique()})
     return out
@@ -135,8 +180,6 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
             reason = mla_covers(system, shape, kv, role_tp)
             if reason is not None:
                 return f"{what}: {reason}"
-        if shape.is_windowed:
-            return f"{what}: sliding-window layers are not priced from the tables"
         quant = shape.quantization if shape.quantization != "none" else quant
         dtype = GEMM_DTYPE.get(quant)
         if dtype is None:
@@ -145,6 +188,11 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
             return f"{what}: no {dtype} GEMM table on {system}"
         if shape.is_moe and dtype not in curves.get("moe", ()):
             return f"{what}: no {dtype} MoE table on {system}"
+        if shape.is_moe and dtype == "fp8":
+            scheme = shape.quant_scheme if shape.quantization == "fp8" else ""
+            reason = fp8_moe_gap(curves.get("moe_kernels", {}).get("fp8", ""), scheme)
+            if reason is not None:
+                return f"{what}: {reason} on {system}"
         if not shape.is_mla and shape.head_dim not in HEAD_DIMS:
             return f"{what}: head width {shape.head_dim} not in the attention tables"
         for fam in () if shape.is_mla else ("attention_decode", "attention_prefill"):
@@ -161,6 +209,17 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
             return (f"{what}: {shape.heads} heads / {shape.kv_heads} KV heads do not split "
                     f"{role_tp} ways")
     return None
+
+
+def fp8_moe_gap(kernel: str, scheme: str) -> str | None:
+    """None when the fp8 MoE rows of ``kernel`` time an fp8 checkpoint of ``scheme``
+    (:data:`FP8_MOE_TIMED`; a kernel it does not name is not told apart), else why not."""
+    timed = next((s for frag, s in FP8_MOE_TIMED.items() if frag in kernel), None)
+    if timed is None or timed == scheme:
+        return None
+    return (f"fp8 MoE experts of {FP8_SCHEMES.get(scheme, f'scheme {scheme!r}')}: the fp8 "
+            f"MoE rows time {kernel} ({FP8_SCHEMES[timed]}), a backend vLLM's "
+            "select_fp8_moe_backend picks only for that scheme")
 
 
 def mla_covers(system: str, shape: ModelShape, kv: str, tp: int) -> str | None:
@@ -211,8 +270,6 @@ class AicCost:
 
     #: The engine may pass a pass's logit rows (simulator.cost.analytic.roofline).
     logit_rows = True
-    #: No sliding-window layers (refused): the sums price every pass.
-    windowed = False
 
     def __post_init__(self) -> None:
         ex = settle_execution(self)
@@ -239,37 +296,60 @@ class AicCost:
     def system(self) -> str:
         return SYSTEM_OF[self.hardware.name]
 
+    @property
+    def windowed(self) -> bool:
+        """Whether a role has sliding-window layers (priced from arrays: the engine calls
+        :meth:`step_time`, simulator.cost.interface.sums_path; RooflineCost.windowed)."""
+        return any(r.shape.sliding_layers for r in self.roles.values())
+
     def step_time(self, role: str, query: np.ndarray, kv: np.ndarray,
                   rows: float | None = None) -> float:
         """Seconds of one pass; ``query`` [n] new tokens, ``kv`` [n] cached tokens, ``rows``
         the logit rows (None: Σq)."""
+        r = self.roles.get(role)
+        if r is not None and r.shape.sliding_layers:
+            *sums, window = batch_window_sums(query, kv, r.shape.sliding_window)
+            return self.time_from_sums(role, *sums, window=window, rows=rows)
         return self.time_from_sums(role, *batch_sums(query, kv), rows=rows)
 
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
-                       sqq: float, rows: float | None = None) -> float:
+                       sqq: float, window: tuple[float, float] | None = None,
+                       rows: float | None = None) -> float:
         """:meth:`step_time` from the batch sums: simulator.cost.tabulated.table_time's
-        expressions on the role's memoised parts (bit-identical to its :meth:`pass_table`)."""
+        expressions on the role's memoised parts (bit-identical to its :meth:`pass_table`); a
+        role with sliding-window layers also needs ``window`` = (K^W, P^W)
+        (simulator.cost.analytic.window)."""
         r = self.roles.get(role)
         if r is None:
             r = for_role(self.roles, role)
-        return r.total(n, sq, skv, sqkv, sqq, rows)
+        return r.total(n, sq, skv, sqkv, sqq, rows, window)
 
     def table_gap(self, role: str) -> str | None:
-        """Why the role's pass has no tabulated form: never (every aic pass is
-        simulator.cost.tabulated's form; the compiled loop asks)."""
-        for_role(self.roles, role)
+        """Why the role's pass has no tabulated form (the compiled loop asks): a role with
+        sliding-window layers (its attention needs the window sums K^W, P^W, which the batch
+        sums do not determine); else None."""
+        r = for_role(self.roles, role)
+        if r.shape.sliding_layers:
+            return f"{r.shape.name}'s sliding-window layers"
         return None
 
-    def pass_table(self, role: str, max_tokens: int) -> PassTable:
-        """The role's pass in tabulated form for Q = 0..``max_tokens``."""
+    def pass_table(self, role: str, max_tokens: int) -> PassTable | None:
+        """The role's pass in tabulated form for Q = 0..``max_tokens``, or None where it has
+        none (:meth:`table_gap`)."""
+        if self.table_gap(role) is not None:
+            return None
         return for_role(self.roles, role).pass_table(int(max_tokens))
 
     def breakdown(self, role: str, query: np.ndarray, kv: np.ndarray,
                   rows: float | None = None) -> dict:
         """Seconds per part (``layers``, ``attention``, ``experts``, ``allreduce``,
         ``lm_head``, ``launch``), summing to :meth:`step_time`."""
+        r = for_role(self.roles, role)
+        if r.shape.sliding_layers:
+            *sums, window = batch_window_sums(query, kv, r.shape.sliding_window)
+            return r.split(*sums, rows, window)
         n, sq, skv, sqkv, sqq = batch_sums(np.asarray(query), np.asarray(kv))
-        return for_role(self.roles, role).split(n, sq, skv, sqkv, sqq, rows)
+        return r.split(n, sq, skv, sqkv, sqq, rows)
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9, block_size: int = 16,
                            disable_hybrid_kv_cache_manager: bool = False) -> int:
@@ -324,6 +404,11 @@ def role_sources(r: AicPricer, gpu: str, version: str) -> dict:
            "lm_head": {"source": f"{sysv} bf16 GEMM, {r.head_curve.source}",
                        "validated": checked(f"{r.system}|gemm|bfloat16|transfer")},
            "launch": {"source": "execution preset (hardware.EXECUTIONS; as calibrated)"}}
+    if r.shape.is_windowed:
+        out["attention"]["window"] = (
+            f"{r.shape.sliding_layers} of {r.shape.layers} layers within a "
+            f"{r.shape.sliding_window}-token window: that share of the law at the windowed sums "
+            "(simulator.cost.analytic.window; no windowed row fitted or checked)")
     if r.shape.is_mla:
         out["attention"] = {"source": f"{sysv} MLA module tables less DeepSeek-V3's "
                                       f"projections, a grid law over the batch sums "

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specbatch.errors import SpecbatchError
+from specbatch.errors import SpecbatchError, require
+from specbatch.simulator.cost.analytic.window import windowed_sums
 from specbatch.simulator.cost.gpus.hardware import Hardware
 from specbatch.simulator.cost.measured import aic_cache
 from specbatch.simulator.cost.measured.aic_cells import attention_rows, own_cells, shape_cells
@@ -450,20 +451,41 @@ class AicPricer:
                 self.head_memo[r] = got
         return got
 
+    def attention_at(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
+                     window: tuple[float, float] | None = None) -> float:
+        """Seconds of the pass's attention: the law of all L layers at the batch sums; with
+        L_s sliding-window layers, its (L − L_s)/L share at the full sums plus its L_s/L share
+        at the sums a sliding layer presents (simulator.cost.analytic.window.windowed_sums of
+        ``window`` = (K^W, P^W): the decode grid read at the windowed mean context, the
+        cached-prefix term at the windowed pairs). The law is its per-layer cells times L
+        (aic_attention.grid_law), so a share is that many layers of it; nothing in it was
+        fitted on windowed data."""
+        s = self.shape
+        if not s.sliding_layers:
+            return self.attention.seconds(n, sq, skv, sqkv, sqq)
+        require(window is not None, f"model {s.name}: has sliding-window layers, so a pass is "
+                                    "priced with its window sums (K^W, P^W)")
+        full = (s.layers - s.sliding_layers) / s.layers
+        slide = s.sliding_layers / s.layers
+        w_sq, w_skv, w_sqkv, w_sqq = windowed_sums(sq, skv, sqkv, sqq, window)
+        return (full * self.attention.seconds(n, sq, skv, sqkv, sqq)
+                + slide * self.attention.seconds(n, w_sq, w_skv, w_sqkv, w_sqq))
+
     def total(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
-              rows: float | None = None) -> float:
-        """The pass time in simulator.cost.tabulated.table_time's expressions and order."""
+              rows: float | None = None, window: tuple[float, float] | None = None) -> float:
+        """The pass time in simulator.cost.tabulated.table_time's expressions and order (a
+        sliding-window role's attention by :meth:`attention_at` at ``window``)."""
         if sq <= 0.0:
             return 0.0
         layers, _, comm = self.parts(sq)
         r = sq if rows is None or rows >= sq else float(max(int(rows), 0))
-        attn = self.attention.seconds(n, sq, skv, sqkv, sqq)
+        attn = self.attention_at(n, sq, skv, sqkv, sqq, window)
         gpu = ((layers + attn) + comm) + self.head_at(r)
         fixed, floor = self.launch
         return float(gpu + (fixed + max(0.0, floor - gpu)))
 
     def split(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
-              rows: float | None = None) -> dict:
+              rows: float | None = None, window: tuple[float, float] | None = None) -> dict:
         """Seconds per part (``layers`` without the experts, ``attention``, ``experts``,
         ``allreduce``, ``lm_head``, ``launch``); they sum to :meth:`total`."""
         names = ("layers", "attention", "experts", "allreduce", "lm_head", "launch")
@@ -471,7 +493,7 @@ class AicPricer:
             return dict.fromkeys(names, 0.0)
         layers, experts, comm = self.parts(sq)
         r = sq if rows is None or rows >= sq else float(max(int(rows), 0))
-        attn = self.attention.seconds(n, sq, skv, sqkv, sqq)
+        attn = self.attention_at(n, sq, skv, sqkv, sqq, window)
         head = self.head_at(r)
         gpu = ((layers + attn) + comm) + head
         fixed, floor = self.launch

@@ -39,7 +39,8 @@ def test_auto_walks_the_catalogue_and_says_why_it_passed_rows(monkeypatch):
     ("h100", "vicuna-33b", "vicuna-68m", "aic"),  # AIConfigurator's H100 tables
     ("b200", "llama-3.1-70b", "llama-3.2-1b", "aic"),
     ("a100", "vicuna-7b", "vicuna-68m", "calibrated"),  # no A100 attention rows at width 64
-    ("h100", "gemma-3-270m", "gemma-3-270m", "calibrated"),  # sliding windows: not in aic
+    ("h100", "gemma-3-270m", "gemma-3-270m", "aic"),  # sliding windows: the law's shares
+    ("h100", "meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama-3.2-1b", "aic"),
     ("l40s", "vicuna-7b", "vicuna-68m", "roofline"),  # no table at width 64, a40's laws
     ("rtxpro6000", "deepseek-v3", "mtp", "aic"),  # MLA: AIConfigurator's module rows (aic_mla)
 ])

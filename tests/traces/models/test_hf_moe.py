@@ -142,6 +142,53 @@ def test_a_priced_quantisation_block_becomes_the_shapes_format(tmp_path, quant, 
     assert shape.params == read(tmp_path, DENSE).params  # the shape itself is unchanged
 
 
+def fp8_group(weights: dict, activations: dict | None) -> dict:
+    """A one-group compressed-tensors fp8 quantization_config (llm-compressor's spelling)."""
+    group = {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", **weights}}
+    if activations is not None:
+        group["input_activations"] = {"num_bits": 8, "type": "float", **activations}
+    return {"quant_method": "compressed-tensors", "format": "float-quantized",
+            "config_groups": {"group_0": group}, "ignore": ["re:.*lm_head", "re:.*router$"]}
+
+
+@pytest.mark.parametrize("quant, scheme", [
+    # RedHatAI's FP8-dynamic (e.g. Llama-4-Scout-17B-16E-Instruct-FP8-dynamic): ptpc
+    (fp8_group({"strategy": "channel", "dynamic": False},
+               {"strategy": "token", "dynamic": True}), "channel"),
+    (fp8_group({"strategy": "block", "block_structure": [128, 128], "dynamic": False},
+               {"strategy": "group", "group_size": 128, "dynamic": True}), "block"),
+    (fp8_group({"strategy": "tensor", "dynamic": False},
+               {"strategy": "tensor", "dynamic": False}), "static"),
+    (fp8_group({"strategy": "tensor", "dynamic": False},
+               {"strategy": "tensor", "dynamic": True}), ""),
+    (fp8_group({"strategy": "channel"}, None), "channel"),  # weight-only (W8A16)
+    # Qwen's FP8 checkpoints: vLLM's Fp8Config with 128 x 128 weight blocks
+    ({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
+     "block"),
+    ({"quant_method": "fp8", "activation_scheme": "static"}, "static"),
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, ""),
+    ({"quant_method": "fp8"}, ""),  # Fp8Config's default: dynamic activation scales
+])
+def test_an_fp8_checkpoints_scale_granularity_becomes_its_quant_scheme(tmp_path, quant,
+                                                                        scheme):
+    shape = read(tmp_path, {**QWEN3, "quantization_config": quant})
+    assert (shape.quantization, shape.quant_scheme) == ("fp8", scheme)
+
+
+def test_compressed_tensors_groups_of_different_schemes_read_as_mixed(tmp_path):
+    quant = fp8_group({"strategy": "channel"}, {"strategy": "token", "dynamic": True})
+    quant["config_groups"]["group_1"] = fp8_group(
+        {"strategy": "tensor"}, {"strategy": "tensor", "dynamic": False}
+    )["config_groups"]["group_0"]
+    assert read(tmp_path, {**QWEN3, "quantization_config": quant}).quant_scheme == "mixed"
+
+
+def test_a_16_bit_or_integer_checkpoint_keeps_the_empty_scheme(tmp_path):
+    assert read(tmp_path, QWEN3).quant_scheme == ""
+    awq = read(tmp_path, {**QWEN3, "quantization_config": {"quant_method": "awq"}})
+    assert awq.quant_scheme == ""
+
+
 def test_a_dense_config_with_an_unpriced_quantisation_block_is_refused_naming_the_methods(
         tmp_path):
     with pytest.raises(SpecbatchError, match=r"field quantization_config.quant_method: expected "

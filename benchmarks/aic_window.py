@@ -1,0 +1,106 @@
+"""Sliding-window attention under ``cost = "aic"`` judged against AIConfigurator's measured
+windowed rows (nothing fitted on them).
+
+    python benchmarks/aic_window.py --aic AIC/aic-core/src/aiconfigurator_core/systems/data
+
+``cost = "aic"`` prices a sliding layer with the full-attention grid law at the sums the layer
+presents (simulator.cost.analytic.window.windowed_sums; aic_pricer.AicPricer.attention_at);
+the bundled tables keep the ``window_size = 0`` rows only (aic_curves). AIConfigurator's own
+tables also time FlashAttention with a window (vLLM 0.24 on H100: W = 128, 1024, 8192, at head
+widths 64 / 128 / 192): each such row of a head shape the bundled grid law prices (head widths
+64 / 128 / 256, the serving range of aic_cells) is priced here by the one-layer law at its
+windowed sums and, for contrast, at its full sums (the window ignored), and the errors are
+printed per table, window and KV dtype, apart where the window binds (a decode's context
+c >= W, a prompt longer than W) and where it does not (the law's own full-attention cells,
+read as the grid reads them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from specbatch.simulator.cost.analytic.window import batch_window_sums, windowed_sums
+from specbatch.simulator.cost.measured.aic_cells import (
+    DECODE_MAX_BATCH,
+    DECODE_MAX_CONTEXT,
+    PREFILL_MAX_BATCH,
+)
+from specbatch.simulator.cost.measured.aic_curves import HEAD_DIMS
+from specbatch.simulator.cost.measured.aic_pricer import attention_law
+from specbatch.traces.public.aiconfigurator import import_aiconfigurator
+
+
+def row_sums(family: str, batch: int, length: int) -> tuple:
+    """(query # [B], cached # [B]) of one row: B decodes of one token over ``length`` cached
+    tokens (the grid's context axis), or B prompts of ``length`` tokens, none cached."""
+    if family == "attention_decode":
+        return np.ones(batch, dtype=np.int64), np.full(batch, length, dtype=np.int64)
+    return np.full(batch, length, dtype=np.int64), np.zeros(batch, dtype=np.int64)
+
+
+def judge(tables, system: str) -> list[dict]:
+    """One record per windowed row: its measured and priced seconds (windowed, full)."""
+    out = []
+    for family, axis, most in (("attention_decode", "context", DECODE_MAX_BATCH),
+                               ("attention_prefill", "prompt", PREFILL_MAX_BATCH)):
+        frame = tables.frames[family]
+        kernels = frame[frame["window"] == 0]["kernel"].value_counts()
+        f = frame[(frame["window"] > 0) & (frame["kernel"] == kernels.index[0])
+                  & frame["head_dim"].isin(HEAD_DIMS) & frame["kv_dtype"].isin(("bfloat16", "fp8"))
+                  & (frame["batch"] <= most)]
+        if family == "attention_decode":
+            f = f[f["context"] <= DECODE_MAX_CONTEXT]
+        for row in f.itertuples(index=False):
+            kv = str(row.kv_dtype)
+            law, _ = attention_law(system, kv, int(row.heads), int(row.kv_heads),
+                                   int(row.head_dim), 1.0 if kv == "fp8" else 2.0, 1)
+            q, c = row_sums(family, int(row.batch), int(getattr(row, axis)))
+            *sums, window = batch_window_sums(q, c, int(row.window))
+            slid = law.seconds(sums[0], *windowed_sums(*sums[1:], window))
+            full = law.seconds(*sums)
+            length = int(getattr(row, axis))
+            out.append({"family": family.split("_")[1], "window": int(row.window), "kv": kv,
+                        "binds": length >= int(row.window), "measured": row.latency_s,
+                        "windowed": slid, "full": full})
+    return out
+
+
+def table(records: list[dict]) -> list[str]:
+    """Markdown: per (table, window, KV, binds) rows, MAPE and mean signed error of the
+    windowed price and of the full one."""
+    import pandas as pd
+
+    d = pd.DataFrame(records)
+    lines = ["| table | W | KV | window binds | rows | windowed: MAPE / mean | full sums: MAPE / "
+             "mean |", "|---|---|---|---|---|---|---|"]
+    for key, g in d.groupby(["family", "window", "kv", "binds"], sort=True):
+        errs = []
+        for col in ("windowed", "full"):
+            e = (g[col] - g["measured"]) / g["measured"]
+            errs.append(f"{100 * e.abs().mean():.1f} / {100 * e.mean():+.1f} %")
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {'yes' if key[3] else 'no'} | "
+                     f"{len(g)} | {errs[0]} | {errs[1]} |")
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--aic", required=True, help="AIConfigurator's systems/data folder")
+    ap.add_argument("--system", default="h100_sxm")
+    ap.add_argument("--version", default="0.24.0", help="vLLM version of the tables (the "
+                    "bundled curves' own)")
+    args = ap.parse_args()
+    tables = import_aiconfigurator(args.aic, args.system, args.version)
+    records = judge(tables, args.system)
+    if not records:
+        print(f"{args.system} vLLM {args.version}: no windowed attention rows")
+        return 1
+    print("\n".join(table(records)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
