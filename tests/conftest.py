@@ -30,8 +30,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 def pytest_configure(config):
     """Every test run gets its own cache folder (``$SPECBATCH_CACHE``): parallel workers and
-    subprocesses share it within a run, and nothing reaches the user's ~/.cache/specbatch."""
+    subprocesses share it within a run, and nothing reaches the user's ~/.cache/specbatch.
+    numba's cache is pointed into it too (``$NUMBA_CACHE_DIR``, where load_kernel would point
+    it): a test process has imported numba before its first load_kernel, so without it the
+    workers' kernels went next to the sources, and every worker and every test subprocess with
+    a private ``$SPECBATCH_CACHE`` compiled its own (~1 CPU-minute each; one such test ran
+    past its 120 s timeout on a loaded machine)."""
     if "SPECBATCH_CACHE" not in os.environ:
         import tempfile
 
         os.environ["SPECBATCH_CACHE"] = tempfile.mkdtemp(prefix="specbatch-test-cache-")
+    os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(os.environ["SPECBATCH_CACHE"], "numba"))
