@@ -307,11 +307,7 @@ def table(checks: dict, target: float = TARGET) -> list[str]:
                    f"{pct(rec['shape_short_mape'])}), prefill {pct(rec['shape_prefill_mape'])}; "
                    f"cells left out: decode {pct(rec['cells_decode_mape'])} (short "
                    f"{pct(rec['cells_short_mape'])}), prefill {pct(rec['cells_prefill_mape'])}")
-            ok = "yes" if rec["worst"] <= target else "**no**"
-            out.append(f"| {system} | {versions.get(system, '?')} | {op} | {est} | "
-                       f"{100 * rec['mape']:.1f} % ({100 * rec['p90']:.0f} %) | {ok} |")
-            continue
-        if parts[1] == "mla":
+        elif parts[1] == "mla":
             est = (f"MLA core grid law ({rec['scope']} rows); head count left out "
                    f"({rec['shapes']}): decode {100 * rec['shape_decode_mape']:.1f} % (short "
                    f"context {100 * rec['shape_short_mape']:.1f} %), prefill "
@@ -323,20 +319,17 @@ def table(checks: dict, target: float = TARGET) -> list[str]:
                         f" / {rec['cold_moved']['prefill']}, the others: decode "
                         f"{100 * rec['unchanged_decode_mape']:.1f} %, prefill "
                         f"{100 * rec['unchanged_prefill_mape']:.1f} %")
-            ok = "yes" if rec["worst"] <= target else "**no**"
-            out.append(f"| {system} | {versions.get(system, '?')} | {op} | {est} | "
-                       f"{100 * rec['mape']:.1f} % ({100 * rec['p90']:.0f} %) | {ok} |")
-            continue
         elif parts[1] == "allreduce":
             est = "measured curve, log-log in bytes"
         elif parts[3] == "measured":
             est = f"measured curve, log-log in rows (linear: {100 * rec['linear_mape']:.1f} %)"
         else:
             est = "transfer from the 2 nearest timed shapes"
-        if rec.get("cold_moved"):
+        if parts[1] not in ("attention", "mla") and rec.get("cold_moved"):
             est += (f"; {rec['cold_moved']} cells read cold, the others "
                     f"{100 * rec['unchanged_mape']:.1f} %")
-        ok = "yes" if rec["mape"] <= target else "**no**"
+        # the grid laws meet the target on their worst part (decode, prefill, cells)
+        ok = "yes" if rec.get("worst", rec["mape"]) <= target else "**no**"
         out.append(f"| {system} | {versions.get(system, '?')} | {op} | {est} | "
                    f"{100 * rec['mape']:.1f} % ({100 * rec['p90']:.0f} %) | {ok} |")
     return out
