@@ -24,7 +24,8 @@ import numpy as np
 
 from specbatch.simulator.cost.gpus.hardware import get_hardware
 from specbatch.simulator.cost.measured.aic_cost import SYSTEM_OF, AicCost
-from specbatch.simulator.cost.measured.aic_pricer import gemm_dims, shape_curves
+from specbatch.simulator.cost.measured.aic_op_curves import shape_curves
+from specbatch.simulator.cost.measured.aic_pricer import gemm_dims
 from specbatch.traces.models.model_shape import ModelShape
 from specbatch.traces.models.shapes import get_shape
 from specbatch.traces.public.llmservingsim_profiles import bundled_profiles, read_profile

@@ -65,13 +65,9 @@ from specbatch.simulator.cost.measured.aic_mla import (
     head_cells,
     triton_decode,
 )
+from specbatch.simulator.cost.measured.aic_op_curves import mla_gemm, shape_curves
 from specbatch.simulator.cost.measured.aic_ops import ShapeCurves, interp_check, monotone
-from specbatch.simulator.cost.measured.aic_pricer import (
-    attention_cells,
-    mla_gemm,
-    shape_curves,
-    width_fit,
-)
+from specbatch.simulator.cost.measured.aic_role_attention import attention_cells, width_fit
 
 TARGET = 0.08
 SHAPE = ["heads", "kv_heads", "head_dim"]
@@ -136,8 +132,8 @@ def attention_checks(system: str, kv: str) -> dict | None:
     """The grid law (aic_attention.grid_tables) judged two ways, decode and prefill apart,
     decode at short context (< 256 cached tokens) also alone: ``shape``, each timed head shape
     left out and carried from the two nearest timed shapes of its width by the width law's
-    ratio (aic_pricer.attention_cells, exclude: what a model whose shape is untimed gets; the
-    width law is fitted on every shape, the left-out one too: a mild optimism, as the GEMM
+    ratio (aic_role_attention.attention_cells, exclude: what a model whose shape is untimed
+    gets; the width law is fitted on every shape, the left-out one too: a mild optimism, as the GEMM
     transfer's), against its measured rows; ``cells``, each interior column / row of a
     shape's own grid left out (aic_attention.cell_check), against the measured cell means."""
     grids = shape_cells(system, kv)

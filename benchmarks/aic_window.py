@@ -29,7 +29,7 @@ from specbatch.simulator.cost.measured.aic_cells import (
     PREFILL_MAX_BATCH,
 )
 from specbatch.simulator.cost.measured.aic_curves import HEAD_DIMS
-from specbatch.simulator.cost.measured.aic_pricer import attention_law
+from specbatch.simulator.cost.measured.aic_role_attention import attention_law
 from specbatch.traces.public.aiconfigurator import import_aiconfigurator
 
 

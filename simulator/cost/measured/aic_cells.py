@@ -4,8 +4,9 @@ AIConfigurator times vLLM's attention per call in two tables per system and KV d
 decode (B requests of one query token each at context c) and prefill (B prompts of s tokens).
 :func:`attention_rows` keeps the serving range; :func:`shape_cells` groups them per head
 shape (H, H_kv, d) into the measured cells of simulator.cost.measured.aic_attention
-(``cells``), kept where the prefill table spans a grid. The role pricer
-(simulator.cost.measured.aic_pricer) and the mixed-call law (aic_mixed) both read them here.
+(``cells``), kept where the prefill table spans a grid. A role's attention law
+(simulator.cost.measured.aic_role_attention) and the mixed-call law (aic_mixed) both read them
+here.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from specbatch.simulator.cost.measured.aic_attention import (
 )
 from specbatch.simulator.cost.measured.aic_cells import attention_rows, shape_cells
 from specbatch.simulator.cost.measured.aic_mixed import cold_args
-from specbatch.simulator.cost.measured.aic_pricer import attention_cells
+from specbatch.simulator.cost.measured.aic_role_attention import attention_cells
 
 
 def test_the_prefill_grid_is_taken_against_the_decode_floor():

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from specbatch.simulator.config.sim_config import load_config
-from specbatch.simulator.cost.measured import aic_cache, aic_cost, aic_pricer
+from specbatch.simulator.cost.measured import aic_cache, aic_cost, aic_op_curves, aic_role_attention
 from specbatch.simulator.cost.measured.aic_cost import curve_coverage
-from specbatch.simulator.cost.measured.aic_pricer import attention_law, op_curve
+from specbatch.simulator.cost.measured.aic_op_curves import op_curve
+from specbatch.simulator.cost.measured.aic_role_attention import attention_law
 from specbatch.simulator.cost.registry import build_cost_model
 from specbatch.simulator.run import simulate
 from specbatch.traces.models.shapes import get_shape
@@ -39,8 +40,8 @@ def no_build(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError(f"built from the curves: {args}")
 
-    monkeypatch.setattr(aic_pricer, "shape_curves", refuse)
-    monkeypatch.setattr(aic_pricer, "attention_fit", refuse)
+    monkeypatch.setattr(aic_op_curves, "shape_curves", refuse)
+    monkeypatch.setattr(aic_role_attention, "attention_fit", refuse)
     monkeypatch.setattr(aic_cost, "load_curves", refuse)
 
 

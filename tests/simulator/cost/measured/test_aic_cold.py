@@ -21,8 +21,8 @@ from specbatch.simulator.cost.measured.aic_mla import (
     core_rows,
     v3_projection_bytes,
 )
+from specbatch.simulator.cost.measured.aic_op_curves import mla_gemm, shape_curves
 from specbatch.simulator.cost.measured.aic_ops import ShapeCurves
-from specbatch.simulator.cost.measured.aic_pricer import mla_gemm, shape_curves
 
 
 def test_the_rate_is_the_fastest_read_of_the_large_cells_and_floors_only_faster_cells():

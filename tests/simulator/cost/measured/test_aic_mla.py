@@ -14,7 +14,7 @@ from specbatch.simulator.cost.measured.aic_cost import aic_covers
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_mla import V3, core_holds, mixed_mode, projections
 from specbatch.simulator.cost.measured.aic_mla import coverage as mla_coverage
-from specbatch.simulator.cost.measured.aic_pricer import op_curve
+from specbatch.simulator.cost.measured.aic_op_curves import op_curve
 from specbatch.simulator.cost.measured.laws import LayerShape, small_op_bytes
 from specbatch.simulator.cost.registry import build_cost_model
 from specbatch.simulator.cost.tabulated import DECODE_PATH, TWO_LAUNCHES, table_time
@@ -219,7 +219,7 @@ def test_triton_mla_carries_decode_by_the_kernels_head_blocks():
         head_cells,
         triton_decode,
     )
-    from specbatch.simulator.cost.measured.aic_pricer import mla_gemm
+    from specbatch.simulator.cost.measured.aic_op_curves import mla_gemm
 
     assert [head_blocks(h, True) for h in (1, 2, 16, 17, 32, 128)] == [1, 1, 1, 2, 2, 8]
     assert head_blocks(128, False) == 1

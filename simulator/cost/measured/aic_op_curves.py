@@ -1,0 +1,82 @@
+"""AIConfigurator's measured op curves of one GPU as a role reads them, built once per process
+and kept in the cache folder.
+
+:func:`shape_curves` is a family's measured curves at a dtype with the law its transfer to an
+untimed shape uses (a GEMM cell no faster than its weights read cold: aic_cold);
+:func:`op_curve` one shape's :class:`~simulator.cost.measured.aic_ops.Curve`, stored as JSON in
+simulator.cost.measured.aic_cache so that a warm process reads no curve file; :func:`mla_gemm`
+the bf16 GEMM curves aic_mla takes DeepSeek-V3's projections off its module rows with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from specbatch.errors import SpecbatchError
+from specbatch.simulator.cost.measured import aic_cache
+from specbatch.simulator.cost.measured.aic_cold import cold_gemm, gemm_rate
+from specbatch.simulator.cost.measured.aic_curves import load_curves
+from specbatch.simulator.cost.measured.aic_import import bundled_laws
+from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, ShapeLaw
+
+
+@functools.lru_cache(maxsize=32)
+def shape_curves(system: str, family: str, dtype: str) -> ShapeCurves:
+    """The measured curves of ``family`` at ``dtype`` on ``system`` and the law of the same
+    (dtype, kernel) group its transfer uses (a one-line error when none is bundled); a GEMM
+    cell no faster than its weights read cold (aic_cold.cold_gemm: the collector replays
+    L2-resident weights; numpy and compiled passes read the same curves)."""
+    frames = load_curves(system)
+    frame = frames.get(family)
+    if family == "allreduce":
+        if frame is None:
+            raise SpecbatchError(f"aic {system}: no all-reduce curve bundled")
+        return ShapeCurves(family, frame, None, {})
+    rows = None if frame is None else frame[frame["dtype"] == dtype]
+    if rows is None or rows.empty:
+        raise SpecbatchError(f"aic {system}: no {dtype} {family} curve bundled")
+    if family == "gemm":  # the weights read cold (aic_cold)
+        rows = cold_gemm(rows, gemm_rate(system, dtype), dtype)
+    kernel = str(rows["kernel"].iloc[0])
+    laws = bundled_laws().get(system, (None, []))[1]
+    law = next((w for w in laws if w.family == family and w.group.get("dtype") == dtype
+                and w.group.get("kernel") == kernel), None)
+    return ShapeCurves(family, rows, law, {"dtype": dtype})
+
+
+def curve_json(curve: Curve) -> dict:
+    """A built :class:`Curve` as JSON (aic_cache: floats kept exactly)."""
+    law = None if curve.law is None else dataclasses.asdict(curve.law)
+    return {"grid": curve.grid.tolist(), "seconds": curve.seconds.tolist(),
+            "source": curve.source, "how": curve.how, "law": law}
+
+
+def curve_from_json(d: dict) -> Curve:
+    """The :class:`Curve` :func:`curve_json` stored."""
+    law = d["law"]
+    if law is not None:
+        law = ShapeLaw(str(law["family"]), tuple(law["columns"]), str(law["row_col"]),
+                       tuple(int(v) for v in law["key"]), tuple(tuple(e) for e in law["extra"]),
+                       tuple(float(c) for c in law["coef"]))
+    return Curve(np.asarray(d["grid"], dtype=np.float64),
+                 np.asarray(d["seconds"], dtype=np.float64), law, str(d["source"]),
+                 str(d["how"]))
+
+
+@functools.lru_cache(maxsize=256)
+def op_curve(system: str, family: str, dtype: str, key: tuple) -> Curve:
+    """``shape_curves(system, family, dtype).curve(key)``, kept in the cache folder
+    (simulator.cost.measured.aic_cache): a warm process reads no curve file."""
+    key = tuple(int(v) for v in key)
+    return aic_cache.entry("curve", system, (family, dtype, list(key)),
+                           lambda: shape_curves(system, family, dtype).curve(key),
+                           curve_json, curve_from_json)
+
+
+def mla_gemm(system: str):
+    """(n, k) -> the bf16 GEMM :class:`Curve` of ``system`` (what aic_mla takes V3's
+    projections off its module rows with)."""
+    return lambda key: op_curve(system, "gemm", "bfloat16", key)
