@@ -90,11 +90,15 @@ def head_blocks(heads: int, triton: bool) -> int:
 def triton_decode(system: str, kv_dtype: str) -> bool:
     """Whether ``system``'s MLA decode rows at ``kv_dtype`` ran the Triton kernel
     (:data:`TRITON_KERNELS`)."""
-    rows = load_curves(system).get("mla_decode")
-    if rows is None:
-        return False
-    kernels = set(rows.loc[rows["kv_dtype"] == kv_dtype, "kernel"])
+    kernels = decode_values(system, kv_dtype, "kernel")
     return bool(kernels) and kernels <= TRITON_KERNELS
+
+
+def decode_values(system: str, kv_dtype: str, column: str) -> set:
+    """The values ``column`` takes in ``system``'s MLA decode rows at ``kv_dtype`` (empty where
+    none are bundled)."""
+    rows = load_curves(system).get("mla_decode")
+    return set() if rows is None else set(rows.loc[rows["kv_dtype"] == kv_dtype, column])
 
 
 def projections(hidden: int, q_lora_rank: int, kv_lora_rank: int, rope: int, nope: int,
@@ -275,9 +279,8 @@ def mixed_mode(system: str, kv_dtype: str) -> tuple[tuple, str]:
     FlashInfer-MLA) runs a uniform verification as one decode launch, which TWO_LAUNCHES
     prices the same (no request stands beside it); a batch of unequal multi-token lengths is
     one launch in the sums either way (they cannot tell its lengths apart)."""
-    frames = load_curves(system)
-    d, p = frames.get("mla_decode"), frames.get("mla_prefill")
-    kernels = set() if d is None else set(d.loc[d["kv_dtype"] == kv_dtype, "kernel"])
+    p = load_curves(system).get("mla_prefill")
+    kernels = decode_values(system, kv_dtype, "kernel")
     if len(kernels) == 1 and (kernel := kernels.pop()) in VARLEN_DECODE:
         timed = p[(p["kv_dtype"] == kv_dtype) & (p["kernel"] == kernel)]["prompt"]
         t = float(VARLEN_DECODE[kernel])
@@ -293,11 +296,7 @@ def core_holds(system: str, kv_dtype: str) -> tuple[str, ...]:
     """The small ops an MLA role on ``system`` at ``kv_dtype`` must not price again:
     :data:`MODULE_HOLDS` where its MLA rows time the whole module, () where they time the
     backend's kernel alone (A100: the small-op laws price rotary, as for every model)."""
-    rows = load_curves(system).get("mla_decode")
-    if rows is None:
-        return ()
-    scope = set(rows.loc[rows["kv_dtype"] == kv_dtype, "scope"])
-    return MODULE_HOLDS if scope == {"module"} else ()
+    return MODULE_HOLDS if decode_values(system, kv_dtype, "scope") == {"module"} else ()
 
 
 #: The rows' ``scope`` that times a CUDA-graph forward (traces.public.aiconfigurator: the
@@ -338,8 +337,5 @@ def coverage(system: str) -> dict:
 def eager_mla(system: str, kv_dtype: str) -> bool:
     """Whether ``system``'s MLA rows at ``kv_dtype`` exist but were all timed eagerly (no
     :data:`GRAPHED_SCOPE` row): the reason :func:`coverage` leaves them out."""
-    rows = load_curves(system).get("mla_decode")
-    if rows is None:
-        return False
-    scopes = set(rows.loc[rows["kv_dtype"] == kv_dtype, "scope"])
+    scopes = decode_values(system, kv_dtype, "scope")
     return bool(scopes) and GRAPHED_SCOPE not in scopes
