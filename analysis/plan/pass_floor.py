@@ -45,11 +45,15 @@ a negative or non-finite entry or such a law gets no floor (:func:`check_table`)
 The floors are shrunk by :data:`SLACK`: they add the parts in another order than the table's
 evaluation (a few ulps).
 
-The sliding-window calibrated target has no PassTable (its attention needs the window sums,
-simulator.cost.analytic.window): :func:`window_floor` takes its per-token parts from the
-calibrated table builder and prices the attention by the role itself at i's window sums (a
-request's window work is nondecreasing in q and c, and a prompt's chunks do at least its
-one-pass work).
+A sliding-window target has no PassTable (its attention needs the window sums,
+simulator.cost.analytic.window). For a calibrated role :func:`window_floor` takes its
+per-token parts from the calibrated table builder and prices the attention by the role itself
+at i's window sums (a request's window work is nondecreasing in q and c, and a prompt's chunks
+do at least its one-pass work). For an aic role the pass is the unwindowed table's with the
+attention read as (L − L_s)/L of the grid law at the full sums plus L_s/L of it at the window
+sums (AicPricer.attention_at): each share is at least its fraction of the grid's least value,
+so the unwindowed table's floor (a0 = that least value, no body) holds as it stands
+(:func:`aic_window_floor`).
 
 tests/analysis/plan/test_pass_floor.py checks both floors against the cost models' own pass
 times on random batches and chunkings (calibrated, aic; MoE included), and
@@ -229,7 +233,7 @@ def target_floor(base, overhead: float, q_max: int, longest: int) -> PassFloor |
     """The target's :class:`PassFloor` under cost model ``base`` (the innermost model, its
     wrappers' per-step ``overhead`` given), or None where none is proven: a model that is not
     tabulated (simulator.engine.v1.pass_tables.tabulated), passes past the compiled loop's
-    largest table, a target without a PassTable (:func:`window_floor` aside), a table
+    largest table, a target without a PassTable (the window floors aside), a table
     :func:`check_table` refuses."""
     from specbatch.simulator.engine.v1.pass_tables import MAX_TABLE_TOKENS, tabulated
 
@@ -240,7 +244,18 @@ def target_floor(base, overhead: float, q_max: int, longest: int) -> PassFloor |
     role = (getattr(base, "roles", None) or {}).get("target")
     if windowed_role(role):
         return window_floor(role, overhead, q_max, longest)
+    if aic_windowed_role(role):
+        return aic_window_floor(role, overhead, q_max, longest)
     return None
+
+
+def aic_window_floor(role, overhead: float, q_max: int, longest: int) -> PassFloor | None:
+    """The :class:`PassFloor` of an aic role with sliding-window layers (module docstring):
+    its unwindowed PassTable's floor, whose attention term is the grid law's least value."""
+    table = role.pass_table(q_max)
+    if not getattr(table.attention, "grid", ()):  # pragma: no cover - aic laws are grids
+        return None
+    return table_floor(table, overhead, q_max, longest)
 
 
 def windowed_role(role) -> bool:
@@ -248,3 +263,10 @@ def windowed_role(role) -> bool:
     from specbatch.simulator.cost.measured.calibrated_role import RolePricer
 
     return type(role) is RolePricer and bool(role.consts.sliding_layers)
+
+
+def aic_windowed_role(role) -> bool:
+    """Whether ``role`` is an aic pricer whose only gap is its sliding-window layers."""
+    from specbatch.simulator.cost.measured.aic_pricer import AicPricer
+
+    return type(role) is AicPricer and bool(role.shape.sliding_layers)

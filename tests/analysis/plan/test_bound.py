@@ -192,7 +192,7 @@ def test_no_tabulated_bound_past_the_compiled_loops_largest_table(tables):
     assert t.bounds(fields) is None
 
 
-@pytest.mark.parametrize("cost", ["roofline", "calibrated"])  # aic refuses windows
+@pytest.mark.parametrize("cost", ["roofline", "calibrated", "aic"])
 def test_a_sliding_window_target_is_bounded_too(tables, cost, tmp_path):
     # a request's window work is nondecreasing in its query and cache, and a chunked
     # prefill does at least the whole prompt's: the floors hold, priced with the window

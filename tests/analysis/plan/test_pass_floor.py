@@ -125,6 +125,7 @@ MODELS = [  # (cost, target, tp, execution, hardware): dense, MoE (not monotone 
     ("aic", "vicuna-33b", 2, "cuda_graph", "h100"),
     ("aic", "vicuna-33b", 1, "eager", "h100"),
     ("aic", "qwen3-30b-a3b", 1, "cuda_graph", "h100"),
+    ("aic", "mistral-7b-v0.1", 1, "cuda_graph", "h100"),  # sliding-window layers
     ("calibrated", "llama-3.1-8b", 1, "cuda_graph", "rtxpro6000"),
     ("calibrated", "qwen3-30b-a3b", 1, "eager", "rtxpro6000"),
     ("calibrated", "Qwen/Qwen3-32B", 4, "cuda_graph", "rtx4090"),
