@@ -309,7 +309,8 @@ class AicCost:
         r = self.roles.get(role)
         if r is not None and r.shape.sliding_layers:
             *sums, window = batch_window_sums(query, kv, r.shape.sliding_window)
-            return self.time_from_sums(role, *sums, window=window, rows=rows)
+            return self.time_from_sums(role, *sums, window=r.window_sums(query, kv, window),
+                                       rows=rows)
         return self.time_from_sums(role, *batch_sums(query, kv), rows=rows)
 
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
@@ -347,7 +348,7 @@ class AicCost:
         r = for_role(self.roles, role)
         if r.shape.sliding_layers:
             *sums, window = batch_window_sums(query, kv, r.shape.sliding_window)
-            return r.split(*sums, rows, window)
+            return r.split(*sums, rows, r.window_sums(query, kv, window))
         n, sq, skv, sqkv, sqq = batch_sums(np.asarray(query), np.asarray(kv))
         return r.split(n, sq, skv, sqkv, sqq, rows)
 
