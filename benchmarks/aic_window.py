@@ -9,10 +9,13 @@ the bundled tables keep the ``window_size = 0`` rows only (aic_curves). AIConfig
 tables also time FlashAttention with a window (vLLM 0.24 on H100: W = 128, 1024, 8192, at head
 widths 64 / 128 / 192): each such row of a head shape the bundled grid law prices (head widths
 64 / 128 / 256, the serving range of aic_cells) is priced here by the one-layer law at its
-windowed sums and, for contrast, at its full sums (the window ignored), and the errors are
-printed per table, window and KV dtype, apart where the window binds (a decode's context
-c >= W, a prompt longer than W) and where it does not (the law's own full-attention cells,
-read as the grid reads them).
+windowed sums: the exact ones (simulator.cost.analytic.window: the keys the window holds) and
+the ones FlashAttention 3's tiles compute (aic_fa3_window, what ``cost = "aic"`` prices on an
+FA3 GPU: aic_pricer.AicPricer.window_sums; the exact ones again where the backend is not FA3),
+and, for contrast, at its full sums (the window ignored); the errors are printed per table,
+window and KV dtype, apart where the window binds (a decode's context c >= W, a prompt longer
+than W) and where it does not (the law's own full-attention cells, read as the grid reads
+them).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from specbatch.simulator.cost.measured.aic_cells import (
     PREFILL_MAX_BATCH,
 )
 from specbatch.simulator.cost.measured.aic_curves import HEAD_DIMS
+from specbatch.simulator.cost.measured.aic_fa3_window import fa3_window_sums
+from specbatch.simulator.cost.measured.aic_mixed import backend, gpu_of
 from specbatch.simulator.cost.measured.aic_role_attention import attention_law
 from specbatch.traces.public.aiconfigurator import import_aiconfigurator
 
@@ -42,7 +47,8 @@ def row_sums(family: str, batch: int, length: int) -> tuple:
 
 
 def judge(tables, system: str) -> list[dict]:
-    """One record per windowed row: its measured and priced seconds (windowed, full)."""
+    """One record per windowed row: its measured and priced seconds (windowed exact, FA3
+    tiles, full)."""
     out = []
     for family, axis, most in (("attention_decode", "context", DECODE_MAX_BATCH),
                                ("attention_prefill", "prompt", PREFILL_MAX_BATCH)):
@@ -55,34 +61,39 @@ def judge(tables, system: str) -> list[dict]:
             f = f[f["context"] <= DECODE_MAX_CONTEXT]
         for row in f.itertuples(index=False):
             kv = str(row.kv_dtype)
+            e = 1.0 if kv == "fp8" else 2.0
             law, _ = attention_law(system, kv, int(row.heads), int(row.kv_heads),
-                                   int(row.head_dim), 1.0 if kv == "fp8" else 2.0, 1)
+                                   int(row.head_dim), e, 1)
             q, c = row_sums(family, int(row.batch), int(getattr(row, axis)))
             *sums, window = batch_window_sums(q, c, int(row.window))
-            slid = law.seconds(sums[0], *windowed_sums(*sums[1:], window))
-            full = law.seconds(*sums)
+            tiles = window
+            if backend(gpu_of(system), kv) == "fa3":
+                tiles = fa3_window_sums(q, c, int(row.window), int(row.heads),
+                                        int(row.kv_heads), int(row.head_dim), e)
             length = int(getattr(row, axis))
             out.append({"family": family.split("_")[1], "window": int(row.window), "kv": kv,
                         "binds": length >= int(row.window), "measured": row.latency_s,
-                        "windowed": slid, "full": full})
+                        "windowed": law.seconds(sums[0], *windowed_sums(*sums[1:], window)),
+                        "tiles": law.seconds(sums[0], *windowed_sums(*sums[1:], tiles)),
+                        "full": law.seconds(*sums)})
     return out
 
 
 def table(records: list[dict]) -> list[str]:
     """Markdown: per (table, window, KV, binds) rows, MAPE and mean signed error of the
-    windowed price and of the full one."""
+    windowed price (exact sums, FA3 tiles) and of the full one."""
     import pandas as pd
 
     d = pd.DataFrame(records)
-    lines = ["| table | W | KV | window binds | rows | windowed: MAPE / mean | full sums: MAPE / "
-             "mean |", "|---|---|---|---|---|---|---|"]
+    lines = ["| table | W | KV | window binds | rows | exact window: MAPE / mean | FA3 tiles: "
+             "MAPE / mean | full sums: MAPE / mean |", "|---|---|---|---|---|---|---|---|"]
     for key, g in d.groupby(["family", "window", "kv", "binds"], sort=True):
         errs = []
-        for col in ("windowed", "full"):
+        for col in ("windowed", "tiles", "full"):
             e = (g[col] - g["measured"]) / g["measured"]
             errs.append(f"{100 * e.abs().mean():.1f} / {100 * e.mean():+.1f} %")
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {'yes' if key[3] else 'no'} | "
-                     f"{len(g)} | {errs[0]} | {errs[1]} |")
+                     f"{len(g)} | {' | '.join(errs)} |")
     return lines
 
 

@@ -29,13 +29,16 @@ FlashAttention backend passes a layer's ``sliding_window`` as flash-attn ``windo
 K^W = Σ min(c, W − 1) and query-key pairs P^W; the law is its per-layer cells times L, so the
 share is per layer. Assumed: a sliding layer costs what a full layer costs at those sums
 (:func:`~simulator.cost.analytic.window.windowed_sums`): a decode is the decode cell at the
-windowed mean context K^W / n (flash-attn skips the KV blocks wholly before a window; a
-partial block's masked keys taken as free), the query tokens past a request's first at the
-windowed pairs; nothing is fitted on windowed rows (the bundled tables hold none: aic_curves
-keeps ``window = 0``). Judged on AIConfigurator's H100 windowed rows (benchmarks/aic_window.py,
-docs/fidelity.md): low where the window binds (decode -8 to -28 %, prefill -3 to -33 % mean,
-most at W = 128: the partial KV tiles the sums leave out), against +30 to +357 % with the
-window ignored.
+windowed mean context K^W / n, the query tokens past a request's first at the windowed pairs;
+on an FA3 GPU (H100, H200) the pairs its tiles compute (simulator.cost.measured.aic_fa3_window:
+a query tile computes the W + m − 1 keys its rows span in whole key tiles; a decode reads its
+window's W keys, as the causal kernel does at W − 1), elsewhere the exact ones; nothing is
+fitted on windowed rows (the bundled tables hold none: aic_curves keeps ``window = 0``).
+Judged on AIConfigurator's H100 windowed rows (benchmarks/aic_window.py, docs/fidelity.md):
+low where the window binds (decode -8 to -28 %, prefill -2 to -30 % mean, most at W = 128;
+the FA3 tiles move prefill by at most 3.5 points: the rest is the local kernel's own
+per-call step on decode and its low rate per product on short walks), against +30 to +357 %
+with the window ignored.
 Chunked local attention (hf_llama4) priced as a window: exact while every c + q <= W, an upper
 bound beyond. A sliding role's attention needs the window sums, so such a model has no
 tabulated form (:meth:`AicCost.table_gap`: the numpy engine prices it from arrays).
@@ -309,7 +312,8 @@ class AicCost:
         r = self.roles.get(role)
         if r is not None and r.shape.sliding_layers:
             *sums, window = batch_window_sums(query, kv, r.shape.sliding_window)
-            return self.time_from_sums(role, *sums, window=window, rows=rows)
+            return self.time_from_sums(role, *sums, window=r.window_sums(query, kv, window),
+                                       rows=rows)
         return self.time_from_sums(role, *batch_sums(query, kv), rows=rows)
 
     def time_from_sums(self, role: str, n: int, sq: float, skv: float, sqkv: float,
@@ -347,7 +351,7 @@ class AicCost:
         r = for_role(self.roles, role)
         if r.shape.sliding_layers:
             *sums, window = batch_window_sums(query, kv, r.shape.sliding_window)
-            return r.split(*sums, rows, window)
+            return r.split(*sums, rows, r.window_sums(query, kv, window))
         n, sq, skv, sqkv, sqq = batch_sums(np.asarray(query), np.asarray(kv))
         return r.split(n, sq, skv, sqkv, sqq, rows)
 

@@ -38,6 +38,8 @@ import numpy as np
 from specbatch.errors import require
 from specbatch.simulator.cost.analytic.window import windowed_sums
 from specbatch.simulator.cost.gpus.hardware import Hardware
+from specbatch.simulator.cost.measured.aic_fa3_window import fa3_window_sums
+from specbatch.simulator.cost.measured.aic_mixed import backend, gpu_of
 from specbatch.simulator.cost.measured.aic_mla import core_holds, projections
 from specbatch.simulator.cost.measured.aic_op_curves import op_curve
 from specbatch.simulator.cost.measured.aic_ops import Curve
@@ -238,6 +240,19 @@ class AicPricer:
             if len(self.head_memo) < MEMO_LIMIT:
                 self.head_memo[r] = got
         return got
+
+    def window_sums(self, query, kv, exact: tuple[float, float]) -> tuple[float, float]:
+        """The window sums a sliding layer of this role presents for the pass of ``query`` #
+        [n] new and ``kv`` # [n] cached tokens: where the GPU's backend is FlashAttention 3
+        (aic_mixed.backend) the keys and pairs its tiles compute (aic_fa3_window), elsewhere
+        ``exact`` = (K^W, P^W) (simulator.cost.analytic.window: no tile rule derived for FA2,
+        FlashInfer or TRT-LLM)."""
+        s = self.shape
+        if s.is_mla or backend(gpu_of(self.system), self.kv_dtype) != "fa3":
+            return exact
+        return fa3_window_sums(query, kv, s.sliding_window, s.heads // self.tp,
+                               max(s.kv_heads // self.tp, 1), s.head_dim,
+                               1.0 if self.kv_dtype == "fp8" else 2.0)
 
     def attention_at(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
                      window: tuple[float, float] | None = None) -> float:

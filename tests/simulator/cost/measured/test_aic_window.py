@@ -1,7 +1,8 @@
 """cost = "aic" on sliding-window layers (simulator.cost.measured.aic_cost's docstring): the
 attention law's (L − L_s)/L share at the full sums plus its L_s/L share at the sums a sliding
-layer presents (simulator.cost.analytic.window), every other part as the full-attention model
-prices it; a window no context reaches changes nothing; such a role is priced from arrays."""
+layer presents (simulator.cost.analytic.window; on an FA3 GPU the keys and pairs its tiles
+compute, aic_fa3_window), every other part as the full-attention model prices it; a window no
+context reaches changes nothing; such a role is priced from arrays."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.cost.gpus.hardware import get_hardware
 from specbatch.simulator.cost.interface import sums_path
 from specbatch.simulator.cost.measured.aic_cost import AicCost, aic_covers
+from specbatch.simulator.cost.measured.aic_fa3_window import fa3_window_sums
 from specbatch.simulator.engine.v1.compiled import compiled_gap
 from specbatch.simulator.policies.registry import make_policy
 from specbatch.simulator.run import simulate
@@ -39,8 +41,13 @@ def slid():
 def test_a_windowed_pass_is_the_two_shares_of_the_law_by_hand(slid):
     windowed, full = slid
     q, c = np.array([1, 1, 4]), np.array([100, 3000, 2000])
-    # K^W = 100 + 511 + 511; P^W = 101 + 512 + 4·512 (each of request 2's queries sees W keys)
-    cached, pairs = 1122.0, 2661.0
+    # the window holds K^W = 100 + 511 + 511, P^W = 101 + 512 + 4·512; H100 runs FA3
+    # (aic_fa3_window): the decodes read what the window holds; with G = 4 query heads per KV
+    # head in 64-row (one warp group) x 128-key tiles, request 2's tile (4 positions, 16 rows)
+    # walks keys 1489..2003, 5 tiles, where the causal kernel walks 16: its pairs are
+    # 4·5/2 + 4·2000 + 4·5·128 − 4·16·128 = 2378
+    assert fa3_window_sums(q, c, 512, 32, 8, 128, 2.0) == (1122.0, 101 + 512 + 2378)
+    cached, pairs = 1122.0, 2991.0
     n, sq, skv, sqkv, sqq = 3, 6.0, 5100.0, 100.0 + 3000.0 + 8000.0, 18.0
     law = windowed.roles["target"].attention
     by_hand = (8 / 32 * law.seconds(n, sq, skv, sqkv, sqq)
@@ -56,6 +63,15 @@ def test_a_windowed_pass_is_the_two_shares_of_the_law_by_hand(slid):
     assert parts["attention"] < other["attention"]
     with pytest.raises(SpecbatchError, match="window sums"):
         windowed.time_from_sums("target", n, sq, skv, sqkv, sqq)
+
+
+def test_the_tile_rule_is_fa3s_other_backends_keep_the_exact_window_sums(slid):
+    windowed, _ = slid
+    q, c = np.array([1, 1, 4]), np.array([100, 3000, 2000])
+    exact = (1122.0, 2661.0)
+    assert windowed.roles["target"].window_sums(q, c, exact) == (1122.0, 2991.0)  # H100: FA3
+    a100 = AicCost(get_hardware("a100"), SLID, unwindowed(SLID))  # FlashAttention 2
+    assert a100.roles["target"].window_sums(q, c, exact) == exact
 
 
 def test_the_breakdown_sums_to_the_pass(slid):
