@@ -9,7 +9,8 @@ a role is priced as calibrated composes it (simulator.cost.measured.calibrated):
 
 - ``layers``: the per-layer GEMMs of the role's shard from the measured curve of that exact
   (n, k) where timed, else the transfer from the nearest timed shapes; a mixture of experts'
-  routed experts from the measured ``FusedMoE`` table; the small ops (norms, rotary,
+  routed experts from the measured ``FusedMoE`` table (at the dtype of the rows that time
+  vLLM's kernel for the checkpoint: :func:`moe_dtype`); the small ops (norms, rotary,
   activation, embedding, residual add) from the calibrated small-op laws
   (simulator.cost.measured.aic_pricer);
 - ``attention``: one :class:`~simulator.cost.tabulated.AttentionLaw` over the batch sums
@@ -45,9 +46,9 @@ tabulated form (:meth:`AicCost.table_gap`: the numpy engine prices it from array
 
 :func:`aic_covers` says whether the bundled tables cover a deployment (None) or what is missing
 (a GPU without tables, MLA of other widths than the tables' or a KV dtype or head count they
-lack, weight formats other than bf16 and fp8, an fp8 MoE of another scale scheme than the
-fp8 MoE rows timed (:data:`FP8_MOE_TIMED`), a tp without an all-reduce curve, a quantised
-draft; MLA's attention: simulator.cost.measured.aic_mla);
+lack, weight formats other than bf16 and fp8, an fp8 MoE of a scale scheme no bundled fp8
+MoE rows time vLLM's kernel for on that GPU (:data:`FP8_MOE_TIMED`), a tp without an
+all-reduce curve, a quantised draft; MLA's attention: simulator.cost.measured.aic_mla);
 :class:`AicCost` refuses the same with a one-line error. Validated errors (held out,
 benchmarks/cost_vs_aic.py ``--validate``) are read from
 ``simulator/cost/measured/data/aic_validation.json`` and reported by :meth:`sources`.
@@ -93,19 +94,37 @@ VALIDATION = Path(__file__).parent / "data" / "aic_validation.json"
 SYSTEM_OF = {preset: system for system, preset in AIC_PRESETS.items()}
 #: The weight formats priced (the target's ``--quantization``) -> the GEMM / MoE table dtype.
 GEMM_DTYPE = {"none": "bfloat16", "fp8": "fp8"}
-#: What a bundled fp8 MoE table's kernel timed, by a fragment of its ``kernel`` name -> the
-#: :class:`ModelShape` ``quant_scheme`` it prices. "modelopt": AIConfigurator times vLLM's
-#: ``ModelOptFp8MoEMethod``, which asks ``select_fp8_moe_backend``
-#: (vllm/model_executor/layers/fused_moe/oracle/fp8.py) for per-tensor weights and static
-#: per-tensor activations (``kFp8StaticTensorSym`` both); on Hopper only that pair (and
-#: 128-block) passes ``FlashInferExperts._supports_quant_scheme`` (fused_moe/experts/
-#: flashinfer_cutlass_moe.py). Dynamic activations (``Fp8Config``'s default and the online
-#: ``--quantization fp8``: ``kFp8DynamicTensorSym``) and ptpc (``kFp8StaticChannelSym``,
-#: ``kFp8DynamicTokenSym``: ``CompressedTensorsW8A8Fp8MoEMethod``; FlashInfer's ptpc wiring is
-#: vllm PR 40957, open) fall to Triton / vLLM CUTLASS, and Hopper's block fp8 under TP is moved
-#: to Triton (``_get_priority_backends``; vllm issue 34249): kernels these rows never time.
-#: A kernel named here by no fragment (L40S's generic ``vllm_fused_moe``) is not told apart.
-FP8_MOE_TIMED = {"modelopt": "static"}
+@dataclass(frozen=True)
+class TimedFp8Moe:
+    """A bundled fp8 MoE row group that times the kernel vLLM runs for one checkpoint scale
+    scheme: the rows of MoE table ``dtype`` whose kernel name holds ``kernel`` price a
+    :class:`ModelShape` ``quant_scheme`` of ``scheme`` on a GPU of compute ``capability``
+    (x 10, as vLLM's ``is_device_capability``; 0: on any GPU whose table holds them)."""
+
+    dtype: str
+    kernel: str
+    scheme: str
+    capability: int = 0
+
+
+#: The fp8 MoE rows that time vLLM's kernel for a scale scheme (vLLM 0.24's
+#: ``select_fp8_moe_backend``, vllm/model_executor/layers/fused_moe/oracle/fp8.py, walks
+#: ``_get_priority_backends`` and takes the first experts class whose ``is_supported_config``
+#: passes). "modelopt": AIConfigurator times ``ModelOptFp8MoEMethod``, which asks for
+#: per-tensor weights and static per-tensor activations (``kFp8StaticTensorSym`` both); on
+#: Hopper only that pair (and 128-block) passes ``FlashInferExperts._supports_quant_scheme``
+#: (fused_moe/experts/flashinfer_cutlass_moe.py), so dynamic activations (``Fp8Config``'s
+#: default and the online ``--quantization fp8``: ``kFp8DynamicTensorSym``) and ptpc
+#: (``kFp8StaticChannelSym``, ``kFp8DynamicTokenSym``) fall to Triton / vLLM CUTLASS: kernels
+#: these rows never time. "fp8moe_triton": block fp8 (``Fp8Config`` with ``weight_block_size``:
+#: ``kFp8Static128BlockSym`` weights, ``kFp8Dynamic128Sym`` activations) runs
+#: ``TritonExperts`` on compute capability 9.0 without expert parallelism
+#: (``_get_priority_backends`` moves TRITON to the front there, FLASHINFER_CUTLASS with EP;
+#: vllm issue 34249), the fp8_block rows aic_curves keeps on H100 / H200; Blackwell runs
+#: TRT-LLM's block kernels (two classes, by routing method: not bundled). A GPU whose fp8 rows
+#: are of a kernel no entry names (L40S's generic ``vllm_fused_moe``) is not told apart.
+FP8_MOE_TIMED = (TimedFp8Moe("fp8", "modelopt", "static"),
+                 TimedFp8Moe("fp8_block", "fp8moe_triton_tritonexperts", "block", 90))
 #: ``quant_scheme`` -> the words a refusal names it by.
 FP8_SCHEMES = {"": "per-tensor weights with dynamic activation scales (vLLM's Fp8Config "
                    "default, the --quantization fp8 knob)",
@@ -189,13 +208,13 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
             return f"{what}: weight format {quant!r} has no bundled table (bf16 and fp8 only)"
         if dtype not in curves.get("gemm", ()):
             return f"{what}: no {dtype} GEMM table on {system}"
-        if shape.is_moe and dtype not in curves.get("moe", ()):
-            return f"{what}: no {dtype} MoE table on {system}"
-        if shape.is_moe and dtype == "fp8":
-            scheme = shape.quant_scheme if shape.quantization == "fp8" else ""
-            reason = fp8_moe_gap(curves.get("moe_kernels", {}).get("fp8", ""), scheme)
+        if shape.is_moe:
+            capability = GPUS[str(hardware_name).lower()].compute_capability
+            moe, reason = moe_dtype(curves, shape, dtype, capability)
             if reason is not None:
                 return f"{what}: {reason} on {system}"
+            if moe not in curves.get("moe", ()):
+                return f"{what}: no {moe} MoE table on {system}"
         if not shape.is_mla and shape.head_dim not in HEAD_DIMS:
             return f"{what}: head width {shape.head_dim} not in the attention tables"
         for fam in () if shape.is_mla else ("attention_decode", "attention_prefill"):
@@ -214,15 +233,46 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
     return None
 
 
+def moe_dtype(curves: dict, shape: ModelShape, dtype: str,
+              capability: int) -> tuple[str, str | None]:
+    """(the MoE table dtype ``shape``'s routed experts are priced from at GEMM ``dtype`` on a
+    GPU of compute ``capability`` whose :func:`coverage_of` is ``curves``, None), or ("", why
+    no bundled row times vLLM's kernel for them): an fp8 MoE by its scale scheme
+    (:func:`fp8_moe_rows`), any other at its GEMM dtype."""
+    if dtype != "fp8":
+        return dtype, None
+    scheme = shape.quant_scheme if shape.quantization == "fp8" else ""
+    return fp8_moe_rows(curves.get("moe_kernels", {}), scheme, capability)
+
+
+def fp8_moe_rows(kernels: dict, scheme: str, capability: int) -> tuple[str, str | None]:
+    """(the MoE table dtype an fp8 MoE of ``scheme`` is priced from, None) on a GPU of compute
+    ``capability`` whose curves hold ``kernels`` (MoE dtype -> kernel): the first
+    :data:`FP8_MOE_TIMED` entry of that scheme the GPU holds; else its fp8 rows where their
+    kernel is not told apart (:func:`fp8_moe_gap`); else ("", :func:`fp8_moe_gap`'s reason)."""
+    for t in FP8_MOE_TIMED:
+        if (t.scheme == scheme and t.kernel in kernels.get(t.dtype, "")
+                and t.capability in (0, int(capability))):
+            return t.dtype, None
+    reason = fp8_moe_gap(kernels.get("fp8", ""), scheme)
+    return ("fp8", None) if reason is None else ("", reason)
+
+
 def fp8_moe_gap(kernel: str, scheme: str) -> str | None:
     """None when the fp8 MoE rows of ``kernel`` time an fp8 checkpoint of ``scheme``
-    (:data:`FP8_MOE_TIMED`; a kernel it does not name is not told apart), else why not."""
-    timed = next((s for frag, s in FP8_MOE_TIMED.items() if frag in kernel), None)
-    if timed is None or timed == scheme:
+    (:data:`FP8_MOE_TIMED`; a kernel it does not name is not told apart), else why not, with
+    the rows that price ``scheme`` where some do."""
+    timed = next((t for t in FP8_MOE_TIMED if t.dtype == "fp8" and t.kernel in kernel), None)
+    if timed is None or timed.scheme == scheme:
         return None
+    where = [f"{t.dtype} rows of {t.kernel}" + (f" on compute capability "
+                                                   f"{t.capability / 10:.1f} only"
+                                                   if t.capability else "")
+             for t in FP8_MOE_TIMED if t.scheme == scheme and t.dtype != "fp8"]
     return (f"fp8 MoE experts of {FP8_SCHEMES.get(scheme, f'scheme {scheme!r}')}: the fp8 "
-            f"MoE rows time {kernel} ({FP8_SCHEMES[timed]}), a backend vLLM's "
-            "select_fp8_moe_backend picks only for that scheme")
+            f"MoE rows time {kernel} ({FP8_SCHEMES[timed.scheme]}), a backend vLLM's "
+            "select_fp8_moe_backend picks only for that scheme"
+            + (f" (priced from {', '.join(where)})" if where else ""))
 
 
 def mla_covers(system: str, shape: ModelShape, kv: str, tp: int) -> str | None:
@@ -289,9 +339,11 @@ class AicCost:
         for role, shape, tp in (("target", self.target, self.tp),
                                 ("draft", self.draft, self.draft_tp)):
             quant = shape.quantization if role == "target" else "none"
+            moe = (moe_dtype(curve_coverage(system), shape, GEMM_DTYPE[quant],
+                             self.hardware.compute_capability)[0] if shape.is_moe else "")
             roles[role] = AicPricer(shape=shape, tp=int(tp), hw=self.hardware, system=system,
                                     gemm_dtype=GEMM_DTYPE[quant], kv_dtype=kv, small=small,
-                                    small_scale=scale,
+                                    small_scale=scale, moe_dtype=moe,
                                     launch=launch_terms(ex, role, self.hardware, shape.layers))
         object.__setattr__(self, "roles", roles)
 
@@ -419,8 +471,9 @@ def role_sources(r: AicPricer, gpu: str, version: str) -> dict:
                                       f"({r.kv_dtype} KV; {r.attention_how})",
                             "validated": checked(f"{r.system}|mla|{r.kv_dtype}")}
     if r.shape.is_moe:
-        out["experts"] = {"source": f"{sysv} {r.curves['experts'][1].source}",
-                          "validated": checked(f"{r.system}|moe|{r.gemm_dtype}")}
+        out["experts"] = {"source": f"{sysv} {r.experts_dtype} "
+                                    f"{r.curves['experts'][1].source}",
+                          "validated": checked(f"{r.system}|moe|{r.experts_dtype}")}
     if r.allreduce_curve is not None:
         out["allreduce"] = {"source": f"{sysv} CUDA-graph all-reduce curve, {r.tp} GPUs "
                                       "(log-log in bytes)",

@@ -14,7 +14,10 @@ timed shapes (simulator.cost.measured.aic_ops); both need the rows, not only the
   TRT-LLM on Blackwell, ...);
 - ``allreduce``: the CUDA-graph backend (``vllm_graph``: custom all-reduce up to its 8 MiB
   ``max_size``, NCCL above, as a served model runs it);
-- ``moe``: balanced routing, per dtype (bf16, fp8) the kernel with the most rows;
+- ``moe``: balanced routing, per dtype (bf16, fp8) the kernel with the most rows, and per
+  dtype of :data:`MOE_KERNELS` the kernel it names (the one vLLM runs for that dtype where the
+  table also times others: fp8_block's Triton experts, Hopper's TP kernel; a GPU whose table
+  has none keeps no rows of that dtype);
 - ``mla_decode`` / ``mla_prefill``: bf16 projections (``gemm_dtype`` bfloat16; a kernel-only
   table has none) and a bf16 prefill query, bf16 / fp8 KV, prefill prompts of > 1 token with
   no cached prefix; every kernel kept: vLLM picks the backend per call (H100 runs a short
@@ -49,7 +52,16 @@ MIN_GEMM_DIM = 256
 HEAD_DIMS = (64, 128, 256)
 #: GEMM dtypes kept (the default kernel of each is the table's only one at these dtypes).
 GEMM_DTYPES = ("bfloat16", "fp8")
-MOE_DTYPES = ("bfloat16", "fp8")
+MOE_DTYPES = ("bfloat16", "fp8", "fp8_block")
+#: MoE dtype -> a fragment of the name of the one kernel kept at that dtype (the other dtypes
+#: keep the kernel with the most rows). ``fp8_block`` (vLLM's ``Fp8Config`` with
+#: ``weight_block_size``, 128x128 blocks, dynamic per-group activations: ``kFp8Static128BlockSym``
+#: weights, ``kFp8Dynamic128Sym`` activations): vLLM 0.24's ``_get_priority_backends``
+#: (vllm/model_executor/layers/fused_moe/oracle/fp8.py) moves Triton to the front on compute
+#: capability 9.0 without expert parallelism and FlashInfer CUTLASS with it; AIConfigurator's
+#: collector records the backend vLLM selected, and its H100 / H200 rows are Triton at ep = 1
+#: and FlashInfer CUTLASS at ep > 1 (the most rows). ``cost = "aic"`` prices tp (ep = 1) only.
+MOE_KERNELS = {"fp8_block": "fp8moe_triton_tritonexperts"}
 KV_DTYPES = ("bfloat16", "fp8")
 #: The one model AIConfigurator's vLLM MLA module tables time (a kernel-only table names none).
 MLA_MODEL = "deepseek-ai/DeepSeek-V3"
@@ -80,6 +92,20 @@ def most_rows(frame: pd.DataFrame, by: str) -> pd.DataFrame:
     return pd.concat(keep) if keep else frame.iloc[:0]
 
 
+def moe_default(frame: pd.DataFrame) -> pd.DataFrame:
+    """The balanced-routing MoE rows kept: per dtype of :data:`MOE_DTYPES` the kernel
+    :data:`MOE_KERNELS` names, else the kernel with the most rows."""
+    import pandas as pd
+
+    f = frame[(frame["distribution"] == "balanced") & frame["dtype"].isin(MOE_DTYPES)]
+    named = f["dtype"].isin(list(MOE_KERNELS))
+    keep = [most_rows(f[~named], "dtype")]
+    for dtype, fragment in MOE_KERNELS.items():
+        sub = f[f["dtype"] == dtype]
+        keep.append(sub[sub["kernel"].astype(str).str.contains(fragment, regex=False)])
+    return pd.concat(keep)
+
+
 def select_default(family: str, frame: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``family`` a vLLM default deployment runs (module docstring)."""
     f = frame
@@ -91,7 +117,7 @@ def select_default(family: str, frame: pd.DataFrame) -> pd.DataFrame:
     elif family == "allreduce":
         f = f[(f["backend"] == "vllm_graph") & (f["dtype"] == "bfloat16")]
     elif family == "moe":
-        f = most_rows(f[(f["distribution"] == "balanced") & f["dtype"].isin(MOE_DTYPES)], "dtype")
+        f = moe_default(f)
     elif family.startswith("mla"):
         f = f[f["gemm_dtype"].isin(("bfloat16", "none")) & (f["compute_dtype"] == "bfloat16")
               & f["kv_dtype"].isin(KV_DTYPES) & f["model"].isin((MLA_MODEL, ""))]

@@ -79,6 +79,7 @@ class AicPricer:
     small_scale: float  # byte-term scale of a proxy's small-op laws (1: the GPU's own)
     launch: tuple[float, float]  # (fixed s, host floor s)
     curves: dict = field(default_factory=dict)  # part name -> (count per pass, Curve)
+    moe_dtype: str = ""  # the MoE table's dtype ("": gemm_dtype; "fp8_block": aic_cost)
     head_curve: Curve | None = None
     allreduce_curve: Curve | None = None
     attention: AttentionLaw | None = None
@@ -116,7 +117,7 @@ class AicPricer:
                 self.curves["shared_gate_up"] = (m, gemm((2 * s.shared_intermediate // tp,
                                                           s.hidden)))
                 self.curves["shared_down"] = (m, gemm((s.hidden, s.shared_intermediate // tp)))
-            self.curves["experts"] = (m, op_curve(system, "moe", self.gemm_dtype,
+            self.curves["experts"] = (m, op_curve(system, "moe", self.experts_dtype,
                                                   (s.hidden, s.expert_intermediate, s.experts,
                                                    s.top_k, tp, 1)))
         self.head_curve = op_curve(system, "gemm", "bfloat16", (s.vocab // tp, s.hidden))
@@ -131,6 +132,11 @@ class AicPricer:
         self.attention, self.attention_how = attention_law(
             system, self.kv_dtype, s.heads // tp, max(s.kv_heads // tp, 1), s.head_dim,
             kv_bytes, s.layers)
+
+    @property
+    def experts_dtype(self) -> str:
+        """The MoE table dtype the routed experts are priced from."""
+        return self.moe_dtype or self.gemm_dtype
 
     def small_ops(self, q: float) -> float:
         """Seconds of the pass's small ops: the embedding once, the norms, rotary, residual

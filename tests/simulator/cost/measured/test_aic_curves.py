@@ -65,3 +65,42 @@ def test_the_bundled_curves_are_small_and_traced():
         total += path.stat().st_size
     assert total < 3.2e6
     assert {r["system"] for r in prov["curves"]} == set(COMMON_SYSTEMS)
+
+
+def moe_rows(dtype: str, kernel: str, n: int, ep: int = 1) -> pd.DataFrame:
+    return pd.DataFrame({"dtype": [dtype] * n, "kernel": [kernel] * n,
+                         "tokens": list(range(1, n + 1)), "hidden": [2048] * n,
+                         "inter": [768] * n, "experts": [128] * n, "topk": [8] * n,
+                         "tp": [1] * n, "ep": [ep] * n, "distribution": ["balanced"] * n,
+                         "latency_s": [1e-5] * n})
+
+
+def test_block_fp8_moe_keeps_the_kernel_vllm_runs_under_tp_not_the_one_with_most_rows():
+    # H100's fp8_block rows: FlashInfer CUTLASS (vLLM's pick with expert parallelism) has the
+    # most rows; Triton (its pick under tp, _get_priority_backends) is the one kept
+    frame = pd.concat([moe_rows("fp8_block", "vllm_fp8moe_flashinfer_cutlass_flashinferexperts",
+                                3, ep=2),
+                       moe_rows("fp8_block", "vllm_fp8moe_triton_tritonexperts", 2),
+                       moe_rows("bfloat16", "a", 2), moe_rows("bfloat16", "b", 1)])
+    kept = compact_frame("moe", frame)
+    assert sorted(set(zip(kept["dtype"].astype(str), kept["kernel"].astype(str)))) == [
+        ("bfloat16", "a"), ("fp8_block", "vllm_fp8moe_triton_tritonexperts")]
+    assert len(kept) == 4
+
+
+def test_a_gpu_without_the_named_block_kernel_keeps_no_block_rows():
+    # B200's fp8_block rows are TRT-LLM's (two classes, picked by routing method): none kept
+    frame = pd.concat([moe_rows("fp8_block", "vllm_fp8moe_flashinfer_trtllm_x", 4),
+                       moe_rows("fp8", "vllm_modeloptfp8moe_y", 2)])
+    assert set(compact_frame("moe", frame)["dtype"].astype(str)) == {"fp8"}
+
+
+def test_the_bundled_block_rows_are_hoppers_triton_at_ep_1():
+    for system in COMMON_SYSTEMS:
+        moe = load_curves(system).get("moe")
+        block = moe[moe["dtype"] == "fp8_block"] if moe is not None else []
+        if system in ("h100_sxm", "h200_sxm"):
+            assert set(block["kernel"]) == {"vllm_fp8moe_triton_tritonexperts"}
+            assert set(block["ep"]) == {1} and len(block) == 1998
+        else:
+            assert len(block) == 0

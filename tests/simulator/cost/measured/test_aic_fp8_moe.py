@@ -1,5 +1,6 @@
-"""aic prices an fp8 mixture of experts only at the scale scheme its fp8 MoE rows timed
-(simulator.cost.measured.aic_cost ``FP8_MOE_TIMED``, ``fp8_moe_gap``)."""
+"""aic prices an fp8 mixture of experts only at a scale scheme whose bundled rows time the
+kernel vLLM runs for it on that GPU (simulator.cost.measured.aic_cost ``FP8_MOE_TIMED``,
+``fp8_moe_rows``, ``fp8_moe_gap``)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,21 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from specbatch.simulator.cost.measured.aic_cost import aic_covers, fp8_moe_gap
+from specbatch.simulator.cost.measured.aic_cost import aic_covers, fp8_moe_gap, fp8_moe_rows
+from specbatch.simulator.cost.registry import build_cost_model
 from specbatch.simulator.cost.resolve import CostAsk, resolve_cost
 from specbatch.traces.models.shapes import get_shape
 
 CONFIGS = Path(__file__).resolve().parents[4] / "traces" / "data" / "configs"
 SCOUT = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
 H100_FP8_MOE = "vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts"
+H100_BLOCK_MOE = "vllm_fp8moe_triton_tritonexperts"
+B200_FP8_MOE = "vllm_modeloptfp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic"
+QWEN_FP8 = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+            "weight_block_size": [128, 128]}  # Qwen/Qwen3-30B-A3B-FP8's quantization_config
 
 
 def scout_fp8(scheme: str):
@@ -29,7 +36,6 @@ def test_the_h100_rows_time_static_per_tensor_fp8_and_price_only_that():
 
 @pytest.mark.parametrize("scheme, words", [
     ("channel", "per-channel weights (ptpc)"),
-    ("block", "block-quantised weights"),
     ("", "dynamic activation scales"),
     ("mixed", "groups of different schemes"),
 ])
@@ -75,4 +81,61 @@ def test_auto_passes_a_ptpc_moe_over_aic_to_the_next_source(tmp_path):
     choice = resolve_cost("auto", CostAsk("h100", str(path), "vicuna-68m", tp=2))
     assert choice.name == "calibrated"
     assert any(p.startswith("aic: ") and "per-channel weights (ptpc)" in p
+               for p in choice.passed)
+
+
+def qwen_block(tmp_path) -> str:
+    """Qwen3-30B-A3B's bundled config.json with Qwen3-30B-A3B-FP8's quantization_config."""
+    data = json.loads((CONFIGS / "qwen3-30b-a3b" / "config.json").read_text())
+    data["quantization_config"] = QWEN_FP8
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_vllms_block_kernel_per_gpu_decides_where_a_block_moe_is_priced():
+    # H100 / H200 (compute capability 9.0) hold fp8_block rows of Triton, the experts class
+    # vLLM runs for block fp8 under tp there; B200's fp8 rows are ModelOpt's per-tensor kernel
+    # and its block rows (TRT-LLM's) are not bundled
+    kernels = {"fp8": H100_FP8_MOE, "fp8_block": H100_BLOCK_MOE}
+    assert fp8_moe_rows(kernels, "block", 90) == ("fp8_block", None)
+    assert fp8_moe_rows(kernels, "static", 90) == ("fp8", None)
+    dtype, reason = fp8_moe_rows(kernels, "block", 100)  # the same rows on another GPU
+    assert dtype == "" and "block-quantised weights" in reason
+    dtype, reason = fp8_moe_rows({"fp8": B200_FP8_MOE}, "block", 100)
+    assert dtype == "" and B200_FP8_MOE in reason and "fp8moe_triton_tritonexperts" in reason
+    # a GPU whose fp8 rows' kernel no entry names is not told apart, as before
+    assert fp8_moe_rows({"fp8": "vllm_fused_moe"}, "block", 89) == ("fp8", None)
+
+
+def test_a_block_checkpoint_is_admitted_on_hopper_and_refused_elsewhere_in_one_line(tmp_path):
+    target = get_shape(qwen_block(tmp_path))
+    assert (target.quantization, target.quant_scheme) == ("fp8", "block")
+    for gpu in ("h100", "h200"):
+        for tp in (1, 2):
+            assert aic_covers(gpu, target, None, tp) is None
+    for gpu, system in (("b200", "b200_sxm"), ("rtxpro6000", "rtx_pro_6000_server")):
+        reason = aic_covers(gpu, target, None, 1)
+        assert "block-quantised weights" in reason and system in reason
+        assert "fp8moe_triton_tritonexperts" in reason and "\n" not in reason
+
+
+def test_a_block_moe_is_priced_from_the_triton_block_rows_by_hand(tmp_path):
+    model = build_cost_model("aic", "h100", qwen_block(tmp_path), "vicuna-68m", tp=1)
+    assert model.roles["target"].moe_dtype == "fp8_block"
+    parts = model.breakdown("target", np.ones(32, dtype=int), np.full(32, 1024))
+    # AIC H100 vLLM 0.24.0 moe_perf.parquet, vllm_fp8moe_triton_tritonexperts, balanced,
+    # hidden 2048, inter 768, 128 experts, top 8, tp 1, ep 1, 32 tokens: 0.24452267 ms; x 48
+    # MoE layers
+    assert parts["experts"] == pytest.approx(48 * 0.24452267098240554e-3, rel=1e-12)
+    source = model.sources()["target"]["experts"]["source"]
+    assert "fp8_block" in source and "'tp': 1, 'ep': 1" in source
+
+
+def test_auto_prices_a_block_moe_with_aic_on_h100_and_passes_it_over_on_b200(tmp_path):
+    path = qwen_block(tmp_path)
+    assert resolve_cost("auto", CostAsk("h100", path, "vicuna-68m", tp=2)).name == "aic"
+    choice = resolve_cost("auto", CostAsk("b200", path, "vicuna-68m", tp=1))
+    assert choice.name != "aic"
+    assert any(p.startswith("aic: ") and "block-quantised weights" in p
                for p in choice.passed)
