@@ -17,7 +17,8 @@ size B of the prefill grid (:func:`prefill_split`)::
 
     ΔP(B, s) ≈ α_B · B·s + β_B · B·P(s)
 
-least squares on the cells' relative error (each cell over its whole time ΔP + D(B, c_min)),
+least squares on the cells' relative error (each cell over its whole time ΔP + D(B, c_min);
+s > 1),
 α_B, β_B >= 0 (non-negative least squares); P(s) the products the causal kernel computes for
 one prompt: on FA3 its tile products (aic_fa3_window.tile_pairs with tile_size_fwd_sm90's
 causal tiles: the tile waste is then β's, not α's), elsewhere s (s + 1)/2. A sliding layer's
@@ -104,6 +105,7 @@ def prefill_split(g, tiles: TileShape) -> tuple[np.ndarray, np.ndarray, np.ndarr
     from scipy.optimize import nnls
 
     bd, d0, bp, s, pv = unpack_cells(g)
+    s, pv = s[1:], pv[:, 1:]  # the s = 1 column is 0 by construction (pack_grid), not a cell
     first = np.interp(bp, bd, d0)  # D(B, c_min) # [nb]
     prod = causal_products(np.rint(s).astype(np.int64), tiles)  # [ns]
     alpha, beta = np.empty(bp.size), np.empty(bp.size)
