@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from specbatch.simulator.cost.analytic.window import batch_window_sums, windowed_sums
+from specbatch.simulator.cost.analytic.window import batch_window_sums, window_sums, windowed_sums
 from specbatch.simulator.cost.measured.aic_cells import (
     DECODE_MAX_BATCH,
     DECODE_MAX_CONTEXT,
@@ -35,6 +35,12 @@ from specbatch.simulator.cost.measured.aic_curves import HEAD_DIMS
 from specbatch.simulator.cost.measured.aic_fa3_window import fa3_window_sums
 from specbatch.simulator.cost.measured.aic_mixed import backend, gpu_of
 from specbatch.simulator.cost.measured.aic_role_attention import attention_law
+from specbatch.simulator.cost.measured.aic_window_prefill import (
+    TileShape,
+    local_parts,
+    local_seconds,
+    prefill_split,
+)
 from specbatch.traces.public.aiconfigurator import import_aiconfigurator
 
 
@@ -48,8 +54,8 @@ def row_sums(family: str, batch: int, length: int) -> tuple:
 
 def judge(tables, system: str) -> list[dict]:
     """One record per windowed row: its measured and priced seconds (windowed exact, FA3
-    tiles, full)."""
-    out = []
+    tiles, the per-token / per-product split ``cost = "aic"`` prices with, full)."""
+    out, splits = [], {}
     for family, axis, most in (("attention_decode", "context", DECODE_MAX_BATCH),
                                ("attention_prefill", "prompt", PREFILL_MAX_BATCH)):
         frame = tables.frames[family]
@@ -67,29 +73,44 @@ def judge(tables, system: str) -> list[dict]:
             q, c = row_sums(family, int(row.batch), int(getattr(row, axis)))
             *sums, window = batch_window_sums(q, c, int(row.window))
             tiles = window
-            if backend(gpu_of(system), kv) == "fa3":
-                tiles = fa3_window_sums(q, c, int(row.window), int(row.heads),
-                                        int(row.kv_heads), int(row.head_dim), e)
+            fa3 = backend(gpu_of(system), kv) == "fa3"
+            w, h, hkv, hd = int(row.window), int(row.heads), int(row.kv_heads), int(row.head_dim)
+
+            def pairs(a, b, w=w, h=h, hkv=hkv, hd=hd, e=e, fa3=fa3):
+                if fa3:
+                    return fa3_window_sums(a, b, w, h, hkv, hd, e)[1]
+                return window_sums(a, b, w)[1]
+
+            if fa3:
+                tiles = fa3_window_sums(q, c, w, h, hkv, hd, e)
+            shape = TileShape(fa3, max(h // hkv, 1), hd, e)
+            key = (kv, h, hkv, hd)
+            if key not in splits:
+                splits[key] = prefill_split(law.grid, shape)
+            split = local_seconds(law, splits[key], sums[0], window[0],
+                                  local_parts(q, c, w, pairs, shape))
             length = int(getattr(row, axis))
             out.append({"family": family.split("_")[1], "window": int(row.window), "kv": kv,
                         "binds": length >= int(row.window), "measured": row.latency_s,
                         "windowed": law.seconds(sums[0], *windowed_sums(*sums[1:], window)),
                         "tiles": law.seconds(sums[0], *windowed_sums(*sums[1:], tiles)),
+                        "split": split,
                         "full": law.seconds(*sums)})
     return out
 
 
 def table(records: list[dict]) -> list[str]:
     """Markdown: per (table, window, KV, binds) rows, MAPE and mean signed error of the
-    windowed price (exact sums, FA3 tiles) and of the full one."""
+    windowed price (exact sums, FA3 tiles, the split) and of the full one."""
     import pandas as pd
 
     d = pd.DataFrame(records)
     lines = ["| table | W | KV | window binds | rows | exact window: MAPE / mean | FA3 tiles: "
-             "MAPE / mean | full sums: MAPE / mean |", "|---|---|---|---|---|---|---|---|"]
+             "MAPE / mean | split (priced): MAPE / mean | full sums: MAPE / mean |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for key, g in d.groupby(["family", "window", "kv", "binds"], sort=True):
         errs = []
-        for col in ("windowed", "tiles", "full"):
+        for col in ("windowed", "tiles", "split", "full"):
             e = (g[col] - g["measured"]) / g["measured"]
             errs.append(f"{100 * e.abs().mean():.1f} / {100 * e.mean():+.1f} %")
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {'yes' if key[3] else 'no'} | "

@@ -51,8 +51,12 @@ per-token parts from the calibrated table builder and prices the attention by th
 at i's window sums (a request's window work is nondecreasing in q and c, and a prompt's chunks
 do at least its one-pass work). For an aic role the pass is the unwindowed table's with the
 attention read as (L − L_s)/L of the grid law at the full sums plus L_s/L of it at the window
-sums (AicPricer.attention_at): each share is at least its fraction of the grid's least value,
-so the unwindowed table's floor (a0 = that least value, no body) holds as it stands
+sums a sliding layer presents (AicPricer.attention_at, aic_window_prefill.local_seconds):
+each share is at least its fraction of the grid's least value, the sliding one because it is
+the grid read at a batch's sums (its decodes at K^W, its queries clipped at W, its
+cached-prefix pairs >= 0, so tabulated.grid_least bounds it) plus α·E + β·R with α, β >= 0
+(non-negative least squares) and E, R >= 0 (tokens and products past the window, clamped at
+0), so the unwindowed table's floor (a0 = that least value, no body) holds as it stands
 (:func:`aic_window_floor`).
 
 tests/analysis/plan/test_pass_floor.py checks both floors against the cost models' own pass

@@ -23,23 +23,25 @@ a role is priced as calibrated composes it (simulator.cost.measured.calibrated):
   work hides; eager: a fixed cost).
 
 Sliding-window layers (Mistral-7B-v0.1, Gemma-3, gpt-oss, Llama-4's chunked local attention)
-are priced from the full-attention tables, as the calibrated and roofline models price them
-(simulator.cost.analytic.window). Exact: which keys a sliding layer's query reads (vLLM's
-FlashAttention backend passes a layer's ``sliding_window`` as flash-attn ``window_size =
-(W − 1, 0)``, FlashAttentionImpl.__init__: keys (p − W, p]), so its cached keys
-K^W = Σ min(c, W − 1) and query-key pairs P^W; the law is its per-layer cells times L, so the
-share is per layer. Assumed: a sliding layer costs what a full layer costs at those sums
-(:func:`~simulator.cost.analytic.window.windowed_sums`): a decode is the decode cell at the
-windowed mean context K^W / n, the query tokens past a request's first at the windowed pairs;
-on an FA3 GPU (H100, H200) the pairs its tiles compute (simulator.cost.measured.aic_fa3_window:
-a query tile computes the W + m − 1 keys its rows span in whole key tiles; a decode reads its
-window's W keys, as the causal kernel does at W − 1), elsewhere the exact ones; nothing is
-fitted on windowed rows (the bundled tables hold none: aic_curves keeps ``window = 0``).
-Judged on AIConfigurator's H100 windowed rows (benchmarks/aic_window.py, docs/fidelity.md):
-low where the window binds (decode -8 to -28 %, prefill -2 to -30 % mean, most at W = 128;
-the FA3 tiles move prefill by at most 3.5 points: the rest is the local kernel's own
-per-call step on decode and its low rate per product on short walks), against +30 to +357 %
-with the window ignored.
+are priced from the full-attention tables (aic_pricer.AicPricer.attention_at). Exact: which
+keys a sliding layer's query reads (vLLM's FlashAttention backend passes a layer's
+``sliding_window`` as flash-attn ``window_size = (W − 1, 0)``, FlashAttentionImpl.__init__:
+keys (p − W, p]), so its cached keys K^W = Σ min(c, W − 1) and query-key pairs
+(simulator.cost.analytic.window; on an FA3 GPU, H100 / H200, the products its tiles compute,
+simulator.cost.measured.aic_fa3_window); the law is its per-layer cells times L, so the share
+is per layer. A decode is the decode cell at the windowed mean context K^W / n. A
+multi-token request (simulator.cost.measured.aic_window_prefill) is its first min(q, W)
+tokens as the causal prefill they are (the grid's cell), the pairs past its first query
+against the cached keys the window holds at the law's per-pair term, and α_B per token plus
+β_B per local product past W: α_B, β_B fitted by non-negative least squares on the GPU's own
+causal prefill cells (ΔP(B, s) ≈ α_B B s + β_B B P(s)), nothing on windowed rows (the bundled
+tables hold none: aic_curves keeps ``window = 0``). Judged, held out, on AIConfigurator's H100
+windowed FA3 rows (benchmarks/aic_window.py, docs/fidelity.md): prefill where the window
+binds MAPE 16.5 / 18.5 % (W = 128, bf16 / fp8 KV; mean +12.7 / +12.0 %), 15.0 / 13.3 %
+(1024), 3.5 / 4.8 % (8192), against 36-37 % low (and below zero past ~10k tokens) when the
+grid was read at the windowed pairs; decodes low where the window binds (−8 to −28 % mean:
+the local kernel's own per-call step, not derived, not fitted); +6 to +357 % with the window
+ignored.
 Chunked local attention (hf_llama4) priced as a window: exact while every c + q <= W, an upper
 bound beyond. A sliding role's attention needs the window sums, so such a model has no
 tabulated form (:meth:`AicCost.table_gap`: the numpy engine prices it from arrays).
@@ -463,8 +465,12 @@ def role_sources(r: AicPricer, gpu: str, version: str) -> dict:
     if r.shape.is_windowed:
         out["attention"]["window"] = (
             f"{r.shape.sliding_layers} of {r.shape.layers} layers within a "
-            f"{r.shape.sliding_window}-token window: that share of the law at the windowed sums "
-            "(simulator.cost.analytic.window; no windowed row fitted or checked)")
+            f"{r.shape.sliding_window}-token window: that share of the law as a sliding layer "
+            "runs (decodes at the windowed keys; a prompt's first W tokens at the grid's cell, "
+            "the rest at α_B per token + β_B per local product, split from the GPU's causal "
+            "prefill cells: aic_window_prefill; nothing fitted on windowed rows); judged on "
+            "AIConfigurator's H100 windowed FA3 rows (benchmarks/aic_window.py): prefill "
+            "MAPE 3.5-18.5 % (mean -3.6 to +12.7 %), decode -8 to -28 % where the window binds")
     if r.shape.is_mla:
         out["attention"] = {"source": f"{sysv} MLA module tables less DeepSeek-V3's "
                                       f"projections, a grid law over the batch sums "

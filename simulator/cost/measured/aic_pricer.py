@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specbatch.errors import require
-from specbatch.simulator.cost.analytic.window import windowed_sums
+from specbatch.simulator.cost.analytic.window import window_sums
 from specbatch.simulator.cost.gpus.hardware import Hardware
 from specbatch.simulator.cost.measured.aic_fa3_window import fa3_window_sums
 from specbatch.simulator.cost.measured.aic_mixed import backend, gpu_of
@@ -44,6 +44,12 @@ from specbatch.simulator.cost.measured.aic_mla import core_holds, projections
 from specbatch.simulator.cost.measured.aic_op_curves import op_curve
 from specbatch.simulator.cost.measured.aic_ops import Curve
 from specbatch.simulator.cost.measured.aic_role_attention import attention_law, mla_attention_law
+from specbatch.simulator.cost.measured.aic_window_prefill import (
+    TileShape,
+    local_parts,
+    local_seconds,
+    prefill_split,
+)
 from specbatch.simulator.cost.measured.laws import (
     SMALL_OPS,
     GpuFit,
@@ -88,6 +94,7 @@ class AicPricer:
     head_memo: dict = field(default_factory=dict)  # r -> LM head seconds
     tables: dict = field(default_factory=dict)  # Q_max -> PassTable (pass_table)
     held: tuple = ()  # small ops the attention law already holds (MLA module rows: rotary)
+    prefill_law: tuple = ()  # (B, α_B, β_B) of a sliding role's prefill (aic_window_prefill)
 
     def __post_init__(self) -> None:
         s, tp, system = self.shape, self.tp, self.system
@@ -247,41 +254,68 @@ class AicPricer:
                 self.head_memo[r] = got
         return got
 
-    def window_sums(self, query, kv, exact: tuple[float, float]) -> tuple[float, float]:
-        """The window sums a sliding layer of this role presents for the pass of ``query`` #
-        [n] new and ``kv`` # [n] cached tokens: where the GPU's backend is FlashAttention 3
-        (aic_mixed.backend) the keys and pairs its tiles compute (aic_fa3_window), elsewhere
-        ``exact`` = (K^W, P^W) (simulator.cost.analytic.window: no tile rule derived for FA2,
-        FlashInfer or TRT-LLM)."""
+    def tile_shape(self) -> TileShape:
+        """What FA3's tile sizes read for this role's per-GPU head shape (aic_window_prefill;
+        ``fa3`` False where the GPU's backend is not FA3, aic_mixed.backend)."""
         s = self.shape
-        if s.is_mla or backend(gpu_of(self.system), self.kv_dtype) != "fa3":
-            return exact
+        fa3 = not s.is_mla and backend(gpu_of(self.system), self.kv_dtype) == "fa3"
+        return TileShape(fa3, max((s.heads // self.tp) // max(s.kv_heads // self.tp, 1), 1),
+                         s.head_dim, 1.0 if self.kv_dtype == "fp8" else 2.0)
+
+    def window_pairs(self, query, kv) -> float:
+        """The window pairs a sliding layer of this role presents for ``query`` # [n] new and
+        ``kv`` # [n] cached tokens: where the GPU's backend is FlashAttention 3 the pairs its
+        tiles compute (aic_fa3_window), elsewhere the exact P^W (simulator.cost.analytic.window:
+        no tile rule derived for FA2, FlashInfer or TRT-LLM)."""
+        s = self.shape
+        if not self.tile_shape().fa3:
+            return window_sums(query, kv, s.sliding_window)[1]
         return fa3_window_sums(query, kv, s.sliding_window, s.heads // self.tp,
                                max(s.kv_heads // self.tp, 1), s.head_dim,
-                               1.0 if self.kv_dtype == "fp8" else 2.0)
+                               1.0 if self.kv_dtype == "fp8" else 2.0)[1]
+
+    def window_sums(self, query, kv, exact: tuple[float, float]) -> tuple:
+        """What :meth:`attention_at` prices a sliding layer of this role from for the pass of
+        ``query`` # [n] new and ``kv`` # [n] cached tokens: (K^W, P, Σq', Σq'², cross, E, R,
+        B_W), ``exact`` = (K^W, P^W) (simulator.cost.analytic.window), P the pairs
+        :meth:`window_pairs`, the rest aic_window_prefill.local_parts'."""
+        return (exact[0], self.window_pairs(query, kv),
+                *local_parts(query, kv, self.shape.sliding_window, self.window_pairs,
+                             self.tile_shape()))
+
+    def prefill_split(self) -> tuple:
+        """(B axis, α_B, β_B) of the role's attention grid (aic_window_prefill.prefill_split,
+        computed once)."""
+        if not self.prefill_law:
+            self.prefill_law = prefill_split(self.attention.grid, self.tile_shape())
+        return self.prefill_law
 
     def attention_at(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
-                     window: tuple[float, float] | None = None) -> float:
+                     window: tuple | None = None) -> float:
         """Seconds of the pass's attention: the law of all L layers at the batch sums; with
         L_s sliding-window layers, its (L − L_s)/L share at the full sums plus its L_s/L share
-        at the sums a sliding layer presents (simulator.cost.analytic.window.windowed_sums of
-        ``window`` = (K^W, P^W): the decode grid read at the windowed mean context, the
-        cached-prefix term at the windowed pairs). The law is its per-layer cells times L
-        (aic_attention.grid_law), so a share is that many layers of it; nothing in it was
-        fitted on windowed data."""
+        priced as a sliding layer runs (``window`` of :meth:`window_sums`): the grid at
+        (n, Σq', K^W, K^W + cross, Σq'²): the decode cells at the windowed mean context, the
+        multi-token requests' queries up to W as the causal prefill they are, the pairs
+        against cached keys the window holds at the law's per-pair term; plus α_B per query
+        token and β_B per product past the first W of each of the B = B_W requests of q > W
+        (aic_window_prefill: α, β from the law's own causal prefill cells). The law is its
+        per-layer cells times L (aic_attention.grid_law), so a share is that many layers of
+        it; nothing in it was fitted on windowed data."""
         s = self.shape
         if not s.sliding_layers:
             return self.attention.seconds(n, sq, skv, sqkv, sqq)
-        require(window is not None, f"model {s.name}: has sliding-window layers, so a pass is "
-                                    "priced with its window sums (K^W, P^W)")
+        require(window is not None and len(window) == 8,
+                f"model {s.name}: has sliding-window layers, so a pass is priced with its "
+                "window sums (AicPricer.window_sums)")
         full = (s.layers - s.sliding_layers) / s.layers
         slide = s.sliding_layers / s.layers
-        w_sq, w_skv, w_sqkv, w_sqq = windowed_sums(sq, skv, sqkv, sqq, window)
+        split = self.prefill_split() if window[7] > 0.0 else ()
         return (full * self.attention.seconds(n, sq, skv, sqkv, sqq)
-                + slide * self.attention.seconds(n, w_sq, w_skv, w_sqkv, w_sqq))
+                + slide * local_seconds(self.attention, split, n, window[0], window[2:]))
 
     def total(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
-              rows: float | None = None, window: tuple[float, float] | None = None) -> float:
+              rows: float | None = None, window: tuple | None = None) -> float:
         """The pass time in simulator.cost.tabulated.table_time's expressions and order (a
         sliding-window role's attention by :meth:`attention_at` at ``window``)."""
         if sq <= 0.0:
@@ -294,7 +328,7 @@ class AicPricer:
         return float(gpu + (fixed + max(0.0, floor - gpu)))
 
     def split(self, n: float, sq: float, skv: float, sqkv: float, sqq: float,
-              rows: float | None = None, window: tuple[float, float] | None = None) -> dict:
+              rows: float | None = None, window: tuple | None = None) -> dict:
         """Seconds per part (``layers`` without the experts, ``attention``, ``experts``,
         ``allreduce``, ``lm_head``, ``launch``); they sum to :meth:`total`."""
         names = ("layers", "attention", "experts", "allreduce", "lm_head", "launch")

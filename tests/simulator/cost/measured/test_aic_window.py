@@ -17,6 +17,7 @@ from specbatch.simulator.cost.gpus.hardware import get_hardware
 from specbatch.simulator.cost.interface import sums_path
 from specbatch.simulator.cost.measured.aic_cost import AicCost, aic_covers
 from specbatch.simulator.cost.measured.aic_fa3_window import fa3_window_sums
+from specbatch.simulator.cost.measured.aic_window_prefill import causal_products, local_products
 from specbatch.simulator.engine.v1.compiled import compiled_gap
 from specbatch.simulator.policies.registry import make_policy
 from specbatch.simulator.run import simulate
@@ -48,13 +49,18 @@ def test_a_windowed_pass_is_the_two_shares_of_the_law_by_hand(slid):
     # 4·5/2 + 4·2000 + 4·5·128 − 4·16·128 = 2378
     assert fa3_window_sums(q, c, 512, 32, 8, 128, 2.0) == (1122.0, 101 + 512 + 2378)
     cached, pairs = 1122.0, 2991.0
+    # no request is longer than W (aic_window_prefill): the queries stay as they are, and the
+    # pairs past each request's first against cached keys are 2991 − (1 + 1 + 10) − 1122
+    r = windowed.roles["target"]
+    got = r.window_sums(q, c, (cached, 2661.0))
+    assert got == (cached, pairs, 6.0, 18.0, 1857.0, 0.0, 0.0, 0.0)
     n, sq, skv, sqkv, sqq = 3, 6.0, 5100.0, 100.0 + 3000.0 + 8000.0, 18.0
-    law = windowed.roles["target"].attention
+    law = r.attention
     by_hand = (8 / 32 * law.seconds(n, sq, skv, sqkv, sqq)
-               + 24 / 32 * law.seconds(n, sq, cached, pairs - (sqq + sq) / 2, sqq))
+               + 24 / 32 * law.seconds(n, sq, cached, cached + 1857.0, sqq))
     parts = windowed.breakdown("target", q, c)
     assert parts["attention"] == pytest.approx(by_hand, rel=1e-12)
-    assert windowed.time_from_sums("target", n, sq, skv, sqkv, sqq, window=(cached, pairs)) \
+    assert windowed.time_from_sums("target", n, sq, skv, sqkv, sqq, window=got) \
         == windowed.step_time("target", q, c)
     # every other part is the full-attention model's; the window makes this pass cheaper
     other = full.breakdown("target", q, c)
@@ -69,9 +75,28 @@ def test_the_tile_rule_is_fa3s_other_backends_keep_the_exact_window_sums(slid):
     windowed, _ = slid
     q, c = np.array([1, 1, 4]), np.array([100, 3000, 2000])
     exact = (1122.0, 2661.0)
-    assert windowed.roles["target"].window_sums(q, c, exact) == (1122.0, 2991.0)  # H100: FA3
+    assert windowed.roles["target"].window_sums(q, c, exact)[:2] == (1122.0, 2991.0)  # FA3
     a100 = AicCost(get_hardware("a100"), SLID, unwindowed(SLID))  # FlashAttention 2
-    assert a100.roles["target"].window_sums(q, c, exact) == exact
+    assert a100.roles["target"].window_sums(q, c, exact)[:2] == exact
+
+
+def test_a_prompt_past_the_window_pays_its_first_w_tokens_then_alpha_and_beta(slid):
+    # aic_window_prefill: two prompts of 2048 tokens under W = 512 are the grid's causal
+    # prefill of 512 tokens each, plus α per token and β per local tile product past them
+    windowed, full = slid
+    r = windowed.roles["target"]
+    q, c = np.array([2048, 2048]), np.array([0, 0])
+    got = r.window_sums(q, c, (0.0, 0.0))
+    rest = 2 * (local_products([2048], 512, r.tile_shape())[0]
+                - causal_products([512], r.tile_shape())[0])
+    assert got[2:] == (1024.0, 2 * 512.0 ** 2, 0.0, 2 * 1536.0, rest, 2.0)
+    bp, alpha, beta = r.prefill_split()
+    a, b = np.interp(2.0, bp, alpha), np.interp(2.0, bp, beta)
+    law = r.attention
+    local = law.seconds(2, 1024.0, 0.0, 0.0, 2 * 512.0 ** 2) + a * 3072.0 + b * rest
+    share = 8 / 32 * law.seconds(2, 4096.0, 0.0, 0.0, 2 * 2048.0 ** 2) + 24 / 32 * local
+    assert windowed.breakdown("target", q, c)["attention"] == pytest.approx(share, rel=1e-12)
+    assert 0 < share < full.breakdown("target", q, c)["attention"]
 
 
 def test_the_breakdown_sums_to_the_pass(slid):
