@@ -11,9 +11,10 @@ of the shape columns) at each grid point (the neighbour's ratio interpolated in 
 Between grid points a curve is interpolated **log-log** (linear in log x, log t), chosen over
 linear interpolation by the leave-one-point-out check of :func:`interp_check`
 (benchmarks/aic_validate.py reports both); the measured seconds are first made non-decreasing
-(:func:`monotone`, the suffix minimum: a pass with more tokens is never priced cheaper, and an
-isolated slow outlier does not spread). Below the first grid point the first point's time (a floor);
-beyond the last, its time times the law's growth law(x) / law(x_last).
+(:func:`monotone`: a 3-point running median, then the non-decreasing least-squares fit in log
+time; a pass with more tokens is never priced cheaper, and neither an isolated slow point nor
+an isolated fast one moves its neighbours). Below the first grid point the first point's time
+(a floor); beyond the last, its time times the law's growth law(x) / law(x_last).
 """
 
 from __future__ import annotations
@@ -138,11 +139,50 @@ def point_logs(x: np.ndarray) -> np.ndarray:
 
 
 def monotone(secs: np.ndarray) -> np.ndarray:
-    """``secs`` # [G] made non-decreasing by the suffix minimum (t_i = min over j >= i of t_j):
-    a point slower than a later one is lowered to it. Chosen over the running maximum because
-    the tables hold isolated upward spikes (B200 fp8 GEMM (3072, 65536): 375 µs at m = 9
-    between 65 µs neighbours), which a running maximum would carry to every larger m."""
-    return np.minimum.accumulate(np.asarray(secs, dtype=np.float64)[::-1])[::-1]
+    """``secs`` # [G] > 0 made non-decreasing, robust to isolated points either way: each
+    interior point replaced by the median of it and its two neighbours (:func:`median3`), then
+    the least-squares non-decreasing fit in log time (:func:`isotonic`: a run that decreases is
+    replaced by its geometric mean). Same length, bounded by the input's min and max, the input
+    itself where it is already non-decreasing.
+
+    Why not the suffix minimum (t_i = min over j >= i of t_j, this function before): one fast
+    point lowered the whole stretch before it (H100 fp8 MoE, Llama-4-Scout tp 2: 1.56-1.94 ms
+    at 16-1024 tokens, 0.92 ms at 2048, all priced 0.92 ms); nor the running maximum (the
+    first version): an isolated spike (B200 fp8 GEMM (3072, 65536): 375 µs at m = 9 between
+    65 µs neighbours) was carried to every larger m. Chosen over both and over isotonic
+    regression alone by the held-out error against the raw rows (benchmarks/aic_envelope.py,
+    docs/fidelity.md)."""
+    m = median3(secs)
+    logs = np.log(m)
+    fit = isotonic(logs)
+    out = np.where(fit == logs, m, np.exp(fit))  # a point no run pooled keeps its value
+    return np.maximum.accumulate(np.clip(out, m.min(), m.max()))
+
+
+def median3(secs: np.ndarray) -> np.ndarray:
+    """``secs`` # [G] with each interior point replaced by the median of it and its two
+    neighbours (the endpoints kept): an isolated point off its neighbours, up or down, is
+    taken to the nearer of them."""
+    s = np.asarray(secs, dtype=np.float64)
+    out = s.copy()
+    if len(s) > 2:
+        out[1:-1] = np.median(np.stack([s[:-2], s[1:-1], s[2:]]), axis=0)
+    return out
+
+
+def isotonic(values: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence nearest ``values`` # [G] in least squares (pool adjacent
+    violators: each run that decreases is replaced by its mean, merged backwards until the
+    means no longer decrease)."""
+    means, sizes = [], []
+    for v in np.asarray(values, dtype=np.float64).tolist():
+        mean, size = v, 1
+        while means and means[-1] > mean:
+            m, n = means.pop(), sizes.pop()
+            mean, size = (m * n + mean * size) / (n + size), n + size
+        means.append(mean)
+        sizes.append(size)
+    return np.repeat(np.array(means, dtype=np.float64), sizes)
 
 
 def interp(grid: np.ndarray, secs: np.ndarray, x: float, how: str = "loglog") -> float:
@@ -152,13 +192,17 @@ def interp(grid: np.ndarray, secs: np.ndarray, x: float, how: str = "loglog") ->
     return float(math.exp(np.interp(math.log(x), np.log(grid), np.log(secs))))
 
 
-def interp_check(grid: np.ndarray, secs: np.ndarray, how: str) -> np.ndarray:
-    """Signed relative error of each interior point left out and interpolated from its two
-    neighbours # [G - 2] (twice the spacing the cost interpolates over)."""
+def interp_check(grid: np.ndarray, secs: np.ndarray, how: str,
+                 truth: np.ndarray | None = None) -> np.ndarray:
+    """Signed relative error of each interior point left out # [G - 2]: the other points made
+    non-decreasing (:func:`monotone`, as the cost reads them) and interpolated at it (twice the
+    spacing the cost interpolates over), against ``truth`` at it (default ``secs``: the raw
+    rows, never an enveloped copy of them)."""
+    truth = secs if truth is None else truth
     out = np.empty(max(len(grid) - 2, 0))
     for i in range(1, len(grid) - 1):
         keep = np.r_[0:i, i + 1:len(grid)]
-        out[i - 1] = interp(grid[keep], secs[keep], float(grid[i]), how) / secs[i] - 1.0
+        out[i - 1] = interp(grid[keep], monotone(secs[keep]), float(grid[i]), how) / truth[i] - 1.0
     return out
 
 
