@@ -187,7 +187,8 @@ def test_the_sub_package_orders_name_every_folder_and_module():
 
 #: The shared helpers under specbatch/, from the bottom up: each imports specbatch.errors and
 #: the helpers before it, never a package (theory ... cli), so that every package may use them.
-HELPERS = ("limits", "lazy", "fields", "inputs", "io", "array_cache", "deadline")
+HELPERS = ("limits", "lazy", "fields", "inputs", "io", "array_cache", "deadline",
+           "code_identity")
 
 
 def test_the_shared_helpers_are_listed():

@@ -1,10 +1,11 @@
 """The planner's runner: simulate a search's candidates into one point store, reusing runs.
 
-Runs are stored under ``RUNS/points`` keyed by their resolved config, the package version and
-the trace's and workload file's contents (analysis.sweep.runner.input_identity), and a stopped
-run also by its stop rule (:func:`stop_key`), so a rerun reuses every run already computed and
-an exhaustive rerun every whole one. One local pool of workers serves the whole search, forked
-after the parent loaded the trace; each worker prices a deployment's runs with one cost model
+Runs are stored under ``RUNS/points`` keyed by their resolved config, the code's identity
+(analysis.sweep.points.code_version) and the trace's and workload file's contents
+(analysis.sweep.runner.input_identity), and a stopped run also by its stop rule
+(:func:`stop_key`), so a rerun reuses every run already computed and an exhaustive rerun every
+whole one. One local pool of workers serves the whole search, forked after the parent loaded the
+trace; each worker prices a deployment's runs with one cost model
 (analysis.plan.cost_source.shared_cost) and ends a run early by its rule
 (analysis.plan.slo.EarlyStop). Each run is judged by analysis.plan.entry.judge_entry.
 """

@@ -2,7 +2,8 @@
 
 Every run (point x seed) is a fully resolved :class:`simulator.config.sim_config.SimConfig`; its
 result is stored as ``OUT/points/<key>.json`` (plus ``<key>.requests.parquet``) where ``key`` hashes
-the resolved config, the package version and the trace's identity (:func:`trace_fingerprint`),
+the resolved config, the code's identity (specbatch.code_identity: the package version and
+the contents of its code and bundled data) and the trace's identity (:func:`trace_fingerprint`),
 written atomically. A rerun after a crash or Ctrl-C therefore computes only the missing runs; a
 point file that is unreadable or not a record of its run is recomputed. ``OUT/sweep.json`` (the
 manifest) records the spec, its identity (:func:`spec_identity`) and the ordered run keys; a sweep
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from specbatch import __version__
+from specbatch.code_identity import code_identity
 from specbatch.errors import SpecbatchError, require
 from specbatch.io import atomic_write, dumps, jsonable
 from specbatch.traces.models.weights import sha256_file
@@ -47,13 +49,20 @@ def plain(value: Any) -> Any:
         return value
     return str(value)
 
-def run_key(config: Mapping, version: str = __version__, trace_id: str | None = None) -> str:
-    """Hash of a resolved config and the package version (the run's file name).
+def code_version() -> str:
+    """``<package version>+<code identity>`` (specbatch.code_identity): what a stored run
+    records and is keyed by."""
+    return f"{__version__}+{code_identity()}"
+
+def run_key(config: Mapping, version: str | None = None, trace_id: str | None = None) -> str:
+    """Hash of a resolved config and the code that runs it (the run's file name): ``version``
+    defaults to :func:`code_version` (the package version and the contents of its code
+    and bundled data), so a run stored by other code is never read back.
 
     ``trace_id`` (see :func:`trace_fingerprint`) makes a recaptured trace of the same name
     invalidate the stored runs that used the old one.
     """
-    payload = {"config": plain(dict(config)), "version": version}
+    payload = {"config": plain(dict(config)), "version": version or code_version()}
     if trace_id is not None:
         payload["trace_id"] = trace_id
     blob = json.dumps(payload, sort_keys=True)
@@ -122,7 +131,7 @@ def store_point(out: str | os.PathLike, config: dict, summary: dict, requests: p
     points.mkdir(parents=True, exist_ok=True)
     if requests is not None:
         atomic_write(requests_path(out, key), request_writer(requests))
-    record = {"key": key, "version": __version__, "config": config,
+    record = {"key": key, "version": code_version(), "config": config,
               "summary": plain(summary), "elapsed_s": round(elapsed_s, 6)}
     atomic_write(point_path(out, key), json.dumps(record, indent=1, allow_nan=True).encode())
     return key
@@ -246,7 +255,7 @@ def write_manifest(out: str | os.PathLike, spec: SweepSpec, keys: list[str]) -> 
     run keys."""
     fields = spec_fields(spec)
     manifest = {"name": spec.name, "spec": spec.path, "spec_id": spec_identity(fields),
-                "version": __version__, **fields, "runs": keys}
+                "version": code_version(), **fields, "runs": keys}
     atomic_write(Path(out) / "sweep.json", dumps(manifest, indent=1))
 
 #: Names a sweep directory may hold before its manifest exists (a run killed that early).
