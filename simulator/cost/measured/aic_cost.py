@@ -48,8 +48,10 @@ tabulated form (:meth:`AicCost.table_gap`: the numpy engine prices it from array
 
 :func:`aic_covers` says whether the bundled tables cover a deployment (None) or what is missing
 (a GPU without tables, MLA of other widths than the tables' or a KV dtype or head count they
-lack, weight formats other than bf16 and fp8, an fp8 MoE of a scale scheme no bundled fp8
-MoE rows time vLLM's kernel for on that GPU (:data:`FP8_MOE_TIMED`), a tp without an
+lack, weight formats other than bf16, fp8 and MXFP4 experts, an fp8 MoE of a scale scheme no
+bundled fp8 MoE rows time vLLM's kernel for on that GPU (:data:`FP8_MOE_TIMED`), MXFP4
+experts where the bundled rows are not of the kernel vLLM runs there or not at their shape
+(:func:`mxfp4_moe_rows`), a tp without an
 all-reduce curve, a quantised draft; MLA's attention: simulator.cost.measured.aic_mla);
 :class:`AicCost` refuses the same with a one-line error. Validated errors (held out,
 benchmarks/cost_vs_aic.py ``--validate``) are read from
@@ -95,7 +97,13 @@ VALIDATION = Path(__file__).parent / "data" / "aic_validation.json"
 #: This package's hardware preset -> AIConfigurator's system name.
 SYSTEM_OF = {preset: system for system, preset in AIC_PRESETS.items()}
 #: The weight formats priced (the target's ``--quantization``) -> the GEMM / MoE table dtype.
-GEMM_DTYPE = {"none": "bfloat16", "fp8": "fp8"}
+#: mxfp4 (gpt-oss): vLLM's ``Mxfp4Config.get_quant_method`` gives every ``LinearBase``
+#: ``UnquantizedLinearMethod`` (the checkpoint's ``modules_to_not_convert`` also names
+#: attention, router, embedding and LM head): the dense GEMMs are bf16, the experts
+#: ``w4a16_mxfp4`` (:data:`MXFP4_MOE`).
+GEMM_DTYPE = {"none": "bfloat16", "fp8": "fp8", "mxfp4": "bfloat16"}
+#: The MoE table dtype of MXFP4 experts (OCP MXFP4 weights, bf16 activations).
+MXFP4_MOE = "w4a16_mxfp4"
 @dataclass(frozen=True)
 class TimedFp8Moe:
     """A bundled fp8 MoE row group that times the kernel vLLM runs for one checkpoint scale
@@ -127,6 +135,22 @@ class TimedFp8Moe:
 #: are of a kernel no entry names (L40S's generic ``vllm_fused_moe``) is not told apart.
 FP8_MOE_TIMED = (TimedFp8Moe("fp8", "modelopt", "static"),
                  TimedFp8Moe("fp8_block", "fp8moe_triton_tritonexperts", "block", 90))
+#: vLLM 0.24's MXFP4 experts kernel per GPU, as fragments of AIConfigurator's kernel names.
+#: ``select_mxfp4_moe_backend`` (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py, the
+#: gpt-oss copy oracle/gpt_oss_mxfp4.py; before, quantization/mxfp4.py ``get_mxfp4_backend``
+#: chose the same) walks ``_get_priority_backends`` (FLASHINFER_TRTLLM_MXFP4_BF16, CK, TRITON,
+#: FLASHINFER_CUTLASS_MXFP4_BF16, TRITON_UNFUSED, MARLIN, ...) and takes the first experts
+#: class whose ``is_supported_config`` passes, unless VLLM_USE_FLASHINFER_MOE_MXFP4_BF16 /
+#: _MXFP8 / _MXFP8_CUTLASS or VLLM_MXFP4_USE_MARLIN is set (all unset by default, envs.py):
+#: ``TrtLlmMxfp4ExpertsMonolithic`` needs compute capability family 100 (B200); the OAI Triton
+#: classes ``(9, 0) <= capability < (11, 0)`` (``_triton_kernel_moe_supports_current_device``,
+#: gpt_oss_triton_kernels_moe.py): Hopper; ``FlashInferExperts`` 9.0 or family 100; CK is ROCm;
+#: anything else (Ampere, Ada, SM120 RTX PRO 6000) falls to ``MarlinExperts``.
+#: AIConfigurator's collector (collector/vllm/collect_moe.py) builds ``Mxfp4Config()`` with no
+#: backend forced and records the class vLLM selected; its rows agree on every GPU that has them.
+MXFP4_KERNELS = {"trtllm": "flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
+                 "triton": "triton_oaitritonmxfp4expertsmonolithic",
+                 "marlin": "marlin_marlinexperts"}
 #: ``quant_scheme`` -> the words a refusal names it by.
 FP8_SCHEMES = {"": "per-tensor weights with dynamic activation scales (vLLM's Fp8Config "
                    "default, the --quantization fp8 knob)",
@@ -162,6 +186,10 @@ def coverage_of(curves: dict) -> dict:
     if "moe" in curves:
         kinds = curves["moe"][["dtype", "kernel"]].astype(str).drop_duplicates()
         out["moe_kernels"] = dict(zip(kinds["dtype"], kinds["kernel"], strict=True))
+        cols = ["hidden", "inter", "experts", "topk"]
+        out["moe_shapes"] = {str(dtype): sorted([int(v) for v in row] for row in
+                                                sub[cols].drop_duplicates().to_numpy())
+                             for dtype, sub in curves["moe"].groupby("dtype", observed=True)}
     if "allreduce" in curves:
         out["allreduce"] = sorted({int(v) for v in curves["allreduce"]["num_gpus"].unique()})
     return out
@@ -207,12 +235,13 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
         quant = shape.quantization if shape.quantization != "none" else quant
         dtype = GEMM_DTYPE.get(quant)
         if dtype is None:
-            return f"{what}: weight format {quant!r} has no bundled table (bf16 and fp8 only)"
+            return (f"{what}: weight format {quant!r} has no bundled table (bf16, fp8 and "
+                    "MXFP4 experts only)")
         if dtype not in curves.get("gemm", ()):
             return f"{what}: no {dtype} GEMM table on {system}"
         if shape.is_moe:
             capability = GPUS[str(hardware_name).lower()].compute_capability
-            moe, reason = moe_dtype(curves, shape, dtype, capability)
+            moe, reason = moe_dtype(curves, shape, quant, capability)
             if reason is not None:
                 return f"{what}: {reason} on {system}"
             if moe not in curves.get("moe", ()):
@@ -235,16 +264,52 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
     return None
 
 
-def moe_dtype(curves: dict, shape: ModelShape, dtype: str,
+def moe_dtype(curves: dict, shape: ModelShape, quant: str,
               capability: int) -> tuple[str, str | None]:
-    """(the MoE table dtype ``shape``'s routed experts are priced from at GEMM ``dtype`` on a
-    GPU of compute ``capability`` whose :func:`coverage_of` is ``curves``, None), or ("", why
-    no bundled row times vLLM's kernel for them): an fp8 MoE by its scale scheme
-    (:func:`fp8_moe_rows`), any other at its GEMM dtype."""
+    """(the MoE table dtype ``shape``'s routed experts are priced from under weight format
+    ``quant`` (a key of :data:`GEMM_DTYPE`) on a GPU of compute ``capability`` whose
+    :func:`coverage_of` is ``curves``, None), or ("", why no bundled row times vLLM's kernel
+    for them): an fp8 MoE by its scale scheme (:func:`fp8_moe_rows`), MXFP4 experts by
+    :func:`mxfp4_moe_rows`, any other at its GEMM dtype."""
+    if quant == "mxfp4":
+        return mxfp4_moe_rows(curves, shape, capability)
+    dtype = GEMM_DTYPE[quant]
     if dtype != "fp8":
         return dtype, None
     scheme = shape.quant_scheme if shape.quantization == "fp8" else ""
     return fp8_moe_rows(curves.get("moe_kernels", {}), scheme, capability)
+
+
+def mxfp4_kernel(capability: int) -> str:
+    """The fragment of the name of the MXFP4 experts kernel vLLM runs by default on a GPU of
+    compute ``capability`` (x 10; :data:`MXFP4_KERNELS`)."""
+    if capability // 10 == 10:
+        return MXFP4_KERNELS["trtllm"]
+    if 90 <= capability < 110:
+        return MXFP4_KERNELS["triton"]
+    return MXFP4_KERNELS["marlin"]
+
+
+def mxfp4_moe_rows(curves: dict, shape: ModelShape,
+                   capability: int) -> tuple[str, str | None]:
+    """(:data:`MXFP4_MOE`, None) when the GPU's curves (:func:`coverage_of`) hold MXFP4 MoE
+    rows of the kernel vLLM runs there (:func:`mxfp4_kernel`) at ``shape``'s experts (hidden,
+    expert width, experts, top-k), else ("", why not)."""
+    want = mxfp4_kernel(int(capability))
+    kernel = curves.get("moe_kernels", {}).get(MXFP4_MOE, "")
+    if not kernel:
+        return "", f"MXFP4 experts: no {MXFP4_MOE} MoE rows (vLLM runs {want} here)"
+    if want not in kernel:
+        return "", (f"MXFP4 experts: the {MXFP4_MOE} rows time {kernel}, not {want}, the "
+                    f"kernel vLLM's select_mxfp4_moe_backend picks on compute capability "
+                    f"{capability / 10:.1f}")
+    key = [shape.hidden, shape.expert_intermediate, shape.experts, shape.top_k]
+    timed = curves.get("moe_shapes", {}).get(MXFP4_MOE, [])
+    if key not in timed:
+        return "", (f"MXFP4 experts (hidden, width, experts, top-k) {tuple(key)}: the "
+                    f"{MXFP4_MOE} rows time gpt-oss's {', '.join(map(str, map(tuple, timed)))}"
+                    " only")
+    return MXFP4_MOE, None
 
 
 def fp8_moe_rows(kernels: dict, scheme: str, capability: int) -> tuple[str, str | None]:
@@ -341,7 +406,9 @@ class AicCost:
         for role, shape, tp in (("target", self.target, self.tp),
                                 ("draft", self.draft, self.draft_tp)):
             quant = shape.quantization if role == "target" else "none"
-            moe = (moe_dtype(curve_coverage(system), shape, GEMM_DTYPE[quant],
+            if shape.quantization == "mxfp4":  # the draft's own MXFP4 experts, as aic_covers
+                quant = "mxfp4"
+            moe = (moe_dtype(curve_coverage(system), shape, quant,
                              self.hardware.compute_capability)[0] if shape.is_moe else "")
             roles[role] = AicPricer(shape=shape, tp=int(tp), hw=self.hardware, system=system,
                                     gemm_dtype=GEMM_DTYPE[quant], kv_dtype=kv, small=small,

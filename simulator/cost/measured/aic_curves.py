@@ -16,7 +16,8 @@ timed shapes (simulator.cost.measured.aic_ops); both need the rows, not only the
   ``max_size``, NCCL above, as a served model runs it);
 - ``moe``: balanced routing, per dtype (bf16, fp8) the kernel with the most rows, and per
   dtype of :data:`MOE_KERNELS` the kernel it names (the one vLLM runs for that dtype where the
-  table also times others: fp8_block's Triton experts, Hopper's TP kernel; a GPU whose table
+  table also times others: fp8_block's Triton experts, Hopper's TP kernel; w4a16_mxfp4's
+  gpt-oss kernels, not compressed-tensors' Marlin at another model's shape; a GPU whose table
   has none keeps no rows of that dtype);
 - ``mla_decode`` / ``mla_prefill``: bf16 projections (``gemm_dtype`` bfloat16; a kernel-only
   table has none) and a bf16 prefill query, bf16 / fp8 KV, prefill prompts of > 1 token with
@@ -52,7 +53,7 @@ MIN_GEMM_DIM = 256
 HEAD_DIMS = (64, 128, 256)
 #: GEMM dtypes kept (the default kernel of each is the table's only one at these dtypes).
 GEMM_DTYPES = ("bfloat16", "fp8")
-MOE_DTYPES = ("bfloat16", "fp8", "fp8_block")
+MOE_DTYPES = ("bfloat16", "fp8", "fp8_block", "w4a16_mxfp4")
 #: MoE dtype -> a fragment of the name of the one kernel kept at that dtype (the other dtypes
 #: keep the kernel with the most rows). ``fp8_block`` (vLLM's ``Fp8Config`` with
 #: ``weight_block_size``, 128x128 blocks, dynamic per-group activations: ``kFp8Static128BlockSym``
@@ -61,7 +62,12 @@ MOE_DTYPES = ("bfloat16", "fp8", "fp8_block")
 #: capability 9.0 without expert parallelism and FlashInfer CUTLASS with it; AIConfigurator's
 #: collector records the backend vLLM selected, and its H100 / H200 rows are Triton at ep = 1
 #: and FlashInfer CUTLASS at ep > 1 (the most rows). ``cost = "aic"`` prices tp (ep = 1) only.
-MOE_KERNELS = {"fp8_block": "fp8moe_triton_tritonexperts"}
+#: ``w4a16_mxfp4`` (OCP MXFP4 experts, bf16 activations): the rows AIConfigurator's collector
+#: times through vLLM 0.24's ``Mxfp4Config`` at gpt-oss's shapes, one kernel per GPU
+#: (``vllm_gptossmxfp4moe_<backend>_<experts>``: OAI Triton on H100 / H200, FlashInfer TRT-LLM
+#: MXFP4 x BF16 on B200, Marlin on RTX PRO 6000 and L40S); the table's other w4a16_mxfp4
+#: kernel (compressed-tensors' Marlin, hidden 3584, 896 experts) is no gpt-oss model's.
+MOE_KERNELS = {"fp8_block": "fp8moe_triton_tritonexperts", "w4a16_mxfp4": "gptossmxfp4moe"}
 KV_DTYPES = ("bfloat16", "fp8")
 #: The one model AIConfigurator's vLLM MLA module tables time (a kernel-only table names none).
 MLA_MODEL = "deepseek-ai/DeepSeek-V3"

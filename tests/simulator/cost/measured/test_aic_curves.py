@@ -104,3 +104,39 @@ def test_the_bundled_block_rows_are_hoppers_triton_at_ep_1():
             assert set(block["ep"]) == {1} and len(block) == 1998
         else:
             assert len(block) == 0
+
+
+def test_mxfp4_moe_keeps_the_gpt_oss_kernel_not_compressed_tensors_marlin():
+    # H100's w4a16_mxfp4 rows: compressed-tensors' Marlin (another model's shape, the most
+    # rows) and gpt-oss's OAI Triton kernel; only the second is gpt-oss's
+    frame = pd.concat([
+        moe_rows("w4a16_mxfp4", "vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts", 3),
+        moe_rows("w4a16_mxfp4", "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
+                 2)])
+    kept = compact_frame("moe", frame)
+    assert set(kept["kernel"].astype(str)) == {
+        "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"}
+    assert len(kept) == 2
+
+
+#: AIConfigurator's gpt-oss MXFP4 kernel per bundled GPU (vLLM 0.24.0 tables; L40S's bundled
+#: 0.22.0 table times none)
+GPT_OSS_KERNELS = {
+    "h100_sxm": "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
+    "h200_sxm": "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
+    "b200_sxm": "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
+    "rtx_pro_6000_server": "vllm_gptossmxfp4moe_marlin_marlinexperts"}
+
+
+def test_the_bundled_mxfp4_rows_are_gpt_oss_shapes_of_one_kernel_per_gpu():
+    for system in COMMON_SYSTEMS:
+        moe = load_curves(system).get("moe")
+        rows = moe[moe["dtype"] == "w4a16_mxfp4"] if moe is not None else []
+        if system not in GPT_OSS_KERNELS:
+            assert len(rows) == 0
+            continue
+        assert set(rows["kernel"]) == {GPT_OSS_KERNELS[system]}
+        shapes = set(zip(rows["hidden"], rows["inter"], rows["experts"], rows["topk"]))
+        assert shapes == {(2880, 2880, 32, 4), (2880, 2880, 128, 4)}
+        # balanced routing only: 297 + 351 rows of the 32- and 128-expert shapes
+        assert len(rows) == 648
