@@ -15,7 +15,8 @@ timed, else the transfer from the nearest timed shapes. On a mixture of experts'
 layers the MLP is the router (a bf16 GEMM n = E, k = h), the shared MLP (two GEMMs of width
 I_s) and the routed experts: the measured ``FusedMoE`` block of (h, I_e, E, k, tp, ep = 1)
 (vLLM's default: experts tensor-parallel) at Q tokens. The small ops AIConfigurator does not
-time (embedding, the two RMSNorms, rotary, the gated activation, the residual add) come from
+time (embedding, the two RMSNorms, rotary, the gated activation (on a MoE layer the shared
+expert's only: the routed experts' runs inside the timed block), the residual add) come from
 the calibrated model's small-op laws (simulator.cost.measured.laws, fitted on Vidur's
 profiles of this GPU or its catalogue proxy; on a GPU with neither, H100's laws with their
 byte term scaled by the bandwidth ratio). The all-reduce (tp > 1): two per layer of the
@@ -147,14 +148,15 @@ class AicPricer:
 
     def small_ops(self, q: float) -> float:
         """Seconds of the pass's small ops: the embedding once, the norms, rotary, residual
-        add and gated activation per layer (the activation over k I_e + I_s per token on
-        MoE layers); those the attention law holds (``held``: an MLA module row's rotary,
-        aic_mla.core_holds) left out."""
+        add and gated activation per layer; those the timed ops hold left out: on a MoE layer
+        the routed experts' activation (AIConfigurator's collect_moe times the FusedMoE
+        module's forward, whose experts apply it between their two grouped GEMMs), so only a
+        shared expert's I_s is activated on its own, and what the attention law holds
+        (``held``: an MLA module row's rotary, aic_mla.core_holds)."""
         s = self.shape
         qa = np.array([q])
         ls = LayerShape(s.hidden, s.heads, s.kv_heads, s.intermediate, s.vocab, True)
-        moe = LayerShape(s.hidden, s.heads, s.kv_heads, s.top_k * s.expert_intermediate
-                         + s.shared_intermediate, s.vocab, True)
+        shared = LayerShape(s.hidden, s.heads, s.kv_heads, s.shared_intermediate, s.vocab, True)
         dense = s.layers - (s.moe_layers if s.is_moe else 0)
 
         def one(op: str, shape: LayerShape) -> float:
@@ -169,8 +171,10 @@ class AicPricer:
                 continue
             if op == "emb":
                 total += one(op, ls)
-            elif op == "mlp_act" and s.is_moe:
-                total += dense * one(op, ls) + s.moe_layers * one(op, moe)
+            elif op == "mlp_act" and s.is_moe:  # the routed experts' runs in the MoE rows
+                total += dense * one(op, ls)
+                if s.shared_intermediate:
+                    total += s.moe_layers * one(op, shared)
             else:
                 total += s.layers * one(op, ls)
         return total
@@ -181,8 +185,7 @@ class AicPricer:
         s = self.shape
         q = np.asarray(q, dtype=np.float64)  # [Q]
         ls = LayerShape(s.hidden, s.heads, s.kv_heads, s.intermediate, s.vocab, True)
-        moe = LayerShape(s.hidden, s.heads, s.kv_heads, s.top_k * s.expert_intermediate
-                         + s.shared_intermediate, s.vocab, True)
+        shared = LayerShape(s.hidden, s.heads, s.kv_heads, s.shared_intermediate, s.vocab, True)
         dense = s.layers - (s.moe_layers if s.is_moe else 0)
         per_q = np.maximum(q, 1.0)  # [Q]
 
@@ -198,8 +201,10 @@ class AicPricer:
                 continue
             if op == "emb":
                 total += one(op, ls)
-            elif op == "mlp_act" and s.is_moe:
-                total += dense * one(op, ls) + s.moe_layers * one(op, moe)
+            elif op == "mlp_act" and s.is_moe:  # the routed experts' runs in the MoE rows
+                total += dense * one(op, ls)
+                if s.shared_intermediate:
+                    total += s.moe_layers * one(op, shared)
             else:
                 total += s.layers * one(op, ls)
         return total

@@ -3,6 +3,7 @@ interpolation and one attention law by hand, the parts summing to the pass, the 
 form's parity, monotonicity in tokens, and the one-line refusals of what the tables do not
 cover."""
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -20,6 +21,7 @@ from specbatch.simulator.cost.measured.aic_attention import AttnFit
 from specbatch.simulator.cost.measured.aic_cost import aic_covers
 from specbatch.simulator.cost.measured.aic_laws import Law
 from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, isotonic, monotone
+from specbatch.simulator.cost.measured.laws import SmallOpLaw
 from specbatch.simulator.cost.registry import build_cost_model
 from specbatch.simulator.cost.tabulated import table_time
 from specbatch.traces.models.shapes import get_shape
@@ -154,6 +156,32 @@ def test_the_parts_sum_to_the_pass(dense, moe):
                 model.step_time("target", np.array(q), np.array(kv)), rel=1e-12)
     parts = moe.breakdown("target", np.ones(16, dtype=int), np.full(16, 100))
     assert parts["experts"] > 0 and parts["allreduce"] > 0
+
+
+def with_activation_law(pricer, law):
+    """``pricer`` with its gated-activation small-op law replaced by ``law``."""
+    small = dataclasses.replace(pricer.small, small={**pricer.small.small, "mlp_act": law})
+    return dataclasses.replace(pricer, small=small, memo={}, head_memo={}, tables={})
+
+
+def test_a_moe_layer_pays_the_activation_only_of_a_shared_expert(dense, moe):
+    # AIConfigurator's MoE rows time the FusedMoE module, whose experts apply the gated
+    # activation between their two grouped GEMMs: a routed expert's is not priced again.
+    # Two activation laws a second per call apart count the activation calls of a pass.
+    def calls(model, q):
+        pricer = model.roles["target"]
+        one, two = (with_activation_law(pricer, SmallOpLaw(intercept=x, per_width=0.0,
+                                                           slope=0.0)) for x in (1.0, 2.0))
+        return two.small_ops_many(np.array([q])) - one.small_ops_many(np.array([q]))
+
+    for q in (1.0, 64.0, 512.0):
+        assert calls(dense, q) == pytest.approx([32.0])  # Llama-3.1-8B: 32 dense MLPs
+        assert calls(moe, q) == pytest.approx([0.0])  # Mixtral: 32 MoE layers, no shared
+    scout = build_cost_model("aic", "h100", "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+                             "vicuna-68m", tp=4)
+    shape = scout.roles["target"].shape  # every layer MoE with one shared expert
+    assert shape.moe_layers == shape.layers == 48 and shape.shared_intermediate > 0
+    assert calls(scout, 64.0) == pytest.approx([48.0])
 
 
 def test_the_pass_table_is_bit_identical_to_time_from_sums(dense, moe):
