@@ -49,9 +49,9 @@ tabulated form (:meth:`AicCost.table_gap`: the numpy engine prices it from array
 :func:`aic_covers` says whether the bundled tables cover a deployment (None) or what is missing
 (a GPU without tables, MLA of other widths than the tables' or a KV dtype or head count they
 lack, weight formats other than bf16, fp8 and MXFP4 experts, an fp8 MoE of a scale scheme no
-bundled fp8 MoE rows time vLLM's kernel for on that GPU (:data:`FP8_MOE_TIMED`), MXFP4
+bundled fp8 MoE rows time vLLM's kernel for on that GPU (aic_moe_rows.FP8_MOE_TIMED), MXFP4
 experts where the bundled rows are not of the kernel vLLM runs there or not at their shape
-(:func:`mxfp4_moe_rows`), a tp without an
+(aic_moe_rows.mxfp4_moe_rows), a tp without an
 all-reduce curve, a quantised draft; MLA's attention: simulator.cost.measured.aic_mla);
 :class:`AicCost` refuses the same with a one-line error. Validated errors (held out,
 benchmarks/cost_vs_aic.py ``--validate``) are read from
@@ -88,6 +88,7 @@ from specbatch.simulator.cost.measured.aic_curves import HEAD_DIMS, curve_files,
 from specbatch.simulator.cost.measured.aic_import import AIC_PRESETS, bundled_laws
 from specbatch.simulator.cost.measured.aic_mla import CORE_DIMS, eager_mla
 from specbatch.simulator.cost.measured.aic_mla import coverage as mla_coverage
+from specbatch.simulator.cost.measured.aic_moe_rows import GEMM_DTYPE, moe_dtype
 from specbatch.simulator.cost.measured.aic_pricer import AicPricer
 from specbatch.simulator.cost.measured.sources import fitted_gpu
 from specbatch.simulator.cost.tabulated import PassTable
@@ -96,67 +97,6 @@ from specbatch.traces.models.model_shape import ModelShape
 VALIDATION = Path(__file__).parent / "data" / "aic_validation.json"
 #: This package's hardware preset -> AIConfigurator's system name.
 SYSTEM_OF = {preset: system for system, preset in AIC_PRESETS.items()}
-#: The weight formats priced (the target's ``--quantization``) -> the GEMM / MoE table dtype.
-#: mxfp4 (gpt-oss): vLLM's ``Mxfp4Config.get_quant_method`` gives every ``LinearBase``
-#: ``UnquantizedLinearMethod`` (the checkpoint's ``modules_to_not_convert`` also names
-#: attention, router, embedding and LM head): the dense GEMMs are bf16, the experts
-#: ``w4a16_mxfp4`` (:data:`MXFP4_MOE`).
-GEMM_DTYPE = {"none": "bfloat16", "fp8": "fp8", "mxfp4": "bfloat16"}
-#: The MoE table dtype of MXFP4 experts (OCP MXFP4 weights, bf16 activations).
-MXFP4_MOE = "w4a16_mxfp4"
-@dataclass(frozen=True)
-class TimedFp8Moe:
-    """A bundled fp8 MoE row group that times the kernel vLLM runs for one checkpoint scale
-    scheme: the rows of MoE table ``dtype`` whose kernel name holds ``kernel`` price a
-    :class:`ModelShape` ``quant_scheme`` of ``scheme`` on a GPU of compute ``capability``
-    (x 10, as vLLM's ``is_device_capability``; 0: on any GPU whose table holds them)."""
-
-    dtype: str
-    kernel: str
-    scheme: str
-    capability: int = 0
-
-
-#: The fp8 MoE rows that time vLLM's kernel for a scale scheme (vLLM 0.24's
-#: ``select_fp8_moe_backend``, vllm/model_executor/layers/fused_moe/oracle/fp8.py, walks
-#: ``_get_priority_backends`` and takes the first experts class whose ``is_supported_config``
-#: passes). "modelopt": AIConfigurator times ``ModelOptFp8MoEMethod``, which asks for
-#: per-tensor weights and static per-tensor activations (``kFp8StaticTensorSym`` both); on
-#: Hopper only that pair (and 128-block) passes ``FlashInferExperts._supports_quant_scheme``
-#: (fused_moe/experts/flashinfer_cutlass_moe.py), so dynamic activations (``Fp8Config``'s
-#: default and the online ``--quantization fp8``: ``kFp8DynamicTensorSym``) and ptpc
-#: (``kFp8StaticChannelSym``, ``kFp8DynamicTokenSym``) fall to Triton / vLLM CUTLASS: kernels
-#: these rows never time. "fp8moe_triton": block fp8 (``Fp8Config`` with ``weight_block_size``:
-#: ``kFp8Static128BlockSym`` weights, ``kFp8Dynamic128Sym`` activations) runs
-#: ``TritonExperts`` on compute capability 9.0 without expert parallelism
-#: (``_get_priority_backends`` moves TRITON to the front there, FLASHINFER_CUTLASS with EP;
-#: vllm issue 34249), the fp8_block rows aic_curves keeps on H100 / H200; Blackwell runs
-#: TRT-LLM's block kernels (two classes, by routing method: not bundled). A GPU whose fp8 rows
-#: are of a kernel no entry names (L40S's generic ``vllm_fused_moe``) is not told apart.
-FP8_MOE_TIMED = (TimedFp8Moe("fp8", "modelopt", "static"),
-                 TimedFp8Moe("fp8_block", "fp8moe_triton_tritonexperts", "block", 90))
-#: vLLM 0.24's MXFP4 experts kernel per GPU, as fragments of AIConfigurator's kernel names.
-#: ``select_mxfp4_moe_backend`` (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py, the
-#: gpt-oss copy oracle/gpt_oss_mxfp4.py; before, quantization/mxfp4.py ``get_mxfp4_backend``
-#: chose the same) walks ``_get_priority_backends`` (FLASHINFER_TRTLLM_MXFP4_BF16, CK, TRITON,
-#: FLASHINFER_CUTLASS_MXFP4_BF16, TRITON_UNFUSED, MARLIN, ...) and takes the first experts
-#: class whose ``is_supported_config`` passes, unless VLLM_USE_FLASHINFER_MOE_MXFP4_BF16 /
-#: _MXFP8 / _MXFP8_CUTLASS or VLLM_MXFP4_USE_MARLIN is set (all unset by default, envs.py):
-#: ``TrtLlmMxfp4ExpertsMonolithic`` needs compute capability family 100 (B200); the OAI Triton
-#: classes ``(9, 0) <= capability < (11, 0)`` (``_triton_kernel_moe_supports_current_device``,
-#: gpt_oss_triton_kernels_moe.py): Hopper; ``FlashInferExperts`` 9.0 or family 100; CK is ROCm;
-#: anything else (Ampere, Ada, SM120 RTX PRO 6000) falls to ``MarlinExperts``.
-#: AIConfigurator's collector (collector/vllm/collect_moe.py) builds ``Mxfp4Config()`` with no
-#: backend forced and records the class vLLM selected; its rows agree on every GPU that has them.
-MXFP4_KERNELS = {"trtllm": "flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
-                 "triton": "triton_oaitritonmxfp4expertsmonolithic",
-                 "marlin": "marlin_marlinexperts"}
-#: ``quant_scheme`` -> the words a refusal names it by.
-FP8_SCHEMES = {"": "per-tensor weights with dynamic activation scales (vLLM's Fp8Config "
-                   "default, the --quantization fp8 knob)",
-               "static": "per-tensor weights and static per-tensor activation scales",
-               "channel": "per-channel weights (ptpc)", "block": "block-quantised weights",
-               "mixed": "compressed-tensors groups of different schemes"}
 #: Where a GPU has no calibrated small-op laws of its own or a proxy's: H100's, byte term
 #: scaled by the bandwidth ratio.
 SMALL_OP_PROXY = "h100"
@@ -262,84 +202,6 @@ def aic_covers(hardware_name: str, target_shape: ModelShape, draft_shape: ModelS
             return (f"{what}: {shape.heads} heads / {shape.kv_heads} KV heads do not split "
                     f"{role_tp} ways")
     return None
-
-
-def moe_dtype(curves: dict, shape: ModelShape, quant: str,
-              capability: int) -> tuple[str, str | None]:
-    """(the MoE table dtype ``shape``'s routed experts are priced from under weight format
-    ``quant`` (a key of :data:`GEMM_DTYPE`) on a GPU of compute ``capability`` whose
-    :func:`coverage_of` is ``curves``, None), or ("", why no bundled row times vLLM's kernel
-    for them): an fp8 MoE by its scale scheme (:func:`fp8_moe_rows`), MXFP4 experts by
-    :func:`mxfp4_moe_rows`, any other at its GEMM dtype."""
-    if quant == "mxfp4":
-        return mxfp4_moe_rows(curves, shape, capability)
-    dtype = GEMM_DTYPE[quant]
-    if dtype != "fp8":
-        return dtype, None
-    scheme = shape.quant_scheme if shape.quantization == "fp8" else ""
-    return fp8_moe_rows(curves.get("moe_kernels", {}), scheme, capability)
-
-
-def mxfp4_kernel(capability: int) -> str:
-    """The fragment of the name of the MXFP4 experts kernel vLLM runs by default on a GPU of
-    compute ``capability`` (x 10; :data:`MXFP4_KERNELS`)."""
-    if capability // 10 == 10:
-        return MXFP4_KERNELS["trtllm"]
-    if 90 <= capability < 110:
-        return MXFP4_KERNELS["triton"]
-    return MXFP4_KERNELS["marlin"]
-
-
-def mxfp4_moe_rows(curves: dict, shape: ModelShape,
-                   capability: int) -> tuple[str, str | None]:
-    """(:data:`MXFP4_MOE`, None) when the GPU's curves (:func:`coverage_of`) hold MXFP4 MoE
-    rows of the kernel vLLM runs there (:func:`mxfp4_kernel`) at ``shape``'s experts (hidden,
-    expert width, experts, top-k), else ("", why not)."""
-    want = mxfp4_kernel(int(capability))
-    kernel = curves.get("moe_kernels", {}).get(MXFP4_MOE, "")
-    if not kernel:
-        return "", f"MXFP4 experts: no {MXFP4_MOE} MoE rows (vLLM runs {want} here)"
-    if want not in kernel:
-        return "", (f"MXFP4 experts: the {MXFP4_MOE} rows time {kernel}, not {want}, the "
-                    f"kernel vLLM's select_mxfp4_moe_backend picks on compute capability "
-                    f"{capability / 10:.1f}")
-    key = [shape.hidden, shape.expert_intermediate, shape.experts, shape.top_k]
-    timed = curves.get("moe_shapes", {}).get(MXFP4_MOE, [])
-    if key not in timed:
-        return "", (f"MXFP4 experts (hidden, width, experts, top-k) {tuple(key)}: the "
-                    f"{MXFP4_MOE} rows time gpt-oss's {', '.join(map(str, map(tuple, timed)))}"
-                    " only")
-    return MXFP4_MOE, None
-
-
-def fp8_moe_rows(kernels: dict, scheme: str, capability: int) -> tuple[str, str | None]:
-    """(the MoE table dtype an fp8 MoE of ``scheme`` is priced from, None) on a GPU of compute
-    ``capability`` whose curves hold ``kernels`` (MoE dtype -> kernel): the first
-    :data:`FP8_MOE_TIMED` entry of that scheme the GPU holds; else its fp8 rows where their
-    kernel is not told apart (:func:`fp8_moe_gap`); else ("", :func:`fp8_moe_gap`'s reason)."""
-    for t in FP8_MOE_TIMED:
-        if (t.scheme == scheme and t.kernel in kernels.get(t.dtype, "")
-                and t.capability in (0, int(capability))):
-            return t.dtype, None
-    reason = fp8_moe_gap(kernels.get("fp8", ""), scheme)
-    return ("fp8", None) if reason is None else ("", reason)
-
-
-def fp8_moe_gap(kernel: str, scheme: str) -> str | None:
-    """None when the fp8 MoE rows of ``kernel`` time an fp8 checkpoint of ``scheme``
-    (:data:`FP8_MOE_TIMED`; a kernel it does not name is not told apart), else why not, with
-    the rows that price ``scheme`` where some do."""
-    timed = next((t for t in FP8_MOE_TIMED if t.dtype == "fp8" and t.kernel in kernel), None)
-    if timed is None or timed.scheme == scheme:
-        return None
-    where = [f"{t.dtype} rows of {t.kernel}" + (f" on compute capability "
-                                                   f"{t.capability / 10:.1f} only"
-                                                   if t.capability else "")
-             for t in FP8_MOE_TIMED if t.scheme == scheme and t.dtype != "fp8"]
-    return (f"fp8 MoE experts of {FP8_SCHEMES.get(scheme, f'scheme {scheme!r}')}: the fp8 "
-            f"MoE rows time {kernel} ({FP8_SCHEMES[timed.scheme]}), a backend vLLM's "
-            "select_fp8_moe_backend picks only for that scheme"
-            + (f" (priced from {', '.join(where)})" if where else ""))
 
 
 def mla_covers(system: str, shape: ModelShape, kv: str, tp: int) -> str | None:

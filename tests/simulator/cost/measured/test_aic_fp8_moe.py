@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specbatch.simulator.cost.measured.aic_cost import aic_covers, fp8_moe_gap, fp8_moe_rows
+from specbatch.simulator.cost.measured.aic_cost import aic_covers
+from specbatch.simulator.cost.measured.aic_moe_rows import fp8_moe_gap, fp8_moe_rows
 from specbatch.simulator.cost.registry import build_cost_model
 from specbatch.simulator.cost.resolve import CostAsk, resolve_cost
 from specbatch.traces.models.shapes import get_shape

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specbatch.simulator.cost.measured.aic_cost import (
+from specbatch.simulator.cost.measured.aic_cost import aic_covers
+from specbatch.simulator.cost.measured.aic_moe_rows import (
     GEMM_DTYPE,
     MXFP4_KERNELS,
-    aic_covers,
     mxfp4_kernel,
     mxfp4_moe_rows,
 )
