@@ -10,14 +10,15 @@ a role is priced as calibrated composes it (simulator.cost.measured.calibrated):
 - ``layers``: the per-layer GEMMs of the role's shard from the measured curve of that exact
   (n, k) where timed, else the transfer from the nearest timed shapes; a mixture of experts'
   routed experts from the measured ``FusedMoE`` table (at the dtype of the rows that time
-  vLLM's kernel for the checkpoint: :func:`moe_dtype`); the small ops (norms, rotary,
-  activation, embedding, residual add) from the calibrated small-op laws
+  vLLM's kernel for the checkpoint: :func:`moe_dtype`); the small ops (norms with their
+  fused residual add, rotary, activation, embedding) from the calibrated small-op laws
   (simulator.cost.measured.aic_pricer);
 - ``attention``: one :class:`~simulator.cost.tabulated.AttentionLaw` over the batch sums
   fitted to the decode and prefill tables together (simulator.cost.measured.aic_attention);
   a model with L_s of L layers sliding over a W-token window pays the law's (L − L_s)/L share
   at the full sums and its L_s/L share at the sums a sliding layer presents (below);
-- ``allreduce`` (tp > 1): two per layer from the measured CUDA-graph all-reduce curve;
+- ``allreduce`` (tp > 1): 2 L + 1 (two per layer, the embedding's) from the measured
+  CUDA-graph all-reduce curve;
 - ``lm_head``: the bf16 GEMM n = V / tp, k = h at the r logit rows the engine names;
 - ``launch``: the execution preset's floors, as calibrated (CUDA graphs: a host floor the GPU
   work hides; eager: a fixed cost).

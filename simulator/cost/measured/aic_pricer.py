@@ -15,12 +15,13 @@ timed, else the transfer from the nearest timed shapes. On a mixture of experts'
 layers the MLP is the router (a bf16 GEMM n = E, k = h), the shared MLP (two GEMMs of width
 I_s) and the routed experts: the measured ``FusedMoE`` block of (h, I_e, E, k, tp, ep = 1)
 (vLLM's default: experts tensor-parallel) at Q tokens. The small ops AIConfigurator does not
-time (embedding, the two RMSNorms, rotary, the gated activation (on a MoE layer the shared
-expert's only: the routed experts' runs inside the timed block), the residual add) come from
-the calibrated model's small-op laws (simulator.cost.measured.laws, fitted on Vidur's
-profiles of this GPU or its catalogue proxy; on a GPU with neither, H100's laws with their
-byte term scaled by the bandwidth ratio). The all-reduce (tp > 1): two per layer of the
-Q·h-element hidden state from the measured CUDA-graph all-reduce curve of tp GPUs. The LM head:
+time (the embedding, 2 L + 1 RMSNorms with the residual add inside them, rotary, the gated
+activation (on a MoE layer the shared expert's only: the routed experts' runs inside the
+timed block); :meth:`AicPricer.small_calls`) come from the calibrated model's small-op laws
+(simulator.cost.measured.laws, fitted on Vidur's profiles of this GPU or its catalogue
+proxy; on a GPU with neither, H100's laws with their byte term scaled by the bandwidth
+ratio). The all-reduce (tp > 1): 2 L + 1 of the Q·h-element hidden state (two per layer and
+the embedding's) from the measured CUDA-graph all-reduce curve of tp GPUs. The LM head:
 the GEMM n = V / tp, k = h at the logit rows r (bf16: vLLM does not quantise it).
 
 :class:`AicPricer` holds one role's curves and memoises its per-Q parts; its
@@ -146,68 +147,64 @@ class AicPricer:
         """The MoE table dtype the routed experts are priced from."""
         return self.moe_dtype or self.gemm_dtype
 
-    def small_ops(self, q: float) -> float:
-        """Seconds of the pass's small ops: the embedding once, the norms, rotary, residual
-        add and gated activation per layer; those the timed ops hold left out: on a MoE layer
-        the routed experts' activation (AIConfigurator's collect_moe times the FusedMoE
-        module's forward, whose experts apply it between their two grouped GEMMs), so only a
-        shared expert's I_s is activated on its own, and what the attention law holds
-        (``held``: an MLA module row's rotary, aic_mla.core_holds)."""
+    def small_calls(self) -> tuple:
+        """(op, calls per pass, LayerShape) of the small ops vLLM runs outside the timed ops,
+        in pricing order: the embedding once; the RMSNorm 2 L + 1 times (each layer's two and
+        the model's final ``norm``); rotary per layer; the gated activation of each dense MLP
+        (on a MoE layer a shared expert's only: AIConfigurator's collect_moe times the FusedMoE
+        module's forward, whose experts apply it between their grouped GEMMs). No residual
+        add: vLLM's decoder layers pass the residual to the norm (``input_layernorm(x,
+        residual)``, ``post_attention_layernorm(x, residual)``, the final ``norm(x,
+        residual)``), whose ``fused_add_rms_norm`` does the add in the norm's one kernel
+        (vllm/model_executor/models/llama.py LlamaDecoderLayer.forward / LlamaModel.forward,
+        qwen3_moe.py alike; layers/layernorm.py RMSNorm.forward_cuda), so Vidur's separately
+        timed ``add`` is no op of vLLM's. Ops the timed rows hold (``held``: an MLA module
+        row's rotary, aic_mla.core_holds) are left out."""
         s = self.shape
-        qa = np.array([q])
         ls = LayerShape(s.hidden, s.heads, s.kv_heads, s.intermediate, s.vocab, True)
-        shared = LayerShape(s.hidden, s.heads, s.kv_heads, s.shared_intermediate, s.vocab, True)
         dense = s.layers - (s.moe_layers if s.is_moe else 0)
+        calls = {"emb": [(1, ls)], "input_layernorm": [(s.layers + 1, ls)],
+                 "attn_rope": [(s.layers, ls)], "post_attention_layernorm": [(s.layers, ls)],
+                 "mlp_act": [(s.layers, ls)], "add": []}
+        if s.is_moe:  # the routed experts' activation runs in the MoE rows
+            shared = LayerShape(s.hidden, s.heads, s.kv_heads, s.shared_intermediate, s.vocab,
+                                True)
+            calls["mlp_act"] = [(dense, ls)] + ([(s.moe_layers, shared)]
+                                                if s.shared_intermediate else [])
+        return tuple((op, n, shape) for op in SMALL_OPS if op not in self.held
+                     for n, shape in calls[op])
 
-        def one(op: str, shape: LayerShape) -> float:
+    def small_ops(self, q: float) -> float:
+        """Seconds of the pass's small ops (:meth:`small_calls`) at Q = ``q``, each from its
+        calibrated small-op law."""
+        qa = np.array([q])
+        total = 0.0
+        for op, n, shape in self.small_calls():
             law = self.small.small[op]
             nbytes = float(small_op_bytes(op, shape, self.tp, qa)[0])
-            return (law.intercept + law.per_width * nbytes / max(q, 1.0)
-                    + law.slope * self.small_scale * nbytes)
-
-        total = 0.0
-        for op in SMALL_OPS:
-            if op in self.held:
-                continue
-            if op == "emb":
-                total += one(op, ls)
-            elif op == "mlp_act" and s.is_moe:  # the routed experts' runs in the MoE rows
-                total += dense * one(op, ls)
-                if s.shared_intermediate:
-                    total += s.moe_layers * one(op, shared)
-            else:
-                total += s.layers * one(op, ls)
+            total += n * (law.intercept + law.per_width * nbytes / max(q, 1.0)
+                          + law.slope * self.small_scale * nbytes)
         return total
 
     def small_ops_many(self, q: np.ndarray) -> np.ndarray:
         """:meth:`small_ops` over ``q`` # [Q], the same expressions in the same order (bit for
         bit; the tabulated pass's fast path)."""
-        s = self.shape
         q = np.asarray(q, dtype=np.float64)  # [Q]
-        ls = LayerShape(s.hidden, s.heads, s.kv_heads, s.intermediate, s.vocab, True)
-        shared = LayerShape(s.hidden, s.heads, s.kv_heads, s.shared_intermediate, s.vocab, True)
-        dense = s.layers - (s.moe_layers if s.is_moe else 0)
         per_q = np.maximum(q, 1.0)  # [Q]
-
-        def one(op: str, shape: LayerShape) -> np.ndarray:
+        total = np.zeros(q.shape)  # [Q]
+        for op, n, shape in self.small_calls():
             law = self.small.small[op]
             nbytes = small_op_bytes(op, shape, self.tp, q)  # [Q]
-            return (law.intercept + law.per_width * nbytes / per_q
-                    + law.slope * self.small_scale * nbytes)
-
-        total = np.zeros(q.shape)  # [Q]
-        for op in SMALL_OPS:
-            if op in self.held:
-                continue
-            if op == "emb":
-                total += one(op, ls)
-            elif op == "mlp_act" and s.is_moe:  # the routed experts' runs in the MoE rows
-                total += dense * one(op, ls)
-                if s.shared_intermediate:
-                    total += s.moe_layers * one(op, shared)
-            else:
-                total += s.layers * one(op, ls)
+            total += n * (law.intercept + law.per_width * nbytes / per_q
+                          + law.slope * self.small_scale * nbytes)
         return total
+
+    def allreduces(self) -> int:
+        """All-reduces of the hidden state per pass at tp > 1: two per layer (after o_proj and
+        after the MLP / MoE block) and the embedding's (vLLM's VocabParallelEmbedding.forward
+        masks the ids outside its vocab shard and all-reduces the Q x h output,
+        vllm/model_executor/layers/vocab_parallel_embedding.py)."""
+        return 2 * self.shape.layers + 1
 
     def parts_many(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(layers, allreduce) # [Q] of :meth:`parts` over ``q``, bit for bit (the same sums
@@ -218,7 +215,7 @@ class AicPricer:
             layers = layers + count * curve.at_many(q)
         comm = np.zeros(q.shape)
         if self.allreduce_curve is not None:
-            comm = 2 * self.shape.layers * self.allreduce_curve.at_many(q * self.shape.hidden)
+            comm = self.allreduces() * self.allreduce_curve.at_many(q * self.shape.hidden)
         return layers, comm
 
     def parts(self, q: float) -> tuple[float, float, float]:
@@ -236,7 +233,7 @@ class AicPricer:
                     experts = t
             comm = 0.0
             if self.allreduce_curve is not None:
-                comm = 2 * self.shape.layers * self.allreduce_curve.at(q * self.shape.hidden)
+                comm = self.allreduces() * self.allreduce_curve.at(q * self.shape.hidden)
             got = (layers, experts, comm)
             if len(self.memo) < MEMO_LIMIT:
                 self.memo[q] = got

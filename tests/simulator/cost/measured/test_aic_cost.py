@@ -158,30 +158,59 @@ def test_the_parts_sum_to_the_pass(dense, moe):
     assert parts["experts"] > 0 and parts["allreduce"] > 0
 
 
-def with_activation_law(pricer, law):
-    """``pricer`` with its gated-activation small-op law replaced by ``law``."""
-    small = dataclasses.replace(pricer.small, small={**pricer.small.small, "mlp_act": law})
+def with_law(pricer, op, law):
+    """``pricer`` with its small-op law of ``op`` replaced by ``law``."""
+    small = dataclasses.replace(pricer.small, small={**pricer.small.small, op: law})
     return dataclasses.replace(pricer, small=small, memo={}, head_memo={}, tables={})
+
+
+def calls(model, op, q):
+    """The calls of small op ``op`` in a pass of Q = ``q`` of ``model``'s target: two laws a
+    second per call apart, no byte terms."""
+    pricer = model.roles["target"]
+    one, two = (with_law(pricer, op, SmallOpLaw(intercept=x, per_width=0.0, slope=0.0))
+                for x in (1.0, 2.0))
+    got = two.small_ops_many(np.array([q])) - one.small_ops_many(np.array([q]))
+    assert two.small_ops(q) - one.small_ops(q) == pytest.approx(got[0])
+    return got
 
 
 def test_a_moe_layer_pays_the_activation_only_of_a_shared_expert(dense, moe):
     # AIConfigurator's MoE rows time the FusedMoE module, whose experts apply the gated
     # activation between their two grouped GEMMs: a routed expert's is not priced again.
-    # Two activation laws a second per call apart count the activation calls of a pass.
-    def calls(model, q):
-        pricer = model.roles["target"]
-        one, two = (with_activation_law(pricer, SmallOpLaw(intercept=x, per_width=0.0,
-                                                           slope=0.0)) for x in (1.0, 2.0))
-        return two.small_ops_many(np.array([q])) - one.small_ops_many(np.array([q]))
-
     for q in (1.0, 64.0, 512.0):
-        assert calls(dense, q) == pytest.approx([32.0])  # Llama-3.1-8B: 32 dense MLPs
-        assert calls(moe, q) == pytest.approx([0.0])  # Mixtral: 32 MoE layers, no shared
+        assert calls(dense, "mlp_act", q) == pytest.approx([32.0])  # Llama-3.1-8B: 32 MLPs
+        assert calls(moe, "mlp_act", q) == pytest.approx([0.0])  # Mixtral: 32 MoE, no shared
     scout = build_cost_model("aic", "h100", "meta-llama/Llama-4-Scout-17B-16E-Instruct",
                              "vicuna-68m", tp=4)
     shape = scout.roles["target"].shape  # every layer MoE with one shared expert
     assert shape.moe_layers == shape.layers == 48 and shape.shared_intermediate > 0
-    assert calls(scout, 64.0) == pytest.approx([48.0])
+    assert calls(scout, "mlp_act", 64.0) == pytest.approx([48.0])
+
+
+def test_a_pass_pays_2l_plus_1_norms_and_no_residual_add(dense, moe):
+    # vLLM's decoder layers hand the residual to the RMSNorm (fused_add_rms_norm: the add in
+    # the norm's kernel), and the model's final norm follows the last layer: 2 L + 1 norms
+    # and no add kernel (Vidur's profiles time a separate add, which vLLM does not run)
+    for model, layers in ((dense, 32), (moe, 32)):
+        for q in (1.0, 64.0, 512.0):
+            norms = calls(model, "input_layernorm", q) + calls(model, "post_attention_layernorm", q)
+            assert norms == pytest.approx([2.0 * layers + 1.0])
+            assert calls(model, "add", q) == pytest.approx([0.0])
+            assert calls(model, "emb", q) == pytest.approx([1.0])
+            assert calls(model, "attn_rope", q) == pytest.approx([float(layers)])
+
+
+def test_a_tensor_parallel_pass_pays_2l_plus_1_all_reduces(dense, moe):
+    # two per layer (after o_proj, after the MLP / MoE block) and VocabParallelEmbedding's
+    # all-reduce of its masked Q x h lookup
+    pricer = moe.roles["target"]  # Mixtral at tp 2
+    for q in (1.0, 64.0, 512.0):
+        one = pricer.allreduce_curve.at(q * pricer.shape.hidden)
+        assert pricer.parts(q)[2] == pytest.approx(65 * one, rel=1e-12)
+        assert pricer.parts_many(np.array([q]))[1][0] == pricer.parts(q)[2]
+    assert dense.roles["target"].allreduce_curve is None  # tp 1: none
+    assert dense.roles["target"].parts(8.0)[2] == 0.0
 
 
 def test_the_pass_table_is_bit_identical_to_time_from_sums(dense, moe):
