@@ -102,6 +102,11 @@ def read_hf_config(name: str) -> ModelShape:
     return shape_from_fields(text_model(data), str(name), where)
 
 
+#: ``model_type`` values whose attention normalises each query and key head (ModelShape
+#: ``qk_norm``; vLLM's qwen3.py, qwen3_moe.py, gemma3.py).
+QK_NORM_MODEL_TYPES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
+
+
 def text_model(data: dict) -> dict:
     """A multimodal config's text model as one flat config: ``text_config``'s fields, with the
     top level's (``quantization_config``, ``torch_dtype``, ``tie_word_embeddings``,
@@ -142,6 +147,7 @@ def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
     mtp = data.get("num_nextn_predict_layers")  # DeepSeek-V3 / GLM-4.5 / MiMo MTP modules
     values["mtp_layers"] = 0 if mtp in (None, 0) else _positive(mtp, "num_nextn_predict_layers",
                                                                 where)
+    values["qk_norm"] = str(data.get("model_type", "")).lower() in QK_NORM_MODEL_TYPES
     _check_dtype(data, where)
     tie = data.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):

@@ -41,6 +41,11 @@ class ModelShape:
     block-quantised weights, "mixed" compressed-tensors groups of different schemes; the
     roofline prices all alike, ``cost = "aic"`` admits an fp8 MoE only at the scheme its
     rows timed (simulator.cost.measured.aic_cost).
+
+    ``qk_norm``: each attention layer RMS-normalises every query and key head over its head
+    width before rotary (``q_norm`` / ``k_norm``: vLLM's qwen3.py ``Qwen3Attention.forward``,
+    qwen3_moe.py ``Qwen3MoeAttention.forward``, gemma3.py ``Gemma3Attention.forward``): two
+    more small kernels a layer (traces.models.hf_config reads it from ``model_type``).
     """
 
     name: str
@@ -69,6 +74,7 @@ class ModelShape:
     sliding_window: int = 0
     sliding_layers: int = 0
     mtp_layers: int = 0  # config.json num_nextn_predict_layers: MTP modules beyond ``layers``
+    qk_norm: bool = False  # per-head q_norm / k_norm before rotary (Qwen3, Gemma-3)
 
     def __post_init__(self) -> None:
         if not 0 <= self.sliding_layers <= self.layers or (self.sliding_layers

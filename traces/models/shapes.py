@@ -43,7 +43,7 @@ SHAPES: dict[str, ModelShape] = {
         # mixture of experts (config.json fields: traces/models/hf_config.py,
         # traces/models/hf_moe.py)
         ModelShape("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, attention_head_dim=128,
-                   experts=128, top_k=8, expert_intermediate=768, moe_layers=48),
+                   experts=128, top_k=8, expert_intermediate=768, moe_layers=48, qk_norm=True),
         ModelShape("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, experts=8, top_k=2,
                    expert_intermediate=14336, moe_layers=32),
         ModelShape("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, experts=64, top_k=6,
@@ -61,7 +61,8 @@ SHAPES: dict[str, ModelShape] = {
         ModelShape("mistral-7b-v0.1", 32, 4096, 32, 8, 14336, 32000, sliding_window=4096,
                    sliding_layers=32),
         ModelShape("gemma-3-270m", 18, 640, 4, 1, 2048, 262144, tie_embeddings=True,
-                   attention_head_dim=256, sliding_window=512, sliding_layers=15),
+                   attention_head_dim=256, sliding_window=512, sliding_layers=15,
+                   qk_norm=True),
     )
 }
 

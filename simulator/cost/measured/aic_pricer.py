@@ -158,14 +158,25 @@ class AicPricer:
         residual)``), whose ``fused_add_rms_norm`` does the add in the norm's one kernel
         (vllm/model_executor/models/llama.py LlamaDecoderLayer.forward / LlamaModel.forward,
         qwen3_moe.py alike; layers/layernorm.py RMSNorm.forward_cuda), so Vidur's separately
-        timed ``add`` is no op of vLLM's. Ops the timed rows hold (``held``: an MLA module
-        row's rotary, aic_mla.core_holds) are left out."""
+        timed ``add`` is no op of vLLM's. A model with ``qk_norm`` (Qwen3, Gemma-3) runs two
+        more RMSNorms a layer over its query and key heads before rotary (qwen3.py
+        ``Qwen3Attention.forward``: ``q_norm`` / ``k_norm`` over each head's width), priced
+        by the norm law at this GPU's H/tp · d and H_kv/tp · d channels per token (assumed:
+        the law's per-row-width term read at that width, though the kernel's rows are one
+        head wide). Ops the timed rows hold (``held``: an MLA module row's rotary,
+        aic_mla.core_holds) are left out."""
         s = self.shape
         ls = LayerShape(s.hidden, s.heads, s.kv_heads, s.intermediate, s.vocab, True)
         dense = s.layers - (s.moe_layers if s.is_moe else 0)
         calls = {"emb": [(1, ls)], "input_layernorm": [(s.layers + 1, ls)],
                  "attn_rope": [(s.layers, ls)], "post_attention_layernorm": [(s.layers, ls)],
                  "mlp_act": [(s.layers, ls)], "add": []}
+        if s.qk_norm:  # per-head q_norm / k_norm: the norm law at this GPU's q and k widths
+            width = s.head_dim
+            calls["input_layernorm"] += [
+                (s.layers, LayerShape(s.heads // self.tp * width, 1, 1, 0, s.vocab, True)),
+                (s.layers, LayerShape(max(s.kv_heads // self.tp, 1) * width, 1, 1, 0, s.vocab,
+                                      True))]
         if s.is_moe:  # the routed experts' activation runs in the MoE rows
             shared = LayerShape(s.hidden, s.heads, s.kv_heads, s.shared_intermediate, s.vocab,
                                 True)

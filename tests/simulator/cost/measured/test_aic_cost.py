@@ -201,6 +201,23 @@ def test_a_pass_pays_2l_plus_1_norms_and_no_residual_add(dense, moe):
             assert calls(model, "attn_rope", q) == pytest.approx([float(layers)])
 
 
+def test_a_qk_norm_model_pays_two_more_norms_a_layer_at_its_head_widths():
+    # Qwen3's attention RMS-normalises each query and key head before rotary (q_norm, k_norm)
+    model = build_cost_model("aic", "h100", "qwen3-30b-a3b", "vicuna-68m", tp=2)
+    assert model.roles["target"].shape.qk_norm
+    for q in (1.0, 64.0):
+        assert calls(model, "input_layernorm", q) == pytest.approx([3.0 * 48 + 1.0])
+    # the two extra norms read this GPU's 16 query and 2 KV heads of 128: 2048 and 256
+    # channels (2 bytes each, read and written: the norm's 2 x width x 2 bytes per token)
+    law = SmallOpLaw(intercept=0.0, per_width=0.0, slope=1.0)  # one second per byte
+    pricer = model.roles["target"]
+    got = with_law(pricer, "input_layernorm", law).small_ops(10.0)
+    base = with_law(pricer, "input_layernorm", SmallOpLaw(0.0, 0.0, 0.0)).small_ops(10.0)
+    hidden = 2048  # the residual stream's norms: 49 of them, 2 x 2048 x 2 bytes per token
+    want = 10.0 * 2 * 2 * (49 * hidden + 48 * (16 * 128) + 48 * (2 * 128))
+    assert got - base == pytest.approx(want * pricer.small_scale, rel=1e-12)
+
+
 def test_a_tensor_parallel_pass_pays_2l_plus_1_all_reduces(dense, moe):
     # two per layer (after o_proj, after the MLP / MoE block) and VocabParallelEmbedding's
     # all-reduce of its masked Q x h lookup
