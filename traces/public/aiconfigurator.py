@@ -40,8 +40,10 @@ comes from its collectors (``collector/vllm/collect_attn.py``, ``collect_gemm.py
   rows: ``batch_size`` prompts of ``isl`` tokens over a ``step``-token cached prefix. A
   system's MLA table is the module one where it resolves at the version, else the kernel one.
 
-A version folder may hold ``reuse.yaml`` instead of a table (``table: <name>``, ``from_version``):
-that table is the older version's, followed here. :func:`newest_full_version` picks the newest
+A version folder may hold a ``reuse.yaml`` (traces.public.aic_reuse): a table it declares takes
+the donor version's rows at the shapes its own file lacks, or the donor's whole table where the
+folder has none, as AIConfigurator's loader does; ``from_version`` marks each taken row.
+:func:`newest_full_version` picks the newest
 version whose gemm, attention, comm and moe tables all resolve (the default of the knob).
 
 :func:`import_aiconfigurator` reads one system at one version into :class:`AicTables`: one
@@ -60,6 +62,7 @@ import numpy as np
 import pandas as pd
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.traces.public.aic_reuse import fill, table_sources
 
 AIC_SOURCE = {"repository": "https://github.com/ai-dynamo/aiconfigurator",
               "licence": "Apache-2.0",
@@ -128,32 +131,39 @@ def version_key(version: str) -> tuple:
     return tuple(int(x) for x in version.split("."))
 
 
-def table_path(root: Path, system: str, folder: str, stem: str, version: str,
-               seen: tuple = ()) -> Path | None:
-    """The parquet file of ``stem`` at ``version`` (following ``reuse.yaml``), or None."""
-    vdir = root / system / folder / "vllm" / version
-    path = vdir / f"{stem}.parquet"
-    if path.is_file():
-        return path
-    reuse = vdir / "reuse.yaml"
-    if not reuse.is_file() or version in seen:
-        return None
-    donor = reuse_donor(reuse, stem)
-    if donor is None:
-        return None
-    return table_path(root, system, folder, stem, donor, (*seen, version))
+def table_path(root: Path, system: str, folder: str, stem: str, version: str) -> Path | None:
+    """The file ``stem`` at ``version`` resolves to: its own, else its first declared donor's
+    (traces.public.aic_reuse), or None."""
+    native, donors = table_sources(root, system, folder, stem, version)
+    return native if native is not None else (donors[0][1] if donors else None)
 
 
-def reuse_donor(reuse: Path, stem: str) -> str | None:
-    """``from_version`` of table ``stem`` in a reuse.yaml (a list of ``- table:`` entries)."""
-    current = None
-    for line in reuse.read_text().splitlines():
-        s = line.strip().lstrip("- ").strip()
-        if s.startswith("table:"):
-            current = s.split(":", 1)[1].strip()
-        elif s.startswith("from_version:") and current == stem:
-            return s.split(":", 1)[1].strip().strip("'\"")
-    return None
+def read_filled(root: Path, system: str, folder: str, stem: str, version: str, family: str,
+                read) -> tuple[pd.DataFrame, list[dict]] | None:
+    """``stem``'s rows at ``version``: its own file's, with the shapes it lacks filled from
+    the donors its folder declares (aic_reuse.fill; ``from_version`` marks a donor's rows),
+    read by ``read(path)``; and one provenance record per file read (a donor's with the rows
+    taken and its declaration). None when neither exists."""
+    native, donors = table_sources(root, system, folder, stem, version)
+    if native is None and not donors:
+        return None
+    frame, taken = fill(None if native is None else read(native),
+                        [(entry, read(path)) for entry, path in donors])
+    files = []
+    if native is not None:
+        files.append(file_record(root, family, native, int((frame["from_version"] == "").sum())))
+    for (entry, path), rows in zip(donors, taken):
+        files.append({**file_record(root, family, path, rows),
+                      "reuse": {"from_version": entry.from_version, "reason": entry.reason,
+                                "approved_by": entry.approved_by,
+                                "declared_in": entry.declared_in}})
+    return frame, files
+
+
+def file_record(root: Path, family: str, path: Path, rows: int) -> dict:
+    """A table file's provenance: family, path under ``root``, SHA-256, rows read from it."""
+    return {"family": family, "path": str(path.relative_to(root)),
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "rows": rows}
 
 
 def vllm_versions(root: Path, system: str) -> list[str]:
@@ -206,14 +216,13 @@ def read_table(path: Path, family: str) -> pd.DataFrame:
     return keep
 
 
-def mla_table(root: Path, system: str, version: str, family: str) -> tuple[Path, str] | None:
-    """(parquet file, scope "module" or "kernel") of ``family``'s MLA table at ``version``
-    (following ``reuse.yaml``; the module table preferred), or None."""
+def mla_table(root: Path, system: str, version: str, family: str) -> tuple[str, str] | None:
+    """(table stem, scope "module" or "kernel") of ``family``'s MLA table at ``version`` (its
+    own or a declared donor's; the module table preferred), or None."""
     folder, stems = MLA_TABLES[family]
     for stem, scope in zip(stems, ("module", "kernel")):
-        path = table_path(root, system, folder, stem, version)
-        if path is not None:
-            return path, scope
+        if table_path(root, system, folder, stem, version) is not None:
+            return stem, scope
     return None
 
 
@@ -274,23 +283,20 @@ def import_aiconfigurator(root: str | Path, system: str, version: str | None = N
             f"{', '.join(vllm_versions(root, system)) or 'none'}")
     frames, files = {}, []
     for family, (folder, stem) in TABLES.items():
-        path = table_path(root, system, folder, stem, version)
-        if path is None:
-            continue
-        frame = read_table(path, family)
-        frames[family] = frame
-        files.append({"family": family, "path": str(path.relative_to(root)),
-                      "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                      "rows": int(len(frame))})
+        got = read_filled(root, system, folder, stem, version, family,
+                          lambda path, family=family: read_table(path, family))
+        if got is not None:
+            frames[family] = got[0]
+            files.extend(got[1])
     for family in MLA_TABLES:
         found = mla_table(root, system, version, family)
         if found is None:
             continue
-        path, scope = found
-        frames[family] = read_mla_table(path, family, scope)
-        files.append({"family": family, "path": str(path.relative_to(root)),
-                      "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                      "rows": int(len(frames[family])), "scope": scope})
+        stem, scope = found
+        frames[family], got = read_filled(
+            root, system, MLA_TABLES[family][0], stem, version, family,
+            lambda path, family=family, scope=scope: read_mla_table(path, family, scope))
+        files.extend({**f, "scope": scope} for f in got)
     require(frames, f"{root / system}: no vLLM table at version {version}")
     provenance = {**AIC_SOURCE, "commit": commit or "unknown", "system": system,
                   "vllm_version": version, "files": files}

@@ -24,6 +24,11 @@ timed shapes (simulator.cost.measured.aic_ops); both need the rows, not only the
   no cached prefix; every kernel kept: vLLM picks the backend per call (H100 runs a short
   prompt through its decode kernel), and each row is the one vLLM ran.
 
+A table filled from a version its folder declares (``reuse.yaml``: traces.public.aic_reuse)
+keeps its own kernel per dtype first (:func:`native_first`: a donor row of another kernel at a
+dtype the native rows time is left out, so it cannot join the native kernel's curve), and its
+curve file keeps ``from_version`` (the donor version of each taken row, "" for a native one).
+
 Columns: the shape and row coordinates as int32, the kernel / dtype names as categories,
 ``latency_s`` as float32 (a 1e-7 relative rounding, far below the tables' run-to-run noise).
 :func:`write_curves` stores one zstd parquet per (system, family) and returns each file's
@@ -112,9 +117,35 @@ def moe_default(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(keep)
 
 
+#: Per family, the column whose values each pick their own kernel (native_first).
+KERNEL_BY = {"gemm": "dtype", "attention_decode": "kv_dtype", "attention_prefill": "kv_dtype",
+             "moe": "dtype"}
+
+
+def filled(frame: pd.DataFrame) -> bool:
+    """Whether ``frame`` holds rows taken from a declared donor version."""
+    return "from_version" in frame.columns and bool((frame["from_version"] != "").any())
+
+
+def native_first(family: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without the donor rows whose kernel the native rows at the same
+    :data:`KERNEL_BY` value do not time (a dtype the native table lacks keeps every donor
+    row; the per-dtype kernel selection then decides among them)."""
+    by = KERNEL_BY.get(family)
+    if by is None or not filled(frame):
+        return frame
+    native = frame["from_version"] == ""
+    kernels = set(zip(frame.loc[native, by].astype(str), frame.loc[native, "kernel"].astype(str)))
+    timed = set(frame.loc[native, by].astype(str))
+    pairs = zip(frame[by].astype(str), frame["kernel"].astype(str))
+    keep = [n or b not in timed or (b, k) in kernels
+            for n, (b, k) in zip(native.to_numpy(), pairs)]
+    return frame[np.asarray(keep, dtype=bool)]
+
+
 def select_default(family: str, frame: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``family`` a vLLM default deployment runs (module docstring)."""
-    f = frame
+    f = native_first(family, frame)
     if family == "gemm":
         f = f[f["dtype"].isin(GEMM_DTYPES) & (f["n"] >= MIN_GEMM_DIM) & (f["k"] >= MIN_GEMM_DIM)]
     elif family.startswith("attention"):
@@ -135,7 +166,11 @@ def select_default(family: str, frame: pd.DataFrame) -> pd.DataFrame:
 def compact_frame(family: str, frame: pd.DataFrame) -> pd.DataFrame:
     """``frame``'s default rows, its kept columns narrowed (module docstring), sorted."""
     cols = list(KEEP[family])
-    f = select_default(family, frame)[[*cols, "latency_s"]].copy()
+    f = select_default(family, frame)
+    extra = ["from_version"] if filled(f) else []
+    f = f[[*cols, *extra, "latency_s"]].copy()
+    for c in extra:
+        f[c] = f[c].astype(str).astype("category")
     for c in cols:
         if f[c].dtype.kind in "iuf":
             f[c] = f[c].astype(np.int32)
@@ -159,20 +194,32 @@ def compact(tables) -> dict:
 
 def write_curves(curves: dict, folder: Path, sources: dict) -> list[dict]:
     """Write ``curves`` {system: {family: DataFrame}} under ``folder``/curves/ and return
-    each file's provenance record; ``sources`` {(system, family): source file record}."""
+    each file's provenance record; ``sources`` {(system, family): [source file records]}, the
+    first the native table (or a whole-table donor's), the others donors whose rows the curve
+    holds (``reuse``: their declaration; ``rows_in_curve`` per donor)."""
     records = []
     for system, families in sorted(curves.items()):
         (folder / CURVES / system).mkdir(parents=True, exist_ok=True)
         for family, frame in families.items():
             path = folder / CURVES / system / f"{family}.parquet"
             frame.to_parquet(path, compression="zstd", index=False)
-            src = sources.get((system, family), {})
-            records.append({"system": system, "family": family,
+            src_all = sources.get((system, family), [])
+            src = src_all[0] if src_all else {}
+            record = {"system": system, "family": family,
                             "path": f"{CURVES}/{system}/{family}.parquet",
                             "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                             "rows": int(len(frame)), "bytes": path.stat().st_size,
                             "source_path": src.get("path"), "source_sha256": src.get("sha256"),
-                            "selection": "simulator/cost/measured/aic_curves.py select_default"})
+                            "selection": "simulator/cost/measured/aic_curves.py select_default"}
+            if "from_version" in frame.columns:
+                counts = frame["from_version"].astype(str).value_counts()
+                record["filled_from"] = [
+                    {"from_version": f["reuse"]["from_version"], "source_path": f["path"],
+                     "source_sha256": f["sha256"], "reason": f["reuse"]["reason"],
+                     "approved_by": f["reuse"]["approved_by"],
+                     "rows_in_curve": int(counts.get(f["reuse"]["from_version"], 0))}
+                    for f in src_all if "reuse" in f]
+            records.append(record)
     return records
 
 

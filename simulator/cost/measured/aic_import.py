@@ -66,13 +66,14 @@ def import_laws(root: str | Path, only: tuple = (), version: str | None = None,
 
 
 def bundle_families(root: str | Path, families: tuple, folder: str | Path = BUNDLED,
-                    commit: str | None = None) -> list[dict]:
+                    commit: str | None = None, only: tuple = ()) -> list[dict]:
     """Write the curves of ``families`` (aic_curves.FAMILIES) of every system bundled in
-    ``folder`` at its bundled vLLM version into ``folder`` and replace those families'
-    records in its PROVENANCE.json (the source tables and the curve files); every other file
-    is left as it is. Why: a family added later (MLA) is bundled without refitting the laws
-    (the full ``cost import-aiconfigurator`` writes the same curves, and refits everything).
-    Returns the new curve records."""
+    ``folder`` (or those in ``only``) at its bundled vLLM version into ``folder`` and replace
+    those records in its PROVENANCE.json (the source tables and the curve files); every other
+    file is left as it is. Why: a family added later (MLA), or one system's tables read anew
+    (L40S's declared reuse), is bundled without refitting the laws (the full ``cost
+    import-aiconfigurator`` writes the same curves, and refits everything). Returns the new
+    curve records."""
     from specbatch.io import dumps
     from specbatch.simulator.cost.measured.aic_curves import compact, write_curves
     from specbatch.traces.public.aiconfigurator import import_aiconfigurator
@@ -85,18 +86,29 @@ def bundle_families(root: str | Path, families: tuple, folder: str | Path = BUND
             f"--commit {commit}: the bundle was imported from {provenance.get('commit')}")
     curves, files = {}, []
     for name, (version, _) in sorted(laws.items()):
+        if only and name not in only:
+            continue
         tables = import_aiconfigurator(root, name, version, provenance.get("commit"))
         got = compact(tables)
         curves[name] = {f: got[f] for f in families if f in got}
         files.extend({**f, "system": name} for f in tables.provenance["files"]
                      if f["family"] in families)
-    sources = {(f["system"], f["family"]): f for f in files}
-    records = write_curves(curves, folder, sources)
-    provenance["files"] = [f for f in provenance["files"] if f["family"] not in families] + files
-    provenance["curves"] = ([c for c in provenance["curves"] if c["family"] not in families]
-                            + records)
+    records = write_curves(curves, folder, source_records(files))
+    def kept(r: dict) -> bool:
+        return r["family"] not in families or bool(only) and r["system"] not in only
+
+    provenance["files"] = [f for f in provenance["files"] if kept(f)] + files
+    provenance["curves"] = [c for c in provenance["curves"] if kept(c)] + records
     prov_path.write_text(dumps(provenance, indent=2) + "\n")
     return records
+
+
+def source_records(files) -> dict:
+    """{(system, family): [file records in read order]} (aic_curves.write_curves' sources)."""
+    out: dict = {}
+    for f in files:
+        out.setdefault((f["system"], f["family"]), []).append(f)
+    return out
 
 
 def identity(result: dict) -> str:
@@ -117,8 +129,7 @@ def write_laws(result: dict, out: str | Path, force: bool = False) -> Path:
 
     with result_dir(out, RESULT_KIND, identity(result), force=force) as tmp:
         (tmp / "laws.json").write_text(dumps(result["systems"], indent=1) + "\n")
-        sources = {(f["system"], f["family"]): f for f in result["provenance"]["files"]
-                   if "system" in f}
+        sources = source_records(f for f in result["provenance"]["files"] if "system" in f)
         provenance = dict(result["provenance"])
         provenance["curves"] = write_curves(result.get("curves", {}), tmp, sources)
         (tmp / "PROVENANCE.json").write_text(dumps(provenance, indent=2) + "\n")

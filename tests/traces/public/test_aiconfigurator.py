@@ -59,7 +59,8 @@ def tables(tmp_path):
         d = tmp_path / "gpu" / folder / "vllm" / "0.10.0"
         d.mkdir(parents=True)
         (d / "reuse.yaml").write_text("schema_version: 1\nreuse:\n" + "".join(
-            f"- table: {s}\n  from_version: 0.1.0\n" for s in stems))
+            f"- table: {s}\n  from_version: 0.1.0\n  reason: r\n  approved_by: a\n"
+            for s in stems))
     return tmp_path
 
 
@@ -121,7 +122,8 @@ def test_mla_tables_prefer_the_module_table_and_follow_reuse(tables):
     write(tables, "gpu", "mla", "0.1.0", "context_mla_perf", mla_rows(False, False))
     write(tables, "gpu", "mla", "0.10.0", "mla_generation_module_perf", mla_rows(True, True))
     (tables / "gpu" / "mla" / "vllm" / "0.10.0" / "reuse.yaml").write_text(
-        "reuse:\n- table: context_mla_perf\n  from_version: 0.1.0\n")
+        "reuse:\n- table: context_mla_perf\n  from_version: 0.1.0\n  reason: r\n"
+        "  approved_by: a\n")
     t = import_aiconfigurator(tables, "gpu")
     dec, pre = t.frames["mla_decode"], t.frames["mla_prefill"]
     assert set(dec["scope"]) == {"module"} and set(pre["scope"]) == {"kernel"}

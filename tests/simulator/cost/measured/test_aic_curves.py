@@ -95,15 +95,39 @@ def test_a_gpu_without_the_named_block_kernel_keeps_no_block_rows():
     assert set(compact_frame("moe", frame)["dtype"].astype(str)) == {"fp8"}
 
 
-def test_the_bundled_block_rows_are_hoppers_triton_at_ep_1():
+def test_the_bundled_block_rows_are_triton_on_hopper_and_l40s_forward_filled():
     for system in COMMON_SYSTEMS:
         moe = load_curves(system).get("moe")
         block = moe[moe["dtype"] == "fp8_block"] if moe is not None else []
         if system in ("h100_sxm", "h200_sxm"):
             assert set(block["kernel"]) == {"vllm_fp8moe_triton_tritonexperts"}
             assert set(block["ep"]) == {1} and len(block) == 1998
+        elif system == "l40s":
+            # 0.22.0 times no fp8_block: every row is 0.24.0's, declared by its reuse.yaml
+            assert set(block["kernel"]) == {"vllm_fp8moe_triton_tritonexperts"}
+            assert set(block["from_version"]) == {"0.24.0"} and len(block) == 5074
         else:
             assert len(block) == 0
+
+
+def test_l40s_keeps_its_native_kernel_per_dtype_and_marks_every_filled_row():
+    curves = load_curves("l40s")
+    moe, dec = curves["moe"], curves["attention_decode"]
+    # bf16 / fp8 MoE: 0.22.0's own vllm_fused_moe only (0.24.0's Triton-experts rows at
+    # shapes it lacks are another kernel label: left out)
+    for dtype in ("bfloat16", "fp8"):
+        sub = moe[moe["dtype"] == dtype]
+        assert set(sub["kernel"]) == {"vllm_fused_moe"} and set(sub["from_version"]) == {""}
+    mx = moe[moe["dtype"] == "w4a16_mxfp4"]
+    assert set(mx["kernel"]) == {"vllm_gptossmxfp4moe_marlin_marlinexperts"}
+    assert set(mx["from_version"]) == {"0.24.0"}
+    # bf16 KV decode: the native FlashAttention rows alone; fp8 KV decode, which 0.22.0 does
+    # not time: 0.24.0's FlashInfer rows
+    assert set(dec.loc[dec["kv_dtype"] == "bfloat16", "from_version"]) == {""}
+    assert set(dec.loc[dec["kv_dtype"] == "fp8", "from_version"]) == {"0.24.0"}
+    for system in COMMON_SYSTEMS:
+        if system != "l40s":
+            assert all("from_version" not in f.columns for f in load_curves(system).values())
 
 
 def test_mxfp4_moe_keeps_the_gpt_oss_kernel_not_compressed_tensors_marlin():
@@ -125,7 +149,9 @@ GPT_OSS_KERNELS = {
     "h100_sxm": "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
     "h200_sxm": "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
     "b200_sxm": "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
-    "rtx_pro_6000_server": "vllm_gptossmxfp4moe_marlin_marlinexperts"}
+    "rtx_pro_6000_server": "vllm_gptossmxfp4moe_marlin_marlinexperts",
+    # 0.24.0's rows, forward-filled into 0.22.0 by its reuse.yaml
+    "l40s": "vllm_gptossmxfp4moe_marlin_marlinexperts"}
 
 
 def test_the_bundled_mxfp4_rows_are_gpt_oss_shapes_of_one_kernel_per_gpu():

@@ -7,10 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specbatch.simulator.cost.measured.aic_cost import aic_covers
+from specbatch.simulator.cost.measured.aic_cost import aic_covers, coverage_of
+from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_moe_rows import (
     GEMM_DTYPE,
     MXFP4_KERNELS,
+    MXFP4_MOE,
     mxfp4_kernel,
     mxfp4_moe_rows,
 )
@@ -49,12 +51,22 @@ def test_gpt_oss_is_admitted_where_the_rows_time_vllms_kernel(gpu, model):
 
 
 @pytest.mark.parametrize("gpu, system, words", [
-    ("l40s", "l40s", "no w4a16_mxfp4 MoE rows"),
+    # L40S: 0.24.0's Marlin rows, forward-filled, time its experts; its own bf16 decode
+    # attention (0.22.0's FlashAttention) has no head width 64
+    ("l40s", "l40s", "no bfloat16 KV attention_decode rows at head width 64"),
     ("a100", "a100_sxm", "no "),
 ])
 def test_gpt_oss_is_refused_in_one_line_where_no_row_times_it(gpu, system, words):
     reason = aic_covers(gpu, get_shape("openai/gpt-oss-20b"), None, 1)
     assert words in reason and system in reason and "\n" not in reason
+
+
+def test_l40s_forward_filled_marlin_rows_time_gpt_oss_experts():
+    # L40S (8.9) runs Marlin (mxfp4_kernel); its w4a16_mxfp4 rows are 0.24.0's Marlin rows,
+    # taken by 0.22.0's reuse.yaml, at both gpt-oss shapes
+    cov = coverage_of(load_curves("l40s"))
+    for model in GPT_OSS:
+        assert mxfp4_moe_rows(cov, get_shape(model), 89) == (MXFP4_MOE, None)
 
 
 def test_rows_of_another_kernel_than_vllms_are_refused():
@@ -105,4 +117,5 @@ def test_auto_prices_gpt_oss_with_aic_where_covered_and_passes_it_over_elsewhere
         assert resolve_cost("auto", CostAsk("h100", model, "vicuna-68m", tp=tp)).name == "aic"
     choice = resolve_cost("auto", CostAsk("l40s", "openai/gpt-oss-20b", "vicuna-68m", tp=1))
     assert choice.name != "aic"
-    assert any(p.startswith("aic: ") and "MXFP4 experts" in p for p in choice.passed)
+    # L40S's Marlin rows time the experts; its bf16 decode attention lacks head width 64
+    assert any(p.startswith("aic: ") and "head width 64" in p for p in choice.passed)
