@@ -26,8 +26,9 @@ timed shapes (simulator.cost.measured.aic_ops); both need the rows, not only the
 
 A table filled from a version its folder declares (``reuse.yaml``: traces.public.aic_reuse)
 keeps its own kernel per dtype first (:func:`native_first`: a donor row of another kernel at a
-dtype the native rows time is left out, so it cannot join the native kernel's curve), and its
-curve file keeps ``from_version`` (the donor version of each taken row, "" for a native one).
+dtype the native rows time is left out, so it cannot join the native kernel's curve; two
+labels :data:`SAME_KERNEL` names one kernel on this GPU are one kernel), and its curve file
+keeps ``from_version`` (the donor version of each taken row, "" for a native one).
 
 Columns: the shape and row coordinates as int32, the kernel / dtype names as categories,
 ``latency_s`` as float32 (a 1e-7 relative rounding, far below the tables' run-to-run noise).
@@ -117,6 +118,16 @@ def moe_default(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(keep)
 
 
+#: Kernel labels that name one kernel on the GPUs of some compute capability majors:
+#: label -> (the kernel's label, the majors). AIConfigurator's vLLM attention collector labelled
+#: a FLASH_ATTN row ``vllm_flash_attn`` until its 0.24 upgrade (commit d5bad971, PR #1344: the
+#: resolved version appended, ``vllm_flash_attn_fa{impl.vllm_flash_attn_version}``); vLLM's
+#: ``get_flash_attn_version`` (v1/attention/backends/fa_utils.py) defaults to FA2 below
+#: capability 9 and asserts ``is_fa_version_supported``, which vllm_flash_attn's
+#: ``flash_attn_interface`` grants FA3 on 9.x and FA4 on 10.x only: on 8.x (A100, L40S) the old
+#: label can be FA2 alone. Where a filled table holds both (L40S 0.22.0's own rows and its
+#: 0.24.0 donor's), they are one curve.
+SAME_KERNEL = {"vllm_flash_attn": ("vllm_flash_attn_fa2", (8,))}
 #: Per family, the column whose values each pick their own kernel (native_first).
 KERNEL_BY = {"gemm": "dtype", "attention_decode": "kv_dtype", "attention_prefill": "kv_dtype",
              "moe": "dtype"}
@@ -127,13 +138,29 @@ def filled(frame: pd.DataFrame) -> bool:
     return "from_version" in frame.columns and bool((frame["from_version"] != "").any())
 
 
-def native_first(family: str, frame: pd.DataFrame) -> pd.DataFrame:
+def same_kernel(frame: pd.DataFrame, capability: int) -> pd.DataFrame:
+    """``frame`` with each kernel label :data:`SAME_KERNEL` names on a GPU of compute
+    ``capability`` (x 10, the catalogue's) written as the kernel's own label."""
+    names = {old: new for old, (new, majors) in SAME_KERNEL.items()
+             if capability // 10 in majors}
+    kernel = frame["kernel"].astype(str)
+    if not kernel.isin(list(names)).any():
+        return frame
+    out = frame.copy()
+    out["kernel"] = kernel.replace(names)
+    return out
+
+
+def native_first(family: str, frame: pd.DataFrame, capability: int = 0) -> pd.DataFrame:
     """``frame`` without the donor rows whose kernel the native rows at the same
     :data:`KERNEL_BY` value do not time (a dtype the native table lacks keeps every donor
-    row; the per-dtype kernel selection then decides among them)."""
+    row; the per-dtype kernel selection then decides among them); on a GPU of compute
+    ``capability`` the labels :data:`SAME_KERNEL` names are first written as their kernel's
+    (0: none are)."""
     by = KERNEL_BY.get(family)
     if by is None or not filled(frame):
         return frame
+    frame = same_kernel(frame, capability)
     native = frame["from_version"] == ""
     kernels = set(zip(frame.loc[native, by].astype(str), frame.loc[native, "kernel"].astype(str)))
     timed = set(frame.loc[native, by].astype(str))
@@ -143,9 +170,10 @@ def native_first(family: str, frame: pd.DataFrame) -> pd.DataFrame:
     return frame[np.asarray(keep, dtype=bool)]
 
 
-def select_default(family: str, frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``family`` a vLLM default deployment runs (module docstring)."""
-    f = native_first(family, frame)
+def select_default(family: str, frame: pd.DataFrame, capability: int = 0) -> pd.DataFrame:
+    """The rows of ``family`` a vLLM default deployment runs (module docstring) on a GPU of
+    compute ``capability`` (native_first)."""
+    f = native_first(family, frame, capability)
     if family == "gemm":
         f = f[f["dtype"].isin(GEMM_DTYPES) & (f["n"] >= MIN_GEMM_DIM) & (f["k"] >= MIN_GEMM_DIM)]
     elif family.startswith("attention"):
@@ -163,10 +191,11 @@ def select_default(family: str, frame: pd.DataFrame) -> pd.DataFrame:
     return f
 
 
-def compact_frame(family: str, frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame``'s default rows, its kept columns narrowed (module docstring), sorted."""
+def compact_frame(family: str, frame: pd.DataFrame, capability: int = 0) -> pd.DataFrame:
+    """``frame``'s default rows on a GPU of compute ``capability``, its kept columns narrowed
+    (module docstring), sorted."""
     cols = list(KEEP[family])
-    f = select_default(family, frame)
+    f = select_default(family, frame, capability)
     extra = ["from_version"] if filled(f) else []
     f = f[[*cols, *extra, "latency_s"]].copy()
     for c in extra:
@@ -180,13 +209,14 @@ def compact_frame(family: str, frame: pd.DataFrame) -> pd.DataFrame:
     return f.sort_values(cols, kind="stable").reset_index(drop=True)
 
 
-def compact(tables) -> dict:
+def compact(tables, capability: int = 0) -> dict:
     """family -> compacted DataFrame of one system's
-    :class:`~traces.public.aiconfigurator.AicTables` (families without rows left out)."""
+    :class:`~traces.public.aiconfigurator.AicTables` on a GPU of compute ``capability``
+    (families without rows left out)."""
     out = {}
     for family in FAMILIES:
         if family in tables.frames:
-            frame = compact_frame(family, tables.frames[family])
+            frame = compact_frame(family, tables.frames[family], capability)
             if len(frame):
                 out[family] = frame
     return out

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from specbatch.errors import SpecbatchError, require
+from specbatch.simulator.cost.gpus.catalogue import GPUS
 from specbatch.simulator.cost.measured.aic_laws import Law, law_from_dict
 
 RESULT_KIND = "specbatch-aic-laws"
@@ -29,6 +30,14 @@ AIC_PRESETS = {"h100_sxm": "h100", "h200_sxm": "h200", "a100_sxm": "a100", "l40s
 #: The GPUs whose laws are bundled (AIConfigurator's system names).
 COMMON_SYSTEMS = ("h100_sxm", "h200_sxm", "a100_sxm", "b200_sxm", "l40s",
                   "rtx_pro_6000_server")
+
+
+def capability(system: str) -> int:
+    """The compute capability (x 10) of AIConfigurator system ``system``'s GPU (its
+    :data:`AIC_PRESETS` catalogue entry; 0 for a system without one), which picks the kernel
+    labels one kernel has there (aic_curves.SAME_KERNEL)."""
+    gpu = GPUS.get(AIC_PRESETS.get(system, ""))
+    return 0 if gpu is None else int(gpu.compute_capability)
 
 
 def import_laws(root: str | Path, only: tuple = (), version: str | None = None,
@@ -52,7 +61,7 @@ def import_laws(root: str | Path, only: tuple = (), version: str | None = None,
         tables = import_aiconfigurator(root, name, version, commit)
         out[name] = {"vllm_version": tables.version,
                      "laws": [law.as_dict() for law in fit_tables(tables)]}
-        curves[name] = compact(tables)
+        curves[name] = compact(tables, capability(name))
         files.extend({**f, "system": name} for f in tables.provenance["files"])
         source = {k: v for k, v in tables.provenance.items()
                   if k not in ("files", "system", "vllm_version")}
@@ -89,7 +98,7 @@ def bundle_families(root: str | Path, families: tuple, folder: str | Path = BUND
         if only and name not in only:
             continue
         tables = import_aiconfigurator(root, name, version, provenance.get("commit"))
-        got = compact(tables)
+        got = compact(tables, capability(name))
         curves[name] = {f: got[f] for f in families if f in got}
         files.extend({**f, "system": name} for f in tables.provenance["files"]
                      if f["family"] in families)
