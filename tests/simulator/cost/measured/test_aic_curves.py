@@ -121,13 +121,30 @@ def test_l40s_keeps_its_native_kernel_per_dtype_and_marks_every_filled_row():
     mx = moe[moe["dtype"] == "w4a16_mxfp4"]
     assert set(mx["kernel"]) == {"vllm_gptossmxfp4moe_marlin_marlinexperts"}
     assert set(mx["from_version"]) == {"0.24.0"}
-    # bf16 KV decode: the native FlashAttention rows alone; fp8 KV decode, which 0.22.0 does
-    # not time: 0.24.0's FlashInfer rows
-    assert set(dec.loc[dec["kv_dtype"] == "bfloat16", "from_version"]) == {""}
+    # bf16 KV decode: 0.22.0's FlashAttention rows and 0.24.0's FA2 rows, one kernel on 8.9
+    # (SAME_KERNEL), under the FA2 label; fp8 KV decode, which 0.22.0 does not time: 0.24.0's
+    # FlashInfer rows
+    bf16 = dec[dec["kv_dtype"] == "bfloat16"]
+    assert set(bf16["kernel"]) == {"vllm_flash_attn_fa2"}
+    assert set(bf16["from_version"]) == {"", "0.24.0"}
     assert set(dec.loc[dec["kv_dtype"] == "fp8", "from_version"]) == {"0.24.0"}
     for system in COMMON_SYSTEMS:
         if system != "l40s":
             assert all("from_version" not in f.columns for f in load_curves(system).values())
+
+
+def test_one_kernels_two_labels_share_a_curve_only_where_the_gpu_runs_that_kernel_alone():
+    # a filled decode table: the native rows' pre-0.24 label, the donor's FA2 label
+    frame = pd.DataFrame({
+        "kv_dtype": ["bfloat16"] * 3, "kernel": ["vllm_flash_attn", "vllm_flash_attn_fa2",
+                                                 "vllm_flash_attn_fa2"],
+        "from_version": ["", "0.24.0", "0.24.0"], "batch": [1, 2, 4], "context": [8] * 3,
+        "heads": [8] * 3, "kv_heads": [8] * 3, "head_dim": [128, 128, 64], "window": [0] * 3,
+        "latency_s": [1e-5, 2e-5, 3e-5]})
+    on_ada = compact_frame("attention_decode", frame, 89)  # 8.9: FA2 is the only FA
+    assert set(on_ada["kernel"]) == {"vllm_flash_attn_fa2"} and len(on_ada) == 3
+    on_hopper = compact_frame("attention_decode", frame, 90)  # 9.0: the old label may be FA3
+    assert list(on_hopper["kernel"]) == ["vllm_flash_attn"] and len(on_hopper) == 1
 
 
 def test_mxfp4_moe_keeps_the_gpt_oss_kernel_not_compressed_tensors_marlin():

@@ -50,10 +50,14 @@ def test_gpt_oss_is_admitted_where_the_rows_time_vllms_kernel(gpu, model):
         assert aic_covers(gpu, get_shape(model), None, tp) is None
 
 
+@pytest.mark.parametrize("model", GPT_OSS)
+def test_gpt_oss_is_admitted_on_l40s_from_its_forward_filled_rows(model):
+    # L40S (8.9): 0.24.0's Marlin rows time its experts and 0.24.0's FA2 rows, one kernel with
+    # 0.22.0's FlashAttention there (aic_curves.SAME_KERNEL), its head width 64
+    assert aic_covers("l40s", get_shape(model), None, 1) is None
+
+
 @pytest.mark.parametrize("gpu, system, words", [
-    # L40S: 0.24.0's Marlin rows, forward-filled, time its experts; its own bf16 decode
-    # attention (0.22.0's FlashAttention) has no head width 64
-    ("l40s", "l40s", "no bfloat16 KV attention_decode rows at head width 64"),
     ("a100", "a100_sxm", "no "),
 ])
 def test_gpt_oss_is_refused_in_one_line_where_no_row_times_it(gpu, system, words):
@@ -115,7 +119,23 @@ def test_a_gpt_oss_draft_is_priced_from_its_own_mxfp4_rows():
 def test_auto_prices_gpt_oss_with_aic_where_covered_and_passes_it_over_elsewhere():
     for model, tp in (("openai/gpt-oss-20b", 1), ("openai/gpt-oss-120b", 2)):
         assert resolve_cost("auto", CostAsk("h100", model, "vicuna-68m", tp=tp)).name == "aic"
-    choice = resolve_cost("auto", CostAsk("l40s", "openai/gpt-oss-20b", "vicuna-68m", tp=1))
+    assert resolve_cost("auto", CostAsk("l40s", "openai/gpt-oss-20b", "vicuna-68m",
+                                        tp=1)).name == "aic"
+    choice = resolve_cost("auto", CostAsk("a100", "openai/gpt-oss-20b", "vicuna-68m", tp=1))
     assert choice.name != "aic"
-    # L40S's Marlin rows time the experts; its bf16 decode attention lacks head width 64
-    assert any(p.startswith("aic: ") and "head width 64" in p for p in choice.passed)
+    assert any(p.startswith("aic: ") for p in choice.passed)
+
+
+def test_l40s_prices_gpt_oss_from_the_marlin_row_and_the_filled_fa2_rows():
+    model = build_cost_model("aic", "l40s", "openai/gpt-oss-20b", "vicuna-68m", tp=1)
+    parts = model.breakdown("target", np.ones(128, dtype=int), np.full(128, 1024))
+    # AIC L40S vLLM 0.24.0 moe_perf.parquet (taken by 0.22.0's reuse.yaml),
+    # vllm_gptossmxfp4moe_marlin_marlinexperts, balanced, hidden 2880, inter 2880, 32
+    # experts, top 4, tp 1, ep 1, 128 tokens: 0.697429 ms; x 24 MoE layers
+    assert parts["experts"] == pytest.approx(24 * 0.0006974293501116335, rel=1e-12)
+    decode = load_curves("l40s")["attention_decode"]
+    rows = decode[(decode["kv_dtype"] == "bfloat16") & (decode["head_dim"] == 64)
+                  & (decode["heads"] == 64) & (decode["kv_heads"] == 8)]
+    assert len(rows) and set(rows["kernel"].astype(str)) == {"vllm_flash_attn_fa2"}
+    assert set(rows["from_version"].astype(str)) == {"0.24.0"}
+    assert "bfloat16 KV" in model.sources()["target"]["attention"]["source"]
