@@ -148,9 +148,9 @@ def monotone(secs: np.ndarray) -> np.ndarray:
     Why not the suffix minimum (t_i = min over j >= i of t_j): one fast point lowers the whole
     stretch before it (H100 fp8 MoE, Llama-4-Scout tp 2: 1.56-1.94 ms at 16-1024 tokens,
     0.92 ms at 2048, all priced 0.92 ms); nor the running maximum: an isolated spike (B200 fp8
-    GEMM (3072, 65536): 375 µs at m = 9 between 65 µs neighbours) is carried to every larger m. Chosen over both and over isotonic
-    regression alone by the held-out error against the raw rows (benchmarks/aic_envelope.py,
-    docs/fidelity.md)."""
+    GEMM (3072, 65536): 375 µs at m = 9 between 65 µs neighbours) is carried to every larger
+    m. Chosen over both and over isotonic regression alone by the held-out error against the
+    raw rows (benchmarks/aic_envelope.py, docs/fidelity.md)."""
     m = median3(secs)
     logs = np.log(m)
     fit = isotonic(logs)
