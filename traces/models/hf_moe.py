@@ -326,10 +326,12 @@ def moe_fields(data: dict, layers: int, intermediate: int | None, where: str) ->
             "moe_routing": moe_routing(data)}
 
 
-#: ``model_type`` -> whether its experts renormalise the top-k weights where the config has
-#: no ``norm_topk_prob`` (vLLM's mixtral.py passes ``renormalize=True``; transformers'
-#: ``DeepseekV3Config`` defaults norm_topk_prob to true, the other MoE configs to false).
-RENORMALIZE_DEFAULT = {"mixtral": True, "deepseek_v3": True}
+#: ``model_type`` or architecture -> whether its experts renormalise the top-k weights where
+#: the config has no ``norm_topk_prob`` (vLLM's mixtral.py passes ``renormalize=True``;
+#: transformers' ``DeepseekV3Config`` defaults norm_topk_prob to true, the other MoE configs
+#: to false).
+RENORMALIZE_DEFAULT = {"mixtral": True, "deepseek_v3": True,
+                       "MixtralForCausalLM": True, "DeepseekV3ForCausalLM": True}
 
 
 def moe_routing(data: dict) -> str:
@@ -347,7 +349,9 @@ def moe_routing(data: dict) -> str:
     model_type = str(data.get("model_type", "")).lower()
     scoring = str(data.get("scoring_func") or "softmax").lower()
     norm = data.get("norm_topk_prob")
-    renorm = RENORMALIZE_DEFAULT.get(model_type, False) if norm is None else bool(norm)
+    names = [model_type, *(data.get("architectures") or [])]
+    default = any(RENORMALIZE_DEFAULT.get(str(n), False) for n in names)
+    renorm = default if norm is None else bool(norm)
     if scoring == "sqrtsoftplus":
         return "deepseek_v4" if renorm else "unspecified"
     if str(data.get("topk_method", "")).lower() == "noaux_tc":
