@@ -16,7 +16,9 @@ timed shapes (simulator.cost.measured.aic_ops); both need the rows, not only the
   ``max_size``, NCCL above, as a served model runs it);
 - ``moe``: balanced routing, per dtype (bf16, fp8) the kernel with the most rows, and per
   dtype of :data:`MOE_KERNELS` the kernel it names (the one vLLM runs for that dtype where the
-  table also times others: fp8_block's Triton experts, Hopper's TP kernel; w4a16_mxfp4's
+  table also times others: fp8_block's Triton experts, Hopper's TP kernel, and B200's
+  TRT-LLM monolithic class, its modular class kept as ``fp8_block_modular``
+  (:data:`MOE_CLASSES`); w4a16_mxfp4's
   gpt-oss kernels, not compressed-tensors' Marlin at another model's shape; a GPU whose table
   has none keeps no rows of that dtype);
 - ``mla_decode`` / ``mla_prefill``: bf16 projections (``gemm_dtype`` bfloat16; a kernel-only

@@ -45,7 +45,7 @@ def shape_curves(system: str, family: str, dtype: str) -> ShapeCurves:
     fitted = MOE_CLASSES.get(dtype, (dtype,))[0] if family == "moe" else dtype  # its AIC dtype
     law = next((w for w in laws if w.family == family and w.group.get("dtype") == fitted
                 and w.group.get("kernel") == kernel), None)
-    return ShapeCurves(family, rows, law, {"dtype": dtype})
+    return ShapeCurves(family, rows, law, {"dtype": fitted})
 
 
 def curve_json(curve: Curve) -> dict:
