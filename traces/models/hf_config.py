@@ -136,6 +136,7 @@ def shape_from_fields(data: dict, name: str, where: str) -> ModelShape:
                               else _positive(inter, "intermediate_size", where))
     if llama4:  # its dense MLP, experts, shared expert and chunked layers: hf_llama4
         values.update(llama4_fields(data, values["layers"], where))
+        values["moe_routing"] = "llama4"  # Llama4MoE.custom_routing_function (hf_moe)
     else:
         values.update(moe_fields(data, values["layers"], None if inter is None
                                  else values["intermediate"], where))

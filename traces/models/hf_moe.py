@@ -21,6 +21,8 @@ moe_layers                 layer i is MoE unless i is in mlp_only_layers or (i +
                            vLLM's (vllm/model_executor/models/qwen2_moe.py, qwen3_moe.py
                            ``*DecoderLayer.__init__``; deepseek_v2.py
                            ``DeepseekV2DecoderLayer.__init__``); the rest use intermediate_size
+moe_routing                vLLM's routing method (:func:`moe_routing`): scoring_func,
+                           norm_topk_prob, topk_method, n_group, routed_scaling_factor
 =========================  ==============================================================
 
 Multi-head latent attention (DeepSeek-V2/V3, Moonlight, Kimi-K2: ``kv_lora_rank``,
@@ -320,7 +322,49 @@ def moe_fields(data: dict, layers: int, intermediate: int | None, where: str) ->
     n_shared = _optional_int(data, "n_shared_experts", where, minimum=0) or 0
     shared += n_shared * width
     return {"experts": experts, "top_k": top_k, "expert_intermediate": width,
-            "shared_intermediate": shared, "moe_layers": count_moe_layers(data, layers, where)}
+            "shared_intermediate": shared, "moe_layers": count_moe_layers(data, layers, where),
+            "moe_routing": moe_routing(data)}
+
+
+#: ``model_type`` or architecture -> whether its experts renormalise the top-k weights where
+#: the config has no ``norm_topk_prob`` (vLLM's mixtral.py passes ``renormalize=True``;
+#: transformers' ``DeepseekV3Config`` defaults norm_topk_prob to true, the other MoE configs
+#: to false).
+RENORMALIZE_DEFAULT = {"mixtral": True, "deepseek_v3": True,
+                       "MixtralForCausalLM": True, "DeepseekV3ForCausalLM": True}
+
+
+def moe_routing(data: dict) -> str:
+    """The routing method vLLM's router gives a MoE config's experts, as the snake-case name of
+    vLLM's ``RoutingMethodType`` (vllm/model_executor/layers/fused_moe/config.py
+    ``get_routing_method_type``, which the routers of router/router_factory.py
+    ``create_fused_moe_router`` answer): ``scoring_func`` (default softmax), the top-k
+    renormalisation (``norm_topk_prob``; :data:`RENORMALIZE_DEFAULT`), a score-correction bias
+    (``topk_method`` noaux_tc: deepseek_v2.py passes ``e_score_correction_bias``) and expert
+    groups (``n_group``). Softmax: "renormalize" (Qwen3-MoE, Mixtral) or "default"; sigmoid
+    with the bias and groups, renormalised: "deepseek_v3"; without groups at a routed scale of
+    1: "minimax2"; sigmoid without the bias: "sigmoid_renorm" / "sigmoid"; sqrtsoftplus,
+    renormalised: "deepseek_v4"; anything else "unspecified". Llama-4's custom router is
+    "llama4" (traces.models.hf_config)."""
+    model_type = str(data.get("model_type", "")).lower()
+    scoring = str(data.get("scoring_func") or "softmax").lower()
+    norm = data.get("norm_topk_prob")
+    names = [model_type, *(data.get("architectures") or [])]
+    default = any(RENORMALIZE_DEFAULT.get(str(n), False) for n in names)
+    renorm = default if norm is None else bool(norm)
+    if scoring == "sqrtsoftplus":
+        return "deepseek_v4" if renorm else "unspecified"
+    if str(data.get("topk_method", "")).lower() == "noaux_tc":
+        if scoring != "sigmoid" or not renorm:
+            return "unspecified"
+        if data.get("n_group"):
+            return "deepseek_v3"
+        return "minimax2" if data.get("routed_scaling_factor") in (None, 1, 1.0) else "unspecified"
+    if scoring == "sigmoid":
+        return "sigmoid_renorm" if renorm else "sigmoid"
+    if scoring == "softmax":
+        return "renormalize" if renorm else "default"
+    return "unspecified"
 
 
 def count_moe_layers(data: dict, layers: int, where: str) -> int:

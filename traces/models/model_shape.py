@@ -40,7 +40,9 @@ class ModelShape:
     scales, "channel" per-channel weights (dynamic per-token activations: "ptpc"), "block"
     block-quantised weights, "mixed" compressed-tensors groups of different schemes; the
     roofline prices all alike, ``cost = "aic"`` admits an fp8 MoE only at the scheme its
-    rows timed (simulator.cost.measured.aic_cost).
+    rows timed (simulator.cost.measured.aic_cost). ``moe_routing`` is the routing method vLLM's
+    router gives a MoE's experts (traces.models.hf_moe ``moe_routing``: "renormalize",
+    "deepseek_v3", "llama4", ...; "" dense), which picks Blackwell's block fp8 experts class.
 
     ``qk_norm``: each attention layer RMS-normalises every query and key head over its head
     width before rotary (``q_norm`` / ``k_norm``: vLLM's qwen3.py ``Qwen3Attention.forward``,
@@ -71,6 +73,7 @@ class ModelShape:
     quant_bits: int = 0
     quant_group_size: int = 0
     quant_scheme: str = ""
+    moe_routing: str = ""  # vLLM's RoutingMethodType of the experts (hf_moe.moe_routing)
     sliding_window: int = 0
     sliding_layers: int = 0
     mtp_layers: int = 0  # config.json num_nextn_predict_layers: MTP modules beyond ``layers``

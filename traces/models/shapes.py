@@ -43,12 +43,14 @@ SHAPES: dict[str, ModelShape] = {
         # mixture of experts (config.json fields: traces/models/hf_config.py,
         # traces/models/hf_moe.py)
         ModelShape("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, attention_head_dim=128,
-                   experts=128, top_k=8, expert_intermediate=768, moe_layers=48, qk_norm=True),
+                   experts=128, top_k=8, expert_intermediate=768, moe_layers=48, qk_norm=True,
+                   moe_routing="renormalize"),
         ModelShape("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, experts=8, top_k=2,
-                   expert_intermediate=14336, moe_layers=32),
+                   expert_intermediate=14336, moe_layers=32, moe_routing="renormalize"),
         ModelShape("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400, experts=64, top_k=6,
                    expert_intermediate=1408, shared_intermediate=2 * 1408, moe_layers=26,
-                   kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+                   kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                   moe_routing="default"),
         # deepseek-ai/DeepSeek-V3 (config.json: 61 layers, first_k_dense_replace 3, 256 routed
         # experts of moe_intermediate_size 2048, 8 per token, 1 shared, MLA q_lora_rank 1536,
         # kv_lora_rank 512, num_nextn_predict_layers 1: its MTP module,
@@ -56,7 +58,8 @@ SHAPES: dict[str, ModelShape] = {
         ModelShape("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, experts=256, top_k=8,
                    expert_intermediate=2048, shared_intermediate=2048, moe_layers=58,
                    kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128,
-                   qk_rope_head_dim=64, v_head_dim=128, mtp_layers=1),
+                   qk_rope_head_dim=64, v_head_dim=128, mtp_layers=1,
+                   moe_routing="deepseek_v3"),
         # sliding-window attention (config.json fields: traces/models/hf_config.py)
         ModelShape("mistral-7b-v0.1", 32, 4096, 32, 8, 14336, 32000, sliding_window=4096,
                    sliding_layers=32),

@@ -16,7 +16,9 @@ timed shapes (simulator.cost.measured.aic_ops); both need the rows, not only the
   ``max_size``, NCCL above, as a served model runs it);
 - ``moe``: balanced routing, per dtype (bf16, fp8) the kernel with the most rows, and per
   dtype of :data:`MOE_KERNELS` the kernel it names (the one vLLM runs for that dtype where the
-  table also times others: fp8_block's Triton experts, Hopper's TP kernel; w4a16_mxfp4's
+  table also times others: fp8_block's Triton experts, Hopper's TP kernel, and B200's
+  TRT-LLM monolithic class, its modular class kept as ``fp8_block_modular``
+  (:data:`MOE_CLASSES`); w4a16_mxfp4's
   gpt-oss kernels, not compressed-tensors' Marlin at another model's shape; a GPU whose table
   has none keeps no rows of that dtype);
 - ``mla_decode`` / ``mla_prefill``: bf16 projections (``gemm_dtype`` bfloat16; a kernel-only
@@ -73,7 +75,19 @@ MOE_DTYPES = ("bfloat16", "fp8", "fp8_block", "w4a16_mxfp4")
 #: (``vllm_gptossmxfp4moe_<backend>_<experts>``: OAI Triton on H100 / H200, FlashInfer TRT-LLM
 #: MXFP4 x BF16 on B200, Marlin on RTX PRO 6000 and L40S); the table's other w4a16_mxfp4
 #: kernel (compressed-tensors' Marlin, hidden 3584, 896 experts) is no gpt-oss model's.
-MOE_KERNELS = {"fp8_block": "fp8moe_triton_tritonexperts", "w4a16_mxfp4": "gptossmxfp4moe"}
+#: Several fragments: the first whose rows the GPU's table holds (one kernel per dtype):
+#: fp8_block on Blackwell is FlashInfer TRT-LLM's ``TrtLlmFp8ExpertsMonolithic``, which vLLM
+#: picks for the routings it fuses (simulator.cost.measured.aic_moe_rows ``MONOLITHIC``).
+MOE_KERNELS = {"fp8_block": ("fp8moe_triton_tritonexperts",
+                             "fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic"),
+               "w4a16_mxfp4": ("gptossmxfp4moe",)}
+#: Bundled MoE table dtype -> (AIConfigurator's dtype, kernel fragment): a second experts class
+#: vLLM runs at one dtype, kept under a name of its own so that each dtype of the bundle is one
+#: kernel. ``fp8_block_modular``: B200's ``TrtLlmFp8ExpertsModular`` rows (the class vLLM
+#: falls to for the block fp8 routings the monolithic kernel does not fuse: Llama-4's,
+#: DeepSeek-V4's; aic_moe_rows).
+MOE_CLASSES = {"fp8_block_modular": ("fp8_block",
+                                     "fp8moe_flashinfer_trtllm_trtllmfp8expertsmodular")}
 KV_DTYPES = ("bfloat16", "fp8")
 #: The one model AIConfigurator's vLLM MLA module tables time (a kernel-only table names none).
 MLA_MODEL = "deepseek-ai/DeepSeek-V3"
@@ -106,15 +120,23 @@ def most_rows(frame: pd.DataFrame, by: str) -> pd.DataFrame:
 
 def moe_default(frame: pd.DataFrame) -> pd.DataFrame:
     """The balanced-routing MoE rows kept: per dtype of :data:`MOE_DTYPES` the kernel
-    :data:`MOE_KERNELS` names, else the kernel with the most rows."""
+    :data:`MOE_KERNELS` names, else the kernel with the most rows; the rows of each
+    :data:`MOE_CLASSES` kernel under its bundled dtype."""
     import pandas as pd
 
     f = frame[(frame["distribution"] == "balanced") & frame["dtype"].isin(MOE_DTYPES)]
     named = f["dtype"].isin(list(MOE_KERNELS))
     keep = [most_rows(f[~named], "dtype")]
-    for dtype, fragment in MOE_KERNELS.items():
+    for dtype, fragments in MOE_KERNELS.items():
         sub = f[f["dtype"] == dtype]
-        keep.append(sub[sub["kernel"].astype(str).str.contains(fragment, regex=False)])
+        kernels = sub["kernel"].astype(str)
+        hit = next((k for k in fragments if kernels.str.contains(k, regex=False).any()), None)
+        if hit is not None:
+            keep.append(sub[kernels.str.contains(hit, regex=False)])
+    for table, (dtype, fragment) in MOE_CLASSES.items():
+        sub = f[(f["dtype"] == dtype)
+                & f["kernel"].astype(str).str.contains(fragment, regex=False)]
+        keep.append(sub.assign(dtype=table))
     return pd.concat(keep)
 
 

@@ -4,7 +4,8 @@ weight format and scale scheme on the GPU, or why no row does.
 AIConfigurator's collector (collector/vllm/collect_moe.py) builds the quantisation method a
 checkpoint names and records the experts class vLLM selected, so a row group times one kernel.
 vLLM picks that kernel per weight format from an ordered backend list whose first supported
-class runs (``select_fp8_moe_backend``, ``select_mxfp4_moe_backend``: below). A checkpoint is
+class runs (``select_fp8_moe_backend``, ``select_mxfp4_moe_backend``: below); on Blackwell
+the block fp8 class follows the model's routing method (:data:`MONOLITHIC`). A checkpoint is
 priced from a row group only where that pick is the group's kernel; elsewhere the reason is
 given in one line (:func:`moe_dtype`), and aic_cost.aic_covers refuses the model with it.
 """
@@ -30,12 +31,15 @@ class TimedFp8Moe:
     """A bundled fp8 MoE row group that times the kernel vLLM runs for one checkpoint scale
     scheme: the rows of MoE table ``dtype`` whose kernel name holds ``kernel`` price a
     :class:`ModelShape` ``quant_scheme`` of ``scheme`` on a GPU of compute ``capability``
-    (x 10, as vLLM's ``is_device_capability``; 0: on any GPU whose table holds them)."""
+    (x 10, as vLLM's ``is_device_capability``; 0: on any GPU whose table holds them), for a
+    ``moe_routing`` in ``routings`` (empty: any), with ``timed_only`` at a timed shape only."""
 
     dtype: str
     kernel: str
     scheme: str
     capability: int = 0
+    routings: tuple = ()  # the ModelShape.moe_routing values it prices (): any
+    timed_only: bool = False  # admits a MoE only at a timed (hidden, width, experts, top-k)
 
 
 #: The fp8 MoE rows that time vLLM's kernel for a scale scheme (vLLM 0.24's
@@ -52,10 +56,28 @@ class TimedFp8Moe:
 #: ``TritonExperts`` on compute capability 9.0 without expert parallelism
 #: (``_get_priority_backends`` moves TRITON to the front there, FLASHINFER_CUTLASS with EP;
 #: vllm issue 34249), the fp8_block rows aic_curves keeps on H100 / H200; Blackwell runs
-#: TRT-LLM's block kernels (two classes, by routing method: not bundled). A GPU whose fp8 rows
-#: are of a kernel no entry names (L40S's generic ``vllm_fused_moe``) is not told apart.
+#: Block fp8 on Blackwell (compute capability family 100): ``_get_priority_backends`` puts
+#: FLASHINFER_TRTLLM first (AITER is ROCm's), whose ``backend_to_kernel_cls`` is
+#: [``TrtLlmFp8ExpertsMonolithic``, ``TrtLlmFp8ExpertsModular``] (experts/trtllm_fp8_moe.py):
+#: the monolithic class, which routes inside the kernel, passes ``is_supported_config`` only for
+#: the routing methods its ``_supports_routing_method`` lists for (``kFp8Static128BlockSym``,
+#: ``kFp8Dynamic128Sym``), these (ModelShape.moe_routing names); any other (Llama-4's custom
+#: router, DeepSeek-V4's sqrtsoftplus, softmax without renormalisation: "default") falls to the
+#: modular class, which takes vLLM's routed top-k. No environment knob changes this by default
+#: (``VLLM_USE_FLASHINFER_MOE_FP8`` / ``VLLM_FLASHINFER_MOE_BACKEND`` unset, ``moe_backend``
+#: auto). AIConfigurator's 0.24.0 B200 rows agree model by model: monolithic at Qwen3 / Qwen3.5 /
+#: Mixtral / DeepSeek-V3 / Kimi-K2 / GLM-5 / MiMo-V2 / MiniMax-M2 shapes, modular at Llama-4
+#: Scout / Maverick and DeepSeek-V4 Flash / Pro (collector/vllm/collect_moe.py
+#: ``_resolve_moe_runtime_config`` builds each model's FusedMoE routing from its config).
+MONOLITHIC = ("renormalize", "deepseek_v3", "minimax2", "sigmoid_renorm", "sigmoid")
+#: FlashInfer TRT-LLM's block kernels, by routing method (:data:`MONOLITHIC`). A GPU whose fp8
+#: rows are of a kernel no entry names (L40S's generic ``vllm_fused_moe``) is not told apart.
 FP8_MOE_TIMED = (TimedFp8Moe("fp8", "modelopt", "static"),
-                 TimedFp8Moe("fp8_block", "fp8moe_triton_tritonexperts", "block", 90))
+                 TimedFp8Moe("fp8_block", "fp8moe_triton_tritonexperts", "block", 90),
+                 TimedFp8Moe("fp8_block", "trtllmfp8expertsmonolithic", "block", 100,
+                             MONOLITHIC, True),
+                 TimedFp8Moe("fp8_block_modular", "trtllmfp8expertsmodular", "block", 100,
+                             ("default", "llama4", "deepseek_v4", "unspecified"), True))
 #: vLLM 0.24's MXFP4 experts kernel per GPU, as fragments of AIConfigurator's kernel names.
 #: ``select_mxfp4_moe_backend`` (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py, the
 #: gpt-oss copy oracle/gpt_oss_mxfp4.py; before, quantization/mxfp4.py ``get_mxfp4_backend``
@@ -92,7 +114,7 @@ def moe_dtype(curves: dict, shape: ModelShape, quant: str,
     if dtype != "fp8":
         return dtype, None
     scheme = shape.quant_scheme if shape.quantization == "fp8" else ""
-    return fp8_moe_rows(curves.get("moe_kernels", {}), scheme, capability)
+    return fp8_moe_rows(curves, shape, scheme, capability)
 
 
 def mxfp4_kernel(capability: int) -> str:
@@ -127,15 +149,34 @@ def mxfp4_moe_rows(curves: dict, shape: ModelShape,
     return MXFP4_MOE, None
 
 
-def fp8_moe_rows(kernels: dict, scheme: str, capability: int) -> tuple[str, str | None]:
-    """(the MoE table dtype an fp8 MoE of ``scheme`` is priced from, None) on a GPU of compute
-    ``capability`` whose curves hold ``kernels`` (MoE dtype -> kernel): the first
-    :data:`FP8_MOE_TIMED` entry of that scheme the GPU holds; else its fp8 rows where their
-    kernel is not told apart (:func:`fp8_moe_gap`); else ("", :func:`fp8_moe_gap`'s reason)."""
+def fp8_moe_rows(curves: dict, shape: ModelShape, scheme: str,
+                 capability: int) -> tuple[str, str | None]:
+    """(the MoE table dtype ``shape``'s fp8 experts of ``scheme`` are priced from, None) on a
+    GPU of compute ``capability`` whose curves are ``curves`` (:func:`coverage_of`): the first
+    :data:`FP8_MOE_TIMED` entry of that scheme and the shape's routing the GPU holds (one that
+    is ``timed_only``: at a timed shape, else ("", why)); else its fp8 rows where their kernel
+    is not told apart (:func:`fp8_moe_gap`); else ("", :func:`fp8_moe_gap`'s reason)."""
+    kernels = curves.get("moe_kernels", {})
     for t in FP8_MOE_TIMED:
         if (t.scheme == scheme and t.kernel in kernels.get(t.dtype, "")
-                and t.capability in (0, int(capability))):
+                and t.capability in (0, int(capability))
+                and (not t.routings or shape.moe_routing in t.routings)):
+            key = [shape.hidden, shape.expert_intermediate, shape.experts, shape.top_k]
+            timed = curves.get("moe_shapes", {}).get(t.dtype, [])
+            if t.timed_only and key not in timed:
+                return "", (f"fp8 MoE experts of {FP8_SCHEMES[scheme]}, routing "
+                            f"{shape.moe_routing or 'unknown'}: vLLM runs "
+                            f"{kernels[t.dtype]} on compute capability {capability / 10:.1f}, "
+                            f"whose {t.dtype} rows time (hidden, width, experts, top-k) "
+                            f"{', '.join(map(str, map(tuple, timed)))}, not {tuple(key)}")
             return t.dtype, None
+    routed = [t for t in FP8_MOE_TIMED if t.routings and t.scheme == scheme
+              and t.kernel in kernels.get(t.dtype, "") and t.capability == int(capability)]
+    if routed:
+        return "", (f"fp8 MoE experts of {FP8_SCHEMES[scheme]}: routing "
+                    f"{shape.moe_routing or 'not read'}, none of the routings whose vLLM class "
+                    f"the {', '.join(t.dtype for t in routed)} rows time "
+                    f"({', '.join(r for t in routed for r in t.routings)})")
     reason = fp8_moe_gap(kernels.get("fp8", ""), scheme)
     return ("fp8", None) if reason is None else ("", reason)
 

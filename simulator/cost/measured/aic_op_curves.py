@@ -18,7 +18,7 @@ import numpy as np
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.measured import aic_cache
 from specbatch.simulator.cost.measured.aic_cold import cold_gemm, gemm_rate
-from specbatch.simulator.cost.measured.aic_curves import load_curves
+from specbatch.simulator.cost.measured.aic_curves import MOE_CLASSES, load_curves
 from specbatch.simulator.cost.measured.aic_import import bundled_laws
 from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, ShapeLaw
 
@@ -42,9 +42,10 @@ def shape_curves(system: str, family: str, dtype: str) -> ShapeCurves:
         rows = cold_gemm(rows, gemm_rate(system, dtype), dtype)
     kernel = str(rows["kernel"].iloc[0])
     laws = bundled_laws().get(system, (None, []))[1]
-    law = next((w for w in laws if w.family == family and w.group.get("dtype") == dtype
+    fitted = MOE_CLASSES.get(dtype, (dtype,))[0] if family == "moe" else dtype  # its AIC dtype
+    law = next((w for w in laws if w.family == family and w.group.get("dtype") == fitted
                 and w.group.get("kernel") == kernel), None)
-    return ShapeCurves(family, rows, law, {"dtype": dtype})
+    return ShapeCurves(family, rows, law, {"dtype": fitted})
 
 
 def curve_json(curve: Curve) -> dict:

@@ -41,7 +41,8 @@ def test_a_nested_llama4_config_reads_field_by_field(tmp_path):
         vocab=1000, attention_head_dim=64, experts=4, top_k=1,  # head_dim != hidden / heads
         expert_intermediate=128, shared_intermediate=128,  # one shared expert of that width
         moe_layers=4,  # layers 1, 3, 5, 7: (i + 1) mod 2 = 0
-        sliding_window=1024, sliding_layers=6)  # all but the NoPE layers 3 and 7
+        sliding_window=1024, sliding_layers=6,  # all but the NoPE layers 3 and 7
+        moe_routing="llama4")  # Llama4MoE.custom_routing_function
     assert shape == expected
 
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specbatch.errors import SpecbatchError
+from specbatch.traces.models.hf_moe import moe_routing
 from specbatch.traces.models.shapes import SHAPES, get_shape
 
 BUNDLED = Path(__file__).resolve().parents[3] / "traces" / "data" / "configs"
@@ -308,3 +309,24 @@ def test_an_empty_quantization_config_is_refused_not_read_as_16_bit(tmp_path):
     with pytest.raises(SpecbatchError, match=r"field quantization_config: expected an object "
                        r"with quant_method .* got \{\}"):
         read(tmp_path, {**MIXTRAL, "quantization_config": {}})
+
+
+@pytest.mark.parametrize("fields, routing", [
+    ({"model_type": "qwen3_moe", "norm_topk_prob": True}, "renormalize"),
+    ({"model_type": "qwen2_moe", "norm_topk_prob": False}, "default"),
+    ({"model_type": "qwen3_moe"}, "default"),  # Qwen3MoeConfig's norm_topk_prob: false
+    ({"model_type": "mixtral"}, "renormalize"),  # vLLM's mixtral.py: renormalize=True
+    ({"model_type": "deepseek_v3", "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+      "n_group": 8, "topk_group": 4, "norm_topk_prob": True,
+      "routed_scaling_factor": 2.5}, "deepseek_v3"),
+    ({"scoring_func": "sigmoid", "topk_method": "noaux_tc", "norm_topk_prob": True},
+     "minimax2"),
+    ({"scoring_func": "sigmoid", "topk_method": "noaux_tc", "norm_topk_prob": True,
+      "routed_scaling_factor": 2.5}, "unspecified"),
+    ({"model_type": "deepseek_v2", "topk_method": "group_limited_greedy", "n_group": 8,
+      "norm_topk_prob": False}, "default"),
+    ({"scoring_func": "sqrtsoftplus", "norm_topk_prob": True}, "deepseek_v4"),
+])
+def test_the_routing_method_is_vllms_for_the_configs_scoring_and_renormalisation(fields,
+                                                                                  routing):
+    assert moe_routing(fields) == routing

@@ -89,13 +89,13 @@ def test_block_fp8_moe_keeps_the_kernel_vllm_runs_under_tp_not_the_one_with_most
 
 
 def test_a_gpu_without_the_named_block_kernel_keeps_no_block_rows():
-    # B200's fp8_block rows are TRT-LLM's (two classes, picked by routing method): none kept
+    # fp8_block rows of a kernel neither MOE_KERNELS nor MOE_CLASSES names: none kept
     frame = pd.concat([moe_rows("fp8_block", "vllm_fp8moe_flashinfer_trtllm_x", 4),
                        moe_rows("fp8", "vllm_modeloptfp8moe_y", 2)])
     assert set(compact_frame("moe", frame)["dtype"].astype(str)) == {"fp8"}
 
 
-def test_the_bundled_block_rows_are_triton_on_hopper_and_l40s_forward_filled():
+def test_the_bundled_block_rows_are_triton_on_hopper_trtllm_on_b200_l40s_forward_filled():
     for system in COMMON_SYSTEMS:
         moe = load_curves(system).get("moe")
         block = moe[moe["dtype"] == "fp8_block"] if moe is not None else []
@@ -106,6 +106,14 @@ def test_the_bundled_block_rows_are_triton_on_hopper_and_l40s_forward_filled():
             # 0.22.0 times no fp8_block: every row is 0.24.0's, declared by its reuse.yaml
             assert set(block["kernel"]) == {"vllm_fp8moe_triton_tritonexperts"}
             assert set(block["from_version"]) == {"0.24.0"} and len(block) == 5074
+        elif system == "b200_sxm":
+            # TRT-LLM's two block classes, each under its own dtype (picked by routing method)
+            modular = moe[moe["dtype"] == "fp8_block_modular"]
+            assert set(block["kernel"]) == {
+                "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic"}
+            assert set(modular["kernel"]) == {
+                "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmodular"}
+            assert (len(block), len(modular)) == (3807, 1269)
         else:
             assert len(block) == 0
 

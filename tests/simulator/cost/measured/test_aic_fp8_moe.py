@@ -96,29 +96,31 @@ def qwen_block(tmp_path) -> str:
 
 def test_vllms_block_kernel_per_gpu_decides_where_a_block_moe_is_priced():
     # H100 / H200 (compute capability 9.0) hold fp8_block rows of Triton, the experts class
-    # vLLM runs for block fp8 under tp there; B200's fp8 rows are ModelOpt's per-tensor kernel
-    # and its block rows (TRT-LLM's) are not bundled
-    kernels = {"fp8": H100_FP8_MOE, "fp8_block": H100_BLOCK_MOE}
-    assert fp8_moe_rows(kernels, "block", 90) == ("fp8_block", None)
-    assert fp8_moe_rows(kernels, "static", 90) == ("fp8", None)
-    dtype, reason = fp8_moe_rows(kernels, "block", 100)  # the same rows on another GPU
+    # vLLM runs for block fp8 under tp there; a B200 table of ModelOpt's per-tensor kernel only
+    # prices no block MoE
+    qwen = get_shape("qwen3-30b-a3b")
+    curves = {"moe_kernels": {"fp8": H100_FP8_MOE, "fp8_block": H100_BLOCK_MOE}}
+    assert fp8_moe_rows(curves, qwen, "block", 90) == ("fp8_block", None)
+    assert fp8_moe_rows(curves, qwen, "static", 90) == ("fp8", None)
+    dtype, reason = fp8_moe_rows(curves, qwen, "block", 100)  # the same rows on another GPU
     assert dtype == "" and "block-quantised weights" in reason
-    dtype, reason = fp8_moe_rows({"fp8": B200_FP8_MOE}, "block", 100)
+    dtype, reason = fp8_moe_rows({"moe_kernels": {"fp8": B200_FP8_MOE}}, qwen, "block", 100)
     assert dtype == "" and B200_FP8_MOE in reason and "fp8moe_triton_tritonexperts" in reason
     # a GPU whose fp8 rows' kernel no entry names is not told apart, as before
-    assert fp8_moe_rows({"fp8": "vllm_fused_moe"}, "block", 89) == ("fp8", None)
+    assert fp8_moe_rows({"moe_kernels": {"fp8": "vllm_fused_moe"}}, qwen, "block", 89) == (
+        "fp8", None)
 
 
-def test_a_block_checkpoint_is_admitted_on_hopper_and_refused_elsewhere_in_one_line(tmp_path):
+def test_a_block_checkpoint_is_admitted_on_hopper_and_b200_and_refused_elsewhere(tmp_path):
     target = get_shape(qwen_block(tmp_path))
     assert (target.quantization, target.quant_scheme) == ("fp8", "block")
-    for gpu in ("h100", "h200"):
+    assert target.moe_routing == "renormalize"
+    for gpu in ("h100", "h200", "b200"):
         for tp in (1, 2):
             assert aic_covers(gpu, target, None, tp) is None
-    for gpu, system in (("b200", "b200_sxm"), ("rtxpro6000", "rtx_pro_6000_server")):
-        reason = aic_covers(gpu, target, None, 1)
-        assert "block-quantised weights" in reason and system in reason
-        assert "fp8moe_triton_tritonexperts" in reason and "\n" not in reason
+    reason = aic_covers("rtxpro6000", target, None, 1)
+    assert "block-quantised weights" in reason and "rtx_pro_6000_server" in reason
+    assert "fp8moe_triton_tritonexperts" in reason and "\n" not in reason
 
 
 def test_a_block_moe_is_priced_from_the_triton_block_rows_by_hand(tmp_path):
@@ -133,10 +135,58 @@ def test_a_block_moe_is_priced_from_the_triton_block_rows_by_hand(tmp_path):
     assert "fp8_block" in source and "'tp': 1, 'ep': 1" in source
 
 
-def test_auto_prices_a_block_moe_with_aic_on_h100_and_passes_it_over_on_b200(tmp_path):
+def test_auto_prices_a_block_moe_with_aic_on_h100_and_b200(tmp_path):
     path = qwen_block(tmp_path)
-    assert resolve_cost("auto", CostAsk("h100", path, "vicuna-68m", tp=2)).name == "aic"
-    choice = resolve_cost("auto", CostAsk("b200", path, "vicuna-68m", tp=1))
-    assert choice.name != "aic"
-    assert any(p.startswith("aic: ") and "block-quantised weights" in p
-               for p in choice.passed)
+    for gpu, tp in (("h100", 2), ("b200", 1)):
+        assert resolve_cost("auto", CostAsk(gpu, path, "vicuna-68m", tp=tp)).name == "aic"
+
+
+def scout_block(tmp_path) -> str:
+    """Llama-4-Scout's bundled config.json with a 128x128 block fp8 quantization_config."""
+    data = json.loads((CONFIGS / "llama-4-scout-17b-16e-instruct" / "config.json").read_text())
+    data["quantization_config"] = QWEN_FP8
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("make, dtype, layers, seconds", [
+    # AIC B200 vLLM 0.24.0 moe_perf.parquet, balanced, tp 1, ep 1, 32 tokens:
+    # vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic, hidden 2048, inter 768,
+    # 128 experts, top 8: 0.11833067 ms, x 48 MoE layers (Qwen3's renormalised softmax)
+    (qwen_block, "fp8_block", 48, 0.11833066741625468e-3),
+    # ..._trtllmfp8expertsmodular, hidden 5120, inter 8192, 16 experts, top 1: 0.32336533 ms,
+    # x 48 MoE layers (Llama-4's custom router: the monolithic class does not fuse it)
+    (scout_block, "fp8_block_modular", 48, 0.32336533069610596e-3),
+])
+def test_a_b200_block_moe_is_priced_from_its_routings_trtllm_class_by_hand(
+        tmp_path, make, dtype, layers, seconds):
+    model = build_cost_model("aic", "b200", make(tmp_path), "vicuna-68m", tp=1)
+    assert model.roles["target"].moe_dtype == dtype
+    parts = model.breakdown("target", np.ones(32, dtype=int), np.full(32, 1024))
+    assert parts["experts"] == pytest.approx(layers * seconds, rel=1e-6)
+    assert dtype in model.sources()["target"]["experts"]["source"]
+
+
+@pytest.mark.parametrize("routing, admitted", [
+    ("renormalize", True), ("deepseek_v3", True), ("minimax2", True),  # monolithic, timed
+    ("default", False), ("llama4", False), ("unspecified", False),  # modular: not at this shape
+])
+def test_b200_admits_a_block_moe_only_where_its_routings_class_is_timed_at_its_shape(
+        routing, admitted):
+    shape = dataclasses.replace(get_shape("qwen3-30b-a3b"), quantization="fp8",
+                                quant_scheme="block", moe_routing=routing)
+    reason = aic_covers("b200", shape, None, 1)
+    if admitted:
+        assert reason is None
+    else:
+        assert "trtllmfp8expertsmodular" in reason and "(2048, 768, 128, 8)" in reason
+        assert f"routing {routing}" in reason and "\n" not in reason
+
+
+def test_b200_refuses_a_block_moe_whose_routing_was_not_read_in_one_line():
+    shape = dataclasses.replace(get_shape("qwen3-30b-a3b"), quantization="fp8",
+                                quant_scheme="block", moe_routing="")
+    reason = aic_covers("b200", shape, None, 1)
+    assert "routing not read" in reason and "\n" not in reason
+    assert aic_covers("h100", shape, None, 1) is None  # Triton on Hopper, whatever the routing
