@@ -41,7 +41,8 @@ def test_auto_walks_the_catalogue_and_says_why_it_passed_rows(monkeypatch):
     ("a100", "vicuna-7b", "vicuna-68m", "calibrated"),  # no A100 attention rows at width 64
     ("h100", "gemma-3-270m", "gemma-3-270m", "aic"),  # sliding windows: the law's shares
     ("h100", "meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama-3.2-1b", "aic"),
-    ("l40s", "vicuna-7b", "vicuna-68m", "roofline"),  # no table at width 64, a40's laws
+    # width 64 from the FA2 rows forward-filled from 0.24.0 (aic_curves.SAME_KERNEL)
+    ("l40s", "vicuna-7b", "vicuna-68m", "aic"),
     ("rtxpro6000", "deepseek-v3", "mtp", "aic"),  # MLA: AIConfigurator's module rows (aic_mla)
 ])
 def test_the_catalogue_picks_the_best_validated_source(hardware, target, draft, ran):
