@@ -85,13 +85,19 @@ def test_auto_passes_a_ptpc_moe_over_aic_to_the_next_source(tmp_path):
                for p in choice.passed)
 
 
-def qwen_block(tmp_path) -> str:
-    """Qwen3-30B-A3B's bundled config.json with Qwen3-30B-A3B-FP8's quantization_config."""
-    data = json.loads((CONFIGS / "qwen3-30b-a3b" / "config.json").read_text())
+def block_config(tmp_path, bundled: str) -> str:
+    """A bundled model's config.json with Qwen3-30B-A3B-FP8's 128x128 block quantization_config,
+    written under ``tmp_path``."""
+    data = json.loads((CONFIGS / bundled / "config.json").read_text())
     data["quantization_config"] = QWEN_FP8
     path = tmp_path / "config.json"
     path.write_text(json.dumps(data))
     return str(path)
+
+
+def qwen_block(tmp_path) -> str:
+    """Qwen3-30B-A3B's bundled config.json with Qwen3-30B-A3B-FP8's quantization_config."""
+    return block_config(tmp_path, "qwen3-30b-a3b")
 
 
 def test_vllms_block_kernel_per_gpu_decides_where_a_block_moe_is_priced():
@@ -143,11 +149,7 @@ def test_auto_prices_a_block_moe_with_aic_on_h100_and_b200(tmp_path):
 
 def scout_block(tmp_path) -> str:
     """Llama-4-Scout's bundled config.json with a 128x128 block fp8 quantization_config."""
-    data = json.loads((CONFIGS / "llama-4-scout-17b-16e-instruct" / "config.json").read_text())
-    data["quantization_config"] = QWEN_FP8
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(data))
-    return str(path)
+    return block_config(tmp_path, "llama-4-scout-17b-16e-instruct")
 
 
 @pytest.mark.parametrize("make, dtype, layers, seconds", [
