@@ -54,13 +54,7 @@ from typing import Any
 
 from specbatch.analysis.tune.engine_lines import merge  # noqa: F401 - public here too
 from specbatch.errors import require
-from specbatch.io import atomic_write, dumps
 
-#: The report's file in a tune output directory (the directory's marker is
-#: specbatch.io.RESULT_MARKER, kind "tune").
-MARKER = "tune.json"
-#: What a tune output directory holds.
-TUNE_FILES = (MARKER, "settings.txt", "workload.csv", "sglang_adaptive.json")
 #: Default validation rates, as fractions of the best fixed K's burst request throughput.
 RATE_FRACTIONS = (0.25, 0.5, 0.75)
 ENGINES = ("vllm", "tensorrt-llm", "sglang")
@@ -484,24 +478,3 @@ def deduplicated(run: Callable) -> Callable:
         return [done[k] for k in keys]
 
     return once
-
-
-def is_tune_result(out: Path) -> bool:
-    """Whether ``out`` holds an earlier tune's files written before results carried a marker:
-    its tune.json is a tune report (read, not guessed from the name). Such a folder may be
-    replaced; files someone else named tune.json are not."""
-    try:
-        report = json.loads((out / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(report, dict) and {"question", "buckets", "engines_verdict"} <= set(report)
-
-
-def write_tune(report: dict, out: Path) -> None:
-    """OUT/tune.json (the report), OUT/settings.txt (one advice line per engine) and, where
-    SGLang takes one, OUT/sglang_adaptive.json (the file its flags name), atomic."""
-    if report.get("sglang_config") is not None:
-        atomic_write(out / "sglang_adaptive.json", dumps(report["sglang_config"], indent=1))
-    atomic_write(out / "settings.txt", "".join(
-        f"{engine}: {v['advice']}\n" for engine, v in report["engines_verdict"].items()))
-    atomic_write(out / MARKER, dumps(report, indent=1))

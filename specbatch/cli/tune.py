@@ -187,7 +187,8 @@ def run_command(args: argparse.Namespace) -> int:
     is refused before any run, and nothing in it is touched."""
     from dataclasses import replace
 
-    from specbatch.analysis.tune.tuner import TUNE_FILES, is_tune_result, tune, write_tune
+    from specbatch.analysis.tune.tune_out import TUNE_FILES, is_tune_result, write_tune
+    from specbatch.analysis.tune.tuner import tune
     from specbatch.cli.plan import workload_lengths
     from specbatch.io import check_result_dir, result_dir
 
