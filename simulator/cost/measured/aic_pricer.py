@@ -33,6 +33,7 @@ bit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -269,7 +270,12 @@ class AicPricer:
 
     def tile_shape(self) -> TileShape:
         """What FA3's tile sizes read for this role's per-GPU head shape (aic_window_prefill;
-        ``fa3`` False where the GPU's backend is not FA3, aic_mixed.backend)."""
+        ``fa3`` False where the GPU's backend is not FA3, aic_mixed.backend), worked out once
+        per pricer (every windowed pass reads it)."""
+        return self._tiles
+
+    @functools.cached_property
+    def _tiles(self) -> TileShape:
         s = self.shape
         fa3 = not s.is_mla and backend(gpu_of(self.system), self.kv_dtype) == "fa3"
         return TileShape(fa3, max((s.heads // self.tp) // max(s.kv_heads // self.tp, 1), 1),
@@ -292,9 +298,9 @@ class AicPricer:
         ``query`` # [n] new and ``kv`` # [n] cached tokens: (K^W, P, Σq', Σq'², cross, E, R,
         B_W), ``exact`` = (K^W, P^W) (simulator.cost.analytic.window), P the pairs
         :meth:`window_pairs`, the rest aic_window_prefill.local_parts'."""
-        return (exact[0], self.window_pairs(query, kv),
-                *local_parts(query, kv, self.shape.sliding_window, self.window_pairs,
-                             self.tile_shape()))
+        pairs = self.window_pairs(query, kv)
+        return (exact[0], pairs, *local_parts(query, kv, self.shape.sliding_window,
+                                               self.window_pairs, self.tile_shape(), pairs))
 
     def prefill_split(self) -> tuple:
         """(B axis, α_B, β_B) of the role's attention grid (aic_window_prefill.prefill_split,

@@ -116,20 +116,23 @@ def prefill_split(g, tiles: TileShape) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return bp, alpha, beta
 
 
-def local_parts(query, kv, window: int, pairs_of, tiles: TileShape) -> tuple:
+def local_parts(query, kv, window: int, pairs_of, tiles: TileShape,
+                pairs: float | None = None) -> tuple:
     """(Σq', Σq'², cross, E, R, B_W) of one pass of ``query`` # [n] new and ``kv`` # [n] cached
     tokens under window W: q' = min(q, W) the queries the grid prices as a causal prefill (a
     request of q <= W as it is), ``cross`` the pairs past each request's first query against
-    its cached keys the window holds (>= 0; ``pairs_of(query, kv)`` the pass's window pairs),
-    E = Σ (q − W) over the B_W requests of q > W, R = Σ of their local products less the
-    causal ones of W tokens (>= 0, per query head)."""
+    its cached keys the window holds (>= 0; ``pairs_of(query, kv)`` the pass's window pairs,
+    ``pairs`` where the caller has them already), E = Σ (q − W) over the B_W requests of
+    q > W, R = Σ of their local products less the causal ones of W tokens (>= 0, per query
+    head)."""
     q = np.asarray(query, dtype=np.int64).ravel()
     c = np.asarray(kv, dtype=np.int64).ravel()
     w = int(window)
     clipped = np.minimum(q, w)
     keys = np.minimum(c, w - 1)
     own = pairs_of(q, np.zeros_like(c))
-    cross = max(0.0, float(pairs_of(q, c) - own) - float(keys[q > 0].sum()))
+    pairs = pairs_of(q, c) if pairs is None else pairs
+    cross = max(0.0, float(pairs - own) - float(keys[q > 0].sum()))
     past = q > w
     tokens = float((q[past] - w).sum())
     rest = 0.0
