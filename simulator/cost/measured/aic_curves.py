@@ -258,11 +258,11 @@ def write_curves(curves: dict, folder: Path, sources: dict) -> list[dict]:
             src_all = sources.get((system, family), [])
             src = src_all[0] if src_all else {}
             record = {"system": system, "family": family,
-                            "path": f"{CURVES}/{system}/{family}.parquet",
-                            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                            "rows": int(len(frame)), "bytes": path.stat().st_size,
-                            "source_path": src.get("path"), "source_sha256": src.get("sha256"),
-                            "selection": "simulator/cost/measured/aic_curves.py select_default"}
+                      "path": f"{CURVES}/{system}/{family}.parquet",
+                      "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                      "rows": int(len(frame)), "bytes": path.stat().st_size,
+                      "source_path": src.get("path"), "source_sha256": src.get("sha256"),
+                      "selection": "simulator/cost/measured/aic_curves.py select_default"}
             if "from_version" in frame.columns:
                 counts = frame["from_version"].astype(str).value_counts()
                 record["filled_from"] = [
