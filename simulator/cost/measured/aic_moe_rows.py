@@ -101,6 +101,19 @@ FP8_SCHEMES = {"": "per-tensor weights with dynamic activation scales (vLLM's Fp
                "channel": "per-channel weights (ptpc)", "block": "block-quantised weights",
                "mixed": "compressed-tensors groups of different schemes"}
 
+
+def experts_key(shape: ModelShape) -> list[int]:
+    """(hidden, expert width, experts, top-k): the coordinates a MoE row times ``shape``'s
+    routed experts at, as the curves' ``moe_shapes`` lists them."""
+    return [shape.hidden, shape.expert_intermediate, shape.experts, shape.top_k]
+
+
+def timed_experts(curves: dict, dtype: str) -> tuple[list, str]:
+    """(the experts shapes the GPU's ``dtype`` MoE rows time, the same as text)."""
+    timed = curves.get("moe_shapes", {}).get(dtype, [])
+    return timed, ", ".join(map(str, map(tuple, timed)))
+
+
 def moe_dtype(curves: dict, shape: ModelShape, quant: str,
               capability: int) -> tuple[str, str | None]:
     """(the MoE table dtype ``shape``'s routed experts are priced from under weight format
@@ -140,12 +153,11 @@ def mxfp4_moe_rows(curves: dict, shape: ModelShape,
         return "", (f"MXFP4 experts: the {MXFP4_MOE} rows time {kernel}, not {want}, the "
                     f"kernel vLLM's select_mxfp4_moe_backend picks on compute capability "
                     f"{capability / 10:.1f}")
-    key = [shape.hidden, shape.expert_intermediate, shape.experts, shape.top_k]
-    timed = curves.get("moe_shapes", {}).get(MXFP4_MOE, [])
+    key = experts_key(shape)
+    timed, text = timed_experts(curves, MXFP4_MOE)
     if key not in timed:
         return "", (f"MXFP4 experts (hidden, width, experts, top-k) {tuple(key)}: the "
-                    f"{MXFP4_MOE} rows time gpt-oss's {', '.join(map(str, map(tuple, timed)))}"
-                    " only")
+                    f"{MXFP4_MOE} rows time gpt-oss's {text} only")
     return MXFP4_MOE, None
 
 
@@ -161,14 +173,14 @@ def fp8_moe_rows(curves: dict, shape: ModelShape, scheme: str,
         if (t.scheme == scheme and t.kernel in kernels.get(t.dtype, "")
                 and t.capability in (0, int(capability))
                 and (not t.routings or shape.moe_routing in t.routings)):
-            key = [shape.hidden, shape.expert_intermediate, shape.experts, shape.top_k]
-            timed = curves.get("moe_shapes", {}).get(t.dtype, [])
+            key = experts_key(shape)
+            timed, text = timed_experts(curves, t.dtype)
             if t.timed_only and key not in timed:
                 return "", (f"fp8 MoE experts of {FP8_SCHEMES[scheme]}, routing "
                             f"{shape.moe_routing or 'unknown'}: vLLM runs "
                             f"{kernels[t.dtype]} on compute capability {capability / 10:.1f}, "
                             f"whose {t.dtype} rows time (hidden, width, experts, top-k) "
-                            f"{', '.join(map(str, map(tuple, timed)))}, not {tuple(key)}")
+                            f"{text}, not {tuple(key)}")
             return t.dtype, None
     routed = [t for t in FP8_MOE_TIMED if t.routings and t.scheme == scheme
               and t.kernel in kernels.get(t.dtype, "") and t.capability == int(capability)]
