@@ -89,7 +89,7 @@ from specbatch.simulator.cost.measured.aic_curves import HEAD_DIMS, curve_files,
 from specbatch.simulator.cost.measured.aic_import import AIC_PRESETS, bundled_laws
 from specbatch.simulator.cost.measured.aic_mla import CORE_DIMS, eager_mla
 from specbatch.simulator.cost.measured.aic_mla import coverage as mla_coverage
-from specbatch.simulator.cost.measured.aic_moe_rows import GEMM_DTYPE, moe_dtype
+from specbatch.simulator.cost.measured.aic_moe_rows import GEMM_DTYPE, moe_dtype, moe_transfer
 from specbatch.simulator.cost.measured.aic_pricer import AicPricer
 from specbatch.simulator.cost.measured.sources import fitted_gpu
 from specbatch.simulator.cost.tabulated import PassTable
@@ -410,6 +410,9 @@ def role_sources(r: AicPricer, gpu: str, version: str) -> dict:
         out["experts"] = {"source": f"{sysv} {r.experts_dtype} "
                                     f"{r.curves['experts'][1].source}",
                           "validated": checked(f"{r.system}|moe|{r.experts_dtype}")}
+        note = moe_transfer(r.shape, r.hw.compute_capability)
+        if note:
+            out["experts"]["transfer"] = note
     if r.allreduce_curve is not None:
         out["allreduce"] = {"source": f"{sysv} CUDA-graph all-reduce curve, {r.tp} GPUs "
                                       "(log-log in bytes)",

@@ -40,6 +40,8 @@ class TimedFp8Moe:
     capability: int = 0
     routings: tuple = ()  # the ModelShape.moe_routing values it prices (): any
     timed_only: bool = False  # admits a MoE only at a timed (hidden, width, experts, top-k)
+    transfer: str = ""  # the scheme the rows measure, where ``scheme`` is a kernel-identity
+    # transfer from them (:func:`ptpc_kernel`); "": the rows measure ``scheme`` itself
 
 
 #: The fp8 MoE rows that time vLLM's kernel for a scale scheme (vLLM 0.24's
@@ -71,13 +73,19 @@ class TimedFp8Moe:
 #: ``_resolve_moe_runtime_config`` builds each model's FusedMoE routing from its config).
 MONOLITHIC = ("renormalize", "deepseek_v3", "minimax2", "sigmoid_renorm", "sigmoid")
 #: FlashInfer TRT-LLM's block kernels, by routing method (:data:`MONOLITHIC`). A GPU whose fp8
-#: rows are of a kernel no entry names (L40S's generic ``vllm_fused_moe``) is not told apart.
+#: rows are of a kernel no measured entry names (L40S's generic ``vllm_fused_moe``) is not told
+#: apart. ptpc: :func:`ptpc_kernel` (L40S only, a kernel-identity transfer).
 FP8_MOE_TIMED = (TimedFp8Moe("fp8", "modelopt", "static"),
+                 TimedFp8Moe("fp8", "vllm_fused_moe", "channel", 89, transfer="static"),
                  TimedFp8Moe("fp8_block", "fp8moe_triton_tritonexperts", "block", 90),
                  TimedFp8Moe("fp8_block", "trtllmfp8expertsmonolithic", "block", 100,
                              MONOLITHIC, True),
                  TimedFp8Moe("fp8_block_modular", "trtllmfp8expertsmodular", "block", 100,
                              ("default", "llama4", "deepseek_v4", "unspecified"), True))
+#: What vLLM runs for ptpc experts (:func:`ptpc_kernel`).
+PTPC_KERNELS = {"cutlass": "its CUTLASS grouped GEMM (CutlassExpertsFp8)",
+                "triton": "Triton fused_moe_kernel with per-channel scales (TritonExperts)",
+                "marlin": "Marlin's weight-only fp8 kernel (MarlinExperts)"}
 #: vLLM 0.24's MXFP4 experts kernel per GPU, as fragments of AIConfigurator's kernel names.
 #: ``select_mxfp4_moe_backend`` (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py, the
 #: gpt-oss copy oracle/gpt_oss_mxfp4.py; before, quantization/mxfp4.py ``get_mxfp4_backend``
@@ -100,6 +108,50 @@ FP8_SCHEMES = {"": "per-tensor weights with dynamic activation scales (vLLM's Fp
                "static": "per-tensor weights and static per-tensor activation scales",
                "channel": "per-channel weights (ptpc)", "block": "block-quantised weights",
                "mixed": "compressed-tensors groups of different schemes"}
+
+
+def ptpc_kernel(capability: int) -> str:
+    """The experts kernel vLLM runs for a ptpc MoE (compressed-tensors FP8-dynamic) at tp on a
+    GPU of compute ``capability`` (x 10; :data:`PTPC_KERNELS`), and why only L40S prices it.
+
+    ``CompressedTensorsW8A8Fp8MoEMethod`` keys ``kFp8StaticChannelSym`` weights and
+    ``kFp8DynamicTokenSym`` activations and calls ``select_fp8_moe_backend`` with
+    ``allow_vllm_cutlass=True`` (vLLM 0.15.1 and 0.34.0 alike). No Hopper block move applies;
+    FLASHINFER_TRTLLM (family 100, block / per-tensor only), FLASHINFER_CUTLASS
+    (``_supports_quant_scheme``: per-tensor static, 128-block on 9.0, nvfp4) and DEEPGEMM
+    (``TritonOrDeepGemmExperts``: block only) refuse it, so VLLM_CUTLASS's
+    ``TritonOrCutlassExperts`` runs wherever ``cutlass_group_gemm_supported`` (9.0 to 10.x):
+    ``CutlassExpertsFp8`` at every batch on H100 / H200, above 8 tokens on B200 (Triton at
+    <= 8). No bundled table times it: Hopper's ``fp8_block`` rows are Triton, and
+    AIConfigurator's Triton block rows run a median 13 % (p90 41 %) above its Triton
+    per-tensor rows on H100 (0.19.0) and H200 (0.22.0): block scales are no few-% proxy for
+    per-channel there either. L40S (8.9) and RTX PRO 6000 (12.0) run ``TritonExperts``:
+    ``fused_moe_kernel`` with ``use_fp8_w8a8`` and ``per_channel_quant``, whose K loop is
+    per-tensor's (``tl.dot`` into an fp32 accumulator, no scale inside, unlike block's
+    per-K-step scale loads), whose scales enter once per output tile after it (a BLOCK_N
+    column and a BLOCK_M token vector, not two scalars), and whose tile configuration is
+    per-tensor's (``config_name`` "fp8_w8a8", ``block_shape`` None). The one other difference
+    is outside the kernel: the activations' per-token dynamic scale (one more read of each
+    row) against a static one, a few % at most at a 2048-token prefill, nothing at a decode.
+    So L40S's fp8 rows (AIConfigurator 0.22.0's Triton ``fused_experts`` with per-expert
+    weight and one static activation scale) price ptpc there: a kernel-identity transfer, not
+    a measurement of ptpc. RTX PRO 6000's fp8 rows are FlashInfer CUTLASS: refused. Below 8.9
+    (no fp8 tensor cores: ``TritonExperts`` takes no fp8 scheme there) MARLIN runs it."""
+    if 90 <= int(capability) < 110:
+        return PTPC_KERNELS["cutlass"]
+    return PTPC_KERNELS["triton" if int(capability) >= 89 else "marlin"]
+
+
+def moe_transfer(shape: ModelShape, capability: int) -> str:
+    """"" where an admitted MoE's rows measure its own scale scheme, else the note its source
+    carries: the :data:`FP8_MOE_TIMED` entry that prices it is a kernel-identity transfer
+    (ptpc on L40S: :func:`ptpc_kernel`)."""
+    t = next((t for t in FP8_MOE_TIMED if t.transfer and shape.quantization == "fp8"
+              and t.scheme == shape.quant_scheme and t.capability in (0, int(capability))),
+             None)
+    return "" if t is None else (f"{FP8_SCHEMES[t.scheme]} priced from the {t.dtype} rows of "
+                                 f"{FP8_SCHEMES[t.transfer]} by kernel identity (one Triton "
+                                 "kernel, the scales applied after the K loop), not measured")
 
 
 def experts_key(shape: ModelShape) -> list[int]:
@@ -190,20 +242,25 @@ def fp8_moe_rows(curves: dict, shape: ModelShape, scheme: str,
                     f"the {', '.join(t.dtype for t in routed)} rows time "
                     f"({', '.join(r for t in routed for r in t.routings)})")
     reason = fp8_moe_gap(kernels.get("fp8", ""), scheme)
+    if reason is not None and scheme == "channel":
+        reason += (f"; vLLM runs {ptpc_kernel(capability)} for it on compute capability "
+                   f"{capability / 10:.1f}, a kernel no bundled row of this GPU times")
     return ("fp8", None) if reason is None else ("", reason)
 
 
 def fp8_moe_gap(kernel: str, scheme: str) -> str | None:
     """None when the fp8 MoE rows of ``kernel`` time an fp8 checkpoint of ``scheme``
-    (:data:`FP8_MOE_TIMED`; a kernel it does not name is not told apart), else why not, with
-    the rows that price ``scheme`` where some do."""
-    timed = next((t for t in FP8_MOE_TIMED if t.dtype == "fp8" and t.kernel in kernel), None)
+    (:data:`FP8_MOE_TIMED`'s measured entries; a kernel none names is not told apart), else why
+    not, with the rows that price ``scheme`` where some do (a transfer's marked so)."""
+    timed = next((t for t in FP8_MOE_TIMED
+                  if t.dtype == "fp8" and not t.transfer and t.kernel in kernel), None)
     if timed is None or timed.scheme == scheme:
         return None
     where = [f"{t.dtype} rows of {t.kernel}" + (f" on compute capability "
                                                    f"{t.capability / 10:.1f} only"
                                                    if t.capability else "")
-             for t in FP8_MOE_TIMED if t.scheme == scheme and t.dtype != "fp8"]
+             + (f", transferred from {t.transfer}" if t.transfer else "")
+             for t in FP8_MOE_TIMED if t.scheme == scheme and (t.dtype != "fp8" or t.transfer)]
     return (f"fp8 MoE experts of {FP8_SCHEMES.get(scheme, f'scheme {scheme!r}')}: the fp8 "
             f"MoE rows time {kernel} ({FP8_SCHEMES[timed.scheme]}), a backend vLLM's "
             "select_fp8_moe_backend picks only for that scheme"

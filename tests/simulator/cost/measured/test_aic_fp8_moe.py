@@ -12,7 +12,11 @@ import numpy as np
 import pytest
 
 from specbatch.simulator.cost.measured.aic_cost import aic_covers
-from specbatch.simulator.cost.measured.aic_moe_rows import fp8_moe_gap, fp8_moe_rows
+from specbatch.simulator.cost.measured.aic_moe_rows import (
+    fp8_moe_gap,
+    fp8_moe_rows,
+    ptpc_kernel,
+)
 from specbatch.simulator.cost.registry import build_cost_model
 from specbatch.simulator.cost.resolve import CostAsk, resolve_cost
 from specbatch.traces.models.shapes import get_shape
@@ -83,6 +87,72 @@ def test_auto_passes_a_ptpc_moe_over_aic_to_the_next_source(tmp_path):
     assert choice.name == "calibrated"
     assert any(p.startswith("aic: ") and "per-channel weights (ptpc)" in p
                for p in choice.passed)
+
+
+def ptpc_config(tmp_path, bundled: str) -> str:
+    """A bundled model's config.json with RedHatAI's compressed-tensors FP8-dynamic (ptpc)
+    quantization_config, written under ``tmp_path``."""
+    data = json.loads((CONFIGS / bundled / "config.json").read_text())
+    data["quantization_config"] = {
+        "quant_method": "compressed-tensors", "format": "float-quantized",
+        "config_groups": {"group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "dynamic": False},
+            "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
+                                  "dynamic": True}}},
+        "ignore": ["re:.*lm_head", "re:.*router$"]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("capability, kernel", [
+    (90, "CutlassExpertsFp8"), (100, "CutlassExpertsFp8"),  # cutlass_group_gemm_supported
+    (89, "TritonExperts"), (120, "TritonExperts"), (80, "MarlinExperts"),  # no fp8 MMA
+])
+def test_vllm_runs_cutlass_for_ptpc_experts_from_9_0_to_10_x_and_triton_elsewhere(
+        capability, kernel):
+    assert kernel in ptpc_kernel(capability)
+
+
+@pytest.mark.parametrize("gpu, kernel", [
+    ("h100", "CutlassExpertsFp8"), ("h200", "CutlassExpertsFp8"), ("b200", "CutlassExpertsFp8"),
+    ("rtxpro6000", "TritonExperts"),  # Triton, but its fp8 rows time FlashInfer CUTLASS
+])
+def test_ptpc_is_refused_where_no_row_times_the_kernel_vllm_runs(gpu, kernel):
+    # Hopper's Triton fp8_block rows are not vLLM's ptpc kernel (CUTLASS): not a transfer
+    for model, tp in ((SCOUT, 2), ("qwen3-30b-a3b", 1)):
+        shape = dataclasses.replace(get_shape(model), quantization="fp8",
+                                    quant_scheme="channel")
+        reason = aic_covers(gpu, shape, None, tp)
+        assert "per-channel weights (ptpc)" in reason and kernel in reason
+        assert "no bundled row of this GPU times" in reason and "\n" not in reason
+
+
+def test_ptpc_is_admitted_on_l40s_from_its_triton_per_tensor_rows_by_kernel_identity(tmp_path):
+    path = ptpc_config(tmp_path, "llama-4-scout-17b-16e-instruct")
+    assert aic_covers("l40s", get_shape(path), None, 2) is None
+    model = build_cost_model("aic", "l40s", path, "vicuna-68m", tp=2)
+    assert model.roles["target"].moe_dtype == "fp8"
+    parts = model.breakdown("target", np.ones(32, dtype=int), np.full(32, 1024))
+    # AIC L40S vLLM 0.22.0 moe_perf.parquet, fp8 (Triton fused_experts, per-tensor static),
+    # vllm_fused_moe, balanced, hidden 5120, inter 8192, 16 experts, top 1, tp 2, ep 1:
+    # 16 / 32 / 48 tokens 1.51108 / 1.51910 / 1.51876 ms; the curve's 3-point running median
+    # (aic_ops.monotone; already non-decreasing there) at 32 tokens: 1.51876 ms; x 48 layers
+    assert parts["experts"] == pytest.approx(48 * 1.5187625885009766e-3, rel=1e-6)
+    note = model.sources()["target"]["experts"]["transfer"]
+    assert "kernel identity" in note and "not measured" in note
+    static = build_cost_model("aic", "l40s", block_config(tmp_path, "qwen3-30b-a3b"),
+                              "vicuna-68m", tp=1)
+    assert "transfer" not in static.sources()["target"]["experts"]
+
+
+def test_the_l40s_transfer_entry_does_not_change_what_its_fp8_rows_price():
+    # a measured entry names what rows time; the transfer entry only adds ptpc on cc 8.9
+    qwen = get_shape("qwen3-30b-a3b")
+    curves = {"moe_kernels": {"fp8": "vllm_fused_moe"}}
+    for scheme in ("", "static", "block", "channel"):
+        assert fp8_moe_rows(curves, qwen, scheme, 89) == ("fp8", None)
 
 
 def block_config(tmp_path, bundled: str) -> str:
