@@ -82,8 +82,10 @@ sourced). Used where a kernel's reuse of KV blocks depends on whether they stay 
 Device names (``device_names``: what ``torch.cuda.get_device_name`` and nvidia-smi report,
 and vLLM logs in a run's ``hardware.device_name``): "NVIDIA H100 80GB HBM3", "NVIDIA GeForce
 RTX 4090" and "NVIDIA RTX PRO 6000 Blackwell Server Edition" are seen in this repository's
-bundled data (traces/data/profiles/provenance.json, traces/data/vllm_runs/*/meta.json); the
-others are the driver's product names of these SKUs, not seen in bundled data.
+bundled data (traces/data/profiles/provenance.json, traces/data/vllm_runs/*/meta.json);
+"NVIDIA B200" and "NVIDIA GB200" are the ``device`` column of AIConfigurator's vLLM tables of
+those GPUs (095f58a; the bundled curves keep no device column); the others are the driver's
+product names of these SKUs, not seen in bundled data.
 
 Measured data (``profiles``, :data:`SOURCES`): ``"vidur"`` rows have per-op compute tables
 (and ``allreduce_cluster`` names their NCCL curves) in traces/data/profiles/vidur, keyed by
@@ -187,6 +189,15 @@ ROWS: tuple[Gpu, ...] = (
     # at vLLM 0.24.0 (ai-dynamo/aiconfigurator 095f58a; m <= 2048, 1024 <= n, k <= 32768):
     # in-sample MAPE 23.8 % (B200) and 24.7 % (GB200); latencies and overhead are the
     # defaults (assumptions). The calibrated laws are the H100's, scaled (proxy).
+    # GB200 checked against AIConfigurator's systems/gb200.yaml (095f58a: mem_bw 8 TB/s, bf16
+    # 2500 / fp8 5000 TFLOP/s, 189471 MiB per nvidia-smi, 4 GPUs per compute tray, 72 per
+    # NVLink rack at 900 GB/s each way) and MLCommons inference v6.1 (Crusoe GB200-NVL72
+    # system: "NVIDIA GB200", 186 GB HBM3e, 4 per node); its tables' rates: 7.69 TB/s over
+    # decode KV, 7.44 TB/s over GEMM weights (aic_mixed.cold_rate, aic_cold.gemm_rate), bf16
+    # GEMMs up to 2.02 PFLOP/s. tp 2 / 4 all-reduce is timed (one tray); tp 8 spans two trays,
+    # where vLLM's custom all-reduce turns itself off (custom_all_reduce.py: "spans across
+    # nodes"; NCCL over the rack's NVLink): AIConfigurator times no 8-GPU row, so cost = "aic"
+    # refuses tp 8 and auto falls to the roofline at this link_bw.
     Gpu(name="b200", description="NVIDIA B200 SXM 180GB (HGX)",
         peaks={"bf16": 2250 * TERA, "fp8": 4500 * TERA}, mem_bw=8.0 * TERA,
         memory_bytes=180 * GIGA, link="NVLink5 (1.8 TB/s bidirectional)", link_bw=900 * GIGA,

@@ -14,7 +14,8 @@ fp8 (1 for fp8-block and nvfp4) and times ``kernel_func`` running the 6 in turn,
 weights stay in the L2 when 6 copies fit (L40S, 96 MB: n k 2 <= 16 MB). The tables show it:
 bf16 weight reads at m = 1 above the GPU's memory bandwidth below ~20 MB of weights (L40S up to
 2.3 TB/s against its 0.864 datasheet, RTX PRO 6000 2.7 against 1.79) and never above the large
-weights' rate past it; H100 / H200 / A100 / B200 (L2 40-50 MB or unsourced) never exceed it.
+weights' rate past it; H100 / H200 / A100 / B200 / GB200 (L2 40-50 MB or unsourced) never
+exceed it.
 A GEMM cell is taken as no faster than its weight bytes (n k, 2 bytes bf16, 1 fp8) at the
 fastest weight read among the same table's cells of >= :data:`COLD_WEIGHTS` bytes of weights
 (:func:`gemm_rate`): twice the largest L2 the catalogue states (RTX PRO 6000's 128 MB), so no

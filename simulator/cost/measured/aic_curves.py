@@ -16,7 +16,7 @@ timed shapes (simulator.cost.measured.aic_ops); both need the rows, not only the
   ``max_size``, NCCL above, as a served model runs it);
 - ``moe``: balanced routing, per dtype (bf16, fp8) the kernel with the most rows, and per
   dtype of :data:`MOE_KERNELS` the kernel it names (the one vLLM runs for that dtype where the
-  table also times others: fp8_block's Triton experts, Hopper's TP kernel, and B200's
+  table also times others: fp8_block's Triton experts, Hopper's TP kernel, and B200 / GB200's
   TRT-LLM monolithic class, its modular class kept as ``fp8_block_modular``
   (:data:`MOE_CLASSES`); w4a16_mxfp4's
   gpt-oss kernels, not compressed-tensors' Marlin at another model's shape; a GPU whose table
@@ -73,7 +73,7 @@ MOE_DTYPES = ("bfloat16", "fp8", "fp8_block", "w4a16_mxfp4")
 #: ``w4a16_mxfp4`` (OCP MXFP4 experts, bf16 activations): the rows AIConfigurator's collector
 #: times through vLLM 0.24's ``Mxfp4Config`` at gpt-oss's shapes, one kernel per GPU
 #: (``vllm_gptossmxfp4moe_<backend>_<experts>``: OAI Triton on H100 / H200, FlashInfer TRT-LLM
-#: MXFP4 x BF16 on B200, Marlin on RTX PRO 6000 and L40S); the table's other w4a16_mxfp4
+#: MXFP4 x BF16 on B200 / GB200, Marlin on RTX PRO 6000 and L40S); the table's other w4a16_mxfp4
 #: kernel (compressed-tensors' Marlin, hidden 3584, 896 experts) is no gpt-oss model's.
 #: Several fragments: the first whose rows the GPU's table holds (one kernel per dtype):
 #: fp8_block on Blackwell is FlashInfer TRT-LLM's ``TrtLlmFp8ExpertsMonolithic``, which vLLM
@@ -83,7 +83,7 @@ MOE_KERNELS = {"fp8_block": ("fp8moe_triton_tritonexperts",
                "w4a16_mxfp4": ("gptossmxfp4moe",)}
 #: Bundled MoE table dtype -> (AIConfigurator's dtype, kernel fragment): a second experts class
 #: vLLM runs at one dtype, kept under a name of its own so that each dtype of the bundle is one
-#: kernel. ``fp8_block_modular``: B200's ``TrtLlmFp8ExpertsModular`` rows (the class vLLM
+#: kernel. ``fp8_block_modular``: B200 / GB200's ``TrtLlmFp8ExpertsModular`` rows (the class vLLM
 #: falls to for the block fp8 routings the monolithic kernel does not fuse: Llama-4's,
 #: DeepSeek-V4's; aic_moe_rows).
 MOE_CLASSES = {"fp8_block_modular": ("fp8_block",

@@ -9,6 +9,8 @@ needs, compacted: simulator.cost.measured.aic_curves) and ``PROVENANCE.json`` (r
 commit, licence, every table read with its SHA-256, every curve file with its own and its
 source's SHA-256) as one atomic result folder; :func:`load_laws` reads the laws back and
 aic_curves.load_curves the curves (default: the bundled copy, ``traces/data/aiconfigurator``).
+:func:`bundle_systems` adds a system to a written folder by the same import (GB200 was added so),
+:func:`bundle_families` re-bundles some families' curves without refitting the laws.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ BUNDLED = (Path(__file__).resolve().parents[3] / "traces" / "data" / "aiconfigur
 #: AIConfigurator's system name -> this package's hardware preset (simulator.cost.gpus.hardware).
 AIC_PRESETS = {"h100_sxm": "h100", "h200_sxm": "h200", "a100_sxm": "a100", "l40s": "l40s",
                "rtx_pro_6000_server": "rtxpro6000", "b200_sxm": "b200", "gb200": "gb200"}
-#: The GPUs whose laws are bundled (AIConfigurator's system names).
-COMMON_SYSTEMS = ("h100_sxm", "h200_sxm", "a100_sxm", "b200_sxm", "l40s",
+#: The GPUs whose laws are bundled (AIConfigurator's system names): the one list every
+#: enumeration of the covered GPUs derives from (aic_cost's refusal, the benchmarks, tests).
+COMMON_SYSTEMS = ("h100_sxm", "h200_sxm", "a100_sxm", "b200_sxm", "gb200", "l40s",
                   "rtx_pro_6000_server")
 
 
@@ -110,6 +113,44 @@ def bundle_families(root: str | Path, families: tuple, folder: str | Path = BUND
     provenance["curves"] = [c for c in provenance["curves"] if kept(c)] + records
     prov_path.write_text(dumps(provenance, indent=2) + "\n")
     return records
+
+
+def bundle_systems(root: str | Path, names: tuple, folder: str | Path = BUNDLED,
+                   commit: str | None = None, version: str | None = None) -> dict:
+    """Add (or replace) the systems ``names`` in the bundle ``folder``: each read, fitted and
+    compacted by the full import (:func:`import_laws`: the same version rule, ``reuse.yaml``,
+    selection), its laws set in ``laws.json``, its curves written, its table and curve records
+    in PROVENANCE.json replacing any it had; every other system's files are left as they are.
+    Why: a GPU added later (gb200) is bundled without refitting the others. Returns the
+    import (:func:`import_laws`' result)."""
+    from specbatch.io import dumps
+    from specbatch.simulator.cost.measured.aic_curves import load_curves, write_curves
+
+    folder = Path(folder)
+    load_laws(folder)  # a folder that is no bundle is refused before anything is written
+    prov_path, laws_path = folder / "PROVENANCE.json", folder / "laws.json"
+    provenance = json.loads(prov_path.read_text())
+    require(commit is None or commit == provenance.get("commit"),
+            f"--commit {commit}: the bundle was imported from {provenance.get('commit')}")
+    result = import_laws(root, only=tuple(names), version=version,
+                         commit=provenance.get("commit"))
+    records = write_curves(result["curves"], folder, source_records(
+        result["provenance"]["files"]))
+    laws = json.loads(laws_path.read_text())
+    laws.update(result["systems"])
+    laws_path.write_text(dumps(laws, indent=1) + "\n")
+    provenance["files"] = [f for f in provenance["files"] if f["system"] not in names] + \
+        result["provenance"]["files"]
+    written = {r["path"] for r in records}
+    for old in provenance["curves"]:  # a family the new import no longer keeps
+        if old["system"] in names and old["path"] not in written:
+            (folder / old["path"]).unlink(missing_ok=True)
+    provenance["curves"] = [c for c in provenance["curves"] if c["system"] not in names] + \
+        records
+    prov_path.write_text(dumps(provenance, indent=2) + "\n")
+    bundled_laws.cache_clear()
+    load_curves.cache_clear()
+    return result
 
 
 def source_records(files) -> dict:

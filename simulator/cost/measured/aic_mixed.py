@@ -14,8 +14,8 @@ dtype, as vLLM decides it:
 
 The bundled AIConfigurator tables were timed with that same choice (their collector asks
 ``current_platform.get_attn_backend_cls``; ``collector/vllm/collect_attn.py``): FA3 on
-H100 / H200, FlashInfer's TRT-LLM kernels on B200, FA2 on A100 / L40S / RTX PRO 6000 bf16,
-FlashInfer on RTX PRO 6000 fp8 (tests pin the agreement).
+H100 / H200, FlashInfer's TRT-LLM kernels on B200 / GB200, FA2 on A100 / L40S / RTX PRO 6000
+bf16, FlashInfer on RTX PRO 6000 fp8 (tests pin the agreement).
 
 **How each backend runs a mixed batch** (:func:`mixed_mode`):
 
@@ -48,8 +48,8 @@ runs of one ``kv_cache``), so a cell whose KV fits the L2 is read from the L2; i
 pass a layer's KV is read once, after the other layers' weights went through the L2. A
 decode cell is taken as no faster than its KV bytes at the fastest rate the GPU's decode
 cells reach over KV that no L2 holds (>= 1 GiB): on RTX PRO 6000 (128 MB of L2) this raises
-the cells of 17 MB - 1 GB of KV (up to x2.2); on H100 / H200 / B200 / A100 no cell reads
-faster than that rate, so none moves.
+the cells of 17 MB - 1 GB of KV (up to x2.2); on H100 / H200 / B200 / GB200 / A100 no cell
+reads faster than that rate, so none moves.
 """
 
 from __future__ import annotations

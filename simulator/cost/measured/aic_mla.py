@@ -1,7 +1,7 @@
 """Multi-head latent attention (DeepSeek-V2/V3) from AIConfigurator's measured vLLM MLA tables.
 
-What the rows time (traces.public.aiconfigurator): on H100 / H200 / B200 / L40S / RTX PRO 6000
-(vLLM 0.24.0 tables, scope "module") the whole ``DeepseekV2MLAAttention`` forward of
+What the rows time (traces.public.aiconfigurator): on H100 / H200 / B200 / GB200 / L40S / RTX
+PRO 6000 (vLLM 0.24.0 tables, scope "module") the whole ``DeepseekV2MLAAttention`` forward of
 DeepSeek-V3 at H query heads on one GPU; on A100 (0.14.0, scope "kernel") the MLA backend's
 ``impl.forward`` alone, timed eagerly, which prices nothing (:data:`GRAPHED_SCOPE`). vLLM's
 module is, per layer on one GPU (h hidden, r_q / r_kv the query / KV latent ranks, d_n, d_r,

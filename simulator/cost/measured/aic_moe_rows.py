@@ -67,9 +67,9 @@ class TimedFp8Moe:
 #: router, DeepSeek-V4's sqrtsoftplus, softmax without renormalisation: "default") falls to the
 #: modular class, which takes vLLM's routed top-k. No environment knob changes this by default
 #: (``VLLM_USE_FLASHINFER_MOE_FP8`` / ``VLLM_FLASHINFER_MOE_BACKEND`` unset, ``moe_backend``
-#: auto). AIConfigurator's 0.24.0 B200 rows agree model by model: monolithic at Qwen3 / Qwen3.5 /
-#: Mixtral / DeepSeek-V3 / Kimi-K2 / GLM-5 / MiMo-V2 / MiniMax-M2 shapes, modular at Llama-4
-#: Scout / Maverick and DeepSeek-V4 Flash / Pro (collector/vllm/collect_moe.py
+#: auto). AIConfigurator's 0.24.0 B200 (and GB200) rows agree model by model: monolithic at
+#: Qwen3 / Qwen3.5 / Mixtral / DeepSeek-V3 / Kimi-K2 / GLM-5 / MiMo-V2 / MiniMax-M2 shapes,
+#: modular at Llama-4 Scout / Maverick and DeepSeek-V4 Flash / Pro (collector/vllm/collect_moe.py
 #: ``_resolve_moe_runtime_config`` builds each model's FusedMoE routing from its config).
 MONOLITHIC = ("renormalize", "deepseek_v3", "minimax2", "sigmoid_renorm", "sigmoid")
 #: FlashInfer TRT-LLM's block kernels, by routing method (:data:`MONOLITHIC`). A GPU whose fp8
@@ -93,7 +93,8 @@ PTPC_KERNELS = {"cutlass": "its CUTLASS grouped GEMM (CutlassExpertsFp8)",
 #: FLASHINFER_CUTLASS_MXFP4_BF16, TRITON_UNFUSED, MARLIN, ...) and takes the first experts
 #: class whose ``is_supported_config`` passes, unless VLLM_USE_FLASHINFER_MOE_MXFP4_BF16 /
 #: _MXFP8 / _MXFP8_CUTLASS or VLLM_MXFP4_USE_MARLIN is set (all unset by default, envs.py):
-#: ``TrtLlmMxfp4ExpertsMonolithic`` needs compute capability family 100 (B200); the OAI Triton
+#: ``TrtLlmMxfp4ExpertsMonolithic`` needs compute capability family 100 (B200,
+#: GB200); the OAI Triton
 #: classes ``(9, 0) <= capability < (11, 0)`` (``_triton_kernel_moe_supports_current_device``,
 #: gpt_oss_triton_kernels_moe.py): Hopper; ``FlashInferExperts`` 9.0 or family 100; CK is ROCm;
 #: anything else (Ampere, Ada, SM120 RTX PRO 6000) falls to ``MarlinExperts``.

@@ -51,6 +51,17 @@ def test_the_catalogue_picks_the_best_validated_source(hardware, target, draft, 
     assert choice.fallback == (ran == "roofline")
 
 
+def test_gb200_is_priced_by_aic_where_its_all_reduce_is_timed_and_falls_back_past_it():
+    # AIConfigurator's GB200 all-reduce table times 2 and 4 GPUs (one compute tray, its
+    # gb200.yaml: num_gpus_per_node 4): tp 8 is refused by aic in one line, not extrapolated
+    for tp in (1, 2, 4):
+        assert resolve_cost("auto", CostAsk("gb200", "llama-3.1-70b", "llama-3.2-1b",
+                                            tp=tp)).name == "aic"
+    tp8 = resolve_cost("auto", CostAsk("gb200", "llama-3.1-70b", "llama-3.2-1b", tp=8))
+    assert tp8.fallback
+    assert "aic: target llama-3.1-70b: no all-reduce curve of 8 GPUs on gb200" in tp8.passed
+
+
 def test_auto_builds_the_model_it_resolves_to():
     auto = build_cost_model("auto", "rtx4090", "llama-3.1-8b", "vicuna-68m")
     named = build_cost_model("calibrated", "rtx4090", "llama-3.1-8b", "vicuna-68m")

@@ -67,7 +67,7 @@ def test_grid_cells_left_out_are_within_8_percent(system, kv):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("system", ["h100_sxm", "h200_sxm", "a100_sxm", "b200_sxm",
+@pytest.mark.parametrize("system", ["h100_sxm", "h200_sxm", "a100_sxm", "b200_sxm", "gb200",
                                     "rtx_pro_6000_server"])
 def test_every_head_shape_left_out_is_within_8_percent(system):
     # issue 42's per-op target, leave-one-model-out: each timed head shape carried from its

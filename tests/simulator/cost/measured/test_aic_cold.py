@@ -73,7 +73,7 @@ def test_a_cold_l40s_curve_is_unchanged():
     np.testing.assert_array_equal(curve.grid, raw.grid)
 
 
-@pytest.mark.parametrize("system", ["h100_sxm", "h200_sxm", "a100_sxm", "b200_sxm"])
+@pytest.mark.parametrize("system", ["h100_sxm", "h200_sxm", "a100_sxm", "b200_sxm", "gb200"])
 def test_no_cell_of_the_hbm_gpus_moves(system):
     g = load_curves(system)["gemm"]
     for dtype in sorted(set(g["dtype"])):

@@ -4,6 +4,7 @@
 import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,12 @@ from specbatch.simulator.cost.measured.aic_curves import (
     compact_frame,
     load_curves,
 )
-from specbatch.simulator.cost.measured.aic_import import COMMON_SYSTEMS, import_laws, write_laws
+from specbatch.simulator.cost.measured.aic_import import (
+    COMMON_SYSTEMS,
+    bundle_systems,
+    import_laws,
+    write_laws,
+)
 
 SLICE = Path(__file__).parents[3] / "traces" / "data" / "aic_slice"
 
@@ -41,6 +47,28 @@ def test_import_writes_compact_curves_with_their_provenance(tmp_path):
     assert list(curves["allreduce"]["elements"]) == [1024, 4096]
 
 
+def test_a_system_added_to_a_bundle_is_the_full_imports(tmp_path):
+    # two systems' tables (the slice under two names): one imported, the other added by
+    # bundle_systems, against both imported at once; the first's files are left as they were
+    root = tmp_path / "data"
+    for name in ("gpu", "gpu2"):
+        shutil.copytree(SLICE / "gpu", root / name)
+    full = write_laws(import_laws(root, commit="abc"), tmp_path / "full")
+    part = write_laws(import_laws(root, only=("gpu",), commit="abc"), tmp_path / "part")
+    before = {p.name: p.read_bytes() for p in (part / "curves" / "gpu").iterdir()}
+    bundle_systems(root, ("gpu2",), part)
+    assert json.loads((part / "laws.json").read_text()) == json.loads(
+        (full / "laws.json").read_text())
+    assert {p.name: p.read_bytes() for p in (part / "curves" / "gpu").iterdir()} == before
+    got, want = (json.loads((f / "PROVENANCE.json").read_text()) for f in (part, full))
+    assert got == want  # the same records in the same order (the full import's is by system)
+    for r in got["curves"]:
+        assert hashlib.sha256((part / r["path"]).read_bytes()).hexdigest() == r["sha256"]
+    # a second add replaces the system's records, it does not append them again
+    bundle_systems(root, ("gpu2",), part)
+    assert json.loads((part / "PROVENANCE.json").read_text()) == want
+
+
 def test_compaction_keeps_only_the_default_groups():
     frame = pd.DataFrame({
         "dtype": ["bfloat16", "bfloat16", "fp8_block", "bfloat16"],
@@ -63,7 +91,7 @@ def test_the_bundled_curves_are_small_and_traced():
         assert hashlib.sha256(path.read_bytes()).hexdigest() == r["sha256"]
         assert r["source_path"].startswith(r["system"] + "/")
         total += path.stat().st_size
-    assert total < 3.2e6
+    assert total < 3.6e6  # 3.48 MB: GB200 added 0.54 MB
     assert {r["system"] for r in prov["curves"]} == set(COMMON_SYSTEMS)
 
 
@@ -95,7 +123,7 @@ def test_a_gpu_without_the_named_block_kernel_keeps_no_block_rows():
     assert set(compact_frame("moe", frame)["dtype"].astype(str)) == {"fp8"}
 
 
-def test_the_bundled_block_rows_are_triton_on_hopper_trtllm_on_b200_l40s_forward_filled():
+def test_the_bundled_block_rows_are_triton_on_hopper_trtllm_on_blackwell_l40s_forward_filled():
     for system in COMMON_SYSTEMS:
         moe = load_curves(system).get("moe")
         block = moe[moe["dtype"] == "fp8_block"] if moe is not None else []
@@ -106,7 +134,7 @@ def test_the_bundled_block_rows_are_triton_on_hopper_trtllm_on_b200_l40s_forward
             # 0.22.0 times no fp8_block: every row is 0.24.0's, declared by its reuse.yaml
             assert set(block["kernel"]) == {"vllm_fp8moe_triton_tritonexperts"}
             assert set(block["from_version"]) == {"0.24.0"} and len(block) == 5074
-        elif system == "b200_sxm":
+        elif system in ("b200_sxm", "gb200"):
             # TRT-LLM's two block classes, each under its own dtype (picked by routing method)
             modular = moe[moe["dtype"] == "fp8_block_modular"]
             assert set(block["kernel"]) == {
@@ -174,6 +202,7 @@ GPT_OSS_KERNELS = {
     "h100_sxm": "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
     "h200_sxm": "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
     "b200_sxm": "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
+    "gb200": "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
     "rtx_pro_6000_server": "vllm_gptossmxfp4moe_marlin_marlinexperts",
     # 0.24.0's rows, forward-filled into 0.22.0 by its reuse.yaml
     "l40s": "vllm_gptossmxfp4moe_marlin_marlinexperts"}

@@ -187,11 +187,11 @@ def test_vllms_block_kernel_per_gpu_decides_where_a_block_moe_is_priced():
         "fp8", None)
 
 
-def test_a_block_checkpoint_is_admitted_on_hopper_and_b200_and_refused_elsewhere(tmp_path):
+def test_a_block_checkpoint_is_admitted_on_hopper_and_blackwell_and_refused_elsewhere(tmp_path):
     target = get_shape(qwen_block(tmp_path))
     assert (target.quantization, target.quant_scheme) == ("fp8", "block")
     assert target.moe_routing == "renormalize"
-    for gpu in ("h100", "h200", "b200"):
+    for gpu in ("h100", "h200", "b200", "gb200"):
         for tp in (1, 2):
             assert aic_covers(gpu, target, None, tp) is None
     reason = aic_covers("rtxpro6000", target, None, 1)

@@ -126,7 +126,7 @@ def test_a100s_eager_kernel_rows_price_nothing():
     with pytest.raises(SpecbatchError, match="eager"):
         build_cost_model("aic", "a100", "deepseek-v2-lite", "llama-3.2-1b")
     # every other GPU's MLA rows time the CUDA-graph module, and its core holds rotary
-    for system in ("h100_sxm", "h200_sxm", "b200_sxm", "l40s", "rtx_pro_6000_server"):
+    for system in ("h100_sxm", "h200_sxm", "b200_sxm", "gb200", "l40s", "rtx_pro_6000_server"):
         assert set(load_curves(system)["mla_decode"]["scope"]) == {"module"}
         assert mla_coverage(system)["bfloat16"]
         assert core_holds(system, "bfloat16") == ("attn_rope",)
@@ -181,7 +181,7 @@ def test_short_queries_beside_decodes_run_in_h100_bf16s_one_decode_launch():
 def test_the_other_mla_backends_keep_two_launches():
     # FlashMLA (fp8 on Hopper) and FlashInfer-MLA are UNIFORM, Triton-MLA SINGLE_ONLY
     assert _core_law("h100", "fp8").grid[-1] == TWO_LAUNCHES
-    for system in ("b200_sxm", "l40s", "rtx_pro_6000_server", "a100_sxm"):
+    for system in ("b200_sxm", "gb200", "l40s", "rtx_pro_6000_server", "a100_sxm"):
         assert mixed_mode(system, "bfloat16")[0] == (TWO_LAUNCHES,)
     assert mixed_mode("h200_sxm", "bfloat16")[0] == (DECODE_PATH, 512.0)
 
@@ -224,8 +224,8 @@ def test_triton_mla_carries_decode_by_the_kernels_head_blocks():
     assert [head_blocks(h, True) for h in (1, 2, 16, 17, 32, 128)] == [1, 1, 1, 2, 2, 8]
     assert head_blocks(128, False) == 1
     assert [triton_decode(s, "bfloat16") for s in
-            ("a100_sxm", "l40s", "rtx_pro_6000_server", "h100_sxm", "b200_sxm")] == [
-        True, True, True, False, False]
+            ("a100_sxm", "l40s", "rtx_pro_6000_server", "h100_sxm", "b200_sxm", "gb200")] == [
+        True, True, True, False, False, False]
     grids = head_cells(*core_rows("rtx_pro_6000_server", "bfloat16",
                                   mla_gemm("rtx_pro_6000_server")))
     kv_only = AttnFit(floor=0.0, per_request=0.0, per_request_head=0.0, flops_rate=np.inf,

@@ -43,7 +43,7 @@ def test_vllms_mxfp4_experts_kernel_per_compute_capability(capability, backend):
     assert mxfp4_kernel(capability) == MXFP4_KERNELS[backend]
 
 
-@pytest.mark.parametrize("gpu", ["h100", "h200", "b200", "rtxpro6000"])
+@pytest.mark.parametrize("gpu", ["h100", "h200", "b200", "gb200", "rtxpro6000"])
 @pytest.mark.parametrize("model", GPT_OSS)
 def test_gpt_oss_is_admitted_where_the_rows_time_vllms_kernel(gpu, model):
     for tp in (1, 2):
