@@ -8,7 +8,7 @@ Every GEMM / MoE / all-reduce curve the cost prices (simulator.cost.measured.aic
 its measured rows made non-decreasing in the row coordinate (aic_ops.monotone), then
 interpolated log-log. Data: the bundled AIConfigurator curves (traces/data/aiconfigurator/
 curves), each (GPU, family, dtype) group's rows as the envelope receives them (the GEMM cells
-read cold, aic_cold.cold_gemm: a deliberate floor, not the envelope's doing). Nothing is
+and MoE rows read cold, aic_cold: a deliberate floor, not the envelope's doing). Nothing is
 fitted; every envelope is judged on the same rows. Two tables:
 
 - **moved**: per group, how many points the envelope moves by more than 20 % and 50 % from

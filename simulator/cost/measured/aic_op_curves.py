@@ -2,7 +2,7 @@
 and kept in the cache folder.
 
 :func:`shape_curves` is a family's measured curves at a dtype with the law its transfer to an
-untimed shape uses (a GEMM cell no faster than its weights read cold: aic_cold);
+untimed shape uses (a GEMM cell or MoE row no faster than its weights read cold: aic_cold);
 :func:`op_curve` one shape's :class:`~simulator.cost.measured.aic_ops.Curve`, stored as JSON in
 simulator.cost.measured.aic_cache so that a warm process reads no curve file; :func:`mla_gemm`
 the bf16 GEMM curves aic_mla takes DeepSeek-V3's projections off its module rows with.
@@ -17,7 +17,7 @@ import numpy as np
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.measured import aic_cache
-from specbatch.simulator.cost.measured.aic_cold import cold_gemm, gemm_rate
+from specbatch.simulator.cost.measured.aic_cold import cold_gemm, cold_moe, gemm_rate, moe_rate
 from specbatch.simulator.cost.measured.aic_curves import MOE_CLASSES, load_curves
 from specbatch.simulator.cost.measured.aic_import import bundled_laws
 from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, ShapeLaw
@@ -28,7 +28,8 @@ def shape_curves(system: str, family: str, dtype: str) -> ShapeCurves:
     """The measured curves of ``family`` at ``dtype`` on ``system`` and the law of the same
     (dtype, kernel) group its transfer uses (a one-line error when none is bundled); a GEMM
     cell no faster than its weights read cold (aic_cold.cold_gemm: the collector replays
-    L2-resident weights; numpy and compiled passes read the same curves)."""
+    L2-resident weights; numpy and compiled passes read the same curves), a MoE row no faster
+    than the experts its routing touches (aic_cold.cold_moe)."""
     frames = load_curves(system)
     frame = frames.get(family)
     if family == "allreduce":
@@ -40,6 +41,8 @@ def shape_curves(system: str, family: str, dtype: str) -> ShapeCurves:
         raise SpecbatchError(f"aic {system}: no {dtype} {family} curve bundled")
     if family == "gemm":  # the weights read cold (aic_cold)
         rows = cold_gemm(rows, gemm_rate(system, dtype), dtype)
+    elif family == "moe":  # the touched experts read cold (aic_cold)
+        rows = cold_moe(rows, moe_rate(system, dtype), dtype)
     kernel = str(rows["kernel"].iloc[0])
     laws = bundled_laws().get(system, (None, []))[1]
     fitted = MOE_CLASSES.get(dtype, (dtype,))[0] if family == "moe" else dtype  # its AIC dtype

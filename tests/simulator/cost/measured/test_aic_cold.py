@@ -1,16 +1,23 @@
 """Cold reads of AIConfigurator's cells (simulator.cost.measured.aic_cold): a GEMM cell timed
 over weights the collector kept in the L2 is taken no faster than its weights at the table's
-cold read rate; the MLA module rows and their cores likewise (aic_mla.core_rows)."""
+cold read rate; a MoE row no faster than the experts its balanced routing touches; the MLA
+module rows and their cores likewise (aic_mla.core_rows)."""
 
 import numpy as np
 import pytest
 
 from specbatch.simulator.cost.measured.aic_cold import (
     COLD_WEIGHTS,
+    GROUPED,
+    balanced_ids,
     cold_gemm,
+    cold_moe,
     floored,
     gemm_rate,
+    moe_bytes,
+    moe_rate,
     read_rate,
+    touched_experts,
     weight_bytes,
 )
 from specbatch.simulator.cost.measured.aic_curves import load_curves
@@ -119,3 +126,91 @@ def test_mla_rows_and_cores_read_cold():
     assert own == pytest.approx(5.6e-6, rel=0.01)
     assert row["latency_s"] == own
     assert row["cold_s"] == row["projections_s"] + own
+
+
+def moe_rows(system: str, dtype: str, **key):
+    m = load_curves(system)["moe"]
+    m = m[m["dtype"] == dtype]
+    for col, v in key.items():
+        m = m[m[col] == v]
+    return m.sort_values("tokens")
+
+
+def test_balanced_routing_touches_the_experts_by_hand():
+    # AIConfigurator's balanced_logits, 16 experts top-2 (stride 8) at 3 tokens: token t picks
+    # floor(8 t / 3) + 8 j: {0, 8}, {2, 10}, {5, 13}; from 8 tokens on every expert
+    np.testing.assert_array_equal(np.unique(balanced_ids(3, 16, 2, False)), [0, 2, 5, 8, 10, 13])
+    np.testing.assert_array_equal(np.unique(balanced_ids(3, 16, 2, True)), [0, 2, 5, 8, 10, 13])
+    assert touched_experts(3, 16, 2, 1) == 6
+    assert touched_experts(8, 16, 2, 1) == 16
+    assert touched_experts(8, 16, 2, 4) == 4  # rank 0 holds experts 0-3
+    # Llama-4-Scout (16 experts, top-1): one expert per token up to 16
+    assert [touched_experts(t, 16, 1, 1) for t in (1, 2, 8, 64)] == [1, 2, 8, 16]
+    # Kimi-K2 (384, top-8) at 32 tokens: 256 in exact arithmetic, 235 in the bfloat16 the 0.24
+    # collector computes the selection in (values 256-512 round to even integers): the fewer
+    assert len(np.unique(balanced_ids(32, 384, 8, False))) == 256
+    assert touched_experts(32, 384, 8, 1) == len(np.unique(balanced_ids(32, 384, 8, True)))
+    assert touched_experts(32, 384, 8, 1) < 256
+    # DeepSeek-V3's grouped routing (8 groups, 4 chosen): half the balanced selection, >= k
+    v3 = GROUPED[(7168, 2048, 256, 8)]
+    assert [touched_experts(t, 256, 8, 1, v3) for t in (1, 2, 4, 64)] == [8, 8, 16, 128]
+    assert touched_experts(4, 256, 8, 2, v3) == 0  # rank 0's 4 groups may all be passed over
+
+
+def test_an_l2_warm_moe_row_is_raised_to_its_experts_read_cold():
+    # L40S fp8, Llama-4-Scout at tp 2, 1 token: one expert, 3 x 5120 x 4096 fp8 bytes (62.9 MB,
+    # fits the 96 MB L2), timed 29 us (2.2 TB/s); the rate: the fastest row of >= 256 MB,
+    # Kimi-K2 at tp 4, 48 tokens (all 384 experts, 384 x 3 x 7168 x 512 B, 4.2 GB) in 6.1 ms
+    big = moe_rows("l40s", "fp8", tokens=48, hidden=7168, inter=2048, experts=384, topk=8,
+                   tp=4, ep=1)
+    rate = moe_rate("l40s", "fp8")
+    assert rate == 384 * 3 * 7168 * 512 / float(big["latency_s"].iloc[0])
+    assert 0.68e12 < rate < 0.70e12
+    scout = moe_rows("l40s", "fp8", hidden=5120, inter=8192, experts=16, topk=1, tp=2, ep=1)
+    assert float(scout["latency_s"].iloc[0]) == pytest.approx(29e-6, rel=0.05)
+    cold = 3 * 5120 * 4096 * 1.0 / rate
+    assert cold == pytest.approx(90.9e-6, rel=0.01)
+    got = cold_moe(scout, rate, "fp8")["latency_s"].to_numpy()
+    assert got[0] == cold
+    # 2 tokens: two experts (126 MB, past the L2), timed 219 us, slower than their 182 us cold
+    assert int(scout["tokens"].iloc[1]) == 2 and got[1] == float(scout["latency_s"].iloc[1])
+    assert got[1] > 2 * cold
+    curve = shape_curves("l40s", "moe", "fp8").curve((5120, 8192, 16, 1, 2, 1))
+    assert curve.at(1.0) == cold
+
+
+def test_an_hbm_gpu_row_inside_its_l2_but_slower_than_cold_stays():
+    # H100 bf16, Qwen3-30B-A3B at tp 2, 1 token: 8 experts of 3 x 2048 x 384 x 2 B (37.7 MB,
+    # inside the 50 MB L2) read at 1.2 TB/s, below the table's 3.18 TB/s: as timed
+    q = moe_rows("h100_sxm", "bfloat16", hidden=2048, inter=768, experts=128, topk=8, tp=2, ep=1)
+    w = moe_bytes(q, "bfloat16")
+    assert w[0] == 8 * 3 * 2048 * 384 * 2.0
+    rate = moe_rate("h100_sxm", "bfloat16")
+    assert 3.1e12 < rate < 3.3e12 and w[0] / float(q["latency_s"].iloc[0]) < 0.5 * rate
+    np.testing.assert_array_equal(cold_moe(q, rate, "bfloat16")["latency_s"].to_numpy(),
+                                  q["latency_s"].to_numpy(np.float64))
+
+
+@pytest.mark.parametrize("system", ["h100_sxm", "h200_sxm", "b200_sxm"])
+def test_no_moe_row_of_the_hbm_gpus_moves(system):
+    m = load_curves(system)["moe"]
+    for dtype in sorted(set(m["dtype"])):
+        rows = m[m["dtype"] == dtype]
+        got = cold_moe(rows, moe_rate(system, dtype), dtype)
+        np.testing.assert_array_equal(got["latency_s"].to_numpy(np.float64),
+                                      rows["latency_s"].to_numpy(np.float64))
+
+
+@pytest.mark.parametrize("system", ["l40s", "rtx_pro_6000_server"])
+def test_every_moe_row_reads_no_faster_than_its_experts_cold(system):
+    m = load_curves(system)["moe"]
+    moved = 0
+    for dtype in sorted(set(m["dtype"])):
+        rows = m[m["dtype"] == dtype]
+        rate = moe_rate(system, dtype)
+        got = cold_moe(rows, rate, dtype)["latency_s"].to_numpy(np.float64)
+        raw = rows["latency_s"].to_numpy(np.float64)
+        assert (moe_bytes(rows, dtype) / got <= rate * (1 + 1e-12)).all()
+        assert (got >= raw).all()
+        moved += int((got > raw).sum())
+    assert moved > 0
