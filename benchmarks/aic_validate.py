@@ -15,7 +15,8 @@ row the error on the module rows its cold floors leave.
 - GEMM, MoE, **measured**: an op whose shape is timed is its measured curve interpolated in
   the row coordinate; judged by leaving each interior grid point out and interpolating it from
   its two neighbours (twice the spacing the cost interpolates over), log-log and linear (the
-  choice of aic_ops);
+  choice of aic_ops); where vLLM switches kernel along the rows (aic_dispatch: H100 / H200 /
+  L40S fp8), from the points of its own kernel bucket, as the cost prices it;
 - GEMM, MoE, **transfer**: a shape left out and priced from its two nearest timed shapes x the
   family law (bundled laws.json; fitted on every shape, a mild optimism, benchmarks/
   cost_vs_aic.py refits without it and reports the same to within ~0.1 pt);
@@ -34,7 +35,8 @@ row the error on the module rows its cold floors leave.
   added back, against the measured module rows (A100: kernel rows); and each interior column
   / row of a head count's core grid left out, against the core cells (a harder measure: the
   projections' share is not in its denominator). The target is judged on the first;
-- all-reduce: each message size left out and interpolated log-log from its neighbours.
+- all-reduce: each message size left out and interpolated log-log from its neighbours (within
+  the custom all-reduce's one-stage / two-stage buckets on the NVLink GPUs, aic_dispatch).
 
 Writes simulator/cost/measured/data/aic_validation.json (what ``cost show --json`` reports per
 part) and prints the markdown table docs/fidelity.md carries.
@@ -96,8 +98,9 @@ def curve_checks(system: str, family: str, dtype: str) -> dict:
     for key, (grid, secs) in sc.points.items():
         truth = raw[key][1]  # the raw rows: the truth of both checks
         keep = secs == truth  # the cells the cold floor leaves as timed
-        logs.append(interp_check(grid, secs, "loglog", truth))
-        lins.append(interp_check(grid, secs, "linear", truth))
+        edges = sc.edges_of(key, grid)  # within vLLM's kernel buckets (aic_dispatch)
+        logs.append(interp_check(grid, secs, "loglog", truth, edges, sc.extrap))
+        lins.append(interp_check(grid, secs, "linear", truth, edges, sc.extrap))
         curve = sc.curve(key, exclude=True)
         pred = np.array([curve.at(float(x)) for x in grid])
         trans.append(pred / truth - 1.0)
@@ -253,7 +256,8 @@ def mla_checks(system: str, kv: str) -> dict | None:
 
 def allreduce_checks(system: str) -> dict | None:
     sc = shape_curves(system, "allreduce", "")
-    errs = [interp_check(g, s, "loglog") for g, s in sc.points.values()]
+    errs = [interp_check(g, s, "loglog", None, sc.edges_of(k, g), sc.extrap)
+            for k, (g, s) in sc.points.items()]
     return record(np.concatenate(errs), "each message size left out, log-log from its "
                                         "neighbours", worlds=[k[0] for k in sc.points])
 

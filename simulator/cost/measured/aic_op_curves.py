@@ -19,6 +19,7 @@ from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.measured import aic_cache
 from specbatch.simulator.cost.measured.aic_cold import cold_gemm, cold_moe, gemm_rate, moe_rate
 from specbatch.simulator.cost.measured.aic_curves import MOE_CLASSES, load_curves
+from specbatch.simulator.cost.measured.aic_dispatch import EXTRAP, edges_of
 from specbatch.simulator.cost.measured.aic_import import bundled_laws
 from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, ShapeLaw
 
@@ -29,13 +30,15 @@ def shape_curves(system: str, family: str, dtype: str) -> ShapeCurves:
     (dtype, kernel) group its transfer uses (a one-line error when none is bundled); a GEMM
     cell no faster than its weights read cold (aic_cold.cold_gemm: the collector replays
     L2-resident weights; numpy and compiled passes read the same curves), a MoE row no faster
-    than the experts its routing touches (aic_cold.cold_moe)."""
+    than the experts its routing touches (aic_cold.cold_moe); each curve within the kernel
+    buckets vLLM dispatches (aic_dispatch: the fp8 GEMM's, the all-reduce's)."""
     frames = load_curves(system)
     frame = frames.get(family)
     if family == "allreduce":
         if frame is None:
             raise SpecbatchError(f"aic {system}: no all-reduce curve bundled")
-        return ShapeCurves(family, frame, None, {})
+        return ShapeCurves(family, frame, None, {}, edges_of(system, family, "", ""),
+                           EXTRAP[family])
     rows = None if frame is None else frame[frame["dtype"] == dtype]
     if rows is None or rows.empty:
         raise SpecbatchError(f"aic {system}: no {dtype} {family} curve bundled")
@@ -48,14 +51,16 @@ def shape_curves(system: str, family: str, dtype: str) -> ShapeCurves:
     fitted = MOE_CLASSES.get(dtype, (dtype,))[0] if family == "moe" else dtype  # its AIC dtype
     law = next((w for w in laws if w.family == family and w.group.get("dtype") == fitted
                 and w.group.get("kernel") == kernel), None)
-    return ShapeCurves(family, rows, law, {"dtype": fitted})
+    return ShapeCurves(family, rows, law, {"dtype": fitted},
+                       edges_of(system, family, dtype, kernel), EXTRAP.get(family, "flat"))
 
 
 def curve_json(curve: Curve) -> dict:
     """A built :class:`Curve` as JSON (aic_cache: floats kept exactly)."""
     law = None if curve.law is None else dataclasses.asdict(curve.law)
     return {"grid": curve.grid.tolist(), "seconds": curve.seconds.tolist(),
-            "source": curve.source, "how": curve.how, "law": law}
+            "source": curve.source, "how": curve.how, "law": law,
+            "edges": [float(e) for e in curve.edges], "extrap": curve.extrap}
 
 
 def curve_from_json(d: dict) -> Curve:
@@ -67,7 +72,7 @@ def curve_from_json(d: dict) -> Curve:
                        tuple(float(c) for c in law["coef"]))
     return Curve(np.asarray(d["grid"], dtype=np.float64),
                  np.asarray(d["seconds"], dtype=np.float64), law, str(d["source"]),
-                 str(d["how"]))
+                 str(d["how"]), tuple(float(e) for e in d["edges"]), str(d["extrap"]))
 
 
 @functools.lru_cache(maxsize=256)

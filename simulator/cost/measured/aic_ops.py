@@ -15,6 +15,13 @@ linear interpolation by the leave-one-point-out check of :func:`interp_check`
 time; a pass with more tokens is never priced cheaper, and neither an isolated slow point nor
 an isolated fast one moves its neighbours). Below the first grid point the first point's time
 (a floor); beyond the last, its time times the law's growth law(x) / law(x_last).
+
+Where vLLM switches kernel or tile count along x (simulator.cost.measured.aic_dispatch: the
+fp8 GEMM's dispatch and tile rows, the custom all-reduce's one-stage / two-stage switch), a
+curve carries the **edges** of those buckets and never reaches across one: the running median
+stays within a bucket, and a row between two grid points of different buckets is priced from
+its own bucket's points alone (:meth:`Curve.at`); the non-decreasing fit stays last, over the
+whole curve.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.cost.measured.aic_dispatch import bucket
 from specbatch.simulator.cost.measured.aic_laws import NEIGHBOURS, Law, features, fit_relative
 
 if TYPE_CHECKING:  # a ShapeCurves is built from the read curves; a built Curve needs no pandas
@@ -73,6 +81,8 @@ class Curve:
     law: ShapeLaw | None  # x (float) -> law seconds at the op's shape
     source: str
     how: str = "loglog"
+    edges: tuple = ()  # the last x of each kernel's bucket (aic_dispatch); () none
+    extrap: str = "flat"  # a row past its bucket's grid points: aic_dispatch.EXTRAP
 
     def at(self, x: float) -> float:
         """Seconds at row coordinate ``x`` (module docstring)."""
@@ -89,7 +99,44 @@ class Curve:
         if g[i] == x:  # a measured point is itself
             return float(s[i])
         # within its bracket: exp(log) rounding never breaks the curve's monotonicity
-        return min(max(interp(g, s, x, self.how), float(s[i - 1])), float(s[i]))
+        inner = min(max(interp(g, s, x, self.how), float(s[i - 1])), float(s[i]))
+        if self.edges and bucket(self.edges, g[i - 1]) != bucket(self.edges, g[i]):
+            return self.across(i, x, inner)
+        return inner
+
+    def across(self, i: int, x: float, inner: float) -> float:
+        """Seconds at ``x`` between grid points i - 1 and i of different buckets (``inner``:
+        the plain interpolation): in the left point's bucket, that point's seconds carried on
+        (:meth:`reach`); in the right point's, that one's carried back; in a bucket between
+        them (no grid point), the plain interpolation. Non-decreasing in x: each part is; the
+        part between is held within [the left bucket's end, the right one's start] and the
+        right bucket's part floored by the left one's end; all within [s[i - 1], s[i]]."""
+        g, s, e = self.grid, self.seconds, self.edges
+        lo, hi, b = float(s[i - 1]), float(s[i]), bucket(e, x)
+        bl, br = bucket(e, g[i - 1]), bucket(e, g[i])
+        left_end = self.reach(i - 1, float(e[bl]), -1)  # the left bucket's last x
+        if b == bl:
+            v = self.reach(i - 1, x, -1)
+        elif b == br:
+            v = max(self.reach(i, x, +1), left_end)
+        else:
+            right_start = self.reach(i, float(e[br - 1]), +1)  # the right bucket's first x
+            v = max(min(inner, right_start), left_end)
+        return min(max(v, lo), hi)
+
+    def reach(self, j: int, x: float, side: int) -> float:
+        """Grid point ``j``'s seconds carried to ``x`` within its bucket (``side`` -1: x past
+        it, the bucket's last point; +1: x before it, its first): "flat", s[j]; "slope", the
+        log-log line through j and its bucket's next point inward (s[j] where the bucket has
+        one point)."""
+        g, s = self.grid, self.seconds
+        k = j + side  # the next point inward
+        if (self.extrap == "flat" or not 0 <= k < len(g)
+                or bucket(self.edges, g[k]) != bucket(self.edges, g[j])):
+            return float(s[j])
+        lg, lk, ls, lsk = (math.log(float(g[j])), math.log(float(g[k])),
+                           math.log(float(s[j])), math.log(float(s[k])))
+        return math.exp(ls + (ls - lsk) / (lg - lk) * (math.log(x) - lg))
 
     def at_many(self, x: np.ndarray) -> np.ndarray:
         """:meth:`at` over ``x`` # [X], bit for bit (tests/simulator/cost pin the parity): the
@@ -114,6 +161,16 @@ class Curve:
                 v = np.array([math.exp(t) for t in v.tolist()])
             v = np.minimum(np.maximum(v, s[i - 1]), s[i])
             out[mid] = np.where(g[i] == xm, s[i], v)
+            if self.edges:  # the points between two buckets' grid points: as at() prices them
+                e = np.asarray(self.edges, dtype=np.float64)
+                gb, xb = np.searchsorted(e, g, side="left"), np.searchsorted(e, xm, side="left")
+                cross = (gb[i - 1] != gb[i]) & (g[i] != xm)
+                if self.extrap == "flat":  # across(): the left point, the right one, or v
+                    v = np.where(xb == gb[i - 1], s[i - 1], np.where(xb == gb[i], s[i], v))
+                    out[mid[cross]] = v[cross]
+                else:
+                    for j in np.flatnonzero(cross).tolist():
+                        out[mid[j]] = self.across(int(i[j]), float(xm[j]), float(v[j]))
         return out
 
 
@@ -138,9 +195,11 @@ def point_logs(x: np.ndarray) -> np.ndarray:
     return logs
 
 
-def monotone(secs: np.ndarray) -> np.ndarray:
+def monotone(secs: np.ndarray, buckets: np.ndarray | None = None) -> np.ndarray:
     """``secs`` # [G] > 0 made non-decreasing, robust to isolated points either way: each
-    interior point replaced by the median of it and its two neighbours (:func:`median3`), then
+    interior point replaced by the median of it and its two neighbours (:func:`median3`; with
+    ``buckets`` # [G], each point's kernel bucket (aic_dispatch), only where all three share
+    one: a point next to an edge keeps its value), then
     the least-squares non-decreasing fit in log time (:func:`isotonic`: a run that decreases is
     replaced by its geometric mean). Same length, bounded by the input's min and max, the input
     itself where it is already non-decreasing.
@@ -151,22 +210,34 @@ def monotone(secs: np.ndarray) -> np.ndarray:
     GEMM (3072, 65536): 375 µs at m = 9 between 65 µs neighbours) is carried to every larger
     m. Chosen over both and over isotonic regression alone by the held-out error against the
     raw rows (benchmarks/aic_envelope.py, docs/fidelity.md)."""
-    m = median3(secs)
+    m = median3(secs, buckets)
     logs = np.log(m)
     fit = isotonic(logs)
     out = np.where(fit == logs, m, np.exp(fit))  # a point no run pooled keeps its value
     return np.maximum.accumulate(np.clip(out, m.min(), m.max()))
 
 
-def median3(secs: np.ndarray) -> np.ndarray:
+def median3(secs: np.ndarray, buckets: np.ndarray | None = None) -> np.ndarray:
     """``secs`` # [G] with each interior point replaced by the median of it and its two
     neighbours (the endpoints kept): an isolated point off its neighbours, up or down, is
-    taken to the nearer of them."""
+    taken to the nearer of them. With ``buckets`` # [G], only a point whose two neighbours
+    are in its bucket (the ends of a bucket kept, as the curve's ends are)."""
     s = np.asarray(secs, dtype=np.float64)
     out = s.copy()
     if len(s) > 2:
-        out[1:-1] = np.median(np.stack([s[:-2], s[1:-1], s[2:]]), axis=0)
+        med = np.median(np.stack([s[:-2], s[1:-1], s[2:]]), axis=0)
+        if buckets is not None:
+            b = np.asarray(buckets)
+            med = np.where((b[:-2] == b[1:-1]) & (b[2:] == b[1:-1]), med, s[1:-1])
+        out[1:-1] = med
     return out
+
+
+def buckets_of(grid: np.ndarray, edges: tuple) -> np.ndarray | None:
+    """Each grid point's bucket under ``edges`` # [G] (aic_dispatch.bucket), None for none."""
+    if not edges:
+        return None
+    return np.searchsorted(np.asarray(edges, dtype=np.float64), grid, side="left")
 
 
 def isotonic(values: np.ndarray) -> np.ndarray:
@@ -192,16 +263,25 @@ def interp(grid: np.ndarray, secs: np.ndarray, x: float, how: str = "loglog") ->
 
 
 def interp_check(grid: np.ndarray, secs: np.ndarray, how: str,
-                 truth: np.ndarray | None = None) -> np.ndarray:
+                 truth: np.ndarray | None = None, edges: tuple = (),
+                 extrap: str = "flat") -> np.ndarray:
     """Signed relative error of each interior point left out # [G - 2]: the other points made
     non-decreasing (:func:`monotone`, as the cost reads them) and interpolated at it (twice the
     spacing the cost interpolates over), against ``truth`` at it (default ``secs``: the raw
-    rows, never an enveloped copy of them)."""
+    rows, never an enveloped copy of them). With ``edges`` (aic_dispatch), the curve the cost
+    builds from the other points read at it (:meth:`Curve.at`: within its bucket only)."""
     truth = secs if truth is None else truth
     out = np.empty(max(len(grid) - 2, 0))
     for i in range(1, len(grid) - 1):
         keep = np.r_[0:i, i + 1:len(grid)]
-        out[i - 1] = interp(grid[keep], monotone(secs[keep]), float(grid[i]), how) / truth[i] - 1.0
+        if edges:
+            g = grid[keep]
+            curve = Curve(g, monotone(secs[keep], buckets_of(g, edges)), None, "", how, edges,
+                          extrap)
+            got = curve.at(float(grid[i]))
+        else:
+            got = interp(grid[keep], monotone(secs[keep]), float(grid[i]), how)
+        out[i - 1] = got / truth[i] - 1.0
     return out
 
 
@@ -209,8 +289,11 @@ class ShapeCurves:
     """The measured curves of one family's group (one dtype and kernel, or one all-reduce
     backend) and the law its transfer uses: :meth:`curve` of any shape."""
 
-    def __init__(self, family: str, frame: pd.DataFrame, law: Law | None, extra: dict):
+    def __init__(self, family: str, frame: pd.DataFrame, law: Law | None, extra: dict,
+                 edges=None, extrap: str = "flat"):
         self.family = family
+        self.edges = edges  # (key, top) -> the shape's bucket edges (aic_dispatch), or None
+        self.extrap = extrap
         self.shape_cols, self.row_col = SHAPES[family]
         self.frame = frame.reset_index(drop=True)
         self.law = law
@@ -225,6 +308,16 @@ class ShapeCurves:
                 rows["latency_s"].to_numpy(dtype=np.float64))
         self.coords = {k: np.log2(np.maximum(np.array(k, dtype=np.float64), 1e-9))
                        for k in self.points}
+
+    def edges_of(self, key: tuple, grid: np.ndarray) -> tuple:
+        """Shape ``key``'s bucket edges up to ``grid``'s last point (() where none)."""
+        if self.edges is None:
+            return ()
+        return tuple(float(e) for e in self.edges(tuple(int(v) for v in key), float(grid[-1])))
+
+    def enveloped(self, key: tuple, grid: np.ndarray, secs: np.ndarray) -> np.ndarray:
+        """:func:`monotone` of shape ``key``'s seconds over ``grid``, within its buckets."""
+        return monotone(secs, buckets_of(grid, self.edges_of(key, grid)))
 
     def shape_law(self, key: tuple, coef=None) -> ShapeLaw:
         """The family law at shape ``key`` (``coef``: other coefficients than the fit's)."""
@@ -256,8 +349,9 @@ class ShapeCurves:
 
         if key in self.points and not exclude:
             grid, secs = self.points[key]
-            return Curve(grid, monotone(secs), law,
-                         f"measured {self.family} {dict(zip(self.shape_cols, key))}", how)
+            return Curve(grid, self.enveloped(key, grid, secs), law,
+                         f"measured {self.family} {dict(zip(self.shape_cols, key))}", how,
+                         self.edges_of(key, grid), self.extrap)
         if self.law is None:
             raise SpecbatchError(f"{self.family} {dict(zip(self.shape_cols, key))}: not timed "
                                  "and no law to transfer with")
@@ -269,9 +363,10 @@ class ShapeCurves:
         ratios = []
         for k in near:
             g, s = self.points[k]
-            r = np.log(monotone(s) / self.law_seconds(k, g, coef))
+            r = np.log(self.enveloped(k, g, s) / self.law_seconds(k, g, coef))
             ratios.append(np.interp(np.log(grid), np.log(g), r))  # held at the edges
         secs = self.law_seconds(key, grid, coef) * np.exp(np.mean(ratios, axis=0))
-        return Curve(grid, monotone(secs), law,
+        return Curve(grid, self.enveloped(key, grid, secs), law,
                      f"transfer to {self.family} {dict(zip(self.shape_cols, key))} from "
-                     f"{', '.join(str(k) for k in near)}", how)
+                     f"{', '.join(str(k) for k in near)}", how, self.edges_of(key, grid),
+                     self.extrap)
