@@ -48,8 +48,10 @@ import bisect
 FP8_KERNEL = "CutlassFP8ScaledMMLinearKernel"
 #: GPU -> the architecture of its fp8 dispatch the edges follow (others: none).
 FP8_ARCH = {"h100_sxm": "sm90", "h200_sxm": "sm90", "l40s": "sm89"}
-#: GPUs whose custom all-reduce runs over full NVLink (SXM boards).
-FULL_NVLINK = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm")
+#: GPUs whose custom all-reduce runs over full NVLink (SXM boards; GB200's tp 2 / 4 within one
+#: NVLink compute tray, the GPU counts its table times: its rows step 7.0 -> 11.1 µs from 256
+#: to 512 KiB at 4 GPUs, as B200's 8.6 -> 18.0).
+FULL_NVLINK = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "gb200")
 #: family -> how a row in a bucket past (or before) the bucket's last (first) grid point is
 #: priced: "flat", that point's seconds (a GEMM bucket is a tile count: its time a step);
 #: "slope", the log-log line through that point and the bucket's next one (an all-reduce's

@@ -51,6 +51,7 @@ def test_only_the_cutlass_fp8_gemm_and_nvlink_all_reduce_are_bucketed():
     assert allreduce_edges("h100_sxm", (2,)) == ()
     assert allreduce_edges("h100_sxm", (4,)) == (512 * 1024 // 2 - 1,)
     assert allreduce_edges("b200_sxm", (8,)) == (256 * 1024 // 2 - 1,)
+    assert allreduce_edges("gb200", (4,)) == (512 * 1024 // 2 - 1,)  # one NVLink tray
     assert allreduce_edges("l40s", (8,)) == () and edges_of("l40s", "allreduce", "", "") is None
     assert [bucket((16, 64), x) for x in (1, 16, 16.5, 17, 64, 65)] == [0, 0, 1, 1, 1, 2]
 
