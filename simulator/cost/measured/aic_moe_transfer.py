@@ -6,7 +6,7 @@ nearest in log2 of every shape column. For MoE that misses 8 % in most groups
 (docs/fidelity.md), for two reasons the rows show:
 
 - the nearest shape is often *another model at the same split*: Qwen3-30B-A3B (2048, 768, 128,
-  8) and Qwen1.5-MoE (2816, 704, 128, 8) are 0.48 apart in log2, a tp doubling 1.0; but the
+  8) and the (2816, 704, 128, 8) shape are 0.48 apart in log2, a tp doubling 1.0; but the
   MoE kernels pick their tiles per model width (vLLM's Triton experts read a tuned config per
   (E, N = I/tp) and GPU, FlashInfer autotunes per shape), so a model's own curve at the
   neighbouring splits carries its ratio better. The squared log2 distance weighs the split
@@ -18,17 +18,19 @@ nearest in log2 of every shape column. For MoE that misses 8 % in most groups
   block of Qwen3-235B (4096, 1536, 128, 8) takes 990 µs at 4096 tokens against the law's 270;
   the ``routed`` terms add these two to the four.
 
-Which terms, split weight and neighbour count price a group best is not assumed: each
-:data:`VARIANTS` is judged by leaving every timed shape out in turn and pricing it from the
-others (:meth:`MoeTransfer.scores`, the MAPE over their rows as timed) and the lowest is used
-(:meth:`MoeTransfer.choose`). A shape judged itself (benchmarks/aic_validate.py) is left out of
-that choice too, and of the law's fit: the choice and the fit see none of its rows (nested).
+Which terms, split weight and combination price a group best is not assumed: each of the
+:data:`VARIANTS` is judged by leaving every timed shape out in turn (or, for a shape whose
+model (h, I, E, k) is timed at no split, every timed model: what it is) and pricing it from
+the others (:meth:`MoeTransfer.scores`, against their rows as timed); the lowest MAPE is used
+where it beats the first variant, the GEMM rule, by more than one standard error over the
+models (:meth:`MoeTransfer.choose`). A shape judged itself (benchmarks/aic_validate.py) is
+left out of that choice too, and of the law's fit: they see none of its rows (nested).
 
 The transferred curve of a shape: the law (the chosen terms, fitted by relative least squares
 on every timed row of the group, aic_laws.fit_relative) at the shape, times exp of the
 neighbours' log measured/law ratios (each interpolated in log tokens onto the union of their
-grids, held at the ends), their plain mean or weighted by inverse squared distance, made
-non-decreasing (aic_ops.monotone).
+grids, held at the ends) combined as the variant says (:class:`Variant`), made non-decreasing
+(aic_ops.monotone); beyond its grid it grows as that law.
 """
 
 from __future__ import annotations
