@@ -19,7 +19,9 @@ row the error on the module rows its cold floors leave.
   L40S fp8), from the points of its own kernel bucket, as the cost prices it;
 - GEMM, MoE, **transfer**: a shape left out and priced from its two nearest timed shapes x the
   family law (bundled laws.json; fitted on every shape, a mild optimism, benchmarks/
-  cost_vs_aic.py refits without it and reports the same to within ~0.1 pt);
+  cost_vs_aic.py refits without it and reports the same to within ~0.1 pt); a MoE shape by
+  aic_moe_transfer (nested: the law refitted and the variant chosen without the shape's rows),
+  and also each timed model left out whole (what an untimed model gets);
 - attention: the grid law (aic_attention.grid_tables, tabulated.grid_attention) with each
   timed head shape left out and carried from its two nearest timed shapes (``shape``: what an
   untimed model gets; the leave-one-model-out of issue 42), and with each interior column /
@@ -45,6 +47,7 @@ part) and prints the markdown table docs/fidelity.md carries.
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 
 import numpy as np
 
@@ -105,6 +108,7 @@ def curve_checks(system: str, family: str, dtype: str) -> dict:
         pred = np.array([curve.at(float(x)) for x in grid])
         trans.append(pred / truth - 1.0)
         same.append((keep[1:-1], keep))
+    extra = moe_checks(sc) if family == "moe" else {}
     log, lin, tr = np.concatenate(logs), np.concatenate(lins), np.concatenate(trans)
     keep_in = np.concatenate([k[0] for k in same])
     keep_all = np.concatenate([k[1] for k in same])
@@ -119,7 +123,29 @@ def curve_checks(system: str, family: str, dtype: str) -> dict:
                                unchanged_mape=kept(log, keep_in)),
             "transfer": record(tr, "each timed shape left out, priced from its 2 nearest "
                                    "(law x ratio)", shapes=len(sc.points), cold_moved=moved,
-                               unchanged_mape=kept(tr, keep_all))}
+                               unchanged_mape=kept(tr, keep_all), **extra)}
+
+
+def moe_checks(sc: ShapeCurves) -> dict:
+    """What the MoE transfer (aic_moe_transfer) chose for each timed shape left out
+    (``variants``: its description -> shapes), and each timed *model* (h, I, E, k) left out
+    whole, every split of it priced from the other models (what a model the tables do not
+    time gets; its variant chosen by leaving models out): ``model_mape``, ``model_p90``."""
+    moe = sc.moe_transfer()
+    picks = Counter(str(moe.chosen(frozenset([k]), "shape")) for k in sc.points)
+    errs = []
+    for model in sorted({k[:4] for k in sc.points}):
+        out = frozenset(k for k in sc.points if k[:4] == model)
+        if len(out) == len(sc.points):
+            continue
+        variant = moe.chosen(out, "model")
+        for key in sorted(out):
+            grid, truth = sc.points[key]
+            curve = moe.curve(key, variant, out)
+            errs.append(np.array([curve.at(float(x)) for x in grid]) / truth - 1.0)
+    err = np.abs(np.concatenate(errs))
+    return {"variants": dict(picks.most_common()), "model_mape": round(float(err.mean()), 4),
+            "model_p90": round(float(np.percentile(err, 90)), 4)}
 
 
 def stand_in(system: str, kv: str, key: tuple) -> tuple:
@@ -321,6 +347,10 @@ def table(checks: dict, target: float = TARGET) -> list[str]:
             est = "measured curve, log-log in bytes"
         elif parts[3] == "measured":
             est = f"measured curve, log-log in rows (linear: {100 * rec['linear_mape']:.1f} %)"
+        elif parts[1] == "moe":
+            est = (f"transfer from the nearest timed shapes, variant chosen by shapes left out"
+                   f" (aic_moe_transfer); a whole model left out: "
+                   f"{100 * rec['model_mape']:.1f} % ({100 * rec['model_p90']:.0f} %)")
         else:
             est = "transfer from the 2 nearest timed shapes"
         if parts[1] not in ("attention", "mla") and rec.get("cold_moved"):

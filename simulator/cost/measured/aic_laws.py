@@ -33,7 +33,9 @@ predicted. Terms (b bytes per element of the op's dtype, e of the KV cache's):
 
       t = a + u·T + 6·T·k·h·I/(tp·ep)/π + 3·E_t·h·I·b/tp/β
 
-  Shape = (h, I, E, k, tp, ep): leave one model-and-split out.
+  Shape = (h, I, E, k, tp, ep): leave one model-and-split out. ``moe_routed`` (features
+  only, not fitted here): these and T·k·h/ep, E_t, the MoE transfer's law
+  (simulator.cost.measured.aic_moe_transfer).
 
 :func:`fit_tables` fits every family of one system; :func:`predict` prices rows of a family
 with a fitted law.
@@ -115,7 +117,7 @@ def features(family: str, rows) -> np.ndarray:
         return np.column_stack([one, 2.0 * m * n * k, w * (m * k + n * k) + 2.0 * m * n])
     if family == "allreduce":
         return np.column_stack([one, 2.0 * f["elements"].astype(np.float64)])
-    if family == "moe":
+    if family in ("moe", "moe_routed"):
         t = f["tokens"].astype(np.float64)
         h, inter = f["hidden"].astype(np.float64), f["inter"].astype(np.float64)
         e, k = f["experts"].astype(np.float64), f["topk"].astype(np.float64)
@@ -123,6 +125,8 @@ def features(family: str, rows) -> np.ndarray:
         touched = (e / ep) * (1.0 - (1.0 - np.minimum(k / e, 1.0)) ** t)
         flops = 6.0 * t * k * h * inter / (tp * ep)
         wbytes = 3.0 * touched * h * inter * element_bytes(f["dtype"]) / tp
+        if family == "moe_routed":  # + what does not split with the width (aic_moe_transfer)
+            return np.column_stack([one, t, flops, wbytes, t * k * h / ep, touched])
         return np.column_stack([one, t, flops, wbytes])
     raise SpecbatchError(f"family {family!r}: expected one of {', '.join(FAMILIES)}")
 

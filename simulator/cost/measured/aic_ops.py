@@ -6,7 +6,9 @@ elements): :class:`Curve`. Where the tables timed that exact shape, the curve is
 points; otherwise the **transfer** estimator builds one (simulator.cost.measured.aic_laws): the
 fitted law of the op's family at the shape, times the geometric-mean measured/law ratio of the
 :data:`~simulator.cost.measured.aic_laws.NEIGHBOURS` nearest timed shapes (Euclidean in log2
-of the shape columns) at each grid point (the neighbour's ratio interpolated in log x).
+of the shape columns) at each grid point (the neighbour's ratio interpolated in log x); a MoE
+block's transfer is simulator.cost.measured.aic_moe_transfer's (its neighbours, law and
+combination chosen per group by leaving timed shapes out).
 
 Between grid points a curve is interpolated **log-log** (linear in log x, log t), chosen over
 linear interpolation by the leave-one-point-out check of :func:`interp_check`
@@ -352,6 +354,8 @@ class ShapeCurves:
             return Curve(grid, self.enveloped(key, grid, secs), law,
                          f"measured {self.family} {dict(zip(self.shape_cols, key))}", how,
                          self.edges_of(key, grid), self.extrap)
+        if self.family == "moe":  # its own transfer (aic_moe_transfer), its law refitted
+            return self.moe_curve(key, exclude, how)
         if self.law is None:
             raise SpecbatchError(f"{self.family} {dict(zip(self.shape_cols, key))}: not timed "
                                  "and no law to transfer with")
@@ -370,3 +374,23 @@ class ShapeCurves:
                      f"transfer to {self.family} {dict(zip(self.shape_cols, key))} from "
                      f"{', '.join(str(k) for k in near)}", how, self.edges_of(key, grid),
                      self.extrap)
+
+    def moe_curve(self, key: tuple, exclude: bool, how: str) -> Curve:
+        """A MoE shape's transferred curve (simulator.cost.measured.aic_moe_transfer): the
+        variant chosen by leaving out, in turn, each timed shape (the shape's model, its
+        (h, I, E, k), is timed at other splits) or each timed model (it is not), ``key``'s own
+        rows out of the choice and of the law's fit with ``exclude``."""
+        excluded = frozenset([key]) if exclude and key in self.points else frozenset()
+        unit = "shape" if any(k[:4] == key[:4] for k in self.points if k not in excluded) \
+            else "model"
+        moe = self.moe_transfer()
+        return moe.curve(key, moe.chosen(excluded, unit), excluded, how)
+
+    def moe_transfer(self):
+        """This MoE group's :class:`~simulator.cost.measured.aic_moe_transfer.MoeTransfer`
+        (built once)."""
+        from specbatch.simulator.cost.measured.aic_moe_transfer import MoeTransfer
+
+        if getattr(self, "_moe", None) is None:
+            self._moe = MoeTransfer(self.points, str(self.extra["dtype"]))
+        return self._moe
