@@ -292,6 +292,21 @@ def test_a_changed_kernel_module_drops_every_cached_kernel(monkeypatch, tmp_path
 
 
 @needs_numba
+def test_the_driver_calls_the_kernel_with_one_signature():
+    """numba compiles run_steps once per signature of its arguments (~20 CPU-s each, cached
+    beside the first), an array's layout and writability included: one replica or several
+    (each replica's arrivals a strided slice of the order), a trace with proposed tokens (the
+    n-gram trace's column, read-only) or without, all reach the kernel as one signature."""
+    kernel = compiled.load_kernel()
+    ngram = {"trace": "traces/data/smollm2-ngram", "draft": "ngram", "policy": "fixed", "k": 2}
+    for knobs in ({}, {"replicas": 3}, ngram, {**ngram, "replicas": 2}):
+        config = load_config(None, engine="compiled", requests=12, seed=2,
+                             **{**FIXED_HOST, **knobs})
+        assert simulate(config).summary["engine_ran"] == "compiled"
+    assert len(kernel.run_steps.signatures) == 1, kernel.run_steps.signatures
+
+
+@needs_numba
 def test_the_kernel_stamp_is_checked_once_per_cache_folder_in_a_process(monkeypatch, tmp_path):
     """numba reads a cached kernel once per process, so load_kernel compares the sources'
     stamp once per cache folder; a folder not yet checked is checked."""
