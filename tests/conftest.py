@@ -53,7 +53,7 @@ def cache_bytecode() -> None:
     bytecode goes to one folder under the temporary directory instead (``PYTHONPYCACHEPREFIX``,
     inherited by the workers and subprocesses): nothing lands beside the sources, as the
     variable asked. A prefix is read instead of every ``__pycache__``, so the installed
-    packages' modules are compiled into it once too (~8 CPU-s, ~130 MB); the folder outlives
+    packages' modules are compiled into it once too (~8 CPU-s, ~150 MB); the folder outlives
     the run so later runs start warm. Python checks each cached file against its source's
     mtime and size, as in ``__pycache__``; the prefix mirrors each source's absolute path, so
     checkouts do not collide. A ``PYTHONPYCACHEPREFIX`` already set is kept as it is."""
