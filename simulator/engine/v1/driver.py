@@ -47,6 +47,18 @@ _PASS_CONSTANTS = ("flops_per_token", "attn_flops", "weight_bytes", "kv_bytes",
                    "comm_per_token")
 
 
+def read_only(a: np.ndarray) -> np.ndarray:
+    """``a`` as a read-only view (no copy). numba compiles run_steps once per signature of its
+    arguments, and an array's layout (C or strided) and writability are part of it: an input
+    that is sometimes read-only (a trace's memory-mapped column) and sometimes not, or a
+    replica's arrivals as a strided slice, cost a second cold compile of the whole loop
+    (~20 CPU-s each), cached beside the first. The driver hands the kernel one signature:
+    its read-only inputs read-only, every array contiguous."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 class CompiledEngine:
     """The compiled vllm-v1 loop with :class:`~simulator.engine.core.Engine`'s outer
     interface (``rec``, :meth:`run`): built with the same arguments, run only where
@@ -167,6 +179,8 @@ class CompiledEngine:
             proposed = np.ascontiguousarray(proposed, dtype=np.int64)
         else:
             proposed = np.zeros(1, dtype=np.int64)
+        proposed = read_only(proposed)  # one kernel signature (read_only's docstring): a
+        # trace's memory-mapped column is read-only, the placeholder was not
         wrap = workload.wrap
         if wrap is not None:
             ints[kn.I_WRAP] = 1
@@ -206,7 +220,8 @@ class CompiledEngine:
         StepLog's CHUNK rows in the numpy engine's event order (one replica: as they come)."""
         rec = self.rec
         replicas = self.replicas
-        orders = [self.order[r::replicas] for r in range(replicas)]
+        # contiguous: a strided slice is another kernel signature (read_only's docstring)
+        orders = [np.ascontiguousarray(self.order[r::replicas]) for r in range(replicas)]
         kept = []
         for r, order in enumerate(orders):
             rec.replica[order] = r

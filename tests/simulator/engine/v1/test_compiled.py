@@ -292,6 +292,21 @@ def test_a_changed_kernel_module_drops_every_cached_kernel(monkeypatch, tmp_path
 
 
 @needs_numba
+def test_the_driver_calls_the_kernel_with_one_signature():
+    """numba compiles run_steps once per signature of its arguments (~20 CPU-s each, cached
+    beside the first), an array's layout and writability included: one replica or several
+    (each replica's arrivals a strided slice of the order), a trace with proposed tokens (the
+    n-gram trace's column, read-only) or without, all reach the kernel as one signature."""
+    kernel = compiled.load_kernel()
+    ngram = {"trace": "traces/data/smollm2-ngram", "draft": "ngram", "policy": "fixed", "k": 2}
+    for knobs in ({}, {"replicas": 3}, ngram, {**ngram, "replicas": 2}):
+        config = load_config(None, engine="compiled", requests=12, seed=2,
+                             **{**FIXED_HOST, **knobs})
+        assert simulate(config).summary["engine_ran"] == "compiled"
+    assert len(kernel.run_steps.signatures) == 1, kernel.run_steps.signatures
+
+
+@needs_numba
 def test_the_kernel_stamp_is_checked_once_per_cache_folder_in_a_process(monkeypatch, tmp_path):
     """numba reads a cached kernel once per process, so load_kernel compares the sources'
     stamp once per cache folder; a folder not yet checked is checked."""
@@ -911,9 +926,55 @@ def test_cli_json_says_which_engine_ran(tmp_path):
 
 
 @needs_numba
+def test_a_fresh_process_points_numbas_cache_under_specbatch_cache(tmp_path):
+    """An empty $SPECBATCH_CACHE and no NUMBA_CACHE_DIR: load_kernel points numba's cache at
+    $SPECBATCH_CACHE/numba before numba is imported, and says once (one stderr line naming
+    it) that the first call will compile. No kernel is compiled here (the slow
+    test_a_cold_compile_... runs the whole cold round trip)."""
+    env = {**os.environ, "SPECBATCH_CACHE": str(tmp_path / "cache")}
+    env.pop("NUMBA_CACHE_DIR", None)
+    code = ("from specbatch.simulator.engine.v1 import compiled\n"
+            "compiled.load_kernel()\ncompiled.load_kernel()\n"
+            "import numba\nprint(numba.config.CACHE_DIR)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(tmp_path / "cache" / "numba")
+    cold = [line for line in proc.stderr.splitlines() if "compiling the vllm-v1 kernel" in line]
+    assert len(cold) == 1 and str(tmp_path / "cache" / "numba") in cold[0], proc.stderr
+
+
+@needs_numba
+def test_a_second_process_loads_the_cached_kernel_instead_of_compiling(tmp_path):
+    """Once this process has run the kernel (compiled, or loaded, and cached under
+    NUMBA_CACHE_DIR either way), a fresh process on the same cache loads run_steps from it
+    (numba's NUMBA_DEBUG_CACHE lines: its data loaded, nothing compiled and saved) and
+    reports what this process computed."""
+    here = simulate(load_config(None, host="fixed", engine="compiled", requests=5, seed=1))
+    assert here.summary["engine_ran"] == "compiled"
+    argv = [sys.executable, "-m", "specbatch", "simulate", "--host", "fixed", "--requests", "5",
+            "--seed", "1", "--engine", "compiled", "--json"]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "NUMBA_DEBUG_CACHE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    cache = [line for line in proc.stderr.splitlines() if line.startswith("[cache]")]
+    assert any(line.startswith("[cache] data loaded") and "loop.run_steps" in line
+               for line in cache), proc.stderr  # numba prints on stdout: --json moves it
+    assert not any("saved" in line for line in cache), cache
+    assert "compiling" not in proc.stderr
+    there = json.loads(proc.stdout)
+    assert json.dumps({k: there[k] for k in here.summary}) == json.dumps(here.summary)
+
+
+@pytest.mark.slow
+@needs_numba
 def test_a_cold_compile_says_so_once_and_the_cache_is_under_specbatch_cache(tmp_path):
     """An empty $SPECBATCH_CACHE: the first run compiles (one stderr line naming the cache)
-    and writes the kernel there; the second loads it and says nothing."""
+    and writes the kernel there; the second loads it and says nothing. Slow (a cold compile,
+    ~20 CPU-s); the default run covers its parts: the cache's place and the one line in a
+    fresh process (test_a_fresh_process_points_...), a second process loading instead of
+    compiling (test_a_second_process_loads_...), the line only when no kernel is cached
+    (test_a_changed_kernel_module_drops_every_cached_kernel)."""
     env = {**os.environ, "SPECBATCH_CACHE": str(tmp_path / "cache")}
     env.pop("NUMBA_CACHE_DIR", None)
     argv = [sys.executable, "-m", "specbatch", "simulate", "--host", "fixed", "--requests", "3",
