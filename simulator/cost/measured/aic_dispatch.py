@@ -28,6 +28,30 @@ Derived from vLLM's source, never from the rows:
   - not SM100 (B200): neither its dispatch buckets (16, 64, 256) nor those and its tile rows
     improve the held-out error (benchmarks/aic_buckets.py); left unbucketed. SM120 (RTX PRO
     6000, within the target) not examined.
+- **fp8 MoE, FlashInfer CUTLASS** (``FlashInferExperts``, the kernel AIConfigurator's
+  collector/vllm/collect_moe.py records for ``ModelOptFp8Config`` on SM90: :data:`MOE_KERNEL`):
+  vLLM's ``FlashInferExperts.apply`` (fused_moe/experts/flashinfer_cutlass_moe.py) calls
+  FlashInfer's ``cutlass_fused_moe`` with no tactic; FlashInfer's ``AutoTuner.choose_one``
+  (flashinfer/autotuner) outside an ``autotune()`` context returns the fallback tactic -1 on a
+  cache miss, and nothing tunes in the collector (it never enters ``autotune``; vLLM tunes in
+  its engine warm-up, kernel_warmup, which the collector does not run; FlashInfer bundles
+  tuned tactics only for TRT-LLM-gen's MoE on B200 / GB200; FlashInfer read as stored at
+  fb28d72, not the release vLLM 0.24 pins). Tactic -1 is the first profile
+  (csrc/fused_moe/cutlass_backend/flashinfer_cutlass_fused_moe_binding.cu
+  ``setRunnerProfiles``: ``mAllProfiles.front()`` for each GEMM), the first of
+  ``MoeGemmRunner::getTmaWarpSpecializedConfigs`` (moe_gemm_template_dispatch.h: the un-swapped
+  configs before the swap-AB copies) over cutlass_heuristic.cpp ``get_candidate_tiles_sm90``'s
+  grouped-GEMM list, ``CtaShape128x16x128B`` in a 1x1x1 cluster: one tile config at every
+  token count, its 128-row tiles along each expert's routed rows. A tile row starts past each
+  multiple of 128 rows per expert; under the collector's balanced routing (helper.py
+  ``balanced_logits``) an expert gets tokens * top_k / experts rows (global experts: under EP
+  the local ones get the same), so the edges are floor(128 j E / k) tokens (:func:`moe_edges`).
+  Triton ``fused_experts`` (bf16, fp8 block, L40S's tables) picks its config per token count
+  too (``try_get_optimal_moe_config``: the tuned JSON's key nearest M, else
+  ``get_default_config``), but its rows show no step there, the nearest-key switches lose on
+  every group and its block rows gain on one group only (H200 block fp8) against losses on
+  the others (benchmarks/aic_buckets.py): left unbucketed, as are SM100's TRT-LLM-gen and
+  SM120's FlashInfer CUTLASS MoE rows (no step either).
 - **all-reduce** (elements of bf16, the collector's dtype): vLLM's custom all-reduce,
   csrc/custom_all_reduce.cuh ``CustomAllreduce::allreduce``, runs ``cross_device_reduce_1stage``
   at 2 GPUs and, over full NVLink, below 512 KiB at <= 4 GPUs and below 256 KiB at <= 8, else
@@ -48,6 +72,12 @@ import bisect
 FP8_KERNEL = "CutlassFP8ScaledMMLinearKernel"
 #: GPU -> the architecture of its fp8 dispatch the edges follow (others: none).
 FP8_ARCH = {"h100_sxm": "sm90", "h200_sxm": "sm90", "l40s": "sm89"}
+#: The fp8 MoE kernel the MoE edges are of (the bundled fp8 MoE rows' kernel on H100 / H200).
+MOE_KERNEL = "vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts"
+#: GPUs whose fp8 MoE rows run FlashInfer CUTLASS's SM90 default tactic (:func:`moe_edges`).
+MOE_SM90 = ("h100_sxm", "h200_sxm")
+#: Rows per expert of that tactic's tile (``CtaShape128x16x128B``: M along the routed rows).
+MOE_TILE_ROWS = 128
 #: GPUs whose custom all-reduce runs over full NVLink (SXM boards; GB200's tp 2 / 4 within one
 #: NVLink compute tray, the GPU counts its table times: its rows step 7.0 -> 11.1 µs from 256
 #: to 512 KiB at 4 GPUs, as B200's 8.6 -> 18.0).
@@ -55,9 +85,9 @@ FULL_NVLINK = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "gb200")
 #: family -> how a row in a bucket past (or before) the bucket's last (first) grid point is
 #: priced: "flat", that point's seconds (a GEMM bucket is a tile count: its time a step);
 #: "slope", the log-log line through that point and the bucket's next one (an all-reduce's
-#: time grows with the bytes within one kernel). Chosen by leaving each GPU out
-#: (benchmarks/aic_buckets.py).
-EXTRAP = {"gemm": "flat", "allreduce": "slope"}
+#: time grows with the bytes within one kernel; a MoE bucket's with its routing). Chosen by
+#: leaving each GPU out (benchmarks/aic_buckets.py).
+EXTRAP = {"gemm": "flat", "allreduce": "slope", "moe": "slope"}
 KIB = 1024
 
 
@@ -95,6 +125,21 @@ def gemm_edges(system: str, dtype: str, kernel: str, key: tuple, top: float) -> 
     return fp8_edges(arch, int(key[0]), top)
 
 
+def moe_edges(key: tuple, top: float, tile: int = MOE_TILE_ROWS) -> tuple[int, ...]:
+    """The FlashInfer CUTLASS MoE's bucket edges in tokens of the shape ``key`` = (hidden,
+    inter, experts E, top_k k, tp, ep), up to ``top`` (the grid's last token count): the last
+    token count of each tile-row count, floor(tile j E / k) for j = 1, 2, ... (an expert's
+    tokens * k / E rows, at most tile j: module docstring)."""
+    experts, topk = int(key[2]), int(key[3])
+    out, j = [], 1
+    while True:
+        edge = tile * j * experts // topk
+        out.append(edge)
+        if edge >= top:
+            return tuple(out)
+        j += 1
+
+
 def allreduce_edges(system: str, key: tuple) -> tuple:
     """The bucket edges in bf16 elements of the all-reduce over ``key`` = (GPUs,): the custom
     all-reduce's one-stage -> two-stage switch (bytes < threshold: one stage; the edge is the
@@ -111,6 +156,8 @@ def edges_of(system: str, family: str, dtype: str, kernel: str):
     rule applies (every curve unbucketed)."""
     if family == "gemm" and dtype == "fp8" and kernel == FP8_KERNEL and system in FP8_ARCH:
         return lambda key, top: gemm_edges(system, dtype, kernel, key, top)
+    if family == "moe" and dtype == "fp8" and kernel == MOE_KERNEL and system in MOE_SM90:
+        return lambda key, top: moe_edges(key, top)
     if family == "allreduce" and system in FULL_NVLINK:
         return lambda key, top: allreduce_edges(system, key)
     return None

@@ -11,12 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specbatch.simulator.cost.measured.aic_dispatch import (
+    EXTRAP,
     FP8_KERNEL,
+    MOE_KERNEL,
     allreduce_edges,
     bucket,
     edges_of,
     fp8_edges,
     gemm_edges,
+    moe_edges,
     next_pow_2,
 )
 from specbatch.simulator.cost.measured.aic_op_curves import curve_from_json, curve_json, op_curve
@@ -54,6 +57,39 @@ def test_only_the_cutlass_fp8_gemm_and_nvlink_all_reduce_are_bucketed():
     assert allreduce_edges("gb200", (4,)) == (512 * 1024 // 2 - 1,)  # one NVLink tray
     assert allreduce_edges("l40s", (8,)) == () and edges_of("l40s", "allreduce", "", "") is None
     assert [bucket((16, 64), x) for x in (1, 16, 16.5, 17, 64, 65)] == [0, 0, 1, 1, 1, 2]
+
+
+def test_the_flashinfer_cutlass_moe_edges_are_its_128_row_tiles_per_expert():
+    # tactic -1: CtaShape128x16x128B, 128 routed rows of an expert a tile row; an expert gets
+    # tokens * k / E rows: Qwen3-30B (E 128, k 8) 16 tokens a row, Mixtral (8, 2) 4
+    assert moe_edges((2048, 768, 128, 8, 1, 1), 16384) == (2048, 4096, 6144, 8192, 10240,
+                                                           12288, 14336, 16384)
+    assert moe_edges((4096, 14336, 8, 2, 4, 1), 1500) == (512, 1024, 1536)
+    # E 512, k 22: 128 * 512 / 22 = 2978.9 tokens a tile row (the last count within it)
+    assert moe_edges((1024, 2688, 512, 22, 1, 8), 6000) == (2978, 5957, 8936)
+    assert moe_edges((2048, 768, 128, 8, 1, 1), 16384, 64)[:2] == (1024, 2048)
+    edges = edges_of("h100_sxm", "moe", "fp8", MOE_KERNEL)
+    assert edges((4096, 14336, 8, 2, 1, 1), 1024) == (512, 1024) and EXTRAP["moe"] == "slope"
+    assert edges_of("h200_sxm", "moe", "fp8", MOE_KERNEL) is not None
+    for system, dtype in (("b200_sxm", "fp8"), ("h100_sxm", "bfloat16"), ("l40s", "fp8"),
+                          ("rtx_pro_6000_server", "fp8")):
+        assert edges_of(system, "moe", dtype, MOE_KERNEL if dtype == "fp8" else "x") is None
+
+
+def test_the_h100_fp8_moe_curve_carries_its_tile_rows_and_stays_non_decreasing():
+    key = (2048, 768, 128, 8, 1, 1)  # Qwen3-30B-A3B at tp 1: one tile row to 2048 tokens
+    curve = op_curve("h100_sxm", "moe", "fp8", key)
+    assert curve.edges[:3] == (2048.0, 4096.0, 6144.0) and curve.extrap == "slope"
+    x = np.arange(1.0, 20000.0)
+    got = curve.at_many(x)
+    assert np.all(np.diff(got) >= 0.0)
+    assert np.array_equal(got, np.array([curve.at(float(v)) for v in x]))
+    back = curve_from_json(curve_json(curve))
+    assert np.array_equal(back.at_many(x), got)
+    # 2048 -> 3072 tokens: 128 -> 192 rows an expert, a second tile row; the rows jump there
+    # and the curve prices 2049 from 3072's bucket, not by a line from 2048
+    assert curve.at(2049.0) > 1.3 * curve.at(2048.0)
+    assert op_curve("h100_sxm", "moe", "bfloat16", key).edges == ()
 
 
 def test_a_step_is_priced_from_its_own_bucket():
