@@ -31,7 +31,8 @@ def shape_curves(system: str, family: str, dtype: str) -> ShapeCurves:
     cell no faster than its weights read cold (aic_cold.cold_gemm: the collector replays
     L2-resident weights; numpy and compiled passes read the same curves), a MoE row no faster
     than the experts its routing touches (aic_cold.cold_moe); each curve within the kernel
-    buckets vLLM dispatches (aic_dispatch: the fp8 GEMM's, the all-reduce's)."""
+    buckets vLLM dispatches (aic_dispatch: the fp8 GEMM's, FlashInfer's fp8 MoE tiles, the
+    all-reduce's)."""
     frames = load_curves(system)
     frame = frames.get(family)
     if family == "allreduce":
