@@ -8,7 +8,7 @@ its bucket's grid points is priced (the choices of simulator.cost.measured.aic_d
 Data: the bundled AIConfigurator curves (traces/data/aiconfigurator/curves), the GEMM cells
 read cold as the cost reads them; nothing is fitted. Each candidate is judged as
 benchmarks/aic_validate.py judges the cost: each interior grid point left out, the curve built
-from the others (aic_ops.monotone within the buckets, aic_ops.Curve.at), against the raw row.
+from the others (aic_curve.monotone within the buckets, aic_curve.Curve.at), against the raw row.
 
 Candidates (bucket edges from vLLM's source, aic_dispatch's docstring cites it):
 
@@ -45,6 +45,7 @@ import argparse
 
 import numpy as np
 
+from specbatch.simulator.cost.measured.aic_curve import interp_check
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_dispatch import (
     FP8_ARCH,
@@ -58,7 +59,7 @@ from specbatch.simulator.cost.measured.aic_dispatch import (
     steps,
 )
 from specbatch.simulator.cost.measured.aic_op_curves import shape_curves
-from specbatch.simulator.cost.measured.aic_ops import ShapeCurves, interp_check
+from specbatch.simulator.cost.measured.aic_ops import ShapeCurves
 
 FOLDS = 5
 #: GPU -> its fp8 dispatch (aic_dispatch.FP8_ARCH and the SM100 candidate).

@@ -4,16 +4,16 @@ and which envelope holds out best against the raw rows.
     python benchmarks/aic_envelope.py                      # every bundled GPU, both tables
     python benchmarks/aic_envelope.py --system h100_sxm
 
-Every GEMM / MoE / all-reduce curve the cost prices (simulator.cost.measured.aic_ops.Curve) is
-its measured rows made non-decreasing in the row coordinate (aic_ops.monotone), then
+Every GEMM / MoE / all-reduce curve the cost prices (simulator.cost.measured.aic_curve.Curve) is
+its measured rows made non-decreasing in the row coordinate (aic_curve.monotone), then
 interpolated log-log. Data: the bundled AIConfigurator curves (traces/data/aiconfigurator/
 curves), each (GPU, family, dtype) group's rows as the envelope receives them (the GEMM cells
 and MoE rows read cold, aic_cold: a deliberate floor, not the envelope's doing). Nothing is
 fitted; every envelope is judged on the same rows. Two tables:
 
 - **moved**: per group, how many points the envelope moves by more than 20 % and 50 % from
-  their own row, and the worst move (signed), for the suffix minimum (aic_ops.monotone before
-  the robust envelope) and for aic_ops.monotone;
+  their own row, and the worst move (signed), for the suffix minimum (aic_curve.monotone before
+  the robust envelope) and for aic_curve.monotone;
 - **candidates**: per group, each candidate's error against the RAW rows (never against an
   enveloped copy of them): ``held out``, each interior point left out, the envelope built from
   the rest and interpolated log-log at the point (twice the spacing the cost interpolates over;
@@ -23,7 +23,7 @@ fitted; every envelope is judged on the same rows. Two tables:
 Candidates (:data:`CANDIDATES`): the suffix minimum; the running maximum (the first version's);
 a running 3-point median (endpoints kept) then the suffix minimum; isotonic regression
 (pool-adjacent-violators, least squares, non-decreasing) on log time; the 3-point median then
-isotonic, the one aic_ops.monotone is (chosen on these numbers: docs/fidelity.md carries the
+isotonic, the one aic_curve.monotone is (chosen on these numbers: docs/fidelity.md carries the
 tables and the choice).
 """
 
@@ -33,14 +33,14 @@ import argparse
 
 import numpy as np
 
+from specbatch.simulator.cost.measured.aic_curve import isotonic, median3, monotone
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import COMMON_SYSTEMS
 from specbatch.simulator.cost.measured.aic_op_curves import shape_curves
-from specbatch.simulator.cost.measured.aic_ops import isotonic, median3, monotone
 
 
 def suffix_min(secs: np.ndarray) -> np.ndarray:
-    """t_i = min over j >= i of t_j (aic_ops.monotone before the robust envelope)."""
+    """t_i = min over j >= i of t_j (aic_curve.monotone before the robust envelope)."""
     return np.minimum.accumulate(np.asarray(secs, dtype=np.float64)[::-1])[::-1]
 
 
@@ -60,13 +60,13 @@ CANDIDATES = {
     "running max": running_max,
     "median-3 + suffix min": lambda s: suffix_min(median3(s)),
     "isotonic (log)": log_isotonic,
-    "median-3 + isotonic (log) = aic_ops.monotone": monotone,
+    "median-3 + isotonic (log) = aic_curve.monotone": monotone,
 }
 
 
 def groups(system: str):
     """(family, dtype, [(grid, seconds), ...]) of each curve group of ``system`` the cost reads
-    through aic_ops.Curve, the rows as the envelope receives them."""
+    through aic_curve.Curve, the rows as the envelope receives them."""
     curves = load_curves(system)
     for family in ("gemm", "moe"):
         if family in curves:
@@ -126,7 +126,7 @@ def main() -> int:
                              f"({100 * j['in_over20']:.1f} %)")
             judged.append(f"{name} | " + " | ".join(cells) + " |")
     print("| GPU | op | points | suffix min: moved > 20 % / > 50 % (worst) | "
-          "aic_ops.monotone: moved > 20 % / > 50 % (worst) |")
+          "aic_curve.monotone: moved > 20 % / > 50 % (worst) |")
     print("|---|---|---|---|---|")
     print("\n".join(moves))
     print()

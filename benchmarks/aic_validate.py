@@ -7,7 +7,7 @@ Data: the bundled compact AIConfigurator curves (traces/data/aiconfigurator/curv
 judged on them only). Per estimator (simulator.cost.measured.aic_ops, aic_attention):
 
 Every curve is judged against its raw rows as timed, never against a cleaned copy (the
-cost's envelope, aic_ops.monotone, is part of what is judged: a point left out, the envelope
+cost's envelope, aic_curve.monotone, is part of what is judged: a point left out, the envelope
 is built from the others); the cost interpolates the GEMM cells read cold (aic_cold.cold_gemm),
 so a GEMM row also gives the error on the cells the cold floor leaves unchanged, and an MLA
 row the error on the module rows its cold floors leave.
@@ -60,6 +60,7 @@ from specbatch.simulator.cost.measured.aic_attention import (
 )
 from specbatch.simulator.cost.measured.aic_cells import attention_rows, shape_cells
 from specbatch.simulator.cost.measured.aic_cost import VALIDATION
+from specbatch.simulator.cost.measured.aic_curve import interp_check
 from specbatch.simulator.cost.measured.aic_curves import load_curves
 from specbatch.simulator.cost.measured.aic_import import COMMON_SYSTEMS, load_laws
 from specbatch.simulator.cost.measured.aic_mixed import cold_args, cold_rate
@@ -72,7 +73,7 @@ from specbatch.simulator.cost.measured.aic_mla import (
     triton_decode,
 )
 from specbatch.simulator.cost.measured.aic_op_curves import mla_gemm, shape_curves
-from specbatch.simulator.cost.measured.aic_ops import ShapeCurves, interp_check
+from specbatch.simulator.cost.measured.aic_ops import ShapeCurves
 from specbatch.simulator.cost.measured.aic_role_attention import attention_cells, width_fit
 
 TARGET = 0.08
@@ -91,7 +92,7 @@ def record(signed: np.ndarray, check: str, **extra) -> dict:
 
 def curve_checks(system: str, family: str, dtype: str) -> dict:
     """{"measured": ..., "transfer": ...} of one GEMM / MoE group: the curves as the cost reads
-    them (GEMM cells read cold, aic_cold.cold_gemm; made non-decreasing, aic_ops.monotone)
+    them (GEMM cells read cold, aic_cold.cold_gemm; made non-decreasing, aic_curve.monotone)
     judged against the raw rows as timed (neither floored nor enveloped), and against the raw
     rows the cold floor leaves unchanged (``unchanged_mape``)."""
     sc = shape_curves(system, family, dtype)

@@ -10,7 +10,7 @@ traces and the compiled kernels are), read back with neither pandas nor scipy:
 
 - ``coverage``: which dtypes, head widths and all-reduce sizes the system's curves hold
   (``auto``'s check, simulator.cost.measured.aic_cost.aic_covers);
-- ``curve``: one op's :class:`~simulator.cost.measured.aic_ops.Curve` (its grid, seconds,
+- ``curve``: one op's :class:`~simulator.cost.measured.aic_curve.Curve` (its grid, seconds,
   source line and the law it grows by beyond the grid);
 - ``attention``: one role's attention law, stored as the builder's dataclass (its class and
   fields), whatever fields the fit produces.

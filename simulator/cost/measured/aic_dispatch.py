@@ -1,6 +1,6 @@
 """Where vLLM's kernels switch along an op's row coordinate: the bucket edges of a curve.
 
-A measured curve (simulator.cost.measured.aic_ops.Curve) interpolates between its grid
+A measured curve (simulator.cost.measured.aic_curve.Curve) interpolates between its grid
 points; where vLLM runs another kernel, or another tile count, on either side of a row count,
 the timed seconds jump there, and an interpolation across the jump prices neither side. The
 **edges** of a curve are the last row coordinate of each bucket (bucket of x = the number of

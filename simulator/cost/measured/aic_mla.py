@@ -118,7 +118,7 @@ def projections(hidden: int, q_lora_rank: int, kv_lora_rank: int, rope: int, nop
 
 def v3_projection_seconds(gemm, heads: int, q: np.ndarray) -> np.ndarray:
     """Seconds of DeepSeek-V3's projections at ``heads`` heads over token counts ``q`` # [Q];
-    ``gemm(n, k)`` -> the bf16 GEMM :class:`~simulator.cost.measured.aic_ops.Curve`."""
+    ``gemm(n, k)`` -> the bf16 GEMM :class:`~simulator.cost.measured.aic_curve.Curve`."""
     total = np.zeros(len(q))
     for n, k in projections(*V3, heads).values():
         total = total + gemm((n, k)).at_many(np.asarray(q, dtype=np.float64))

@@ -30,7 +30,7 @@ The transferred curve of a shape: the law (the chosen terms, fitted by relative 
 on every timed row of the group, aic_laws.fit_relative) at the shape, times exp of the
 neighbours' log measured/law ratios (each interpolated in log tokens onto the union of their
 grids, held at the ends) combined as the variant says (:class:`Variant`), made non-decreasing
-(aic_ops.monotone); beyond its grid it grows as that law.
+(aic_curve.monotone); beyond its grid it grows as that law.
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from specbatch.errors import SpecbatchError
+from specbatch.simulator.cost.measured.aic_curve import Curve, ShapeLaw, isotonic, monotone
 from specbatch.simulator.cost.measured.aic_laws import features, fit_relative
-from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeLaw, isotonic, monotone
 
 #: The transfer law's terms (aic_laws.features): "moe", the four of aic_laws' law (floor, per
 #: token, FLOPs, weight bytes); "moe_routed", those and the activations moved per rank
 #: (T·k·h/ep) and the experts touched (E_t).
 TERMS = ("moe", "moe_routed")
-#: The shape columns (aic_ops.SHAPES["moe"]) and the row coordinate.
+#: The shape columns (aic_curve.SHAPES["moe"]) and the row coordinate.
 COLUMNS, ROW = ("hidden", "inter", "experts", "topk", "tp", "ep"), "tokens"
 
 
@@ -92,8 +92,8 @@ def moe_terms(keys: np.ndarray, tokens: np.ndarray, dtype: str, terms: str) -> n
 
 
 def monotone_rows(secs: np.ndarray) -> np.ndarray:
-    """aic_ops.monotone of each row of ``secs`` # [rows, G] (what the choice scores with; the
-    curve itself is made with aic_ops.monotone)."""
+    """aic_curve.monotone of each row of ``secs`` # [rows, G] (what the choice scores with; the
+    curve itself is made with aic_curve.monotone)."""
     m = secs.copy()
     if secs.shape[1] > 2:
         m[:, 1:-1] = np.median(np.stack([secs[:, :-2], secs[:, 1:-1], secs[:, 2:]]), axis=0)
@@ -147,7 +147,7 @@ class MoeTransfer:
 
     def ratios(self, terms: str, coef: np.ndarray) -> list[np.ndarray]:
         """log(measured / law) of every timed shape on its grid (the measured curve made
-        non-decreasing, aic_ops.monotone)."""
+        non-decreasing, aic_curve.monotone)."""
         law = self.x[terms] @ coef
         return [np.log(m / law[self.rows == i]) for i, m in enumerate(self.mono)]
 
@@ -173,7 +173,7 @@ class MoeTransfer:
 
     def predict(self, key: tuple, variant: Variant, excluded: frozenset = frozenset(),
                 coef: np.ndarray | None = None) -> tuple:
-        """(grid # [G], seconds # [G] before aic_ops.monotone, the neighbours' keys) of shape
+        """(grid # [G], seconds # [G] before aic_curve.monotone, the neighbours' keys) of shape
         ``key`` by ``variant``, nothing of ``excluded`` (nor of ``key``) seen (``coef``: the
         law's coefficients, default fitted without ``excluded``)."""
         coef = self.coef(variant.terms, excluded) if coef is None else coef
@@ -191,7 +191,7 @@ class MoeTransfer:
 
     def curve(self, key: tuple, variant: Variant, excluded: frozenset = frozenset(),
               how: str = "loglog", coef: np.ndarray | None = None) -> Curve:
-        """The transferred :class:`~simulator.cost.measured.aic_ops.Curve` of ``key``: the
+        """The transferred :class:`~simulator.cost.measured.aic_curve.Curve` of ``key``: the
         :meth:`predict` made non-decreasing, growing beyond its grid by the variant's law."""
         coef = self.coef(variant.terms, excluded) if coef is None else coef
         grid, secs, near = self.predict(key, variant, excluded, coef)

@@ -3,7 +3,7 @@ and kept in the cache folder.
 
 :func:`shape_curves` is a family's measured curves at a dtype with the law its transfer to an
 untimed shape uses (a GEMM cell or MoE row no faster than its weights read cold: aic_cold);
-:func:`op_curve` one shape's :class:`~simulator.cost.measured.aic_ops.Curve`, stored as JSON in
+:func:`op_curve` one shape's :class:`~simulator.cost.measured.aic_curve.Curve`, stored as JSON in
 simulator.cost.measured.aic_cache so that a warm process reads no curve file; :func:`mla_gemm`
 the bf16 GEMM curves aic_mla takes DeepSeek-V3's projections off its module rows with.
 """
@@ -18,10 +18,11 @@ import numpy as np
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.measured import aic_cache
 from specbatch.simulator.cost.measured.aic_cold import cold_gemm, cold_moe, gemm_rate, moe_rate
+from specbatch.simulator.cost.measured.aic_curve import Curve, ShapeLaw
 from specbatch.simulator.cost.measured.aic_curves import MOE_CLASSES, load_curves
 from specbatch.simulator.cost.measured.aic_dispatch import EXTRAP, edges_of
 from specbatch.simulator.cost.measured.aic_import import bundled_laws
-from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, ShapeLaw
+from specbatch.simulator.cost.measured.aic_ops import ShapeCurves
 
 
 @functools.lru_cache(maxsize=32)

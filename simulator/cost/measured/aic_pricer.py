@@ -9,7 +9,7 @@ d, I the MLP width, all split tp ways)::
     gate_up  n = 2 I / tp               k = h
     down     n = h                      k = I / tp
 
-each priced by :class:`~simulator.cost.measured.aic_ops.Curve` of its (n, k) in the weight
+each priced by :class:`~simulator.cost.measured.aic_curve.Curve` of its (n, k) in the weight
 dtype's table (bf16, or fp8 W8A8 under ``--quantization fp8``): the measured curve where
 timed, else the transfer from the nearest timed shapes. On a mixture of experts' M MoE
 layers the MLP is the router (a bf16 GEMM n = E, k = h), the shared MLP (two GEMMs of width
@@ -41,11 +41,11 @@ import numpy as np
 from specbatch.errors import require
 from specbatch.simulator.cost.analytic.window import window_sums
 from specbatch.simulator.cost.gpus.hardware import Hardware
+from specbatch.simulator.cost.measured.aic_curve import Curve
 from specbatch.simulator.cost.measured.aic_fa3_window import fa3_window_sums
 from specbatch.simulator.cost.measured.aic_mixed import backend, gpu_of
 from specbatch.simulator.cost.measured.aic_mla import core_holds, projections
 from specbatch.simulator.cost.measured.aic_op_curves import op_curve
-from specbatch.simulator.cost.measured.aic_ops import Curve
 from specbatch.simulator.cost.measured.aic_role_attention import attention_law, mla_attention_law
 from specbatch.simulator.cost.measured.aic_window_prefill import (
     TileShape,

@@ -19,8 +19,9 @@ from scipy.optimize import isotonic_regression
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.measured.aic_attention import AttnFit
 from specbatch.simulator.cost.measured.aic_cost import aic_covers
+from specbatch.simulator.cost.measured.aic_curve import Curve, isotonic, monotone
 from specbatch.simulator.cost.measured.aic_laws import Law
-from specbatch.simulator.cost.measured.aic_ops import Curve, ShapeCurves, isotonic, monotone
+from specbatch.simulator.cost.measured.aic_ops import ShapeCurves
 from specbatch.simulator.cost.measured.laws import SmallOpLaw
 from specbatch.simulator.cost.registry import build_cost_model
 from specbatch.simulator.cost.tabulated import table_time
@@ -304,7 +305,7 @@ def test_a_curve_over_many_points_is_its_point_by_point_value_bit_for_bit():
 def test_point_logs_are_maths_logs_kept_per_array():
     import math
 
-    from specbatch.simulator.cost.measured.aic_ops import _LOGS, point_logs
+    from specbatch.simulator.cost.measured.aic_curve import _LOGS, point_logs
 
     x = np.arange(1.0, 3000.0) * 1.37
     first = point_logs(x)

@@ -1,5 +1,5 @@
 """vLLM's kernel buckets along a curve's row coordinate (simulator.cost.measured.aic_dispatch)
-and the curve priced within them (aic_ops.Curve, monotone, interp_check): the edges of each
+and the curve priced within them (aic_curve.Curve, monotone, interp_check): the edges of each
 rule by hand, a staircase priced step by step, the running median kept within a bucket, the
 curve non-decreasing and its many-point form bit for bit its point-by-point one."""
 
@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specbatch.simulator.cost.measured.aic_curve import Curve, buckets_of, interp_check, monotone
 from specbatch.simulator.cost.measured.aic_dispatch import (
     EXTRAP,
     FP8_KERNEL,
@@ -23,7 +24,6 @@ from specbatch.simulator.cost.measured.aic_dispatch import (
     next_pow_2,
 )
 from specbatch.simulator.cost.measured.aic_op_curves import curve_from_json, curve_json, op_curve
-from specbatch.simulator.cost.measured.aic_ops import Curve, buckets_of, interp_check, monotone
 
 
 def test_the_sm90_edges_are_its_dispatch_and_its_256_row_clusters():

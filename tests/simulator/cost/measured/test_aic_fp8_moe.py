@@ -138,7 +138,7 @@ def test_ptpc_is_admitted_on_l40s_from_its_triton_per_tensor_rows_by_kernel_iden
     # AIC L40S vLLM 0.22.0 moe_perf.parquet, fp8 (Triton fused_experts, per-tensor static),
     # vllm_fused_moe, balanced, hidden 5120, inter 8192, 16 experts, top 1, tp 2, ep 1:
     # 16 / 32 / 48 tokens 1.51108 / 1.51910 / 1.51876 ms; the curve's 3-point running median
-    # (aic_ops.monotone; already non-decreasing there) at 32 tokens: 1.51876 ms; x 48 layers
+    # (aic_curve.monotone; already non-decreasing there) at 32 tokens: 1.51876 ms; x 48 layers
     assert parts["experts"] == pytest.approx(48 * 1.5187625885009766e-3, rel=1e-6)
     note = model.sources()["target"]["experts"]["transfer"]
     assert "kernel identity" in note and "not measured" in note

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from specbatch.simulator.cost.measured import aic_moe_transfer as mt
+from specbatch.simulator.cost.measured.aic_curve import monotone
 from specbatch.simulator.cost.measured.aic_laws import Law
 from specbatch.simulator.cost.measured.aic_moe_transfer import (
     VARIANTS,
@@ -18,7 +19,7 @@ from specbatch.simulator.cost.measured.aic_moe_transfer import (
     monotone_rows,
 )
 from specbatch.simulator.cost.measured.aic_op_curves import curve_from_json, curve_json
-from specbatch.simulator.cost.measured.aic_ops import ShapeCurves, monotone
+from specbatch.simulator.cost.measured.aic_ops import ShapeCurves
 
 #: (a, u, 1/π, 1/β, activations, per touched expert): floor 10 µs, 10 ns a token, 1e14 FLOP/s,
 #: 1e12 B/s, 1e-13 s per activation element, 1 µs per touched expert.

@@ -96,7 +96,7 @@ def test_the_experts_are_priced_from_the_aic_row_by_hand():
     # AIC H100 vLLM 0.24.0 moe_perf.parquet, vllm_gptossmxfp4moe_triton_
     # oaitritonmxfp4expertsmonolithic, balanced, hidden 2880, inter 2880, 32 experts, top 4,
     # tp 1, ep 1, 16 tokens: 0.197835 ms; x 24 MoE layers (a row the curve's cleaning,
-    # aic_ops.monotone, leaves: the 32-token row, 0.199872 ms, sits above the 48-token one and
+    # aic_curve.monotone, leaves: the 32-token row, 0.199872 ms, sits above the 48-token one and
     # is carried down to it)
     assert parts["experts"] == pytest.approx(24 * ROW_16, rel=1e-12)
     source = model.sources()["target"]["experts"]["source"]
