@@ -191,7 +191,7 @@ def test_an_hbm_gpu_row_inside_its_l2_but_slower_than_cold_stays():
                                   q["latency_s"].to_numpy(np.float64))
 
 
-@pytest.mark.parametrize("system", ["h100_sxm", "h200_sxm", "b200_sxm"])
+@pytest.mark.parametrize("system", ["h100_sxm", "h200_sxm", "b200_sxm", "gb200"])
 def test_no_moe_row_of_the_hbm_gpus_moves(system):
     m = load_curves(system)["moe"]
     for dtype in sorted(set(m["dtype"])):

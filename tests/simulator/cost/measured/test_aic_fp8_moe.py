@@ -68,27 +68,6 @@ def test_a_kernel_the_catalogue_does_not_name_is_not_told_apart():
     assert fp8_moe_gap("vllm_fused_moe", "channel") is None
 
 
-def test_auto_passes_a_ptpc_moe_over_aic_to_the_next_source(tmp_path):
-    # Scout's bundled config.json with a compressed-tensors FP8-dynamic block, as RedHatAI's
-    # Llama-4-Scout-17B-16E-Instruct-FP8-dynamic ships it
-    data = json.loads((CONFIGS / "llama-4-scout-17b-16e-instruct" / "config.json").read_text())
-    data["quantization_config"] = {
-        "quant_method": "compressed-tensors", "format": "float-quantized",
-        "config_groups": {"group_0": {
-            "targets": ["Linear"],
-            "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "dynamic": False},
-            "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
-                                  "dynamic": True}}},
-        "ignore": ["re:.*lm_head", "re:.*router$"]}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(data))
-    assert get_shape(str(path)).quant_scheme == "channel"
-    choice = resolve_cost("auto", CostAsk("h100", str(path), "vicuna-68m", tp=2))
-    assert choice.name == "calibrated"
-    assert any(p.startswith("aic: ") and "per-channel weights (ptpc)" in p
-               for p in choice.passed)
-
-
 def ptpc_config(tmp_path, bundled: str) -> str:
     """A bundled model's config.json with RedHatAI's compressed-tensors FP8-dynamic (ptpc)
     quantization_config, written under ``tmp_path``."""
@@ -104,6 +83,17 @@ def ptpc_config(tmp_path, bundled: str) -> str:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(data))
     return str(path)
+
+
+def test_auto_passes_a_ptpc_moe_over_aic_to_the_next_source(tmp_path):
+    # Scout's bundled config.json with a compressed-tensors FP8-dynamic block, as RedHatAI's
+    # Llama-4-Scout-17B-16E-Instruct-FP8-dynamic ships it
+    path = ptpc_config(tmp_path, "llama-4-scout-17b-16e-instruct")
+    assert get_shape(path).quant_scheme == "channel"
+    choice = resolve_cost("auto", CostAsk("h100", path, "vicuna-68m", tp=2))
+    assert choice.name == "calibrated"
+    assert any(p.startswith("aic: ") and "per-channel weights (ptpc)" in p
+               for p in choice.passed)
 
 
 @pytest.mark.parametrize("capability, kernel", [
