@@ -122,8 +122,10 @@ def curve_checks(system: str, family: str, dtype: str) -> dict:
                                     "neighbours", linear_mape=round(float(np.abs(lin).mean()), 4),
                                shapes=len(sc.points), cold_moved=moved,
                                unchanged_mape=kept(log, keep_in)),
-            "transfer": record(tr, "each timed shape left out, priced from its 2 nearest "
-                                   "(law x ratio)", shapes=len(sc.points), cold_moved=moved,
+            "transfer": record(tr, "each timed shape left out, priced by aic_moe_transfer (law "
+                                   "refitted and variant chosen without it)" if family == "moe"
+                               else "each timed shape left out, priced from its 2 nearest "
+                                    "(law x ratio)", shapes=len(sc.points), cold_moved=moved,
                                unchanged_mape=kept(tr, keep_all), **extra)}
 
 

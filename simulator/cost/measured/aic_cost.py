@@ -89,7 +89,13 @@ from specbatch.simulator.cost.measured.aic_curves import HEAD_DIMS, curve_files,
 from specbatch.simulator.cost.measured.aic_import import AIC_PRESETS, bundled_laws
 from specbatch.simulator.cost.measured.aic_mla import CORE_DIMS, eager_mla
 from specbatch.simulator.cost.measured.aic_mla import coverage as mla_coverage
-from specbatch.simulator.cost.measured.aic_moe_rows import GEMM_DTYPE, moe_dtype, moe_transfer
+from specbatch.simulator.cost.measured.aic_moe_rows import (
+    GEMM_DTYPE,
+    experts_key,
+    moe_dtype,
+    moe_transfer,
+    timed_experts,
+)
 from specbatch.simulator.cost.measured.aic_pricer import AicPricer
 from specbatch.simulator.cost.measured.sources import fitted_gpu
 from specbatch.simulator.cost.tabulated import PassTable
@@ -365,6 +371,23 @@ def checked(key: str) -> dict | None:
     return validation().get(key)
 
 
+def experts_checked(r: AicPricer, source: str) -> dict | None:
+    """The held-out record of the estimator that built the experts curve (``source``): the
+    measured curve's (each grid point left out); a transfer's, each timed shape left out where
+    the model's (h, I, E, k) is timed at another split, else each timed model left out whole
+    (what a model the tables do not time gets: its MAPE and p90 in place of the shape ones)."""
+    key = f"{r.system}|moe|{r.experts_dtype}"
+    if source.startswith("measured"):
+        return checked(f"{key}|measured")
+    rec = checked(f"{key}|transfer")
+    timed, _ = timed_experts(curve_coverage(r.system), r.experts_dtype)
+    if rec is None or "model_mape" not in rec or experts_key(r.shape) in [list(t) for t in timed]:
+        return rec
+    return {**rec, "mape": rec["model_mape"], "p90": rec["model_p90"],
+            "check": "each timed model left out whole, every split priced from the other "
+                     "models (this model is timed at no split)"}
+
+
 def role_sources(r: AicPricer, gpu: str, version: str) -> dict:
     """The source record of one role (:meth:`AicCost.sources`)."""
     sysv = f"AIConfigurator {r.system} vLLM {version}"
@@ -407,9 +430,9 @@ def role_sources(r: AicPricer, gpu: str, version: str) -> dict:
                                       f"({r.kv_dtype} KV; {r.attention_how})",
                             "validated": checked(f"{r.system}|mla|{r.kv_dtype}")}
     if r.shape.is_moe:
-        out["experts"] = {"source": f"{sysv} {r.experts_dtype} "
-                                    f"{r.curves['experts'][1].source}",
-                          "validated": checked(f"{r.system}|moe|{r.experts_dtype}")}
+        curve = r.curves["experts"][1]
+        out["experts"] = {"source": f"{sysv} {r.experts_dtype} {curve.source}",
+                          "validated": experts_checked(r, curve.source)}
         note = moe_transfer(r.shape, r.hw.compute_capability)
         if note:
             out["experts"]["transfer"] = note

@@ -18,7 +18,7 @@ from scipy.optimize import isotonic_regression
 
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.cost.measured.aic_attention import AttnFit
-from specbatch.simulator.cost.measured.aic_cost import aic_covers
+from specbatch.simulator.cost.measured.aic_cost import VALIDATION, aic_covers
 from specbatch.simulator.cost.measured.aic_curve import Curve, isotonic, monotone
 from specbatch.simulator.cost.measured.aic_laws import Law
 from specbatch.simulator.cost.measured.aic_ops import ShapeCurves
@@ -286,6 +286,20 @@ def test_cost_show_json_names_each_parts_source():
     for part in ("layers", "attention", "allreduce", "lm_head", "launch"):
         assert target[part]["source"], part
     assert target["attention"]["validated"]["mape"] > 0
+
+
+
+def test_the_experts_validated_error_is_the_one_of_the_estimator_that_priced_them():
+    # Qwen3-30B-A3B's experts are timed on H100 (each grid point left out); DeepSeek-V2-Lite's
+    # (2048, 1408, 64, 6) at no split: a model the tables lack is judged by leaving whole
+    # timed models out, not by the shape-left-out figure (a split of a timed model)
+    timed = build_cost_model("aic", "h100", "qwen3-30b-a3b", "vicuna-68m").sources()["target"]
+    assert timed["experts"]["source"].split("bfloat16 ")[1].startswith("measured")
+    assert timed["experts"]["validated"]["check"].startswith("each interior grid point")
+    lite = build_cost_model("aic", "h100", "deepseek-v2-lite", "vicuna-68m").sources()["target"]
+    rec = json.loads(VALIDATION.read_text())["h100_sxm|moe|bfloat16|transfer"]
+    assert lite["experts"]["validated"]["mape"] == rec["model_mape"] > rec["mape"]
+    assert lite["experts"]["validated"]["check"].startswith("each timed model left out whole")
 
 
 def test_a_curve_over_many_points_is_its_point_by_point_value_bit_for_bit():
