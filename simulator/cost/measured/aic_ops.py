@@ -16,6 +16,7 @@ simulator.cost.measured.aic_curve.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -127,12 +128,18 @@ class ShapeCurves:
         """A MoE shape's transferred curve (simulator.cost.measured.aic_moe_transfer): the
         variant chosen by leaving out, in turn, each timed shape (the shape's model, its
         (h, I, E, k), is timed at other splits) or each timed model (it is not), ``key``'s own
-        rows out of the choice and of the law's fit with ``exclude``."""
+        rows out of the choice and of the law's fit with ``exclude``; read within the key's own
+        kernel buckets (aic_dispatch), as its timed splits are."""
         excluded = frozenset([key]) if exclude and key in self.points else frozenset()
         unit = "shape" if any(k[:4] == key[:4] for k in self.points if k not in excluded) \
             else "model"
         moe = self.moe_transfer()
-        return moe.curve(key, moe.chosen(excluded, unit), excluded, how)
+        curve = moe.curve(key, moe.chosen(excluded, unit), excluded, how)
+        edges = self.edges_of(key, curve.grid)  # the key's own kernel buckets (aic_dispatch)
+        if not edges:
+            return curve
+        return dataclasses.replace(curve, seconds=self.enveloped(key, curve.grid, curve.seconds),
+                                   edges=edges, extrap=self.extrap)
 
     def moe_transfer(self):
         """This MoE group's :class:`~simulator.cost.measured.aic_moe_transfer.MoeTransfer`

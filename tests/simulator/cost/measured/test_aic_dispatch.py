@@ -23,7 +23,12 @@ from specbatch.simulator.cost.measured.aic_dispatch import (
     moe_edges,
     next_pow_2,
 )
-from specbatch.simulator.cost.measured.aic_op_curves import curve_from_json, curve_json, op_curve
+from specbatch.simulator.cost.measured.aic_op_curves import (
+    curve_from_json,
+    curve_json,
+    op_curve,
+    shape_curves,
+)
 
 
 def test_the_sm90_edges_are_its_dispatch_and_its_256_row_clusters():
@@ -164,3 +169,17 @@ def test_a_bucketed_curve_is_non_decreasing_and_at_many_is_at(case):
     want = np.array([curve.at(float(v)) for v in x])
     assert np.all(np.diff(want) >= 0.0)
     assert np.array_equal(curve.at_many(x), want)
+
+
+def test_a_transferred_moe_curve_keeps_its_own_tile_edges():
+    # Qwen3-30B-A3B's experts at tp 3 (untimed: the tables split it 1, 2, 4, ...) priced by the
+    # MoE transfer carry the 128-row edges of its own (E, k), as its timed splits do
+    sc = shape_curves("h100_sxm", "moe", "fp8")
+    key = (2048, 768, 128, 8, 3, 1)
+    assert key not in sc.points
+    curve = sc.curve(key)
+    assert curve.source.startswith("transfer") and curve.edges[:2] == (2048.0, 4096.0)
+    x = np.arange(1.0, 9000.0, 7.0)
+    got = curve.at_many(x)
+    assert np.array_equal(got, np.array([curve.at(float(v)) for v in x]))
+    assert (np.diff(got) >= 0).all()
