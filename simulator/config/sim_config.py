@@ -219,8 +219,8 @@ class SimConfig:
     enable_expert_parallel: bool = knob(
         False, "vLLM's --enable-expert-parallel: the MoE target's routed experts split over "
         "data_parallel_size x tp GPUs, tokens dispatched by all-gather / reduce-scatter "
-        "(simulator.cost.features.expert_parallel; cost roofline, or calibrated on "
-        "rtx4090/rtxpro6000)")
+        "(simulator.cost.features.expert_parallel; cost roofline, aic where its MoE rows "
+        "time the rank's layout, or calibrated on rtx4090/rtxpro6000)")
     policy: str = knob("fixed", f"speculation policy: one of {', '.join(POLICY_NAMES)}, or a "
                        "user's package.module:Class (docs/policies.md)")
     num_speculative_tokens: int = knob(

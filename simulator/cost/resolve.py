@@ -100,7 +100,8 @@ def aic_covers(ask: CostAsk) -> str | None:
         return (f"routing_skew {ask.routing_skew:g}: the bundled MoE curves time balanced "
                 "routing only")
     if ask.expert_parallel:
-        return "enable_expert_parallel: the tables time one rank's experts, not DP + EP"
+        return ("enable_expert_parallel: auto does not pick aic for DP + EP (--cost aic prices "
+                "it where its MoE rows time the rank's layout, simulator.cost.measured.aic_ep)")
     drafter = str(ask.draft).lower() in FREE_DRAFTS + HEAD_DRAFTS  # no draft model to price
     return covers(ask.hardware, get_shape(ask.target), None if drafter else get_shape(ask.draft),
                   ask.tp, ask.quantization, ask.kv_cache_dtype,

@@ -31,7 +31,8 @@ the roofline (expert bytes E_touched_local · b · M · 3 h I_e; t_a2a over the 
 ``link_bw`` / ``allreduce_latency``) and the calibrated cost on the GPUs of the measured vLLM
 runs (simulator.cost.measured.lss: the measured MoE block at T / ep_size tokens' pairs and
 the rank's touched experts; t_a2a over the anchor's configured PCIe link, as its tp
-all-reduce).
+all-reduce), and the aic cost where AIConfigurator times the rank's layout
+(simulator.cost.measured.aic_ep: its MoE row of tp = 1, ep = ep_size at all T tokens).
 
 :func:`rank_pass_seconds` is the same pass with the step's real T (every rank's tokens, known
 once all ranks composed: simulator.engine.lockstep) in place of N · Q: the experts touched,
@@ -98,6 +99,12 @@ def with_expert_parallel(cost, dp: int, tp: int):
         return dataclasses.replace(cost, inner=with_expert_parallel(cost.inner, dp, tp))
     if isinstance(cost, RooflineCost):
         return roofline_ep(cost, dp)
+    from specbatch.simulator.cost.measured.aic_cost import AicCost
+
+    if isinstance(cost, AicCost):  # the MoE rows AIC times at the rank's ep (aic_ep)
+        from specbatch.simulator.cost.measured.aic_ep import aic_ep
+
+        return aic_ep(cost, dp)
     if isinstance(cost, CalibratedCost) and isinstance(cost.roles["target"], LssPricer):
         pricer = cost.roles["target"]
         ep = dataclasses.replace(pricer, consts=ep_constants(pricer.consts, cost.target, dp),
@@ -105,9 +112,10 @@ def with_expert_parallel(cost, dp: int, tp: int):
         new = dataclasses.replace(cost)
         object.__setattr__(new, "roles", {**new.roles, "target": ep})
         return new
-    raise SpecbatchError("enable_expert_parallel: priced by cost roofline, and by cost "
-                         "calibrated on the LLMServingSim-profiled GPUs (rtx4090, rtxpro6000) "
-                         f"only; got {type(cost).__name__}")
+    raise SpecbatchError("enable_expert_parallel: priced by cost roofline, by cost aic where "
+                         "its MoE rows time the rank's layout, and by cost calibrated on the "
+                         "LLMServingSim-profiled GPUs (rtx4090, rtxpro6000) only; got "
+                         f"{type(cost).__name__}")
 
 
 def rank_pass_seconds(cost, sums: tuple, total: float, pad_to: float | None = None) -> float:
@@ -141,6 +149,12 @@ def rank_pass_seconds(cost, sums: tuple, total: float, pad_to: float | None = No
         return roofline_rank_seconds(cost, sums, total)
     if isinstance(cost, CalibratedCost):
         return lss_rank_seconds(cost.roles["target"], sums, total)
+    from specbatch.simulator.cost.measured.aic_cost import AicCost
+
+    if isinstance(cost, AicCost):
+        from specbatch.simulator.cost.measured.aic_ep import aic_rank_seconds
+
+        return aic_rank_seconds(cost.roles["target"], sums, total)
     raise SpecbatchError(f"enable_expert_parallel: no per-rank price in {type(cost).__name__}")
 
 

@@ -69,7 +69,8 @@ MOE_DTYPES = ("bfloat16", "fp8", "fp8_block", "w4a16_mxfp4")
 #: (vllm/model_executor/layers/fused_moe/oracle/fp8.py) moves Triton to the front on compute
 #: capability 9.0 without expert parallelism and FlashInfer CUTLASS with it; AIConfigurator's
 #: collector records the backend vLLM selected, and its H100 / H200 rows are Triton at ep = 1
-#: and FlashInfer CUTLASS at ep > 1 (the most rows). ``cost = "aic"`` prices tp (ep = 1) only.
+#: and FlashInfer CUTLASS at ep > 1 (the most rows), so no fp8_block row at ep > 1 is kept
+#: there and ``cost = "aic"`` refuses block fp8 under expert parallelism (aic_ep).
 #: ``w4a16_mxfp4`` (OCP MXFP4 experts, bf16 activations): the rows AIConfigurator's collector
 #: times through vLLM 0.24's ``Mxfp4Config`` at gpt-oss's shapes, one kernel per GPU
 #: (``vllm_gptossmxfp4moe_<backend>_<experts>``: OAI Triton on H100 / H200, FlashInfer TRT-LLM

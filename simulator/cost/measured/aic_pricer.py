@@ -10,19 +10,20 @@ d, I the MLP width, all split tp ways)::
     down     n = h                      k = I / tp
 
 each priced by :class:`~simulator.cost.measured.aic_curve.Curve` of its (n, k) in the weight
-dtype's table (bf16, or fp8 W8A8 under ``--quantization fp8``): the measured curve where
-timed, else the transfer from the nearest timed shapes. On a mixture of experts' M MoE
-layers the MLP is the router (a bf16 GEMM n = E, k = h), the shared MLP (two GEMMs of width
-I_s) and the routed experts: the measured ``FusedMoE`` block of (h, I_e, E, k, tp, ep = 1)
-(vLLM's default: experts tensor-parallel) at Q tokens. The small ops AIConfigurator does not
-time (the embedding, 2 L + 1 RMSNorms with the residual add inside them, rotary, the gated
-activation (on a MoE layer the shared expert's only: the routed experts' runs inside the
-timed block); :meth:`AicPricer.small_calls`) come from the calibrated model's small-op laws
-(simulator.cost.measured.laws, fitted on Vidur's profiles of this GPU or its catalogue
-proxy; on a GPU with neither, H100's laws with their byte term scaled by the bandwidth
-ratio). The all-reduce (tp > 1): 2 L + 1 of the Q·h-element hidden state (two per layer and
-the embedding's) from the measured CUDA-graph all-reduce curve of tp GPUs. The LM head:
-the GEMM n = V / tp, k = h at the logit rows r (bf16: vLLM does not quantise it).
+dtype's table (bf16, or fp8 W8A8 under ``--quantization fp8``): the measured curve where timed,
+else the transfer from the nearest timed shapes. On a mixture of experts' M MoE layers the MLP
+is the router (a bf16 GEMM n = E, k = h), the shared MLP (two GEMMs of width I_s) and the routed
+experts: the measured ``FusedMoE`` block of (h, I_e, E, k, tp, ep = 1) (vLLM's default: experts
+tensor-parallel) at Q tokens (under expert parallelism the row of tp = 1, ep = N · tp at every
+DP rank's tokens, plus the dispatch: aic_ep). The small ops AIConfigurator does not time (the
+embedding, 2 L + 1 RMSNorms with the residual add inside them, rotary, the gated activation (on
+a MoE layer the shared expert's only: the routed experts' runs inside the timed block);
+:meth:`AicPricer.small_calls`) come from the calibrated model's small-op laws
+(simulator.cost.measured.laws, fitted on Vidur's profiles of this GPU or its catalogue proxy; on
+a GPU with neither, H100's laws with their byte term scaled by the bandwidth ratio). The
+all-reduce (tp > 1): 2 L + 1 of the Q·h-element hidden state (two per layer and the embedding's)
+from the measured CUDA-graph all-reduce curve of tp GPUs. The LM head: the GEMM n = V / tp, k =
+h at the logit rows r (bf16: vLLM does not quantise it).
 
 :class:`AicPricer` holds one role's curves and memoises its per-Q parts; its
 :meth:`AicPricer.total` is the tabulated form's expression (simulator.cost.tabulated), so a
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specbatch.errors import require
+from specbatch.simulator.cost.analytic.all2all import dispatch_seconds
 from specbatch.simulator.cost.analytic.window import window_sums
 from specbatch.simulator.cost.gpus.hardware import Hardware
 from specbatch.simulator.cost.measured.aic_curve import Curve
@@ -98,6 +100,8 @@ class AicPricer:
     tables: dict = field(default_factory=dict)  # Q_max -> PassTable (pass_table)
     held: tuple = ()  # small ops the attention law already holds (MLA module rows: rotary)
     prefill_law: tuple = ()  # (B, α_B, β_B) of a sliding role's prefill (aic_window_prefill)
+    ep_dp: int = 1  # expert parallel: DP ranks whose tokens reach this rank's experts (aic_ep)
+    ep_link: tuple = ()  # expert parallel: (bytes/s, s per ring step) of dispatch/combine
 
     def __post_init__(self) -> None:
         s, tp, system = self.shape, self.tp, self.system
@@ -223,11 +227,14 @@ class AicPricer:
         in the same order on :meth:`Curve.at_many`); the memo is neither read nor filled."""
         q = np.asarray(q, dtype=np.float64)  # [Q]
         layers = self.small_ops_many(q)
-        for _, (count, curve) in self.curves.items():
-            layers = layers + count * curve.at_many(q)
+        total = q * self.ep_dp  # [Q] the tokens an EP rank's experts see (aic_ep)
+        for name, (count, curve) in self.curves.items():
+            layers = layers + count * curve.at_many(total if name == "experts" else q)
         comm = np.zeros(q.shape)
         if self.allreduce_curve is not None:
             comm = self.allreduces() * self.allreduce_curve.at_many(q * self.shape.hidden)
+        if self.ep_dp > 1:
+            comm = comm + self.ep_dispatch(total)
         return layers, comm
 
     def parts(self, q: float) -> tuple[float, float, float]:
@@ -236,20 +243,35 @@ class AicPricer:
         included (``experts`` is their share, for ``cost show``)."""
         got = self.memo.get(q)
         if got is None:
-            experts = 0.0
-            layers = self.small_ops(q)
-            for name, (count, curve) in self.curves.items():
-                t = count * curve.at(q)
-                layers += t
-                if name == "experts":
-                    experts = t
-            comm = 0.0
-            if self.allreduce_curve is not None:
-                comm = self.allreduces() * self.allreduce_curve.at(q * self.shape.hidden)
-            got = (layers, experts, comm)
+            got = self.pieces(q, q * self.ep_dp)
             if len(self.memo) < MEMO_LIMIT:
                 self.memo[q] = got
         return got
+
+    def pieces(self, q: float, total: float) -> tuple[float, float, float]:
+        """:meth:`parts` (not memoised) with the routed experts at ``total`` tokens: Q
+        without expert parallelism; an EP rank's MoE row at the tokens of every DP rank,
+        and ``comm`` also the dispatch/combine of ``total`` (simulator.cost.measured.aic_ep)."""
+        experts = 0.0
+        layers = self.small_ops(q)
+        for name, (count, curve) in self.curves.items():
+            t = count * curve.at(total if name == "experts" else q)
+            layers += t
+            if name == "experts":
+                experts = t
+        comm = 0.0
+        if self.allreduce_curve is not None:
+            comm = self.allreduces() * self.allreduce_curve.at(q * self.shape.hidden)
+        if self.ep_dp > 1:
+            comm = comm + self.ep_dispatch(total)
+        return layers, experts, comm
+
+    def ep_dispatch(self, total):
+        """t_a2a of the M MoE layers for ``total`` tokens of all DP ranks over ``ep_link``
+        (simulator.cost.analytic.all2all; a float or an array)."""
+        s = self.shape
+        return s.moe_layers * dispatch_seconds(total, s.hidden, s.experts, self.ep_dp,
+                                               *self.ep_link, 2)
 
     def layers_at(self, q: float) -> float:
         return self.parts(q)[0]
