@@ -393,4 +393,5 @@ def run_cost(config: SimConfig) -> CostChoice:
                                              config.tp, config.quantization,
                                              config.kv_cache_dtype, config.draft_weight_bits,
                                              config.routing_skew,
-                                             bool(config.enable_expert_parallel)))
+                                             bool(config.enable_expert_parallel),
+                                             int(config.data_parallel_size)))

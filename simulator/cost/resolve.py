@@ -28,6 +28,7 @@ why. Any other ``cost`` name is taken as asked.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,6 +51,7 @@ class CostAsk:
     draft_weight_bits: int = 16
     routing_skew: float = 0.0  # a MoE target's Zipf expert loads (theory.moe; 0: uniform)
     expert_parallel: bool = False  # enable_expert_parallel (cost.features.expert_parallel)
+    data_parallel: int = 1  # data_parallel_size: with expert_parallel, ep = data_parallel · tp
 
 
 @dataclass(frozen=True)
@@ -99,9 +101,12 @@ def aic_covers(ask: CostAsk) -> str | None:
     if ask.routing_skew:
         return (f"routing_skew {ask.routing_skew:g}: the bundled MoE curves time balanced "
                 "routing only")
-    if ask.expert_parallel:
-        return ("enable_expert_parallel: auto does not pick aic for DP + EP (--cost aic prices "
-                "it where its MoE rows time the rank's layout, simulator.cost.measured.aic_ep)")
+    if ask.expert_parallel:  # the rank's layout timed by an ep row (aic_ep), else passed over
+        from specbatch.simulator.cost.measured.aic_ep import ep_gap
+
+        base = aic_covers(dataclasses.replace(ask, expert_parallel=False))
+        return base or ep_gap(ask.hardware, ask.target, ask.tp, ask.data_parallel,
+                              ask.quantization)
     drafter = str(ask.draft).lower() in FREE_DRAFTS + HEAD_DRAFTS  # no draft model to price
     return covers(ask.hardware, get_shape(ask.target), None if drafter else get_shape(ask.draft),
                   ask.tp, ask.quantization, ask.kv_cache_dtype,

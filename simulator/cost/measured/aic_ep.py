@@ -52,6 +52,34 @@ def ep_key(shape, tp: int, dp: int) -> tuple:
             int(dp) * int(tp))
 
 
+def ep_gap(hardware: str, target: str, tp: int, dp: int, quantization: str = "none") -> str | None:
+    """None when the bundled MoE rows time an EP rank of ``target`` at tp x ``dp`` on
+    ``hardware`` (the row :func:`ep_key` names, at the experts' table dtype), else why not in
+    one line (what the ``auto`` resolver reports; :func:`aic_ep` refuses the same layouts)."""
+    from specbatch.simulator.cost.gpus.catalogue import GPUS
+    from specbatch.simulator.cost.measured.aic_cost import SYSTEM_OF, curve_coverage
+    from specbatch.simulator.cost.measured.aic_moe_rows import moe_dtype
+    from specbatch.simulator.cost.measured.aic_op_curves import shape_curves
+    from specbatch.traces.models.shapes import get_shape
+
+    s = get_shape(target)
+    if not s.is_moe:
+        return f"enable_expert_parallel: {s.name} is not a mixture-of-experts model"
+    if s.sliding_layers:
+        return f"enable_expert_parallel: {s.name} has sliding-window layers"
+    system = SYSTEM_OF[str(hardware).lower()]
+    quant = s.quantization if s.quantization != "none" else str(quantization).lower()
+    dtype, why = moe_dtype(curve_coverage(system), s, quant,
+                           GPUS[str(hardware).lower()].compute_capability)
+    if not dtype:
+        return f"enable_expert_parallel: {why}"
+    key = ep_key(s, tp, dp)
+    if key not in shape_curves(system, "moe", dtype).points:
+        return (f"enable_expert_parallel: no {dtype} MoE row on {system} times {s.name}'s rank "
+                f"layout (hidden, inter, experts, topk, tp, ep) = {key}")
+    return None
+
+
 def aic_ep(cost, dp: int):
     """``cost`` (an AicCost) with its target priced as one of ``dp`` EP ranks (module
     docstring); a one-line refusal where the bundled rows do not time the rank's layout."""

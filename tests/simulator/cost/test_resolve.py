@@ -73,3 +73,19 @@ def test_an_unknown_name_lists_auto_among_the_choices():
 
     with pytest.raises(SpecbatchError, match="expected one of auto, roofline"):
         build_cost_model("fast", "h100", "vicuna-33b", "vicuna-68m")
+
+
+def test_auto_prices_dp_and_expert_parallel_with_aic_where_an_ep_row_times_the_rank():
+    # H100: AIConfigurator times Qwen3-30B-A3B's experts at (tp 1, ep 2), not ep 3; the
+    # RTX PRO 6000 keeps its LLMServingSim profile (calibrated) first
+    ep = dict(expert_parallel=True)
+    two = resolve_cost("auto", CostAsk("h100", "qwen3-30b-a3b", "vicuna-68m", **ep,
+                                       data_parallel=2))
+    assert two.name == "aic"
+    three = resolve_cost("auto", CostAsk("h100", "qwen3-30b-a3b", "vicuna-68m", **ep,
+                                         data_parallel=3))
+    assert three.name == "roofline"
+    assert any(p.startswith("aic: ") and "(2048, 768, 128, 8, 1, 3)" in p for p in three.passed)
+    pro = resolve_cost("auto", CostAsk("rtxpro6000", "qwen3-30b-a3b", "vicuna-68m", **ep,
+                                       data_parallel=2))
+    assert pro.name == "calibrated"
