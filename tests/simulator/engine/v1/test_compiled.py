@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from specbatch.errors import SpecbatchError
 from specbatch.simulator.config.sim_config import load_config
 from specbatch.simulator.cost.features.host import CLIENT_TTFT_S
-from specbatch.simulator.engine.v1 import compiled, driver
+from specbatch.simulator.engine.v1 import compiled, driver, pack_costs
 from specbatch.simulator.policies.registry import make_policy
 from specbatch.simulator.run import build_cost, load_trace, simulate
 
@@ -107,7 +107,7 @@ def test_padding_outside_the_host_terms_is_named():
 @needs_numba
 def test_async_scheduling_under_the_fixed_host_is_the_host_terms_with_a_at_the_overhead():
     """host = "fixed" under async scheduling (AsyncOverheadCost: max(t, T_o) on a target
-    pass, draft passes as they are), packed as driver.pack_host packs it, is kernel.host_target
+    pass, draft passes as they are), packed as pack_costs.pack_host packs it, is kernel.host_target
     / host_draft bit for bit: a = T_o, b = 0, overlapped, no proposer floor."""
     from specbatch.simulator.cost.features.async_overhead import AsyncOverheadCost
 
@@ -122,7 +122,7 @@ def test_async_scheduling_under_the_fixed_host_is_the_host_terms_with_a_at_the_o
     cost = AsyncOverheadCost(inner)
     c = np.zeros(kernel.N_FLOATS)
     c[kernel.F_OUTER] = 1.0
-    driver.pack_host(kernel, c, cost)
+    pack_costs.pack_host(kernel, c, cost)
     assert (c[kernel.F_HOST], c[kernel.F_OVERLAP], c[kernel.F_STEP_S]) == (1.0, 1.0, 1e-3)
     assert c[kernel.F_REQUEST_S] == c[kernel.F_FLOOR] == 0.0
     rng = np.random.default_rng(11)
@@ -332,7 +332,7 @@ def test_the_kernel_stamp_is_checked_once_per_cache_folder_in_a_process(monkeypa
                                    {"target": "llama-3.1-8b", "draft": "llama-3.2-1b",
                                     "quantization": "fp8"}], ids=["dense", "moe", "fp8"])
 def test_pass_time_is_the_roofline_sums_formula_bit_for_bit(shape):
-    """kernel.pass_time on the constants the driver packs (driver.pack_roofline) equals
+    """kernel.pass_time on the constants the driver packs (pack_costs.pack_roofline) equals
     RooflineCost.time_from_sums (the same expressions in the same order) on random
     exact-integer sums: dense, uniform-routing experts (E (1 − (1 − k/E)^Σq) touched) and W8A8
     FP8 GEMMs."""
@@ -341,7 +341,7 @@ def test_pass_time_is_the_roofline_sums_formula_bit_for_bit(shape):
     rng = np.random.default_rng(0)
     consts = np.zeros(kernel.N_FLOATS)
     consts[kernel.F_SCALE] = 1.0
-    driver.pack_roofline(kernel, consts, cost)
+    pack_costs.pack_roofline(kernel, consts, cost)
     for off, role in ((0, "target"), (10, "draft")):
         for _ in range(200):
             n = int(rng.integers(0, 300))

@@ -5,7 +5,7 @@ draft_model_pass: pass 1 over the target's pass + one token per request), vLLM's
 proposer under vLLM's host terms (its host seconds once per step on the target pass,
 simulator.cost.features.host.ngram_seconds) and a free drafter without them (every draft
 pass 0 s). The kernel's pricing equals the cost models' bit for bit
-(kernel.head_time, ngram_time, draft_time, first_pass, on the constants driver.pack_drafter
+(kernel.head_time, ngram_time, draft_time, first_pass, on the constants pack_costs.pack_drafter
 packs), and whole runs' request and step tables equal the numpy engine's (its reference
 twin) on fixed configurations; the hypothesis run of test_compiled.py draws these drafters too.
 """
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from specbatch.simulator.config.sim_config import load_config
-from specbatch.simulator.engine.v1 import compiled, driver
+from specbatch.simulator.engine.v1 import compiled, pack_costs
 from specbatch.simulator.run import build_cost, load_trace, simulate
 from tests.simulator.engine.v1.test_compiled import assert_bit_identical, parts
 
@@ -35,8 +35,8 @@ def packed(kn, cost, sizes=()):
     floats[kn.F_SCALE], floats[kn.F_OUTER] = 1.0, 1.0
     floats[kn.F_NSIZES] = len(sizes)
     floats[kn.F_SIZES:] = sizes
-    driver.pack_drafter(kn, ints, floats, cost, True)
-    driver.pack_host(kn, floats, compiled.host_layer(cost)[0])
+    pack_costs.pack_drafter(kn, ints, floats, cost, True)
+    pack_costs.pack_host(kn, floats, compiled.host_layer(cost)[0])
     return floats, ints
 
 
@@ -132,7 +132,7 @@ def test_a_vllm_v1_draft_models_pass_one_is_its_cost_bit_for_bit(cost_name, host
     assert kind == "model-v1" and compiled.compiled_gap(config, policy, cost) is None
     tab, tlaw = compiled.pass_tables(config, policy, base, sizes)
     if not tabulated(base):
-        driver.pack_roofline(kn, floats, base)
+        pack_costs.pack_roofline(kn, floats, base)
     floats[kn.F_ROWS] = float(takes_logit_rows(cost))
     rng = np.random.default_rng(len(sizes) + 3 * (host == "vllm"))
     for _ in range(150):
