@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from specbatch.errors import SpecbatchError, require
+from specbatch.errors import SpecbatchError
 
 
 def ep_link(hardware) -> tuple[float, float]:
@@ -52,52 +52,55 @@ def ep_key(shape, tp: int, dp: int) -> tuple:
             int(dp) * int(tp))
 
 
+def ep_row_gap(system: str, shape, dtype: str, tp: int, dp: int) -> str | None:
+    """None when ``system``'s ``dtype`` MoE rows time an EP rank of ``shape`` at tp x ``dp``
+    (the row :func:`ep_key` names), else why not in one line: what :func:`aic_ep` refuses with
+    and the ``auto`` resolver passes aic over for (:func:`ep_gap`)."""
+    from specbatch.simulator.cost.measured.aic_op_curves import shape_curves
+
+    if not shape.is_moe:
+        return (f"enable_expert_parallel: {shape.name} is not a mixture-of-experts model "
+                "(expected an MoE target)")
+    if shape.sliding_layers:
+        return (f"enable_expert_parallel: {shape.name} has sliding-window layers (a pass is "
+                "priced from arrays; its per-rank repricing is not modelled)")
+    key = ep_key(shape, tp, dp)
+    if key not in shape_curves(system, "moe", dtype).points:
+        return (f"enable_expert_parallel: cost aic has no {dtype} MoE row on {system} timing "
+                f"{shape.name}'s rank layout (hidden, inter, experts, topk, tp, ep) = {key}; "
+                "expert-parallel rows are not transferred")
+    return None
+
+
 def ep_gap(hardware: str, target: str, tp: int, dp: int, quantization: str = "none") -> str | None:
-    """None when the bundled MoE rows time an EP rank of ``target`` at tp x ``dp`` on
-    ``hardware`` (the row :func:`ep_key` names, at the experts' table dtype), else why not in
-    one line (what the ``auto`` resolver reports; :func:`aic_ep` refuses the same layouts)."""
+    """:func:`ep_row_gap` of ``target`` on ``hardware``, its experts at the table dtype aic
+    prices them from (aic_moe_rows.moe_dtype), or why none."""
     from specbatch.simulator.cost.gpus.catalogue import GPUS
     from specbatch.simulator.cost.measured.aic_cost import SYSTEM_OF, curve_coverage
     from specbatch.simulator.cost.measured.aic_moe_rows import moe_dtype
-    from specbatch.simulator.cost.measured.aic_op_curves import shape_curves
     from specbatch.traces.models.shapes import get_shape
 
     s = get_shape(target)
-    if not s.is_moe:
-        return f"enable_expert_parallel: {s.name} is not a mixture-of-experts model"
-    if s.sliding_layers:
-        return f"enable_expert_parallel: {s.name} has sliding-window layers"
     system = SYSTEM_OF[str(hardware).lower()]
     quant = s.quantization if s.quantization != "none" else str(quantization).lower()
-    dtype, why = moe_dtype(curve_coverage(system), s, quant,
-                           GPUS[str(hardware).lower()].compute_capability)
-    if not dtype:
+    dtype, why = ("", None) if not s.is_moe else moe_dtype(
+        curve_coverage(system), s, quant, GPUS[str(hardware).lower()].compute_capability)
+    if s.is_moe and not dtype:
         return f"enable_expert_parallel: {why}"
-    key = ep_key(s, tp, dp)
-    if key not in shape_curves(system, "moe", dtype).points:
-        return (f"enable_expert_parallel: no {dtype} MoE row on {system} times {s.name}'s rank "
-                f"layout (hidden, inter, experts, topk, tp, ep) = {key}")
-    return None
+    return ep_row_gap(system, s, dtype, tp, dp)
 
 
 def aic_ep(cost, dp: int):
     """``cost`` (an AicCost) with its target priced as one of ``dp`` EP ranks (module
     docstring); a one-line refusal where the bundled rows do not time the rank's layout."""
-    from specbatch.simulator.cost.measured.aic_op_curves import op_curve, shape_curves
+    from specbatch.simulator.cost.measured.aic_op_curves import op_curve
 
     p = cost.roles["target"]
     s = p.shape
-    require(s.is_moe, f"enable_expert_parallel: {s.name} is not a mixture-of-experts model "
-            "(expected an MoE target)")
-    require(not s.sliding_layers, f"enable_expert_parallel: {s.name} has sliding-window "
-            "layers (a pass is priced from arrays; its per-rank repricing is not modelled)")
+    reason = ep_row_gap(p.system, s, p.experts_dtype, p.tp, dp)
+    if reason is not None:
+        raise SpecbatchError(reason)
     key = ep_key(s, p.tp, dp)
-    curves = shape_curves(p.system, "moe", p.experts_dtype)
-    if key not in curves.points:
-        raise SpecbatchError(
-            f"enable_expert_parallel: cost aic has no {p.experts_dtype} MoE row on {p.system} "
-            f"timing {s.name}'s rank layout (hidden, inter, experts, topk, tp, ep) = {key}; "
-            "expert-parallel rows are not transferred")
     new = dataclasses.replace(p, ep_dp=int(dp), ep_link=ep_link(p.hw), curves={}, memo={},
                               head_memo={}, tables={})
     new.curves["experts"] = (s.moe_layers, op_curve(p.system, "moe", p.experts_dtype, key))
