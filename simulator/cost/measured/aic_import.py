@@ -86,16 +86,11 @@ def bundle_families(root: str | Path, families: tuple, folder: str | Path = BUND
     (L40S's declared reuse), is bundled without refitting the laws (the full ``cost
     import-aiconfigurator`` writes the same curves, and refits everything). Returns the new
     curve records."""
-    from specbatch.io import dumps
     from specbatch.simulator.cost.measured.aic_curves import compact, write_curves
     from specbatch.traces.public.aiconfigurator import import_aiconfigurator
 
     folder = Path(folder)
-    laws = load_laws(folder)
-    prov_path = folder / "PROVENANCE.json"
-    provenance = json.loads(prov_path.read_text())
-    require(commit is None or commit == provenance.get("commit"),
-            f"--commit {commit}: the bundle was imported from {provenance.get('commit')}")
+    laws, provenance = open_bundle(folder, commit)
     curves, files = {}, []
     for name, (version, _) in sorted(laws.items()):
         if only and name not in only:
@@ -106,12 +101,11 @@ def bundle_families(root: str | Path, families: tuple, folder: str | Path = BUND
         files.extend({**f, "system": name} for f in tables.provenance["files"]
                      if f["family"] in families)
     records = write_curves(curves, folder, source_records(files))
-    def kept(r: dict) -> bool:
-        return r["family"] not in families or bool(only) and r["system"] not in only
 
-    provenance["files"] = [f for f in provenance["files"] if kept(f)] + files
-    provenance["curves"] = [c for c in provenance["curves"] if kept(c)] + records
-    prov_path.write_text(dumps(provenance, indent=2) + "\n")
+    def replaced(r: dict) -> bool:
+        return r["family"] in families and (not only or r["system"] in only)
+
+    write_provenance(folder, provenance, replaced, files, records)
     return records
 
 
@@ -123,34 +117,49 @@ def bundle_systems(root: str | Path, names: tuple, folder: str | Path = BUNDLED,
     in PROVENANCE.json replacing any it had; every other system's files are left as they are.
     Why: a GPU added later (gb200) is bundled without refitting the others. Returns the
     import (:func:`import_laws`' result)."""
-    from specbatch.io import dumps
+    from specbatch.io import atomic_write, dumps
     from specbatch.simulator.cost.measured.aic_curves import load_curves, write_curves
 
     folder = Path(folder)
-    load_laws(folder)  # a folder that is no bundle is refused before anything is written
-    prov_path, laws_path = folder / "PROVENANCE.json", folder / "laws.json"
-    provenance = json.loads(prov_path.read_text())
-    require(commit is None or commit == provenance.get("commit"),
-            f"--commit {commit}: the bundle was imported from {provenance.get('commit')}")
+    _, provenance = open_bundle(folder, commit)
+    laws_path = folder / "laws.json"
     result = import_laws(root, only=tuple(names), version=version,
                          commit=provenance.get("commit"))
     records = write_curves(result["curves"], folder, source_records(
         result["provenance"]["files"]))
     laws = json.loads(laws_path.read_text())
     laws.update(result["systems"])
-    laws_path.write_text(dumps(laws, indent=1) + "\n")
-    provenance["files"] = [f for f in provenance["files"] if f["system"] not in names] + \
-        result["provenance"]["files"]
+    atomic_write(laws_path, dumps(laws, indent=1) + "\n")
     written = {r["path"] for r in records}
     for old in provenance["curves"]:  # a family the new import no longer keeps
         if old["system"] in names and old["path"] not in written:
             (folder / old["path"]).unlink(missing_ok=True)
-    provenance["curves"] = [c for c in provenance["curves"] if c["system"] not in names] + \
-        records
-    prov_path.write_text(dumps(provenance, indent=2) + "\n")
+    write_provenance(folder, provenance, lambda r: r["system"] in names,
+                     result["provenance"]["files"], records)
     bundled_laws.cache_clear()
     load_curves.cache_clear()
     return result
+
+
+def open_bundle(folder: Path, commit: str | None) -> tuple[dict, dict]:
+    """(laws, PROVENANCE.json) of the bundle ``folder``: one that is no bundle, or one imported
+    from another ``commit`` than asked, is refused before anything is written."""
+    laws = load_laws(folder)
+    provenance = json.loads((folder / "PROVENANCE.json").read_text())
+    require(commit is None or commit == provenance.get("commit"),
+            f"--commit {commit}: the bundle was imported from {provenance.get('commit')}")
+    return laws, provenance
+
+
+def write_provenance(folder: Path, provenance: dict, replaced, files: list,
+                     records: list) -> None:
+    """``provenance`` with its table and curve records for which ``replaced`` holds replaced
+    by ``files`` and ``records``, written to ``folder``'s PROVENANCE.json atomically."""
+    from specbatch.io import atomic_write, dumps
+
+    provenance["files"] = [f for f in provenance["files"] if not replaced(f)] + files
+    provenance["curves"] = [c for c in provenance["curves"] if not replaced(c)] + records
+    atomic_write(folder / "PROVENANCE.json", dumps(provenance, indent=2) + "\n")
 
 
 def source_records(files) -> dict:
