@@ -16,7 +16,6 @@ simulator.cost.measured.aic_curve.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -59,6 +58,7 @@ class ShapeCurves:
                 rows["latency_s"].to_numpy(dtype=np.float64))
         self.coords = {k: np.log2(np.maximum(np.array(k, dtype=np.float64), 1e-9))
                        for k in self.points}
+        self.moe = None  # the MoE transfer, built on first use (:meth:`moe_transfer`)
 
     def edges_of(self, key: tuple, grid: np.ndarray) -> tuple:
         """Shape ``key``'s bucket edges up to ``grid``'s last point (() where none)."""
@@ -100,9 +100,8 @@ class ShapeCurves:
 
         if key in self.points and not exclude:
             grid, secs = self.points[key]
-            return Curve(grid, self.enveloped(key, grid, secs), law,
-                         f"measured {self.family} {dict(zip(self.shape_cols, key))}", how,
-                         self.edges_of(key, grid), self.extrap)
+            return self.made(key, grid, secs, law,
+                             f"measured {self.family} {dict(zip(self.shape_cols, key))}", how)
         if self.family == "moe":  # its own transfer (aic_moe_transfer), its law refitted
             return self.moe_curve(key, exclude, how)
         if self.law is None:
@@ -119,10 +118,16 @@ class ShapeCurves:
             r = np.log(self.enveloped(k, g, s) / self.law_seconds(k, g, coef))
             ratios.append(np.interp(np.log(grid), np.log(g), r))  # held at the edges
         secs = self.law_seconds(key, grid, coef) * np.exp(np.mean(ratios, axis=0))
-        return Curve(grid, self.enveloped(key, grid, secs), law,
-                     f"transfer to {self.family} {dict(zip(self.shape_cols, key))} from "
-                     f"{', '.join(str(k) for k in near)}", how, self.edges_of(key, grid),
-                     self.extrap)
+        return self.made(key, grid, secs, law,
+                         f"transfer to {self.family} {dict(zip(self.shape_cols, key))} from "
+                         f"{', '.join(str(k) for k in near)}", how)
+
+    def made(self, key: tuple, grid: np.ndarray, secs: np.ndarray, law, source: str,
+             how: str) -> Curve:
+        """The :class:`Curve` of shape ``key`` from its seconds over ``grid``, made
+        non-decreasing within its kernel buckets and read within them."""
+        return Curve(grid, self.enveloped(key, grid, secs), law, source, how,
+                     self.edges_of(key, grid), self.extrap)
 
     def moe_curve(self, key: tuple, exclude: bool, how: str) -> Curve:
         """A MoE shape's transferred curve (simulator.cost.measured.aic_moe_transfer): the
@@ -135,15 +140,13 @@ class ShapeCurves:
             else "model"
         moe = self.moe_transfer()
         curve = moe.curve(key, moe.chosen(excluded, unit), excluded, how)
-        edges = self.edges_of(key, curve.grid)  # the key's own kernel buckets (aic_dispatch)
-        if not edges:
+        if not self.edges_of(key, curve.grid):  # already made non-decreasing: kept as built
             return curve
-        return dataclasses.replace(curve, seconds=self.enveloped(key, curve.grid, curve.seconds),
-                                   edges=edges, extrap=self.extrap)
+        return self.made(key, curve.grid, curve.seconds, curve.law, curve.source, how)
 
     def moe_transfer(self):
         """This MoE group's :class:`~simulator.cost.measured.aic_moe_transfer.MoeTransfer`
         (built once)."""
-        if getattr(self, "_moe", None) is None:
-            self._moe = MoeTransfer(self.points, str(self.extra["dtype"]))
-        return self._moe
+        if self.moe is None:
+            self.moe = MoeTransfer(self.points, str(self.extra["dtype"]))
+        return self.moe
