@@ -58,6 +58,7 @@ from specbatch.simulator.cost.measured.aic_dispatch import (
     moe_edges,
     steps,
 )
+from specbatch.simulator.cost.measured.aic_import import COMMON_SYSTEMS
 from specbatch.simulator.cost.measured.aic_op_curves import shape_curves
 from specbatch.simulator.cost.measured.aic_ops import ShapeCurves
 
@@ -218,7 +219,8 @@ def report(family: str, groups: dict, bucketed: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--system", nargs="+", default=None)
+    ap.add_argument("--system", nargs="+", default=None, choices=list(COMMON_SYSTEMS),
+                    help="bundled AIConfigurator systems (default: each family's own)")
     ap.add_argument("--family", nargs="+", default=["gemm", "allreduce"],
                     choices=["gemm", "allreduce", "moe"])
     args = ap.parse_args()

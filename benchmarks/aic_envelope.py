@@ -107,7 +107,8 @@ def judge(curves, envelope) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--system", nargs="+", default=list(COMMON_SYSTEMS))
+    ap.add_argument("--system", nargs="+", default=list(COMMON_SYSTEMS),
+                    choices=list(COMMON_SYSTEMS), help="bundled AIConfigurator systems")
     ap.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
     args = ap.parse_args()
     moves, judged = [], []

@@ -368,7 +368,8 @@ def table(checks: dict, target: float = TARGET) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--system", nargs="+", default=list(COMMON_SYSTEMS))
+    ap.add_argument("--system", nargs="+", default=list(COMMON_SYSTEMS),
+                    choices=list(COMMON_SYSTEMS), help="bundled AIConfigurator systems")
     ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args()
     checks = {}
